@@ -1,0 +1,118 @@
+"""Tensor name -> (bucket, layer index, role). Pure functions over names (and dtype/rank), no I/O.
+
+Buckets: embedding, encoder (per layer; a decoder-only model's blocks are its encoder-equivalent),
+decoder (the decoder stack of an encoder-decoder model such as T5), pooler, cls (task and LM heads),
+other (whatever no rule places: listed, never dropped).
+Roles: parameter, buffer (non-trainable state such as position-id tables), optimizer (optimizer
+state), counter (training step counters).
+
+Rules are tables of regular expressions searched in the normalised name, first match wins, with a
+`(?P<layer>\\d+)` group where the name carries a layer index. The comment on each names the families
+it comes from. Names are normalised first: TF separators `/` become `.`, `:0` and
+`/.ATTRIBUTES/VARIABLE_VALUE` suffixes go, so one table serves every format.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Iterable
+
+BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
+ROLES = ("parameter", "buffer", "optimizer", "counter")
+
+
+@dataclass(frozen=True)
+class Placement:
+    bucket: str
+    layer: int | None
+    role: str
+
+
+def normalize(name: str) -> str:
+    n = name.replace("/", ".")
+    n = re.sub(r"\.\.ATTRIBUTES\.VARIABLE_VALUE$", "", n)
+    n = re.sub(r":\d+$", "", n)
+    return n
+
+
+def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
+    return [(re.compile(p), v) for p, v in table]
+
+
+# Roles other than "parameter". Order matters: optimizer state first (its names embed parameter names).
+ROLE_RULES = _rules([
+    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict)\.", "optimizer"),      # torch training checkpoints
+    (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
+    (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
+    (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
+    (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
+    (r"(^|\.)(inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),             # rotary caches (LLaMA, GPT-NeoX), fairseq
+    (r"(^|\.)(running_mean|running_var|num_batches_tracked)$", "buffer"),             # BatchNorm
+    (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
+    (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
+])
+# GPT-2's causal mask `h.N.attn.bias` is a buffer, but `attn.bias` of rank 1 would be a real bias.
+_GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
+
+BUCKET_RULES = _rules([
+    # Embeddings
+    (r"(^|\.)embeddings(_project)?\.", "embedding"),                 # BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT
+    (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
+    (r"(^|\.)(wte|wpe)\.", "embedding"),                            # GPT-2
+    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),  # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM
+    (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
+    # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
+    (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
+    (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
+    # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
+    # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
+    (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
+    # Final norms of a stack
+    (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
+    # Pooler
+    (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
+    # Heads: LM heads and task heads
+    (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
+     r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
+     r"|vocab_layer_norm|vocab_projector|lm_loss|output)\.", "cls"),  # BERT, ALBERT, ELECTRA, DistilBERT, HF heads, GGUF
+])
+_LAYER = re.compile(r"(?P<layer>\d+)")
+
+
+def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
+    n = normalize(name)
+    for pattern, role in ROLE_RULES:
+        if pattern.search(n):
+            return role
+    if _GPT2_MASK.search(n) and len(shape) == 4:
+        return "buffer"
+    # Integer and boolean tensors are index tables and masks, never trainable parameters.
+    if not dtype.startswith(("F", "BF", "C")):
+        return "buffer"
+    return "parameter"
+
+
+def bucket_of(name: str) -> tuple[str, int | None]:
+    n = normalize(name)
+    n = re.sub(r"^(module|_orig_mod|model|transformer|base_model)\.", "", n)
+    for pattern, bucket in BUCKET_RULES:
+        m = pattern.search(n)
+        if m:
+            layer = m.groupdict().get("layer")
+            return bucket, int(layer) if layer is not None else None
+    return "other", None
+
+
+def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Placement:
+    bucket, layer = bucket_of(name)
+    return Placement(bucket, layer, role_of(name, dtype, shape))
+
+
+def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
+    """Classify every tensor; a model with decoder blocks and no encoder blocks is decoder-only,
+    so its decoder stack is its encoder-equivalent (OPT's `model.decoder.layers.N`)."""
+    out = {name: classify(name, dtype, shape) for name, dtype, shape in tensors}
+    has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+    if not has_encoder:
+        out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
+    return out

@@ -1,0 +1,148 @@
+"""One dtype table for every format.
+
+Canonical names are safetensors' dtype codes (FORMATS.md section 1), plus C128 and STR, which other
+formats store. Each reader maps its native codes into this table; nothing else branches on dtypes.
+Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, and the
+8-bit and smaller float formats go through a 256-entry lookup table built from their bit layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class DType:
+    name: str
+    bits: int               # storage bits per element (0: variable-length, e.g. TF strings)
+    kind: str               # "float", "int", "uint", "bool", "complex", "str"
+    numpy: str | None       # numpy dtype the raw bytes can be viewed as, little-endian
+    decoded: str | None     # numpy dtype values are returned as
+
+    @property
+    def is_float(self) -> bool:
+        return self.kind in ("float", "complex")
+
+    def nbytes(self, numel: int) -> int:
+        """Bytes for numel packed elements (sub-byte types round up to whole bytes)."""
+        return (numel * self.bits + 7) // 8
+
+
+_TABLE = [
+    # name         bits kind       raw view  decoded as
+    DType("BOOL", 8, "bool", "|b1", "|b1"),
+    DType("U8", 8, "uint", "|u1", "|u1"),
+    DType("I8", 8, "int", "|i1", "|i1"),
+    DType("U16", 16, "uint", "<u2", "<u2"),
+    DType("I16", 16, "int", "<i2", "<i2"),
+    DType("U32", 32, "uint", "<u4", "<u4"),
+    DType("I32", 32, "int", "<i4", "<i4"),
+    DType("U64", 64, "uint", "<u8", "<u8"),
+    DType("I64", 64, "int", "<i8", "<i8"),
+    DType("F16", 16, "float", "<f2", "<f2"),
+    DType("F32", 32, "float", "<f4", "<f4"),
+    DType("F64", 64, "float", "<f8", "<f8"),
+    DType("C64", 64, "complex", "<c8", "<c8"),
+    DType("C128", 128, "complex", "<c16", "<c16"),
+    DType("BF16", 16, "float", "<u2", "<f4"),
+    DType("F8_E4M3", 8, "float", "|u1", "<f4"),
+    DType("F8_E5M2", 8, "float", "|u1", "<f4"),
+    DType("F8_E4M3FNUZ", 8, "float", "|u1", "<f4"),
+    DType("F8_E5M2FNUZ", 8, "float", "|u1", "<f4"),
+    DType("F8_E8M0", 8, "float", "|u1", "<f4"),
+    DType("F6_E2M3", 6, "float", None, "<f4"),
+    DType("F6_E3M2", 6, "float", None, "<f4"),
+    DType("F4", 4, "float", None, "<f4"),
+    DType("STR", 0, "str", None, None),
+]
+DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
+
+
+def get(name: str) -> DType:
+    return DTYPES[name]
+
+
+def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> np.ndarray:
+    """Value of every bit pattern of a 1-sign/ebits/mbits float (FORMATS.md section 1; OCP MX spec).
+
+    special: "ieee" (max exponent is inf/nan), "fn" (only all-ones is nan), "fnuz" (0x80 is nan,
+    no negative zero), "none" (every pattern finite), "e8m0" (exponent only, 0xff nan).
+    """
+    n = 1 << (1 + ebits + mbits)
+    out = np.empty(n, dtype=np.float32)
+    emax = (1 << ebits) - 1
+    for code in range(n):
+        if special == "e8m0":
+            out[code] = np.nan if code == 0xFF else np.float32(2.0 ** (code - 127))
+            continue
+        sign = -1.0 if code >> (ebits + mbits) else 1.0
+        e = (code >> mbits) & emax
+        m = code & ((1 << mbits) - 1)
+        if e == 0:
+            value = sign * (m / (1 << mbits)) * 2.0 ** (1 - bias)
+        else:
+            value = sign * (1 + m / (1 << mbits)) * 2.0 ** (e - bias)
+        if special == "ieee" and e == emax:
+            value = sign * np.inf if m == 0 else np.nan
+        elif special == "fn" and e == emax and m == (1 << mbits) - 1:
+            value = np.nan
+        elif special == "fnuz" and code == 1 << (ebits + mbits):
+            value = np.nan
+        out[code] = value
+    return out
+
+
+_LUT_SPECS = {
+    "F8_E4M3": (4, 3, 7, "fn"),
+    "F8_E5M2": (5, 2, 15, "ieee"),
+    "F8_E4M3FNUZ": (4, 3, 8, "fnuz"),
+    "F8_E5M2FNUZ": (5, 2, 16, "fnuz"),
+    "F8_E8M0": (8, 0, 127, "e8m0"),
+    "F6_E2M3": (2, 3, 1, "none"),
+    "F6_E3M2": (3, 2, 3, "none"),
+    "F4": (2, 1, 1, "none"),
+}
+
+
+@lru_cache(maxsize=None)
+def lut(name: str) -> np.ndarray:
+    return _minifloat_lut(*_LUT_SPECS[name])
+
+
+def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
+    """Split a packed little-endian bit stream into `count` codes of `bits` bits (F4, F6).
+
+    F4 packs two codes per byte, the first in the low nibble (as torch float4_e2m1fn_x2 and
+    ml_dtypes do). F6 packs four codes into three bytes, least significant bits first (inferred).
+    """
+    if bits == 4:
+        codes = np.empty(raw.size * 2, dtype=np.uint8)
+        codes[0::2] = raw & 0x0F
+        codes[1::2] = raw >> 4
+        return codes[:count]
+    stream = np.unpackbits(raw, bitorder="little").reshape(-1)[: count * bits].reshape(count, bits)
+    weights = (1 << np.arange(bits, dtype=np.uint8)).astype(np.uint8)
+    return (stream * weights).sum(axis=1).astype(np.uint8)
+
+
+def decode(raw: np.ndarray | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> np.ndarray:
+    """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array."""
+    d = DTYPES[dtype]
+    buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.view(np.uint8).reshape(-1)
+    if d.numpy is None:
+        if d.kind == "str":
+            raise ValueError("string tensors have no numeric values")
+        return lut(dtype)[_unpack_bits(buf, d.bits, count)]
+    view_dtype = np.dtype(d.numpy)
+    if byteorder == "big" and view_dtype.itemsize > 1:
+        view_dtype = view_dtype.newbyteorder(">")
+    values = buf[: count * view_dtype.itemsize].view(view_dtype)
+    if dtype == "BF16":
+        return (values.astype(np.uint32) << 16).view(np.float32)
+    if dtype in _LUT_SPECS:
+        return lut(dtype)[values]
+    if view_dtype.byteorder == ">":
+        return values.astype(view_dtype.newbyteorder("<"))
+    return values

@@ -1,0 +1,192 @@
+"""Format registry: each reader module registers a Format whose `accept` looks at the file's first
+and last bytes (FORMATS.md section 0), never only at its extension; `open_checkpoint` resolves a file,
+a sharded `*.index.json` or a Hugging Face-style model folder, and is the one place where low-level
+exceptions become a CorruptCheckpointError naming the file."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import struct
+import zipfile
+from dataclasses import dataclass
+from typing import Callable
+
+from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError
+from ..tensor import Checkpoint
+
+HEAD_BYTES = 4096
+
+
+@dataclass(frozen=True)
+class Probe:
+    path: str
+    size: int
+    head: bytes   # the first HEAD_BYTES bytes
+    tail: bytes   # the last 8 bytes
+
+    @classmethod
+    def of(cls, path: str) -> "Probe":
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            head = f.read(HEAD_BYTES)
+            f.seek(max(0, size - 8))
+            tail = f.read(8)
+        return cls(path, size, head, tail)
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    accept: Callable[[Probe], bool]
+    open: Callable[[str], Checkpoint]
+    extensions: tuple[str, ...] = ()
+
+
+FORMATS: list[Format] = []
+# Reader modules, imported on first use. Adding a format = one module + one line here.
+_MODULES = ["safetensors"]
+_loaded = False
+
+
+def register(fmt: Format) -> None:
+    FORMATS.append(fmt)
+
+
+def _load_all() -> None:
+    global _loaded
+    if not _loaded:
+        for name in _MODULES:
+            importlib.import_module(f"{__package__}.{name}")
+        _loaded = True
+
+
+def detect(path: str) -> Format:
+    _load_all()
+    probe = Probe.of(path)
+    for fmt in FORMATS:
+        if fmt.accept(probe):
+            return fmt
+    if probe.size == 0:
+        raise UnknownFormatError(path, "file is empty")
+    raise UnknownFormatError(path, f"not a checkpoint format ckptstat reads (first bytes {probe.head[:8].hex(' ')})")
+
+
+# What a Hugging Face model folder may hold, in order of preference.
+FOLDER_CANDIDATES = [
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+    "tf_model.h5.index.json",
+    "tf_model.h5",
+    "model.weights.h5",
+    "checkpoint",          # TF bundle: a text file naming the latest prefix
+]
+
+
+def resolve_folder(folder: str) -> str:
+    for name in FOLDER_CANDIDATES:
+        p = os.path.join(folder, name)
+        if os.path.isfile(p):
+            return p
+    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index"):
+        found = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
+        if found:
+            return os.path.join(folder, found[0])
+    raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
+
+
+def _open_index(path: str) -> Checkpoint:
+    """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}`."""
+    with open(path, "rb") as f:
+        index = json.loads(f.read().decode("utf-8"))
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise CorruptCheckpointError(path, "index has no weight_map of tensor name -> shard file")
+    folder = os.path.dirname(path)
+    shards: dict[str, list[str]] = {}
+    for name, shard in weight_map.items():
+        if os.path.basename(shard) != shard:
+            raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
+        shards.setdefault(shard, []).append(name)
+    merged: Checkpoint | None = None
+    for shard, names in shards.items():
+        shard_path = os.path.join(folder, shard)
+        if not os.path.isfile(shard_path):
+            raise FileNotFound(shard_path, f"shard listed in {os.path.basename(path)} is missing")
+        part = _open_file(shard_path)
+        missing = [n for n in names if n not in part.tensors]
+        if missing:
+            raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, e.g. {missing[0]!r}")
+        if merged is None:
+            merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata))
+        for name, info in part.tensors.items():
+            if name in merged.tensors:
+                raise CorruptCheckpointError(shard_path, f"tensor {name!r} also appears in another shard")
+            merged.tensors[name] = info
+        merged.files += (shard_path,)
+        merged.readers.update(part.readers)
+        merged.notes += part.notes
+    if merged is None:
+        raise CorruptCheckpointError(path, "index lists no tensors")
+    meta = index.get("metadata")
+    if isinstance(meta, dict) and "total_size" in meta:
+        merged.metadata["index.total_size"] = str(meta["total_size"])
+    merged.format += " (sharded)"
+    return merged
+
+
+def _open_file(path: str) -> Checkpoint:
+    return detect(path).open(path)
+
+
+def find_config(weights_path: str) -> str | None:
+    folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
+    p = os.path.join(folder, "config.json")
+    return p if os.path.isfile(p) else None
+
+
+def load_config(path: str) -> dict:
+    try:
+        with open(path, "rb") as f:
+            cfg = json.loads(f.read().decode("utf-8"))
+    except (OSError, ValueError) as e:
+        raise CheckpointError(path, f"cannot read config: {e}") from None
+    if not isinstance(cfg, dict):
+        raise CheckpointError(path, "config is not a JSON object")
+    return cfg
+
+
+def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Checkpoint:
+    """Open a checkpoint from its headers: a file, a `*.index.json`, or a model folder."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFound(path, "no such file or folder")
+    target = resolve_folder(path) if os.path.isdir(path) else path
+    _load_all()
+    try:
+        if target.endswith(".index.json"):
+            ckpt = _open_index(target)
+        else:
+            opener = _FILE_HOOKS.get(os.path.basename(target))
+            ckpt = opener(target) if opener else _open_file(target)
+    except CheckpointError:
+        raise
+    except IsADirectoryError:
+        raise CheckpointError(target, "is a folder, not a file") from None
+    except OSError as e:
+        raise CheckpointError(target, e.strerror or str(e)) from None
+    except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OverflowError,
+            RecursionError, MemoryError, zipfile.BadZipFile) as e:
+        # Pillow's rule: whatever a parser trips over in a hostile file ends here, as one line.
+        raise CorruptCheckpointError(target, f"{type(e).__name__}: {e}") from None
+    cfg_path = os.fspath(config) if config is not None else find_config(path)
+    if cfg_path is not None:
+        ckpt.config = load_config(cfg_path)
+        ckpt.config_path = cfg_path
+    return ckpt
+
+
+# Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
+_FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}

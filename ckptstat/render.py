@@ -1,0 +1,103 @@
+"""Rich tables from reports. Every string that came from a file goes through `safe` first."""
+from __future__ import annotations
+
+import re
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def safe(s: object) -> Text:
+    """A file-derived string as inert text: control characters (terminal escapes) shown as \\xNN,
+    and wrapped in Text so rich never reads it as markup."""
+    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s)))
+
+
+def human(n: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "B", "T"):
+        if abs(n) < 1000 or suffix == "T":
+            return f"{n:.0f}{unit}" if suffix == "" else f"{n:.2f}{suffix}{unit}"
+        n /= 1000
+    return str(n)
+
+
+def human_bytes(n: float) -> str:
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or suffix == "TiB":
+            return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
+        n /= 1024
+    return str(n)
+
+
+def _table(title: str, *columns: str) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
+    return t
+
+
+def render_summary(r: dict, console: Console, show_layers: bool = False) -> None:
+    a = r["architecture"]
+    arch = a["family"] + (f" ({a['model_type']})" if a["model_type"] and a["model_type"] != a["family"] else "")
+    if a["architectures"]:
+        arch += " " + ", ".join(a["architectures"])
+    p = r["parameters"]
+    head = Text()
+    head.append("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}, {len(r['files'])} file(s)]\n")
+    head.append(f"architecture {arch} (from {a['source']})\n")
+    head.append("config       ").append_text(safe(r["config"] or "none found")).append("\n")
+    head.append(f"parameters   {p['unique']:,} ({human(p['unique'])})", style="bold")
+    head.append(f"  in {p['tensors']} tensors")
+    if p["aliases"]:
+        head.append(f"; {len(p['aliases'])} aliased name(s) counted once")
+    console.print(head)
+    console.print(Text("counting     unique parameters (a tied weight once); buffers and training state apart", style="dim"))
+
+    t = _table("Parameters by bucket", "bucket", "params", "share", "bytes", "tensors")
+    for b in r["buckets"]:
+        t.add_row(b["bucket"], f"{b['params']:,}", f"{100 * b['share']:.2f}%", human_bytes(b["bytes"]), str(b["tensors"]))
+    console.print(t)
+
+    if show_layers and r["layers"]:
+        t = _table("Parameters by layer", "bucket.layer", "params", "bytes", "tensors")
+        for row in r["layers"]:
+            t.add_row(f"{row['bucket']}.{row['layer']}", f"{row['params']:,}", human_bytes(row["bytes"]), str(row["tensors"]))
+        console.print(t)
+
+    t = _table("Parameters by stored dtype", "dtype", "params", "bytes", "tensors")
+    for d in r["dtypes"]:
+        t.add_row(d["dtype"], f"{d['params']:,}", human_bytes(d["bytes"]), str(d["tensors"]))
+    console.print(t)
+
+    if r["non_parameters"]:
+        t = _table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
+        for n in r["non_parameters"]:
+            t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), safe(n["names"][0]))
+        console.print(t)
+    if r["unplaced"]:
+        console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
+        for name in r["unplaced"]:
+            console.print(Text("  ").append_text(safe(name)))
+    s = r["storage"]
+    console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
+                       f"+ headers/padding {s['overhead_bytes']:,} B"))
+    for line in r.get("extra_lines", []):
+        console.print(safe(line))
+    for note in r["notes"]:
+        console.print(Text("note: ").append_text(safe(note)), style="yellow")
+
+
+def render_tensors(r: dict, console: Console) -> None:
+    t = _table(f"{len(r['tensors'])} tensors", "name", "bucket", "role", "dtype", "shape", "numel", "bytes")
+    for row in r["tensors"]:
+        name = safe(row["name"])
+        if row["alias_of"]:
+            name.append(" = ").append_text(safe(row["alias_of"]))
+        bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
+        t.add_row(name, bucket, row["role"], row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
+                  f"{row['numel']:,}", human_bytes(row["bytes"]))
+    console.print(t)

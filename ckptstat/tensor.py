@@ -1,0 +1,144 @@
+"""The core data model: a checkpoint is a set of tensor descriptions read from headers alone,
+plus a way to read one tensor's values, or a chunk of them, on demand."""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Mapping
+
+import numpy as np
+
+from . import dtypes
+
+DEFAULT_CHUNK_BYTES = 16 << 20
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor as its file describes it. Nothing here has touched the tensor's values.
+
+    offset is the absolute byte offset of element 0 in `file` (None when the bytes are not directly
+    addressable, e.g. a compressed zip record: the format's reader then knows how to get them);
+    stride is in elements and set only for a view that is not C-contiguous; storage names the
+    buffer the bytes live in, so that two names over one storage and view are aliases (tied weights).
+    """
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    file: str
+    offset: int | None
+    nbytes: int
+    byteorder: str = "little"
+    stride: tuple[int, ...] | None = None
+    storage: str | None = None
+    extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def dt(self) -> dtypes.DType:
+        return dtypes.get(self.dtype)
+
+    @property
+    def byte_size(self) -> int:
+        """Bytes the tensor's elements take, packed (what a parameter costs in memory)."""
+        return self.dt.nbytes(self.numel)
+
+    @property
+    def alias_key(self) -> tuple:
+        """Equal for two names that are the same tensor (same storage, offset, shape and stride)."""
+        return (self.file, self.storage, self.offset, self.shape, self.stride)
+
+
+Reader = Callable[[TensorInfo, int, int], np.ndarray]
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= dim
+    return tuple(reversed(strides))
+
+
+def read_bytes(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    if len(data) != size:
+        from .errors import CorruptCheckpointError
+
+        raise CorruptCheckpointError(path, f"expected {size} bytes at offset {offset}, the file ends first")
+    return data
+
+
+def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
+    """Elements [start, start + count) of the C-order flattened tensor, decoded.
+
+    Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
+    from the exact byte range; strided views read the span of storage they cover.
+    """
+    d = info.dt
+    if info.offset is None:
+        raise ValueError(f"{info.name}: no byte offset; the format must supply a reader")
+    if info.stride is None or info.stride == contiguous_strides(info.shape):
+        if (start * d.bits) % 8:
+            raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
+        lo = start * d.bits // 8
+        raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
+        return dtypes.decode(raw, info.dtype, count, info.byteorder)
+    # A strided view (torch only): read the storage span it covers, then take the view.
+    span = 1 + sum((n - 1) * s for n, s in zip(info.shape, info.stride)) if info.numel else 0
+    raw = read_bytes(info.file, info.offset, d.nbytes(span))
+    base = dtypes.decode(raw, info.dtype, span, info.byteorder)
+    item = base.dtype.itemsize
+    view = np.lib.stride_tricks.as_strided(base, info.shape, tuple(s * item for s in info.stride))
+    return np.ascontiguousarray(view).reshape(-1)[start : start + count]
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint opened from headers: tensor descriptions, metadata and the config found beside it."""
+
+    path: str
+    format: str
+    tensors: dict[str, TensorInfo]
+    files: tuple[str, ...]
+    metadata: dict[str, str] = field(default_factory=dict)
+    config: dict | None = None
+    config_path: str | None = None
+    readers: dict[str, Reader] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    def __len__(self) -> int:
+        return len(self.tensors)
+
+    def __iter__(self) -> Iterator[TensorInfo]:
+        return iter(self.tensors.values())
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        return self.tensors[name]
+
+    @property
+    def file_size(self) -> int:
+        return sum(os.path.getsize(f) for f in self.files)
+
+    def _reader(self, info: TensorInfo) -> Reader:
+        return self.readers.get(info.file, read_flat_file)
+
+    def read(self, name: str) -> np.ndarray:
+        """The whole tensor, decoded (bf16 and fp8 widen to float32). For big tensors use iter_chunks."""
+        info = self.tensors[name]
+        return self._reader(info)(info, 0, info.numel).reshape(info.shape)
+
+    def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[np.ndarray]:
+        """The tensor's values in C order, as flat arrays of about chunk_bytes stored bytes each."""
+        info = self.tensors[name]
+        step = max(8, (chunk_bytes * 8 // max(info.dt.bits, 1)) // 8 * 8)
+        reader = self._reader(info)
+        for start in range(0, info.numel, step):
+            yield reader(info, start, min(step, info.numel - start))
