@@ -30,6 +30,7 @@ class Placement:
 
 def normalize(name: str) -> str:
     n = name.replace("/", ".")
+    n = re.sub(r"_\._(\d+)", r".\1", n)  # HF TF list items: `layer_._1`
     n = re.sub(r"\.\.ATTRIBUTES\.VARIABLE_VALUE$", "", n)
     n = re.sub(r":\d+$", "", n)
     return n

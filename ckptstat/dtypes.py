@@ -70,7 +70,7 @@ def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> np.ndarra
     special: "ieee" (max exponent is inf/nan), "fn" (only all-ones is nan), "fnuz" (0x80 is nan,
     no negative zero), "none" (every pattern finite), "e8m0" (exponent only, 0xff nan).
     """
-    n = 1 << (1 + ebits + mbits)
+    n = 1 << (ebits + mbits + (special != "e8m0"))  # E8M0 has no sign bit
     out = np.empty(n, dtype=np.float32)
     emax = (1 << ebits) - 1
     for code in range(n):

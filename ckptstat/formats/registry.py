@@ -69,6 +69,10 @@ def detect(path: str) -> Format:
             return fmt
     if probe.size == 0:
         raise UnknownFormatError(path, "file is empty")
+    # No magic matched, but the name says what the file should be: let that reader say what is wrong.
+    for fmt in FORMATS:
+        if path.endswith(fmt.extensions) and fmt.extensions:
+            return fmt
     raise UnknownFormatError(path, f"not a checkpoint format ckptstat reads (first bytes {probe.head[:8].hex(' ')})")
 
 

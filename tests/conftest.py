@@ -1,0 +1,30 @@
+import json
+import os
+
+import pytest
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+FIXTURES = os.path.join(ROOT, "fixtures")
+
+
+def fixture(*parts: str) -> str:
+    return os.path.join(FIXTURES, *parts)
+
+
+@pytest.fixture(scope="session")
+def expected_st() -> dict:
+    with open(fixture("expected_safetensors.json")) as f:
+        return json.load(f)
+
+
+@pytest.fixture
+def cli(capsys):
+    """Run the CLI in-process: returns (exit code, stdout, stderr)."""
+    from ckptstat.cli import main
+
+    def run(*args: str):
+        rc = main(list(args))
+        out = capsys.readouterr()
+        return rc, out.out, out.err
+
+    return run

@@ -1,0 +1,105 @@
+"""Hostile bytes: every validation rule of the safetensors header, built with struct.pack.
+Each must end in one clear error naming the file, never a traceback or an allocation."""
+import json
+import struct
+
+import pytest
+
+from ckptstat import open_checkpoint
+from ckptstat.errors import CkptstatError, CorruptCheckpointError, UnknownFormatError
+
+
+def st_bytes(header: dict | bytes, data: bytes = b"", pad: bool = True) -> bytes:
+    raw = header if isinstance(header, bytes) else json.dumps(header).encode()
+    if pad:
+        raw += b" " * (-len(raw) % 8)
+    return struct.pack("<Q", len(raw)) + raw + data
+
+
+def entry(dtype="F32", shape=(2,), offsets=(0, 8)):
+    return {"dtype": dtype, "shape": list(shape), "data_offsets": list(offsets)}
+
+
+GOOD = {"a": entry(), "b": entry("F16", (4,), (8, 16))}
+
+CASES = {
+    "too short": (b"\x01\x00", "too short"),
+    "absurd header length": (struct.pack("<Q", 2**63) + b"{}", "exceeds"),
+    "header past end": (struct.pack("<Q", 1000) + b"{}", "runs past the end"),
+    "not utf-8": (st_bytes(b'{"a\xff": 1}'), "UTF-8"),
+    "not json": (st_bytes(b"{not json"), "not valid JSON"),
+    "not an object": (st_bytes(b"[1, 2]   "), None),
+    "duplicate key": (st_bytes(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
+                               b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4), "duplicate"),
+    "bad metadata": (st_bytes({"__metadata__": {"k": 1}, **GOOD}, b"\0" * 16), "__metadata__"),
+    "unknown dtype": (st_bytes({"a": entry("F12")}, b"\0" * 8), "unknown dtype"),
+    "negative dim": (st_bytes({"a": entry(shape=(-2,))}, b"\0" * 8), "non-negative"),
+    "float dim": (st_bytes({"a": {"dtype": "F32", "shape": [2.0], "data_offsets": [0, 8]}}, b"\0" * 8), "non-negative"),
+    "bool dim": (st_bytes({"a": {"dtype": "F32", "shape": [True], "data_offsets": [0, 4]}}, b"\0" * 4), "non-negative"),
+    "extra key": (st_bytes({"a": {**entry(), "x": 1}}, b"\0" * 8), "exactly"),
+    "begin after end": (st_bytes({"a": entry(offsets=(8, 0))}, b"\0" * 8), "begin <= end"),
+    "span vs shape": (st_bytes({"a": entry(shape=(3,))}, b"\0" * 8), "needs 12"),
+    "huge shape": (st_bytes({"a": entry(shape=(2**40, 2**40))}, b"\0" * 8), "needs"),
+    "hole": (st_bytes({"a": entry(), "b": entry("F16", (4,), (16, 24))}, b"\0" * 24), "hole"),
+    "overlap": (st_bytes({"a": entry(), "b": entry("F16", (4,), (4, 12))}, b"\0" * 12), "overlaps"),
+    "not from zero": (st_bytes({"a": entry(offsets=(8, 16))}, b"\0" * 16), "hole"),
+    "truncated data": (st_bytes(GOOD, b"\0" * 10), "truncated"),
+    "trailing bytes": (st_bytes(GOOD, b"\0" * 20), "the file has"),
+    "sub-byte misfit": (st_bytes({"a": entry("F4", (3,), (0, 2))}, b"\0" * 2), "whole bytes"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_hostile_header(tmp_path, case, cli):
+    data, message = CASES[case]
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(data)
+    with pytest.raises(CkptstatError) as info:
+        open_checkpoint(path)
+    assert isinstance(info.value, (CorruptCheckpointError, UnknownFormatError))
+    assert str(path) in str(info.value)
+    if message:
+        assert message in str(info.value)
+    rc, out, err = cli(str(path))
+    assert rc == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("ckptstat: error: ") and "Traceback" not in err
+
+
+def test_good_case_is_good(tmp_path):
+    path = tmp_path / "ok.safetensors"
+    path.write_bytes(st_bytes({"__metadata__": {"k": "v"}, **GOOD}, b"\0" * 16))
+    ckpt = open_checkpoint(path)
+    assert [t.name for t in ckpt] == ["a", "b"] and ckpt.metadata == {"k": "v"}
+    assert ckpt["b"].offset == ckpt["a"].offset + 8
+
+
+def test_zero_size_and_scalar_are_legal(tmp_path):
+    path = tmp_path / "edge.safetensors"
+    path.write_bytes(st_bytes({"s": entry("F32", (), (0, 4)), "z": entry("F32", (0, 5), (4, 4))}, b"\0" * 4))
+    ckpt = open_checkpoint(path)
+    assert ckpt["s"].numel == 1 and ckpt["z"].numel == 0 and ckpt.read("z").shape == (0, 5)
+
+
+def test_missing_shard(tmp_path):
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "model-1.safetensors"}}))
+    with pytest.raises(CkptstatError, match="missing"):
+        open_checkpoint(tmp_path)
+
+
+def test_index_names_tensor_the_shard_lacks(tmp_path):
+    (tmp_path / "s.safetensors").write_bytes(st_bytes(GOOD, b"\0" * 16))
+    (tmp_path / "m.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "s.safetensors", "zz": "s.safetensors"}}))
+    with pytest.raises(CorruptCheckpointError, match="lacks"):
+        open_checkpoint(tmp_path / "m.safetensors.index.json")
+
+
+def test_index_shard_outside_folder(tmp_path):
+    (tmp_path / "m.safetensors.index.json").write_text(json.dumps({"weight_map": {"a": "../../etc/passwd"}}))
+    with pytest.raises(CorruptCheckpointError, match="not a file name"):
+        open_checkpoint(tmp_path / "m.safetensors.index.json")
+
+
+def test_corrupt_index_json(tmp_path):
+    (tmp_path / "m.safetensors.index.json").write_text("{oops")
+    with pytest.raises(CorruptCheckpointError, match="m.safetensors.index.json"):
+        open_checkpoint(tmp_path / "m.safetensors.index.json")

@@ -1,0 +1,131 @@
+"""The safetensors reader on files written by the real writers (fixtures/make_safetensors.py)."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from ckptstat import open_checkpoint, summarize
+from ckptstat.errors import UnknownFormatError
+from conftest import fixture
+
+
+def bucket_totals(report: dict) -> dict:
+    return {b["bucket"]: b["params"] for b in report["buckets"]}
+
+
+def bert_oracle(cfg: dict) -> dict:
+    """BertModel's parameter split from its config, by the closed form of shared/seeds/002."""
+    h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    emb = (cfg["vocab_size"] + cfg["max_position_embeddings"] + cfg["type_vocab_size"]) * h + 2 * h
+    layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h
+    return {"embedding": emb, "encoder": L * layer, "pooler": h * h + h}
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "bert-tiny-buffers", "gpt2-tiny", "llama-tiny-sharded", "bert-tiny-mlm"])
+def test_parameter_count_matches_model_parameters(name, expected_st):
+    r = summarize(fixture(name))
+    # A save_pretrained file drops tied heads, so its unique count is model.parameters()'s.
+    assert r["parameters"]["unique"] == expected_st[name]["parameters"]
+
+
+def test_bert_bucket_split_matches_closed_form():
+    r = summarize(fixture("bert-tiny"))
+    with open(fixture("bert-tiny", "config.json")) as f:
+        cfg = json.load(f)
+    assert bucket_totals(r) == bert_oracle(cfg)
+    assert r["architecture"]["family"] == "bert" and r["architecture"]["source"] == "config.json"
+    assert sum(b["share"] for b in r["buckets"]) == pytest.approx(1.0)
+    layers = [row for row in r["layers"] if row["bucket"] == "encoder"]
+    assert [row["layer"] for row in layers] == list(range(cfg["num_hidden_layers"]))
+    assert sum(row["params"] for row in layers) == bert_oracle(cfg)["encoder"]
+
+
+def test_buffers_counted_apart():
+    r = summarize(fixture("bert-tiny-buffers"))
+    (buf,) = r["non_parameters"]
+    assert buf["role"] == "buffer" and buf["names"] == ["embeddings.position_ids"] and buf["elements"] == 64
+    assert r["parameters"]["unique"] == summarize(fixture("bert-tiny"))["parameters"]["unique"]
+    assert r["metadata"] == {"format": "pt"}
+
+
+def test_dtype_totals_and_storage_accounting():
+    ckpt = open_checkpoint(fixture("dtypes.safetensors"))
+    r = summarize(ckpt)
+    by_dtype = {d["dtype"]: d for d in r["dtypes"]}
+    assert by_dtype["BF16"]["params"] == 24 and by_dtype["BF16"]["bytes"] == 48
+    assert by_dtype["F32"]["params"] == 24 + 1 + 0  # f32, scalar, empty
+    s = r["storage"]
+    assert s["file_bytes"] == os.path.getsize(fixture("dtypes.safetensors"))
+    assert s["tensor_bytes"] == sum(t.nbytes for t in ckpt)
+    assert s["overhead_bytes"] == 8 + int.from_bytes(open(fixture("dtypes.safetensors"), "rb").read(8), "little")
+    assert r["metadata"] == {"written_by": "safetensors.torch"}
+
+
+def test_values_of_every_dtype(expected_st):
+    ckpt = open_checkpoint(fixture("dtypes.safetensors"))
+    for name, want in expected_st["dtypes.safetensors"].items():
+        got = ckpt.read(name)
+        assert list(got.shape) == want["shape"], name
+        flat = got.reshape(-1)
+        if np.iscomplexobj(flat):
+            flat = np.stack([flat.real, flat.imag], axis=-1).reshape(-1)
+        np.testing.assert_array_equal(flat.astype(np.float64), np.array(want["values"], dtype=np.float64), err_msg=name)
+
+
+def test_chunked_reads_equal_whole_reads():
+    ckpt = open_checkpoint(fixture("llama-tiny-sharded"))
+    for t in ckpt:
+        whole = ckpt.read(t.name).reshape(-1)
+        chunks = np.concatenate(list(ckpt.iter_chunks(t.name, chunk_bytes=64)))
+        np.testing.assert_array_equal(whole, chunks)
+
+
+def test_values_against_safetensors_library():
+    from safetensors import safe_open
+
+    path = fixture("gpt2-tiny", "model.safetensors")
+    ckpt = open_checkpoint(path)
+    with safe_open(path, framework="numpy") as f:
+        for name in f.keys():
+            np.testing.assert_array_equal(ckpt.read(name), f.get_tensor(name))
+
+
+def test_sharded_index():
+    ckpt = open_checkpoint(fixture("llama-tiny-sharded", "model.safetensors.index.json"))
+    assert len(ckpt.files) == 7 and ckpt.format == "safetensors (sharded)"
+    with open(fixture("llama-tiny-sharded", "model.safetensors.index.json")) as f:
+        index = json.load(f)
+    assert set(ckpt.tensors) == set(index["weight_map"])
+    assert ckpt.metadata["index.total_size"] == str(index["metadata"]["total_size"])
+    assert sum(t.byte_size for t in ckpt) == index["metadata"]["total_size"]
+    r = summarize(ckpt)
+    assert bucket_totals(r)["cls"] == 128 * 32 and bucket_totals(r)["embedding"] == 128 * 32
+
+
+def test_folder_and_magic_detection(tmp_path):
+    # A folder: weights and config.json are found in it.
+    r = summarize(fixture("gpt2-tiny"))
+    assert r["config"].endswith("config.json") and r["architecture"]["architectures"] == ["GPT2LMHeadModel"]
+    # Detected by magic bytes, not by the extension.
+    odd = tmp_path / "weights.bin"
+    shutil.copy(fixture("gpt2-tiny", "model.safetensors"), odd)
+    assert open_checkpoint(odd).format == "safetensors"
+    assert summarize(odd)["config"] is None and summarize(odd)["architecture"]["family"] == "gpt2"
+
+
+def test_unknown_format(tmp_path):
+    p = tmp_path / "notes.txt"
+    p.write_text("hello, not a checkpoint")
+    with pytest.raises(UnknownFormatError, match="notes.txt"):
+        open_checkpoint(p)
+
+
+def test_input_is_never_modified():
+    path = fixture("bert-tiny", "model.safetensors")
+    before = (os.stat(path).st_mtime_ns, open(path, "rb").read())
+    ckpt = open_checkpoint(path)
+    for t in ckpt:
+        ckpt.read(t.name)
+    assert (os.stat(path).st_mtime_ns, open(path, "rb").read()) == before
