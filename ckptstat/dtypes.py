@@ -9,8 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where values are decoded, not by header-only commands
+    import numpy as np
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,8 @@ def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> np.ndarra
     special: "ieee" (max exponent is inf/nan), "fn" (only all-ones is nan), "fnuz" (0x80 is nan,
     no negative zero), "none" (every pattern finite), "e8m0" (exponent only, 0xff nan).
     """
+    import numpy as np
+
     n = 1 << (ebits + mbits + (special != "e8m0"))  # E8M0 has no sign bit
     out = np.empty(n, dtype=np.float32)
     emax = (1 << ebits) - 1
@@ -117,6 +121,8 @@ def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
     F4 packs two codes per byte, the first in the low nibble (as torch float4_e2m1fn_x2 and
     ml_dtypes do). F6 packs four codes into three bytes, least significant bits first (inferred).
     """
+    import numpy as np
+
     if bits == 4:
         codes = np.empty(raw.size * 2, dtype=np.uint8)
         codes[0::2] = raw & 0x0F
@@ -129,6 +135,8 @@ def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
 
 def decode(raw: np.ndarray | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> np.ndarray:
     """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array."""
+    import numpy as np
+
     d = DTYPES[dtype]
     buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.view(np.uint8).reshape(-1)
     if d.numpy is None:

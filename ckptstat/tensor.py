@@ -5,11 +5,12 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
-
-import numpy as np
+from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
 from . import dtypes
+
+if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
+    import numpy as np
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 
@@ -54,7 +55,7 @@ class TensorInfo:
         return (self.file, self.storage, self.offset, self.shape, self.stride)
 
 
-Reader = Callable[[TensorInfo, int, int], np.ndarray]
+Reader = Callable[[TensorInfo, int, int], "np.ndarray"]
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -92,6 +93,8 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
         raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
         return dtypes.decode(raw, info.dtype, count, info.byteorder)
     # A strided view (torch only): read the storage span it covers, then take the view.
+    import numpy as np
+
     span = 1 + sum((n - 1) * s for n, s in zip(info.shape, info.stride)) if info.numel else 0
     raw = read_bytes(info.file, info.offset, d.nbytes(span))
     base = dtypes.decode(raw, info.dtype, span, info.byteorder)
