@@ -75,6 +75,26 @@ def tensors(
         render_tensors(r, _console())
 
 
+@app.command()
+def ties(
+    path: Path = PathArg,
+    deep: bool = typer.Option(False, "--deep", help="Also hash stored tensors to find identical copies (reads values, bounded memory)."),
+    as_json: bool = JsonOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Tied weights with their evidence, and the parameter count under every counting convention."""
+    from . import open_checkpoint
+    from .ties import audit
+
+    r = audit(open_checkpoint(path, config), deep=deep)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_ties
+
+        render_ties(r, _console())
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"ckptstat {__version__}")

@@ -85,8 +85,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     s = r["storage"]
     console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
                        f"+ headers/padding {s['overhead_bytes']:,} B"))
-    for line in r.get("extra_lines", []):
-        console.print(safe(line))
+    console.print(safe(r["ties"]))
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
@@ -101,3 +100,35 @@ def render_tensors(r: dict, console: Console) -> None:
         t.add_row(name, bucket, row["role"], row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
                   f"{row['numel']:,}", human_bytes(row["bytes"]))
     console.print(t)
+
+
+def render_ties(r: dict, console: Console) -> None:
+    tw = r["tie_word_embeddings"]
+    console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}]"))
+    console.print(Text("config       ").append_text(safe(r["config"] or "none found"))
+                  .append(f"  (tie_word_embeddings: {'unknown' if tw is None else str(tw).lower()})"))
+    if r["ties"]:
+        console.print(Text("Tied weights", style="italic"))
+        for tie in r["ties"]:
+            console.print(Text("  ").append_text(safe(tie["alias"])).append(f"  ({tie['numel']:,} elements)"))
+            console.print(Text("    = ").append_text(safe(tie["target"]))
+                          .append(f"  [{tie['evidence']}; {tie['status']}]", style="dim"))
+    else:
+        console.print("No tied weights found" + ("" if r["deep"] else " (headers and config; --deep also compares contents)"))
+    rows = r["counting"]["rows"]
+    base = rows[0]["params"]
+    t = _table("Parameter counts by convention", "convention", "params", "vs unique")
+    for row in rows:
+        diff = row["params"] - base
+        t.add_row(row["convention"], f"{row['params']:,}", f"{diff:+,}" if diff else "")
+    console.print(t)
+    for row in rows[1:]:
+        if row["differences"]:
+            console.print(Text(f"{row['convention']} ({row['equals']}):", style="bold"))
+            for d in row["differences"]:
+                console.print(Text(f"  {d['elements']:+,}  ").append_text(safe(d["name"])).append(": ")
+                              .append_text(safe(d["why"])))
+    nc = r["counting"]["not_counted"]
+    if nc:
+        console.print(Text(f"not counted in any row: {len(nc)} tensor(s), {sum(d['elements'] for d in nc):,} "
+                           f"elements (buffers, optimizer state, counters)"))

@@ -99,7 +99,14 @@ def summarize(ckpt: Checkpoint) -> dict:
         "storage": {"file_bytes": file_bytes, "tensor_bytes": tensor_bytes, "overhead_bytes": file_bytes - tensor_bytes},
         "metadata": dict(ckpt.metadata),
         "notes": list(ckpt.notes),
+        "ties": _tie_verdict(ckpt),
     }
+
+
+def _tie_verdict(ckpt: Checkpoint) -> str:
+    from .ties import verdict
+
+    return verdict(ckpt)
 
 
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:

@@ -1,0 +1,282 @@
+"""Tied weights and counting conventions: why tools report different parameter counts for one model.
+
+Evidence for a tie, each labelled in the output:
+  shared storage        two names over one storage and view (PyTorch files)
+  safetensors metadata  `__metadata__[dropped] = kept`, as safetensors.torch.save_model records it
+  config                the architecture ties the pair when `tie_word_embeddings` is true (and the
+                        file lacks the alias, or stores it twice)
+  architecture          a pair tied whatever the config says (BERT's decoder bias is the head's bias)
+  structural            a head stored without its weight (TF1 BERT's MLM head stores only a bias)
+  identical contents    `--deep`: streamed hashes of two stored tensors are equal
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Iterable
+
+from .report import aliases, placements
+from .tensor import Checkpoint
+
+TIES_SCHEMA = "ckptstat.ties/1"
+
+
+@dataclass(frozen=True)
+class TieRule:
+    alias: str      # the name that is the same tensor as `target`, as its model names it
+    target: str
+    when: str       # "config": only if tie_word_embeddings; "always": the architecture ties it
+    module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
+
+
+# Known tied pairs, per family (from each transformers model's _tied_weights_keys).
+TIE_RULES = [
+    TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config"),   # BERT
+    TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always"),
+    TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config"),        # RoBERTa
+    TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config"),
+    TieRule("lm_head.decoder.bias", "lm_head.bias", "always"),
+    TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config"),     # ALBERT
+    TieRule("predictions.decoder.bias", "predictions.bias", "always"),
+    TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config"),     # DistilBERT
+    TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config"),      # ELECTRA
+    TieRule("lm_head.weight", "transformer.wte.weight", "config"),                                  # GPT-2
+    TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),                               # LLaMA, Mistral, Qwen2
+    TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),                 # T5
+    TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
+    TieRule("lm_head.weight", "shared.weight", "config"),
+]
+# Heads whose presence in a file, or a class named in config.json, says the model has the tied head.
+HEAD_CLASSES = ("ForMaskedLM", "ForPreTraining", "LMHeadModel", "ForCausalLM", "ForConditionalGeneration",
+                "WithLMHead")
+# transformers' default for tie_word_embeddings is True except where a family's config sets False.
+UNTIED_BY_DEFAULT = {"llama", "mistral", "qwen2", "mixtral"}
+
+
+@dataclass(frozen=True)
+class Tie:
+    alias: str
+    target: str
+    evidence: str    # one of the labels in the module docstring
+    status: str      # "aliased in file" | "absent from file" | "stored twice"
+    numel: int
+    module: bool = False
+
+
+def _tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
+    cfg = ckpt.config
+    if not cfg:
+        return None
+    if "tie_word_embeddings" in cfg:
+        return bool(cfg["tie_word_embeddings"])
+    return cfg.get("model_type") not in UNTIED_BY_DEFAULT
+
+
+def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule) -> bool:
+    archs = (ckpt.config or {}).get("architectures") or []
+    if any(isinstance(a, str) and a.endswith(HEAD_CLASSES) for a in archs):
+        return True
+    head = outer + rule.alias.rsplit(".", 2)[0] + "."
+    return any(n.startswith(head) for n in ckpt.tensors)
+
+
+def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> list[Tie]:
+    """Every tie the evidence supports; each alias appears once, with its strongest evidence."""
+    ties: dict[str, Tie] = {}
+    tensors = ckpt.tensors
+
+    def add(tie: Tie) -> None:
+        ties.setdefault(tie.alias, tie)
+
+    for alias, target in aliases(ckpt).items():
+        add(Tie(alias, target, "shared storage", "aliased in file", tensors[alias].numel))
+    for dropped, kept in ckpt.metadata.items():
+        if dropped not in tensors and kept in tensors:
+            add(Tie(dropped, kept, "safetensors metadata", "absent from file", tensors[kept].numel))
+    tied_cfg = _tie_word_embeddings(ckpt)
+    for rule in TIE_RULES:
+        for name in tensors:
+            if not name.endswith(rule.target) or (len(name) > len(rule.target) and name[-len(rule.target) - 1] != "."):
+                continue
+            outer = name[: len(name) - len(rule.target)]
+            alias = outer + rule.alias
+            if rule.when == "config" and not tied_cfg:
+                continue
+            label = "config tie_word_embeddings" if rule.when == "config" else "architecture"
+            if alias not in tensors:
+                if _has_head(ckpt, outer, rule):
+                    add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
+            elif alias not in ties and tensors[alias].shape == tensors[name].shape:
+                add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))
+    for absent, target in structural_ties(tensors):
+        add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
+    if deep:
+        for a, b in identical_tensors(ckpt, chunk_bytes):
+            if a not in ties and b not in ties:
+                add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
+    return list(ties.values())
+
+
+def structural_ties(names: Iterable[str]) -> list[tuple[str, str]]:
+    """TF1 google-research BERT: an MLM head with `cls/predictions/output_bias` and no output weights
+    reuses `bert/embeddings/word_embeddings` (FORMATS.md section 4)."""
+    names = set(names)
+    out = []
+    for n in names:
+        if n.endswith("cls/predictions/output_bias"):
+            outer = n[: -len("cls/predictions/output_bias")]
+            emb = outer + "bert/embeddings/word_embeddings"
+            if emb in names and outer + "cls/predictions/output_weights" not in names:
+                out.append((outer + "cls/predictions/output_weights", emb))
+    return out
+
+
+def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tuple[str, str]]:
+    """Pairs (first, duplicate) of distinct stored tensors with equal dtype, shape and contents,
+    found by streaming a hash of each candidate in chunks. Constant tensors (all zeros, all ones)
+    are left out: equal by initialisation, they say nothing about tying."""
+    first_of = aliases(ckpt)
+    groups: dict[tuple, list[str]] = {}
+    for t in ckpt:
+        if t.name not in first_of and t.numel > 1 and t.dt.kind != "str":
+            groups.setdefault((t.dtype, t.shape), []).append(t.name)
+    out = []
+    for names in groups.values():
+        if len(names) < 2:
+            continue
+        seen: dict[bytes, str] = {}
+        for name in names:
+            h = hashlib.blake2b(digest_size=20)
+            lo = hi = None
+            for chunk in ckpt.iter_chunks(name, chunk_bytes):
+                h.update(chunk.tobytes())
+                cmin, cmax = chunk.min(), chunk.max()
+                lo = cmin if lo is None else min(lo, cmin)
+                hi = cmax if hi is None else max(hi, cmax)
+            if lo == hi:
+                continue
+            digest = h.digest()
+            if digest in seen:
+                out.append((seen[digest], name))
+            else:
+                seen[digest] = name
+    return out
+
+
+def _torchinfo_total(params: dict[str, int], identity: dict[str, str], recursive: set[str]) -> int:
+    """What torchinfo 1.8's summary(model) reports as Total params, simulated on the name tree.
+
+    torchinfo gives each module the count of its own named_parameters() (deduplicated within that
+    module only), adds leaf modules whole and, for every other module, its count minus what all its
+    descendants account for (leaves whole, others by the same rule), clipped at 0; a module object met
+    a second time is '(recursive)' and skipped (torchinfo/layer_info.py leftover_params and
+    get_children_layers, which returns all descendants; model_statistics.py). So a weight tied across
+    two modules counts twice, while BERT's decoder bias, a child's parameter that is also its parent's,
+    counts once."""
+    modules = {""}
+    for name in params:
+        path = name.rpartition(".")[0]
+        while path and path not in modules:
+            modules.add(path)
+            path = path.rpartition(".")[0]
+
+    def under(m: str, names) -> list[str]:
+        return [n for n in names if m == "" or n.startswith(m + ".")]
+
+    mods = sorted(modules)
+    descendants = {m: [d for d in under(m, mods) if d != m] for m in mods}
+    count = {m: sum(params[i] for i in {identity[n] for n in under(m, params)}) for m in mods}
+
+    @lru_cache(maxsize=None)
+    def contribution(m: str) -> int:
+        if not descendants[m]:
+            return count[m]
+        return count[m] - sum(contribution(d) for d in descendants[m] if d not in recursive)
+
+    return sum(count[m] if not descendants[m] else max(contribution(m), 0) for m in mods if m not in recursive)
+
+
+def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
+    place = placements(ckpt)
+    tensors = ckpt.tensors
+    is_param = {n for n, p in place.items() if p.role == "parameter"}
+    tie_of = {t.alias: t for t in ties}
+    # The model's parameter names: the file's, plus names absent because tied.
+    absent = [t for t in ties if t.status == "absent from file" and t.target in is_param]
+    names = {n: tensors[n].numel for n in tensors if n in is_param}
+    names.update({t.alias: t.numel for t in absent})
+    identity = {n: n for n in names}
+    for t in sorted(ties, key=lambda t: t.alias):
+        if t.alias in identity:
+            identity[t.alias] = identity.get(t.target, t.target)
+    for n in identity:  # resolve chains (an alias of an alias)
+        while identity[n] != identity.get(identity[n], identity[n]):
+            identity[n] = identity[identity[n]]
+    recursive = {t.alias.rpartition(".")[0] for t in ties if t.module}
+
+    unique_ids = {identity[n] for n in names}
+    unique = sum(names[i] for i in unique_ids)
+    stored = sum(tensors[n].numel for n in is_param if n not in aliases(ckpt))
+    file_names = sum(tensors[n].numel for n in is_param)
+    every = sum(names.values())
+    torchinfo = _torchinfo_total(names, identity, recursive)
+
+    def why(t: Tie) -> str:
+        return f"tied to {t.target} ({t.evidence}; {t.status})"
+
+    alias_rows = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties if t.alias in names]
+    twice = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties if t.status == "stored twice"]
+    in_file_aliases = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties
+                       if t.alias in tensors and t.alias in is_param]
+    torchinfo_extra = [r for r in alias_rows if not tie_of[r["name"]].module and not _same_subtree_bias(tie_of[r["name"]])]
+    rest = torchinfo - unique - sum(r["elements"] for r in torchinfo_extra)
+    if rest:
+        torchinfo_extra.append({"name": "(module tree)", "elements": rest,
+                                "why": "torchinfo's per-module leftover rule over shared modules"})
+    non_params = [{"name": n, "elements": tensors[n].numel, "why": f"{place[n].role}, not a parameter"}
+                  for n in tensors if n not in is_param]
+    rows = [
+        {"convention": "unique parameters", "equals": "sum(p.numel() for p in model.parameters())",
+         "params": unique, "differences": []},
+        {"convention": "every name counted", "equals": "named_parameters(remove_duplicate=False)",
+         "params": every, "differences": alias_rows},
+        {"convention": "torchinfo 1.8 summary", "equals": "torchinfo.summary(model) Total params",
+         "params": torchinfo, "differences": torchinfo_extra},
+        {"convention": "stored parameter elements", "equals": "elements of the parameter tensors the file stores, each storage once",
+         "params": stored, "differences": twice},
+        {"convention": "file tensor list", "equals": "sum over every parameter name in the file (a naive state_dict loop)",
+         "params": file_names, "differences": in_file_aliases + twice},
+    ]
+    return {"rows": rows, "not_counted": non_params}
+
+
+def _same_subtree_bias(t: Tie) -> bool:
+    """A tie inside one head (decoder.bias = predictions.bias): the parent module's parameter is
+    also its child's, so torchinfo's leftover rule counts it once."""
+    parent = t.target.rpartition(".")[0]
+    return t.alias.startswith(parent + ".")
+
+
+def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
+    ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
+    return {
+        "schema": TIES_SCHEMA,
+        "path": ckpt.path,
+        "format": ckpt.format,
+        "config": ckpt.config_path,
+        "tie_word_embeddings": _tie_word_embeddings(ckpt),
+        "deep": deep,
+        "ties": [t.__dict__ for t in ties],
+        "counting": counting(ckpt, ties),
+    }
+
+
+def verdict(ckpt: Checkpoint) -> str:
+    """One line for the summary (headers and config only)."""
+    ties = find_ties(ckpt)
+    if not ties:
+        return "ties         none found in headers or config (`ckptstat ties --deep` compares contents)"
+    first = ties[0]
+    more = f" and {len(ties) - 1} more" if len(ties) > 1 else ""
+    return f"ties         {first.alias} = {first.target} ({first.evidence}; {first.status}){more}: see `ckptstat ties`"

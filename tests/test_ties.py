@@ -1,0 +1,128 @@
+"""The tie audit: evidence, and every counting convention checked against the tool that defines it
+(model.parameters(), named_parameters(remove_duplicate=False), torchinfo 1.8 itself)."""
+import json
+import tracemalloc
+
+import numpy as np
+import pytest
+
+from ckptstat import open_checkpoint, summarize
+from ckptstat.ties import audit, find_ties, identical_tensors
+from conftest import fixture
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+torchinfo = pytest.importorskip("torchinfo")
+
+SMALL = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99)
+MODELS = {
+    "BertForMaskedLM": lambda: T.BertForMaskedLM(T.BertConfig(**SMALL)),
+    "BertForPreTraining": lambda: T.BertForPreTraining(T.BertConfig(**SMALL)),
+    "BertModel": lambda: T.BertModel(T.BertConfig(**SMALL)),
+    "RobertaForMaskedLM": lambda: T.RobertaForMaskedLM(T.RobertaConfig(**SMALL)),
+    "AlbertForMaskedLM": lambda: T.AlbertForMaskedLM(T.AlbertConfig(embedding_size=16, **SMALL)),
+    "DistilBertForMaskedLM": lambda: T.DistilBertForMaskedLM(T.DistilBertConfig(
+        dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99)),
+    "ElectraForMaskedLM": lambda: T.ElectraForMaskedLM(T.ElectraConfig(embedding_size=16, **SMALL)),
+    "GPT2LMHeadModel": lambda: T.GPT2LMHeadModel(T.GPT2Config(n_embd=32, n_layer=2, n_head=4, vocab_size=99)),
+    "LlamaForCausalLM-tied": lambda: T.LlamaForCausalLM(T.LlamaConfig(tie_word_embeddings=True, **SMALL)),
+    "LlamaForCausalLM": lambda: T.LlamaForCausalLM(T.LlamaConfig(**SMALL)),
+    "T5ForConditionalGeneration": lambda: T.T5ForConditionalGeneration(T.T5Config(
+        d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size=99)),
+}
+
+
+def rows(report: dict) -> dict:
+    return {r["convention"]: r["params"] for r in report["counting"]["rows"]}
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_conventions_match_the_tools_on_save_pretrained_files(tmp_path, name):
+    torch.manual_seed(0)
+    model = MODELS[name]()
+    model.save_pretrained(tmp_path)  # safetensors: tied names are dropped from the file
+    r = audit(open_checkpoint(tmp_path))
+    got = rows(r)
+    assert got["unique parameters"] == sum(p.numel() for p in model.parameters())
+    assert got["every name counted"] == sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+    assert got["torchinfo 1.8 summary"] == torchinfo.summary(model, verbose=0).total_params
+    # Every difference from the unique count is itemised, down to the element.
+    for row in r["counting"]["rows"]:
+        assert row["params"] - got["unique parameters"] == sum(d["elements"] for d in row["differences"]), row
+
+
+def test_gpt2_head_absent_is_tied_per_config(expected_st):
+    r = audit(open_checkpoint(fixture("gpt2-tiny")))
+    (tie,) = r["ties"]
+    assert (tie["alias"], tie["target"]) == ("lm_head.weight", "transformer.wte.weight")
+    assert tie["evidence"] == "config tie_word_embeddings" and tie["status"] == "absent from file"
+    assert rows(r)["unique parameters"] == expected_st["gpt2-tiny"]["parameters"]
+    assert rows(r)["every name counted"] == expected_st["gpt2-tiny"]["named_parameters_all"]
+    assert "lm_head.weight = transformer.wte.weight" in summarize(fixture("gpt2-tiny"))["ties"]
+
+
+def test_bert_mlm_head_absent_is_tied(expected_st):
+    r = audit(open_checkpoint(fixture("bert-tiny-mlm")))
+    ties = {t["alias"]: t for t in r["ties"]}
+    assert ties["cls.predictions.decoder.weight"]["target"] == "bert.embeddings.word_embeddings.weight"
+    assert ties["cls.predictions.decoder.bias"]["evidence"] == "architecture"
+    assert rows(r)["unique parameters"] == expected_st["bert-tiny-mlm"]["parameters"]
+    assert rows(r)["every name counted"] == expected_st["bert-tiny-mlm"]["named_parameters_all"]
+
+
+def test_save_model_metadata_records_the_dropped_name(expected_st):
+    ckpt = open_checkpoint(fixture("gpt2-tiny-save-model"))
+    (tie,) = find_ties(ckpt)
+    assert ckpt.metadata[tie.alias] == tie.target and tie.alias not in ckpt.tensors
+    assert tie.evidence == "safetensors metadata" and tie.status == "absent from file"
+    r = audit(ckpt)
+    assert rows(r)["unique parameters"] == expected_st["gpt2-tiny-save-model"]["parameters"]
+    assert rows(r)["every name counted"] == expected_st["gpt2-tiny-save-model"]["named_parameters_all"]
+
+
+def test_untied_model_has_no_ties():
+    assert find_ties(open_checkpoint(fixture("llama-tiny-sharded"))) == []
+    assert "none found" in summarize(fixture("llama-tiny-sharded"))["ties"]
+
+
+def test_deep_finds_copies_in_bounded_memory(tmp_path):
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((1024, 2048)).astype(np.float32)  # 8 MiB, 8x the chunk below
+    path = tmp_path / "twice.safetensors"
+    save_file({"a.weight": big, "b.weight": big.copy(), "c.weight": rng.standard_normal((1024, 2048)).astype(np.float32),
+               "z1.bias": np.zeros(64, np.float32), "z2.bias": np.zeros(64, np.float32)}, str(path))
+    ckpt = open_checkpoint(path)
+    assert find_ties(ckpt) == []
+    tracemalloc.start()
+    pairs = identical_tensors(ckpt, chunk_bytes=1 << 20)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert pairs == [("a.weight", "b.weight")]  # the all-zero biases are equal, but not evidence
+    assert peak < 4 << 20, peak  # a few chunks, never the 8 MiB tensor
+    r = audit(ckpt, deep=True)
+    (tie,) = r["ties"]
+    assert tie["evidence"] == "identical contents" and tie["status"] == "stored twice"
+    assert rows(r)["unique parameters"] == rows(r)["stored parameter elements"] - big.size
+
+
+def test_ties_cli_json(cli):
+    rc, out, _ = cli("ties", fixture("bert-tiny-mlm"), "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["schema"] == "ckptstat.ties/1"
+    assert [row["convention"] for row in r["counting"]["rows"]] == [
+        "unique parameters", "every name counted", "torchinfo 1.8 summary", "stored parameter elements",
+        "file tensor list"]
+    rc, out, _ = cli("ties", fixture("bert-tiny-mlm"))
+    assert rc == 0 and "torchinfo" in out and "cls.predictions.decoder.weight" in out
+
+
+def test_oracle_worked_example_bert_base_mlm(tmp_path):
+    """ORACLES.md: bert-base BertForMaskedLM, from a real save (not committed)."""
+    torch.manual_seed(0)
+    T.BertForMaskedLM(T.BertConfig()).save_pretrained(tmp_path)
+    got = rows(audit(open_checkpoint(tmp_path)))
+    assert got["unique parameters"] == 109_514_298
+    assert got["every name counted"] == 132_985_716
+    assert got["torchinfo 1.8 summary"] == 132_955_194
