@@ -95,6 +95,31 @@ def ties(
         render_ties(r, _console())
 
 
+@app.command()
+def run(
+    path: Path = PathArg,
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    seq: int = typer.Option(128, "--seq", "-s"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
+    attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
+    warmup: int = typer.Option(2, "--warmup"),
+    iters: int = typer.Option(10, "--iters"),
+    as_json: bool = JsonOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Run the model (torch + transformers, the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
+    from .executor import execute
+
+    r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_run
+
+        render_run(r, _console())
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"ckptstat {__version__}")

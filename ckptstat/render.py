@@ -132,3 +132,25 @@ def render_ties(r: dict, console: Console) -> None:
     if nc:
         console.print(Text(f"not counted in any row: {len(nc)} tensor(s), {sum(d['elements'] for d in nc):,} "
                            f"elements (buffers, optimizer state, counters)"))
+
+
+def render_run(r: dict, console: Console) -> None:
+    lat, fl, mem = r["latency"], r["flops"], r["peak_memory"]
+    console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  -> {r['model_class']}"))
+    console.print(f"run          {r['device']}, {r['dtype']}, attn {r['attn']}, batch {r['batch']} x seq {r['seq']}, "
+                  f"{r['iters']} timed runs after {r['warmup']} warm-up")
+    t = _table("Measured vs analytic", "quantity", "measured", "analytic", "difference")
+    diff = f"{100 * fl['difference']:+.3f}%" if fl["difference"] is not None else ""
+    t.add_row("forward FLOPs (matmul)", f"{fl['measured']:,}", f"{fl['analytic']:,}" if fl["analytic"] else "n/a", diff)
+    t.add_row("latency median", f"{1e3 * lat['median_s']:.2f} ms", "", "")
+    t.add_row("latency min / max", f"{1e3 * lat['min_s']:.2f} / {1e3 * lat['max_s']:.2f} ms", "", "")
+    t.add_row("throughput", f"{r['throughput_tokens_per_s']:,.0f} tok/s", "", "")
+    t.add_row("achieved", f"{fl['achieved_flop_per_s'] / 1e9:,.2f} GFLOP/s", "", "")
+    analytic_mem = mem.get("analytic_bytes")
+    t.add_row("peak memory", human_bytes(mem["bytes"]), human_bytes(analytic_mem) if analytic_mem else "", "")
+    console.print(t)
+    console.print(Text(f"FLOPs: {fl['counter']}; latency: {lat['timer']}; memory: {mem['kind']}", style="dim"))
+    console.print(f"weights      {r['weights']['loaded']} tensors loaded through ckptstat's readers; outputs finite: "
+                  f"{r['outputs_finite']}")
+    for note in r["notes"]:
+        console.print(Text("note: ").append_text(safe(note)), style="yellow")

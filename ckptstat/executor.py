@@ -1,0 +1,195 @@
+"""The optional torch executor: build the model from its config with transformers, load the weights
+through ckptstat's own readers (never torch.load), run it, and set measured latency, FLOPs and peak
+memory beside the analytic figures. Needs the `run` extra (torch, transformers); nothing else in
+ckptstat imports this module."""
+from __future__ import annotations
+
+import resource
+import statistics
+import sys
+import time
+import warnings
+
+from .errors import MissingDependencyError, UsageError
+from .formats.registry import open_checkpoint
+from .tensor import Checkpoint
+
+RUN_SCHEMA = "ckptstat.run/1"
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
+
+
+def _imports():
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise MissingDependencyError(f"`ckptstat run` needs torch and transformers ({e.name} is missing): "
+                                     "pip install 'ckptstat[run]' (torch==2.13.0 for the CPU wheel)") from None
+    return torch, transformers
+
+
+def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
+    """The model class config.json names, built on `device` in `dtype`, with the file's weights loaded."""
+    torch, transformers = _imports()
+    if not ckpt.config:
+        raise UsageError(f"{ckpt.path}: `ckptstat run` needs a config.json beside the weights (or --config)")
+    cfg_dict = dict(ckpt.config)
+    try:
+        cfg = transformers.AutoConfig.for_model(**cfg_dict)
+    except (ValueError, KeyError) as e:
+        raise UsageError(f"{ckpt.config_path}: transformers cannot build this config ({e})") from None
+    names = [a for a in cfg_dict.get("architectures") or [] if hasattr(transformers, a)]
+    cls = getattr(transformers, names[0]) if names else transformers.AutoModel
+    torch_dtype = getattr(torch, DTYPES[dtype])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with torch.device(device):
+            if cls is transformers.AutoModel:
+                model = cls.from_config(cfg, attn_implementation=attn)
+            else:
+                model = cls._from_config(cfg, attn_implementation=attn)
+    model.to(torch_dtype).eval()
+    loaded, missing = load_weights(model, ckpt, device, torch_dtype)
+    return model, loaded, missing
+
+
+def _file_name(model, key: str, names) -> str | None:
+    """The file's name for a model state_dict key: same, or with the base-model prefix added/removed."""
+    if key in names:
+        return key
+    prefix = getattr(model, "base_model_prefix", "") + "."
+    if key.startswith(prefix) and key[len(prefix):] in names:
+        return key[len(prefix):]
+    if prefix + key in names:
+        return prefix + key
+    return None
+
+
+def load_weights(model, ckpt: Checkpoint, device: str, torch_dtype) -> tuple[list[str], list[str]]:
+    torch, _ = _imports()
+    state = model.state_dict()
+    loaded, missing = [], []
+    with torch.no_grad():
+        for key, dest in state.items():
+            name = _file_name(model, key, ckpt.tensors)
+            if name is None:
+                missing.append(key)
+                continue
+            values = torch.from_numpy(ckpt.read(name).copy())
+            if tuple(values.shape) != tuple(dest.shape):
+                raise UsageError(f"{ckpt.path}: {name} has shape {tuple(values.shape)}, the model expects {tuple(dest.shape)}")
+            dest.copy_(values.to(dest.dtype if dest.is_floating_point() else values.dtype))
+            loaded.append(key)
+    model.tie_weights()
+    # A key the file lacks is no gap if the model ties it to one that was loaded (lm_head = wte).
+    state = model.state_dict()
+    ptrs = {state[k].data_ptr() for k in loaded}
+    return loaded, [k for k in missing if state[k].data_ptr() not in ptrs]
+
+
+def _inputs(model, batch: int, seq: int, device: str):
+    torch, _ = _imports()
+    gen = torch.Generator().manual_seed(0)
+    vocab = model.config.vocab_size
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(device)
+    kwargs = {"input_ids": ids}
+    if model.config.is_encoder_decoder:
+        kwargs["decoder_input_ids"] = ids
+    return kwargs
+
+
+def _analytic(ckpt: Checkpoint, batch: int, seq: int) -> dict | None:
+    try:
+        from .arch.flops import run as flops_run
+        from .arch.model import from_checkpoint
+    except ImportError:
+        return None
+    totals = flops_run(from_checkpoint(ckpt), batch, seq)["totals"]
+    return {"matmul_flops": totals["flops"], "macs": totals["macs"]}
+
+
+def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: str = "fp32", attn: str = "eager",
+            warmup: int = 2, iters: int = 10, config=None) -> dict:
+    torch, transformers = _imports()
+    from torch.utils.flop_counter import FlopCounterMode
+
+    if dtype not in DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")
+    if attn not in ("eager", "sdpa"):
+        raise UsageError("--attn must be eager or sdpa")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise UsageError("--device cuda: torch sees no CUDA device here")
+    if batch < 1 or seq < 1 or iters < 1 or warmup < 0:
+        raise UsageError("--batch, --seq and --iters must be positive, --warmup non-negative")
+    ckpt = open_checkpoint(path, config)
+    cuda = device.startswith("cuda")
+    t0 = time.perf_counter()
+    model, loaded, missing = build_model(ckpt, device, dtype, attn)
+    load_s = time.perf_counter() - t0
+    inputs = _inputs(model, batch, seq, device)
+    notes = []
+    if attn == "sdpa" and not cuda:
+        notes.append("SDPA on CPU dispatches to a kernel FlopCounterMode does not count: measured FLOPs miss "
+                     "attention; use --attn eager to compare with the analytic figure")
+    if missing:
+        notes.append(f"{len(missing)} model tensor(s) not in the file, left as initialised: {', '.join(missing[:5])}"
+                     + (" ..." if len(missing) > 5 else ""))
+
+    with torch.inference_mode():
+        for _ in range(warmup):
+            out = model(**inputs)
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        times = []
+        for _ in range(iters):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                out = model(**inputs)
+                end.record()
+                torch.cuda.synchronize()
+                times.append(start.elapsed_time(end) / 1e3)
+            else:
+                s = time.perf_counter()
+                out = model(**inputs)
+                times.append(time.perf_counter() - s)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            model(**inputs)
+    logits = out[0] if isinstance(out, tuple) else getattr(out, "logits", None)
+    if logits is None:
+        logits = out.last_hidden_state
+    finite = bool(torch.isfinite(logits.float()).all())
+    median = statistics.median(times)
+    measured = int(counter.get_total_flops())
+    analytic = _analytic(ckpt, batch, seq)
+    peak = ({"kind": "CUDA allocator peak (torch.cuda.max_memory_allocated)", "bytes": torch.cuda.max_memory_allocated()}
+            if cuda else {"kind": "process peak RSS (getrusage ru_maxrss)",
+                          "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024),
+                          "bytes_before_timed_runs": rss_before * (1 if sys.platform == "darwin" else 1024)})
+    result = {
+        "schema": RUN_SCHEMA,
+        "path": ckpt.path,
+        "model_class": type(model).__name__,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "dtype": dtype, "attn": attn, "batch": batch, "seq": seq, "warmup": warmup, "iters": iters,
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__},
+        "weights": {"loaded": len(loaded), "missing": missing, "load_seconds": load_s},
+        "latency": {"median_s": median, "min_s": min(times), "max_s": max(times),
+                    "stdev_s": statistics.stdev(times) if len(times) > 1 else 0.0,
+                    "timer": "CUDA events, synchronised" if cuda else "time.perf_counter"},
+        "throughput_tokens_per_s": batch * seq / median,
+        "peak_memory": peak,
+        "flops": {
+            "measured": measured,
+            "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls; 2 FLOPs per multiply-add)",
+            "analytic": analytic["matmul_flops"] if analytic else None,
+            "difference": (measured - analytic["matmul_flops"]) / analytic["matmul_flops"] if analytic and analytic["matmul_flops"] else None,
+            "achieved_flop_per_s": measured / median,
+        },
+        "outputs_finite": finite,
+        "notes": notes,
+    }
+    return result
