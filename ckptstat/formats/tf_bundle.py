@@ -513,11 +513,7 @@ def verify(ckpt: Checkpoint, chunk_bytes: int = VERIFY_CHUNK) -> list[str]:
         raise CorruptCheckpointError(index, str(e)) from None
     checked = 0
 
-    def check(name: str, file: str, offset: int, size: int, stored: int | None) -> None:
-        nonlocal checked
-        if stored is None:
-            return
-        crc = 0
+    def stream(file: str, name: str, offset: int, size: int, crc: int) -> int:
         with open(file, "rb") as f:
             f.seek(offset)
             left = size
@@ -527,8 +523,40 @@ def verify(ckpt: Checkpoint, chunk_bytes: int = VERIFY_CHUNK) -> list[str]:
                     raise CorruptCheckpointError(file, f"tensor {name!r}: file ends before its {size} bytes")
                 crc = _crc.crc32c(block, crc)
                 left -= len(block)
+        return crc
+
+    def string_crc(file: str, name: str, offset: int, size: int, numel: int) -> int:
+        """tensor_bundle.cc WriteStringTensor: the crc covers each length as a little-endian uint32
+        (uint64 when it does not fit; not the varints on disk), then the 4-byte masked length
+        checksum, then the string bytes."""
+        head = read_bytes(file, offset, min(size, 10 * numel + 4))
+        pos, crc, total = 0, 0, 0
+        for _ in range(numel):
+            try:
+                n, pos = varint(head, pos)
+            except _Bad as e:
+                raise CorruptCheckpointError(file, f"tensor {name!r}: {e}") from None
+            crc = _crc.crc32c(struct.pack("<I" if n <= 0xFFFFFFFF else "<Q", n), crc)
+            total += n
+        if pos + 4 + total != size:
+            raise CorruptCheckpointError(file, f"tensor {name!r}: string lengths add up to {pos + 4 + total} bytes, "
+                                               f"the entry holds {size}")
+        (stored_len,) = struct.unpack_from("<I", head, pos)
+        if stored_len != _crc.mask(crc):
+            raise CorruptCheckpointError(file, f"tensor {name!r}: crc32c mismatch in its string lengths")
+        crc = _crc.crc32c(head[pos:pos + 4], crc)
+        return stream(file, name, offset + pos + 4, total, crc)
+
+    def check(t: TensorInfo, file: str, offset: int, size: int, stored: int | None) -> None:
+        nonlocal checked
+        if stored is None:
+            return
+        if t.dtype == "STR":
+            crc = string_crc(file, t.name, offset, size, t.numel)
+        else:
+            crc = stream(file, t.name, offset, size, 0)
         if _crc.mask(crc) != stored:
-            raise CorruptCheckpointError(file, f"tensor {name!r}: crc32c mismatch (stored {stored:#010x}, "
+            raise CorruptCheckpointError(file, f"tensor {t.name!r}: crc32c mismatch (stored {stored:#010x}, "
                                                f"computed {_crc.mask(crc):#010x})")
         checked += 1
 
@@ -536,9 +564,9 @@ def verify(ckpt: Checkpoint, chunk_bytes: int = VERIFY_CHUNK) -> list[str]:
         parts = t.extra.get("partitions")
         if isinstance(parts, list):
             for p in parts:
-                check(t.name, p["file"], p["offset"], p["bytes"], p["crc32c"])
+                check(t, p["file"], p["offset"], p["bytes"], p["crc32c"])
         else:
-            check(t.name, t.file, t.offset or 0, t.nbytes, t.extra.get("crc32c"))  # type: ignore[arg-type]
+            check(t, t.file, t.offset or 0, t.nbytes, t.extra.get("crc32c"))  # type: ignore[arg-type]
     return [f"verified: {checked} tensor crc32c checksums and the index block checksums match"]
 
 
