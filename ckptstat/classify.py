@@ -33,6 +33,7 @@ def normalize(name: str) -> str:
     n = re.sub(r"_\._(\d+)", r".\1", n)  # HF TF list items: `layer_._1`
     n = re.sub(r"\.\.ATTRIBUTES\.VARIABLE_VALUE$", "", n)
     n = re.sub(r":\d+$", "", n)
+    n = re.sub(r"(^|\.)layer_\._(\d+)(?=\.|$)", r"\1layer.\2", n)   # HF TF: tf_bert_model/bert/encoder/layer_._3/
     return n
 
 
@@ -45,6 +46,7 @@ ROLE_RULES = _rules([
     (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict)\.", "optimizer"),      # torch training checkpoints
     (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
+    (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
     (r"(^|\.)(inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),             # rotary caches (LLaMA, GPT-NeoX), fairseq
@@ -116,4 +118,64 @@ def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[st
     has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
     if not has_encoder:
         out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
+    return out
+
+
+# ---------------------------------------------------------------- kernel layout and structural ties
+# Which 2-D weights are stored [in, out] (TF/Keras Dense kernels: y = x @ kernel) and which [out, in]
+# (torch nn.Linear; google-research's NSP output_weights, used with transpose_b=True).
+LAYOUT_RULES = _rules([
+    (r"(^|\.)_?kernel$", "in_out"),                                 # TF1 / TF2 / Keras Dense (Keras 3: _kernel)
+    (r"(^|\.)cls\.seq_relationship\.output_weights$", "out_in"),    # google-research BERT NSP head
+])
+
+
+def kernel_layout(name: str, shape: tuple[int, ...]) -> str | None:
+    """"in_out" or "out_in" for a 2-D weight whose layout its name tells, else None."""
+    if len(shape) != 2:
+        return None
+    n = normalize(name)
+    for pattern, layout in LAYOUT_RULES:
+        if pattern.search(n):
+            return layout
+    return None
+
+
+def out_in_shape(shape: tuple[int, ...], layout: str | None) -> tuple[int, ...]:
+    """The [out, in] shape of a 2-D weight stored in `layout` (what FLOPs and cross-format comparisons use)."""
+    return (shape[1], shape[0]) if layout == "in_out" and len(shape) == 2 else tuple(shape)
+
+
+# Heads whose decoder weight is not stored because it is the word-embedding table. Each rule: the
+# name that is present (normalised), how to spell the absent name from it, the embedding it reuses.
+STRUCTURAL_TIE_RULES = [
+    # google-research BERT (run_pretraining.py get_masked_lm_output): only output_bias is a variable;
+    # logits = matmul(x, embedding_table, transpose_b=True)
+    (re.compile(r"(^|\.)cls\.predictions\.output_bias$"), ("output_bias", "output_weights"),
+     re.compile(r"(^|\.)bert\.embeddings\.word_embeddings$"),
+     "google-research BERT MLM head stores only output_bias; its logits multiply by the word-embedding table"),
+    # Hugging Face TF BERT (TFBertLMPredictionHead): bias:0 with no decoder kernel; input_embeddings reused
+    (re.compile(r"(^|\.)mlm___cls\.predictions\.bias$"), ("bias", "decoder/weight"),
+     re.compile(r"(^|\.)bert\.embeddings\.word_embeddings\.weight$"),
+     "Hugging Face TF BERT MLM head stores only its bias; the decoder is the input embedding"),
+]
+
+
+def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
+    """(absent name, tied to, evidence) for each head whose decoder weight the checkpoint lacks
+    because the model reuses the word embeddings (FORMATS.md section 7: TF ties are structural)."""
+    names = list(names)
+    norm = {normalize(n): n for n in names}
+    out = []
+    for present, (old, new), tied, evidence in STRUCTURAL_TIE_RULES:
+        for n_norm, n in norm.items():
+            if not present.search(n_norm):
+                continue
+            cut = n.rfind(old)
+            absent = n[:cut] + new + n[cut + len(old):] if cut >= 0 else n + "/" + new
+            if normalize(absent) in norm:
+                continue
+            target = next((orig for nn, orig in norm.items() if tied.search(nn)), None)
+            if target is not None:
+                out.append((absent, target, evidence))
     return out

@@ -43,11 +43,13 @@ def summary(
     layers: bool = typer.Option(False, "--layers", help="Also show parameters per layer."),
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
+    verify: bool = typer.Option(False, "--verify", help="Also check stored checksums (TF bundles: crc32c of "
+                                "every tensor and index block); reads all tensor bytes."),
 ) -> None:
     """Parameters per bucket, layer and dtype, buffers apart, file size vs tensor bytes (headers only)."""
     from . import open_checkpoint, report
 
-    r = report.summarize(open_checkpoint(path, config))
+    r = report.summarize(open_checkpoint(path, config, verify=verify))
     if as_json:
         _emit_json(r)
     else:

@@ -41,11 +41,13 @@ class Format:
     accept: Callable[[Probe], bool]
     open: Callable[[str], Checkpoint]
     extensions: tuple[str, ...] = ()
+    # Checks every checksum the format stores (raises CorruptCheckpointError); returns lines for notes.
+    verify: Callable[[Checkpoint], list[str]] | None = None
 
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
-_MODULES = ["safetensors"]
+_MODULES = ["safetensors", "tf_bundle", "keras_h5"]
 _loaded = False
 
 
@@ -162,9 +164,24 @@ def load_config(path: str) -> dict:
     return cfg
 
 
-def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Checkpoint:
-    """Open a checkpoint from its headers: a file, a `*.index.json`, or a model folder."""
+def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
+    """Check the checksums the checkpoint's format stores; raises CorruptCheckpointError on a mismatch."""
+    _load_all()
+    base = ckpt.format.split(" ")[0]
+    for fmt in FORMATS:
+        if fmt.name == base and fmt.verify is not None:
+            return fmt.verify(ckpt)
+    return [f"verify: the {ckpt.format} format stores no checksums; nothing to check"]
+
+
+def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None,
+                    verify: bool = False) -> Checkpoint:
+    """Open a checkpoint from its headers: a file, a `*.index.json`, a model folder, or a TF prefix
+    (`model.ckpt-10`, which is not a file: `model.ckpt-10.index` is). verify=True also checks the
+    checksums the format stores (TF bundles: crc32c of every tensor)."""
     path = os.fspath(path)
+    if not os.path.exists(path) and os.path.isfile(path + ".index"):
+        path = path + ".index"   # a TF checkpoint prefix
     if not os.path.exists(path):
         raise FileNotFound(path, "no such file or folder")
     target = resolve_folder(path) if os.path.isdir(path) else path
@@ -175,6 +192,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         else:
             opener = _FILE_HOOKS.get(os.path.basename(target))
             ckpt = opener(target) if opener else _open_file(target)
+        if verify:
+            ckpt.notes += verify_checkpoint(ckpt)
     except CheckpointError:
         raise
     except IsADirectoryError:

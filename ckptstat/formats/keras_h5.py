@@ -1,0 +1,194 @@
+"""Keras and Hugging Face TF `.h5` weights, through h5py (imported only when such a file is opened).
+
+Layouts (FORMATS.md section 5):
+- TF-Keras 2 `save_weights` (and HF `tf_model.h5`): root attribute `layer_names`; one group per layer
+  with attribute `weight_names`; dataset at `group[weight_name]`. Attributes over HDF5's 64 KiB
+  object-header limit are split into `name0`, `name1`, ... (tf_keras legacy/saving/hdf5_format.py
+  `save_attributes_to_hdf5_group`).
+- TF-Keras 2 `model.save('x.h5')`: the same tree under `model_weights`, optimizer state under
+  `optimizer_weights` (its own `weight_names`).
+- Keras 3 `.weights.h5`: groups mirror attribute paths (`layers/dense/vars/0`, `optimizer/vars/N`);
+  bfloat16 datasets are opaque 2-byte values with attribute `dtype="bfloat16"`.
+
+Tensors are named by their Keras weight name (`dense/kernel:0`) in Keras 2 files and by their HDF5
+path in Keras 3 files. Contiguous datasets have a plain file offset; chunked or compressed ones are
+read through h5py.
+"""
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import Any
+
+import numpy as np
+
+from ..errors import CorruptCheckpointError, MissingDependencyError
+from ..tensor import Checkpoint, TensorInfo, read_flat_file
+from .registry import Format, Probe, register
+
+HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+# Keras 3 names a layer's group after its class (`dense`, `dense_1`); var 0 of a Dense is its kernel.
+_KERAS3_DENSE = re.compile(r"(^|/)layers/(dense|einsum_dense)(_\d+)?/vars/0$")
+
+
+def accept(probe: Probe) -> bool:
+    # The superblock may follow a user block of 512, 1024, 2048... bytes (HDF5 file format spec, 3.1).
+    return any(probe.head[o:o + 8] == HDF5_MAGIC for o in (0, 512, 1024, 2048))
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError:  # pragma: no cover - h5py is a dependency
+        raise MissingDependencyError("reading .h5 files needs h5py: pip install h5py") from None
+    return h5py
+
+
+def _strings(values: Any) -> list[str]:
+    arr = np.atleast_1d(np.asarray(values))
+    return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.tolist()]
+
+
+def load_attribute(group: Any, name: str) -> list[str] | None:
+    """A list attribute, joined back from `name0`, `name1`, ... when Keras had to split it."""
+    if name in group.attrs:
+        return _strings(group.attrs[name])
+    if f"{name}0" not in group.attrs:
+        return None
+    out: list[str] = []
+    i = 0
+    while f"{name}{i}" in group.attrs:
+        out += _strings(group.attrs[f"{name}{i}"])
+        i += 1
+    return out
+
+
+_KINDS = {("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64", ("i", 1): "I8", ("i", 2): "I16", ("i", 4): "I32",
+          ("i", 8): "I64", ("u", 1): "U8", ("u", 2): "U16", ("u", 4): "U32", ("u", 8): "U64", ("b", 1): "BOOL",
+          ("c", 8): "C64", ("c", 16): "C128"}
+
+
+def _dtype(dset: Any) -> tuple[str, str]:
+    """(canonical dtype, byte order) of a dataset."""
+    dt = dset.dtype
+    if "dtype" in dset.attrs and _strings(dset.attrs["dtype"])[0] == "bfloat16" and dt.itemsize == 2:
+        return "BF16", "little"    # Keras 3 stores bf16 as opaque 2-byte values plus this attribute
+    if dt.kind in "SUOV":
+        if dt.kind == "V" and dt.itemsize == 2 and "bfloat16" in str(dt):
+            return "BF16", "little"
+        return "STR", "little"
+    key = (dt.kind, dt.itemsize)
+    if key not in _KINDS:
+        raise CorruptCheckpointError(dset.file.filename, f"dataset {dset.name}: unsupported dtype {dt}")
+    return _KINDS[key], "big" if dt.byteorder == ">" else "little"
+
+
+def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
+    from ..classify import kernel_layout
+
+    dtype, order = _dtype(dset)
+    shape = tuple(int(d) for d in dset.shape)
+    nbytes = dset.id.get_storage_size()
+    offset = None
+    extra: dict[str, object] = {"h5_path": dset.name}
+    contiguous = dset.chunks is None and not dset.compression and dtype != "STR"
+    if contiguous and math.prod(shape):
+        offset = dset.id.get_offset()
+        nbytes = dset.dtype.itemsize * math.prod(shape)
+        if offset is not None and offset + nbytes > size:
+            raise CorruptCheckpointError(path, f"dataset {dset.name}: bytes [{offset}, {offset + nbytes}) run past "
+                                               f"the end of the {size}-byte file")
+    elif dset.chunks is not None:
+        extra["chunks"] = list(dset.chunks)
+        if dset.compression:
+            extra["compression"] = dset.compression
+    layout = kernel_layout(name, shape) or ("in_out" if _KERAS3_DENSE.search(name) and len(shape) == 2 else None)
+    if layout:
+        extra["layout"] = layout
+    if "name" in dset.parent.attrs and name.startswith(("layers/", "optimizer/")):
+        extra["keras_name"] = _strings(dset.parent.attrs["name"])[0]
+    return TensorInfo(name, dtype, shape, path, offset, int(nbytes), order, storage=dset.name, extra=extra)
+
+
+def _keras2(root: Any, layer_names: list[str], prefix: str = "") -> list[tuple[str, Any]]:
+    out = []
+    for layer in layer_names:
+        group = root[layer]
+        for wn in load_attribute(group, "weight_names") or []:
+            out.append((wn, group[wn]))
+    return out
+
+
+def _walk(group: Any) -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    h5py = _h5py()
+
+    def visit(name: str, obj: Any) -> None:
+        if isinstance(obj, h5py.Dataset):
+            out.append((name, obj))
+
+    group.visititems(visit)
+    return out
+
+
+def open_h5(path: str) -> Checkpoint:
+    h5py = _h5py()
+    size = os.path.getsize(path)
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        raise CorruptCheckpointError(path, f"not a readable HDF5 file ({e})") from None
+    with f:
+        layout = "hdf5"
+        weights_root = f["model_weights"] if "model_weights" in f and isinstance(f["model_weights"], h5py.Group) else f
+        names = load_attribute(weights_root, "layer_names")
+        if names is not None:
+            layout = "keras2-full" if weights_root is not f else "keras2"
+            entries = _keras2(weights_root, names)
+            opt = f.get("optimizer_weights")
+            if layout == "keras2-full" and isinstance(opt, h5py.Group):
+                entries += [(f"optimizer_weights/{wn}", opt[wn]) for wn in load_attribute(opt, "weight_names") or []]
+        else:
+            layout = "keras3" if "layers" in f or "vars" in f else "hdf5"
+            entries = _walk(f)
+        tensors: dict[str, TensorInfo] = {}
+        for name, dset in entries:
+            if not isinstance(dset, h5py.Dataset):
+                raise CorruptCheckpointError(path, f"weight {name!r} names a group, not a dataset")
+            if name in tensors:   # the same weight name under two layers: keep both, qualified
+                name = dset.name.lstrip("/")
+            tensors[name] = _info(name, dset, path, size)
+        metadata = {f"h5.{k}": _strings(f.attrs[k])[0] for k in ("backend", "keras_version") if k in f.attrs}
+        metadata["h5.layout"] = layout
+    ckpt = Checkpoint(path=path, format="keras-h5", tensors=tensors, files=(path,), metadata=metadata)
+    if any(t.offset is None for t in tensors.values()):
+        ckpt.readers[path] = read_h5
+    from .tf_bundle import tie_notes
+
+    ckpt.notes += tie_notes(tensors)
+    return ckpt
+
+
+def read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
+    """Elements [start, start + count): contiguous datasets straight from the file; chunked and
+    compressed ones through h5py, reading only the rows of axis 0 that the range covers."""
+    if info.offset is not None:
+        return read_flat_file(info, start, count)
+    h5py = _h5py()
+    from .. import dtypes
+
+    with h5py.File(info.file, "r") as f:
+        dset = f[str(info.extra["h5_path"])]
+        if not info.shape:
+            values = np.asarray(dset[()]).reshape(-1)
+        else:
+            row = max(1, math.prod(info.shape[1:]))
+            r0, r1 = start // row, -(-(start + count) // row)
+            values = np.asarray(dset[r0:r1]).reshape(-1)[start - r0 * row:start - r0 * row + count]
+    if info.dtype == "BF16":
+        return dtypes.decode(values.view(np.uint8), "BF16", values.size)
+    return values.astype(values.dtype.newbyteorder("<")) if values.dtype.byteorder == ">" else values
+
+
+register(Format("keras-h5", accept, open_h5, (".h5", ".hdf5", ".keras")))
