@@ -45,7 +45,7 @@ class Format:
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
-_MODULES = ["safetensors"]
+_MODULES = ["safetensors", "torch"]
 _loaded = False
 
 
