@@ -36,6 +36,7 @@ MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
 MAX_STACK = 100_000        # unpickler stack entries and open MARKs
 MAX_DEPTH = 100            # container nesting the tensor walk follows
 MAX_SMALL_RECORD = 1 << 16  # byteorder, version... records
+MAX_SMALL_PICKLE = 64 << 20  # data.pkl up to this size is read into memory at once
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
@@ -545,8 +546,11 @@ def open_zip(path: str) -> Checkpoint:
                 raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
         pkl = infos[prefix + "data.pkl"]
         _data_offset(path, f, pkl, size)
-        with zf.open(pkl) as stream:
-            obj, u = unpickle(stream, path, prefix + "data.pkl")  # type: ignore[arg-type]
+        with zf.open(pkl) as member:
+            # small pickles (sizes already checked against the file) are read at once: the unpickler
+            # makes thousands of tiny reads; a big or compressed one is streamed.
+            stream: IO[bytes] = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member  # type: ignore[assignment]
+            obj, u = unpickle(stream, path, prefix + "data.pkl")
         records: dict[str, StorageRecord] = {}
         compressed = False
         for key in u.storages:
