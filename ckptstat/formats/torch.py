@@ -26,7 +26,7 @@ from typing import IO, Any, Callable, Iterator
 import numpy as np
 
 from .. import dtypes
-from ..errors import CheckpointError, CorruptCheckpointError, UnknownFormatError, UnsafeCheckpointError
+from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UnsafeCheckpointError
 from ..tensor import Checkpoint, TensorInfo, contiguous_strides
 from .registry import Format, Probe, register
 
@@ -385,7 +385,7 @@ def _scalars(obj: object) -> dict[str, str]:
     if not isinstance(obj, dict):
         return {}
     return {_key(k): str(v)[:200] for k, v in obj.items()
-            if isinstance(v, (int, float, str, bool)) and not isinstance(v, TensorRef)}
+            if isinstance(v, (int, float, str, bool))}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -732,7 +732,7 @@ def scan(path: str | os.PathLike[str]) -> dict:
     `torch.load(weights_only=False)` would run code (a global outside the weights_only allowlist)."""
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise UnknownFormatError(path, "no such file") if not os.path.exists(path) else UnknownFormatError(path, "not a file")
+        raise FileNotFound(path, "no such file") if not os.path.exists(path) else CheckpointError(path, "not a file")
     scans: list[PickleScan] = []
     try:
         with open(path, "rb") as f:
