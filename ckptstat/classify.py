@@ -43,7 +43,8 @@ def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
 
 # Roles other than "parameter". Order matters: optimizer state first (its names embed parameter names).
 ROLE_RULES = _rules([
-    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict)\.", "optimizer"),      # torch training checkpoints
+    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\..*\.step$", "counter"),  # torch Adam's per-parameter `step` tensor
+    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\.", "optimizer"),  # torch training checkpoints, Lightning
     (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
     (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
@@ -97,7 +98,7 @@ def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
 
 def bucket_of(name: str) -> tuple[str, int | None]:
     n = normalize(name)
-    n = re.sub(r"^(module|_orig_mod|model|transformer|base_model)\.", "", n)
+    n = re.sub(r"^((module|_orig_mod|model|transformer|base_model|state_dict)\.)+", "", n)  # DDP, compile, training ckpts
     for pattern, bucket in BUCKET_RULES:
         m = pattern.search(n)
         if m:

@@ -122,6 +122,21 @@ def run(
         render_run(r, _console())
 
 
+@app.command()
+def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."), as_json: bool = JsonOpt) -> None:
+    """List every global the file's pickles reference (from opcodes, nothing unpickled) and say
+    whether torch.load without weights_only would run code."""
+    from .formats.torch import scan as scan_file
+
+    r = scan_file(path)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_scan
+
+        render_scan(r, _console())
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"ckptstat {__version__}")

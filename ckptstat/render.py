@@ -154,3 +154,13 @@ def render_run(r: dict, console: Console) -> None:
                   f"{r['outputs_finite']}")
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
+
+
+def render_scan(r: dict, console: Console) -> None:
+    t = _table("Globals referenced by the pickle(s)", "global", "count", "weights_only")
+    for g in r["globals"]:
+        t.add_row(safe(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
+    console.print(Text("file         ").append_text(safe(r["path"])))
+    console.print(Text("pickles      ").append_text(safe(", ".join(f"{p['record']} ({p['opcodes']} opcodes)" for p in r["pickles"]))))
+    console.print(t)
+    console.print(safe(r["verdict"]), style="bold red" if r["would_run_code"] else "green")

@@ -47,7 +47,7 @@ class Format:
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
-_MODULES = ["safetensors", "tf_bundle", "keras_h5"]
+_MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5"]
 _loaded = False
 
 
