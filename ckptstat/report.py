@@ -99,7 +99,15 @@ def summarize(ckpt: Checkpoint) -> dict:
         "storage": {"file_bytes": file_bytes, "tensor_bytes": tensor_bytes, "overhead_bytes": file_bytes - tensor_bytes},
         "metadata": dict(ckpt.metadata),
         "notes": list(ckpt.notes),
+        "analytic": _analytic(ckpt),
     }
+
+
+def _analytic(ckpt: Checkpoint) -> dict | None:
+    """Forward FLOPs per token and weight memory from the architecture (docs/flops_memory.md)."""
+    from .arch.model import summary_fields
+
+    return summary_fields(ckpt)
 
 
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:

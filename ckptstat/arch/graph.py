@@ -131,7 +131,7 @@ def _bert_like(B: Builder) -> None:
     calls = L * s.inner_group if albert else L
     copies = s.shared_groups * s.inner_group if albert else L
     if albert:
-        lay = f"encoder.albert_layer_groups[{s.shared_groups}].albert_layers[{s.inner_group}] x{calls} passes"
+        lay = f"encoder.albert_layer_groups[{s.shared_groups} shared x{s.inner_group} layers]"
         names = ("attention.query", "attention.key", "attention.value", "attention", "attention.dense",
                  "attention.LayerNorm", "ffn", "ffn act", "ffn_output", "full_layer_layer_norm")
     elif distil:

@@ -41,6 +41,7 @@ class ArchSpec:
     intermediate: int
     vocab: int
     positions: int = 0                # learned absolute positions (0: rotary / relative)
+    context: int = 0                  # max_position_embeddings of rotary models (no parameters depend on it)
     type_vocab: int = 0
     embedding_size: int = 0           # ALBERT/ELECTRA factorised embeddings (== hidden when not factorised)
     activation: str = "gelu"
@@ -164,6 +165,7 @@ def from_config(cfg: Mapping, path: str = "config.json") -> ArchSpec:
             window = None
         return ArchSpec(family=family, layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=g, head_dim=d,
                         intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                        context=c.int("max_position_embeddings", default=0),
                         activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
                         qkv_bias=qkv_bias, o_bias=mt != "qwen2" and bool(c.get("attention_bias", default=False)),
                         mlp_bias=bool(c.get("mlp_bias", default=False)),
