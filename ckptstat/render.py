@@ -126,7 +126,7 @@ def _kib(n: float) -> str:
     """Compact binary size: 512, 3.0K, 4.5M, 1.2G (KiB, MiB, GiB)."""
     for suffix in ("", "K", "M", "G", "T"):
         if abs(n) < 1024 or suffix == "T":
-            return f"{n:.0f}" if suffix == "" else f"{n:.1f}{suffix}"
+            return f"{n:.0f}" if suffix == "" else f"{n:.3g}{suffix}"
         n /= 1024
     return str(n)
 
@@ -156,8 +156,9 @@ def render_flops(r: dict, console: Console) -> None:
     first = r["runs"][0]
     macs_col = "MACs" if conv != "flops" else "FLOPs"
     t = _table(f"Per module, forward, b={r['batch']} s={first['seq']}" + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "")
-               + "; shapes per sample; totals over all calls", "module", "in -> out", "params", macs_col, "elem.", "read+write")
-    t.columns[0].min_width = 22
+               + " (shapes per sample, sums over calls)", "module", "in/out", "params", macs_col, "elem.", "read/write")
+    for c in t.columns[1:]:
+        c.no_wrap = True
     group = None
     for m in first["modules"]:
         val = m["macs"] if conv != "flops" else m["flops"]
@@ -170,13 +171,13 @@ def render_flops(r: dict, console: Console) -> None:
             name = Text("  " + g.group(2))
         else:
             group = None
-        t.add_row(name, f"{_shape(m['in_shape'][1:])} -> {_shape(m['out_shape'][1:])}",
+        t.add_row(name, f"{_shape(m['in_shape'][1:])}\n{_shape(m['out_shape'][1:])}",
                   human(m["params"]) if m["params"] else "", human(val) if val else "",
                   human(m["elementwise_flops"]) if m["elementwise_flops"] else "",
-                  f"{_kib(m['bytes_read'])}+{_kib(m['bytes_written'])}")
+                  f"{_kib(m['bytes_read'])}\n{_kib(m['bytes_written'])}")
     tt = first["totals"]
     t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
-              human(tt["elementwise_flops"]), f"{_kib(tt['bytes_read'])}+{_kib(tt['bytes_written'])}")
+              human(tt["elementwise_flops"]), f"{_kib(tt['bytes_read'])}\n{_kib(tt['bytes_written'])}")
     console.print(t)
     s = _table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
                "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
@@ -210,7 +211,8 @@ def render_memory(r: dict, console: Console) -> None:
     console.print(head)
     t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
     t.columns[2].justify = "left"
-    t.columns[0].min_width = 24
+    for c in t.columns[1:]:
+        c.no_wrap = True
     group = None
     for line in r["lines"]:
         if line["group"] != group:

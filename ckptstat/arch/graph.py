@@ -213,9 +213,9 @@ def _llama(B: Builder) -> None:
     h, L, f, a, g, d = s.hidden, s.layers, s.intermediate, s.heads, s.kv_heads, s.head_dim
     tok = (b, n)
     B.embedding("embed_tokens", "embedding", s.vocab, h, n)
-    # transformers' rotary embedding computes inv_freq (d/2 x 1) @ position_ids (1 x s) per batch row:
-    # a bmm FlopCounterMode counts (b * d/2 * s MACs), once per forward.
-    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (b, d // 2, 1), (b, d // 2, n), macs=b * (d // 2) * n)
+    # transformers' rotary embedding computes inv_freq (d/2 x 1) @ position_ids (1 x s), a bmm that
+    # FlopCounterMode counts (d/2 * s MACs), once per forward; position_ids default to one row for the batch.
+    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (1, d // 2, 1), (1, d // 2, n), macs=(d // 2) * n)
     lay = f"layers[{L}]"
     B.norm(f"{lay}.input_layernorm", "encoder", tok, h, L)
     B.linear(f"{lay}.self_attn.q_proj", "encoder", tok, h, a * d, s.qkv_bias, L)
