@@ -109,9 +109,14 @@ class _Cfg:
 
     def int(self, *keys: str, default: object = KeyError) -> int:
         v = self.get(*keys, default=default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise UsageError(f"{self.path}: config {keys[0]} = {v!r} is not a non-negative integer")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and keys[0] in _POSITIVE):
+            raise UsageError(f"{self.path}: config {keys[0]} = {v!r} is not a {'positive' if keys[0] in _POSITIVE else 'non-negative'} integer")
         return v
+
+
+# Sizes that divide others or that a model cannot lack.
+_POSITIVE = {"hidden_size", "num_attention_heads", "n_embd", "n_head", "dim", "n_heads", "d_model", "num_heads",
+             "d_kv", "head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok"}
 
 
 def _labels(c: _Cfg) -> int:
