@@ -43,7 +43,6 @@ def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
 
 # Roles other than "parameter". Order matters: optimizer state first (its names embed parameter names).
 ROLE_RULES = _rules([
-    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\..*\.step$", "counter"),  # torch Adam's per-parameter `step` tensor
     (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\.", "optimizer"),  # torch training checkpoints, Lightning
     (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots

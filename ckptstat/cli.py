@@ -137,6 +137,84 @@ def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy
         render_scan(r, _console())
 
 
+AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
+
+
+def _seqs(values: list[str]) -> list[int]:
+    from .errors import UsageError
+
+    out = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip()
+            if not part.isdigit() or int(part) < 1:
+                raise UsageError(f"--seq takes positive integers (repeat it or use a comma list), got {part!r}")
+            out.append(int(part))
+    return out
+
+
+def _positive(name: str, value: int | None) -> None:
+    from .errors import UsageError
+
+    if value is not None and value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value}")
+
+
+@app.command()
+def flops(
+    path: Path = AnalyticPath,
+    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
+    seq: list[str] = typer.Option(["128"], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
+    causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
+    convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
+                                   "FlopCounterMode), macs (what thop/ptflops call FLOPs), bertstat (legacy MAdd)."),
+    as_json: bool = JsonOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
+    from .arch import flops as fl
+    from .arch.model import load
+    from .errors import UsageError
+
+    if convention not in fl.CONVENTIONS:
+        raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
+    _positive("--batch", batch)
+    _positive("--dec-seq", dec_seq)
+    r = fl.report(load(path, config), batch, _seqs(seq), dec_seq, causal_halving, convention)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_flops
+
+        render_flops(r, _console())
+
+
+@app.command()
+def memory(
+    path: Path = AnalyticPath,
+    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
+    seq: int = typer.Option(128, "--seq", "-s", help="Sequence length."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
+    as_json: bool = JsonOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
+    from .arch import memory as mem
+    from .arch.model import load
+
+    _positive("--batch", batch)
+    _positive("--seq", seq)
+    _positive("--dec-seq", dec_seq)
+    r = mem.report(load(path, config), batch, seq, dec_seq)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_memory
+
+        render_memory(r, _console())
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"ckptstat {__version__}")

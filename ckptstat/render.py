@@ -85,6 +85,19 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     s = r["storage"]
     console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
                        f"+ headers/padding {s['overhead_bytes']:,} B"))
+    an = r.get("analytic")
+    if an and "error" in an:
+        console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
+    elif an:
+        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token (matmul, 2 per MAC, "
+                           f"{an['head']}, b=1 s={an['seq']}); training x3"))
+        console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
+                           f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
+        if an["agree"] is False:
+            console.print(Text(f"analytic     the config predicts {an['predicted_params']:,} parameters, "
+                               f"the checkpoint holds {p['unique']:,}"), style="yellow")
+    for line in r.get("extra_lines", []):
+        console.print(safe(line))
     console.print(safe(r["ties"]))
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
@@ -102,6 +115,88 @@ def render_tensors(r: dict, console: Console) -> None:
     console.print(t)
 
 
+def _shape(shape: list[int]) -> str:
+    return "x".join(map(str, shape)) or "1"
+
+
+# A module inside a repeated stack: "encoder.layer[12].attention.self.query" -> group, rest.
+_GROUP = re.compile(r"^(.*?\[[^\]]*\])\.(.*)$")
+
+
+def _kib(n: float) -> str:
+    """Compact binary size: 512, 3.0K, 4.5M, 1.2G (KiB, MiB, GiB)."""
+    for suffix in ("", "K", "M", "G", "T"):
+        if abs(n) < 1024 or suffix == "T":
+            return f"{n:.0f}" if suffix == "" else f"{n:.3g}{suffix}"
+        n /= 1024
+    return str(n)
+
+
+def _arch_line(r: dict) -> Text:
+    a = r["architecture"]
+    head = a.get("architecture") or a["head"]
+    t = Text("model        ").append_text(safe(f"{a['family']} ({a['model_type']}) {head}"))
+    return t
+
+
+def render_flops(r: dict, console: Console) -> None:
+    p = r["parameters"]
+    head = _arch_line(r)
+    head.append("\nsource       ").append_text(safe(r["config"] or r["path"]))
+    head.append(f"\nparameters   {p['predicted']:,} predicted from the architecture")
+    if p["checkpoint"] is not None:
+        head.append(f"; checkpoint {p['checkpoint']:,} " + ("(agree)" if p["agree"] else "(DISAGREE)"),
+                    style=None if p["agree"] else "bold yellow")
+    if p["active"] is not None:
+        head.append(f"\nactive       {p['active']:,} per token (top-k experts)")
+    console.print(head)
+    conv = r["convention"]["name"]
+    console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
+    console.print(Text(f"counting     {r['counting']['flops']}; {r['counting']['attention']}", style="dim"))
+    console.print(Text(f"head         {r['counting']['head']}", style="dim"))
+    first = r["runs"][0]
+    macs_col = "MACs" if conv != "flops" else "FLOPs"
+    t = _table(f"Per module, forward, b={r['batch']} s={first['seq']}" + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "")
+               + " (shapes per sample, sums over calls)", "module", "in/out", "params", macs_col, "elem.", "read/write")
+    for c in t.columns[1:]:
+        c.no_wrap = True
+    group = None
+    for m in first["modules"]:
+        val = m["macs"] if conv != "flops" else m["flops"]
+        g = _GROUP.match(m["module"])
+        name = Text(m["module"])
+        if g:
+            if g.group(1) != group:
+                group = g.group(1)
+                t.add_row(Text(f"{group} x{m['calls']}", style="bold"), "", "", "", "", "")
+            name = Text("  " + g.group(2))
+        else:
+            group = None
+        t.add_row(name, f"{_shape(m['in_shape'][1:])}\n{_shape(m['out_shape'][1:])}",
+                  human(m["params"]) if m["params"] else "", human(val) if val else "",
+                  human(m["elementwise_flops"]) if m["elementwise_flops"] else "",
+                  f"{_kib(m['bytes_read'])}\n{_kib(m['bytes_written'])}")
+    tt = first["totals"]
+    t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
+              human(tt["elementwise_flops"]), f"{_kib(tt['bytes_read'])}\n{_kib(tt['bytes_written'])}")
+    console.print(t)
+    s = _table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
+               "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
+    if conv == "bertstat":
+        s.add_column("Bertstat MAdd", justify="right")
+    for run in r["runs"]:
+        x = run["totals"]
+        row = [str(run["seq"]), f"{run['tokens']:,}", human(x["flops"]), human(x["flops_per_token"]), human(x["macs"]),
+               human(x["training_flops"]), human(x["elementwise_flops"])]
+        if conv == "bertstat":
+            row.append(human(x["bertstat_madd"]))
+        s.add_row(*row)
+    console.print(s)
+    console.print(Text(f"exact        forward FLOPs at s={first['seq']}: {first['totals']['flops']:,}; "
+                       f"MACs {first['totals']['macs']:,}"))
+    for run in r["runs"]:
+        for note in run["notes"]:
+            console.print(Text("note: ").append_text(safe(note)), style="yellow")
 def render_ties(r: dict, console: Console) -> None:
     tw = r["tie_word_embeddings"]
     console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}]"))
@@ -156,6 +251,28 @@ def render_run(r: dict, console: Console) -> None:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
+def render_memory(r: dict, console: Console) -> None:
+    p = r["parameters"]
+    head = _arch_line(r)
+    head.append(f"\nparameters   {p['count']:,} ({p['source']})")
+    if p["active"] is not None:
+        head.append(f"; active {p['active']:,}")
+    head.append(f"\ninput        b={r['batch']} s={r['seq']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
+                + f"; activations at {r['activation_bytes']} B/element")
+    console.print(head)
+    t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
+    t.columns[2].justify = "left"
+    for c in t.columns[1:]:
+        c.no_wrap = True
+    group = None
+    for line in r["lines"]:
+        if line["group"] != group:
+            group = line["group"]
+            t.add_row(Text(group, style="bold"), "", "")
+        t.add_row(Text("  ").append_text(safe(line["item"])), human_bytes(line["bytes"]), Text(line["rule"], style="dim"))
+    console.print(t)
+    for note in r["notes"]:
+        console.print(Text("note: ").append_text(safe(note)), style="yellow")
 def render_scan(r: dict, console: Console) -> None:
     t = _table("Globals referenced by the pickle(s)", "global", "count", "weights_only")
     for g in r["globals"]:

@@ -100,6 +100,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "metadata": dict(ckpt.metadata),
         "notes": list(ckpt.notes),
         "ties": _tie_verdict(ckpt),
+        "analytic": _analytic(ckpt),
     }
 
 
@@ -107,6 +108,13 @@ def _tie_verdict(ckpt: Checkpoint) -> str:
     from .ties import verdict
 
     return verdict(ckpt)
+
+
+def _analytic(ckpt: Checkpoint) -> dict | None:
+    """Forward FLOPs per token and weight memory from the architecture (docs/flops_memory.md)."""
+    from .arch.model import summary_fields
+
+    return summary_fields(ckpt)
 
 
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:

@@ -1,0 +1,134 @@
+"""What the analytic commands start from: an ArchSpec plus, when there are weights, the checkpoint's
+own parameter count and stored dtypes. A bare config.json (no weights) is accepted too."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import detect
+from .graph import predict_params
+from .spec import DTYPE_BYTES, ArchSpec, from_config, from_tensors
+from ..errors import UsageError
+from ..tensor import Checkpoint
+
+
+@dataclass(frozen=True)
+class Model:
+    spec: ArchSpec
+    path: str
+    config_path: str | None
+    predicted: dict                    # predict_params(spec)
+    checkpoint_params: int | None      # unique parameters in the weights (None: config only)
+    param_bytes: dict[str, int] = field(default_factory=dict)   # stored dtype -> bytes of parameters
+    notes: tuple[str, ...] = ()
+
+    @property
+    def params(self) -> int:
+        return self.checkpoint_params if self.checkpoint_params is not None else self.predicted["total"]
+
+    @property
+    def agree(self) -> bool | None:
+        return None if self.checkpoint_params is None else self.checkpoint_params == self.predicted["total"]
+
+    @property
+    def weight_bytes(self) -> float:
+        """Bytes of the weights as stored; with no weights, in the config's dtype (fp32 if none)."""
+        if self.param_bytes:
+            return sum(self.param_bytes.values())
+        return self.predicted["total"] * self.bytes_per_param
+
+    @property
+    def bytes_per_param(self) -> float:
+        if self.param_bytes and self.params:
+            return sum(self.param_bytes.values()) / self.params
+        return DTYPE_BYTES.get(self.spec.dtype or "float32", 4)
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per activation element: the weights' float width, or 2 for integer/quantised weights."""
+        b = self.bytes_per_param
+        return int(b) if b >= 2 and float(b).is_integer() else 2
+
+
+def is_bare_config(path: str) -> bool:
+    """A .json file that is a model config (has model_type), not a sharded index."""
+    if not (path.endswith(".json") and os.path.isfile(path)) or path.endswith(".index.json"):
+        return False
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(1 << 22).decode("utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and "model_type" in data and "weight_map" not in data
+
+
+def from_checkpoint(ckpt: Checkpoint) -> Model:
+    from ..report import aliases, placements   # report imports arch; import lazily to avoid a cycle
+
+    place, alias_of = placements(ckpt), aliases(ckpt)
+    count, by_dtype = 0, {}
+    for t in ckpt:
+        if t.name in alias_of or place[t.name].role != "parameter":
+            continue
+        count += t.numel
+        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
+    notes: list[str] = []
+    if ckpt.config:
+        spec = from_config(ckpt.config, ckpt.config_path or "config.json")
+    else:
+        family = detect(ckpt.tensors, None).family
+        if family == "unknown":
+            raise UsageError(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
+        spec = from_tensors(family, ckpt.tensors)
+    predicted = predict_params(spec)
+    if predicted["total"] != count:
+        notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
+                     f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
+                     f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
+    return Model(spec, ckpt.path, ckpt.config_path, predicted, count, by_dtype, tuple(notes) + spec.assumptions)
+
+
+def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
+    """A weights file/folder/index (with its config.json when there is one), or a bare config.json."""
+    path = os.fspath(path)
+    if is_bare_config(path) and config is None:
+        from ..formats.registry import load_config
+
+        spec = from_config(load_config(path), path)
+        notes = spec.assumptions
+        if spec.dtype is None:
+            notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
+        return Model(spec, path, path, predict_params(spec), None, {}, notes)
+    from ..formats.registry import open_checkpoint
+
+    return from_checkpoint(open_checkpoint(path, config))
+
+
+
+def reference_seq(spec: ArchSpec) -> int:
+    """Sequence length the summary's per-token figure uses: max_position_embeddings (BERT 512,
+    GPT-2 1024, Llama-2 4096) capped at 2048; 512 for T5, 2048 when unknown."""
+    known = spec.positions or spec.context
+    if known:
+        return min(known, 2048)
+    return 512 if spec.family == "t5" else 2048
+
+
+def summary_fields(ckpt: Checkpoint) -> dict | None:
+    """The summary's small analytic block: forward FLOPs per token and weight memory. None when the
+    family is unknown; never raises (an error becomes a note)."""
+    if detect(ckpt.tensors, ckpt.config).family == "unknown":
+        return None
+    try:
+        from .flops import run
+
+        m = from_checkpoint(ckpt)
+        seq = reference_seq(m.spec)
+        t = run(m, 1, seq)["totals"]
+        return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
+                "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
+                "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
+                "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
+    except Exception as e:   # the summary must never fail because of the analytic model
+        return {"error": f"{type(e).__name__}: {e}"}

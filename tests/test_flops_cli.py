@@ -1,0 +1,140 @@
+"""ckptstat flops / memory through the CLI, the summary's analytic block, and inference from names."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ckptstat import bert_stat, open_checkpoint, summarize
+from ckptstat.arch.graph import build
+from ckptstat.arch.memory import report as memory_report
+from ckptstat.arch.model import from_checkpoint, load
+from ckptstat.cli import main
+
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+
+
+def run_json(capsys, *args):
+    rc = main(list(args) + ["--json"])
+    out = capsys.readouterr()
+    assert rc == 0, out.err
+    return json.loads(out.out)
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "bert-tiny-mlm", "gpt2-tiny", "llama-tiny-sharded"])
+def test_prediction_agrees_with_checkpoint(capsys, name):
+    r = run_json(capsys, "flops", os.path.join(FIX, name), "--seq", "8,16", "--batch", "2")
+    assert r["schema"] == "ckptstat.flops/1"
+    s = summarize(os.path.join(FIX, name))
+    assert r["parameters"]["checkpoint"] == s["parameters"]["unique"] == r["parameters"]["predicted"]
+    assert r["parameters"]["agree"] is True
+    assert [x["tokens"] for x in r["runs"]] == [16, 32]
+
+
+@pytest.mark.parametrize("name", ["bert-tiny", "bert-tiny-mlm", "gpt2-tiny", "llama-tiny-sharded"])
+def test_inference_from_tensor_names_matches_config(name):
+    ckpt = open_checkpoint(os.path.join(FIX, name))
+    with_cfg = from_checkpoint(ckpt)
+    ckpt.config = None
+    names_only = from_checkpoint(ckpt)
+    assert names_only.spec.source == "tensor names"
+    assert names_only.predicted["total"] == with_cfg.predicted["total"] == names_only.checkpoint_params
+    # Everything but the rotary table's tiny outer product (d/2 x s, d assumed without a config) is exact.
+    ours = lambda m: sum(o.macs * o.calls for o in build(m.spec, 2, 16) if not o.module.startswith("rotary"))  # noqa: E731
+    assert ours(names_only) == ours(with_cfg)
+    assert names_only.notes   # what was assumed is said
+
+
+def test_disagreement_is_reported(capsys, tmp_path):
+    cfg = json.load(open(os.path.join(FIX, "bert-tiny-mlm", "config.json")))
+    cfg["architectures"] = ["BertModel"]
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    weights = os.path.join(FIX, "bert-tiny-mlm", "model.safetensors")
+    r = run_json(capsys, "flops", weights, "--config", str(p))
+    assert r["parameters"]["agree"] is False
+    assert any("disagree" in n for n in r["notes"])
+    assert main(["flops", weights, "--config", str(p)]) == 0
+    assert "DISAGREE" in capsys.readouterr().out
+
+
+def test_bare_config_and_human_output(capsys):
+    cfg = os.path.join(FIX, "gpt2-tiny", "config.json")
+    r = run_json(capsys, "flops", cfg, "-s", "4", "-s", "8")
+    assert r["parameters"]["checkpoint"] is None
+    assert r["parameters"]["predicted"] == summarize(os.path.join(FIX, "gpt2-tiny"))["parameters"]["unique"]
+    assert main(["flops", cfg, "--convention", "bertstat"]) == 0
+    out = capsys.readouterr().out
+    assert "lm_head" in out and "Bertstat" in out and "FLOPs" in out
+
+
+def test_memory_rules(capsys):
+    r = run_json(capsys, "memory", os.path.join(FIX, "llama-tiny-sharded"), "--batch", "3", "--seq", "10")
+    assert r["schema"] == "ckptstat.memory/1"
+    cfg = json.load(open(os.path.join(FIX, "llama-tiny-sharded", "config.json")))
+    lines = {(x["group"], x["item"]): x for x in r["lines"]}
+    kv = lines[("kv cache", "b=3, s=10")]
+    d = cfg["head_dim"]
+    assert kv["bytes"] == 2 * cfg["num_hidden_layers"] * cfg["num_key_value_heads"] * d * 10 * 3 * 4  # stored F32
+    P = r["parameters"]["count"]
+    assert lines[("training state", "mixed-precision Adam")]["bytes"] == 16 * P
+    assert lines[("weights what-if", "int4")]["bytes"] == P // 2
+    assert lines[("weights", "as stored (F32)")]["bytes"] == 4 * P
+    h, a, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
+    assert lines[("activations (training)", f"{L} layers, b=3, s=10")]["bytes"] == round(10 * 3 * h * (34 + 5 * a * 10 / h) * L)
+    assert all(x["rule"] for x in r["lines"])
+    assert main(["memory", os.path.join(FIX, "bert-tiny")]) == 0
+    out = capsys.readouterr().out
+    assert "Korthikanti" in out and "kv cache" not in out   # an encoder has no KV cache
+
+
+def test_llama2_kv_cache_oracle(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
+                                   num_attention_heads=32).to_dict()
+    cfg.update(architectures=["LlamaForCausalLM"], torch_dtype="float16")
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    r = memory_report(load(p), 1, 1)
+    kv = next(x for x in r["lines"] if x["group"] == "kv cache")
+    assert kv["bytes"] == 524_288
+    assert r["lines"][0]["bytes"] == 2 * 6_738_415_616
+
+
+def test_summary_block_and_bert_stat(capsys):
+    r = summarize(os.path.join(FIX, "bert-tiny"))
+    an = r["analytic"]
+    assert an["agree"] is True and an["seq"] == 64 and an["flops_per_token"] > 0
+    assert main(["summary", os.path.join(FIX, "bert-tiny")]) == 0
+    out = capsys.readouterr().out
+    assert "FLOPs/token" in out and "in bf16" in out
+    b = bert_stat(os.path.join(FIX, "bert-tiny"), (2, 16), show=True)
+    assert "input_size   (2, 16)" in capsys.readouterr().out
+    ops = build(from_checkpoint(open_checkpoint(os.path.join(FIX, "bert-tiny"))).spec, 2, 16)
+    assert b["flops"]["flops"] == 2 * sum(o.macs * o.calls for o in ops)
+
+
+def test_bad_input(capsys, tmp_path):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"model_type": "whisper"}))
+    assert main(["flops", str(p)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "whisper" in err
+    p.write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
+    assert main(["flops", str(p)]) == 2
+    assert "config has no" in capsys.readouterr().err
+    p.write_text(json.dumps({"model_type": "gpt2", "n_embd": 8, "n_head": 0, "n_layer": 1, "vocab_size": 5,
+                             "n_positions": 4}))
+    assert main(["flops", str(p)]) == 2
+    assert "n_head = 0 is not a positive integer" in capsys.readouterr().err
+    assert main(["flops", os.path.join(FIX, "bert-tiny"), "--seq", "0"]) == 2
+    assert main(["memory", os.path.join(FIX, "bert-tiny"), "--batch", "-1"]) == 2
+    assert main(["flops", os.path.join(FIX, "bert-tiny"), "--convention", "nope"]) == 2
+    # a bad config must not break the summary: the analytic block carries the error instead
+    q = tmp_path / "m"
+    q.mkdir()
+    (q / "config.json").write_text(json.dumps({"model_type": "bert"}))
+    (q / "model.safetensors").write_bytes(open(os.path.join(FIX, "bert-tiny", "model.safetensors"), "rb").read())
+    s = summarize(str(q))
+    assert "error" in s["analytic"]
