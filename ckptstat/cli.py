@@ -98,6 +98,25 @@ def ties(
 
 
 @app.command()
+def diff(
+    a: Path = typer.Argument(..., help="First checkpoint."),
+    b: Path = typer.Argument(..., help="Second checkpoint."),
+    as_json: bool = JsonOpt,
+) -> None:
+    """Where two checkpoints' parameter counts part, module by module (e.g. BertModel vs BertForMaskedLM)."""
+    from . import open_checkpoint
+    from .ties import diff as diff_checkpoints
+
+    r = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_diff
+
+        render_diff(r, _console())
+
+
+@app.command()
 def run(
     path: Path = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),

@@ -223,6 +223,19 @@ def render_ties(r: dict, console: Console) -> None:
             for d in row["differences"]:
                 console.print(Text(f"  {d['elements']:+,}  ").append_text(safe(d["name"])).append(": ")
                               .append_text(safe(d["why"])))
+    cc = r["cross_check"]
+    if not cc["available"]:
+        console.print(Text("config check not available: ").append_text(safe(cc["reason"])), style="dim")
+    else:
+        console.print(Text(f"config check ({cc['architecture'] or cc['head']}): {cc['expected']} tensors expected; "
+                           f"{len(cc['missing'])} missing, {len(cc['unexpected'])} unexpected, "
+                           f"{len(cc['shape_mismatches'])} shape mismatch(es)", style="bold"))
+        for m in cc["missing"]:
+            console.print(Text("  missing     ").append_text(safe(m["name"])).append(": ").append_text(safe(m["why"])))
+        for u in cc["unexpected"]:
+            console.print(Text("  unexpected  ").append_text(safe(u["name"])).append(f" {u['shape']}"))
+        for m in cc["shape_mismatches"]:
+            console.print(Text("  shape       ").append_text(safe(m["name"])).append(f" file {m['file']} vs config {m['config']}"))
     nc = r["counting"]["not_counted"]
     if nc:
         console.print(Text(f"not counted in any row: {len(nc)} tensor(s), {sum(d['elements'] for d in nc):,} "
@@ -281,3 +294,16 @@ def render_scan(r: dict, console: Console) -> None:
     console.print(Text("pickles      ").append_text(safe(", ".join(f"{p['record']} ({p['opcodes']} opcodes)" for p in r["pickles"]))))
     console.print(t)
     console.print(safe(r["verdict"]), style="bold red" if r["would_run_code"] else "green")
+
+
+def render_diff(r: dict, console: Console) -> None:
+    console.print(Text("A  ").append_text(safe(r["a"])).append(f"  {r['a_params']:,} unique parameters"))
+    console.print(Text("B  ").append_text(safe(r["b"])).append(f"  {r['b_params']:,} unique parameters"))
+    t = _table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
+    for row in r["rows"]:
+        name = safe(row["module"])
+        if row["tied"]:
+            name.append("\n  tied: " + "; ".join(row["tied"]), style="dim")
+        t.add_row(name, "-" if row["a"] is None else f"{row['a']:,}", "-" if row["b"] is None else f"{row['b']:,}",
+                  f"{row['delta']:+,}")
+    console.print(t)

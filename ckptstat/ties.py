@@ -12,6 +12,7 @@ Evidence for a tie, each labelled in the output:
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Iterable
@@ -237,7 +238,7 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     non_params = [{"name": n, "elements": tensors[n].numel, "why": f"{place[n].role}, not a parameter"}
                   for n in tensors if n not in is_param]
     rows = [
-        {"convention": "unique parameters", "equals": "sum(p.numel() for p in model.parameters())",
+        {"convention": "unique parameters", "equals": "parameters the file holds, each storage once, plus none for tied names",
          "params": unique, "differences": []},
         {"convention": "every name counted", "equals": "named_parameters(remove_duplicate=False)",
          "params": every, "differences": alias_rows},
@@ -258,8 +259,69 @@ def _same_subtree_bias(t: Tie) -> bool:
     return t.alias.startswith(parent + ".")
 
 
+def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
+    """The parameters config.json says the model has, against the file's: missing (each with its
+    explanation when a tie accounts for it), unexpected, and shape mismatches."""
+    from .arch.spec import from_config
+    from .arch.tensors import expected_tensors
+    from .errors import UsageError
+
+    if not ckpt.config:
+        return {"available": False, "reason": "no config.json"}
+    try:
+        spec = from_config(ckpt.config, ckpt.config_path or "config.json")
+    except UsageError as e:
+        return {"available": False, "reason": str(e)}
+    expected = expected_tensors(spec)
+    if expected is None:
+        return {"available": False, "reason": f"no tensor template for {spec.model_type}"}
+    place = placements(ckpt)
+    params = {n: t for n, t in ckpt.tensors.items() if place[n].role == "parameter"}
+    # The file may wrap every name (`module.`): find the prefix from one expected name it holds.
+    outer = next((n[: -len(e)] for e in expected for n in params if n.endswith(e) and (n == e or n[-len(e) - 1] == ".")), "")
+    expected = {outer + n: shape for n, shape in expected.items()}
+    tie_of = {t.alias: t for t in ties}
+    missing = []
+    for name, shape in expected.items():
+        if name not in params:
+            t = tie_of.get(name)
+            missing.append({"name": name, "shape": list(shape), "elements": _prod(shape),
+                            "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
+    unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in params.items() if n not in expected]
+    mismatched = [{"name": n, "file": list(t.shape), "config": list(expected[n])}
+                  for n, t in params.items() if n in expected and t.shape != expected[n]]
+    return {"available": True, "head": spec.head, "architecture": spec.architecture, "expected": len(expected),
+            "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched}
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
     ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
+    check = cross_check(ckpt, ties)
+    table = counting(ckpt, ties)
+    # model.parameters() of the model the config builds: the file's unique parameters, plus those the
+    # model has and the file lacks (untied), minus those the model would not load.
+    row = {"convention": "model.parameters()", "equals": "sum(p.numel() for p in model.parameters()) of the model config.json builds",
+           "params": table["rows"][0]["params"], "differences": []}
+    if check["available"]:
+        for m in check["missing"]:
+            if m["why"] == "not in the file":
+                row["differences"].append({"name": m["name"], "elements": m["elements"], "why": "the model has it; the file does not"})
+        for u in check["unexpected"]:
+            row["differences"].append({"name": u["name"], "elements": -u["elements"], "why": "in the file; the model has no such parameter"})
+        for m in check["shape_mismatches"]:
+            d = _prod(tuple(m["config"])) - _prod(tuple(m["file"]))
+            row["differences"].append({"name": m["name"], "elements": d, "why": f"shape {m['file']} in the file, {m['config']} per config"})
+        row["params"] += sum(d["elements"] for d in row["differences"])
+    else:
+        row["equals"] += f" (assumed equal to the file's: {check['reason']})"
+    table["rows"].insert(1, row)
     return {
         "schema": TIES_SCHEMA,
         "path": ckpt.path,
@@ -268,7 +330,8 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         "tie_word_embeddings": _tie_word_embeddings(ckpt),
         "deep": deep,
         "ties": [t.__dict__ for t in ties],
-        "counting": counting(ckpt, ties),
+        "counting": table,
+        "cross_check": check,
     }
 
 
@@ -280,3 +343,44 @@ def verdict(ckpt: Checkpoint) -> str:
     first = ties[0]
     more = f" and {len(ties) - 1} more" if len(ties) > 1 else ""
     return f"ties         {first.alias} = {first.target} ({first.evidence}; {first.status}){more}: see `ckptstat ties`"
+
+
+DIFF_SCHEMA = "ckptstat.diff/1"
+_BASE = re.compile(r"^((module|_orig_mod|bert|roberta|electra|albert|distilbert|transformer|model)\.)+")
+
+
+def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
+    place = placements(ckpt)
+    alias_of = {t.alias: t for t in find_ties(ckpt)}
+    out: dict[str, dict] = {}
+    for t in ckpt:
+        if place[t.name].role != "parameter":
+            continue
+        module = _BASE.sub("", t.name).rpartition(".")[0] or "(root)"
+        row = out.setdefault(module, {"params": 0, "tied": []})
+        tie = alias_of.get(t.name)
+        if tie is None:
+            row["params"] += t.numel
+        else:
+            row["tied"].append(f"{t.name} = {tie.target}")
+    for tie in alias_of.values():  # names absent because tied: the module exists, at no cost
+        if tie.alias not in ckpt.tensors:
+            module = _BASE.sub("", tie.alias).rpartition(".")[0] or "(root)"
+            out.setdefault(module, {"params": 0, "tied": []})["tied"].append(f"{tie.alias} = {tie.target}")
+    return out
+
+
+def diff(a: Checkpoint, b: Checkpoint) -> dict:
+    """Unique parameters per module of two checkpoints (base-model prefixes such as `bert.` ignored),
+    itemising where their totals part: modules only in one, and modules whose counts differ."""
+    ma, mb = _by_module(a), _by_module(b)
+    rows = []
+    for module in sorted(set(ma) | set(mb)):
+        pa, pb = ma.get(module, {}).get("params"), mb.get(module, {}).get("params")
+        tied = ma.get(module, {}).get("tied", []) + mb.get(module, {}).get("tied", [])
+        if pa != pb or tied and (module not in ma or module not in mb):
+            rows.append({"module": module, "a": pa, "b": pb, "delta": (pb or 0) - (pa or 0), "tied": tied})
+    ta = sum(r["params"] for r in ma.values())
+    tb = sum(r["params"] for r in mb.values())
+    return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_params": ta, "b_params": tb, "delta": tb - ta,
+            "rows": rows}

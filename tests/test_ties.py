@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ckptstat import open_checkpoint, summarize
-from ckptstat.ties import audit, find_ties, identical_tensors
+from ckptstat.ties import audit, diff, find_ties, identical_tensors
 from conftest import fixture
 
 torch = pytest.importorskip("torch")
@@ -112,7 +112,7 @@ def test_ties_cli_json(cli):
     r = json.loads(out)
     assert rc == 0 and r["schema"] == "ckptstat.ties/1"
     assert [row["convention"] for row in r["counting"]["rows"]] == [
-        "unique parameters", "every name counted", "torchinfo 1.8 summary", "stored parameter elements",
+        "unique parameters", "model.parameters()", "every name counted", "torchinfo 1.8 summary", "stored parameter elements",
         "file tensor list"]
     rc, out, _ = cli("ties", fixture("bert-tiny-mlm"))
     assert rc == 0 and "torchinfo" in out and "cls.predictions.decoder.weight" in out
@@ -126,3 +126,66 @@ def test_oracle_worked_example_bert_base_mlm(tmp_path):
     assert got["unique parameters"] == 109_514_298
     assert got["every name counted"] == 132_985_716
     assert got["torchinfo 1.8 summary"] == 132_955_194
+
+
+def test_oracle_worked_example_from_torch_save(tmp_path):
+    """ORACLES.md's worked example from real torch.save files at bert-base size (not committed)."""
+    torch.manual_seed(0)
+    torch.save(T.BertForMaskedLM(T.BertConfig()).state_dict(), tmp_path / "mlm.bin")
+    torch.save(T.BertModel(T.BertConfig()).state_dict(), tmp_path / "base.bin")
+    mlm = audit(open_checkpoint(tmp_path / "mlm.bin"))
+    got = rows(mlm)
+    assert got["unique parameters"] == 109_514_298
+    assert got["every name counted"] == 132_985_716 == 109_514_298 + 23_440_896 + 30_522
+    assert got["torchinfo 1.8 summary"] == 132_955_194 == 109_514_298 + 23_440_896
+    ties = {t["alias"]: t for t in mlm["ties"]}
+    assert ties["cls.predictions.decoder.weight"]["evidence"] == "shared storage"
+    assert ties["cls.predictions.decoder.weight"]["target"] == "bert.embeddings.word_embeddings.weight"
+    assert ties["cls.predictions.decoder.bias"]["target"] == "cls.predictions.bias"
+    # BertModel vs BertForMaskedLM, itemised.
+    d = diff(open_checkpoint(tmp_path / "base.bin"), open_checkpoint(tmp_path / "mlm.bin"))
+    assert (d["a_params"], d["b_params"]) == (109_482_240, 109_514_298)
+    deltas = {r["module"]: r["delta"] for r in d["rows"]}
+    assert deltas == {"pooler.dense": -590_592, "cls.predictions.transform.dense": 590_592,
+                      "cls.predictions.transform.LayerNorm": 1_536, "cls.predictions": 30_522,
+                      "cls.predictions.decoder": 0}
+    assert sum(deltas.values()) == d["delta"] == 32_058
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_config_cross_check_on_faithful_files(tmp_path, name):
+    model = MODELS[name]()
+    model.save_pretrained(tmp_path)
+    r = audit(open_checkpoint(tmp_path))
+    cc = r["cross_check"]
+    if not cc["available"]:
+        assert name.startswith(("Albert", "DistilBert", "Electra")), cc  # no tensor template for these
+        return
+    assert cc["unexpected"] == [] and cc["shape_mismatches"] == []
+    assert all(m["why"].startswith("tied to") for m in cc["missing"]), cc["missing"]
+    assert rows(r)["model.parameters()"] == sum(p.numel() for p in model.parameters())
+
+
+def test_config_cross_check_finds_gaps(tmp_path):
+    from safetensors.numpy import save_file
+
+    ckpt = open_checkpoint(fixture("bert-tiny"))
+    tensors = {n: ckpt.read(n) for n in ckpt.tensors if not n.startswith("pooler.")}  # the pooler dropped
+    tensors["encoder.layer.0.attention.self.query.lora_A.weight"] = np.zeros((4, 32), np.float32)  # an adapter
+    tensors["embeddings.word_embeddings.weight"] = np.zeros((98, 32), np.float32)  # one row short
+    save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_bytes(open(fixture("bert-tiny", "config.json"), "rb").read())
+    r = audit(open_checkpoint(tmp_path))
+    cc = r["cross_check"]
+    assert {m["name"] for m in cc["missing"]} == {"pooler.dense.weight", "pooler.dense.bias"}
+    assert all(m["why"] == "not in the file" for m in cc["missing"])
+    assert [u["name"] for u in cc["unexpected"]] == ["encoder.layer.0.attention.self.query.lora_A.weight"]
+    assert cc["shape_mismatches"] == [{"name": "embeddings.word_embeddings.weight", "file": [98, 32], "config": [99, 32]}]
+    # model.parameters() of the config's BertModel: what the file lacks added, the adapter taken off.
+    assert rows(r)["model.parameters()"] == 19_978
+
+
+def test_diff_cli(cli):
+    rc, out, _ = cli("diff", fixture("bert-tiny"), fixture("bert-tiny-mlm"), "--json")
+    d = json.loads(out)
+    assert rc == 0 and d["schema"] == "ckptstat.diff/1" and d["delta"] == 20_141 - 19_978
