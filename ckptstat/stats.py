@@ -334,15 +334,17 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
     return rows, groups
 
 
-# Worker processes: each reopens the checkpoint by path (readers need not be picklable), takes a
-# contiguous run of tensors, and returns its rows plus partial group accumulators.
+# Worker processes take contiguous runs of tensors and return their rows plus partial group
+# accumulators. With the fork start method they inherit the open Checkpoint (readers need not be
+# picklable); otherwise each reopens it by path.
 _W: dict = {}
 
 
 def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
-    from .formats.registry import open_checkpoint
+    if _W.get("ckpt") is None:
+        from .formats.registry import open_checkpoint
 
-    _W["ckpt"] = open_checkpoint(path, config)
+        _W["ckpt"] = open_checkpoint(path, config)
     _W["counter"] = counter
 
 
@@ -388,6 +390,15 @@ def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: in
 
     counter = mp.Value("q", 0)
     tasks = [(part, chunk_bytes) for part in _split(ckpt, items, workers * 4) if part]
+    _W["ckpt"] = ckpt if mp.get_start_method() == "fork" else None
+    try:
+        return _pool_loop(mp, ckpt, items, tasks, workers, counter, progress)
+    finally:
+        _W.clear()
+
+
+def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
+               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
     order = {it.name: i for i, it in enumerate(items)}

@@ -228,3 +228,18 @@ def test_selection_filter_bucket_aliases() -> None:
 def test_progress_bar_runs(generated: str, capsys) -> None:
     r = collect(open_checkpoint(generated), chunk_bytes=4096, progress=True).report
     assert r["bytes_read"] > 0
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_file_shrinking_after_open_is_a_checkpoint_error(tmp_path, workers: int) -> None:
+    import shutil
+
+    from ckptstat.errors import CorruptCheckpointError
+
+    path = str(tmp_path / "model.safetensors")
+    shutil.copy(os.path.join(FIX, "bert-tiny", "model.safetensors"), path)
+    ckpt = open_checkpoint(path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) // 2)
+    with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
+        collect(ckpt, workers=workers)
