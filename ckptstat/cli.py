@@ -116,8 +116,8 @@ def diff(
         render_diff(r, _console())
 
 
-@app.command()
-def run(
+@app.command("run")
+def run_model(
     path: Path = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
     batch: int = typer.Option(1, "--batch", "-b"),
@@ -232,6 +232,84 @@ def memory(
         from .render import render_memory
 
         render_memory(r, _console())
+
+
+ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
+WorkersOpt = typer.Option(1, "--workers", "-w", help="Worker processes (0: one per CPU).")
+ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
+AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
+BucketOpt = typer.Option(None, "--bucket", "-b", help="Only this bucket (repeatable).")
+FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names.")
+
+
+def _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress):  # noqa: ANN001, ANN202
+    from . import open_checkpoint
+    from .stats import collect
+
+    show = sys.stderr.isatty() if progress is None else progress
+    return collect(open_checkpoint(path, config), filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, show)
+
+
+@app.command()
+def stats(
+    path: Path = PathArg,
+    filter: Optional[str] = FilterOpt,
+    bucket: Optional[list[str]] = BucketOpt,
+    all_roles: bool = AllRolesOpt,
+    layers: bool = typer.Option(False, "--layers", help="Also show statistics per layer."),
+    show_tensors: bool = typer.Option(False, "--tensors", help="Also show statistics per tensor."),
+    as_json: bool = JsonOpt,
+    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV table (tensor, layer, bucket, total rows)."),
+    chunk_bytes: int = ChunkOpt,
+    workers: int = WorkersOpt,
+    progress: Optional[bool] = ProgressOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Weight statistics per tensor, layer and bucket, streamed in bounded chunks: moments, quantiles, anomalies."""
+    from .errors import UsageError
+
+    if as_json and as_csv:
+        raise UsageError("--json and --csv are exclusive")
+    r = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress).report
+    if as_json:
+        _emit_json(r)
+    elif as_csv:
+        from .stats import to_csv
+
+        sys.stdout.write(to_csv(r))
+    else:
+        from .stats_render import render_stats
+
+        render_stats(r, _console(), show_layers=layers, show_tensors=show_tensors)
+
+
+@app.command()
+def plot(
+    path: Path = PathArg,
+    output: Path = typer.Option(..., "--output", "-o", help="Image file: .png, .svg or .pdf."),
+    log_count: bool = typer.Option(False, "--log-count", help="Log-scale count axis on the histograms."),
+    clip: float = typer.Option(0.1, "--clip", help="Histogram x range from the CLIP to 100-CLIP percentile (0: min..max)."),
+    size: str = typer.Option("12x0", "--size", help="Figure size in inches WxH (H 0: from the panel count)."),
+    dpi: int = typer.Option(100, "--dpi", help="Dots per inch (PNG)."),
+    filter: Optional[str] = FilterOpt,
+    bucket: Optional[list[str]] = BucketOpt,
+    all_roles: bool = AllRolesOpt,
+    as_json: bool = typer.Option(False, "--json", help="Print what was drawn (and the stats) as JSON."),
+    chunk_bytes: int = ChunkOpt,
+    workers: int = WorkersOpt,
+    progress: Optional[bool] = ProgressOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Histograms per bucket and box plots per layer and bucket, drawn from streamed statistics."""
+    from .plots import parse_size, plot_stats
+
+    figsize = parse_size(size)
+    run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress)
+    info = plot_stats(run, output, log_count=log_count, clip=clip, figsize=figsize, dpi=dpi)
+    if as_json:
+        _emit_json({**info, "stats": run.report})
+    else:
+        print(f"wrote {info['output']} ({info['width_px']}x{info['height_px']} px, {len(info['panels'])} panels)")
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,141 @@
+"""Figures from streamed statistics: a weight histogram per bucket, box plots per layer and per bucket.
+
+Nothing here sees tensor values: histograms are rebinned from the 65536-bin accumulators of
+`stats.collect`, and box plots are drawn with matplotlib's `Axes.bxp` from the streamed quantiles
+(box p25..p75, line at the median, whiskers p1..p99, a marker at the mean). matplotlib is imported
+only here, through its object API with the Agg canvas: no pyplot, no global backend change.
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import numpy as np
+
+from .errors import MissingDependencyError, UsageError
+from .stats import Acc, StatsRun, hist_quantiles, tables
+
+PLOT_SCHEMA = "ckptstat.plot/1"
+FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
+HIST_BINS = 120   # plot bins over the range: coarser than bfloat16 bins (2^-7 relative), so no aliasing
+BOX_NOTE = "boxes p25-p75, line median, whiskers p1-p99, triangle mean (streamed quantiles)"
+
+
+def parse_size(text: str) -> tuple[float, float]:
+    try:
+        w, h = (float(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise UsageError(f"--size must be WxH in inches, e.g. 12x9, got {text!r}") from None
+    if not (0 < w <= 100 and 0 <= h <= 200):
+        raise UsageError(f"--size out of range: {text!r}")
+    return w, h
+
+
+def rebin(acc: Acc, clip: float, bins: int = HIST_BINS) -> tuple[np.ndarray, np.ndarray, int]:
+    """(counts, edges, values outside the range) on a uniform grid over [clip%, 100-clip%] (or min..max)."""
+    value, mid, finite, _ = tables(acc.domain)
+    rep = value if acc.exact else mid
+    if clip > 0:
+        lo, hi = hist_quantiles(acc.hist, acc.domain, acc.exact, (clip / 100, 1 - clip / 100), acc.min, acc.max)
+    else:
+        lo, hi = acc.min, acc.max
+    assert lo is not None and hi is not None
+    if hi <= lo:
+        pad = abs(lo) * 0.01 or 0.5
+        lo, hi = lo - pad, hi + pad
+    keys = np.flatnonzero(acc.hist * finite)
+    x = np.clip(rep[keys], acc.min, acc.max)
+    counts, edges = np.histogram(x, bins=bins, range=(lo, hi), weights=acc.hist[keys].astype(np.float64))
+    return counts, edges, int(acc.n - counts.sum())
+
+
+def _box(row: dict, label: str) -> dict | None:
+    q = row["quantiles"]
+    if q.get("p50") is None:
+        return None
+    return {"label": label, "med": q["p50"], "q1": q["p25"], "q3": q["p75"], "whislo": q["p1"],
+            "whishi": q["p99"], "mean": row["mean"], "fliers": []}
+
+
+def _draw_boxes(ax, boxes: list[dict], title: str, rotate: bool) -> None:  # noqa: ANN001
+    ax.bxp(boxes, showfliers=False, showmeans=True, patch_artist=True,
+           boxprops={"facecolor": "#c6dbef", "edgecolor": "#08519c"},
+           medianprops={"color": "#08519c"},
+           meanprops={"marker": "^", "markerfacecolor": "#d94801", "markeredgecolor": "#d94801", "markersize": 4})
+    n = len(boxes)
+    step = max(1, math.ceil(n / 24))   # an 80-layer stack: label every 4th box
+    ticks = list(range(1, n + 1))
+    ax.set_xticks(ticks[::step], [b["label"] for b in boxes][::step], rotation=45 if rotate else 0,
+                  ha="right" if rotate else "center", fontsize=8)
+    ax.set_title(title, fontsize=10, loc="left")
+    ax.axhline(0, color="0.7", lw=0.6, zorder=0)
+    ax.grid(axis="y", color="0.9")
+
+
+def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = False, clip: float = 0.1,
+               figsize: tuple[float, float] = (12.0, 0.0), dpi: int = 100) -> dict:
+    """Draw the figure for a stats run and save it; the format comes from the file extension."""
+    output = os.fspath(output)
+    fmt = FORMATS.get(os.path.splitext(output)[1].lower())
+    if fmt is None:
+        raise UsageError(f"{output}: the plot file must end in .png, .svg or .pdf")
+    if not 0 <= clip < 50:
+        raise UsageError(f"--clip must be in [0, 50), got {clip}")
+    if dpi < 10 or dpi > 1000:
+        raise UsageError(f"--dpi must be in [10, 1000], got {dpi}")
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise MissingDependencyError("plots need matplotlib: pip install matplotlib") from None
+
+    r = run.report
+    hist_buckets = [b for b in (row["bucket"] for row in r["buckets"]) if run.bucket_acc[b].n > 0]
+    stacks = sorted({row["bucket"] for row in r["layers"]}, key=lambda b: [x["bucket"] for x in r["buckets"]].index(b))
+    ncols = min(3, max(1, len(hist_buckets)))
+    hist_rows = math.ceil(len(hist_buckets) / ncols)
+    nrows = hist_rows + len(stacks) + 1
+    w, h = figsize
+    if h == 0:
+        h = 1.0 + 2.8 * hist_rows + 3.0 * (len(stacks) + 1)
+    fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
+    grid = fig.add_gridspec(nrows, ncols)
+    fig.suptitle(f"{os.path.basename(r['path'].rstrip(os.sep))}: weights of {len(r['tensors'])} tensors "
+                 f"({r['selection']['roles']} roles)", fontsize=12)
+    panels: list[str] = []
+    if not r["tensors"]:
+        fig.text(0.5, 0.5, "no tensors selected", ha="center")
+
+    for i, b in enumerate(hist_buckets):
+        acc = run.bucket_acc[b]
+        counts, edges, outside = rebin(acc, clip)
+        ax = fig.add_subplot(grid[i // ncols, i % ncols])
+        ax.stairs(counts, edges, fill=True, color="#6baed6")
+        if log_count:
+            ax.set_yscale("log")
+        rng = f"p{clip:g}-p{100 - clip:g}" if clip else "min-max"
+        ax.set_title(f"{b}: {acc.n:,} values ({rng}" + (f", {outside:,} outside" if outside else "") + ")",
+                     fontsize=9, loc="left")
+        ax.set_ylabel("count" + (" (log)" if log_count else ""), fontsize=8)
+        ax.tick_params(labelsize=8)
+        panels.append(f"histogram:{b}")
+
+    row = hist_rows
+    for stack in stacks:
+        layer_rows = [x for x in r["layers"] if x["bucket"] == stack]
+        boxes = [bx for bx in (_box(x, str(x["layer"])) for x in layer_rows) if bx]
+        if boxes:
+            ax = fig.add_subplot(grid[row, :])
+            _draw_boxes(ax, boxes, f"{stack}: per layer ({BOX_NOTE})", rotate=False)
+            ax.set_xlabel("layer", fontsize=8)
+            panels.append(f"boxplot:layers:{stack}")
+        row += 1
+    boxes = [bx for bx in (_box(x, x["bucket"]) for x in r["buckets"]) if bx]
+    if boxes:
+        ax = fig.add_subplot(grid[row, :])
+        _draw_boxes(ax, boxes, f"per bucket ({BOX_NOTE})", rotate=False)
+        panels.append("boxplot:buckets")
+
+    fig.savefig(output, format=fmt, dpi=dpi)
+    return {"schema": PLOT_SCHEMA, "output": output, "format": fmt, "width_in": w, "height_in": h, "dpi": dpi,
+            "width_px": round(w * dpi), "height_px": round(h * dpi), "panels": panels,
+            "log_count": log_count, "clip_percent": clip}

@@ -1,0 +1,582 @@
+"""Streaming weight statistics: per tensor, per layer and per bucket, in one pass over bounded chunks.
+
+Every tensor is read with `Checkpoint.iter_chunks` (any reader, any dtype; `dtypes.decode` widens
+bf16 / fp8 / fp6 / fp4 to float32), so peak memory is a few chunks plus fixed-size histograms,
+whatever the checkpoint's size.
+
+Accumulators (all mergeable, so chunks, tensors, shards and worker processes combine freely):
+- counts (elements, NaN, +Inf, -Inf, exact zeros) and min / max over finite values: exact;
+- mean and M2 (sum of squared deviations) merged with Chan, Golub & LeVeque's parallel update in
+  float64; each chunk's own mean and M2 come from a float64 copy of the chunk (two-pass within the
+  chunk), so no sum-of-squares cancellation. std is the population std (ddof=0, numpy's default);
+  L2 norm = sqrt(M2 + n * mean^2); mean |x| from a float64 sum;
+- a histogram of 65536 bins keyed by a 16-bit pattern, from which quantiles are read (see
+  QUANTILE_RULE): F16 tensors are binned by their own 16 bits (exact); every other dtype by the top
+  16 bits of its float32 value, i.e. truncated to bfloat16, which is exact for BF16, fp8, fp6, fp4,
+  bool and integers of magnitude <= 256, and within a relative 2^-8 otherwise (F32, F64, big ints).
+"""
+from __future__ import annotations
+
+import fnmatch
+import math
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Iterable, Sequence
+
+import numpy as np
+
+from . import dtypes
+from .classify import BUCKETS
+from .errors import CkptstatError, UsageError
+from .tensor import Checkpoint, TensorInfo
+
+STATS_SCHEMA = "ckptstat.stats/1"
+DEFAULT_STATS_CHUNK = 4 << 20   # stored bytes per chunk: a bf16 chunk widens to 8 MiB f32, 16 MiB f64
+QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+NBINS = 1 << 16
+_FLT_MAX = float(np.finfo(np.float32).max)
+QUANTILE_RULE = (
+    "quantiles follow numpy.quantile's default ('linear': order statistics x_(i), x_(i+1) at "
+    "h = (n-1)p, interpolated), over finite values. exact=true: the order statistics are exact (F16 "
+    "binned by its 16 bits; BF16, fp8/fp6/fp4, bool and integers within +-256 by the top 16 bits of float32, "
+    "which hold them exactly). exact=false (F32, F64, bigger integers, or mixtures): each order statistic is "
+    "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
+    "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
+    "float64 values are first rounded to float32")
+ANOMALY_RULE = (
+    "nan_or_inf: any NaN or Inf; all_zero: every element is exactly 0; spread_outlier: among the "
+    "parameter tensors of one bucket of the same kind (vectors: rank <= 1; matrices: rank >= 2; at "
+    "least 5 with std > 0), robust z = (log10 std - median) / max(1.4826 * MAD, 0.1) exceeds 3.5 "
+    "in absolute value (MAD = median absolute deviation of log10 std; the 0.1 floor means a flagged "
+    "tensor's std is at least 10^0.35 = 2.2x away from the median)")
+Z_LIMIT = 3.5
+MAD_FLOOR = 0.1
+MIN_PEERS = 5
+
+
+# --- bin tables --------------------------------------------------------------------------------------
+
+def _bf16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value of each key, midpoint of each key's bin, finite mask) for the bfloat16-key domain."""
+    keys = np.arange(NBINS, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):   # NaN bit patterns
+        lo = (keys << 16).view(np.float32).astype(np.float64)
+        mag = keys & 0x7FFF
+        # A key covers magnitudes [|v(k)|, |v(k+1)|): the next magnitude key, 2^128 after the largest.
+        nxt = ((mag + 1) << 16).view(np.float32).astype(np.float64)
+    finite = np.isfinite(lo)
+    nxt[mag == 0x7F7F] = 2.0 ** 128
+    mid = np.where(keys & 0x8000, -(np.abs(lo) + nxt) / 2, (lo + nxt) / 2)
+    mid[~finite] = np.nan
+    return lo, mid, finite
+
+
+def _f16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    vals = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float64)
+    return vals, vals, np.isfinite(vals)
+
+
+_TABLES: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def tables(domain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(value, midpoint, finite, keys of finite bins sorted by value) for a histogram domain."""
+    if domain not in _TABLES:
+        lo, mid, finite = _bf16_tables() if domain == "bf16" else _f16_tables()
+        idx = np.flatnonzero(finite)
+        order = idx[np.argsort(lo[idx], kind="stable")]
+        _TABLES[domain] = (lo, mid, finite, order)
+    return _TABLES[domain]
+
+
+_F16_TO_BF16: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _f16_to_bf16() -> tuple[np.ndarray, np.ndarray]:
+    """For each F16 bit pattern: its bfloat16 key, and whether that key holds the value exactly."""
+    global _F16_TO_BF16
+    if _F16_TO_BF16 is None:
+        v32 = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float32)
+        bits = v32.view(np.uint32)
+        _F16_TO_BF16 = ((bits >> 16).astype(np.int64), (bits & 0xFFFF) == 0)
+    return _F16_TO_BF16
+
+
+# dtypes whose every value the bfloat16-key histogram holds exactly.
+EXACT_IN_BF16 = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
+                           "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I8", "U8"})
+
+
+# --- the accumulator -----------------------------------------------------------------------------------
+
+@dataclass
+class Acc:
+    """Mergeable statistics of a set of values. `hist` counts finite values by 16-bit key in `domain`."""
+
+    domain: str = "bf16"
+    exact: bool = True
+    count: int = 0           # every element, finite or not
+    n: int = 0               # finite elements
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    zeros: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    mean: float = 0.0
+    m2: float = 0.0
+    sum_abs: float = 0.0
+    tensors: int = 0
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(NBINS, dtype=np.int64))
+
+    def add_moments(self, n: int, mean: float, m2: float) -> None:
+        """Chan et al. (1979) pairwise update of (n, mean, M2)."""
+        if n == 0:
+            return
+        tot = self.n + n
+        delta = mean - self.mean
+        self.mean += delta * n / tot
+        self.m2 += m2 + delta * delta * self.n * n / tot
+        self.n = tot
+
+    def update(self, x: np.ndarray) -> None:
+        """Add one flat chunk of decoded values."""
+        if x.dtype.kind == "c":
+            x = x.view(x.real.dtype)
+        self.count += x.size
+        if x.size == 0:
+            return
+        x64 = x.astype(np.float64, copy=False)
+        total = float(np.add.reduce(x64)) if x64 is x else float(np.add.reduce(x, dtype=np.float64))
+        if not math.isfinite(total):
+            # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
+            nan = np.isnan(x)
+            self.nan += int(nan.sum())
+            self.posinf += int(np.count_nonzero(x == np.inf))
+            self.neginf += int(np.count_nonzero(x == -np.inf))
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            x64 = x.astype(np.float64, copy=False)
+            total = float(np.add.reduce(x, dtype=np.float64))
+        n = x.size
+        self.zeros += n - int(np.count_nonzero(x))
+        cmin, cmax = float(x.min()), float(x.max())
+        self.min, self.max = min(self.min, cmin), max(self.max, cmax)
+        if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
+            self.exact = False   # bfloat16 holds every integer of magnitude <= 256, not beyond
+        self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
+        mean = total / n
+        if x64 is x:
+            d = x64 - mean
+        else:
+            d = x64      # our own float64 copy: centre it in place
+            d -= mean
+        self.add_moments(n, mean, float(np.dot(d, d)))
+        self.hist += np.bincount(self._keys(x), minlength=NBINS)
+
+    def _keys(self, x: np.ndarray) -> np.ndarray:
+        if self.domain == "f16":
+            return x.view(np.uint16)
+        if x.dtype == np.float64:   # round to float32 first; beyond its range clamp to +-FLT_MAX
+            x = np.clip(x, -_FLT_MAX, _FLT_MAX)
+        x32 = x if x.dtype == np.float32 else x.astype(np.float32)
+        return x32.view(np.uint32) >> 16
+
+    def merge(self, other: "Acc") -> None:
+        """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys."""
+        hist, exact = other.hist, other.exact
+        if other.domain != self.domain:
+            if self.domain != "bf16":
+                raise ValueError("only the bf16 domain accepts other domains")
+            keymap, keeps = _f16_to_bf16()
+            nz = np.flatnonzero(hist)
+            hist = np.bincount(keymap[nz], weights=hist[nz], minlength=NBINS).astype(np.int64)
+            exact = exact and bool(keeps[nz].all())
+        self.hist += hist
+        self.exact = self.exact and exact
+        for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+        self.add_moments(other.n, other.mean, other.m2)
+
+    def quantiles(self, ps: Sequence[float]) -> list[float | None]:
+        return hist_quantiles(self.hist, self.domain, self.exact, ps, self.min, self.max)
+
+    def row(self, ps: Sequence[float] = QUANTILES) -> dict:
+        n = self.n
+        std = math.sqrt(max(self.m2, 0.0) / n) if n else None
+        return {
+            "count": self.count, "finite": n,
+            "min": self.min if n else None, "max": self.max if n else None,
+            "mean": self.mean if n else None, "std": std,
+            "mean_abs": self.sum_abs / n if n else None,
+            "l2": math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)) if n else 0.0,
+            "zeros": self.zeros, "zero_fraction": self.zeros / self.count if self.count else None,
+            "nan": self.nan, "inf": self.posinf + self.neginf, "posinf": self.posinf, "neginf": self.neginf,
+            "quantiles": {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},
+            "quantiles_exact": self.exact,
+        }
+
+
+def _qkey(p: float) -> str:
+    return f"p{100 * p:g}"
+
+
+def hist_quantiles(hist: np.ndarray, domain: str, exact: bool, ps: Sequence[float],
+                   lo_clamp: float = -math.inf, hi_clamp: float = math.inf) -> list[float | None]:
+    """numpy.quantile ('linear') from a 65536-bin histogram; see QUANTILE_RULE for the error."""
+    value, mid, _, order = tables(domain)
+    rep = value if exact else mid
+    counts = hist[order]
+    cum = np.cumsum(counts)
+    n = int(cum[-1]) if cum.size else 0
+    if n == 0:
+        return [None for _ in ps]
+
+    def stat(i: int) -> float:   # the i-th smallest value (0-based)
+        k = order[int(np.searchsorted(cum, i, side="right"))]
+        return min(max(float(rep[k]), lo_clamp), hi_clamp)
+
+    out: list[float | None] = []
+    for p in ps:
+        h = (n - 1) * p
+        i = int(math.floor(h))
+        g = h - i
+        a = stat(i)
+        out.append(a if g == 0 or i + 1 >= n else a + g * (stat(i + 1) - a))
+    return out
+
+
+def new_acc(dtype: str) -> Acc:
+    if dtype == "F16":
+        return Acc(domain="f16", exact=True)
+    kind = dtypes.get(dtype).kind
+    return Acc(domain="bf16", exact=dtype in EXACT_IN_BF16 or kind in ("int", "uint"))
+
+
+# --- selection and the pass over the data ---------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Item:
+    name: str
+    bucket: str
+    layer: int | None
+    role: str
+
+
+def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] = (),
+           all_roles: bool = False) -> tuple[list[Item], list[dict]]:
+    """Tensors to read, in file order, and the ones left out with the reason."""
+    from .report import aliases, placements
+
+    for b in buckets:
+        if b not in BUCKETS:
+            raise UsageError(f"unknown bucket {b!r}; buckets are {', '.join(BUCKETS)}")
+    place = placements(ckpt)
+    alias_of = aliases(ckpt)
+    items, skipped = [], []
+    for t in sorted(ckpt, key=lambda t: (ckpt.files.index(t.file) if t.file in ckpt.files else 0, t.offset or 0)):
+        p = place[t.name]
+        if pattern and not (fnmatch.fnmatchcase(t.name, pattern) or pattern in t.name):
+            continue
+        if buckets and p.bucket not in buckets:
+            continue
+        why = None
+        if t.name in alias_of:
+            why = f"alias of {alias_of[t.name]} (counted once)"
+        elif t.dtype == "STR" or t.dt.bits == 0:
+            why = "string tensor"
+        elif not all_roles and p.role != "parameter":
+            why = f"role {p.role} (use --all-roles)"
+        if why:
+            skipped.append({"name": t.name, "reason": why})
+        else:
+            items.append(Item(t.name, p.bucket, p.layer, p.role))
+    return items, skipped
+
+
+GroupKey = tuple  # ("bucket", name) | ("layer", bucket, index) | ("total",)
+
+
+def _groups(item: Item) -> list[GroupKey]:
+    g: list[GroupKey] = [("total",), ("bucket", item.bucket)]
+    if item.layer is not None:
+        g.append(("layer", item.bucket, item.layer))
+    return g
+
+
+def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
+                 progress: Callable[[int], None] | None = None) -> Acc:
+    acc = new_acc(info.dtype)
+    bits = info.dt.bits
+    for chunk in ckpt.iter_chunks(info.name, chunk_bytes):
+        acc.update(chunk)
+        if progress:
+            progress(chunk.size * bits // 8)
+    acc.tensors = 1
+    return acc
+
+
+def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
+              progress: Callable[[int], None] | None = None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+    """Statistics of each item, and partial group accumulators (mergeable across workers)."""
+    rows: list[dict] = []
+    groups: dict[GroupKey, Acc] = {}
+    for it in items:
+        info = ckpt[it.name]
+        acc = tensor_stats(ckpt, info, chunk_bytes, progress)
+        rows.append({"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
+                     "dtype": info.dtype, "shape": list(info.shape), **acc.row()})
+        for key in _groups(it):
+            groups.setdefault(key, Acc()).merge(acc)
+    return rows, groups
+
+
+# Worker processes take contiguous runs of tensors and return their rows plus partial group
+# accumulators. With the fork start method they inherit the open Checkpoint (readers need not be
+# picklable); otherwise each reopens it by path.
+_W: dict = {}
+
+
+def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
+    if _W.get("ckpt") is None:
+        from .formats.registry import open_checkpoint
+
+        _W["ckpt"] = open_checkpoint(path, config)
+    _W["counter"] = counter
+
+
+def _worker_run(task: tuple[list[Item], int]) -> tuple:
+    items, chunk_bytes = task
+    counter = _W["counter"]
+
+    def tick(nbytes: int) -> None:
+        with counter.get_lock():
+            counter.value += nbytes
+
+    try:
+        return ("ok",) + run_items(_W["ckpt"], items, chunk_bytes, tick)
+    except CkptstatError as e:   # the tree's exceptions take extra __init__ args: send them as data
+        return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
+
+
+def _split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
+    """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes."""
+    total = sum(ckpt[i.name].nbytes for i in items) or 1
+    out: list[list[Item]] = [[]]
+    acc = 0
+    for it in items:
+        if out[-1] and acc >= total * len(out) / parts:
+            out.append([])
+        out[-1].append(it)
+        acc += ckpt[it.name].nbytes
+    return out
+
+
+def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
+    from . import errors
+
+    cls = getattr(errors, kind, errors.CkptstatError)
+    if issubclass(cls, errors.CheckpointError):
+        raise cls(path, reason)
+    raise cls(reason)
+
+
+def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: int,
+              progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+    import multiprocessing as mp
+
+    counter = mp.Value("q", 0)
+    tasks = [(part, chunk_bytes) for part in _split(ckpt, items, workers * 4) if part]
+    _W["ckpt"] = ckpt if mp.get_start_method() == "fork" else None
+    try:
+        return _pool_loop(mp, ckpt, items, tasks, workers, counter, progress)
+    finally:
+        _W.clear()
+
+
+def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
+               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+    rows: list[dict] = []
+    groups: dict[GroupKey, Acc] = {}
+    order = {it.name: i for i, it in enumerate(items)}
+    seen = 0
+    with mp.Pool(workers, initializer=_worker_init, initargs=(ckpt.path, ckpt.config_path, counter)) as pool:
+        pending = pool.imap_unordered(_worker_run, tasks)
+        done = 0
+        while done < len(tasks):
+            try:
+                res = pending.next(timeout=0.2)
+            except mp.TimeoutError:
+                res = None
+            if progress:
+                now = counter.value
+                progress(now - seen)
+                seen = now
+            if res is None:
+                continue
+            done += 1
+            if res[0] == "error":
+                _raise_worker_error(*res[1:])
+            rows += res[1]
+            for key, acc in res[2].items():
+                groups.setdefault(key, Acc()).merge(acc)
+    if progress:
+        progress(counter.value - seen)
+    rows.sort(key=lambda r: order[r["name"]])
+    return rows, groups
+
+
+# --- anomalies and the report -----------------------------------------------------------------------------
+
+def anomalies(rows: list[dict]) -> list[dict]:
+    """Flag tensors per ANOMALY_RULE; also records each row's robust z in row['spread_z']."""
+    out: list[dict] = []
+    for r in rows:
+        if r["nan"] or r["inf"]:
+            out.append({"name": r["name"], "kind": "nan_or_inf",
+                        "detail": f"{r['nan']} NaN, {r['posinf']} +Inf, {r['neginf']} -Inf"})
+        if r["count"] and r["zeros"] == r["count"]:
+            out.append({"name": r["name"], "kind": "all_zero", "detail": f"all {r['count']} elements are 0"})
+    peers: dict[tuple[str, str], list[dict]] = {}
+    for r in rows:
+        r["spread_z"] = None
+        if r["role"] == "parameter" and r["std"]:
+            peers.setdefault((r["bucket"], "vector" if len(r["shape"]) <= 1 else "matrix"), []).append(r)
+    for (bucket, kind), group in peers.items():
+        if len(group) < MIN_PEERS:
+            continue
+        logs = np.log10([r["std"] for r in group])
+        med = float(np.median(logs))
+        scale = max(1.4826 * float(np.median(np.abs(logs - med))), MAD_FLOOR)
+        for r, v in zip(group, logs):
+            z = (float(v) - med) / scale
+            r["spread_z"] = z
+            if abs(z) > Z_LIMIT:
+                out.append({"name": r["name"], "kind": "spread_outlier",
+                            "detail": f"std {r['std']:.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
+                                      f"{kind}s (robust z {z:+.1f})"})
+    return out
+
+
+@dataclass
+class StatsRun:
+    report: dict
+    bucket_acc: dict[str, Acc]
+
+
+def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] = (), all_roles: bool = False,
+            chunk_bytes: int = DEFAULT_STATS_CHUNK, workers: int = 1, progress: bool = False) -> StatsRun:
+    """Read every selected tensor once and build the stats report (schema ckptstat.stats/1)."""
+    if chunk_bytes < 1:
+        raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
+    if workers < 0:
+        raise UsageError(f"--workers must be >= 0, got {workers}")
+    workers = workers or (os.cpu_count() or 1)
+    items, skipped = select(ckpt, pattern, buckets, all_roles)
+    total_bytes = sum(ckpt[i.name].nbytes for i in items)
+    t0 = time.perf_counter()
+    bar = _progress_bar(total_bytes) if progress else None
+    tick = bar[1] if bar else None
+    try:
+        if workers > 1 and len(items) > 1:
+            rows, groups = _run_pool(ckpt, items, chunk_bytes, min(workers, len(items)), tick)
+        else:
+            rows, groups = run_items(ckpt, items, chunk_bytes, tick)
+    finally:
+        if bar:
+            bar[0].stop()
+    elapsed = time.perf_counter() - t0
+    flags = anomalies(rows)
+    flagged: dict[str, list[str]] = {}
+    for f in flags:
+        flagged.setdefault(f["name"], []).append(f["kind"])
+    for r in rows:
+        r["flags"] = flagged.get(r["name"], [])
+
+    def grow(acc: Acc) -> dict:
+        return {"tensors": acc.tensors, **acc.row()}
+
+    bucket_acc = {k[1]: a for k, a in groups.items() if k[0] == "bucket"}
+    report = {
+        "schema": STATS_SCHEMA,
+        "path": ckpt.path,
+        "format": ckpt.format,
+        "selection": {"filter": pattern, "buckets": list(buckets), "roles": "all" if all_roles else "parameter"},
+        "chunk_bytes": chunk_bytes,
+        "workers": workers,
+        "bytes_read": total_bytes,
+        "seconds": elapsed,
+        "conventions": {
+            "std": "population standard deviation (ddof=0) over finite values; mean, min, max, mean_abs, "
+                   "l2 and quantiles also over finite values; zero_fraction over all elements",
+            "moments": "float64 accumulators, chunks merged with Chan et al.'s parallel update",
+            "quantiles": QUANTILE_RULE,
+            "anomalies": ANOMALY_RULE,
+            "aliases": "a tied weight stored under two names is read once, under its first name",
+        },
+        "quantile_levels": list(QUANTILES),
+        "total": grow(groups[("total",)]) if ("total",) in groups else None,
+        "buckets": [{"bucket": b, **grow(bucket_acc[b])} for b in BUCKETS if b in bucket_acc],
+        "layers": [{"bucket": k[1], "layer": k[2], **grow(a)}
+                   for k, a in sorted((k, a) for k, a in groups.items() if k[0] == "layer")],
+        "tensors": rows,
+        "anomalies": flags,
+        "skipped": skipped,
+    }
+    return StatsRun(report, bucket_acc)
+
+
+def stats(ckpt: Checkpoint, **kw) -> dict:
+    """The stats report of an open Checkpoint (see `collect` for the options)."""
+    return collect(ckpt, **kw).report
+
+
+def _progress_bar(total: int):  # noqa: ANN202
+    from rich.console import Console
+    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
+                               TransferSpeedColumn)
+
+    prog = Progress(TextColumn("reading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
+    task = prog.add_task("read", total=total)
+    prog.start()
+    return prog, lambda n: prog.advance(task, n)
+
+
+# --- CSV ------------------------------------------------------------------------------------------------
+
+CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "count", "finite", "min", "max",
+              "mean", "std", "mean_abs", "l2", "zeros", "zero_fraction", "nan", "posinf", "neginf",
+              *(_qkey(p) for p in QUANTILES), "quantiles_exact", "flags"]
+
+
+def to_csv(report: dict) -> str:
+    """One table: a row per tensor, layer, bucket and the total, told apart by `level`."""
+    import csv
+    import io
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+
+    def emit(level: str, name: str, r: dict) -> None:
+        row = {k: r.get(k) for k in CSV_FIELDS if k in r}
+        row.update({k: v for k, v in r["quantiles"].items()})
+        row["level"], row["name"] = level, name
+        if "shape" in r:
+            row["shape"] = "x".join(map(str, r["shape"]))
+        row["flags"] = ";".join(r.get("flags", []))
+        w.writerow({k: "" if row.get(k) is None else row.get(k) for k in CSV_FIELDS})
+
+    for r in report["tensors"]:
+        emit("tensor", r["name"], r)
+    for r in report["layers"]:
+        emit("layer", f"{r['bucket']}.{r['layer']}", r)
+    for r in report["buckets"]:
+        emit("bucket", r["bucket"], r)
+    if report["total"]:
+        emit("total", "total", report["total"])
+    return buf.getvalue()

@@ -1,0 +1,98 @@
+"""Rich tables for the stats report (schema ckptstat.stats/1). Names from files go through `safe`."""
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .render import _table, human, human_bytes, safe
+
+
+MAX_ANOMALIES = 25
+
+
+def _g(v: float | None) -> str:
+    """At most 7 characters, so that 7 numbers and a label fit in 80 columns."""
+    if v is None:
+        return "-"
+    for spec in (".3g", ".2g", ".1e", ".0e"):
+        s = f"{v:{spec}}".replace("e-0", "e-").replace("e+0", "e+")
+        if len(s) <= 7:
+            return s
+    return s
+
+
+def _tbl(title: str, *columns: str) -> Table:
+    t = _table(title, *columns)
+    t.padding = (0, 0, 0, 1)   # one space between columns
+    return t
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{100 * v:.2f}%"
+
+
+def _qcols(r: dict, keys: list[str]) -> list[str]:
+    return [_g(r["quantiles"].get(k)) for k in keys]
+
+
+def render_stats(r: dict, console: Console, show_layers: bool = False, show_tensors: bool = False) -> None:
+    head = Text("checkpoint ").append_text(safe(r["path"])).append(f"  [{r['format']}]\n")
+    sel = r["selection"]
+    what = f"{len(r['tensors'])} tensors ({sel['roles']} roles"
+    if sel["filter"]:
+        what += ", filter "
+    head.append(what)
+    if sel["filter"]:
+        head.append_text(safe(sel["filter"]))
+    if sel["buckets"]:
+        head.append(", buckets " + ", ".join(sel["buckets"]))
+    rate = r["bytes_read"] / r["seconds"] if r["seconds"] > 0 else 0.0
+    head.append(f"), {human_bytes(r['bytes_read'])} read in {r['seconds']:.2f} s ({human_bytes(rate)}/s)")
+    if r["skipped"]:
+        head.append(f"; {len(r['skipped'])} skipped (aliases, buffers, strings: see --json)")
+    console.print(head)
+    if not r["tensors"]:
+        console.print("nothing selected")
+        return
+
+    rows = r["buckets"] + ([{"bucket": "total", **r["total"]}] if r["total"] and len(r["buckets"]) > 1 else [])
+    t = _tbl("Weights by bucket (finite values; std is population std)", "bucket", "tensors", "elements",
+               "mean", "std", "min", "max", "zeros")
+    for b in rows:
+        t.add_row(b["bucket"], str(b["tensors"]), human(b["count"]), _g(b["mean"]), _g(b["std"]), _g(b["min"]),
+                  _g(b["max"]), _pct(b["zero_fraction"]))
+    console.print(t)
+
+    keys = [f"p{100 * p:g}" for p in r["quantile_levels"]]
+    t = _tbl("Quantiles by bucket (* exact; others within 2^-8 relative)", "bucket", *keys)
+    for b in rows:
+        t.add_row(b["bucket"] + ("*" if b["quantiles_exact"] else ""), *_qcols(b, keys))
+    console.print(t)
+
+    if show_layers and r["layers"]:
+        t = _tbl("By layer", "layer", "mean", "std", "mean |x|", "p1", "p50", "p99", "max |x|")
+        for row in r["layers"]:
+            amax = max(abs(row["min"]), abs(row["max"])) if row["min"] is not None else None
+            t.add_row(f"{row['bucket']}.{row['layer']}", _g(row["mean"]), _g(row["std"]), _g(row["mean_abs"]),
+                      *_qcols(row, ["p1", "p50", "p99"]), _g(amax))
+        console.print(t)
+
+    if show_tensors:
+        t = _tbl("By tensor", "name", "dtype", "std", "min", "max", "zeros", "flags")
+        for row in r["tensors"]:
+            t.add_row(safe(row["name"]), row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
+                      _pct(row["zero_fraction"]), ",".join(row["flags"]))
+        console.print(t)
+
+    if r["anomalies"]:
+        t = _tbl(f"{len(r['anomalies'])} anomalies", "tensor", "kind", "detail")
+        for a in r["anomalies"][:MAX_ANOMALIES]:
+            t.add_row(safe(a["name"]), a["kind"], a["detail"])
+        if len(r["anomalies"]) > MAX_ANOMALIES:
+            t.add_row(f"... {len(r['anomalies']) - MAX_ANOMALIES} more (see --json or --csv)", "", "")
+        console.print(t, style="yellow")
+    else:
+        console.print(Text("anomalies    none (NaN/Inf, all-zero, spread outliers; rule in --json)", style="dim"))
+    console.print(Text("quantiles    numpy 'linear' definition; exact for f16/bf16/fp8/small ints, else each order "
+                       "statistic within 2^-8 relative (bfloat16 bins)", style="dim"))
