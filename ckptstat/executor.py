@@ -10,7 +10,7 @@ import sys
 import time
 import warnings
 
-from .errors import MissingDependencyError, UsageError
+from .errors import CkptstatError, MissingDependencyError, UsageError
 from .formats.registry import open_checkpoint
 from .tensor import Checkpoint
 
@@ -98,14 +98,19 @@ def _inputs(model, batch: int, seq: int, device: str):
     return kwargs
 
 
-def _analytic(ckpt: Checkpoint, batch: int, seq: int) -> dict | None:
-    try:
-        from .arch.flops import run as flops_run
-        from .arch.model import from_checkpoint
-    except ImportError:
-        return None
-    totals = flops_run(from_checkpoint(ckpt), batch, seq)["totals"]
-    return {"matmul_flops": totals["flops"], "macs": totals["macs"]}
+def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
+    """ckptstat's own figures for the same run: matmul FLOPs, and memory = weights in the run's dtype
+    + KV cache + inference activations (ckptstat memory's rules)."""
+    from .arch.flops import run as flops_run
+    from .arch.memory import report as memory_report
+    from .arch.model import from_checkpoint
+
+    model = from_checkpoint(ckpt)
+    totals = flops_run(model, batch, seq)["totals"]
+    lines = memory_report(model, batch, seq)["lines"]
+    mem = sum(ln["bytes"] for ln in lines if (ln["group"] == "weights what-if" and ln["item"] == DTYPES[dtype])
+              or ln["group"] in ("kv cache", "activations (inference)"))
+    return {"matmul_flops": totals["flops"], "macs": totals["macs"], "memory_bytes": mem}
 
 
 def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: str = "fp32", attn: str = "eager",
@@ -164,11 +169,18 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: st
     finite = bool(torch.isfinite(logits.float()).all())
     median = statistics.median(times)
     measured = int(counter.get_total_flops())
-    analytic = _analytic(ckpt, batch, seq)
+    try:
+        analytic = _analytic(ckpt, batch, seq, dtype)
+    except CkptstatError as e:  # a family without analytic rules still runs; the comparison is n/a
+        analytic = {"matmul_flops": None, "macs": None, "memory_bytes": None}
+        notes.append(f"no analytic figures: {e}")
     peak = ({"kind": "CUDA allocator peak (torch.cuda.max_memory_allocated)", "bytes": torch.cuda.max_memory_allocated()}
             if cuda else {"kind": "process peak RSS (getrusage ru_maxrss)",
                           "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024),
                           "bytes_before_timed_runs": rss_before * (1 if sys.platform == "darwin" else 1024)})
+    peak["analytic_bytes"] = analytic["memory_bytes"]
+    peak["analytic_rule"] = ("weights in the run's dtype + KV cache + inference activations (ckptstat memory)"
+                             + ("" if cuda else "; RSS also holds the Python and torch runtime"))
     result = {
         "schema": RUN_SCHEMA,
         "path": ckpt.path,
@@ -185,8 +197,8 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: st
         "flops": {
             "measured": measured,
             "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls; 2 FLOPs per multiply-add)",
-            "analytic": analytic["matmul_flops"] if analytic else None,
-            "difference": (measured - analytic["matmul_flops"]) / analytic["matmul_flops"] if analytic and analytic["matmul_flops"] else None,
+            "analytic": analytic["matmul_flops"],
+            "difference": (measured - analytic["matmul_flops"]) / analytic["matmul_flops"] if analytic["matmul_flops"] else None,
             "achieved_flop_per_s": measured / median,
         },
         "outputs_finite": finite,
