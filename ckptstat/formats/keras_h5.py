@@ -19,9 +19,10 @@ from __future__ import annotations
 import math
 import os
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
+if TYPE_CHECKING:  # numpy loads only when values are read
+    import numpy as np
 
 from ..errors import CorruptCheckpointError, MissingDependencyError
 from ..tensor import Checkpoint, TensorInfo, read_flat_file
@@ -46,6 +47,8 @@ def _h5py():
 
 
 def _strings(values: Any) -> list[str]:
+    import numpy as np
+
     arr = np.atleast_1d(np.asarray(values))
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.tolist()]
 
@@ -175,6 +178,8 @@ def read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
     compressed ones through h5py, reading only the rows of axis 0 that the range covers."""
     if info.offset is not None:
         return read_flat_file(info, start, count)
+    import numpy as np
+
     h5py = _h5py()
     from .. import dtypes
 

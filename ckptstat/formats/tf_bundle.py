@@ -18,14 +18,14 @@ import os
 import re
 import struct
 from dataclasses import dataclass, replace
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-import numpy as np
+if TYPE_CHECKING:  # numpy and crc32c load only when values are read or verified
+    import numpy as np
 
 from .. import dtypes
 from ..errors import CorruptCheckpointError, FileNotFound
 from ..tensor import Checkpoint, TensorInfo, read_bytes
-from . import crc32c as _crc
 from .registry import _FILE_HOOKS, Format, Probe, register
 
 MAGIC = 0xDB4775248B80FB57
@@ -186,6 +186,8 @@ def _block(data: bytes, offset: int, size: int, what: str, verify: bool) -> byte
     if ctype != 0:
         raise _Bad(f"{what} block is compressed (type {ctype}); TF bundles are written uncompressed")
     if verify:
+        from . import crc32c as _crc
+
         (stored,) = struct.unpack_from("<I", data, offset + size + 1)
         actual = _crc.mask(_crc.crc32c(data[offset:offset + size + 1]))
         if stored != actual:
@@ -476,6 +478,8 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
     parts = info.extra.get("partitions")
     if not isinstance(parts, list):
         raise ValueError(f"{info.name}: not a partitioned variable")
+    import numpy as np
+
     full = np.empty(info.shape, dtype=np.dtype(info.dt.decoded or "V1"))
     for p in parts:
         ext = p["extent"]
@@ -506,6 +510,8 @@ def tie_notes(names) -> list[str]:
 def verify(ckpt: Checkpoint, chunk_bytes: int = VERIFY_CHUNK) -> list[str]:
     """Check the index blocks' and every tensor's masked crc32c; raise CorruptCheckpointError on a
     mismatch. Tensor bytes are streamed in chunks."""
+    from . import crc32c as _crc
+
     index = ckpt.files[0]
     try:
         read_table(index, verify=True)

@@ -21,9 +21,10 @@ import struct
 import zipfile
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
-from typing import IO, Any, Callable, Iterator
+from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 
-import numpy as np
+if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-only path
+    import numpy as np
 
 from .. import dtypes
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UnsafeCheckpointError
@@ -529,6 +530,8 @@ class _ZipStreamReader:
             return dtypes.decode(raw, info.dtype, count, info.byteorder)
         span = n // itemsize
         flat = dtypes.decode(raw, info.dtype, span, info.byteorder)
+        import numpy as np
+
         view = np.lib.stride_tricks.as_strided(flat, info.shape, tuple(s * flat.dtype.itemsize for s in info.stride))
         return np.ascontiguousarray(view).reshape(-1)[start: start + count]
 
