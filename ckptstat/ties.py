@@ -15,8 +15,8 @@ import hashlib
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Iterable
 
+from .classify import normalize, structural_ties
 from .report import aliases, placements
 from .tensor import Checkpoint
 
@@ -110,27 +110,13 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
                     add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
             elif alias not in ties and tensors[alias].shape == tensors[name].shape:
                 add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))
-    for absent, target in structural_ties(tensors):
+    for absent, target, _ in structural_ties(tensors):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     if deep:
         for a, b in identical_tensors(ckpt, chunk_bytes):
             if a not in ties and b not in ties:
                 add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
     return list(ties.values())
-
-
-def structural_ties(names: Iterable[str]) -> list[tuple[str, str]]:
-    """TF1 google-research BERT: an MLM head with `cls/predictions/output_bias` and no output weights
-    reuses `bert/embeddings/word_embeddings` (FORMATS.md section 4)."""
-    names = set(names)
-    out = []
-    for n in names:
-        if n.endswith("cls/predictions/output_bias"):
-            outer = n[: -len("cls/predictions/output_bias")]
-            emb = outer + "bert/embeddings/word_embeddings"
-            if emb in names and outer + "cls/predictions/output_weights" not in names:
-                out.append((outer + "cls/predictions/output_weights", emb))
-    return out
 
 
 def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tuple[str, str]]:
@@ -174,7 +160,11 @@ def _torchinfo_total(params: dict[str, int], identity: dict[str, str], recursive
     a second time is '(recursive)' and skipped (torchinfo/layer_info.py leftover_params and
     get_children_layers, which returns all descendants; model_statistics.py). So a weight tied across
     two modules counts twice, while BERT's decoder bias, a child's parameter that is also its parent's,
-    counts once."""
+    counts once. TF names are normalised (`/` -> `.`) so that their scopes act as modules."""
+    norm = {n: normalize(n) for n in params}
+    identity = {norm[n]: norm.get(identity[n], normalize(identity[n])) for n in params}
+    params = {norm[n]: v for n, v in params.items()}
+    recursive = {normalize(m) for m in recursive}
     modules = {""}
     for name in params:
         path = name.rpartition(".")[0]
