@@ -13,12 +13,14 @@ dtype, offset, shape and stride. Anything else is refused by name; nothing from 
 from __future__ import annotations
 
 import io
+import lzma
 import math
 import os
 import pickle
 import pickletools
 import struct
 import zipfile
+import zlib
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import IO, Any, Callable, Iterator
@@ -787,8 +789,13 @@ def scan(path: str | os.PathLike[str]) -> dict:
         raise
     except _Refused as e:
         raise CorruptCheckpointError(path, str(e)) from None
-    except (ValueError, EOFError, struct.error, zipfile.BadZipFile, UnicodeDecodeError, OverflowError, KeyError) as e:
-        raise CorruptCheckpointError(path, f"malformed pickle ({type(e).__name__}: {e})") from None
+    except (ValueError, EOFError, struct.error, zipfile.BadZipFile, UnicodeDecodeError, OverflowError, KeyError,
+            RuntimeError, zlib.error, lzma.LZMAError) as e:
+        raise CorruptCheckpointError(path, f"malformed pickle or zip ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        if e.errno is None:    # a decoder's error (bz2 "Invalid data stream"), not the OS's
+            raise CorruptCheckpointError(path, f"malformed zip ({e})") from None
+        raise CheckpointError(path, e.strerror or str(e)) from None
     every: Counter = Counter()
     for s in scans:
         every.update(s.globals)
