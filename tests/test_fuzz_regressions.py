@@ -166,3 +166,19 @@ def test_decoder_oserror_is_corrupt(tmp_path):
         open_checkpoint(p)
     with pytest.raises(CorruptCheckpointError):
         tr.scan(str(p))
+
+
+def test_central_directory_offset_too_big(tmp_path):
+    """Escaped (unhelpful message): an end record whose central-directory offset is too big makes
+    zipfile compute negative local-header offsets; reading the small `byteorder` record then seeked
+    before the start of the file and ckptstat said only 'Invalid argument' (OSError EINVAL)."""
+    data = bytearray(open(fixture("torch", "my_weights.v2.pth"), "rb").read())
+    eocd64 = data.rfind(b"PK\x06\x06")           # torch writes zip64 end records: offset at +48
+    (offset,) = struct.unpack_from("<Q", data, eocd64 + 48)
+    struct.pack_into("<Q", data, eocd64 + 48, offset + 100_000)
+    p = tmp_path / "cd.pt"
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="local header offset before the file's start"):
+        open_checkpoint(p)
+    with pytest.raises(CorruptCheckpointError):
+        tr.scan(str(p))

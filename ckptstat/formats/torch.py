@@ -504,9 +504,21 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # 30 bytes (PKWARE APPNOTE 4.3.7)
 
 
+class _CheckedZipFile(zipfile.ZipFile):
+    """zipfile trusts the end record's central-directory offset: too big a value makes every member's
+    local-header offset negative (APPNOTE 4.3.16 arithmetic in zipfile._RealGetContents), and opening
+    a member then seeks before the file's start (OSError EINVAL). Refuse such members by name."""
+
+    def open(self, name, mode="r", pwd=None, *, force_zip64=False):  # type: ignore[no-untyped-def,override]
+        info = name if isinstance(name, zipfile.ZipInfo) else self.getinfo(name)
+        if info.header_offset < 0:
+            raise zipfile.BadZipFile(f"member {info.filename!r} has a local header offset before the file's start")
+        return super().open(name, mode, pwd, force_zip64=force_zip64)
+
+
 def _zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(f)
+        return _CheckedZipFile(f)
     except zipfile.BadZipFile as e:
         raise CorruptCheckpointError(path, f"damaged or truncated zip ({e})") from None
 

@@ -11,6 +11,11 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
         terminalreporter.section("ckptstat fuzz: cases and errors per format")
         for line in lines:
             terminalreporter.write_line(line)
+        if config.getoption("verbose") > 0:
+            for fmt, t in sorted(fuzzlib.TALLY.items()):
+                for outcome, message in sorted(t.examples.items()):
+                    if message:
+                        terminalreporter.write_line(f"  {fmt} {outcome}: {message[:160]}")
         hits = sum(t.budget_hits for t in fuzzlib.TALLY.values())
         terminalreporter.write_line(f"seed fixed (derandomize); examples per test: "
                                     f"{fuzzlib.EXAMPLES or 'default'} (CKPTSTAT_FUZZ_EXAMPLES); "

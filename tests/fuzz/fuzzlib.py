@@ -50,6 +50,7 @@ class Tally:
     total_seconds: float = 0.0
     max_peak: int = 0
     budget_hits: int = 0
+    examples: dict = field(default_factory=dict)   # outcome -> the first message seen
 
 
 TALLY: dict[str, Tally] = defaultdict(Tally)
@@ -116,6 +117,7 @@ def check(fmt: str, path: str, action: str = "open", chunk: int = 256) -> dict:
     t = TALLY[fmt]
     t.cases += 1
     t.outcomes[reply["outcome"]] += 1
+    t.examples.setdefault(reply["outcome"], reply["message"])
     t.max_seconds = max(t.max_seconds, reply["seconds"])
     t.total_seconds += reply["seconds"]
     t.max_peak = max(t.max_peak, reply["peak"])
