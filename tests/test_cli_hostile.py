@@ -163,3 +163,46 @@ def test_scan_names_from_files_are_escaped(cli, tmp_path):
     rc, out, _ = cli("scan", str(p))
     assert rc == 0 and "\x1b" not in out and "UNSAFE" in out and "\\x1b[31mred" in out
     shutil.rmtree(tmp_path, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------- scan
+SCAN_CASES = {
+    # GLOBAL opcode, protocol 2
+    "builtins.eval": (b"\x80\x02cbuiltins\neval\nX\x0a\x00\x00\x00__import__\x85R.", ["builtins.eval"]),
+    # STACK_GLOBAL with both names memoized, then fetched back through BINGET for a second lookup
+    "os.system via memo": (b"\x80\x04\x8c\x02os\x94\x8c\x06system\x94\x93\x94h\x00h\x01\x93\x85R.", ["os.system"]),
+    # STACK_GLOBAL over a value scan cannot follow (DUP): reported unresolved, hence unsafe
+    "unresolved": (b"\x80\x04\x8c\x02os\x8c\x06system2\x93.", ["<unresolved STACK_GLOBAL>"]),
+    # an allowed rebuild function next to a forbidden one, nested in a dict
+    "nested": (b"\x80\x02}(X\x01\x00\x00\x00actorch._utils\n_rebuild_tensor_v2\nX\x01\x00\x00\x00bcposix\nsystem\nu.",
+               ["posix.system"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(SCAN_CASES))
+def test_scan_names_hostile_globals_and_runs_nothing(cli, tmp_path, case):
+    pkl, unsafe = SCAN_CASES[case]
+    for name, blob in (("evil.pt", None), ("evil.pkl", pkl)):
+        p = tmp_path / name
+        if blob is None:
+            with zipfile.ZipFile(p, "w") as z:
+                z.writestr("archive/data.pkl", pkl)
+        else:
+            p.write_bytes(blob)
+        before = sorted(os.listdir(tmp_path))
+        rc, out, err = cli("scan", str(p), "--json")
+        r = json.loads(out)
+        assert rc == 0 and r["unsafe_globals"] == unsafe and r["would_run_code"], (case, r)
+        if name == "evil.pt":   # opening it refuses the global by name; nothing ran
+            rc, out, err = cli(str(p))
+            assert rc == 1 and err.count("\n") == 1 and ("outside torch's weights_only allowlist" in err or "malformed" in err), err
+        assert sorted(os.listdir(tmp_path)) == before
+
+
+@pytest.mark.parametrize("blob", [b"\x80\x02(X\x01\x00\x00", b"\x80\x02\xff\xfe", b"\x80" + b"\x00" * 40, b"\x80\x02]" * 3])
+def test_scan_of_truncated_or_garbage_pickles(cli, tmp_path, blob):
+    p = tmp_path / "bad.pkl"
+    p.write_bytes(blob)
+    rc, out, err = cli("scan", str(p))
+    assert rc == 1 and out == "" and err.count("\n") == 1 and "Traceback" not in err
+    assert "malformed pickle" in err and "bad.pkl" in err, err

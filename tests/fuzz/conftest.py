@@ -2,7 +2,7 @@
 whether or not -s was given, and stops the worker process."""
 from __future__ import annotations
 
-import fuzzlib
+from . import fuzzlib
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: ignore[no-untyped-def]

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickle
 import pickletools
 import struct
 import warnings
@@ -23,7 +22,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptstat.formats import tf_bundle as tfb
-from fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, u64
+from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, u64
 
 # ================================================================================== safetensors
 ST_FIXTURES = ["dtypes.safetensors", "bert-tiny/model.safetensors"]
@@ -69,7 +68,7 @@ def st_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     return what, Blob(u64(length) + raw + body)
 
 
-@fuzz_settings(300)
+@fuzz_settings(500)
 @given(st.data())
 def test_fuzz_safetensors(data):
     fixture = data.draw(st.sampled_from(ST_FIXTURES))
@@ -83,7 +82,7 @@ def test_fuzz_safetensors(data):
         check("safetensors", c.write("model.safetensors", raw))
 
 
-@fuzz_settings(60)
+@fuzz_settings(100)
 @given(st.data())
 def test_fuzz_sharded_index(data):
     folder = os.path.join(FIX, "llama-tiny-sharded")
@@ -230,7 +229,7 @@ def zip_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     return what, Blob(buf.getvalue())
 
 
-@fuzz_settings(300)
+@fuzz_settings(500)
 @given(st.data())
 def test_fuzz_torch_zip(data):
     base = read("torch", data.draw(st.sampled_from(ZIP_FIXTURES)))
@@ -264,7 +263,7 @@ def legacy_layout(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
     return cuts, fields_
 
 
-@fuzz_settings(120)
+@fuzz_settings(250)
 @given(st.data())
 def test_fuzz_torch_legacy(data):
     base = read("torch", "dtypes-legacy.pt")
@@ -379,7 +378,7 @@ def tf_entry_mutation(draw: st.DrawFn, entries: list[tuple[bytes, bytes]]) -> li
     return entries
 
 
-@fuzz_settings(250)
+@fuzz_settings(400)
 @given(st.data())
 def test_fuzz_tf_bundle(data):
     name = data.draw(st.sampled_from(sorted(TF_FIXTURES)))
@@ -421,7 +420,7 @@ def chunked_h5() -> bytes:
         return f.read()
 
 
-@fuzz_settings(250)
+@fuzz_settings(400)
 @given(st.data())
 def test_fuzz_h5(data):
     choice = data.draw(st.integers(0, len(H5_FIXTURES)))
@@ -453,8 +452,8 @@ def test_unmutated_fixtures_pass_the_contract():
 
 
 def test_hostile_pickles_are_data_only():
-    """Every hand-made hostile pickle either parses against the allowlist or is refused; pickle.loads
-    is never reached (checked: the os.system one would create a file in the case folder)."""
+    """Every hand-made hostile pickle is read as data or refused, within the bounds, and nothing runs
+    (the worker checks that the case's folder is unchanged)."""
     for blob in HOSTILE_PICKLES:
         buf = io.BytesIO()
         with zipfile.ZipFile(buf, "w") as z:
@@ -463,4 +462,3 @@ def test_hostile_pickles_are_data_only():
             path = c.write("evil.pt", buf.getvalue())
             check("torch-zip (hostile pickles)", path)
             check("torch-scan", path, action="scan")
-    assert pickle  # the stdlib module is only used to build fixtures in other tests
