@@ -28,7 +28,7 @@ LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, nu
                  torch_dtype="float16", tie_word_embeddings=False)
 
 
-def build(folder: str) -> int:
+def build(folder: str, dtype: str = "F16") -> int:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -45,7 +45,7 @@ def build(folder: str) -> int:
         header, offset = {"__metadata__": {"format": "pt"}}, 0
         for n in part:
             size = math.prod(shapes[n]) * 2
-            header[n] = {"dtype": "F16", "shape": shapes[n], "data_offsets": [offset, offset + size]}
+            header[n] = {"dtype": dtype, "shape": shapes[n], "data_offsets": [offset, offset + size]}
             offset += size
             weight_map[n] = fname
         raw = json.dumps(header).encode()

@@ -337,9 +337,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         command.main(args=args, prog_name="ckptstat", standalone_mode=False)
     except CkptstatError as e:
+        from .render import inert   # messages quote names from files: print them inert
+
         if debug:
             traceback.print_exc()
-        print(f"ckptstat: error: {e}", file=sys.stderr)
+        print(f"ckptstat: error: {inert(e)}", file=sys.stderr)
         return e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -354,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the error boundary: never a traceback without --debug
         if debug:
             traceback.print_exc()
-        print(f"ckptstat: internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)", file=sys.stderr)
+        from .render import inert
+
+        print(f"ckptstat: internal error: {type(e).__name__}: {inert(e)} (rerun with --debug for a traceback)", file=sys.stderr)
         return 1
     return 0
 

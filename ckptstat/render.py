@@ -11,10 +11,15 @@ from rich.text import Text
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def inert(s: object) -> str:
+    """A file-derived string with its control characters (terminal escapes) shown as \\xNN."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+
+
 def safe(s: object) -> Text:
-    """A file-derived string as inert text: control characters (terminal escapes) shown as \\xNN,
-    and wrapped in Text so rich never reads it as markup."""
-    return Text(_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s)))
+    """A file-derived string as inert text: control characters shown as \\xNN, and wrapped in Text
+    so rich never reads it as markup."""
+    return Text(inert(s))
 
 
 def human(n: float, unit: str = "") -> str:

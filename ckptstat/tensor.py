@@ -133,15 +133,36 @@ class Checkpoint:
     def _reader(self, info: TensorInfo) -> Reader:
         return self.readers.get(info.file, read_flat_file)
 
+    def _read(self, info: TensorInfo, start: int, count: int) -> np.ndarray:
+        """The one place values are read: what a reader trips over in a damaged file (a broken deflate
+        stream, a bad CRC, a file shorter than its header said) becomes a CorruptCheckpointError
+        naming the file and tensor, as open_checkpoint does for headers."""
+        import lzma
+        import struct
+        import zipfile
+        import zlib
+
+        from .errors import CheckpointError, CkptstatError, CorruptCheckpointError
+
+        if info.dt.kind == "str":
+            raise CheckpointError(info.file, f"tensor {info.name!r} holds strings, which have no numeric values")
+        try:
+            return self._reader(info)(info, start, count)
+        except CkptstatError:
+            raise
+        except (OSError, ValueError, struct.error, EOFError, KeyError, IndexError, OverflowError, TypeError,
+                RuntimeError, zlib.error, lzma.LZMAError, zipfile.BadZipFile) as e:
+            raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: cannot read its values "
+                                                    f"({type(e).__name__}: {e})") from None
+
     def read(self, name: str) -> np.ndarray:
         """The whole tensor, decoded (bf16 and fp8 widen to float32). For big tensors use iter_chunks."""
         info = self.tensors[name]
-        return self._reader(info)(info, 0, info.numel).reshape(info.shape)
+        return self._read(info, 0, info.numel).reshape(info.shape)
 
     def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[np.ndarray]:
         """The tensor's values in C order, as flat arrays of about chunk_bytes stored bytes each."""
         info = self.tensors[name]
         step = max(8, (chunk_bytes * 8 // max(info.dt.bits, 1)) // 8 * 8)
-        reader = self._reader(info)
         for start in range(0, info.numel, step):
-            yield reader(info, start, min(step, info.numel - start))
+            yield self._read(info, start, min(step, info.numel - start))

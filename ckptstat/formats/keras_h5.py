@@ -135,7 +135,21 @@ def _walk(group: Any) -> list[tuple[str, Any]]:
     return out
 
 
+# What h5py raises on a damaged file: HDF5's errors map to OSError (and its subclasses), KeyError,
+# ValueError, RuntimeError ("bad local heap signature"...), TypeError; numpy adds its own ValueError.
+_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, UnicodeDecodeError, OverflowError)
+
+
 def open_h5(path: str) -> Checkpoint:
+    try:
+        return _open_h5(path)
+    except CorruptCheckpointError:
+        raise
+    except _H5_ERRORS as e:
+        raise CorruptCheckpointError(path, f"damaged HDF5 file ({type(e).__name__}: {e})") from None
+
+
+def _open_h5(path: str) -> Checkpoint:
     h5py = _h5py()
     size = os.path.getsize(path)
     try:
@@ -173,11 +187,42 @@ def open_h5(path: str) -> Checkpoint:
     return ckpt
 
 
+def _hyperslab(dset: Any, prefix: tuple, shape: tuple[int, ...], start: int, count: int) -> list[np.ndarray]:
+    """Elements [start, start + count) of the C-order flattening of dset[prefix], as at most
+    2 x rank + 1 hyperslab reads that select exactly those elements (never a whole row more: a
+    chunked dataset's rows can be far bigger than the chunk asked for)."""
+    import numpy as np
+
+    if len(shape) == 1:
+        return [np.asarray(dset[prefix + (slice(start, start + count),)]).reshape(-1)]
+    row = math.prod(shape[1:])
+    out, pos, end = [], start, start + count
+    while pos < end:
+        r, off = divmod(pos, row)
+        if off == 0 and end - pos >= row:
+            n = (end - pos) // row
+            out.append(np.asarray(dset[prefix + (slice(r, r + n),)]).reshape(-1))
+            pos += n * row
+        else:
+            take = min(row - off, end - pos)
+            out += _hyperslab(dset, prefix + (r,), shape[1:], off, take)
+            pos += take
+    return out
+
+
 def read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
     """Elements [start, start + count): contiguous datasets straight from the file; chunked and
-    compressed ones through h5py, reading only the rows of axis 0 that the range covers."""
+    compressed ones through h5py, selecting exactly those elements."""
     if info.offset is not None:
         return read_flat_file(info, start, count)
+    try:
+        return _read_h5(info, start, count)
+    except _H5_ERRORS as e:
+        raise CorruptCheckpointError(info.file, f"dataset {info.extra.get('h5_path')}: cannot read its values "
+                                                f"({type(e).__name__}: {e})") from None
+
+
+def _read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
     import numpy as np
 
     h5py = _h5py()
@@ -185,12 +230,13 @@ def read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
 
     with h5py.File(info.file, "r") as f:
         dset = f[str(info.extra["h5_path"])]
+        if tuple(dset.shape) != info.shape:
+            raise CorruptCheckpointError(info.file, f"dataset {dset.name} changed shape since it was opened")
         if not info.shape:
             values = np.asarray(dset[()]).reshape(-1)
         else:
-            row = max(1, math.prod(info.shape[1:]))
-            r0, r1 = start // row, -(-(start + count) // row)
-            values = np.asarray(dset[r0:r1]).reshape(-1)[start - r0 * row:start - r0 * row + count]
+            parts = _hyperslab(dset, (), info.shape, start, count)
+            values = parts[0] if len(parts) == 1 else np.concatenate(parts)
     if info.dtype == "BF16":
         return dtypes.decode(values.view(np.uint8), "BF16", values.size)
     return values.astype(values.dtype.newbyteorder("<")) if values.dtype.byteorder == ">" else values

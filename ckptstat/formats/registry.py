@@ -199,9 +199,13 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     except IsADirectoryError:
         raise CheckpointError(target, "is a folder, not a file") from None
     except OSError as e:
+        if e.errno is None:   # not the OS's: a decoder's (bz2 "Invalid data stream", HDF5 via h5py)
+            raise CorruptCheckpointError(target, f"{type(e).__name__}: {e}") from None
         raise CheckpointError(target, e.strerror or str(e)) from None
     except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OverflowError,
-            RecursionError, MemoryError, zipfile.BadZipFile) as e:
+            RecursionError, MemoryError, RuntimeError, zipfile.BadZipFile) as e:
+        # RuntimeError includes NotImplementedError (zipfile: "zip file version 6.4", unsupported
+        # compression method) and zipfile's "File is encrypted".
         # Pillow's rule: whatever a parser trips over in a hostile file ends here, as one line.
         raise CorruptCheckpointError(target, f"{type(e).__name__}: {e}") from None
     cfg_path = os.fspath(config) if config is not None else find_config(path)

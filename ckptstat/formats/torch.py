@@ -13,12 +13,14 @@ dtype, offset, shape and stride. Anything else is refused by name; nothing from 
 from __future__ import annotations
 
 import io
+import lzma
 import math
 import os
 import pickle
 import pickletools
 import struct
 import zipfile
+import zlib
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
@@ -274,13 +276,47 @@ def _guarded(op: Callable[[Any], None], sized: bool) -> Callable[[Any], None]:
     return run
 
 
+class _Bounded:
+    """A read-only view of a pickle stream that never asks for more than `limit` bytes in all.
+
+    A pickle's lengths (BINUNICODE, BINBYTES8, LONG4, FRAME...) are untrusted, and the file's read(n)
+    allocates n bytes before it reads: without this a 2 KB file claiming a 4 GiB string makes the
+    unpickler (or pickletools, for scan) allocate 4 GiB."""
+
+    def __init__(self, f: IO[bytes], limit: int):
+        self.f, self.left, self.limit = f, max(limit, 0), max(limit, 0)
+
+    def read(self, n: int | None = -1) -> bytes:
+        data = self.f.read(self.left if n is None or n < 0 else min(n, self.left))
+        self.left -= len(data)
+        return data
+
+    def readline(self, limit: int | None = -1) -> bytes:
+        data = self.f.readline(self.left if limit is None or limit < 0 else min(limit, self.left))
+        self.left -= len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.limit - self.left
+
+
+def _remaining(f: IO[bytes]) -> int:
+    """Bytes left in a seekable stream (a file or BytesIO)."""
+    pos = f.tell()
+    end = f.seek(0, os.SEEK_END)
+    f.seek(pos)
+    return end - pos
+
+
 class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
-    """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc)."""
+    """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc).
+    Reads at most `limit` bytes of `file` (default: what is left of it)."""
 
     dispatch = {k: _guarded(f, bytes([k]) in _CONTAINER_OPS) for k, f in pickle._Unpickler.dispatch.items()}  # type: ignore[attr-defined]
 
-    def __init__(self, file: IO[bytes], path: str, record: str, storages: bool = True):
-        super().__init__(file, encoding="utf-8")
+    def __init__(self, file: IO[bytes], path: str, record: str, storages: bool = True, limit: int | None = None):
+        self.stream = _Bounded(file, _remaining(file) if limit is None else limit)
+        super().__init__(self.stream, encoding="utf-8")
         self.path, self.record, self.storages_allowed = path, record, storages
         self.ops = 0
         self.storages: dict[str, StorageRef] = {}
@@ -328,15 +364,26 @@ class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         self.stack.pop()
         self.load_newobj()
 
+    # pickle's BYTEARRAY8 allocates bytearray(length) before reading: check the length first.
+    def load_bytearray8(self) -> None:
+        (n,) = struct.unpack("<Q", self.read(8))
+        if n > self.stream.limit:
+            raise _Refused(f"BYTEARRAY8 of {n:,} bytes in a {self.stream.limit:,}-byte pickle")
+        b = bytearray(n)
+        self.readinto(b)
+        self.append(b)
+
 
 SafeUnpickler.dispatch[pickle.BUILD[0]] = _guarded(SafeUnpickler.load_build, False)
 SafeUnpickler.dispatch[pickle.NEWOBJ[0]] = _guarded(SafeUnpickler.load_newobj, False)
 SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = _guarded(SafeUnpickler.load_newobj_ex, False)
+SafeUnpickler.dispatch[pickle.BYTEARRAY8[0]] = _guarded(SafeUnpickler.load_bytearray8, False)
 
 
-def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True) -> tuple[object, SafeUnpickler]:
-    u = SafeUnpickler(file, path, record, storages)
+def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
+             limit: int | None = None) -> tuple[object, SafeUnpickler]:
     try:
+        u = SafeUnpickler(file, path, record, storages, limit)
         return u.load(), u
     except CheckpointError:
         raise
@@ -458,9 +505,21 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
 _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # 30 bytes (PKWARE APPNOTE 4.3.7)
 
 
+class _CheckedZipFile(zipfile.ZipFile):
+    """zipfile trusts the end record's central-directory offset: too big a value makes every member's
+    local-header offset negative (APPNOTE 4.3.16 arithmetic in zipfile._RealGetContents), and opening
+    a member then seeks before the file's start (OSError EINVAL). Refuse such members by name."""
+
+    def open(self, name, mode="r", pwd=None, *, force_zip64=False):  # type: ignore[no-untyped-def,override]
+        info = name if isinstance(name, zipfile.ZipInfo) else self.getinfo(name)
+        if info.header_offset < 0:
+            raise zipfile.BadZipFile(f"member {info.filename!r} has a local header offset before the file's start")
+        return super().open(name, mode, pwd, force_zip64=force_zip64)
+
+
 def _zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
     try:
-        return zipfile.ZipFile(f)
+        return _CheckedZipFile(f)
     except zipfile.BadZipFile as e:
         raise CorruptCheckpointError(path, f"damaged or truncated zip ({e})") from None
 
@@ -553,7 +612,7 @@ def open_zip(path: str) -> Checkpoint:
             # small pickles (sizes already checked against the file) are read at once: the unpickler
             # makes thousands of tiny reads; a big or compressed one is streamed.
             stream: IO[bytes] = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member  # type: ignore[assignment]
-            obj, u = unpickle(stream, path, prefix + "data.pkl")
+            obj, u = unpickle(stream, path, prefix + "data.pkl", limit=pkl.file_size)
         records: dict[str, StorageRecord] = {}
         compressed = False
         for key in u.storages:
@@ -719,15 +778,15 @@ def _pickle_members(path: str, f: IO[bytes]) -> Iterator[tuple[str, IO[bytes]]]:
             if info.filename.endswith(".pkl"):
                 _data_offset(path, f, info, size)
                 with zf.open(info) as member:
-                    yield info.filename, member  # type: ignore[misc]
+                    yield info.filename, _Bounded(member, info.file_size)  # type: ignore[misc]
         return
     if head[:1] != b"\x80":
         raise UnknownFormatError(path, "holds no pickle (not a torch.save file or a pickle)")
     if _LEGACY_MAGIC_BYTES in head:
         for what in ("magic number", "protocol", "sys_info", "object", "storage keys"):
-            yield f"{what} pickle", f
+            yield f"{what} pickle", _Bounded(f, _remaining(f))
         return
-    yield "pickle", f
+    yield "pickle", _Bounded(f, _remaining(f))
 
 
 def scan(path: str | os.PathLike[str]) -> dict:
@@ -745,8 +804,13 @@ def scan(path: str | os.PathLike[str]) -> dict:
         raise
     except _Refused as e:
         raise CorruptCheckpointError(path, str(e)) from None
-    except (ValueError, EOFError, struct.error, zipfile.BadZipFile, UnicodeDecodeError, OverflowError, KeyError) as e:
-        raise CorruptCheckpointError(path, f"malformed pickle ({type(e).__name__}: {e})") from None
+    except (ValueError, EOFError, struct.error, zipfile.BadZipFile, UnicodeDecodeError, OverflowError, KeyError,
+            RuntimeError, zlib.error, lzma.LZMAError) as e:
+        raise CorruptCheckpointError(path, f"malformed pickle or zip ({type(e).__name__}: {e})") from None
+    except OSError as e:
+        if e.errno is None:    # a decoder's error (bz2 "Invalid data stream"), not the OS's
+            raise CorruptCheckpointError(path, f"malformed zip ({e})") from None
+        raise CheckpointError(path, e.strerror or str(e)) from None
     every: Counter = Counter()
     for s in scans:
         every.update(s.globals)

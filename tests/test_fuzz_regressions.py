@@ -1,0 +1,184 @@
+"""One minimal crafted input per escape the fuzz suite (tests/fuzz) found, each with what escaped.
+Each must fail on the code before its fix and pass after."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import tracemalloc
+import zipfile
+
+import h5py
+import numpy as np
+import pytest
+
+from ckptstat import CheckpointError, CorruptCheckpointError, open_checkpoint
+from ckptstat.formats import torch as tr
+from conftest import fixture
+
+LEGACY_HEAD = b"".join(pickle.dumps(x, protocol=2) for x in (tr.LEGACY_MAGIC, tr.LEGACY_PROTOCOL))
+
+
+def _peak(fn) -> tuple[object, int]:
+    """(fn's result or exception, bytes traced at peak while it ran)."""
+    tracemalloc.start()
+    try:
+        try:
+            result: object = fn()
+        except Exception as e:  # noqa: BLE001
+            result = e
+        return result, tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+
+
+def _legacy_with_huge_string(tmp_path) -> str:
+    # the sys_info pickle: PROTO 2, BINUNICODE claiming 2 GiB, then 3 bytes and the end of the file
+    p = tmp_path / "legacy.pt"
+    p.write_bytes(LEGACY_HEAD + b"\x80\x02X\xff\xff\xff\x7fabc")
+    return str(p)
+
+
+def test_legacy_pickle_length_field_allocates_nothing(tmp_path):
+    """Escaped: the legacy reader unpickled straight from the file, and BufferedReader.read(n) allocates
+    n bytes before reading: a 2 KB file with a BINUNICODE length of 2 GiB made it allocate 2 GiB
+    (a MemoryError under a memory cap, hidden as 'malformed pickle (MemoryError)')."""
+    path = _legacy_with_huge_string(tmp_path)
+    result, peak = _peak(lambda: open_checkpoint(path))
+    assert isinstance(result, CorruptCheckpointError) and "sys_info pickle" in str(result), result
+    assert "MemoryError" not in str(result)
+    assert peak < 16 << 20, f"peak {peak:,} B for a {os.path.getsize(path)}-byte file"
+
+
+def test_scan_pickle_length_field_allocates_nothing(tmp_path):
+    """Escaped: `ckptstat scan` walked the same file with pickletools.genops, which reads a string's
+    claimed length from the file the same way (2 GiB traced for a tiny file)."""
+    path = _legacy_with_huge_string(tmp_path)
+    result, peak = _peak(lambda: tr.scan(path))
+    assert isinstance(result, CorruptCheckpointError), result
+    assert peak < 16 << 20, f"peak {peak:,} B"
+
+
+def test_bytearray8_length_is_checked_before_allocating(tmp_path):
+    """Escaped: pickle's BYTEARRAY8 runs bytearray(length) before reading; a length of 2**40 (under
+    sys.maxsize, so pickle does not refuse it) ended in MemoryError."""
+    p = tmp_path / "ba8.pt"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("archive/data.pkl", b"\x80\x05\x96" + struct.pack("<Q", 1 << 40) + b"x.")
+    with pytest.raises(CorruptCheckpointError, match="BYTEARRAY8 of 1,099,511,627,776 bytes") as e:
+        open_checkpoint(p)
+    assert "MemoryError" not in str(e.value)
+
+
+def test_h5_bad_local_heap_is_corrupt(tmp_path):
+    """Escaped: h5py's RuntimeError ('Unable to synchronously check link existence (bad local heap
+    signature)') came out of open_checkpoint as itself; h5py errors are now converted at the reader."""
+    data = bytearray(open(fixture("keras3", "bf16.weights.h5"), "rb").read())
+    at = data.index(b"HEAP")
+    data[at:at + 4] = b"HEAX"
+    p = tmp_path / "heap.weights.h5"
+    p.write_bytes(bytes(data))
+    with pytest.raises(Exception) as raw:      # what h5py itself says about this file
+        with h5py.File(p, "r") as f:
+            list(f.keys())
+    assert not isinstance(raw.value, CheckpointError)
+    with pytest.raises(CorruptCheckpointError, match="damaged HDF5 file"):
+        open_checkpoint(p)
+
+
+def test_h5_chunked_reads_select_only_the_chunk(tmp_path):
+    """Escaped (work bound): values of chunked/compressed datasets were read a whole axis-0 row at a
+    time, so a 4 KiB chunk of a (2, 1_000_000) dataset read 4 MB; a row can be as large as the
+    dataset claims. Now each read selects exactly the elements asked for; values checked vs h5py."""
+    p = tmp_path / "wide.weights.h5"
+    wide = np.zeros((2, 1_000_000), "f4")
+    wide[1, 999_990:] = 7
+    cube = np.arange(3 * 5 * 7, dtype=">f8").reshape(3, 5, 7)
+    with h5py.File(p, "w") as f:
+        f.create_dataset("layers/dense/vars/0", data=wide, chunks=(1, 65536), compression="gzip")
+        f.create_dataset("layers/dense/vars/1", data=cube, chunks=(2, 2, 3), compression="gzip")
+    ckpt = open_checkpoint(p)
+    first, peak = _peak(lambda: next(ckpt.iter_chunks("layers/dense/vars/0", chunk_bytes=4096)))
+    assert first.size == 1024 and peak < 1 << 20, f"peak {peak:,} B for a 4 KiB chunk"
+    assert np.concatenate(list(ckpt.iter_chunks("layers/dense/vars/0", 1 << 20)))[-10:].tolist() == [7.0] * 10
+    for chunk_bytes in (8, 24, 40, 56, 1 << 20):   # chunks that start and end inside rows and planes
+        got = np.concatenate(list(ckpt.iter_chunks("layers/dense/vars/1", chunk_bytes)))
+        assert got.tolist() == cube.reshape(-1).tolist(), chunk_bytes
+
+
+def _deflated_torch(tmp_path) -> str:
+    p = tmp_path / "deflated.pt"
+    with zipfile.ZipFile(fixture("torch", "dtypes.pt")) as zin, zipfile.ZipFile(p, "w") as zout:
+        for info in zin.infolist():
+            ctype = zipfile.ZIP_DEFLATED if "/data/" in info.filename else zipfile.ZIP_STORED
+            zout.writestr(info.filename, zin.read(info), compress_type=ctype)
+    return str(p)
+
+
+def test_broken_deflate_stream_while_reading_values(tmp_path):
+    """Escaped: a compressed storage record whose deflate stream is damaged passed open_checkpoint
+    (headers are fine) and raised zlib.error from iter_chunks: 'internal error' in `ties --deep`.
+    Reading values now converts such errors into CorruptCheckpointError naming the tensor."""
+    path = _deflated_torch(tmp_path)
+    data = bytearray(open(path, "rb").read())
+    with zipfile.ZipFile(path) as z:
+        infos = [i for i in z.infolist() if "/data/" in i.filename]
+    for info in infos:
+        start = info.header_offset + 30 + len(info.filename.encode()) + len(info.extra)
+        data[start:start + info.compress_size] = b"\xff" * info.compress_size
+    with open(path, "wb") as f:
+        f.write(bytes(data))
+    ckpt = open_checkpoint(path)
+    for t in ckpt:
+        with pytest.raises(CorruptCheckpointError, match=f"tensor {t.name!r}: cannot read its values"):
+            list(ckpt.iter_chunks(t.name, 64))
+
+
+def test_zip_needing_a_newer_version_is_corrupt(tmp_path):
+    """Escaped: zipfile raises NotImplementedError ('zip file version 6.4') for a central-directory
+    'version needed to extract' it does not support (PKWARE APPNOTE 4.4.3)."""
+    data = bytearray(open(fixture("torch", "my_weights.v2.pth"), "rb").read())
+    cd = data.find(b"PK\x01\x02")
+    while cd != -1:
+        struct.pack_into("<H", data, cd + 6, 64)
+        cd = data.find(b"PK\x01\x02", cd + 4)
+    p = tmp_path / "v64.pt"
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="NotImplementedError"):
+        open_checkpoint(p)
+    with pytest.raises(CorruptCheckpointError):
+        tr.scan(str(p))
+
+
+def test_decoder_oserror_is_corrupt(tmp_path):
+    """Escaped (wrong class): a bzip2-compressed data.pkl with a damaged stream raised OSError('Invalid
+    data stream', errno None), reported as a plain CheckpointError like a permission problem."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_BZIP2) as z:
+        z.writestr("archive/data.pkl", pickle.dumps({}, protocol=2) * 50)
+    data = bytearray(buf.getvalue())
+    at = data.index(b"BZh") + 10
+    data[at:at + 20] = b"\x00" * 20
+    p = tmp_path / "bz.pt"
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError):
+        open_checkpoint(p)
+    with pytest.raises(CorruptCheckpointError):
+        tr.scan(str(p))
+
+
+def test_central_directory_offset_too_big(tmp_path):
+    """Escaped (unhelpful message): an end record whose central-directory offset is too big makes
+    zipfile compute negative local-header offsets; reading the small `byteorder` record then seeked
+    before the start of the file and ckptstat said only 'Invalid argument' (OSError EINVAL)."""
+    data = bytearray(open(fixture("torch", "my_weights.v2.pth"), "rb").read())
+    eocd64 = data.rfind(b"PK\x06\x06")           # torch writes zip64 end records: offset at +48
+    (offset,) = struct.unpack_from("<Q", data, eocd64 + 48)
+    struct.pack_into("<Q", data, eocd64 + 48, offset + 100_000)
+    p = tmp_path / "cd.pt"
+    p.write_bytes(bytes(data))
+    with pytest.raises(CorruptCheckpointError, match="local header offset before the file's start"):
+        open_checkpoint(p)
+    with pytest.raises(CorruptCheckpointError):
+        tr.scan(str(p))
