@@ -60,7 +60,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if p["aliases"]:
         head.append(f"; {len(p['aliases'])} aliased name(s) counted once")
     console.print(head)
-    console.print(Text("counting     unique parameters (a tied weight once); buffers and training state apart", style="dim"))
+    console.print(Text("counting     unique parameters, a tied weight once; buffers and training state apart",
+                       style="dim"))
 
     t = _table("Parameters by bucket", "bucket", "params", "share", "bytes", "tensors")
     for b in r["buckets"]:
@@ -94,8 +95,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if an and "error" in an:
         console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
     elif an:
-        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token (matmul, 2 per MAC, "
-                           f"{an['head']}, b=1 s={an['seq']}); training x3"))
+        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token at s={an['seq']} "
+                           f"(matmul FLOPs = 2 x MACs); training 3x"))
         console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
                            f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
         if an["agree"] is False:
@@ -103,7 +104,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
                                f"the checkpoint holds {p['unique']:,}"), style="yellow")
     for line in r.get("extra_lines", []):
         console.print(safe(line))
-    console.print(safe(r["ties"]))
+    console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 

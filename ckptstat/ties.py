@@ -325,14 +325,14 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
     }
 
 
-def verdict(ckpt: Checkpoint) -> str:
-    """One line for the summary (headers and config only)."""
+def verdict(ckpt: Checkpoint) -> dict:
+    """The summary's tie line and its data (headers and config only)."""
     ties = find_ties(ckpt)
-    if not ties:
-        return "ties         none found in headers or config (`ckptstat ties --deep` compares contents)"
-    first = ties[0]
-    more = f" and {len(ties) - 1} more" if len(ties) > 1 else ""
-    return f"ties         {first.alias} = {first.target} ({first.evidence}; {first.status}){more}: see `ckptstat ties`"
+    evidence = sorted({t.evidence for t in ties})
+    text = (f"{len(ties)} tied name(s) counted once ({', '.join(evidence)}): see `ckptstat ties`" if ties
+            else "none found in headers or config (`ckptstat ties --deep` compares contents)")
+    return {"count": len(ties), "text": text,
+            "pairs": [{"alias": t.alias, "target": t.target, "evidence": t.evidence, "status": t.status} for t in ties]}
 
 
 DIFF_SCHEMA = "ckptstat.diff/1"
