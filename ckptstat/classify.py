@@ -95,9 +95,21 @@ def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
     return "parameter"
 
 
+_WRAPPERS = re.compile(r"^((module|_orig_mod|model|transformer|base_model|state_dict)\.)+")  # DDP, compile, training ckpts
+_BASE_MODELS = re.compile(r"^((module|_orig_mod|model|transformer|base_model|state_dict|bert|roberta|electra|albert"
+                          r"|distilbert|camembert|tf_bert_model)\.)+")
+
+
+def strip_prefixes(name: str, base_models: bool = False) -> str:
+    """The normalised name without its wrapper prefixes (`module.`, `_orig_mod.`, `model.`...) and,
+    with base_models, the base model's own (`bert.`, `roberta.`...): what a name means across
+    files, heads and formats. TF list items `layer_3` become `layer.3`."""
+    n = (_BASE_MODELS if base_models else _WRAPPERS).sub("", normalize(name))
+    return re.sub(r"(^|\.)layer_(\d+)(?=\.|$)", r"\1layer.\2", n) if base_models else n
+
+
 def bucket_of(name: str) -> tuple[str, int | None]:
-    n = normalize(name)
-    n = re.sub(r"^((module|_orig_mod|model|transformer|base_model|state_dict)\.)+", "", n)  # DDP, compile, training ckpts
+    n = strip_prefixes(name)
     for pattern, bucket in BUCKET_RULES:
         m = pattern.search(n)
         if m:

@@ -333,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
     commands = set(getattr(command, "commands", {}))
     first = next((a for a in args if not a.startswith("-")), None)
     if first is not None and first not in commands:
-        args.insert(args.index(first), "summary")
+        args.insert(0, "summary")  # `ckptstat [OPTIONS] PATH` is `ckptstat summary [OPTIONS] PATH`
     try:
         command.main(args=args, prog_name="ckptstat", standalone_mode=False)
     except CkptstatError as e:

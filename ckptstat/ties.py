@@ -12,11 +12,10 @@ Evidence for a tie, each labelled in the output:
 from __future__ import annotations
 
 import hashlib
-import re
+import math
 from dataclasses import dataclass
-from functools import lru_cache
 
-from .classify import normalize, structural_ties
+from .classify import normalize, strip_prefixes, structural_ties
 from .report import aliases, placements
 from .tensor import Checkpoint
 
@@ -48,9 +47,6 @@ TIE_RULES = [
     TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
     TieRule("lm_head.weight", "shared.weight", "config"),
 ]
-# Heads whose presence in a file, or a class named in config.json, says the model has the tied head.
-HEAD_CLASSES = ("ForMaskedLM", "ForPreTraining", "LMHeadModel", "ForCausalLM", "ForConditionalGeneration",
-                "WithLMHead")
 # transformers' default for tie_word_embeddings is True except where a family's config sets False.
 UNTIED_BY_DEFAULT = {"llama", "mistral", "qwen2", "mixtral"}
 
@@ -75,8 +71,11 @@ def _tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
 
 
 def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule) -> bool:
+    from .arch.spec import HEAD_SUFFIXES
+
+    lm_heads = tuple(suffix for suffix, head in HEAD_SUFFIXES if head in ("mlm", "lm", "pretraining"))
     archs = (ckpt.config or {}).get("architectures") or []
-    if any(isinstance(a, str) and a.endswith(HEAD_CLASSES) for a in archs):
+    if any(isinstance(a, str) and a.endswith(lm_heads) for a in archs):
         return True
     head = outer + rule.alias.rsplit(".", 2)[0] + "."
     return any(n.startswith(head) for n in ckpt.tensors)
@@ -165,27 +164,35 @@ def _torchinfo_total(params: dict[str, int], identity: dict[str, str], recursive
     identity = {norm[n]: norm.get(identity[n], normalize(identity[n])) for n in params}
     params = {norm[n]: v for n, v in params.items()}
     recursive = {normalize(m) for m in recursive}
-    modules = {""}
+    children: dict[str, set[str]] = {"": set()}
+    direct: dict[str, set[str]] = {}
     for name in params:
-        path = name.rpartition(".")[0]
-        while path and path not in modules:
-            modules.add(path)
-            path = path.rpartition(".")[0]
-
-    def under(m: str, names) -> list[str]:
-        return [n for n in names if m == "" or n.startswith(m + ".")]
-
-    mods = sorted(modules)
-    descendants = {m: [d for d in under(m, mods) if d != m] for m in mods}
-    count = {m: sum(params[i] for i in {identity[n] for n in under(m, params)}) for m in mods}
-
-    @lru_cache(maxsize=None)
-    def contribution(m: str) -> int:
-        if not descendants[m]:
-            return count[m]
-        return count[m] - sum(contribution(d) for d in descendants[m] if d not in recursive)
-
-    return sum(count[m] if not descendants[m] else max(contribution(m), 0) for m in mods if m not in recursive)
+        module = name.rpartition(".")[0]
+        direct.setdefault(module, set()).add(identity[name])
+        while module not in children:
+            children[module] = set()
+            parent = module.rpartition(".")[0]
+            children.setdefault(parent, set())
+            children[parent].add(module)
+            module = parent
+    # Bottom-up (deepest first): the identities under each module, its count, its contribution
+    # (leaves whole; others their count minus what all descendants account for) and the sum of
+    # its descendants' contributions.
+    ids: dict[str, set[str]] = {}
+    contribution: dict[str, int] = {}
+    below: dict[str, int] = {}
+    total = 0
+    for m in sorted(children, key=lambda m: -(m.count(".") + (m != ""))):
+        ids[m] = set(direct.get(m, ()))
+        below[m] = 0
+        for c in children[m]:
+            ids[m] |= ids[c]
+            below[m] += (0 if c in recursive else contribution[c]) + below[c]
+        count = sum(params[i] for i in ids[m])
+        contribution[m] = count if not children[m] else count - below[m]
+        if m not in recursive:
+            total += count if not children[m] else max(contribution[m], 0)
+    return total
 
 
 def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
@@ -208,7 +215,8 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
 
     unique_ids = {identity[n] for n in names}
     unique = sum(names[i] for i in unique_ids)
-    stored = sum(tensors[n].numel for n in is_param if n not in aliases(ckpt))
+    alias_of = aliases(ckpt)
+    stored = sum(tensors[n].numel for n in is_param if n not in alias_of)
     file_names = sum(tensors[n].numel for n in is_param)
     every = sum(names.values())
     torchinfo = _torchinfo_total(names, identity, recursive)
@@ -275,20 +283,13 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     for name, shape in expected.items():
         if name not in params:
             t = tie_of.get(name)
-            missing.append({"name": name, "shape": list(shape), "elements": _prod(shape),
+            missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
     unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in params.items() if n not in expected]
     mismatched = [{"name": n, "file": list(t.shape), "config": list(expected[n])}
                   for n, t in params.items() if n in expected and t.shape != expected[n]]
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "expected": len(expected),
             "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched}
-
-
-def _prod(shape: tuple[int, ...]) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
@@ -306,7 +307,7 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         for u in check["unexpected"]:
             row["differences"].append({"name": u["name"], "elements": -u["elements"], "why": "in the file; the model has no such parameter"})
         for m in check["shape_mismatches"]:
-            d = _prod(tuple(m["config"])) - _prod(tuple(m["file"]))
+            d = math.prod(m["config"]) - math.prod(m["file"])
             row["differences"].append({"name": m["name"], "elements": d, "why": f"shape {m['file']} in the file, {m['config']} per config"})
         row["params"] += sum(d["elements"] for d in row["differences"])
     else:
@@ -336,7 +337,6 @@ def verdict(ckpt: Checkpoint) -> dict:
 
 
 DIFF_SCHEMA = "ckptstat.diff/1"
-_BASE = re.compile(r"^((module|_orig_mod|bert|roberta|electra|albert|distilbert|transformer|model)\.)+")
 
 
 def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
@@ -346,7 +346,7 @@ def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
     for t in ckpt:
         if place[t.name].role != "parameter":
             continue
-        module = _BASE.sub("", t.name).rpartition(".")[0] or "(root)"
+        module = strip_prefixes(t.name, base_models=True).rpartition(".")[0] or "(root)"
         row = out.setdefault(module, {"params": 0, "tied": []})
         tie = alias_of.get(t.name)
         if tie is None:
@@ -355,7 +355,7 @@ def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
             row["tied"].append(f"{t.name} = {tie.target}")
     for tie in alias_of.values():  # names absent because tied: the module exists, at no cost
         if tie.alias not in ckpt.tensors:
-            module = _BASE.sub("", tie.alias).rpartition(".")[0] or "(root)"
+            module = strip_prefixes(tie.alias, base_models=True).rpartition(".")[0] or "(root)"
             out.setdefault(module, {"params": 0, "tied": []})["tied"].append(f"{tie.alias} = {tie.target}")
     return out
 

@@ -13,7 +13,10 @@ def test_summary_human(cli):
 
 
 def test_summary_equals_summary_subcommand(cli):
-    assert cli(fixture("bert-tiny"), "--json")[1] == cli("summary", fixture("bert-tiny"), "--json")[1]
+    want = cli("summary", fixture("bert-tiny"), "--json")[1]
+    assert cli(fixture("bert-tiny"), "--json")[1] == want
+    assert cli("--json", fixture("bert-tiny"))[1] == want  # options may come first
+    assert cli("--config", fixture("bert-tiny", "config.json"), "--json", fixture("bert-tiny"))[1] == want
 
 
 def test_summary_json_schema(cli):

@@ -129,3 +129,10 @@ def test_input_is_never_modified():
     for t in ckpt:
         ckpt.read(t.name)
     assert (os.stat(path).st_mtime_ns, open(path, "rb").read()) == before
+
+
+def test_folder_with_several_weight_files_is_not_guessed(tmp_path, cli):
+    for name in ("a.safetensors", "b.safetensors"):
+        shutil.copy(fixture("gpt2-tiny", "model.safetensors"), tmp_path / name)
+    rc, out, err = cli(str(tmp_path))
+    assert rc == 2 and out == "" and "a.safetensors, b.safetensors" in err

@@ -12,7 +12,7 @@ import zipfile
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError
+from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError
 from ..tensor import Checkpoint
 
 HEAD_BYTES = 4096
@@ -98,6 +98,9 @@ def resolve_folder(folder: str) -> str:
             return p
     for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index"):
         found = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
+        if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
+            raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"
+                             f"{', ...' if len(found) > 4 else ''}); pass one file, or the shards' *.index.json")
         if found:
             return os.path.join(folder, found[0])
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
