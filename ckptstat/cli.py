@@ -238,7 +238,7 @@ ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per ch
 WorkersOpt = typer.Option(1, "--workers", "-w", help="Worker processes (0: one per CPU).")
 ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
 AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
-BucketOpt = typer.Option(None, "--bucket", "-b", help="Only this bucket (repeatable).")
+BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeatable).")
 FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names.")
 
 

@@ -53,9 +53,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     p = r["parameters"]
     head = Text()
     head.append("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}, {len(r['files'])} file(s)]\n")
-    head.append(f"architecture {arch} (from {a['source']})\n")
+    head.append("architecture ").append_text(safe(arch)).append(f" (from {a['source']})\n")
     head.append("config       ").append_text(safe(r["config"] or "none found")).append("\n")
-    head.append(f"parameters   {p['unique']:,} ({human(p['unique'])})", style="bold")
+    head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")
     if p["aliases"]:
         head.append(f"; {len(p['aliases'])} aliased name(s) counted once")
@@ -109,14 +109,22 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
+_ROLE_TAG = {"buffer": "buf", "optimizer": "opt", "counter": "ctr"}
+
+
 def render_tensors(r: dict, console: Console) -> None:
-    t = _table(f"{len(r['tensors'])} tensors", "name", "bucket", "role", "dtype", "shape", "numel", "bytes")
+    t = _table(f"{len(r['tensors'])} tensors (buf = buffer, opt = optimizer state, ctr = counter)",
+               "name", "bucket", "dtype", "shape", "numel", "bytes")
+    for c in t.columns[1:]:
+        c.no_wrap = True  # numbers never fold; long names do
     for row in r["tensors"]:
         name = safe(row["name"])
         if row["alias_of"]:
             name.append(" = ").append_text(safe(row["alias_of"]))
         bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
-        t.add_row(name, bucket, row["role"], row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
+        if row["role"] != "parameter":
+            bucket += f" {_ROLE_TAG[row['role']]}"
+        t.add_row(name, bucket, row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
                   f"{row['numel']:,}", human_bytes(row["bytes"]))
     console.print(t)
 
@@ -141,7 +149,8 @@ def _kib(n: float) -> str:
 def _arch_line(r: dict) -> Text:
     a = r["architecture"]
     head = a.get("architecture") or a["head"]
-    t = Text("model        ").append_text(safe(f"{a['family']} ({a['model_type']}) {head}"))
+    kind = a["family"] + (f" ({a['model_type']})" if a["model_type"] != a["family"] else "")
+    t = Text("model        ").append_text(safe(f"{kind} {head}"))
     return t
 
 
@@ -233,9 +242,10 @@ def render_ties(r: dict, console: Console) -> None:
     if not cc["available"]:
         console.print(Text("config check not available: ").append_text(safe(cc["reason"])), style="dim")
     else:
-        console.print(Text(f"config check ({cc['architecture'] or cc['head']}): {cc['expected']} tensors expected; "
-                           f"{len(cc['missing'])} missing, {len(cc['unexpected'])} unexpected, "
-                           f"{len(cc['shape_mismatches'])} shape mismatch(es)", style="bold"))
+        line = Text("config check (", style="bold").append_text(safe(cc["architecture"] or cc["head"]))
+        line.append(f"): {cc['expected']} tensors expected; {len(cc['missing'])} missing, "
+                    f"{len(cc['unexpected'])} unexpected, {len(cc['shape_mismatches'])} shape mismatch(es)")
+        console.print(line)
         for m in cc["missing"]:
             console.print(Text("  missing     ").append_text(safe(m["name"])).append(": ").append_text(safe(m["why"])))
         for u in cc["unexpected"]:
@@ -280,9 +290,9 @@ def render_memory(r: dict, console: Console) -> None:
                 + f"; activations at {r['activation_bytes']} B/element")
     console.print(head)
     t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
+    t.columns[0].min_width = 18
+    t.columns[1].no_wrap, t.columns[1].min_width = True, 9
     t.columns[2].justify = "left"
-    for c in t.columns[1:]:
-        c.no_wrap = True
     group = None
     for line in r["lines"]:
         if line["group"] != group:
@@ -292,6 +302,8 @@ def render_memory(r: dict, console: Console) -> None:
     console.print(t)
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
+
+
 def render_scan(r: dict, console: Console) -> None:
     t = _table("Globals referenced by the pickle(s)", "global", "count", "weights_only")
     for g in r["globals"]:
@@ -309,7 +321,7 @@ def render_diff(r: dict, console: Console) -> None:
     for row in r["rows"]:
         name = safe(row["module"])
         if row["tied"]:
-            name.append("\n  tied: " + "; ".join(row["tied"]), style="dim")
+            name.append("\n  tied: ", style="dim").append_text(safe("; ".join(row["tied"])))
         t.add_row(name, "-" if row["a"] is None else f"{row['a']:,}", "-" if row["b"] is None else f"{row['b']:,}",
                   f"{row['delta']:+,}")
     console.print(t)

@@ -117,13 +117,18 @@ def _analytic(ckpt: Checkpoint) -> dict | None:
     return summary_fields(ckpt)
 
 
+def name_matches(name: str, pattern: str | None) -> bool:
+    """The `--filter` rule of every command: a glob (`*attention*`) or a plain substring."""
+    return not pattern or fnmatch.fnmatchcase(name, pattern) or pattern in name
+
+
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
     """Every tensor, optionally filtered by a glob (`*attention*`) or substring on its name."""
     place = placements(ckpt)
     alias_of = aliases(ckpt)
     rows = []
     for t in ckpt:
-        if pattern and not (fnmatch.fnmatchcase(t.name, pattern) or pattern in t.name):
+        if not name_matches(t.name, pattern):
             continue
         p = place[t.name]
         rows.append({

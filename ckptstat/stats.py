@@ -17,7 +17,6 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 """
 from __future__ import annotations
 
-import fnmatch
 import math
 import os
 import time
@@ -28,6 +27,7 @@ import numpy as np
 
 from . import dtypes
 from .classify import BUCKETS
+from .report import aliases, name_matches, placements
 from .errors import CkptstatError, UsageError
 from .tensor import Checkpoint, TensorInfo
 
@@ -272,8 +272,6 @@ class Item:
 def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] = (),
            all_roles: bool = False) -> tuple[list[Item], list[dict]]:
     """Tensors to read, in file order, and the ones left out with the reason."""
-    from .report import aliases, placements
-
     for b in buckets:
         if b not in BUCKETS:
             raise UsageError(f"unknown bucket {b!r}; buckets are {', '.join(BUCKETS)}")
@@ -282,7 +280,7 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
     items, skipped = [], []
     for t in sorted(ckpt, key=lambda t: (ckpt.files.index(t.file) if t.file in ckpt.files else 0, t.offset or 0)):
         p = place[t.name]
-        if pattern and not (fnmatch.fnmatchcase(t.name, pattern) or pattern in t.name):
+        if not name_matches(t.name, pattern):
             continue
         if buckets and p.bucket not in buckets:
             continue

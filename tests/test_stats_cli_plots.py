@@ -28,7 +28,7 @@ def test_stats_json(capsys) -> None:
 
 
 def test_stats_csv_and_filters(capsys) -> None:
-    assert main(["stats", LLAMA, "--csv", "-b", "encoder", "-f", "*mlp*"]) == 0
+    assert main(["stats", LLAMA, "--csv", "-B", "encoder", "-f", "*mlp*"]) == 0
     rows = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
     tensors = [r for r in rows if r["level"] == "tensor"]
     assert len(tensors) == 9 and all(".mlp." in r["name"] for r in tensors)
