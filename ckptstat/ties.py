@@ -372,5 +372,6 @@ def diff(a: Checkpoint, b: Checkpoint) -> dict:
             rows.append({"module": module, "a": pa, "b": pb, "delta": (pb or 0) - (pa or 0), "tied": tied})
     ta = sum(r["params"] for r in ma.values())
     tb = sum(r["params"] for r in mb.values())
-    return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_params": ta, "b_params": tb, "delta": tb - ta,
+    return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
+            "a_params": ta, "b_params": tb, "delta": tb - ta,
             "rows": rows}
