@@ -116,46 +116,6 @@ def diff(
         render_diff(r, _console())
 
 
-@app.command("run")
-def run_model(
-    path: Path = PathArg,
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
-    batch: int = typer.Option(1, "--batch", "-b"),
-    seq: int = typer.Option(128, "--seq", "-s"),
-    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
-    attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
-    warmup: int = typer.Option(2, "--warmup"),
-    iters: int = typer.Option(10, "--iters"),
-    as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
-) -> None:
-    """Run the model (torch + transformers, the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
-    from .executor import execute
-
-    r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_run
-
-        render_run(r, _console())
-
-
-@app.command()
-def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."), as_json: bool = JsonOpt) -> None:
-    """List every global the file's pickles reference (from opcodes, nothing unpickled) and say
-    whether torch.load without weights_only would run code."""
-    from .formats.torch import scan as scan_file
-
-    r = scan_file(path)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_scan
-
-        render_scan(r, _console())
-
-
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
 
 
@@ -310,6 +270,45 @@ def plot(
         _emit_json({**info, "stats": run.report})
     else:
         print(f"wrote {info['output']} ({info['width_px']}x{info['height_px']} px, {len(info['panels'])} panels)")
+
+
+@app.command()
+def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."), as_json: bool = JsonOpt) -> None:
+    """Every global a pickle references (read from opcodes, nothing unpickled): would torch.load run code?"""
+    from .formats.torch import scan as scan_file
+
+    r = scan_file(path)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_scan
+
+        render_scan(r, _console())
+
+
+@app.command("run")
+def run_model(
+    path: Path = PathArg,
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
+    batch: int = typer.Option(1, "--batch", "-b"),
+    seq: int = typer.Option(128, "--seq", "-s"),
+    dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
+    attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
+    warmup: int = typer.Option(2, "--warmup"),
+    iters: int = typer.Option(10, "--iters"),
+    as_json: bool = JsonOpt,
+    config: Optional[Path] = ConfigOpt,
+) -> None:
+    """Run the model (torch + transformers, the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
+    from .executor import execute
+
+    r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render import render_run
+
+        render_run(r, _console())
 
 
 def _version(value: bool) -> None:
