@@ -197,8 +197,7 @@ def from_config(cfg: Mapping, path: str = "config.json") -> ArchSpec:
 # TF spellings -> transformers' PyTorch spelling, applied after classify.normalize (which has turned
 # `/` into `.`, dropped `:0` and `/.ATTRIBUTES/VARIABLE_VALUE`, and made HF TF's `layer_._3` `layer.3`).
 _TF_SPELLINGS = [
-    (re.compile(r"^tf[a-z0-9_]*\."), ""),                           # HF TF main-layer scope: tf_bert_model/, tf_bert_for_pre_training/
-    (re.compile(r"(^|\.)(mlm|nsp)___cls\."), r"\1cls."),             # HF TF BERT heads (TFBertMLMHead / TFBertNSPHead)
+    (re.compile(r"^tf[a-z0-9_]*\."), ""),                           # HF TF main layer: tf_bert_model/, tf_bert_for_pre_training/
     (re.compile(r"(^|\.)layer_(\d+)(?=\.)"), r"\1layer.\2"),         # google-research BERT: bert/encoder/layer_3/
     (re.compile(r"(^|\.)_?kernel$"), r"\1weight"),                   # Keras Dense kernel (Keras 3: _kernel)
     (re.compile(r"(^|\.)gamma$"), r"\1weight"),                      # Keras / google-research LayerNorm scale
@@ -214,6 +213,9 @@ def canonical_name(name: str) -> str:
     """The transformers (PyTorch) spelling of a tensor name: google-research TF1 BERT, HF TF (`:0`,
     `tf_bert_model/...`, `mlm___cls`) and Keras names map onto `bert.encoder.layer.0...weight`."""
     n = normalize(name)
+    if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.
+        parts = n.split(".")
+        n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
     for rx, repl in _TF_SPELLINGS:
         n = rx.sub(repl, n)
     return n
@@ -222,11 +224,11 @@ def canonical_name(name: str) -> str:
 def canonical_tensors(tensors: Mapping[str, TensorInfo], metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
     """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
     stored [in, out]: classify.kernel_layout). A name that safetensors.torch.save_model dropped in favour
-    of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots,
-    counters and buffers are left out."""
+    of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
+    (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
     out: dict[str, TensorInfo] = {}
     for name, t in tensors.items():
-        if role_of(name, t.dtype, t.shape) != "parameter":
+        if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
             continue
         layout = t.extra.get("layout") or kernel_layout(name, t.shape)
         shape = out_in_shape(t.shape, layout if isinstance(layout, str) else None)
@@ -339,16 +341,17 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo], metadata: Mappi
             notes = []
         a, note = _heads_for(h, 64)
         pooler = _has(T, r"pooler\.dense\.weight$")
-        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=L, hidden=h, heads=a, kv_heads=a, head_dim=h // a,
-                        intermediate=f, vocab=V, positions=P, type_vocab=TV, embedding_size=E, pooler=pooler,
-                        shared_groups=groups, inner_group=inner or 1, assumptions=tuple(notes + [note]), **base)
+        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=L, hidden=h, heads=a, kv_heads=a,
+                        head_dim=h // a, intermediate=f, vocab=V, positions=P, type_vocab=TV, embedding_size=E,
+                        pooler=pooler, shared_groups=groups, inner_group=inner or 1, assumptions=tuple(notes + [note]), **base)
     if family == "distilbert":
         V, h = _shape(T, r"word_embeddings\.weight$", "word embeddings")
         P = _shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
         f = _shape(T, r"ffn\.lin1\.weight$", "ffn.lin1")[0]
         a, note = _heads_for(h, 64)
-        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=_count_layers(names, r"layer\.(\d+)\."), hidden=h, heads=a,
-                        kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P, assumptions=(note,), **base)
+        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=_count_layers(names, r"layer\.(\d+)\."),
+                        hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P,
+                        assumptions=(note,), **base)
     if family == "gpt2":
         V, h = _shape(T, r"wte\.weight$", "wte")
         P = _shape(T, r"wpe\.weight$", "wpe")[0]
