@@ -209,9 +209,8 @@ def render_flops(r: dict, console: Console) -> None:
     console.print(s)
     console.print(Text(f"exact        forward FLOPs at s={first['seq']}: {first['totals']['flops']:,}; "
                        f"MACs {first['totals']['macs']:,}"))
-    for run in r["runs"]:
-        for note in run["notes"]:
-            console.print(Text("note: ").append_text(safe(note)), style="yellow")
+    for note in r["notes"] + [n for run in r["runs"] for n in run["notes"]]:
+        console.print(Text("note: ").append_text(safe(note)), style="yellow")
 def render_ties(r: dict, console: Console) -> None:
     tw = r["tie_word_embeddings"]
     console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}]"))

@@ -52,10 +52,10 @@ def test_disagreement_is_reported(capsys, tmp_path):
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     weights = os.path.join(FIX, "bert-tiny-mlm", "model.safetensors")
-    r = run_json(capsys, "flops", weights, "--config", str(p))
+    r = run_json(capsys, "flops", weights, "--config", str(p), "--seq", "32")
     assert r["parameters"]["agree"] is False
     assert any("disagree" in n for n in r["notes"])
-    assert main(["flops", weights, "--config", str(p)]) == 0
+    assert main(["flops", weights, "--config", str(p), "--seq", "32"]) == 0
     assert "DISAGREE" in capsys.readouterr().out
 
 
@@ -64,7 +64,7 @@ def test_bare_config_and_human_output(capsys):
     r = run_json(capsys, "flops", cfg, "-s", "4", "-s", "8")
     assert r["parameters"]["checkpoint"] is None
     assert r["parameters"]["predicted"] == summarize(os.path.join(FIX, "gpt2-tiny"))["parameters"]["unique"]
-    assert main(["flops", cfg, "--convention", "bertstat"]) == 0
+    assert main(["flops", cfg, "--convention", "bertstat", "--seq", "16"]) == 0
     out = capsys.readouterr().out
     assert "lm_head" in out and "Bertstat" in out and "FLOPs" in out
 
@@ -84,7 +84,7 @@ def test_memory_rules(capsys):
     h, a, L = cfg["hidden_size"], cfg["num_attention_heads"], cfg["num_hidden_layers"]
     assert lines[("activations (training)", f"{L} layers, b=3, s=10")]["bytes"] == round(10 * 3 * h * (34 + 5 * a * 10 / h) * L)
     assert all(x["rule"] for x in r["lines"])
-    assert main(["memory", os.path.join(FIX, "bert-tiny")]) == 0
+    assert main(["memory", os.path.join(FIX, "bert-tiny"), "--seq", "64"]) == 0
     out = capsys.readouterr().out
     assert "Korthikanti" in out and "kv cache" not in out   # an encoder has no KV cache
 

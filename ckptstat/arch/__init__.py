@@ -5,6 +5,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from ..classify import normalize
+
 # config.json model_type -> family (the families ckptstat has analytic rules for).
 MODEL_TYPES = {
     "bert": "bert", "roberta": "bert", "xlm-roberta": "bert", "electra": "bert", "camembert": "bert",
@@ -40,7 +42,8 @@ def detect(names: Iterable[str], config: dict | None) -> Architecture:
         archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
         if isinstance(mt, str):
             return Architecture(MODEL_TYPES.get(mt, "unknown"), "config.json", mt, archs)
-    names = list(names)
+    # classify.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
+    names = [normalize(n) for n in names]
     for pattern, family in NAME_SIGNATURES:
         if any(pattern.search(n) for n in names):
             return Architecture(family, "tensor names")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from .graph import EW_COST, build
 from .model import Model
+from .spec import check_seq
 
 SCHEMA = "ckptstat.flops/1"
 CONVENTIONS = {
@@ -68,6 +69,8 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
 def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, causal_halving: bool = False,
            convention: str = "flops") -> dict:
     s = m.spec
+    for q in seqs:
+        check_seq(s, q, dec_seq)
     return {
         "schema": SCHEMA,
         "path": m.path,

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from .model import Model
+from .spec import check_seq
 
 SCHEMA = "ckptstat.memory/1"
 WHAT_IF = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
@@ -9,6 +10,7 @@ WHAT_IF = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 
 def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
     s = m.spec
+    check_seq(s, seq, dec_seq)
     b, n = batch, seq
     nd = n if dec_seq is None else dec_seq
     P = m.params

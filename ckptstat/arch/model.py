@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from . import detect
 from .graph import predict_params
-from .spec import DTYPE_BYTES, ArchSpec, from_config, from_tensors
-from ..errors import UsageError
+from .spec import DTYPE_BYTES, ArchSpec, canonical_tensors, from_config, from_tensors, infer_head, with_head
+from ..errors import CkptstatError, UsageError
 from ..tensor import Checkpoint
 
 
@@ -76,17 +76,30 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     notes: list[str] = []
     if ckpt.config:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json")
+        if spec.architecture is None and ckpt.tensors:
+            spec = _head_from_weights(spec, ckpt)
     else:
         family = detect(ckpt.tensors, None).family
         if family == "unknown":
             raise UsageError(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
-        spec = from_tensors(family, ckpt.tensors)
+        spec = from_tensors(family, ckpt.tensors, ckpt.metadata)
     predicted = predict_params(spec)
     if predicted["total"] != count:
         notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count, by_dtype, tuple(notes) + spec.assumptions)
+
+
+def _head_from_weights(spec: ArchSpec, ckpt: Checkpoint) -> ArchSpec:
+    """The config names no architectures class, so its head was a default guess: the tensor names say
+    which head the weights hold (cls.predictions.*, lm_head.*, classifier.* ...)."""
+    head, why = infer_head(spec.family, canonical_tensors(ckpt.tensors, ckpt.metadata))
+    note = (f"config names no known architectures class; the {head!r} head is inferred from the tensor names "
+            f"({why if why == 'no head tensors' else 'e.g. ' + why})")
+    kept = tuple(a for a in spec.assumptions if "names no known architectures class" not in a)
+    out = with_head(spec, head) if head != spec.head else spec
+    return replace(out, assumptions=kept + (note,))
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -131,4 +144,4 @@ def summary_fields(ckpt: Checkpoint) -> dict | None:
                 "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model
-        return {"error": f"{type(e).__name__}: {e}"}
+        return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}

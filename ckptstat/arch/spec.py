@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from . import MODEL_TYPES
+from ..classify import kernel_layout, normalize, out_in_shape, role_of
 from ..errors import UsageError
 from ..tensor import TensorInfo
 
@@ -193,6 +194,53 @@ def from_config(cfg: Mapping, path: str = "config.json") -> ArchSpec:
 
 # ---- inference from tensor names and shapes (no config) ----
 
+# TF spellings -> transformers' PyTorch spelling, applied after classify.normalize (which has turned
+# `/` into `.`, dropped `:0` and `/.ATTRIBUTES/VARIABLE_VALUE`, and made HF TF's `layer_._3` `layer.3`).
+_TF_SPELLINGS = [
+    (re.compile(r"^tf[a-z0-9_]*\."), ""),                           # HF TF main layer: tf_bert_model/, tf_bert_for_pre_training/
+    (re.compile(r"(^|\.)layer_(\d+)(?=\.)"), r"\1layer.\2"),         # google-research BERT: bert/encoder/layer_3/
+    (re.compile(r"(^|\.)_?kernel$"), r"\1weight"),                   # Keras Dense kernel (Keras 3: _kernel)
+    (re.compile(r"(^|\.)gamma$"), r"\1weight"),                      # Keras / google-research LayerNorm scale
+    (re.compile(r"(^|\.)beta$"), r"\1bias"),                         # ... and offset
+    (re.compile(r"\.embeddings$"), ".weight"),                       # Keras Embedding; HF TF position/token_type_embeddings
+    (re.compile(r"_embeddings$"), "_embeddings.weight"),              # google-research BERT: bert/embeddings/word_embeddings
+    (re.compile(r"(^|\.)output_weights$"), r"\1weight"),             # google-research cls/seq_relationship/output_weights
+    (re.compile(r"(^|\.)output_bias$"), r"\1bias"),                  # google-research cls/predictions/output_bias
+]
+
+
+def canonical_name(name: str) -> str:
+    """The transformers (PyTorch) spelling of a tensor name: google-research TF1 BERT, HF TF (`:0`,
+    `tf_bert_model/...`, `mlm___cls`) and Keras names map onto `bert.encoder.layer.0...weight`."""
+    n = normalize(name)
+    if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.
+        parts = n.split(".")
+        n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
+    for rx, repl in _TF_SPELLINGS:
+        n = rx.sub(repl, n)
+    return n
+
+
+def canonical_tensors(tensors: Mapping[str, TensorInfo], metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
+    """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
+    stored [in, out]: classify.kernel_layout). A name that safetensors.torch.save_model dropped in favour
+    of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
+    (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
+    out: dict[str, TensorInfo] = {}
+    for name, t in tensors.items():
+        if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
+            continue
+        layout = t.extra.get("layout") or kernel_layout(name, t.shape)
+        shape = out_in_shape(t.shape, layout if isinstance(layout, str) else None)
+        out.setdefault(canonical_name(name), t if shape == t.shape else replace(t, shape=shape))
+    for dropped, kept in (metadata or {}).items():
+        if dropped not in tensors and kept in tensors:
+            k = canonical_name(kept)
+            if k in out:
+                out.setdefault(canonical_name(dropped), out[k])
+    return out
+
+
 def _find(tensors: Mapping[str, TensorInfo], pattern: str) -> TensorInfo | None:
     rx = re.compile(pattern)
     for name, t in tensors.items():
@@ -223,12 +271,60 @@ def _heads_for(width: int, preferred: int) -> tuple[int, str]:
     return width // d, f"no config: head_dim assumed {d} (head count only affects attention-score memory)"
 
 
-def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
+# Which head a checkpoint's (canonical) tensor names show, per family: (pattern, head), first match wins.
+_HEAD_RULES = {
+    "bert": [
+        (r"(^|\.)(cls\.seq_relationship|sop_classifier)\.", "pretraining"),      # BertForPreTraining, AlbertForPreTraining
+        (r"(^|\.)(cls\.predictions|predictions\.dense|lm_head\.dense|generator_predictions)\.", "mlm"),
+        (r"(^|\.)discriminator_predictions\.", "pretraining"),                    # ElectraForPreTraining
+        (r"(^|\.)qa_outputs\.weight$", "qa"),
+        # sequence classifiers: on the pooler (BERT/ALBERT) or with their own dense (RoBERTa/ELECTRA)
+        (r"(^|\.)classifier\.(dense|out_proj)\.", "seqcls"),
+        (r"(^|\.)classifier\.weight$", "tokcls"),   # (seqcls instead when there is a pooler: see infer_head)
+    ],
+    "distilbert": [(r"(^|\.)vocab_transform\.", "mlm"), (r"(^|\.)qa_outputs\.", "qa"),
+                   (r"(^|\.)pre_classifier\.", "seqcls"), (r"(^|\.)classifier\.", "tokcls")],
+    # GPT2LMHeadModel saves `transformer.h.N...` (its lm_head tied to wte, usually not stored), GPT2Model
+    # `h.N...`; LlamaForCausalLM `model.layers.N...` (+ lm_head unless tied), LlamaModel `layers.N...`.
+    "gpt2": [(r"(^|\.)lm_head\.weight$", "lm"), (r"^transformer\.", "lm")],
+    "llama": [(r"(^|\.)lm_head\.weight$", "lm"), (r"^model\.", "lm")],
+    "t5": [(r"(^|\.)decoder\.block\.\d+\.", "lm")],
+}
+_HEAD_RULES["albert"] = _HEAD_RULES["bert"]
+_HEAD_RULES["mixtral"] = _HEAD_RULES["llama"]
+_NO_HEAD = {"t5": "encoder-only"}
+
+
+def infer_head(family: str, T: Mapping[str, TensorInfo]) -> tuple[str, str]:
+    """(head, evidence: the file's name of the tensor that shows it) from canonical_tensors()."""
+    if family not in _HEAD_RULES:
+        raise UsageError(f"no analytic model for family {family!r}")
+    for pattern, head in _HEAD_RULES[family]:
+        t = _find(T, pattern)
+        if t is None:
+            continue
+        if head == "pretraining" and not _has(T, r"(^|\.)(cls\.predictions|predictions\.dense|discriminator_predictions)\."):
+            continue   # a sentence head without the MLM head is not *ForPreTraining (BertForNextSentencePrediction)
+        if head == "tokcls" and family in ("bert", "albert") and _has(T, r"(^|\.)pooler\.dense\.weight$"):
+            head = "seqcls"
+        return head, t.name
+    return _NO_HEAD.get(family, "base"), "no head tensors"
+
+
+def _num_labels(T: Mapping[str, TensorInfo]) -> int:
+    """Classes of a classification head: rows of its last projection ([out, in] after canonical_tensors)."""
+    t = _find(T, r"(^|\.)classifier(\.out_proj)?\.weight$")
+    return t.shape[0] if t is not None and len(t.shape) == 2 else 2
+
+
+def from_tensors(family: str, tensors: Mapping[str, TensorInfo], metadata: Mapping[str, str] | None = None) -> ArchSpec:
     """ArchSpec from the shapes of a checkpoint's tensors, for a family already detected from names.
-    FLOPs and parameters depend only on shapes; head counts are not recoverable and are assumed."""
-    T = tensors
+    FLOPs and parameters depend only on shapes; head counts are not recoverable and are assumed.
+    Names may be PyTorch, google-research TF1 or HF TF spellings (canonical_tensors)."""
+    T = canonical_tensors(tensors, metadata)
     names = list(T)
     base = dict(model_type=family, source="tensor names", architecture=None)
+    head, _ = infer_head(family, T)
     if family in ("bert", "albert"):
         V, E = _shape(T, r"word_embeddings\.weight$", "word embeddings")
         P = _shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
@@ -244,22 +340,18 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
             L, groups, inner = _count_layers(names, r"layer\.(\d+)\."), 0, 1
             notes = []
         a, note = _heads_for(h, 64)
-        if _has(T, r"(^|\.)cls\.predictions|(^|\.)predictions\.dense|lm_head\.dense"):
-            head = "pretraining" if _has(T, r"seq_relationship|sop_classifier") else "mlm"
-        else:
-            head = "base"
         pooler = _has(T, r"pooler\.dense\.weight$")
-        return ArchSpec(family=family, head=head, layers=L, hidden=h, heads=a, kv_heads=a, head_dim=h // a,
-                        intermediate=f, vocab=V, positions=P, type_vocab=TV, embedding_size=E, pooler=pooler,
-                        shared_groups=groups, inner_group=inner or 1, assumptions=tuple(notes + [note]), **base)
+        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=L, hidden=h, heads=a, kv_heads=a,
+                        head_dim=h // a, intermediate=f, vocab=V, positions=P, type_vocab=TV, embedding_size=E,
+                        pooler=pooler, shared_groups=groups, inner_group=inner or 1, assumptions=tuple(notes + [note]), **base)
     if family == "distilbert":
         V, h = _shape(T, r"word_embeddings\.weight$", "word embeddings")
         P = _shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
         f = _shape(T, r"ffn\.lin1\.weight$", "ffn.lin1")[0]
         a, note = _heads_for(h, 64)
-        head = "mlm" if _has(T, r"vocab_transform") else "base"
-        return ArchSpec(family=family, head=head, layers=_count_layers(names, r"layer\.(\d+)\."), hidden=h, heads=a,
-                        kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P, assumptions=(note,), **base)
+        return ArchSpec(family=family, head=head, num_labels=_num_labels(T), layers=_count_layers(names, r"layer\.(\d+)\."),
+                        hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P,
+                        assumptions=(note,), **base)
     if family == "gpt2":
         V, h = _shape(T, r"wte\.weight$", "wte")
         P = _shape(T, r"wpe\.weight$", "wpe")[0]
@@ -267,9 +359,6 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
         a, note = _heads_for(h, 64)
         lm = _find(T, r"lm_head\.weight$")
         wte = _find(T, r"wte\.weight$")
-        # GPT2LMHeadModel saves `transformer.h.N...` (its lm_head is tied to wte and usually not stored);
-        # GPT2Model saves `h.N...`.
-        head = "lm" if lm is not None or any(n.startswith("transformer.") for n in names) else "base"
         tied = lm is None or (wte is not None and lm.alias_key == wte.alias_key)
         return ArchSpec(family=family, head=head, layers=_count_layers(names, r"(?:^|\.)h\.(\d+)\."), hidden=h,
                         heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P,
@@ -288,7 +377,7 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
         notes = [f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)"]
         if family == "mixtral":
             notes.append("no config: experts per token (top-k) assumed 2, as in Mixtral-8x7B")
-        return ArchSpec(family=family, head="lm" if lm is not None else "base",
+        return ArchSpec(family=family, head=head,
                         layers=_count_layers(names, r"layers\.(\d+)\."), hidden=h, heads=q // d, kv_heads=kv // d,
                         head_dim=d, intermediate=f, vocab=V, gated_mlp=True, norm="rmsnorm",
                         qkv_bias=_has(T, r"q_proj\.bias$"), o_bias=_has(T, r"o_proj\.bias$"),
@@ -302,7 +391,7 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
         f = _shape(T, r"DenseReluDense\.wi(_0)?\.weight$", "DenseReluDense.wi")[0]
         lm = _find(T, r"lm_head\.weight$")
         dec = _count_layers(names, r"decoder\.block\.(\d+)\.")
-        return ArchSpec(family=family, head="lm" if dec else "encoder-only", layers=_count_layers(names, r"encoder\.block\.(\d+)\."),
+        return ArchSpec(family=family, head=head, layers=_count_layers(names, r"encoder\.block\.(\d+)\."),
                         hidden=h, heads=a, kv_heads=a, head_dim=inner // a, intermediate=f, vocab=V,
                         activation="gelu" if gated else "relu", gated_mlp=gated, norm="rmsnorm", qkv_bias=False,
                         o_bias=False, mlp_bias=False, tied_embeddings=lm is None, decoder_layers=dec,
@@ -313,3 +402,29 @@ def from_tensors(family: str, tensors: Mapping[str, TensorInfo]) -> ArchSpec:
 
 def with_head(spec: ArchSpec, head: str) -> ArchSpec:
     return replace(spec, head=head, pooler=_pooler(spec.family, spec.model_type, head))
+
+
+# RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
+# rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
+# (transformers modeling_roberta.py create_position_ids_from_input_ids).
+_POSITION_OFFSET = {"roberta": 2, "xlm-roberta": 2, "camembert": 2}
+
+
+def max_seq(spec: ArchSpec) -> int | None:
+    """Longest sequence the learned absolute position table can index, or None (rotary / relative)."""
+    if not spec.positions:
+        return None
+    return spec.positions - _POSITION_OFFSET.get(spec.model_type, 0)
+
+
+def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
+    """UsageError when a sequence length exceeds the model's learned positions (the model cannot run it)."""
+    limit = max_seq(spec)
+    if limit is None:
+        return
+    # --dec-seq only matters to a model with a decoder stack (T5's has relative positions, no table).
+    for flag, n in (("--seq", seq), ("--dec-seq", dec_seq if spec.decoder_layers else None)):
+        if n is not None and n > limit:
+            extra = f" ({spec.positions} rows, the first {spec.positions - limit} reserved by the padding offset)" \
+                if limit != spec.positions else ""
+            raise UsageError(f"{flag} {n} exceeds the model's {limit} learned positions{extra}")
