@@ -143,7 +143,8 @@ def _positive(name: str, value: int | None) -> None:
 def flops(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: list[str] = typer.Option(["128"], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep."),
+    seq: list[str] = typer.Option([], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep "
+                                  "(default: 128, or the model's learned positions if fewer)."),
     dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
     causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
@@ -154,13 +155,15 @@ def flops(
     """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
     from .arch import flops as fl
     from .arch.model import load
+    from .arch.spec import default_seq
     from .errors import UsageError
 
     if convention not in fl.CONVENTIONS:
         raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
     _positive("--batch", batch)
     _positive("--dec-seq", dec_seq)
-    r = fl.report(load(path, config), batch, _seqs(seq), dec_seq, causal_halving, convention)
+    model = load(path, config)
+    r = fl.report(model, batch, _seqs(seq) or [default_seq(model.spec)], dec_seq, causal_halving, convention)
     if as_json:
         _emit_json(r)
     else:
@@ -173,7 +176,8 @@ def flops(
 def memory(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: int = typer.Option(128, "--seq", "-s", help="Sequence length."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help="Sequence length (default: 128, or the model's "
+                                      "learned positions if fewer)."),
     dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
@@ -181,11 +185,13 @@ def memory(
     """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
     from .arch import memory as mem
     from .arch.model import load
+    from .arch.spec import default_seq
 
     _positive("--batch", batch)
     _positive("--seq", seq)
     _positive("--dec-seq", dec_seq)
-    r = mem.report(load(path, config), batch, seq, dec_seq)
+    model = load(path, config)
+    r = mem.report(model, batch, seq or default_seq(model.spec), dec_seq)
     if as_json:
         _emit_json(r)
     else:
@@ -291,7 +297,8 @@ def run_model(
     path: Path = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
     batch: int = typer.Option(1, "--batch", "-b"),
-    seq: int = typer.Option(128, "--seq", "-s"),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help="Sequence length (default: 128, or the model's "
+                                      "learned positions if fewer)."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
     warmup: int = typer.Option(2, "--warmup"),

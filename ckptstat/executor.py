@@ -113,19 +113,24 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
     return {"matmul_flops": totals["flops"], "macs": totals["macs"], "memory_bytes": mem}
 
 
-def _check_seq(ckpt: Checkpoint, seq: int) -> None:
-    """A --seq beyond the learned position table is a usage error, not a crash inside transformers."""
-    from .arch.spec import check_seq, from_config
+def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
+    """The sequence length to run: by default 128, or the learned position table if smaller; a --seq
+    beyond that table is a usage error, not a crash inside transformers."""
+    from .arch.spec import check_seq, default_seq, from_config
 
     try:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json") if ckpt.config else None
     except UsageError:
-        return   # no analytic model for this config: transformers has the last word
-    if spec is not None:
-        check_seq(spec, seq)
+        return seq or 128  # no analytic model for this config: transformers has the last word
+    if spec is None:
+        return seq or 128
+    if seq is None:
+        return default_seq(spec)
+    check_seq(spec, seq)
+    return seq
 
 
-def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: str = "fp32", attn: str = "eager",
+def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, dtype: str = "fp32", attn: str = "eager",
             warmup: int = 2, iters: int = 10, config=None) -> dict:
     torch, transformers = _imports()
     from torch.utils.flop_counter import FlopCounterMode
@@ -136,10 +141,10 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int = 128, dtype: st
         raise UsageError("--attn must be eager or sdpa")
     if device.startswith("cuda") and not torch.cuda.is_available():
         raise UsageError("--device cuda: torch sees no CUDA device here")
-    if batch < 1 or seq < 1 or iters < 1 or warmup < 0:
+    if batch < 1 or (seq is not None and seq < 1) or iters < 1 or warmup < 0:
         raise UsageError("--batch, --seq and --iters must be positive, --warmup non-negative")
     ckpt = open_checkpoint(path, config)
-    _check_seq(ckpt, seq)
+    seq = _check_seq(ckpt, seq)
     cuda = device.startswith("cuda")
     t0 = time.perf_counter()
     model, loaded, missing = build_model(ckpt, device, dtype, attn)

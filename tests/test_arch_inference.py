@@ -184,12 +184,15 @@ def test_head_inferred_matches_torch(tmp_path, cls_name, cfg_name, kwargs):
 
 # ------------------------------------------------------------------ seq vs learned positions (issue 4)
 def test_seq_beyond_learned_positions_is_a_usage_error(cli):
-    for args in (["flops", fixture("bert-tiny")], ["flops", fixture("bert-tiny"), "--seq", "16,65"],
-                 ["memory", fixture("bert-tiny")], ["memory", fixture("tf1-bert"), "--seq", "100"]):
+    for args in (["flops", fixture("bert-tiny"), "--seq", "128"], ["flops", fixture("bert-tiny"), "--seq", "16,65"],
+                 ["memory", fixture("bert-tiny"), "--seq", "128"], ["memory", fixture("tf1-bert"), "--seq", "100"]):
         rc, out, err = cli(*args)
         assert rc == 2 and out == "" and err.count("\n") == 1, (args, err)
         assert "exceeds the model's 64 learned positions" in err
-    assert "--seq 128 exceeds" in cli("flops", fixture("bert-tiny"))[2]
+    assert "--seq 128 exceeds" in cli("flops", fixture("bert-tiny"), "-s", "128")[2]
+    # With no --seq, commands use 128 or, when the table is smaller, all of it.
+    assert json.loads(cli("flops", fixture("bert-tiny"), "--json")[1])["runs"][0]["seq"] == 64
+    assert json.loads(cli("memory", fixture("bert-tiny"), "--json")[1])["seq"] == 64
     assert cli("flops", fixture("bert-tiny"), "--seq", "64")[0] == 0
     assert cli("memory", fixture("gpt2-tiny"), "--seq", "33")[0] == 2   # n_positions 32
 
@@ -209,7 +212,7 @@ def test_check_seq_rules():
 def test_run_seq_beyond_positions_exits_2(cli):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
-    rc, out, err = cli("run", fixture("bert-tiny"))   # default --seq 128, 64 positions
+    rc, out, err = cli("run", fixture("bert-tiny"), "--seq", "128")   # 64 positions
     assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err
     assert "--seq 128 exceeds the model's 64 learned positions" in err
 

@@ -417,6 +417,12 @@ def max_seq(spec: ArchSpec) -> int | None:
     return spec.positions - _POSITION_OFFSET.get(spec.model_type, 0)
 
 
+def default_seq(spec: ArchSpec) -> int:
+    """The sequence length commands use when none is given: 128, or fewer if the model cannot run 128."""
+    limit = max_seq(spec)
+    return 128 if limit is None else min(128, limit)
+
+
 def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
     """UsageError when a sequence length exceeds the model's learned positions (the model cannot run it)."""
     limit = max_seq(spec)
