@@ -48,6 +48,7 @@ _MIN_SIZE = {code: struct.calcsize("<" + fmt) if fmt else 8 for code, (_, fmt) i
 _MIN_SIZE[ARRAY] = 12                      # u32 element type + u64 count
 _MIN_KV = 8 + 4 + 1                        # key length, value type, one byte of value
 _MIN_TENSOR_INFO = 8 + 4 + 4 + 8           # name length, n_dims, type, offset (rank 0)
+_U64 = struct.Struct("<Q")
 SHOWN_ARRAY_ITEMS = 8                      # short numeric arrays are shown whole; longer ones summarised
 
 
@@ -100,10 +101,19 @@ class _Cursor:
             raise self.bad(f"{what} at offset {self.pos - len(raw)} is not valid UTF-8") from None
 
     def skip_strings(self, count: int, what: str) -> None:
+        """Step over `count` strings (a tokenizer's vocabulary: 10^5 of them), checking each length."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
         for i in range(count):
-            n = self.u64(f"length of {what} item {i}")
-            self.need(n, f"{what} item {i} (a string of {n} bytes)")
-            self.pos += n
+            if pos + 8 > size:
+                self.pos = pos
+                self.need(8, f"length of {what} item {i}")
+            (n,) = unpack(buf, pos)
+            pos += 8
+            if n > size - pos:
+                self.pos = pos
+                self.need(n, f"{what} item {i} (a string of {n} bytes)")
+            pos += n
+        self.pos = pos
 
 
 def _f32_text(x: float) -> str:
