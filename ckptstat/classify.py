@@ -17,6 +17,8 @@ import re
 from dataclasses import dataclass
 from typing import Iterable
 
+from . import dtypes
+
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
 ROLES = ("parameter", "buffer", "optimizer", "counter")
 
@@ -50,6 +52,7 @@ ROLE_RULES = _rules([
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
     (r"(^|\.)(inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),             # rotary caches (LLaMA, GPT-NeoX), fairseq
+    (r"^(rope_freqs|rope_factors_long|rope_factors_short)\.weight$", "buffer"),         # GGUF rope scaling tables (Llama 3, Phi-3)
     (r"(^|\.)(running_mean|running_var|num_batches_tracked)$", "buffer"),             # BatchNorm
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
@@ -63,10 +66,12 @@ BUCKET_RULES = _rules([
     (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
     (r"(^|\.)(wte|wpe)\.", "embedding"),                            # GPT-2
     (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),  # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM
+    (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
     (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
     (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
+    (r"^dec\.(blk\.(?P<layer>\d+)|output_norm)\.", "decoder"),     # GGUF T5: dec.blk.N., dec.output_norm
     # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
     # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
@@ -90,7 +95,8 @@ def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
     if _GPT2_MASK.search(n) and len(shape) == 4:
         return "buffer"
     # Integer and boolean tensors are index tables and masks, never trainable parameters.
-    if not dtype.startswith(("F", "BF", "C")):
+    d = dtypes.DTYPES.get(dtype)
+    if not (d.is_float if d is not None else dtype.startswith(("F", "BF", "C"))):  # GGUF Q4_0... are float
         return "buffer"
     return "parameter"
 
@@ -170,6 +176,10 @@ STRUCTURAL_TIE_RULES = [
     (re.compile(r"(^|\.)mlm___cls\.predictions\.bias$"), ("bias", "decoder/weight"),
      re.compile(r"(^|\.)bert\.embeddings\.word_embeddings\.weight$"),
      "Hugging Face TF BERT MLM head stores only its bias; the decoder is the input embedding"),
+    # GGUF decoders (llama.cpp llama-model.cpp: output = token_embd, TENSOR_DUPLICATED, when the file has
+    # no output.weight): the final norm is stored, the output projection is not
+    (re.compile(r"^output_norm\.weight$"), ("output_norm", "output"), re.compile(r"^token_embd\.weight$"),
+     "GGUF decoder without output.weight: llama.cpp uses token_embd.weight as the output projection"),
 ]
 
 

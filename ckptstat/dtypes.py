@@ -4,6 +4,10 @@ Canonical names are safetensors' dtype codes (FORMATS.md section 1), plus C128 a
 formats store. Each reader maps its native codes into this table; nothing else branches on dtypes.
 Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, and the
 8-bit and smaller float formats go through a 256-entry lookup table built from their bit layout.
+
+Block-quantised types (GGUF/ggml: Q4_0, Q8_0, Q4_K...) store `block` elements in `block_bytes` bytes
+(gguf-py constants.py GGML_QUANT_SIZES); their `bits` is the per-element cost rounded down, for
+estimates only. Those with a decoder in _BLOCK_DECODERS dequantise to float32 a whole block at a time.
 """
 from __future__ import annotations
 
@@ -22,13 +26,22 @@ class DType:
     kind: str               # "float", "int", "uint", "bool", "complex", "str"
     numpy: str | None       # numpy dtype the raw bytes can be viewed as, little-endian
     decoded: str | None     # numpy dtype values are returned as
+    block: int = 1          # elements per quantisation block (1: not block-quantised)
+    block_bytes: int = 0    # bytes per block, when block > 1
 
     @property
     def is_float(self) -> bool:
         return self.kind in ("float", "complex")
 
+    @property
+    def is_blocked(self) -> bool:
+        return self.block > 1
+
     def nbytes(self, numel: int) -> int:
-        """Bytes for numel packed elements (sub-byte types round up to whole bytes)."""
+        """Bytes for numel packed elements (sub-byte types round up to whole bytes, block types to
+        whole blocks)."""
+        if self.block > 1:
+            return -(-numel // self.block) * self.block_bytes
         return (numel * self.bits + 7) // 8
 
 
@@ -59,6 +72,20 @@ _TABLE = [
     DType("F4", 4, "float", None, "<f4"),
     DType("STR", 0, "str", None, None),
 ]
+
+
+def _quant(name: str, block: int, block_bytes: int) -> DType:
+    return DType(name, max(1, block_bytes * 8 // block), "float", None, "<f4", block, block_bytes)
+
+
+# ggml block-quantised types (gguf-py constants.py GGML_QUANT_SIZES; ggml/src/ggml-common.h layouts).
+_TABLE += [_quant(name, block, nbytes) for name, block, nbytes in [
+    ("Q4_0", 32, 18), ("Q4_1", 32, 20), ("Q5_0", 32, 22), ("Q5_1", 32, 24), ("Q8_0", 32, 34), ("Q8_1", 32, 40),
+    ("Q2_K", 256, 84), ("Q3_K", 256, 110), ("Q4_K", 256, 144), ("Q5_K", 256, 176), ("Q6_K", 256, 210),
+    ("Q8_K", 256, 292), ("IQ2_XXS", 256, 66), ("IQ2_XS", 256, 74), ("IQ3_XXS", 256, 98), ("IQ1_S", 256, 50),
+    ("IQ4_NL", 32, 18), ("IQ3_S", 256, 110), ("IQ2_S", 256, 82), ("IQ4_XS", 256, 136), ("IQ1_M", 256, 56),
+    ("TQ1_0", 256, 54), ("TQ2_0", 256, 66), ("MXFP4", 32, 17), ("NVFP4", 64, 36), ("Q1_0", 128, 18),
+]]
 DTYPES: dict[str, DType] = {d.name: d for d in _TABLE}
 
 
@@ -133,12 +160,76 @@ def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
     return (stream * weights).sum(axis=1).astype(np.uint8)
 
 
+# --- ggml block quantisation (ggml/src/ggml-common.h block_q*; gguf-py quants.py dequantize_blocks) ----
+# Each decoder takes an (n_blocks, block_bytes) uint8 array and returns (n_blocks, block) float32, with
+# the arithmetic in gguf-py's order so that values are bit-identical to its `dequantize`.
+
+def _f16(col: np.ndarray) -> np.ndarray:
+    import numpy as np
+
+    return np.ascontiguousarray(col).view("<f2").astype(np.float32)
+
+
+def _nibbles(qs: np.ndarray) -> np.ndarray:
+    """16 bytes -> 32 codes: element j is the low nibble of byte j, element j + 16 its high nibble."""
+    import numpy as np
+
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+    """4 bytes (u32 LE) -> bit j of the u32 for element j (Q5_0, Q5_1)."""
+    import numpy as np
+
+    return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little")
+
+
+def _dq_q8_0(b: np.ndarray) -> np.ndarray:   # f16 d, 32 x int8 q: d * q
+    return b[:, 2:].view("i1").astype("f4") * _f16(b[:, :2])
+
+
+def _dq_q4_0(b: np.ndarray) -> np.ndarray:   # f16 d, 16 bytes of nibbles: d * (q - 8)
+    return _f16(b[:, :2]) * (_nibbles(b[:, 2:]).astype("i1") - 8).astype("f4")
+
+
+def _dq_q4_1(b: np.ndarray) -> np.ndarray:   # f16 d, f16 m, 16 bytes of nibbles: d * q + m
+    return _f16(b[:, :2]) * _nibbles(b[:, 4:]).astype("f4") + _f16(b[:, 2:4])
+
+
+def _dq_q5_0(b: np.ndarray) -> np.ndarray:   # f16 d, u32 high bits, 16 bytes of nibbles: d * (q - 16)
+    q = _nibbles(b[:, 6:]) | (_fifth_bits(b[:, 2:6]) << 4)
+    return _f16(b[:, :2]) * (q.astype("i1") - 16).astype("f4")
+
+
+def _dq_q5_1(b: np.ndarray) -> np.ndarray:   # f16 d, f16 m, u32 high bits, nibbles: d * q + m
+    q = _nibbles(b[:, 8:]) | (_fifth_bits(b[:, 4:8]) << 4)
+    return _f16(b[:, :2]) * q.astype("f4") + _f16(b[:, 2:4])
+
+
+_BLOCK_DECODERS = {"Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0, "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1}
+
+
+def can_decode(dtype: str) -> bool:
+    """Whether decode() turns this dtype's bytes into numbers (false for strings and for block types
+    ckptstat has no decoder for yet, such as the k-quants)."""
+    d = DTYPES[dtype]
+    return d.kind != "str" and (not d.is_blocked or dtype in _BLOCK_DECODERS)
+
+
 def decode(raw: np.ndarray | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> np.ndarray:
-    """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array."""
+    """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array. Block types
+    start at a block boundary; their last block is decoded whole and cut to `count`."""
     import numpy as np
 
     d = DTYPES[dtype]
     buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.view(np.uint8).reshape(-1)
+    if d.is_blocked:
+        if dtype not in _BLOCK_DECODERS:
+            raise ValueError(f"values of {dtype} tensors are not decoded yet")
+        n = -(-count // d.block)
+        if byteorder != "little" or buf.size < n * d.block_bytes:
+            raise ValueError(f"{dtype}: need {n * d.block_bytes} little-endian bytes, got {buf.size}")
+        return _BLOCK_DECODERS[dtype](buf[: n * d.block_bytes].reshape(n, d.block_bytes)).reshape(-1)[:count]
     if d.numpy is None:
         if d.kind == "str":
             raise ValueError("string tensors have no numeric values")

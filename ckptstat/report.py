@@ -36,7 +36,7 @@ def aliases(ckpt: Checkpoint) -> dict[str, str]:
 
 
 def architecture(ckpt: Checkpoint) -> dict:
-    a = arch.detect(ckpt.tensors, ckpt.config)
+    a = arch.detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.format == "gguf" else None)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 

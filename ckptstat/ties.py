@@ -91,7 +91,10 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
 
     for alias, target in aliases(ckpt).items():
         add(Tie(alias, target, "shared storage", "aliased in file", tensors[alias].numel))
-    for dropped, kept in ckpt.metadata.items():
+    # Only safetensors' __metadata__ records dropped -> kept; other formats' metadata (GGUF keys,
+    # torch training scalars) may hold a tensor name as a value by chance.
+    st_metadata = ckpt.metadata if ckpt.format.startswith("safetensors") else {}
+    for dropped, kept in st_metadata.items():
         if dropped not in tensors and kept in tensors:
             add(Tie(dropped, kept, "safetensors metadata", "absent from file", tensors[kept].numel))
     tied_cfg = _tie_word_embeddings(ckpt)

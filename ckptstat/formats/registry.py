@@ -47,7 +47,7 @@ class Format:
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
-_MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5"]
+_MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf"]
 _loaded = False
 
 
@@ -96,7 +96,7 @@ def resolve_folder(folder: str) -> str:
         p = os.path.join(folder, name)
         if os.path.isfile(p):
             return p
-    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index"):
+    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf"):
         found = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
         if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
             raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"

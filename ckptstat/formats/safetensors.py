@@ -17,8 +17,8 @@ from ..tensor import Checkpoint, TensorInfo
 from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
-# The codes safetensors defines; C128 and STR are ours, for other formats.
-SAFETENSORS_DTYPES = frozenset(dtypes.DTYPES) - {"C128", "STR"}
+# The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
+SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
 
 
 def accept(probe: Probe) -> bool:
