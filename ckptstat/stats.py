@@ -289,6 +289,8 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
             why = f"alias of {alias_of[t.name]} (counted once)"
         elif t.dtype == "STR" or t.dt.bits == 0:
             why = "string tensor"
+        elif not dtypes.can_decode(t.dtype):
+            why = f"values of {t.dtype} tensors are not decoded yet"
         elif not all_roles and p.role != "parameter":
             why = f"role {p.role} (use --all-roles)"
         if why:

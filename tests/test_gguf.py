@@ -287,6 +287,25 @@ def test_undecoded_block_type_is_a_clear_error(tmp_path):
         ckpt.read(t.name)
     assert not isinstance(info.value, CorruptCheckpointError)
     assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of Q4_K tensors are not decoded yet"
+    # stats reads what it can and lists the rest, with the reason.
+    from ckptstat.stats import select
+
+    items, skipped = select(ckpt)
+    assert items == [] and skipped == [{"name": t.name, "reason": "values of Q4_K tensors are not decoded yet"}]
+
+
+@pytest.mark.parametrize("name", FILES)
+def test_analytic_model_from_gguf_metadata(name, cli):
+    """No config.json: the GGUF metadata (block_count, embedding_length, ...) stands in for it, and the
+    architecture's predicted parameter count equals the file's."""
+    r = summarize(path_of(name))
+    assert r["analytic"]["agree"] is True and r["analytic"]["predicted_params"] == r["parameters"]["unique"]
+    rc, out, _ = cli("flops", path_of(name), "--json")
+    f = json.loads(out)
+    assert rc == 0 and f["parameters"]["agree"] is True
+    assert f["runs"][0]["seq"] == 128  # rotary: context_length is no hard limit, so the default 128
+    rc, out, _ = cli("memory", path_of(name), "--json")
+    assert rc == 0 and json.loads(out)["parameters"]["agree"] is True
 
 
 def test_mutations_raise_only_our_errors(tmp_path):

@@ -8,7 +8,8 @@ from dataclasses import dataclass, field, replace
 
 from . import detect
 from .graph import predict_params
-from .spec import DTYPE_BYTES, ArchSpec, canonical_tensors, from_config, from_tensors, infer_head, with_head
+from .spec import (DTYPE_BYTES, ArchSpec, canonical_tensors, config_from_gguf, from_config, from_tensors, infer_head,
+                   with_head)
 from ..errors import CkptstatError, UsageError
 from ..tensor import Checkpoint
 
@@ -74,10 +75,13 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         count += t.numel
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
     notes: list[str] = []
+    gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.format == "gguf" and not ckpt.config else None
     if ckpt.config:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json")
         if spec.architecture is None and ckpt.tensors:
             spec = _head_from_weights(spec, ckpt)
+    elif gguf_cfg:
+        spec = from_config(gguf_cfg, f"{ckpt.path} (GGUF metadata)")
     else:
         family = detect(ckpt.tensors, None).family
         if family == "unknown":
@@ -131,7 +135,9 @@ def reference_seq(spec: ArchSpec) -> int:
 def summary_fields(ckpt: Checkpoint) -> dict | None:
     """The summary's small analytic block: forward FLOPs per token and weight memory. None when the
     family is unknown; never raises (an error becomes a note)."""
-    if detect(ckpt.tensors, ckpt.config).family == "unknown":
+    from ..report import architecture   # report imports arch; import lazily to avoid a cycle
+
+    if architecture(ckpt)["family"] == "unknown":
         return None
     try:
         from .flops import run

@@ -417,6 +417,31 @@ def max_seq(spec: ArchSpec) -> int | None:
     return spec.positions - _POSITION_OFFSET.get(spec.model_type, 0)
 
 
+# GGUF metadata keys (FORMATS.md section 6; llama.cpp LLM_KV_*) -> config.json keys, for the families whose
+# GGUF layout is the transformers model's (llama.cpp writes Mistral and Mixtral as "llama").
+_GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
+              "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",
+              "attention.head_count_kv": "num_key_value_heads", "attention.key_length": "head_dim",
+              "context_length": "max_position_embeddings", "expert_count": "num_local_experts",
+              "expert_used_count": "num_experts_per_tok"}
+_GGUF_HEADS = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "gpt2": "GPT2LMHeadModel"}
+
+
+def config_from_gguf(metadata: Mapping[str, str], tensors: Mapping[str, TensorInfo]) -> dict | None:
+    """A config.json equivalent from a GGUF file's metadata, or None for an architecture without one."""
+    arch = metadata.get("general.architecture")
+    if arch not in _GGUF_HEADS or "token_embd.weight" not in tensors:
+        return None
+    cfg: dict = {k: int(metadata[f"{arch}.{g}"]) for g, k in _GGUF_KEYS.items() if f"{arch}.{g}" in metadata}
+    model_type = "mixtral" if arch == "llama" and cfg.get("num_local_experts") else arch
+    if arch == "gpt2":  # GPT-2's config spells these n_*
+        cfg = {"n_layer": cfg["num_hidden_layers"], "n_embd": cfg["hidden_size"], "n_head": cfg["num_attention_heads"],
+               "n_inner": cfg.get("intermediate_size"), "n_positions": cfg.get("max_position_embeddings", 1024)}
+    cfg.update(model_type=model_type, architectures=[_GGUF_HEADS[arch]], vocab_size=tensors["token_embd.weight"].shape[0],
+               tie_word_embeddings="output.weight" not in tensors)
+    return cfg
+
+
 def default_seq(spec: ArchSpec) -> int:
     """The sequence length commands use when none is given: 128, or fewer if the model cannot run 128."""
     limit = max_seq(spec)
