@@ -5,10 +5,11 @@ Two readers need this: a torch view saved non-contiguous (a transposed weight, a
 `expand`: shape and element strides over a storage) and a TF partitioned variable (rectangular
 slices, each a C-contiguous array). Both split the requested flat range into rectangles
 (`rectangles`) and read each rectangle of a strided layout with `gather`, which visits storage in
-address order and fetches runs of bytes, each read at most twice the bytes it needs plus a page.
-So the memory a chunk takes is a small multiple of the chunk, and the bytes read over a whole tensor
-are about its size, whatever the view's strides (a transposed tensor, read row by row of the view,
-would otherwise read its whole storage for every chunk).
+address order and fetches runs of bytes, each read at most twice the bytes it needs (plus SLACK
+bytes, so that small gaps cost no extra syscall). So the memory a chunk takes is a small multiple
+of the chunk, and the bytes read over a whole tensor about its size (at most about twice), whatever
+the view's strides: a transposed tensor becomes a contiguous read, not one pass over its whole
+storage per chunk.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from typing import IO, TYPE_CHECKING, Iterator
 if TYPE_CHECKING:
     import numpy as np
 
-PAGE = 4096  # slack a read may fetch beyond twice what it needs: one page costs the same as a byte
+SLACK = 512  # bytes a read may fetch beyond twice what it needs, to save a syscall on small gaps
 
 
 def rectangles(shape: tuple[int, ...], start: int, count: int) -> Iterator[tuple[tuple[int, ...], tuple[int, ...]]]:
@@ -91,7 +92,7 @@ def extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
 
 
 def _fits(span: int, need: int, itemsize: int) -> bool:
-    return span * itemsize <= 2 * need * itemsize + PAGE
+    return span * itemsize <= 2 * need * itemsize + SLACK
 
 
 def _void(itemsize: int) -> np.dtype:
@@ -133,7 +134,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
     import numpy as np
 
     need, span = math.prod(shape), extent(shape, strides)
-    if _fits(span, need, isz):  # one read of the span, at most 2x the bytes needed (+ a page)
+    if _fits(span, need, isz):  # one read of the span: at most 2x the bytes needed, + SLACK
         if list(strides) == _contiguous(shape):
             f.readinto(base, out)
         else:
@@ -145,7 +146,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
         return
     s0 = strides[0]
     if len(shape) == 1:   # sparse elements (s0 > 2): groups of m whose span fits
-        m = (PAGE + (s0 - 1) * isz) // ((s0 - 2) * isz)
+        m = (SLACK + (s0 - 1) * isz) // ((s0 - 2) * isz)
         for i in range(0, shape[0], m):
             k = min(m, shape[0] - i)
             _gather_sorted(f, base + i * s0 * isz, isz, (k,), strides, out[i * isz:(i + k) * isz])
@@ -155,7 +156,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
     rowb = n_in * isz
     if _fits(e_in, n_in, isz):
         # rows that fit one by one but not all together (s0 > 2 * n_in): m at a time
-        m = (PAGE + (s0 - e_in) * isz) // ((s0 - 2 * n_in) * isz)
+        m = (SLACK + (s0 - e_in) * isz) // ((s0 - 2 * n_in) * isz)
         if m == 1 and e_in <= 2 * n_in:  # one run per row (a transposed view): read them all, gather once
             if list(istrides) == _contiguous(inner):
                 f.read_runs(base, s0 * isz, shape[0], rowb, out)
