@@ -589,8 +589,9 @@ class _ZipStreamReader:
     def __call__(self, info: TensorInfo, start: int, count: int) -> np.ndarray:
         if info.offset is not None:   # a stored record beside compressed ones: read it in place
             return read_flat_file(info, start, count)
-        if self._pid != os.getpid():   # forked (stats workers): the parent's open files are not ours
-            self._member = self._zip = self._file = self._spill = None
+        if self._pid != os.getpid():   # forked (stats workers): never share the parent's file positions
+            self._close_member()       # (closing our inherited copies leaves the parent's open)
+            self._close_spill()
             self._pid = os.getpid()
         record = str(info.extra["record"])
         base = int(info.extra["storage_byte_offset"])  # type: ignore[call-overload]
