@@ -17,6 +17,8 @@ import math
 import os
 from typing import IO, TYPE_CHECKING, Iterator
 
+from .tensor import contiguous_strides
+
 if TYPE_CHECKING:
     import numpy as np
 
@@ -96,9 +98,10 @@ def _fits(span: int, need: int, itemsize: int) -> bool:
 
 
 def _void(itemsize: int) -> np.dtype:
+    """An opaque element of itemsize bytes, for moving raw elements (unsigned ints copy faster)."""
     import numpy as np
 
-    return np.dtype((np.void, itemsize))
+    return np.dtype(f"<u{itemsize}") if itemsize in (1, 2, 4, 8) else np.dtype((np.void, itemsize))
 
 
 def gather(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], strides: tuple[int, ...],
@@ -135,7 +138,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
 
     need, span = math.prod(shape), extent(shape, strides)
     if _fits(span, need, isz):  # one read of the span: at most 2x the bytes needed, + SLACK
-        if list(strides) == _contiguous(shape):
+        if strides == contiguous_strides(shape):
             f.readinto(base, out)
         else:
             buf = np.empty(span * isz, dtype=np.uint8)
@@ -147,6 +150,9 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
     s0 = strides[0]
     if len(shape) == 1:   # sparse elements (s0 > 2): groups of m whose span fits
         m = (SLACK + (s0 - 1) * isz) // ((s0 - 2) * isz)
+        if m == 1:   # elements far apart (a column of a wide matrix): one read each
+            f.read_runs(base, s0 * isz, shape[0], isz, out)
+            return
         for i in range(0, shape[0], m):
             k = min(m, shape[0] - i)
             _gather_sorted(f, base + i * s0 * isz, isz, (k,), strides, out[i * isz:(i + k) * isz])
@@ -158,7 +164,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
         # rows that fit one by one but not all together (s0 > 2 * n_in): m at a time
         m = (SLACK + (s0 - e_in) * isz) // ((s0 - 2 * n_in) * isz)
         if m == 1 and e_in <= 2 * n_in:  # one run per row (a transposed view): read them all, gather once
-            if list(istrides) == _contiguous(inner):
+            if istrides == contiguous_strides(inner):
                 f.read_runs(base, s0 * isz, shape[0], rowb, out)
                 return
             runs = np.empty(shape[0] * e_in * isz, dtype=np.uint8)
@@ -175,14 +181,6 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
             _gather_sorted(f, base + r * s0 * isz, isz, inner, istrides, out[r * rowb:(r + 1) * rowb])
         else:
             _gather_sorted(f, base + r * s0 * isz, isz, (k,) + inner, strides, out[r * rowb:(r + k) * rowb])
-
-
-def _contiguous(shape: tuple[int, ...]) -> list[int]:
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= dim
-    return strides[::-1]
 
 
 def read_view(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], strides: tuple[int, ...],

@@ -484,7 +484,7 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
 
     import numpy as np
 
-    from ..strided import RawFile, gather, rectangles
+    from ..strided import RawFile, _void, gather, rectangles
 
     isz = info.dt.bits // 8
     if isz * 8 != info.dt.bits:
@@ -497,7 +497,7 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
             raise ValueError(f"{info.name}: slice {p['extent']} holds {p['bytes']} bytes")
         slices.append((lo, size, contiguous_strides(size), p))
     out = np.empty(count * isz, dtype=np.uint8)
-    void = np.dtype((np.void, isz))
+    void = _void(isz)
     filled = 0
     with contextlib.ExitStack() as stack:
         files: dict[str, RawFile] = {}
