@@ -81,7 +81,8 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
     """Elements [start, start + count) of the C-order flattened tensor, decoded.
 
     Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
-    from the exact byte range; strided views read the span of storage they cover.
+    from the exact byte range; strided views read only the storage runs those elements lie in
+    (strided.read_view: memory a small multiple of the chunk, bytes read about the chunk's).
     """
     d = info.dt
     if info.offset is None:
@@ -92,15 +93,12 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
         lo = start * d.bits // 8
         raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
         return dtypes.decode(raw, info.dtype, count, info.byteorder)
-    # A strided view (torch only): read the storage span it covers, then take the view.
-    import numpy as np
+    # A strided view (torch only): read the bytes the requested elements need, not the whole span.
+    from .strided import RawFile, read_view
 
-    span = 1 + sum((n - 1) * s for n, s in zip(info.shape, info.stride)) if info.numel else 0
-    raw = read_bytes(info.file, info.offset, d.nbytes(span))
-    base = dtypes.decode(raw, info.dtype, span, info.byteorder)
-    item = base.dtype.itemsize
-    view = np.lib.stride_tricks.as_strided(base, info.shape, tuple(s * item for s in info.stride))
-    return np.ascontiguousarray(view).reshape(-1)[start : start + count]
+    with open(info.file, "rb", buffering=0) as f:
+        raw = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
+    return dtypes.decode(raw, info.dtype, count, info.byteorder)
 
 
 @dataclass

@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # numpy and crc32c load only when values are read or verified
 
 from .. import dtypes
 from ..errors import CorruptCheckpointError, FileNotFound
-from ..tensor import Checkpoint, TensorInfo, read_bytes
+from ..tensor import Checkpoint, TensorInfo, contiguous_strides, read_bytes
 from .registry import _FILE_HOOKS, Format, Probe, register
 
 MAGIC = 0xDB4775248B80FB57
@@ -474,19 +474,58 @@ def _adopt_model_variables(ckpt: Checkpoint, nodes: list[tuple[list[tuple[int, s
 
 
 def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
-    """Gather a partitioned variable's slices into the full tensor, then take [start, start+count)."""
+    """Elements [start, start + count) of a partitioned variable: the flat range is split into
+    rectangles (strided.rectangles), and each is filled from the slices it overlaps, reading from
+    each slice (a C-contiguous array of its extent) only the overlapping part."""
     parts = info.extra.get("partitions")
     if not isinstance(parts, list):
         raise ValueError(f"{info.name}: not a partitioned variable")
+    import contextlib
+
     import numpy as np
 
-    full = np.empty(info.shape, dtype=np.dtype(info.dt.decoded or "V1"))
+    from ..strided import RawFile, _void, gather, rectangles
+
+    isz = info.dt.bits // 8
+    if isz * 8 != info.dt.bits:
+        raise ValueError(f"{info.name}: partitioned {info.dtype} (sub-byte) is not supported")
+    slices = []
     for p in parts:
-        ext = p["extent"]
-        n = math.prod(length for _, length in ext)
-        values = dtypes.decode(read_bytes(p["file"], p["offset"], p["bytes"]), info.dtype, n, info.byteorder)
-        full[tuple(slice(s, s + length) for s, length in ext)] = values.reshape([x for _, x in ext])
-    return full.reshape(-1)[start:start + count]
+        lo = tuple(s for s, _ in p["extent"])
+        size = tuple(n for _, n in p["extent"])
+        if p["bytes"] != math.prod(size) * isz or len(lo) != len(info.shape):
+            raise ValueError(f"{info.name}: slice {p['extent']} holds {p['bytes']} bytes")
+        slices.append((lo, size, contiguous_strides(size), p))
+    out = np.empty(count * isz, dtype=np.uint8)
+    void = _void(isz)
+    filled = 0
+    with contextlib.ExitStack() as stack:
+        files: dict[str, RawFile] = {}
+        pos = 0
+        for lo, size in rectangles(info.shape, start, count):
+            n = math.prod(size)
+            block = out[pos * isz:(pos + n) * isz].view(void).reshape(size)
+            pos += n
+            for plo, psize, pstrides, p in slices:
+                a = tuple(max(x, y) for x, y in zip(lo, plo))
+                b = tuple(min(x + m, y + k) for x, m, y, k in zip(lo, size, plo, psize))
+                if any(j >= k for j, k in zip(a, b)):
+                    continue
+                shape = tuple(k - j for j, k in zip(a, b))
+                f = files.get(p["file"])
+                if f is None:
+                    f = files[p["file"]] = RawFile(stack.enter_context(open(p["file"], "rb", buffering=0)), p["file"])
+                at = p["offset"] + sum((j - y) * s for j, y, s in zip(a, plo, pstrides)) * isz
+                if shape == size:   # the slice holds the whole rectangle: read it in place
+                    gather(f, at, isz, shape, pstrides, block.view(np.uint8).reshape(-1))
+                else:
+                    part = np.empty(math.prod(shape) * isz, dtype=np.uint8)
+                    gather(f, at, isz, shape, pstrides, part)
+                    block[tuple(slice(j - x, k - x) for j, k, x in zip(a, b, lo))] = part.view(void).reshape(shape)
+                filled += math.prod(shape)
+    if filled != count:   # the slices were checked to cover the shape once at open; not to overlap
+        raise ValueError(f"{info.name}: its slices cover {filled} of the {count} elements asked for")
+    return dtypes.decode(out, info.dtype, count, info.byteorder)
 
 
 def _extra(name: str, shape: tuple[int, ...], extra: dict) -> dict:
