@@ -43,3 +43,11 @@ def table(rows: list[tuple[str, dict]], baseline: str) -> str:
         out.append(f"| {name} | {r['wall_s']:.3f} s | {r['rss_mib']:.0f} MiB | {r['wall_s'] / base['wall_s']:.1f}x "
                    f"| {r['rss_mib'] / base['rss_mib']:.1f}x | {'yes' if r['ok'] else 'FAILED'} |")
     return "\n".join(out)
+
+
+def emit(text: str, out: str | None) -> None:
+    """Print a result and, with --out, record it in the repo."""
+    print(text)
+    if out:
+        with open(out, "w") as f:
+            f.write(text)

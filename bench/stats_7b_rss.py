@@ -14,7 +14,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import run_once  # noqa: E402
+from _measure import emit, run_once  # noqa: E402
 
 
 def main() -> None:
@@ -33,10 +33,7 @@ def main() -> None:
             f"{size / 2**30:.1f} GiB in 2 sparse shards.\nMachine: {platform.machine()}, {os.cpu_count()} cores, "
             f"Python {platform.python_version()}.\n\n| wall | throughput | peak RSS | exit |\n|---|---|---|---|\n"
             f"| {wall:.0f} s | {size / 2**20 / wall:.0f} MiB/s | {rss:.0f} MiB | {rc} |\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import measure, table  # noqa: E402
+from _measure import emit, measure, table  # noqa: E402
 
 LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
@@ -103,10 +103,7 @@ def main() -> None:
     text = (f"Llama-2-7B shapes, 2 fp16 shards, {sizes / 2**30:.1f} GiB apparent size (sparse), "
             f"{n:,} parameters.\nMachine: {platform.machine()}, {os.cpu_count()} cores, Python "
             f"{platform.python_version()}.\n\n" + table(rows, "ckptstat summary") + "\n")
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _measure import emit  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 TORCH_SNIPPET = """
@@ -109,10 +112,7 @@ def main() -> None:
     lines += ["", f"Ratio: ckptstat is {t[0] / c[0]:.1f}x faster and uses {t[1] / c[1]:.1f}x less peak memory "
               f"(goal: >= 3x faster, < 100 MB)."]
     text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    emit(text, args.out)
 
 
 if __name__ == "__main__":

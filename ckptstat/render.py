@@ -30,9 +30,12 @@ def human(n: float, unit: str = "") -> str:
     return str(n)
 
 
-def human_bytes(n: float) -> str:
+def human_bytes(n: float, compact: bool = False) -> str:
+    """1.5 MiB; compact (for narrow columns): 1.5M, binary units all the same."""
     for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or suffix == "TiB":
+            if compact:
+                return f"{n:.0f}" if suffix == "B" else f"{n:.3g}{suffix[0]}"
             return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
         n /= 1024
     return str(n)
@@ -137,15 +140,6 @@ def _shape(shape: list[int]) -> str:
 _GROUP = re.compile(r"^(.*?\[[^\]]*\])\.(.*)$")
 
 
-def _kib(n: float) -> str:
-    """Compact binary size: 512, 3.0K, 4.5M, 1.2G (KiB, MiB, GiB)."""
-    for suffix in ("", "K", "M", "G", "T"):
-        if abs(n) < 1024 or suffix == "T":
-            return f"{n:.0f}" if suffix == "" else f"{n:.3g}{suffix}"
-        n /= 1024
-    return str(n)
-
-
 def _arch_line(r: dict) -> Text:
     a = r["architecture"]
     head = a.get("architecture") or a["head"]
@@ -190,10 +184,10 @@ def render_flops(r: dict, console: Console) -> None:
         t.add_row(name, f"{_shape(m['in_shape'][1:])}\n{_shape(m['out_shape'][1:])}",
                   human(m["params"]) if m["params"] else "", human(val) if val else "",
                   human(m["elementwise_flops"]) if m["elementwise_flops"] else "",
-                  f"{_kib(m['bytes_read'])}\n{_kib(m['bytes_written'])}")
+                  f"{human_bytes(m['bytes_read'], True)}\n{human_bytes(m['bytes_written'], True)}")
     tt = first["totals"]
     t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
-              human(tt["elementwise_flops"]), f"{_kib(tt['bytes_read'])}\n{_kib(tt['bytes_written'])}")
+              human(tt["elementwise_flops"]), f"{human_bytes(tt['bytes_read'], True)}\n{human_bytes(tt['bytes_written'], True)}")
     console.print(t)
     s = _table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
                "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
