@@ -35,6 +35,12 @@ def aliases(ckpt: Checkpoint) -> dict[str, str]:
     return out
 
 
+def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
+    """The tensors the unique parameter count sums: role parameter, each storage and view once."""
+    place, alias_of = placements(ckpt), aliases(ckpt)
+    return [t for t in ckpt if t.name not in alias_of and place[t.name].role == "parameter"]
+
+
 def architecture(ckpt: Checkpoint) -> dict:
     a = arch.detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.format == "gguf" else None)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass
 
 from .classify import normalize, strip_prefixes, structural_ties
-from .report import aliases, placements
+from .report import aliases, parameters, placements
 from .tensor import Checkpoint
 
 TIES_SCHEMA = "ckptstat.ties/1"
@@ -218,8 +218,7 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
 
     unique_ids = {identity[n] for n in names}
     unique = sum(names[i] for i in unique_ids)
-    alias_of = aliases(ckpt)
-    stored = sum(tensors[n].numel for n in is_param if n not in alias_of)
+    stored = sum(t.numel for t in parameters(ckpt))
     file_names = sum(tensors[n].numel for n in is_param)
     every = sum(names.values())
     torchinfo = _torchinfo_total(names, identity, recursive)

@@ -65,13 +65,10 @@ def is_bare_config(path: str) -> bool:
 
 
 def from_checkpoint(ckpt: Checkpoint) -> Model:
-    from ..report import aliases, placements   # report imports arch; import lazily to avoid a cycle
+    from ..report import parameters   # report imports arch; import lazily to avoid a cycle
 
-    place, alias_of = placements(ckpt), aliases(ckpt)
     count, by_dtype = 0, {}
-    for t in ckpt:
-        if t.name in alias_of or place[t.name].role != "parameter":
-            continue
+    for t in parameters(ckpt):
         count += t.numel
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
     notes: list[str] = []
