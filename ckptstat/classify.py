@@ -14,6 +14,7 @@ it comes from. Names are normalised first: TF separators `/` become `.`, `:0` an
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable
 
@@ -30,13 +31,13 @@ class Placement:
     role: str
 
 
+_TF_LIST_ITEM = re.compile(r"_\._(\d+)")                      # HF TF: tf_bert_model/bert/encoder/layer_._3/
+_TF_SUFFIX = re.compile(r"(\.\.ATTRIBUTES\.VARIABLE_VALUE|:\d+)$")  # TF2 object keys; Keras `:0`
+
+
+@lru_cache(maxsize=1 << 18)  # every analysis normalises every name, often more than once
 def normalize(name: str) -> str:
-    n = name.replace("/", ".")
-    n = re.sub(r"_\._(\d+)", r".\1", n)  # HF TF list items: `layer_._1`
-    n = re.sub(r"\.\.ATTRIBUTES\.VARIABLE_VALUE$", "", n)
-    n = re.sub(r":\d+$", "", n)
-    n = re.sub(r"(^|\.)layer_\._(\d+)(?=\.|$)", r"\1layer.\2", n)   # HF TF: tf_bert_model/bert/encoder/layer_._3/
-    return n
+    return _TF_SUFFIX.sub("", _TF_LIST_ITEM.sub(r".\1", name.replace("/", ".")))
 
 
 def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
@@ -87,6 +88,7 @@ BUCKET_RULES = _rules([
 _LAYER = re.compile(r"(?P<layer>\d+)")
 
 
+@lru_cache(maxsize=1 << 18)
 def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
     n = normalize(name)
     for pattern, role in ROLE_RULES:
@@ -114,6 +116,7 @@ def strip_prefixes(name: str, base_models: bool = False) -> str:
     return re.sub(r"(^|\.)layer_(\d+)(?=\.|$)", r"\1layer.\2", n) if base_models else n
 
 
+@lru_cache(maxsize=1 << 18)
 def bucket_of(name: str) -> tuple[str, int | None]:
     n = strip_prefixes(name)
     for pattern, bucket in BUCKET_RULES:
