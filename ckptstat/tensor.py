@@ -124,6 +124,19 @@ class Checkpoint:
     def __getitem__(self, name: str) -> TensorInfo:
         return self.tensors[name]
 
+    def close(self) -> None:
+        """Release what readers hold open (a compressed zip record streamed across chunks)."""
+        for reader in {id(r): r for r in self.readers.values()}.values():
+            close = getattr(reader, "close", None)
+            if close is not None:
+                close()
+
+    def __enter__(self) -> "Checkpoint":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     @property
     def file_size(self) -> int:
         return sum(os.path.getsize(f) for f in self.files)
