@@ -85,16 +85,29 @@ BUCKET_RULES = _rules([
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
      r"|vocab_layer_norm|vocab_projector|lm_loss|output)\.", "cls"),  # BERT, ALBERT, ELECTRA, DistilBERT, HF heads, GGUF
 ])
-_LAYER = re.compile(r"(?P<layer>\d+)")
+_NUMBER = re.compile(r"\d+")
 
 
-@lru_cache(maxsize=1 << 18)
+def _numbered(name: str) -> tuple[str, list[str]]:
+    """The name with its k-th number replaced by k, and the numbers. No rule looks at a number's value,
+    so names that differ only in layer or expert indices share one rule lookup (a 47k-tensor MoE header
+    has a few dozen such shapes)."""
+    parts = _NUMBER.split(name)
+    numbers = _NUMBER.findall(name)
+    return "".join(p + str(k) for k, p in enumerate(parts[:-1])) + parts[-1], numbers
+
+
 def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
+    return _role_of(_numbered(name)[0], dtype, len(shape) == 4)
+
+
+@lru_cache(maxsize=1 << 16)
+def _role_of(name: str, dtype: str, rank4: bool) -> str:
     n = normalize(name)
     for pattern, role in ROLE_RULES:
         if pattern.search(n):
             return role
-    if _GPT2_MASK.search(n) and len(shape) == 4:
+    if _GPT2_MASK.search(n) and rank4:
         return "buffer"
     # Integer and boolean tensors are index tables and masks, never trainable parameters.
     d = dtypes.DTYPES.get(dtype)
@@ -116,9 +129,16 @@ def strip_prefixes(name: str, base_models: bool = False) -> str:
     return re.sub(r"(^|\.)layer_(\d+)(?=\.|$)", r"\1layer.\2", n) if base_models else n
 
 
-@lru_cache(maxsize=1 << 18)
 def bucket_of(name: str) -> tuple[str, int | None]:
-    n = strip_prefixes(name)
+    numbered, numbers = _numbered(name)
+    bucket, k = _bucket_of(numbered)
+    return bucket, int(numbers[k]) if k is not None else None
+
+
+@lru_cache(maxsize=1 << 16)
+def _bucket_of(numbered: str) -> tuple[str, int | None]:
+    """(bucket, which of the name's numbers is its layer index) for a name from _numbered."""
+    n = strip_prefixes(numbered)
     for pattern, bucket in BUCKET_RULES:
         m = pattern.search(n)
         if m:

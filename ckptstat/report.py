@@ -18,12 +18,24 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
                  "(a tied weight stored under two names counts once)")
 
 
+def _memoised(ckpt: Checkpoint, key: str, compute):  # noqa: ANN001, ANN202
+    """A derived table computed once per checkpoint (and again if its tensors change)."""
+    stamp = (key, len(ckpt.tensors))
+    if stamp not in ckpt.memo:
+        ckpt.memo[stamp] = compute(ckpt)
+    return ckpt.memo[stamp]
+
+
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
-    return classify_all((t.name, t.dtype, t.shape) for t in ckpt)
+    return _memoised(ckpt, "placements", lambda c: classify_all((t.name, t.dtype, t.shape) for t in c))
 
 
 def aliases(ckpt: Checkpoint) -> dict[str, str]:
     """name -> the first name over the same storage and view, for every name that is an alias."""
+    return _memoised(ckpt, "aliases", _aliases)
+
+
+def _aliases(ckpt: Checkpoint) -> dict[str, str]:
     first: dict[tuple, str] = {}
     out: dict[str, str] = {}
     for t in ckpt:

@@ -114,6 +114,7 @@ class Checkpoint:
     config_path: str | None = None
     readers: dict[str, Reader] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    memo: dict = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:
         return len(self.tensors)
