@@ -22,8 +22,11 @@ def bert_stat(path, input_size=(1, 1), config=None, show=True) -> dict:
         # FLOPs for Bertstat's input size (docs/flops_memory.md): matmul FLOPs, 2 per MAC, as FCM counts.
         from .arch import flops as fl
         from .arch.model import from_checkpoint
+        from .arch.spec import check_seq
 
-        totals = fl.run(from_checkpoint(ckpt), batch, seq)["totals"]
+        model = from_checkpoint(ckpt)
+        check_seq(model.spec, seq)  # a length the model cannot run is a usage error, as on the CLI
+        totals = fl.run(model, batch, seq)["totals"]
         r["flops"] = {"batch": batch, "seq": seq, "flops": totals["flops"], "macs": totals["macs"],
                       "training_flops": totals["training_flops"], "elementwise_flops": totals["elementwise_flops"],
                       "rule": "matmul FLOPs = 2 x MACs (torch FlopCounterMode); training = 3 x forward"}

@@ -7,6 +7,7 @@ import os
 import pytest
 
 from ckptstat import bert_stat, open_checkpoint, summarize
+from ckptstat.errors import UsageError
 from ckptstat.arch.graph import build
 from ckptstat.arch.memory import report as memory_report
 from ckptstat.arch.model import from_checkpoint, load
@@ -113,6 +114,8 @@ def test_summary_block_and_bert_stat(capsys):
     assert "input_size   (2, 16)" in capsys.readouterr().out
     ops = build(from_checkpoint(open_checkpoint(os.path.join(FIX, "bert-tiny"))).spec, 2, 16)
     assert b["flops"]["flops"] == 2 * sum(o.macs * o.calls for o in ops)
+    with pytest.raises(UsageError, match="exceeds the model's 64 learned positions"):
+        bert_stat(os.path.join(FIX, "bert-tiny"), (1, 128), show=False)
 
 
 def test_bad_input(capsys, tmp_path):
