@@ -8,7 +8,6 @@ import os
 import struct
 import xml.etree.ElementTree as ET
 
-import pytest
 
 from ckptstat.cli import main
 
