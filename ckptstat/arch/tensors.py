@@ -1,7 +1,8 @@
 """The tensors an architecture should have, with their shapes, from its ArchSpec (transformers' naming,
 PyTorch layout [out, in]). Used to cross-check a checkpoint against its config: missing tensors (a
 dropped tied head, an absent pooler), unexpected ones (adapters, EMA copies) and shape mismatches.
-Families with a template: BERT / RoBERTa / ELECTRA-style encoders, GPT-2, LLaMA-style decoders, T5."""
+Families with a template: BERT / RoBERTa / ELECTRA-style encoders, ALBERT, DistilBERT, GPT-2, LLaMA-style
+decoders, Mixtral, T5."""
 from __future__ import annotations
 
 from .spec import ArchSpec
@@ -90,8 +91,14 @@ def _llama(s: ArchSpec) -> Shapes:
         _linear(out, q + "self_attn.k_proj", s.kv_heads * d, h, s.qkv_bias)
         _linear(out, q + "self_attn.v_proj", s.kv_heads * d, h, s.qkv_bias)
         _linear(out, q + "self_attn.o_proj", h, s.heads * d, s.o_bias)
-        for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
-            _linear(out, q + "mlp." + m, fo, fi, s.mlp_bias)
+        if s.experts:  # Mixtral: a router and per-expert gated MLPs
+            _linear(out, q + "block_sparse_moe.gate", s.experts, h, bias=False)
+            for e in range(s.experts):
+                for m, fo, fi in (("w1", f, h), ("w2", h, f), ("w3", f, h)):
+                    _linear(out, f"{q}block_sparse_moe.experts.{e}.{m}", fo, fi, bias=False)
+        else:
+            for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
+                _linear(out, q + "mlp." + m, fo, fi, s.mlp_bias)
         _norm(out, q + "input_layernorm", h, bias=False)
         _norm(out, q + "post_attention_layernorm", h, bias=False)
     _norm(out, p + "norm", h, bias=False)
@@ -137,7 +144,61 @@ def _t5(s: ArchSpec) -> Shapes:
     return out
 
 
-TEMPLATES = {"bert": _bert, "gpt2": _gpt2, "llama": _llama, "t5": _t5}
+def _albert(s: ArchSpec) -> Shapes:
+    h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
+    p = "" if s.head == "base" else "albert."
+    out: Shapes = {p + "embeddings.word_embeddings.weight": (V, E), p + "embeddings.position_embeddings.weight": (s.positions, E),
+                   p + "embeddings.token_type_embeddings.weight": (s.type_vocab, E)}
+    _norm(out, p + "embeddings.LayerNorm", E)
+    _linear(out, p + "encoder.embedding_hidden_mapping_in", h, E)
+    for g in range(s.shared_groups or 1):   # shared layers: groups x inner layers, reused across depth
+        for k in range(s.inner_group):
+            q = f"{p}encoder.albert_layer_groups.{g}.albert_layers.{k}."
+            for m in ("attention.query", "attention.key", "attention.value", "attention.dense"):
+                _linear(out, q + m, h, h)
+            _norm(out, q + "attention.LayerNorm", h)
+            _linear(out, q + "ffn", f, h)
+            _linear(out, q + "ffn_output", h, f)
+            _norm(out, q + "full_layer_layer_norm", h)
+    if s.pooler:
+        _linear(out, p + "pooler", h, h)
+    if s.head in ("mlm", "pretraining"):
+        out["predictions.bias"] = (V,)
+        _linear(out, "predictions.dense", E, h)
+        _norm(out, "predictions.LayerNorm", E)
+        _linear(out, "predictions.decoder", V, E)
+    if s.head == "pretraining":
+        _linear(out, "sop_classifier.classifier", 2, h)
+    if s.head == "seqcls":
+        _linear(out, "classifier", s.num_labels, h)
+    return out
+
+
+def _distilbert(s: ArchSpec) -> Shapes:
+    h, f, V = s.hidden, s.intermediate, s.vocab
+    p = "" if s.head == "base" else "distilbert."
+    out: Shapes = {p + "embeddings.word_embeddings.weight": (V, h), p + "embeddings.position_embeddings.weight": (s.positions, h)}
+    _norm(out, p + "embeddings.LayerNorm", h)
+    for i in range(s.layers):
+        q = f"{p}transformer.layer.{i}."
+        for m in ("q_lin", "k_lin", "v_lin", "out_lin"):
+            _linear(out, q + "attention." + m, h, h)
+        _norm(out, q + "sa_layer_norm", h)
+        _linear(out, q + "ffn.lin1", f, h)
+        _linear(out, q + "ffn.lin2", h, f)
+        _norm(out, q + "output_layer_norm", h)
+    if s.head == "mlm":
+        _linear(out, "vocab_transform", h, h)
+        _norm(out, "vocab_layer_norm", h)
+        _linear(out, "vocab_projector", V, h)
+    if s.head == "seqcls":
+        _linear(out, "pre_classifier", h, h)
+        _linear(out, "classifier", s.num_labels, h)
+    return out
+
+
+TEMPLATES = {"bert": _bert, "albert": _albert, "distilbert": _distilbert, "gpt2": _gpt2, "llama": _llama,
+             "mixtral": _llama, "t5": _t5}
 
 
 def expected_tensors(spec: ArchSpec) -> Shapes | None:
