@@ -37,6 +37,16 @@ def _emit_json(report: dict) -> None:
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
 
 
+def _show(report: dict, as_json: bool, renderer: str) -> None:
+    """JSON, or the rich rendering `render.<renderer>` (rich tables load only for human output)."""
+    if as_json:
+        _emit_json(report)
+    else:
+        from . import render
+
+        getattr(render, renderer)(report, _console())
+
+
 @app.command()
 def summary(
     path: Path = PathArg,
@@ -69,12 +79,7 @@ def tensors(
     from . import open_checkpoint, report
 
     r = report.tensors(open_checkpoint(path, config), filter)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_tensors
-
-        render_tensors(r, _console())
+    _show(r, as_json, "render_tensors")
 
 
 @app.command()
@@ -89,12 +94,7 @@ def ties(
     from .ties import audit
 
     r = audit(open_checkpoint(path, config), deep=deep)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_ties
-
-        render_ties(r, _console())
+    _show(r, as_json, "render_ties")
 
 
 @app.command()
@@ -108,12 +108,7 @@ def diff(
     from .ties import diff as diff_checkpoints
 
     r = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_diff
-
-        render_diff(r, _console())
+    _show(r, as_json, "render_diff")
 
 
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
@@ -164,12 +159,7 @@ def flops(
     _positive("--dec-seq", dec_seq)
     model = load(path, config)
     r = fl.report(model, batch, _seqs(seq) or [default_seq(model.spec)], dec_seq, causal_halving, convention)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_flops
-
-        render_flops(r, _console())
+    _show(r, as_json, "render_flops")
 
 
 @app.command()
@@ -192,12 +182,7 @@ def memory(
     _positive("--dec-seq", dec_seq)
     model = load(path, config)
     r = mem.report(model, batch, seq or default_seq(model.spec), dec_seq)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_memory
-
-        render_memory(r, _console())
+    _show(r, as_json, "render_memory")
 
 
 ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
@@ -284,12 +269,7 @@ def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy
     from .formats.torch import scan as scan_file
 
     r = scan_file(path)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_scan
-
-        render_scan(r, _console())
+    _show(r, as_json, "render_scan")
 
 
 @app.command("run")
@@ -310,12 +290,7 @@ def run_model(
     from .executor import execute
 
     r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
-    if as_json:
-        _emit_json(r)
-    else:
-        from .render import render_run
-
-        render_run(r, _console())
+    _show(r, as_json, "render_run")
 
 
 def _version(value: bool) -> None:

@@ -20,7 +20,7 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
 
 def _memoised(ckpt: Checkpoint, key: str, compute):  # noqa: ANN001, ANN202
     """A derived table computed once per checkpoint (and again if its tensors change)."""
-    stamp = (key, len(ckpt.tensors))
+    stamp = (key, len(ckpt.tensors), id(ckpt.config))
     if stamp not in ckpt.memo:
         ckpt.memo[stamp] = compute(ckpt)
     return ckpt.memo[stamp]
@@ -54,6 +54,10 @@ def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
 
 
 def architecture(ckpt: Checkpoint) -> dict:
+    return dict(_memoised(ckpt, "architecture", _architecture))  # a copy: callers may extend it
+
+
+def _architecture(ckpt: Checkpoint) -> dict:
     a = arch.detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.format == "gguf" else None)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
@@ -94,13 +98,14 @@ def summarize(ckpt: Checkpoint) -> dict:
             _add(layers[(p.bucket, p.layer)], t)
         if p.bucket == "other":
             unplaced.append(t.name)
-    file_bytes = ckpt.file_size
+    files = [{"path": f, "bytes": os.path.getsize(f)} for f in ckpt.files]
+    file_bytes = sum(f["bytes"] for f in files)
     share = lambda n: (n / total) if total else 0.0  # noqa: E731
     return {
         "schema": SUMMARY_SCHEMA,
         "path": ckpt.path,
         "format": ckpt.format,
-        "files": [{"path": f, "bytes": os.path.getsize(f)} for f in ckpt.files],
+        "files": files,
         "config": ckpt.config_path,
         "architecture": architecture(ckpt),
         "counting": COUNTING_RULE,

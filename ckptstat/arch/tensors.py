@@ -24,24 +24,44 @@ def _norm(out: Shapes, name: str, dim: int, bias: bool = True) -> None:
         out[name + ".bias"] = (dim,)
 
 
+# The post-LayerNorm encoder layer every BERT-like family has, by each family's module names:
+# four h x h attention projections, attention norm, FFN in (f x h) and out (h x f), output norm.
+BERT_LAYER = ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense",
+              "attention.output.LayerNorm", "intermediate.dense", "output.dense", "output.LayerNorm")
+ALBERT_LAYER = ("attention.query", "attention.key", "attention.value", "attention.dense", "attention.LayerNorm",
+                "ffn", "ffn_output", "full_layer_layer_norm")
+DISTILBERT_LAYER = ("attention.q_lin", "attention.k_lin", "attention.v_lin", "attention.out_lin", "sa_layer_norm",
+                    "ffn.lin1", "ffn.lin2", "output_layer_norm")
+
+
+def _encoder_layer(out: Shapes, q: str, names: tuple[str, ...], h: int, f: int) -> None:
+    *attention, attention_norm, ffn_in, ffn_out, norm = names
+    for m in attention:
+        _linear(out, q + m, h, h)
+    _norm(out, q + attention_norm, h)
+    _linear(out, q + ffn_in, f, h)
+    _linear(out, q + ffn_out, h, f)
+    _norm(out, q + norm, h)
+
+
+def _embeddings(out: Shapes, p: str, s: ArchSpec, dim: int) -> None:
+    out[p + "embeddings.word_embeddings.weight"] = (s.vocab, dim)
+    out[p + "embeddings.position_embeddings.weight"] = (s.positions, dim)
+    if s.type_vocab:
+        out[p + "embeddings.token_type_embeddings.weight"] = (s.type_vocab, dim)
+    _norm(out, p + "embeddings.LayerNorm", dim)
+
+
 def _bert(s: ArchSpec) -> Shapes:
     h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
     base = BASE_PREFIX.get(s.model_type, s.model_type)
     p = "" if s.head == "base" else base + "."
-    out: Shapes = {p + "embeddings.word_embeddings.weight": (V, E), p + "embeddings.position_embeddings.weight": (s.positions, E)}
-    if s.type_vocab:
-        out[p + "embeddings.token_type_embeddings.weight"] = (s.type_vocab, E)
-    _norm(out, p + "embeddings.LayerNorm", E)
+    out: Shapes = {}
+    _embeddings(out, p, s, E)
     if E != h:
         _linear(out, p + "embeddings_project", h, E)
     for i in range(s.layers):
-        q = f"{p}encoder.layer.{i}."
-        for m in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            _linear(out, q + m, h, h)
-        _norm(out, q + "attention.output.LayerNorm", h)
-        _linear(out, q + "intermediate.dense", f, h)
-        _linear(out, q + "output.dense", h, f)
-        _norm(out, q + "output.LayerNorm", h)
+        _encoder_layer(out, f"{p}encoder.layer.{i}.", BERT_LAYER, h, f)
     if s.pooler:
         _linear(out, p + "pooler.dense", h, h)
     roberta = base == "roberta"
@@ -147,19 +167,12 @@ def _t5(s: ArchSpec) -> Shapes:
 def _albert(s: ArchSpec) -> Shapes:
     h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
     p = "" if s.head == "base" else "albert."
-    out: Shapes = {p + "embeddings.word_embeddings.weight": (V, E), p + "embeddings.position_embeddings.weight": (s.positions, E),
-                   p + "embeddings.token_type_embeddings.weight": (s.type_vocab, E)}
-    _norm(out, p + "embeddings.LayerNorm", E)
+    out: Shapes = {}
+    _embeddings(out, p, s, E)
     _linear(out, p + "encoder.embedding_hidden_mapping_in", h, E)
     for g in range(s.shared_groups or 1):   # shared layers: groups x inner layers, reused across depth
         for k in range(s.inner_group):
-            q = f"{p}encoder.albert_layer_groups.{g}.albert_layers.{k}."
-            for m in ("attention.query", "attention.key", "attention.value", "attention.dense"):
-                _linear(out, q + m, h, h)
-            _norm(out, q + "attention.LayerNorm", h)
-            _linear(out, q + "ffn", f, h)
-            _linear(out, q + "ffn_output", h, f)
-            _norm(out, q + "full_layer_layer_norm", h)
+            _encoder_layer(out, f"{p}encoder.albert_layer_groups.{g}.albert_layers.{k}.", ALBERT_LAYER, h, f)
     if s.pooler:
         _linear(out, p + "pooler", h, h)
     if s.head in ("mlm", "pretraining"):
@@ -177,16 +190,10 @@ def _albert(s: ArchSpec) -> Shapes:
 def _distilbert(s: ArchSpec) -> Shapes:
     h, f, V = s.hidden, s.intermediate, s.vocab
     p = "" if s.head == "base" else "distilbert."
-    out: Shapes = {p + "embeddings.word_embeddings.weight": (V, h), p + "embeddings.position_embeddings.weight": (s.positions, h)}
-    _norm(out, p + "embeddings.LayerNorm", h)
+    out: Shapes = {}
+    _embeddings(out, p, s, h)
     for i in range(s.layers):
-        q = f"{p}transformer.layer.{i}."
-        for m in ("q_lin", "k_lin", "v_lin", "out_lin"):
-            _linear(out, q + "attention." + m, h, h)
-        _norm(out, q + "sa_layer_norm", h)
-        _linear(out, q + "ffn.lin1", f, h)
-        _linear(out, q + "ffn.lin2", h, f)
-        _norm(out, q + "output_layer_norm", h)
+        _encoder_layer(out, f"{p}transformer.layer.{i}.", DISTILBERT_LAYER, h, f)
     if s.head == "mlm":
         _linear(out, "vocab_transform", h, h)
         _norm(out, "vocab_layer_norm", h)
