@@ -1,33 +1,61 @@
-"""ckptstat: a static checkpoint inspector. Reads weight files directly, never builds the model."""
+"""ckptstat: a static checkpoint inspector. Reads weight files directly, never builds the model.
+
+The public API. The package is layered (docs/architecture.md): core -> formats -> naming -> families
+-> census -> analysis -> render -> cli, each importing only from those before it.
+"""
 from __future__ import annotations
+
+import os
 
 __version__ = "0.1.0"
 
+from .core import Checkpoint, TensorInfo  # noqa: E402
 from .errors import (  # noqa: E402
-    CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound, MissingDependencyError,
-    UnknownFormatError, UnsafeCheckpointError, UsageError,
+    CheckpointError,
+    CkptstatError,
+    CorruptCheckpointError,
+    FileNotFound,
+    MissingDependencyError,
+    UnknownFormatError,
+    UnsafeCheckpointError,
+    UsageError,
 )
 from .formats.registry import open_checkpoint  # noqa: E402
-from .tensor import Checkpoint, TensorInfo  # noqa: E402
+
+PathLike = str | os.PathLike[str]
 
 
-def summarize(path_or_ckpt, config=None) -> dict:
+def summarize(path_or_ckpt: PathLike | Checkpoint, config: PathLike | None = None) -> dict:
     """The summary report (schema ckptstat.summary/1) of a path or an open Checkpoint."""
-    from .report import summarize as _summarize
+    from .analysis.summary import summarize as _summarize
 
     ckpt = path_or_ckpt if isinstance(path_or_ckpt, Checkpoint) else open_checkpoint(path_or_ckpt, config)
     return _summarize(ckpt)
 
 
-def bert_stat(path, input_size: tuple[int, int] = (1, 1), config=None, show: bool = True) -> dict:
+def bert_stat(path: PathLike, input_size: tuple[int, int] = (1, 1), config: PathLike | None = None,
+              show: bool = True) -> dict:
     """Bertstat's entry point, kept for its users: parameters per bucket for the checkpoint at `path`.
 
-    input_size is (batch, seq_length), as in Bertstat. Returns the summary report; with show=True
-    also prints it.
+    input_size is (batch, seq_length), as in Bertstat. Returns the summary report, with FLOPs at that
+    input size; with show=True also prints it.
     """
-    from .api import bert_stat as _bert_stat
+    from .analysis.summary import bert_stat as _bert_stat
 
-    return _bert_stat(path, input_size, config, show)
+    try:
+        batch, seq = (int(x) for x in input_size)
+    except (TypeError, ValueError):
+        raise UsageError(f"input_size must be (batch, seq_length), got {input_size!r}") from None
+    if batch < 1 or seq < 1:
+        raise UsageError(f"input_size must be positive, got {input_size!r}")
+    r = _bert_stat(open_checkpoint(path, config), batch, seq)
+    if show:
+        from rich.console import Console
+
+        from .render import render_summary
+
+        render_summary(r, Console(highlight=False), show_layers=True)
+    return r
 
 
 __all__ = [

@@ -57,9 +57,10 @@ def summary(
                                 "every tensor and index block); reads all tensor bytes."),
 ) -> None:
     """Parameters per bucket, layer and dtype, buffers apart, file size vs tensor bytes (headers only)."""
-    from . import open_checkpoint, report
+    from . import open_checkpoint
+    from .analysis.summary import summarize as summarize_report
 
-    r = report.summarize(open_checkpoint(path, config, verify=verify))
+    r = summarize_report(open_checkpoint(path, config, verify=verify))
     if as_json:
         _emit_json(r)
     else:
@@ -76,9 +77,10 @@ def tensors(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Every tensor: name, bucket, role, dtype, shape, numel, bytes."""
-    from . import open_checkpoint, report
+    from . import open_checkpoint
+    from .analysis.summary import tensors as tensors_report
 
-    r = report.tensors(open_checkpoint(path, config), filter)
+    r = tensors_report(open_checkpoint(path, config), filter)
     _show(r, as_json, "render_tensors")
 
 
@@ -91,7 +93,7 @@ def ties(
 ) -> None:
     """Tied weights with their evidence, and the parameter count under every counting convention."""
     from . import open_checkpoint
-    from .ties import audit
+    from .analysis.ties import audit
 
     r = audit(open_checkpoint(path, config), deep=deep)
     _show(r, as_json, "render_ties")
@@ -105,7 +107,7 @@ def diff(
 ) -> None:
     """Where two checkpoints' parameter counts part, module by module (e.g. BertModel vs BertForMaskedLM)."""
     from . import open_checkpoint
-    from .ties import diff as diff_checkpoints
+    from .analysis.diff import diff as diff_checkpoints
 
     r = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
     _show(r, as_json, "render_diff")
@@ -148,9 +150,9 @@ def flops(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
-    from .arch import flops as fl
-    from .arch.model import load
-    from .arch.spec import default_seq
+    from .analysis import flops as fl
+    from .census.model import load
+    from .families.spec import default_seq
     from .errors import UsageError
 
     if convention not in fl.CONVENTIONS:
@@ -173,9 +175,9 @@ def memory(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
-    from .arch import memory as mem
-    from .arch.model import load
-    from .arch.spec import default_seq
+    from .analysis import memory as mem
+    from .census.model import load
+    from .families.spec import default_seq
 
     _positive("--batch", batch)
     _positive("--seq", seq)
@@ -195,7 +197,7 @@ FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tens
 
 def _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress):  # noqa: ANN001, ANN202
     from . import open_checkpoint
-    from .stats import collect
+    from .analysis.stats import collect
 
     show = sys.stderr.isatty() if progress is None else progress
     return collect(open_checkpoint(path, config), filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, show)
@@ -225,11 +227,11 @@ def stats(
     if as_json:
         _emit_json(r)
     elif as_csv:
-        from .stats import to_csv
+        from .analysis.stats import to_csv
 
         sys.stdout.write(to_csv(r))
     else:
-        from .stats_render import render_stats
+        from .render.stats import render_stats
 
         render_stats(r, _console(), show_layers=layers, show_tensors=show_tensors)
 
@@ -252,7 +254,7 @@ def plot(
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Histograms per bucket and box plots per layer and bucket, drawn from streamed statistics."""
-    from .plots import parse_size, plot_stats
+    from .render.plots import parse_size, plot_stats
 
     figsize = parse_size(size)
     run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress)

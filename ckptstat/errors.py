@@ -8,10 +8,18 @@
      |    +-- UnsafeCheckpointError  a pickle references a global outside the allowlist
      +-- UsageError               (exit 2) the arguments do not make sense
      +-- MissingDependencyError   (exit 1) an optional extra is not installed
+
+Parsers do not list the low-level exceptions a hostile file can make them raise (struct.error,
+IndexError, UnicodeDecodeError, zlib.error, ...): `reading()` is the one boundary that turns
+whatever is not already a CkptstatError into a CheckpointError naming the file (Pillow's rule,
+`ImageFile.__init__`). It is used where headers are parsed (formats.registry.open_checkpoint) and
+where values are read (core.tensor.Checkpoint).
 """
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
+from typing import Iterator
 
 
 class CkptstatError(Exception):
@@ -49,3 +57,28 @@ class UsageError(CkptstatError):
 
 class MissingDependencyError(CkptstatError):
     pass
+
+
+def as_checkpoint_error(path: str | os.PathLike[str], exc: BaseException, what: str = "") -> CheckpointError:
+    """The CheckpointError for a low-level exception raised while parsing `path`."""
+    if isinstance(exc, CheckpointError):
+        return exc
+    prefix = f"{what}: " if what else ""
+    if isinstance(exc, IsADirectoryError):
+        return CheckpointError(path, "is a folder, not a file")
+    if isinstance(exc, OSError) and exc.errno is not None:   # the OS's own: permission, I/O error
+        return CheckpointError(path, prefix + (exc.strerror or str(exc)))
+    # Anything else is a parser tripping over the bytes (a decoder's OSError has no errno: bz2's
+    # "Invalid data stream", HDF5 through h5py).
+    return CorruptCheckpointError(path, f"{prefix}{type(exc).__name__}: {exc}")
+
+
+@contextmanager
+def reading(path: str | os.PathLike[str], what: str = "") -> Iterator[None]:
+    """Every exception but our own becomes one CheckpointError naming `path` (and `what`)."""
+    try:
+        yield
+    except CkptstatError:
+        raise
+    except Exception as e:  # noqa: BLE001 - the boundary: hostile bytes may raise anything
+        raise as_checkpoint_error(path, e, what) from None

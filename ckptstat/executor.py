@@ -11,8 +11,8 @@ import time
 import warnings
 
 from .errors import CkptstatError, MissingDependencyError, UsageError
+from .core import Checkpoint
 from .formats.registry import open_checkpoint
-from .tensor import Checkpoint
 
 RUN_SCHEMA = "ckptstat.run/1"
 DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16"}
@@ -101,9 +101,9 @@ def _inputs(model, batch: int, seq: int, device: str):
 def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
     """ckptstat's own figures for the same run: matmul FLOPs, and memory = weights in the run's dtype
     + KV cache + inference activations (ckptstat memory's rules)."""
-    from .arch.flops import run as flops_run
-    from .arch.memory import report as memory_report
-    from .arch.model import from_checkpoint
+    from .analysis.flops import run as flops_run
+    from .analysis.memory import report as memory_report
+    from .census.model import from_checkpoint
 
     model = from_checkpoint(ckpt)
     totals = flops_run(model, batch, seq)["totals"]
@@ -116,7 +116,7 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
 def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
     """The sequence length to run: by default 128, or the learned position table if smaller; a --seq
     beyond that table is a usage error, not a crash inside transformers."""
-    from .arch.spec import check_seq, default_seq, from_config
+    from .families.spec import check_seq, default_seq, from_config
 
     try:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json") if ckpt.config else None

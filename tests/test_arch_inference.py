@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 
 from ckptstat import open_checkpoint, summarize
-from ckptstat.arch.model import from_checkpoint, load
-from ckptstat.arch.spec import canonical_name, check_seq, from_config
+from ckptstat.census.model import from_checkpoint, load
+from ckptstat.families.spec import canonical_name, check_seq, from_config
 from ckptstat.errors import UsageError
 from conftest import fixture
 

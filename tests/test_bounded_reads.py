@@ -16,8 +16,8 @@ from test_torch import _rezip, flat, fx, torch_values
 from ckptstat import open_checkpoint
 from ckptstat.formats import torch as tr
 from ckptstat.formats.tf_bundle import read_partitioned
-from ckptstat.strided import SLACK, RawFile, extent, read_view
-from ckptstat.tensor import Checkpoint, TensorInfo
+from ckptstat.core.io import SLACK, RawFile, extent, read_view
+from ckptstat.core import Checkpoint, TensorInfo
 
 CHUNK = 64 << 10
 BIG = 1 << 40

@@ -8,9 +8,9 @@ import pytest
 
 from ckptstat import bert_stat, open_checkpoint, summarize
 from ckptstat.errors import UsageError
-from ckptstat.arch.graph import build
-from ckptstat.arch.memory import report as memory_report
-from ckptstat.arch.model import from_checkpoint, load
+from ckptstat.families.graph import build
+from ckptstat.analysis.memory import report as memory_report
+from ckptstat.census.model import from_checkpoint, load
 from ckptstat.cli import main
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")

@@ -14,7 +14,7 @@ import pytest
 from ckptstat import open_checkpoint, summarize
 from ckptstat.errors import CheckpointError, CkptstatError, CorruptCheckpointError
 from ckptstat.formats import gguf as gg
-from ckptstat.ties import find_ties
+from ckptstat.census.ties import find_ties
 from conftest import fixture
 
 FILES = ["llama-tiny-q.gguf", "llama-tiny-tied.gguf"]
@@ -288,7 +288,7 @@ def test_undecoded_block_type_is_a_clear_error(tmp_path):
     assert not isinstance(info.value, CorruptCheckpointError)
     assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of Q4_K tensors are not decoded yet"
     # stats reads what it can and lists the rest, with the reason.
-    from ckptstat.stats import select
+    from ckptstat.analysis.stats import select
 
     items, skipped = select(ckpt)
     assert items == [] and skipped == [{"name": t.name, "reason": "values of Q4_K tensors are not decoded yet"}]

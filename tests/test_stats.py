@@ -15,7 +15,7 @@ import pytest
 
 from ckptstat import open_checkpoint
 from ckptstat.errors import UnknownFormatError, UsageError
-from ckptstat.stats import QUANTILES, collect, select
+from ckptstat.analysis.stats import QUANTILES, collect, select
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures")

@@ -104,8 +104,8 @@ def test_plot_80_layer_decoder(tmp_path) -> None:
     save_file(t, path)
     out = str(tmp_path / "deep.png")
     from ckptstat import open_checkpoint
-    from ckptstat.plots import plot_stats
-    from ckptstat.stats import collect
+    from ckptstat.render.plots import plot_stats
+    from ckptstat.analysis.stats import collect
 
     run = collect(open_checkpoint(path))
     assert len(run.report["layers"]) == 80

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from ckptstat import open_checkpoint, summarize
-from ckptstat.ties import audit, diff, find_ties, identical_tensors
+from ckptstat.analysis.ties import audit
+from ckptstat.analysis.diff import diff
+from ckptstat.census.ties import find_ties, identical_tensors
 from conftest import fixture
 
 torch = pytest.importorskip("torch")

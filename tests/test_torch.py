@@ -8,7 +8,9 @@ import zipfile
 import numpy as np
 import pytest
 
-from ckptstat import CkptstatError, open_checkpoint, report
+from ckptstat import CkptstatError, open_checkpoint
+from ckptstat import census
+from ckptstat.analysis import summary as report
 from ckptstat.cli import main
 from ckptstat.formats import torch as tr
 
@@ -62,7 +64,7 @@ def test_matches_generator_record(rel):
         total = float(ckpt.read(name).astype(np.float64).sum())
         assert total == pytest.approx(e["sum"], rel=1e-6, abs=1e-6), name
     if "aliases" in exp:
-        assert report.aliases(ckpt) == exp["aliases"]
+        assert census.aliases(ckpt) == exp["aliases"]
     if "parameters" in exp:
         assert report.summarize(ckpt)["parameters"]["unique"] == exp["parameters"]
 
@@ -111,7 +113,7 @@ def test_views_strides_and_partial_view_note():
     assert ckpt["rows"].stride is None and ckpt["rows"].storage == ckpt["base"].storage
     assert ckpt["rows"].offset == ckpt["base"].offset + 2 * 4 * 4
     assert ckpt["transposed"].storage == ckpt["base"].storage
-    assert "rows" not in report.aliases(ckpt)  # a partial view is not a tied weight
+    assert "rows" not in census.aliases(ckpt)  # a partial view is not a tied weight
     assert any("several different views" in n for n in ckpt.notes)
 
 
@@ -214,7 +216,7 @@ def test_bert_base_unique_parameters(tmp_path):
     ckpt = open_checkpoint(path)
     r = report.summarize(ckpt)
     assert r["parameters"]["unique"] == expected == 109_514_298
-    aliases = report.aliases(ckpt)
+    aliases = census.aliases(ckpt)
     assert aliases["cls.predictions.decoder.weight"] == "bert.embeddings.word_embeddings.weight"
     assert aliases["cls.predictions.decoder.bias"] == "cls.predictions.bias"
 

@@ -16,9 +16,10 @@ import mmap
 import os
 import struct
 
-from .. import dtypes
+from ..core import dtypes
 from ..errors import CheckpointError, CorruptCheckpointError
-from ..tensor import Checkpoint, TensorInfo, read_bytes, read_flat_file
+from ..core import Checkpoint, TensorInfo
+from ..core.io import read_bytes, read_flat_file
 from .registry import Format, Probe, register
 
 MAGIC = b"GGUF"
@@ -256,7 +257,8 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> Checkpoint:
     for name, dtype, shape, offset, nbytes, code in infos:  # keep the file's order
         tensors[name] = TensorInfo(name, dtype, shape, path, data_start + offset, nbytes, extra={"ggml_type": code})
     return Checkpoint(path=path, format="gguf", tensors=tensors, files=(path,), metadata=metadata,
-                      readers={path: read_gguf})
+                      readers={path: read_gguf}, declared_architecture=str(metadata["general.architecture"])
+                      if "general.architecture" in metadata else None)
 
 
 def read_gguf(info: TensorInfo, start: int, count: int):  # -> np.ndarray

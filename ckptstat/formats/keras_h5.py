@@ -25,7 +25,9 @@ if TYPE_CHECKING:  # numpy loads only when values are read
     import numpy as np
 
 from ..errors import CorruptCheckpointError, MissingDependencyError
-from ..tensor import Checkpoint, TensorInfo, read_flat_file
+from ..core import Checkpoint, TensorInfo
+from ..core.io import read_flat_file
+from .keras_names import dense_layout
 from .registry import Format, Probe, register
 
 HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -88,8 +90,6 @@ def _dtype(dset: Any) -> tuple[str, str]:
 
 
 def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
-    from ..classify import kernel_layout
-
     dtype, order = _dtype(dset)
     shape = tuple(int(d) for d in dset.shape)
     nbytes = dset.id.get_storage_size()
@@ -106,7 +106,7 @@ def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
         extra["chunks"] = list(dset.chunks)
         if dset.compression:
             extra["compression"] = dset.compression
-    layout = kernel_layout(name, shape) or ("in_out" if _KERAS3_DENSE.search(name) and len(shape) == 2 else None)
+    layout = dense_layout(name, shape) or ("in_out" if _KERAS3_DENSE.search(name) and len(shape) == 2 else None)
     if layout:
         extra["layout"] = layout
     if "name" in dset.parent.attrs and name.startswith(("layers/", "optimizer/")):
@@ -181,9 +181,6 @@ def _open_h5(path: str) -> Checkpoint:
     ckpt = Checkpoint(path=path, format="keras-h5", tensors=tensors, files=(path,), metadata=metadata)
     if any(t.offset is None for t in tensors.values()):
         ckpt.readers[path] = read_h5
-    from .tf_bundle import tie_notes
-
-    ckpt.notes += tie_notes(tensors)
     return ckpt
 
 
@@ -226,7 +223,7 @@ def _read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
     import numpy as np
 
     h5py = _h5py()
-    from .. import dtypes
+    from ..core import dtypes
 
     with h5py.File(info.file, "r") as f:
         dset = f[str(info.extra["h5_path"])]

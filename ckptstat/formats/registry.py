@@ -7,13 +7,11 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import struct
-import zipfile
 from dataclasses import dataclass
 from typing import Callable
 
-from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError
-from ..tensor import Checkpoint
+from ..core import Checkpoint
+from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 
 HEAD_BYTES = 4096
 
@@ -137,11 +135,13 @@ def _open_index(path: str) -> Checkpoint:
         merged.files += (shard_path,)
         merged.readers.update(part.readers)
         merged.notes += part.notes
+        merged.dropped.update(part.dropped)
     if merged is None:
         raise CorruptCheckpointError(path, "index lists no tensors")
     meta = index.get("metadata")
     if isinstance(meta, dict) and "total_size" in meta:
         merged.metadata["index.total_size"] = str(meta["total_size"])
+    merged.dropped = {k: v for k, v in merged.dropped.items() if k not in merged.tensors}
     merged.format += " (sharded)"
     return merged
 
@@ -189,7 +189,9 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         raise FileNotFound(path, "no such file or folder")
     target = resolve_folder(path) if os.path.isdir(path) else path
     _load_all()
-    try:
+    # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
+    # as one line naming the file (errors.reading).
+    with reading(target):
         if target.endswith(".index.json"):
             ckpt = _open_index(target)
         else:
@@ -197,20 +199,6 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             ckpt = opener(target) if opener else _open_file(target)
         if verify:
             ckpt.notes += verify_checkpoint(ckpt)
-    except CheckpointError:
-        raise
-    except IsADirectoryError:
-        raise CheckpointError(target, "is a folder, not a file") from None
-    except OSError as e:
-        if e.errno is None:   # not the OS's: a decoder's (bz2 "Invalid data stream", HDF5 via h5py)
-            raise CorruptCheckpointError(target, f"{type(e).__name__}: {e}") from None
-        raise CheckpointError(target, e.strerror or str(e)) from None
-    except (struct.error, ValueError, KeyError, IndexError, TypeError, EOFError, OverflowError,
-            RecursionError, MemoryError, RuntimeError, zipfile.BadZipFile) as e:
-        # RuntimeError includes NotImplementedError (zipfile: "zip file version 6.4", unsupported
-        # compression method) and zipfile's "File is encrypted".
-        # Pillow's rule: whatever a parser trips over in a hostile file ends here, as one line.
-        raise CorruptCheckpointError(target, f"{type(e).__name__}: {e}") from None
     cfg_path = os.fspath(config) if config is not None else find_config(path)
     if cfg_path is not None:
         ckpt.config = load_config(cfg_path)

@@ -11,9 +11,9 @@ import math
 import os
 import struct
 
-from .. import dtypes
+from ..core import dtypes
 from ..errors import CorruptCheckpointError
-from ..tensor import Checkpoint, TensorInfo
+from ..core import Checkpoint, TensorInfo
 from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
@@ -111,7 +111,12 @@ def open_safetensors(path: str) -> Checkpoint:
         name: TensorInfo(name, dtype, shape, path, base + begin, end - begin)
         for name, (begin, end, dtype, shape) in ((k, by_name[k]) for k in header)
     }
-    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=metadata)
+    # safetensors.torch.save_model drops one of two names over one storage and records
+    # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
+    # absent key naming a stored tensor counts.
+    dropped = {k: v for k, v in metadata.items() if k not in tensors and v in tensors}
+    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=metadata,
+                      dropped=dropped)
 
 
 register(Format("safetensors", accept, open_safetensors, (".safetensors",)))

@@ -23,9 +23,11 @@ from typing import TYPE_CHECKING, Iterator
 if TYPE_CHECKING:  # numpy and crc32c load only when values are read or verified
     import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 from ..errors import CorruptCheckpointError, FileNotFound
-from ..tensor import Checkpoint, TensorInfo, contiguous_strides, read_bytes
+from ..core import Checkpoint, TensorInfo
+from ..core.io import contiguous_strides, read_bytes
+from .keras_names import dense_layout
 from .registry import _FILE_HOOKS, Format, Probe, register
 
 MAGIC = 0xDB4775248B80FB57
@@ -399,7 +401,6 @@ def _open(path: str, prefix: str) -> Checkpoint:
     if partitioned:
         ckpt.readers[path] = read_partitioned
     ckpt.metadata["tf.partitioned"] = str(len(partitioned))
-    ckpt.notes += tie_notes(tensors)
     graph = tensors.get(OBJECT_GRAPH_KEY)
     if graph is not None and graph.dtype == "STR" and graph.numel == 1:
         _adopt_model_variables(ckpt, object_graph(read_bytes(graph.file, graph.offset or 0, graph.nbytes)))
@@ -484,7 +485,7 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
 
     import numpy as np
 
-    from ..strided import RawFile, _void, gather, rectangles
+    from ..core.io import RawFile, _void, gather, rectangles
 
     isz = info.dt.bits // 8
     if isz * 8 != info.dt.bits:
@@ -529,20 +530,10 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> np.ndarray:
 
 
 def _extra(name: str, shape: tuple[int, ...], extra: dict) -> dict:
-    from ..classify import kernel_layout
-
-    layout = kernel_layout(name, shape)
+    layout = dense_layout(name, shape)
     if layout:
         extra["layout"] = layout
     return extra
-
-
-def tie_notes(names) -> list[str]:
-    """Ties a TF checkpoint shows only by what it lacks (classify.structural_ties), as notes."""
-    from ..classify import structural_ties
-
-    return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
-            for absent, tied_to, evidence in structural_ties(names)]
 
 
 # ---------------------------------------------------------------- checksums

@@ -28,10 +28,11 @@ from typing import IO, TYPE_CHECKING, Any, Callable, Iterator
 if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-only path
     import numpy as np
 
-from .. import dtypes
+from ..core import dtypes
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UnsafeCheckpointError
-from ..strided import RawFile, read_view
-from ..tensor import Checkpoint, TensorInfo, contiguous_strides, read_flat_file
+from ..core.io import RawFile, read_view
+from ..core import Checkpoint, TensorInfo
+from ..core.io import contiguous_strides, read_flat_file
 from .registry import Format, Probe, register
 
 # Limits on what a pickle may build (the file is untrusted).

@@ -6,9 +6,9 @@ Training = 3 x forward (backward costs twice the forward's matmuls).
 """
 from __future__ import annotations
 
-from .graph import EW_COST, build
-from .model import Model
-from .spec import check_seq
+from ..census.model import Model
+from ..families.graph import EW_COST, build
+from ..families.spec import check_seq
 
 SCHEMA = "ckptstat.flops/1"
 CONVENTIONS = {

@@ -1,65 +1,25 @@
-"""Plain, JSON-serialisable reports built from a Checkpoint. No I/O beyond the checkpoint's headers.
-
-Schemas are versioned by the "schema" key; fields are only added within one version.
-"""
+"""`ckptstat PATH` and `ckptstat tensors`: the summary and tensor-list reports of a census.
+Headers (and config) only. Schemas are versioned by the "schema" key; fields are only added within
+one version."""
 from __future__ import annotations
 
-import fnmatch
 import os
 from collections import defaultdict
 
-from . import arch
-from .classify import BUCKETS, ROLES, Placement, classify_all
-from .tensor import Checkpoint, TensorInfo
+from ..census import aliases, architecture, name_matches, parameters, placements
+from ..census.model import from_checkpoint
+from ..census.ties import structural_tie_notes
+from ..core import Checkpoint, TensorInfo
+from ..errors import CkptstatError
+from ..families.spec import default_seq
+from ..naming import BUCKETS, ROLES
+from .flops import run
+from .ties import verdict
 
 SUMMARY_SCHEMA = "ckptstat.summary/1"
 TENSORS_SCHEMA = "ckptstat.tensors/1"
 COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each storage and view counted once "
                  "(a tied weight stored under two names counts once)")
-
-
-def _memoised(ckpt: Checkpoint, key: str, compute):  # noqa: ANN001, ANN202
-    """A derived table computed once per checkpoint (and again if its tensors change)."""
-    stamp = (key, len(ckpt.tensors), id(ckpt.config))
-    if stamp not in ckpt.memo:
-        ckpt.memo[stamp] = compute(ckpt)
-    return ckpt.memo[stamp]
-
-
-def placements(ckpt: Checkpoint) -> dict[str, Placement]:
-    return _memoised(ckpt, "placements", lambda c: classify_all((t.name, t.dtype, t.shape) for t in c))
-
-
-def aliases(ckpt: Checkpoint) -> dict[str, str]:
-    """name -> the first name over the same storage and view, for every name that is an alias."""
-    return _memoised(ckpt, "aliases", _aliases)
-
-
-def _aliases(ckpt: Checkpoint) -> dict[str, str]:
-    first: dict[tuple, str] = {}
-    out: dict[str, str] = {}
-    for t in ckpt:
-        key = t.alias_key
-        if key in first:
-            out[t.name] = first[key]
-        else:
-            first[key] = t.name
-    return out
-
-
-def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
-    """The tensors the unique parameter count sums: role parameter, each storage and view once."""
-    place, alias_of = placements(ckpt), aliases(ckpt)
-    return [t for t in ckpt if t.name not in alias_of and place[t.name].role == "parameter"]
-
-
-def architecture(ckpt: Checkpoint) -> dict:
-    return dict(_memoised(ckpt, "architecture", _architecture))  # a copy: callers may extend it
-
-
-def _architecture(ckpt: Checkpoint) -> dict:
-    a = arch.detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.format == "gguf" else None)
-    return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 
 def _add(row: dict, t: TensorInfo) -> None:
@@ -121,28 +81,10 @@ def summarize(ckpt: Checkpoint) -> dict:
         "unplaced": unplaced,
         "storage": {"file_bytes": file_bytes, "tensor_bytes": tensor_bytes, "overhead_bytes": file_bytes - tensor_bytes},
         "metadata": dict(ckpt.metadata),
-        "notes": list(ckpt.notes),
-        "ties": _tie_verdict(ckpt),
-        "analytic": _analytic(ckpt),
+        "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
+        "ties": verdict(ckpt),
+        "analytic": summary_fields(ckpt),
     }
-
-
-def _tie_verdict(ckpt: Checkpoint) -> str:
-    from .ties import verdict
-
-    return verdict(ckpt)
-
-
-def _analytic(ckpt: Checkpoint) -> dict | None:
-    """Forward FLOPs per token and weight memory from the architecture (docs/flops_memory.md)."""
-    from .arch.model import summary_fields
-
-    return summary_fields(ckpt)
-
-
-def name_matches(name: str, pattern: str | None) -> bool:
-    """The `--filter` rule of every command: a glob (`*attention*`) or a plain substring."""
-    return not pattern or fnmatch.fnmatchcase(name, pattern) or pattern in name
 
 
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
@@ -160,3 +102,41 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
             "alias_of": alias_of.get(t.name), "file": os.path.basename(t.file),
         })
     return {"schema": TENSORS_SCHEMA, "path": ckpt.path, "format": ckpt.format, "filter": pattern, "tensors": rows}
+
+
+def summary_fields(ckpt: Checkpoint) -> dict | None:
+    """The summary's small analytic block: forward FLOPs per token (at the default sequence length
+    flops and memory use) and weight memory. None when the
+    family is unknown; never raises (an error becomes a note)."""
+    if architecture(ckpt)["family"] == "unknown":
+        return None
+    try:
+        m = from_checkpoint(ckpt)
+        seq = default_seq(m.spec)
+        t = run(m, 1, seq)["totals"]
+        return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
+                "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
+                "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
+                "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
+    except Exception as e:   # the summary must never fail because of the analytic model
+        return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}
+
+
+def bert_stat(ckpt: Checkpoint, batch: int, seq: int) -> dict:
+    """Bertstat's report for its users: the summary plus FLOPs at Bertstat's input_size (batch, seq)
+    (docs/flops_memory.md): matmul FLOPs, 2 per MAC, as FlopCounterMode counts."""
+    from ..families.spec import check_seq
+
+    r = summarize(ckpt)
+    r["input_size"] = {"batch": batch, "seq": seq}
+    if r.get("analytic") and "error" not in r["analytic"]:
+        model = from_checkpoint(ckpt)
+        check_seq(model.spec, seq)  # a length the model cannot run is a usage error, as on the CLI
+        totals = run(model, batch, seq)["totals"]
+        r["flops"] = {"batch": batch, "seq": seq, "flops": totals["flops"], "macs": totals["macs"],
+                      "training_flops": totals["training_flops"], "elementwise_flops": totals["elementwise_flops"],
+                      "rule": "matmul FLOPs = 2 x MACs (torch FlopCounterMode); training = 3 x forward"}
+        r.setdefault("extra_lines", []).append(
+            f"input_size   ({batch}, {seq}): forward {totals['flops']:,} FLOPs = {totals['macs']:,} MACs "
+            f"(matmul, 2 per MAC); training x3")
+    return r

@@ -1,8 +1,8 @@
 """`ckptstat memory`: weights, KV cache, activations and training state, each line with its rule."""
 from __future__ import annotations
 
-from .model import Model
-from .spec import check_seq
+from ..census.model import Model
+from ..families.spec import check_seq
 
 SCHEMA = "ckptstat.memory/1"
 WHAT_IF = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}

@@ -25,11 +25,10 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import dtypes
-from .classify import BUCKETS
-from .report import aliases, name_matches, placements
-from .errors import CkptstatError, UsageError
-from .tensor import Checkpoint, TensorInfo
+from ..census import aliases, name_matches, placements
+from ..core import Checkpoint, TensorInfo, dtypes
+from ..errors import CkptstatError, UsageError
+from ..naming import BUCKETS
 
 STATS_SCHEMA = "ckptstat.stats/1"
 DEFAULT_STATS_CHUNK = 4 << 20   # stored bytes per chunk: a bf16 chunk widens to 8 MiB f32, 16 MiB f64
@@ -345,7 +344,7 @@ _W: dict = {}
 
 def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
     if _W.get("ckpt") is None:
-        from .formats.registry import open_checkpoint
+        from ..formats.registry import open_checkpoint
 
         _W["ckpt"] = open_checkpoint(path, config)
     _W["counter"] = counter
@@ -379,7 +378,7 @@ def _split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
 
 
 def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
-    from . import errors
+    from .. import errors
 
     cls = getattr(errors, kind, errors.CkptstatError)
     if issubclass(cls, errors.CheckpointError):

@@ -7,7 +7,9 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Iterator, Mapping
 
+from ..errors import CheckpointError, reading
 from . import dtypes
+from .io import read_flat_file
 
 if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
     import numpy as np
@@ -58,49 +60,6 @@ class TensorInfo:
 Reader = Callable[[TensorInfo, int, int], "np.ndarray"]
 
 
-def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    strides, acc = [], 1
-    for dim in reversed(shape):
-        strides.append(acc)
-        acc *= dim
-    return tuple(reversed(strides))
-
-
-def read_bytes(path: str, offset: int, size: int) -> bytes:
-    with open(path, "rb") as f:
-        f.seek(offset)
-        data = f.read(size)
-    if len(data) != size:
-        from .errors import CorruptCheckpointError
-
-        raise CorruptCheckpointError(path, f"expected {size} bytes at offset {offset}, the file ends first")
-    return data
-
-
-def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
-    """Elements [start, start + count) of the C-order flattened tensor, decoded.
-
-    Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
-    from the exact byte range; strided views read only the storage runs those elements lie in
-    (strided.read_view: memory a small multiple of the chunk, bytes read about the chunk's).
-    """
-    d = info.dt
-    if info.offset is None:
-        raise ValueError(f"{info.name}: no byte offset; the format must supply a reader")
-    if info.stride is None or info.stride == contiguous_strides(info.shape):
-        if (start * d.bits) % 8:
-            raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
-        lo = start * d.bits // 8
-        raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
-        return dtypes.decode(raw, info.dtype, count, info.byteorder)
-    # A strided view (torch only): read the bytes the requested elements need, not the whole span.
-    from .strided import RawFile, read_view
-
-    with open(info.file, "rb", buffering=0) as f:
-        raw = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
-    return dtypes.decode(raw, info.dtype, count, info.byteorder)
-
-
 @dataclass
 class Checkpoint:
     """A checkpoint opened from headers: tensor descriptions, metadata and the config found beside it."""
@@ -114,6 +73,11 @@ class Checkpoint:
     config_path: str | None = None
     readers: dict[str, Reader] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # Names the file says are the same tensor as a stored name without storing them (dropped -> kept),
+    # as safetensors.torch.save_model records them in __metadata__.
+    dropped: dict[str, str] = field(default_factory=dict)
+    # The architecture the file itself declares (GGUF general.architecture), else None.
+    declared_architecture: str | None = None
     memo: dict = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:
@@ -149,23 +113,10 @@ class Checkpoint:
         """The one place values are read: what a reader trips over in a damaged file (a broken deflate
         stream, a bad CRC, a file shorter than its header said) becomes a CorruptCheckpointError
         naming the file and tensor, as open_checkpoint does for headers."""
-        import lzma
-        import struct
-        import zipfile
-        import zlib
-
-        from .errors import CheckpointError, CkptstatError, CorruptCheckpointError
-
         if info.dt.kind == "str":
             raise CheckpointError(info.file, f"tensor {info.name!r} holds strings, which have no numeric values")
-        try:
+        with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
             return self._reader(info)(info, start, count)
-        except CkptstatError:
-            raise
-        except (OSError, ValueError, struct.error, EOFError, KeyError, IndexError, OverflowError, TypeError,
-                RuntimeError, zlib.error, lzma.LZMAError, zipfile.BadZipFile) as e:
-            raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: cannot read its values "
-                                                    f"({type(e).__name__}: {e})") from None
 
     def read(self, name: str) -> np.ndarray:
         """The whole tensor, decoded (bf16 and fp8 widen to float32). For big tensors use iter_chunks."""

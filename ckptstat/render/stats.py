@@ -5,7 +5,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .render import _table, human, human_bytes, safe
+from . import _table, human, human_bytes, safe
 
 
 MAX_ANOMALIES = 25

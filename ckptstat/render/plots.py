@@ -12,8 +12,8 @@ import os
 
 import numpy as np
 
-from .errors import MissingDependencyError, UsageError
-from .stats import Acc, StatsRun, hist_quantiles, tables
+from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
+from ..errors import MissingDependencyError, UsageError
 
 PLOT_SCHEMA = "ckptstat.plot/1"
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}

@@ -18,7 +18,7 @@ from functools import lru_cache
 from dataclasses import dataclass
 from typing import Iterable
 
-from . import dtypes
+from .core import dtypes
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
 ROLES = ("parameter", "buffer", "optimizer", "counter")

@@ -11,9 +11,9 @@ from dataclasses import dataclass, field, replace
 from typing import Iterable, Mapping
 
 from . import MODEL_TYPES
-from ..classify import kernel_layout, normalize, out_in_shape, role_of
+from ..naming import kernel_layout, normalize, out_in_shape, role_of
 from ..errors import UsageError
-from ..tensor import TensorInfo
+from ..core import TensorInfo
 
 # Which head an `architectures` class name carries (HF naming), tried in order.
 HEAD_SUFFIXES = [

@@ -6,12 +6,14 @@ import json
 import os
 from dataclasses import dataclass, field, replace
 
-from . import detect
-from .graph import predict_params
-from .spec import (DTYPE_BYTES, ArchSpec, canonical_tensors, config_from_gguf, from_config, from_tensors, infer_head,
-                   with_head)
-from ..errors import CkptstatError, UsageError
-from ..tensor import Checkpoint
+from ..core import Checkpoint
+from ..formats.registry import load_config, open_checkpoint
+from ..errors import UsageError
+from ..families import detect
+from ..families.graph import predict_params
+from ..families.spec import (DTYPE_BYTES, ArchSpec, canonical_tensors, config_from_gguf, from_config, from_tensors,
+                             infer_head, with_head)
+from .counts import parameters
 
 
 @dataclass(frozen=True)
@@ -65,14 +67,12 @@ def is_bare_config(path: str) -> bool:
 
 
 def from_checkpoint(ckpt: Checkpoint) -> Model:
-    from ..report import parameters   # report imports arch; import lazily to avoid a cycle
-
     count, by_dtype = 0, {}
     for t in parameters(ckpt):
         count += t.numel
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
     notes: list[str] = []
-    gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.format == "gguf" and not ckpt.config else None
+    gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.declared_architecture and not ckpt.config else None
     if ckpt.config:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json")
         if spec.architecture is None and ckpt.tensors:
@@ -107,44 +107,9 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
     """A weights file/folder/index (with its config.json when there is one), or a bare config.json."""
     path = os.fspath(path)
     if is_bare_config(path) and config is None:
-        from ..formats.registry import load_config
-
         spec = from_config(load_config(path), path)
         notes = spec.assumptions
         if spec.dtype is None:
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         return Model(spec, path, path, predict_params(spec), None, {}, notes)
-    from ..formats.registry import open_checkpoint
-
     return from_checkpoint(open_checkpoint(path, config))
-
-
-
-def reference_seq(spec: ArchSpec) -> int:
-    """Sequence length the summary's per-token figure uses: max_position_embeddings (BERT 512,
-    GPT-2 1024, Llama-2 4096) capped at 2048; 512 for T5, 2048 when unknown."""
-    known = spec.positions or spec.context
-    if known:
-        return min(known, 2048)
-    return 512 if spec.family == "t5" else 2048
-
-
-def summary_fields(ckpt: Checkpoint) -> dict | None:
-    """The summary's small analytic block: forward FLOPs per token and weight memory. None when the
-    family is unknown; never raises (an error becomes a note)."""
-    from ..report import architecture   # report imports arch; import lazily to avoid a cycle
-
-    if architecture(ckpt)["family"] == "unknown":
-        return None
-    try:
-        from .flops import run
-
-        m = from_checkpoint(ckpt)
-        seq = reference_seq(m.spec)
-        t = run(m, 1, seq)["totals"]
-        return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
-                "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
-                "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
-                "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
-    except Exception as e:   # the summary must never fail because of the analytic model
-        return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}

@@ -17,10 +17,13 @@ import math
 import os
 from typing import IO, TYPE_CHECKING, Iterator
 
-from .tensor import contiguous_strides
+from ..errors import CorruptCheckpointError
+from . import dtypes
 
 if TYPE_CHECKING:
     import numpy as np
+
+    from .tensor import TensorInfo
 
 SLACK = 512  # bytes a read may fetch beyond twice what it needs, to save a syscall on small gaps
 
@@ -67,8 +70,6 @@ class RawFile:
                 self.f.seek(offset + done)
                 n = self.f.readinto(mv[done:])  # type: ignore[attr-defined]
             if not n:
-                from .errors import CorruptCheckpointError
-
                 raise CorruptCheckpointError(self.name, f"expected {len(mv)} bytes at offset {offset}, the file ends first")
             done += n
         self.bytes_read += done
@@ -199,3 +200,42 @@ def read_view(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], stri
         gather(f, at, itemsize, size, strides, out[pos * itemsize:(pos + n) * itemsize])
         pos += n
     return out
+
+
+def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    strides, acc = [], 1
+    for dim in reversed(shape):
+        strides.append(acc)
+        acc *= dim
+    return tuple(reversed(strides))
+
+
+def read_bytes(path: str, offset: int, size: int) -> bytes:
+    with open(path, "rb") as f:
+        f.seek(offset)
+        data = f.read(size)
+    if len(data) != size:
+        raise CorruptCheckpointError(path, f"expected {size} bytes at offset {offset}, the file ends first")
+    return data
+
+
+def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
+    """Elements [start, start + count) of the C-order flattened tensor, decoded.
+
+    Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
+    from the exact byte range; strided views read only the storage runs those elements lie in
+    (strided.read_view: memory a small multiple of the chunk, bytes read about the chunk's).
+    """
+    d = info.dt
+    if info.offset is None:
+        raise ValueError(f"{info.name}: no byte offset; the format must supply a reader")
+    if info.stride is None or info.stride == contiguous_strides(info.shape):
+        if (start * d.bits) % 8:
+            raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
+        lo = start * d.bits // 8
+        raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
+        return dtypes.decode(raw, info.dtype, count, info.byteorder)
+    # A strided view (torch only): read the bytes the requested elements need, not the whole span.
+    with open(info.file, "rb", buffering=0) as f:
+        raw = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
+    return dtypes.decode(raw, info.dtype, count, info.byteorder)

@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass
 from typing import Iterable, Mapping
 
-from ..classify import normalize
+from ..naming import normalize
 
 # config.json model_type -> family (the families ckptstat has analytic rules for).
 MODEL_TYPES = {

@@ -1,0 +1,6 @@
+"""Layer 4, census: the facts every analysis shares, computed once per checkpoint (memoised on it):
+placements, aliases and tie evidence, the unique parameter count, and the resolved architecture.
+Imports only from core, formats, naming and families (docs/architecture.md)."""
+from .counts import aliases, architecture, memoised, name_matches, parameters, placements
+
+__all__ = ["aliases", "architecture", "memoised", "name_matches", "parameters", "placements"]

@@ -1,0 +1,62 @@
+"""The census's shared facts about a checkpoint's tensors, each computed once per checkpoint:
+placements (bucket, layer, role), aliases (names over one storage and view), the tensors the unique
+parameter count sums, and the resolved architecture. Headers only."""
+from __future__ import annotations
+
+import fnmatch
+from typing import Any, Callable
+
+from ..core import Checkpoint, TensorInfo
+from ..families import detect
+from ..naming import Placement, classify_all
+
+
+def memoised(ckpt: Checkpoint, key: str, compute: Callable[[Checkpoint], Any]) -> Any:
+    """A derived table computed once per checkpoint (and again if its tensors change)."""
+    stamp = (key, len(ckpt.tensors), id(ckpt.config))
+    if stamp not in ckpt.memo:
+        ckpt.memo[stamp] = compute(ckpt)
+    return ckpt.memo[stamp]
+
+
+def placements(ckpt: Checkpoint) -> dict[str, Placement]:
+    return memoised(ckpt, "placements", lambda c: classify_all((t.name, t.dtype, t.shape) for t in c))
+
+
+def aliases(ckpt: Checkpoint) -> dict[str, str]:
+    """name -> the first name over the same storage and view, for every name that is an alias."""
+    return memoised(ckpt, "aliases", _aliases)
+
+
+def _aliases(ckpt: Checkpoint) -> dict[str, str]:
+    first: dict[tuple, str] = {}
+    out: dict[str, str] = {}
+    for t in ckpt:
+        key = t.alias_key
+        if key in first:
+            out[t.name] = first[key]
+        else:
+            first[key] = t.name
+    return out
+
+
+def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
+    """The tensors the unique parameter count sums: role parameter, each storage and view once."""
+    place, alias_of = placements(ckpt), aliases(ckpt)
+    return [t for t in ckpt if t.name not in alias_of and place[t.name].role == "parameter"]
+
+
+def architecture(ckpt: Checkpoint) -> dict:
+    return dict(memoised(ckpt, "architecture", _architecture))  # a copy: callers may extend it
+
+
+def _architecture(ckpt: Checkpoint) -> dict:
+    a = detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.declared_architecture else None)
+    return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
+
+
+def name_matches(name: str, pattern: str | None) -> bool:
+    """The `--filter` rule of every command: a glob (`*attention*`) or a plain substring."""
+    return not pattern or fnmatch.fnmatchcase(name, pattern) or pattern in name
+
+

@@ -1,0 +1,151 @@
+"""Tied weights and counting conventions: why tools report different parameter counts for one model.
+
+Evidence for a tie, each labelled in the output:
+  shared storage        two names over one storage and view (PyTorch files)
+  safetensors metadata  `__metadata__[dropped] = kept`, as safetensors.torch.save_model records it
+  config                the architecture ties the pair when `tie_word_embeddings` is true (and the
+                        file lacks the alias, or stores it twice)
+  architecture          a pair tied whatever the config says (BERT's decoder bias is the head's bias)
+  structural            a head stored without its weight (TF1 BERT's MLM head stores only a bias)
+  identical contents    `--deep`: streamed hashes of two stored tensors are equal
+"""
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from ..core import Checkpoint
+from ..families.spec import HEAD_SUFFIXES
+from ..naming import structural_ties
+from .counts import aliases
+
+
+@dataclass(frozen=True)
+class TieRule:
+    alias: str      # the name that is the same tensor as `target`, as its model names it
+    target: str
+    when: str       # "config": only if tie_word_embeddings; "always": the architecture ties it
+    module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
+
+
+# Known tied pairs, per family (from each transformers model's _tied_weights_keys).
+TIE_RULES = [
+    TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config"),   # BERT
+    TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always"),
+    TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config"),        # RoBERTa
+    TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config"),
+    TieRule("lm_head.decoder.bias", "lm_head.bias", "always"),
+    TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config"),     # ALBERT
+    TieRule("predictions.decoder.bias", "predictions.bias", "always"),
+    TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config"),     # DistilBERT
+    TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config"),      # ELECTRA
+    TieRule("lm_head.weight", "transformer.wte.weight", "config"),                                  # GPT-2
+    TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),                               # LLaMA, Mistral, Qwen2
+    TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),                 # T5
+    TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
+    TieRule("lm_head.weight", "shared.weight", "config"),
+]
+# transformers' default for tie_word_embeddings is True except where a family's config sets False.
+UNTIED_BY_DEFAULT = {"llama", "mistral", "qwen2", "mixtral"}
+
+
+@dataclass(frozen=True)
+class Tie:
+    alias: str
+    target: str
+    evidence: str    # one of the labels in the module docstring
+    status: str      # "aliased in file" | "absent from file" | "stored twice"
+    numel: int
+    module: bool = False
+
+
+def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
+    cfg = ckpt.config
+    if not cfg:
+        return None
+    if "tie_word_embeddings" in cfg:
+        return bool(cfg["tie_word_embeddings"])
+    return cfg.get("model_type") not in UNTIED_BY_DEFAULT
+
+
+def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule) -> bool:
+    lm_heads = tuple(suffix for suffix, head in HEAD_SUFFIXES if head in ("mlm", "lm", "pretraining"))
+    archs = (ckpt.config or {}).get("architectures") or []
+    if any(isinstance(a, str) and a.endswith(lm_heads) for a in archs):
+        return True
+    head = outer + rule.alias.rsplit(".", 2)[0] + "."
+    return any(n.startswith(head) for n in ckpt.tensors)
+
+
+def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> list[Tie]:
+    """Every tie the evidence supports; each alias appears once, with its strongest evidence."""
+    ties: dict[str, Tie] = {}
+    tensors = ckpt.tensors
+
+    def add(tie: Tie) -> None:
+        ties.setdefault(tie.alias, tie)
+
+    for alias, target in aliases(ckpt).items():
+        add(Tie(alias, target, "shared storage", "aliased in file", tensors[alias].numel))
+    for dropped, kept in ckpt.dropped.items():   # what the reader found recorded (core.Checkpoint.dropped)
+        add(Tie(dropped, kept, "safetensors metadata", "absent from file", tensors[kept].numel))
+    tied_cfg = tie_word_embeddings(ckpt)
+    for rule in TIE_RULES:
+        for name in tensors:
+            if not name.endswith(rule.target) or (len(name) > len(rule.target) and name[-len(rule.target) - 1] != "."):
+                continue
+            outer = name[: len(name) - len(rule.target)]
+            alias = outer + rule.alias
+            if rule.when == "config" and not tied_cfg:
+                continue
+            label = "config tie_word_embeddings" if rule.when == "config" else "architecture"
+            if alias not in tensors:
+                if _has_head(ckpt, outer, rule):
+                    add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
+            elif alias not in ties and tensors[alias].shape == tensors[name].shape:
+                add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))
+    for absent, target, _ in structural_ties(tensors):
+        add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
+    if deep:
+        for a, b in identical_tensors(ckpt, chunk_bytes):
+            if a not in ties and b not in ties:
+                add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
+    return list(ties.values())
+
+
+def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tuple[str, str]]:
+    """Pairs (first, duplicate) of distinct stored tensors with equal dtype, shape and contents,
+    found by streaming a hash of each candidate in chunks. Constant tensors (all zeros, all ones)
+    are left out: equal by initialisation, they say nothing about tying."""
+    first_of = aliases(ckpt)
+    groups: dict[tuple, list[str]] = {}
+    for t in ckpt:
+        if t.name not in first_of and t.numel > 1 and t.dt.kind != "str":
+            groups.setdefault((t.dtype, t.shape), []).append(t.name)
+    out = []
+    for names in groups.values():
+        if len(names) < 2:
+            continue
+        seen: dict[bytes, str] = {}
+        for name in names:
+            h = hashlib.blake2b(digest_size=20)
+            lo = hi = None
+            for chunk in ckpt.iter_chunks(name, chunk_bytes):
+                h.update(chunk.tobytes())
+                cmin, cmax = chunk.min(), chunk.max()
+                lo = cmin if lo is None else min(lo, cmin)
+                hi = cmax if hi is None else max(hi, cmax)
+            if lo == hi:
+                continue
+            digest = h.digest()
+            if digest in seen:
+                out.append((seen[digest], name))
+            else:
+                seen[digest] = name
+    return out
+
+
+def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
+    """Ties a checkpoint shows only by what it lacks (naming.structural_ties), as summary notes."""
+    return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
+            for absent, tied_to, evidence in structural_ties(ckpt.tensors)]
