@@ -92,7 +92,7 @@ def main() -> None:
         # Built in a child, so that this measuring parent stays small: a child's peak RSS starts
         # from its parent's at fork time.
         n = int(subprocess.run([py, __file__, "--build", folder], check=True, capture_output=True, text=True).stdout)
-        assert n == 6_738_415_616, n  # ORACLES.md
+        assert n == 6_738_415_616, n  # docs/oracles.md
         sizes = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
         rows = [("ckptstat summary", measure([py, "-m", "ckptstat", folder, "--json"], repeat=5)),
                 ("safetensors.safe_open loop", measure([py, "-c", SAFE_OPEN, folder], repeat=5)),

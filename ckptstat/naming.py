@@ -208,7 +208,7 @@ STRUCTURAL_TIE_RULES = [
 
 def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
     """(absent name, tied to, evidence) for each head whose decoder weight the checkpoint lacks
-    because the model reuses the word embeddings (FORMATS.md section 7: TF ties are structural)."""
+    because the model reuses the word embeddings (docs/formats.md section 7: TF ties are structural)."""
     names = list(names)
     norm = {normalize(n): n for n in names}
     out = []

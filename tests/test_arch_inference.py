@@ -82,7 +82,7 @@ def hf_tf_name(pt: str, shape: tuple[int, ...]) -> tuple[str, bool]:
 
 
 def write_hf_tf_h5(folder) -> None:
-    """tf_model.h5 as TF-Keras 2 save_weights lays it out (FORMATS.md): one group per top-level layer
+    """tf_model.h5 as TF-Keras 2 save_weights lays it out (docs/formats.md): one group per top-level layer
     with weight_names, datasets at group[weight_name]; the MLM decoder is not stored (it is the
     input embedding). Written with h5py from the safetensors weights, transposing Dense kernels."""
     h5py = pytest.importorskip("h5py")

@@ -1,4 +1,4 @@
-"""ORACLES.md's BERT-base split, reproduced from a real 440 MB save (built here, never committed)."""
+"""docs/oracles.md's BERT-base split, reproduced from a real 440 MB save (built here, never committed)."""
 import pytest
 
 torch = pytest.importorskip("torch")

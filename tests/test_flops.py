@@ -1,5 +1,5 @@
 """Analytic parameters and FLOPs against transformers models built from configs on torch's meta device
-and counted by torch.utils.flop_counter.FlopCounterMode (eager attention), plus ORACLES.md numbers."""
+and counted by torch.utils.flop_counter.FlopCounterMode (eager attention), plus docs/oracles.md numbers."""
 from __future__ import annotations
 
 import contextlib

@@ -16,7 +16,7 @@ def bucket_totals(report: dict) -> dict:
 
 
 def bert_oracle(cfg: dict) -> dict:
-    """BertModel's parameter split from its config, by the closed form of shared/seeds/002."""
+    """BertModel's parameter split from its config, by the closed form in docs/oracles.md."""
     h, f, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
     emb = (cfg["vocab_size"] + cfg["max_position_embeddings"] + cfg["type_vocab_size"]) * h + 2 * h
     layer = 4 * (h * h + h) + 2 * h + (h * f + f) + (f * h + h) + 2 * h

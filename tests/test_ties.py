@@ -127,7 +127,7 @@ def test_ties_cli_json(cli):
 
 
 def test_oracle_worked_example_bert_base_mlm(tmp_path):
-    """ORACLES.md: bert-base BertForMaskedLM, from a real save (not committed)."""
+    """docs/oracles.md: bert-base BertForMaskedLM, from a real save (not committed)."""
     torch.manual_seed(0)
     T.BertForMaskedLM(T.BertConfig()).save_pretrained(tmp_path)
     got = rows(audit(open_checkpoint(tmp_path)))
@@ -137,7 +137,7 @@ def test_oracle_worked_example_bert_base_mlm(tmp_path):
 
 
 def test_oracle_worked_example_from_torch_save(tmp_path):
-    """ORACLES.md's worked example from real torch.save files at bert-base size (not committed)."""
+    """docs/oracles.md's worked example from real torch.save files at bert-base size (not committed)."""
     torch.manual_seed(0)
     torch.save(T.BertForMaskedLM(T.BertConfig()).state_dict(), tmp_path / "mlm.bin")
     torch.save(T.BertModel(T.BertConfig()).state_dict(), tmp_path / "base.bin")

@@ -200,7 +200,7 @@ def test_zip_without_data_pkl_is_not_torch(tmp_path):
 
 @pytest.mark.slow
 def test_bert_base_unique_parameters(tmp_path):
-    """bert-base BertForMaskedLM from BertConfig defaults (ORACLES.md): 109,514,298 unique parameters."""
+    """bert-base BertForMaskedLM from BertConfig defaults (docs/oracles.md): 109,514,298 unique parameters."""
     torch = pytest.importorskip("torch")
     transformers = pytest.importorskip("transformers")
     # Built on the meta device and given uninitialised CPU memory: the file's structure (names, shapes,

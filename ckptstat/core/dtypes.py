@@ -1,6 +1,6 @@
 """One dtype table for every format.
 
-Canonical names are safetensors' dtype codes (FORMATS.md section 1), plus C128 and STR, which other
+Canonical names are safetensors' dtype codes (docs/formats.md section 1), plus C128 and STR, which other
 formats store. Each reader maps its native codes into this table; nothing else branches on dtypes.
 Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, and the
 8-bit and smaller float formats go through a 256-entry lookup table built from their bit layout.
@@ -94,7 +94,7 @@ def get(name: str) -> DType:
 
 
 def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> np.ndarray:
-    """Value of every bit pattern of a 1-sign/ebits/mbits float (FORMATS.md section 1; OCP MX spec).
+    """Value of every bit pattern of a 1-sign/ebits/mbits float (docs/formats.md section 1; OCP MX spec).
 
     special: "ieee" (max exponent is inf/nan), "fn" (only all-ones is nan), "fnuz" (0x80 is nan,
     no negative zero), "none" (every pattern finite), "e8m0" (exponent only, 0xff nan).

@@ -2,7 +2,7 @@
 element-wise FLOPs and bytes moved. One list serves the parameter prediction (sum of params) and the
 FLOPs table (sum of calls x per-call costs). Pure arithmetic: no torch, no file access.
 
-Counting rules (ORACLES.md): a matmul of (m x k) by (k x n) is m*k*n MACs = 2*m*k*n FLOPs, which is
+Counting rules (docs/oracles.md): a matmul of (m x k) by (k x n) is m*k*n MACs = 2*m*k*n FLOPs, which is
 what torch.utils.flop_counter.FlopCounterMode counts for mm/addmm/bmm (the bias add of addmm is not
 counted there; we put it in the element-wise figure). Embedding lookups are 0 MACs. Eager attention is
 two bmm's per layer (Q K^T and P V), each b*a*s_q*s_k*d MACs, not halved for causal masks unless asked.

@@ -1,7 +1,7 @@
 """The architecture description the analytic layer works from: derived from config.json, or inferred
 from tensor names and shapes when there is none. Pure functions over a dict and TensorInfo shapes.
 
-Notation follows ORACLES.md: h hidden, a query heads, g key/value heads, d head dim, f intermediate,
+Notation follows docs/oracles.md: h hidden, a query heads, g key/value heads, d head dim, f intermediate,
 V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA factorised embeddings).
 """
 from __future__ import annotations
@@ -417,7 +417,7 @@ def max_seq(spec: ArchSpec) -> int | None:
     return spec.positions - _POSITION_OFFSET.get(spec.model_type, 0)
 
 
-# GGUF metadata keys (FORMATS.md section 6; llama.cpp LLM_KV_*) -> config.json keys, for the families whose
+# GGUF metadata keys (docs/formats.md section 6; llama.cpp LLM_KV_*) -> config.json keys, for the families whose
 # GGUF layout is the transformers model's (llama.cpp writes Mistral and Mixtral as "llama").
 _GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
               "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",

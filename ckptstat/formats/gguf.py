@@ -1,4 +1,4 @@
-"""GGUF, the llama.cpp / ggml file (FORMATS.md section 6; ggml docs/gguf.md, ggml/src/gguf.cpp, gguf-py).
+"""GGUF, the llama.cpp / ggml file (docs/formats.md section 6; ggml docs/gguf.md, ggml/src/gguf.cpp, gguf-py).
 
 Layout, little-endian: `GGUF`, u32 version (2 or 3), u64 tensor_count, u64 kv_count; kv_count key-values
 (string key, u32 value type, value); tensor_count tensor infos (string name, u32 n_dims <= 4, n_dims x u64

@@ -1,6 +1,6 @@
 """Keras and Hugging Face TF `.h5` weights, through h5py (imported only when such a file is opened).
 
-Layouts (FORMATS.md section 5):
+Layouts (docs/formats.md section 5):
 - TF-Keras 2 `save_weights` (and HF `tf_model.h5`): root attribute `layer_names`; one group per layer
   with attribute `weight_names`; dataset at `group[weight_name]`. Attributes over HDF5's 64 KiB
   object-header limit are split into `name0`, `name1`, ... (tf_keras legacy/saving/hdf5_format.py

@@ -1,5 +1,5 @@
 """Format registry: each reader module registers a Format whose `accept` looks at the file's first
-and last bytes (FORMATS.md section 0), never only at its extension; `open_checkpoint` resolves a file,
+and last bytes (docs/formats.md section 0), never only at its extension; `open_checkpoint` resolves a file,
 a sharded `*.index.json` or a Hugging Face-style model folder, and is the one place where low-level
 exceptions become a CorruptCheckpointError naming the file."""
 from __future__ import annotations

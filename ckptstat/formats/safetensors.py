@@ -1,4 +1,4 @@
-"""safetensors: `[u64 LE N][N bytes of JSON header][byte buffer]` (FORMATS.md section 1).
+"""safetensors: `[u64 LE N][N bytes of JSON header][byte buffer]` (docs/formats.md section 1).
 
 The header is validated as the reference parser (safetensors/src/tensor.rs `validate`) does: size cap,
 tensors contiguous from 0 with no hole or overlap, byte sizes consistent with dtype and shape, and the

@@ -1,7 +1,7 @@
 """TensorFlow tensor bundles (TF1 `model.ckpt-N` and TF2 object-based `ckpt-N`), read without TensorFlow.
 
 A checkpoint `<prefix>` is `<prefix>.index` plus `<prefix>.data-SSSSS-of-NNNNN` shards, and usually a
-text file `checkpoint` naming the latest prefix (FORMATS.md section 4). The `.index` is a LevelDB-style
+text file `checkpoint` naming the latest prefix (docs/formats.md section 4). The `.index` is a LevelDB-style
 table (google/leveldb doc/table_format.md): footer -> index block -> data blocks -> entries; key ""
 holds BundleHeaderProto, every other key a BundleEntryProto (tensorflow/core/protobuf/tensor_bundle.proto).
 Protobuf is decoded by the small wire-format reader below; nothing else is needed.

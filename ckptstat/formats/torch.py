@@ -1,4 +1,4 @@
-"""PyTorch `torch.save` files, read without importing torch (FORMATS.md sections 2 and 3).
+"""PyTorch `torch.save` files, read without importing torch (docs/formats.md sections 2 and 3).
 
 - zip format (torch >= 1.6): `<prefix>/data.pkl` plus one `<prefix>/data/<key>` record per storage;
   records are normally stored uncompressed, so tensor bytes are addressed by absolute file offset.
@@ -50,7 +50,7 @@ _LEGACY_MAGIC_BYTES = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
 # ---------------------------------------------------------------------------------------------
 # The allowlist: torch's weights_only globals (torch 2.x `_get_allowed_globals`), as names.
 
-# Legacy typed storage classes -> canonical dtype (FORMATS.md section 2 table).
+# Legacy typed storage classes -> canonical dtype (docs/formats.md section 2 table).
 STORAGE_DTYPES = {
     "DoubleStorage": "F64", "FloatStorage": "F32", "HalfStorage": "F16", "BFloat16Storage": "BF16",
     "LongStorage": "I64", "IntStorage": "I32", "ShortStorage": "I16", "CharStorage": "I8",
@@ -332,7 +332,7 @@ class SafeUnpickler(pickle._Unpickler):  # type: ignore[name-defined,misc]
         return _stub_for(full)
 
     def persistent_load(self, pid: object) -> StorageRef:
-        # zip: ('storage', type, key, location, numel); legacy adds view_metadata (FORMATS.md 2, 3)
+        # zip: ('storage', type, key, location, numel); legacy adds view_metadata (docs/formats.md 2, 3)
         if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
             raise _Refused(f"unexpected persistent id {str(pid)[:60]!r}")
         stype, key, _location, numel = pid[1:5]
@@ -564,7 +564,7 @@ def _read_small(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
 
 
 class _ZipStreamReader:
-    """Reads tensors from compressed records by streaming decompression (FORMATS.md section 2).
+    """Reads tensors from compressed records by streaming decompression (docs/formats.md section 2).
 
     A deflate stream can only be read forwards, so the reader keeps one member open with its
     position: consecutive chunks of a tensor continue where the last ended (linear time), and the
@@ -779,7 +779,7 @@ def accept_zip(probe: Probe) -> bool:
 
 
 def accept_legacy(probe: Probe) -> bool:
-    # a pickle of the magic int: PROTO n, then LONG1 of 10 bytes (FORMATS.md section 0)
+    # a pickle of the magic int: PROTO n, then LONG1 of 10 bytes (docs/formats.md section 0)
     return probe.head[:1] == b"\x80" and _LEGACY_MAGIC_BYTES in probe.head[:16]
 
 

@@ -1,0 +1,139 @@
+"""The package's shape (docs/architecture.md): each module imports only from its own layer or the
+layers below it, no module-level import cycle, no module over 600 lines, every family and format
+registered, and a header-only command that imports no heavy library."""
+from __future__ import annotations
+
+import ast
+import os
+import subprocess
+import sys
+
+import pytest
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "ckptstat")
+
+# Lowest first. A module imports only from its own layer or one before it.
+LAYERS = [
+    ("errors",),
+    ("core",),
+    ("formats", "sources"),
+    ("naming",),
+    ("families",),
+    ("census",),
+    ("analysis", "executor"),
+    ("render",),
+    ("cli", "__main__", "__init__"),
+]
+MAX_LINES = 600
+
+
+def _modules() -> dict[str, str]:
+    out = {}
+    for folder, _, files in os.walk(ROOT):
+        for f in files:
+            if f.endswith(".py"):
+                path = os.path.join(folder, f)
+                rel = os.path.relpath(path, ROOT)[:-3].replace(os.sep, ".")
+                name = "ckptstat" if rel == "__init__" else "ckptstat." + rel.removesuffix(".__init__")
+                out[name] = path
+    return out
+
+
+MODULES = _modules()
+
+
+def layer_of(module: str) -> int:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    for i, names in enumerate(LAYERS):
+        if top in names:
+            return i
+    raise AssertionError(f"{module}: in no layer; add it to LAYERS and docs/architecture.md")
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].endswith("__init__.py")
+
+
+def imports(module: str) -> list[tuple[str, int, bool]]:
+    """(imported ckptstat module, line, at module level) for every import outside `if TYPE_CHECKING:`."""
+    tree = ast.parse(open(MODULES[module], encoding="utf-8").read())
+    out: list[tuple[str, int, bool]] = []
+
+    def visit(node: ast.AST, top: bool) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test):
+                continue
+            if isinstance(child, ast.Import):
+                out.extend((a.name, child.lineno, top) for a in child.names if a.name.startswith("ckptstat"))
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    pkg = module if _is_package(module) else module.rpartition(".")[0]
+                    for _ in range(child.level - 1):
+                        pkg = pkg.rpartition(".")[0]
+                    base = pkg + ("." + child.module if child.module else "")
+                else:
+                    base = child.module or ""
+                if not base.startswith("ckptstat"):
+                    continue
+                for a in child.names:
+                    sub = f"{base}.{a.name}"
+                    out.append((sub if sub in MODULES else base, child.lineno, top))
+            else:
+                nested = isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                visit(child, top and not nested)
+
+    visit(tree, True)
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_imports_point_down(module):
+    mine = layer_of(module)
+    for target, line, _ in imports(module):
+        if target == "ckptstat" and module != "ckptstat":   # `from .. import __version__` is the package's metadata
+            continue
+        assert layer_of(target) <= mine, (
+            f"{module}:{line} imports {target}, a layer above it ({LAYERS[layer_of(target)]} > {LAYERS[mine]})")
+
+
+def test_no_import_cycle():
+    graph = {m: {t for t, _, top in imports(m) if top and t in MODULES and t != m} for m in MODULES}
+    # A package's __init__ re-exporting its submodules is not a cycle with them when they import siblings.
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def dfs(m: str) -> None:
+        state[m] = 1
+        stack.append(m)
+        for n in sorted(graph[m]):
+            if state.get(n) == 1:
+                cycle = stack[stack.index(n):] + [n]
+                raise AssertionError("import cycle: " + " -> ".join(cycle))
+            if n not in state:
+                dfs(n)
+        stack.pop()
+        state[m] = 2
+
+    for m in sorted(MODULES):
+        if m not in state:
+            dfs(m)
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_module_size(module):
+    with open(MODULES[module], encoding="utf-8") as f:
+        n = sum(1 for _ in f)
+    assert n <= MAX_LINES, f"{module} has {n} lines (at most {MAX_LINES}): split it"
+
+
+def test_header_only_commands_import_no_heavy_library():
+    """`ckptstat PATH` on a safetensors file reads headers: torch, h5py, matplotlib and transformers
+    stay unimported."""
+    fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "bert-tiny", "model.safetensors")
+    code = ("import sys; from ckptstat.cli import main; main(['--json', " + repr(fixture) + "]); "
+            "print(sorted(m for m in ('torch', 'h5py', 'matplotlib', 'transformers', 'tensorflow') if m in sys.modules),"
+            " file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[]"
