@@ -18,8 +18,8 @@ where values are read (core.tensor.Checkpoint).
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 
 class CkptstatError(Exception):

@@ -14,9 +14,9 @@ it comes from. Names are normalised first: TF separators `/` become `.`, `:0` an
 from __future__ import annotations
 
 import re
-from functools import lru_cache
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
+from functools import lru_cache
 
 from .core import dtypes
 
@@ -46,15 +46,18 @@ def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
 
 # Roles other than "parameter". Order matters: optimizer state first (its names embed parameter names).
 ROLE_RULES = _rules([
-    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\.", "optimizer"),  # torch training checkpoints, Lightning
+    # torch training checkpoints, Lightning
+    (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\.", "optimizer"),
     (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
     (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
     (r"(^|\.)(inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),             # rotary caches (LLaMA, GPT-NeoX), fairseq
-    (r"^(rope_freqs|rope_factors_long|rope_factors_short)\.weight$", "buffer"),         # GGUF rope scaling tables (Llama 3, Phi-3)
+    # GGUF rope scaling tables (Llama 3, Phi-3)
+    (r"^(rope_freqs|rope_factors_long|rope_factors_short)\.weight$", "buffer"),
     (r"(^|\.)(running_mean|running_var|num_batches_tracked)$", "buffer"),             # BatchNorm
+    (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: register_buffer
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
 ])
@@ -66,7 +69,8 @@ BUCKET_RULES = _rules([
     (r"(^|\.)embeddings(_project)?\.", "embedding"),                 # BERT, RoBERTa, ALBERT, ELECTRA, DistilBERT
     (r"(^|\.)embedding_hidden_mapping_in\.", "embedding"),           # ALBERT factorised embedding projection
     (r"(^|\.)(wte|wpe)\.", "embedding"),                            # GPT-2
-    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),  # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM
+    # LLaMA/Mistral/Qwen2, Meta, GGUF, BLOOM
+    (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart

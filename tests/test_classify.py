@@ -66,7 +66,8 @@ CASES = [
     ("LlamaForCausalLM", lambda: T.LlamaForCausalLM(T.LlamaConfig(num_key_value_heads=2, **SMALL)), llama),
     ("MistralForCausalLM", lambda: T.MistralForCausalLM(T.MistralConfig(num_key_value_heads=2, **SMALL)), llama),
     ("Qwen2ForCausalLM", lambda: T.Qwen2ForCausalLM(T.Qwen2Config(num_key_value_heads=2, **SMALL)), llama),
-    ("MixtralForCausalLM", lambda: T.MixtralForCausalLM(T.MixtralConfig(num_key_value_heads=2, num_local_experts=4, **SMALL)), llama),
+    ("MixtralForCausalLM",
+     lambda: T.MixtralForCausalLM(T.MixtralConfig(num_key_value_heads=2, num_local_experts=4, **SMALL)), llama),
     ("T5ForConditionalGeneration", lambda: T.T5ForConditionalGeneration(T.T5Config(
         d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size=99)), t5),
 ]

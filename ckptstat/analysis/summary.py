@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from ..census import aliases, architecture, name_matches, parameters, placements
+from ..census import aliases, architecture, name_matches, placements
 from ..census.model import from_checkpoint
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint, TensorInfo
@@ -58,9 +58,10 @@ def summarize(ckpt: Checkpoint) -> dict:
             _add(layers[(p.bucket, p.layer)], t)
         if p.bucket == "other":
             unplaced.append(t.name)
-    files = [{"path": f, "bytes": os.path.getsize(f)} for f in ckpt.files]
-    file_bytes = sum(f["bytes"] for f in files)
-    share = lambda n: (n / total) if total else 0.0  # noqa: E731
+    sizes = {f: os.path.getsize(f) for f in ckpt.files}
+    files = [{"path": f, "bytes": n} for f, n in sizes.items()]
+    file_bytes = sum(sizes.values())
+    share = lambda n: (n / total) if total else 0.0
     return {
         "schema": SUMMARY_SCHEMA,
         "path": ckpt.path,

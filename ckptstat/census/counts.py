@@ -4,7 +4,8 @@ parameter count sums, and the resolved architecture. Headers only."""
 from __future__ import annotations
 
 import fnmatch
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core import Checkpoint, TensorInfo
 from ..families import detect
