@@ -14,10 +14,10 @@ from hypothesis import strategies as st
 from test_torch import _rezip, flat, fx, torch_values
 
 from ckptstat import open_checkpoint
+from ckptstat.core import Checkpoint, TensorInfo
+from ckptstat.core.io import SLACK, RawFile, extent, read_view
 from ckptstat.formats import torch as tr
 from ckptstat.formats.tf_bundle import read_partitioned
-from ckptstat.core.io import SLACK, RawFile, extent, read_view
-from ckptstat.core import Checkpoint, TensorInfo
 
 CHUNK = 64 << 10
 BIG = 1 << 40
@@ -237,7 +237,7 @@ def test_compressed_member_memory_is_bounded_by_the_chunk(big_deflated):
 def member_reads(monkeypatch):
     """How often a zip member is opened, and the decompressed bytes read from members."""
     counts = {"opens": 0, "bytes": 0}
-    real_open, real_read = tr._CheckedZipFile.open, zipfile.ZipExtFile.read
+    real_open, real_read = tr.CheckedZipFile.open, zipfile.ZipExtFile.read
 
     def opening(self, *a, **k):
         counts["opens"] += 1
@@ -248,7 +248,7 @@ def member_reads(monkeypatch):
         counts["bytes"] += len(out)
         return out
 
-    monkeypatch.setattr(tr._CheckedZipFile, "open", opening)
+    monkeypatch.setattr(tr.CheckedZipFile, "open", opening)
     monkeypatch.setattr(zipfile.ZipExtFile, "read", reading)
     return counts
 

@@ -14,10 +14,11 @@ import h5py
 import numpy as np
 import pytest
 import typer
+from conftest import fixture
+from test_gguf import gguf_bytes, kv_str, ti
+from test_tf_bundle import entry, pb, table
 
 from ckptstat.cli import app
-from conftest import fixture
-from test_tf_bundle import entry, pb, table
 
 COMMANDS = sorted(typer.main.get_command(app).commands)
 # Commands whose one argument is a checkpoint; `run` also, but it needs torch + transformers and a
@@ -49,6 +50,11 @@ def _hostile_files(tmp) -> dict[str, str]:
     p = tmp / "cut.h5"
     p.write_bytes(data[: len(data) - 4000])
     out["keras-h5"] = str(p)
+    data = bytearray(open(fixture("gguf", "llama-tiny-q.gguf"), "rb").read())
+    struct.pack_into("<Q", data, 8, 2**64 - 1)     # tensor_count: far more than the file holds
+    p = tmp / "huge-count.gguf"
+    p.write_bytes(bytes(data))
+    out["gguf"] = str(p)
     return out
 
 
@@ -57,22 +63,24 @@ def hostile(tmp_path_factory) -> dict[str, str]:
     return _hostile_files(tmp_path_factory.mktemp("hostile"))
 
 
-@pytest.mark.parametrize("fmt", ["safetensors", "torch-zip", "torch-legacy", "tf-bundle", "keras-h5"])
+@pytest.mark.parametrize("fmt", ["safetensors", "torch-zip", "torch-legacy", "tf-bundle", "keras-h5", "gguf"])
 @pytest.mark.parametrize("command", PATH_COMMANDS)
 def test_every_command_on_a_hostile_file(cli, hostile, command, fmt, tmp_path):
     path = hostile[fmt]
     args = {"diff": [path, path], "plot": [path, "-o", str(tmp_path / "out.png")]}.get(command, [path])
     before = sorted(os.listdir(os.path.dirname(path))), open(path, "rb").read()
+    trouble = 2 if command == "diff" else 1   # diff answers as diff(1): 0 same, 1 different, 2 trouble
     rc, out, err = cli(command, *args)
-    assert rc == 1, (rc, out, err)
+    assert rc == trouble, (rc, out, err)
     assert out == ""
     assert err.count("\n") == 1 and err.startswith("ckptstat: error: ") and "Traceback" not in err, err
     assert os.path.basename(path) in err
     rc, out, err = cli(command, *args, "--json")
-    assert rc == 1 and out == "" and err.count("\n") == 1
+    assert rc == trouble and out == "" and err.count("\n") == 1
     assert not (tmp_path / "out.png").exists()  # no partial output
     rc, _, err = cli(command, *args, "--debug")
-    assert rc == 1 and "Traceback (most recent call last)" in err and err.rstrip().splitlines()[-1].startswith("ckptstat: error: ")
+    assert rc == trouble and "Traceback (most recent call last)" in err
+    assert err.rstrip().splitlines()[-1].startswith("ckptstat: error: ")
     assert (sorted(os.listdir(os.path.dirname(path))), open(path, "rb").read()) == before  # wrote nothing
 
 
@@ -136,7 +144,14 @@ def _evil_tf(tmp) -> str:
     return str(prefix)
 
 
-@pytest.mark.parametrize("make", [_evil_safetensors, _evil_torch, _evil_h5, _evil_tf], ids=lambda f: f.__name__[6:])
+def _evil_gguf(tmp) -> str:
+    p = tmp / "evil.gguf"
+    p.write_bytes(gguf_bytes(kvs=[kv_str("general.name", EVIL)], tis=[ti(EVIL, (4,))], data=b"\0" * 16))
+    return str(p)
+
+
+@pytest.mark.parametrize("make", [_evil_safetensors, _evil_torch, _evil_h5, _evil_tf, _evil_gguf],
+                         ids=lambda f: f.__name__[6:])
 def test_names_from_files_are_escaped(cli, tmp_path, monkeypatch, make):
     monkeypatch.setenv("COLUMNS", "200")
     path = make(tmp_path)
@@ -197,7 +212,8 @@ def test_scan_names_hostile_globals_and_runs_nothing(cli, tmp_path, case):
         assert rc == 0 and r["unsafe_globals"] == unsafe and r["would_run_code"], (case, r)
         if name == "evil.pt":   # opening it refuses the global by name; nothing ran
             rc, out, err = cli(str(p))
-            assert rc == 1 and err.count("\n") == 1 and ("outside torch's weights_only allowlist" in err or "malformed" in err), err
+            assert rc == 1 and err.count("\n") == 1, err
+            assert "outside torch's weights_only allowlist" in err or "malformed" in err, err
         assert sorted(os.listdir(tmp_path)) == before
 
 

@@ -12,10 +12,10 @@ import zipfile
 import h5py
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import CheckpointError, CorruptCheckpointError, open_checkpoint
 from ckptstat.formats import torch as tr
-from conftest import fixture
 
 LEGACY_HEAD = b"".join(pickle.dumps(x, protocol=2) for x in (tr.LEGACY_MAGIC, tr.LEGACY_PROTOCOL))
 

@@ -10,12 +10,12 @@ import struct
 
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import open_checkpoint, summarize
+from ckptstat.census.ties import find_ties
 from ckptstat.errors import CheckpointError, CkptstatError, CorruptCheckpointError
 from ckptstat.formats import gguf as gg
-from ckptstat.census.ties import find_ties
-from conftest import fixture
 
 FILES = ["llama-tiny-q.gguf", "llama-tiny-tied.gguf"]
 

@@ -5,10 +5,10 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.errors import UnknownFormatError
-from conftest import fixture
 
 
 def bucket_totals(report: dict) -> dict:

@@ -8,8 +8,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from ckptstat import CkptstatError, open_checkpoint
-from ckptstat import census
+from ckptstat import CkptstatError, census, open_checkpoint
 from ckptstat.analysis import summary as report
 from ckptstat.cli import main
 from ckptstat.formats import torch as tr
@@ -102,7 +101,8 @@ def test_tied_decoder_is_an_alias_of_word_embeddings():
         dec, emb = ckpt["cls.predictions.decoder.weight"], ckpt["bert.embeddings.word_embeddings.weight"]
         assert dec.storage == emb.storage and dec.alias_key == emb.alias_key
         r = report.summarize(ckpt)
-        assert {"name": "cls.predictions.decoder.weight", "same_as": "bert.embeddings.word_embeddings.weight"} in r["parameters"]["aliases"]
+        tie = {"name": "cls.predictions.decoder.weight", "same_as": "bert.embeddings.word_embeddings.weight"}
+        assert tie in r["parameters"]["aliases"]
 
 
 def test_views_strides_and_partial_view_note():

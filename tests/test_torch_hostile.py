@@ -9,7 +9,8 @@ import struct
 import zipfile
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from ckptstat import CkptstatError, CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
 from ckptstat.cli import main

@@ -11,12 +11,17 @@ estimates only. Those with a decoder in _BLOCK_DECODERS dequantise to float32 a 
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import TYPE_CHECKING
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy is imported where values are decoded, not by header-only commands
     import numpy as np
+    from numpy.typing import NDArray
+
+    F32 = NDArray[np.float32]
+    U8 = NDArray[np.uint8]
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,6 @@ class DType:
     bits: int               # storage bits per element (0: variable-length, e.g. TF strings)
     kind: str               # "float", "int", "uint", "bool", "complex", "str"
     numpy: str | None       # numpy dtype the raw bytes can be viewed as, little-endian
-    decoded: str | None     # numpy dtype values are returned as
     block: int = 1          # elements per quantisation block (1: not block-quantised)
     block_bytes: int = 0    # bytes per block, when block > 1
 
@@ -46,36 +50,36 @@ class DType:
 
 
 _TABLE = [
-    # name         bits kind       raw view  decoded as
-    DType("BOOL", 8, "bool", "|b1", "|b1"),
-    DType("U8", 8, "uint", "|u1", "|u1"),
-    DType("I8", 8, "int", "|i1", "|i1"),
-    DType("U16", 16, "uint", "<u2", "<u2"),
-    DType("I16", 16, "int", "<i2", "<i2"),
-    DType("U32", 32, "uint", "<u4", "<u4"),
-    DType("I32", 32, "int", "<i4", "<i4"),
-    DType("U64", 64, "uint", "<u8", "<u8"),
-    DType("I64", 64, "int", "<i8", "<i8"),
-    DType("F16", 16, "float", "<f2", "<f2"),
-    DType("F32", 32, "float", "<f4", "<f4"),
-    DType("F64", 64, "float", "<f8", "<f8"),
-    DType("C64", 64, "complex", "<c8", "<c8"),
-    DType("C128", 128, "complex", "<c16", "<c16"),
-    DType("BF16", 16, "float", "<u2", "<f4"),
-    DType("F8_E4M3", 8, "float", "|u1", "<f4"),
-    DType("F8_E5M2", 8, "float", "|u1", "<f4"),
-    DType("F8_E4M3FNUZ", 8, "float", "|u1", "<f4"),
-    DType("F8_E5M2FNUZ", 8, "float", "|u1", "<f4"),
-    DType("F8_E8M0", 8, "float", "|u1", "<f4"),
-    DType("F6_E2M3", 6, "float", None, "<f4"),
-    DType("F6_E3M2", 6, "float", None, "<f4"),
-    DType("F4", 4, "float", None, "<f4"),
-    DType("STR", 0, "str", None, None),
+    # name  bits  kind  raw view (BF16, F8, F6 and F4 decode to float32: see decode)
+    DType("BOOL", 8, "bool", "|b1"),
+    DType("U8", 8, "uint", "|u1"),
+    DType("I8", 8, "int", "|i1"),
+    DType("U16", 16, "uint", "<u2"),
+    DType("I16", 16, "int", "<i2"),
+    DType("U32", 32, "uint", "<u4"),
+    DType("I32", 32, "int", "<i4"),
+    DType("U64", 64, "uint", "<u8"),
+    DType("I64", 64, "int", "<i8"),
+    DType("F16", 16, "float", "<f2"),
+    DType("F32", 32, "float", "<f4"),
+    DType("F64", 64, "float", "<f8"),
+    DType("C64", 64, "complex", "<c8"),
+    DType("C128", 128, "complex", "<c16"),
+    DType("BF16", 16, "float", "<u2"),
+    DType("F8_E4M3", 8, "float", "|u1"),
+    DType("F8_E5M2", 8, "float", "|u1"),
+    DType("F8_E4M3FNUZ", 8, "float", "|u1"),
+    DType("F8_E5M2FNUZ", 8, "float", "|u1"),
+    DType("F8_E8M0", 8, "float", "|u1"),
+    DType("F6_E2M3", 6, "float", None),
+    DType("F6_E3M2", 6, "float", None),
+    DType("F4", 4, "float", None),
+    DType("STR", 0, "str", None),
 ]
 
 
 def _quant(name: str, block: int, block_bytes: int) -> DType:
-    return DType(name, max(1, block_bytes * 8 // block), "float", None, "<f4", block, block_bytes)
+    return DType(name, max(1, block_bytes * 8 // block), "float", None, block, block_bytes)
 
 
 # ggml block-quantised types (gguf-py constants.py GGML_QUANT_SIZES; ggml/src/ggml-common.h layouts).
@@ -93,7 +97,7 @@ def get(name: str) -> DType:
     return DTYPES[name]
 
 
-def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> np.ndarray:
+def _minifloat_lut(ebits: int, mbits: int, bias: int, special: str) -> F32:
     """Value of every bit pattern of a 1-sign/ebits/mbits float (docs/formats.md section 1; OCP MX spec).
 
     special: "ieee" (max exponent is inf/nan), "fn" (only all-ones is nan), "fnuz" (0x80 is nan,
@@ -137,12 +141,12 @@ _LUT_SPECS = {
 }
 
 
-@lru_cache(maxsize=None)
-def lut(name: str) -> np.ndarray:
+@cache
+def lut(name: str) -> F32:
     return _minifloat_lut(*_LUT_SPECS[name])
 
 
-def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
+def _unpack_bits(raw: U8, bits: int, count: int) -> U8:
     """Split a packed little-endian bit stream into `count` codes of `bits` bits (F4, F6).
 
     F4 packs two codes per byte, the first in the low nibble (as torch float4_e2m1fn_x2 and
@@ -157,56 +161,68 @@ def _unpack_bits(raw: np.ndarray, bits: int, count: int) -> np.ndarray:
         return codes[:count]
     stream = np.unpackbits(raw, bitorder="little").reshape(-1)[: count * bits].reshape(count, bits)
     weights = (1 << np.arange(bits, dtype=np.uint8)).astype(np.uint8)
-    return (stream * weights).sum(axis=1).astype(np.uint8)
+    packed: U8 = (stream * weights).sum(axis=1, dtype=np.uint8)
+    return packed
 
 
 # --- ggml block quantisation (ggml/src/ggml-common.h block_q*; gguf-py quants.py dequantize_blocks) ----
 # Each decoder takes an (n_blocks, block_bytes) uint8 array and returns (n_blocks, block) float32, with
 # the arithmetic in gguf-py's order so that values are bit-identical to its `dequantize`.
 
-def _f16(col: np.ndarray) -> np.ndarray:
+def _f16(col: U8) -> F32:
     import numpy as np
 
     return np.ascontiguousarray(col).view("<f2").astype(np.float32)
 
 
-def _nibbles(qs: np.ndarray) -> np.ndarray:
+def _nibbles(qs: U8) -> U8:
     """16 bytes -> 32 codes: element j is the low nibble of byte j, element j + 16 its high nibble."""
     import numpy as np
 
     return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
 
 
-def _fifth_bits(qh: np.ndarray) -> np.ndarray:
+def _fifth_bits(qh: U8) -> U8:
     """4 bytes (u32 LE) -> bit j of the u32 for element j (Q5_0, Q5_1)."""
     import numpy as np
 
     return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little")
 
 
-def _dq_q8_0(b: np.ndarray) -> np.ndarray:   # f16 d, 32 x int8 q: d * q
-    return b[:, 2:].view("i1").astype("f4") * _f16(b[:, :2])
+def _dq_q8_0(b: U8) -> F32:   # f16 d, 32 x int8 q: d * q
+    import numpy as np
+
+    return b[:, 2:].view(np.int8).astype(np.float32) * _f16(b[:, :2])
 
 
-def _dq_q4_0(b: np.ndarray) -> np.ndarray:   # f16 d, 16 bytes of nibbles: d * (q - 8)
-    return _f16(b[:, :2]) * (_nibbles(b[:, 2:]).astype("i1") - 8).astype("f4")
+def _dq_q4_0(b: U8) -> F32:   # f16 d, 16 bytes of nibbles: d * (q - 8)
+    import numpy as np
+
+    return _f16(b[:, :2]) * (_nibbles(b[:, 2:]).astype(np.int8) - 8).astype(np.float32)
 
 
-def _dq_q4_1(b: np.ndarray) -> np.ndarray:   # f16 d, f16 m, 16 bytes of nibbles: d * q + m
-    return _f16(b[:, :2]) * _nibbles(b[:, 4:]).astype("f4") + _f16(b[:, 2:4])
+def _dq_q4_1(b: U8) -> F32:   # f16 d, f16 m, 16 bytes of nibbles: d * q + m
+    import numpy as np
+
+    return _f16(b[:, :2]) * _nibbles(b[:, 4:]).astype(np.float32) + _f16(b[:, 2:4])
 
 
-def _dq_q5_0(b: np.ndarray) -> np.ndarray:   # f16 d, u32 high bits, 16 bytes of nibbles: d * (q - 16)
+def _dq_q5_0(b: U8) -> F32:   # f16 d, u32 high bits, 16 bytes of nibbles: d * (q - 16)
+    import numpy as np
+
     q = _nibbles(b[:, 6:]) | (_fifth_bits(b[:, 2:6]) << 4)
-    return _f16(b[:, :2]) * (q.astype("i1") - 16).astype("f4")
+    return _f16(b[:, :2]) * (q.astype(np.int8) - 16).astype(np.float32)
 
 
-def _dq_q5_1(b: np.ndarray) -> np.ndarray:   # f16 d, f16 m, u32 high bits, nibbles: d * q + m
+def _dq_q5_1(b: U8) -> F32:   # f16 d, f16 m, u32 high bits, nibbles: d * q + m
+    import numpy as np
+
     q = _nibbles(b[:, 8:]) | (_fifth_bits(b[:, 4:8]) << 4)
-    return _f16(b[:, :2]) * q.astype("f4") + _f16(b[:, 2:4])
+    return _f16(b[:, :2]) * q.astype(np.float32) + _f16(b[:, 2:4])
 
 
-_BLOCK_DECODERS = {"Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0, "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1}
+_BLOCK_DECODERS: dict[str, Callable[[U8], F32]] = {
+    "Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0, "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1}
 
 
 def can_decode(dtype: str) -> bool:
@@ -216,7 +232,7 @@ def can_decode(dtype: str) -> bool:
     return d.kind != "str" and (not d.is_blocked or dtype in _BLOCK_DECODERS)
 
 
-def decode(raw: np.ndarray | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> np.ndarray:
+def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> NDArray[Any]:
     """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array. Block types
     start at a block boundary; their last block is decoded whole and cut to `count`."""
     import numpy as np
@@ -241,7 +257,7 @@ def decode(raw: np.ndarray | bytes | memoryview, dtype: str, count: int, byteord
     if dtype == "BF16":
         return (values.astype(np.uint32) << 16).view(np.float32)
     if dtype in _LUT_SPECS:
-        return lut(dtype)[values]
+        return np.take(lut(dtype), values)
     if view_dtype.byteorder == ">":
         return values.astype(view_dtype.newbyteorder("<"))
     return values

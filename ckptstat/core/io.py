@@ -15,15 +15,19 @@ from __future__ import annotations
 
 import math
 import os
-from typing import IO, TYPE_CHECKING, Iterator
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import CorruptCheckpointError
 from . import dtypes
 
 if TYPE_CHECKING:
     import numpy as np
+    from numpy.typing import NDArray
 
     from .tensor import TensorInfo
+
+    Bytes = NDArray[np.uint8]   # raw bytes on their way to dtypes.decode
 
 SLACK = 512  # bytes a read may fetch beyond twice what it needs, to save a syscall on small gaps
 
@@ -58,33 +62,31 @@ class RawFile:
     def __init__(self, f: IO[bytes], name: str):
         self.f, self.name = f, name
         self.fd = f.fileno()
-        self.bytes_read = 0
 
-    def readinto(self, offset: int, buf: np.ndarray | memoryview) -> None:
-        mv = memoryview(buf).cast("B")
+    def readinto(self, offset: int, buf: Bytes | memoryview) -> None:
+        mv = (buf if isinstance(buf, memoryview) else buf.data).cast("B")
         done = 0
         while done < len(mv):
             if hasattr(os, "preadv"):
                 n = os.preadv(self.fd, [mv[done:]], offset + done)
             else:  # pragma: no cover - Windows
                 self.f.seek(offset + done)
-                n = self.f.readinto(mv[done:])  # type: ignore[attr-defined]
+                data = self.f.read(len(mv) - done)
+                n = len(data)
+                mv[done:done + n] = data
             if not n:
                 raise CorruptCheckpointError(self.name, f"expected {len(mv)} bytes at offset {offset}, the file ends first")
             done += n
-        self.bytes_read += done
 
-    def read_runs(self, offset: int, step: int, runs: int, run_bytes: int, out: np.ndarray) -> None:
+    def read_runs(self, offset: int, step: int, runs: int, run_bytes: int, out: Bytes) -> None:
         """`runs` runs of run_bytes each, `step` bytes apart in the file, packed into out."""
-        mv = memoryview(out).cast("B")
+        mv = out.data.cast("B")
         preadv = getattr(os, "preadv", None)
         for r in range(runs):
             piece = mv[r * run_bytes:(r + 1) * run_bytes]
             at = offset + r * step
             if preadv is None or preadv(self.fd, [piece], at) != run_bytes:
                 self.readinto(at, piece)   # a short read: finish it, or say where the file ends
-            else:
-                self.bytes_read += run_bytes
 
 
 def extent(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
@@ -98,7 +100,7 @@ def _fits(span: int, need: int, itemsize: int) -> bool:
     return span * itemsize <= 2 * need * itemsize + SLACK
 
 
-def _void(itemsize: int) -> np.dtype:
+def void_dtype(itemsize: int) -> np.dtype[Any]:
     """An opaque element of itemsize bytes, for moving raw elements (unsigned ints copy faster)."""
     import numpy as np
 
@@ -106,7 +108,7 @@ def _void(itemsize: int) -> np.dtype:
 
 
 def gather(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], strides: tuple[int, ...],
-           out: np.ndarray) -> None:
+           out: Bytes) -> None:
     """Fill `out` (uint8, numel * itemsize) with the raw elements, in C order, of the view of `shape`
     and element `strides` (>= 0) whose element 0 lies at byte `base` of `f`."""
     import numpy as np
@@ -125,14 +127,14 @@ def gather(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], strides
         return
     tmp = np.empty(math.prod(pshape) * itemsize, dtype=np.uint8)
     _gather_sorted(f, base, itemsize, pshape, pstrides, tmp)
-    v = _void(itemsize)
+    v = void_dtype(itemsize)
     arr = tmp.view(v).reshape(pshape).transpose([order.index(i) for i in real])
     arr = np.expand_dims(arr, tuple(i for i, (_, s) in enumerate(dims) if s == 0))
     out.view(v).reshape([n for n, _ in dims])[...] = arr
 
 
 def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], strides: tuple[int, ...],
-                   out: np.ndarray) -> None:
+                   out: Bytes) -> None:
     """gather() for strides > 0 in decreasing order (storage is visited in increasing address);
     base is in bytes, strides in elements."""
     import numpy as np
@@ -144,7 +146,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
         else:
             buf = np.empty(span * isz, dtype=np.uint8)
             f.readinto(base, buf)
-            v = _void(isz)
+            v = void_dtype(isz)
             src = np.lib.stride_tricks.as_strided(buf.view(v), shape, tuple(s * isz for s in strides))
             out.view(v).reshape(shape)[...] = src
         return
@@ -170,7 +172,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
                 return
             runs = np.empty(shape[0] * e_in * isz, dtype=np.uint8)
             f.read_runs(base, s0 * isz, shape[0], e_in * isz, runs)
-            v = _void(isz)
+            v = void_dtype(isz)
             src = np.lib.stride_tricks.as_strided(runs.view(v), shape, (e_in * isz,) + tuple(s * isz for s in istrides))
             out.view(v).reshape(shape)[...] = src
             return
@@ -185,7 +187,7 @@ def _gather_sorted(f: RawFile, base: int, isz: int, shape: tuple[int, ...], stri
 
 
 def read_view(f: RawFile, base: int, itemsize: int, shape: tuple[int, ...], strides: tuple[int, ...],
-              start: int, count: int) -> np.ndarray:
+              start: int, count: int) -> Bytes:
     """Raw bytes (uint8) of elements [start, start + count) of the C-order flattening of the view
     (shape, element strides) whose element 0 lies at byte `base` of `f`."""
     import numpy as np
@@ -219,12 +221,12 @@ def read_bytes(path: str, offset: int, size: int) -> bytes:
     return data
 
 
-def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
+def read_flat_file(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     """Elements [start, start + count) of the C-order flattened tensor, decoded.
 
     Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
     from the exact byte range; strided views read only the storage runs those elements lie in
-    (strided.read_view: memory a small multiple of the chunk, bytes read about the chunk's).
+    (read_view: memory a small multiple of the chunk, bytes read about the chunk's).
     """
     d = info.dt
     if info.offset is None:
@@ -237,5 +239,5 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> np.ndarray:
         return dtypes.decode(raw, info.dtype, count, info.byteorder)
     # A strided view (torch only): read the bytes the requested elements need, not the whole span.
     with open(info.file, "rb", buffering=0) as f:
-        raw = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
-    return dtypes.decode(raw, info.dtype, count, info.byteorder)
+        view = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
+    return dtypes.decode(view, info.dtype, count, info.byteorder)

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, reading
 from . import dtypes
 from .io import read_flat_file
 
 if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
-    import numpy as np
+    from numpy.typing import NDArray
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 
@@ -52,12 +53,12 @@ class TensorInfo:
         return self.dt.nbytes(self.numel)
 
     @property
-    def alias_key(self) -> tuple:
+    def alias_key(self) -> tuple[object, ...]:
         """Equal for two names that are the same tensor (same storage, offset, shape and stride)."""
         return (self.file, self.storage, self.offset, self.shape, self.stride)
 
 
-Reader = Callable[[TensorInfo, int, int], "np.ndarray"]
+Reader = Callable[[TensorInfo, int, int], "NDArray[Any]"]
 
 
 @dataclass
@@ -69,7 +70,7 @@ class Checkpoint:
     tensors: dict[str, TensorInfo]
     files: tuple[str, ...]
     metadata: dict[str, str] = field(default_factory=dict)
-    config: dict | None = None
+    config: dict[str, Any] | None = None
     config_path: str | None = None
     readers: dict[str, Reader] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -78,7 +79,7 @@ class Checkpoint:
     dropped: dict[str, str] = field(default_factory=dict)
     # The architecture the file itself declares (GGUF general.architecture), else None.
     declared_architecture: str | None = None
-    memo: dict = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
+    memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:
         return len(self.tensors)
@@ -96,7 +97,7 @@ class Checkpoint:
             if close is not None:
                 close()
 
-    def __enter__(self) -> "Checkpoint":
+    def __enter__(self) -> Checkpoint:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -109,7 +110,7 @@ class Checkpoint:
     def _reader(self, info: TensorInfo) -> Reader:
         return self.readers.get(info.file, read_flat_file)
 
-    def _read(self, info: TensorInfo, start: int, count: int) -> np.ndarray:
+    def _read(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         """The one place values are read: what a reader trips over in a damaged file (a broken deflate
         stream, a bad CRC, a file shorter than its header said) becomes a CorruptCheckpointError
         naming the file and tensor, as open_checkpoint does for headers."""
@@ -118,12 +119,12 @@ class Checkpoint:
         with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
             return self._reader(info)(info, start, count)
 
-    def read(self, name: str) -> np.ndarray:
+    def read(self, name: str) -> NDArray[Any]:
         """The whole tensor, decoded (bf16 and fp8 widen to float32). For big tensors use iter_chunks."""
         info = self.tensors[name]
         return self._read(info, 0, info.numel).reshape(info.shape)
 
-    def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[np.ndarray]:
+    def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[NDArray[Any]]:
         """The tensor's values in C order, as flat arrays of about chunk_bytes stored bytes each."""
         info = self.tensors[name]
         step = max(8, (chunk_bytes * 8 // max(info.dt.bits, 1)) // 8 * 8)

@@ -12,16 +12,17 @@ Big tensors are fed in chunks: crc(A || B) = shift_len(B)(crc(A)) ^ crc0(B).
 from __future__ import annotations
 
 from functools import lru_cache
-from typing import Iterable
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 POLY = 0x82F63B78
 MASK_DELTA = 0xA282EAD8
 _M32 = 0xFFFFFFFF
 
 
-def _make_table() -> np.ndarray:
+def _make_table() -> NDArray[np.uint32]:
     table = np.zeros(256, dtype=np.uint32)
     for i in range(256):
         c = i
@@ -72,27 +73,27 @@ def _zeros_matrix(n: int) -> tuple[int, ...]:
     return tuple(result)
 
 
+_Tables = tuple[NDArray[np.uint32], NDArray[np.uint32], NDArray[np.uint32], NDArray[np.uint32]]
+
+
 @lru_cache(maxsize=64)
-def _zeros_tables(n: int) -> np.ndarray:
+def _zeros_tables(n: int) -> _Tables:
     """shift_n as four byte tables: shift(c) = T[0][c & 255] ^ T[1][c >> 8 & 255] ^ ..."""
     mat = list(_zeros_matrix(n))
-    t = np.zeros((4, 256), dtype=np.uint32)
-    for k in range(4):
-        for v in range(256):
-            t[k, v] = _mat_vec(mat, v << (8 * k))
-    return t
+    t0, t1, t2, t3 = (np.array([_mat_vec(mat, v << (8 * k)) for v in range(256)], dtype=np.uint32) for k in range(4))
+    return t0, t1, t2, t3
 
 
-def _shift(tables: np.ndarray, c: np.ndarray) -> np.ndarray:
-    return (tables[0][c & 0xFF] ^ tables[1][(c >> 8) & 0xFF] ^ tables[2][(c >> 16) & 0xFF]
-            ^ tables[3][(c >> 24) & 0xFF])
+def _shift(tables: _Tables, c: NDArray[np.uint32]) -> NDArray[np.uint32]:
+    t0, t1, t2, t3 = tables
+    return np.take(t0, c & 0xFF) ^ np.take(t1, (c >> 8) & 0xFF) ^ np.take(t2, (c >> 16) & 0xFF) ^ np.take(t3, (c >> 24) & 0xFF)
 
 
 def shift(crc: int, n: int) -> int:
     return _mat_vec(list(_zeros_matrix(n)), crc) if n else crc
 
 
-def _raw0_lanes(buf: np.ndarray, lanes: int) -> int:
+def _raw0_lanes(buf: NDArray[np.uint8], lanes: int) -> int:
     """Raw CRC (register starting at 0) of buf, whose size is a multiple of `lanes`."""
     length = buf.size // lanes
     cols = np.ascontiguousarray(buf.reshape(lanes, length).T)   # row j = byte j of every lane
@@ -108,7 +109,7 @@ def _raw0_lanes(buf: np.ndarray, lanes: int) -> int:
     return int(crc[0])
 
 
-def raw_update(crc: int, data: bytes | memoryview | np.ndarray, lanes: int = 4096) -> int:
+def raw_update(crc: int, data: bytes | memoryview | NDArray[Any], lanes: int = 4096) -> int:
     """Feed data into a raw CRC register (no inversions)."""
     buf = np.frombuffer(data, dtype=np.uint8) if not isinstance(data, np.ndarray) else data.view(np.uint8).reshape(-1)
     n = buf.size
@@ -119,22 +120,10 @@ def raw_update(crc: int, data: bytes | memoryview | np.ndarray, lanes: int = 409
     return _raw_py(crc, buf[main:].tobytes())
 
 
-def crc32c(data: bytes | memoryview | np.ndarray, crc: int = 0) -> int:
+def crc32c(data: bytes | memoryview | NDArray[Any], crc: int = 0) -> int:
     """Standard CRC-32C of data; pass a previous result as `crc` to extend it."""
     return raw_update(crc ^ _M32, data) ^ _M32
 
 
-def crc32c_chunks(chunks: Iterable[bytes | memoryview | np.ndarray]) -> int:
-    crc = 0
-    for chunk in chunks:
-        crc = crc32c(chunk, crc)
-    return crc
-
-
 def mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & _M32
-
-
-def unmask(masked: int) -> int:
-    rot = (masked - MASK_DELTA) & _M32
-    return ((rot >> 17) | (rot << 15)) & _M32

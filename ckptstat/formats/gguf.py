@@ -15,12 +15,15 @@ import math
 import mmap
 import os
 import struct
+from typing import TYPE_CHECKING, Any
 
-from ..core import dtypes
-from ..errors import CheckpointError, CorruptCheckpointError
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.io import read_bytes, read_flat_file
+from ..errors import CheckpointError, CorruptCheckpointError
 from .registry import Format, Probe, register
+
+if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-only path
+    from numpy.typing import NDArray
 
 MAGIC = b"GGUF"
 VERSIONS = (2, 3)          # version 1 had 32-bit counts and lengths; llama.cpp dropped it
@@ -74,7 +77,7 @@ class _Cursor:
         if n > self.left:
             raise self.bad(f"{what} needs {n} bytes at offset {self.pos}, but the file has {self.left} left")
 
-    def unpack(self, fmt: str, what: str) -> tuple:
+    def unpack(self, fmt: str, what: str) -> tuple[Any, ...]:
         n = struct.calcsize("<" + fmt)
         self.need(n, what)
         out = struct.unpack_from("<" + fmt, self.buf, self.pos)
@@ -82,10 +85,10 @@ class _Cursor:
         return out
 
     def u32(self, what: str) -> int:
-        return self.unpack("I", what)[0]
+        return int(self.unpack("I", what)[0])
 
     def u64(self, what: str) -> int:
-        return self.unpack("Q", what)[0]
+        return int(self.unpack("Q", what)[0])
 
     def raw_string(self, what: str) -> bytes:
         n = self.u64(f"length of {what}")
@@ -131,8 +134,8 @@ def _f32_text(x: float) -> str:
 def _scalar_text(code: int, value: object) -> str:
     if code == 7:
         return "true" if value else "false"
-    if code == 6:
-        return _f32_text(value)  # type: ignore[arg-type]
+    if code == 6 and isinstance(value, float):
+        return _f32_text(value)
     return repr(value) if isinstance(value, float) else str(value)
 
 
@@ -142,8 +145,9 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
         raise cur.bad(f"key {key!r}: unknown value type {code}")
     if code == STRING:
         return cur.raw_string(f"value of {key!r}").decode("utf-8", "backslashreplace"), None
-    if code != ARRAY:
-        (value,) = cur.unpack(VALUE_TYPES[code][1], f"value of {key!r}")  # type: ignore[arg-type]
+    fmt = VALUE_TYPES[code][1]
+    if fmt is not None:   # a fixed-size scalar
+        (value,) = cur.unpack(fmt, f"value of {key!r}")
         return _scalar_text(code, value), value
     elem = cur.u32(f"element type of array {key!r}")
     count = cur.u64(f"element count of array {key!r}")
@@ -244,7 +248,7 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> Checkpoint:
         raise cur.bad(f"the data section would start at byte {data_start}, past the end of the {size}-byte file")
     tensors: dict[str, TensorInfo] = {}
     prev_end, prev_name = 0, None
-    for name, dtype, shape, offset, nbytes, code in sorted(infos, key=lambda t: (t[3], t[4])):
+    for name, _, _, offset, nbytes, _ in sorted(infos, key=lambda t: (t[3], t[4])):
         if offset % alignment:
             raise cur.bad(f"tensor {name!r}: offset {offset} is not a multiple of the alignment {alignment}")
         if data_start + offset + nbytes > size:
@@ -261,16 +265,16 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> Checkpoint:
                       if "general.architecture" in metadata else None)
 
 
-def read_gguf(info: TensorInfo, start: int, count: int):  # -> np.ndarray
+def read_gguf(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     """Elements [start, start + count) in C order. Block-quantised tensors are read from the first to
     the last block the range touches, dequantised, and cut to the range."""
     d = info.dt
-    if not d.is_blocked:
+    if not d.is_blocked or info.offset is None:
         return read_flat_file(info, start, count)
     if not dtypes.can_decode(info.dtype):
         raise CheckpointError(info.file, f"tensor {info.name!r}: values of {info.dtype} tensors are not decoded yet")
     first, end = start // d.block, -(-(start + count) // d.block)
-    raw = read_bytes(info.file, info.offset + first * d.block_bytes, (end - first) * d.block_bytes)  # type: ignore[operator]
+    raw = read_bytes(info.file, info.offset + first * d.block_bytes, (end - first) * d.block_bytes)
     values = dtypes.decode(raw, info.dtype, (end - first) * d.block)
     lo = start - first * d.block
     return values[lo:lo + count]

@@ -16,17 +16,19 @@ read through h5py.
 """
 from __future__ import annotations
 
+import importlib
 import math
 import os
 import re
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # numpy loads only when values are read
-    import numpy as np
+    from numpy.typing import NDArray
 
-from ..errors import CorruptCheckpointError, MissingDependencyError
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.io import read_flat_file
+from ..errors import CorruptCheckpointError, MissingDependencyError, reading
 from .keras_names import dense_layout
 from .registry import Format, Probe, register
 
@@ -40,12 +42,11 @@ def accept(probe: Probe) -> bool:
     return any(probe.head[o:o + 8] == HDF5_MAGIC for o in (0, 512, 1024, 2048))
 
 
-def _h5py():
+def _h5py() -> ModuleType:
     try:
-        import h5py
+        return importlib.import_module("h5py")
     except ImportError:  # pragma: no cover - h5py is a dependency
         raise MissingDependencyError("reading .h5 files needs h5py: pip install h5py") from None
-    return h5py
 
 
 def _strings(values: Any) -> list[str]:
@@ -92,13 +93,14 @@ def _dtype(dset: Any) -> tuple[str, str]:
 def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
     dtype, order = _dtype(dset)
     shape = tuple(int(d) for d in dset.shape)
+    numel = math.prod(shape)
     nbytes = dset.id.get_storage_size()
     offset = None
     extra: dict[str, object] = {"h5_path": dset.name}
     contiguous = dset.chunks is None and not dset.compression and dtype != "STR"
-    if contiguous and math.prod(shape):
+    if contiguous and numel:
         offset = dset.id.get_offset()
-        nbytes = dset.dtype.itemsize * math.prod(shape)
+        nbytes = dset.dtype.itemsize * numel
         if offset is not None and offset + nbytes > size:
             raise CorruptCheckpointError(path, f"dataset {dset.name}: bytes [{offset}, {offset + nbytes}) run past "
                                                f"the end of the {size}-byte file")
@@ -114,7 +116,7 @@ def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
     return TensorInfo(name, dtype, shape, path, offset, int(nbytes), order, storage=dset.name, extra=extra)
 
 
-def _keras2(root: Any, layer_names: list[str], prefix: str = "") -> list[tuple[str, Any]]:
+def _keras2(root: Any, layer_names: list[str]) -> list[tuple[str, Any]]:
     out = []
     for layer in layer_names:
         group = root[layer]
@@ -135,18 +137,11 @@ def _walk(group: Any) -> list[tuple[str, Any]]:
     return out
 
 
-# What h5py raises on a damaged file: HDF5's errors map to OSError (and its subclasses), KeyError,
-# ValueError, RuntimeError ("bad local heap signature"...), TypeError; numpy adds its own ValueError.
-_H5_ERRORS = (OSError, KeyError, ValueError, RuntimeError, TypeError, IndexError, UnicodeDecodeError, OverflowError)
-
-
 def open_h5(path: str) -> Checkpoint:
-    try:
+    # h5py reports a damaged file as whatever HDF5's error stack maps to (OSError, KeyError,
+    # RuntimeError "bad local heap signature", ValueError...): all of it is the file's damage.
+    with reading(path, "damaged HDF5 file"):
         return _open_h5(path)
-    except CorruptCheckpointError:
-        raise
-    except _H5_ERRORS as e:
-        raise CorruptCheckpointError(path, f"damaged HDF5 file ({type(e).__name__}: {e})") from None
 
 
 def _open_h5(path: str) -> Checkpoint:
@@ -184,7 +179,7 @@ def _open_h5(path: str) -> Checkpoint:
     return ckpt
 
 
-def _hyperslab(dset: Any, prefix: tuple, shape: tuple[int, ...], start: int, count: int) -> list[np.ndarray]:
+def _hyperslab(dset: Any, prefix: tuple[int, ...], shape: tuple[int, ...], start: int, count: int) -> list[NDArray[Any]]:
     """Elements [start, start + count) of the C-order flattening of dset[prefix], as at most
     2 x rank + 1 hyperslab reads that select exactly those elements (never a whole row more: a
     chunked dataset's rows can be far bigger than the chunk asked for)."""
@@ -207,24 +202,15 @@ def _hyperslab(dset: Any, prefix: tuple, shape: tuple[int, ...], start: int, cou
     return out
 
 
-def read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
+def read_h5(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     """Elements [start, start + count): contiguous datasets straight from the file; chunked and
-    compressed ones through h5py, selecting exactly those elements."""
+    compressed ones through h5py, selecting exactly those elements. (What h5py raises on damaged
+    chunks is converted where values are read, Checkpoint._read.)"""
     if info.offset is not None:
         return read_flat_file(info, start, count)
-    try:
-        return _read_h5(info, start, count)
-    except _H5_ERRORS as e:
-        raise CorruptCheckpointError(info.file, f"dataset {info.extra.get('h5_path')}: cannot read its values "
-                                                f"({type(e).__name__}: {e})") from None
-
-
-def _read_h5(info: TensorInfo, start: int, count: int) -> np.ndarray:
     import numpy as np
 
     h5py = _h5py()
-    from ..core import dtypes
-
     with h5py.File(info.file, "r") as f:
         dset = f[str(info.extra["h5_path"])]
         if tuple(dset.shape) != info.shape:

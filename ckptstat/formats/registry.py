@@ -7,8 +7,9 @@ from __future__ import annotations
 import importlib
 import json
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any
 
 from ..core import Checkpoint
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
@@ -24,7 +25,7 @@ class Probe:
     tail: bytes   # the last 8 bytes
 
     @classmethod
-    def of(cls, path: str) -> "Probe":
+    def of(cls, path: str) -> Probe:
         size = os.path.getsize(path)
         with open(path, "rb") as f:
             head = f.read(HEAD_BYTES)
@@ -125,7 +126,8 @@ def _open_index(path: str) -> Checkpoint:
         part = _open_file(shard_path)
         missing = [n for n in names if n not in part.tensors]
         if missing:
-            raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, e.g. {missing[0]!r}")
+            raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, "
+                                                     f"e.g. {missing[0]!r}")
         if merged is None:
             merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata))
         for name, info in part.tensors.items():
@@ -156,12 +158,9 @@ def find_config(weights_path: str) -> str | None:
     return p if os.path.isfile(p) else None
 
 
-def load_config(path: str) -> dict:
-    try:
-        with open(path, "rb") as f:
-            cfg = json.loads(f.read().decode("utf-8"))
-    except (OSError, ValueError) as e:
-        raise CheckpointError(path, f"cannot read config: {e}") from None
+def load_config(path: str) -> dict[str, Any]:
+    with reading(path, "cannot read config"), open(path, "rb") as f:
+        cfg = json.loads(f.read().decode("utf-8"))
     if not isinstance(cfg, dict):
         raise CheckpointError(path, "config is not a JSON object")
     return cfg

@@ -11,9 +11,8 @@ import math
 import os
 import struct
 
-from ..core import dtypes
+from ..core import Checkpoint, TensorInfo, dtypes
 from ..errors import CorruptCheckpointError
-from ..core import Checkpoint, TensorInfo
 from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
@@ -28,8 +27,8 @@ def accept(probe: Probe) -> bool:
     return n <= MAX_HEADER and 8 + n <= probe.size and probe.head[8:].lstrip(b" \t\r\n")[:1] == b"{"
 
 
-def _no_duplicates(pairs: list[tuple[str, object]]) -> dict:
-    out: dict = {}
+def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
+    out: dict[str, object] = {}
     for key, value in pairs:
         if key in out:
             raise ValueError(f"duplicate key {key!r} in header")
@@ -41,7 +40,7 @@ def _int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def read_header(path: str) -> tuple[int, dict]:
+def read_header(path: str) -> tuple[int, dict[str, object]]:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         head = f.read(8)
@@ -91,7 +90,8 @@ def open_safetensors(path: str) -> Checkpoint:
         if (numel * bits) % 8:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
         if offs[1] - offs[0] != numel * bits // 8:
-            raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{shape} needs {numel * bits // 8}")
+            raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{shape} "
+                      f"needs {numel * bits // 8}")
         entries.append((offs[0], offs[1], name, dtype, tuple(shape)))
 
     entries.sort()

@@ -59,11 +59,12 @@ TALLY: dict[str, Tally] = defaultdict(Tally)
 def summary_lines() -> list[str]:
     if not TALLY:
         return []
-    lines = [f"{'format':<28}{'cases':>6}{'ok':>6}  {'max s':>6} {'sum s':>6} {'peak MiB':>8}  errors seen"]
+    w = max(28, *(len(f) + 2 for f in TALLY))
+    lines = [f"{'format':<{w}}{'cases':>6}{'ok':>6}  {'max s':>6} {'sum s':>6} {'peak MiB':>8}  errors seen"]
     for fmt in sorted(TALLY):
         t = TALLY[fmt]
         errors = ", ".join(f"{k} {n}" for k, n in t.outcomes.most_common() if k != "ok") or "-"
-        lines.append(f"{fmt:<28}{t.cases:>6}{t.outcomes['ok']:>6}  {t.max_seconds:>6.2f} {t.total_seconds:>6.1f} "
+        lines.append(f"{fmt:<{w}}{t.cases:>6}{t.outcomes['ok']:>6}  {t.max_seconds:>6.2f} {t.total_seconds:>6.1f} "
                      f"{t.max_peak / 2**20:>8.1f}  {errors}")
     return lines
 
@@ -89,18 +90,18 @@ class Worker:
             self.proc.wait()
             self.proc = None
 
-    def ask(self, req: dict) -> dict:
+    def ask(self, req: dict, hang_s: float = HANG_S) -> dict:
         if self.proc is None or self.proc.poll() is not None:
             self.start()
         assert self.proc and self.proc.stdin and self.proc.stdout
         self.proc.stdin.write((json.dumps(req) + "\n").encode())
         self.proc.stdin.flush()
-        ready, _, _ = select.select([self.proc.stdout], [], [], HANG_S)
+        ready, _, _ = select.select([self.proc.stdout], [], [], hang_s)
         line = self.proc.stdout.readline() if ready else b""
         if not line:
             hung = not ready
             self.stop()
-            what = f"hung for {HANG_S:.0f} s" if hung else "crashed (the worker process died)"
+            what = f"hung for {hang_s:.0f} s" if hung else "crashed (the worker process died)"
             return {"outcome": "crash", "message": what, "escape": f"{req['path']}: ckptstat {what}",
                     "seconds": 0.0, "peak": 0}
         return json.loads(line)
@@ -109,11 +110,11 @@ class Worker:
 WORKER = Worker()
 
 
-def check(fmt: str, path: str, action: str = "open", chunk: int = 256) -> dict:
+def check(fmt: str, path: str, action: str = "open", chunk: int = 256, hang_s: float = HANG_S) -> dict:
     """Run one case through the worker and assert the contract (see module doc)."""
     folder = os.path.dirname(path)
     case_bytes = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
-    reply = WORKER.ask({"path": path, "action": action, "chunk": chunk, "budget": 64 * case_bytes + (1 << 20)})
+    reply = WORKER.ask({"path": path, "action": action, "chunk": chunk, "budget": 64 * case_bytes + (1 << 20)}, hang_s)
     t = TALLY[fmt]
     t.cases += 1
     t.outcomes[reply["outcome"]] += 1
@@ -136,7 +137,7 @@ class Case:
 
     base = tempfile.mkdtemp(prefix="ckptstat-fuzz-")
 
-    def __enter__(self) -> "Case":
+    def __enter__(self) -> Case:
         self.dir = tempfile.mkdtemp(dir=self.base)
         return self
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import pickletools
 import struct
 import warnings
 import zipfile
@@ -22,20 +21,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from ckptstat.formats import tf_bundle as tfb
+
 from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, u64
+from .layouts import gguf_layout, h5_layout, legacy_layout, pickle_fields, safetensors_layout, tf_index_layout, zip_layout
 
 # ================================================================================== safetensors
 ST_FIXTURES = ["dtypes.safetensors", "bert-tiny/model.safetensors"]
-
-
-def st_layout(data: bytes) -> tuple[int, dict, list[int]]:
-    (n,) = struct.unpack_from("<Q", data)
-    header = json.loads(data[8:8 + n])
-    cuts = [8, 8 + n]
-    for k, v in header.items():
-        if k != "__metadata__":
-            cuts += [8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1]]
-    return n, header, cuts
 
 
 BAD_SHAPES = [[-1], [2**64], [2**31, 2**31, 2**31], [1.5], ["2"], [None], [True], [0, 2**63], [10**30]]
@@ -45,7 +36,8 @@ BAD_VALUES = [None, 0, "", [], {}, -1, 2**70, "F12", {"a": [1] * 3}, "[bold]x[/b
 
 @st.composite
 def st_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
-    n, header, _ = st_layout(data)
+    (n,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + n])
     body = data[8 + n:]
     names = [k for k in header if k != "__metadata__"]
     name = draw(st.sampled_from(names))
@@ -73,11 +65,10 @@ def st_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
 def test_fuzz_safetensors(data):
     fixture = data.draw(st.sampled_from(ST_FIXTURES))
     base = read(fixture)
-    n, _, cuts = st_layout(base)
     if data.draw(st.integers(0, 2)) == 0:
         kind, raw = data.draw(st_structured(base))
     else:
-        kind, raw = data.draw(mutate(base, cuts, [(0, 8)]))
+        kind, raw = data.draw(mutate(base, *safetensors_layout(base)))
     with Case() as c:
         check("safetensors", c.write("model.safetensors", raw))
 
@@ -105,7 +96,7 @@ def test_fuzz_sharded_index(data):
         elif what == "shard bytes":
             s = data.draw(st.sampled_from(shards))
             base = read("llama-tiny-sharded", s)
-            c.write(s, data.draw(mutate(base, st_layout(base)[2], [(0, 8)]))[1])
+            c.write(s, data.draw(mutate(base, *safetensors_layout(base)))[1])
         else:
             raw = data.draw(mutate(raw, [0, len(raw) // 2]))[1]
         path = c.write("model.safetensors.index.json", raw)
@@ -115,51 +106,6 @@ def test_fuzz_sharded_index(data):
 
 # ================================================================================== torch zip
 ZIP_FIXTURES = ["dtypes.pt", "my_weights.v2.pth", "train.pt"]
-
-
-def zip_layout(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
-    """Boundaries (local headers, data, central directory entries, end record) and length fields."""
-    cuts, fields_ = [], []
-    with zipfile.ZipFile(io.BytesIO(data)) as z:
-        for info in z.infolist():
-            h = info.header_offset
-            name_len, extra_len = struct.unpack_from("<HH", data, h + 26)
-            start = h + 30 + name_len + extra_len
-            cuts += [h, h + 30, start, start + info.compress_size]
-            fields_ += [(h + 18, 4), (h + 22, 4), (h + 26, 2), (h + 28, 2)]
-    eocd = data.rfind(b"PK\x05\x06")
-    cd = data.find(b"PK\x01\x02")
-    while cd != -1:
-        cuts.append(cd)
-        fields_ += [(cd + 20, 4), (cd + 24, 4), (cd + 28, 2), (cd + 30, 2), (cd + 42, 4)]
-        cd = data.find(b"PK\x01\x02", cd + 4)
-    cuts += [eocd, eocd + 22]
-    fields_ += [(eocd + 8, 2), (eocd + 10, 2), (eocd + 12, 4), (eocd + 16, 4), (eocd + 20, 2)]
-    # zip64 end records, if the writer used them
-    for sig, offs in ((b"PK\x06\x06", (24, 32, 40, 48)), (b"PK\x06\x07", (8,))):
-        p = data.rfind(sig)
-        if p != -1:
-            cuts.append(p)
-            fields_ += [(p + o, 8) for o in offs]
-    return cuts, fields_
-
-
-def pickle_fields(pkl: bytes) -> tuple[list[int], list[tuple[int, int]]]:
-    """Opcode boundaries, and the ints / lengths a pickle carries (PKWARE-style: where, how wide)."""
-    widths = {"BININT": 4, "BININT1": 1, "BININT2": 2, "BINPUT": 1, "LONG_BINPUT": 4, "BINGET": 1,
-              "LONG_BINGET": 4, "SHORT_BINUNICODE": 1, "BINUNICODE": 4, "SHORT_BINBYTES": 1, "BINBYTES": 4,
-              "LONG1": 1, "FRAME": 8, "BINUNICODE8": 8, "BINBYTES8": 8, "SHORT_BINSTRING": 1, "BINSTRING": 4}
-    cuts, fields_ = [], []
-    try:
-        for op, _arg, pos in pickletools.genops(pkl):
-            cuts.append(pos)
-            if op.name in widths:
-                fields_.append((pos + 1, widths[op.name]))
-            if op.name == "LONG1":
-                fields_.append((pos + 2, pkl[pos + 1] or 1))
-    except Exception:  # noqa: BLE001 - a fixture pickle parses; only the tail may be odd
-        pass
-    return cuts, fields_
 
 
 # Hand-made hostile pickles (protocol 2 and 4): recursion, self reference, extreme lengths, bad frames.
@@ -236,8 +182,7 @@ def test_fuzz_torch_zip(data):
     if data.draw(st.booleans()):
         kind, raw = data.draw(zip_structured(base))
     else:
-        cuts, fields_ = zip_layout(base)
-        kind, raw = data.draw(mutate(base, cuts, fields_))
+        kind, raw = data.draw(mutate(base, *zip_layout(base)))
     with Case() as c:
         path = c.write("pytorch_model.bin", raw)
         check("torch-zip", path)
@@ -245,30 +190,11 @@ def test_fuzz_torch_zip(data):
 
 
 # ================================================================================== torch legacy
-def legacy_layout(data: bytes) -> tuple[list[int], list[tuple[int, int]]]:
-    f = io.BytesIO(data)
-    cuts, fields_ = [0], []
-    for _ in range(5):
-        start = f.tell()
-        for op, _arg, pos in pickletools.genops(f):
-            pass
-        c, fl = pickle_fields(data[start:f.tell()])
-        cuts += [start + x for x in c] + [f.tell()]
-        fields_ += [(start + o, w) for o, w in fl]
-    pos = f.tell()
-    while pos + 8 <= len(data):     # storages: int64 element count, then the bytes (itemsize unknown here)
-        fields_.append((pos, 8))
-        cuts += [pos, pos + 8]
-        break
-    return cuts, fields_
-
-
 @fuzz_settings(250)
 @given(st.data())
 def test_fuzz_torch_legacy(data):
     base = read("torch", "dtypes-legacy.pt")
-    cuts, fields_ = legacy_layout(base)
-    kind, raw = data.draw(mutate(base, cuts, fields_))
+    kind, raw = data.draw(mutate(base, *legacy_layout(base)))
     with Case() as c:
         path = c.write("model.pt", raw)
         check("torch-legacy", path)
@@ -327,17 +253,6 @@ def _table(entries: list[tuple[bytes, bytes]]) -> bytes:
     return out + footer.ljust(40, b"\x00") + tfb.MAGIC_BYTES
 
 
-def tf_index_cuts(data: bytes) -> list[int]:
-    cuts = [len(data) - 48, len(data) - 8]
-    _, _, pos = tfb._handle(data[-48:], 0, 40)
-    ioff, isize, _ = tfb._handle(data[-48:], pos, 40)
-    cuts += [ioff, ioff + isize, ioff + isize + 5]
-    for _, h in tfb._entries(data[ioff:ioff + isize], "index"):
-        boff, bsize, _ = tfb._handle(h, 0, len(h))
-        cuts += [boff, boff + bsize, boff + bsize + 5]
-    return cuts
-
-
 EXTREMES = [0, 1, 2**63 - 1, 2**63, 2**64 - 1, 2**32, 2**31, 100_000, 99]
 
 
@@ -388,7 +303,7 @@ def test_fuzz_tf_bundle(data):
     index_name = prefix + ".index"
     what = data.draw(st.sampled_from(["index bytes", "entries", "shard bytes"]))
     if what == "index bytes":
-        files[index_name] = data.draw(mutate(files[index_name], tf_index_cuts(files[index_name])))[1]
+        files[index_name] = data.draw(mutate(files[index_name], *tf_index_layout(files[index_name])))[1]
     elif what == "entries":
         table = tfb.read_table(os.path.join(folder, index_name))
         files[index_name] = _table(data.draw(tf_entry_mutation(table)))
@@ -403,8 +318,6 @@ def test_fuzz_tf_bundle(data):
 
 # ================================================================================== Keras h5
 H5_FIXTURES = [("keras2", "weights.h5"), ("keras3", "bf16.weights.h5"), ("keras2", "full.h5")]
-# superblock v0 (base, free-space, end-of-file, driver addresses) and v2/v3 (base, ext, eof, root)
-H5_FIELDS = [(24, 8), (32, 8), (40, 8), (48, 8), (12, 8), (20, 8), (28, 8), (36, 8), (13, 1), (14, 1)]
 
 
 def chunked_h5() -> bytes:
@@ -425,11 +338,31 @@ def chunked_h5() -> bytes:
 def test_fuzz_h5(data):
     choice = data.draw(st.integers(0, len(H5_FIXTURES)))
     base = chunked_h5() if choice == len(H5_FIXTURES) else read(*H5_FIXTURES[choice])
-    n = len(base)
-    cuts = [8, 48, 96, 512, 800, 1024, 1400, 2048, 4096, n // 4, n // 2, 3 * n // 4, n - 512]
-    kind, raw = data.draw(mutate(base, cuts, H5_FIELDS))
+    kind, raw = data.draw(mutate(base, *h5_layout(base)))
     with Case() as c:
         check("keras-h5", c.write("model.weights.h5", raw))
+
+
+# ================================================================================== GGUF
+GGUF_FIXTURES = ["llama-tiny-q.gguf", "llama-tiny-tied.gguf"]
+# Versions, value types, ranks and ggml types just beside the valid ones.
+SMALL_CODES = [1, 2, 4, 5, 9, 13, 31, 42, 99]
+
+
+@fuzz_settings(300)
+@given(st.data())
+def test_fuzz_gguf(data):
+    base = read("gguf", data.draw(st.sampled_from(GGUF_FIXTURES)))
+    cuts, fields_ = gguf_layout(base)
+    if data.draw(st.integers(0, 3)) == 0:   # a 4-byte code or count set to a small wrong value
+        off, _ = data.draw(st.sampled_from([f for f in fields_ if f[1] == 4]))
+        mutated = bytearray(base)
+        mutated[off:off + 4] = struct.pack("<I", data.draw(st.sampled_from(SMALL_CODES)))
+        raw = Blob(mutated)
+    else:
+        _, raw = data.draw(mutate(base, cuts, fields_))
+    with Case() as c:
+        check("gguf", c.write("model.gguf", raw))
 
 
 # ================================================================================== sanity
@@ -440,6 +373,7 @@ def test_unmutated_fixtures_pass_the_contract():
     cases += [("torch-legacy", [("model.pt", read("torch", "dtypes-legacy.pt"))])]
     cases += [("keras-h5", [("model.weights.h5", read(*f))]) for f in H5_FIXTURES]
     cases += [("keras-h5", [("model.weights.h5", chunked_h5())])]
+    cases += [("gguf", [("model.gguf", read("gguf", f))]) for f in GGUF_FIXTURES]
     for name, prefix in TF_FIXTURES.items():
         folder = os.path.join(FIX, name)
         files = [(f, read(name, f)) for f in sorted(os.listdir(folder)) if f.startswith(prefix)]

@@ -1,0 +1,22 @@
+"""PyTorch `torch.save` files, read without importing torch (docs/formats.md sections 2 and 3).
+
+The object pickle is walked by `SafeUnpickler`, which mirrors torch's `weights_only=True` allowlist
+(torch/_weights_only_unpickler.py `_get_allowed_globals`) with stubs that only record storage key,
+dtype, offset, shape and stride. Anything else is refused by name; nothing from the pickle is called.
+`scan` lists a pickle's globals from its opcodes alone, without unpickling.
+
+- allowlist.py   torch's allowed globals as names, and the recording stubs they become
+- unpickler.py   the bounded, restricted unpickler, and the walk over the object it builds
+- containers.py  the zip and legacy layouts: where the pickle and each storage's bytes are
+- zipstream.py   values of storages in compressed zip records
+- reader.py      storages and views -> TensorInfo; detection and registration
+- scan.py        `ckptstat scan`
+"""
+from .allowlist import ALLOWED_GLOBALS, is_allowed
+from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, CheckedZipFile
+from .reader import open_legacy, open_zip
+from .scan import scan, scan_pickle
+from .unpickler import MAX_ITEMS, MAX_STACK, SafeUnpickler, unpickle, walk
+
+__all__ = ["ALLOWED_GLOBALS", "LEGACY_MAGIC", "LEGACY_PROTOCOL", "MAX_ITEMS", "MAX_STACK", "CheckedZipFile", "SafeUnpickler",
+           "is_allowed", "open_legacy", "open_zip", "scan", "scan_pickle", "unpickle", "walk"]

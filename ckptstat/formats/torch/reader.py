@@ -1,0 +1,119 @@
+"""The torch reader: a container's unpickled object and storage records (containers.py) become
+TensorInfo, each view checked against its storage's bytes; and the two formats' registration."""
+from __future__ import annotations
+
+import math
+import struct
+import zipfile
+
+from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.io import contiguous_strides, extent
+from ...errors import CheckpointError, CorruptCheckpointError, reading
+from ..registry import Format, Probe, register
+from .allowlist import TensorRef
+from .containers import LEGACY_MAGIC_BYTES, Contents, StorageRecord, is_data_pkl, read_legacy, read_zip
+from .unpickler import key_text, walk
+from .zipstream import ZipStreamReader
+
+_View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
+
+
+def _is_contiguous(shape: tuple[int, ...], stride: tuple[int, ...]) -> bool:
+    want = contiguous_strides(shape)
+    return all(n <= 1 or s == w for n, s, w in zip(shape, stride, want))
+
+
+def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[str, StorageRecord],
+                  byteorder: str) -> tuple[dict[str, TensorInfo], list[str]]:
+    tensors: dict[str, TensorInfo] = {}
+    views: dict[str, set[_View]] = {}
+    used: dict[str, int] = {}
+    for name, ref in found:
+        rec = records.get(ref.storage.key)
+        if rec is None:
+            raise CorruptCheckpointError(path, f"tensor {name!r} uses storage {ref.storage.key!r}, which has no record")
+        itemsize = dtypes.get(ref.dtype).bits // 8
+        end = (ref.offset + extent(ref.shape, ref.stride)) * itemsize
+        if end > rec.nbytes:
+            raise CorruptCheckpointError(
+                path, f"tensor {name!r} ({ref.dtype}{list(ref.shape)}, stride {list(ref.stride)}, offset {ref.offset}) "
+                f"needs {end:,} bytes of {rec.record}, which holds {rec.nbytes:,}")
+        while name in tensors:  # two paths that join to one name (e.g. keys "a.b" and a -> b)
+            name += "'"
+        contiguous = _is_contiguous(ref.shape, ref.stride)
+        numel = math.prod(ref.shape)
+        tensors[name] = TensorInfo(
+            name=name, dtype=ref.dtype, shape=ref.shape, file=path,
+            offset=None if rec.offset is None else rec.offset + ref.offset * itemsize,
+            nbytes=numel * itemsize, byteorder=byteorder if itemsize > 1 else "little",
+            stride=None if contiguous else ref.stride, storage=ref.storage.key,
+            extra={"record": rec.record, "storage_byte_offset": ref.offset * itemsize},
+        )
+        views.setdefault(rec.key, set()).add((ref.offset, ref.shape, None if contiguous else ref.stride))
+        used[rec.key] = max(used.get(rec.key, 0), end)
+    notes = []
+    partial = sorted(k for k, v in views.items() if len(v) > 1)
+    if partial:
+        notes.append(f"{len(partial)} storage(s) hold several different views (partial views of one buffer, "
+                     f"each counted as its own tensor), e.g. storage {partial[0]!r}: "
+                     + ", ".join(n for n, t in tensors.items() if t.storage == partial[0])[:200])
+    unused = sum(records[k].nbytes - used[k] for k in used)
+    if unused > 0:
+        notes.append(f"{unused:,} stored bytes lie outside every tensor view (torch.save writes whole storages)")
+    return tensors, notes
+
+
+def _scalars(obj: object) -> dict[str, str]:
+    """Top-level plain values of a training checkpoint (epoch, step...), as metadata."""
+    if not isinstance(obj, dict):
+        return {}
+    return {key_text(k): str(v)[:200] for k, v in obj.items() if isinstance(v, (int, float, str, bool))}
+
+
+def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
+    tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
+    return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
+                      notes=notes)
+
+
+def open_zip(path: str) -> Checkpoint:
+    contents = read_zip(path)
+    ckpt = _checkpoint(path, "pytorch (zip)", contents)
+    if contents.compressed:
+        ckpt.readers[path] = ZipStreamReader(path)
+        ckpt.notes.append("some storage records are compressed: values are read by streaming decompression")
+    return ckpt
+
+
+def open_legacy(path: str) -> Checkpoint:
+    return _checkpoint(path, "pytorch (legacy)", read_legacy(path))
+
+
+# ---------------------------------------------------------------------------------------------
+# detection (docs/formats.md section 0)
+
+def _first_zip_name(head: bytes) -> str:
+    if len(head) < 30:
+        return ""
+    n = struct.unpack_from("<H", head, 26)[0]
+    return head[30: 30 + n].decode("utf-8", "replace")
+
+
+def accept_zip(probe: Probe) -> bool:
+    if probe.head[:4] != b"PK\x03\x04":
+        return False
+    if is_data_pkl(_first_zip_name(probe.head)):
+        return True
+    try:  # some tool rewrote the zip in another order: look in the central directory
+        with reading(probe.path), zipfile.ZipFile(probe.path) as zf:
+            return any(is_data_pkl(n) for n in zf.namelist())
+    except CheckpointError:   # not a readable zip: not this format
+        return False
+
+
+def accept_legacy(probe: Probe) -> bool:
+    return probe.head[:1] == b"\x80" and LEGACY_MAGIC_BYTES in probe.head[:16]
+
+
+register(Format("pytorch (zip)", accept_zip, open_zip, (".bin", ".pt", ".pth", ".ckpt")))
+register(Format("pytorch (legacy)", accept_legacy, open_legacy, (".bin", ".pt", ".pth")))

@@ -1,0 +1,201 @@
+"""The restricted unpickler, and the walk over what it built.
+
+`SafeUnpickler` subclasses pickle's pure-Python Unpickler (pickle._Unpickler, the reference
+implementation of pickle.Unpickler): its memo is a dict, so a hostile LONG_BINPUT index cannot make
+it allocate a huge memo array, and each opcode can be counted and bounded. Globals resolve through
+the allowlist's recording stubs (allowlist.py); nothing from the pickle is ever called.
+"""
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator
+from typing import IO, Any
+
+from ...errors import CorruptCheckpointError, UnsafeCheckpointError, reading
+from .allowlist import Refused, StorageRef, StorageType, TensorRef, is_allowed, stub_for
+
+# Limits on what a pickle may build (the file is untrusted).
+MAX_OPS = 4_000_000        # opcodes in one pickle
+MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
+MAX_STACK = 100_000        # unpickler stack entries and open MARKs
+MAX_DEPTH = 100            # container nesting the tensor walk follows
+
+_CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
+                  pickle.LIST, pickle.TUPLE, pickle.DICT, pickle.FROZENSET}
+# An opcode handler of pickle._Unpickler.dispatch, called with the unpickler.
+_Op = Callable[[Any], None]
+
+
+class Bounded:
+    """A read-only view of a pickle stream that never asks for more than `limit` bytes in all.
+
+    A pickle's lengths (BINUNICODE, BINBYTES8, LONG4, FRAME...) are untrusted, and the file's read(n)
+    allocates n bytes before it reads: without this a 2 KB file claiming a 4 GiB string makes the
+    unpickler (or pickletools, for scan) allocate 4 GiB."""
+
+    def __init__(self, f: IO[bytes], limit: int):
+        self.f, self.left, self.limit = f, max(limit, 0), max(limit, 0)
+
+    def read(self, n: int | None = -1) -> bytes:
+        data = self.f.read(self.left if n is None or n < 0 else min(n, self.left))
+        self.left -= len(data)
+        return data
+
+    def readline(self, limit: int | None = -1) -> bytes:
+        data = self.f.readline(self.left if limit is None or limit < 0 else min(limit, self.left))
+        self.left -= len(data)
+        return data
+
+    def tell(self) -> int:
+        return self.limit - self.left
+
+
+def remaining(f: IO[bytes]) -> int:
+    """Bytes left in a seekable stream (a file or BytesIO)."""
+    pos = f.tell()
+    end = f.seek(0, os.SEEK_END)
+    f.seek(pos)
+    return end - pos
+
+
+def _guarded(op: _Op, sized: bool) -> _Op:
+    def run(self: SafeUnpickler) -> None:
+        self.ops += 1
+        if self.ops > MAX_OPS:
+            raise Refused(f"pickle runs more than {MAX_OPS:,} opcodes")
+        op(self)
+        if len(self.stack) > MAX_STACK or len(self.metastack) > MAX_STACK:
+            raise Refused(f"pickle stack deeper than {MAX_STACK:,}")
+        if sized and self.stack:
+            top = self.stack[-1]
+            if isinstance(top, (list, tuple, dict, set, frozenset)) and len(top) > MAX_ITEMS:
+                raise Refused(f"pickle builds a {type(top).__name__} of more than {MAX_ITEMS:,} items")
+    return run
+
+
+class SafeUnpickler(pickle._Unpickler):
+    """Unpickles against torch's weights_only allowlist, with recording stubs (see module doc).
+    Reads at most `limit` bytes of `file` (default: what is left of it)."""
+
+    # pickle._Unpickler's working state, which typeshed does not declare.
+    stack: list[Any]
+    metastack: list[list[Any]]
+    append: Callable[[object], None]
+    read: Callable[[int], bytes]
+    readinto: Callable[[bytearray], int]
+
+    dispatch = {k: _guarded(f, bytes([k]) in _CONTAINER_OPS) for k, f in pickle._Unpickler.dispatch.items()}
+
+    def __init__(self, file: IO[bytes], path: str, record: str, storages: bool = True, limit: int | None = None):
+        self.stream = Bounded(file, remaining(file) if limit is None else limit)
+        super().__init__(self.stream, encoding="utf-8")
+        self.path, self.record, self.storages_allowed = path, record, storages
+        self.ops = 0
+        self.storages: dict[str, StorageRef] = {}
+
+    def find_class(self, module: str, name: str) -> object:
+        full = f"{module}.{name}"
+        if not is_allowed(full):
+            raise UnsafeCheckpointError(
+                self.path, f"{self.record} references global {full!r}, which is outside torch's weights_only "
+                "allowlist; refusing to load it (nothing was executed; `ckptstat scan` lists every global)")
+        return stub_for(full)
+
+    def persistent_load(self, pid: object) -> StorageRef:
+        # zip: ('storage', type, key, location, numel); legacy adds view_metadata (docs/formats.md 2, 3)
+        if not (self.storages_allowed and isinstance(pid, tuple) and len(pid) in (5, 6) and pid[0] == "storage"):
+            raise Refused(f"unexpected persistent id {str(pid)[:60]!r}")
+        stype, key, _location, numel = pid[1:5]
+        view = pid[5] if len(pid) == 6 else None
+        if not isinstance(stype, StorageType) or not isinstance(key, str) or not isinstance(numel, int) or numel < 0:
+            raise Refused(f"malformed storage id {str(pid)[:80]!r}")
+        ref = StorageRef(key, stype.dtype, numel)
+        prev = self.storages.setdefault(key, ref)
+        if prev.dtype != ref.dtype:
+            raise Refused(f"storage {key!r} is referenced with two dtypes")
+        if view is not None:  # legacy storage views (torch < 0.4): (view_key, offset, view_size)
+            if not (isinstance(view, tuple) and len(view) == 3 and isinstance(view[1], int) and view[1] >= 0):
+                raise Refused("malformed storage view metadata")
+            return StorageRef(key, ref.dtype, ref.numel, view[1])
+        return ref
+
+    # BUILD would set attributes on whatever is on the stack; nothing here needs them (torch uses it
+    # for OrderedDict._metadata), so the state is dropped.
+    def load_build(self) -> None:
+        self.stack.pop()
+
+    # NEWOBJ calls cls.__new__: only the two allowlisted dict classes may be built that way.
+    def load_newobj(self) -> None:
+        args = self.stack.pop()
+        cls = self.stack.pop()
+        if cls not in (OrderedDict, Counter):
+            raise Refused("NEWOBJ on a non-dict class")
+        self.append(cls.__new__(cls, *args))
+
+    def load_newobj_ex(self) -> None:
+        self.stack.pop()
+        self.load_newobj()
+
+    # pickle's BYTEARRAY8 allocates bytearray(length) before reading: check the length first.
+    def load_bytearray8(self) -> None:
+        (n,) = struct.unpack("<Q", self.read(8))
+        if n > self.stream.limit:
+            raise Refused(f"BYTEARRAY8 of {n:,} bytes in a {self.stream.limit:,}-byte pickle")
+        b = bytearray(n)
+        self.readinto(b)
+        self.append(b)
+
+
+SafeUnpickler.dispatch[pickle.BUILD[0]] = _guarded(SafeUnpickler.load_build, False)
+SafeUnpickler.dispatch[pickle.NEWOBJ[0]] = _guarded(SafeUnpickler.load_newobj, False)
+SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = _guarded(SafeUnpickler.load_newobj_ex, False)
+SafeUnpickler.dispatch[pickle.BYTEARRAY8[0]] = _guarded(SafeUnpickler.load_bytearray8, False)
+
+
+def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
+             limit: int | None = None) -> tuple[object, SafeUnpickler]:
+    """The object one pickle of `file` holds, and the unpickler (its `storages`). Whatever pickle
+    trips over in a malformed stream becomes a CorruptCheckpointError naming the record."""
+    with reading(path, f"{record}: malformed pickle"):
+        u = SafeUnpickler(file, path, record, storages, limit)
+        try:
+            return u.load(), u
+        except Refused as e:
+            raise CorruptCheckpointError(path, f"{record}: {e}") from None
+        except RecursionError:
+            raise CorruptCheckpointError(path, f"{record}: pickle nests too deeply") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Walking the unpickled object: tensors get dot-joined paths, containers are visited once.
+
+def key_text(k: object) -> str:
+    if isinstance(k, (str, int)) and not isinstance(k, bool):
+        return str(k)
+    return repr(k)[:80]
+
+
+def walk(obj: object, path: str) -> Iterator[tuple[str, TensorRef]]:
+    seen: set[int] = set()
+
+    def rec(o: object, name: str, depth: int) -> Iterator[tuple[str, TensorRef]]:
+        if isinstance(o, TensorRef):
+            yield name or "tensor", o
+            return
+        if not isinstance(o, (dict, list, tuple)):
+            return
+        if depth >= MAX_DEPTH:
+            raise CorruptCheckpointError(path, f"pickle nests containers more than {MAX_DEPTH} levels deep")
+        if id(o) in seen:  # shared or cyclic containers: once (no exponential blow-up)
+            return
+        seen.add(id(o))
+        if len(o) > MAX_ITEMS:
+            raise CorruptCheckpointError(path, f"pickle holds a {type(o).__name__} of {len(o):,} items")
+        items = o.items() if isinstance(o, dict) else enumerate(o)
+        for k, v in items:
+            yield from rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
+
+    yield from rec(obj, "", 0)

@@ -1,0 +1,186 @@
+"""Where each format's structure lies in a valid file: the byte offsets where one part ends and the
+next begins (cut points for truncation), and the little-endian integer fields that hold a length,
+count or offset (targets for hostile values). Shared by the fuzz suite and tests/test_reader_contract.py.
+Computed with the standard library from the format's spec (docs/formats.md), not by ckptstat's
+readers, except the TF table walk (tf_index_layout), which reuses the reader's block decoding."""
+from __future__ import annotations
+
+import io
+import json
+import pickletools
+import struct
+import zipfile
+
+# (cut points, [(offset, width) of each integer field])
+Layout = tuple[list[int], list[tuple[int, int]]]
+
+
+def safetensors_layout(data: bytes) -> Layout:
+    """The u64 header length, the JSON header, every tensor's data start and end (section 1)."""
+    (n,) = struct.unpack_from("<Q", data)
+    header = json.loads(data[8:8 + n])
+    cuts = [8, 8 + n]
+    for k, v in header.items():
+        if k != "__metadata__":
+            cuts += [8 + n + v["data_offsets"][0], 8 + n + v["data_offsets"][1]]
+    return cuts, [(0, 8)]
+
+
+def zip_layout(data: bytes) -> Layout:
+    """Local headers, member data, central directory entries and end records (PKWARE APPNOTE 4.3)."""
+    cuts, fields = [], []
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        for info in z.infolist():
+            h = info.header_offset
+            name_len, extra_len = struct.unpack_from("<HH", data, h + 26)
+            start = h + 30 + name_len + extra_len
+            cuts += [h, h + 30, start, start + info.compress_size]
+            fields += [(h + 18, 4), (h + 22, 4), (h + 26, 2), (h + 28, 2)]
+    eocd = data.rfind(b"PK\x05\x06")
+    cd = data.find(b"PK\x01\x02")
+    while cd != -1:
+        cuts.append(cd)
+        fields += [(cd + 20, 4), (cd + 24, 4), (cd + 28, 2), (cd + 30, 2), (cd + 42, 4)]
+        cd = data.find(b"PK\x01\x02", cd + 4)
+    cuts += [eocd, eocd + 22]
+    fields += [(eocd + 8, 2), (eocd + 10, 2), (eocd + 12, 4), (eocd + 16, 4), (eocd + 20, 2)]
+    # zip64 end records, if the writer used them
+    for sig, offs in ((b"PK\x06\x06", (24, 32, 40, 48)), (b"PK\x06\x07", (8,))):
+        p = data.rfind(sig)
+        if p != -1:
+            cuts.append(p)
+            fields += [(p + o, 8) for o in offs]
+    return cuts, fields
+
+
+_PICKLE_WIDTHS = {"BININT": 4, "BININT1": 1, "BININT2": 2, "BINPUT": 1, "LONG_BINPUT": 4, "BINGET": 1,
+                  "LONG_BINGET": 4, "SHORT_BINUNICODE": 1, "BINUNICODE": 4, "SHORT_BINBYTES": 1, "BINBYTES": 4,
+                  "LONG1": 1, "FRAME": 8, "BINUNICODE8": 8, "BINBYTES8": 8, "SHORT_BINSTRING": 1, "BINSTRING": 4}
+
+
+def pickle_fields(pkl: bytes) -> Layout:
+    """Opcode boundaries, and the ints / lengths a pickle carries (where, how wide)."""
+    cuts, fields = [], []
+    try:
+        for op, _arg, pos in pickletools.genops(pkl):
+            assert pos is not None
+            cuts.append(pos)
+            if op.name in _PICKLE_WIDTHS:
+                fields.append((pos + 1, _PICKLE_WIDTHS[op.name]))
+            if op.name == "LONG1":
+                fields.append((pos + 2, pkl[pos + 1] or 1))
+    except Exception:  # noqa: BLE001 - a fixture pickle parses; only the tail may be odd
+        pass
+    return cuts, fields
+
+
+def legacy_layout(data: bytes) -> Layout:
+    """The five pickles of a legacy torch file, opcode by opcode, then the first storage's int64
+    element count (section 3; later storages need the dtypes to find)."""
+    f = io.BytesIO(data)
+    cuts, fields = [0], []
+    for _ in range(5):
+        start = f.tell()
+        for _op in pickletools.genops(f):   # step over one pickle
+            pass
+        c, fl = pickle_fields(data[start:f.tell()])
+        cuts += [start + x for x in c] + [f.tell()]
+        fields += [(start + o, w) for o, w in fl]
+    pos = f.tell()
+    if pos + 8 <= len(data):
+        fields.append((pos, 8))
+        cuts += [pos, pos + 8]
+    return cuts, fields
+
+
+def tf_index_layout(data: bytes) -> Layout:
+    """A TF bundle `.index` table: footer, magic, the index block and every data block with their
+    5-byte trailers (section 4). Its lengths are varints, not fixed fields."""
+    from ckptstat.formats import tf_bundle as tfb
+
+    cuts = [len(data) - 48, len(data) - 8]
+    _, _, pos = tfb.block_handle(data[-48:], 0, 40)
+    ioff, isize, _ = tfb.block_handle(data[-48:], pos, 40)
+    cuts += [ioff, ioff + isize, ioff + isize + 5]
+    for _, h in tfb.block_entries(data[ioff:ioff + isize], "index"):
+        boff, bsize, _ = tfb.block_handle(h, 0, len(h))
+        cuts += [boff, boff + bsize, boff + bsize + 5]
+    return cuts, []
+
+
+# HDF5 superblock (HDF5 file format spec II.A): v0 base, free-space, end-of-file and driver addresses;
+# v2/v3 base, extension, end-of-file and root addresses; the size-of-offsets and size-of-lengths bytes.
+H5_FIELDS = [(24, 8), (32, 8), (40, 8), (48, 8), (12, 8), (20, 8), (28, 8), (36, 8), (13, 1), (14, 1)]
+
+
+def h5_layout(data: bytes) -> Layout:
+    """The superblock and where user blocks may end; the rest of an HDF5 file is a heap of object
+    headers and B-trees that only HDF5 itself walks, so quarters of the file stand in for them."""
+    n = len(data)
+    return [8, 48, 96, 512, 800, 1024, 1400, 2048, 4096, n // 4, n // 2, 3 * n // 4, n - 512], list(H5_FIELDS)
+
+
+_GGUF_SCALAR_BYTES = {0: 1, 1: 1, 2: 2, 3: 2, 4: 4, 5: 4, 6: 4, 7: 1, 10: 8, 11: 8, 12: 8}
+_GGUF_STRING, _GGUF_ARRAY = 8, 9
+
+
+def gguf_layout(data: bytes) -> Layout:
+    """Header counts, every key-value and tensor info with its length, count, dims and offset fields,
+    the aligned data section, and every tensor's bytes (section 6). Arrays contribute their element
+    type and count and their first element's fields."""
+    from ckptstat.core import dtypes
+    from ckptstat.formats.gguf import GGML_TYPES
+
+    cuts, fields = [4, 8, 16, 24], [(4, 4), (8, 8), (16, 8)]
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    alignment = 32
+
+    def value(code: int, pos: int, record: bool) -> tuple[object, int]:
+        if code == _GGUF_STRING:
+            if record:
+                fields.append((pos, 8))
+            (n,) = struct.unpack_from("<Q", data, pos)
+            return data[pos + 8:pos + 8 + n], pos + 8 + n
+        if code == _GGUF_ARRAY:
+            if record:
+                fields.extend([(pos, 4), (pos + 4, 8)])
+            elem, count = struct.unpack_from("<IQ", data, pos)
+            pos += 12
+            for i in range(count):
+                _, pos = value(elem, pos, record and i == 0)
+            return None, pos
+        size = _GGUF_SCALAR_BYTES[code]
+        return int.from_bytes(data[pos:pos + size], "little"), pos + size
+
+    pos = 24
+    for _ in range(n_kv):
+        cuts.append(pos)
+        key, pos = value(_GGUF_STRING, pos, True)
+        (code,) = struct.unpack_from("<I", data, pos)
+        fields.append((pos, 4))
+        if key == b"general.alignment":   # the one scalar that moves the data section
+            fields.append((pos + 4, 4))
+        v, pos = value(code, pos + 4, True)
+        if key == b"general.alignment" and isinstance(v, int):
+            alignment = v
+    infos = []
+    for _ in range(n_tensors):
+        cuts.append(pos)
+        _, pos = value(_GGUF_STRING, pos, True)
+        (n_dims,) = struct.unpack_from("<I", data, pos)
+        fields.append((pos, 4))
+        dims = struct.unpack_from(f"<{n_dims}Q", data, pos + 4)
+        fields += [(pos + 4 + 8 * i, 8) for i in range(n_dims)]
+        pos += 4 + 8 * n_dims
+        ggml_type, offset = struct.unpack_from("<IQ", data, pos)
+        fields += [(pos, 4), (pos + 4, 8)]
+        pos += 12
+        numel = 1
+        for d in dims:
+            numel *= d
+        infos.append((offset, dtypes.get(GGML_TYPES[ggml_type]).nbytes(numel)))
+    data_start = -(-pos // alignment) * alignment
+    cuts += [pos, data_start]
+    for offset, nbytes in infos:
+        cuts += [data_start + offset, data_start + offset + nbytes]
+    return cuts, fields

@@ -1,0 +1,396 @@
+"""The reader contract: every format in the registry (ckptstat.formats.registry.FORMATS) gets the same
+treatment, on samples written by the real writers (fixtures/make_*.py):
+
+1. round trip: the values ckptstat reads equal the writing library's, read live where it is installed
+   (torch, h5py) and otherwise as the generator recorded them (fixtures/expected_*.json);
+2. truncation at every structural boundary (tests/fuzz/layouts.py, plus each tensor's first and last
+   byte as the reader located them) raises a CkptstatError, and
+3. random bit flips with a fixed seed: opening, summarizing and reading every value either works or
+   raises a CkptstatError; in both, never anything else, within bounded memory and time (the fuzz
+   worker's checks, tests/fuzz/fuzzlib.py: a separate process with a memory cap and a liveness guard);
+4. hostile claims (sizes, counts and offsets far beyond the file, negative or overflowing): refused,
+   with exit code 1 and one line naming the file.
+
+A format registered without an entry in SAMPLES fails every test here: give it a sample, an oracle,
+a layout and its hostile claims, and it inherits the contract.
+"""
+from __future__ import annotations
+
+import copy
+import hashlib
+import io
+import json
+import math
+import os
+import pickletools
+import random
+import struct
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+from conftest import FIXTURES, fixture
+from fuzz.fuzzlib import Case, check
+from fuzz.layouts import Layout, gguf_layout, h5_layout, legacy_layout, safetensors_layout, tf_index_layout, zip_layout
+from test_tf_bundle import pb, table
+
+from ckptstat import TensorInfo, open_checkpoint
+from ckptstat.cli import main
+from ckptstat.formats import registry
+from ckptstat.formats import tf_bundle as tfb
+
+HANG_S = 60          # the liveness guard per case: a reader that loops on hostile bytes fails here
+FLIPS = 20           # bit-flip cases per sample
+
+
+@dataclass(frozen=True)
+class Oracle:
+    """One tensor as the writing library sees it; the fields that are set are checked."""
+    shape: tuple[int, ...]
+    values: np.ndarray | None = None   # exact, as float64 (complex: real and imaginary parts last)
+    total: float | None = None         # the sum of the values, as recorded
+    sha256: str | None = None          # of the values as little-endian float32
+
+
+@dataclass(frozen=True)
+class Sample:
+    path: str                                    # under fixtures/: the file ckptstat opens, and mutates
+    oracle: Callable[[str], dict[str, Oracle]]   # path -> tensors by key, as the writing library reads them
+    layout: Callable[[bytes], Layout]            # the file's structural boundaries and integer fields
+    claims: Callable[[str], dict[str, bytes]]    # path -> the file with one hostile claim, by label
+    key: Callable[[TensorInfo], str] = lambda t: t.name   # a tensor's name in the oracle
+    companions: tuple[str, ...] = ()             # the checkpoint's other files, beside `path`
+
+
+def _f64(a: np.ndarray) -> np.ndarray:
+    return np.stack([a.real, a.imag], axis=-1).astype(np.float64) if np.iscomplexobj(a) else a.astype(np.float64)
+
+
+def _expected(name: str) -> dict:
+    with open(fixture(f"expected_{name}.json")) as f:
+        return json.load(f)
+
+
+def u64(n: int) -> bytes:
+    return struct.pack("<Q", n % (1 << 64))
+
+
+def patched(data: bytes, offset: int, fmt: str, value: int) -> bytes:
+    out = bytearray(data)
+    struct.pack_into(fmt, out, offset, value)
+    return bytes(out)
+
+
+# ---------------------------------------------------------------------------------------------- safetensors
+def safetensors_oracle(path: str) -> dict[str, Oracle]:
+    """Values recorded by fixtures/make_safetensors.py through safetensors.torch."""
+    rec = _expected("safetensors")[os.path.relpath(path, FIXTURES)]
+    return {k: Oracle(tuple(v["shape"]), values=np.array(v["values"], dtype=np.float64)) for k, v in rec.items()}
+
+
+def safetensors_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    (n,) = struct.unpack_from("<Q", data)
+    header, body = json.loads(data[8:8 + n]), data[8 + n:]
+    name = next(k for k, v in header.items() if k != "__metadata__" and v["data_offsets"][1] > v["data_offsets"][0])
+
+    def entry(**change: object) -> bytes:
+        h = copy.deepcopy(header)
+        h[name].update(change)
+        raw = json.dumps(h).encode()
+        return u64(len(raw)) + raw + body
+
+    return {"header length past the end": u64(len(data) * 1000) + data[8:],
+            "header length 2**64 - 1": u64(2**64 - 1) + data[8:],
+            "data end at 2**64": entry(data_offsets=[0, 2**64]),
+            "negative data start": entry(data_offsets=[-8, 0]),
+            "shape overflowing int64": entry(shape=[2**62, 2**62]),
+            "shape far beyond the file": entry(shape=[len(data) * 1000])}
+
+
+# ---------------------------------------------------------------------------------------------- torch
+def torch_oracle(path: str) -> dict[str, Oracle]:
+    """What torch.load(weights_only=True) holds."""
+    torch = pytest.importorskip("torch")
+    obj = torch.load(path, map_location="cpu", weights_only=True)
+    assert isinstance(obj, dict)
+    return {k: Oracle(tuple(t.shape), values=(torch.view_as_real(t) if t.is_complex() else t).double().numpy())
+            for k, t in obj.items()}
+
+
+def _members(data: bytes) -> dict[str, zipfile.ZipInfo]:
+    with zipfile.ZipFile(io.BytesIO(data)) as z:
+        return {i.filename: i for i in z.infolist()}
+
+
+def _central_entry(data: bytes, member: str) -> int:
+    cd = data.find(b"PK\x01\x02")
+    while cd != -1:
+        n = struct.unpack_from("<H", data, cd + 28)[0]
+        if data[cd + 46:cd + 46 + n].decode() == member:
+            return cd
+        cd = data.find(b"PK\x01\x02", cd + 4)
+    raise AssertionError(member)
+
+
+def _sizes(data: bytes, member: str, size: int) -> bytes:
+    """The member's compressed and uncompressed sizes in the central directory set to `size`."""
+    at = _central_entry(data, member) + 20
+    return patched(patched(data, at, "<I", size), at + 4, "<I", size)
+
+
+def torch_zip_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    members = _members(data)
+    pkl = next(n for n in members if n.endswith("/data.pkl"))
+    record = next(n for n in members if "/data/" in n)
+    shorter = io.BytesIO()
+    with zipfile.ZipFile(io.BytesIO(data)) as zin, zipfile.ZipFile(shorter, "w") as zout:
+        for info in zin.infolist():
+            blob = zin.read(info)
+            zout.writestr(info.filename, blob[:-4] if "/data/" in info.filename else blob)
+    eocd64 = data.rfind(b"PK\x06\x06")    # torch writes zip64 end records: central directory offset at +48
+    cd_offset = (eocd64 + 48, "<Q") if eocd64 != -1 else (data.rfind(b"PK\x05\x06") + 16, "<I")
+    return {"central directory past the end": patched(data, cd_offset[0], cd_offset[1], len(data) * 1000),
+            "storage record of 10**9 bytes": _sizes(data, record, 10**9),
+            "data.pkl of 10**9 bytes": _sizes(data, pkl, 10**9),
+            "local header name length 65535": patched(data, members[pkl].header_offset + 26, "<H", 0xFFFF),
+            "tensor views past their storage records": shorter.getvalue()}
+
+
+def _pickle_end(f: io.BytesIO) -> int:
+    for _ in pickletools.genops(f):
+        pass
+    return f.tell()
+
+
+def torch_legacy_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    f = io.BytesIO(data)
+    head = [_pickle_end(f) for _ in range(5)]    # magic, protocol, sys_info, object, storage keys
+    return {"first storage of 10**12 elements": patched(data, head[4], "<q", 10**12),
+            "first storage of -1 elements": patched(data, head[4], "<q", -1),
+            "sys_info string of 2 GiB": data[:head[1]] + b"\x80\x02X\xff\xff\xff\x7fabc"}
+
+
+# ---------------------------------------------------------------------------------------------- TF bundle
+def tf_oracle(path: str) -> dict[str, Oracle]:
+    """Shapes and sums recorded by fixtures/make_tf.py from TensorFlow's own reader (not installed here)."""
+    rec = _expected("tf")[os.path.basename(os.path.dirname(path))]["variables"]
+    return {k: Oracle(tuple(v["shape"]), total=v["sum"]) for k, v in rec.items()}
+
+
+def tf_claims(path: str) -> dict[str, bytes]:
+    """One real entry re-encoded with a varint claim set to a hostile value (2**64 - 1 reads as -1)."""
+    entries = tfb.read_table(path)
+    # a numeric tensor whose bytes are in a shard: not the header, a partition slice, a partitioned
+    # variable (field 7, slices) or a string tensor (dtype 7)
+    i = next(i for i, (k, v) in enumerate(entries) if k and k[:1] != b"\x00" and not _has(v, 7)
+             and tfb.parse_entry(v).dtype != 7)
+
+    def with_field(num: int, value: int, at: int = i) -> bytes:
+        fields = [(n, w, v) for n, w, v in tfb.fields(entries[at][1]) if n != num] + [(num, 0, value)]
+        out = list(entries)
+        out[at] = (out[at][0], b"".join(pb(n, w, v) for n, w, v in fields))
+        return table(out)
+
+    dims = tfb.parse_entry(entries[i][1]).shape or (1,)
+    shape = b"".join(pb(2, 2, pb(1, 0, d)) for d in (2**62, *dims[1:]))   # TensorShapeProto: 2 repeated dim
+    out = list(entries)
+    out[i] = (out[i][0], b"".join(pb(n, w, v) for n, w, v in tfb.fields(out[i][1]) if n != 2) + pb(2, 2, shape))
+    claims = {"offset -1": with_field(4, 2**64 - 1), "offset 2**63 - 1": with_field(4, 2**63 - 1),
+              "size 2**63 - 1": with_field(5, 2**63 - 1), "shard 10**6": with_field(3, 10**6),
+              "header: 2**31 shards": with_field(1, 2**31, at=0), "dimension 2**62": table(out)}
+    strings = [j for j, (k, v) in enumerate(entries) if k and tfb.parse_entry(v).dtype == 7]
+    if strings:   # each string takes a length byte at least: 2**62 of them cannot fit in a small entry
+        out = list(entries)
+        j = strings[0]
+        out[j] = (out[j][0], b"".join(pb(n, w, v) for n, w, v in tfb.fields(out[j][1]) if n != 2)
+                  + pb(2, 2, pb(2, 2, pb(1, 0, 2**62))))
+        claims["2**62 strings"] = table(out)
+    return claims
+
+
+def _has(value: bytes, num: int) -> bool:
+    return any(n == num for n, _, _ in tfb.fields(value))
+
+
+# ---------------------------------------------------------------------------------------------- Keras h5
+def h5_oracle(path: str) -> dict[str, Oracle]:
+    """Every dataset as h5py reads it (Keras 3 stores bf16 as opaque 2-byte values, attribute dtype)."""
+    import h5py
+
+    out: dict[str, Oracle] = {}
+
+    def visit(name: str, obj: object) -> None:
+        if isinstance(obj, h5py.Dataset):
+            v = np.asarray(obj[()])
+            if obj.attrs.get("dtype") in ("bfloat16", b"bfloat16"):
+                v = (v.view(np.uint16).astype(np.uint32) << 16).view(np.float32)
+            out["/" + name] = Oracle(tuple(obj.shape), values=_f64(v))
+
+    with h5py.File(path, "r") as f:
+        f.visititems(visit)
+    return out
+
+
+def h5_claims(path: str) -> dict[str, bytes]:
+    """Superblock addresses (HDF5 file format spec II.A) beyond the file."""
+    data = open(path, "rb").read()
+    # version 0: end-of-file address at 40, root symbol table entry at 56 (its object header address at
+    # 64); versions 2 and 3: end-of-file address at 28, root object header address at 36
+    eof, root = (40, 64) if data[8] == 0 else (28, 36)
+    return {"end-of-file address 2**63": patched(data, eof, "<Q", 2**63),
+            "end-of-file address past the end": patched(data, eof, "<Q", len(data) * 1000),
+            "root group address 2**62": patched(data, root, "<Q", 2**62)}
+
+
+# ---------------------------------------------------------------------------------------------- GGUF
+def gguf_oracle(path: str) -> dict[str, Oracle]:
+    """Values gguf-py's reader and `dequantize` gave (fixtures/make_gguf.py), by float32 hash."""
+    rec = _expected("gguf")[os.path.basename(path)]["tensors"]
+    return {k: Oracle(tuple(v["numpy_shape"]), total=v["sum"], sha256=v["sha256_f32"]) for k, v in rec.items()}
+
+
+def gguf_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
+    cuts, _ = gguf_layout(data)
+    info = cuts[4 + n_kv]                        # the first tensor info: name, n_dims, dims, type, offset
+    name_len = struct.unpack_from("<Q", data, info)[0]
+    n_dims_at = info + 8 + name_len
+    n_dims = struct.unpack_from("<I", data, n_dims_at)[0]
+    offset_at = n_dims_at + 4 + 8 * n_dims + 4
+    return {"tensor_count 2**64 - 1": patched(data, 8, "<Q", 2**64 - 1),
+            "kv_count 2**63": patched(data, 16, "<Q", 2**63),
+            "first key of 2**62 bytes": patched(data, 24, "<Q", 2**62),
+            "tensor name of 2**63 bytes": patched(data, info, "<Q", 2**63),
+            "n_dims 5": patched(data, n_dims_at, "<I", 5),
+            "dimension 2**62": patched(data, n_dims_at + 4, "<Q", 2**62),
+            "tensor offset 2**63": patched(data, offset_at, "<Q", 2**63)}
+
+
+# ---------------------------------------------------------------------------------------------- the table
+SAMPLES: dict[str, list[Sample]] = {
+    "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
+    "pytorch (zip)": [Sample("torch/dtypes.pt", torch_oracle, zip_layout, torch_zip_claims)],
+    "pytorch (legacy)": [Sample("torch/dtypes-legacy.pt", torch_oracle, legacy_layout, torch_legacy_claims)],
+    "tf-bundle": [
+        Sample("tf1-partitioned/model.ckpt-5.index", tf_oracle, tf_index_layout, tf_claims,
+               companions=("model.ckpt-5.data-00000-of-00002", "model.ckpt-5.data-00001-of-00002")),
+        Sample("tf2-keras/ckpt-1.index", tf_oracle, tf_index_layout, tf_claims,
+               key=lambda t: str(t.extra.get("checkpoint_key", t.name)), companions=("ckpt-1.data-00000-of-00001",)),
+    ],
+    "keras-h5": [Sample("keras3/bf16.weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"])),
+                 Sample("keras2/weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"]))],
+    "gguf": [Sample("gguf/llama-tiny-q.gguf", gguf_oracle, gguf_layout, gguf_claims)],
+}
+
+registry._load_all()
+REGISTERED = [f.name for f in registry.FORMATS]
+
+
+def samples_of(fmt: str) -> list[Sample]:
+    assert SAMPLES.get(fmt), f"format {fmt!r} is registered but has no sample in tests/test_reader_contract.py SAMPLES"
+    return SAMPLES[fmt]
+
+
+def test_every_registered_format_has_samples():
+    assert sorted(set(REGISTERED) - set(SAMPLES)) == [], "registered formats without contract samples"
+    assert sorted(set(SAMPLES) - set(REGISTERED)) == [], "samples for formats no longer registered"
+
+
+def _case(c: Case, s: Sample, primary: bytes, companion: dict[str, bytes] | None = None) -> str:
+    """Write one case (the sample's files, `primary` in place of its main file) into c's folder."""
+    folder = os.path.dirname(fixture(s.path))
+    for name in s.companions:
+        c.write(name, (companion or {}).get(name) or open(os.path.join(folder, name), "rb").read())
+    return c.write(os.path.basename(s.path), primary)
+
+
+# ---------------------------------------------------------------------------------------------- 1. round trip
+@pytest.mark.parametrize("fmt", REGISTERED)
+def test_round_trip_equals_the_writing_library(fmt):
+    for s in samples_of(fmt):
+        path = fixture(s.path)
+        assert registry.detect(path).name == fmt, s.path
+        ckpt = open_checkpoint(path)
+        got = {s.key(t): t for t in ckpt}
+        want = s.oracle(path)
+        assert sorted(got) == sorted(want), s.path
+        for key, o in want.items():
+            t = got[key]
+            assert t.shape == o.shape, (s.path, key)
+            if o.values is None and o.total is None and o.sha256 is None:
+                continue                              # a string tensor: nothing numeric to compare
+            values = ckpt.read(t.name)
+            assert values.shape == o.shape, (s.path, key)
+            if o.values is not None:
+                np.testing.assert_array_equal(_f64(values).reshape(-1), o.values.reshape(-1), err_msg=f"{s.path} {key}")
+            if o.total is not None:
+                assert math.isclose(float(_f64(values).sum()), o.total, rel_tol=1e-6, abs_tol=1e-6), (s.path, key)
+            if o.sha256 is not None:
+                assert hashlib.sha256(values.astype("<f4").tobytes()).hexdigest() == o.sha256, (s.path, key)
+
+
+# ---------------------------------------------------------------------------------------------- 2. truncation
+def _tensor_edges(path: str) -> dict[str, set[int]]:
+    """Per file name: the first and one-past-last byte of every tensor (or partition) the reader located."""
+    edges: dict[str, set[int]] = {}
+    for t in open_checkpoint(path):
+        parts = t.extra.get("partitions")
+        spans = [(p["file"], p["offset"], p["bytes"]) for p in parts] if isinstance(parts, list) else []
+        if t.offset is not None:
+            spans.append((t.file, t.offset, t.nbytes))
+        for file, start, size in spans:
+            edges.setdefault(os.path.basename(file), set()).update((start, start + size))
+    return edges
+
+
+@pytest.mark.parametrize("fmt", REGISTERED)
+def test_truncation_at_every_boundary(fmt):
+    for s in samples_of(fmt):
+        folder, main_name = os.path.dirname(fixture(s.path)), os.path.basename(s.path)
+        files = {n: open(os.path.join(folder, n), "rb").read() for n in (main_name, *s.companions)}
+        cuts = _tensor_edges(fixture(s.path))
+        cuts.setdefault(main_name, set()).update(s.layout(files[main_name])[0])
+        for name, points in sorted(cuts.items()):
+            for cut in sorted(p for p in points if 0 < p < len(files[name])):
+                with Case() as c:
+                    cut_files = {name: files[name][:cut]}
+                    path = _case(c, s, cut_files.get(main_name, files[main_name]), cut_files)
+                    reply = check(f"{fmt} (contract: truncated)", path, hang_s=HANG_S)
+                    assert reply["outcome"] != "ok", f"{s.path}: {name} cut at byte {cut} was read as if whole"
+
+
+# ---------------------------------------------------------------------------------------------- 3. bit flips
+@pytest.mark.parametrize("fmt", REGISTERED)
+def test_random_bit_flips(fmt):
+    rng = random.Random(f"ckptstat contract {fmt}")   # a str seed is hashed with sha512: the same every run
+    for s in samples_of(fmt):
+        base = open(fixture(s.path), "rb").read()
+        for _ in range(FLIPS):
+            data = bytearray(base)
+            for _ in range(rng.randint(1, 8)):
+                data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+            with Case() as c:
+                check(f"{fmt} (contract: flipped)", _case(c, s, bytes(data)), hang_s=HANG_S)
+
+
+# ---------------------------------------------------------------------------------------------- 4. hostile claims
+@pytest.mark.parametrize("fmt", REGISTERED)
+def test_hostile_claims_end_in_one_line(fmt, capsys):
+    for s in samples_of(fmt):
+        claims = s.claims(fixture(s.path))
+        assert claims, s.path
+        for label, data in claims.items():
+            with Case() as c:
+                path = _case(c, s, data)
+                reply = check(f"{fmt} (contract: hostile)", path, hang_s=HANG_S)
+                assert reply["outcome"] != "ok", f"{s.path}: {label} was not refused"
+                rc = main([path])
+                err = capsys.readouterr().err
+                assert rc == 1 and err.count("\n") == 1 and err.startswith("ckptstat: error: "), (label, err)
+                assert os.path.basename(path) in err and "Traceback" not in err and "MemoryError" not in err, (label, err)
