@@ -1,6 +1,8 @@
 """The command line: parse arguments, call the library, render. One error boundary, in `main`.
 
-Exit codes: 0 ok, 1 a checkpoint problem (or an internal error), 2 a usage error.
+Exit codes: 0 ok, 1 a checkpoint problem (or an internal error), 2 a usage error. An empty answer
+is 1, like grep: `tensors`/`stats -f` matching nothing, `plot` with no finite value to draw (no file
+written). `diff` answers like diff(1): 0 same, 1 different, 2 any trouble.
 """
 from __future__ import annotations
 
@@ -8,13 +10,17 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 from rich.console import Console
 
 from . import __version__
 from .errors import CkptstatError
+from .render import DEFAULT_SEQ_RULE
+
+if TYPE_CHECKING:
+    from .analysis.stats import StatsRun
 
 app = typer.Typer(
     add_completion=False,
@@ -27,6 +33,7 @@ app = typer.Typer(
 PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder.")
 JsonOpt = typer.Option(False, "--json", help="Print the report as JSON (schema in the README).")
 ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: the one beside the weights).")
+FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
 
 
 def _console() -> Console:
@@ -37,14 +44,31 @@ def _emit_json(report: dict) -> None:
     sys.stdout.write(json.dumps(report, indent=2) + "\n")
 
 
-def _show(report: dict, as_json: bool, renderer: str) -> None:
+def _show(report: dict, as_json: bool, renderer: str, **options: object) -> None:
     """JSON, or the rich rendering `render.<renderer>` (rich tables load only for human output)."""
     if as_json:
         _emit_json(report)
     else:
         from . import render
 
-        getattr(render, renderer)(report, _console())
+        getattr(render, renderer)(report, _console(), **options)
+
+
+def _empty(message: str) -> typer.Exit:
+    """An empty answer: said on stderr (stdout keeps the report, if --json or --csv), exit status 1."""
+    from .render import inert
+
+    print(f"ckptstat: {inert(message)}", file=sys.stderr)
+    return typer.Exit(1)
+
+
+def _no_match(pattern: str | None, buckets: list[str] | None = None, skipped: list[dict] | None = None) -> str:
+    what = f"no tensor matches {pattern!r}" if pattern else "no tensor selected"
+    if buckets:
+        what += f" in bucket {', '.join(buckets)}"
+    if any(s["reason"].startswith("role ") for s in skipped or ()):
+        what += " among the parameters (--all-roles reads buffers and training state too)"
+    return what
 
 
 @app.command()
@@ -72,7 +96,7 @@ def summary(
 @app.command()
 def tensors(
     path: Path = PathArg,
-    filter: Optional[str] = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names."),
+    filter: Optional[str] = FilterOpt,
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
 ) -> None:
@@ -81,13 +105,18 @@ def tensors(
     from .analysis.summary import tensors as tensors_report
 
     r = tensors_report(open_checkpoint(path, config), filter)
+    if filter is not None and not r["tensors"]:
+        if as_json:
+            _emit_json(r)
+        raise _empty(_no_match(filter))
     _show(r, as_json, "render_tensors")
 
 
 @app.command()
 def ties(
     path: Path = PathArg,
-    deep: bool = typer.Option(False, "--deep", help="Also hash stored tensors to find identical copies (reads values, bounded memory)."),
+    deep: bool = typer.Option(False, "--deep", help="Also hash stored tensors to find identical copies "
+                              "(reads values, bounded memory)."),
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
 ) -> None:
@@ -105,12 +134,16 @@ def diff(
     b: Path = typer.Argument(..., help="Second checkpoint."),
     as_json: bool = JsonOpt,
 ) -> None:
-    """Where two checkpoints' parameter counts part, module by module (e.g. BertModel vs BertForMaskedLM)."""
+    """Where two checkpoints' parameter counts part, module by module (e.g. BertModel vs BertForMaskedLM).
+
+    Exit status as diff(1): 0 no differences, 1 different, 2 trouble."""
     from . import open_checkpoint
     from .analysis.diff import diff as diff_checkpoints
 
     r = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
     _show(r, as_json, "render_diff")
+    if not r["same"]:
+        raise typer.Exit(1)
 
 
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
@@ -141,7 +174,7 @@ def flops(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
     seq: list[str] = typer.Option([], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep "
-                                  "(default: 128, or the model's learned positions if fewer)."),
+                                  f"(default: {DEFAULT_SEQ_RULE})."),
     dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
     causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
@@ -152,8 +185,8 @@ def flops(
     """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
     from .analysis import flops as fl
     from .census.model import load
-    from .families.spec import default_seq
     from .errors import UsageError
+    from .families.spec import default_seq
 
     if convention not in fl.CONVENTIONS:
         raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
@@ -161,15 +194,14 @@ def flops(
     _positive("--dec-seq", dec_seq)
     model = load(path, config)
     r = fl.report(model, batch, _seqs(seq) or [default_seq(model.spec)], dec_seq, causal_halving, convention)
-    _show(r, as_json, "render_flops")
+    _show(r, as_json, "render_flops", seq_default=not seq)
 
 
 @app.command()
 def memory(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: Optional[int] = typer.Option(None, "--seq", "-s", help="Sequence length (default: 128, or the model's "
-                                      "learned positions if fewer)."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
     dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
@@ -184,7 +216,7 @@ def memory(
     _positive("--dec-seq", dec_seq)
     model = load(path, config)
     r = mem.report(model, batch, seq or default_seq(model.spec), dec_seq)
-    _show(r, as_json, "render_memory")
+    _show(r, as_json, "render_memory", seq_default=seq is None)
 
 
 ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
@@ -192,15 +224,18 @@ WorkersOpt = typer.Option(1, "--workers", "-w", help="Worker processes (0: one p
 ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
 AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
 BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeatable).")
-FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names.")
 
 
-def _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress):  # noqa: ANN001, ANN202
+def _collect(path: Path, config: Path | None, filter: str | None, bucket: list[str] | None, all_roles: bool,
+             chunk_bytes: int, workers: int, progress: bool | None) -> StatsRun:
+    """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY)."""
     from . import open_checkpoint
     from .analysis.stats import collect
+    from .render.progress import progress_bar
 
-    show = sys.stderr.isatty() if progress is None else progress
-    return collect(open_checkpoint(path, config), filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, show)
+    ckpt = open_checkpoint(path, config)
+    with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
+        return collect(ckpt, filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, bar)
 
 
 @app.command()
@@ -234,6 +269,8 @@ def stats(
         from .render.stats import render_stats
 
         render_stats(r, _console(), show_layers=layers, show_tensors=show_tensors)
+    if not r["tensors"]:
+        raise _empty(_no_match(filter, bucket, r["skipped"]))
 
 
 @app.command()
@@ -253,11 +290,19 @@ def plot(
     progress: Optional[bool] = ProgressOpt,
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Histograms per bucket and box plots per layer and bucket, drawn from streamed statistics."""
-    from .render.plots import parse_size, plot_stats
+    """Histograms per bucket and box plots per layer and bucket, drawn from streamed statistics.
+
+    Nothing to draw (no tensor selected, or no finite value in them): no file written, exit 1."""
+    from .render.plots import check_plot_args, nothing_to_plot, parse_size, plot_stats
 
     figsize = parse_size(size)
+    check_plot_args(output, clip, dpi)   # before reading any value
     run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress)
+    if not run.report["tensors"]:
+        raise _empty(f"{_no_match(filter, bucket, run.report['skipped'])}: nothing to plot, {output} not written")
+    empty = nothing_to_plot(run)
+    if empty:
+        raise _empty(f"{empty}: nothing to plot, {output} not written")
     info = plot_stats(run, output, log_count=log_count, clip=clip, figsize=figsize, dpi=dpi)
     if as_json:
         _emit_json({**info, "stats": run.report})
@@ -266,7 +311,8 @@ def plot(
 
 
 @app.command()
-def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."), as_json: bool = JsonOpt) -> None:
+def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."),
+         as_json: bool = JsonOpt) -> None:
     """Every global a pickle references (read from opcodes, nothing unpickled): would torch.load run code?"""
     from .formats.torch import scan as scan_file
 
@@ -279,8 +325,7 @@ def run_model(
     path: Path = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
     batch: int = typer.Option(1, "--batch", "-b"),
-    seq: Optional[int] = typer.Option(None, "--seq", "-s", help="Sequence length (default: 128, or the model's "
-                                      "learned positions if fewer)."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
     attn: str = typer.Option("eager", "--attn", help="Attention implementation: eager or sdpa."),
     warmup: int = typer.Option(2, "--warmup"),
@@ -288,7 +333,7 @@ def run_model(
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
 ) -> None:
-    """Run the model (torch + transformers, the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
+    """Run the model (the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
     from .executor import execute
 
     r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
@@ -316,23 +361,34 @@ def main(argv: list[str] | None = None) -> int:
     commands = set(getattr(command, "commands", {}))
     first = next((a for a in args if not a.startswith("-")), None)
     if first is not None and first not in commands:
+        near = _nearest_command(first, commands)
+        if near:
+            print(f"ckptstat: no command or path {first!r}; did you mean {near!r}? (ckptstat --help lists the "
+                  "commands)", file=sys.stderr)
+            return 2
         args.insert(0, "summary")  # `ckptstat [OPTIONS] PATH` is `ckptstat summary [OPTIONS] PATH`
+    trouble = 2 if first == "diff" else None   # diff answers 0 same / 1 different, as diff(1): trouble is 2
     try:
-        command.main(args=args, prog_name="ckptstat", standalone_mode=False)
+        # Without standalone mode, click returns a typer.Exit's code instead of raising it.
+        rc = command.main(args=args, prog_name="ckptstat", standalone_mode=False)
     except CkptstatError as e:
-        from .render import inert   # messages quote names from files: print them inert
+        from .render import inert  # messages quote names from files: print them inert
 
         if debug:
             traceback.print_exc()
         print(f"ckptstat: error: {inert(e)}", file=sys.stderr)
-        return e.exit_code
+        return trouble or e.exit_code
     except typer.Exit as e:
         return e.exit_code
     except typer.Abort:
         print("ckptstat: aborted", file=sys.stderr)
-        return 1
+        return trouble or 1
     except typer.TyperException as e:  # typer >= 0.29 vendors click: its usage errors derive from this
-        e.show()
+        show = getattr(e, "show", None)   # click's usage errors print their own usage line
+        if callable(show):
+            show()
+        else:
+            print(f"ckptstat: error: {e}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0
@@ -342,8 +398,20 @@ def main(argv: list[str] | None = None) -> int:
         from .render import inert
 
         print(f"ckptstat: internal error: {type(e).__name__}: {inert(e)} (rerun with --debug for a traceback)", file=sys.stderr)
-        return 1
-    return 0
+        return trouble or 1
+    return rc if isinstance(rc, int) else 0
+
+
+def _nearest_command(word: str, commands: set[str]) -> str | None:
+    """The command a mistyped word (`sumary`, `tensor`) was meant to be, when the word is not a path
+    that exists (`ckptstat PATH` is the summary) and reads like a command, not like a file name."""
+    import difflib
+    import os
+
+    if os.path.exists(word) or not word.replace("-", "").replace("_", "").isalpha():
+        return None
+    near = difflib.get_close_matches(word.lower(), sorted(commands), n=1, cutoff=0.6)
+    return near[0] if near else None
 
 
 def run() -> None:

@@ -10,8 +10,8 @@ import sys
 import time
 import warnings
 
-from .errors import CkptstatError, MissingDependencyError, UsageError
 from .core import Checkpoint
+from .errors import CkptstatError, MissingDependencyError, UsageError
 from .formats.registry import open_checkpoint
 
 RUN_SCHEMA = "ckptstat.run/1"

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 
 from ckptstat import open_checkpoint
-from ckptstat.errors import UnknownFormatError, UsageError
 from ckptstat.analysis.stats import QUANTILES, collect, select
+from ckptstat.errors import UnknownFormatError, UsageError
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.join(ROOT, "fixtures")
@@ -225,9 +225,30 @@ def test_selection_filter_bucket_aliases() -> None:
         select(ckpt, buckets=["nope"])
 
 
-def test_progress_bar_runs(generated: str, capsys) -> None:
-    r = collect(open_checkpoint(generated), chunk_bytes=4096, progress=True).report
-    assert r["bytes_read"] > 0
+@pytest.mark.parametrize("workers", [1, 2])
+def test_progress_is_a_callback(generated: str, capsys, workers: int) -> None:
+    """The library reports (done, total) in stored bytes and draws nothing; the CLI draws the bar."""
+    calls: list[tuple[int, int]] = []
+    r = collect(open_checkpoint(generated), chunk_bytes=4096, workers=workers,
+                progress=lambda done, total: calls.append((done, total))).report
+    total = r["bytes_read"]
+    assert total > 0 and calls[0] == (0, total) and calls[-1] == (total, total)
+    assert all(t == total for _, t in calls)
+    assert [d for d, _ in calls] == sorted(d for d, _ in calls)   # never goes back
+    if workers == 1:
+        assert len(calls) > 3   # one call per chunk read
+    out = capsys.readouterr()
+    assert out.out == "" and out.err == ""
+
+
+def test_analysis_never_imports_rich() -> None:
+    import ast
+
+    for path in glob.glob(os.path.join(os.path.dirname(__file__), "..", "ckptstat", "analysis", "*.py")):
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        mods = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        mods |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert not {m for m in mods if m.split(".")[0] == "rich"}, path
 
 
 @pytest.mark.parametrize("workers", [1, 2])

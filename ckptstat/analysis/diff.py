@@ -7,6 +7,8 @@ from ..core import Checkpoint
 from ..naming import strip_prefixes
 
 DIFF_SCHEMA = "ckptstat.diff/1"
+COMPARED = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
+            "not dtypes nor values")
 
 
 def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
@@ -32,7 +34,8 @@ def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
 
 def diff(a: Checkpoint, b: Checkpoint) -> dict:
     """Unique parameters per module of two checkpoints (base-model prefixes such as `bert.` ignored),
-    itemising where their totals part: modules only in one, and modules whose counts differ."""
+    itemising where their totals part: modules only in one, and modules whose counts differ.
+    `same` is true when no row differs (what `ckptstat diff` turns into exit status 0)."""
     ma, mb = _by_module(a), _by_module(b)
     rows = []
     for module in sorted(set(ma) | set(mb)):
@@ -43,5 +46,5 @@ def diff(a: Checkpoint, b: Checkpoint) -> dict:
     ta = sum(r["params"] for r in ma.values())
     tb = sum(r["params"] for r in mb.values())
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
-            "a_params": ta, "b_params": tb, "delta": tb - ta,
-            "rows": rows}
+            "a_params": ta, "b_params": tb, "delta": tb - ta, "compared": COMPARED,
+            "same": not rows and ta == tb, "rows": rows}

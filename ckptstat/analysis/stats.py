@@ -20,8 +20,8 @@ from __future__ import annotations
 import math
 import os
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -186,7 +186,7 @@ class Acc:
         x32 = x if x.dtype == np.float32 else x.astype(np.float32)
         return x32.view(np.uint32) >> 16
 
-    def merge(self, other: "Acc") -> None:
+    def merge(self, other: Acc) -> None:
         """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys."""
         hist, exact = other.hist, other.exact
         if other.domain != self.domain:
@@ -469,9 +469,27 @@ class StatsRun:
     bucket_acc: dict[str, Acc]
 
 
+Progress = Callable[[int, int], None]   # (bytes read so far, bytes to read); the caller draws it
+
+
+def _counter(progress: Progress, total: int) -> Callable[[int], None]:
+    """A per-chunk tick (bytes just read) that reports the running total, never past `total`."""
+    done = 0
+
+    def tick(nbytes: int) -> None:
+        nonlocal done
+        done = min(total, done + nbytes)
+        progress(done, total)
+
+    return tick
+
+
 def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] = (), all_roles: bool = False,
-            chunk_bytes: int = DEFAULT_STATS_CHUNK, workers: int = 1, progress: bool = False) -> StatsRun:
-    """Read every selected tensor once and build the stats report (schema ckptstat.stats/1)."""
+            chunk_bytes: int = DEFAULT_STATS_CHUNK, workers: int = 1, progress: Progress | None = None) -> StatsRun:
+    """Read every selected tensor once and build the stats report (schema ckptstat.stats/1).
+
+    `progress(done, total)`, when given, is called with stored bytes read so far and to read: once
+    before the first read, after every chunk (with workers, a few times a second) and once at the end."""
     if chunk_bytes < 1:
         raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
     if workers < 0:
@@ -480,16 +498,15 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
     items, skipped = select(ckpt, pattern, buckets, all_roles)
     total_bytes = sum(ckpt[i.name].nbytes for i in items)
     t0 = time.perf_counter()
-    bar = _progress_bar(total_bytes) if progress else None
-    tick = bar[1] if bar else None
-    try:
-        if workers > 1 and len(items) > 1:
-            rows, groups = _run_pool(ckpt, items, chunk_bytes, min(workers, len(items)), tick)
-        else:
-            rows, groups = run_items(ckpt, items, chunk_bytes, tick)
-    finally:
-        if bar:
-            bar[0].stop()
+    tick = _counter(progress, total_bytes) if progress else None
+    if progress:
+        progress(0, total_bytes)
+    if workers > 1 and len(items) > 1:
+        rows, groups = _run_pool(ckpt, items, chunk_bytes, min(workers, len(items)), tick)
+    else:
+        rows, groups = run_items(ckpt, items, chunk_bytes, tick)
+    if progress:
+        progress(total_bytes, total_bytes)
     elapsed = time.perf_counter() - t0
     flags = anomalies(rows)
     flagged: dict[str, list[str]] = {}
@@ -534,18 +551,6 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
 def stats(ckpt: Checkpoint, **kw) -> dict:
     """The stats report of an open Checkpoint (see `collect` for the options)."""
     return collect(ckpt, **kw).report
-
-
-def _progress_bar(total: int):  # noqa: ANN202
-    from rich.console import Console
-    from rich.progress import (BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn,
-                               TransferSpeedColumn)
-
-    prog = Progress(TextColumn("reading"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
-                    TimeRemainingColumn(), console=Console(stderr=True), transient=True)
-    task = prog.add_task("read", total=total)
-    prog.start()
-    return prog, lambda n: prog.advance(task, n)
 
 
 # --- CSV ------------------------------------------------------------------------------------------------

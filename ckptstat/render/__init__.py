@@ -4,22 +4,14 @@ from __future__ import annotations
 import re
 
 from rich import box
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
 
-
-def inert(s: object) -> str:
-    """A file-derived string with its control characters (terminal escapes) shown as \\xNN."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
-
-
-def safe(s: object) -> Text:
-    """A file-derived string as inert text: control characters shown as \\xNN, and wrapped in Text
-    so rich never reads it as markup."""
-    return Text(inert(s))
+# What summary, flops and memory assume when no --seq is given (families.spec.default_seq).
+DEFAULT_SEQ_RULE = "128, or the model's learned positions if fewer"
 
 
 def human(n: float, unit: str = "") -> str:
@@ -41,6 +33,14 @@ def human_bytes(n: float, compact: bool = False) -> str:
     return str(n)
 
 
+def seq_line(seq: int | list[int], default: bool) -> Text:
+    """`seq          128 (default: ...)`: the sequence length an analytic figure assumed, and why."""
+    seqs = seq if isinstance(seq, list) else [seq]
+    text = Text("seq          " + ", ".join(map(str, seqs)))
+    text.append(f" (default: {DEFAULT_SEQ_RULE})" if default else " (--seq)", style="dim")
+    return text
+
+
 def _table(title: str, *columns: str) -> Table:
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for i, c in enumerate(columns):
@@ -54,10 +54,10 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if a["architectures"]:
         arch += " " + ", ".join(a["architectures"])
     p = r["parameters"]
+    console.print(name_line("checkpoint   ", r["path"], f"  [{r['format']}, {len(r['files'])} file(s)]"))
+    console.print(Text("architecture ").append_text(safe(arch)).append(f" (from {a['source']})"))
+    console.print(name_line("config       ", r["config"] or "none found"))
     head = Text()
-    head.append("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}, {len(r['files'])} file(s)]\n")
-    head.append("architecture ").append_text(safe(arch)).append(f" (from {a['source']})\n")
-    head.append("config       ").append_text(safe(r["config"] or "none found")).append("\n")
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")
     if p["aliases"]:
@@ -85,12 +85,12 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if r["non_parameters"]:
         t = _table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
         for n in r["non_parameters"]:
-            t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), safe(n["names"][0]))
-        console.print(t)
+            t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
+        console.print(fit_names(t, console, column=4))
     if r["unplaced"]:
         console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
         for name in r["unplaced"]:
-            console.print(Text("  ").append_text(safe(name)))
+            console.print(name_line("  ", name))
     s = r["storage"]
     console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
                        f"+ headers/padding {s['overhead_bytes']:,} B"))
@@ -98,7 +98,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if an and "error" in an:
         console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
     elif an:
-        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token at s={an['seq']} "
+        console.print(seq_line(an["seq"], default=True))
+        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token at seq {an['seq']} "
                            f"(matmul FLOPs = 2 x MACs); training 3x"))
         console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
                            f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
@@ -119,17 +120,17 @@ def render_tensors(r: dict, console: Console) -> None:
     t = _table(f"{len(r['tensors'])} tensors (buf = buffer, opt = optimizer state, ctr = counter)",
                "name", "bucket", "dtype", "shape", "numel", "bytes")
     for c in t.columns[1:]:
-        c.no_wrap = True  # numbers never fold; long names do
+        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
     for row in r["tensors"]:
-        name = safe(row["name"])
+        name: Name | Group = Name(row["name"])
         if row["alias_of"]:
-            name.append(" = ").append_text(safe(row["alias_of"]))
+            name = Group(name, Name(Text("= ", style="dim").append_text(safe(row["alias_of"]))))
         bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
         if row["role"] != "parameter":
             bucket += f" {_ROLE_TAG[row['role']]}"
         t.add_row(name, bucket, row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
                   f"{row['numel']:,}", human_bytes(row["bytes"]))
-    console.print(t)
+    console.print(fit_names(t, console))
 
 
 def _shape(shape: list[int]) -> str:
@@ -148,37 +149,40 @@ def _arch_line(r: dict) -> Text:
     return t
 
 
-def render_flops(r: dict, console: Console) -> None:
+def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
+    """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
     p = r["parameters"]
-    head = _arch_line(r)
-    head.append("\nsource       ").append_text(safe(r["config"] or r["path"]))
-    head.append(f"\nparameters   {p['predicted']:,} predicted from the architecture")
+    console.print(_arch_line(r))
+    console.print(name_line("source       ", r["config"] or r["path"]))
+    head = Text(f"parameters   {p['predicted']:,} predicted from the architecture")
     if p["checkpoint"] is not None:
         head.append(f"; checkpoint {p['checkpoint']:,} " + ("(agree)" if p["agree"] else "(DISAGREE)"),
                     style=None if p["agree"] else "bold yellow")
     if p["active"] is not None:
         head.append(f"\nactive       {p['active']:,} per token (top-k experts)")
     console.print(head)
+    console.print(seq_line([run["seq"] for run in r["runs"]], seq_default))
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
     console.print(Text(f"counting     {r['counting']['flops']}; {r['counting']['attention']}", style="dim"))
     console.print(Text(f"head         {r['counting']['head']}", style="dim"))
     first = r["runs"][0]
     macs_col = "MACs" if conv != "flops" else "FLOPs"
-    t = _table(f"Per module, forward, b={r['batch']} s={first['seq']}" + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "")
-               + " (shapes per sample, sums over calls)", "module", "in/out", "params", macs_col, "elem.", "read/write")
+    t = _table(f"Per module, forward, b={r['batch']} s={first['seq']}"
+               + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "") + " (shapes per sample, sums over calls)",
+               "module", "in/out", "params", macs_col, "elem.", "read/write")
     for c in t.columns[1:]:
         c.no_wrap = True
     group = None
     for m in first["modules"]:
         val = m["macs"] if conv != "flops" else m["flops"]
         g = _GROUP.match(m["module"])
-        name = Text(m["module"])
+        name = Name(m["module"])
         if g:
             if g.group(1) != group:
                 group = g.group(1)
-                t.add_row(Text(f"{group} x{m['calls']}", style="bold"), "", "", "", "", "")
-            name = Text("  " + g.group(2))
+                t.add_row(Name(Text(f"{group} x{m['calls']}", style="bold")), "", "", "", "", "")
+            name = Name(Text("  ").append_text(safe(g.group(2))))
         else:
             group = None
         t.add_row(name, f"{_shape(m['in_shape'][1:])}\n{_shape(m['out_shape'][1:])}",
@@ -188,7 +192,7 @@ def render_flops(r: dict, console: Console) -> None:
     tt = first["totals"]
     t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
               human(tt["elementwise_flops"]), f"{human_bytes(tt['bytes_read'], True)}\n{human_bytes(tt['bytes_written'], True)}")
-    console.print(t)
+    console.print(fit_names(t, console))
     s = _table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
                "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
     if conv == "bertstat":
@@ -207,15 +211,14 @@ def render_flops(r: dict, console: Console) -> None:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 def render_ties(r: dict, console: Console) -> None:
     tw = r["tie_word_embeddings"]
-    console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  [{r['format']}]"))
-    console.print(Text("config       ").append_text(safe(r["config"] or "none found"))
-                  .append(f"  (tie_word_embeddings: {'unknown' if tw is None else str(tw).lower()})"))
+    console.print(name_line("checkpoint   ", r["path"], f"  [{r['format']}]"))
+    console.print(name_line("config       ", r["config"] or "none found",
+                            f"  (tie_word_embeddings: {'unknown' if tw is None else str(tw).lower()})"))
     if r["ties"]:
         console.print(Text("Tied weights", style="italic"))
         for tie in r["ties"]:
-            console.print(Text("  ").append_text(safe(tie["alias"])).append(f"  ({tie['numel']:,} elements)"))
-            console.print(Text("    = ").append_text(safe(tie["target"]))
-                          .append(f"  [{tie['evidence']}; {tie['status']}]", style="dim"))
+            console.print(name_line("  ", tie["alias"], f"  ({tie['numel']:,} elements)"))
+            console.print(name_line("    = ", tie["target"], Text(f"  [{tie['evidence']}; {tie['status']}]", style="dim")))
     else:
         console.print("No tied weights found" + ("" if r["deep"] else " (headers and config; --deep also compares contents)"))
     rows = r["counting"]["rows"]
@@ -229,8 +232,7 @@ def render_ties(r: dict, console: Console) -> None:
         if row["differences"]:
             console.print(Text(f"{row['convention']} ({row['equals']}):", style="bold"))
             for d in row["differences"]:
-                console.print(Text(f"  {d['elements']:+,}  ").append_text(safe(d["name"])).append(": ")
-                              .append_text(safe(d["why"])))
+                console.print(name_line(f"  {d['elements']:+,}  ", d["name"], Text(": ").append_text(safe(d["why"]))))
     cc = r["cross_check"]
     if not cc["available"]:
         console.print(Text("config check not available: ").append_text(safe(cc["reason"])), style="dim")
@@ -240,11 +242,11 @@ def render_ties(r: dict, console: Console) -> None:
                     f"{len(cc['unexpected'])} unexpected, {len(cc['shape_mismatches'])} shape mismatch(es)")
         console.print(line)
         for m in cc["missing"]:
-            console.print(Text("  missing     ").append_text(safe(m["name"])).append(": ").append_text(safe(m["why"])))
+            console.print(name_line("  missing     ", m["name"], Text(": ").append_text(safe(m["why"]))))
         for u in cc["unexpected"]:
-            console.print(Text("  unexpected  ").append_text(safe(u["name"])).append(f" {u['shape']}"))
+            console.print(name_line("  unexpected  ", u["name"], f" {u['shape']}"))
         for m in cc["shape_mismatches"]:
-            console.print(Text("  shape       ").append_text(safe(m["name"])).append(f" file {m['file']} vs config {m['config']}"))
+            console.print(name_line("  shape       ", m["name"], f" file {m['file']} vs config {m['config']}"))
     nc = r["counting"]["not_counted"]
     if nc:
         console.print(Text(f"not counted in any row: {len(nc)} tensor(s), {sum(d['elements'] for d in nc):,} "
@@ -253,7 +255,7 @@ def render_ties(r: dict, console: Console) -> None:
 
 def render_run(r: dict, console: Console) -> None:
     lat, fl, mem = r["latency"], r["flops"], r["peak_memory"]
-    console.print(Text("checkpoint   ").append_text(safe(r["path"])).append(f"  -> {r['model_class']}"))
+    console.print(name_line("checkpoint   ", r["path"], f"  -> {r['model_class']}"))
     console.print(f"run          {r['device']}, {r['dtype']}, attn {r['attn']}, batch {r['batch']} x seq {r['seq']}, "
                   f"{r['iters']} timed runs after {r['warmup']} warm-up")
     t = _table("Measured vs analytic", "quantity", "measured", "analytic", "difference")
@@ -273,15 +275,17 @@ def render_run(r: dict, console: Console) -> None:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
-def render_memory(r: dict, console: Console) -> None:
+def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
+    """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
     p = r["parameters"]
-    head = _arch_line(r)
-    head.append(f"\nparameters   {p['count']:,} ({p['source']})")
+    console.print(_arch_line(r))
+    head = Text(f"parameters   {p['count']:,} ({p['source']})")
     if p["active"] is not None:
         head.append(f"; active {p['active']:,}")
-    head.append(f"\ninput        b={r['batch']} s={r['seq']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
-                + f"; activations at {r['activation_bytes']} B/element")
     console.print(head)
+    console.print(seq_line(r["seq"], seq_default))
+    console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
+                       + f"; activations at {r['activation_bytes']} B/element"))
     t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
     t.columns[0].min_width = 18
     t.columns[1].no_wrap, t.columns[1].min_width = True, 9
@@ -290,8 +294,8 @@ def render_memory(r: dict, console: Console) -> None:
     for line in r["lines"]:
         if line["group"] != group:
             group = line["group"]
-            t.add_row(Text(group, style="bold"), "", "")
-        t.add_row(Text("  ").append_text(safe(line["item"])), human_bytes(line["bytes"]), Text(line["rule"], style="dim"))
+            t.add_row(Name(Text(group, style="bold")), "", "")
+        t.add_row(Name(Text("  ").append_text(safe(line["item"]))), human_bytes(line["bytes"]), Text(line["rule"], style="dim"))
     console.print(t)
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
@@ -300,21 +304,30 @@ def render_memory(r: dict, console: Console) -> None:
 def render_scan(r: dict, console: Console) -> None:
     t = _table("Globals referenced by the pickle(s)", "global", "count", "weights_only")
     for g in r["globals"]:
-        t.add_row(safe(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
-    console.print(Text("file         ").append_text(safe(r["path"])))
-    console.print(Text("pickles      ").append_text(safe(", ".join(f"{p['record']} ({p['opcodes']} opcodes)" for p in r["pickles"]))))
-    console.print(t)
+        t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
+    console.print(name_line("file         ", r["path"]))
+    pickles = ", ".join(f"{p['record']} ({p['opcodes']} opcodes)" for p in r["pickles"])
+    console.print(Text("pickles      ").append_text(safe(pickles)))
+    console.print(fit_names(t, console))
     console.print(safe(r["verdict"]), style="bold red" if r["would_run_code"] else "green")
 
 
 def render_diff(r: dict, console: Console) -> None:
-    console.print(Text("A  ").append_text(safe(r["a"])).append(f"  {r['a_params']:,} unique parameters"))
-    console.print(Text("B  ").append_text(safe(r["b"])).append(f"  {r['b_params']:,} unique parameters"))
+    console.print(name_line("A  ", r["a"], f"  {r['a_params']:,} unique parameters"))
+    console.print(name_line("B  ", r["b"], f"  {r['b_params']:,} unique parameters"))
+    if not r["rows"]:
+        console.print(Text(f"no differences ({r['compared']})"))
+        return
     t = _table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
+    for c in t.columns[1:]:
+        c.no_wrap = True
     for row in r["rows"]:
-        name = safe(row["module"])
-        if row["tied"]:
-            name.append("\n  tied: ", style="dim").append_text(safe("; ".join(row["tied"])))
+        lines = [Name(row["module"])]
+        for tie in row["tied"]:   # "alias = target": each name elided on its own line
+            alias, _, target = tie.partition(" = ")
+            lines.append(Name(Text("  tied ", style="dim").append_text(safe(alias))))
+            lines.append(Name(Text("    = ", style="dim").append_text(safe(target))))
+        name = Group(*lines)
         t.add_row(name, "-" if row["a"] is None else f"{row['a']:,}", "-" if row["b"] is None else f"{row['b']:,}",
                   f"{row['delta']:+,}")
-    console.print(t)
+    console.print(fit_names(t, console))

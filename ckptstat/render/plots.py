@@ -13,7 +13,7 @@ import os
 import numpy as np
 
 from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
-from ..errors import MissingDependencyError, UsageError
+from ..errors import CkptstatError, MissingDependencyError, UsageError
 
 PLOT_SCHEMA = "ckptstat.plot/1"
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -29,6 +29,30 @@ def parse_size(text: str) -> tuple[float, float]:
     if not (0 < w <= 100 and 0 <= h <= 200):
         raise UsageError(f"--size out of range: {text!r}")
     return w, h
+
+
+def check_plot_args(output: str | os.PathLike[str], clip: float, dpi: int) -> str:
+    """The figure format for `output`; UsageError for a bad extension, --clip or --dpi."""
+    output = os.fspath(output)
+    fmt = FORMATS.get(os.path.splitext(output)[1].lower())
+    if fmt is None:
+        raise UsageError(f"{output}: the plot file must end in .png, .svg or .pdf")
+    if not 0 <= clip < 50:
+        raise UsageError(f"--clip must be in [0, 50), got {clip}")
+    if dpi < 10 or dpi > 1000:
+        raise UsageError(f"--dpi must be in [10, 1000], got {dpi}")
+    return fmt
+
+
+def nothing_to_plot(run: StatsRun) -> str | None:
+    """Why a stats run has nothing to draw (no tensor, or not one finite value), or None."""
+    r = run.report
+    if not r["tensors"]:
+        return "no tensor selected"
+    if not r["total"] or not r["total"]["finite"]:
+        n = len(r["tensors"])
+        return f"the {n} selected tensor{'s' if n > 1 else ''} hold{'' if n > 1 else 's'} no finite value"
+    return None
 
 
 def rebin(acc: Acc, clip: float, bins: int = HIST_BINS) -> tuple[np.ndarray, np.ndarray, int]:
@@ -74,15 +98,13 @@ def _draw_boxes(ax, boxes: list[dict], title: str, rotate: bool) -> None:  # noq
 
 def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = False, clip: float = 0.1,
                figsize: tuple[float, float] = (12.0, 0.0), dpi: int = 100) -> dict:
-    """Draw the figure for a stats run and save it; the format comes from the file extension."""
+    """Draw the figure for a stats run and save it; the format comes from the file extension.
+    A run with nothing to draw (`nothing_to_plot`) raises CkptstatError and writes no file."""
     output = os.fspath(output)
-    fmt = FORMATS.get(os.path.splitext(output)[1].lower())
-    if fmt is None:
-        raise UsageError(f"{output}: the plot file must end in .png, .svg or .pdf")
-    if not 0 <= clip < 50:
-        raise UsageError(f"--clip must be in [0, 50), got {clip}")
-    if dpi < 10 or dpi > 1000:
-        raise UsageError(f"--dpi must be in [10, 1000], got {dpi}")
+    fmt = check_plot_args(output, clip, dpi)
+    empty = nothing_to_plot(run)
+    if empty:
+        raise CkptstatError(f"{empty}: nothing to plot, {output} not written")
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -102,8 +124,6 @@ def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = 
     fig.suptitle(f"{os.path.basename(r['path'].rstrip(os.sep))}: weights of {len(r['tensors'])} tensors "
                  f"({r['selection']['roles']} roles)", fontsize=12)
     panels: list[str] = []
-    if not r["tensors"]:
-        fig.text(0.5, 0.5, "no tensors selected", ha="center")
 
     for i, b in enumerate(hist_buckets):
         acc = run.bucket_acc[b]

@@ -5,8 +5,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import _table, human, human_bytes, safe
-
+from . import Name, _table, fit_names, human, human_bytes, name_line, safe
 
 MAX_ANOMALIES = 25
 
@@ -37,7 +36,8 @@ def _qcols(r: dict, keys: list[str]) -> list[str]:
 
 
 def render_stats(r: dict, console: Console, show_layers: bool = False, show_tensors: bool = False) -> None:
-    head = Text("checkpoint ").append_text(safe(r["path"])).append(f"  [{r['format']}]\n")
+    console.print(name_line("checkpoint ", r["path"], f"  [{r['format']}]"))
+    head = Text()
     sel = r["selection"]
     what = f"{len(r['tensors'])} tensors ({sel['roles']} roles"
     if sel["filter"]:
@@ -81,14 +81,14 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
     if show_tensors:
         t = _tbl("By tensor", "name", "dtype", "std", "min", "max", "zeros", "flags")
         for row in r["tensors"]:
-            t.add_row(safe(row["name"]), row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
+            t.add_row(Name(row["name"]), row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
                       _pct(row["zero_fraction"]), ",".join(row["flags"]))
-        console.print(t)
+        console.print(fit_names(t, console))
 
     if r["anomalies"]:
         t = _tbl(f"{len(r['anomalies'])} anomalies", "tensor", "kind", "detail")
         for a in r["anomalies"][:MAX_ANOMALIES]:
-            t.add_row(safe(a["name"]), a["kind"], a["detail"])
+            t.add_row(Name(a["name"]), a["kind"], a["detail"])
         if len(r["anomalies"]) > MAX_ANOMALIES:
             t.add_row(f"... {len(r['anomalies']) - MAX_ANOMALIES} more (see --json or --csv)", "", "")
         console.print(t, style="yellow")
