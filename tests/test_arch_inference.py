@@ -9,12 +9,12 @@ import shutil
 
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.census.model import from_checkpoint, load
-from ckptstat.families.spec import canonical_name, check_seq, from_config
 from ckptstat.errors import UsageError
-from conftest import fixture
+from ckptstat.families.spec import canonical_name, check_seq, from_config
 
 ST = fixture("bert-tiny-pretraining", "model.safetensors")   # the same BertForPreTraining as tf1-bert
 with open(fixture("bert-tiny-pretraining", "expected.json")) as _f:

@@ -4,9 +4,9 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import open_checkpoint
-from conftest import fixture
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")

@@ -7,11 +7,11 @@ import os
 import pytest
 
 from ckptstat import bert_stat, open_checkpoint, summarize
-from ckptstat.errors import UsageError
-from ckptstat.families.graph import build
 from ckptstat.analysis.memory import report as memory_report
 from ckptstat.census.model import from_checkpoint, load
 from ckptstat.cli import main
+from ckptstat.errors import UsageError
+from ckptstat.families.graph import build
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 

@@ -5,12 +5,12 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from conftest import fixture
 
 from ckptstat import open_checkpoint, summarize
-from ckptstat.analysis.ties import audit
 from ckptstat.analysis.diff import diff
+from ckptstat.analysis.ties import audit
 from ckptstat.census.ties import find_ties, identical_tensors
-from conftest import fixture
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
@@ -194,6 +194,7 @@ def test_config_cross_check_finds_gaps(tmp_path, expected_st):
 
 
 def test_diff_cli(cli, expected_st):
-    rc, out, _ = cli("diff", fixture("bert-tiny"), fixture("bert-tiny-mlm"), "--json")
+    rc, out, _ = cli("diff", fixture("bert-tiny"), fixture("bert-tiny-mlm"), "--json")   # they differ: 1, as diff(1)
     d = json.loads(out)
-    assert rc == 0 and d["schema"] == "ckptstat.diff/1" and d["delta"] == expected_st["bert-tiny-mlm"]["parameters"] - expected_st["bert-tiny"]["parameters"]
+    assert rc == 1 and not d["same"] and d["schema"] == "ckptstat.diff/1"
+    assert d["delta"] == expected_st["bert-tiny-mlm"]["parameters"] - expected_st["bert-tiny"]["parameters"]

@@ -6,7 +6,10 @@ Training = 3 x forward (backward costs twice the forward's matmuls).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..census.model import Model
+from ..families import get
 from ..families.graph import EW_COST, build
 from ..families.spec import check_seq
 
@@ -32,7 +35,7 @@ def _windowed_pairs(s: int, w: int) -> int:
 
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False) -> dict:
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for op in ops:
         rows.append({"module": op.module, "kind": op.kind, "bucket": op.bucket, "calls": op.calls,
                      "in_shape": list(op.in_shape), "out_shape": list(op.out_shape), "params": op.params,
@@ -43,8 +46,8 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     tokens = batch * seq
     fwd = tot("flops")
     attn = sum(r["flops"] for r in rows if r["kind"] == "attention")
-    out = {
-        "seq": seq, "dec_seq": (seq if dec_seq is None else dec_seq) if m.spec.family == "t5" else None,
+    out: dict[str, Any] = {
+        "seq": seq, "dec_seq": (seq if dec_seq is None else dec_seq) if get(m.spec.family).encoder_decoder else None,
         "tokens": tokens, "modules": rows,
         "totals": {
             "macs": tot("macs"), "flops": fwd, "flops_per_token": fwd / tokens,

@@ -2,14 +2,16 @@
 from __future__ import annotations
 
 from ..census.model import Model
+from ..families import get
 from ..families.spec import check_seq
 
 SCHEMA = "ckptstat.memory/1"
-WHAT_IF = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
+WHAT_IF: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 
 
 def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
     s = m.spec
+    family = get(s.family)
     check_seq(s, seq, dec_seq)
     b, n = batch, seq
     nd = n if dec_seq is None else dec_seq
@@ -26,26 +28,16 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
     else:
         line("weights", f"as configured ({s.dtype or 'float32, assumed'})", m.weight_bytes,
              f"predicted parameters x {m.bytes_per_param:g} B")
-    for dt, nb in WHAT_IF.items():
-        line("weights what-if", dt, P * nb, f"{P:,} parameters x {nb:g} B (no quantisation scales)")
+    for dt, per in WHAT_IF.items():
+        line("weights what-if", dt, P * per, f"{P:,} parameters x {per:g} B (no quantisation scales)")
     if m.predicted.get("active") is not None:
         line("weights what-if", f"active experts only ({s.top_k} of {s.experts}), as stored",
              m.predicted["active"] * m.bytes_per_param, "active parameters x stored bytes per parameter "
              "(all experts must still be resident for routing)")
 
-    # KV cache: 2 (K and V) x layers x g x d x tokens x bytes.
-    kv_w = s.kv_heads * s.head_dim
-    if s.causal:
-        per_tok = 2 * s.layers * kv_w * ab
-        line("kv cache", f"b={b}, s={n}", per_tok * b * n, f"2 x L x g x d x s x b x {ab} B = {per_tok:,} B/token")
-        if s.sliding_window and n > s.sliding_window:
-            line("kv cache", f"rolling window {s.sliding_window}", per_tok * b * s.sliding_window,
-                 "cache of a sliding-window kernel keeps only the last `sliding_window` tokens")
-    elif s.family == "t5" and s.head != "encoder-only":
-        per_tok = 2 * s.decoder_layers * kv_w * ab
-        line("kv cache", f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd,
-             f"2 x L_dec x a x d x s_dec x b x {ab} B")
-        line("kv cache", f"cross-attention, b={b}, s_enc={n}", per_tok * b * n, f"2 x L_dec x a x d x s_enc x b x {ab} B")
+    # KV cache: what the family's attention caches per generated token (none for an encoder).
+    for item, nbytes, rule in family.kv_cache(s, b, n, nd, ab) if family.kv_cache else ():
+        line("kv cache", item, nbytes, rule)
 
     # Inference activations: one layer live at a time (eager attention materialises the scores).
     f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
@@ -55,12 +47,12 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
          f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
          f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
     if s.head in ("lm", "mlm", "pretraining"):
-        out_tok = nd if s.family == "t5" else n
+        out_tok = nd if family.encoder_decoder else n
         line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
 
     # Training activations: Korthikanti et al. 2022 (Reducing Activation Recomputation), eq. 2,
     # 16-bit activations, no recomputation, no sequence/tensor parallelism, no flash attention.
-    layers = s.layers * (s.inner_group if s.family == "albert" else 1) + s.decoder_layers
+    layers = s.layers * s.inner_group + s.decoder_layers   # layers run (ALBERT runs each shared layer inner_group times)
     per_layer = n * b * s.hidden * (34 + 5 * s.heads * n / s.hidden)
     line("activations (training)", f"{layers} layers, b={b}, s={n}", per_layer * layers,
          "Korthikanti et al. 2022: s*b*h*(34 + 5*a*s/h) B per layer (16-bit, GPT-style layer with f=4h, "
@@ -80,7 +72,7 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
                          "architecture": s.architecture},
         "parameters": {"count": P, "source": "checkpoint" if m.checkpoint_params is not None else "config prediction",
                        "predicted": m.predicted["total"], "agree": m.agree, "active": m.predicted.get("active")},
-        "batch": b, "seq": n, "dec_seq": nd if s.family == "t5" else None,
+        "batch": b, "seq": n, "dec_seq": nd if family.encoder_decoder else None,
         "activation_bytes": ab,
         "lines": lines,
         "notes": list(m.notes),

@@ -3,6 +3,7 @@ cross-check, from the census's tie evidence (census.ties, whose docstring lists 
 from __future__ import annotations
 
 import math
+from typing import Any
 
 from ..census import parameters, placements
 from ..census.ties import Tie, find_ties, tie_word_embeddings
@@ -88,7 +89,7 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     def why(t: Tie) -> str:
         return f"tied to {t.target} ({t.evidence}; {t.status})"
 
-    alias_rows = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties if t.alias in names]
+    alias_rows: list[dict[str, Any]] = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties if t.alias in names]
     twice = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties if t.status == "stored twice"]
     in_file_aliases = [{"name": t.alias, "elements": t.numel, "why": why(t)} for t in ties
                        if t.alias in tensors and t.alias in is_param]
@@ -106,7 +107,8 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
          "params": every, "differences": alias_rows},
         {"convention": "torchinfo 1.8 summary", "equals": "torchinfo.summary(model) Total params",
          "params": torchinfo, "differences": torchinfo_extra},
-        {"convention": "stored parameter elements", "equals": "elements of the parameter tensors the file stores, each storage once",
+        {"convention": "stored parameter elements",
+         "equals": "elements of the parameter tensors the file stores, each storage once",
          "params": stored, "differences": twice},
         {"convention": "file tensor list", "equals": "sum over every parameter name in the file (a naive state_dict loop)",
          "params": file_names, "differences": in_file_aliases + twice},
@@ -158,17 +160,21 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
     table = counting(ckpt, ties)
     # model.parameters() of the model the config builds: the file's unique parameters, plus those the
     # model has and the file lacks (untied), minus those the model would not load.
-    row = {"convention": "model.parameters()", "equals": "sum(p.numel() for p in model.parameters()) of the model config.json builds",
+    row = {"convention": "model.parameters()",
+           "equals": "sum(p.numel() for p in model.parameters()) of the model config.json builds",
            "params": table["rows"][0]["params"], "differences": []}
     if check["available"]:
         for m in check["missing"]:
             if m["why"] == "not in the file":
-                row["differences"].append({"name": m["name"], "elements": m["elements"], "why": "the model has it; the file does not"})
+                row["differences"].append({"name": m["name"], "elements": m["elements"],
+                                           "why": "the model has it; the file does not"})
         for u in check["unexpected"]:
-            row["differences"].append({"name": u["name"], "elements": -u["elements"], "why": "in the file; the model has no such parameter"})
+            row["differences"].append({"name": u["name"], "elements": -u["elements"],
+                                       "why": "in the file; the model has no such parameter"})
         for m in check["shape_mismatches"]:
             d = math.prod(m["config"]) - math.prod(m["file"])
-            row["differences"].append({"name": m["name"], "elements": d, "why": f"shape {m['file']} in the file, {m['config']} per config"})
+            row["differences"].append({"name": m["name"], "elements": d,
+                                       "why": f"shape {m['file']} in the file, {m['config']} per config"})
         row["params"] += sum(d["elements"] for d in row["differences"])
     else:
         row["equals"] += f" (assumed equal to the file's: {check['reason']})"

@@ -7,12 +7,20 @@ import os
 from dataclasses import dataclass, field, replace
 
 from ..core import Checkpoint
-from ..formats.registry import load_config, open_checkpoint
 from ..errors import UsageError
 from ..families import detect
 from ..families.graph import predict_params
-from ..families.spec import (DTYPE_BYTES, ArchSpec, canonical_tensors, config_from_gguf, from_config, from_tensors,
-                             infer_head, with_head)
+from ..families.spec import (
+    DTYPE_BYTES,
+    ArchSpec,
+    canonical_tensors,
+    config_from_gguf,
+    from_config,
+    from_tensors,
+    infer_head,
+    with_head,
+)
+from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 
 
@@ -67,7 +75,7 @@ def is_bare_config(path: str) -> bool:
 
 
 def from_checkpoint(ckpt: Checkpoint) -> Model:
-    count, by_dtype = 0, {}
+    count, by_dtype = 0, dict[str, int]()
     for t in parameters(ckpt):
         count += t.numel
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size

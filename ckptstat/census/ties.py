@@ -15,38 +15,13 @@ import hashlib
 from dataclasses import dataclass
 
 from ..core import Checkpoint
-from ..families.spec import HEAD_SUFFIXES
+from ..families import FAMILIES, by_model_type
+from ..families.base import HEAD_SUFFIXES, TieRule
 from ..naming import structural_ties
 from .counts import aliases
 
-
-@dataclass(frozen=True)
-class TieRule:
-    alias: str      # the name that is the same tensor as `target`, as its model names it
-    target: str
-    when: str       # "config": only if tie_word_embeddings; "always": the architecture ties it
-    module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
-
-
-# Known tied pairs, per family (from each transformers model's _tied_weights_keys).
-TIE_RULES = [
-    TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config"),   # BERT
-    TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always"),
-    TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config"),        # RoBERTa
-    TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config"),
-    TieRule("lm_head.decoder.bias", "lm_head.bias", "always"),
-    TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config"),     # ALBERT
-    TieRule("predictions.decoder.bias", "predictions.bias", "always"),
-    TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config"),     # DistilBERT
-    TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config"),      # ELECTRA
-    TieRule("lm_head.weight", "transformer.wte.weight", "config"),                                  # GPT-2
-    TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),                               # LLaMA, Mistral, Qwen2
-    TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),                 # T5
-    TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
-    TieRule("lm_head.weight", "shared.weight", "config"),
-]
-# transformers' default for tie_word_embeddings is True except where a family's config sets False.
-UNTIED_BY_DEFAULT = {"llama", "mistral", "qwen2", "mixtral"}
+# Known tied pairs: each family's (families/<name>.py, from transformers' _tied_weights_keys), each once.
+TIE_RULES: tuple[TieRule, ...] = tuple(dict.fromkeys(rule for f in FAMILIES for rule in f.tie_rules))
 
 
 @dataclass(frozen=True)
@@ -65,7 +40,9 @@ def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
         return None
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
-    return cfg.get("model_type") not in UNTIED_BY_DEFAULT
+    # transformers' default is True except where a family's config sets False (Family.tied_by_default)
+    family = by_model_type(cfg.get("model_type"))
+    return family.tied_by_default if family is not None else True
 
 
 def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule) -> bool:

@@ -1,0 +1,116 @@
+"""ALBERT (transformers modeling_albert.py): a BERT-style encoder (encoder.py) with factorised embeddings
+(E -> h through embedding_hidden_mapping_in) and layers shared across depth: num_hidden_groups groups of
+inner_group_num layers, each group reused until num_hidden_layers layers have run."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import encoder, infer
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .ops import Builder
+
+LAYER: encoder.LayerNames = (
+    "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",
+    "ffn", "ffn act", "ffn_output", "full_layer_layer_norm")
+
+
+def pooler(model_type: str, head: str) -> bool:
+    return head in ("base", "pretraining", "seqcls")
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a = c.int("hidden_size"), c.int("num_attention_heads")
+    e = c.int("embedding_size", default=h)
+    act = c.get("hidden_act", default="gelu")
+    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    positions=c.int("max_position_embeddings"), type_vocab=c.int("type_vocab_size", default=2),
+                    embedding_size=e, activation=str(act), pooler=pooler(c.model_type, c.head),
+                    shared_groups=c.int("num_hidden_groups", default=1), inner_group=c.int("inner_group_num", default=1),
+                    **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    d = encoder.dims(T)
+    groups = infer.count_layers(T, r"albert_layer_groups\.(\d+)\.")
+    inner = infer.count_layers(T, r"albert_layers\.(\d+)\.")
+    a, note = infer.heads_for(d["hidden"], 64)
+    # num_hidden_layers is not in the weights (layers are shared): albert-base/xxlarge use 12
+    notes = ("no config: ALBERT's num_hidden_layers is not in the weights (shared layers); assumed 12", note)
+    return ArchSpec(num_labels=infer.num_labels(T), layers=12, heads=a, kv_heads=a, head_dim=d["hidden"] // a,
+                    pooler=infer.has(T, r"pooler\.dense\.weight$"), shared_groups=groups, inner_group=inner or 1,
+                    assumptions=notes, **d, **common)
+
+
+def build(B: Builder) -> None:
+    s, tok, first = B.s, (B.b, B.seq), (B.b,)
+    h, E = s.hidden, s.emb
+    encoder.embeddings(B)
+    B.linear("encoder.embedding_hidden_mapping_in", "embedding", tok, E, h, True)
+    encoder.layers(B, f"encoder.albert_layer_groups[{s.shared_groups} shared x{s.inner_group} layers]", LAYER,
+                   calls=s.layers * s.inner_group, copies=s.shared_groups * s.inner_group)
+    if s.pooler:
+        encoder.pooler(B)
+    if s.head in ("mlm", "lm", "pretraining"):
+        encoder.mlm_head(B, "cls.predictions", E)
+        if s.head == "pretraining":
+            B.linear("sop_classifier", "cls", first, h, 2, True)
+    if s.head == "seqcls":
+        if not s.pooler:
+            B.linear("classifier.dense", "cls", first, h, h, True)
+            B.activation("classifier act (tanh)", "cls", first, h, "tanh")
+        B.linear("classifier" if s.pooler else "classifier.out_proj", "cls", first, h, s.num_labels, True)
+    else:
+        encoder.token_heads(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
+    p = "" if s.head == "base" else "albert."
+    out: Shapes = {}
+    encoder.embedding_tensors(out, p, s, E)
+    add_linear(out, p + "encoder.embedding_hidden_mapping_in", h, E)
+    for g in range(s.shared_groups or 1):   # shared layers: groups x inner layers, reused across depth
+        for k in range(s.inner_group):
+            encoder.layer_tensors(out, f"{p}encoder.albert_layer_groups.{g}.albert_layers.{k}.", encoder.weights_of(LAYER),
+                                  h, f)
+    if s.pooler:
+        add_linear(out, p + "pooler", h, h)
+    if s.head in ("mlm", "pretraining"):
+        out["predictions.bias"] = (V,)
+        add_linear(out, "predictions.dense", E, h)
+        add_norm(out, "predictions.LayerNorm", E)
+        add_linear(out, "predictions.decoder", V, E)
+    if s.head == "pretraining":
+        add_linear(out, "sop_classifier.classifier", 2, h)
+    if s.head == "seqcls":
+        add_linear(out, "classifier", s.num_labels, h)
+    return out
+
+
+_SIZES = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99, max_position_embeddings=64,
+              embedding_size=16)
+
+FAMILY = Family(
+    name="albert",
+    model_types=("albert",),
+    signature=r"(^|[./])albert_layer_groups[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
+    head_rules=encoder.HEAD_RULES,
+    pooler=pooler,
+    tie_rules=(TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config"),
+               TieRule("predictions.decoder.bias", "predictions.bias", "always")),
+    samples=(
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3),
+               ("AlbertForMaskedLM", "AlbertForQuestionAnswering")),
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForTokenClassification",)),
+        # ALBERT's pooler is `albert.pooler` (no `.dense`), which the tensor-name inference does not find
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertModel", "AlbertForPreTraining"), infer=False),
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForSequenceClassification",),
+               infer=False),
+        # 4 layers run from 2 groups of 2 shared layers
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
+               ("AlbertForMaskedLM",)),
+    ),
+)

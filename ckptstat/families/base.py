@@ -1,0 +1,215 @@
+"""What every model family shares: the architecture record the analyses work from (ArchSpec), the
+record each family module exports (Family, registered in families/__init__.py), the config accessor
+families read config.json through (Cfg), and the small records a family's tables are made of
+(HeadRule, TieRule, Sample).
+
+Notation follows docs/oracles.md: h hidden, a query heads, g key/value heads, d head dim, f intermediate,
+V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA factorised embeddings).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from ..core import TensorInfo
+from ..errors import UsageError
+
+if TYPE_CHECKING:
+    from .ops import Builder
+
+# Which head an `architectures` class name carries (HF naming), tried in order.
+HEAD_SUFFIXES = [
+    ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
+    ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
+    ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
+    ("Model", "base"),
+]
+# Bytes per element of config `torch_dtype` / `dtype` values.
+DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "int8": 1}
+
+Shapes = dict[str, tuple[int, ...]]          # parameter name -> shape, PyTorch layout [out, in]
+Tensors = Mapping[str, TensorInfo]
+# (item, bytes, rule) lines of `ckptstat memory`'s "kv cache" group
+KVLines = list[tuple[str, float, str]]
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    family: str                       # a registered Family.name
+    model_type: str
+    source: str                       # "config.json" or "tensor names"
+    head: str                         # base, mlm, lm, pretraining, seqcls, tokcls, qa, encoder-only
+    architecture: str | None          # the architectures[0] class name the head came from
+    layers: int
+    hidden: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate: int
+    vocab: int
+    positions: int = 0                # learned absolute positions (0: rotary / relative)
+    context: int = 0                  # max_position_embeddings of rotary models (no parameters depend on it)
+    type_vocab: int = 0
+    embedding_size: int = 0           # ALBERT/ELECTRA factorised embeddings (== hidden when not factorised)
+    activation: str = "gelu"
+    gated_mlp: bool = False
+    norm: str = "layernorm"           # layernorm | rmsnorm
+    qkv_bias: bool = True
+    o_bias: bool = True
+    mlp_bias: bool = True
+    tied_embeddings: bool = True
+    pooler: bool = False
+    num_labels: int = 2
+    sliding_window: int | None = None
+    experts: int = 0                  # MoE: experts per layer; 0 for dense
+    top_k: int = 0
+    decoder_layers: int = 0           # T5 decoder stack
+    relative_buckets: int = 0         # T5 relative attention buckets
+    shared_groups: int = 0            # ALBERT num_hidden_groups
+    inner_group: int = 1              # ALBERT inner_group_num (layers run per group; 1 elsewhere)
+    dtype: str | None = None          # config torch_dtype, when given
+    assumptions: tuple[str, ...] = field(default=())
+
+    @property
+    def emb(self) -> int:
+        return self.embedding_size or self.hidden
+
+
+@dataclass(frozen=True)
+class HeadRule:
+    """A head shown by a tensor name (searched in canonical names, first rule that holds wins)."""
+    pattern: str                      # a tensor of this head
+    head: str
+    requires: str | None = None       # ...and only if a tensor matching this is there too
+    unless: str | None = None         # ...but when a tensor matching this is there, the head is `otherwise`
+    otherwise: str | None = None
+
+
+@dataclass(frozen=True)
+class TieRule:
+    alias: str      # the name that is the same tensor as `target`, as its model names it
+    target: str
+    when: str       # "config": only if tie_word_embeddings; "always": the architecture ties it
+    module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A transformers build of the family for tests/test_families.py: a config class with tiny sizes,
+    and the model classes (one or more per head the family models) to build from it."""
+    config: str                       # transformers config class name
+    kwargs: Mapping[str, Any]
+    models: tuple[str, ...]           # transformers model class names
+    device: str = "meta"              # "cpu" when the forward needs real values (MoE routing)
+    # the test also infers the architecture from the models' tensor names and shapes (no config); False
+    # where the names cannot tell the head apart (say why beside the sample)
+    infer: bool = True
+
+
+class Cfg:
+    """A config.json dict as a family reads it: typed, validated accessors that raise UsageError naming
+    the key, and the fields every ArchSpec takes from the config whatever the family (`common`)."""
+
+    def __init__(self, cfg: Mapping[str, Any], path: str, model_type: str, head: str, common: dict[str, Any]):
+        self.cfg, self.path, self.model_type, self.head = cfg, path, model_type, head
+        self.common = common           # ArchSpec fields resolved before the family: family, model_type, head...
+
+    def get(self, *keys: str, default: object = KeyError) -> Any:
+        for k in keys:
+            v = self.cfg.get(k)
+            if v is not None:
+                return v
+        if default is KeyError:
+            raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
+        return default
+
+    def int(self, *keys: str, default: object = KeyError) -> int:
+        v = self.get(*keys, default=default)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and keys[0] in _POSITIVE):
+            raise UsageError(f"{self.path}: config {keys[0]} = {v!r} is not a "
+                             f"{'positive' if keys[0] in _POSITIVE else 'non-negative'} integer")
+        return v
+
+
+# Sizes that divide others or that a model cannot lack.
+_POSITIVE = {"hidden_size", "num_attention_heads", "n_embd", "n_head", "dim", "n_heads", "d_model", "num_heads",
+             "d_kv", "head_dim", "num_key_value_heads", "num_local_experts", "num_experts_per_tok"}
+
+
+def no_pooler(model_type: str, head: str) -> bool:
+    return False
+
+
+def any_gguf(arch: str, metadata: Mapping[str, str]) -> bool:
+    return True
+
+
+@dataclass(frozen=True)
+class Family:
+    """Everything ckptstat knows about one model family. A family module builds one and the registry
+    (families/__init__.py) lists it; nothing outside the family module branches on its name."""
+
+    name: str                                   # ArchSpec.family and the registry key
+    model_types: tuple[str, ...]                # config.json model_type values it covers
+    signature: str                              # regex on normalised tensor names that shows the family
+    from_config: Callable[[Cfg], ArchSpec]      # config.json -> ArchSpec (Cfg.common carries the shared fields)
+    # canonical tensors (infer.canonical_tensors) -> ArchSpec; the dict holds the shared fields incl. the head
+    from_tensors: Callable[[Tensors, dict[str, Any]], ArchSpec]
+    build: Callable[[Builder], None]            # the op template flops and memory walk (ops.Builder)
+    heads: tuple[str, ...]                      # heads the op template models; each needs a Sample
+    samples: tuple[Sample, ...]                 # transformers builds tests/test_families.py checks
+    head_rules: tuple[HeadRule, ...] = ()       # head from tensor names when the config names none
+    no_head: str = "base"                       # ... and when no rule matches
+    default_head: str = "base"                  # head when config.json names no known architectures class
+    pooler: Callable[[str, str], bool] = no_pooler   # (model_type, head) -> keeps the pooler
+    expected_tensors: Callable[[ArchSpec], Shapes | None] | None = None   # the config cross-check template
+    tie_rules: tuple[TieRule, ...] = ()         # pairs transformers ties (its _tied_weights_keys)
+    tied_by_default: bool = True                # transformers' tie_word_embeddings default for the family
+    # learned positions a model_type cannot index (RoBERTa numbers from padding_idx + 1)
+    position_offset: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    encoder_decoder: bool = False               # a decoder stack fed by an encoder (`--dec-seq` applies)
+    kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
+    # GGUF general.architecture values (None: the model_types, as llama.cpp names most architectures)
+    gguf_architectures: tuple[str, ...] | None = None
+    gguf_accepts: Callable[[str, Mapping[str, str]], bool] = any_gguf   # (arch, metadata): this family's file?
+    # (arch, metadata, tensors) -> a config.json equivalent, or None
+    gguf_config: Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None] | None = None
+
+    @property
+    def gguf_names(self) -> tuple[str, ...]:
+        return self.model_types if self.gguf_architectures is None else self.gguf_architectures
+
+
+def add_linear(out: Shapes, name: str, fout: int, fin: int, bias: bool = True) -> None:
+    """An expected nn.Linear: weight [out, in] and, with bias, [out]."""
+    out[name + ".weight"] = (fout, fin)
+    if bias:
+        out[name + ".bias"] = (fout,)
+
+
+def add_norm(out: Shapes, name: str, dim: int, bias: bool = True) -> None:
+    """An expected LayerNorm (weight and bias) or RMSNorm (bias=False)."""
+    out[name + ".weight"] = (dim,)
+    if bias:
+        out[name + ".bias"] = (dim,)
+
+
+def head_of(archs: Iterable[str], default: str) -> tuple[str, str | None, tuple[str, ...]]:
+    """(head, the class name it came from, notes) from config `architectures`."""
+    for name in archs:
+        for suffix, head in HEAD_SUFFIXES:
+            if name.endswith(suffix):
+                return head, name, ()
+    return default, None, (f"config names no known architectures class; assumed the {default!r} head",)
+
+
+def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """KV cache of a decoder-only model: 2 (K and V) x layers x g x d x tokens x bytes."""
+    per_tok = 2 * s.layers * s.kv_heads * s.head_dim * ab
+    lines: KVLines = [(f"b={b}, s={n}", per_tok * b * n, f"2 x L x g x d x s x b x {ab} B = {per_tok:,} B/token")]
+    if s.sliding_window and n > s.sliding_window:
+        lines.append((f"rolling window {s.sliding_window}", per_tok * b * s.sliding_window,
+                      "cache of a sliding-window kernel keeps only the last `sliding_window` tokens"))
+    return lines

@@ -1,0 +1,149 @@
+"""BERT-style encoders: BERT, RoBERTa, XLM-R, CamemBERT and ELECTRA (factorised embeddings), from
+transformers' modeling_bert.py, modeling_roberta.py (xlm_roberta and camembert are copies of it) and
+modeling_electra.py. Post-LayerNorm layers (encoder.py), learned absolute positions, token types."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import encoder, infer
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .ops import Builder
+
+LAYER: encoder.LayerNames = (
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
+    "attention.output.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "output.LayerNorm")
+# The base model's attribute in the *For* heads (its tensors' prefix there).
+BASE_PREFIX = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
+               "electra": "electra"}
+
+
+def pooler(model_type: str, head: str) -> bool:
+    """Which heads keep the pooler (transformers modeling_*.py: add_pooling_layer). ELECTRA has none;
+    RoBERTa-style classifiers use their own dense on <s>."""
+    if model_type == "electra":
+        return False
+    return head in ("base", "pretraining") or (head == "seqcls" and model_type == "bert")
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a = c.int("hidden_size"), c.int("num_attention_heads")
+    e = c.int("embedding_size", default=h) if c.model_type == "electra" else h
+    act = c.get("hidden_act", default="gelu")
+    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    positions=c.int("max_position_embeddings"), type_vocab=c.int("type_vocab_size", default=2),
+                    embedding_size=e, activation=str(act), pooler=pooler(c.model_type, c.head), **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    d = encoder.dims(T)
+    a, note = infer.heads_for(d["hidden"], 64)
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"layer\.(\d+)\."), heads=a, kv_heads=a,
+                    head_dim=d["hidden"] // a, pooler=infer.has(T, r"pooler\.dense\.weight$"), assumptions=(note,),
+                    **d, **common)
+
+
+def build(B: Builder) -> None:
+    s, tok, first = B.s, (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
+    h, L = s.hidden, s.layers
+    electra = s.model_type == "electra"
+    encoder.embeddings(B)
+    if s.emb != h:
+        B.linear("embeddings_project", "embedding", tok, s.emb, h, True)   # ELECTRA-small style
+    encoder.layers(B, f"encoder.layer[{L}]", LAYER, L, L)
+    if s.pooler:
+        encoder.pooler(B)
+    if s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
+        # MLM: transform to E (ELECTRA's generator) or h, decoder tied to the word embeddings
+        encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+        if s.head == "pretraining":
+            B.linear("cls.seq_relationship", "cls", first, h, 2, True)
+    if s.head == "pretraining" and electra:
+        B.linear("discriminator_predictions.dense", "cls", tok, h, h, True)
+        B.activation("discriminator_predictions act", "cls", tok, h, s.activation)
+        B.linear("discriminator_predictions.dense_prediction", "cls", tok, h, 1, True)
+    elif s.head == "seqcls":
+        if not s.pooler:   # RoBERTa / ELECTRA classification head: dense + tanh on <s>, then out_proj
+            B.linear("classifier.dense", "cls", first, h, h, True)
+            B.activation("classifier act (tanh)", "cls", first, h, "tanh")
+        B.linear("classifier" if s.pooler else "classifier.out_proj", "cls", first, h, s.num_labels, True)
+    else:
+        encoder.token_heads(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """BERT / RoBERTa / ELECTRA base encoders and BERT / RoBERTa heads (ELECTRA's generator and
+    discriminator heads have no template)."""
+    if s.model_type not in BASE_PREFIX or (s.model_type == "electra" and s.head != "base"):
+        return None
+    h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
+    base = BASE_PREFIX[s.model_type]
+    p = "" if s.head == "base" else base + "."
+    out: Shapes = {}
+    encoder.embedding_tensors(out, p, s, E)
+    if E != h:
+        add_linear(out, p + "embeddings_project", h, E)
+    for i in range(s.layers):
+        encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(LAYER), h, f)
+    if s.pooler:
+        add_linear(out, p + "pooler.dense", h, h)
+    roberta = base == "roberta"
+    if s.head in ("mlm", "pretraining"):
+        c = "lm_head." if roberta else "cls.predictions."
+        add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
+        add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
+        out[c + "bias"] = (V,)
+        add_linear(out, c + "decoder", V, h)
+    if s.head == "pretraining":
+        add_linear(out, "cls.seq_relationship", 2, h)
+    if s.head == "seqcls":
+        if roberta:
+            add_linear(out, "classifier.dense", h, h)
+            add_linear(out, "classifier.out_proj", s.num_labels, h)
+        else:
+            add_linear(out, "classifier", s.num_labels, h)
+    return out
+
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
+              max_position_embeddings=64)
+_HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+
+FAMILY = Family(
+    name="bert",
+    model_types=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
+    signature=r"(^|[./])layer[._/]\d+[./]attention[./]self[./]query",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa"),
+    head_rules=encoder.HEAD_RULES,
+    pooler=pooler,
+    # transformers' _tied_weights_keys
+    tie_rules=(
+        TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config"),   # BERT
+        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always"),
+        TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config"),        # RoBERTa
+        TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config"),
+        TieRule("lm_head.decoder.bias", "lm_head.bias", "always"),
+        TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config"),      # ELECTRA
+    ),
+    # RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
+    # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
+    # (transformers modeling_roberta.py create_position_ids_from_input_ids).
+    position_offset={"roberta": 2, "xlm-roberta": 2, "camembert": 2},
+    samples=(
+        Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
+        Sample("BertConfig", dict(_SIZES, num_labels=3), ("BertForSequenceClassification", "BertForTokenClassification")),
+        # BertLMHeadModel stores what BertForMaskedLM does: its names show the MLM head
+        Sample("BertConfig", dict(_SIZES, is_decoder=True), ("BertLMHeadModel",), infer=False),
+        Sample("RobertaConfig", dict(_SIZES, num_labels=3), ("RobertaModel",) + tuple("Roberta" + x for x in _HEADS[:3])),
+        Sample("RobertaConfig", _SIZES, ("RobertaForQuestionAnswering",)),
+        Sample("XLMRobertaConfig", _SIZES, ("XLMRobertaModel", "XLMRobertaForMaskedLM", "XLMRobertaForSequenceClassification")),
+        Sample("CamembertConfig", _SIZES, ("CamembertModel", "CamembertForMaskedLM", "CamembertForSequenceClassification")),
+        Sample("ElectraConfig", dict(_SIZES, embedding_size=16),
+               ("ElectraModel", "ElectraForSequenceClassification", "ElectraForTokenClassification",
+                "ElectraForQuestionAnswering")),
+        # Without a config, ELECTRA's generator and discriminator heads are taken for BERT's (model_type
+        # "bert"): the tensor-name inference does not model them
+        Sample("ElectraConfig", dict(_SIZES, embedding_size=16), ("ElectraForPreTraining", "ElectraForMaskedLM"), infer=False),
+    ),
+)

@@ -1,0 +1,81 @@
+"""DistilBERT (transformers modeling_distilbert.py): a BERT-style encoder (encoder.py) without token
+types or pooler, its config spelled dim / n_heads / n_layers / hidden_dim."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import encoder, infer
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .ops import Builder
+
+LAYER: encoder.LayerNames = (
+    "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",
+    "ffn.lin1", "ffn act", "ffn.lin2", "output_layer_norm")
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a = c.int("dim"), c.int("n_heads")
+    return ArchSpec(layers=c.int("n_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("hidden_dim"), vocab=c.int("vocab_size"),
+                    positions=c.int("max_position_embeddings"), activation=str(c.get("activation", default="gelu")),
+                    **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    V, h = infer.shape(T, r"word_embeddings\.weight$", "word embeddings")
+    P = infer.shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
+    f = infer.shape(T, r"ffn\.lin1\.weight$", "ffn.lin1")[0]
+    a, note = infer.heads_for(h, 64)
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"layer\.(\d+)\."), hidden=h,
+                    heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P, assumptions=(note,),
+                    **common)
+
+
+def build(B: Builder) -> None:
+    s, first = B.s, (B.b,)
+    h, L = s.hidden, s.layers
+    encoder.embeddings(B)
+    encoder.layers(B, f"transformer.layer[{L}]", LAYER, L, L)
+    if s.head in ("mlm", "lm"):
+        encoder.mlm_head(B, "vocab", h)   # vocab_transform, vocab_layer_norm, vocab_projector
+    if s.head == "seqcls":
+        B.linear("pre_classifier", "cls", first, h, h, True)
+        B.activation("pre_classifier act (relu)", "cls", first, h, "relu")
+        B.linear("classifier", "cls", first, h, s.num_labels, True)
+    else:
+        encoder.token_heads(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h, f, V = s.hidden, s.intermediate, s.vocab
+    p = "" if s.head == "base" else "distilbert."
+    out: Shapes = {}
+    encoder.embedding_tensors(out, p, s, h)
+    for i in range(s.layers):
+        encoder.layer_tensors(out, f"{p}transformer.layer.{i}.", encoder.weights_of(LAYER), h, f)
+    if s.head == "mlm":
+        add_linear(out, "vocab_transform", h, h)
+        add_norm(out, "vocab_layer_norm", h)
+        add_linear(out, "vocab_projector", V, h)
+    if s.head == "seqcls":
+        add_linear(out, "pre_classifier", h, h)
+        add_linear(out, "classifier", s.num_labels, h)
+    return out
+
+
+FAMILY = Family(
+    name="distilbert",
+    model_types=("distilbert",),
+    signature=r"(^|[./])transformer[./]layer[./]\d+[./]attention[./]q_lin",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "mlm", "seqcls", "tokcls", "qa"),
+    head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
+                HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),
+    tie_rules=(TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config"),),
+    samples=(
+        Sample("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99,
+                                        max_position_embeddings=64),
+               ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification",
+                "DistilBertForTokenClassification", "DistilBertForQuestionAnswering")),
+    ),
+)

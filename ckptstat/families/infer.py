@@ -1,0 +1,121 @@
+"""What families read when there is no config.json: tensor names under their transformers (PyTorch)
+spelling whatever the file's format, shape look-ups by name pattern, and GGUF metadata keys mapped onto
+config.json keys. Pure functions over names, shapes and metadata."""
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from ..core import TensorInfo
+from ..errors import UsageError
+from ..naming import kernel_layout, normalize, out_in_shape, role_of
+from .base import Tensors
+
+# TF spellings -> transformers' PyTorch spelling, applied after naming.normalize (which has turned
+# `/` into `.`, dropped `:0` and `/.ATTRIBUTES/VARIABLE_VALUE`, and made HF TF's `layer_._3` `layer.3`).
+_TF_SPELLINGS = [
+    (re.compile(r"^tf[a-z0-9_]*\."), ""),                           # HF TF main layer: tf_bert_model/, tf_bert_for_pre_training/
+    (re.compile(r"(^|\.)layer_(\d+)(?=\.)"), r"\1layer.\2"),         # google-research BERT: bert/encoder/layer_3/
+    (re.compile(r"(^|\.)_?kernel$"), r"\1weight"),                   # Keras Dense kernel (Keras 3: _kernel)
+    (re.compile(r"(^|\.)gamma$"), r"\1weight"),                      # Keras / google-research LayerNorm scale
+    (re.compile(r"(^|\.)beta$"), r"\1bias"),                         # ... and offset
+    (re.compile(r"\.embeddings$"), ".weight"),                       # Keras Embedding; HF TF position/token_type_embeddings
+    (re.compile(r"_embeddings$"), "_embeddings.weight"),              # google-research BERT: bert/embeddings/word_embeddings
+    (re.compile(r"(^|\.)output_weights$"), r"\1weight"),             # google-research cls/seq_relationship/output_weights
+    (re.compile(r"(^|\.)output_bias$"), r"\1bias"),                  # google-research cls/predictions/output_bias
+]
+
+
+def canonical_name(name: str) -> str:
+    """The transformers (PyTorch) spelling of a tensor name: google-research TF1 BERT, HF TF (`:0`,
+    `tf_bert_model/...`, `mlm___cls`) and Keras names map onto `bert.encoder.layer.0...weight`."""
+    n = normalize(name)
+    if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.
+        parts = n.split(".")
+        n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
+    for rx, repl in _TF_SPELLINGS:
+        n = rx.sub(repl, n)
+    return n
+
+
+def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
+    """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
+    stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
+    of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
+    (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
+    out: dict[str, TensorInfo] = {}
+    for name, t in tensors.items():
+        if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
+            continue
+        layout = t.extra.get("layout") or kernel_layout(name, t.shape)
+        shape = out_in_shape(t.shape, layout if isinstance(layout, str) else None)
+        out.setdefault(canonical_name(name), t if shape == t.shape else replace(t, shape=shape))
+    for dropped, kept in (metadata or {}).items():
+        if dropped not in tensors and kept in tensors:
+            k = canonical_name(kept)
+            if k in out:
+                out.setdefault(canonical_name(dropped), out[k])
+    return out
+
+
+def find(tensors: Tensors, pattern: str) -> TensorInfo | None:
+    """The first tensor whose (canonical) name matches `pattern`, or None."""
+    rx = re.compile(pattern)
+    for name, t in tensors.items():
+        if rx.search(name):
+            return t
+    return None
+
+
+def has(tensors: Tensors, pattern: str) -> bool:
+    return find(tensors, pattern) is not None
+
+
+def shape(tensors: Tensors, pattern: str, what: str) -> tuple[int, ...]:
+    """The shape of the tensor matching `pattern`; UsageError naming `what` when there is none."""
+    t = find(tensors, pattern)
+    if t is None:
+        raise UsageError(f"cannot infer the architecture from tensor names: no tensor for {what}; pass --config")
+    return t.shape
+
+
+def count_layers(names: Iterable[str], pattern: str) -> int:
+    """1 + the largest layer index `pattern`'s group 1 captures, or 0."""
+    rx = re.compile(pattern)
+    idx = {int(m.group(1)) for n in names if (m := rx.search(n))}
+    return max(idx) + 1 if idx else 0
+
+
+def heads_for(width: int, preferred: int) -> tuple[int, str]:
+    """Heads of an attention `width` wide when the weights do not say (head_dim `preferred` if it divides)."""
+    d = preferred if width % preferred == 0 else width
+    return width // d, f"no config: head_dim assumed {d} (head count only affects attention-score memory)"
+
+
+def num_labels(tensors: Tensors) -> int:
+    """Classes of a classification head: rows of its last projection ([out, in] after canonical_tensors)."""
+    t = find(tensors, r"(^|\.)classifier(\.out_proj)?\.weight$")
+    return t.shape[0] if t is not None and len(t.shape) == 2 else 2
+
+
+# GGUF metadata keys (docs/formats.md section 6; llama.cpp LLM_KV_*) -> config.json keys, for the families whose
+# GGUF layout is the transformers model's.
+GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
+             "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",
+             "attention.head_count_kv": "num_key_value_heads", "attention.key_length": "head_dim",
+             "context_length": "max_position_embeddings", "expert_count": "num_local_experts",
+             "expert_used_count": "num_experts_per_tok"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors, architecture: str) -> dict[str, Any] | None:
+    """config.json keys from `{arch}.*` GGUF metadata (GGUF_KEYS), with `architectures` [architecture], the
+    vocabulary from token_embd.weight and tie_word_embeddings from whether output.weight is stored
+    (llama.cpp reuses token_embd when it is not). None when the file has no token_embd.weight."""
+    if "token_embd.weight" not in tensors:
+        return None
+    cfg: dict[str, Any] = {k: int(metadata[f"{arch}.{g}"]) for g, k in GGUF_KEYS.items() if f"{arch}.{g}" in metadata}
+    cfg.update(model_type=arch, architectures=[architecture], vocab_size=tensors["token_embd.weight"].shape[0],
+               tie_word_embeddings="output.weight" not in tensors)
+    return cfg

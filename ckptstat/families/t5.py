@@ -1,0 +1,155 @@
+"""T5 and mT5 (transformers modeling_t5.py, modeling_mt5.py): an encoder-decoder with one shared
+embedding, RMSNorm without biases, relative position buckets (a bias table in each stack's first
+block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
+from .ops import Builder
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    ffp = str(c.get("feed_forward_proj", default="relu"))   # "relu", "gated-gelu"
+    gated = ffp.startswith("gated-")
+    layers = c.int("num_layers")
+    return ArchSpec(layers=layers, hidden=c.int("d_model"), heads=c.int("num_heads"),
+                    kv_heads=c.int("num_heads"), head_dim=c.int("d_kv"), intermediate=c.int("d_ff"),
+                    vocab=c.int("vocab_size"), activation=ffp.split("-")[-1], gated_mlp=gated, norm="rmsnorm",
+                    qkv_bias=False, o_bias=False, mlp_bias=False,
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
+                    decoder_layers=c.int("num_decoder_layers", default=layers),
+                    relative_buckets=c.int("relative_attention_num_buckets", default=32), **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    V, h = infer.shape(T, r"(^|\.)shared\.weight$|encoder\.embed_tokens\.weight$", "shared embedding")
+    inner = infer.shape(T, r"encoder\.block\.0\.layer\.0\.SelfAttention\.q\.weight$", "SelfAttention.q")[0]
+    buckets, a = infer.shape(T, r"relative_attention_bias\.weight$", "relative_attention_bias")
+    gated = infer.has(T, r"DenseReluDense\.wi_0\.weight$")
+    f = infer.shape(T, r"DenseReluDense\.wi(_0)?\.weight$", "DenseReluDense.wi")[0]
+    lm = infer.find(T, r"lm_head\.weight$")
+    return ArchSpec(layers=infer.count_layers(T, r"encoder\.block\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    head_dim=inner // a, intermediate=f, vocab=V, activation="gelu" if gated else "relu",
+                    gated_mlp=gated, norm="rmsnorm", qkv_bias=False, o_bias=False, mlp_bias=False,
+                    tied_embeddings=lm is None, decoder_layers=infer.count_layers(T, r"decoder\.block\.(\d+)\."),
+                    relative_buckets=buckets,
+                    assumptions=("no config: activation assumed relu (t5) or gelu (gated, t5 v1.1)",), **common)
+
+
+def build(B: Builder) -> None:
+    s, b = B.s, B.b
+    h, f, a, d = s.hidden, s.intermediate, s.heads, s.head_dim
+    inner = a * d
+    B.embedding("shared", "embedding", s.vocab, h, B.seq)
+
+    def block(stack: str, bucket: str, L: int, n: int, cross: int | None) -> None:
+        tok = (b, n)
+        lay = f"{stack}.block[{L}]"
+        B.add(f"{stack}.block.0.relative_attention_bias", "embedding", bucket, 1, (n, n), (1, a, n, n),
+              params=s.relative_buckets * a)
+        attn = [("layer.0.SelfAttention", n, stack == "decoder")]
+        if cross is not None:
+            attn.append(("layer.1.EncDecAttention", cross, False))
+        for name, k_len, causal in attn:
+            B.norm(f"{lay}.{name} layer_norm", bucket, tok, h, L)
+            B.linear(f"{lay}.{name}.q", bucket, tok, h, inner, False, L)
+            kv_tok = (b, k_len)
+            B.linear(f"{lay}.{name}.k", bucket, kv_tok, h, inner, False, L)
+            B.linear(f"{lay}.{name}.v", bucket, kv_tok, h, inner, False, L)
+            B.attention(f"{lay}.{name}", bucket, a, n, k_len, d, L, causal=causal, extra_ew=1)  # + position bias
+            B.linear(f"{lay}.{name}.o", bucket, tok, inner, h, False, L)
+        ff = f"layer.{2 if cross is not None else 1}.DenseReluDense"
+        B.norm(f"{lay}.{ff} layer_norm", bucket, tok, h, L)
+        if s.gated_mlp:
+            B.linear(f"{lay}.{ff}.wi_0", bucket, tok, h, f, False, L)
+            B.linear(f"{lay}.{ff}.wi_1", bucket, tok, h, f, False, L)
+        else:
+            B.linear(f"{lay}.{ff}.wi", bucket, tok, h, f, False, L)
+        B.activation(f"{lay}.{ff} act", bucket, tok, f, s.activation, L, gated=s.gated_mlp)
+        B.linear(f"{lay}.{ff}.wo", bucket, tok, f, h, False, L)
+        B.norm(f"{stack}.final_layer_norm", bucket, tok, h, residual=False)
+
+    block("encoder", "encoder", s.layers, B.seq, None)
+    if s.head == "encoder-only":
+        return
+    B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, h, B.dec_seq, params=False)
+    block("decoder", "decoder", s.decoder_layers, B.dec_seq, B.seq)
+    if s.head == "lm":
+        B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
+                 False, tied=s.tied_embeddings)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h, f, inner = s.hidden, s.intermediate, s.heads * s.head_dim
+    out: Shapes = {"shared.weight": (s.vocab, h), "encoder.embed_tokens.weight": (s.vocab, h)}
+    ff = ("wi_0", "wi_1", "wo") if s.gated_mlp else ("wi", "wo")
+
+    def block(stack: str, i: int, cross: bool) -> None:
+        q = f"{stack}.block.{i}.layer."
+        for m in ("q", "k", "v"):
+            out[f"{q}0.SelfAttention.{m}.weight"] = (inner, h)
+        out[f"{q}0.SelfAttention.o.weight"] = (h, inner)
+        if i == 0:
+            out[f"{q}0.SelfAttention.relative_attention_bias.weight"] = (s.relative_buckets, s.heads)
+        out[f"{q}0.layer_norm.weight"] = (h,)
+        n = 1
+        if cross:
+            for m in ("q", "k", "v"):
+                out[f"{q}1.EncDecAttention.{m}.weight"] = (inner, h)
+            out[f"{q}1.EncDecAttention.o.weight"] = (h, inner)
+            out[f"{q}1.layer_norm.weight"] = (h,)
+            n = 2
+        for m in ff:
+            out[f"{q}{n}.DenseReluDense.{m}.weight"] = (h, f) if m == "wo" else (f, h)
+        out[f"{q}{n}.layer_norm.weight"] = (h,)
+
+    for i in range(s.layers):
+        block("encoder", i, False)
+    out["encoder.final_layer_norm.weight"] = (h,)
+    if s.head != "encoder-only":
+        out["decoder.embed_tokens.weight"] = (s.vocab, h)
+        for i in range(s.decoder_layers):
+            block("decoder", i, True)
+        out["decoder.final_layer_norm.weight"] = (h,)
+    if s.head == "lm":
+        out["lm_head.weight"] = (s.vocab, h)
+    return out
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """The decoder's self-attention cache over s_dec tokens and its cross-attention cache over the
+    encoder's s tokens."""
+    if s.head == "encoder-only":
+        return []
+    per_tok = 2 * s.decoder_layers * s.kv_heads * s.head_dim * ab
+    return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x a x d x s_dec x b x {ab} B"),
+            (f"cross-attention, b={b}, s_enc={n}", per_tok * b * n, f"2 x L_dec x a x d x s_enc x b x {ab} B")]
+
+
+_SIZES = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size=99)
+
+FAMILY = Family(
+    name="t5",
+    model_types=("t5", "mt5"),
+    signature=r"(^|[./])(encoder|decoder)[./]block[./]\d+[./]layer[./]\d+[./](SelfAttention|EncDecAttention)",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "lm", "encoder-only"),
+    head_rules=(HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm"),),
+    no_head="encoder-only",
+    default_head="lm",
+    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
+               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
+               TieRule("lm_head.weight", "shared.weight", "config")),
+    encoder_decoder=True,
+    kv_cache=kv_cache,
+    samples=(
+        Sample("T5Config", _SIZES, ("T5ForConditionalGeneration", "T5EncoderModel")),
+        # T5Model stores what a tied T5ForConditionalGeneration does (lm_head is shared): names show an LM
+        Sample("T5Config", _SIZES, ("T5Model",), infer=False),
+        Sample("T5Config", dict(_SIZES, feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_decoder_layers=3),
+               ("T5ForConditionalGeneration", "T5EncoderModel")),
+        Sample("MT5Config", _SIZES, ("MT5ForConditionalGeneration",)),
+    ),
+)
