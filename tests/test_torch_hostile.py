@@ -58,7 +58,7 @@ def test_os_system_pickle_is_refused_and_nothing_runs(tmp_path, capsys, protocol
     assert "outside torch's weights_only allowlist" in err
     r = tr.scan(path)
     assert r["would_run_code"] and r["unsafe_globals"] == [glob]
-    assert main(["scan", path]) == 0 and "UNSAFE" in capsys.readouterr().out
+    assert main(["scan", path]) == 1 and "UNSAFE" in capsys.readouterr().out   # 1: unsafe
     assert not marker.exists()
 
 

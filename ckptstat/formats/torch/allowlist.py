@@ -48,12 +48,71 @@ ALLOWED_GLOBALS: frozenset[str] = frozenset(
     + [f"torch{sub}.{c}Tensor" for sub in (".sparse", ".cuda.sparse") for c in _TENSOR_CLASSES if c != "Bool"]
     + [f"torch._utils.{f}" for f in _REBUILDERS]
 )
+# What torch registers itself with add_safe_globals when it is imported (torch 2.13): weights_only
+# accepts these by default too (torch/_weights_only_unpickler.py `_get_user_allowed_globals`).
+DEFAULT_SAFE_GLOBALS: frozenset[str] = frozenset({
+    "torch.nested._internal.nested_tensor.NestedTensor", "torch.nested._internal.nested_tensor._rebuild_njt",
+    "torch.distributed._mesh_layout._FlatLayout", "torch.distributed._mesh_layout._MeshLayout",
+})
 # torch refuses these modules even when a user extends the allowlist.
 DENIED_MODULES = frozenset({"sys", "os", "posix", "nt"})
+# Python 2 names the weights_only unpickler maps on every GLOBAL before looking it up
+# (torch/_utils.py IMPORT_MAPPING / NAME_MAPPING, `_read_global_instruction`).
+TORCH_IMPORT_MAPPING = {
+    "__builtin__": "builtins", "copy_reg": "copyreg", "Queue": "queue", "repr": "reprlib", "_abcoll": "collections.abc",
+    "UserDict": "collections", "UserList": "collections", "UserString": "collections", "whichdb": "dbm",
+    "StringIO": "io", "cStringIO": "io",
+}
+TORCH_NAME_MAPPING = {
+    ("__builtin__", "xrange"): ("builtins", "range"), ("__builtin__", "reduce"): ("functools", "reduce"),
+    ("__builtin__", "intern"): ("sys", "intern"), ("__builtin__", "unichr"): ("builtins", "chr"),
+    ("__builtin__", "unicode"): ("builtins", "str"), ("__builtin__", "long"): ("builtins", "int"),
+    ("itertools", "izip"): ("builtins", "zip"), ("itertools", "imap"): ("builtins", "map"),
+    ("itertools", "ifilter"): ("builtins", "filter"), ("itertools", "ifilterfalse"): ("itertools", "filterfalse"),
+    ("itertools", "izip_longest"): ("itertools", "zip_longest"), ("UserDict", "IterableUserDict"): ("collections", "UserDict"),
+    ("UserList", "UserList"): ("collections", "UserList"), ("UserString", "UserString"): ("collections", "UserString"),
+    ("__builtin__", "basestring"): ("builtins", "str"), ("exceptions", "StandardError"): ("builtins", "Exception"),
+    ("UserDict", "UserDict"): ("collections", "UserDict"),
+}
+# Storage class names torch.load's unpickler turns into storage types without importing anything
+# (torch/storage.py `_storage_type_to_dtype_map`), with their element size.
+STORAGE_ITEMSIZE = {
+    "DoubleStorage": 8, "FloatStorage": 4, "HalfStorage": 2, "LongStorage": 8, "IntStorage": 4, "ShortStorage": 2,
+    "CharStorage": 1, "ByteStorage": 1, "BoolStorage": 1, "BFloat16Storage": 2, "ComplexDoubleStorage": 16,
+    "ComplexFloatStorage": 8, "QInt8Storage": 1, "QInt32Storage": 4, "QUInt8Storage": 1, "QUInt4x2Storage": 1,
+    "QUInt2x4Storage": 1,
+}
+
+
+def allowed_name(full: str) -> bool:
+    """`module.name`, exactly as written, is one of the globals torch's weights_only unpickler accepts."""
+    return full.split(".")[0] not in DENIED_MODULES and (full in ALLOWED_GLOBALS or full in DEFAULT_SAFE_GLOBALS)
+
+
+def weights_only_name(module: str, name: str) -> tuple[str, str]:
+    """The (module, name) torch's weights_only unpickler looks up for a GLOBAL `module name`."""
+    if (module, name) in TORCH_NAME_MAPPING:
+        return TORCH_NAME_MAPPING[(module, name)]
+    return TORCH_IMPORT_MAPPING.get(module, module), name
+
+
+def weights_only_allows(module: str, name: str) -> bool:
+    """Whether `torch.load(weights_only=True)` accepts the GLOBAL `module name` (torch 2.13)."""
+    module, name = weights_only_name(module, name)
+    return module not in DENIED_MODULES and allowed_name(f"{module}.{name}")
+
+
+def canonical(global_name: str) -> str:
+    """A dotted global name with torch's Python 2 mapping applied (`__builtin__.set` -> `builtins.set`)."""
+    module, _, name = global_name.rpartition(".")
+    module, name = weights_only_name(module, name)
+    return f"{module}.{name}"
 
 
 def is_allowed(global_name: str) -> bool:
-    return global_name.split(".")[0] not in DENIED_MODULES and global_name in ALLOWED_GLOBALS
+    """Whether torch's weights_only unpickler accepts the global `module.name` (Python 2 names mapped)."""
+    module, _, name = global_name.rpartition(".")
+    return weights_only_allows(module, name)
 
 
 class Refused(Exception):
@@ -200,9 +259,15 @@ def _device(*args: object) -> str:
     return ":".join(str(a) for a in args if isinstance(a, (str, int)))
 
 
+def _layout(name: object) -> Opaque:
+    # torch.serialization._get_layout("torch.sparse_coo"): how a layout pickles (sparse tensors)
+    return Opaque(f"layout {str(name)[:40]}")
+
+
 _FIXED: dict[str, object] = {
     "collections.OrderedDict": OrderedDict, "collections.Counter": Counter,
     "torch.nn.parameter.Parameter": _rebuild_parameter, "torch.Size": _size, "torch.device": _device,
+    "torch.serialization._get_layout": _layout,
     "_codecs.encode": _encode, "builtins.bytearray": _bytearray, "builtins.set": _set,
     "builtins.complex": _complex, "torch._tensor._rebuild_from_type_v2": _rebuild_from_type_v2,
     "torch._utils._rebuild_tensor": _rebuild_tensor, "torch._utils._rebuild_tensor_v2": _rebuild_tensor_v2,
@@ -215,13 +280,18 @@ _FIXED: dict[str, object] = {
 
 def stub_for(name: str) -> object:
     """What the allowlisted global `name` becomes when the pickle loads it."""
+    name = canonical(name)
     module, _, attr = name.rpartition(".")
+    if name == "torch.nested._internal.nested_tensor._rebuild_njt":
+        return _unsupported("nested jagged")
     if name in _FIXED:
         return _FIXED[name]
     if module == "torch._utils":
         return _unsupported(attr.replace("_rebuild_", "").replace("_", " "))
     if module in ("torch", "torch.cuda") and attr in STORAGE_DTYPES:
         return StorageType(attr, STORAGE_DTYPES[attr])
+    if module == "torch" and attr in _QUANT_STORAGES:      # their tensors are refused by _rebuild_qtensor's stub
+        return StorageType(attr, None)
     if module == "torch" and attr in TORCH_DTYPES:
         return DTypeRef(attr, TORCH_DTYPES[attr])
     return Opaque(name)

@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from typing import IO, Literal
 
 from ...core import dtypes
+from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnknownFormatError, reading
+from .pickle_walk import walk
+from .streams import BytesSource
 from .unpickler import unpickle
 
 MAX_SMALL_RECORD = 1 << 16   # byteorder, version... records
@@ -25,8 +28,6 @@ MAX_SMALL_PICKLE = 64 << 20  # data.pkl up to this size is read into memory at o
 
 LEGACY_MAGIC = 0x1950A86A20F9469CFC6C
 LEGACY_PROTOCOL = 1001
-# A pickle of the magic int: PROTO n, then LONG1 of 10 bytes (docs/formats.md section 0).
-LEGACY_MAGIC_BYTES = b"\x8a\x0a" + LEGACY_MAGIC.to_bytes(10, "little")
 
 
 @dataclass(frozen=True)
@@ -54,8 +55,120 @@ _LOCAL_HEADER = struct.Struct("<4s2B4HL2L2H")  # 30 bytes (PKWARE APPNOTE 4.3.7)
 
 
 def is_data_pkl(name: str) -> bool:
-    """`data.pkl` or `<prefix>/data.pkl`: the object pickle of a torch.save zip."""
-    return name == "data.pkl" or (name.endswith("/data.pkl") and name.count("/") == 1)
+    """`<prefix>/data.pkl` (any case, as torch's record lookup): the object pickle of a torch.save zip."""
+    return name.count("/") == 1 and name.lower().endswith("/data.pkl")
+
+
+# How torch finds a record in a zip: caffe2/serialize/inline_container.cc (PyTorchStreamReader) over
+# miniz 3.0.2. The archive's folder is what the FIRST central-directory entry's name holds before its
+# first "/"; `getRecord(name)` looks up "<folder>/<name>" with mz_zip_reader_locate_file, which
+# binary-searches the entries heap-sorted by ASCII-lowercased name (mz_zip_reader_sort_central_dir_
+# offsets_by_filename): the lookup ignores case, and which of several same-named entries it finds
+# depends on that sort. `getAllRecords()` (torch.load calls it to spot TorchScript archives) throws
+# when an entry's name does not start with "<folder>/" (case-sensitive).
+_FILENAME_BUF = 512      # miniz MZ_ZIP_MAX_ARCHIVE_FILENAME_SIZE: getAllRecords reads names into this
+
+
+def raw_name(info: zipfile.ZipInfo) -> bytes:
+    """The entry's name as stored (zipfile decodes it as UTF-8 with flag 0x800, else cp437, losslessly)."""
+    return info.orig_filename.encode("utf-8" if info.flag_bits & 0x800 else "cp437")
+
+
+def _text(name: bytes) -> str:
+    return name[:120].decode("utf-8", "backslashreplace")
+
+
+def _heap_order(keys: list[bytes]) -> list[int]:
+    """miniz's heap sort of entry indices by lowercased name (ties stay where the sort leaves them)."""
+    idx = list(range(len(keys)))
+    size = len(idx)
+
+    def sift(root: int, end: int) -> None:
+        while True:
+            child = 2 * root + 1
+            if child >= end:
+                return
+            if child + 1 < end and keys[idx[child]] < keys[idx[child + 1]]:
+                child += 1
+            if not keys[idx[root]] < keys[idx[child]]:
+                return
+            idx[root], idx[child] = idx[child], idx[root]
+            root = child
+
+    if size <= 1:
+        return idx
+    for start in range((size - 2) >> 1, -1, -1):
+        sift(start, size)
+    for end in range(size - 1, 0, -1):
+        idx[end], idx[0] = idx[0], idx[end]
+        sift(0, end)
+    return idx
+
+
+def _strncmp_prefix(name: bytes, prefix: bytes) -> bool:
+    """strncmp(name, prefix, len(prefix)) == 0 on C strings (both end at their first NUL)."""
+    a, b = name.split(b"\0")[0] + b"\0", prefix + b"\0"
+    for i in range(len(prefix)):
+        ca, cb = (a[i] if i < len(a) else 0), b[i]
+        if ca != cb:
+            return False
+        if ca == 0:
+            return True
+    return True
+
+
+class TorchZip:
+    """A zip's entries as torch's reader sees them (see above). `refusal`: why torch.load raises before
+    it reads any record (None: it goes on). `records`: getAllRecords()' names, after the folder."""
+
+    def __init__(self, infos: list[zipfile.ZipInfo]):
+        self.infos = infos
+        self.names = [raw_name(i) for i in infos]
+        self.refusal: str | None = None
+        self.prefix: bytes = b""
+        self.records: list[bytes] = []
+        if not infos:
+            self.refusal = "the zip holds no entry"
+            return
+        slash = self.names[0].find(b"/")
+        if slash < 0:
+            self.refusal = f"its first entry {_text(self.names[0])!r} is in no folder"
+            return
+        self.prefix = self.names[0][:slash]
+        self._keys = [n.lower() for n in self.names]
+        self._order = _heap_order(self._keys)
+        folder = self.prefix + b"/"
+        for name in self.names:
+            c_name = name[:_FILENAME_BUF - 1]
+            if not _strncmp_prefix(c_name, folder):
+                self.refusal = (f"entry {_text(name)!r} lies outside the archive folder {_text(folder)!r} "
+                                "(torch's getAllRecords throws)")
+                return
+            self.records.append(c_name[len(folder):].split(b"\0")[0])
+
+    @property
+    def folder(self) -> str:
+        return self.prefix.decode("utf-8", "replace")
+
+    @property
+    def torchscript(self) -> bool:
+        """torch.load hands archives with a constants.pkl record to torch.jit.load."""
+        return b"constants.pkl" in self.records
+
+    def locate(self, record: str) -> zipfile.ZipInfo | None:
+        """The entry torch's getRecord(record) reads: mz_zip_reader_locate_file's binary search."""
+        key = (self.prefix + b"/" + record.encode("utf-8")).split(b"\0")[0].lower()
+        lo, hi = 0, len(self._order) - 1
+        while lo <= hi:
+            mid = lo + ((hi - lo) >> 1)
+            i = self._order[mid]
+            if self._keys[i] == key:
+                return self.infos[i]
+            if self._keys[i] < key:
+                lo = mid + 1
+            else:
+                hi = mid - 1
+        return None
 
 
 class CheckedZipFile(zipfile.ZipFile):
@@ -92,20 +205,24 @@ def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int) -> in
                                            f"{start:,}, past the end of the {size:,}-byte file")
     if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: stored entry with differing sizes")
+    ratio = limits().zip_ratio   # deflate peaks near 1032:1; a bigger claim is a decompression bomb
+    if info.compress_type != zipfile.ZIP_STORED and info.file_size > ratio * info.compress_size + (1 << 20):
+        raise CorruptCheckpointError(path, f"zip entry {info.filename!r} claims {info.file_size:,} bytes from "
+                                           f"{info.compress_size:,} compressed, more than {ratio}:1 (--limit zip_ratio=N)")
     return start
 
 
-def _archive_prefix(path: str, names: list[str]) -> str:
-    pkls = [n for n in names if is_data_pkl(n)]
-    if not pkls:
-        raise UnknownFormatError(path, "a zip without <prefix>/data.pkl: not a torch.save file")
-    if len(pkls) > 1:
-        raise CorruptCheckpointError(path, f"zip holds {len(pkls)} data.pkl records")
-    prefix = pkls[0][: -len("data.pkl")]
-    if prefix + "constants.pkl" in names:
+def torch_zip(path: str, zf: zipfile.ZipFile) -> TorchZip:
+    """The archive as torch reads it, or the error torch.load would raise before reading a record."""
+    tz = TorchZip(zf.infolist())
+    if tz.refusal:
+        raise UnknownFormatError(path, f"not a zip torch.load reads: {tz.refusal}")
+    if tz.torchscript:
         raise UnknownFormatError(path, "a TorchScript archive (torch.jit.save): ckptstat reads torch.save files "
                                  "(`ckptstat scan` lists its globals)")
-    return prefix
+    if tz.locate("data.pkl") is None:
+        raise UnknownFormatError(path, f"a zip without {tz.folder}/data.pkl: not a torch.save file")
+    return tz
 
 
 def _read_small(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
@@ -118,36 +235,48 @@ def read_zip(path: str) -> Contents:
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         zf = zip_open(path, f)
-        infos = {i.filename: i for i in zf.infolist()}
-        prefix = _archive_prefix(path, list(infos))
+        tz = torch_zip(path, zf)
+        prefix = tz.folder + "/"
         byteorder = "little"
-        if prefix + "byteorder" in infos:
-            byteorder = _read_small(path, zf, infos[prefix + "byteorder"]).decode("ascii", "replace").strip()
+        order = tz.locate("byteorder")
+        if order is not None:
+            byteorder = _read_small(path, zf, order).decode("ascii", "replace").strip()
             if byteorder not in ("little", "big"):
                 raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
-        pkl = infos[prefix + "data.pkl"]
+        pkl = tz.locate("data.pkl")
+        assert pkl is not None
         data_offset(path, f, pkl, size)
+        if pkl.file_size > limits().pickle_bytes:
+            raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "
+                                               f"{limits().pickle_bytes:,} ckptstat unpickles (--limit pickle_bytes=N)")
         with zf.open(pkl) as member:
             # small pickles (sizes already checked against the file) are read at once: the unpickler
             # makes thousands of tiny reads; a big or compressed one is streamed.
             stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
-            obj, u = unpickle(stream, path, prefix + "data.pkl", limit=pkl.file_size)
+            obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size)
         records: dict[str, StorageRecord] = {}
         compressed = False
         for key in u.storages:
-            info = infos.get(f"{prefix}data/{key}")
+            info = tz.locate(f"data/{key}")
             if info is None:
                 raise CorruptCheckpointError(path, f"storage {key!r} has no record {prefix}data/{key}")
             start = data_offset(path, f, info, size)
             stored = info.compress_type == zipfile.ZIP_STORED
             compressed |= not stored
             records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
-    return Contents(obj, records, byteorder, {"torch.archive": prefix.rstrip("/"), "torch.byteorder": byteorder},
+    return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
                     compressed)
 
 
 # ---------------------------------------------------------------------------------------------
 # legacy stream
+
+def is_legacy_head(head: bytes) -> bool:
+    """The first pickle in `head` is the legacy magic number, however it is pickled: LONG1 as torch.save
+    writes it with protocol 2, text LONG (protocol 0), inside a FRAME (protocol 4 and 5)..."""
+    w = walk(BytesSource(head), "magic number pickle", 0)
+    return w.failure is None and type(w.value) is int and w.value == LEGACY_MAGIC
+
 
 def read_legacy(path: str) -> Contents:
     size = os.path.getsize(path)

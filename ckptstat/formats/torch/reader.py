@@ -11,7 +11,7 @@ from ...core.io import contiguous_strides, extent
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
 from .allowlist import TensorRef
-from .containers import LEGACY_MAGIC_BYTES, Contents, StorageRecord, is_data_pkl, read_legacy, read_zip
+from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .unpickler import key_text, walk
 from .zipstream import ZipStreamReader
 
@@ -112,7 +112,7 @@ def accept_zip(probe: Probe) -> bool:
 
 
 def accept_legacy(probe: Probe) -> bool:
-    return probe.head[:1] == b"\x80" and LEGACY_MAGIC_BYTES in probe.head[:16]
+    return is_legacy_head(probe.head)
 
 
 register(Format("pytorch (zip)", accept_zip, open_zip, (".bin", ".pt", ".pth", ".ckpt")))

@@ -1,122 +1,489 @@
-"""`ckptstat scan`: every global a torch file's pickles reference, read from their opcodes alone
-(nothing is unpickled), and whether `torch.load(weights_only=False)` would import something outside
-torch's weights_only allowlist (docs/torch.md)."""
+"""`ckptstat scan`: what `torch.load(path)` without weights_only (torch 2.13) would run, found by
+following the path torch/serialization.py takes through the file, pickle by pickle, without running
+anything (docs/torch.md, "ckptstat scan").
+
+- `*.safetensors` paths: torch.load hands them to safetensors; no pickle.
+- a zip (the first bytes are a local header): torch's reader (containers.TorchZip) takes the archive's
+  folder from the first entry and reads `<folder>/data.pkl`, found ignoring case, the same entry
+  miniz's sorted lookup finds among several; archives holding `constants.pkl` go to torch.jit.load.
+- anything else: first `tarfile.open` (the format of torch < 0.4: members `storages` and `tensors`,
+  each a run of pickles and raw data, then `pickle`); a tar error falls back, from byte 0, to the
+  legacy stream: the magic-number pickle (unpickled before it is checked: whatever it holds runs),
+  the protocol, sys_info, the object and the storage-key pickles.
+
+Each pickle torch reaches is walked on a model of the C unpickler (pickle_machine.py). The verdict:
+"unsafe" when a pickle torch reaches imports a global outside weights_only's allowlist (or one scan
+cannot name), "unknown" when scan cannot follow a path torch may take (never "safe" then), else "safe".
+Pickles torch does not reach are walked and listed too, apart.
+"""
 from __future__ import annotations
 
 import os
-import pickletools
-from collections import Counter
-from collections.abc import Iterator
+import struct
+import tarfile
+import zipfile
 from dataclasses import dataclass, field
-from typing import IO, Any, cast
+from typing import IO, Any
 
-from ...errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, reading
-from .allowlist import Refused, is_allowed
-from .containers import LEGACY_MAGIC_BYTES, data_offset, zip_open
-from .unpickler import MAX_OPS, Bounded, remaining
+from ...errors import CheckpointError, CorruptCheckpointError, FileNotFound, reading
+from .allowlist import STORAGE_ITEMSIZE, allowed_name
+from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
+from .pickle_machine import UNKNOWN, Global, Opaque, Walk
+from .pickle_walk import walk
+from .streams import FileWindow, InflateSource, Source
 
 SCAN_SCHEMA = "ckptstat.scan/1"
-_STRING_OPS = {"SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "STRING", "BINSTRING", "SHORT_BINSTRING"}
-_PUT_OPS = {"PUT", "BINPUT", "LONG_BINPUT"}
-_GET_OPS = {"GET", "BINGET", "LONG_BINGET"}
+MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
+MAX_TAR_MEMBERS = 100_000
+_LEGACY_PICKLES = ("magic number", "protocol version", "sys_info", "object", "storage keys")
 
 
 @dataclass
-class PickleScan:
-    record: str
-    opcodes: int = 0
-    globals: Counter[str] = field(default_factory=Counter)
+class Trace:
+    """What torch.load does with one file."""
+    path: str
+    format: str = ""
+    walks: list[tuple[Walk, bool]] = field(default_factory=list)   # each pickle, and whether torch.load reaches it
+    reads: str = ""                       # what torch.load unpickles, in words
+    raises: str | None = None             # torch.load raises here (nothing after it runs)...
+    rejected: bool = False                # ...on a value it checks after a whole pickle (else: unreadable bytes)
+    unknown: list[str] = field(default_factory=list)    # paths torch may take that scan cannot follow
+    weights_only: str | None = None       # why torch.load(weights_only=True) refuses the file (None: it loads)
+    notes: list[str] = field(default_factory=list)
+    torchscript: bool = False             # its pickles are read by TorchScript's unpickler, which imports nothing
+
+    def reach(self, w: Walk, reached: bool = True) -> Walk:
+        self.walks.append((w, reached))
+        if reached and w.unknown:
+            self.unknown.append(f"{w.record}: {w.unknown}")
+        return w
+
+    def refuse_weights_only(self, why: str) -> None:
+        self.weights_only = self.weights_only or why
+
+    def fails(self, w: Walk, what: str = "") -> None:
+        """torch.load raises in the pickle `w` walked (its bytes are not a pickle the unpickler reads)."""
+        where = f"byte {w.start + w.fail_at:,}" if w.start is not None else f"offset {w.fail_at:,} of {w.record}"
+        self.raises = f"torch.load raises at {where} ({what or w.record}): {w.failure}"
+
+    @property
+    def unreadable(self) -> str | None:
+        """Why torch.load cannot read the file at all (nothing to judge), or None."""
+        return self.raises if self.raises and not self.rejected else None
 
 
-def scan_pickle(data: Bounded, record: str) -> PickleScan:
-    """Globals from GLOBAL / INST opcodes, and STACK_GLOBAL resolved from the two strings pushed
-    before it (directly or through the memo); an unresolvable one is reported as such."""
-    out = PickleScan(record)
-    memo: dict[object, object] = {}   # memo index -> value
-    recent: list[object] = []   # values of the last pushes (strings, else None)
-    # genops reads through read / readline / tell alone, which Bounded provides.
-    for op, arg, _pos in pickletools.genops(cast(IO[bytes], data)):
-        out.opcodes += 1
-        if out.opcodes > MAX_OPS:
-            raise Refused(f"{record}: pickle has more than {MAX_OPS:,} opcodes")
-        name = op.name
-        if name in ("GLOBAL", "INST"):
-            out.globals[str(arg).replace(" ", ".", 1)] += 1
-        elif name == "STACK_GLOBAL":
-            mod, attr = (recent[-2], recent[-1]) if len(recent) >= 2 else (None, None)
-            ok = isinstance(mod, str) and isinstance(attr, str)
-            out.globals[f"{mod}.{attr}" if ok else "<unresolved STACK_GLOBAL>"] += 1
-        elif name.startswith("EXT"):
-            out.globals[f"<copyreg extension {arg}>"] += 1
-        if name in _STRING_OPS:
-            recent.append(arg)
-        elif name in _PUT_OPS:
-            memo[arg] = recent[-1] if recent else None
-            continue
-        elif name == "MEMOIZE":
-            memo[len(memo)] = recent[-1] if recent else None
-            continue
-        elif name in _GET_OPS:
-            recent.append(memo.get(arg))
-        elif name in ("FRAME", "PROTO", "MARK"):
-            continue
+# ---------------------------------------------------------------------------------------------
+# zip
+
+def _eocd(f: IO[bytes], size: int) -> tuple[int, int, int] | None:
+    """(entry count, central directory offset and size) of the end-of-central-directory record miniz finds: the
+    last signature with a whole record after it, in the last 64 KiB + 22 bytes, read as zip64 when its
+    locator precedes it. None: there is none (torch's reader cannot open the zip)."""
+    tail = min(size, (1 << 16) + 22)
+    f.seek(size - tail)
+    data = f.read(tail)
+    at = data.rfind(b"PK\x05\x06", 0, len(data) - 18)     # a signature with 18 bytes after it
+    if at < 0:
+        return None
+    entries, length, offset = struct.unpack_from("<H", data, at + 10)[0], *struct.unpack_from("<LL", data, at + 12)
+    loc = at - 20
+    if loc >= 0 and data[loc:loc + 4] == b"PK\x06\x07":
+        (eocd64,) = struct.unpack_from("<Q", data, loc + 8)
+        if 0 <= eocd64 <= size - 56:
+            f.seek(eocd64)
+            rec = f.read(56)
+            if rec[:4] == b"PK\x06\x06":
+                entries, length, offset = struct.unpack_from("<QQQ", rec, 32)
+    return int(entries), int(offset), int(length)
+
+
+def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo) -> tuple[Source | None, str | None]:
+    """The bytes miniz's extract gives for an entry, or why it cannot give them."""
+    if info.header_offset < 0 or info.header_offset + 30 > size:
+        return None, f"its local header offset {info.header_offset} is outside the file"
+    f.seek(info.header_offset)
+    head = f.read(30)
+    if head[:4] != b"PK\x03\x04":
+        return None, f"no local header at offset {info.header_offset}"
+    name_len, extra_len = struct.unpack_from("<HH", head, 26)
+    start = info.header_offset + 30 + name_len + extra_len
+    if start + info.compress_size > size:
+        return None, f"its {info.compress_size:,} bytes at offset {start:,} run past the end of the file"
+    if info.compress_type == zipfile.ZIP_STORED:
+        return FileWindow(f, start, info.compress_size), None
+    if info.compress_type == zipfile.ZIP_DEFLATED:
+        return InflateSource(f, start, info.compress_size, info.file_size), None
+    return None, f"compression method {info.compress_type} (torch's reader inflates stored and deflated records only)"
+
+
+def _walk_member(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, reached: bool) -> Walk:
+    record = info.filename
+    src, why = _member_source(f, size, info)
+    if src is None:
+        w = Walk(record, None, failure=f"cannot be read: {why}")
+        t.walks.append((w, False))
+        if reached:
+            t.raises = f"torch.load raises reading {record}: {why}"
+        return w
+    w = walk(src, record, src.start if isinstance(src, FileWindow) else None,
+             object_pickle=True, persistent=True, torch_remap=True, buffering="drop")
+    if isinstance(src, InflateSource):
+        if src.error:
+            w.incomplete = w.incomplete or f"damaged deflate stream ({src.error}): how torch's inflater reads it is unknown"
+        elif src.produced < src.length and w.failure == "pickle data was truncated":
+            # miniz extracts the whole record before unpickling: a short stream is an error, nothing runs
+            w.failure = f"the record inflates to fewer than the {src.length:,} bytes its entry claims"
+            if reached:
+                t.raises = f"torch.load raises extracting {record}: {w.failure}"
+            reached = False
+    t.reach(w, reached)
+    if reached and w.failure:
+        t.fails(w)
+    return w
+
+
+def _zip(t: Trace, f: IO[bytes], size: int) -> None:
+    t.format = "zip (torch.save)"
+    eocd = _eocd(f, size)
+    if eocd is not None and eocd[1] + eocd[2] > size:     # mz_zip_reader_read_central_dir refuses it
+        t.raises = f"torch.load raises: the zip's central directory ({eocd[2]:,} bytes at offset {eocd[1]:,}) runs past its end"
+        t.refuse_weights_only(t.raises)
+        return
+    try:
+        f.seek(0)
+        zf = zipfile.ZipFile(f)
+        infos = zf.infolist()
+    except Exception as e:  # noqa: BLE001 - zipfile trips over hostile bytes in many ways
+        if eocd is None:
+            t.raises = "torch.load raises: a zip without an end of central directory"
+            t.refuse_weights_only(t.raises)
         else:
-            recent.append(None)
-        del recent[:-2]
-    return out
+            t.unknown.append(f"a zip Python's zipfile cannot list ({type(e).__name__}: {str(e)[:100]}): what torch's "
+                             "reader makes of it is unknown")
+        return
+    if eocd is None or eocd[:2] != (len(infos), zf.start_dir) or len(infos) > MAX_ZIP_ENTRIES:
+        t.unknown.append(f"the zip's end record ({eocd}) disagrees with the {len(infos):,} entries Python's zipfile lists "
+                         f"at offset {zf.start_dir:,}: torch's reader may see other entries than scan")
+        return
+    tz = TorchZip(infos)
+    target: zipfile.ZipInfo | None = None
+    if tz.refusal:
+        t.raises = f"torch.load raises: {tz.refusal}"
+    elif tz.torchscript:
+        t.format = "TorchScript archive (torch.jit.save)"
+        t.torchscript = True
+        t.unknown.append("a TorchScript archive: torch.load hands it to torch.jit.load, which compiles and runs the "
+                         "archive's code/ (scan cannot vet TorchScript)")
+        t.refuse_weights_only("a TorchScript archive (weights_only=True refuses it)")
+    else:
+        target = tz.locate("data.pkl")
+        if target is None:
+            t.raises = f"torch.load raises: no {tz.folder}/data.pkl record"
+        else:
+            t.reads = f"torch.load unpickles {target.filename}"
+            pkls = sum(1 for n in tz.names if n.lower().endswith(b"/data.pkl"))
+            if pkls > 1:
+                t.notes.append(f"{pkls} entries are named like {tz.folder}/data.pkl: torch reads {target.filename!r} "
+                               f"(entry {tz.infos.index(target)} of the central directory)")
+    for info in infos:
+        if info is target or raw_name(info).lower().endswith(b".pkl"):
+            w = _walk_member(t, f, size, info, info is target)
+            if info is target and w.weights_only:
+                t.refuse_weights_only(f"{target.filename}: {w.weights_only}")
+    if t.raises:
+        t.refuse_weights_only(t.raises)
 
 
-def _pickle_members(path: str, f: IO[bytes]) -> Iterator[tuple[str, Bounded]]:
-    head = f.read(16)
+# ---------------------------------------------------------------------------------------------
+# the tar format of torch < 0.4 (torch/serialization.py `_legacy_load.legacy_load`)
+
+class _TarFallback(Exception):
+    """A tarfile error: torch.load goes on with the legacy stream from byte 0."""
+
+
+def _tar_member(t: Trace, tar: tarfile.TarFile, name: str, size: int, *, extract: bool) -> tarfile.TarInfo | None:
+    """`tar.extract(name)` / `tar.extractfile(name)` as torch calls them: the member, or None when torch
+    raises (KeyError: none of that name) or scan cannot tell what it reads (not a regular file)."""
+    try:
+        m = tar.getmember(name)
+    except KeyError:
+        t.raises = f"torch.load raises: the tar has no {name!r} member"
+        return None
+    if not m.isreg() or m.sparse is not None:
+        t.unknown.append(f"tar member {name!r} is a {'sparse file' if m.isreg() else 'link or special file'}: "
+                         "torch reads whatever it points to")
+        return None
+    if m.offset_data + m.size > size and extract:
+        raise _TarFallback(f"member {name!r} is truncated (tarfile's ReadError)")
+    return m
+
+
+def _tar_pickle(t: Trace, src: Source, record: str, start: int, *, object_pickle: bool = False) -> Walk | None:
+    w = t.reach(walk(src, record, start + src.pos, object_pickle=object_pickle, persistent=object_pickle,
+                     buffering="peek" if object_pickle else "drop"))
+    if w.failure:
+        t.fails(w)
+        return None
+    return None if w.unknown else w
+
+
+def _count(t: Trace, w: Walk | None, what: str) -> int | None:
+    if w is None:
+        return None
+    v = w.value
+    if isinstance(v, int) and not isinstance(v, bool) and v >= 0:
+        return v
+    if v is UNKNOWN or isinstance(v, Opaque) and v.kind in ("unknown", "str"):
+        t.unknown.append(f"{what}: a value scan cannot compute decides how many pickles torch reads next")
+    else:
+        t.raises, t.rejected = f"torch.load raises: {what} is not a count", True
+    return None
+
+
+def _tar_storages(t: Trace, f: IO[bytes], m: tarfile.TarInfo) -> bool:
+    src = FileWindow(f, m.offset_data, m.size)
+    n = _count(t, _tar_pickle(t, src, "storages: count pickle", m.offset_data), "the storage count")
+    if n is None:
+        return False
+    for i in range(n):
+        w = _tar_pickle(t, src, f"storages: storage {i} pickle", m.offset_data)
+        if w is None:
+            return False
+        v = w.value
+        stype = v[2] if isinstance(v, tuple) and len(v) == 3 else None
+        itemsize = STORAGE_ITEMSIZE.get(stype.name.removeprefix("torch."), 0) if isinstance(stype, Global) else 0
+        if not itemsize or not isinstance(stype, Global) or not allowed_name(stype.name):
+            t.unknown.append(f"storage {i}: a storage type scan cannot size, so where the next pickle starts is unknown")
+            return False
+        try:      # torch.UntypedStorage._new_with_file: int64 LE element count, then the bytes
+            (count,) = struct.unpack("<q", src.read(8))
+            if count < 0:
+                raise ValueError
+            src.skip(count * itemsize)
+        except Exception:  # noqa: BLE001 - Truncated, ValueError: torch's read fails the same way
+            t.raises = f"torch.load raises reading storage {i}'s data"
+            return False
+    return _tar_pickle(t, src, "storages: views pickle", m.offset_data) is not None
+
+
+def _tar_tensors(t: Trace, f: IO[bytes], m: tarfile.TarInfo) -> bool:
+    src = FileWindow(f, m.offset_data, m.size)
+    n = _count(t, _tar_pickle(t, src, "tensors: count pickle", m.offset_data), "the tensor count")
+    if n is None:
+        return False
+    for i in range(n):
+        if _tar_pickle(t, src, f"tensors: tensor {i} pickle", m.offset_data) is None:
+            return False
+        try:      # ndim (int32), 4 bytes skipped, sizes and strides (int64 each), storage offset
+            (ndim,) = struct.unpack("<i", src.read(4))
+            if ndim < 0:
+                raise ValueError
+            src.skip(4 + 16 * ndim)
+            src.read(8)
+        except Exception:  # noqa: BLE001
+            t.raises = f"torch.load raises reading tensor {i}'s sizes"
+            return False
+    return True
+
+
+def _tar_dormant(t: Trace, tar: tarfile.TarFile, f: IO[bytes], size: int) -> bool:
+    """torch.load stopped before the `pickle` member: walk it anyway, as a pickle it does not reach."""
+    try:
+        m = tar.getmember("pickle")
+    except KeyError:
+        return True
+    if m.isreg() and m.offset_data < size:
+        src = FileWindow(f, m.offset_data, min(m.size, size - m.offset_data))
+        t.walks.append((walk(src, "pickle (tar member)", m.offset_data, object_pickle=True, persistent=True), False))
+    return True
+
+
+def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
+    """torch's tar attempt; False when it ends in a tarfile error (torch then reads the legacy stream)."""
     f.seek(0)
-    if head[:4] == b"PK\x03\x04":
-        size = os.path.getsize(path)
-        zf = zip_open(path, f)
-        for info in zf.infolist():
-            if info.filename.endswith(".pkl"):
-                data_offset(path, f, info, size)
-                with zf.open(info) as member:
-                    yield info.filename, Bounded(member, info.file_size)
-        return
-    if head[:1] != b"\x80":
-        raise UnknownFormatError(path, "holds no pickle (not a torch.save file or a pickle)")
-    if LEGACY_MAGIC_BYTES in head:
-        for what in ("magic number", "protocol", "sys_info", "object", "storage keys"):
-            yield f"{what} pickle", Bounded(f, remaining(f))
-        return
-    yield "pickle", Bounded(f, remaining(f))
+    try:
+        tar = tarfile.open(fileobj=f, mode="r:", format=tarfile.PAX_FORMAT)   # as torch opens it
+    except tarfile.TarError:
+        return False
+    except Exception as e:  # noqa: BLE001 - not a TarError: torch.load raises it
+        t.raises = f"torch.load raises reading it as a tar ({type(e).__name__})"
+        return True
+    t.format = "tar (torch < 0.4)"
+    t.refuse_weights_only("the legacy .tar format (weights_only=True refuses it)")
+    try:
+        count = 0
+        while tar.next() is not None:     # what tar.getmember loads first (TarFile._load)
+            count += 1
+            if count > MAX_TAR_MEMBERS:
+                t.unknown.append(f"a tar of more than {MAX_TAR_MEMBERS:,} members")
+                return True
+        stor = _tar_member(t, tar, "storages", size, extract=True)
+        if stor is None or not _tar_storages(t, f, stor):
+            return _tar_dormant(t, tar, f, size)
+        tens = _tar_member(t, tar, "tensors", size, extract=True)
+        if tens is None or not _tar_tensors(t, f, tens):
+            return _tar_dormant(t, tar, f, size)
+        pkl = _tar_member(t, tar, "pickle", size, extract=False)
+        if pkl is None:
+            return True
+        length = min(pkl.size, size - pkl.offset_data)
+        t.reads = "torch.load unpickles the tar's storages, tensors and pickle members"
+        _tar_pickle(t, FileWindow(f, pkl.offset_data, length), "pickle (tar member)", pkl.offset_data, object_pickle=True)
+        if length < pkl.size:   # reading past the end raises tarfile.ReadError inside the unpickler
+            raise _TarFallback("member 'pickle' is truncated")
+        return True
+    except _TarFallback as e:
+        t.notes.append(f"tar: {e}: torch.load falls back to the legacy stream from byte 0")
+        t.raises = None
+        return False
+    except tarfile.TarError as e:
+        t.notes.append(f"tar: {e}: torch.load falls back to the legacy stream from byte 0")
+        return False
 
 
-def _entry(name: str, count: int) -> dict[str, object]:
-    return {"name": name, "count": count, "allowed": is_allowed(name)}
+# ---------------------------------------------------------------------------------------------
+# the legacy stream (and any other file: torch.load unpickles its first pickle as the magic number)
+
+def _equals(value: object, expected: int) -> bool | None:
+    """`value == expected` as torch's check computes it, or None when scan does not know the value."""
+    if isinstance(value, (bool, int, float, str, bytes, tuple, list, Global)) or value is None:
+        return bool(value == expected)
+    if isinstance(value, Opaque) and value.kind in ("dict", "set", "frozenset", "bytearray", "bytes", "str", "list", "tuple"):
+        return False
+    return None
+
+
+def _legacy(t: Trace, f: IO[bytes], size: int) -> None:
+    t.format = t.format or "legacy torch.save stream"
+    pos = 0
+    for i, what in enumerate(_LEGACY_PICKLES):
+        w = walk(FileWindow(f, pos, size - pos), f"{what} pickle", pos, object_pickle=i == 3, persistent=i == 3,
+                 buffering="peek")
+        if t.raises:      # torch.load stopped at a check: what follows is listed, never reached
+            t.walks.append((w, False))
+            if w.failure or w.unknown or w.end is None:
+                return
+            pos += w.end
+            continue
+        t.reach(w)
+        if w.weights_only:
+            t.refuse_weights_only(f"{w.record}: {w.weights_only}")
+        if w.failure:
+            if i == 0 and t.format.startswith("legacy"):
+                t.format = "not a torch.save file or pickle"
+            t.fails(w, "the first pickle" if i == 0 else "")
+            return
+        if w.unknown or w.end is None:
+            return
+        if i < 2:
+            expected = LEGACY_MAGIC if i == 0 else LEGACY_PROTOCOL
+            same = _equals(w.value, expected)
+            if same is False:
+                t.raises, t.rejected = f"torch.load raises: the {w.record} does not hold {expected}", True
+                if i == 0 and t.format.startswith("legacy"):
+                    t.format = "pickle (not a torch.save file)"
+                t.refuse_weights_only(t.raises)
+            if same is None:
+                t.notes.append(f"the {w.record} builds a value scan cannot compute: scan assumes torch.load goes on")
+                t.refuse_weights_only(f"the {w.record} is not the plain value torch expects")
+        pos += w.end
+    if not t.raises:
+        t.reads = "torch.load unpickles the magic number, protocol, sys_info, object and storage-key pickles"
+
+
+# ---------------------------------------------------------------------------------------------
+
+def trace(path: str) -> Trace:
+    """Follow torch.load(path) through the file (see the module doc). Raises CheckpointError when the
+    file cannot be read at all."""
+    t = Trace(path)
+    if path.endswith(".safetensors"):
+        t.format = "safetensors (by name)"
+        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
+        return t
+    with reading(path):
+        f = open(path, "rb")
+    with f, reading(path, "reading"):
+        size = os.fstat(f.fileno()).st_size
+        if f.read(4) == b"PK\x03\x04":
+            _zip(t, f, size)
+        elif not _tar(t, f, size):
+            if t.format.startswith("tar"):
+                t.format += ", read as a legacy stream after a tar error"
+            _legacy(t, f, size)
+    return t
+
+
+def _globals(walks: list[Walk]) -> list[dict[str, object]]:
+    allowed: dict[str, bool] = {}
+    counts: dict[str, int] = {}
+    for w in walks:
+        for name, ok in w.globals.items():
+            allowed[name] = allowed.get(name, True) and ok
+            counts[name] = counts.get(name, 0) + w.counts[name]
+    return [{"name": n, "count": counts[n], "allowed": allowed[n]} for n in sorted(allowed)]
+
+
+def _finding(w: Walk, fd: Any) -> dict[str, object]:
+    return {"record": w.record, "offset": fd.offset, "file_offset": None if w.start is None else w.start + fd.offset,
+            "opcode": fd.opcode, "global": fd.name, "why": fd.why}
+
+
+def report(t: Trace) -> dict[str, Any]:
+    """The `ckptstat.scan/1` report of a trace."""
+    reached = [w for w, r in t.walks if r]
+    unreached = [w for w, r in t.walks if not r]
+    unsafe = sorted({fd.name for w in reached for fd in w.findings})
+    status = "unsafe" if unsafe else "unknown" if t.unknown else "safe"
+    dormant = [] if t.torchscript else sorted({fd.name for w in unreached for fd in w.findings} - set(unsafe))
+    if status == "unsafe":
+        verdict = "UNSAFE: torch.load without weights_only would import and may call: " + ", ".join(unsafe)
+    elif status == "unknown":
+        verdict = "UNKNOWN: scan cannot tell what torch.load would run: " + t.unknown[0]
+    elif t.raises:
+        verdict = f"safe: {t.raises}, having imported nothing outside torch's weights_only allowlist"
+    else:
+        verdict = "safe: every global torch.load would import is in torch's weights_only allowlist"
+    if dormant:
+        verdict += f" ({len(dormant)} global(s) outside the allowlist in pickles torch.load does not reach: {', '.join(dormant)})"
+    return {
+        "schema": SCAN_SCHEMA,
+        "path": t.path,
+        "format": t.format,
+        "status": status,
+        "torch_load": t.raises or t.reads,
+        "pickles": [{"record": w.record, "offset": w.start, "opcodes": w.opcodes, "reached": r,
+                     "globals": _globals([w]), "findings": [_finding(w, fd) for fd in w.findings],
+                     "stops": w.failure and f"offset {w.fail_at}: {w.failure}"} for w, r in t.walks],
+        "globals": _globals([w for w, _ in t.walks]),
+        "unsafe_globals": unsafe,
+        "unreached_unsafe_globals": dormant,
+        "findings": [_finding(w, fd) for w in reached for fd in w.findings],
+        "unknown": t.unknown,
+        "notes": t.notes,
+        "weights_only_loadable": t.weights_only is None and status != "unknown",
+        "weights_only_refusal": t.weights_only,
+        "would_run_code": status != "safe",
+        "verdict": verdict,
+    }
 
 
 def scan(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Report (schema ckptstat.scan/1) of every global the file's pickles reference, and whether
-    `torch.load(weights_only=False)` would run code (a global outside the weights_only allowlist)."""
+    """Report (schema ckptstat.scan/1) of what `torch.load(path)` without weights_only would run:
+    every global the pickles it reaches import, and a verdict (see the module doc). A file torch.load
+    cannot read (a broken pickle or container, nothing reached outside the allowlist) raises
+    CorruptCheckpointError naming where torch.load fails."""
     path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFound(path, "no such file")
+    if os.path.isdir(path):
+        raise CheckpointError(path, "is a folder (ckptstat.analysis.scan.scan_path walks folders)")
     if not os.path.isfile(path):
-        raise FileNotFound(path, "no such file") if not os.path.exists(path) else CheckpointError(path, "not a file")
-    with reading(path):                 # the OS's own errors (permission...) as they are
-        f = open(path, "rb")
-    with f, reading(path, "malformed pickle or zip"):
-        try:
-            scans = [scan_pickle(stream, record) for record, stream in _pickle_members(path, f)]
-        except Refused as e:
-            raise CorruptCheckpointError(path, str(e)) from None
-    every: Counter[str] = Counter()
-    for s in scans:
-        every.update(s.globals)
-    unsafe = sorted(g for g in every if not is_allowed(g))
-    return {
-        "schema": SCAN_SCHEMA,
-        "path": path,
-        "pickles": [{"record": s.record, "opcodes": s.opcodes, "globals": [_entry(g, n) for g, n in sorted(s.globals.items())]}
-                    for s in scans],
-        "globals": [_entry(g, n) for g, n in sorted(every.items())],
-        "unsafe_globals": unsafe,
-        "weights_only_loadable": not unsafe,
-        "would_run_code": bool(unsafe),
-        "verdict": ("UNSAFE: torch.load without weights_only would import and may call: " + ", ".join(unsafe)) if unsafe
-        else "safe: every global is in torch's weights_only allowlist",
-    }
+        raise CheckpointError(path, "not a regular file")
+    t = trace(path)
+    r = report(t)
+    if r["status"] == "safe" and t.unreadable:
+        dormant = r["unreached_unsafe_globals"]
+        raise CorruptCheckpointError(path, t.unreadable + (
+            f" (pickles torch.load does not reach import: {', '.join(dormant)})" if dormant else ""))
+    return r

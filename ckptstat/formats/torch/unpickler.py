@@ -14,6 +14,7 @@ from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
+from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnsafeCheckpointError, reading
 from .allowlist import Refused, StorageRef, StorageType, TensorRef, is_allowed, stub_for
 
@@ -22,6 +23,7 @@ MAX_OPS = 4_000_000        # opcodes in one pickle
 MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
 MAX_STACK = 100_000        # unpickler stack entries and open MARKs
 MAX_DEPTH = 100            # container nesting the tensor walk follows
+BUILD_FLOOR = 16 << 20     # bytes the calls of any pickle may build, beyond limits().pickle_build_ratio x its size
 
 _CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
                   pickle.LIST, pickle.TUPLE, pickle.DICT, pickle.FROZENSET}
@@ -95,6 +97,26 @@ class SafeUnpickler(pickle._Unpickler):
         self.path, self.record, self.storages_allowed = path, record, storages
         self.ops = 0
         self.storages: dict[str, StorageRef] = {}
+        # What calls (REDUCE, NEWOBJ) build is not bounded by the bytes read: bytearray(x), set(x),
+        # OrderedDict(x) each copy an object the pickle may reach again and again through its memo (a
+        # 61 KB pickle made 3.85 GB of bytearray copies). Their sizes are counted against a budget.
+        self.built = 0
+        self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
+
+    def account(self, obj: object) -> None:
+        if isinstance(obj, (bytes, bytearray, str)):
+            self.built += len(obj)
+        elif isinstance(obj, (list, tuple, dict, set, frozenset)):
+            self.built += 16 * len(obj)
+        if self.built > self.max_built:
+            raise Refused(f"pickle's calls build more than {self.max_built:,} bytes of objects from "
+                          f"{self.stream.limit:,} bytes of pickle (copies of one object through the memo?)")
+
+    def load_reduce(self) -> None:
+        args = self.stack.pop()
+        func = self.stack[-1]
+        self.stack[-1] = func(*args)
+        self.account(self.stack[-1])
 
     def find_class(self, module: str, name: str) -> object:
         full = f"{module}.{name}"
@@ -134,6 +156,7 @@ class SafeUnpickler(pickle._Unpickler):
         if cls not in (OrderedDict, Counter):
             raise Refused("NEWOBJ on a non-dict class")
         self.append(cls.__new__(cls, *args))
+        self.account(self.stack[-1])
 
     def load_newobj_ex(self) -> None:
         self.stack.pop()
@@ -149,6 +172,7 @@ class SafeUnpickler(pickle._Unpickler):
         self.append(b)
 
 
+SafeUnpickler.dispatch[pickle.REDUCE[0]] = _guarded(SafeUnpickler.load_reduce, True)
 SafeUnpickler.dispatch[pickle.BUILD[0]] = _guarded(SafeUnpickler.load_build, False)
 SafeUnpickler.dispatch[pickle.NEWOBJ[0]] = _guarded(SafeUnpickler.load_newobj, False)
 SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = _guarded(SafeUnpickler.load_newobj_ex, False)

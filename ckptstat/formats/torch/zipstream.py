@@ -9,7 +9,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ...core import TensorInfo, dtypes
 from ...core.io import RawFile, extent, read_flat_file, read_view
-from ...errors import CorruptCheckpointError
+from ...core.limits import limits
+from ...errors import CheckpointError, CorruptCheckpointError
 from .containers import zip_open
 
 if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-only path
@@ -85,6 +86,10 @@ class ZipStreamReader:
 
     def _spilled_to(self, record: str, end: int) -> IO[bytes]:
         """An anonymous temporary file holding the record's bytes [0, end) at least."""
+        cap = limits().spill_bytes
+        if end > cap:
+            raise CheckpointError(self.path, f"{record}: a strided view needs {end:,} bytes of it decompressed to a "
+                                             f"temporary file, more than {cap:,} (--limit spill_bytes=N)")
         if self._spill is None or record != self._spill_record:
             self._close_spill()
             self._spill = tempfile.TemporaryFile()

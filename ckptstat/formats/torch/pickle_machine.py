@@ -1,0 +1,280 @@
+"""A pickle's opcodes walked the way CPython's C unpickler (`_pickle.Unpickler`, what `torch.load`
+uses unless weights_only) would execute them, without executing anything (docs/torch.md, `ckptstat scan`).
+
+The walk keeps a model of the unpickler's stack, marks and memo, so that it knows every global the
+unpickler would import (GLOBAL and INST lines; STACK_GLOBAL's two strings, however they were pushed:
+SHORT_BINUNICODE, BINSTRING, text STRING, memo round trips, DUP), and where the C unpickler certainly
+stops with an error (truncation, an unknown opcode, stack underflow, a missing MARK or memo entry,
+STACK_GLOBAL over non-strings, a persistent id without persistent_load, out-of-band buffers). Where the
+outcome depends on what an allowed call returns, the walk assumes the unpickler goes on: it may report
+more than torch would reach, never less.
+
+It also keeps the values a later step of torch.load needs (the legacy magic number and protocol, the
+tar format's counts and storage types): ints, floats, strings, bytes, tuples and lists of them, globals.
+
+Buffering matters where one stream holds several pickles (the legacy format) and where a FRAME is
+read: the C unpickler reads a whole frame at once, and when the stream has no `peek` (io.BytesIO, an
+unbuffered file), an opcode whose bytes run past the frame's end is read from *after* the frame (the
+frame's tail is dropped), and the next pickle starts after the frame, not after STOP. With `peek`
+(a buffered file) that depends on the buffer's state, so there the walk reports such a pickle as
+ambiguous instead of guessing.
+"""
+from __future__ import annotations
+
+import _compat_pickle
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Literal
+
+from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
+from .streams import Source, Truncated
+
+MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
+MAX_STRING = 1 << 16         # strings kept as values (longer ones: known to be str, value dropped)
+MAX_LINE = 1 << 16           # a text opcode's line (GLOBAL module or name...) read at once
+MAX_TRACKED = 100_000        # items a tracked list or tuple keeps
+Buffering = Literal["peek", "drop"]
+
+# ---------------------------------------------------------------------------------------------
+# Values the walk keeps.
+
+@dataclass(frozen=True)
+class Global:
+    name: str
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A value of a known kind whose content the walk does not keep (dict, set, bytes...)."""
+    kind: str
+
+
+UNKNOWN = Opaque("unknown")                # the result of a call: anything
+LONG_STR = Opaque("str")                   # a str too long to keep
+
+
+def certainly_not_str(v: object) -> bool:
+    return not isinstance(v, str) and v is not LONG_STR and v is not UNKNOWN
+
+
+@dataclass(frozen=True)
+class Finding:
+    offset: int              # of the opcode, from the pickle's start
+    opcode: str
+    name: str                # the global, or what stands for it
+    why: str
+
+
+@dataclass
+class Walk:
+    """What one pickle does when the C unpickler runs it."""
+    record: str
+    start: int | None                        # file offset of its first byte (None: compressed)
+    opcodes: int = 0
+    globals: dict[str, bool] = field(default_factory=dict)     # effective name -> allowed
+    counts: Counter[str] = field(default_factory=Counter)
+    findings: list[Finding] = field(default_factory=list)      # what may run code
+    failure: str | None = None               # why the unpickler certainly raises...
+    fail_at: int = 0                         # ...at this offset
+    incomplete: str | None = None            # the walk gave up (a limit): the rest is unknown
+    ambiguous: str | None = None             # buffering decides how the unpickler reads it
+    value: object = UNKNOWN                  # what STOP returns (when known)
+    end: int | None = None                   # where the stream's next read starts after STOP
+    proto: int = 0
+    weights_only: str | None = None          # why torch's weights_only unpickler refuses it (None: accepted)
+
+    @property
+    def unknown(self) -> str | None:
+        """Why scan cannot tell all this pickle does (None: it can)."""
+        return self.incomplete or self.ambiguous
+
+
+class Fail(Exception):
+    pass
+
+
+def text_int(line: bytes, long: bool) -> object:
+    """INT / LONG text arguments as the C unpickler reads them (strtol, then PyLong_FromString with
+    base 0), kept only in the plain decimal form where the two readings cannot differ."""
+    body = line[:-1]
+    if long and body.endswith(b"L"):
+        body = body[:-1]
+    if not long and body in (b"00", b"01"):
+        return body == b"01"
+    digits = body[1:] if body[:1] in (b"+", b"-") else body
+    if not digits.isdigit() or not digits.isascii() or (len(digits) > 1 and digits[:1] == b"0"):
+        return UNKNOWN
+    value = int(body)
+    if not long and len(line) == 3 and value in (0, 1):   # a 2-character line holding 0 or 1 is a bool
+        return bool(value)
+    return value
+
+
+# ---------------------------------------------------------------------------------------------
+# The machine: the C unpickler's reads, stack, marks, memo and find_class (pickle_walk.py runs opcodes on it).
+
+class Machine:
+    def __init__(self, src: Source, walk: Walk, object_pickle: bool, persistent: bool, torch_remap: bool,
+                 buffering: Buffering):
+        self.src, self.w = src, walk
+        self.object_pickle, self.persistent, self.torch_remap = object_pickle, persistent, torch_remap
+        self.buffering = buffering
+        self.stack: list[object] = []
+        self.marks: list[int] = []
+        self.memo: dict[int, object] = {}
+        self.memo_exact = True            # False once a PUT index could not be read exactly
+        self.buf_end: int | None = None   # end of the frame the unpickler holds in its buffer
+        self.op_at = 0
+
+    # --- reading, with the C unpickler's frame semantics
+    def _ambiguous(self, why: str) -> None:
+        self.w.ambiguous = self.w.ambiguous or f"offset {self.op_at}: {why}"
+
+    def _fit(self, n: int) -> None:
+        if self.buf_end is None:
+            return
+        pos = self.src.pos
+        if pos + n <= self.buf_end:
+            return
+        if pos < self.buf_end:
+            if self.buffering == "drop":
+                self.src.skip(self.buf_end - pos)     # the rest of the frame is never read
+            else:
+                self._ambiguous("an opcode runs past the end of its FRAME")
+        self.buf_end = None
+
+    def read(self, n: int) -> bytes:
+        self._fit(n)
+        return self.src.read(n)
+
+    def skip(self, n: int) -> None:
+        self._fit(n)
+        self.src.skip(n)
+
+    def readline(self) -> tuple[bytes, bool]:
+        """A text argument: (the line, up to MAX_LINE bytes of it, with its newline; whether it was longer)."""
+        if self.buf_end is not None and self.src.pos < self.buf_end:
+            line, long, found = self.src.readline(MAX_LINE, self.buf_end)
+            if found:
+                return line, long
+            self.buf_end = None
+            if self.buffering == "drop":      # the unpickler reads the line afresh after the frame
+                line, long, _ = self.src.readline(MAX_LINE)
+                return line, long
+            self._ambiguous("a text argument runs past the end of its FRAME")
+            rest, long2, _ = self.src.readline(MAX_LINE)
+            return line + rest, long or long2 or len(line) + len(rest) > MAX_LINE
+        self.buf_end = None
+        line, long, _ = self.src.readline(MAX_LINE)
+        return line, long
+
+    def int_arg(self, n: int, signed: bool = False) -> int:
+        return int.from_bytes(self.read(n), "little", signed=signed)
+
+    # --- the stack, as the C unpickler's Pdata with its marks ("fence")
+    @property
+    def fence(self) -> int:
+        return self.marks[-1] if self.marks else 0
+
+    def push(self, v: object) -> None:
+        self.stack.append(v)
+
+    def pop(self) -> object:
+        if len(self.stack) <= self.fence:
+            raise Fail("unpickling stack underflow")
+        return self.stack.pop()
+
+    def top(self) -> object:
+        if len(self.stack) <= self.fence:
+            raise Fail("unpickling stack underflow")
+        return self.stack[-1]
+
+    def marker(self) -> int:
+        if not self.marks:
+            raise Fail("could not find MARK")
+        return self.marks.pop()
+
+    def pop_to(self, start: int) -> list[object]:
+        if start < self.fence or start > len(self.stack):
+            raise Fail("unpickling stack underflow")
+        items = self.stack[start:]
+        del self.stack[start:]
+        return items
+
+    def need(self, n: int) -> None:   # n items above the fence
+        if len(self.stack) - n < self.fence:
+            raise Fail("unpickling stack underflow")
+
+    def after_mark(self) -> int:
+        """APPENDS / SETITEMS / ADDITEMS: the MARK, with the target container below it."""
+        mark = self.marker()
+        if mark > len(self.stack) or mark <= self.fence:
+            raise Fail("unpickling stack underflow")
+        return mark
+
+    # --- globals
+    def find_class(self, module: str, name: str, opcode: str) -> object:
+        raw = f"{module}.{name}"
+        if not weights_only_allows(module, name):
+            self.note_weights_only(f"global {raw}")
+        if self.object_pickle and "Storage" in name and name in STORAGE_ITEMSIZE:
+            # torch.load's UnpicklerWrapper.find_class: a known *Storage name becomes a storage type, unimported
+            self.record(raw, True)
+            return Global(f"torch.{name}")
+        if self.torch_remap and module == "torch.tensor":   # torch/serialization.py load_module_mapping
+            module = "torch._tensor"
+        if self.w.proto < 3:       # fix_imports: Python 2 names (Lib/_compat_pickle.py)
+            if (module, name) in _compat_pickle.NAME_MAPPING:
+                module, name = _compat_pickle.NAME_MAPPING[(module, name)]
+            elif module in _compat_pickle.IMPORT_MAPPING:
+                module = _compat_pickle.IMPORT_MAPPING[module]
+        full = f"{module}.{name}"
+        ok = allowed_name(full)
+        self.record(full, ok)
+        if not ok:
+            self.w.findings.append(Finding(self.op_at, opcode, full, "outside torch's weights_only allowlist: "
+                                           "torch.load without weights_only imports it (and may call it)"))
+        return Global(full)
+
+    def record(self, name: str, allowed: bool) -> None:
+        self.w.globals[name] = allowed
+        self.w.counts[name] += 1
+
+    def unresolved(self, opcode: str, name: str, why: str) -> None:
+        self.record(name, False)
+        self.note_weights_only(name)
+        self.w.findings.append(Finding(self.op_at, opcode, name, why))
+
+    def note_weights_only(self, why: str) -> None:
+        if self.w.weights_only is None:
+            self.w.weights_only = f"offset {self.op_at}: {why}"
+
+    def decode(self, data: bytes, encoding: str, errors: str = "strict") -> str:
+        try:
+            return data.decode(encoding, errors)
+        except UnicodeDecodeError as e:
+            raise Fail(f"undecodable string ({e.reason})") from None
+
+    def counted(self, n: int, kind: str) -> object:
+        """A counted str or bytes argument of n bytes: its value if short, else only its kind."""
+        if n > self.src.left():
+            raise Truncated
+        if n > MAX_STRING:
+            self.skip(n)
+            return Opaque("bytes") if kind == "bytes" else LONG_STR
+        data = self.read(n)
+        if kind == "bytes":
+            return data
+        if kind == "binstring":    # a Python 2 str: decoded with torch.load's encoding="utf-8"
+            return self.decode(data, "utf-8")
+        return self.decode(data, "utf-8", "surrogatepass")
+
+    def stop(self) -> bool:
+        self.w.value = self.pop()
+        if self.buf_end is not None and self.src.pos < self.buf_end:
+            if self.buffering == "drop":
+                self.src.skip(self.buf_end - self.src.pos)   # the whole frame was read
+            else:
+                self._ambiguous("STOP before the end of its FRAME: where the next read starts depends on buffering")
+        self.w.end = self.src.pos
+        return True

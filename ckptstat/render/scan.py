@@ -1,0 +1,60 @@
+"""`ckptstat scan`: a file's globals, findings and verdict; a folder's one line per file and totals.
+Everything that comes from a file (names, records, reasons quoting them) is printed inert."""
+from __future__ import annotations
+
+from rich import box
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from .names import Name, fit_names, name_line, safe
+
+_STYLE = {"unsafe": "bold red", "unknown": "bold yellow", "unreadable": "yellow", "safe": "green"}
+
+
+def render_scan(r: dict, console: Console) -> None:
+    console.print(name_line("file         ", r["path"]))
+    console.print(Text("format       ").append_text(safe(r["format"])))
+    if r["torch_load"]:
+        console.print(Text("torch.load   ").append_text(safe(r["torch_load"])))
+    pickles = ", ".join(f"{p['record']} ({p['opcodes']} opcodes{'' if p['reached'] else ', not reached'})"
+                        for p in r["pickles"])
+    console.print(Text("pickles      ").append_text(safe(pickles or "none")))
+    if r["globals"]:
+        t = Table(title="Globals the pickles import", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+        for c in ("global", "count", "weights_only"):
+            t.add_column(c, justify="left" if c == "global" else "right")
+        for g in r["globals"]:
+            t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
+        console.print(fit_names(t, console))
+    for f in r["findings"]:
+        where = f"byte {f['file_offset']:,}" if f["file_offset"] is not None else f"offset {f['offset']:,}"
+        console.print(Text("finding      ", style="red").append_text(
+            safe(f"{f['record']} {where}: {f['opcode']} {f['global']}: {f['why']}")))
+    for why in r["unknown"]:
+        console.print(Text("unknown      ", style="yellow").append_text(safe(why)))
+    for note in r["notes"]:
+        console.print(Text("note         ", style="dim").append_text(safe(note)))
+    console.print(safe(r["verdict"]), style=_STYLE[r["status"]])
+
+
+def _detail(f: dict) -> str:
+    if f["status"] == "unsafe":
+        return ", ".join(f["unsafe_globals"])
+    if f["status"] == "unknown":
+        return f["unknown"][0] if f["unknown"] else ""
+    if f["status"] == "unreadable":
+        return f["error"] or ""
+    return "" if not f["unreached_unsafe_globals"] else "unreached: " + ", ".join(f["unreached_unsafe_globals"])
+
+
+def render_scan_tree(r: dict, console: Console) -> None:
+    for f in r["files"]:
+        detail = _detail(f)
+        console.print(name_line(Text(f"{f['status'].upper():<11}", style=_STYLE[f["status"]]), f["path"],
+                                safe(f"  {detail}") if detail else ""))
+    for s in r["skipped"]:
+        console.print(name_line(Text(f"{'SKIPPED':<11}", style="dim"), s["path"], safe(f"  {s['why']}")))
+    t = r["totals"]
+    console.print(f"{t['files']} file(s) scanned: {t['safe']} safe, {t['unsafe']} unsafe, {t['unknown']} unknown, "
+                  f"{t['unreadable']} unreadable; {t['skipped']} skipped")
