@@ -3,8 +3,10 @@
 Buckets: embedding, encoder (per layer; a decoder-only model's blocks are its encoder-equivalent),
 decoder (the decoder stack of an encoder-decoder model such as T5), pooler, cls (task and LM heads),
 other (whatever no rule places: listed, never dropped).
-Roles: parameter, buffer (non-trainable state such as position-id tables), optimizer (optimizer
-state), counter (training step counters).
+Roles: parameter, buffer (torch registered buffers: position-id tables, BatchNorm running statistics),
+non-trainable (Keras non-trainable variables: BatchNormalization moving statistics, which Keras's
+count_params() counts and torch's parameters() does not), metric (Keras metric state: totals and
+counts), optimizer (optimizer state), counter (training step counters).
 
 Rules are tables of regular expressions searched in the normalised name, first match wins, with a
 `(?P<layer>\\d+)` group where the name carries a layer index. The comment on each names the families
@@ -21,7 +23,7 @@ from functools import lru_cache
 from .core import dtypes
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
-ROLES = ("parameter", "buffer", "optimizer", "counter")
+ROLES = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
 
 
 @dataclass(frozen=True)
@@ -57,9 +59,16 @@ ROLE_RULES = _rules([
     # GGUF rope scaling tables (Llama 3, Phi-3)
     (r"^(rope_freqs|rope_factors_long|rope_factors_short)\.weight$", "buffer"),
     (r"(^|\.)(running_mean|running_var|num_batches_tracked)$", "buffer"),             # BatchNorm
-    (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: register_buffer
+    # Keras metric variables (tf_keras SavedModel/checkpoint `keras_api/metrics/0/total`, Keras `metrics/...`)
+    (r"(^|\.)(keras_api\.)?(metrics|compiled_metrics)\.", "metric"),
+    # Keras BatchNormalization moving statistics (Keras 2, HF TF, TF1 batch_norm); Keras 3: _KERAS3_BN_STAT
+    (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
+    (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
+    # ONNX Constant nodes (shapes, scales, masks), as torch.onnx.export names their outputs:
+    # `/encoder/layer.0/attention/self/Constant_5_output_0` (formats/onnx_model.py)
+    (r"(^|\.)Constant(_\d+)?_output_\d+$", "buffer"),
 ])
 # GPT-2's causal mask `h.N.attn.bias` is a buffer, but `attn.bias` of rank 1 would be a real bias.
 _GPT2_MASK = re.compile(r"(^|\.)attn\.bias$")
@@ -101,7 +110,16 @@ def _numbered(name: str) -> tuple[str, list[str]]:
     return "".join(p + str(k) for k, p in enumerate(parts[:-1])) + parts[-1], numbers
 
 
+# Keras 3 `.weights.h5` numbers a layer's variables instead of naming them: BatchNormalization's are
+# gamma, beta, moving_mean, moving_variance (keras/src/layers/normalization/batch_normalization.py
+# build(), default scale=True, center=True), so vars 2 and 3 are its moving statistics. The one rule
+# that reads a number's value, so it is tried before the numbered lookup.
+_KERAS3_BN_STAT = re.compile(r"(^|[./])layers[./]batch_normalization(_\d+)?[./]vars[./][23]$")
+
+
 def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
+    if _KERAS3_BN_STAT.search(name):
+        return "non-trainable"
     return _role_of(_numbered(name)[0], dtype, len(shape) == 4)
 
 

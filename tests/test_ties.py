@@ -39,7 +39,8 @@ MODELS = {
 
 
 def rows(report: dict) -> dict:
-    return {r["convention"]: r["params"] for r in report["counting"]["rows"]}
+    """convention -> params; the model.parameters() row is keyed without the class it is labelled with."""
+    return {r["convention"].split(" of ")[0]: r["params"] for r in report["counting"]["rows"]}
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
@@ -120,8 +121,8 @@ def test_ties_cli_json(cli):
     r = json.loads(out)
     assert rc == 0 and r["schema"] == "ckptstat.ties/1"
     assert [row["convention"] for row in r["counting"]["rows"]] == [
-        "unique parameters", "model.parameters()", "every name counted", "torchinfo 1.8 summary", "stored parameter elements",
-        "file tensor list"]
+        "unique parameters", "model.parameters() of BertForMaskedLM", "every name counted", "torchinfo 1.8 summary",
+        "stored parameter elements", "file tensor list"]
     rc, out, _ = cli("ties", fixture("bert-tiny-mlm"))
     assert rc == 0 and "torchinfo" in out and "cls.predictions.decoder.weight" in out
 
@@ -198,3 +199,73 @@ def test_diff_cli(cli, expected_st):
     d = json.loads(out)
     assert rc == 1 and not d["same"] and d["schema"] == "ckptstat.diff/1"
     assert d["delta"] == expected_st["bert-tiny-mlm"]["parameters"] - expected_st["bert-tiny"]["parameters"]
+
+
+def _torch_save_without_architectures(tmp_path, model):
+    """A state_dict written by torch.save beside a config.json that names no architectures class."""
+    torch.save(model.state_dict(), tmp_path / "pytorch_model.bin")
+    cfg = model.config.to_dict()
+    cfg.pop("architectures", None)
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return open_checkpoint(tmp_path)
+
+
+def test_model_parameters_row_follows_the_census_head_regression(tmp_path):
+    """Issue 15: BertForMaskedLM by torch.save, no `architectures`: the row built BertModel and took the
+    aliased decoder off twice (86,010,822 for 109,514,298 at bert-base size). Now the census's head
+    (the MLM head, from the names) is the model of the row, and an alias is never 'unexpected'."""
+    torch.manual_seed(0)
+    model = T.BertForMaskedLM(T.BertConfig(**SMALL))
+    r = audit(_torch_save_without_architectures(tmp_path, model))
+    want = sum(p.numel() for p in model.parameters())
+    assert rows(r)["model.parameters()"] == rows(r)["unique parameters"] == want
+    row = next(x for x in r["counting"]["rows"] if x["convention"].startswith("model.parameters()"))
+    assert row["model"] == "bert 'mlm' head" and row["convention"] == "model.parameters() of bert 'mlm' head"
+    assert r["cross_check"]["head"] == "mlm" and r["cross_check"]["unexpected"] == []
+    # the summary's analytic model is the same one
+    s = summarize(open_checkpoint(tmp_path))
+    assert s["analytic"]["predicted_params"] == want and s["analytic"]["agree"]
+
+
+def test_model_parameters_row_is_labelled_with_its_class(tmp_path):
+    torch.manual_seed(0)
+    model = T.BertForPreTraining(T.BertConfig(**SMALL))
+    model.save_pretrained(tmp_path)
+    r = audit(open_checkpoint(tmp_path))
+    assert r["counting"]["rows"][1]["convention"] == "model.parameters() of BertForPreTraining"
+    assert r["rules"] == {"family": "bert", "model_type": "bert", "head": "pretraining", "model": "BertForPreTraining",
+                          "head_source": "config.json architectures", "available": True}
+
+
+def _unregistered_model():
+    """A tied LM of a family ckptstat has no module for (BLOOM ties lm_head to word_embeddings)."""
+    from ckptstat.families import by_model_type
+
+    if by_model_type("bloom") is not None:
+        pytest.skip("bloom has a family module now")
+    torch.manual_seed(0)
+    return T.BloomForCausalLM(T.BloomConfig(hidden_size=16, n_layer=1, n_head=2, vocab_size=97))
+
+
+def test_unregistered_family_reports_only_file_evidence(tmp_path):
+    """A model_type no family module covers: no rule of another family is borrowed (issue 15: Phi got
+    RoBERTa's `lm_head.decoder.bias`); ties come from the file, and the output says so."""
+    model = _unregistered_model()
+    model.save_pretrained(tmp_path / "hf")
+    torch.save(model.state_dict(), tmp_path / "sd.bin")
+    r = audit(open_checkpoint(tmp_path / "hf"))
+    assert r["rules"]["available"] is False and "no family rules" in r["rules"]["note"]
+    assert r["ties"] == []   # save_pretrained dropped the tied copy and recorded nothing
+    sd = audit(open_checkpoint(tmp_path / "sd.bin"))
+    groups = {frozenset((t["alias"], t["target"])) for t in sd["ties"]}
+    by_storage: dict[int, set[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_storage.setdefault(p.data_ptr(), set()).add(name)
+    assert groups == {frozenset(g) for g in by_storage.values() if len(g) > 1}
+    assert all(t["evidence"] == "shared storage" for t in sd["ties"])
+
+
+def test_ties_cli_says_when_no_family_rules(cli, tmp_path):
+    _unregistered_model().save_pretrained(tmp_path)
+    rc, out, _ = cli("ties", str(tmp_path))
+    assert rc == 0 and "no family rules" in out

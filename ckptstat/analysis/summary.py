@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 from collections import defaultdict
 
-from ..census import aliases, architecture, name_matches, placements
+from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.model import from_checkpoint
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint, TensorInfo
@@ -69,6 +69,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "files": files,
         "config": ckpt.config_path,
         "architecture": architecture(ckpt),
+        "resolved": _resolved(ckpt),
         "counting": COUNTING_RULE,
         "parameters": {
             "unique": total,
@@ -85,7 +86,65 @@ def summarize(ckpt: Checkpoint) -> dict:
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),
+        "modules": module_tree([(t.name, t.numel, t.byte_size) for t in ckpt
+                                if t.name not in alias_of and place[t.name].role == "parameter"]),
     }
+
+
+def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
+    """Parameters grouped by module prefix: nodes {name, params, bytes, tensors, repeat, children}, a
+    total per node. Numbered siblings of one structure collapse into one node (`layers.{0..31}`, repeat
+    32: totals over all, children of the first), and a chain of single children joins into one name."""
+    root: dict = {"children": {}}
+    for name, numel, nbytes in params:
+        node = root
+        for part in name.split(".")[:-1] or [name]:
+            node = node["children"].setdefault(part, {"children": {}, "own": [0, 0, 0]})
+            node.setdefault("sum", [0, 0, 0])
+            node["sum"] = [node["sum"][0] + numel, node["sum"][1] + nbytes, node["sum"][2] + 1]
+        node["own"] = [node["own"][0] + numel, node["own"][1] + nbytes, node["own"][2] + 1]
+    return _collapse(root["children"])
+
+
+def _shape_key(node: dict) -> tuple:
+    return (tuple(node["own"]), tuple((k, _shape_key(c)) for k, c in sorted(node["children"].items())))
+
+
+def _span(idx: list[int]) -> str:
+    return f"{{{idx[0]}..{idx[-1]}}}" if idx == list(range(idx[0], idx[-1] + 1)) else "{" + ",".join(map(str, idx)) + "}"
+
+
+def _collapse(children: dict[str, dict]) -> list[dict]:
+    out: list[dict] = []
+    numbered: dict[tuple, list[tuple[int, dict]]] = {}
+    for key, node in children.items():
+        if key.isdigit():
+            numbered.setdefault(_shape_key(node), []).append((int(key), node))
+        else:
+            out.append(_node(key, node, 1, node["sum"]))
+    for group in numbered.values():
+        idx = sorted(i for i, _ in group)
+        total = [sum(n["sum"][j] for _, n in group) for j in range(3)]
+        name = str(idx[0]) if len(idx) == 1 else _span(idx)
+        out.append(_node(name, min(group, key=lambda g: g[0])[1], len(idx), total))
+    return out
+
+
+def _node(name: str, node: dict, repeat: int, total: list[int]) -> dict:
+    kids, own = _collapse(node["children"]), node["own"][2]
+    while repeat == 1 and not own and len(kids) == 1:
+        # a chain of single children reads as one name: model.decoder.layers.{0..31}
+        k = kids[0]
+        name, repeat, own, kids = f"{name}.{k['name']}", k["repeat"], k["own_tensors"], k["children"]
+    return {"name": name, "params": total[0], "bytes": total[1], "tensors": total[2], "repeat": repeat,
+            "own_tensors": own, "children": kids}
+
+
+
+def _resolved(ckpt: Checkpoint) -> dict:
+    """The census's head resolution (census.resolve), the one `ckptstat ties` and the analytic block use."""
+    r = resolve(ckpt)
+    return {"family": r.family.name if r.family else None, "head": r.head, "model": r.label, "head_source": r.head_source}
 
 
 def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:

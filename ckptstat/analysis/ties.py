@@ -5,15 +5,16 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..census import parameters, placements
+from ..census import aliases, parameters, placements
+from ..census.resolve import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
-from ..errors import UsageError
-from ..families.spec import from_config
 from ..families.tensors import expected_tensors
 from ..naming import normalize
 
 TIES_SCHEMA = "ckptstat.ties/1"
+_NO_RULES = ("no family rules were available for model_type {!r}: ties come only from the file itself "
+             "(shared storage, safetensors metadata; --deep: identical contents)")
 
 
 def _torchinfo_total(params: dict[str, int], identity: dict[str, str], recursive: set[str]) -> int:
@@ -100,7 +101,11 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
                                 "why": "torchinfo's per-module leftover rule over shared modules"})
     non_params = [{"name": n, "elements": tensors[n].numel, "why": f"{place[n].role}, not a parameter"}
                   for n in tensors if n not in is_param]
-    rows = [
+    alias_of = aliases(ckpt)
+    non_trainable: list[dict[str, Any]] = [{"name": n, "elements": tensors[n].numel,
+                      "why": "Keras non-trainable variable (moving statistics): count_params() counts it"}
+                     for n in tensors if place[n].role == "non-trainable" and n not in alias_of]
+    rows: list[dict[str, Any]] = [
         {"convention": "unique parameters", "equals": "parameters the file holds, each storage once, plus none for tied names",
          "params": unique, "differences": []},
         {"convention": "every name counted", "equals": "named_parameters(remove_duplicate=False)",
@@ -113,6 +118,14 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
         {"convention": "file tensor list", "equals": "sum over every parameter name in the file (a naive state_dict loop)",
          "params": file_names, "differences": in_file_aliases + twice},
     ]
+    if non_trainable:
+        # Keras counts trainable + non-trainable weights (Model.count_params(); summary()'s "Total params"),
+        # torch's parameters() leaves buffers out: BatchNormalization's moving_mean/moving_variance are
+        # weights to Keras and running_mean/running_var buffers to torch. Both are right; they differ.
+        rows.append({"convention": "Keras count_params()",
+                     "equals": "model.count_params() = trainable + non-trainable weights (Keras counts BatchNormalization's "
+                               "moving statistics; torch's parameters() leaves the equivalent running statistics out as buffers)",
+                     "params": unique + sum(int(r["elements"]) for r in non_trainable), "differences": non_trainable})
     return {"rows": rows, "not_counted": non_params}
 
 
@@ -124,18 +137,21 @@ def _same_subtree_bias(t: Tie) -> bool:
 
 
 def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
-    """The parameters config.json says the model has, against the file's: missing (each with its
-    explanation when a tie accounts for it), unexpected, and shape mismatches."""
+    """The parameters the resolved model has (census.resolve: config.json, its head from the tensor
+    names when the config names no architectures class), against the file's: missing (each with its
+    explanation when a tie accounts for it), unexpected, and shape mismatches. A name that is an alias
+    of another stored tensor is neither: it is counted once already."""
+    r = resolve(ckpt)
     if not ckpt.config:
         return {"available": False, "reason": "no config.json"}
-    try:
-        spec = from_config(ckpt.config, ckpt.config_path or "config.json")
-    except UsageError as e:
-        return {"available": False, "reason": str(e)}
+    if r.spec is None:
+        return {"available": False, "reason": r.error or _NO_RULES.format(r.model_type)}
+    spec = r.spec
     expected = expected_tensors(spec)
     if expected is None:
         return {"available": False, "reason": f"no tensor template for {spec.model_type}"}
     place = placements(ckpt)
+    alias_of = aliases(ckpt)
     params = {n: t for n, t in ckpt.tensors.items() if place[n].role == "parameter"}
     # The file may wrap every name (`module.`): find the prefix from one expected name it holds.
     outer = next((n[: -len(e)] for e in expected for n in params if n.endswith(e) and (n == e or n[-len(e) - 1] == ".")), "")
@@ -147,10 +163,12 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
             t = tie_of.get(name)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
-    unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in params.items() if n not in expected]
+    unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
+                  if n not in expected and n not in alias_of]
     mismatched = [{"name": n, "file": list(t.shape), "config": list(expected[n])}
                   for n, t in params.items() if n in expected and t.shape != expected[n]]
-    return {"available": True, "head": spec.head, "architecture": spec.architecture, "expected": len(expected),
+    return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
+            "head_source": r.head_source, "expected": len(expected),
             "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched}
 
 
@@ -158,10 +176,11 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
     ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
     check = cross_check(ckpt, ties)
     table = counting(ckpt, ties)
-    # model.parameters() of the model the config builds: the file's unique parameters, plus those the
-    # model has and the file lacks (untied), minus those the model would not load.
-    row = {"convention": "model.parameters()",
-           "equals": "sum(p.numel() for p in model.parameters()) of the model config.json builds",
+    r = resolve(ckpt)
+    # model.parameters() of the model the census resolved (the class it is labelled with): the file's
+    # unique parameters, plus those the model has and the file lacks (untied), minus those it would not load.
+    row = {"convention": f"model.parameters() of {r.label}", "model": r.label,
+           "equals": f"sum(p.numel() for p in model.parameters()) of {r.label} (head from {r.head_source})",
            "params": table["rows"][0]["params"], "differences": []}
     if check["available"]:
         for m in check["missing"]:
@@ -179,6 +198,10 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
     else:
         row["equals"] += f" (assumed equal to the file's: {check['reason']})"
     table["rows"].insert(1, row)
+    rules = {"family": r.family.name if r.family else None, "model_type": r.model_type, "head": r.head,
+             "model": r.label, "head_source": r.head_source, "available": r.family is not None}
+    if r.family is None:
+        rules["note"] = _NO_RULES.format(r.model_type)
     return {
         "schema": TIES_SCHEMA,
         "path": ckpt.path,
@@ -186,6 +209,7 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         "config": ckpt.config_path,
         "tie_word_embeddings": tie_word_embeddings(ckpt),
         "deep": deep,
+        "rules": rules,
         "ties": [t.__dict__ for t in ties],
         "counting": table,
         "cross_check": check,

@@ -2,5 +2,6 @@
 placements, aliases and tie evidence, the unique parameter count, and the resolved architecture.
 Imports only from core, formats, naming and families (docs/architecture.md)."""
 from .counts import aliases, architecture, memoised, name_matches, parameters, placements
+from .resolve import Resolution, resolve
 
-__all__ = ["aliases", "architecture", "memoised", "name_matches", "parameters", "placements"]
+__all__ = ["Resolution", "aliases", "architecture", "memoised", "name_matches", "parameters", "placements", "resolve"]

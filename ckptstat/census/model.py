@@ -4,24 +4,19 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from ..core import Checkpoint
 from ..errors import UsageError
-from ..families import detect
 from ..families.graph import predict_params
 from ..families.spec import (
     DTYPE_BYTES,
     ArchSpec,
-    canonical_tensors,
-    config_from_gguf,
     from_config,
-    from_tensors,
-    infer_head,
-    with_head,
 )
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
+from .resolve import resolve
 
 
 @dataclass(frozen=True)
@@ -80,35 +75,24 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         count += t.numel
         by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
     notes: list[str] = []
-    gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.declared_architecture and not ckpt.config else None
-    if ckpt.config:
-        spec = from_config(ckpt.config, ckpt.config_path or "config.json")
-        if spec.architecture is None and ckpt.tensors:
-            spec = _head_from_weights(spec, ckpt)
-    elif gguf_cfg:
-        spec = from_config(gguf_cfg, f"{ckpt.path} (GGUF metadata)")
-    else:
-        family = detect(ckpt.tensors, None).family
-        if family == "unknown":
-            raise UsageError(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
-        spec = from_tensors(family, ckpt.tensors, ckpt.metadata)
+    r = resolve(ckpt)   # the one architecture and head resolution ties and the summary share
+    if r.spec is None:
+        if r.error:
+            raise UsageError(r.error)
+        if r.family is None and ckpt.config:
+            from_config(ckpt.config, ckpt.config_path or "config.json")   # raises the usual unsupported-family error
+        raise UsageError(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
+    spec = r.spec
     predicted = predict_params(spec)
+    if predicted["total"] != count and r.family is not None and r.family.strict_params:
+        raise UsageError(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
+                         f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
+                         f"so no FLOPs or activation memory from it")
     if predicted["total"] != count:
         notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count, by_dtype, tuple(notes) + spec.assumptions)
-
-
-def _head_from_weights(spec: ArchSpec, ckpt: Checkpoint) -> ArchSpec:
-    """The config names no architectures class, so its head was a default guess: the tensor names say
-    which head the weights hold (cls.predictions.*, lm_head.*, classifier.* ...)."""
-    head, why = infer_head(spec.family, canonical_tensors(ckpt.tensors, ckpt.metadata))
-    note = (f"config names no known architectures class; the {head!r} head is inferred from the tensor names "
-            f"({why if why == 'no head tensors' else 'e.g. ' + why})")
-    kept = tuple(a for a in spec.assumptions if "names no known architectures class" not in a)
-    out = with_head(spec, head) if head != spec.head else spec
-    return replace(out, assumptions=kept + (note,))
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -121,3 +105,31 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         return Model(spec, path, path, predict_params(spec), None, {}, notes)
     return from_checkpoint(open_checkpoint(path, config))
+
+
+@dataclass(frozen=True)
+class Weights:
+    """What `memory` knows of a checkpoint without an architecture: its parameters and their stored bytes,
+    and why no architecture (the error the analytic model gave)."""
+    path: str
+    config_path: str | None
+    params: int
+    param_bytes: dict[str, int]
+    reason: str
+
+
+def weights_only(path: str | os.PathLike[str], config: str | os.PathLike[str] | None, reason: str) -> Weights:
+    """The parameters of a checkpoint whose architecture ckptstat cannot model; UsageError(reason) when
+    there are no weights to count (a bare config.json, a file with no parameters)."""
+    path = os.fspath(path)
+    if is_bare_config(path) and config is None:
+        raise UsageError(reason)
+    ckpt = open_checkpoint(path, config)
+    by_dtype: dict[str, int] = {}
+    count = 0
+    for t in parameters(ckpt):
+        count += t.numel
+        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
+    if not count:
+        raise UsageError(reason)
+    return Weights(ckpt.path, ckpt.config_path, count, by_dtype, reason)

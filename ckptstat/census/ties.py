@@ -15,13 +15,14 @@ import hashlib
 from dataclasses import dataclass
 
 from ..core import Checkpoint
-from ..families import FAMILIES, by_model_type
-from ..families.base import HEAD_SUFFIXES, TieRule
+from ..families import by_model_type
+from ..families.base import TieRule
 from ..naming import structural_ties
 from .counts import aliases
+from .resolve import resolve
 
-# Known tied pairs: each family's (families/<name>.py, from transformers' _tied_weights_keys), each once.
-TIE_RULES: tuple[TieRule, ...] = tuple(dict.fromkeys(rule for f in FAMILIES for rule in f.tie_rules))
+# Heads whose model holds a word-embedding-sized output layer (for tie rules that name no heads).
+_LM_HEADS = ("mlm", "lm", "pretraining")
 
 
 @dataclass(frozen=True)
@@ -45,19 +46,26 @@ def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
     return family.tied_by_default if family is not None else True
 
 
-def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule) -> bool:
-    lm_heads = tuple(suffix for suffix, head in HEAD_SUFFIXES if head in ("mlm", "lm", "pretraining"))
-    archs = (ckpt.config or {}).get("architectures") or []
-    if any(isinstance(a, str) and a.endswith(lm_heads) for a in archs):
+def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule, head: str | None) -> bool:
+    """Does the resolved model have `rule.alias` although the file lacks it? Rules name the heads whose
+    model has the alias (ElectraForPreTraining has no generator head); a rule that names none applies
+    to an LM-type head, or when the file holds the alias's module."""
+    if rule.heads:
+        return head in rule.heads
+    if head in _LM_HEADS:
         return True
-    head = outer + rule.alias.rsplit(".", 2)[0] + "."
-    return any(n.startswith(head) for n in ckpt.tensors)
+    module = outer + rule.alias.rsplit(".", 2)[0] + "."
+    return any(n.startswith(module) for n in ckpt.tensors)
 
 
 def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> list[Tie]:
-    """Every tie the evidence supports; each alias appears once, with its strongest evidence."""
+    """Every tie the evidence supports; each alias appears once, with its strongest evidence. Rules
+    come from the family and head the census resolved (census.resolve), never from other families:
+    with no registered family only the file's own evidence (shared storage, safetensors metadata,
+    contents with `deep`) is reported."""
     ties: dict[str, Tie] = {}
     tensors = ckpt.tensors
+    resolution = resolve(ckpt)
 
     def add(tie: Tie) -> None:
         ties.setdefault(tie.alias, tie)
@@ -67,17 +75,20 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     for dropped, kept in ckpt.dropped.items():   # what the reader found recorded (core.Checkpoint.dropped)
         add(Tie(dropped, kept, "safetensors metadata", "absent from file", tensors[kept].numel))
     tied_cfg = tie_word_embeddings(ckpt)
-    for rule in TIE_RULES:
+    # No config: a head the names show but the file lacks is tied (the resolved spec says so); a head
+    # stored twice is not claimed tied, since nothing says the model tied it.
+    names_tied = tied_cfg is None and resolution.spec is not None and resolution.spec.tied_embeddings
+    for rule in resolution.tie_rules:   # the resolved family's, for the resolved head
         for name in tensors:
             if not name.endswith(rule.target) or (len(name) > len(rule.target) and name[-len(rule.target) - 1] != "."):
                 continue
             outer = name[: len(name) - len(rule.target)]
             alias = outer + rule.alias
-            if rule.when == "config" and not tied_cfg:
+            if rule.when == "config" and not tied_cfg and not (names_tied and alias not in tensors):
                 continue
             label = "config tie_word_embeddings" if rule.when == "config" else "architecture"
             if alias not in tensors:
-                if _has_head(ckpt, outer, rule):
+                if _has_head(ckpt, outer, rule, resolution.head):
                     add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
             elif alias not in ties and tensors[alias].shape == tensors[name].shape:
                 add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))

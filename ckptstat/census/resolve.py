@@ -1,0 +1,88 @@
+"""The one architecture and head resolution every analysis shares (issue 15): the family, the head and
+the model class a checkpoint holds, computed once per checkpoint from config.json (`architectures`),
+else from GGUF metadata, else from the tensor names (each family's head rules). `ckptstat ties`, the
+summary's analytic block and the FLOPs/memory model all read it, so they never disagree about which
+model the file is. Headers and config only; never raises (a config the analytic model cannot read
+leaves `spec` None with the reason in `error`)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from ..core import Checkpoint
+from ..errors import UsageError
+from ..families import by_model_type, detect, get
+from ..families.base import ArchSpec, Family, TieRule
+from ..families.spec import canonical_tensors, config_from_gguf, from_config, from_tensors, infer_head, with_head
+from .counts import memoised
+
+
+@dataclass(frozen=True)
+class Resolution:
+    family: Family | None          # the registered family, None when no family module covers the model
+    model_type: str | None         # config.json model_type (or GGUF architecture), when known
+    spec: ArchSpec | None          # the analytic model; None when it cannot be built (see error)
+    head: str | None               # base, mlm, lm, pretraining, ... (None: unknown family)
+    head_source: str               # how the head was decided, printed beside it
+    error: str | None = None
+
+    @property
+    def label(self) -> str:
+        """The model class the resolution describes: the config's architectures class, else the family's
+        head inferred from the tensor names."""
+        if self.spec is not None and self.spec.architecture:
+            return self.spec.architecture
+        if self.family is None:
+            return f"model_type {self.model_type!r} (no family rules)" if self.model_type else "unknown model"
+        return f"{self.spec.model_type if self.spec else self.family.name} {self.head!r} head"
+
+    @property
+    def tie_rules(self) -> tuple[TieRule, ...]:
+        """The tie rules of the resolved family and head only (families/<name>.py)."""
+        if self.family is None or self.head is None:
+            return ()
+        return tuple(r for r in self.family.tie_rules if not r.heads or self.head in r.heads)
+
+
+def resolve(ckpt: Checkpoint) -> Resolution:
+    return memoised(ckpt, "resolution", _resolve)
+
+
+def _resolve(ckpt: Checkpoint) -> Resolution:
+    gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.declared_architecture and not ckpt.config else None
+    cfg = ckpt.config or gguf_cfg
+    if cfg:
+        mt = cfg.get("model_type")
+        family = by_model_type(mt, cfg)
+        mt = mt if isinstance(mt, str) else None
+        if family is None:
+            return Resolution(None, mt, None, None, "no family module for this model_type")
+        path = ckpt.config_path or "config.json" if ckpt.config else f"{ckpt.path} (GGUF metadata)"
+        try:
+            spec = from_config(cfg, path)
+        except UsageError as e:
+            return Resolution(family, mt, None, None, "config.json", str(e))
+        if spec.architecture is not None or not ckpt.tensors:
+            src = "config.json architectures" if spec.architecture else "family default (no weights)"
+            return Resolution(family, mt, spec, spec.head, src)
+        spec, why = _head_from_weights(spec, ckpt)
+        return Resolution(family, mt, spec, spec.head, why)
+    name = detect(ckpt.tensors, None).family
+    if name == "unknown":
+        return Resolution(None, None, None, None, "the tensor names match no family")
+    try:
+        spec = from_tensors(name, ckpt.tensors, ckpt.metadata)
+    except UsageError as e:
+        head, why = infer_head(name, canonical_tensors(ckpt.tensors, ckpt.metadata))
+        return Resolution(get(name), None, None, head, f"tensor names ({why})", str(e))
+    return Resolution(get(name), None, spec, spec.head, "tensor names")
+
+
+def _head_from_weights(spec: ArchSpec, ckpt: Checkpoint) -> tuple[ArchSpec, str]:
+    """The config names no architectures class, so its head was a default guess: the tensor names say
+    which head the weights hold (cls.predictions.*, lm_head.*, classifier.* ...)."""
+    head, why = infer_head(spec.family, canonical_tensors(ckpt.tensors, ckpt.metadata))
+    note = (f"config names no known architectures class; the {head!r} head is inferred from the tensor names "
+            f"({why if why == 'no head tensors' else 'e.g. ' + why})")
+    kept = tuple(a for a in spec.assumptions if "names no known architectures class" not in a)
+    out = with_head(spec, head) if head != spec.head else spec
+    return replace(out, assumptions=kept + (note,)), "tensor names (config names no architectures class)"
