@@ -272,6 +272,159 @@ def gguf_claims(path: str) -> dict[str, bytes]:
             "tensor offset 2**63": patched(data, offset_at, "<Q", 2**63)}
 
 
+# ---------------------------------------------------------------------------------------------- ONNX
+def onnx_oracle(path: str) -> dict[str, Oracle]:
+    """What onnx.numpy_helper.to_array read back (fixtures/make_onnx.py): values, or sum and float32 hash."""
+    rec = _expected("onnx")[os.path.relpath(path, FIXTURES)]
+    return {k: Oracle(tuple(v["shape"]), values=np.array(v["values"], dtype=np.float64)) if "values" in v
+            else Oracle(tuple(v["shape"]), total=v["sum"], sha256=v["sha256_f32"]) for k, v in rec.items()}
+
+
+def _pb(data: bytes, start: int, end: int):
+    """(field number, wire type, field start, payload start, payload end) per protobuf field
+    (protobuf encoding spec: varint keys, wire types 0, 1, 2, 5)."""
+    def varint(pos: int) -> tuple[int, int]:
+        value = shift = 0
+        while True:
+            b = data[pos]
+            value |= (b & 0x7F) << shift
+            pos, shift = pos + 1, shift + 7
+            if not b & 0x80:
+                return value, pos
+
+    pos = start
+    while pos < end:
+        field_start = pos
+        key, pos = varint(pos)
+        wire = key & 7
+        if wire == 0:
+            _, after = varint(pos)
+        elif wire == 2:
+            n, pos = varint(pos)
+            after = pos + n
+        else:
+            after = pos + {1: 8, 5: 4}[wire]
+        yield key >> 3, wire, field_start, pos, after
+        pos = after
+
+
+def onnx_layout(data: bytes) -> Layout:
+    """ModelProto top-level fields up to opset_import (a cut after it leaves a whole model), every field
+    of the graph (onnx.proto GraphProto) and of each initializer and node in it."""
+    cuts: list[int] = []
+    top = list(_pb(data, 0, len(data)))
+    cuts += [f[2] for f in top if f[0] in (7, 8)] + [f[3] for f in top]
+    for num, _, _, a, b in top:
+        if num != 7:
+            continue
+        for gnum, gwire, gstart, ga, gb in _pb(data, a, b):
+            cuts += [gstart, ga, gb]
+            if gwire == 2 and gnum in (1, 5, 15):
+                cuts += [f[2] for f in _pb(data, ga, gb)] + [f[3] for f in _pb(data, ga, gb)]
+    return sorted(set(cuts)), []
+
+
+def onnx_claims(path: str) -> dict[str, bytes]:
+    """Hostile ModelProtos written by the onnx package itself from the sample."""
+    import onnx
+
+    def edit(change) -> bytes:
+        m = onnx.load(path, load_external_data=False)
+        change(m.graph.initializer[0])
+        return m.SerializeToString()
+
+    def dims(*d: int):
+        return lambda t: (t.ClearField("dims"), t.dims.extend(d))
+
+    def entry(key: str, value: str):
+        def change(t):
+            for e in t.external_data:
+                if e.key == key:
+                    e.value = value
+                    return
+            t.external_data.add(key=key, value=value)
+        return change
+
+    claims = {"dims 2**40 x 2**40": edit(dims(2**40, 2**40)), "dims 2**62 x 4": edit(dims(2**62, 4)),
+              "dims one more row than stored": edit(lambda t: t.dims.__setitem__(0, t.dims[0] + 1)),
+              "data type 99": edit(lambda t: setattr(t, "data_type", 99))}
+    if onnx.load(path, load_external_data=False).graph.initializer[0].data_location == 1:
+        claims.update({"external offset 2**62": edit(entry("offset", str(2**62))),
+                       "external length 2**40": edit(entry("length", str(2**40))),
+                       "external location ../outside.bin": edit(entry("location", "../outside.bin")),
+                       "external location /etc/hostname": edit(entry("location", "/etc/hostname"))})
+    return claims
+
+
+# ---------------------------------------------------------------------------------------------- numpy
+def numpy_oracle(path: str) -> dict[str, Oracle]:
+    """What np.load (allow_pickle=False) reads."""
+    if path.endswith(".npy"):
+        items = {os.path.basename(path).removesuffix(".npy"): np.load(path, allow_pickle=False)}
+    else:
+        with np.load(path, allow_pickle=False) as loaded:
+            items = dict(loaded.items())
+    return {k: Oracle(tuple(v.shape), values=_f64(v)) for k, v in items.items()}
+
+
+def npy_layout(data: bytes) -> Layout:
+    """Magic, version, header length (u16 in 1.0, u32 in 2.0/3.0), header (numpy NEP 1)."""
+    width = 2 if data[6] == 1 else 4
+    n = int.from_bytes(data[8:8 + width], "little")
+    return [6, 8, 8 + width, 8 + width + n], [(8, width)]
+
+
+def _npy_header(data: bytes, header: str) -> bytes:
+    """The .npy bytes with its header dict replaced, padded to the same length."""
+    n = int.from_bytes(data[8:10], "little")
+    text = header.ljust(n - 1) + "\n"
+    assert len(text) == n, header
+    return data[:10] + text.encode("latin1") + data[10 + n:]
+
+
+def npy_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    return {"header length 65535": patched(data, 8, "<H", 0xFFFF),
+            "shape 2**62 x 4": _npy_header(data, "{'descr': '<f4', 'fortran_order': False, 'shape': (2**62, 4), }"),
+            "shape (4611686018427387904, 4)": _npy_header(data, "{'descr': '<f4', 'fortran_order': False, "
+                                                                "'shape': (4611686018427387904, 4), }"),
+            "one more row than stored": _npy_header(data, "{'descr': '<f8', 'fortran_order': False, 'shape': (13, 4), }"),
+            "object array (a pickle)": _npy_header(data, "{'descr': '|O', 'fortran_order': False, 'shape': (2,), }"),
+            "version 9": patched(data, 6, "<B", 9)}
+
+
+def npz_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    members = _members(data)
+    first = next(iter(members))
+    eocd = data.rfind(b"PK\x05\x06")
+    return {"central directory past the end": patched(data, eocd + 16, "<I", len(data) * 1000),
+            "member of 10**9 bytes": _sizes(data, first, 10**9),
+            "local header name length 65535": patched(data, members[first].header_offset + 26, "<H", 0xFFFF),
+            "local header offset past the end": patched(data, _central_entry(data, first) + 42, "<I", len(data) * 10)}
+
+
+# ---------------------------------------------------------------------------------------------- Keras .keras
+def keras_zip_oracle(path: str) -> dict[str, Oracle]:
+    """Every dataset of model.weights.h5 as h5py read it (fixtures/make_keras_zip.py), by HDF5 path."""
+    rec = _expected("keras_zip")[os.path.relpath(path, FIXTURES)]
+    return {k: Oracle(tuple(v["shape"]), values=np.array(v["values"], dtype=np.float64)) for k, v in rec.items()}
+
+
+def keras_zip_claims(path: str) -> dict[str, bytes]:
+    """The zip claims every archive gets, plus HDF5 superblock addresses inside a stored weights member."""
+    data = open(path, "rb").read()
+    claims = npz_claims(path)
+    info = _members(data)["model.weights.h5"]
+    if info.compress_type == zipfile.ZIP_STORED:
+        name_len, extra_len = struct.unpack_from("<HH", data, info.header_offset + 26)
+        h5 = info.header_offset + 30 + name_len + extra_len
+        eof, root = (40, 64) if data[h5 + 8] == 0 else (28, 36)
+        claims.update({"h5 end-of-file address 2**63": patched(data, h5 + eof, "<Q", 2**63),
+                       "h5 root group address 2**62": patched(data, h5 + root, "<Q", 2**62)})
+    return claims
+
+
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
@@ -286,6 +439,17 @@ SAMPLES: dict[str, list[Sample]] = {
     "keras-h5": [Sample("keras3/bf16.weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"])),
                  Sample("keras2/weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"]))],
     "gguf": [Sample("gguf/llama-tiny-q.gguf", gguf_oracle, gguf_layout, gguf_claims)],
+    "onnx": [Sample("onnx/dtypes.onnx", onnx_oracle, onnx_layout, onnx_claims),
+             Sample("onnx/bert-tiny-external/model.onnx", onnx_oracle, onnx_layout, onnx_claims,
+                    companions=("model.onnx.data",))],
+    "numpy (npy)": [Sample("numpy/embedding.npy", numpy_oracle, npy_layout, npy_claims),
+                    Sample("numpy/fortran.npy", numpy_oracle, npy_layout, npy_claims)],
+    "numpy (npz)": [Sample("numpy/bert-layer.npz", numpy_oracle, zip_layout, npz_claims),
+                    Sample("numpy/bert-layer-compressed.npz", numpy_oracle, zip_layout, npz_claims)],
+    "keras (zip)": [Sample("keras3-zip/mlp.keras", keras_zip_oracle, zip_layout, keras_zip_claims,
+                           key=lambda t: str(t.extra["h5_path"])),
+                    Sample("keras3-zip/mlp-deflated.keras", keras_zip_oracle, zip_layout, keras_zip_claims,
+                           key=lambda t: str(t.extra["h5_path"]))],
 }
 
 registry._load_all()

@@ -74,6 +74,8 @@ _TABLE = [
     DType("F6_E2M3", 6, "float", None),
     DType("F6_E3M2", 6, "float", None),
     DType("F4", 4, "float", None),
+    DType("I4", 4, "int", None),     # ONNX INT4 / UINT4: two per byte, low nibble first (onnx.proto)
+    DType("U4", 4, "uint", None),
     DType("STR", 0, "str", None),
 ]
 
@@ -249,6 +251,9 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
     if d.numpy is None:
         if d.kind == "str":
             raise ValueError("string tensors have no numeric values")
+        if d.kind in ("int", "uint"):   # I4 / U4: 4-bit integers, sign-extended for I4
+            codes = _unpack_bits(buf, d.bits, count)
+            return (codes.astype(np.int8) ^ 8) - 8 if d.kind == "int" else codes
         return lut(dtype)[_unpack_bits(buf, d.bits, count)]
     view_dtype = np.dtype(d.numpy)
     if byteorder == "big" and view_dtype.itemsize > 1:

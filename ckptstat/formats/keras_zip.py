@@ -1,0 +1,189 @@
+"""Keras 3 `.keras` archives (docs/keras_zip.md; keras/src/saving/saving_lib.py): a zip holding
+`metadata.json`, `config.json` (the model's Keras config) and `model.weights.h5`, the same HDF5 tree
+a Keras 3 `.weights.h5` file holds (`layers/<layer>/vars/<i>`, `optimizer/vars/<i>`; see
+formats/keras_h5.py).
+
+Detected by content: a zip whose first member is one of those three names and whose central
+directory lists both `model.weights.h5` and `config.json`. Keras writes the members stored
+(uncompressed): h5py then reads the HDF5 file in place through a window onto the archive (a
+file-like object over the member's byte range) and a contiguous dataset's values are read straight
+from the archive by offset. A member some tool deflated is copied, once per open or read, into an
+anonymous temporary file of at most the member's declared size (itself bounded by
+limits().zip_ratio times its compressed size): never the whole archive extracted.
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import struct
+import tempfile
+import zipfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import IO, TYPE_CHECKING, Any
+
+from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import open_regular, refuse_external
+from ..core.io import read_flat_file
+from ..errors import CorruptCheckpointError, reading
+from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
+from .registry import Format, Probe, register
+from .torch.containers import data_offset, zip_open
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+WEIGHTS, CONFIG, METADATA = "model.weights.h5", "config.json", "metadata.json"
+MAX_METADATA = 1 << 20
+
+
+class _Window(io.RawIOBase):
+    """Bytes [start, start + size) of an open file, as a seekable read-only file (for h5py)."""
+
+    def __init__(self, f: IO[bytes], start: int, size: int):
+        super().__init__()
+        self.f, self.start, self.size, self.pos = f, start, size, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, pos: int, whence: int = 0) -> int:
+        base = {0: 0, 1: self.pos, 2: self.size}[whence]
+        if base + pos < 0:
+            raise ValueError("negative seek position")
+        self.pos = base + pos
+        return self.pos
+
+    def readinto(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        n = max(0, min(len(mv), self.size - self.pos))
+        if not n:
+            return 0
+        data = os.pread(self.f.fileno(), n, self.start + self.pos)
+        mv[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
+@contextmanager
+def _weights(path: str) -> Iterator[tuple[Any, int | None, zipfile.ZipFile]]:
+    """(the open h5py.File of model.weights.h5, the member's offset in the archive when stored, the zip)."""
+    h5py = _h5py()
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        zf = zip_open(path, f)
+        try:
+            info = zf.getinfo(WEIGHTS)
+        except KeyError:
+            raise CorruptCheckpointError(path, f"the archive has no {WEIGHTS}") from None
+        start = data_offset(path, f, info, size)
+        if info.compress_type == zipfile.ZIP_STORED:
+            with h5py.File(_Window(f, start, info.file_size), "r") as h5:
+                yield h5, start, zf
+            return
+        with tempfile.TemporaryFile() as tmp, zf.open(info) as member:
+            shutil.copyfileobj(member, tmp, 1 << 20)   # at most file_size bytes: zipfile stops there (CRC-checked)
+            tmp.flush()
+            with h5py.File(tmp, "r") as h5:
+                yield h5, None, zf
+
+
+def _small_json(zf: zipfile.ZipFile, name: str, path: str) -> Any:
+    info = zf.getinfo(name)
+    if info.file_size > MAX_METADATA:
+        raise CorruptCheckpointError(path, f"{name} in the archive is {info.file_size:,} bytes")
+    with zf.open(info) as member:
+        return json.loads(member.read(MAX_METADATA + 1).decode("utf-8"))
+
+
+def _open(path: str) -> Checkpoint:
+    tensors: dict[str, TensorInfo] = {}
+    metadata: dict[str, str] = {}
+    deflated = False
+    with _weights(path) as (h5, start, zf):
+        names = set(zf.namelist())
+        if CONFIG not in names:
+            raise CorruptCheckpointError(path, f"the archive has no {CONFIG}")
+        config = _small_json(zf, CONFIG, path)
+        if isinstance(config, dict):
+            metadata["keras.class_name"] = str(config.get("class_name", ""))[:200]
+        if METADATA in names:
+            meta = _small_json(zf, METADATA, path)
+            if isinstance(meta, dict) and "keras_version" in meta:
+                metadata["keras.keras_version"] = str(meta["keras_version"])[:200]
+        member_size = zf.getinfo(WEIGHTS).file_size
+        for name, dset, h5_path in _walk(h5):
+            if dset.external or dset.is_virtual:
+                raise refuse_external(path, f"dataset {dset.name!r} in {WEIGHTS} keeps its values in other files")
+            dtype, order = _dtype(dset)
+            shape = tuple(int(d) for d in dset.shape)
+            t = TensorInfo(name, dtype, shape, path, None, 0)   # validates the shape
+            offset, nbytes = None, int(dset.id.get_storage_size())
+            contiguous = dset.chunks is None and not dset.compression and dtype != "STR" and t.numel
+            at = dset.id.get_offset() if contiguous else None
+            if at is not None:
+                nbytes = dset.dtype.itemsize * t.numel
+                if at + nbytes > member_size:
+                    raise CorruptCheckpointError(path, f"dataset {dset.name!r}: bytes [{at}, {at + nbytes}) run past the "
+                                                       f"end of {WEIGHTS} ({member_size} bytes)")
+                offset = start + at if start is not None else None
+            deflated |= offset is None
+            extra: dict[str, object] = {"h5_path": h5_path, "member": WEIGHTS}
+            if _KERAS3_DENSE.search(name) and len(shape) == 2:
+                extra["layout"] = "in_out"   # a Dense kernel is stored [in, out] (formats/keras_h5.py)
+            tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=h5_path, extra=extra)
+    ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata)
+    if deflated:
+        ckpt.readers[path] = _read
+        if start is None:
+            ckpt.notes.append(f"{WEIGHTS} is deflated in the archive: values are read from a temporary copy of it")
+    return ckpt
+
+
+def open_keras(path: str) -> Checkpoint:
+    # What h5py and zipfile raise on damaged bytes (OSError, KeyError, RuntimeError, ValueError...) is
+    # the file's damage: one line naming it.
+    with reading(path, "damaged .keras archive"):
+        return _open(path)
+
+
+def _read(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+    if info.offset is not None:
+        return read_flat_file(info, start, count)
+    import numpy as np
+
+    with _weights(info.file) as (h5, _, _zf):
+        dset = h5[str(info.extra["h5_path"])]
+        if tuple(dset.shape) != info.shape:
+            raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")
+        parts = _hyperslab(dset, (), info.shape, start, count) if info.shape else [np.asarray(dset[()]).reshape(-1)]
+        values = parts[0] if len(parts) == 1 else np.concatenate(parts)
+    if info.dtype == "BF16":
+        return dtypes.decode(values.view(np.uint8), "BF16", values.size)
+    return values.astype(values.dtype.newbyteorder("<")) if values.dtype.byteorder == ">" else values
+
+
+def accept(probe: Probe) -> bool:
+    head = probe.head
+    if head[:4] != b"PK\x03\x04" or len(head) < 30:
+        return False
+    n = struct.unpack_from("<H", head, 26)[0]
+    if head[30:30 + n].decode("latin1") not in (WEIGHTS, CONFIG, METADATA):
+        return False
+    try:
+        with reading(probe.path), open_regular(probe.path) as f:
+            names = set(zip_open(probe.path, f).namelist())
+    except Exception:   # noqa: BLE001 - not a readable zip: not this format (the extension decides who reports it)
+        return False
+    return {WEIGHTS, CONFIG} <= names
+
+
+register(Format("keras (zip)", accept, open_keras, (".keras",)))

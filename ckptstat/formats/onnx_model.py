@@ -1,0 +1,418 @@
+"""ONNX models (docs/onnx.md; the schema is onnx/onnx.proto, the external data layout
+onnx/docs/ExternalData.md).
+
+An `.onnx` file is one serialized ModelProto. Its tensors are the graph's initializers
+(GraphProto.initializer, field 5), its sparse initializers (field 15) and the tensors of its Constant
+nodes (NodeProto attribute `value` / `sparse_value`). A TensorProto holds its values in `raw_data`
+(little-endian, packed; 4-bit types two per byte, low nibble first), in a typed repeated field
+(float_data, int32_data, int64_data, double_data, uint64_data), or, with data_location EXTERNAL, in
+another file named by its `external_data` entries (location, offset, length).
+
+The protobuf is walked here, field by field, with positioned reads: a value field is never read at
+open, only its byte range recorded, so a 2 GB model costs its graph structure, not its weights, and
+external data is never loaded (onnx.load would pull every byte into memory). Only the fields listed
+below are read; everything else is skipped by its length.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from typing import IO, TYPE_CHECKING, Any
+
+from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import check_inside, open_regular, regular
+from ..core.io import read_bytes, read_flat_file
+from ..errors import CorruptCheckpointError
+from .registry import Format, Probe, register
+
+if TYPE_CHECKING:
+    from numpy.typing import NDArray
+
+# TensorProto.DataType (onnx.proto) -> canonical dtype in core/dtypes.py.
+ONNX_TYPES = {
+    1: "F32", 2: "U8", 3: "I8", 4: "U16", 5: "I16", 6: "I32", 7: "I64", 8: "STR", 9: "BOOL", 10: "F16",
+    11: "F64", 12: "U32", 13: "U64", 14: "C64", 15: "C128", 16: "BF16", 17: "F8_E4M3", 18: "F8_E4M3FNUZ",
+    19: "F8_E5M2", 20: "F8_E5M2FNUZ", 21: "U4", 22: "I4", 23: "F4", 24: "F8_E8M0",
+}
+# Field numbers (onnx.proto).
+M_GRAPH, M_OPSET = 7, 8                                      # ModelProto.graph, opset_import
+G_NODE, G_INITIALIZER, G_SPARSE = 1, 5, 15                    # GraphProto
+N_OUTPUT, N_OP_TYPE, N_ATTRIBUTE = 2, 4, 5                    # NodeProto
+A_NAME, A_T, A_SPARSE = 1, 5, 22                              # AttributeProto
+T_DIMS, T_TYPE, T_NAME, T_RAW, T_EXTERNAL, T_LOCATION = 1, 2, 8, 9, 13, 14   # TensorProto
+S_VALUES, S_INDICES, S_DIMS = 1, 2, 3                         # SparseTensorProto
+# Typed value fields: field -> (encoding, bytes per element when fixed).
+T_FIELDS = {4: ("fixed", 4), 5: ("varint", 0), 6: ("strings", 0), 7: ("varint", 0), 10: ("fixed", 8), 11: ("varint", 0)}
+_MODEL_FIELDS = {1: 0, 2: 2, 3: 2, 4: 2, 5: 0, 6: 2, 7: 2, 8: 2, 14: 2, 20: 2, 25: 2}   # ModelProto: field -> wire type
+MAX_SMALL = 1 << 20      # a name, a dims list, an external_data entry: read into memory only below this
+MAX_DEPTH = 8            # graphs nest no deeper than model / graph / node / attribute / tensor here
+BLOCK = 1 << 16
+
+
+class _File:
+    """Positioned reads through a one-block cache (no memory map: a file truncated while it is parsed
+    ends in an error, never SIGBUS)."""
+
+    def __init__(self, f: IO[bytes], path: str, size: int):
+        self.f, self.path, self.size = f, path, size
+        self.start, self.block = 0, b""
+
+    def bytes(self, pos: int, n: int) -> bytes:
+        if pos < 0 or n < 0 or pos + n > self.size:
+            raise CorruptCheckpointError(self.path, f"a field of {n} bytes at offset {pos} runs past the end of the file")
+        if self.start <= pos and pos + n <= self.start + len(self.block):
+            return self.block[pos - self.start:pos - self.start + n]
+        if n > BLOCK:
+            return read_bytes(self.path, pos, n)
+        self.start, self.block = pos, os.pread(self.f.fileno(), min(BLOCK, self.size - pos), pos)
+        if len(self.block) < n:
+            raise CorruptCheckpointError(self.path, f"expected {n} bytes at offset {pos}, the file ends first")
+        return self.block[:n]
+
+    def varint(self, pos: int, end: int) -> tuple[int, int]:
+        result = shift = 0
+        chunk = self.bytes(pos, min(10, end - pos)) if end > pos else b""
+        for i, b in enumerate(chunk):
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result, pos + i + 1
+            shift += 7
+        raise CorruptCheckpointError(self.path, f"varint at byte {pos} runs past its message or never ends")
+
+    def fields(self, start: int, end: int) -> Iterator[tuple[int, int, int, int]]:
+        """(field number, wire type, value or payload offset, payload length) of each field in [start, end)."""
+        pos = start
+        while pos < end:
+            key, pos = self.varint(pos, end)
+            num, wire = key >> 3, key & 7
+            if wire == 0:
+                value, pos = self.varint(pos, end)
+                yield num, wire, value, 0
+                continue
+            size = {1: 8, 5: 4}.get(wire)
+            if wire == 2:
+                size, pos = self.varint(pos, end)
+            if size is None or num == 0:
+                raise CorruptCheckpointError(self.path, f"protobuf field {num} at byte {pos} has wire type {wire}, "
+                                                        "which ONNX does not use")
+            if pos + size > end:
+                raise CorruptCheckpointError(self.path, f"field {num} of {size:,} bytes at byte {pos} runs past the end "
+                                                        "of its message")
+            yield num, wire, pos, size
+            pos += size
+
+    def text(self, pos: int, size: int, what: str) -> str:
+        if size > MAX_SMALL:
+            raise CorruptCheckpointError(self.path, f"{what} of {size:,} bytes at byte {pos}")
+        return self.bytes(pos, size).decode("utf-8")
+
+    def packed(self, pos: int, size: int) -> list[int]:
+        if size > MAX_SMALL:
+            raise CorruptCheckpointError(self.path, f"packed list of {size:,} bytes at byte {pos}")
+        out, p = [], pos
+        while p < pos + size:
+            v, p = self.varint(p, pos + size)
+            out.append(v)
+        return out
+
+
+def _signed(v: int) -> int:
+    return v - (1 << 64) if v >= 1 << 63 else v
+
+
+class _Reader:
+    """Values of the tensors one .onnx file describes: raw bytes by offset (here or in an external data
+    file), varint-packed typed fields decoded from their span, sparse tensors scattered into zeros."""
+
+    def __call__(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+        import numpy as np
+
+        enc = info.extra.get("encoding")
+        if enc == "sparse":
+            return self.sparse(info, start, count)
+        if enc == "varint":
+            span = info.extra["span"]
+            assert isinstance(span, tuple)
+            values = np.array([_signed(v) for v in _varints(info.file, *span)], dtype=np.int64)
+            if values.size != info.numel:
+                raise CorruptCheckpointError(info.file, f"tensor {info.name!r} holds {values.size} values for "
+                                                        f"{info.numel} elements")
+            d = info.dt
+            if info.dtype in ("I64", "U64", "I32", "U32", "I16", "U16", "I8", "U8"):
+                return values[start:start + count].astype(d.numpy)
+            if info.dtype == "BOOL":
+                return np.not_equal(values[start:start + count], 0)
+            # 16- and 8-bit floats: int32_data holds each value's bit pattern
+            raw = values[start:start + count].astype("<u2" if d.bits == 16 else "|u1")
+            return dtypes.decode(raw.view(np.uint8), info.dtype, count)
+        return read_flat_file(info, start, count)
+
+    def sparse(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+        import numpy as np
+
+        values, indices = info.extra["values"], info.extra["indices"]
+        assert isinstance(values, TensorInfo) and isinstance(indices, TensorInfo)
+        v = self(values, 0, values.numel)
+        idx = self(indices, 0, indices.numel).astype(np.int64)
+        if indices.shape != (values.numel,):   # [nnz, rank] coordinates
+            idx = idx.reshape(values.numel, len(info.shape))
+            if (idx < 0).any() or (idx >= np.array(info.shape)).any():
+                raise CorruptCheckpointError(info.file, f"sparse tensor {info.name!r}: an index lies outside {info.shape}")
+            idx = np.ravel_multi_index(tuple(idx.T), info.shape) if idx.size else idx.reshape(-1)
+        if idx.size and (idx.min() < 0 or idx.max() >= info.numel):
+            raise CorruptCheckpointError(info.file, f"sparse tensor {info.name!r}: an index lies outside {info.shape}")
+        keep = (idx >= start) & (idx < start + count)
+        out = np.zeros(count, dtype=v.dtype)
+        out[idx[keep] - start] = v[keep]
+        return out
+
+
+def _varints(path: str, pos: int, size: int) -> list[int]:
+    with open_regular(path) as f:
+        data = _File(f, path, os.fstat(f.fileno()).st_size)
+        out, p = [], pos
+        while p < pos + size:
+            v, p = data.varint(p, pos + size)
+            out.append(v)
+    return out
+
+
+class _Model:
+    def __init__(self, path: str, f: IO[bytes], size: int):
+        self.path, self.folder = path, os.path.dirname(path)
+        self.io = _File(f, path, size)
+        self.tensors: dict[str, TensorInfo] = {}
+        self.external: dict[str, int] = {}    # external data file -> its size
+        self.reader = _Reader()
+        self.constants = 0
+        self.sparse = 0
+
+    def add(self, info: TensorInfo) -> None:
+        if info.name in self.tensors:
+            raise CorruptCheckpointError(self.path, f"two tensors are named {info.name!r}")
+        self.tensors[info.name] = info
+
+    def model(self) -> None:
+        graphs = opsets = 0
+        for num, wire, pos, size in self.io.fields(0, self.io.size):
+            if _MODEL_FIELDS.get(num, wire) != wire:
+                raise CorruptCheckpointError(self.path, f"ModelProto field {num} has wire type {wire}")
+            if num == M_GRAPH:
+                graphs += 1
+                self.graph(pos, pos + size)
+            opsets += num == M_OPSET
+        # onnx's checker requires both (onnx/checker.cc check_model); a file cut short between two
+        # top-level fields is still a well-formed protobuf, and this is what tells it apart
+        if graphs != 1:
+            raise CorruptCheckpointError(self.path, f"the model has {graphs} graphs (one expected): not a whole ModelProto")
+        if not opsets:
+            raise CorruptCheckpointError(self.path, "the model has no opset_import: not a whole ModelProto")
+
+    def graph(self, start: int, end: int) -> None:
+        for num, wire, pos, size in self.io.fields(start, end):
+            if wire != 2:
+                continue
+            if num == G_INITIALIZER:
+                self.add(self.tensor(pos, pos + size, "initializer"))
+            elif num == G_SPARSE:
+                self.add(self.sparse_tensor(pos, pos + size, None))
+            elif num == G_NODE:
+                self.node(pos, pos + size)
+
+    def node(self, start: int, end: int) -> None:
+        op, outputs, attrs = "", [], []
+        for num, wire, pos, size in self.io.fields(start, end):
+            if wire != 2:
+                continue
+            if num == N_OP_TYPE:
+                op = self.io.text(pos, size, "op_type")
+            elif num == N_OUTPUT:
+                outputs.append(self.io.text(pos, size, "node output"))
+            elif num == N_ATTRIBUTE:
+                attrs.append((pos, size))
+        if op != "Constant" or not outputs:   # Constant's outputs hold its value; other nodes compute
+            return
+        for pos, size in attrs:
+            name, t, sparse = "", None, None
+            for num, wire, p, n in self.io.fields(pos, pos + size):
+                if num == A_NAME and wire == 2:
+                    name = self.io.text(p, n, "attribute name")
+                elif num == A_T and wire == 2:
+                    t = (p, n)
+                elif num == A_SPARSE and wire == 2:
+                    sparse = (p, n)
+            if name == "value" and t is not None:
+                self.constants += 1
+                self.add(self.tensor(t[0], t[0] + t[1], "Constant", outputs[0]))
+            elif name == "sparse_value" and sparse is not None:
+                self.constants += 1
+                self.add(self.sparse_tensor(sparse[0], sparse[0] + sparse[1], outputs[0]))
+
+    def sparse_tensor(self, start: int, end: int, name: str | None) -> TensorInfo:
+        values = indices = None
+        dims: list[int] = []
+        for num, wire, pos, size in self.io.fields(start, end):
+            if num == S_VALUES and wire == 2:
+                values = self.tensor(pos, pos + size, "sparse values")
+            elif num == S_INDICES and wire == 2:
+                indices = self.tensor(pos, pos + size, "sparse indices")
+            elif num == S_DIMS:
+                dims += [_signed(pos)] if wire == 0 else [_signed(v) for v in self.io.packed(pos, size)]
+        if values is None or indices is None:
+            raise CorruptCheckpointError(self.path, f"sparse tensor at byte {start} lacks its values or indices")
+        label = name or values.name
+        nnz = values.numel
+        if len(values.shape) != 1 or indices.dtype != "I64" or indices.shape not in ((nnz,), (nnz, len(dims))):
+            raise CorruptCheckpointError(self.path, f"sparse tensor {label!r}: values {values.shape} and int64 indices "
+                                                    f"{indices.shape} ({indices.dtype}) do not match")
+        self.sparse += 1
+        return TensorInfo(label, values.dtype, tuple(dims), self.path, None, values.nbytes + indices.nbytes,
+                          extra={"encoding": "sparse", "values": values, "indices": indices, "onnx": "sparse",
+                                 "nnz": nnz})
+
+    def tensor(self, start: int, end: int, kind: str, name: str | None = None) -> TensorInfo:
+        dims: list[int] = []
+        code, tname, external = 1, "", False
+        value: tuple[int, int, str, int] | None = None     # (offset, length, encoding, element bytes)
+        entries: dict[str, str] = {}
+        for num, wire, pos, size in self.io.fields(start, end):
+            if num == T_DIMS:
+                dims += [_signed(pos)] if wire == 0 else [_signed(v) for v in self.io.packed(pos, size)]
+            elif num == T_TYPE and wire == 0:
+                code = pos
+            elif num == T_NAME and wire == 2:
+                tname = self.io.text(pos, size, "tensor name")
+            elif num == T_LOCATION and wire == 0:
+                external = pos == 1
+            elif num == T_RAW and wire == 2:
+                value = (pos, size, "raw", 0)
+            elif num in T_FIELDS and wire == 2:
+                enc, width = T_FIELDS[num]
+                value = (pos, size, enc, width)
+            elif num == T_EXTERNAL and wire == 2:
+                k = v = ""
+                for n2, w2, p2, s2 in self.io.fields(pos, pos + size):
+                    if w2 == 2 and n2 in (1, 2):
+                        text = self.io.text(p2, s2, "external_data entry")
+                        k, v = (text, v) if n2 == 1 else (k, text)
+                entries[k] = v
+        label = name or tname
+        if code not in ONNX_TYPES:
+            raise CorruptCheckpointError(self.path, f"tensor {label!r}: unknown ONNX data type {code}")
+        dtype = ONNX_TYPES[code]
+        if any(d < 0 for d in dims):
+            raise CorruptCheckpointError(self.path, f"tensor {label!r}: negative dimension in {dims}")
+        d = dtypes.get(dtype)
+        probe = TensorInfo(label, dtype, tuple(dims), self.path, None, 0)   # checks the shape's size
+        need = d.nbytes(probe.numel)
+        extra: dict[str, object] = {"onnx": kind}
+        if external:
+            return self.external_tensor(probe, entries, need, extra)
+        if value is None:
+            if probe.numel:
+                raise CorruptCheckpointError(self.path, f"tensor {label!r} of {probe.numel} elements stores no values")
+            value = (start, 0, "raw", 0)
+        pos, size, enc, width = value
+        if dtype == "STR":
+            return TensorInfo(label, dtype, tuple(dims), self.path, None, size, extra=extra)
+        # float_data holds FLOAT and COMPLEX64 as fixed32s, double_data DOUBLE and COMPLEX128 as fixed64s:
+        # both are the raw little-endian bytes, addressable by offset like raw_data
+        fixed = enc == "fixed" and d.kind in ("float", "complex") and width * 8 * (2 if d.kind == "complex" else 1) == d.bits
+        if enc == "raw" or fixed:
+            if size != need:
+                raise CorruptCheckpointError(self.path, f"tensor {label!r} ({dtype}, shape {tuple(dims)}) needs {need:,} "
+                                                        f"bytes, its data holds {size:,}")
+            return TensorInfo(label, dtype, tuple(dims), self.path, pos, size, extra=extra)
+        if enc == "varint":
+            if not probe.numel <= size <= 10 * probe.numel:
+                raise CorruptCheckpointError(self.path, f"tensor {label!r}: {size:,} bytes of varints cannot hold "
+                                                        f"{probe.numel:,} values")
+            if d.numpy is None or d.kind == "complex" or d.bits > 64:
+                raise CorruptCheckpointError(self.path, f"tensor {label!r}: {dtype} values in a varint field")
+            return TensorInfo(label, dtype, tuple(dims), self.path, None, size,
+                              extra={**extra, "encoding": "varint", "span": (pos, size)})
+        raise CorruptCheckpointError(self.path, f"tensor {label!r}: {dtype} values in a {width}-byte field")
+
+    def external_tensor(self, probe: TensorInfo, entries: dict[str, str], need: int, extra: dict[str, object]) -> TensorInfo:
+        loc = entries.get("location", "")
+        parts = loc.replace("\\", "/").split("/")
+        if not loc or os.path.isabs(loc) or ".." in parts or "\0" in loc:
+            # onnx's checker refuses the same (onnx/checker.cc resolve_external_data_location)
+            raise CorruptCheckpointError(self.path, f"tensor {probe.name!r}: external data location {loc!r} is not a "
+                                                    "relative path inside the model's folder")
+        try:
+            offset = int(entries.get("offset", "0"))
+            length = int(entries.get("length", str(need)))
+        except ValueError:
+            raise CorruptCheckpointError(self.path, f"tensor {probe.name!r}: external data offset or length is not "
+                                                    "an integer") from None
+        if offset < 0 or length != need:
+            raise CorruptCheckpointError(self.path, f"tensor {probe.name!r} needs {need:,} bytes, its external data says "
+                                                    f"offset {offset:,}, length {length:,}")
+        file = os.path.join(self.folder, *parts)
+        check_inside(file, "external data", self.path)
+        if file not in self.external:
+            self.external[file] = regular(file, f"external data of {probe.name!r}").st_size
+        if offset + need > self.external[file]:
+            raise CorruptCheckpointError(file, f"tensor {probe.name!r}: bytes {offset:,}-{offset + need:,} lie past the "
+                                               f"end of the file ({self.external[file]:,} bytes)")
+        return TensorInfo(probe.name, probe.dtype, probe.shape, file, offset, need, extra={**extra, "external": loc})
+
+
+def accept(probe: Probe) -> bool:
+    """A ModelProto begins with its fields in number order as every writer emits them: ir_version
+    (field 1, a varint: key byte 0x08), then producer_name, ..., graph. The first few fields of the
+    head must all be ModelProto fields of the right wire type."""
+    head = probe.head
+    if len(head) < 4 or head[0] != 0x08 or not 1 <= head[1] <= 64:
+        return False
+    pos, seen = 2, 0
+    while pos < len(head) and seen < 4:
+        key = head[pos]
+        num, wire = key >> 3, key & 7
+        if _MODEL_FIELDS.get(num) != wire or key & 0x80:
+            return False
+        pos += 1
+        if wire == 0:
+            while pos < len(head) and head[pos] & 0x80:
+                pos += 1
+            pos += 1
+        else:
+            n = shift = 0
+            while pos < len(head):
+                b = head[pos]
+                n |= (b & 0x7F) << shift
+                shift += 7
+                pos += 1
+                if not b & 0x80:
+                    break
+            if pos + n > probe.size:
+                return False
+            if num == M_GRAPH:
+                return True
+            # producer_name, producer_version, domain are short names (a TF SavedModel, also starting
+            # `08 01 12`, has its whole meta graph in field 2)
+            if num in (2, 3, 4) and (n > 1024 or pos + n > len(head)):
+                return False
+            pos += n
+        seen += 1
+    return seen > 0
+
+
+def open_onnx(path: str) -> Checkpoint:
+    with open_regular(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        m = _Model(path, f, size)
+        m.model()
+    ckpt = Checkpoint(path=path, format="onnx", tensors=m.tensors, files=(path, *sorted(m.external)))
+    for file in ckpt.files:
+        ckpt.readers[file] = m.reader
+    if m.constants:
+        ckpt.notes.append(f"{m.constants} tensor(s) are Constant nodes' values, named by the node's output")
+    if m.sparse:
+        ckpt.notes.append(f"{m.sparse} sparse tensor(s): counted at their dense shape; bytes are the stored values "
+                          "and indices")
+    return ckpt
+
+
+register(Format("onnx", accept, open_onnx, (".onnx",)))

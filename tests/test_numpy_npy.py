@@ -1,0 +1,63 @@
+"""numpy .npy / .npz (ckptstat/formats/numpy_npy.py, docs/numpy.md): fixtures by numpy.save / savez /
+savez_compressed (fixtures/make_numpy.py); the oracle is np.load. Round trip, truncation, bit flips
+and hostile claims are in tests/test_reader_contract.py."""
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+from conftest import fixture
+
+from ckptstat import open_checkpoint, summarize
+from ckptstat.errors import CorruptCheckpointError, UnsafeCheckpointError
+from ckptstat.formats import registry
+
+
+@pytest.mark.parametrize("name", ["bert-layer.npz", "bert-layer-compressed.npz"])
+def test_npz_counts_and_places_as_numpy_sees_it(name):
+    path = fixture("numpy", name)
+    with np.load(path, allow_pickle=False) as z:
+        arrays = dict(z.items())
+    report = summarize(path)
+    floats = {k: v for k, v in arrays.items() if v.dtype.kind == "f"}
+    assert report["parameters"]["unique"] == sum(v.size for v in floats.values())
+    assert {b["bucket"] for b in report["buckets"]} >= {"embedding", "encoder"}
+    buffers = {n for r in report["non_parameters"] for n in r["names"]}
+    assert {"position_ids", "flags"} <= buffers
+    ckpt = open_checkpoint(path)
+    for k, v in arrays.items():
+        chunks = list(ckpt.iter_chunks(k, chunk_bytes=8))     # bounded, in order, across chunks
+        np.testing.assert_array_equal(np.concatenate(chunks).reshape(v.shape), v)
+
+
+def test_detected_by_content_not_name(tmp_path):
+    for src, want in (("bert-layer.npz", "numpy (npz)"), ("embedding.npy", "numpy (npy)")):
+        p = tmp_path / "weights.bin"
+        shutil.copy(fixture("numpy", src), p)
+        assert registry.detect(str(p)).name == want
+
+
+def test_object_arrays_are_refused_not_unpickled(tmp_path):
+    p = tmp_path / "objects.npy"
+    np.save(p, np.array([{"a": 1}, None], dtype=object), allow_pickle=True)
+    with pytest.raises(UnsafeCheckpointError, match="pickle"):
+        open_checkpoint(p)
+
+
+def test_npz_without_arrays_is_an_error(tmp_path):
+    import zipfile
+
+    p = tmp_path / "empty.npz"
+    with zipfile.ZipFile(p, "w") as z:
+        z.writestr("readme.npy.txt", "no arrays")
+    with pytest.raises(CorruptCheckpointError):
+        open_checkpoint(p)
+
+
+def test_version_2_header(tmp_path):
+    p = tmp_path / "v2.npy"
+    a = np.arange(6, dtype="<u2").reshape(3, 2)
+    with open(p, "wb") as f:
+        np.lib.format.write_array(f, a, version=(2, 0))
+    np.testing.assert_array_equal(open_checkpoint(p).read("v2"), np.load(p))

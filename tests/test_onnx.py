@@ -1,0 +1,139 @@
+"""ONNX models (ckptstat/formats/onnx_model.py, docs/onnx.md): fixtures from torch.onnx.export and
+onnx.helper (fixtures/make_onnx.py); the oracles are torch's own parameter count of the model the
+file was exported from and onnx's numpy_helper. Round trip, truncation, bit flips and hostile claims
+are in tests/test_reader_contract.py."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from conftest import fixture
+
+from ckptstat import open_checkpoint, summarize
+from ckptstat.errors import CorruptCheckpointError, ExternalReferenceError
+from ckptstat.formats import registry
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _torch_params(folder: str) -> int:
+    """sum(p.numel()) of the BertModel the exported model came from, built on the meta device."""
+    import torch
+    from transformers import BertConfig, BertModel
+
+    with torch.device("meta"):
+        model = BertModel(BertConfig.from_json_file(os.path.join(folder, "config.json")))
+    return sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("folder", ["bert-tiny", "bert-tiny-external"])
+def test_exported_bert_counts_as_torch_does(folder, tmp_path):
+    path = fixture("onnx", folder)
+    if folder == "bert-tiny-external":   # the config lives beside the inline export
+        path = str(tmp_path / "m")
+        shutil.copytree(fixture("onnx", folder), path)
+        shutil.copy(fixture("onnx", "bert-tiny", "config.json"), path)
+    report = summarize(path)
+    assert report["format"] == "onnx"
+    assert report["parameters"]["unique"] == _torch_params(fixture("onnx", "bert-tiny"))
+    assert report["unplaced"] == []                       # exporter names keep module paths
+    assert {b["bucket"] for b in report["buckets"]} == {"embedding", "encoder", "pooler"}
+    constants = [r for r in report["non_parameters"] if r["role"] == "buffer"]
+    model = onnx.load(os.path.join(path, "model.onnx"), load_external_data=False)
+    assert constants and constants[0]["tensors"] == sum(n.op_type == "Constant" for n in model.graph.node)
+    assert report["analytic"] is not None
+
+
+def test_detected_by_content_not_name(tmp_path):
+    p = tmp_path / "weights.bin"
+    shutil.copy(fixture("onnx", "dtypes.onnx"), p)
+    assert registry.detect(str(p)).name == "onnx"
+    # and other formats' files are not taken for ONNX
+    for other in ("dtypes.safetensors", "torch/dtypes.pt", "gguf/llama-tiny-q.gguf", "keras3/bf16.weights.h5"):
+        assert registry.detect(fixture(other)).name != "onnx", other
+
+
+def test_dtype_table_matches_onnx():
+    """Every ONNX data type the reader maps has the bit width onnx itself gives it."""
+    from ckptstat.core import dtypes
+    from ckptstat.formats.onnx_model import ONNX_TYPES
+
+    for code, name in ONNX_TYPES.items():
+        if name == "STR":
+            continue
+        np_dtype = helper.tensor_dtype_to_np_dtype(code)
+        bits = 4 if code in (TensorProto.INT4, TensorProto.UINT4, TensorProto.FLOAT4E2M1) else np_dtype.itemsize * 8
+        assert dtypes.get(name).bits == bits, (code, name)
+
+
+def _external_model(folder, offset: int, shape: tuple[int, ...], location: str = "big.bin") -> str:
+    t = TensorProto(name="big.weight", data_type=TensorProto.FLOAT, dims=list(shape), data_location=TensorProto.EXTERNAL)
+    for k, v in (("location", location), ("offset", str(offset)), ("length", str(4 * int(np.prod(shape))))):
+        t.external_data.add(key=k, value=v)
+    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("big.weight", TensorProto.FLOAT, shape)],
+                              initializer=[t])
+    path = os.path.join(folder, "model.onnx")
+    onnx.save_model(helper.make_model(graph), path)   # the proto only: its external data is written below
+    return path
+
+
+def test_external_data_past_2_gib_by_offset(tmp_path):
+    """A model over 2 GB keeps its weights in external data; values are read by offset (a sparse file)."""
+    values = np.arange(6, dtype=np.float32) - 2.5
+    offset = (5 << 30) + 12                       # past 2^32: no 32-bit offset survives this
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.seek(offset)
+        f.write(values.tobytes())
+    ckpt = open_checkpoint(_external_model(str(tmp_path), offset, (2, 3)))
+    t = ckpt["big.weight"]
+    assert (t.offset, t.nbytes, os.path.basename(t.file)) == (offset, 24, "big.bin")
+    ref = numpy_helper.to_array(onnx.load(str(tmp_path / "model.onnx")).graph.initializer[0], base_dir=str(tmp_path))
+    np.testing.assert_array_equal(ckpt.read("big.weight"), ref)
+
+
+def test_a_3_gib_tensor_opens_from_headers(tmp_path):
+    n = 3 << 28                                   # 3 GiB of float32, in a sparse file
+    with open(tmp_path / "big.bin", "wb") as f:
+        f.truncate(4 * n)
+    ckpt = open_checkpoint(_external_model(str(tmp_path), 0, (n,)))
+    assert ckpt["big.weight"].byte_size == 3 << 30
+    assert summarize(str(tmp_path))["parameters"]["unique"] == n
+    first = next(ckpt.iter_chunks("big.weight", chunk_bytes=1 << 16))
+    assert first.size == 1 << 14 and not first.any()
+
+
+def test_external_data_outside_the_folder_is_refused(tmp_path):
+    (tmp_path / "outside.bin").write_bytes(b"\0" * 24)
+    inner = tmp_path / "model"
+    inner.mkdir()
+    (inner / "big.bin").symlink_to(tmp_path / "outside.bin")
+    with pytest.raises(ExternalReferenceError):
+        open_checkpoint(_external_model(str(inner), 0, (2, 3)))
+    with pytest.raises(CorruptCheckpointError, match="not a relative path"):
+        open_checkpoint(_external_model(str(inner), 0, (2, 3), location="../outside.bin"))
+
+
+def test_cli_tensors_lists_every_storage_path(cli):
+    rc, out, err = cli("tensors", fixture("onnx", "dtypes.onnx"), "--json")
+    assert rc == 0, err
+    got = {t["name"]: t for t in json.loads(out)["tensors"]}
+    with open(fixture("expected_onnx.json")) as f:
+        want = json.load(f)["onnx/dtypes.onnx"]
+    assert sorted(got) == sorted(want)
+    assert {got[k]["dtype"] for k in ("raw.i4", "raw.u4", "raw.bf16", "raw.f8e4m3fn")} == {"I4", "U4", "BF16", "F8_E4M3"}
+
+
+def test_reading_needs_no_onnx_package():
+    """The reader walks the protobuf itself: neither onnx nor protobuf is imported to read a model."""
+    import subprocess
+    import sys
+
+    code = ("import sys, ckptstat; c = ckptstat.open_checkpoint(sys.argv[1]); [c.read(t.name) for t in c]; "
+            "print(sorted(m for m in ('onnx', 'google.protobuf') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code, fixture("onnx", "bert-tiny-external")], capture_output=True,
+                         text=True, check=True).stdout
+    assert out.strip() == "[]"
