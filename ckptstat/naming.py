@@ -64,6 +64,7 @@ ROLE_RULES = _rules([
     # Keras BatchNormalization moving statistics (Keras 2, HF TF, TF1 batch_norm); Keras 3: _KERAS3_BN_STAT
     (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
     (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
+    (r"(^|\.)e_score_correction_bias$", "buffer"),                                   # DeepSeek-V3 router: register_buffer
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
     # ONNX Constant nodes (shapes, scales, masks), as torch.onnx.export names their outputs:

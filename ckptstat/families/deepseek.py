@@ -1,0 +1,222 @@
+"""DeepSeek-V2 and DeepSeek-V3 (transformers modeling_deepseek_v2.py, modeling_deepseek_v3.py).
+
+Multi-head latent attention (MLA): queries through a low-rank pair q_a_proj (h -> q_lora_rank), RMSNorm,
+q_b_proj (-> a x (qk_nope_head_dim + qk_rope_head_dim)), or one q_proj when q_lora_rank is null
+(V2-Lite); keys and values from kv_a_proj_with_mqa (h -> kv_lora_rank + qk_rope_head_dim: the latent
+and one shared rope key), RMSNorm on the latent, kv_b_proj (kv_lora_rank -> a x (qk_nope_head_dim +
+v_head_dim)); scores over qk_nope + qk_rope dims, context over v_head_dim, o_proj (a x v_head_dim -> h).
+The first first_k_dense_replace layers run a dense gated MLP (intermediate_size); the others a router
+over n_routed_experts MLPs of moe_intermediate_size (top num_experts_per_tok per token) plus
+n_shared_experts fused into one MLP of n_shared_experts x moe_intermediate_size. V3's noaux_tc router
+scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) when choosing experts;
+its matmuls are V2's.
+
+KV cache: transformers' eager attention caches the expanded per-head K (qk_nope + qk_rope) and V
+(v_head_dim) of every head; an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang) caches only
+the normalised latent (kv_lora_rank) and the rope key (qk_rope_head_dim) per token and layer. Both are
+reported, labelled.
+
+ArchSpec: heads = key heads = num_attention_heads, head_dim = qk_nope + qk_rope; family-specific sizes
+(ArchSpec.extra): q_lora_rank (0: no q LoRA), kv_lora_rank, qk_nope, qk_rope, v_head_dim,
+moe_intermediate, shared_intermediate."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import UsageError
+from . import infer, llama
+from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
+from .ops import Builder, ew_cost
+from .qwen_moe import count, decoder, gated_mlp, xs
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a, L = c.int("hidden_size"), c.int("num_attention_heads"), count(c, "num_hidden_layers")
+    nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
+    E = count(c, "n_routed_experts", default=0)
+    first = min(c.int("first_k_dense_replace", default=0), L)
+    fe = c.int("moe_intermediate_size")
+    extra = (("q_lora_rank", c.int("q_lora_rank", default=0)), ("kv_lora_rank", c.int("kv_lora_rank")),
+             ("qk_nope", nope), ("qk_rope", rope), ("v_head_dim", v), ("moe_intermediate", fe),
+             ("shared_intermediate", fe * c.int("n_shared_experts", default=0)))
+    bias = bool(c.get("attention_bias", default=False))
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope,
+                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    context=c.int("max_position_embeddings", default=0),
+                    activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
+                    qkv_bias=bias, o_bias=bias, mlp_bias=bool(c.get("mlp_bias", default=False)),
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
+                    experts=E, top_k=c.int("num_experts_per_tok", default=0) if E else 0, extra=extra,
+                    dense_layers=tuple(range(first if E else L)), **c.common)
+
+
+_ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """Every MLA size follows from the shapes: with X = a(nope + v) (kv_b_proj rows), Y = a v (o_proj
+    columns), Z = a(nope + rope) (q_b_proj / q_proj rows) and rope = kv_a_proj_with_mqa rows - kv_lora_rank,
+    a = (Z - X + Y) / rope."""
+    V, h = infer.shape(T, r"embed_tokens\.weight$", "embed_tokens")
+    kvl = infer.shape(T, r"self_attn\.kv_a_layernorm\.weight$", "kv_a_layernorm")[0]
+    rope = infer.shape(T, r"self_attn\.kv_a_proj_with_mqa\.weight$", "kv_a_proj_with_mqa")[0] - kvl
+    X = infer.shape(T, r"self_attn\.kv_b_proj\.weight$", "kv_b_proj")[0]
+    Y = infer.shape(T, r"self_attn\.o_proj\.weight$", "o_proj")[1]
+    qa = infer.find(T, r"self_attn\.q_a_proj\.weight$")
+    Z = infer.shape(T, r"self_attn\.q_(b_)?proj\.weight$", "q_b_proj")[0]
+    if rope <= 0 or (Z - X + Y) % rope:
+        raise UsageError("cannot infer the MLA head sizes from tensor shapes; pass --config")
+    a = (Z - X + Y) // rope
+    nope, v = (Z // a) - rope, Y // a
+    L = infer.count_layers(T, r"layers\.(\d+)\.")
+    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
+    E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0] if sparse else 0
+    fe = infer.shape(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")[0] if sparse else 0
+    fs = infer.find(T, r"mlp\.shared_experts\.gate_proj\.weight$")
+    fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
+    extra = (("q_lora_rank", qa.shape[0] if qa is not None else 0), ("kv_lora_rank", kvl), ("qk_nope", nope),
+             ("qk_rope", rope), ("v_head_dim", v), ("moe_intermediate", fe),
+             ("shared_intermediate", fs.shape[0] if fs is not None else 0))
+    # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
+    v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
+    k = 8 if v3 else 6
+    notes = (f"no config: experts per token (top-k) assumed {k}, as in DeepSeek-{'V3' if v3 else 'V2'}",) if sparse else ()
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope, vocab=V,
+                    intermediate=fd.shape[0] if fd is not None else fe, gated_mlp=True, norm="rmsnorm",
+                    qkv_bias=infer.has(T, r"kv_a_proj_with_mqa\.bias$"), o_bias=infer.has(T, r"o_proj\.bias$"),
+                    mlp_bias=infer.has(T, r"gate_proj\.bias$"), tied_embeddings=infer.find(T, r"lm_head\.weight$") is None,
+                    experts=E, top_k=k if sparse else 0, activation="silu", extra=extra,
+                    dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
+
+
+def mla(B: Builder, lay: str, calls: int) -> None:
+    s, b, n = B.s, B.b, B.seq
+    h, a = s.hidden, s.heads
+    ql, kvl, nope, rope, v = (xs(s, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope", "qk_rope", "v_head_dim"))
+    tok, at = (b, n), f"{lay}.self_attn"
+    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, calls)
+    if ql:
+        B.linear(f"{at}.q_a_proj", "encoder", tok, h, ql, s.qkv_bias, calls)
+        B.norm(f"{at}.q_a_layernorm", "encoder", tok, ql, calls, residual=False)
+        B.linear(f"{at}.q_b_proj", "encoder", tok, ql, a * (nope + rope), False, calls)
+    else:
+        B.linear(f"{at}.q_proj", "encoder", tok, h, a * (nope + rope), False, calls)
+    B.linear(f"{at}.kv_a_proj_with_mqa (latent + rope key)", "encoder", tok, h, kvl + rope, s.qkv_bias, calls)
+    B.norm(f"{at}.kv_a_layernorm", "encoder", tok, kvl, calls, residual=False)
+    B.linear(f"{at}.kv_b_proj (latent -> per-head k_nope, v)", "encoder", tok, kvl, a * (nope + v), False, calls)
+    B.add(f"{at} rotary (q_pe, k_pe)", "activation", "encoder", calls, tok + ((a + 1) * rope,), tok + ((a + 1) * rope,),
+          ew=b * n * (a + 1) * rope * ew_cost("rotary"))
+    # eager attention: scores over nope + rope dims, context over v_head_dim (two bmm's of different widths)
+    pairs = n * (n + 1) // 2 if B.halve else n * n
+    B.add(f"{at}.scores (QK^T)", "attention", "encoder", calls, (b, a, n, nope + rope), (b, a, n, n),
+          macs=b * a * pairs * (nope + rope), ew=b * a * n * n * (ew_cost("softmax") + 2), extra_in=b * a * n * (nope + rope))
+    B.add(f"{at}.context (PV)", "attention", "encoder", calls, (b, a, n, n), (b, a, n, v), macs=b * a * pairs * v,
+          extra_in=b * a * n * v)
+    B.linear(f"{at}.o_proj", "encoder", tok, a * v, h, s.o_bias, calls)
+    B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
+
+
+def moe(B: Builder, lay: str, calls: int) -> None:
+    s, b, n = B.s, B.b, B.seq
+    h, E, k, fs = s.hidden, s.experts, s.top_k, xs(s, "shared_intermediate")
+    B.linear(f"{lay}.mlp.gate (router)", "encoder", (b, n), h, E, False, calls)
+    # k rows per token through the experts, whichever experts the router picks
+    gated_mlp(B, f"{lay}.mlp.experts[{E}] (top-{k})", xs(s, "moe_intermediate"), calls, (b * n * k,),
+              copies=calls * E, active=calls * k)
+    B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, (b * n * k, h), (b, n, h),
+          ew=b * n * k * h * 2)
+    if fs:
+        gated_mlp(B, f"{lay}.mlp.shared_experts", fs, calls)
+        B.add(f"{lay}.mlp shared + routed", "activation", "encoder", calls, (b, n, h), (b, n, h), ew=b * n * h)
+
+
+def build(B: Builder) -> None:
+    decoder(B, moe, mla, rotary=xs(B.s, "qk_rope"))
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """Both caches per token: eager transformers' per-head K and V, and the absorbed MLA latent + rope key."""
+    full = s.layers * s.heads * (s.head_dim + xs(s, "v_head_dim")) * ab
+    lat = s.layers * (xs(s, "kv_lora_rank") + xs(s, "qk_rope")) * ab
+    return [(f"transformers K+V b={b} s={n}", full * b * n,
+             f"transformers eager, full K and V: L x a x (qk_nope + qk_rope + v_head_dim) x s x b x {ab} B = {full:,} B/token"),
+            (f"MLA absorbed b={b} s={n}", lat * b * n,
+             f"absorbed MLA, latent + rope key: L x (kv_lora_rank + qk_rope_head_dim) x s x b x {ab} B = {lat:,} B/token")]
+
+
+def _mlp(out: Shapes, q: str, h: int, f: int, bias: bool) -> None:
+    for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
+        add_linear(out, q + m, fo, fi, bias)
+
+
+def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
+    """One layer's MLA and MLP."""
+    h, a = s.hidden, s.heads
+    ql, kvl, nope, rope, v = (xs(s, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope", "qk_rope", "v_head_dim"))
+    at = q + "self_attn."
+    if ql:
+        add_linear(out, at + "q_a_proj", ql, h, s.qkv_bias)
+        add_norm(out, at + "q_a_layernorm", ql, bias=False)
+        add_linear(out, at + "q_b_proj", a * (nope + rope), ql, bias=False)
+    else:
+        add_linear(out, at + "q_proj", a * (nope + rope), h, bias=False)
+    add_linear(out, at + "kv_a_proj_with_mqa", kvl + rope, h, s.qkv_bias)
+    add_norm(out, at + "kv_a_layernorm", kvl, bias=False)
+    add_linear(out, at + "kv_b_proj", a * (nope + v), kvl, bias=False)
+    add_linear(out, at + "o_proj", h, a * v, s.o_bias)
+    if int(q.rstrip(".").rsplit(".", 1)[-1]) in s.dense_layers:
+        _mlp(out, q + "mlp.", h, s.intermediate, s.mlp_bias)
+        return
+    add_linear(out, q + "mlp.gate", s.experts, h, bias=False)
+    for e in range(s.experts):
+        _mlp(out, f"{q}mlp.experts.{e}.", h, xs(s, "moe_intermediate"), s.mlp_bias)
+    if xs(s, "shared_intermediate"):
+        _mlp(out, q + "mlp.shared_experts.", h, xs(s, "shared_intermediate"), s.mlp_bias)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    p = "" if s.head == "base" else "model."
+    out: Shapes = {p + "embed_tokens.weight": (s.vocab, s.hidden)}
+    for i in range(s.layers):
+        layer_tensors(out, f"{p}layers.{i}.", s)
+        add_norm(out, f"{p}layers.{i}.input_layernorm", s.hidden, bias=False)
+        add_norm(out, f"{p}layers.{i}.post_attention_layernorm", s.hidden, bias=False)
+    add_norm(out, p + "norm", s.hidden, bias=False)
+    if s.head == "lm":
+        add_linear(out, "lm_head", s.vocab, s.hidden, bias=False)
+    return out
+
+
+_SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
+              num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=2,
+              num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
+              qk_rope_head_dim=4, v_head_dim=6, max_position_embeddings=64)
+
+FAMILY = Family(
+    name="deepseek",
+    model_types=("deepseek_v2", "deepseek_v3"),
+    signature=r"(^|[./])self_attn[./]kv_a_proj_with_mqa[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "lm"),
+    head_rules=llama.HEAD_RULES,
+    default_head="lm",
+    tie_rules=llama.TIE_RULES,     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
+    tied_by_default=False,
+    kv_cache=kv_cache,
+    # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
+    # this architecture reads as unknown rather than being claimed without a config
+    gguf_architectures=(),
+    samples=(
+        # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
+        Sample("DeepseekV2Config", dict(_SIZES, n_group=2, topk_group=1, topk_method="group_limited_greedy"),
+               ("DeepseekV2Model", "DeepseekV2ForCausalLM"), device="cpu"),
+        # V2-Lite: no q LoRA (q_proj), greedy top-k
+        Sample("DeepseekV2Config", dict(_SIZES, q_lora_rank=None, n_shared_experts=1, first_k_dense_replace=2,
+                                        tie_word_embeddings=True), ("DeepseekV2ForCausalLM",), device="cpu"),
+        Sample("DeepseekV3Config", dict(_SIZES, n_group=2, topk_group=1), ("DeepseekV3Model", "DeepseekV3ForCausalLM"),
+               device="cpu"),
+        Sample("DeepseekV3Config", dict(_SIZES, q_lora_rank=None, n_shared_experts=1, n_group=1, topk_group=1,
+                                        attention_bias=True), ("DeepseekV3ForCausalLM",), device="cpu"),
+    ),
+)

@@ -1,0 +1,117 @@
+"""KV-cache bytes of the Qwen-MoE, Gemma and DeepSeek families against what transformers' cache holds.
+
+For each family sample's *ForCausalLM (tiny weights on the CPU: MoE routing needs real values), one
+forward with use_cache=True; the oracle is the bytes of every key and value tensor in the returned
+DynamicCache. Sequence lengths below and above Gemma's sliding window (4 in the samples), so the
+sliding layers' DynamicSlidingWindowLayer is seen both holding every token and holding only its window.
+DeepSeek's second line, the absorbed-MLA cache, is checked against the width of the model's own
+kv_a_proj_with_mqa output (the normalised latent plus the shared rope key, what that cache stores)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+from ckptstat.families import get  # noqa: E402
+from ckptstat.families.base import Family, Sample  # noqa: E402
+from ckptstat.families.spec import from_config  # noqa: E402
+
+FAMILY_NAMES = ("qwen_moe", "gemma", "deepseek")
+SEQS = (2, 8, 16)
+BATCH = 2
+CASES = [pytest.param(get(f), s, name, id=f"{f}-{name}-{i}")
+         for f in FAMILY_NAMES for i, s in enumerate(get(f).samples) for name in s.models if name.endswith("ForCausalLM")]
+
+
+def _model(sample: Sample, name: str):
+    cfg = getattr(T, sample.config)(**sample.kwargs)
+    torch.manual_seed(0)
+    model = getattr(T, name)._from_config(cfg, attn_implementation="eager").eval()
+    d = cfg.to_dict()
+    d["architectures"] = [name]
+    return model, from_config(d)
+
+
+def _cache_bytes(model, seq: int) -> int:
+    with torch.no_grad():
+        ids = torch.arange(BATCH * seq).reshape(BATCH, seq) % model.config.vocab_size
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.parametrize("family,sample,model_name", CASES)
+def test_kv_cache_equals_transformers_dynamic_cache(family: Family, sample: Sample, model_name: str):
+    model, spec = _model(sample, model_name)
+    assert family.kv_cache is not None
+    for seq in SEQS:
+        lines = family.kv_cache(spec, BATCH, seq, seq, 4)
+        assert lines[0][1] == _cache_bytes(model, seq), (seq, lines[0])
+
+
+def test_deepseek_absorbed_mla_line_is_latent_plus_rope_key():
+    family = get("deepseek")
+    for sample in family.samples:
+        model, spec = _model(sample, "DeepseekV3ForCausalLM" if "V3" in sample.config else "DeepseekV2ForCausalLM")
+        width = sum(layer.self_attn.kv_a_proj_with_mqa.out_features for layer in model.model.layers)
+        assert family.kv_cache is not None
+        (full_label, _, _), (label, nbytes, _) = family.kv_cache(spec, BATCH, 16, 16, 2)
+        assert full_label.startswith("transformers K+V") and label.startswith("MLA absorbed")
+        assert nbytes == width * BATCH * 16 * 2
+
+
+def test_gemma_sliding_layers_follow_layer_types():
+    """Which layers slide comes from the config's layer_types, as the model's cache layers show."""
+    for sample in get("gemma").samples[2:]:
+        model, spec = _model(sample, "Gemma3ForCausalLM" if "Gemma3" in sample.config else "Gemma2ForCausalLM")
+        with torch.no_grad():
+            cache = model(input_ids=torch.zeros((1, 8), dtype=torch.long), use_cache=True).past_key_values
+        sliding = tuple(i for i, layer in enumerate(cache.layers) if type(layer).__name__ == "DynamicSlidingWindowLayer")
+        assert sliding and spec.sliding_layers == sliding
+
+
+def test_gemma_causal_halving_counts_the_keys_the_mask_lets_through():
+    """--causal-halving: the score MACs equal the unmasked (query, key) pairs of the model's own attention
+    (nonzero probabilities from output_attentions), sliding layers seeing only their window, x head_dim."""
+    from ckptstat.families.graph import build
+
+    sample = get("gemma").samples[3]
+    model, spec = _model(sample, "Gemma3ForCausalLM")
+    seq = 12
+    with torch.no_grad():
+        out = model(input_ids=torch.arange(BATCH * seq).reshape(BATCH, seq) % 97, output_attentions=True, use_cache=False)
+    unmasked = sum(int((w > 0).sum()) for w in out.attentions)
+    ops = build(spec, BATCH, seq, causal_halving=True)
+    scores = sum(op.macs * op.calls for op in ops if op.module.endswith("scores (QK^T)"))
+    assert scores == unmasked * spec.head_dim
+
+
+@pytest.mark.parametrize("model_type,bad", [("qwen2_moe", {"mlp_only_layers": "1"}), ("gemma2", {"layer_types": ["x"]}),
+                                            ("deepseek_v3", {"kv_lora_rank": -1}),
+                                            # per-layer tables are built one entry each: no looping 10^9 times
+                                            ("gemma2", {"num_hidden_layers": 10**9}),
+                                            ("deepseek_v3", {"n_routed_experts": 10**9})])
+def test_bad_config_values_are_one_line_usage_errors(model_type, bad):
+    from ckptstat.errors import UsageError
+
+    cfg = {"qwen2_moe": T.Qwen2MoeConfig, "gemma2": T.Gemma2Config, "deepseek_v3": T.DeepseekV3Config}[model_type]().to_dict()
+    cfg.update(bad)
+    with pytest.raises(UsageError, match=f"config {next(iter(bad))}"):
+        from_config(cfg, "cfg.json")
+
+
+@pytest.mark.parametrize("family_name", FAMILY_NAMES)
+def test_expected_tensors_are_the_models_parameters(family_name):
+    """The `ckptstat ties` config cross-check template: every parameter name and shape the model has
+    (tied names included, as the model names them), nothing else; meta builds, no values needed."""
+    family = get(family_name)
+    assert family.expected_tensors is not None
+    for sample in family.samples:
+        cfg = getattr(T, sample.config)(**sample.kwargs)
+        for name in sample.models:
+            with torch.device("meta"):
+                model = getattr(T, name)._from_config(cfg)
+            d = cfg.to_dict()
+            d["architectures"] = [name]
+            want = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}
+            assert family.expected_tensors(from_config(d)) == want, (sample.config, name)
