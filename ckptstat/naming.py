@@ -83,6 +83,7 @@ BUCKET_RULES = _rules([
     (r"(^|\.)(embed_tokens|embed_positions|tok_embeddings|token_embd|word_embeddings)\.", "embedding"),
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
+    (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
     (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
     (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
@@ -92,6 +93,7 @@ BUCKET_RULES = _rules([
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
     # Final norms of a stack
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
+    (r"(^|\.)(norm_f|encoder\.layer_norm)\.", "encoder"),      # Mamba final norm; Whisper/mBART encoder final norm
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
     # Heads: LM heads and task heads

@@ -1,0 +1,152 @@
+"""BART and mBART (transformers modeling_bart.py, modeling_mbart.py): an encoder-decoder with one shared
+token embedding (tied to encoder.embed_tokens, decoder.embed_tokens and, by default, lm_head), learned
+positions per stack numbered from an offset of 2 (BartLearnedPositionalEmbedding: max_position_embeddings
++ 2 rows), a layernorm_embedding after the embeddings, biased projections, and a gelu feed-forward.
+BART is post-LN; mBART is pre-LN with one more LayerNorm at the end of each stack. The LM head's
+final_logits_bias is a registered buffer, not a parameter."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .ops import Builder
+
+OFFSET = 2   # BartLearnedPositionalEmbedding: positions are looked up at position + 2
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h = c.int("d_model")
+    a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
+    extra = (("decoder_heads", ad), ("decoder_ffn", c.int("decoder_ffn_dim")))
+    return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
+                    positions=c.int("max_position_embeddings") + OFFSET,
+                    activation=str(c.get("activation_function", default="gelu")),
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
+                    decoder_layers=c.int("decoder_layers"), extra=extra, **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    V, h = infer.shape(T, r"(^|\.)shared\.weight$|encoder\.embed_tokens\.weight$", "shared embedding")
+    P = infer.shape(T, r"encoder\.embed_positions\.weight$", "encoder.embed_positions")[0]
+    f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
+    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0] if infer.has(
+        T, r"decoder\.layers\.0\.fc1\.weight$") else f
+    a, note = infer.heads_for(h, 64)
+    mbart = infer.has(T, r"encoder\.layer_norm\.weight$")
+    lm = infer.find(T, r"lm_head\.weight$")
+    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a, intermediate=f, vocab=V, positions=P,
+                    tied_embeddings=lm is None,
+                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+                    extra=(("decoder_heads", a), ("decoder_ffn", fd)),
+                    assumptions=(note, "no config: activation assumed gelu"),
+                    **dict(common, model_type="mbart" if mbart else "bart"))
+
+
+def _pre_ln(s: ArchSpec) -> bool:
+    return s.model_type == "mbart"
+
+
+def build(B: Builder) -> None:
+    s, b = B.s, B.b
+    h = s.hidden
+    B.embedding("shared", "embedding", s.vocab, h, B.seq)
+
+    def stack(name: str, bucket: str, L: int, n: int, a: int, f: int, cross: int | None) -> None:
+        tok = (b, n)
+        d = h // a
+        if name == "decoder":
+            B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, h, n, params=False)
+        B.embedding(f"{name}.embed_positions", "embedding", s.positions, h, n)
+        B.norm(f"{name}.layernorm_embedding", "embedding", tok, h, residual=False)
+        lay = f"{name}.layers[{L}]"
+        attn = [("self_attn", n, name == "decoder")] + ([("encoder_attn", cross, False)] if cross is not None else [])
+        for att, k_len, causal in attn:
+            B.linear(f"{lay}.{att}.q_proj", bucket, tok, h, h, True, L)
+            B.linear(f"{lay}.{att}.k_proj", bucket, (b, k_len), h, h, True, L)
+            B.linear(f"{lay}.{att}.v_proj", bucket, (b, k_len), h, h, True, L)
+            B.attention(f"{lay}.{att}", bucket, a, n, k_len, d, L, causal=causal)
+            B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, True, L)
+            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
+        B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
+        B.activation(f"{lay}.act", bucket, tok, f, s.activation, L)
+        B.linear(f"{lay}.fc2", bucket, tok, f, h, True, L)
+        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
+        if _pre_ln(s):
+            B.norm(f"{name}.layer_norm", bucket, tok, h, residual=False)
+
+    stack("encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
+    stack("decoder", "decoder", s.decoder_layers, B.dec_seq, s.x("decoder_heads"), s.x("decoder_ffn"), B.seq)
+    if s.head == "lm":
+        # + final_logits_bias, a buffer: its add is element-wise, not a parameter
+        B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
+                 False, tied=s.tied_embeddings)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h = s.hidden
+    top = "" if s.head == "base" else "model."   # BartForConditionalGeneration wraps BartModel as `model`
+    out: Shapes = {top + "shared.weight": (s.vocab, h)}
+
+    def stack(stack_name: str, L: int, f: int, cross: bool) -> None:
+        name = top + stack_name
+        out[f"{name}.embed_tokens.weight"] = (s.vocab, h)
+        out[f"{name}.embed_positions.weight"] = (s.positions, h)
+        add_norm(out, f"{name}.layernorm_embedding", h)
+        for i in range(L):
+            p = f"{name}.layers.{i}."
+            for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
+                for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    add_linear(out, f"{p}{att}.{m}", h, h)
+                add_norm(out, f"{p}{att}_layer_norm", h)
+            add_linear(out, p + "fc1", f, h)
+            add_linear(out, p + "fc2", h, f)
+            add_norm(out, p + "final_layer_norm", h)
+        if _pre_ln(s):
+            add_norm(out, f"{name}.layer_norm", h)
+
+    stack("encoder", s.layers, s.intermediate, False)
+    stack("decoder", s.decoder_layers, s.x("decoder_ffn"), True)
+    if s.head == "lm":
+        out["lm_head.weight"] = (s.vocab, h)
+    return out
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """EncoderDecoderCache: the decoder's self-attention K/V over s_dec tokens, cross-attention K/V over s."""
+    per_tok = 2 * s.decoder_layers * s.hidden * ab
+    return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x h x s_dec x b x {ab} B"),
+            (f"cross-attention, b={b}, s_enc={n}", per_tok * b * n, f"2 x L_dec x h x s_enc x b x {ab} B")]
+
+
+_SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
+              encoder_ffn_dim=37, decoder_ffn_dim=41, vocab_size=99, max_position_embeddings=64)
+
+FAMILY = Family(
+    name="bart",
+    model_types=("bart", "mbart"),
+    signature=r"(^|[./])(encoder|decoder)[./]layernorm_embedding[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "lm"),
+    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),),
+    no_head="base",
+    default_head="lm",
+    # BartForConditionalGeneration._tied_weights_keys: encoder/decoder embed_tokens are `shared` (the module),
+    # lm_head.weight follows tie_word_embeddings
+    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
+               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
+               TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",))),
+    position_offset={"bart": OFFSET, "mbart": OFFSET},
+    encoder_decoder=True,
+    kv_cache=kv_cache,
+    samples=(
+        # a tied lm_head is dropped from the file: BartModel and BartForConditionalGeneration store the same
+        # names, so the head is only told apart by an untied lm_head
+        Sample("BartConfig", _SIZES, ("BartForConditionalGeneration", "BartModel"), infer=False),
+        Sample("BartConfig", dict(_SIZES, tie_word_embeddings=False), ("BartForConditionalGeneration",)),
+        Sample("MBartConfig", _SIZES, ("MBartForConditionalGeneration", "MBartModel"), infer=False),
+        Sample("MBartConfig", dict(_SIZES, tie_word_embeddings=False), ("MBartForConditionalGeneration",)),
+    ),
+)

@@ -1,0 +1,157 @@
+"""Whisper (transformers modeling_whisper.py, WhisperModel / WhisperForConditionalGeneration): a speech
+encoder-decoder. The encoder reads log-mel features [b, num_mel_bins, frames] (frames = 2 x
+max_source_positions: 3000, 30 s at 100 frames/s) through conv1 (mel -> h, kernel 3, padding 1) and conv2
+(h -> h, kernel 3, stride 2, padding 1), each followed by gelu, adds sinusoidal positions, and runs pre-LN
+layers. The position table is an nn.Embedding whose weight has requires_grad=False (filled with
+sinusoids at init): a parameter all the same (model.parameters() lists it, save_pretrained stores it).
+The decoder has learned positions (max_target_positions), self- and cross-attention; k_proj has no bias.
+proj_out (the LM head) is tied to decoder.embed_tokens (WhisperForConditionalGeneration._tied_weights_keys).
+
+Builder.seq is the encoder's input length in mel frames; the encoder runs over ceil(frames / 2) tokens.
+FLOPs of the convolutions are what FlopCounterMode counts for convolution (2 x b x out_length x
+out_channels x in_channels x kernel)."""
+from __future__ import annotations
+
+from typing import Any
+
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .ops import Builder
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h = c.int("d_model")
+    a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
+    extra = (("decoder_heads", ad), ("decoder_ffn", c.int("decoder_ffn_dim")),
+             ("mel_bins", c.int("num_mel_bins", default=80)), ("source_positions", c.int("max_source_positions")),
+             ("target_positions", c.int("max_target_positions")))
+    return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
+                    activation=str(c.get("activation_function", default="gelu")),
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
+                    decoder_layers=c.int("decoder_layers"), extra=extra, **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    h, mel = infer.shape(T, r"encoder\.conv1\.weight$", "encoder.conv1")[:2]
+    src = infer.shape(T, r"encoder\.embed_positions\.weight$", "encoder.embed_positions")[0]
+    tgt = infer.shape(T, r"decoder\.embed_positions\.weight$", "decoder.embed_positions")[0]
+    V = infer.shape(T, r"decoder\.embed_tokens\.weight$", "decoder.embed_tokens")[0]
+    f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
+    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0]
+    a, note = infer.heads_for(h, 64)
+    extra = (("decoder_heads", a), ("decoder_ffn", fd), ("mel_bins", mel), ("source_positions", src),
+             ("target_positions", tgt))
+    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a, intermediate=f, vocab=V, tied_embeddings=infer.find(T, r"proj_out\.weight$") is None,
+                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), extra=extra,
+                    assumptions=(note, "no config: activation assumed gelu"), **common)
+
+
+def encoder_tokens(frames: int) -> int:
+    """conv2 (kernel 3, stride 2, padding 1) output length."""
+    return (frames + 1) // 2
+
+
+def build(B: Builder) -> None:
+    s, b = B.s, B.b
+    h, mel = s.hidden, s.x("mel_bins")
+    frames, n, nd = B.seq, encoder_tokens(B.seq), B.dec_seq
+    B.add("encoder.conv1", "conv", "embedding", 1, (b, mel, frames), (b, h, frames), params=h * mel * 3 + h,
+          macs=b * frames * h * mel * 3, ew=b * frames * h, weights_per_call=h * mel * 3 + h)
+    B.activation("encoder.conv1 gelu", "embedding", (b, frames), h, "gelu")
+    B.add("encoder.conv2", "conv", "embedding", 1, (b, h, frames), (b, h, n), params=h * h * 3 + h,
+          macs=b * n * h * h * 3, ew=b * n * h, weights_per_call=h * h * 3 + h)
+    B.activation("encoder.conv2 gelu", "embedding", (b, n), h, "gelu")
+    B.embedding("encoder.embed_positions (sinusoidal, requires_grad=False)", "embedding", s.x("source_positions"), h, n)
+
+    def stack(name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None) -> None:
+        tok = (b, q)
+        lay = f"{name}.layers[{L}]"
+        attn = [("self_attn", q, name == "decoder")] + ([("encoder_attn", cross, False)] if cross is not None else [])
+        for att, k_len, causal in attn:
+            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
+            B.linear(f"{lay}.{att}.q_proj", bucket, tok, h, h, True, L)
+            B.linear(f"{lay}.{att}.k_proj", bucket, (b, k_len), h, h, False, L)
+            B.linear(f"{lay}.{att}.v_proj", bucket, (b, k_len), h, h, True, L)
+            B.attention(f"{lay}.{att}", bucket, a, q, k_len, h // a, L, causal=causal)
+            B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, True, L)
+        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
+        B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
+        B.activation(f"{lay}.act", bucket, tok, f, s.activation, L)
+        B.linear(f"{lay}.fc2", bucket, tok, f, h, True, L)
+        B.norm(f"{name}.layer_norm", bucket, tok, h, residual=False)
+
+    stack("encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
+    B.embedding("decoder.embed_tokens", "embedding", s.vocab, h, nd)
+    B.embedding("decoder.embed_positions", "embedding", s.x("target_positions"), h, nd)
+    stack("decoder", "decoder", s.decoder_layers, nd, s.x("decoder_heads"), s.x("decoder_ffn"), n)
+    if s.head == "lm":
+        B.linear("proj_out" + (" (tied to decoder.embed_tokens)" if s.tied_embeddings else ""), "cls", (b, nd), h,
+                 s.vocab, False, tied=s.tied_embeddings)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h, mel = s.hidden, s.x("mel_bins")
+    top = "" if s.head == "base" else "model."   # WhisperForConditionalGeneration wraps WhisperModel as `model`
+    out: Shapes = {top + "encoder.conv1.weight": (h, mel, 3), top + "encoder.conv1.bias": (h,),
+                   top + "encoder.conv2.weight": (h, h, 3), top + "encoder.conv2.bias": (h,),
+                   top + "encoder.embed_positions.weight": (s.x("source_positions"), h),
+                   top + "decoder.embed_tokens.weight": (s.vocab, h),
+                   top + "decoder.embed_positions.weight": (s.x("target_positions"), h)}
+
+    def stack(stack_name: str, L: int, f: int, cross: bool) -> None:
+        name = top + stack_name
+        for i in range(L):
+            p = f"{name}.layers.{i}."
+            for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
+                for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    add_linear(out, f"{p}{att}.{m}", h, h, bias=m != "k_proj")
+                add_norm(out, f"{p}{att}_layer_norm", h)
+            add_linear(out, p + "fc1", f, h)
+            add_linear(out, p + "fc2", h, f)
+            add_norm(out, p + "final_layer_norm", h)
+        add_norm(out, f"{name}.layer_norm", h)
+
+    stack("encoder", s.layers, s.intermediate, False)
+    stack("decoder", s.decoder_layers, s.x("decoder_ffn"), True)
+    if s.head == "lm":
+        out["proj_out.weight"] = (s.vocab, h)
+    return out
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """EncoderDecoderCache: decoder self-attention K/V over s_dec tokens, cross-attention K/V over the
+    encoder's ceil(frames / 2) tokens."""
+    per_tok = 2 * s.decoder_layers * s.hidden * ab
+    enc = encoder_tokens(n)
+    return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x h x s_dec x b x {ab} B"),
+            (f"cross-attention, b={b}, {enc} encoder tokens ({n} frames)", per_tok * b * enc,
+             f"2 x L_dec x h x ceil(frames/2) x b x {ab} B")]
+
+
+_SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
+              encoder_ffn_dim=37, decoder_ffn_dim=41, vocab_size=99, num_mel_bins=10, max_source_positions=12,
+              max_target_positions=40, pad_token_id=1, bos_token_id=2, eos_token_id=2, decoder_start_token_id=3)
+
+FAMILY = Family(
+    name="whisper",
+    model_types=("whisper",),
+    signature=r"(^|[./])encoder[./]conv1[./]weight$",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "lm"),
+    head_rules=(HeadRule(r"(^|\.)proj_out\.weight$", "lm"),),
+    default_head="lm",
+    # WhisperForConditionalGeneration._tied_weights_keys
+    tie_rules=(TieRule("proj_out.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),),
+    encoder_decoder=True,
+    main_input="input_features",
+    kv_cache=kv_cache,
+    samples=(
+        # a tied proj_out is not stored: WhisperModel and a tied WhisperForConditionalGeneration store the same names
+        Sample("WhisperConfig", _SIZES, ("WhisperForConditionalGeneration", "WhisperModel"), infer=False),
+        # a second audio length (max_source_positions fixes the frames the encoder accepts: 2 x 20 = 40)
+        Sample("WhisperConfig", dict(_SIZES, max_source_positions=20, tie_word_embeddings=False),
+               ("WhisperForConditionalGeneration",)),
+    ),
+)
