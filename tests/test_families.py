@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import json
 
 import pytest
 
@@ -21,8 +22,11 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
+import ckptstat  # noqa: E402
+from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
-from ckptstat.families import FAMILIES, detect  # noqa: E402
+from ckptstat.errors import UsageError  # noqa: E402
+from ckptstat.families import FAMILIES, by_model_type, detect, generic  # noqa: E402
 from ckptstat.families.base import Family, Sample  # noqa: E402
 from ckptstat.families.graph import build, predict_params  # noqa: E402
 from ckptstat.families.spec import from_config, from_tensors  # noqa: E402
@@ -52,21 +56,39 @@ def meta_autocast():
 def meta_model(cls, cfg, device="meta"):
     """The model with eager attention: on meta (shapes only), or with real tiny weights on the CPU."""
     if device == "meta":
-        with torch.device("meta"):
-            return cls._from_config(cfg, attn_implementation="eager")
+        with torch.device("meta"):   # eval: BART/Whisper draw a layerdrop number in training mode (.item() on meta)
+            return cls._from_config(cfg, attn_implementation="eager").eval()
     torch.manual_seed(0)
     return cls._from_config(cfg, attn_implementation="eager").eval()
 
 
-def fcm_flops(model, seq, batch=1, device="meta", encdec=None):
+def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input_ids", frames=0):
     """FlopCounterMode's total for one forward of `batch` x `seq` tokens (decoder tokens too when the
-    model takes decoder_input_ids)."""
+    model takes decoder_input_ids). main_input "input_features": the encoder reads `frames` mel frames
+    and `seq` is the decoder's length."""
     if encdec is None:
         encdec = "decoder_input_ids" in inspect.signature(model.forward).parameters
     with FlopCounterMode(display=False) as counter, meta_autocast(), torch.device(device), torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.vocab_size
         kw = {"decoder_input_ids": ids} if encdec else {}
-        model(input_ids=ids, attention_mask=torch.ones((batch, seq), dtype=torch.long), **kw)
+        if main_input == "input_features":
+            model(input_features=torch.zeros((batch, model.config.num_mel_bins, frames)), **kw)
+        else:
+            model(input_ids=ids, attention_mask=torch.ones((batch, seq), dtype=torch.long), **kw)
+    return counter.get_total_flops()
+
+
+def fcm_image_flops(model, seq, batch, device, side, channels, native):
+    """FlopCounterMode's total for one forward of `batch` side x side images (and `seq` tokens of text
+    when the model also reads input_ids, as CLIPModel does); positions interpolated off the config's size."""
+    params = inspect.signature(model.forward).parameters
+    with FlopCounterMode(display=False) as counter, torch.device(device), torch.no_grad():
+        kw = {"pixel_values": torch.zeros((batch, channels, side, side))}
+        if "interpolate_pos_encoding" in params and side != native:
+            kw["interpolate_pos_encoding"] = True
+        if "input_ids" in params:
+            kw["input_ids"] = torch.arange(batch * seq).reshape(batch, seq) % model.config.text_config.vocab_size
+        model(**kw)
     return counter.get_total_flops()
 
 
@@ -77,9 +99,9 @@ def spec_of(cls, cfg):
     return from_config(d)
 
 
-def ours(spec, seq, batch=1):
+def ours(spec, seq, batch=1, dec_seq=None):
     """Matmul FLOPs of the family's op template."""
-    return sum(2 * op.macs * op.calls for op in build(spec, batch, seq))
+    return sum(2 * op.macs * op.calls for op in build(spec, batch, seq, dec_seq))
 
 
 def tensor_infos(model) -> dict[str, TensorInfo]:
@@ -125,15 +147,144 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     torch_params = sum(p.numel() for p in model.parameters())
     assert predict_params(spec)["total"] == torch_params
     for seq in SEQS:
+        if "pixel_values" in inspect.signature(model.forward).parameters:   # vision: at two image sides
+            X = dict(spec.extra)
+            for side in (X["image_size"], X["image_size"] * 3 // 2 + 1):
+                expected = fcm_image_flops(model, seq, BATCH, sample.device, side, X["channels"], X.get("native_image_size"))
+                assert expected > 0
+                assert ours(spec.with_extra(image_size=side), seq, BATCH) == expected, (seq, side)
+            continue
+        if family.main_input == "input_features":   # audio: the config fixes the frames, seq is the decoder's
+            frames = 2 * cfg.max_source_positions
+            expected = fcm_flops(model, seq, BATCH, sample.device, main_input=family.main_input, frames=frames)
+            assert ours(spec, frames, BATCH, dec_seq=seq) == expected, seq
+            continue
         expected = fcm_flops(model, seq, BATCH, sample.device)
         assert expected > 0
         assert ours(spec, seq, BATCH) == expected, seq
 
     # Without a config: the name signature finds the family, the shapes its head and parameters.
     tensors = tensor_infos(model)
-    assert detect(tensors, None).family == family.name
-    if not sample.infer:
+    assert detect(tensors, None).family == (sample.detected_as or family.name)
+    if not sample.infer or sample.detected_as:
         return
     inferred = from_tensors(family.name, tensors)
     assert inferred.head == spec.head
     assert predict_params(inferred)["total"] == torch_params
+
+
+# ---- KV cache: the bytes transformers' cache holds after a forward ----
+
+KV_FAMILIES = ("qwen3", "phi", "phi3", "gptneox", "falcon", "olmo")   # the decoder families checked so far
+KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i else ""))
+            for f in FAMILIES if f.name in KV_FAMILIES for i, sample in enumerate(f.samples) for name in sample.models
+            if name.endswith("ForCausalLM")]
+
+
+def cache_bytes(model, seq, batch):
+    """Bytes of every key and value tensor in the model's cache after one forward of batch x seq tokens."""
+    with torch.no_grad():
+        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.vocab_size
+        cache = model(input_ids=ids, use_cache=True).past_key_values
+    layers = cache.layers if hasattr(cache, "layers") else [
+        type("L", (), {"keys": k, "values": v}) for k, v in zip(cache.key_cache, cache.value_cache)]
+    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values))
+
+
+@pytest.mark.parametrize("family,sample,model_name", KV_CASES)
+def test_kv_cache_bytes_equal_transformers_cache(family: Family, sample: Sample, model_name: str):
+    cfg = _config(sample)
+    cls = getattr(T, model_name)
+    model = meta_model(cls, cfg, "cpu")
+    spec = spec_of(cls, cfg)
+    assert family.kv_cache is not None
+    for seq in SEQS:
+        ours_bytes = family.kv_cache(spec, BATCH, seq, seq, 4)[0][1]
+        assert ours_bytes == cache_bytes(model, seq, BATCH), seq
+
+
+# ---- the generic decoder fallback (families/generic.py) ----
+
+def _generic_spec(cls, cfg, model_type="my_decoder"):
+    d = cfg.to_dict()
+    d.update(architectures=[cls.__name__], model_type=model_type)
+    return from_config(d)
+
+
+GENERIC_CASES = [
+    pytest.param(s, name, "my_decoder", id=f"renamed-{s.config}-{name}") for s in generic.FAMILY.samples for name in s.models
+] + [
+    # real llama-shaped families ckptstat has no module for (Granite's multipliers are element-wise)
+    pytest.param(Sample("GraniteConfig", dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                              intermediate_size=37, vocab_size=99, embedding_multiplier=2.0,
+                                              residual_multiplier=0.5, logits_scaling=4.0),
+                        ("GraniteForCausalLM",)), "GraniteForCausalLM", "granite", id="granite"),
+]
+
+
+@pytest.mark.parametrize("sample,model_name,model_type", GENERIC_CASES)
+def test_generic_fallback_params_and_flops_equal_transformers(sample: Sample, model_name: str, model_type: str):
+    assert by_model_type(model_type) is None, f"{model_type} has a family module now: pick another generic case"
+    cfg = _config(sample)
+    cls = getattr(T, model_name)
+    model = meta_model(cls, cfg, sample.device)
+    spec = _generic_spec(cls, cfg, model_type)
+    assert spec.family == "generic"
+    assert any(a.startswith("generic (config fields)") and "hidden_size" in a for a in spec.assumptions)
+    assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
+    for seq in SEQS:
+        assert ours(spec, seq, BATCH) == fcm_flops(model, seq, BATCH, sample.device), seq
+
+
+def test_generic_fallback_needs_the_standard_fields():
+    d = T.LlamaConfig(**dict(generic._SIZES)).to_dict()
+    d["model_type"] = "my_decoder"
+    del d["intermediate_size"]
+    assert by_model_type("my_decoder", d) is None
+    assert detect([], d).family == "unknown"
+    with pytest.raises(UsageError, match="has no analytic model"):
+        from_config(d)
+
+
+def _save(tmp_path, model, model_type):
+    model.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    cfg["model_type"] = model_type
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    return tmp_path
+
+
+def test_generic_fallback_from_a_saved_checkpoint(tmp_path):
+    torch.manual_seed(0)
+    model = T.LlamaForCausalLM(T.LlamaConfig(**generic._SIZES))
+    path = _save(tmp_path, model, "my_decoder")
+    m = load_model(str(path))
+    assert m.spec.family == "generic" and m.agree
+    assert m.checkpoint_params == sum(p.numel() for p in model.parameters())
+    assert any("generic (config fields)" in n for n in m.notes)
+
+
+def test_generic_fallback_refuses_flops_when_the_shapes_disagree(tmp_path):
+    """Cohere has the standard fields but one LayerNorm per layer, parallel attention and MLP: the
+    LLaMA-shaped template predicts another parameter count, so no FLOPs are given."""
+    torch.manual_seed(0)
+    model = T.CohereForCausalLM(T.CohereConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                               num_key_value_heads=2, intermediate_size=37, vocab_size=99))
+    path = _save(tmp_path, model, "cohere")
+    assert by_model_type("cohere") is None
+    with pytest.raises(UsageError, match="disagree with the template"):
+        load_model(str(path))
+    assert "disagree with the template" in ckptstat.summarize(str(path))["analytic"]["error"]
+
+
+def test_qwen2_5_configs_load_as_qwen2():
+    """Qwen2.5 ships model_type qwen2 (Qwen2.5-0.5B's config.json fields: GQA 14/2, tied embeddings, a
+    sliding_window it does not use): llama.py's qwen2 rules, parameters as transformers builds them."""
+    qwen25 = dict(hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14, num_key_value_heads=2,
+                  vocab_size=151936, max_position_embeddings=32768, max_window_layers=24, rope_theta=1000000.0,
+                  sliding_window=32768, use_sliding_window=False, tie_word_embeddings=True, torch_dtype="bfloat16")
+    cfg = T.Qwen2Config(**qwen25)
+    model = meta_model(T.Qwen2ForCausalLM, cfg)
+    spec = spec_of(T.Qwen2ForCausalLM, cfg)
+    assert (spec.family, spec.model_type, spec.sliding_window) == ("llama", "qwen2", None)
+    assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())

@@ -1,7 +1,7 @@
 """`ckptstat memory`: weights, KV cache, activations and training state, each line with its rule."""
 from __future__ import annotations
 
-from ..census.model import Model
+from ..census.model import Model, Weights
 from ..families import get
 from ..families.spec import check_seq
 
@@ -76,4 +76,49 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
         "activation_bytes": ab,
         "lines": lines,
         "notes": list(m.notes),
+    }
+
+
+# The lines that need the architecture (layers, heads, widths), named when there is none.
+NEEDS_ARCHITECTURE = ("kv cache (layers, key/value heads, head dim)",
+                      "activations, inference (hidden size, heads, MLP width, vocabulary)",
+                      "activations, training (layers, hidden size, heads)")
+# Optimizer state per parameter, fp32 slots: (name, bytes per parameter, rule).
+OPTIMIZERS = (("Adam / AdamW", 8, "fp32 momentum + variance: 8 B/param"),
+              ("SGD with momentum", 4, "fp32 momentum buffer: 4 B/param"),
+              ("SGD (no momentum)", 0, "no state"),
+              ("mixed-precision Adam (ZeRO)", 12, "ZeRO (Rajbhandari et al. 2020): fp32 master weights, momentum, "
+                                                  "variance: 12 B/param (fp16 weights and grads apart)"))
+
+
+def weights_report(w: Weights, batch: int, seq: int) -> dict:
+    """`memory` for a checkpoint with no architecture ckptstat can model: what the tensors alone give
+    (weights by stored dtype, what-if dtypes, gradients, optimizer state by optimizer), and which lines
+    need an architecture (NEEDS_ARCHITECTURE), with the reason."""
+    P = w.params
+    lines: list[dict] = []
+
+    def line(group: str, item: str, nbytes: float, rule: str) -> None:
+        lines.append({"group": group, "item": item, "bytes": int(round(nbytes)), "rule": rule})
+
+    for dt, nb in sorted(w.param_bytes.items(), key=lambda kv: -kv[1]):
+        line("weights", f"as stored ({dt})", nb, "sum of numel x stored bytes over unique parameter tensors")
+    for dt, per in WHAT_IF.items():
+        line("weights what-if", dt, P * per, f"{P:,} parameters x {per:g} B (no quantisation scales)")
+    stored = sum(w.param_bytes.values())
+    line("gradients", "in the stored dtypes", stored, "one gradient per parameter, in its weight's dtype")
+    line("gradients", "float32", 4 * P, f"{P:,} parameters x 4 B")
+    for name, per, rule in OPTIMIZERS:
+        line("optimizer state", name, per * P, rule)
+    return {
+        "schema": SCHEMA,
+        "path": w.path,
+        "config": w.config_path,
+        "architecture": {"family": "unknown", "model_type": None, "head": None, "architecture": None},
+        "parameters": {"count": P, "source": "checkpoint", "predicted": None, "agree": None, "active": None},
+        "batch": batch, "seq": seq, "dec_seq": None,
+        "activation_bytes": None,
+        "lines": lines,
+        "needs_architecture": {"lines": list(NEEDS_ARCHITECTURE), "reason": w.reason},
+        "notes": [],
     }

@@ -19,6 +19,12 @@ from .counts import parameters
 from .resolve import resolve
 
 
+class NoArchitecture(UsageError):
+    """No family models the checkpoint (unknown model_type or tensor names, or a generic template its
+    shapes disagree with). `memory` then reports what the tensors alone give (weights_only), as it does
+    for any config it cannot use."""
+
+
 @dataclass(frozen=True)
 class Model:
     spec: ArchSpec
@@ -80,12 +86,15 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         if r.error:
             raise UsageError(r.error)
         if r.family is None and ckpt.config:
-            from_config(ckpt.config, ckpt.config_path or "config.json")   # raises the usual unsupported-family error
-        raise UsageError(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
+            try:
+                from_config(ckpt.config, ckpt.config_path or "config.json")   # raises the usual unsupported-family error
+            except UsageError as e:
+                raise NoArchitecture(str(e)) from None
+        raise NoArchitecture(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
     spec = r.spec
     predicted = predict_params(spec)
     if predicted["total"] != count and r.family is not None and r.family.strict_params:
-        raise UsageError(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
+        raise NoArchitecture(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
                          f"so no FLOPs or activation memory from it")
     if predicted["total"] != count:

@@ -12,7 +12,31 @@ from dataclasses import dataclass
 
 from ..errors import UsageError
 from ..naming import normalize
-from . import albert, bert, distilbert, gpt2, llama, mixtral, t5
+from . import (
+    albert,
+    bart,
+    bert,
+    clip,
+    deepseek,
+    distilbert,
+    falcon,
+    gemma,
+    generic,
+    gpt2,
+    gptneox,
+    llama,
+    mamba,
+    mixtral,
+    olmo,
+    phi,
+    phi3,
+    qwen3,
+    qwen_moe,
+    resnet,
+    t5,
+    vit,
+    whisper,
+)
 from .base import Family
 
 FAMILIES: tuple[Family, ...] = (
@@ -20,12 +44,28 @@ FAMILIES: tuple[Family, ...] = (
     albert.FAMILY,
     distilbert.FAMILY,
     gpt2.FAMILY,
+    vit.FAMILY,
+    clip.FAMILY,        # before bart: its text_model.encoder.layers.N.self_attn.q_proj names match bart's signature
+    resnet.FAMILY,
+    bart.FAMILY,        # before llama: its layers.N.self_attn.q_proj names match llama's signature
+    whisper.FAMILY,     # before llama, as bart
+    gemma.FAMILY,       # before olmo/qwen3/llama: Gemma3 files have self_attn.q_norm and LLaMA's q_proj names
+    deepseek.FAMILY,    # before qwen_moe: its mlp.experts.N.gate_proj names match qwen_moe's signature
+    qwen_moe.FAMILY,
     mixtral.FAMILY,
+    olmo.FAMILY,        # before qwen3: OLMo2 files have self_attn.q_norm too
+    qwen3.FAMILY,       # before llama: its q_proj names match llama's signature
+    phi3.FAMILY,
+    phi.FAMILY,
+    gptneox.FAMILY,
+    falcon.FAMILY,
     llama.FAMILY,
     t5.FAMILY,
+    mamba.FAMILY,
 )
 
-_BY_NAME = {f.name: f for f in FAMILIES}
+# generic.FAMILY is not in FAMILIES: it is the fallback by_model_type and detect consult last, by config fields.
+_BY_NAME = {f.name: f for f in FAMILIES + (generic.FAMILY,)}
 # config.json model_type -> family name (the families ckptstat has analytic rules for).
 MODEL_TYPES = {mt: f.name for f in FAMILIES for mt in f.model_types}
 # Tensor-name signatures, tried in order when there is no config.
@@ -40,8 +80,13 @@ def get(name: str) -> Family:
         raise UsageError(f"no analytic model for family {name!r}") from None
 
 
-def by_model_type(model_type: object) -> Family | None:
-    return _BY_NAME.get(MODEL_TYPES.get(model_type, "")) if isinstance(model_type, str) else None
+def by_model_type(model_type: object, config: Mapping[str, object] | None = None) -> Family | None:
+    """The family of a config.json model_type; with the config, the generic decoder fallback when no
+    family claims the model_type but the config has the standard fields (generic.py)."""
+    f = _BY_NAME.get(MODEL_TYPES.get(model_type, "")) if isinstance(model_type, str) else None
+    if f is None and isinstance(model_type, str) and config is not None and generic.claims(config):
+        return generic.FAMILY
+    return f
 
 
 def by_gguf(arch: str, metadata: Mapping[str, str]) -> Family | None:
@@ -63,7 +108,8 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         mt = config.get("model_type")
         archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
         if isinstance(mt, str):
-            return Architecture(MODEL_TYPES.get(mt, "unknown"), "config.json", mt, archs)
+            f = by_model_type(mt, config)
+            return Architecture(f.name if f else "unknown", "config.json", mt, archs)
     # GGUF: general.architecture names llama.cpp's LLM_ARCH (llama, qwen2, gpt2, bert, t5... as
     # model_type does); a family's gguf_accepts tells apart files of one name (Mixtral's "llama" has experts).
     arch = (metadata or {}).get("general.architecture")

@@ -99,8 +99,9 @@ FAMILY = Family(
     heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,
-    tie_rules=(TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config"),
-               TieRule("predictions.decoder.bias", "predictions.bias", "always")),
+    tie_rules=(TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config",
+                       heads=("mlm", "pretraining")),
+               TieRule("predictions.decoder.bias", "predictions.bias", "always", heads=("mlm", "pretraining"))),
     samples=(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3),
                ("AlbertForMaskedLM", "AlbertForQuestionAnswering")),

@@ -9,7 +9,7 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +24,7 @@ HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
+    ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("Model", "base"),
 ]
 # Bytes per element of config `torch_dtype` / `dtype` values.
@@ -71,6 +72,21 @@ class ArchSpec:
     inner_group: int = 1              # ALBERT inner_group_num (layers run per group; 1 elsewhere)
     dtype: str | None = None          # config torch_dtype, when given
     assumptions: tuple[str, ...] = field(default=())
+    # family-specific sizes no other family has (Mamba state_size, Whisper num_mel_bins...): (key, value) pairs
+    extra: tuple[tuple[str, int], ...] = ()
+    # MoE models whose MLP is dense in some layers (DeepSeek first_k_dense_replace, Qwen-MoE mlp_only_layers and
+    # decoder_sparse_step): those layer indices; () when every layer is alike
+    dense_layers: tuple[int, ...] = ()
+    # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3 layer_types)
+    sliding_layers: tuple[int, ...] = ()
+
+    def x(self, key: str) -> int:
+        """A family-specific size from `extra`."""
+        return dict(self.extra)[key]
+
+    def with_extra(self, **sizes: int) -> ArchSpec:
+        """The spec with family-specific sizes set (e.g. image_size from --image-size)."""
+        return replace(self, extra=tuple({**dict(self.extra), **sizes}.items()))
 
     @property
     def emb(self) -> int:
@@ -93,6 +109,8 @@ class TieRule:
     target: str
     when: str       # "config": only if tie_word_embeddings; "always": the architecture ties it
     module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
+    # the heads (HEAD_SUFFIXES values) whose model has `alias`; () = any head whose file holds the alias's module
+    heads: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -106,6 +124,9 @@ class Sample:
     # the test also infers the architecture from the models' tensor names and shapes (no config); False
     # where the names cannot tell the head apart (say why beside the sample)
     infer: bool = True
+    # the family the tensor names alone are detected as, when they cannot show this one (OLMo's names are
+    # LLaMA's less the norm weights); shape inference is then not checked
+    detected_as: str | None = None
 
 
 class Cfg:
@@ -115,6 +136,7 @@ class Cfg:
     def __init__(self, cfg: Mapping[str, Any], path: str, model_type: str, head: str, common: dict[str, Any]):
         self.cfg, self.path, self.model_type, self.head = cfg, path, model_type, head
         self.common = common           # ArchSpec fields resolved before the family: family, model_type, head...
+        self.blocks = 1                # product of the nested loop counts read so far (_NESTED)
 
     def get(self, *keys: str, default: object = KeyError) -> Any:
         for k in keys:
@@ -126,11 +148,37 @@ class Cfg:
         return default
 
     def int(self, *keys: str, default: object = KeyError) -> int:
+        """A non-negative integer (positive for _POSITIVE keys) up to _MAX_INT; the counts that templates
+        loop over (_NESTED: layers, experts, groups) multiply to at most _MAX_BLOCKS (a config saying
+        10^12 layers, or a 4200-digit size, is one line naming the field, never a hang)."""
         v = self.get(*keys, default=default)
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and keys[0] in _POSITIVE):
-            raise UsageError(f"{self.path}: config {keys[0]} = {v!r} is not a "
-                             f"{'positive' if keys[0] in _POSITIVE else 'non-negative'} integer")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and keys[0] in _POSITIVE) or v > _MAX_INT:
+            raise UsageError(f"{self.path}: config {keys[0]} = {_shown(v)} is not a "
+                             f"{'positive' if keys[0] in _POSITIVE else 'non-negative'} integer up to {_MAX_INT:,}")
+        if keys[0] in _LOOPED and v > _MAX_BLOCKS:
+            raise UsageError(f"{self.path}: config {keys[0]} = {v:,} is more than the {_MAX_BLOCKS:,} ckptstat models")
+        if keys[0] in _NESTED:
+            if self.blocks * max(v, 1) > _MAX_BLOCKS:
+                raise UsageError(f"{self.path}: config {keys[0]} = {v:,} makes more than {_MAX_BLOCKS:,} blocks "
+                                 "(layers x experts x groups) for ckptstat to model")
+            self.blocks *= max(v, 1)
         return v
+
+
+def _shown(v: object) -> str:
+    """A config value in a message: short, whatever the file holds (a 4200-digit integer, a long list)."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 64:
+        return f"an integer of {v.bit_length():,} bits"
+    text = repr(v) if isinstance(v, (int, float, str, bool)) else f"a {type(v).__name__}"
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+_MAX_INT = 1 << 31          # sizes, vocabularies, positions: int32, as the frameworks hold them
+_MAX_BLOCKS = 1 << 15       # DeepSeek-V3: 61 layers x 256 experts; Kimi K2: 61 x 384
+# Counts the family templates loop over, nested (a Mixtral layer loops over its experts).
+_NESTED = {"num_hidden_layers", "n_layer", "n_layers", "num_layers", "num_local_experts", "num_hidden_groups",
+           "inner_group_num"}
+_LOOPED = {"num_decoder_layers", "encoder_layers", "decoder_layers"}   # looped over, not nested in the others (T5, BART, Whisper)
 
 
 # Sizes that divide others or that a model cannot lack.
@@ -170,12 +218,18 @@ class Family:
     # learned positions a model_type cannot index (RoBERTa numbers from padding_idx + 1)
     position_offset: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     encoder_decoder: bool = False               # a decoder stack fed by an encoder (`--dec-seq` applies)
+    # a checkpoint whose parameter count differs from the template's is not this model: no FLOPs (generic.py)
+    strict_params: bool = False
+    main_input: str = "input_ids"               # input_features: --seq counts mel frames (--frames, --audio-seconds)
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # GGUF general.architecture values (None: the model_types, as llama.cpp names most architectures)
     gguf_architectures: tuple[str, ...] | None = None
     gguf_accepts: Callable[[str, Mapping[str, str]], bool] = any_gguf   # (arch, metadata): this family's file?
     # (arch, metadata, tensors) -> a config.json equivalent, or None
     gguf_config: Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None] | None = None
+    # HF module name -> llama.cpp GGUF tensor name, `{bid}` the layer (the suffix .weight/.bias follows);
+    # `ckptstat diff` aligns a GGUF file with an HF one through it. (`gguf_names` is taken: architectures.)
+    gguf_tensor_names: tuple[tuple[str, str], ...] = ()
 
     @property
     def gguf_names(self) -> tuple[str, ...]:

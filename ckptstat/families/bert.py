@@ -107,6 +107,8 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64)
+# heads whose model has an MLM decoder over the word embeddings (BertForPreTraining and BertLMHeadModel too)
+_MLM = ("mlm", "pretraining", "lm")
 _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
 
 FAMILY = Family(
@@ -119,12 +121,13 @@ FAMILY = Family(
     pooler=pooler,
     # transformers' _tied_weights_keys
     tie_rules=(
-        TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config"),   # BERT
-        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always"),
-        TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config"),        # RoBERTa
-        TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config"),
-        TieRule("lm_head.decoder.bias", "lm_head.bias", "always"),
-        TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config"),      # ELECTRA
+        TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config", heads=_MLM),   # BERT
+        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
+        TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config", heads=_MLM),        # RoBERTa
+        TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
+        TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
+        # ELECTRA: only ElectraForMaskedLM has the generator head (ElectraForPreTraining is the discriminator)
+        TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config", heads=("mlm",)),
     ),
     # RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens

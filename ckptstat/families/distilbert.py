@@ -71,7 +71,7 @@ FAMILY = Family(
     heads=("base", "mlm", "seqcls", "tokcls", "qa"),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
                 HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),
-    tie_rules=(TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config"),),
+    tie_rules=(TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config", heads=("mlm",)),),
     samples=(
         Sample("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99,
                                         max_position_embeddings=64),

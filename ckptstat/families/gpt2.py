@@ -92,7 +92,7 @@ FAMILY = Family(
     # GPT2LMHeadModel saves `transformer.h.N...` (its lm_head tied to wte, usually not stored), GPT2Model `h.N...`
     head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^transformer\.", "lm")),
     default_head="lm",
-    tie_rules=(TieRule("lm_head.weight", "transformer.wte.weight", "config"),),
+    tie_rules=(TieRule("lm_head.weight", "transformer.wte.weight", "config", heads=("lm",)),),
     kv_cache=decoder_kv_cache,
     gguf_config=gguf_config,
     samples=(

@@ -137,8 +137,22 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return infer.gguf_config(arch, metadata, tensors, GGUF_CLASSES[arch])
 
 
+# llama.cpp's names (gguf-py tensor_mapping.py, MODEL_ARCH.LLAMA / QWEN2). Its converter also permutes the
+# rows of q_proj / k_proj (rotary layout), so those values differ after a conversion even when aligned.
+GGUF_TENSOR_NAMES = (
+    ("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    ("model.layers.{bid}.self_attn.o_proj", "blk.{bid}.attn_output"),
+    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+)
 HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^model\.", "lm"))
-TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),)
+TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),)
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64)
 
@@ -155,6 +169,7 @@ FAMILY = Family(
     tied_by_default=False,
     kv_cache=decoder_kv_cache,
     gguf_config=gguf_config,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("LlamaConfig", _SIZES, ("LlamaModel", "LlamaForCausalLM")),
         Sample("LlamaConfig", dict(_SIZES, head_dim=16, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

@@ -13,7 +13,7 @@ from . import MODEL_TYPES, by_gguf, by_model_type, get
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 
-__all__ = ["DTYPE_BYTES", "HEAD_SUFFIXES", "ArchSpec", "canonical_name", "canonical_tensors", "check_seq",
+__all__ = ["DTYPE_BYTES", "HEAD_SUFFIXES", "ArchSpec", "audio_inputs", "canonical_name", "canonical_tensors", "check_seq",
            "config_from_gguf", "default_seq", "from_config", "from_tensors", "infer_head", "max_seq", "with_head"]
 
 
@@ -27,7 +27,7 @@ def _labels(cfg: Mapping[str, Any], c: Cfg) -> int:
 def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
     """ArchSpec from a Hugging Face config.json dict. Raises UsageError for an unsupported family."""
     mt = cfg.get("model_type")
-    family = by_model_type(mt)
+    family = by_model_type(mt, cfg)
     if family is None or not isinstance(mt, str):
         raise UsageError(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
     archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
@@ -100,3 +100,35 @@ def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
             extra = f" ({spec.positions} rows, the first {spec.positions - limit} reserved by the padding offset)" \
                 if limit != spec.positions else ""
             raise UsageError(f"{flag} {n} exceeds the model's {limit} learned positions{extra}")
+
+
+FRAMES_PER_SECOND = 100   # Whisper's feature extractor: hop 160 samples at 16 kHz
+
+
+def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: int | None = None,
+                 audio_seconds: float | None = None, dec_flag: str = "--dec-seq") -> tuple[list[int], int | None]:
+    """(encoder lengths, decoder length) for `flops`/`memory`. A model whose main input is audio
+    (Family.main_input "input_features") counts its encoder input in mel frames: --frames, or
+    --audio-seconds x 100, or --seq; by default 2 x max_source_positions (3000 = 30 s), the one length
+    transformers' Whisper accepts; its decoder defaults to 128 tokens or max_target_positions if fewer.
+    Other models: seqs and dec_seq unchanged, and --frames / --audio-seconds are a usage error."""
+    if frames is not None and audio_seconds is not None:
+        raise UsageError("give --frames or --audio-seconds, not both")
+    if get(spec.family).main_input != "input_features":
+        if frames is not None or audio_seconds is not None:
+            raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads token ids (use --seq)")
+        return seqs, dec_seq
+    if audio_seconds is not None:
+        if not audio_seconds > 0:
+            raise UsageError(f"--audio-seconds must be positive, got {audio_seconds}")
+        frames = max(1, round(audio_seconds * FRAMES_PER_SECOND))
+    limit = 2 * spec.x("source_positions")
+    out = [frames] if frames is not None else seqs or [limit]
+    for n in out:
+        if n > limit:
+            raise UsageError(f"{n} mel frames exceed the encoder's {limit} (2 x max_source_positions, "
+                             f"{limit / FRAMES_PER_SECOND:g} s)")
+    dec_limit = spec.x("target_positions")
+    if dec_seq is not None and dec_seq > dec_limit:
+        raise UsageError(f"{dec_flag} {dec_seq} exceeds the decoder's {dec_limit} learned positions")
+    return out, min(128, dec_limit) if dec_seq is None else dec_seq

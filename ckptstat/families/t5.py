@@ -139,9 +139,11 @@ FAMILY = Family(
     head_rules=(HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm"),),
     no_head="encoder-only",
     default_head="lm",
-    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
-               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
-               TieRule("lm_head.weight", "shared.weight", "config")),
+    # T5EncoderModel ties only the encoder's embed_tokens; only T5ForConditionalGeneration has lm_head
+    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True,
+                       heads=("base", "lm", "encoder-only")),
+               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True, heads=("base", "lm")),
+               TieRule("lm_head.weight", "shared.weight", "config", heads=("lm",))),
     encoder_decoder=True,
     kv_cache=kv_cache,
     samples=(

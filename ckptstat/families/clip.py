@@ -1,0 +1,186 @@
+"""CLIP: transformers' modeling_clip.py. CLIPModel (a text tower, a vision tower, visual_projection and
+text_projection without bias, a learned logit_scale, and the text x image similarity matmul),
+CLIPTextModel / CLIPVisionModel (one tower) and CLIPTextModelWithProjection /
+CLIPVisionModelWithProjection (one tower and its projection).
+
+Text tower: token and learned position embeddings, pre-LayerNorm layers (layer_norm1, causal
+self-attention with biased q/k/v/out projections, layer_norm2, fc1, quick_gelu, fc2), final_layer_norm;
+the pooled output is the EOS token's state (a gather, no matmul). Vision tower: a Conv2d patch embedding
+without bias (k = stride = patch_size), a class embedding and learned positions (sized by the config's
+image_size; another --image-size interpolates them), pre_layrnorm, the same layers, post_layernorm on
+the class token. The towers are reported apart: bucket and module prefix `text_model` / `vision_model`;
+the projections, logit_scale and the similarity matmul are bucket `cls`.
+
+ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers'
+sizes are in ArchSpec.extra: t_layers, t_hidden, t_heads, t_inter, t_vocab, t_positions, v_layers,
+v_hidden, v_heads, v_inter, image_size (analysed), native_image_size, patch_size, channels, proj."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..errors import UsageError
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .ops import Builder
+from .resnet import conv2d
+
+# transformers' CLIPTextConfig / CLIPVisionConfig defaults (a saved CLIPConfig's sub-configs may omit them)
+TEXT_DEFAULTS = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
+                     num_attention_heads=8, max_position_embeddings=77, projection_dim=512)
+VISION_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
+                       num_channels=3, image_size=224, patch_size=32, projection_dim=512)
+
+
+def _text(c: Cfg) -> dict[str, int]:
+    d = TEXT_DEFAULTS
+    return dict(t_layers=c.int("num_hidden_layers", default=d["num_hidden_layers"]),
+                t_hidden=c.int("hidden_size", default=d["hidden_size"]),
+                t_heads=c.int("num_attention_heads", default=d["num_attention_heads"]),
+                t_inter=c.int("intermediate_size", default=d["intermediate_size"]),
+                t_vocab=c.int("vocab_size", default=d["vocab_size"]),
+                t_positions=c.int("max_position_embeddings", default=d["max_position_embeddings"]))
+
+
+def _vision(c: Cfg) -> dict[str, int]:
+    d = VISION_DEFAULTS
+    img, p = c.int("image_size", default=d["image_size"]), c.int("patch_size", default=d["patch_size"])
+    if not 0 < p <= img:
+        raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
+    return dict(v_layers=c.int("num_hidden_layers", default=d["num_hidden_layers"]),
+                v_hidden=c.int("hidden_size", default=d["hidden_size"]),
+                v_heads=c.int("num_attention_heads", default=d["num_attention_heads"]),
+                v_inter=c.int("intermediate_size", default=d["intermediate_size"]),
+                image_size=img, native_image_size=img, patch_size=p,
+                channels=c.int("num_channels", default=d["num_channels"]))
+
+
+def _sub(c: Cfg, key: str) -> Cfg:
+    sub = c.cfg.get(key) or {}
+    if not isinstance(sub, Mapping):
+        raise UsageError(f"{c.path}: config {key} is not an object")
+    return Cfg(sub, f"{c.path} {key}", c.model_type, c.head, c.common)
+
+
+def _spec(X: dict[str, int], common: dict[str, Any], act: str = "quick_gelu", where: str = "tensor shapes") -> ArchSpec:
+    t = "t_layers" in X
+    p = "t_" if t else "v_"
+    h, a = X[p + "hidden"], X[p + "heads"]
+    if h % a:
+        raise UsageError(f"{where}: {'text' if t else 'vision'} hidden size {h} is not a multiple of its {a} heads")
+    if "v_hidden" in X and X["v_hidden"] % X["v_heads"]:
+        raise UsageError(f"{where}: vision hidden size {X['v_hidden']} is not a multiple of its {X['v_heads']} heads")
+    return ArchSpec(layers=X[p + "layers"], hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=X[p + "inter"],
+                    vocab=X.get("t_vocab", 0), positions=X.get("t_positions", 0), activation=act,
+                    extra=tuple(X.items()), **common)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    act = str(c.get("hidden_act", default="quick_gelu"))
+    if c.model_type == "clip":
+        X = {**_text(_sub(c, "text_config")), **_vision(_sub(c, "vision_config")), "proj": c.int("projection_dim", default=512)}
+        act = str(_sub(c, "text_config").get("hidden_act", default="quick_gelu"))
+    elif c.model_type == "clip_text_model":
+        X = {**_text(c), "proj": c.int("projection_dim", default=512)}
+    else:
+        X = {**_vision(c), "proj": c.int("projection_dim", default=512)}
+    return _spec(X, c.common, act, c.path)
+
+
+def _tower(T: Tensors, p: str, pre: str) -> dict[str, int]:
+    f, h = infer.shape(T, rf"{pre}\.encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre} fc1")
+    a, _ = infer.heads_for(h, 64)
+    return {f"{p}layers": infer.count_layers(T, rf"{pre}\.encoder\.layers\.(\d+)\."), f"{p}hidden": h, f"{p}heads": a,
+            f"{p}inter": f}
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    X: dict[str, int] = {}
+    if infer.has(T, r"(^|\.)text_model\.encoder\.layers\.0\."):
+        X.update(_tower(T, "t_", "text_model"))
+        X["t_vocab"], _ = infer.shape(T, r"text_model\.embeddings\.token_embedding\.weight$", "the token embedding")
+        X["t_positions"] = infer.shape(T, r"text_model\.embeddings\.position_embedding\.weight$", "text positions")[0]
+    if infer.has(T, r"(^|\.)vision_model\.encoder\.layers\.0\."):
+        X.update(_tower(T, "v_", "vision_model"))
+        _, ch, p, _ = infer.shape(T, r"vision_model\.embeddings\.patch_embedding\.weight$", "the patch embedding")
+        n = infer.shape(T, r"vision_model\.embeddings\.position_embedding\.weight$", "vision positions")[0]
+        img = int(round((n - 1) ** 0.5)) * p
+        X.update(image_size=img, native_image_size=img, patch_size=p, channels=ch)
+    if not X:
+        raise UsageError("cannot infer the architecture from tensor names: no CLIP tower; pass --config")
+    proj = infer.find(T, r"(^|\.)(text|visual)_projection\.weight$")
+    X["proj"] = proj.shape[0] if proj is not None else 512
+    # what the stored towers show: both is CLIPModel, one is CLIPTextModel / CLIPVisionModel
+    mt = "clip" if "t_layers" in X and "v_layers" in X else "clip_text_model" if "t_layers" in X else "clip_vision_model"
+    common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"],
+                  assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
+    return _spec(X, common)
+
+
+def _encoder(B: Builder, tower: str, p: str, n: int, causal: bool) -> None:
+    X = dict(B.s.extra)
+    L, h, a, f = X[p + "layers"], X[p + "hidden"], X[p + "heads"], X[p + "inter"]
+    tok = (B.b, n)
+    lp = f"{tower}_model.encoder.layers[{L}]"
+    B.norm(f"{lp}.layer_norm1", tower, tok, h, L, residual=False)
+    for m in ("q_proj", "k_proj", "v_proj"):
+        B.linear(f"{lp}.self_attn.{m}", tower, tok, h, h, True, L)
+    B.attention(f"{lp}.self_attn", tower, a, n, n, h // a, L, causal=causal)
+    B.linear(f"{lp}.self_attn.out_proj", tower, tok, h, h, True, L)
+    B.norm(f"{lp}.layer_norm2", tower, tok, h, L)
+    B.linear(f"{lp}.mlp.fc1", tower, tok, h, f, True, L)
+    B.activation(f"{lp}.mlp act", tower, tok, f, B.s.activation, L)
+    B.linear(f"{lp}.mlp.fc2 (+residual)", tower, tok, f, h, True, L)
+
+
+def build(B: Builder) -> None:
+    s = B.s
+    X = dict(s.extra)
+    text, vision = "t_layers" in X, "v_layers" in X
+    projected = s.model_type == "clip" or s.head == "projection"
+    if vision:   # CLIPModel runs the vision tower first
+        h = X["v_hidden"]
+        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", X["channels"], h, X["patch_size"],
+                      X["patch_size"], X["image_size"], 0)
+        n = side * side + 1
+        native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1
+        B.add("vision_model.embeddings.class_embedding + position_embedding", "embedding", "vision", 1, (B.b, n - 1, h),
+              (B.b, n, h), params=h + native * h, ew=B.b * n * h)
+        B.norm("vision_model.pre_layrnorm", "vision", (B.b, n), h, residual=False)
+        _encoder(B, "vision", "v_", n, causal=False)
+        B.norm("vision_model.post_layernorm (class token)", "vision", (B.b,), h, residual=False)
+        if projected:
+            B.linear("visual_projection", "cls", (B.b,), h, X["proj"], False)
+    if text:
+        h = X["t_hidden"]
+        B.embedding("text_model.embeddings.token_embedding", "text", X["t_vocab"], h, B.seq)
+        B.embedding("text_model.embeddings.position_embedding", "text", X["t_positions"], h, B.seq)
+        _encoder(B, "text", "t_", B.seq, causal=True)
+        B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h)
+        if projected:
+            B.linear("text_projection", "cls", (B.b,), h, X["proj"], False)
+    if s.model_type == "clip":
+        # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale): a (b x P) by (P x b) mm
+        B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X["proj"]), (B.b, B.b), params=1,
+              macs=B.b * X["proj"] * B.b, ew=B.b * B.b + 6 * B.b * X["proj"])
+
+
+_TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
+             max_position_embeddings=40, projection_dim=24)
+_VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_attention_heads=6, image_size=30,
+               patch_size=3, projection_dim=24)
+
+FAMILY = Family(
+    name="clip",
+    model_types=("clip", "clip_text_model", "clip_vision_model"),
+    signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$",
+    from_config=from_config, from_tensors=from_tensors, build=build,
+    heads=("base", "projection"),
+    head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",
+                         otherwise="base"),),
+    samples=(
+        Sample("CLIPConfig", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24), ("CLIPModel",)),
+        Sample("CLIPTextConfig", _TEXT, ("CLIPTextModel", "CLIPTextModelWithProjection")),
+        Sample("CLIPVisionConfig", _VISION, ("CLIPVisionModel", "CLIPVisionModelWithProjection")),
+    ),
+)

@@ -1,0 +1,190 @@
+"""ResNet-style CNNs: transformers' modeling_resnet.py (ResNetModel, ResNetForImageClassification, from
+config.json) and torchvision's resnet.py layout (`conv1`, `layer1.0.conv1`, `downsample.0`, `fc`), from
+tensor shapes alone. Both are the v1.5 network: a 7x7/2 stem conv, BatchNorm, ReLU, a 3x3/2 max pool,
+then stages of basic (3x3, 3x3) or bottleneck (1x1, 3x3, 1x1 at width/4) blocks whose first block
+carries the stage's stride (on the 3x3; on the first 1x1 with transformers' downsample_in_bottleneck)
+and a 1x1 projection shortcut when the width or stride changes; global average pool; a linear head.
+
+FLOPs of each conv are b x C_out x H_out x W_out x C_in x k x k MACs (groups 1), what FlopCounterMode
+counts for aten.convolution; the spatial side is propagated with each conv's stride and padding k//2
+(H_out = (H + 2*(k//2) - k) // stride + 1). BatchNorm's running statistics are buffers, not parameters.
+The input side is `image_size` (--image-size, default 224)."""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import UsageError
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .ops import Builder
+
+DEFAULT_IMAGE = 224
+
+
+def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
+           bias: bool = False, calls: int = 1) -> int:
+    """A square Conv2d on a `side` x `side` input; returns the output side."""
+    out = (side + 2 * pad - k) // stride + 1
+    if out < 1:
+        raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
+    per = cout * cin * k * k + (cout if bias else 0)
+    B.add(f"{module} ({k}x{k}/{stride})", "conv", bucket, calls, (B.b, cin, side, side), (B.b, cout, out, out),
+          params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
+          weights_per_call=per)
+    return out
+
+
+def batchnorm(B: Builder, module: str, bucket: str, ch: int, side: int, calls: int = 1, act: str | None = "relu") -> None:
+    """BatchNorm2d (inference: scale and shift with running statistics; 2 x C parameters) and its activation."""
+    n = B.b * ch * side * side
+    shape = (B.b, ch, side, side)
+    B.add(module, "norm", bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
+    if act:
+        B.add(module + " act", "activation", bucket, calls, shape, shape, ew=n)
+
+
+# ---- the spec: sizes in ArchSpec.extra ----
+# image_size (the side analysed), channels, stages, width{i}/depth{i} per stage, bottleneck (0/1),
+# first_stride (1, or 2 with downsample_in_first_stage), stride_in_1x1 (downsample_in_bottleneck),
+# torchvision (1: torchvision module names)
+
+def _spec(common: dict[str, Any], stem: int, widths: list[int], depths: list[int], bottleneck: bool, channels: int,
+          first_stride: int = 1, stride_in_1x1: bool = False, torchvision: bool = False, labels: int = 0,
+          image: int = DEFAULT_IMAGE) -> ArchSpec:
+    extra: dict[str, int] = dict(image_size=image, channels=channels, stages=len(widths), bottleneck=int(bottleneck),
+                                 first_stride=first_stride, stride_in_1x1=int(stride_in_1x1), torchvision=int(torchvision))
+    for i, (w, d) in enumerate(zip(widths, depths)):
+        extra[f"width{i}"], extra[f"depth{i}"] = w, d
+    if labels:
+        common = dict(common, num_labels=labels)
+    return ArchSpec(layers=sum(depths), hidden=stem, heads=0, kv_heads=0, head_dim=0, intermediate=widths[-1] if widths else 0,
+                    vocab=0, activation="relu", norm="batchnorm", extra=tuple(extra.items()), **common)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    widths, depths = c.get("hidden_sizes"), c.get("depths")
+    if not (isinstance(widths, list) and isinstance(depths, list) and len(widths) == len(depths) and widths
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in widths + depths)):
+        raise UsageError(f"{c.path}: config hidden_sizes / depths must be lists of positive integers of one length")
+    kind = c.get("layer_type", default="bottleneck")
+    if kind not in ("basic", "bottleneck"):
+        raise UsageError(f"{c.path}: config layer_type = {kind!r} is not basic or bottleneck")
+    return _spec(c.common, c.int("embedding_size"), widths, depths, kind == "bottleneck", c.int("num_channels", default=3),
+                 2 if c.get("downsample_in_first_stage", default=False) else 1,
+                 bool(c.get("downsample_in_bottleneck", default=False)))
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """Widths and block counts from the conv weights' names and shapes (transformers or torchvision names)."""
+    tv = not infer.has(T, r"(^|\.)embedder\.embedder\.convolution\.weight$")
+    if tv:
+        stem_w = infer.shape(T, r"(^|\.)conv1\.weight$", "the stem conv (conv1)")
+        block = r"(^|\.)layer(\d+)\.(\d+)\.conv(\d)\.weight$"
+        fc = infer.find(T, r"(^|\.)fc\.weight$")
+    else:
+        stem_w = infer.shape(T, r"(^|\.)embedder\.embedder\.convolution\.weight$", "the stem conv")
+        block = r"(^|\.)stages\.(\d+)\.layers\.(\d+)\.layer\.(\d)\.convolution\.weight$"
+        fc = infer.find(T, r"(^|\.)classifier\.1\.weight$")
+    rx = re.compile(block)
+    convs: dict[tuple[int, int, int], tuple[int, ...]] = {}
+    for name, t in T.items():
+        if m := rx.search(name):
+            convs[(int(m.group(2)), int(m.group(3)), int(m.group(4)))] = t.shape
+    if not convs:
+        raise UsageError("cannot infer the architecture from tensor names: no ResNet block convs; pass --config")
+    stages = sorted({s for s, _, _ in convs})
+    bottleneck = any(c == (3 if tv else 2) for _, _, c in convs)
+    last = 3 if bottleneck else 2
+    last_idx = last if tv else last - 1
+    widths = [convs[(s, 0, last_idx)][0] for s in stages]
+    depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
+    # a projection shortcut where the stem and the first stage are as wide shows a strided first stage
+    short = r"(^|\.)layer1\.0\.downsample\.0\.weight$" if tv else r"(^|\.)stages\.0\.layers\.0\.shortcut\.convolution\.weight$"
+    first_stride = 2 if infer.has(T, short) and widths[0] == stem_w[0] else 1
+    notes = ("no config: the v1.5 ResNet assumed (stride on the 3x3 conv); input "
+             f"{DEFAULT_IMAGE}x{DEFAULT_IMAGE} unless --image-size",)
+    common = dict(common, assumptions=common.get("assumptions", ()) + notes)
+    return _spec(common, stem_w[0], widths, depths, bottleneck, stem_w[1] if len(stem_w) == 4 else 3,
+                 first_stride, torchvision=tv, labels=fc.shape[0] if fc is not None and len(fc.shape) == 2 else 0)
+
+
+def _conv(tv: bool, block: str, j: int) -> str:
+    """The j-th conv of a block, as torchvision (conv1..3) or transformers (layer.0..2.convolution) names it."""
+    return f"{block}.conv{j + 1}" if tv else f"{block}.layer.{j}.convolution"
+
+
+def _bn(tv: bool, block: str, j: int) -> str:
+    return f"{block}.bn{j + 1}" if tv else f"{block}.layer.{j}.normalization"
+
+
+def build(B: Builder) -> None:
+    s = B.s
+    X = dict(s.extra)
+    tv = bool(X["torchvision"])
+    side = X["image_size"]
+    # module names as the checkpoint spells them
+    stem_conv, stem_bn = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
+    side = conv2d(B, stem_conv, "embedding", X["channels"], s.hidden, 7, 2, side, 3)
+    batchnorm(B, stem_bn, "embedding", s.hidden, side)
+    out = (side + 2 - 3) // 2 + 1
+    B.add("maxpool (3x3/2)", "pool", "embedding", 1, (B.b, s.hidden, side, side), (B.b, s.hidden, out, out),
+          ew=B.b * s.hidden * out * out * 9)
+    side, cin = out, s.hidden
+    bott = bool(X["bottleneck"])
+    for i in range(X["stages"]):
+        width, depth = X[f"width{i}"], X[f"depth{i}"]
+        stride = X["first_stride"] if i == 0 else 2
+        for first in (True, False):
+            calls = 1 if first else depth - 1
+            if not calls:
+                continue
+            st = stride if first else 1
+            cin_b = cin if first else width
+            p = f"layer{i + 1}.{0 if first else f'[1-{depth - 1}]'}" if tv else \
+                f"encoder.stages.{i}.layers.{0 if first else f'[1-{depth - 1}]'}"
+            if bott:
+                mid = width // 4
+                s1 = st if X["stride_in_1x1"] else 1
+                o = conv2d(B, _conv(tv, p, 0), "encoder", cin_b, mid, 1, s1, side, 0, calls=calls)
+                batchnorm(B, _bn(tv, p, 0), "encoder", mid, o, calls)
+                o = conv2d(B, _conv(tv, p, 1), "encoder", mid, mid, 3, st // s1, o, 1, calls=calls)
+                batchnorm(B, _bn(tv, p, 1), "encoder", mid, o, calls)
+                o = conv2d(B, _conv(tv, p, 2), "encoder", mid, width, 1, 1, o, 0, calls=calls)
+                batchnorm(B, _bn(tv, p, 2), "encoder", width, o, calls, act=None)
+            else:
+                o = conv2d(B, _conv(tv, p, 0), "encoder", cin_b, width, 3, st, side, 1, calls=calls)
+                batchnorm(B, _bn(tv, p, 0), "encoder", width, o, calls)
+                o = conv2d(B, _conv(tv, p, 1), "encoder", width, width, 3, 1, o, 1, calls=calls)
+                batchnorm(B, _bn(tv, p, 1), "encoder", width, o, calls, act=None)
+            if first and (cin != width or st != 1):   # projection shortcut
+                conv2d(B, f"{p}.downsample.0" if tv else f"{p}.shortcut.convolution", "encoder", cin, width, 1, st, side, 0)
+                batchnorm(B, f"{p}.downsample.1" if tv else f"{p}.shortcut.normalization", "encoder", width, o, act=None)
+            B.add(f"{p} residual add + relu", "activation", "encoder", calls, (B.b, width, o, o), (B.b, width, o, o),
+                  ew=2 * B.b * width * o * o)
+            side = o
+        cin = width
+    B.add("avgpool (global)", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)
+    if s.head == "imgcls":
+        B.linear("fc" if tv else "classifier.1", "cls", (B.b,), cin, s.num_labels, True)
+
+
+FAMILY = Family(
+    name="resnet",
+    model_types=("resnet",),
+    # transformers' stage convs, or torchvision's block convs
+    signature=r"(^|\.)(stages\.\d+\.layers\.\d+\.layer\.\d+\.convolution|layer\d+\.\d+\.conv\d)\.weight$",
+    from_config=from_config, from_tensors=from_tensors, build=build,
+    heads=("base", "imgcls"),
+    head_rules=(HeadRule(r"(^|\.)(classifier\.1|fc)\.weight$", "imgcls"),),
+    main_input="pixel_values",
+    samples=(
+        Sample("ResNetConfig", dict(embedding_size=8, hidden_sizes=[16, 24, 32, 40], depths=[2, 1, 2, 1], num_labels=5),
+               ("ResNetModel", "ResNetForImageClassification")),
+        Sample("ResNetConfig", dict(embedding_size=8, hidden_sizes=[8, 16, 24], depths=[1, 2, 1], layer_type="basic",
+                                    downsample_in_first_stage=True), ("ResNetModel", "ResNetForImageClassification")),
+        # stride on the first 1x1: a config-only difference the weights cannot show
+        Sample("ResNetConfig", dict(embedding_size=8, hidden_sizes=[16, 32], depths=[2, 2], downsample_in_bottleneck=True),
+               ("ResNetForImageClassification",), infer=False),
+    ),
+)

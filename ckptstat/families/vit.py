@@ -1,0 +1,112 @@
+"""ViT: transformers' modeling_vit.py (ViTModel with its pooler, ViTForImageClassification). A Conv2d
+patch embedding (k = stride = patch_size), a learned cls token and learned positions, pre-LayerNorm
+layers (layernorm_before, attention, layernorm_after, MLP), a final LayerNorm; the pooler (dense +
+tanh on the cls token) in ViTModel, a linear classifier on the cls token in the classification head.
+
+Inputs: an image_size x image_size image (--image-size; default the config's image_size), i.e.
+(image_size // patch_size)^2 patches + the cls token. The position table is sized by the config's
+image_size; another input size interpolates it (transformers' interpolate_pos_encoding), which costs
+no matmul. Sizes in ArchSpec.extra: image_size (analysed), native_image_size (the config's),
+patch_size, channels, pooler_size, mask_token (0/1)."""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+from . import infer
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .ops import Builder
+from .resnet import conv2d
+
+
+def pooler(model_type: str, head: str) -> bool:
+    """ViTModel adds its pooler by default; ViTForImageClassification builds ViTModel without one."""
+    return head == "base"
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a = c.int("hidden_size"), c.int("num_attention_heads")
+    img, p = c.int("image_size", default=224), c.int("patch_size", default=16)
+    if not (0 < p <= img) or h % a:
+        raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size and hidden_size a multiple of "
+                         f"num_attention_heads (patch_size {p}, image_size {img}, hidden_size {h}, heads {a})")
+    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
+                 pooler_size=c.int("pooler_output_size", default=h), mask_token=0)
+    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
+                    qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
+                    extra=tuple(extra.items()), **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
+    n = infer.shape(T, r"embeddings\.position_embeddings(\.weight)?$", "the position embeddings")[-2]
+    side = int(round((n - 1) ** 0.5))
+    f = infer.shape(T, r"intermediate\.dense\.weight$", "the MLP's first dense")[0]
+    pool = infer.find(T, r"pooler\.dense\.weight$")
+    a, note = infer.heads_for(h, 64)
+    img = side * p
+    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=ch,
+                 pooler_size=pool.shape[0] if pool is not None else h,
+                 mask_token=int(infer.has(T, r"embeddings\.mask_token$")))
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
+                    heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
+                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), extra=tuple(extra.items()),
+                    assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
+                    **common)
+
+
+def patch_tokens(B: Builder, prefix: str, bias: bool) -> int:
+    """The patch embedding conv; returns the tokens the encoder sees (patches + the class token)."""
+    s = B.s
+    X = dict(s.extra)
+    p = X["patch_size"]
+    side = conv2d(B, prefix, "embedding", X["channels"], s.hidden, p, p, X["image_size"], 0, bias=bias)
+    return side * side + 1
+
+
+def build(B: Builder) -> None:
+    s = B.s
+    X = dict(s.extra)
+    h, L, f = s.hidden, s.layers, s.intermediate
+    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True)
+    native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1
+    tok = (B.b, n)
+    B.add("embeddings.cls_token + position_embeddings" + (" + mask_token" if X["mask_token"] else ""), "embedding", "embedding",
+          1, (B.b, n - 1, h), (B.b, n, h), params=h + native * h + (h if X["mask_token"] else 0), ew=B.b * n * h)
+    lp = f"encoder.layer[{L}]"
+    B.norm(f"{lp}.layernorm_before", "encoder", tok, h, L, residual=False)
+    for m in ("query", "key", "value"):
+        B.linear(f"{lp}.attention.attention.{m}", "encoder", tok, h, h, s.qkv_bias, L)
+    B.attention(f"{lp}.attention.attention", "encoder", s.heads, n, n, s.head_dim, L, causal=False)
+    B.linear(f"{lp}.attention.output.dense", "encoder", tok, h, h, True, L)
+    B.norm(f"{lp}.layernorm_after", "encoder", tok, h, L)
+    B.linear(f"{lp}.intermediate.dense", "encoder", tok, h, f, True, L)
+    B.activation(f"{lp}.intermediate act", "encoder", tok, f, s.activation, L)
+    B.linear(f"{lp}.output.dense (+residual)", "encoder", tok, f, h, True, L)
+    B.norm("layernorm", "encoder", tok, h)
+    if s.pooler:
+        B.linear("pooler.dense", "pooler", (B.b,), h, X["pooler_size"], True)
+        B.activation("pooler act (tanh)", "pooler", (B.b,), X["pooler_size"], "tanh")
+    if s.head == "imgcls":
+        B.linear("classifier", "cls", (B.b,), h, s.num_labels, True)
+
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=30,
+              patch_size=3, num_channels=3)
+
+FAMILY = Family(
+    name="vit",
+    model_types=("vit",),
+    signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.weight$",
+    from_config=from_config, from_tensors=from_tensors, build=build,
+    heads=("base", "imgcls"),
+    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),),
+    pooler=pooler,
+    main_input="pixel_values",
+    samples=(
+        Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification")),
+        Sample("ViTConfig", dict(_SIZES, qkv_bias=False, pooler_output_size=24, image_size=32, patch_size=4),
+               ("ViTModel",)),
+    ),
+)

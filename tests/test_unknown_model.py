@@ -1,0 +1,84 @@
+"""A checkpoint no family models (no config.json, tensor names no family signature matches): the
+summary's module tree (analysis/summary.py module_tree, rendered as a table) and `memory`'s lines that
+need no architecture. The oracle is the transformers model the file was saved from: per-module totals
+from its named_modules(), parameter bytes from its parameters()."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+st = pytest.importorskip("safetensors.torch")
+
+import ckptstat  # noqa: E402
+
+LAYERS = 3
+
+
+@pytest.fixture(scope="module")
+def gptj(tmp_path_factory):
+    """A tiny GPT-J (transformer.h.N.attn.q_proj...: no ckptstat family) saved without its config."""
+    torch.manual_seed(0)
+    model = T.GPTJForCausalLM(T.GPTJConfig(n_embd=32, n_layer=LAYERS, n_head=4, rotary_dim=4, vocab_size=99, n_positions=64))
+    path = tmp_path_factory.mktemp("gptj") / "model.safetensors"
+    st.save_model(model, str(path))
+    return model, str(path)
+
+
+def _find(nodes, name):
+    return next(n for n in nodes if n["name"] == name)
+
+
+def _params(module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed(gptj):
+    model, path = gptj
+    r = ckptstat.summarize(path)
+    assert r["architecture"]["family"] == "unknown"
+    tree = r["modules"]
+    assert sum(n["params"] for n in tree) == r["parameters"]["unique"] == _params(model)
+    transformer = _find(tree, "transformer")
+    assert transformer["params"] == _params(model.transformer)
+    blocks = _find(transformer["children"], "h.{0..2}")
+    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.h)
+    # inside the collapsed block: one block's figures
+    assert _find(blocks["children"], "attn")["params"] == _params(model.transformer.h[0].attn)
+    assert _find(blocks["children"], "mlp")["params"] == _params(model.transformer.h[0].mlp)
+    assert _find(tree, "lm_head")["params"] == _params(model.lm_head)
+    json.dumps(r)
+
+
+def test_unknown_summary_human_output_is_a_tree(gptj, cli):
+    _, path = gptj
+    rc, out, err = cli(path)
+    assert rc == 0, err
+    assert "Parameters by module" in out and "h.{0..2} x3" in out
+    assert "no rule placed" not in out
+
+
+def test_unknown_memory_prints_what_needs_no_architecture(gptj, cli):
+    model, path = gptj
+    rc, out, err = cli("memory", path, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    P = _params(model)
+    lines = {(x["group"], x["item"]): x["bytes"] for x in r["lines"]}
+    assert lines[("weights", "as stored (F32)")] == sum(p.numel() * p.element_size() for p in model.parameters())
+    assert lines[("gradients", "float32")] == 4 * P
+    assert lines[("optimizer state", "Adam / AdamW")] == 8 * P
+    assert not any(g.startswith(("kv cache", "activations")) for g, _ in lines)
+    assert any("kv cache" in x for x in r["needs_architecture"]["lines"])
+    rc, out, err = cli("memory", path)
+    assert rc == 0, err
+    assert "needs an architecture" in out and "optimizer state" in out
+
+
+def test_memory_of_a_bare_unknown_config_still_fails_in_one_line(tmp_path, cli):
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps({"model_type": "no_such_model", "hidden_size": 8}))
+    rc, out, err = cli("memory", str(cfg))
+    assert rc == 2 and "no_such_model" in err and len(err.strip().splitlines()) == 1   # a usage error, as before
