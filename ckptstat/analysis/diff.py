@@ -1,24 +1,246 @@
-"""`ckptstat diff A B`: where two checkpoints' parameter counts part, module by module."""
+"""`ckptstat diff A B`: tensor by tensor, what changed between two checkpoints (names, shapes, dtypes,
+values), summarised per bucket and layer, plus where their parameter counts part, module by module.
+
+Values are streamed: both tensors of a pair are read chunk by chunk in step (Checkpoint.iter_chunks),
+each tensor once, compared in float64; memory is bounded by the chunk size, not by the tensors."""
 from __future__ import annotations
+
+import hashlib
+import os
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
 
 from ..census import placements
 from ..census.ties import find_ties
 from ..core import Checkpoint
+from ..core.tensor import DEFAULT_CHUNK_BYTES
+from ..errors import CkptstatError, UsageError
 from ..naming import strip_prefixes
 
-DIFF_SCHEMA = "ckptstat.diff/1"
-COMPARED = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
-            "not dtypes nor values")
+DIFF_SCHEMA = "ckptstat.diff/2"
+COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
+                  "not dtypes nor values")
+COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
+STATUSES = ("added", "removed", "shape", "dtype", "values", "equal")
+_EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 
 
-def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
+# ------------------------------------------------------------------------------------------ name rules
+def parse_rules(text: str, source: str = "rules") -> list[tuple[re.Pattern[str], str]]:
+    """`regex -> replacement` per line (`#` comments and blank lines ignored), re.sub syntax (\\1)."""
+    rules = []
+    for i, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pattern, arrow, repl = line.partition("->")
+        if not arrow or not pattern.strip():
+            raise UsageError(f"{source}:{i}: expected `regex -> replacement`, got {line!r}")
+        try:
+            rules.append((re.compile(pattern.strip()), repl.strip()))
+        except re.error as e:
+            raise UsageError(f"{source}:{i}: bad regex {pattern.strip()!r}: {e}") from None
+    return rules
+
+
+def load_rules(path: str) -> list[tuple[re.Pattern[str], str]]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read(1 << 20)
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(f"{path}: cannot read the --map rules: {e.strerror if isinstance(e, OSError) else e}") from None
+    return parse_rules(text, path)
+
+
+def natural_key(name: str) -> tuple:
+    """Numbers sort as numbers: layers.2 before layers.10."""
+    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
+
+
+def _key(name: str, rules: list[tuple[re.Pattern[str], str]]) -> tuple[str, str]:
+    """(the name after the --map rules, and without its wrapper and base-model prefixes)."""
+    for pattern, repl in rules:
+        name = pattern.sub(repl, name)
+    key = strip_prefixes(name, base_models=True)
+    while (m := _EXTRA_WRAPPER.match(key)) is not None:
+        key = strip_prefixes(key[m.end():], base_models=True)
+    return name, key
+
+
+def _align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]]) -> tuple[dict[str, str], list[str]]:
+    """key -> the checkpoint's name, keys being names after --map rules and wrapper/base-model prefixes
+    stripped; and the prefixes stripped. A key two names would share keeps the names whole."""
+    keys: dict[str, list[str]] = {}
+    stripped: set[str] = set()
+    for t in ckpt:
+        name, key = _key(t.name, rules)
+        if key != name and name.endswith(key):
+            stripped.add(name[: len(name) - len(key)])
+        keys.setdefault(key, []).append(t.name)
+    out: dict[str, str] = {}
+    for key, names in keys.items():
+        if len(names) == 1:
+            out[key] = names[0]
+        else:
+            out.update({n: n for n in names})
+    return out, sorted(stripped)
+
+
+def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]] | None:
+    """(what, rules) turning a GGUF file's llama.cpp names into HF names, from its family's
+    gguf_tensor_names table; None when the family has none."""
+    from ..census import architecture
+    from ..families import get
+
+    name = architecture(ckpt)["family"]
+    try:
+        table = get(name).gguf_tensor_names
+    except CkptstatError:
+        return None
+    if not table:
+        return None
+    rules = []
+    for hf, gg in table:
+        pattern = "^" + re.escape(gg).replace(re.escape("{bid}"), r"(\d+)") + r"\."
+        rules.append((re.compile(pattern), hf.replace("{bid}", r"\1") + "."))
+    return f"GGUF -> HF names ({name} family)", rules
+
+
+# ------------------------------------------------------------------------------------------ values
+def _aligned(a: Iterator[np.ndarray], b: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """Two flat streams of the same length re-cut into pieces of equal length (chunk sizes differ
+    when the dtypes do): at most one chunk of each side held at a time."""
+    ca: np.ndarray | None = np.empty(0)
+    cb: np.ndarray | None = np.empty(0)
+    while True:
+        if ca is not None and not len(ca):
+            ca = next(a, None)
+        if cb is not None and not len(cb):
+            cb = next(b, None)
+        if ca is None or cb is None:
+            return
+        n = min(len(ca), len(cb))
+        yield ca[:n], cb[:n]
+        ca, cb = ca[n:], cb[n:]
+
+
+def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: float, chunk_bytes: int) -> dict:
+    """Hashes, closeness and metrics of two same-shape tensors, streamed in step."""
+    ha, hb = hashlib.sha256(), hashlib.sha256()
+    max_abs = dd = aa = bb = ab = 0.0
+    nonfinite = 0
+    close = True
+    for x, y in _aligned(a.iter_chunks(na, chunk_bytes), b.iter_chunks(nb, chunk_bytes)):
+        ha.update(np.ascontiguousarray(x).tobytes())
+        hb.update(np.ascontiguousarray(y).tobytes())
+        if np.iscomplexobj(x) or np.iscomplexobj(y):
+            xf, yf = x.astype(np.complex128), y.astype(np.complex128)
+            d = np.abs(xf - yf)
+            aa += float(np.sum(np.abs(xf) ** 2))
+            bb += float(np.sum(np.abs(yf) ** 2))
+            ab += float(np.real(np.sum(xf * np.conj(yf))))
+        else:
+            xf, yf = x.astype(np.float64), y.astype(np.float64)
+            with np.errstate(invalid="ignore", over="ignore"):
+                d = np.abs(xf - yf)
+                aa += float(np.dot(xf, xf))
+                bb += float(np.dot(yf, yf))
+                ab += float(np.dot(xf, yf))
+        if d.size:
+            with np.errstate(invalid="ignore", over="ignore"):
+                nan_a, nan_b = np.isnan(xf), np.isnan(yf)
+                same = (xf == yf) | (nan_a & nan_b)    # inf facing the same inf, NaN facing NaN: no difference
+                bad = ~same & ~np.isfinite(d)          # NaN or inf facing another value: a change, out of the metrics
+                nonfinite += int(np.count_nonzero(bad))
+                dm = np.where(same | bad, 0.0, d)
+                max_abs = max(max_abs, float(np.max(dm)))
+                dd += float(np.dot(dm, dm))
+                close = close and not bad.any() and bool(np.all(dm <= atol + rtol * np.abs(yf)))
+    finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
+    rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
+    cos = float(ab / np.sqrt(aa * bb)) if aa > 0 and bb > 0 and finite else None
+    return {"identical": ha.digest() == hb.digest(), "close": close, "max_abs": max_abs, "rel_l2": rel, "cosine": cos,
+            "nonfinite_mismatch": nonfinite}
+
+
+def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, list], atol: float, rtol: float,
+            chunk_bytes: int, progress: Any = None) -> tuple[list[dict], dict]:
+    ka, pa = _align(a, rules[0])
+    kb, pb = _align(b, rules[1])
+    same_file = _same_file(a, b)
+    place_a, place_b = placements(a), placements(b)
+    rows = []
+    for key in sorted(set(ka) | set(kb), key=natural_key):
+        na, nb = ka.get(key), kb.get(key)
+        ta = a.tensors[na] if na is not None else None
+        tb = b.tensors[nb] if nb is not None else None
+        p = place_a[na] if na is not None else place_b[nb]  # type: ignore[index]
+        row: dict[str, Any] = {"name": key, "a_name": na, "b_name": nb, "bucket": p.bucket, "layer": p.layer,
+                               "a_dtype": ta.dtype if ta else None, "b_dtype": tb.dtype if tb else None,
+                               "a_shape": list(ta.shape) if ta else None, "b_shape": list(tb.shape) if tb else None,
+                               "max_abs": None, "rel_l2": None, "cosine": None}
+        if ta is None or tb is None:
+            row["status"] = "added" if ta is None else "removed"
+        elif ta.shape != tb.shape:
+            row["status"] = "shape"
+        elif names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind):   # strings: no values
+            row["status"] = "dtype" if ta.dtype != tb.dtype else ("equal" if same_file else "unread")
+        else:
+            if progress is not None:
+                progress(key)
+            m = _compare(a, na, b, nb, atol, rtol, chunk_bytes)  # type: ignore[arg-type]
+            if ta.dtype != tb.dtype:
+                row["status"] = "dtype"
+            elif m["identical"] or m["close"]:
+                row["status"] = "equal"
+            else:
+                row["status"] = "values"
+            row["identical"] = m.pop("identical")
+            row["within_tolerance"] = m.pop("close")
+            row.update(m)
+        rows.append(row)
+    return rows, {"a": pa, "b": pb}
+
+
+def _same_file(a: Checkpoint, b: Checkpoint) -> bool:
+    try:
+        return sorted(a.files) == sorted(b.files) and all(os.path.samefile(x, y) for x, y in zip(sorted(a.files),
+                                                                                                   sorted(b.files)))
+    except OSError:
+        return False
+
+
+def _summary(rows: list[dict]) -> dict:
+    """Per bucket and per layer: tensors, how many changed (any status but equal/unread), mean relative L2
+    of those compared."""
+    def agg(key: Any, group: list[dict]) -> dict:
+        rels = [r["rel_l2"] for r in group if r["rel_l2"] is not None]
+        counts = {s: sum(r["status"] == s for r in group) for s in STATUSES}
+        return {"key": key, "tensors": len(group), "changed": sum(r["status"] not in ("equal", "unread") for r in group),
+                **counts, "mean_rel_l2": float(np.mean(rels)) if rels else None}
+
+    buckets: dict[str, list[dict]] = {}
+    layers: dict[int, list[dict]] = {}
+    for r in rows:
+        buckets.setdefault(r["bucket"], []).append(r)
+        if r["layer"] is not None:
+            layers.setdefault(r["layer"], []).append(r)
+    return {"buckets": [dict(agg(k, v), bucket=k) for k, v in sorted(buckets.items(), key=lambda kv: natural_key(kv[0]))],
+            "layers": [dict(agg(k, v), layer=k) for k, v in sorted(layers.items())]}
+
+
+# ------------------------------------------------------------------------------------------ counts
+def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]]) -> dict[str, dict]:
     place = placements(ckpt)
     alias_of = {t.alias: t for t in find_ties(ckpt)}
     out: dict[str, dict] = {}
     for t in ckpt:
         if place[t.name].role != "parameter":
             continue
-        module = strip_prefixes(t.name, base_models=True).rpartition(".")[0] or "(root)"
+        module = _key(t.name, rules)[1].rpartition(".")[0] or "(root)"
         row = out.setdefault(module, {"params": 0, "tied": []})
         tie = alias_of.get(t.name)
         if tie is None:
@@ -27,24 +249,42 @@ def _by_module(ckpt: Checkpoint) -> dict[str, dict]:
             row["tied"].append(f"{t.name} = {tie.target}")
     for tie in alias_of.values():  # names absent because tied: the module exists, at no cost
         if tie.alias not in ckpt.tensors:
-            module = strip_prefixes(tie.alias, base_models=True).rpartition(".")[0] or "(root)"
+            module = _key(tie.alias, rules)[1].rpartition(".")[0] or "(root)"
             out.setdefault(module, {"params": 0, "tied": []})["tied"].append(f"{tie.alias} = {tie.target}")
     return out
 
 
-def diff(a: Checkpoint, b: Checkpoint) -> dict:
-    """Unique parameters per module of two checkpoints (base-model prefixes such as `bert.` ignored),
-    itemising where their totals part: modules only in one, and modules whose counts differ.
-    `same` is true when no row differs (what `ckptstat diff` turns into exit status 0)."""
-    ma, mb = _by_module(a), _by_module(b)
+def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float = 0.0, rtol: float = 0.0,
+         rules: list[tuple[re.Pattern[str], str]] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
+         progress: Any = None) -> dict:
+    """Every tensor of A and B (aligned by name after --map rules and wrapper prefixes) as added, removed,
+    shape, dtype, values (changed beyond atol + rtol*|b|) or equal, with max abs diff, relative L2
+    ||a-b||/||a|| and cosine for those compared; a summary per bucket and layer; and the modules whose
+    unique parameter counts part (`rows`). `same`: nothing differs (exit status 0).
+    With names_only no value is read: dtypes and shapes still count, values are `unread`."""
+    if not (atol >= 0 and rtol >= 0):   # NaN too
+        raise UsageError("--atol and --rtol must be >= 0")
+    ra, rb, builtin = list(rules or []), list(rules or []), None
+    if (a.format == "gguf") != (b.format == "gguf"):   # one side llama.cpp: its names mapped to HF's first
+        builtin = gguf_rules(a if a.format == "gguf" else b)
+        if builtin:
+            (ra if a.format == "gguf" else rb)[:0] = builtin[1]
+    tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress)
+    ma, mb = _by_module(a, ra), _by_module(b, rb)
     rows = []
-    for module in sorted(set(ma) | set(mb)):
+    for module in sorted(set(ma) | set(mb), key=natural_key):
         pa, pb = ma.get(module, {}).get("params"), mb.get(module, {}).get("params")
         tied = ma.get(module, {}).get("tied", []) + mb.get(module, {}).get("tied", [])
         if pa != pb or tied and (module not in ma or module not in mb):
             rows.append({"module": module, "a": pa, "b": pb, "delta": (pb or 0) - (pa or 0), "tied": tied})
     ta = sum(r["params"] for r in ma.values())
     tb = sum(r["params"] for r in mb.values())
+    counts = {s: sum(t["status"] == s for t in tensors) for s in (*STATUSES, "unread")}
+    changed = [t for t in tensors if t["status"] not in ("equal", "unread")]
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
-            "a_params": ta, "b_params": tb, "delta": tb - ta, "compared": COMPARED,
-            "same": not rows and ta == tb, "rows": rows}
+            "a_params": ta, "b_params": tb, "delta": tb - ta,
+            "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,
+            "atol": atol, "rtol": rtol, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
+            "builtin_map": builtin[0] if builtin else None,
+            "same": not rows and ta == tb and not changed, "counts": counts,
+            "tensors": tensors, "summary": _summary(tensors), "rows": rows}

@@ -1,0 +1,228 @@
+"""`ckptstat diff`: the rich rendering and the markdown report of a ckptstat.diff/2 dict.
+Names from the files are printed inert (rich) or escaped (markdown)."""
+from __future__ import annotations
+
+import html
+import os
+import tempfile
+
+from rich import box
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from ..errors import UsageError
+from .names import Name, fit_names, name_line, safe
+
+_LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
+          "values": "values changed", "equal": "equal", "unread": "not read (--names-only)"}
+
+
+def _table(title: str, *columns: str) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
+    return t
+
+
+def _num(x: float | None, fmt: str = ".3g") -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _what(row: dict) -> str:
+    if row["status"] == "shape":
+        return f"{row['a_shape']} -> {row['b_shape']}"
+    if row["status"] == "dtype":
+        return f"{row['a_dtype']} -> {row['b_dtype']}"
+    if row["status"] in ("added", "removed"):
+        shape, dtype = (row["b_shape"], row["b_dtype"]) if row["status"] == "added" else (row["a_shape"], row["a_dtype"])
+        return f"{dtype} {shape}"
+    return ""
+
+
+def _counts_line(r: dict) -> str:
+    return ", ".join(f"{n} {_LABEL[s]}" for s, n in r["counts"].items() if n)
+
+
+def render_diff(r: dict, console: Console) -> None:
+    console.print(name_line("A  ", r["a"], f"  {r['a_params']:,} unique parameters"))
+    console.print(name_line("B  ", r["b"], f"  {r['b_params']:,} unique parameters"))
+    for side in ("a", "b"):
+        if r["prefixes_stripped"][side]:
+            console.print(Text(f"{side.upper()} names aligned without the prefix(es) ", style="dim")
+                          .append_text(safe(", ".join(r["prefixes_stripped"][side]))))
+    if r.get("builtin_map"):
+        console.print(Text(f"names aligned through the built-in map: {r['builtin_map']}", style="dim"))
+    if r["same"]:
+        console.print(Text(f"no differences ({r['compared']})"))
+        return
+    console.print(Text(f"tensors: {_counts_line(r)}"))
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "unread")]
+    if changed:
+        t = _table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
+        for row in changed:
+            t.add_row(Name(row["name"]), _LABEL[row["status"]], _what(row), _num(row["max_abs"]),
+                      _num(row["rel_l2"]), _num(row["cosine"], ".6f"))
+        console.print(fit_names(t, console))
+    layers = [x for x in r["summary"]["layers"] if x["changed"]]
+    if r["summary"]["layers"] and layers:
+        t = _table("Per layer", "layer", "tensors", "changed", "mean rel L2")
+        for x in r["summary"]["layers"]:
+            t.add_row(str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"]))
+        console.print(t)
+    if r["rows"]:
+        t = _table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
+        for c in t.columns[1:]:
+            c.no_wrap = True
+        for row in r["rows"]:
+            lines = [Name(row["module"])]
+            for tie in row["tied"]:   # "alias = target": each name elided on its own line
+                alias, _, target = tie.partition(" = ")
+                lines.append(Name(Text("  tied ", style="dim").append_text(safe(alias))))
+                lines.append(Name(Text("    = ", style="dim").append_text(safe(target))))
+            t.add_row(Group(*lines), "-" if row["a"] is None else f"{row['a']:,}",
+                      "-" if row["b"] is None else f"{row['b']:,}", f"{row['delta']:+,}")
+        console.print(fit_names(t, console))
+
+
+# ------------------------------------------------------------------------------------------ markdown
+def _md(x: object) -> str:
+    """A cell: pipes, backticks, markdown emphasis, HTML and newlines from file names made harmless."""
+    s = str(x).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
+    s = s.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
+    return s
+
+
+def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "|".join(":--" if i == 0 else "--:" for i in range(len(header))) + "|"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return out + [""]
+
+
+def diff_markdown(r: dict) -> str:
+    """A report to paste into a model card or an issue: header, counts, per-layer summary, a table per bucket."""
+    lines = ["# ckptstat diff", "", f"- **A**: {_md(r['a'])} ({_md(r['a_format'])}, {r['a_params']:,} unique parameters)",
+             f"- **B**: {_md(r['b'])} ({_md(r['b_format'])}, {r['b_params']:,} unique parameters)",
+             f"- compared: {_md(r['compared'])}; atol {r['atol']:g}, rtol {r['rtol']:g}"]
+    for side in ("a", "b"):
+        if r["prefixes_stripped"][side]:
+            lines.append(f"- {side.upper()} prefixes stripped: {_md(', '.join(r['prefixes_stripped'][side]))}")
+    if r.get("builtin_map"):
+        lines.append(f"- names aligned through the built-in map: {_md(r['builtin_map'])}")
+    lines += [f"- result: **{'no differences' if r['same'] else 'different'}**"
+              + (f" ({_md(_counts_line(r))})" if not r["same"] else ""), ""]
+    s = r["summary"]
+    lines += ["## Summary per bucket", ""]
+    lines += _md_table(["bucket", "tensors", "changed", "values", "dtype", "shape", "added", "removed", "mean rel L2"],
+                       [[_md(x["bucket"]), str(x["tensors"]), str(x["changed"]), str(x["values"]), str(x["dtype"]),
+                         str(x["shape"]), str(x["added"]), str(x["removed"]), _num(x["mean_rel_l2"])] for x in s["buckets"]])
+    if s["layers"]:
+        lines += ["## Summary per layer", ""]
+        lines += _md_table(["layer", "tensors", "changed", "mean rel L2"],
+                           [[str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])] for x in s["layers"]])
+    for b in s["buckets"]:
+        rows = [t for t in r["tensors"] if t["bucket"] == b["bucket"]]
+        lines += [f"## {_md(b['bucket'])}", ""]
+        lines += _md_table(["tensor", "change", "detail", "max abs diff", "rel L2", "cosine"],
+                           [[_md(t["name"]), _LABEL[t["status"]], _md(_what(t)), _num(t["max_abs"]),
+                             _num(t["rel_l2"]), _num(t["cosine"], ".6f")] for t in rows])
+    if r["rows"]:
+        lines += [f"## Unique parameters per module (B - A = {r['delta']:+,})", ""]
+        lines += _md_table(["module", "A", "B", "B - A"],
+                           [[_md(x["module"]), "-" if x["a"] is None else f"{x['a']:,}",
+                             "-" if x["b"] is None else f"{x['b']:,}", f"{x['delta']:+,}"] for x in r["rows"]])
+    return "\n".join(lines)
+
+
+_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:0 0 1.5em}"
+        "th,td{border:1px solid #ccc;padding:2px 8px}td.n{text-align:right;font-variant-numeric:tabular-nums}"
+        "th{background:#f2f2f2}td.name{font-family:monospace}")
+
+
+def _html_table(header: list[str], rows: list[list[str]], heat: int | None = None) -> list[str]:
+    """A table; cells escaped. `heat`: the column whose value (relative L2) shades its row's cell."""
+    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    for row in rows:
+        cells = []
+        for i, c in enumerate(row):
+            style = ""
+            if i == heat and c:
+                level = min(1.0, max(0.0, float(c) * 10))   # rel L2 0.1 and up: full colour
+                style = f' style="background:rgba(220,50,32,{level:.2f})"'
+            cls = "name" if i == 0 else "n"
+            cells.append(f'<td class="{cls}"{style}>{html.escape(c)}</td>')
+        out.append("<tr>" + "".join(cells) + "</tr>")
+    return out + ["</table>"]
+
+
+def diff_html(r: dict) -> str:
+    """A self-contained page (inline CSS, no script, no network): the markdown report's tables, the
+    per-layer relative L2 shaded as a heatmap."""
+    e = html.escape
+    s = r["summary"]
+    out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>ckptstat diff</title>',
+           f"<style>{_CSS}</style></head><body>", "<h1>ckptstat diff</h1>", "<ul>",
+           f"<li><b>A</b>: {e(str(r['a']))} ({e(str(r['a_format']))}, {r['a_params']:,} unique parameters)</li>",
+           f"<li><b>B</b>: {e(str(r['b']))} ({e(str(r['b_format']))}, {r['b_params']:,} unique parameters)</li>",
+           f"<li>compared: {e(r['compared'])}; atol {r['atol']:g}, rtol {r['rtol']:g}</li>"]
+    for side in ("a", "b"):
+        if r["prefixes_stripped"][side]:
+            out.append(f"<li>{side.upper()} prefixes stripped: {e(', '.join(r['prefixes_stripped'][side]))}</li>")
+    if r.get("builtin_map"):
+        out.append(f"<li>names aligned through the built-in map: {e(r['builtin_map'])}</li>")
+    out += [f"<li>result: <b>{'no differences' if r['same'] else 'different'}</b>"
+            + (f" ({e(_counts_line(r))})" if not r["same"] else "") + "</li>", "</ul>", "<h2>Summary per bucket</h2>"]
+    out += _html_table(["bucket", "tensors", "changed", "values", "dtype", "shape", "added", "removed", "mean rel L2"],
+                       [[x["bucket"], str(x["tensors"]), str(x["changed"]), str(x["values"]), str(x["dtype"]),
+                         str(x["shape"]), str(x["added"]), str(x["removed"]), _num(x["mean_rel_l2"])] for x in s["buckets"]],
+                       heat=8)
+    if s["layers"]:
+        out.append("<h2>Summary per layer</h2>")
+        out += _html_table(["layer", "tensors", "changed", "mean rel L2"],
+                           [[str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])]
+                            for x in s["layers"]], heat=3)
+    for b in s["buckets"]:
+        out.append(f"<h2>{e(b['bucket'])}</h2>")
+        out += _html_table(["tensor", "change", "detail", "max abs diff", "rel L2", "cosine"],
+                           [[t["name"], _LABEL[t["status"]], _what(t), _num(t["max_abs"]), _num(t["rel_l2"]),
+                             _num(t["cosine"], ".6f")] for t in r["tensors"] if t["bucket"] == b["bucket"]], heat=4)
+    if r["rows"]:
+        out.append(f"<h2>Unique parameters per module (B - A = {r['delta']:+,})</h2>")
+        out += _html_table(["module", "A", "B", "B - A"],
+                           [[x["module"], "-" if x["a"] is None else f"{x['a']:,}", "-" if x["b"] is None else f"{x['b']:,}",
+                             f"{x['delta']:+,}"] for x in r["rows"]])
+    return "\n".join(out + ["</body></html>"])
+
+
+def write_atomic(path: str, text: str) -> None:
+    """Written to a temporary file in the target's folder, then renamed over it: never half a report."""
+    folder = os.path.dirname(os.path.abspath(path))
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".ckptstat-", suffix=".tmp", dir=folder)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot write the report: {e.strerror}") from None
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException as e:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        if isinstance(e, OSError):
+            raise UsageError(f"{path}: cannot write the report: {e.strerror}") from None
+        raise
+
+
+def is_input(output: str, inputs: list[str]) -> bool:
+    """The output path names one of the inputs (any of their files, through links too)."""
+    out = os.path.realpath(output)
+    for p in inputs:
+        real = os.path.realpath(p)
+        if out == real:
+            return True
+        try:
+            if os.path.exists(out) and os.path.samefile(out, real):
+                return True
+        except OSError:
+            pass
+    return False

@@ -1,0 +1,304 @@
+"""`ckptstat diff`: every tensor classified, the metrics checked against numpy on the same arrays
+(read back by the real safetensors reader), tolerances, name alignment, the markdown report, exit codes
+and bounded, single-pass reads."""
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file as torch_load
+from safetensors.torch import save_file
+
+from ckptstat import open_checkpoint
+from ckptstat.analysis.diff import diff, natural_key, parse_rules
+from ckptstat.errors import UsageError
+
+L = 6   # layers
+
+
+@pytest.fixture(scope="module")
+def pair(tmp_path_factory) -> tuple[str, str]:
+    """A: a tiny 6-layer stack under `model.`; B: a "fine-tune" of its last 2 layers, saved under
+    `module.model.` (DDP), with one dtype cast, one tensor added, one removed and one reshaped."""
+    g = torch.Generator().manual_seed(0)
+    a: dict[str, torch.Tensor] = {"model.embed_tokens.weight": torch.randn(32, 16, generator=g)}
+    for i in range(L):
+        a[f"model.layers.{i}.self_attn.q_proj.weight"] = torch.randn(16, 16, generator=g)
+        a[f"model.layers.{i}.mlp.up_proj.weight"] = torch.randn(24, 16, generator=g)
+    a["model.norm.weight"] = torch.ones(16)
+    a["model.old_head.weight"] = torch.randn(4, 16, generator=g)
+    a["model.proj.weight"] = torch.randn(8, 16, generator=g)
+    b = {k.replace("model.", "module.model.", 1): v.clone() for k, v in a.items()}
+    del b["module.model.old_head.weight"]
+    b["module.model.new_head.weight"] = torch.randn(4, 16, generator=g)
+    b["module.model.proj.weight"] = torch.randn(16, 8, generator=g)           # shape changed
+    b["module.model.embed_tokens.weight"] = a["model.embed_tokens.weight"].to(torch.bfloat16)  # dtype changed
+    for i in (L - 2, L - 1):                                                   # the fine-tune: last 2 layers
+        for k in (f"layers.{i}.self_attn.q_proj.weight", f"layers.{i}.mlp.up_proj.weight"):
+            b["module.model." + k] = a["model." + k] + 1e-2 * torch.randn(a["model." + k].shape, generator=g)
+    b["module.model.norm.weight"] = a["model.norm.weight"] + 1e-7                 # within atol=1e-6 only
+    d = tmp_path_factory.mktemp("diff")
+    save_file(a, str(d / "a.safetensors"))
+    save_file(b, str(d / "b.safetensors"))
+    return str(d / "a.safetensors"), str(d / "b.safetensors")
+
+
+def _oracle(x: np.ndarray, y: np.ndarray) -> dict:
+    x, y = x.astype(np.float64).ravel(), y.astype(np.float64).ravel()
+    return {"max_abs": np.max(np.abs(x - y)), "rel_l2": np.linalg.norm(x - y) / np.linalg.norm(x),
+            "cosine": np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y))}
+
+
+def test_every_tensor_classified_and_measured(pair) -> None:
+    pa, pb = pair
+    r = diff(open_checkpoint(pa), open_checkpoint(pb), chunk_bytes=256)
+    by = {t["name"]: t for t in r["tensors"]}
+    assert by["old_head.weight"]["status"] == "removed" and by["new_head.weight"]["status"] == "added"
+    assert by["proj.weight"]["status"] == "shape"
+    assert by["embed_tokens.weight"]["status"] == "dtype"
+    assert by["norm.weight"]["status"] == "values"
+    assert r["prefixes_stripped"] == {"a": ["model."], "b": ["module.model."]}
+    ta, tb = torch_load(pa), torch_load(pb)
+    for t in r["tensors"]:
+        if t["status"] not in ("values", "dtype"):
+            continue
+        x = ta[t["a_name"]].float().numpy()
+        y = tb[t["b_name"]].float().numpy()
+        want = _oracle(x, y)
+        assert t["max_abs"] == want["max_abs"], t["name"]
+        assert t["rel_l2"] == pytest.approx(want["rel_l2"], rel=1e-9), t["name"]
+        assert t["cosine"] == pytest.approx(want["cosine"], rel=1e-9), t["name"]
+    equal = {t["name"] for t in r["tensors"] if t["status"] == "equal"}
+    # unchanged tensors are never listed as changed, and exactly those are equal
+    same = {k[len("model."):] for k in ta if "module." + k in tb and ta[k].dtype == tb["module." + k].dtype
+            and ta[k].shape == tb["module." + k].shape and torch.equal(ta[k], tb["module." + k])}
+    assert equal == same and len(same) == 2 * (L - 2)
+    assert all(by[n]["identical"] for n in same)
+    # the fine-tune shows in the per-layer summary: the last 2 layers only
+    layers = {x["layer"]: x for x in r["summary"]["layers"]}
+    assert [k for k, x in layers.items() if x["changed"]] == [L - 2, L - 1]
+    for i in (L - 2, L - 1):
+        rels = [by[f"layers.{i}.{m}"]["rel_l2"] for m in ("self_attn.q_proj.weight", "mlp.up_proj.weight")]
+        assert layers[i]["mean_rel_l2"] == pytest.approx(np.mean(rels))
+    assert r["same"] is False and r["schema"] == "ckptstat.diff/2"
+
+
+def test_tolerances(pair) -> None:
+    pa, pb = pair
+    by = {t["name"]: t for t in diff(open_checkpoint(pa), open_checkpoint(pb), atol=1e-6)["tensors"]}
+    x, y = torch_load(pa)["model.norm.weight"].numpy(), torch_load(pb)["module.model.norm.weight"].numpy()
+    assert np.allclose(y, x, atol=1e-6, rtol=0) and not np.array_equal(x, y)
+    assert by["norm.weight"]["status"] == "equal" and by["norm.weight"]["identical"] is False
+    assert by["layers.5.mlp.up_proj.weight"]["status"] == "values"
+    by = {t["name"]: t for t in diff(open_checkpoint(pa), open_checkpoint(pb), rtol=1e-6)["tensors"]}
+    assert by["norm.weight"]["status"] == "equal"   # 1e-7 <= 1e-6 * |1|
+    with pytest.raises(UsageError):
+        diff(open_checkpoint(pa), open_checkpoint(pb), atol=-1)
+
+
+def test_reads_bounded_and_once(pair, monkeypatch) -> None:
+    """Chunks smaller than the tensors: every read is at most chunk_bytes of stored values, and each
+    tensor's elements are read exactly once."""
+    pa, pb = pair
+    ca, cb = open_checkpoint(pa), open_checkpoint(pb)
+    seen: dict[tuple[str, str], int] = {}
+    calls = []
+
+    def spy(ckpt):
+        real = ckpt._read
+
+        def read(info, start, count):
+            calls.append(count * info.dt.bits // 8)
+            seen[(ckpt.path, info.name)] = seen.get((ckpt.path, info.name), 0) + count
+            return real(info, start, count)
+        monkeypatch.setattr(ckpt, "_read", read)
+
+    spy(ca)
+    spy(cb)
+    r = diff(ca, cb, chunk_bytes=128)
+    compared = [t for t in r["tensors"] if t["status"] in ("values", "equal", "dtype")]
+    assert max(calls) <= 128 and len(calls) > 2 * len(compared)
+    for t in compared:
+        assert seen[(ca.path, t["a_name"])] == ca[t["a_name"]].numel
+        assert seen[(cb.path, t["b_name"])] == cb[t["b_name"]].numel
+    calls.clear()
+    diff(ca, cb, names_only=True)
+    assert calls == []
+
+
+def test_names_only_and_same_file(pair, cli) -> None:
+    pa, pb = pair
+    r = diff(open_checkpoint(pa), open_checkpoint(pb), names_only=True)
+    statuses = {t["name"]: t["status"] for t in r["tensors"]}
+    assert statuses["norm.weight"] == "unread" and statuses["embed_tokens.weight"] == "dtype"
+    rc, out, err = cli("diff", pa, pa, "--json")
+    assert rc == 0 and json.loads(out)["same"] is True and err == ""
+
+
+def test_map_rules_and_natural_sort(tmp_path) -> None:
+    g = torch.Generator().manual_seed(1)
+    w = {f"model.layers.{i}.self_attn.q_proj.weight": torch.randn(4, 4, generator=g) for i in (0, 2, 10)}
+    save_file(w, str(tmp_path / "hf.safetensors"))
+    save_file({k.replace("model.layers.", "blk.").replace(".self_attn.q_proj", ".attn_q"): v for k, v in w.items()},
+              str(tmp_path / "gg.safetensors"))
+    rules = tmp_path / "rules.txt"
+    rules.write_text("# llama.cpp -> HF\n\n^blk\\.(\\d+)\\.attn_q\\. -> model.layers.\\1.self_attn.q_proj.\n")
+    r = diff(open_checkpoint(str(tmp_path / "hf.safetensors")), open_checkpoint(str(tmp_path / "gg.safetensors")),
+             rules=parse_rules(rules.read_text()))
+    assert r["same"] is True and [t["name"] for t in r["tensors"]] == [
+        f"layers.{i}.self_attn.q_proj.weight" for i in (0, 2, 10)]
+    assert sorted(["layers.10.w", "layers.2.w", "layers.1.w"], key=natural_key) == ["layers.1.w", "layers.2.w", "layers.10.w"]
+    with pytest.raises(UsageError, match="rules:1"):
+        parse_rules("no arrow here")
+    with pytest.raises(UsageError, match="bad regex"):
+        parse_rules("(unclosed -> x")
+
+
+def test_cli_exit_codes_and_markdown(pair, cli, tmp_path) -> None:
+    pa, pb = pair
+    rc, out, err = cli("diff", pa, pb)
+    assert rc == 1 and "values changed" in out and "module.model." in out and err == ""
+    rc, out, _ = cli("diff", pa, pb, "--json")
+    assert rc == 1 and json.loads(out)["counts"]["removed"] == 1
+    rc, md, _ = cli("diff", pa, pb, "--format", "md")
+    assert rc == 1 and md.startswith("# ckptstat diff")
+    assert "## Summary per layer" in md and "## Summary per bucket" in md
+    layer_rows = md.split("## Summary per layer")[1].split("\n\n")[1].splitlines()[2:]
+    assert [row.split("|")[3].strip() for row in layer_rows] == ["0"] * (L - 2) + ["2", "2"]
+    report = tmp_path / "report.md"
+    rc, out, _ = cli("diff", pa, pb, "-o", str(report))
+    assert rc == 1 and out == "" and report.read_text() == md
+    assert not [f for f in os.listdir(tmp_path) if f.endswith(".tmp")]
+    before = open(pb, "rb").read()
+    rc, out, err = cli("diff", pa, pb, "-o", pb)
+    assert rc == 2 and "output is one of the inputs" in err and err.count("\n") == 1
+    assert open(pb, "rb").read() == before
+    rules = tmp_path / "bad.rules"
+    rules.write_text("x\n")
+    rc, _, err = cli("diff", pa, pb, "--map", str(rules))
+    assert rc == 2 and "bad.rules:1" in err and err.count("\n") == 1
+    rc, _, err = cli("diff", pa, pb, "--map", str(tmp_path / "none.rules"))
+    assert rc == 2 and "none.rules" in err and "Traceback" not in err
+    rc, out, err = cli("diff", pa, pb, "-o", str(tmp_path / "no" / "such" / "r.md"))
+    assert rc == 2 and out == "" and "r.md" in err and err.count("\n") == 1 and "Traceback" not in err
+    rc, _, err = cli("diff", pa, pb, "--format", "pdf")
+    assert rc == 2 and err.count("\n") == 1
+
+
+# --- HF <-> GGUF: the family's table against gguf-py's own TensorNameMap, and a pair written by both writers
+def _tiny_llama():
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1, max_position_embeddings=32, tie_word_embeddings=False)
+    return cfg, LlamaForCausalLM(cfg)
+
+
+def test_gguf_table_matches_gguf_py() -> None:
+    gguf = pytest.importorskip("gguf")
+    from ckptstat.families import get
+
+    cfg, model = _tiny_llama()
+    table = get("llama").gguf_tensor_names
+    oracle = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
+    for name in model.state_dict():
+        want = oracle.get_name(name, try_suffixes=(".weight", ".bias"))
+        stem = name.rpartition(".")[0]
+        bid = re.search(r"\.layers\.(\d+)\.", name)
+        b = bid.group(1) if bid else ""
+        ours = [gg.replace("{bid}", b) for hf, gg in table if hf.replace("{bid}", b) == stem]
+        assert ours == [want.rpartition(".")[0]], name
+
+
+def test_gguf_pair_aligned(tmp_path) -> None:
+    gguf = pytest.importorskip("gguf")
+    cfg, model = _tiny_llama()
+    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(tmp_path / "hf.safetensors"))
+    names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.LLAMA, cfg.num_hidden_layers)
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "llama")
+    w.add_block_count(cfg.num_hidden_layers)
+    w.add_context_length(32)
+    w.add_embedding_length(16)
+    w.add_feed_forward_length(24)
+    w.add_head_count(2)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_rms_eps(1e-5)
+    changed = "model.layers.1.mlp.down_proj.weight"
+    for k, v in sd.items():
+        x = v.numpy() + (np.float32(0.5) if k == changed else np.float32(0))
+        w.add_tensor(names.get_name(k, try_suffixes=(".weight", ".bias")), x)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = diff(open_checkpoint(str(tmp_path / "hf.safetensors")), open_checkpoint(str(tmp_path / "m.gguf")))
+    assert r["builtin_map"] and "llama" in r["builtin_map"]
+    status = {t["name"]: t["status"] for t in r["tensors"]}
+    assert set(status) == {k.removeprefix("model.") for k in sd}
+    assert {k for k, s in status.items() if s != "equal"} == {changed.removeprefix("model.")}
+    t = next(t for t in r["tensors"] if t["status"] == "values")
+    assert t["max_abs"] == pytest.approx(0.5) and r["rows"] == []
+
+
+def test_html_report_self_contained(pair, cli, tmp_path) -> None:
+    from html.parser import HTMLParser
+
+    class Tables(HTMLParser):
+        def __init__(self) -> None:
+            super().__init__()
+            self.tables: list[list[list[str]]] = []
+            self.refs: list[str] = []
+            self.cell: list[str] | None = None
+
+        def handle_starttag(self, tag, attrs):
+            self.refs += [v for k, v in attrs if k in ("src", "href") and v]
+            if tag == "table":
+                self.tables.append([])
+            elif tag == "tr":
+                self.tables[-1].append([])
+            elif tag in ("td", "th"):
+                self.cell = []
+
+        def handle_endtag(self, tag):
+            if tag in ("td", "th") and self.cell is not None:
+                self.tables[-1][-1].append("".join(self.cell))
+                self.cell = None
+
+        def handle_data(self, data):
+            if self.cell is not None:
+                self.cell.append(data)
+
+    pa, pb = pair
+    out = tmp_path / "report.html"
+    rc, stdout, _ = cli("diff", pa, pb, "-o", str(out))
+    assert rc == 1 and stdout == ""
+    p = Tables()
+    p.feed(out.read_text())
+    assert p.refs == [] and "<script" not in out.read_text()
+    r = diff(open_checkpoint(pa), open_checkpoint(pb))
+    layer_table = next(t for t in p.tables if t[0] == ["layer", "tensors", "changed", "mean rel L2"])
+    assert [int(row[2]) for row in layer_table[1:]] == [x["changed"] for x in r["summary"]["layers"]]
+    cells = {row[0]: row for t in p.tables if t[0][0] == "tensor" for row in t[1:]}
+    assert set(cells) == {t["name"] for t in r["tensors"]}
+    assert cells["proj.weight"][1] == "shape changed" and cells["old_head.weight"][1] == "removed"
+
+
+def test_nonfinite_values(tmp_path) -> None:
+    x = np.array([1.0, np.nan, np.inf, 2.0, np.nan, -np.inf], dtype=np.float32)
+    y = np.array([1.5, np.nan, np.inf, 2.0, 3.0, np.inf], dtype=np.float32)
+    save_file({"w": torch.from_numpy(x.copy()), "same": torch.from_numpy(x.copy())}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.from_numpy(y), "same": torch.from_numpy(x.copy())}, str(tmp_path / "b.safetensors"))
+    r = diff(open_checkpoint(str(tmp_path / "a.safetensors")), open_checkpoint(str(tmp_path / "b.safetensors")), atol=1)
+    by = {t["name"]: t for t in r["tensors"]}
+    assert by["same"]["status"] == "equal" and by["same"]["identical"] is True
+    # numpy: equal_nan isclose flags exactly the NaN-vs-3 and -inf-vs-inf positions at atol=1
+    assert int(np.sum(~np.isclose(x, y, atol=1, rtol=0, equal_nan=True))) == by["w"]["nonfinite_mismatch"] == 2
+    finite = np.isfinite(x) & np.isfinite(y)
+    assert by["w"]["status"] == "values" and by["w"]["max_abs"] == np.max(np.abs(x[finite] - y[finite]))
+    assert by["w"]["rel_l2"] is None and json.dumps(r, allow_nan=False)
