@@ -21,6 +21,7 @@ from .render import DEFAULT_SEQ_RULE
 
 if TYPE_CHECKING:
     from .analysis.stats import StatsRun
+    from .census.model import Model
 
 app = typer.Typer(
     add_completion=False,
@@ -133,15 +134,49 @@ def diff(
     a: Path = typer.Argument(..., help="First checkpoint."),
     b: Path = typer.Argument(..., help="Second checkpoint."),
     as_json: bool = JsonOpt,
+    names_only: bool = typer.Option(False, "--names-only", help="Headers only: names, shapes, dtypes, counts; no value read."),
+    atol: float = typer.Option(0.0, "--atol", help="Values equal when |a-b| <= atol + rtol*|b| everywhere."),
+    rtol: float = typer.Option(0.0, "--rtol", help="See --atol."),
+    rules: Optional[Path] = typer.Option(None, "--map", help="Name rules file: one `regex -> replacement` per line."),
+    fmt: str = typer.Option("text", "--format", help="text (tables), md (a markdown report) or html (a self-contained page)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report (md, html or --json) to this file."),
 ) -> None:
-    """Where two checkpoints' parameter counts part, module by module (e.g. BertModel vs BertForMaskedLM).
+    """Tensor by tensor, what changed: added, removed, shape, dtype, values (max abs diff, relative L2,
+    cosine) or equal; per bucket and layer; and where parameter counts part, module by module.
 
     Exit status as diff(1): 0 no differences, 1 different, 2 trouble."""
     from . import open_checkpoint
     from .analysis.diff import diff as diff_checkpoints
+    from .analysis.diff import load_rules
+    from .errors import UsageError
 
-    r = diff_checkpoints(open_checkpoint(a), open_checkpoint(b))
-    _show(r, as_json, "render_diff")
+    if fmt not in ("text", "md", "html"):
+        raise UsageError(f"--format must be text, md or html, not {fmt!r}")
+    ca, cb = open_checkpoint(a), open_checkpoint(b)
+    if output is not None:
+        from .render.diff import is_input
+
+        if is_input(str(output), [str(a), str(b), *ca.files, *cb.files]):
+            raise UsageError(f"{output}: the output is one of the inputs; refusing to overwrite it")
+    r = diff_checkpoints(ca, cb, names_only=names_only, atol=atol, rtol=rtol,
+                         rules=load_rules(str(rules)) if rules is not None else None)
+    if output is not None or fmt != "text" and not as_json:
+        from .render.diff import diff_html, diff_markdown, write_atomic
+
+        if output is not None and fmt == "text" and not as_json:   # -o alone: the format from the suffix
+            fmt = "html" if output.suffix.lower() in (".html", ".htm") else "md"
+        text = json.dumps(r, indent=2) if as_json else diff_html(r) if fmt == "html" else diff_markdown(r)
+        text += "\n"
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            write_atomic(str(output), text)
+    elif as_json:
+        _emit_json(r)
+    else:
+        from .render.diff import render_diff
+
+        render_diff(r, _console())
     if not r["same"]:
         raise typer.Exit(1)
 
@@ -169,13 +204,44 @@ def _positive(name: str, value: int | None) -> None:
         raise UsageError(f"{name} must be a positive integer, got {value}")
 
 
+FramesOpt = typer.Option(None, "--frames", help="Audio models (Whisper): encoder input in mel frames "
+                         "(default: 2 x max_source_positions, 3000 = 30 s).")
+AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Audio models (Whisper): encoder input in seconds "
+                               "(100 mel frames per second).")
+ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP, ResNet): input side in pixels "
+                            "(default: the config's image_size; 224 for ResNet).")
+
+
+def _image_input(model: Model, image_size: int | None) -> Model:
+    """--image-size: the side an image model is analysed at (ArchSpec.extra image_size); a usage error for
+    a model that reads no image."""
+    from dataclasses import replace
+
+    from .errors import UsageError
+
+    _positive("--image-size", image_size)
+    sizes = dict(model.spec.extra)
+    if "image_size" not in sizes:
+        if image_size is not None:
+            raise UsageError(f"--image-size applies to image models; {model.spec.family} "
+                             f"({model.spec.model_type}) reads no image")
+        return model
+    side = sizes["image_size"] if image_size is None else image_size
+    note = f"input image {side}x{side}" + (" (--image-size)" if image_size else " (the default; --image-size to change)")
+    return replace(model, spec=model.spec.with_extra(image_size=side), notes=(*model.notes, note))
+
+
 @app.command()
 def flops(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
     seq: list[str] = typer.Option([], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep "
                                   f"(default: {DEFAULT_SEQ_RULE})."),
-    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
+                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
+    frames: Optional[int] = FramesOpt,
+    audio_seconds: Optional[float] = AudioSecondsOpt,
+    image_size: Optional[int] = ImageSizeOpt,
     causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
                                    "FlopCounterMode), macs (what thop/ptflops call FLOPs), bertstat (legacy MAdd)."),
@@ -186,15 +252,17 @@ def flops(
     from .analysis import flops as fl
     from .census.model import load
     from .errors import UsageError
-    from .families.spec import default_seq
+    from .families.spec import audio_inputs, default_seq
 
     if convention not in fl.CONVENTIONS:
         raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
     _positive("--batch", batch)
     _positive("--dec-seq", dec_seq)
-    model = load(path, config)
-    r = fl.report(model, batch, _seqs(seq) or [default_seq(model.spec)], dec_seq, causal_halving, convention)
-    _show(r, as_json, "render_flops", seq_default=not seq)
+    _positive("--frames", frames)
+    model = _image_input(load(path, config), image_size)
+    seqs, dec_seq = audio_inputs(model.spec, _seqs(seq), dec_seq, frames, audio_seconds)
+    r = fl.report(model, batch, seqs or [default_seq(model.spec)], dec_seq, causal_halving, convention)
+    _show(r, as_json, "render_flops", seq_default=not seqs)
 
 
 @app.command()
@@ -202,21 +270,34 @@ def memory(
     path: Path = AnalyticPath,
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
     seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
-    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="T5 decoder length (default: --seq)."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
+                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
+    frames: Optional[int] = FramesOpt,
+    audio_seconds: Optional[float] = AudioSecondsOpt,
+    image_size: Optional[int] = ImageSizeOpt,
     as_json: bool = JsonOpt,
     config: Optional[Path] = ConfigOpt,
 ) -> None:
     """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
     from .analysis import memory as mem
-    from .census.model import load
-    from .families.spec import default_seq
+    from .census.model import load, weights_only
+    from .errors import UsageError
+    from .families.spec import audio_inputs, default_seq
 
     _positive("--batch", batch)
     _positive("--seq", seq)
     _positive("--dec-seq", dec_seq)
-    model = load(path, config)
-    r = mem.report(model, batch, seq or default_seq(model.spec), dec_seq)
-    _show(r, as_json, "render_memory", seq_default=seq is None)
+    _positive("--frames", frames)
+    try:
+        model = load(path, config)
+    except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
+        _show(mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128), as_json, "render_memory",
+              seq_default=not seq)
+        return
+    model = _image_input(model, image_size)
+    seqs, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
+    r = mem.report(model, batch, seqs[0] if seqs else default_seq(model.spec), dec_seq)
+    _show(r, as_json, "render_memory", seq_default=not seqs)
 
 
 ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
@@ -227,13 +308,17 @@ BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeata
 
 
 def _collect(path: Path, config: Path | None, filter: str | None, bucket: list[str] | None, all_roles: bool,
-             chunk_bytes: int, workers: int, progress: bool | None) -> StatsRun:
-    """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY)."""
+             chunk_bytes: int, workers: int, progress: bool | None, output: Path | None = None) -> StatsRun:
+    """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY).
+    An `output` that is, or resolves to, an input is refused before any value is read."""
     from . import open_checkpoint
     from .analysis.stats import collect
+    from .core.files import check_output
     from .render.progress import progress_bar
 
     ckpt = open_checkpoint(path, config)
+    if output is not None:
+        check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
     with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
         return collect(ckpt, filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, bar)
 
@@ -297,7 +382,7 @@ def plot(
 
     figsize = parse_size(size)
     check_plot_args(output, clip, dpi)   # before reading any value
-    run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress)
+    run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress, output)
     if not run.report["tensors"]:
         raise _empty(f"{_no_match(filter, bucket, run.report['skipped'])}: nothing to plot, {output} not written")
     empty = nothing_to_plot(run)
@@ -311,19 +396,33 @@ def plot(
 
 
 @app.command()
-def scan(path: Path = typer.Argument(..., help="A torch.save file (zip or legacy) or a pickle."),
+def scan(path: Path = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, or a folder to walk."),
          as_json: bool = JsonOpt) -> None:
-    """Every global a pickle references (read from opcodes, nothing unpickled): would torch.load run code?"""
-    from .formats.torch import scan as scan_file
+    """What torch.load without weights_only would run, following the path it takes through the file
+    (nothing is unpickled). A folder: every pickle-bearing file under it. Exit 0 clean, 1 unsafe or
+    unknown, 2 unreadable or usage."""
+    from .analysis.scan import TREE_SCHEMA, exit_code, scan_path
 
-    r = scan_file(path)
-    _show(r, as_json, "render_scan")
+    try:
+        r = scan_path(path)
+    except CkptstatError as e:
+        e.exit_code = 2          # here 1 means "unsafe": a file scan cannot read is a read error
+        raise
+    if as_json:
+        _emit_json(r)
+    else:
+        from .render.scan import render_scan, render_scan_tree
+
+        (render_scan_tree if r["schema"] == TREE_SCHEMA else render_scan)(r, _console())
+    code = exit_code(r)
+    if code:
+        raise typer.Exit(code)
 
 
 @app.command("run")
 def run_model(
     path: Path = PathArg,
-    device: str = typer.Option("cpu", "--device", help="cpu or cuda (cuda:N)."),
+    device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps."),
     batch: int = typer.Option(1, "--batch", "-b"),
     seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
     dtype: str = typer.Option("fp32", "--dtype", help="fp32, bf16 or fp16."),
@@ -349,14 +448,67 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show the version."),
+    # Read by main() wherever they stand on the line (like --debug); declared here for --help.
+    allow_external: bool = typer.Option(False, "--allow-external", help="Follow references outside the checkpoint "
+                                        "(HDF5 external links and storage, a TF pointer or symlink elsewhere)."),
+    limit: Optional[list[str]] = typer.Option(None, "--limit", metavar="NAME=N", help="Raise one of the limits that "
+                                              "bound hostile files (docs/security.md lists them)."),
 ) -> None:
     pass
 
 
+def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int]]:
+    """--allow-external and --limit NAME=N, taken out of the line wherever they stand."""
+    from .errors import UsageError
+
+    rest, allow, limits = [], False, {}
+    it = iter(args)
+    for a in it:
+        if a == "--allow-external":
+            allow = True
+        elif a == "--limit" or a.startswith("--limit="):
+            spec = a[len("--limit="):] if a.startswith("--limit=") else next(it, "")
+            name, _, value = spec.partition("=")
+            if not value.isdigit():
+                raise UsageError(f"--limit takes NAME=N (a non-negative integer), got {spec!r}")
+            limits[name] = int(value)
+        else:
+            rest.append(a)
+    return rest, allow, limits
+
+
+def _line(e: BaseException) -> str:
+    """An error's text for the one line: cut short before it is escaped (a hostile name can be long)."""
+    from .render import inert
+
+    text = str(e)
+    return inert(text if len(text) <= 2000 else text[:2000] + "...")
+
+
 def main(argv: list[str] | None = None) -> int:
+    from .core import files, limits
+
+    old_limits, old_allow = limits.limits(), files.allow_external_default()
+    try:
+        return _main(argv)
+    finally:   # in-process callers (tests, notebooks) get the defaults back
+        limits.reset(old_limits)
+        files.set_allow_external(old_allow)
+
+
+def _main(argv: list[str] | None) -> int:
+    from .core import files, limits
+
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    try:
+        args, allow, raised = _global_options(args)
+        limits.set_limits(**raised)
+    except (CkptstatError, ValueError) as e:
+        print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
+        return 2
+    files.set_allow_external(allow)
     command = typer.main.get_command(app)
     commands = set(getattr(command, "commands", {}))
     first = next((a for a in args if not a.startswith("-")), None)
@@ -371,12 +523,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         # Without standalone mode, click returns a typer.Exit's code instead of raising it.
         rc = command.main(args=args, prog_name="ckptstat", standalone_mode=False)
-    except CkptstatError as e:
-        from .render import inert  # messages quote names from files: print them inert
-
+    except CkptstatError as e:   # messages quote names from files: _line prints them inert
         if debug:
             traceback.print_exc()
-        print(f"ckptstat: error: {inert(e)}", file=sys.stderr)
+        print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return trouble or e.exit_code
     except typer.Exit as e:
         return e.exit_code
@@ -395,9 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as e:  # the error boundary: never a traceback without --debug
         if debug:
             traceback.print_exc()
-        from .render import inert
-
-        print(f"ckptstat: internal error: {type(e).__name__}: {inert(e)} (rerun with --debug for a traceback)", file=sys.stderr)
+        print(f"ckptstat: internal error: {type(e).__name__}: {_line(e)} (rerun with --debug for a traceback)",
+              file=sys.stderr)
         return trouble or 1
     return rc if isinstance(rc, int) else 0
 

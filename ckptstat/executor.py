@@ -4,6 +4,8 @@ memory beside the analytic figures. Needs the `run` extra (torch, transformers);
 ckptstat imports this module."""
 from __future__ import annotations
 
+import inspect
+import re
 import resource
 import statistics
 import sys
@@ -65,16 +67,40 @@ def _file_name(model, key: str, names) -> str | None:
     return None
 
 
+def renamed(model, names) -> dict[str, str]:
+    """transformers 5 renames some modules (ViT's attention.attention.query is attention.q_proj there) and
+    maps older checkpoints' names through its own rules when it loads them: the model's name for each file
+    name those rules rename (its WeightRenaming transforms; tensors it splits or merges are left to the
+    missing list). {} with transformers 4, which has no such rules."""
+    try:
+        from transformers.conversion_mapping import get_model_conversion_mapping
+        from transformers.core_model_loading import WeightRenaming
+    except ImportError:
+        return {}
+    rules = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
+    out = {}
+    for name in names:
+        new = name
+        for rule in rules:
+            new, _ = rule.rename_source_key(new)
+        if new != name:
+            out[new] = name
+    return out
+
+
 def load_weights(model, ckpt: Checkpoint, device: str, torch_dtype) -> tuple[list[str], list[str]]:
     torch, _ = _imports()
     state = model.state_dict()
     loaded, missing = [], []
+    new_names = renamed(model, ckpt.tensors)
+    names = set(ckpt.tensors) | set(new_names)
     with torch.no_grad():
         for key, dest in state.items():
-            name = _file_name(model, key, ckpt.tensors)
+            name = _file_name(model, key, names)
             if name is None:
                 missing.append(key)
                 continue
+            name = new_names.get(name, name)
             values = torch.from_numpy(ckpt.read(name).copy())
             if tuple(values.shape) != tuple(dest.shape):
                 raise UsageError(f"{ckpt.path}: {name} has shape {tuple(values.shape)}, the model expects {tuple(dest.shape)}")
@@ -90,9 +116,21 @@ def load_weights(model, ckpt: Checkpoint, device: str, torch_dtype) -> tuple[lis
 def _inputs(model, batch: int, seq: int, device: str):
     torch, _ = _imports()
     gen = torch.Generator().manual_seed(0)
-    vocab = model.config.vocab_size
-    ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(device)
-    kwargs = {"input_ids": ids}
+    # CLIPModel keeps the vocabulary in text_config; ViT, ResNet and CLIPVisionModel have none
+    vocab = getattr(getattr(model.config, "text_config", None) or model.config, "vocab_size", None)
+    ids = torch.randint(0, vocab, (batch, seq), generator=gen).to(device) if vocab else None
+    kwargs = {"input_ids": ids} if ids is not None else {}
+    takes = inspect.signature(model.forward).parameters
+    if "pixel_values" in takes:   # ViT, ResNet, CLIP: images at the config's side (CLIPModel: and input_ids)
+        c = getattr(model.config, "vision_config", None) or model.config
+        side, ch = getattr(c, "image_size", 224), getattr(c, "num_channels", 3)
+        side = side[0] if isinstance(side, (list, tuple)) else side
+        kwargs = {k: v for k, v in kwargs.items() if k in takes}
+        kwargs["pixel_values"] = torch.randn((batch, ch, side, side), generator=gen).to(device, model.dtype)
+    if getattr(model, "main_input_name", "") == "input_features":   # Whisper: log-mel frames, the one length it takes
+        c = model.config
+        feats = torch.randn((batch, c.num_mel_bins, 2 * c.max_source_positions), generator=gen)
+        kwargs = {"input_features": feats.to(device, model.dtype)}
     if model.config.is_encoder_decoder:
         kwargs["decoder_input_ids"] = ids
     return kwargs
@@ -104,10 +142,13 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
     from .analysis.flops import run as flops_run
     from .analysis.memory import report as memory_report
     from .census.model import from_checkpoint
+    from .families.spec import audio_inputs
 
     model = from_checkpoint(ckpt)
-    totals = flops_run(model, batch, seq)["totals"]
-    lines = memory_report(model, batch, seq)["lines"]
+    # `seq` tokens; an audio model's encoder reads its default frames and `seq` is the decoder's (audio_inputs)
+    enc, dec = audio_inputs(model.spec, [], seq)
+    totals = flops_run(model, batch, enc[0] if enc else seq, dec)["totals"]
+    lines = memory_report(model, batch, enc[0] if enc else seq, dec)["lines"]
     mem = sum(ln["bytes"] for ln in lines if (ln["group"] == "weights what-if" and ln["item"] == DTYPES[dtype])
               or ln["group"] in ("kv cache", "activations (inference)"))
     return {"matmul_flops": totals["flops"], "macs": totals["macs"], "memory_bytes": mem}
@@ -116,7 +157,7 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
 def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
     """The sequence length to run: by default 128, or the learned position table if smaller; a --seq
     beyond that table is a usage error, not a crash inside transformers."""
-    from .families.spec import check_seq, default_seq, from_config
+    from .families.spec import audio_inputs, check_seq, default_seq, from_config
 
     try:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json") if ckpt.config else None
@@ -124,14 +165,36 @@ def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
         return seq or 128  # no analytic model for this config: transformers has the last word
     if spec is None:
         return seq or 128
+    frames, dec = audio_inputs(spec, [], seq, dec_flag="--seq")   # an audio model: `seq` is its decoder's
+    if frames and dec is not None:
+        return dec
     if seq is None:
         return default_seq(spec)
     check_seq(spec, seq)
     return seq
 
 
+DEVICE = re.compile(r"cpu|mps|cuda(:\d+)?")
+
+
+def check_device(device: str) -> None:
+    """--device: cpu, cuda, cuda:N or mps, present on this machine (a UsageError, one line, otherwise)."""
+    if not DEVICE.fullmatch(device):
+        raise UsageError(f"--device {device!r}: expected cpu, cuda, cuda:N or mps")
+    torch, _ = _imports()
+    if device.startswith("cuda"):
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {device}: torch sees no CUDA device here")
+        n = int(device.partition(":")[2] or 0)
+        if n >= torch.cuda.device_count():
+            raise UsageError(f"--device {device}: torch sees {torch.cuda.device_count()} CUDA device(s) (cuda:0 ...)")
+    if device == "mps" and not torch.backends.mps.is_available():
+        raise UsageError("--device mps: torch sees no MPS (Apple GPU) device here")
+
+
 def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, dtype: str = "fp32", attn: str = "eager",
             warmup: int = 2, iters: int = 10, config=None) -> dict:
+    check_device(device)
     torch, transformers = _imports()
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -139,8 +202,6 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")
     if attn not in ("eager", "sdpa"):
         raise UsageError("--attn must be eager or sdpa")
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise UsageError("--device cuda: torch sees no CUDA device here")
     if batch < 1 or (seq is not None and seq < 1) or iters < 1 or warmup < 0:
         raise UsageError("--batch, --seq and --iters must be positive, --warmup non-negative")
     ckpt = open_checkpoint(path, config)
@@ -177,13 +238,15 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
             else:
                 s = time.perf_counter()
                 out = model(**inputs)
+                if device == "mps":   # MPS runs asynchronously too
+                    torch.mps.synchronize()
                 times.append(time.perf_counter() - s)
         counter = FlopCounterMode(display=False)
         with counter:
             model(**inputs)
     logits = out[0] if isinstance(out, tuple) else getattr(out, "logits", None)
-    if logits is None:
-        logits = out.last_hidden_state
+    if logits is None:   # base models: last_hidden_state; CLIPModel: logits_per_image (the first tensor)
+        logits = next(v for v in out.values() if isinstance(v, torch.Tensor))
     finite = bool(torch.isfinite(logits.float()).all())
     median = statistics.median(times)
     measured = int(counter.get_total_flops())
@@ -211,6 +274,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
                     "stdev_s": statistics.stdev(times) if len(times) > 1 else 0.0,
                     "timer": "CUDA events, synchronised" if cuda else "time.perf_counter"},
         "throughput_tokens_per_s": batch * seq / median,
+        "throughput_images_per_s": batch / median if "pixel_values" in inputs else None,
         "peak_memory": peak,
         "flops": {
             "measured": measured,
