@@ -14,6 +14,7 @@ from .errors import (  # noqa: E402
     CheckpointError,
     CkptstatError,
     CorruptCheckpointError,
+    ExternalReferenceError,
     FileNotFound,
     MissingDependencyError,
     UnknownFormatError,
@@ -61,5 +62,5 @@ def bert_stat(path: PathLike, input_size: tuple[int, int] = (1, 1), config: Path
 __all__ = [
     "Checkpoint", "TensorInfo", "open_checkpoint", "summarize", "bert_stat",
     "CkptstatError", "CheckpointError", "CorruptCheckpointError", "FileNotFound", "UnknownFormatError",
-    "UnsafeCheckpointError", "UsageError", "MissingDependencyError", "__version__",
+    "UnsafeCheckpointError", "ExternalReferenceError", "UsageError", "MissingDependencyError", "__version__",
 ]

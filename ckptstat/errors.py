@@ -6,6 +6,7 @@
      |    +-- UnknownFormatError  no reader accepts the file's first bytes
      |    +-- CorruptCheckpointError  a header, offset or size is inconsistent with the file
      |    +-- UnsafeCheckpointError  a pickle references a global outside the allowlist
+     |    +-- ExternalReferenceError  the file refers to a file outside the checkpoint (docs/security.md)
      +-- UsageError               (exit 2) the arguments do not make sense
      +-- MissingDependencyError   (exit 1) an optional extra is not installed
 
@@ -51,6 +52,11 @@ class UnsafeCheckpointError(CheckpointError):
     pass
 
 
+class ExternalReferenceError(CheckpointError):
+    """The checkpoint refers to a file outside what the user named (an HDF5 external link, a TF
+    `checkpoint` pointer to another folder, a symlink out of the folder); --allow-external follows it."""
+
+
 class UsageError(CkptstatError):
     exit_code = 2
 
@@ -69,8 +75,39 @@ def as_checkpoint_error(path: str | os.PathLike[str], exc: BaseException, what: 
     if isinstance(exc, OSError) and exc.errno is not None:   # the OS's own: permission, I/O error
         return CheckpointError(path, prefix + (exc.strerror or str(exc)))
     # Anything else is a parser tripping over the bytes (a decoder's OSError has no errno: bz2's
-    # "Invalid data stream", HDF5 through h5py).
-    return CorruptCheckpointError(path, f"{prefix}{type(exc).__name__}: {exc}")
+    # "Invalid data stream", HDF5 through h5py). Its text may quote the file's bytes (a KeyError's
+    # key, int()'s "invalid literal"): shown short and escaped, never raw.
+    return CorruptCheckpointError(path, f"{prefix}{type(exc).__name__}: {short_text(exc)}")
+
+
+MAX_QUOTED = 200   # characters of a low-level exception's text kept in a message
+
+
+def quoted(value: object, limit: int = 60) -> str:
+    """repr(value) for a message, at most `limit` characters: a value taken from a file (a dtype, a
+    shape, a list of offsets) may be megabytes long, or an integer too long for repr()."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"<an integer of {value.bit_length():,} bits>"
+    if isinstance(value, (list, tuple, dict)) and len(value) > limit:
+        return f"<a {type(value).__name__} of {len(value):,} items>"
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - an integer past repr's digit limit inside a list
+        return f"<a {type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def short_text(exc: BaseException) -> str:
+    """An exception's text, cut to MAX_QUOTED characters and with everything but printable ASCII
+    escaped (what a file put there reaches the terminal inert, and never as a megabyte of text)."""
+    try:
+        text = str(exc)
+    except Exception:  # noqa: BLE001 - a hostile object's __str__
+        return "(no message)"
+    cut = len(text) > MAX_QUOTED
+    text = text[:MAX_QUOTED].encode("ascii", "backslashreplace").decode("ascii")
+    text = "".join(c if " " <= c <= "~" else f"\\x{ord(c):02x}" for c in text)
+    return text + ("..." if cut else "")
 
 
 @contextmanager

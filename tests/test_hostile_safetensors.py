@@ -39,7 +39,7 @@ CASES = {
     "extra key": (st_bytes({"a": {**entry(), "x": 1}}, b"\0" * 8), "exactly"),
     "begin after end": (st_bytes({"a": entry(offsets=(8, 0))}, b"\0" * 8), "begin <= end"),
     "span vs shape": (st_bytes({"a": entry(shape=(3,))}, b"\0" * 8), "needs 12"),
-    "huge shape": (st_bytes({"a": entry(shape=(2**40, 2**40))}, b"\0" * 8), "needs"),
+    "huge shape": (st_bytes({"a": entry(shape=(2**40, 2**40))}, b"\0" * 8), "overflows"),
     "hole": (st_bytes({"a": entry(), "b": entry("F16", (4,), (16, 24))}, b"\0" * 24), "hole"),
     "overlap": (st_bytes({"a": entry(), "b": entry("F16", (4,), (4, 12))}, b"\0" * 12), "overlaps"),
     "not from zero": (st_bytes({"a": entry(offsets=(8, 16))}, b"\0" * 16), "hole"),

@@ -401,30 +401,38 @@ def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: in
 
 def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
                progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+    # concurrent.futures, not mp.Pool: when a worker dies (killed, out of memory) mp.Pool replaces it
+    # and waits forever for the task it held; a ProcessPoolExecutor raises BrokenProcessPool.
+    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
     order = {it.name: i for i, it in enumerate(items)}
     seen = 0
-    with mp.Pool(workers, initializer=_worker_init, initargs=(ckpt.path, ckpt.config_path, counter)) as pool:
-        pending = pool.imap_unordered(_worker_run, tasks)
-        done = 0
-        while done < len(tasks):
-            try:
-                res = pending.next(timeout=0.2)
-            except mp.TimeoutError:
-                res = None
+    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(), initializer=_worker_init,
+                               initargs=(ckpt.path, ckpt.config_path, counter))
+    try:
+        pending = {pool.submit(_worker_run, t) for t in tasks}
+        while pending:
+            done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             if progress:
                 now = counter.value
                 progress(now - seen)
                 seen = now
-            if res is None:
-                continue
-            done += 1
-            if res[0] == "error":
-                _raise_worker_error(*res[1:])
-            rows += res[1]
-            for key, acc in res[2].items():
-                groups.setdefault(key, Acc()).merge(acc)
+            for fut in done:
+                try:
+                    res = fut.result()
+                except BrokenProcessPool:
+                    raise CkptstatError(f"{ckpt.path}: a stats worker process died (killed, or out of memory?); "
+                                        "no statistics were reported") from None
+                if res[0] == "error":
+                    _raise_worker_error(*res[1:])
+                rows += res[1]
+                for key, acc in res[2].items():
+                    groups.setdefault(key, Acc()).merge(acc)
+    finally:   # on an error, tasks not started are cancelled; those running finish (each is a slice of the work)
+        pool.shutdown(wait=True, cancel_futures=True)
     if progress:
         progress(counter.value - seen)
     rows.sort(key=lambda r: order[r["name"]])

@@ -20,6 +20,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import CorruptCheckpointError
 from . import dtypes
+from .files import open_regular
 
 if TYPE_CHECKING:
     import numpy as np
@@ -213,7 +214,7 @@ def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def read_bytes(path: str, offset: int, size: int) -> bytes:
-    with open(path, "rb") as f:
+    with open_regular(path) as f:   # (a file swapped for a FIFO since it was opened must not block)
         f.seek(offset)
         data = f.read(size)
     if len(data) != size:
@@ -238,6 +239,6 @@ def read_flat_file(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
         raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
         return dtypes.decode(raw, info.dtype, count, info.byteorder)
     # A strided view (torch only): read the bytes the requested elements need, not the whole span.
-    with open(info.file, "rb", buffering=0) as f:
+    with open_regular(info.file, buffering=0) as f:
         view = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
     return dtypes.decode(view, info.dtype, count, info.byteorder)

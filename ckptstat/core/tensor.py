@@ -8,14 +8,16 @@ from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..errors import CheckpointError, reading
+from ..errors import CheckpointError, CorruptCheckpointError, reading
 from . import dtypes
-from .io import read_flat_file
+from .io import extent, read_flat_file
+from .limits import limits
 
 if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
     from numpy.typing import NDArray
 
 DEFAULT_CHUNK_BYTES = 16 << 20
+INT64_MAX = 2**63 - 1   # torch, TF, ggml and numpy all hold a tensor's element count in an int64
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,19 @@ class TensorInfo:
     storage: str | None = None
     extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
 
+    def __post_init__(self) -> None:
+        # Every reader's shape passes here: a dimension or a product past int64 is an error, never a
+        # Python big int that later code multiplies or loops over.
+        n = 1
+        for i, d in enumerate(self.shape):
+            if isinstance(d, bool) or not isinstance(d, int) or d < 0 or d > INT64_MAX:
+                what = "not an integer" if not isinstance(d, int) else "negative" if d < 0 else "larger than 2^63-1"
+                raise CorruptCheckpointError(self.file, f"tensor {self.name!r}: dimension {i} is {what}")
+            n *= d
+            if n > INT64_MAX:
+                raise CorruptCheckpointError(self.file, f"tensor {self.name!r}: shape of rank {len(self.shape)} holds "
+                                                        "more than 2^63-1 elements (int64 overflows)")
+
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
@@ -59,6 +74,26 @@ class TensorInfo:
 
 
 Reader = Callable[[TensorInfo, int, int], "NDArray[Any]"]
+
+
+def stored_bytes(info: TensorInfo) -> int:
+    """Bytes the tensor's values come from: the storage span of a strided view (a stride-0 `expand`
+    stores one row for many), else what the reader recorded (an HDF5 dataset: its allocated chunks)."""
+    if info.stride is not None and len(info.stride) == len(info.shape):
+        return extent(info.shape, info.stride) * max(info.dt.bits // 8, 1)
+    return info.nbytes
+
+
+def check_expansion(info: TensorInfo) -> None:
+    """Refuse to read values a tensor does not store: more than limits().expansion bytes of values per
+    stored byte (+ expansion_floor), e.g. a stride-0 view over a huge shape, or an HDF5 dataset of
+    2^60 unallocated elements. The work a value read does is then linear in the bytes stored."""
+    lim = limits()
+    logical, stored = info.byte_size, stored_bytes(info)
+    if logical > lim.expansion * stored + lim.expansion_floor:
+        raise CorruptCheckpointError(info.file, f"tensor {info.name!r} describes {logical:,} bytes of values but stores "
+                                                f"{stored:,}; refusing to read more than {lim.expansion}x what is stored "
+                                                "(a stride-0 view, or unallocated/compressed data; --limit expansion=N)")
 
 
 @dataclass
@@ -116,6 +151,7 @@ class Checkpoint:
         naming the file and tensor, as open_checkpoint does for headers."""
         if info.dt.kind == "str":
             raise CheckpointError(info.file, f"tensor {info.name!r} holds strings, which have no numeric values")
+        check_expansion(info)
         with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
             return self._reader(info)(info, start, count)
 

@@ -7,18 +7,22 @@ dims with ne[0] the fastest-varying, u32 ggml type, u64 offset); then padding to
 A string is a u64 byte length and UTF-8 bytes.
 
 Every count and length is checked against the bytes the file has left before anything is allocated
-or looped over, as gguf.cpp's reader does (gguf_reader::read with its size checks, gguf_init_from_file_impl).
+or looped over, as gguf.cpp's reader does (gguf_reader::read with its size checks, gguf_init_from_file_impl),
+and against core.limits (key and tensor counts, name and string lengths: a Python object costs far more
+than the bytes that describe it). The header is read with positioned reads, not a memory map: a file
+truncated while it is parsed ends in an error, never in SIGBUS.
 """
 from __future__ import annotations
 
 import math
-import mmap
 import os
 import struct
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import open_regular
 from ..core.io import read_bytes, read_flat_file
+from ..core.limits import limits
 from ..errors import CheckpointError, CorruptCheckpointError
 from .registry import Format, Probe, register
 
@@ -61,10 +65,14 @@ def accept(probe: Probe) -> bool:
 
 
 class _Cursor:
-    """Reads the header from a memory map; every read is checked against the bytes left."""
+    """Reads the header through a window of the file (positioned reads, WINDOW bytes at a time); every
+    read is checked against the bytes left."""
 
-    def __init__(self, path: str, buf: mmap.mmap | bytes, size: int):
-        self.path, self.buf, self.size, self.pos = path, buf, size, 0
+    WINDOW = 1 << 20
+
+    def __init__(self, path: str, f: IO[bytes], size: int):
+        self.path, self.fd, self.size, self.pos = path, f.fileno(), size, 0
+        self.buf, self.base = b"", 0        # file bytes [base, base + len(buf))
 
     def bad(self, msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(self.path, msg)
@@ -77,10 +85,22 @@ class _Cursor:
         if n > self.left:
             raise self.bad(f"{what} needs {n} bytes at offset {self.pos}, but the file has {self.left} left")
 
+    def window(self, n: int) -> int:
+        """Make file bytes [pos, pos + n) available in self.buf; returns pos's index in it."""
+        at = self.pos - self.base
+        if at < 0 or at + n > len(self.buf):
+            self.buf = os.pread(self.fd, max(n, self.WINDOW), self.pos) if n else b""
+            self.base, at = self.pos, 0
+            if len(self.buf) < n:
+                raise self.bad(f"file ends at offset {self.pos + len(self.buf)}, before the {self.size}-byte size it had "
+                               "when opened (truncated while being read?)")
+        return at
+
     def unpack(self, fmt: str, what: str) -> tuple[Any, ...]:
         n = struct.calcsize("<" + fmt)
         self.need(n, what)
-        out = struct.unpack_from("<" + fmt, self.buf, self.pos)
+        at = self.window(n)   # (before reading self.buf: window() may replace it)
+        out = struct.unpack_from("<" + fmt, self.buf, at)
         self.pos += n
         return out
 
@@ -90,34 +110,48 @@ class _Cursor:
     def u64(self, what: str) -> int:
         return int(self.unpack("Q", what)[0])
 
-    def raw_string(self, what: str) -> bytes:
+    def raw_string(self, what: str, cap: int | None = None) -> bytes:
         n = self.u64(f"length of {what}")
         self.need(n, f"{what} (a string of {n} bytes)")
-        data = bytes(self.buf[self.pos:self.pos + n])
+        if cap is not None and n > cap:
+            raise self.bad(f"{what} is a string of {n:,} bytes at offset {self.pos}, longer than the {cap:,} ckptstat "
+                           "reads (--limit gguf_name_bytes)")
+        at = self.window(n)
+        data = bytes(self.buf[at:at + n])
         self.pos += n
         return data
 
     def name(self, what: str) -> str:
-        raw = self.raw_string(what)
+        raw = self.raw_string(what, limits().gguf_name_bytes)
         try:
             return raw.decode("utf-8")
         except UnicodeDecodeError:
             raise self.bad(f"{what} at offset {self.pos - len(raw)} is not valid UTF-8") from None
 
+    def skip(self, n: int, what: str) -> None:
+        self.need(n, what)
+        self.pos += n
+
     def skip_strings(self, count: int, what: str) -> None:
-        """Step over `count` strings (a tokenizer's vocabulary: 10^5 of them), checking each length."""
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
-        for i in range(count):
-            if pos + 8 > size:
-                self.pos = pos
-                self.need(8, f"length of {what} item {i}")
-            (n,) = unpack(buf, pos)
-            pos += 8
-            if n > size - pos:
-                self.pos = pos
-                self.need(n, f"{what} item {i} (a string of {n} bytes)")
-            pos += n
-        self.pos = pos
+        """Step over `count` strings (a tokenizer's vocabulary: 10^5 of them), checking each length;
+        the strings of one window are stepped over without a call per string."""
+        unpack = _U64.unpack_from
+        i = 0
+        while i < count:
+            self.need(8, f"length of {what} item {i}")
+            at = self.window(8)
+            buf, base, pos = self.buf, self.base, self.pos
+            while True:
+                (n,) = unpack(buf, at)
+                if n > self.size - (pos + 8):
+                    self.pos = pos + 8
+                    self.need(n, f"{what} item {i} (a string of {n} bytes)")
+                pos += 8 + n
+                i += 1
+                at = pos - base
+                if i >= count or at + 8 > len(buf):
+                    break
+            self.pos = pos
 
 
 def _f32_text(x: float) -> str:
@@ -144,7 +178,15 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
     if code not in VALUE_TYPES:
         raise cur.bad(f"key {key!r}: unknown value type {code}")
     if code == STRING:
-        return cur.raw_string(f"value of {key!r}").decode("utf-8", "backslashreplace"), None
+        n = cur.u64(f"length of value of {key!r}")
+        cur.need(n, f"value of {key!r} (a string of {n} bytes)")
+        if n > limits().gguf_string_bytes:   # kept as metadata text: a long one (a chat template) is summarised
+            cur.skip(n, f"value of {key!r}")
+            return f"<string of {n:,} bytes>", None
+        at = cur.window(n)
+        data = bytes(cur.buf[at:at + n])
+        cur.pos += n
+        return data.decode("utf-8", "backslashreplace"), None
     fmt = VALUE_TYPES[code][1]
     if fmt is not None:   # a fixed-size scalar
         (value,) = cur.unpack(fmt, f"value of {key!r}")
@@ -165,7 +207,7 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
         items = cur.unpack(f"{count}{fmt}", f"array {key!r}")
         return "[" + ", ".join(_scalar_text(elem, v) for v in items) + "]", None
     else:
-        cur.pos += count * _MIN_SIZE[elem]
+        cur.skip(count * _MIN_SIZE[elem], f"array {key!r}")
     return f"<array of {count} {type_name}>", None
 
 
@@ -173,13 +215,14 @@ def open_gguf(path: str) -> Checkpoint:
     size = os.path.getsize(path)
     if size < 24:
         raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a GGUF header (24)")
-    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        return _parse(path, mm, size)
+    with open_regular(path) as f:
+        return _parse(path, f, size)
 
 
-def _parse(path: str, mm: mmap.mmap, size: int) -> Checkpoint:
-    cur = _Cursor(path, mm, size)
-    magic = bytes(mm[:4])
+def _parse(path: str, f: IO[bytes], size: int) -> Checkpoint:
+    cur = _Cursor(path, f, size)
+    at = cur.window(4)
+    magic = bytes(cur.buf[at:at + 4])
     if magic != MAGIC:
         raise cur.bad(f"not a GGUF file (magic {magic!r})")
     cur.pos = 4
@@ -191,7 +234,14 @@ def _parse(path: str, mm: mmap.mmap, size: int) -> Checkpoint:
         raise cur.bad(f"GGUF version {version} is not supported (ckptstat reads versions 2 and 3)")
     tensor_count = cur.u64("tensor count")
     kv_count = cur.u64("key-value count")
-    # Both counts bound loops and dicts: check them against what the file could hold first.
+    # Both counts bound loops and dicts: check them against what the file could hold, and the limits.
+    lim = limits()
+    if kv_count > lim.gguf_keys:
+        raise cur.bad(f"kv_count {kv_count:,} is more than the {lim.gguf_keys:,} metadata keys ckptstat reads "
+                      "(--limit gguf_keys)")
+    if tensor_count > lim.gguf_tensors:
+        raise cur.bad(f"tensor_count {tensor_count:,} is more than the {lim.gguf_tensors:,} tensors ckptstat reads "
+                      "(--limit gguf_tensors)")
     if kv_count > cur.left // _MIN_KV:
         raise cur.bad(f"kv_count {kv_count} cannot fit in the {size}-byte file (a key-value takes at least {_MIN_KV} bytes)")
     if tensor_count > (cur.left - kv_count * _MIN_KV) // _MIN_TENSOR_INFO:

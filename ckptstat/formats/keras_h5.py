@@ -27,7 +27,9 @@ if TYPE_CHECKING:  # numpy loads only when values are read
     from numpy.typing import NDArray
 
 from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import external_allowed, refuse_external, regular
 from ..core.io import read_flat_file
+from ..core.limits import limits
 from ..errors import CorruptCheckpointError, MissingDependencyError, reading
 from .keras_names import dense_layout
 from .registry import Format, Probe, register
@@ -56,18 +58,78 @@ def _strings(values: Any) -> list[str]:
     return [v.decode("utf-8") if isinstance(v, bytes) else str(v) for v in arr.tolist()]
 
 
+def attribute(obj: Any, name: str) -> list[str]:
+    """A string (list) attribute, its size checked before it is read (limits().h5_attribute_items)."""
+    shape = obj.attrs.get_id(name).shape or ()
+    if math.prod(shape) > limits().h5_attribute_items:
+        raise CorruptCheckpointError(obj.file.filename, f"attribute {name!r} of {obj.name!r} holds {math.prod(shape):,} "
+                                                        f"items, more than the {limits().h5_attribute_items:,} ckptstat reads")
+    return _strings(obj.attrs[name])
+
+
 def load_attribute(group: Any, name: str) -> list[str] | None:
     """A list attribute, joined back from `name0`, `name1`, ... when Keras had to split it."""
     if name in group.attrs:
-        return _strings(group.attrs[name])
+        return attribute(group, name)
     if f"{name}0" not in group.attrs:
         return None
     out: list[str] = []
     i = 0
     while f"{name}{i}" in group.attrs:
-        out += _strings(group.attrs[f"{name}{i}"])
+        if i >= limits().h5_attribute_parts or len(out) > limits().h5_attribute_items:
+            raise CorruptCheckpointError(group.file.filename, f"attribute {name!r} of {group.name!r} is split into "
+                                                              f"more parts or items than ckptstat reads")
+        out += attribute(group, f"{name}{i}")
         i += 1
     return out
+
+
+MAX_SOFT_LINKS = 16   # soft links followed in a row (a cycle of them ends here)
+
+
+def member(group: Any, name: str, path: str, depth: int = 0) -> Any:
+    """group[name], looking at every link on the way before following it: an external link (into
+    another file) is refused unless --allow-external; soft links are resolved here, so that one
+    pointing through an external link is caught too. Keras names are paths (`dense/kernel:0`)."""
+    h5py = _h5py()
+    obj = group.file if name.startswith("/") else group
+    for part in (p for p in name.split("/") if p and p != "."):
+        link = obj.get(part, getlink=True)
+        if link is None:
+            raise CorruptCheckpointError(path, f"{obj.name.rstrip('/')}/{part[:80]!r} does not exist")
+        if isinstance(link, h5py.ExternalLink):
+            if not external_allowed():
+                raise refuse_external(path, f"HDF5 external link {obj.name.rstrip('/')}/{part!r} -> "
+                                            f"{link.filename!r}:{link.path!r}")
+            obj = obj[part]
+        elif isinstance(link, h5py.SoftLink):
+            if depth >= MAX_SOFT_LINKS:
+                raise CorruptCheckpointError(path, f"soft links nest more than {MAX_SOFT_LINKS} deep at {part[:80]!r}")
+            obj = member(obj, link.path, path, depth + 1)
+        else:
+            obj = obj[part]
+    return obj
+
+
+def _check_storage(dset: Any, path: str) -> bool:
+    """Whether the dataset's values live outside the file (external raw storage, a virtual dataset,
+    a dataset reached through an external link): refused unless --allow-external, else True."""
+    h5py = _h5py()
+    external = dset.external
+    virtual = bool(dset.is_virtual)
+    elsewhere = os.path.realpath(dset.file.filename) != os.path.realpath(path)
+    if not (external or virtual or elsewhere):
+        return False
+    if not external_allowed():
+        if external:
+            files = ", ".join(repr(e[0]) for e in external[:3])
+            raise refuse_external(path, f"dataset {dset.name!r} keeps its values in external file(s) {files}")
+        if virtual:
+            srcs = ", ".join(repr(m.file_name) for m in dset.virtual_sources()[:3])
+            raise refuse_external(path, f"dataset {dset.name!r} is a virtual dataset over {srcs}")
+        raise refuse_external(path, f"dataset {dset.name!r} lives in {dset.file.filename!r}")
+    del h5py
+    return True
 
 
 _KINDS = {("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64", ("i", 1): "I8", ("i", 2): "I16", ("i", 4): "I32",
@@ -78,7 +140,7 @@ _KINDS = {("f", 2): "F16", ("f", 4): "F32", ("f", 8): "F64", ("i", 1): "I8", ("i
 def _dtype(dset: Any) -> tuple[str, str]:
     """(canonical dtype, byte order) of a dataset."""
     dt = dset.dtype
-    if "dtype" in dset.attrs and _strings(dset.attrs["dtype"])[0] == "bfloat16" and dt.itemsize == 2:
+    if "dtype" in dset.attrs and attribute(dset, "dtype")[0] == "bfloat16" and dt.itemsize == 2:
         return "BF16", "little"    # Keras 3 stores bf16 as opaque 2-byte values plus this attribute
     if dt.kind in "SUOV":
         if dt.kind == "V" and dt.itemsize == 2 and "bfloat16" in str(dt):
@@ -86,23 +148,29 @@ def _dtype(dset: Any) -> tuple[str, str]:
         return "STR", "little"
     key = (dt.kind, dt.itemsize)
     if key not in _KINDS:
-        raise CorruptCheckpointError(dset.file.filename, f"dataset {dset.name}: unsupported dtype {dt}")
+        raise CorruptCheckpointError(dset.file.filename, f"dataset {dset.name!r}: unsupported dtype {str(dt)[:80]!r}")
     return _KINDS[key], "big" if dt.byteorder == ">" else "little"
 
 
-def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
+def _info(name: str, dset: Any, path: str, size: int, h5_path: str | None = None) -> TensorInfo:
+    outside = _check_storage(dset, path)
     dtype, order = _dtype(dset)
     shape = tuple(int(d) for d in dset.shape)
     numel = math.prod(shape)
+    # Allocated bytes: a dataset of unallocated chunks (read as its fill value) stores almost nothing,
+    # whatever its shape; Checkpoint refuses to read far more values than are stored.
     nbytes = dset.id.get_storage_size()
     offset = None
-    extra: dict[str, object] = {"h5_path": dset.name}
-    contiguous = dset.chunks is None and not dset.compression and dtype != "STR"
-    if contiguous and numel:
+    extra: dict[str, object] = {"h5_path": h5_path or dset.name}
+    contiguous = dset.chunks is None and not dset.compression and dtype != "STR" and not outside
+    if outside:
+        nbytes = dset.dtype.itemsize * numel   # stored elsewhere (allowed): read through h5py
+        extra["external"] = True
+    elif contiguous and numel and dset.id.get_offset() is not None:
         offset = dset.id.get_offset()
         nbytes = dset.dtype.itemsize * numel
         if offset is not None and offset + nbytes > size:
-            raise CorruptCheckpointError(path, f"dataset {dset.name}: bytes [{offset}, {offset + nbytes}) run past "
+            raise CorruptCheckpointError(path, f"dataset {dset.name!r}: bytes [{offset}, {offset + nbytes}) run past "
                                                f"the end of the {size}-byte file")
     elif dset.chunks is not None:
         extra["chunks"] = list(dset.chunks)
@@ -112,26 +180,26 @@ def _info(name: str, dset: Any, path: str, size: int) -> TensorInfo:
     if layout:
         extra["layout"] = layout
     if "name" in dset.parent.attrs and name.startswith(("layers/", "optimizer/")):
-        extra["keras_name"] = _strings(dset.parent.attrs["name"])[0]
+        extra["keras_name"] = attribute(dset.parent, "name")[0]
     return TensorInfo(name, dtype, shape, path, offset, int(nbytes), order, storage=dset.name, extra=extra)
 
 
-def _keras2(root: Any, layer_names: list[str]) -> list[tuple[str, Any]]:
+def _keras2(root: Any, layer_names: list[str], path: str) -> list[tuple[str, Any, str]]:
     out = []
     for layer in layer_names:
-        group = root[layer]
+        group = member(root, layer, path)
         for wn in load_attribute(group, "weight_names") or []:
-            out.append((wn, group[wn]))
+            out.append((wn, member(group, wn, path), f"{root.name.rstrip('/')}/{layer}/{wn}"))
     return out
 
 
-def _walk(group: Any) -> list[tuple[str, Any]]:
-    out: list[tuple[str, Any]] = []
+def _walk(group: Any) -> list[tuple[str, Any, str]]:
+    out: list[tuple[str, Any, str]] = []
     h5py = _h5py()
 
-    def visit(name: str, obj: Any) -> None:
+    def visit(name: str, obj: Any) -> None:   # visititems follows hard links only (never soft or external)
         if isinstance(obj, h5py.Dataset):
-            out.append((name, obj))
+            out.append((name, obj, obj.name))
 
     group.visititems(visit)
     return out
@@ -148,30 +216,34 @@ def _open_h5(path: str) -> Checkpoint:
     h5py = _h5py()
     size = os.path.getsize(path)
     try:
+        # HDF5 opens links and external files relative to the file's folder (the default); nothing is
+        # followed before member() and _check_storage have looked at it.
         f = h5py.File(path, "r")
     except OSError as e:
         raise CorruptCheckpointError(path, f"not a readable HDF5 file ({e})") from None
     with f:
         layout = "hdf5"
-        weights_root = f["model_weights"] if "model_weights" in f and isinstance(f["model_weights"], h5py.Group) else f
+        mw = member(f, "model_weights", path) if "model_weights" in f else None
+        weights_root = mw if isinstance(mw, h5py.Group) else f
         names = load_attribute(weights_root, "layer_names")
         if names is not None:
             layout = "keras2-full" if weights_root is not f else "keras2"
-            entries = _keras2(weights_root, names)
-            opt = f.get("optimizer_weights")
+            entries = _keras2(weights_root, names, path)
+            opt = member(f, "optimizer_weights", path) if "optimizer_weights" in f else None
             if layout == "keras2-full" and isinstance(opt, h5py.Group):
-                entries += [(f"optimizer_weights/{wn}", opt[wn]) for wn in load_attribute(opt, "weight_names") or []]
+                entries += [(f"optimizer_weights/{wn}", member(opt, wn, path), f"/optimizer_weights/{wn}")
+                            for wn in load_attribute(opt, "weight_names") or []]
         else:
             layout = "keras3" if "layers" in f or "vars" in f else "hdf5"
             entries = _walk(f)
         tensors: dict[str, TensorInfo] = {}
-        for name, dset in entries:
+        for name, dset, h5_path in entries:
             if not isinstance(dset, h5py.Dataset):
                 raise CorruptCheckpointError(path, f"weight {name!r} names a group, not a dataset")
             if name in tensors:   # the same weight name under two layers: keep both, qualified
                 name = dset.name.lstrip("/")
-            tensors[name] = _info(name, dset, path, size)
-        metadata = {f"h5.{k}": _strings(f.attrs[k])[0] for k in ("backend", "keras_version") if k in f.attrs}
+            tensors[name] = _info(name, dset, path, size, h5_path)
+        metadata = {f"h5.{k}": attribute(f, k)[0] for k in ("backend", "keras_version") if k in f.attrs}
         metadata["h5.layout"] = layout
     ckpt = Checkpoint(path=path, format="keras-h5", tensors=tensors, files=(path,), metadata=metadata)
     if any(t.offset is None for t in tensors.values()):
@@ -211,10 +283,11 @@ def read_h5(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
     import numpy as np
 
     h5py = _h5py()
+    regular(info.file)   # h5py opens it itself: a file swapped for a FIFO must not block it
     with h5py.File(info.file, "r") as f:
         dset = f[str(info.extra["h5_path"])]
         if tuple(dset.shape) != info.shape:
-            raise CorruptCheckpointError(info.file, f"dataset {dset.name} changed shape since it was opened")
+            raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")
         if not info.shape:
             values = np.asarray(dset[()]).reshape(-1)
         else:

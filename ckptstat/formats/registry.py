@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core import Checkpoint
+from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped
+from ..core.limits import limits
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 
 HEAD_BYTES = 4096
@@ -26,8 +28,8 @@ class Probe:
 
     @classmethod
     def of(cls, path: str) -> Probe:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_regular(path) as f:   # a FIFO or a device is refused, never blocked on
+            size = os.fstat(f.fileno()).st_size
             head = f.read(HEAD_BYTES)
             f.seek(max(0, size - 8))
             tail = f.read(8)
@@ -46,7 +48,8 @@ class Format:
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
-_MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf"]
+_MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
+            "onnx_model", "numpy_npy", "keras_zip", "saved_model"]
 _loaded = False
 
 
@@ -87,6 +90,8 @@ FOLDER_CANDIDATES = [
     "tf_model.h5",
     "model.weights.h5",
     "checkpoint",          # TF bundle: a text file naming the latest prefix
+    "saved_model.pb",      # a TF SavedModel: its variables/ bundle (formats/saved_model.py)
+    "model.onnx",          # an Optimum / transformers.js ONNX export
 ]
 
 
@@ -95,7 +100,8 @@ def resolve_folder(folder: str) -> str:
         p = os.path.join(folder, name)
         if os.path.isfile(p):
             return p
-    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf"):
+    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf",
+                   ".onnx", ".keras", ".npz"):
         found = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
         if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
             raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"
@@ -105,10 +111,22 @@ def resolve_folder(folder: str) -> str:
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
 
 
+def read_json(path: str, cap: int, what: str) -> Any:
+    """A JSON file of at most `cap` bytes (a regular file: never a FIFO or /dev/zero)."""
+    with open_regular(path, what) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > cap:
+            raise CheckpointError(path, f"{what} is {size:,} bytes, more than the {cap:,} ckptstat reads "
+                                        "(--limit to raise it)")
+        data = f.read(size + 1)   # (read(n) allocates n bytes first: never more than the file has)
+    if len(data) > cap:
+        raise CheckpointError(path, f"{what} grew past {cap:,} bytes while it was read")
+    return json.loads(data.decode("utf-8"))
+
+
 def _open_index(path: str) -> Checkpoint:
     """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}`."""
-    with open(path, "rb") as f:
-        index = json.loads(f.read().decode("utf-8"))
+    index = read_json(path, limits().index_bytes, "index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise CorruptCheckpointError(path, "index has no weight_map of tensor name -> shard file")
@@ -121,8 +139,10 @@ def _open_index(path: str) -> Checkpoint:
     merged: Checkpoint | None = None
     for shard, names in shards.items():
         shard_path = os.path.join(folder, shard)
-        if not os.path.isfile(shard_path):
+        if not os.path.lexists(shard_path):
             raise FileNotFound(shard_path, f"shard listed in {os.path.basename(path)} is missing")
+        check_inside(shard_path, "shard", path)
+        regular(shard_path, "shard")
         part = _open_file(shard_path)
         missing = [n for n in names if n not in part.tensors]
         if missing:
@@ -159,8 +179,9 @@ def find_config(weights_path: str) -> str | None:
 
 
 def load_config(path: str) -> dict[str, Any]:
-    with reading(path, "cannot read config"), open(path, "rb") as f:
-        cfg = json.loads(f.read().decode("utf-8"))
+    """A config.json: a regular file (`--config /dev/zero` is refused) of at most limits().config_bytes."""
+    with reading(path, "cannot read config"):
+        cfg = read_json(path, limits().config_bytes, "config")
     if not isinstance(cfg, dict):
         raise CheckpointError(path, "config is not a JSON object")
     return cfg
@@ -177,31 +198,48 @@ def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
 
 
 def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None,
-                    verify: bool = False) -> Checkpoint:
+                    verify: bool = False, allow_external: bool | None = None) -> Checkpoint:
     """Open a checkpoint from its headers: a file, a `*.index.json`, a model folder, or a TF prefix
     (`model.ckpt-10`, which is not a file: `model.ckpt-10.index` is). verify=True also checks the
-    checksums the format stores (TF bundles: crc32c of every tensor)."""
+    checksums the format stores (TF bundles: crc32c of every tensor).
+
+    Only the files named and, for a folder, index or prefix, files inside that folder are read; a
+    reference outside (HDF5 external links and storage, a TF pointer elsewhere, a symlink out of the
+    folder) raises ExternalReferenceError unless allow_external (None: the process default, which the
+    CLI's --allow-external sets). See docs/security.md."""
     path = os.fspath(path)
     if not os.path.exists(path) and os.path.isfile(path + ".index"):
         path = path + ".index"   # a TF checkpoint prefix
-    if not os.path.exists(path):
+    if not os.path.lexists(path):
         raise FileNotFound(path, "no such file or folder")
-    target = resolve_folder(path) if os.path.isdir(path) else path
-    _load_all()
-    # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
-    # as one line naming the file (errors.reading).
-    with reading(target):
-        if target.endswith(".index.json"):
-            ckpt = _open_index(target)
-        else:
-            opener = _FILE_HOOKS.get(os.path.basename(target))
-            ckpt = opener(target) if opener else _open_file(target)
-        if verify:
-            ckpt.notes += verify_checkpoint(ckpt)
-    cfg_path = os.fspath(config) if config is not None else find_config(path)
-    if cfg_path is not None:
-        ckpt.config = load_config(cfg_path)
-        ckpt.config_path = cfg_path
+    if not os.path.exists(path):
+        raise FileNotFound(path, "is a symlink to a missing file")
+    allow = allow_external_default() if allow_external is None else allow_external
+    scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
+    with scoped(scope):
+        target = resolve_folder(path) if os.path.isdir(path) else path
+        if target != path:
+            check_inside(target, "weights file", path)
+        regular(target)
+        _load_all()
+        # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
+        # as one line naming the file (errors.reading).
+        with reading(target):
+            if target.endswith(".index.json"):
+                ckpt = _open_index(target)
+            else:
+                opener = _FILE_HOOKS.get(os.path.basename(target))
+                ckpt = opener(target) if opener else _open_file(target)
+            if verify:
+                ckpt.notes += verify_checkpoint(ckpt)
+        for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
+            check_inside(f, "file", target)
+        cfg_path = os.fspath(config) if config is not None else find_config(path)
+        if cfg_path is not None:
+            if config is None:
+                check_inside(cfg_path, "config", path)
+            ckpt.config = load_config(cfg_path)
+            ckpt.config_path = cfg_path
     return ckpt
 
 

@@ -7,15 +7,15 @@ last byte of the buffer the last byte of the file.
 from __future__ import annotations
 
 import json
-import math
 import os
 import struct
 
 from ..core import Checkpoint, TensorInfo, dtypes
-from ..errors import CorruptCheckpointError
+from ..errors import CorruptCheckpointError, quoted
 from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
+U64_MAX = 2**64 - 1        # the reference parses dims and offsets as usize
 # The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
 SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
 
@@ -80,17 +80,21 @@ def open_safetensors(path: str) -> Checkpoint:
             raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
         dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
         if dtype not in SAFETENSORS_DTYPES:
-            raise bad(f"tensor {name!r}: unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(_int(d) and d >= 0 for d in shape):
-            raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {shape!r}")
+            raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
+        if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
+            raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
         if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
-            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {offs!r}")
-        numel = math.prod(shape)  # Python ints: no wraparound
+            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {quoted(offs)}")
+        numel = 1
+        for d in shape:   # the reference's checked_mul over usize: a product past 2^64 is an error
+            numel *= d
+            if numel > U64_MAX:
+                raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
         bits = dtypes.get(dtype).bits
         if (numel * bits) % 8:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
         if offs[1] - offs[0] != numel * bits // 8:
-            raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{shape} "
+            raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{quoted(shape)} "
                       f"needs {numel * bits // 8}")
         entries.append((offs[0], offs[1], name, dtype, tuple(shape)))
 

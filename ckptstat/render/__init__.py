@@ -87,7 +87,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         for n in r["non_parameters"]:
             t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
         console.print(fit_names(t, console, column=4))
-    if r["unplaced"]:
+    if a["family"] == "unknown" and r.get("modules"):
+        _render_modules(r["modules"], console)
+    elif r["unplaced"]:
         console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
         for name in r["unplaced"]:
             console.print(name_line("  ", name))
@@ -113,11 +115,38 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
-_ROLE_TAG = {"buffer": "buf", "optimizer": "opt", "counter": "ctr"}
+MODULE_LINES = 80   # the module tree of an unknown model, printed up to this many lines
+
+
+def _render_modules(nodes: list[dict], console: Console) -> None:
+    """The summary's module tree (unknown architecture): a total per node; a numbered block `x N` shows
+    its total over all N, and its children one block's figures."""
+    t = _table("Parameters by module (no architecture known; numbered blocks collapsed)", "module", "params", "bytes",
+               "tensors")
+    rows: list[tuple[int, dict]] = []
+
+    def walk(ns: list[dict], depth: int) -> None:
+        for n in ns:
+            rows.append((depth, n))
+            walk(n["children"], depth + 1)
+
+    walk(nodes, 0)
+    for depth, n in rows[:MODULE_LINES]:
+        label = Text("  " * depth).append_text(safe(n["name"]))
+        if n["repeat"] > 1:
+            label.append(f" x{n['repeat']}", style="bold")
+        t.add_row(Name(label), f"{n['params']:,}", human_bytes(n["bytes"]), str(n["tensors"]))
+    console.print(fit_names(t, console))
+    if len(rows) > MODULE_LINES:
+        console.print(Text(f"... {len(rows) - MODULE_LINES} more module(s): --json has the whole tree", style="dim"))
+
+
+_ROLE_TAG = {"buffer": "buf", "non-trainable": "ntr", "metric": "met", "optimizer": "opt", "counter": "ctr"}
 
 
 def render_tensors(r: dict, console: Console) -> None:
-    t = _table(f"{len(r['tensors'])} tensors (buf = buffer, opt = optimizer state, ctr = counter)",
+    t = _table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
+               "ctr = counter)",
                "name", "bucket", "dtype", "shape", "numel", "bytes")
     for c in t.columns[1:]:
         c.no_wrap = True  # numbers never fold; names give way, elided in the middle
@@ -278,14 +307,16 @@ def render_run(r: dict, console: Console) -> None:
 def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
     """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
     p = r["parameters"]
-    console.print(_arch_line(r))
+    needs = r.get("needs_architecture")
+    console.print(Text("model        unknown architecture") if needs else _arch_line(r))
     head = Text(f"parameters   {p['count']:,} ({p['source']})")
     if p["active"] is not None:
         head.append(f"; active {p['active']:,}")
     console.print(head)
-    console.print(seq_line(r["seq"], seq_default))
-    console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
-                       + f"; activations at {r['activation_bytes']} B/element"))
+    if not needs:
+        console.print(seq_line(r["seq"], seq_default))
+        console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
+                           + f"; activations at {r['activation_bytes']} B/element"))
     t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
     t.columns[0].min_width = 18
     t.columns[1].no_wrap, t.columns[1].min_width = True, 9
@@ -297,6 +328,9 @@ def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
             t.add_row(Name(Text(group, style="bold")), "", "")
         t.add_row(Name(Text("  ").append_text(safe(line["item"]))), human_bytes(line["bytes"]), Text(line["rule"], style="dim"))
     console.print(t)
+    if needs:
+        console.print(Text("needs an architecture (not shown): " + "; ".join(needs["lines"])), style="yellow")
+        console.print(Text("why: ").append_text(safe(needs["reason"])), style="yellow")
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
@@ -311,23 +345,3 @@ def render_scan(r: dict, console: Console) -> None:
     console.print(fit_names(t, console))
     console.print(safe(r["verdict"]), style="bold red" if r["would_run_code"] else "green")
 
-
-def render_diff(r: dict, console: Console) -> None:
-    console.print(name_line("A  ", r["a"], f"  {r['a_params']:,} unique parameters"))
-    console.print(name_line("B  ", r["b"], f"  {r['b_params']:,} unique parameters"))
-    if not r["rows"]:
-        console.print(Text(f"no differences ({r['compared']})"))
-        return
-    t = _table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
-    for c in t.columns[1:]:
-        c.no_wrap = True
-    for row in r["rows"]:
-        lines = [Name(row["module"])]
-        for tie in row["tied"]:   # "alias = target": each name elided on its own line
-            alias, _, target = tie.partition(" = ")
-            lines.append(Name(Text("  tied ", style="dim").append_text(safe(alias))))
-            lines.append(Name(Text("    = ", style="dim").append_text(safe(target))))
-        name = Group(*lines)
-        t.add_row(name, "-" if row["a"] is None else f"{row['a']:,}", "-" if row["b"] is None else f"{row['b']:,}",
-                  f"{row['delta']:+,}")
-    console.print(fit_names(t, console))

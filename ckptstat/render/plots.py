@@ -13,6 +13,7 @@ import os
 import numpy as np
 
 from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
+from ..core.files import atomic_output, check_output
 from ..errors import CkptstatError, MissingDependencyError, UsageError
 
 PLOT_SCHEMA = "ckptstat.plot/1"
@@ -155,7 +156,11 @@ def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = 
         _draw_boxes(ax, boxes, f"per bucket ({BOX_NOTE})", rotate=False)
         panels.append("boxplot:buckets")
 
-    fig.savefig(output, format=fmt, dpi=dpi)
+    # never over an input; written to a temporary file beside the target, then renamed over it (a
+    # symlink there is replaced, not written through; a failed save leaves nothing)
+    check_output(output, [r.get("path"), r.get("config")])
+    with atomic_output(output) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
     return {"schema": PLOT_SCHEMA, "output": output, "format": fmt, "width_in": w, "height_in": h, "dpi": dpi,
             "width_px": round(w * dpi), "height_px": round(h * dpi), "panels": panels,
             "log_count": log_count, "clip_percent": clip}

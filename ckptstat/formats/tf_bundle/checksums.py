@@ -5,6 +5,7 @@ from __future__ import annotations
 import struct
 
 from ...core import Checkpoint, TensorInfo
+from ...core.files import open_regular
 from ...core.io import read_bytes
 from ...errors import CorruptCheckpointError
 from .partitions import parts_of
@@ -18,7 +19,7 @@ def _stream_crc(file: str, name: str, offset: int, size: int, crc: int) -> int:
     """crc32c extended over bytes [offset, offset + size) of `file`, read in VERIFY_CHUNK pieces."""
     from .. import crc32c
 
-    with open(file, "rb") as f:
+    with open_regular(file) as f:
         f.seek(offset)
         left = size
         while left:

@@ -2,8 +2,10 @@
 a scalar string tensor under `_CHECKPOINTABLE_OBJECT_GRAPH` holding a serialized TrackableObjectGraph."""
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterator
 
+from ...core.limits import limits
 from .wire import Bad, fields, message, number, varint
 
 OBJECT_GRAPH_KEY = "_CHECKPOINTABLE_OBJECT_GRAPH"
@@ -42,17 +44,32 @@ def object_graph(raw: bytes) -> list[Node]:
 def model_paths(nodes: list[Node]) -> Iterator[tuple[str, str]]:
     """(checkpoint key, model path) for each variable keyed under `optimizer/` that is also reachable
     from the root without passing the optimizer. Keras 3 under tf.train.Checkpoint keys the model's
-    variables by their first path in the graph, which runs through `optimizer/_trainable_variables/N`."""
-    path: dict[int, list[str]] = {0: []} if nodes else {}
-    queue = list(path)
+    variables by their first path in the graph, which runs through `optimizer/_trainable_variables/N`.
+
+    Each node keeps its parent and depth, not its path (a chain of n nodes would cost n^2), and a
+    path is spelled out only for a node that holds such a key and lies at most limits().tf_graph_depth
+    deep (deeper ones keep TF's key)."""
+    parent: dict[int, tuple[int, str, int]] = {0: (-1, "", 0)} if nodes else {}
+    queue = deque(parent)
     while queue:                               # breadth first, as TF assigns keys
-        node = queue.pop(0)
+        node = queue.popleft()
+        depth = parent[node][2]
         for child, local in nodes[node][0]:
-            if child in path or not 0 <= child < len(nodes) or (node == 0 and local == "optimizer"):
+            if child in parent or not 0 <= child < len(nodes) or (node == 0 and local == "optimizer"):
                 continue
-            path[child] = path[node] + [local]
+            parent[child] = (node, local, depth + 1)
             queue.append(child)
+    max_depth = limits().tf_graph_depth
     for node, (_, keys) in enumerate(nodes):
-        for key in keys:
-            if node in path and key.startswith("optimizer/") and key.endswith(VALUE_SUFFIX):
-                yield key, "/".join(path[node]) + VALUE_SUFFIX
+        if node not in parent or parent[node][2] > max_depth:
+            continue
+        wanted = [k for k in keys if k.startswith("optimizer/") and k.endswith(VALUE_SUFFIX)]
+        if not wanted:
+            continue
+        parts, at = [], node
+        while at > 0:
+            at, local, _ = parent[at]
+            parts.append(local)
+        path = "/".join(reversed(parts)) + VALUE_SUFFIX
+        for key in wanted:
+            yield key, path

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...core import TensorInfo, dtypes
+from ...core.files import open_regular
 from ...core.io import RawFile, contiguous_strides, gather, rectangles, void_dtype
 from .records import Entry, Extent
 from .wire import Bad
@@ -71,7 +72,37 @@ def find_slices(name: str, e: Entry, entries: Mapping[bytes, Entry]) -> list[tup
     covered = sum(math.prod(n for _, n in full) for _, full in parts)
     if covered != math.prod(e.shape):
         raise Bad(f"tensor {name!r}: its slices hold {covered} elements, its shape {math.prod(e.shape)}")
+    _check_disjoint(name, [full for _, full in parts])
     return parts
+
+
+MAX_OVERLAP_TESTS = 1 << 22   # box pairs compared when checking a variable's slices do not overlap
+
+
+def _check_disjoint(name: str, boxes: list[Extent]) -> None:
+    """Slices that hold as many elements as the variable cover it exactly if and only if no two
+    overlap: a slice listed twice, or two that overlap while a gap is left elsewhere, is refused
+    (TF's reader would fail on it; reading it would leave elements unset). A sweep along dimension 0
+    compares only slices whose first-dimension ranges meet: linear for the usual partitioning."""
+    if len(boxes) < 2 or not boxes[0]:
+        if len(boxes) > 1:
+            raise Bad(f"tensor {name!r}: a scalar split into {len(boxes)} slices")
+        return
+    order = sorted(boxes, key=lambda b: b[0][0])
+    active: list[Extent] = []
+    tests = 0
+    for box in order:
+        start0 = box[0][0]
+        active = [a for a in active if a[0][0] + a[0][1] > start0]
+        for other in active:
+            tests += 1
+            if tests > MAX_OVERLAP_TESTS:
+                raise Bad(f"tensor {name!r}: {len(boxes)} slices too entangled to check (more than "
+                          f"{MAX_OVERLAP_TESTS:,} overlap tests)")
+            if all(s < t + m and t < s + n for (s, n), (t, m) in zip(box, other)):
+                raise Bad(f"tensor {name!r}: slices {[list(x) for x in other]} and {[list(x) for x in box]} overlap "
+                          "(a slice listed twice, or a gap left elsewhere)")
+        active.append(box)
 
 
 def describe(parts: list[tuple[Entry, Extent]], shards: list[str]) -> list[dict[str, object]]:
@@ -149,7 +180,7 @@ def read_partitioned(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
                 shape = tuple(k - j for j, k in zip(a, b))
                 f = files.get(p.file)
                 if f is None:
-                    f = files[p.file] = RawFile(stack.enter_context(open(p.file, "rb", buffering=0)), p.file)
+                    f = files[p.file] = RawFile(stack.enter_context(open_regular(p.file, buffering=0)), p.file)
                 at = p.offset + sum((j - y) * s for j, y, s in zip(a, p.lo, strides)) * isz
                 if shape == size:   # the slice holds the whole rectangle: read it in place
                     gather(f, at, isz, shape, strides, block.view(np.uint8).reshape(-1))

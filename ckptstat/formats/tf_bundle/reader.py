@@ -9,6 +9,7 @@ import re
 from dataclasses import replace
 
 from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.files import check_inside, external_allowed, open_regular, refuse_external, regular
 from ...core.io import read_bytes
 from ...errors import CorruptCheckpointError, FileNotFound
 from ..keras_names import dense_layout
@@ -35,25 +36,44 @@ def data_file(prefix: str, shard: int, num_shards: int) -> str:
     return f"{prefix}.data-{shard:05d}-of-{num_shards:05d}"
 
 
+def _inside(path: str, folder: str) -> bool:
+    real, root = os.path.realpath(path), os.path.realpath(folder)
+    return real.startswith(root.rstrip(os.sep) + os.sep)
+
+
 def latest_prefix(pointer: str) -> str:
-    """The prefix the `checkpoint` text file names (CheckpointState text proto, model_checkpoint_path)."""
-    with open(pointer, "rb") as f:
+    """The prefix the `checkpoint` text file names (CheckpointState text proto, model_checkpoint_path).
+
+    The pointer's folder is the checkpoint: a relative path inside it is taken as written; otherwise
+    (an absolute path, as TF writes them, or `../`) the copy in the folder of the same name is
+    preferred, so that a copied run reads its own weights and not the original run's. A path that
+    still leads outside the folder is refused unless --allow-external."""
+    with open_regular(pointer, "checkpoint state file") as f:
         text = f.read(1 << 20).decode("utf-8", "replace")
     m = re.search(r'^\s*model_checkpoint_path:\s*"((?:[^"\\]|\\.)*)"', text, re.M)
     if not m:
         raise CorruptCheckpointError(pointer, "no model_checkpoint_path in this checkpoint state file")
-    named = m.group(1).encode().decode("unicode_escape")
+    named = m.group(1).encode("utf-8", "backslashreplace").decode("unicode_escape", "replace")
     folder = os.path.dirname(os.path.abspath(pointer))
-    candidates = [named if os.path.isabs(named) else os.path.join(folder, named),
-                  os.path.join(folder, os.path.basename(named))]   # absolute paths from another machine
-    for c in candidates:
-        if os.path.isfile(c + ".index"):
-            return c
-    raise FileNotFound(candidates[0] + ".index", f"named by {pointer} but missing")
+    written = named if os.path.isabs(named) else os.path.join(folder, named)
+    local = os.path.join(folder, os.path.basename(named))
+    if _inside(written + ".index", folder) and os.path.isfile(written + ".index"):
+        return written
+    if os.path.basename(named) and os.path.isfile(local + ".index") and _inside(local + ".index", folder):
+        return local
+    if os.path.isfile(written + ".index"):
+        if not external_allowed():
+            raise refuse_external(pointer, f"model_checkpoint_path {named!r} leads to {os.path.realpath(written)!r}")
+        return written
+    raise FileNotFound(local + ".index", f"named by {os.path.basename(pointer)} (model_checkpoint_path {named!r}) "
+                                         "but missing")
 
 
 def open_pointer(pointer: str) -> Checkpoint:
-    return open_bundle(latest_prefix(pointer) + ".index")
+    index = latest_prefix(pointer) + ".index"
+    check_inside(index, "index", pointer)
+    regular(index, "index")
+    return open_bundle(index)
 
 
 def open_bundle(path: str) -> Checkpoint:
@@ -94,9 +114,10 @@ def _open(path: str, prefix: str) -> Checkpoint:
         if i >= num_shards:
             raise Bad(f"tensor {name!r} is in shard {i} but the header says there are {num_shards}")
         if i not in sizes:
-            if not os.path.isfile(shards[i]):
+            if not os.path.lexists(shards[i]):
                 raise FileNotFound(shards[i], f"data shard of {os.path.basename(path)} is missing")
-            sizes[i] = os.path.getsize(shards[i])
+            check_inside(shards[i], "data shard", path)
+            sizes[i] = regular(shards[i], "data shard").st_size
         return sizes[i]
 
     def check_range(name: str, e: Entry, dtype: str, shape: tuple[int, ...]) -> None:

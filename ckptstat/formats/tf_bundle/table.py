@@ -6,6 +6,7 @@ import os
 import struct
 from collections.abc import Iterator
 
+from ...core.files import open_regular
 from .wire import Bad, varint
 
 MAGIC = 0xDB4775248B80FB57
@@ -63,14 +64,21 @@ def block_entries(block: bytes, what: str) -> Iterator[tuple[bytes, bytes]]:
 
 
 def read_table(path: str, verify: bool = False) -> list[tuple[bytes, bytes]]:
-    """Every (key, value) of a `.index` table, in key order; verify=True also checks each block's crc32c."""
-    size = os.path.getsize(path)
-    if size < FOOTER:
-        raise Bad(f"file is {size} bytes, too short for a table footer ({FOOTER} bytes)")
-    if size > MAX_INDEX_BYTES:
-        raise Bad(f"index file of {size} bytes is larger than any tensor-bundle index ckptstat accepts")
-    with open(path, "rb") as f:
-        data = f.read()
+    """Every (key, value) of a `.index` table, in key order; verify=True also checks each block's crc32c.
+
+    A table is written once, front to back (leveldb table_builder.cc): data blocks follow one another
+    and hold keys in increasing order. A hostile index could list one data block many times, or
+    rebuild long keys from prefix-shared entries of a few bytes each (quadratic in the block): both are
+    refused, so the work and the memory stay proportional to the file's size."""
+    with open_regular(path, "index") as f:
+        size = os.fstat(f.fileno()).st_size
+        if size < FOOTER:
+            raise Bad(f"file is {size} bytes, too short for a table footer ({FOOTER} bytes)")
+        if size > MAX_INDEX_BYTES:
+            raise Bad(f"index file of {size} bytes is larger than any tensor-bundle index ckptstat accepts")
+        data = f.read(size)
+    if len(data) < FOOTER:
+        raise Bad(f"file shrank to {len(data)} bytes while it was read")
     footer = data[-FOOTER:]
     if footer[-8:] != MAGIC_BYTES:
         raise Bad(f"not a tensor-bundle index: bad table magic {footer[-8:].hex()} (expected {MAGIC_BYTES.hex()})")
@@ -78,7 +86,17 @@ def read_table(path: str, verify: bool = False) -> list[tuple[bytes, bytes]]:
     ioff, isize, _ = block_handle(footer, pos, 40)
     index = _block(data, ioff, isize, "index", verify)
     out: list[tuple[bytes, bytes]] = []
+    next_block, key_bytes, max_key_bytes = 0, 0, 8 * len(data) + (1 << 20)
     for _, handle in block_entries(index, "index"):
         boff, bsize, _ = block_handle(handle, 0, len(handle))
-        out.extend(block_entries(_block(data, boff, bsize, "data", verify), "data"))
+        if boff < next_block:
+            raise Bad(f"data block at offset {boff} overlaps or repeats the block before it (which ends at {next_block})")
+        next_block = boff + bsize + 5
+        for key, value in block_entries(_block(data, boff, bsize, "data", verify), "data"):
+            if out and key <= out[-1][0]:
+                raise Bad(f"index entries out of order: key {key[:40]!r} after {out[-1][0][:40]!r}")
+            key_bytes += len(key)
+            if key_bytes > max_key_bytes:
+                raise Bad(f"index keys add up to more than {max_key_bytes:,} bytes in a {len(data):,}-byte file")
+            out.append((key, value))
     return out

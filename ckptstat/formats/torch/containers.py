@@ -189,7 +189,7 @@ def zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
         return CheckedZipFile(f)
 
 
-def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int) -> int:
+def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio: int | None = None) -> int:
     """Where a member's bytes start, from its LOCAL header (its extra field differs from the central
     directory's: torch pads it to align data to 64 bytes), checked to lie inside the file."""
     if info.header_offset < 0 or info.header_offset + 30 > size:
@@ -205,10 +205,11 @@ def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int) -> in
                                            f"{start:,}, past the end of the {size:,}-byte file")
     if info.compress_type == zipfile.ZIP_STORED and info.compress_size != info.file_size:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: stored entry with differing sizes")
-    ratio = limits().zip_ratio   # deflate peaks near 1032:1; a bigger claim is a decompression bomb
+    # a decompression bomb: deflate peaks near 1032:1, a pickle compresses far less (limits.py)
+    ratio, name = (limits().zip_ratio, "zip_ratio") if ratio is None else (ratio, "pickle_ratio")
     if info.compress_type != zipfile.ZIP_STORED and info.file_size > ratio * info.compress_size + (1 << 20):
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r} claims {info.file_size:,} bytes from "
-                                           f"{info.compress_size:,} compressed, more than {ratio}:1 (--limit zip_ratio=N)")
+                                           f"{info.compress_size:,} compressed, more than {ratio}:1 (--limit {name}=N)")
     return start
 
 
@@ -245,7 +246,7 @@ def read_zip(path: str) -> Contents:
                 raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
         pkl = tz.locate("data.pkl")
         assert pkl is not None
-        data_offset(path, f, pkl, size)
+        data_offset(path, f, pkl, size, limits().pickle_ratio)
         if pkl.file_size > limits().pickle_bytes:
             raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "
                                                f"{limits().pickle_bytes:,} ckptstat unpickles (--limit pickle_bytes=N)")

@@ -8,6 +8,7 @@ import zipfile
 from typing import IO, TYPE_CHECKING, Any
 
 from ...core import TensorInfo, dtypes
+from ...core.files import open_regular
 from ...core.io import RawFile, extent, read_flat_file, read_view
 from ...core.limits import limits
 from ...errors import CheckpointError, CorruptCheckpointError
@@ -64,7 +65,7 @@ class ZipStreamReader:
         member = self._member
         if member is None or record != self._record or lo < self._pos:
             self._close_member()
-            self._file = open(self.path, "rb")
+            self._file = open_regular(self.path)
             self._zip = zip_open(self.path, self._file)
             member = self._member = self._zip.open(record)
             self._record, self._pos = record, 0

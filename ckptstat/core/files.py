@@ -1,0 +1,216 @@
+"""Which files ckptstat reads, and how it writes its outputs (docs/security.md).
+
+Reading. By default ckptstat reads only the files the user named and, for a folder, an index or a
+TF prefix, files inside that folder. A reference a file makes to anything else (an HDF5 external
+link or external raw storage, a TF `checkpoint` pointer to another folder, a symlink that resolves
+outside the folder) is refused with one line naming it, unless the user passed --allow-external
+(`open_checkpoint(..., allow_external=True)`). `open_checkpoint` sets the `Scope` for the duration
+of the open; readers ask `check_inside` and `external_allowed`.
+
+A FIFO, a device or a folder where a file is expected is refused from its stat, before it is
+opened; `open_regular` opens with O_NONBLOCK and checks again on the open descriptor, so that a
+file swapped for a FIFO in between cannot block the process either.
+
+Writing. An output that is, or resolves to, an input is refused; outputs are written to a temporary
+file in the target folder and renamed over the target, so a pre-existing symlink at the target is
+replaced, never written through, and a failed write leaves nothing behind.
+"""
+from __future__ import annotations
+
+import os
+import stat
+import tempfile
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import IO
+
+from ..errors import CheckpointError, ExternalReferenceError, FileNotFound, UsageError
+
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def kind(mode: int) -> str:
+    for test, name in _KINDS:
+        if test(mode):
+            return name
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def regular(path: str, what: str = "") -> os.stat_result:
+    """stat(path), following links; a CheckpointError for anything but a regular file (never opened)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise FileNotFound(path, f"{what + ': ' if what else ''}no such file") from None
+    except OSError as e:
+        raise CheckpointError(path, f"{what + ': ' if what else ''}{e.strerror or 'cannot stat'}") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise CheckpointError(path, f"{what + ' ' if what else ''}is {kind(st.st_mode)}, not a regular file")
+    return st
+
+
+def open_regular(path: str, what: str = "", buffering: int = -1) -> IO[bytes]:
+    """Open a regular file for reading: checked from its stat first, opened with O_NONBLOCK (a FIFO
+    swapped in meanwhile does not block the open) and checked again on the descriptor."""
+    regular(path, what)
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise CheckpointError(path, f"{what + ' ' if what else ''}is {kind(st.st_mode)}, not a regular file")
+        return os.fdopen(fd, "rb", buffering)   # O_NONBLOCK has no effect on a regular file's reads
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+# ---------------------------------------------------------------------------------------------
+# containment
+
+@dataclass(frozen=True)
+class Scope:
+    """What may be read while one checkpoint is opened: the files the user named and the folders
+    around them (real paths), unless allow_external."""
+
+    named: tuple[str, ...]
+    roots: tuple[str, ...]
+    allow_external: bool = False
+
+    def inside(self, path: str) -> bool:
+        real = os.path.realpath(path)
+        return real in self.named or any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+
+
+_scope: ContextVar[Scope | None] = ContextVar("ckptstat_scope", default=None)
+_allow_default = False
+
+
+def set_allow_external(allow: bool) -> None:
+    """The process default for open_checkpoint's allow_external (the CLI's --allow-external)."""
+    global _allow_default
+    _allow_default = allow
+
+
+def allow_external_default() -> bool:
+    return _allow_default
+
+
+def _hf_cache_blobs(folder: str) -> str | None:
+    """A Hugging Face cache snapshot (`models--org--name/snapshots/<rev>/`) links its files into the
+    repository's `blobs/` folder: that folder belongs to the snapshot."""
+    snapshots = os.path.dirname(folder)
+    blobs = os.path.join(os.path.dirname(snapshots), "blobs")
+    if os.path.basename(snapshots) == "snapshots" and os.path.isdir(blobs):
+        return os.path.realpath(blobs)
+    return None
+
+
+def scope_for(path: str, allow_external: bool, extra: Iterable[str] = ()) -> Scope:
+    """The scope of what the user named: a file (its folder holds its companions: TF data shards,
+    config.json), a folder, an index or a TF prefix; `extra` are other files named (--config)."""
+    path = os.path.abspath(path)
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    roots = [os.path.realpath(folder)]
+    blobs = _hf_cache_blobs(folder)
+    if blobs:
+        roots.append(blobs)
+    named = [os.path.realpath(p) for p in (path, *extra)]
+    return Scope(tuple(named), tuple(roots), allow_external)
+
+
+@contextmanager
+def scoped(scope: Scope) -> Iterator[Scope]:
+    token = _scope.set(scope)
+    try:
+        yield scope
+    finally:
+        _scope.reset(token)
+
+
+def current_scope() -> Scope | None:
+    return _scope.get()
+
+
+def external_allowed() -> bool:
+    """Whether references outside the checkpoint may be followed (default: no)."""
+    s = _scope.get()
+    return s.allow_external if s is not None else _allow_default
+
+
+def refuse_external(path: str, reference: str) -> ExternalReferenceError:
+    """The one-line refusal: `reference` says what points where (escaped names, no raw bytes)."""
+    return ExternalReferenceError(path, f"{reference}, outside the checkpoint; not followed "
+                                        "(pass --allow-external to read it)")
+
+
+def check_inside(path: str, what: str, referrer: str | None = None) -> None:
+    """Refuse `path` (a file about to be read) when it resolves outside the current scope."""
+    s = _scope.get()
+    if s is None or s.allow_external or s.inside(path):
+        return
+    real = os.path.realpath(path)
+    how = "is a symlink to" if os.path.islink(path) or real != os.path.abspath(path) else "is"
+    raise refuse_external(referrer or path, f"{what} {os.path.basename(path)!r} {how} {real!r}")
+
+
+# ---------------------------------------------------------------------------------------------
+# outputs
+
+def check_output(output: str | os.PathLike[str], inputs: Iterable[str | os.PathLike[str] | None]) -> str:
+    """The absolute output path, refused (UsageError, one line) when its folder is missing, when it is
+    a folder, or when it is, or resolves to, one of `inputs`."""
+    out = os.path.abspath(os.fspath(output))
+    parent = os.path.dirname(out)
+    if not os.path.isdir(parent):
+        raise UsageError(f"{os.fspath(output)}: output folder {parent} does not exist")
+    if os.path.isdir(out):
+        raise UsageError(f"{os.fspath(output)}: is a folder; name the file to write")
+    if os.path.lexists(out):
+        real = os.path.realpath(out)
+        for i in inputs:
+            if i is None:
+                continue
+            src = os.fspath(i)
+            same = os.path.realpath(src) == real or out == os.path.abspath(src)
+            if not same and os.path.exists(out) and os.path.exists(src):
+                try:
+                    same = os.path.samefile(out, src)   # a hard link, or a link to an input
+                except OSError:
+                    same = False
+            if same:
+                raise UsageError(f"{os.fspath(output)}: is an input ({src}); refusing to overwrite it")
+    return out
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+@contextmanager
+def atomic_output(output: str | os.PathLike[str]) -> Iterator[str]:
+    """A temporary path in the output's folder to write to; renamed over `output` when the block ends
+    without an exception (replacing a symlink there, never writing through it), removed otherwise."""
+    out = os.path.abspath(os.fspath(output))
+    parent = os.path.dirname(out)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
+    except FileNotFoundError:
+        raise UsageError(f"{os.fspath(output)}: output folder {parent} does not exist") from None
+    except OSError as e:
+        raise UsageError(f"{os.fspath(output)}: cannot write in {parent}: {e.strerror}") from None
+    os.close(fd)
+    try:
+        yield tmp
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise

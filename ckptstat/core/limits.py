@@ -1,0 +1,78 @@
+"""The limits that bound what a hostile file can make ckptstat allocate, loop over or read
+(docs/security.md lists each with its default and why).
+
+Every reader checks a size, count or length a file claims against the file's own size first; these
+limits come on top, where the file's size alone would still allow too much (a Python object costs
+10-100x the bytes that describe it) or where the claim is about work, not bytes (a sparse dataset
+of 2^60 elements stores almost nothing). A limit that a real checkpoint could reach can be raised:
+`ckptstat --limit NAME=N ...` on the command line, `set_limits(NAME=N)` from Python.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+
+@dataclass(frozen=True)
+class Limits:
+    # config.json (and --config): read at most this many bytes; a bigger file is refused.
+    config_bytes: int = 16 << 20
+    # A sharded checkpoint's *.index.json (a 200,000-tensor index is ~15 MB).
+    index_bytes: int = 128 << 20
+    # Values a tensor may yield per byte it stores (x stored bytes, + expansion_floor): a stride-0 view,
+    # an HDF5 dataset of unallocated chunks, a compressed dataset. deflate peaks near 1032:1.
+    expansion: int = 4096
+    expansion_floor: int = 64 << 20
+    # A compressed zip member (a recompressed torch file): its declared size may be at most this many
+    # times its compressed size (+ 1 MiB). Storage records are streamed (deflate peaks near 1032:1);
+    # data.pkl is unpickled in memory, and pickles compress 3-10:1, so its ratio is tighter. data.pkl
+    # may also not pass pickle_bytes, compressed or not.
+    zip_ratio: int = 1100
+    pickle_ratio: int = 64
+    pickle_bytes: int = 256 << 20
+    # A strided view over a compressed storage record is decompressed into a temporary file first:
+    # at most this many bytes of it.
+    spill_bytes: int = 16 << 30
+    # What the unpickler's calls may build (bytearray(), set(), OrderedDict(...) of memo'd objects),
+    # in bytes per byte of pickle (+ 16 MiB): copies of one big object are not free.
+    pickle_build_ratio: int = 8
+    # GGUF: metadata keys and tensors (each costs ~1 KiB of Python objects), a key's or a tensor
+    # name's length, and the longest string value kept as metadata (longer ones are summarised).
+    gguf_keys: int = 1 << 16
+    gguf_tensors: int = 1 << 18
+    gguf_name_bytes: int = 1 << 16
+    gguf_string_bytes: int = 1 << 20
+    # HDF5: items in one attribute (layer_names, weight_names) and parts of a split attribute.
+    h5_attribute_items: int = 1 << 20
+    h5_attribute_parts: int = 1 << 12
+    # TF2 object graph: depth of a path from the root (a chain of nodes costs depth^2 otherwise).
+    tf_graph_depth: int = 1 << 10
+
+
+_current = Limits()
+
+
+def limits() -> Limits:
+    """The limits in force."""
+    return _current
+
+
+def names() -> list[str]:
+    return [f.name for f in fields(Limits)]
+
+
+def set_limits(**values: int) -> Limits:
+    """Change some limits for the rest of the process (`ckptstat --limit NAME=N`); returns the old ones."""
+    global _current
+    unknown = sorted(set(values) - set(names()))
+    if unknown:
+        raise ValueError(f"unknown limit {unknown[0]!r}; limits are {', '.join(names())}")
+    for k, v in values.items():
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ValueError(f"limit {k} must be a non-negative integer, got {v!r}")
+    old, _current = _current, replace(_current, **values)
+    return old
+
+
+def reset(to: Limits | None = None) -> None:
+    global _current
+    _current = to if to is not None else Limits()
