@@ -333,15 +333,3 @@ def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
         console.print(Text("why: ").append_text(safe(needs["reason"])), style="yellow")
     for note in r["notes"]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
-
-
-def render_scan(r: dict, console: Console) -> None:
-    t = _table("Globals referenced by the pickle(s)", "global", "count", "weights_only")
-    for g in r["globals"]:
-        t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
-    console.print(name_line("file         ", r["path"]))
-    pickles = ", ".join(f"{p['record']} ({p['opcodes']} opcodes)" for p in r["pickles"])
-    console.print(Text("pickles      ").append_text(safe(pickles)))
-    console.print(fit_names(t, console))
-    console.print(safe(r["verdict"]), style="bold red" if r["would_run_code"] else "green")
-
