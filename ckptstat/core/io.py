@@ -19,14 +19,12 @@ from collections.abc import Iterator
 from typing import IO, TYPE_CHECKING, Any
 
 from ..errors import CorruptCheckpointError
-from . import dtypes
 from .files import open_regular
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
 
-    from .tensor import TensorInfo
 
     Bytes = NDArray[np.uint8]   # raw bytes on their way to dtypes.decode
 
@@ -220,25 +218,3 @@ def read_bytes(path: str, offset: int, size: int) -> bytes:
     if len(data) != size:
         raise CorruptCheckpointError(path, f"expected {size} bytes at offset {offset}, the file ends first")
     return data
-
-
-def read_flat_file(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
-    """Elements [start, start + count) of the C-order flattened tensor, decoded.
-
-    Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
-    from the exact byte range; strided views read only the storage runs those elements lie in
-    (read_view: memory a small multiple of the chunk, bytes read about the chunk's).
-    """
-    d = info.dt
-    if info.offset is None:
-        raise ValueError(f"{info.name}: no byte offset; the format must supply a reader")
-    if info.stride is None or info.stride == contiguous_strides(info.shape):
-        if (start * d.bits) % 8:
-            raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
-        lo = start * d.bits // 8
-        raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
-        return dtypes.decode(raw, info.dtype, count, info.byteorder)
-    # A strided view (torch only): read the bytes the requested elements need, not the whole span.
-    with open_regular(info.file, buffering=0) as f:
-        view = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
-    return dtypes.decode(view, info.dtype, count, info.byteorder)

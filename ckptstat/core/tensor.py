@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, CorruptCheckpointError, reading
 from . import dtypes
-from .io import extent, read_flat_file
+from .files import open_regular
+from .io import RawFile, contiguous_strides, extent, read_bytes, read_view
 from .limits import limits
 
 if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
@@ -94,6 +95,28 @@ def check_expansion(info: TensorInfo) -> None:
         raise CorruptCheckpointError(info.file, f"tensor {info.name!r} describes {logical:,} bytes of values but stores "
                                                 f"{stored:,}; refusing to read more than {lim.expansion}x what is stored "
                                                 "(a stride-0 view, or unallocated/compressed data; --limit expansion=N)")
+
+
+def read_flat_file(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+    """Elements [start, start + count) of the C-order flattened tensor, decoded.
+
+    Works for any tensor whose bytes sit at a known offset of a plain file: contiguous ones are read
+    from the exact byte range; strided views read only the storage runs those elements lie in
+    (read_view: memory a small multiple of the chunk, bytes read about the chunk's).
+    """
+    d = info.dt
+    if info.offset is None:
+        raise ValueError(f"{info.name}: no byte offset; the format must supply a reader")
+    if info.stride is None or info.stride == contiguous_strides(info.shape):
+        if (start * d.bits) % 8:
+            raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
+        lo = start * d.bits // 8
+        raw = read_bytes(info.file, info.offset + lo, d.nbytes(count))
+        return dtypes.decode(raw, info.dtype, count, info.byteorder)
+    # A strided view (torch only): read the bytes the requested elements need, not the whole span.
+    with open_regular(info.file, buffering=0) as f:
+        view = read_view(RawFile(f, info.file), info.offset, d.bits // 8, info.shape, info.stride, start, count)
+    return dtypes.decode(view, info.dtype, count, info.byteorder)
 
 
 @dataclass

@@ -9,12 +9,13 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..core import TensorInfo
 from ..errors import UsageError
+from .archspec import ArchSpec
 
 if TYPE_CHECKING:
     from .ops import Builder
@@ -34,63 +35,6 @@ Shapes = dict[str, tuple[int, ...]]          # parameter name -> shape, PyTorch 
 Tensors = Mapping[str, TensorInfo]
 # (item, bytes, rule) lines of `ckptstat memory`'s "kv cache" group
 KVLines = list[tuple[str, float, str]]
-
-
-@dataclass(frozen=True)
-class ArchSpec:
-    family: str                       # a registered Family.name
-    model_type: str
-    source: str                       # "config.json" or "tensor names"
-    head: str                         # base, mlm, lm, pretraining, seqcls, tokcls, qa, encoder-only
-    architecture: str | None          # the architectures[0] class name the head came from
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    positions: int = 0                # learned absolute positions (0: rotary / relative)
-    context: int = 0                  # max_position_embeddings of rotary models (no parameters depend on it)
-    type_vocab: int = 0
-    embedding_size: int = 0           # ALBERT/ELECTRA factorised embeddings (== hidden when not factorised)
-    activation: str = "gelu"
-    gated_mlp: bool = False
-    norm: str = "layernorm"           # layernorm | rmsnorm
-    qkv_bias: bool = True
-    o_bias: bool = True
-    mlp_bias: bool = True
-    tied_embeddings: bool = True
-    pooler: bool = False
-    num_labels: int = 2
-    sliding_window: int | None = None
-    experts: int = 0                  # MoE: experts per layer; 0 for dense
-    top_k: int = 0
-    decoder_layers: int = 0           # T5 decoder stack
-    relative_buckets: int = 0         # T5 relative attention buckets
-    shared_groups: int = 0            # ALBERT num_hidden_groups
-    inner_group: int = 1              # ALBERT inner_group_num (layers run per group; 1 elsewhere)
-    dtype: str | None = None          # config torch_dtype, when given
-    assumptions: tuple[str, ...] = field(default=())
-    # family-specific sizes no other family has (Mamba state_size, Whisper num_mel_bins...): (key, value) pairs
-    extra: tuple[tuple[str, int], ...] = ()
-    # MoE models whose MLP is dense in some layers (DeepSeek first_k_dense_replace, Qwen-MoE mlp_only_layers and
-    # decoder_sparse_step): those layer indices; () when every layer is alike
-    dense_layers: tuple[int, ...] = ()
-    # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3 layer_types)
-    sliding_layers: tuple[int, ...] = ()
-
-    def x(self, key: str) -> int:
-        """A family-specific size from `extra`."""
-        return dict(self.extra)[key]
-
-    def with_extra(self, **sizes: int) -> ArchSpec:
-        """The spec with family-specific sizes set (e.g. image_size from --image-size)."""
-        return replace(self, extra=tuple({**dict(self.extra), **sizes}.items()))
-
-    @property
-    def emb(self) -> int:
-        return self.embedding_size or self.hidden
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
 
 _OLMO2 = (("post_norms", 1), ("qk_norm", 2))
 
@@ -27,10 +27,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return replace(spec, o_bias=spec.qkv_bias, extra=_OLMO2)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return decoders.llama_like_tensors(s)
-
-
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
 
@@ -39,7 +35,7 @@ FAMILY = Family(
     model_types=("olmo", "olmo2"),
     # OLMo2; also in Gemma2/3 files, whose families come before this one in the registry
     signature=r"(^|[./])layers[./]\d+[./]post_feedforward_layernorm",
-    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     heads=("base", "lm"),
     head_rules=llama.HEAD_RULES,
     default_head="lm",

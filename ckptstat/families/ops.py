@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ArchSpec
+from .archspec import ArchSpec
 
 # Element-wise cost estimates, FLOPs per output element (labelled as estimates in every output; tools
 # disagree on these). A reduction's adds are counted once per input element.

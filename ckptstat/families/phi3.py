@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -28,10 +28,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return replace(spec, extra=(("fused_qkv", 1), ("fused_mlp", 1)))
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return decoders.llama_like_tensors(s)
-
-
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
 
@@ -39,7 +35,7 @@ FAMILY = Family(
     name="phi3",
     model_types=("phi3",),
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]qkv_proj",
-    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     heads=("base", "lm"),
     head_rules=llama.HEAD_RULES,
     default_head="lm",

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
 
 _EXTRA = (("qk_norm", 1),)
 
@@ -24,10 +24,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return replace(spec, o_bias=spec.qkv_bias, assumptions=(), extra=_EXTRA)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return decoders.llama_like_tensors(s)
-
-
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, head_dim=16)
 
@@ -36,7 +32,7 @@ FAMILY = Family(
     model_types=("qwen3",),
     # q_norm also in OLMo2 and Gemma3 files: those families come before this one in the registry
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]q_norm",
-    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     heads=("base", "lm"),
     head_rules=llama.HEAD_RULES,
     default_head="lm",

@@ -21,8 +21,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular
-from ..core.io import read_bytes, read_flat_file
+from ..core.io import read_bytes
 from ..core.limits import limits
+from ..core.tensor import read_flat_file
 from ..errors import CheckpointError, CorruptCheckpointError
 from .registry import Format, Probe, register
 

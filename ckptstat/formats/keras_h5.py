@@ -28,8 +28,8 @@ if TYPE_CHECKING:  # numpy loads only when values are read
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import external_allowed, refuse_external, regular
-from ..core.io import read_flat_file
 from ..core.limits import limits
+from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, MissingDependencyError, reading
 from .keras_names import dense_layout
 from .registry import Format, Probe, register

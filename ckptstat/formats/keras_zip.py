@@ -26,7 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
-from ..core.io import read_flat_file
+from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
 from .registry import Format, Probe, register

@@ -21,7 +21,8 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import check_inside, open_regular, regular
-from ..core.io import read_bytes, read_flat_file
+from ..core.io import read_bytes
+from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError
 from .registry import Format, Probe, register
 

@@ -9,8 +9,9 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ...core import TensorInfo, dtypes
 from ...core.files import open_regular
-from ...core.io import RawFile, extent, read_flat_file, read_view
+from ...core.io import RawFile, extent, read_view
 from ...core.limits import limits
+from ...core.tensor import read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
 from .containers import zip_open
 
