@@ -10,18 +10,15 @@ import json
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Optional
+from typing import Optional
 
 import typer
-from rich.console import Console
 
 from . import __version__
+from .commands import analytic, values
+from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
-
-if TYPE_CHECKING:
-    from .analysis.stats import StatsRun
-    from .census.model import Model
 
 app = typer.Typer(
     add_completion=False,
@@ -31,53 +28,13 @@ app = typer.Typer(
     "building the model. `ckptstat PATH` is `ckptstat summary PATH`. Add --debug for tracebacks.",
 )
 
-PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder.")
-JsonOpt = typer.Option(False, "--json", help="Print the report as JSON (schema in the README).")
-ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: the one beside the weights).")
-FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
-
-
-def _console() -> Console:
-    return Console(highlight=False)
-
-
-def _emit_json(report: dict) -> None:
-    sys.stdout.write(json.dumps(report, indent=2) + "\n")
-
-
-def _show(report: dict, as_json: bool, renderer: str, **options: object) -> None:
-    """JSON, or the rich rendering `render.<renderer>` (rich tables load only for human output)."""
-    if as_json:
-        _emit_json(report)
-    else:
-        from . import render
-
-        getattr(render, renderer)(report, _console(), **options)
-
-
-def _empty(message: str) -> typer.Exit:
-    """An empty answer: said on stderr (stdout keeps the report, if --json or --csv), exit status 1."""
-    from .render import inert
-
-    print(f"ckptstat: {inert(message)}", file=sys.stderr)
-    return typer.Exit(1)
-
-
-def _no_match(pattern: str | None, buckets: list[str] | None = None, skipped: list[dict] | None = None) -> str:
-    what = f"no tensor matches {pattern!r}" if pattern else "no tensor selected"
-    if buckets:
-        what += f" in bucket {', '.join(buckets)}"
-    if any(s["reason"].startswith("role ") for s in skipped or ()):
-        what += " among the parameters (--all-roles reads buffers and training state too)"
-    return what
-
 
 @app.command()
 def summary(
-    path: Path = PathArg,
+    path: str = PathArg,
     layers: bool = typer.Option(False, "--layers", help="Also show parameters per layer."),
     as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
+    config: Optional[str] = ConfigOpt,
     verify: bool = typer.Option(False, "--verify", help="Also check stored checksums (TF bundles: crc32c of "
                                 "every tensor and index block); reads all tensor bytes."),
 ) -> None:
@@ -87,19 +44,19 @@ def summary(
 
     r = summarize_report(open_checkpoint(path, config, verify=verify))
     if as_json:
-        _emit_json(r)
+        emit_json(r)
     else:
         from .render import render_summary
 
-        render_summary(r, _console(), show_layers=layers)
+        render_summary(r, console(), show_layers=layers)
 
 
 @app.command()
 def tensors(
-    path: Path = PathArg,
+    path: str = PathArg,
     filter: Optional[str] = FilterOpt,
     as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
+    config: Optional[str] = ConfigOpt,
 ) -> None:
     """Every tensor: name, bucket, role, dtype, shape, numel, bytes."""
     from . import open_checkpoint
@@ -108,31 +65,31 @@ def tensors(
     r = tensors_report(open_checkpoint(path, config), filter)
     if filter is not None and not r["tensors"]:
         if as_json:
-            _emit_json(r)
-        raise _empty(_no_match(filter))
-    _show(r, as_json, "render_tensors")
+            emit_json(r)
+        raise empty(no_match(filter))
+    show(r, as_json, "render_tensors")
 
 
 @app.command()
 def ties(
-    path: Path = PathArg,
+    path: str = PathArg,
     deep: bool = typer.Option(False, "--deep", help="Also hash stored tensors to find identical copies "
                               "(reads values, bounded memory)."),
     as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
+    config: Optional[str] = ConfigOpt,
 ) -> None:
     """Tied weights with their evidence, and the parameter count under every counting convention."""
     from . import open_checkpoint
     from .analysis.ties import audit
 
     r = audit(open_checkpoint(path, config), deep=deep)
-    _show(r, as_json, "render_ties")
+    show(r, as_json, "render_ties")
 
 
 @app.command()
 def diff(
-    a: Path = typer.Argument(..., help="First checkpoint."),
-    b: Path = typer.Argument(..., help="Second checkpoint."),
+    a: str = typer.Argument(..., help="First checkpoint."),
+    b: str = typer.Argument(..., help="Second checkpoint."),
     as_json: bool = JsonOpt,
     names_only: bool = typer.Option(False, "--names-only", help="Headers only: names, shapes, dtypes, counts; no value read."),
     atol: float = typer.Option(0.0, "--atol", help="Values equal when |a-b| <= atol + rtol*|b| everywhere."),
@@ -172,231 +129,23 @@ def diff(
         else:
             write_atomic(str(output), text)
     elif as_json:
-        _emit_json(r)
+        emit_json(r)
     else:
         from .render.diff import render_diff
 
-        render_diff(r, _console())
+        render_diff(r, console())
     if not r["same"]:
         raise typer.Exit(1)
 
 
-AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
-
-
-def _seqs(values: list[str]) -> list[int]:
-    from .errors import UsageError
-
-    out = []
-    for v in values:
-        for part in v.split(","):
-            part = part.strip()
-            if not part.isdigit() or int(part) < 1:
-                raise UsageError(f"--seq takes positive integers (repeat it or use a comma list), got {part!r}")
-            out.append(int(part))
-    return out
-
-
-def _positive(name: str, value: int | None) -> None:
-    from .errors import UsageError
-
-    if value is not None and value < 1:
-        raise UsageError(f"{name} must be a positive integer, got {value}")
-
-
-FramesOpt = typer.Option(None, "--frames", help="Audio models (Whisper): encoder input in mel frames "
-                         "(default: 2 x max_source_positions, 3000 = 30 s).")
-AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Audio models (Whisper): encoder input in seconds "
-                               "(100 mel frames per second).")
-ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP, ResNet): input side in pixels "
-                            "(default: the config's image_size; 224 for ResNet).")
-
-
-def _image_input(model: Model, image_size: int | None) -> Model:
-    """--image-size: the side an image model is analysed at (ArchSpec.extra image_size); a usage error for
-    a model that reads no image."""
-    from dataclasses import replace
-
-    from .errors import UsageError
-
-    _positive("--image-size", image_size)
-    sizes = dict(model.spec.extra)
-    if "image_size" not in sizes:
-        if image_size is not None:
-            raise UsageError(f"--image-size applies to image models; {model.spec.family} "
-                             f"({model.spec.model_type}) reads no image")
-        return model
-    side = sizes["image_size"] if image_size is None else image_size
-    note = f"input image {side}x{side}" + (" (--image-size)" if image_size else " (the default; --image-size to change)")
-    return replace(model, spec=model.spec.with_extra(image_size=side), notes=(*model.notes, note))
+app.command()(analytic.flops)
+app.command()(analytic.memory)
+app.command()(values.stats)
+app.command()(values.plot)
 
 
 @app.command()
-def flops(
-    path: Path = AnalyticPath,
-    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: list[str] = typer.Option([], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep "
-                                  f"(default: {DEFAULT_SEQ_RULE})."),
-    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
-                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
-    frames: Optional[int] = FramesOpt,
-    audio_seconds: Optional[float] = AudioSecondsOpt,
-    image_size: Optional[int] = ImageSizeOpt,
-    causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
-    convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
-                                   "FlopCounterMode), macs (what thop/ptflops call FLOPs), bertstat (legacy MAdd)."),
-    as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
-) -> None:
-    """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
-    from .analysis import flops as fl
-    from .census.model import load
-    from .errors import UsageError
-    from .families.spec import audio_inputs, default_seq
-
-    if convention not in fl.CONVENTIONS:
-        raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
-    _positive("--batch", batch)
-    _positive("--dec-seq", dec_seq)
-    _positive("--frames", frames)
-    model = _image_input(load(path, config), image_size)
-    seqs, dec_seq = audio_inputs(model.spec, _seqs(seq), dec_seq, frames, audio_seconds)
-    r = fl.report(model, batch, seqs or [default_seq(model.spec)], dec_seq, causal_halving, convention)
-    _show(r, as_json, "render_flops", seq_default=not seqs)
-
-
-@app.command()
-def memory(
-    path: Path = AnalyticPath,
-    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
-    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
-                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
-    frames: Optional[int] = FramesOpt,
-    audio_seconds: Optional[float] = AudioSecondsOpt,
-    image_size: Optional[int] = ImageSizeOpt,
-    as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
-) -> None:
-    """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
-    from .analysis import memory as mem
-    from .census.model import load, weights_only
-    from .errors import UsageError
-    from .families.spec import audio_inputs, default_seq
-
-    _positive("--batch", batch)
-    _positive("--seq", seq)
-    _positive("--dec-seq", dec_seq)
-    _positive("--frames", frames)
-    try:
-        model = load(path, config)
-    except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
-        _show(mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128), as_json, "render_memory",
-              seq_default=not seq)
-        return
-    model = _image_input(model, image_size)
-    seqs, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
-    r = mem.report(model, batch, seqs[0] if seqs else default_seq(model.spec), dec_seq)
-    _show(r, as_json, "render_memory", seq_default=not seqs)
-
-
-ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
-WorkersOpt = typer.Option(1, "--workers", "-w", help="Worker processes (0: one per CPU).")
-ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
-AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
-BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeatable).")
-
-
-def _collect(path: Path, config: Path | None, filter: str | None, bucket: list[str] | None, all_roles: bool,
-             chunk_bytes: int, workers: int, progress: bool | None, output: Path | None = None) -> StatsRun:
-    """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY).
-    An `output` that is, or resolves to, an input is refused before any value is read."""
-    from . import open_checkpoint
-    from .analysis.stats import collect
-    from .core.files import check_output
-    from .render.progress import progress_bar
-
-    ckpt = open_checkpoint(path, config)
-    if output is not None:
-        check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
-    with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
-        return collect(ckpt, filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, bar)
-
-
-@app.command()
-def stats(
-    path: Path = PathArg,
-    filter: Optional[str] = FilterOpt,
-    bucket: Optional[list[str]] = BucketOpt,
-    all_roles: bool = AllRolesOpt,
-    layers: bool = typer.Option(False, "--layers", help="Also show statistics per layer."),
-    show_tensors: bool = typer.Option(False, "--tensors", help="Also show statistics per tensor."),
-    as_json: bool = JsonOpt,
-    as_csv: bool = typer.Option(False, "--csv", help="Print one CSV table (tensor, layer, bucket, total rows)."),
-    chunk_bytes: int = ChunkOpt,
-    workers: int = WorkersOpt,
-    progress: Optional[bool] = ProgressOpt,
-    config: Optional[Path] = ConfigOpt,
-) -> None:
-    """Weight statistics per tensor, layer and bucket, streamed in bounded chunks: moments, quantiles, anomalies."""
-    from .errors import UsageError
-
-    if as_json and as_csv:
-        raise UsageError("--json and --csv are exclusive")
-    r = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress).report
-    if as_json:
-        _emit_json(r)
-    elif as_csv:
-        from .analysis.stats import to_csv
-
-        sys.stdout.write(to_csv(r))
-    else:
-        from .render.stats import render_stats
-
-        render_stats(r, _console(), show_layers=layers, show_tensors=show_tensors)
-    if not r["tensors"]:
-        raise _empty(_no_match(filter, bucket, r["skipped"]))
-
-
-@app.command()
-def plot(
-    path: Path = PathArg,
-    output: Path = typer.Option(..., "--output", "-o", help="Image file: .png, .svg or .pdf."),
-    log_count: bool = typer.Option(False, "--log-count", help="Log-scale count axis on the histograms."),
-    clip: float = typer.Option(0.1, "--clip", help="Histogram x range from the CLIP to 100-CLIP percentile (0: min..max)."),
-    size: str = typer.Option("12x0", "--size", help="Figure size in inches WxH (H 0: from the panel count)."),
-    dpi: int = typer.Option(100, "--dpi", help="Dots per inch (PNG)."),
-    filter: Optional[str] = FilterOpt,
-    bucket: Optional[list[str]] = BucketOpt,
-    all_roles: bool = AllRolesOpt,
-    as_json: bool = typer.Option(False, "--json", help="Print what was drawn (and the stats) as JSON."),
-    chunk_bytes: int = ChunkOpt,
-    workers: int = WorkersOpt,
-    progress: Optional[bool] = ProgressOpt,
-    config: Optional[Path] = ConfigOpt,
-) -> None:
-    """Histograms per bucket and box plots per layer and bucket, drawn from streamed statistics.
-
-    Nothing to draw (no tensor selected, or no finite value in them): no file written, exit 1."""
-    from .render.plots import check_plot_args, nothing_to_plot, parse_size, plot_stats
-
-    figsize = parse_size(size)
-    check_plot_args(output, clip, dpi)   # before reading any value
-    run = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress, output)
-    if not run.report["tensors"]:
-        raise _empty(f"{_no_match(filter, bucket, run.report['skipped'])}: nothing to plot, {output} not written")
-    empty = nothing_to_plot(run)
-    if empty:
-        raise _empty(f"{empty}: nothing to plot, {output} not written")
-    info = plot_stats(run, output, log_count=log_count, clip=clip, figsize=figsize, dpi=dpi)
-    if as_json:
-        _emit_json({**info, "stats": run.report})
-    else:
-        print(f"wrote {info['output']} ({info['width_px']}x{info['height_px']} px, {len(info['panels'])} panels)")
-
-
-@app.command()
-def scan(path: Path = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, or a folder to walk."),
+def scan(path: str = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, or a folder to walk."),
          as_json: bool = JsonOpt) -> None:
     """What torch.load without weights_only would run, following the path it takes through the file
     (nothing is unpickled). A folder: every pickle-bearing file under it. Exit 0 clean, 1 unsafe or
@@ -409,11 +158,11 @@ def scan(path: Path = typer.Argument(..., help="A torch.save file (zip, legacy, 
         e.exit_code = 2          # here 1 means "unsafe": a file scan cannot read is a read error
         raise
     if as_json:
-        _emit_json(r)
+        emit_json(r)
     else:
         from .render.scan import render_scan, render_scan_tree
 
-        (render_scan_tree if r["schema"] == TREE_SCHEMA else render_scan)(r, _console())
+        (render_scan_tree if r["schema"] == TREE_SCHEMA else render_scan)(r, console())
     code = exit_code(r)
     if code:
         raise typer.Exit(code)
@@ -421,7 +170,7 @@ def scan(path: Path = typer.Argument(..., help="A torch.save file (zip, legacy, 
 
 @app.command("run")
 def run_model(
-    path: Path = PathArg,
+    path: str = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps."),
     batch: int = typer.Option(1, "--batch", "-b"),
     seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
@@ -430,13 +179,13 @@ def run_model(
     warmup: int = typer.Option(2, "--warmup"),
     iters: int = typer.Option(10, "--iters"),
     as_json: bool = JsonOpt,
-    config: Optional[Path] = ConfigOpt,
+    config: Optional[str] = ConfigOpt,
 ) -> None:
     """Run the model (the `run` extra): measured latency, FLOPs and peak memory beside the analytic figures."""
     from .executor import execute
 
     r = execute(path, device, batch, seq, dtype, attn, warmup, iters, config)
-    _show(r, as_json, "render_run")
+    show(r, as_json, "render_run")
 
 
 def _version(value: bool) -> None:

@@ -22,7 +22,7 @@ LAYERS = [
     ("census",),
     ("analysis", "executor"),
     ("render",),
-    ("cli", "__main__", "__init__"),
+    ("cli", "commands", "__main__", "__init__"),
 ]
 MAX_LINES = 600
 

@@ -1,0 +1,78 @@
+"""`flops` and `memory`: analytic figures from the config (or the tensor shapes); no model is built."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..render import DEFAULT_SEQ_RULE
+from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seqs, show
+
+AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
+
+
+def flops(
+    path: str = AnalyticPath,
+    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
+    seq: list[str] = typer.Option([], "--seq", "-s", help="Sequence length; repeat or comma-separate for a sweep "
+                                  f"(default: {DEFAULT_SEQ_RULE})."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
+                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
+    frames: Optional[int] = FramesOpt,
+    audio_seconds: Optional[float] = AudioSecondsOpt,
+    image_size: Optional[int] = ImageSizeOpt,
+    causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
+    convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
+                                   "FlopCounterMode), macs (what thop/ptflops call FLOPs), bertstat (legacy MAdd)."),
+    as_json: bool = JsonOpt,
+    config: Optional[str] = ConfigOpt,
+) -> None:
+    """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
+    from ..analysis import flops as fl
+    from ..census.model import load
+    from ..errors import UsageError
+    from ..families.spec import audio_inputs, default_seq
+
+    if convention not in fl.CONVENTIONS:
+        raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
+    positive("--batch", batch)
+    positive("--dec-seq", dec_seq)
+    positive("--frames", frames)
+    model = image_input(load(path, config), image_size)
+    lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
+    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
+    show(r, as_json, "render_flops", seq_default=not lengths)
+
+
+def memory(
+    path: str = AnalyticPath,
+    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
+    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
+                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
+    frames: Optional[int] = FramesOpt,
+    audio_seconds: Optional[float] = AudioSecondsOpt,
+    image_size: Optional[int] = ImageSizeOpt,
+    as_json: bool = JsonOpt,
+    config: Optional[str] = ConfigOpt,
+) -> None:
+    """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
+    from ..analysis import memory as mem
+    from ..census.model import load, weights_only
+    from ..errors import UsageError
+    from ..families.spec import audio_inputs, default_seq
+
+    positive("--batch", batch)
+    positive("--seq", seq)
+    positive("--dec-seq", dec_seq)
+    positive("--frames", frames)
+    try:
+        model = load(path, config)
+    except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
+        show(mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128), as_json, "render_memory",
+              seq_default=not seq)
+        return
+    model = image_input(model, image_size)
+    lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
+    r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq)
+    show(r, as_json, "render_memory", seq_default=not lengths)

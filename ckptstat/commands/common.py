@@ -1,0 +1,100 @@
+"""What the commands share: argument and option declarations, JSON and rich output, the empty
+answer (exit 1, like grep), and the usage checks of the analytic commands."""
+from __future__ import annotations
+
+import json
+import sys
+from typing import TYPE_CHECKING
+
+import typer
+from rich.console import Console
+
+if TYPE_CHECKING:
+    from ..census.model import Model
+
+PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder.")
+JsonOpt = typer.Option(False, "--json", help="Print the report as JSON (schema in the README).")
+ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: the one beside the weights).")
+FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
+
+
+def console() -> Console:
+    return Console(highlight=False)
+
+
+def emit_json(report: dict) -> None:
+    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+
+
+def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:
+    """JSON, or the rich rendering `render.<renderer>` (rich tables load only for human output)."""
+    if as_json:
+        emit_json(report)
+    else:
+        from .. import render
+
+        getattr(render, renderer)(report, console(), **options)
+
+
+def empty(message: str) -> typer.Exit:
+    """An empty answer: said on stderr (stdout keeps the report, if --json or --csv), exit status 1."""
+    from ..render import inert
+
+    print(f"ckptstat: {inert(message)}", file=sys.stderr)
+    return typer.Exit(1)
+
+
+def no_match(pattern: str | None, buckets: list[str] | None = None, skipped: list[dict] | None = None) -> str:
+    what = f"no tensor matches {pattern!r}" if pattern else "no tensor selected"
+    if buckets:
+        what += f" in bucket {', '.join(buckets)}"
+    if any(s["reason"].startswith("role ") for s in skipped or ()):
+        what += " among the parameters (--all-roles reads buffers and training state too)"
+    return what
+
+
+def seqs(values: list[str]) -> list[int]:
+    from ..errors import UsageError
+
+    out = []
+    for v in values:
+        for part in v.split(","):
+            part = part.strip()
+            if not part.isdigit() or int(part) < 1:
+                raise UsageError(f"--seq takes positive integers (repeat it or use a comma list), got {part!r}")
+            out.append(int(part))
+    return out
+
+
+def positive(name: str, value: int | None) -> None:
+    from ..errors import UsageError
+
+    if value is not None and value < 1:
+        raise UsageError(f"{name} must be a positive integer, got {value}")
+
+
+FramesOpt = typer.Option(None, "--frames", help="Audio models (Whisper): encoder input in mel frames "
+                         "(default: 2 x max_source_positions, 3000 = 30 s).")
+AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Audio models (Whisper): encoder input in seconds "
+                               "(100 mel frames per second).")
+ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP, ResNet): input side in pixels "
+                            "(default: the config's image_size; 224 for ResNet).")
+
+
+def image_input(model: Model, image_size: int | None) -> Model:
+    """--image-size: the side an image model is analysed at (ArchSpec.extra image_size); a usage error for
+    a model that reads no image."""
+    from dataclasses import replace
+
+    from ..errors import UsageError
+
+    positive("--image-size", image_size)
+    sizes = dict(model.spec.extra)
+    if "image_size" not in sizes:
+        if image_size is not None:
+            raise UsageError(f"--image-size applies to image models; {model.spec.family} "
+                             f"({model.spec.model_type}) reads no image")
+        return model
+    side = sizes["image_size"] if image_size is None else image_size
+    note = f"input image {side}x{side}" + (" (--image-size)" if image_size else " (the default; --image-size to change)")
+    return replace(model, spec=model.spec.with_extra(image_size=side), notes=(*model.notes, note))
