@@ -283,11 +283,12 @@ def _main(argv: list[str] | None) -> int:
         print("ckptstat: aborted", file=sys.stderr)
         return trouble or 1
     except typer.TyperException as e:  # typer >= 0.29 vendors click: its usage errors derive from this
-        show = getattr(e, "show", None)   # click's usage errors print their own usage line
-        if callable(show):
-            show()
-        else:
-            print(f"ckptstat: error: {e}", file=sys.stderr)
+        # One line, as every other error: click's own rendering takes four (usage, hint, blank, error).
+        message = e.format_message() if hasattr(e, "format_message") else str(e)
+        ctx = getattr(e, "ctx", None)
+        where = f" (see {ctx.command_path} --help)" if ctx is not None else ""
+        if message:   # empty: no arguments at all, and click has printed the help
+            print(f"ckptstat: error: {_line(Exception(message))}{where}", file=sys.stderr)
         return 2
     except BrokenPipeError:
         return 0

@@ -110,6 +110,7 @@ def test_usage_errors_exit_2(cli):
                  ["no-such-command-or-file"]):
         rc, out, err = cli(*args)
         assert rc in (1, 2) and "Traceback" not in err
+        assert err.count("\n") == 1 and err.startswith("ckptstat: "), err   # one line, as every other error
         if args[0] != "no-such-command-or-file":   # a lone word is read as a path: exit 1, no such file
             assert rc == 2, (args, rc, err)
 
