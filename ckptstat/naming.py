@@ -84,6 +84,7 @@ BUCKET_RULES = _rules([
     (r"^(token_embd_norm|position_embd|token_types)\.", "embedding"),  # GGUF (BERT, GPT-2, BLOOM)
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
+    (r"(^|\.)(embedder|pre_layrnorm)\.", "embedding"),                # ResNet conv stem; CLIP vision pre-norm (sic)
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
     (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
     (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
@@ -94,12 +95,14 @@ BUCKET_RULES = _rules([
     # Final norms of a stack
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
     (r"(^|\.)(norm_f|encoder\.layer_norm)\.", "encoder"),      # Mamba final norm; Whisper/mBART encoder final norm
+    (r"(^|\.)(layernorm|post_layernorm)\.", "encoder"),            # ViT final norm; CLIP vision final norm
     # Pooler
     (r"(^|\.)pooler\.", "pooler"),                                   # BERT, ALBERT, RoBERTa
     # Heads: LM heads and task heads
     (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
      r"|vocab_layer_norm|vocab_projector|lm_loss|output)\.", "cls"),  # BERT, ALBERT, ELECTRA, DistilBERT, HF heads, GGUF
+    (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
 ])
 _NUMBER = re.compile(r"\d+")
 

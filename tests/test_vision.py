@@ -84,6 +84,16 @@ def saved(tmp_path_factory):
 
 
 @pytest.mark.parametrize("name", ["vit", "clip", "resnet"])
+def test_every_vision_tensor_has_a_bucket(cli, saved, name):
+    """The stems, final norms and CLIP's contrastive head are placed (bucket `other` is for what no rule knows);
+    the totals are the model's own parameters() and buffers."""
+    path, model = saved[name]
+    r = json.loads(cli("summary", path, "--json")[1])
+    assert "other" not in {b["bucket"] for b in r["buckets"]}, r["buckets"]
+    assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["vit", "clip", "resnet"])
 def test_image_size_option_matches_flop_counter(cli, saved, name):
     path, model = saved[name]
     rc, out, err = cli("flops", path, "-b", "2", "-s", "8", "--image-size", "48", "--json")
