@@ -36,7 +36,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(h, 64)
     mbart = infer.has(T, r"encoder\.layer_norm\.weight$")
     lm = infer.find(T, r"lm_head\.weight$")
-    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+    cls = infer.find(T, r"classification_head\.out_proj\.weight$")
+    return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
+                    layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, positions=P,
                     tied_embeddings=lm is None,
                     decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
@@ -79,7 +81,14 @@ def build(B: Builder) -> None:
 
     stack("encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
     stack("decoder", "decoder", s.decoder_layers, B.dec_seq, s.x("decoder_heads"), s.x("decoder_ffn"), B.seq)
-    if s.head == "lm":
+    if s.head == "seqcls":
+        # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
+        B.linear("classification_head.dense", "cls", (b,), h, h, True)
+        B.activation("classification_head act (tanh)", "cls", (b,), h, "tanh")
+        B.linear("classification_head.out_proj", "cls", (b,), h, s.num_labels, True)
+    elif s.head == "qa":
+        B.linear("qa_outputs", "cls", (b, B.dec_seq), h, 2, True)
+    elif s.head == "lm":
         # + final_logits_bias, a buffer: its add is element-wise, not a parameter
         B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
                  False, tied=s.tied_embeddings)
@@ -111,6 +120,11 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     stack("decoder", s.decoder_layers, s.x("decoder_ffn"), True)
     if s.head == "lm":
         out["lm_head.weight"] = (s.vocab, h)
+    elif s.head == "seqcls":
+        add_linear(out, "classification_head.dense", h, h)
+        add_linear(out, "classification_head.out_proj", s.num_labels, h)
+    elif s.head == "qa":
+        add_linear(out, "qa_outputs", 2, h)
     return out
 
 
@@ -129,8 +143,11 @@ FAMILY = Family(
     model_types=("bart", "mbart"),
     signature=r"(^|[./])(encoder|decoder)[./]layernorm_embedding[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),),
+    heads=("base", "lm", "seqcls", "qa"),   # BartForCausalLM (the decoder alone) is not modelled
+    # BartForConditionalGeneration's final_logits_bias (a buffer) shows the LM head when a tied lm_head was dropped
+    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"(^|\.)final_logits_bias$", "lm"),
+                HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
+                HeadRule(r"(^|\.)qa_outputs\.weight$", "qa")),
     no_head="base",
     default_head="lm",
     # BartForConditionalGeneration._tied_weights_keys: encoder/decoder embed_tokens are `shared` (the module),
@@ -142,10 +159,14 @@ FAMILY = Family(
     encoder_decoder=True,
     kv_cache=kv_cache,
     samples=(
-        # a tied lm_head is dropped from the file: BartModel and BartForConditionalGeneration store the same
-        # names, so the head is only told apart by an untied lm_head
+        # a tied lm_head is dropped from the file: the head is told apart by the final_logits_bias buffer, which
+        # the registry walk's parameter-only name lists lack (tests/test_real_saves.py checks it on real saves)
         Sample("BartConfig", _SIZES, ("BartForConditionalGeneration", "BartModel"), infer=False),
         Sample("BartConfig", dict(_SIZES, tie_word_embeddings=False), ("BartForConditionalGeneration",)),
+        # on the CPU: the classification head picks each row's last <eos> with ops the meta device lacks, and
+        # needs as many <eos> in every row: a vocabulary of 8 makes the test's ids (arange % vocab) repeat per row
+        Sample("BartConfig", dict(_SIZES, num_labels=3, vocab_size=8),
+               ("BartForSequenceClassification", "BartForQuestionAnswering"), device="cpu"),
         Sample("MBartConfig", _SIZES, ("MBartForConditionalGeneration", "MBartModel"), infer=False),
         Sample("MBartConfig", dict(_SIZES, tie_word_embeddings=False), ("MBartForConditionalGeneration",)),
     ),
