@@ -89,6 +89,22 @@ def _flops(cli, *args) -> dict:
     return json.loads(out)["runs"][0]
 
 
+def test_whisper_summary_figures_at_the_audio_defaults(cli, tmp_path):
+    """The summary's forward figure is the `flops` default input (2 x max_source_positions mel frames, decoder
+    128 tokens or its positions if fewer), not a text length of 128."""
+    model = _tiny("WhisperConfig", "WhisperForConditionalGeneration", whisper._SIZES)
+    model.save_pretrained(tmp_path)
+    cfg = model.config
+    frames, dec = 2 * cfg.max_source_positions, min(128, cfg.max_target_positions)
+    rc, out, err = cli(str(tmp_path), "--json")
+    an = json.loads(out)["analytic"]
+    assert rc == 0 and (an["seq"], an["dec_seq"], an["input"]) == (frames, dec, "mel frames"), an
+    expected = fcm_flops(meta_model(T.WhisperForConditionalGeneration, cfg), dec, 1, main_input="input_features",
+                         frames=frames)
+    assert an["flops_per_token"] * frames == pytest.approx(expected)
+    assert f"{frames} mel frames, decoder {dec} tokens" in cli(str(tmp_path))[1]
+
+
 @pytest.mark.parametrize("flag", [[], ["--frames", "24"], ["--audio-seconds", "0.24"]])
 def test_whisper_audio_inputs_through_the_cli(cli, whisper_config, flag):
     cfg, path = whisper_config

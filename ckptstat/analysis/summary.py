@@ -11,7 +11,7 @@ from ..census.model import from_checkpoint
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint, TensorInfo
 from ..errors import CkptstatError
-from ..families.spec import default_seq
+from ..families.spec import audio_inputs, default_seq
 from ..naming import BUCKETS, ROLES
 from .flops import run
 from .ties import verdict
@@ -172,9 +172,11 @@ def summary_fields(ckpt: Checkpoint) -> dict | None:
         return None
     try:
         m = from_checkpoint(ckpt)
-        seq = default_seq(m.spec)
-        t = run(m, 1, seq)["totals"]
+        frames, dec_seq = audio_inputs(m.spec, [], None)   # audio models: the encoder's mel frames, as `flops`
+        seq = frames[0] if frames else default_seq(m.spec)
+        t = run(m, 1, seq, dec_seq)["totals"]
         return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
+                "input": "mel frames" if frames else "tokens", "dec_seq": dec_seq,
                 "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
                 "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}

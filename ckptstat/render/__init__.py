@@ -100,8 +100,14 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     if an and "error" in an:
         console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
     elif an:
-        console.print(seq_line(an["seq"], default=True))
-        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs/token at seq {an['seq']} "
+        if an.get("input") == "mel frames":   # Whisper: the encoder reads frames, the decoder tokens
+            console.print(Text(f"input        {an['seq']} mel frames, decoder {an['dec_seq']} tokens "
+                               "(default: 2 x max_source_positions; 128 decoder tokens or its positions if fewer)"))
+            at = f" per frame at {an['seq']} frames"
+        else:
+            console.print(seq_line(an["seq"], default=True))
+            at = f"/token at seq {an['seq']}"
+        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs{at} "
                            f"(matmul FLOPs = 2 x MACs); training 3x"))
         console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
                            f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
@@ -305,31 +311,7 @@ def render_run(r: dict, console: Console) -> None:
 
 
 def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
-    """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
-    p = r["parameters"]
-    needs = r.get("needs_architecture")
-    console.print(Text("model        unknown architecture") if needs else _arch_line(r))
-    head = Text(f"parameters   {p['count']:,} ({p['source']})")
-    if p["active"] is not None:
-        head.append(f"; active {p['active']:,}")
-    console.print(head)
-    if not needs:
-        console.print(seq_line(r["seq"], seq_default))
-        console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
-                           + f"; activations at {r['activation_bytes']} B/element"))
-    t = _table("Memory (exact bytes in --json)", "what", "size", "rule")
-    t.columns[0].min_width = 18
-    t.columns[1].no_wrap, t.columns[1].min_width = True, 9
-    t.columns[2].justify = "left"
-    group = None
-    for line in r["lines"]:
-        if line["group"] != group:
-            group = line["group"]
-            t.add_row(Name(Text(group, style="bold")), "", "")
-        t.add_row(Name(Text("  ").append_text(safe(line["item"]))), human_bytes(line["bytes"]), Text(line["rule"], style="dim"))
-    console.print(t)
-    if needs:
-        console.print(Text("needs an architecture (not shown): " + "; ".join(needs["lines"])), style="yellow")
-        console.print(Text("why: ").append_text(safe(needs["reason"])), style="yellow")
-    for note in r["notes"]:
-        console.print(Text("note: ").append_text(safe(note)), style="yellow")
+    """The memory report and its planner verdict (render/memory.py, imported on use)."""
+    from .memory import render_memory as render
+
+    render(r, console, seq_default)
