@@ -28,7 +28,7 @@ from ..errors import UsageError
 from . import infer, llama
 from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
-from .qwen_moe import count, decoder, gated_mlp, xs
+from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -119,13 +119,8 @@ def mla(B: Builder, lay: str, calls: int) -> None:
 
 def moe(B: Builder, lay: str, calls: int) -> None:
     s, b, n = B.s, B.b, B.seq
-    h, E, k, fs = s.hidden, s.experts, s.top_k, xs(s, "shared_intermediate")
-    B.linear(f"{lay}.mlp.gate (router)", "encoder", (b, n), h, E, False, calls)
-    # k rows per token through the experts, whichever experts the router picks
-    gated_mlp(B, f"{lay}.mlp.experts[{E}] (top-{k})", xs(s, "moe_intermediate"), calls, (b * n * k,),
-              copies=calls * E, active=calls * k)
-    B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, (b * n * k, h), (b, n, h),
-          ew=b * n * k * h * 2)
+    h, fs = s.hidden, xs(s, "shared_intermediate")
+    routed_experts(B, lay, calls)
     if fs:
         gated_mlp(B, f"{lay}.mlp.shared_experts", fs, calls)
         B.add(f"{lay}.mlp shared + routed", "activation", "encoder", calls, (b, n, h), (b, n, h), ew=b * n * h)

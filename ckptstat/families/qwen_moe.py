@@ -120,16 +120,23 @@ def gated_mlp(B: Builder, pre: str, f: int, calls: int, tokens: tuple[int, ...] 
     B.linear(f"{pre}.down_proj", "encoder", tok, f, s.hidden, s.mlp_bias, calls, copies, active_copies=active)
 
 
-def sparse_mlp(B: Builder, lay: str, calls: int) -> None:
+def routed_experts(B: Builder, lay: str, calls: int) -> None:
+    """The router and the routed experts (Qwen-MoE, DeepSeek): each token visits its top-k experts, so k
+    rows in all pass through the experts' projections, however the router spreads them (the eager loop
+    runs each expert on the rows it got); then the weighted combine."""
     s, b, n = B.s, B.b, B.seq
-    h, E, k, fs = s.hidden, s.experts, s.top_k, xs(s, "shared_intermediate")
+    h, E, k = s.hidden, s.experts, s.top_k
     B.linear(f"{lay}.mlp.gate (router)", "encoder", (b, n), h, E, False, calls)
-    # each token visits its top-k experts: k rows in all pass through the experts' projections, however
-    # the router spreads them (the eager loop runs each expert on the rows it got)
     gated_mlp(B, f"{lay}.mlp.experts[{E}] (top-{k})", xs(s, "moe_intermediate"), calls, (b * n * k,),
               copies=calls * E, active=calls * k)
     B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, (b * n * k, h), (b, n, h),
           ew=b * n * k * h * 2)
+
+
+def sparse_mlp(B: Builder, lay: str, calls: int) -> None:
+    s, b, n = B.s, B.b, B.seq
+    h, fs = s.hidden, xs(s, "shared_intermediate")
+    routed_experts(B, lay, calls)
     if fs:
         gated_mlp(B, f"{lay}.mlp.shared_expert", fs, calls)
         B.linear(f"{lay}.mlp.shared_expert_gate", "encoder", (b, n), h, 1, False, calls)
