@@ -102,6 +102,16 @@ class Architecture:
     architectures: tuple[str, ...] = ()
 
 
+# A whole numbered component (`layers.7.`, `experts.41.`) read as 0: no signature reads a component's
+# value (tests/test_quick_path.py checks), so a 200k-tensor MoE header is matched by its few dozen
+# distinct name shapes, not name by name (docs/performance.md).
+_COMPONENT_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")
+
+
+def _name_shapes(names: Iterable[str]) -> set[str]:
+    return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+
+
 def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None) -> Architecture:
     """metadata: a GGUF file's key-values (Checkpoint.metadata of format "gguf"), else None."""
     if config:
@@ -117,7 +127,7 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         f = by_gguf(arch, metadata or {})
         return Architecture(f.name if f else "unknown", "gguf general.architecture", arch)
     # naming.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
-    names = [normalize(n) for n in names]
+    names = _name_shapes(names)
     for pattern, family in NAME_SIGNATURES:
         if any(pattern.search(n) for n in names):
             return Architecture(family, "tensor names")

@@ -108,8 +108,7 @@ FAMILY = Family(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForTokenClassification",)),
         # ALBERT's pooler is `albert.pooler` (no `.dense`), which the tensor-name inference does not find
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertModel", "AlbertForPreTraining"), infer=False),
-        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForSequenceClassification",),
-               infer=False),
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForSequenceClassification",)),
         # 4 layers run from 2 groups of 2 shared layers
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
                ("AlbertForMaskedLM",)),

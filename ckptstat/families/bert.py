@@ -111,6 +111,23 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 _MLM = ("mlm", "pretraining", "lm")
 _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (   # base-model names: convert_hf_to_gguf.py strips `bert.` / `roberta.` first
+    ("embeddings.word_embeddings", "token_embd"), ("embeddings.position_embeddings", "position_embd"),
+    ("embeddings.token_type_embeddings", "token_types"), ("embeddings.LayerNorm", "token_embd_norm"),
+    ("encoder.layer.{bid}.attention.self.query", "blk.{bid}.attn_q"),
+    ("encoder.layer.{bid}.attention.self.key", "blk.{bid}.attn_k"),
+    ("encoder.layer.{bid}.attention.self.value", "blk.{bid}.attn_v"),
+    ("encoder.layer.{bid}.attention.output.dense", "blk.{bid}.attn_output"),
+    ("encoder.layer.{bid}.attention.output.LayerNorm", "blk.{bid}.attn_output_norm"),
+    ("encoder.layer.{bid}.intermediate.dense", "blk.{bid}.ffn_up"),
+    ("encoder.layer.{bid}.output.dense", "blk.{bid}.ffn_down"),
+    ("encoder.layer.{bid}.output.LayerNorm", "blk.{bid}.layer_output_norm"),
+    # not mapped: llama.cpp's `cls` / `cls.output` are BERT's `classifier` or RoBERTa's `classifier.dense` /
+    # `classifier.out_proj`: the GGUF name alone cannot say which
+)
+
 FAMILY = Family(
     name="bert",
     model_types=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
@@ -133,6 +150,7 @@ FAMILY = Family(
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
     position_offset={"roberta": 2, "xlm-roberta": 2, "camembert": 2},
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
         Sample("BertConfig", dict(_SIZES, num_labels=3), ("BertForSequenceClassification", "BertForTokenClassification")),

@@ -109,7 +109,8 @@ HEAD_RULES = (
     HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"),
     # sequence classifiers: on the pooler (BERT/ALBERT) or with their own dense (RoBERTa/ELECTRA)
     HeadRule(r"(^|\.)classifier\.(dense|out_proj)\.", "seqcls"),
-    HeadRule(r"(^|\.)classifier\.weight$", "tokcls", unless=r"(^|\.)pooler\.dense\.weight$", otherwise="seqcls"),
+    # (ALBERT's pooler is one Linear, `albert.pooler.weight`; BERT's `bert.pooler.dense.weight`)
+    HeadRule(r"(^|\.)classifier\.weight$", "tokcls", unless=r"(^|\.)pooler(\.dense)?\.weight$", otherwise="seqcls"),
 )
 
 

@@ -83,6 +83,19 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 _SIZES = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (
+    ("transformer.wte", "token_embd"), ("transformer.wpe", "position_embd"), ("transformer.ln_f", "output_norm"),
+    ("lm_head", "output"),
+    ("transformer.h.{bid}.ln_1", "blk.{bid}.attn_norm"),
+    ("transformer.h.{bid}.attn.c_attn", "blk.{bid}.attn_qkv"),   # Conv1D [in, out]: the converter transposes it
+    ("transformer.h.{bid}.attn.c_proj", "blk.{bid}.attn_output"),
+    ("transformer.h.{bid}.ln_2", "blk.{bid}.ffn_norm"),
+    ("transformer.h.{bid}.mlp.c_fc", "blk.{bid}.ffn_up"),
+    ("transformer.h.{bid}.mlp.c_proj", "blk.{bid}.ffn_down"),
+)
+
 FAMILY = Family(
     name="gpt2",
     model_types=("gpt2",),
@@ -95,6 +108,7 @@ FAMILY = Family(
     tie_rules=(TieRule("lm_head.weight", "transformer.wte.weight", "config", heads=("lm",)),),
     kv_cache=decoder_kv_cache,
     gguf_config=gguf_config,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("GPT2Config", _SIZES, ("GPT2Model", "GPT2LMHeadModel")),
         Sample("GPT2Config", dict(_SIZES, tie_word_embeddings=False), ("GPT2LMHeadModel",)),

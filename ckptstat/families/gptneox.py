@@ -76,6 +76,18 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (
+    ("gpt_neox.embed_in", "token_embd"), ("gpt_neox.final_layer_norm", "output_norm"), ("embed_out", "output"),
+    ("gpt_neox.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("gpt_neox.layers.{bid}.attention.query_key_value", "blk.{bid}.attn_qkv"),
+    ("gpt_neox.layers.{bid}.attention.dense", "blk.{bid}.attn_output"),
+    ("gpt_neox.layers.{bid}.post_attention_layernorm", "blk.{bid}.ffn_norm"),
+    ("gpt_neox.layers.{bid}.mlp.dense_h_to_4h", "blk.{bid}.ffn_up"),
+    ("gpt_neox.layers.{bid}.mlp.dense_4h_to_h", "blk.{bid}.ffn_down"),
+)
+
 FAMILY = Family(
     name="gptneox",
     model_types=("gpt_neox",),
@@ -88,6 +100,7 @@ FAMILY = Family(
     tied_by_default=False,
     kv_cache=decoder_kv_cache,
     gguf_architectures=("gptneox",),
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("GPTNeoXConfig", _SIZES, ("GPTNeoXModel", "GPTNeoXForCausalLM")),
         Sample("GPTNeoXConfig", dict(_SIZES, use_parallel_residual=False, attention_bias=False, rotary_pct=0.5,

@@ -3,6 +3,7 @@ spelling whatever the file's format, shape look-ups by name pattern, and GGUF me
 config.json keys. Pure functions over names, shapes and metadata."""
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -28,10 +29,19 @@ _TF_SPELLINGS = [
 ]
 
 
+# A literal every match of a _TF_SPELLINGS rule contains (tests/test_quick_path.py checks each rule has
+# one): a name with none of them (every PyTorch name) skips the rewrites. Literals, not the rules
+# themselves: Python's re tries each alternative at every position, 10x slower (docs/performance.md).
+_TF_LITERALS = ("tf", "layer_", "kernel", "gamma", "beta", "embeddings", "output_weights", "output_bias")
+_ANY_TF_LITERAL = re.compile("|".join(_TF_LITERALS))
+
+
 def canonical_name(name: str) -> str:
     """The transformers (PyTorch) spelling of a tensor name: google-research TF1 BERT, HF TF (`:0`,
     `tf_bert_model/...`, `mlm___cls`) and Keras names map onto `bert.encoder.layer.0...weight`."""
     n = normalize(name)
+    if "___" not in n and not _ANY_TF_LITERAL.search(n):
+        return n
     if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.
         parts = n.split(".")
         n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
@@ -40,12 +50,32 @@ def canonical_name(name: str) -> str:
     return n
 
 
+class NameIndex(dict):
+    """canonical_tensors' result: a dict that also keeps its names as one newline-joined text, so that
+    `find` runs its pattern once over the text (in C) instead of once per name (docs/performance.md)."""
+
+    _text: tuple[int, str, list[int], list[str], bool] | None = None
+
+    def text(self) -> tuple[str, list[int], list[str]] | None:
+        """(the names joined by newlines, each name's start offset, the names), or None when there is no
+        name or a name holds a newline; rebuilt when the size changed."""
+        if self._text is None or self._text[0] != len(self):
+            names = list(self)
+            starts, at = [], 0
+            for n in names:
+                starts.append(at)
+                at += len(n) + 1
+            text = "\n".join(names)
+            self._text = (len(self), text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
+        return self._text[1:4] if self._text[4] else None
+
+
 def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
     """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
     stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
     (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
-    out: dict[str, TensorInfo] = {}
+    out: dict[str, TensorInfo] = NameIndex()
     for name, t in tensors.items():
         if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
             continue
@@ -60,9 +90,28 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     return out
 
 
+_LOOKS_PAST_NAME = re.compile(r"\(\?<?[=!]|\\[AZ]|\\n")
+
+
 def find(tensors: Tensors, pattern: str) -> TensorInfo | None:
     """The first tensor whose (canonical) name matches `pattern`, or None."""
     rx = re.compile(pattern)
+    if isinstance(tensors, NameIndex) and not _LOOKS_PAST_NAME.search(pattern) and (joined := tensors.text()):
+        # One search over the joined names (re.M: ^ and $ at each name's ends). The leftmost match lies
+        # in the first name that matches, unless the pattern reached across a newline: each hit is
+        # checked on its own name, and the scan goes on from the next name after a false one. A pattern
+        # that could fail in the joined text where it matches the name alone (lookarounds, \A, \Z) scans.
+        text, starts, names = joined
+        rx_m = re.compile(pattern, re.M)
+        at = 0
+        while (m := rx_m.search(text, at)) is not None:
+            i = bisect.bisect_right(starts, m.start()) - 1
+            if rx.search(names[i]):
+                return tensors[names[i]]
+            if i + 1 >= len(starts):
+                return None
+            at = starts[i + 1]
+        return None
     for name, t in tensors.items():
         if rx.search(name):
             return t

@@ -153,6 +153,10 @@ GGUF_TENSOR_NAMES = (
 )
 HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^model\.", "lm"))
 TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),)
+# LlamaModel / LlamaForCausalLM: `model.` + lm_head, tied only if tie_word_embeddings, GQA cache. The decoder
+# LMs laid out as LLaMA (Mixtral, Qwen3, Phi3, OLMo, Qwen-MoE) spread this into their Family.
+DECODER_LM: dict[str, Any] = dict(heads=("base", "lm"), head_rules=HEAD_RULES, default_head="lm", tie_rules=TIE_RULES,
+                                  tied_by_default=False, kv_cache=decoder_kv_cache)
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64)
 

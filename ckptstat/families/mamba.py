@@ -119,15 +119,16 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]mixer[./]x_proj[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),),
+    # MambaForCausalLM nests the model under `backbone.` (MambaModel does not): that shows a tied, dropped lm_head
+    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^backbone\.embeddings\.weight$", "lm")),
     default_head="lm",
     # MambaForCausalLM._tied_weights_keys
     tie_rules=(TieRule("lm_head.weight", "backbone.embeddings.weight", "config", heads=("lm",)),),
     kv_cache=ssm_cache,
     gguf_architectures=(),   # llama.cpp's mamba files use their own tensor names (blk.N.ssm_*): not mapped
     samples=(
-        # a tied lm_head is not stored: MambaModel and a tied MambaForCausalLM have the same names
-        Sample("MambaConfig", _SIZES, ("MambaForCausalLM", "MambaModel"), infer=False),
+        # a tied lm_head is not stored: the `backbone.` prefix tells a tied MambaForCausalLM from MambaModel
+        Sample("MambaConfig", _SIZES, ("MambaForCausalLM", "MambaModel")),
         Sample("MambaConfig", dict(_SIZES, tie_word_embeddings=False, use_bias=True, use_conv_bias=False,
                                    time_step_rank="auto"), ("MambaForCausalLM",)),
     ),

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear
 from .ops import Builder
 
 
@@ -65,20 +65,23 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".mlp." not in p[0]) + (
+    # the router; the experts are stacked into one 3-D blk.N.ffn_{gate,up,down}_exps each: no HF name maps to them
+    ("model.layers.{bid}.block_sparse_moe.gate", "blk.{bid}.ffn_gate_inp"),
+)
+
 FAMILY = Family(
     name="mixtral",
     model_types=("mixtral",),
     signature=r"(^|[./])block_sparse_moe[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,
-    tied_by_default=False,
-    kv_cache=decoder_kv_cache,
+    **llama.DECODER_LM,
     gguf_architectures=("mixtral",) + llama.FAMILY.model_types,
     gguf_accepts=gguf_accepts,
     gguf_config=gguf_config,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("MixtralConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

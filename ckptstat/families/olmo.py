@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors
 
 _OLMO2 = (("post_norms", 1), ("qk_norm", 2))
 
@@ -30,18 +30,31 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (   # OLMo's norms have no weights; OLMo2 norms after attention and MLP, and q/k norms
+    ("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    ("model.layers.{bid}.self_attn.o_proj", "blk.{bid}.attn_output"),
+    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
+    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
+    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.post_attention_norm"),
+    ("model.layers.{bid}.mlp.gate_proj", "blk.{bid}.ffn_gate"),
+    ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+    ("model.layers.{bid}.post_feedforward_layernorm", "blk.{bid}.post_ffw_norm"),
+)
+
 FAMILY = Family(
     name="olmo",
     model_types=("olmo", "olmo2"),
     # OLMo2; also in Gemma2/3 files, whose families come before this one in the registry
     signature=r"(^|[./])layers[./]\d+[./]post_feedforward_layernorm",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,
-    tied_by_default=False,
-    kv_cache=decoder_kv_cache,
+    **llama.DECODER_LM,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # OLMo's tensor names are LLaMA's without the (weightless) norms: names alone read as LLaMA
         Sample("OlmoConfig", _SIZES, ("OlmoModel", "OlmoForCausalLM"), detected_as="llama"),

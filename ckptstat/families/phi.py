@@ -91,6 +91,19 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (
+    ("model.embed_tokens", "token_embd"), ("model.final_layernorm", "output_norm"), ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k"),
+    ("model.layers.{bid}.self_attn.v_proj", "blk.{bid}.attn_v"),
+    ("model.layers.{bid}.self_attn.dense", "blk.{bid}.attn_output"),
+    ("model.layers.{bid}.mlp.fc1", "blk.{bid}.ffn_up"),
+    ("model.layers.{bid}.mlp.fc2", "blk.{bid}.ffn_down"),
+)
+
 FAMILY = Family(
     name="phi",
     model_types=("phi",),
@@ -103,6 +116,7 @@ FAMILY = Family(
     tied_by_default=False,
     kv_cache=decoder_kv_cache,
     gguf_architectures=("phi2",),
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("PhiConfig", _SIZES, ("PhiModel", "PhiForCausalLM")),
         Sample("PhiConfig", dict(_SIZES, num_key_value_heads=2, qk_layernorm=True, partial_rotary_factor=0.75,

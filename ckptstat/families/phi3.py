@@ -7,7 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -31,17 +31,25 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = (
+    ("model.embed_tokens", "token_embd"), ("model.norm", "output_norm"), ("lm_head", "output"),
+    ("model.layers.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("model.layers.{bid}.self_attn.qkv_proj", "blk.{bid}.attn_qkv"),
+    ("model.layers.{bid}.self_attn.o_proj", "blk.{bid}.attn_output"),
+    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.mlp.gate_up_proj", "blk.{bid}.ffn_up"),   # fused [gate; up], kept fused in GGUF
+    ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
+)
+
 FAMILY = Family(
     name="phi3",
     model_types=("phi3",),
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]qkv_proj",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,
-    tied_by_default=False,
-    kv_cache=decoder_kv_cache,
+    **llama.DECODER_LM,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("Phi3Config", _SIZES, ("Phi3Model", "Phi3ForCausalLM")),
         Sample("Phi3Config", dict(_SIZES, partial_rotary_factor=0.5, tie_word_embeddings=True), ("Phi3ForCausalLM",)),

@@ -8,7 +8,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Tensors, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Tensors
 
 _EXTRA = (("qk_norm", 1),)
 
@@ -27,18 +27,21 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, head_dim=16)
 
+# HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
+# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
+GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + (
+    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
+    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
+)
+
 FAMILY = Family(
     name="qwen3",
     model_types=("qwen3",),
     # q_norm also in OLMo2 and Gemma3 files: those families come before this one in the registry
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]q_norm",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,
-    tied_by_default=False,
-    kv_cache=decoder_kv_cache,
+    **llama.DECODER_LM,
+    gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("Qwen3Config", _SIZES, ("Qwen3Model", "Qwen3ForCausalLM")),
         Sample("Qwen3Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("Qwen3ForCausalLM",)),

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
 
 
@@ -208,12 +208,7 @@ FAMILY = Family(
     # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first)
     signature=r"(^|[./])layers[./]\d+[./]mlp[./]experts[./]\d+[./]gate_proj",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,     # Qwen2MoeForCausalLM / Qwen3MoeForCausalLM: _tied_weights_keys ["lm_head.weight"]
-    tied_by_default=False,
-    kv_cache=decoder_kv_cache,     # GQA: 2 x L x g x d per token; the cache holds every layer's K and V
+    **llama.DECODER_LM,
     # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
     # this architecture reads as unknown rather than being claimed without a config
     gguf_architectures=(),

@@ -140,7 +140,9 @@ FAMILY = Family(
     signature=r"(^|[./])encoder[./]conv1[./]weight$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)proj_out\.weight$", "lm"),),
+    # WhisperForConditionalGeneration (and ForCausalLM) nest the decoder under `model.`; WhisperModel and
+    # WhisperForAudioClassification do not: that shows the LM head when a tied proj_out was not stored
+    head_rules=(HeadRule(r"(^|\.)proj_out\.weight$", "lm"), HeadRule(r"^model\.decoder\.embed_tokens\.weight$", "lm")),
     default_head="lm",
     # WhisperForConditionalGeneration._tied_weights_keys
     tie_rules=(TieRule("proj_out.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),),
@@ -148,8 +150,8 @@ FAMILY = Family(
     main_input="input_features",
     kv_cache=kv_cache,
     samples=(
-        # a tied proj_out is not stored: WhisperModel and a tied WhisperForConditionalGeneration store the same names
-        Sample("WhisperConfig", _SIZES, ("WhisperForConditionalGeneration", "WhisperModel"), infer=False),
+        # a tied proj_out is not stored: the `model.` prefix tells WhisperForConditionalGeneration from WhisperModel
+        Sample("WhisperConfig", _SIZES, ("WhisperForConditionalGeneration", "WhisperModel")),
         # a second audio length (max_source_positions fixes the frames the encoder accepts: 2 x 20 = 40)
         Sample("WhisperConfig", dict(_SIZES, max_source_positions=20, tie_word_embeddings=False),
                ("WhisperForConditionalGeneration",)),

@@ -15,16 +15,16 @@ truncated while it is parsed ends in an error, never in SIGBUS.
 from __future__ import annotations
 
 import math
-import os
 import struct
 from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
-from ..core.files import open_regular
-from ..core.io import read_bytes
+from ..core.files import file_size, open_regular
+from ..core.io import pread, read_bytes
 from ..core.limits import limits
 from ..core.tensor import read_flat_file
 from ..errors import CheckpointError, CorruptCheckpointError
+from .gguf_split import Split, open_set, split_keys
 from .registry import Format, Probe, register
 
 if TYPE_CHECKING:  # numpy is imported where values are read, not on the header-only path
@@ -72,7 +72,7 @@ class _Cursor:
     WINDOW = 1 << 20
 
     def __init__(self, path: str, f: IO[bytes], size: int):
-        self.path, self.fd, self.size, self.pos = path, f.fileno(), size, 0
+        self.path, self.f, self.size, self.pos = path, f, size, 0
         self.buf, self.base = b"", 0        # file bytes [base, base + len(buf))
 
     def bad(self, msg: str) -> CorruptCheckpointError:
@@ -90,7 +90,7 @@ class _Cursor:
         """Make file bytes [pos, pos + n) available in self.buf; returns pos's index in it."""
         at = self.pos - self.base
         if at < 0 or at + n > len(self.buf):
-            self.buf = os.pread(self.fd, max(n, self.WINDOW), self.pos) if n else b""
+            self.buf = pread(self.f, max(n, self.WINDOW), self.pos) if n else b""
             self.base, at = self.pos, 0
             if len(self.buf) < n:
                 raise self.bad(f"file ends at offset {self.pos + len(self.buf)}, before the {self.size}-byte size it had "
@@ -213,14 +213,27 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
 
 
 def open_gguf(path: str) -> Checkpoint:
-    size = os.path.getsize(path)
+    """A GGUF file; a shard of a split set opens the whole set (formats/gguf_split.py)."""
+    ckpt, split = _open_one(path)
+    return ckpt if split is None else open_set(path, ckpt, split, _open_one)
+
+
+def _open_one(path: str) -> tuple[Checkpoint, Split | None]:
+    size = file_size(path)
     if size < 24:
         raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a GGUF header (24)")
     with open_regular(path) as f:
-        return _parse(path, f, size)
+        return _parse_file(path, f, size)
 
 
 def _parse(path: str, f: IO[bytes], size: int) -> Checkpoint:
+    return _parse_file(path, f, size)[0]
+
+
+_INT_TYPES = frozenset({0, 1, 2, 3, 4, 5, 10, 11})   # u8 ... i32, u64, i64
+
+
+def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split | None]:
     cur = _Cursor(path, f, size)
     at = cur.window(4)
     magic = bytes(cur.buf[at:at + 4])
@@ -311,9 +324,10 @@ def _parse(path: str, f: IO[bytes], size: int) -> Checkpoint:
             prev_end, prev_name = offset + nbytes, name
     for name, dtype, shape, offset, nbytes, code in infos:  # keep the file's order
         tensors[name] = TensorInfo(name, dtype, shape, path, data_start + offset, nbytes, extra={"ggml_type": code})
+    split = split_keys(path, {k: (code in _INT_TYPES, v) for k, (code, v) in scalars.items() if k.startswith("split.")})
     return Checkpoint(path=path, format="gguf", tensors=tensors, files=(path,), metadata=metadata,
                       readers={path: read_gguf}, declared_architecture=str(metadata["general.architecture"])
-                      if "general.architecture" in metadata else None)
+                      if "general.architecture" in metadata else None), split
 
 
 def read_gguf(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
