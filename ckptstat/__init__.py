@@ -59,8 +59,25 @@ def bert_stat(path: PathLike, input_size: tuple[int, int] = (1, 1), config: Path
     return r
 
 
+def adapter_summary(path: PathLike, base: PathLike | None = None, config: PathLike | None = None) -> dict:
+    """A PEFT adapter's report (schema ckptstat.adapter/1); with `base` (config: the base's), the base's
+    totals and the merged model's beside it (docs/adapters.md)."""
+    from .analysis.adapter import adapter_report
+    from .formats.folders import adapter_weights
+
+    weights = adapter_weights(os.fspath(path)) or path
+    return adapter_report(open_checkpoint(weights), open_checkpoint(base, config) if base is not None else None)
+
+
+def pipeline_summary(path: PathLike) -> dict:
+    """A diffusers pipeline folder's report (schema ckptstat.pipeline/1): parameters per component."""
+    from .analysis.pipeline import pipeline_report
+
+    return pipeline_report(os.fspath(path))
+
+
 __all__ = [
-    "Checkpoint", "TensorInfo", "open_checkpoint", "summarize", "bert_stat",
+    "Checkpoint", "TensorInfo", "open_checkpoint", "summarize", "bert_stat", "adapter_summary", "pipeline_summary",
     "CkptstatError", "CheckpointError", "CorruptCheckpointError", "FileNotFound", "UnknownFormatError",
     "UnsafeCheckpointError", "ExternalReferenceError", "UsageError", "MissingDependencyError", "__version__",
 ]

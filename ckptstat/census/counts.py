@@ -10,6 +10,8 @@ from typing import Any
 from ..core import Checkpoint, TensorInfo
 from ..families import detect
 from ..naming import Placement, classify_all
+from .quant import logical
+from .quant import roles as quant_roles
 
 
 def memoised(ckpt: Checkpoint, key: str, compute: Callable[[Checkpoint], Any]) -> Any:
@@ -21,7 +23,14 @@ def memoised(ckpt: Checkpoint, key: str, compute: Callable[[Checkpoint], Any]) -
 
 
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
-    return memoised(ckpt, "placements", lambda c: classify_all((t.name, t.dtype, t.shape) for t in c))
+    return memoised(ckpt, "placements", _placements)
+
+
+def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
+    out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
+    # the pieces of quantised weights: packed weight, scale, zero point... (census/quant.py)
+    out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
+    return out
 
 
 def aliases(ckpt: Checkpoint) -> dict[str, str]:
@@ -42,7 +51,9 @@ def _aliases(ckpt: Checkpoint) -> dict[str, str]:
 
 
 def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
-    """The tensors the unique parameter count sums: role parameter, each storage and view once."""
+    """The tensors the unique parameter count sums: role parameter, each storage and view once; a
+    quantised weight as one tensor of its logical shape (census/quant.py logical)."""
+    ckpt = logical(ckpt)
     place, alias_of = placements(ckpt), aliases(ckpt)
     return [t for t in ckpt if t.name not in alias_of and place[t.name].role == "parameter"]
 
@@ -52,7 +63,10 @@ def architecture(ckpt: Checkpoint) -> dict:
 
 
 def _architecture(ckpt: Checkpoint) -> dict:
-    a = detect(ckpt.tensors, ckpt.config, ckpt.metadata if ckpt.declared_architecture else None)
+    if ckpt.adapter is not None:   # a PEFT adapter's tensor names look like its base model's: never a model
+        return {"family": "adapter", "source": "adapter_config.json", "model_type": str(ckpt.adapter.get("peft_type")),
+                "architectures": []}
+    a = detect(logical(ckpt).tensors, ckpt.config, ckpt.metadata if ckpt.declared_architecture else None)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 

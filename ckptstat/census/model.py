@@ -16,6 +16,7 @@ from ..families.spec import (
 )
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
+from .quant import stored
 from .resolve import resolve
 
 
@@ -79,7 +80,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     count, by_dtype = 0, dict[str, int]()
     for t in parameters(ckpt):
         count += t.numel
-        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
+        label, nbytes = stored(t)   # a quantised weight: its method and the bytes of all its pieces
+        by_dtype[label] = by_dtype.get(label, 0) + nbytes
     notes: list[str] = []
     r = resolve(ckpt)   # the one architecture and head resolution ties and the summary share
     if r.spec is None:
@@ -90,6 +92,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                 from_config(ckpt.config, ckpt.config_path or "config.json")   # raises the usual unsupported-family error
             except UsageError as e:
                 raise NoArchitecture(str(e)) from None
+        if ckpt.adapter is not None:   # census.resolve says why: an adapter, not a whole model
+            raise NoArchitecture(f"{ckpt.path}: {r.head_source}")
         raise NoArchitecture(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
     spec = r.spec
     predicted = predict_params(spec)
@@ -138,7 +142,8 @@ def weights_only(path: str | os.PathLike[str], config: str | os.PathLike[str] | 
     count = 0
     for t in parameters(ckpt):
         count += t.numel
-        by_dtype[t.dtype] = by_dtype.get(t.dtype, 0) + t.byte_size
+        label, nbytes = stored(t)   # a quantised weight: its method and the bytes of all its pieces
+        by_dtype[label] = by_dtype.get(label, 0) + nbytes
     if not count:
         raise UsageError(reason)
     return Weights(ckpt.path, ckpt.config_path, count, by_dtype, reason)

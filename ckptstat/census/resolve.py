@@ -14,6 +14,7 @@ from ..families import by_model_type, detect, get
 from ..families.base import ArchSpec, Family, TieRule
 from ..families.spec import canonical_tensors, config_from_gguf, from_config, from_tensors, infer_head, with_head
 from .counts import memoised
+from .quant import logical
 
 
 @dataclass(frozen=True)
@@ -44,10 +45,14 @@ class Resolution:
 
 
 def resolve(ckpt: Checkpoint) -> Resolution:
-    return memoised(ckpt, "resolution", _resolve)
+    # quantised weights resolve by their logical shapes (census/quant.py), as the unquantised model's
+    return memoised(ckpt, "resolution", lambda c: _resolve(logical(c)))
 
 
 def _resolve(ckpt: Checkpoint) -> Resolution:
+    if ckpt.adapter is not None:
+        return Resolution(None, None, None, None, "a PEFT adapter (adapter_config.json), not a whole model: "
+                          "`ckptstat summary ADAPTER --base BASE` (docs/adapters.md)")
     gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.declared_architecture and not ckpt.config else None
     cfg = ckpt.config or gguf_cfg
     if cfg:

@@ -19,6 +19,7 @@ from ..families import by_model_type
 from ..families.base import TieRule
 from ..naming import structural_ties
 from .counts import aliases
+from .quant import logical
 from .resolve import resolve
 
 # Heads whose model holds a word-embedding-sized output layer (for tie rules that name no heads).
@@ -64,6 +65,7 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     with no registered family only the file's own evidence (shared storage, safetensors metadata,
     contents with `deep`) is reported."""
     ties: dict[str, Tie] = {}
+    stored, ckpt = ckpt, logical(ckpt)   # quantised weights by their logical names and shapes (census/quant.py)
     tensors = ckpt.tensors
     resolution = resolve(ckpt)
 
@@ -95,8 +97,8 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     for absent, target, _ in structural_ties(tensors):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     if deep:
-        for a, b in identical_tensors(ckpt, chunk_bytes):
-            if a not in ties and b not in ties:
+        for a, b in identical_tensors(stored, chunk_bytes):
+            if a not in ties and b not in ties and a in tensors and b in tensors:
                 add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
     return list(ties.values())
 
@@ -136,4 +138,4 @@ def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tup
 def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
     """Ties a checkpoint shows only by what it lacks (naming.structural_ties), as summary notes."""
     return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
-            for absent, tied_to, evidence in structural_ties(ckpt.tensors)]
+            for absent, tied_to, evidence in structural_ties(logical(ckpt).tensors)]

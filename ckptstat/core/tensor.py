@@ -3,14 +3,13 @@ plus a way to read one tensor's values, or a chunk of them, on demand."""
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from ..errors import CheckpointError, CorruptCheckpointError, reading
 from . import dtypes
-from .files import open_regular
+from .files import file_size, open_regular
 from .io import RawFile, contiguous_strides, extent, read_bytes, read_view
 from .limits import limits
 
@@ -19,6 +18,25 @@ if TYPE_CHECKING:  # numpy is imported only where values are read: a summary nee
 
 DEFAULT_CHUNK_BYTES = 16 << 20
 INT64_MAX = 2**63 - 1   # torch, TF, ggml and numpy all hold a tensor's element count in an int64
+
+
+_T = TypeVar("_T")
+
+
+class _cached(Generic[_T]):
+    """functools.cached_property without its per-instance lock (Python 3.11 takes one on every first
+    read, which costs more than the value). Stores into the instance's __dict__, so it works on a
+    frozen dataclass and the next read is a plain attribute."""
+
+    def __init__(self, func: Callable[[Any], _T]) -> None:
+        self.func, self.name = func, func.__name__
+        self.__doc__ = func.__doc__
+
+    def __get__(self, obj: Any, cls: Any = None) -> _T:
+        if obj is None:
+            return self   # type: ignore[return-value]
+        value = obj.__dict__[self.name] = self.func(obj)
+        return value
 
 
 @dataclass(frozen=True)
@@ -55,15 +73,17 @@ class TensorInfo:
                 raise CorruptCheckpointError(self.file, f"tensor {self.name!r}: shape of rank {len(self.shape)} holds "
                                                         "more than 2^63-1 elements (int64 overflows)")
 
-    @property
+    # Cached (frozen, so they never go stale): a summary reads each several times per tensor, and a
+    # header can hold a million tensors (docs/performance.md).
+    @_cached
     def numel(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @_cached
     def dt(self) -> dtypes.DType:
         return dtypes.get(self.dtype)
 
-    @property
+    @_cached
     def byte_size(self) -> int:
         """Bytes the tensor's elements take, packed (what a parameter costs in memory)."""
         return self.dt.nbytes(self.numel)
@@ -137,6 +157,12 @@ class Checkpoint:
     dropped: dict[str, str] = field(default_factory=dict)
     # The architecture the file itself declares (GGUF general.architecture), else None.
     declared_architecture: str | None = None
+    # Why the totals are partial (a GGUF split set with shards missing: formats/gguf_split.py), else None.
+    partial: str | None = None
+    # A PEFT adapter's adapter_config.json (and its path) when the weights are an adapter's, not a model's
+    # (formats/folders.py); the census then resolves no architecture from the adapter's tensor names.
+    adapter: dict[str, Any] | None = None
+    adapter_path: str | None = None
     memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:
@@ -163,7 +189,7 @@ class Checkpoint:
 
     @property
     def file_size(self) -> int:
-        return sum(os.path.getsize(f) for f in self.files)
+        return sum(file_size(f) for f in self.files)
 
     def _reader(self, info: TensorInfo) -> Reader:
         return self.readers.get(info.file, read_flat_file)

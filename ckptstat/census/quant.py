@@ -1,0 +1,439 @@
+"""Quantised weights in safetensors/.bin checkpoints (docs/quantized.md): which stored tensors make up
+each quantised weight, the role of each, and the weight's logical shape, the one the unquantised model
+holds. Recognised per module from the tensor layout (names, dtypes, shapes); config.json's
+`quantization_config` names the method and its bits, and is checked against the layout.
+
+`logical(ckpt)` is the checkpoint as the unquantised model would store it: every quantised weight is one
+tensor of its logical shape (dtype: the compute dtype), whose `extra` carries the stored bytes of all
+its members; everything else is unchanged. Resolution, ties, FLOPs and memory read that view, so a GPTQ
+llama resolves, ties and counts as its fp16 original does.
+
+Headers and config only, except for three tiny value reads where the format keeps the logical shape
+nowhere else: bitsandbytes' packed quant_state JSON and compressed-tensors' `weight_shape` / sparse
+`shape` (each bounded to MAX_SHAPE_READ bytes and checked against the packed tensor's size).
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..core import Checkpoint, TensorInfo
+from ..errors import CkptstatError
+from ..naming import quant_member_role
+
+MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
+_VIEW = "quant:view"       # memo key marking a logical view (never re-derived)
+_LAYOUT = "quant:layout"
+
+
+@dataclass(frozen=True)
+class QuantWeight:
+    name: str                       # the logical parameter's name (`...q_proj.weight`; gpt-oss `...experts.down_proj`)
+    shape: tuple[int, ...]          # logical shape, as the unquantised model holds it
+    method: str                     # gptq, awq, bitsandbytes-nf4, fp8, mxfp4, compressed-tensors pack-quantized ...
+    bits: float | None              # bits of one quantised element (4, 8...), when the layout tells
+    members: tuple[str, ...]        # the stored tensors it is made of
+    stored_bytes: int               # bytes of all members
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class QuantLayout:
+    method: str                     # what the checkpoint uses overall ("gptq", or "a, b" when mixed)
+    source: str                     # "config.json quantization_config" or "tensor layout"
+    config: dict[str, Any]          # the quantization_config fields that matter (bits, group_size ...)
+    roles: dict[str, str]           # stored tensor name -> role (naming.QUANT_ROLES)
+    weights: dict[str, QuantWeight]  # logical name -> weight
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def member_of(self) -> dict[str, str]:
+        return {m: w.name for w in self.weights.values() for m in w.members}
+
+
+def _memo(ckpt: Checkpoint, key: str) -> tuple:
+    return (key, len(ckpt.tensors), id(ckpt.config))
+
+
+def layout(ckpt: Checkpoint) -> QuantLayout | None:
+    """The checkpoint's quantised weights, or None when it holds none (memoised on the checkpoint)."""
+    if _VIEW in ckpt.memo:
+        return ckpt.memo[_VIEW]
+    stamp = _memo(ckpt, _LAYOUT)
+    if stamp not in ckpt.memo:
+        ckpt.memo[stamp] = _layout(ckpt)
+    return ckpt.memo[stamp]
+
+
+def logical(ckpt: Checkpoint) -> Checkpoint:
+    """The checkpoint with each quantised weight as one tensor of its logical shape (module docstring);
+    the checkpoint itself when nothing is quantised, or when it is already a view."""
+    if _VIEW in ckpt.memo:
+        return ckpt
+    q = layout(ckpt)
+    if q is None:
+        return ckpt
+    stamp = _memo(ckpt, "quant:logical")
+    if stamp not in ckpt.memo:
+        ckpt.memo[stamp] = _view(ckpt, q)
+    return ckpt.memo[stamp]
+
+
+def roles(ckpt: Checkpoint) -> dict[str, str]:
+    """Stored tensor name -> quantisation role for the tensors of `ckpt` that are pieces of a quantised
+    weight (or standalone activation/KV scales); a logical view's own weights keep role parameter."""
+    q = layout(ckpt)
+    if q is None:
+        return {}
+    return {n: r for n, r in q.roles.items() if n in ckpt.tensors and "quantized" not in ckpt.tensors[n].extra}
+
+
+def stored(t: TensorInfo) -> tuple[str, int]:
+    """(label, bytes) of a parameter as stored: a quantised weight of the logical view reports its
+    method and the bytes of all its members; any other tensor its dtype and packed bytes (a GGUF
+    Q4_K tensor's byte_size is already its blocks' bytes)."""
+    q = t.extra.get("quantized")
+    if isinstance(q, QuantWeight):
+        return q.method, q.stored_bytes
+    return t.dtype, t.byte_size
+
+
+def bits_per_weight(stored_bytes: int, numel: int) -> float | None:
+    return round(stored_bytes * 8 / numel, 4) if numel else None
+
+
+# ---------------------------------------------------------------------------------------- detection
+_BNB4 = re.compile(r"^(?P<m>.+)\.weight\.(absmax|quant_map|nested_absmax|nested_quant_map|quant_state\.bitsandbytes__(nf4|fp4))$")
+_MXFP4 = re.compile(r"^(?P<m>.+)_(blocks|scales)$")
+# Tensors beside a quantised weight in its module, by method (the writers' own lists: auto-gptq/AutoAWQ
+# QuantLinear buffers; compressed-tensors' compressors' compression_param_names; bitsandbytes
+# Linear8bitLt._save_to_state_dict; transformers' FP8Linear): the weight's members.
+_MEMBERS = {
+    "gptq": ("qweight", "qzeros", "scales", "g_idx"),
+    "compressed-tensors": ("weight_packed", "weight", "weight_scale", "weight_zero_point", "weight_g_idx", "weight_shape",
+                           "weight_global_scale", "input_scale", "input_zero_point", "input_global_scale"),
+    "sparse": ("compressed", "bitmask", "shape", "row_offsets", "weight_scale", "weight_zero_point", "weight_g_idx",
+               "input_scale", "input_zero_point"),
+    "bitsandbytes-int8": ("weight", "SCB", "weight_format"),
+    "fp8": ("weight", "weight_scale", "weight_scale_inv", "weight_zero_point", "input_scale", "input_scale_ub",
+            "input_zero_point", "activation_scale"),
+}
+_BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
+_F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
+# Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
+# kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
+_STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale|output_scale|kv_scale)$")
+
+
+def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
+    cfg = ckpt.config or {}
+    q = cfg.get("quantization_config") or cfg.get("compression_config") or {}
+    return q if isinstance(q, dict) else {}
+
+
+def _bits_of(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v in _BITS else None
+
+
+def _config_summary(q: Mapping[str, Any]) -> dict[str, Any]:
+    keys = ("quant_method", "bits", "w_bit", "group_size", "q_group_size", "desc_act", "sym", "zero_point", "version",
+            "checkpoint_format", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
+            "weight_block_size", "activation_scheme", "format", "modules_to_not_convert")
+    out = {k: q[k] for k in keys if k in q}
+    groups = q.get("config_groups")
+    if isinstance(groups, dict):
+        out["config_groups"] = {g: {k: (v.get("weights") or {}).get(k) for k in ("num_bits", "type", "strategy", "group_size")}
+                                for g, v in groups.items() if isinstance(v, dict)}
+    sp = q.get("sparsity_config")
+    if isinstance(sp, dict) and sp.get("format"):
+        out["sparsity_format"] = sp["format"]
+    return out
+
+
+def _layout(ckpt: Checkpoint) -> QuantLayout | None:
+    q = _qconfig(ckpt)
+    method_cfg = str(q.get("quant_method") or "").lower() or None
+    T = ckpt.tensors
+    modules: dict[str, dict[str, TensorInfo]] = {}
+    special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
+    for name, t in T.items():
+        m = _BNB4.match(name)
+        if m:
+            special.setdefault(m["m"] + ".weight", ("bnb4", {}))[1][name] = t
+            continue
+        m = _MXFP4.match(name)
+        if m and t.dtype == "U8" and (m["m"] + "_blocks") in T and (m["m"] + "_scales") in T:
+            special.setdefault(m["m"], ("mxfp4", {}))[1][name] = t
+            continue
+        mod, _, suffix = name.rpartition(".")
+        modules.setdefault(mod, {})[suffix] = t
+    weights: list[QuantWeight] = []
+    notes: list[str] = []
+    for logical_name, (kind, members) in special.items():
+        if kind == "bnb4":
+            packed = T.get(logical_name)
+            if packed is None:
+                continue
+            members[logical_name] = packed
+            weights.append(_bnb4(ckpt, logical_name, members, notes))
+        else:
+            weights.append(_mxfp4(logical_name, members))
+    for mod, s in modules.items():
+        w = _module(ckpt, mod, s, q, method_cfg, notes)
+        if w is not None:
+            weights.append(w)
+    fmt = str(q.get("checkpoint_format") or q.get("format") or "")
+    if "marlin" in fmt or q.get("is_marlin_format"):
+        notes.append(f"quantization_config names the {fmt or 'marlin'} layout, which ckptstat does not decode: "
+                     "its tensors are counted as stored")
+    if not weights:
+        if method_cfg:
+            notes.append(f"config.json names quant_method {method_cfg!r} but no tensor has a quantised layout ckptstat "
+                         "knows (docs/quantized.md): counted as stored")
+            return QuantLayout(method_cfg, "config.json quantization_config", _config_summary(q), {}, {}, tuple(notes))
+        return None
+    roles: dict[str, str] = {}
+    for w in weights:
+        for n in w.members:
+            if n == w.name:
+                suffix = "weight"
+            elif n.startswith(w.name + ".") or (w.method == "mxfp4" and n.startswith(w.name + "_")):
+                suffix = n[len(w.name) + 1:]       # bitsandbytes `weight.absmax`; gpt-oss `gate_up_proj_blocks`
+            else:
+                suffix = n.rpartition(".")[2]
+            roles[n] = quant_member_role(suffix, w.method, T[n].dtype)
+    member = {n for w in weights for n in w.members}
+    for name in T:
+        if name not in member and _STANDALONE.search(name):
+            roles[name] = quant_member_role(name.rpartition(".")[2], "", T[name].dtype)
+    methods = sorted({w.method for w in weights})
+    if method_cfg and not any(method_cfg.replace("_", "-") in m or m.startswith(method_cfg) for m in methods):
+        notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
+    return QuantLayout(", ".join(methods), "config.json quantization_config" if method_cfg else "tensor layout",
+                       _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
+
+
+def _weight(name: str, shape: tuple[int, ...], method: str, bits: float | None, members: Mapping[str, TensorInfo]) -> QuantWeight:
+    return QuantWeight(name, tuple(int(d) for d in shape), method, bits, tuple(sorted(t.name for t in members.values())),
+                       sum(t.nbytes for t in members.values()))
+
+
+def _pick(s: Mapping[str, TensorInfo], names: tuple[str, ...]) -> dict[str, TensorInfo]:
+    return {k: s[k] for k in names if k in s}
+
+
+def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str, Any], method_cfg: str | None,
+            notes: list[str]) -> QuantWeight | None:
+    prefix = mod + "." if mod else ""
+    if "qweight" in s and s["qweight"].dtype in ("I32", "U32") and len(s["qweight"].shape) == 2:
+        return _gptq_awq(prefix, s, q, method_cfg, notes)
+    if "weight_packed" in s:
+        return _ct_packed(ckpt, prefix, s, q, notes)
+    if "compressed" in s and "bitmask" in s:
+        return _ct_sparse(ckpt, prefix, s, notes)
+    w = s.get("weight")
+    if w is None:
+        return None
+    if "SCB" in s and w.dtype == "I8":   # bitsandbytes Linear8bitLt: int8 weight, per-row absmax SCB
+        return _weight(prefix + "weight", w.shape, "bitsandbytes-int8", 8, _pick(s, _MEMBERS["bitsandbytes-int8"]))
+    if w.dtype in _F8 | {"I8"} and ("weight_scale" in s or "weight_scale_inv" in s):
+        # FP8 (transformers finegrained_fp8 weight_scale_inv blocks; fbgemm_fp8 / compressed-tensors float-quantized
+        # weight_scale) and int8 (compressed-tensors int-quantized): one stored element per logical element.
+        label = "fp8" if w.dtype in _F8 else "int8"
+        if "weight_scale_inv" in s:
+            label += " block-scaled"
+        if method_cfg == "compressed-tensors":
+            label = f"compressed-tensors {'float' if w.dtype in _F8 else 'int'}-quantized"
+        return _weight(prefix + "weight", w.shape, label, 8, _pick(s, _MEMBERS["fp8"]))
+    return None
+
+
+def _gptq_awq(prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any], method_cfg: str | None,
+              notes: list[str]) -> QuantWeight | None:
+    """GPTQ (auto-gptq / gptqmodel QuantLinear): qweight int32 [in*bits/32, out], qzeros [groups, out*bits/32],
+    scales [groups, out], g_idx [in]. AWQ GEMM (AutoAWQ WQLinear_GEMM): qweight [in, out*bits/32], qzeros
+    [in/group, out*bits/32], scales [in/group, out]; AWQ GEMV: qweight [out, in*bits/32]."""
+    qw, sc = s["qweight"], s.get("scales")
+    members = _pick(s, _MEMBERS["gptq"])
+    r0, r1 = qw.shape
+    cfg_bits = _bits_of(q.get("bits")) or _bits_of(q.get("w_bit"))
+    awq_cfg = method_cfg == "awq"
+    version = str(q.get("version") or "").lower()
+    bits: float
+    if awq_cfg and version == "gemv":
+        bits = cfg_bits or 4
+        return _weight(prefix + "weight", (r0, r1 * 32 // int(bits)), "awq", bits, members)
+    if sc is not None and len(sc.shape) == 2 and r1 > 0:
+        out = sc.shape[1]
+        if r1 == out:     # GPTQ: output features along qweight's columns
+            qz = s.get("qzeros")
+            bits = (qz.shape[1] * 32 / out if qz is not None and len(qz.shape) == 2 and out else 0)
+            if bits not in _BITS:
+                bits = cfg_bits or 4
+            g = s.get("g_idx")
+            n_in = g.shape[0] if g is not None and len(g.shape) == 1 else r0 * 32 // int(bits)
+            if (cfg_bits and bits != cfg_bits) or awq_cfg:
+                notes.append(f"config.json says {method_cfg} {cfg_bits}-bit; {prefix}qweight/qzeros are laid out as "
+                             f"{bits:g}-bit GPTQ: the layout is used")
+            return _weight(prefix + "weight", (out, n_in), "gptq", bits, members)
+        if out > r1 and out % r1 == 0 and 32 * r1 / out in _BITS:   # AWQ GEMM: 32/bits outputs per int32 column
+            bits = 32 * r1 / out
+            if cfg_bits and bits != cfg_bits:
+                notes.append(f"config bits {cfg_bits} but {prefix}qweight packs {bits:g}-bit values: the layout is used")
+            return _weight(prefix + "weight", (out, r0), "awq", bits, members)
+    bits = cfg_bits or 4
+    notes.append(f"{prefix}qweight: no scales to tell GPTQ from AWQ; read as GPTQ, {bits}-bit")
+    return _weight(prefix + "weight", (r1, r0 * 32 // int(bits)), "gptq", bits, members)
+
+
+def _read_small(ckpt: Checkpoint, name: str) -> Any:
+    """The values of a tiny tensor (<= MAX_SHAPE_READ bytes), or None when it is bigger or unreadable."""
+    t = ckpt.tensors[name]
+    if t.nbytes > MAX_SHAPE_READ or t.byte_size > MAX_SHAPE_READ:
+        return None
+    try:
+        return ckpt.read(name)
+    except (CkptstatError, ValueError, OSError):
+        return None
+
+
+def _shape_values(ckpt: Checkpoint, name: str | None) -> tuple[int, ...] | None:
+    if name is None or name not in ckpt.tensors:
+        return None
+    v = _read_small(ckpt, name)
+    if v is None or v.dtype.kind not in "iu":
+        return None
+    dims = tuple(int(x) for x in v.reshape(-1))
+    return dims or None   # checked against the packed tensor by the caller
+
+
+def _ct_packed(ckpt: Checkpoint, prefix: str, s: dict[str, TensorInfo], q: Mapping[str, Any],
+               notes: list[str]) -> QuantWeight:
+    """compressed-tensors pack-quantized (int4/int8 packed into int32 along the input dimension,
+    weight_shape holds [out, in]); nvfp4/mxfp4-pack-quantized (two fp4 values per uint8)."""
+    p = s["weight_packed"]
+    members = _pick(s, _MEMBERS["compressed-tensors"])
+    if p.dtype == "U8":      # two fp4 values per byte
+        per, most = 2, 2
+        fp4 = "nvfp4" if "weight_global_scale" in s else "mxfp4"
+        method = f"compressed-tensors {fp4}-pack-quantized"
+    else:                    # int values packed into int32 (pack_to_int32 along the last dimension)
+        per, most = 32 // _ct_bits(q, 4), 32
+        method = "compressed-tensors pack-quantized"
+    guess = (*p.shape[:-1], p.shape[-1] * per) if p.shape else (per,)
+    shape = _shape_values(ckpt, prefix + "weight_shape") if "weight_shape" in s else None
+    if shape is not None and not (len(shape) == len(p.shape) and shape[:-1] == p.shape[:-1]
+                                  and p.shape[-1] <= shape[-1] <= p.shape[-1] * most):
+        notes.append(f"{prefix}weight_shape {list(shape)} does not fit {prefix}weight_packed {list(p.shape)}: "
+                     "shape from the packing")
+        shape = None
+    shape = shape or guess
+    bits = p.dt.bits * p.shape[-1] / shape[-1] if shape and shape[-1] else None
+    return _weight(prefix + "weight", shape, method, round(bits, 3) if bits else None, members)
+
+
+def _ct_bits(q: Mapping[str, Any], default: int) -> int:
+    groups = q.get("config_groups")
+    bits = set()
+    if isinstance(groups, dict):
+        for g in groups.values():
+            w = g.get("weights") if isinstance(g, dict) else None
+            if isinstance(w, dict) and _bits_of(w.get("num_bits")):
+                bits.add(w["num_bits"])
+    return bits.pop() if len(bits) == 1 else default
+
+
+def _ct_sparse(ckpt: Checkpoint, prefix: str, s: dict[str, TensorInfo], notes: list[str]) -> QuantWeight:
+    """compressed-tensors sparse-bitmask (values of the non-zeros, a bitmask [out, ceil(in/8)], row offsets)
+    and sparse-24-bitmask (the two kept values of every four [out, in/2], bitmask); `shape` holds [out, in]."""
+    c, bm = s["compressed"], s["bitmask"]
+    members = _pick(s, _MEMBERS["sparse"])
+    method = "compressed-tensors sparse-bitmask" if "row_offsets" in s else "compressed-tensors sparse-24-bitmask"
+    guess = (bm.shape[0], bm.shape[1] * 8) if len(bm.shape) == 2 else (bm.numel * 8,)
+    shape = _shape_values(ckpt, prefix + "shape") if "shape" in s else None
+    if shape is not None and (len(shape) != 2 or len(bm.shape) != 2 or shape[0] != bm.shape[0] or shape[1] < 0
+                              or -(-shape[1] // 8) != bm.shape[1]):
+        notes.append(f"{prefix}shape {list(shape)} does not fit {prefix}bitmask {list(bm.shape)}: shape from the bitmask")
+        shape = None
+    if shape is None and "row_offsets" not in s and len(c.shape) == 2:
+        guess = (c.shape[0], 2 * c.shape[1])      # 2:4: two of every four values kept
+    return _weight(prefix + "weight", shape or guess, method, c.dt.bits, members)
+
+
+def _bnb4(ckpt: Checkpoint, name: str, members: dict[str, TensorInfo], notes: list[str]) -> QuantWeight:
+    """bitsandbytes Params4bit (QuantState.as_dict(packed=True)): `weight` uint8 [ceil(n/2), 1] holds two 4-bit
+    codes per byte; absmax per block (uint8 when nested, with nested_absmax/nested_quant_map), quant_map the
+    16-value code book, and quant_state.bitsandbytes__<nf4|fp4> a JSON whose `shape` is the logical shape."""
+    w = members[name]
+    state = next((n for n in members if ".quant_state.bitsandbytes__" in n), None)
+    qtype = state.rpartition("__")[2] if state else "nf4"
+    packed = w.numel
+    shape: tuple[int, ...] | None = None
+    raw = _read_small(ckpt, state) if state else None
+    if raw is not None:
+        try:
+            d = json.loads(bytes(raw.astype("uint8").tobytes()).decode("utf-8"))
+            dims = d.get("shape") if isinstance(d, dict) else None
+            if isinstance(dims, list) and dims and all(isinstance(x, int) and not isinstance(x, bool) for x in dims):
+                shape = tuple(dims)
+        except (ValueError, UnicodeDecodeError):
+            shape = None
+    if shape is not None and (min(shape) < 0 or -(-math.prod(shape) // 2) != packed):
+        notes.append(f"{state}: shape {list(shape)} does not fit {packed:,} packed bytes; counted from the packing")
+        shape = None
+    if shape is None:
+        shape = (packed * 2,)
+        notes.append(f"{name}: no readable bitsandbytes quant_state; logical size from the packing (2 per byte), shape unknown")
+    return _weight(name, shape, f"bitsandbytes-{qtype}", 4, members)
+
+
+def _mxfp4(name: str, members: dict[str, TensorInfo]) -> QuantWeight:
+    """gpt-oss MXFP4 (transformers integrations/mxfp4.py convert_moe_packed_tensors): `<p>_blocks` uint8
+    [*prefix, R, G, 16] (32 fp4 values per block of 16 bytes), `<p>_scales` uint8 [*prefix, R, G] (E8M0 exponents);
+    dequantised to [*prefix, R, G*32], then transposed (1, 2): experts' gate_up_proj [E, hidden, 2*inter]."""
+    b = members[name + "_blocks"]
+    if len(b.shape) < 3:
+        return _weight(name, (b.numel * 2,), "mxfp4", 4, members)
+    *pre, r, g, nb = b.shape
+    shape = (*pre, r, g * nb * 2)
+    if len(shape) >= 3:
+        shape = (shape[0], shape[2], shape[1], *shape[3:])
+    return _weight(name, shape, "mxfp4", 4, members)
+
+
+# ------------------------------------------------------------------------------------------- the view
+def _compute_dtype(ckpt: Checkpoint, w: QuantWeight) -> str:
+    cfg = ckpt.config or {}
+    d = cfg.get("torch_dtype") or cfg.get("dtype")
+    table = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
+    if isinstance(d, str) and d in table:
+        return table[d]
+    for n in w.members:   # the scales' float type is the compute dtype of GPTQ/AWQ/FP8
+        dt = ckpt.tensors[n].dtype
+        if dt in ("F16", "BF16", "F32") and ckpt.tensors[n].numel > 1:
+            return dt
+    return "F16"
+
+
+def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
+    member_of = q.member_of
+    out: dict[str, TensorInfo] = {}
+    for name, t in ckpt.tensors.items():
+        logical_name = member_of.get(name)
+        if logical_name is None:
+            out[name] = t
+        elif logical_name not in out:
+            w = q.weights[logical_name]
+            first = ckpt.tensors[w.members[0]]
+            out[logical_name] = TensorInfo(logical_name, _compute_dtype(ckpt, w), w.shape, first.file, None, w.stored_bytes,
+                                           storage=f"quantized:{logical_name}", extra={"quantized": w})
+    view = replace(ckpt, tensors=out, memo={})
+    view.memo[_VIEW] = q
+    return view
