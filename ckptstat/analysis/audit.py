@@ -1,0 +1,344 @@
+"""`ckptstat audit`: one record per checkpoint of a fleet, from the library's own analyses (summary,
+ties, scan), and the run over many of them: serial, a local process pool, or a Dask cluster
+(analysis/audit_dask.py). Discovery and resume keys: analysis/audit_find.py; the results file:
+analysis/audit_store.py. docs/audit.md describes the record.
+
+A record never raises: a checkpoint that cannot be read is a record whose `error` says why. The
+timing fields, `seconds` and `worker`, are the only ones that differ between two runs over the same
+files (TIMING_FIELDS): records compare equal without them, whatever ran them.
+"""
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Generator, Iterable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from ..errors import CheckpointError, CkptstatError, short_text
+from .audit_find import Unit
+from .scan import pickle_bearing
+
+AUDIT_SCHEMA = "ckptstat.audit/1"
+SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
+TIMING_FIELDS = ("seconds", "worker")
+SCAN_ORDER = ("unsafe", "unknown", "unreadable", "safe")   # worst first: a unit's verdict is its worst file's
+TIE_VERDICTS = ("broken", "unchecked", "duplicated", "tied", "none", "error")
+COMPARE_CHUNK = 4 << 20
+MAX_ATTEMPTS = 3   # a unit whose worker died this many times is recorded as an error
+
+
+def _error_text(e: BaseException) -> str:
+    if isinstance(e, CkptstatError):
+        return short_text(e) if not isinstance(e, CheckpointError) else f"{e.path}: {short_text(Exception(e.reason))}"
+    return f"internal error: {type(e).__name__}: {short_text(e)}"
+
+
+def _scan(files: Iterable[str]) -> dict[str, Any]:
+    """The scan verdict of every pickle-bearing file (analysis/scan.py; formats/torch scan): what
+    torch.load(weights_only=False) would run. `none` when the unit holds no pickle."""
+    from ..formats.torch import scan as scan_file
+
+    rows = []
+    for f in files:
+        if not os.path.isfile(f) or not pickle_bearing(f):
+            continue
+        try:
+            r = scan_file(f)
+            rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
+        except CkptstatError as e:
+            rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
+        except Exception as e:  # noqa: BLE001 - a record never raises
+            rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
+    statuses = {r["status"] for r in rows}
+    verdict = next((s for s in SCAN_ORDER if s in statuses), "none")
+    return {"verdict": verdict, "files": rows}
+
+
+def _same_values(ckpt: Any, a: str, b: str) -> bool:
+    """Whether two stored tensors of one dtype and shape hold the same bytes, streamed in bounded chunks."""
+    for x, y in zip(ckpt.iter_chunks(a, COMPARE_CHUNK), ckpt.iter_chunks(b, COMPARE_CHUNK)):
+        if x.tobytes() != y.tobytes():
+            return False
+    return True
+
+
+def _ties(ckpt: Any, report: dict[str, Any], values: bool) -> dict[str, Any]:
+    """The ties verdict: `broken` when a tie the config or architecture declares is stored twice with
+    different values (transformers re-ties on load and one copy is silently lost), `unchecked` when
+    such a pair was not compared (values=False), `duplicated` when the copies are equal, `tied` when
+    every tie is aliased or absent, `none` without ties. Discrepancies: every counting convention
+    (analysis/ties.py) whose total differs from the unique count, with the difference."""
+    pairs = []
+    for t in report["ties"]:
+        row = {"alias": t["alias"], "target": t["target"], "evidence": t["evidence"], "status": t["status"]}
+        if t["status"] == "stored twice" and t["evidence"] != "identical contents":
+            a, b = ckpt.tensors.get(t["target"]), ckpt.tensors.get(t["alias"])
+            if values and a is not None and b is not None and a.dtype == b.dtype and a.shape == b.shape:
+                row["equal_values"] = _same_values(ckpt, t["target"], t["alias"])
+            else:
+                row["equal_values"] = None
+        pairs.append(row)
+    compared = [p.get("equal_values") for p in pairs if "equal_values" in p]
+    verdict = ("broken" if False in compared else "unchecked" if None in compared else "duplicated" if compared
+               else "tied" if pairs else "none")
+    rows = report["counting"]["rows"]
+    unique = rows[0]["params"]
+    discrepancies = [{"convention": r["convention"], "params": r["params"], "delta": r["params"] - unique}
+                     for r in rows[1:] if r["params"] != unique]
+    return {"verdict": verdict, "count": len(pairs), "pairs": pairs, "discrepancies": discrepancies}
+
+
+def _config(report: dict[str, Any]) -> dict[str, Any]:
+    """The config cross-check (analysis/ties.py cross_check) in counts, and how far the resolved model's
+    parameters() total drifts from the file's unique count (`delta`)."""
+    check = report["cross_check"]
+    if not check["available"]:
+        return {"verdict": "unavailable", "reason": check["reason"]}
+    missing = [m for m in check["missing"] if m["why"] == "not in the file"]
+    rows = report["counting"]["rows"]
+    delta = rows[1]["params"] - rows[0]["params"]
+    bad = missing or check["unexpected"] or check["shape_mismatches"]
+    return {"verdict": "mismatch" if bad else "match", "model": check["model"], "expected": check["expected"],
+            "missing": len(missing), "unexpected": len(check["unexpected"]),
+            "shape_mismatches": len(check["shape_mismatches"]), "delta": delta,
+            "examples": [m["name"] for m in missing[:3]] + [u["name"] for u in check["unexpected"][:3]]
+            + [s["name"] for s in check["shape_mismatches"][:3]]}
+
+
+def blank_record(unit: Unit) -> dict[str, Any]:
+    return {"schema": AUDIT_SCHEMA, "path": unit.path, "files": [os.path.relpath(f, os.path.dirname(unit.path) or ".")
+                                                                  for f in unit.files],
+            "bytes": unit.bytes, "mtime_ns": unit.mtime_ns, "format": None, "parameters": None, "tensor_bytes": None,
+            "dtypes": {}, "buckets": {}, "ties": None, "scan": None, "config": None, "error": None}
+
+
+Settings = tuple[Any, bool]   # (core.limits.Limits, allow_external): the CLI's --limit / --allow-external
+
+
+def settings() -> Settings:
+    """This process's limits and --allow-external, for tasks run in other processes or machines."""
+    from ..core import files, limits
+
+    return limits.limits(), files.allow_external_default()
+
+
+def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
+                 using: Settings | None = None) -> dict[str, Any]:
+    """One checkpoint's record (docs/audit.md). Never raises: what goes wrong is its `error`.
+    `using`: the limits and --allow-external of the process that asked (a worker's own are defaults)."""
+    with applied(using):
+        return _record(unit, values, worker)
+
+
+@contextmanager
+def applied(using: Settings | None) -> Iterator[None]:
+    """Run with the asking process's limits and --allow-external (None: this process's own)."""
+    from ..core import files, limits
+
+    if using is None:
+        yield
+        return
+    old = settings()
+    limits.reset(using[0])
+    files.set_allow_external(using[1])
+    try:
+        yield
+    finally:
+        limits.reset(old[0])
+        files.set_allow_external(old[1])
+
+
+def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
+    from ..analysis.summary import summarize
+    from ..analysis.ties import audit as ties_audit
+    from ..formats.registry import open_checkpoint
+
+    t0 = time.perf_counter()
+    rec = blank_record(unit)
+    try:
+        rec["scan"] = _scan(unit.files or (unit.path,))
+        if not unit.files:
+            raise CheckpointError(unit.path, "no such file or folder")
+        ckpt = open_checkpoint(unit.path)
+        s = summarize(ckpt)
+        rec["format"] = s["format"]
+        rec["parameters"] = s["parameters"]["unique"]
+        rec["tensor_bytes"] = s["storage"]["tensor_bytes"]
+        rec["dtypes"] = {d["dtype"]: d["bytes"] for d in s["dtypes"]}
+        rec["buckets"] = {b["bucket"]: b["params"] for b in s["buckets"]}
+        try:   # the file was read: an analysis that trips is that field's error, not the record's
+            t = ties_audit(ckpt)
+            rec["ties"] = _ties(ckpt, t, values)
+            rec["config"] = _config(t)
+        except Exception as e:  # noqa: BLE001
+            rec["ties"] = {"verdict": "error", "error": _error_text(e)}
+            rec["config"] = {"verdict": "error", "error": _error_text(e)}
+        extra = [f for f in ckpt.files if os.path.abspath(f) not in {os.path.abspath(g) for g in unit.files}]
+        if extra:   # a file the reader followed that discovery did not claim (scan it too)
+            more = _scan(extra)
+            rec["scan"]["files"] += more["files"]
+            statuses = {r["status"] for r in rec["scan"]["files"]}
+            rec["scan"]["verdict"] = next((x for x in SCAN_ORDER if x in statuses), "none")
+    except Exception as e:  # noqa: BLE001 - a record never raises: the error is its field
+        rec["error"] = _error_text(e)
+    rec["seconds"] = round(time.perf_counter() - t0, 6)
+    rec["worker"] = worker or f"pid:{os.getpid()}"
+    return rec
+
+
+def strip_timing(rec: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in rec.items() if k not in TIMING_FIELDS}
+
+
+# --- running many ------------------------------------------------------------------------------------
+
+def run_serial(units: Iterable[Unit], values: bool = True) -> Iterator[dict[str, Any]]:
+    for u in units:
+        yield audit_record(u, values, "local")
+
+
+def _pool_task(unit: Unit, values: bool, using: Settings) -> dict[str, Any]:
+    return audit_record(unit, values, using=using)
+
+
+def run_pool(units: list[Unit], workers: int, values: bool = True) -> Iterator[dict[str, Any]]:
+    """Records as they finish, from `workers` processes. A worker that dies (killed, out of memory)
+    breaks the pool; the units that were in flight are then retried one at a time, each alone in a
+    fresh one-process pool (so that an innocent unit is never blamed), and a unit whose process dies
+    MAX_ATTEMPTS times in all becomes an error record; the units not yet started go on in a fresh pool."""
+    suspects: list[Unit] = []
+    todo = list(units)
+    while todo:
+        todo = yield from _pool_pass(todo, workers, values, suspects)
+    done = len(units) - len(suspects)
+    for unit in suspects:
+        for _ in range(MAX_ATTEMPTS - 1):
+            lost: list[Unit] = []
+            yield from _pool_pass([unit], 1, values, lost)
+            if not lost:
+                done += 1
+                break
+        else:
+            if done == 0:   # not one unit audited: the processes cannot start, the units are not at fault
+                raise CkptstatError("the audit's worker processes die before auditing anything "
+                                    "(run ckptstat from a script or the command line, or --workers 1)")
+            yield lost_record(unit, MAX_ATTEMPTS)
+
+
+def _context() -> Any:
+    """forkserver (no fork of a process whose progress-bar thread may hold a lock), with the readers
+    and analyses imported once in the server: each worker forks from it warm, instead of importing
+    them anew (seconds on a busy machine)."""
+    import multiprocessing as mp
+
+    from ..formats import registry
+
+    if "forkserver" not in mp.get_all_start_methods():
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload([__name__, "ckptstat.analysis.summary", "ckptstat.analysis.ties",
+                                *(f"ckptstat.formats.{m}" for m in registry._MODULES)])
+    return ctx
+
+
+def _pool_pass(units: list[Unit], workers: int, values: bool,
+               lost: list[Unit]) -> Generator[dict[str, Any], None, list[Unit]]:
+    """Run `units` on a pool, at most 2 x workers in flight (so a break loses only those, into `lost`);
+    returns the units not started when the pool broke."""
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
+
+    pool = ProcessPoolExecutor(max(1, workers), mp_context=_context())
+    using = settings()
+    queue = list(reversed(units))
+    pending: dict[Future[dict[str, Any]], Unit] = {}
+    broken = False
+    try:
+        while queue or pending:
+            while queue and not broken and len(pending) < 2 * max(1, workers):
+                try:
+                    pending[pool.submit(_pool_task, queue[-1], values, using)] = queue[-1]
+                except BrokenProcessPool:   # broke before we saw a failed future: the rest waits
+                    broken = True
+                    break
+                queue.pop()
+            if not pending:
+                break
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for fut in done:
+                unit = pending.pop(fut)
+                try:
+                    rec = fut.result()
+                except BrokenProcessPool:
+                    broken = True
+                    lost.append(unit)
+                    continue
+                yield rec
+    finally:
+        pool.shutdown(wait=not broken, cancel_futures=True)
+    return list(reversed(queue))
+
+
+def lost_record(unit: Unit, attempts: int, why: str = "") -> dict[str, Any]:
+    rec = blank_record(unit)
+    rec["error"] = (f"{unit.path}: the worker auditing it died {attempts} time(s) (killed, or out of memory?)"
+                    + (f": {why}" if why else ""))
+    rec["seconds"], rec["worker"] = 0.0, None
+    return rec
+
+
+def run(units: list[Unit], workers: int = 1, scheduler: Any = None, values: bool = True,
+        progress: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
+    """Records of `units` as they finish: serial (workers 1), a process pool, or a Dask cluster at
+    `scheduler` (tcp://host:port, or a distributed.Client / LocalCluster address)."""
+    if scheduler:
+        from .audit_dask import run_dask
+
+        it = run_dask(units, scheduler, values)
+    elif workers > 1 and len(units) > 1:
+        it = run_pool(units, workers, values)
+    else:
+        it = run_serial(units, values)
+    for rec in it:
+        if progress:
+            progress(rec)
+        yield rec
+
+
+# --- the summary ---------------------------------------------------------------------------------------
+
+def summarize_records(records: list[dict[str, Any]], top: int = 10) -> dict[str, Any]:
+    """Counts by verdict (scan, ties, config, errors) and the largest discrepancies: the records whose
+    resolved model's parameters() total drifts most from the file's unique count (the config
+    cross-check). Counting-convention differences stay in each record (`ties.discrepancies`): a tied
+    model's "every name counted" total always parts from its unique count, which is no fault."""
+    def count(field: str) -> dict[str, int]:
+        out: dict[str, int] = {}
+        for r in records:
+            v = (r.get(field) or {}).get("verdict") or ("error" if r.get("error") else "n/a")
+            out[v] = out.get(v, 0) + 1
+        return dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+    drifts = []
+    for r in records:
+        cfg = r.get("config") or {}
+        if cfg.get("delta"):
+            drifts.append({"path": r["path"], "what": str(cfg.get("model")), "delta": cfg["delta"],
+                           "missing": cfg["missing"], "unexpected": cfg["unexpected"],
+                           "shape_mismatches": cfg["shape_mismatches"]})
+    drifts.sort(key=lambda d: (-abs(d["delta"]), d["path"], d["what"]))
+    return {
+        "schema": SUMMARY_SCHEMA,
+        "records": len(records),
+        "errors": sum(1 for r in records if r.get("error")),
+        "bytes": sum(r.get("bytes") or 0 for r in records),
+        "parameters": sum(r.get("parameters") or 0 for r in records),
+        "scan": count("scan"),
+        "ties": count("ties"),
+        "config": count("config"),
+        "unsafe": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unsafe"),
+        "broken_ties": sorted(r["path"] for r in records if (r.get("ties") or {}).get("verdict") == "broken"),
+        "largest_discrepancies": drifts[:top],
+        "error_examples": [{"path": r["path"], "error": r["error"]} for r in records if r.get("error")][:top],
+    }

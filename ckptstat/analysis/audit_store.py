@@ -1,0 +1,125 @@
+"""`ckptstat audit --out`: the results file, read back for resuming and appended to as records finish.
+
+JSON Lines (one record per line, flushed as each finishes, so a killed run keeps what it did). With an
+`--out` ending `.parquet` (pyarrow, the `parquet` extra) records stream into `OUT.partial.jsonl`
+beside it and the Parquet file is written once at the end, from every record (nested fields as JSON
+text, one column each); a re-run reads both back.
+
+A record is done, and skipped by a re-run, when its path, bytes and mtime_ns equal the unit's now
+(audit_find.Unit.key): a file changed since is audited again and its new record supersedes the old.
+A line that does not parse (a run killed mid-write) is ignored.
+"""
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from typing import IO, Any
+
+from ..errors import MissingDependencyError, UsageError
+
+NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config")
+
+
+def is_parquet(out: str) -> bool:
+    return out.lower().endswith(".parquet")
+
+
+def partial_path(out: str) -> str:
+    return out + ".partial.jsonl" if is_parquet(out) else out
+
+
+def _key(rec: dict[str, Any]) -> tuple[str, int, int] | None:
+    try:
+        return (str(rec["path"]), int(rec["bytes"]), int(rec["mtime_ns"]))
+    except (KeyError, TypeError, ValueError):
+        return None
+
+
+def _read_jsonl(path: str) -> list[dict[str, Any]]:
+    out = []
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def _read_parquet(path: str) -> list[dict[str, Any]]:
+    pq = _pyarrow()
+    rows = pq.read_table(path).to_pylist()
+    for r in rows:
+        for k in NESTED:
+            if isinstance(r.get(k), str):
+                r[k] = json.loads(r[k])
+    return rows
+
+
+def load(out: str) -> dict[tuple[str, int, int], dict[str, Any]]:
+    """Records already in the results (and, for Parquet, its partial file), by key; the last wins."""
+    done: dict[tuple[str, int, int], dict[str, Any]] = {}
+    sources = []
+    if is_parquet(out) and os.path.isfile(out):
+        sources += _read_parquet(out)
+    if os.path.isfile(partial_path(out)):
+        sources += _read_jsonl(partial_path(out))
+    for rec in sources:
+        k = _key(rec)
+        if k is not None:
+            done[k] = rec
+    return done
+
+
+def _pyarrow() -> Any:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise MissingDependencyError("--out *.parquet needs pyarrow: pip install 'ckptstat[parquet]'") from None
+    return pq
+
+
+def check_out(out: str) -> None:
+    """Before any work: the results can be written (pyarrow for Parquet, a folder that exists)."""
+    if is_parquet(out):
+        _pyarrow()
+    folder = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(folder):
+        raise UsageError(f"{out}: its folder {folder} does not exist")
+    if os.path.isdir(out):
+        raise UsageError(f"{out}: is a folder; --out names a results file")
+
+
+class Writer:
+    """Appends records, one JSON line each, flushed at once."""
+
+    def __init__(self, out: str, fresh: bool = False):
+        self.out = out
+        self.path = partial_path(out)
+        self._f: IO[str] = open(self.path, "w" if fresh else "a", encoding="utf-8")
+
+    def write(self, rec: dict[str, Any]) -> None:
+        self._f.write(json.dumps(rec, sort_keys=True) + "\n")
+        self._f.flush()
+
+    def close(self, records: Iterable[dict[str, Any]] | None = None) -> None:
+        """Close; for Parquet, write `records` (all of them, old and new) and drop the partial file."""
+        self._f.close()
+        if records is None and os.path.getsize(self.path) == 0:   # stopped before any record: leave nothing
+            os.remove(self.path)
+        if is_parquet(self.out) and records is not None:
+            write_parquet(self.out, list(records))
+            os.remove(self.path)
+
+
+def write_parquet(out: str, records: list[dict[str, Any]]) -> None:
+    import pyarrow as pa
+
+    pq = _pyarrow()
+    rows = [{k: (json.dumps(v, sort_keys=True) if k in NESTED else v) for k, v in r.items()} for r in records]
+    tmp = out + ".tmp"
+    pq.write_table(pa.Table.from_pylist(rows), tmp)
+    os.replace(tmp, out)

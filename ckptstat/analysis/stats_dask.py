@@ -1,0 +1,216 @@
+"""`ckptstat stats --scheduler tcp://host:8786`: one checkpoint's statistics fanned out over a Dask
+cluster (the `dask` extra), merged so that the report equals a one-machine run's.
+
+The tasks are contiguous runs of whole tensors (file order, about equal bytes, several per worker).
+Each worker opens the checkpoint by path (every worker must see it under that path) and computes
+each tensor's accumulator with analysis/stats.py's own `tensor_stats` (bounded chunks, as on one
+machine); it returns the rows and the per-tensor accumulators, histograms sent sparse. The client
+then folds the accumulators into the bucket, layer and total groups in file order, as `run_items`
+does: counts, min/max and histograms (hence quantiles) are exact whatever the order, and folding in
+the same order makes the float64 moments the same bits too. A tensor is never split across tasks.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from ..core import Checkpoint
+from ..errors import CkptstatError, UsageError
+from ..naming import BUCKETS
+from .audit import Settings, applied, settings
+from .stats import (
+    ANOMALY_RULE,
+    DEFAULT_STATS_CHUNK,
+    NBINS,
+    QUANTILE_RULE,
+    QUANTILES,
+    STATS_SCHEMA,
+    Acc,
+    GroupKey,
+    Item,
+    StatsRun,
+    anomalies,
+    select,
+    tensor_stats,
+)
+
+Progress = Callable[[int, int], None]
+TASKS_PER_WORKER = 4
+# Per worker process: checkpoints opened, keyed by path, config and the files' (size, mtime) so that a
+# long-lived worker never reuses the headers of a file rewritten since; the last few only.
+_OPEN: dict[tuple, Checkpoint] = {}
+_KEEP = 4
+
+
+def _pack(acc: Acc) -> dict[str, Any]:
+    state = {k: v for k, v in acc.__dict__.items() if k != "hist"}
+    nz = np.flatnonzero(acc.hist)
+    return {**state, "hist_keys": nz.astype(np.int32), "hist_counts": acc.hist[nz]}
+
+
+def _unpack(d: dict[str, Any]) -> Acc:
+    d = dict(d)
+    hist = np.zeros(NBINS, dtype=np.int64)
+    hist[d.pop("hist_keys")] = d.pop("hist_counts")
+    return Acc(**d, hist=hist)
+
+
+def _stamp(ckpt: Checkpoint) -> tuple:
+    import os
+
+    return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in ckpt.files)
+
+
+def _task(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int, using: Settings) -> Any:
+    """The part's rows and packed accumulators, or ("error", class name, path, reason): the tree's
+    exceptions take extra __init__ arguments and would not unpickle on the client as themselves."""
+    try:
+        with applied(using):   # the client's --limit and --allow-external
+            return _part(path, config, stamp, items, chunk_bytes)
+    except CkptstatError as e:
+        return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
+
+
+def _raise(kind: str, path: str | None, reason: str) -> None:
+    from .. import errors
+
+    cls = getattr(errors, kind, CkptstatError)
+    if isinstance(cls, type) and issubclass(cls, errors.CheckpointError):
+        raise cls(path, reason)
+    raise CkptstatError(reason)
+
+
+def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int) -> list[tuple[dict, dict]]:
+    from ..formats.registry import open_checkpoint
+
+    key = (path, config, stamp)
+    ckpt = _OPEN.get(key)
+    if ckpt is None:
+        while len(_OPEN) >= _KEEP:
+            _OPEN.pop(next(iter(_OPEN)))
+        ckpt = _OPEN[key] = open_checkpoint(path, config)
+    out = []
+    for it in items:
+        info = ckpt[it.name]
+        acc = tensor_stats(ckpt, info, chunk_bytes)
+        row = {"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
+               "dtype": info.dtype, "shape": list(info.shape), **acc.row()}
+        out.append((row, _pack(acc)))
+    return out
+
+
+def _groups(item: Item) -> list[GroupKey]:
+    g: list[GroupKey] = [("total",), ("bucket", item.bucket)]
+    if item.layer is not None:
+        g.append(("layer", item.bucket, item.layer))
+    return g
+
+
+def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
+    """Contiguous runs of tensors of about equal stored bytes."""
+    total = sum(ckpt[i.name].nbytes for i in items) or 1
+    out: list[list[Item]] = [[]]
+    acc = 0
+    for it in items:
+        if out[-1] and acc >= total * len(out) / parts:
+            out.append([])
+        out[-1].append(it)
+        acc += ckpt[it.name].nbytes
+    return [p for p in out if p]
+
+
+def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, buckets: Sequence[str] = (),
+                 all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK,
+                 progress: Progress | None = None) -> StatsRun:
+    """analysis.stats.collect's report (schema ckptstat.stats/1), the tensors read on the cluster."""
+    from distributed import as_completed
+
+    from .audit_dask import client_for
+
+    if chunk_bytes < 1:
+        raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
+    items, skipped = select(ckpt, pattern, buckets, all_roles)
+    total_bytes = sum(ckpt[i.name].nbytes for i in items)
+    client, owned = client_for(scheduler)
+    t0 = time.perf_counter()
+    try:
+        nworkers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
+        parts = split(ckpt, items, nworkers * TASKS_PER_WORKER)
+        stamp = _stamp(ckpt)
+        using = settings()
+        futures = [client.submit(_task, ckpt.path, ckpt.config_path, stamp, p, chunk_bytes, using, pure=False, retries=1)
+                   for p in parts]
+        index = {f.key: i for i, f in enumerate(futures)}
+        results: list[list[tuple[dict, dict]]] = [[] for _ in parts]
+        done = 0
+        if progress:
+            progress(0, total_bytes)
+        for fut in as_completed(futures):
+            i = index[fut.key]
+            res = fut.result()
+            if isinstance(res, tuple) and res and res[0] == "error":
+                _raise(*res[1:])   # a task's CkptstatError, raised here as on one machine
+            results[i] = res
+            done += sum(ckpt[it.name].nbytes for it in parts[i])
+            if progress:
+                progress(done, total_bytes)
+    finally:
+        if owned:
+            client.close()
+    rows: list[dict] = []
+    groups: dict[GroupKey, Acc] = {}
+    for part, res in zip(parts, results):
+        for it, (row, packed) in zip(part, res):
+            rows.append(row)
+            acc = _unpack(packed)
+            for key in _groups(it):
+                groups.setdefault(key, Acc()).merge(acc)
+    return _report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
+                   time.perf_counter() - t0, rows, groups, skipped)
+
+
+def _report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], all_roles: bool, chunk_bytes: int,
+            workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: dict[GroupKey, Acc],
+            skipped: list[dict]) -> StatsRun:
+    """The report as analysis.stats.collect builds it (tests/test_audit.py checks they stay equal)."""
+    flags = anomalies(rows)
+    flagged: dict[str, list[str]] = {}
+    for f in flags:
+        flagged.setdefault(f["name"], []).append(f["kind"])
+    for r in rows:
+        r["flags"] = flagged.get(r["name"], [])
+
+    def grow(acc: Acc) -> dict:
+        return {"tensors": acc.tensors, **acc.row()}
+
+    bucket_acc = {k[1]: a for k, a in groups.items() if k[0] == "bucket"}
+    report = {
+        "schema": STATS_SCHEMA,
+        "path": ckpt.path,
+        "format": ckpt.format,
+        "selection": {"filter": pattern, "buckets": list(buckets), "roles": "all" if all_roles else "parameter"},
+        "chunk_bytes": chunk_bytes,
+        "workers": workers,
+        "bytes_read": total_bytes,
+        "seconds": elapsed,
+        "conventions": {
+            "std": "population standard deviation (ddof=0) over finite values; mean, min, max, mean_abs, "
+                   "l2 and quantiles also over finite values; zero_fraction over all elements",
+            "moments": "float64 accumulators, chunks merged with Chan et al.'s parallel update",
+            "quantiles": QUANTILE_RULE,
+            "anomalies": ANOMALY_RULE,
+            "aliases": "a tied weight stored under two names is read once, under its first name",
+        },
+        "quantile_levels": list(QUANTILES),
+        "total": grow(groups[("total",)]) if ("total",) in groups else None,
+        "buckets": [{"bucket": b, **grow(bucket_acc[b])} for b in BUCKETS if b in bucket_acc],
+        "layers": [{"bucket": k[1], "layer": k[2], **grow(a)}
+                   for k, a in sorted((k, a) for k, a in groups.items() if k[0] == "layer")],
+        "tensors": rows,
+        "anomalies": flags,
+        "skipped": skipped,
+    }
+    return StatsRun(report, bucket_acc)

@@ -1,0 +1,284 @@
+"""`ckptstat audit` (issue 23) on a generated zoo (fixtures/make_zoo.py: ~60 checkpoints in mixed
+formats written by their real writers, some hostile, some with broken ties): each record against the
+writers' oracle, the same records from a local pool and from a Dask LocalCluster of 2 worker processes
+as from the serial run (timing fields aside), a worker killed mid-run losing no record, resuming,
+Parquet, and `stats --scheduler` equal to the one-machine report."""
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+
+import pytest
+
+from ckptstat.analysis.audit import audit_record, run_pool, run_serial, strip_timing, summarize_records
+from ckptstat.analysis.audit_find import Unit, discover
+from ckptstat.cli import main
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
+from make_zoo import build_zoo  # noqa: E402
+
+FIXTURES = os.path.join(HERE, "..", "fixtures")
+
+
+@pytest.fixture(scope="module")
+def zoo(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("zoo"))
+    return root, build_zoo(root)
+
+
+@pytest.fixture(scope="module")
+def serial(zoo):
+    units, _ = discover(zoo[0])
+    return units, {r["path"]: r for r in run_serial(units)}
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None,
+                                  memory_limit="2GiB", silence_logs=logging.ERROR) as c:
+        with distributed.Client(c) as client:
+            yield c, client
+
+
+def _bare(records):
+    return {p: strip_timing(r) for p, r in records.items()}
+
+
+def test_zoo_is_big_and_mixed(zoo, serial):
+    _, manifest = zoo
+    units, records = serial
+    assert len(manifest) >= 50
+    assert set(records) == set(manifest)   # every checkpoint found once: shards, data files, configs claimed
+    formats = {(r["format"] or "").split(" ")[0] for r in records.values()}
+    assert {"safetensors", "pytorch", "gguf", "onnx", "numpy", "keras-h5", "keras", "tf-bundle"} <= formats
+
+
+def test_records_match_the_writers(zoo, serial):
+    _, manifest = zoo
+    _, records = serial
+    for path, expect in manifest.items():
+        r = records[path]
+        assert set(r) >= {"path", "format", "bytes", "parameters", "dtypes", "buckets", "ties", "scan", "config",
+                          "error", "seconds", "worker"}
+        if "params" in expect:
+            assert r["parameters"] == expect["params"], path
+        assert bool(r["error"]) == bool(expect.get("error")), (path, r["error"])
+        if "unsafe" in expect:
+            assert r["scan"]["verdict"] == ("unsafe" if expect["unsafe"] else "safe"), path
+        if "ties" in expect:
+            assert r["ties"]["verdict"] == expect["ties"], path
+        if "config" in expect:
+            assert r["config"]["verdict"] == expect["config"], path
+        if not r["error"]:
+            assert r["bytes"] == sum(os.path.getsize(os.path.join(os.path.dirname(path), f)) for f in r["files"])
+
+
+def test_hostile_files_are_error_records(zoo, serial):
+    _, records = serial
+    hostile = {p: r for p, r in records.items() if "/hostile/" in p and not p.endswith("benign-zip.pt")}
+    assert len(hostile) >= 10
+    assert all(r["error"] and "\n" not in r["error"] for r in hostile.values())
+
+
+def test_summary_counts(serial):
+    _, records = serial
+    s = summarize_records(list(records.values()))
+    assert s["records"] == len(records)
+    assert sum(s["scan"].values()) == len(records)
+    assert len(s["broken_ties"]) == 2 and len(s["unsafe"]) == 5
+    assert {d["path"].split(os.sep)[-2] for d in s["largest_discrepancies"]} == {"bert-config-drift", "llama-no-head"}
+
+
+def test_pool_equals_serial(serial):
+    units, records = serial
+    pooled = {r["path"]: r for r in run_pool(units, 2)}
+    assert _bare(pooled) == _bare(records)
+    assert {r["worker"] for r in pooled.values()} != {"local"}
+
+
+def test_headers_only_leaves_ties_unchecked(serial):
+    units, records = serial
+    unit = next(u for u in units if u.path.endswith(os.path.join("gpt2-broken-tie", "model.safetensors")))
+    r = audit_record(unit, values=False)
+    assert r["ties"]["verdict"] == "unchecked"
+    assert strip_timing({**r, "ties": None}) == strip_timing({**records[unit.path], "ties": None})
+
+
+def test_missing_entry_is_a_record(tmp_path):
+    r = audit_record(Unit(str(tmp_path / "gone.safetensors"), (), 0, 0))
+    assert "no such file" in r["error"]
+
+
+def test_cli_resume_and_parquet(zoo, serial, tmp_path, capsys):
+    root, _ = zoo
+    _, records = serial
+    out = str(tmp_path / "results.jsonl")
+    assert main(["audit", root, "--out", out, "--json", "--no-progress"]) == 1   # unsafe files and errors: exit 1
+    first = json.loads(capsys.readouterr().out)
+    assert first["run"]["audited"] == len(records) and first["run"]["resumed"] == 0
+    lines = [json.loads(x) for x in open(out)]
+    assert _bare({r["path"]: r for r in lines}) == _bare(records)
+    # A run killed mid-write leaves half a line: it is ignored, and the re-run skips all that is done.
+    with open(out, "a") as f:
+        f.write('{"path": "half')
+    touched = os.path.join(root, "numpy", "embedding-0.npy")
+    st = os.stat(touched)
+    os.utime(touched, ns=(1, 1))   # a changed mtime: audited again
+    try:
+        assert main(["audit", root, "--out", out, "--json", "--no-progress"]) == 1
+    finally:   # the zoo is shared with the other tests
+        os.utime(touched, ns=(st.st_atime_ns, st.st_mtime_ns))
+    second = json.loads(capsys.readouterr().out)
+    assert second["run"]["audited"] == 1 and second["run"]["resumed"] == len(records) - 1
+    assert second["records"] == len(records)
+    pytest.importorskip("pyarrow")
+    pq = str(tmp_path / "results.parquet")
+    assert main(["audit", root, "--out", pq, "--json", "--no-progress", "--workers", "2"]) == 1
+    capsys.readouterr()
+    from ckptstat.analysis.audit_store import load
+
+    done = load(pq)
+    assert not os.path.exists(pq + ".partial.jsonl")
+    assert {k[0] for k in done} == set(records)
+    assert main(["audit", root, "--out", pq, "--json", "--no-progress"]) == 1
+    assert json.loads(capsys.readouterr().out)["run"]["audited"] == 0
+
+
+def test_list_file_and_table(zoo, tmp_path, capsys):
+    root, _ = zoo
+    listing = tmp_path / "list.txt"
+    listing.write_text(f"# two good, one gone\n{root}/gguf/model-1.gguf\n{root}/hub/gpt2-st\n{root}/nope.bin\n")
+    out = str(tmp_path / "r.jsonl")
+    assert main(["audit", f"@{listing}", "--out", out, "--no-progress"]) == 1   # the missing one is an error
+    text = capsys.readouterr().out
+    assert "3 checkpoints" in text and "no such file" in text
+    assert len(open(out).read().splitlines()) == 3
+
+
+def test_no_dask_without_scheduler(zoo, tmp_path):
+    code = ("import sys; from ckptstat.cli import main; main(['audit', sys.argv[1], '--out', sys.argv[2], '--no-progress']);"
+            "print(sorted(m for m in ('dask', 'distributed') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", code, os.path.join(zoo[0], "gguf"), str(tmp_path / "o.jsonl")],
+                       capture_output=True, text=True, timeout=300)
+    assert r.stdout.strip().splitlines()[-1] == "[]", r.stderr
+
+
+def test_dask_equals_serial(cluster, zoo, serial, tmp_path, capsys):
+    c, _ = cluster
+    _, records = serial
+    out = str(tmp_path / "d.jsonl")
+    assert main(["audit", zoo[0], "--out", out,
+                 "--scheduler", c.scheduler_address, "--json", "--no-progress"]) == 1
+    capsys.readouterr()
+    got = {json.loads(x)["path"]: json.loads(x) for x in open(out)}
+    assert _bare(got) == _bare(records)
+    assert {r["worker"] for r in got.values()} <= set(c.scheduler_info["workers"]) | {None}
+
+
+def test_stats_scheduler_equals_one_machine(cluster, zoo):
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.stats import collect
+    from ckptstat.analysis.stats_dask import collect_dask
+
+    _, client = cluster
+    for path in (os.path.join(FIXTURES, "llama-tiny-sharded", "model.safetensors.index.json"),
+                 os.path.join(zoo[0], "raw", "weights-01-float16.safetensors")):
+        ckpt = open_checkpoint(path)
+        one = collect(ckpt, chunk_bytes=4096).report
+        fanned = collect_dask(ckpt, client, chunk_bytes=4096).report
+        assert len(fanned["tensors"]) > 1
+        for r in (one, fanned):
+            r.pop("seconds"), r.pop("workers")
+        assert fanned == one   # exact: the same bits, not merely close
+
+
+def test_killed_worker_loses_no_record(cluster, serial):
+    from ckptstat.analysis.audit_dask import run_dask
+
+    c, client = cluster
+    units, records = serial
+    pids = client.run(os.getpid)
+    victim = sorted(pids.values())[0]
+    got = {}
+    for i, rec in enumerate(run_dask(units, client)):
+        got.setdefault(rec["path"], []).append(rec)
+        if i == 2:
+            os.kill(victim, signal.SIGKILL)
+    assert all(len(v) == 1 for v in got.values())
+    assert _bare({p: v[0] for p, v in got.items()}) == _bare(records)
+    client.wait_for_workers(2, timeout=120)   # the nanny restarts it
+    assert victim not in client.run(os.getpid).values()
+
+
+def test_pool_worker_killed_loses_no_record(serial):
+    """SIGKILL one pool process mid-run: the units it held are retried alone; nothing is lost or doubled."""
+    import multiprocessing.forkserver as fs
+
+    import psutil
+
+    units, records = serial
+    got: dict[str, list] = {}
+    killed = None
+    for i, rec in enumerate(run_pool(units, 2)):
+        got.setdefault(rec["path"], []).append(rec)
+        if i == 2:
+            server = psutil.Process(fs._forkserver._forkserver_pid)   # the pool's processes are its children
+            killed = server.children()[0].pid
+            os.kill(killed, signal.SIGKILL)
+    assert killed is not None
+    assert all(len(v) == 1 for v in got.values())
+    assert _bare({p: v[0] for p, v in got.items()}) == _bare(records)
+
+
+def test_stats_cli_scheduler(cluster, zoo, capsys):
+    c, _ = cluster
+    path = os.path.join(zoo[0], "hub", "llama-st")
+    reports = []
+    for extra in ([], ["--scheduler", c.scheduler_address]):
+        assert main(["stats", path, "--json", "--no-progress", "--chunk-bytes", "2048", *extra]) == 0
+        r = json.loads(capsys.readouterr().out)
+        r.pop("seconds"), r.pop("workers")
+        reports.append(r)
+    assert reports[0] == reports[1]
+
+
+def test_stats_scheduler_error_is_one_checkpoint_error(cluster, zoo, tmp_path):
+    """A worker that cannot read the file (here: truncated after the client opened it) raises the
+    library's own error on the client, naming the file, as a one-machine run would."""
+    import shutil
+
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.stats_dask import collect_dask
+    from ckptstat.errors import CheckpointError
+
+    _, client = cluster
+    path = str(tmp_path / "w.safetensors")
+    shutil.copy(os.path.join(zoo[0], "raw", "weights-00-float32.safetensors"), path)
+    ckpt = open_checkpoint(path)
+    with open(path, "r+b") as f:
+        f.truncate(os.path.getsize(path) - 16)
+    with pytest.raises(CheckpointError) as err:
+        collect_dask(ckpt, client)
+    assert path in str(err.value)
+
+
+def test_limits_reach_the_workers(zoo, serial, tmp_path, capsys):
+    """`--limit` is the asking process's: pool workers apply it too (a tiny config cap makes every
+    unit with a config.json an error record, in the pool as serially)."""
+    units, _ = serial
+    hub = [u for u in units if "/hub/" in u.path][:4]
+    listing = tmp_path / "l.txt"
+    listing.write_text("\n".join(u.path for u in hub))
+    for workers in ("1", "2"):
+        out = str(tmp_path / f"r{workers}.jsonl")
+        assert main(["--limit", "config_bytes=10", "audit", f"@{listing}", "--out", out, "--workers", workers,
+                     "--no-progress"]) == 1
+        capsys.readouterr()
+        recs = [json.loads(x) for x in open(out)]
+        assert len(recs) == 4 and all("config" in r["error"] for r in recs), recs
