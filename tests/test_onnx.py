@@ -127,6 +127,20 @@ def test_cli_tensors_lists_every_storage_path(cli):
     assert {got[k]["dtype"] for k in ("raw.i4", "raw.u4", "raw.bf16", "raw.f8e4m3fn")} == {"I4", "U4", "BF16", "F8_E4M3"}
 
 
+def test_values_in_typed_fields_are_no_aliases(cli):
+    """Initializers held in typed fields (int32_data, float_data...) have no byte offset: each is its own tensor,
+    never a tie of another of the same shape; `ties` counts them all (onnx's own initializer list)."""
+    import onnx
+
+    model = onnx.load(fixture("onnx", "dtypes.onnx"), load_external_data=False)
+    rc, out, err = cli("tensors", fixture("onnx", "dtypes.onnx"), "--json")
+    rows = json.loads(out)["tensors"]
+    assert rc == 0 and not [r for r in rows if r["alias_of"]], err
+    assert {i.name for i in model.graph.initializer} <= {r["name"] for r in rows}
+    rc, out, err = cli("ties", fixture("onnx", "dtypes.onnx"), "--json")
+    assert rc == 0 and err == "", err
+
+
 def test_reading_needs_no_onnx_package():
     """The reader walks the protobuf itself: neither onnx nor protobuf is imported to read a model."""
     import subprocess

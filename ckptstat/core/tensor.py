@@ -90,7 +90,10 @@ class TensorInfo:
 
     @property
     def alias_key(self) -> tuple[object, ...]:
-        """Equal for two names that are the same tensor (same storage, offset, shape and stride)."""
+        """Equal for two names that are the same tensor (same storage, offset, shape and stride). A tensor
+        with neither storage nor offset (ONNX values in typed fields, not raw bytes) is its own."""
+        if self.storage is None and self.offset is None:
+            return (self.file, self.name)
         return (self.file, self.storage, self.offset, self.shape, self.stride)
 
 
