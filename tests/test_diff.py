@@ -280,7 +280,8 @@ def test_html_report_self_contained(pair, cli, tmp_path) -> None:
     assert rc == 1 and stdout == ""
     p = Tables()
     p.feed(out.read_text())
-    assert p.refs == [] and "<script" not in out.read_text()
+    # self-contained: the only reference is the heatmap, inline as a data URI
+    assert all(ref.startswith("data:image/png;base64,") for ref in p.refs) and "<script" not in out.read_text()
     r = diff(open_checkpoint(pa), open_checkpoint(pb))
     layer_table = next(t for t in p.tables if t[0] == ["layer", "tensors", "changed", "mean rel L2"])
     assert [int(row[2]) for row in layer_table[1:]] == [x["changed"] for x in r["summary"]["layers"]]

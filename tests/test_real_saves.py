@@ -50,6 +50,43 @@ CASES = [
     ("bart", "BartConfig", dict(S2S, max_position_embeddings=64), "BartForConditionalGeneration"),
     ("whisper", "WhisperConfig", dict(S2S, max_source_positions=16, max_target_positions=16, num_mel_bins=8),
      "WhisperForConditionalGeneration"),
+    # more families and heads (issue 15's breadth)
+    ("bert-qa", "BertConfig", ENC, "BertForQuestionAnswering"),
+    ("bert-tokcls", "BertConfig", dict(ENC, num_labels=3), "BertForTokenClassification"),
+    ("roberta-seqcls", "RobertaConfig", dict(ENC, num_labels=3), "RobertaForSequenceClassification"),
+    ("xlm-roberta-mlm", "XLMRobertaConfig", ENC, "XLMRobertaForMaskedLM"),
+    ("albert-seqcls", "AlbertConfig", dict(ENC, embedding_size=8), "AlbertForSequenceClassification"),
+    ("distilbert-seqcls", "DistilBertConfig", dict(vocab_size=97, dim=16, n_layers=2, n_heads=2, hidden_dim=24,
+                                                   max_position_embeddings=64), "DistilBertForSequenceClassification"),
+    ("gpt2-untied", "GPT2Config", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64,
+                                       tie_word_embeddings=False), "GPT2LMHeadModel"),
+    ("gpt2-base", "GPT2Config", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64), "GPT2Model"),
+    ("qwen3-untied", "Qwen3Config", dict(DEC, head_dim=8), "Qwen3ForCausalLM"),
+    ("qwen3-tied", "Qwen3Config", dict(DEC, head_dim=8, tie_word_embeddings=True), "Qwen3ForCausalLM"),
+    ("gemma", "GemmaConfig", dict(DEC, head_dim=8), "GemmaForCausalLM"),
+    ("gemma2", "Gemma2Config", dict(DEC, head_dim=8, sliding_window=4), "Gemma2ForCausalLM"),
+    ("phi3-tied", "Phi3Config", dict(DEC, tie_word_embeddings=True, pad_token_id=0), "Phi3ForCausalLM"),
+    ("gptneox", "GPTNeoXConfig", dict(ENC), "GPTNeoXForCausalLM"),
+    ("falcon", "FalconConfig", dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2),
+     "FalconForCausalLM"),
+    ("olmo2", "Olmo2Config", DEC, "Olmo2ForCausalLM"),
+    ("qwen2-moe", "Qwen2MoeConfig", dict(DEC, num_experts=3, num_experts_per_tok=2, moe_intermediate_size=8,
+                                         shared_expert_intermediate_size=12), "Qwen2MoeForCausalLM"),
+    ("mamba", "MambaConfig", dict(vocab_size=97, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
+                                  conv_kernel=4), "MambaForCausalLM"),
+    ("mbart", "MBartConfig", dict(S2S, max_position_embeddings=64), "MBartForConditionalGeneration"),
+    ("t5-encoder", "T5Config", dict(vocab_size=97, d_model=16, d_kv=8, d_ff=24, num_layers=1, num_heads=2), "T5EncoderModel"),
+    ("vit-imgcls", "ViTConfig", dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+                                     image_size=16, patch_size=4, num_labels=5), "ViTForImageClassification"),
+    ("vit-base", "ViTConfig", dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
+                                   image_size=16, patch_size=4), "ViTModel"),
+    ("clip", "CLIPConfig", dict(text_config=dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                                 num_attention_heads=2, max_position_embeddings=16),
+                                vision_config=dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                                   num_attention_heads=2, image_size=16, patch_size=4),
+                                projection_dim=8), "CLIPModel"),
+    ("resnet-imgcls", "ResNetConfig", dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
+                                           num_labels=5), "ResNetForImageClassification"),
 ]
 
 
@@ -107,15 +144,6 @@ def saves(tmp_path_factory):
 
 
 VARIANTS = ["save_pretrained", "no architectures", "torch.save"]
-# With no `architectures`, the head comes from the tensor names (the family's head_rules); these
-# families' rules look only for the LM head's own weight, which save_pretrained drops when it is tied,
-# so the census resolves the base model and the tie is not claimed (families/bart.py, whisper.py).
-HEAD_RULE_GAPS = {
-    ("bart", "no architectures"): "bart.py head_rules: only lm_head.weight shows the LM head (final_logits_bias / "
-                                  "model.* names would)",
-    ("whisper", "no architectures"): "whisper.py head_rules: only proj_out.weight shows the LM head (model.* names would)",
-}
-
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
@@ -129,9 +157,10 @@ def test_parameters_and_buffers(saves, case, variant):
 
 @pytest.mark.parametrize("variant", VARIANTS)
 @pytest.mark.parametrize("case", [c[0] for c in CASES])
-def test_tie_groups(saves, case, variant, request):
-    if (case, variant) in HEAD_RULE_GAPS:
-        request.applymarker(pytest.mark.xfail(reason=HEAD_RULE_GAPS[case, variant], strict=False))
+def test_tie_groups(saves, case, variant):
+    """With no `architectures`, the head comes from the names (the family's head_rules): BART's
+    final_logits_bias and Whisper's `model.`-nested decoder show the LM head whose tied weight
+    save_pretrained dropped (families/bart.py, families/whisper.py)."""
     oracle, paths = saves[case]
     assert _tie_groups_reported(paths[variant]) == oracle["ties"]
 
@@ -241,7 +270,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 KERAS = os.path.join(HERE, "..", "fixtures", "keras-corpus")
 with open(os.path.join(HERE, "..", "fixtures", "expected_keras_corpus.json")) as _f:
     KERAS_ORACLE = json.load(_f)
-KERAS_CASES = {"k2-bn.h5": "k2-bn.h5", "k3-bn.weights.h5": "k3-bn.weights.h5",
+KERAS_CASES = {"k2-bn.h5": "k2-bn.h5", "k3-bn.weights.h5": "k3-bn.weights.h5", "k3-bn.keras": "k3-bn.keras",
                "k2-bn-savedmodel": "k2-bn-savedmodel/variables/variables.index", "k3-bn-ckpt": "k3-bn-ckpt"}
 
 
@@ -280,12 +309,51 @@ def test_torch_batchnorm_has_no_keras_row(nn_saves):
     assert "Keras count_params()" not in conventions
 
 
-@pytest.mark.xfail(reason="issue 15: HF TF .h5 stores the embeddings under both the `bert` and `mlm___cls` layer groups "
-                          "(the MLM head tracks the embedding layer); the keras-h5 reader keeps both copies", strict=False)
 def test_hf_tf_h5_is_read_once():
+    """HF TF .h5 lists the embeddings under both the `bert` and `mlm___cls` layer groups (the MLM head
+    tracks the embedding layer): one Keras variable, counted once as count_params() does."""
     oracle = KERAS_ORACLE["hf-tf-bert-mlm"]
+    ckpt = open_checkpoint(os.path.join(KERAS, "hf-tf-bert-mlm"))
+    import h5py
+
+    with h5py.File(ckpt.files[0]) as f:   # weight names listed by more than one layer group
+        listed = [w for layer in f.attrs["layer_names"] for w in f[layer].attrs["weight_names"]]
+    assert int(ckpt.metadata["h5.weights_listed_twice"]) == len(listed) - len(set(listed)) > 0
+    assert len(ckpt) == len(set(listed))
     r = summarize(os.path.join(KERAS, "hf-tf-bert-mlm"))
     assert r["parameters"]["unique"] == oracle["count_params"] == oracle["trainable"]
+
+
+# --- Hugging Face TF writers (transformers 4.x TF classes' save_pretrained, fixtures/make_keras_corpus.py):
+# the oracle is Keras' count_params() split into trainable / non-trainable (BART's final_logits_bias is a
+# non-trainable TF weight, a torch buffer), and the class that wrote the file.
+HF_TF_CASES = sorted(k for k in KERAS_ORACLE if k.startswith("hf-tf-"))
+
+
+@pytest.mark.parametrize("case", HF_TF_CASES)
+def test_hf_tf_writers(case):
+    oracle = KERAS_ORACLE[case]
+    r = summarize(os.path.join(KERAS, case))
+    assert r["parameters"]["unique"] == oracle["trainable"]
+    roles = _roles(r)
+    assert roles.get("non-trainable", 0) + roles.get("buffer", 0) == oracle["non_trainable"]
+    assert r["resolved"]["model"] == oracle["model"].removeprefix("TF")
+
+
+# The ties table's `model.parameters()` row on TF files: the file's names are compared with the PyTorch
+# class's under transformers' spelling (families.infer.canonical_name), the family's tie rules matched on
+# that spelling too (census.ties); TFAlbertMLMHead's own decoder_bias, which AlbertForMaskedLM ties, is
+# subtracted. (Keras' count_params() counts that bias: the TF model has 97 more parameters than the torch one.)
+@pytest.mark.parametrize("case", HF_TF_CASES)
+def test_hf_tf_parameters_row(case):
+    """The row equals sum(p.numel() for p in model.parameters()) of the PyTorch class of the same config."""
+    folder = os.path.join(KERAS, case)
+    cls = getattr(T, KERAS_ORACLE[case]["model"].removeprefix("TF"))
+    with torch.device("meta"):
+        model = cls(T.AutoConfig.from_pretrained(folder))
+    rows = audit(open_checkpoint(folder))["counting"]["rows"]
+    row = next(r for r in rows if r["convention"].startswith("model.parameters()"))
+    assert row["params"] == sum(p.numel() for p in model.parameters())
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -304,6 +372,6 @@ def test_ties_and_summary_share_one_resolution(saves, case, variant):
     cls = dict((c[0], c[3]) for c in CASES)[case]
     if variant == "save_pretrained" and t["rules"]["available"]:
         assert row["model"] == cls
-    if variant == "no architectures" and t["rules"]["available"] and (case, variant) not in HEAD_RULE_GAPS:
+    if variant == "no architectures" and t["rules"]["available"]:
         from ckptstat.families.base import head_of
         assert s["resolved"]["head"] == head_of([cls], "?")[0]

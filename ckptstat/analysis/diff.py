@@ -8,16 +8,17 @@ from __future__ import annotations
 import hashlib
 import os
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
 
-from ..census import placements
+from ..census import logical, placements
 from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
+from ..families.infer import canonical_name, tf_spelled
 from ..naming import strip_prefixes
 
 DIFF_SCHEMA = "ckptstat.diff/2"
@@ -26,6 +27,8 @@ COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; na
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
 STATUSES = ("added", "removed", "shape", "dtype", "values", "equal")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
+Rename = Callable[[str], str]
+TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
 
 
 # ------------------------------------------------------------------------------------------ name rules
@@ -60,8 +63,10 @@ def natural_key(name: str) -> tuple:
     return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
 
 
-def _key(name: str, rules: list[tuple[re.Pattern[str], str]]) -> tuple[str, str]:
-    """(the name after the --map rules, and without its wrapper and base-model prefixes)."""
+def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | None = None) -> tuple[str, str]:
+    """(the name after the built-in rename and the --map rules, and without its wrapper and base-model prefixes)."""
+    if rename is not None:
+        name = rename(name)
     for pattern, repl in rules:
         name = pattern.sub(repl, name)
     key = strip_prefixes(name, base_models=True)
@@ -70,13 +75,14 @@ def _key(name: str, rules: list[tuple[re.Pattern[str], str]]) -> tuple[str, str]
     return name, key
 
 
-def _align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]]) -> tuple[dict[str, str], list[str]]:
+def _align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
+           rename: Rename | None = None) -> tuple[dict[str, str], list[str]]:
     """key -> the checkpoint's name, keys being names after --map rules and wrapper/base-model prefixes
     stripped; and the prefixes stripped. A key two names would share keeps the names whole."""
     keys: dict[str, list[str]] = {}
     stripped: set[str] = set()
     for t in ckpt:
-        name, key = _key(t.name, rules)
+        name, key = _key(t.name, rules, rename)
         if key != name and name.endswith(key):
             stripped.add(name[: len(name) - len(key)])
         keys.setdefault(key, []).append(t.name)
@@ -109,6 +115,51 @@ def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]
     return f"GGUF -> HF names ({name} family)", rules
 
 
+def tf_rename(name: str) -> str:
+    """A TF variable's name in transformers' PyTorch spelling (families.infer.canonical_name:
+    google-research `bert/encoder/layer_0/attention/self/query/kernel`, HF TF
+    `tf_bert_for_masked_lm/bert/encoder/layer_._0/.../kernel:0` -> `bert.encoder.layer.0...weight`);
+    names it does not know keep their normalised spelling."""
+    return canonical_name(name)
+
+
+def _transposed(ckpt: Checkpoint, name: str, chunk_bytes: int) -> Iterator[np.ndarray]:
+    """The C-order values of a 2-D tensor's transpose (a TF kernel [in, out] read as torch's [out, in]),
+    a block of columns at a time: one pass over the tensor's chunks per block, memory bounded by the
+    block (chunk_bytes of float64) and one chunk."""
+    rows, cols = ckpt.tensors[name].shape
+    per_block = max(1, chunk_bytes // max(1, rows * 8))
+    for c0 in range(0, cols, per_block):
+        c1 = min(cols, c0 + per_block)
+        block: np.ndarray | None = None
+        carry: np.ndarray = np.empty(0)
+        r = 0
+        for chunk in ckpt.iter_chunks(name, chunk_bytes):
+            flat = np.concatenate([carry, chunk]) if len(carry) else chunk
+            k = len(flat) // cols
+            if block is None:
+                block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
+            block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
+            carry, r = flat[k * cols:], r + k
+        if block is not None:
+            yield np.ascontiguousarray(block.T).reshape(-1)
+
+
+def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape without its size-1 dimensions: `[1, n]` and `[n]` hold the same values in the same order
+    (HF TF GPT-2 stores Conv1D biases `[1, n]`, torch `[n]`), compared as they are."""
+    return tuple(d for d in shape if d != 1)
+
+
+def _transposes(ta: Any, tb: Any) -> str | None:
+    """"a" or "b": which side is a 2-D kernel stored [in, out] facing the other's [out, in] (the same
+    weight, TF and torch layouts), else None."""
+    if len(ta.shape) != 2 or ta.shape != tb.shape[::-1]:
+        return None
+    la, lb = ta.extra.get("layout") == "in_out", tb.extra.get("layout") == "in_out"
+    return "a" if la and not lb else "b" if lb and not la else None
+
+
 # ------------------------------------------------------------------------------------------ values
 def _aligned(a: Iterator[np.ndarray], b: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
     """Two flat streams of the same length re-cut into pieces of equal length (chunk sizes differ
@@ -127,15 +178,19 @@ def _aligned(a: Iterator[np.ndarray], b: Iterator[np.ndarray]) -> Iterator[tuple
         ca, cb = ca[n:], cb[n:]
 
 
-def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: float, chunk_bytes: int) -> dict:
-    """Hashes, closeness and metrics of two same-shape tensors, streamed in step."""
+def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: float, chunk_bytes: int,
+             transposed: str | None = None) -> dict:
+    """Hashes, closeness and metrics of two same-shape tensors (one read transposed: `transposed`),
+    streamed in step."""
     ha, hb = hashlib.sha256(), hashlib.sha256()
     max_abs = dd = aa = bb = ab = 0.0
     nonfinite = 0
     close = True
-    for x, y in _aligned(a.iter_chunks(na, chunk_bytes), b.iter_chunks(nb, chunk_bytes)):
-        ha.update(np.ascontiguousarray(x).tobytes())
-        hb.update(np.ascontiguousarray(y).tobytes())
+    xs = _transposed(a, na, chunk_bytes) if transposed == "a" else a.iter_chunks(na, chunk_bytes)
+    ys = _transposed(b, nb, chunk_bytes) if transposed == "b" else b.iter_chunks(nb, chunk_bytes)
+    for x, y in _aligned(xs, ys):
+        ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
+        hb.update(np.ascontiguousarray(y).data)
         if np.iscomplexobj(x) or np.iscomplexobj(y):
             xf, yf = x.astype(np.complex128), y.astype(np.complex128)
             d = np.abs(xf - yf)
@@ -149,7 +204,13 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 aa += float(np.dot(xf, xf))
                 bb += float(np.dot(yf, yf))
                 ab += float(np.dot(xf, yf))
-        if d.size:
+        if d.size and np.isfinite(d).all():   # the common case: no NaN or inf on either side, one pass each
+            chunk_max = float(np.max(d))
+            max_abs = max(max_abs, chunk_max)
+            dd += float(np.dot(d, d))   # d = abs(a - b) is real, complex inputs too
+            if close:
+                close = chunk_max <= atol if rtol == 0 else bool(np.all(d <= atol + rtol * np.abs(yf)))
+        elif d.size:
             with np.errstate(invalid="ignore", over="ignore"):
                 nan_a, nan_b = np.isnan(xf), np.isnan(yf)
                 same = (xf == yf) | (nan_a & nan_b)    # inf facing the same inf, NaN facing NaN: no difference
@@ -167,9 +228,10 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
 
 
 def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, list], atol: float, rtol: float,
-            chunk_bytes: int, progress: Any = None) -> tuple[list[dict], dict]:
-    ka, pa = _align(a, rules[0])
-    kb, pb = _align(b, rules[1])
+            chunk_bytes: int, progress: Any = None, renames: tuple[Rename | None, Rename | None] = (None, None),
+            ) -> tuple[list[dict], dict]:
+    ka, pa = _align(a, rules[0], renames[0])
+    kb, pb = _align(b, rules[1], renames[1])
     same_file = _same_file(a, b)
     place_a, place_b = placements(a), placements(b)
     rows = []
@@ -182,16 +244,19 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                                "a_dtype": ta.dtype if ta else None, "b_dtype": tb.dtype if tb else None,
                                "a_shape": list(ta.shape) if ta else None, "b_shape": list(tb.shape) if tb else None,
                                "max_abs": None, "rel_l2": None, "cosine": None}
+        transposed = _transposes(ta, tb) if ta is not None and tb is not None else None
+        if transposed:
+            row["transposed"] = transposed   # that side's [in, out] kernel compared as [out, in]
         if ta is None or tb is None:
             row["status"] = "added" if ta is None else "removed"
-        elif ta.shape != tb.shape:
+        elif ta.shape != tb.shape and not transposed and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
         elif names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind):   # strings: no values
             row["status"] = "dtype" if ta.dtype != tb.dtype else ("equal" if same_file else "unread")
         else:
             if progress is not None:
                 progress(key)
-            m = _compare(a, na, b, nb, atol, rtol, chunk_bytes)  # type: ignore[arg-type]
+            m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
             if ta.dtype != tb.dtype:
                 row["status"] = "dtype"
             elif m["identical"] or m["close"]:
@@ -224,23 +289,39 @@ def _summary(rows: list[dict]) -> dict:
 
     buckets: dict[str, list[dict]] = {}
     layers: dict[int, list[dict]] = {}
+    cells: dict[tuple[str, int, str], list[dict]] = {}
     for r in rows:
         buckets.setdefault(r["bucket"], []).append(r)
         if r["layer"] is not None:
             layers.setdefault(r["layer"], []).append(r)
+            cells.setdefault((r["bucket"], r["layer"], module_in_layer(r["name"], r["layer"])), []).append(r)
+    grid = [dict(agg(k, v), bucket=k[0], layer=k[1], module=k[2])
+            for k, v in sorted(cells.items(), key=lambda kv: (natural_key(kv[0][0]), kv[0][1], natural_key(kv[0][2])))]
     return {"buckets": [dict(agg(k, v), bucket=k) for k, v in sorted(buckets.items(), key=lambda kv: natural_key(kv[0]))],
-            "layers": [dict(agg(k, v), layer=k) for k, v in sorted(layers.items())]}
+            "layers": [dict(agg(k, v), layer=k) for k, v in sorted(layers.items())],
+            "grid": [{k: v for k, v in c.items() if k != "key"} for c in grid]}
+
+
+def module_in_layer(name: str, layer: int) -> str:
+    """The module a layered tensor belongs to inside its layer, the heatmap's column:
+    `encoder.layer.3.attention.self.query.weight` -> `attention.self.query`, `blk.3.attn_q.weight` ->
+    `attn_q`; routed experts share one column (`mlp.experts.*.w1`)."""
+    m = re.search(rf"(?:^|[._]){layer}\.(.+)$", name)
+    rest = m.group(1) if m else name
+    module = rest.rpartition(".")[0] or rest
+    return re.sub(r"(^|\.)experts\.\d+(?=\.|$)", r"\1experts.*", module)
 
 
 # ------------------------------------------------------------------------------------------ counts
-def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]]) -> dict[str, dict]:
+def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], rename: Rename | None = None) -> dict[str, dict]:
+    ckpt = logical(ckpt)   # a quantised weight counts its logical parameters (census/quant.py)
     place = placements(ckpt)
     alias_of = {t.alias: t for t in find_ties(ckpt)}
     out: dict[str, dict] = {}
     for t in ckpt:
         if place[t.name].role != "parameter":
             continue
-        module = _key(t.name, rules)[1].rpartition(".")[0] or "(root)"
+        module = _key(t.name, rules, rename)[1].rpartition(".")[0] or "(root)"
         row = out.setdefault(module, {"params": 0, "tied": []})
         tie = alias_of.get(t.name)
         if tie is None:
@@ -249,7 +330,7 @@ def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]]) -> di
             row["tied"].append(f"{t.name} = {tie.target}")
     for tie in alias_of.values():  # names absent because tied: the module exists, at no cost
         if tie.alias not in ckpt.tensors:
-            module = _key(tie.alias, rules)[1].rpartition(".")[0] or "(root)"
+            module = _key(tie.alias, rules, rename)[1].rpartition(".")[0] or "(root)"
             out.setdefault(module, {"params": 0, "tied": []})["tied"].append(f"{tie.alias} = {tie.target}")
     return out
 
@@ -265,12 +346,16 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     if not (atol >= 0 and rtol >= 0):   # NaN too
         raise UsageError("--atol and --rtol must be >= 0")
     ra, rb, builtin = list(rules or []), list(rules or []), None
+    renames: tuple[Rename | None, Rename | None] = (None, None)
     if (a.format == "gguf") != (b.format == "gguf"):   # one side llama.cpp: its names mapped to HF's first
         builtin = gguf_rules(a if a.format == "gguf" else b)
         if builtin:
             (ra if a.format == "gguf" else rb)[:0] = builtin[1]
-    tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress)
-    ma, mb = _by_module(a, ra), _by_module(b, rb)
+    elif tf_spelled(a) != tf_spelled(b):   # one side written by TF: its names in transformers' PyTorch spelling
+        builtin = (TF_MAP, [])
+        renames = (tf_rename, None) if tf_spelled(a) else (None, tf_rename)
+    tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress, renames)
+    ma, mb = _by_module(a, ra, renames[0]), _by_module(b, rb, renames[1])
     rows = []
     for module in sorted(set(ma) | set(mb), key=natural_key):
         pa, pb = ma.get(module, {}).get("params"), mb.get(module, {}).get("params")

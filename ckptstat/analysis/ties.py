@@ -6,9 +6,11 @@ import math
 from typing import Any
 
 from ..census import aliases, parameters, placements
+from ..census.quant import logical
 from ..census.resolve import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
+from ..families.infer import canonical_name, canonical_tensors, tf_spelled
 from ..families.tensors import expected_tensors
 from ..naming import normalize
 
@@ -153,27 +155,45 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     place = placements(ckpt)
     alias_of = aliases(ckpt)
     params = {n: t for n, t in ckpt.tensors.items() if place[n].role == "parameter"}
+    # TF files (google-research BERT, HF TF .h5) spell the names their own way and store Dense kernels
+    # [in, out]: compared under transformers' PyTorch spelling and [out, in] shapes (canonical_tensors),
+    # reported under the file's names.
+    spelled = {canonical_name(n): n for n in params} if tf_spelled(params.values()) else {}
+    if spelled and len(spelled) == len(params):
+        canon = canonical_tensors(params)
+        params = {c: canon[c] for c in spelled if c in canon}
+    else:
+        spelled = {n: n for n in params}
     # The file may wrap every name (`module.`): find the prefix from one expected name it holds.
     outer = next((n[: -len(e)] for e in expected for n in params if n.endswith(e) and (n == e or n[-len(e) - 1] == ".")), "")
     expected = {outer + n: shape for n, shape in expected.items()}
-    tie_of = {t.alias: t for t in ties}
+    tie_of = {canonical_name(t.alias): t for t in ties} | {t.alias: t for t in ties}
     missing = []
     for name, shape in expected.items():
         if name not in params:
             t = tie_of.get(name)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
-    unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
-                  if n not in expected and n not in alias_of]
-    mismatched = [{"name": n, "file": list(t.shape), "config": list(expected[n])}
+    unexpected = [{"name": spelled[n], "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
+                  if n not in expected and spelled[n] not in alias_of]
+    mismatched = [{"name": spelled[n], "file": list(t.shape), "config": list(expected[n])}
                   for n, t in params.items() if n in expected and t.shape != expected[n]]
+    # A weight the model always ties (the architecture's rule) that the file keeps as its own variable
+    # with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to predictions.bias.
+    own_copy = []
+    for rule in r.tie_rules:
+        alias, target = outer + rule.alias, outer + rule.target
+        if (rule.when == "always" and not rule.module and alias in params and target in params and alias not in tie_of
+                and spelled[alias] not in tie_of):
+            own_copy.append({"name": spelled[alias], "elements": params[alias].numel, "tied_to": spelled[target]})
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
             "head_source": r.head_source, "expected": len(expected),
-            "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched}
+            "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched, "own_copies": own_copy}
 
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
     ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
+    ckpt = logical(ckpt)   # quantised weights by their logical shapes (census/quant.py)
     check = cross_check(ckpt, ties)
     table = counting(ckpt, ties)
     r = resolve(ckpt)
@@ -190,6 +210,9 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         for u in check["unexpected"]:
             row["differences"].append({"name": u["name"], "elements": -u["elements"],
                                        "why": "in the file; the model has no such parameter"})
+        for c in check["own_copies"]:
+            row["differences"].append({"name": c["name"], "elements": -c["elements"],
+                                       "why": f"in the file as its own variable; the model ties it to {c['tied_to']}"})
         for m in check["shape_mismatches"]:
             d = math.prod(m["config"]) - math.prod(m["file"])
             row["differences"].append({"name": m["name"], "elements": d,

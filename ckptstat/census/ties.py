@@ -12,11 +12,14 @@ Evidence for a tie, each labelled in the output:
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from ..core import Checkpoint
 from ..families import by_model_type
 from ..families.base import TieRule
+from ..families.infer import canonical_name, tf_spelled
 from ..naming import structural_ties
 from .counts import aliases
 from .quant import logical
@@ -96,11 +99,39 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
                 add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))
     for absent, target, _ in structural_ties(tensors):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
+    _tf_spelled_rules(ckpt, resolution, tied_cfg, names_tied, add, ties)
     if deep:
         for a, b in identical_tensors(stored, chunk_bytes):
             if a not in ties and b not in ties and a in tensors and b in tensors:
                 add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
     return list(ties.values())
+
+
+def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, names_tied: bool,
+                      add: Callable[[Tie], None], ties: dict[str, Tie]) -> None:
+    """The family's tie rules (PyTorch names) on a TF file (google-research, HF TF .h5), whose names are
+    matched as transformers' converters spell them (families.infer.canonical_name: `mlm___cls/predictions/
+    bias:0` is `cls.predictions.bias`). Only ties no other evidence found (a structural tie is one), each
+    under the PyTorch name of the absent alias; a PyTorch file is skipped (families.infer.tf_spelled)."""
+    tensors = ckpt.tensors
+    if not tf_spelled(tensors.values()):
+        return
+    spelled = {canonical_name(n): n for n in tensors}
+    if len(spelled) != len(tensors):
+        return
+    found = {canonical_name(t.alias) for t in ties.values()}
+    for rule in resolution.tie_rules:
+        for canon, name in spelled.items():
+            if not canon.endswith(rule.target) or (len(canon) > len(rule.target) and canon[-len(rule.target) - 1] != "."):
+                continue
+            outer = canon[: len(canon) - len(rule.target)]
+            alias = outer + rule.alias
+            if alias in found or alias in spelled or (rule.when == "config" and not tied_cfg and not names_tied):
+                continue
+            if _has_head(ckpt, outer, rule, resolution.head):
+                label = "config tie_word_embeddings" if rule.when == "config" else "architecture"
+                add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
+                found.add(alias)
 
 
 def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tuple[str, str]]:

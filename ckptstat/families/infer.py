@@ -36,10 +36,16 @@ _TF_LITERALS = ("tf", "layer_", "kernel", "gamma", "beta", "embeddings", "output
 _ANY_TF_LITERAL = re.compile("|".join(_TF_LITERALS))
 
 
+_REPEATED_SCOPE = re.compile(r"^([^/]+)/\1/")
+
+
 def canonical_name(name: str) -> str:
     """The transformers (PyTorch) spelling of a tensor name: google-research TF1 BERT, HF TF (`:0`,
     `tf_bert_model/...`, `mlm___cls`) and Keras names map onto `bert.encoder.layer.0...weight`."""
-    n = normalize(name)
+    # HF TF shared embeddings (TFT5's `shared`, TFBart's `model.shared`) are layers built outside the model's
+    # scope, their weight named `<layer>/<layer>/embeddings:0`; transformers drops level zero
+    # (modeling_tf_pytorch_utils.convert_tf_weight_name_to_pt_weight_name): `shared.weight`, `model.shared.weight`
+    n = normalize(_REPEATED_SCOPE.sub(r"\1/", name))
     if "___" not in n and not _ANY_TF_LITERAL.search(n):
         return n
     if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.
@@ -68,6 +74,14 @@ class NameIndex(dict):
             text = "\n".join(names)
             self._text = (len(self), text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
         return self._text[1:4] if self._text[4] else None
+
+
+def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
+    """Names spelled as TF writes them, which canonical_name is for: the reader marked Dense kernels stored
+    [in, out] (TF1 and TF2 checkpoints, Keras and HF TF .h5: formats/keras_names.py), or TF2 variable names
+    (`...:0`, as Keras 2 .h5 files list them; HF TF GPT-2 has Conv1D weights, no kernel). A PyTorch file's
+    names are its model's own (ViT's bare `position_embeddings` is not an Embedding layer's table)."""
+    return any(t.extra.get("layout") == "in_out" or t.name.endswith(":0") for t in tensors)
 
 
 def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:

@@ -237,14 +237,27 @@ def _open_h5(path: str) -> Checkpoint:
             layout = "keras3" if "layers" in f or "vars" in f else "hdf5"
             entries = _walk(f)
         tensors: dict[str, TensorInfo] = {}
+        copies = 0
         for name, dset, h5_path in entries:
             if not isinstance(dset, h5py.Dataset):
                 raise CorruptCheckpointError(path, f"weight {name!r} names a group, not a dataset")
-            if name in tensors:   # the same weight name under two layers: keep both, qualified
-                name = dset.name.lstrip("/")
+            if name in tensors and layout != "hdf5":
+                first = tensors[name]
+                if first.shape == tuple(int(d) for d in dset.shape) and first.dtype == _dtype(dset)[0]:
+                    # One Keras variable listed by two layers: save_weights writes each layer's
+                    # `weights`, and a layer that tracks another one lists that layer's variables
+                    # again (HF TFBertForMaskedLM's `mlm___cls` holds the input embedding layer;
+                    # tf_keras legacy/saving/hdf5_format.py save_weights_to_hdf5_group). Keras counts
+                    # a variable once (count_params); the second copy is kept out, its bytes overhead.
+                    _check_storage(dset, path)
+                    copies += 1
+                    continue
+                name = dset.name.lstrip("/")   # two different weights under one name: keep both, qualified
             tensors[name] = _info(name, dset, path, size, h5_path)
         metadata = {f"h5.{k}": attribute(f, k)[0] for k in ("backend", "keras_version") if k in f.attrs}
         metadata["h5.layout"] = layout
+        if copies:
+            metadata["h5.weights_listed_twice"] = str(copies)
     ckpt = Checkpoint(path=path, format="keras-h5", tensors=tensors, files=(path,), metadata=metadata)
     if any(t.offset is None for t in tensors.values()):
         ckpt.readers[path] = read_h5

@@ -136,7 +136,7 @@ def diff_markdown(r: dict) -> str:
 
 _CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:0 0 1.5em}"
         "th,td{border:1px solid #ccc;padding:2px 8px}td.n{text-align:right;font-variant-numeric:tabular-nums}"
-        "th{background:#f2f2f2}td.name{font-family:monospace}")
+        "th{background:#f2f2f2}td.name{font-family:monospace}img.heatmap{max-width:100%;margin:0 0 1.5em}")
 
 
 def _html_table(header: list[str], rows: list[list[str]], heat: int | None = None) -> list[str]:
@@ -181,6 +181,11 @@ def diff_html(r: dict) -> str:
         out += _html_table(["layer", "tensors", "changed", "mean rel L2"],
                            [[str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"])]
                             for x in s["layers"]], heat=3)
+    from .diff_heatmap import heatmap_img  # matplotlib loads only here, for an HTML report
+
+    img = heatmap_img(r)
+    if img is not None:
+        out += ["<h2>Relative change per layer and module</h2>", img]
     for b in s["buckets"]:
         out.append(f"<h2>{e(b['bucket'])}</h2>")
         out += _html_table(["tensor", "change", "detail", "max abs diff", "rel L2", "cosine"],
