@@ -1,22 +1,30 @@
 """`ckptstat memory`: weights, KV cache, activations and training state, each line with its rule."""
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..census.model import Model, Weights
 from ..families import get
 from ..families.spec import check_seq
+from ..families.spec import max_seq as position_limit
+from .planner import KV_BYTES, Plan, activation_bytes, activations, device_lines, kv_lines, split, stages, text_input
 
 SCHEMA = "ckptstat.memory/1"
 WHAT_IF: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
 
 
-def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
+def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Plan | None = None) -> dict:
+    """The reference lines (weights, what-ifs, KV cache, activations, Adam state: one device, no
+    parallelism) and `fit`, the planner's per-device lines and verdict under `plan` (planner.py)."""
     s = m.spec
     family = get(s.family)
     check_seq(s, seq, dec_seq)
+    plan = plan or Plan()
+    plan.check(s)
     b, n = batch, seq
     nd = n if dec_seq is None else dec_seq
     P = m.params
-    ab = m.activation_bytes
+    ab = activation_bytes(m, plan)
     lines: list[dict] = []
 
     def line(group: str, item: str, nbytes: float, rule: str) -> None:
@@ -36,34 +44,44 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
              "(all experts must still be resident for routing)")
 
     # KV cache: what the family's attention caches per generated token (none for an encoder).
-    for item, nbytes, rule in family.kv_cache(s, b, n, nd, ab) if family.kv_cache else ():
+    for item, nbytes, rule in kv_lines(m, b, n, nd, KV_BYTES[plan.kv_dtype] if plan.kv_dtype else ab):
         line("kv cache", item, nbytes, rule)
 
-    # Inference activations: one layer live at a time (eager attention materialises the scores).
-    f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
-    qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
-    layer_peak = ab * (b * n * (2 * s.hidden + max(qkv, f_eff)) + b * s.heads * n * n)
-    line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
-         f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
-         f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
-    if s.head in ("lm", "mlm", "pretraining"):
-        out_tok = nd if family.encoder_decoder else n
-        line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
+    if text_input(s):
+        # Inference activations: one layer live at a time (eager attention materialises the scores).
+        f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
+        qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
+        layer_peak = ab * (b * n * (2 * s.hidden + max(qkv, f_eff)) + b * s.heads * n * n)
+        line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
+             f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
+             f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
+        if s.head in ("lm", "mlm", "pretraining"):
+            out_tok = nd if family.encoder_decoder else n
+            line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
 
-    # Training activations: Korthikanti et al. 2022 (Reducing Activation Recomputation), eq. 2,
-    # 16-bit activations, no recomputation, no sequence/tensor parallelism, no flash attention.
-    layers = s.layers * s.inner_group + s.decoder_layers   # layers run (ALBERT runs each shared layer inner_group times)
-    per_layer = n * b * s.hidden * (34 + 5 * s.heads * n / s.hidden)
-    line("activations (training)", f"{layers} layers, b={b}, s={n}", per_layer * layers,
-         "Korthikanti et al. 2022: s*b*h*(34 + 5*a*s/h) B per layer (16-bit, GPT-style layer with f=4h, "
-         "no recomputation, no flash attention)")
+        # Training activations: Korthikanti et al. 2022 (Reducing Activation Recomputation), eq. 2,
+        # 16-bit activations, no recomputation, no sequence/tensor parallelism, no flash attention.
+        layers = s.layers * s.inner_group + s.decoder_layers   # layers run (ALBERT runs each shared layer inner_group times)
+        per_layer = n * b * s.hidden * (34 + 5 * s.heads * n / s.hidden)
+        line("activations (training)", f"{layers} layers, b={b}, s={n}", per_layer * layers,
+             "Korthikanti et al. 2022: s*b*h*(34 + 5*a*s/h) B per layer (16-bit, GPT-style layer with f=4h, "
+             "no recomputation, no flash attention)")
+        train_act = per_layer * layers
+    else:
+        # image and audio models: the op template's module outputs, not the text-transformer formulas
+        for x in activations(m, Plan(), b, n, nd, ab, "all"):
+            line("activations (inference)", x["item"], x["bytes"], x["rule"])
+        train_act = 0
+        for x in activations(m, Plan(mode="training"), b, n, nd, ab, "all"):
+            line("activations (training)", x["item"], x["bytes"], x["rule"])
+            train_act += x["bytes"]
 
     # Mixed-precision Adam: ZeRO paper (Rajbhandari et al. 2020), section 3.1: 2 + 2 + (4 + 4 + 4) bytes.
     line("training state", "mixed-precision Adam", 16 * P,
          "ZeRO (Rajbhandari et al. 2020): 16 B/param = fp16 weights 2 + fp16 grads 2 + fp32 master weights, "
          "momentum, variance 12")
-    line("training state", "total with activations", 16 * P + per_layer * layers,
-         "Adam state + Korthikanti activations (no optimizer sharding, no offload)")
+    line("training state", "total with activations", 16 * P + train_act,
+         "Adam state + the training activations above (no optimizer sharding, no offload)")
     return {
         "schema": SCHEMA,
         "path": m.path,
@@ -75,8 +93,94 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None) -> dict:
         "batch": b, "seq": n, "dec_seq": nd if family.encoder_decoder else None,
         "activation_bytes": ab,
         "lines": lines,
+        "plan": plan.settings(),
+        "fit": fit(m, plan, b, n, dec_seq if family.encoder_decoder else None),
         "notes": list(m.notes),
     }
+
+
+SEARCH_CAP = 1 << 40   # the searches stop doubling here (a length nothing depends on, in practice)
+
+
+def largest(fits: Callable[[int], bool], limit: int | None) -> tuple[int, str]:
+    """The largest x >= 1 with fits(x) for a monotone predicate (true up to a point, then false), by
+    doubling then bisection over exact byte totals; 0 when even 1 does not fit. (value, what bounded it)."""
+    if not fits(1):
+        return 0, "even 1 does not fit"
+    if limit is not None and fits(limit):
+        return limit, "the model's limit"
+    hi = limit
+    lo = 1
+    if hi is None:
+        while fits(lo * 2):
+            lo *= 2
+            if lo >= SEARCH_CAP:
+                return lo, f"search cap {SEARCH_CAP}"
+        hi = lo * 2
+    while hi - lo > 1:   # fits(lo), not fits(hi)
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo, "memory"
+
+
+def seq_limit(m: Model) -> tuple[bool, int | None]:
+    """(does --seq change anything, the longest input the model accepts)."""
+    family = get(m.spec.family)
+    if family.main_input == "pixel_values":
+        return False, None
+    if family.main_input == "input_features":
+        return True, 2 * m.spec.x("source_positions")
+    return True, position_limit(m.spec)
+
+
+def fit(m: Model, plan: Plan, b: int, n: int, dec_seq: int | None) -> dict:
+    """Per-device lines on the fullest device, the verdict against plan.capacity, and the largest --seq
+    (at this batch) and --batch (at this length) that fit."""
+    sp = split(m, plan)
+    ab = activation_bytes(m, plan)
+
+    def evaluate(bb: int, nn: int) -> tuple[int, str, list[dict], list[dict]]:
+        nd = nn if dec_seq is None else dec_seq
+        worst: tuple[int, str, list[dict], list[dict]] | None = None
+        for stage in stages(plan):
+            dev, host = device_lines(m, plan, sp, bb, nn, nd, ab, stage)
+            total = sum(x["bytes"] for x in dev)
+            if worst is None or total > worst[0]:
+                worst = (total, stage, dev, host)
+        assert worst is not None
+        return worst
+
+    total, stage, dev, host = evaluate(b, n)
+    cap = plan.capacity
+    out: dict = {
+        "fits": None if cap is None else total <= cap,
+        "per_device_bytes": total,
+        "capacity_bytes": cap,
+        "headroom_bytes": None if cap is None else cap - total,
+        "max_seq": None, "max_seq_bound": None, "max_batch": None, "max_batch_bound": None,
+        "device": plan.device,
+        "stage": stage,
+        "lines": dev,
+        "host_lines": host,
+        "host_bytes": sum(x["bytes"] for x in host),
+        "replicated": {k: int(round(v)) for k, v in sp.replicated.items()} if plan.tp > 1 else {},
+        "sharded": SHARDED if plan.tp > 1 else [],
+        "trained_context": m.spec.context or None,
+    }
+    if cap is not None:
+        applies, limit = seq_limit(m)
+        if applies:
+            out["max_seq"], out["max_seq_bound"] = largest(lambda x: evaluate(b, x)[0] <= cap, limit)
+        else:
+            out["max_seq_bound"] = "--seq does not apply (image input)"
+        out["max_batch"], out["max_batch_bound"] = largest(lambda x: evaluate(x, n)[0] <= cap, None)
+    return out
+
+
+# What --tp splits (Megatron-LM's column/row-parallel linears, vocab-parallel embedding and head)
+SHARDED = ["linear weights of every block (column- and row-parallel)", "column-parallel biases",
+           "word embedding and LM head (vocab-parallel)", "KV cache heads (g / tp, replicated when tp > g)",
+           "attention scores and MLP activations (Korthikanti: 24/tp + 5as/(h tp) of the 34 + 5as/h)"]
 
 
 # The lines that need the architecture (layers, heads, widths), named when there is none.

@@ -1,4 +1,4 @@
-"""`flops` and `memory`: analytic figures from the config (or the tensor shapes); no model is built."""
+"""`flops` (and the path argument `memory` shares): analytic figures from the config (or the tensor shapes); no model is built."""
 from __future__ import annotations
 
 from typing import Optional
@@ -43,36 +43,3 @@ def flops(
     r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
     show(r, as_json, "render_flops", seq_default=not lengths)
 
-
-def memory(
-    path: str = AnalyticPath,
-    batch: int = typer.Option(1, "--batch", "-b", help="Batch size."),
-    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length (default: {DEFAULT_SEQ_RULE})."),
-    dec_seq: Optional[int] = typer.Option(None, "--dec-seq", help="Encoder-decoder (T5, BART, Whisper) decoder "
-                                          "length (default: --seq; Whisper: 128 or its decoder positions if fewer)."),
-    frames: Optional[int] = FramesOpt,
-    audio_seconds: Optional[float] = AudioSecondsOpt,
-    image_size: Optional[int] = ImageSizeOpt,
-    as_json: bool = JsonOpt,
-    config: Optional[str] = ConfigOpt,
-) -> None:
-    """Weights (stored and what-if dtypes), KV cache, activations and Adam training state, each with its rule."""
-    from ..analysis import memory as mem
-    from ..census.model import load, weights_only
-    from ..errors import UsageError
-    from ..families.spec import audio_inputs, default_seq
-
-    positive("--batch", batch)
-    positive("--seq", seq)
-    positive("--dec-seq", dec_seq)
-    positive("--frames", frames)
-    try:
-        model = load(path, config)
-    except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
-        show(mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128), as_json, "render_memory",
-              seq_default=not seq)
-        return
-    model = image_input(model, image_size)
-    lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
-    r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq)
-    show(r, as_json, "render_memory", seq_default=not lengths)

@@ -1,0 +1,466 @@
+"""The memory planner (issue #17): bytes per device, line by line, for a workload (inference or
+training) under a parallel layout (--gpus/--tp/--pp, ZeRO, CPU offload). Every line carries its rule;
+docs/memory_planner.md gives the sources. analysis/memory.py adds the verdict and the searches.
+
+Where the parameters sit comes from the family's op template (families/graph.py), one module at a time:
+ - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
+   column- or row-wise (weights and column-parallel biases sharded; a row-parallel layer's bias is added
+   after the all-reduce, so it is replicated); the word embedding and the LM head are vocab-parallel;
+   norms, position/type embeddings, pooler, classifiers and anything else are replicated;
+ - pipeline parallelism: blocks split evenly over the stages (ceil(L/pp) on the fullest one), the
+   embeddings on the first stage, the head on the last (a tied head: the last stage keeps its own copy
+   of the word embedding, as Megatron does);
+ - ZeRO (Rajbhandari et al. 2020) over the data-parallel degree dp = gpus / (tp x pp): stage 1 shards
+   the optimizer state and fp32 master weights, 2 the gradients too, 3 the weights too.
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+
+from ..census.model import Model
+from ..errors import UsageError
+from ..families import get
+from ..families.base import ArchSpec
+from ..families.graph import build
+
+FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
+# Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().
+QUANTISED = {
+    "int8": "int8 weight + fp32 scale per output row (bitsandbytes LLM.int8: Int8Params CB and SCB)",
+    "nf4": "4-bit, 2 per byte + fp32 absmax per 64-weight block + a 16-entry fp32 code (bitsandbytes Params4bit "
+           "and its QuantState, no double quantisation)",
+    "fp4": "as nf4, with bitsandbytes' fp4 code",
+    "int4": "4-bit, 8 per int32 + fp16 scale and 4-bit zero per 128 inputs + int32 g_idx (GPTQ, group_size 128)",
+    "fp8": "float8 e4m3 + fp32 scale per 128x128 block (transformers FineGrainedFP8, DeepSeek-V3 layout)",
+}
+KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+OPTIMIZERS = ("adam", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")
+MODES = ("inference", "training")
+ATTENTION = ("eager", "flash")
+RESERVE_RULE = "CUDA context, allocator slack"
+DEFAULT_RESERVE = 1 << 30
+# bitsandbytes' 8-bit optimizers (bitsandbytes/optim/optimizer.py, Optimizer2State.init_state): uint8 states with
+# one fp32 absmax per 256-value block; a tensor under min_8bit_size (4096) elements keeps fp32 states
+BNB_OPTIM_BLOCK = 256
+BNB_MIN_8BIT = 4096
+# a row-parallel linear (the attention output and the MLP's second projection): its bias is replicated
+ROW_PARALLEL = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|c_proj|fc2|dense_4h_to_h|wo|w2|dense)$")
+COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projection, despite its name
+
+
+def quant_bytes(q: str, fin: int, fout: int) -> float:
+    """Bytes of one quantised [fout, fin] linear weight, scales included (QUANTISED names the layouts)."""
+    n = fin * fout
+    if q == "int8":
+        return n + 4 * fout
+    if q in ("nf4", "fp4"):
+        return math.ceil(n / 2) + 4 * math.ceil(n / 64) + 4 * 16
+    if q == "int4":
+        groups = math.ceil(fin / 128)
+        return n / 2 + groups * fout * 2 + groups * fout / 2 + 4 * fin
+    if q == "fp8":
+        return n + 4 * math.ceil(fin / 128) * math.ceil(fout / 128)
+    raise ValueError(q)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The planner's settings; `None` means the default named in docs/memory_planner.md."""
+    mode: str = "inference"
+    weights_dtype: str | None = None      # None: as stored
+    kv_dtype: str | None = None           # None: the activation dtype
+    optimizer: str = "adam"
+    master_weights: bool | None = None    # None: on when the weights are 16-bit (training)
+    zero: int = 0
+    checkpointing: bool = False
+    gpus: int | None = None               # None: tp x pp
+    tp: int = 1
+    pp: int = 1
+    cpu_offload: bool = False
+    attention: str = "eager"              # eager materialises the b x a x s x s scores; flash (and SDPA's fused kernels) does not
+    capacity: int | None = None
+    device: dict | None = None            # {"name", "gb", "source"} or {"gpu_mem": text}
+    reserve: int = DEFAULT_RESERVE
+    reserve_source: str = "default 1 GiB"
+
+    @property
+    def dp(self) -> int:
+        return (self.gpus or self.tp * self.pp) // (self.tp * self.pp)
+
+    def check(self, s: ArchSpec | None) -> None:
+        """UsageError for settings that make no sense (for this architecture, when s is given)."""
+        def bad(msg: str) -> UsageError:
+            return UsageError(msg)
+        if self.mode not in MODES:
+            raise bad(f"--mode must be inference or training, got {self.mode!r}")
+        if self.weights_dtype is not None and self.weights_dtype not in FLOAT_BYTES and self.weights_dtype not in QUANTISED:
+            raise bad(f"--weights-dtype must be one of {', '.join([*FLOAT_BYTES, *QUANTISED])}, got {self.weights_dtype!r}")
+        if self.kv_dtype is not None and self.kv_dtype not in KV_BYTES:
+            raise bad(f"--kv-dtype must be one of {', '.join(KV_BYTES)}, got {self.kv_dtype!r}")
+        if self.attention not in ATTENTION:
+            raise bad(f"--attention must be eager or flash, got {self.attention!r}")
+        if self.optimizer not in OPTIMIZERS:
+            raise bad(f"--optimizer must be one of {', '.join(OPTIMIZERS)}, got {self.optimizer!r}")
+        if self.zero not in (0, 1, 2, 3):
+            raise bad(f"--zero must be 0, 1, 2 or 3, got {self.zero}")
+        for flag, v in (("--tp", self.tp), ("--pp", self.pp), ("--gpus", self.gpus)):
+            if v is not None and v < 1:
+                raise bad(f"{flag} must be a positive integer, got {v}")
+        gpus = self.gpus or self.tp * self.pp
+        if gpus % (self.tp * self.pp):
+            raise bad(f"--gpus {gpus} is not a multiple of --tp {self.tp} x --pp {self.pp}")
+        if self.mode == "inference" and (self.zero or self.checkpointing):
+            raise bad("--zero and --checkpointing apply to --mode training")
+        if self.mode == "training" and self.weights_dtype in QUANTISED:
+            raise bad(f"--mode training with --weights-dtype {self.weights_dtype}: training quantised weights means "
+                      "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
+        if s is None:
+            return
+        if self.tp > 1 and s.heads % self.tp:
+            raise bad(f"--tp {self.tp} does not divide the {s.heads} attention heads (Megatron and vLLM require it)")
+        if self.tp > 1 and s.kv_heads > self.tp and s.kv_heads % self.tp:
+            raise bad(f"--tp {self.tp} does not divide the {s.kv_heads} key/value heads")
+        if self.pp > layers_stored(s):
+            raise bad(f"--pp {self.pp} exceeds the model's {layers_stored(s)} layers")
+
+    def settings(self) -> dict:
+        d = asdict(self)
+        d["dp"] = self.dp
+        d["gpus"] = self.gpus or self.tp * self.pp
+        return d
+
+
+def layers_stored(s: ArchSpec) -> int:
+    return s.layers + s.decoder_layers
+
+
+@dataclass
+class Split:
+    """Parameters by placement: (where, sharded) -> count, bytes at the planned dtype, and Adafactor's
+    second-moment elements; where is first (embeddings), layers (the blocks) or last (head, pooler)."""
+    params: dict[tuple[str, bool], float] = field(default_factory=dict)
+    bytes: dict[tuple[str, bool], float] = field(default_factory=dict)
+    factored: dict[tuple[str, bool], float] = field(default_factory=dict)
+    small: dict[tuple[str, bool], float] = field(default_factory=dict)   # params in tensors under BNB_MIN_8BIT
+    replicated: dict[str, float] = field(default_factory=dict)    # what is replicated under TP, by kind: params
+    tied_embedding: tuple[float, float, float] | None = None      # (params, bytes, factored) of a tied head's table
+    dtype_rule: str = ""
+
+    def add(self, where: str, sharded: bool, params: float, nbytes: float, factored: float, small: float = 0) -> None:
+        k = (where, sharded)
+        self.small[k] = self.small.get(k, 0) + small
+        self.params[k] = self.params.get(k, 0) + params
+        self.bytes[k] = self.bytes.get(k, 0) + nbytes
+        self.factored[k] = self.factored.get(k, 0) + factored
+
+
+def weight_bytes_per_param(m: Model, plan: Plan) -> float:
+    """Bytes per parameter outside quantised linears: the override, 2 (bf16) beside quantised weights,
+    or the stored average."""
+    wd = plan.weights_dtype
+    if wd in FLOAT_BYTES:
+        return FLOAT_BYTES[wd]
+    if wd in QUANTISED:
+        return 2
+    return m.weight_bytes / m.params if m.params else m.bytes_per_param
+
+
+def split(m: Model, plan: Plan) -> Split:
+    s = m.spec
+    wd = plan.weights_dtype
+    wb = weight_bytes_per_param(m, plan)
+    out = Split()
+    if wd in QUANTISED:
+        out.dtype_rule = f"linear weights of the blocks {wd}: {QUANTISED[wd]}; embeddings, norms, biases, head bf16"
+    elif wd:
+        out.dtype_rule = f"{m.params:,} parameters x {wb:g} B ({wd})"
+    else:
+        out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
+                         f"{wb:.4g} B/param on average"
+    for op in build(s):
+        where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
+        if where == "layers" and op.calls == 1 and layers_stored(s) > 1:
+            where = "last"   # a module of the stack that runs once: the final norm, after the last block
+        if op.kind == "linear":
+            fin, fout = op.in_shape[-1], op.out_shape[-1]
+            n = fin * fout
+            if op.params == 0:
+                if fout == s.vocab and where == "last":
+                    out.tied_embedding = (n, n * wb, n + fout)   # a tied LM head: the word embedding's table
+                continue
+            copies: float
+            if op.params % n == 0:
+                copies, bias = op.params // n, 0
+            elif op.params % (n + fout) == 0:
+                copies = op.params // (n + fout)
+                bias = copies * fout
+            else:
+                copies, bias = op.params / n, 0
+            w = op.params - bias
+            sharded = where == "layers" or fout == s.vocab
+            if where == "layers" and wd in QUANTISED:
+                wbytes = copies * quant_bytes(wd, fin, fout)
+            else:
+                wbytes = w * wb
+            out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
+            if bias:
+                row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
+                b_sharded = where == "layers" and not row
+                out.add(where, b_sharded, bias, bias * wb, bias, bias if fout < BNB_MIN_8BIT else 0)
+                if not b_sharded:
+                    _note(out, "biases of row-parallel linears" if row else "biases of head/pooler linears", bias)
+            if not sharded:
+                _note(out, "pooler and classifier linears", w)
+        elif op.params:
+            dim = op.out_shape[-1] if op.out_shape else 1
+            rows = op.params // dim if op.kind == "embedding" and dim else 0
+            sharded = op.kind == "embedding" and rows == s.vocab
+            # Adafactor factors a 2-D table into rows + cols; anything else is counted unfactored
+            factored = rows + dim if op.kind == "embedding" and rows else op.params
+            # a norm's tensors are vectors of the width; an embedding one table; other modules: assumed large
+            tensor = dim if op.kind == "norm" else op.params if op.kind == "embedding" else BNB_MIN_8BIT
+            out.add(where, sharded, op.params, op.params * wb, factored, op.params if tensor < BNB_MIN_8BIT else 0)
+            if not sharded:
+                _note(out, {"norm": "norms", "embedding": "position / type embeddings"}.get(op.kind, f"{op.kind} modules"),
+                      op.params)
+    pred = sum(out.params.values())
+    if pred and m.params != pred:
+        # the checkpoint holds another count than the template: scale every placement alike, so the stored
+        # bytes still add up (a note on the report says the two disagree)
+        r = m.params / pred
+        for d in (out.params, out.bytes, out.factored, out.small):
+            for k in d:
+                d[k] *= r
+        out.replicated = {k: v * r for k, v in out.replicated.items()}
+    if wd is None:   # as stored: exactly the stored bytes, spread by parameter count
+        total = sum(out.params.values())
+        for k in out.bytes:
+            out.bytes[k] = out.params[k] / total * m.weight_bytes if total else 0
+    return out
+
+
+def _note(out: Split, kind: str, params: float) -> None:
+    out.replicated[kind] = out.replicated.get(kind, 0) + params
+
+
+@dataclass
+class Stage:
+    """One device's share of the parameters: sharded/tp + replicated, on the fullest stage."""
+    name: str
+    params: float
+    bytes: float
+    factored: float
+    small: float                # params in tensors under bitsandbytes' min_8bit_size
+    replicated_bytes: float
+    block_bytes: float          # the largest block on the device (streamed under inference --cpu-offload)
+
+
+def stage_share(sp: Split, s: ArchSpec, plan: Plan, stage: str) -> Stage:
+    L = layers_stored(s)
+    share = math.ceil(L / plan.pp) / L if L else 1
+    wanted = {"all": ("first", "layers", "last"), "first": ("first", "layers"), "last": ("layers", "last")}[stage]
+    tot = {"params": 0.0, "bytes": 0.0, "factored": 0.0, "small": 0.0}
+    rep = 0.0
+    per_where: dict[str, float] = {}
+    for (where, sharded), p in sp.params.items():
+        if where not in wanted:
+            continue
+        f = (share if where == "layers" and plan.pp > 1 else 1) / (plan.tp if sharded else 1)
+        tot["params"] += p * f
+        tot["bytes"] += sp.bytes[(where, sharded)] * f
+        tot["factored"] += sp.factored[(where, sharded)] * f
+        tot["small"] += sp.small.get((where, sharded), 0) * f
+        per_where[where] = per_where.get(where, 0) + sp.bytes[(where, sharded)] * f
+        if not sharded:
+            rep += sp.bytes[(where, sharded)] * f
+    if stage == "last" and plan.pp > 1 and sp.tied_embedding:
+        p, b, fa = sp.tied_embedding
+        tot["params"] += p / plan.tp
+        tot["bytes"] += b / plan.tp
+        tot["factored"] += fa / plan.tp
+        per_where["last"] = per_where.get("last", 0) + b / plan.tp
+    layers_here = math.ceil(L / plan.pp) if L else 1
+    block = max([per_where.get("layers", 0) / max(layers_here, 1), per_where.get("first", 0), per_where.get("last", 0)])
+    return Stage(stage, tot["params"], tot["bytes"], tot["factored"], tot["small"], rep, block)
+
+
+Line = dict   # {"group", "item", "bytes", "rule"}
+
+
+def _line(group: str, item: str, nbytes: float, rule: str) -> Line:
+    return {"group": group, "item": item, "bytes": int(math.ceil(nbytes)), "rule": rule}
+
+
+def kv_lines(m: Model, b: int, n: int, nd: int, kvb: float) -> list[tuple[str, float, str]]:
+    """The family's KV (or state) cache lines at kvb bytes per element (int4: computed at 1 B, halved)."""
+    family = get(m.spec.family)
+    if not family.kv_cache:
+        return []
+    if float(kvb).is_integer():
+        return [(i, float(x), r) for i, x, r in family.kv_cache(m.spec, b, n, nd, int(kvb))]
+    return [(i, x * kvb, f"{r}; at 1 B x {kvb:g} ({kvb * 8:g}-bit, scales not counted)")
+            for i, x, r in family.kv_cache(m.spec, b, n, nd, 1)]
+
+
+def kv_counted(m: Model, lines: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
+    """The KV lines a device holds together: all of an encoder-decoder's (self + cross attention); a
+    decoder's first line only (what transformers allocates; the others are alternatives: a rolling
+    window, an absorbed MLA latent, llama.cpp's kv-head cache)."""
+    return lines if get(m.spec.family).encoder_decoder else lines[:1]
+
+
+def text_input(s: ArchSpec) -> bool:
+    """A text transformer, for which the Korthikanti formulas hold (CLIP reads an image too: not one)."""
+    return get(s.family).main_input == "input_ids" and "image_size" not in dict(s.extra)
+
+
+def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: str) -> list[Line]:
+    """Activation lines for one device: inference holds one layer live (plus logits); training keeps
+    every layer's saved tensors (Korthikanti et al. 2022), or only layer inputs with checkpointing."""
+    s = m.spec
+    t, pp = plan.tp, plan.pp
+    lines: list[Line] = []
+    has_logits = s.head in ("lm", "mlm", "pretraining") and stage != "first"
+    out_tok = nd if get(s.family).encoder_decoder else n
+    layers_run = s.layers * s.inner_group + s.decoder_layers
+    layers_here = math.ceil(layers_run / pp)
+    in_flight = pp if stage == "first" else 1     # 1F1B: the first stage holds pp micro-batches
+    if not text_input(s):
+        ops = build(s, b, n, nd, a_bytes=ab)
+        if plan.mode == "inference":
+            peak: float = max((_prod(o.in_shape) + _prod(o.out_shape)) * ab for o in ops)
+            lines.append(_line("activations", f"peak module, b={b}", peak,
+                               f"largest (input + output) of one module x {ab} B, from the op template "
+                               "(image/audio models); replicated under --tp"))
+        else:
+            saved = sum(o.written * o.calls for o in ops) * (layers_here / max(layers_run, 1)) * in_flight
+            lines.append(_line("activations", f"saved for backward, b={b}", saved,
+                               f"every module's output x {ab} B, from the op template (image/audio models: no "
+                               f"Korthikanti rule); x {in_flight} micro-batches in flight; checkpointing and --tp "
+                               "not modelled here"))
+        return lines
+    h, a = s.hidden, s.heads
+    if plan.mode == "inference":
+        f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
+        qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
+        eager = plan.attention == "eager"
+        peak = ab * (b * n * (2 * h + max(qkv, f_eff) / t) + (b * (a / t) * n * n if eager else 0))
+        lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
+                           f"{ab} B x (b*s*(2h + max(q+k+v, f)/tp)"
+                           f"{' + b*(a/tp)*s^2 eager scores' if eager else ', flash attention: no s^2 scores'}); "
+                           "one layer live"))
+        if has_logits:
+            lines.append(_line("activations", "logits", ab * b * out_tok * s.vocab / t,
+                               f"b x s x V x {ab} B / tp (vocab-parallel head)"))
+        return lines
+    scale = ab / 2
+    if plan.attention == "eager":
+        per_layer = n * b * h * (10 + 24 / t + 5 * a * n / (h * t)) * scale
+        formula = "s*b*h*(10 + 24/tp + 5*a*s/(h*tp))"
+    else:   # flash attention keeps no s x s scores, softmax output or attention-dropout mask (the 5as/h term)
+        per_layer = n * b * h * (10 + 24 / t) * scale
+        formula = "s*b*h*(10 + 24/tp), flash attention: no 5*a*s/h score term"
+    rule = (f"Korthikanti et al. 2022 with tp={t}: {formula} B per layer at 16-bit"
+            f"{f', x {scale:g} for {ab}-byte activations' if scale != 1 else ''}")
+    if plan.checkpointing:
+        kept = in_flight * layers_here * n * b * h * ab
+        lines.append(_line("activations", f"{layers_here} layer inputs", kept,
+                           f"full recomputation: each layer keeps its input, s*b*h x {ab} B (replicated under tp), "
+                           f"x {in_flight} micro-batch(es) in flight (1F1B)"))
+        lines.append(_line("activations", "one layer recomputed", per_layer, rule))
+    else:
+        lines.append(_line("activations", f"{layers_here} layers, b={b}, s={n}",
+                           in_flight * layers_here * per_layer, rule + f"; {in_flight} micro-batch(es) in flight (1F1B)"))
+    if has_logits:
+        lines.append(_line("activations", "logits and loss", b * out_tok * s.vocab * (ab + 4) / t,
+                           f"b x s x V x ({ab} B logits + 4 B fp32 upcast for the loss) / tp"))
+    return lines
+
+
+def _prod(shape: tuple[int, ...]) -> int:
+    return math.prod(shape)
+
+
+def optimizer_bytes(plan: Plan, st: Stage, moment_bytes: float) -> tuple[float, str]:
+    o = plan.optimizer
+    if o == "adam":
+        return 2 * moment_bytes * st.params, f"Adam/AdamW: exp_avg + exp_avg_sq, 2 x {moment_bytes:g} B/param " \
+                                            "(torch's per-tensor step scalars not counted)"
+    if o == "adamw-8bit":
+        per = 2 + 2 * 4 / BNB_OPTIM_BLOCK
+        return per * (st.params - st.small) + 8 * st.small, (
+            f"bitsandbytes AdamW8bit: 2 uint8 states + fp32 absmax per {BNB_OPTIM_BLOCK} values = {per:g} B/param; "
+            f"{st.small:,.0f} params in tensors under {BNB_MIN_8BIT} elements keep 2 fp32 states, 8 B")
+    if o == "sgd":
+        return 0, "torch SGD, momentum 0: no state"
+    if o == "sgd-momentum":
+        return moment_bytes * st.params, f"SGD momentum buffer: {moment_bytes:g} B/param"
+    return moment_bytes * st.factored, (f"Adafactor (beta1 None): row + column second moments per matrix, the full "
+                                        f"one per vector: {st.factored:,.0f} elements x {moment_bytes:g} B")
+
+
+def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: int, stage: str) -> tuple[list[Line], list[Line]]:
+    """(lines on one device of `stage`, lines moved to host memory by --cpu-offload)."""
+    s = m.spec
+    st = stage_share(sp, s, plan, stage)
+    dev: list[Line] = []
+    host: list[Line] = []
+    tp_rule = f"; sharded / tp {plan.tp} + replicated {st.replicated_bytes:,.0f} B" if plan.tp > 1 else ""
+    pp_rule = f"; stage {stage} of pp {plan.pp}" if plan.pp > 1 else ""
+    wrule = sp.dtype_rule + tp_rule + pp_rule
+    training = plan.mode == "training"
+    if training and plan.zero == 3:
+        dev.append(_line("weights", f"ZeRO-3 shard of {plan.dp}", st.bytes / plan.dp, wrule + f"; / dp {plan.dp}"))
+    elif not training and plan.cpu_offload:
+        host.append(_line("weights", "offloaded to host", st.bytes, wrule))
+        dev.append(_line("weights", "one block streamed in", st.block_bytes,
+                         "--cpu-offload: weights live in host memory and each block is copied in when it runs "
+                         "(accelerate's offload hooks): the largest block, embedding or head"))
+    else:
+        dev.append(_line("weights", "resident", st.bytes, wrule))
+    if training:
+        wb = weight_bytes_per_param(m, plan)
+        master = plan.master_weights if plan.master_weights is not None else wb < 4
+        moment = 4 if master or wb >= 4 else wb
+        grads = (_line("gradients", f"in the weights' dtype{f', ZeRO-{plan.zero} / dp {plan.dp}' if plan.zero >= 2 else ''}",
+                       st.params * wb / (plan.dp if plan.zero >= 2 else 1), f"one gradient per parameter x {wb:.4g} B"))
+        z1 = plan.dp if plan.zero >= 1 else 1
+        z1_rule = f"; ZeRO-{plan.zero} / dp {plan.dp}" if plan.zero >= 1 else ""
+        state = [grads]
+        if master:
+            state.append(_line("master weights", "fp32", 4 * st.params / z1,
+                               "mixed precision: an fp32 copy of every parameter, 4 B/param" + z1_rule))
+        nbytes, rule = optimizer_bytes(plan, st, moment)
+        state.append(_line("optimizer state", plan.optimizer, nbytes / z1, rule + z1_rule))
+        if plan.cpu_offload:
+            for x in state:
+                x["rule"] += "; ZeRO-Offload: on the host"
+            host.extend(state)
+        else:
+            dev.extend(state)
+    else:
+        kvb = KV_BYTES[plan.kv_dtype] if plan.kv_dtype else ab
+        share = math.ceil(layers_stored(s) / plan.pp) / layers_stored(s) if plan.pp > 1 else 1
+        heads_split = min(plan.tp, s.kv_heads) if s.kv_heads else 1
+        for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
+            extra = (f"; / {heads_split} (KV heads over tp {plan.tp}"
+                     f"{', replicated beyond ' + str(s.kv_heads) + ' heads' if plan.tp > s.kv_heads else ''})"
+                     if plan.tp > 1 else "")
+            extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""
+            dev.append(_line("kv cache", item, nbytes * share / heads_split, rule + extra))
+    dev.extend(activations(m, plan, b, n, nd, ab, stage))
+    dev.append(_line("runtime reserve", RESERVE_RULE, plan.reserve, plan.reserve_source))
+    return dev, host
+
+
+def stages(plan: Plan) -> tuple[str, ...]:
+    return ("first", "last") if plan.pp > 1 else ("all",)
+
+
+def activation_bytes(m: Model, plan: Plan) -> int:
+    wd = plan.weights_dtype
+    if wd in FLOAT_BYTES:
+        return int(FLOAT_BYTES[wd])
+    return 2 if wd in QUANTISED else m.activation_bytes
