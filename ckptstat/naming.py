@@ -23,7 +23,11 @@ from functools import lru_cache
 from .core import dtypes
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
-ROLES = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
+ROLES: tuple[str, ...] = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
+# Roles of the stored pieces of a quantised weight (census/quant.py groups them; docs/quantized.md).
+QUANT_ROLES = ("packed-weight", "quantized-weight", "scale", "zero-point", "group-index", "absmax", "quant-map",
+               "quant-state", "logical-shape", "sparsity-mask", "sparsity-offsets", "input-scale", "kv-scale")
+ROLES += QUANT_ROLES
 
 
 @dataclass(frozen=True)
@@ -104,16 +108,20 @@ BUCKET_RULES = _rules([
      r"|vocab_layer_norm|vocab_projector|lm_loss|output)\.", "cls"),  # BERT, ALBERT, ELECTRA, DistilBERT, HF heads, GGUF
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
 ])
-_NUMBER = re.compile(r"\d+")
+_NUMBER = re.compile(r"(\d+)")
+_INDICES = [str(k) for k in range(64)]
 
 
 def _numbered(name: str) -> tuple[str, list[str]]:
     """The name with its k-th number replaced by k, and the numbers. No rule looks at a number's value,
     so names that differ only in layer or expert indices share one rule lookup (a 47k-tensor MoE header
-    has a few dozen such shapes)."""
-    parts = _NUMBER.split(name)
-    numbers = _NUMBER.findall(name)
-    return "".join(p + str(k) for k, p in enumerate(parts[:-1])) + parts[-1], numbers
+    has a few dozen such shapes). One regex pass a name (docs/performance.md)."""
+    parts = _NUMBER.split(name)   # text, number, text, number, ..., text
+    numbers = parts[1::2]
+    if not numbers:
+        return name, numbers
+    parts[1::2] = _INDICES[:len(numbers)] if len(numbers) <= len(_INDICES) else [str(k) for k in range(len(numbers))]
+    return "".join(parts), numbers
 
 
 # Keras 3 `.weights.h5` numbers a layer's variables instead of naming them: BatchNormalization's are
@@ -124,9 +132,29 @@ _KERAS3_BN_STAT = re.compile(r"(^|[./])layers[./]batch_normalization(_\d+)?[./]v
 
 
 def role_of(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> str:
+    key = (name, dtype, len(shape) == 4)
+    role = _ROLES_SEEN.get(key)
+    if role is None:
+        role = _remember(key, _role_from(name, _numbered(name)[0], dtype, key[2]))
+    return role
+
+
+# (name, dtype, rank 4) -> role, as classify found it: the census's placements and the families'
+# canonical_tensors both ask, name by name (docs/performance.md). Bounded: cleared when full.
+_ROLES_SEEN: dict[tuple[str, str, bool], str] = {}
+
+
+def _remember(key: tuple[str, str, bool], role: str) -> str:
+    if len(_ROLES_SEEN) >= 1 << 18:
+        _ROLES_SEEN.clear()
+    _ROLES_SEEN[key] = role
+    return role
+
+
+def _role_from(name: str, numbered: str, dtype: str, rank4: bool) -> str:
     if _KERAS3_BN_STAT.search(name):
         return "non-trainable"
-    return _role_of(_numbered(name)[0], dtype, len(shape) == 4)
+    return _role_of(numbered, dtype, rank4)
 
 
 @lru_cache(maxsize=1 << 16)
@@ -142,6 +170,36 @@ def _role_of(name: str, dtype: str, rank4: bool) -> str:
     if not (d.is_float if d is not None else dtype.startswith(("F", "BF", "C"))):  # GGUF Q4_0... are float
         return "buffer"
     return "parameter"
+
+
+# A quantised weight's member, by the suffix after its module (census/quant.py decides which tensors are
+# members; docs/quantized.md cites each writer). `weight` itself is packed when it holds several logical
+# values per stored element, quantised when one.
+QUANT_MEMBER_ROLES = {
+    "qweight": "packed-weight", "qzeros": "zero-point", "scales": "scale", "g_idx": "group-index",   # GPTQ, AWQ
+    "weight_packed": "packed-weight", "weight_scale": "scale", "weight_zero_point": "zero-point",     # compressed-tensors
+    "weight_g_idx": "group-index", "weight_shape": "logical-shape", "weight_global_scale": "scale",
+    "compressed": "packed-weight", "bitmask": "sparsity-mask", "row_offsets": "sparsity-offsets",   # compressed-tensors sparse
+    "shape": "logical-shape",
+    "weight_scale_inv": "scale", "activation_scale": "input-scale",                                  # FP8 (DeepSeek-V3, fbgemm)
+    "input_scale": "input-scale", "input_zero_point": "input-scale", "input_global_scale": "input-scale",
+    "input_scale_ub": "input-scale",
+    "k_scale": "kv-scale", "v_scale": "kv-scale", "q_scale": "kv-scale", "kv_scale": "kv-scale",       # FP8 KV cache
+    "prob_scale": "kv-scale", "output_scale": "input-scale",
+    "SCB": "scale", "weight_format": "quant-state",                                                  # bitsandbytes int8
+    "absmax": "absmax", "nested_absmax": "absmax", "quant_map": "quant-map",                         # bitsandbytes 4-bit
+    "nested_quant_map": "quant-map",
+    "blocks": "packed-weight",                                        # gpt-oss MXFP4 (its `scales`: scale)
+}
+
+
+def quant_member_role(suffix: str, method: str) -> str:
+    """The role of a quantised weight's member from its suffix (`qzeros`, `weight.absmax` -> `absmax`)."""
+    if suffix.startswith("quant_state."):
+        return "quant-state"
+    if suffix == "weight":
+        return "packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4")) else "quantized-weight"
+    return QUANT_MEMBER_ROLES.get(suffix, "quant-state")
 
 
 _WRAPPERS = re.compile(r"^((module|_orig_mod|model|transformer|base_model|state_dict)\.)+")  # DDP, compile, training ckpts
@@ -176,8 +234,12 @@ def _bucket_of(numbered: str) -> tuple[str, int | None]:
 
 
 def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Placement:
-    bucket, layer = bucket_of(name)
-    return Placement(bucket, layer, role_of(name, dtype, shape))
+    """bucket_of and role_of in one pass over the name: its numbered form is computed once."""
+    numbered, numbers = _numbered(name)
+    bucket, k = _bucket_of(numbered)
+    rank4 = len(shape) == 4
+    role = _remember((name, dtype, rank4), _role_from(name, numbered, dtype, rank4))
+    return Placement(bucket, int(numbers[k]) if k is not None else None, role)
 
 
 def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
@@ -199,9 +261,14 @@ LAYOUT_RULES = _rules([
 ])
 
 
+# A literal every LAYOUT_RULES match contains (tests/test_quick_path.py checks): most names have none
+# and skip the rules (normalize creates neither).
+_LAYOUT_LITERALS = ("kernel", "output_weights")
+
+
 def kernel_layout(name: str, shape: tuple[int, ...]) -> str | None:
     """"in_out" or "out_in" for a 2-D weight whose layout its name tells, else None."""
-    if len(shape) != 2:
+    if len(shape) != 2 or not any(x in name for x in _LAYOUT_LITERALS):
         return None
     n = normalize(name)
     for pattern, layout in LAYOUT_RULES:
@@ -239,8 +306,12 @@ def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
     because the model reuses the word embeddings (docs/formats.md section 7: TF ties are structural)."""
     names = list(names)
     norm = {normalize(n): n for n in names}
+    joined = "\n".join(norm)   # a rule no name matches is ruled out by one search over all names
     out = []
     for present, (old, new), tied, evidence in STRUCTURAL_TIE_RULES:
+        # re.M: ^ and $ at each name's ends; the rules hold no lookaround, so no name's match is missed
+        if not re.search(present.pattern, joined, re.M):
+            continue
         for n_norm, n in norm.items():
             if not present.search(n_norm):
                 continue

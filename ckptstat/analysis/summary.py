@@ -8,12 +8,15 @@ from collections import defaultdict
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.model import from_checkpoint
+from ..census.quant import bits_per_weight, logical, stored
 from ..census.ties import structural_tie_notes
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint
+from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.spec import audio_inputs, default_seq
 from ..naming import BUCKETS, ROLES
 from .flops import run
+from .quantized import member_fields, quantization
 from .ties import verdict
 
 SUMMARY_SCHEMA = "ckptstat.summary/1"
@@ -22,13 +25,14 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
                  "(a tied weight stored under two names counts once)")
 
 
-def _add(row: dict, t: TensorInfo) -> None:
-    row["params"] += t.numel
-    row["bytes"] += t.byte_size
+def _add(row: dict, numel: int, nbytes: int) -> None:
+    row["params"] += numel
+    row["bytes"] += nbytes   # stored(t): a quantised weight's bytes are all its pieces' (census/quant.py)
     row["tensors"] += 1
 
 
 def summarize(ckpt: Checkpoint) -> dict:
+    original, ckpt = ckpt, logical(ckpt)   # quantised weights as their logical tensors (census/quant.py)
     place = placements(ckpt)
     alias_of = aliases(ckpt)
     zero = lambda: {"params": 0, "bytes": 0, "tensors": 0}  # noqa: E731
@@ -51,14 +55,15 @@ def summarize(ckpt: Checkpoint) -> dict:
             row["bytes"] += t.byte_size
             row["names"].append(t.name)
             continue
-        total += t.numel
-        _add(buckets[p.bucket], t)
-        _add(by_dtype[t.dtype], t)
+        numel, (label, nbytes) = t.numel, stored(t)   # once per tensor: the loop runs per name
+        total += numel
+        _add(buckets[p.bucket], numel, nbytes)
+        _add(by_dtype[label], numel, nbytes)
         if p.layer is not None:
-            _add(layers[(p.bucket, p.layer)], t)
+            _add(layers[(p.bucket, p.layer)], numel, nbytes)
         if p.bucket == "other":
             unplaced.append(t.name)
-    sizes = {f: os.path.getsize(f) for f in ckpt.files}
+    sizes = {f: file_size(f) for f in ckpt.files}   # (a URL's size is known from its first range request)
     files = [{"path": f, "bytes": n} for f, n in sizes.items()]
     file_bytes = sum(sizes.values())
     share = lambda n: (n / total) if total else 0.0
@@ -75,8 +80,14 @@ def summarize(ckpt: Checkpoint) -> dict:
             "unique": total,
             "tensors": sum(r["tensors"] for r in buckets.values()),
             "aliases": [{"name": a, "same_as": b} for a, b in alias_of.items()],
+            "stored_bytes": sum(r["bytes"] for r in buckets.values()),
+            "bits_per_weight": bits_per_weight(sum(r["bytes"] for r in buckets.values()), total),
+            "partial": original.partial,   # why every total here is partial (a GGUF split set missing shards), else None
         },
-        "buckets": [{"bucket": b, **buckets[b], "share": share(buckets[b]["params"])} for b in BUCKETS if b in buckets],
+        "buckets": [{"bucket": b, **buckets[b], "share": share(buckets[b]["params"]),
+                     "bits_per_weight": bits_per_weight(buckets[b]["bytes"], buckets[b]["params"])}
+                    for b in BUCKETS if b in buckets],
+        "quantization": quantization(original),
         "layers": [{"bucket": b, "layer": i, **layers[(b, i)]} for b, i in sorted(layers)],
         "dtypes": [{"dtype": d, **r} for d, r in sorted(by_dtype.items(), key=lambda kv: -kv[1]["bytes"])],
         "non_parameters": [non_params[r] for r in ROLES if r in non_params],
@@ -86,7 +97,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),
-        "modules": module_tree([(t.name, t.numel, t.byte_size) for t in ckpt
+        "modules": module_tree([(t.name, t.numel, stored(t)[1]) for t in ckpt
                                 if t.name not in alias_of and place[t.name].role == "parameter"]),
     }
 
@@ -96,14 +107,38 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
     total per node. Numbered siblings of one structure collapse into one node (`layers.{0..31}`, repeat
     32: totals over all, children of the first), and a chain of single children joins into one name."""
     root: dict = {"children": {}}
+    nodes: dict[str, dict] = {}   # module prefix -> node, in creation order (a parent before its children)
     for name, numel, nbytes in params:
-        node = root
-        for part in name.split(".")[:-1] or [name]:
-            node = node["children"].setdefault(part, {"children": {}, "own": [0, 0, 0]})
-            node.setdefault("sum", [0, 0, 0])
-            node["sum"] = [node["sum"][0] + numel, node["sum"][1] + nbytes, node["sum"][2] + 1]
-        node["own"] = [node["own"][0] + numel, node["own"][1] + nbytes, node["own"][2] + 1]
+        prefix = name.rpartition(".")[0] if "." in name else name
+        node = nodes.get(prefix) or _make_node(root, nodes, prefix)
+        own = node["own"]
+        own[0] += numel
+        own[1] += nbytes
+        own[2] += 1
+    # Totals bottom-up once, rather than along every name's path (docs/performance.md).
+    for node in reversed(nodes.values()):
+        total = list(node["own"])
+        for child in node["children"].values():
+            for j in range(3):
+                total[j] += child["sum"][j]
+        node["sum"] = total
     return _collapse(root["children"])
+
+
+def _make_node(root: dict, nodes: dict[str, dict], prefix: str) -> dict:
+    """The node of module `prefix` (`a.b.c`), made with whichever of its ancestors are missing."""
+    missing = [prefix]
+    while True:
+        head, dot, _ = missing[-1].rpartition(".")
+        if not dot or head in nodes:
+            parent = nodes[head] if dot else root
+            break
+        missing.append(head)
+    for p in reversed(missing):
+        node: dict = {"children": {}, "own": [0, 0, 0]}
+        parent["children"][p.rpartition(".")[2]] = nodes[p] = node
+        parent = node
+    return parent
 
 
 def _shape_key(node: dict) -> tuple:
@@ -151,6 +186,7 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
     """Every tensor, optionally filtered by a glob (`*attention*`) or substring on its name."""
     place = placements(ckpt)
     alias_of = aliases(ckpt)
+    quant = member_fields(ckpt)   # pieces of quantised weights: the logical weight and its shape (census/quant.py)
     rows = []
     for t in ckpt:
         if not name_matches(t.name, pattern):
@@ -159,7 +195,9 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
         rows.append({
             "name": t.name, "bucket": p.bucket, "layer": p.layer, "role": p.role, "dtype": t.dtype,
             "shape": list(t.shape), "numel": t.numel, "bytes": t.byte_size,
-            "alias_of": alias_of.get(t.name), "file": os.path.basename(t.file),
+            # stored bits per logical element: 4.5 for GGUF Q4_0 (18-byte blocks of 32), 16 for F16
+            "bits_per_weight": 8 * t.byte_size / t.numel if t.numel else None,
+            "alias_of": alias_of.get(t.name), "file": os.path.basename(t.file), **quant.get(t.name, {}),
         })
     return {"schema": TENSORS_SCHEMA, "path": ckpt.path, "format": ckpt.format, "filter": pattern, "tensors": rows}
 

@@ -137,13 +137,18 @@ def weights_only(path: str | os.PathLike[str], config: str | os.PathLike[str] | 
     path = os.fspath(path)
     if is_bare_config(path) and config is None:
         raise UsageError(reason)
-    ckpt = open_checkpoint(path, config)
+    w = weights_of(open_checkpoint(path, config), reason)
+    if w is None:
+        raise UsageError(reason)
+    return w
+
+
+def weights_of(ckpt: Checkpoint, reason: str) -> Weights | None:
+    """An open checkpoint's parameters and their stored bytes by dtype; None when it holds no parameter."""
     by_dtype: dict[str, int] = {}
     count = 0
     for t in parameters(ckpt):
         count += t.numel
         label, nbytes = stored(t)   # a quantised weight: its method and the bytes of all its pieces
         by_dtype[label] = by_dtype.get(label, 0) + nbytes
-    if not count:
-        raise UsageError(reason)
-    return Weights(ckpt.path, ckpt.config_path, count, by_dtype, reason)
+    return Weights(ckpt.path, ckpt.config_path, count, by_dtype, reason) if count else None

@@ -126,6 +126,9 @@ _MEMBERS = {
             "input_zero_point", "activation_scale"),
 }
 _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
+# quantization_config.quant_method -> how the layouts it writes are labelled here
+_CONFIG_METHODS = {"fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
+                   "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4"}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
 # kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
@@ -169,7 +172,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
             special.setdefault(m["m"] + ".weight", ("bnb4", {}))[1][name] = t
             continue
         m = _MXFP4.match(name)
-        if m and t.dtype == "U8" and (m["m"] + "_blocks") in T and (m["m"] + "_scales") in T:
+        if m and all(T.get(m["m"] + k) is not None and T[m["m"] + k].dtype == "U8" for k in ("_blocks", "_scales")):
             special.setdefault(m["m"], ("mxfp4", {}))[1][name] = t
             continue
         mod, _, suffix = name.rpartition(".")
@@ -208,13 +211,14 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
                 suffix = n[len(w.name) + 1:]       # bitsandbytes `weight.absmax`; gpt-oss `gate_up_proj_blocks`
             else:
                 suffix = n.rpartition(".")[2]
-            roles[n] = quant_member_role(suffix, w.method, T[n].dtype)
+            roles[n] = quant_member_role(suffix, w.method)
     member = {n for w in weights for n in w.members}
     for name in T:
         if name not in member and _STANDALONE.search(name):
-            roles[name] = quant_member_role(name.rpartition(".")[2], "", T[name].dtype)
+            roles[name] = quant_member_role(name.rpartition(".")[2], "")
     methods = sorted({w.method for w in weights})
-    if method_cfg and not any(method_cfg.replace("_", "-") in m or m.startswith(method_cfg) for m in methods):
+    expected = _CONFIG_METHODS.get(method_cfg or "", method_cfg or "")
+    if method_cfg and not any(m.startswith(expected) for m in methods):
         notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
     return QuantLayout(", ".join(methods), "config.json quantization_config" if method_cfg else "tensor layout",
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
@@ -335,7 +339,7 @@ def _ct_packed(ckpt: Checkpoint, prefix: str, s: dict[str, TensorInfo], q: Mappi
                      "shape from the packing")
         shape = None
     shape = shape or guess
-    bits = p.dt.bits * p.shape[-1] / shape[-1] if shape and shape[-1] else None
+    bits = p.dt.bits * p.shape[-1] / shape[-1] if p.shape and shape and shape[-1] else None
     return _weight(prefix + "weight", shape, method, round(bits, 3) if bits else None, members)
 
 

@@ -62,14 +62,21 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     head.append(f"  in {p['tensors']} tensors")
     if p["aliases"]:
         head.append(f"; {len(p['aliases'])} aliased name(s) counted once")
+    if p.get("partial"):
+        head.append("  PARTIAL: ", style="bold yellow").append_text(safe(p["partial"]))
     console.print(head)
     console.print(Text("counting     unique parameters, a tied weight once; buffers and training state apart",
                        style="dim"))
 
-    t = _table("Parameters by bucket", "bucket", "params", "share", "bytes", "tensors")
+    from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
+
+    bits = quantized_bits(r)   # bits per weight per bucket, shown for quantised checkpoints
+    t = _table("Parameters by bucket", "bucket", "params", "share", "bytes", *(("bits/weight",) if bits else ()), "tensors")
     for b in r["buckets"]:
-        t.add_row(b["bucket"], f"{b['params']:,}", f"{100 * b['share']:.2f}%", human_bytes(b["bytes"]), str(b["tensors"]))
+        t.add_row(b["bucket"], f"{b['params']:,}", f"{100 * b['share']:.2f}%", human_bytes(b["bytes"]),
+                  *((f"{b['bits_per_weight'] or 0:.2f}",) if bits else ()), str(b["tensors"]))
     console.print(t)
+    render_quantization(r, console)
 
     if show_layers and r["layers"]:
         t = _table("Parameters by layer", "bucket.layer", "params", "bytes", "tensors")
@@ -162,8 +169,11 @@ def render_tensors(r: dict, console: Console) -> None:
             name = Group(name, Name(Text("= ", style="dim").append_text(safe(row["alias_of"]))))
         bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
         if row["role"] != "parameter":
-            bucket += f" {_ROLE_TAG[row['role']]}"
-        t.add_row(name, bucket, row["dtype"], "x".join(map(str, row["shape"])) or "scalar",
+            bucket += f" {_ROLE_TAG.get(row['role'], row['role'])}"
+        shape = "x".join(map(str, row["shape"])) or "scalar"
+        if row.get("logical_shape") and row["role"] in ("packed-weight", "quantized-weight"):
+            shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
+        t.add_row(name, bucket, row["dtype"], shape,
                   f"{row['numel']:,}", human_bytes(row["bytes"]))
     console.print(fit_names(t, console))
 
