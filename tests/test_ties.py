@@ -269,3 +269,23 @@ def test_ties_cli_says_when_no_family_rules(cli, tmp_path):
     _unregistered_model().save_pretrained(tmp_path)
     rc, out, _ = cli("ties", str(tmp_path))
     assert rc == 0 and "no family rules" in out
+
+
+def test_a_parameter_over_a_buffers_storage_counts_itself(tmp_path):
+    """torch.save of a module whose parameter views a buffer's storage (the buffer saved first): the
+    parameter is no tie of a parameter, so it counts once, as parameters() does (ties crashed here)."""
+    torch = pytest.importorskip("torch")
+
+    class M(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.bn = torch.nn.Module()
+            self.bn.register_buffer("running_mean", torch.zeros(4))
+            self.z = torch.nn.Module()
+            self.z.weight = torch.nn.Parameter(self.bn.running_mean)   # the same storage
+
+    m = M()
+    torch.save(m.state_dict(), tmp_path / "m.pt")
+    assert list(m.state_dict()) == ["bn.running_mean", "z.weight"]
+    audit(open_checkpoint(tmp_path / "m.pt"))
+    assert summarize(open_checkpoint(tmp_path / "m.pt"))["parameters"]["unique"] == sum(p.numel() for p in m.parameters())

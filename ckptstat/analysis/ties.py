@@ -75,7 +75,7 @@ def counting(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     names.update({t.alias: t.numel for t in absent})
     identity = {n: n for n in names}
     for t in sorted(ties, key=lambda t: t.alias):
-        if t.alias in identity:
+        if t.alias in identity and t.target in names:   # a parameter over a buffer's storage still counts itself
             identity[t.alias] = identity.get(t.target, t.target)
     for n in identity:  # resolve chains (an alias of an alias)
         while identity[n] != identity.get(identity[n], identity[n]):

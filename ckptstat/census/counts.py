@@ -39,15 +39,15 @@ def aliases(ckpt: Checkpoint) -> dict[str, str]:
 
 
 def _aliases(ckpt: Checkpoint) -> dict[str, str]:
+    """The first name of each storage and view stands for it, a parameter before any other role (a parameter
+    viewing a buffer's storage is a parameter: it must not vanish behind the buffer)."""
+    place = placements(ckpt)
     first: dict[tuple, str] = {}
-    out: dict[str, str] = {}
     for t in ckpt:
         key = t.alias_key
-        if key in first:
-            out[t.name] = first[key]
-        else:
+        if key not in first or (place[t.name].role == "parameter" and place[first[key]].role != "parameter"):
             first[key] = t.name
-    return out
+    return {t.name: first[t.alias_key] for t in ckpt if first[t.alias_key] != t.name}
 
 
 def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
