@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
+from ..core.urls import is_url, redact
 from ..errors import CheckpointError, CkptstatError, FileNotFound
 from ..formats.torch import scan as scan_file
 from ..formats.torch.pickle_walk import walk
@@ -117,6 +118,8 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
 def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """A file's `ckptstat.scan/1` report, or a folder's `ckptstat.scan_tree/1` report."""
     path = os.fspath(path)
+    if is_url(path):   # docs/remote.md: scan follows torch.load's path through a local file
+        raise CheckpointError(redact(path), "scan reads local files only; download the file first")
     if os.path.isdir(path):
         return scan_tree(path, progress)
     if not os.path.lexists(path):

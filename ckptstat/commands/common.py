@@ -12,7 +12,8 @@ from rich.console import Console
 if TYPE_CHECKING:
     from ..census.model import Model
 
-PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder.")
+PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder; local, or a URL "
+                         "(https://, hf://org/model[@rev], s3://: docs/remote.md).")
 JsonOpt = typer.Option(False, "--json", help="Print the report as JSON (schema in the README).")
 ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: the one beside the weights).")
 FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
@@ -22,8 +23,16 @@ def console() -> Console:
     return Console(highlight=False)
 
 
+def with_fetched(report: dict) -> dict:
+    """The report, plus what the command fetched over the network when it read a URL (docs/remote.md):
+    `fetched: {requests, bytes, retries, full_downloads}`."""
+    src = sys.modules.get("ckptstat.sources")   # loaded only when a URL was opened
+    fetched = src.fetched() if src is not None else None
+    return {**report, "fetched": fetched} if fetched else report
+
+
 def emit_json(report: dict) -> None:
-    sys.stdout.write(json.dumps(report, indent=2) + "\n")
+    sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import IO
 
 from ..errors import CheckpointError, ExternalReferenceError, FileNotFound, UsageError
+from . import urls
 
 _KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISCHR, "a character device"),
           (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
@@ -40,7 +41,10 @@ def kind(mode: int) -> str:
 
 
 def regular(path: str, what: str = "") -> os.stat_result:
-    """stat(path), following links; a CheckpointError for anything but a regular file (never opened)."""
+    """stat(path), following links; a CheckpointError for anything but a regular file (never opened).
+    A URL: its size, from the remote source (st_size is the only field set)."""
+    if urls.is_url(path):
+        return os.stat_result((stat.S_IFREG, 0, 0, 1, 0, 0, urls.backend().size(path, what), 0, 0, 0))
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -54,7 +58,10 @@ def regular(path: str, what: str = "") -> os.stat_result:
 
 def open_regular(path: str, what: str = "", buffering: int = -1) -> IO[bytes]:
     """Open a regular file for reading: checked from its stat first, opened with O_NONBLOCK (a FIFO
-    swapped in meanwhile does not block the open) and checked again on the descriptor."""
+    swapped in meanwhile does not block the open) and checked again on the descriptor. A URL opens
+    through the remote source: a seekable file of range requests (docs/remote.md)."""
+    if urls.is_url(path):
+        return urls.backend().open(path, what)
     regular(path, what)
     fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
     try:
@@ -65,6 +72,41 @@ def open_regular(path: str, what: str = "", buffering: int = -1) -> IO[bytes]:
     except BaseException:
         os.close(fd)
         raise
+
+
+def file_size(path: str) -> int:
+    """The size of a local file or a URL (os.path.getsize for a path)."""
+    return urls.backend().size(path) if urls.is_url(path) else os.path.getsize(path)
+
+
+def size_of(f: IO[bytes]) -> int:
+    """The size of a file open_regular returned (a remote file knows its size; a local one is fstat'ed)."""
+    size = getattr(f, "size", None)
+    return size if isinstance(size, int) else os.fstat(f.fileno()).st_size
+
+
+def exists(path: str) -> bool:
+    return urls.backend().kind(path) is not None if urls.is_url(path) else os.path.exists(path)
+
+
+def isfile(path: str) -> bool:
+    return urls.backend().kind(path) == "file" if urls.is_url(path) else os.path.isfile(path)
+
+
+def isdir(path: str) -> bool:
+    return urls.backend().kind(path) == "directory" if urls.is_url(path) else os.path.isdir(path)
+
+
+def listdir(path: str) -> list[str]:
+    return urls.backend().listdir(path) if urls.is_url(path) else os.listdir(path)
+
+
+def join(folder: str, name: str) -> str:
+    return urls.join(folder, name) if urls.is_url(folder) else os.path.join(folder, name)
+
+
+def dirname(path: str) -> str:
+    return urls.parent(path) if urls.is_url(path) else os.path.dirname(path)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,6 +122,8 @@ class Scope:
     allow_external: bool = False
 
     def inside(self, path: str) -> bool:
+        if urls.is_url(path):   # a URL's scope is its own prefix: the folder (or repository) it names
+            return path in self.named or any(path.startswith(r.rstrip("/") + "/") for r in self.roots if urls.is_url(r))
         real = os.path.realpath(path)
         return real in self.named or any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
 
@@ -110,7 +154,11 @@ def _hf_cache_blobs(folder: str) -> str | None:
 
 def scope_for(path: str, allow_external: bool, extra: Iterable[str] = ()) -> Scope:
     """The scope of what the user named: a file (its folder holds its companions: TF data shards,
-    config.json), a folder, an index or a TF prefix; `extra` are other files named (--config)."""
+    config.json), a folder, an index or a TF prefix; `extra` are other files named (--config). A URL's
+    scope is its folder (or itself, a folder URL or an hf:// repository)."""
+    if urls.is_url(path):
+        root = path if urls.backend().kind(path) == "directory" else urls.parent(path)
+        return Scope((path, *(e if urls.is_url(e) else os.path.realpath(e) for e in extra)), (root,), allow_external)
     path = os.path.abspath(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     roots = [os.path.realpath(folder)]
@@ -151,6 +199,8 @@ def check_inside(path: str, what: str, referrer: str | None = None) -> None:
     s = _scope.get()
     if s is None or s.allow_external or s.inside(path):
         return
+    if urls.is_url(path) or any(urls.is_url(r) for r in s.roots):
+        raise refuse_external(referrer or path, f"{what} {urls.redact(path)!r} is outside {urls.redact(s.roots[0])!r}")
     real = os.path.realpath(path)
     how = "is a symlink to" if os.path.islink(path) or real != os.path.abspath(path) else "is"
     raise refuse_external(referrer or path, f"{what} {os.path.basename(path)!r} {how} {real!r}")

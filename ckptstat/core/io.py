@@ -55,18 +55,42 @@ def rectangles(shape: tuple[int, ...], start: int, count: int) -> Iterator[tuple
             pos += take
 
 
+def pread(f: IO[bytes], n: int, offset: int) -> bytes:
+    """Up to n bytes at `offset` of a file open_regular returned (a remote file: one range request, or
+    none when its cache holds them); short only at the end of the file."""
+    remote = getattr(f, "pread", None)
+    if remote is not None:
+        data: bytes = remote(n, offset)
+        return data
+    return os.pread(f.fileno(), n, offset)
+
+
+def prefetch(f: IO[bytes], ranges: list[tuple[int, int]]) -> None:
+    """Say which (offset, size) ranges of `f` are about to be read: a remote file fetches them at once,
+    concurrently and coalesced, into its cache (a torch zip's local headers, one per storage record,
+    spread over the file); a local file does nothing."""
+    remote = getattr(f, "prefetch", None)
+    if remote is not None:
+        remote(ranges)
+
+
 class RawFile:
     """Positioned reads of exact byte ranges from one open file (pread: no shared file position)."""
 
     def __init__(self, f: IO[bytes], name: str):
         self.f, self.name = f, name
-        self.fd = f.fileno()
+        self.remote = hasattr(f, "pread")   # a URL (sources/remote.py): range requests, no descriptor
+        self.fd = -1 if self.remote else f.fileno()
 
     def readinto(self, offset: int, buf: Bytes | memoryview) -> None:
         mv = (buf if isinstance(buf, memoryview) else buf.data).cast("B")
         done = 0
         while done < len(mv):
-            if hasattr(os, "preadv"):
+            if self.remote:
+                data = pread(self.f, len(mv) - done, offset + done)
+                n = len(data)
+                mv[done:done + n] = data
+            elif hasattr(os, "preadv"):
                 n = os.preadv(self.fd, [mv[done:]], offset + done)
             else:  # pragma: no cover - Windows
                 self.f.seek(offset + done)
@@ -80,7 +104,7 @@ class RawFile:
     def read_runs(self, offset: int, step: int, runs: int, run_bytes: int, out: Bytes) -> None:
         """`runs` runs of run_bytes each, `step` bytes apart in the file, packed into out."""
         mv = out.data.cast("B")
-        preadv = getattr(os, "preadv", None)
+        preadv = None if self.remote else getattr(os, "preadv", None)
         for r in range(runs):
             piece = mv[r * run_bytes:(r + 1) * run_bytes]
             at = offset + r * step

@@ -46,6 +46,10 @@ class Limits:
     h5_attribute_parts: int = 1 << 12
     # TF2 object graph: depth of a path from the root (a chain of nodes costs depth^2 otherwise).
     tf_graph_depth: int = 1 << 10
+    # Remote sources (docs/remote.md): requests and body bytes one command may make and fetch. A header-only
+    # command on a 3-shard model makes ~10 requests of ~100 KiB each; values stream the whole checkpoint.
+    remote_requests: int = 100_000
+    remote_bytes: int = 1 << 40
 
 
 _current = Limits()

@@ -66,14 +66,17 @@ def accept(probe: Probe) -> bool:
 
 
 class _Cursor:
-    """Reads the header through a window of the file (positioned reads, WINDOW bytes at a time); every
-    read is checked against the bytes left."""
+    """Reads the header through a window of the file (positioned reads, growing from FIRST_WINDOW to
+    WINDOW bytes: over a URL each is one range request, and a small header costs one small request,
+    docs/remote.md); every read is checked against the bytes left."""
 
+    FIRST_WINDOW = 1 << 16
     WINDOW = 1 << 20
 
     def __init__(self, path: str, f: IO[bytes], size: int):
         self.path, self.f, self.size, self.pos = path, f, size, 0
         self.buf, self.base = b"", 0        # file bytes [base, base + len(buf))
+        self.step = self.FIRST_WINDOW
 
     def bad(self, msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(self.path, msg)
@@ -90,7 +93,8 @@ class _Cursor:
         """Make file bytes [pos, pos + n) available in self.buf; returns pos's index in it."""
         at = self.pos - self.base
         if at < 0 or at + n > len(self.buf):
-            self.buf = pread(self.f, max(n, self.WINDOW), self.pos) if n else b""
+            self.buf = pread(self.f, max(n, self.step), self.pos) if n else b""
+            self.step = min(self.step * 2, self.WINDOW)
             self.base, at = self.pos, 0
             if len(self.buf) < n:
                 raise self.bad(f"file ends at offset {self.pos + len(self.buf)}, before the {self.size}-byte size it had "

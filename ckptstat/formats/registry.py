@@ -7,14 +7,15 @@ from __future__ import annotations
 import importlib
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import Checkpoint
-from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped
+from ..core import Checkpoint, files, urls
+from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped, size_of
 from ..core.limits import limits
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
+from . import folders
 
 HEAD_BYTES = 4096
 
@@ -29,7 +30,7 @@ class Probe:
     @classmethod
     def of(cls, path: str) -> Probe:
         with open_regular(path) as f:   # a FIFO or a device is refused, never blocked on
-            size = os.fstat(f.fileno()).st_size
+            size = size_of(f)
             head = f.read(HEAD_BYTES)
             f.seek(max(0, size - 8))
             tail = f.read(8)
@@ -65,12 +66,25 @@ def _load_all() -> None:
         _loaded = True
 
 
+def _formats_in_order() -> Iterator[Format]:
+    """FORMATS in registry order, importing reader modules only as far as the caller reads: a
+    safetensors file loads the safetensors reader alone (start-up time, docs/performance.md). The
+    order, and so the first format that accepts, is the same as with every module loaded."""
+    i = 0
+    for name in (*_MODULES, None):
+        while i < len(FORMATS):
+            yield FORMATS[i]
+            i += 1
+        if name is not None:
+            importlib.import_module(f"{__package__}.{name}")
+
+
 def detect(path: str) -> Format:
-    _load_all()
     probe = Probe.of(path)
-    for fmt in FORMATS:
+    for fmt in _formats_in_order():
         if fmt.accept(probe):
             return fmt
+    _load_all()
     if probe.size == 0:
         raise UnknownFormatError(path, "file is empty")
     # No magic matched, but the name says what the file should be: let that reader say what is wrong.
@@ -92,29 +106,41 @@ FOLDER_CANDIDATES = [
     "checkpoint",          # TF bundle: a text file naming the latest prefix
     "saved_model.pb",      # a TF SavedModel: its variables/ bundle (formats/saved_model.py)
     "model.onnx",          # an Optimum / transformers.js ONNX export
+    *folders.ADAPTER_WEIGHTS,     # a PEFT adapter (formats/folders.py)
+    *folders.DIFFUSERS_WEIGHTS,   # a diffusers model, e.g. one component of a pipeline
 ]
 
 
 def resolve_folder(folder: str) -> str:
+    # A folder URL (an hf:// repository, a listed https:// folder, an s3:// prefix) is listed once.
+    listing = files.listdir(folder) if urls.is_url(folder) else None
     for name in FOLDER_CANDIDATES:
-        p = os.path.join(folder, name)
-        if os.path.isfile(p):
+        p = files.join(folder, name)
+        if name in listing if listing is not None else os.path.isfile(p):
             return p
     for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf",
                    ".onnx", ".keras", ".npz"):
-        found = sorted(f for f in os.listdir(folder) if f.endswith(suffix))
+        found = sorted(f for f in (os.listdir(folder) if listing is None else listing) if f.endswith(suffix))
+        if len(found) > 1 and suffix == ".gguf":   # a GGUF split set has no index: its shards find each other by name
+            from .gguf_split import pick_shard
+            shard = pick_shard(found)
+            found = [shard] if shard else found
         if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
+            advice = "a shard of a GGUF split set opens the whole set" if suffix == ".gguf" else "or the shards' *.index.json"
             raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"
-                             f"{', ...' if len(found) > 4 else ''}); pass one file, or the shards' *.index.json")
+                             f"{', ...' if len(found) > 4 else ''}); pass one file, {advice}")
         if found:
-            return os.path.join(folder, found[0])
+            return files.join(folder, found[0])
+    if folders.is_pipeline(folder):
+        raise UsageError(f"{folder}: a diffusers pipeline (model_index.json): `ckptstat summary` totals every component; "
+                         "other commands take one component's folder (unet, transformer, vae, text_encoder...)")
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
 
 
 def read_json(path: str, cap: int, what: str) -> Any:
     """A JSON file of at most `cap` bytes (a regular file: never a FIFO or /dev/zero)."""
     with open_regular(path, what) as f:
-        size = os.fstat(f.fileno()).st_size
+        size = size_of(f)
         if size > cap:
             raise CheckpointError(path, f"{what} is {size:,} bytes, more than the {cap:,} ckptstat reads "
                                         "(--limit to raise it)")
@@ -136,10 +162,12 @@ def _open_index(path: str) -> Checkpoint:
         if os.path.basename(shard) != shard:
             raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
         shards.setdefault(shard, []).append(name)
+    if urls.is_url(path):   # the shards' headers, fetched concurrently (sources/remote.py)
+        urls.backend().prefetch([urls.join(folder, s) for s in shards])
     merged: Checkpoint | None = None
     for shard, names in shards.items():
         shard_path = os.path.join(folder, shard)
-        if not os.path.lexists(shard_path):
+        if not urls.is_url(shard_path) and not os.path.lexists(shard_path):   # (a URL's 404 says it)
             raise FileNotFound(shard_path, f"shard listed in {os.path.basename(path)} is missing")
         check_inside(shard_path, "shard", path)
         regular(shard_path, "shard")
@@ -168,11 +196,23 @@ def _open_index(path: str) -> Checkpoint:
     return merged
 
 
+# Formats whose readers take every byte through the core entry points (open_regular, file_size, pread), so
+# that a URL reads as a file does (docs/remote.md); the others (h5py, TF bundles, ONNX, numpy and Keras zips)
+# read local files only.
+REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)"})
+
+
 def _open_file(path: str) -> Checkpoint:
-    return detect(path).open(path)
+    fmt = detect(path)
+    if urls.is_url(path) and fmt.name not in REMOTE_FORMATS:
+        raise CheckpointError(urls.redact(path), f"{fmt.name} files are read from local files only; download the file first")
+    return fmt.open(path)
 
 
 def find_config(weights_path: str) -> str | None:
+    if urls.is_url(weights_path):
+        folder = weights_path if files.isdir(weights_path) else urls.parent(weights_path)
+        return urls.join(folder, "config.json") if files.isfile(urls.join(folder, "config.json")) else None
     folder = weights_path if os.path.isdir(weights_path) else os.path.dirname(os.path.abspath(weights_path))
     p = os.path.join(folder, "config.json")
     return p if os.path.isfile(p) else None
@@ -208,20 +248,26 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     folder) raises ExternalReferenceError unless allow_external (None: the process default, which the
     CLI's --allow-external sets). See docs/security.md."""
     path = os.fspath(path)
-    if not os.path.exists(path) and os.path.isfile(path + ".index"):
+    if urls.is_url(path):   # https://, hf://, s3://...: read through the remote source (docs/remote.md)
+        from .. import sources  # noqa: F401 - installs it in core.urls; fsspec itself loads on the first request
+        if not files.exists(path):
+            raise FileNotFound(urls.redact(path), "no such file or folder")
+    elif not os.path.exists(path) and os.path.isfile(path + ".index"):
         path = path + ".index"   # a TF checkpoint prefix
-    if not os.path.lexists(path):
+    elif not os.path.lexists(path):
         raise FileNotFound(path, "no such file or folder")
-    if not os.path.exists(path):
+    elif not os.path.exists(path):
         raise FileNotFound(path, "is a symlink to a missing file")
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     with scoped(scope):
-        target = resolve_folder(path) if os.path.isdir(path) else path
+        target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
         regular(target)
-        _load_all()
+        hook = _HOOK_MODULES.get(os.path.basename(target))
+        if hook:
+            importlib.import_module(f"{__package__}.{hook}")
         # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
         # as one line naming the file (errors.reading).
         with reading(target):
@@ -240,8 +286,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                 check_inside(cfg_path, "config", path)
             ckpt.config = load_config(cfg_path)
             ckpt.config_path = cfg_path
+        adapter = folders.adapter_config_beside(target)
+        if adapter is not None:
+            check_inside(adapter, "adapter config", path)
+            ckpt.adapter, ckpt.adapter_path = load_config(adapter), adapter
     return ckpt
 
 
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
+# ... and the reader module that registers each hook, imported when such a name is opened.
+_HOOK_MODULES = {"checkpoint": "tf_bundle", "saved_model.pb": "saved_model"}

@@ -7,10 +7,10 @@ last byte of the buffer the last byte of the file.
 from __future__ import annotations
 
 import json
-import os
 import struct
 
 from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import file_size, open_regular
 from ..errors import CorruptCheckpointError, quoted
 from .registry import Format, Probe, register
 
@@ -28,11 +28,13 @@ def accept(probe: Probe) -> bool:
 
 
 def _no_duplicates(pairs: list[tuple[str, object]]) -> dict[str, object]:
-    out: dict[str, object] = {}
-    for key, value in pairs:
-        if key in out:
-            raise ValueError(f"duplicate key {key!r} in header")
-        out[key] = value
+    out = dict(pairs)   # in C; the Python loop only when a key repeats (to name it)
+    if len(out) != len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ValueError(f"duplicate key {key!r} in header")
+            seen.add(key)
     return out
 
 
@@ -41,8 +43,8 @@ def _int(value: object) -> bool:
 
 
 def read_header(path: str) -> tuple[int, dict[str, object]]:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    size = file_size(path)
+    with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
         head = f.read(8)
         if len(head) < 8:
             raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a safetensors header")
@@ -65,7 +67,7 @@ def read_header(path: str) -> tuple[int, dict[str, object]]:
 
 def open_safetensors(path: str) -> Checkpoint:
     n, header = read_header(path)
-    size = os.path.getsize(path)
+    size = file_size(path)
     base = 8 + n
 
     def bad(msg: str) -> CorruptCheckpointError:
@@ -75,22 +77,30 @@ def open_safetensors(path: str) -> Checkpoint:
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise bad("__metadata__ must map strings to strings")
     entries = []
+    keys = {"dtype", "shape", "data_offsets"}
+    bits_of = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
+    # One pass per tensor with plain `type(x) is` tests: this loop runs a million times on a
+    # million-tensor header (docs/performance.md). bool is not int here, as in _int.
     for name, e in header.items():
-        if not isinstance(e, dict) or set(e) - {"dtype", "shape", "data_offsets"} or len(e) != 3:
+        if type(e) is not dict or len(e) != 3 or e.keys() != keys:
             raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
         dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
-        if dtype not in SAFETENSORS_DTYPES:
+        bits = bits_of.get(dtype) if type(dtype) is str else None
+        if bits is None:
             raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
-        if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
-            raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
-        if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
-            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {quoted(offs)}")
+        if type(shape) is not list or not all(type(d) is int and 0 <= d <= U64_MAX for d in shape):
+            if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
+                raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
+        if not (type(offs) is list and len(offs) == 2 and type(offs[0]) is int and type(offs[1]) is int
+                and 0 <= offs[0] <= offs[1]):
+            if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
+                raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
+                          f"got {quoted(offs)}")
         numel = 1
         for d in shape:   # the reference's checked_mul over usize: a product past 2^64 is an error
             numel *= d
             if numel > U64_MAX:
                 raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
-        bits = dtypes.get(dtype).bits
         if (numel * bits) % 8:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
         if offs[1] - offs[0] != numel * bits // 8:
@@ -98,9 +108,8 @@ def open_safetensors(path: str) -> Checkpoint:
                       f"needs {numel * bits // 8}")
         entries.append((offs[0], offs[1], name, dtype, tuple(shape)))
 
-    entries.sort()
     expected = 0
-    for begin, end, name, _, _ in entries:
+    for begin, end, name, _, _ in sorted(entries):
         if begin != expected:
             kind = "overlaps the previous tensor" if begin < expected else f"leaves a hole after byte {expected}"
             raise bad(f"tensor {name!r} at data offset {begin} {kind}")
@@ -110,11 +119,8 @@ def open_safetensors(path: str) -> Checkpoint:
                   + (" (truncated)" if base + expected > size else ""))
 
     # Keep the header's order (writers sort by name); data offsets are absolute from here on.
-    by_name = {name: (begin, end, dtype, shape) for begin, end, name, dtype, shape in entries}
-    tensors = {
-        name: TensorInfo(name, dtype, shape, path, base + begin, end - begin)
-        for name, (begin, end, dtype, shape) in ((k, by_name[k]) for k in header)
-    }
+    tensors = {name: TensorInfo(name, dtype, shape, path, base + begin, end - begin)
+               for begin, end, name, dtype, shape in entries}   # entries are in header order
     # safetensors.torch.save_model drops one of two names over one storage and records
     # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
     # absent key naming a stored tensor counts.

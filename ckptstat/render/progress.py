@@ -5,6 +5,7 @@ the report, and the bar is erased when the work ends.
 """
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
@@ -21,12 +22,16 @@ def progress_bar(enabled: bool, label: str = "reading") -> Iterator[ProgressCall
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-    bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+    bar = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
                    console=Console(stderr=True), transient=True)
     task = bar.add_task(label, total=None)
 
     def update(done: int, total: int) -> None:
-        bar.update(task, completed=done, total=total)
+        # A URL's values come over the network: the bytes fetched so far beside the bytes read (docs/remote.md).
+        src = sys.modules.get("ckptstat.sources")
+        net = src.fetched() if src is not None else None
+        text = f"{label} ({net['bytes'] / 2**20:,.1f} MiB over the network)" if net else label
+        bar.update(task, completed=done, total=total, description=text)
 
     with bar:
         yield update

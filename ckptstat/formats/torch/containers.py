@@ -10,13 +10,14 @@ Each reader returns the unpickled object and a StorageRecord per storage key, ch
 from __future__ import annotations
 
 import io
-import os
 import struct
 import zipfile
 from dataclasses import dataclass, field
 from typing import IO, Literal
 
 from ...core import dtypes
+from ...core.files import file_size, open_regular
+from ...core.io import prefetch
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnknownFormatError, reading
 from .pickle_walk import walk
@@ -233,8 +234,9 @@ def _read_small(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
 
 
 def read_zip(path: str) -> Contents:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    size = file_size(path)
+    with open_regular(path) as f:   # a URL: the central directory, then data.pkl, by range requests
+        prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])   # the end records and (most) central directories
         zf = zip_open(path, f)
         tz = torch_zip(path, zf)
         prefix = tz.folder + "/"
@@ -257,6 +259,8 @@ def read_zip(path: str) -> Contents:
             obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size)
         records: dict[str, StorageRecord] = {}
         compressed = False
+        # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)
+        prefetch(f, [(i.header_offset, 30) for i in map(tz.locate, (f"data/{k}" for k in u.storages)) if i is not None])
         for key in u.storages:
             info = tz.locate(f"data/{key}")
             if info is None:
@@ -280,8 +284,8 @@ def is_legacy_head(head: bytes) -> bool:
 
 
 def read_legacy(path: str) -> Contents:
-    size = os.path.getsize(path)
-    with open(path, "rb") as f:
+    size = file_size(path)
+    with open_regular(path) as f:
         magic, _ = unpickle(f, path, "magic number pickle", storages=False)
         if magic != LEGACY_MAGIC:
             raise CorruptCheckpointError(path, "legacy torch file with a wrong magic number")

@@ -1,0 +1,76 @@
+"""Paths that are URLs (`https://`, `hf://`, `s3://`, ...): how the core I/O entry points hand them to
+the remote source (`ckptstat/sources/`, docs/remote.md) without importing it.
+
+The core sits below the sources layer, so it cannot import them: `ckptstat.sources` installs its
+`Backend` here when it is imported (formats/registry.py imports it the first time a URL is opened),
+and `open_regular`, `file_size`, `read_bytes` and the folder helpers ask `backend()` for a URL.
+"""
+from __future__ import annotations
+
+import posixpath
+import re
+from collections.abc import Sequence
+from typing import IO, Protocol
+
+from ..errors import UsageError
+
+# A scheme of two or more letters (a Windows drive `C:\` is a path, not a URL) then `://`.
+_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+
+
+def is_url(path: object) -> bool:
+    return isinstance(path, str) and bool(_URL.match(path))
+
+
+def scheme(url: str) -> str:
+    return url.split("://", 1)[0].lower()
+
+
+def parent(url: str) -> str:
+    """The URL's folder (no trailing slash): `https://h/a/b.json` -> `https://h/a`."""
+    head, _, rest = url.partition("://")
+    rest = rest.split("?", 1)[0].rstrip("/")
+    folder = posixpath.dirname(rest)
+    return f"{head}://{folder or rest}"
+
+
+def join(folder: str, name: str) -> str:
+    return folder.rstrip("/") + "/" + name
+
+
+def basename(url: str) -> str:
+    return posixpath.basename(url.split("://", 1)[-1].split("?", 1)[0].rstrip("/"))
+
+
+def redact(url: str) -> str:
+    """The URL as printed: user:password@ and the query string (a presigned URL's signature) removed."""
+    head, sep, rest = url.partition("://")
+    if not sep:
+        return url
+    host, slash, path = rest.partition("/")
+    host = host.rpartition("@")[2]
+    return f"{head}://{host}{slash}{path.split('?', 1)[0]}" + ("?..." if "?" in path else "")
+
+
+class Backend(Protocol):
+    """What the core asks of the remote source."""
+
+    def open(self, url: str, what: str = "") -> IO[bytes]: ...
+    def size(self, url: str, what: str = "") -> int: ...
+    def kind(self, url: str) -> str | None: ...          # "file", "directory" or None (absent)
+    def listdir(self, url: str) -> list[str]: ...        # names of the files in a folder URL
+    def prefetch(self, urls: Sequence[str]) -> None: ...  # warm the header caches of several files at once
+
+
+_backend: Backend | None = None
+
+
+def install(b: Backend) -> None:
+    global _backend
+    _backend = b
+
+
+def backend() -> Backend:
+    if _backend is None:   # formats/registry.py imports ckptstat.sources before it opens a URL
+        raise UsageError("reading a URL: the remote source is not loaded (open it with open_checkpoint)")
+    return _backend

@@ -1,0 +1,78 @@
+"""What one command fetched over the network, and the bound on it (docs/remote.md).
+
+Every request a remote source makes is counted here before it is sent (a HEAD, a range GET, a
+listing, an object's metadata), and every body byte as it arrives; past `--limit remote_requests`
+or `--limit remote_bytes` the command stops with one line naming the URL. `--json` reports the
+totals as a `fetched` object; a progress callback sees the byte count grow while values stream.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..core.limits import limits
+from ..core.urls import redact
+from ..errors import CheckpointError
+
+
+@dataclass
+class Meter:
+    requests: int = 0
+    bytes: int = 0
+    retries: int = 0
+    full_downloads: int = 0
+    progress: Callable[[int], None] | None = None   # called with the bytes fetched so far
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def request(self, url: str) -> None:
+        """Count one request about to be sent; refuse it past limits().remote_requests."""
+        cap = limits().remote_requests
+        with self._lock:
+            if self.requests >= cap:
+                raise CheckpointError(redact(url), f"this command has made {self.requests:,} requests, the most "
+                                                   f"ckptstat makes (--limit remote_requests={cap} to raise it)")
+            self.requests += 1
+
+    def received(self, url: str, n: int) -> None:
+        """Count n body bytes; refuse more past limits().remote_bytes."""
+        cap = limits().remote_bytes
+        with self._lock:
+            self.bytes += n
+            total = self.bytes
+        if total > cap:
+            raise CheckpointError(redact(url), f"this command has fetched {total:,} bytes, more than the {cap:,} "
+                                               "ckptstat fetches (--limit remote_bytes=N to raise it)")
+        if self.progress is not None:
+            self.progress(total)
+
+    def reset(self) -> None:
+        with self._lock:
+            self.requests = self.bytes = self.retries = self.full_downloads = 0
+
+    def report(self) -> dict[str, int]:
+        return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
+                "full_downloads": self.full_downloads}
+
+
+METER = Meter()
+
+
+@dataclass
+class Settings:
+    """Process-wide options of the remote sources (the CLI's --allow-full-download sets the first)."""
+
+    allow_full_download: bool = False
+    connect_timeout: float = 10.0    # seconds to open a connection
+    read_timeout: float = 60.0       # seconds without a byte from the server
+    retries: int = 5                 # attempts after the first, on 429, 5xx, timeouts and dropped connections
+    backoff: float = 0.5             # seconds before the first retry, doubling each time (Retry-After wins, capped)
+    backoff_cap: float = 30.0
+    concurrency: int = 8             # shard headers fetched at once
+
+
+SETTINGS = Settings()
+
+
+def set_allow_full_download(allow: bool) -> None:
+    SETTINGS.allow_full_download = allow

@@ -1,0 +1,397 @@
+"""Remote files as seekable, cached byte-range readers (docs/remote.md).
+
+One `Blob` per URL holds the file's size and a small cache of the ranges fetched. A read the cache
+cannot answer fetches at least a window from where it starts; the window doubles while reads keep
+missing forward (a GGUF's metadata, a long safetensors header: growing ranges) and resets to 64 KiB
+on a jump. The cache is bounded (CACHE_BYTES a file and TOTAL_CACHE_BYTES over all files, a file's least
+recently used range evicted first; past the total, new ranges are not kept); a read
+bigger than half of it (values, 16 MiB chunks) goes straight to the caller. So a header-only
+command fetches a file's first window (and its last, for a zip's central directory), not the file.
+
+Where the bytes come from is one of three `Target`s, all fsspec filesystems:
+- http(s)://: range GETs on fsspec's HTTPFileSystem session (sources/http.py);
+- hf://org/model[@revision]/file: listed and resolved by huggingface_hub's HfFileSystem, read by
+  range GETs on its resolve URL (redirected to the CDN) with the hub's token header;
+- anything else fsspec knows (s3://, gs://, az://, ...): `fs.info` for the size, `fs.cat_file`
+  with start/end for each range (one ranged GetObject on S3).
+"""
+from __future__ import annotations
+
+import io
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+from ..core.urls import basename, redact, scheme
+from ..errors import CheckpointError, FileNotFound, MissingDependencyError
+from .http import HttpTransport, Reply
+from .meter import METER, SETTINGS
+
+FIRST_WINDOW = 1 << 16     # covers the 8-byte length and most safetensors headers of a shard
+MAX_WINDOW = 1 << 22
+CACHE_BYTES = 1 << 24
+GAP = 1 << 16                 # prefetched ranges closer than this are fetched as one (a gap costs less than a request)
+TOTAL_CACHE_BYTES = 1 << 26   # a 400-shard checkpoint's stats stay bounded too
+_HTTP = ("http", "https")
+# Files a folder URL may list as weights; anything else answering text/html is a listing page.
+_WEIGHT_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".h5", ".gguf", ".onnx", ".keras", ".npz", ".npy",
+                    ".index", ".pb", ".ckpt")
+
+
+def _need(module: str) -> Any:
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError:
+        raise MissingDependencyError(f"reading URLs needs {module.split('.')[0]}: pip install 'ckptstat[remote]'") from None
+
+
+@dataclass
+class Target:
+    """Where one URL's bytes come from."""
+
+    url: str                     # as the user (or an index) named it
+    http_url: str | None = None  # http(s) and hf://: the URL range GETs go to
+    headers: dict[str, str] = field(default_factory=dict)
+    fs: Any = None               # other schemes: the fsspec filesystem and its path
+    path: str = ""
+    hint: str = ""               # said after an access-denied error
+
+
+class Blob:
+    """One remote file: its size and a bounded cache of fetched ranges."""
+
+    def __init__(self, backend: Backend, target: Target):
+        self.backend, self.target = backend, target
+        self.size: int | None = None
+        self.ctype = ""
+        self.cache: OrderedDict[int, bytes] = OrderedDict()   # start -> bytes, least recently used first
+        self.cached = 0
+        self.window = FIRST_WINDOW
+        self.next_miss = 0
+        self.spool: IO[bytes] | None = None
+        self.lock = threading.Lock()
+
+    def _fetch(self, start: int, end: int) -> bytes:
+        t = self.target
+        if t.http_url is not None:
+            reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint)
+            if reply.total is not None and self.size is not None and reply.total != self.size:
+                raise CheckpointError(redact(t.url), f"the file changed while it was read ({self.size:,} bytes, "
+                                                     f"then {reply.total:,})")
+            if reply.total is not None:
+                self.size = reply.total
+            self.ctype = reply.content_type or self.ctype
+            if reply.spooled is not None:   # the server sent it all (--allow-full-download): read it locally
+                self.spool = reply.spooled
+                return _spool_read(self.spool, start, end)
+            return reply.body
+        METER.request(t.url)
+        with _errors(t.url):
+            if self.size is None:
+                self.size = int(t.fs.info(t.path)["size"])
+                METER.request(t.url)
+            end = min(end, self.size)
+            data: bytes = t.fs.cat_file(t.path, start=start, end=end) if end > start else b""
+        METER.received(t.url, len(data))
+        return data
+
+    def ensure_size(self) -> int:
+        with self.lock:
+            if self.size is None:
+                data = self._fetch(0, FIRST_WINDOW)
+                self.next_miss = len(data)
+                self._remember(0, data)
+            if self.size is None:
+                raise CheckpointError(redact(self.target.url), "the server did not say the file's size")
+            return self.size
+
+    def _remember(self, start: int, data: bytes) -> None:
+        if not data or len(data) > CACHE_BYTES // 2:
+            return
+        while self.cache and (self.cached + len(data) > CACHE_BYTES
+                              or self.backend.cached + len(data) > TOTAL_CACHE_BYTES):
+            _, old = self.cache.popitem(last=False)
+            self.cached -= len(old)
+            self.backend.account(-len(old))
+        if self.backend.account(len(data)):
+            self.cache[start] = data
+            self.cached += len(data)
+
+    def _cached(self, start: int, n: int) -> bytes:
+        """The longest run of cached bytes from `start` (at most n): all of them, a head, or none."""
+        best = b""
+        for at, data in self.cache.items():
+            if at <= start < at + len(data) and at + len(data) - start > len(best):
+                best, key = data[start - at:start - at + n], at
+        if best:
+            self.cache.move_to_end(key)
+        return best
+
+    def pread(self, n: int, offset: int) -> bytes:
+        size = self.ensure_size()
+        n = max(0, min(n, size - offset))
+        if n == 0:
+            return b""
+        with self.lock:
+            if self.spool is not None:
+                return _spool_read(self.spool, offset, offset + n)
+            head = self._cached(offset, n)   # a read that starts in a cached range fetches only the rest
+            at, need = offset + len(head), n - len(head)
+            if need == 0:
+                return head
+            if need > CACHE_BYTES // 2:   # values: straight through
+                return head + self._fetch(at, at + need)
+            self.window = min(self.window * 2, MAX_WINDOW) if at == self.next_miss else FIRST_WINDOW
+            end = min(size, at + max(need, self.window))
+            data = self._fetch(at, end)
+            self.next_miss = at + len(data)
+            self._remember(at, data)
+            return head + data[:need]
+
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        """Fetch the (offset, size) ranges the cache lacks into it: ranges less than GAP apart coalesced into
+        one request (at most MAX_WINDOW each), the requests made concurrently."""
+        size = self.ensure_size()
+        with self.lock:
+            if self.spool is not None:
+                return
+            wanted = sorted((o, min(o + n, size)) for o, n in ranges if 0 <= o < size and n > 0
+                            and len(self._cached(o, n)) < min(n, size - o))
+        spans: list[list[int]] = []
+        for lo, hi in wanted:
+            if spans and lo - spans[-1][1] <= GAP and hi - spans[-1][0] <= MAX_WINDOW:
+                spans[-1][1] = max(spans[-1][1], hi)
+            else:
+                spans.append([lo, hi])
+        if not spans:
+            return
+        with ThreadPoolExecutor(max_workers=min(SETTINGS.concurrency, len(spans))) as pool:
+            fetched = list(pool.map(lambda s: (s[0], self._fetch(s[0], s[1])), spans))
+        with self.lock:
+            for lo, data in fetched:
+                self._remember(lo, data)
+
+
+def _spool_read(f: IO[bytes], start: int, end: int) -> bytes:
+    f.seek(start)
+    return f.read(max(0, end - start))
+
+
+class RemoteFile(io.RawIOBase):
+    """A read-only, seekable file over a Blob: what open_regular returns for a URL."""
+
+    def __init__(self, blob: Blob, name: str):
+        super().__init__()
+        self.blob, self.name, self.pos = blob, name, 0
+        self.size = blob.ensure_size()
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        raise CheckpointError(redact(self.name), "this format is read from local files only; download the file first")
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self.pos = base + offset
+        return self.pos
+
+    def pread(self, n: int, offset: int) -> bytes:
+        return self.blob.pread(n, offset)
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        self.blob.prefetch(ranges)
+
+    def readinto(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        data = self.blob.pread(len(mv), self.pos)
+        mv[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+    def read(self, n: int | None = -1) -> bytes:
+        if n is None or n < 0:
+            n = self.size - self.pos
+        data = self.blob.pread(n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def readall(self) -> bytes:
+        return self.read(-1)
+
+
+@contextmanager
+def _errors(url: str) -> Iterator[None]:
+    """fsspec filesystems' exceptions -> one line naming the URL."""
+    try:
+        yield
+    except CheckpointError:
+        raise
+    except FileNotFoundError:
+        raise FileNotFound(redact(url), "not found") from None
+    except PermissionError:
+        raise CheckpointError(redact(url), "access denied (check the credentials for this store)") from None
+    except Exception as e:  # noqa: BLE001 - botocore's, gcsfs'... errors, as one line
+        text = " ".join(str(e).split())[:120]
+        raise CheckpointError(redact(url), f"cannot read ({type(e).__name__}{': ' + text if text else ''})") from None
+
+
+class Backend:
+    """The remote source core.urls hands URLs to: one Blob per URL, for the life of the process."""
+
+    def __init__(self) -> None:
+        self._http: HttpTransport | None = None
+        self.blobs: dict[str, Blob] = {}
+        self.kinds: dict[str, str | None] = {}
+        self.cached = 0   # bytes in every Blob's cache
+        self.lock = threading.Lock()
+
+    def account(self, delta: int) -> bool:
+        """Add delta bytes to the caches' total; False (and nothing added) when that would pass TOTAL_CACHE_BYTES."""
+        with self.lock:
+            if delta > 0 and self.cached + delta > TOTAL_CACHE_BYTES:
+                return False
+            self.cached += delta
+            return True
+
+    def http(self) -> HttpTransport:
+        with self.lock:
+            if self._http is None:
+                _need("aiohttp")
+                _need("fsspec")
+                self._http = HttpTransport()
+            return self._http
+
+    def after_fork(self) -> None:
+        """In a forked child (stats --workers): fsspec's event loop and sessions do not survive a fork, and a
+        lock may have been held by a thread that is gone; start again, fetching anew."""
+        self.lock = threading.Lock()
+        self.blobs, self.kinds, self.cached, self._http = {}, {}, 0, None
+
+    def forget(self) -> None:
+        with self.lock:
+            self.blobs.clear()
+            self.kinds.clear()
+            self.cached = 0
+            self._http = None   # a new session, with the timeouts in SETTINGS now
+
+    # -- resolution -------------------------------------------------------------------------------
+
+    def target(self, url: str) -> Target:
+        s = scheme(url)
+        if s in _HTTP:
+            return Target(url, http_url=url)
+        if s == "hf":
+            from .hub import target as hub_target
+
+            return hub_target(url)
+        fsspec_core = _need("fsspec.core")
+        try:
+            with _errors(url):
+                fs, path = fsspec_core.url_to_fs(url, skip_instance_cache=True)
+        except CheckpointError as e:   # fsspec's ImportError names the package a scheme needs (s3fs, gcsfs, adlfs)
+            if "ImportError" in str(e) or "Install" in str(e):
+                raise MissingDependencyError(f"{s}:// URLs: {str(e).split(': ', 1)[-1]}") from None
+            raise
+        return Target(url, fs=fs, path=path)
+
+    def blob(self, url: str) -> Blob:
+        with self.lock:
+            b = self.blobs.get(url)
+        if b is None:
+            b = Blob(self, self.target(url))
+            with self.lock:
+                b = self.blobs.setdefault(url, b)
+        return b
+
+    # -- core.urls.Backend --------------------------------------------------------------------------
+
+    def open(self, url: str, what: str = "") -> IO[bytes]:
+        return RemoteFile(self.blob(url), url)   # type: ignore[return-value]   # (an io.RawIOBase)
+
+    def size(self, url: str, what: str = "") -> int:
+        return self.blob(url).ensure_size()
+
+    def kind(self, url: str) -> str | None:
+        if url in self.kinds:
+            return self.kinds[url]
+        s = scheme(url)
+        if s == "hf":
+            from .hub import kind as hub_kind
+
+            k = hub_kind(url)
+        elif s in _HTTP:
+            k = self._http_kind(url)
+        else:
+            t = self.target(url)
+            METER.request(url)
+            try:
+                with _errors(url):
+                    info = t.fs.info(t.path)
+                k = "directory" if info.get("type") == "directory" else "file"
+            except FileNotFound:
+                k = None
+        self.kinds[url] = k
+        return k
+
+    def _http_kind(self, url: str) -> str | None:
+        if url.split("?", 1)[0].endswith("/"):
+            return "directory"
+        try:
+            b = self.blob(url)
+            b.ensure_size()
+        except FileNotFound:
+            return None
+        if b.ctype == "text/html" and not basename(url).endswith(_WEIGHT_SUFFIXES):
+            return "directory"   # a folder URL the server answers with its listing page
+        return "file"
+
+    def listdir(self, url: str) -> list[str]:
+        s = scheme(url)
+        if s == "hf":
+            from .hub import listdir as hub_listdir
+
+            return hub_listdir(url)
+        if s in _HTTP:
+            folder = url.split("?", 1)[0].rstrip("/") + "/"
+            names = [u[len(folder):].rstrip("/") for u in self.http().ls(folder) if u.startswith(folder)]
+            return sorted({n for n in names if n and "/" not in n})
+        t = self.target(url)
+        METER.request(url)
+        with _errors(url):
+            entries = t.fs.ls(t.path, detail=True)
+        return sorted(basename(e["name"]) for e in entries if e.get("type") == "file")
+
+    def prefetch(self, urls: Sequence[str]) -> None:
+        """The first window and the last 8 bytes (what the format probe reads) of each file, fetched
+        concurrently: a sharded checkpoint's headers cost one round trip or two, not two per shard."""
+        todo = [u for u in urls if u not in self.blobs or self.blobs[u].size is None]
+        if len(todo) < 2:
+            return
+
+        def warm(url: str) -> None:
+            b = self.blob(url)
+            b.pread(8, max(0, b.ensure_size() - 8))
+
+        with ThreadPoolExecutor(max_workers=min(SETTINGS.concurrency, len(todo))) as pool:
+            futures = [pool.submit(warm, u) for u in todo]
+        for f in futures:   # the first error, as the sequential open would have raised it
+            f.result()
+
+
+BACKEND = Backend()

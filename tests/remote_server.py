@@ -1,0 +1,236 @@
+"""A loopback HTTP server for tests/test_remote.py and bench/remote_summary.py: serves a folder with
+HEAD and single `Range: bytes=a-b` GETs (206 + Content-Range, 416 past the end), lists folders as HTML
+links, counts the requests and body bytes it sends, and can play a badly behaved server: ignore Range,
+answer some requests with an error status first (429/503), require a bearer token, redirect.
+
+It also stands in for the Hugging Face Hub (`hub={"org/name": folder}`), answering the three routes
+huggingface_hub's HfFileSystem and hf_hub_url use (huggingface_hub/hf_api.py `repo_info`,
+`list_repo_tree`; file_download.py `hf_hub_url`):
+- GET /api/models/{repo}/revision/{rev}        -> {"id", "sha", "siblings"}
+- GET /api/models/{repo}/tree/{rev}[/{path}]  -> [{"type": "file", "path", "size", "oid"}]
+- GET /{repo}/resolve/{rev}/{file}             -> 302 to /cdn/{repo}/{rev}/{file}, served with ranges
+"""
+from __future__ import annotations
+
+import html
+import json
+import os
+import re
+import threading
+import time
+import urllib.parse
+from collections import Counter
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+_RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class Behaviour:
+    ranges: bool = True                                 # False: ignore Range, send the whole file (200)
+    token: str | None = None                            # require `Authorization: Bearer <token>`
+    failures: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses to answer first
+    retry_after: str | None = None
+    stall: float = 0.0                                  # seconds to wait before answering anything
+    overlong: int = 0                                   # bytes a 206 reply sends beyond its Content-Range
+    hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
+    revisions: tuple[str, ...] = ("main",)
+
+
+class _Quiet(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass   # a client that hangs up mid-reply (a refused full download, an exiting process) is no error here
+
+
+class Server:
+    def __init__(self, root: str, **behaviour: object):
+        self.root = os.path.realpath(root)
+        self.b = Behaviour(**behaviour)  # type: ignore[arg-type]
+        self.requests: Counter[str] = Counter()   # method -> count
+        self.bytes_sent = 0
+        self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
+        self.auth_seen: list[str | None] = []
+        self.lock = threading.Lock()
+        handler = type("Handler", (_Handler,), {"server_state": self})
+        self.httpd = _Quiet(("127.0.0.1", 0), handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.httpd.server_address[1]}"
+
+    def __enter__(self) -> Server:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+        self.thread.join(5)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+            self.bytes_sent = 0
+            self.log.clear()
+            self.auth_seen.clear()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server_state: Server
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, format: str, *args: object) -> None:   # quiet
+        pass
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _count(self, n: int) -> None:
+        with self.server_state.lock:
+            self.server_state.bytes_sent += n
+
+    def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False) -> None:
+        self.send_response(status)
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        if "Content-Length" not in (headers or {}):
+            self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if not head and body:
+            self.wfile.write(body)
+            self._count(len(body))
+
+    def _json(self, obj: object, head: bool) -> None:
+        self._send(200, json.dumps(obj).encode(), {"Content-Type": "application/json"}, head)
+
+    def do_HEAD(self) -> None:
+        self._handle(head=True)
+
+    def do_GET(self) -> None:
+        self._handle(head=False)
+
+    def _handle(self, head: bool) -> None:
+        s, b = self.server_state, self.server_state.b
+        path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        with s.lock:
+            s.requests[self.command] += 1
+            s.log.append((self.command, path, self.headers.get("Range", "")))
+            s.auth_seen.append(self.headers.get("Authorization"))
+            pending = b.failures.get(path)
+            status = pending.pop(0) if pending else None
+        if b.stall:
+            time.sleep(b.stall)
+        if status is not None:
+            self._send(status, b"try again", {"Retry-After": b.retry_after} if b.retry_after else {}, head)
+            return
+        if b.token is not None and not path.startswith("/cdn/") and self.headers.get("Authorization") != f"Bearer {b.token}":
+            self._send(401, b"unauthorized", {}, head)
+            return
+        if b.hub and self._hub(path, head):
+            return
+        self._file(os.path.join(s.root, path.lstrip("/")), path, head)
+
+    # -- files ----------------------------------------------------------------------------------
+
+    def _file(self, local: str, path: str, head: bool) -> None:
+        s = self.server_state
+        real = os.path.realpath(local)
+        if real != s.root and not real.startswith(s.root + os.sep) or not os.path.exists(real):
+            self._send(404, b"not found", {}, head)
+            return
+        if os.path.isdir(real):
+            if not path.endswith("/"):
+                self._send(301, b"", {"Location": path + "/"}, head)
+                return
+            links = "".join(f'<a href="{html.escape(n)}">{html.escape(n)}</a>\n' for n in sorted(os.listdir(real)))
+            self._send(200, f"<html><body>\n{links}</body></html>".encode(), {"Content-Type": "text/html"}, head)
+            return
+        size = os.path.getsize(real)
+        ctype = {".json": "application/json"}.get(os.path.splitext(real)[1], "application/octet-stream")
+        m = _RANGE.match(self.headers.get("Range", ""))
+        if m and s.b.ranges:
+            start = int(m[1])
+            end = min(int(m[2]) if m[2] else size - 1, size - 1)
+            if start >= size:
+                self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
+                return
+            with open(real, "rb") as f:
+                f.seek(start)
+                body = f.read(end - start + 1) + b"\0" * s.b.overlong
+            self._send(206, body, {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes",
+                                   "Content-Type": ctype}, head)
+            return
+        headers = {"Content-Type": ctype, "Content-Length": str(size)}
+        if s.b.ranges:
+            headers["Accept-Ranges"] = "bytes"
+        self.send_response(200)
+        for k, v in headers.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if head:
+            return
+        try:
+            with open(real, "rb") as f:
+                while piece := f.read(1 << 20):
+                    self.wfile.write(piece)
+                    self._count(len(piece))
+        except (BrokenPipeError, ConnectionResetError):   # the client stopped reading: fine
+            self.close_connection = True
+
+    # -- the hub stand-in -------------------------------------------------------------------------
+
+    def _repo(self, rest: str) -> tuple[str, str, str] | None:
+        """(repo id, local folder, the rest) for a path starting with a repo id."""
+        for repo, folder in self.server_state.b.hub.items():
+            if rest == repo or rest.startswith(repo + "/"):
+                return repo, folder, rest[len(repo):].lstrip("/")
+        return None
+
+    def _hub(self, path: str, head: bool) -> bool:
+        b = self.server_state.b
+        if path.startswith("/api/models/"):
+            found = self._repo(path[len("/api/models/"):])
+            if found is None:
+                self._send(404, b'{"error": "Repository not found"}', {"X-Error-Code": "RepoNotFound"}, head)
+                return True
+            repo, folder, rest = found
+            kind, _, rest = rest.partition("/")
+            rev, _, sub = rest.partition("/")
+            rev = rev or "main"   # /api/models/{repo}: the default branch
+            if rev not in b.revisions:
+                self._send(404, b'{"error": "Invalid rev id"}', {"X-Error-Code": "RevisionNotFound"}, head)
+                return True
+            files = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
+            if kind in ("revision", ""):
+                self._json({"id": repo, "modelId": repo, "sha": "0" * 40, "private": False,
+                            "siblings": [{"rfilename": n} for n in files]}, head)
+            elif kind == "tree" and sub == "":
+                self._json([{"type": "file", "path": n, "size": os.path.getsize(os.path.join(folder, n)),
+                             "oid": "0" * 40} for n in files], head)
+            else:
+                self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, head)
+            return True
+        if path.startswith("/cdn/"):
+            found = self._repo(path[len("/cdn/"):])
+            if found:
+                repo, folder, rest = found
+                rev, _, name = rest.partition("/")
+                self._file(os.path.join(folder, name), path, head)
+                return True
+        found = self._repo(path.lstrip("/"))
+        if found and found[2].startswith("resolve/"):
+            repo, folder, rest = found
+            rev, _, name = rest[len("resolve/"):].partition("/")
+            if rev not in b.revisions:
+                self._send(404, b"", {"X-Error-Code": "RevisionNotFound"}, head)
+            elif not os.path.isfile(os.path.join(folder, name)):
+                self._send(404, b"", {"X-Error-Code": "EntryNotFound"}, head)
+            else:   # as the Hub answers for an LFS file: an absolute Location and the X-Repo-Commit/X-Linked-* headers
+                size = os.path.getsize(os.path.join(folder, name))
+                where = f"http://{self.headers.get('Host')}/cdn/{repo}/{rev}/{urllib.parse.quote(name)}"
+                self._send(302, b"", {"Location": where, "X-Repo-Commit": "0" * 40, "X-Linked-Size": str(size),
+                                      "X-Linked-Etag": f'"{size:064x}"', "ETag": f'"{size:064x}"'}, head)
+            return True
+        return False
