@@ -13,6 +13,11 @@ from rich.text import Text
 
 from ..errors import UsageError
 from .names import Name, fit_names, name_line, safe
+from .report_common import CSS
+from .report_common import html_table as _html_table
+from .report_common import md_cell as _md
+from .report_common import md_table as _md_table
+from .report_common import num as _num
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
           "values": "values changed", "equal": "equal", "unread": "not read (--names-only)"}
@@ -23,10 +28,6 @@ def _table(title: str, *columns: str) -> Table:
     for i, c in enumerate(columns):
         t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
     return t
-
-
-def _num(x: float | None, fmt: str = ".3g") -> str:
-    return "" if x is None else format(x, fmt)
 
 
 def _what(row: dict) -> str:
@@ -86,19 +87,6 @@ def render_diff(r: dict, console: Console) -> None:
 
 
 # ------------------------------------------------------------------------------------------ markdown
-def _md(x: object) -> str:
-    """A cell: pipes, backticks, markdown emphasis, HTML and newlines from file names made harmless."""
-    s = str(x).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
-    s = s.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
-    return s
-
-
-def _md_table(header: list[str], rows: list[list[str]]) -> list[str]:
-    out = ["| " + " | ".join(header) + " |", "|" + "|".join(":--" if i == 0 else "--:" for i in range(len(header))) + "|"]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
-    return out + [""]
-
-
 def diff_markdown(r: dict) -> str:
     """A report to paste into a model card or an issue: header, counts, per-layer summary, a table per bucket."""
     lines = ["# ckptstat diff", "", f"- **A**: {_md(r['a'])} ({_md(r['a_format'])}, {r['a_params']:,} unique parameters)",
@@ -134,34 +122,13 @@ def diff_markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-_CSS = ("body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;margin:0 0 1.5em}"
-        "th,td{border:1px solid #ccc;padding:2px 8px}td.n{text-align:right;font-variant-numeric:tabular-nums}"
-        "th{background:#f2f2f2}td.name{font-family:monospace}img.heatmap{max-width:100%;margin:0 0 1.5em}")
-
-
-def _html_table(header: list[str], rows: list[list[str]], heat: int | None = None) -> list[str]:
-    """A table; cells escaped. `heat`: the column whose value (relative L2) shades its row's cell."""
-    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
-    for row in rows:
-        cells = []
-        for i, c in enumerate(row):
-            style = ""
-            if i == heat and c:
-                level = min(1.0, max(0.0, float(c) * 10))   # rel L2 0.1 and up: full colour
-                style = f' style="background:rgba(220,50,32,{level:.2f})"'
-            cls = "name" if i == 0 else "n"
-            cells.append(f'<td class="{cls}"{style}>{html.escape(c)}</td>')
-        out.append("<tr>" + "".join(cells) + "</tr>")
-    return out + ["</table>"]
-
-
 def diff_html(r: dict) -> str:
     """A self-contained page (inline CSS, no script, no network): the markdown report's tables, the
     per-layer relative L2 shaded as a heatmap."""
     e = html.escape
     s = r["summary"]
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>ckptstat diff</title>',
-           f"<style>{_CSS}</style></head><body>", "<h1>ckptstat diff</h1>", "<ul>",
+           f"<style>{CSS}</style></head><body>", "<h1>ckptstat diff</h1>", "<ul>",
            f"<li><b>A</b>: {e(str(r['a']))} ({e(str(r['a_format']))}, {r['a_params']:,} unique parameters)</li>",
            f"<li><b>B</b>: {e(str(r['b']))} ({e(str(r['b_format']))}, {r['b_params']:,} unique parameters)</li>",
            f"<li>compared: {e(r['compared'])}; atol {r['atol']:g}, rtol {r['rtol']:g}</li>"]

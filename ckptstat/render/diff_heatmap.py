@@ -3,9 +3,9 @@ module inside the layer (columns), from the report's `summary.grid`, drawn with 
 here, only when an HTML report is written) into a PNG embedded as a data URI: the page stays one file."""
 from __future__ import annotations
 
-import base64
-import io
 import math
+
+from .report_common import figure_png, img_tag
 
 
 def _label(bucket: str, layer: int) -> str:
@@ -52,9 +52,7 @@ def heatmap_png(r: dict) -> bytes | None:
     ax.set_title("relative change per layer and module (grey: not compared)", fontsize=9)
     fig.colorbar(im, ax=ax).set_label("mean relative L2, ||a-b|| / ||a||", fontsize=8)
     fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", bbox_inches="tight", metadata={"Software": None})
-    return buf.getvalue()
+    return figure_png(fig, tight=True)
 
 
 def heatmap_img(r: dict) -> str | None:
@@ -62,6 +60,4 @@ def heatmap_img(r: dict) -> str | None:
     png = heatmap_png(r)
     if png is None:
         return None
-    data = base64.b64encode(png).decode("ascii")
-    return (f'<img class="heatmap" alt="heatmap: mean relative L2 per layer and module" '
-            f'src="data:image/png;base64,{data}">')
+    return img_tag(png, "heatmap: mean relative L2 per layer and module", "heatmap")

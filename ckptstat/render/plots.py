@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
 from ..core.files import atomic_output, check_output
 from ..errors import CkptstatError, MissingDependencyError, UsageError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 PLOT_SCHEMA = "ckptstat.plot/1"
 FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
@@ -106,6 +110,23 @@ def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = 
     empty = nothing_to_plot(run)
     if empty:
         raise CkptstatError(f"{empty}: nothing to plot, {output} not written")
+    fig, panels = stats_figure(run, log_count, clip, figsize, dpi)
+    w, h = (float(x) for x in fig.get_size_inches())
+    r = run.report
+    # never over an input; written to a temporary file beside the target, then renamed over it (a
+    # symlink there is replaced, not written through; a failed save leaves nothing)
+    check_output(output, [r.get("path"), r.get("config")])
+    with atomic_output(output) as tmp:
+        fig.savefig(tmp, format=fmt, dpi=dpi)
+    return {"schema": PLOT_SCHEMA, "output": output, "format": fmt, "width_in": w, "height_in": h, "dpi": dpi,
+            "width_px": round(w * dpi), "height_px": round(h * dpi), "panels": panels,
+            "log_count": log_count, "clip_percent": clip}
+
+
+def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
+                 figsize: tuple[float, float] = (12.0, 0.0), dpi: int = 100) -> tuple[Figure, list[str]]:
+    """The figure (not saved) and its panels' names: histograms per bucket, box plots per layer of each
+    stack and per bucket. The caller checks `nothing_to_plot(run)` first."""
     try:
         from matplotlib.figure import Figure
     except ImportError:
@@ -155,12 +176,4 @@ def plot_stats(run: StatsRun, output: str | os.PathLike[str], log_count: bool = 
         ax = fig.add_subplot(grid[row, :])
         _draw_boxes(ax, boxes, f"per bucket ({BOX_NOTE})", rotate=False)
         panels.append("boxplot:buckets")
-
-    # never over an input; written to a temporary file beside the target, then renamed over it (a
-    # symlink there is replaced, not written through; a failed save leaves nothing)
-    check_output(output, [r.get("path"), r.get("config")])
-    with atomic_output(output) as tmp:
-        fig.savefig(tmp, format=fmt, dpi=dpi)
-    return {"schema": PLOT_SCHEMA, "output": output, "format": fmt, "width_in": w, "height_in": h, "dpi": dpi,
-            "width_px": round(w * dpi), "height_px": round(h * dpi), "panels": panels,
-            "log_count": log_count, "clip_percent": clip}
+    return fig, panels
