@@ -173,9 +173,33 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     assert predict_params(inferred)["total"] == torch_params
 
 
+# ---- the expected-tensor template (`ckptstat ties`' config cross-check) ----
+
+TEMPLATE_CASES = [c for c in CASES if c.values[0].expected_tensors is not None]
+
+
+@pytest.mark.parametrize("family,sample,model_name", TEMPLATE_CASES)
+def test_expected_tensors_are_the_models_named_parameters(family: Family, sample: Sample, model_name: str):
+    """Every parameter name and shape the model has (tied names included, as the model names them), and
+    nothing else, for every family with a template and every head its samples build."""
+    cls = getattr(T, model_name)
+    cfg = _config(sample)
+    with torch.device("meta"):
+        model = cls._from_config(cfg)
+    assert family.expected_tensors is not None
+    want = {n: tuple(p.shape) for n, p in model.named_parameters(remove_duplicate=False)}
+    assert family.expected_tensors(spec_of(cls, cfg)) == want
+
+
+def test_every_family_has_a_template():
+    assert [f.name for f in FAMILIES if f.expected_tensors is None] == []
+
+
 # ---- KV cache: the bytes transformers' cache holds after a forward ----
 
-KV_FAMILIES = ("qwen3", "phi", "phi3", "gptneox", "falcon", "olmo")   # the decoder families checked so far
+# the decoder families checked here (qwen_moe, gemma, deepseek: tests/test_kv_moe_gemma_deepseek.py; sliding windows
+# beyond these samples: tests/test_kv_sliding.py)
+KV_FAMILIES = ("llama", "qwen3", "phi", "phi3", "gptneox", "falcon", "olmo")
 KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i else ""))
             for f in FAMILIES if f.name in KV_FAMILIES for i, sample in enumerate(f.samples) for name in sample.models
             if name.endswith("ForCausalLM")]

@@ -85,6 +85,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
         add_linear(out, "sop_classifier.classifier", 2, h)
     if s.head == "seqcls":
         add_linear(out, "classifier", s.num_labels, h)
+    encoder.token_head_tensors(out, s)
     return out
 
 

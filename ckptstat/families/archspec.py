@@ -50,7 +50,8 @@ class ArchSpec:
     # MoE models whose MLP is dense in some layers (DeepSeek first_k_dense_replace, Qwen-MoE mlp_only_layers and
     # decoder_sparse_step): those layer indices; () when every layer is alike
     dense_layers: tuple[int, ...] = ()
-    # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3 layer_types)
+    # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3, Qwen2/3 layer_types;
+    # empty with a sliding_window: every layer does, as Mistral's and Phi3's)
     sliding_layers: tuple[int, ...] = ()
 
     def x(self, key: str) -> int:

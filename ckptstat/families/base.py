@@ -204,10 +204,26 @@ def head_of(archs: Iterable[str], default: str) -> tuple[str, str | None, tuple[
 
 
 def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """KV cache of a decoder-only model: 2 (K and V) x layers x g x d x tokens x bytes."""
-    per_tok = 2 * s.layers * s.kv_heads * s.head_dim * ab
-    lines: KVLines = [(f"b={b}, s={n}", per_tok * b * n, f"2 x L x g x d x s x b x {ab} B = {per_tok:,} B/token")]
-    if s.sliding_window and n > s.sliding_window:
-        lines.append((f"rolling window {s.sliding_window}", per_tok * b * s.sliding_window,
-                      "cache of a sliding-window kernel keeps only the last `sliding_window` tokens"))
+    """KV cache of a decoder-only model as transformers' DynamicCache holds it after a forward of n tokens:
+    2 (K and V) x g x d x bytes per token and layer. With a sliding window (ArchSpec.sliding_window; on
+    sliding_layers, or on every layer when that is empty) a sliding layer's DynamicSlidingWindowLayer
+    (transformers cache_utils.py) keeps only the last sliding_window - 1 tokens (the token being decoded
+    completes the window; a window of 1 slices [-0:], i.e. keeps all). A second line, where it differs:
+    StaticCache's StaticSlidingWindowLayer and rolling-window kernels keep the whole window."""
+    per = 2 * s.kv_heads * s.head_dim * ab
+    w = s.sliding_window
+    ns = (len(s.sliding_layers) or s.layers) if w else 0
+    if not w or not ns:
+        per_tok = per * s.layers
+        return [(f"b={b}, s={n}", per_tok * b * n, f"2 x L x g x d x s x b x {ab} B = {per_tok:,} B/token")]
+    full = s.layers - ns
+    kept = n if w == 1 else min(n, w - 1)
+    lines: KVLines = [(f"b={b}, s={n}", per * b * (full * n + ns * kept),
+                       f"2 x g x d x {ab} B = {per:,} B per token and layer, x b; {full} full layers x s = {n} tokens, "
+                       f"{ns} sliding layers x min(s, sliding_window - 1) = {kept} (transformers' DynamicSlidingWindowLayer)")]
+    static = per * b * (full * n + ns * min(n, w))
+    if static != lines[0][1]:
+        lines.append((f"static cache, window {w}", static,
+                      f"transformers' StaticCache (max_cache_len = s) or a rolling-window kernel: {ns} sliding layers "
+                      f"x sliding_window = {w} tokens, {full} full layers x s"))
     return lines

@@ -72,9 +72,9 @@ def build(B: Builder) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """BERT / RoBERTa / ELECTRA base encoders and BERT / RoBERTa heads (ELECTRA's generator and
-    discriminator heads have no template)."""
-    if s.model_type not in BASE_PREFIX or (s.model_type == "electra" and s.head != "base"):
+    """BERT / RoBERTa / ELECTRA encoders and their heads (ELECTRA's generator: generator_predictions and
+    generator_lm_head at the embedding width; its discriminator: discriminator_predictions)."""
+    if s.model_type not in BASE_PREFIX:
         return None
     h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
     base = BASE_PREFIX[s.model_type]
@@ -87,21 +87,29 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(LAYER), h, f)
     if s.pooler:
         add_linear(out, p + "pooler.dense", h, h)
-    roberta = base == "roberta"
-    if s.head in ("mlm", "pretraining"):
+    roberta, electra = base == "roberta", base == "electra"
+    if electra and s.head in ("mlm", "lm"):
+        add_linear(out, "generator_predictions.dense", E, h)
+        add_norm(out, "generator_predictions.LayerNorm", E)
+        add_linear(out, "generator_lm_head", V, E)
+    elif electra and s.head == "pretraining":
+        add_linear(out, "discriminator_predictions.dense", h, h)
+        add_linear(out, "discriminator_predictions.dense_prediction", 1, h)
+    elif s.head in _MLM:   # BertLMHeadModel / RobertaForCausalLM: the MLM head's modules under the same names
         c = "lm_head." if roberta else "cls.predictions."
         add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
         add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
         out[c + "bias"] = (V,)
         add_linear(out, c + "decoder", V, h)
-    if s.head == "pretraining":
+    if s.head == "pretraining" and not electra:
         add_linear(out, "cls.seq_relationship", 2, h)
     if s.head == "seqcls":
-        if roberta:
+        if roberta or electra:
             add_linear(out, "classifier.dense", h, h)
             add_linear(out, "classifier.out_proj", s.num_labels, h)
         else:
             add_linear(out, "classifier", s.num_labels, h)
+    encoder.token_head_tensors(out, s)
     return out
 
 

@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .resnet import conv2d
 
@@ -165,6 +165,46 @@ def build(B: Builder) -> None:
               macs=B.b * X["proj"] * B.b, ew=B.b * B.b + 6 * B.b * X["proj"])
 
 
+def _tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
+    for i in range(L):
+        q = f"{pre}.encoder.layers.{i}."
+        for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            add_linear(out, q + "self_attn." + m, h, h)
+        add_norm(out, q + "layer_norm1", h)
+        add_linear(out, q + "mlp.fc1", f, h)
+        add_linear(out, q + "mlp.fc2", h, f)
+        add_norm(out, q + "layer_norm2", h)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower),
+    and their *WithProjection classes (one tower and its projection, bias-free)."""
+    if s.head not in ("base", "projection"):
+        return None
+    X = dict(s.extra)
+    projected = s.model_type == "clip" or s.head == "projection"
+    out: Shapes = {"logit_scale": ()} if s.model_type == "clip" else {}
+    if "t_layers" in X:
+        h = X["t_hidden"]
+        out["text_model.embeddings.token_embedding.weight"] = (X["t_vocab"], h)
+        out["text_model.embeddings.position_embedding.weight"] = (X["t_positions"], h)
+        _tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
+        add_norm(out, "text_model.final_layer_norm", h)
+    if "v_layers" in X:
+        h, p = X["v_hidden"], X["patch_size"]
+        out["vision_model.embeddings.class_embedding"] = (h,)
+        out["vision_model.embeddings.patch_embedding.weight"] = (h, X["channels"], p, p)
+        out["vision_model.embeddings.position_embedding.weight"] = ((X["native_image_size"] // p) ** 2 + 1, h)
+        add_norm(out, "vision_model.pre_layrnorm", h)
+        _tower_tensors(out, "vision_model", X["v_layers"], h, X["v_inter"])
+        add_norm(out, "vision_model.post_layernorm", h)
+    if projected and "v_layers" in X:
+        add_linear(out, "visual_projection", X["proj"], X["v_hidden"], bias=False)
+    if projected and "t_layers" in X:
+        add_linear(out, "text_projection", X["proj"], X["t_hidden"], bias=False)
+    return out
+
+
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=40, projection_dim=24)
 _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_attention_heads=6, image_size=30,
@@ -174,7 +214,7 @@ FAMILY = Family(
     name="clip",
     model_types=("clip", "clip_text_model", "clip_vision_model"),
     signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$",
-    from_config=from_config, from_tensors=from_tensors, build=build,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "projection"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",
                          otherwise="base"),),

@@ -1,13 +1,16 @@
 """Pieces the rotary decoder families share (qwen3.py, phi.py, phi3.py, gptneox.py, falcon.py, olmo.py,
 generic.py): a family's switches in ArchSpec.extra, the rotary-table matmul transformers runs once per
 forward, a LLaMA-shaped stack with the switches newer decoders add (q/k norms, fused projections,
-post-norms, non-parametric norms), and its expected tensors.
+post-norms, non-parametric norms), its expected tensors, and which layers keep a sliding window in the
+KV cache as transformers' config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md).
 
 Switches (ArchSpec.extra keys, 0/1 unless said): rotary_dim (rotary dims per head; 0: all of head_dim),
 qk_norm (1: RMSNorm over each head's d, Qwen3; 2: over the whole q / k width, OLMo2), fused_qkv and
 fused_mlp (Phi3's qkv_proj and gate_up_proj), post_norms (OLMo2: norms after attention and MLP, none
 before), plain_norm (OLMo: LayerNorm without weights)."""
 from __future__ import annotations
+
+from typing import Any
 
 from ..errors import UsageError
 from .base import ArchSpec, Cfg, Shapes, add_linear, add_norm
@@ -133,6 +136,45 @@ def llama_like_tensors(s: ArchSpec) -> Shapes:
 
 
 
+# Which layers keep a window in transformers' cache (cache_utils.py DynamicCache(config=...), 4.57): a
+# DynamicSlidingWindowLayer for each "sliding_attention" / "chunked_attention" entry of config.layer_types,
+# or for every layer when the config has no layer_types and a sliding_window. The config classes decide
+# what those attributes hold:
+#  - MistralConfig defaults sliding_window to 4096 (Mistral-7B-v0.1; later Mistrals save null);
+#  - Qwen2/Qwen3/Qwen2-MoE/Qwen3-MoE set sliding_window to None unless use_sliding_window (default False);
+#  - Qwen2Config/Qwen3Config derive layer_types when absent: full attention for the first max_window_layers
+#    (default 28) layers, sliding after; Qwen2-MoE/Qwen3-MoE derive none, so all of their layers slide;
+#  - Phi3, Mixtral and the rest take sliding_window as saved (default None): every layer slides.
+_WINDOW_DEFAULT = {"mistral": 4096}
+_USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe")
+_MAX_WINDOW_LAYERS = ("qwen2", "qwen3")
+_SLIDING_TYPES = ("sliding_attention", "chunked_attention")
+_LAYER_TYPES = ("full_attention", "linear_attention") + _SLIDING_TYPES   # configuration_utils.ALLOWED_LAYER_TYPES
+
+
+def sliding(c: Cfg, layers: int) -> dict[str, Any]:
+    """ArchSpec's sliding_window and sliding_layers (() with a window: every layer slides) as the model's
+    cache allocates them (the rules above)."""
+    window = c.cfg.get("sliding_window", _WINDOW_DEFAULT.get(c.model_type))
+    if not c.cfg.get("use_sliding_window", c.model_type not in _USE_FLAG):
+        window = None
+    if isinstance(window, bool) or not isinstance(window, int) or window <= 0:
+        return dict(sliding_window=None, sliding_layers=())
+    types = c.cfg.get("layer_types")
+    if types is None and c.model_type in _MAX_WINDOW_LAYERS:
+        first = c.int("max_window_layers", default=28)
+        types = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
+    if types is None:
+        return dict(sliding_window=window, sliding_layers=())
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) and t in _LAYER_TYPES for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} layer types (one per layer, each one of "
+                         f"{', '.join(_LAYER_TYPES)})")
+    slide = tuple(i for i, t in enumerate(types) if t in _SLIDING_TYPES)
+    if not slide:
+        return dict(sliding_window=None, sliding_layers=())
+    return dict(sliding_window=window, sliding_layers=() if len(slide) == layers else slide)
+
+
 def llama_like_spec(c: Cfg, extra: tuple[tuple[str, int], ...] = (), tied_default: bool = False,
                     mlp_bias_key: str | None = "mlp_bias") -> ArchSpec:
     """ArchSpec from the config fields LLaMA-shaped models share (attention_bias on q, k, v and o)."""
@@ -140,18 +182,15 @@ def llama_like_spec(c: Cfg, extra: tuple[tuple[str, int], ...] = (), tied_defaul
     g = c.int("num_key_value_heads", default=a)
     d = c.int("head_dim", default=h // a)
     bias = bool(c.get("attention_bias", default=False))
-    window = c.cfg.get("sliding_window")
-    if "use_sliding_window" in c.cfg and not c.cfg.get("use_sliding_window"):
-        window = None
-    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=g, head_dim=d,
+    L = c.int("num_hidden_layers")
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=g, head_dim=d,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
                     qkv_bias=bias, o_bias=bias,
                     mlp_bias=bool(c.get(mlp_bias_key, default=False)) if mlp_bias_key else False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=tied_default)),
-                    sliding_window=window if isinstance(window, int) and window > 0 else None,
-                    extra=extra, **c.common)
+                    extra=extra, **sliding(c, L), **c.common)
 
 
 def partial_rotary(c: Cfg, d: int, key: str = "partial_rotary_factor") -> int:

@@ -60,6 +60,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     if s.head == "seqcls":
         add_linear(out, "pre_classifier", h, h)
         add_linear(out, "classifier", s.num_labels, h)
+    encoder.token_head_tensors(out, s)
     return out
 
 

@@ -90,6 +90,14 @@ def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int) -> None:
     add_norm(out, p + "embeddings.LayerNorm", dim)
 
 
+def token_head_tensors(out: Shapes, s: ArchSpec) -> None:
+    """The per-token classifier and span (QA) heads' weights (token_heads)."""
+    if s.head == "tokcls":
+        add_linear(out, "classifier", s.num_labels, s.hidden)
+    elif s.head == "qa":
+        add_linear(out, "qa_outputs", 2, s.hidden)
+
+
 def weights_of(names: LayerNames) -> tuple[str, ...]:
     """The weight-holding modules of a layer's names (layer_tensors' `names`)."""
     q, k, v, _, o, ln1, up, _, down, ln2 = names

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import infer
+from . import decoders, infer
 from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder, ew_cost
 
@@ -16,19 +16,17 @@ def from_config(c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     g = c.int("num_key_value_heads", default=a)
     d = c.int("head_dim", default=h // a)
-    qwen2 = c.model_type == "qwen2"   # Qwen2: q/k/v always biased, o_proj never; a window only if used
+    qwen2 = c.model_type == "qwen2"   # Qwen2: q/k/v always biased, o_proj never
     attention_bias = bool(c.get("attention_bias", default=False))
-    window = c.cfg.get("sliding_window")
-    if qwen2 and not c.cfg.get("use_sliding_window"):
-        window = None
-    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=g, head_dim=d,
+    L = c.int("num_hidden_layers")
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=g, head_dim=d,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
                     qkv_bias=qwen2 or attention_bias, o_bias=not qwen2 and attention_bias,
                     mlp_bias=bool(c.get("mlp_bias", default=False)),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    sliding_window=window if isinstance(window, int) and window > 0 else None, **c.common)
+                    **decoders.sliding(c, L), **c.common)
 
 
 def attention_dims(T: Tensors) -> tuple[int, int, int, int, int]:
@@ -180,5 +178,8 @@ FAMILY = Family(
                ("LlamaForCausalLM",)),
         Sample("MistralConfig", dict(_SIZES, sliding_window=8), ("MistralModel", "MistralForCausalLM")),
         Sample("Qwen2Config", dict(_SIZES, tie_word_embeddings=True), ("Qwen2Model", "Qwen2ForCausalLM")),
+        # a window on the layers after max_window_layers only (Qwen2Config's layer_types)
+        Sample("Qwen2Config", dict(_SIZES, num_hidden_layers=3, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+               ("Qwen2ForCausalLM",)),
     ),
 )

@@ -53,5 +53,6 @@ FAMILY = Family(
     samples=(
         Sample("Phi3Config", _SIZES, ("Phi3Model", "Phi3ForCausalLM")),
         Sample("Phi3Config", dict(_SIZES, partial_rotary_factor=0.5, tie_word_embeddings=True), ("Phi3ForCausalLM",)),
+        Sample("Phi3Config", dict(_SIZES, sliding_window=5), ("Phi3ForCausalLM",)),   # every layer slides
     ),
 )

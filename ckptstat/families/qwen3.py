@@ -45,5 +45,8 @@ FAMILY = Family(
     samples=(
         Sample("Qwen3Config", _SIZES, ("Qwen3Model", "Qwen3ForCausalLM")),
         Sample("Qwen3Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("Qwen3ForCausalLM",)),
+        # a window on the layers after max_window_layers (Qwen3Config's layer_types)
+        Sample("Qwen3Config", dict(_SIZES, use_sliding_window=True, sliding_window=4, max_window_layers=1),
+               ("Qwen3ForCausalLM",)),
     ),
 )

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, llama
+from . import decoders, infer, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
 
@@ -56,7 +56,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
                     qkv_bias=bias, o_bias=bias and not qwen2, mlp_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    experts=E, top_k=c.int("num_experts_per_tok"), extra=extra, dense_layers=dense, **c.common)
+                    experts=E, top_k=c.int("num_experts_per_tok"), extra=extra, dense_layers=dense,
+                    **decoders.sliding(c, L), **c.common)
 
 
 # a sparse layer's router (its index in group 1)

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 
 DEFAULT_IMAGE = 224
@@ -169,12 +169,52 @@ def build(B: Builder) -> None:
         B.linear("fc" if tv else "classifier.1", "cls", (B.b,), cin, s.num_labels, True)
 
 
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """The conv weights (bias-free) and BatchNorm weight and bias (running statistics are buffers) of
+    transformers' ResNetModel (`resnet.` inside ResNetForImageClassification, whose classifier.1 is an
+    Identity when num_labels is 0), or torchvision's names (its fc always there)."""
+    if s.head not in ("base", "imgcls"):
+        return None
+    X = dict(s.extra)
+    tv = bool(X["torchvision"])
+    pre = "" if s.head == "base" or tv else "resnet."
+    out: Shapes = {}
+
+    def conv_bn(conv: str, bn: str, cout: int, cin: int, k: int) -> None:
+        out[pre + conv + ".weight"] = (cout, cin, k, k)
+        add_norm(out, pre + bn, cout)
+
+    stem = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
+    conv_bn(*stem, s.hidden, X["channels"], 7)
+    cin = s.hidden
+    for i in range(X["stages"]):
+        width, stride = X[f"width{i}"], X["first_stride"] if i == 0 else 2
+        for j in range(X[f"depth{i}"]):
+            p = f"layer{i + 1}.{j}" if tv else f"encoder.stages.{i}.layers.{j}"
+            c = cin if j == 0 else width
+            shapes: tuple[tuple[int, int, int], ...]   # (out, in, kernel) of the block's convs
+            if X["bottleneck"]:
+                mid = width // 4
+                shapes = ((mid, c, 1), (mid, mid, 3), (width, mid, 1))
+            else:
+                shapes = ((width, c, 3), (width, width, 3))
+            for k, (co, ci, ks) in enumerate(shapes):
+                conv_bn(_conv(tv, p, k), _bn(tv, p, k), co, ci, ks)
+            if j == 0 and (cin != width or stride != 1):   # projection shortcut
+                conv_bn(*((f"{p}.downsample.0", f"{p}.downsample.1") if tv else
+                          (f"{p}.shortcut.convolution", f"{p}.shortcut.normalization")), width, cin, 1)
+        cin = width
+    if s.head == "imgcls" and s.num_labels:
+        add_linear(out, "fc" if tv else "classifier.1", s.num_labels, cin)
+    return out
+
+
 FAMILY = Family(
     name="resnet",
     model_types=("resnet",),
     # transformers' stage convs, or torchvision's block convs
     signature=r"(^|\.)(stages\.\d+\.layers\.\d+\.layer\.\d+\.convolution|layer\d+\.\d+\.conv\d)\.weight$",
-    from_config=from_config, from_tensors=from_tensors, build=build,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)(classifier\.1|fc)\.weight$", "imgcls"),),
     main_input="pixel_values",

@@ -14,7 +14,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .resnet import conv2d
 
@@ -92,6 +92,37 @@ def build(B: Builder) -> None:
         B.linear("classifier", "cls", (B.b,), h, s.num_labels, True)
 
 
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """ViTModel's parameters (`vit.` inside ViTForImageClassification, whose classifier is an Identity,
+    without parameters, when num_labels is 0); the position table is sized by the config's image_size."""
+    if s.head not in ("base", "imgcls"):
+        return None
+    X = dict(s.extra)
+    h, f, p = s.hidden, s.intermediate, X["patch_size"]
+    pre = "" if s.head == "base" else "vit."
+    out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
+    if X["mask_token"]:
+        out[pre + "embeddings.mask_token"] = (1, 1, h)
+    out[pre + "embeddings.position_embeddings"] = (1, (X["native_image_size"] // p) ** 2 + 1, h)
+    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X["channels"], p, p)
+    out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
+    for i in range(s.layers):
+        q = f"{pre}encoder.layer.{i}."
+        for m in ("query", "key", "value"):
+            add_linear(out, q + "attention.attention." + m, h, h, s.qkv_bias)
+        add_linear(out, q + "attention.output.dense", h, h)
+        add_linear(out, q + "intermediate.dense", f, h)
+        add_linear(out, q + "output.dense", h, f)
+        add_norm(out, q + "layernorm_before", h)
+        add_norm(out, q + "layernorm_after", h)
+    add_norm(out, pre + "layernorm", h)
+    if s.pooler:
+        add_linear(out, pre + "pooler.dense", X["pooler_size"], h)
+    if s.head == "imgcls" and s.num_labels:
+        add_linear(out, "classifier", s.num_labels, h)
+    return out
+
+
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=30,
               patch_size=3, num_channels=3)
 
@@ -99,7 +130,7 @@ FAMILY = Family(
     name="vit",
     model_types=("vit",),
     signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.weight$",
-    from_config=from_config, from_tensors=from_tensors, build=build,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),),
     pooler=pooler,
