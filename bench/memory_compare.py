@@ -10,11 +10,14 @@ takes `calculate_maximum_sizes` (parameters + buffers, largest no-split layer), 
 float16/int8/int4, and reports `estimate_training_usage(...)`'s largest component as "Training using
 Adam". hf-mem: `parse_safetensors_metadata` over the safetensors header (numel x dtype bytes of every
 stored tensor) plus, with --experimental, `compute_safetensors_kv_cache_size` at max_model_len (the
-config's max_position_embeddings) and batch 1. docs/memory_planner.md explains each difference.
+config's max_position_embeddings) and batch 1. transformers: the bytes of the DynamicCache a meta-device
+forward of max_len tokens returns (the KV oracle ckptstat's tests use). docs/memory_planner.md explains each
+difference.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -61,6 +64,29 @@ def _header(model: torch.nn.Module) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def _meta_autocast():
+    """transformers' rotary embedding opens torch.autocast(device_type="meta"), which has no backend: a no-op there."""
+    real = torch.autocast
+    def patched(device_type, *a, **k):
+        return contextlib.nullcontext() if device_type == "meta" else real(device_type, *a, **k)
+
+    torch.autocast = patched
+    try:
+        yield
+    finally:
+        torch.autocast = real
+
+
+def _transformers_kv(model: torch.nn.Module, n: int) -> int:
+    """Bytes of every key and value tensor in the cache one meta forward of n tokens (batch 1) returns."""
+    model.eval()     # Gemma2 drops the cache in training mode
+    with torch.no_grad(), _meta_autocast():
+        cache = model(input_ids=torch.zeros((1, n), dtype=torch.long, device="meta"), use_cache=True,
+                      logits_to_keep=1).past_key_values
+    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+
+
 def row(name: str) -> dict:
     cfg_cls, model_cls, dtype, sizes = MODELS[name]
     cfg = getattr(T, cfg_cls)(**sizes)
@@ -94,6 +120,7 @@ def row(name: str) -> dict:
         "accelerate_total": total32 if dtype == "float32" else total32 // 2, "accelerate_largest": largest32,
         "accelerate_train": acc_train, "hf_mem_weights": hf_weights, "hf_mem_kv": hf_kv,
         "ckptstat_weights": group(inf, "weights"), "ckptstat_kv": group(inf, "kv cache"),
+        "transformers_kv": _transformers_kv(native, max_len),
         "ckptstat_act": group(inf, "activations"), "ckptstat_train_state": state,
         "ckptstat_train_act": group(tr, "activations"),
     }
@@ -108,14 +135,16 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     rows = [row(n) for n in MODELS]
-    lines = ["| model | params | weights: accelerate / hf-mem / ckptstat (GiB) | KV at max_len: hf-mem / ckptstat (GiB) "
+    lines = ["| model | params | weights: accelerate / hf-mem / ckptstat (GiB) "
+             "| KV at max_len: hf-mem / ckptstat / transformers (GiB) "
              "| training state: accelerate / ckptstat (GiB) | ckptstat extras (GiB) |",
              "|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| {r['model']} ({r['dtype']}) | {r['params']:,} | {gib(r['accelerate_total'])} / "
                      f"{gib(r['hf_mem_weights'])} / {gib(r['ckptstat_weights'])} | "
                      f"{gib(r['hf_mem_kv']) if r['hf_mem_kv'] is not None else 'n/a'} / "
-                     f"{gib(r['ckptstat_kv'])} (s={r['max_len']:,}) | {gib(r['accelerate_train'])} / "
+                     f"{gib(r['ckptstat_kv'])} / {gib(r['transformers_kv'])} (s={r['max_len']:,}) | "
+                     f"{gib(r['accelerate_train'])} / "
                      f"{gib(r['ckptstat_train_state'])} | inference activations {gib(r['ckptstat_act'])}, "
                      f"training activations (s<=2048) {gib(r['ckptstat_train_act'])} |")
     text = "\n".join(lines) + "\n\nExact bytes:\n\n```json\n" + json.dumps(rows, indent=1) + "\n```\n"

@@ -1,5 +1,5 @@
 """Sliding-window KV caches of the decoder families (families/decoders.py `sliding`, base.py
-`decoder_kv_cache`) against what transformers' caches hold.
+`decoder_kv_cache`; Gemma's layer pattern, families/gemma.py) against what transformers' caches hold.
 
 For each config below, a tiny *ForCausalLM (real weights on the CPU: MoE routing needs values) runs one
 forward with use_cache=True at lengths below, at and above its window. The oracles: the bytes of every
@@ -42,6 +42,13 @@ CASES = [
     pytest.param("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(_SIZES, **_QMOE, **_QWEN_WINDOW, max_window_layers=1,
                                                                shared_expert_intermediate_size=24), id="qwen2-moe"),
     pytest.param("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(_SIZES, **_QMOE, **_QWEN_WINDOW, head_dim=16), id="qwen3-moe"),
+    # families/gemma.py reads its own layer pattern and shares decoder_kv_cache
+    pytest.param("Gemma2Config", "Gemma2ForCausalLM", dict(_SIZES, head_dim=8, sliding_window=4), id="gemma2"),
+    pytest.param("Gemma2Config", "Gemma2ForCausalLM", dict(_SIZES, head_dim=8, sliding_window=4,
+                                                           layer_types=["full_attention"] * 3), id="gemma2-all-full"),
+    pytest.param("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_SIZES, head_dim=8, sliding_window=4, sliding_window_pattern=2),
+                 id="gemma3-pattern"),
+    pytest.param("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_SIZES, head_dim=8, sliding_window=1), id="gemma3-window-1"),
 ]
 
 # Qwen2-MoE's eager attention slices a 4.x-style mask that a StaticCache's window does not fit

@@ -88,6 +88,29 @@ def test_max_seq_stops_at_learned_positions_and_at_zero(tmp_path, mem):
     assert (f["fits"], f["max_seq"], f["max_batch"]) == (False, 0, 0)
 
 
+@pytest.mark.parametrize("cls,config_cls,sizes", [
+    ("MistralForCausalLM", "MistralConfig", dict(LLAMA, sliding_window=64)),                          # every layer
+    ("Qwen2ForCausalLM", "Qwen2Config", dict(LLAMA, sliding_window=64, use_sliding_window=True, max_window_layers=2)),
+], ids=["mistral", "qwen2-half-sliding"])
+@pytest.mark.parametrize("attention", ["eager", "flash"])
+def test_max_seq_boundary_with_a_sliding_window_cache(tmp_path, mem, cls, config_cls, sizes, attention):
+    """The KV cache stops growing in sliding layers past the window (DynamicSlidingWindowLayer keeps
+    sliding_window - 1 tokens): the searched boundary still flips exactly, beyond the window, and the KV
+    line there is the bytes of the DynamicCache a meta forward of that length returns."""
+    path = _config(tmp_path, config_cls, sizes, cls)
+    base = [path, "--gpu-mem", "48MiB", "--reserve", "4MiB", "--batch", "2", "--kv-dtype", "bf16", "--attention", attention]
+    s = mem(*base, "--seq", "16")["fit"]["max_seq"]
+    assert s > sizes["sliding_window"]
+    at, past = mem(*base, "--seq", str(s)), mem(*base, "--seq", str(s + 1))
+    assert at["fit"]["fits"] is True and past["fit"]["fits"] is False and at["fit"]["max_seq"] == s
+    model = _meta(cls, config_cls, sizes)
+    with torch.no_grad(), meta_autocast():
+        cache = model(input_ids=torch.zeros((2, s), dtype=torch.long, device="meta"), use_cache=True).past_key_values
+    assert any(type(layer).__name__ == "DynamicSlidingWindowLayer" for layer in cache.layers)
+    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    assert _fit(at)[("kv cache", f"b=2, s={s}")] == kv
+
+
 def test_inference_lines_against_the_meta_model(tmp_path, mem):
     """Weights from the model's parameters, the KV line from the cache a meta forward returns."""
     path = _config(tmp_path, "LlamaConfig", LLAMA, "LlamaForCausalLM")

@@ -33,6 +33,41 @@ def _windowed_pairs(s: int, w: int) -> int:
     return sum(min(i + 1, w) for i in range(s)) if s <= 1 << 20 else w * s
 
 
+def _layer_list(layers: list[int]) -> str:
+    """0, 1, 2, 5 -> "0-2, 5"."""
+    spans: list[list[int]] = []
+    for i in layers:
+        if spans and i == spans[-1][1] + 1:
+            spans[-1][1] = i
+        else:
+            spans.append([i, i])
+    return ", ".join(f"{a}-{b}" if b > a else str(a) for a, b in spans)
+
+
+def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[int, str, list[int]] | None:
+    """(attention FLOPs a sliding-window kernel would need, the note, the sliding layers), or None when no layer's
+    window is shorter than seq. Only the sliding layers (ArchSpec.sliding_layers; every layer when that is empty,
+    as for Mistral) attend the causal window (query i sees keys (i-w, i]); the other layers count as attention_flops
+    counts them (s x s, or s(s+1)/2 with causal halving). An estimate: eager and SDPA attention in transformers
+    window a layer by masking (create_sliding_window_causal_mask), so FlopCounterMode sees the full scores."""
+    s, w = m.spec, m.spec.sliding_window
+    if not w or seq <= w:
+        return None
+    sliding = list(s.sliding_layers) or list(range(s.layers))
+    full_pairs = seq * (seq + 1) // 2 if halve else seq * seq
+    per_pair = 2 * 2 * batch * s.heads * s.head_dim        # two bmm's (QK^T, PV), 2 FLOPs per MAC
+    win = per_pair * (len(sliding) * _windowed_pairs(seq, w) + (s.layers - len(sliding)) * full_pairs)
+    if win >= attn:     # already counted windowed (Gemma's sliding layers with --causal-halving)
+        return None
+    which = (f"all {s.layers} layers" if len(sliding) == s.layers else
+             f"{len(sliding)} of {s.layers} layers ({_layer_list(sliding)}; the others attend all s tokens)")
+    note = (f"sliding window {w} < seq {seq} on {which}, as the config's layer_types (or sliding_window, "
+            f"max_window_layers) give them: eager attention (and FlopCounterMode) computes every score and masks "
+            f"those outside the window ({attn:,} attention FLOPs as counted here); a windowed kernel would need about {win:,} "
+            f"(estimate: sliding layers the causal window's pairs, the others as counted)")
+    return win, note, sliding
+
+
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False) -> dict:
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
     rows: list[dict[str, Any]] = []
@@ -58,14 +93,11 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
         },
         "notes": [],
     }
-    w = m.spec.sliding_window
-    if w and seq > w:
-        d, a = m.spec.head_dim, m.spec.heads
-        win = 2 * 2 * batch * a * d * _windowed_pairs(seq, w) * m.spec.layers
-        out["notes"].append(f"sliding window {w} < seq {seq}: eager attention (and FlopCounterMode) computes the full "
-                            f"s x s scores and masks them ({attn:,} attention FLOPs); a windowed kernel would need "
-                            f"{win:,}")
-        out["totals"]["windowed_attention_flops"] = win
+    win = _windowed(m, batch, seq, attn, causal_halving)
+    if win is not None:
+        out["notes"].append(win[1])
+        out["totals"]["windowed_attention_flops"] = win[0]
+        out["sliding_layers"] = win[2]
     return out
 
 

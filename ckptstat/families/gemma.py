@@ -21,7 +21,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer, llama
-from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_norm
+from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
 from .ops import Builder, ew_cost
 from .qwen_moe import count, xs
 
@@ -52,7 +52,10 @@ def from_config(c: Cfg) -> ArchSpec:
                     vocab=c.int("vocab_size"), context=c.int("max_position_embeddings", default=0),
                     activation=str(act), gated_mlp=True, norm="rmsnorm", qkv_bias=bias, o_bias=bias, mlp_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    sliding_window=window or None, sliding_layers=sliding, extra=extra, **c.common)
+                    # no window when no layer slides (layer_types all "full_attention"): an empty sliding_layers
+                    # with a window would mean every layer slides (archspec.py)
+                    sliding_window=(window or None) if sliding else None, sliding_layers=sliding, extra=extra,
+                    **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -153,21 +156,6 @@ def build(B: Builder) -> None:
                   (b, n, s.vocab), ew=b * n * s.vocab * (ew_cost("tanh") + 2))
 
 
-def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """K and V of g heads x d per token and layer; a sliding layer keeps only its window. transformers'
-    DynamicCache (DynamicSlidingWindowLayer) keeps the last sliding_window - 1 tokens there: the token
-    being decoded completes the window."""
-    per = 2 * s.kv_heads * s.head_dim * ab
-    ns = len(s.sliding_layers)
-    if not ns or not s.sliding_window:
-        return [(f"b={b}, s={n}", per * s.layers * b * n, f"2 x L x g x d x s x b x {ab} B = {per * s.layers:,} B/token")]
-    kept = min(n, s.sliding_window - 1)
-    total = per * b * ((s.layers - ns) * n + ns * kept)
-    return [(f"b={b}, s={n}", total,
-             f"2 x g x d x {ab} B = {per:,} B per token and layer; {s.layers - ns} global layers cache all s tokens, "
-             f"{ns} sliding ones min(s, sliding_window - 1) = {kept} (transformers' DynamicSlidingWindowLayer)")]
-
-
 def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
     llama.dense_mlp_tensors(out, q, s)
     if xs(s, "sandwich"):
@@ -198,7 +186,7 @@ FAMILY = Family(
     # GemmaForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM: _tied_weights_keys ["lm_head.weight"]; tied by default
     tie_rules=(TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),),
     tied_by_default=True,
-    kv_cache=kv_cache,
+    kv_cache=decoder_kv_cache,   # transformers' DynamicCache: a sliding layer keeps sliding_window - 1 tokens
     # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
     # this architecture reads as unknown rather than being claimed without a config
     gguf_architectures=(),
