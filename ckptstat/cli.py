@@ -15,8 +15,11 @@ from typing import Optional
 import typer
 
 from . import __version__
-from .commands import analytic, values
+from .commands import analytic, memory, multi, values
+from .commands import audit as audit_cmd
+from .commands import report as report_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show
+from .commands.quick import quick
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
 
@@ -37,11 +40,16 @@ def summary(
     config: Optional[str] = ConfigOpt,
     verify: bool = typer.Option(False, "--verify", help="Also check stored checksums (TF bundles: crc32c of "
                                 "every tensor and index block); reads all tensor bytes."),
+    base: Optional[str] = multi.BaseOpt,
 ) -> None:
-    """Parameters per bucket, layer and dtype, buffers apart, file size vs tensor bytes (headers only)."""
+    """Parameters per bucket, layer and dtype, buffers apart, file size vs tensor bytes (headers only).
+    A PEFT adapter: its type, rank, targets and parameters (--base: beside the base and merged model);
+    a diffusers pipeline folder: a total per component."""
     from . import open_checkpoint
     from .analysis.summary import summarize as summarize_report
 
+    if multi.summary_other(path, base, as_json, config):
+        return
     r = summarize_report(open_checkpoint(path, config, verify=verify))
     if as_json:
         emit_json(r)
@@ -139,9 +147,11 @@ def diff(
 
 
 app.command()(analytic.flops)
-app.command()(analytic.memory)
+app.command()(memory.memory)
 app.command()(values.stats)
 app.command()(values.plot)
+app.command()(audit_cmd.audit)
+app.command()(report_cmd.report)
 
 
 @app.command()
@@ -202,6 +212,8 @@ def _root(
                                         "(HDF5 external links and storage, a TF pointer or symlink elsewhere)."),
     limit: Optional[list[str]] = typer.Option(None, "--limit", metavar="NAME=N", help="Raise one of the limits that "
                                               "bound hostile files (docs/security.md lists them)."),
+    allow_full_download: bool = typer.Option(False, "--allow-full-download", help="Read a URL whose server ignores "
+                                             "range requests by downloading all of it (docs/remote.md)."),
 ) -> None:
     pass
 
@@ -243,6 +255,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:   # in-process callers (tests, notebooks) get the defaults back
         limits.reset(old_limits)
         files.set_allow_external(old_allow)
+        if "ckptstat.sources" in sys.modules:
+            sys.modules["ckptstat.sources"].set_allow_full_download(False)
 
 
 def _main(argv: list[str] | None) -> int:
@@ -251,6 +265,11 @@ def _main(argv: list[str] | None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
     args = [a for a in args if a != "--debug"]
+    if "--allow-full-download" in args:   # a global option of the remote sources (docs/remote.md)
+        from .sources import set_allow_full_download
+
+        set_allow_full_download(True)
+        args = [a for a in args if a != "--allow-full-download"]
     try:
         args, allow, raised = _global_options(args)
         limits.set_limits(**raised)
@@ -258,6 +277,9 @@ def _main(argv: list[str] | None) -> int:
         print(f"ckptstat: error: {_line(e)}", file=sys.stderr)
         return 2
     files.set_allow_external(allow)
+    rc = quick(args, debug)   # `ckptstat [summary] PATH --json`, answered without typer (commands/quick.py)
+    if rc is not None:
+        return rc
     command = typer.main.get_command(app)
     commands = set(getattr(command, "commands", {}))
     first = next((a for a in args if not a.startswith("-")), None)

@@ -43,7 +43,10 @@ _TF_SUFFIX = re.compile(r"(\.\.ATTRIBUTES\.VARIABLE_VALUE|:\d+)$")  # TF2 object
 
 @lru_cache(maxsize=1 << 18)  # every analysis normalises every name, often more than once
 def normalize(name: str) -> str:
-    return _TF_SUFFIX.sub("", _TF_LIST_ITEM.sub(r".\1", name.replace("/", ".")))
+    n = name.replace("/", ".")
+    if "_._" not in n and ":" not in n and "ATTRIBUTES" not in n:   # what the two rules need: most names skip them
+        return n
+    return _TF_SUFFIX.sub("", _TF_LIST_ITEM.sub(r".\1", n))
 
 
 def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:

@@ -133,11 +133,34 @@ def test_module_size(module):
 
 def test_header_only_commands_import_no_heavy_library():
     """`ckptstat PATH` on a safetensors file reads headers: torch, h5py, matplotlib and transformers
-    stay unimported."""
+    stay unimported; so do numpy and pydantic (typer's coercion), deferred by issue 22 (the quick path,
+    tests/test_quick_path.py, also keeps typer and rich out)."""
     fixture = os.path.join(os.path.dirname(__file__), "..", "fixtures", "bert-tiny", "model.safetensors")
     code = ("import sys; from ckptstat.cli import main; main(['--json', " + repr(fixture) + "]); "
-            "print(sorted(m for m in ('torch', 'h5py', 'matplotlib', 'transformers', 'tensorflow') if m in sys.modules),"
+            "print(sorted(m for m in ('torch', 'h5py', 'matplotlib', 'transformers', 'tensorflow', 'numpy', 'pydantic')"
+            " if m in sys.modules),"
             " file=sys.stderr)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr.strip().splitlines()[-1] == "[]"
+
+
+# The only modules that may import dask (issue 23): the `--scheduler` paths, imported on that path only.
+DASK_MODULES = {"ckptstat.analysis.audit_dask", "ckptstat.analysis.stats_dask"}
+
+
+def test_dask_only_on_the_scheduler_path():
+    """dask and distributed are imported by DASK_MODULES alone, and never at their module level;
+    nothing else imports those modules at module level (tests/test_audit.py runs `audit` without
+    --scheduler and checks sys.modules)."""
+    for module, path in MODULES.items():
+        tree = ast.parse(open(path, encoding="utf-8").read())
+        top = set(ast.iter_child_nodes(tree))
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else [])
+            if any(n.split(".")[0] in ("dask", "distributed") for n in names):
+                assert module in DASK_MODULES and node not in top, f"{module}:{node.lineno} imports dask"
+        for target, line, at_top in imports(module):
+            assert not (at_top and target in DASK_MODULES) or module in DASK_MODULES, (
+                f"{module}:{line} imports {target} at module level: dask would load without --scheduler")

@@ -2,7 +2,9 @@
 
 Every tensor is read with `Checkpoint.iter_chunks` (any reader, any dtype; `dtypes.decode` widens
 bf16 / fp8 / fp6 / fp4 to float32), so peak memory is a few chunks plus fixed-size histograms,
-whatever the checkpoint's size.
+whatever the checkpoint's size. F16 and BF16 tensors take a faster kernel (analysis/stats_kernel.py):
+their stored bit patterns are read once and counted, and every statistic comes from the counts.
+The accumulator (Acc) lives in analysis/stats_acc.py and is re-exported here.
 
 Accumulators (all mergeable, so chunks, tensors, shards and worker processes combine freely):
 - counts (elements, NaN, +Inf, -Inf, exact zeros) and min / max over finite values: exact;
@@ -17,11 +19,10 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 """
 from __future__ import annotations
 
-import math
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -29,12 +30,20 @@ from ..census import aliases, name_matches, placements
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..errors import CkptstatError, UsageError
 from ..naming import BUCKETS
+from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the accumulator's public home)
+    EXACT_IN_BF16,
+    NBINS,
+    QUANTILES,
+    Acc,
+    _qkey,
+    hist_quantiles,
+    new_acc,
+    tables,
+)
+from .stats_kernel import BITS16, tensor_stats16
 
 STATS_SCHEMA = "ckptstat.stats/1"
 DEFAULT_STATS_CHUNK = 4 << 20   # stored bytes per chunk: a bf16 chunk widens to 8 MiB f32, 16 MiB f64
-QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
-NBINS = 1 << 16
-_FLT_MAX = float(np.finfo(np.float32).max)
 QUANTILE_RULE = (
     "quantiles follow numpy.quantile's default ('linear': order statistics x_(i), x_(i+1) at "
     "h = (n-1)p, interpolated), over finite values. exact=true: the order statistics are exact (F16 "
@@ -52,210 +61,6 @@ ANOMALY_RULE = (
 Z_LIMIT = 3.5
 MAD_FLOOR = 0.1
 MIN_PEERS = 5
-
-
-# --- bin tables --------------------------------------------------------------------------------------
-
-def _bf16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(value of each key, midpoint of each key's bin, finite mask) for the bfloat16-key domain."""
-    keys = np.arange(NBINS, dtype=np.uint32)
-    with np.errstate(invalid="ignore"):   # NaN bit patterns
-        lo = (keys << 16).view(np.float32).astype(np.float64)
-        mag = keys & 0x7FFF
-        # A key covers magnitudes [|v(k)|, |v(k+1)|): the next magnitude key, 2^128 after the largest.
-        nxt = ((mag + 1) << 16).view(np.float32).astype(np.float64)
-    finite = np.isfinite(lo)
-    nxt[mag == 0x7F7F] = 2.0 ** 128
-    mid = np.where(keys & 0x8000, -(np.abs(lo) + nxt) / 2, (lo + nxt) / 2)
-    mid[~finite] = np.nan
-    # The bins of +-0 hold [0, 2^-133): report 0, what they almost always hold (exact zeros), rather
-    # than a 4.6e-41 midpoint; still within the stated bound.
-    mid[0] = mid[0x8000] = 0.0
-    return lo, mid, finite
-
-
-def _f16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    vals = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float64)
-    return vals, vals, np.isfinite(vals)
-
-
-_TABLES: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
-
-
-def tables(domain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """(value, midpoint, finite, keys of finite bins sorted by value) for a histogram domain."""
-    if domain not in _TABLES:
-        lo, mid, finite = _bf16_tables() if domain == "bf16" else _f16_tables()
-        idx = np.flatnonzero(finite)
-        order = idx[np.argsort(lo[idx], kind="stable")]
-        _TABLES[domain] = (lo, mid, finite, order)
-    return _TABLES[domain]
-
-
-_F16_TO_BF16: tuple[np.ndarray, np.ndarray] | None = None
-
-
-def _f16_to_bf16() -> tuple[np.ndarray, np.ndarray]:
-    """For each F16 bit pattern: its bfloat16 key, and whether that key holds the value exactly."""
-    global _F16_TO_BF16
-    if _F16_TO_BF16 is None:
-        v32 = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float32)
-        bits = v32.view(np.uint32)
-        _F16_TO_BF16 = ((bits >> 16).astype(np.int64), (bits & 0xFFFF) == 0)
-    return _F16_TO_BF16
-
-
-# dtypes whose every value the bfloat16-key histogram holds exactly.
-EXACT_IN_BF16 = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
-                           "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I8", "U8"})
-
-
-# --- the accumulator -----------------------------------------------------------------------------------
-
-@dataclass
-class Acc:
-    """Mergeable statistics of a set of values. `hist` counts finite values by 16-bit key in `domain`."""
-
-    domain: str = "bf16"
-    exact: bool = True
-    count: int = 0           # every element, finite or not
-    n: int = 0               # finite elements
-    nan: int = 0
-    posinf: int = 0
-    neginf: int = 0
-    zeros: int = 0
-    min: float = math.inf
-    max: float = -math.inf
-    mean: float = 0.0
-    m2: float = 0.0
-    sum_abs: float = 0.0
-    tensors: int = 0
-    hist: np.ndarray = field(default_factory=lambda: np.zeros(NBINS, dtype=np.int64))
-
-    def add_moments(self, n: int, mean: float, m2: float) -> None:
-        """Chan et al. (1979) pairwise update of (n, mean, M2)."""
-        if n == 0:
-            return
-        tot = self.n + n
-        delta = mean - self.mean
-        self.mean += delta * n / tot
-        self.m2 += m2 + delta * delta * self.n * n / tot
-        self.n = tot
-
-    def update(self, x: np.ndarray) -> None:
-        """Add one flat chunk of decoded values."""
-        if x.dtype.kind == "c":
-            x = x.view(x.real.dtype)
-        self.count += x.size
-        if x.size == 0:
-            return
-        x64 = x.astype(np.float64, copy=False)
-        total = float(np.add.reduce(x64)) if x64 is x else float(np.add.reduce(x, dtype=np.float64))
-        if not math.isfinite(total):
-            # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
-            nan = np.isnan(x)
-            self.nan += int(nan.sum())
-            self.posinf += int(np.count_nonzero(x == np.inf))
-            self.neginf += int(np.count_nonzero(x == -np.inf))
-            x = x[np.isfinite(x)]
-            if x.size == 0:
-                return
-            x64 = x.astype(np.float64, copy=False)
-            total = float(np.add.reduce(x, dtype=np.float64))
-        n = x.size
-        self.zeros += n - int(np.count_nonzero(x))
-        cmin, cmax = float(x.min()), float(x.max())
-        self.min, self.max = min(self.min, cmin), max(self.max, cmax)
-        if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
-            self.exact = False   # bfloat16 holds every integer of magnitude <= 256, not beyond
-        self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
-        mean = total / n
-        if x64 is x:
-            d = x64 - mean
-        else:
-            d = x64      # our own float64 copy: centre it in place
-            d -= mean
-        self.add_moments(n, mean, float(np.dot(d, d)))
-        self.hist += np.bincount(self._keys(x), minlength=NBINS)
-
-    def _keys(self, x: np.ndarray) -> np.ndarray:
-        if self.domain == "f16":
-            return x.view(np.uint16)
-        if x.dtype == np.float64:   # round to float32 first; beyond its range clamp to +-FLT_MAX
-            x = np.clip(x, -_FLT_MAX, _FLT_MAX)
-        x32 = x if x.dtype == np.float32 else x.astype(np.float32)
-        return x32.view(np.uint32) >> 16
-
-    def merge(self, other: Acc) -> None:
-        """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys."""
-        hist, exact = other.hist, other.exact
-        if other.domain != self.domain:
-            if self.domain != "bf16":
-                raise ValueError("only the bf16 domain accepts other domains")
-            keymap, keeps = _f16_to_bf16()
-            nz = np.flatnonzero(hist)
-            hist = np.bincount(keymap[nz], weights=hist[nz], minlength=NBINS).astype(np.int64)
-            exact = exact and bool(keeps[nz].all())
-        self.hist += hist
-        self.exact = self.exact and exact
-        for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
-            setattr(self, f, getattr(self, f) + getattr(other, f))
-        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
-        self.add_moments(other.n, other.mean, other.m2)
-
-    def quantiles(self, ps: Sequence[float]) -> list[float | None]:
-        return hist_quantiles(self.hist, self.domain, self.exact, ps, self.min, self.max)
-
-    def row(self, ps: Sequence[float] = QUANTILES) -> dict:
-        n = self.n
-        std = math.sqrt(max(self.m2, 0.0) / n) if n else None
-        return {
-            "count": self.count, "finite": n,
-            "min": self.min if n else None, "max": self.max if n else None,
-            "mean": self.mean if n else None, "std": std,
-            "mean_abs": self.sum_abs / n if n else None,
-            "l2": math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)) if n else 0.0,
-            "zeros": self.zeros, "zero_fraction": self.zeros / self.count if self.count else None,
-            "nan": self.nan, "inf": self.posinf + self.neginf, "posinf": self.posinf, "neginf": self.neginf,
-            "quantiles": {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},
-            "quantiles_exact": self.exact,
-        }
-
-
-def _qkey(p: float) -> str:
-    return f"p{100 * p:g}"
-
-
-def hist_quantiles(hist: np.ndarray, domain: str, exact: bool, ps: Sequence[float],
-                   lo_clamp: float = -math.inf, hi_clamp: float = math.inf) -> list[float | None]:
-    """numpy.quantile ('linear') from a 65536-bin histogram; see QUANTILE_RULE for the error."""
-    value, mid, _, order = tables(domain)
-    rep = value if exact else mid
-    counts = hist[order]
-    cum = np.cumsum(counts)
-    n = int(cum[-1]) if cum.size else 0
-    if n == 0:
-        return [None for _ in ps]
-
-    def stat(i: int) -> float:   # the i-th smallest value (0-based)
-        k = order[int(np.searchsorted(cum, i, side="right"))]
-        return min(max(float(rep[k]), lo_clamp), hi_clamp)
-
-    out: list[float | None] = []
-    for p in ps:
-        h = (n - 1) * p
-        i = int(math.floor(h))
-        g = h - i
-        a = stat(i)
-        out.append(a if g == 0 or i + 1 >= n else a + g * (stat(i + 1) - a))
-    return out
-
-
-def new_acc(dtype: str) -> Acc:
-    if dtype == "F16":
-        return Acc(domain="f16", exact=True)
-    kind = dtypes.get(dtype).kind
-    return Acc(domain="bf16", exact=dtype in EXACT_IN_BF16 or kind in ("int", "uint"))
 
 
 # --- selection and the pass over the data ---------------------------------------------------------------
@@ -311,12 +116,15 @@ def _groups(item: Item) -> list[GroupKey]:
 
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
-    acc = new_acc(info.dtype)
-    bits = info.dt.bits
-    for chunk in ckpt.iter_chunks(info.name, chunk_bytes):
-        acc.update(chunk)
-        if progress:
-            progress(chunk.size * bits // 8)
+    if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats_kernel.py)
+        acc = tensor_stats16(ckpt, info, chunk_bytes, progress)
+    else:
+        acc = new_acc(info.dtype)
+        bits = info.dt.bits
+        for chunk in ckpt.iter_chunks(info.name, chunk_bytes):
+            acc.update(chunk)
+            if progress:
+                progress(chunk.size * bits // 8)
     acc.tensors = 1
     return acc
 

@@ -20,7 +20,8 @@ BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeata
 
 
 def _collect(path: str, config: str | None, filter: str | None, bucket: list[str] | None, all_roles: bool,
-             chunk_bytes: int, workers: int, progress: bool | None, output: Path | None = None) -> StatsRun:
+             chunk_bytes: int, workers: int, progress: bool | None, output: Path | None = None,
+             scheduler: str | None = None) -> StatsRun:
     """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY).
     An `output` that is, or resolves to, an input is refused before any value is read."""
     from .. import open_checkpoint
@@ -32,6 +33,10 @@ def _collect(path: str, config: str | None, filter: str | None, bucket: list[str
     if output is not None:
         check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
     with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
+        if scheduler:   # the same report, the tensors read on a Dask cluster (analysis/stats_dask.py)
+            from ..analysis.stats_dask import collect_dask
+
+            return collect_dask(ckpt, scheduler, filter, tuple(bucket or ()), all_roles, chunk_bytes, bar)
         return collect(ckpt, filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, bar)
 
 
@@ -48,13 +53,15 @@ def stats(
     workers: int = WorkersOpt,
     progress: Optional[bool] = ProgressOpt,
     config: Optional[str] = ConfigOpt,
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:8786): "
+                                            "read the tensors on that cluster; same report (the `dask` extra)."),
 ) -> None:
     """Weight statistics per tensor, layer and bucket, streamed in bounded chunks: moments, quantiles, anomalies."""
     from ..errors import UsageError
 
     if as_json and as_csv:
         raise UsageError("--json and --csv are exclusive")
-    r = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress).report
+    r = _collect(path, config, filter, bucket, all_roles, chunk_bytes, workers, progress, scheduler=scheduler).report
     if as_json:
         emit_json(r)
     elif as_csv:

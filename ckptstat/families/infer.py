@@ -45,7 +45,7 @@ def canonical_name(name: str) -> str:
     # HF TF shared embeddings (TFT5's `shared`, TFBart's `model.shared`) are layers built outside the model's
     # scope, their weight named `<layer>/<layer>/embeddings:0`; transformers drops level zero
     # (modeling_tf_pytorch_utils.convert_tf_weight_name_to_pt_weight_name): `shared.weight`, `model.shared.weight`
-    n = normalize(_REPEATED_SCOPE.sub(r"\1/", name))
+    n = normalize(_REPEATED_SCOPE.sub(r"\1/", name) if "/" in name else name)   # (the rule needs a `/`)
     if "___" not in n and not _ANY_TF_LITERAL.search(n):
         return n
     if "___" in n:   # HF TF scopes `$1___$2` read `$2` (modeling_tf_pytorch_utils): mlm___cls/ -> cls.

@@ -41,6 +41,7 @@ class Reply:
     total: int | None                # the file's size, when the server said it
     content_type: str = ""
     spooled: IO[bytes] | None = None  # the whole file, when the server ignored Range and that was allowed
+    etag: str | None = None          # the file's version: its ETag, else its Last-Modified date (audit's resume key)
 
 
 def status_error(url: str, status: int, reason: str, hint: str = "") -> CheckpointError:
@@ -50,6 +51,12 @@ def status_error(url: str, status: int, reason: str, hint: str = "") -> Checkpoi
     if status in (401, 403):
         return CheckpointError(shown, f"access denied (HTTP {status} {reason}){hint}")
     return CheckpointError(shown, f"HTTP {status} {reason}".rstrip())
+
+
+def version(headers: Any) -> str | None:
+    """A reply's version of the file (RFC 9110 8.8): the ETag, else the Last-Modified date, else None."""
+    etag, modified = headers.get("ETag"), headers.get("Last-Modified")
+    return str(etag) if etag else f"last-modified: {modified}" if modified else None
 
 
 def _retry_after(value: str | None, default: float) -> float:
@@ -116,8 +123,9 @@ class HttpTransport:
         ctype = str(r.headers.get("Content-Type", "")).partition(";")[0].strip()
         m = _CONTENT_RANGE.fullmatch(str(r.headers.get("Content-Range", "")).strip())
         total = int(m[3]) if m and m[3] != "*" else None
+        etag = version(r.headers)
         if r.status == 416:
-            return Reply(b"", total, ctype)
+            return Reply(b"", total, ctype, etag=etag)
         length = r.headers.get("Content-Length")
         length = int(length) if length is not None and str(length).isdigit() else None
         if r.status == 206:
@@ -125,10 +133,10 @@ class HttpTransport:
                 raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
                                                    f"with Content-Range {r.headers.get('Content-Range')!r}")
             body = await self._read(r, url, int(m[2]) - start + 1)
-            return Reply(body, total, ctype)
+            return Reply(body, total, ctype, etag=etag)
         # 200: the server sent the whole file.
         if start == 0 and length is not None and length <= end:
-            return Reply(await self._read(r, url, length), length, ctype)
+            return Reply(await self._read(r, url, length), length, ctype, etag=etag)
         if not SETTINGS.allow_full_download:
             size = f"{length:,} bytes" if length is not None else "of unknown size"
             raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
@@ -147,7 +155,7 @@ class HttpTransport:
             spool.close()
             raise
         spool.seek(0)
-        return Reply(b"", n, ctype, spool)
+        return Reply(b"", n, ctype, spool, etag)
 
     async def _read(self, r: Any, url: str, expected: int) -> bytes:
         """Exactly the body the reply announced, at most `expected` bytes (never more)."""

@@ -1,0 +1,283 @@
+"""The mergeable accumulator of `ckptstat stats` (analysis/stats.py): counts, min/max, float64 moments
+and a 65,536-bin histogram keyed by a 16-bit pattern, from which quantiles are read. Split from
+stats.py (issue 22); stats.py re-exports every name here, and analysis/stats_kernel.py holds the
+fused per-chunk kernels that feed it. The accumulator's rules are in stats.py's docstring."""
+from __future__ import annotations
+
+import math
+import sys
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..core import dtypes
+
+QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
+NBINS = 1 << 16
+_FLT_MAX = float(np.finfo(np.float32).max)
+_LITTLE = sys.byteorder == "little"
+
+
+# --- bin tables --------------------------------------------------------------------------------------
+
+def _bf16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(value of each key, midpoint of each key's bin, finite mask) for the bfloat16-key domain."""
+    keys = np.arange(NBINS, dtype=np.uint32)
+    with np.errstate(invalid="ignore"):   # NaN bit patterns
+        lo = (keys << 16).view(np.float32).astype(np.float64)
+        mag = keys & 0x7FFF
+        # A key covers magnitudes [|v(k)|, |v(k+1)|): the next magnitude key, 2^128 after the largest.
+        nxt = ((mag + 1) << 16).view(np.float32).astype(np.float64)
+    finite = np.isfinite(lo)
+    nxt[mag == 0x7F7F] = 2.0 ** 128
+    mid = np.where(keys & 0x8000, -(np.abs(lo) + nxt) / 2, (lo + nxt) / 2)
+    mid[~finite] = np.nan
+    # The bins of +-0 hold [0, 2^-133): report 0, what they almost always hold (exact zeros), rather
+    # than a 4.6e-41 midpoint; still within the stated bound.
+    mid[0] = mid[0x8000] = 0.0
+    return lo, mid, finite
+
+
+def _f16_tables() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    vals = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float64)
+    return vals, vals, np.isfinite(vals)
+
+
+_TABLES: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = {}
+
+
+def tables(domain: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """(value, midpoint, finite, keys of finite bins sorted by value) for a histogram domain."""
+    if domain not in _TABLES:
+        lo, mid, finite = _bf16_tables() if domain == "bf16" else _f16_tables()
+        idx = np.flatnonzero(finite)
+        order = idx[np.argsort(lo[idx], kind="stable")]
+        _TABLES[domain] = (lo, mid, finite, order)
+    return _TABLES[domain]
+
+
+_RANKS: dict[str, np.ndarray] = {}
+
+
+def _ranks(domain: str) -> np.ndarray:
+    """Each key's position in tables(domain)'s value order; -1 for the keys of NaN and Inf."""
+    if domain not in _RANKS:
+        order = tables(domain)[3]
+        rank = np.full(NBINS, -1, dtype=np.int64)
+        rank[order] = np.arange(order.size)
+        _RANKS[domain] = rank
+    return _RANKS[domain]
+
+
+_F16_TO_BF16: tuple[np.ndarray, np.ndarray] | None = None
+
+
+def _f16_to_bf16() -> tuple[np.ndarray, np.ndarray]:
+    """For each F16 bit pattern: its bfloat16 key, and whether that key holds the value exactly."""
+    global _F16_TO_BF16
+    if _F16_TO_BF16 is None:
+        v32 = np.arange(NBINS, dtype=np.uint16).view(np.float16).astype(np.float32)
+        bits = v32.view(np.uint32)
+        _F16_TO_BF16 = ((bits >> 16).astype(np.int64), (bits & 0xFFFF) == 0)
+    return _F16_TO_BF16
+
+
+# dtypes whose every value the bfloat16-key histogram holds exactly.
+EXACT_IN_BF16 = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
+                           "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I8", "U8"})
+
+
+_LOCAL = threading.local()   # per thread: Acc.update may run in a Dask worker's threads
+
+
+def _scratch(n: int) -> np.ndarray:
+    """A float64 buffer of n values, reused from chunk to chunk (grown when a chunk is bigger)."""
+    buf = getattr(_LOCAL, "buf", None)
+    if buf is None or buf.size < n:
+        buf = _LOCAL.buf = np.empty(n, dtype=np.float64)
+    return buf[:n]
+
+
+# --- the accumulator -----------------------------------------------------------------------------------
+
+@dataclass
+class Acc:
+    """Mergeable statistics of a set of values. `hist` counts finite values by 16-bit key in `domain`."""
+
+    domain: str = "bf16"
+    exact: bool = True
+    count: int = 0           # every element, finite or not
+    n: int = 0               # finite elements
+    nan: int = 0
+    posinf: int = 0
+    neginf: int = 0
+    zeros: int = 0
+    min: float = math.inf
+    max: float = -math.inf
+    mean: float = 0.0
+    m2: float = 0.0
+    sum_abs: float = 0.0
+    tensors: int = 0
+    hist: np.ndarray = field(default_factory=lambda: np.zeros(NBINS, dtype=np.int64))
+
+    def __getstate__(self) -> dict:
+        """Pickled (to and from --workers processes) with the histogram sparse: most of a tensor's or
+        layer's 65,536 bins are empty, and a dense one is 512 KiB per accumulator (issue 22)."""
+        state = dict(self.__dict__)
+        hist = state.pop("hist")
+        nz = np.flatnonzero(hist)
+        state["hist_sparse"] = (nz.astype(np.int32), hist[nz])
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state = dict(state)
+        keys, counts = state.pop("hist_sparse")
+        hist = np.zeros(NBINS, dtype=np.int64)
+        hist[keys] = counts
+        self.__dict__.update(state, hist=hist)
+
+    def add_moments(self, n: int, mean: float, m2: float) -> None:
+        """Chan et al. (1979) pairwise update of (n, mean, M2)."""
+        if n == 0:
+            return
+        tot = self.n + n
+        delta = mean - self.mean
+        self.mean += delta * n / tot
+        self.m2 += m2 + delta * delta * self.n * n / tot
+        self.n = tot
+
+    def update(self, x: np.ndarray) -> None:
+        """Add one flat chunk of decoded values."""
+        if x.dtype.kind == "c":
+            x = x.view(x.real.dtype)
+        self.count += x.size
+        if x.size == 0:
+            return
+        scratch = x.dtype == np.float32
+        if scratch:   # widened into a reused buffer: no fresh 8-bytes-a-value allocation a chunk
+            x64 = _scratch(x.size)
+            np.copyto(x64, x)
+        else:
+            x64 = x.astype(np.float64, copy=False)
+        total = float(np.add.reduce(x64)) if x64 is x or scratch else float(np.add.reduce(x, dtype=np.float64))
+        if not math.isfinite(total):
+            # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
+            nan = np.isnan(x)
+            self.nan += int(nan.sum())
+            self.posinf += int(np.count_nonzero(x == np.inf))
+            self.neginf += int(np.count_nonzero(x == -np.inf))
+            x = x[np.isfinite(x)]
+            if x.size == 0:
+                return
+            x64 = x.astype(np.float64, copy=False)
+            scratch = False
+            total = float(np.add.reduce(x, dtype=np.float64))
+        n = x.size
+        self.zeros += n - int(np.count_nonzero(x))
+        cmin, cmax = float(x.min()), float(x.max())
+        self.min, self.max = min(self.min, cmin), max(self.max, cmax)
+        if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
+            self.exact = False   # bfloat16 holds every integer of magnitude <= 256, not beyond
+        if not scratch:
+            self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
+        mean = total / n
+        if x64 is x:
+            d = x64 - mean
+        else:
+            d = x64      # our own float64 copy: centre it in place
+            d -= mean
+        # Squared in place and summed by numpy's pairwise add, not np.dot: BLAS's dot threads, and
+        # on a busy machine its threads cost more than the sum (docs/performance.md).
+        np.multiply(d, d, out=d)
+        self.add_moments(n, mean, float(np.add.reduce(d)))
+        if scratch:   # |x| into the same buffer, now free
+            self.sum_abs += float(np.add.reduce(np.abs(x, out=x64)))
+        self.hist += np.bincount(self._keys(x), minlength=NBINS)
+
+    def _keys(self, x: np.ndarray) -> np.ndarray:
+        if self.domain == "f16":
+            return x.view(np.uint16)
+        if x.dtype == np.float64:   # round to float32 first; beyond its range clamp to +-FLT_MAX
+            x = np.clip(x, -_FLT_MAX, _FLT_MAX)
+        x32 = np.ascontiguousarray(x if x.dtype == np.float32 else x.astype(np.float32))
+        if _LITTLE:   # the high half of each float32 is its bfloat16 key: a strided view, not a shifted copy
+            return x32.view(np.uint16)[1::2]
+        return x32.view(np.uint32) >> 16
+
+    def merge(self, other: Acc) -> None:
+        """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys."""
+        hist, exact = other.hist, other.exact
+        if other.domain != self.domain:
+            if self.domain != "bf16":
+                raise ValueError("only the bf16 domain accepts other domains")
+            keymap, keeps = _f16_to_bf16()
+            nz = np.flatnonzero(hist)
+            hist = np.bincount(keymap[nz], weights=hist[nz], minlength=NBINS).astype(np.int64)
+            exact = exact and bool(keeps[nz].all())
+        self.hist += hist
+        self.exact = self.exact and exact
+        for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
+            setattr(self, f, getattr(self, f) + getattr(other, f))
+        self.min, self.max = min(self.min, other.min), max(self.max, other.max)
+        self.add_moments(other.n, other.mean, other.m2)
+
+    def quantiles(self, ps: Sequence[float]) -> list[float | None]:
+        return hist_quantiles(self.hist, self.domain, self.exact, ps, self.min, self.max)
+
+    def row(self, ps: Sequence[float] = QUANTILES) -> dict:
+        n = self.n
+        std = math.sqrt(max(self.m2, 0.0) / n) if n else None
+        return {
+            "count": self.count, "finite": n,
+            "min": self.min if n else None, "max": self.max if n else None,
+            "mean": self.mean if n else None, "std": std,
+            "mean_abs": self.sum_abs / n if n else None,
+            "l2": math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)) if n else 0.0,
+            "zeros": self.zeros, "zero_fraction": self.zeros / self.count if self.count else None,
+            "nan": self.nan, "inf": self.posinf + self.neginf, "posinf": self.posinf, "neginf": self.neginf,
+            "quantiles": {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},
+            "quantiles_exact": self.exact,
+        }
+
+
+def _qkey(p: float) -> str:
+    return f"p{100 * p:g}"
+
+
+def hist_quantiles(hist: np.ndarray, domain: str, exact: bool, ps: Sequence[float],
+                   lo_clamp: float = -math.inf, hi_clamp: float = math.inf) -> list[float | None]:
+    """numpy.quantile ('linear') from a 65536-bin histogram; see QUANTILE_RULE for the error."""
+    value, mid, _, order = tables(domain)
+    rep = value if exact else mid
+    # Only the bins that hold values, by value: a few thousand of the 65,536 for most tensors, so a
+    # checkpoint of many small tensors pays per row for what it holds (issue 22). The i-th value is in
+    # the first bin whose running count passes i, as over all bins in `order`.
+    nz = np.flatnonzero(hist)
+    rank = _ranks(domain)[nz]
+    keys = nz[rank >= 0][np.argsort(rank[rank >= 0])]
+    cum = np.cumsum(hist[keys])
+    n = int(cum[-1]) if cum.size else 0
+    if n == 0:
+        return [None for _ in ps]
+
+    def stat(i: int) -> float:   # the i-th smallest value (0-based)
+        k = keys[int(np.searchsorted(cum, i, side="right"))]
+        return min(max(float(rep[k]), lo_clamp), hi_clamp)
+
+    out: list[float | None] = []
+    for p in ps:
+        h = (n - 1) * p
+        i = int(math.floor(h))
+        g = h - i
+        a = stat(i)
+        out.append(a if g == 0 or i + 1 >= n else a + g * (stat(i + 1) - a))
+    return out
+
+
+def new_acc(dtype: str) -> Acc:
+    if dtype == "F16":
+        return Acc(domain="f16", exact=True)
+    kind = dtypes.get(dtype).kind
+    return Acc(domain="bf16", exact=dtype in EXACT_IN_BF16 or kind in ("int", "uint"))

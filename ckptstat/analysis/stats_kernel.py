@@ -1,0 +1,120 @@
+"""The per-tensor kernels of `ckptstat stats` (issue 22: statistics at memory speed).
+
+16-bit floats (F16, BF16) have only 65,536 values, so a tensor's whole distribution is one
+`np.bincount` over its stored bit patterns: each chunk's bytes are read once, into one reused buffer,
+and counted; nothing is widened to float32 or float64. Every statistic then comes from the 65,536
+counts and the table of the values they stand for (stats_acc.tables): counts, NaN, +-Inf and zeros
+exactly, min and max exactly, the quantiles exactly (as before), and the moments as float64 sums over
+the bins, sum(h * v), sum(h * (v - mean)^2), sum(h * |v|), where every value is exact in float64:
+more accurate than summing the elements, and independent of the chunk size.
+
+Other dtypes go through Acc.update, chunk by chunk (stats_acc.py).
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import numpy as np
+
+from ..core import Checkpoint, TensorInfo
+from ..core.files import open_regular
+from ..core.io import contiguous_strides
+from ..core.tensor import check_expansion
+from ..errors import CorruptCheckpointError, reading
+from .stats_acc import NBINS, Acc, new_acc, tables
+
+BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
+
+
+def _plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
+    """Whether the tensor's bytes are one contiguous run of a file read by the default reader."""
+    return (info.offset is not None and ckpt.readers.get(info.file) is None
+            and (info.stride is None or info.stride == contiguous_strides(info.shape)))
+
+
+def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int) -> Iterator[np.ndarray]:
+    """The tensor's 16-bit patterns (native uint16), about chunk_bytes bytes at a time.
+
+    A plain tensor is read straight into one reused buffer (each byte read once, no allocation per
+    chunk); any other (a zip record, a strided view, a format's own reader) through
+    Checkpoint.iter_chunks, from whose decoded values the patterns are taken back without a copy
+    for F16 (a view) and with one uint32 shift for BF16 (decode widened it to float32)."""
+    if not _plain(ckpt, info):
+        for x in ckpt.iter_chunks(info.name, chunk_bytes):
+            yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
+        return
+    check_expansion(info)
+    step = max(2, chunk_bytes // 2 * 2)
+    order = "<u2" if info.byteorder == "little" else ">u2"
+    buf = np.empty(min(step, info.nbytes), dtype=np.uint8)
+    assert info.offset is not None
+    with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
+        f.seek(info.offset)
+        done = 0
+        while done < info.nbytes:
+            want = min(step, info.nbytes - done)
+            raw = buf[:want]
+            got = f.readinto(raw.data) if hasattr(f, "readinto") else _read_into(f, raw)
+            if got != want:
+                raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {want} bytes at offset "
+                                                        f"{info.offset + done}, the file ends first")
+            done += want
+            yield raw.view(order)
+
+
+def _read_into(f: object, raw: np.ndarray) -> int:
+    data = f.read(raw.size)   # type: ignore[attr-defined]   # (a remote file: range requests)
+    raw[: len(data)] = np.frombuffer(data, dtype=np.uint8)
+    return len(data)
+
+
+def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
+                   progress: Callable[[int], None] | None = None) -> Acc:
+    """The accumulator of one F16 or BF16 tensor, from the histogram of its bit patterns."""
+    hist = np.zeros(NBINS, dtype=np.int64)
+    for bits in bits16_chunks(ckpt, info, chunk_bytes):
+        hist += np.bincount(bits, minlength=NBINS)
+        if progress:
+            progress(bits.size * 2)
+    return acc_from_hist16(hist, info.dtype)
+
+
+def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
+    """An Acc equal to feeding every value through Acc.update, built from the counts of the 65,536 bit
+    patterns of an F16 or BF16 tensor (the moments to float64 rounding, summed by bin, not by chunk)."""
+    acc = new_acc(dtype)
+    value, finite, order, nan, posinf, neginf, zeros = _patterns(BITS16[dtype])
+    acc.count = int(hist.sum())
+    acc.nan = int(hist[nan].sum())
+    acc.posinf, acc.neginf = int(hist[posinf].sum()), int(hist[neginf].sum())
+    acc.zeros = int(hist[zeros].sum())   # +0 and -0
+    fin = hist * finite   # the histogram counts finite values only
+    acc.hist = fin
+    acc.n = n = int(fin.sum())
+    if n == 0:
+        return acc
+    present = order[fin[order] > 0]   # finite patterns that occur, by value
+    acc.min, acc.max = float(value[present[0]]), float(value[present[-1]])
+    v = value[present]
+    h = fin[present].astype(np.float64)
+    # np.add.reduce, not np.dot: BLAS threads a dot of an F16 tensor's ~20k present patterns, and its
+    # spinning threads cost more CPU than the sum
+    acc.mean = mean = float(np.add.reduce(h * v)) / n
+    d = v - mean
+    acc.m2 = float(np.add.reduce(h * d * d))
+    acc.sum_abs = float(np.add.reduce(h * np.abs(v)))
+    return acc
+
+
+_PATTERNS: dict[str, tuple[np.ndarray, ...]] = {}
+
+
+def _patterns(domain: str) -> tuple[np.ndarray, ...]:
+    """(value, finite mask, finite patterns by value, and the patterns of NaN, +Inf, -Inf and zero) of a
+    16-bit domain, computed once: a checkpoint of many small tensors asks for them per tensor."""
+    if domain not in _PATTERNS:
+        value, _, finite, order = tables(domain)
+        with np.errstate(invalid="ignore"):
+            _PATTERNS[domain] = (value, finite, order, np.flatnonzero(np.isnan(value)), np.flatnonzero(value == np.inf),
+                                 np.flatnonzero(value == -np.inf), np.flatnonzero(value == 0))
+    return _PATTERNS[domain]

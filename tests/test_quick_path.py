@@ -1,0 +1,158 @@
+"""The quick path (ckptstat/commands/quick.py) answers `ckptstat [summary] PATH --json` exactly as the
+typer command does: same exit code, stdout and stderr, on good and bad input; every other line is left
+to typer; and it loads no CLI framework, no rich, no numpy."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import fixture
+
+from ckptstat.commands import quick
+from ckptstat.formats import registry
+
+
+def _both(cli, monkeypatch, *args: str) -> tuple[tuple, tuple]:
+    fast = cli(*args)
+    monkeypatch.setattr(quick, "ENABLED", False)
+    slow = cli(*args)
+    monkeypatch.setattr(quick, "ENABLED", True)
+    return fast, slow
+
+
+def _lines(tmp_path) -> list[list[str]]:
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\xff" * 8 + b"{}")
+    hostile = tmp_path / "ctrl.safetensors"
+    hostile.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00" + b'{"\x1b[31m": 1}  ')
+    st = fixture("bert-tiny", "model.safetensors")
+    return [
+        ["--json", st],
+        [st, "--json"],
+        ["summary", "--json", st],
+        ["summary", st, "--json", "--layers"],
+        ["--json", fixture("llama-tiny-sharded")],
+        ["--json", st, "--config", fixture("bert-tiny", "config.json")],
+        ["--json", f"--config={fixture('bert-tiny', 'config.json')}", st],
+        ["--json", st, "--config", str(tmp_path / "missing.json")],
+        ["--json", str(tmp_path / "missing.safetensors")],
+        ["--json", str(bad)],
+        ["--json", str(hostile)],
+        ["--json", str(tmp_path)],
+        ["--json", "nul\x00byte.safetensors"],
+    ]
+
+
+def test_same_answer_as_typer(cli, monkeypatch, tmp_path):
+    for line in _lines(tmp_path):
+        assert quick._parse(line) is not None, line
+        fast, slow = _both(cli, monkeypatch, *line)
+        assert fast == slow, line
+
+
+@pytest.mark.parametrize("line", [
+    [], ["--help"], ["summary", "--help"], ["x.safetensors"], ["summary", "x.safetensors"],
+    ["stats", "x.safetensors", "--json"], ["tensors", "x.safetensors", "--json"],
+    ["summary", "x.safetensors", "--json", "--verify"], ["sumary", "--json"], ["model", "--json"],
+    ["--json", "a.safetensors", "b.safetensors"], ["--json", "x.safetensors", "--config"],
+    ["--json", "x.safetensors", "--config", "a", "--config", "b"], ["--json=1", "x.safetensors"],
+    ["--json", "--", "x.safetensors"], ["--allow-external", "--json", "x.safetensors"],
+])
+def test_other_lines_go_to_typer(line):
+    assert quick._parse(line) is None
+
+
+def test_hook_modules_match_the_registered_hooks():
+    registry._load_all()
+    assert set(registry._HOOK_MODULES) == set(registry._FILE_HOOKS)
+
+
+def test_summary_json_loads_no_framework():
+    """What issue 22 deferred stays deferred: `ckptstat PATH --json` on a safetensors file imports
+    neither typer, click, pydantic, rich nor numpy, and of the readers only safetensors'."""
+    code = ("import sys; sys.argv = ['ckptstat', '--json', " + repr(fixture("bert-tiny", "model.safetensors")) + "]\n"
+            "from ckptstat.commands.quick import run\n"
+            "try:\n    run()\nexcept SystemExit as e:\n    assert e.code == 0, e.code\n"
+            "heavy = ('typer', 'click', 'pydantic', 'rich', 'numpy', 'torch', 'h5py', 'matplotlib', 'transformers')\n"
+            "from ckptstat.formats.registry import _MODULES\n"
+            "print(sorted({m.split('.')[0] for m in sys.modules} & set(heavy)),"
+            " [m for m in _MODULES if 'ckptstat.formats.' + m in sys.modules], file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert r.returncode == 0, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == "[] ['safetensors']"
+
+
+# --- the shortcuts issue 22's per-name passes take, each resting on a property of a rule table ---------
+
+def test_every_tf_spelling_rule_has_a_literal():
+    from ckptstat.families.infer import _TF_LITERALS, _TF_SPELLINGS
+    for rx, _ in _TF_SPELLINGS:
+        assert any(lit in rx.pattern.replace("\\", "") for lit in _TF_LITERALS), rx.pattern
+
+
+def test_every_layout_rule_has_a_literal():
+    from ckptstat.naming import _LAYOUT_LITERALS, LAYOUT_RULES
+    for rx, _ in LAYOUT_RULES:
+        assert any(lit in rx.pattern.replace("\\", "") for lit in _LAYOUT_LITERALS), rx.pattern
+
+
+def test_no_signature_reads_a_numbered_component():
+    """families.detect matches name shapes with whole numbered components read as 0."""
+    import re
+
+    from ckptstat.families import FAMILIES
+    for f in FAMILIES:
+        assert not re.search(r"(\[\./\]|\\\.|/|\^)\d", f.signature), (f.name, f.signature)
+
+
+def test_canonical_and_find_shortcuts_agree_with_the_plain_rules():
+    import re
+
+    from ckptstat.core import TensorInfo
+    from ckptstat.families import infer
+    from ckptstat.naming import normalize
+
+    names = ["bert/encoder/layer_3/attention/self/query/kernel:0", "tf_bert_model/bert/embeddings/word_embeddings",
+             "model.layers.0.self_attn.q_proj.weight", "cls/predictions/output_bias", "a\nlm_head.weight",
+             "lm_head.weight", "x.layer_1.gamma", "encoder.layer.0.beta", "mlm___cls/predictions/bias:0"]
+
+    def slow(name: str) -> str:
+        n = normalize(name)
+        if "___" in n:
+            parts = n.split(".")
+            n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
+        for rx, repl in infer._TF_SPELLINGS:
+            n = rx.sub(repl, n)
+        return n
+
+    for n in names:
+        assert infer.canonical_name(n) == slow(n), n
+    for subset in (names, [n for n in names if "\n" not in n]):   # a name with a newline: the plain scan
+        t = {n: TensorInfo(n, "F32", (2, 2), "f", 0, 16) for n in subset}
+        index = infer.NameIndex(t)
+        for pattern in [r"lm_head\.weight$", r"^lm_head", r"(^|\.)layer\.(\d+)\.", r"weight$", r"query",
+                        r"[^x]lm_head", r"(?<!a)lm_head", r"\Alm_head", r"s[\s\S]*bias", "nothing"]:
+            plain = next((t[n] for n in t if re.search(pattern, n)), None)
+            assert infer.find(index, pattern) is plain, pattern
+
+
+def test_lazy_detection_picks_what_the_full_registry_picks():
+    """formats/registry.py imports reader modules only as far as detection needs: in a fresh
+    interpreter each file's format is the one the fully loaded registry picks first."""
+    from conftest import FIXTURES
+
+    files = ["bert-tiny/model.safetensors", "torch/dtypes.pt", "torch/dtypes-legacy.pt", "keras3/model.weights.h5",
+             "keras3-zip/mlp.keras", "gguf/llama-tiny-q.gguf", "onnx/dtypes.onnx", "numpy/embedding.npy",
+             "numpy/bert-layer.npz", "tf1-bert/model.ckpt-0.index"]
+    paths = [os.path.join(FIXTURES, f) for f in files if os.path.exists(os.path.join(FIXTURES, f))]
+    code = ("import sys; from ckptstat.formats import registry\n"
+            "lazy = [registry.detect(p).name for p in sys.argv[1:]]\n"
+            "registry._load_all()\n"
+            "full = [next(f.name for f in registry.FORMATS if f.accept(registry.Probe.of(p))) for p in sys.argv[1:]]\n"
+            "print(lazy == full, lazy, full)")
+    r = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("True"), r.stdout
