@@ -264,3 +264,28 @@ def test_file_shrinking_after_open_is_a_checkpoint_error(tmp_path, workers: int)
         f.truncate(os.path.getsize(path) // 2)
     with pytest.raises(CorruptCheckpointError, match="model.safetensors"):
         collect(ckpt, workers=workers)
+
+
+def test_layer_accumulators_stay_sparse(tmp_path):
+    """A file of many tiny layers (a hostile header can name 100,000) holds no 512 KiB histogram per layer:
+    the layer and bucket accumulators keep their counts sparse, and their quantiles are numpy's."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.stats import collect
+
+    rng = np.random.default_rng(0)
+    arrays = {f"layers.{i}.w": rng.standard_normal(3).astype(np.float32) for i in range(300)}
+    save_file(arrays, tmp_path / "m.safetensors")
+    from ckptstat.analysis.stats import Item, run_items
+
+    ckpt = open_checkpoint(tmp_path / "m.safetensors")
+    items = [Item(n, "encoder", int(n.split(".")[1]), "parameter") for n in arrays]
+    _, groups = run_items(ckpt, items, 1 << 20)
+    assert len(groups) == 302 and all(acc.dense is None and len(acc.hist_keys) <= 900 for acc in groups.values())
+    run = collect(ckpt, None, (), False, 1 << 20, 1, None)
+    layer7 = next(r for r in run.report["layers"] if r["layer"] == 7)
+    # F32 values are binned by their bfloat16 key: within the stated bound (docs/stats.md), 2^-8 relative
+    assert layer7["quantiles"]["p50"] == pytest.approx(float(np.quantile(arrays["layers.7.w"], 0.5)), rel=2 ** -8)
+    assert layer7["min"] == float(arrays["layers.7.w"].min()) and layer7["max"] == float(arrays["layers.7.w"].max())

@@ -120,23 +120,41 @@ class Acc:
     m2: float = 0.0
     sum_abs: float = 0.0
     tensors: int = 0
-    hist: np.ndarray = field(default_factory=lambda: np.zeros(NBINS, dtype=np.int64))
+    # The histogram is held one of two ways. Sparse (sorted keys and their counts) until a chunk is bincounted
+    # into it: the accumulators of layers and buckets only merge, and a dense one is 512 KiB, so a file of many
+    # tiny layers (a hostile header can name 100,000) would take gigabytes. Dense (`hist`) for the one tensor
+    # being read.
+    hist_keys: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    hist_counts: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64), repr=False)
+    dense: np.ndarray | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def hist(self) -> np.ndarray:
+        """The 65,536 counts, dense (made dense on first use)."""
+        if self.dense is None:
+            self.dense = np.zeros(NBINS, dtype=np.int64)
+            self.dense[self.hist_keys] = self.hist_counts
+            self.hist_keys = self.hist_counts = np.zeros(0, dtype=np.int64)
+        return self.dense
+
+    @hist.setter
+    def hist(self, value: np.ndarray) -> None:
+        self.dense = value
+        self.hist_keys = self.hist_counts = np.zeros(0, dtype=np.int64)
+
+    def compact(self) -> Acc:
+        """The histogram sparse again (what crosses processes, and what a merged-into group keeps)."""
+        if self.dense is not None:
+            nz = np.flatnonzero(self.dense)
+            self.hist_keys, self.hist_counts, self.dense = nz, self.dense[nz], None
+        return self
 
     def __getstate__(self) -> dict:
-        """Pickled (to and from --workers processes) with the histogram sparse: most of a tensor's or
-        layer's 65,536 bins are empty, and a dense one is 512 KiB per accumulator (issue 22)."""
-        state = dict(self.__dict__)
-        hist = state.pop("hist")
-        nz = np.flatnonzero(hist)
-        state["hist_sparse"] = (nz.astype(np.int32), hist[nz])
-        return state
+        """Pickled (to and from --workers processes) with the histogram sparse (issue 22)."""
+        return dict(self.compact().__dict__)
 
     def __setstate__(self, state: dict) -> None:
-        state = dict(state)
-        keys, counts = state.pop("hist_sparse")
-        hist = np.zeros(NBINS, dtype=np.int64)
-        hist[keys] = counts
-        self.__dict__.update(state, hist=hist)
+        self.__dict__.update(state)
 
     def add_moments(self, n: int, mean: float, m2: float) -> None:
         """Chan et al. (1979) pairwise update of (n, mean, M2)."""
@@ -207,16 +225,27 @@ class Acc:
         return x32.view(np.uint32) >> 16
 
     def merge(self, other: Acc) -> None:
-        """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys."""
-        hist, exact = other.hist, other.exact
+        """Fold another accumulator in; an F16-domain histogram is rebinned to bfloat16 keys. A sparse
+        accumulator (a layer's, a bucket's) stays sparse."""
+        if other.dense is not None:
+            keys = np.flatnonzero(other.dense)
+            counts = other.dense[keys]
+        else:
+            keys, counts = other.hist_keys, other.hist_counts
+        exact = other.exact
         if other.domain != self.domain:
             if self.domain != "bf16":
                 raise ValueError("only the bf16 domain accepts other domains")
             keymap, keeps = _f16_to_bf16()
-            nz = np.flatnonzero(hist)
-            hist = np.bincount(keymap[nz], weights=hist[nz], minlength=NBINS).astype(np.int64)
-            exact = exact and bool(keeps[nz].all())
-        self.hist += hist
+            exact = exact and bool(keeps[keys].all())
+            keys = keymap[keys]
+        if self.dense is not None:
+            np.add.at(self.dense, keys, counts)
+        else:
+            self.hist_keys, inverse = np.unique(np.concatenate([self.hist_keys, keys]), return_inverse=True)
+            summed = np.zeros(len(self.hist_keys), dtype=np.int64)
+            np.add.at(summed, inverse, np.concatenate([self.hist_counts, counts]))
+            self.hist_counts = summed
         self.exact = self.exact and exact
         for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
@@ -224,7 +253,11 @@ class Acc:
         self.add_moments(other.n, other.mean, other.m2)
 
     def quantiles(self, ps: Sequence[float]) -> list[float | None]:
-        return hist_quantiles(self.hist, self.domain, self.exact, ps, self.min, self.max)
+        hist = self.dense
+        if hist is None:   # a passing dense copy: a sparse accumulator stays sparse
+            hist = np.zeros(NBINS, dtype=np.int64)
+            hist[self.hist_keys] = self.hist_counts
+        return hist_quantiles(hist, self.domain, self.exact, ps, self.min, self.max)
 
     def row(self, ps: Sequence[float] = QUANTILES) -> dict:
         n = self.n

@@ -15,8 +15,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
 from ..naming import BUCKETS
@@ -24,7 +22,6 @@ from .audit import Settings, applied, settings
 from .stats import (
     ANOMALY_RULE,
     DEFAULT_STATS_CHUNK,
-    NBINS,
     QUANTILE_RULE,
     QUANTILES,
     STATS_SCHEMA,
@@ -45,17 +42,12 @@ _OPEN: dict[tuple, Checkpoint] = {}
 _KEEP = 4
 
 
-def _pack(acc: Acc) -> dict[str, Any]:
-    state = {k: v for k, v in acc.__dict__.items() if k != "hist"}
-    nz = np.flatnonzero(acc.hist)
-    return {**state, "hist_keys": nz.astype(np.int32), "hist_counts": acc.hist[nz]}
+def _pack(acc: Acc) -> Acc:
+    return acc.compact()   # the histogram sparse on the wire
 
 
-def _unpack(d: dict[str, Any]) -> Acc:
-    d = dict(d)
-    hist = np.zeros(NBINS, dtype=np.int64)
-    hist[d.pop("hist_keys")] = d.pop("hist_counts")
-    return Acc(**d, hist=hist)
+def _unpack(acc: Acc) -> Acc:
+    return acc
 
 
 def _stamp(ckpt: Checkpoint) -> tuple:
