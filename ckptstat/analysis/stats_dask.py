@@ -42,14 +42,6 @@ _OPEN: dict[tuple, Checkpoint] = {}
 _KEEP = 4
 
 
-def _pack(acc: Acc) -> Acc:
-    return acc.compact()   # the histogram sparse on the wire
-
-
-def _unpack(acc: Acc) -> Acc:
-    return acc
-
-
 def _stamp(ckpt: Checkpoint) -> tuple:
     import os
 
@@ -75,7 +67,7 @@ def _raise(kind: str, path: str | None, reason: str) -> None:
     raise CkptstatError(reason)
 
 
-def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int) -> list[tuple[dict, dict]]:
+def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int) -> list[tuple[dict, Acc]]:
     from ..formats.registry import open_checkpoint
 
     key = (path, config, stamp)
@@ -90,7 +82,7 @@ def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
         acc = tensor_stats(ckpt, info, chunk_bytes)
         row = {"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
                "dtype": info.dtype, "shape": list(info.shape), **acc.row()}
-        out.append((row, _pack(acc)))
+        out.append((row, acc.compact()))   # the histogram sparse on the wire
     return out
 
 
@@ -157,9 +149,8 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
     for part, res in zip(parts, results):
         for it, (row, packed) in zip(part, res):
             rows.append(row)
-            acc = _unpack(packed)
             for key in _groups(it):
-                groups.setdefault(key, Acc()).merge(acc)
+                groups.setdefault(key, Acc()).merge(packed)
     return _report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)
 
