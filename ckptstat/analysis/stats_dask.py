@@ -128,7 +128,7 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
         futures = [client.submit(_task, ckpt.path, ckpt.config_path, stamp, p, chunk_bytes, using, pure=False, retries=1)
                    for p in parts]
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list[list[tuple[dict, dict]]] = [[] for _ in parts]
+        results: list[list[tuple[dict, Acc]]] = [[] for _ in parts]
         done = 0
         if progress:
             progress(0, total_bytes)
