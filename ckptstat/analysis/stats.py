@@ -150,7 +150,24 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
 _W: dict = {}
 
 
+def _fetched_since_mark() -> dict | None:
+    """A URL: what this worker fetched since its last report (the reopen included), for the parent to add
+    to its own `fetched` (docs/remote.md). A forked worker's meter starts at the parent's counts: the mark."""
+    import sys
+
+    src = sys.modules.get("ckptstat.sources")
+    if src is None:
+        return None
+    out = src.METER.since(_W.get("mark") or {})
+    _W["mark"] = src.METER.report()
+    return out
+
+
 def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
+    import sys
+
+    src = sys.modules.get("ckptstat.sources")
+    _W["mark"] = src.METER.report() if src is not None else {}
     if _W.get("ckpt") is None:
         from ..formats.registry import open_checkpoint
 
@@ -167,7 +184,7 @@ def _worker_run(task: tuple[list[Item], int]) -> tuple:
             counter.value += nbytes
 
     try:
-        return ("ok",) + run_items(_W["ckpt"], items, chunk_bytes, tick)
+        return ("ok",) + run_items(_W["ckpt"], items, chunk_bytes, tick) + (_fetched_since_mark(),)
     except CkptstatError as e:   # the tree's exceptions take extra __init__ args: send them as data
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
@@ -237,6 +254,10 @@ def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: in
                 if res[0] == "error":
                     _raise_worker_error(*res[1:])
                 rows += res[1]
+                if res[3]:   # the worker's network counts (docs/remote.md, `fetched`)
+                    import sys
+
+                    sys.modules["ckptstat.sources"].METER.merge(res[3])
                 for key, acc in res[2].items():
                     groups.setdefault(key, Acc()).merge(acc)
     finally:   # on an error, tasks not started are cancelled; those running finish (each is a slice of the work)
@@ -323,7 +344,15 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
         rows, groups = run_items(ckpt, items, chunk_bytes, tick)
     if progress:
         progress(total_bytes, total_bytes)
-    elapsed = time.perf_counter() - t0
+    return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, workers, total_bytes,
+                        time.perf_counter() - t0, rows, groups, skipped)
+
+
+def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], all_roles: bool, chunk_bytes: int,
+                 workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: dict[GroupKey, Acc],
+                 skipped: list[dict]) -> StatsRun:
+    """The report (schema ckptstat.stats/1) from the per-tensor rows and the merged group accumulators,
+    however they were computed (one process, a pool, a Dask cluster)."""
     flags = anomalies(rows)
     flagged: dict[str, list[str]] = {}
     for f in flags:

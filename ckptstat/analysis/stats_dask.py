@@ -17,22 +17,8 @@ from typing import Any
 
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
-from ..naming import BUCKETS
 from .audit import Settings, applied, settings
-from .stats import (
-    ANOMALY_RULE,
-    DEFAULT_STATS_CHUNK,
-    QUANTILE_RULE,
-    QUANTILES,
-    STATS_SCHEMA,
-    Acc,
-    GroupKey,
-    Item,
-    StatsRun,
-    anomalies,
-    select,
-    tensor_stats,
-)
+from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, build_report, select, tensor_stats
 
 Progress = Callable[[int, int], None]
 TASKS_PER_WORKER = 4
@@ -151,49 +137,5 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
             rows.append(row)
             for key in _groups(it):
                 groups.setdefault(key, Acc()).merge(packed)
-    return _report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
+    return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)
-
-
-def _report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], all_roles: bool, chunk_bytes: int,
-            workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: dict[GroupKey, Acc],
-            skipped: list[dict]) -> StatsRun:
-    """The report as analysis.stats.collect builds it (tests/test_audit.py checks they stay equal)."""
-    flags = anomalies(rows)
-    flagged: dict[str, list[str]] = {}
-    for f in flags:
-        flagged.setdefault(f["name"], []).append(f["kind"])
-    for r in rows:
-        r["flags"] = flagged.get(r["name"], [])
-
-    def grow(acc: Acc) -> dict:
-        return {"tensors": acc.tensors, **acc.row()}
-
-    bucket_acc = {k[1]: a for k, a in groups.items() if k[0] == "bucket"}
-    report = {
-        "schema": STATS_SCHEMA,
-        "path": ckpt.path,
-        "format": ckpt.format,
-        "selection": {"filter": pattern, "buckets": list(buckets), "roles": "all" if all_roles else "parameter"},
-        "chunk_bytes": chunk_bytes,
-        "workers": workers,
-        "bytes_read": total_bytes,
-        "seconds": elapsed,
-        "conventions": {
-            "std": "population standard deviation (ddof=0) over finite values; mean, min, max, mean_abs, "
-                   "l2 and quantiles also over finite values; zero_fraction over all elements",
-            "moments": "float64 accumulators, chunks merged with Chan et al.'s parallel update",
-            "quantiles": QUANTILE_RULE,
-            "anomalies": ANOMALY_RULE,
-            "aliases": "a tied weight stored under two names is read once, under its first name",
-        },
-        "quantile_levels": list(QUANTILES),
-        "total": grow(groups[("total",)]) if ("total",) in groups else None,
-        "buckets": [{"bucket": b, **grow(bucket_acc[b])} for b in BUCKETS if b in bucket_acc],
-        "layers": [{"bucket": k[1], "layer": k[2], **grow(a)}
-                   for k, a in sorted((k, a) for k, a in groups.items() if k[0] == "layer")],
-        "tensors": rows,
-        "anomalies": flags,
-        "skipped": skipped,
-    }
-    return StatsRun(report, bucket_acc)
