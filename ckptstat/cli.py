@@ -24,6 +24,7 @@ from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
 
 app = typer.Typer(
+    rich_markup_mode="markdown",   # a docstring paragraph wraps as one paragraph in --help
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
