@@ -97,6 +97,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     bottleneck = any(c == (3 if tv else 2) for _, _, c in convs)
     last = 3 if bottleneck else 2
     last_idx = last if tv else last - 1
+    if any((s, 0, last_idx) not in convs for s in stages):   # timm's test_resnet mixes BasicBlock and Bottleneck stages
+        raise UsageError("cannot infer the architecture from tensor names: ResNet stages of mixed block kinds "
+                         "(basic and bottleneck); pass --config")
     widths = [convs[(s, 0, last_idx)][0] for s in stages]
     depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
     # a projection shortcut where the stem and the first stage are as wide shows a strided first stage
