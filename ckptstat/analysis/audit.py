@@ -15,6 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from ..core.urls import is_url, parent
 from ..errors import CheckpointError, CkptstatError, short_text
 from .audit_find import Unit
 from .scan import pickle_bearing
@@ -22,7 +23,8 @@ from .scan import pickle_bearing
 AUDIT_SCHEMA = "ckptstat.audit/1"
 SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
 TIMING_FIELDS = ("seconds", "worker")
-SCAN_ORDER = ("unsafe", "unknown", "unreadable", "safe")   # worst first: a unit's verdict is its worst file's
+NOT_SCANNED = "not scanned (remote)"   # a URL's pickle: scan follows torch.load through a local file only
+SCAN_ORDER = ("unsafe", "unknown", "unreadable", NOT_SCANNED, "safe")   # worst first: a unit's verdict is its worst file's
 TIE_VERDICTS = ("broken", "unchecked", "duplicated", "tied", "none", "error")
 COMPARE_CHUNK = 4 << 20
 MAX_ATTEMPTS = 3   # a unit whose worker died this many times is recorded as an error
@@ -41,6 +43,10 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
 
     rows = []
     for f in files:
+        if is_url(f):   # never `safe`: what is not scanned says so (docs/audit.md, "Remote roots")
+            if pickle_bearing(f):
+                rows.append({"file": f, "status": NOT_SCANNED, "unsafe_globals": []})
+            continue
         if not os.path.isfile(f) or not pickle_bearing(f):
             continue
         try:
@@ -106,21 +112,36 @@ def _config(report: dict[str, Any]) -> dict[str, Any]:
             + [s["name"] for s in check["shape_mismatches"][:3]]}
 
 
+def _rel(f: str, unit_path: str) -> str:
+    if is_url(unit_path):
+        folder = parent(unit_path) + "/"
+        return f[len(folder):] if f.startswith(folder) else f
+    return os.path.relpath(f, os.path.dirname(unit_path) or ".")
+
+
 def blank_record(unit: Unit) -> dict[str, Any]:
-    return {"schema": AUDIT_SCHEMA, "path": unit.path, "files": [os.path.relpath(f, os.path.dirname(unit.path) or ".")
-                                                                  for f in unit.files],
-            "bytes": unit.bytes, "mtime_ns": unit.mtime_ns, "format": None, "parameters": None, "tensor_bytes": None,
-            "dtypes": {}, "buckets": {}, "ties": None, "scan": None, "config": None, "error": None}
+    """`etag` and `fetched` are a URL unit's (null for a local one): its files' versions (the resume key
+    with path and bytes) and what auditing it fetched, from cold caches."""
+    url = is_url(unit.path)
+    return {"schema": AUDIT_SCHEMA, "path": unit.path, "files": [_rel(f, unit.path) for f in unit.files],
+            "bytes": unit.bytes, "mtime_ns": None if url else unit.mtime_ns, "etag": unit.etag, "format": None,
+            "parameters": None, "tensor_bytes": None, "dtypes": {}, "buckets": {}, "ties": None, "scan": None,
+            "config": None, "error": None, "fetched": None}
 
 
-Settings = tuple[Any, bool]   # (core.limits.Limits, allow_external): the CLI's --limit / --allow-external
+# (core.limits.Limits, allow_external, allow_full_download): the CLI's --limit, --allow-external, --allow-full-download
+Settings = tuple[Any, bool, bool]
 
 
 def settings() -> Settings:
-    """This process's limits and --allow-external, for tasks run in other processes or machines."""
+    """This process's limits, --allow-external and --allow-full-download, for tasks run in other processes
+    or machines."""
+    import sys
+
     from ..core import files, limits
 
-    return limits.limits(), files.allow_external_default()
+    src = sys.modules.get("ckptstat.sources")   # (not loaded: no URL read yet, nothing allowed)
+    return limits.limits(), files.allow_external_default(), bool(src and src.SETTINGS.allow_full_download)
 
 
 def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
@@ -142,11 +163,17 @@ def applied(using: Settings | None) -> Iterator[None]:
     old = settings()
     limits.reset(using[0])
     files.set_allow_external(using[1])
+    if using[2] != old[2]:
+        from .. import sources
+
+        sources.set_allow_full_download(using[2])
     try:
         yield
     finally:
         limits.reset(old[0])
         files.set_allow_external(old[1])
+        if using[2] != old[2]:
+            sources.set_allow_full_download(old[2])
 
 
 def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
@@ -156,7 +183,15 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     rec = blank_record(unit)
+    meter = None
+    if is_url(unit.path):   # cold caches: the counts are this unit's alone, whichever process runs it
+        from .. import sources
+
+        sources.forget_files()
+        meter, before = sources.METER, sources.METER.report()
     try:
+        if unit.error:
+            raise CkptstatError(unit.error)
         rec["scan"] = _scan(unit.files or (unit.path,))
         if not unit.files:
             raise CheckpointError(unit.path, "no such file or folder")
@@ -174,7 +209,10 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
         except Exception as e:  # noqa: BLE001
             rec["ties"] = {"verdict": "error", "error": _error_text(e)}
             rec["config"] = {"verdict": "error", "error": _error_text(e)}
-        extra = [f for f in ckpt.files if os.path.abspath(f) not in {os.path.abspath(g) for g in unit.files}]
+        def same(f: str) -> str:
+            return f if is_url(f) else os.path.abspath(f)
+
+        extra = [f for f in ckpt.files if same(f) not in {same(g) for g in unit.files}]
         if extra:   # a file the reader followed that discovery did not claim (scan it too)
             more = _scan(extra)
             rec["scan"]["files"] += more["files"]
@@ -182,6 +220,8 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
             rec["scan"]["verdict"] = next((x for x in SCAN_ORDER if x in statuses), "none")
     except Exception as e:  # noqa: BLE001 - a record never raises: the error is its field
         rec["error"] = _error_text(e)
+    if meter is not None:
+        rec["fetched"] = meter.since(before)
     rec["seconds"] = round(time.perf_counter() - t0, 6)
     rec["worker"] = worker or f"pid:{os.getpid()}"
     return rec
@@ -292,15 +332,20 @@ def run(units: list[Unit], workers: int = 1, scheduler: Any = None, values: bool
         progress: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
     """Records of `units` as they finish: serial (workers 1), a process pool, or a Dask cluster at
     `scheduler` (tcp://host:port, or a distributed.Client / LocalCluster address)."""
+    elsewhere = bool(scheduler) or (workers > 1 and len(units) > 1)
     if scheduler:
         from .audit_dask import run_dask
 
         it = run_dask(units, scheduler, values)
-    elif workers > 1 and len(units) > 1:
+    elif elsewhere:
         it = run_pool(units, workers, values)
     else:
         it = run_serial(units, values)
     for rec in it:
+        if elsewhere and rec.get("fetched"):   # what the workers fetched counts in this command's `fetched`
+            from .. import sources
+
+            sources.METER.merge(rec["fetched"])
         if progress:
             progress(rec)
         yield rec

@@ -9,15 +9,22 @@ or when its first bytes are a pickle's (analysis/scan.py `pickle_bearing`: a bar
 scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
 
 Symlinks are followed only to files inside the root, and links to folders never (as `ckptstat scan`).
+
+A URL root (https:// folder, hf://org/model[@rev], s3://bucket/prefix) is listed through the sources
+layer (sources/listing.py `walk`) and grouped by the same rules, folder by folder; its units are keyed
+by path, size and the store's version of each file (`etag`) instead of the mtime (docs/audit.md).
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import stat
 from dataclasses import dataclass
 
-from ..errors import CkptstatError, UsageError
+from ..core.files import join
+from ..core.urls import is_url, parent, scheme
+from ..errors import CheckpointError, CkptstatError, FileNotFound, UnknownFormatError, UsageError, short_text
 from ..formats.registry import detect, read_json
 from .scan import pickle_bearing
 
@@ -32,10 +39,20 @@ class Unit:
     files: tuple[str, ...]    # every file it spans: its size and mtime key the record for resuming
     bytes: int
     mtime_ns: int
+    etag: str | None = None    # a URL unit: its files' versions (sources/listing.py); None: unknown
+    error: str | None = None   # a URL the listing could not reach: the record's error
 
     @property
-    def key(self) -> tuple[str, int, int]:
-        return (self.path, self.bytes, self.mtime_ns)
+    def key(self) -> tuple[str, int, int | str]:
+        return resume_key(self.path, self.bytes, self.mtime_ns, self.etag) or (self.path, -1, "")
+
+
+def resume_key(path: str, size: int, mtime_ns: int | None, etag: str | None) -> tuple[str, int, int | str] | None:
+    """What a finished record is resumed by: path, size and mtime; for a URL, path, size and etag (None
+    when the store gave no version: such a unit is audited again on every run)."""
+    if is_url(path):
+        return (path, size, etag) if etag else None
+    return (path, size, mtime_ns) if mtime_ns is not None else None
 
 
 def _unit(path: str, files: list[str]) -> Unit:
@@ -61,8 +78,10 @@ def _is_unit(path: str) -> bool:
     try:
         detect(path)
         return True
-    except CkptstatError:
+    except UnknownFormatError:
         return pickle_bearing(path)
+    except CkptstatError:   # a URL that cannot be read (403, timeouts): a unit, whose record says why
+        return is_url(path) or pickle_bearing(path)
     except Exception:  # noqa: BLE001 - an odd file is judged by its pickle bytes alone
         return pickle_bearing(path)
 
@@ -113,36 +132,134 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
                 continue
             seen.add(real)
             files.append(p)
-        claimed: set[str] = set()
-        groups: list[tuple[str, list[str]]] = []
-        for p in files:
-            n = os.path.basename(p)
-            if n.endswith(".index.json"):
-                shards = [s for s in _shards(p) if s in files]
-                groups.append((p, [p, *shards]))
-            elif n.endswith(".index") and (data := [q for q in files if _tf_prefix(q) == n[:-6]]):
-                pointer = [q for q in files if os.path.basename(q) == "checkpoint"]
-                groups.append((p, [p, *data, *pointer]))
-            elif n.endswith(".onnx"):
-                external = [q for q in files if os.path.basename(q) in (n + ".data", n + "_data", n[:-5] + ".onnx_data")]
-                groups.append((p, [p, *external]))
-        for _, members in groups:
-            claimed.update(members[1:])
-        for path, members in groups:
-            if path not in claimed:
-                units.append(_unit(path, members))
-                claimed.add(path)
-        for p in files:
-            if p in claimed:
-                continue
-            if _is_unit(p):
-                units.append(_unit(p, [p]))
-            else:
-                skipped.append(p)
+        units += [_unit(path, members) for path, members in _group(files, skipped)]
     return units
 
 
+def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
+    """One folder's files (local paths or URLs) as units, each (its path, the files it spans): the
+    rules of the module doc; the files no unit takes go to `skipped`."""
+    claimed: set[str] = set()
+    groups: list[tuple[str, list[str]]] = []
+    for p in files:
+        n = os.path.basename(p)
+        if n.endswith(".index.json"):
+            shards = [s for s in _shards(p) if s in files]
+            groups.append((p, [p, *shards]))
+        elif n.endswith(".index") and (data := [q for q in files if _tf_prefix(q) == n[:-6]]):
+            pointer = [q for q in files if os.path.basename(q) == "checkpoint"]
+            groups.append((p, [p, *data, *pointer]))
+        elif n.endswith(".onnx"):
+            external = [q for q in files if os.path.basename(q) in (n + ".data", n + "_data", n[:-5] + ".onnx_data")]
+            groups.append((p, [p, *external]))
+    for _, members in groups:
+        claimed.update(members[1:])
+    out: list[tuple[str, list[str]]] = []
+    for path, members in groups:
+        if path not in claimed:
+            out.append((path, members))
+            claimed.add(path)
+    for p in files:
+        if p in claimed:
+            continue
+        if _is_unit(p):
+            out.append((p, [p]))
+        else:
+            skipped.append(p)
+    return out
+
+
+# --- remote roots ----------------------------------------------------------------------------------
+
+def _etag(members: list[str], versions: dict[str, str | None]) -> str | None:
+    """A unit's version: its one file's, or a digest of every member's (None if one has none)."""
+    tags = [versions.get(f) for f in members]
+    if any(t is None for t in tags):
+        return None
+    if len(tags) == 1:
+        return tags[0]
+    text = "\n".join(f"{os.path.basename(f)}={t}" for f, t in sorted(zip(members, tags)))
+    return "files:" + hashlib.blake2b(text.encode("utf-8", "backslashreplace"), digest_size=16).hexdigest()
+
+
+def _remote_walk(root: str, skipped: list[str]) -> list[Unit]:
+    """The units under a folder URL, from one recursive listing, folder by folder in the order os.walk
+    visits a local tree (a folder's own files, then its subfolders by name)."""
+    from ..sources import listing
+
+    found = listing.walk(root)
+    entries = [e for e in found if e.error is None]
+    failed = {e.url: e.error for e in found if e.error is not None}   # each its own unit: its record says why
+    sizes = {e.url: e.size for e in entries}
+    versions = {e.url: e.etag for e in entries}
+    folders: dict[str, list[str]] = {}
+    for e in found:
+        folders.setdefault(parent(e.url), []).append(e.url)
+    base = parent(join(root, "x"))
+
+    def order(folder: str) -> tuple[str, ...]:
+        return tuple(folder[len(base):].split("/"))
+
+    units: list[Unit] = []
+    saved_models: list[str] = []
+    for folder in sorted(folders, key=order):
+        if any(folder == s or folder.startswith(s + "/") for s in saved_models):
+            continue
+        names = sorted(u for u in folders[folder] if u not in failed)
+        units += [Unit(u, (u,), 0, 0, error=failed[u]) for u in sorted(folders[folder]) if u in failed]
+        if not names:
+            continue
+        if any(os.path.basename(f) == "saved_model.pb" for f in names):   # a TF SavedModel: the folder is one unit
+            saved_models.append(folder)
+            members = sorted(u for u in sizes if u.startswith(folder + "/"))
+            groups = [(folder, members)]
+        else:
+            groups = _group(names, skipped)
+        units += [Unit(path, tuple(m), sum(sizes[f] for f in m), 0, _etag(m, versions)) for path, m in groups]
+    return units
+
+
+def _hub_owner(url: str) -> bool:
+    rest = url.split("://", 1)[1].strip("/")
+    return scheme(url) == "hf" and bool(rest) and "/" not in rest and "@" not in rest
+
+
+def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
+    """A URL named as a root or in a list: a folder's units, or the one file; a URL that cannot be
+    reached is one unit carrying the error (a record, never the end of the run)."""
+    from ..core import files
+    from ..formats.registry import open_checkpoint  # noqa: F401 - installs the remote source (core.urls)
+    from ..sources import listing
+
+    try:
+        if _hub_owner(url):   # hf://name: a repository (a canonical id such as gpt2), else name's repositories
+            try:
+                if files.isdir(url):
+                    return _remote_walk(url, skipped)
+            except FileNotFound:
+                pass
+            from ..sources import hub
+
+            repos = hub.repos(url)
+            if not repos:
+                return [Unit(url, (), 0, 0, error=f"{url}: no such repository, user or organisation on the Hub")]
+            return [u for r in repos for u in _remote_entry(r, skipped)]
+        if files.isdir(url):
+            return _remote_walk(url, skipped)
+        if files.isfile(url):
+            e = listing.stat(url)
+            return [Unit(url, (url,), e.size, 0, e.etag)]
+        listing.stat(url)   # raises the store's own words (not found (HTTP 404), access denied...)
+        return [Unit(url, (), 0, 0, error=f"{url}: no such file or folder")]
+    except CheckpointError as e:
+        return [Unit(url, (), 0, 0, error=f"{e.path}: {short_text(Exception(e.reason))}")]
+    except CkptstatError as e:
+        return [Unit(url, (), 0, 0, error=short_text(e))]
+
+
 def _entry(target: str, skipped: list[str]) -> list[Unit]:
+    if is_url(target):
+        return _remote_entry(target, skipped)
     if os.path.isdir(target):
         return _walk(target, skipped)
     if os.path.isfile(target):
@@ -153,7 +270,7 @@ def _entry(target: str, skipped: list[str]) -> list[Unit]:
 
 
 def discover(target: str) -> tuple[list[Unit], list[str]]:
-    """The units under `target` (a folder, a file, or `@list.txt`: one path per line, `#` comments),
+    """The units under `target` (a folder, a file, a URL, or `@list.txt`: one path or URL per line, `#` comments),
     each once, in walk order; and the files looked at and skipped."""
     skipped: list[str] = []
     if target.startswith("@"):
@@ -166,7 +283,8 @@ def discover(target: str) -> tuple[list[Unit], list[str]]:
         entries = [ln for ln in lines if ln and not ln.startswith("#")]
     else:
         entries = [target]
-    entries = [os.path.normpath(e) for e in entries]   # `zoo/` and `zoo` key the same records
+    # `zoo/` and `zoo` key the same records (a URL keeps its slash: an http folder URL may need it)
+    entries = [e if is_url(e) else os.path.normpath(e) for e in entries]
     units: list[Unit] = []
     seen: set[str] = set()
     for entry in entries:

@@ -5,8 +5,9 @@ JSON Lines (one record per line, flushed as each finishes, so a killed run keeps
 beside it and the Parquet file is written once at the end, from every record (nested fields as JSON
 text, one column each); a re-run reads both back.
 
-A record is done, and skipped by a re-run, when its path, bytes and mtime_ns equal the unit's now
-(audit_find.Unit.key): a file changed since is audited again and its new record supersedes the old.
+A record is done, and skipped by a re-run, when its path, bytes and mtime_ns (a URL's: its etag) equal
+the unit's now (audit_find.Unit.key): a file changed since is audited again and its new record supersedes
+the old. A URL record without an etag (a server that sends no ETag or Last-Modified) is never skipped.
 A line that does not parse (a run killed mid-write) is ignored.
 """
 from __future__ import annotations
@@ -17,8 +18,9 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from ..errors import MissingDependencyError, UsageError
+from .audit_find import resume_key
 
-NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config")
+NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched")
 
 
 def is_parquet(out: str) -> bool:
@@ -29,9 +31,11 @@ def partial_path(out: str) -> str:
     return out + ".partial.jsonl" if is_parquet(out) else out
 
 
-def _key(rec: dict[str, Any]) -> tuple[str, int, int] | None:
+def _key(rec: dict[str, Any]) -> tuple[str, int, int | str] | None:
     try:
-        return (str(rec["path"]), int(rec["bytes"]), int(rec["mtime_ns"]))
+        mtime, etag = rec.get("mtime_ns"), rec.get("etag")
+        return resume_key(str(rec["path"]), int(rec["bytes"]), None if mtime is None else int(mtime),
+                          None if etag is None else str(etag))
     except (KeyError, TypeError, ValueError):
         return None
 
@@ -59,9 +63,9 @@ def _read_parquet(path: str) -> list[dict[str, Any]]:
     return rows
 
 
-def load(out: str) -> dict[tuple[str, int, int], dict[str, Any]]:
+def load(out: str) -> dict[tuple[str, int, int | str], dict[str, Any]]:
     """Records already in the results (and, for Parquet, its partial file), by key; the last wins."""
-    done: dict[tuple[str, int, int], dict[str, Any]] = {}
+    done: dict[tuple[str, int, int | str], dict[str, Any]] = {}
     sources = []
     if is_parquet(out) and os.path.isfile(out):
         sources += _read_parquet(out)

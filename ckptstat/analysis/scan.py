@@ -16,6 +16,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
+from ..core.files import open_regular
 from ..core.urls import is_url, redact
 from ..errors import CheckpointError, CkptstatError, FileNotFound
 from ..formats.torch import scan as scan_file
@@ -42,7 +43,7 @@ def pickle_bearing(path: str) -> bool:
     if path.lower().endswith(EXTENSIONS):
         return True
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) if is_url(path) else open(path, "rb") as f:   # a URL: its first window (audit)
             head = f.read(_HEAD)
             if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
                 return True

@@ -11,7 +11,8 @@ from .common import console, emit_json
 
 
 def audit(
-    root: str = typer.Argument(..., help="A folder to walk, one checkpoint, or @list.txt (one path per line)."),
+    root: str = typer.Argument(..., help="A folder to walk, one checkpoint, a URL (https folder, hf://org/model[@rev], "
+                               "hf://org, s3://bucket/prefix), or @list.txt (one path or URL per line)."),
     out: str = typer.Option(..., "--out", "-o", help="Results: JSON Lines, or Parquet when it ends .parquet (pyarrow)."),
     workers: int = typer.Option(1, "--workers", "-w", help="Local worker processes (0: one per CPU)."),
     scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:8786): "
@@ -24,7 +25,8 @@ def audit(
     as_json: bool = typer.Option(False, "--json", help="Print the summary as JSON instead of the table."),
 ) -> None:
     """Audit a fleet: per checkpoint its format, bytes, parameters, dtypes, buckets, ties verdict, scan
-    verdict and config cross-check, one JSON line each; a re-run skips what is done (path, size, mtime).
+    verdict and config cross-check, one JSON line each; a re-run skips what is done (path, size, and mtime, or a
+    URL's etag).
 
     Exit 0; 1 when any checkpoint is unsafe, has broken ties, or could not be read."""
     import os

@@ -16,12 +16,24 @@ urls.install(BACKEND)
 if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=BACKEND.after_fork)
 
-__all__ = ["BACKEND", "METER", "SETTINGS", "Backend", "Meter", "RemoteFile", "fetched", "reset", "set_allow_full_download"]
+__all__ = ["BACKEND", "METER", "SETTINGS", "Backend", "Meter", "RemoteFile", "fetched", "forget_files", "reset",
+           "set_allow_full_download"]
 
 
 def fetched() -> dict[str, int] | None:
     """What this process has fetched over the network (None: nothing), for --json's `fetched` object."""
     return METER.report() if METER.requests else None
+
+
+def forget_files() -> None:
+    """Forget the remote files' sizes and cached ranges and the hub's listings, keeping the counts: what
+    follows is read cold (one audit task, docs/audit.md)."""
+    import sys
+
+    BACKEND.forget_files()
+    hub = sys.modules.get(f"{__name__}.hub")
+    if hub is not None:
+        hub.forget()
 
 
 def reset() -> None:

@@ -115,3 +115,21 @@ def listdir(url: str) -> list[str]:
     fs = _filesystem()
     entries = _call(url, fs.ls, url, detail=True)
     return sorted(basename(e["name"]) for e in entries if e.get("type") == "file")
+
+
+def repos(url: str) -> list[str]:
+    """hf://name: the model repositories of the user or organisation `name`, as hf:// URLs (huggingface_hub
+    `HfApi.list_models(author=name)`: GET /api/models?author=name, the Hub's paginated listing; each page
+    counted as a request, 1,000 ids a page assumed)."""
+    fs = _filesystem()
+    from huggingface_hub import HfApi
+
+    author = url.split("://", 1)[1].strip("/")
+    METER.request(url)
+    try:
+        ids = sorted({m.id for m in HfApi(endpoint=fs.endpoint).list_models(author=author)})
+    except Exception as e:  # noqa: BLE001 - requests' and huggingface_hub's errors, as one line
+        raise _error(url, e) from None
+    for _ in range(len(ids) // 1000):
+        METER.request(url)
+    return [f"hf://{i}" for i in ids if i.startswith(author + "/")]

@@ -50,6 +50,18 @@ class Meter:
         with self._lock:
             self.requests = self.bytes = self.retries = self.full_downloads = 0
 
+    def merge(self, counts: dict[str, int] | None) -> None:
+        """Add what another process fetched (a worker's `since` counts), without the limit checks: the
+        worker applied them."""
+        with self._lock:
+            for k, v in (counts or {}).items():
+                if k in ("requests", "bytes", "retries", "full_downloads") and isinstance(v, int):
+                    setattr(self, k, getattr(self, k) + v)
+
+    def since(self, before: dict[str, int]) -> dict[str, int]:
+        """What was fetched since `before` (an earlier `report()`)."""
+        return {k: v - before.get(k, 0) for k, v in self.report().items()}
+
     def report(self) -> dict[str, int]:
         return {"requests": self.requests, "bytes": self.bytes, "retries": self.retries,
                 "full_downloads": self.full_downloads}

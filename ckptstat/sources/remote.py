@@ -70,6 +70,7 @@ class Blob:
         self.backend, self.target = backend, target
         self.size: int | None = None
         self.ctype = ""
+        self.etag: str | None = None   # over http(s): the reply's ETag or Last-Modified (sources/http.py version)
         self.cache: OrderedDict[int, bytes] = OrderedDict()   # start -> bytes, least recently used first
         self.cached = 0
         self.window = FIRST_WINDOW
@@ -87,6 +88,7 @@ class Blob:
             if reply.total is not None:
                 self.size = reply.total
             self.ctype = reply.content_type or self.ctype
+            self.etag = reply.etag or self.etag
             if reply.spooled is not None:   # the server sent it all (--allow-full-download): read it locally
                 self.spool = reply.spooled
                 return _spool_read(self.spool, start, end)
@@ -258,6 +260,7 @@ class Backend:
         self._http: HttpTransport | None = None
         self.blobs: dict[str, Blob] = {}
         self.kinds: dict[str, str | None] = {}
+        self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
         self.lock = threading.Lock()
 
@@ -281,7 +284,17 @@ class Backend:
         """In a forked child (stats --workers): fsspec's event loop and sessions do not survive a fork, and a
         lock may have been held by a thread that is gone; start again, fetching anew."""
         self.lock = threading.Lock()
-        self.blobs, self.kinds, self.cached, self._http = {}, {}, 0, None
+        self.blobs, self.kinds, self.cached, self._http, self.stores = {}, {}, 0, None, {}
+
+    def forget_files(self) -> None:
+        """Forget every file's size, kind and cached ranges, keeping the session: the next reads start cold
+        (an audit task's fetched counts are then its own, wherever it runs; docs/audit.md)."""
+        with self.lock:
+            self.blobs.clear()
+            self.kinds.clear()
+            self.cached = 0
+            for fs in self.stores.values():   # the stores' listing caches (s3fs dircache) too
+                fs.invalidate_cache()
 
     def forget(self) -> None:
         with self.lock:
@@ -289,6 +302,7 @@ class Backend:
             self.kinds.clear()
             self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
+            self.stores.clear()   # (and new stores, with the credentials and endpoint in the environment now)
 
     # -- resolution -------------------------------------------------------------------------------
 
@@ -303,7 +317,13 @@ class Backend:
         fsspec_core = _need("fsspec.core")
         try:
             with _errors(url):
-                fs, path = fsspec_core.url_to_fs(url, skip_instance_cache=True)
+                fs = self.stores.get(s) if "::" not in url else None
+                if fs is not None:
+                    path = fs._strip_protocol(url)
+                else:
+                    fs, path = fsspec_core.url_to_fs(url, skip_instance_cache=True)
+                    if "::" not in url:
+                        self.stores[s] = fs
         except CheckpointError as e:   # fsspec's ImportError names the package a scheme needs (s3fs, gcsfs, adlfs)
             if "ImportError" in str(e) or "Install" in str(e):
                 raise MissingDependencyError(f"{s}:// URLs: {str(e).split(': ', 1)[-1]}") from None
