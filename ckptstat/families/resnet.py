@@ -79,7 +79,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths and block counts from the conv weights' names and shapes (transformers or torchvision names)."""
     tv = not infer.has(T, r"(^|\.)embedder\.embedder\.convolution\.weight$")
     if tv:
-        stem_w = infer.shape(T, r"(^|\.)conv1\.weight$", "the stem conv (conv1)")
+        stem_w = infer.shape(T, r"^([A-Za-z_]+\.)?conv1\.weight$", "the stem conv (conv1)")
         block = r"(^|\.)layer(\d+)\.(\d+)\.conv(\d)\.weight$"
         fc = infer.find(T, r"(^|\.)fc\.weight$")
     else:
