@@ -19,7 +19,7 @@ from .commands import analytic, memory, multi, values
 from .commands import audit as audit_cmd
 from .commands import report as report_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show
-from .commands.quick import quick
+from .commands.quick import _line, quick
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
 
@@ -237,14 +237,6 @@ def _global_options(args: list[str]) -> tuple[list[str], bool, dict[str, int]]:
         else:
             rest.append(a)
     return rest, allow, limits
-
-
-def _line(e: BaseException) -> str:
-    """An error's text for the one line: cut short before it is escaped (a hostile name can be long)."""
-    from .render import inert
-
-    text = str(e)
-    return inert(text if len(text) <= 2000 else text[:2000] + "...")
 
 
 def main(argv: list[str] | None = None) -> int:

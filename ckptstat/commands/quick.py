@@ -107,6 +107,8 @@ def _gc_paused() -> Iterator[None]:
 
 
 def _line(e: BaseException) -> str:
+    """An error's text for the one line (here and in cli.main): cut short before it is escaped (a hostile name
+    can be long)."""
     from ..render.names import inert
 
     text = str(e)
