@@ -21,7 +21,7 @@ from ..families import by_model_type
 from ..families.base import TieRule
 from ..families.infer import canonical_name, tf_spelled
 from ..naming import structural_ties
-from .counts import aliases
+from .counts import aliases, memoised
 from .quant import logical
 from .resolve import resolve
 
@@ -97,7 +97,7 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
                     add(Tie(alias, name, label, "absent from file", tensors[name].numel, rule.module))
             elif alias not in ties and tensors[alias].shape == tensors[name].shape:
                 add(Tie(alias, name, label, "stored twice", tensors[name].numel, rule.module))
-    for absent, target, _ in structural_ties(tensors):
+    for absent, target, _ in _structural(ckpt):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     _tf_spelled_rules(ckpt, resolution, tied_cfg, names_tied, add, ties)
     if deep:
@@ -169,4 +169,9 @@ def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tup
 def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
     """Ties a checkpoint shows only by what it lacks (naming.structural_ties), as summary notes."""
     return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
-            for absent, tied_to, evidence in structural_ties(logical(ckpt).tensors)]
+            for absent, tied_to, evidence in _structural(logical(ckpt))]
+
+
+def _structural(ckpt: Checkpoint) -> list[tuple[str, str, str]]:
+    """naming.structural_ties of a (logical) checkpoint, once: the summary's notes and its tie verdict both ask."""
+    return memoised(ckpt, "structural_ties", lambda c: structural_ties(c.tensors))
