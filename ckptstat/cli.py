@@ -156,7 +156,7 @@ app.command()(report_cmd.report)
 
 
 @app.command()
-def scan(path: str = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, or a folder to walk."),
+def scan(path: str = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, a folder to walk, or a URL."),
          as_json: bool = JsonOpt) -> None:
     """What torch.load without weights_only would run, following the path it takes through the file
     (nothing is unpickled). A folder: every pickle-bearing file under it. Exit 0 clean, 1 unsafe or

@@ -4,7 +4,8 @@ sharded indexes, torch zips and legacy streams, GGUF, pickles that run code, tru
 missing shard) served over loopback https-style HTTP (tests/remote_server.py), moto's S3 and the Hub
 stand-in. The oracle for every record is the local run over the same files (whose values tests/test_audit.py
 checks against the writers): the records must be equal apart from the path, timing, resume-key and fetched
-fields, and the scan verdict of a pickle, which a URL reports as `not scanned (remote)`, never `safe`.
+fields; a remote pickle is scanned with range requests (analysis/scan.py scan_url), so its scan verdict is
+the local one too.
 """
 from __future__ import annotations
 
@@ -92,12 +93,7 @@ def assert_same_as_local(remote: dict[str, dict], local: dict[str, dict], prefix
     assert set(mapped) == set(local)
     for path, r in mapped.items():
         want = {k: v for k, v in strip_timing(local[path]).items() if k not in REMOTE_ONLY}
-        if want["scan"]["verdict"] == "none":
-            assert r["scan"] == want["scan"], path
-        else:   # a pickle: the scan reads local files only, and says so
-            assert r["scan"]["verdict"] == NOT_SCANNED, path
-            assert [f["file"] for f in r["scan"]["files"]] == [f["file"] for f in want["scan"]["files"]], path
-        r["scan"] = want["scan"]
+        assert r["scan"] == want["scan"], path   # pickles scanned remotely: the local verdicts, file by file
         if want["error"] and "is missing" in want["error"]:   # a shard an index names: the store's 404
             assert r["error"].endswith("not found") or r["error"].endswith("not found (HTTP 404)"), r["error"]
             r["error"] = want["error"]
@@ -110,8 +106,9 @@ def test_http_zoo_equals_local(zoo, local, tmp_path, capsys):
     assert rc == 1   # unsafe pickles (local) / errors and broken ties: exit 1 either way
     assert len(records) == len(local) >= 30
     assert_same_as_local(records, local, s.url, zoo)
-    assert report["broken_ties"] and not report["unsafe"]   # unsafe needs a scan: remote pickles are not scanned
-    assert report["scan"][NOT_SCANNED] == sum(1 for r in local.values() if r["scan"]["verdict"] != "none")
+    local_unsafe = sorted(p for p, r in local.items() if r["scan"]["verdict"] == "unsafe")
+    assert report["broken_ties"] and report["unsafe"] == sorted(s.url + p[len(zoo):] for p in local_unsafe)
+    assert local_unsafe and NOT_SCANNED not in report["scan"]   # every remote pickle got a real verdict
     for r in records.values():   # per checkpoint: what auditing it fetched, from cold caches
         assert r["fetched"]["requests"] >= 1 and r["etag"] and r["mtime_ns"] is None
     assert report["fetched"]["requests"] > sum(r["fetched"]["requests"] for r in records.values())   # + the listing
@@ -293,3 +290,22 @@ def test_allow_full_download_reaches_the_workers(tmp_path, capsys):
     assert rc == 1 and all("--allow-full-download" in r["error"] for r in refused.values()) and len(refused) == 2
     records = [json.loads(x) for x in open(tmp_path / "b.jsonl")]
     assert [r["parameters"] for r in records] == [256 * 256] * 2 and all(r["fetched"]["full_downloads"] for r in records)
+
+
+def test_a_scan_the_store_cuts_short_is_not_scanned_never_safe(monkeypatch):
+    """A remote pickle whose scan fails in the store (a 404 after listing, a request limit): `not scanned
+    (remote)` with the store's line, never `safe`; a file torch.load cannot read stays `unreadable`."""
+    from ckptstat.analysis import audit as audit_mod
+    from ckptstat.errors import CheckpointError, CorruptCheckpointError
+
+    def fake_scan(url: str) -> dict:
+        if url.endswith("gone.pt"):
+            raise CheckpointError(url, "not found (HTTP 404)")
+        raise CorruptCheckpointError(url, "torch.load raises: a zip without an end of central directory")
+
+    monkeypatch.setattr(audit_mod, "scan_url", fake_scan)
+    monkeypatch.setattr(audit_mod, "pickle_bearing", lambda f: True)
+    r = audit_mod._scan(["https://h/m/gone.pt", "https://h/m/cut.pt"])
+    assert [f["status"] for f in r["files"]] == [NOT_SCANNED, "unreadable"]
+    assert r["files"][0]["error"] == "https://h/m/gone.pt: not found (HTTP 404)"
+    assert r["verdict"] == "unreadable"   # the worse of the two (analysis/audit.py SCAN_ORDER)

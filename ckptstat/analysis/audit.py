@@ -16,14 +16,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from ..core.urls import is_url, parent
-from ..errors import CheckpointError, CkptstatError, short_text
+from ..errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from .audit_find import Unit
-from .scan import pickle_bearing
+from .scan import pickle_bearing, scan_url
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
 SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
 TIMING_FIELDS = ("seconds", "worker")
-NOT_SCANNED = "not scanned (remote)"   # a URL's pickle: scan follows torch.load through a local file only
+NOT_SCANNED = "not scanned (remote)"   # a URL's pickle whose scan the store cut short (a 404, a limit): never safe
 SCAN_ORDER = ("unsafe", "unknown", "unreadable", NOT_SCANNED, "safe")   # worst first: a unit's verdict is its worst file's
 TIE_VERDICTS = ("broken", "unchecked", "duplicated", "tied", "none", "error")
 COMPARE_CHUNK = 4 << 20
@@ -43,9 +43,16 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
 
     rows = []
     for f in files:
-        if is_url(f):   # never `safe`: what is not scanned says so (docs/audit.md, "Remote roots")
-            if pickle_bearing(f):
-                rows.append({"file": f, "status": NOT_SCANNED, "unsafe_globals": []})
+        if is_url(f):   # scanned with range requests (analysis/scan.py scan_url), as the local file would be
+            if not pickle_bearing(f):
+                continue
+            try:
+                r = scan_url(f)
+                rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
+            except CorruptCheckpointError as e:   # torch.load cannot read it: as locally
+                rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
+            except CkptstatError as e:   # the store failed (404, a limit): never `safe`, and says why
+                rows.append({"file": f, "status": NOT_SCANNED, "unsafe_globals": [], "error": _error_text(e)})
             continue
         if not os.path.isfile(f) or not pickle_bearing(f):
             continue

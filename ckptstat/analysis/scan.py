@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.files import open_regular
-from ..core.urls import is_url, redact
+from ..core.urls import is_url
 from ..errors import CheckpointError, CkptstatError, FileNotFound
 from ..formats.torch import scan as scan_file
 from ..formats.torch.pickle_walk import walk
@@ -116,11 +116,56 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
             "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
 
 
+def scan_url(url: str) -> dict[str, Any]:
+    """A remote file's `ckptstat.scan/1` report, fetched with range requests (formats/torch/scan_remote.py)."""
+    from .. import sources  # noqa: F401 - installs the remote source the core reads URLs through
+    from ..formats.torch.scan_remote import scan_url as scan_remote
+
+    return scan_remote(url)
+
+
+def _walk_order(rel: str) -> list[tuple[int, str]]:
+    """os.walk's order (a folder's files by name, then its folders by name, each walked in turn) as a key."""
+    parts = rel.split("/")
+    return [(1, p) for p in parts[:-1]] + [(0, parts[-1])]
+
+
+def scan_tree_url(root: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every pickle-bearing file under a folder URL (an https folder the server lists, hf://org/model[@rev], an
+    s3:// prefix: sources/listing.py `walk`), scanned remotely, as scan_tree scans a local folder."""
+    from .. import sources  # noqa: F401
+    from ..sources.listing import walk as list_remote
+
+    prefix = root.split("?", 1)[0].rstrip("/") + "/"
+    files: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    entries = [(e.url[len(prefix):] if e.url.startswith(prefix) else e.url, e) for e in list_remote(root)]
+    for rel, e in sorted(entries, key=lambda x: _walk_order(x[0])):
+        if e.error:
+            skipped.append({"path": rel, "why": e.error})
+            continue
+        if not pickle_bearing(e.url):
+            continue
+        if progress:
+            progress(rel)
+        try:
+            files.append(_entry(rel, scan_url(e.url)))
+        except CkptstatError as err:
+            files.append(_entry(rel, None, err.reason if isinstance(err, CheckpointError) else str(err)))
+    totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
+    return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
+            "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
+
+
 def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """A file's `ckptstat.scan/1` report, or a folder's `ckptstat.scan_tree/1` report."""
+    """A file's `ckptstat.scan/1` report, or a folder's `ckptstat.scan_tree/1` report; a URL is scanned with
+    range requests (docs/torch.md, "Remote files")."""
     path = os.fspath(path)
-    if is_url(path):   # docs/remote.md: scan follows torch.load's path through a local file
-        raise CheckpointError(redact(path), "scan reads local files only; download the file first")
+    if is_url(path):
+        from .. import sources  # noqa: F401
+        from ..core.files import isdir
+
+        return scan_tree_url(path, progress) if isdir(path) else scan_url(path)
     if os.path.isdir(path):
         return scan_tree(path, progress)
     if not os.path.lexists(path):

@@ -11,6 +11,7 @@ dtype, offset, shape and stride. Anything else is refused by name; nothing from 
 - zipstream.py   values of storages in compressed zip records
 - reader.py      storages and views -> TensorInfo; detection and registration
 - scan.py        `ckptstat scan`: the paths torch.load takes through a file, pickle by pickle
+- scan_remote.py the same trace over a URL, with range requests and a byte bound
 - pickle_machine.py, pickle_walk.py  a model of the C unpickler that scan walks each pickle on
 - streams.py     the byte sources those walks read (file windows, inflated zip members)
 """

@@ -25,7 +25,7 @@ import zipfile
 from dataclasses import dataclass, field
 from typing import IO, Any
 
-from ...errors import CheckpointError, CorruptCheckpointError, FileNotFound, reading
+from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound, reading
 from .allowlist import STORAGE_ITEMSIZE, allowed_name
 from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
 from .pickle_machine import UNKNOWN, Global, Opaque, Walk
@@ -153,6 +153,8 @@ def _zip(t: Trace, f: IO[bytes], size: int) -> None:
         f.seek(0)
         zf = zipfile.ZipFile(f)
         infos = zf.infolist()
+    except CkptstatError:   # a remote file's read failed (404, a limit): not the zip's fault
+        raise
     except Exception as e:  # noqa: BLE001 - zipfile trips over hostile bytes in many ways
         if eocd is None:
             t.raises = "torch.load raises: a zip without an end of central directory"
@@ -260,6 +262,8 @@ def _tar_storages(t: Trace, f: IO[bytes], m: tarfile.TarInfo) -> bool:
             if count < 0:
                 raise ValueError
             src.skip(count * itemsize)
+        except CkptstatError:   # a remote read failed: not the file's fault
+            raise
         except Exception:  # noqa: BLE001 - Truncated, ValueError: torch's read fails the same way
             t.raises = f"torch.load raises reading storage {i}'s data"
             return False
@@ -280,6 +284,8 @@ def _tar_tensors(t: Trace, f: IO[bytes], m: tarfile.TarInfo) -> bool:
                 raise ValueError
             src.skip(4 + 16 * ndim)
             src.read(8)
+        except CkptstatError:   # a remote read failed: not the file's fault
+            raise
         except Exception:  # noqa: BLE001
             t.raises = f"torch.load raises reading tensor {i}'s sizes"
             return False
@@ -305,6 +311,8 @@ def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
         tar = tarfile.open(fileobj=f, mode="r:", format=tarfile.PAX_FORMAT)   # as torch opens it
     except tarfile.TarError:
         return False
+    except CkptstatError:   # a remote read failed: not the file's fault
+        raise
     except Exception as e:  # noqa: BLE001 - not a TarError: torch.load raises it
         t.raises = f"torch.load raises reading it as a tar ({type(e).__name__})"
         return True
@@ -404,14 +412,20 @@ def trace(path: str) -> Trace:
     with reading(path):
         f = open(path, "rb")
     with f, reading(path, "reading"):
-        size = os.fstat(f.fileno()).st_size
-        if f.read(4) == b"PK\x03\x04":
-            _zip(t, f, size)
-        elif not _tar(t, f, size):
-            if t.format.startswith("tar"):
-                t.format += ", read as a legacy stream after a tar error"
-            _legacy(t, f, size)
+        follow(t, f, os.fstat(f.fileno()).st_size)
     return t
+
+
+def follow(t: Trace, f: IO[bytes], size: int) -> None:
+    """torch.load's path through the open file `f` of `size` bytes (a local file, or a remote one read by
+    range requests: formats/torch/scan_remote.py)."""
+    f.seek(0)
+    if f.read(4) == b"PK\x03\x04":
+        _zip(t, f, size)
+    elif not _tar(t, f, size):
+        if t.format.startswith("tar"):
+            t.format += ", read as a legacy stream after a tar error"
+        _legacy(t, f, size)
 
 
 def _globals(walks: list[Walk]) -> list[dict[str, object]]:
@@ -480,10 +494,14 @@ def scan(path: str | os.PathLike[str]) -> dict[str, Any]:
         raise CheckpointError(path, "is a folder (ckptstat.analysis.scan.scan_path walks folders)")
     if not os.path.isfile(path):
         raise CheckpointError(path, "not a regular file")
-    t = trace(path)
+    return finish(trace(path))
+
+
+def finish(t: Trace) -> dict[str, Any]:
+    """The trace's report, or CorruptCheckpointError when torch.load cannot read the file (see scan)."""
     r = report(t)
     if r["status"] == "safe" and t.unreadable:
         dormant = r["unreached_unsafe_globals"]
-        raise CorruptCheckpointError(path, t.unreadable + (
+        raise CorruptCheckpointError(t.path, t.unreadable + (
             f" (pickles torch.load does not reach import: {', '.join(dormant)})" if dormant else ""))
     return r

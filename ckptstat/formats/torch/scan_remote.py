@@ -1,0 +1,116 @@
+"""`ckptstat scan URL`: the scan of a remote torch file (https://, hf://, s3://), made with range requests
+before the file is downloaded (docs/torch.md, "Remote files"; docs/remote.md).
+
+The trace is scan.py's own (`follow`), run over the remote file (sources/remote.py `RemoteFile`: a
+seekable file whose reads are range requests through a small cache), so the report is the local one.
+What is fetched depends on the container:
+
+- a zip (torch.save >= 1.6, TorchScript): the end of the file (end-of-central-directory records and the
+  central directory Python's zipfile lists), then the 30-byte local header and the bytes of each `*.pkl`
+  record scan walks (data.pkl, constants.pkl, ...), never a storage record;
+- anything else (a bare pickle, a legacy stream, a tar of torch < 0.4): fetched whole when it is at most
+  `remote_scan_bytes` (core/limits.py); a bigger file is read by ranges (a legacy stream's pickles come
+  before its storages, which are never read).
+
+Either way the trace reads at most `remote_scan_bytes` in all (a hostile central directory or pickle
+cannot make scan download the file). If torch.load's path needs more, the verdict is 'unknown' and says
+why: never 'safe' for bytes that were not read.
+"""
+from __future__ import annotations
+
+import io
+from typing import IO, Any
+
+from ...core.files import open_regular, size_of
+from ...core.io import pread
+from ...core.limits import limits
+from ...core.urls import basename, redact
+from ...errors import CheckpointError, reading
+from .scan import Trace, finish, follow
+
+
+class _Bounded(io.RawIOBase):
+    """A remote file read through a budget: at most `budget` bytes in all. A read that would pass it returns
+    what fits and sets `beyond` (the trace then shows nothing: a short read is not what torch.load gets)."""
+
+    def __init__(self, f: IO[bytes], size: int, budget: int):
+        super().__init__()
+        self.f, self.size, self.budget = f, size, budget
+        self.pos, self.read_bytes, self.beyond = 0, 0, False
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self.pos = base + offset
+        return self.pos
+
+    def read(self, n: int | None = -1) -> bytes:
+        want = max(0, min(self.size - self.pos, self.size if n is None or n < 0 else n))
+        take = max(0, min(want, self.budget - self.read_bytes))
+        if take < want:
+            self.beyond = True
+        data = pread(self.f, take, self.pos) if take else b""
+        self.pos += len(data)
+        self.read_bytes += len(data)
+        return data
+
+    def readinto(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        data = self.read(len(mv))
+        mv[:len(data)] = data
+        return len(data)
+
+
+def _unknown(t: Trace, why: str) -> Trace:
+    """The trace of a file scan could not follow far enough: 'unknown', naming what the bytes read showed."""
+    seen = sorted({fd.name for w, _ in t.walks for fd in w.findings})
+    zipped = t.format.startswith(("zip", "TorchScript"))   # a trace cut short may have named the rest wrongly
+    out = Trace(t.path, format=t.format if zipped else "not a zip: a pickle, legacy torch.save stream or tar")
+    out.unknown.append(why + (f"; the bytes read name globals outside the allowlist: {', '.join(seen)}" if seen else ""))
+    out.refuse_weights_only("scan did not read all of what torch.load reads")
+    return out
+
+
+def trace_url(url: str) -> Trace:
+    """Follow torch.load through the remote file `url` (see the module doc)."""
+    t = Trace(url)
+    if basename(url).endswith(".safetensors"):
+        t.format = "safetensors (by name)"
+        t.raises = "no pickle to scan: torch.load hands *.safetensors paths to safetensors.torch.load_file"
+        return t
+    bound = limits().remote_scan_bytes
+    shown = redact(url)
+    with reading(shown):
+        f = open_regular(url)
+    with f, reading(shown, "reading"):
+        size = size_of(f)
+        if pread(f, 4, 0) != b"PK\x03\x04" and size <= bound:   # a bare pickle, a legacy stream, a tar: whole
+            follow(t, io.BytesIO(pread(f, size, 0)), size)
+            return t
+        b = _Bounded(f, size, bound)
+        follow(t, b, size)   # type: ignore[arg-type]   # (an io.RawIOBase)
+        if b.beyond:
+            return _unknown(t, f"torch.load's path through this {size:,}-byte file reads more than the {bound:,} bytes "
+                               "scan reads of a remote file (download it, or raise --limit remote_scan_bytes)")
+    return t
+
+
+def scan_url(url: str) -> dict[str, Any]:
+    """The `ckptstat.scan/1` report of a remote file, equal to the local scan of the same bytes (apart from
+    `path`); CorruptCheckpointError, naming the URL, where the local scan raises it."""
+    t = trace_url(url)
+    try:
+        return finish(t)
+    except CheckpointError as e:
+        raise type(e)(redact(url), e.reason) from None
+
