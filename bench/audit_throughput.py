@@ -28,6 +28,7 @@ sys.path.insert(0, os.path.join(ROOT, "fixtures"))
 WORK = os.path.join(HERE, "_work", "zoo")
 
 from ckptstat.analysis.audit import run, strip_timing  # noqa: E402
+from ckptstat.analysis.audit_dask import runner  # noqa: E402
 from ckptstat.analysis.audit_find import discover  # noqa: E402
 
 
@@ -109,7 +110,7 @@ def main() -> None:
     client = distributed.Client(cluster)
     start = time.perf_counter() - t0
     try:
-        dask_row, recs = timed("Dask LocalCluster, 2 workers x 1 thread", units, args.repeat, scheduler=client)
+        dask_row, recs = timed("Dask LocalCluster, 2 workers x 1 thread", units, args.repeat, cluster=runner(client))
         assert recs == ref, "Dask records differ from the serial run's"
         rows.append(dask_row)
     finally:

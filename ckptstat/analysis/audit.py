@@ -335,15 +335,16 @@ def lost_record(unit: Unit, attempts: int, why: str = "") -> dict[str, Any]:
     return rec
 
 
-def run(units: list[Unit], workers: int = 1, scheduler: Any = None, values: bool = True,
-        progress: Callable[[dict[str, Any]], None] | None = None) -> Iterator[dict[str, Any]]:
-    """Records of `units` as they finish: serial (workers 1), a process pool, or a Dask cluster at
-    `scheduler` (tcp://host:port, or a distributed.Client / LocalCluster address)."""
-    elsewhere = bool(scheduler) or (workers > 1 and len(units) > 1)
-    if scheduler:
-        from .audit_dask import run_dask
+Runner = Callable[[list[Unit], bool], Iterator[dict[str, Any]]]
 
-        it = run_dask(units, scheduler, values)
+
+def run(units: list[Unit], workers: int = 1, values: bool = True,
+        progress: Callable[[dict[str, Any]], None] | None = None, cluster: Runner | None = None) -> Iterator[dict[str, Any]]:
+    """Records of `units` as they finish: serial (workers 1), a process pool, or `cluster(units, values)`,
+    records computed elsewhere (a Dask cluster: analysis/audit_dask.runner(scheduler))."""
+    elsewhere = cluster is not None or (workers > 1 and len(units) > 1)
+    if cluster is not None:
+        it = cluster(units, values)
     elif elsewhere:
         it = run_pool(units, workers, values)
     else:

@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from ..errors import MissingDependencyError, UsageError
-from .audit import Settings, audit_record, lost_record, settings
+from .audit import Runner, Settings, audit_record, lost_record, settings
 from .audit_find import Unit
 
 
@@ -51,6 +51,12 @@ def _task(unit: Unit, values: bool, using: Settings) -> dict[str, Any]:
 def _key(unit: Unit) -> str:
     digest = hashlib.blake2b(repr(unit.key).encode("utf-8", "backslashreplace"), digest_size=12).hexdigest()
     return f"ckptstat-audit-{digest}"
+
+
+def runner(scheduler: Any) -> Runner:
+    """analysis.audit.run's `cluster`: the records of its units computed on the Dask cluster at `scheduler`
+    (tcp://host:port, or a distributed.Client / LocalCluster address)."""
+    return lambda units, values: run_dask(units, scheduler, values)
 
 
 def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: int = 0) -> Iterator[dict[str, Any]]:

@@ -54,7 +54,12 @@ def audit(
     try:
         show = sys.stderr.isatty() if progress is None else progress
         with audit_progress(show, len(todo), sum(u.bytes for u in todo)) as bar:
-            for rec in run(todo, workers or (os.cpu_count() or 1), scheduler, values, bar):
+            cluster = None
+            if scheduler:   # dask is imported only here (tests/test_layering.py)
+                from ..analysis.audit_dask import runner
+
+                cluster = runner(scheduler)
+            for rec in run(todo, workers or (os.cpu_count() or 1), values, bar, cluster):
                 writer.write(rec)
                 records[rec["path"]] = rec
     except BaseException:   # interrupted: what finished is in the JSON lines; a re-run resumes from them

@@ -121,14 +121,3 @@ def _fail(debug: bool, message: str) -> None:
 
         traceback.print_exc()
     print(message, file=sys.stderr)
-
-
-def run() -> None:
-    """The console script: the quick path, else the typer CLI (imported only then)."""
-    args = sys.argv[1:]
-    rc = quick([a for a in args if a != "--debug"], "--debug" in args)
-    if rc is None:
-        from ..cli import main
-
-        rc = main()
-    sys.exit(rc)

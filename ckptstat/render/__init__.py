@@ -3,49 +3,11 @@ from __future__ import annotations
 
 import re
 
-from rich import box
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
+from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
-
-# What summary, flops and memory assume when no --seq is given (families.spec.default_seq).
-DEFAULT_SEQ_RULE = "128, or the model's learned positions if fewer"
-
-
-def human(n: float, unit: str = "") -> str:
-    for suffix in ("", "K", "M", "B", "T"):
-        if abs(n) < 1000 or suffix == "T":
-            return f"{n:.0f}{unit}" if suffix == "" else f"{n:.2f}{suffix}{unit}"
-        n /= 1000
-    return str(n)
-
-
-def human_bytes(n: float, compact: bool = False) -> str:
-    """1.5 MiB; compact (for narrow columns): 1.5M, binary units all the same."""
-    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or suffix == "TiB":
-            if compact:
-                return f"{n:.0f}" if suffix == "B" else f"{n:.3g}{suffix[0]}"
-            return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
-        n /= 1024
-    return str(n)
-
-
-def seq_line(seq: int | list[int], default: bool) -> Text:
-    """`seq          128 (default: ...)`: the sequence length an analytic figure assumed, and why."""
-    seqs = seq if isinstance(seq, list) else [seq]
-    text = Text("seq          " + ", ".join(map(str, seqs)))
-    text.append(f" (default: {DEFAULT_SEQ_RULE})" if default else " (--seq)", style="dim")
-    return text
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
-    return t
 
 
 def render_summary(r: dict, console: Console, show_layers: bool = False) -> None:
@@ -71,7 +33,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
     bits = quantized_bits(r)   # bits per weight per bucket, shown for quantised checkpoints
-    t = _table("Parameters by bucket", "bucket", "params", "share", "bytes", *(("bits/weight",) if bits else ()), "tensors")
+    t = table("Parameters by bucket", "bucket", "params", "share", "bytes", *(("bits/weight",) if bits else ()), "tensors")
     for b in r["buckets"]:
         t.add_row(b["bucket"], f"{b['params']:,}", f"{100 * b['share']:.2f}%", human_bytes(b["bytes"]),
                   *((f"{b['bits_per_weight'] or 0:.2f}",) if bits else ()), str(b["tensors"]))
@@ -79,18 +41,18 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     render_quantization(r, console)
 
     if show_layers and r["layers"]:
-        t = _table("Parameters by layer", "bucket.layer", "params", "bytes", "tensors")
+        t = table("Parameters by layer", "bucket.layer", "params", "bytes", "tensors")
         for row in r["layers"]:
             t.add_row(f"{row['bucket']}.{row['layer']}", f"{row['params']:,}", human_bytes(row["bytes"]), str(row["tensors"]))
         console.print(t)
 
-    t = _table("Parameters by stored dtype", "dtype", "params", "bytes", "tensors")
+    t = table("Parameters by stored dtype", "dtype", "params", "bytes", "tensors")
     for d in r["dtypes"]:
         t.add_row(d["dtype"], f"{d['params']:,}", human_bytes(d["bytes"]), str(d["tensors"]))
     console.print(t)
 
     if r["non_parameters"]:
-        t = _table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
+        t = table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
         for n in r["non_parameters"]:
             t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
         console.print(fit_names(t, console, column=4))
@@ -128,13 +90,13 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
-MODULE_LINES = 80   # the module tree of an unknown model, printed up to this many lines
+
 
 
 def _render_modules(nodes: list[dict], console: Console) -> None:
     """The summary's module tree (unknown architecture): a total per node; a numbered block `x N` shows
     its total over all N, and its children one block's figures."""
-    t = _table("Parameters by module (no architecture known; numbered blocks collapsed)", "module", "params", "bytes",
+    t = table("Parameters by module (no architecture known; numbered blocks collapsed)", "module", "params", "bytes",
                "tensors")
     rows: list[tuple[int, dict]] = []
 
@@ -158,7 +120,7 @@ _ROLE_TAG = {"buffer": "buf", "non-trainable": "ntr", "metric": "met", "optimize
 
 
 def render_tensors(r: dict, console: Console) -> None:
-    t = _table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
+    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
                "ctr = counter)",
                "name", "bucket", "dtype", "shape", "numel", "bytes")
     for c in t.columns[1:]:
@@ -186,18 +148,10 @@ def _shape(shape: list[int]) -> str:
 _GROUP = re.compile(r"^(.*?\[[^\]]*\])\.(.*)$")
 
 
-def _arch_line(r: dict) -> Text:
-    a = r["architecture"]
-    head = a.get("architecture") or a["head"]
-    kind = a["family"] + (f" ({a['model_type']})" if a["model_type"] != a["family"] else "")
-    t = Text("model        ").append_text(safe(f"{kind} {head}"))
-    return t
-
-
 def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
     p = r["parameters"]
-    console.print(_arch_line(r))
+    console.print(arch_line(r))
     console.print(name_line("source       ", r["config"] or r["path"]))
     head = Text(f"parameters   {p['predicted']:,} predicted from the architecture")
     if p["checkpoint"] is not None:
@@ -213,7 +167,7 @@ def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     console.print(Text(f"head         {r['counting']['head']}", style="dim"))
     first = r["runs"][0]
     macs_col = "MACs" if conv != "flops" else "FLOPs"
-    t = _table(f"Per module, forward, b={r['batch']} s={first['seq']}"
+    t = table(f"Per module, forward, b={r['batch']} s={first['seq']}"
                + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "") + " (shapes per sample, sums over calls)",
                "module", "in/out", "params", macs_col, "elem.", "read/write")
     for c in t.columns[1:]:
@@ -238,7 +192,7 @@ def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
               human(tt["elementwise_flops"]), f"{human_bytes(tt['bytes_read'], True)}\n{human_bytes(tt['bytes_written'], True)}")
     console.print(fit_names(t, console))
-    s = _table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
+    s = table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
                "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
     if conv == "bertstat":
         s.add_column("Bertstat MAdd", justify="right")
@@ -268,7 +222,7 @@ def render_ties(r: dict, console: Console) -> None:
         console.print("No tied weights found" + ("" if r["deep"] else " (headers and config; --deep also compares contents)"))
     rows = r["counting"]["rows"]
     base = rows[0]["params"]
-    t = _table("Parameter counts by convention", "convention", "params", "vs unique")
+    t = table("Parameter counts by convention", "convention", "params", "vs unique")
     for row in rows:
         diff = row["params"] - base
         t.add_row(row["convention"], f"{row['params']:,}", f"{diff:+,}" if diff else "")
@@ -303,7 +257,7 @@ def render_run(r: dict, console: Console) -> None:
     console.print(name_line("checkpoint   ", r["path"], f"  -> {r['model_class']}"))
     console.print(f"run          {r['device']}, {r['dtype']}, attn {r['attn']}, batch {r['batch']} x seq {r['seq']}, "
                   f"{r['iters']} timed runs after {r['warmup']} warm-up")
-    t = _table("Measured vs analytic", "quantity", "measured", "analytic", "difference")
+    t = table("Measured vs analytic", "quantity", "measured", "analytic", "difference")
     diff = f"{100 * fl['difference']:+.3f}%" if fl["difference"] is not None else ""
     t.add_row("forward FLOPs (matmul)", f"{fl['measured']:,}", f"{fl['analytic']:,}" if fl["analytic"] else "n/a", diff)
     t.add_row("latency median", f"{1e3 * lat['median_s']:.2f} ms", "", "")

@@ -7,7 +7,8 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
-from . import _table, human, human_bytes, name_line, safe
+from .fmt import human, human_bytes, table
+from .names import name_line, safe
 
 
 def _n(v: int) -> str:
@@ -58,14 +59,14 @@ def render_adapter(r: dict, console: Console) -> None:
     console.print(Text(f"counting     {r['counting']}", style="dim"))
 
     if r["targets"]:
-        tbl = _table("Parameters per target module", "target", "modules", "rank", "alpha", "params")
+        tbl = table("Parameters per target module", "target", "modules", "rank", "alpha", "params")
         for g in r["targets"]:
             tbl.add_row(safe(g["target"]), str(g["modules"]), ", ".join(map(str, g["ranks"])) or "-",
                         ", ".join(map(_v, g["alphas"])) or "-", f"{g['params']:,}")
         console.print(tbl)
     mts = r["modules_to_save"]
     if mts["modules"]:
-        tbl = _table("modules_to_save (full copies, counted apart)", "module", "params", "tensors")
+        tbl = table("modules_to_save (full copies, counted apart)", "module", "params", "tensors")
         for m in mts["modules"]:
             tbl.add_row(safe(m["module"]), f"{m['params']:,}", str(m["tensors"]))
         console.print(tbl)
@@ -76,7 +77,7 @@ def render_adapter(r: dict, console: Console) -> None:
 
 
 def _render_base(b: dict, p: dict, console: Console) -> None:
-    tbl = _table("Adapter beside its base model", "model", "params", "")
+    tbl = table("Adapter beside its base model", "model", "params", "")
     tbl.add_row("base", f"{b['params']:,}", safe(b["path"]))
     tbl.add_row("adapter (trainable)", f"{p['trainable']:,}",
                 f"{100 * b['adapter_share']:.3f}% of base" if b["adapter_share"] is not None else "")
@@ -100,7 +101,7 @@ def render_pipeline(r: dict, console: Console) -> None:
     console.print(Text(f"parameters   {_n(tot['params'])}  in {tot['components']} component(s) with weights",
                        style="bold"))
     console.print(Text(f"counting     {r['counting']}", style="dim"))
-    tbl = _table("Parameters per component", "component", "class", "params", "share", "bytes", "format")
+    tbl = table("Parameters per component", "component", "class", "params", "share", "bytes", "format")
     for c in r["components"]:
         if c["status"] != "weights":
             tbl.add_row(safe(c["component"]), safe(c["class"] or "-"), "-", "", "", safe(c["status"]))

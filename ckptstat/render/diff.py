@@ -6,12 +6,11 @@ import html
 import os
 import tempfile
 
-from rich import box
 from rich.console import Console, Group
-from rich.table import Table
 from rich.text import Text
 
 from ..errors import UsageError
+from .fmt import table
 from .names import Name, fit_names, name_line, safe
 from .report_common import CSS
 from .report_common import html_table as _html_table
@@ -21,13 +20,6 @@ from .report_common import num as _num
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
           "values": "values changed", "equal": "equal", "unread": "not read (--names-only)"}
-
-
-def _table(title: str, *columns: str) -> Table:
-    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
-    for i, c in enumerate(columns):
-        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
-    return t
 
 
 def _what(row: dict) -> str:
@@ -60,19 +52,19 @@ def render_diff(r: dict, console: Console) -> None:
     console.print(Text(f"tensors: {_counts_line(r)}"))
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "unread")]
     if changed:
-        t = _table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
+        t = table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
         for row in changed:
             t.add_row(Name(row["name"]), _LABEL[row["status"]], _what(row), _num(row["max_abs"]),
                       _num(row["rel_l2"]), _num(row["cosine"], ".6f"))
         console.print(fit_names(t, console))
     layers = [x for x in r["summary"]["layers"] if x["changed"]]
     if r["summary"]["layers"] and layers:
-        t = _table("Per layer", "layer", "tensors", "changed", "mean rel L2")
+        t = table("Per layer", "layer", "tensors", "changed", "mean rel L2")
         for x in r["summary"]["layers"]:
             t.add_row(str(x["layer"]), str(x["tensors"]), str(x["changed"]), _num(x["mean_rel_l2"]))
         console.print(t)
     if r["rows"]:
-        t = _table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
+        t = table(f"Where they differ (B - A = {r['delta']:+,})", "module", "A", "B", "B - A")
         for c in t.columns[1:]:
             c.no_wrap = True
         for row in r["rows"]:

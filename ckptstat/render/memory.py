@@ -6,11 +6,12 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import Name, _arch_line, _table, human_bytes, safe, seq_line
+from .fmt import arch_line, human_bytes, seq_line, table
+from .names import Name, safe
 
 
 def _lines_table(title: str, lines: list[dict]) -> Table:
-    t = _table(title, "what", "size", "rule")
+    t = table(title, "what", "size", "rule")
     t.columns[0].min_width = 18
     t.columns[1].no_wrap, t.columns[1].min_width = True, 9
     t.columns[2].justify = "left"
@@ -27,7 +28,7 @@ def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
     """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
     p = r["parameters"]
     needs = r.get("needs_architecture")
-    console.print(Text("model        unknown architecture") if needs else _arch_line(r))
+    console.print(Text("model        unknown architecture") if needs else arch_line(r))
     head = Text(f"parameters   {p['count']:,} ({p['source']})")
     if p["active"] is not None:
         head.append(f"; active {p['active']:,}")

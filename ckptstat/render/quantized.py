@@ -5,7 +5,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.text import Text
 
-from . import Name, _table, fit_names, human_bytes, safe
+from .fmt import human_bytes, table
+from .names import Name, fit_names, safe
 
 _STANDARD_BITS = {8.0, 16.0, 32.0, 64.0}
 
@@ -31,7 +32,7 @@ def render_quantization(r: dict, console: Console) -> None:
         console.print(Text(f"all weights  {p['unique']:,} logical parameters in {human_bytes(p['stored_bytes'])} = "
                            f"{p['bits_per_weight']:.3f} bits/weight (stored bytes x 8 / logical parameters)", style="dim"))
     if q["roles"]:
-        t = _table("Quantised weights' stored pieces", "role", "tensors", "bytes", "e.g.")
+        t = table("Quantised weights' stored pieces", "role", "tensors", "bytes", "e.g.")
         for row in q["roles"]:
             t.add_row(row["role"], str(row["tensors"]), human_bytes(row["bytes"]), Name(row["example"]))
         console.print(fit_names(t, console, column=3))

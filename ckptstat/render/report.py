@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from . import human_bytes
+from .fmt import human_bytes
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -98,7 +98,7 @@ def _summary(r: dict) -> list[Block]:
 def _modules(nodes: list[dict]) -> Block:
     """The summary's module tree (no architecture known), indented, numbered blocks folded (`x N`:
     totals over all N, children one block's), as `ckptstat summary` prints it, up to MODULE_LINES rows."""
-    from . import MODULE_LINES
+    from .fmt import MODULE_LINES
 
     rows: list[list[str]] = []
 

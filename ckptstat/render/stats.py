@@ -5,7 +5,8 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from . import Name, _table, fit_names, human, human_bytes, name_line, safe
+from .fmt import human, human_bytes, table
+from .names import Name, fit_names, name_line, safe
 
 MAX_ANOMALIES = 25
 
@@ -22,7 +23,7 @@ def _g(v: float | None) -> str:
 
 
 def _tbl(title: str, *columns: str) -> Table:
-    t = _table(title, *columns)
+    t = table(title, *columns)
     t.padding = (0, 0, 0, 1)   # one space between columns
     return t
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..core.urls import basename, redact
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError
 from .meter import METER
-from .remote import Target
+from .target import Target
 
 HINT = "; a gated or private repository needs a token: set HF_TOKEN or run `hf auth login`"
 _fs: dict[str, Any] = {}

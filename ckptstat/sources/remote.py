@@ -23,13 +23,13 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
-from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ..core.urls import basename, redact, scheme
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError
 from .http import HttpTransport, Reply
 from .meter import METER, SETTINGS
+from .target import Target
 
 FIRST_WINDOW = 1 << 16     # covers the 8-byte length and most safetensors headers of a shard
 MAX_WINDOW = 1 << 22
@@ -49,18 +49,6 @@ def _need(module: str) -> Any:
         return importlib.import_module(module)
     except ImportError:
         raise MissingDependencyError(f"reading URLs needs {module.split('.')[0]}: pip install 'ckptstat[remote]'") from None
-
-
-@dataclass
-class Target:
-    """Where one URL's bytes come from."""
-
-    url: str                     # as the user (or an index) named it
-    http_url: str | None = None  # http(s) and hf://: the URL range GETs go to
-    headers: dict[str, str] = field(default_factory=dict)
-    fs: Any = None               # other schemes: the fsspec filesystem and its path
-    path: str = ""
-    hint: str = ""               # said after an access-denied error
 
 
 class Blob:

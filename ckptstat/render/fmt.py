@@ -1,0 +1,57 @@
+"""What every renderer shares: human-readable numbers and sizes, the table style, the lines that say
+which model and which sequence length a figure assumed. Imported by the package and its renderers alike
+(a renderer never imports the package: render/__init__ imports renderers)."""
+from __future__ import annotations
+
+from rich import box
+from rich.table import Table
+from rich.text import Text
+
+from .names import safe
+
+# What summary, flops and memory assume when no --seq is given (families.spec.default_seq).
+DEFAULT_SEQ_RULE = "128, or the model's learned positions if fewer"
+
+MODULE_LINES = 80   # the module tree of an unknown model, printed up to this many lines
+
+
+def human(n: float, unit: str = "") -> str:
+    for suffix in ("", "K", "M", "B", "T"):
+        if abs(n) < 1000 or suffix == "T":
+            return f"{n:.0f}{unit}" if suffix == "" else f"{n:.2f}{suffix}{unit}"
+        n /= 1000
+    return str(n)
+
+
+def human_bytes(n: float, compact: bool = False) -> str:
+    """1.5 MiB; compact (for narrow columns): 1.5M, binary units all the same."""
+    for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or suffix == "TiB":
+            if compact:
+                return f"{n:.0f}" if suffix == "B" else f"{n:.3g}{suffix[0]}"
+            return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
+        n /= 1024
+    return str(n)
+
+
+def seq_line(seq: int | list[int], default: bool) -> Text:
+    """`seq          128 (default: ...)`: the sequence length an analytic figure assumed, and why."""
+    seqs = seq if isinstance(seq, list) else [seq]
+    text = Text("seq          " + ", ".join(map(str, seqs)))
+    text.append(f" (default: {DEFAULT_SEQ_RULE})" if default else " (--seq)", style="dim")
+    return text
+
+
+def table(title: str, *columns: str) -> Table:
+    t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
+    for i, c in enumerate(columns):
+        t.add_column(c, justify="left" if i == 0 else "right", overflow="fold")
+    return t
+
+
+def arch_line(r: dict) -> Text:
+    a = r["architecture"]
+    head = a.get("architecture") or a["head"]
+    kind = a["family"] + (f" ({a['model_type']})" if a["model_type"] != a["family"] else "")
+    t = Text("model        ").append_text(safe(f"{kind} {head}"))
+    return t
