@@ -20,6 +20,8 @@ import threading
 import time
 import urllib.parse
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -234,3 +236,32 @@ class _Handler(BaseHTTPRequestHandler):
                                       "X-Linked-Etag": f'"{size:064x}"', "ETag": f'"{size:064x}"'}, head)
             return True
         return False
+
+
+@contextmanager
+def moto_s3(bucket: str, files: dict[str, str]) -> Iterator[object]:
+    """moto's S3 server on loopback, `files` (key -> local path) uploaded to `bucket`, the AWS environment
+    pointed at it for the `with` block and restored after; yields the boto3 client."""
+    import boto3
+    import moto.server
+
+    srv = moto.server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    srv.start()
+    host, port = srv.get_host_and_port()
+    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
+           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        client = boto3.client("s3")
+        client.create_bucket(Bucket=bucket)
+        for key, path in files.items():
+            client.upload_file(path, bucket, key)
+        yield client
+    finally:
+        srv.stop()
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

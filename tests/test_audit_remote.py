@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 from make_zoo import gguf_units, hostile_units, torch_units, transformers_units  # noqa: E402
-from remote_server import Server, _Handler  # noqa: E402
+from remote_server import Server, _Handler, moto_s3  # noqa: E402
 
 from ckptstat import sources  # noqa: E402
 from ckptstat.analysis.audit import NOT_SCANNED, run_serial, strip_timing  # noqa: E402
@@ -171,30 +171,10 @@ def test_list_with_a_404_is_an_error_record(zoo, tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def s3(zoo):
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="zoo")
-        for folder, _, names in os.walk(zoo):
-            for n in names:
-                p = os.path.join(folder, n)
-                client.upload_file(p, "zoo", "models/" + os.path.relpath(p, zoo))
+    pytest.importorskip("moto.server")
+    files = {"models/" + os.path.relpath(os.path.join(d, n), zoo): os.path.join(d, n) for d, _, ns in os.walk(zoo) for n in ns}
+    with moto_s3("zoo", files) as client:
         yield client
-    finally:
-        srv.stop()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def test_s3_zoo_equals_local_and_resumes_by_etag(s3, zoo, local, tmp_path, capsys):

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
-from remote_server import Server
+from remote_server import Server, moto_s3
 
 from ckptstat import sources
 from ckptstat.analysis.summary import summarize
@@ -401,29 +401,11 @@ def test_hf_missing(hub, capsys, url, why):
 
 @pytest.fixture(scope="module")
 def s3():
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    host, port = srv.get_host_and_port()
-    env = {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1",
-           "AWS_ENDPOINT_URL": f"http://{host}:{port}"}
-    old = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="models")
-        for rel in ("bert-tiny", "llama-tiny-sharded", "torch/bert-mlm"):
-            for n in os.listdir(os.path.join(FIX, rel)):
-                client.upload_file(os.path.join(FIX, rel, n), "models", f"{rel}/{n}")
+    pytest.importorskip("moto.server")
+    files = {f"{rel}/{n}": os.path.join(FIX, rel, n)
+             for rel in ("bert-tiny", "llama-tiny-sharded", "torch/bert-mlm") for n in os.listdir(os.path.join(FIX, rel))}
+    with moto_s3("models", files):
         yield "s3://models"
-    finally:
-        srv.stop()
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 @pytest.mark.parametrize("rel", ["bert-tiny", "llama-tiny-sharded/model.safetensors.index.json",

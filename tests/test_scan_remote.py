@@ -20,7 +20,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
 from make_scan_corpus import write_corpus  # noqa: E402
-from remote_server import Server  # noqa: E402
+from remote_server import Server, moto_s3  # noqa: E402
 from test_scan_differential import LOADER, WEIGHTS_ONLY_LOADER  # noqa: E402
 
 from ckptstat import sources  # noqa: E402
@@ -221,21 +221,8 @@ def test_hf_repo_and_s3_prefix(corpus, monkeypatch):
     assert hub["files"] == local["files"] and hub["totals"] == local["totals"]
     assert one == _report(os.path.join(folder, "evil-zip-deflated.pt")) and one["status"] == "unsafe"
 
-    moto_server = pytest.importorskip("moto.server")
-    boto3 = pytest.importorskip("boto3")
-    srv = moto_server.ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    srv.start()
-    try:
-        host, port = srv.get_host_and_port()
-        for k, v in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
-                     "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
-            monkeypatch.setenv(k, v)
-        client = boto3.client("s3")
-        client.create_bucket(Bucket="zoo")
-        for n in os.listdir(folder):
-            client.upload_file(os.path.join(folder, n), "zoo", "scan/" + n)
+    pytest.importorskip("moto.server")
+    with moto_s3("zoo", {"scan/" + n: os.path.join(folder, n) for n in os.listdir(folder)}):
         sources.reset()
         s3 = scan_path("s3://zoo/scan")
-    finally:
-        srv.stop()
     assert s3["files"] == local["files"] and s3["totals"] == local["totals"]

@@ -189,8 +189,9 @@ def _worker_run(task: tuple[list[Item], int]) -> tuple:
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
 
-def _split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
-    """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes."""
+def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
+    """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes, none empty
+    (the pool's tasks, and the Dask cluster's: analysis/stats_dask.py)."""
     total = sum(ckpt[i.name].nbytes for i in items) or 1
     out: list[list[Item]] = [[]]
     acc = 0
@@ -199,7 +200,7 @@ def _split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
             out.append([])
         out[-1].append(it)
         acc += ckpt[it.name].nbytes
-    return out
+    return [p for p in out if p]
 
 
 def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
@@ -216,7 +217,7 @@ def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: in
     import multiprocessing as mp
 
     counter = mp.Value("q", 0)
-    tasks = [(part, chunk_bytes) for part in _split(ckpt, items, workers * 4) if part]
+    tasks = [(part, chunk_bytes) for part in split(ckpt, items, workers * 4)]
     _W["ckpt"] = ckpt if mp.get_start_method() == "fork" else None
     try:
         return _pool_loop(mp, ckpt, items, tasks, workers, counter, progress)

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
 from .audit import Settings, applied, settings
-from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, build_report, select, tensor_stats
+from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, build_report, select, split, tensor_stats
 
 Progress = Callable[[int, int], None]
 TASKS_PER_WORKER = 4
@@ -77,19 +77,6 @@ def _groups(item: Item) -> list[GroupKey]:
     if item.layer is not None:
         g.append(("layer", item.bucket, item.layer))
     return g
-
-
-def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
-    """Contiguous runs of tensors of about equal stored bytes."""
-    total = sum(ckpt[i.name].nbytes for i in items) or 1
-    out: list[list[Item]] = [[]]
-    acc = 0
-    for it in items:
-        if out[-1] and acc >= total * len(out) / parts:
-            out.append([])
-        out[-1].append(it)
-        acc += ckpt[it.name].nbytes
-    return [p for p in out if p]
 
 
 def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, buckets: Sequence[str] = (),
