@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
+from .quick import with_fetched
+
 if TYPE_CHECKING:
     from ..census.model import Model
 
@@ -21,14 +23,6 @@ FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tens
 
 def console() -> Console:
     return Console(highlight=False)
-
-
-def with_fetched(report: dict) -> dict:
-    """The report, plus what the command fetched over the network when it read a URL (docs/remote.md):
-    `fetched: {requests, bytes, retries, full_downloads}`."""
-    src = sys.modules.get("ckptstat.sources")   # loaded only when a URL was opened
-    fetched = src.fetched() if src is not None else None
-    return {**report, "fetched": fetched} if fetched else report
 
 
 def emit_json(report: dict) -> None:

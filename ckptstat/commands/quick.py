@@ -77,10 +77,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
 
         with _gc_paused():
             report = summarize(open_checkpoint(path, config))
-        src = sys.modules.get("ckptstat.sources")   # a URL was read: what it fetched (commands/common.with_fetched)
-        if src is not None and src.fetched():
-            report = {**report, "fetched": src.fetched()}
-        sys.stdout.write(json.dumps(report, indent=2) + "\n")
+        sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
     except CkptstatError as e:
         _fail(debug, f"ckptstat: error: {_line(e)}")
         return e.exit_code
@@ -90,6 +87,15 @@ def quick(args: list[str], debug: bool = False) -> int | None:
         _fail(debug, f"ckptstat: internal error: {type(e).__name__}: {_line(e)} (rerun with --debug for a traceback)")
         return 1
     return 0
+
+
+def with_fetched(report: dict) -> dict:
+    """The report, plus what the command fetched over the network when it read a URL (docs/remote.md):
+    `fetched: {requests, bytes, retries, full_downloads}`. Here, not in commands/common.py, so that the
+    quick path shares it without loading typer."""
+    src = sys.modules.get("ckptstat.sources")   # loaded only when a URL was opened
+    fetched = src.fetched() if src is not None else None
+    return {**report, "fetched": fetched} if fetched else report
 
 
 @contextmanager
