@@ -93,6 +93,12 @@ def test_every_tf_spelling_rule_has_a_literal():
         assert any(lit in rx.pattern.replace("\\", "") for lit in _TF_LITERALS), rx.pattern
 
 
+def test_every_structural_tie_rule_has_a_literal():
+    from ckptstat.naming import _STRUCTURAL_LITERALS, STRUCTURAL_TIE_RULES
+    for present, *_ in STRUCTURAL_TIE_RULES:
+        assert any(lit in present.pattern.replace("\\", "") for lit in _STRUCTURAL_LITERALS), present.pattern
+
+
 def test_every_layout_rule_has_a_literal():
     from ckptstat.naming import _LAYOUT_LITERALS, LAYOUT_RULES
     for rx, _ in LAYOUT_RULES:

@@ -4,11 +4,11 @@ one version."""
 from __future__ import annotations
 
 import os
-from collections import defaultdict
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.model import from_checkpoint
-from ..census.quant import bits_per_weight, logical, stored
+from ..census.quant import bits_per_weight, logical
+from ..census.tally import tally
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint
 from ..core.files import file_size
@@ -25,44 +25,13 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
                  "(a tied weight stored under two names counts once)")
 
 
-def _add(row: dict, numel: int, nbytes: int) -> None:
-    row["params"] += numel
-    row["bytes"] += nbytes   # stored(t): a quantised weight's bytes are all its pieces' (census/quant.py)
-    row["tensors"] += 1
-
-
 def summarize(ckpt: Checkpoint) -> dict:
     original, ckpt = ckpt, logical(ckpt)   # quantised weights as their logical tensors (census/quant.py)
-    place = placements(ckpt)
     alias_of = aliases(ckpt)
-    zero = lambda: {"params": 0, "bytes": 0, "tensors": 0}  # noqa: E731
-    buckets: dict[str, dict] = defaultdict(zero)
-    layers: dict[tuple[str, int], dict] = defaultdict(zero)
-    by_dtype: dict[str, dict] = defaultdict(zero)
-    non_params: dict[str, dict] = {}
-    unplaced: list[str] = []
-    tensor_bytes = 0
-    total = 0
-    for t in ckpt:
-        if t.name in alias_of:
-            continue
-        tensor_bytes += t.nbytes
-        p = place[t.name]
-        if p.role != "parameter":
-            row = non_params.setdefault(p.role, {"role": p.role, "tensors": 0, "elements": 0, "bytes": 0, "names": []})
-            row["tensors"] += 1
-            row["elements"] += t.numel
-            row["bytes"] += t.byte_size
-            row["names"].append(t.name)
-            continue
-        numel, (label, nbytes) = t.numel, stored(t)   # once per tensor: the loop runs per name
-        total += numel
-        _add(buckets[p.bucket], numel, nbytes)
-        _add(by_dtype[label], numel, nbytes)
-        if p.layer is not None:
-            _add(layers[(p.bucket, p.layer)], numel, nbytes)
-        if p.bucket == "other":
-            unplaced.append(t.name)
+    c = tally(ckpt)   # the census's one pass over the tensors (census/tally.py)
+    total = c.total
+    row = lambda s: {"params": s[0], "bytes": s[1], "tensors": s[2]}  # noqa: E731
+    buckets = {b: row(s) for b, s in c.buckets.items()}
     sizes = {f: file_size(f) for f in ckpt.files}   # (a URL's size is known from its first range request)
     files = [{"path": f, "bytes": n} for f, n in sizes.items()]
     file_bytes = sum(sizes.values())
@@ -88,17 +57,17 @@ def summarize(ckpt: Checkpoint) -> dict:
                      "bits_per_weight": bits_per_weight(buckets[b]["bytes"], buckets[b]["params"])}
                     for b in BUCKETS if b in buckets],
         "quantization": quantization(original),
-        "layers": [{"bucket": b, "layer": i, **layers[(b, i)]} for b, i in sorted(layers)],
-        "dtypes": [{"dtype": d, **r} for d, r in sorted(by_dtype.items(), key=lambda kv: -kv[1]["bytes"])],
-        "non_parameters": [non_params[r] for r in ROLES if r in non_params],
-        "unplaced": unplaced,
-        "storage": {"file_bytes": file_bytes, "tensor_bytes": tensor_bytes, "overhead_bytes": file_bytes - tensor_bytes},
+        "layers": [{"bucket": b, "layer": i, **row(c.layers[(b, i)])} for b, i in sorted(c.layers)],
+        "dtypes": [{"dtype": d, **row(s)} for d, s in sorted(c.by_dtype.items(), key=lambda kv: -kv[1][1])],
+        "non_parameters": [{**c.non_params[r], "names": list(c.non_params[r]["names"])} for r in ROLES if r in c.non_params],
+        "unplaced": list(c.unplaced),
+        "storage": {"file_bytes": file_bytes, "tensor_bytes": c.tensor_bytes,
+                    "overhead_bytes": file_bytes - c.tensor_bytes},
         "metadata": dict(ckpt.metadata),
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),
-        "modules": module_tree([(t.name, t.numel, stored(t)[1]) for t in ckpt
-                                if t.name not in alias_of and place[t.name].role == "parameter"]),
+        "modules": module_tree(c.tree),
     }
 
 

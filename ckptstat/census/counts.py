@@ -66,8 +66,17 @@ def _architecture(ckpt: Checkpoint) -> dict:
     if ckpt.adapter is not None:   # a PEFT adapter's tensor names look like its base model's: never a model
         return {"family": "adapter", "source": "adapter_config.json", "model_type": str(ckpt.adapter.get("peft_type")),
                 "architectures": []}
-    a = detect(logical(ckpt).tensors, ckpt.config, ckpt.metadata if ckpt.declared_architecture else None)
+    meta = ckpt.metadata if ckpt.declared_architecture else None
+    if not ckpt.config and not (meta or {}).get("general.architecture"):   # by the tensor names alone
+        return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
+    a = detect(logical(ckpt).tensors, ckpt.config, meta)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
+
+
+def name_family(ckpt: Checkpoint) -> str:
+    """The family the tensor names alone say (families.detect without config or metadata), once per checkpoint:
+    the architecture and the head resolution both ask."""
+    return memoised(ckpt, "name_family", lambda c: detect(c.tensors, None).family)
 
 
 def name_matches(name: str, pattern: str | None) -> bool:

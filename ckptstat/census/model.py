@@ -18,6 +18,7 @@ from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
 from .resolve import resolve
+from .tally import tally
 
 
 class NoArchitecture(UsageError):
@@ -77,11 +78,8 @@ def is_bare_config(path: str) -> bool:
 
 
 def from_checkpoint(ckpt: Checkpoint) -> Model:
-    count, by_dtype = 0, dict[str, int]()
-    for t in parameters(ckpt):
-        count += t.numel
-        label, nbytes = stored(t)   # a quantised weight: its method and the bytes of all its pieces
-        by_dtype[label] = by_dtype.get(label, 0) + nbytes
+    c = tally(ckpt)   # the census's one pass (a quantised weight: its method and the bytes of all its pieces)
+    count, by_dtype = c.total, c.stored_by_dtype()
     notes: list[str] = []
     r = resolve(ckpt)   # the one architecture and head resolution ties and the summary share
     if r.spec is None:

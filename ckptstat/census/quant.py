@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint, TensorInfo, dtypes
 from ..errors import CkptstatError
 from ..naming import quant_member_role
 
@@ -95,14 +95,14 @@ def roles(ckpt: Checkpoint) -> dict[str, str]:
     return {n: r for n, r in q.roles.items() if n in ckpt.tensors and "quantized" not in ckpt.tensors[n].extra}
 
 
-def stored(t: TensorInfo) -> tuple[str, int]:
+def stored(t: TensorInfo, numel: int | None = None) -> tuple[str, int]:
     """(label, bytes) of a parameter as stored: a quantised weight of the logical view reports its
     method and the bytes of all its members; any other tensor its dtype and packed bytes (a GGUF
-    Q4_K tensor's byte_size is already its blocks' bytes)."""
-    q = t.extra.get("quantized")
+    Q4_K tensor's byte_size is already its blocks' bytes). numel: t.numel, when the caller has it."""
+    q = t.extra.get("quantized") if t.extra else None
     if isinstance(q, QuantWeight):
         return q.method, q.stored_bytes
-    return t.dtype, t.byte_size
+    return t.dtype, dtypes.get(t.dtype).nbytes(t.numel if numel is None else numel)
 
 
 def bits_per_weight(stored_bytes: int, numel: int) -> float | None:

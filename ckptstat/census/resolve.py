@@ -10,10 +10,10 @@ from dataclasses import dataclass, replace
 
 from ..core import Checkpoint
 from ..errors import UsageError
-from ..families import by_model_type, detect, get
+from ..families import by_model_type, get
 from ..families.base import ArchSpec, Family, TieRule
-from ..families.spec import canonical_tensors, config_from_gguf, from_config, from_tensors, infer_head, with_head
-from .counts import memoised
+from ..families.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
+from .counts import memoised, name_family
 from .quant import logical
 
 
@@ -71,13 +71,14 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
             return Resolution(family, mt, spec, spec.head, src)
         spec, why = _head_from_weights(spec, ckpt)
         return Resolution(family, mt, spec, spec.head, why)
-    name = detect(ckpt.tensors, None).family
+    name = name_family(ckpt)
     if name == "unknown":
         return Resolution(None, None, None, None, "the tensor names match no family")
+    T = canonical_tensors(ckpt.tensors, ckpt.metadata)   # once: a 200k-tensor header pays per name (docs/performance.md)
     try:
-        spec = from_tensors(name, ckpt.tensors, ckpt.metadata)
+        spec = from_canonical(name, T)
     except UsageError as e:
-        head, why = infer_head(name, canonical_tensors(ckpt.tensors, ckpt.metadata))
+        head, why = infer_head(name, T)
         return Resolution(get(name), None, None, head, f"tensor names ({why})", str(e))
     return Resolution(get(name), None, spec, spec.head, "tensor names")
 

@@ -108,8 +108,17 @@ class Architecture:
 _COMPONENT_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")
 
 
+_COMPONENT_NUMBER_M = re.compile(r"(?<![^.\n])\d+(?![^.\n])")   # the same, over names joined by newlines
+
+
 def _name_shapes(names: Iterable[str]) -> set[str]:
-    return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+    names = list(names)
+    text = "\n".join(names)
+    if text.count("\n") != len(names) - 1 or "_._" in text or ":" in text or "ATTRIBUTES" in text:
+        # a name holding a newline, or one of normalize's rarer rules: name by name
+        return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+    # one substitution over all names, in C (normalize is then only `/` -> `.`)
+    return set(_COMPONENT_NUMBER_M.sub("0", text.replace("/", ".")).split("\n")) if names else set()
 
 
 def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None) -> Architecture:

@@ -84,18 +84,49 @@ def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
     return any(t.extra.get("layout") == "in_out" or t.name.endswith(":0") for t in tensors)
 
 
+# What any rewrite of canonical_name or kernel_layout needs in a name: normalize's characters and rules
+# (`/`, `:`, `_._`, ATTRIBUTES), HF TF scopes (`___`), a _TF_SPELLINGS literal (kernel_layout's literals,
+# `kernel` and `output_weights`, are among them). A name holding none is its own canonical name.
+_REWRITE_LITERALS = ("/", ":", "_._", "ATTRIBUTES", "___") + _TF_LITERALS
+
+
+def _may_rewrite(names: list[str]) -> set[str] | None:
+    """The names canonical_name may change, found by one search over all names joined by newlines (in C,
+    not a call a name: docs/performance.md); None (every name) when a name holds a newline."""
+    text = "\n".join(names)
+    if text.count("\n") != len(names) - 1:
+        return None
+    out: set[str] = set()
+    present = [lit for lit in _REWRITE_LITERALS if lit in text]   # a substring test is a fast scan; a regex is not
+    if not present:
+        return out
+    end = -1
+    for m in re.finditer("|".join(map(re.escape, present)), text):
+        if m.start() < end:   # a second hit in the name already taken
+            continue
+        begin = text.rfind("\n", 0, m.start()) + 1
+        end = text.find("\n", m.end())
+        end = len(text) if end < 0 else end
+        out.add(text[begin:end])
+    return out
+
+
 def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
     """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
     stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
     (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
     out: dict[str, TensorInfo] = NameIndex()
+    rewrite = _may_rewrite(list(tensors))
     for name, t in tensors.items():
         if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
             continue
-        layout = t.extra.get("layout") or kernel_layout(name, t.shape)
+        layout = t.extra.get("layout")
+        if rewrite is None or name in rewrite:
+            layout = layout or kernel_layout(name, t.shape)
+            name = canonical_name(name)
         shape = out_in_shape(t.shape, layout if isinstance(layout, str) else None)
-        out.setdefault(canonical_name(name), t if shape == t.shape else replace(t, shape=shape))
+        out.setdefault(name, t if shape == t.shape else replace(t, shape=shape))
     for dropped, kept in (metadata or {}).items():
         if dropped not in tensors and kept in tensors:
             k = canonical_name(kept)

@@ -55,10 +55,14 @@ def from_tensors(family: str, tensors: Tensors, metadata: Mapping[str, str] | No
     """ArchSpec from the shapes of a checkpoint's tensors, for a family already detected from names.
     FLOPs and parameters depend only on shapes; head counts are not recoverable and are assumed.
     Names may be PyTorch, google-research TF1 or HF TF spellings (canonical_tensors)."""
-    f = get(family)
-    T = canonical_tensors(tensors, metadata)
+    return from_canonical(family, canonical_tensors(tensors, metadata))
+
+
+def from_canonical(family: str, T: Tensors) -> ArchSpec:
+    """from_tensors over names canonical_tensors() already gave (census.resolve computes them once)."""
     head, _ = infer_head(family, T)
-    return f.from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None, head=head))
+    return get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None,
+                                            head=head))
 
 
 def with_head(spec: ArchSpec, head: str) -> ArchSpec:

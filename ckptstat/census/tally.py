@@ -1,0 +1,73 @@
+"""One pass over a checkpoint's tensors for the sums every report shares (issue 22: a 200k-tensor header
+pays for each pass over its names): the unique parameter count and its stored bytes by bucket, layer and
+dtype, the non-parameter tensors by role, and the (name, elements, stored bytes) of each counted
+parameter for the summary's module tree. The summary and the analytic model (census/model.py) read it;
+memoised on the checkpoint's logical view (census/quant.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..core import Checkpoint
+from .counts import aliases, memoised, placements
+from .quant import logical, stored
+
+Sums = list[int]   # [elements, stored bytes, tensors]
+
+
+@dataclass
+class Tally:
+    total: int                                # unique parameters (census.parameters)
+    tensor_bytes: int                         # bytes of every stored tensor, aliases once
+    buckets: dict[str, Sums]
+    layers: dict[tuple[str, int], Sums]
+    by_dtype: dict[str, Sums]                 # stored label (dtype, or quantisation method) -> sums
+    non_params: dict[str, dict]               # role -> {role, tensors, elements, bytes, names}
+    unplaced: list[str]                       # parameters in bucket "other"
+    tree: list[tuple[str, int, int]]          # (name, elements, stored bytes) of each counted parameter
+
+    def stored_by_dtype(self) -> dict[str, int]:
+        return {label: s[1] for label, s in self.by_dtype.items()}
+
+
+def tally(ckpt: Checkpoint) -> Tally:
+    return memoised(logical(ckpt), "tally", _tally)
+
+
+def _add(table: dict, key: object, numel: int, nbytes: int) -> None:
+    s = table.get(key)
+    if s is None:
+        s = table[key] = [0, 0, 0]
+    s[0] += numel
+    s[1] += nbytes   # stored(t): a quantised weight's bytes are all its pieces' (census/quant.py)
+    s[2] += 1
+
+
+def _tally(ckpt: Checkpoint) -> Tally:
+    place, alias_of = placements(ckpt), aliases(ckpt)
+    out = Tally(0, 0, {}, {}, {}, {}, [], [])
+    for t in ckpt:
+        name = t.name
+        if name in alias_of:
+            continue
+        out.tensor_bytes += t.nbytes
+        p = place[name]
+        numel = t.numel   # once per tensor: the loop runs per name
+        if p.role != "parameter":
+            row = out.non_params.get(p.role)
+            if row is None:
+                row = out.non_params[p.role] = {"role": p.role, "tensors": 0, "elements": 0, "bytes": 0, "names": []}
+            row["tensors"] += 1
+            row["elements"] += numel
+            row["bytes"] += t.byte_size
+            row["names"].append(name)
+            continue
+        label, nbytes = stored(t, numel)
+        out.total += numel
+        _add(out.buckets, p.bucket, numel, nbytes)
+        _add(out.by_dtype, label, numel, nbytes)
+        if p.layer is not None:
+            _add(out.layers, (p.bucket, p.layer), numel, nbytes)
+        if p.bucket == "other":
+            out.unplaced.append(name)
+        out.tree.append((name, numel, nbytes))
+    return out
