@@ -248,8 +248,31 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
 def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
     """Classify every tensor; a model with decoder blocks and no encoder blocks is decoder-only,
     so its decoder stack is its encoder-equivalent (OPT's `model.decoder.layers.N`)."""
-    out = {name: classify(name, dtype, shape) for name, dtype, shape in tensors}
-    has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+    # classify, name by name, with the rule look-ups shared by every name of one numbered shape (and
+    # dtype and rank-4-ness) and one Placement per (bucket, layer, role): a 200k-tensor MoE header has
+    # a few dozen shapes (docs/performance.md). Keras 3's BatchNormalization statistics are the one rule
+    # that reads a number's value (_KERAS3_BN_STAT): those names are never shared.
+    rules: dict[tuple[str, str, bool], tuple[str, int | None, str]] = {}
+    made: dict[tuple[str, str | None, str], Placement] = {}
+    out: dict[str, Placement] = {}
+    has_encoder = False
+    for name, dtype, shape in tensors:
+        numbered, numbers = _numbered(name)
+        rank4 = len(shape) == 4
+        key = (numbered, dtype, rank4)
+        hit = rules.get(key)
+        if hit is None or "batch_normalization" in name:
+            hit = _bucket_of(numbered) + (_role_from(name, numbered, dtype, rank4),)
+            if "batch_normalization" not in name:
+                rules[key] = hit
+        bucket, k, role = hit
+        _remember((name, dtype, rank4), role)   # for role_of's later questions (canonical_tensors)
+        index = numbers[k] if k is not None else None
+        p = made.get((bucket, index, role))
+        if p is None:
+            p = made[(bucket, index, role)] = Placement(bucket, int(index) if index is not None else None, role)
+        out[name] = p
+        has_encoder = has_encoder or (bucket == "encoder" and k is not None)
     if not has_encoder:
         out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
     return out

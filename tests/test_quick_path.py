@@ -99,6 +99,50 @@ def test_every_structural_tie_rule_has_a_literal():
         assert any(lit in present.pattern.replace("\\", "") for lit in _STRUCTURAL_LITERALS), present.pattern
 
 
+def test_every_left_out_role_name_holds_a_literal():
+    # one name per alternative of each optimizer / counter rule of naming.ROLE_RULES
+    from ckptstat.families.infer import _LEFT_OUT_LITERALS
+    from ckptstat.naming import ROLE_RULES, role_of
+    names = ["optimizer.state.0", "optim.x", "opt_state.x", "optimizer_state_dict.x", "optimizer_states.x", "a.exp_avg",
+             "a.exp_avg_sq", "a.max_exp_avg_sq", "a.momentum_buffer", "bert/x/adam_m", "bert/x/adam_v",
+             "x/.OPTIMIZER_SLOT/y", "optimizer_weights/x", "global_step", "save_counter", "a.epoch", "iteration",
+             "num_updates", "step", "_CHECKPOINTABLE_OBJECT_GRAPH", "a/.OBJECT_GRAPH/b"]
+    alternatives = sum(rx.pattern.count("|") + 1 for rx, role in ROLE_RULES if role in ("optimizer", "counter"))
+    assert len(names) >= alternatives - 6   # (the `(^|\.)` groups count two alternatives each)
+    for n in names:
+        assert role_of(n) in ("optimizer", "counter"), n
+        assert any(lit in n for lit in _LEFT_OUT_LITERALS), n
+
+
+def test_joined_name_scans_equal_the_per_name_rules():
+    import random
+
+    from ckptstat.families import _COMPONENT_NUMBER, _name_shapes
+    from ckptstat.families.infer import canonical_name, canonical_tensors
+    from ckptstat.naming import Placement, classify, classify_all, normalize
+    rng = random.Random(0)
+    parts = ["layer", "layers", "h", "0", "12", "007", "attn", "kernel", "gamma", "bert", "tf_bert_model", "layer_3", "mlm___cls",
+             "embeddings", "word_embeddings", "weight", "bias", "exp_avg", "step", "a/b", "x:0", "layer_._2", "batch_normalization",
+             "vars", "2", "decoder", "block", "experts", "w1", ".ATTRIBUTES/VARIABLE_VALUE", "", "1a", "ln_1"]
+    names = sorted({".".join(rng.choice(parts) for _ in range(rng.randint(1, 6))) for _ in range(3000)})
+    assert _name_shapes(names) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+    shapes = {n: (rng.choice(["F32", "I64"]), tuple(rng.choice([(3, 4), (2, 2, 2, 2), (5,)]))) for n in names}
+    got = classify_all((n, d, s) for n, (d, s) in shapes.items())
+    want = {n: classify(n, d, s) for n, (d, s) in shapes.items()}
+    if not any(p.bucket == "encoder" and p.layer is not None for p in want.values()):
+        want = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in want.items()}
+    assert got == want
+    from ckptstat.core import TensorInfo
+    for sample in (names, [n for n in names if "/" not in n and ":" not in n and "kernel" not in n][:50], ["a.b", "c.0.d"]):
+        tensors = {n: TensorInfo(n, "F32", (3, 4), "f", 0, 48) for n in sample}
+        canon = canonical_tensors(tensors)
+        kept = [n for n in sample if classify(n, "F32", (3, 4)).role not in ("optimizer", "counter")]
+        expected = {}
+        for n in kept:
+            expected.setdefault(canonical_name(n), n)
+        assert {k: t.name for k, t in canon.items()} == expected
+
+
 def test_every_layout_rule_has_a_literal():
     from ckptstat.naming import _LAYOUT_LITERALS, LAYOUT_RULES
     for rx, _ in LAYOUT_RULES:

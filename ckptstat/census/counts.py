@@ -41,6 +41,9 @@ def aliases(ckpt: Checkpoint) -> dict[str, str]:
 def _aliases(ckpt: Checkpoint) -> dict[str, str]:
     """The first name of each storage and view stands for it, a parameter before any other role (a parameter
     viewing a buffer's storage is a parameter: it must not vanish behind the buffer)."""
+    keys = [t.alias_key for t in ckpt]
+    if len(set(keys)) == len(keys):   # no two names over one storage and view (most files): no alias
+        return {}
     place = placements(ckpt)
     first: dict[tuple, str] = {}
     for t in ckpt:

@@ -135,6 +135,13 @@ _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale|output_scale|kv_scale)$")
 
 
+# A literal in the name of every tensor _layout can make a member or a standalone scale: the suffixes
+# _module looks for (qweight, weight_packed, compressed, SCB, weight_scale[_inv]), _BNB4's, _MXFP4's and
+# _STANDALONE's. A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
+_LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
+                    "quant_state", "_blocks", "_scale")
+
+
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
     cfg = ckpt.config or {}
     q = cfg.get("quantization_config") or cfg.get("compression_config") or {}
@@ -166,7 +173,9 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     T = ckpt.tensors
     modules: dict[str, dict[str, TensorInfo]] = {}
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
-    for name, t in T.items():
+    joined = "\n".join(T)
+    scan = any(lit in joined for lit in _LAYOUT_LITERALS)   # most checkpoints: no name can be a member
+    for name, t in T.items() if scan else ():
         m = _BNB4.match(name)
         if m:
             special.setdefault(m["m"] + ".weight", ("bnb4", {}))[1][name] = t
@@ -213,7 +222,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
                 suffix = n.rpartition(".")[2]
             roles[n] = quant_member_role(suffix, w.method)
     member = {n for w in weights for n in w.members}
-    for name in T:
+    for name in T if scan else ():
         if name not in member and _STANDALONE.search(name):
             roles[name] = quant_member_role(name.rpartition(".")[2], "")
     methods = sorted({w.method for w in weights})

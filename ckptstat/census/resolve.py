@@ -75,10 +75,10 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
     if name == "unknown":
         return Resolution(None, None, None, None, "the tensor names match no family")
     T = canonical_tensors(ckpt.tensors, ckpt.metadata)   # once: a 200k-tensor header pays per name (docs/performance.md)
+    head, why = infer_head(name, T)
     try:
-        spec = from_canonical(name, T)
+        spec = from_canonical(name, T, head)
     except UsageError as e:
-        head, why = infer_head(name, T)
         return Resolution(get(name), None, None, head, f"tensor names ({why})", str(e))
     return Resolution(get(name), None, spec, spec.head, "tensor names")
 

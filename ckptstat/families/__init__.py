@@ -108,7 +108,10 @@ class Architecture:
 _COMPONENT_NUMBER = re.compile(r"(?<![^.])\d+(?![^.])")
 
 
-_COMPONENT_NUMBER_M = re.compile(r"(?<![^.\n])\d+(?![^.\n])")   # the same, over names joined by newlines
+# The same over names joined by newlines, as two patterns that start with a literal or an anchor (re scans
+# for those fast; a leading lookbehind is tried at every position): a number after a dot, one at a name's start.
+_DOT_NUMBER = re.compile(r"\.\d+(?=\.|\n|\Z)")
+_FIRST_NUMBER = re.compile(r"(?m)^\d+(?=\.|$)")
 
 
 def _name_shapes(names: Iterable[str]) -> set[str]:
@@ -118,7 +121,8 @@ def _name_shapes(names: Iterable[str]) -> set[str]:
         # a name holding a newline, or one of normalize's rarer rules: name by name
         return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
     # one substitution over all names, in C (normalize is then only `/` -> `.`)
-    return set(_COMPONENT_NUMBER_M.sub("0", text.replace("/", ".")).split("\n")) if names else set()
+    text = _FIRST_NUMBER.sub("0", _DOT_NUMBER.sub(".0", text.replace("/", ".")))
+    return set(text.split("\n")) if names else set()
 
 
 def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None) -> Architecture:

@@ -90,12 +90,15 @@ def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
 _REWRITE_LITERALS = ("/", ":", "_._", "ATTRIBUTES", "___") + _TF_LITERALS
 
 
-def _may_rewrite(names: list[str]) -> set[str] | None:
-    """The names canonical_name may change, found by one search over all names joined by newlines (in C,
-    not a call a name: docs/performance.md); None (every name) when a name holds a newline."""
-    text = "\n".join(names)
-    if text.count("\n") != len(names) - 1:
-        return None
+# A literal in every name naming.ROLE_RULES gives the roles canonical_tensors leaves out (optimizer, counter;
+# tests/test_quick_path.py checks each rule's alternatives): names holding none need no role look-up.
+_LEFT_OUT_LITERALS = ("optim", "opt_state", "exp_avg", "momentum_buffer", "adam_", "OPTIMIZER_SLOT", "step", "save_counter",
+                      "epoch", "iteration", "num_updates", "OBJECT_GRAPH")
+
+
+def _may_rewrite(text: str) -> set[str]:
+    """The names canonical_name may change, found by one search over all names joined by newlines
+    (`text`, one name a line: in C, not a call a name: docs/performance.md)."""
     out: set[str] = set()
     present = [lit for lit in _REWRITE_LITERALS if lit in text]   # a substring test is a fast scan; a regex is not
     if not present:
@@ -116,9 +119,14 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
     (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
-    out: dict[str, TensorInfo] = NameIndex()
-    rewrite = _may_rewrite(list(tensors))
-    for name, t in tensors.items():
+    names = list(tensors)
+    text = "\n".join(names)
+    rewrite = _may_rewrite(text) if text.count("\n") == len(names) - 1 else None   # None: every name may change
+    # every name its own canonical name and every shape its own: a copy, in C
+    same = (rewrite == set() and not any(lit in text for lit in _LEFT_OUT_LITERALS)
+            and not any(t.extra.get("layout") for t in tensors.values()))
+    out: dict[str, TensorInfo] = NameIndex(tensors) if same else NameIndex()
+    for name, t in tensors.items() if not same else ():
         if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
             continue
         layout = t.extra.get("layout")
@@ -135,6 +143,8 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     return out
 
 
+_LEADING_ANCHOR = re.compile(r"^(\^|\((\?:)?\^\|\\\.\))")   # `^`, `(^|\.)`, `(?:^|\.)`
+_BACKREF = re.compile(r"\\[1-9]|\(\?P=")   # group numbers would shift: such a pattern is searched whole
 _LOOKS_PAST_NAME = re.compile(r"\(\?<?[=!]|\\[AZ]|\\n")
 
 
@@ -147,7 +157,10 @@ def find(tensors: Tensors, pattern: str) -> TensorInfo | None:
         # checked on its own name, and the scan goes on from the next name after a false one. A pattern
         # that could fail in the joined text where it matches the name alone (lookarounds, \A, \Z) scans.
         text, starts, names = joined
-        rx_m = re.compile(pattern, re.M)
+        # Searched without a leading `^` or `(^|\.)`: the rest starts with a literal, which re finds by a
+        # fast scan, not by trying the group at every position; it matches wherever the pattern does, and
+        # every hit is checked on its own name below.
+        rx_m = re.compile(pattern if _BACKREF.search(pattern) else _LEADING_ANCHOR.sub("", pattern, count=1), re.M)
         at = 0
         while (m := rx_m.search(text, at)) is not None:
             i = bisect.bisect_right(starts, m.start()) - 1

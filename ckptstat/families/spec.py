@@ -58,9 +58,10 @@ def from_tensors(family: str, tensors: Tensors, metadata: Mapping[str, str] | No
     return from_canonical(family, canonical_tensors(tensors, metadata))
 
 
-def from_canonical(family: str, T: Tensors) -> ArchSpec:
-    """from_tensors over names canonical_tensors() already gave (census.resolve computes them once)."""
-    head, _ = infer_head(family, T)
+def from_canonical(family: str, T: Tensors, head: str | None = None) -> ArchSpec:
+    """from_tensors over names canonical_tensors() already gave (census.resolve computes them, and the
+    head, once)."""
+    head = head or infer_head(family, T)[0]
     return get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None,
                                             head=head))
 

@@ -7,6 +7,7 @@ last byte of the buffer the last byte of the file.
 from __future__ import annotations
 
 import json
+import math
 import struct
 
 from ..core import Checkpoint, TensorInfo, dtypes
@@ -16,6 +17,8 @@ from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
 U64_MAX = 2**64 - 1        # the reference parses dims and offsets as usize
+INT64_MAX = 2**63 - 1
+_INT_ONLY = frozenset({int})
 # The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
 SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
 
@@ -76,11 +79,14 @@ def open_safetensors(path: str) -> Checkpoint:
     metadata = header.pop("__metadata__", None) or {}
     if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise bad("__metadata__ must map strings to strings")
-    entries = []
+    spans = []
+    tensors: dict[str, TensorInfo] = {}
     keys = {"dtype", "shape", "data_offsets"}
     bits_of = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
-    # One pass per tensor with plain `type(x) is` tests: this loop runs a million times on a
-    # million-tensor header (docs/performance.md). bool is not int here, as in _int.
+    validated = TensorInfo.validated
+    # One pass per tensor with plain `type(x) is` tests and C-level checks of the shape (map, min, max):
+    # this loop runs a million times on a million-tensor header (docs/performance.md). bool is not int
+    # here, as in _int.
     for name, e in header.items():
         if type(e) is not dict or len(e) != 3 or e.keys() != keys:
             raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
@@ -88,7 +94,8 @@ def open_safetensors(path: str) -> Checkpoint:
         bits = bits_of.get(dtype) if type(dtype) is str else None
         if bits is None:
             raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
-        if type(shape) is not list or not all(type(d) is int and 0 <= d <= U64_MAX for d in shape):
+        if type(shape) is not list or (shape and not (_INT_ONLY.issuperset(map(type, shape)) and min(shape) >= 0
+                                                      and max(shape) <= U64_MAX)):
             if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
                 raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
         if not (type(offs) is list and len(offs) == 2 and type(offs[0]) is int and type(offs[1]) is int
@@ -96,20 +103,22 @@ def open_safetensors(path: str) -> Checkpoint:
             if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
                 raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
                           f"got {quoted(offs)}")
-        numel = 1
-        for d in shape:   # the reference's checked_mul over usize: a product past 2^64 is an error
-            numel *= d
-            if numel > U64_MAX:
-                raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
+        numel = math.prod(shape)   # exact (a Python int): past 2^64 is the reference's checked_mul error
+        if numel > U64_MAX:
+            raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
         if (numel * bits) % 8:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
         if offs[1] - offs[0] != numel * bits // 8:
             raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{quoted(shape)} "
                       f"needs {numel * bits // 8}")
-        entries.append((offs[0], offs[1], name, dtype, tuple(shape)))
+        spans.append((offs[0], offs[1], name))
+        # Keep the header's order (writers sort by name); data offsets are absolute from here on. A shape
+        # with no element or past int64 takes the checking constructor (its own error, or a 0 dimension).
+        tensors[name] = (validated if 0 < numel <= INT64_MAX else TensorInfo)(name, dtype, tuple(shape), path,
+                                                                             base + offs[0], offs[1] - offs[0])
 
     expected = 0
-    for begin, end, name, _, _ in sorted(entries):
+    for begin, end, name in sorted(spans):
         if begin != expected:
             kind = "overlaps the previous tensor" if begin < expected else f"leaves a hole after byte {expected}"
             raise bad(f"tensor {name!r} at data offset {begin} {kind}")
@@ -118,9 +127,6 @@ def open_safetensors(path: str) -> Checkpoint:
         raise bad(f"tensors end at byte {base + expected} but the file has {size} bytes"
                   + (" (truncated)" if base + expected > size else ""))
 
-    # Keep the header's order (writers sort by name); data offsets are absolute from here on.
-    tensors = {name: TensorInfo(name, dtype, shape, path, base + begin, end - begin)
-               for begin, end, name, dtype, shape in entries}   # entries are in header order
     # safetensors.torch.save_model drops one of two names over one storage and records
     # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
     # absent key naming a stored tensor counts.
