@@ -245,34 +245,55 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
     return Placement(bucket, int(numbers[k]) if k is not None else None, role)
 
 
-def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
-    """Classify every tensor; a model with decoder blocks and no encoder blocks is decoder-only,
-    so its decoder stack is its encoder-equivalent (OPT's `model.decoder.layers.N`)."""
-    # classify, name by name, with the rule look-ups shared by every name of one numbered shape (and
-    # dtype and rank-4-ness) and one Placement per (bucket, layer, role): a 200k-tensor MoE header has
-    # a few dozen shapes (docs/performance.md). Keras 3's BatchNormalization statistics are the one rule
-    # that reads a number's value (_KERAS3_BN_STAT): those names are never shared.
-    rules: dict[tuple[str, str, bool], tuple[str, int | None, str]] = {}
+_DIGIT_TO_HASH = str.maketrans("0123456789", "#" * 10)
+
+
+def _classify_masked(items: list[tuple[str, str, tuple[int, ...]]], masks: list[str]) -> tuple[dict[str, Placement], bool]:
+    """classify of every name, with the rule look-ups shared by every name of one mask (its digits as `#`,
+    from one str.translate over all names, in C), dtype and rank-4-ness, and one Placement per (bucket,
+    layer, role): a 200k-tensor MoE header has a few dozen masks (docs/performance.md). Names of one mask
+    have one numbered form, and their layer index is the same span of each name. Keras 3's
+    BatchNormalization statistics are the one rule that reads a number's value (_KERAS3_BN_STAT): those
+    names are never shared."""
+    rules: dict[tuple[str, str, bool], tuple[str, str, tuple[int, int] | None]] = {}
     made: dict[tuple[str, str | None, str], Placement] = {}
     out: dict[str, Placement] = {}
     has_encoder = False
-    for name, dtype, shape in tensors:
-        numbered, numbers = _numbered(name)
+    for (name, dtype, shape), mask in zip(items, masks):
         rank4 = len(shape) == 4
-        key = (numbered, dtype, rank4)
+        key = (mask, dtype, rank4)
         hit = rules.get(key)
         if hit is None or "batch_normalization" in name:
-            hit = _bucket_of(numbered) + (_role_from(name, numbered, dtype, rank4),)
+            numbered, _ = _numbered(name)
+            bucket, k = _bucket_of(numbered)
+            span = [m.span() for m in _HASHES.finditer(mask)][k] if k is not None else None
+            hit = (bucket, _role_from(name, numbered, dtype, rank4), span)
             if "batch_normalization" not in name:
                 rules[key] = hit
-        bucket, k, role = hit
-        _remember((name, dtype, rank4), role)   # for role_of's later questions (canonical_tensors)
-        index = numbers[k] if k is not None else None
+        bucket, role, span = hit
+        index = name[span[0]:span[1]] if span is not None else None
         p = made.get((bucket, index, role))
         if p is None:
             p = made[(bucket, index, role)] = Placement(bucket, int(index) if index is not None else None, role)
         out[name] = p
-        has_encoder = has_encoder or (bucket == "encoder" and k is not None)
+        has_encoder = has_encoder or (bucket == "encoder" and span is not None)
+    return out, has_encoder
+
+
+_HASHES = re.compile("#+")
+
+
+def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
+    """Classify every tensor; a model with decoder blocks and no encoder blocks is decoder-only,
+    so its decoder stack is its encoder-equivalent (OPT's `model.decoder.layers.N`)."""
+    items = list(tensors)
+    text = "\n".join(n for n, _, _ in items)
+    # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only)
+    if "#" in text or not text.isascii() or text.count("\n") != len(items) - 1:
+        out = {name: classify(name, dtype, shape) for name, dtype, shape in items}
+        has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+    else:
+        out, has_encoder = _classify_masked(items, text.translate(_DIGIT_TO_HASH).split("\n"))
     if not has_encoder:
         out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
     return out

@@ -126,12 +126,15 @@ def test_joined_name_scans_equal_the_per_name_rules():
              "vars", "2", "decoder", "block", "experts", "w1", ".ATTRIBUTES/VARIABLE_VALUE", "", "1a", "ln_1"]
     names = sorted({".".join(rng.choice(parts) for _ in range(rng.randint(1, 6))) for _ in range(3000)})
     assert _name_shapes(names) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
-    shapes = {n: (rng.choice(["F32", "I64"]), tuple(rng.choice([(3, 4), (2, 2, 2, 2), (5,)]))) for n in names}
-    got = classify_all((n, d, s) for n, (d, s) in shapes.items())
-    want = {n: classify(n, d, s) for n, (d, s) in shapes.items()}
-    if not any(p.bucket == "encoder" and p.layer is not None for p in want.values()):
-        want = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in want.items()}
-    assert got == want
+    # the masked fast path, and the name-by-name one (a `#`, a non-ASCII digit: re's \d matches it)
+    for extra in ([], ["layers.#.x", "h.\u0663.attn.weight"], ["layers.\u0663.mlp.2.weight", "layers.1.mlp.\u0664.weight"]):
+        sample = names + extra
+        shapes = {n: (rng.choice(["F32", "I64"]), tuple(rng.choice([(3, 4), (2, 2, 2, 2), (5,)]))) for n in sample}
+        got = classify_all((n, d, s) for n, (d, s) in shapes.items())
+        want = {n: classify(n, d, s) for n, (d, s) in shapes.items()}
+        if not any(p.bucket == "encoder" and p.layer is not None for p in want.values()):
+            want = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in want.items()}
+        assert got == want
     from ckptstat.core import TensorInfo
     for sample in (names, [n for n in names if "/" not in n and ":" not in n and "kernel" not in n][:50], ["a.b", "c.0.d"]):
         tensors = {n: TensorInfo(n, "F32", (3, 4), "f", 0, 48) for n in sample}

@@ -5,9 +5,10 @@ parameter for the summary's module tree. The summary and the analytic model (cen
 memoised on the checkpoint's logical view (census/quant.py)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core import Checkpoint
+from ..core import Checkpoint, dtypes
 from .counts import aliases, memoised, placements
 from .quant import logical, stored
 
@@ -33,18 +34,12 @@ def tally(ckpt: Checkpoint) -> Tally:
     return memoised(logical(ckpt), "tally", _tally)
 
 
-def _add(table: dict, key: object, numel: int, nbytes: int) -> None:
-    s = table.get(key)
-    if s is None:
-        s = table[key] = [0, 0, 0]
-    s[0] += numel
-    s[1] += nbytes   # stored(t): a quantised weight's bytes are all its pieces' (census/quant.py)
-    s[2] += 1
-
-
 def _tally(ckpt: Checkpoint) -> Tally:
     place, alias_of = placements(ckpt), aliases(ckpt)
     out = Tally(0, 0, {}, {}, {}, {}, [], [])
+    groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
+    tree = out.tree
+    packed: dict[str, Callable[[int], int]] = {}   # dtype -> its DType.nbytes (what stored(t) gives a plain tensor)
     for t in ckpt:
         name = t.name
         if name in alias_of:
@@ -61,13 +56,31 @@ def _tally(ckpt: Checkpoint) -> Tally:
             row["bytes"] += t.byte_size
             row["names"].append(name)
             continue
-        label, nbytes = stored(t, numel)
-        out.total += numel
-        _add(out.buckets, p.bucket, numel, nbytes)
-        _add(out.by_dtype, label, numel, nbytes)
-        if p.layer is not None:
-            _add(out.layers, (p.bucket, p.layer), numel, nbytes)
+        if t.extra:   # a quantised weight's bytes are all its pieces' (census/quant.py)
+            label, nbytes = stored(t, numel)
+        else:
+            label = t.dtype
+            nbytes = (packed.get(label) or packed.setdefault(label, dtypes.get(label).nbytes))(numel)
+        key = (p.bucket, p.layer, label)
+        s = groups.get(key)
+        if s is None:
+            s = groups[key] = [0, 0, 0]
+        s[0] += numel
+        s[1] += nbytes
+        s[2] += 1
         if p.bucket == "other":
             out.unplaced.append(name)
-        out.tree.append((name, numel, nbytes))
+        tree.append((name, numel, nbytes))
+    for (bucket, layer, label), s in groups.items():   # in first-seen order, as name by name
+        out.total += s[0]
+        _fold(out.buckets, bucket, s)
+        _fold(out.by_dtype, label, s)
+        if layer is not None:
+            _fold(out.layers, (bucket, layer), s)
     return out
+
+
+def _fold(table: dict, key: object, s: Sums) -> None:
+    into = table.setdefault(key, [0, 0, 0])
+    for i in range(3):
+        into[i] += s[i]

@@ -81,7 +81,10 @@ def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
     [in, out] (TF1 and TF2 checkpoints, Keras and HF TF .h5: formats/keras_names.py), or TF2 variable names
     (`...:0`, as Keras 2 .h5 files list them; HF TF GPT-2 has Conv1D weights, no kernel). A PyTorch file's
     names are its model's own (ViT's bare `position_embeddings` is not an Embedding layer's table)."""
-    return any(t.extra.get("layout") == "in_out" or t.name.endswith(":0") for t in tensors)
+    tensors = list(tensors)
+    if ":0\n" in "\n".join(t.name for t in tensors) + "\n":
+        return True
+    return any(t.extra.get("layout") == "in_out" for t in tensors if t.extra)
 
 
 # What any rewrite of canonical_name or kernel_layout needs in a name: normalize's characters and rules
