@@ -88,34 +88,34 @@ def open_safetensors(path: str) -> Checkpoint:
     # this loop runs a million times on a million-tensor header (docs/performance.md). bool is not int
     # here, as in _int.
     for name, e in header.items():
-        if type(e) is not dict or len(e) != 3 or e.keys() != keys:
+        if type(e) is not dict or e.keys() != keys:
             raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
         dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
-        bits = bits_of.get(dtype) if type(dtype) is str else None
-        if bits is None:
+        bits = type(dtype) is str and bits_of.get(dtype)
+        if not bits:
             raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
         if type(shape) is not list or (shape and not (_INT_ONLY.issuperset(map(type, shape)) and min(shape) >= 0
                                                       and max(shape) <= U64_MAX)):
             if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
                 raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
-        if not (type(offs) is list and len(offs) == 2 and type(offs[0]) is int and type(offs[1]) is int
-                and 0 <= offs[0] <= offs[1]):
-            if not (isinstance(offs, list) and len(offs) == 2 and all(_int(o) for o in offs) and 0 <= offs[0] <= offs[1]):
-                raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, "
-                          f"got {quoted(offs)}")
+        if type(offs) is list and len(offs) == 2:
+            begin, end = offs
+        if not (type(offs) is list and len(offs) == 2 and type(begin) is int and type(end) is int and 0 <= begin <= end):
+            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {quoted(offs)}")
         numel = math.prod(shape)   # exact (a Python int): past 2^64 is the reference's checked_mul error
         if numel > U64_MAX:
             raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
-        if (numel * bits) % 8:
+        nbits = numel * bits
+        if nbits & 7:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
-        if offs[1] - offs[0] != numel * bits // 8:
-            raise bad(f"tensor {name!r}: data_offsets span {offs[1] - offs[0]} bytes but {dtype}{quoted(shape)} "
-                      f"needs {numel * bits // 8}")
-        spans.append((offs[0], offs[1], name))
+        if end - begin != nbits >> 3:
+            raise bad(f"tensor {name!r}: data_offsets span {end - begin} bytes but {dtype}{quoted(shape)} "
+                      f"needs {nbits >> 3}")
+        spans.append((begin, end, name))
         # Keep the header's order (writers sort by name); data offsets are absolute from here on. A shape
         # with no element or past int64 takes the checking constructor (its own error, or a 0 dimension).
         tensors[name] = (validated if 0 < numel <= INT64_MAX else TensorInfo)(name, dtype, tuple(shape), path,
-                                                                             base + offs[0], offs[1] - offs[0])
+                                                                             base + begin, end - begin)
 
     expected = 0
     for begin, end, name in sorted(spans):
