@@ -84,13 +84,22 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
         own[0] += numel
         own[1] += nbytes
         own[2] += 1
-    # Totals bottom-up once, rather than along every name's path (docs/performance.md).
+    # Totals and structure keys bottom-up once, rather than along every name's path (docs/performance.md).
+    # A node's structure (its own sums, its children's names and structures) is numbered: equal structures,
+    # equal numbers, so a parent's key holds its children's numbers, not their whole subtrees (which a
+    # MoE's 64 experts a layer would make deep, and hashed again at every level).
+    shapes: dict[tuple, int] = {}
     for node in reversed(nodes.values()):
         total = list(node["own"])
-        for child in node["children"].values():
-            for j in range(3):
-                total[j] += child["sum"][j]
+        kids = node["children"]
+        for child in kids.values():
+            s = child["sum"]
+            total[0] += s[0]
+            total[1] += s[1]
+            total[2] += s[2]
         node["sum"] = total
+        key = (tuple(node["own"]), tuple(sorted((k, c["shape"]) for k, c in kids.items())) if kids else ())
+        node["shape"] = shapes.setdefault(key, len(shapes))
     return _collapse(root["children"])
 
 
@@ -110,10 +119,6 @@ def _make_node(root: dict, nodes: dict[str, dict], prefix: str) -> dict:
     return parent
 
 
-def _shape_key(node: dict) -> tuple:
-    return (tuple(node["own"]), tuple((k, _shape_key(c)) for k, c in sorted(node["children"].items())))
-
-
 def _span(idx: list[int]) -> str:
     return f"{{{idx[0]}..{idx[-1]}}}" if idx == list(range(idx[0], idx[-1] + 1)) else "{" + ",".join(map(str, idx)) + "}"
 
@@ -123,7 +128,7 @@ def _collapse(children: dict[str, dict]) -> list[dict]:
     numbered: dict[tuple, list[tuple[int, dict]]] = {}
     for key, node in children.items():
         if key.isdigit():
-            numbered.setdefault(_shape_key(node), []).append((int(key), node))
+            numbered.setdefault(node["shape"], []).append((int(key), node))
         else:
             out.append(_node(key, node, 1, node["sum"]))
     for group in numbered.values():

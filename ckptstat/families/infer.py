@@ -4,6 +4,8 @@ config.json keys. Pure functions over names, shapes and metadata."""
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -67,13 +69,14 @@ class NameIndex(dict):
         name or a name holds a newline; rebuilt when the size changed."""
         if self._text is None or self._text[0] != len(self):
             names = list(self)
-            starts, at = [], 0
-            for n in names:
-                starts.append(at)
-                at += len(n) + 1
+            # name i starts after the lengths of names 0..i-1 and i newlines (summed in C)
+            starts = list(map(operator.add, itertools.accumulate(map(len, names), initial=0), range(len(names))))
             text = "\n".join(names)
             self._text = (len(self), text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
         return self._text[1:4] if self._text[4] else None
+
+
+_HAS_EXTRA = operator.attrgetter("extra")   # filter(_HAS_EXTRA, tensors): those with extra facts, sifted in C
 
 
 def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
@@ -84,7 +87,7 @@ def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
     tensors = list(tensors)
     if ":0\n" in "\n".join(t.name for t in tensors) + "\n":
         return True
-    return any(t.extra.get("layout") == "in_out" for t in tensors if t.extra)
+    return any(t.extra.get("layout") == "in_out" for t in filter(_HAS_EXTRA, tensors))
 
 
 # What any rewrite of canonical_name or kernel_layout needs in a name: normalize's characters and rules
@@ -127,7 +130,7 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     rewrite = _may_rewrite(text) if text.count("\n") == len(names) - 1 else None   # None: every name may change
     # every name its own canonical name and every shape its own: a copy, in C
     same = (rewrite == set() and not any(lit in text for lit in _LEFT_OUT_LITERALS)
-            and not any(t.extra.get("layout") for t in tensors.values()))
+            and not any(t.extra.get("layout") for t in filter(_HAS_EXTRA, tensors.values())))
     out: dict[str, TensorInfo] = NameIndex(tensors) if same else NameIndex()
     for name, t in tensors.items() if not same else ():
         if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
