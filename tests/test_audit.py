@@ -95,6 +95,18 @@ def test_summary_counts(serial):
     assert {d["path"].split(os.sep)[-2] for d in s["largest_discrepancies"]} == {"bert-config-drift", "llama-no-head"}
 
 
+def test_unknown_scan_fails_the_audit_as_scan_does(tmp_path, capsys):
+    # a TorchScript archive: torch.load hands it to torch.jit.load, which runs its code; scan says unknown
+    torch = pytest.importorskip("torch")
+    torch.jit.script(torch.nn.Linear(2, 3)).save(str(tmp_path / "model.pt"))
+    assert main(["scan", str(tmp_path / "model.pt")]) == 1
+    capsys.readouterr()
+    rc = main(["audit", str(tmp_path), "--out", str(tmp_path.parent / "ts.jsonl"), "--json", "--no-progress"])
+    s = json.loads(capsys.readouterr().out)
+    assert rc == 1 and s["unknown"] == [str(tmp_path / "model.pt")] and s["scan"] == {"unknown": 1}
+    assert summarize_records([{"path": "a", "scan": {"verdict": "unknown"}}])["unknown"] == ["a"]
+
+
 def test_pool_equals_serial(serial):
     units, records = serial
     pooled = {r["path"]: r for r in run_pool(units, 2)}

@@ -391,6 +391,8 @@ def summarize_records(records: list[dict[str, Any]], top: int = 10) -> dict[str,
         "ties": count("ties"),
         "config": count("config"),
         "unsafe": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unsafe"),
+        # scan could not tell what torch.load would run (never "safe"): a gate must not pass it either
+        "unknown": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unknown"),
         "broken_ties": sorted(r["path"] for r in records if (r.get("ties") or {}).get("verdict") == "broken"),
         "largest_discrepancies": drifts[:top],
         "error_examples": [{"path": r["path"], "error": r["error"]} for r in records if r.get("error")][:top],

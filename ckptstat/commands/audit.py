@@ -73,5 +73,5 @@ def audit(
         emit_json({**s, "run": info})
     else:
         render_audit_summary(s, console(), info)
-    if s["errors"] or s["unsafe"] or s["broken_ties"]:
+    if s["errors"] or s["unsafe"] or s["unknown"] or s["broken_ties"]:
         raise typer.Exit(1)

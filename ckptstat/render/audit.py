@@ -72,7 +72,7 @@ def render_audit_summary(s: dict[str, Any], console: Console, run: dict[str, Any
     console.print(head)
     for title in ("scan", "ties", "config"):
         console.print(_counts(title, s[title]))
-    for title, paths in (("unsafe", s["unsafe"]), ("broken ties", s["broken_ties"])):
+    for title, paths in (("unsafe", s["unsafe"]), ("unknown safety", s.get("unknown", [])), ("broken ties", s["broken_ties"])):
         if paths:
             t = Table(title=f"{title} ({len(paths)})", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
             t.add_column("path")
