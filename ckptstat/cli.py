@@ -120,14 +120,13 @@ def diff(
         raise UsageError(f"--format must be text, md or html, not {fmt!r}")
     ca, cb = open_checkpoint(a), open_checkpoint(b)
     if output is not None:
-        from .render.diff import is_input
+        from .core.files import check_output
 
-        if is_input(str(output), [str(a), str(b), *ca.files, *cb.files]):
-            raise UsageError(f"{output}: the output is one of the inputs; refusing to overwrite it")
+        check_output(output, [a, b, *ca.files, *cb.files])   # never an input, through links too
     r = diff_checkpoints(ca, cb, names_only=names_only, atol=atol, rtol=rtol,
                          rules=load_rules(str(rules)) if rules is not None else None)
     if output is not None or fmt != "text" and not as_json:
-        from .render.diff import diff_html, diff_markdown, write_atomic
+        from .render.diff import diff_html, diff_markdown
 
         if output is not None and fmt == "text" and not as_json:   # -o alone: the format from the suffix
             fmt = "html" if output.suffix.lower() in (".html", ".htm") else "md"
@@ -136,7 +135,10 @@ def diff(
         if output is None:
             sys.stdout.write(text)
         else:
-            write_atomic(str(output), text)
+            from .core.files import atomic_output
+
+            with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:   # never half a report
+                f.write(text)
     elif as_json:
         emit_json(r)
     else:

@@ -121,9 +121,10 @@ def test_joined_name_scans_equal_the_per_name_rules():
     from ckptstat.families.infer import canonical_name, canonical_tensors
     from ckptstat.naming import Placement, classify, classify_all, normalize
     rng = random.Random(0)
-    parts = ["layer", "layers", "h", "0", "12", "007", "attn", "kernel", "gamma", "bert", "tf_bert_model", "layer_3", "mlm___cls",
-             "embeddings", "word_embeddings", "weight", "bias", "exp_avg", "step", "a/b", "x:0", "layer_._2", "batch_normalization",
-             "vars", "2", "decoder", "block", "experts", "w1", ".ATTRIBUTES/VARIABLE_VALUE", "", "1a", "ln_1"]
+    parts = ["layer", "layers", "h", "0", "12", "007", "attn", "kernel", "gamma", "bert", "tf_bert_model", "layer_3",
+             "mlm___cls", "embeddings", "word_embeddings", "weight", "bias", "exp_avg", "step", "a/b", "x:0", "layer_._2",
+             "batch_normalization", "vars", "2", "decoder", "block", "experts", "w1", ".ATTRIBUTES/VARIABLE_VALUE", "", "1a",
+             "ln_1"]
     names = sorted({".".join(rng.choice(parts) for _ in range(rng.randint(1, 6))) for _ in range(3000)})
     assert _name_shapes(names) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
     # the masked fast path, and the name-by-name one (a `#`, a non-ASCII digit: re's \d matches it)

@@ -3,13 +3,10 @@ Names from the files are printed inert (rich) or escaped (markdown)."""
 from __future__ import annotations
 
 import html
-import os
-import tempfile
 
 from rich.console import Console, Group
 from rich.text import Text
 
-from ..errors import UsageError
 from .fmt import table
 from .names import Name, fit_names, name_line, safe
 from .report_common import CSS
@@ -156,37 +153,3 @@ def diff_html(r: dict) -> str:
                            [[x["module"], "-" if x["a"] is None else f"{x['a']:,}", "-" if x["b"] is None else f"{x['b']:,}",
                              f"{x['delta']:+,}"] for x in r["rows"]])
     return "\n".join(out + ["</body></html>"])
-
-
-def write_atomic(path: str, text: str) -> None:
-    """Written to a temporary file in the target's folder, then renamed over it: never half a report."""
-    folder = os.path.dirname(os.path.abspath(path))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".ckptstat-", suffix=".tmp", dir=folder)
-    except OSError as e:
-        raise UsageError(f"{path}: cannot write the report: {e.strerror}") from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise UsageError(f"{path}: cannot write the report: {e.strerror}") from None
-        raise
-
-
-def is_input(output: str, inputs: list[str]) -> bool:
-    """The output path names one of the inputs (any of their files, through links too)."""
-    out = os.path.realpath(output)
-    for p in inputs:
-        real = os.path.realpath(p)
-        if out == real:
-            return True
-        try:
-            if os.path.exists(out) and os.path.samefile(out, real):
-                return True
-        except OSError:
-            pass
-    return False
