@@ -303,3 +303,25 @@ def test_nonfinite_values(tmp_path) -> None:
     finite = np.isfinite(x) & np.isfinite(y)
     assert by["w"]["status"] == "values" and by["w"]["max_abs"] == np.max(np.abs(x[finite] - y[finite]))
     assert by["w"]["rel_l2"] is None and json.dumps(r, allow_nan=False)
+
+
+def test_a_tied_name_is_no_difference(cli):
+    # The same BertForPreTraining as torch.save wrote it (decoder weight and bias share the storage of the word
+    # embeddings and cls.predictions.bias) and as TF re-saved it under google-research names (the decoder is
+    # the embedding table, structurally): the aliased names are ties, not additions.
+    import torch
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
+    pt = os.path.join(root, "bert-tiny-pretraining", "pytorch_model.bin")
+    tf = os.path.join(root, "tf1-bert", "model.ckpt-0")
+    sd = torch.load(pt, map_location="cpu", weights_only=True)
+    ptr = {n: t.untyped_storage().data_ptr() for n, t in sd.items()}
+    shared = len(ptr) - len(set(ptr.values()))   # the oracle: torch's own storages (names beyond one a storage)
+    assert shared
+    for a, b, side in ((tf, pt, "b_name"), (pt, tf, "a_name")):
+        rc, out, _ = cli("diff", a, b, "--json")
+        r = json.loads(out)
+        tied = {t[side]: t["tied_to"] for t in r["tensors"] if t["status"] == "tied"}
+        assert rc == 0 and r["same"] and r["counts"]["added"] == r["counts"]["removed"] == 0
+        assert len(tied) == shared and all(ptr[n] == ptr[t] and n != t for n, t in tied.items())
+        rc, out, _ = cli("diff", a, b)
+        assert rc == 0 and "no differences" in out and "tied" in out

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ..census import logical, placements
+from ..census import aliases, logical, placements
 from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
@@ -25,7 +25,8 @@ DIFF_SCHEMA = "ckptstat.diff/2"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
                   "not dtypes nor values")
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
-STATUSES = ("added", "removed", "shape", "dtype", "values", "equal")
+STATUSES = ("added", "removed", "shape", "dtype", "values", "equal", "tied")
+UNCHANGED = ("equal", "tied", "unread")   # statuses that are no difference ("unread": --names-only)
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 Rename = Callable[[str], str]
 TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
@@ -234,6 +235,7 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
     kb, pb = _align(b, rules[1], renames[1])
     same_file = _same_file(a, b)
     place_a, place_b = placements(a), placements(b)
+    alias_a, alias_b = aliases(a), aliases(b)
     rows = []
     for key in sorted(set(ka) | set(kb), key=natural_key):
         na, nb = ka.get(key), kb.get(key)
@@ -248,7 +250,12 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
         if transposed:
             row["transposed"] = transposed   # that side's [in, out] kernel compared as [out, in]
         if ta is None or tb is None:
-            row["status"] = "added" if ta is None else "removed"
+            # a name one side stores as another tensor's storage (PyTorch's tied decoder; the other side ties
+            # it structurally or dropped it) costs nothing there: a tie, not a difference
+            target = alias_b.get(nb) if ta is None else alias_a.get(na)   # type: ignore[arg-type]
+            row["status"] = "tied" if target is not None else "added" if ta is None else "removed"
+            if target is not None:
+                row["tied_to"] = target
         elif ta.shape != tb.shape and not transposed and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
         elif names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind):   # strings: no values
@@ -279,12 +286,12 @@ def _same_file(a: Checkpoint, b: Checkpoint) -> bool:
 
 
 def _summary(rows: list[dict]) -> dict:
-    """Per bucket and per layer: tensors, how many changed (any status but equal/unread), mean relative L2
+    """Per bucket and per layer: tensors, how many changed (any status but equal/tied/unread), mean relative L2
     of those compared."""
     def agg(key: Any, group: list[dict]) -> dict:
         rels = [r["rel_l2"] for r in group if r["rel_l2"] is not None]
         counts = {s: sum(r["status"] == s for r in group) for s in STATUSES}
-        return {"key": key, "tensors": len(group), "changed": sum(r["status"] not in ("equal", "unread") for r in group),
+        return {"key": key, "tensors": len(group), "changed": sum(r["status"] not in UNCHANGED for r in group),
                 **counts, "mean_rel_l2": float(np.mean(rels)) if rels else None}
 
     buckets: dict[str, list[dict]] = {}
@@ -365,7 +372,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     ta = sum(r["params"] for r in ma.values())
     tb = sum(r["params"] for r in mb.values())
     counts = {s: sum(t["status"] == s for t in tensors) for s in (*STATUSES, "unread")}
-    changed = [t for t in tensors if t["status"] not in ("equal", "unread")]
+    changed = [t for t in tensors if t["status"] not in UNCHANGED]
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
             "a_params": ta, "b_params": tb, "delta": tb - ta,
             "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,

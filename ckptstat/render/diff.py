@@ -16,7 +16,7 @@ from .report_common import md_table as _md_table
 from .report_common import num as _num
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
-          "values": "values changed", "equal": "equal", "unread": "not read (--names-only)"}
+          "values": "values changed", "equal": "equal", "tied": "tied (one storage)", "unread": "not read (--names-only)"}
 
 
 def _what(row: dict) -> str:
@@ -24,6 +24,8 @@ def _what(row: dict) -> str:
         return f"{row['a_shape']} -> {row['b_shape']}"
     if row["status"] == "dtype":
         return f"{row['a_dtype']} -> {row['b_dtype']}"
+    if row["status"] == "tied":
+        return f"= {row['tied_to']}"
     if row["status"] in ("added", "removed"):
         shape, dtype = (row["b_shape"], row["b_dtype"]) if row["status"] == "added" else (row["a_shape"], row["a_dtype"])
         return f"{dtype} {shape}"
@@ -44,10 +46,12 @@ def render_diff(r: dict, console: Console) -> None:
     if r.get("builtin_map"):
         console.print(Text(f"names aligned through the built-in map: {r['builtin_map']}", style="dim"))
     if r["same"]:
-        console.print(Text(f"no differences ({r['compared']})"))
+        tied = r["counts"].get("tied")
+        console.print(Text(f"no differences ({r['compared']})"
+                           + (f"; {tied} name(s) one side stores as another tensor's storage (tied)" if tied else "")))
         return
     console.print(Text(f"tensors: {_counts_line(r)}"))
-    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "unread")]
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "tied", "unread")]
     if changed:
         t = table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
         for row in changed:
