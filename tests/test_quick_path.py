@@ -4,6 +4,7 @@ to typer; and it loads no CLI framework, no rich, no numpy."""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 
@@ -145,6 +146,19 @@ def test_joined_name_scans_equal_the_per_name_rules():
         for n in kept:
             expected.setdefault(canonical_name(n), n)
         assert {k: t.name for k, t in canon.items()} == expected
+
+
+def test_find_over_joined_names_equals_a_scan():
+    from ckptstat.core import TensorInfo
+    from ckptstat.families.infer import NameIndex, find
+    names = ["bert.embeddings.word_embeddings.weight", "x.lm_head.weight", "lm_head.weight", "cls.aa.aa", ".dot",
+             "a\\.b", "classifier.out_proj.weight"]
+    idx = NameIndex({n: TensorInfo(n, "F32", (1,), "f", 0, 4) for n in names})
+    for pattern in (r"(^|\.)lm_head\.weight$", r"^lm_head\.weight$", r"(?:^|\.)aa\.(aa)$", r"(^|\.)(aa)\.\2$",
+                    r"(^|\.)?lm_head", r"(^|\.){2}dot", r"^\.dot", r"(^|\.)classifier(\.out_proj)?\.weight$", r"(^|\.)nothing$"):
+        want = next((n for n in names if re.search(pattern, n)), None)
+        got = find(idx, pattern)
+        assert (got.name if got else None) == want, pattern
 
 
 def test_every_layout_rule_has_a_literal():

@@ -151,6 +151,22 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
 
 _LEADING_ANCHOR = re.compile(r"^(\^|\((\?:)?\^\|\\\.\))")   # `^`, `(^|\.)`, `(?:^|\.)`
 _BACKREF = re.compile(r"\\[1-9]|\(\?P=")   # group numbers would shift: such a pattern is searched whole
+
+
+def _joined_pattern(pattern: str) -> str:
+    r"""`pattern` without its leading `^` / `(^|\.)` (find's search over the joined names), or whole when
+    that would shift group numbers (a backreference) or when a quantifier follows the anchor (`(^|\.)?x`,
+    `(^|\.){2}x`: what remains would not match wherever the pattern does)."""
+    bare = _LEADING_ANCHOR.sub("", pattern, count=1)
+    if _BACKREF.search(pattern) or bare[:1] in ("?", "*", "+", "{"):
+        return pattern
+    try:
+        re.compile(bare)
+    except re.error:
+        return pattern
+    return bare
+
+
 _LOOKS_PAST_NAME = re.compile(r"\(\?<?[=!]|\\[AZ]|\\n")
 
 
@@ -166,7 +182,7 @@ def find(tensors: Tensors, pattern: str) -> TensorInfo | None:
         # Searched without a leading `^` or `(^|\.)`: the rest starts with a literal, which re finds by a
         # fast scan, not by trying the group at every position; it matches wherever the pattern does, and
         # every hit is checked on its own name below.
-        rx_m = re.compile(pattern if _BACKREF.search(pattern) else _LEADING_ANCHOR.sub("", pattern, count=1), re.M)
+        rx_m = re.compile(_joined_pattern(pattern), re.M)
         at = 0
         while (m := rx_m.search(text, at)) is not None:
             i = bisect.bisect_right(starts, m.start()) - 1
