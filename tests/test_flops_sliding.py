@@ -6,7 +6,8 @@ FlopCounterMode sees every score whatever the window: the test checks that (the 
 without a window) and takes the windowed figure's oracle from the model itself: which layers slide from
 config.layer_types (Mistral: the DynamicSlidingWindowLayers of its cache), and the (query, key) pairs a
 windowed kernel needs from the nonzero probabilities eager attention returns (output_attentions) in those
-layers. The other layers count as attention_flops counts them: s x s, or the causal pairs with halving."""
+layers. The other layers count as attention_flops counts them: s x s. With --causal-halving attention_flops
+itself counts every layer's unmasked pairs, windows included, and no second figure is given."""
 from __future__ import annotations
 
 import json
@@ -72,8 +73,8 @@ def test_windowed_attention_counts_only_the_sliding_layers(tmp_path, cfg_name, m
         unmasked = int((probs != 0).sum())
         pairs = unmasked if (i in sliding or halve) else probs.numel()
         expected += 2 * 2 * pairs * d                          # QK^T and PV, 2 FLOPs per MAC
-    if halve and model_name.startswith("Gemma"):
-        # families/gemma.py already counts a sliding layer's window pairs under --causal-halving: no second figure
+    if halve:
+        # --causal-halving already counts each sliding layer's window pairs (ops.causal_pairs): no second figure
         assert totals["attention_flops"] == expected and "windowed_attention_flops" not in totals
         return
     assert run["sliding_layers"] == sliding

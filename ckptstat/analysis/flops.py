@@ -11,6 +11,7 @@ from typing import Any
 from ..census.model import Model
 from ..families import get
 from ..families.graph import EW_COST, build
+from ..families.ops import causal_pairs
 from ..families.spec import check_seq
 
 SCHEMA = "ckptstat.flops/1"
@@ -22,15 +23,18 @@ CONVENTIONS = {
                 "pooler per token, has no s^2 attention term (not a measurement; shown for comparison only)",
 }
 
+# What --causal-halving counts (ops.causal_pairs, ops.window_groups): the same rule for every family
+HALVED = ("--causal-halving: causal self-attention counts only the (query, key) pairs its mask keeps, query i "
+          "seeing min(i + 1, w) keys: w = sliding_window on the sliding layers (sliding_layers, or every layer "
+          "when only sliding_window is set), w = s on full-attention layers (s(s+1)/2 pairs); the scores' "
+          "element-wise ops count over the same pairs; cross- and bidirectional attention stay s_q x s_k")
+NOT_HALVED = ("every score of the s_q x s_k square, causal masks and sliding windows included, as eager attention "
+              "computes and masks them (FlopCounterMode counts the same); --causal-halving counts only the unmasked pairs")
+
 
 def spec_dict(m: Model) -> dict:
     s = m.spec
     return {k: v for k, v in s.__dict__.items() if k != "assumptions"}
-
-
-def _windowed_pairs(s: int, w: int) -> int:
-    """(query, key) pairs a causal sliding-window kernel computes: query i sees keys (i-w, i]."""
-    return sum(min(i + 1, w) for i in range(s)) if s <= 1 << 20 else w * s
 
 
 def _layer_list(layers: list[int]) -> str:
@@ -47,17 +51,18 @@ def _layer_list(layers: list[int]) -> str:
 def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[int, str, list[int]] | None:
     """(attention FLOPs a sliding-window kernel would need, the note, the sliding layers), or None when no layer's
     window is shorter than seq. Only the sliding layers (ArchSpec.sliding_layers; every layer when that is empty,
-    as for Mistral) attend the causal window (query i sees keys (i-w, i]); the other layers count as attention_flops
-    counts them (s x s, or s(s+1)/2 with causal halving). An estimate: eager and SDPA attention in transformers
-    window a layer by masking (create_sliding_window_causal_mask), so FlopCounterMode sees the full scores."""
+    as for Mistral) attend the causal window (ops.causal_pairs: query i sees keys (i-w, i]); the other layers count
+    as attention_flops counts them (s x s, or s(s+1)/2 with causal halving). An estimate: eager and SDPA attention
+    in transformers window a layer by masking (create_sliding_window_causal_mask), so FlopCounterMode sees the full
+    scores. With causal halving attention_flops already counts each layer's window (ops.window_groups): no figure."""
     s, w = m.spec, m.spec.sliding_window
     if not w or seq <= w:
         return None
     sliding = list(s.sliding_layers) or list(range(s.layers))
-    full_pairs = seq * (seq + 1) // 2 if halve else seq * seq
+    full_pairs = causal_pairs(seq) if halve else seq * seq
     per_pair = 2 * 2 * batch * s.heads * s.head_dim        # two bmm's (QK^T, PV), 2 FLOPs per MAC
-    win = per_pair * (len(sliding) * _windowed_pairs(seq, w) + (s.layers - len(sliding)) * full_pairs)
-    if win >= attn:     # already counted windowed (Gemma's sliding layers with --causal-halving)
+    win = per_pair * (len(sliding) * causal_pairs(seq, w) + (s.layers - len(sliding)) * full_pairs)
+    if win >= attn:     # nothing to add: the count is already windowed (--causal-halving)
         return None
     which = (f"all {s.layers} layers" if len(sliding) == s.layers else
              f"{len(sliding)} of {s.layers} layers ({_layer_list(sliding)}; the others attend all s tokens)")
@@ -119,8 +124,8 @@ def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, ca
         "counting": {
             "flops": "matmul FLOPs = 2 x MACs; equal to torch.utils.flop_counter.FlopCounterMode on the eager "
                      "model (mm/addmm/bmm; bias adds, softmax, norms, activations, embeddings count 0)",
-            "attention": "two bmm's per layer (QK^T and PV), b*a*s_q*s_k*d MACs each"
-                         + ("; causal ones halved to s(s+1)/2 pairs" if causal_halving else "; causal masks not halved"),
+            "attention": "two bmm's per layer (QK^T and PV), b*a*s_q*s_k*d MACs each; "
+                         + (HALVED if causal_halving else NOT_HALVED),
             "training": "3 x forward",
             "elementwise": "estimate, FLOPs per element: " + ", ".join(f"{k} {v}" for k, v in EW_COST.items()),
             "bytes": f"weights at {m.bytes_per_param:g} B/param (stored dtype) + activations at {m.activation_bytes} "

@@ -21,7 +21,8 @@ def flops(
     frames: Optional[int] = FramesOpt,
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
-    causal_halving: bool = typer.Option(False, "--causal-halving", help="Count only the unmasked half of causal attention."),
+    causal_halving: bool = typer.Option(False, "--causal-halving",
+                                        help="Count only the (query, key) pairs causal masks keep, sliding windows included."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
                                    "FlopCounterMode), macs (what thop/ptflops call FLOPs), bertstat (legacy MAdd)."),
     as_json: bool = JsonOpt,

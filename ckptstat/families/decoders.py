@@ -76,8 +76,9 @@ def llama_like(B: Builder) -> None:
         B.norm(f"{lay}.self_attn.q_norm", "encoder", tok, a * d, L, residual=False)
         B.norm(f"{lay}.self_attn.k_norm", "encoder", tok, g * d, L, residual=False)
     rope_apply(B, f"{lay}.self_attn rotary", a + g, rotary_dim(s), L)
-    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed.
-    B.attention(f"{lay}.self_attn", "encoder", a, n, n, d, L, causal=True)
+    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and
+    # full layers apart (`sliding` below): only their unmasked pairs differ.
+    B.causal_self_attention("layers[{layers}].self_attn", "encoder", a, d)
     B.linear(f"{lay}.self_attn.o_proj", "encoder", tok, a * d, h, s.o_bias, L)
     norm(f"{lay}.post_attention_layernorm")
     if flag(s, "fused_mlp"):

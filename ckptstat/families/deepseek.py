@@ -90,7 +90,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
 
 
-def mla(B: Builder, lay: str, calls: int) -> None:
+def mla(B: Builder, lay: str, calls: int, window: int | None = None) -> None:
     s, b, n = B.s, B.b, B.seq
     h, a = s.hidden, s.heads
     ql, kvl, nope, rope, v = (xs(s, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope", "qk_rope", "v_head_dim"))
@@ -108,11 +108,7 @@ def mla(B: Builder, lay: str, calls: int) -> None:
     B.add(f"{at} rotary (q_pe, k_pe)", "activation", "encoder", calls, tok + ((a + 1) * rope,), tok + ((a + 1) * rope,),
           ew=b * n * (a + 1) * rope * ew_cost("rotary"))
     # eager attention: scores over nope + rope dims, context over v_head_dim (two bmm's of different widths)
-    pairs = n * (n + 1) // 2 if B.halve else n * n
-    B.add(f"{at}.scores (QK^T)", "attention", "encoder", calls, (b, a, n, nope + rope), (b, a, n, n),
-          macs=b * a * pairs * (nope + rope), ew=b * a * n * n * (ew_cost("softmax") + 2), extra_in=b * a * n * (nope + rope))
-    B.add(f"{at}.context (PV)", "attention", "encoder", calls, (b, a, n, n), (b, a, n, v), macs=b * a * pairs * v,
-          extra_in=b * a * n * v)
+    B.attention(at, "encoder", a, n, n, nope + rope, calls, causal=True, window=window, v_dim=v)
     B.linear(f"{at}.o_proj", "encoder", tok, a * v, h, s.o_bias, calls)
     B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
 

@@ -85,15 +85,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=notes, **common)
 
 
-def _pairs(n: int, window: int | None, halve: bool) -> int:
-    """(query, key) pairs the scores span: all n x n in eager; with causal halving, the unmasked ones
-    (a sliding layer's query i sees min(i + 1, window) keys)."""
-    if not halve:
-        return n * n
-    w = min(window or n, n)    # query i sees min(i + 1, w) keys: a triangle of w rows, then w per row
-    return w * (w + 1) // 2 + (n - w) * w
-
-
 def attention(B: Builder, lay: str, calls: int, window: int | None) -> None:
     s, b, n = B.s, B.b, B.seq
     h, a, g, d = s.hidden, s.heads, s.kv_heads, s.head_dim
@@ -107,13 +98,9 @@ def attention(B: Builder, lay: str, calls: int, window: int | None) -> None:
         B.norm(f"{at}.k_norm", "encoder", (b, n, g), d, calls, residual=False)
     B.add(f"{at} rotary", "activation", "encoder", calls, tok + ((a + g) * d,), tok + ((a + g) * d,),
           ew=b * n * (a + g) * d * ew_cost("rotary"))
-    pairs = _pairs(n, window, B.halve)
     # scale, mask; soft-capping is tanh(x / cap) x cap on every score
-    per_score = ew_cost("softmax") + 2 + (ew_cost("tanh") + 2 if xs(s, "attn_softcap") else 0)
-    B.add(f"{at}.scores (QK^T)", "attention", "encoder", calls, (b, a, n, d), (b, a, n, n), macs=b * a * pairs * d,
-          ew=b * a * n * n * per_score, extra_in=b * a * n * d)
-    B.add(f"{at}.context (PV)", "attention", "encoder", calls, (b, a, n, n), (b, a, n, d), macs=b * a * pairs * d,
-          extra_in=b * a * n * d)
+    B.attention(at, "encoder", a, n, n, d, calls, causal=True, window=window,
+                extra_ew=2 + (ew_cost("tanh") + 2 if xs(s, "attn_softcap") else 0))
     B.linear(f"{at}.o_proj", "encoder", tok, a * d, h, s.o_bias, calls)
     # Gemma: post_attention_layernorm is the MLP's pre-norm; Gemma2/3: it normalises the attention output
     B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)

@@ -81,8 +81,9 @@ def decoder(B: Builder, mlp: Callable[[Builder, str], None]) -> None:
     B.linear(f"{lay}.self_attn.v_proj", "encoder", tok, h, g * d, s.qkv_bias, L)
     B.add(f"{lay}.self_attn rotary", "activation", "encoder", L, tok + ((a + g) * d,), tok + ((a + g) * d,),
           ew=b * n * (a + g) * d * ew_cost("rotary"))
-    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed.
-    B.attention(f"{lay}.self_attn", "encoder", a, n, n, d, L, causal=True)
+    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed. Sliding and full
+    # layers apart (Mistral's window, Qwen2's max_window_layers): only their unmasked pairs differ.
+    B.causal_self_attention("layers[{layers}].self_attn", "encoder", a, d)
     B.linear(f"{lay}.self_attn.o_proj", "encoder", tok, a * d, h, s.o_bias, L)
     B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, L)
     mlp(B, lay)

@@ -6,10 +6,12 @@ costs); graph.py walks it. Pure arithmetic: no torch, no file access.
 Counting rules (docs/oracles.md): a matmul of (m x k) by (k x n) is m*k*n MACs = 2*m*k*n FLOPs, which is
 what torch.utils.flop_counter.FlopCounterMode counts for mm/addmm/bmm (the bias add of addmm is not
 counted there; we put it in the element-wise figure). Embedding lookups are 0 MACs. Eager attention is
-two bmm's per layer (Q K^T and P V), each b*a*s_q*s_k*d MACs, not halved for causal masks unless asked.
+two bmm's per layer (Q K^T and P V), each b*a*s_q*s_k*d MACs, not halved for causal masks unless asked:
+then `causal_pairs` is the one rule every family's causal self-attention counts (docs/flops_memory.md).
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .archspec import ArchSpec
@@ -29,6 +31,27 @@ EW_COST = {
 
 def ew_cost(kind: str) -> int:
     return EW_COST.get(kind, 8)
+
+
+def causal_pairs(n: int, window: int | None = None) -> int:
+    """The (query, key) pairs a causal mask over n tokens lets through: query i sees keys j <= i, and with a
+    sliding window w only j > i - w (transformers masking_utils.py: causal_mask_function and
+    sliding_window_overlay, the masks create_causal_mask / create_sliding_window_causal_mask build), so
+    min(i + 1, w) keys: a triangle of w rows, then w a row. Without a window (or w >= n): n(n + 1)/2."""
+    w = min(window or n, n)
+    return w * (w + 1) // 2 + (n - w) * w
+
+
+def window_groups(s: ArchSpec, layers: Iterable[int] | None = None) -> list[tuple[str, int, int | None]]:
+    """`layers` (default all of s.layers) as (label, count, window) groups of alike causal self-attention:
+    the sliding layers (ArchSpec.sliding_layers; every layer when that is empty and sliding_window is set)
+    with the window, the others with None. One group, labelled by its count, when all are alike."""
+    idx = list(range(s.layers) if layers is None else layers)
+    w, marked = s.sliding_window, set(s.sliding_layers)
+    slide = [i for i in idx if w and (not marked or i in marked)]
+    if len(slide) in (0, len(idx)):
+        return [(str(len(idx)), len(idx), w if slide else None)]
+    return [(f"{len(slide)} sliding", len(slide), w), (f"{len(idx) - len(slide)} full", len(idx) - len(slide), None)]
 
 
 @dataclass(frozen=True)
@@ -97,19 +120,31 @@ class Builder:
         self.add(module, "activation", bucket, calls, tokens + (dim * (2 if gated else 1),), tokens + (dim,),
                  ew=n * (ew_cost(kind) + (1 if gated else 0)))
 
+    def pairs(self, q_len: int, k_len: int, causal: bool, window: int | None = None) -> int:
+        """(query, key) pairs attention computes: every one of q_len x k_len, as eager attention does (it masks
+        rather than skips, and FlopCounterMode counts the full square); with causal halving, a causal square's
+        unmasked ones (causal_pairs, the layer's sliding window included)."""
+        return causal_pairs(q_len, window) if causal and self.halve else q_len * k_len
+
     def attention(self, prefix: str, bucket: str, heads: int, q_len: int, k_len: int, d: int, calls: int,
-                  causal: bool, extra_ew: int = 2) -> None:
-        """Q K^T, softmax, P V. extra_ew: element-wise ops per score besides softmax (scale, mask/bias)."""
-        b = self.b
-        pairs = q_len * k_len
-        if causal and self.halve:
-            pairs = q_len * (q_len + 1) // 2   # the unmasked (q, k) pairs of a causal square
-        scores = b * heads * pairs
+                  causal: bool, extra_ew: int = 2, window: int | None = None, v_dim: int | None = None) -> None:
+        """Q K^T, softmax, P V. extra_ew: element-wise ops per score besides softmax (scale, mask/bias,
+        soft-capping); window: the layers' sliding window (None: full causal); v_dim: the value head width
+        when it differs from d (DeepSeek's MLA). The scores' element-wise ops count over the same pairs
+        as the matmuls."""
+        b, dv = self.b, v_dim or d
+        scores = b * heads * self.pairs(q_len, k_len, causal, window)
         self.add(prefix + ".scores (QK^T)", "attention", bucket, calls, (b, heads, q_len, d), (b, heads, q_len, k_len),
-                 macs=scores * d, ew=b * heads * q_len * k_len * (ew_cost("softmax") + extra_ew),
-                 extra_in=b * heads * k_len * d)
-        self.add(prefix + ".context (PV)", "attention", bucket, calls, (b, heads, q_len, k_len), (b, heads, q_len, d),
-                 macs=scores * d, extra_in=b * heads * k_len * d)
+                 macs=scores * d, ew=scores * (ew_cost("softmax") + extra_ew), extra_in=b * heads * k_len * d)
+        self.add(prefix + ".context (PV)", "attention", bucket, calls, (b, heads, q_len, k_len), (b, heads, q_len, dv),
+                 macs=scores * dv, extra_in=b * heads * k_len * dv)
+
+    def causal_self_attention(self, prefix: str, bucket: str, heads: int, d: int, extra_ew: int = 2,
+                              layers: Iterable[int] | None = None) -> None:
+        """A decoder's causal self-attention over B.seq tokens in `layers` (default all), one attention per
+        window group (window_groups); prefix holds "{layers}" for the group's label."""
+        for label, calls, window in window_groups(self.s, layers):
+            self.attention(prefix.format(layers=label), bucket, heads, self.seq, self.seq, d, calls, True, extra_ew, window)
 
 
 def _prod(shape: tuple[int, ...]) -> int:

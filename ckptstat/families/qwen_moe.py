@@ -16,7 +16,7 @@ from typing import Any
 from ..errors import UsageError
 from . import decoders, infer, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder, ew_cost
+from .ops import Builder, ew_cost, window_groups
 
 
 def xs(s: ArchSpec, key: str) -> int:
@@ -90,8 +90,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     extra=extra, dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
 
 
-def attention(B: Builder, lay: str, calls: int) -> None:
-    """Pre-norm grouped-query attention with rotary positions, and Qwen3's per-head q/k RMSNorm."""
+def attention(B: Builder, lay: str, calls: int, window: int | None = None) -> None:
+    """Pre-norm grouped-query attention with rotary positions, and Qwen3's per-head q/k RMSNorm; window:
+    the layers' sliding window (None: full causal attention)."""
     s, b, n = B.s, B.b, B.seq
     h, a, g, d = s.hidden, s.heads, s.kv_heads, s.head_dim
     tok = (b, n)
@@ -105,7 +106,7 @@ def attention(B: Builder, lay: str, calls: int) -> None:
     B.linear(f"{lay}.self_attn.v_proj", "encoder", tok, h, g * d, s.qkv_bias, calls)
     B.add(f"{lay}.self_attn rotary", "activation", "encoder", calls, tok + ((a + g) * d,), tok + ((a + g) * d,),
           ew=b * n * (a + g) * d * ew_cost("rotary"))
-    B.attention(f"{lay}.self_attn", "encoder", a, n, n, d, calls, causal=True)
+    B.attention(f"{lay}.self_attn", "encoder", a, n, n, d, calls, causal=True, window=window)
     B.linear(f"{lay}.self_attn.o_proj", "encoder", tok, a * d, h, s.o_bias, calls)
     B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
 
@@ -146,18 +147,21 @@ def sparse_mlp(B: Builder, lay: str, calls: int) -> None:
 
 
 def decoder(B: Builder, mlp: Callable[[Builder, str, int], None],
-            attn: Callable[[Builder, str, int], None] = attention, rotary: int = 0) -> None:
+            attn: Callable[[Builder, str, int, int | None], None] = attention, rotary: int = 0) -> None:
     """Embedding, rotary table, the sparse layers then the dense ones (each group's ops once, called
-    once per layer of the group), final norm and LM head. rotary: the rotated dims per head (default head_dim)."""
+    once per layer of the group; a group whose layers differ in sliding window splits in two, ops.window_groups),
+    final norm and LM head. attn(B, label, calls, window); rotary: the rotated dims per head (default head_dim)."""
     s, b, n = B.s, B.b, B.seq
     B.embedding("embed_tokens", "embedding", s.vocab, s.hidden, n)
     d = rotary or s.head_dim
     B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (1, d // 2, 1), (1, d // 2, n), macs=(d // 2) * n)
-    nd = len(s.dense_layers)
-    for label, calls, part in ((f"layers[{s.layers - nd} sparse]", s.layers - nd, mlp),
-                               (f"layers[{nd} dense]", nd, _dense)):
-        if calls:
-            attn(B, label, calls)
+    dense = set(s.dense_layers)
+    sparse = [i for i in range(s.layers) if i not in dense]
+    for kind, idx, part in (("sparse", sparse, mlp), ("dense", sorted(dense), _dense)):
+        groups = window_groups(s, idx) if idx else []
+        for _, calls, window in groups:
+            label = f"layers[{calls} {kind}" + ("" if len(groups) == 1 else ", sliding" if window else ", full") + "]"
+            attn(B, label, calls, window)
             part(B, label, calls)
     B.norm("norm", "encoder", (b, n), s.hidden, residual=False)
     if s.head == "lm":
