@@ -150,7 +150,7 @@ def test_issue_gptq_llama(written):
                      "scales": ("scale", [256, 768]), "g_idx": ("group-index", [256, 768])}
 
 
-@pytest.mark.parametrize("case", ["gptq-llama", "awq-qwen2", "fp8-mistral", "ct-w4a16", "bnb-nf4-llama"])
+@pytest.mark.parametrize("case", ["gptq-llama", "awq-qwen2", "fp8-mistral", "ct-w4a16", "bnb-nf4-llama", "mxfp4-gpt-oss"])
 def test_flops_ties_and_memory_work_from_logical_shapes(written, case, tmp_path):
     """The quantised checkpoint resolves, ties and counts FLOPs as the same model saved unquantised by
     transformers' save_pretrained."""

@@ -23,6 +23,7 @@ from . import (
     gemma,
     generic,
     gpt2,
+    gpt_oss,
     gptneox,
     llama,
     mamba,
@@ -53,6 +54,7 @@ FAMILIES: tuple[Family, ...] = (
     deepseek.FAMILY,    # before qwen_moe: its mlp.experts.N.gate_proj names match qwen_moe's signature
     qwen_moe.FAMILY,
     mixtral.FAMILY,
+    gpt_oss.FAMILY,     # before llama: its layers.N.self_attn.q_proj names match llama's signature
     olmo.FAMILY,        # before qwen3: OLMo2 files have self_attn.q_norm too
     qwen3.FAMILY,       # before llama: its q_proj names match llama's signature
     phi3.FAMILY,

@@ -1,0 +1,183 @@
+"""gpt-oss (transformers 4.57 models/gpt_oss/modeling_gpt_oss.py, configuration_gpt_oss.py): a LLaMA-shaped
+decoder (pre-RMSNorm, rotary positions, grouped-query attention) with
+
+- q/k/v/o biases (GptOssConfig sets attention_bias = True; a config.json value overrides it, as
+  PretrainedConfig.__init__ sets the saved keys after the class's own);
+- attention sinks: GptOssAttention.sinks, one learned logit per query head, appended as an extra column to
+  every row of scores before the softmax and dropped after it (eager_attention_forward): `a` parameters a
+  layer, no matmul;
+- layers alternating between a sliding window (sliding_window, 128 in the release) and full attention
+  (config.layer_types; GptOssConfig's default: even layers slide, odd ones attend everything);
+- a mixture of experts as MLP (GptOssMLP): a router with bias (GptOssTopKRouter, E x h + E) picks
+  num_experts_per_tok experts per token, softmax over their logits; the experts are stored fused, as
+  3-D parameters without `.weight` (GptOssExperts): gate_up_proj [E, h, 2f] (gate and up interleaved
+  along the last axis), gate_up_proj_bias [E, 2f], down_proj [E, f, h], down_proj_bias [E, h]; the
+  activation is clamp(gate, max=7) x sigmoid(1.702 x gate) x (clamp(up, +-7) + 1).
+
+FLOPs follow the experts' loop (GptOssExperts.forward on the CPU or in training): each token's k rows pass
+through gate_up_proj and down_proj of the experts it was routed to, b x s x k rows in all, as the other MoE
+families count them. (transformers' inference path off the CPU instead runs every expert on every token with
+two bmm's and zeroes the unrouted outputs: E / k times the experts' matmul work; MegaBlocks and the MXFP4
+integration's gather-scatter matmul_ogs (integrations/mxfp4.py) compute only the routed rows.)
+Active parameters: the router and the top-k experts.
+
+MXFP4 checkpoints (the release: experts' gate_up_proj / down_proj as `*_blocks` / `*_scales`) are read through
+census/quant.py's logical view, which gives these same names and shapes (docs/quantized.md).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import UsageError
+from . import decoders, infer, llama
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear
+from .ops import Builder, ew_cost, window_groups
+from .qwen_moe import count
+
+# GptOssConfig.__init__ defaults, which transformers uses for keys a config.json leaves out
+_WINDOW, _HEAD_DIM, _KV_HEADS, _TOP_K = 128, 64, 8, 4
+# element-wise FLOPs per intermediate element of the experts' activation: clamp gate (1), clamp up (2),
+# x alpha (1), sigmoid (4), x gate (1), up + 1 (1), x (1)
+_GLU_EW = 11
+
+
+def _default_types(layers: int) -> list[str]:
+    """GptOssConfig's layer_types when the config has none: sliding on even layers, full on odd ones."""
+    return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a, L = c.int("hidden_size"), c.int("num_attention_heads"), count(c, "num_hidden_layers")
+    E = count(c, "num_local_experts")
+    bias = bool(c.get("attention_bias", default=True))
+    # the window and the layer pattern as GptOssConfig fills them in, then which layers keep a window in
+    # DynamicCache (decoders.sliding, the rule every decoder shares)
+    filled = dict(c.cfg)
+    filled.setdefault("sliding_window", _WINDOW)
+    if filled.get("layer_types") is None:
+        filled["layer_types"] = _default_types(L)
+    window = decoders.sliding(Cfg(filled, c.path, c.model_type, c.head, c.common), L)
+    k = c.int("num_experts_per_tok", default=_TOP_K)
+    if k > E:
+        raise UsageError(f"{c.path}: config num_experts_per_tok = {k} is more than num_local_experts = {E}")
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=_KV_HEADS),
+                    head_dim=c.int("head_dim", default=_HEAD_DIM), intermediate=c.int("intermediate_size"),
+                    vocab=c.int("vocab_size"), context=c.int("max_position_embeddings", default=0),
+                    activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
+                    qkv_bias=bias, o_bias=bias, mlp_bias=True,
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
+                    experts=E, top_k=k, **window, **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    V, h, q, kv, _ = llama.attention_dims(T)
+    sinks = infer.shape(T, r"self_attn\.sinks$", "self_attn.sinks")      # one sink per query head: head_dim is exact
+    fused = infer.shape(T, r"mlp\.experts\.gate_up_proj$", "mlp.experts.gate_up_proj")
+    if len(sinks) != 1 or not 0 < sinks[0] <= q or q % sinks[0] or len(fused) != 3 or fused[2] % 2:
+        raise UsageError(f"cannot infer the architecture from tensor names: self_attn.sinks {list(sinks)} and "
+                         f"mlp.experts.gate_up_proj {list(fused)} are not gpt-oss's [heads] and [experts, hidden, "
+                         f"2 x intermediate] for a q_proj of {q} rows; pass --config")
+    a, (E, _, f2) = sinks[0], fused
+    d = q // a
+    L = infer.count_layers(T, r"layers\.(\d+)\.")
+    slide = tuple(range(0, L, 2))
+    notes = (f"no config: experts per token (top-k) assumed {_TOP_K}, sliding window {_WINDOW} on the even layers "
+             "(full attention on the odd ones), as in gpt-oss-20b and gpt-oss-120b (active parameters, FLOPs and the "
+             "KV cache depend on them)",)
+    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=kv // d, head_dim=d, vocab=V, intermediate=f2 // 2,
+                    gated_mlp=True, norm="rmsnorm", qkv_bias=infer.has(T, r"q_proj\.bias$"),
+                    o_bias=infer.has(T, r"o_proj\.bias$"), mlp_bias=True,
+                    tied_embeddings=infer.find(T, r"lm_head\.weight$") is None, experts=E, top_k=_TOP_K,
+                    activation="silu", sliding_window=_WINDOW, sliding_layers=slide if len(slide) < L else (),
+                    assumptions=notes, **common)
+
+
+def attention(B: Builder, lay: str, calls: int, window: int | None) -> None:
+    """GptOssAttention with eager_attention_forward: the a-headed score and context bmm's (K/V repeated
+    from g heads) over every key, the window and causality being a mask; with --causal-halving, the
+    unmasked pairs only (ops.causal_pairs: a sliding layer's query i sees min(i + 1, window) keys)."""
+    s, b, n = B.s, B.b, B.seq
+    h, a, g, d = s.hidden, s.heads, s.kv_heads, s.head_dim
+    tok, at = (b, n), f"{lay}.self_attn"
+    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, calls)
+    B.linear(f"{at}.q_proj", "encoder", tok, h, a * d, s.qkv_bias, calls)
+    B.linear(f"{at}.k_proj", "encoder", tok, h, g * d, s.qkv_bias, calls)
+    B.linear(f"{at}.v_proj", "encoder", tok, h, g * d, s.qkv_bias, calls)
+    decoders.rope_apply(B, f"{at} rotary", a + g, d, calls)
+    # scale and mask on each score, and the max subtracted before the softmax
+    B.attention(at, "encoder", a, n, n, d, calls, causal=True, window=window, extra_ew=4)
+    # the sink: one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
+    B.add(f"{at}.sinks (a logit per head, one softmax column)", "attention", "encoder", calls, (a,), (b, a, n, 1),
+          params=a * calls, ew=b * a * n * (ew_cost("softmax") + 3), weights_per_call=a)
+    B.linear(f"{at}.o_proj", "encoder", tok, a * d, h, s.o_bias, calls)
+    B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
+
+
+def moe(B: Builder, lay: str, calls: int) -> None:
+    s, b, n = B.s, B.b, B.seq
+    h, f, E, k = s.hidden, s.intermediate, s.experts, s.top_k
+    ex = f"{lay}.mlp.experts[{E}]"
+    B.linear(f"{lay}.mlp.router", "encoder", (b, n), h, E, True, calls)
+    B.add(f"{lay}.mlp.router top-k, softmax", "activation", "encoder", calls, (b, n, E), (b, n, k),
+          ew=b * n * (E + k * ew_cost("softmax")))
+    routed = (b * n * k,)   # each token visits its top-k experts: k rows through gate_up_proj and down_proj
+    B.linear(f"{ex}.gate_up_proj (top-{k})", "encoder", routed, h, 2 * f, True, calls, copies=calls * E,
+             active_copies=calls * k)
+    B.add(f"{ex} clamp, gate x sigmoid(1.702 gate) x (up + 1)", "activation", "encoder", calls, routed + (2 * f,),
+          routed + (f,), ew=b * n * k * f * _GLU_EW)
+    B.linear(f"{ex}.down_proj (top-{k})", "encoder", routed, f, h, True, calls, copies=calls * E, active_copies=calls * k)
+    B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, routed + (h,), (b, n, h),
+          ew=b * n * k * h * 2)
+
+
+def build(B: Builder) -> None:
+    s, b, n = B.s, B.b, B.seq
+    B.embedding("embed_tokens", "embedding", s.vocab, s.hidden, n)
+    decoders.rotary(B, s.head_dim)
+    # the sliding layers, then the full ones (ops.window_groups: which layers have the window)
+    for label, calls, window in window_groups(s):
+        attention(B, f"layers[{label}]", calls, window)
+        moe(B, f"layers[{label}]", calls)
+    B.norm("norm", "encoder", (b, n), s.hidden, residual=False)
+    decoders.lm_head(B, "lm_head", "embed_tokens")
+
+
+def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
+    h, f, E = s.hidden, s.intermediate, s.experts
+    out[q + "self_attn.sinks"] = (s.heads,)
+    add_linear(out, q + "mlp.router", E, h, bias=True)
+    x = q + "mlp.experts."
+    out[x + "gate_up_proj"], out[x + "gate_up_proj_bias"] = (E, h, 2 * f), (E, 2 * f)
+    out[x + "down_proj"], out[x + "down_proj_bias"] = (E, f, h), (E, h)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    return llama.decoder_tensors(s, layer_tensors)
+
+
+# tiny sizes; head_dim x heads != hidden as in the release (64 x 64 = 4096 vs 2880); a YaRN table as released,
+# its factor matching max_position_embeddings / original_max_position_embeddings
+_SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
+              num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
+              max_position_embeddings=64, rope_scaling=dict(rope_type="yarn", factor=2.0, beta_fast=32.0, beta_slow=1.0,
+                                                            truncate=False, original_max_position_embeddings=32))
+
+FAMILY = Family(
+    name="gpt_oss",
+    model_types=("gpt_oss",),
+    # the attention sinks and the fused experts (no other family stores either)
+    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj)",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    **llama.DECODER_LM,      # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
+    # llama.cpp names the architecture "gpt-oss"; its GGUF keys are not mapped here: such a file reads as unknown
+    gguf_architectures=(),
+    samples=(
+        # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU, where the experts'
+        # loop runs (the routed rows only)
+        Sample("GptOssConfig", _SIZES, ("GptOssModel", "GptOssForCausalLM"), device="cpu"),
+        # tied, no attention biases, a layer pattern of its own
+        Sample("GptOssConfig", dict(_SIZES, tie_word_embeddings=True, attention_bias=False, num_hidden_layers=3,
+                                    layer_types=["full_attention", "sliding_attention", "sliding_attention"]),
+               ("GptOssForCausalLM",), device="cpu"),
+    ),
+)
