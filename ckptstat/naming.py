@@ -72,6 +72,7 @@ ROLE_RULES = _rules([
     (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
     (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
     (r"(^|\.)e_score_correction_bias$", "buffer"),                                   # DeepSeek-V3 router: register_buffer
+    (r"^blk\.\d+\.exp_probs_b\.bias$", "buffer"),                                    # ...the same in GGUF (deepseek2)
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
     # ONNX Constant nodes (shapes, scales, masks), as torch.onnx.export names their outputs:
@@ -345,6 +346,9 @@ STRUCTURAL_TIE_RULES = [
     # no output.weight): the final norm is stored, the output projection is not
     (re.compile(r"^output_norm\.weight$"), ("output_norm", "output"), re.compile(r"^token_embd\.weight$"),
      "GGUF decoder without output.weight: llama.cpp uses token_embd.weight as the output projection"),
+    # ...and GGUF T5, whose decoder's final norm is dec.output_norm (llama-model.cpp LLM_ARCH_T5, the same fallback)
+    (re.compile(r"^dec\.output_norm\.weight$"), ("dec.output_norm", "output"), re.compile(r"^token_embd\.weight$"),
+     "GGUF T5 without output.weight: llama.cpp uses token_embd.weight as the output projection"),
 ]
 
 

@@ -15,7 +15,7 @@ from safetensors.torch import save_file
 
 from ckptstat import open_checkpoint
 from ckptstat.analysis.diff import _key, diff, gguf_rules
-from ckptstat.core import Checkpoint
+from ckptstat.core import Checkpoint, TensorInfo
 from ckptstat.families import FAMILIES, get
 
 gguf = pytest.importorskip("gguf")
@@ -24,22 +24,25 @@ ARCHS = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 WITH_TABLE = [f for f in FAMILIES if f.gguf_tensor_names]
 # llama.cpp architectures whose names cannot be mapped back without more than the name (docs/gguf.md)
 NOT_MAPPED = {
-    "falcon": "attn_norm is Falcon-7B's input_layernorm or Falcon-40B's ln_mlp",
-    "t5": "ffn_up is T5's wi or T5 v1.1's wi_1",
     "clip": "llama.cpp's mmproj files, not a model",
 }
+# transformers model_type -> llama.cpp architecture where the names differ (convert_hf_to_gguf.py's model classes)
+CONVERTS_AS = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "deepseek_v2": "deepseek2",
+               "deepseek_v3": "deepseek2"}
 
 
 def _arch(family, cfg):
     """The llama.cpp architecture a transformers config converts to (Mistral and Mixtral as llama)."""
-    return ARCHS.get(cfg.model_type) or next(ARCHS[n] for n in family.gguf_names if n in ARCHS)
+    return ARCHS.get(CONVERTS_AS.get(cfg.model_type, cfg.model_type)) or next(ARCHS[n] for n in family.gguf_names if n in ARCHS)
 
 
-def _gguf_file(family, arch) -> Checkpoint:
-    """A header-only GGUF checkpoint of `arch`, to get diff's rules for it as for a real file."""
+def _gguf_file(family, arch, names=()) -> Checkpoint:
+    """A header-only GGUF checkpoint of `arch` holding tensors `names`, to get diff's rules for it as for a real
+    file (a family whose llama.cpp names mean two HF modules picks its table by the names: Family.gguf_table)."""
     meta = {"general.architecture": gguf.MODEL_ARCH_NAMES[arch], f"{gguf.MODEL_ARCH_NAMES[arch]}.expert_count":
             "4" if family.name == "mixtral" else "0"}
-    return Checkpoint(path="m.gguf", format="gguf", tensors={}, files=(), metadata=meta,
+    tensors = {n: TensorInfo(n, "F32", (1,), "m.gguf", None, 4) for n in names}
+    return Checkpoint(path="m.gguf", format="gguf", tensors=tensors, files=(), metadata=meta,
                       declared_architecture=meta["general.architecture"])
 
 
@@ -58,11 +61,11 @@ def test_table_matches_gguf_tensor_name_map(family, sample, model_name):
     with torch.device("meta"):
         model = getattr(transformers, model_name)(cfg)
     arch = _arch(family, cfg)
-    oracle = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
-    what, rules = gguf_rules(_gguf_file(family, arch)) or (None, [])
+    oracle = gguf.get_tensor_name_map(arch, max(cfg.num_hidden_layers, getattr(cfg, "num_decoder_layers", 0) or 0))
+    mapped = {name: oracle.get_name(name, try_suffixes=(".weight", ".bias")) for name in model.state_dict()}
+    what, rules = gguf_rules(_gguf_file(family, arch, [g for g in mapped.values() if g])) or (None, [])
     assert what and f"({family.name} family)" in what
-    for name in model.state_dict():
-        g = oracle.get_name(name, try_suffixes=(".weight", ".bias"))
+    for name, g in mapped.items():
         if g is None:   # llama.cpp has no tensor for it (rotary tables, per-expert weights stacked 3-D...)
             continue
         if family.name == "bert" and re.match(r"cls(\.|$)", g):

@@ -104,15 +104,16 @@ def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]
 
     name = architecture(ckpt)["family"]
     try:
-        table = get(name).gguf_tensor_names
+        table = get(name).gguf_tensor_table(ckpt.declared_architecture or "", ckpt.tensors.keys())
     except CkptstatError:
         return None
     if not table:
         return None
     rules = []
     for hf, gg in table:
-        pattern = "^" + re.escape(gg).replace(re.escape("{bid}"), r"(\d+)") + r"\."
-        rules.append((re.compile(pattern), hf.replace("{bid}", r"\1") + "."))
+        # the module's name, then .weight / .bias or nothing (Mamba's ssm_a, ssm_d are A_log, D)
+        pattern = "^" + re.escape(gg).replace(re.escape("{bid}"), r"(\d+)") + r"(?=\.|$)"
+        rules.append((re.compile(pattern), hf.replace("{bid}", r"\1")))
     return f"GGUF -> HF names ({name} family)", rules
 
 

@@ -67,7 +67,8 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
         except UsageError as e:
             return Resolution(family, mt, None, None, "config.json", str(e))
         if spec.architecture is not None or not ckpt.tensors:
-            src = "config.json architectures" if spec.architecture else "family default (no weights)"
+            src = ("config.json architectures" if ckpt.config else "gguf general.architecture") if spec.architecture \
+                else "family default (no weights)"
             return Resolution(family, mt, spec, spec.head, src)
         spec, why = _head_from_weights(spec, ckpt)
         return Resolution(family, mt, spec, spec.head, why)

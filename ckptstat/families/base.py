@@ -8,7 +8,7 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -171,13 +171,20 @@ class Family:
     gguf_accepts: Callable[[str, Mapping[str, str]], bool] = any_gguf   # (arch, metadata): this family's file?
     # (arch, metadata, tensors) -> a config.json equivalent, or None
     gguf_config: Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None] | None = None
-    # HF module name -> llama.cpp GGUF tensor name, `{bid}` the layer (the suffix .weight/.bias follows);
+    # HF module name -> llama.cpp GGUF tensor name, `{bid}` the layer (.weight / .bias or nothing follows);
     # `ckptstat diff` aligns a GGUF file with an HF one through it. (`gguf_names` is taken: architectures.)
     gguf_tensor_names: tuple[tuple[str, str], ...] = ()
+    # (arch, the file's tensor names) -> the table for that file, where one family's llama.cpp names mean two
+    # HF modules (Gemma's ffn_norm, T5's ffn_up, Falcon's attn_norm); None: gguf_tensor_names for every file
+    gguf_table: Callable[[str, Collection[str]], tuple[tuple[str, str], ...]] | None = None
 
     @property
     def gguf_names(self) -> tuple[str, ...]:
         return self.model_types if self.gguf_architectures is None else self.gguf_architectures
+
+    def gguf_tensor_table(self, arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:
+        """The GGUF -> HF name table for one file of this family (`ckptstat diff`)."""
+        return self.gguf_table(arch, names) if self.gguf_table is not None else self.gguf_tensor_names
 
 
 def add_linear(out: Shapes, name: str, fout: int, fin: int, bias: bool = True) -> None:

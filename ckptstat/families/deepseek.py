@@ -22,6 +22,7 @@ moe_intermediate, shared_intermediate."""
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
@@ -179,6 +180,57 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return out
 
 
+# convert_hf_to_gguf.py DeepseekV2Model (DeepSeek-V2 and V3 alike, llama.cpp architecture deepseek2): its keys
+# under DeepSeek's config names. attention.key_length / value_length are the MLA cache's (kv_lora_rank +
+# qk_rope, kv_lora_rank) in files with key_length_mla; older files have no *_mla keys and key_length =
+# qk_nope + qk_rope, value_length = v_head_dim.
+_GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size",
+              "feed_forward_length": "intermediate_size", "attention.head_count": "num_attention_heads",
+              "context_length": "max_position_embeddings", "expert_count": "n_routed_experts",
+              "expert_used_count": "num_experts_per_tok", "expert_feed_forward_length": "moe_intermediate_size",
+              "expert_shared_count": "n_shared_experts", "leading_dense_block_count": "first_k_dense_replace",
+              "attention.q_lora_rank": "q_lora_rank", "attention.kv_lora_rank": "kv_lora_rank",
+              "rope.dimension_count": "qk_rope_head_dim"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """V3 when the routers carry exp_probs_b (its e_score_correction_bias), else V2."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "DeepseekV2ForCausalLM", keys=_GGUF_KEYS) if arch == "deepseek2" else None
+    if cfg is None:
+        return None
+    v3 = any(".exp_probs_b." in n for n in tensors)
+    cfg.update(model_type="deepseek_v3" if v3 else "deepseek_v2",
+               architectures=["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"])
+    mla = infer.gguf_int(metadata, f"{arch}.attention.key_length_mla") is not None
+    k = infer.gguf_int(metadata, f"{arch}.attention.key_length{'_mla' if mla else ''}")
+    v = infer.gguf_int(metadata, f"{arch}.attention.value_length{'_mla' if mla else ''}")
+    if k is not None and "qk_rope_head_dim" in cfg:
+        cfg["qk_nope_head_dim"] = k - cfg["qk_rope_head_dim"]
+    if v is not None:
+        cfg["v_head_dim"] = v
+    return cfg
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.DEEPSEEK2). The converter
+# stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in], and (since llama.cpp's MLA
+# rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed) and attn_v_b: no HF name maps to
+# those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer) is exp_probs_b.bias.
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + (
+    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
+    ("model.layers.{bid}.self_attn.q_a_proj", "blk.{bid}.attn_q_a"),
+    ("model.layers.{bid}.self_attn.q_a_layernorm", "blk.{bid}.attn_q_a_norm"),
+    ("model.layers.{bid}.self_attn.q_b_proj", "blk.{bid}.attn_q_b"),
+    ("model.layers.{bid}.self_attn.kv_a_proj_with_mqa", "blk.{bid}.attn_kv_a_mqa"),
+    ("model.layers.{bid}.self_attn.kv_a_layernorm", "blk.{bid}.attn_kv_a_norm"),
+    ("model.layers.{bid}.self_attn.kv_b_proj", "blk.{bid}.attn_kv_b"),
+    ("model.layers.{bid}.self_attn.o_proj", "blk.{bid}.attn_output"),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.mlp.gate.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),
+    ("model.layers.{bid}.mlp.shared_experts.gate_proj", "blk.{bid}.ffn_gate_shexp"),
+    ("model.layers.{bid}.mlp.shared_experts.up_proj", "blk.{bid}.ffn_up_shexp"),
+    ("model.layers.{bid}.mlp.shared_experts.down_proj", "blk.{bid}.ffn_down_shexp"),
+)
+
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=2,
               num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
@@ -195,9 +247,7 @@ FAMILY = Family(
     tie_rules=llama.TIE_RULES,     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
     tied_by_default=False,
     kv_cache=kv_cache,
-    # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
-    # this architecture reads as unknown rather than being claimed without a config
-    gguf_architectures=(),
+    gguf_architectures=("deepseek2",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("DeepseekV2Config", dict(_SIZES, n_group=2, topk_group=1, topk_method="group_limited_greedy"),

@@ -14,6 +14,7 @@ dense_4h_to_h (ffn_hidden_size, 4h by default), and the LM head is tied to word_
 Switches (ArchSpec.extra): new_arch, alibi, parallel, ln_attn_mlp (two LayerNorms per layer)."""
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from . import decoders, infer
@@ -132,6 +133,45 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     return lines
 
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """convert_hf_to_gguf.py FalconModel writes head_count_kv (1 for Falcon-7B's multi-query) and a
+    feed_forward_length of 4h whatever ffn_hidden_size is, so the MLP width comes from ffn_up. llama.cpp's
+    falcon is the parallel layout only: one LayerNorm (attn_norm: 7B's input_layernorm, Falcon2's) or two
+    (40B/180B: attn_norm is ln_mlp, attn_norm_2 ln_attn); a new-layout file shows itself by attn_norm_2 or
+    grouped K/V heads."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "FalconForCausalLM")
+    if cfg is None or arch != "falcon":
+        return None
+    g = cfg.pop("num_key_value_heads", 1)
+    two_ln = any(n.endswith(".attn_norm_2.weight") for n in tensors)
+    new = two_ln or g > 1
+    cfg.update(num_kv_heads=g, new_decoder_architecture=new, multi_query=not new, parallel_attn=True,
+               num_ln_in_parallel_attn=2 if two_ln else 1, bias="blk.0.attn_qkv.bias" in tensors)
+    up = tensors.get("blk.0.ffn_up.weight")
+    if up is not None and len(up.shape) == 2:
+        cfg["ffn_hidden_size"] = up.shape[0]
+    return cfg
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.FALCON). The converter
+# reorders Falcon-40B's fused query_key_value rows (tensor_data_layout "jploski"): names and shapes align, values not.
+GGUF_TENSOR_NAMES = (
+    ("transformer.word_embeddings", "token_embd"), ("transformer.ln_f", "output_norm"), ("lm_head", "output"),
+    ("transformer.h.{bid}.input_layernorm", "blk.{bid}.attn_norm"),
+    ("transformer.h.{bid}.self_attention.query_key_value", "blk.{bid}.attn_qkv"),
+    ("transformer.h.{bid}.self_attention.dense", "blk.{bid}.attn_output"),
+    ("transformer.h.{bid}.mlp.dense_h_to_4h", "blk.{bid}.ffn_up"),
+    ("transformer.h.{bid}.mlp.dense_4h_to_h", "blk.{bid}.ffn_down"),
+)
+# Falcon-40B/180B's two LayerNorms: attn_norm is ln_mlp there, attn_norm_2 ln_attn
+GGUF_TENSOR_NAMES_TWO_LN = tuple(p for p in GGUF_TENSOR_NAMES if p[1] != "blk.{bid}.attn_norm") + (
+    ("transformer.h.{bid}.ln_mlp", "blk.{bid}.attn_norm"), ("transformer.h.{bid}.ln_attn", "blk.{bid}.attn_norm_2"))
+
+
+def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:
+    return GGUF_TENSOR_NAMES_TWO_LN if any(n.endswith(".attn_norm_2.weight") for n in names) else GGUF_TENSOR_NAMES
+
+
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, vocab_size=99, max_position_embeddings=64)
 
 FAMILY = Family(
@@ -145,6 +185,7 @@ FAMILY = Family(
     default_head="lm",
     tie_rules=(TieRule("lm_head.weight", "transformer.word_embeddings.weight", "config"),),
     kv_cache=kv_cache,
+    gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES, gguf_table=gguf_table,
     samples=(
         Sample("FalconConfig", _SIZES, ("FalconModel", "FalconForCausalLM")),     # 7B: multi-query, parallel
         Sample("FalconConfig", dict(_SIZES, new_decoder_architecture=True, num_kv_heads=2, tie_word_embeddings=False),

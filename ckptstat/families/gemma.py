@@ -17,6 +17,7 @@ Family-specific switches (ArchSpec.extra, 1 or 0): sandwich (pre/post feed-forwa
 attn_softcap, final_softcap, local_rope."""
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..errors import UsageError
@@ -157,6 +158,49 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return llama.decoder_tensors(s, layer_tensors)
 
 
+# llama.cpp architecture -> (model_type, class) (convert_hf_to_gguf.py GemmaModel, Gemma2Model, Gemma3Model).
+GGUF_CLASSES = {"gemma": ("gemma", "GemmaForCausalLM"), "gemma2": ("gemma2", "Gemma2ForCausalLM"),
+                "gemma3": ("gemma3_text", "Gemma3ForCausalLM")}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """`{arch}.*` keys as the converter writes them (head_dim is attention.key_length); Gemma2/3 add
+    attention.sliding_window, and Gemma2 attn_logit_ / final_logit_softcapping. llama.cpp fixes which layers
+    slide (every 2nd layer is global in Gemma2, every 6th in Gemma3: from_config's defaults) unless the file
+    says attention.sliding_window_pattern (a period). The converter drops lm_head (llama.cpp always ties it)."""
+    if arch not in GGUF_CLASSES:
+        return None
+    model_type, cls = GGUF_CLASSES[arch]
+    cfg = infer.gguf_config(arch, metadata, tensors, cls)
+    if cfg is None:
+        return None
+    cfg["model_type"] = model_type
+    if (window := infer.gguf_int(metadata, f"{arch}.attention.sliding_window")) is not None:
+        cfg["sliding_window"] = window
+    if (period := infer.gguf_int(metadata, f"{arch}.attention.sliding_window_pattern")) is not None:
+        cfg["sliding_window_pattern"] = period
+    for key in ("attn_logit_softcapping", "final_logit_softcapping"):
+        cfg[key] = infer.gguf_float(metadata, f"{arch}.{key}")
+    return cfg
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.GEMMA2 / GEMMA3). Gemma 1's
+# post_attention_layernorm is the MLP's pre-norm, ffn_norm, as LLaMA's (gguf_table); Gemma2/3's ffn_norm is
+# pre_feedforward_layernorm. The converter adds 1 to every norm weight (llama.cpp's RMSNorm scales by w, Gemma's
+# by 1 + w): the names align, the norms' values differ by 1.
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if p[1] != "blk.{bid}.ffn_norm") + (
+    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.post_attention_norm"),
+    ("model.layers.{bid}.pre_feedforward_layernorm", "blk.{bid}.ffn_norm"),
+    ("model.layers.{bid}.post_feedforward_layernorm", "blk.{bid}.post_ffw_norm"),
+    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
+    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
+)
+
+
+def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:
+    return llama.GGUF_TENSOR_NAMES if arch == "gemma" else GGUF_TENSOR_NAMES
+
+
 HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^model\.", "lm"))
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
@@ -174,9 +218,7 @@ FAMILY = Family(
     tie_rules=(TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),),
     tied_by_default=True,
     kv_cache=decoder_kv_cache,   # transformers' DynamicCache: a sliding layer keeps sliding_window - 1 tokens
-    # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
-    # this architecture reads as unknown rather than being claimed without a config
-    gguf_architectures=(),
+    gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES, gguf_table=gguf_table,
     samples=(
         # Gemma 1's tensor names are LLaMA's: detected as llama (the counts agree), no shape inference here
         Sample("GemmaConfig", _SIZES, ("GemmaModel", "GemmaForCausalLM"), detected_as="llama"),

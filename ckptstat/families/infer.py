@@ -238,13 +238,30 @@ GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_siz
              "expert_used_count": "num_experts_per_tok"}
 
 
-def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors, architecture: str) -> dict[str, Any] | None:
-    """config.json keys from `{arch}.*` GGUF metadata (GGUF_KEYS), with `architectures` [architecture], the
-    vocabulary from token_embd.weight and tie_word_embeddings from whether output.weight is stored
-    (llama.cpp reuses token_embd when it is not). None when the file has no token_embd.weight."""
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors, architecture: str,
+                keys: Mapping[str, str] = GGUF_KEYS) -> dict[str, Any] | None:
+    """config.json keys from `{arch}.*` GGUF metadata (`keys`: GGUF_KEYS, or a family's own map), with
+    `architectures` [architecture], the vocabulary from token_embd.weight and tie_word_embeddings from whether
+    output.weight is stored (llama.cpp reuses token_embd when it is not). None when the file has no
+    token_embd.weight. A value that is not an integer is left out (from_config then names the missing key)."""
     if "token_embd.weight" not in tensors:
         return None
-    cfg: dict[str, Any] = {k: int(metadata[f"{arch}.{g}"]) for g, k in GGUF_KEYS.items() if f"{arch}.{g}" in metadata}
+    cfg: dict[str, Any] = {k: v for g, k in keys.items() if (v := gguf_int(metadata, f"{arch}.{g}")) is not None}
     cfg.update(model_type=arch, architectures=[architecture], vocab_size=tensors["token_embd.weight"].shape[0],
                tie_word_embeddings="output.weight" not in tensors)
     return cfg
+
+
+def gguf_int(metadata: Mapping[str, str], key: str) -> int | None:
+    """A GGUF integer key (Checkpoint.metadata holds text, formats/gguf.py); None if absent or not an integer."""
+    v = metadata.get(key)
+    return int(v) if v is not None and re.fullmatch(r"-?\d{1,19}", v) else None
+
+
+def gguf_float(metadata: Mapping[str, str], key: str) -> float | None:
+    """A GGUF f32 key as a float; None if absent or not a finite number."""
+    try:
+        v = float(metadata[key])
+    except (KeyError, ValueError):
+        return None
+    return v if v == v and abs(v) != float("inf") else None

@@ -13,6 +13,7 @@ element-wise. The cache is the SSM state, not K/V: per layer a conv state [b, i,
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from . import infer
@@ -110,6 +111,34 @@ def ssm_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
              f"L x (conv_kernel x i + state_size x i) x b x {ab} B = {per_seq:,} B/sequence")]
 
 
+# convert_hf_to_gguf.py MambaModel's keys (its feed_forward_length and head_count are written as 0, unused).
+_GGUF_KEYS = {"block_count": "num_hidden_layers", "embedding_length": "hidden_size", "ssm.inner_size": "intermediate_size",
+              "ssm.state_size": "state_size", "ssm.conv_kernel": "conv_kernel", "ssm.time_step_rank": "time_step_rank"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """Mamba's config names from `mamba.ssm.*`; the biases from whether the file stores them."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "MambaForCausalLM", keys=_GGUF_KEYS) if arch == "mamba" else None
+    if cfg is not None:
+        cfg.update(use_bias="blk.0.ssm_in.bias" in tensors, use_conv_bias="blk.0.ssm_conv1d.bias" in tensors)
+    return cfg
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.MAMBA). A_log and D have no
+# .weight suffix, nor do ssm_a and ssm_d. The converter stores ssm_a = -exp(A_log) and squeezes conv1d's
+# [i, 1, k] to [i, k]: names align (diff compares the squeezed shapes), A's values differ.
+GGUF_TENSOR_NAMES = (
+    ("backbone.embeddings", "token_embd"), ("backbone.norm_f", "output_norm"), ("lm_head", "output"),
+    ("backbone.layers.{bid}.norm", "blk.{bid}.attn_norm"),
+    ("backbone.layers.{bid}.mixer.in_proj", "blk.{bid}.ssm_in"),
+    ("backbone.layers.{bid}.mixer.conv1d", "blk.{bid}.ssm_conv1d"),
+    ("backbone.layers.{bid}.mixer.x_proj", "blk.{bid}.ssm_x"),
+    ("backbone.layers.{bid}.mixer.dt_proj", "blk.{bid}.ssm_dt"),
+    ("backbone.layers.{bid}.mixer.A_log", "blk.{bid}.ssm_a"),
+    ("backbone.layers.{bid}.mixer.D", "blk.{bid}.ssm_d"),
+    ("backbone.layers.{bid}.mixer.out_proj", "blk.{bid}.ssm_out"),
+)
+
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, state_size=8, conv_kernel=3, expand=2, vocab_size=99,
               time_step_rank=5)
 
@@ -125,7 +154,7 @@ FAMILY = Family(
     # MambaForCausalLM._tied_weights_keys
     tie_rules=(TieRule("lm_head.weight", "backbone.embeddings.weight", "config", heads=("lm",)),),
     kv_cache=ssm_cache,
-    gguf_architectures=(),   # llama.cpp's mamba files use their own tensor names (blk.N.ssm_*): not mapped
+    gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # a tied lm_head is not stored: the `backbone.` prefix tells a tied MambaForCausalLM from MambaModel
         Sample("MambaConfig", _SIZES, ("MambaForCausalLM", "MambaModel")),

@@ -10,7 +10,7 @@ qk_norm (1: Qwen3's per-head q/k RMSNorm)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UsageError
@@ -203,6 +203,47 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return llama.decoder_tensors(s, moe_tensors)
 
 
+# llama.cpp architecture -> (model_type, class) (convert_hf_to_gguf.py Qwen2MoeModel, Qwen3MoeModel).
+GGUF_CLASSES = {"qwen2moe": ("qwen2_moe", "Qwen2MoeForCausalLM"), "qwen3moe": ("qwen3_moe", "Qwen3MoeForCausalLM")}
+_GGUF_KEYS = {**{g: k for g, k in infer.GGUF_KEYS.items() if g != "expert_count"}, "expert_count": "num_experts",
+              "expert_feed_forward_length": "moe_intermediate_size",
+              "expert_shared_feed_forward_length": "shared_expert_intermediate_size"}
+_GGUF_ROUTER = re.compile(r"^blk\.(\d+)\.ffn_gate_inp\.weight$")
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """`{arch}.*` keys plus expert_count, expert_feed_forward_length (moe_intermediate_size) and Qwen2-MoE's
+    expert_shared_feed_forward_length. llama.cpp makes every layer sparse; a layer without a router
+    (ffn_gate_inp) in the file is listed in mlp_only_layers. q/k/v biases: from attn_q.bias."""
+    if arch not in GGUF_CLASSES:
+        return None
+    model_type, cls = GGUF_CLASSES[arch]
+    cfg = infer.gguf_config(arch, metadata, tensors, cls, keys=_GGUF_KEYS)
+    if cfg is None:
+        return None
+    sparse = {int(m.group(1)) for n in tensors if (m := _GGUF_ROUTER.match(n))}
+    L = cfg.get("num_hidden_layers", 0)
+    bias = "blk.0.attn_q.bias" in tensors
+    cfg.update(model_type=model_type, mlp_only_layers=[i for i in range(min(L, MAX_COUNT)) if i not in sparse],
+               decoder_sparse_step=1, qkv_bias=bias, attention_bias=bias)
+    if "shared_expert_intermediate_size" not in cfg and (t := tensors.get("blk.0.ffn_gate_shexp.weight")) is not None:
+        cfg["shared_expert_intermediate_size"] = t.shape[0]
+    return cfg
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.QWEN2MOE / QWEN3MOE). The converter
+# stacks each layer's routed experts into one 3-D tensor per projection, blk.N.ffn_{gate,up,down}_exps
+# [experts, out, in]: no HF name maps to those (diff shows mlp.experts.E.* removed and the stacks added).
+GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + (
+    ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
+    ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
+    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.mlp.shared_expert.gate_proj", "blk.{bid}.ffn_gate_shexp"),
+    ("model.layers.{bid}.mlp.shared_expert.up_proj", "blk.{bid}.ffn_up_shexp"),
+    ("model.layers.{bid}.mlp.shared_expert.down_proj", "blk.{bid}.ffn_down_shexp"),
+    ("model.layers.{bid}.mlp.shared_expert_gate", "blk.{bid}.ffn_gate_inp_shexp"),
+)
+
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
               num_attention_heads=4, num_key_value_heads=2, num_experts=4, num_experts_per_tok=2,
               max_position_embeddings=64)
@@ -214,9 +255,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]mlp[./]experts[./]\d+[./]gate_proj",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,
-    # no GGUF mapping yet (llama.cpp's keys for these architectures are not checked here): a GGUF file of
-    # this architecture reads as unknown rather than being claimed without a config
-    gguf_architectures=(),
+    gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("Qwen2MoeConfig", dict(_SIZES, shared_expert_intermediate_size=40, mlp_only_layers=[1]),

@@ -3,6 +3,7 @@ embedding, RMSNorm without biases, relative position buckets (a bias table in ea
 block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward."""
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from . import infer
@@ -128,6 +129,60 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
             (f"cross-attention, b={b}, s_enc={n}", per_tok * b * n, f"2 x L_dec x a x d x s_enc x b x {ab} B")]
 
 
+# llama.cpp architectures (convert_hf_to_gguf.py T5Model, T5EncoderModel; mT5 converts as t5).
+GGUF_CLASSES = {"t5": "T5ForConditionalGeneration", "t5encoder": "T5EncoderModel"}
+_GGUF_KEYS = {"block_count": "num_layers", "decoder_block_count": "num_decoder_layers", "embedding_length": "d_model",
+              "feed_forward_length": "d_ff", "attention.head_count": "num_heads", "attention.key_length": "d_kv",
+              "attention.relative_buckets_count": "relative_attention_num_buckets", "context_length": "n_positions"}
+
+
+def _gated(names: Collection[str]) -> bool:
+    """T5 v1.1 / mT5 / Flan-T5's gated feed-forward: wi_0 is ffn_gate (and wi_1 ffn_up, T5's wi)."""
+    return any(n.startswith("enc.blk.") and ".ffn_gate." in n for n in names)
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """T5's own config names from `{arch}.*`. The activation is not in the file: relu for a plain feed-forward
+    (T5), gelu for a gated one (T5 v1.1, mT5, Flan-T5: gated-gelu); decoder layers from decoder_block_count, else
+    counted from dec.blk.N (the converter of an equal-depth model does not always write the key)."""
+    if arch not in GGUF_CLASSES:
+        return None
+    cfg = infer.gguf_config(arch, metadata, tensors, GGUF_CLASSES[arch], keys=_GGUF_KEYS)
+    if cfg is None:
+        return None
+    cfg.update(model_type="t5", feed_forward_proj="gated-gelu" if _gated(tensors) else "relu")
+    if arch == "t5" and "num_decoder_layers" not in cfg:
+        cfg["num_decoder_layers"] = infer.count_layers(tensors, r"^dec\.blk\.(\d+)\.")
+    return cfg
+
+
+def _stack(s: str, p: str, ff: int, gated: bool) -> tuple[tuple[str, str], ...]:
+    """One stack's names: s the HF stack (encoder/decoder), p llama.cpp's (enc/dec), ff the feed-forward's layer."""
+    b, g = f"{s}.block.{{bid}}.layer.", f"{p}.blk.{{bid}}."
+    out = [(f"{b}0.layer_norm", g + "attn_norm"), (f"{b}0.SelfAttention.relative_attention_bias", g + "attn_rel_b")]
+    out += [(f"{b}0.SelfAttention.{m}", g + f"attn_{m}") for m in "qkvo"]
+    if ff == 2:
+        out.append((f"{b}1.layer_norm", g + "cross_attn_norm"))
+        out += [(f"{b}1.EncDecAttention.{m}", g + f"cross_attn_{m}") for m in "qkvo"]
+    out += [(f"{b}{ff}.layer_norm", g + "ffn_norm"), (f"{b}{ff}.DenseReluDense.wo", g + "ffn_down"),
+            (f"{b}{ff}.DenseReluDense.{'wi_1' if gated else 'wi'}", g + "ffn_up")]
+    if gated:
+        out.append((f"{b}{ff}.DenseReluDense.wi_0", g + "ffn_gate"))
+    return (*out, (f"{s}.final_layer_norm", f"{p}.output_norm"))
+
+
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.T5 / T5ENCODER). The converter
+# writes the shared embedding once (shared, encoder.embed_tokens or decoder.embed_tokens: the first it meets) as
+# token_embd; each stack's relative_attention_bias ([buckets, heads], block 0) is attn_rel_b, unchanged.
+GGUF_TENSOR_NAMES = (("shared", "token_embd"), ("lm_head", "output")) + _stack("encoder", "enc", 1, False) + \
+    _stack("decoder", "dec", 2, False)
+GGUF_TENSOR_NAMES_GATED = GGUF_TENSOR_NAMES[:2] + _stack("encoder", "enc", 1, True) + _stack("decoder", "dec", 2, True)
+
+
+def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:
+    return GGUF_TENSOR_NAMES_GATED if _gated(names) else GGUF_TENSOR_NAMES
+
+
 _SIZES = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size=99)
 
 FAMILY = Family(
@@ -146,6 +201,7 @@ FAMILY = Family(
                TieRule("lm_head.weight", "shared.weight", "config", heads=("lm",))),
     encoder_decoder=True,
     kv_cache=kv_cache,
+    gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES, gguf_table=gguf_table,
     samples=(
         Sample("T5Config", _SIZES, ("T5ForConditionalGeneration", "T5EncoderModel")),
         # T5Model stores what a tied T5ForConditionalGeneration does (lm_head is shared): names show an LM

@@ -1,0 +1,304 @@
+"""GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2) and Mamba.
+
+For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
+convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
+mapped by gguf-py's TensorNameMap (the converter's own map; a name it cannot map would stop the converter, so
+every name must map), the converters' tensor rewrites that change names or shapes (routed experts stacked into
+one 3-D tensor per projection, DeepSeek's kv_b_proj split into attn_k_b / attn_v_b, Mamba's conv1d squeezed),
+and the metadata the converter writes, through GGUFWriter's add_* methods. Values are zeros: the converters'
+value rewrites (Gemma's norm + 1, Mamba's A = -exp(A_log), Falcon-40B's qkv row order) change no name or shape.
+
+Then, with no config.json: the summary resolves the family and the model class from the GGUF metadata, its
+unique parameter count is the transformers model's parameters() count, and the analytic model built from the
+metadata predicts that count; and `ckptstat diff` of the GGUF file against the HF safetensors (zeros under HF
+names) aligns every tensor, the converter's stacked or split tensors only excepted (listed per case)."""
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gguf
+import numpy as np
+import pytest
+import torch
+import transformers
+from safetensors.torch import save_file
+
+from ckptstat import open_checkpoint
+from ckptstat.analysis.diff import diff
+from ckptstat.analysis.summary import summarize
+from ckptstat.families import get
+
+
+# ------------------------------------------------------------------ metadata, as convert_hf_to_gguf.py writes it
+def _text(w: Any, c: Any, head_dim: bool = True) -> None:
+    """TextModel.set_gguf_parameters: the keys every decoder gets (head_dim only when the config has one)."""
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_rms_eps(c.rms_norm_eps)
+    if head_dim and getattr(c, "head_dim", None):
+        w.add_key_length(c.head_dim)
+        w.add_value_length(c.head_dim)
+    if getattr(c, "num_experts_per_tok", None):
+        w.add_expert_used_count(c.num_experts_per_tok)
+
+
+def _gemma(w: Any, c: Any) -> None:
+    """GemmaModel / Gemma2Model / Gemma3Model: the text keys with head_dim; Gemma2's soft-capping; Gemma2/3's window."""
+    _text(w, c)
+    if c.model_type == "gemma2":
+        w.add_attn_logit_softcapping(c.attn_logit_softcapping)
+        w.add_final_logit_softcapping(c.final_logit_softcapping)
+    if c.model_type != "gemma":
+        w.add_sliding_window(c.sliding_window)
+
+
+def _falcon(w: Any, c: Any) -> None:
+    """FalconModel: context 2048 and feed_forward_length 4h hard-coded, head_count_kv (1 for multi-query)."""
+    w.add_context_length(2048)
+    w.add_tensor_data_layout("jploski")
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(4 * c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_kv_heads if c.new_decoder_architecture else 1)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+
+
+def _t5(w: Any, c: Any) -> None:
+    """T5Model / T5EncoderModel."""
+    w.add_context_length(getattr(c, "n_positions", 512))
+    w.add_embedding_length(c.d_model)
+    w.add_feed_forward_length(c.d_ff)
+    w.add_block_count(c.num_layers)
+    if w.arch == "t5" and c.num_decoder_layers is not None:
+        w.add_decoder_block_count(c.num_decoder_layers)
+    w.add_head_count(c.num_heads)
+    w.add_key_length(c.d_kv)
+    w.add_value_length(c.d_kv)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+    w.add_relative_attn_buckets_count(c.relative_attention_num_buckets)
+    w.add_layer_norm_rms_eps(c.layer_norm_epsilon)
+    if c.decoder_start_token_id is not None:   # real T5 configs have 0; the tiny sample's T5Config has None
+        w.add_decoder_start_token_id(c.decoder_start_token_id)
+
+
+def _qwen_moe(w: Any, c: Any) -> None:
+    """Qwen2MoeModel / Qwen3MoeModel: the text keys, expert_count and the expert sizes."""
+    _text(w, c)
+    w.add_expert_count(c.num_experts)
+    w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if getattr(c, "shared_expert_intermediate_size", None):
+        w.add_expert_shared_feed_forward_length(c.shared_expert_intermediate_size)
+
+
+def _deepseek(w: Any, c: Any) -> None:
+    """DeepseekV2Model (V2 and V3): MLA converted to MQA, so key/value_length are the cache's and *_mla the heads'."""
+    _text(w, c, head_dim=False)   # DeepseekV2Model writes its own key_length / value_length
+    w.add_leading_dense_block_count(c.first_k_dense_replace)
+    if c.q_lora_rank is not None:
+        w.add_q_lora_rank(c.q_lora_rank)
+    w.add_kv_lora_rank(c.kv_lora_rank)
+    w.add_key_length(c.kv_lora_rank + c.qk_rope_head_dim)
+    w.add_value_length(c.kv_lora_rank)
+    w.add_key_length_mla(c.qk_nope_head_dim + c.qk_rope_head_dim)
+    w.add_value_length_mla(c.v_head_dim)
+    w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    w.add_expert_count(c.n_routed_experts)
+    w.add_expert_shared_count(c.n_shared_experts)
+    w.add_expert_weights_scale(c.routed_scaling_factor)
+    w.add_expert_weights_norm(c.norm_topk_prob)
+    w.add_rope_dimension_count(c.qk_rope_head_dim)
+
+
+def _mamba(w: Any, c: Any) -> None:
+    """MambaModel: feed_forward_length and head_count 0 ("unused, but seemingly required when loading")."""
+    w.add_context_length(2 ** 20)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(0)
+    w.add_head_count(0)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_ssm_conv_kernel(c.conv_kernel)
+    w.add_ssm_inner_size(c.intermediate_size)
+    w.add_ssm_state_size(c.state_size)
+    w.add_ssm_time_step_rank(c.time_step_rank)
+    w.add_layer_norm_rms_eps(c.layer_norm_epsilon)
+
+
+# ------------------------------------------------------------------ the cases
+STACKED = r"\.mlp\.experts\.\d+\.|_exps\.weight$"     # routed experts: one HF tensor each, one GGUF stack per projection
+KV_B_SPLIT = r"kv_b_proj\.weight$|\.attn_[kv]_b\.weight$"   # DeepSeek's kv_b_proj: split into attn_k_b, attn_v_b
+
+
+@dataclass(frozen=True)
+class Case:
+    family: str
+    sample: int                          # index into the family's samples
+    model: str                           # transformers class
+    arch: str                            # llama.cpp architecture
+    meta: Callable[[Any, Any], None]
+    head: str = "lm"
+    changes: dict[str, Any] = field(default_factory=dict)   # kwargs changed from the sample's (and why)
+    unaligned: str | None = None         # names (HF or GGUF) the converter stacks or splits: no counterpart
+
+
+CASES = {
+    # tied Gemma samples: the Gemma converters drop lm_head, which an untied sample would lose here too
+    "gemma": Case("gemma", 0, "GemmaForCausalLM", "gemma", _gemma),
+    "gemma2": Case("gemma", 2, "Gemma2ForCausalLM", "gemma2", _gemma),
+    "gemma3": Case("gemma", 3, "Gemma3ForCausalLM", "gemma3", _gemma),
+    "falcon-7b": Case("falcon", 0, "FalconForCausalLM", "falcon", _falcon),
+    "falcon-40b": Case("falcon", 1, "FalconForCausalLM", "falcon", _falcon),
+    "falcon2": Case("falcon", 2, "FalconForCausalLM", "falcon", _falcon),
+    "t5": Case("t5", 0, "T5ForConditionalGeneration", "t5", _t5),
+    "t5-v1.1": Case("t5", 2, "T5ForConditionalGeneration", "t5", _t5),
+    "t5encoder": Case("t5", 2, "T5EncoderModel", "t5encoder", _t5, head="encoder-only"),
+    # llama.cpp's qwen2moe/qwen3moe have no dense-MLP tensors: a model with mlp_only_layers does not convert
+    "qwen2moe": Case("qwen_moe", 0, "Qwen2MoeForCausalLM", "qwen2moe", _qwen_moe, changes=dict(mlp_only_layers=[]),
+                     unaligned=STACKED),
+    "qwen3moe": Case("qwen_moe", 2, "Qwen3MoeForCausalLM", "qwen3moe", _qwen_moe, changes=dict(mlp_only_layers=[]),
+                     unaligned=STACKED),
+    "deepseek-v2": Case("deepseek", 0, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
+                        unaligned=STACKED + "|" + KV_B_SPLIT),
+    "deepseek-v2-lite": Case("deepseek", 1, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
+                             unaligned=STACKED + "|" + KV_B_SPLIT),
+    "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
+                        unaligned=STACKED + "|" + KV_B_SPLIT),
+    "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),
+    "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
+}
+
+
+def _model(case: Case) -> torch.nn.Module:
+    sample = get(case.family).samples[case.sample]
+    assert case.model in sample.models
+    cfg = getattr(transformers, sample.config)(**{**sample.kwargs, **case.changes})
+    with torch.device("meta"):
+        return getattr(transformers, case.model)(cfg)
+
+
+def _stored(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
+    """name -> shape as save_pretrained stores the model: a tied parameter once (named_parameters keeps the
+    first name: the embedding), persistent buffers too (DeepSeek-V3's e_score_correction_bias)."""
+    kept = dict(model.named_parameters())
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    return {k: tuple(v.shape) for k, v in model.state_dict().items() if k in kept or k not in params}
+
+
+_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+)\.weight$")
+
+
+def _converted(hf: dict[str, tuple[int, ...]], arch: Any, cfg: Any) -> dict[str, tuple[int, ...]]:
+    """GGUF name -> shape, as convert_hf_to_gguf.py's modify_tensors and map_tensor_name produce them."""
+    pieces: list[tuple[str, tuple[int, ...]]] = []
+    stacks: dict[str, dict[int, tuple[int, ...]]] = {}
+    for name, shape in hf.items():
+        if m := _EXPERT.match(name):   # Qwen2MoeModel, DeepseekV2Model: experts.E.w -> experts.w [E, out, in]
+            stacks.setdefault(f"{m[1]}.{m[3]}.weight", {})[int(m[2])] = shape
+        elif name.endswith("kv_b_proj.weight"):   # DeepseekV2Model: per head [k_nope | v] rows, k_b transposed
+            a, nope, v, kvl = cfg.num_attention_heads, cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+            assert shape == (a * (nope + v), kvl)
+            pieces += [(name.replace("kv_b_proj", "k_b_proj"), (a, kvl, nope)),
+                       (name.replace("kv_b_proj", "v_b_proj"), (a, v, kvl))]
+        elif name.endswith(".e_score_correction_bias"):   # DeepseekV2Model renames it to map as a bias
+            pieces.append((name.replace("e_score_correction_bias", "e_score_correction.bias"), shape))
+        elif arch == gguf.MODEL_ARCH.MAMBA and name.endswith("conv1d.weight"):   # [i, 1, k] -> [i, k]
+            pieces.append((name, tuple(d for d in shape if d != 1)))
+        else:
+            pieces.append((name, shape))
+    for name, per in stacks.items():
+        assert sorted(per) == list(range(len(per)))
+        pieces.append((name, (len(per),) + per[0]))
+    names = gguf.get_tensor_name_map(arch, max(getattr(cfg, "num_hidden_layers", 0), getattr(cfg, "num_decoder_layers", 0) or 0))
+    out = {}
+    for name, shape in pieces:
+        g = names.get_name(name, try_suffixes=(".weight", ".bias"))
+        assert g is not None, f"convert_hf_to_gguf.py cannot map {name!r}"
+        out[g] = shape
+    return out
+
+
+@pytest.fixture(scope="module", params=list(CASES))
+def converted(request, tmp_path_factory) -> tuple[Case, torch.nn.Module, str, str]:
+    case = CASES[request.param]
+    model = _model(case)
+    hf = _stored(model)
+    d = tmp_path_factory.mktemp(request.param)
+    hf_path, gguf_path = str(d / "model.safetensors"), str(d / "model.gguf")
+    save_file({k: torch.zeros(s) for k, s in hf.items()}, hf_path)
+    arch = next(a for a, n in gguf.MODEL_ARCH_NAMES.items() if n == case.arch)
+    w = gguf.GGUFWriter(gguf_path, case.arch)
+    case.meta(w, model.config)
+    for name, shape in _converted(hf, arch, model.config).items():
+        w.add_tensor(name, np.zeros(shape, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return case, model, hf_path, gguf_path
+
+
+def test_summary_resolves_family_and_counts(converted, cli):
+    case, model, _, path = converted
+    ckpt = open_checkpoint(path)
+    r = summarize(ckpt)
+    # a tied LM head is not stored (llama.cpp reuses token_embd): a structural tie, counted once
+    pairs = {(p["alias"], p["target"]) for p in (r["ties"] or {}).get("pairs", [])}
+    tied = case.head == "lm" and "output.weight" not in ckpt.tensors
+    assert (("output.weight", "token_embd.weight") in pairs) == tied
+    assert tied == (case.head == "lm" and model.config.tie_word_embeddings)
+    assert r["config"] is None and r["architecture"]["source"] == "gguf general.architecture"
+    assert r["resolved"]["family"] == case.family
+    assert (r["resolved"]["head"], r["resolved"]["model"]) == (case.head, case.model)
+    assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
+    a = r["analytic"]
+    assert a["agree"] is True and a["predicted_params"] == r["parameters"]["unique"], a
+    for command in ("flops", "memory"):   # the metadata stands in for config.json there too
+        rc, out, err = cli(command, path, "--seq", "16", "--json")
+        assert rc == 0 and json.loads(out)["parameters"]["agree"] is True, err
+
+
+def test_diff_aligns_every_tensor(converted, cli):
+    case, _, hf_path, path = converted
+    r = diff(open_checkpoint(hf_path), open_checkpoint(path))
+    rc, _, _ = cli("diff", hf_path, path, "--names-only")
+    # diff(1): 0 when nothing differs. T5: the HF file's encoder/decoder.embed_tokens are tied to `shared` (T5's
+    # tie rules, always), a module row the GGUF side (one token_embd, no tie of its own) does not have
+    assert rc == (1 if case.unaligned or case.family == "t5" else 0)
+    assert r["builtin_map"] and f"({case.family} family)" in r["builtin_map"]
+    off = [(t["a_name"] or t["b_name"], t["status"]) for t in r["tensors"] if t["status"] != "equal"]
+    expected = [(n, s) for n, s in off if case.unaligned and re.search(case.unaligned, n) and s in ("removed", "added")]
+    assert off == expected, [x for x in off if x not in expected][:5]
+    if case.unaligned:   # the stacks and splits are really there, and nothing else is unaligned
+        assert {s for _, s in off} == {"removed", "added"}
+
+
+@pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3", "falcon", "t5", "t5encoder", "qwen2moe", "qwen3moe",
+                                  "deepseek2", "mamba"])
+def test_bad_metadata_is_a_note_not_a_crash(arch, tmp_path, cli):
+    """Keys of the wrong type or beyond any model: the summary still opens the file, the analytic model says
+    what is wrong in one line (families.base.Cfg), nothing is allocated or looped over from the claim."""
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), arch)
+    w.add_string(f"{arch}.block_count", "many")                    # not an integer: left out
+    w.add_uint64(f"{arch}.embedding_length", 2 ** 40)              # beyond any model
+    w.add_uint64(f"{arch}.expert_count", 2 ** 40)
+    w.add_uint32(f"{arch}.rope.dimension_count", 4)
+    w.add_uint32(f"{arch}.attention.key_length_mla", 2)            # DeepSeek: qk_nope would be negative
+    w.add_tensor("token_embd.weight", np.zeros((8, 4), dtype=np.float32))
+    w.add_tensor("output_norm.weight", np.zeros(4, dtype=np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = summarize(open_checkpoint(str(tmp_path / "m.gguf")))
+    assert r["architecture"]["family"] != "unknown" and r["parameters"]["unique"] == 36
+    rc, out, err = cli("flops", str(tmp_path / "m.gguf"))
+    assert rc != 0 and "Traceback" not in out + err and len((out + err).strip().splitlines()) == 1, out + err
