@@ -194,6 +194,11 @@ QUANT_MEMBER_ROLES = {
     "absmax": "absmax", "nested_absmax": "absmax", "quant_map": "quant-map",                         # bitsandbytes 4-bit
     "nested_quant_map": "quant-map",
     "blocks": "packed-weight",                                        # gpt-oss MXFP4 (its `scales`: scale)
+    "_data": "quantized-weight", "_data._data": "packed-weight",      # optimum-quanto qint8/qfloat8, qint4/qint2
+    "_scale": "scale", "_shift": "zero-point",                        # (`weight.` + QTensor inner names)
+    "W_q": "packed-weight", "scale": "scale", "zero": "zero-point",   # HQQ (its nbits, axis, packing ...: quant-state)
+    "_weight_qdata": "quantized-weight", "_weight_scale": "scale",    # torchao Float8Tensor / Int8Tensor (safetensors)
+    "_weight_zero_point": "zero-point",
 }
 
 
@@ -203,6 +208,8 @@ def quant_member_role(suffix: str, method: str) -> str:
         return "quant-state"
     if suffix == "weight":
         return "packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4")) else "quantized-weight"
+    if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
+        return "quantized-weight"
     return QUANT_MEMBER_ROLES.get(suffix, "quant-state")
 
 

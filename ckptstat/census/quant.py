@@ -8,9 +8,10 @@ tensor of its logical shape (dtype: the compute dtype), whose `extra` carries th
 its members; everything else is unchanged. Resolution, ties, FLOPs and memory read that view, so a GPTQ
 llama resolves, ties and counts as its fp16 original does.
 
-Headers and config only, except for three tiny value reads where the format keeps the logical shape
-nowhere else: bitsandbytes' packed quant_state JSON and compressed-tensors' `weight_shape` / sparse
-`shape` (each bounded to MAX_SHAPE_READ bytes and checked against the packed tensor's size).
+Headers and config only, except for four tiny value reads where the format keeps the logical shape
+nowhere else: bitsandbytes' packed quant_state JSON, compressed-tensors' `weight_shape` / sparse
+`shape` and HQQ's `shape` (each bounded to MAX_SHAPE_READ bytes and checked against the packed tensor's
+size). optimum-quanto, HQQ and torchao layouts: census/quant_more.py.
 """
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from typing import Any
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..errors import CkptstatError
 from ..naming import quant_member_role
+from . import quant_more
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _VIEW = "quant:view"       # memo key marking a logical view (never re-derived)
@@ -112,6 +114,7 @@ def bits_per_weight(stored_bytes: int, numel: int) -> float | None:
 # ---------------------------------------------------------------------------------------- detection
 _BNB4 = re.compile(r"^(?P<m>.+)\.weight\.(absmax|quant_map|nested_absmax|nested_quant_map|quant_state\.bitsandbytes__(nf4|fp4))$")
 _MXFP4 = re.compile(r"^(?P<m>.+)_(blocks|scales)$")
+_QUANTO = re.compile(r"^(?P<w>.+\.weight)\.(_data|_data\._data|_scale|_shift)$")   # optimum-quanto's flattened QTensor
 # Tensors beside a quantised weight in its module, by method (the writers' own lists: auto-gptq/AutoAWQ
 # QuantLinear buffers; compressed-tensors' compressors' compression_param_names; bitsandbytes
 # Linear8bitLt._save_to_state_dict; transformers' FP8Linear): the weight's members.
@@ -128,7 +131,8 @@ _MEMBERS = {
 _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
 # quantization_config.quant_method -> how the layouts it writes are labelled here
 _CONFIG_METHODS = {"fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
-                   "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4"}
+                   "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4",
+                   "hqq": "hqq", "quanto": "quanto", "torchao": "torchao"}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
 # kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
@@ -136,10 +140,13 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 
 
 # A literal in the name of every tensor _layout can make a member or a standalone scale: the suffixes
-# _module looks for (qweight, weight_packed, compressed, SCB, weight_scale[_inv]), _BNB4's, _MXFP4's and
-# _STANDALONE's. A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
+# _module looks for (qweight, weight_packed, compressed, SCB, weight_scale[_inv], HQQ's W_q: its other
+# members, `scale`, `zero`, `shape`, `nbits`..., count only beside a W_q; torchao's `_weight_qdata`, whose
+# `_weight_*` siblings count only beside it), _BNB4's, _MXFP4's, _QUANTO's (`._data`, `_scale`, `_shift`;
+# quanto's input_scale / output_scale hold `_scale`) and _STANDALONE's.
+# A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
-                    "quant_state", "_blocks", "_scale")
+                    "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata")
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
@@ -161,6 +168,10 @@ def _config_summary(q: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(groups, dict):
         out["config_groups"] = {g: {k: (v.get("weights") or {}).get(k) for k in ("num_bits", "type", "strategy", "group_size")}
                                 for g, v in groups.items() if isinstance(v, dict)}
+    hqq = q.get("quant_config")     # transformers HqqConfig.to_dict: quant_config.weight_quant_params
+    wq = hqq.get("weight_quant_params") if isinstance(hqq, dict) else None
+    if isinstance(wq, dict):
+        out.update({k: wq[k] for k in ("nbits", "group_size", "axis") if k in wq})
     sp = q.get("sparsity_config")
     if isinstance(sp, dict) and sp.get("format"):
         out["sparsity_format"] = sp["format"]
@@ -173,6 +184,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     T = ckpt.tensors
     modules: dict[str, dict[str, TensorInfo]] = {}
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
+    quanto: dict[str, dict[str, TensorInfo]] = {}
+    shapes = quant_more.ConfigShapes(ckpt.config)   # quanto / HQQ: where the file keeps no shape
     joined = "\n".join(T)
     scan = any(lit in joined for lit in _LAYOUT_LITERALS)   # most checkpoints: no name can be a member
     for name, t in T.items() if scan else ():
@@ -183,6 +196,10 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
         m = _MXFP4.match(name)
         if m and all(T.get(m["m"] + k) is not None and T[m["m"] + k].dtype == "U8" for k in ("_blocks", "_scales")):
             special.setdefault(m["m"], ("mxfp4", {}))[1][name] = t
+            continue
+        m = _QUANTO.match(name) if ".weight._" in name else None
+        if m:
+            quanto.setdefault(m["w"], {})[name] = t
             continue
         mod, _, suffix = name.rpartition(".")
         modules.setdefault(mod, {})[suffix] = t
@@ -197,8 +214,10 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
             weights.append(_bnb4(ckpt, logical_name, members, notes))
         else:
             weights.append(_mxfp4(logical_name, members))
+    if quanto:
+        weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in quant_more.quanto(quanto, T, shapes, notes)]
     for mod, s in modules.items():
-        w = _module(ckpt, mod, s, q, method_cfg, notes)
+        w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
         if w is not None:
             weights.append(w)
     fmt = str(q.get("checkpoint_format") or q.get("format") or "")
@@ -243,7 +262,7 @@ def _pick(s: Mapping[str, TensorInfo], names: tuple[str, ...]) -> dict[str, Tens
 
 
 def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str, Any], method_cfg: str | None,
-            notes: list[str]) -> QuantWeight | None:
+            shapes: quant_more.ConfigShapes, notes: list[str]) -> QuantWeight | None:
     prefix = mod + "." if mod else ""
     if "qweight" in s and s["qweight"].dtype in ("I32", "U32") and len(s["qweight"].shape) == 2:
         return _gptq_awq(prefix, s, q, method_cfg, notes)
@@ -251,6 +270,12 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
         return _ct_packed(ckpt, prefix, s, q, notes)
     if "compressed" in s and "bitmask" in s:
         return _ct_sparse(ckpt, prefix, s, notes)
+    if "W_q" in s:
+        f = quant_more.hqq(prefix, s, lambda n: _shape_values(ckpt, n), shapes, notes)
+        return _weight(f.name, f.shape, f.method, f.bits, f.members)
+    if "_weight_qdata" in s:
+        t = quant_more.torchao(prefix, s, notes)
+        return None if t is None else _weight(t.name, t.shape, t.method, t.bits, t.members)
     w = s.get("weight")
     if w is None:
         return None
