@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import typer
 from rich.console import Console
 
-from .quick import with_fetched
+from .quick import no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
     from ..census.model import Model
@@ -45,15 +45,6 @@ def empty(message: str) -> typer.Exit:
 
     print(f"ckptstat: {inert(message)}", file=sys.stderr)
     return typer.Exit(1)
-
-
-def no_match(pattern: str | None, buckets: list[str] | None = None, skipped: list[dict] | None = None) -> str:
-    what = f"no tensor matches {pattern!r}" if pattern else "no tensor selected"
-    if buckets:
-        what += f" in bucket {', '.join(buckets)}"
-    if any(s["reason"].startswith("role ") for s in skipped or ()):
-        what += " among the parameters (--all-roles reads buffers and training state too)"
-    return what
 
 
 def seqs(values: list[str]) -> list[int]:

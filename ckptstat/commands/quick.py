@@ -20,50 +20,73 @@ ENABLED = True   # tests switch it off to run the same line through typer
 # (__main__.run: os._exit once the output is flushed), so a million-tensor header's objects are never
 # freed one by one (~0.1 s at 200k tensors, docs/performance.md); in a library call they live until the next.
 KEPT: list[object] = []
-# The summary command's options the quick path knows; any other option goes to typer.
-_FLAGS = {"--json", "--layers"}   # --layers only shapes the human rendering: the JSON is the same
-_VALUED = {"--config"}
+# The options the quick path knows, per command; any other option goes to typer. Values it takes are
+# plain: a path for --config, digits for the counts (anything else typer coerces and reports).
+_SUMMARY: tuple[set[str], dict[str, type]] = ({"--json", "--layers"}, {"--config": str})   # --layers: human output only
+_STATS: tuple[set[str], dict[str, type]] = ({"--json", "--progress", "--no-progress"},
+                                            {"--config": str, "--workers": int, "-w": int, "--chunk-bytes": int})
+_SAME = {"-w": "--workers", "--no-progress": "--progress"}   # spellings of one option (given twice: typer's rule)
 
 
-def _parse(args: list[str]) -> tuple[str, str | None] | None:
-    """(path, config) when `args` is a summary-as-JSON line the quick path answers, else None."""
+def _options(args: list[str], flags: set[str], valued: dict[str, type]) -> tuple[list[str], dict[str, object]] | None:
+    """(the words, {option: value, flag: True}) of a line made only of `flags`, `valued` options (each once)
+    and words, else None."""
     words: list[str] = []
-    seen: set[str] = set()
-    config: str | None = None
+    opts: dict[str, object] = {}
     it = iter(args)
     for a in it:
-        if a.startswith("-"):
-            name, eq, value = a.partition("=")
-            if name in _VALUED:
-                if not eq:
-                    value = next(it, None)   # type: ignore[assignment]
-                    if value is None:
-                        return None
-                if name in seen:
-                    return None   # typer's rule (the last wins) is left to typer
-                config = value
-            elif a not in _FLAGS or eq:
-                return None
-            seen.add(name)
-        else:
+        if not a.startswith("-"):
             words.append(a)
-    if "--json" not in seen:
+            continue
+        name, eq, value = a.partition("=")
+        kind = valued.get(name)
+        if kind is None and (a not in flags or eq):
+            return None
+        if _SAME.get(name, name) in {_SAME.get(k, k) for k in opts}:
+            return None
+        if kind is None:
+            opts[a] = True
+            continue
+        if not eq:
+            value = next(it, None)   # type: ignore[assignment]
+            if value is None:
+                return None
+        if kind is int and not (value.isascii() and value.isdigit()):
+            return None
+        opts[_SAME.get(name, name)] = int(value) if kind is int else value
+    return words, opts
+
+
+def _parse(args: list[str]) -> tuple[str, str, dict[str, object]] | None:
+    """(command, path, options) when `args` is a summary-as-JSON or stats-as-JSON line the quick path
+    answers, else None."""
+    stats = _options(args, *_STATS) if "stats" in args else None
+    if stats is not None:
+        words, opts = stats
+        if len(words) == 2 and words[0] == "stats" and "--json" in opts:
+            return "stats", words[1], opts
+    parsed = _options(args, *_SUMMARY)
+    if parsed is None or "--json" not in parsed[1]:
         return None
+    words, opts = parsed
     if len(words) == 2 and words[0] == "summary":
-        return words[1], config
+        return "summary", words[1], opts
     # `ckptstat PATH`: only when PATH cannot be a command's name (commands are words; cli.main
     # sends a word that is not a command to its did-you-mean check).
     if len(words) == 1 and not words[0].replace("-", "").replace("_", "").isalpha():
-        return words[0], config
+        return "summary", words[0], opts
     return None
 
 
 def quick(args: list[str], debug: bool = False) -> int | None:
-    """Answer a summary-as-JSON line and return the exit code, or None to leave the line to typer."""
+    """Answer a summary-as-JSON or stats-as-JSON line and return the exit code, or None to leave the line
+    to typer."""
     parsed = _parse(args) if ENABLED else None
     if parsed is None:
         return None
-    path, config = parsed
+    command, path, opts = parsed
+    config = opts.get("--config")
+    assert config is None or isinstance(config, str)
     from ..formats.folders import is_adapter, is_pipeline
 
     try:
@@ -77,6 +100,8 @@ def quick(args: list[str], debug: bool = False) -> int | None:
     from ..formats.registry import open_checkpoint
 
     try:
+        if command == "stats":
+            return _stats(path, config, opts)
         from ..analysis.summary import summarize
 
         with _gc_paused():
@@ -87,12 +112,58 @@ def quick(args: list[str], debug: bool = False) -> int | None:
     except CkptstatError as e:
         _fail(debug, f"ckptstat: error: {_line(e)}")
         return e.exit_code
+    except KeyboardInterrupt:   # as click turns it into Abort, and cli.main reports that
+        print(file=sys.stderr)
+        print("ckptstat: aborted", file=sys.stderr)
+        return 1
     except BrokenPipeError:
         return 0
     except Exception as e:   # the same boundary as cli.main: never a traceback without --debug
         _fail(debug, f"ckptstat: internal error: {type(e).__name__}: {_line(e)} (rerun with --debug for a traceback)")
         return 1
     return 0
+
+
+# `stats`' defaults: commands/values.py's ChunkOpt and WorkersOpt declare these
+STATS_CHUNK, STATS_WORKERS = 4 << 20, 1
+
+
+def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
+    """`ckptstat stats PATH --json`, as commands/values.py's stats command answers it: the report on stdout;
+    no tensor selected: said on stderr, exit 1. Typer's parsing (~0.1 s of pydantic imports) is serial
+    time in every --workers run (docs/performance.md)."""
+    import json
+
+    from ..analysis.stats import collect
+    from ..formats.registry import open_checkpoint
+    from ..render.progress import progress_bar
+
+    ckpt = open_checkpoint(path, config)
+    progress = opts.get("--progress")
+    if progress is not None:
+        progress = "--no-progress" not in opts
+    chunk, workers = opts.get("--chunk-bytes", STATS_CHUNK), opts.get("--workers", STATS_WORKERS)
+    assert isinstance(chunk, int) and isinstance(workers, int)
+    with progress_bar(sys.stderr.isatty() if progress is None else bool(progress)) as bar:
+        report = collect(ckpt, None, (), False, chunk, workers, bar).report
+    sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
+    if not report["tensors"]:
+        from ..render.names import inert
+
+        print(f"ckptstat: {inert(no_match(None, None, report['skipped']))}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def no_match(pattern: str | None, buckets: list[str] | None = None, skipped: list[dict] | None = None) -> str:
+    """Why nothing was selected (every command's `--filter` / `--bucket` message). Here, not in
+    commands/common.py, so that the quick path shares it without loading typer."""
+    what = f"no tensor matches {pattern!r}" if pattern else "no tensor selected"
+    if buckets:
+        what += f" in bucket {', '.join(buckets)}"
+    if any(s["reason"].startswith("role ") for s in skipped or ()):
+        what += " among the parameters (--all-roles reads buffers and training state too)"
+    return what
 
 
 def with_fetched(report: dict) -> dict:

@@ -8,12 +8,13 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match
+from .quick import STATS_CHUNK, STATS_WORKERS
 
 if TYPE_CHECKING:
     from ..analysis.stats import StatsRun
 
-ChunkOpt = typer.Option(4 << 20, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
-WorkersOpt = typer.Option(1, "--workers", "-w", help="Worker processes (0: one per CPU).")
+ChunkOpt = typer.Option(STATS_CHUNK, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
+WorkersOpt = typer.Option(STATS_WORKERS, "--workers", "-w", help="Worker processes (0: one per CPU).")
 ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
 AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
 BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeatable).")
