@@ -377,7 +377,9 @@ def test_killed_stats_worker_ends_the_run_with_one_line(tmp_path):
     from safetensors.numpy import save_file
 
     p = tmp_path / "big.safetensors"
-    save_file({f"layer.{i}.weight": np.ones((1024, 1024), "f4") for i in range(24)}, str(p))
+    # float64 in 4 KiB chunks goes through the chunk accumulator: seconds of work, so the workers are still
+    # running when one is killed (F32's kernel reads 512 KiB at a time and ends this file in under a second)
+    save_file({f"layer.{i}.weight": np.ones((1024, 1024), "f8") for i in range(24)}, str(p))
     proc = subprocess.Popen([sys.executable, "-m", "ckptstat", "stats", str(p), "--workers", "2", "--chunk-bytes", "4096"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=os.path.dirname(FIXTURES))
     kids: list[str] = []

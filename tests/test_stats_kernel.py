@@ -106,10 +106,138 @@ def test_other_readers_give_the_same_rows(tmp_path, written):
         assert {k: v for k, v in ra.items() if k != "spread_z"} == {k: v for k, v in rb.items() if k != "spread_z"}
 
 
-def test_a_file_cut_short_after_opening_is_one_error(tmp_path):
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_a_file_cut_short_after_opening_is_one_error(tmp_path, dtype):
     path = str(tmp_path / "cut.safetensors")
-    save_file({"w": torch.ones(1000, dtype=torch.bfloat16)}, path)
+    save_file({"w": torch.ones(1000, dtype=dtype)}, path)
     ckpt = open_checkpoint(path)
     os.truncate(path, os.path.getsize(path) - 10)
     with pytest.raises(CorruptCheckpointError, match="the file ends first"):
         collect(ckpt)
+
+
+# --- F32 (analysis/stats_kernel32.py) -------------------------------------------------------------------
+
+def _f32_tensors() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(32)
+    out = {}
+    x = torch.randn(200_003, generator=g) * 0.02   # > F32_SUB: the one-pass moments after the first sub-read
+    x[::97] = 0.0
+    x[5] = -0.0
+    out["plain"] = x
+    y = torch.randn(1001, generator=g) * 300
+    y[3], y[7], y[11] = float("nan"), float("inf"), float("-inf")
+    y[19], y[23], y[29] = 1e-45, -1e-40, 1.2e-38   # denormals: in the keys of +-0 (1e-45, -1e-40) and beyond
+    # NaNs whose payload is only in the low half (key 0x7F80, +Inf's) and a negative quiet NaN
+    y[31:33] = torch.tensor([0x7F800001, -0x00400000], dtype=torch.int32).view(torch.float32)
+    out["special"] = y
+    out["denormal_only"] = torch.tensor([1e-45, -1e-42, 5e-41, 0.0], dtype=torch.float32)
+    out["allnan"] = torch.full((5,), float("nan"))
+    out["const"] = torch.full((70_000,), 1000.5)   # var 0, |mean| >> std
+    out["offset"] = 1000.0 + torch.randn(150_001, generator=g) * 1e-3   # |mean| = 1e6 std
+    z = torch.randn(140_000, generator=g)
+    z[70_000:] += 1e4   # drifts: the running mean is far from the later sub-reads' own
+    out["drift"] = z
+    out["one"] = torch.tensor([-2.5])
+    out["empty"] = torch.zeros(0)
+    out["huge"] = torch.full((300,), -3.0e38)   # sums beyond FLT_MAX: float64 holds them
+    # FLT_MAX and its neighbours (x^2 stays finite in float64), among values of the same scale: mixed with
+    # small ones, no summation order would keep the small ones, and the oracle's mean would be noise
+    out["flt_max"] = torch.tensor([3.4028234663852886e38, -3.4028234663852886e38, 3.0e38, 1.0e38, -2.5e38, float("inf")])
+    return {f"F32.{k}": v.to(torch.float32) for k, v in out.items()}
+
+
+@pytest.fixture(scope="module")
+def written32(tmp_path_factory) -> tuple[str, dict[str, torch.Tensor]]:
+    t = _f32_tensors()
+    path = str(tmp_path_factory.mktemp("k32") / "k32.safetensors")
+    save_file(t, path)
+    return path, t
+
+
+def _check_f32_row(r: dict, x: torch.Tensor) -> None:
+    o = _oracle(x)
+    for k in ("count", "finite", "nan", "posinf", "neginf", "zeros"):
+        assert r[k] == o[k], k
+    fin = o["fin"]
+    if fin.size == 0:
+        assert r["min"] is None and r["mean"] is None
+        return
+    assert r["min"] == fin.min() and r["max"] == fin.max()
+    assert r["mean"] == pytest.approx(fin.mean(), rel=1e-12, abs=1e-15)
+    assert r["std"] == pytest.approx(fin.std(), rel=1e-9, abs=1e-12 * max(1.0, float(np.abs(fin).max())))
+    assert r["mean_abs"] == pytest.approx(np.abs(fin).mean(), rel=1e-12)
+    assert r["l2"] == pytest.approx(np.linalg.norm(fin), rel=1e-12)
+    assert r["quantiles_exact"] is False
+
+
+@pytest.mark.parametrize("sub", [64, None])
+@pytest.mark.parametrize("chunk", [4, 12, 4096, 1 << 20])
+def test_f32_rows_match_torch_values(written32, tmp_path, monkeypatch, chunk, sub):
+    """Sub-reads of 64 values and the default, reads from one value (the small tensors only: a read
+    each) to beyond most tensors."""
+    import ckptstat.analysis.stats_kernel32 as k32
+    if sub:
+        monkeypatch.setattr(k32, "F32_SUB", sub)
+    path, t = written32
+    if chunk < 16:
+        t = {k: v for k, v in t.items() if v.numel() < 2000}
+        path = str(tmp_path / "small.safetensors")
+        save_file(t, path)
+    rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True, chunk_bytes=chunk).report["tensors"]}
+    assert set(rows) == set(t)
+    for name, x in t.items():
+        _check_f32_row(rows[name], x)
+
+
+@pytest.mark.parametrize("fast_at", [True, False])
+def test_f32_kernel_equals_the_chunk_accumulator(written32, monkeypatch, fast_at):
+    """The kernel gives what Acc.update gives on the same values: histogram and counts exactly, moments
+    to float64 rounding; with numpy's ufunc.at and with the bincount fallback (numpy < 1.25)."""
+    import ckptstat.analysis.stats_kernel32 as k32
+    monkeypatch.setattr(k32, "_FAST_AT", fast_at)
+    monkeypatch.setattr(k32, "F32_SUB", 1000)
+    path, t = written32
+    ckpt = open_checkpoint(path)
+    for name in t:
+        info = ckpt[name]
+        seen: list[int] = []
+        fast = k32.tensor_stats32(ckpt, info, 40_000, progress=seen.append)
+        assert sum(seen) == info.nbytes
+        slow = new_acc(info.dtype)
+        with np.errstate(invalid="ignore"):   # widening a signalling NaN raises the invalid flag
+            slow.update(ckpt.read(name).reshape(-1))
+        assert np.array_equal(fast.hist, slow.hist), name
+        for k in ("domain", "exact", "count", "n", "nan", "posinf", "neginf", "zeros", "min", "max"):
+            assert getattr(fast, k) == getattr(slow, k), (name, k)
+        for k in ("mean", "sum_abs"):
+            a, b = getattr(fast, k), getattr(slow, k)
+            assert a == b or math.isclose(a, b, rel_tol=1e-12, abs_tol=1e-300), (name, k, a, b)
+        assert math.isclose(fast.m2, slow.m2, rel_tol=2e-9, abs_tol=1e-12 * max(1.0, fast.max ** 2)), name
+        assert fast.row()["quantiles"] == slow.row()["quantiles"], name
+
+
+def test_f32_decoded_and_strided_paths(tmp_path, written32):
+    """A torch.save zip (its own reader, through iter_chunks) gives the safetensors file's rows, and a
+    transposed view (stored with its strides) the rows of its values."""
+    path, t = written32
+    pt = str(tmp_path / "k32.pt")
+    base = torch.randn(300, 7, generator=torch.Generator().manual_seed(3))
+    torch.save({**t, "F32.strided": base.t()}, pt)
+    a = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True).report["tensors"]}
+    b = {r["name"]: r for r in collect(open_checkpoint(pt), all_roles=True).report["tensors"]}
+    drop = ("spread_z",)
+    for name in t:
+        ra, rb = ({k: v for k, v in r.items() if k not in drop} for r in (a[name], b[name]))
+        assert ra == rb, name
+    _check_f32_row(b["F32.strided"], base.t())
+
+
+def test_f32_big_endian_npy(tmp_path):
+    """A big-endian float32 .npy (numpy writes '>f4' as asked) is swapped to native before the kernel."""
+    x = (np.random.default_rng(4).standard_normal(5000) * 3).astype(">f4")
+    x[10] = np.nan
+    path = str(tmp_path / "be.npy")
+    np.save(path, x)
+    [row] = collect(open_checkpoint(path), all_roles=True, chunk_bytes=1000).report["tensors"]
+    _check_f32_row(row, torch.from_numpy(x.astype(np.float32)))

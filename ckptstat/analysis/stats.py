@@ -3,7 +3,8 @@
 Every tensor is read with `Checkpoint.iter_chunks` (any reader, any dtype; `dtypes.decode` widens
 bf16 / fp8 / fp6 / fp4 to float32), so peak memory is a few chunks plus fixed-size histograms,
 whatever the checkpoint's size. F16 and BF16 tensors take a faster kernel (analysis/stats_kernel.py):
-their stored bit patterns are read once and counted, and every statistic comes from the counts.
+their stored bit patterns are read once and counted, and every statistic comes from the counts;
+F32 tensors take analysis/stats_kernel32.py's (one read, passes sized for the cache).
 The accumulator (Acc) lives in analysis/stats_acc.py and is re-exported here.
 
 Accumulators (all mergeable, so chunks, tensors, shards and worker processes combine freely):
@@ -19,9 +20,11 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 """
 from __future__ import annotations
 
+import math
 import os
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,6 +44,7 @@ from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the a
     tables,
 )
 from .stats_kernel import BITS16, tensor_stats16
+from .stats_kernel32 import tensor_stats32
 
 STATS_SCHEMA = "ckptstat.stats/1"
 DEFAULT_STATS_CHUNK = 4 << 20   # stored bytes per chunk: a bf16 chunk widens to 8 MiB f32, 16 MiB f64
@@ -114,10 +118,40 @@ def _groups(item: Item) -> list[GroupKey]:
     return g
 
 
+def group_acc(key: GroupKey) -> Acc:
+    """A new group accumulator: the total's and the buckets' (a handful) with a dense histogram, so that
+    each of their many merges is one scatter-add; the layers' sparse (a hostile header can name 100,000)."""
+    return Acc() if key[0] == "layer" else Acc(dense=np.zeros(NBINS, dtype=np.int64))
+
+
+@dataclass(frozen=True)
+class GroupRow:
+    """A layer's finished row (Acc.row and its tensor count), computed by the worker process whose task held
+    every tensor of the layer: only the layers a task boundary cuts cross processes as accumulators."""
+    tensors: int
+    fields: dict
+
+    def row(self) -> dict:
+        return self.fields
+
+
+Group = Acc | GroupRow
+
+
+def add_to_groups(groups: dict[GroupKey, Acc], item: Item, acc: Acc) -> None:
+    for key in _groups(item):
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = group_acc(key)
+        g.merge(acc)
+
+
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
     if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats_kernel.py)
         acc = tensor_stats16(ckpt, info, chunk_bytes, progress)
+    elif info.dtype == "F32":   # fewer passes, sized for the cache (analysis/stats_kernel32.py)
+        acc = tensor_stats32(ckpt, info, chunk_bytes, progress)
     else:
         acc = new_acc(info.dtype)
         bits = info.dt.bits
@@ -129,24 +163,47 @@ def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
     return acc
 
 
+def _layers(items: Iterable[Item]) -> Counter[GroupKey]:
+    """Each layer's number of tensors among `items`."""
+    return Counter(("layer", it.bucket, it.layer) for it in items if it.layer is not None)
+
+
 def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
-              progress: Callable[[int], None] | None = None) -> tuple[list[dict], dict[GroupKey, Acc]]:
-    """Statistics of each item, and partial group accumulators (mergeable across workers)."""
+              progress: Callable[[int], None] | None = None, scalars: list[Acc] | None = None,
+              finish: Collection[GroupKey] = ()) -> tuple[list[dict], dict[GroupKey, Group]]:
+    """Statistics of each item, and partial group accumulators (mergeable across workers); with `scalars`,
+    each tensor's accumulator without its histogram is appended to it (Acc.scalars). A layer in `finish`
+    becomes its row (GroupRow) once its last tensor in `items` is merged, its histogram let go: a file of
+    many layers holds the rows of those done and the histograms of those open only."""
+    items = list(items)
+    left = Counter({k: n for k, n in _layers(items).items() if k in finish})
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
+    done: dict[GroupKey, GroupRow] = {}
     for it in items:
         info = ckpt[it.name]
-        acc = tensor_stats(ckpt, info, chunk_bytes, progress)
+        acc = tensor_stats(ckpt, info, chunk_bytes, progress).compact()   # its row and three merges read the bins
         rows.append({"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
                      "dtype": info.dtype, "shape": list(info.shape), **acc.row()})
-        for key in _groups(it):
-            groups.setdefault(key, Acc()).merge(acc)
-    return rows, groups
+        add_to_groups(groups, it, acc)
+        if scalars is not None:
+            scalars.append(acc.scalars())
+        key = ("layer", it.bucket, it.layer)
+        if left[key]:
+            left[key] -= 1
+            if not left[key]:
+                layer = groups.pop(key)
+                done[key] = GroupRow(layer.tensors, layer.row())
+    return rows, {**groups, **done}
 
 
-# Worker processes take contiguous runs of tensors and return their rows plus partial group
-# accumulators. With the fork start method they inherit the open Checkpoint (readers need not be
-# picklable); otherwise each reopens it by path.
+# Worker processes take contiguous runs of tensors and return their rows, each tensor's scalar
+# accumulator, the rows of the layers wholly in their run (GroupRow) and partial group accumulators
+# (the total, buckets, layers a task boundary cuts). With the fork start method they inherit the open
+# Checkpoint (readers need not be picklable); otherwise each reopens it by path. The parent merges the
+# groups' histograms (integer counts) as tasks finish, and replays the tensors' scalar merges (float64
+# sums, whose last bits depend on the order) in file order: the report is byte for byte the one
+# process's, whatever the number of workers and the order tasks finish in.
 _W: dict = {}
 
 
@@ -175,8 +232,8 @@ def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN00
     _W["counter"] = counter
 
 
-def _worker_run(task: tuple[list[Item], int]) -> tuple:
-    items, chunk_bytes = task
+def _worker_run(task: tuple[list[Item], int, set[GroupKey]]) -> tuple:
+    items, chunk_bytes, whole = task
     counter = _W["counter"]
 
     def tick(nbytes: int) -> None:
@@ -184,7 +241,11 @@ def _worker_run(task: tuple[list[Item], int]) -> tuple:
             counter.value += nbytes
 
     try:
-        return ("ok",) + run_items(_W["ckpt"], items, chunk_bytes, tick) + (_fetched_since_mark(),)
+        scalars: list[Acc] = []
+        rows, groups = run_items(_W["ckpt"], items, chunk_bytes, tick, scalars, whole)
+        partial = {k: g for k, g in groups.items() if isinstance(g, Acc)}
+        done = {k: g for k, g in groups.items() if isinstance(g, GroupRow)}
+        return "ok", rows, scalars, partial, done, _fetched_since_mark()
     except CkptstatError as e:   # the tree's exceptions take extra __init__ args: send them as data
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
@@ -213,11 +274,13 @@ def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
 
 
 def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: int,
-              progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+              progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
     import multiprocessing as mp
 
     counter = mp.Value("q", 0)
-    tasks = [(part, chunk_bytes) for part in split(ckpt, items, workers * 4)]
+    members = _layers(items)   # a layer whose every tensor is in one task: that worker computes its row
+    tasks = [(part, chunk_bytes, {k for k, n in _layers(part).items() if n == members[k]})
+             for part in split(ckpt, items, workers * 4)]
     _W["ckpt"] = ckpt if mp.get_start_method() == "fork" else None
     try:
         return _pool_loop(mp, ckpt, items, tasks, workers, counter, progress)
@@ -226,7 +289,7 @@ def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: in
 
 
 def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
-               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Acc]]:
+               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
     # concurrent.futures, not mp.Pool: when a worker dies (killed, out of memory) mp.Pool replaces it
     # and waits forever for the task it held; a ProcessPoolExecutor raises BrokenProcessPool.
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -234,6 +297,8 @@ def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: in
 
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
+    done_rows: dict[GroupKey, GroupRow] = {}
+    scalars: dict[str, Acc] = {}
     order = {it.name: i for i, it in enumerate(items)}
     seen = 0
     pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(), initializer=_worker_init,
@@ -254,22 +319,42 @@ def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: in
                                         "no statistics were reported") from None
                 if res[0] == "error":
                     _raise_worker_error(*res[1:])
-                rows += res[1]
-                if res[3]:   # the worker's network counts (docs/remote.md, `fetched`)
+                _, part, part_scalars, part_groups, part_done, fetched = res
+                rows += part
+                done_rows.update(part_done)
+                scalars.update(zip((r["name"] for r in part), part_scalars))
+                if fetched:   # the worker's network counts (docs/remote.md, `fetched`)
                     import sys
 
-                    sys.modules["ckptstat.sources"].METER.merge(res[3])
-                for key, acc in res[2].items():
-                    groups.setdefault(key, Acc()).merge(acc)
+                    sys.modules["ckptstat.sources"].METER.merge(fetched)
+                for key, acc in part_groups.items():
+                    g = groups.get(key)
+                    if g is None:
+                        g = groups[key] = group_acc(key)
+                    g.merge_bins(acc)
     finally:   # on an error, tasks not started are cancelled; those running finish (each is a slice of the work)
         pool.shutdown(wait=True, cancel_futures=True)
     if progress:
         progress(counter.value - seen)
     rows.sort(key=lambda r: order[r["name"]])
-    return rows, groups
+    for it in items:   # in file order, as run_items merges them
+        for key in _groups(it):
+            if key in groups:
+                groups[key].merge_scalars(scalars[it.name])
+    return rows, {**groups, **done_rows}
 
 
 # --- anomalies and the report -----------------------------------------------------------------------------
+
+def _median(a: np.ndarray) -> float:
+    """np.median's value (the middle element, or the mean of the two middle ones; NaN if any is NaN),
+    without np.median's import of numpy.ma (~10 ms, serial in every run)."""
+    s = np.sort(a)
+    n = s.size
+    if np.isnan(s[-1]):
+        return math.nan
+    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
+
 
 def anomalies(rows: list[dict]) -> list[dict]:
     """Flag tensors per ANOMALY_RULE; also records each row's robust z in row['spread_z']."""
@@ -289,8 +374,8 @@ def anomalies(rows: list[dict]) -> list[dict]:
         if len(group) < MIN_PEERS:
             continue
         logs = np.log10([r["std"] for r in group])
-        med = float(np.median(logs))
-        scale = max(1.4826 * float(np.median(np.abs(logs - med))), MAD_FLOOR)
+        med = _median(logs)
+        scale = max(1.4826 * _median(np.abs(logs - med)), MAD_FLOOR)
         for r, v in zip(group, logs):
             z = (float(v) - med) / scale
             r["spread_z"] = z
@@ -339,10 +424,11 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
     tick = _counter(progress, total_bytes) if progress else None
     if progress:
         progress(0, total_bytes)
+    groups: Mapping[GroupKey, Group]
     if workers > 1 and len(items) > 1:
         rows, groups = _run_pool(ckpt, items, chunk_bytes, min(workers, len(items)), tick)
     else:
-        rows, groups = run_items(ckpt, items, chunk_bytes, tick)
+        rows, groups = run_items(ckpt, items, chunk_bytes, tick, finish=_layers(items))
     if progress:
         progress(total_bytes, total_bytes)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, workers, total_bytes,
@@ -350,7 +436,7 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
 
 
 def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], all_roles: bool, chunk_bytes: int,
-                 workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: dict[GroupKey, Acc],
+                 workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: Mapping[GroupKey, Group],
                  skipped: list[dict]) -> StatsRun:
     """The report (schema ckptstat.stats/1) from the per-tensor rows and the merged group accumulators,
     however they were computed (one process, a pool, a Dask cluster)."""
@@ -361,10 +447,10 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
     for r in rows:
         r["flags"] = flagged.get(r["name"], [])
 
-    def grow(acc: Acc) -> dict:
+    def grow(acc: Group) -> dict:
         return {"tensors": acc.tensors, **acc.row()}
 
-    bucket_acc = {k[1]: a for k, a in groups.items() if k[0] == "bucket"}
+    bucket_acc = {k[1]: a for k, a in groups.items() if k[0] == "bucket" and isinstance(a, Acc)}
     report = {
         "schema": STATS_SCHEMA,
         "path": ckpt.path,

@@ -18,7 +18,7 @@ from typing import Any
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
 from .audit import Settings, applied, settings
-from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, build_report, select, split, tensor_stats
+from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, add_to_groups, build_report, select, split, tensor_stats
 
 Progress = Callable[[int, int], None]
 TASKS_PER_WORKER = 4
@@ -65,18 +65,11 @@ def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
     out = []
     for it in items:
         info = ckpt[it.name]
-        acc = tensor_stats(ckpt, info, chunk_bytes)
+        acc = tensor_stats(ckpt, info, chunk_bytes).compact()   # the histogram sparse on the wire
         row = {"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
                "dtype": info.dtype, "shape": list(info.shape), **acc.row()}
-        out.append((row, acc.compact()))   # the histogram sparse on the wire
+        out.append((row, acc))
     return out
-
-
-def _groups(item: Item) -> list[GroupKey]:
-    g: list[GroupKey] = [("total",), ("bucket", item.bucket)]
-    if item.layer is not None:
-        g.append(("layer", item.bucket, item.layer))
-    return g
 
 
 def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, buckets: Sequence[str] = (),
@@ -122,7 +115,6 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
     for part, res in zip(parts, results):
         for it, (row, packed) in zip(part, res):
             rows.append(row)
-            for key in _groups(it):
-                groups.setdefault(key, Acc()).merge(packed)
+            add_to_groups(groups, it, packed)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)

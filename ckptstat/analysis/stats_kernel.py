@@ -8,7 +8,8 @@ exactly, min and max exactly, the quantiles exactly (as before), and the moments
 the bins, sum(h * v), sum(h * (v - mean)^2), sum(h * |v|), where every value is exact in float64:
 more accurate than summing the elements, and independent of the chunk size.
 
-Other dtypes go through Acc.update, chunk by chunk (stats_acc.py).
+F32 has its own kernel (stats_kernel32.py, which reads through plain_chunks here); other dtypes go through
+Acc.update, chunk by chunk (stats_acc.py).
 """
 from __future__ import annotations
 
@@ -21,12 +22,12 @@ from ..core.files import open_regular
 from ..core.io import contiguous_strides
 from ..core.tensor import check_expansion
 from ..errors import CorruptCheckpointError, reading
-from .stats_acc import NBINS, Acc, new_acc, tables
+from .stats_acc import NBINS, Acc, by_value, new_acc, tables
 
 BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
 
 
-def _plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
+def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
     """Whether the tensor's bytes are one contiguous run of a file read by the default reader."""
     return (info.offset is not None and ckpt.readers.get(info.file) is None
             and (info.stride is None or info.stride == contiguous_strides(info.shape)))
@@ -39,13 +40,20 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int) -> Itera
     chunk); any other (a zip record, a strided view, a format's own reader) through
     Checkpoint.iter_chunks, from whose decoded values the patterns are taken back without a copy
     for F16 (a view) and with one uint32 shift for BF16 (decode widened it to float32)."""
-    if not _plain(ckpt, info):
+    if not plain(ckpt, info):
         for x in ckpt.iter_chunks(info.name, chunk_bytes):
             yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
         return
-    check_expansion(info)
-    step = max(2, chunk_bytes // 2 * 2)
     order = "<u2" if info.byteorder == "little" else ">u2"
+    for raw in plain_chunks(info, chunk_bytes, 2):
+        yield raw.view(order)
+
+
+def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int) -> Iterator[np.ndarray]:
+    """The stored bytes of a plain tensor (see plain()), a multiple of `width` bytes at a time, read
+    into one reused buffer: the array yielded is overwritten by the next read."""
+    check_expansion(info)
+    step = max(width, chunk_bytes // width * width)
     buf = np.empty(min(step, info.nbytes), dtype=np.uint8)
     assert info.offset is not None
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
@@ -59,7 +67,7 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int) -> Itera
                 raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {want} bytes at offset "
                                                         f"{info.offset + done}, the file ends first")
             done += want
-            yield raw.view(order)
+            yield raw
 
 
 def _read_into(f: object, raw: np.ndarray) -> int:
@@ -71,32 +79,37 @@ def _read_into(f: object, raw: np.ndarray) -> int:
 def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                    progress: Callable[[int], None] | None = None) -> Acc:
     """The accumulator of one F16 or BF16 tensor, from the histogram of its bit patterns."""
-    hist = np.zeros(NBINS, dtype=np.int64)
+    hist = None   # the first chunk's counts are the histogram: no zeroed 512 KiB table and pass over it
     for bits in bits16_chunks(ckpt, info, chunk_bytes):
-        hist += np.bincount(bits, minlength=NBINS)
+        counts = np.bincount(bits, minlength=NBINS)
+        if hist is None:
+            hist = counts
+        else:
+            hist += counts
         if progress:
             progress(bits.size * 2)
-    return acc_from_hist16(hist, info.dtype)
+    return acc_from_hist16(np.zeros(NBINS, dtype=np.int64) if hist is None else hist, info.dtype)
 
 
 def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
     """An Acc equal to feeding every value through Acc.update, built from the counts of the 65,536 bit
     patterns of an F16 or BF16 tensor (the moments to float64 rounding, summed by bin, not by chunk)."""
     acc = new_acc(dtype)
-    value, finite, order, nan, posinf, neginf, zeros = _patterns(BITS16[dtype])
+    value, _, _, nan, posinf, neginf, zeros = _patterns(BITS16[dtype])
     acc.count = int(hist.sum())
     acc.nan = int(hist[nan].sum())
     acc.posinf, acc.neginf = int(hist[posinf].sum()), int(hist[neginf].sum())
     acc.zeros = int(hist[zeros].sum())   # +0 and -0
-    fin = hist * finite   # the histogram counts finite values only
-    acc.hist = fin
-    acc.n = n = int(fin.sum())
+    # The finite patterns that occur, by value (a few thousand of the 65,536), kept sparse: the tensor's
+    # quantiles and its merges into layer, bucket and total read only those (issue 22).
+    present, counts = by_value(hist, BITS16[dtype])
+    acc.hist_keys, acc.hist_counts = present, counts
+    acc.n = n = int(counts.sum())
     if n == 0:
         return acc
-    present = order[fin[order] > 0]   # finite patterns that occur, by value
     acc.min, acc.max = float(value[present[0]]), float(value[present[-1]])
     v = value[present]
-    h = fin[present].astype(np.float64)
+    h = counts.astype(np.float64)
     # np.add.reduce, not np.dot: BLAS threads a dot of an F16 tensor's ~20k present patterns, and its
     # spinning threads cost more CPU than the sum
     acc.mean = mean = float(np.add.reduce(h * v)) / n
