@@ -15,6 +15,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+from test_flops_sliding import eager_model  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from ckptstat.analysis import flops as fl  # noqa: E402
@@ -43,13 +44,7 @@ CASES = [
 
 
 def _case(tmp_path, cfg_name: str, model_name: str, kwargs: dict):
-    cfg = getattr(T, cfg_name)(**{**TINY, **kwargs})
-    torch.manual_seed(0)
-    model = getattr(T, model_name)._from_config(cfg, attn_implementation="eager").eval()
-    d = cfg.to_dict()
-    d["architectures"] = [model_name]
-    p = tmp_path / "config.json"
-    p.write_text(json.dumps(d))
+    model, p = eager_model(tmp_path, cfg_name, model_name, {**TINY, **kwargs})
     return model, load(p), p
 
 

@@ -33,14 +33,20 @@ CASES = [
 BATCH, SEQ = 2, 10
 
 
-def _model_and_load(tmp_path, cfg_name: str, model_name: str, kwargs: dict):
-    cfg = getattr(T, cfg_name)(**TINY, **kwargs)
+def eager_model(tmp_path, cfg_name: str, model_name: str, config: dict):
+    """(the transformers model, eager attention, seeded; its config.json naming the class) of `config`."""
+    cfg = getattr(T, cfg_name)(**config)
     torch.manual_seed(0)
     model = getattr(T, model_name)._from_config(cfg, attn_implementation="eager").eval()
     d = cfg.to_dict()
     d["architectures"] = [model_name]
     p = tmp_path / "config.json"
     p.write_text(json.dumps(d))
+    return model, p
+
+
+def _model_and_load(tmp_path, cfg_name: str, model_name: str, kwargs: dict):
+    model, p = eager_model(tmp_path, cfg_name, model_name, {**TINY, **kwargs})
     return model, load(p)
 
 

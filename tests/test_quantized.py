@@ -163,6 +163,12 @@ def test_flops_ties_and_memory_work_from_logical_shapes(written, case, tmp_path)
     cfg.pop("quantization_config", None)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg)).half().save_pretrained(plain)
+    assert_like_unquantised(path, plain)
+
+
+def assert_like_unquantised(path: str, plain: str) -> None:
+    """The quantised checkpoint at `path` resolves, counts, ties, cross-checks and counts FLOPs as `plain`,
+    the same model saved unquantised; its weight memory is what it stores (less)."""
     q, p = open_checkpoint(path), open_checkpoint(plain)
     assert resolve(q).label == resolve(p).label
     mq_, mp = from_checkpoint(q), from_checkpoint(p)
@@ -172,7 +178,6 @@ def test_flops_ties_and_memory_work_from_logical_shapes(written, case, tmp_path)
     assert [(t["alias"], t["target"]) for t in aq["ties"]] == [(t["alias"], t["target"]) for t in ap["ties"]]
     assert aq["cross_check"]["unexpected"] == [] and aq["cross_check"]["shape_mismatches"] == []
     assert [m["name"] for m in aq["cross_check"]["missing"]] == [m["name"] for m in ap["cross_check"]["missing"]]
-    # weight memory is what the file stores, not the unquantised size
     assert mq_.weight_bytes < mp.weight_bytes
 
 

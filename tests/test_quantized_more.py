@@ -19,10 +19,9 @@ pytest.importorskip("transformers")
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
+from test_quantized import assert_like_unquantised  # noqa: E402
 
-from ckptstat.analysis.flops import run  # noqa: E402
 from ckptstat.analysis.summary import summarize, tensors  # noqa: E402
-from ckptstat.analysis.ties import audit  # noqa: E402
 from ckptstat.census import layout, resolve  # noqa: E402
 from ckptstat.census.model import from_checkpoint  # noqa: E402
 from ckptstat.census.quant import _LAYOUT_LITERALS  # noqa: E402
@@ -155,16 +154,7 @@ def test_flops_ties_and_memory_work_from_logical_shapes(case, tmp_path):
     path, plain = _path(case), str(tmp_path / "plain")
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(_unquantised_config(path)).half().save_pretrained(plain)
-    q, p = open_checkpoint(path), open_checkpoint(plain)
-    assert resolve(q).label == resolve(p).label
-    mq_, mp = from_checkpoint(q), from_checkpoint(p)
-    assert mq_.params == mp.params and mq_.agree
-    assert run(mq_, 1, 32)["totals"]["flops"] == run(mp, 1, 32)["totals"]["flops"]
-    aq, ap = audit(q), audit(p)
-    assert [(t["alias"], t["target"]) for t in aq["ties"]] == [(t["alias"], t["target"]) for t in ap["ties"]]
-    assert aq["cross_check"]["unexpected"] == [] and aq["cross_check"]["shape_mismatches"] == []
-    assert [m["name"] for m in aq["cross_check"]["missing"]] == [m["name"] for m in ap["cross_check"]["missing"]]
-    assert mq_.weight_bytes < mp.weight_bytes
+    assert_like_unquantised(path, plain)
 
 
 @pytest.mark.parametrize("case", CASES)
