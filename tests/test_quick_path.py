@@ -78,7 +78,7 @@ def test_same_answer_as_typer(cli, monkeypatch, tmp_path):
     [], ["--help"], ["summary", "--help"], ["x.safetensors"], ["summary", "x.safetensors"],
     ["stats", "x.safetensors"], ["stats", "x.safetensors", "--json", "-w", "x"], ["stats", "x", "--json", "-w2"],
     ["stats", "x", "--json", "--filter", "a"], ["stats", "x", "--json", "-w", "1", "--workers", "2"],
-    ["stats", "x", "--json", "--progress", "--no-progress"], ["stats", "x", "--json", "--csv"],
+    ["stats", "x", "--json", "--progress", "--no-progress"], ["stats", "x", "--json", "--csv"], ["stats", "x", "--json", "-w=2"],
     ["stats", "x", "y", "--json"], ["tensors", "x.safetensors", "--json"],
     ["summary", "x.safetensors", "--json", "--verify"], ["sumary", "--json"], ["model", "--json"],
     ["--json", "a.safetensors", "b.safetensors"], ["--json", "x.safetensors", "--config"],
@@ -87,6 +87,19 @@ def test_same_answer_as_typer(cli, monkeypatch, tmp_path):
 ])
 def test_other_lines_go_to_typer(line):
     assert quick._parse(line) is None
+
+
+def test_stats_progress_flags(monkeypatch):
+    # a TTY's default bar, and --progress / --no-progress over it, as the typer command decides
+    from ckptstat.render import progress as bar
+    seen = []
+    real = bar.progress_bar
+    monkeypatch.setattr(bar, "progress_bar", lambda enabled, *a: (seen.append(enabled), real(False))[1])
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True)
+    st = fixture("bert-tiny", "model.safetensors")
+    for flags in ([], ["--progress"], ["--no-progress"]):
+        assert quick.quick(["stats", st, "--json", *flags]) == 0
+    assert seen == [True, True, False]
 
 
 def test_stats_defaults_are_the_commands():

@@ -39,6 +39,8 @@ def _options(args: list[str], flags: set[str], valued: dict[str, type]) -> tuple
             words.append(a)
             continue
         name, eq, value = a.partition("=")
+        if eq and not name.startswith("--"):   # click reads `-w=2`'s value as "=2": typer's to refuse
+            return None
         kind = valued.get(name)
         if kind is None and (a not in flags or eq):
             return None
@@ -139,12 +141,10 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     from ..render.progress import progress_bar
 
     ckpt = open_checkpoint(path, config)
-    progress = opts.get("--progress")
-    if progress is not None:
-        progress = "--no-progress" not in opts
+    progress = False if "--no-progress" in opts else True if "--progress" in opts else None
     chunk, workers = opts.get("--chunk-bytes", STATS_CHUNK), opts.get("--workers", STATS_WORKERS)
     assert isinstance(chunk, int) and isinstance(workers, int)
-    with progress_bar(sys.stderr.isatty() if progress is None else bool(progress)) as bar:
+    with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
         report = collect(ckpt, None, (), False, chunk, workers, bar).report
     sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
     if not report["tensors"]:
