@@ -8,7 +8,6 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import Checkpoint, TensorInfo
-from ..families import detect
 from ..naming import Placement, classify_all
 from .quant import logical
 from .quant import roles as quant_roles
@@ -72,6 +71,8 @@ def _architecture(ckpt: Checkpoint) -> dict:
     meta = ckpt.metadata if ckpt.declared_architecture else None
     if not ckpt.config and not (meta or {}).get("general.architecture"):   # by the tensor names alone
         return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
+    from ..families import detect  # the family modules load when a command asks about the architecture
+
     a = detect(logical(ckpt).tensors, ckpt.config, meta)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
@@ -79,6 +80,8 @@ def _architecture(ckpt: Checkpoint) -> dict:
 def name_family(ckpt: Checkpoint) -> str:
     """The family the tensor names alone say (families.detect without config or metadata), once per checkpoint:
     the architecture and the head resolution both ask."""
+    from ..families import detect
+
     return memoised(ckpt, "name_family", lambda c: detect(c.tensors, None).family)
 
 

@@ -17,7 +17,7 @@ from ..families.spec import (
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
-from .resolve import resolve
+from .resolution import resolve
 from .tally import tally
 
 

@@ -23,7 +23,7 @@ from ..families.infer import canonical_name, tf_spelled
 from ..naming import structural_ties
 from .counts import aliases, memoised
 from .quant import logical
-from .resolve import resolve
+from .resolution import resolve
 
 # Heads whose model holds a word-embedding-sized output layer (for tie rules that name no heads).
 _LM_HEADS = ("mlm", "lm", "pretraining")
