@@ -7,7 +7,7 @@ from typing import Any
 
 from ..census import aliases, parameters, placements
 from ..census.quant import logical
-from ..census.resolve import resolve
+from ..census.resolution import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
 from ..families.infer import canonical_name, canonical_tensors, tf_spelled
