@@ -13,6 +13,7 @@ storage per chunk.
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 from collections.abc import Iterator
@@ -72,6 +73,31 @@ def prefetch(f: IO[bytes], ranges: list[tuple[int, int]]) -> None:
     remote = getattr(f, "prefetch", None)
     if remote is not None:
         remote(ranges)
+
+
+class SeekableReader(io.RawIOBase):
+    """A read-only, seekable file of `size` bytes whose subclass supplies the reading: position-keeping
+    (tell, seek from any whence, never before 0) shared by the remote file, a window of a zip member and
+    the budgeted remote scan."""
+
+    size: int
+    pos: int = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise ValueError("negative seek position")
+        self.pos = base + offset
+        return self.pos
 
 
 class RawFile:

@@ -13,7 +13,6 @@ limits().zip_ratio times its compressed size): never the whole archive extracted
 """
 from __future__ import annotations
 
-import io
 import json
 import os
 import shutil
@@ -26,6 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
+from ..core.io import SeekableReader
 from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
@@ -39,28 +39,12 @@ WEIGHTS, CONFIG, METADATA = "model.weights.h5", "config.json", "metadata.json"
 MAX_METADATA = 1 << 20
 
 
-class _Window(io.RawIOBase):
+class _Window(SeekableReader):
     """Bytes [start, start + size) of an open file, as a seekable read-only file (for h5py)."""
 
     def __init__(self, f: IO[bytes], start: int, size: int):
         super().__init__()
         self.f, self.start, self.size, self.pos = f, start, size, 0
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, pos: int, whence: int = 0) -> int:
-        base = {0: 0, 1: self.pos, 2: self.size}[whence]
-        if base + pos < 0:
-            raise ValueError("negative seek position")
-        self.pos = base + pos
-        return self.pos
 
     def readinto(self, b: Any) -> int:
         mv = memoryview(b).cast("B")

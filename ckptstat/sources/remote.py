@@ -17,7 +17,6 @@ Where the bytes come from is one of three `Target`s, all fsspec filesystems:
 """
 from __future__ import annotations
 
-import io
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
@@ -25,6 +24,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, Any
 
+from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
 from ..errors import CheckpointError, FileNotFound, MissingDependencyError
 from .http import HttpTransport, Reply
@@ -174,7 +174,7 @@ def _spool_read(f: IO[bytes], start: int, end: int) -> bytes:
     return f.read(max(0, end - start))
 
 
-class RemoteFile(io.RawIOBase):
+class RemoteFile(SeekableReader):
     """A read-only, seekable file over a Blob: what open_regular returns for a URL."""
 
     def __init__(self, blob: Blob, name: str):
@@ -182,24 +182,8 @@ class RemoteFile(io.RawIOBase):
         self.blob, self.name, self.pos = blob, name, 0
         self.size = blob.ensure_size()
 
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
     def fileno(self) -> int:
         raise CheckpointError(redact(self.name), "this format is read from local files only; download the file first")
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self.pos = base + offset
-        return self.pos
 
     def pread(self, n: int, offset: int) -> bytes:
         return self.blob.pread(n, offset)

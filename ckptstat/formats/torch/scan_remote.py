@@ -22,14 +22,14 @@ import io
 from typing import IO, Any
 
 from ...core.files import open_regular, size_of
-from ...core.io import pread
+from ...core.io import SeekableReader, pread
 from ...core.limits import limits
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, reading
 from .scan import Trace, finish, follow
 
 
-class _Bounded(io.RawIOBase):
+class _Bounded(SeekableReader):
     """A remote file read through a budget: at most `budget` bytes in all. A read that would pass it returns
     what fits and sets `beyond` (the trace then shows nothing: a short read is not what torch.load gets)."""
 
@@ -37,22 +37,6 @@ class _Bounded(io.RawIOBase):
         super().__init__()
         self.f, self.size, self.budget = f, size, budget
         self.pos, self.read_bytes, self.beyond = 0, 0, False
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self.pos, io.SEEK_END: self.size}[whence]
-        if base + offset < 0:
-            raise ValueError("negative seek position")
-        self.pos = base + offset
-        return self.pos
 
     def read(self, n: int | None = -1) -> bytes:
         want = max(0, min(self.size - self.pos, self.size if n is None or n < 0 else n))
