@@ -108,14 +108,7 @@ def test_stored_bytes_and_bits_per_weight(written, case):
     q = r["quantization"]
     expected_method = LAYOUT[case][2] if case in LAYOUT else BNB.get(case, "compressed-tensors")
     assert expected_method in q["method"]
-    sizes = {}
-    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            t = f.get_slice(k)
-            n = 1
-            for d in t.get_shape():
-                n *= d
-            sizes[k] = n * {"F32": 4, "I32": 4, "I64": 8, "F16": 2, "BF16": 2}.get(t.get_dtype(), 1)
+    sizes = header_sizes(os.path.join(path, "model.safetensors"))
     weights = layout(ckpt).weights.values()
     assert q["stored_bytes"] == sum(sizes[m] for w in weights for m in w.members)
     assert q["logical_params"] == sum(w.numel for w in weights)
@@ -164,6 +157,20 @@ def test_flops_ties_and_memory_work_from_logical_shapes(written, case, tmp_path)
     torch.manual_seed(0)
     AutoModelForCausalLM.from_config(AutoConfig.for_model(**cfg)).half().save_pretrained(plain)
     assert_like_unquantised(path, plain)
+
+
+def header_sizes(path: str) -> dict[str, int]:
+    """Each tensor's bytes as safetensors' own reader (safe_open) describes it: elements x dtype width."""
+    width = {"F32": 4, "I32": 4, "I64": 8, "F16": 2, "BF16": 2}   # the rest of these files' dtypes are 1 byte
+    sizes = {}
+    with safe_open(path, "pt") as f:
+        for k in f.keys():
+            t = f.get_slice(k)
+            n = 1
+            for d in t.get_shape():
+                n *= d
+            sizes[k] = n * width.get(t.get_dtype(), 1)
+    return sizes
 
 
 def assert_like_unquantised(path: str, plain: str) -> None:

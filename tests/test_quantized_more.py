@@ -19,7 +19,7 @@ pytest.importorskip("transformers")
 
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from test_quantized import assert_like_unquantised  # noqa: E402
+from test_quantized import assert_like_unquantised, header_sizes  # noqa: E402
 
 from ckptstat.analysis.summary import summarize, tensors  # noqa: E402
 from ckptstat.census import layout, resolve  # noqa: E402
@@ -33,7 +33,6 @@ FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "quantized"
 CASES = ["quanto-qint8-llama", "quanto-qfloat8-llama", "quanto-qint4-llama-grouped", "quanto-qint2-qwen2",
          "hqq-4bit-qwen2", "hqq-3bit-llama", "hqq-8bit-llama", "torchao-float8-llama"]
 NATIVE = "hqq-native-4bit-llama"   # HQQ's own save_quantized: qmodel.pt, its `shape` a torch.Size (no tensor)
-_BYTES = {"F32": 4, "I32": 4, "I64": 8, "F16": 2, "BF16": 2}
 
 
 def _path(case: str) -> str:
@@ -86,14 +85,7 @@ def test_stored_bytes_and_bits_per_weight(case):
     stored bytes x 8 / logical parameters."""
     path, e = _path(case), _expected(case)
     r = summarize(open_checkpoint(path))
-    sizes = {}
-    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:
-        for k in f.keys():
-            t = f.get_slice(k)
-            n = 1
-            for d in t.get_shape():
-                n *= d
-            sizes[k] = n * _BYTES.get(t.get_dtype(), 1)
+    sizes = header_sizes(os.path.join(path, "model.safetensors"))
     q = r["quantization"]
     assert q["stored_bytes"] == sum(sizes[m] for ms in e["members"].values() for m in ms)
     assert q["logical_params"] == sum(torch.Size(s).numel() for s in e["shapes"].values())
