@@ -31,6 +31,7 @@ import numpy as np
 
 from ..census import aliases, name_matches, placements
 from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.tensor import STATS_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..naming import BUCKETS
 from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the accumulator's public home)
@@ -47,7 +48,7 @@ from .stats_kernel import BITS16, tensor_stats16
 from .stats_kernel32 import tensor_stats32
 
 STATS_SCHEMA = "ckptstat.stats/1"
-DEFAULT_STATS_CHUNK = 4 << 20   # stored bytes per chunk: a bf16 chunk widens to 8 MiB f32, 16 MiB f64
+DEFAULT_STATS_CHUNK = STATS_CHUNK_BYTES   # stored bytes per chunk (core/tensor.py: the CLI's default too)
 QUANTILE_RULE = (
     "quantiles follow numpy.quantile's default ('linear': order statistics x_(i), x_(i+1) at "
     "h = (n-1)p, interpolated), over finite values. exact=true: the order statistics are exact (F16 "

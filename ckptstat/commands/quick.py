@@ -15,6 +15,8 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+from ..core.tensor import STATS_CHUNK_BYTES
+
 ENABLED = True   # tests switch it off to run the same line through typer
 # The last answer's checkpoint and report. The console script ends the process right after the answer
 # (__main__.run: os._exit once the output is flushed), so a million-tensor header's objects are never
@@ -127,7 +129,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
 
 
 # `stats`' defaults: commands/values.py's ChunkOpt and WorkersOpt declare these
-STATS_CHUNK, STATS_WORKERS = 4 << 20, 1
+STATS_CHUNK, STATS_WORKERS = STATS_CHUNK_BYTES, 1
 
 
 def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:

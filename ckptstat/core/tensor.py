@@ -17,6 +17,8 @@ if TYPE_CHECKING:  # numpy is imported only where values are read: a summary nee
     from numpy.typing import NDArray
 
 DEFAULT_CHUNK_BYTES = 16 << 20
+# `ckptstat stats`' chunk: stored bytes per read (a bf16 chunk widens to 8 MiB f32, 16 MiB f64 where it widens)
+STATS_CHUNK_BYTES = 4 << 20
 INT64_MAX = 2**63 - 1   # torch, TF, ggml and numpy all hold a tensor's element count in an int64
 
 
