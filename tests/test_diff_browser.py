@@ -29,6 +29,19 @@ def _chromium(*args: str, cwd: str) -> subprocess.CompletedProcess:
                           cwd=cwd, env=dict(os.environ, HOME=home), check=True)
 
 
+def screenshot_colours(root, page, width: int, height: int) -> list[tuple[int, tuple[int, int, int]]]:
+    """(count, RGB) of every colour in Chromium's screenshot of `page` at width x height."""
+    shot = root / "shot.png"
+    _chromium(f"--screenshot={shot}", f"--window-size={width},{height}", "--hide-scrollbars", page.as_uri(), cwd=str(root))
+    from PIL import Image
+
+    img = Image.open(shot).convert("RGB")
+    assert img.size == (width, height)
+    colours = img.getcolors(maxcolors=1 << 20)
+    assert colours is not None
+    return colours
+
+
 @pytest.fixture(scope="module")
 def report(tmp_path_factory):
     root = tmp_path_factory.mktemp("browser")
@@ -70,13 +83,7 @@ def test_chromium_keeps_tables_and_heatmap(report):
 
 def test_chromium_screenshot(report):
     root, page = report
-    shot = root / "shot.png"
-    _chromium(f"--screenshot={shot}", "--window-size=1100,1400", "--hide-scrollbars", page.as_uri(), cwd=str(root))
-    from PIL import Image
-
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1100, 1400)
-    colours = img.getcolors(maxcolors=1 << 20)
+    colours = screenshot_colours(root, page, 1100, 1400)
     assert colours is not None and len(colours) > 50   # drawn text, tables and the heatmap, not a blank page
     # the heatmap's reds: strongly red pixels exist (the changed layer), as the report draws them
     assert any(r > 150 and g < 90 and b < 90 for _, (r, g, b) in colours)

@@ -5,7 +5,7 @@ figure; a screenshot shows the page drawn. Runs where Chromium is installed, as 
 from __future__ import annotations
 
 import pytest
-from test_diff_browser import CHROMIUM, _chromium
+from test_diff_browser import CHROMIUM, _chromium, screenshot_colours
 from test_report import Page
 
 pytestmark = pytest.mark.skipif(CHROMIUM is None, reason="no Chromium here (Debian package `chromium`)")
@@ -40,14 +40,7 @@ def test_chromium_keeps_tables_and_figure(report):
 
 def test_chromium_screenshot(report):
     root, page = report
-    shot = root / "shot.png"
-    # tall enough for the whole page: the statistics and their figure come last
-    _chromium(f"--screenshot={shot}", "--window-size=1100,5000", "--hide-scrollbars", page.as_uri(), cwd=str(root))
-    from PIL import Image
-
-    img = Image.open(shot).convert("RGB")
-    assert img.size == (1100, 5000)
-    colours = img.getcolors(maxcolors=1 << 20)
+    colours = screenshot_colours(root, page, 1100, 5000)   # tall enough for the whole page: the statistics come last
     assert colours is not None and len(colours) > 50   # drawn text and tables, not a blank page
     seen = {rgb for _, rgb in colours}
     assert (242, 242, 242) in seen   # the tables' header shading
