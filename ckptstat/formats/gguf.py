@@ -22,7 +22,7 @@ from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
 from ..core.io import pread, read_bytes
 from ..core.limits import limits
-from ..core.tensor import read_flat_file
+from ..core.tensor import INT64_MAX, read_flat_file  # INT64_MAX: ggml's ne[] are int64_t too (gguf.cpp rejects past it)
 from ..errors import CheckpointError, CorruptCheckpointError
 from .gguf_split import Split, open_set, split_keys
 from .registry import Format, Probe, register
@@ -34,7 +34,6 @@ MAGIC = b"GGUF"
 VERSIONS = (2, 3)          # version 1 had 32-bit counts and lengths; llama.cpp dropped it
 DEFAULT_ALIGNMENT = 32     # GGUF_DEFAULT_ALIGNMENT
 MAX_DIMS = 4               # GGML_MAX_DIMS
-INT64_MAX = 2**63 - 1      # ggml's ne[] are int64_t: gguf.cpp rejects dims and products past it
 
 # ggml type code (gguf-py constants.py GGMLQuantizationType) -> canonical dtype in dtypes.DTYPES.
 GGML_TYPES = {

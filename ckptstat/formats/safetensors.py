@@ -12,12 +12,12 @@ import struct
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
+from ..core.tensor import INT64_MAX
 from ..errors import CorruptCheckpointError, quoted
 from .registry import Format, Probe, register
 
 MAX_HEADER = 100_000_000
 U64_MAX = 2**64 - 1        # the reference parses dims and offsets as usize
-INT64_MAX = 2**63 - 1
 _INT_ONLY = frozenset({int})
 # The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
 SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
