@@ -117,11 +117,13 @@ EXACT_IN_BF16 = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2
 _LOCAL = threading.local()   # per thread: Acc.update may run in a Dask worker's threads
 
 
-def _scratch(n: int) -> np.ndarray:
-    """A float64 buffer of n values, reused from chunk to chunk (grown when a chunk is bigger)."""
-    buf = getattr(_LOCAL, "buf", None)
+def scratch(name: str, n: int, dtype: type = np.float64) -> np.ndarray:
+    """A buffer of n values, this thread's own under `name`, reused from chunk to chunk (grown when a chunk is
+    bigger): no fresh allocation, and its page faults, a chunk (here and in stats_kernel32.py)."""
+    buf = getattr(_LOCAL, name, None)
     if buf is None or buf.size < n:
-        buf = _LOCAL.buf = np.empty(n, dtype=np.float64)
+        buf = np.empty(n, dtype=dtype)
+        setattr(_LOCAL, name, buf)
     return buf[:n]
 
 
@@ -223,13 +225,13 @@ class Acc:
         self.count += x.size
         if x.size == 0:
             return
-        scratch = x.dtype == np.float32
-        if scratch:   # widened into a reused buffer: no fresh 8-bytes-a-value allocation a chunk
-            x64 = _scratch(x.size)
+        widened = x.dtype == np.float32
+        if widened:   # widened into a reused buffer: no fresh 8-bytes-a-value allocation a chunk
+            x64 = scratch("acc", x.size)
             np.copyto(x64, x)
         else:
             x64 = x.astype(np.float64, copy=False)
-        total = float(np.add.reduce(x64)) if x64 is x or scratch else float(np.add.reduce(x, dtype=np.float64))
+        total = float(np.add.reduce(x64)) if x64 is x or widened else float(np.add.reduce(x, dtype=np.float64))
         if not math.isfinite(total):
             # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
             nan = np.isnan(x)
@@ -240,7 +242,7 @@ class Acc:
             if x.size == 0:
                 return
             x64 = x.astype(np.float64, copy=False)
-            scratch = False
+            widened = False
             total = float(np.add.reduce(x, dtype=np.float64))
         n = x.size
         self.zeros += n - int(np.count_nonzero(x))
@@ -248,7 +250,7 @@ class Acc:
         self.min, self.max = min(self.min, cmin), max(self.max, cmax)
         if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
             self.exact = False   # bfloat16 holds every integer of magnitude <= 256, not beyond
-        if not scratch:
+        if not widened:
             self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
         mean = total / n
         if x64 is x:
@@ -260,7 +262,7 @@ class Acc:
         # on a busy machine its threads cost more than the sum (docs/performance.md).
         np.multiply(d, d, out=d)
         self.add_moments(n, mean, float(np.add.reduce(d)))
-        if scratch:   # |x| into the same buffer, now free
+        if widened:   # |x| into the same buffer, now free
             self.sum_abs += float(np.add.reduce(np.abs(x, out=x64)))
         self.hist += np.bincount(self._keys(x), minlength=NBINS)
 

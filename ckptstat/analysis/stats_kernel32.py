@@ -28,13 +28,12 @@ the moments to float64 rounding.
 from __future__ import annotations
 
 import sys
-import threading
 from collections.abc import Callable, Iterator
 
 import numpy as np
 
 from ..core import Checkpoint, TensorInfo
-from .stats_acc import NBINS, Acc, new_acc
+from .stats_acc import NBINS, Acc, new_acc, scratch
 from .stats_kernel import plain, plain_chunks
 
 F32_SUB = 1 << 16   # values per moment sub-read: 512 KiB of float64, which stays in a 1-2 MiB L2 cache
@@ -42,7 +41,6 @@ READ_BYTES = 512 << 10   # bytes per read: the chunk stays in L2 for the passes 
 _ONE_PASS = 64.0     # sum of squares about zero while mean^2 <= this * variance (|mean| <= 8 std)
 _LITTLE = sys.byteorder == "little"
 _FAST_AT = np.lib.NumpyVersion(np.__version__) >= "1.25.0"   # ufunc.at got its fast path in 1.25
-_LOCAL = threading.local()   # per thread: the scratch buffers (tensor_stats may run in Dask's threads)
 _INDEX, _WIDE, _CENTRED = "index", "wide", "centred"
 
 
@@ -57,15 +55,6 @@ def f32_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int) -> Iterator
     for raw in plain_chunks(info, chunk_bytes, 4):
         x = raw.view(order)
         yield x if order.isnative else x.astype(np.float32)
-
-
-def _scratch(name: str, n: int, dtype: type) -> np.ndarray:
-    """A buffer of n values, this thread's own, reused from chunk to chunk (grown when a chunk is bigger)."""
-    buf = getattr(_LOCAL, name, None)
-    if buf is None or buf.size < n:
-        buf = np.empty(n, dtype=dtype)
-        setattr(_LOCAL, name, buf)
-    return buf[:n]
 
 
 def tensor_stats32(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
@@ -98,7 +87,7 @@ class F32Tensor:
             return
         keys = x.view(np.uint16)[1::2] if _LITTLE else x.view(np.uint32) >> 16
         if _FAST_AT:   # counted in place, no 512 KiB result per chunk (numpy >= 1.25's ufunc.at fast path),
-            index = _scratch(_INDEX, x.size, np.intp)   # from intp keys: faster than from the uint16 view
+            index = scratch(_INDEX, x.size, np.intp)   # from intp keys: faster than from the uint16 view
             np.copyto(index, keys)
             np.add.at(hist, index, 1)
         else:
@@ -122,7 +111,7 @@ class F32Tensor:
 
     def _moments(self, x: np.ndarray) -> None:
         acc = self.acc
-        wide = _scratch(_WIDE, min(x.size, F32_SUB), np.float64)
+        wide = scratch(_WIDE, min(x.size, F32_SUB), np.float64)
         for at in range(0, x.size, F32_SUB):
             part = x[at:at + F32_SUB]
             n = part.size
@@ -133,7 +122,7 @@ class F32Tensor:
             if acc.n and acc.mean * acc.mean * acc.n <= _ONE_PASS * acc.m2:   # about zero: M2 = sum(x^2) - sum(x)^2 / n
                 m2 = max(float(np.einsum("i,i->", w, w)) - total * mean, 0.0)
             else:
-                d = _scratch(_CENTRED, n, np.float64)
+                d = scratch(_CENTRED, n, np.float64)
                 np.subtract(w, mean, out=d)
                 m2 = float(np.einsum("i,i->", d, d))
             acc.sum_abs += float(np.einsum("i->", np.abs(w, out=w)))
