@@ -6,7 +6,6 @@ written). `diff` answers like diff(1): 0 same, 1 different, 2 any trouble.
 """
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from pathlib import Path
@@ -20,6 +19,7 @@ from .commands import audit as audit_cmd
 from .commands import report as report_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show
 from .commands.quick import _line, quick
+from .core.jsontext import dumps
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
 
@@ -130,7 +130,7 @@ def diff(
 
         if output is not None and fmt == "text" and not as_json:   # -o alone: the format from the suffix
             fmt = "html" if output.suffix.lower() in (".html", ".htm") else "md"
-        text = json.dumps(r, indent=2) if as_json else diff_html(r) if fmt == "html" else diff_markdown(r)
+        text = dumps(r) if as_json else diff_html(r) if fmt == "html" else diff_markdown(r)
         text += "\n"
         if output is None:
             sys.stdout.write(text)

@@ -2,13 +2,13 @@
 answer (exit 1, like grep), and the usage checks of the analytic commands."""
 from __future__ import annotations
 
-import json
 import sys
 from typing import TYPE_CHECKING
 
 import typer
 from rich.console import Console
 
+from ..core.jsontext import dumps
 from .quick import no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
@@ -26,7 +26,7 @@ def console() -> Console:
 
 
 def emit_json(report: dict) -> None:
-    sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
+    sys.stdout.write(dumps(with_fetched(report)) + "\n")
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

@@ -98,8 +98,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
             return None
     except Exception:   # whatever trips here, typer's path meets it again, inside cli.main's boundary
         return None
-    import json
-
+    from ..core.jsontext import dumps
     from ..errors import CkptstatError
     from ..formats.registry import open_checkpoint
 
@@ -111,7 +110,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
         with _gc_paused():
             ckpt = open_checkpoint(path, config)
             report = summarize(ckpt)
-        sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
+        sys.stdout.write(dumps(with_fetched(report)) + "\n")
         KEPT[:] = [ckpt, report]   # freed by the process's exit, not object by object (__main__.run)
     except CkptstatError as e:
         _fail(debug, f"ckptstat: error: {_line(e)}")
@@ -136,19 +135,22 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     """`ckptstat stats PATH --json`, as commands/values.py's stats command answers it: the report on stdout;
     no tensor selected: said on stderr, exit 1. Typer's parsing (~0.1 s of pydantic imports) is serial
     time in every --workers run (docs/performance.md)."""
-    import json
-
     from ..analysis.stats import collect
+    from ..core.jsontext import dumps
     from ..formats.registry import open_checkpoint
-    from ..render.progress import progress_bar
 
     ckpt = open_checkpoint(path, config)
-    progress = False if "--no-progress" in opts else True if "--progress" in opts else None
+    progress = "--no-progress" not in opts and ("--progress" in opts or sys.stderr.isatty())
     chunk, workers = opts.get("--chunk-bytes", STATS_CHUNK), opts.get("--workers", STATS_WORKERS)
     assert isinstance(chunk, int) and isinstance(workers, int)
-    with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
-        report = collect(ckpt, None, (), False, chunk, workers, bar).report
-    sys.stdout.write(json.dumps(with_fetched(report), indent=2) + "\n")
+    if progress:   # the render package loads rich (~20 ms of every --workers run's serial time)
+        from ..render.progress import progress_bar
+
+        with progress_bar(True) as bar:
+            report = collect(ckpt, None, (), False, chunk, workers, bar).report
+    else:
+        report = collect(ckpt, None, (), False, chunk, workers, None).report
+    sys.stdout.write(dumps(with_fetched(report)) + "\n")
     if not report["tensors"]:
         from ..render.names import inert
 

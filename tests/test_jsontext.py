@@ -1,0 +1,60 @@
+"""core.jsontext.dumps writes what json.dumps(obj, indent=2) writes (the oracle: the standard library), on
+real reports and on every JSON value hypothesis builds; values it does not own go to the standard library."""
+import json
+import math
+
+import pytest
+from conftest import fixture
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from ckptstat.analysis.stats import stats
+from ckptstat.analysis.summary import summarize
+from ckptstat.core.jsontext import dumps
+from ckptstat.formats.registry import open_checkpoint
+
+scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
+values = st.recursive(scalars, lambda kids: st.lists(kids) | st.tuples(kids, kids)
+                      | st.dictionaries(st.text() | st.integers() | st.floats() | st.booleans() | st.none(), kids),
+                      max_leaves=40)
+
+
+@given(values)
+@settings(max_examples=400, deadline=None)
+def test_any_json_value(v):
+    assert dumps(v) == json.dumps(v, indent=2)
+
+
+@pytest.mark.parametrize("ckpt", [("gpt2-tiny", "model.safetensors"), ("bert-tiny", "model.safetensors")])
+def test_real_reports(ckpt):
+    c = open_checkpoint(fixture(*ckpt))
+    for report in (summarize(c), stats(c)):
+        assert dumps(report) == json.dumps(report, indent=2)
+
+
+def test_non_finite_and_edge_numbers():
+    v = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf, "neg0": -0.0, "big": 10**40, "tiny": 5e-324,
+         1: [1e16, 1e-5, 123456789.0], 2.5: None, None: True, False: {"e": [], "o": {}}}
+    assert dumps(v) == json.dumps(v, indent=2)
+
+
+class Named(str):
+    pass
+
+
+@pytest.mark.parametrize("v", [{"s": Named("x")}, [Named("y"), 1], {(1, 2): 3}, {"set": {1}}, [object()]])
+def test_values_it_does_not_own_go_to_the_standard_library(v):
+    try:
+        expected: object = json.dumps(v, indent=2)
+    except TypeError as e:
+        with pytest.raises(TypeError, match=str(e)):
+            dumps(v)
+    else:
+        assert dumps(v) == expected
+
+
+def test_a_cycle_is_the_standard_librarys_error():
+    v: list = []
+    v.append(v)
+    with pytest.raises(ValueError, match="Circular reference"):
+        dumps(v)
