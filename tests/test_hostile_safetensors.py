@@ -31,6 +31,20 @@ CASES = {
     "not an object": (st_bytes(b"[1, 2]   "), None),
     "duplicate key": (st_bytes(b'{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, '
                                b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4), "duplicate"),
+    # the reader counts colons to skip the duplicate-key hook (formats/safetensors.py _no_repeats): a repeat
+    # behind a non-object value, inside an entry, in the metadata, or beside an escaped colon still counts
+    "duplicate behind a number": (st_bytes(b'{"a": 5, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                                           b"\0" * 4), "duplicate"),
+    "duplicate entry key": (st_bytes(b'{"a": {"dtype": "F16", "dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                                     b"\0" * 4), "duplicate"),
+    "duplicate metadata key": (st_bytes(b'{"__metadata__": {"k": "v", "k": "w"}, '
+                                        b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4),
+                               "duplicate"),
+    "duplicate metadata": (st_bytes(b'{"__metadata__": {"k": "v"}, "__metadata__": {"k": "v"}, '
+                                    b'"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', b"\0" * 4), "duplicate"),
+    "duplicate beside an escaped colon": (st_bytes(b'{"x\\u003ay": {"dtype": "F32", "shape": [1], "data_offsets": [4, 8]}, '
+                                                   b'"a": 5, "a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}',
+                                                   b"\0" * 8), "duplicate"),
     "bad metadata": (st_bytes({"__metadata__": {"k": 1}, **GOOD}, b"\0" * 16), "__metadata__"),
     "unknown dtype": (st_bytes({"a": entry("F12")}, b"\0" * 8), "unknown dtype"),
     "negative dim": (st_bytes({"a": entry(shape=(-2,))}, b"\0" * 8), "non-negative"),
@@ -63,6 +77,17 @@ def test_hostile_header(tmp_path, case, cli):
     rc, out, err = cli(str(path))
     assert rc == 1 and out == ""
     assert err.count("\n") == 1 and err.startswith("ckptstat: error: ") and "Traceback" not in err
+
+
+def test_colon_count_proves_no_repeat():
+    # names and metadata with colons (TF's `w:0`) take the fast parse; any repeat, or an escape, does not
+    from ckptstat.formats.safetensors import _no_repeats
+    good = json.dumps({"__metadata__": {"k:1": "v:2", "n": "3"}, "w:0": entry(), "a::b": entry("F16", (4,), (8, 16))})
+    assert _no_repeats(good, json.loads(good))
+    for data, _ in (CASES["duplicate key"], CASES["duplicate behind a number"], CASES["duplicate entry key"],
+                    CASES["duplicate metadata key"], CASES["duplicate beside an escaped colon"]):
+        text = data[8:8 + struct.unpack_from("<Q", data)[0]].decode()
+        assert not _no_repeats(text, json.loads(text))
 
 
 def test_good_case_is_good(tmp_path):
