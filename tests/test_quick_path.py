@@ -186,6 +186,8 @@ def test_joined_name_scans_equal_the_per_name_rules():
              "ln_1"]
     names = sorted({".".join(rng.choice(parts) for _ in range(rng.randint(1, 6))) for _ in range(3000)})
     assert _name_shapes(names) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+    odd = names + ["h.\u0663.x", "h.\u00b2.x", "\u0664", "7", "x.8", "a//b.3/c"]   # re's \d: decimal digits, not superscripts
+    assert _name_shapes(odd) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in odd}
     # the masked fast path, and the name-by-name one (a `#`, a non-ASCII digit: re's \d matches it)
     for extra in ([], ["layers.#.x", "h.\u0663.attn.weight"], ["layers.\u0663.mlp.2.weight", "layers.1.mlp.\u0664.weight"]):
         sample = names + extra
