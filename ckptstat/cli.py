@@ -17,7 +17,7 @@ from . import __version__
 from .commands import analytic, memory, multi, values
 from .commands import audit as audit_cmd
 from .commands import report as report_cmd
-from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show
+from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show, write_out
 from .commands.quick import _line, quick
 from .core.jsontext import dumps
 from .errors import CkptstatError
@@ -133,7 +133,7 @@ def diff(
         text = dumps(r) if as_json else diff_html(r) if fmt == "html" else diff_markdown(r)
         text += "\n"
         if output is None:
-            sys.stdout.write(text)
+            write_out(text)
         else:
             from .core.files import atomic_output
 

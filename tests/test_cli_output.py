@@ -269,3 +269,21 @@ def test_progress_bar_takes_done_and_total() -> None:
         assert cb is not None
         cb(0, 100)
         cb(100, 100)
+
+
+@pytest.mark.parametrize("argv", [["summary"], ["summary", "--json"], ["stats"], ["stats", "--json"], ["stats", "--csv"],
+                                  ["ties"], ["flops"], ["flops", "--json"], ["memory"], ["report"], ["diff", "PATH"],
+                                  ["diff", "PATH", "--json"]])
+def test_a_reader_that_leaves_early_is_no_error(argv) -> None:
+    # `ckptstat PATH | head`: the pipe's reader is gone before ckptstat writes; nothing on stderr, exit 0
+    import subprocess
+    import sys
+    st = fixture("bert-tiny", "model.safetensors")
+    cmd = [sys.executable, "-m", "ckptstat", argv[0], st, *(st if a == "PATH" else a for a in argv[1:])]
+    read, write = os.pipe()
+    os.close(read)   # no reader at all: every write gets EPIPE
+    try:
+        r = subprocess.run(cmd, stdout=write, stderr=subprocess.PIPE, text=True, timeout=120)
+    finally:
+        os.close(write)
+    assert (r.returncode, r.stderr) == (0, "")

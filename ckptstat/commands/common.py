@@ -2,8 +2,9 @@
 answer (exit 1, like grep), and the usage checks of the analytic commands."""
 from __future__ import annotations
 
+import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import typer
 from rich.console import Console
@@ -21,12 +22,34 @@ ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: th
 FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
 
 
+def reader_gone() -> NoReturn:
+    """The reader of stdout left (`ckptstat PATH | head`): no more output, and cli.main ends the run with exit 0, as
+    the quick path does (rich's console and click would exit 1). stdout then points at /dev/null, so Python's
+    flush at exit fails no second time; the error carries no errno, so click lets it through to cli.main."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    raise BrokenPipeError
+
+
+def write_out(text: str) -> None:
+    """A report's text on stdout (JSON, CSV, markdown)."""
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        reader_gone()
+
+
 def console() -> Console:
-    return Console(highlight=False)
+    return _Console(highlight=False)
 
 
 def emit_json(report: dict) -> None:
-    sys.stdout.write(dumps(with_fetched(report)) + "\n")
+    write_out(dumps(with_fetched(report)) + "\n")
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

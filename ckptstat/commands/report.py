@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 
 from ..render import DEFAULT_SEQ_RULE
-from .common import ConfigOpt, JsonOpt, PathArg, emit_json, positive
+from .common import ConfigOpt, JsonOpt, PathArg, emit_json, positive, write_out
 from .values import ChunkOpt, ProgressOpt, WorkersOpt
 
 
@@ -50,7 +50,7 @@ def report(
     from ..render.report import report_markdown, write_report
 
     if output is None:
-        sys.stdout.write(report_markdown(run.report, no_plot="figures are written with -o report.md or report.html"
+        write_out(report_markdown(run.report, no_plot="figures are written with -o report.md or report.html"
                                          if run.stats is not None else None))
         return
     written = write_report(output, run, inputs)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match
+from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, write_out
 from .quick import STATS_CHUNK, STATS_WORKERS
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ def stats(
     elif as_csv:
         from ..analysis.stats import to_csv
 
-        sys.stdout.write(to_csv(r))
+        write_out(to_csv(r))
     else:
         from ..render.stats import render_stats
 
