@@ -184,3 +184,16 @@ def test_pool_finishes_whole_layers_in_the_workers(tmp_path) -> None:
     assert any(isinstance(g, GroupRow) for g in layers) and any(isinstance(g, Acc) for g in layers)
     assert all(isinstance(groups[k], Acc) for k in groups if k[0] != "layer")
     assert _json(collect(ckpt, workers=2).report) == _json(collect(ckpt, workers=1).report)
+
+
+def test_linux_workers_fork_and_inherit_the_open_checkpoint(monkeypatch) -> None:
+    # Python 3.14 made forkserver Linux's default: the pool asks for fork there, so a worker reuses the parent's
+    # parsed checkpoint instead of opening it again (elsewhere, the platform's default and a reopen)
+    import multiprocessing as mp
+    import sys
+
+    from ckptstat.analysis import stats
+    monkeypatch.setattr(sys, "platform", "linux")
+    assert stats.pool_context().get_start_method() == "fork"
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert stats.pool_context().get_start_method() == mp.get_start_method()

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -211,8 +213,6 @@ _W: dict = {}
 def _fetched_since_mark() -> dict | None:
     """A URL: what this worker fetched since its last report (the reopen included), for the parent to add
     to its own `fetched` (docs/remote.md). A forked worker's meter starts at the parent's counts: the mark."""
-    import sys
-
     src = sys.modules.get("ckptstat.sources")
     if src is None:
         return None
@@ -222,8 +222,6 @@ def _fetched_since_mark() -> dict | None:
 
 
 def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
-    import sys
-
     src = sys.modules.get("ckptstat.sources")
     _W["mark"] = src.METER.report() if src is not None else {}
     if _W.get("ckpt") is None:
@@ -276,20 +274,28 @@ def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
 
 def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: int,
               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
-    import multiprocessing as mp
-
-    counter = mp.Value("q", 0)
+    ctx = pool_context()
+    counter = ctx.Value("q", 0)
     members = _layers(items)   # a layer whose every tensor is in one task: that worker computes its row
     tasks = [(part, chunk_bytes, {k for k, n in _layers(part).items() if n == members[k]})
              for part in split(ckpt, items, workers * 4)]
-    _W["ckpt"] = ckpt if mp.get_start_method() == "fork" else None
+    _W["ckpt"] = ckpt if ctx.get_start_method() == "fork" else None
     try:
-        return _pool_loop(mp, ckpt, items, tasks, workers, counter, progress)
+        return _pool_loop(ctx, ckpt, items, tasks, workers, counter, progress)
     finally:
         _W.clear()
 
 
-def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
+def pool_context():  # noqa: ANN201  (a multiprocessing context)
+    """fork on Linux, where a worker inherits the open checkpoint (no reopen, no second header parse or remote
+    fetch); Python 3.14 made forkserver Linux's default. Elsewhere the platform's default (spawn on macOS,
+    where fork is unsafe, and Windows): each worker reopens the checkpoint by path."""
+    import multiprocessing as mp
+
+    return mp.get_context("fork") if sys.platform == "linux" else mp.get_context()
+
+
+def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
                progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
     # concurrent.futures, not mp.Pool: when a worker dies (killed, out of memory) mp.Pool replaces it
     # and waits forever for the task it held; a ProcessPoolExecutor raises BrokenProcessPool.
@@ -302,7 +308,7 @@ def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: in
     scalars: dict[str, Acc] = {}
     order = {it.name: i for i, it in enumerate(items)}
     seen = 0
-    pool = ProcessPoolExecutor(workers, mp_context=mp.get_context(), initializer=_worker_init,
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                initargs=(ckpt.path, ckpt.config_path, counter))
     try:
         pending = {pool.submit(_worker_run, t) for t in tasks}
@@ -325,8 +331,6 @@ def _pool_loop(mp, ckpt: Checkpoint, items: list[Item], tasks: list, workers: in
                 done_rows.update(part_done)
                 scalars.update(zip((r["name"] for r in part), part_scalars))
                 if fetched:   # the worker's network counts (docs/remote.md, `fetched`)
-                    import sys
-
                     sys.modules["ckptstat.sources"].METER.merge(fetched)
                 for key, acc in part_groups.items():
                     g = groups.get(key)
@@ -493,6 +497,9 @@ CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "
               *(_qkey(p) for p in QUANTILES), "quantiles_exact", "flags"]
 
 
+_CSV_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
 def to_csv(report: dict) -> str:
     """One table: a row per tensor, layer, bucket and the total, told apart by `level`."""
     import csv
@@ -505,7 +512,9 @@ def to_csv(report: dict) -> str:
     def emit(level: str, name: str, r: dict) -> None:
         row = {k: r.get(k) for k in CSV_FIELDS if k in r}
         row.update({k: v for k, v in r["quantiles"].items()})
-        row["level"], row["name"] = level, name
+        # a name from the file: its control characters (a terminal escape, CR) shown as \xNN, as in every
+        # other output but JSON (docs/security.md); commas, quotes and newlines are the csv module's to quote
+        row["level"], row["name"] = level, _CSV_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", name)
         if "shape" in r:
             row["shape"] = "x".join(map(str, r["shape"]))
         row["flags"] = ";".join(r.get("flags", []))
