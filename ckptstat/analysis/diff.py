@@ -368,6 +368,8 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     for module in sorted(set(ma) | set(mb), key=natural_key):
         pa, pb = ma.get(module, {}).get("params"), mb.get(module, {}).get("params")
         tied = ma.get(module, {}).get("tied", []) + mb.get(module, {}).get("tied", [])
+        # listed: a module whose count differs, or one tied on one side and absent on the other (no parameter
+        # either way, so no difference: T5's embed_tokens tied to `shared`, against llama.cpp's one token_embd)
         if pa != pb or tied and (module not in ma or module not in mb):
             rows.append({"module": module, "a": pa, "b": pb, "delta": (pb or 0) - (pa or 0), "tied": tied})
     ta = sum(r["params"] for r in ma.values())
@@ -379,5 +381,5 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
             "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,
             "atol": atol, "rtol": rtol, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
             "builtin_map": builtin[0] if builtin else None,
-            "same": not rows and ta == tb and not changed, "counts": counts,
+            "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed, "counts": counts,
             "tensors": tensors, "summary": _summary(tensors), "rows": rows}
