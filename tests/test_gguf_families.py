@@ -134,7 +134,6 @@ def _mamba(w: Any, c: Any) -> None:
 
 
 # ------------------------------------------------------------------ the cases
-STACKED = r"\.mlp\.experts\.\d+\.|_exps\.weight$"     # routed experts: one HF tensor each, one GGUF stack per projection
 KV_B_SPLIT = r"kv_b_proj\.weight$|\.attn_[kv]_b\.weight$"   # DeepSeek's kv_b_proj: split into attn_k_b, attn_v_b
 
 
@@ -147,7 +146,7 @@ class Case:
     meta: Callable[[Any, Any], None]
     head: str = "lm"
     changes: dict[str, Any] = field(default_factory=dict)   # kwargs changed from the sample's (and why)
-    unaligned: str | None = None         # names (HF or GGUF) the converter stacks or splits: no counterpart
+    unaligned: str | None = None         # names (HF or GGUF) the converter splits: no counterpart
 
 
 CASES = {
@@ -162,16 +161,15 @@ CASES = {
     "t5-v1.1": Case("t5", 2, "T5ForConditionalGeneration", "t5", _t5),
     "t5encoder": Case("t5", 2, "T5EncoderModel", "t5encoder", _t5, head="encoder-only"),
     # llama.cpp's qwen2moe/qwen3moe have no dense-MLP tensors: a model with mlp_only_layers does not convert
-    "qwen2moe": Case("qwen_moe", 0, "Qwen2MoeForCausalLM", "qwen2moe", _qwen_moe, changes=dict(mlp_only_layers=[]),
-                     unaligned=STACKED),
-    "qwen3moe": Case("qwen_moe", 2, "Qwen3MoeForCausalLM", "qwen3moe", _qwen_moe, changes=dict(mlp_only_layers=[]),
-                     unaligned=STACKED),
+    # (their stacked experts, blk.N.ffn_*_exps, line up slice by slice with the HF experts: analysis/diff.py)
+    "qwen2moe": Case("qwen_moe", 0, "Qwen2MoeForCausalLM", "qwen2moe", _qwen_moe, changes=dict(mlp_only_layers=[])),
+    "qwen3moe": Case("qwen_moe", 2, "Qwen3MoeForCausalLM", "qwen3moe", _qwen_moe, changes=dict(mlp_only_layers=[])),
     "deepseek-v2": Case("deepseek", 0, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
-                        unaligned=STACKED + "|" + KV_B_SPLIT),
+                        unaligned=KV_B_SPLIT),
     "deepseek-v2-lite": Case("deepseek", 1, "DeepseekV2ForCausalLM", "deepseek2", _deepseek,
-                             unaligned=STACKED + "|" + KV_B_SPLIT),
+                             unaligned=KV_B_SPLIT),
     "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
-                        unaligned=STACKED + "|" + KV_B_SPLIT),
+                        unaligned=KV_B_SPLIT),
     "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),
     "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
 }

@@ -113,3 +113,82 @@ def test_hf_gguf_pair_diffs_equal(family, tmp_path):
     r = diff(open_checkpoint(str(tmp_path / "hf.safetensors")), open_checkpoint(str(tmp_path / "m.gguf")))
     assert r["builtin_map"] and family in r["builtin_map"]
     assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"][:3]
+
+
+_EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+)\.weight$")
+MOE = {   # family: (config class, kwargs, model class, llama.cpp architecture, GGUF metadata)
+    "mixtral": ("MixtralConfig", dict(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=2, num_key_value_heads=1, num_local_experts=3),
+                "MixtralForCausalLM", gguf.MODEL_ARCH.LLAMA, {"llama.expert_count": 3}),
+    "qwen_moe": ("Qwen2MoeConfig", dict(vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=64,
+                                        shared_expert_intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                                        num_key_value_heads=1, num_experts=3, num_experts_per_tok=2),
+                 "Qwen2MoeForCausalLM", gguf.MODEL_ARCH.QWEN2MOE, {}),
+}
+
+
+@pytest.mark.parametrize("family", list(MOE))
+@pytest.mark.parametrize("q8", [False, True])
+def test_stacked_experts_diff_slice_by_slice(family, q8, tmp_path):
+    """llama.cpp's converter stacks each layer's experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in]
+    (np.stack in expert order; the stacked HF name is what TensorNameMap maps). diff compares expert E of the HF
+    file with slice E of the stack: equal when written from the same weights (Q8_0 stacks within their
+    quantisation error), and a changed expert shows as that expert alone. The oracle for Q8_0 values is gguf-py's
+    dequantize."""
+    from gguf import quants
+    config, kwargs, cls, arch, meta = MOE[family]
+    torch.manual_seed(0)
+    model = getattr(transformers, cls)(getattr(transformers, config)(**kwargs))
+    sd = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    save_file(sd, str(tmp_path / "hf.safetensors"))
+    names = gguf.get_tensor_name_map(arch, kwargs["num_hidden_layers"])
+    stacks: dict[str, dict[int, np.ndarray]] = {}
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[arch])
+    for key, value in meta.items():
+        w.add_uint32(key, value)
+    for k, v in sd.items():
+        if m := _EXPERT.match(k):
+            stacks.setdefault(f"{m[1]}.{m[3]}.weight", {})[int(m[2])] = v.numpy()
+        elif (g := names.get_name(k, try_suffixes=(".weight", ".bias"))) is not None:
+            w.add_tensor(g, v.numpy())
+    changed = None
+    for k, per in stacks.items():
+        data = np.stack([per[e] for e in range(len(per))])
+        if changed is None:   # the first stack's expert 1, nudged
+            data[1, 0, 0] += 1.0
+            changed = (k, 1)
+        g = names.get_name(k, try_suffixes=(".weight",))
+        assert g is not None and g.endswith("_exps.weight"), k
+        if q8:
+            w.add_tensor(g, quants.quantize(data, gguf.GGMLQuantizationType.Q8_0), raw_dtype=gguf.GGMLQuantizationType.Q8_0)
+        else:
+            w.add_tensor(g, data)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    gg = open_checkpoint(str(tmp_path / "m.gguf"))
+    r = diff(open_checkpoint(str(tmp_path / "hf.safetensors")), gg, atol=0.02 if q8 else 0.0)
+    assert r["builtin_map"] and family in r["builtin_map"]
+    prefix, proj = changed[0].rsplit(".experts.", 1)
+    nudged = (f"{prefix}.experts.{changed[1]}.{proj}", f"{names.get_name(changed[0], try_suffixes=('.weight',))}[1]")
+    slices = {(t["a_name"], t["b_name"]): t for t in r["tensors"] if (t["b_name"] or "").endswith("]")}
+    assert len(slices) == sum(len(per) for per in stacks.values()) and nudged in slices
+    assert all(t["a_shape"] == t["b_shape"] for t in slices.values())
+    off = {(t["a_name"], t["b_name"]) for t in r["tensors"] if t["status"] != "equal"}
+    if q8:   # F32 against Q8_0: every slice's dtype differs; only the nudged one is out of tolerance
+        assert off == set(slices) and {t["status"] for t in slices.values()} == {"dtype"}
+        assert [k for k, t in slices.items() if not t["within_tolerance"]] == [nudged]
+    else:
+        assert off == {nudged} and slices[nudged]["status"] == "values"
+    assert len(r["tensors"]) == len(sd)   # every HF tensor has its GGUF counterpart, nothing left over
+    if q8:   # the slices read as gguf-py dequantizes the stack
+        stack = next(n for n in gg.tensors if n.endswith("_exps.weight"))
+        from ckptstat.analysis.diff import _unstacked
+        sliced = _unstacked(gg, gguf_rules(gg)[1], lambda key: True)
+        whole = quants.dequantize(np.fromfile(str(tmp_path / "m.gguf"), np.uint8, gg.tensors[stack].nbytes,
+                                              offset=gg.tensors[stack].offset).reshape(gg.tensors[stack].shape[0], -1),
+                                  gguf.GGMLQuantizationType.Q8_0)
+        for e in range(gg.tensors[stack].shape[0]):
+            got = sliced.read(f"{stack}[{e}]")
+            np.testing.assert_array_equal(got.reshape(-1), whole[e].reshape(-1))

@@ -111,10 +111,40 @@ def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]
         return None
     rules = []
     for hf, gg in table:
+        gg_rx = re.escape(gg).replace(re.escape("{bid}"), r"(\d+)")
+        if "{xid}" in hf:   # an expert's slice of a stack (_unstacked names it `blk.N.ffn_gate_exps.weight[E]`)
+            rules.append((re.compile(f"^{gg_rx}(\\.weight|\\.bias)\\[(\\d+)\\]$"),
+                          hf.replace("{bid}", r"\1").replace("{xid}", r"\3") + r"\2"))
+            continue
         # the module's name, then .weight / .bias or nothing (Mamba's ssm_a, ssm_d are A_log, D)
-        pattern = "^" + re.escape(gg).replace(re.escape("{bid}"), r"(\d+)") + r"(?=\.|$)"
-        rules.append((re.compile(pattern), hf.replace("{bid}", r"\1")))
+        rules.append((re.compile(f"^{gg_rx}(?=\\.|$)"), hf.replace("{bid}", r"\1")))
     return f"GGUF -> HF names ({name} family)", rules
+
+
+MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
+
+
+def _unstacked(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], wanted: Callable[[str], bool]) -> Checkpoint:
+    """A GGUF checkpoint whose stacked experts (llama.cpp's blk.N.ffn_{gate,up,down}_exps, [experts, ...]) read
+    as one tensor per expert, `blk.N.ffn_gate_exps.weight[E]`: slice E of the stack at its own byte offset,
+    which gguf_rules maps to the HF file's `...experts.E....` so each is compared on its own. Only a stack a
+    rule maps and whose first slice the other side holds (`wanted`, given the slice's aligned key), whose
+    slices are whole blocks of its type at a known offset."""
+    from dataclasses import replace
+
+    tensors: dict[str, Any] = {}
+    for name, t in ckpt.tensors.items():
+        n = t.shape[0] if len(t.shape) >= 2 and 0 < t.shape[0] <= MAX_EXPERTS else 0
+        first = f"{name}[0]"
+        if (not n or t.offset is None or t.stride is not None or t.nbytes % n or (t.numel // n) % (t.dt.block or 1)
+                or not any(rx.match(first) for rx, _ in rules) or not wanted(_key(first, rules)[1])):
+            tensors[name] = t
+            continue
+        size = t.nbytes // n
+        for e in range(n):
+            tensors[f"{name}[{e}]"] = replace(t, name=f"{name}[{e}]", shape=t.shape[1:], offset=t.offset + e * size,
+                                              nbytes=size)
+    return ckpt if len(tensors) == len(ckpt.tensors) else replace(ckpt, tensors=tensors, memo={})
 
 
 def tf_rename(name: str) -> str:
@@ -359,6 +389,11 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         builtin = gguf_rules(a if a.format == "gguf" else b)
         if builtin:
             (ra if a.format == "gguf" else rb)[:0] = builtin[1]
+            # llama.cpp's stacked experts, slice by slice where the HF side holds each expert
+            if a.format == "gguf":
+                a = _unstacked(a, ra, _align(b, rb)[0].__contains__)
+            else:
+                b = _unstacked(b, rb, _align(a, ra)[0].__contains__)
     elif tf_spelled(a) != tf_spelled(b):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a) else (None, tf_rename)

@@ -212,10 +212,11 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 
 # HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.DEEPSEEK2). The converter
-# stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in], and (since llama.cpp's MLA
-# rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed) and attn_v_b: no HF name maps to
-# those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer) is exp_probs_b.bias.
-GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + (
+# stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in] (expert {xid} a slice of
+# it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
+# and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer)
+# is exp_probs_b.bias.
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + llama.GGUF_EXPERT_STACKS + (
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.q_a_proj", "blk.{bid}.attn_q_a"),
     ("model.layers.{bid}.self_attn.q_a_layernorm", "blk.{bid}.attn_q_a_norm"),

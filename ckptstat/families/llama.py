@@ -150,6 +150,15 @@ GGUF_TENSOR_NAMES = (
     ("model.layers.{bid}.mlp.up_proj", "blk.{bid}.ffn_up"),
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 )
+
+# Routed experts under `mlp.experts.{xid}` (Qwen-MoE, DeepSeek), stacked by llama.cpp's converter into one 3-D
+# blk.N.ffn_{gate,up,down}_exps [experts, out, in] per projection: expert {xid} is its slice (ckptstat diff).
+GGUF_EXPERT_STACKS = (
+    ("model.layers.{bid}.mlp.experts.{xid}.gate_proj", "blk.{bid}.ffn_gate_exps"),
+    ("model.layers.{bid}.mlp.experts.{xid}.up_proj", "blk.{bid}.ffn_up_exps"),
+    ("model.layers.{bid}.mlp.experts.{xid}.down_proj", "blk.{bid}.ffn_down_exps"),
+)
+
 HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"^model\.", "lm"))
 TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),)
 # LlamaModel / LlamaForCausalLM: `model.` + lm_head, tied only if tie_word_embeddings, GQA cache. The decoder

@@ -68,8 +68,11 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
 # TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
 GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".mlp." not in p[0]) + (
-    # the router; the experts are stacked into one 3-D blk.N.ffn_{gate,up,down}_exps each: no HF name maps to them
-    ("model.layers.{bid}.block_sparse_moe.gate", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.block_sparse_moe.gate", "blk.{bid}.ffn_gate_inp"),   # the router
+    # the experts, stacked into one 3-D blk.N.ffn_{gate,up,down}_exps [experts, out, in] each: expert {xid} is its slice
+    ("model.layers.{bid}.block_sparse_moe.experts.{xid}.w1", "blk.{bid}.ffn_gate_exps"),
+    ("model.layers.{bid}.block_sparse_moe.experts.{xid}.w2", "blk.{bid}.ffn_down_exps"),
+    ("model.layers.{bid}.block_sparse_moe.experts.{xid}.w3", "blk.{bid}.ffn_up_exps"),
 )
 
 FAMILY = Family(

@@ -233,8 +233,8 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 # HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.QWEN2MOE / QWEN3MOE). The converter
 # stacks each layer's routed experts into one 3-D tensor per projection, blk.N.ffn_{gate,up,down}_exps
-# [experts, out, in]: no HF name maps to those (diff shows mlp.experts.E.* removed and the stacks added).
-GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + (
+# [experts, out, in]: expert {xid} is a slice of it (diff compares them slice by slice).
+GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + llama.GGUF_EXPERT_STACKS + (
     ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
     ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
     ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
