@@ -1,13 +1,14 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2) and Mamba.
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Mamba and gpt-oss.
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
 mapped by gguf-py's TensorNameMap (the converter's own map; a name it cannot map would stop the converter, so
 every name must map), the converters' tensor rewrites that change names or shapes (routed experts stacked into
-one 3-D tensor per projection, DeepSeek's kv_b_proj split into attn_k_b / attn_v_b, Mamba's conv1d squeezed),
-and the metadata the converter writes, through GGUFWriter's add_* methods. Values are zeros: the converters'
-value rewrites (Gemma's norm + 1, Mamba's A = -exp(A_log), Falcon-40B's qkv row order) change no name or shape.
+one 3-D tensor per projection, DeepSeek's kv_b_proj split into attn_k_b / attn_v_b, Mamba's conv1d squeezed,
+gpt-oss's fused experts split and transposed), and the metadata the converter writes, through GGUFWriter's add_*
+methods. Values are zeros: the converters' value rewrites (Gemma's norm + 1, Mamba's A = -exp(A_log), Falcon-40B's
+qkv row order) change no name or shape.
 
 Then, with no config.json: the summary resolves the family and the model class from the GGUF metadata, its
 unique parameter count is the transformers model's parameters() count, and the analytic model built from the
@@ -119,6 +120,18 @@ def _deepseek(w: Any, c: Any) -> None:
     w.add_rope_dimension_count(c.qk_rope_head_dim)
 
 
+def _gpt_oss(w: Any, c: Any) -> None:
+    """GptOssModel: the text keys (num_local_experts as expert_count), the window, the experts' width, YaRN."""
+    _text(w, c)
+    w.add_rope_freq_base(c.rope_theta)
+    w.add_expert_count(c.num_local_experts)
+    w.add_sliding_window(c.sliding_window)
+    w.add_expert_feed_forward_length(c.intermediate_size)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
+    w.add_rope_scaling_factor(c.rope_scaling["factor"])
+    w.add_rope_scaling_orig_ctx_len(c.rope_scaling.get("original_max_position_embeddings", 4096))
+
+
 def _mamba(w: Any, c: Any) -> None:
     """MambaModel: feed_forward_length and head_count 0 ("unused, but seemingly required when loading")."""
     w.add_context_length(2 ** 20)
@@ -135,6 +148,8 @@ def _mamba(w: Any, c: Any) -> None:
 
 # ------------------------------------------------------------------ the cases
 KV_B_SPLIT = r"kv_b_proj\.weight$|\.attn_[kv]_b\.weight$"   # DeepSeek's kv_b_proj: split into attn_k_b, attn_v_b
+# gpt-oss's fused experts: gate_up split into gate / up stacks, the weights transposed (down_proj_bias aligns)
+EXPERTS_SPLIT = r"experts\.(gate_up_proj(_bias)?|down_proj)$|\.ffn_(gate|up)_exps\.(weight|bias)$|\.ffn_down_exps\.weight$"
 
 
 @dataclass(frozen=True)
@@ -171,6 +186,9 @@ CASES = {
     "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
                         unaligned=KV_B_SPLIT),
     "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),
+    # untied with attention biases; tied without (its layer_types, not in the file, change no count)
+    "gpt-oss": Case("gpt_oss", 0, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
+    "gpt-oss-tied": Case("gpt_oss", 1, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
 }
 
@@ -210,6 +228,8 @@ def _converted(hf: dict[str, tuple[int, ...]], arch: Any, cfg: Any) -> dict[str,
             pieces.append((name.replace("e_score_correction_bias", "e_score_correction.bias"), shape))
         elif arch == gguf.MODEL_ARCH.MAMBA and name.endswith("conv1d.weight"):   # [i, 1, k] -> [i, k]
             pieces.append((name, tuple(d for d in shape if d != 1)))
+        elif arch == gguf.MODEL_ARCH.GPT_OSS:   # GptOssModel: gate_up split (even/odd), weights [E, out, in]
+            pieces += _gpt_oss_pieces(name, shape)
         else:
             pieces.append((name, shape))
     for name, per in stacks.items():
@@ -222,6 +242,21 @@ def _converted(hf: dict[str, tuple[int, ...]], arch: Any, cfg: Any) -> dict[str,
         assert g is not None, f"convert_hf_to_gguf.py cannot map {name!r}"
         out[g] = shape
     return out
+
+
+def _gpt_oss_pieces(name: str, shape: tuple[int, ...]) -> list[tuple[str, tuple[int, ...]]]:
+    """GptOssModel.modify_tensors on an unquantised model: sinks get `.weight`; gate_up_proj [E, h, 2f] transposed,
+    its even rows gate_proj.weight, odd rows up_proj.weight [E, f, h] (its bias likewise, [E, f]); down_proj [E, f, h]
+    transposed to down_proj.weight [E, h, f]; down_proj_bias renamed down_proj.bias."""
+    if name.endswith(".sinks"):
+        return [(name + ".weight", shape)]
+    if name.endswith("gate_up_proj_bias"):
+        return [(name.replace("gate_up_proj_bias", f"{p}_proj.bias"), (shape[0], shape[1] // 2)) for p in ("gate", "up")]
+    if name.endswith("gate_up_proj"):
+        return [(name.replace("gate_up_proj", f"{p}_proj.weight"), (shape[0], shape[2] // 2, shape[1])) for p in ("gate", "up")]
+    if name.endswith("experts.down_proj"):
+        return [(name + ".weight", (shape[0], shape[2], shape[1]))]
+    return [(name.replace("down_proj_bias", "down_proj.bias"), shape)]
 
 
 @pytest.fixture(scope="module", params=list(CASES))
@@ -285,7 +320,7 @@ def test_diff_aligns_every_tensor(converted, cli):
 
 
 @pytest.mark.parametrize("arch", ["gemma", "gemma2", "gemma3", "falcon", "t5", "t5encoder", "qwen2moe", "qwen3moe",
-                                  "deepseek2", "mamba"])
+                                  "deepseek2", "mamba", "gpt-oss"])
 def test_bad_metadata_is_a_note_not_a_crash(arch, tmp_path, cli):
     """Keys of the wrong type or beyond any model: the summary still opens the file, the analytic model says
     what is wrong in one line (families.base.Cfg), nothing is allocated or looped over from the claim."""

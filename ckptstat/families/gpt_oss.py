@@ -23,9 +23,13 @@ Active parameters: the router and the top-k experts.
 
 MXFP4 checkpoints (the release: experts' gate_up_proj / down_proj as `*_blocks` / `*_scales`) are read through
 census/quant.py's logical view, which gives these same names and shapes (docs/quantized.md).
+
+GGUF (llama.cpp's "gpt-oss" architecture): gguf_config reads the metadata as config.json; GGUF_TENSOR_NAMES maps
+the names back for `ckptstat diff`, where the experts' split and transposed stacks cannot align (docs/gguf.md).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
@@ -155,6 +159,54 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return llama.decoder_tensors(s, layer_tensors)
 
 
+# llama.cpp's "gpt-oss" (convert_hf_to_gguf.py GptOssModel.set_gguf_parameters): TextModel's keys (expert_count from
+# num_local_experts, key_length / value_length from head_dim) plus attention.sliding_window, expert_feed_forward_length
+# (intermediate_size, the experts' width; read after feed_forward_length, which holds the same) and the YaRN keys.
+_GGUF_KEYS = {**infer.GGUF_KEYS, "expert_feed_forward_length": "intermediate_size", "attention.sliding_window": "sliding_window"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """GptOssForCausalLM from `gpt-oss.*` keys. The file has no layer_types: llama.cpp slides on the even layers
+    (llama-model.cpp, set_swa_pattern(2)), GptOssConfig's default, which from_config fills in. q/k/v/o biases from
+    attn_q.bias; rope_theta, rms_norm_eps and the YaRN table (rope.scaling.*) as written."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "GptOssForCausalLM", keys=_GGUF_KEYS) if arch == "gpt-oss" else None
+    if cfg is None:
+        return None
+    bias = "blk.0.attn_q.bias" in tensors
+    cfg.update(model_type="gpt_oss", attention_bias=bias)
+    for key, name in (("rope.freq_base", "rope_theta"), ("attention.layer_norm_rms_epsilon", "rms_norm_eps")):
+        if (v := infer.gguf_float(metadata, f"{arch}.{key}")) is not None:
+            cfg[name] = v
+    factor = infer.gguf_float(metadata, f"{arch}.rope.scaling.factor")
+    if metadata.get(f"{arch}.rope.scaling.type") == "yarn" and factor is not None:
+        cfg["rope_scaling"] = dict(rope_type="yarn", factor=factor)
+        if (orig := infer.gguf_int(metadata, f"{arch}.rope.scaling.original_context_length")) is not None:
+            cfg["rope_scaling"]["original_max_position_embeddings"] = orig
+    return cfg
+
+
+# HF name -> llama.cpp GGUF name (gguf-py tensor_mapping.py, MODEL_ARCH.GPT_OSS; convert_hf_to_gguf.py GptOssModel).
+# modify_tensors renames before mapping: `sinks` -> `sinks.weight`, `down_proj_bias` -> `down_proj.bias`, and splits
+# the fused experts: gate_up_proj [E, h, 2f] transposed to [E, 2f, h], its even rows (gate) -> `gate_proj.weight`,
+# odd rows (up) -> `up_proj.weight`, each [E, f, h] (ffn_gate_exps, ffn_up_exps), gate_up_proj_bias likewise
+# (`gate_proj.bias`, `up_proj.bias`, [E, f]); down_proj [E, f, h] transposed to `down_proj.weight` [E, h, f]
+# (ffn_down_exps). MXFP4 releases are repacked as ggml MXFP4 in the same layout. Of the experts' tensors only
+# down_proj_bias keeps HF's values in HF's layout: the split and transposed stacks read back under the converter's
+# intermediate names (`mlp.experts.gate_proj.weight`...), which no HF tensor has (diff: removed / added, the same
+# count; docs/gguf.md).
+# Whole-name entries come first: diff applies the rules in order, and a rule matches the GGUF module name.
+GGUF_TENSOR_NAMES = (
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks.weight"),
+    ("model.layers.{bid}.mlp.experts.down_proj_bias", "blk.{bid}.ffn_down_exps.bias"),
+) + tuple(p for p in llama.GGUF_TENSOR_NAMES if ".ffn_" not in p[1]) + (
+    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),   # TensorNameMap's own (the suffixless HF name)
+    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.post_attention_norm"),
+    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+    ("model.layers.{bid}.mlp.experts.gate_proj", "blk.{bid}.ffn_gate_exps"),
+    ("model.layers.{bid}.mlp.experts.up_proj", "blk.{bid}.ffn_up_exps"),
+    ("model.layers.{bid}.mlp.experts.down_proj", "blk.{bid}.ffn_down_exps"),
+)
+
 # tiny sizes; head_dim x heads != hidden as in the release (64 x 64 = 4096 vs 2880); a YaRN table as released,
 # its factor matching max_position_embeddings / original_max_position_embeddings
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_layers=4, num_attention_heads=4,
@@ -169,8 +221,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj)",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,      # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
-    # llama.cpp names the architecture "gpt-oss"; its GGUF keys are not mapped here: such a file reads as unknown
-    gguf_architectures=(),
+    gguf_architectures=("gpt-oss",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU, where the experts'
         # loop runs (the routed rows only)
