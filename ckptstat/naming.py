@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 from .core import dtypes
+from .errors import CorruptCheckpointError
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
 ROLES: tuple[str, ...] = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
@@ -114,6 +115,14 @@ BUCKET_RULES = _rules([
 ])
 _NUMBER = re.compile(r"(\d+)")
 _INDICES = [str(k) for k in range(64)]
+
+
+def _layer_index(digits: str) -> int:
+    """A layer index from a name's digits; a run past int()'s 4,300-digit limit is the name's error, one line
+    (a hostile name, never an internal error)."""
+    if len(digits) > 4000:
+        raise CorruptCheckpointError(None, f"a tensor name holds a layer index of {len(digits):,} digits")
+    return int(digits)
 
 
 def _numbered(name: str) -> tuple[str, list[str]]:
@@ -229,7 +238,7 @@ def strip_prefixes(name: str, base_models: bool = False) -> str:
 def bucket_of(name: str) -> tuple[str, int | None]:
     numbered, numbers = _numbered(name)
     bucket, k = _bucket_of(numbered)
-    return bucket, int(numbers[k]) if k is not None else None
+    return bucket, _layer_index(numbers[k]) if k is not None else None
 
 
 @lru_cache(maxsize=1 << 16)
@@ -250,7 +259,7 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
     bucket, k = _bucket_of(numbered)
     rank4 = len(shape) == 4
     role = _remember((name, dtype, rank4), _role_from(name, numbered, dtype, rank4))
-    return Placement(bucket, int(numbers[k]) if k is not None else None, role)
+    return Placement(bucket, _layer_index(numbers[k]) if k is not None else None, role)
 
 
 _DIGIT_TO_HASH = str.maketrans("0123456789", "#" * 10)
@@ -282,7 +291,7 @@ def _classify_masked(items: list[tuple[str, str, tuple[int, ...]]], masks: list[
         index = name[span[0]:span[1]] if span is not None else None
         p = made.get((bucket, index, role))
         if p is None:
-            p = made[(bucket, index, role)] = Placement(bucket, int(index) if index is not None else None, role)
+            p = made[(bucket, index, role)] = Placement(bucket, _layer_index(index) if index is not None else None, role)
         out[name] = p
         has_encoder = has_encoder or (bucket == "encoder" and span is not None)
     return out, has_encoder

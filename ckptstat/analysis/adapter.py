@@ -12,13 +12,13 @@ between modules (VeRA's vera_A/vera_B) are `base_model.<name>`; prompt-learning 
 from __future__ import annotations
 
 import math
-import re
 from collections import defaultdict
 from typing import Any
 
 from ..census import aliases, logical, parameters
 from ..core import Checkpoint, TensorInfo
 from ..errors import UsageError
+from .adapter_match import Names, Patterns
 
 ADAPTER_SCHEMA = "ckptstat.adapter/1"
 
@@ -58,27 +58,6 @@ MERGE_RULE = ("merged = base with the adapter folded in (peft merge_and_unload):
               "'all params'")
 
 
-# A pattern key from the file is a regex to peft; one with a quantified group ("(a+)+") could backtrack for
-# ever on a crafted module name, so such keys, and long ones, match as literal names only.
-_RISKY = re.compile(r"\)[*+?{]|[*+]\S*[*+]")
-
-
-def _pattern_key(patterns: dict[str, Any], module: str) -> str | None:
-    r"""peft.utils.other.get_pattern_key: a rank_pattern/alpha_pattern key matches a module whose name
-    ends with it at a `.` boundary (the key is a regex: `re.match(rf"(.*\.)?({key})$", module)`)."""
-    for key in patterns:
-        if module == key or module.endswith("." + key):
-            return key
-        if len(key) > 200 or _RISKY.search(key):
-            continue
-        try:
-            if re.match(rf"(.*\.)?({key})$", module):
-                return key
-        except re.error:
-            continue
-    return None
-
-
 def _num(v: Any) -> int | float | None:
     """A rank or alpha from the config: a number, else None (a hostile config may hold anything)."""
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
@@ -103,11 +82,16 @@ def _strip_wrappers(segs: list[str]) -> str:
     return ".".join(out)
 
 
-def _matches(module: str, names: list[str]) -> str | None:
-    for n in names:
-        if module == n or module.endswith("." + n):
-            return n
-    return None
+_MTS: tuple[object, Names] = (None, Names(()))
+
+
+def _modules_to_save(cfg: dict[str, Any]) -> Names:
+    """The config's modules_to_save as a matcher, built once per config list (classify runs per tensor)."""
+    global _MTS
+    value = cfg.get("modules_to_save")
+    if _MTS[0] is not value:
+        _MTS = (value, Names(m for m in _list(value) if isinstance(m, str)))
+    return _MTS[1]
 
 
 def classify(name: str, cfg: dict[str, Any]) -> tuple[str, str, str]:
@@ -126,8 +110,7 @@ def classify(name: str, cfg: dict[str, Any]) -> tuple[str, str, str]:
         if s.startswith(ALL_PREFIXES):
             return "adapter", _strip_wrappers(segs[:i]), ".".join(segs[i:])
     module, param = _strip_wrappers(segs[:-1]), segs[-1]
-    mts = [m for m in _list(cfg.get("modules_to_save")) if isinstance(m, str)]
-    if _matches(module, mts):
+    if _modules_to_save(cfg).match(module):
         return "modules_to_save", module, param
     if param == "bias" and cfg.get("bias", "none") not in (None, "none"):
         return "bias", module, param
@@ -173,6 +156,8 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     target_list = [t for t in targets_cfg if isinstance(t, str)] if isinstance(targets_cfg, list) else []
     targets_cfg = target_list if isinstance(targets_cfg, list) else targets_cfg if isinstance(targets_cfg, str) else None
 
+    ranks, alphas = Patterns(rank_pattern, ckpt.adapter_path), Patterns(alpha_pattern, ckpt.adapter_path)
+    targets_of = Names(target_list)
     modules: dict[str, dict] = {}
     totals: dict[str, int] = defaultdict(int)
     mts: dict[str, dict] = {}
@@ -195,11 +180,11 @@ def adapter_report(ckpt: Checkpoint, base: Checkpoint | None = None) -> dict:
     for module, row in modules.items():
         # trainable-token rows (peft/tuners/trainable_tokens) have no rank or alpha
         tokens = all(p["param"].startswith("trainable_tokens_") for p in row["parts"])
-        rk, ak = (None, None) if tokens else (_pattern_key(rank_pattern, module), _pattern_key(alpha_pattern, module))
+        rk, ak = (None, None) if tokens else (ranks.match(module), alphas.match(module))
         row["config_rank"] = None if tokens else rank_pattern[rk] if rk is not None else r_cfg
         row["alpha"] = None if tokens else alpha_pattern[ak] if ak is not None else alpha
         row["pattern"] = {"rank": rk, "alpha": ak}
-        row["target"] = (_matches(module, target_list) or module.rsplit(".", 1)[-1]) + (" (trainable tokens)" if tokens else "")
+        row["target"] = (targets_of.match(module) or module.rsplit(".", 1)[-1]) + (" (trainable tokens)" if tokens else "")
         row["scale"] = _scale(row["alpha"], row["rank"] or row["config_rank"], bool(cfg.get("use_rslora")), typ["peft_type"])
 
     targets: dict[str, dict] = {}

@@ -39,7 +39,8 @@ def _error_text(e: BaseException) -> str:
 def _scan(files: Iterable[str]) -> dict[str, Any]:
     """The scan verdict of every pickle-bearing file (analysis/scan.py; formats/torch scan): what
     torch.load(weights_only=False) would run. `none` when the unit holds no pickle."""
-    from ..formats.torch import scan as scan_file
+    # torch.load's path, or np.load's and Keras's (formats/loader_scan.py)
+    from .scan import scan_local as scan_file
 
     rows = []
     for f in files:

@@ -6,6 +6,7 @@ each tensor once, compared in float64; memory is bounded by the chunk size, not 
 from __future__ import annotations
 
 import hashlib
+import math
 import os
 import re
 from collections.abc import Callable, Iterator
@@ -61,7 +62,10 @@ def load_rules(path: str) -> list[tuple[re.Pattern[str], str]]:
 
 def natural_key(name: str) -> tuple:
     """Numbers sort as numbers: layers.2 before layers.10."""
-    return tuple((0, int(p), "") if p.isdigit() else (1, 0, p) for p in re.split(r"(\d+)", name) if p)
+    # (a run of more than 4300 digits is past int()'s limit: it sorts after every number, by its text; isdecimal,
+    # not isdigit, which holds for "²" that int() refuses)
+    return tuple(((0, int(p), "") if len(p) <= 4000 else (0, math.inf, p)) if p.isdecimal() else (1, 0, p)
+                 for p in re.split(r"(\d+)", name) if p)
 
 
 def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | None = None) -> tuple[str, str]:
@@ -344,7 +348,9 @@ def module_in_layer(name: str, layer: int) -> str:
     """The module a layered tensor belongs to inside its layer, the heatmap's column:
     `encoder.layer.3.attention.self.query.weight` -> `attention.self.query`, `blk.3.attn_q.weight` ->
     `attn_q`; routed experts share one column (`mlp.experts.*.w1`)."""
-    m = re.search(rf"(?:^|[._]){layer}\.(.+)$", name)
+    # DOTALL: the rest runs to the end even past a newline, so the first start that fits is the match (without
+    # it, a name `_1._1._1...` ending in a newline retried `.+$` from every start: quadratic, minutes for 1 MB)
+    m = re.search(rf"(?:^|[._]){layer}\.(.+)$", name, re.S)
     rest = m.group(1) if m else name
     module = rest.rpartition(".")[0] or rest
     return re.sub(r"(^|\.)experts\.\d+(?=\.|$)", r"\1experts.*", module)

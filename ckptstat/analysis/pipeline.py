@@ -20,9 +20,11 @@ COUNTING = ("per component: unique parameters of its weights (a tied weight once
 
 def pipeline_report(folder: str, progress: Callable[[str], None] | None = None) -> dict:
     index_path = os.path.join(folder, PIPELINE_INDEX)
-    index = load_config(index_path)
     rows: list[dict[str, Any]] = []
     with scoped(scope_for(folder, allow_external_default())):
+        # model_index.json is one of the folder's files: a symlink out of it is refused before it is read
+        check_inside(index_path, PIPELINE_INDEX)
+        index = load_config(index_path)
         for name, value in index.items():
             # `_class_name`, `_diffusers_version`, `_name_or_path` describe the pipeline; other non-pair values
             # are its registered config flags (requires_safety_checker, force_zeros_for_empty_prompt...).

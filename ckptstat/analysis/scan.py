@@ -19,12 +19,13 @@ from typing import Any
 from ..core.files import open_regular
 from ..core.urls import is_url
 from ..errors import CheckpointError, CkptstatError, FileNotFound
+from ..formats.loader_scan import scan_other
 from ..formats.torch import scan as scan_file
 from ..formats.torch.pickle_walk import walk
 from ..formats.torch.streams import BytesSource
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
-EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle")
+EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
 _TAR_MEMBERS = (b"sys_info", b"pickle", b"storages", b"tensors")
 _HEAD = 4096
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
@@ -45,13 +46,15 @@ def pickle_bearing(path: str) -> bool:
     try:
         with open_regular(path) if is_url(path) else open(path, "rb") as f:   # a URL: its first window (audit)
             head = f.read(_HEAD)
-            if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+            if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") or head[:6] == b"\x93NUMPY":
                 return True
             if head[257:262] == b"ustar":
                 return head[:100].split(b"\0")[0] in _TAR_MEMBERS
             if head[:4] == b"PK\x03\x04":
                 f.seek(0)
-                return any(n.lower().endswith(".pkl") for n in zipfile.ZipFile(f).namelist())
+                names = zipfile.ZipFile(f).namelist()   # torch's pickles, np.savez's arrays, a .keras config
+                keras = {"config.json", "model.weights.h5"} <= set(names)
+                return keras or any(n.lower().endswith((".pkl", ".npy")) for n in names)
         # protocol 0 and 1 have no PROTO opcode: a head that walks as a pickle (to its STOP, or naming a
         # global, or through all its bytes) is one
         w = walk(BytesSource(head), "head", 0)
@@ -107,7 +110,7 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
             if progress:
                 progress(rel)
             try:
-                files.append(_entry(rel, scan_file(real)))
+                files.append(_entry(rel, scan_local(real)))
             except CkptstatError as e:
                 reason = e.reason if isinstance(e, CheckpointError) else str(e)
                 files.append(_entry(rel, None, reason))
@@ -170,4 +173,14 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
         return scan_tree(path, progress)
     if not os.path.lexists(path):
         raise FileNotFound(path, "no such file or folder")
+    return scan_local(path)
+
+
+def scan_local(path: str) -> dict[str, Any]:
+    """numpy object arrays and Keras lambdas by their own loaders' rules (formats/loader_scan.py), else
+    torch.load's path."""
+    if os.path.isfile(path):
+        other = scan_other(path)
+        if other is not None:
+            return other
     return scan_file(path)

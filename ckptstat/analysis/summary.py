@@ -71,6 +71,10 @@ def summarize(ckpt: Checkpoint) -> dict:
     }
 
 
+# Module depth the tree keeps: real models nest < 20 deep; the tree is built and rendered recursively.
+MAX_TREE_DEPTH = 64
+
+
 def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
     """Parameters grouped by module prefix: nodes {name, params, bytes, tensors, repeat, children}, a
     total per node. Numbered siblings of one structure collapse into one node (`layers.{0..31}`, repeat
@@ -79,6 +83,8 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
     nodes: dict[str, dict] = {}   # module prefix -> node, in creation order (a parent before its children)
     for name, numel, nbytes in params:
         prefix = name.rpartition(".")[0] if "." in name else name
+        if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
+            prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
         node = nodes.get(prefix) or _make_node(root, nodes, prefix)
         own = node["own"]
         own[0] += numel
@@ -127,7 +133,7 @@ def _collapse(children: dict[str, dict]) -> list[dict]:
     out: list[dict] = []
     numbered: dict[tuple, list[tuple[int, dict]]] = {}
     for key, node in children.items():
-        if key.isdigit():
+        if key.isascii() and key.isdigit() and len(key) <= 18:   # (not "²", which int() refuses, nor 5,000 digits)
             numbered.setdefault(node["shape"], []).append((int(key), node))
         else:
             out.append(_node(key, node, 1, node["sum"]))

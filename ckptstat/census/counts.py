@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core import Checkpoint, TensorInfo
+from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_all
 from .quant import logical
 from .quant import roles as quant_roles
@@ -26,7 +27,10 @@ def placements(ckpt: Checkpoint) -> dict[str, Placement]:
 
 
 def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
-    out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
+    try:
+        out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
+    except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
+        raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
     # the pieces of quantised weights: packed weight, scale, zero point... (census/quant.py)
     out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
     return out

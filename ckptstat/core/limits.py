@@ -29,8 +29,8 @@ class Limits:
     zip_ratio: int = 1100
     pickle_ratio: int = 64
     pickle_bytes: int = 256 << 20
-    # A strided view over a compressed storage record is decompressed into a temporary file first:
-    # at most this many bytes of it.
+    # A strided view over a compressed storage record, or a deflated .keras model.weights.h5, is
+    # decompressed into a temporary file first: at most this many bytes of it.
     spill_bytes: int = 16 << 30
     # What the unpickler's calls may build (bytearray(), set(), OrderedDict(...) of memo'd objects),
     # in bytes per byte of pickle (+ 16 MiB): copies of one big object are not free.

@@ -26,6 +26,7 @@ from typing import IO, TYPE_CHECKING, Any
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
 from ..core.io import SeekableReader
+from ..core.limits import limits
 from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
@@ -57,9 +58,41 @@ class _Window(SeekableReader):
         return len(data)
 
 
+class _Values:
+    """The values reader of one .keras archive. A deflated model.weights.h5 is decompressed once, into an
+    anonymous temporary file kept until close(): decompressing it again for every chunk made reading n
+    tensors cost n times the member (a 1 MB archive declaring 1 GB of zeros over 10,000 datasets: 10 TB)."""
+
+    def __init__(self, path: str):
+        self.path, self.pid = path, 0
+        self.tmp: IO[bytes] | None = None
+
+    def spilled(self, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> IO[bytes]:
+        if self.tmp is None or self.pid != os.getpid():   # (a forked stats worker makes its own: no shared offset)
+            tmp = tempfile.TemporaryFile()
+            try:
+                with zf.open(info) as member:
+                    shutil.copyfileobj(member, tmp, 1 << 20)   # at most file_size bytes: zipfile stops there (CRC-checked)
+                tmp.flush()
+            except BaseException:
+                tmp.close()
+                raise
+            self.tmp, self.pid = tmp, os.getpid()
+        return self.tmp
+
+    def close(self) -> None:
+        if self.tmp is not None and self.pid == os.getpid():
+            self.tmp.close()
+        self.tmp = None
+
+    def __call__(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+        return _read(info, start, count, self)
+
+
 @contextmanager
-def _weights(path: str) -> Iterator[tuple[Any, int | None, zipfile.ZipFile]]:
-    """(the open h5py.File of model.weights.h5, the member's offset in the archive when stored, the zip)."""
+def _weights(path: str, values: _Values | None = None) -> Iterator[tuple[Any, int | None, zipfile.ZipFile]]:
+    """(the open h5py.File of model.weights.h5, the member's offset in the archive when stored, the zip).
+    A deflated member is decompressed into `values`' kept temporary file, or, without it, a fresh one."""
     h5py = _h5py()
     with open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
@@ -72,6 +105,15 @@ def _weights(path: str) -> Iterator[tuple[Any, int | None, zipfile.ZipFile]]:
         if info.compress_type == zipfile.ZIP_STORED:
             with h5py.File(_Window(f, start, info.file_size), "r") as h5:
                 yield h5, start, zf
+            return
+        spill = limits().spill_bytes   # a deflated member may declare ~1000x its compressed size (data_offset)
+        if info.file_size > spill:
+            raise CorruptCheckpointError(path, f"{WEIGHTS} is deflated to {info.compress_size:,} bytes from "
+                                               f"{info.file_size:,}, more than the {spill:,} ckptstat decompresses to a "
+                                               "temporary file (--limit spill_bytes=N)")
+        if values is not None:
+            with h5py.File(values.spilled(zf, info), "r") as h5:
+                yield h5, None, zf
             return
         with tempfile.TemporaryFile() as tmp, zf.open(info) as member:
             shutil.copyfileobj(member, tmp, 1 << 20)   # at most file_size bytes: zipfile stops there (CRC-checked)
@@ -126,7 +168,7 @@ def _open(path: str) -> Checkpoint:
             tensors[name] = TensorInfo(name, dtype, shape, path, offset, nbytes, order, storage=h5_path, extra=extra)
     ckpt = Checkpoint(path=path, format="keras (zip)", tensors=tensors, files=(path,), metadata=metadata)
     if deflated:
-        ckpt.readers[path] = _read
+        ckpt.readers[path] = _Values(path)
         if start is None:
             ckpt.notes.append(f"{WEIGHTS} is deflated in the archive: values are read from a temporary copy of it")
     return ckpt
@@ -139,12 +181,12 @@ def open_keras(path: str) -> Checkpoint:
         return _open(path)
 
 
-def _read(info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+def _read(info: TensorInfo, start: int, count: int, reader: _Values | None = None) -> NDArray[Any]:
     if info.offset is not None:
         return read_flat_file(info, start, count)
     import numpy as np
 
-    with _weights(info.file) as (h5, _, _zf):
+    with _weights(info.file, reader) as (h5, _, _zf):
         dset = h5[str(info.extra["h5_path"])]
         if tuple(dset.shape) != info.shape:
             raise CorruptCheckpointError(info.file, f"dataset {dset.name!r} changed shape since it was opened")

@@ -1,8 +1,6 @@
 """Rich tables from reports. Every string that came from a file goes through `safe` first."""
 from __future__ import annotations
 
-import re
-
 from rich.console import Console, Group
 from rich.text import Text
 
@@ -144,8 +142,18 @@ def _shape(shape: list[int]) -> str:
     return "x".join(map(str, shape)) or "1"
 
 
-# A module inside a repeated stack: "encoder.layer[12].attention.self.query" -> group, rest.
-_GROUP = re.compile(r"^(.*?\[[^\]]*\])\.(.*)$")
+def _group(module: str) -> tuple[str, str] | None:
+    r"""A module inside a repeated stack: "encoder.layer[12].attention.self.query" -> (group, rest): up to the
+    first `]` that has a `[` since the `]` before it and a `.` after it. (The regex `^(.*?\[[^\]]*\])\.(.*)$`
+    says the same, but retried `[^\]]*` from every `[`: quadratic in a name of `[`s.)"""
+    if "\n" in module:
+        return None
+    start = 0
+    while (close := module.find("]", start)) >= 0:
+        if module[close + 1:close + 2] == "." and module.find("[", start, close) >= 0:
+            return module[:close + 1], module[close + 2:]
+        start = close + 1
+    return None
 
 
 def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
@@ -175,13 +183,13 @@ def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     group = None
     for m in first["modules"]:
         val = m["macs"] if conv != "flops" else m["flops"]
-        g = _GROUP.match(m["module"])
+        g = _group(m["module"])
         name = Name(m["module"])
         if g:
-            if g.group(1) != group:
-                group = g.group(1)
+            if g[0] != group:
+                group = g[0]
                 t.add_row(Name(Text(f"{group} x{m['calls']}", style="bold")), "", "", "", "", "")
-            name = Name(Text("  ").append_text(safe(g.group(2))))
+            name = Name(Text("  ").append_text(safe(g[1])))
         else:
             group = None
         t.add_row(name, f"{_shape(m['in_shape'][1:])}\n{_shape(m['out_shape'][1:])}",

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from .report_common import figure_png, img_tag
+from .report_common import figure_png, img_tag, plot_text
 
 
 def _label(bucket: str, layer: int) -> str:
@@ -47,8 +47,8 @@ def heatmap_png(r: dict) -> bytes | None:
     cmap = matplotlib.colormaps["Reds"].with_extremes(bad="#d9d9d9")
     vmax = max(float(data.max()), 1e-12)
     im = ax.imshow(data, aspect="auto", cmap=cmap, vmin=0.0, vmax=vmax, interpolation="nearest")
-    ax.set_xticks(range(len(cols)), labels=[c[:40] for c in cols], rotation=60, ha="right", fontsize=8)
-    ax.set_yticks(range(len(rows)), labels=rows, fontsize=8)
+    ax.set_xticks(range(len(cols)), labels=[plot_text(c[:40]) for c in cols], rotation=60, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), labels=[plot_text(r) for r in rows], fontsize=8)
     ax.set_title("relative change per layer and module (grey: not compared)", fontsize=9)
     fig.colorbar(im, ax=ax).set_label("mean relative L2, ||a-b|| / ||a||", fontsize=8)
     fig.tight_layout()

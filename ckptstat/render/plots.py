@@ -16,6 +16,7 @@ import numpy as np
 from ..analysis.stats import Acc, StatsRun, hist_quantiles, tables
 from ..core.files import atomic_output, check_output
 from ..errors import CkptstatError, MissingDependencyError, UsageError
+from .report_common import plot_text
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -94,9 +95,9 @@ def _draw_boxes(ax, boxes: list[dict], title: str, rotate: bool) -> None:  # noq
     n = len(boxes)
     step = max(1, math.ceil(n / 24))   # an 80-layer stack: label every 4th box
     ticks = list(range(1, n + 1))
-    ax.set_xticks(ticks[::step], [b["label"] for b in boxes][::step], rotation=45 if rotate else 0,
+    ax.set_xticks(ticks[::step], [plot_text(b["label"]) for b in boxes][::step], rotation=45 if rotate else 0,
                   ha="right" if rotate else "center", fontsize=8)
-    ax.set_title(title, fontsize=10, loc="left")
+    ax.set_title(plot_text(title), fontsize=10, loc="left")
     ax.axhline(0, color="0.7", lw=0.6, zorder=0)
     ax.grid(axis="y", color="0.9")
 
@@ -143,7 +144,7 @@ def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
         h = 1.0 + 2.8 * hist_rows + 3.0 * (len(stacks) + 1)
     fig = Figure(figsize=(w, h), dpi=dpi, layout="constrained")
     grid = fig.add_gridspec(nrows, ncols)
-    fig.suptitle(f"{os.path.basename(r['path'].rstrip(os.sep))}: weights of {len(r['tensors'])} tensors "
+    fig.suptitle(f"{plot_text(os.path.basename(r['path'].rstrip(os.sep)))}: weights of {len(r['tensors'])} tensors "
                  f"({r['selection']['roles']} roles)", fontsize=12)
     panels: list[str] = []
 
@@ -155,7 +156,7 @@ def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
         if log_count:
             ax.set_yscale("log")
         rng = f"p{clip:g}-p{100 - clip:g}" if clip else "min-max"
-        ax.set_title(f"{b}: {acc.n:,} values ({rng}" + (f", {outside:,} outside" if outside else "") + ")",
+        ax.set_title(f"{plot_text(b)}: {acc.n:,} values ({rng}" + (f", {outside:,} outside" if outside else "") + ")",
                      fontsize=9, loc="left")
         ax.set_ylabel("count" + (" (log)" if log_count else ""), fontsize=8)
         ax.tick_params(labelsize=8)

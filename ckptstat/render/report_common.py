@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import html
 import io
+import re
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -18,11 +19,30 @@ def num(x: float | None, fmt: str = ".3g") -> str:
     return "" if x is None else format(x, fmt)
 
 
+# C0 and C1 control characters (a terminal escape, BEL, a carriage return) in text from files: shown as
+# \xNN in every report, so that `cat report.md` or a browser's view-source never replays them.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def inert(x: object) -> str:
+    """A file-derived string with its control characters shown as \\xNN (render/names.py's rule)."""
+    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(x))
+
+
+def plot_text(x: object) -> str:
+    """A file-derived string for a matplotlib label: inert, and its `$` escaped, so that a name holding
+    `$\\cmd{$` is shown as written instead of parsed as mathtext (an unknown command raised ValueError
+    when the figure was drawn)."""
+    return inert(x).replace("$", "\\$")
+
+
 def md_cell(x: object) -> str:
-    """A cell: pipes, backticks, markdown emphasis, HTML and newlines from file names made harmless."""
+    """A cell: pipes, backticks, markdown emphasis, links, HTML, newlines and control characters from file
+    names made harmless."""
     s = str(x).replace("\\", "\\\\").replace("|", "\\|").replace("`", "\\`").replace("*", "\\*").replace("_", "\\_")
+    s = s.replace("[", "\\[").replace("]", "\\]")   # a name `[x](https://...)` is no link, `![x](...)` no image
     s = s.replace("<", "&lt;").replace(">", "&gt;").replace("\r", " ").replace("\n", " ")
-    return s
+    return inert(s)
 
 
 def _aligns(n: int, align: str | None) -> str:
@@ -57,7 +77,7 @@ def html_table(header: list[str], rows: list[list[str]], heat: int | None = None
     """A table; cells escaped, aligned as `md_table` (text columns as names in monospace, numbers
     right-aligned). `heat`: the column whose value (a relative L2) shades its cell."""
     al = _aligns(len(header), align)
-    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header) + "</tr>"]
+    out = ["<table>", "<tr>" + "".join(f"<th>{html.escape(inert(h))}</th>" for h in header) + "</tr>"]
     for row in rows:
         cells = []
         for i, c in enumerate(row):
@@ -66,7 +86,7 @@ def html_table(header: list[str], rows: list[list[str]], heat: int | None = None
                 level = min(1.0, max(0.0, float(c) * 10))   # rel L2 0.1 and up: full colour
                 style = f' style="background:rgba(220,50,32,{level:.2f})"'
             cls = {"n": ' class="name"', "r": ' class="n"'}.get(al[i], "")
-            cells.append(f'<td{cls}{style}>{html.escape(c)}</td>')
+            cells.append(f'<td{cls}{style}>{html.escape(inert(c))}</td>')
         out.append("<tr>" + "".join(cells) + "</tr>")
     return out + ["</table>"]
 
