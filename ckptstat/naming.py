@@ -342,7 +342,10 @@ def kernel_layout(name: str, shape: tuple[int, ...]) -> str | None:
 
 
 def out_in_shape(shape: tuple[int, ...], layout: str | None) -> tuple[int, ...]:
-    """The [out, in] shape of a 2-D weight stored in `layout` (what FLOPs and cross-format comparisons use)."""
+    """The [out, in] shape of a 2-D weight stored in `layout` (what FLOPs and cross-format comparisons use);
+    a 4-D convolution kernel stored "hwio" (Flax: [h, w, in, out]) as torch's [out, in, h, w]."""
+    if layout == "hwio" and len(shape) == 4:
+        return (shape[3], shape[2], shape[0], shape[1])
     return (shape[1], shape[0]) if layout == "in_out" and len(shape) == 2 else tuple(shape)
 
 

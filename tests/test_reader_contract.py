@@ -425,6 +425,96 @@ def keras_zip_claims(path: str) -> dict[str, bytes]:
     return claims
 
 
+# ---------------------------------------------------------------------------------------------- Flax msgpack
+def flax_oracle(path: str) -> dict[str, Oracle]:
+    """What flax.serialization.msgpack_restore read back (fixtures/make_flax.py): values, or sum and float64 hash."""
+    rec = _expected("flax")["files"][os.path.relpath(path, os.path.join(FIXTURES, "flax"))]
+    return {k: Oracle(tuple(v["shape"]), values=np.array(v["values"], dtype=np.float64)) if "values" in v
+            else Oracle(tuple(v["shape"]), total=v["sum"]) for k, v in rec.items()}
+
+
+# msgpack spec (github.com/msgpack/msgpack/blob/master/spec.md): marker -> (bytes of its length or count,
+# what it counts: "bytes", "items" (an array), "pairs" (a map), "ext" (bytes after a type byte), "fixed")
+_MP = {0xC4: (1, "bytes"), 0xC5: (2, "bytes"), 0xC6: (4, "bytes"), 0xC7: (1, "ext"), 0xC8: (2, "ext"), 0xC9: (4, "ext"),
+       0xD9: (1, "bytes"), 0xDA: (2, "bytes"), 0xDB: (4, "bytes"), 0xDC: (2, "items"), 0xDD: (4, "items"),
+       0xDE: (2, "pairs"), 0xDF: (4, "pairs")}
+_MP_FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2, 0xD2: 4,
+             0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+
+
+def flax_layout(data: bytes) -> Layout:
+    """Where every msgpack object starts and ends, ext payloads included (msgpack spec), and the offset
+    of each length or count field (big-endian)."""
+    cuts: list[int] = []
+    fields: list[tuple[int, int]] = []
+
+    def obj(p: int) -> int:
+        cuts.append(p)
+        b = data[p]
+        if b <= 0x7F or b >= 0xE0:
+            return p + 1
+        if b in _MP_FIXED:
+            return p + 1 + _MP_FIXED[b]
+        if 0x80 <= b <= 0x9F:
+            n, kind, p = b & 0x0F, "pairs" if b <= 0x8F else "items", p + 1
+        elif 0xA0 <= b <= 0xBF:
+            n, kind, p = b & 0x1F, "bytes", p + 1
+        else:
+            width, kind = _MP[b]
+            fields.append((p + 1, width))
+            n, p = int.from_bytes(data[p + 1:p + 1 + width], "big"), p + 1 + width
+        if kind == "ext":
+            cuts.append(p + 1)
+            return p + 1 + n
+        if kind == "bytes":
+            return p + n
+        for _ in range(2 * n if kind == "pairs" else n):
+            p = obj(p)
+        return p
+
+    assert obj(0) == len(data)
+    return sorted(set(cuts)), fields
+
+
+def flax_claims(path: str) -> dict[str, bytes]:
+    """Hostile files written by msgpack from the sample's own tree (ext payloads rewritten by flax's rules)."""
+    import msgpack
+
+    data = open(path, "rb").read()
+    tree = msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=lambda code, b: msgpack.ExtType(code, b))
+
+    def first_array(t: dict) -> tuple[dict, str]:
+        for k, v in t.items():
+            if isinstance(v, msgpack.ExtType) and v.code == 1:
+                return t, k
+            if isinstance(v, dict):
+                try:
+                    return first_array(v)
+                except StopIteration:
+                    pass
+        raise StopIteration
+
+    def with_payload(shape: list[int] | None = None, dtype: str | None = None, raw: bytes | None = None) -> bytes:
+        t = copy.deepcopy(tree)
+        parent, key = first_array(t)
+        s, d, r = msgpack.unpackb(parent[key].data, raw=False)
+        parent[key] = msgpack.ExtType(1, msgpack.packb((s if shape is None else shape, d if dtype is None else dtype,
+                                                        r if raw is None else raw), use_bin_type=True))
+        return msgpack.packb(t, use_bin_type=True)
+
+    ext = next(p for p in flax_layout(data)[0] if data[p] in (0xC7, 0xC8, 0xC9))   # ext 8/16/32: its length field
+    width = {0xC7: 1, 0xC8: 2, 0xC9: 4}[data[ext]]
+    return {"top-level map of 2**32 - 1 entries": b"\xdf\xff\xff\xff\xff" + data[1:],
+            "shape 2**62 x 4": with_payload(shape=[2**62, 4]),
+            "shape 2**40 x 2**40": with_payload(shape=[2**40, 2**40]),
+            "one more row than stored": with_payload(raw=b""),
+            "dtype object": with_payload(dtype="object"),
+            "ext length past the end": data[:ext + 1] + (len(data) * 1000).to_bytes(width + 4, "big")[-width:]
+                                       + data[ext + 1 + width:],
+            "ext32 length 2**32 - 1": data[:1] + b"\xa1a\xc9\xff\xff\xff\xff\x01" + data[1:],
+            "nested 10**5 deep": b"\x81\xa1a" * 100_000 + b"\xc0"}
+
+
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
@@ -450,6 +540,8 @@ SAMPLES: dict[str, list[Sample]] = {
                            key=lambda t: str(t.extra["h5_path"])),
                     Sample("keras3-zip/mlp-deflated.keras", keras_zip_oracle, zip_layout, keras_zip_claims,
                            key=lambda t: str(t.extra["h5_path"]))],
+    "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
+                       Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }
 
 registry._load_all()

@@ -20,6 +20,7 @@ from ..core.files import open_regular
 from ..core.urls import is_url
 from ..errors import CheckpointError, CkptstatError, FileNotFound
 from ..formats.loader_scan import scan_other
+from ..formats.msgpack_walk import looks_like_flax
 from ..formats.torch import scan as scan_file
 from ..formats.torch.pickle_walk import walk
 from ..formats.torch.streams import BytesSource
@@ -55,6 +56,10 @@ def pickle_bearing(path: str) -> bool:
                 names = zipfile.ZipFile(f).namelist()   # torch's pickles, np.savez's arrays, a .keras config
                 keras = {"config.json", "model.weights.h5"} <= set(names)
                 return keras or any(n.lower().endswith((".pkl", ".npy")) for n in names)
+        # a Flax msgpack file: its map markers (0x81-0x8F) read as pickle EXT opcodes, but flax's loader
+        # (msgpack with an ndarray ext hook, docs/flax.md) never unpickles
+        if looks_like_flax(head, whole=len(head) < _HEAD):
+            return False
         # protocol 0 and 1 have no PROTO opcode: a head that walks as a pickle (to its STOP, or naming a
         # global, or through all its bytes) is one
         w = walk(BytesSource(head), "head", 0)

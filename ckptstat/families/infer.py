@@ -25,16 +25,21 @@ _TF_SPELLINGS = [
     (re.compile(r"(^|\.)gamma$"), r"\1weight"),                      # Keras / google-research LayerNorm scale
     (re.compile(r"(^|\.)beta$"), r"\1bias"),                         # ... and offset
     (re.compile(r"\.embeddings$"), ".weight"),                       # Keras Embedding; HF TF position/token_type_embeddings
-    (re.compile(r"_embeddings$"), "_embeddings.weight"),              # google-research BERT: bert/embeddings/word_embeddings
+    (_TF1_TABLE := re.compile(r"_embeddings$"), "_embeddings.weight"),   # google-research BERT: bert/embeddings/word_embeddings
     (re.compile(r"(^|\.)output_weights$"), r"\1weight"),             # google-research cls/seq_relationship/output_weights
     (re.compile(r"(^|\.)output_bias$"), r"\1bias"),                  # google-research cls/predictions/output_bias
+    # Flax linen (transformers' PyTorch <-> Flax converter, modeling_flax_pytorch_utils.rename_key_and_reshape_tensor):
+    # nn.Embed's `embedding`, a norm's `scale` (only under a norm: HQQ stores a `q_proj.scale` of its own); a
+    # `kernel` is the Keras rule above, its shape turned by the reader's extra["layout"] (formats/flax_msgpack.py)
+    (re.compile(r"(^|\.)embedding$"), r"\1weight"),
+    (re.compile(r"(?i)((?:^|\.)[^.]*(?:norm|ln)[^.]*)\.scale$"), r"\1.weight"),
 ]
 
 
 # A literal every match of a _TF_SPELLINGS rule contains (tests/test_quick_path.py checks each rule has
 # one): a name with none of them (every PyTorch name) skips the rewrites. Literals, not the rules
 # themselves: Python's re tries each alternative at every position, 10x slower (docs/performance.md).
-_TF_LITERALS = ("tf", "layer_", "kernel", "gamma", "beta", "embeddings", "output_weights", "output_bias")
+_TF_LITERALS = ("tf", "layer_", "kernel", "gamma", "beta", "embeddings", "output_weights", "output_bias", "embedding", "scale")
 _ANY_TF_LITERAL = re.compile("|".join(_TF_LITERALS))
 
 
@@ -54,6 +59,8 @@ def canonical_name(name: str) -> str:
         parts = n.split(".")
         n = ".".join([p.rsplit("___", 1)[-1] for p in parts[:-1]] + parts[-1:])
     for rx, repl in _TF_SPELLINGS:
+        if rx is _TF1_TABLE and "/" not in name:
+            continue   # a TF1 variable path only: in a `.`-joined (Flax) name a bare `*_embeddings` is a parameter (ViT's)
         n = rx.sub(repl, n)
     return n
 

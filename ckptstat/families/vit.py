@@ -129,7 +129,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 FAMILY = Family(
     name="vit",
     model_types=("vit",),
-    signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.weight$",
+    signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.(weight|kernel)$",   # kernel: Flax (docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),),

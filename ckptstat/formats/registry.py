@@ -45,12 +45,15 @@ class Format:
     extensions: tuple[str, ...] = ()
     # Checks every checksum the format stores (raises CorruptCheckpointError); returns lines for notes.
     verify: Callable[[Checkpoint], list[str]] | None = None
+    # A tensor's name as the reader spells it, from its spelling in a *.index.json weight_map (None: the same)
+    index_name: Callable[[str], str] | None = None
 
 
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
 _MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
-            "onnx_model", "numpy_npy", "keras_zip", "saved_model"]
+            "onnx_model", "numpy_npy", "keras_zip", "saved_model",
+            "flax_msgpack"]   # last: msgpack has no magic (formats/flax_msgpack.py accept)
 _loaded = False
 
 
@@ -108,6 +111,8 @@ FOLDER_CANDIDATES = [
     "model.onnx",          # an Optimum / transformers.js ONNX export
     *folders.ADAPTER_WEIGHTS,     # a PEFT adapter (formats/folders.py)
     *folders.DIFFUSERS_WEIGHTS,   # a diffusers model, e.g. one component of a pipeline
+    "flax_model.msgpack.index.json",   # Flax (transformers' FLAX_WEIGHTS_*): only when no other weights file is there
+    "flax_model.msgpack",
 ]
 
 
@@ -119,7 +124,7 @@ def resolve_folder(folder: str) -> str:
         if name in listing if listing is not None else os.path.isfile(p):
             return p
     for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf",
-                   ".onnx", ".keras", ".npz"):
+                   ".onnx", ".keras", ".npz", ".msgpack"):
         found = sorted(f for f in (os.listdir(folder) if listing is None else listing) if f.endswith(suffix))
         if len(found) > 1 and suffix == ".gguf":   # a GGUF split set has no index: its shards find each other by name
             from .gguf_split import pick_shard
@@ -172,6 +177,8 @@ def _open_index(path: str) -> Checkpoint:
         check_inside(shard_path, "shard", path)
         regular(shard_path, "shard")
         part = _open_file(shard_path)
+        spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
+        names = [spell(n) for n in names] if spell else names
         missing = [n for n in names if n not in part.tensors]
         if missing:
             raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, "
@@ -199,7 +206,7 @@ def _open_index(path: str) -> Checkpoint:
 # Formats whose readers take every byte through the core entry points (open_regular, file_size, pread), so
 # that a URL reads as a file does (docs/remote.md); the others (h5py, TF bundles, ONNX, numpy and Keras zips)
 # read local files only.
-REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)"})
+REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)", "flax (msgpack)"})
 
 
 def _open_file(path: str) -> Checkpoint:
