@@ -284,3 +284,14 @@ def test_lazy_detection_picks_what_the_full_registry_picks():
     r = subprocess.run([sys.executable, "-c", code, *paths], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("True"), r.stdout
+
+
+def test_format_order_does_not_depend_on_what_imports_a_reader_first():
+    # analysis/scan.py imports numpy_npy's and torch's helpers, so their formats may register before safetensors':
+    # the registry keeps _MODULES order all the same (the first format that accepts a file is always the same)
+    code = ("import sys\nif sys.argv[1] == 'scan': import ckptstat.analysis.scan\n"
+            "from ckptstat.formats import registry\nlist(registry._formats_in_order())\n"
+            "print([f.name for f in registry.FORMATS])")
+    orders = {subprocess.run([sys.executable, "-c", code, first], capture_output=True, text=True, check=True,
+                             timeout=120).stdout for first in ("scan", "registry")}
+    assert len(orders) == 1 and "safetensors" in orders.pop()

@@ -57,8 +57,20 @@ _MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
 _loaded = False
 
 
+def _rank(fmt: Format) -> int:
+    """The place in _MODULES of the reader module that defines fmt (after them all: a format registered from
+    elsewhere, a test's)."""
+    home = fmt.accept.__module__.removeprefix(f"{__package__}.").split(".")[0]
+    return _MODULES.index(home) if home in _MODULES else len(_MODULES)
+
+
 def register(fmt: Format) -> None:
-    FORMATS.append(fmt)
+    # in _MODULES order whatever imports a reader module first (analysis/scan.py imports numpy_npy's and torch's
+    # helpers, so they may register before safetensors): the first format that accepts a file never depends on it
+    i = len(FORMATS)
+    while i and _rank(FORMATS[i - 1]) > _rank(fmt):
+        i -= 1
+    FORMATS.insert(i, fmt)
 
 
 def _load_all() -> None:
@@ -73,13 +85,10 @@ def _formats_in_order() -> Iterator[Format]:
     """FORMATS in registry order, importing reader modules only as far as the caller reads: a
     safetensors file loads the safetensors reader alone (start-up time, docs/performance.md). The
     order, and so the first format that accepts, is the same as with every module loaded."""
-    i = 0
-    for name in (*_MODULES, None):
-        while i < len(FORMATS):
-            yield FORMATS[i]
-            i += 1
-        if name is not None:
-            importlib.import_module(f"{__package__}.{name}")
+    for rank, name in enumerate(_MODULES):
+        importlib.import_module(f"{__package__}.{name}")   # (a no-op once imported)
+        yield from [f for f in FORMATS if _rank(f) == rank]
+    yield from [f for f in FORMATS if _rank(f) == len(_MODULES)]
 
 
 def detect(path: str) -> Format:
