@@ -188,6 +188,13 @@ def test_scan_of_a_folder_does_not_take_flax_for_a_pickle():
     assert pickle_bearing(fixture("torch", "dtypes-legacy.pt"))
 
 
+def test_scan_of_a_flax_file_says_it_holds_no_pickle(cli):
+    # as for a safetensors file (exit 2, one line): not "UNSAFE" for the EXT opcode its first map marker reads as
+    for rel in EXPECTED["files"]:
+        rc, out, err = cli("scan", fixture("flax", rel))
+        assert (rc, out) == (2, "") and "no pickle to scan: a Flax msgpack checkpoint" in err and err.count("\n") == 1
+
+
 def test_detected_by_content_not_name(tmp_path):
     p = tmp_path / "weights.bin"
     shutil.copy(fixture("flax", "t5", "flax_model.msgpack"), p)

@@ -188,4 +188,9 @@ def scan_local(path: str) -> dict[str, Any]:
         other = scan_other(path)
         if other is not None:
             return other
+        with open(path, "rb") as f:
+            head = f.read(_HEAD)
+        if looks_like_flax(head, whole=len(head) < _HEAD):   # as pickle_bearing decides for a folder's files
+            raise CheckpointError(path, "no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads "
+                                        "with msgpack, never pickle (docs/flax.md)")
     return scan_file(path)
