@@ -72,7 +72,18 @@ ROLE_RULES = _rules([
     # Keras BatchNormalization moving statistics (Keras 2, HF TF, TF1 batch_norm); Keras 3: _KERAS3_BN_STAT
     (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
     (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
+    # Ernie 4.5 MoE keeps its router correction bias as nn.Parameter(requires_grad=False): parameters() counts it
+    (r"(^|\.)moe_statics\.e_score_correction_bias$", "parameter"),
     (r"(^|\.)e_score_correction_bias$", "buffer"),                                   # DeepSeek-V3 router: register_buffer
+    # I-BERT (transformers models/ibert/quant_modules.py): QuantEmbedding/QuantLinear's integer copies and
+    # scaling factors, QuantAct's running range, IntLayerNorm's shift are registered buffers
+    (r"(^|\.)(weight_integer|bias_integer|weight_scaling_factor|fc_scaling_factor|act_scaling_factor|x_min|x_max)$",
+     "buffer"),
+    (r"(^|\.)LayerNorm\.shift$", "buffer"),
+    (r"(^|\.)self_attn\.(slope_rate|query_decay|key_decay|diagonal_decay)$", "buffer"),   # MiniMax lightning attention
+    # SAM, SAM-HQ, SAM2, EdgeTAM: SamPositionalEmbedding's random Fourier features (the prompt encoder's view too)
+    (r"(^|\.)(shared_image_embedding|shared_embedding)\.positional_embedding$", "buffer"),
+    (r"(^|\.)pos_idx_to_embed$", "buffer"),                                          # Florence-2 sinusoidal table
     (r"^blk\.\d+\.exp_probs_b\.bias$", "buffer"),                                    # ...the same in GGUF (deepseek2)
     (r"(^|\.)attn\.masked_bias$", "buffer"),                                          # GPT-2 (older transformers)
     (r"\.OBJECT_GRAPH|_CHECKPOINTABLE_OBJECT_GRAPH", "counter"),                      # TF2 object graph (training state)
@@ -368,12 +379,40 @@ STRUCTURAL_TIE_RULES = [
     # ...and GGUF T5, whose decoder's final norm is dec.output_norm (llama-model.cpp LLM_ARCH_T5, the same fallback)
     (re.compile(r"^dec\.output_norm\.weight$"), ("dec.output_norm", "output"), re.compile(r"^token_embd\.weight$"),
      "GGUF T5 without output.weight: llama.cpp uses token_embd.weight as the output projection"),
+    # transformers' PyTorch MLM heads always hold a decoder Linear (BertLMPredictionHead: cls.predictions.decoder,
+    # RobertaLMHead and its copies: lm_head.decoder) whose bias is the head's `bias`; save_pretrained drops the
+    # decoder's weight only as the tied copy of the word embeddings, and its bias as the head's. So a head
+    # stored without them ties them, whichever model copied the head (RoFormer, MegatronBERT, MPNet, ...).
+    (re.compile(r"(^|\.)cls\.predictions\.bias$"), ("bias", "decoder.weight"),
+     re.compile(r"(^|\.)embeddings\.word_embeddings\.weight$"),
+     "BERT-style MLM head saved without its decoder weight: the word-embedding table (save_pretrained drops tied copies)"),
+    (re.compile(r"(^|\.)cls\.predictions\.bias$"), ("bias", "decoder.bias"), re.compile(r"(^|\.)cls\.predictions\.bias$"),
+     "BERT-style MLM head saved without its decoder bias: the head's bias"),
+    (re.compile(r"(^|\.)lm_head\.dense\.weight$"), ("dense.weight", "decoder.weight"),
+     re.compile(r"(^|\.)embeddings\.word_embeddings\.weight$"),
+     "RoBERTa-style MLM head saved without its decoder weight: the word-embedding table (save_pretrained drops tied copies)"),
+    (re.compile(r"(^|\.)lm_head\.dense\.weight$"), ("dense.weight", "decoder.bias"), re.compile(r"(^|\.)lm_head\.bias$"),
+     "RoBERTa-style MLM head saved without its decoder bias: the head's bias"),
+    # BART-style LM heads (BART, Pegasus, Marian, BlenderBot, PLBart, MVP, LED, BigBirdPegasus): the buffer
+    # final_logits_bias beside an lm_head that save_pretrained dropped as the tied copy of `shared`
+    (re.compile(r"(^|\.)final_logits_bias$"), ("final_logits_bias", "lm_head.weight"), re.compile(r"(^|\.)shared\.weight$"),
+     "BART-style LM head saved without its weight: the shared embedding (save_pretrained drops tied copies)"),
+]
+# transformers' encoder-decoders with a `shared` embedding (BART, T5 and their copies: Pegasus, Marian, M2M-100,
+# NLLB-MoE, LED, LongT5, UMT5, SwitchTransformers, ...) build each stack's embed_tokens as that module;
+# save_pretrained stores `shared` alone. As STRUCTURAL_TIE_RULES, plus the module the model must hold beside
+# the present name for the absent one to exist (T5EncoderModel has no decoder, so no decoder.embed_tokens).
+STACK_TIE_RULES = [
+    (re.compile(r"(^|\.)shared\.weight$"), ("shared.weight", f"{stack}.embed_tokens.weight"), f"{stack}.",
+     f"encoder-decoder saved without its {stack}'s embed_tokens: the shared embedding (save_pretrained drops tied copies)")
+    for stack in ("encoder", "decoder")
 ]
 
 
 # A literal every STRUCTURAL_TIE_RULES `present` match contains in the raw name too (normalize creates
 # none; tests/test_quick_path.py checks): a checkpoint whose names hold none skips the rules.
-_STRUCTURAL_LITERALS = ("output_bias", "mlm___cls", "output_norm")
+_STRUCTURAL_LITERALS = ("output_bias", "mlm___cls", "output_norm", "cls.predictions.bias", "lm_head.dense.weight",
+                        "final_logits_bias", "shared.weight")
 
 
 def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
@@ -386,7 +425,10 @@ def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
     norm = {normalize(n): n for n in names}
     joined = "\n".join(norm)   # a rule no name matches is ruled out by one search over all names
     out = []
-    for present, (old, new), tied, evidence in STRUCTURAL_TIE_RULES:
+    rules: list[tuple[re.Pattern[str], tuple[str, str], str | None, re.Pattern[str], str]]
+    rules = [(p, sub, None, tied, e) for p, sub, tied, e in STRUCTURAL_TIE_RULES]
+    rules += [(p, sub, module, p, e) for p, sub, module, e in STACK_TIE_RULES]
+    for present, (old, new), module, tied, evidence in rules:
         # re.M: ^ and $ at each name's ends; the rules hold no lookaround, so no name's match is missed
         if not re.search(present.pattern, joined, re.M):
             continue
@@ -395,7 +437,7 @@ def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
                 continue
             cut = n.rfind(old)
             absent = n[:cut] + new + n[cut + len(old):] if cut >= 0 else n + "/" + new
-            if normalize(absent) in norm:
+            if normalize(absent) in norm or (module is not None and not any(o.startswith(n[:cut] + module) for o in names)):
                 continue
             target = next((orig for nn, orig in norm.items() if tied.search(nn)), None)
             if target is not None:

@@ -151,8 +151,8 @@ def test_every_tf_spelling_rule_has_a_literal():
 
 
 def test_every_structural_tie_rule_has_a_literal():
-    from ckptstat.naming import _STRUCTURAL_LITERALS, STRUCTURAL_TIE_RULES
-    for present, *_ in STRUCTURAL_TIE_RULES:
+    from ckptstat.naming import _STRUCTURAL_LITERALS, STACK_TIE_RULES, STRUCTURAL_TIE_RULES
+    for present, *_ in [*STRUCTURAL_TIE_RULES, *STACK_TIE_RULES]:
         assert any(lit in present.pattern.replace("\\", "") for lit in _STRUCTURAL_LITERALS), present.pattern
 
 

@@ -154,7 +154,9 @@ FAMILY = Family(
     # lm_head.weight follows tie_word_embeddings
     tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
                TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
-               TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",))),
+               TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",)),
+               # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
+               TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",))),
     position_offset={"bart": OFFSET, "mbart": OFFSET},
     encoder_decoder=True,
     kv_cache=kv_cache,

@@ -47,6 +47,15 @@ class HeadRule:
     otherwise: str | None = None
 
 
+# Task heads of decoder-only models, tried before a family's "body prefix -> lm" rule: transformers'
+# *ForSequenceClassification `score`, *ForTokenClassification `score` (LLaMA-likes) or `classifier` (GPT-2,
+# Falcon, GPT-NeoX), *ForQuestionAnswering `qa_outputs`, all at the top level beside the body. These models
+# have no LM head, so the LM-head tie never applies. A token classifier named `score` cannot be told from a
+# sequence classifier by its names: both are resolved "seqcls" (the counts and ties are the same).
+TASK_HEAD_RULES = (HeadRule(r"^score\.weight$", "seqcls"), HeadRule(r"^classifier\.weight$", "tokcls"),
+                   HeadRule(r"^qa_outputs\.weight$", "qa"))
+
+
 @dataclass(frozen=True)
 class TieRule:
     alias: str      # the name that is the same tensor as `target`, as its model names it

@@ -151,8 +151,9 @@ FAMILY = Family(
         TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config", heads=_MLM),        # RoBERTa
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
         TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
-        # ELECTRA: only ElectraForMaskedLM has the generator head (ElectraForPreTraining is the discriminator)
-        TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config", heads=("mlm",)),
+        # ELECTRA: ElectraForMaskedLM and ElectraForCausalLM have the generator head (ElectraForPreTraining is
+        # the discriminator)
+        TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config", heads=("mlm", "lm")),
     ),
     # RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens

@@ -144,7 +144,9 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, state_size=8, conv_kernel=3, 
 
 FAMILY = Family(
     name="mamba",
-    model_types=("mamba",),
+    # FalconMamba (modeling_falcon_mamba.py): Mamba's config, names and parameters; its extra RMS norms of
+    # B, C and dt hold no weights and no matmul
+    model_types=("mamba", "falcon_mamba"),
     signature=r"(^|[./])layers[./]\d+[./]mixer[./]x_proj[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
@@ -160,5 +162,6 @@ FAMILY = Family(
         Sample("MambaConfig", _SIZES, ("MambaForCausalLM", "MambaModel")),
         Sample("MambaConfig", dict(_SIZES, tie_word_embeddings=False, use_bias=True, use_conv_bias=False,
                                    time_step_rank="auto"), ("MambaForCausalLM",)),
+        Sample("FalconMambaConfig", _SIZES, ("FalconMambaForCausalLM", "FalconMambaModel")),
     ),
 )

@@ -191,13 +191,20 @@ FAMILY = Family(
     signature=r"(^|[./])(encoder|decoder)[./]block[./]\d+[./]layer[./]\d+[./](SelfAttention|EncDecAttention)",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "encoder-only"),
-    head_rules=(HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm"),),
+    # T5ForConditionalGeneration's torch.save state_dict keeps lm_head (tied or not); a safetensors save drops
+    # the tied lm_head and decoder.embed_tokens, so decoder blocks show the LM head unless the file keeps
+    # decoder.embed_tokens without lm_head: then it is T5Model's state_dict. Task heads: T5ForSequence-
+    # Classification `classification_head`, T5ForTokenClassification `classifier`, T5ForQuestionAnswering `qa_outputs`.
+    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),
+                HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
+                HeadRule(r"^classifier\.weight$", "tokcls"), HeadRule(r"^qa_outputs\.weight$", "qa"),
+                HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm", unless=r"(^|\.)decoder\.embed_tokens\.weight$", otherwise="base")),
     no_head="encoder-only",
     default_head="lm",
-    # T5EncoderModel ties only the encoder's embed_tokens; only T5ForConditionalGeneration has lm_head
-    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True,
-                       heads=("base", "lm", "encoder-only")),
-               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True, heads=("base", "lm")),
+    # every head ties the embed_tokens of the stacks it has (T5EncoderModel and T5ForTokenClassification only
+    # the encoder's: `heads=()` asks the file for the stack's module); only T5ForConditionalGeneration has lm_head
+    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
+               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
                TieRule("lm_head.weight", "shared.weight", "config", heads=("lm",))),
     encoder_decoder=True,
     kv_cache=kv_cache,

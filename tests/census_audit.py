@@ -1,0 +1,408 @@
+"""Audit ckptstat's counts on tiny transformers models of every architecture the installed transformers
+maps (docs/ties.md, "The wide audit"). Runnable by hand:
+
+    python tests/census_audit.py                      # base models and the common heads
+    python tests/census_audit.py --mappings all       # every MODEL_*_MAPPING_NAMES
+    python tests/census_audit.py --only llama,bert    # some model types
+    python tests/census_audit.py --json /tmp/audit.json
+
+For each (config class, model class) of transformers' auto mappings: a tiny config (`tiny_config`: every
+size-like attribute shrunk, nested sub-configs likewise), the model built on CPU under a time budget
+(`--fork`: each in a forked child; skipped, with the reason, when it fails, is slow or stays large), saved by
+`save_pretrained` (safetensors) and by `torch.save(state_dict)`, and ckptstat's unique parameter count,
+buffer elements, tie groups and family compared with the model object's own. tests/test_real_saves_wide.py
+runs the same comparison on a fixed set of architectures that build fast.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+from typing import Any
+
+HIDDEN, FFN, SMALL = 16, 24, 8
+# name -> (largest value kept); a value is only ever shrunk, never grown
+INT_RULES: list[tuple[re.Pattern[str], int]] = [(re.compile(p), v) for p, v in [
+    (r"^(hidden_size|d_model|n_embd|n_embed|embed_dim|dim|word_embed_proj_dim|d_embed|embedding_dim|text_embed_dim"
+     r"|vision_embed_dim|hidden_dim_model|model_dim|width)$", HIDDEN),
+    (r"^(intermediate_size|ffn_dim|encoder_ffn_dim|decoder_ffn_dim|d_ff|n_inner|hidden_dim|moe_intermediate_size"
+     r"|shared_expert_intermediate_size|d_inner|ffn_hidden_size|decoder_intermediate_size|expert_intermediate_size"
+     r"|intermediate_size_mlp|feed_forward_proj_dim|encoder_intermediate_size|mlp_dim|ff_dim|dense_dim"
+     r"|time_step_rank|linear_units|ssm_intermediate_size)$", FFN),
+    (r"^(num_hidden_layers|num_layers|n_layer|n_layers|encoder_layers|decoder_layers|num_decoder_layers"
+     r"|num_encoder_layers|decoder_num_layers|encoder_num_layers|num_text_layers|num_vision_layers|depth"
+     r"|num_blocks|num_hidden_groups_layers|n_blocks|num_stacks)$", 2),
+    (r"^(num_attention_heads|n_head|n_heads|num_heads|encoder_attention_heads|decoder_attention_heads"
+     r"|decoder_num_attention_heads|encoder_num_attention_heads|num_query_heads|attention_heads)$", 2),
+    (r"^(num_key_value_heads|n_kv_heads|num_kv_heads|multi_query_group_num|num_kv_groups)$", 1),
+    (r"^vocab_size$", 97),
+    (r"^(head_dim|d_kv|kv_channels|qk_rope_head_dim|qk_nope_head_dim|v_head_dim|attention_head_size|d_head"
+     r"|kv_lora_rank|q_lora_rank|attention_head_dim|dim_head|key_value_proj_dim)$", SMALL),
+    (r"^(max_position_embeddings|n_positions|max_source_positions|max_target_positions|n_ctx|max_seq_len"
+     r"|max_sequence_length|seq_length|max_length_positions)$", 64),
+    (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_experts_total|n_experts)$", 3),
+    (r"^(num_experts_per_tok|moe_topk|num_selected_experts|moe_k|num_experts_per_token)$", 2),
+    (r"^(n_shared_experts|num_shared_experts|n_group|topk_group)$", 1),
+    (r"^(embedding_size|projection_dim|proj_dim|codevector_dim|proj_codevector_dim|classifier_proj_size"
+     r"|xvector_output_dim|num_codevectors_per_group|output_hidden_size|adapter_size|bottleneck_dim"
+     r"|lora_rank|num_conv_pos_embeddings|mm_hidden_size|state_size|d_state|ssm_state_size)$", SMALL),
+    (r"^(num_conv_pos_embedding_groups)$", 2),
+    (r"^(num_labels)$", 3),
+]]
+# generic fallback: an int attribute named like a width, larger than this, is shrunk to HIDDEN
+WIDTH_NAME = re.compile(r"(dim|hidden|_size|channels|units|features|width)s?$")
+KEEP = re.compile(r"^(image_size|patch_size|num_channels|num_mel_bins|sampling_rate|max_length|min_length|hop_length"
+                  r"|sliding_window|window_size|chunk_size|n_fft|win_length|sample_rate|audio_channels|spatial_merge_size"
+                  r"|temporal_patch_size|input_size|feature_size|conv_kernel|kernel_size|stride|num_frames|tubelet_size"
+                  r"|.*_token_id|.*_token_index|.*_id|.*_ids|.*_idx|.*_index|.*_len|type_vocab_size|num_buckets"
+                  r"|relative_attention_num_buckets|relative_attention_max_distance|max_relative_positions|.*_stride"
+                  r"|.*_kernel.*|.*image_size.*|.*patch_size.*|.*_ratio.*|.*rope.*|.*_theta|.*_factor|block_size"
+                  r"|attention_window|local_attention|axial_pos_.*|.*bins|mel_.*|.*_frames)$")
+LIST_WIDTHS = re.compile(r"^(hidden_sizes|embed_dims|conv_dim|neck_hidden_sizes|embed_dim|dims|channels|widths"
+                         r"|encoder_hidden_sizes|hidden_dims|block_out_channels|out_channels|tdnn_dim)$")
+LIST_ONES = re.compile(r"^(depths|num_layers|layers|num_blocks|encoder_layers|block_layers|num_hidden_layers)$")
+LIST_HEADS = re.compile(r"^(num_heads|num_attention_heads|heads|attention_heads|encoder_attention_heads)$")
+
+
+def _small_token(key: str, value: Any, used: list[int]) -> Any:
+    """Token ids at or past the small vocabulary move inside it (pad 0, bos 1, eos 2, others from 96 down)."""
+    if isinstance(value, list):
+        return [_small_token(key, v, used) for v in value]
+    if not isinstance(value, int) or isinstance(value, bool) or value < 97:
+        return value
+    fixed = {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "decoder_start_token_id": 1}
+    if key in fixed:
+        return fixed[key]
+    used.append(96 - len(used))
+    return used[-1]
+
+
+def shrink(cfg: Any, used: list[int] | None = None) -> dict[str, Any]:
+    """The overrides that make `cfg` (a PretrainedConfig instance of defaults) tiny: {key: value}, with a
+    nested sub-config given as a dict of its own overrides plus its model_type."""
+    from transformers import PretrainedConfig
+
+    used = [] if used is None else used
+    out: dict[str, Any] = {}
+    for key, value in vars(cfg).items():
+        if key.startswith("_") or key in ("architectures", "transformers_version", "torch_dtype", "dtype"):
+            continue
+        if isinstance(value, PretrainedConfig):
+            sub = shrink(value, used)
+            out[key] = {"model_type": value.model_type, **sub} if getattr(value, "model_type", "") else sub
+            continue
+        if isinstance(value, dict) and key.endswith("_config") and value:
+            try:   # a sub-config kept as a dict (model_type names its class)
+                from transformers import AutoConfig
+                sub_cfg = AutoConfig.for_model(**value) if "model_type" in value else None
+            except Exception:
+                sub_cfg = None
+            if sub_cfg is not None:
+                out[key] = {**value, **shrink(sub_cfg, used)}
+            continue
+        if key.endswith(("_token_id", "_token_index", "token_id")):
+            new = _small_token(key, value, used)
+            if new != value:
+                out[key] = new
+            continue
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            new = _int_rule(key, value)
+            if new is not None and new < value:
+                out[key] = new
+        elif isinstance(value, (list, tuple)) and value and all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+            if LIST_WIDTHS.match(key):
+                out[key] = [min(v, HIDDEN * 2 ** i) for i, v in enumerate(value)]
+            elif LIST_ONES.match(key):
+                out[key] = [1 for _ in value]
+            elif LIST_HEADS.match(key):
+                out[key] = [min(v, 2) for v in value]
+    return out
+
+
+def _int_rule(key: str, value: int) -> int | None:
+    for pattern, limit in INT_RULES:
+        if pattern.match(key):
+            return limit
+    if WIDTH_NAME.search(key) and not KEEP.match(key) and value > 64:
+        return HIDDEN
+    return None
+
+
+def tiny_config(cfg_cls: Any) -> Any:
+    """A tiny instance of a transformers config class (class defaults, every size-like attribute shrunk)."""
+    over = shrink(cfg_cls())
+    try:
+        return cfg_cls(**over)
+    except Exception:   # some composite configs take their sub-configs as objects, not dicts
+        from transformers import AutoConfig
+        fixed = {k: (AutoConfig.for_model(**v) if isinstance(v, dict) and "model_type" in v else v) for k, v in over.items()}
+        return cfg_cls(**fixed)
+
+
+def model_oracle(model: Any) -> dict[str, Any]:
+    """What the model object says: unique parameters, persistent buffer elements, tie groups."""
+    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
+    # a buffer one module registers under two names (SAM's positional_embedding) is one storage, counted once
+    buffers = {(b.data_ptr(), tuple(b.shape), b.stride()): b.numel() for n, b in model.state_dict().items()
+               if n not in params and b.numel()}
+    return {"params": sum(p.numel() for p in model.parameters()), "buffers": sum(buffers.values()),
+            "ties": state_dict_ties(model)}
+
+
+def state_dict_ties(model: Any) -> set[frozenset[str]]:
+    """Names of the state_dict over one storage and view: tied parameters (as test_real_saves'
+    _tie_groups_of_model finds them) and persistent buffers one module registers under two names."""
+    by_view: dict[tuple[int, tuple[int, ...], tuple[int, ...]], set[str]] = {}
+    for name, t in model.state_dict().items():
+        if t.numel():
+            by_view.setdefault((t.data_ptr(), tuple(t.shape), t.stride()), set()).add(name)
+    return {frozenset(g) for g in by_view.values() if len(g) > 1}
+
+
+def reported(path: str) -> dict[str, Any]:
+    """What ckptstat says about a save: unique parameters, buffer elements, tie groups, family, model."""
+    from ckptstat import open_checkpoint, summarize
+    from ckptstat.census.ties import find_ties
+
+    r = summarize(open_checkpoint(path))
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    for t in find_ties(open_checkpoint(path)):
+        parent.setdefault(t.alias, t.alias)
+        parent.setdefault(t.target, t.target)
+        parent[root(t.alias)] = root(t.target)
+    groups: dict[str, set[str]] = {}
+    for n in parent:
+        groups.setdefault(root(n), set()).add(n)
+    roles = {row["role"]: row["elements"] for row in r["non_parameters"]}
+    return {"params": r["parameters"]["unique"], "buffers": roles.get("buffer", 0),
+            "other_roles": {k: v for k, v in roles.items() if k != "buffer"},
+            "ties": {frozenset(g) for g in groups.values()},
+            "family": r["resolved"]["family"], "model": r["resolved"]["model"]}
+
+
+def save_both(model: Any, root: str) -> dict[str, str]:
+    import torch
+
+    folder = os.path.join(root, "hf")
+    model.save_pretrained(folder)
+    sd = os.path.join(root, "sd")
+    os.makedirs(sd)
+    torch.save(model.state_dict(), os.path.join(sd, "pytorch_model.bin"))
+    return {"save_pretrained": folder, "torch.save": sd}
+
+
+def compare(oracle: dict[str, Any], got: dict[str, Any]) -> list[str]:
+    bad = []
+    if got["params"] != oracle["params"]:
+        bad.append(f"params {got['params']} != {oracle['params']}")
+    if got["buffers"] != oracle["buffers"]:
+        bad.append(f"buffers {got['buffers']} != {oracle['buffers']} (other roles {got['other_roles']})")
+    if got["ties"] != oracle["ties"]:
+        false = [sorted(g) for g in got["ties"] - oracle["ties"]]
+        missed = [sorted(g) for g in oracle["ties"] - got["ties"]]
+        bad.append(f"ties: reported-not-real {false} real-not-reported {missed}")
+    return bad
+
+
+def expected_families(model_type: str, config_class: str) -> tuple[str | None, str | None]:
+    """(the family config.json's model_type names, the family its tensor names are found as): None for an
+    unregistered model type; a family's Sample may say its names are another's (OLMo's are LLaMA's)."""
+    from ckptstat.families import MODEL_TYPES, get
+
+    name = MODEL_TYPES.get(model_type)
+    if name is None:
+        return None, None
+    f = get(name)
+    return name, next((s.detected_as for s in f.samples if s.config == config_class and s.detected_as), name)
+
+
+MAX_PARAMS = 5_000_000
+
+
+def audit_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
+    import torch
+    import transformers as T
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    cfg_cls = getattr(T, CONFIG_MAPPING_NAMES[model_type])
+    model_cls = getattr(T, cls_name)
+    cfg = tiny_config(cfg_cls)
+    with torch.device("meta"):
+        n = sum(p.numel() for p in model_cls(cfg).parameters())
+    if n > MAX_PARAMS:
+        return {"status": "skipped", "why": f"still {n:,} parameters after shrinking"}
+    torch.manual_seed(0)
+    model = model_cls(cfg).eval()
+    oracle = model_oracle(model)
+    paths = save_both(model, workdir)
+    out: dict[str, Any] = {"status": "built", "params": oracle["params"], "buffers": oracle["buffers"],
+                           "ties": len(oracle["ties"]), "mismatch": {}}
+    # the saved config's model_type (code_llama and gpt-sw3 write LlamaConfig's and GPT2Config's)
+    expected, by_names = expected_families(cfg.model_type, type(cfg).__name__)
+    for variant, path in paths.items():
+        got = reported(path)
+        out[f"family ({variant})"], out[f"model ({variant})"] = got["family"], got["model"]
+        bad = compare(oracle, got)
+        if bad:
+            out["mismatch"][variant] = bad
+    # with config.json the family is the model_type's (None, or the generic decoder, when unmodelled)
+    fam = out["family (save_pretrained)"]
+    if fam not in (expected, "generic" if expected is None else expected):
+        out["mismatch"]["family"] = [f"family {fam} from config.json for model_type {model_type} (modelled: {expected})"]
+    # names only (torch.save): a modelled type must be found as its family; an unmodelled one found as a
+    # modelled family is a names-only guess, listed apart (its counts are still checked)
+    fam = out["family (torch.save)"]
+    if expected is not None and fam != by_names:
+        out["mismatch"]["family"] = [f"family {fam} from tensor names for model_type {model_type} (modelled: {expected})"]
+    elif expected is None and fam is not None:
+        out["names_guess"] = fam
+    return out
+
+
+class _Overrun(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Overrun()
+
+
+def _run_here(model_type: str, cls_name: str, budget: float) -> dict[str, Any]:
+    """audit_one in this process (about 10x less CPU than a fork a model: transformers' modules stay
+    imported), stopped by SIGALRM after `budget` seconds."""
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.alarm(max(int(budget), 1))
+    try:
+        with tempfile.TemporaryDirectory() as d:
+            return audit_one(model_type, cls_name, d)
+    except _Overrun:
+        return {"status": "skipped", "why": f"over the {budget:.0f} s budget"}
+    except Exception as e:   # noqa: BLE001 - recorded as the reason for skipping
+        return {"status": "skipped", "why": _reason(e)}
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _reason(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}{where}"
+
+
+def _run_forked(model_type: str, cls_name: str, budget: float) -> dict[str, Any]:
+    """audit_one in a forked child (memory, crashes and hangs stay there), killed after `budget` seconds."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:   # child
+        os.close(r)
+        signal.alarm(int(budget) + 1)
+        try:
+            with tempfile.TemporaryDirectory() as d:
+                res = audit_one(model_type, cls_name, d)
+        except BaseException as e:   # noqa: BLE001 - recorded as the reason for skipping
+            res = {"status": "skipped", "why": _reason(e)}
+        with os.fdopen(w, "w") as f:
+            f.write(json.dumps(res, default=str))
+        os._exit(0)
+    os.close(w)
+    deadline = time.monotonic() + budget + 5
+    chunks = []
+    with os.fdopen(r) as f:
+        import select
+        while True:
+            left = deadline - time.monotonic()
+            ready, _, _ = select.select([f], [], [], max(left, 0))
+            if not ready:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return {"status": "skipped", "why": f"over the {budget:.0f} s budget"}
+            data = f.read()
+            chunks.append(data)
+            break
+    _, st = os.waitpid(pid, 0)
+    text = "".join(chunks)
+    if not text:
+        return {"status": "skipped", "why": f"child died (status {st})"}
+    return dict(json.loads(text))
+
+
+DEFAULT_MAPPINGS = ["MODEL_MAPPING_NAMES", "MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+                    "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES",
+                    "MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES",
+                    "MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_PRETRAINING_MAPPING_NAMES",
+                    "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING_NAMES", "MODEL_FOR_CTC_MAPPING_NAMES",
+                    "MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES"]
+
+
+def pairs(mappings: list[str], only: set[str] | None) -> list[tuple[str, str]]:
+    import transformers.models.auto.modeling_auto as auto
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    if mappings == ["all"]:
+        mappings = sorted(n for n in dir(auto) if n.startswith("MODEL_") and n.endswith("_MAPPING_NAMES"))
+    seen: dict[tuple[str, str], None] = {}
+    for m in mappings:
+        for model_type, names in getattr(auto, m).items():
+            if model_type not in CONFIG_MAPPING_NAMES or (only and model_type not in only):
+                continue
+            for name in (names,) if isinstance(names, str) else names:
+                seen[(model_type, name)] = None
+    return list(seen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mappings", default=",".join(DEFAULT_MAPPINGS), help="comma-separated names, or 'all'")
+    ap.add_argument("--only", default="", help="comma-separated model types")
+    ap.add_argument("--budget", type=float, default=60.0, help="seconds per model (build, save, read)")
+    ap.add_argument("--json", default="", help="write every row here")
+    ap.add_argument("--fork", action="store_true", help="each model in a forked child (isolates crashes and memory; slower)")
+    args = ap.parse_args(argv)
+    os.environ["HF_HUB_OFFLINE"] = "1"   # tiny random-init configs only: nothing is downloaded
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    todo = pairs(args.mappings.split(","), set(args.only.split(",")) - {""} or None)
+    rows = []
+    for i, (model_type, cls_name) in enumerate(todo):
+        t0 = time.monotonic()
+        res = (_run_forked if args.fork else _run_here)(model_type, cls_name, args.budget)
+        res.update(model_type=model_type, cls=cls_name, seconds=round(time.monotonic() - t0, 2))
+        rows.append(res)
+        flag = "MISMATCH" if res.get("mismatch") else res["status"]
+        print(f"[{i + 1}/{len(todo)}] {model_type:28} {cls_name:48} {flag:8} {res.get('why', '')}", flush=True)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(rows, f, indent=1, default=str)
+    built = [r for r in rows if r["status"] == "built"]
+    bad = [r for r in built if r.get("mismatch")]
+    guesses = [r for r in built if r.get("names_guess")]
+    print(f"\n{len(todo)} pairs: {len(built)} built, {len(rows) - len(built)} skipped, {len(bad)} mismatched; "
+          f"{len(guesses)} pairs of unmodelled model types given a modelled family from tensor names alone")
+    for r in bad:
+        for variant, why in r["mismatch"].items():
+            print(f"  {r['model_type']:24} {r['cls']:44} {variant:16} {'; '.join(why)}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
