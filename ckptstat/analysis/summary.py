@@ -83,9 +83,11 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
     nodes: dict[str, dict] = {}   # module prefix -> node, in creation order (a parent before its children)
     for name, numel, nbytes in params:
         prefix = name.rpartition(".")[0] if "." in name else name
-        if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
-            prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
-        node = nodes.get(prefix) or _make_node(root, nodes, prefix)
+        node = nodes.get(prefix)
+        if node is None:   # (the depth is checked once a module, not once a name: a 200k-tensor header's loop)
+            if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
+                prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
+            node = nodes.get(prefix) or _make_node(root, nodes, prefix)
         own = node["own"]
         own[0] += numel
         own[1] += nbytes
