@@ -173,7 +173,10 @@ def scan_other(path: str) -> dict[str, Any] | None:
             return _numpy_report(t)
         if head != b"PK\x03\x04":
             return None
-        zf = zip_open(path, f)
+        try:
+            zf = zip_open(path, f)
+        except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it (and the remote scan says the same)
+            return None
         names = zf.namelist()
         if "config.json" in names and "model.weights.h5" in names:
             return _keras(path, zf)
