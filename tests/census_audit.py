@@ -170,28 +170,15 @@ def state_dict_ties(model: Any) -> set[frozenset[str]]:
 
 def reported(path: str) -> dict[str, Any]:
     """What ckptstat says about a save: unique parameters, buffer elements, tie groups, family, model."""
+    from test_real_saves import _tie_groups_reported
+
     from ckptstat import open_checkpoint, summarize
-    from ckptstat.census.ties import find_ties
 
     r = summarize(open_checkpoint(path))
-    parent: dict[str, str] = {}
-
-    def root(n: str) -> str:
-        while parent.get(n, n) != n:
-            n = parent[n]
-        return n
-
-    for t in find_ties(open_checkpoint(path)):
-        parent.setdefault(t.alias, t.alias)
-        parent.setdefault(t.target, t.target)
-        parent[root(t.alias)] = root(t.target)
-    groups: dict[str, set[str]] = {}
-    for n in parent:
-        groups.setdefault(root(n), set()).add(n)
     roles = {row["role"]: row["elements"] for row in r["non_parameters"]}
     return {"params": r["parameters"]["unique"], "buffers": roles.get("buffer", 0),
             "other_roles": {k: v for k, v in roles.items() if k != "buffer"},
-            "ties": {frozenset(g) for g in groups.values()},
+            "ties": _tie_groups_reported(path),
             "family": r["resolved"]["family"], "model": r["resolved"]["model"]}
 
 

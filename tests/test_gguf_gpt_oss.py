@@ -29,6 +29,7 @@ from ckptstat.families.gpt_oss import gguf_config
 
 gguf = pytest.importorskip("gguf")
 from gguf import quants  # noqa: E402
+from test_gguf_families import _gpt_oss  # noqa: E402
 
 # the family's first sample with an experts' width of 32: ggml's MXFP4 rows are whole 32-value blocks (2880 in the
 # release); the nudged tensor: one that aligns, to show a changed value is seen there
@@ -58,23 +59,7 @@ def _write(model: torch.nn.Module, path: str, mxfp4: bool, nudge: bool = True) -
     -> F32 values before quantising)."""
     c = model.config
     w = gguf.GGUFWriter(path, "gpt-oss")
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
-    w.add_rope_freq_base(c.rope_theta)
-    w.add_layer_norm_rms_eps(c.rms_norm_eps)
-    w.add_expert_count(c.num_local_experts)
-    w.add_expert_used_count(c.num_experts_per_tok)
-    w.add_key_length(c.head_dim)
-    w.add_value_length(c.head_dim)
-    w.add_sliding_window(c.sliding_window)
-    w.add_expert_feed_forward_length(c.intermediate_size)
-    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(c.rope_scaling["factor"])
-    w.add_rope_scaling_orig_ctx_len(c.rope_scaling["original_max_position_embeddings"])
+    _gpt_oss(w, c)   # GptOssModel's metadata, as tests/test_gguf_families.py writes it
     names = gguf.get_tensor_name_map(gguf.MODEL_ARCH.GPT_OSS, c.num_hidden_layers)
     out = {}
     for name, t in model.state_dict().items():
