@@ -98,7 +98,7 @@ def test_census_counts_flax_models_as_flax_does(model, with_config, tmp_path):
         assert report["resolved"]["head"] == head[rec["class"]]
 
 
-@pytest.mark.parametrize("model", ["bert-mlm", "gpt2-lm", "t5", "bart"])
+@pytest.mark.parametrize("model", ["bert-mlm", "gpt2-lm", "t5", "bart", "vit"])
 def test_same_model_as_transformers_converts_it(model, capsys):
     """transformers' own converter (load_flax_weights_in_pytorch_model) put the same weights in the PyTorch
     class (fixtures/flax/pt/): `ckptstat diff` lines every Flax name up with its PyTorch name, kernels
@@ -333,3 +333,12 @@ def test_http_headers_fetch_a_small_part(tmp_path):
         assert got[0] <= 16 and got[1] < len(data) // 2, got   # (8 and 2 MiB of 5.6 when written: the source reads ahead)
         assert ckpt.read("layer.99.kernel")[63, 63] == 99.0
         assert ckpt.read("big.embedding").reshape(-1)[-1] == big[-1]
+
+
+@pytest.mark.parametrize("chunk_bytes", [8, 40, 1 << 20])
+def test_conv_kernel_compared_transposed_in_blocks(chunk_bytes):
+    # the [h, w, in, out] kernel read as [out, in, h, w] a block of `out` at a time, whatever the chunk size
+    from ckptstat.analysis.diff import diff
+    r = diff(open_checkpoint(fixture("flax", "vit")), open_checkpoint(fixture("flax", "pt", "vit")), chunk_bytes=chunk_bytes)
+    conv = next(t for t in r["tensors"] if t["name"].endswith("patch_embeddings.projection.weight"))
+    assert (conv["status"], conv["transposed"], conv["identical"]) == ("equal", "a", True) and r["same"]

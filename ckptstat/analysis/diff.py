@@ -20,7 +20,7 @@ from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.infer import canonical_name, tf_spelled
-from ..naming import strip_prefixes
+from ..naming import out_in_shape, strip_prefixes
 
 DIFF_SCHEMA = "ckptstat.diff/2"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
@@ -160,10 +160,11 @@ def tf_rename(name: str) -> str:
 
 
 def _transposed(ckpt: Checkpoint, name: str, chunk_bytes: int) -> Iterator[np.ndarray]:
-    """The C-order values of a 2-D tensor's transpose (a TF kernel [in, out] read as torch's [out, in]),
-    a block of columns at a time: one pass over the tensor's chunks per block, memory bounded by the
-    block (chunk_bytes of float64) and one chunk."""
-    rows, cols = ckpt.tensors[name].shape
+    """The C-order values of a kernel in torch's layout: a 2-D [in, out] (TF, Keras, Flax Dense) as [out, in],
+    a 4-D [h, w, in, out] (Flax Conv, "hwio") as [out, in, h, w]. A block of the last axis at a time: one pass
+    over the tensor's chunks per block, memory bounded by the block (chunk_bytes of float64) and one chunk."""
+    shape = ckpt.tensors[name].shape
+    rows, cols = math.prod(shape[:-1]), shape[-1]
     per_block = max(1, chunk_bytes // max(1, rows * 8))
     for c0 in range(0, cols, per_block):
         c1 = min(cols, c0 + per_block)
@@ -178,7 +179,8 @@ def _transposed(ckpt: Checkpoint, name: str, chunk_bytes: int) -> Iterator[np.nd
             block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
             carry, r = flat[k * cols:], r + k
         if block is not None:
-            yield np.ascontiguousarray(block.T).reshape(-1)
+            out = block.T if len(shape) == 2 else np.transpose(block.reshape(*shape[:-1], c1 - c0), (3, 2, 0, 1))
+            yield np.ascontiguousarray(out).reshape(-1)
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -188,12 +190,15 @@ def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 
 def _transposes(ta: Any, tb: Any) -> str | None:
-    """"a" or "b": which side is a 2-D kernel stored [in, out] facing the other's [out, in] (the same
-    weight, TF and torch layouts), else None."""
-    if len(ta.shape) != 2 or ta.shape != tb.shape[::-1]:
+    """"a" or "b": which side is a kernel stored in its writer's layout (a 2-D [in, out], a 4-D Flax Conv
+    [h, w, in, out]: TensorInfo.extra["layout"]) facing the other's torch layout, the same weight; else None."""
+    la, lb = ta.extra.get("layout"), tb.extra.get("layout")
+    if len(ta.shape) != len(tb.shape) or la == lb or not {la, lb} & {"in_out", "hwio"}:
         return None
-    la, lb = ta.extra.get("layout") == "in_out", tb.extra.get("layout") == "in_out"
-    return "a" if la and not lb else "b" if lb and not la else None
+    side, other = (ta, tb) if la in ("in_out", "hwio") else (tb, ta)
+    if out_in_shape(side.shape, side.extra["layout"]) != tuple(other.shape):
+        return None
+    return "a" if side is ta else "b"
 
 
 # ------------------------------------------------------------------------------------------ values
