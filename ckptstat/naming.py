@@ -71,6 +71,8 @@ ROLE_RULES = _rules([
     (r"(^|\.)(keras_api\.)?(metrics|compiled_metrics)\.", "metric"),
     # Keras BatchNormalization moving statistics (Keras 2, HF TF, TF1 batch_norm); Keras 3: _KERAS3_BN_STAT
     (r"(^|\.)(moving_mean|moving_variance)$", "non-trainable"),
+    # Flax's batch_stats collection (nn.BatchNorm's running mean / var: PyTorch's running_mean / running_var buffers)
+    (r"^batch_stats\.", "buffer"),
     (r"(^|\.)final_logits_bias$", "buffer"),                                         # BART, mBART, Pegasus, Marian: a buffer
     # Ernie 4.5 MoE keeps its router correction bias as nn.Parameter(requires_grad=False): parameters() counts it
     (r"(^|\.)moe_statics\.e_score_correction_bias$", "parameter"),

@@ -88,12 +88,21 @@ def test_census_counts_flax_models_as_flax_does(model, with_config, tmp_path):
         stored = EXPECTED["files"]["bart/flax_model.msgpack"]["final_logits_bias"]["shape"]
         assert buffers == {"final_logits_bias": math.prod(stored)}
         assert rec["parameters"] == rec["torch_parameters"] + math.prod(stored)
+    elif "batch_stats" in rec:   # BatchNorm's running mean and var, Flax's batch_stats collection: buffers, as torch's
+        rows = {r["role"]: r for r in report["non_parameters"]}
+        assert set(rows) == {"buffer"} and rows["buffer"]["elements"] == rec["batch_stats"]
+        assert all(n.startswith("batch_stats.") for n in rows["buffer"]["names"])
+        assert report["parameters"]["unique"] == rec["parameters"]
     else:
         assert buffers == {} and report["parameters"]["unique"] == rec["parameters"]
+    if model == "resnet" and not with_config:   # Flax ResNet's `layer.layer_0` modules: no family from names alone
+        assert report["resolved"]["family"] is None and report["unplaced"] == []
+        return
     assert report["resolved"]["family"] == rec["model_type"]
     assert report["unplaced"] == []
     head = {"FlaxBertForMaskedLM": "mlm", "FlaxGPT2LMHeadModel": "lm", "FlaxT5ForConditionalGeneration": "lm",
-            "FlaxBartForConditionalGeneration": "lm", "FlaxViTForImageClassification": "imgcls"}
+            "FlaxBartForConditionalGeneration": "lm", "FlaxViTForImageClassification": "imgcls",
+            "FlaxResNetForImageClassification": "imgcls"}
     if rec["class"] in head:
         assert report["resolved"]["head"] == head[rec["class"]]
 
