@@ -28,7 +28,7 @@ app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
     no_args_is_help=True,
-    help="Inspect checkpoints (safetensors, PyTorch, TensorFlow, Keras) from their headers, without "
+    help="Inspect checkpoints (safetensors, PyTorch, TensorFlow, Keras, GGUF, ONNX, numpy, Flax) from their headers, without "
     "building the model. `ckptstat PATH` is `ckptstat summary PATH`. Add --debug for tracebacks.",
 )
 
