@@ -17,9 +17,8 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
-from test_quantized import assert_like_unquantised, header_sizes  # noqa: E402
+from test_quantized import assert_bin_counts_the_same, assert_like_unquantised, header_sizes  # noqa: E402
 
 from ckptstat.analysis.summary import summarize, tensors  # noqa: E402
 from ckptstat.census import layout, resolve  # noqa: E402
@@ -176,14 +175,7 @@ def test_layout_alone_without_config(case, tmp_path):
 
 @pytest.mark.parametrize("case", ["quanto-qint4-llama-grouped", "hqq-4bit-qwen2"])
 def test_pytorch_bin(case, tmp_path):
-    src = _path(case)
-    with safe_open(os.path.join(src, "model.safetensors"), "pt") as f:
-        sd = {k: f.get_tensor(k) for k in f.keys()}
-    torch.save(sd, tmp_path / "pytorch_model.bin")
-    shutil.copy(os.path.join(src, "config.json"), tmp_path / "config.json")
-    b, s = summarize(open_checkpoint(str(tmp_path))), summarize(open_checkpoint(src))
-    assert b["parameters"]["unique"] == s["parameters"]["unique"]
-    assert b["quantization"]["stored_bytes"] == s["quantization"]["stored_bytes"]
+    assert_bin_counts_the_same(_path(case), tmp_path)
 
 
 def test_cli_tensors_logical_shape(cli):

@@ -56,6 +56,12 @@ TASK_HEAD_RULES = (HeadRule(r"^score\.weight$", "seqcls"), HeadRule(r"^classifie
                    HeadRule(r"^qa_outputs\.weight$", "qa"))
 
 
+def decoder_head_rules(lm: str, body: str) -> tuple[HeadRule, ...]:
+    """A decoder-only family's head rules: its LM head's name, the task heads, then a name under its body
+    prefix (an LM head the file left out: tied)."""
+    return (HeadRule(lm, "lm"), *TASK_HEAD_RULES, HeadRule(body, "lm"))
+
+
 @dataclass(frozen=True)
 class TieRule:
     alias: str      # the name that is the same tensor as `target`, as its model names it

@@ -18,7 +18,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .ops import Builder
 
 
@@ -181,7 +181,7 @@ FAMILY = Family(
     signature=r"(^|[./])h[./]\d+[./]self_attention[./]query_key_value",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^transformer\.", "lm")),
+    head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^transformer\."),
     default_head="lm",
     tie_rules=(TieRule("lm_head.weight", "transformer.word_embeddings.weight", "config"),),
     kv_cache=kv_cache,

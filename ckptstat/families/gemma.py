@@ -21,8 +21,8 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import base, infer, llama
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
+from . import infer, llama
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
 from .ops import Builder, ew_cost
 from .qwen_moe import count, xs
 
@@ -201,7 +201,7 @@ def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]
     return llama.GGUF_TENSOR_NAMES if arch == "gemma" else GGUF_TENSOR_NAMES
 
 
-HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^model\.", "lm"))
+HEAD_RULES = llama.HEAD_RULES
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=3, num_attention_heads=4,
               num_key_value_heads=2, head_dim=16, max_position_embeddings=64)
 

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from . import base, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder
 
 
@@ -103,7 +103,7 @@ FAMILY = Family(
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
     # GPT2LMHeadModel saves `transformer.h.N...` (its lm_head tied to wte, usually not stored), GPT2Model `h.N...`
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^transformer\.", "lm")),
+    head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^transformer\."),
     default_head="lm",
     tie_rules=(TieRule("lm_head.weight", "transformer.wte.weight", "config", heads=("lm",)),),
     kv_cache=decoder_kv_cache,

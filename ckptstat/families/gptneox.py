@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder
 
 
@@ -94,7 +94,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]attention[./]query_key_value",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)embed_out\.weight$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^gpt_neox\.", "lm")),
+    head_rules=base.decoder_head_rules(r"(^|\.)embed_out\.weight$", r"^gpt_neox\."),
     default_head="lm",
     tie_rules=(TieRule("embed_out.weight", "gpt_neox.embed_in.weight", "config"),),
     tied_by_default=False,

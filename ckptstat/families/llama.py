@@ -8,7 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder, ew_cost
 
 
@@ -159,7 +159,7 @@ GGUF_EXPERT_STACKS = (
     ("model.layers.{bid}.mlp.experts.{xid}.down_proj", "blk.{bid}.ffn_down_exps"),
 )
 
-HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^model\.", "lm"))
+HEAD_RULES = base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^model\.")
 TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),)
 # LlamaModel / LlamaForCausalLM: `model.` + lm_head, tied only if tie_word_embeddings, GQA cache. The decoder
 # LMs laid out as LLaMA (Mixtral, Qwen3, Phi3, OLMo, Qwen-MoE) spread this into their Family.

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder
 
 
@@ -110,7 +110,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]dense[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=(HeadRule(r"(^|\.)lm_head\.(weight|bias)$", "lm"), *base.TASK_HEAD_RULES, HeadRule(r"^model\.", "lm")),
+    head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.(weight|bias)$", r"^model\."),
     default_head="lm",
     tie_rules=(TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),),
     tied_by_default=False,
