@@ -116,10 +116,10 @@ def test_hf_gguf_pair_diffs_equal(family, tmp_path):
 
 
 _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+)\.weight$")
-MOE = {   # family: (config class, kwargs, model class, llama.cpp architecture, GGUF metadata)
+MOE = {   # family: (config class, kwargs, model class, llama.cpp architecture, GGUF metadata key -> the config's field)
     "mixtral": ("MixtralConfig", dict(vocab_size=64, hidden_size=64, intermediate_size=64, num_hidden_layers=2,
                                       num_attention_heads=2, num_key_value_heads=1, num_local_experts=3),
-                "MixtralForCausalLM", gguf.MODEL_ARCH.LLAMA, {"llama.expert_count": 3}),
+                "MixtralForCausalLM", gguf.MODEL_ARCH.LLAMA, {"llama.expert_count": "num_local_experts"}),
     "qwen_moe": ("Qwen2MoeConfig", dict(vocab_size=64, hidden_size=64, intermediate_size=64, moe_intermediate_size=64,
                                         shared_expert_intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                                         num_key_value_heads=1, num_experts=3, num_experts_per_tok=2),
@@ -144,8 +144,8 @@ def test_stacked_experts_diff_slice_by_slice(family, q8, tmp_path):
     names = gguf.get_tensor_name_map(arch, kwargs["num_hidden_layers"])
     stacks: dict[str, dict[int, np.ndarray]] = {}
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[arch])
-    for key, value in meta.items():
-        w.add_uint32(key, value)
+    for key, field in meta.items():
+        w.add_uint32(key, kwargs[field])
     for k, v in sd.items():
         if m := _EXPERT.match(k):
             stacks.setdefault(f"{m[1]}.{m[3]}.weight", {})[int(m[2])] = v.numpy()

@@ -193,7 +193,11 @@ def test_linux_workers_fork_and_inherit_the_open_checkpoint(monkeypatch) -> None
     import sys
 
     from ckptstat.analysis import stats
+    asked: list[str | None] = []
+    real = mp.get_context
+    monkeypatch.setattr(mp, "get_context", lambda method=None: asked.append(method) or real(method))
     monkeypatch.setattr(sys, "platform", "linux")
     assert stats.pool_context().get_start_method() == "fork"
     monkeypatch.setattr(sys, "platform", "darwin")
     assert stats.pool_context().get_start_method() == mp.get_start_method()
+    assert asked == ["fork", None]   # (on this Linux machine the default is fork too: what was asked for tells)
