@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..census import aliases, logical, placements
+from ..census import aliases, logical, memoised, placements
 from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
@@ -83,7 +83,13 @@ def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | N
 def _align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
            rename: Rename | None = None) -> tuple[dict[str, str], list[str]]:
     """key -> the checkpoint's name, keys being names after --map rules and wrapper/base-model prefixes
-    stripped; and the prefixes stripped. A key two names would share keeps the names whole."""
+    stripped; and the prefixes stripped. A key two names would share keeps the names whole. Once per
+    checkpoint and rules (a GGUF diff asks for the other side's keys before the tensors are paired)."""
+    return memoised(ckpt, ("align", tuple(rules), rename), lambda c: _aligned_names(c, rules, rename))
+
+
+def _aligned_names(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
+                   rename: Rename | None) -> tuple[dict[str, str], list[str]]:
     keys: dict[str, list[str]] = {}
     stripped: set[str] = set()
     for t in ckpt:

@@ -4,7 +4,7 @@ parameter count sums, and the resolved architecture. Headers only."""
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from ..core import Checkpoint, TensorInfo
@@ -14,7 +14,7 @@ from .quant import logical
 from .quant import roles as quant_roles
 
 
-def memoised(ckpt: Checkpoint, key: str, compute: Callable[[Checkpoint], Any]) -> Any:
+def memoised(ckpt: Checkpoint, key: Hashable, compute: Callable[[Checkpoint], Any]) -> Any:
     """A derived table computed once per checkpoint (and again if its tensors change)."""
     stamp = (key, len(ckpt.tensors), id(ckpt.config))
     if stamp not in ckpt.memo:
