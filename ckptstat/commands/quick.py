@@ -13,7 +13,7 @@ from __future__ import annotations
 import gc
 import sys
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 
 from ..core.tensor import STATS_CHUNK_BYTES
 
@@ -143,13 +143,13 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     progress = "--no-progress" not in opts and ("--progress" in opts or sys.stderr.isatty())
     chunk, workers = opts.get("--chunk-bytes", STATS_CHUNK), opts.get("--workers", STATS_WORKERS)
     assert isinstance(chunk, int) and isinstance(workers, int)
+    bars: AbstractContextManager = nullcontext()
     if progress:   # the render package loads rich (~20 ms of every --workers run's serial time)
         from ..render.progress import progress_bar
 
-        with progress_bar(True) as bar:
-            report = collect(ckpt, None, (), False, chunk, workers, bar).report
-    else:
-        report = collect(ckpt, None, (), False, chunk, workers, None).report
+        bars = progress_bar(True)
+    with bars as bar:
+        report = collect(ckpt, None, (), False, chunk, workers, bar).report
     sys.stdout.write(dumps(with_fetched(report)) + "\n")
     if not report["tensors"]:
         from ..render.names import inert
