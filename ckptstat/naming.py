@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 
-from .core import dtypes
+from .core import Checkpoint, dtypes
 from .errors import CorruptCheckpointError
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
@@ -311,6 +311,28 @@ def _classify_masked(items: list[tuple[str, str, tuple[int, ...]]], masks: list[
 
 
 _HASHES = re.compile("#+")
+_DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
+
+
+def digit_forms(names: Iterable[str]) -> str | None:
+    """The distinct names with every ASCII digit read as 0, joined by newlines; None when a name holds a
+    newline. A literal without digits is in some name exactly when it is in this text, which is a few dozen
+    lines for a 200k-tensor header (against its 4 MB of names): each pre-check of a rule's literals scans
+    this, not the names (docs/performance.md). A literal holding 0 may match a name holding another digit."""
+    names = list(names)
+    text = "\n".join(names)
+    if names and text.count("\n") != len(names) - 1:
+        return None
+    return "\n".join(dict.fromkeys(text.translate(_DIGITS_TO_ZERO).split("\n"))) if names else ""
+
+
+def name_forms(ckpt: Checkpoint) -> str | None:
+    """digit_forms of the checkpoint's names, once per checkpoint (and again if its tensors change)."""
+    key = ("name_forms", len(ckpt.tensors))
+    if key not in ckpt.memo:
+        ckpt.memo[key] = digit_forms(ckpt.tensors)
+    forms: str | None = ckpt.memo[key]
+    return forms
 
 
 def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:
@@ -417,11 +439,12 @@ _STRUCTURAL_LITERALS = ("output_bias", "mlm___cls", "output_norm", "cls.predicti
                         "final_logits_bias", "shared.weight")
 
 
-def structural_ties(names: Iterable[str]) -> list[tuple[str, str, str]]:
+def structural_ties(names: Iterable[str], forms: str | None = None) -> list[tuple[str, str, str]]:
     """(absent name, tied to, evidence) for each head whose decoder weight the checkpoint lacks
-    because the model reuses the word embeddings (docs/formats.md section 7: TF ties are structural)."""
+    because the model reuses the word embeddings (docs/formats.md section 7: TF ties are structural).
+    forms: the names' digit_forms, if known."""
     names = list(names)
-    raw = "\n".join(names)
+    raw = "\n".join(names) if forms is None else forms
     if not any(lit in raw for lit in _STRUCTURAL_LITERALS):   # most checkpoints: no rule can match
         return []
     norm = {normalize(n): n for n in names}

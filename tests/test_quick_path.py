@@ -178,7 +178,7 @@ def test_joined_name_scans_equal_the_per_name_rules():
 
     from ckptstat.families import _COMPONENT_NUMBER, _name_shapes
     from ckptstat.families.infer import canonical_name, canonical_tensors
-    from ckptstat.naming import Placement, classify, classify_all, normalize
+    from ckptstat.naming import Placement, classify, classify_all, digit_forms, normalize
     rng = random.Random(0)
     parts = ["layer", "layers", "h", "0", "12", "007", "attn", "kernel", "gamma", "bert", "tf_bert_model", "layer_3",
              "mlm___cls", "embeddings", "word_embeddings", "weight", "bias", "exp_avg", "step", "a/b", "x:0", "layer_._2",
@@ -188,6 +188,11 @@ def test_joined_name_scans_equal_the_per_name_rules():
     assert _name_shapes(names) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
     odd = names + ["h.\u0663.x", "h.\u00b2.x", "\u0664", "7", "x.8", "a//b.3/c"]   # re's \d: decimal digits, not superscripts
     assert _name_shapes(odd) == {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in odd}
+    # the same from the names' digit forms (the literal checks, the leading-number substitution's gate)
+    plain = [n for n in names if ":" not in n and "_._" not in n and "ATTRIBUTES" not in n]
+    for sample in (names, odd, plain, [n for n in plain if not n[:1].isdigit()], ["3.a", "b.4"], []):
+        want = {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in sample} if sample else set()
+        assert _name_shapes(sample, digit_forms(sample)) == want
     # the masked fast path, and the name-by-name one (a `#`, a non-ASCII digit: re's \d matches it)
     for extra in ([], ["layers.#.x", "h.\u0663.attn.weight"], ["layers.\u0663.mlp.2.weight", "layers.1.mlp.\u0664.weight"]):
         sample = names + extra
@@ -200,12 +205,39 @@ def test_joined_name_scans_equal_the_per_name_rules():
     from ckptstat.core import TensorInfo
     for sample in (names, [n for n in names if "/" not in n and ":" not in n and "kernel" not in n][:50], ["a.b", "c.0.d"]):
         tensors = {n: TensorInfo(n, "F32", (3, 4), "f", 0, 48) for n in sample}
-        canon = canonical_tensors(tensors)
         kept = [n for n in sample if classify(n, "F32", (3, 4)).role not in ("optimizer", "counter")]
         expected = {}
         for n in kept:
             expected.setdefault(canonical_name(n), n)
-        assert {k: t.name for k, t in canon.items()} == expected
+        for canon in (canonical_tensors(tensors), canonical_tensors(tensors, None, digit_forms(sample))):
+            assert {k: t.name for k, t in canon.items()} == expected
+
+
+def test_digit_forms_answer_every_literal_pre_check_as_the_names_do():
+    """Each pre-check of a rule's literals scans the names' digit forms (few lines) instead of all names: exact
+    for a literal holding no digit; `:0` (tf_spelled's) may match a form where no name holds it, and the names
+    then decide."""
+    import random
+
+    from ckptstat.census.quant import _LAYOUT_LITERALS as QUANT
+    from ckptstat.core import TensorInfo
+    from ckptstat.families.infer import _LEFT_OUT_LITERALS, _REWRITE_LITERALS, tf_spelled
+    from ckptstat.naming import _STRUCTURAL_LITERALS, digit_forms, structural_ties
+    literals = QUANT + _LEFT_OUT_LITERALS + _REWRITE_LITERALS + _STRUCTURAL_LITERALS + ("_._", ":", "ATTRIBUTES")
+    assert not any(c.isdigit() for lit in literals for c in lit)
+    rng = random.Random(1)
+    parts = ["12", "0", "a1b", "qweight", "step", "x:0", "x:3", "cls.predictions.bias", "shared", "weight", "_blocks",
+             "layer_._4", "output_bias", "mlm___cls", "é", "٣", "kernel", "9_scale", "opt_state", "tf"]
+    for _ in range(200):
+        names = list({".".join(rng.choice(parts) for _ in range(rng.randint(1, 4))) for _ in range(rng.randint(0, 30))})
+        forms = digit_forms(names)
+        assert forms is not None and len(forms.split("\n")) <= max(len(names), 1)
+        for lit in literals:
+            assert (lit in forms) == any(lit in n for n in names), lit
+        tensors = [TensorInfo(n, "F32", (2,), "f", 0, 8) for n in names]
+        assert tf_spelled(tensors, forms) == tf_spelled(tensors)
+        assert structural_ties(names, forms) == structural_ties(names)
+    assert digit_forms(["a.1", "b\n2"]) is None and digit_forms([]) == ""
 
 
 def test_find_over_joined_names_equals_a_scan():

@@ -136,3 +136,36 @@ def test_folder_with_several_weight_files_is_not_guessed(tmp_path, cli):
         shutil.copy(fixture("gpt2-tiny", "model.safetensors"), tmp_path / name)
     rc, out, err = cli(str(tmp_path))
     assert rc == 2 and out == "" and "a.safetensors, b.safetensors" in err
+
+
+def test_no_safetensors_name_is_an_alias():
+    """safetensors refuses overlapping data_offsets, so the reader marks the checkpoint `distinct` and the
+    census skips the alias search; a torch save of tied weights is not marked, and its aliases are found."""
+    from ckptstat.census import aliases
+    for name in ("gpt2-tiny", "llama-tiny-sharded"):
+        ckpt = open_checkpoint(fixture(name))
+        assert ckpt.distinct and aliases(ckpt) == {}
+        keys = [t.alias_key for t in ckpt]
+        assert len(set(keys)) == len(keys)   # what the search would have found
+    torch_ckpt = open_checkpoint(fixture("torch", "bert-mlm"))
+    assert not torch_ckpt.distinct and aliases(torch_ckpt)
+
+
+def test_reader_tensors_equal_checked_ones():
+    """The reader builds each tensor without the dataclass's checks (TensorInfo.validated): equal to one built
+    with them, its `extra` empty and read-only, and a copy or pickle of it the same tensor."""
+    import copy
+    import dataclasses
+    import pickle
+
+    from ckptstat.core import TensorInfo
+    ckpt = open_checkpoint(fixture("gpt2-tiny"))
+    for t in ckpt:
+        checked = TensorInfo(t.name, t.dtype, t.shape, t.file, t.offset, t.nbytes)
+        assert t == checked and t.extra == {} and hash(t) == hash(checked)
+        assert pickle.loads(pickle.dumps(t)) == t and copy.deepcopy(t) == t
+    t = next(iter(ckpt))
+    with pytest.raises(TypeError):
+        t.extra["x"] = 1   # type: ignore[index]
+    other = dataclasses.replace(t, extra={"layout": "in_out"})
+    assert other.extra == {"layout": "in_out"} and t.extra == {} and next(iter(ckpt)).extra == {}

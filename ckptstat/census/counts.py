@@ -9,7 +9,7 @@ from typing import Any
 
 from ..core import Checkpoint, TensorInfo
 from ..errors import CorruptCheckpointError
-from ..naming import Placement, classify_all
+from ..naming import Placement, classify_all, name_forms
 from .quant import logical
 from .quant import roles as quant_roles
 
@@ -44,6 +44,8 @@ def aliases(ckpt: Checkpoint) -> dict[str, str]:
 def _aliases(ckpt: Checkpoint) -> dict[str, str]:
     """The first name of each storage and view stands for it, a parameter before any other role (a parameter
     viewing a buffer's storage is a parameter: it must not vanish behind the buffer)."""
+    if ckpt.distinct:   # the reader proved no overlap
+        return {}
     keys = [t.alias_key for t in ckpt]
     if len(set(keys)) == len(keys):   # no two names over one storage and view (most files): no alias
         return {}
@@ -86,7 +88,7 @@ def name_family(ckpt: Checkpoint) -> str:
     the architecture and the head resolution both ask."""
     from ..families import detect
 
-    return memoised(ckpt, "name_family", lambda c: detect(c.tensors, None).family)
+    return memoised(ckpt, "name_family", lambda c: detect(c.tensors, None, forms=name_forms(c)).family)
 
 
 def name_matches(name: str, pattern: str | None) -> bool:

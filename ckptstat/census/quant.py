@@ -24,7 +24,7 @@ from typing import Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..errors import CkptstatError
-from ..naming import quant_member_role
+from ..naming import name_forms, quant_member_role
 from . import quant_more
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
@@ -186,7 +186,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
     quanto: dict[str, dict[str, TensorInfo]] = {}
     shapes = quant_more.ConfigShapes(ckpt.config)   # quanto / HQQ: where the file keeps no shape
-    joined = "\n".join(T)
+    forms = name_forms(ckpt)
+    joined = "\n".join(T) if forms is None else forms   # no literal holds a digit: forms say what the names do
     scan = any(lit in joined for lit in _LAYOUT_LITERALS)   # most checkpoints: no name can be a member
     for name, t in T.items() if scan else ():
         m = _BNB4.match(name)

@@ -13,6 +13,7 @@ from ..errors import UsageError
 from ..families import by_model_type, get
 from ..families.base import ArchSpec, Family, TieRule
 from ..families.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
+from ..naming import name_forms
 from .counts import memoised, name_family
 from .quant import logical
 
@@ -75,7 +76,8 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
     name = name_family(ckpt)
     if name == "unknown":
         return Resolution(None, None, None, None, "the tensor names match no family")
-    T = canonical_tensors(ckpt.tensors, ckpt.metadata)   # once: a 200k-tensor header pays per name (docs/performance.md)
+    # once: a 200k-tensor header pays per name (docs/performance.md)
+    T = canonical_tensors(ckpt.tensors, ckpt.metadata, name_forms(ckpt))
     head, why = infer_head(name, T)
     try:
         spec = from_canonical(name, T, head)
@@ -87,7 +89,7 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
 def _head_from_weights(spec: ArchSpec, ckpt: Checkpoint) -> tuple[ArchSpec, str]:
     """The config names no architectures class, so its head was a default guess: the tensor names say
     which head the weights hold (cls.predictions.*, lm_head.*, classifier.* ...)."""
-    head, why = infer_head(spec.family, canonical_tensors(ckpt.tensors, ckpt.metadata))
+    head, why = infer_head(spec.family, canonical_tensors(ckpt.tensors, ckpt.metadata, name_forms(ckpt)))
     note = (f"config names no known architectures class; the {head!r} head is inferred from the tensor names "
             f"({why if why == 'no head tensors' else 'e.g. ' + why})")
     kept = tuple(a for a in spec.assumptions if "names no known architectures class" not in a)

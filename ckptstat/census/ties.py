@@ -20,7 +20,7 @@ from ..core import Checkpoint
 from ..families import by_model_type
 from ..families.base import TieRule
 from ..families.infer import canonical_name, tf_spelled
-from ..naming import structural_ties
+from ..naming import name_forms, structural_ties
 from .counts import aliases, memoised
 from .quant import logical
 from .resolution import resolve
@@ -114,7 +114,7 @@ def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, 
     bias:0` is `cls.predictions.bias`). Only ties no other evidence found (a structural tie is one), each
     under the PyTorch name of the absent alias; a PyTorch file is skipped (families.infer.tf_spelled)."""
     tensors = ckpt.tensors
-    if not tf_spelled(tensors.values()):
+    if not tf_spelled(tensors.values(), name_forms(ckpt)):
         return
     spelled = {canonical_name(n): n for n in tensors}
     if len(spelled) != len(tensors):
@@ -174,4 +174,4 @@ def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
 
 def _structural(ckpt: Checkpoint) -> list[tuple[str, str, str]]:
     """naming.structural_ties of a (logical) checkpoint, once: the summary's notes and its tie verdict both ask."""
-    return memoised(ckpt, "structural_ties", lambda c: structural_ties(c.tensors))
+    return memoised(ckpt, "structural_ties", lambda c: structural_ties(c.tensors, name_forms(c)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from ..errors import CheckpointError, CorruptCheckpointError, reading
@@ -62,8 +63,13 @@ class TensorInfo:
         ints, 0 < product <= 2^63-1), built without the frozen dataclass's setattr per field: a reader of a
         million-tensor header calls this a million times (docs/performance.md). Equal to TensorInfo(...)."""
         obj = object.__new__(cls)
-        obj.__dict__.update(name=name, dtype=dtype, shape=shape, file=file, offset=offset, nbytes=nbytes,
-                            byteorder="little", stride=None, storage=None, extra={})
+        d = obj.__dict__   # the defaulted fields (byteorder, stride, storage, extra) are read from the class
+        d["name"] = name
+        d["dtype"] = dtype
+        d["shape"] = shape
+        d["file"] = file
+        d["offset"] = offset
+        d["nbytes"] = nbytes
         return obj
 
     # Plain properties, not cached ones: a cache in each instance's __dict__ costs ~0.75 KB a tensor
@@ -90,6 +96,10 @@ class TensorInfo:
             return (self.file, self.name)
         return (self.file, self.storage, self.offset, self.shape, self.stride)
 
+
+# `validated` instances read `extra` from the class: no extra facts, and read-only, so no instance can
+# change another's (replace() and TensorInfo(...) still give each their own dict).
+TensorInfo.extra = MappingProxyType({})
 
 Reader = Callable[[TensorInfo, int, int], "NDArray[Any]"]
 
@@ -149,6 +159,9 @@ class Checkpoint:
     config_path: str | None = None
     readers: dict[str, Reader] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    # The reader proved that no two tensors share a byte (safetensors refuses overlapping data_offsets), so
+    # no name is an alias of another and the census need not look (census/counts.py aliases).
+    distinct: bool = False
     # Names the file says are the same tensor as a stored name without storing them (dropped -> kept),
     # as safetensors.torch.save_model records them in __metadata__.
     dropped: dict[str, str] = field(default_factory=dict)

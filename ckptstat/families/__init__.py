@@ -116,19 +116,26 @@ _DOT_NUMBER = re.compile(r"\.\d+(?=\.|\n|\Z)")
 _FIRST_NUMBER = re.compile(r"(?m)^\d+(?=\.|$)")
 
 
-def _name_shapes(names: Iterable[str]) -> set[str]:
+def _name_shapes(names: Iterable[str], forms: str | None = None) -> set[str]:
+    """forms: the names' naming.digit_forms, if known: the literal checks scan them instead of every name."""
     names = list(names)
     text = "\n".join(names)
-    if text.count("\n") != len(names) - 1 or "_._" in text or ":" in text or "ATTRIBUTES" in text:
+    look = text if forms is None else forms
+    if text.count("\n") != len(names) - 1 or "_._" in look or ":" in look or "ATTRIBUTES" in look:
         # a name holding a newline, or one of normalize's rarer rules: name by name
         return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
-    # one substitution over all names, in C (normalize is then only `/` -> `.`)
-    text = _FIRST_NUMBER.sub("0", _DOT_NUMBER.sub(".0", text.replace("/", ".")))
+    # one substitution over all names, in C (normalize is then only `/` -> `.`); names starting with a
+    # number are rare: their substitution only when some form starts with a digit (read as 0)
+    text = _DOT_NUMBER.sub(".0", text.replace("/", "."))
+    if forms is None or forms.startswith("0") or "\n0" in forms:
+        text = _FIRST_NUMBER.sub("0", text)
     return set(text.split("\n")) if names else set()
 
 
-def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None) -> Architecture:
-    """metadata: a GGUF file's key-values (Checkpoint.metadata of format "gguf"), else None."""
+def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None,
+           forms: str | None = None) -> Architecture:
+    """metadata: a GGUF file's key-values (Checkpoint.metadata of format "gguf"), else None; forms: the
+    names' naming.digit_forms, if known (docs/performance.md)."""
     if config:
         mt = config.get("model_type")
         archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
@@ -142,7 +149,7 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         f = by_gguf(arch, metadata or {})
         return Architecture(f.name if f else "unknown", "gguf general.architecture", arch)
     # naming.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
-    names = _name_shapes(names)
+    names = _name_shapes(names, forms)
     for pattern, family in NAME_SIGNATURES:
         if any(pattern.search(n) for n in names):
             return Architecture(family, "tensor names")

@@ -86,13 +86,14 @@ class NameIndex(dict):
 _HAS_EXTRA = operator.attrgetter("extra")   # filter(_HAS_EXTRA, tensors): those with extra facts, sifted in C
 
 
-def tf_spelled(tensors: Iterable[TensorInfo]) -> bool:
+def tf_spelled(tensors: Iterable[TensorInfo], forms: str | None = None) -> bool:
     """Names spelled as TF writes them, which canonical_name is for: the reader marked Dense kernels stored
     [in, out] (TF1 and TF2 checkpoints, Keras and HF TF .h5: formats/keras_names.py), or TF2 variable names
     (`...:0`, as Keras 2 .h5 files list them; HF TF GPT-2 has Conv1D weights, no kernel). A PyTorch file's
-    names are its model's own (ViT's bare `position_embeddings` is not an Embedding layer's table)."""
+    names are its model's own (ViT's bare `position_embeddings` is not an Embedding layer's table).
+    forms: the names' naming.digit_forms, if known (no `:0` there, none in the names)."""
     tensors = list(tensors)
-    if ":0\n" in "\n".join(t.name for t in tensors) + "\n":
+    if (forms is None or ":0\n" in forms + "\n") and ":0\n" in "\n".join(t.name for t in tensors) + "\n":
         return True
     return any(t.extra.get("layout") == "in_out" for t in filter(_HAS_EXTRA, tensors))
 
@@ -109,11 +110,12 @@ _LEFT_OUT_LITERALS = ("optim", "opt_state", "exp_avg", "momentum_buffer", "adam_
                       "epoch", "iteration", "num_updates", "OBJECT_GRAPH")
 
 
-def _may_rewrite(text: str) -> set[str]:
+def _may_rewrite(text: str, forms: str | None = None) -> set[str]:
     """The names canonical_name may change, found by one search over all names joined by newlines
-    (`text`, one name a line: in C, not a call a name: docs/performance.md)."""
+    (`text`, one name a line: in C, not a call a name: docs/performance.md). forms: their digit_forms,
+    where the literals (none holds a digit) are looked for first."""
     out: set[str] = set()
-    present = [lit for lit in _REWRITE_LITERALS if lit in text]   # a substring test is a fast scan; a regex is not
+    present = [lit for lit in _REWRITE_LITERALS if lit in (text if forms is None else forms)]   # a fast scan; a regex is not
     if not present:
         return out
     end = -1
@@ -127,16 +129,18 @@ def _may_rewrite(text: str) -> set[str]:
     return out
 
 
-def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None) -> dict[str, TensorInfo]:
+def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None,
+                      forms: str | None = None) -> dict[str, TensorInfo]:
     """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
     stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
-    (TF1 `.../adam_m`, which share their variable's shape) and counters are left out."""
+    (TF1 `.../adam_m`, which share their variable's shape) and counters are left out. forms: the names'
+    naming.digit_forms, if known (the literal pre-checks scan it instead of all names)."""
     names = list(tensors)
     text = "\n".join(names)
-    rewrite = _may_rewrite(text) if text.count("\n") == len(names) - 1 else None   # None: every name may change
+    rewrite = _may_rewrite(text, forms) if text.count("\n") == len(names) - 1 else None   # None: every name may change
     # every name its own canonical name and every shape its own: a copy, in C
-    same = (rewrite == set() and not any(lit in text for lit in _LEFT_OUT_LITERALS)
+    same = (rewrite == set() and not any(lit in (text if forms is None else forms) for lit in _LEFT_OUT_LITERALS)
             and not any(t.extra.get("layout") for t in filter(_HAS_EXTRA, tensors.values())))
     out: dict[str, TensorInfo] = NameIndex(tensors) if same else NameIndex()
     for name, t in tensors.items() if not same else ():

@@ -193,12 +193,14 @@ def _open_index(path: str) -> Checkpoint:
             raise CorruptCheckpointError(shard_path, f"index maps {len(missing)} tensor(s) here that the shard lacks, "
                                                      f"e.g. {missing[0]!r}")
         if merged is None:
-            merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata))
+            merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata),
+                                distinct=True)
         for name, info in part.tensors.items():
             if name in merged.tensors:
                 raise CorruptCheckpointError(shard_path, f"tensor {name!r} also appears in another shard")
             merged.tensors[name] = info
         merged.files += (shard_path,)
+        merged.distinct = merged.distinct and part.distinct   # names in two files never share bytes
         merged.readers.update(part.readers)
         merged.notes += part.notes
         merged.dropped.update(part.dropped)

@@ -151,7 +151,7 @@ def open_safetensors(path: str) -> Checkpoint:
     # absent key naming a stored tensor counts.
     dropped = {k: v for k, v in metadata.items() if k not in tensors and v in tensors}
     return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=metadata,
-                      dropped=dropped)
+                      dropped=dropped, distinct=True)
 
 
 register(Format("safetensors", accept, open_safetensors, (".safetensors",)))
