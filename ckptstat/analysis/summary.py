@@ -198,7 +198,8 @@ def summary_fields(ckpt: Checkpoint) -> dict | None:
         return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
                 "input": "mel frames" if frames else "tokens", "dec_seq": dec_seq,
                 "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
-                "predicted_params": m.predicted["total"], "agree": m.agree, "active_params": m.predicted.get("active"),
+                "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,
+                "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model
         return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}

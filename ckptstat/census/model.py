@@ -14,6 +14,7 @@ from ..families.spec import (
     ArchSpec,
     from_config,
 )
+from ..families.wrappers import is_outside
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
@@ -36,6 +37,7 @@ class Model:
     checkpoint_params: int | None      # unique parameters in the weights (None: config only)
     param_bytes: dict[str, int] = field(default_factory=dict)   # stored dtype -> bytes of parameters
     notes: tuple[str, ...] = ()
+    outside_params: int = 0            # of checkpoint_params, those outside the analytic model (ArchSpec.outside)
 
     @property
     def params(self) -> int:
@@ -43,7 +45,8 @@ class Model:
 
     @property
     def agree(self) -> bool | None:
-        return None if self.checkpoint_params is None else self.checkpoint_params == self.predicted["total"]
+        return None if self.checkpoint_params is None else \
+            self.checkpoint_params == self.predicted["total"] + self.outside_params
 
     @property
     def weight_bytes(self) -> float:
@@ -95,6 +98,12 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         raise NoArchitecture(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
     spec = r.spec
     predicted = predict_params(spec)
+    outside = sum(t.numel for t in parameters(ckpt) if is_outside(t.name, spec.outside)) if spec.outside else 0
+    if outside:
+        found = sorted({m for t in parameters(ckpt) for m in t.name.split(".") if m in spec.outside})
+        notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
+                     "checkpoint")
+    count -= outside   # what the template predicts
     if predicted["total"] != count and r.family is not None and r.family.strict_params:
         raise NoArchitecture(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
@@ -103,7 +112,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
-    return Model(spec, ckpt.path, ckpt.config_path, predicted, count, by_dtype, tuple(notes) + spec.assumptions)
+    return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype, tuple(notes) + spec.assumptions,
+                 outside)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:

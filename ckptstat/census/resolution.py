@@ -42,7 +42,14 @@ class Resolution:
         """The tie rules of the resolved family and head only (families/<name>.py)."""
         if self.family is None or self.head is None:
             return ()
-        return tuple(r for r in self.family.tie_rules if not r.heads or self.head in r.heads)
+        rules = tuple(r for r in self.family.tie_rules if not r.heads or self.head in r.heads)
+        if self.spec is not None and self.spec.outside:
+            # a vision-language wrapper (families/wrappers.py): transformers >= 4.52 keeps its language model
+            # under `model.language_model.` with `lm_head` at the top (before: `language_model.model.`, which
+            # the family's own rules meet under the outer prefix `language_model.`)
+            rules += tuple(replace(r, target="model.language_model." + r.target.removeprefix("model."))
+                           for r in rules if r.target.startswith("model."))
+        return rules
 
 
 def resolve(ckpt: Checkpoint) -> Resolution:

@@ -20,6 +20,7 @@ from ..core import Checkpoint
 from ..families import by_model_type
 from ..families.base import TieRule
 from ..families.infer import canonical_name, tf_spelled
+from ..families.wrappers import language_config
 from ..naming import name_forms, structural_ties
 from .counts import aliases, memoised
 from .quant import logical
@@ -43,6 +44,8 @@ def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
     cfg = ckpt.config
     if not cfg:
         return None
+    # a vision-language wrapper's LM head is tied by its text config (transformers' get_text_config)
+    cfg = language_config(cfg) or cfg
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
     # transformers' default is True except where a family's config sets False (Family.tied_by_default)

@@ -37,6 +37,7 @@ from . import (
     t5,
     vit,
     whisper,
+    wrappers,
 )
 from .base import Family
 
@@ -86,9 +87,22 @@ def by_model_type(model_type: object, config: Mapping[str, object] | None = None
     """The family of a config.json model_type; with the config, the generic decoder fallback when no
     family claims the model_type but the config has the standard fields (generic.py)."""
     f = _BY_NAME.get(MODEL_TYPES.get(model_type, "")) if isinstance(model_type, str) else None
+    inner = language_model(config) if f is None and config is not None else None
+    if inner is not None:   # a vision-language wrapper: its language model's family
+        return inner[1]
     if f is None and isinstance(model_type, str) and config is not None and generic.claims(config):
         return generic.FAMILY
     return f
+
+
+def language_model(config: Mapping[str, object]) -> tuple[dict, Family] | None:
+    """(the language model's config, its family) of a vision-language wrapper's config.json whose language
+    model is a registered decoder family's (wrappers.py); None for any other config."""
+    if config.get("model_type") in MODEL_TYPES:
+        return None
+    inner = wrappers.language_config(config)
+    f = _BY_NAME.get(MODEL_TYPES.get(inner["model_type"], "")) if inner is not None else None
+    return (inner, f) if inner is not None and f is not None and not f.encoder_decoder else None
 
 
 def by_gguf(arch: str, metadata: Mapping[str, str]) -> Family | None:

@@ -53,6 +53,9 @@ class ArchSpec:
     # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3, Qwen2/3 layer_types;
     # empty with a sliding_window: every layer does, as Mistral's and Phi3's)
     sliding_layers: tuple[int, ...] = ()
+    # modules outside the analytic model whose parameters the checkpoint's count holds (a vision-language
+    # model's vision tower and projector: families/wrappers.py); () when the model is the whole checkpoint
+    outside: tuple[str, ...] = ()
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

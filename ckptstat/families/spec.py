@@ -9,7 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import MODEL_TYPES, by_gguf, by_model_type, get
+from . import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 
@@ -27,6 +27,12 @@ def _labels(cfg: Mapping[str, Any], c: Cfg) -> int:
 def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
     """ArchSpec from a Hugging Face config.json dict. Raises UsageError for an unsupported family."""
     mt = cfg.get("model_type")
+    wrapped = language_model(cfg)
+    if wrapped is not None:   # a vision-language wrapper (wrappers.py)
+        inner = wrapped[0]
+        spec = from_config(inner, path).with_extra(**wrappers.switches(cfg))
+        return replace(spec, outside=wrappers.VISION_MODULES,
+                       assumptions=(wrappers.note(cfg, inner["model_type"]),) + spec.assumptions)
     family = by_model_type(mt, cfg)
     if family is None or not isinstance(mt, str):
         raise UsageError(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")

@@ -163,7 +163,8 @@ def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     console.print(name_line("source       ", r["config"] or r["path"]))
     head = Text(f"parameters   {p['predicted']:,} predicted from the architecture")
     if p["checkpoint"] is not None:
-        head.append(f"; checkpoint {p['checkpoint']:,} " + ("(agree)" if p["agree"] else "(DISAGREE)"),
+        outside = f", with {p['outside']:,} outside the analytic model" if p.get("outside") else ""
+        head.append(f"; checkpoint {p['checkpoint']:,} (" + ("agree" if p["agree"] else "DISAGREE") + f"{outside})",
                     style=None if p["agree"] else "bold yellow")
     if p["active"] is not None:
         head.append(f"\nactive       {p['active']:,} per token (top-k experts)")

@@ -1,0 +1,63 @@
+"""Multimodal wrappers: a config.json that nests its language model's config as `text_config` beside a
+vision tower's `vision_config` (transformers' vision-language *ForConditionalGeneration: Gemma 3, PaliGemma,
+LLaVA / LLaVA-NeXT / LLaVA-OneVision, Mistral 3, Qwen2-VL / Qwen2.5-VL, Idefics3, SmolVLM, InternVL...).
+
+The analytic model is the language model's, for text tokens: the text config's own family builds it
+(Gemma, LLaMA, Mistral, Qwen2...), under the wrapper's architectures class (its LM head). The vision tower
+and the projector are outside it: no FLOPs or activations of an image are in the figures, and their
+parameters are counted from the checkpoint (ArchSpec.outside names their modules), never predicted. A
+wrapper is recognised only when its text model is a registered family's, so a dual encoder (CLIP, SigLIP:
+a text tower that is no decoder) never is; the output says which config the model came from."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+# Text model_types transformers names after the wrapper whose decoder is a registered family's, and the
+# family switches (ArchSpec.extra) they need: Qwen2-VL's and Qwen2.5-VL's language models are Qwen2 with
+# multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py Qwen2VLTextModel): the same layers,
+# and a rotary table computed from 3 position rows (time, height, width) per sequence.
+TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", {"mrope": 1}), "qwen2_5_vl_text": ("qwen2", {"mrope": 1})}
+# Module names (a name's components) of what is outside the language model in transformers' wrappers: the
+# vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`) and the projector into the text
+# embedding (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`), and LLaVA-NeXT's learned
+# `image_newline` row between image rows (a parameter of its own).
+VISION_MODULES = ("vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector",
+                  "image_newline")
+
+
+def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The language model's config of a multimodal wrapper's config.json (its model_type as the family
+    registry knows it, the wrapper's architectures and dtype), or None when `cfg` nests none."""
+    text = cfg.get("text_config")
+    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str) or not isinstance(
+            cfg.get("vision_config"), dict):
+        return None
+    out = dict(text)
+    out["model_type"] = TEXT_ALIASES.get(text["model_type"], (text["model_type"],))[0]
+    out["architectures"] = cfg.get("architectures") or []
+    for key in ("torch_dtype", "dtype"):   # often the wrapper's alone
+        if out.get(key) is None and cfg.get(key) is not None:
+            out[key] = cfg[key]
+    return out
+
+
+def switches(cfg: Mapping[str, Any]) -> dict[str, int]:
+    """The family switches the wrapper's text model needs (TEXT_ALIASES), {} for most."""
+    text = cfg.get("text_config")
+    alias = TEXT_ALIASES.get(str(text.get("model_type"))) if isinstance(text, dict) else None
+    return dict(alias[1]) if alias else {}
+
+
+def note(cfg: Mapping[str, Any], text_type: str) -> str:
+    """The assumption a wrapper's spec carries."""
+    vision = cfg.get("vision_config") or {}
+    vt = vision.get("model_type") if isinstance(vision, dict) else None
+    return (f"{cfg.get('model_type')} (vision-language): the language model from text_config ({text_type}), for "
+            f"text tokens; the vision tower{f' ({vt})' if isinstance(vt, str) else ''} and the projector are outside "
+            "the analytic model: no image FLOPs or activations, their parameters counted from the checkpoint")
+
+
+def is_outside(name: str, modules: tuple[str, ...]) -> bool:
+    """Is tensor `name` one of `modules` or in one (a whole component of its dotted name)?"""
+    return any(m in modules for m in name.split("."))

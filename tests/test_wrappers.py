@@ -1,0 +1,168 @@
+"""Vision-language wrappers (families/wrappers.py): a config.json nesting its language model's config
+(text_config) beside a vision tower's. Each model is a tiny transformers *ForConditionalGeneration saved by
+save_pretrained; the oracles are the model object (its language model's parameters, the rest) and
+FlopCounterMode on a text-only forward of the whole wrapper (no pixel_values: the vision tower does not run)."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from ckptstat import summarize  # noqa: E402
+from ckptstat.census.model import load  # noqa: E402
+from ckptstat.families.graph import build  # noqa: E402
+
+TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+           vocab_size=320, max_position_embeddings=256)
+VIS = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14)
+MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
+
+# (model class, config class, config kwargs, the registered family of its language model)
+CASES = {
+    "gemma3": ("Gemma3ForConditionalGeneration", "Gemma3Config",
+               dict(text_config=dict(TXT, head_dim=16, sliding_window=8), vision_config=VIS, mm_tokens_per_image=4), "gemma"),
+    "paligemma": ("PaliGemmaForConditionalGeneration", "PaliGemmaConfig",
+                  dict(text_config=dict(TXT, model_type="gemma", head_dim=16),
+                       vision_config=dict(VIS, model_type="siglip_vision_model"), projection_dim=64), "gemma"),
+    "llava": ("LlavaForConditionalGeneration", "LlavaConfig",
+              dict(text_config=dict(TXT, model_type="llama"), vision_config=dict(VIS, model_type="clip_vision_model"),
+                   image_seq_length=4), "llama"),
+    "llava-untied-qwen2": ("LlavaOnevisionForConditionalGeneration", "LlavaOnevisionConfig",
+                           dict(text_config=dict(TXT, model_type="qwen2"),
+                                vision_config=dict(VIS, model_type="siglip_vision_model")), "llama"),
+    "mistral3": ("Mistral3ForConditionalGeneration", "Mistral3Config",
+                 dict(text_config=dict(TXT, model_type="mistral", head_dim=16),
+                      vision_config=dict(VIS, model_type="pixtral", head_dim=8)), "llama"),
+    "idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Config",
+                 dict(text_config=dict(TXT, model_type="llama"), vision_config=dict(VIS, image_size=56), scale_factor=2),
+                 "llama"),
+    "smolvlm": ("SmolVLMForConditionalGeneration", "SmolVLMConfig",
+                dict(text_config=dict(TXT, model_type="llama"), vision_config=dict(VIS, image_size=56), scale_factor=2),
+                "llama"),
+    "internvl": ("InternVLForConditionalGeneration", "InternVLConfig",
+                 dict(text_config=dict(TXT, model_type="qwen2"),
+                      vision_config=dict(VIS, image_size=[28, 28], patch_size=[14, 14])), "llama"),
+    "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
+                 dict(text_config=dict(TXT, rope_scaling=MROPE),
+                      vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),
+    "qwen2_5_vl": ("Qwen2_5_VLForConditionalGeneration", "Qwen2_5_VLConfig",
+                   dict(text_config=dict(TXT, rope_scaling=MROPE, tie_word_embeddings=True),
+                        vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
+                                           fullatt_block_indexes=[1])), "llama"),
+}
+
+
+def _model(case: str):
+    cls, cfg_cls, kwargs, _ = CASES[case]
+    if not hasattr(T, cls):
+        pytest.skip(f"transformers {T.__version__} has no {cls}")
+    torch.manual_seed(0)
+    return getattr(T, cls)._from_config(getattr(T, cfg_cls)(**kwargs), attn_implementation="eager").eval()
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    """case -> (model, its save_pretrained folder), built once."""
+    root = tmp_path_factory.mktemp("wrappers")
+    out = {}
+    for case in CASES:
+        model = _model(case)
+        model.save_pretrained(root / case)
+        out[case] = (model, str(root / case))
+    return out
+
+
+def _language_params(model) -> int:
+    """The language model's parameters, the LM head included unless tied to its embeddings."""
+    lm = next(getattr(model.model, a) for a in ("language_model", "text_model") if hasattr(model.model, a))
+    head = model.get_output_embeddings().weight
+    own = sum(p.numel() for p in lm.parameters())
+    return own + (0 if head is lm.get_input_embeddings().weight else head.numel())
+
+
+def _fcm(model, seq: int, batch: int) -> int:
+    vocab = model.config.get_text_config().vocab_size
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        ids = torch.arange(batch * seq).reshape(batch, seq) % vocab
+        model(input_ids=ids, attention_mask=torch.ones((batch, seq), dtype=torch.long))
+    return counter.get_total_flops()
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_language_model_is_the_analytic_model(saved, case):
+    model, folder = saved[case]
+    m = load(folder)
+    total = sum(p.numel() for p in model.parameters())
+    assert m.spec.family == CASES[case][3] and m.spec.head == "lm"
+    assert m.predicted["total"] == _language_params(model)
+    assert m.checkpoint_params == total and m.outside_params == total - _language_params(model) > 0 and m.agree
+    assert any("vision-language" in a for a in m.spec.assumptions)
+    assert any("outside the analytic model" in n for n in m.notes)
+
+
+@pytest.mark.parametrize("case", CASES)
+@pytest.mark.parametrize("seq,batch", [(8, 1), (16, 2)])
+def test_text_flops_equal_flop_counter(saved, case, seq, batch):
+    model, folder = saved[case]
+    ours = sum(2 * op.macs * op.calls for op in build(load(folder).spec, batch, seq, None))
+    assert ours == _fcm(model, seq, batch)
+
+
+@pytest.mark.parametrize("case", ["gemma3", "qwen2_5_vl"])
+def test_bare_config_and_commands(saved, case, cli, tmp_path):
+    model, folder = saved[case]
+    m = load(os.path.join(folder, "config.json"))   # no weights: the language model's prediction alone
+    assert m.predicted["total"] == _language_params(model) and m.checkpoint_params is None
+    r = summarize(folder)
+    assert r["architecture"]["family"] == CASES[case][3] and r["architecture"]["model_type"] == case
+    code, out, _ = cli("flops", folder, "--json")
+    assert code == 0
+    p = json.loads(out)["parameters"]
+    assert p["agree"] and p["outside"] == sum(t.numel() for t in model.parameters()) - _language_params(model)
+    code, out, _ = cli("memory", folder, "--json")
+    assert code == 0 and json.loads(out)["parameters"]["outside"] == p["outside"]
+
+
+def test_dual_encoders_are_no_wrapper(tmp_path):
+    """CLIP and SigLIP nest a text and a vision config too, but no decoder: CLIP stays its own family, SigLIP
+    (whose text tower is no registered family) gets no analytic model."""
+    from ckptstat.errors import UsageError
+    from ckptstat.families.spec import from_config
+    clip = T.CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4),
+                        vision_config=VIS).to_dict()
+    assert from_config(clip).family == "clip" and not from_config(clip).outside
+    siglip = T.SiglipConfig(text_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
+                                             num_attention_heads=4), vision_config=VIS).to_dict()
+    with pytest.raises(UsageError, match="no analytic model"):
+        from_config(siglip)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_counts_and_ties_of_both_saves(saved, case, tmp_path):
+    """save_pretrained (tied LM head dropped) and torch.save (tied names share storage): the unique count and
+    the tie groups are the model object's."""
+    import re
+
+    from census_audit import model_oracle, reported, save_both
+    model, _ = saved[case]
+    oracle = model_oracle(model)
+    # save_pretrained writes a VLM's names in the layout before transformers 4.52 (`language_model.model.`):
+    # modeling_utils.save_pretrained reverses the class's _checkpoint_conversion_mapping, as here
+    reverse = {v: k for k, v in (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()}
+
+    def saved_name(key: str) -> str:
+        for pattern, replacement in reverse.items():
+            key, n = re.subn(pattern, re.sub(r"\(.*\)", "", replacement.lstrip("^")), key)
+            if n:
+                break
+        return key
+
+    for variant, path in save_both(model, str(tmp_path)).items():
+        ties = oracle["ties"] if variant == "torch.save" else {frozenset(map(saved_name, g)) for g in oracle["ties"]}
+        got = reported(path)
+        assert (got["params"], got["ties"]) == (oracle["params"], ties), variant
