@@ -14,6 +14,7 @@ import warnings
 
 from .core import Checkpoint
 from .errors import CkptstatError, MissingDependencyError, UsageError
+from .families.base import architectures
 from .formats.registry import open_checkpoint
 
 RUN_SCHEMA = "ckptstat.run/1"
@@ -40,7 +41,7 @@ def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
         cfg = transformers.AutoConfig.for_model(**cfg_dict)
     except (ValueError, KeyError) as e:
         raise UsageError(f"{ckpt.config_path}: transformers cannot build this config ({e})") from None
-    names = [a for a in cfg_dict.get("architectures") or [] if hasattr(transformers, a)]
+    names = [a for a in architectures(cfg_dict) if hasattr(transformers, a)]
     cls = getattr(transformers, names[0]) if names else transformers.AutoModel
     torch_dtype = getattr(torch, DTYPES[dtype])
     with warnings.catch_warnings():

@@ -166,3 +166,19 @@ def test_counts_and_ties_of_both_saves(saved, case, tmp_path):
         ties = oracle["ties"] if variant == "torch.save" else {frozenset(map(saved_name, g)) for g in oracle["ties"]}
         got = reported(path)
         assert (got["params"], got["ties"]) == (oracle["params"], ties), variant
+
+
+@pytest.mark.parametrize("archs", [5, "LlamaForCausalLM", {"a": 1}, [3, None], None])
+@pytest.mark.parametrize("wrapped", [False, True])
+def test_odd_architectures_values_are_ignored(cli, tmp_path, archs, wrapped):
+    """`architectures` that is no list of strings (hand-edited configs) names no class: the family default head,
+    never an internal error; an odd model_type of a text config is no wrapper."""
+    text = dict(model_type="llama", hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                vocab_size=10)
+    cfg = dict(model_type="gemma3", text_config=text, vision_config={"model_type": 3}) if wrapped else text
+    (tmp_path / "config.json").write_text(json.dumps(dict(cfg, architectures=archs)))
+    code, out, err = cli("flops", str(tmp_path / "config.json"), "--json")
+    assert code == 0 and not err and json.loads(out)["architecture"]["family"] == "llama"
+    (tmp_path / "config.json").write_text(json.dumps(dict(cfg, text_config=dict(text, model_type=[1]))))
+    code, _, err = cli("flops", str(tmp_path / "config.json"))
+    assert code == (2 if wrapped else 0) and "internal error" not in err

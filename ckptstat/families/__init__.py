@@ -39,7 +39,7 @@ from . import (
     whisper,
     wrappers,
 )
-from .base import Family
+from .base import Family, architectures
 
 FAMILIES: tuple[Family, ...] = (
     bert.FAMILY,
@@ -98,7 +98,8 @@ def by_model_type(model_type: object, config: Mapping[str, object] | None = None
 def language_model(config: Mapping[str, object]) -> tuple[dict, Family] | None:
     """(the language model's config, its family) of a vision-language wrapper's config.json whose language
     model is a registered decoder family's (wrappers.py); None for any other config."""
-    if config.get("model_type") in MODEL_TYPES:
+    mt = config.get("model_type")
+    if not isinstance(mt, str) or mt in MODEL_TYPES:
         return None
     inner = wrappers.language_config(config)
     f = _BY_NAME.get(MODEL_TYPES.get(inner["model_type"], "")) if inner is not None else None
@@ -152,7 +153,7 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
     names' naming.digit_forms, if known (docs/performance.md)."""
     if config:
         mt = config.get("model_type")
-        archs = tuple(a for a in config.get("architectures") or () if isinstance(a, str))
+        archs = architectures(config)
         if isinstance(mt, str):
             f = by_model_type(mt, config)
             return Architecture(f.name if f else "unknown", "config.json", mt, archs)

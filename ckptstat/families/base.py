@@ -216,6 +216,12 @@ def add_norm(out: Shapes, name: str, dim: int, bias: bool = True) -> None:
         out[name + ".bias"] = (dim,)
 
 
+def architectures(cfg: Mapping[str, Any]) -> tuple[str, ...]:
+    """config.json's `architectures` class names: the strings of a list, nothing from any other value."""
+    archs = cfg.get("architectures")
+    return tuple(a for a in archs if isinstance(a, str)) if isinstance(archs, (list, tuple)) else ()
+
+
 def head_of(archs: Iterable[str], default: str) -> tuple[str, str | None, tuple[str, ...]]:
     """(head, the class name it came from, notes) from config `architectures`."""
     for name in archs:

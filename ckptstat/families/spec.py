@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
-from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, head_of
+from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 
 __all__ = ["DTYPE_BYTES", "HEAD_SUFFIXES", "ArchSpec", "audio_inputs", "canonical_name", "canonical_tensors", "check_seq",
@@ -36,7 +36,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
     family = by_model_type(mt, cfg)
     if family is None or not isinstance(mt, str):
         raise UsageError(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
-    archs = [a for a in cfg.get("architectures") or () if isinstance(a, str)]
+    archs = architectures(cfg)
     head, arch_name, notes = head_of(archs, family.default_head)
     c = Cfg(cfg, path, mt, head, {})
     tdt = cfg.get("torch_dtype") or cfg.get("dtype")

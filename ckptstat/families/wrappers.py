@@ -35,7 +35,7 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     out = dict(text)
     out["model_type"] = TEXT_ALIASES.get(text["model_type"], (text["model_type"],))[0]
-    out["architectures"] = cfg.get("architectures") or []
+    out["architectures"] = cfg.get("architectures") or []   # (checked where read: base.architectures)
     for key in ("torch_dtype", "dtype"):   # often the wrapper's alone
         if out.get(key) is None and cfg.get(key) is not None:
             out[key] = cfg[key]
