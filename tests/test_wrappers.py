@@ -182,3 +182,33 @@ def test_odd_architectures_values_are_ignored(cli, tmp_path, archs, wrapped):
     (tmp_path / "config.json").write_text(json.dumps(dict(cfg, text_config=dict(text, model_type=[1]))))
     code, _, err = cli("flops", str(tmp_path / "config.json"))
     assert code == (2 if wrapped else 0) and "internal error" not in err
+
+
+# More wrappers, each from its config class's defaults shrunk by tests/census_audit.py's tiny_config (the same
+# shrinking the wide audit uses): every parameter outside the language model is counted apart, and the text FLOPs
+# are FlopCounterMode's.
+MORE = [("deepseek_vl", "DeepseekVLForConditionalGeneration"), ("deepseek_vl_hybrid", "DeepseekVLHybridForConditionalGeneration"),
+        ("ovis2", "Ovis2ForConditionalGeneration"), ("got_ocr2", "GotOcr2ForConditionalGeneration"),
+        ("idefics2", "Idefics2ForConditionalGeneration"), ("llava_next", "LlavaNextForConditionalGeneration"),
+        ("llava_next_video", "LlavaNextVideoForConditionalGeneration"), ("vipllava", "VipLlavaForConditionalGeneration"),
+        ("video_llava", "VideoLlavaForConditionalGeneration")]
+
+
+@pytest.mark.parametrize("model_type,cls", MORE, ids=[m for m, _ in MORE])
+def test_more_wrappers_from_shrunk_configs(model_type, cls):
+    from census_audit import tiny_config
+    from test_families import tensor_infos
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from ckptstat.census.model import from_checkpoint
+    from ckptstat.core import Checkpoint
+    if not hasattr(T, cls) or model_type not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"transformers {T.__version__} has no {cls}")
+    cfg = tiny_config(getattr(T, CONFIG_MAPPING_NAMES[model_type]))
+    torch.manual_seed(0)
+    model = getattr(T, cls)._from_config(cfg, attn_implementation="eager").eval()
+    config = dict(cfg.to_dict(), architectures=[cls])
+    m = from_checkpoint(Checkpoint(path="x", format="safetensors", tensors=tensor_infos(model), files=("x",), config=config))
+    total = sum(p.numel() for p in model.parameters())
+    assert m.predicted["total"] == _language_params(model) and m.outside_params == total - _language_params(model)
+    assert m.agree and sum(2 * op.macs * op.calls for op in build(m.spec, 1, 16, None)) == _fcm(model, 16, 1)
