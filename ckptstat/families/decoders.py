@@ -27,9 +27,12 @@ def rotary_dim(s: ArchSpec) -> int:
 
 def rotary(B: Builder, d_rot: int) -> None:
     """transformers' rotary embedding computes inv_freq (ceil(d_rot/2) x 1) @ position_ids (1 x s), a bmm
-    FlopCounterMode counts, once per forward; inv_freq is arange(0, d_rot, 2) long."""
+    FlopCounterMode counts, once per forward; inv_freq is arange(0, d_rot, 2) long. Qwen2-VL's and Qwen3-VL's
+    M-RoPE (switch `mrope`, families/wrappers.py): 3 position rows (time, height, width) per sequence."""
     half, n = (d_rot + 1) // 2, B.seq
-    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (1, half, 1), (1, half, n), macs=half * n)
+    rows = 3 * B.b if flag(B.s, "mrope") else 1
+    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (rows, half, 1), (rows, half, n),
+          macs=rows * half * n)
 
 
 def rope_apply(B: Builder, module: str, heads: int, d_rot: int, calls: int) -> None:

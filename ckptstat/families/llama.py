@@ -71,12 +71,7 @@ def decoder(B: Builder, mlp: Callable[[Builder, str], None]) -> None:
     h, L, a, g, d = s.hidden, s.layers, s.heads, s.kv_heads, s.head_dim
     tok = (b, n)
     B.embedding("embed_tokens", "embedding", s.vocab, h, n)
-    # transformers' rotary embedding computes inv_freq (d/2 x 1) @ position_ids (1 x s), a bmm that
-    # FlopCounterMode counts (d/2 * s MACs), once per forward; position_ids default to one row for the batch.
-    # Qwen2-VL's M-RoPE (switch `mrope`, families/wrappers.py): 3 rows (time, height, width) per sequence.
-    rows = 3 * b if dict(s.extra).get("mrope") else 1
-    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (rows, d // 2, 1), (rows, d // 2, n),
-          macs=rows * (d // 2) * n)
+    decoders.rotary(B, d)
     lay = f"layers[{L}]"
     B.norm(f"{lay}.input_layernorm", "encoder", tok, h, L)
     B.linear(f"{lay}.self_attn.q_proj", "encoder", tok, h, a * d, s.qkv_bias, L)

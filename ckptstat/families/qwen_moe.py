@@ -153,8 +153,7 @@ def decoder(B: Builder, mlp: Callable[[Builder, str, int], None],
     final norm and LM head. attn(B, label, calls, window); rotary: the rotated dims per head (default head_dim)."""
     s, b, n = B.s, B.b, B.seq
     B.embedding("embed_tokens", "embedding", s.vocab, s.hidden, n)
-    d = rotary or s.head_dim
-    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (1, d // 2, 1), (1, d // 2, n), macs=(d // 2) * n)
+    decoders.rotary(B, rotary or s.head_dim)
     dense = set(s.dense_layers)
     sparse = [i for i in range(s.layers) if i not in dense]
     for kind, idx, part in (("sparse", sparse, mlp), ("dense", sorted(dense), _dense)):

@@ -14,10 +14,13 @@ from collections.abc import Mapping
 from typing import Any
 
 # Text model_types transformers names after the wrapper whose decoder is a registered family's, and the
-# family switches (ArchSpec.extra) they need: Qwen2-VL's and Qwen2.5-VL's language models are Qwen2 with
-# multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py Qwen2VLTextModel): the same layers,
-# and a rotary table computed from 3 position rows (time, height, width) per sequence.
-TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", {"mrope": 1}), "qwen2_5_vl_text": ("qwen2", {"mrope": 1})}
+# family switches (ArchSpec.extra) they need: Qwen2-VL's and Qwen2.5-VL's language models are Qwen2, and
+# Qwen3-VL's is Qwen3, with multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py
+# Qwen2VLTextModel, modeling_qwen3_vl.py: its DeepStack adds visual features to early layers only with an
+# image): the same layers, and a rotary table computed from 3 position rows (time, height, width) per
+# sequence. (Qwen3-VL-MoE is not one: its eval forward runs every expert on every token.)
+TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", {"mrope": 1}), "qwen2_5_vl_text": ("qwen2", {"mrope": 1}),
+                "qwen3_vl_text": ("qwen3", {"mrope": 1})}
 # Module names (a name's components) of what is outside the language model in transformers' wrappers: the
 # vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`, DeepSeek-VL-Hybrid's high-resolution
 # tower, neck and projection), the projector into the text embedding (`multi_modal_projector`, `mm_projector`,
