@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from ..core import Checkpoint
 from ..errors import UsageError
+from ..families import get
 from ..families.graph import predict_params
 from ..families.spec import (
     DTYPE_BYTES,
@@ -120,7 +121,13 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
     """A weights file/folder/index (with its config.json when there is one), or a bare config.json."""
     path = os.fspath(path)
     if is_bare_config(path) and config is None:
-        spec = from_config(load_config(path), path)
+        cfg = load_config(path)
+        spec = from_config(cfg, path)
+        vouch = get(spec.family).config_alone
+        if vouch is not None and not vouch(cfg):
+            raise NoArchitecture(f"{path}: the {spec.family} template cannot describe model_type {spec.model_type!r} from "
+                                 "its config alone (fields or an activation LLaMA's config lacks); give the weights too, "
+                                 "whose parameter count checks the template")
         notes = spec.assumptions
         if spec.dtype is None:
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)

@@ -179,6 +179,8 @@ class Family:
     encoder_decoder: bool = False               # a decoder stack fed by an encoder (`--dec-seq` applies)
     # a checkpoint whose parameter count differs from the template's is not this model: no FLOPs (generic.py)
     strict_params: bool = False
+    # with strict_params: does a bare config.json (no weights to check the template against) suffice? None: always
+    config_alone: Callable[[Mapping[str, Any]], bool] | None = None
     main_input: str = "input_ids"               # input_features: --seq counts mel frames (--frames, --audio-seconds)
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # GGUF general.architecture values (None: the model_types, as llama.cpp names most architectures)

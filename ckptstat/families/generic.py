@@ -25,9 +25,57 @@ OPTIONAL_FIELDS = ("num_key_value_heads", "head_dim", "num_local_experts", "num_
 LABEL = "generic (config fields)"
 
 
+# Every field a config.json may hold for the template to describe it: LlamaConfig's and MixtralConfig's
+# (transformers configuration_llama.py, configuration_mixtral.py), PretrainedConfig's own, Granite's scale
+# factors (they scale, they shape nothing), Qwen2's windowing and SmolLM3's NoPE switches (no matmul changes),
+# and what tools write beside them. Any other field may change the model (a shared expert, sub-norms, q/k norms,
+# a linear-attention or state-space layer, parallel blocks...): such a config is not claimed, since with no
+# weights nothing would catch a wrong template (tests/test_families.py builds every transformers model type
+# this claims and compares parameters and FLOPs).
+KNOWN_FIELDS = frozenset((
+    # LlamaConfig, MixtralConfig
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "hidden_act", "max_position_embeddings", "initializer_range", "rms_norm_eps", "use_cache", "pretraining_tp",
+    "rope_theta", "rope_scaling", "rope_parameters", "attention_bias", "attention_dropout", "mlp_bias", "head_dim",
+    "num_experts_per_tok", "num_local_experts", "output_router_logits", "router_aux_loss_coef", "router_jitter_noise",
+    "sliding_window",
+    # PretrainedConfig
+    "_name_or_path", "add_cross_attention", "architectures", "bad_words_ids", "begin_suppress_tokens", "bos_token_id",
+    "chunk_size_feed_forward", "cross_attention_hidden_size", "decoder_start_token_id", "diversity_penalty", "do_sample",
+    "dtype", "early_stopping", "encoder_no_repeat_ngram_size", "eos_token_id", "exponential_decay_length_penalty",
+    "finetuning_task", "forced_bos_token_id", "forced_eos_token_id", "id2label", "is_decoder", "is_encoder_decoder",
+    "label2id", "length_penalty", "max_length", "min_length", "model_type", "no_repeat_ngram_size", "num_beam_groups",
+    "num_beams", "num_return_sequences", "output_attentions", "output_hidden_states", "output_scores", "pad_token_id",
+    "prefix", "problem_type", "pruned_heads", "remove_invalid_values", "repetition_penalty", "return_dict",
+    "return_dict_in_generate", "sep_token_id", "suppress_tokens", "task_specific_params", "temperature",
+    "tf_legacy_loss", "tie_encoder_decoder", "tie_word_embeddings", "tokenizer_class", "top_k", "top_p", "torchscript",
+    "transformers_version", "typical_p", "use_bfloat16", "torch_dtype", "_attn_implementation_autoset",
+    # Granite's scale factors; Qwen2's windowing; SmolLM3's NoPE layers; tools' additions
+    "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
+    "layer_types", "use_sliding_window", "max_window_layers", "no_rope_layers", "no_rope_layer_interval",
+    "auto_map", "quantization_config", "compression_config", "use_flash_attn",
+))
+_ATTENTION_KINDS = {"full_attention", "sliding_attention"}
+# transformers model types whose config holds only LLaMA's fields but whose model is not LLaMA's (found by
+# tests/test_generic_claims.py, which builds every model type `claims` takes): RMSNorms on q and k (and OLMo3's
+# norms after each block) that no config field announces.
+NOT_LLAMA_SHAPED = frozenset({"olmo3", "hunyuan_v1_dense"})
+
+
 def claims(cfg: Mapping[str, Any]) -> bool:
-    """Has `cfg` the fields the generic template needs (positive integers)?"""
+    """Has `cfg` the fields the generic template needs (positive integers)? With weights, the checkpoint's
+    parameter count then says whether the template describes the model (strict_params); its tie rules apply."""
     return all(isinstance(cfg.get(k), int) and not isinstance(cfg.get(k), bool) and cfg[k] > 0 for k in STANDARD_FIELDS)
+
+
+def describes(cfg: Mapping[str, Any]) -> bool:
+    """Does the template describe `cfg`'s model with no weights to check it against: a LLaMA-shaped decoder's
+    config (claims), a gated SiLU MLP (LLaMA's), only full or sliding attention layers, and no field LLaMA's
+    config lacks (KNOWN_FIELDS)?"""
+    layer_types = cfg.get("layer_types")
+    return (claims(cfg) and cfg.get("hidden_act", "silu") in ("silu", "swish")
+            and (layer_types is None or (isinstance(layer_types, list) and _ATTENTION_KINDS.issuperset(map(str, layer_types))))
+            and KNOWN_FIELDS.issuperset(cfg) and cfg.get("model_type") not in NOT_LLAMA_SHAPED)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -71,6 +119,7 @@ FAMILY = Family(
     tie_rules=llama.TIE_RULES,
     kv_cache=decoder_kv_cache,
     strict_params=True,
+    config_alone=describes,
     # tests/test_families.py builds these under a model_type no family claims (and real llama-shaped
     # families without a module: Granite, Cohere are not, see the test)
     samples=(

@@ -1,0 +1,74 @@
+"""The generic decoder template (families/generic.py) answers for a bare config.json only when it describes the
+model (`describes`): every transformers model type no family module covers whose (shrunk) config it takes is
+built, and its parameters and FlopCounterMode's FLOPs equal the template's; encoders, hybrids and decoders with
+extra parts are refused (with weights, the checkpoint's parameter count decides: strict_params)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+from test_families import fcm_flops, meta_model, ours  # noqa: E402
+from transformers import CONFIG_MAPPING  # noqa: E402
+from transformers.models.auto import modeling_auto as auto  # noqa: E402
+
+from ckptstat.families import MODEL_TYPES, generic  # noqa: E402
+from ckptstat.families.graph import predict_params  # noqa: E402
+from ckptstat.families.spec import from_config  # noqa: E402
+
+SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+             vocab_size=320, head_dim=16, pad_token_id=0)
+
+
+def _config(model_type: str):
+    """The model type's config class at tiny sizes (None when it will not take them)."""
+    try:
+        return CONFIG_MAPPING[model_type](**SIZES)
+    except Exception:
+        return None
+
+
+# the decoders transformers has a causal LM for (building every config class would also build vision backbones,
+# some of which look for timm weights on the hub), plus the encoders and hybrids the refusals name
+REFUSED = ("bert-generation", "deberta-v2", "wav2vec2", "bamba", "falcon_h1", "jamba", "zamba2", "qwen3_next", "olmoe",
+           "cohere", "starcoder2", "stablelm", "arcee", "bitnet", "olmo3", "hunyuan_v1_dense", "lfm2", "minimax",
+           "llama4_text", "glm4_moe", "exaone4", "vaultgemma")
+CANDIDATES = sorted({mt for mt in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if mt not in MODEL_TYPES}
+                    | {mt for mt in REFUSED if mt in CONFIG_MAPPING})
+CLAIMED = [mt for mt in CANDIDATES if (c := _config(mt)) is not None and generic.describes(c.to_dict())]
+
+
+def test_llama_and_mixtral_fields_are_known():
+    for cls in (T.LlamaConfig, T.MixtralConfig, T.PretrainedConfig):
+        assert generic.KNOWN_FIELDS.issuperset(cls().to_dict()), cls.__name__
+
+
+def test_claims_llama_shaped_types_only():
+    """What is claimed today: renamed LLaMAs (Code Llama, Granite, Helium, SmolLM3, Ministral...); no encoder,
+    state-space hybrid, or decoder with q/k norms, shared experts or parallel blocks."""
+    assert {"code_llama", "granite", "helium"} <= set(CLAIMED)
+    assert not set(REFUSED) & set(CLAIMED)
+
+
+@pytest.mark.parametrize("model_type", CLAIMED)
+def test_every_claimed_type_is_the_template(model_type):
+    cls_name = auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(model_type)
+    if cls_name is None:   # a wrapper's text config (Qwen2-VL's): its wrapper is tested in test_wrappers.py
+        pytest.skip(f"{model_type} has no causal LM class")
+    cfg = _config(model_type)
+    model = meta_model(getattr(T, cls_name), cfg)
+    spec = from_config(dict(cfg.to_dict(), architectures=[cls_name]))
+    assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
+    for seq in (8, 16):
+        assert ours(spec, seq) == fcm_flops(model, seq)
+
+
+@pytest.mark.parametrize("model_type", ["bitnet", "olmo3", "starcoder2", "deberta-v2"])
+def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, model_type):
+    import json
+    if model_type not in CONFIG_MAPPING:
+        pytest.skip(model_type)
+    (tmp_path / "config.json").write_text(json.dumps(_config(model_type).to_dict()))
+    code, out, err = cli("flops", str(tmp_path / "config.json"))
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "cannot describe" in err or "no analytic model" in err
