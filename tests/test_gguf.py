@@ -330,3 +330,21 @@ def test_mutations_raise_only_our_errors(tmp_path):
                 ckpt.read(t.name)
         except CkptstatError:
             pass
+
+
+@pytest.mark.parametrize("arch", ["clip", "rwkv7"])
+def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
+    """A GGUF whose general.architecture no family reads a config from (llama.cpp's vision projector `clip`, an
+    architecture ckptstat has no family for): flops names the architecture in one line; the summary still counts."""
+    gguf = pytest.importorskip("gguf")
+    path = str(tmp_path / "m.gguf")
+    w = gguf.GGUFWriter(path, arch)
+    w.add_tensor("v.blk.0.attn_q.weight", np.ones((4, 4), np.float32))
+    w.add_tensor("mm.0.weight", np.ones((8, 4), np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    code, out, err = cli("flops", path)
+    assert code == 2 and not out and err.count("\n") == 1 and f"general.architecture {arch!r}" in err
+    assert summarize(path)["parameters"]["unique"] == 16 + 32

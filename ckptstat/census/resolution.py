@@ -62,6 +62,11 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
         return Resolution(None, None, None, None, "a PEFT adapter (adapter_config.json), not a whole model: "
                           "`ckptstat summary ADAPTER --base BASE` (docs/adapters.md)")
     gguf_cfg = config_from_gguf(ckpt.metadata, ckpt.tensors) if ckpt.declared_architecture and not ckpt.config else None
+    if ckpt.declared_architecture and not ckpt.config and gguf_cfg is None:   # llama.cpp names match no family's
+        arch = ckpt.declared_architecture
+        return Resolution(None, arch, None, None, "gguf general.architecture",
+                          f"{ckpt.path}: GGUF general.architecture {arch!r} has no analytic model in ckptstat "
+                          "(no family reads its metadata; pass --config with the model's config.json)")
     cfg = ckpt.config or gguf_cfg
     if cfg:
         mt = cfg.get("model_type")
