@@ -1,5 +1,5 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Mamba and gpt-oss.
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Qwen3, Mamba and gpt-oss.
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
@@ -185,6 +185,8 @@ CASES = {
                              unaligned=KV_B_SPLIT),
     "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
                         unaligned=KV_B_SPLIT),
+    "qwen3": Case("qwen3", 0, "Qwen3ForCausalLM", "qwen3", _text),
+    "qwen3-tied": Case("qwen3", 1, "Qwen3ForCausalLM", "qwen3", _text),
     "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),
     # untied with attention biases; tied without (its layer_types, not in the file, change no count)
     "gpt-oss": Case("gpt_oss", 0, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),

@@ -4,6 +4,7 @@ layer), attention_bias on q, k, v and o alike, and an LM head untied by default 
 _tied_weights_keys ties it to embed_tokens when tie_word_embeddings is set, as the small Qwen3 models do)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -34,6 +35,15 @@ GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + (
     ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
 )
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `qwen3` files: LLaMA's keys, head_dim from attention.key_length (Qwen3's is not hidden / heads);
+    attention_bias (no metadata key) from whether the first layer's q has a bias."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "Qwen3ForCausalLM")
+    if cfg is not None:
+        cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors
+    return cfg
+
+
 FAMILY = Family(
     name="qwen3",
     model_types=("qwen3",),
@@ -41,7 +51,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]q_norm",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     **llama.DECODER_LM,
-    gguf_tensor_names=GGUF_TENSOR_NAMES,
+    gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("Qwen3Config", _SIZES, ("Qwen3Model", "Qwen3ForCausalLM")),
         Sample("Qwen3Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("Qwen3ForCausalLM",)),
