@@ -1,5 +1,5 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Qwen3, Mamba and gpt-oss.
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Qwen3, Phi-3, Mamba and gpt-oss.
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
@@ -90,6 +90,14 @@ def _t5(w: Any, c: Any) -> None:
     w.add_layer_norm_rms_eps(c.layer_norm_epsilon)
     if c.decoder_start_token_id is not None:   # real T5 configs have 0; the tiny sample's T5Config has None
         w.add_decoder_start_token_id(c.decoder_start_token_id)
+
+
+def _phi3(w: Any, c: Any) -> None:
+    """Phi3MiniModel.set_gguf_parameters: the text keys (no key_length), the rotated dims per head
+    (int(partial_rotary_factor * hidden) // heads) and the window (0 when the config has none: Phi-4)."""
+    _text(w, c, head_dim=False)
+    w.add_rope_dimension_count(int(getattr(c, "partial_rotary_factor", 1.0) * c.hidden_size) // c.num_attention_heads)
+    w.add_sliding_window(c.sliding_window or 0)
 
 
 def _qwen_moe(w: Any, c: Any) -> None:
@@ -185,6 +193,9 @@ CASES = {
                              unaligned=KV_B_SPLIT),
     "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
                         unaligned=KV_B_SPLIT),
+    "phi3": Case("phi3", 0, "Phi3ForCausalLM", "phi3", _phi3),
+    "phi3-partial-rotary": Case("phi3", 1, "Phi3ForCausalLM", "phi3", _phi3),
+    "phi3-sliding": Case("phi3", 2, "Phi3ForCausalLM", "phi3", _phi3),
     "qwen3": Case("qwen3", 0, "Qwen3ForCausalLM", "qwen3", _text),
     "qwen3-tied": Case("qwen3", 1, "Qwen3ForCausalLM", "qwen3", _text),
     "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),

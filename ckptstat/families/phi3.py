@@ -3,6 +3,7 @@ fused in one qkv_proj [(a + 2g) d, h] and gate and up fused in one gate_up_proj 
 partial rotary (partial_rotary_factor, Phi-4-mini) and an LM head untied by default."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -43,13 +44,29 @@ GGUF_TENSOR_NAMES = (
     ("model.layers.{bid}.mlp.down_proj", "blk.{bid}.ffn_down"),
 )
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `phi3` files (Phi-3, Phi-3.5, Phi-4): LLaMA's keys; the rotated dims per head,
+    `rope.dimension_count`, give partial_rotary_factor; `attention.sliding_window` the window (0: none, Phi-4)."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "Phi3ForCausalLM")
+    if cfg is None:
+        return None
+    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
+    window = infer.gguf_int(metadata, f"{arch}.attention.sliding_window")
+    h, a = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if rope and h and a and h % a == 0:
+        cfg["partial_rotary_factor"] = rope / (h // a)
+    if window:
+        cfg["sliding_window"] = window
+    return cfg
+
+
 FAMILY = Family(
     name="phi3",
     model_types=("phi3",),
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]qkv_proj",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     **llama.DECODER_LM,
-    gguf_tensor_names=GGUF_TENSOR_NAMES,
+    gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("Phi3Config", _SIZES, ("Phi3Model", "Phi3ForCausalLM")),
         Sample("Phi3Config", dict(_SIZES, partial_rotary_factor=0.5, tie_word_embeddings=True), ("Phi3ForCausalLM",)),
