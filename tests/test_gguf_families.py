@@ -1,5 +1,6 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), Qwen3, Phi-3, Mamba and gpt-oss.
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-3, Mamba and
+gpt-oss.
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
@@ -90,6 +91,19 @@ def _t5(w: Any, c: Any) -> None:
     w.add_layer_norm_rms_eps(c.layer_norm_epsilon)
     if c.decoder_start_token_id is not None:   # real T5 configs have 0; the tiny sample's T5Config has None
         w.add_decoder_start_token_id(c.decoder_start_token_id)
+
+
+def _olmo(w: Any, c: Any) -> None:
+    """OlmoModel.set_gguf_parameters: the text keys with a LayerNorm epsilon of 1e-5, and clip_qkv as clamp_kqv."""
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_layer_norm_eps(1e-5)
+    if c.clip_qkv is not None:
+        w.add_clamp_kqv(c.clip_qkv)
 
 
 def _phi3(w: Any, c: Any) -> None:
@@ -196,6 +210,11 @@ CASES = {
     "phi3": Case("phi3", 0, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-partial-rotary": Case("phi3", 1, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-sliding": Case("phi3", 2, "Phi3ForCausalLM", "phi3", _phi3),
+    "olmo": Case("olmo", 0, "OlmoForCausalLM", "olmo", _olmo),
+    # (untied: a tied OLMo file has no output_norm, the weightless norms, so the structural GGUF tie rule cannot
+    # see it is a decoder: docs/gguf.md)
+    "olmo-bias": Case("olmo", 1, "OlmoForCausalLM", "olmo", _olmo, changes=dict(tie_word_embeddings=False)),
+    "olmo2": Case("olmo", 2, "Olmo2ForCausalLM", "olmo2", _text),
     "qwen3": Case("qwen3", 0, "Qwen3ForCausalLM", "qwen3", _text),
     "qwen3-tied": Case("qwen3", 1, "Qwen3ForCausalLM", "qwen3", _text),
     "mamba": Case("mamba", 0, "MambaForCausalLM", "mamba", _mamba),

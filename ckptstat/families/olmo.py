@@ -5,6 +5,7 @@ files hold only the projections and embeddings; OLMo2 normalises after attention
 projections (q_norm [a d], k_norm [g d]). Both untie the LM head by default."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -47,6 +48,18 @@ GGUF_TENSOR_NAMES = (   # OLMo's norms have no weights; OLMo2 norms after attent
     ("model.layers.{bid}.post_feedforward_layernorm", "blk.{bid}.post_ffw_norm"),
 )
 
+GGUF_CLASSES = {"olmo": "OlmoForCausalLM", "olmo2": "Olmo2ForCausalLM"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `olmo` and `olmo2` files: LLaMA's keys (OLMo's clip_qkv changes no count); attention_bias
+    (no metadata key) from whether the first layer's q has a bias."""
+    cfg = infer.gguf_config(arch, metadata, tensors, GGUF_CLASSES[arch]) if arch in GGUF_CLASSES else None
+    if cfg is not None:
+        cfg["attention_bias"] = "blk.0.attn_q.bias" in tensors
+    return cfg
+
+
 FAMILY = Family(
     name="olmo",
     model_types=("olmo", "olmo2"),
@@ -54,7 +67,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]post_feedforward_layernorm",
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     **llama.DECODER_LM,
-    gguf_tensor_names=GGUF_TENSOR_NAMES,
+    gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # OLMo's tensor names are LLaMA's without the (weightless) norms: names alone read as LLaMA
         Sample("OlmoConfig", _SIZES, ("OlmoModel", "OlmoForCausalLM"), detected_as="llama"),
