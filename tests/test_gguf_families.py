@@ -1,6 +1,6 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-3, Mamba and
-gpt-oss.
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX,
+Mamba and gpt-oss.
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
@@ -106,6 +106,31 @@ def _olmo(w: Any, c: Any) -> None:
         w.add_clamp_kqv(c.clip_qkv)
 
 
+def _phi2(w: Any, c: Any) -> None:
+    """Phi2Model.set_gguf_parameters: feed_forward_length written as 4 h, head_count_kv as head_count, the rotated
+    dims per head from partial_rotary_factor, a LayerNorm epsilon."""
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(4 * c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_attention_heads)
+    w.add_layer_norm_eps(c.layer_norm_eps)
+    w.add_rope_dimension_count(int(c.partial_rotary_factor * c.hidden_size) // c.num_attention_heads)
+
+
+def _gptneox(w: Any, c: Any) -> None:
+    """GPTNeoXModel.set_gguf_parameters: the width keys, rotary_pct as the rotated dims per head, the residual layout."""
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_block_count(c.num_hidden_layers)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_rope_dimension_count(int(c.rotary_pct * (c.hidden_size // c.num_attention_heads)))
+    w.add_head_count(c.num_attention_heads)
+    w.add_parallel_residual(c.use_parallel_residual)
+    w.add_layer_norm_eps(c.layer_norm_eps)
+
+
 def _phi3(w: Any, c: Any) -> None:
     """Phi3MiniModel.set_gguf_parameters: the text keys (no key_length), the rotated dims per head
     (int(partial_rotary_factor * hidden) // heads) and the window (0 when the config has none: Phi-4)."""
@@ -207,6 +232,10 @@ CASES = {
                              unaligned=KV_B_SPLIT),
     "deepseek-v3": Case("deepseek", 2, "DeepseekV3ForCausalLM", "deepseek2", _deepseek,
                         unaligned=KV_B_SPLIT),
+    "phi2": Case("phi", 0, "PhiForCausalLM", "phi2", _phi2),
+    "phi2-tied": Case("phi", 0, "PhiForCausalLM", "phi2", _phi2, changes=dict(tie_word_embeddings=True)),
+    "gptneox": Case("gptneox", 0, "GPTNeoXForCausalLM", "gptneox", _gptneox),
+    "gptneox-sequential-tied": Case("gptneox", 1, "GPTNeoXForCausalLM", "gptneox", _gptneox),
     "phi3": Case("phi3", 0, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-partial-rotary": Case("phi3", 1, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-sliding": Case("phi3", 2, "Phi3ForCausalLM", "phi3", _phi3),

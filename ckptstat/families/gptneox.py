@@ -6,6 +6,7 @@ final_layer_norm, and an LM head `embed_out` untied by default (GPTNeoXForCausal
 _tied_weights_keys: embed_out.weight)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from . import base, decoders, infer
@@ -88,6 +89,23 @@ GGUF_TENSOR_NAMES = (
     ("gpt_neox.layers.{bid}.mlp.dense_4h_to_h", "blk.{bid}.ffn_down"),
 )
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `gptneox` files (Pythia, GPT-NeoX-20B): LLaMA's keys, `rope.dimension_count` as rotary_pct,
+    `use_parallel_residual`, biases from `attn_qkv.bias`."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "GPTNeoXForCausalLM")
+    if cfg is None:
+        return None
+    cfg.update(model_type="gpt_neox", attention_bias="blk.0.attn_qkv.bias" in tensors)
+    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
+    h, a = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if rope and h and a and h % a == 0:
+        cfg["rotary_pct"] = rope / (h // a)
+    parallel = str(metadata.get(f"{arch}.use_parallel_residual")).lower()   # a GGUF bool reads "true" / "false"
+    if parallel in ("true", "false"):
+        cfg["use_parallel_residual"] = parallel == "true"
+    return cfg
+
+
 FAMILY = Family(
     name="gptneox",
     model_types=("gpt_neox",),
@@ -99,7 +117,7 @@ FAMILY = Family(
     tie_rules=(TieRule("embed_out.weight", "gpt_neox.embed_in.weight", "config"),),
     tied_by_default=False,
     kv_cache=decoder_kv_cache,
-    gguf_architectures=("gptneox",),
+    gguf_architectures=("gptneox",), gguf_config=gguf_config,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("GPTNeoXConfig", _SIZES, ("GPTNeoXModel", "GPTNeoXForCausalLM")),

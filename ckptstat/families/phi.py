@@ -7,6 +7,7 @@ LM head with a bias, its weight untied by default (PhiForCausalLM's _tied_weight
 Switches (ArchSpec.extra): rotary_dim, qk_norm (qk_layernorm)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from . import base, decoders, infer
@@ -104,6 +105,23 @@ GGUF_TENSOR_NAMES = (
     ("model.layers.{bid}.mlp.fc2", "blk.{bid}.ffn_down"),
 )
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `phi2` files: LLaMA's keys, but the MLP width from `ffn_up` (the converter writes
+    feed_forward_length = 4 h whatever intermediate_size is) and the K/V heads from `attn_k` (it writes
+    head_count_kv = head_count); partial_rotary_factor from `rope.dimension_count`."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "PhiForCausalLM")
+    up, k = tensors.get("blk.0.ffn_up.weight"), tensors.get("blk.0.attn_k.weight")
+    h, a = (cfg or {}).get("hidden_size"), (cfg or {}).get("num_attention_heads")
+    if cfg is None or up is None or k is None or not h or not a or h % a:
+        return cfg
+    d = h // a
+    cfg.update(model_type="phi", intermediate_size=up.shape[0], num_key_value_heads=k.shape[0] // d)
+    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
+    if rope:
+        cfg["partial_rotary_factor"] = rope / d
+    return cfg
+
+
 FAMILY = Family(
     name="phi",
     model_types=("phi",),
@@ -115,7 +133,7 @@ FAMILY = Family(
     tie_rules=(TieRule("lm_head.weight", "model.embed_tokens.weight", "config"),),
     tied_by_default=False,
     kv_cache=decoder_kv_cache,
-    gguf_architectures=("phi2",),
+    gguf_architectures=("phi2",), gguf_config=gguf_config,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("PhiConfig", _SIZES, ("PhiModel", "PhiForCausalLM")),
