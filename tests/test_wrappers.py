@@ -134,17 +134,21 @@ def test_bare_config_and_commands(saved, case, cli, tmp_path):
 
 
 def test_dual_encoders_are_no_wrapper(tmp_path):
-    """CLIP and SigLIP nest a text and a vision config too, but no decoder: CLIP stays its own family, SigLIP
-    (whose text tower is no registered family) gets no analytic model."""
+    """CLIP and SigLIP nest a text and a vision config too, but no decoder: each is its own family (or, unregistered,
+    gets no analytic model), never a wrapper analysed as its text tower."""
     from ckptstat.errors import UsageError
+    from ckptstat.families import MODEL_TYPES, language_model
     from ckptstat.families.spec import from_config
-    clip = T.CLIPConfig(text_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4),
-                        vision_config=VIS).to_dict()
-    assert from_config(clip).family == "clip" and not from_config(clip).outside
-    siglip = T.SiglipConfig(text_config=dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2,
-                                             num_attention_heads=4), vision_config=VIS).to_dict()
-    with pytest.raises(UsageError, match="no analytic model"):
-        from_config(siglip)
+    text = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
+    for cfg in (T.CLIPConfig(text_config=text, vision_config=VIS).to_dict(),
+                T.SiglipConfig(text_config=text, vision_config=VIS).to_dict()):
+        assert language_model(cfg) is None
+        if cfg["model_type"] in MODEL_TYPES:
+            spec = from_config(cfg)
+            assert spec.family == MODEL_TYPES[cfg["model_type"]] and not spec.outside
+        else:
+            with pytest.raises(UsageError, match="no analytic model"):
+                from_config(cfg)
 
 
 @pytest.mark.parametrize("case", CASES)
