@@ -19,10 +19,12 @@ LAYERS = 3
 
 @pytest.fixture(scope="module")
 def gptj(tmp_path_factory):
-    """A tiny GPT-J (transformer.h.N.attn.q_proj...: no ckptstat family) saved without its config."""
+    """A tiny CTRL (transformer.h.N.multi_head_attention.Wq...: no ckptstat family) saved without its config.
+    (The fixture's name is GPT-J's, which had no family until families/gptj.py.)"""
     torch.manual_seed(0)
-    model = T.GPTJForCausalLM(T.GPTJConfig(n_embd=32, n_layer=LAYERS, n_head=4, rotary_dim=4, vocab_size=99, n_positions=64))
-    path = tmp_path_factory.mktemp("gptj") / "model.safetensors"
+    model = T.CTRLLMHeadModel(T.CTRLConfig(n_embd=32, n_layer=LAYERS, n_head=4, dff=37, vocab_size=99, n_positions=64,
+                                           tie_word_embeddings=False))
+    path = tmp_path_factory.mktemp("ctrl") / "model.safetensors"
     st.save_model(model, str(path))
     return model, str(path)
 
@@ -46,8 +48,8 @@ def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed
     blocks = _find(transformer["children"], "h.{0..2}")
     assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.h)
     # inside the collapsed block: one block's figures
-    assert _find(blocks["children"], "attn")["params"] == _params(model.transformer.h[0].attn)
-    assert _find(blocks["children"], "mlp")["params"] == _params(model.transformer.h[0].mlp)
+    assert _find(blocks["children"], "multi_head_attention")["params"] == _params(model.transformer.h[0].multi_head_attention)
+    assert _find(blocks["children"], "ffn")["params"] == _params(model.transformer.h[0].ffn)
     assert _find(tree, "lm_head")["params"] == _params(model.lm_head)
     json.dumps(r)
 

@@ -67,7 +67,8 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
     which = (f"all {s.layers} layers" if len(sliding) == s.layers else
              f"{len(sliding)} of {s.layers} layers ({_layer_list(sliding)}; the others attend all s tokens)")
     note = (f"sliding window {w} < seq {seq} on {which}, as the config's layer_types (or sliding_window, "
-            f"max_window_layers) give them: eager attention (and FlopCounterMode) computes every score and masks "
+            f"max_window_layers; GPT-Neo's attention_layers) give them: eager attention (and FlopCounterMode) computes "
+            f"every score and masks "
             f"those outside the window ({attn:,} attention FLOPs as counted here); a windowed kernel would need about {win:,} "
             f"(estimate: sliding layers the causal window's pairs, the others as counted)")
     return win, note, sliding

@@ -16,24 +16,31 @@ from . import (
     albert,
     bart,
     bert,
+    bloom,
     clip,
     deepseek,
+    dinov2,
     distilbert,
     falcon,
     gemma,
     generic,
     gpt2,
+    gpt_bigcode,
+    gpt_neo,
     gpt_oss,
+    gptj,
     gptneox,
     llama,
     mamba,
     mixtral,
     olmo,
+    opt,
     phi,
     phi3,
     qwen3,
     qwen_moe,
     resnet,
+    siglip,
     t5,
     vit,
     whisper,
@@ -46,7 +53,12 @@ FAMILIES: tuple[Family, ...] = (
     albert.FAMILY,
     distilbert.FAMILY,
     gpt2.FAMILY,
+    gpt_bigcode.FAMILY,  # after gpt2: the same tensor names (GPT-2's), so its files without config read as GPT-2
+    gpt_neo.FAMILY,
+    gptj.FAMILY,        # GPT-J and CodeGen
+    dinov2.FAMILY,      # before vit: its embeddings.patch_embeddings.projection names match vit's signature
     vit.FAMILY,
+    siglip.FAMILY,      # before clip: its towers' names match clip's signature
     clip.FAMILY,        # before bart: its text_model.encoder.layers.N.self_attn.q_proj names match bart's signature
     resnet.FAMILY,
     bart.FAMILY,        # before llama: its layers.N.self_attn.q_proj names match llama's signature
@@ -61,7 +73,9 @@ FAMILIES: tuple[Family, ...] = (
     phi3.FAMILY,
     phi.FAMILY,
     gptneox.FAMILY,
+    bloom.FAMILY,       # before falcon: its h.N.self_attention.query_key_value names match falcon's signature
     falcon.FAMILY,
+    opt.FAMILY,         # before llama: its layers.N.self_attn.q_proj names match llama's signature
     llama.FAMILY,
     t5.FAMILY,
     mamba.FAMILY,

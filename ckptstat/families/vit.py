@@ -7,7 +7,11 @@ Inputs: an image_size x image_size image (--image-size; default the config's ima
 (image_size // patch_size)^2 patches + the cls token. The position table is sized by the config's
 image_size; another input size interpolates it (transformers' interpolate_pos_encoding), which costs
 no matmul. Sizes in ArchSpec.extra: image_size (analysed), native_image_size (the config's),
-patch_size, channels, pooler_size, mask_token (0/1)."""
+patch_size, channels, pooler_size, mask_token (0/1), dist_token (0/1).
+
+DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the distillation token, after the
+cls token (switch dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
+DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled."""
 from __future__ import annotations
 
 from typing import Any
@@ -31,7 +35,7 @@ def from_config(c: Cfg) -> ArchSpec:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size and hidden_size a multiple of "
                          f"num_attention_heads (patch_size {p}, image_size {img}, hidden_size {h}, heads {a})")
     extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
-                 pooler_size=c.int("pooler_output_size", default=h), mask_token=0)
+                 pooler_size=c.int("pooler_output_size", default=h), mask_token=0, dist_token=int(c.model_type == "deit"))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
                     qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
@@ -41,28 +45,30 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
     n = infer.shape(T, r"embeddings\.position_embeddings(\.weight)?$", "the position embeddings")[-2]
-    side = int(round((n - 1) ** 0.5))
+    dist = int(infer.has(T, r"embeddings\.distillation_token$"))   # DeiT
+    side = int(round((n - 1 - dist) ** 0.5))
     f = infer.shape(T, r"intermediate\.dense\.weight$", "the MLP's first dense")[0]
     pool = infer.find(T, r"pooler\.dense\.weight$")
     a, note = infer.heads_for(h, 64)
     img = side * p
     extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=ch,
                  pooler_size=pool.shape[0] if pool is not None else h,
-                 mask_token=int(infer.has(T, r"embeddings\.mask_token$")))
+                 mask_token=int(infer.has(T, r"embeddings\.mask_token$")), dist_token=dist)
     return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
                     qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), extra=tuple(extra.items()),
-                    assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
-                    **common)
+                    assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
+                    **{**common, "model_type": "deit" if dist else common["model_type"]})
 
 
 def patch_tokens(B: Builder, prefix: str, bias: bool) -> int:
-    """The patch embedding conv; returns the tokens the encoder sees (patches + the class token)."""
+    """The patch embedding conv; returns the tokens the encoder sees (patches + the class token, + DeiT's
+    distillation token)."""
     s = B.s
     X = dict(s.extra)
     p = X["patch_size"]
     side = conv2d(B, prefix, "embedding", X["channels"], s.hidden, p, p, X["image_size"], 0, bias=bias)
-    return side * side + 1
+    return side * side + 1 + X.get("dist_token", 0)
 
 
 def build(B: Builder) -> None:
@@ -70,10 +76,13 @@ def build(B: Builder) -> None:
     X = dict(s.extra)
     h, L, f = s.hidden, s.layers, s.intermediate
     n = patch_tokens(B, "embeddings.patch_embeddings.projection", True)
-    native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1
+    dist = X.get("dist_token", 0)
+    native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1 + dist
     tok = (B.b, n)
-    B.add("embeddings.cls_token + position_embeddings" + (" + mask_token" if X["mask_token"] else ""), "embedding", "embedding",
-          1, (B.b, n - 1, h), (B.b, n, h), params=h + native * h + (h if X["mask_token"] else 0), ew=B.b * n * h)
+    B.add("embeddings.cls_token" + (" + distillation_token" if dist else "") + " + position_embeddings"
+          + (" + mask_token" if X["mask_token"] else ""), "embedding", "embedding",
+          1, (B.b, n - 1 - dist, h), (B.b, n, h), params=(1 + dist) * h + native * h + (h if X["mask_token"] else 0),
+          ew=B.b * n * h)
     lp = f"encoder.layer[{L}]"
     B.norm(f"{lp}.layernorm_before", "encoder", tok, h, L, residual=False)
     for m in ("query", "key", "value"):
@@ -99,11 +108,14 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         return None
     X = dict(s.extra)
     h, f, p = s.hidden, s.intermediate, X["patch_size"]
-    pre = "" if s.head == "base" else "vit."
+    dist = X.get("dist_token", 0)
+    pre = "" if s.head == "base" else ("deit." if dist else "vit.")
     out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
+    if dist:
+        out[pre + "embeddings.distillation_token"] = (1, 1, h)
     if X["mask_token"]:
         out[pre + "embeddings.mask_token"] = (1, 1, h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X["native_image_size"] // p) ** 2 + 1, h)
+    out[pre + "embeddings.position_embeddings"] = (1, (X["native_image_size"] // p) ** 2 + 1 + dist, h)
     out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X["channels"], p, p)
     out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
     for i in range(s.layers):
@@ -128,7 +140,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 
 FAMILY = Family(
     name="vit",
-    model_types=("vit",),
+    model_types=("vit", "deit"),
     signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.(weight|kernel)$",   # kernel: Flax (docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
@@ -139,5 +151,6 @@ FAMILY = Family(
         Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification")),
         Sample("ViTConfig", dict(_SIZES, qkv_bias=False, pooler_output_size=24, image_size=32, patch_size=4),
                ("ViTModel",)),
+        Sample("DeiTConfig", dict(_SIZES, num_labels=5), ("DeiTModel", "DeiTForImageClassification")),
     ),
 )
