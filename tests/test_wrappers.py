@@ -221,3 +221,28 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
     total = sum(p.numel() for p in model.parameters())
     assert m.predicted["total"] == _language_params(model) and m.outside_params == total - _language_params(model)
     assert m.agree and sum(2 * op.macs * op.calls for op in build(m.spec, 1, 16, None)) == _fcm(model, 16, 1)
+
+
+@pytest.mark.parametrize("model_type,cls", [("blip-2", "Blip2ForConditionalGeneration"),
+                                            ("instructblip", "InstructBlipForConditionalGeneration")])
+def test_blip2_is_its_opt_language_model(model_type, cls):
+    """BLIP-2 and InstructBLIP: an OPT language model behind a Q-Former; their forward needs pixel_values, so
+    the text FLOPs' oracle is the language model's own forward (an OPTForCausalLM, LM head included)."""
+    from census_audit import tiny_config
+    from test_families import tensor_infos
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from ckptstat.census.model import from_checkpoint
+    from ckptstat.core import Checkpoint
+    if not hasattr(T, cls) or model_type not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"transformers {T.__version__} has no {cls}")
+    cfg = tiny_config(getattr(T, CONFIG_MAPPING_NAMES[model_type]))
+    torch.manual_seed(0)
+    model = getattr(T, cls)._from_config(cfg, attn_implementation="eager").eval()
+    m = from_checkpoint(Checkpoint(path="x", format="safetensors", tensors=tensor_infos(model), files=("x",),
+                                   config=dict(cfg.to_dict(), architectures=[cls])))
+    lm = model.language_model
+    own = sum(p.numel() for p in lm.parameters())
+    assert m.spec.family == "opt" and m.predicted["total"] == own and m.agree
+    assert m.outside_params == sum(p.numel() for p in model.parameters()) - own
+    assert sum(2 * op.macs * op.calls for op in build(m.spec, 1, 16, None)) == _fcm(lm, 16, 1)
