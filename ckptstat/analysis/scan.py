@@ -27,6 +27,7 @@ from ..formats.torch.streams import BytesSource
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
+KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (formats/loader_scan.py): local only, the remote scan follows torch.load
 _TAR_MEMBERS = (b"sys_info", b"pickle", b"storages", b"tensors")
 _HEAD = 4096
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
@@ -44,6 +45,8 @@ def pickle_bearing(path: str) -> bool:
     """Whether a regular file is worth scanning: its extension, else its first bytes (see module doc)."""
     if path.lower().endswith(EXTENSIONS):
         return True
+    if path.lower().endswith(KERAS_H5):
+        return not is_url(path)
     try:
         with open_regular(path) if is_url(path) else open(path, "rb") as f:   # a URL: its first window (audit)
             head = f.read(_HEAD)

@@ -500,6 +500,12 @@ CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "
 _CSV_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
+def _csv_text(v: object) -> object:
+    """OWASP's CSV-injection rule (owasp.org/www-community/attacks/CSV_Injection): a text cell starting with
+    = + - @ TAB or CR is a formula to a spreadsheet, so it gets a leading `'`; numbers are left as they are."""
+    return "'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r") else v
+
+
 def to_csv(report: dict) -> str:
     """One table: a row per tensor, layer, bucket and the total, told apart by `level`."""
     import csv
@@ -518,7 +524,7 @@ def to_csv(report: dict) -> str:
         if "shape" in r:
             row["shape"] = "x".join(map(str, r["shape"]))
         row["flags"] = ";".join(r.get("flags", []))
-        w.writerow({k: "" if row.get(k) is None else row.get(k) for k in CSV_FIELDS})
+        w.writerow({k: "" if row.get(k) is None else _csv_text(row[k]) for k in CSV_FIELDS})
 
     for r in report["tensors"]:
         emit("tensor", r["name"], r)

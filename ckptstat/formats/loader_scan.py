@@ -6,10 +6,11 @@
   walked as torch's are (formats/torch/pickle_walk.py, nothing unpickled); the globals numpy's own
   `ndarray.__reduce__` writes (`numpy.core.multiarray._reconstruct`, `numpy.ndarray`, `numpy.dtype`) are
   allowed, every other one is a finding. Arrays of plain dtypes hold no pickle.
-- Keras `.keras` archives: a `Lambda` layer (or any `__lambda__` object) in `config.json` carries its
-  function as marshalled Python bytecode, which `keras.saving.load_model(..., safe_mode=False)` rebuilds
-  and runs (keras/src/saving/serialization_lib.py `deserialize_keras_object`, `__lambda__`;
-  keras/src/utils/python_utils.py `func_load`). Each one is a finding.
+- Keras `.keras` archives (`config.json`) and Keras 2 `.h5` files (`model_config`): a `Lambda` layer (or any
+  `__lambda__` object) carries its function as marshalled Python bytecode, which
+  `keras.saving.load_model(..., safe_mode=False)` rebuilds and runs (keras/src/saving/serialization_lib.py
+  `deserialize_keras_object`, `__lambda__`; keras/src/utils/python_utils.py `func_load`); an object whose
+  `module` is not Keras' own is imported by older keras even in safe mode. formats/keras_scan.py has the rules.
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -22,6 +23,7 @@ from typing import IO, Any
 
 from ..core.files import open_regular
 from ..errors import CorruptCheckpointError, reading
+from .keras_scan import KerasFinding, config_findings
 from .numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
 from .torch.containers import data_offset, zip_open
 from .torch.pickle_walk import walk
@@ -32,7 +34,6 @@ from .torch.streams import FileWindow, InflateSource
 NUMPY_OWN = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
                        "numpy.dtype", "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"})
 MAX_CONFIG = 16 << 20
-MAX_NODES = 1_000_000   # JSON values looked at in a Keras config
 
 
 def _has_objects(descr: object) -> bool:
@@ -95,29 +96,44 @@ def _npz(t: Trace, f: IO[bytes], size: int, zf: zipfile.ZipFile) -> None:
         t.notes.append(f"{plain} member(s) of dtypes without Python objects: np.load reads no pickle for them")
 
 
-def _lambdas(config: object) -> list[str]:
-    """Where a Keras config holds a function as bytecode: every `Lambda` layer and `__lambda__` object,
-    walked without recursion (a config nested thousands deep is only deep, not a crash)."""
-    found: list[str] = []
-    stack: list[tuple[object, str]] = [(config, "config")]
-    seen = 0
-    while stack:
-        node, where = stack.pop()
-        seen += 1
-        if seen > MAX_NODES:
-            raise CorruptCheckpointError("config.json", f"more than {MAX_NODES:,} values")
-        if isinstance(node, dict):
-            cls = node.get("class_name")
-            inner = node.get("config")
-            name = inner.get("name") if isinstance(inner, dict) else None
-            if cls == "Lambda":
-                found.append(f"{where}: Lambda layer {str(name)[:80]!r}")
-            elif cls == "__lambda__":
-                found.append(f"{where}: a __lambda__ function (marshalled bytecode)")
-            stack.extend((v, f"{where}.{str(k)[:40]}") for k, v in node.items())
-        elif isinstance(node, list):
-            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
-    return found
+def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
+    """The scan report of a Keras config (formats/keras_scan.py): bytecode and standard-library or non-modeling
+    imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
+    record = {f: source for source, config in configs for f in config_findings(config, source)}
+    found = sorted(record, key=lambda f: f.where)
+    bytecode = [f for f in found if f.kind == "bytecode"]
+    imports = [f for f in found if f.kind == "import"]
+    custom = [f for f in found if f.kind == "custom"]
+
+    def listed(fs: list[KerasFinding]) -> str:
+        shown = "; ".join(f"{f.where}: {f.what}" for f in fs[:4])
+        return shown + (f" ... ({len(fs)} in all)" if len(fs) > 4 else "")
+    parts = []
+    if imports:
+        parts.append(f"UNSAFE: {loader} would import (and may call) {listed(imports)} (keras before 3.9, or 3.11 for "
+                     "keras.* non-modeling APIs, does so even with safe_mode=True)")
+    if bytecode:
+        parts.append(("UNSAFE: " if not imports else "") + f"{loader}(safe_mode=False) would run the Python bytecode of: "
+                     + listed(bytecode))
+    if custom:
+        parts.append(("SUSPICIOUS: " if not parts else "") + f"modules outside Keras: {listed(custom)}; keras before 3.9 "
+                     "imports them even with safe_mode=True (their code runs); vet them before loading")
+    status = "unsafe" if imports or bytecode else "unknown" if custom else "safe"
+    verdict = " | ".join(parts) if parts else \
+        "safe: the config holds no Lambda layer or __lambda__ function and names only Keras' own modules"
+    return {
+        "schema": SCAN_SCHEMA, "path": path, "format": fmt, "status": status,
+        "torch_load": f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
+                      "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
+        "pickles": [], "globals": [],
+        "unsafe_globals": sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
+        "unreached_unsafe_globals": [],
+        "findings": [{"record": record[f], "offset": 0, "file_offset": None,
+                      "opcode": "Lambda" if f.kind == "bytecode" else "module", "global": f"{f.where}: {f.what}",
+                      "why": f.why} for f in bytecode + imports],
+        "unknown": [f"{f.where}: {f.what}: {f.why}" for f in custom], "notes": [], "weights_only_loadable": False,
+        "weights_only_refusal": None, "would_run_code": status != "safe", "verdict": verdict,
+    }
 
 
 def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
@@ -126,21 +142,38 @@ def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
         raise CorruptCheckpointError(path, f"config.json in the archive is {info.file_size:,} bytes")
     with zf.open(info) as member:
         config = json.loads(member.read(MAX_CONFIG + 1).decode("utf-8"))
-    found = sorted(set(_lambdas(config)))
-    unsafe = ["keras Lambda (marshalled bytecode)"] if found else []
-    verdict = ("UNSAFE: keras.saving.load_model(safe_mode=False) would run the Python bytecode of: " + "; ".join(found[:4])
-               + (f" ... ({len(found)} in all)" if len(found) > 4 else "")) if found else \
-        "safe: config.json holds no Lambda layer or __lambda__ function (no bytecode for load_model to run)"
-    return {
-        "schema": SCAN_SCHEMA, "path": path, "format": "keras (zip)", "status": "unsafe" if found else "safe",
-        "torch_load": "not torch.load's: keras.saving.load_model reads config.json (safe_mode=True, the default, refuses "
-                      "lambdas)",
-        "pickles": [], "globals": [], "unsafe_globals": unsafe, "unreached_unsafe_globals": [],
-        "findings": [{"record": "config.json", "offset": 0, "file_offset": None, "opcode": "Lambda", "global": where,
-                      "why": "its function is marshalled Python bytecode"} for where in found],
-        "unknown": [], "notes": [], "weights_only_loadable": False, "weights_only_refusal": None,
-        "would_run_code": bool(found), "verdict": verdict,
-    }
+    return _keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
+
+
+def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
+    """A Keras 2 `.h5` (model.save(..., "x.h5")): its JSON `model_config` and `training_config` attributes
+    (keras/src/legacy/saving/legacy_h5_format.py `load_model_from_hdf5`); an HDF5 file without them holds
+    weights only, which load_weights reads as arrays."""
+    import h5py
+
+    from .keras_h5 import attribute
+
+    f.seek(0)
+    configs: list[tuple[str, object]] = []
+    try:
+        h5 = h5py.File(f, "r")
+    except OSError as e:
+        raise CorruptCheckpointError(path, f"not a readable HDF5 file ({e})") from None
+    with h5:
+        for key in ("model_config", "training_config"):
+            if key not in h5.attrs:
+                continue
+            size = h5.attrs.get_id(key).get_storage_size()
+            if size > MAX_CONFIG:
+                raise CorruptCheckpointError(path, f"attribute {key!r} is {size:,} bytes")
+            text = attribute(h5, key)
+            if len(text) != 1 or len(text[0]) > MAX_CONFIG:
+                raise CorruptCheckpointError(path, f"attribute {key!r} is not one JSON string")
+            configs.append((key, json.loads(text[0])))
+    if not configs:
+        return _keras_report(path, "hdf5", [], "keras.saving.load_model") | {
+            "verdict": "safe: no model_config attribute (weights only: load_weights reads arrays, runs nothing)"}
+    return _keras_report(path, "keras (h5)", configs, "keras.saving.load_model")
 
 
 def _numpy_report(t: Trace) -> dict[str, Any]:
@@ -162,6 +195,23 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
     return r
 
 
+def _names_may_be_keras_or_npz(f: IO[bytes], size: int) -> bool:
+    """Whether the central directory's raw bytes hold `config.json` and `model.weights.h5`, or `.npy`: names
+    are stored as raw bytes there and these are ASCII, so without them no name zipfile decodes can be one of
+    them. Spares a torch zip of 500k entries a second parse of its directory (torch's scan parses it)."""
+    f.seek(0)
+    end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # the record zipfile itself locates the directory by
+    if not end:
+        return True   # zipfile's own error, as before
+    cd_size, location = end[zipfile._ECD_SIZE], end[zipfile._ECD_LOCATION]  # type: ignore[attr-defined]
+    start = location - cd_size - (76 if end[zipfile._ECD_SIGNATURE] == zipfile.stringEndArchive64 else 0)  # type: ignore[attr-defined]
+    if not 0 <= start <= size or cd_size > size:
+        return True
+    f.seek(start)
+    cd = f.read(cd_size)
+    return b".npy" in cd or (b"config.json" in cd and b"model.weights.h5" in cd)
+
+
 def scan_other(path: str) -> dict[str, Any] | None:
     """The scan report of a numpy or Keras file, or None when `path` is neither (torch.load's path then)."""
     with reading(path), open_regular(path) as f:
@@ -171,7 +221,9 @@ def scan_other(path: str) -> dict[str, Any] | None:
             t = Trace(path)
             _npy(t, f, size)
             return _numpy_report(t)
-        if head != b"PK\x03\x04":
+        if head == b"\x89HDF":
+            return _keras_h5(path, f)
+        if head != b"PK\x03\x04" or not _names_may_be_keras_or_npz(f, size):
             return None
         try:
             zf = zip_open(path, f)

@@ -1,0 +1,114 @@
+"""What loading a Keras model config would run, found without importing anything (docs/security.md, "Keras configs").
+
+A Keras 3 `.keras` archive's `config.json`, and a Keras 2 `.h5` file's `model_config` / `training_config`
+attributes, name every object to rebuild by `class_name`, `module` and `registered_name`. On load,
+keras/src/saving/serialization_lib.py `deserialize_keras_object` (and, for `.h5`,
+keras/src/legacy/saving/saving_utils.py `model_from_config`, which hands objects with a `module` to the same
+function) resolves each in `_retrieve_class_or_fn`:
+
+- a `registered_name` the user's code registered (`register_keras_serializable`) wins, and nothing is imported;
+- `module` `keras` / `keras.*`: the symbol of Keras' public API, refused when it is one of the
+  `NON_MODELING_APIS` (`keras.utils.get_file`, `keras.config.enable_unsafe_deserialization`, ...): Keras before
+  that list (3.11) called them while loading (CVE-2025-8747), with safe_mode on;
+- `module` `builtins`, `class_name` `function`: one of Keras' own activations, losses, ... by name;
+- any other `module`: keras 3.9 and later import it only when its package is `keras`, `keras_hub`, `keras_cv` or
+  `keras_nlp`; keras before 3.9 imported whatever module was named and took the named attribute, `builtins`
+  included, with safe_mode on (CVE-2025-1550): importing a module runs its code, and a function so found is
+  called as the layer's activation, initializer, ...
+- `Lambda` layers and `__lambda__` objects hold marshalled bytecode, which only safe_mode=False rebuilds
+  (`python_utils.func_load`).
+
+So: bytecode, a Python standard-library module (`os`, `subprocess`, `builtins.eval`, ...) and a Keras
+non-modeling API are findings (unsafe); a module of any other package (a user's custom layers, a third-party
+library) is suspicious (status "unknown": what importing it runs is that package's code).
+"""
+from __future__ import annotations
+
+import builtins
+import sys
+from dataclasses import dataclass
+
+from ..errors import CorruptCheckpointError
+
+MAX_NODES = 1_000_000   # JSON values looked at in a Keras config
+
+# serialization_lib.py: the packages whose modules keras >= 3.9 imports itself, and tf_keras (Keras 2's own).
+KERAS_PACKAGES = frozenset({"keras", "tf_keras", "keras_hub", "keras_cv", "keras_nlp"})
+# serialization_lib.py `NON_MODELING_APIS` (keras 3.15): refused by Keras since 3.11, called before.
+NON_MODELING_APIS = frozenset({
+    "keras.backend.clear_session", "keras.config.enable_unsafe_deserialization", "keras.models.load_model",
+    "keras.models.model_from_json", "keras.models.save_model", "keras.preprocessing.image_dataset_from_directory",
+    "keras.preprocessing.image.load_img", "keras.preprocessing.image.save_img",
+    "keras.preprocessing.text_dataset_from_directory", "keras.saving.deserialize_keras_object",
+    "keras.saving.load_model", "keras.saving.load_weights", "keras.saving.register_keras_serializable",
+    "keras.saving.save_model", "keras.saving.save_weights", "keras.saving.serialize_keras_object",
+    "keras.utils.audio_dataset_from_directory", "keras.utils.clear_session", "keras.utils.deserialize_keras_object",
+    "keras.utils.get_file", "keras.utils.image_dataset_from_directory", "keras.utils.load_img",
+    "keras.utils.register_keras_serializable", "keras.utils.save_img", "keras.utils.serialize_keras_object",
+    "keras.utils.text_dataset_from_directory",
+})
+_PY_BUILTINS = frozenset(dir(builtins))
+
+
+@dataclass(frozen=True)
+class KerasFinding:
+    where: str       # the JSON path in the config
+    kind: str        # "bytecode", "import" (unsafe) or "custom" (suspicious)
+    what: str        # the layer, or `module.name`
+    why: str
+
+
+def _short(v: object, n: int = 120) -> str:
+    return str(v)[:n]
+
+
+def _object(node: dict[str, object], where: str) -> KerasFinding | None:
+    cls, inner, module = node.get("class_name"), node.get("config"), node.get("module")
+    if cls == "Lambda":
+        name = inner.get("name") if isinstance(inner, dict) else None
+        return KerasFinding(where, "bytecode", f"Lambda layer {_short(name, 80)!r}",
+                            "its function is marshalled Python bytecode (load_model(safe_mode=False) runs it)")
+    if cls == "__lambda__":
+        return KerasFinding(where, "bytecode", "a __lambda__ function",
+                            "marshalled Python bytecode (load_model(safe_mode=False) runs it)")
+    if not isinstance(module, str) or not module:
+        return None
+    # a function's name is its `config` (serialization_lib `class_name == "function"`), a class's its class_name
+    name = inner if cls == "function" and isinstance(inner, str) else cls
+    what = f"{_short(module)}.{_short(name)}"
+    package = module.split(".", 1)[0]
+    if package in KERAS_PACKAGES:
+        if f"{module}.{name}" in NON_MODELING_APIS:
+            return KerasFinding(where, "import", what, "a Keras API that is no model part: keras before 3.11 calls it "
+                                "while loading, safe_mode on (CVE-2025-8747 get_file, CVE-2025-9906 "
+                                "enable_unsafe_deserialization); later keras refuses it")
+        return None
+    if module == "builtins" and cls == "function" and name not in _PY_BUILTINS:
+        return None   # Keras' own activations, losses, ... by name (serialization_lib BUILTIN_MODULES)
+    if module == "builtins" or package in sys.stdlib_module_names:
+        return KerasFinding(where, "import", what, "keras before 3.9 imports this module and takes the named object, "
+                            "safe_mode on (CVE-2025-1550); keras 3.9+ refuses it unless the user registered the name")
+    return KerasFinding(where, "custom", what, "keras before 3.9 imports this module (its code runs on import), "
+                        "safe_mode on (CVE-2025-1550); keras 3.9+ imports it only if it is a Keras package, else "
+                        "needs the user's own registered class")
+
+
+def config_findings(config: object, source: str) -> list[KerasFinding]:
+    """Every object of a Keras config that loading would import or run, walked without recursion (a config
+    nested thousands deep is only deep) and without importing anything."""
+    found: list[KerasFinding] = []
+    stack: list[tuple[object, str]] = [(config, source)]
+    seen = 0
+    while stack:
+        node, where = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            raise CorruptCheckpointError(source, f"more than {MAX_NODES:,} values")
+        if isinstance(node, dict):
+            f = _object(node, where)
+            if f is not None:
+                found.append(f)
+            stack.extend((v, f"{where}.{_short(k, 40)}") for k, v in node.items())
+        elif isinstance(node, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(node))
+    return found
