@@ -182,6 +182,27 @@ def reported(path: str) -> dict[str, Any]:
             "family": r["resolved"]["family"], "model": r["resolved"]["model"]}
 
 
+def saved_name(model: Any, name: str) -> str:
+    """The key save_pretrained writes for the state_dict key `name` (transformers 4.57 modeling_utils.py,
+    PreTrainedModel.save_pretrained: a VLM's keys go back through its reversed _checkpoint_conversion_mapping,
+    the first pattern that matches: LLaVA's `model.language_model.` is saved as `language_model.model.`)."""
+    from transformers.modeling_utils import VLMS
+
+    if not any(v in c.__name__.lower() for c in type(model).__mro__[:-1] for v in VLMS):
+        return name
+    for pattern, replacement in {v: k for k, v in model._checkpoint_conversion_mapping.items()}.items():
+        replacement = re.sub(r"\(.*\)", "", replacement.lstrip("^"))
+        name, n = re.subn(pattern, replacement, name)
+        if n:
+            break
+    return name
+
+
+def saved_names(model: Any, oracle: dict[str, Any]) -> dict[str, Any]:
+    """The oracle with its tie groups in the names save_pretrained writes."""
+    return {**oracle, "ties": {frozenset(saved_name(model, n) for n in g) for g in oracle["ties"]}}
+
+
 def save_both(model: Any, root: str) -> dict[str, str]:
     import torch
 
@@ -246,7 +267,7 @@ def audit_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
     for variant, path in paths.items():
         got = reported(path)
         out[f"family ({variant})"], out[f"model ({variant})"] = got["family"], got["model"]
-        bad = compare(oracle, got)
+        bad = compare(saved_names(model, oracle) if variant == "save_pretrained" else oracle, got)
         if bad:
             out["mismatch"][variant] = bad
     # with config.json the family is the model_type's (None, or the generic decoder, when unmodelled)

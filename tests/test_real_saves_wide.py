@@ -149,11 +149,12 @@ def test_family_from_names(built, model_type, cls):
 @pytest.mark.parametrize("model_type,cls", COUNTS_ONLY, ids=[c for _, c in COUNTS_ONLY])
 def test_counts_where_a_dropped_tie_cannot_be_named(built, model_type, cls, variant):
     """SAM's shared positional embedding is a buffer (its prompt encoder's view is dropped by save_pretrained);
-    OPT's and Pegasus' decoder LM heads are tied copies save_pretrained drops without a record. No tie is false."""
+    OPT's and Pegasus' decoder LM heads are tied copies save_pretrained drops without a record: the OPT family's
+    rules and the class table (families/tie_table.py) name them now; SAM's stays partial. No tie is false."""
     oracle, paths, _ = built(model_type, cls)
     got = reported(paths[variant])
     assert (got["params"], got["buffers"]) == (oracle["params"], oracle["buffers"])
-    if variant == "torch.save":
+    if variant == "torch.save" or model_type != "sam":
         assert got["ties"] == oracle["ties"]
     else:   # each group reported lies inside a real one
         assert all(any(g <= real for real in oracle["ties"]) for g in got["ties"])

@@ -236,30 +236,33 @@ def test_model_parameters_row_is_labelled_with_its_class(tmp_path):
 
 
 def _unregistered_model():
-    """A tied LM of a family ckptstat has no module for (BLOOM ties lm_head to word_embeddings)."""
+    """A tied LM of a model type ckptstat has no family module for (CTRL ties lm_head to transformer.w)."""
     from ckptstat.families import by_model_type
 
-    if by_model_type("bloom") is not None:
-        pytest.skip("bloom has a family module now")
+    assert by_model_type("ctrl") is None
     torch.manual_seed(0)
-    return T.BloomForCausalLM(T.BloomConfig(hidden_size=16, n_layer=1, n_head=2, vocab_size=97))
+    return T.CTRLLMHeadModel(T.CTRLConfig(n_embd=16, n_layer=1, n_head=2, dff=24, vocab_size=97, n_positions=32))
 
 
-def test_unregistered_family_reports_only_file_evidence(tmp_path):
+def test_unregistered_family_reports_file_and_class_evidence(tmp_path):
     """A model_type no family module covers: no rule of another family is borrowed (issue 15: Phi got
-    RoBERTa's `lm_head.decoder.bias`); ties come from the file, and the output says so."""
+    RoBERTa's `lm_head.decoder.bias`); ties come from the file (torch.save: shared storage) and from the ties
+    of the class config.json names (save_pretrained dropped the copy; families/tie_table.py), and the output
+    says so."""
     model = _unregistered_model()
     model.save_pretrained(tmp_path / "hf")
     torch.save(model.state_dict(), tmp_path / "sd.bin")
-    r = audit(open_checkpoint(tmp_path / "hf"))
-    assert r["rules"]["available"] is False and "no family rules" in r["rules"]["note"]
-    assert r["ties"] == []   # save_pretrained dropped the tied copy and recorded nothing
-    sd = audit(open_checkpoint(tmp_path / "sd.bin"))
-    groups = {frozenset((t["alias"], t["target"])) for t in sd["ties"]}
     by_storage: dict[int, set[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         by_storage.setdefault(p.data_ptr(), set()).add(name)
-    assert groups == {frozenset(g) for g in by_storage.values() if len(g) > 1}
+    want = {frozenset(g) for g in by_storage.values() if len(g) > 1}
+    assert want   # CTRL ties its LM head
+    r = audit(open_checkpoint(tmp_path / "hf"))
+    assert r["rules"]["available"] is False and "no family rules" in r["rules"]["note"]
+    assert {frozenset((t["alias"], t["target"])) for t in r["ties"]} == want
+    assert all(t["evidence"] == "config.json architectures CTRLLMHeadModel" for t in r["ties"])
+    sd = audit(open_checkpoint(tmp_path / "sd.bin"))
+    assert {frozenset((t["alias"], t["target"])) for t in sd["ties"]} == want
     assert all(t["evidence"] == "shared storage" for t in sd["ties"])
 
 

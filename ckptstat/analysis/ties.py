@@ -16,7 +16,8 @@ from ..naming import normalize
 
 TIES_SCHEMA = "ckptstat.ties/1"
 _NO_RULES = ("no family rules were available for model_type {!r}: ties come only from the file itself "
-             "(shared storage, safetensors metadata; --deep: identical contents)")
+             "(shared storage, safetensors metadata; --deep: identical contents) and from the ties of the "
+             "config.json architectures class (docs/ties.md)")
 
 
 def _torchinfo_total(params: dict[str, int], identity: dict[str, str], recursive: set[str]) -> int:

@@ -7,6 +7,8 @@ Evidence for a tie, each labelled in the output:
                         file lacks the alias, or stores it twice)
   architecture          a pair tied whatever the config says (BERT's decoder bias is the head's bias)
   structural            a head stored without its weight (TF1 BERT's MLM head stores only a bias)
+  config.json architectures X
+                        the class config.json names ties the pair in transformers (families/tie_table.py)
   identical contents    `--deep`: streamed hashes of two stored tensors are equal
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..core import Checkpoint
 from ..families import by_model_type
 from ..families.base import TieRule
 from ..families.infer import canonical_name, tf_spelled
+from ..families.tie_table import ClassTies, class_ties
 from ..families.wrappers import language_config
 from ..naming import name_forms, structural_ties
 from .counts import aliases, memoised
@@ -48,9 +51,13 @@ def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
     cfg = language_config(cfg) or cfg
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
-    # transformers' default is True except where a family's config sets False (Family.tied_by_default)
+    # transformers' default is True except where a family's config sets False (Family.tied_by_default); an
+    # unregistered class's config default is in the class table (OpenLlamaConfig's is False)
     family = by_model_type(cfg.get("model_type"))
-    return family.tied_by_default if family is not None else True
+    if family is not None:
+        return family.tied_by_default
+    own = class_ties(ckpt.config)
+    return own.switch if own is not None else True
 
 
 def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule, head: str | None) -> bool:
@@ -103,11 +110,45 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     for absent, target, _ in _structural(ckpt):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     _tf_spelled_rules(ckpt, resolution, tied_cfg, names_tied, add, ties)
+    own = class_ties(ckpt.config)
+    for t in [t for t in ties.values() if _ruled_out(ckpt, own, t.alias, t.evidence, t.status)]:
+        del ties[t.alias]
+    if own is not None:
+        _class_table_ties(ckpt, own, add, ties)
     if deep:
         for a, b in identical_tensors(stored, chunk_bytes):
             if a not in ties and b not in ties and a in tensors and b in tensors:
                 add(Tie(b, a, "identical contents", "stored twice", tensors[b].numel))
     return list(ties.values())
+
+
+def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, evidence: str, status: str) -> bool:
+    """Is a tie the rules inferred from an absent name (a family's rule, a structural rule) contradicted?
+    (1) config.json names a class whose own tie groups (families/tie_table.py) hold no such name, in a file
+    spelled as that class spells its names: LXMERT's and ESM's `decoder.bias` (their decoder Linear has no bias;
+    the head's `bias` is its own). (2) The file stores tied names over one storage: torch.save and
+    save_pretrained's .bin keep every name of a tied group, so a name such a file lacks is not in the model
+    (LXMERT's, ESM's heads in a bare state_dict read as BERT's)."""
+    if status != "absent from file" or evidence in ("shared storage", "safetensors metadata"):
+        return False
+    if own is not None and alias not in own.names and (not own.groups or any(n in ckpt.tensors for n in own.names)):
+        return True
+    return bool(aliases(ckpt))
+
+
+def _class_table_ties(ckpt: Checkpoint, own: ClassTies, add: Callable[[Tie], None], ties: dict[str, Tie]) -> None:
+    """The ties of the class config.json names, as transformers ties them (families/tie_table.py): each name of a
+    tie group the file lacks is the group's stored tensor (save_pretrained keeps one name of each group)."""
+    tensors = ckpt.tensors
+    label = f"config.json architectures {own.cls}"
+    for group in own.groups:
+        present = [n for n in group if n in tensors]
+        if not present or len(present) == len(group):
+            continue
+        target = next((n for n in present if n not in ties), present[0])
+        for name in group:
+            if name not in tensors:
+                add(Tie(name, target, label, "absent from file", tensors[target].numel))
 
 
 def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, names_tied: bool,
@@ -171,8 +212,11 @@ def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tup
 
 def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
     """Ties a checkpoint shows only by what it lacks (naming.structural_ties), as summary notes."""
+    ckpt = logical(ckpt)
+    own = class_ties(ckpt.config)
     return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
-            for absent, tied_to, evidence in _structural(logical(ckpt))]
+            for absent, tied_to, evidence in _structural(ckpt)
+            if not _ruled_out(ckpt, own, absent, "structural", "absent from file")]
 
 
 def _structural(ckpt: Checkpoint) -> list[tuple[str, str, str]]:

@@ -1,0 +1,60 @@
+"""The weights each transformers model class ties, as the class itself ties them (tie_table.json, written from
+transformers by fixtures/make_tie_table.py: the names of the class's parameters and buffers that are one object,
+in the spelling save_pretrained writes, with whether `tie_word_embeddings` switches them). Read only when a
+config.json names a class (`architectures`); transformers is never imported here. docs/ties.md, "Ties named by
+the class"."""
+from __future__ import annotations
+
+import functools
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from .base import architectures
+
+_PATH = os.path.join(os.path.dirname(__file__), "tie_table.json")
+
+
+@dataclass(frozen=True)
+class ClassTies:
+    cls: str                                  # the architectures class
+    groups: tuple[tuple[str, ...], ...]       # the tie groups the class has under this config (each: one tensor)
+    switch: bool                              # the config's tie_word_embeddings, as transformers resolves it
+
+    @property
+    def names(self) -> frozenset[str]:
+        return frozenset(n for g in self.groups for n in g)
+
+
+@functools.cache
+def _table() -> Mapping[str, Any]:
+    with open(_PATH, encoding="utf-8") as f:
+        classes: Mapping[str, Any] = json.load(f)["classes"]
+    return classes
+
+
+def tie_switch(cfg: Mapping[str, Any], switch: str | None, default: bool) -> bool:
+    """transformers' `getattr(config.get_text_config(decoder=True), "tie_word_embeddings", True)`: the text
+    sub-config's value (`switch` names it: text_config, decoder, generator) else the top config's; absent from
+    config.json, the config class's default (save_pretrained writes the field whenever it differs from it)."""
+    sub = cfg.get(switch) if switch else cfg
+    value = (sub if isinstance(sub, Mapping) else cfg).get("tie_word_embeddings", default)
+    return value if isinstance(value, bool) else default
+
+
+def class_ties(cfg: Mapping[str, Any] | None) -> ClassTies | None:
+    """The tie groups of the first `architectures` class the table knows, with only the groups this config
+    switches on; None when config.json names no such class (a class the table lists with no groups ties nothing
+    outside its numbered layers)."""
+    if not cfg:
+        return None
+    table = _table()
+    for cls in architectures(cfg):
+        entry = table.get(cls)
+        if isinstance(entry, Mapping):
+            on = tie_switch(cfg, entry.get("switch"), bool(entry.get("default", True)))
+            groups = tuple(tuple(g["names"]) for g in entry.get("groups", ()) if g["when"] == "always" or on)
+            return ClassTies(cls, groups, on)
+    return None
