@@ -37,14 +37,20 @@ from ckptstat.families import get
 
 
 # ------------------------------------------------------------------ metadata, as convert_hf_to_gguf.py writes it
-def _text(w: Any, c: Any, head_dim: bool = True) -> None:
-    """TextModel.set_gguf_parameters: the keys every decoder gets (head_dim only when the config has one)."""
+def _sizes(w: Any, c: Any, ffn: int | None = None, kv: int | None = None) -> None:
+    """The size keys: layers, context, width, MLP width and heads (a converter's own `ffn` or `kv` where it writes
+    another value than the config's)."""
     w.add_block_count(c.num_hidden_layers)
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
+    w.add_feed_forward_length(c.intermediate_size if ffn is None else ffn)
     w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    w.add_head_count_kv(c.num_key_value_heads if kv is None else kv)
+
+
+def _text(w: Any, c: Any, head_dim: bool = True) -> None:
+    """TextModel.set_gguf_parameters: the keys every decoder gets (head_dim only when the config has one)."""
+    _sizes(w, c)
     w.add_layer_norm_rms_eps(c.rms_norm_eps)
     if head_dim and getattr(c, "head_dim", None):
         w.add_key_length(c.head_dim)
@@ -95,12 +101,7 @@ def _t5(w: Any, c: Any) -> None:
 
 def _olmo(w: Any, c: Any) -> None:
     """OlmoModel.set_gguf_parameters: the text keys with a LayerNorm epsilon of 1e-5, and clip_qkv as clamp_kqv."""
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    _sizes(w, c)
     w.add_layer_norm_eps(1e-5)
     if c.clip_qkv is not None:
         w.add_clamp_kqv(c.clip_qkv)
@@ -109,24 +110,20 @@ def _olmo(w: Any, c: Any) -> None:
 def _phi2(w: Any, c: Any) -> None:
     """Phi2Model.set_gguf_parameters: feed_forward_length written as 4 h, head_count_kv as head_count, the rotated
     dims per head from partial_rotary_factor, a LayerNorm epsilon."""
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(4 * c.hidden_size)
-    w.add_block_count(c.num_hidden_layers)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_attention_heads)
+    _sizes(w, c, ffn=4 * c.hidden_size, kv=c.num_attention_heads)
     w.add_layer_norm_eps(c.layer_norm_eps)
     w.add_rope_dimension_count(int(c.partial_rotary_factor * c.hidden_size) // c.num_attention_heads)
 
 
 def _gptneox(w: Any, c: Any) -> None:
-    """GPTNeoXModel.set_gguf_parameters: the width keys, rotary_pct as the rotated dims per head, the residual layout."""
+    """GPTNeoXModel.set_gguf_parameters: the width keys (no head_count_kv), rotary_pct as the rotated dims per head,
+    the residual layout."""
     w.add_context_length(c.max_position_embeddings)
     w.add_embedding_length(c.hidden_size)
     w.add_block_count(c.num_hidden_layers)
     w.add_feed_forward_length(c.intermediate_size)
-    w.add_rope_dimension_count(int(c.rotary_pct * (c.hidden_size // c.num_attention_heads)))
     w.add_head_count(c.num_attention_heads)
+    w.add_rope_dimension_count(int(c.rotary_pct * (c.hidden_size // c.num_attention_heads)))
     w.add_parallel_residual(c.use_parallel_residual)
     w.add_layer_norm_eps(c.layer_norm_eps)
 

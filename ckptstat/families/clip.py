@@ -117,7 +117,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return _spec(X, common)
 
 
-def _encoder(B: Builder, tower: str, p: str, n: int, causal: bool) -> None:
+def encoder(B: Builder, tower: str, p: str, n: int, causal: bool) -> None:
+    """A tower's encoder layers (CLIP's, and SigLIP's: siglip.py), sizes from ArchSpec.extra under prefix `p`."""
     X = dict(B.s.extra)
     L, h, a, f = X[p + "layers"], X[p + "hidden"], X[p + "heads"], X[p + "inter"]
     tok = (B.b, n)
@@ -147,7 +148,7 @@ def build(B: Builder) -> None:
         B.add("vision_model.embeddings.class_embedding + position_embedding", "embedding", "vision", 1, (B.b, n - 1, h),
               (B.b, n, h), params=h + native * h, ew=B.b * n * h)
         B.norm("vision_model.pre_layrnorm", "vision", (B.b, n), h, residual=False)
-        _encoder(B, "vision", "v_", n, causal=False)
+        encoder(B, "vision", "v_", n, causal=False)
         B.norm("vision_model.post_layernorm (class token)", "vision", (B.b,), h, residual=False)
         if projected:
             B.linear("visual_projection", "cls", (B.b,), h, X["proj"], False)
@@ -155,7 +156,7 @@ def build(B: Builder) -> None:
         h = X["t_hidden"]
         B.embedding("text_model.embeddings.token_embedding", "text", X["t_vocab"], h, B.seq)
         B.embedding("text_model.embeddings.position_embedding", "text", X["t_positions"], h, B.seq)
-        _encoder(B, "text", "t_", B.seq, causal=True)
+        encoder(B, "text", "t_", B.seq, causal=True)
         B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h)
         if projected:
             B.linear("text_projection", "cls", (B.b,), h, X["proj"], False)

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import infer
+from . import clip, infer
 from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .resnet import conv2d
@@ -117,22 +117,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return _spec(X, common, "gelu_pytorch_tanh")
 
 
-def _encoder(B: Builder, tower: str, p: str, n: int) -> None:
-    X = dict(B.s.extra)
-    L, h, a, f = X[p + "layers"], X[p + "hidden"], X[p + "heads"], X[p + "inter"]
-    tok = (B.b, n)
-    lp = f"{tower}_model.encoder.layers[{L}]"
-    B.norm(f"{lp}.layer_norm1", tower, tok, h, L, residual=False)
-    for m in ("q_proj", "k_proj", "v_proj"):
-        B.linear(f"{lp}.self_attn.{m}", tower, tok, h, h, True, L)
-    B.attention(f"{lp}.self_attn", tower, a, n, n, h // a, L, causal=False)
-    B.linear(f"{lp}.self_attn.out_proj", tower, tok, h, h, True, L)
-    B.norm(f"{lp}.layer_norm2", tower, tok, h, L)
-    B.linear(f"{lp}.mlp.fc1", tower, tok, h, f, True, L)
-    B.activation(f"{lp}.mlp act", tower, tok, f, B.s.activation, L)
-    B.linear(f"{lp}.mlp.fc2 (+residual)", tower, tok, f, h, True, L)
-
-
 def _pooling_head(B: Builder, n: int) -> None:
     """SiglipMultiheadAttentionPoolingHead: one probe query over the n patch tokens (torch's multi-head
     attention: q from the probe, k and v fused from the patches as key is value), out_proj, layernorm, MLP."""
@@ -159,7 +143,7 @@ def build(B: Builder) -> None:
         n, native = side * side, (X["native_image_size"] // X["patch_size"]) ** 2
         B.add("vision_model.embeddings.position_embedding", "embedding", "vision", 1, (B.b, n, h), (B.b, n, h),
               params=native * h, ew=B.b * n * h)
-        _encoder(B, "vision", "v_", n)
+        clip.encoder(B, "vision", "v_", n, causal=False)
         B.norm("vision_model.post_layernorm", "vision", (B.b, n), h, residual=False)
         if X["v_head"]:
             _pooling_head(B, n)
@@ -170,7 +154,7 @@ def build(B: Builder) -> None:
         h = X["t_hidden"]
         B.embedding("text_model.embeddings.token_embedding", "text", X["t_vocab"], h, B.seq)
         B.embedding("text_model.embeddings.position_embedding", "text", X["t_positions"], h, B.seq)
-        _encoder(B, "text", "t_", B.seq)
+        clip.encoder(B, "text", "t_", B.seq, causal=False)   # no causal mask in SigLIP's text tower
         B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h, residual=False)
         B.linear("text_model.head (last token)", "text", (B.b,), h, X["t_proj"], True)
     if "t_layers" in X and "v_layers" in X:
