@@ -257,3 +257,24 @@ def test_scan_resolves_stack_global_through_memo(tmp_path):
     p.write_bytes(pickle.dumps({"a": Evil(), "b": Evil()}, protocol=4))  # protocol 4: STACK_GLOBAL + MEMOIZE
     r = tr.scan(str(p))
     assert r["unsafe_globals"] == [f"{os.system.__module__}.system"] and r["would_run_code"]
+
+
+def test_opcode_bound_grows_with_the_pickle(tmp_path, monkeypatch):
+    """The opcode bound is 4,000,000 or the pickle's byte count, whichever is more: each opcode is a byte at least,
+    so the walk stays linear in the bytes, and a real save of more tensors than the fixed bound allows (~30 opcodes
+    a tensor: 130k tensors) opens and scans. Here the fixed part is shrunk to 50 instead of saving 130k tensors."""
+    torch = pytest.importorskip("torch")
+    from ckptstat.formats.torch import pickle_walk, unpickler
+    from ckptstat.formats.torch.scan import scan
+
+    sd = {f"layer.{i}.weight": torch.full((2,), float(i)) for i in range(40)}
+    path = str(tmp_path / "many.pt")
+    torch.save(sd, path)
+    with zipfile.ZipFile(path) as z:
+        pkl = z.read(next(n for n in z.namelist() if n.endswith("data.pkl")))
+    assert len(pkl) > 50 * 4   # well over the shrunk bound in bytes, and in opcodes (~30 a tensor)
+    monkeypatch.setattr(unpickler, "MAX_OPS", 50)
+    monkeypatch.setattr(pickle_walk, "MAX_OPS", 50)
+    ckpt = open_checkpoint(path)
+    assert sorted(ckpt.tensors) == sorted(sd) and ckpt.read("layer.7.weight").tolist() == [7.0, 7.0]
+    assert scan(path)["status"] == "safe"

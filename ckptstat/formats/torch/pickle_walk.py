@@ -31,10 +31,13 @@ _Handler = Callable[[Machine], object]
 
 def _run(m: Machine) -> None:
     w = m.w
+    # each opcode is a byte at least: the walk is linear in the source's bytes, so the cap grows with them
+    # (a fixed 4M stopped the scan of real saves of 130k+ tensors, ~30 opcodes a tensor)
+    max_ops = max(MAX_OPS, m.src.length)
     while True:
         m.op_at = m.src.pos
-        if w.opcodes >= MAX_OPS:
-            w.incomplete = f"offset {m.op_at}: more than {MAX_OPS:,} opcodes, scan stopped"
+        if w.opcodes >= max_ops:
+            w.incomplete = f"offset {m.op_at}: more than {max_ops:,} opcodes, scan stopped"
             return
         w.opcodes += 1
         code = m.read(1)[0]

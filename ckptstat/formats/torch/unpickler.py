@@ -20,7 +20,7 @@ from ...errors import CorruptCheckpointError, UnsafeCheckpointError, reading
 from .allowlist import Refused, StorageRef, StorageType, TensorRef, is_allowed, stub_for
 
 # Limits on what a pickle may build (the file is untrusted).
-MAX_OPS = 4_000_000        # opcodes in one pickle
+MAX_OPS = 4_000_000        # opcodes in one pickle, or its byte count if more (each opcode is a byte at least)
 MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
 MAX_STACK = 100_000        # unpickler stack entries and open MARKs
 MAX_DEPTH = 100            # container nesting the tensor walk follows
@@ -67,8 +67,8 @@ def remaining(f: IO[bytes]) -> int:
 def _guarded(op: _Op, sized: bool) -> _Op:
     def run(self: SafeUnpickler) -> None:
         self.ops += 1
-        if self.ops > MAX_OPS:
-            raise Refused(f"pickle runs more than {MAX_OPS:,} opcodes")
+        if self.ops > self.max_ops:
+            raise Refused(f"pickle runs more than {self.max_ops:,} opcodes")
         op(self)
         if len(self.stack) > MAX_STACK or len(self.metastack) > MAX_STACK:
             raise Refused(f"pickle stack deeper than {MAX_STACK:,}")
@@ -101,6 +101,9 @@ class SafeUnpickler(pickle._Unpickler):
         super().__init__(file if direct else self.stream, encoding="utf-8")
         self.path, self.record, self.storages_allowed = path, record, storages
         self.ops = 0
+        # ~30 opcodes a tensor: a fixed 4M refused real saves of 130k+ tensors. Walking is linear in the bytes
+        # (a byte an opcode at least), which pickle_bytes bounds, so the cap grows with the pickle's size.
+        self.max_ops = max(MAX_OPS, self.stream.limit)
         self.storages: dict[str, StorageRef] = {}
         # What calls (REDUCE, NEWOBJ) build is not bounded by the bytes read: bytearray(x), set(x),
         # OrderedDict(x) each copy an object the pickle may reach again and again through its memo (a
