@@ -69,7 +69,7 @@ def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input
     if encdec is None:
         encdec = "decoder_input_ids" in inspect.signature(model.forward).parameters
     with FlopCounterMode(display=False) as counter, meta_autocast(), torch.device(device), torch.no_grad():
-        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.vocab_size
+        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         kw = {"decoder_input_ids": ids} if encdec else {}
         if main_input == "input_features":
             model(input_features=torch.zeros((batch, model.config.num_mel_bins, frames)), **kw)
@@ -208,7 +208,7 @@ KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i 
 def cache_bytes(model, seq, batch):
     """Bytes of every key and value tensor in the model's cache after one forward of batch x seq tokens."""
     with torch.no_grad():
-        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.vocab_size
+        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         cache = model(input_ids=ids, use_cache=True).past_key_values
     layers = cache.layers if hasattr(cache, "layers") else [
         type("L", (), {"keys": k, "values": v}) for k, v in zip(cache.key_cache, cache.value_cache)]

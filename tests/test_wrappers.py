@@ -11,11 +11,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from test_families import fcm_flops, ours  # noqa: E402
 
 from ckptstat import summarize  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
-from ckptstat.families.graph import build  # noqa: E402
 
 TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=320, max_position_embeddings=256)
@@ -90,14 +89,6 @@ def _language_params(model) -> int:
     return own + (0 if head is lm.get_input_embeddings().weight else head.numel())
 
 
-def _fcm(model, seq: int, batch: int) -> int:
-    vocab = model.config.get_text_config().vocab_size
-    with FlopCounterMode(display=False) as counter, torch.no_grad():
-        ids = torch.arange(batch * seq).reshape(batch, seq) % vocab
-        model(input_ids=ids, attention_mask=torch.ones((batch, seq), dtype=torch.long))
-    return counter.get_total_flops()
-
-
 @pytest.mark.parametrize("case", CASES)
 def test_language_model_is_the_analytic_model(saved, case):
     model, folder = saved[case]
@@ -114,8 +105,7 @@ def test_language_model_is_the_analytic_model(saved, case):
 @pytest.mark.parametrize("seq,batch", [(8, 1), (16, 2)])
 def test_text_flops_equal_flop_counter(saved, case, seq, batch):
     model, folder = saved[case]
-    ours = sum(2 * op.macs * op.calls for op in build(load(folder).spec, batch, seq, None))
-    assert ours == _fcm(model, seq, batch)
+    assert ours(load(folder).spec, seq, batch) == fcm_flops(model, seq, batch, device="cpu")
 
 
 @pytest.mark.parametrize("case", ["gemma3", "qwen2_5_vl"])
@@ -155,26 +145,14 @@ def test_dual_encoders_are_no_wrapper(tmp_path):
 def test_counts_and_ties_of_both_saves(saved, case, tmp_path):
     """save_pretrained (tied LM head dropped) and torch.save (tied names share storage): the unique count and
     the tie groups are the model object's."""
-    import re
-
-    from census_audit import model_oracle, reported, save_both
+    from census_audit import model_oracle, reported, save_both, saved_names
     model, _ = saved[case]
     oracle = model_oracle(model)
-    # save_pretrained writes a VLM's names in the layout before transformers 4.52 (`language_model.model.`):
-    # modeling_utils.save_pretrained reverses the class's _checkpoint_conversion_mapping, as here
-    reverse = {v: k for k, v in (getattr(model, "_checkpoint_conversion_mapping", None) or {}).items()}
-
-    def saved_name(key: str) -> str:
-        for pattern, replacement in reverse.items():
-            key, n = re.subn(pattern, re.sub(r"\(.*\)", "", replacement.lstrip("^")), key)
-            if n:
-                break
-        return key
-
     for variant, path in save_both(model, str(tmp_path)).items():
-        ties = oracle["ties"] if variant == "torch.save" else {frozenset(map(saved_name, g)) for g in oracle["ties"]}
+        # save_pretrained writes a VLM's names in the layout before transformers 4.52 (`language_model.model.`)
+        want = saved_names(model, oracle) if variant == "save_pretrained" else oracle
         got = reported(path)
-        assert (got["params"], got["ties"]) == (oracle["params"], ties), variant
+        assert (got["params"], got["ties"]) == (oracle["params"], want["ties"]), variant
 
 
 @pytest.mark.parametrize("archs", [5, "LlamaForCausalLM", {"a": 1}, [3, None], None])
@@ -220,7 +198,7 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
     m = from_checkpoint(Checkpoint(path="x", format="safetensors", tensors=tensor_infos(model), files=("x",), config=config))
     total = sum(p.numel() for p in model.parameters())
     assert m.predicted["total"] == _language_params(model) and m.outside_params == total - _language_params(model)
-    assert m.agree and sum(2 * op.macs * op.calls for op in build(m.spec, 1, 16, None)) == _fcm(model, 16, 1)
+    assert m.agree and ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
 
 
 @pytest.mark.parametrize("model_type,cls", [("blip-2", "Blip2ForConditionalGeneration"),
@@ -245,4 +223,4 @@ def test_blip2_is_its_opt_language_model(model_type, cls):
     own = sum(p.numel() for p in lm.parameters())
     assert m.spec.family == "opt" and m.predicted["total"] == own and m.agree
     assert m.outside_params == sum(p.numel() for p in model.parameters()) - own
-    assert sum(2 * op.macs * op.calls for op in build(m.spec, 1, 16, None)) == _fcm(lm, 16, 1)
+    assert ours(m.spec, 16, 1) == fcm_flops(lm, 16, 1, device="cpu")

@@ -99,9 +99,10 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         raise NoArchitecture(f"{ckpt.path}: no config.json and the tensor names match no family ckptstat models; pass --config")
     spec = r.spec
     predicted = predict_params(spec)
-    outside = sum(t.numel for t in parameters(ckpt) if is_outside(t.name, spec.outside)) if spec.outside else 0
+    apart = [t for t in parameters(ckpt) if is_outside(t.name, spec.outside)] if spec.outside else []
+    outside = sum(t.numel for t in apart)
     if outside:
-        found = sorted({m for t in parameters(ckpt) for m in t.name.split(".") if m in spec.outside})
+        found = sorted({m for t in apart for m in t.name.split(".") if m in spec.outside})
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts

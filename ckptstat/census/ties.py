@@ -47,17 +47,16 @@ def tie_word_embeddings(ckpt: Checkpoint) -> bool | None:
     cfg = ckpt.config
     if not cfg:
         return None
-    # a vision-language wrapper's LM head is tied by its text config (transformers' get_text_config)
+    own = class_ties(cfg)   # the class config.json names: transformers' own rule for it (tie_table.tie_switch)
+    if own is not None:
+        return own.switch
+    # a class the table lacks: a vision-language wrapper's text config (get_text_config), else the top config;
+    # transformers' default is True except where a family's config sets False (Family.tied_by_default)
     cfg = language_config(cfg) or cfg
     if "tie_word_embeddings" in cfg:
         return bool(cfg["tie_word_embeddings"])
-    # transformers' default is True except where a family's config sets False (Family.tied_by_default); an
-    # unregistered class's config default is in the class table (OpenLlamaConfig's is False)
     family = by_model_type(cfg.get("model_type"))
-    if family is not None:
-        return family.tied_by_default
-    own = class_ties(ckpt.config)
-    return own.switch if own is not None else True
+    return family.tied_by_default if family is not None else True
 
 
 def _has_head(ckpt: Checkpoint, outer: str, rule: TieRule, head: str | None) -> bool:

@@ -87,7 +87,8 @@ def from_config(c: Cfg) -> ArchSpec:
     return _spec(X, c.common, act, c.path)
 
 
-def _tower(T: Tensors, p: str, pre: str) -> dict[str, int]:
+def tower_shapes(T: Tensors, p: str, pre: str) -> dict[str, int]:
+    """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py), under the ArchSpec.extra prefix `p`."""
     f, h = infer.shape(T, rf"{pre}\.encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre} fc1")
     a, _ = infer.heads_for(h, 64)
     return {f"{p}layers": infer.count_layers(T, rf"{pre}\.encoder\.layers\.(\d+)\."), f"{p}hidden": h, f"{p}heads": a,
@@ -97,11 +98,11 @@ def _tower(T: Tensors, p: str, pre: str) -> dict[str, int]:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     X: dict[str, int] = {}
     if infer.has(T, r"(^|\.)text_model\.encoder\.layers\.0\."):
-        X.update(_tower(T, "t_", "text_model"))
+        X.update(tower_shapes(T, "t_", "text_model"))
         X["t_vocab"], _ = infer.shape(T, r"text_model\.embeddings\.token_embedding\.weight$", "the token embedding")
         X["t_positions"] = infer.shape(T, r"text_model\.embeddings\.position_embedding\.weight$", "text positions")[0]
     if infer.has(T, r"(^|\.)vision_model\.encoder\.layers\.0\."):
-        X.update(_tower(T, "v_", "vision_model"))
+        X.update(tower_shapes(T, "v_", "vision_model"))
         _, ch, p, _ = infer.shape(T, r"vision_model\.embeddings\.patch_embedding\.weight$", "the patch embedding")
         n = infer.shape(T, r"vision_model\.embeddings\.position_embedding\.weight$", "vision positions")[0]
         img = int(round((n - 1) ** 0.5)) * p
@@ -166,7 +167,8 @@ def build(B: Builder) -> None:
               macs=B.b * X["proj"] * B.b, ew=B.b * B.b + 6 * B.b * X["proj"])
 
 
-def _tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
+def tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
+    """A tower's expected encoder layers (CLIP's and SigLIP's)."""
     for i in range(L):
         q = f"{pre}.encoder.layers.{i}."
         for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
@@ -189,7 +191,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         h = X["t_hidden"]
         out["text_model.embeddings.token_embedding.weight"] = (X["t_vocab"], h)
         out["text_model.embeddings.position_embedding.weight"] = (X["t_positions"], h)
-        _tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
+        tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
         add_norm(out, "text_model.final_layer_norm", h)
     if "v_layers" in X:
         h, p = X["v_hidden"], X["patch_size"]
@@ -197,7 +199,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         out["vision_model.embeddings.patch_embedding.weight"] = (h, X["channels"], p, p)
         out["vision_model.embeddings.position_embedding.weight"] = ((X["native_image_size"] // p) ** 2 + 1, h)
         add_norm(out, "vision_model.pre_layrnorm", h)
-        _tower_tensors(out, "vision_model", X["v_layers"], h, X["v_inter"])
+        tower_tensors(out, "vision_model", X["v_layers"], h, X["v_inter"])
         add_norm(out, "vision_model.post_layernorm", h)
     if projected and "v_layers" in X:
         add_linear(out, "visual_projection", X["proj"], X["v_hidden"], bias=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from . import infer
+from . import infer, vit
 from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .vit import patch_tokens
@@ -33,11 +33,7 @@ def _hidden_features(c: Cfg, h: int, swiglu: bool) -> int:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    h, a = c.int("hidden_size"), c.int("num_attention_heads")
-    img, p = c.int("image_size", default=224), c.int("patch_size", default=14)
-    if not (0 < p <= img) or h % a:
-        raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size and hidden_size a multiple of "
-                         f"num_attention_heads (patch_size {p}, image_size {img}, hidden_size {h}, heads {a})")
+    h, a, img, p = vit.image_sizes(c, 14)
     swiglu = bool(c.get("use_swiglu_ffn", default=False))
     reg = c.model_type == "dinov2_with_registers"
     extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),

@@ -2,10 +2,10 @@
 Conv1D weights stored [in, out], and an LM head tied to wte unless the config says otherwise."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import base, infer
+from . import base, decoder_heads, decoders, infer
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .ops import Builder
 
@@ -30,6 +30,47 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     intermediate=f, vocab=V, positions=P, tied_embeddings=tied, assumptions=(note,), **common)
 
 
+def linear_layout_build(B: Builder, attention: Callable[[Builder, str], None]) -> None:
+    """GPT-2's decoder with nn.Linear weights (GPTBigCode, GPT-Neo): embeddings and positions, per layer ln_1,
+    `attention(B, layer prefix)` (the family's projections and scores), ln_2, the MLP and its residual; ln_f, the
+    LM head and the task heads (decoder_heads)."""
+    s, b, n = B.s, B.b, B.seq
+    h, L, f = s.hidden, s.layers, s.intermediate
+    tok = (b, n)
+    B.embedding("wte", "embedding", s.vocab, h, n)
+    B.embedding("wpe", "embedding", s.positions, h, n)
+    lay = f"h[{L}]"
+    B.norm(f"{lay}.ln_1", "encoder", tok, h, L, residual=False)
+    attention(B, lay)
+    B.norm(f"{lay}.ln_2", "encoder", tok, h, L)
+    B.linear(f"{lay}.mlp.c_fc", "encoder", tok, h, f, True, L)
+    B.activation(f"{lay}.mlp act", "encoder", tok, f, s.activation, L)
+    B.linear(f"{lay}.mlp.c_proj", "encoder", tok, f, h, True, L)
+    B.add(f"{lay} + residual", "activation", "encoder", L, tok + (h,), tok + (h,), ew=b * n * h)
+    B.norm("ln_f", "encoder", tok, h, residual=False)
+    decoders.lm_head(B, "lm_head", "wte")
+    decoder_heads.build(B, h)
+
+
+def linear_layout_tensors(s: ArchSpec, attention: Callable[[Shapes, str], None]) -> Shapes:
+    """The tensors linear_layout_build's model holds; `attention(out, layer prefix)` adds the family's."""
+    h, f = s.hidden, s.intermediate
+    p = "" if s.head == "base" else "transformer."
+    out: Shapes = {p + "wte.weight": (s.vocab, h), p + "wpe.weight": (s.positions, h)}
+    for i in range(s.layers):
+        q = f"{p}h.{i}."
+        add_norm(out, q + "ln_1", h)
+        attention(out, q)
+        add_norm(out, q + "ln_2", h)
+        add_linear(out, q + "mlp.c_fc", f, h)
+        add_linear(out, q + "mlp.c_proj", h, f)
+    add_norm(out, p + "ln_f", h)
+    if s.head == "lm":
+        add_linear(out, "lm_head", s.vocab, h, bias=False)
+    decoder_heads.tensors(out, s, h)
+    return out
+
+
 def build(B: Builder) -> None:
     s, b, n = B.s, B.b, B.seq
     h, L, f, a, d = s.hidden, s.layers, s.intermediate, s.heads, s.head_dim
@@ -46,9 +87,7 @@ def build(B: Builder) -> None:
     B.activation(f"{lay}.mlp act", "encoder", tok, f, s.activation, L)
     B.linear(f"{lay}.mlp.c_proj", "encoder", tok, f, h, True, L)
     B.norm("ln_f", "encoder", tok, h, residual=False)
-    if s.head == "lm":
-        B.linear("lm_head" + (" (tied to wte)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab, False,
-                 tied=s.tied_embeddings)
+    decoders.lm_head(B, "lm_head", "wte")
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import base, decoder_heads, decoders, infer
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from . import base, decoder_heads, gpt2, infer
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
 from .ops import Builder
 
 
@@ -46,44 +46,24 @@ def _qkv(s: ArchSpec) -> int:
     return s.hidden + 2 * s.kv_heads * s.head_dim
 
 
+def _attention(B: Builder, lay: str) -> None:
+    s, tok, h = B.s, (B.b, B.seq), B.s.hidden
+    B.linear(f"{lay}.attn.c_attn", "encoder", tok, h, _qkv(s), True, s.layers)
+    B.attention(f"{lay}.attn", "encoder", s.heads, B.seq, B.seq, s.head_dim, s.layers, causal=True)
+    B.linear(f"{lay}.attn.c_proj", "encoder", tok, h, h, True, s.layers)
+
+
 def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, L, f = s.hidden, s.layers, s.intermediate
-    tok = (b, n)
-    B.embedding("wte", "embedding", s.vocab, h, n)
-    B.embedding("wpe", "embedding", s.positions, h, n)
-    lay = f"h[{L}]"
-    B.norm(f"{lay}.ln_1", "encoder", tok, h, L, residual=False)
-    B.linear(f"{lay}.attn.c_attn", "encoder", tok, h, _qkv(s), True, L)
-    B.attention(f"{lay}.attn", "encoder", s.heads, n, n, s.head_dim, L, causal=True)
-    B.linear(f"{lay}.attn.c_proj", "encoder", tok, h, h, True, L)
-    B.norm(f"{lay}.ln_2", "encoder", tok, h, L)
-    B.linear(f"{lay}.mlp.c_fc", "encoder", tok, h, f, True, L)
-    B.activation(f"{lay}.mlp act", "encoder", tok, f, s.activation, L)
-    B.linear(f"{lay}.mlp.c_proj", "encoder", tok, f, h, True, L)
-    B.add(f"{lay} + residual", "activation", "encoder", L, tok + (h,), tok + (h,), ew=b * n * h)
-    B.norm("ln_f", "encoder", tok, h, residual=False)
-    decoders.lm_head(B, "lm_head", "wte")
-    decoder_heads.build(B, h)
+    gpt2.linear_layout_build(B, _attention)
+
+
+def _attention_tensors(s: ArchSpec, out: Shapes, q: str) -> None:
+    add_linear(out, q + "attn.c_attn", _qkv(s), s.hidden)
+    add_linear(out, q + "attn.c_proj", s.hidden, s.hidden)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f = s.hidden, s.intermediate
-    p = "" if s.head == "base" else "transformer."
-    out: Shapes = {p + "wte.weight": (s.vocab, h), p + "wpe.weight": (s.positions, h)}
-    for i in range(s.layers):
-        q = f"{p}h.{i}."
-        add_norm(out, q + "ln_1", h)
-        add_linear(out, q + "attn.c_attn", _qkv(s), h)
-        add_linear(out, q + "attn.c_proj", h, h)
-        add_norm(out, q + "ln_2", h)
-        add_linear(out, q + "mlp.c_fc", f, h)
-        add_linear(out, q + "mlp.c_proj", h, f)
-    add_norm(out, p + "ln_f", h)
-    if s.head == "lm":
-        add_linear(out, "lm_head", s.vocab, h, bias=False)
-    decoder_heads.tensors(out, s, h)
-    return out
+    return gpt2.linear_layout_tensors(s, lambda out, q: _attention_tensors(s, out, q))
 
 
 _SIZES = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64)

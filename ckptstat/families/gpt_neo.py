@@ -15,8 +15,8 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import base, decoder_heads, infer
-from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from . import base, decoder_heads, gpt2, infer
+from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
 from .ops import Builder
 
 _DEFAULT_TYPES = [[["global", "local"], 12]]   # GPTNeoConfig's attention_types default
@@ -63,49 +63,27 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=(note, f"no config: global and local layers alternating, window {_WINDOW}"), **common)
 
 
-def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, L, f = s.hidden, s.layers, s.intermediate
-    tok = (b, n)
-    B.embedding("wte", "embedding", s.vocab, h, n)
-    B.embedding("wpe", "embedding", s.positions, h, n)
-    lay = f"h[{L}]"
-    B.norm(f"{lay}.ln_1", "encoder", tok, h, L, residual=False)
+def _attention(B: Builder, lay: str) -> None:
+    s, tok, h = B.s, (B.b, B.seq), B.s.hidden
     for proj in ("q_proj", "k_proj", "v_proj"):
-        B.linear(f"{lay}.attn.attention.{proj}", "encoder", tok, h, h, False, L)
+        B.linear(f"{lay}.attn.attention.{proj}", "encoder", tok, h, h, False, s.layers)
     # no scaling: the mask (torch.where) and the padding mask add are the per-score ops besides softmax
     B.causal_self_attention("h[{layers}].attn.attention", "encoder", s.heads, s.head_dim)
-    B.linear(f"{lay}.attn.attention.out_proj", "encoder", tok, h, h, True, L)
-    B.norm(f"{lay}.ln_2", "encoder", tok, h, L)
-    B.linear(f"{lay}.mlp.c_fc", "encoder", tok, h, f, True, L)
-    B.activation(f"{lay}.mlp act", "encoder", tok, f, s.activation, L)
-    B.linear(f"{lay}.mlp.c_proj", "encoder", tok, f, h, True, L)
-    B.add(f"{lay} + residual", "activation", "encoder", L, tok + (h,), tok + (h,), ew=b * n * h)
-    B.norm("ln_f", "encoder", tok, h, residual=False)
-    if s.head == "lm":
-        B.linear("lm_head" + (" (tied to wte)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab, False,
-                 tied=s.tied_embeddings)
-    decoder_heads.build(B, h)
+    B.linear(f"{lay}.attn.attention.out_proj", "encoder", tok, h, h, True, s.layers)
+
+
+def build(B: Builder) -> None:
+    gpt2.linear_layout_build(B, _attention)
+
+
+def _attention_tensors(h: int, out: Shapes, q: str) -> None:
+    for proj in ("k_proj", "v_proj", "q_proj"):
+        add_linear(out, q + "attn.attention." + proj, h, h, bias=False)
+    add_linear(out, q + "attn.attention.out_proj", h, h)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f = s.hidden, s.intermediate
-    p = "" if s.head == "base" else "transformer."
-    out: Shapes = {p + "wte.weight": (s.vocab, h), p + "wpe.weight": (s.positions, h)}
-    for i in range(s.layers):
-        q = f"{p}h.{i}."
-        add_norm(out, q + "ln_1", h)
-        for proj in ("k_proj", "v_proj", "q_proj"):
-            add_linear(out, q + "attn.attention." + proj, h, h, bias=False)
-        add_linear(out, q + "attn.attention.out_proj", h, h)
-        add_norm(out, q + "ln_2", h)
-        add_linear(out, q + "mlp.c_fc", f, h)
-        add_linear(out, q + "mlp.c_proj", h, f)
-    add_norm(out, p + "ln_f", h)
-    if s.head == "lm":
-        add_linear(out, "lm_head", s.vocab, h, bias=False)
-    decoder_heads.tensors(out, s, h)
-    return out
+    return gpt2.linear_layout_tensors(s, lambda out, q: _attention_tensors(s.hidden, out, q))
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

@@ -96,10 +96,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     if cfg is None:
         return None
     cfg.update(model_type="gpt_neox", attention_bias="blk.0.attn_qkv.bias" in tensors)
-    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
-    h, a = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-    if rope and h and a and h % a == 0:
-        cfg["rotary_pct"] = rope / (h // a)
+    infer.gguf_rotary(arch, metadata, cfg, "rotary_pct")
     parallel = str(metadata.get(f"{arch}.use_parallel_residual")).lower()   # a GGUF bool reads "true" / "false"
     if parallel in ("true", "false"):
         cfg["use_parallel_residual"] = parallel == "true"

@@ -263,6 +263,15 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors, archit
     return cfg
 
 
+def gguf_rotary(arch: str, metadata: Mapping[str, str], cfg: dict[str, Any], key: str) -> None:
+    """Set cfg[key] (partial_rotary_factor, GPT-NeoX's rotary_pct) to the rotated dims per head the converter
+    writes as `rope.dimension_count`, over the head's width; left out when either is unknown."""
+    rope = gguf_int(metadata, f"{arch}.rope.dimension_count")
+    h, a = cfg.get("hidden_size"), cfg.get("num_attention_heads")
+    if rope and h and a and h % a == 0:
+        cfg[key] = rope / (h // a)
+
+
 def gguf_int(metadata: Mapping[str, str], key: str) -> int | None:
     """A GGUF integer key (Checkpoint.metadata holds text, formats/gguf.py); None if absent or not an integer."""
     v = metadata.get(key)

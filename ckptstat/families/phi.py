@@ -105,6 +105,7 @@ GGUF_TENSOR_NAMES = (
     ("model.layers.{bid}.mlp.fc2", "blk.{bid}.ffn_down"),
 )
 
+
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
     """llama.cpp's `phi2` files: LLaMA's keys, but the MLP width from `ffn_up` (the converter writes
     feed_forward_length = 4 h whatever intermediate_size is) and the K/V heads from `attn_k` (it writes
@@ -116,9 +117,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
         return cfg
     d = h // a
     cfg.update(model_type="phi", intermediate_size=up.shape[0], num_key_value_heads=k.shape[0] // d)
-    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
-    if rope:
-        cfg["partial_rotary_factor"] = rope / d
+    infer.gguf_rotary(arch, metadata, cfg, "partial_rotary_factor")
     return cfg
 
 

@@ -50,11 +50,8 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     cfg = infer.gguf_config(arch, metadata, tensors, "Phi3ForCausalLM")
     if cfg is None:
         return None
-    rope = infer.gguf_int(metadata, f"{arch}.rope.dimension_count")
+    infer.gguf_rotary(arch, metadata, cfg, "partial_rotary_factor")
     window = infer.gguf_int(metadata, f"{arch}.attention.sliding_window")
-    h, a = cfg.get("hidden_size"), cfg.get("num_attention_heads")
-    if rope and h and a and h % a == 0:
-        cfg["partial_rotary_factor"] = rope / (h // a)
     if window:
         cfg["sliding_window"] = window
     return cfg

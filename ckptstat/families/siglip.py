@@ -82,22 +82,15 @@ def from_config(c: Cfg) -> ArchSpec:
     return _spec(X, c.common, act)
 
 
-def _tower_shapes(T: Tensors, p: str, pre: str) -> dict[str, int]:
-    f, h = infer.shape(T, rf"{pre}\.encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre} fc1")
-    a, _ = infer.heads_for(h, 64)
-    return {p + "layers": infer.count_layers(T, rf"{pre}\.encoder\.layers\.(\d+)\."), p + "hidden": h, p + "heads": a,
-            p + "inter": f}
-
-
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     X: dict[str, int] = {}
     if infer.has(T, r"(^|\.)text_model\.encoder\.layers\.0\."):
-        X.update(_tower_shapes(T, "t_", "text_model"))
+        X.update(clip.tower_shapes(T, "t_", "text_model"))
         X["t_vocab"] = infer.shape(T, r"text_model\.embeddings\.token_embedding\.weight$", "the token embedding")[0]
         X["t_positions"] = infer.shape(T, r"text_model\.embeddings\.position_embedding\.weight$", "text positions")[0]
         X["t_proj"] = infer.shape(T, r"text_model\.head\.weight$", "the text head")[0]
     if infer.has(T, r"(^|\.)vision_model\.encoder\.layers\.0\."):
-        X.update(_tower_shapes(T, "v_", "vision_model"))
+        X.update(clip.tower_shapes(T, "v_", "vision_model"))
         conv = infer.shape(T, r"vision_model\.embeddings\.patch_embedding\.weight$", "the patch embedding")
         if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
             raise UsageError(f"vision_model.embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
@@ -164,17 +157,6 @@ def build(B: Builder) -> None:
               macs=B.b * P * B.b, ew=2 * B.b * B.b + 6 * B.b * P)
 
 
-def _layers(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
-    for i in range(L):
-        q = f"{pre}.encoder.layers.{i}."
-        for m in ("k_proj", "v_proj", "q_proj", "out_proj"):
-            add_linear(out, q + "self_attn." + m, h, h)
-        add_norm(out, q + "layer_norm1", h)
-        add_linear(out, q + "mlp.fc1", f, h)
-        add_linear(out, q + "mlp.fc2", h, f)
-        add_norm(out, q + "layer_norm2", h)
-
-
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     X = dict(s.extra)
     out: Shapes = {}
@@ -182,7 +164,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         h = X["t_hidden"]
         out["text_model.embeddings.token_embedding.weight"] = (X["t_vocab"], h)
         out["text_model.embeddings.position_embedding.weight"] = (X["t_positions"], h)
-        _layers(out, "text_model", X["t_layers"], h, X["t_inter"])
+        clip.tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
         add_norm(out, "text_model.final_layer_norm", h)
         add_linear(out, "text_model.head", X["t_proj"], h)
     if "v_layers" in X:
@@ -190,7 +172,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         out["vision_model.embeddings.patch_embedding.weight"] = (h, X["channels"], p, p)
         out["vision_model.embeddings.patch_embedding.bias"] = (h,)
         out["vision_model.embeddings.position_embedding.weight"] = ((X["native_image_size"] // p) ** 2, h)
-        _layers(out, "vision_model", X["v_layers"], h, f)
+        clip.tower_tensors(out, "vision_model", X["v_layers"], h, f)
         add_norm(out, "vision_model.post_layernorm", h)
         if X["v_head"]:
             out.update({"vision_model.head.probe": (1, 1, h), "vision_model.head.attention.in_proj_weight": (3 * h, h),

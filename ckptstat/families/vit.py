@@ -28,12 +28,19 @@ def pooler(model_type: str, head: str) -> bool:
     return head == "base"
 
 
-def from_config(c: Cfg) -> ArchSpec:
+def image_sizes(c: Cfg, patch: int) -> tuple[int, int, int, int]:
+    """(hidden_size, heads, image_size, patch_size) of a ViT-shaped config (DINOv2's too), checked; `patch` the
+    model type's default patch size."""
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
-    img, p = c.int("image_size", default=224), c.int("patch_size", default=16)
+    img, p = c.int("image_size", default=224), c.int("patch_size", default=patch)
     if not (0 < p <= img) or h % a:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size and hidden_size a multiple of "
                          f"num_attention_heads (patch_size {p}, image_size {img}, hidden_size {h}, heads {a})")
+    return h, a, img, p
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    h, a, img, p = image_sizes(c, 16)
     extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
                  pooler_size=c.int("pooler_output_size", default=h), mask_token=0, dist_token=int(c.model_type == "deit"))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
