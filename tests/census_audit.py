@@ -182,20 +182,35 @@ def reported(path: str) -> dict[str, Any]:
             "family": r["resolved"]["family"], "model": r["resolved"]["model"]}
 
 
-def saved_name(model: Any, name: str) -> str:
-    """The key save_pretrained writes for the state_dict key `name` (transformers 4.57 modeling_utils.py,
-    PreTrainedModel.save_pretrained: a VLM's keys go back through its reversed _checkpoint_conversion_mapping,
-    the first pattern that matches: LLaVA's `model.language_model.` is saved as `language_model.model.`)."""
-    from transformers.modeling_utils import VLMS
+def _reverted(model: Any, buffers: bool = True, tied: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(the model's state_dict keys, each a tensor object of its own, tied names included; what save_pretrained
+    writes for them): transformers 5 saves the original layout (modeling_utils.save_pretrained:
+    `revert_weight_conversion`, which undoes the conversion mapping: renamed modules such as ViT's
+    `layers.N.attention.q_proj`, fused experts split back into one tensor per expert)."""
+    from transformers.core_model_loading import revert_weight_conversion
 
-    if not any(v in c.__name__.lower() for c in type(model).__mro__[:-1] for v in VLMS):
-        return name
-    for pattern, replacement in {v: k for k, v in model._checkpoint_conversion_mapping.items()}.items():
-        replacement = re.sub(r"\(.*\)", "", replacement.lstrip("^"))
-        name, n = re.subn(pattern, replacement, name)
-        if n:
-            break
-    return name
+    keys = set(model.state_dict())
+    named = [*model.named_parameters(remove_duplicate=not tied),
+             *(model.named_buffers(remove_duplicate=not tied) if buffers else ())]
+    state = {n: t.detach().view(t.shape) for n, t in named if n in keys}
+    return state, revert_weight_conversion(model, dict(state))
+
+
+def saved_shapes(model: Any, tied: bool = True) -> dict[str, tuple[int, ...]]:
+    """The names and shapes save_pretrained writes for the model's parameters, tied copies kept (or, tied
+    false, each tensor once, as the file holds it)."""
+    return {n: tuple(t.shape) for n, t in _reverted(model, buffers=False, tied=tied)[1].items()}
+
+
+def saved_name(model: Any, name: str) -> str:
+    """The key save_pretrained writes for the state_dict key `name` (the same tensor renamed; a key a
+    converter splits or merges keeps its name)."""
+    cache = model.__dict__.setdefault("_ckptstat_saved_names", {})
+    if not cache:
+        state, saved = _reverted(model)
+        renamed = {id(t): n for n, t in saved.items()}
+        cache.update({n: renamed.get(id(t), n) for n, t in state.items()})
+    return cache.get(name, name)
 
 
 def saved_names(model: Any, oracle: dict[str, Any]) -> dict[str, Any]:

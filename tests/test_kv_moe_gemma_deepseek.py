@@ -4,8 +4,8 @@ For each family sample's *ForCausalLM (tiny weights on the CPU: MoE routing need
 forward with use_cache=True; the oracle is the bytes of every key and value tensor in the returned
 DynamicCache. Sequence lengths below and above Gemma's sliding window (4 in the samples), so the
 sliding layers' DynamicSlidingWindowLayer is seen both holding every token and holding only its window.
-DeepSeek's second line, the absorbed-MLA cache, is checked against the width of the model's own
-kv_a_proj_with_mqa output (the normalised latent plus the shared rope key, what that cache stores)."""
+DeepSeek's first line is the MLA latent transformers 5 caches (the width of the model's own kv_a_proj_with_mqa
+output: the normalised latent plus the shared rope key); its second, transformers 4's per-head K and V."""
 from __future__ import annotations
 
 import pytest
@@ -49,15 +49,20 @@ def test_kv_cache_equals_transformers_dynamic_cache(family: Family, sample: Samp
         assert lines[0][1] == _cache_bytes(model, seq), (seq, lines[0])
 
 
-def test_deepseek_absorbed_mla_line_is_latent_plus_rope_key():
+def test_deepseek_lines_are_the_latent_then_transformers_4s_per_head_cache():
+    """The first line (what memory and the planner count) is the latent DynamicCache holds, as the test above
+    checks; it is the width of the model's own kv_a_proj_with_mqa output (the latent plus the shared rope key).
+    The second, transformers 4's eager per-head K and V: kv_b_proj's output (k_nope, v) plus the rope key per head."""
     family = get("deepseek")
     for sample in family.samples:
         model, spec = _model(sample, "DeepseekV3ForCausalLM" if "V3" in sample.config else "DeepseekV2ForCausalLM")
-        width = sum(layer.self_attn.kv_a_proj_with_mqa.out_features for layer in model.model.layers)
+        latent = sum(layer.self_attn.kv_a_proj_with_mqa.out_features for layer in model.model.layers)
+        per_head = sum(layer.self_attn.kv_b_proj.out_features + model.config.num_attention_heads
+                       * model.config.qk_rope_head_dim for layer in model.model.layers)
         assert family.kv_cache is not None
-        (full_label, _, _), (label, nbytes, _) = family.kv_cache(spec, BATCH, 16, 16, 2)
-        assert full_label.startswith("transformers K+V") and label.startswith("MLA absorbed")
-        assert nbytes == width * BATCH * 16 * 2
+        (label, nbytes, _), (full_label, full, _) = family.kv_cache(spec, BATCH, 16, 16, 2)
+        assert label.startswith("MLA latent") and full_label.startswith("per-head K+V")
+        assert (nbytes, full) == (latent * BATCH * 16 * 2, per_head * BATCH * 16 * 2)
 
 
 def test_gemma_sliding_layers_follow_layer_types():

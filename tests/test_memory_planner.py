@@ -163,6 +163,32 @@ def test_tp2_halves_weights_but_the_replicated_norms(tmp_path, mem, cli):
     assert rc == 0 and "replicated on every tp rank: norms" in out
 
 
+@pytest.mark.slow
+def test_deepseek_v3_published_size_caches_the_mla_latent_whole_on_every_tp_rank(tmp_path, mem):
+    """DeepSeek-V3 as DeepseekV3Config's defaults describe it (61 layers, 256 routed experts): the KV line at
+    4,096 tokens is the DynamicCache a meta forward of transformers 5 returns (the compressed latent and the
+    rope key, one head a layer); --tp 8 keeps it whole on every rank (one head cannot be split), and the
+    largest --seq is where that whole latent stops fitting."""
+    path = _config(tmp_path, "DeepseekV3Config", {}, "DeepseekV3ForCausalLM")
+    model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", {})
+    assert (model.config.num_hidden_layers, model.config.n_routed_experts) == (61, 256)
+    seq = 4096
+    with torch.no_grad(), meta_autocast():
+        cache = model(input_ids=torch.zeros((1, seq), dtype=torch.long, device="meta"), use_cache=True).past_key_values
+    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    del model, cache
+    plan = ["--kv-dtype", "bf16", "--tp", "8", "--gpus", "8", "--gpu", "H200", "--weights-dtype", "fp8"]
+    one = mem(path, "--seq", str(seq), "--kv-dtype", "bf16")
+    eight = mem(path, "--seq", str(seq), *plan)
+    assert _group(one, "kv cache") == kv
+    assert _group(eight, "kv cache") == kv          # whole on each of the 8 ranks
+    s = eight["fit"]["max_seq"]
+    assert eight["fit"]["max_seq_bound"] == "memory" and s > seq
+    at, past = mem(path, "--seq", str(s), *plan), mem(path, "--seq", str(s + 1), *plan)
+    assert at["fit"]["fits"] is True and past["fit"]["fits"] is False
+    assert _group(at, "kv cache") == kv // seq * s
+
+
 def test_tp_replicates_gpt2_position_table_norms_and_row_parallel_biases(tmp_path, mem):
     """Megatron's layout: Conv1D c_attn/c_fc (column) shard their bias, c_proj (row) adds it after the
     all-reduce; the position table and the LayerNorms are replicated; the tied head is wte (vocab-parallel)."""

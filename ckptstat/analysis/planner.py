@@ -304,6 +304,13 @@ def kv_lines(m: Model, b: int, n: int, nd: int, kvb: float) -> list[tuple[str, f
             for i, x, r in family.kv_cache(m.spec, b, n, nd, 1)]
 
 
+def cache_heads(m: Model) -> int:
+    """The heads the counted cache holds, each whole on one device under tensor parallelism: the key/value
+    heads, or the family's own (MLA caches one latent per token, which every device keeps whole)."""
+    family = get(m.spec.family)
+    return family.cache_heads(m.spec) if family.cache_heads else m.spec.kv_heads
+
+
 def kv_counted(m: Model, lines: list[tuple[str, float, str]]) -> list[tuple[str, float, str]]:
     """The KV lines a device holds together: all of an encoder-decoder's (self + cross attention); a
     decoder's first line only (what transformers allocates; the others are alternatives: a rolling
@@ -443,10 +450,11 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
     else:
         kvb = KV_BYTES[plan.kv_dtype] if plan.kv_dtype else ab
         share = math.ceil(layers_stored(s) / plan.pp) / layers_stored(s) if plan.pp > 1 else 1
-        heads_split = min(plan.tp, s.kv_heads) if s.kv_heads else 1
+        heads = cache_heads(m)
+        heads_split = min(plan.tp, heads) if heads else 1
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
             extra = (f"; / {heads_split} (KV heads over tp {plan.tp}"
-                     f"{', replicated beyond ' + str(s.kv_heads) + ' heads' if plan.tp > s.kv_heads else ''})"
+                     f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""
             dev.append(_line("kv cache", item, nbytes * share / heads_split, rule + extra))

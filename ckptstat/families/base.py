@@ -8,6 +8,9 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 """
 from __future__ import annotations
 
+import functools
+import json
+import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -98,10 +101,18 @@ class Cfg:
         self.blocks = 1                # product of the nested loop counts read so far (_NESTED)
 
     def get(self, *keys: str, default: object = KeyError) -> Any:
+        """The first key present, under its own name, the other name its config class gives it
+        (config_aliases.json: transformers' attribute_map, so a 5.x save's `num_local_experts` answers for
+        Qwen3-MoE's `num_experts`), or inside `rope_parameters`, where transformers 5 moved the rotary keys
+        (rope_theta, partial_rotary_factor, the scaling)."""
+        rope = self.cfg.get("rope_parameters")
         for k in keys:
-            v = self.cfg.get(k)
-            if v is not None:
-                return v
+            for name in config_names(self.model_type, k):
+                v = self.cfg.get(name)
+                if v is None and isinstance(rope, Mapping):
+                    v = rope.get(name)
+                if v is not None:
+                    return v
         if default is KeyError:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
         return default
@@ -122,6 +133,20 @@ class Cfg:
                                  "(layers x experts x groups) for ckptstat to model")
             self.blocks *= max(v, 1)
         return v
+
+
+@functools.cache
+def _aliases() -> Mapping[str, Mapping[str, str]]:
+    with open(os.path.join(os.path.dirname(__file__), "config_aliases.json"), encoding="utf-8") as f:
+        table: Mapping[str, Mapping[str, str]] = json.load(f)["aliases"]
+    return table
+
+
+def config_names(model_type: str, key: str) -> tuple[str, ...]:
+    """`key` and the names its model_type's config class lets it go by (either way round)."""
+    amap = _aliases().get(model_type, {})
+    other = [amap[key]] if key in amap else []
+    return (key, *other, *(a for a, target in amap.items() if target == key))
 
 
 def _shown(v: object) -> str:
@@ -183,6 +208,8 @@ class Family:
     config_alone: Callable[[Mapping[str, Any]], bool] | None = None
     main_input: str = "input_ids"               # input_features: --seq counts mel frames (--frames, --audio-seconds)
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
+    # the heads the first cache line holds, which tensor parallelism splits (None: spec.kv_heads; MLA's latent: 1)
+    cache_heads: Callable[[ArchSpec], int] | None = None
     # GGUF general.architecture values (None: the model_types, as llama.cpp names most architectures)
     gguf_architectures: tuple[str, ...] | None = None
     gguf_accepts: Callable[[str, Mapping[str, str]], bool] = any_gguf   # (arch, metadata): this family's file?

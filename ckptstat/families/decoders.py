@@ -25,14 +25,15 @@ def rotary_dim(s: ArchSpec) -> int:
     return flag(s, "rotary_dim") or s.head_dim
 
 
-def rotary(B: Builder, d_rot: int) -> None:
-    """transformers' rotary embedding computes inv_freq (ceil(d_rot/2) x 1) @ position_ids (1 x s), a bmm
-    FlopCounterMode counts, once per forward; inv_freq is arange(0, d_rot, 2) long. Qwen2-VL's and Qwen3-VL's
-    M-RoPE (switch `mrope`, families/wrappers.py): 3 position rows (time, height, width) per sequence."""
+def rotary(B: Builder, d_rot: int, name: str = "rotary_emb") -> None:
+    """transformers 5's rotary embedding: positions (b x s x 1) times inv_freq (ceil(d_rot/2)), a broadcast
+    multiply (no matmul: FlopCounterMode counts nothing), once per forward; inv_freq is arange(0, d_rot, 2) long.
+    Qwen2-VL's and Qwen3-VL's M-RoPE (switch `mrope`, families/wrappers.py): 3 position rows (time, height,
+    width) per sequence. (transformers 4 ran it as a bmm, inv_freq @ positions.)"""
     half, n = (d_rot + 1) // 2, B.seq
-    rows = 3 * B.b if flag(B.s, "mrope") else 1
-    B.add("rotary_emb (inv_freq x positions)", "linear", "embedding", 1, (rows, half, 1), (rows, half, n),
-          macs=rows * half * n)
+    rows = 3 * B.b if flag(B.s, "mrope") else B.b
+    B.add(f"{name} (positions x inv_freq)", "activation", "embedding", 1, (rows, n, 1), (rows, n, half),
+          ew=rows * half * n)
 
 
 def rope_apply(B: Builder, module: str, heads: int, d_rot: int, calls: int) -> None:
@@ -197,9 +198,11 @@ def llama_like_spec(c: Cfg, extra: tuple[tuple[str, int], ...] = (), tied_defaul
                     extra=extra, **sliding(c, L), **c.common)
 
 
-def partial_rotary(c: Cfg, d: int, key: str = "partial_rotary_factor") -> int:
-    """Rotary dims per head: int(head_dim x factor), as transformers' rope init and attention compute it."""
-    factor = c.get(key, default=1.0)
+def partial_rotary(c: Cfg, d: int, *keys: str) -> int:
+    """Rotary dims per head: int(head_dim x factor), as transformers' rope init and attention compute it; the
+    factor under `keys` (GPT-NeoX's rotary_pct, which transformers 5 saves as partial_rotary_factor)."""
+    keys = (*keys, "partial_rotary_factor")
+    factor = c.get(*keys, default=1.0)
     if isinstance(factor, bool) or not isinstance(factor, (int, float)) or not 0 < factor <= 1:
-        raise UsageError(f"{c.path}: config {key} = {factor!r} is not in (0, 1]")
+        raise UsageError(f"{c.path}: config {keys[0]} = {factor!r} is not in (0, 1]")
     return int(d * factor)

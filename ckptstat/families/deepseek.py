@@ -128,13 +128,19 @@ def build(B: Builder) -> None:
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """Both caches per token: eager transformers' per-head K and V, and the absorbed MLA latent + rope key."""
-    full = s.layers * s.heads * (s.head_dim + xs(s, "v_head_dim")) * ab
+    """The cache per token. transformers 5 (modeling_deepseek_v3, v2) caches the compressed latent: per layer one
+    shared head holding the normalised kv_lora_rank latent as the key and the rotated rope key as the value
+    (DynamicCache's keys [b, 1, s, kv_lora_rank], values [b, 1, s, qk_rope_head_dim]); that line comes first and
+    is what memory and the planner count. transformers 4's eager forward cached the full per-head K and V: the
+    alternative line."""
     lat = s.layers * (xs(s, "kv_lora_rank") + xs(s, "qk_rope")) * ab
-    return [(f"transformers K+V b={b} s={n}", full * b * n,
-             f"transformers eager, full K and V: L x a x (qk_nope + qk_rope + v_head_dim) x s x b x {ab} B = {full:,} B/token"),
-            (f"MLA absorbed b={b} s={n}", lat * b * n,
-             f"absorbed MLA, latent + rope key: L x (kv_lora_rank + qk_rope_head_dim) x s x b x {ab} B = {lat:,} B/token")]
+    full = s.layers * s.heads * (s.head_dim + xs(s, "v_head_dim")) * ab
+    return [(f"MLA latent b={b} s={n}", lat * b * n,
+             f"transformers 5, the compressed latent + rope key, one head: L x (kv_lora_rank + qk_rope_head_dim)"
+             f" x s x b x {ab} B = {lat:,} B/token"),
+            (f"per-head K+V b={b} s={n}", full * b * n,
+             f"transformers 4 eager, full K and V: L x a x (qk_nope + qk_rope + v_head_dim) x s x b x {ab} B"
+             f" = {full:,} B/token")]
 
 
 def _mlp(out: Shapes, q: str, h: int, f: int, bias: bool) -> None:
@@ -248,6 +254,7 @@ FAMILY = Family(
     tie_rules=llama.TIE_RULES,     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
     tied_by_default=False,
     kv_cache=kv_cache,
+    cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device
     gguf_architectures=("deepseek2",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU

@@ -21,7 +21,7 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, llama
+from . import decoders, infer, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
 from .ops import Builder, ew_cost
 from .qwen_moe import count, xs
@@ -125,11 +125,9 @@ def build(B: Builder) -> None:
     h, d, L = s.hidden, s.head_dim, s.layers
     B.embedding("embed_tokens", "embedding", s.vocab, h, n)
     B.add("embed_tokens x sqrt(hidden_size)", "activation", "embedding", 1, (b, n, h), (b, n, h), ew=b * n * h)
-    # the rotary tables: inv_freq (d/2 x 1) @ positions (1 x s), a bmm FlopCounterMode counts; Gemma3 has a
-    # second, local one (rotary_emb_local) for its sliding layers
+    # the rotary tables; Gemma3 has a second, local one for its sliding layers
     for name in ("rotary_emb", "rotary_emb_local") if xs(s, "local_rope") else ("rotary_emb",):
-        B.add(f"{name} (inv_freq x positions)", "linear", "embedding", 1, (1, d // 2, 1), (1, d // 2, n),
-              macs=(d // 2) * n)
+        decoders.rotary(B, d, name)
     ns = len(s.sliding_layers)
     for label, calls, window in ((f"layers[{ns} sliding]", ns, s.sliding_window), (f"layers[{L - ns} global]", L - ns, None)):
         if calls:
