@@ -76,7 +76,10 @@ def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input
         if main_input == "input_features":
             model(input_features=torch.zeros((batch, model.config.num_mel_bins, frames)), **kw)
         else:
-            model(input_ids=ids, attention_mask=torch.ones((batch, seq), dtype=torch.long), **kw)
+            # transformers 5 builds the mask with data-dependent checks (.item(), no meta kernel): on meta, no
+            # mask (all ones changes no matmul)
+            mask = {} if device == "meta" else {"attention_mask": torch.ones((batch, seq), dtype=torch.long)}
+            model(input_ids=ids, **mask, **kw)
     return counter.get_total_flops()
 
 
