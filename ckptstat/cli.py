@@ -104,11 +104,14 @@ def diff(
     atol: float = typer.Option(0.0, "--atol", help="Values equal when |a-b| <= atol + rtol*|b| everywhere."),
     rtol: float = typer.Option(0.0, "--rtol", help="See --atol."),
     rules: Optional[Path] = typer.Option(None, "--map", help="Name rules file: one `regex -> replacement` per line."),
+    strict: bool = typer.Option(False, "--strict", help="A dtype change counts as a difference (exit 1) even where the "
+                                "values are the other side's rounded to that dtype (a faithful conversion)."),
     fmt: str = typer.Option("text", "--format", help="text (tables), md (a markdown report) or html (a self-contained page)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report (md, html or --json) to this file."),
 ) -> None:
     """Tensor by tensor, what changed: added, removed, shape, dtype, values (max abs diff, relative L2,
-    cosine) or equal; per bucket and layer; and where parameter counts part, module by module.
+    cosine), converted (another dtype, the values rounded to it) or equal; per bucket and layer; and where
+    parameter counts part, module by module. A GGUF file faces its HF model after llama.cpp's transforms.
 
     Exit status as diff(1): 0 no differences, 1 different, 2 trouble."""
     from . import open_checkpoint
@@ -123,7 +126,7 @@ def diff(
         from .core.files import check_output
 
         check_output(output, [a, b, *ca.files, *cb.files])   # never an input, through links too
-    r = diff_checkpoints(ca, cb, names_only=names_only, atol=atol, rtol=rtol,
+    r = diff_checkpoints(ca, cb, names_only=names_only, atol=atol, rtol=rtol, strict=strict,
                          rules=load_rules(str(rules)) if rules is not None else None)
     if output is not None or fmt != "text" and not as_json:
         from .render.diff import diff_html, diff_markdown

@@ -21,13 +21,15 @@ from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
+from .conversion import ROUNDING, Transform, conversion_row, gguf_transforms, rounding_target, transform_for, whole_blocks
 
-DIFF_SCHEMA = "ckptstat.diff/2"
+DIFF_SCHEMA = "ckptstat.diff/3"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
                   "not dtypes nor values")
 COMPARED_VALUES = "every tensor: names (wrapper prefixes stripped), shapes, dtypes and values (float64, streamed)"
-STATUSES = ("added", "removed", "shape", "dtype", "values", "equal", "tied")
-UNCHANGED = ("equal", "tied", "unread")   # statuses that are no difference ("unread": --names-only)
+STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal", "tied")
+# statuses that are no difference ("unread": --names-only; "converted": another dtype, the values rounded to it)
+UNCHANGED = ("equal", "converted", "tied", "unread")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
 Rename = Callable[[str], str]
 TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
@@ -226,16 +228,23 @@ def _aligned(a: Iterator[np.ndarray], b: Iterator[np.ndarray]) -> Iterator[tuple
 
 
 def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: float, chunk_bytes: int,
-             transposed: str | None = None) -> dict:
-    """Hashes, closeness and metrics of two same-shape tensors (one read transposed: `transposed`),
-    streamed in step."""
+             transposed: str | None = None, transform: tuple[str, Transform] | None = None) -> dict:
+    """Hashes, closeness and metrics of two same-shape tensors (one read transposed: `transposed`; one put
+    through a converter's transform: `transform`, (side, Transform)), streamed in step; where the dtypes
+    differ and ckptstat knows the narrower one's rounding, whether every element is within it."""
     ha, hb = hashlib.sha256(), hashlib.sha256()
     max_abs = dd = aa = bb = ab = 0.0
     nonfinite = 0
     close = True
     xs = _transposed(a, na, chunk_bytes) if transposed == "a" else a.iter_chunks(na, chunk_bytes)
     ys = _transposed(b, nb, chunk_bytes) if transposed == "b" else b.iter_chunks(nb, chunk_bytes)
-    for x, y in _aligned(xs, ys):
+    if transform is not None:
+        xs, ys = (transform[1].apply(xs), ys) if transform[0] == "a" else (xs, transform[1].apply(ys))
+    target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
+    block, bound_of = ROUNDING[target] if target else (1, None)
+    narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
+    rounded, use = bound_of is not None, 0.0
+    for x, y in whole_blocks(_aligned(xs, ys), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
         hb.update(np.ascontiguousarray(y).data)
         if np.iscomplexobj(x) or np.iscomplexobj(y):
@@ -257,6 +266,12 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             dd += float(np.dot(d, d))   # d = abs(a - b) is real, complex inputs too
             if close:
                 close = chunk_max <= atol if rtol == 0 else bool(np.all(d <= atol + rtol * np.abs(yf)))
+            if rounded and bound_of is not None:
+                bound = bound_of(xf, yf) if narrow_b else bound_of(yf, xf)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    share = np.where(d == 0, 0.0, d / bound)
+                use = max(use, float(np.max(share)))
+                rounded = use <= 1
         elif d.size:
             with np.errstate(invalid="ignore", over="ignore"):
                 nan_a, nan_b = np.isnan(xf), np.isnan(yf)
@@ -267,21 +282,35 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
                 max_abs = max(max_abs, float(np.max(dm)))
                 dd += float(np.dot(dm, dm))
                 close = close and not bad.any() and bool(np.all(dm <= atol + rtol * np.abs(yf)))
+                rounded = False   # (NaN or inf facing NaN or the same inf is not a tensor worth certifying)
     finite = all(np.isfinite(v) for v in (aa, bb, ab, dd))
     rel = float(np.sqrt(dd) / np.sqrt(aa)) if aa > 0 and finite else None
     cos = float(ab / np.sqrt(aa * bb)) if aa > 0 and bb > 0 and finite else None
     return {"identical": ha.digest() == hb.digest(), "close": close, "max_abs": max_abs, "rel_l2": rel, "cosine": cos,
-            "nonfinite_mismatch": nonfinite}
+            "nonfinite_mismatch": nonfinite, "rounded": conversion_row(target, use) if rounded and target else None}
+
+
+def _converter_transform(a: Checkpoint, b: Checkpoint, key: str, shape: tuple[int, ...],
+                         rules: list[tuple[re.Pattern[str], str]]) -> tuple[str, Transform] | None:
+    """(the HF side, the transform) llama.cpp's converter applied to the tensor `key` on its way into the GGUF side."""
+    gguf, side = (a, "b") if a.format == "gguf" else (b, "a")
+    for rx, kind in rules:
+        if rx.search(key):
+            t = transform_for(kind, gguf, shape)
+            return (side, t) if t is not None else None
+    return None
 
 
 def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, list], atol: float, rtol: float,
             chunk_bytes: int, progress: Any = None, renames: tuple[Rename | None, Rename | None] = (None, None),
-            ) -> tuple[list[dict], dict]:
+            strict: bool = False) -> tuple[list[dict], dict]:
     ka, pa = _align(a, rules[0], renames[0])
     kb, pb = _align(b, rules[1], renames[1])
     same_file = _same_file(a, b)
     place_a, place_b = placements(a), placements(b)
     alias_a, alias_b = aliases(a), aliases(b)
+    gguf = a if a.format == "gguf" else b if b.format == "gguf" else None
+    transforms = gguf_transforms(gguf) if gguf is not None and a.format != b.format else []
     rows = []
     for key in sorted(set(ka) | set(kb), key=natural_key):
         na, nb = ka.get(key), kb.get(key)
@@ -309,9 +338,19 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
         else:
             if progress is not None:
                 progress(key)
-            m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
+            conv = _converter_transform(a, b, key, ta.shape, transforms) if transforms and not transposed else None
+            m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed, conv)  # type: ignore[arg-type]
+            if conv is not None and not _same(m, ta.dtype == tb.dtype, strict):
+                plain = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
+                if _same(plain, ta.dtype == tb.dtype, strict):   # not written by that converter: equal as it is
+                    m, conv = plain, None
+            if conv is not None:
+                row["transform"] = conv[1].label   # compared after the converter's transform of the HF side
+            rounded = m.pop("rounded")
             if ta.dtype != tb.dtype:
-                row["status"] = "dtype"
+                row["status"] = "converted" if rounded is not None and not strict else "dtype"
+                if rounded is not None:
+                    row.update(rounded)
             elif m["identical"] or m["close"]:
                 row["status"] = "equal"
             else:
@@ -321,6 +360,11 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             row.update(m)
         rows.append(row)
     return rows, {"a": pa, "b": pb}
+
+
+def _same(m: dict, same_dtype: bool, strict: bool) -> bool:
+    """Whether a comparison shows no difference: equal values, or (not strict) a faithful rounding."""
+    return (m["identical"] or m["close"]) if same_dtype else (m["rounded"] is not None and not strict)
 
 
 def _same_file(a: Checkpoint, b: Checkpoint) -> bool:
@@ -392,12 +436,13 @@ def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], renam
 
 def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float = 0.0, rtol: float = 0.0,
          rules: list[tuple[re.Pattern[str], str]] | None = None, chunk_bytes: int = DEFAULT_CHUNK_BYTES,
-         progress: Any = None) -> dict:
+         progress: Any = None, strict: bool = False) -> dict:
     """Every tensor of A and B (aligned by name after --map rules and wrapper prefixes) as added, removed,
     shape, dtype, values (changed beyond atol + rtol*|b|) or equal, with max abs diff, relative L2
     ||a-b||/||a|| and cosine for those compared; a summary per bucket and layer; and the modules whose
     unique parameter counts part (`rows`). `same`: nothing differs (exit status 0).
-    With names_only no value is read: dtypes and shapes still count, values are `unread`."""
+    With names_only no value is read: dtypes and shapes still count, values are `unread`. A tensor in another
+    dtype whose values are the other side's rounded to it is `converted`, no difference unless `strict`."""
     if not (atol >= 0 and rtol >= 0):   # NaN too
         raise UsageError("--atol and --rtol must be >= 0")
     ra, rb, builtin = list(rules or []), list(rules or []), None
@@ -414,7 +459,8 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     elif tf_spelled(a) != tf_spelled(b):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a) else (None, tf_rename)
-    tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress, renames)
+    tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress, renames,
+                                strict)
     ma, mb = _by_module(a, ra, renames[0]), _by_module(b, rb, renames[1])
     rows = []
     for module in sorted(set(ma) | set(mb), key=natural_key):
@@ -431,7 +477,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
     return {"schema": DIFF_SCHEMA, "a": a.path, "b": b.path, "a_format": a.format, "b_format": b.format,
             "a_params": ta, "b_params": tb, "delta": tb - ta,
             "compared": COMPARED_NAMES if names_only else COMPARED_VALUES, "names_only": names_only,
-            "atol": atol, "rtol": rtol, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
+            "atol": atol, "rtol": rtol, "strict": strict, "prefixes_stripped": prefixes, "map_rules": len(rules or []),
             "builtin_map": builtin[0] if builtin else None,
             "same": not any((r["a"] or 0) != (r["b"] or 0) for r in rows) and ta == tb and not changed, "counts": counts,
             "tensors": tensors, "summary": _summary(tensors), "rows": rows}

@@ -221,6 +221,10 @@ class Family:
     # (arch, the file's tensor names) -> the table for that file, where one family's llama.cpp names mean two
     # HF modules (Gemma's ffn_norm, T5's ffn_up, Falcon's attn_norm); None: gguf_tensor_names for every file
     gguf_table: Callable[[str, Collection[str]], tuple[tuple[str, str], ...]] | None = None
+    # what llama.cpp's convert_hf_to_gguf.py does to values on the way (its model class's modify_tensors), as
+    # (GGUF architecture, regex on the HF name as `ckptstat diff` aligns it, kind): "rope_q" / "rope_k" (the
+    # rotary row permutation of Q / K, per head), "plus_one" (w + 1); analysis/conversion.py replays them
+    gguf_transforms: tuple[tuple[str, str, str], ...] = ()
 
     @property
     def gguf_names(self) -> tuple[str, ...]:

@@ -217,6 +217,8 @@ FAMILY = Family(
     tied_by_default=True,
     kv_cache=decoder_kv_cache,   # transformers' DynamicCache: a sliding layer keeps sliding_window - 1 tokens
     gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES, gguf_table=gguf_table,
+    # convert_hf_to_gguf.py's GemmaModel, Gemma2Model, Gemma3Model: `norm.weight` + 1, every norm
+    gguf_transforms=tuple((arch, r"norm\.weight$", "plus_one") for arch in GGUF_CLASSES),
     samples=(
         # Gemma 1's tensor names are LLaMA's: detected as llama (the counts agree), no shape inference here
         Sample("GemmaConfig", _SIZES, ("GemmaModel", "GemmaForCausalLM"), detected_as="llama"),

@@ -157,6 +157,12 @@ GGUF_EXPERT_STACKS = (
     ("model.layers.{bid}.mlp.experts.{xid}.down_proj", "blk.{bid}.ffn_down_exps"),
 )
 
+# convert_hf_to_gguf.py's LlamaModel (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM: architecture
+# `llama`) permutes the rows of q_proj and k_proj, weights and biases, per head (GQA: k by its own heads) for
+# llama.cpp's non-NeoX rope; Qwen2Model (`qwen2`, NeoX rope) stores them as they are.
+GGUF_ROPE_PERMUTED = (("llama", r"self_attn\.q_proj\.(weight|bias)$", "rope_q"),
+                      ("llama", r"self_attn\.k_proj\.(weight|bias)$", "rope_k"))
+
 HEAD_RULES = base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^model\.")
 TIE_RULES = (TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),)
 # LlamaModel / LlamaForCausalLM: `model.` + lm_head, tied only if tie_word_embeddings, GQA cache. The decoder
@@ -180,6 +186,7 @@ FAMILY = Family(
     kv_cache=decoder_kv_cache,
     gguf_config=gguf_config,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
+    gguf_transforms=GGUF_ROPE_PERMUTED,
     samples=(
         Sample("LlamaConfig", _SIZES, ("LlamaModel", "LlamaForCausalLM")),
         Sample("LlamaConfig", dict(_SIZES, head_dim=16, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

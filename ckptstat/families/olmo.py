@@ -68,6 +68,8 @@ FAMILY = Family(
     from_config=from_config, from_tensors=from_tensors, build=decoders.llama_like, expected_tensors=decoders.llama_like_tensors,
     **llama.DECODER_LM,
     gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
+    # convert_hf_to_gguf.py's OlmoModel permutes q_proj / k_proj weights as LlamaModel does (OLMo2: NeoX, as stored)
+    gguf_transforms=(("olmo", r"self_attn\.q_proj\.weight$", "rope_q"), ("olmo", r"self_attn\.k_proj\.weight$", "rope_k")),
     samples=(
         # OLMo's tensor names are LLaMA's without the (weightless) norms: names alone read as LLaMA
         Sample("OlmoConfig", _SIZES, ("OlmoModel", "OlmoForCausalLM"), detected_as="llama"),

@@ -1,4 +1,4 @@
-"""`ckptstat diff`: the rich rendering and the markdown report of a ckptstat.diff/2 dict.
+"""`ckptstat diff`: the rich rendering and the markdown report of a ckptstat.diff/3 dict.
 Names from the files are printed inert (rich) or escaped (markdown)."""
 from __future__ import annotations
 
@@ -16,14 +16,20 @@ from .report_common import md_table as _md_table
 from .report_common import num as _num
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
-          "values": "values changed", "equal": "equal", "tied": "tied (one storage)", "unread": "not read (--names-only)"}
+          "values": "values changed", "converted": "converted (rounded)", "equal": "equal",
+          "tied": "tied (one storage)", "unread": "not read (--names-only)"}
 
 
 def _what(row: dict) -> str:
+    after = f"after {row['transform']}" if row.get("transform") else ""
     if row["status"] == "shape":
         return f"{row['a_shape']} -> {row['b_shape']}"
-    if row["status"] == "dtype":
-        return f"{row['a_dtype']} -> {row['b_dtype']}"
+    if row["status"] in ("dtype", "converted"):
+        rounded = (f", within {row['rounded_to']} rounding ({row['bound_used']:.0%} of its bound)"
+                   if row.get("rounded_to") else "")
+        return f"{row['a_dtype']} -> {row['b_dtype']}{rounded}" + (f"; {after}" if after else "")
+    if row["status"] in ("equal", "values"):
+        return after
     if row["status"] == "tied":
         return f"= {row['tied_to']}"
     if row["status"] in ("added", "removed"):
@@ -36,6 +42,23 @@ def _counts_line(r: dict) -> str:
     return ", ".join(f"{n} {_LABEL[s]}" for s, n in r["counts"].items() if n)
 
 
+def conversion_notes(r: dict) -> list[str]:
+    """How a conversion was matched: tensors compared after a converter's transform, and those in another
+    dtype within its rounding (with the largest error), one line each."""
+    after: dict[str, int] = {}
+    for t in r["tensors"]:
+        if t.get("transform") and t["status"] in ("equal", "converted"):
+            after[t["transform"]] = after.get(t["transform"], 0) + 1
+    out = [f"{n} tensor(s) the same after {what}" for what, n in after.items()]
+    conv = [t for t in r["tensors"] if t["status"] == "converted"]
+    for target in sorted({t["rounded_to"] for t in conv}):
+        rows = [t for t in conv if t["rounded_to"] == target]
+        worst = max(rows, key=lambda t: t["max_abs"] or 0.0)
+        out.append(f"{len(rows)} tensor(s) rounded to {target}, each within its rounding bound "
+                   f"(largest error {_num(worst['max_abs'])}, {max(t['bound_used'] for t in rows):.0%} of the bound)")
+    return out
+
+
 def render_diff(r: dict, console: Console) -> None:
     console.print(name_line("A  ", r["a"], f"  {r['a_params']:,} unique parameters"))
     console.print(name_line("B  ", r["b"], f"  {r['b_params']:,} unique parameters"))
@@ -45,13 +68,15 @@ def render_diff(r: dict, console: Console) -> None:
                           .append_text(safe(", ".join(r["prefixes_stripped"][side]))))
     if r.get("builtin_map"):
         console.print(Text(f"names aligned through the built-in map: {r['builtin_map']}", style="dim"))
+    for note in conversion_notes(r):
+        console.print(Text(note, style="dim"))
     if r["same"]:
         tied = r["counts"].get("tied")
         console.print(Text(f"no differences ({r['compared']})"
                            + (f"; {tied} name(s) one side stores as another tensor's storage (tied)" if tied else "")))
         return
     console.print(Text(f"tensors: {_counts_line(r)}"))
-    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "tied", "unread")]
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread")]
     if changed:
         t = table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
         for row in changed:
@@ -90,6 +115,7 @@ def diff_markdown(r: dict) -> str:
             lines.append(f"- {side.upper()} prefixes stripped: {_md(', '.join(r['prefixes_stripped'][side]))}")
     if r.get("builtin_map"):
         lines.append(f"- names aligned through the built-in map: {_md(r['builtin_map'])}")
+    lines += [f"- {_md(note)}" for note in conversion_notes(r)]
     lines += [f"- result: **{'no differences' if r['same'] else 'different'}**"
               + (f" ({_md(_counts_line(r))})" if not r["same"] else ""), ""]
     s = r["summary"]
@@ -130,6 +156,7 @@ def diff_html(r: dict) -> str:
             out.append(f"<li>{side.upper()} prefixes stripped: {e(', '.join(r['prefixes_stripped'][side]))}</li>")
     if r.get("builtin_map"):
         out.append(f"<li>names aligned through the built-in map: {e(r['builtin_map'])}</li>")
+    out += [f"<li>{e(note)}</li>" for note in conversion_notes(r)]
     out += [f"<li>result: <b>{'no differences' if r['same'] else 'different'}</b>"
             + (f" ({e(_counts_line(r))})" if not r["same"] else "") + "</li>", "</ul>", "<h2>Summary per bucket</h2>"]
     out += _html_table(["bucket", "tensors", "changed", "values", "dtype", "shape", "added", "removed", "mean rel L2"],
