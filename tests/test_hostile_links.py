@@ -149,3 +149,73 @@ def test_folder_scan_exits_1_when_anything_was_skipped(tmp_path, capsys):
     os.unlink(tmp_path / "m" / "fifo")
     assert main(["scan", str(tmp_path / "m")]) == 0
     capsys.readouterr()
+
+
+# ---------------------------------------------------------------------------------------------- audit --out
+def _audit(root, out, *more) -> int:
+    return main(["audit", str(root), "--out", str(out), "--json", *more])
+
+
+def test_audit_out_never_written_through_a_planted_symlink(tmp_path, capsys):
+    """Was: `--out` opened with append through a planted link (a shell rc file grew by a JSON record)."""
+    root = tmp_path / "m"
+    root.mkdir()
+    save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    rc_file = tmp_path / "bashrc"
+    rc_file.write_text("alias ls='ls -F'\n")
+    out = tmp_path / "audit.jsonl"
+    os.symlink(rc_file, out)
+    assert _audit(root, out) == 0
+    capsys.readouterr()
+    assert rc_file.read_text() == "alias ls='ls -F'\n"
+    assert not os.path.islink(out) and len(out.read_text().splitlines()) == 1
+    assert not [n for n in os.listdir(tmp_path) if n.endswith(".tmp")]
+
+
+def test_audit_out_hard_linked_to_an_input_is_refused(tmp_path, capsys):
+    """Was: paths compared, so a hard link to an input was opened for append (the checkpoint was corrupted)."""
+    root = tmp_path / "m"
+    root.mkdir()
+    save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    before = (root / "model.safetensors").read_bytes()
+    out = tmp_path / "audit.jsonl"
+    os.link(root / "model.safetensors", out)
+    assert _audit(root, out) == 2
+    assert "is an input" in capsys.readouterr().err
+    assert (root / "model.safetensors").read_bytes() == before
+    os.unlink(out)
+    os.symlink(root / "model.safetensors", out)     # a symlink to an input: refused too, by inode
+    assert _audit(root, out) == 2
+    capsys.readouterr()
+    assert (root / "model.safetensors").read_bytes() == before
+
+
+def test_audit_out_hard_link_to_another_file_keeps_that_file(tmp_path, capsys):
+    """An --out that is a hard link to a file that is no input: the results replace the name, never that inode."""
+    root = tmp_path / "m"
+    root.mkdir()
+    save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    other = tmp_path / "notes.txt"
+    other.write_text("mine\n")
+    out = tmp_path / "audit.jsonl"
+    os.link(other, out)
+    assert _audit(root, out) == 0
+    capsys.readouterr()
+    assert other.read_text() == "mine\n" and os.stat(out).st_ino != os.stat(other).st_ino
+
+
+def test_audit_still_resumes_and_appends(tmp_path, capsys):
+    root = tmp_path / "m"
+    root.mkdir()
+    save_file({"w": np.ones(3, np.float32)}, str(root / "a.safetensors"))
+    out = tmp_path / "audit.jsonl"
+    assert _audit(root, out) == 0
+    first = out.read_text()
+    save_file({"w": np.ones(4, np.float32)}, str(root / "b.safetensors"))
+    assert _audit(root, out) == 0
+    capsys.readouterr()
+    text = out.read_text()
+    assert text.startswith(first) and len(text.splitlines()) == 2      # the old record kept, the new one appended
+    assert _audit(root, out, "--fresh") == 0
+    assert len(out.read_text().splitlines()) == 2
+    capsys.readouterr()

@@ -11,13 +11,16 @@ A FIFO, a device or a folder where a file is expected is refused from its stat, 
 opened; `open_regular` opens with O_NONBLOCK and checks again on the open descriptor, so that a
 file swapped for a FIFO in between cannot block the process either.
 
-Writing. An output that is, or resolves to, an input is refused; outputs are written to a temporary
-file in the target folder and renamed over the target, so a pre-existing symlink at the target is
-replaced, never written through, and a failed write leaves nothing behind.
+Writing. An output that is, or resolves to, an input (the same inode: a symlink or a hard link) is refused;
+outputs are written to a temporary file in the target folder and renamed over the target, so a
+pre-existing symlink at the target is replaced, never written through, a hard link's other names keep
+their bytes, and a failed write leaves nothing behind. audit's appended records go the same way
+(`fresh_output`: the old records copied into the new file, read without following a link).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -291,3 +294,47 @@ def atomic_output(output: str | os.PathLike[str]) -> Iterator[str]:
         except OSError:
             pass
         raise
+
+
+def read_own(path: str) -> IO[bytes] | None:
+    """An existing output opened to read back (audit's resumable records), or None when there is none to read:
+    missing, a symlink (never followed: a planted link holds no records of ours) or not a regular file."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:   # missing; ELOOP: a symlink
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def fresh_output(output: str, keep: bool) -> IO[bytes]:
+    """A new file put in place of `output` at once and returned open for appending: written in the output's
+    folder and renamed over it, so a symlink there is replaced, never written through, and a hard link's other
+    names (an input) keep their bytes. `keep`: what `output` held (read_own: not through a link) is copied in
+    first, so appending resumes it; the rename is atomic, so the records are never half there."""
+    out = os.path.abspath(output)
+    parent = os.path.dirname(out)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"{output}: cannot write in {parent}: {e.strerror}") from None
+    f = os.fdopen(fd, "w+b")
+    try:
+        old = read_own(out) if keep else None
+        if old is not None:
+            with old:
+                shutil.copyfileobj(old, f)
+        f.flush()
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out)
+    except BaseException:
+        f.close()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return f
