@@ -21,6 +21,25 @@ def payload(marker: str) -> bytes:
     return b"cos\nmkdir\n(V" + marker.encode() + b"\ntR."
 
 
+class Mkdir:
+    """An object whose pickle calls os.mkdir(path): what a real torch.save of a hostile object holds."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def torch_bytes(obj: object) -> bytes:
+    """What the real torch.save(obj) writes."""
+    import torch
+
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return buf.getvalue()
+
+
 def _npy(values: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, values)

@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 from hf_cache import hf_repo, hostile_blobs
-from polyglots import torch_load_runs
+from polyglots import Mkdir, torch_bytes, torch_load_runs
 from safetensors.numpy import save_file
 
 from ckptstat import open_checkpoint
@@ -20,22 +20,6 @@ from ckptstat.core.files import followed, hf_cache_blobs
 from ckptstat.errors import ExternalReferenceError
 
 torch = pytest.importorskip("torch")
-
-
-class _Mkdir:
-    def __init__(self, path: str):
-        self.path = path
-
-    def __reduce__(self):
-        return (os.mkdir, (self.path,))
-
-
-def _torch_bytes(tmp_path, obj) -> bytes:
-    p = tmp_path / "save.tmp"
-    torch.save(obj, p)
-    data = p.read_bytes()
-    p.unlink()
-    return data
 
 
 def _st_bytes(tmp_path) -> bytes:
@@ -52,9 +36,9 @@ def cache(tmp_path):
     config; and one benign repository."""
     marker = str(tmp_path / "RAN")
     hub = tmp_path / "hub"
-    evil = hf_repo(hub, {"pytorch_model.bin": _torch_bytes(tmp_path, {"w": torch.ones(2), "x": _Mkdir(marker)}),
+    evil = hf_repo(hub, {"pytorch_model.bin": torch_bytes({"w": torch.ones(2), "x": Mkdir(marker)}),
                          "model.safetensors": _st_bytes(tmp_path), "config.json": b'{"model_type": "bert"}'})
-    benign = hf_repo(hub, {"pytorch_model.bin": _torch_bytes(tmp_path, {"w": torch.ones(2)}),
+    benign = hf_repo(hub, {"pytorch_model.bin": torch_bytes({"w": torch.ones(2)}),
                            "config.json": b"{}"}, name="models--org--benign")
     return hub, evil, benign, marker
 
@@ -138,7 +122,7 @@ def test_blobs_linked_to_root_lets_nothing_out(tmp_path, capsys):
 
 def test_folder_scan_exits_1_when_anything_was_skipped(tmp_path, capsys):
     (tmp_path / "m").mkdir()
-    (tmp_path / "out.pt").write_bytes(_torch_bytes(tmp_path, {"w": torch.ones(2)}))
+    (tmp_path / "out.pt").write_bytes(torch_bytes({"w": torch.ones(2)}))
     os.symlink(tmp_path / "out.pt", tmp_path / "m" / "model.pt")      # a link out: not followed
     r = scan_path(str(tmp_path / "m"))
     assert r["totals"]["files"] == 0 and r["totals"]["skipped"] == 1 and exit_code(r) == 1
