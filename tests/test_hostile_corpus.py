@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
 from fuzz.layouts import safetensors_layout, zip_layout
+from hostile_corpus_polyglots import POLYGLOT_CASE_NAMES, add_polyglot_cases
 from hostile_corpus_wave4 import WAVE_CASE_NAMES, add_wave_cases
 from test_cli_hostile import _hostile_files
 from test_gguf import gguf_bytes, kv, kv_str
@@ -368,6 +369,7 @@ def build_corpus(tmp) -> dict[str, Case]:
     p = _small_safetensors(tmp / "plot-self.png")     # a checkpoint is recognised by its bytes, not its name
     cases["plot -o the input"] = Case(p, "ok", "is an input", expect={"plot": 2})
     add_wave_cases(tmp, cases, Case, outside)   # the third and fourth passes' file-shaped cases
+    add_polyglot_cases(tmp, cases, Case, outside)   # the fifth's: polyglots, Hugging Face cache links
     return cases
 
 
@@ -436,7 +438,7 @@ CASE_NAMES = [
     "safetensors 200,000 data_offsets", "safetensors 1 MB name, bad dtype", "torch stride-0 view, 2^40 elements",
     "torch stride-0 view, 2^30 x 2^30", "torch overlapping strides", "torch pickle ends at a global",
     "config 10^12 layers", "config 4200-digit layers", "config zero heads", "config negative heads", "plot -o the input",
-    *WAVE_CASE_NAMES,
+    *WAVE_CASE_NAMES, *POLYGLOT_CASE_NAMES,
 ]
 
 

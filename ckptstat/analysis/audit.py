@@ -18,7 +18,7 @@ from typing import Any
 from ..core.urls import is_url, parent
 from ..errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from .audit_find import Unit
-from .scan import pickle_bearing, scan_url
+from .scan import pickle_bearing, pickle_named, scan_url
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
 SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
@@ -55,13 +55,14 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
             except CkptstatError as e:   # the store failed (404, a limit): never `safe`, and says why
                 rows.append({"file": f, "status": NOT_SCANNED, "unsafe_globals": [], "error": _error_text(e)})
             continue
-        if not os.path.isfile(f) or not pickle_bearing(f):
+        if not os.path.isfile(f):
             continue
-        try:
+        try:   # a file not named as a pickle counts when a loader would read a pickle from it (scan_local answers)
             r = scan_file(f)
             rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
         except CkptstatError as e:
-            rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
+            if pickle_named(f):
+                rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
         except Exception as e:  # noqa: BLE001 - a record never raises
             rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
     statuses = {r["status"] for r in rows}

@@ -8,7 +8,8 @@ registry's detection accepts it (magic bytes, else a known extension: formats/re
 or when its first bytes are a pickle's (analysis/scan.py `pickle_bearing`: a bare pickle is what the
 scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
 
-Symlinks are followed only to files inside the root, and links to folders never (as `ckptstat scan`).
+Symlinks are followed only to files inside the root, or from a Hugging Face cache snapshot into its repository's
+`blobs/` (core/files.py `followed`), and links to folders never (as `ckptstat scan`).
 
 A URL root (https:// folder, hf://org/model[@rev], s3://bucket/prefix) is listed through the sources
 layer (sources/listing.py `walk`) and grouped by the same rules, folder by folder; its units are keyed
@@ -22,7 +23,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ..core.files import join
+from ..core.files import followed, join
 from ..core.urls import is_url, parent, scheme
 from ..errors import CheckpointError, CkptstatError, FileNotFound, UnknownFormatError, UsageError, short_text
 from ..formats.registry import detect, read_json
@@ -67,10 +68,6 @@ def _unit(path: str, files: list[str]) -> Unit:
         size += st.st_size
         mtime = max(mtime, st.st_mtime_ns)
     return Unit(path, tuple(kept), size, mtime)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
 
 
 def _is_unit(path: str) -> bool:
@@ -127,7 +124,7 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
             except OSError:
                 skipped.append(p)
                 continue
-            if (os.path.islink(p) and not _inside(real, real_root)) or not stat.S_ISREG(st.st_mode) or real in seen:
+            if (os.path.islink(p) and not followed(p, real_root)) or not stat.S_ISREG(st.st_mode) or real in seen:
                 skipped.append(p)
                 continue
             seen.add(real)

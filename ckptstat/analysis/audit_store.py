@@ -9,14 +9,19 @@ A record is done, and skipped by a re-run, when its path, bytes and mtime_ns (a 
 the unit's now (audit_find.Unit.key): a file changed since is audited again and its new record supersedes
 the old. A URL record without an etag (a server that sends no ETag or Last-Modified) is never skipped.
 A line that does not parse (a run killed mid-write) is ignored.
+
+The results are never written through a symlink or onto an input's inode: the file is replaced by a new one
+(the old records copied in) when the run begins, and records are appended to that (docs/security.md, "Writing").
 """
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterable
 from typing import IO, Any
 
+from ..core.files import atomic_output, check_output, fresh_output, read_own
 from ..errors import MissingDependencyError, UsageError
 from .audit_find import resume_key
 
@@ -41,8 +46,11 @@ def _key(rec: dict[str, Any]) -> tuple[str, int, int | str] | None:
 
 
 def _read_jsonl(path: str) -> list[dict[str, Any]]:
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
+    out: list[dict[str, Any]] = []
+    raw = read_own(path)   # never through a link (core/files.py)
+    if raw is None:
+        return out
+    with io.TextIOWrapper(raw, encoding="utf-8", errors="replace") as f:
         for line in f:
             try:
                 rec = json.loads(line)
@@ -67,10 +75,9 @@ def load(out: str) -> dict[tuple[str, int, int | str], dict[str, Any]]:
     """Records already in the results (and, for Parquet, its partial file), by key; the last wins."""
     done: dict[tuple[str, int, int | str], dict[str, Any]] = {}
     sources = []
-    if is_parquet(out) and os.path.isfile(out):
+    if is_parquet(out) and os.path.isfile(out) and not os.path.islink(out):
         sources += _read_parquet(out)
-    if os.path.isfile(partial_path(out)):
-        sources += _read_jsonl(partial_path(out))
+    sources += _read_jsonl(partial_path(out))
     for rec in sources:
         k = _key(rec)
         if k is not None:
@@ -97,13 +104,23 @@ def check_out(out: str) -> None:
         raise UsageError(f"{out}: is a folder; --out names a results file")
 
 
+def check_inputs(out: str, inputs: Iterable[str]) -> None:
+    """The results file (and Parquet's partial file) is none of the checkpoints: by inode, so through a symlink
+    or a hard link too (core/files.py check_output)."""
+    inputs = list(inputs)
+    for path in dict.fromkeys((out, partial_path(out))):
+        check_output(path, inputs)
+
+
 class Writer:
-    """Appends records, one JSON line each, flushed at once."""
+    """Appends records, one JSON line each, flushed at once, to a file that replaced the results' old one when the
+    run began (core/files.py fresh_output: never written through a link or onto another name's inode), holding
+    the old records first unless `fresh`."""
 
     def __init__(self, out: str, fresh: bool = False):
         self.out = out
         self.path = partial_path(out)
-        self._f: IO[str] = open(self.path, "w" if fresh else "a", encoding="utf-8")
+        self._f: IO[str] = io.TextIOWrapper(fresh_output(self.path, keep=not fresh), encoding="utf-8")
 
     def write(self, rec: dict[str, Any]) -> None:
         self._f.write(json.dumps(rec, sort_keys=True) + "\n")
@@ -124,6 +141,5 @@ def write_parquet(out: str, records: list[dict[str, Any]]) -> None:
 
     pq = _pyarrow()
     rows = [{k: (json.dumps(v, sort_keys=True) if k in NESTED else v) for k, v in r.items()} for r in records]
-    tmp = out + ".tmp"
-    pq.write_table(pa.Table.from_pylist(rows), tmp)
-    os.replace(tmp, out)
+    with atomic_output(out) as tmp:
+        pq.write_table(pa.Table.from_pylist(rows), tmp)

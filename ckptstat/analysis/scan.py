@@ -1,12 +1,13 @@
 """`ckptstat scan PATH`: one file's scan report (formats.torch.scan), or, for a folder, every
 pickle-bearing file under it, one entry each, and the totals (docs/torch.md, "ckptstat scan").
 
-A file under the folder is scanned when its name ends in a pickle-bearing extension, or when its first
-4 KiB say so: a pickle's PROTO opcode, a zip holding a `*.pkl` entry, a tar whose first member is one of
-torch's (`sys_info`, `pickle`, `storages`, `tensors`), or bytes that walk as a pickle (protocols 0 and 1
-have no PROTO opcode). Symlinks are followed only to files inside
-the folder (each file scanned once), never out of it; links to folders are not followed; FIFOs,
-devices and sockets are skipped without being opened.
+A file under a local folder is judged by what the loaders would do with its bytes, never by its name alone
+or by Python's zipfile: one whose name ends in a pickle-bearing extension is always listed; any other is
+listed when torch.load (or np.load, or Keras) would read a pickle or config from it (`scan_local` answers
+rather than refuses). A folder URL's files are picked by name or their first 4 KiB. Symlinks are followed
+only to files inside the folder, or, in a Hugging Face cache snapshot, into its repository's `blobs/`
+(core/files.py `followed`); each file is scanned once; links to folders are not followed; FIFOs, devices
+and sockets are skipped without being opened. Anything skipped makes the exit code 1.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-from ..core.files import open_regular
+from ..core.files import followed, open_regular
 from ..core.urls import is_url
 from ..errors import CheckpointError, CkptstatError, FileNotFound
 from ..formats.loader_scan import scan_other
@@ -34,21 +35,39 @@ STATUSES = ("unsafe", "unknown", "unreadable", "safe")
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """0 clean, 1 unsafe (or unknown: scan cannot tell), 2 unreadable; for a folder, the worst file's."""
+    """0 clean, 1 unsafe (or unknown: scan cannot tell), 2 unreadable; for a folder, the worst file's, and 1 when
+    anything was skipped (a link not followed, a FIFO: scan did not look at it, so it cannot say clean)."""
     if report["schema"] == TREE_SCHEMA:
         totals = report["totals"]
-        return 1 if totals["unsafe"] or totals["unknown"] else 2 if totals["unreadable"] else 0
+        return 1 if totals["unsafe"] or totals["unknown"] or totals["skipped"] else 2 if totals["unreadable"] else 0
     return 0 if report["status"] == "safe" else 1
 
 
+def pickle_named(path: str) -> bool:
+    """A name that says pickle (or Keras 2 model, local files only): such a file is listed even when no loader
+    can read it."""
+    return path.lower().endswith(EXTENSIONS) or (path.lower().endswith(KERAS_H5) and not is_url(path))
+
+
 def pickle_bearing(path: str) -> bool:
-    """Whether a regular file is worth scanning: its extension, else its first bytes (see module doc)."""
-    if path.lower().endswith(EXTENSIONS):
+    """Whether a regular file is worth scanning: its extension; else, for a local file, whether a loader would
+    read a pickle (or Keras config) from its bytes (scan_local answers rather than refuses); for a URL, its first
+    bytes (see the module doc)."""
+    if pickle_named(path):
         return True
-    if path.lower().endswith(KERAS_H5):
-        return not is_url(path)
+    if not is_url(path):
+        try:
+            scan_local(path)
+            return True
+        except CkptstatError:
+            return False
+    return _head_says_pickle(path)
+
+
+def _head_says_pickle(url: str) -> bool:
+    """A remote file's first 4 KiB (one window: scanning every file of a listing whole would fetch it)."""
     try:
-        with open_regular(path) if is_url(path) else open(path, "rb") as f:   # a URL: its first window (audit)
+        with open_regular(url) as f:
             head = f.read(_HEAD)
             if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") or head[:6] == b"\x93NUMPY":
                 return True
@@ -59,8 +78,6 @@ def pickle_bearing(path: str) -> bool:
                 names = zipfile.ZipFile(f).namelist()   # torch's pickles, np.savez's arrays, a .keras config
                 keras = {"config.json", "model.weights.h5"} <= set(names)
                 return keras or any(n.lower().endswith((".pkl", ".npy")) for n in names)
-        # a Flax msgpack file: its map markers (0x81-0x8F) read as pickle EXT opcodes, but flax's loader
-        # (msgpack with an ndarray ext hook, docs/flax.md) never unpickles
         if looks_like_flax(head, whole=len(head) < _HEAD):
             return False
         # protocol 0 and 1 have no PROTO opcode: a head that walks as a pickle (to its STOP, or naming a
@@ -72,10 +89,6 @@ def pickle_bearing(path: str) -> bool:
         return False
 
 
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip(os.sep) + os.sep)
-
-
 def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
     if r is None:
         return {"path": rel, "status": "unreadable", "error": error, "format": None, "torch_load": None,
@@ -85,25 +98,26 @@ def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict
     return {"path": rel, "status": r["status"], "error": None, **{k: r[k] for k in keys}}
 
 
-def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Every pickle-bearing file under the folder `root` (see the module doc), scanned."""
+def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str]]:
+    """(relative path, path) of each regular file under `root` to judge, once per real file, in walk order; what
+    is not followed goes to `skipped`. A file reached by several names is judged under the first whose extension
+    says pickle (a Hugging Face cache's `snapshots/<rev>/pytorch_model.bin` rather than its `blobs/<sha>`), else
+    its first name: torch.load is given a name, and judges `*.safetensors` by it."""
     real_root = os.path.realpath(root)
-    files: list[dict[str, Any]] = []
-    skipped: list[dict[str, str]] = []
-    seen: set[str] = set()
-    for folder, dirs, names in os.walk(root, followlinks=False):
+    names: dict[str, list[tuple[str, str]]] = {}
+    for folder, dirs, files in os.walk(root, followlinks=False):
         dirs.sort()
         for d in dirs:
             p = os.path.join(folder, d)
             if os.path.islink(p):
                 skipped.append({"path": os.path.relpath(p, root), "why": "a link to a folder: not followed"})
-        for name in sorted(names):
+        for name in sorted(files):
             p = os.path.join(folder, name)
             rel = os.path.relpath(p, root)
-            real = os.path.realpath(p)
-            if os.path.islink(p) and not _inside(real, real_root):
+            if os.path.islink(p) and not followed(p, real_root):
                 skipped.append({"path": rel, "why": "a link to outside the folder: not followed"})
                 continue
+            real = os.path.realpath(p)
             try:
                 st = os.stat(real)
             except OSError as e:
@@ -112,16 +126,24 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
             if not stat.S_ISREG(st.st_mode):
                 skipped.append({"path": rel, "why": "not a regular file"})
                 continue
-            if real in seen or not pickle_bearing(real):
-                continue
-            seen.add(real)
-            if progress:
-                progress(rel)
-            try:
-                files.append(_entry(rel, scan_local(real)))
-            except CkptstatError as e:
-                reason = e.reason if isinstance(e, CheckpointError) else str(e)
-                files.append(_entry(rel, None, reason))
+            names.setdefault(real, []).append((rel, p))
+    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)), found[0]) for found in names.values()]
+    return sorted(chosen, key=lambda n: _walk_order(n[0].replace(os.sep, "/")))
+
+
+def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """Every pickle-bearing file under the folder `root` (see the module doc), scanned."""
+    files: list[dict[str, Any]] = []
+    skipped: list[dict[str, str]] = []
+    for rel, p in _candidates(root, skipped):
+        named = pickle_named(rel)
+        if progress:
+            progress(rel)
+        try:
+            files.append(_entry(rel, scan_local(p)))
+        except CkptstatError as e:
+            if named:   # a pickle's name: listed even when no loader can read it
+                files.append(_entry(rel, None, e.reason if isinstance(e, CheckpointError) else str(e)))
     totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
     return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
             "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
@@ -184,16 +206,39 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
     return scan_local(path)
 
 
+_RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
+
+
+def _extension_codes_only(r: dict[str, Any]) -> bool:
+    """torch.load raises in the file, and what made it unsafe is copyreg extension codes alone: a Flax file's map
+    markers 0x82-0x84 read as EXT opcodes, which a process that registered none (the default) refuses at once."""
+    return (r["torch_load"].startswith("torch.load raises") and bool(r["findings"])
+            and all(f["opcode"].startswith("EXT") for f in r["findings"]))
+
+
 def scan_local(path: str) -> dict[str, Any]:
-    """numpy object arrays and Keras lambdas by their own loaders' rules (formats/loader_scan.py), else
-    torch.load's path."""
-    if os.path.isfile(path):
-        other = scan_other(path)
-        if other is not None:
-            return other
-        with open(path, "rb") as f:
+    """What the loaders that read these bytes would run: torch.load's path always (formats/torch/scan.py, through
+    the zip directory miniz reads), and numpy's or Keras' (formats/loader_scan.py) where they read the file too;
+    the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
+    if not os.path.isfile(path):
+        return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)
+    torch_report: dict[str, Any] | None = None
+    try:
+        torch_report = scan_file(path)
+    except CheckpointError as e:
+        torch_error = e
+    other = scan_other(path)
+    if other is None and (torch_report is None or _extension_codes_only(torch_report)):
+        with open_regular(path) as f:
             head = f.read(_HEAD)
-        if looks_like_flax(head, whole=len(head) < _HEAD):   # as pickle_bearing decides for a folder's files
+        if looks_like_flax(head, whole=len(head) < _HEAD):
             raise CheckpointError(path, "no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads "
-                                        "with msgpack, never pickle (docs/flax.md)")
-    return scan_file(path)
+                                        "with msgpack, never pickle, and torch.load cannot read (docs/flax.md)")
+        if torch_report is None:
+            raise torch_error
+    if other is None or torch_report is not None and _RANK[torch_report["status"]] <= _RANK[other["status"]]:
+        assert torch_report is not None
+        if other is not None:
+            torch_report["notes"].append(f"{other['format']} to its own loader too: {other['verdict']}")
+        return torch_report
+    return other

@@ -33,7 +33,8 @@ def audit(
 
     from ..analysis.audit import run, summarize_records
     from ..analysis.audit_find import discover
-    from ..analysis.audit_store import Writer, check_out, load
+    from ..analysis.audit_store import Writer, check_inputs, check_out, load
+    from ..core.urls import is_url
     from ..errors import UsageError
     from ..render.audit import audit_progress, render_audit_summary
 
@@ -44,8 +45,7 @@ def audit(
     check_out(out)
     t0 = time.perf_counter()
     units, skipped = discover(root)
-    if any(os.path.abspath(out) == os.path.abspath(f) for u in units for f in u.files):
-        raise UsageError(f"{out}: the output is one of the checkpoints; refusing to overwrite it")
+    check_inputs(out, [root[1:] if root.startswith("@") else root, *(f for u in units for f in u.files if not is_url(f))])
     done = {} if fresh else load(out)
     kept = {u.path: done[u.key] for u in units if u.key in done}
     todo = [u for u in units if u.key not in done]

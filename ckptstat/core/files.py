@@ -11,13 +11,16 @@ A FIFO, a device or a folder where a file is expected is refused from its stat, 
 opened; `open_regular` opens with O_NONBLOCK and checks again on the open descriptor, so that a
 file swapped for a FIFO in between cannot block the process either.
 
-Writing. An output that is, or resolves to, an input is refused; outputs are written to a temporary
-file in the target folder and renamed over the target, so a pre-existing symlink at the target is
-replaced, never written through, and a failed write leaves nothing behind.
+Writing. An output that is, or resolves to, an input (the same inode: a symlink or a hard link) is refused;
+outputs are written to a temporary file in the target folder and renamed over the target, so a
+pre-existing symlink at the target is replaced, never written through, a hard link's other names keep
+their bytes, and a failed write leaves nothing behind. audit's appended records go the same way
+(`fresh_output`: the old records copied into the new file, read without following a link).
 """
 from __future__ import annotations
 
 import os
+import shutil
 import stat
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -125,7 +128,13 @@ class Scope:
         if urls.is_url(path):   # a URL's scope is its own prefix: the folder (or repository) it names
             return path in self.named or any(path.startswith(r.rstrip("/") + "/") for r in self.roots if urls.is_url(r))
         real = os.path.realpath(path)
-        return real in self.named or any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in self.roots)
+        return real in self.named or any(within(real, r) for r in self.roots)
+
+
+def within(real: str, root: str) -> bool:
+    """Whether the resolved path `real` is the resolved folder `root` or lies under it (both real paths: every
+    component resolved, so a link anywhere on the way counts where it leads, never where it sits)."""
+    return real == root or real.startswith(root.rstrip(os.sep) + os.sep)
 
 
 _scope: ContextVar[Scope | None] = ContextVar("ckptstat_scope", default=None)
@@ -142,14 +151,35 @@ def allow_external_default() -> bool:
     return _allow_default
 
 
-def _hf_cache_blobs(folder: str) -> str | None:
-    """A Hugging Face cache snapshot (`models--org--name/snapshots/<rev>/`) links its files into the
-    repository's `blobs/` folder: that folder belongs to the snapshot."""
-    snapshots = os.path.dirname(folder)
-    blobs = os.path.join(os.path.dirname(snapshots), "blobs")
-    if os.path.basename(snapshots) == "snapshots" and os.path.isdir(blobs):
-        return os.path.realpath(blobs)
-    return None
+HF_CACHE_REPOS = ("models--", "datasets--", "spaces--")   # huggingface_hub's cache: <type>s--<org>--<name>
+
+
+def hf_cache_blobs(folder: str) -> str | None:
+    """The `blobs/` folder of the Hugging Face cache repository whose snapshot holds `folder`
+    (`models--org--name/snapshots/<rev>/[sub/...]`, huggingface_hub file_download.py): the snapshot's files are
+    relative links into it, so it belongs to the snapshot. Decided on the resolved path, and only a `blobs` that
+    is itself a folder, not a link: a `blobs -> /` would otherwise make every file on the machine "inside"."""
+    real = os.path.realpath(folder)
+    while True:
+        up = os.path.dirname(real)
+        if up == real:
+            return None
+        if os.path.basename(up) == "snapshots":
+            repo = os.path.dirname(up)
+            blobs = os.path.join(repo, "blobs")
+            ok = os.path.basename(repo).startswith(HF_CACHE_REPOS) and os.path.isdir(blobs) and not os.path.islink(blobs)
+            return blobs if ok else None
+        real = up
+
+
+def followed(link: str, real_root: str) -> bool:
+    """Whether a folder walk (scan, audit) under the resolved `real_root` follows the symlink `link` to a file:
+    it resolves inside the root, or inside the Hugging Face cache blobs of the snapshot it sits in."""
+    real = os.path.realpath(link)
+    if within(real, real_root):
+        return True
+    blobs = hf_cache_blobs(os.path.dirname(os.path.abspath(link)))
+    return blobs is not None and within(real, blobs)
 
 
 def scope_for(path: str, allow_external: bool, extra: Iterable[str] = ()) -> Scope:
@@ -162,7 +192,7 @@ def scope_for(path: str, allow_external: bool, extra: Iterable[str] = ()) -> Sco
     path = os.path.abspath(path)
     folder = path if os.path.isdir(path) else os.path.dirname(path)
     roots = [os.path.realpath(folder)]
-    blobs = _hf_cache_blobs(folder)
+    blobs = hf_cache_blobs(folder)
     if blobs:
         roots.append(blobs)
     named = [os.path.realpath(p) for p in (path, *extra)]
@@ -264,3 +294,47 @@ def atomic_output(output: str | os.PathLike[str]) -> Iterator[str]:
         except OSError:
             pass
         raise
+
+
+def read_own(path: str) -> IO[bytes] | None:
+    """An existing output opened to read back (audit's resumable records), or None when there is none to read:
+    missing, a symlink (never followed: a planted link holds no records of ours) or not a regular file."""
+    flags = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:   # missing; ELOOP: a symlink
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def fresh_output(output: str, keep: bool) -> IO[bytes]:
+    """A new file put in place of `output` at once and returned open for appending: written in the output's
+    folder and renamed over it, so a symlink there is replaced, never written through, and a hard link's other
+    names (an input) keep their bytes. `keep`: what `output` held (read_own: not through a link) is copied in
+    first, so appending resumes it; the rename is atomic, so the records are never half there."""
+    out = os.path.abspath(output)
+    parent = os.path.dirname(out)
+    try:
+        fd, tmp = tempfile.mkstemp(dir=parent, prefix=f".{os.path.basename(out)}.", suffix=".tmp")
+    except OSError as e:
+        raise UsageError(f"{output}: cannot write in {parent}: {e.strerror}") from None
+    f = os.fdopen(fd, "w+b")
+    try:
+        old = read_own(out) if keep else None
+        if old is not None:
+            with old:
+                shutil.copyfileobj(old, f)
+        f.flush()
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, out)
+    except BaseException:
+        f.close()
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    return f

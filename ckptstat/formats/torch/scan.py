@@ -3,8 +3,9 @@ following the path torch/serialization.py takes through the file, pickle by pick
 anything (docs/torch.md, "ckptstat scan").
 
 - `*.safetensors` paths: torch.load hands them to safetensors; no pickle.
-- a zip (the first bytes are a local header): torch's reader (containers.TorchZip) takes the archive's
-  folder from the first entry and reads `<folder>/data.pkl`, found ignoring case, the same entry
+- a zip (the first bytes are a local header): its central directory where miniz reads it (zipdir.py, never
+  Python's zipfile, which may see another directory in the same file); torch's reader (containers.TorchZip)
+  takes the archive's folder from the first entry and reads `<folder>/data.pkl`, found ignoring case, the same entry
   miniz's sorted lookup finds among several; archives holding `constants.pkl` go to torch.jit.load.
 - anything else: first `tarfile.open` (the format of torch < 0.4: members `storages` and `tensors`,
   each a run of pickles and raw data, then `pickle`); a tar error falls back, from byte 0, to the
@@ -31,6 +32,7 @@ from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
 from .pickle_machine import UNKNOWN, Global, Opaque, Walk
 from .pickle_walk import walk
 from .streams import FileWindow, InflateSource, Source
+from .zipdir import central_directory
 
 SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
@@ -74,28 +76,6 @@ class Trace:
 
 # ---------------------------------------------------------------------------------------------
 # zip
-
-def _eocd(f: IO[bytes], size: int) -> tuple[int, int, int] | None:
-    """(entry count, central directory offset and size) of the end-of-central-directory record miniz finds: the
-    last signature with a whole record after it, in the last 64 KiB + 22 bytes, read as zip64 when its
-    locator precedes it. None: there is none (torch's reader cannot open the zip)."""
-    tail = min(size, (1 << 16) + 22)
-    f.seek(size - tail)
-    data = f.read(tail)
-    at = data.rfind(b"PK\x05\x06", 0, len(data) - 18)     # a signature with 18 bytes after it
-    if at < 0:
-        return None
-    entries, length, offset = struct.unpack_from("<H", data, at + 10)[0], *struct.unpack_from("<LL", data, at + 12)
-    loc = at - 20
-    if loc >= 0 and data[loc:loc + 4] == b"PK\x06\x07":
-        (eocd64,) = struct.unpack_from("<Q", data, loc + 8)
-        if 0 <= eocd64 <= size - 56:
-            f.seek(eocd64)
-            rec = f.read(56)
-            if rec[:4] == b"PK\x06\x06":
-                entries, length, offset = struct.unpack_from("<QQQ", rec, 32)
-    return int(entries), int(offset), int(length)
-
 
 def _member_source(f: IO[bytes], size: int, info: zipfile.ZipInfo) -> tuple[Source | None, str | None]:
     """The bytes miniz's extract gives for an entry, or why it cannot give them."""
@@ -144,28 +124,13 @@ def _walk_member(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, reach
 
 def _zip(t: Trace, f: IO[bytes], size: int) -> None:
     t.format = "zip (torch.save)"
-    eocd = _eocd(f, size)
-    if eocd is not None and eocd[1] + eocd[2] > size:     # mz_zip_reader_read_central_dir refuses it
-        t.raises = f"torch.load raises: the zip's central directory ({eocd[2]:,} bytes at offset {eocd[1]:,}) runs past its end"
-        t.refuse_weights_only(t.raises)
-        return
-    try:
-        f.seek(0)
-        zf = zipfile.ZipFile(f)
-        infos = zf.infolist()
-    except CkptstatError:   # a remote file's read failed (404, a limit): not the zip's fault
-        raise
-    except Exception as e:  # noqa: BLE001 - zipfile trips over hostile bytes in many ways
-        if eocd is None:
-            t.raises = "torch.load raises: a zip without an end of central directory"
-            t.refuse_weights_only(t.raises)
+    infos, refusal = central_directory(f, size, MAX_ZIP_ENTRIES)
+    if refusal is not None:
+        if refusal.startswith("more than"):
+            t.unknown.append(f"a zip of {refusal}: scan follows at most {MAX_ZIP_ENTRIES:,}")
         else:
-            t.unknown.append(f"a zip Python's zipfile cannot list ({type(e).__name__}: {str(e)[:100]}): what torch's "
-                             "reader makes of it is unknown")
-        return
-    if eocd is None or eocd[:2] != (len(infos), zf.start_dir) or len(infos) > MAX_ZIP_ENTRIES:
-        t.unknown.append(f"the zip's end record ({eocd}) disagrees with the {len(infos):,} entries Python's zipfile lists "
-                         f"at offset {zf.start_dir:,}: torch's reader may see other entries than scan")
+            t.raises = f"torch.load raises: {refusal}"
+            t.refuse_weights_only(t.raises)
         return
     tz = TorchZip(infos)
     target: zipfile.ZipInfo | None = None

@@ -1,0 +1,79 @@
+"""Files that another loader, or Python's zipfile, reads as something harmless and torch.load as a pickle it runs
+(issue 31, fifth red-team pass; docs/security.md). Each is built in tests/polyglots.py; the real
+`torch.load(weights_only=False)`, in a throw-away process, proves its payload runs (it creates a folder); then
+`scan FILE` and `scan DIR` must say UNSAFE, and `audit` too."""
+from __future__ import annotations
+
+import json
+import os
+import zipfile
+
+import numpy as np
+import pytest
+from polyglots import flax_pickle, truncated_head_pickle, two_directory_zip, zip_version_64
+
+from ckptstat.analysis.scan import exit_code, scan_path
+from ckptstat.cli import main
+
+pytest.importorskip("torch")
+
+# file name -> (builder, what it looked like before: the escape the issue reported)
+CASES = {
+    "weights.npz": (lambda m: two_directory_zip(m, "npz"), "an .npz of two float arrays: safe"),
+    "model.keras": (lambda m: two_directory_zip(m, "keras"), "a Keras archive: safe"),
+    "flax_model.msgpack": (flax_pickle, "no pickle to scan: a Flax msgpack checkpoint"),
+    "model_best.pth.tar": (truncated_head_pickle, "a folder scan skipped it"),
+    "checkpoint_last": (zip_version_64, "unknown; a folder scan skipped it"),
+}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("polyglots")
+    for name, (build, _) in CASES.items():
+        (folder / name).write_bytes(build(str(folder / f"RAN-{name}")))
+    return folder
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_torch_load_runs_it_and_scan_says_unsafe(files, name):
+    from polyglots import torch_load_runs
+
+    assert torch_load_runs(str(files / name), str(files / f"RAN-{name}")), "the payload must run under torch.load"
+    r = scan_path(str(files / name))
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["os.mkdir"], r["verdict"]
+    assert r["torch_load"].startswith("torch.load"), r["torch_load"]
+
+
+def test_the_other_readers_see_harmless_files(files):
+    """What made scan say safe before: Python's zipfile (np.load, keras) lists another archive."""
+    with np.load(files / "weights.npz") as z:
+        assert sorted(z.files)[0] == "a" and z["a"].tolist() == [0, 1, 2, 3]
+    assert "config.json" in zipfile.ZipFile(files / "model.keras").namelist()
+    with pytest.raises(NotImplementedError, match="zip file version 6.4"):
+        zipfile.ZipFile(files / "checkpoint_last")
+
+
+def test_folder_scan_lists_every_one(files, capsys):
+    r = scan_path(str(files))
+    assert {f["path"]: f["status"] for f in r["files"]} == {n: "unsafe" for n in CASES}
+    assert exit_code(r) == 1 and main(["scan", str(files)]) == 1
+    capsys.readouterr()
+
+
+def test_audit_says_unsafe(files, tmp_path, capsys):
+    out = tmp_path / "audit.jsonl"
+    assert main(["audit", str(files), "--out", str(out), "--json"]) == 1
+    capsys.readouterr()
+    recs = {os.path.basename(r["path"]): r for r in map(json.loads, out.read_text().splitlines())}
+    assert {n: r["scan"]["verdict"] for n, r in recs.items()} == {n: "unsafe" for n in CASES}
+
+
+def test_a_benign_npz_keras_and_flax_keep_their_own_verdicts(tmp_path, capsys):
+    """The torch trace goes first, but a file torch.load cannot read keeps its own loader's verdict."""
+    np.savez(tmp_path / "a.npz", x=np.ones(3))
+    assert scan_path(str(tmp_path / "a.npz"))["format"] == "numpy (npz)"
+    from conftest import fixture
+
+    assert main(["scan", fixture("flax", "bart", "flax_model.msgpack")]) == 2
+    assert "Flax msgpack" in capsys.readouterr().err
