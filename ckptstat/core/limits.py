@@ -50,6 +50,9 @@ class Limits:
     # command on a 3-shard model makes ~10 requests of ~100 KiB each; values stream the whole checkpoint.
     remote_requests: int = 100_000
     remote_bytes: int = 1 << 40
+    # Seconds one command may spend on the network, from its first request: one deadline however a server
+    # behaves (a byte every 0.3 s, endless retries). Streaming a big checkpoint's values may need more.
+    remote_seconds: int = 4 * 3600
     # `ckptstat scan URL` of a file that is not a zip (a bare pickle, a legacy stream, a tar): fetched whole when
     # it is at most this big; a bigger one is read by ranges up to this many bytes from its start, and the verdict
     # is 'unknown' when torch.load's path goes further (docs/torch.md, "Remote files").
