@@ -126,10 +126,23 @@ def stored_bytes(info: TensorInfo) -> int:
     return info.nbytes
 
 
+def check_inflation(file: str, what: str, inflated: int, deflated: int) -> None:
+    """Refuse to decompress `what` (deflated to `deflated` bytes from `inflated`) past limits().inflate_ratio x its
+    compressed size + expansion_floor: the work and the temporary files stay linear in the bytes stored."""
+    lim = limits()
+    if inflated > lim.inflate_ratio * deflated + lim.expansion_floor:
+        raise CorruptCheckpointError(file, f"{what} inflates from {deflated:,} bytes to {inflated:,}, more than "
+                                           f"{lim.inflate_ratio}x; not decompressed (--limit inflate_ratio=N)")
+
+
 def check_expansion(info: TensorInfo) -> None:
     """Refuse to read values a tensor does not store: more than limits().expansion bytes of values per
     stored byte (+ expansion_floor), e.g. a stride-0 view over a huge shape, or an HDF5 dataset of
-    2^60 unallocated elements. The work a value read does is then linear in the bytes stored."""
+    2^60 unallocated elements; a deflated tensor (`extra["deflated"]`: its compressed bytes) past
+    limits().inflate_ratio. The work a value read does is then linear in the bytes stored."""
+    deflated = info.extra.get("deflated")
+    if isinstance(deflated, int):
+        check_inflation(info.file, f"tensor {info.name!r}", info.nbytes, deflated)
     lim = limits()
     logical, stored = info.byte_size, stored_bytes(info)
     if logical > lim.expansion * stored + lim.expansion_floor:
