@@ -1,7 +1,8 @@
 """A loopback HTTP server for tests/test_remote.py and bench/remote_summary.py: serves a folder with
 HEAD and single `Range: bytes=a-b` GETs (206 + Content-Range, 416 past the end), lists folders as HTML
 links, counts the requests and body bytes it sends, and can play a badly behaved server: ignore Range,
-answer some requests with an error status first (429/503), require a bearer token, redirect.
+answer some requests with an error status first (429/503), require a bearer token, redirect anywhere,
+claim more than asked, trickle a byte at a time, drop every connection.
 
 It also stands in for the Hugging Face Hub (`hub={"org/name": folder}`), answering the three routes
 huggingface_hub's HfFileSystem and hf_hub_url use (huggingface_hub/hf_api.py `repo_info`,
@@ -36,7 +37,13 @@ class Behaviour:
     retry_after: str | None = None
     stall: float = 0.0                                  # seconds to wait before answering anything
     overlong: int = 0                                   # bytes a 206 reply sends beyond its Content-Range
+    claim: int = 0                  # bytes a 206 reply's Content-Range and Content-Length claim beyond the range
+                                    # asked (and the body then streams, zeros past the file)
+    trickle: float = 0.0            # seconds between the bytes of a reply's body
+    drop: bool = False              # close every connection without a reply
+    redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
+    cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
     revisions: tuple[str, ...] = ("main",)
 
 
@@ -124,6 +131,12 @@ class _Handler(BaseHTTPRequestHandler):
             status = pending.pop(0) if pending else None
         if b.stall:
             time.sleep(b.stall)
+        if b.drop:
+            self.close_connection = True
+            return
+        if path in b.redirects:
+            self._send(302, b"", {"Location": b.redirects[path]}, head)
+            return
         if status is not None:
             self._send(status, b"try again", {"Retry-After": b.retry_after} if b.retry_after else {}, head)
             return
@@ -161,6 +174,9 @@ class _Handler(BaseHTTPRequestHandler):
             with open(real, "rb") as f:
                 f.seek(start)
                 body = f.read(end - start + 1) + b"\0" * s.b.overlong
+            if s.b.claim or s.b.trickle:
+                self._stream(206, body, start, end, size, ctype, head)
+                return
             self._send(206, body, {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes",
                                    "Content-Type": ctype}, head)
             return
@@ -179,6 +195,32 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(piece)
                     self._count(len(piece))
         except (BrokenPipeError, ConnectionResetError):   # the client stopped reading: fine
+            self.close_connection = True
+
+    def _stream(self, status: int, body: bytes, start: int, end: int, size: int, ctype: str, head: bool) -> None:
+        """A lying or slow 206: Content-Range and Content-Length claim `claim` more bytes than asked, and the
+        body is sent a byte every `trickle` seconds (or in 1 MiB pieces, the claim's zeros after the file's)."""
+        b = self.server_state.b
+        n = len(body) + b.claim
+        self.send_response(status)
+        for k, v in {"Content-Range": f"bytes {start}-{end + b.claim}/{size + b.claim}", "Content-Length": str(n),
+                     "Content-Type": ctype}.items():
+            self.send_header(k, v)
+        self.end_headers()
+        if head:
+            return
+        try:
+            sent = 0
+            while sent < n:
+                k = min(1 if b.trickle else 1 << 20, n - sent)
+                piece = body[sent:sent + k].ljust(k, b"\0")
+                self.wfile.write(piece)
+                self.wfile.flush()
+                sent += len(piece)
+                self._count(len(piece))
+                if b.trickle:
+                    time.sleep(b.trickle)
+        except (BrokenPipeError, ConnectionResetError):   # the client gave up: what it should do
             self.close_connection = True
 
     # -- the hub stand-in -------------------------------------------------------------------------
@@ -231,7 +273,8 @@ class _Handler(BaseHTTPRequestHandler):
                 self._send(404, b"", {"X-Error-Code": "EntryNotFound"}, head)
             else:   # as the Hub answers for an LFS file: an absolute Location and the X-Repo-Commit/X-Linked-* headers
                 size = os.path.getsize(os.path.join(folder, name))
-                where = f"http://{self.headers.get('Host')}/cdn/{repo}/{rev}/{urllib.parse.quote(name)}"
+                base = b.cdn or f"http://{self.headers.get('Host')}"
+                where = f"{base}/cdn/{repo}/{rev}/{urllib.parse.quote(name)}"
                 self._send(302, b"", {"Location": where, "X-Repo-Commit": "0" * 40, "X-Linked-Size": str(size),
                                       "X-Linked-Etag": f'"{size:064x}"', "ETag": f'"{size:064x}"'}, head)
             return True

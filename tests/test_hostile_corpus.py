@@ -27,6 +27,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
 from fuzz.layouts import safetensors_layout, zip_layout
+from hostile_corpus_bounds import BOUNDS_CASE_NAMES, add_bounds_cases
 from hostile_corpus_polyglots import POLYGLOT_CASE_NAMES, add_polyglot_cases
 from hostile_corpus_wave4 import WAVE_CASE_NAMES, add_wave_cases
 from test_cli_hostile import _hostile_files
@@ -370,6 +371,7 @@ def build_corpus(tmp) -> dict[str, Case]:
     cases["plot -o the input"] = Case(p, "ok", "is an input", expect={"plot": 2})
     add_wave_cases(tmp, cases, Case, outside)   # the third and fourth passes' file-shaped cases
     add_polyglot_cases(tmp, cases, Case, outside)   # the fifth's: polyglots, Hugging Face cache links
+    add_bounds_cases(tmp, cases, Case)   # the fifth pass's names and bounds
     return cases
 
 
@@ -438,7 +440,7 @@ CASE_NAMES = [
     "safetensors 200,000 data_offsets", "safetensors 1 MB name, bad dtype", "torch stride-0 view, 2^40 elements",
     "torch stride-0 view, 2^30 x 2^30", "torch overlapping strides", "torch pickle ends at a global",
     "config 10^12 layers", "config 4200-digit layers", "config zero heads", "config negative heads", "plot -o the input",
-    *WAVE_CASE_NAMES, *POLYGLOT_CASE_NAMES,
+    *WAVE_CASE_NAMES, *POLYGLOT_CASE_NAMES, *BOUNDS_CASE_NAMES,
 ]
 
 
@@ -475,8 +477,8 @@ def test_every_command(results, name):
             problems.append(f"peak RSS {r['maxrss_kib'] // 1024} MiB > {MAX_RSS_MIB} -- {label}")
         if case.why and r["rc"] and r["rc"] == want and case.says_why(command) and case.why.lower() not in err.lower():
             problems.append(f"the line does not say {case.why!r} -- {label}")
-        if "\x1b" in err or "\x1b" in r["stdout"]:
-            problems.append(f"a raw escape byte reached the terminal -- {label}")
+        if any(c in err + r["stdout"] for c in "\x1b\u202e\u2066\u2028\u2029"):
+            problems.append(f"a raw escape byte, bidi override or line separator reached the terminal -- {label}")
     assert not problems, f"{name}:\n" + "\n".join(problems)
 
 

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import math
 import os
-import re
 import sys
 import time
 from collections import Counter
@@ -34,6 +33,7 @@ import numpy as np
 from ..census import aliases, name_matches, placements
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.tensor import STATS_CHUNK_BYTES
+from ..core.text import inert
 from ..errors import CkptstatError, UsageError
 from ..naming import BUCKETS
 from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the accumulator's public home)
@@ -497,7 +497,6 @@ CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "
               *(_qkey(p) for p in QUANTILES), "quantiles_exact", "flags"]
 
 
-_CSV_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 def _csv_text(v: object) -> object:
@@ -518,9 +517,9 @@ def to_csv(report: dict) -> str:
     def emit(level: str, name: str, r: dict) -> None:
         row = {k: r.get(k) for k in CSV_FIELDS if k in r}
         row.update({k: v for k, v in r["quantiles"].items()})
-        # a name from the file: its control characters (a terminal escape, CR) shown as \xNN, as in every
-        # other output but JSON (docs/security.md); commas, quotes and newlines are the csv module's to quote
-        row["level"], row["name"] = level, _CSV_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", name)
+        # a name from the file made inert (control, bidi and separator characters shown as \xNN, \uNNNN), as in
+        # every other output but JSON (core/text.py); commas and quotes are the csv module's to quote
+        row["level"], row["name"] = level, inert(name)
         if "shape" in r:
             row["shape"] = "x".join(map(str, r["shape"]))
         row["flags"] = ";".join(r.get("flags", []))

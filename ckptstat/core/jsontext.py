@@ -10,6 +10,8 @@ from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
 from typing import Any
 
+from .text import without_surrogates
+
 # repr of a finite float ends in a digit; of a non-finite one in "n" or "f", which json spells its own way
 _NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
 _SCALAR: dict[type, Callable[[Any], str]] = {
@@ -73,10 +75,28 @@ def _encode(o: object, out: list[str], nl: str) -> None:
 
 
 def dumps(obj: object) -> str:
-    """What `json.dumps(obj, indent=2)` returns."""
+    """What `json.dumps(obj, indent=2)` returns, except that a surrogate code point in a string (a config or
+    metadata value; names holding one are refused, core/tensor.py `check_name`) is written as U+FFFD: json
+    would write `\\ud800` alone, which strict parsers (RFC 8259 8.2, Rust's serde_json, jq) reject."""
+    text = _dumps(obj)
+    return _dumps(_clean(obj)) if "\\ud" in text or "\\uD" in text else text
+
+
+def _dumps(obj: object) -> str:
     out: list[str] = []
     try:
         _encode(obj, out, "\n")
     except (_Other, RecursionError):
         return json.dumps(obj, indent=2)
     return "".join(out)
+
+
+def _clean(o: object) -> object:
+    """The report with surrogates replaced (rare: only when the text may hold one)."""
+    if isinstance(o, str):
+        return without_surrogates(o)
+    if isinstance(o, dict):
+        return {_clean(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o

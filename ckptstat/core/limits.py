@@ -29,12 +29,18 @@ class Limits:
     zip_ratio: int = 1100
     pickle_ratio: int = 64
     pickle_bytes: int = 256 << 20
+    # Bytes a deflated member (an .npz array of savez_compressed, a .keras model.weights.h5) may inflate to per
+    # compressed byte (+ expansion_floor) when its values are read or it is decompressed to a temporary file: real
+    # weights deflate 1.1-3:1, zeros 1000:1 (a 3 MB .npz of three 1 GiB zero arrays took 27 s of `stats`).
+    inflate_ratio: int = 128
     # A strided view over a compressed storage record, or a deflated .keras model.weights.h5, is
     # decompressed into a temporary file first: at most this many bytes of it.
     spill_bytes: int = 16 << 30
-    # What the unpickler's calls may build (bytearray(), set(), OrderedDict(...) of memo'd objects),
-    # in bytes per byte of pickle (+ 16 MiB): copies of one big object are not free.
-    pickle_build_ratio: int = 8
+    # What a pickle may build, in bytes of Python objects per byte of pickle (+ 16 MiB): each opcode's object
+    # (an empty set costs 216 bytes for 1 of pickle, a memo entry ~100 for 2) and what its calls return
+    # (bytearray(), set(), OrderedDict(...) of memo'd objects: copies of one big object are not free). Real
+    # saves build ~9 bytes a byte (130,000 tiny tensors: 8.6).
+    pickle_build_ratio: int = 16
     # GGUF: metadata keys and tensors (each costs ~1 KiB of Python objects), a key's or a tensor
     # name's length, and the longest string value kept as metadata (longer ones are summarised).
     gguf_keys: int = 1 << 16
@@ -50,6 +56,9 @@ class Limits:
     # command on a 3-shard model makes ~10 requests of ~100 KiB each; values stream the whole checkpoint.
     remote_requests: int = 100_000
     remote_bytes: int = 1 << 40
+    # Seconds one command may spend on the network, from its first request: one deadline however a server
+    # behaves (a byte every 0.3 s, endless retries). Streaming a big checkpoint's values may need more.
+    remote_seconds: int = 4 * 3600
     # `ckptstat scan URL` of a file that is not a zip (a bare pickle, a legacy stream, a tar): fetched whole when
     # it is at most this big; a bigger one is read by ranges up to this many bytes from its start, and the verdict
     # is 'unknown' when torch.load's path goes further (docs/torch.md, "Remote files").

@@ -13,6 +13,7 @@ from . import dtypes
 from .files import file_size, open_regular
 from .io import RawFile, contiguous_strides, extent, read_bytes, read_view
 from .limits import limits
+from .text import has_surrogate, inert
 
 if TYPE_CHECKING:  # numpy is imported only where values are read: a summary needs headers alone
     from numpy.typing import NDArray
@@ -45,6 +46,7 @@ class TensorInfo:
     extra: Mapping[str, object] = field(default_factory=dict, compare=False, hash=False)
 
     def __post_init__(self) -> None:
+        check_name(self.file, self.name)
         # Every reader's shape passes here: a dimension or a product past int64 is an error, never a
         # Python big int that later code multiplies or loops over.
         n = 1
@@ -62,6 +64,8 @@ class TensorInfo:
         """A contiguous little-endian tensor whose shape the caller has checked as __post_init__ does (plain
         ints, 0 < product <= 2^63-1), built without the frozen dataclass's setattr per field: a reader of a
         million-tensor header calls this a million times (docs/performance.md). Equal to TensorInfo(...)."""
+        if not name.isascii():
+            check_name(file, name)
         obj = object.__new__(cls)
         d = obj.__dict__   # the defaulted fields (byteorder, stride, storage, extra) are read from the class
         d["name"] = name
@@ -97,6 +101,16 @@ class TensorInfo:
         return (self.file, self.storage, self.offset, self.shape, self.stride)
 
 
+def check_name(file: str, name: object) -> None:
+    """Every reader's tensor names pass here: a name must be text that UTF-8 can write. A lone surrogate
+    (`\\ud800` in a safetensors header's JSON, which Python's json accepts and the safetensors library
+    refuses; BINUNICODE bytes a pickle's 'surrogatepass' decodes) is refused in one line, for every format
+    alike: such a name cannot be printed, written to a report, nor put in strict JSON (docs/security.md)."""
+    if isinstance(name, str) and has_surrogate(name):
+        raise CorruptCheckpointError(file, f"tensor name {inert(ascii(name)[1:-1][:120])!r} holds a lone surrogate: "
+                                           "not valid Unicode (the safetensors library refuses it too)")
+
+
 # `validated` instances read `extra` from the class: no extra facts, and read-only, so no instance can
 # change another's (replace() and TensorInfo(...) still give each their own dict).
 TensorInfo.extra = MappingProxyType({})
@@ -112,10 +126,23 @@ def stored_bytes(info: TensorInfo) -> int:
     return info.nbytes
 
 
+def check_inflation(file: str, what: str, inflated: int, deflated: int) -> None:
+    """Refuse to decompress `what` (deflated to `deflated` bytes from `inflated`) past limits().inflate_ratio x its
+    compressed size + expansion_floor: the work and the temporary files stay linear in the bytes stored."""
+    lim = limits()
+    if inflated > lim.inflate_ratio * deflated + lim.expansion_floor:
+        raise CorruptCheckpointError(file, f"{what} inflates from {deflated:,} bytes to {inflated:,}, more than "
+                                           f"{lim.inflate_ratio}x; not decompressed (--limit inflate_ratio=N)")
+
+
 def check_expansion(info: TensorInfo) -> None:
     """Refuse to read values a tensor does not store: more than limits().expansion bytes of values per
     stored byte (+ expansion_floor), e.g. a stride-0 view over a huge shape, or an HDF5 dataset of
-    2^60 unallocated elements. The work a value read does is then linear in the bytes stored."""
+    2^60 unallocated elements; a deflated tensor (`extra["deflated"]`: its compressed bytes) past
+    limits().inflate_ratio. The work a value read does is then linear in the bytes stored."""
+    deflated = info.extra.get("deflated")
+    if isinstance(deflated, int):
+        check_inflation(info.file, f"tensor {info.name!r}", info.nbytes, deflated)
     lim = limits()
     logical, stored = info.byte_size, stored_bytes(info)
     if logical > lim.expansion * stored + lim.expansion_floor:

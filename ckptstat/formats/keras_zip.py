@@ -27,7 +27,7 @@ from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
 from ..core.io import SeekableReader
 from ..core.limits import limits
-from ..core.tensor import read_flat_file
+from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CorruptCheckpointError, reading
 from .keras_h5 import _KERAS3_DENSE, _dtype, _h5py, _hyperslab, _walk
 from .registry import Format, Probe, register
@@ -106,7 +106,10 @@ def _weights(path: str, values: _Values | None = None) -> Iterator[tuple[Any, in
             with h5py.File(_Window(f, start, info.file_size), "r") as h5:
                 yield h5, start, zf
             return
-        spill = limits().spill_bytes   # a deflated member may declare ~1000x its compressed size (data_offset)
+        # a deflated member may declare ~1000x its compressed size (data_offset): a 1 MB archive whose weights inflate
+        # to 1 GiB of zeros was spilled whole, for 64 bytes of values
+        check_inflation(path, WEIGHTS, info.file_size, info.compress_size)
+        spill = limits().spill_bytes
         if info.file_size > spill:
             raise CorruptCheckpointError(path, f"{WEIGHTS} is deflated to {info.compress_size:,} bytes from "
                                                f"{info.file_size:,}, more than the {spill:,} ckptstat decompresses to a "

@@ -130,7 +130,8 @@ def _open_npz(path: str) -> Checkpoint:
             else:
                 compressed += 1
                 t = _tensor(path, name, header, path, None, stored, {"member": info.filename, "record": info.filename,
-                                                                     "storage_byte_offset": at})
+                                                                     "storage_byte_offset": at,
+                                                                     "deflated": info.compress_size})
             if name in tensors:
                 raise CorruptCheckpointError(path, f"two members hold array {name!r}")
             tensors[name] = t

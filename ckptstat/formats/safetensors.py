@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import struct
 
 from ..core import Checkpoint, TensorInfo, dtypes
@@ -61,6 +62,9 @@ def _int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
 def read_header(path: str) -> tuple[int, dict[str, object]]:
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
@@ -78,6 +82,11 @@ def read_header(path: str) -> tuple[int, dict[str, object]]:
         header = json.loads(text)
         if not _no_repeats(text, header):   # the per-object hook costs ~0.05 s at 200k tensors: only when needed
             header = json.loads(text, object_pairs_hook=_no_duplicates)
+        if _SURROGATE_ESCAPE.search(text):   # json takes "\ud800" alone; serde_json (the reference) does not
+            json.dumps(header, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise CorruptCheckpointError(path, "header is not valid JSON (a lone surrogate escape such as \\ud800: "
+                                           "not Unicode, which the safetensors library refuses too)") from None
     except UnicodeDecodeError:
         raise CorruptCheckpointError(path, "header is not valid UTF-8") from None
     except ValueError as e:

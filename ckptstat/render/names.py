@@ -14,6 +14,8 @@ from rich.measure import Measurement
 from rich.table import Table
 from rich.text import Text
 
+from ..core.text import inert
+
 ELLIPSIS = "…"
 # Where a name may be cut, with what a cut there costs in characters: between components of module
 # paths (bert.encoder.layer.1), TF scopes (bert/encoder) and Keras names (dense/kernel:0) for free;
@@ -22,13 +24,7 @@ ELLIPSIS = "…"
 SEPARATORS = {".": 0, "/": 0, ":": 0, "_": 3, "-": 3}
 MIN_WIDTH = 16       # what a name asks for when rich must squeeze the table
 NARROWEST = 10       # the least a name column gets when the other columns need the rest
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 _INDEX = re.compile(r"[./_\[](\d+)(?:[./:_\]]|$)")
-
-
-def inert(s: object) -> str:
-    """A file-derived string with its control characters (terminal escapes) shown as \\xNN."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
 
 
 def safe(s: object) -> Text:

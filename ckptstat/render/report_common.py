@@ -8,8 +8,9 @@ from __future__ import annotations
 import base64
 import html
 import io
-import re
 from typing import TYPE_CHECKING
+
+from ..core.text import inert
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -17,16 +18,6 @@ if TYPE_CHECKING:
 
 def num(x: float | None, fmt: str = ".3g") -> str:
     return "" if x is None else format(x, fmt)
-
-
-# C0 and C1 control characters (a terminal escape, BEL, a carriage return) in text from files: shown as
-# \xNN in every report, so that `cat report.md` or a browser's view-source never replays them.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
-
-
-def inert(x: object) -> str:
-    """A file-derived string with its control characters shown as \\xNN (render/names.py's rule)."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(x))
 
 
 def plot_text(x: object) -> str:

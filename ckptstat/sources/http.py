@@ -11,23 +11,28 @@ size, unless --allow-full-download. So the GET is made here, on the same session
   range asked from byte 0 (a small config.json); otherwise refused, or, with --allow-full-download,
   the body is spooled to a temporary file (counted against --limit remote_bytes as it arrives);
 - 416 from a range past the end: the size from `Content-Range: bytes */TOTAL` (an empty file);
-- 401/403/404: one line naming the URL; 429, 5xx, timeouts and dropped connections: retried with
-  exponential backoff (Retry-After honoured, capped), each attempt counted;
-- redirects (the Hub's resolve URL -> its CDN) are followed by aiohttp, which drops Authorization
-  when the redirect leaves the origin;
-- a reply longer than the range asked is an error, read no further (a hostile server cannot make
-  ckptstat buffer more than it asked for).
+- 401/403/404: one line naming the URL; 429 and 5xx: retried with exponential backoff (Retry-After
+  honoured, capped); timeouts and dropped connections: retried twice; each attempt counted, every
+  attempt and wait within the command's deadline (`--limit remote_seconds`), and a reply must keep up
+  SETTINGS.min_rate (a server trickling a byte at a time is a timeout);
+- redirects are followed here, one hop at a time, as far as sources/redirects.py's policy allows
+  (same origin, the Hub's CDN, never file:// nor from a public host to an internal one);
+  Authorization is dropped when a redirect leaves the origin;
+- a reply longer than the range asked, or whose Content-Range or Content-Length claims more, is an
+  error, read no further (a hostile server cannot make ckptstat buffer more than it asked for).
 """
 from __future__ import annotations
 
 import asyncio
 import re
 import tempfile
+import time
 from dataclasses import dataclass
 from typing import IO, Any
 
 from ..core.urls import redact
 from ..errors import CheckpointError, FileNotFound
+from . import redirects
 from .meter import METER, SETTINGS
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
@@ -66,6 +71,14 @@ def _retry_after(value: str | None, default: float) -> float:
         return default
 
 
+class _Retry(Exception):
+    """A status the server means as `try again` (429, 5xx): `last` says it, `wait` is its Retry-After."""
+
+    def __init__(self, last: str, wait: float):
+        super().__init__(last)
+        self.last, self.wait = last, wait
+
+
 class HttpTransport:
     """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session)."""
 
@@ -74,12 +87,18 @@ class HttpTransport:
         from fsspec.implementations.http import HTTPFileSystem
 
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout, sock_read=SETTINGS.read_timeout)
-        self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout})
+        # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only
+        self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
 
-    def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "") -> Reply:
+    def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "",
+            hosts: tuple[str, ...] = ()) -> Reply:
+        """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py)."""
         from fsspec.asyn import sync
 
-        reply: Reply = sync(self.fs.loop, self._get, url, start, end, dict(headers or {}), hint)
+        from ..core.files import external_allowed
+
+        ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed())
+        reply: Reply = sync(self.fs.loop, self._get, ask)
         return reply
 
     def ls(self, url: str) -> list[str]:
@@ -93,33 +112,58 @@ class HttpTransport:
             raise CheckpointError(redact(url), f"cannot list the folder ({type(e).__name__})") from None
         return [str(u) for u in found]
 
-    async def _get(self, url: str, start: int, end: int, headers: dict[str, str], hint: str) -> Reply:
+    async def _get(self, ask: _Ask) -> Reply:
+        """One range GET, retried: 429/5xx up to SETTINGS.retries times, timeouts and dropped or refused
+        connections up to SETTINGS.drop_retries times (a server that hangs up fails fast); every attempt and
+        every wait within the command's deadline (Meter.time_left)."""
         import aiohttp
 
         session = await self.fs.set_session()
-        headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
-        delay, last = SETTINGS.backoff, ""
-        for attempt in range(SETTINGS.retries + 1):
-            METER.request(url)
+        ask.headers.update({"Range": f"bytes={ask.start}-{ask.end - 1}", "Accept-Encoding": "identity"})
+        delay, last, server, dropped = SETTINGS.backoff, "", 0, 0
+        while True:
+            METER.request(ask.url)
             wait = delay
             try:
-                async with session.get(url, headers=headers, allow_redirects=True) as r:
-                    if r.status in RETRY_STATUS:
-                        last = f"HTTP {r.status} {r.reason or ''}".rstrip()
-                        wait = _retry_after(r.headers.get("Retry-After"), delay)
-                    elif r.status >= 400 and r.status != 416:
-                        raise status_error(url, r.status, r.reason or "", hint)
-                    else:
-                        return await self._reply(r, url, start, end)
+                return await asyncio.wait_for(self._attempt(session, ask), METER.time_left(ask.url))
+            except _Retry as e:
+                last, wait, server = e.last, e.wait, server + 1
+                if server > SETTINGS.retries:
+                    break
             except (aiohttp.ClientError, asyncio.TimeoutError) as e:
                 last = "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection failed ({type(e).__name__})"
-            if attempt < SETTINGS.retries:
-                METER.retries += 1
-                await asyncio.sleep(wait)
-                delay = min(delay * 2, SETTINGS.backoff_cap)
-        raise CheckpointError(redact(url), f"{last}, after {SETTINGS.retries + 1} attempts")
+                dropped += 1
+                if dropped > SETTINGS.drop_retries:
+                    break
+            METER.retries += 1
+            await asyncio.sleep(min(wait, METER.time_left(ask.url)))
+            delay = min(delay * 2, SETTINGS.backoff_cap)
+        raise CheckpointError(redact(ask.url), f"{last}, after {server + dropped} attempts")
 
-    async def _reply(self, r: Any, url: str, start: int, end: int) -> Reply:
+    async def _attempt(self, session: Any, ask: _Ask) -> Reply:
+        """One attempt: the GET and the redirects the policy allows, one hop at a time."""
+        from urllib.parse import urljoin
+
+        here, headers, t0 = ask.url, ask.headers, time.monotonic()
+        for _ in range(redirects.MAX_REDIRECTS + 1):
+            async with session.get(here, headers=headers, allow_redirects=False) as r:
+                if 300 <= r.status < 400 and r.headers.get("Location"):
+                    there = urljoin(here, str(r.headers["Location"]).strip())
+                elif r.status in RETRY_STATUS:
+                    raise _Retry(f"HTTP {r.status} {r.reason or ''}".rstrip(), _retry_after(r.headers.get("Retry-After"),
+                                                                                          SETTINGS.backoff))
+                elif r.status >= 300 and r.status != 416:
+                    raise status_error(ask.url, r.status, r.reason or "", ask.hint)
+                else:
+                    return await self._reply(r, ask, t0)
+            await redirects.check(ask.url, here, there, ask.hosts, ask.allow_external)
+            if redirects.origin(there) != redirects.origin(ask.url):   # a token never leaves its origin
+                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
+            here = there
+        raise CheckpointError(redact(ask.url), f"more than {redirects.MAX_REDIRECTS} redirects")
+
+    async def _reply(self, r: Any, ask: _Ask, t0: float) -> Reply:
+        url, start, end = ask.url, ask.start, ask.end
         ctype = str(r.headers.get("Content-Type", "")).partition(";")[0].strip()
         m = _CONTENT_RANGE.fullmatch(str(r.headers.get("Content-Range", "")).strip())
         total = int(m[3]) if m and m[3] != "*" else None
@@ -129,14 +173,19 @@ class HttpTransport:
         length = r.headers.get("Content-Length")
         length = int(length) if length is not None and str(length).isdigit() else None
         if r.status == 206:
-            if m is None or m[1] is None or int(m[1]) != start:
+            # The reply must be the range asked, or its head (the file ends sooner): a Content-Range or a
+            # Content-Length claiming more is refused before a byte of the body is read.
+            last = int(m[2]) if m is not None and m[1] is not None else -1
+            if m is None or m[1] is None or int(m[1]) != start or not start <= last < end \
+                    or (total is not None and last >= total) or (length is not None and length != last - start + 1):
                 raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
-                                                   f"with Content-Range {r.headers.get('Content-Range')!r}")
-            body = await self._read(r, url, int(m[2]) - start + 1)
+                                                   f"with Content-Range {_quoted(r.headers.get('Content-Range'))} and "
+                                                   f"Content-Length {_quoted(r.headers.get('Content-Length'))}")
+            body = await self._read(r, url, last - start + 1, t0)
             return Reply(body, total, ctype, etag=etag)
         # 200: the server sent the whole file.
         if start == 0 and length is not None and length <= end:
-            return Reply(await self._read(r, url, length), length, ctype, etag=etag)
+            return Reply(await self._read(r, url, length, t0), length, ctype, etag=etag)
         if not SETTINGS.allow_full_download:
             size = f"{length:,} bytes" if length is not None else "of unknown size"
             raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
@@ -149,6 +198,7 @@ class HttpTransport:
                 spool.write(piece)
                 n += len(piece)
                 METER.received(url, len(piece))
+                _keep_up(t0, n)
             if length is not None and n != length:
                 raise CheckpointError(redact(url), f"the download ended after {n:,} of {length:,} bytes")
         except BaseException:
@@ -157,12 +207,42 @@ class HttpTransport:
         spool.seek(0)
         return Reply(b"", n, ctype, spool, etag)
 
-    async def _read(self, r: Any, url: str, expected: int) -> bytes:
-        """Exactly the body the reply announced, at most `expected` bytes (never more)."""
+    async def _read(self, r: Any, url: str, expected: int, t0: float) -> bytes:
+        """Exactly the body the reply announced, `expected` bytes (never more), in bounded pieces, at no less
+        than SETTINGS.min_rate: a body that ends short is a dropped connection (retried)."""
+        import aiohttp
+
         out = bytearray()
         while piece := await r.content.read(min(_PIECE, expected + 1 - len(out))):
             out += piece
             METER.received(url, len(piece))
             if len(out) > expected:
                 raise CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
+            _keep_up(t0, expected)
+        if len(out) < expected:
+            raise aiohttp.ClientPayloadError(f"the reply ended after {len(out):,} of {expected:,} bytes")
         return bytes(out)
+
+
+@dataclass
+class _Ask:
+    """One range request: what to fetch, and where its redirects may lead."""
+
+    url: str
+    start: int
+    end: int
+    headers: dict[str, str]
+    hint: str
+    hosts: tuple[str, ...]
+    allow_external: bool
+
+
+def _keep_up(t0: float, n: int) -> None:
+    """A reply of n bytes may take read_timeout + n / min_rate seconds: a server trickling a byte at a time
+    (never silent for read_timeout, which is all aiohttp's sock_read sees) is a timeout."""
+    if time.monotonic() - t0 > SETTINGS.read_timeout + n / SETTINGS.min_rate:
+        raise asyncio.TimeoutError
+
+
+def _quoted(v: object) -> str:
+    return ascii(str(v)[:80]) if v is not None else "(none)"

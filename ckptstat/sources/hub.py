@@ -19,6 +19,10 @@ from ..errors import CheckpointError, FileNotFound, MissingDependencyError
 from .meter import METER
 from .target import Target
 
+# Where the Hub's resolve URL redirects a file's bytes (its CDN: cdn-lfs.hf.co, cdn-lfs-us-1.hf.co, the Xet bridge
+# cas-bridge.xethub.hf.co, the older cdn-lfs.huggingface.co): the hosts besides the endpoint's own that a redirect
+# of an hf:// read may lead to (sources/redirects.py; still never from a public host to an internal one).
+HUB_HOSTS = ("hf.co", "*.hf.co", "huggingface.co", "*.huggingface.co")
 HINT = "; a gated or private repository needs a token: set HF_TOKEN or run `hf auth login`"
 _fs: dict[str, Any] = {}
 _lock = threading.Lock()
@@ -96,7 +100,7 @@ def target(url: str) -> Target:
     if not rp.path_in_repo:
         raise CheckpointError(redact(url), "is a repository, not a file")
     http_url = hf_hub_url(rp.repo_id, rp.path_in_repo, repo_type=rp.repo_type, revision=rp.revision, endpoint=fs.endpoint)
-    return Target(url, http_url=http_url, headers=dict(build_hf_headers()), hint=HINT)
+    return Target(url, http_url=http_url, headers=dict(build_hf_headers()), hint=HINT, hosts=HUB_HOSTS)
 
 
 def kind(url: str) -> str | None:

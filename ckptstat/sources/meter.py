@@ -8,6 +8,7 @@ totals as a `fetched` object; a progress callback sees the byte count grow while
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -23,16 +24,30 @@ class Meter:
     retries: int = 0
     full_downloads: int = 0
     progress: Callable[[int], None] | None = None   # called with the bytes fetched so far
+    started: float | None = None   # time.monotonic() of the command's first request: the deadline counts from it
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def request(self, url: str) -> None:
-        """Count one request about to be sent; refuse it past limits().remote_requests."""
+        """Count one request about to be sent; refuse it past limits().remote_requests or the deadline."""
         cap = limits().remote_requests
         with self._lock:
             if self.requests >= cap:
                 raise CheckpointError(redact(url), f"this command has made {self.requests:,} requests, the most "
                                                    f"ckptstat makes (--limit remote_requests={cap} to raise it)")
             self.requests += 1
+            if self.started is None:
+                self.started = time.monotonic()
+        self.time_left(url)
+
+    def time_left(self, url: str) -> float:
+        """Seconds left before the command's deadline (limits().remote_seconds from its first request); past
+        it, one line naming the URL."""
+        cap = limits().remote_seconds
+        left = cap - (time.monotonic() - self.started) if self.started is not None else float(cap)
+        if left <= 0:
+            raise CheckpointError(redact(url), f"gave up: this command has spent {cap:,} s on the network, the most "
+                                               "ckptstat spends (--limit remote_seconds=N to raise it)")
+        return left
 
     def received(self, url: str, n: int) -> None:
         """Count n body bytes; refuse more past limits().remote_bytes."""
@@ -49,6 +64,7 @@ class Meter:
     def reset(self) -> None:
         with self._lock:
             self.requests = self.bytes = self.retries = self.full_downloads = 0
+            self.started = None
 
     def merge(self, counts: dict[str, int] | None) -> None:
         """Add what another process fetched (a worker's `since` counts), without the limit checks: the
@@ -77,7 +93,9 @@ class Settings:
     allow_full_download: bool = False
     connect_timeout: float = 10.0    # seconds to open a connection
     read_timeout: float = 60.0       # seconds without a byte from the server
-    retries: int = 5                 # attempts after the first, on 429, 5xx, timeouts and dropped connections
+    min_rate: int = 64 << 10         # bytes a second a reply must keep up: a request may take read_timeout + n / min_rate
+    retries: int = 5                 # attempts after the first, on 429 and 5xx (the server asks to try again)
+    drop_retries: int = 2            # attempts after the first on a timeout, a dropped or refused connection
     backoff: float = 0.5             # seconds before the first retry, doubling each time (Retry-After wins, capped)
     backoff_cap: float = 30.0
     concurrency: int = 8             # shard headers fetched at once

@@ -69,7 +69,7 @@ class Blob:
     def _fetch(self, start: int, end: int) -> bytes:
         t = self.target
         if t.http_url is not None:
-            reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint)
+            reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint, t.hosts)
             if reply.total is not None and self.size is not None and reply.total != self.size:
                 raise CheckpointError(redact(t.url), f"the file changed while it was read ({self.size:,} bytes, "
                                                      f"then {reply.total:,})")

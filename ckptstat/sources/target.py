@@ -16,3 +16,4 @@ class Target:
     fs: Any = None               # other schemes: the fsspec filesystem and its path
     path: str = ""
     hint: str = ""               # said after an access-denied error
+    hosts: tuple[str, ...] = ()  # hosts besides the URL's own a redirect may lead to (sources/redirects.py)

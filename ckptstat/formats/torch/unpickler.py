@@ -64,11 +64,34 @@ def remaining(f: IO[bytes]) -> int:
     return end - pos
 
 
-def _guarded(op: _Op, sized: bool) -> _Op:
+# What an opcode's result costs in memory, in bytes (CPython 3.11, 64-bit, sys.getsizeof; a memo entry: its int
+# key and dict slot), charged to SafeUnpickler.built with what calls build. The opcode bound grows with the
+# pickle's size, so it no longer bounds memory: a 4 MB data.pkl of 3.96M EMPTY_SETs (1 byte each) built
+# 931 MB of sets, 1.3M memoised ones 403 MB. A real save costs ~9 bytes a byte of pickle (130,000 tensors:
+# 8 memo entries, 2 strings and 2 tuples a tensor), an empty set 216 a byte.
+_COSTS = {
+    **dict.fromkeys((pickle.EMPTY_SET, pickle.FROZENSET), 216),
+    **dict.fromkeys((pickle.EMPTY_DICT, pickle.DICT), 64),
+    **dict.fromkeys((pickle.EMPTY_LIST, pickle.LIST), 56),
+    pickle.TUPLE: 56, pickle.TUPLE1: 48, pickle.TUPLE2: 56, pickle.TUPLE3: 64,
+    **dict.fromkeys((pickle.PUT, pickle.BINPUT, pickle.LONG_BINPUT, pickle.MEMOIZE), 100),
+    **dict.fromkeys((pickle.BINUNICODE, pickle.SHORT_BINUNICODE, pickle.BINUNICODE8, pickle.UNICODE, pickle.STRING,
+                     pickle.BINSTRING, pickle.SHORT_BINSTRING, pickle.BINBYTES, pickle.SHORT_BINBYTES,
+                     pickle.BINBYTES8), 49),
+    **dict.fromkeys((pickle.BININT, pickle.BININT2, pickle.LONG1, pickle.LONG4, pickle.INT, pickle.LONG), 28),
+    pickle.BINFLOAT: 24, pickle.FLOAT: 24,
+}
+
+
+def _guarded(op: _Op, sized: bool, cost: int = 0) -> _Op:
     def run(self: SafeUnpickler) -> None:
         self.ops += 1
         if self.ops > self.max_ops:
             raise Refused(f"pickle runs more than {self.max_ops:,} opcodes")
+        if cost:
+            self.built += cost
+            if self.built > self.max_built:
+                self.over_budget()
         op(self)
         if len(self.stack) > MAX_STACK or len(self.metastack) > MAX_STACK:
             raise Refused(f"pickle stack deeper than {MAX_STACK:,}")
@@ -90,7 +113,8 @@ class SafeUnpickler(pickle._Unpickler):
     read: Callable[[int], bytes]
     readinto: Callable[[bytearray], int]
 
-    dispatch = {k: _guarded(f, bytes([k]) in _CONTAINER_OPS) for k, f in pickle._Unpickler.dispatch.items()}
+    dispatch = {k: _guarded(f, bytes([k]) in _CONTAINER_OPS, _COSTS.get(bytes([k]), 0))
+                for k, f in pickle._Unpickler.dispatch.items()}
 
     def __init__(self, file: IO[bytes], path: str, record: str, storages: bool = True, limit: int | None = None):
         self.stream = Bounded(file, remaining(file) if limit is None else limit)
@@ -105,11 +129,17 @@ class SafeUnpickler(pickle._Unpickler):
         # (a byte an opcode at least), which pickle_bytes bounds, so the cap grows with the pickle's size.
         self.max_ops = max(MAX_OPS, self.stream.limit)
         self.storages: dict[str, StorageRef] = {}
-        # What calls (REDUCE, NEWOBJ) build is not bounded by the bytes read: bytearray(x), set(x),
-        # OrderedDict(x) each copy an object the pickle may reach again and again through its memo (a
-        # 61 KB pickle made 3.85 GB of bytearray copies). Their sizes are counted against a budget.
+        # What the pickle builds is counted against a budget in bytes: each opcode's object (_COSTS), and what
+        # calls (REDUCE, NEWOBJ) return, which the bytes read do not bound: bytearray(x), set(x), OrderedDict(x)
+        # each copy an object the pickle may reach again and again through its memo (a 61 KB pickle made
+        # 3.85 GB of bytearray copies).
         self.built = 0
         self.max_built = limits().pickle_build_ratio * self.stream.limit + BUILD_FLOOR
+
+    def over_budget(self) -> None:
+        raise Refused(f"pickle's opcodes and calls build more than {self.max_built:,} bytes of objects from "
+                      f"{self.stream.limit:,} bytes of pickle (copies of one object through the memo, millions of empty "
+                      "containers?; --limit pickle_build_ratio)")
 
     def account(self, obj: object) -> None:
         if isinstance(obj, (bytes, bytearray, str)):
@@ -117,8 +147,7 @@ class SafeUnpickler(pickle._Unpickler):
         elif isinstance(obj, (list, tuple, dict, set, frozenset)):
             self.built += 16 * len(obj)
         if self.built > self.max_built:
-            raise Refused(f"pickle's calls build more than {self.max_built:,} bytes of objects from "
-                          f"{self.stream.limit:,} bytes of pickle (copies of one object through the memo?)")
+            self.over_budget()
 
     def load_reduce(self) -> None:
         args = self.stack.pop()
