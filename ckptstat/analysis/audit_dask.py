@@ -14,9 +14,12 @@ Imported only on the `--scheduler` path: nothing of dask loads otherwise (tests/
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
+from ..core.urls import is_url
 from ..errors import MissingDependencyError, UsageError
 from .audit import Runner, Settings, audit_record, lost_record, settings
 from .audit_find import Unit
@@ -48,6 +51,16 @@ def _task(unit: Unit, values: bool, using: Settings) -> dict[str, Any]:
     return audit_record(unit, values, worker=name, using=using)
 
 
+def on_cluster(path: str) -> str:
+    """`path` as a worker must open it: a local path made absolute, since a worker's working directory
+    is its own (the client's relative paths mean nothing there); a URL as is."""
+    return path if is_url(path) else os.path.abspath(path)
+
+
+def _absolute(unit: Unit) -> Unit:
+    return replace(unit, path=on_cluster(unit.path), files=tuple(on_cluster(f) for f in unit.files))
+
+
 def _key(unit: Unit) -> str:
     digest = hashlib.blake2b(repr(unit.key).encode("utf-8", "backslashreplace"), digest_size=12).hexdigest()
     return f"ckptstat-audit-{digest}"
@@ -67,15 +80,19 @@ def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: in
     client, owned = client_for(scheduler)
     try:
         # One map, one graph sent to the scheduler (a submit per unit costs a round trip each).
-        submitted = client.map(_task, units, values=values, using=settings(), key=[_key(u) for u in units],
-                               pure=False, retries=retries)
+        submitted = client.map(_task, [_absolute(u) for u in units], values=values, using=settings(),
+                               key=[_key(u) for u in units], pure=False, retries=retries)
         futures = {f.key: u for f, u in zip(submitted, units)}
-        for fut in as_completed(submitted):
+        # The client is not the process's default (set_as_default=False: a library must not install one),
+        # so as_completed is told its loop; without it, it looks for a default client and finds none.
+        for fut in as_completed(submitted, loop=client.loop):
             unit = futures[fut.key]
             try:
-                yield fut.result()
+                rec = fut.result()
             except Exception as e:  # noqa: BLE001 - KilledWorker, a lost connection: a record, not the end
-                yield lost_record(unit, 1 + retries, f"{type(e).__name__}: {e}")
+                rec = lost_record(unit, 1 + retries, f"{type(e).__name__}: {e}")
+            rec["path"] = unit.path   # the record keeps the user's spelling: the resume key, as a local run's
+            yield rec
             fut.release()
     finally:
         if owned:
