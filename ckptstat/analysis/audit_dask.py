@@ -20,17 +20,24 @@ from dataclasses import replace
 from typing import Any
 
 from ..core.urls import is_url
-from ..errors import MissingDependencyError, UsageError
+from ..errors import UsageError, missing_extra, one_line
 from .audit import Runner, Settings, audit_record, lost_record, settings
 from .audit_find import Unit
 
 
+def distributed() -> Any:
+    """dask's distributed module, or the one line naming the extra (the first thing every --scheduler
+    path calls, before any other import of dask)."""
+    try:
+        import distributed
+    except ImportError as e:
+        raise missing_extra("--scheduler", e.name, "dask") from None
+    return distributed
+
+
 def client_for(scheduler: Any) -> tuple[Any, bool]:
     """(a distributed.Client, whether we own it): from an address, or a Client / cluster given as is."""
-    try:
-        from distributed import Client
-    except ImportError:
-        raise MissingDependencyError("--scheduler needs dask's distributed: pip install 'ckptstat[dask]'") from None
+    Client = distributed().Client
     if isinstance(scheduler, Client):
         return scheduler, False
     if isinstance(scheduler, str) and "://" not in scheduler:
@@ -38,7 +45,7 @@ def client_for(scheduler: Any) -> tuple[Any, bool]:
     try:
         return Client(scheduler, set_as_default=False, timeout="30s"), True
     except OSError as e:
-        raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({e})") from None
+        raise UsageError(f"--scheduler {scheduler}: cannot reach the Dask scheduler ({one_line(str(e))})") from None
 
 
 def _task(unit: Unit, values: bool, using: Settings) -> dict[str, Any]:
@@ -75,8 +82,7 @@ def runner(scheduler: Any) -> Runner:
 def run_dask(units: list[Unit], scheduler: Any, values: bool = True, retries: int = 0) -> Iterator[dict[str, Any]]:
     """Records of `units` as the cluster finishes them. `retries`: extra attempts for a task that
     raised (a record never raises, so this is for the machinery: a worker lost mid-transfer)."""
-    from distributed import as_completed
-
+    as_completed = distributed().as_completed
     client, owned = client_for(scheduler)
     try:
         # One map, one graph sent to the scheduler (a submit per unit costs a round trip each).

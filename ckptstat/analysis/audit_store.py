@@ -17,7 +17,7 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from ..errors import MissingDependencyError, UsageError
+from ..errors import UsageError, missing_extra
 from .audit_find import resume_key
 
 NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched")
@@ -82,7 +82,7 @@ def _pyarrow() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise MissingDependencyError("--out *.parquet needs pyarrow: pip install 'ckptstat[parquet]'") from None
+        raise missing_extra("--out *.parquet", "pyarrow", "parquet") from None
     return pq
 
 

@@ -96,9 +96,9 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
                  all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK,
                  progress: Progress | None = None) -> StatsRun:
     """analysis.stats.collect's report (schema ckptstat.stats/1), the tensors read on the cluster."""
-    from distributed import as_completed
+    from .audit_dask import client_for, distributed, on_cluster
 
-    from .audit_dask import client_for, on_cluster
+    as_completed = distributed().as_completed
 
     if chunk_bytes < 1:
         raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
