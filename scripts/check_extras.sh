@@ -52,7 +52,7 @@ with Server(sys.argv[1]) as s:
         for _ in $(seq 100); do [ -s "$work/url" ] && break; sleep 0.1; done
         url=$(cat "$work/url")
         "$bin/ckptstat" summary "$url/bert-tiny" --json | "$bin/python" -c \
-            'import json, sys; assert json.load(sys.stdin)["parameters"]["total"] > 0'
+            'import json, sys; assert json.load(sys.stdin)["parameters"]["unique"] > 0'
         ;;
     dask)
         bin=$(venv dask "$root[dask]")

@@ -34,7 +34,8 @@ def test_stats_csv_and_filters(capsys) -> None:
     assert float(rows[0]["min"]) <= float(rows[0]["p1"]) <= float(rows[0]["p99"]) <= float(rows[0]["max"])
 
 
-def test_stats_human_fits_80_columns(capsys) -> None:
+def test_stats_human_fits_80_columns(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")   # a terminal's width (piped with none, names are whole: test_cli_output.py)
     assert main(["stats", LLAMA, "--layers", "--tensors", "--workers", "2"]) == 0
     out = capsys.readouterr().out
     assert "Quantiles by bucket" in out and "encoder.2" in out
