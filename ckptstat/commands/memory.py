@@ -53,13 +53,7 @@ def memory(
     """Memory line by line with its rule, and whether it fits: --gpu/--gpu-mem, --tp/--pp/--zero, max --seq/--batch.
 
     Exit 0; with --gpu or --gpu-mem, 1 when it does not fit (or no verdict could be made), so that a script can
-    gate on it.
-
-    Examples:
-
-      ckptstat memory ./llama -b 4 -s 8192 --gpu H100 --tp 2
-
-      ckptstat memory ./llama --mode training --zero 3 --gpus 8 --gpu A100-80 --json"""
+    gate on it."""
     from ..analysis import memory as mem
     from ..analysis.planner import Plan
     from ..census.model import load, weights_only
