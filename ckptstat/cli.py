@@ -18,6 +18,7 @@ from .commands import analytic, memory, multi, values
 from .commands import audit as audit_cmd
 from .commands import report as report_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show, write_out
+from .commands.examples import epilog
 from .commands.quick import _line, quick
 from .core.jsontext import dumps
 from .errors import CkptstatError
@@ -25,7 +26,7 @@ from .render import DEFAULT_SEQ_RULE
 
 app = typer.Typer(
     rich_markup_mode="markdown",   # a docstring paragraph wraps as one paragraph in --help
-    add_completion=False,
+    add_completion=True,   # --install-completion / --show-completion (bash, zsh, fish, PowerShell; README)
     pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="Inspect checkpoints (safetensors, PyTorch, TensorFlow, Keras, GGUF, ONNX, numpy, Flax) from their headers, without "
@@ -33,7 +34,7 @@ app = typer.Typer(
 )
 
 
-@app.command()
+@app.command(epilog=epilog("summary"))
 def summary(
     path: str = PathArg,
     layers: bool = typer.Option(False, "--layers", help="Also show parameters per layer."),
@@ -60,7 +61,7 @@ def summary(
         render_summary(r, console(), show_layers=layers)
 
 
-@app.command()
+@app.command(epilog=epilog("tensors"))
 def tensors(
     path: str = PathArg,
     filter: Optional[str] = FilterOpt,
@@ -79,7 +80,7 @@ def tensors(
     show(r, as_json, "render_tensors")
 
 
-@app.command()
+@app.command(epilog=epilog("ties"))
 def ties(
     path: str = PathArg,
     deep: bool = typer.Option(False, "--deep", help="Also hash stored tensors to find identical copies "
@@ -95,7 +96,7 @@ def ties(
     show(r, as_json, "render_ties")
 
 
-@app.command()
+@app.command(epilog=epilog("diff"))
 def diff(
     a: str = typer.Argument(..., help="First checkpoint."),
     b: str = typer.Argument(..., help="Second checkpoint."),
@@ -152,15 +153,15 @@ def diff(
         raise typer.Exit(1)
 
 
-app.command()(analytic.flops)
-app.command()(memory.memory)
-app.command()(values.stats)
-app.command()(values.plot)
-app.command()(audit_cmd.audit)
-app.command()(report_cmd.report)
+app.command(epilog=epilog("flops"))(analytic.flops)
+app.command(epilog=epilog("memory"))(memory.memory)
+app.command(epilog=epilog("stats"))(values.stats)
+app.command(epilog=epilog("plot"))(values.plot)
+app.command(epilog=epilog("audit"))(audit_cmd.audit)
+app.command(epilog=epilog("report"))(report_cmd.report)
 
 
-@app.command()
+@app.command(epilog=epilog("scan"))
 def scan(path: str = typer.Argument(..., help="A torch.save file (zip, legacy, tar), a pickle, a folder to walk, or a URL."),
          as_json: bool = JsonOpt) -> None:
     """What torch.load without weights_only would run, following the path it takes through the file
@@ -184,7 +185,7 @@ def scan(path: str = typer.Argument(..., help="A torch.save file (zip, legacy, t
         raise typer.Exit(code)
 
 
-@app.command("run")
+@app.command("run", epilog=epilog("run"))
 def run_model(
     path: str = PathArg,
     device: str = typer.Option("cpu", "--device", help="cpu, cuda, cuda:N or mps."),

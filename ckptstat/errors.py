@@ -62,7 +62,25 @@ class UsageError(CkptstatError):
 
 
 class MissingDependencyError(CkptstatError):
-    pass
+    """An optional extra is not installed (README's "Extras" table): `extra` is the one to install."""
+
+    def __init__(self, message: str, extra: str | None = None):
+        self.extra = extra
+        super().__init__(message)
+
+
+def missing_extra(needs: str, module: str | None, extra: str, hint: str = "") -> MissingDependencyError:
+    """The one message for a feature whose extra is missing: what needs it, the module that is absent,
+    and the line to install it."""
+    what = f" ({module} is not installed)" if module else ""
+    return MissingDependencyError(f"{needs} needs the {extra!r} extra{what}: pip install 'ckptstat[{extra}]'{hint}",
+                                  extra)
+
+
+def one_line(text: str) -> str:
+    """Another library's multi-line message on one line: its lines, stripped, joined by a space (an error
+    line shows file-derived newlines as \\x0a, render/names.py `inert`; a library's are its layout)."""
+    return " ".join(part.strip() for part in text.splitlines() if part.strip())
 
 
 def as_checkpoint_error(path: str | os.PathLike[str], exc: BaseException, what: str = "") -> CheckpointError:

@@ -13,7 +13,7 @@ import time
 import warnings
 
 from .core import Checkpoint
-from .errors import CkptstatError, MissingDependencyError, UsageError
+from .errors import CkptstatError, UsageError, missing_extra
 from .families.base import architectures
 from .formats.registry import open_checkpoint
 
@@ -26,8 +26,7 @@ def _imports():
         import torch
         import transformers
     except ImportError as e:
-        raise MissingDependencyError(f"`ckptstat run` needs torch and transformers ({e.name} is missing): "
-                                     "pip install 'ckptstat[run]' (torch==2.13.0 for the CPU wheel)") from None
+        raise missing_extra("`ckptstat run`", e.name, "run") from None
     return torch, transformers
 
 

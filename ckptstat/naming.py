@@ -183,6 +183,18 @@ def _role_from(name: str, numbered: str, dtype: str, rank4: bool) -> str:
     return _role_of(numbered, dtype, rank4)
 
 
+# A normalisation layer's gain (scale) vector: its values sit near 1.0 while the weights around it sit near 0,
+# so `plot` draws gains in a panel of their own. BERT `LayerNorm.weight`, LLaMA `input_layernorm`/`norm`, GPT-2
+# `ln_1`/`ln_f`, T5 `layer_norm`, Whisper `self_attn_layer_norm`, GGUF `attn_norm`/`output_norm`, TF/Keras `gamma`
+# (of a LayerNormalization or BatchNormalization), Flax `scale`.
+_NORM_GAIN = re.compile(r"(^|\.)(\w*norm\w*|ln_?\w*|layer_normalization\w*|batch_normalization\w*)\.(weight|gamma|scale)$",
+                        re.IGNORECASE)
+
+
+def is_norm_gain(name: str) -> bool:
+    return bool(_NORM_GAIN.search(normalize(name)))
+
+
 @lru_cache(maxsize=1 << 16)
 def _role_of(name: str, dtype: str, rank4: bool) -> str:
     n = normalize(name)

@@ -8,6 +8,8 @@ import os
 import re
 import shutil
 import struct
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -99,15 +101,61 @@ def test_names_never_wrap_at_80_columns(cli, long_names, monkeypatch, command) -
     assert ELLIPSIS in out or not names
 
 
-def test_names_never_wrap_when_piped(long_names) -> None:
-    """Through typer's CliRunner: stdout is not a TTY, rich assumes 80 columns."""
+def test_names_whole_when_piped(long_names) -> None:
+    """Through typer's CliRunner: stdout is not a TTY and no $COLUMNS: a file has no width, so no name is cut;
+    with $COLUMNS=80 declared, the 80-column layout (names elided in their middle, never wrapped)."""
     env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
-    r = CliRunner().invoke(app, ["tensors", long_names], env={**env, "COLUMNS": None})
-    assert r.exit_code == 0, r.output
-    assert_reads_at_80(r.output, LONG + UNPLACED)
-    r = CliRunner().invoke(app, ["stats", long_names, "--tensors"], env={"COLUMNS": "80"})
-    assert r.exit_code == 0, r.output
-    assert_reads_at_80(r.output, LONG + UNPLACED)
+    for command in (["tensors"], ["stats", "--tensors"]):
+        r = CliRunner().invoke(app, [*command, long_names], env={**env, "COLUMNS": None})
+        assert r.exit_code == 0, r.output
+        assert ELLIPSIS not in r.output and all(any(n in line for line in r.output.splitlines()) for n in LONG + UNPLACED)
+        r = CliRunner().invoke(app, [*command, long_names], env={"COLUMNS": "80"})
+        assert r.exit_code == 0, r.output
+        assert_reads_at_80(r.output, LONG + UNPLACED)
+
+
+def _piped(*args: str, columns: str | None = None) -> str:
+    """ckptstat as a process with stdout to a pipe, as `ckptstat ... > file` or `| less` runs it."""
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
+    r = subprocess.run([sys.executable, "-m", "ckptstat", *args], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode in (0, 1), r.stderr
+    return r.stdout
+
+
+def _names(command: str, args: list[str]) -> list[str]:
+    """The names the command shows, from its own --json report."""
+    r = json.loads(_piped(command, *args, "--json"))
+    if command == "diff":
+        return [t["name"] for t in r["tensors"] if t["status"] != "equal"]
+    if command == "tensors":
+        return [t["name"] for t in r["tensors"]]
+    if command == "flops":   # a module inside a stack is shown relative to it: `  self_attn.q_proj`
+        return [m["module"].split("].", 1)[-1] for m in r["runs"][0]["modules"]]
+    return [n for t in r["ties"] for n in (t["alias"], t["target"])]
+
+
+@pytest.mark.parametrize("command, args", [
+    ("diff", [BERT, fixture("bert-tiny-mlm")]),
+    ("tensors", [fixture("bert-tiny-pretraining")]),
+    ("flops", [LLAMA]),
+    ("ties", [fixture("bert-tiny-mlm")]),
+], ids=["diff", "tensors", "flops", "ties"])
+def test_piped_output_keeps_every_name_whole(command, args) -> None:
+    """Issue 32: `ckptstat diff A B > file` read `encode…weight` for all 12 changed encoder weights. Piped,
+    every name the --json report holds is on one line of the text, whole; at a declared 80 columns the
+    same command does elide (so the names are long enough for the test to mean something), except ties,
+    whose lines move their suffix instead."""
+    names = _names(command, args)
+    assert names
+    out = _piped(command, *args)
+    lines = out.splitlines()
+    assert ELLIPSIS not in out
+    for n in names:
+        assert any(n in line for line in lines), (n, out)
+    if command != "ties":
+        assert ELLIPSIS in _piped(command, *args, columns="80")
 
 
 def test_wide_terminal_shows_names_whole(cli, long_names, monkeypatch) -> None:

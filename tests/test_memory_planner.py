@@ -42,8 +42,9 @@ def _meta(cls: str, config_cls: str, sizes: dict, dtype=torch.bfloat16):
 def mem(cli):
     def run(*args: str) -> dict:
         rc, out, err = cli("memory", *args, "--json")
-        assert rc == 0, err
-        return json.loads(out)
+        r = json.loads(out)
+        assert rc == (1 if r["fit"]["capacity_bytes"] and not r["fit"]["fits"] else 0), err   # the exit code gates
+        return r
     return run
 
 
@@ -475,3 +476,32 @@ def test_training_activations_track_what_autograd_saves(tmp_path, mem, config_cl
     r = mem(path, "--mode", "training", "--batch", str(b), *args)
     est = _group(r, "activations")
     assert 0.5 * real <= est <= 1.5 * real, (est, real, est / real)
+
+
+def test_exit_code_gates_a_script(tmp_path):
+    """As a CI job runs it (a process, its exit status): 0 when it fits, 1 when it does not fit on the device
+    given or no verdict can be made there; without a device, 0 (nothing was asked)."""
+    import subprocess
+    import sys
+
+    path = _config(tmp_path, "LlamaConfig", LLAMA, "LlamaForCausalLM")
+
+    def run(*args):
+        r = subprocess.run([sys.executable, "-m", "ckptstat", "memory", *args], capture_output=True, text=True, timeout=300)
+        return r.returncode, r.stdout, r.stderr
+
+    rc, out, err = run(path, "-s", "4096", "--gpu-mem", "8MiB", "--reserve", "0")
+    assert rc == 1 and "does not fit" in out and err == "", err
+    rc, out, err = run(path, "-s", "64", "--gpu", "H100")
+    assert rc == 0 and "verdict      fits" in out, err
+    assert run(path, "-s", "4096")[0] == 0
+    no_arch = tmp_path / "unknown"   # a model_type with no analytic model: no verdict is not a yes
+    no_arch.mkdir()
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    save_file({"w": np.zeros((4, 4), np.float32)}, str(no_arch / "model.safetensors"))
+    (no_arch / "config.json").write_text('{"model_type": "nonesuch"}')
+    rc, out, err = run(str(no_arch), "--gpu", "H100")
+    assert rc == 1 and "no per-device plan or verdict" in out, (out, err)
+    assert run(str(no_arch))[0] == 0

@@ -34,7 +34,8 @@ def test_stats_csv_and_filters(capsys) -> None:
     assert float(rows[0]["min"]) <= float(rows[0]["p1"]) <= float(rows[0]["p99"]) <= float(rows[0]["max"])
 
 
-def test_stats_human_fits_80_columns(capsys) -> None:
+def test_stats_human_fits_80_columns(capsys, monkeypatch) -> None:
+    monkeypatch.setenv("COLUMNS", "80")   # a terminal's width (piped with none, names are whole: test_cli_output.py)
     assert main(["stats", LLAMA, "--layers", "--tensors", "--workers", "2"]) == 0
     out = capsys.readouterr().out
     assert "Quantiles by bucket" in out and "encoder.2" in out
@@ -74,7 +75,7 @@ def test_plot_png_size(tmp_path, capsys) -> None:
     assert main(["plot", BERT, "-o", out, "--log-count", "--size", "10x8", "--dpi", "50", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert _png_size(out) == (500, 400) == (info["width_px"], info["height_px"])
-    assert info["panels"] == ["histogram:embedding", "histogram:encoder", "histogram:pooler",
+    assert info["panels"] == ["histogram:embedding", "histogram:encoder", "histogram:pooler", "histogram:norm gains",
                               "boxplot:layers:encoder", "boxplot:buckets"]
 
 
@@ -111,3 +112,29 @@ def test_plot_80_layer_decoder(tmp_path) -> None:
     info = plot_stats(run, out, figsize=(14, 0), dpi=40)
     assert _png_size(out) == (info["width_px"], info["height_px"])
     assert "boxplot:layers:encoder" in info["panels"]
+
+
+def test_norm_gains_are_plotted_apart() -> None:
+    """LayerNorm/RMSNorm gains (1.0 at init) get their own histogram: the oracle is transformers' model, whose
+    norm modules' weights are exactly the values in that panel; each bucket's panel holds the rest."""
+    import torch
+    import transformers
+
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.stats import collect
+    from ckptstat.render.plots import stats_figure
+
+    cfg = transformers.AutoConfig.from_pretrained(LLAMA)
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(cfg)
+    gains = sum(m.weight.numel() for m in model.modules() if "Norm" in type(m).__name__)
+    run = collect(open_checkpoint(LLAMA))
+    assert run.plot_acc["norm gains"].n == gains > 0
+    assert run.plot_acc["norm gains"].min == run.plot_acc["norm gains"].max == 1.0
+    for b, acc in run.bucket_acc.items():
+        assert run.plot_acc[b].n + sum(run.report["tensors"][i]["finite"] for i, t in enumerate(run.report["tensors"])
+                                       if t["bucket"] == b and "norm" in t["name"]) == acc.n
+    fig, panels = stats_figure(run)
+    assert "histogram:norm gains" in panels
+    encoder = next(ax for ax in fig.axes if ax.get_title(loc="left").startswith("encoder\n"))
+    assert encoder.get_xlim()[1] < 0.5 and encoder.get_xlabel() == "weight value"   # not stretched to the 1.0s

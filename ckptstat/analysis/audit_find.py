@@ -25,7 +25,15 @@ from dataclasses import dataclass
 
 from ..core.files import followed, join
 from ..core.urls import is_url, parent, scheme
-from ..errors import CheckpointError, CkptstatError, FileNotFound, UnknownFormatError, UsageError, short_text
+from ..errors import (
+    CheckpointError,
+    CkptstatError,
+    FileNotFound,
+    MissingDependencyError,
+    UnknownFormatError,
+    UsageError,
+    short_text,
+)
 from ..formats.registry import detect, read_json
 from .scan import pickle_bearing
 
@@ -250,6 +258,8 @@ def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
         return [Unit(url, (), 0, 0, error=f"{url}: no such file or folder")]
     except CheckpointError as e:
         return [Unit(url, (), 0, 0, error=f"{e.path}: {short_text(Exception(e.reason))}")]
+    except MissingDependencyError:   # not this URL's fault: every URL needs it; the one line, before any work
+        raise
     except CkptstatError as e:
         return [Unit(url, (), 0, 0, error=short_text(e))]
 

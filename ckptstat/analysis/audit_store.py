@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from typing import IO, Any
 
 from ..core.files import atomic_output, check_output, fresh_output, read_own
-from ..errors import MissingDependencyError, UsageError
+from ..errors import UsageError, missing_extra
 from .audit_find import resume_key
 
 NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched")
@@ -89,7 +89,7 @@ def _pyarrow() -> Any:
     try:
         import pyarrow.parquet as pq
     except ImportError:
-        raise MissingDependencyError("--out *.parquet needs pyarrow: pip install 'ckptstat[parquet]'") from None
+        raise missing_extra("--out *.parquet", "pyarrow", "parquet") from None
     return pq
 
 

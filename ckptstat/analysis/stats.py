@@ -35,7 +35,7 @@ from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.tensor import STATS_CHUNK_BYTES
 from ..core.text import inert
 from ..errors import CkptstatError, UsageError
-from ..naming import BUCKETS
+from ..naming import BUCKETS, is_norm_gain
 from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the accumulator's public home)
     EXACT_IN_BF16,
     NBINS,
@@ -115,7 +115,10 @@ GroupKey = tuple  # ("bucket", name) | ("layer", bucket, index) | ("total",)
 
 
 def _groups(item: Item) -> list[GroupKey]:
-    g: list[GroupKey] = [("total",), ("bucket", item.bucket)]
+    # ("plot", bucket): the bucket without its norm gains; ("gains",): every norm gain (render/plots.py draws
+    # them apart: gains near 1.0 squash a histogram of weights near 0)
+    plot: GroupKey = ("gains",) if is_norm_gain(item.name) else ("plot", item.bucket)
+    g: list[GroupKey] = [("total",), ("bucket", item.bucket), plot]
     if item.layer is not None:
         g.append(("layer", item.bucket, item.layer))
     return g
@@ -395,6 +398,7 @@ def anomalies(rows: list[dict]) -> list[dict]:
 class StatsRun:
     report: dict
     bucket_acc: dict[str, Acc]
+    plot_acc: dict[str, Acc]     # what `plot` draws: each bucket without its norm gains, and "norm gains"
 
 
 Progress = Callable[[int, int], None]   # (bytes read so far, bytes to read); the caller draws it
@@ -482,7 +486,9 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
         "anomalies": flags,
         "skipped": skipped,
     }
-    return StatsRun(report, bucket_acc)
+    plot_acc = {("norm gains" if k == ("gains",) else k[1]): a for k, a in groups.items()
+                if k[0] in ("plot", "gains") and isinstance(a, Acc)}
+    return StatsRun(report, bucket_acc, plot_acc)
 
 
 def stats(ckpt: Checkpoint, **kw) -> dict:

@@ -11,6 +11,7 @@ the same order makes the float64 moments the same bits too. A tensor is never sp
 """
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -29,17 +30,36 @@ _KEEP = 4
 
 
 def _stamp(ckpt: Checkpoint) -> tuple:
+    """The checkpoint's files as they are now: a local file's size and mtime, a URL's size and version
+    (the store's ETag, as audit's resume key: sources/listing.py)."""
     import os
 
-    return tuple((f, os.stat(f).st_size, os.stat(f).st_mtime_ns) for f in ckpt.files)
+    from ..core.urls import is_url
+
+    def one(f: str) -> tuple:
+        if is_url(f):
+            from ..sources.listing import stat
+
+            e = stat(f)
+            return (f, e.size, e.etag)
+        st = os.stat(f)
+        return (f, st.st_size, st.st_mtime_ns)
+
+    return tuple(one(f) for f in ckpt.files)
 
 
 def _task(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int, using: Settings) -> Any:
-    """The part's rows and packed accumulators, or ("error", class name, path, reason): the tree's
-    exceptions take extra __init__ arguments and would not unpickle on the client as themselves."""
+    """("ok", the part's rows and packed accumulators, what the task fetched over the network or None),
+    or ("error", class name, path, reason): the tree's exceptions take extra __init__ arguments and
+    would not unpickle on the client as themselves. The fetched counts are the worker process's meter
+    over the task: exact with one thread per worker (`dask worker --nthreads 1`, docs/audit.md)."""
+    src = sys.modules.get("ckptstat.sources")
+    before = src.METER.report() if src is not None else {}
     try:
         with applied(using):   # the client's --limit and --allow-external
-            return _part(path, config, stamp, items, chunk_bytes)
+            out = _part(path, config, stamp, items, chunk_bytes)
+        src = sys.modules.get("ckptstat.sources")   # imported by the first open of a URL
+        return "ok", out, src.METER.since(before) if src is not None else None
     except CkptstatError as e:
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
@@ -76,9 +96,9 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
                  all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK,
                  progress: Progress | None = None) -> StatsRun:
     """analysis.stats.collect's report (schema ckptstat.stats/1), the tensors read on the cluster."""
-    from distributed import as_completed
+    from .audit_dask import client_for, distributed, on_cluster
 
-    from .audit_dask import client_for
+    as_completed = distributed().as_completed
 
     if chunk_bytes < 1:
         raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
@@ -90,20 +110,23 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
         nworkers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
         parts = split(ckpt, items, nworkers * TASKS_PER_WORKER)
         stamp = _stamp(ckpt)
+        config = ckpt.config_path and on_cluster(ckpt.config_path)
         using = settings()
-        futures = [client.submit(_task, ckpt.path, ckpt.config_path, stamp, p, chunk_bytes, using, pure=False, retries=1)
-                   for p in parts]
+        futures = [client.submit(_task, on_cluster(ckpt.path), config, stamp, p, chunk_bytes, using, pure=False,
+                                 retries=1) for p in parts]
         index = {f.key: i for i, f in enumerate(futures)}
         results: list[list[tuple[dict, Acc]]] = [[] for _ in parts]
         done = 0
         if progress:
             progress(0, total_bytes)
-        for fut in as_completed(futures):
+        for fut in as_completed(futures, loop=client.loop):   # not a default client: audit_dask.run_dask
             i = index[fut.key]
             res = fut.result()
-            if isinstance(res, tuple) and res and res[0] == "error":
+            if res[0] == "error":
                 _raise(*res[1:])   # a task's CkptstatError, raised here as on one machine
-            results[i] = res
+            results[i] = res[1]
+            if res[2]:   # the worker's network counts, in the command's `fetched` (docs/remote.md)
+                sys.modules["ckptstat.sources"].METER.merge(res[2])
             done += sum(ckpt[it.name].nbytes for it in parts[i])
             if progress:
                 progress(done, total_bytes)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -40,6 +40,19 @@ def write_out(text: str) -> None:
 
 
 class _Console(Console):
+    """stdout. Not a terminal and no $COLUMNS: a file or a pipe, which has no width, so names are never cut
+    there (render/names.py `whole`): tables of names widen to their rows and lines are not cropped; prose
+    still wraps at rich's 80 columns."""
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.names_whole = not self.is_terminal and "COLUMNS" not in os.environ
+
+    def print(self, *objects: Any, **options: Any) -> None:
+        if self.names_whole:
+            options.setdefault("crop", False)
+        super().print(*objects, **options)
+
     def on_broken_pipe(self) -> None:
         reader_gone()
 

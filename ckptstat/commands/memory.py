@@ -50,7 +50,10 @@ def memory(
     as_json: bool = JsonOpt,
     config: Optional[str] = ConfigOpt,
 ) -> None:
-    """Memory line by line with its rule, and whether it fits: --gpu/--gpu-mem, --tp/--pp/--zero, max --seq/--batch."""
+    """Memory line by line with its rule, and whether it fits: --gpu/--gpu-mem, --tp/--pp/--zero, max --seq/--batch.
+
+    Exit 0; with --gpu or --gpu-mem, 1 when it does not fit (or no verdict could be made), so that a script can
+    gate on it."""
     from ..analysis import memory as mem
     from ..analysis.planner import Plan
     from ..census.model import load, weights_only
@@ -70,11 +73,19 @@ def memory(
         if plan != Plan(reserve=plan.reserve, reserve_source=plan.reserve_source):
             r["notes"].append("no per-device plan or verdict: the planner needs an architecture (see 'why')")
         show(r, as_json, "render_memory", seq_default=not seq)
+        _exit_on_verdict(plan, None)
         return
     model = image_input(model, image_size)
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
     r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan)
     show(r, as_json, "render_memory", seq_default=not lengths)
+    _exit_on_verdict(plan, r["fit"]["fits"])
+
+
+def _exit_on_verdict(plan: Plan, fits: bool | None) -> None:
+    """A capacity was given: exit 1 unless the verdict is `fits` (docs/memory_planner.md, "Exit codes")."""
+    if plan.capacity is not None and fits is not True:
+        raise typer.Exit(1)
 
 
 def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer: str, master_weights: bool | None,

@@ -196,9 +196,12 @@ def _gc_paused() -> Iterator[None]:
 def _line(e: BaseException) -> str:
     """An error's text for the one line (here and in cli.main): cut short before it is escaped (a hostile name
     can be long)."""
+    from ..errors import CkptstatError, one_line
     from ..render.names import inert
 
-    text = str(e)
+    # ckptstat's own messages quote names from files: a newline there is shown (\x0a); another library's
+    # message is laid out in lines, joined here
+    text = str(e) if isinstance(e, CkptstatError) else one_line(str(e))
     return inert(text if len(text) <= 2000 else text[:2000] + "...")
 
 

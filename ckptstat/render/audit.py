@@ -12,17 +12,10 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from .fmt import human_bytes
 from .names import Name, fit_names, safe
 
 RecordCallback = Callable[[dict[str, Any]], None]
-
-
-def _size(n: float) -> str:
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if abs(n) < 1000 or unit == "TB":
-            return f"{n:,.0f} {unit}" if unit == "B" else f"{n:,.1f} {unit}"
-        n /= 1000
-    return f"{n:,.1f} TB"
 
 
 @contextmanager
@@ -44,8 +37,8 @@ def audit_progress(enabled: bool, files: int, total_bytes: int) -> Iterator[Reco
         done["bytes"] += rec.get("bytes") or 0
         dt = max(time.monotonic() - t0, 1e-6)
         bar.update(task, completed=done["files"],
-                   description=f"{done['files'] / dt:,.1f} files/s  {_size(done['bytes'] / dt)}/s  "
-                               f"({_size(done['bytes'])} of {_size(total_bytes)})")
+                   description=f"{done['files'] / dt:,.1f} files/s  {human_bytes(done['bytes'] / dt)}/s  "
+                               f"({human_bytes(done['bytes'])} of {human_bytes(total_bytes)})")
 
     with bar:
         yield update
@@ -64,7 +57,7 @@ def _counts(title: str, counts: dict[str, int]) -> Text:
 
 
 def render_audit_summary(s: dict[str, Any], console: Console, run: dict[str, Any] | None = None) -> None:
-    head = (f"{s['records']} checkpoint{'' if s['records'] == 1 else 's'}, {_size(s['bytes'])}, "
+    head = (f"{s['records']} checkpoint{'' if s['records'] == 1 else 's'}, {human_bytes(s['bytes'])}, "
             f"{s['parameters']:,} parameters; {s['errors']} unreadable")
     if run:
         head += (f"  (this run: {run['audited']} audited, {run['resumed']} already done, {run['skipped']} files skipped; "

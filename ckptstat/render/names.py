@@ -2,8 +2,10 @@
 and loses its middle (`bert.encoder.layer.1…output.dense.weight`), cut at dots where it can.
 
 `Name` is a rich renderable that elides itself to whatever width rich gives it (a table cell, or the
-console's width), so every table and list that shows names reads the same at 80 columns, when piped
-(rich then assumes 80 columns, or $COLUMNS) and on a wide terminal.
+console's width), so every table and list that shows names reads the same at 80 columns and on a wide
+terminal. Only a terminal's width forces a cut: output that is not a terminal, with no width declared
+($COLUMNS), is a file or a pipe, which has no width; there (`whole(console)`) a table of names is as wide
+as its rows and a name line as long as its name (issue 32: `diff A B > file` once read `encode…weight`).
 """
 from __future__ import annotations
 
@@ -85,6 +87,12 @@ def elide_text(text: Text, width: int) -> Text:
     return out
 
 
+def whole(console: Console) -> bool:
+    """Whether names are shown whole, never elided: commands/common.py's console says so when stdout is not
+    a terminal and $COLUMNS is unset (prints are then not cropped to the console's width either)."""
+    return bool(getattr(console, "names_whole", False))
+
+
 class Name:
     """A file-derived name (made inert) or a Text built from names, rendered on one line, elided in
     the middle to the width it is given. Never wraps, never folds."""
@@ -116,7 +124,9 @@ def fit_names(table: Table, console: Console, column: int = 0) -> Table:
     wide = console.options.update(width=1 << 16, max_width=1 << 16)
     total = Measurement.get(console, wide, table).maximum
     excess = total - console.options.max_width
-    if excess > 0:
+    if excess > 0 and whole(console):   # a file: the table as wide as its rows, nothing cut or wrapped
+        table.width = total
+    elif excess > 0:
         natural = max((Measurement.get(console, wide, cell).maximum for cell in [col.header, *col.cells]), default=0)
         col.max_width = max(NARROWEST, natural - excess)
     return table
@@ -139,8 +149,8 @@ class NameLine:
         return Measurement(min(n, self.prefix.cell_len + MIN_WIDTH), n).clamp(max_width=options.max_width)
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
-        width = max(1, options.max_width)
         pre, suf, full = self.prefix.cell_len, self.suffix.cell_len, self.name.text.cell_len
+        width = max(1, options.max_width, pre + full + suf if whole(console) else 0)
         line = self.prefix.copy()
         if pre + full + suf <= width or (pre + full > width and width - pre - suf >= MIN_WIDTH):
             line.append_text(elide_text(self.name.text, width - pre - suf)).append_text(self.suffix)

@@ -1,4 +1,5 @@
-"""Figures from streamed statistics: a weight histogram per bucket, box plots per layer and per bucket.
+"""Figures from streamed statistics: a weight histogram per bucket (norm gains, near 1.0, in a panel of their
+own: naming.is_norm_gain), box plots per layer and per bucket.
 
 Nothing here sees tensor values: histograms are rebinned from the 65536-bin accumulators of
 `stats.collect`, and box plots are drawn with matplotlib's `Axes.bxp` from the streamed quantiles
@@ -98,6 +99,7 @@ def _draw_boxes(ax, boxes: list[dict], title: str, rotate: bool) -> None:  # noq
     ax.set_xticks(ticks[::step], [plot_text(b["label"]) for b in boxes][::step], rotation=45 if rotate else 0,
                   ha="right" if rotate else "center", fontsize=8)
     ax.set_title(plot_text(title), fontsize=10, loc="left")
+    ax.set_ylabel("weight value", fontsize=8)
     ax.axhline(0, color="0.7", lw=0.6, zorder=0)
     ax.grid(axis="y", color="0.9")
 
@@ -130,11 +132,14 @@ def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
     stack and per bucket. The caller checks `nothing_to_plot(run)` first."""
     try:
         from matplotlib.figure import Figure
+        from matplotlib.ticker import EngFormatter, MaxNLocator
     except ImportError:
         raise MissingDependencyError("plots need matplotlib: pip install matplotlib") from None
 
     r = run.report
-    hist_buckets = [b for b in (row["bucket"] for row in r["buckets"]) if run.bucket_acc[b].n > 0]
+    # each bucket without its norm gains, the gains in a panel of their own (their 1.0s would squash the rest)
+    hist_buckets = [b for b in [*(row["bucket"] for row in r["buckets"]), "norm gains"]
+                    if b in run.plot_acc and run.plot_acc[b].n > 0]
     stacks = sorted({row["bucket"] for row in r["layers"]}, key=lambda b: [x["bucket"] for x in r["buckets"]].index(b))
     ncols = min(3, max(1, len(hist_buckets)))
     hist_rows = math.ceil(len(hist_buckets) / ncols)
@@ -149,16 +154,22 @@ def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
     panels: list[str] = []
 
     for i, b in enumerate(hist_buckets):
-        acc = run.bucket_acc[b]
+        acc = run.plot_acc[b]
         counts, edges, outside = rebin(acc, clip)
         ax = fig.add_subplot(grid[i // ncols, i % ncols])
         ax.stairs(counts, edges, fill=True, color="#6baed6")
         if log_count:
             ax.set_yscale("log")
         rng = f"p{clip:g}-p{100 - clip:g}" if clip else "min-max"
-        ax.set_title(f"{plot_text(b)}: {acc.n:,} values ({rng}" + (f", {outside:,} outside" if outside else "") + ")",
+        # two lines, so that a title never runs into its neighbour's in a row of three
+        ax.set_title(f"{plot_text(b)}\n{acc.n:,} values ({rng}" + (f", {outside:,} outside" if outside else "") + ")",
                      fontsize=9, loc="left")
         ax.set_ylabel("count" + (" (log)" if log_count else ""), fontsize=8)
+        ax.set_xlabel("weight value", fontsize=8)
+        # at most 5 value ticks (a narrow range of gains packed a dozen long labels), counts as 1.5M: no
+        # offset text (1e6) above the axes, where it ran into the title
+        ax.xaxis.set_major_locator(MaxNLocator(5))
+        ax.yaxis.set_major_formatter(EngFormatter(sep=""))
         ax.tick_params(labelsize=8)
         panels.append(f"histogram:{b}")
 
@@ -176,5 +187,6 @@ def stats_figure(run: StatsRun, log_count: bool = False, clip: float = 0.1,
     if boxes:
         ax = fig.add_subplot(grid[row, :])
         _draw_boxes(ax, boxes, f"per bucket ({BOX_NOTE})", rotate=False)
+        ax.set_xlabel("bucket", fontsize=8)
         panels.append("boxplot:buckets")
     return fig, panels

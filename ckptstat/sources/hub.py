@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from ..core.urls import basename, redact
-from ..errors import CheckpointError, FileNotFound, MissingDependencyError
+from ..errors import CheckpointError, FileNotFound, missing_extra
 from .meter import METER
 from .target import Target
 
@@ -36,7 +36,7 @@ def _filesystem() -> Any:
             try:
                 from huggingface_hub import HfFileSystem
             except ImportError:
-                raise MissingDependencyError("hf:// URLs need huggingface_hub: pip install 'ckptstat[remote]'") from None
+                raise missing_extra("reading hf:// URLs", "huggingface_hub", "remote") from None
             _fs[key] = HfFileSystem(endpoint=endpoint, skip_instance_cache=True)
         return _fs[key]
 

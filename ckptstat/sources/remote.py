@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
-from ..errors import CheckpointError, FileNotFound, MissingDependencyError
+from ..errors import CheckpointError, FileNotFound, MissingDependencyError, missing_extra
 from .http import HttpTransport, Reply
 from .meter import METER, SETTINGS
 from .target import Target
@@ -48,7 +48,7 @@ def _need(module: str) -> Any:
     try:
         return importlib.import_module(module)
     except ImportError:
-        raise MissingDependencyError(f"reading URLs needs {module.split('.')[0]}: pip install 'ckptstat[remote]'") from None
+        raise missing_extra("reading URLs", module.split(".")[0], "remote") from None
 
 
 class Blob:
@@ -298,7 +298,9 @@ class Backend:
                         self.stores[s] = fs
         except CheckpointError as e:   # fsspec's ImportError names the package a scheme needs (s3fs, gcsfs, adlfs)
             if "ImportError" in str(e) or "Install" in str(e):
-                raise MissingDependencyError(f"{s}:// URLs: {str(e).split(': ', 1)[-1]}") from None
+                if s in ("s3", "s3a"):   # the remote extra holds s3fs; gcsfs, adlfs... are the user's to add
+                    raise missing_extra(f"reading {s}:// URLs", "s3fs", "remote") from None
+                raise MissingDependencyError(f"{s}:// URLs: {e.reason}") from None
             raise
         return Target(url, fs=fs, path=path)
 
