@@ -241,7 +241,7 @@ def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
             try:
                 if files.isdir(url):
                     return _remote_walk(url, skipped)
-            except FileNotFound:
+            except (FileNotFound, CkptstatError):   # huggingface_hub 1.x refuses one-segment repository ids
                 pass
             from ..sources import hub
 
