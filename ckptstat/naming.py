@@ -63,7 +63,8 @@ ROLE_RULES = _rules([
     (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
-    (r"(^|\.)(inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),             # rotary caches (LLaMA, GPT-NeoX), fairseq
+    # rotary caches (LLaMA, GPT-NeoX; transformers 5: original_inv_freq, Gemma 3's {layer_type}_inv_freq), fairseq
+    (r"(^|\.)([a-z_]*inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),
     # GGUF rope scaling tables (Llama 3, Phi-3)
     (r"^(rope_freqs|rope_factors_long|rope_factors_short)\.weight$", "buffer"),
     (r"(^|\.)(running_mean|running_var|num_batches_tracked)$", "buffer"),             # BatchNorm

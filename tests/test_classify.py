@@ -43,7 +43,9 @@ def llama(base):
 
 
 def t5(model):
-    return ([(model.shared, "embedding", None), (model.encoder.final_layer_norm, "encoder", None),
+    # transformers 5: the stacks' embed_tokens are modules of their own, tied to shared by weight
+    return ([(model.shared, "embedding", None), (model.encoder.embed_tokens, "embedding", None),
+             (model.decoder.embed_tokens, "embedding", None), (model.encoder.final_layer_norm, "encoder", None),
              (model.decoder.final_layer_norm, "decoder", None)]
             + [(m, "encoder", i) for i, m in enumerate(model.encoder.block)]
             + [(m, "decoder", i) for i, m in enumerate(model.decoder.block)])
