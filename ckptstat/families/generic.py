@@ -59,7 +59,13 @@ _ATTENTION_KINDS = {"full_attention", "sliding_attention"}
 # transformers model types whose config holds only LLaMA's fields but whose model is not LLaMA's (found by
 # tests/test_generic_claims.py, which builds every model type `claims` takes): RMSNorms on q and k (and OLMo3's
 # norms after each block) that no config field announces.
-NOT_LLAMA_SHAPED = frozenset({"olmo3", "hunyuan_v1_dense"})
+NOT_LLAMA_SHAPED = frozenset({"olmo3", "hunyuan_v1_dense",
+                              "minimax_m2"})   # q/k RMSNorms over all heads, which its config has no field for
+# rope_parameters keys that change no shape and no matmul (transformers 5 moved the rotary fields there); any other
+# (partial_rotary_factor: GLM, GLM-4 rotate part of each head) is a field LLaMA's template does not follow
+KNOWN_ROPE = frozenset(("rope_type", "rope_theta", "factor", "original_max_position_embeddings", "low_freq_factor",
+                        "high_freq_factor", "beta_fast", "beta_slow", "attention_factor", "mscale", "mscale_all_dim",
+                        "long_factor", "short_factor", "truncate"))
 
 
 def claims(cfg: Mapping[str, Any]) -> bool:
@@ -73,6 +79,9 @@ def describes(cfg: Mapping[str, Any]) -> bool:
     config (claims), a gated SiLU MLP (LLaMA's), only full or sliding attention layers, and no field LLaMA's
     config lacks (KNOWN_FIELDS)?"""
     layer_types = cfg.get("layer_types")
+    rope = cfg.get("rope_parameters")
+    if isinstance(rope, Mapping) and not KNOWN_ROPE.issuperset(rope):
+        return False
     return (claims(cfg) and cfg.get("hidden_act", "silu") in ("silu", "swish")
             and (layer_types is None or (isinstance(layer_types, list) and _ATTENTION_KINDS.issuperset(map(str, layer_types))))
             and KNOWN_FIELDS.issuperset(cfg) and cfg.get("model_type") not in NOT_LLAMA_SHAPED)
