@@ -126,9 +126,9 @@ def test_switch_is_transformers_rule():
         assert tie_switch({}, sub, default) is default
         assert tie_switch({sub: {"tie_word_embeddings": not default}} if sub else {"tie_word_embeddings": not default},
                           sub, default) is (not default)
-    # OpenLlamaConfig's default is False: with config.json naming the class and no field, the switch is off
-    own = class_ties({"architectures": ["OpenLlamaForCausalLM"], "model_type": "open-llama"})
-    assert own is not None and own.switch is T.OpenLlamaConfig().tie_word_embeddings is False and not own.groups
+    # LlamaConfig's default is False: with config.json naming the class and no field, the switch is off
+    own = class_ties({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
+    assert own is not None and own.switch is T.LlamaConfig().tie_word_embeddings is False and not own.groups
     # a switch-off config keeps the groups tied whatever the config says, drops the LM head's
     off = class_ties({"architectures": ["T5ForConditionalGeneration"], "tie_word_embeddings": False})
     on = class_ties({"architectures": ["T5ForConditionalGeneration"]})
