@@ -129,11 +129,21 @@ def test_switch_is_transformers_rule():
     # LlamaConfig's default is False: with config.json naming the class and no field, the switch is off
     own = class_ties({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     assert own is not None and own.switch is T.LlamaConfig().tie_word_embeddings is False and not own.groups
-    # a switch-off config keeps the groups tied whatever the config says, drops the LM head's
-    off = class_ties({"architectures": ["T5ForConditionalGeneration"], "tie_word_embeddings": False})
-    on = class_ties({"architectures": ["T5ForConditionalGeneration"]})
-    assert off is not None and on is not None and "lm_head.weight" in on.names - off.names
-    assert "shared.weight" in off.names and class_ties({"architectures": ["NoSuchClass"]}) is None
+    assert class_ties({"architectures": ["NoSuchClass"]}) is None
+
+
+@pytest.mark.xfail(strict=True, reason="issue 30, open: transformers 5's T5Config forces tie_word_embeddings true "
+                   "(a false in config.json only turns off decoder output scaling), while make_tie_table.py sets the "
+                   "attribute after construction and so records the switch as able to untie T5")
+def test_t5_switch_as_transformers_5_reads_config_json():
+    """A T5 config.json with tie_word_embeddings false (T5 v1.1, FLAN-T5): the model transformers 5 builds from it
+    ties shared, both stacks' embed_tokens and the LM head; the table must say so."""
+    tiny = dict(vocab_size=32, d_model=8, d_kv=4, d_ff=8, num_layers=1, num_heads=2, tie_word_embeddings=False)
+    with torch.device("meta"):
+        model = T.T5ForConditionalGeneration(T.T5Config.from_dict(tiny))
+    same = {n for n, p in model.named_parameters(remove_duplicate=False) if p is model.shared.weight}
+    got = class_ties({"architectures": ["T5ForConditionalGeneration"], **tiny})
+    assert got is not None and got.names == same
 
 
 @pytest.mark.filterwarnings("ignore")
