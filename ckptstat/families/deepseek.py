@@ -9,7 +9,8 @@ The first first_k_dense_replace layers run a dense gated MLP (intermediate_size)
 over n_routed_experts MLPs of moe_intermediate_size (top num_experts_per_tok per token) plus
 n_shared_experts fused into one MLP of n_shared_experts x moe_intermediate_size. V3's noaux_tc router
 scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) when choosing experts;
-its matmuls are V2's.
+its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (qwen_moe.routed_experts: transformers 5's default
+grouped_mm experts implementation, the top-k rows of each token).
 
 KV cache: transformers' eager attention caches the expanded per-head K (qk_nope + qk_rope) and V
 (v_head_dim) of every head; an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang) caches only

@@ -1,6 +1,12 @@
 """Mixtral (transformers modeling_mixtral.py): the LLaMA-style decoder (llama.py) whose MLP is a sparse
 mixture of experts: a router over num_local_experts gated MLPs (w1, w3, w2), of which each token uses
-num_experts_per_tok. Total parameters count every expert; active ones the top-k."""
+num_experts_per_tok. Total parameters count every expert; active ones the top-k.
+
+transformers 5 holds the experts fused (MixtralExperts: gate_up_proj [E, 2f, h], down_proj [E, h, f]) and
+save_pretrained writes them back as block_sparse_moe.experts.N.w1/w2/w3, the layout modelled here. FLOPs model
+its default experts implementation, grouped_mm (integrations/moe.py grouped_mm_experts_forward): each token's
+top-k rows through w1 and w3 (one gate_up matmul) and w2, b x s x k rows in all; the eager loop
+(experts_implementation="eager") runs the same matmuls expert by expert."""
 from __future__ import annotations
 
 from collections.abc import Mapping
