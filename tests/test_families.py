@@ -218,6 +218,25 @@ def test_grouped_mm_counts_what_the_eager_experts_loop_counts(family: Family, sa
     assert default == counter.get_total_flops() > 0
 
 
+@pytest.mark.parametrize("family,sample,model_name", MOE_CASES)
+def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sample: Sample, model_name: str):
+    """transformers 5 holds the experts fused (mlp.experts.gate_up_proj / down_proj, 3-D): a torch.save of the
+    model's state_dict keeps them so, where save_pretrained writes one tensor per expert. Without a config, the
+    names still show the family and the shapes give model.parameters()."""
+    cls = getattr(T, model_name)
+    with torch.device("meta"):
+        model = cls._from_config(_config(sample))
+    first: dict[int, str] = {}   # a tied weight: one storage under two names, as torch.save's file aliases it
+    names = {n: TensorInfo(n, "F32", tuple(t.shape), "pytorch_model.bin", None, 4 * t.numel(),
+                           storage=first.setdefault(id(t), n))
+             for n, t in model.state_dict(keep_vars=True).items()}
+    names = {n: t for n, t in names.items() if t.storage == n}
+    assert any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+    assert detect(names, None).family == (sample.detected_as or family.name)
+    if sample.infer:
+        assert predict_params(from_tensors(family.name, names))["total"] == sum(p.numel() for p in model.parameters())
+
+
 # ---- the expected-tensor template (`ckptstat ties`' config cross-check) ----
 
 TEMPLATE_CASES = [c for c in CASES if c.values[0].expected_tensors is not None]

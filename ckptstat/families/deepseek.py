@@ -74,7 +74,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     L = infer.count_layers(T, r"layers\.(\d+)\.")
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0] if sparse else 0
-    fe = infer.shape(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")[0] if sparse else 0
+    fe = infer.expert_width(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj") if sparse else 0
     fs = infer.find(T, r"mlp\.shared_experts\.gate_proj\.weight$")
     fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
     extra = (("q_lora_rank", qa.shape[0] if qa is not None else 0), ("kv_lora_rank", kvl), ("qk_nope", nope),

@@ -219,8 +219,8 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="gpt_oss",
     model_types=("gpt_oss",),
-    # the attention sinks and the fused experts (no other family stores either)
-    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj)",
+    # the attention sinks and the experts' biases (every transformers 5 MoE holds fused experts in memory)
+    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj_bias)",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,      # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
     gguf_architectures=("gpt-oss",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,

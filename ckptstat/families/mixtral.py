@@ -24,8 +24,8 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     dims = llama.attention_dims(T)
-    E = infer.shape(T, r"block_sparse_moe\.gate\.weight$", "router")[0]
-    f = infer.shape(T, r"experts\.0\.w1\.weight$", "experts.0.w1")[0]
+    E = infer.shape(T, r"(block_sparse_moe|mlp)\.gate\.weight$", "router")[0]   # mlp: transformers 5's module name
+    f = infer.expert_width(T, r"experts\.0\.w1\.weight$", "experts.0.w1")
     return llama.spec_from_tensors(T, common, dims, f, experts=E, top_k=2,
                                    notes=("no config: experts per token (top-k) assumed 2, as in Mixtral-8x7B",))
 
@@ -84,7 +84,8 @@ GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".mlp." not in p
 FAMILY = Family(
     name="mixtral",
     model_types=("mixtral",),
-    signature=r"(^|[./])block_sparse_moe[./]",
+    # transformers 5's fused experts (a torch.save of its state_dict): the other families' are told apart first
+    signature=r"(^|[./])block_sparse_moe[./]|" + infer.FUSED_EXPERTS,
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,
     gguf_architectures=("mixtral",) + llama.FAMILY.model_types,

@@ -77,7 +77,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     L = infer.count_layers(T, r"layers\.(\d+)\.")
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0]
-    fe = infer.shape(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")[0]
+    fe = infer.expert_width(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")
     fs = infer.find(T, r"mlp\.shared_expert\.gate_proj\.weight$")
     fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
     k = 8 if qn is not None else 4
@@ -256,8 +256,10 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
 FAMILY = Family(
     name="qwen_moe",
     model_types=("qwen2_moe", "qwen3_moe"),
-    # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first)
-    signature=r"(^|[./])layers[./]\d+[./]mlp[./]experts[./]\d+[./]gate_proj",
+    # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first), or Qwen2-MoE's
+    # shared_expert_gate; transformers 5's fused experts (a torch.save of its state_dict) beside Qwen3's q_norm
+    signature=r"(^|[./])layers[./]\d+[./]mlp[./](experts[./]\d+[./]gate_proj|shared_expert_gate[./])",
+    signature_together=(infer.FUSED_EXPERTS, r"(^|[./])layers[./]\d+[./]self_attn[./]q_norm[./]"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,
     gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
