@@ -64,13 +64,32 @@ def meta_model(cls, cfg, device="meta"):
     return cls._from_config(cfg, attn_implementation="eager").eval()
 
 
+def grouped_mm_flops(a, b, offs=None, *args, out_val=None, **kwargs) -> int:
+    """FLOPs of aten._grouped_mm, for which FlopCounterMode (torch 2.13) has no formula: transformers 5 runs a MoE's
+    routed experts through it by default (integrations/moe.py grouped_mm_experts_forward, the experts implementation
+    get_correct_experts_implementation picks when none is asked for). A 2-D input (rows, in) against a 3-D weight
+    (groups, in, out): rows offs[g-1]:offs[g] go through group g (torch.nn.functional.grouped_mm), each row once, the
+    rows past offs[-1] through none. Read from the real offsets of the real forward; test_grouped_mm_counts_what_
+    the_eager_experts_loop_counts checks the total against torch's own formulas on the eager loop."""
+    assert a.dim() == 2 and b.dim() == 3 and offs is not None and offs.numel() == b.shape[0], (a.shape, b.shape)
+    return 2 * int(offs[-1]) * a.shape[1] * b.shape[2]
+
+
+grouped_mm_flops._get_raw = True   # type: ignore[attr-defined]  # FlopCounterMode: pass the tensors, not their shapes
+
+
+def flop_counter() -> FlopCounterMode:
+    """torch's FlopCounterMode, counting grouped_mm too (grouped_mm_flops)."""
+    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops})
+
+
 def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input_ids", frames=0):
     """FlopCounterMode's total for one forward of `batch` x `seq` tokens (decoder tokens too when the
     model takes decoder_input_ids). main_input "input_features": the encoder reads `frames` mel frames
     and `seq` is the decoder's length."""
     if encdec is None:
         encdec = "decoder_input_ids" in inspect.signature(model.forward).parameters
-    with FlopCounterMode(display=False) as counter, meta_autocast(), torch.device(device), torch.no_grad():
+    with flop_counter() as counter, meta_autocast(), torch.device(device), torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         kw = {"decoder_input_ids": ids} if encdec else {}
         if main_input == "input_features":
@@ -176,6 +195,46 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     inferred = from_tensors(family.name, tensors)
     assert inferred.head == spec.head
     assert predict_params(inferred)["total"] == torch_params
+
+
+# ---- routed experts: what users run by default, and torch's own count of it ----
+
+MOE_CASES = [c for c in CASES if c.values[1].kwargs.get("num_experts_per_tok")]
+
+
+@pytest.mark.parametrize("family,sample,model_name", MOE_CASES)
+def test_grouped_mm_counts_what_the_eager_experts_loop_counts(family: Family, sample: Sample, model_name: str):
+    """transformers 5 runs routed experts through grouped_mm unless told otherwise (the implementation the test
+    above counts, as users run it); its FLOPs (grouped_mm_flops) equal what torch's own formulas count on the eager
+    experts loop (experts_implementation="eager": one mm per expert hit, on the rows routed to it)."""
+    cfg = _config(sample)
+    model = meta_model(getattr(T, model_name), cfg, sample.device)
+    assert model.config._experts_implementation == "grouped_mm"
+    default = fcm_flops(model, SEQS[0], BATCH, sample.device)
+    model.set_experts_implementation("eager")
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        ids = torch.arange(BATCH * SEQS[0]).reshape(BATCH, SEQS[0]) % cfg.vocab_size
+        model(input_ids=ids, attention_mask=torch.ones_like(ids))
+    assert default == counter.get_total_flops() > 0
+
+
+@pytest.mark.parametrize("family,sample,model_name", MOE_CASES)
+def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sample: Sample, model_name: str):
+    """transformers 5 holds the experts fused (mlp.experts.gate_up_proj / down_proj, 3-D): a torch.save of the
+    model's state_dict keeps them so, where save_pretrained writes one tensor per expert. Without a config, the
+    names still show the family and the shapes give model.parameters()."""
+    cls = getattr(T, model_name)
+    with torch.device("meta"):
+        model = cls._from_config(_config(sample))
+    first: dict[int, str] = {}   # a tied weight: one storage under two names, as torch.save's file aliases it
+    names = {n: TensorInfo(n, "F32", tuple(t.shape), "pytorch_model.bin", None, 4 * t.numel(),
+                           storage=first.setdefault(id(t), n))
+             for n, t in model.state_dict(keep_vars=True).items()}
+    names = {n: t for n, t in names.items() if t.storage == n}
+    assert any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+    assert detect(names, None).family == (sample.detected_as or family.name)
+    if sample.infer:
+        assert predict_params(from_tensors(family.name, names))["total"] == sum(p.numel() for p in model.parameters())
 
 
 # ---- the expected-tensor template (`ckptstat ties`' config cross-check) ----

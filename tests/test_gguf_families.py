@@ -166,14 +166,15 @@ def _deepseek(w: Any, c: Any) -> None:
 
 def _gpt_oss(w: Any, c: Any) -> None:
     """GptOssModel: the text keys (num_local_experts as expert_count), the window, the experts' width, YaRN."""
+    rope = c.rope_parameters   # transformers 5: rope_theta and the YaRN table in one dict
     _text(w, c)
-    w.add_rope_freq_base(c.rope_theta)
+    w.add_rope_freq_base(rope["rope_theta"])
     w.add_expert_count(c.num_local_experts)
     w.add_sliding_window(c.sliding_window)
     w.add_expert_feed_forward_length(c.intermediate_size)
     w.add_rope_scaling_type(gguf.RopeScalingType.YARN)
-    w.add_rope_scaling_factor(c.rope_scaling["factor"])
-    w.add_rope_scaling_orig_ctx_len(c.rope_scaling.get("original_max_position_embeddings", 4096))
+    w.add_rope_scaling_factor(rope["factor"])
+    w.add_rope_scaling_orig_ctx_len(rope.get("original_max_position_embeddings", 4096))
 
 
 def _mamba(w: Any, c: Any) -> None:

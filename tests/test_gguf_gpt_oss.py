@@ -148,9 +148,9 @@ def test_metadata_rebuilds_the_config(model, tmp_path):
                 "head_dim", "num_local_experts", "num_experts_per_tok", "sliding_window", "max_position_embeddings",
                 "vocab_size", "tie_word_embeddings", "attention_bias", "layer_types"):
         assert getattr(rebuilt, key) == getattr(c, key), key
-    assert rebuilt.rope_theta == c.rope_theta and rebuilt.rms_norm_eps == pytest.approx(c.rms_norm_eps)
-    assert {k: rebuilt.rope_scaling[k] for k in ("rope_type", "factor", "original_max_position_embeddings")} == {
-        k: c.rope_scaling[k] for k in ("rope_type", "factor", "original_max_position_embeddings")}
+    assert rebuilt.rms_norm_eps == pytest.approx(c.rms_norm_eps)
+    rope = ("rope_theta", "rope_type", "factor", "original_max_position_embeddings")
+    assert {k: rebuilt.rope_parameters[k] for k in rope} == {k: c.rope_parameters[k] for k in rope}
     with torch.device("meta"):
         again = transformers.GptOssForCausalLM(rebuilt)
     assert sum(p.numel() for p in again.parameters()) == sum(p.numel() for p in model.parameters())
@@ -179,10 +179,10 @@ def test_flops_from_metadata_as_from_config_json(model, hf_path, seq, tmp_path, 
 
 
 def test_release_layout_diffs_at_equal_counts(tmp_path):
-    """The MXFP4 release layout (transformers' Mxfp4GptOssExperts: `*_blocks` / `*_scales`, the rest in bf16;
+    """The MXFP4 release layout (`*_blocks` / `*_scales`, the rest in bf16;
     fixtures/make_quantized.py) against its GGUF conversion: the same logical parameter count both sides (census/quant.py
     counts the blocks as the weights they encode); the packed experts removed, the split stacks added, every other
-    tensor paired (bf16 against F32: `dtype`, its values within bf16's rounding)."""
+    tensor paired (bf16 against F32: `converted`, the bf16 values the F32 ones rounded)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
     import make_quantized as mq
 
@@ -199,4 +199,4 @@ def test_release_layout_diffs_at_equal_counts(tmp_path):
     assert {b for (a, b) in status if a is None} == {f"blk.{i}.ffn_{p}" for i in range(L) for p in (
         "gate_exps.weight", "gate_exps.bias", "up_exps.weight", "up_exps.bias", "down_exps.weight")}
     paired = [t for (a, b), t in status.items() if a and b]
-    assert {t["status"] for t in paired} == {"dtype"} and all(t["within_tolerance"] for t in paired)
+    assert {t["status"] for t in paired} == {"converted"} and all(t["within_tolerance"] for t in paired)

@@ -2,21 +2,23 @@
 MXFP4 layout as the release stores it, and the released configs' sizes on the meta device.
 
 Oracles, all from transformers and torch: parameters from model.parameters() (active ones: the router and
-top-k of the experts' own parameters); matmul FLOPs from FlopCounterMode on the eager model on the CPU (the
-experts' loop, routed rows only); causal-halving pairs from the probabilities eager attention returns; KV
-bytes from the DynamicCache / StaticCache a forward fills; MXFP4 piece shapes from transformers'
-Mxfp4GptOssExperts (integrations/mxfp4.py); layer defaults from GptOssConfig. The registry walk
-(tests/test_families.py) checks the family's samples as it checks every family's."""
+top-k of the experts' own parameters); matmul FLOPs from FlopCounterMode on the model on the CPU (transformers
+5's default grouped_mm experts, routed rows only: tests/test_families.py grouped_mm_flops); causal-halving pairs
+from the probabilities eager attention returns; KV bytes from the DynamicCache / StaticCache a forward fills;
+MXFP4 piece shapes from transformers' loader and dequantiser (integrations/mxfp4.py); layer defaults from
+GptOssConfig. The registry walk (tests/test_families.py) checks the family's samples as it checks every family's."""
 from __future__ import annotations
 
-import json
 import os
+import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+import make_quantized as mq  # noqa: E402
 from safetensors.numpy import save_file  # noqa: E402
 from test_families import fcm_flops, meta_model  # noqa: E402
 
@@ -139,31 +141,13 @@ def test_without_config_the_names_resolve_the_family(saved, tmp_path):
 
 
 def _mxfp4_folder(tmp_path, cfg, with_config: bool) -> str:
-    """The release's layout, header-true, values zero: experts' gate_up_proj / down_proj as U8 `_blocks` and
-    `_scales` of the shapes transformers' Mxfp4GptOssExperts declares, everything else 16-bit (the release
-    stores BF16; numpy has no bfloat16, and the count does not depend on it)."""
-    from transformers import Mxfp4Config
-    from transformers.integrations.mxfp4 import Mxfp4GptOssExperts
-
-    shell = {k: tuple(v.shape) for k, v in Mxfp4GptOssExperts(cfg).state_dict().items()}
-    with torch.device("meta"):
-        model = T.GptOssForCausalLM._from_config(cfg)
-    tensors: dict[str, np.ndarray] = {}
-    for name, p in model.state_dict().items():
-        proj = name.rpartition(".")[2]
-        if ".mlp.experts." in name and proj in ("gate_up_proj", "down_proj"):
-            for piece in ("_blocks", "_scales"):
-                tensors[name + piece] = np.zeros(shell[proj + piece], dtype=np.uint8)
-        else:
-            tensors[name] = np.zeros(tuple(p.shape), dtype=np.float16)
-    folder = tmp_path / ("mxfp4" if with_config else "mxfp4-bare")
-    folder.mkdir()
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-    if with_config:
-        d = cfg.to_dict()
-        d.update(architectures=["GptOssForCausalLM"], quantization_config=Mxfp4Config().to_dict())
-        (folder / "config.json").write_text(json.dumps(d))
-    return str(folder)
+    """The release's layout: experts' gate_up_proj / down_proj as U8 `_blocks` and `_scales`, everything else
+    16-bit (fixtures/make_quantized.py write_mxfp4, which transformers 5's from_pretrained loads:
+    tests/test_quantized.py test_mxfp4_layout_is_what_transformers_loads)."""
+    path = mq.write_mxfp4(meta_model(T.GptOssForCausalLM, cfg, "cpu"), str(tmp_path / "mxfp4"))
+    if not with_config:
+        os.remove(os.path.join(path, "config.json"))
+    return path
 
 
 @pytest.mark.parametrize("with_config", [True, False], ids=["config", "no-config"])

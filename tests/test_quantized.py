@@ -317,6 +317,19 @@ def test_mxfp4_logical_shape_is_what_transformers_dequantises(written):
             assert tuple(out.shape) == w.shape
 
 
+def test_mxfp4_layout_is_what_transformers_loads(written):
+    """transformers' own loader reads the written MXFP4 folder as the release's (on the CPU it dequantises the
+    blocks and scales into the experts' parameters): nothing missing, unexpected or mismatched, and the model's
+    parameters are the unquantised model's."""
+    from transformers import GptOssForCausalLM
+
+    path = written["mxfp4-gpt-oss"]
+    model, info = GptOssForCausalLM.from_pretrained(path, output_loading_info=True)
+    assert info == {"missing_keys": set(), "unexpected_keys": set(), "mismatched_keys": set(), "error_msgs": []}
+    assert {n: p.shape for n, p in model.named_parameters()} == {
+        n: p.shape for n, p in _unquantised(path).named_parameters()}
+
+
 @pytest.mark.parametrize("case", [c for c in CT if CT[c][3] is None])
 def test_compressed_tensors_own_shape_rule(written, case):
     """compressed-tensors' compressor says what it stores for a weight of a given shape

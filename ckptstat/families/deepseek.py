@@ -9,7 +9,8 @@ The first first_k_dense_replace layers run a dense gated MLP (intermediate_size)
 over n_routed_experts MLPs of moe_intermediate_size (top num_experts_per_tok per token) plus
 n_shared_experts fused into one MLP of n_shared_experts x moe_intermediate_size. V3's noaux_tc router
 scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) when choosing experts;
-its matmuls are V2's.
+its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (qwen_moe.routed_experts: transformers 5's default
+grouped_mm experts implementation, the top-k rows of each token).
 
 KV cache: transformers' eager attention caches the expanded per-head K (qk_nope + qk_rope) and V
 (v_head_dim) of every head; an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang) caches only
@@ -73,7 +74,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     L = infer.count_layers(T, r"layers\.(\d+)\.")
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0] if sparse else 0
-    fe = infer.shape(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")[0] if sparse else 0
+    fe = infer.expert_width(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj") if sparse else 0
     fs = infer.find(T, r"mlp\.shared_experts\.gate_proj\.weight$")
     fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
     extra = (("q_lora_rank", qa.shape[0] if qa is not None else 0), ("kv_lora_rank", kvl), ("qk_nope", nope),

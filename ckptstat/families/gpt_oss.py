@@ -1,4 +1,4 @@
-"""gpt-oss (transformers 4.57 models/gpt_oss/modeling_gpt_oss.py, configuration_gpt_oss.py): a LLaMA-shaped
+"""gpt-oss (transformers 5 models/gpt_oss/modeling_gpt_oss.py, configuration_gpt_oss.py): a LLaMA-shaped
 decoder (pre-RMSNorm, rotary positions, grouped-query attention) with
 
 - q/k/v/o biases (GptOssConfig sets attention_bias = True; a config.json value overrides it, as
@@ -14,11 +14,13 @@ decoder (pre-RMSNorm, rotary positions, grouped-query attention) with
   along the last axis), gate_up_proj_bias [E, 2f], down_proj [E, f, h], down_proj_bias [E, h]; the
   activation is clamp(gate, max=7) x sigmoid(1.702 x gate) x (clamp(up, +-7) + 1).
 
-FLOPs follow the experts' loop (GptOssExperts.forward on the CPU or in training): each token's k rows pass
-through gate_up_proj and down_proj of the experts it was routed to, b x s x k rows in all, as the other MoE
-families count them. (transformers' inference path off the CPU instead runs every expert on every token with
-two bmm's and zeroes the unrouted outputs: E / k times the experts' matmul work; MegaBlocks and the MXFP4
-integration's gather-scatter matmul_ogs (integrations/mxfp4.py) compute only the routed rows.)
+FLOPs model transformers 5's default experts implementation, grouped_mm (integrations/moe.py
+grouped_mm_experts_forward, what a model runs unless experts_implementation says otherwise): each token's k rows
+pass through gate_up_proj and down_proj of the experts it was routed to, b x s x k rows in all, as the other MoE
+families count them; the eager loop (GptOssExperts.forward, experts_implementation="eager") runs the same
+matmuls expert by expert, and so do MegaBlocks and the MXFP4 integration's gather-scatter matmul_ogs
+(integrations/mxfp4.py). (transformers 4's inference path off the CPU ran every expert on every token with two
+bmm's: E / k times the experts' matmul work.)
 Active parameters: the router and the top-k experts.
 
 MXFP4 checkpoints (the release: experts' gate_up_proj / down_proj as `*_blocks` / `*_scales`) are read through
@@ -217,8 +219,8 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="gpt_oss",
     model_types=("gpt_oss",),
-    # the attention sinks and the fused experts (no other family stores either)
-    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj)",
+    # the attention sinks and the experts' biases (every transformers 5 MoE holds fused experts in memory)
+    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj_bias)",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,      # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
     gguf_architectures=("gpt-oss",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,

@@ -221,6 +221,22 @@ def shape(tensors: Tensors, pattern: str, what: str) -> tuple[int, ...]:
     return t.shape
 
 
+# transformers 5 holds a MoE layer's routed experts fused (integrations/moe.py: gate_up_proj [E, 2f, h], down_proj
+# [E, h, f]); save_pretrained writes them back one tensor per expert, a torch.save of its state_dict keeps them fused.
+FUSED_EXPERTS = r"(^|\.)layers\.\d+\.mlp\.experts\.(gate_up_proj|down_proj)$"
+
+
+def expert_width(tensors: Tensors, per_expert: str, what: str) -> int:
+    """The routed experts' intermediate width: the rows of the first expert's `per_expert` weight (the layout
+    save_pretrained writes), or the last axis of transformers 5's fused `mlp.experts.down_proj` [E, h, f] (a
+    torch.save of the model's state_dict)."""
+    t = find(tensors, per_expert)
+    if t is None and (fused := find(tensors, r"(^|\.)layers\.\d+\.mlp\.experts\.down_proj$")) is not None \
+            and len(fused.shape) == 3:
+        return fused.shape[2]
+    return shape(tensors, per_expert, what)[0]
+
+
 def count_layers(names: Iterable[str], pattern: str) -> int:
     """1 + the largest layer index `pattern`'s group 1 captures, or 0."""
     rx = re.compile(pattern)

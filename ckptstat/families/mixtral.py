@@ -1,6 +1,12 @@
 """Mixtral (transformers modeling_mixtral.py): the LLaMA-style decoder (llama.py) whose MLP is a sparse
 mixture of experts: a router over num_local_experts gated MLPs (w1, w3, w2), of which each token uses
-num_experts_per_tok. Total parameters count every expert; active ones the top-k."""
+num_experts_per_tok. Total parameters count every expert; active ones the top-k.
+
+transformers 5 holds the experts fused (MixtralExperts: gate_up_proj [E, 2f, h], down_proj [E, h, f]) and
+save_pretrained writes them back as block_sparse_moe.experts.N.w1/w2/w3, the layout modelled here. FLOPs model
+its default experts implementation, grouped_mm (integrations/moe.py grouped_mm_experts_forward): each token's
+top-k rows through w1 and w3 (one gate_up matmul) and w2, b x s x k rows in all; the eager loop
+(experts_implementation="eager") runs the same matmuls expert by expert."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -18,8 +24,8 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     dims = llama.attention_dims(T)
-    E = infer.shape(T, r"block_sparse_moe\.gate\.weight$", "router")[0]
-    f = infer.shape(T, r"experts\.0\.w1\.weight$", "experts.0.w1")[0]
+    E = infer.shape(T, r"(block_sparse_moe|mlp)\.gate\.weight$", "router")[0]   # mlp: transformers 5's module name
+    f = infer.expert_width(T, r"experts\.0\.w1\.weight$", "experts.0.w1")
     return llama.spec_from_tensors(T, common, dims, f, experts=E, top_k=2,
                                    notes=("no config: experts per token (top-k) assumed 2, as in Mixtral-8x7B",))
 
@@ -78,7 +84,8 @@ GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".mlp." not in p
 FAMILY = Family(
     name="mixtral",
     model_types=("mixtral",),
-    signature=r"(^|[./])block_sparse_moe[./]",
+    # transformers 5's fused experts (a torch.save of its state_dict): the other families' are told apart first
+    signature=r"(^|[./])block_sparse_moe[./]|" + infer.FUSED_EXPERTS,
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,
     gguf_architectures=("mixtral",) + llama.FAMILY.model_types,

@@ -5,6 +5,11 @@ scaled by sigmoid(shared_expert_gate(x)), and biases q/k/v; Qwen3-MoE normalises
 (q_norm, k_norm over head_dim) and has no shared expert. A layer i is sparse when i is not in
 mlp_only_layers and (i + 1) % decoder_sparse_step == 0; the others run a dense MLP of intermediate_size.
 
+FLOPs of the routed experts model transformers 5's default experts implementation, grouped_mm (integrations/moe.py
+grouped_mm_experts_forward, over the fused gate_up_proj [E, 2f, h] and down_proj [E, h, f] that save_pretrained
+writes back as mlp.experts.N.{gate,up,down}_proj): each token's top-k rows, b x s x k rows in all; the eager loop
+(experts_implementation="eager") runs the same matmuls expert by expert. DeepSeek's experts (deepseek.py) are these.
+
 Family-specific sizes (ArchSpec.extra): moe_intermediate, shared_intermediate (0: no shared expert),
 qk_norm (1: Qwen3's per-head q/k RMSNorm)."""
 from __future__ import annotations
@@ -72,7 +77,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     L = infer.count_layers(T, r"layers\.(\d+)\.")
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0]
-    fe = infer.shape(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")[0]
+    fe = infer.expert_width(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj")
     fs = infer.find(T, r"mlp\.shared_expert\.gate_proj\.weight$")
     fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
     k = 8 if qn is not None else 4
@@ -124,8 +129,9 @@ def gated_mlp(B: Builder, pre: str, f: int, calls: int, tokens: tuple[int, ...] 
 
 def routed_experts(B: Builder, lay: str, calls: int) -> None:
     """The router and the routed experts (Qwen-MoE, DeepSeek): each token visits its top-k experts, so k
-    rows in all pass through the experts' projections, however the router spreads them (the eager loop
-    runs each expert on the rows it got); then the weighted combine."""
+    rows in all pass through the experts' projections, however the router spreads them (grouped_mm, transformers
+    5's default, runs each expert's group of rows; the eager loop, each expert on the rows it got); then the
+    weighted combine."""
     s, b, n = B.s, B.b, B.seq
     h, E, k = s.hidden, s.experts, s.top_k
     B.linear(f"{lay}.mlp.gate (router)", "encoder", (b, n), h, E, False, calls)
@@ -250,8 +256,10 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
 FAMILY = Family(
     name="qwen_moe",
     model_types=("qwen2_moe", "qwen3_moe"),
-    # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first)
-    signature=r"(^|[./])layers[./]\d+[./]mlp[./]experts[./]\d+[./]gate_proj",
+    # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first), or Qwen2-MoE's
+    # shared_expert_gate; transformers 5's fused experts (a torch.save of its state_dict) beside Qwen3's q_norm
+    signature=r"(^|[./])layers[./]\d+[./]mlp[./](experts[./]\d+[./]gate_proj|shared_expert_gate[./])",
+    signature_together=(infer.FUSED_EXPERTS, r"(^|[./])layers[./]\d+[./]self_attn[./]q_norm[./]"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **llama.DECODER_LM,
     gguf_architectures=tuple(GGUF_CLASSES), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
