@@ -85,8 +85,8 @@ FAMILIES: tuple[Family, ...] = (
 _BY_NAME = {f.name: f for f in FAMILIES + (generic.FAMILY,)}
 # config.json model_type -> family name (the families ckptstat has analytic rules for).
 MODEL_TYPES = {mt: f.name for f in FAMILIES for mt in f.model_types}
-# Tensor-name signatures, tried in order when there is no config.
-NAME_SIGNATURES = [(re.compile(f.signature), f.name) for f in FAMILIES]
+# Tensor-name signatures, tried in order when there is no config: (one name shows it, names that show it together).
+NAME_SIGNATURES = [(re.compile(f.signature), tuple(map(re.compile, f.signature_together)), f.name) for f in FAMILIES]
 
 
 def get(name: str) -> Family:
@@ -179,7 +179,7 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         return Architecture(f.name if f else "unknown", "gguf general.architecture", arch)
     # naming.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
     names = _name_shapes(names, forms)
-    for pattern, family in NAME_SIGNATURES:
-        if any(pattern.search(n) for n in names):
+    for pattern, together, family in NAME_SIGNATURES:
+        if any(pattern.search(n) for n in names) or (together and all(any(p.search(n) for n in names) for p in together)):
             return Architecture(family, "tensor names")
     return Architecture("unknown", "tensor names")

@@ -192,6 +192,9 @@ class Family:
     build: Callable[[Builder], None]            # the op template flops and memory walk (ops.Builder)
     heads: tuple[str, ...]                      # heads the op template models; each needs a Sample
     samples: tuple[Sample, ...]                 # transformers builds tests/test_families.py checks
+    # regexes that show the family only together, each matched by some name (SigLIP's text tower as transformers
+    # 5 saves it: CLIP's bare tower names beside a root `head.weight`, which alone shows nothing)
+    signature_together: tuple[str, ...] = ()
     head_rules: tuple[HeadRule, ...] = ()       # head from tensor names when the config names none
     no_head: str = "base"                       # ... and when no rule matches
     default_head: str = "base"                  # head when config.json names no known architectures class
