@@ -251,8 +251,10 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_at
 FAMILY = Family(
     name="clip",
     model_types=("clip", "clip_text_model", "clip_vision_model"),
-    # a tower's embedding under its prefix or bare (TOWER_MARKERS)
-    signature=r"(^|\.)((text|vision)_model\.encoder\.layers\.\d+\.self_attn\.q_proj|embeddings\.(token|patch)_embedding)\.weight$",
+    # a tower under its prefix, or bare at the root (TOWER_MARKERS; a wrapper's bare `vision_tower.embeddings...` is not
+    # one: LLaVA's names read as its language model's)
+    signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$"
+              r"|^embeddings\.(token|patch)_embedding\.weight$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "projection"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",

@@ -199,8 +199,9 @@ FAMILY = Family(
     name="siglip",
     model_types=("siglip", "siglip_text_model", "siglip_vision_model"),
     # the text head, the vision pooling head's probe, the patch conv's bias (CLIP's towers have none of them), the
-    # vision tower's under its prefix or bare (clip.TOWER_MARKERS); registered before clip
-    signature=r"(^|\.)(text_model\.head\.weight|(vision_model\.)?head\.probe|(vision_model\.)?embeddings\.patch_embedding\.bias)$",
+    # vision tower's under its prefix or bare at the root (clip.TOWER_MARKERS); registered before clip
+    signature=r"(^|\.)(text_model\.head\.weight|vision_model\.head\.probe|vision_model\.embeddings\.patch_embedding\.bias)$"
+              r"|^(head\.probe|embeddings\.patch_embedding\.bias)$",
     # a bare text tower: CLIP's, and a head
     signature_together=(r"^head\.weight$", r"^embeddings\.token_embedding\.weight$"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
