@@ -186,14 +186,17 @@ def _reverted(model: Any, buffers: bool = True, tied: bool = True) -> tuple[dict
     """(the model's state_dict keys, each a tensor object of its own, tied names included; what save_pretrained
     writes for them): transformers 5 saves the original layout (modeling_utils.save_pretrained:
     `revert_weight_conversion`, which undoes the conversion mapping: renamed modules such as ViT's
-    `layers.N.attention.q_proj`, fused experts split back into one tensor per expert)."""
+    `layers.N.attention.q_proj`, fused experts split back into one tensor per expert). tied False: each tied
+    group under the one name save_pretrained keeps (its `remove_tied_weights_from_state_dict`: the name that is not
+    a `_tied_weights_keys` target, whatever the modules' order; XLM-R's MLM head is registered before `roberta`)."""
     from transformers.core_model_loading import revert_weight_conversion
+    from transformers.modeling_utils import remove_tied_weights_from_state_dict
 
     keys = set(model.state_dict())
-    named = [*model.named_parameters(remove_duplicate=not tied),
-             *(model.named_buffers(remove_duplicate=not tied) if buffers else ())]
+    named = [*model.named_parameters(remove_duplicate=False), *(model.named_buffers(remove_duplicate=False) if buffers else ())]
     state = {n: t.detach().view(t.shape) for n, t in named if n in keys}
-    return state, revert_weight_conversion(model, dict(state))
+    kept = state if tied else remove_tied_weights_from_state_dict(dict(state), model)
+    return state, revert_weight_conversion(model, dict(kept))
 
 
 def saved_shapes(model: Any, tied: bool = True) -> dict[str, tuple[int, ...]]:

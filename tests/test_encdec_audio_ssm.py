@@ -196,3 +196,23 @@ def test_ties_on_a_saved_model(cli, tmp_path, config_cls, model_cls, sizes):
     assert params[f"model.parameters() of {model_cls}"] == sum(p.numel() for p in model.parameters())
     assert r["cross_check"]["unexpected"] == [] and r["cross_check"]["shape_mismatches"] == []
     assert all(m["why"] != "not in the file" for m in r["cross_check"]["missing"])
+
+
+@pytest.mark.parametrize("save", ["save_pretrained", "torch.save"])
+@pytest.mark.parametrize("model_cls", ["BartForConditionalGeneration", "BartModel"])
+@pytest.mark.parametrize("tied", [True, False])
+def test_bart_weights_alone_predict_the_models_parameters(tmp_path, tied, model_cls, save):
+    """Without config.json the names and shapes say whether the embeddings are tied (transformers 5: lm_head and each
+    stack's embed_tokens are `shared` only with tie_word_embeddings): an lm_head or embed_tokens stored apart is
+    untied, an absent one or an alias of `shared` (torch.save keeps every tied name over one storage) is tied."""
+    from ckptstat import open_checkpoint, summarize
+
+    model = _tiny("BartConfig", model_cls, dict(bart._SIZES, tie_word_embeddings=tied))
+    if save == "save_pretrained":
+        model.save_pretrained(tmp_path)
+        path = tmp_path / "model.safetensors"
+    else:
+        path = tmp_path / "pytorch_model.bin"
+        torch.save(model.state_dict(), path)
+    analytic = summarize(open_checkpoint(str(path)))["analytic"]
+    assert analytic["predicted_params"] == sum(p.numel() for p in model.parameters())

@@ -259,6 +259,25 @@ def test_every_family_has_a_template():
     assert [f.name for f in FAMILIES if f.expected_tensors is None] == []
 
 
+@pytest.mark.parametrize("config,model_name", [
+    ("XLMRobertaConfig", "XLMRobertaForMaskedLM"), ("BertConfig", "BertForMaskedLM"),
+    ("BartConfig", "BartForConditionalGeneration"), ("CLIPTextConfig", "CLIPTextModel")])
+def test_tensor_infos_are_what_save_pretrained_writes(tmp_path, config, model_name):
+    """The registry walk's stand-in for a file (tensor_infos: saved_shapes, tied False) holds the names and shapes a
+    real save_pretrained writes, tied groups under the name it keeps (XLM-R registers its MLM head before `roberta`:
+    the kept name is still the embedding's)."""
+    from safetensors import safe_open
+
+    sample = next(s for f in FAMILIES for s in f.samples if s.config == config and model_name in s.models)
+    torch.manual_seed(0)
+    model = getattr(T, model_name)(_config(sample))
+    model.save_pretrained(tmp_path)
+    with safe_open(tmp_path / "model.safetensors", "pt") as f:
+        written = {n: tuple(f.get_slice(n).get_shape()) for n in f.keys()}
+    buffers = {n for n, _ in model.named_buffers()}
+    assert {n: t.shape for n, t in tensor_infos(model).items()} == {n: s for n, s in written.items() if n not in buffers}
+
+
 # ---- KV cache: the bytes transformers' cache holds after a forward ----
 
 # the decoder families checked here (qwen_moe, gemma, deepseek: tests/test_kv_moe_gemma_deepseek.py; sliding windows

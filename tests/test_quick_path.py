@@ -265,7 +265,8 @@ def test_no_signature_reads_a_numbered_component():
 
     from ckptstat.families import FAMILIES
     for f in FAMILIES:
-        assert not re.search(r"(\[\./\]|\\\.|/|\^)\d", f.signature), (f.name, f.signature)
+        for signature in (f.signature, *f.signature_together):
+            assert not re.search(r"(\[\./\]|\\\.|/|\^)\d", signature), (f.name, signature)
 
 
 def test_canonical_and_find_shortcuts_agree_with_the_plain_rules():

@@ -87,6 +87,18 @@ CASES = [
                                 projection_dim=8), "CLIPModel"),
     ("resnet-imgcls", "ResNetConfig", dict(embedding_size=8, hidden_sizes=[8, 16], depths=[1, 1], layer_type="basic",
                                            num_labels=5), "ResNetForImageClassification"),
+    # transformers 5: untied, BART's stacks keep their own embed_tokens beside `shared` (families/bart.py)
+    ("bart-untied", "BartConfig", dict(S2S, max_position_embeddings=64, tie_word_embeddings=False),
+     "BartForConditionalGeneration"),
+    # transformers 5 writes the one-tower models without the text_model. / vision_model. prefix (families/clip.py)
+    ("clip-text", "CLIPTextConfig", dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                         num_attention_heads=2, max_position_embeddings=16), "CLIPTextModel"),
+    ("clip-vision", "CLIPVisionConfig", dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_attention_heads=2,
+                                             image_size=16, patch_size=4), "CLIPVisionModel"),
+    ("siglip-text", "SiglipTextConfig", dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                             num_attention_heads=2, max_position_embeddings=16), "SiglipTextModel"),
+    ("siglip-vision", "SiglipVisionConfig", dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                                 num_attention_heads=2, image_size=16, patch_size=4), "SiglipVisionModel"),
 ]
 
 

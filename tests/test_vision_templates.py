@@ -65,3 +65,75 @@ def test_resnet_template_in_torchvision_names(kwargs, cls):
     template = get("resnet").expected_tensors
     assert template is not None
     assert template(spec) == {torchvision_name(n): tuple(p.shape) for n, p in model.named_parameters()}
+
+
+# ---- CLIP's and SigLIP's one-tower models in both layouts transformers reads ----
+
+_S_TEXT = dict(_TEXT, projection_size=48)
+_S_VISION = dict(_VISION, hidden_size=48)
+TOWERS = [("CLIPTextConfig", _TEXT, "CLIPTextModel", "clip"), ("CLIPVisionConfig", _VISION, "CLIPVisionModel", "clip"),
+          ("SiglipTextConfig", _S_TEXT, "SiglipTextModel", "siglip"),
+          ("SiglipVisionConfig", _S_VISION, "SiglipVisionModel", "siglip"),
+          ("SiglipVisionConfig", dict(_S_VISION, vision_use_head=False), "SiglipVisionModel", "siglip")]
+
+
+def _tower_layouts(tmp_path, config, kwargs, model_name):
+    """(the model, {layout: folder}): "5.x" as save_pretrained writes a model built from its config (names without
+    the tower prefix), "4.x" the same tensors under the prefix: transformers' conversion mapping for these classes is
+    PrefixChange(prefix_to_remove="text_model" / "vision_model"), and its reverse is the rename written here. The
+    oracle that "4.x" is the model's own layout: from_pretrained reads it with no key missing or unexpected, and
+    save_pretrained writes the loaded model under the same names (what a transformers 5 user writes after loading a
+    Hub file of transformers 4)."""
+    from safetensors.torch import load_file, save_file
+    from transformers.conversion_mapping import get_model_conversion_mapping
+    from transformers.core_model_loading import PrefixChange
+
+    torch.manual_seed(0)
+    cls = getattr(T, model_name)
+    model = cls(getattr(T, config)(**kwargs))
+    new, old, again = (tmp_path / x for x in ("v5", "v4", "v4_resaved"))
+    model.save_pretrained(new)
+    renames = [t.reverse_transform() for t in get_model_conversion_mapping(model, add_legacy=False)
+               if isinstance(t, PrefixChange)]
+    assert len(renames) == 1, renames
+
+    def prefixed(name):
+        renamed, matched = renames[0].rename_source_key(name)
+        assert matched is not None, name
+        return renamed
+
+    old.mkdir()
+    (old / "config.json").write_text((new / "config.json").read_text())
+    save_file({prefixed(n): t for n, t in load_file(new / "model.safetensors").items()}, old / "model.safetensors",
+              metadata={"format": "pt"})
+    loaded, info = cls.from_pretrained(old, output_loading_info=True)
+    assert not any(info.values()), info
+    loaded.save_pretrained(again)
+    assert set(load_file(again / "model.safetensors")) == set(load_file(old / "model.safetensors"))
+    return model, {"5.x": new, "4.x": old}
+
+
+@pytest.mark.parametrize("config,kwargs,model_name,family", [pytest.param(*t, id=f"{t[2]}-{i}") for i, t in enumerate(TOWERS)])
+def test_tower_models_in_both_layouts(cli, tmp_path, config, kwargs, model_name, family):
+    """Both layouts of CLIPTextModel, CLIPVisionModel, SiglipTextModel, SiglipVisionModel: `ckptstat ties`' config
+    cross-check finds every tensor it expects and nothing else, and counts model.parameters(); without config.json
+    the names show the family, and the shapes its parameters."""
+    from ckptstat import open_checkpoint, summarize
+    from ckptstat.families.graph import predict_params
+
+    model, layouts = _tower_layouts(tmp_path, config, kwargs, model_name)
+    params = sum(p.numel() for p in model.parameters())
+    for layout, folder in layouts.items():
+        rc, out, err = cli("ties", str(folder), "--json")
+        assert rc == 0, err
+        r = json.loads(out)
+        cc = r["cross_check"]
+        assert cc["available"], (layout, cc)
+        assert cc["expected"] == len(list(model.named_parameters())), layout
+        assert (cc["missing"], cc["unexpected"], cc["shape_mismatches"]) == ([], [], []), layout
+        counted = {row["convention"]: row["params"] for row in r["counting"]["rows"]}
+        assert counted[f"model.parameters() of {model_name}"] == params, layout
+        ckpt = open_checkpoint(str(folder / "model.safetensors"))   # the file alone: no config.json
+        s = summarize(ckpt)
+        assert (s["resolved"]["family"], s["parameters"]["unique"]) == (family, params), layout
+        assert predict_params(from_tensors(family, ckpt.tensors))["total"] == params, layout

@@ -224,3 +224,23 @@ def test_blip2_is_its_opt_language_model(model_type, cls):
     assert m.spec.family == "opt" and m.predicted["total"] == own and m.agree
     assert m.outside_params == sum(p.numel() for p in model.parameters()) - own
     assert ours(m.spec, 16, 1) == fcm_flops(lm, 16, 1, device="cpu")
+
+
+@pytest.mark.parametrize("model_type,cls", [("llava", "LlavaForConditionalGeneration"),
+                                            ("paligemma", "PaliGemmaForConditionalGeneration"),
+                                            ("video_llava", "VideoLlavaForConditionalGeneration")])
+def test_a_wrappers_bare_vision_tower_does_not_name_the_file(model_type, cls):
+    """transformers 5 writes a wrapper's CLIP or SigLIP tower without its `vision_model.` (`vision_tower.embeddings...`):
+    with no config.json the names are found as those of the language model alone, not as a one-tower CLIP or SigLIP
+    file (whose bare names start at the root, families/clip.py)."""
+    from census_audit import tiny_config
+    from test_families import tensor_infos
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+
+    from ckptstat.families import detect
+    from ckptstat.families.wrappers import VISION_MODULES, is_outside
+    with torch.device("meta"):
+        model = getattr(T, cls)._from_config(tiny_config(getattr(T, CONFIG_MAPPING_NAMES[model_type])))
+    names = tensor_infos(model)
+    assert any(".embeddings.patch_embedding." in n for n in names)
+    assert detect(names, None).family == detect([n for n in names if not is_outside(n, VISION_MODULES)], None).family

@@ -1,9 +1,15 @@
-"""BART and mBART (transformers modeling_bart.py, modeling_mbart.py): an encoder-decoder with one shared
-token embedding (tied to encoder.embed_tokens, decoder.embed_tokens and, by default, lm_head), learned
-positions per stack numbered from an offset of 2 (BartLearnedPositionalEmbedding: max_position_embeddings
-+ 2 rows), a layernorm_embedding after the embeddings, biased projections, and a gelu feed-forward.
-BART is post-LN; mBART is pre-LN with one more LayerNorm at the end of each stack. The LM head's
-final_logits_bias is a registered buffer, not a parameter."""
+"""BART and mBART (transformers modeling_bart.py, modeling_mbart.py): an encoder-decoder with a token embedding
+`shared`, learned positions per stack numbered from an offset of 2 (BartLearnedPositionalEmbedding:
+max_position_embeddings + 2 rows), a layernorm_embedding after the embeddings, biased projections, and a gelu
+feed-forward. BART is post-LN; mBART is pre-LN with one more LayerNorm at the end of each stack. The LM head's
+final_logits_bias is a registered buffer, not a parameter.
+
+Ties (transformers 5: BartModel._tied_weights_keys ties encoder.embed_tokens and decoder.embed_tokens to `shared`,
+BartForConditionalGeneration's lm_head to model.shared, and PreTrainedModel.get_expanded_tied_weights_keys applies
+them only when the config's tie_word_embeddings is true): one V x h matrix by default; with tie_word_embeddings
+false, each stack's embed_tokens and the lm_head are their own, and `shared` is a parameter the forward never
+reads. (transformers 4 tied the stacks' embed_tokens to `shared` whatever the config; its untied files hold
+`shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)"""
 from __future__ import annotations
 
 from typing import Any
@@ -35,15 +41,21 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         T, r"decoder\.layers\.0\.fc1\.weight$") else f
     a, note = infer.heads_for(h, 64)
     mbart = infer.has(T, r"encoder\.layer_norm\.weight$")
-    lm = infer.find(T, r"lm_head\.weight$")
     cls = infer.find(T, r"classification_head\.out_proj\.weight$")
+    # untied: lm_head or a stack's embed_tokens stored apart from `shared` (not absent, not an alias of it)
+    shared = infer.find(T, r"(^|\.)shared\.weight$")
+    lm, enc = infer.find(T, r"lm_head\.weight$"), infer.find(T, r"encoder\.embed_tokens\.weight$")
+    apart = [t for t in (lm, enc if shared is not None else None)
+             if t is not None and (shared is None or t.alias_key != shared.alias_key)]
+    notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
+    if apart and shared is not None and enc is None:
+        notes += ("lm_head stored apart and no encoder.embed_tokens (a transformers 4 untied file): transformers 5 builds "
+                  "each stack's embed_tokens apart from `shared` (tie_word_embeddings false)",)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
                     layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
-                    head_dim=h // a, intermediate=f, vocab=V, positions=P,
-                    tied_embeddings=lm is None,
+                    head_dim=h // a, intermediate=f, vocab=V, positions=P, tied_embeddings=not apart,
                     decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
-                    extra=(("decoder_heads", a), ("decoder_ffn", fd)),
-                    assumptions=(note, "no config: activation assumed gelu"),
+                    extra=(("decoder_heads", a), ("decoder_ffn", fd)), assumptions=notes,
                     **dict(common, model_type="mbart" if mbart else "bart"))
 
 
@@ -53,14 +65,16 @@ def _pre_ln(s: ArchSpec) -> bool:
 
 def build(B: Builder) -> None:
     s, b = B.s, B.b
-    h = s.hidden
-    B.embedding("shared", "embedding", s.vocab, h, B.seq)
+    h, tied = s.hidden, s.tied_embeddings
+    if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
+        B.add("shared (unused: tie_word_embeddings false)", "embedding", "embedding", 1, (0,), (0,), params=s.vocab * h)
 
     def stack(name: str, bucket: str, L: int, n: int, a: int, f: int, cross: int | None) -> None:
         tok = (b, n)
         d = h // a
-        if name == "decoder":
-            B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, h, n, params=False)
+        # the encoder's lookup holds `shared` when tied; the decoder's reads it again
+        B.embedding(f"{name}.embed_tokens" + (" (= shared)" if tied else ""), "embedding", s.vocab, h, n,
+                    params=not tied or name == "encoder")
         B.embedding(f"{name}.embed_positions", "embedding", s.positions, h, n)
         B.norm(f"{name}.layernorm_embedding", "embedding", tok, h, residual=False)
         lay = f"{name}.layers[{L}]"
@@ -150,10 +164,10 @@ FAMILY = Family(
                 HeadRule(r"(^|\.)qa_outputs\.weight$", "qa")),
     no_head="base",
     default_head="lm",
-    # BartForConditionalGeneration._tied_weights_keys: encoder/decoder embed_tokens are `shared` (the module),
-    # lm_head.weight follows tie_word_embeddings
-    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "always", module=True),
-               TieRule("decoder.embed_tokens.weight", "shared.weight", "always", module=True),
+    # BartModel._tied_weights_keys: encoder/decoder embed_tokens are `shared`; BartForConditionalGeneration's:
+    # lm_head.weight is model.shared; each only with tie_word_embeddings (transformers 5)
+    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "config", module=True),
+               TieRule("decoder.embed_tokens.weight", "shared.weight", "config", module=True),
                TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",)),
                # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
                TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",))),

@@ -9,13 +9,16 @@ the pooled output is the EOS token's state (a gather, no matmul). Vision tower: 
 without bias (k = stride = patch_size), a class embedding and learned positions (sized by the config's
 image_size; another --image-size interpolates them), pre_layrnorm, the same layers, post_layernorm on
 the class token. The towers are reported apart: bucket and module prefix `text_model` / `vision_model`;
-the projections, logit_scale and the similarity matmul are bucket `cls`.
+the projections, logit_scale and the similarity matmul are bucket `cls`. A file names a tower's tensors under
+`text_model.` / `vision_model.` or, CLIPTextModel / CLIPVisionModel as transformers 5 writes them, bare
+(TOWER_MARKERS); expected_tensors gives transformers 5's layout, docs/ties.md "The config cross-check".
 
 ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers'
 sizes are in ArchSpec.extra: t_layers, t_hidden, t_heads, t_inter, t_vocab, t_positions, v_layers,
 v_hidden, v_heads, v_inter, image_size (analysed), native_image_size, patch_size, channels, proj."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -87,24 +90,56 @@ def from_config(c: Cfg) -> ArchSpec:
     return _spec(X, c.common, act, c.path)
 
 
+# A tower's names: under `text_model.` / `vision_model.` in CLIPModel, the *WithProjection classes and every
+# transformers 4 save; transformers 5 builds CLIPTextModel / CLIPVisionModel (and SigLIP's, which its
+# conversion_mapping.py maps to them) without the prefix, and its save_pretrained writes them so when the model
+# was built from a config. Loading a prefixed file applies the mapping's PrefixChange(prefix_to_remove=
+# "text_model"), the rename `^text_model\.(.+)` -> `\1`; saving what was loaded so applies its reverse: both
+# layouts are real files. Each tower is found by its embedding, whatever precedes it.
+TOWER_MARKERS = {"text": "embeddings.token_embedding.weight", "vision": "embeddings.patch_embedding.weight"}
+BARE_TOWERS = ("clip_text_model", "clip_vision_model", "siglip_text_model", "siglip_vision_model")
+
+
+def tower_prefix(T: Tensors, tower: str) -> str | None:
+    """What precedes the `tower` ("text", "vision") embedding's name: `text_model.`, `` (a transformers 5 save of
+    CLIPTextModel), `module.text_model.`...; None when the file has no such tower."""
+    m = TOWER_MARKERS[tower]
+    return next((n[: -len(m)] for n in T if n.endswith(m) and (n == m or n[-len(m) - 1] == ".")), None)
+
+
+def bare(s: ArchSpec) -> bool:
+    """Does transformers 5 build the model without its tower's prefix (CLIPTextModel, CLIPVisionModel,
+    SiglipTextModel, SiglipVisionModel: a tower model_type with no head)?"""
+    return s.model_type in BARE_TOWERS and s.head == "base"
+
+
+def unprefixed(out: Shapes) -> Shapes:
+    """A one-tower template as transformers 5 writes it: each name less its `text_model.` / `vision_model.`."""
+    return {n.split(".", 1)[1]: shape for n, shape in out.items()}
+
+
 def tower_shapes(T: Tensors, p: str, pre: str) -> dict[str, int]:
-    """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py), under the ArchSpec.extra prefix `p`."""
-    f, h = infer.shape(T, rf"{pre}\.encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre} fc1")
+    """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py), under the ArchSpec.extra prefix `p`;
+    `pre`: the tower's names' prefix (tower_prefix)."""
+    q = "^" + re.escape(pre)
+    f, h = infer.shape(T, rf"{q}encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre}encoder.layers.0.mlp.fc1")
     a, _ = infer.heads_for(h, 64)
-    return {f"{p}layers": infer.count_layers(T, rf"{pre}\.encoder\.layers\.(\d+)\."), f"{p}hidden": h, f"{p}heads": a,
+    return {f"{p}layers": infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), f"{p}hidden": h, f"{p}heads": a,
             f"{p}inter": f}
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     X: dict[str, int] = {}
-    if infer.has(T, r"(^|\.)text_model\.encoder\.layers\.0\."):
-        X.update(tower_shapes(T, "t_", "text_model"))
-        X["t_vocab"], _ = infer.shape(T, r"text_model\.embeddings\.token_embedding\.weight$", "the token embedding")
-        X["t_positions"] = infer.shape(T, r"text_model\.embeddings\.position_embedding\.weight$", "text positions")[0]
-    if infer.has(T, r"(^|\.)vision_model\.encoder\.layers\.0\."):
-        X.update(tower_shapes(T, "v_", "vision_model"))
-        _, ch, p, _ = infer.shape(T, r"vision_model\.embeddings\.patch_embedding\.weight$", "the patch embedding")
-        n = infer.shape(T, r"vision_model\.embeddings\.position_embedding\.weight$", "vision positions")[0]
+    if (pre := tower_prefix(T, "text")) is not None:
+        q = "^" + re.escape(pre)
+        X.update(tower_shapes(T, "t_", pre))
+        X["t_vocab"], _ = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")
+        X["t_positions"] = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
+    if (pre := tower_prefix(T, "vision")) is not None:
+        q = "^" + re.escape(pre)
+        X.update(tower_shapes(T, "v_", pre))
+        _, ch, p, _ = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
+        n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
         img = int(round((n - 1) ** 0.5)) * p
         X.update(image_size=img, native_image_size=img, patch_size=p, channels=ch)
     if not X:
@@ -180,8 +215,8 @@ def tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower),
-    and their *WithProjection classes (one tower and its projection, bias-free)."""
+    """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
+    bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
     if s.head not in ("base", "projection"):
         return None
     X = dict(s.extra)
@@ -205,7 +240,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_linear(out, "visual_projection", X["proj"], X["v_hidden"], bias=False)
     if projected and "t_layers" in X:
         add_linear(out, "text_projection", X["proj"], X["t_hidden"], bias=False)
-    return out
+    return unprefixed(out) if bare(s) else out
 
 
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
@@ -216,7 +251,10 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_at
 FAMILY = Family(
     name="clip",
     model_types=("clip", "clip_text_model", "clip_vision_model"),
-    signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$",
+    # a tower under its prefix, or bare at the root (TOWER_MARKERS; a wrapper's bare `vision_tower.embeddings...` is not
+    # one: LLaVA's names read as its language model's)
+    signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$"
+              r"|^embeddings\.(token|patch)_embedding\.weight$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "projection"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",

@@ -14,6 +14,7 @@ ArchSpec.extra: t_layers, t_hidden, t_heads, t_inter, t_vocab, t_positions, t_pr
 v_inter, image_size (analysed), native_image_size, patch_size, channels, v_head (0/1)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,22 +85,24 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     X: dict[str, int] = {}
-    if infer.has(T, r"(^|\.)text_model\.encoder\.layers\.0\."):
-        X.update(clip.tower_shapes(T, "t_", "text_model"))
-        X["t_vocab"] = infer.shape(T, r"text_model\.embeddings\.token_embedding\.weight$", "the token embedding")[0]
-        X["t_positions"] = infer.shape(T, r"text_model\.embeddings\.position_embedding\.weight$", "text positions")[0]
-        X["t_proj"] = infer.shape(T, r"text_model\.head\.weight$", "the text head")[0]
-    if infer.has(T, r"(^|\.)vision_model\.encoder\.layers\.0\."):
-        X.update(clip.tower_shapes(T, "v_", "vision_model"))
-        conv = infer.shape(T, r"vision_model\.embeddings\.patch_embedding\.weight$", "the patch embedding")
+    if (pre := clip.tower_prefix(T, "text")) is not None:   # `text_model.`, or bare (clip.TOWER_MARKERS)
+        q = "^" + re.escape(pre)
+        X.update(clip.tower_shapes(T, "t_", pre))
+        X["t_vocab"] = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")[0]
+        X["t_positions"] = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
+        X["t_proj"] = infer.shape(T, rf"{q}head\.weight$", "the text head")[0]
+    if (pre := clip.tower_prefix(T, "vision")) is not None:
+        q = "^" + re.escape(pre)
+        X.update(clip.tower_shapes(T, "v_", pre))
+        conv = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
         if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
-            raise UsageError(f"vision_model.embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
+            raise UsageError(f"{pre}embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
                              "vision tower (SigLIP2's Linear patch embedding is not modelled); pass --config")
         _, ch, p, _ = conv
-        n = infer.shape(T, r"vision_model\.embeddings\.position_embedding\.weight$", "vision positions")[0]
+        n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
         img = int(round(n ** 0.5)) * p
         X.update(image_size=img, native_image_size=img, patch_size=p, channels=ch,
-                 v_head=int(infer.has(T, r"vision_model\.head\.probe$")))
+                 v_head=int(infer.has(T, rf"{q}head\.probe$")))
     if not X:
         raise UsageError("cannot infer the architecture from tensor names: no SigLIP tower; pass --config")
     mt = "siglip" if "t_layers" in X and "v_layers" in X else "siglip_text_model" if "t_layers" in X else "siglip_vision_model"
@@ -185,7 +188,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         out.update({"logit_scale": (1,), "logit_bias": (1,)})
     if s.head == "imgcls" and s.num_labels:
         add_linear(out, "classifier", s.num_labels, X["v_hidden"])
-    return out
+    return clip.unprefixed(out) if clip.bare(s) else out
 
 
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
@@ -195,9 +198,12 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_at
 FAMILY = Family(
     name="siglip",
     model_types=("siglip", "siglip_text_model", "siglip_vision_model"),
-    # the text head, the vision pooling head's probe, the patch conv's bias (CLIP's towers have none of them);
-    # registered before clip
-    signature=r"(^|\.)(text_model\.head\.weight|vision_model\.head\.probe|vision_model\.embeddings\.patch_embedding\.bias)$",
+    # the text head, the vision pooling head's probe, the patch conv's bias (CLIP's towers have none of them), the
+    # vision tower's under its prefix or bare at the root (clip.TOWER_MARKERS); registered before clip
+    signature=r"(^|\.)(text_model\.head\.weight|vision_model\.head\.probe|vision_model\.embeddings\.patch_embedding\.bias)$"
+              r"|^(head\.probe|embeddings\.patch_embedding\.bias)$",
+    # a bare text tower: CLIP's, and a head
+    signature_together=(r"^head\.weight$", r"^embeddings\.token_embedding\.weight$"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"^classifier\.weight$", "imgcls"),),

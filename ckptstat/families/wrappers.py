@@ -23,12 +23,14 @@ TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", {"mrope": 1}), "qwen2_5_vl_text": ("q
                 "qwen3_vl_text": ("qwen3", {"mrope": 1})}
 # Module names (a name's components) of what is outside the language model in transformers' wrappers: the
 # vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`, DeepSeek-VL-Hybrid's high-resolution
-# tower, neck and projection), the projector into the text embedding (`multi_modal_projector`, `mm_projector`,
-# Idefics3's `connector`, DeepSeek-VL's `aligner`; BLIP-2's Q-Former, its query tokens and
-# `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row.
+# tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
+# `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
+# (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`; BLIP-2's Q-Former,
+# its query tokens and `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row.
 VISION_MODULES = ("vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector",
                   "image_newline", "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj",
-                  "high_res_vision_alpha", "visual_embeddings_table", "qformer", "query_tokens", "language_projection")
+                  "high_res_vision_alpha", "visual_embeddings_table", "qformer", "query_tokens", "language_projection",
+                  "image_tower", "video_tower")
 
 
 def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
