@@ -95,7 +95,7 @@ def _t5(w: Any, c: Any) -> None:
     w.add_layer_norm_eps(c.layer_norm_epsilon)
     w.add_relative_attn_buckets_count(c.relative_attention_num_buckets)
     w.add_layer_norm_rms_eps(c.layer_norm_epsilon)
-    if c.decoder_start_token_id is not None:   # real T5 configs have 0; the tiny sample's T5Config has None
+    if getattr(c, "decoder_start_token_id", None) is not None:   # real T5 configs have 0; transformers 5 has none
         w.add_decoder_start_token_id(c.decoder_start_token_id)
 
 
@@ -261,11 +261,11 @@ def _model(case: Case) -> torch.nn.Module:
 
 
 def _stored(model: torch.nn.Module) -> dict[str, tuple[int, ...]]:
-    """name -> shape as save_pretrained stores the model: a tied parameter once (named_parameters keeps the
-    first name: the embedding), persistent buffers too (DeepSeek-V3's e_score_correction_bias)."""
-    kept = dict(model.named_parameters())
-    params = {n for n, _ in model.named_parameters(remove_duplicate=False)}
-    return {k: tuple(v.shape) for k, v in model.state_dict().items() if k in kept or k not in params}
+    """name -> shape as save_pretrained stores the model (transformers 5's original layout: experts one tensor
+    each), a tied parameter once, persistent buffers too (DeepSeek-V3's e_score_correction_bias)."""
+    from census_audit import _reverted
+
+    return {k: tuple(v.shape) for k, v in _reverted(model, tied=False)[1].items()}
 
 
 _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+)\.weight$")
