@@ -78,6 +78,10 @@ ROLE_RULES = _rules([
     # Ernie 4.5 MoE keeps its router correction bias as nn.Parameter(requires_grad=False): parameters() counts it
     (r"(^|\.)moe_statics\.e_score_correction_bias$", "parameter"),
     (r"(^|\.)e_score_correction_bias$", "buffer"),                                   # DeepSeek-V3 router: register_buffer
+    # transformers 5 buffers (nn.Buffer) under names that read as weights (tests/test_buffers_v5.py: real saves)
+    (r"(^|\.)layers\.\d+\.layer_scalar$", "buffer"),     # Gemma 4, EmbeddingGemma 2, DiffusionGemma: per-layer scale
+    (r"(^|\.)act_fn\.(beta|eps)$", "buffer"),             # Apertus, Apertus 1.5: XIELUActivation's constants
+    (r"(^|\.)feed_forward\.expert_bias$", "buffer"),      # LFM2-MoE: the router's load-balancing bias
     # I-BERT (transformers models/ibert/quant_modules.py): QuantEmbedding/QuantLinear's integer copies and
     # scaling factors, QuantAct's running range, IntLayerNorm's shift are registered buffers
     (r"(^|\.)(weight_integer|bias_integer|weight_scaling_factor|fc_scaling_factor|act_scaling_factor|x_min|x_max)$",

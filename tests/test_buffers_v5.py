@@ -1,0 +1,38 @@
+"""Buffers transformers 5 registers under names that read as weights (naming.py ROLE_RULES, "transformers 5
+buffers"): LFM2-MoE's router expert_bias, Apertus' xIELU beta / eps, Gemma 4's per-layer layer_scalar. Each model
+is built tiny, written by save_pretrained and by torch.save(state_dict); the oracle is the model object
+(census_audit.model_oracle: parameters() and its persistent buffers). AfMoE's expert_bias is a parameter
+(nn.Parameter, requires_grad=False), so the rule names LFM2-MoE's module, not the attribute alone."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+from census_audit import model_oracle, reported, save_both  # noqa: E402
+
+_TINY = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2)
+CASES = [
+    pytest.param("Lfm2MoeConfig", "Lfm2MoeForCausalLM", dict(_TINY, num_hidden_layers=3, moe_intermediate_size=16,
+                 num_experts=4, num_experts_per_tok=2, num_dense_layers=1, layer_types=["conv", "full_attention", "conv"],
+                 use_expert_bias=True), "feed_forward.expert_bias", id="lfm2-moe"),
+    pytest.param("ApertusConfig", "ApertusForCausalLM", _TINY, "act_fn.beta", id="apertus"),
+    pytest.param("Gemma4TextConfig", "Gemma4ForCausalLM", dict(_TINY, head_dim=8, global_head_dim=8,
+                 hidden_size_per_layer_input=8, vocab_size_per_layer_input=97,
+                 layer_types=["sliding_attention", "full_attention"]), "layer_scalar", id="gemma4"),
+    pytest.param("AfmoeConfig", "AfmoeForCausalLM", dict(_TINY, moe_intermediate_size=16, num_experts=4,
+                 num_experts_per_tok=2, num_dense_layers=1), "mlp.expert_bias", id="afmoe-parameter"),
+]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("config,model_name,kwargs,marker", CASES)
+def test_buffers_are_not_counted_as_parameters(tmp_path, config, model_name, kwargs, marker):
+    torch.manual_seed(0)
+    model = getattr(T, model_name)(getattr(T, config)(**kwargs)).eval()
+    assert any(n.endswith(marker) for n in model.state_dict())   # the case holds the tensor it is about
+    oracle = model_oracle(model)
+    for variant, path in save_both(model, str(tmp_path)).items():
+        got = reported(path)
+        assert (got["params"], got["buffers"]) == (oracle["params"], oracle["buffers"]), variant
