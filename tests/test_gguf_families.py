@@ -112,7 +112,7 @@ def _phi2(w: Any, c: Any) -> None:
     dims per head from partial_rotary_factor, a LayerNorm epsilon."""
     _sizes(w, c, ffn=4 * c.hidden_size, kv=c.num_attention_heads)
     w.add_layer_norm_eps(c.layer_norm_eps)
-    w.add_rope_dimension_count(int(c.partial_rotary_factor * c.hidden_size) // c.num_attention_heads)
+    w.add_rope_dimension_count(int(_rotary_fraction(c) * c.hidden_size) // c.num_attention_heads)
 
 
 def _gptneox(w: Any, c: Any) -> None:
@@ -123,7 +123,7 @@ def _gptneox(w: Any, c: Any) -> None:
     w.add_block_count(c.num_hidden_layers)
     w.add_feed_forward_length(c.intermediate_size)
     w.add_head_count(c.num_attention_heads)
-    w.add_rope_dimension_count(int(c.rotary_pct * (c.hidden_size // c.num_attention_heads)))
+    w.add_rope_dimension_count(int(_rotary_fraction(c) * (c.hidden_size // c.num_attention_heads)))
     w.add_parallel_residual(c.use_parallel_residual)
     w.add_layer_norm_eps(c.layer_norm_eps)
 
@@ -132,7 +132,7 @@ def _phi3(w: Any, c: Any) -> None:
     """Phi3MiniModel.set_gguf_parameters: the text keys (no key_length), the rotated dims per head
     (int(partial_rotary_factor * hidden) // heads) and the window (0 when the config has none: Phi-4)."""
     _text(w, c, head_dim=False)
-    w.add_rope_dimension_count(int(getattr(c, "partial_rotary_factor", 1.0) * c.hidden_size) // c.num_attention_heads)
+    w.add_rope_dimension_count(int(_rotary_fraction(c) * c.hidden_size) // c.num_attention_heads)
     w.add_sliding_window(c.sliding_window or 0)
 
 
@@ -250,6 +250,11 @@ CASES = {
     "gpt-oss-tied": Case("gpt_oss", 1, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
 }
+
+
+def _rotary_fraction(c: Any) -> float:
+    """The rotated fraction of each head: transformers 5 keeps it in rope_parameters (GPT-NeoX's rotary_pct too)."""
+    return float((getattr(c, "rope_parameters", None) or {}).get("partial_rotary_factor", 1.0))
 
 
 def _model(case: Case) -> torch.nn.Module:
