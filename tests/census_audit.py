@@ -199,6 +199,11 @@ def _reverted(model: Any, buffers: bool = True, tied: bool = True) -> tuple[dict
     return state, revert_weight_conversion(model, dict(kept))
 
 
+def saved_state(model: Any) -> dict[str, Any]:
+    """The state dict save_pretrained writes: the original layout, each tied group once, persistent buffers."""
+    return _reverted(model, tied=False)[1]
+
+
 def saved_shapes(model: Any, tied: bool = True) -> dict[str, tuple[int, ...]]:
     """The names and shapes save_pretrained writes for the model's parameters, tied copies kept (or, tied
     false, each tensor once, as the file holds it)."""

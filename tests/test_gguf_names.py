@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 import transformers
+from census_audit import saved_state
 from safetensors.torch import save_file
 
 from ckptstat import open_checkpoint
@@ -62,7 +63,7 @@ def test_table_matches_gguf_tensor_name_map(family, sample, model_name):
         model = getattr(transformers, model_name)(cfg)
     arch = _arch(family, cfg)
     oracle = gguf.get_tensor_name_map(arch, max(cfg.num_hidden_layers, getattr(cfg, "num_decoder_layers", 0) or 0))
-    mapped = {name: oracle.get_name(name, try_suffixes=(".weight", ".bias")) for name in model.state_dict()}
+    mapped = {name: oracle.get_name(name, try_suffixes=(".weight", ".bias")) for name in saved_state(model)}
     what, rules = gguf_rules(_gguf_file(family, arch, [g for g in mapped.values() if g])) or (None, [])
     assert what and f"({family.name} family)" in what
     for name, g in mapped.items():
@@ -97,7 +98,7 @@ def test_hf_gguf_pair_diffs_equal(family, tmp_path):
     torch.manual_seed(0)
     cfg = getattr(transformers, config)(**kwargs)
     model = getattr(transformers, cls)(cfg)
-    sd = {k: v.detach().contiguous() for k, v in model.state_dict().items()}
+    sd = {k: v.detach().contiguous() for k, v in saved_state(model).items()}
     save_file(sd, str(tmp_path / "hf.safetensors"))
     arch = _arch(get(family), cfg)
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
@@ -139,7 +140,7 @@ def test_stacked_experts_diff_slice_by_slice(family, q8, tmp_path):
     config, kwargs, cls, arch, meta = MOE[family]
     torch.manual_seed(0)
     model = getattr(transformers, cls)(getattr(transformers, config)(**kwargs))
-    sd = {k: v.detach().float().contiguous() for k, v in model.state_dict().items()}
+    sd = {k: v.detach().float().contiguous() for k, v in saved_state(model).items()}
     save_file(sd, str(tmp_path / "hf.safetensors"))
     names = gguf.get_tensor_name_map(arch, kwargs["num_hidden_layers"])
     stacks: dict[str, dict[int, np.ndarray]] = {}
@@ -176,8 +177,10 @@ def test_stacked_experts_diff_slice_by_slice(family, q8, tmp_path):
     assert len(slices) == sum(len(per) for per in stacks.values()) and nudged in slices
     assert all(t["a_shape"] == t["b_shape"] for t in slices.values())
     off = {(t["a_name"], t["b_name"]) for t in r["tensors"] if t["status"] != "equal"}
-    if q8:   # F32 against Q8_0: every slice's dtype differs; only the nudged one is out of tolerance
-        assert off == set(slices) and {t["status"] for t in slices.values()} == {"dtype"}
+    if q8:   # F32 against Q8_0: every slice's dtype differs, each a faithful Q8_0 rounding ("converted") but
+        # the nudged one, out of tolerance and of Q8_0's bound
+        assert off == set(slices) and {k for k, t in slices.items() if t["status"] != "converted"} == {nudged}
+        assert slices[nudged]["status"] == "dtype"
         assert [k for k, t in slices.items() if not t["within_tolerance"]] == [nudged]
     else:
         assert off == {nudged} and slices[nudged]["status"] == "values"
