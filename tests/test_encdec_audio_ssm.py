@@ -70,7 +70,9 @@ def test_mamba_state_cache_bytes_equal_mamba_cache():
     with torch.no_grad():
         cache = model(input_ids=torch.ones((B, S_ENC), dtype=torch.long), use_cache=True).cache_params
     ((_, nbytes, _),) = mamba.ssm_cache(_spec(model), B, S_ENC, S_ENC, 4)
-    assert nbytes == _bytes(cache.conv_states) + _bytes(cache.ssm_states)
+    # transformers 5: a DynamicCache of LinearAttentionLayers, each holding its conv and recurrent (SSM) states
+    states = [t for layer in cache.layers for d in (layer.conv_states, layer.recurrent_states) for t in d.values()]
+    assert nbytes == _bytes(states)
 
 
 @pytest.fixture
