@@ -12,10 +12,10 @@ scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) w
 its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (qwen_moe.routed_experts: transformers 5's default
 grouped_mm experts implementation, the top-k rows of each token).
 
-KV cache: transformers' eager attention caches the expanded per-head K (qk_nope + qk_rope) and V
-(v_head_dim) of every head; an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang) caches only
-the normalised latent (kv_lora_rank) and the rope key (qk_rope_head_dim) per token and layer. Both are
-reported, labelled.
+KV cache: transformers 5, like an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang), caches only the
+normalised latent (kv_lora_rank) and the rope key (qk_rope_head_dim) per token and layer, one head that tensor
+parallelism cannot split: the first line, what memory and the planner count. transformers 4's eager attention cached
+the expanded per-head K (qk_nope + qk_rope) and V (v_head_dim) of every head: the second line, labelled.
 
 ArchSpec: heads = key heads = num_attention_heads, head_dim = qk_nope + qk_rope; family-specific sizes
 (ArchSpec.extra): q_lora_rank (0: no q LoRA), kv_lora_rank, qk_nope, qk_rope, v_head_dim,
