@@ -13,6 +13,7 @@ import zipfile
 import zlib
 
 import numpy as np
+from test_scan_differential import LOADER  # torch.load(weights_only=False) on each path, errors swallowed
 
 
 def payload(marker: str) -> bytes:
@@ -120,15 +121,6 @@ def zip_version_64(marker: str) -> bytes:
     return bytes(data)
 
 
-LOADER = """
-import sys, warnings, torch
-warnings.simplefilter("ignore")
-for path in sys.argv[1:]:
-    try:
-        torch.load(path, weights_only=False)
-    except BaseException:
-        pass
-"""
 
 
 def torch_load_runs(path: str, marker: str) -> bool:

@@ -140,11 +140,17 @@ def _audit(root, out, *more) -> int:
     return main(["audit", str(root), "--out", str(out), "--json", *more])
 
 
-def test_audit_out_never_written_through_a_planted_symlink(tmp_path, capsys):
-    """Was: `--out` opened with append through a planted link (a shell rc file grew by a JSON record)."""
+def _zoo(tmp_path):
+    """A folder holding one small checkpoint, to audit."""
     root = tmp_path / "m"
     root.mkdir()
     save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    return root
+
+
+def test_audit_out_never_written_through_a_planted_symlink(tmp_path, capsys):
+    """Was: `--out` opened with append through a planted link (a shell rc file grew by a JSON record)."""
+    root = _zoo(tmp_path)
     rc_file = tmp_path / "bashrc"
     rc_file.write_text("alias ls='ls -F'\n")
     out = tmp_path / "audit.jsonl"
@@ -158,9 +164,7 @@ def test_audit_out_never_written_through_a_planted_symlink(tmp_path, capsys):
 
 def test_audit_out_hard_linked_to_an_input_is_refused(tmp_path, capsys):
     """Was: paths compared, so a hard link to an input was opened for append (the checkpoint was corrupted)."""
-    root = tmp_path / "m"
-    root.mkdir()
-    save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    root = _zoo(tmp_path)
     before = (root / "model.safetensors").read_bytes()
     out = tmp_path / "audit.jsonl"
     os.link(root / "model.safetensors", out)
@@ -176,9 +180,7 @@ def test_audit_out_hard_linked_to_an_input_is_refused(tmp_path, capsys):
 
 def test_audit_out_hard_link_to_another_file_keeps_that_file(tmp_path, capsys):
     """An --out that is a hard link to a file that is no input: the results replace the name, never that inode."""
-    root = tmp_path / "m"
-    root.mkdir()
-    save_file({"w": np.ones(3, np.float32)}, str(root / "model.safetensors"))
+    root = _zoo(tmp_path)
     other = tmp_path / "notes.txt"
     other.write_text("mine\n")
     out = tmp_path / "audit.jsonl"
