@@ -13,8 +13,9 @@ out=requirements/test-constraints.txt
     echo "# The test extra's pinned set (pip constraints), written by scripts/lock.sh from a fresh resolve of"
     echo "# '.[test]' on Python $("$venv/bin/python" -c 'import sys; print("%d.%d" % sys.version_info[:2])'), $(date -u +%F)."
     echo "# Install: pip install -e '.[test]' -c $out"
-    # torch's CPU wheel carries the local label +cpu; the pin names the release, which any build of it satisfies
-    "$venv/bin/python" -m pip freeze --exclude-editable | sed 's/+cpu$//'
+    # torch's CPU wheel carries the local label +cpu; the pin names the release, which any build of it satisfies.
+    # A CUDA build's runtime wheels (nvidia-*, cuda-*, triton) are left out: the test install is the CPU wheel.
+    "$venv/bin/python" -m pip freeze --exclude-editable | sed 's/+cpu$//' | grep -Ev '^(nvidia-|cuda-|triton==)'
 } > "$out"
 rm -rf "$(dirname "$venv")"
 echo "wrote $out ($(grep -vc '^#' "$out") packages)"
