@@ -308,18 +308,24 @@ def _pb(data: bytes, start: int, end: int):
         pos = after
 
 
+INNER = 8
+
+
 def onnx_layout(data: bytes) -> Layout:
     """ModelProto top-level fields up to opset_import (a cut after it leaves a whole model), every field
-    of the graph (onnx.proto GraphProto) and of each initializer and node in it."""
+    of the graph (onnx.proto GraphProto), and every field inside the first INNER nodes, initializers and
+    value infos (the rest repeat the same message kinds: cut at their edges only)."""
     cuts: list[int] = []
     top = list(_pb(data, 0, len(data)))
     cuts += [f[2] for f in top if f[0] in (7, 8)] + [f[3] for f in top]
+    seen: dict[int, int] = {}
     for num, _, _, a, b in top:
         if num != 7:
             continue
         for gnum, gwire, gstart, ga, gb in _pb(data, a, b):
             cuts += [gstart, ga, gb]
-            if gwire == 2 and gnum in (1, 5, 15):
+            seen[gnum] = seen.get(gnum, 0) + 1
+            if gwire == 2 and gnum in (1, 5, 15) and seen[gnum] <= INNER:
                 cuts += [f[2] for f in _pb(data, ga, gb)] + [f[3] for f in _pb(data, ga, gb)]
     return sorted(set(cuts)), []
 
