@@ -413,3 +413,9 @@ def family_fields(by_type: Mapping[str, DecoderLayout], signature_of: str) -> di
     return dict(model_types=tuple(by_type), signature=signature(first, signature_of), from_config=ls.from_config,
                 from_tensors=ls.from_tensors, build=ls.build, expected_tensors=ls.expected_tensors,
                 gguf_tensor_names=gguf_tensor_names(*by_type.values()), **decoder_lm(first))
+
+
+def layouts_of(f: Any) -> Layouts | None:
+    """The Layouts a registered Family was made from by family_fields, or None (tests/test_layout.py)."""
+    owner = getattr(f.build, "__self__", None)
+    return owner if isinstance(owner, Layouts) else None
