@@ -71,3 +71,47 @@ def test_a_misspelt_variant_is_an_error():
         L.DecoderLayout(norm="rms")   # type: ignore[arg-type]
     with pytest.raises(TypeError):
         L.DecoderLayout(qk_nrom="head")   # type: ignore[call-arg]
+
+
+NEW = [("Glm4Config", dict(partial_rotary_factor=0.5, head_dim=8), "Glm4ForCausalLM", "GLM4"),
+       ("SmolLM3Config", dict(num_hidden_layers=4, tie_word_embeddings=False), "SmolLM3ForCausalLM", "SMOLLM3"),
+       ("ArceeConfig", {}, "ArceeForCausalLM", "ARCEE")]
+
+
+@pytest.mark.parametrize("config,kwargs,model_name,arch", NEW, ids=[n[0] for n in NEW])
+def test_a_gguf_file_of_a_new_layout_family_resolves_and_counts(tmp_path, config, kwargs, model_name, arch):
+    """A GGUF file as convert_hf_to_gguf.py names it (TensorNameMap, LLaMA's size keys; zeros for values): the family
+    from general.architecture, the config from its metadata (layout.gguf_reader), the predicted parameters the
+    transformers model's."""
+    import numpy as np
+    from census_audit import saved_state
+
+    from ckptstat import open_checkpoint
+    from ckptstat.analysis.summary import summarize
+
+    c = getattr(T, config)(**{**dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                                     intermediate_size=37, vocab_size=99, pad_token_id=0), **kwargs})
+    with torch.device("meta"):
+        model = getattr(T, model_name)(c)
+    a = getattr(gguf.MODEL_ARCH, arch)
+    names = gguf.get_tensor_name_map(a, c.num_hidden_layers)
+    w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[a])
+    w.add_block_count(c.num_hidden_layers)
+    w.add_context_length(c.max_position_embeddings)
+    w.add_embedding_length(c.hidden_size)
+    w.add_feed_forward_length(c.intermediate_size)
+    w.add_head_count(c.num_attention_heads)
+    w.add_head_count_kv(c.num_key_value_heads)
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_key_length(d)
+    w.add_rope_dimension_count(int(d * kwargs.get("partial_rotary_factor", 1.0)))
+    for name, t in saved_state(model).items():
+        w.add_tensor(names.get_name(name, try_suffixes=(".weight", ".bias")), np.zeros(t.shape, np.float32))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    r = summarize(open_checkpoint(str(tmp_path / "m.gguf")))
+    total = sum(p.numel() for p in model.parameters())
+    assert r["architecture"]["family"] in {f.name for f in DESCRIBED}
+    assert r["parameters"]["unique"] == r["analytic"]["predicted_params"] == total

@@ -16,6 +16,7 @@ FAMILY = Family(
     # its tensor names are LLaMA's less gate_proj, which no signature can require absent: files without
     # config.json read as llama, whose shape look-ups then stop at the missing gate_proj (one line)
     **{**layout.family_fields({"arcee": ARCEE}, "ffn_up"), "signature": r"(?!)"},
+    gguf_config=layout.gguf_reader(ARCEE, "ArceeForCausalLM"),
     samples=(
         Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM"), detected_as="llama"),
         Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

@@ -5,14 +5,15 @@ and an LM head untied by default. GLM-4 adds sandwich norms: post_self_attn_laye
 and post_mlp_layernorm on the MLP's, beside the pre-norms (input_layernorm, post_attention_layernorm)."""
 from __future__ import annotations
 
+from dataclasses import replace
+
 from . import layout
 from .base import Family, Sample
 from .layout import DecoderLayout, Paths
 
 GLM = DecoderLayout(fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5,
                     defaults=(("head_dim", 128), ("attention_bias", True)))
-GLM4 = DecoderLayout(**{**GLM.__dict__, "placement": "sandwich",
-                        "paths": Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm")})
+GLM4 = replace(GLM, placement="sandwich", paths=Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, head_dim=8, pad_token_id=0)
@@ -23,6 +24,7 @@ FAMILY = Family(
     # file has its sandwich norms, GLM otherwise (layout.Layouts)
     **layout.family_fields({"glm4": GLM4, "glm": GLM}, "ffn_up"),
     gguf_architectures=("glm4",),   # llama.cpp's Glm4Model; it has no architecture for GlmForCausalLM's names
+    gguf_config=layout.gguf_reader(GLM4, "Glm4ForCausalLM"),
     samples=(
         Sample("Glm4Config", _SIZES, ("Glm4Model", "Glm4ForCausalLM")),
         Sample("Glm4Config", dict(_SIZES, attention_bias=False, partial_rotary_factor=0.25, tie_word_embeddings=True),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -150,7 +150,8 @@ class _Walk:
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
-    window is set), full elsewhere."""
+    window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
+    by them); a layout family with another kind adds it here and a branch in `walk`."""
     marked = set(s.sliding_layers)
     return tuple("sliding" if s.sliding_window and (not marked or i in marked) else "full" for i in range(s.layers))
 
@@ -180,8 +181,6 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.norm(at + sub, gguf, heads * d, every, residual=False)
     if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
         decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
-    if set(attention_kinds(s)) - {"full", "sliding"}:
-        raise UsageError(f"{s.family}: only full and sliding attention layers are walked")
     # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
     # layers apart (ops.window_groups): only their unmasked pairs differ
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d)
@@ -370,6 +369,20 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     mlp_bias=biased("ffn_down"), tied_embeddings=not infer.has(T, pattern(lay, "output")),
                     activation="silu", rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     assumptions=tuple(notes), **common)
+
+
+def gguf_reader(lay: DecoderLayout, architecture: str) -> Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None]:
+    """Family.gguf_config of a layout family whose llama.cpp converter writes LLaMA's keys (infer.GGUF_KEYS): the
+    biases from whether the first layer's tensors have them, the rotated fraction from rope.dimension_count."""
+    def read(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+        cfg = infer.gguf_config(arch, metadata, tensors, architecture)
+        if cfg is not None:
+            cfg.update(attention_bias=any(f"blk.0.attn_{x}.bias" in tensors for x in ("q", "qkv")),
+                       mlp_bias="blk.0.ffn_down.bias" in tensors)
+            if lay.partial_rotary is not None:
+                infer.gguf_rotary(arch, metadata, cfg, "partial_rotary_factor")
+        return cfg
+    return read
 
 
 def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:

@@ -16,6 +16,7 @@ FAMILY = Family(
     name="smollm3",
     **{**layout.family_fields({"smollm3": SMOLLM3}, "attn_q"),
        "signature": r"(?!)"},   # its tensor names are LLaMA's: files without config.json read as llama (same counts)
+    gguf_config=layout.gguf_reader(SMOLLM3, "SmolLM3ForCausalLM"),
     samples=(
         Sample("SmolLM3Config", _SIZES, ("SmolLM3Model", "SmolLM3ForCausalLM"), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, no_rope_layers=[1, 0, 0, 1], attention_bias=True, mlp_bias=True,
