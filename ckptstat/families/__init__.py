@@ -14,6 +14,7 @@ from ..errors import UsageError
 from ..naming import normalize
 from . import (
     albert,
+    arcee,
     bart,
     bert,
     bloom,
@@ -24,6 +25,7 @@ from . import (
     falcon,
     gemma,
     generic,
+    glm,
     gpt2,
     gpt_bigcode,
     gpt_neo,
@@ -41,6 +43,7 @@ from . import (
     qwen_moe,
     resnet,
     siglip,
+    smollm3,
     t5,
     vit,
     whisper,
@@ -71,12 +74,15 @@ FAMILIES: tuple[Family, ...] = (
     olmo.FAMILY,        # before qwen3: OLMo2 files have self_attn.q_norm too
     qwen3.FAMILY,       # before llama: its q_proj names match llama's signature
     phi3.FAMILY,
+    glm.FAMILY,         # after phi3: Phi-3's files have gate_up_proj too
     phi.FAMILY,
     gptneox.FAMILY,
     bloom.FAMILY,       # before falcon: its h.N.self_attention.query_key_value names match falcon's signature
     falcon.FAMILY,
     opt.FAMILY,         # before llama: its layers.N.self_attn.q_proj names match llama's signature
     llama.FAMILY,
+    smollm3.FAMILY,     # never from tensor names (LLaMA's): by model_type only
+    arcee.FAMILY,       # as smollm3
     t5.FAMILY,
     mamba.FAMILY,
 )

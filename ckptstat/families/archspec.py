@@ -56,6 +56,10 @@ class ArchSpec:
     # modules outside the analytic model whose parameters the checkpoint's count holds (a vision-language
     # model's vision tower and projector: families/wrappers.py); () when the model is the whole checkpoint
     outside: tuple[str, ...] = ()
+    # families described by a layout (layout.py): the rotated dims per head when not all of head_dim (GLM-4's
+    # and Phi-3's partial_rotary_factor; 0: all), and the layers whose attention has no rotary (SmolLM3's NoPE)
+    rope_dim: int = 0
+    nope_layers: tuple[int, ...] = ()
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

@@ -27,7 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, llama
+from . import infer, llama, qwen_moe
 from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
 from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
@@ -223,7 +223,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 # it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
 # and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer)
 # is exp_probs_b.bias.
-GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + llama.GGUF_EXPERT_STACKS + (
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + qwen_moe.GGUF_EXPERT_STACKS + (
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.q_a_proj", "blk.{bid}.attn_q_a"),
     ("model.layers.{bid}.self_attn.q_a_layernorm", "blk.{bid}.attn_q_a_norm"),
@@ -252,7 +252,7 @@ FAMILY = Family(
     heads=("base", "lm"),
     head_rules=llama.HEAD_RULES,
     default_head="lm",
-    tie_rules=llama.TIE_RULES,     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
+    tie_rules=llama.DECODER_LM["tie_rules"],     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
     tied_by_default=False,
     kv_cache=kv_cache,
     cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device

@@ -62,7 +62,7 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Gemma2/3 files (pre_feedforward_layernorm; Gemma3 has q_norm too). Gemma 1's names are LLaMA's and
     are read by llama.py."""
-    V, h, q, kv, d = llama.attention_dims(T)
+    V, h, q, kv, d = decoders.attention_dims(T)
     qn = infer.find(T, r"self_attn\.q_norm\.weight$")
     g3 = qn is not None
     notes: tuple[str, ...] = ()
@@ -143,7 +143,7 @@ def build(B: Builder) -> None:
 
 
 def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
-    llama.dense_mlp_tensors(out, q, s)
+    decoders.dense_mlp_tensors(out, q, s)
     if xs(s, "sandwich"):
         add_norm(out, q + "pre_feedforward_layernorm", s.hidden, bias=False)
         add_norm(out, q + "post_feedforward_layernorm", s.hidden, bias=False)
@@ -153,7 +153,7 @@ def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    return llama.decoder_tensors(s, layer_tensors)
+    return decoders.decoder_tensors(s, layer_tensors)
 
 
 # llama.cpp architecture -> (model_type, class) (convert_hf_to_gguf.py GemmaModel, Gemma2Model, Gemma3Model).

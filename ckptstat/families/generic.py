@@ -15,8 +15,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, llama, mixtral
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, decoder_kv_cache
+from . import layout, mixtral
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors
+from .layout import DecoderLayout
 from .ops import Builder
 
 STANDARD_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
@@ -27,7 +28,7 @@ LABEL = "generic (config fields)"
 
 # Every field a config.json may hold for the template to describe it: LlamaConfig's and MixtralConfig's
 # (transformers configuration_llama.py, configuration_mixtral.py), PretrainedConfig's own, Granite's scale
-# factors (they scale, they shape nothing), Qwen2's windowing and SmolLM3's NoPE switches (no matmul changes),
+# factors (they scale, they shape nothing), Qwen2's windowing and SmolLM3-style NoPE switches (no matmul changes),
 # and what tools write beside them. Any other field may change the model (a shared expert, sub-norms, q/k norms,
 # a linear-attention or state-space layer, parallel blocks...): such a config is not claimed, since with no
 # weights nothing would catch a wrong template (tests/test_families.py builds every transformers model type
@@ -87,8 +88,17 @@ def describes(cfg: Mapping[str, Any]) -> bool:
             and KNOWN_FIELDS.issuperset(cfg) and cfg.get("model_type") not in NOT_LLAMA_SHAPED)
 
 
+# the template: LLaMA's layout, or Mixtral's for a config with routed experts (bias switches as the config says)
+DENSE = DecoderLayout()
+ROUTED = replace(mixtral.MIXTRAL, mlp_bias=None)
+
+
+def _layout(s: ArchSpec) -> DecoderLayout:
+    return ROUTED if s.experts else DENSE
+
+
 def from_config(c: Cfg) -> ArchSpec:
-    spec = decoders.llama_like_spec(c)
+    spec = layout.spec_from_config(DENSE, c)
     used = [k for k in STANDARD_FIELDS + OPTIONAL_FIELDS if c.cfg.get(k) is not None]
     note = (f"{LABEL}: no family module for model_type {c.model_type!r}; a LLaMA-shaped decoder built from "
             f"{', '.join(used)}")
@@ -104,14 +114,11 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def build(B: Builder) -> None:
-    if B.s.experts:
-        llama.decoder(B, mixtral.moe_mlp)
-    else:
-        decoders.llama_like(B)
+    layout.walk(B, _layout(B.s))
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    return mixtral.expected_tensors(s) if s.experts else decoders.llama_like_tensors(s)
+    return layout.expected_tensors(_layout(s), s)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
@@ -122,11 +129,7 @@ FAMILY = Family(
     model_types=(),
     signature=r"(?!)",      # never from tensor names: the fallback needs the config's fields
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.TIE_RULES,
-    kv_cache=decoder_kv_cache,
+    **{**layout.decoder_lm(DENSE), "tied_by_default": True},
     strict_params=True,
     config_alone=describes,
     # tests/test_families.py builds these under a model_type no family claims (and real llama-shaped

@@ -76,7 +76,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h, q, kv, _ = llama.attention_dims(T)
+    V, h, q, kv, _ = decoders.attention_dims(T)
     sinks = infer.shape(T, r"self_attn\.sinks$", "self_attn.sinks")      # one sink per query head: head_dim is exact
     fused = infer.shape(T, r"mlp\.experts\.gate_up_proj$", "mlp.experts.gate_up_proj")
     if len(sinks) != 1 or not 0 < sinks[0] <= q or q % sinks[0] or len(fused) != 3 or fused[2] % 2:
@@ -158,7 +158,7 @@ def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    return llama.decoder_tensors(s, layer_tensors)
+    return decoders.decoder_tensors(s, layer_tensors)
 
 
 # llama.cpp's "gpt-oss" (convert_hf_to_gguf.py GptOssModel.set_gguf_parameters): TextModel's keys (expert_count from

@@ -106,9 +106,10 @@ class Builder:
                  active=None if active_copies is None else per * active_copies)
 
     def norm(self, module: str, bucket: str, tokens: tuple[int, ...], dim: int, calls: int = 1,
-             copies: int | None = None, residual: bool = True, kind: str | None = None) -> None:
+             copies: int | None = None, residual: bool = True, kind: str | None = None, bias: bool | None = None) -> None:
+        """bias: whether the norm has a bias beside its weight (default: a LayerNorm has, an RMSNorm has not)."""
         kind = kind or self.s.norm
-        per = 2 * dim if kind == "layernorm" else dim
+        per = 2 * dim if (kind == "layernorm" if bias is None else bias) else dim
         n = _prod(tokens) * dim
         self.add(module + (" (+residual)" if residual else ""), "norm", bucket, calls, tokens + (dim,), tokens + (dim,),
                  params=per * (calls if copies is None else copies), ew=n * (ew_cost(kind) + (1 if residual else 0)),

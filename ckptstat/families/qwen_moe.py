@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, infer, llama
+from . import decoders, infer, layout, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost, window_groups
 
@@ -70,7 +70,7 @@ _ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h, q, kv, d = llama.attention_dims(T)
+    V, h, q, kv, d = decoders.attention_dims(T)
     qn = infer.find(T, r"self_attn\.q_norm\.weight$")
     if qn is not None:
         d = qn.shape[0]              # Qwen3-MoE: q_norm spans one head, so head_dim is exact
@@ -205,7 +205,7 @@ def moe_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    return llama.decoder_tensors(s, moe_tensors)
+    return decoders.decoder_tensors(s, moe_tensors)
 
 
 # llama.cpp architecture -> (model_type, class) (convert_hf_to_gguf.py Qwen2MoeModel, Qwen3MoeModel).
@@ -239,7 +239,10 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 # HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.QWEN2MOE / QWEN3MOE). The converter
 # stacks each layer's routed experts into one 3-D tensor per projection, blk.N.ffn_{gate,up,down}_exps
 # [experts, out, in]: expert {xid} is a slice of it (diff compares them slice by slice).
-GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + llama.GGUF_EXPERT_STACKS + (
+# Routed experts under `mlp.experts.{xid}` (Qwen-MoE, DeepSeek), stacked by llama.cpp's converter into one 3-D
+# blk.N.ffn_{gate,up,down}_exps [experts, out, in] per projection: expert {xid} is its slice (ckptstat diff).
+GGUF_EXPERT_STACKS = tuple(p for p in layout.gguf_tensor_names(layout.DecoderLayout(mlp="routed")) if "{xid}" in p[0])
+GGUF_TENSOR_NAMES = llama.GGUF_TENSOR_NAMES + GGUF_EXPERT_STACKS + (
     ("model.layers.{bid}.self_attn.q_norm", "blk.{bid}.attn_q_norm"),
     ("model.layers.{bid}.self_attn.k_norm", "blk.{bid}.attn_k_norm"),
     ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),

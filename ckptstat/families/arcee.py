@@ -1,0 +1,25 @@
+"""Arcee (AFM; transformers modeling_arcee.py): the LLaMA layout (layout.py) with a plain MLP, down(act(up(x)))
+with ReLU^2 by default (hidden_act relu2), and an LM head untied by default."""
+from __future__ import annotations
+
+from . import layout
+from .base import Family, Sample
+from .layout import DecoderLayout
+
+ARCEE = DecoderLayout(mlp="plain", defaults=(("hidden_act", "relu2"),))
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=64)
+
+FAMILY = Family(
+    name="arcee",
+    # its tensor names are LLaMA's less gate_proj, which no signature can require absent: files without
+    # config.json read as llama, whose shape look-ups then stop at the missing gate_proj (one line)
+    **{**layout.family_fields({"arcee": ARCEE}, "ffn_up"), "signature": r"(?!)"},
+    gguf_config=layout.gguf_reader(ARCEE, "ArceeForCausalLM"),
+    samples=(
+        Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM"), detected_as="llama"),
+        Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+               ("ArceeForCausalLM",), detected_as="llama"),
+    ),
+)
