@@ -28,8 +28,8 @@ sys.path.insert(0, os.path.join(ROOT, "fixtures"))
 WORK = os.path.join(HERE, "_work", "zoo")
 
 from ckptstat.analysis.audit import run, strip_timing  # noqa: E402
-from ckptstat.analysis.audit_dask import runner  # noqa: E402
-from ckptstat.analysis.audit_find import discover  # noqa: E402
+from ckptstat.analysis.audit.cluster import runner  # noqa: E402
+from ckptstat.analysis.audit.find import discover  # noqa: E402
 
 
 def build(copies: int) -> str:

@@ -32,7 +32,7 @@ from hf_mem.safetensors.metadata import parse_safetensors_metadata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ckptstat.analysis.memory import report  # noqa: E402
-from ckptstat.analysis.planner import Plan  # noqa: E402
+from ckptstat.analysis.memory.planner import Plan  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
 
 # Published configs (the sizes of each model card's config.json)

@@ -1,4 +1,4 @@
-"""Issue 22: where the F32 kernel of `ckptstat stats` spends its time (analysis/stats_kernel32.py).
+"""Issue 22: where the F32 kernel of `ckptstat stats` spends its time (analysis/stats/kernel32.py).
 
 In one process, over bench/stats_kernels.py's F32 file (built there first): the chunk accumulator
 (Acc.update over 4 MiB chunks, what F32 took before) against the kernel, and the kernel's steps one by
@@ -36,9 +36,9 @@ def main() -> None:
     path = subprocess.run([sys.executable, os.path.join(HERE, "stats_kernels.py"), "--build", f"f32-{args.size_mb}mb",
                            "F32", str(args.size_mb), "16"], check=True, capture_output=True, text=True).stdout.strip()
     from ckptstat import open_checkpoint
-    from ckptstat.analysis import stats_kernel32 as k32
-    from ckptstat.analysis.stats_acc import new_acc
-    from ckptstat.analysis.stats_kernel import plain_chunks
+    from ckptstat.analysis.stats import kernel32 as k32
+    from ckptstat.analysis.stats.accumulate import new_acc
+    from ckptstat.analysis.stats.kernel16 import plain_chunks
 
     ckpt = open_checkpoint(path)
     infos = list(ckpt)

@@ -25,7 +25,7 @@ from .errors import CorruptCheckpointError
 
 BUCKETS = ("embedding", "encoder", "decoder", "pooler", "cls", "other")
 ROLES: tuple[str, ...] = ("parameter", "buffer", "non-trainable", "metric", "optimizer", "counter")
-# Roles of the stored pieces of a quantised weight (census/quant.py groups them; docs/quantized.md).
+# Roles of the stored pieces of a quantised weight (census/quant/ groups them; docs/quantized.md).
 QUANT_ROLES = ("packed-weight", "quantized-weight", "scale", "zero-point", "group-index", "absmax", "quant-map",
                "quant-state", "logical-shape", "sparsity-mask", "sparsity-offsets", "input-scale", "kv-scale")
 ROLES += QUANT_ROLES
@@ -215,7 +215,7 @@ def _role_of(name: str, dtype: str, rank4: bool) -> str:
     return "parameter"
 
 
-# A quantised weight's member, by the suffix after its module (census/quant.py decides which tensors are
+# A quantised weight's member, by the suffix after its module (census/quant/ decides which tensors are
 # members; docs/quantized.md cites each writer). `weight` itself is packed when it holds several logical
 # values per stored element, quantised when one.
 QUANT_MEMBER_ROLES = {

@@ -27,11 +27,11 @@ GAPS: dict[str, str] = {
     "tests/test_real_saves_wide.py::test_family_from_config[DbrxForCausalLM]": _DBRX,
     "tests/test_real_saves_wide.py::test_counts_where_a_dropped_tie_cannot_be_named[SamModel-save_pretrained]": _SAM,
     "tests/test_real_saves_wide.py::test_counts_where_a_dropped_tie_cannot_be_named[SamModel-torch.save]": _SAM,
-    "tests/test_real_saves_ties3.py::test_counts_and_every_tie[SamModel-save_pretrained]": _SAM,
-    "tests/test_real_saves_ties3.py::test_counts_and_every_tie[SamModel-torch.save]": _SAM,
-    "tests/test_real_saves_ties3.py::test_counts_and_every_tie[FSMTForConditionalGeneration-torch.save]":
+    "tests/test_real_saves_class_ties.py::test_counts_and_every_tie[SamModel-save_pretrained]": _SAM,
+    "tests/test_real_saves_class_ties.py::test_counts_and_every_tie[SamModel-torch.save]": _SAM,
+    "tests/test_real_saves_class_ties.py::test_counts_and_every_tie[FSMTForConditionalGeneration-torch.save]":
         "a torch.save of transformers 5's FSMT: a tie reported that the model does not hold (issue 30)",
-    "tests/test_real_saves_ties3.py::test_counts_and_every_tie[LongT5ForConditionalGeneration-untied-torch.save]":
+    "tests/test_real_saves_class_ties.py::test_counts_and_every_tie[LongT5ForConditionalGeneration-untied-torch.save]":
         "transformers 5 unties LongT5's stacks from shared when the switch is off; ckptstat still ties them from the "
         "family's rule on a torch.save (issue 30; seen to pass in one run, so not strict)",
     "tests/test_real_saves.py::test_tie_groups[gptneox-torch.save]":

@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from ckptstat.analysis.audit import audit_record, run_pool, run_serial, strip_timing, summarize_records
-from ckptstat.analysis.audit_find import Unit, discover
+from ckptstat.analysis.audit.find import Unit, discover
 from ckptstat.cli import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -143,7 +143,7 @@ def test_cli_resume_and_parquet(zoo, serial, tmp_path, capsys):
     pq = str(tmp_path / "results.parquet")
     assert main(["audit", root, "--out", pq, "--json", "--no-progress", "--workers", "2"]) == 1
     capsys.readouterr()
-    from ckptstat.analysis.audit_store import load
+    from ckptstat.analysis.audit.store import load
 
     done = load(pq)
     assert not os.path.exists(pq + ".partial.jsonl")
@@ -201,7 +201,7 @@ def test_stats_scheduler_error_is_one_checkpoint_error(zoo, tmp_path):
     from ckptstat import open_checkpoint
     from ckptstat.analysis.audit import settings
     from ckptstat.analysis.stats import select
-    from ckptstat.analysis.stats_dask import _raise, _stamp, _task
+    from ckptstat.analysis.stats.cluster import _raise, _stamp, _task
     from ckptstat.errors import CheckpointError
 
     path = str(tmp_path / "w.safetensors")

@@ -4,7 +4,7 @@ sharded indexes, torch zips and legacy streams, GGUF, pickles that run code, tru
 missing shard) served over loopback https-style HTTP (tests/remote_server.py), moto's S3 and the Hub
 stand-in. The oracle for every record is the local run over the same files (whose values tests/test_audit.py
 checks against the writers): the records must be equal apart from the path, timing, resume-key and fetched
-fields; a remote pickle is scanned with range requests (analysis/scan.py scan_url), so its scan verdict is
+fields; a remote pickle is scanned with range requests (analysis/scan/ scan_url), so its scan verdict is
 the local one too.
 """
 from __future__ import annotations
@@ -24,7 +24,7 @@ from remote_server import Server, _Handler, moto_s3  # noqa: E402
 
 from ckptstat import sources  # noqa: E402
 from ckptstat.analysis.audit import NOT_SCANNED, run_serial, strip_timing  # noqa: E402
-from ckptstat.analysis.audit_find import discover  # noqa: E402
+from ckptstat.analysis.audit.find import discover  # noqa: E402
 from ckptstat.cli import main  # noqa: E402
 
 REMOTE_ONLY = ("mtime_ns", "etag", "fetched")   # the resume key's version and the network counts
@@ -255,7 +255,7 @@ def test_stats_workers_fetched_counts_the_workers(tmp_path, capsys):
 
 def test_allow_full_download_reaches_the_workers(tmp_path, capsys):
     """A server that ignores Range: refused per record, unless --allow-full-download, which pool workers
-    apply too (analysis/audit.py `settings`)."""
+    apply too (analysis/audit/ `settings`)."""
     import numpy as np
     from safetensors.numpy import save_file
 
@@ -288,4 +288,4 @@ def test_a_scan_the_store_cuts_short_is_not_scanned_never_safe(monkeypatch):
     r = audit_mod._scan(["https://h/m/gone.pt", "https://h/m/cut.pt"])
     assert [f["status"] for f in r["files"]] == [NOT_SCANNED, "unreadable"]
     assert r["files"][0]["error"] == "https://h/m/gone.pt: not found (HTTP 404)"
-    assert r["verdict"] == "unreadable"   # the worse of the two (analysis/audit.py SCAN_ORDER)
+    assert r["verdict"] == "unreadable"   # the worse of the two (analysis/audit/ SCAN_ORDER)

@@ -180,7 +180,7 @@ def test_flops_from_metadata_as_from_config_json(model, hf_path, seq, tmp_path, 
 
 def test_release_layout_diffs_at_equal_counts(tmp_path):
     """The MXFP4 release layout (`*_blocks` / `*_scales`, the rest in bf16;
-    fixtures/make_quantized.py) against its GGUF conversion: the same logical parameter count both sides (census/quant.py
+    fixtures/make_quantized.py) against its GGUF conversion: the same logical parameter count both sides (census/quant/
     counts the blocks as the weights they encode); the packed experts removed, the split stacks added, every other
     tensor paired (bf16 against F32: `converted`, the bf16 values the F32 ones rounded)."""
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))

@@ -152,7 +152,7 @@ def _mxfp4_folder(tmp_path, cfg, with_config: bool) -> str:
 
 @pytest.mark.parametrize("with_config", [True, False], ids=["config", "no-config"])
 def test_mxfp4_checkpoint_resolves_with_the_bf16_models_count(tmp_path, with_config):
-    """Header only: the MXFP4 blocks/scales read as the logical experts' tensors (census/quant.py), so the
+    """Header only: the MXFP4 blocks/scales read as the logical experts' tensors (census/quant/), so the
     family resolves and the logical count is the unquantised model's parameters()."""
     # MXFP4 packs 32 values a block along the input features: hidden and intermediate multiples of 32
     cfg = T.GptOssConfig(**dict(SIZES, hidden_size=64, intermediate_size=64))

@@ -28,8 +28,8 @@ import pytest
 from conftest import FIXTURES, fixture
 from fuzz.layouts import safetensors_layout, zip_layout
 from hostile_corpus_bounds import BOUNDS_CASE_NAMES, add_bounds_cases
+from hostile_corpus_formats import WAVE_CASE_NAMES, add_wave_cases
 from hostile_corpus_polyglots import POLYGLOT_CASE_NAMES, add_polyglot_cases
-from hostile_corpus_wave4 import WAVE_CASE_NAMES, add_wave_cases
 from test_cli_hostile import _hostile_files
 from test_gguf import gguf_bytes, kv, kv_str
 from test_tf_bundle import block, entry, pb, table, trailer, varint

@@ -132,7 +132,7 @@ def test_bad_layer_types_are_one_line_usage_errors(bad):
 
 
 def test_sliding_lines_keep_their_shape():
-    """analysis/planner.py reads (label, bytes, rule) lines, the first what transformers allocates."""
+    """analysis/memory/planner.py reads (label, bytes, rule) lines, the first what transformers allocates."""
     _, d = _build(*CASES[3].values)
     spec = from_config(d)
     lines = get(spec.family).kv_cache(spec, 1, 100, 100, 2)

@@ -125,6 +125,36 @@ def test_no_import_cycle():
             dfs(m)
 
 
+# Within the analysis layer, its parts (subpackages and modules, docs/architecture.md), lowest first: a part
+# imports only from its own tier or one before it. The cluster settings stats shares with audit put audit first.
+ANALYSIS_TIERS = [
+    ("quantized", "ties", "flops", "memory", "conversion", "scan", "adapter", "pipeline"),
+    ("summary", "diff"),
+    ("audit",),
+    ("stats",),
+    ("report",),
+]
+
+
+def _analysis_tier(module: str) -> int | None:
+    parts = module.split(".")
+    if len(parts) < 3 or parts[1] != "analysis":
+        return None
+    tier = next((i for i, names in enumerate(ANALYSIS_TIERS) if parts[2] in names), None)
+    assert tier is not None, f"{module}: analysis part in no tier; add it to ANALYSIS_TIERS and docs/architecture.md"
+    return tier
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith("ckptstat.analysis.")))
+def test_analysis_parts_point_down(module):
+    mine = _analysis_tier(module)
+    assert mine is not None
+    for target, line, _ in imports(module, type_checking=True):
+        theirs = _analysis_tier(target)
+        assert theirs is None or theirs <= mine, (
+            f"{module}:{line} imports {target}, an analysis part above it ({ANALYSIS_TIERS[theirs]} > {ANALYSIS_TIERS[mine]})")
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_size(module):
     with open(MODULES[module], encoding="utf-8") as f:
@@ -147,7 +177,7 @@ def test_header_only_commands_import_no_heavy_library():
 
 
 # The only modules that may import dask (issue 23): the `--scheduler` paths, imported on that path only.
-DASK_MODULES = {"ckptstat.analysis.audit_dask", "ckptstat.analysis.stats_dask"}
+DASK_MODULES = {"ckptstat.analysis.audit.cluster", "ckptstat.analysis.stats.cluster"}
 
 
 def test_dask_only_on_the_scheduler_path():

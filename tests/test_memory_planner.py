@@ -17,7 +17,7 @@ T = pytest.importorskip("transformers")
 from conftest import fixture  # noqa: E402
 from test_families import meta_autocast  # noqa: E402
 
-from ckptstat.analysis.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
+from ckptstat.analysis.memory.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
 from ckptstat.errors import UsageError  # noqa: E402
 
 LLAMA = dict(vocab_size=1000, hidden_size=256, intermediate_size=688, num_hidden_layers=4, num_attention_heads=8,

@@ -24,7 +24,7 @@ from ckptstat.analysis.summary import summarize, tensors  # noqa: E402
 from ckptstat.census import layout, resolve  # noqa: E402
 from ckptstat.census.model import from_checkpoint  # noqa: E402
 from ckptstat.census.quant import _LAYOUT_LITERALS  # noqa: E402
-from ckptstat.census.quant_more import quanto_group  # noqa: E402
+from ckptstat.census.quant.quanto_hqq_torchao import quanto_group  # noqa: E402
 from ckptstat.formats.registry import open_checkpoint  # noqa: E402
 from ckptstat.naming import QUANT_ROLES  # noqa: E402
 
@@ -74,7 +74,7 @@ def test_logical_parameters_shapes_members_and_bits(case):
     members = {m for ms in e["members"].values() for m in ms}
     assert all(roles[n] in QUANT_ROLES for n in members)
     assert all(roles[n] == "parameter" for n in roles if n not in members)
-    # the literal pre-check (census/quant.py) lets every weight through: one of its members holds a literal
+    # the literal pre-check (census/quant/) lets every weight through: one of its members holds a literal
     assert all(any(lit in m for m in ms for lit in _LAYOUT_LITERALS) for ms in e["members"].values())
 
 

@@ -320,7 +320,7 @@ def test_lazy_detection_picks_what_the_full_registry_picks():
 
 
 def test_format_order_does_not_depend_on_what_imports_a_reader_first():
-    # analysis/scan.py imports numpy_npy's and torch's helpers, so their formats may register before safetensors':
+    # analysis/scan/ imports numpy_npy's and torch's helpers, so their formats may register before safetensors':
     # the registry keeps _MODULES order all the same (the first format that accepts a file is always the same)
     code = ("import sys\nif sys.argv[1] == 'scan': import ckptstat.analysis.scan\n"
             "from ckptstat.formats import registry\nlist(registry._formats_in_order())\n"

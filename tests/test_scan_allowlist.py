@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from ckptstat.formats.torch import scan  # noqa: E402
+from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.formats.torch.allowlist import (  # noqa: E402
     ALLOWED_GLOBALS,
     DEFAULT_SAFE_GLOBALS,

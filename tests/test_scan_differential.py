@@ -16,9 +16,9 @@ pytest.importorskip("torch")
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
 from make_scan_corpus import write_corpus  # noqa: E402
 
+from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.cli import main  # noqa: E402
 from ckptstat.errors import CkptstatError  # noqa: E402
-from ckptstat.formats.torch import scan  # noqa: E402
 
 LOADER = """
 import os, sys, warnings, torch

@@ -1,4 +1,4 @@
-"""The 16-bit kernel of `ckptstat stats` (analysis/stats_kernel.py): F16 and BF16 statistics from one
+"""The 16-bit kernel of `ckptstat stats` (analysis/stats/kernel16.py): F16 and BF16 statistics from one
 bincount over the stored bit patterns. Oracles: the values torch wrote, widened to float64 by torch,
 and numpy's reductions and np.quantile over them."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.stats import QUANTILES, Acc, collect, new_acc  # noqa: E402
-from ckptstat.analysis.stats_kernel import acc_from_hist16, bits16_chunks  # noqa: E402
+from ckptstat.analysis.stats.kernel16 import acc_from_hist16, bits16_chunks  # noqa: E402
 from ckptstat.errors import CorruptCheckpointError  # noqa: E402
 
 DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16}
@@ -105,7 +105,7 @@ def test_a_file_cut_short_after_opening_is_one_error(tmp_path, dtype):
         collect(ckpt)
 
 
-# --- F32 (analysis/stats_kernel32.py) -------------------------------------------------------------------
+# --- F32 (analysis/stats/kernel32.py) -------------------------------------------------------------------
 
 def _f32_tensors() -> dict[str, torch.Tensor]:
     g = torch.Generator().manual_seed(32)
@@ -168,7 +168,7 @@ def _check_row(r: dict, x: torch.Tensor, exact: bool) -> None:
 def test_f32_rows_match_torch_values(written32, tmp_path, monkeypatch, chunk, sub):
     """Sub-reads of 64 values and the default, reads from one value (the small tensors only: a read
     each) to beyond most tensors."""
-    import ckptstat.analysis.stats_kernel32 as k32
+    import ckptstat.analysis.stats.kernel32 as k32
     if sub:
         monkeypatch.setattr(k32, "F32_SUB", sub)
     path, t = written32
@@ -186,7 +186,7 @@ def test_f32_rows_match_torch_values(written32, tmp_path, monkeypatch, chunk, su
 def test_f32_kernel_equals_the_chunk_accumulator(written32, monkeypatch, fast_at):
     """The kernel gives what Acc.update gives on the same values: histogram and counts exactly, moments
     to float64 rounding; with numpy's ufunc.at and with the bincount fallback (numpy < 1.25)."""
-    import ckptstat.analysis.stats_kernel32 as k32
+    import ckptstat.analysis.stats.kernel32 as k32
     monkeypatch.setattr(k32, "_FAST_AT", fast_at)
     monkeypatch.setattr(k32, "F32_SUB", 1000)
     path, t = written32

@@ -12,7 +12,7 @@ import pytest
 
 from ckptstat import open_checkpoint
 from ckptstat.analysis.stats import NBINS, Acc, GroupRow, _run_pool, collect, group_acc, new_acc, run_items, select, tables
-from ckptstat.analysis.stats_kernel import acc_from_hist16
+from ckptstat.analysis.stats.kernel16 import acc_from_hist16
 
 
 def _bf16_keys(x: np.ndarray) -> np.ndarray:

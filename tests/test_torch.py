@@ -264,8 +264,8 @@ def test_opcode_bound_grows_with_the_pickle(tmp_path, monkeypatch):
     so the walk stays linear in the bytes, and a real save of more tensors than the fixed bound allows (~30 opcodes
     a tensor: 130k tensors) opens and scans. Here the fixed part is shrunk to 50 instead of saving 130k tensors."""
     torch = pytest.importorskip("torch")
+    from ckptstat.analysis.scan.torch_load import scan
     from ckptstat.formats.torch import pickle_walk, unpickler
-    from ckptstat.formats.torch.scan import scan
 
     sd = {f"layer.{i}.weight": torch.full((2,), float(i)) for i in range(40)}
     path = str(tmp_path / "many.pt")

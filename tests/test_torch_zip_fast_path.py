@@ -58,8 +58,8 @@ def test_scan_parses_a_torch_zip_directory_once(tmp_path, monkeypatch):
     is left to torch's scan, whose verdict is unchanged; .npz and .keras archives are still recognised."""
     import numpy as np
 
+    from ckptstat.analysis.scan import loaders as loader_scan
     from ckptstat.analysis.scan import scan_path
-    from ckptstat.formats import loader_scan
 
     path, _ = _saved(tmp_path, 10)
     before = scan_path(path)

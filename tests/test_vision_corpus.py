@@ -17,11 +17,11 @@ import os
 import pytest
 
 from ckptstat import open_checkpoint, summarize
+from ckptstat.analysis.scan.torch_load import scan
 from ckptstat.analysis.summary import tensors as tensor_list
 from ckptstat.analysis.ties import audit
 from ckptstat.census.ties import find_ties
 from ckptstat.cli import main
-from ckptstat.formats.torch import scan
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CORPUS = os.path.join(HERE, "..", "fixtures", "vision-corpus")

@@ -413,7 +413,7 @@ def module_in_layer(name: str, layer: int) -> str:
 
 # ------------------------------------------------------------------------------------------ counts
 def _by_module(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], rename: Rename | None = None) -> dict[str, dict]:
-    ckpt = logical(ckpt)   # a quantised weight counts its logical parameters (census/quant.py)
+    ckpt = logical(ckpt)   # a quantised weight counts its logical parameters (census/quant/)
     place = placements(ckpt)
     alias_of = {t.alias: t for t in find_ties(ckpt)}
     out: dict[str, dict] = {}

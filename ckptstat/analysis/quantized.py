@@ -1,5 +1,5 @@
 """The summary's quantisation section and the tensor list's quantisation fields (docs/quantized.md), from
-the census's quantised-weight layout (census/quant.py). Headers and config only."""
+the census's quantised-weight layout (census/quant/). Headers and config only."""
 from __future__ import annotations
 
 from ..census import placements

@@ -26,7 +26,7 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
 
 
 def summarize(ckpt: Checkpoint) -> dict:
-    original, ckpt = ckpt, logical(ckpt)   # quantised weights as their logical tensors (census/quant.py)
+    original, ckpt = ckpt, logical(ckpt)   # quantised weights as their logical tensors (census/quant/)
     alias_of = aliases(ckpt)
     c = tally(ckpt)   # the census's one pass over the tensors (census/tally.py)
     total = c.total
@@ -168,7 +168,7 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
     """Every tensor, optionally filtered by a glob (`*attention*`) or substring on its name."""
     place = placements(ckpt)
     alias_of = aliases(ckpt)
-    quant = member_fields(ckpt)   # pieces of quantised weights: the logical weight and its shape (census/quant.py)
+    quant = member_fields(ckpt)   # pieces of quantised weights: the logical weight and its shape (census/quant/)
     rows = []
     for t in ckpt:
         if not name_matches(t.name, pattern):

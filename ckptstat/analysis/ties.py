@@ -194,7 +194,7 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
     ties = find_ties(ckpt, deep=deep, chunk_bytes=chunk_bytes)
-    ckpt = logical(ckpt)   # quantised weights by their logical shapes (census/quant.py)
+    ckpt = logical(ckpt)   # quantised weights by their logical shapes (census/quant/)
     check = cross_check(ckpt, ties)
     table = counting(ckpt, ties)
     r = resolve(ckpt)

@@ -31,7 +31,7 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
         out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
     except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
         raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
-    # the pieces of quantised weights: packed weight, scale, zero point... (census/quant.py)
+    # the pieces of quantised weights: packed weight, scale, zero point... (census/quant/)
     out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
     return out
 
@@ -60,7 +60,7 @@ def _aliases(ckpt: Checkpoint) -> dict[str, str]:
 
 def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
     """The tensors the unique parameter count sums: role parameter, each storage and view once; a
-    quantised weight as one tensor of its logical shape (census/quant.py logical)."""
+    quantised weight as one tensor of its logical shape (census/quant/ logical)."""
     ckpt = logical(ckpt)
     place, alias_of = placements(ckpt), aliases(ckpt)
     return [t for t in ckpt if t.name not in alias_of and place[t.name].role == "parameter"]

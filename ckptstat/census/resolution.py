@@ -53,7 +53,7 @@ class Resolution:
 
 
 def resolve(ckpt: Checkpoint) -> Resolution:
-    # quantised weights resolve by their logical shapes (census/quant.py), as the unquantised model's
+    # quantised weights resolve by their logical shapes (census/quant/), as the unquantised model's
     return memoised(ckpt, "resolution", lambda c: _resolve(logical(c)))
 
 

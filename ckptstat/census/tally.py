@@ -2,7 +2,7 @@
 pays for each pass over its names): the unique parameter count and its stored bytes by bucket, layer and
 dtype, the non-parameter tensors by role, and the (name, elements, stored bytes) of each counted
 parameter for the summary's module tree. The summary and the analytic model (census/model.py) read it;
-memoised on the checkpoint's logical view (census/quant.py)."""
+memoised on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -56,7 +56,7 @@ def _tally(ckpt: Checkpoint) -> Tally:
             row["bytes"] += t.byte_size
             row["names"].append(name)
             continue
-        if t.extra:   # a quantised weight's bytes are all its pieces' (census/quant.py)
+        if t.extra:   # a quantised weight's bytes are all its pieces' (census/quant/)
             label, nbytes = stored(t, numel)
         else:
             label = t.dtype

@@ -77,7 +77,7 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     with no registered family only the file's own evidence (shared storage, safetensors metadata,
     contents with `deep`) is reported."""
     ties: dict[str, Tie] = {}
-    stored, ckpt = ckpt, logical(ckpt)   # quantised weights by their logical names and shapes (census/quant.py)
+    stored, ckpt = ckpt, logical(ckpt)   # quantised weights by their logical names and shapes (census/quant/)
     tensors = ckpt.tensors
     resolution = resolve(ckpt)
 

@@ -32,8 +32,8 @@ def audit(
     import os
 
     from ..analysis.audit import run, summarize_records
-    from ..analysis.audit_find import discover
-    from ..analysis.audit_store import Writer, check_inputs, check_out, load
+    from ..analysis.audit.find import discover
+    from ..analysis.audit.store import Writer, check_inputs, check_out, load
     from ..core.urls import is_url
     from ..errors import UsageError
     from ..render.audit import audit_progress, render_audit_summary
@@ -56,7 +56,7 @@ def audit(
         with audit_progress(show, len(todo), sum(u.bytes for u in todo)) as bar:
             cluster = None
             if scheduler:   # dask is imported only here (tests/test_layering.py)
-                from ..analysis.audit_dask import runner
+                from ..analysis.audit.cluster import runner
 
                 cluster = runner(scheduler)
             for rec in run(todo, workers or (os.cpu_count() or 1), values, bar, cluster):

@@ -11,7 +11,7 @@ from .analytic import AnalyticPath
 from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, show
 
 if TYPE_CHECKING:
-    from ..analysis.planner import Plan
+    from ..analysis.memory.planner import Plan
 
 
 def memory(
@@ -55,7 +55,7 @@ def memory(
     Exit 0; with --gpu or --gpu-mem, 1 when it does not fit (or no verdict could be made), so that a script can
     gate on it."""
     from ..analysis import memory as mem
-    from ..analysis.planner import Plan
+    from ..analysis.memory.planner import Plan
     from ..census.model import load, weights_only
     from ..errors import UsageError
     from ..families.spec import audio_inputs, default_seq
@@ -91,9 +91,9 @@ def _exit_on_verdict(plan: Plan, fits: bool | None) -> None:
 def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer: str, master_weights: bool | None,
           zero: int, checkpointing: bool, gpu: str | None, gpu_mem: str | None, gpus: int | None, tp: int, pp: int,
           cpu_offload: bool, attention: str, reserve: str | None) -> Plan:
-    from ..analysis.hardware import gpu as find_gpu
-    from ..analysis.hardware import parse_size
-    from ..analysis.planner import DEFAULT_RESERVE, Plan
+    from ..analysis.memory.hardware import gpu as find_gpu
+    from ..analysis.memory.hardware import parse_size
+    from ..analysis.memory.planner import DEFAULT_RESERVE, Plan
     from ..errors import UsageError
 
     if gpu and gpu_mem:

@@ -34,8 +34,8 @@ def _collect(path: str, config: str | None, filter: str | None, bucket: list[str
     if output is not None:
         check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
     with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:
-        if scheduler:   # the same report, the tensors read on a Dask cluster (analysis/stats_dask.py)
-            from ..analysis.stats_dask import collect_dask
+        if scheduler:   # the same report, the tensors read on a Dask cluster (analysis/stats/cluster.py)
+            from ..analysis.stats.cluster import collect_dask
 
             return collect_dask(ckpt, scheduler, filter, tuple(bucket or ()), all_roles, chunk_bytes, bar)
         return collect(ckpt, filter, tuple(bucket or ()), all_roles, chunk_bytes, workers, bar)

@@ -24,7 +24,7 @@ bmm's: E / k times the experts' matmul work.)
 Active parameters: the router and the top-k experts.
 
 MXFP4 checkpoints (the release: experts' gate_up_proj / down_proj as `*_blocks` / `*_scales`) are read through
-census/quant.py's logical view, which gives these same names and shapes (docs/quantized.md).
+census/quant/'s logical view, which gives these same names and shapes (docs/quantized.md).
 
 GGUF (llama.cpp's "gpt-oss" architecture): gguf_config reads the metadata as config.json; GGUF_TENSOR_NAMES maps
 the names back for `ckptstat diff`, where the experts' split and transposed stacks cannot align (docs/gguf.md).

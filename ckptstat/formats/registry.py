@@ -65,7 +65,7 @@ def _rank(fmt: Format) -> int:
 
 
 def register(fmt: Format) -> None:
-    # in _MODULES order whatever imports a reader module first (analysis/scan.py imports numpy_npy's and torch's
+    # in _MODULES order whatever imports a reader module first (analysis/scan/ imports numpy_npy's and torch's
     # helpers, so they may register before safetensors): the first format that accepts a file never depends on it
     i = len(FORMATS)
     while i and _rank(FORMATS[i - 1]) > _rank(fmt):

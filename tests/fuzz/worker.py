@@ -30,9 +30,9 @@ import h5py  # noqa: E402,F401  (imported before the cap: the baseline includes 
 import numpy  # noqa: E402,F401
 
 from ckptstat import CkptstatError, open_checkpoint  # noqa: E402
+from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
 from ckptstat.formats import registry  # noqa: E402
-from ckptstat.formats.torch import scan  # noqa: E402
 
 registry._load_all()
 # Address space the worker may grow by, beyond what it holds once every reader is imported.

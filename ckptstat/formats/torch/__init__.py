@@ -3,23 +3,21 @@
 The object pickle is walked by `SafeUnpickler`, which mirrors torch's `weights_only=True` allowlist
 (torch/_weights_only_unpickler.py `_get_allowed_globals`) with stubs that only record storage key,
 dtype, offset, shape and stride. Anything else is refused by name; nothing from the pickle is called.
-`scan` follows torch.load's paths through a file and walks each pickle's opcodes, without unpickling.
+`ckptstat scan` (analysis/scan/torch_load.py) follows torch.load's paths through a file and walks each
+pickle's opcodes on pickle_machine.py, without unpickling.
 
 - allowlist.py   torch's allowed globals as names, and the recording stubs they become
 - unpickler.py   the bounded, restricted unpickler, and the walk over the object it builds
 - containers.py  the zip and legacy layouts: where the pickle and each storage's bytes are
 - zipstream.py   values of storages in compressed zip records
 - reader.py      storages and views -> TensorInfo; detection and registration
-- scan.py        `ckptstat scan`: the paths torch.load takes through a file, pickle by pickle
-- scan_remote.py the same trace over a URL, with range requests and a byte bound
 - pickle_machine.py, pickle_walk.py  a model of the C unpickler that scan walks each pickle on
 - streams.py     the byte sources those walks read (file windows, inflated zip members)
 """
 from .allowlist import ALLOWED_GLOBALS, is_allowed
 from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, CheckedZipFile
 from .reader import open_legacy, open_zip
-from .scan import scan
 from .unpickler import MAX_ITEMS, MAX_STACK, SafeUnpickler, unpickle, walk
 
 __all__ = ["ALLOWED_GLOBALS", "LEGACY_MAGIC", "LEGACY_PROTOCOL", "MAX_ITEMS", "MAX_STACK", "CheckedZipFile", "SafeUnpickler",
-           "is_allowed", "open_legacy", "open_zip", "scan", "unpickle", "walk"]
+           "is_allowed", "open_legacy", "open_zip", "unpickle", "walk"]

@@ -477,11 +477,11 @@ PEFT_MODULES = [f"model.layers.{i}.{m}" for i in range(4) for m in ("self_attn.q
 
 @pytest.mark.parametrize("rotation", range(3))
 def test_adapter_patterns_match_as_peft(rotation):
-    """The linear-time matcher (analysis/adapter_match.py) picks the key peft's get_pattern_key picks, in
+    """The linear-time matcher (analysis/adapter/match.py) picks the key peft's get_pattern_key picks, in
     the config's order (keys rotated so that each kind comes first)."""
     from peft.utils.other import get_pattern_key
 
-    from ckptstat.analysis.adapter_match import Names, Patterns
+    from ckptstat.analysis.adapter.match import Names, Patterns
 
     keys = PEFT_KEYS[rotation * 3:] + PEFT_KEYS[:rotation * 3]
     pats = Patterns(keys, None)
@@ -510,7 +510,7 @@ def test_adapter_config_cannot_make_matching_quadratic(cli, tmp_path, monkeypatc
     200,000-dot name against `.*x` and `.*y`: 28 s of CPU), and target_modules / modules_to_save were
     looped over for every module (entries x modules). Now plain names go through a trie of their parts and
     the regex never sees a name past MAX_NAME or a key with two quantifiers (`" * * * *"`)."""
-    from ckptstat.analysis import adapter_match
+    from ckptstat.analysis.adapter import match as adapter_match
 
     long_module = "q" + "." * 200_000 + "q"
     modules = [long_module] + [f"model.layers.{i}.mlp.up_proj" for i in range(2000)]
@@ -529,7 +529,7 @@ def test_adapter_config_cannot_make_matching_quadratic(cli, tmp_path, monkeypatc
 
 
 def test_adapter_regex_work_is_bounded(cli, tmp_path, monkeypatch):
-    from ckptstat.analysis import adapter_match
+    from ckptstat.analysis.adapter import match as adapter_match
 
     monkeypatch.setattr(adapter_match, "MAX_WORK", 10_000)
     path = _adapter(tmp_path, [f"model.layers.{i}.self_attn.q_proj" for i in range(50)],
@@ -632,7 +632,7 @@ def test_hostile_names_never_reach_an_internal_error(cli, tmp_path, case):
 def test_npz_scan_is_bounded_by_the_member_count(cli, tmp_path, monkeypatch):
     """An .npz listing more .npy members than the reader reads (numpy_npy.MAX_MEMBERS) is not walked member by
     member (a 28 MB central directory of 500,000 entries took 155 s and printed a note per member): UNKNOWN."""
-    from ckptstat.formats import loader_scan
+    from ckptstat.analysis.scan import loaders as loader_scan
 
     monkeypatch.setattr(loader_scan, "MAX_MEMBERS", 2)
     np.savez(tmp_path / "many.npz", a=np.ones(2), b=np.ones(2), c=np.ones(2))

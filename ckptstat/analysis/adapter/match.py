@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-from ..errors import CorruptCheckpointError
+from ...errors import CorruptCheckpointError
 
 _QUANTIFIER = re.compile(r"[*+{]|(?<!\()\?")
 _REGEX = re.compile(r"[\\^$*+?{}\[\]|()]")

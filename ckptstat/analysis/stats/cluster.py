@@ -3,7 +3,7 @@ cluster (the `dask` extra), merged so that the report equals a one-machine run's
 
 The tasks are contiguous runs of whole tensors (file order, about equal bytes, several per worker).
 Each worker opens the checkpoint by path (every worker must see it under that path) and computes
-each tensor's accumulator with analysis/stats.py's own `tensor_stats` (bounded chunks, as on one
+each tensor's accumulator with analysis/stats/'s own `tensor_stats` (bounded chunks, as on one
 machine); it returns the rows and the per-tensor accumulators, histograms sent sparse. The client
 then folds the accumulators into the bucket, layer and total groups in file order, as `run_items`
 does: counts, min/max and histograms (hence quantiles) are exact whatever the order, and folding in
@@ -16,10 +16,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ..core import Checkpoint
-from ..errors import CkptstatError, UsageError
-from .audit import Settings, applied, settings
-from .stats import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, add_to_groups, build_report, select, split, tensor_stats
+from ...core import Checkpoint
+from ...errors import CkptstatError, UsageError
+from ..audit import Settings, applied, settings
+from . import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, add_to_groups, build_report, select, split, tensor_stats
 
 Progress = Callable[[int, int], None]
 TASKS_PER_WORKER = 4
@@ -34,11 +34,11 @@ def _stamp(ckpt: Checkpoint) -> tuple:
     (the store's ETag, as audit's resume key: sources/listing.py)."""
     import os
 
-    from ..core.urls import is_url
+    from ...core.urls import is_url
 
     def one(f: str) -> tuple:
         if is_url(f):
-            from ..sources.listing import stat
+            from ...sources.listing import stat
 
             e = stat(f)
             return (f, e.size, e.etag)
@@ -65,7 +65,7 @@ def _task(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
 
 
 def _raise(kind: str, path: str | None, reason: str) -> None:
-    from .. import errors
+    from ... import errors
 
     cls = getattr(errors, kind, CkptstatError)
     if isinstance(cls, type) and issubclass(cls, errors.CheckpointError):
@@ -74,7 +74,7 @@ def _raise(kind: str, path: str | None, reason: str) -> None:
 
 
 def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int) -> list[tuple[dict, Acc]]:
-    from ..formats.registry import open_checkpoint
+    from ...formats.registry import open_checkpoint
 
     key = (path, config, stamp)
     ckpt = _OPEN.get(key)
@@ -96,7 +96,7 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
                  all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK,
                  progress: Progress | None = None) -> StatsRun:
     """analysis.stats.collect's report (schema ckptstat.stats/1), the tensors read on the cluster."""
-    from .audit_dask import client_for, distributed, on_cluster
+    from ..audit.cluster import client_for, distributed, on_cluster
 
     as_completed = distributed().as_completed
 

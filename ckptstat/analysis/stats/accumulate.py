@@ -1,6 +1,6 @@
-"""The mergeable accumulator of `ckptstat stats` (analysis/stats.py): counts, min/max, float64 moments
+"""The mergeable accumulator of `ckptstat stats` (analysis/stats/): counts, min/max, float64 moments
 and a 65,536-bin histogram keyed by a 16-bit pattern, from which quantiles are read. Split from
-stats.py (issue 22); stats.py re-exports every name here, and analysis/stats_kernel.py holds the
+stats.py (issue 22); stats.py re-exports every name here, and analysis/stats/kernel16.py holds the
 fused per-chunk kernels that feed it. The accumulator's rules are in stats.py's docstring."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 
-from ..core import dtypes
+from ...core import dtypes
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 NBINS = 1 << 16
@@ -313,7 +313,7 @@ class Acc:
 
     def merge_scalars(self, other: Acc) -> None:
         """The counts, min / max and float64 moments half of merge: floating-point sums, so the order of the
-        merges decides the last bits (analysis/stats.py replays them in file order whatever the workers)."""
+        merges decides the last bits (analysis/stats/ replays them in file order whatever the workers)."""
         for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 GIB = 1 << 30
 

@@ -21,9 +21,9 @@ import os
 from collections.abc import Iterable
 from typing import IO, Any
 
-from ..core.files import atomic_output, check_output, fresh_output, read_own
-from ..errors import UsageError, missing_extra
-from .audit_find import resume_key
+from ...core.files import atomic_output, check_output, fresh_output, read_own
+from ...errors import UsageError, missing_extra
+from .find import resume_key
 
 NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched")
 

@@ -28,7 +28,7 @@ import builtins
 import sys
 from dataclasses import dataclass
 
-from ..errors import CorruptCheckpointError
+from ...errors import CorruptCheckpointError
 
 MAX_NODES = 1_000_000   # JSON values looked at in a Keras config
 

@@ -15,10 +15,10 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from ..census import aliases, logical, parameters
-from ..core import Checkpoint, TensorInfo
-from ..errors import UsageError
-from .adapter_match import Names, Patterns
+from ...census import aliases, logical, parameters
+from ...core import Checkpoint, TensorInfo
+from ...errors import UsageError
+from .match import Names, Patterns
 
 ADAPTER_SCHEMA = "ckptstat.adapter/1"
 

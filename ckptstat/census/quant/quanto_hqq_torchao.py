@@ -1,6 +1,6 @@
 """optimum-quanto, HQQ and torchao weights (docs/quantized.md): their members, method, bits and logical shape.
 
-census/quant.py finds the candidates (quanto: `<m>.weight._data...` names; HQQ: a module holding `W_q`;
+census/quant/ finds the candidates (quanto: `<m>.weight._data...` names; HQQ: a module holding `W_q`;
 torchao: a module holding `_weight_qdata`) and wraps what these functions return into its QuantWeight;
 nothing here reads values itself: HQQ's `shape` tensor is read through the callable quant.py passes
 (bounded, MAX_SHAPE_READ).
@@ -30,8 +30,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import TensorInfo
-from ..errors import CkptstatError
+from ...core import TensorInfo
+from ...errors import CkptstatError
 
 QUANTO_MODULE = ("input_scale", "output_scale")   # QModuleMixin's own buffers, after `<m>.` (its weight's: quant._QUANTO)
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
@@ -152,8 +152,8 @@ class ConfigShapes:
 def _template(cfg: Mapping[str, Any] | None) -> dict[str, tuple[int, ...]]:
     if not cfg:
         return {}
-    from ..families.spec import from_config
-    from ..families.tensors import expected_tensors
+    from ...families.spec import from_config
+    from ...families.tensors import expected_tensors
 
     try:
         template = expected_tensors(from_config(cfg))

@@ -32,9 +32,9 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..core import Checkpoint, TensorInfo
-from .stats_acc import NBINS, Acc, new_acc, scratch
-from .stats_kernel import plain, plain_chunks
+from ...core import Checkpoint, TensorInfo
+from .accumulate import NBINS, Acc, new_acc, scratch
+from .kernel16 import plain, plain_chunks
 
 F32_SUB = 1 << 16   # values per moment sub-read: 512 KiB of float64, which stays in a 1-2 MiB L2 cache
 READ_BYTES = 512 << 10   # bytes per read: the chunk stays in L2 for the passes after the count

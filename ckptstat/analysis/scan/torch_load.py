@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import IO, Any
 
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound, reading
-from .allowlist import STORAGE_ITEMSIZE, allowed_name
-from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
-from .pickle_machine import UNKNOWN, Global, Opaque, Walk
-from .pickle_walk import walk
-from .streams import FileWindow, InflateSource, Source
-from .zipdir import central_directory
+from ...formats.torch.allowlist import STORAGE_ITEMSIZE, allowed_name
+from ...formats.torch.containers import LEGACY_MAGIC, LEGACY_PROTOCOL, TorchZip, raw_name
+from ...formats.torch.pickle_machine import UNKNOWN, Global, Opaque, Walk
+from ...formats.torch.pickle_walk import walk
+from ...formats.torch.streams import FileWindow, InflateSource, Source
+from ...formats.torch.zipdir import central_directory
 
 SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
@@ -383,7 +383,7 @@ def trace(path: str) -> Trace:
 
 def follow(t: Trace, f: IO[bytes], size: int) -> None:
     """torch.load's path through the open file `f` of `size` bytes (a local file, or a remote one read by
-    range requests: formats/torch/scan_remote.py)."""
+    range requests: analysis/scan/remote.py)."""
     f.seek(0)
     if f.read(4) == b"PK\x03\x04":
         _zip(t, f, size)

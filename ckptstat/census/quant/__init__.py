@@ -11,7 +11,7 @@ llama resolves, ties and counts as its fp16 original does.
 Headers and config only, except for four tiny value reads where the format keeps the logical shape
 nowhere else: bitsandbytes' packed quant_state JSON, compressed-tensors' `weight_shape` / sparse
 `shape` and HQQ's `shape` (each bounded to MAX_SHAPE_READ bytes and checked against the packed tensor's
-size). optimum-quanto, HQQ and torchao layouts: census/quant_more.py.
+size). optimum-quanto, HQQ and torchao layouts: census/quant/quanto_hqq_torchao.py.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..core import Checkpoint, TensorInfo, dtypes
-from ..errors import CkptstatError
-from ..naming import name_forms, quant_member_role
-from . import quant_more
+from ...core import Checkpoint, TensorInfo, dtypes
+from ...errors import CkptstatError
+from ...naming import name_forms, quant_member_role
+from . import quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _VIEW = "quant:view"       # memo key marking a logical view (never re-derived)
@@ -185,7 +185,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     modules: dict[str, dict[str, TensorInfo]] = {}
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
     quanto: dict[str, dict[str, TensorInfo]] = {}
-    shapes = quant_more.ConfigShapes(ckpt.config)   # quanto / HQQ: where the file keeps no shape
+    shapes = quanto_hqq_torchao.ConfigShapes(ckpt.config)   # quanto / HQQ: where the file keeps no shape
     forms = name_forms(ckpt)
     joined = "\n".join(T) if forms is None else forms   # no literal holds a digit: forms say what the names do
     scan = any(lit in joined for lit in _LAYOUT_LITERALS)   # most checkpoints: no name can be a member
@@ -216,7 +216,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
         else:
             weights.append(_mxfp4(logical_name, members))
     if quanto:
-        weights += [_weight(f.name, f.shape, f.method, f.bits, f.members) for f in quant_more.quanto(quanto, T, shapes, notes)]
+        weights += [_weight(f.name, f.shape, f.method, f.bits, f.members)
+                    for f in quanto_hqq_torchao.quanto(quanto, T, shapes, notes)]
     for mod, s in modules.items():
         w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
         if w is not None:
@@ -263,7 +264,7 @@ def _pick(s: Mapping[str, TensorInfo], names: tuple[str, ...]) -> dict[str, Tens
 
 
 def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str, Any], method_cfg: str | None,
-            shapes: quant_more.ConfigShapes, notes: list[str]) -> QuantWeight | None:
+            shapes: quanto_hqq_torchao.ConfigShapes, notes: list[str]) -> QuantWeight | None:
     prefix = mod + "." if mod else ""
     if "qweight" in s and s["qweight"].dtype in ("I32", "U32") and len(s["qweight"].shape) == 2:
         return _gptq_awq(prefix, s, q, method_cfg, notes)
@@ -272,10 +273,10 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
     if "compressed" in s and "bitmask" in s:
         return _ct_sparse(ckpt, prefix, s, notes)
     if "W_q" in s:
-        f = quant_more.hqq(prefix, s, lambda n: _shape_values(ckpt, n), shapes, notes)
+        f = quanto_hqq_torchao.hqq(prefix, s, lambda n: _shape_values(ckpt, n), shapes, notes)
         return _weight(f.name, f.shape, f.method, f.bits, f.members)
     if "_weight_qdata" in s:
-        t = quant_more.torchao(prefix, s, notes)
+        t = quanto_hqq_torchao.torchao(prefix, s, notes)
         return None if t is None else _weight(t.name, t.shape, t.method, t.bits, t.members)
     w = s.get("weight")
     if w is None:

@@ -1,7 +1,7 @@
 """`ckptstat audit`: one record per checkpoint of a fleet, from the library's own analyses (summary,
 ties, scan), and the run over many of them: serial, a local process pool, or a Dask cluster
-(analysis/audit_dask.py). Discovery and resume keys: analysis/audit_find.py; the results file:
-analysis/audit_store.py. docs/audit.md describes the record.
+(analysis/audit/cluster.py). Discovery and resume keys: analysis/audit/find.py; the results file:
+analysis/audit/store.py. docs/audit.md describes the record.
 
 A record never raises: a checkpoint that cannot be read is a record whose `error` says why. The
 timing fields, `seconds` and `worker`, are the only ones that differ between two runs over the same
@@ -15,10 +15,10 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ..core.urls import is_url, parent
-from ..errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
-from .audit_find import Unit
-from .scan import pickle_bearing, pickle_named, scan_url
+from ...core.urls import is_url, parent
+from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
+from ..scan import pickle_bearing, pickle_named, scan_url
+from .find import Unit
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
 SUMMARY_SCHEMA = "ckptstat.audit_summary/1"
@@ -37,14 +37,14 @@ def _error_text(e: BaseException) -> str:
 
 
 def _scan(files: Iterable[str]) -> dict[str, Any]:
-    """The scan verdict of every pickle-bearing file (analysis/scan.py; formats/torch scan): what
+    """The scan verdict of every pickle-bearing file (analysis/scan/; formats/torch scan): what
     torch.load(weights_only=False) would run. `none` when the unit holds no pickle."""
-    # torch.load's path, or np.load's and Keras's (formats/loader_scan.py)
-    from .scan import scan_local as scan_file
+    # torch.load's path, or np.load's and Keras's (analysis/scan/loaders.py)
+    from ..scan import scan_local as scan_file
 
     rows = []
     for f in files:
-        if is_url(f):   # scanned with range requests (analysis/scan.py scan_url), as the local file would be
+        if is_url(f):   # scanned with range requests (analysis/scan/ scan_url), as the local file would be
             if not pickle_bearing(f):
                 continue
             try:
@@ -147,7 +147,7 @@ def settings() -> Settings:
     or machines."""
     import sys
 
-    from ..core import files, limits
+    from ...core import files, limits
 
     src = sys.modules.get("ckptstat.sources")   # (not loaded: no URL read yet, nothing allowed)
     return limits.limits(), files.allow_external_default(), bool(src and src.SETTINGS.allow_full_download)
@@ -164,7 +164,7 @@ def audit_record(unit: Unit, values: bool = True, worker: str | None = None,
 @contextmanager
 def applied(using: Settings | None) -> Iterator[None]:
     """Run with the asking process's limits and --allow-external (None: this process's own)."""
-    from ..core import files, limits
+    from ...core import files, limits
 
     if using is None:
         yield
@@ -173,7 +173,7 @@ def applied(using: Settings | None) -> Iterator[None]:
     limits.reset(using[0])
     files.set_allow_external(using[1])
     if using[2] != old[2]:
-        from .. import sources
+        from ... import sources
 
         sources.set_allow_full_download(using[2])
     try:
@@ -186,15 +186,15 @@ def applied(using: Settings | None) -> Iterator[None]:
 
 
 def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
-    from ..analysis.summary import summarize
-    from ..analysis.ties import audit as ties_audit
-    from ..formats.registry import open_checkpoint
+    from ...formats.registry import open_checkpoint
+    from ..summary import summarize
+    from ..ties import audit as ties_audit
 
     t0 = time.perf_counter()
     rec = blank_record(unit)
     meter = None
     if is_url(unit.path):   # cold caches: the counts are this unit's alone, whichever process runs it
-        from .. import sources
+        from ... import sources
 
         sources.forget_files()
         meter, before = sources.METER, sources.METER.report()
@@ -281,7 +281,7 @@ def _context() -> Any:
     them anew (seconds on a busy machine)."""
     import multiprocessing as mp
 
-    from ..formats import registry
+    from ...formats import registry
 
     if "forkserver" not in mp.get_all_start_methods():
         return mp.get_context("spawn")
@@ -353,7 +353,7 @@ def run(units: list[Unit], workers: int = 1, values: bool = True,
         it = run_serial(units, values)
     for rec in it:
         if elsewhere and rec.get("fetched"):   # what the workers fetched counts in this command's `fetched`
-            from .. import sources
+            from ... import sources
 
             sources.METER.merge(rec["fetched"])
         if progress:

@@ -2,10 +2,10 @@
 
 Every tensor is read with `Checkpoint.iter_chunks` (any reader, any dtype; `dtypes.decode` widens
 bf16 / fp8 / fp6 / fp4 to float32), so peak memory is a few chunks plus fixed-size histograms,
-whatever the checkpoint's size. F16 and BF16 tensors take a faster kernel (analysis/stats_kernel.py):
+whatever the checkpoint's size. F16 and BF16 tensors take a faster kernel (analysis/stats/kernel16.py):
 their stored bit patterns are read once and counted, and every statistic comes from the counts;
-F32 tensors take analysis/stats_kernel32.py's (one read, passes sized for the cache).
-The accumulator (Acc) lives in analysis/stats_acc.py and is re-exported here.
+F32 tensors take analysis/stats/kernel32.py's (one read, passes sized for the cache).
+The accumulator (Acc) lives in analysis/stats/accumulate.py and is re-exported here.
 
 Accumulators (all mergeable, so chunks, tensors, shards and worker processes combine freely):
 - counts (elements, NaN, +Inf, -Inf, exact zeros) and min / max over finite values: exact;
@@ -30,13 +30,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..census import aliases, name_matches, placements
-from ..core import Checkpoint, TensorInfo, dtypes
-from ..core.tensor import STATS_CHUNK_BYTES
-from ..core.text import inert
-from ..errors import CkptstatError, UsageError
-from ..naming import BUCKETS, is_norm_gain
-from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the accumulator's public home)
+from ...census import aliases, name_matches, placements
+from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.tensor import STATS_CHUNK_BYTES
+from ...core.text import inert
+from ...errors import CkptstatError, UsageError
+from ...naming import BUCKETS, is_norm_gain
+from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the accumulator's public home)
     EXACT_IN_BF16,
     NBINS,
     QUANTILES,
@@ -46,8 +46,8 @@ from .stats_acc import (  # noqa: F401  (re-exported: analysis/stats.py is the a
     new_acc,
     tables,
 )
-from .stats_kernel import BITS16, tensor_stats16
-from .stats_kernel32 import tensor_stats32
+from .kernel16 import BITS16, tensor_stats16
+from .kernel32 import tensor_stats32
 
 STATS_SCHEMA = "ckptstat.stats/1"
 DEFAULT_STATS_CHUNK = STATS_CHUNK_BYTES   # stored bytes per chunk (core/tensor.py: the CLI's default too)
@@ -154,9 +154,9 @@ def add_to_groups(groups: dict[GroupKey, Acc], item: Item, acc: Acc) -> None:
 
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
-    if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats_kernel.py)
+    if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats/kernel16.py)
         acc = tensor_stats16(ckpt, info, chunk_bytes, progress)
-    elif info.dtype == "F32":   # fewer passes, sized for the cache (analysis/stats_kernel32.py)
+    elif info.dtype == "F32":   # fewer passes, sized for the cache (analysis/stats/kernel32.py)
         acc = tensor_stats32(ckpt, info, chunk_bytes, progress)
     else:
         acc = new_acc(info.dtype)
@@ -228,7 +228,7 @@ def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN00
     src = sys.modules.get("ckptstat.sources")
     _W["mark"] = src.METER.report() if src is not None else {}
     if _W.get("ckpt") is None:
-        from ..formats.registry import open_checkpoint
+        from ...formats.registry import open_checkpoint
 
         _W["ckpt"] = open_checkpoint(path, config)
     _W["counter"] = counter
@@ -254,7 +254,7 @@ def _worker_run(task: tuple[list[Item], int, set[GroupKey]]) -> tuple:
 
 def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
     """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes, none empty
-    (the pool's tasks, and the Dask cluster's: analysis/stats_dask.py)."""
+    (the pool's tasks, and the Dask cluster's: analysis/stats/cluster.py)."""
     total = sum(ckpt[i.name].nbytes for i in items) or 1
     out: list[list[Item]] = [[]]
     acc = 0
@@ -267,7 +267,7 @@ def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
 
 
 def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
-    from .. import errors
+    from ... import errors
 
     cls = getattr(errors, kind, errors.CkptstatError)
     if issubclass(cls, errors.CheckpointError):

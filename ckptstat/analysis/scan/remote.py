@@ -26,7 +26,7 @@ from ...core.io import SeekableReader, pread
 from ...core.limits import limits
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, reading
-from .scan import Trace, finish, follow
+from .torch_load import Trace, finish, follow
 
 
 class _Bounded(SeekableReader):

@@ -17,12 +17,12 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from ..core import Checkpoint, TensorInfo
-from ..core.files import open_regular
-from ..core.io import contiguous_strides
-from ..core.tensor import check_expansion
-from ..errors import CorruptCheckpointError, reading
-from .stats_acc import NBINS, Acc, by_value, new_acc, tables
+from ...core import Checkpoint, TensorInfo
+from ...core.files import open_regular
+from ...core.io import contiguous_strides
+from ...core.tensor import check_expansion
+from ...errors import CorruptCheckpointError, reading
+from .accumulate import NBINS, Acc, by_value, new_acc, tables
 
 BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
 

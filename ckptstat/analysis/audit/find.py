@@ -5,7 +5,7 @@ A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoin
 `checkpoint` pointer claimed), a SavedModel folder (everything under it claimed), an ONNX model (its
 `X.onnx.data` / `X.onnx_data` external file claimed). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
-or when its first bytes are a pickle's (analysis/scan.py `pickle_bearing`: a bare pickle is what the
+or when its first bytes are a pickle's (analysis/scan/ `pickle_bearing`: a bare pickle is what the
 scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
 
 Symlinks are followed only to files inside the root, or from a Hugging Face cache snapshot into its repository's
@@ -23,9 +23,9 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ..core.files import followed, join
-from ..core.urls import is_url, parent, scheme
-from ..errors import (
+from ...core.files import followed, join
+from ...core.urls import is_url, parent, scheme
+from ...errors import (
     CheckpointError,
     CkptstatError,
     FileNotFound,
@@ -34,8 +34,8 @@ from ..errors import (
     UsageError,
     short_text,
 )
-from ..formats.registry import detect, read_json
-from .scan import pickle_bearing
+from ...formats.registry import detect, read_json
+from ..scan import pickle_bearing
 
 # A TF bundle's data shards: `<prefix>.data-00000-of-00001` (tensorflow/core/util/tensor_bundle).
 _TF_DATA = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
@@ -190,7 +190,7 @@ def _etag(members: list[str], versions: dict[str, str | None]) -> str | None:
 def _remote_walk(root: str, skipped: list[str]) -> list[Unit]:
     """The units under a folder URL, from one recursive listing, folder by folder in the order os.walk
     visits a local tree (a folder's own files, then its subfolders by name)."""
-    from ..sources import listing
+    from ...sources import listing
 
     found = listing.walk(root)
     entries = [e for e in found if e.error is None]
@@ -232,9 +232,9 @@ def _hub_owner(url: str) -> bool:
 def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
     """A URL named as a root or in a list: a folder's units, or the one file; a URL that cannot be
     reached is one unit carrying the error (a record, never the end of the run)."""
-    from ..core import files
-    from ..formats.registry import open_checkpoint  # noqa: F401 - installs the remote source (core.urls)
-    from ..sources import listing
+    from ...core import files
+    from ...formats.registry import open_checkpoint  # noqa: F401 - installs the remote source (core.urls)
+    from ...sources import listing
 
     try:
         if _hub_owner(url):   # hf://name: a repository (a canonical id such as gpt2), else name's repositories
@@ -243,7 +243,7 @@ def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
                     return _remote_walk(url, skipped)
             except (FileNotFound, CkptstatError):   # huggingface_hub 1.x refuses one-segment repository ids
                 pass
-            from ..sources import hub
+            from ...sources import hub
 
             repos = hub.repos(url)
             if not repos:

@@ -1,5 +1,5 @@
-"""The file-shaped cases of the third and fourth red-team passes (tests/test_hostile_wave3.py,
-tests/test_hostile_wave4.py), added to the memory-capped subprocess corpus (tests/test_hostile_corpus.py):
+"""The file-shaped cases of the third and fourth red-team passes (tests/test_hostile_formats.py,
+tests/test_hostile_keras_and_csv.py), added to the memory-capped subprocess corpus (tests/test_hostile_corpus.py):
 every command on each, under its RLIMIT_AS and CPU caps. Not collected by pytest (no test_ prefix)."""
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 from safetensors.numpy import save_file
-from test_hostile_wave3 import DEEP, EVIL, NAME_CASES, _Canary, _keras
+from test_hostile_formats import DEEP, EVIL, NAME_CASES, _Canary, _keras
 
 # `flops` of tensors no family matches, without a config: a usage error (test_hostile_corpus.NO_FAMILY)
 NO_FAMILY = 2

@@ -17,18 +17,18 @@ import zipfile
 from collections.abc import Callable
 from typing import Any
 
-from ..core.files import followed, open_regular
-from ..core.urls import is_url
-from ..errors import CheckpointError, CkptstatError, FileNotFound
-from ..formats.loader_scan import scan_other
-from ..formats.msgpack_walk import looks_like_flax
-from ..formats.torch import scan as scan_file
-from ..formats.torch.pickle_walk import walk
-from ..formats.torch.streams import BytesSource
+from ...core.files import followed, open_regular
+from ...core.urls import is_url
+from ...errors import CheckpointError, CkptstatError, FileNotFound
+from ...formats.msgpack_walk import looks_like_flax
+from ...formats.torch.pickle_walk import walk
+from ...formats.torch.streams import BytesSource
+from .loaders import scan_other
+from .torch_load import scan as scan_file
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
-KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (formats/loader_scan.py): local only, the remote scan follows torch.load
+KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py): local only, the remote scan follows torch.load
 _TAR_MEMBERS = (b"sys_info", b"pickle", b"storages", b"tensors")
 _HEAD = 4096
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
@@ -150,9 +150,9 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
 
 
 def scan_url(url: str) -> dict[str, Any]:
-    """A remote file's `ckptstat.scan/1` report, fetched with range requests (formats/torch/scan_remote.py)."""
-    from .. import sources  # noqa: F401 - installs the remote source the core reads URLs through
-    from ..formats.torch.scan_remote import scan_url as scan_remote
+    """A remote file's `ckptstat.scan/1` report, fetched with range requests (analysis/scan/remote.py)."""
+    from ... import sources  # noqa: F401 - installs the remote source the core reads URLs through
+    from .remote import scan_url as scan_remote
 
     return scan_remote(url)
 
@@ -166,8 +166,8 @@ def _walk_order(rel: str) -> list[tuple[int, str]]:
 def scan_tree_url(root: str, progress: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Every pickle-bearing file under a folder URL (an https folder the server lists, hf://org/model[@rev], an
     s3:// prefix: sources/listing.py `walk`), scanned remotely, as scan_tree scans a local folder."""
-    from .. import sources  # noqa: F401
-    from ..sources.listing import walk as list_remote
+    from ... import sources  # noqa: F401
+    from ...sources.listing import walk as list_remote
 
     prefix = root.split("?", 1)[0].rstrip("/") + "/"
     files: list[dict[str, Any]] = []
@@ -195,8 +195,8 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
     range requests (docs/torch.md, "Remote files")."""
     path = os.fspath(path)
     if is_url(path):
-        from .. import sources  # noqa: F401
-        from ..core.files import isdir
+        from ... import sources  # noqa: F401
+        from ...core.files import isdir
 
         return scan_tree_url(path, progress) if isdir(path) else scan_url(path)
     if os.path.isdir(path):
@@ -217,8 +217,8 @@ def _extension_codes_only(r: dict[str, Any]) -> bool:
 
 
 def scan_local(path: str) -> dict[str, Any]:
-    """What the loaders that read these bytes would run: torch.load's path always (formats/torch/scan.py, through
-    the zip directory miniz reads), and numpy's or Keras' (formats/loader_scan.py) where they read the file too;
+    """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
+    the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
     the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
     if not os.path.isfile(path):
         return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)

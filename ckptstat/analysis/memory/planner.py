@@ -1,6 +1,6 @@
 """The memory planner (issue #17): bytes per device, line by line, for a workload (inference or
 training) under a parallel layout (--gpus/--tp/--pp, ZeRO, CPU offload). Every line carries its rule;
-docs/memory_planner.md gives the sources. analysis/memory.py adds the verdict and the searches.
+docs/memory_planner.md gives the sources. analysis/memory/ adds the verdict and the searches.
 
 Where the parameters sit comes from the family's op template (families/graph.py), one module at a time:
  - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
@@ -19,11 +19,11 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-from ..census.model import Model
-from ..errors import UsageError
-from ..families import get
-from ..families.base import ArchSpec
-from ..families.graph import build
+from ...census.model import Model
+from ...errors import UsageError
+from ...families import get
+from ...families.base import ArchSpec
+from ...families.graph import build
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 # Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().

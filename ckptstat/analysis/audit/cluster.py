@@ -19,10 +19,10 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from ..core.urls import is_url
-from ..errors import UsageError, missing_extra, one_line
-from .audit import Runner, Settings, audit_record, lost_record, settings
-from .audit_find import Unit
+from ...core.urls import is_url
+from ...errors import UsageError, missing_extra, one_line
+from . import Runner, Settings, audit_record, lost_record, settings
+from .find import Unit
 
 
 def distributed() -> Any:

@@ -10,7 +10,7 @@
   `__lambda__` object) carries its function as marshalled Python bytecode, which
   `keras.saving.load_model(..., safe_mode=False)` rebuilds and runs (keras/src/saving/serialization_lib.py
   `deserialize_keras_object`, `__lambda__`; keras/src/utils/python_utils.py `func_load`); an object whose
-  `module` is not Keras' own is imported by older keras even in safe mode. formats/keras_scan.py has the rules.
+  `module` is not Keras' own is imported by older keras even in safe mode. analysis/scan/keras.py has the rules.
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -21,14 +21,14 @@ import os
 import zipfile
 from typing import IO, Any
 
-from ..core.files import open_regular
-from ..errors import CorruptCheckpointError, reading
-from .keras_scan import KerasFinding, config_findings
-from .numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
-from .torch.containers import data_offset, zip_open
-from .torch.pickle_walk import walk
-from .torch.scan import SCAN_SCHEMA, Trace, report
-from .torch.streams import FileWindow, InflateSource
+from ...core.files import open_regular
+from ...errors import CorruptCheckpointError, reading
+from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
+from ...formats.torch.containers import data_offset, zip_open
+from ...formats.torch.pickle_walk import walk
+from ...formats.torch.streams import FileWindow, InflateSource
+from .keras import KerasFinding, config_findings
+from .torch_load import SCAN_SCHEMA, Trace, report
 
 # What np.save's pickle of an object array imports (ndarray.__reduce__, numpy 1.x and 2.x module names).
 NUMPY_OWN = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
@@ -97,7 +97,7 @@ def _npz(t: Trace, f: IO[bytes], size: int, zf: zipfile.ZipFile) -> None:
 
 
 def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
-    """The scan report of a Keras config (formats/keras_scan.py): bytecode and standard-library or non-modeling
+    """The scan report of a Keras config (analysis/scan/keras.py): bytecode and standard-library or non-modeling
     imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
     record = {f: source for source, config in configs for f in config_findings(config, source)}
     found = sorted(record, key=lambda f: f.where)
@@ -151,7 +151,7 @@ def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
     weights only, which load_weights reads as arrays."""
     import h5py
 
-    from .keras_h5 import attribute
+    from ...formats.keras_h5 import attribute
 
     f.seek(0)
     configs: list[tuple[str, object]] = []
