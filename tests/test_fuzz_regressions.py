@@ -15,6 +15,7 @@ import pytest
 from conftest import fixture
 
 from ckptstat import CheckpointError, CorruptCheckpointError, open_checkpoint
+from ckptstat.analysis.scan.torch_load import scan
 from ckptstat.formats import torch as tr
 
 LEGACY_HEAD = b"".join(pickle.dumps(x, protocol=2) for x in (tr.LEGACY_MAGIC, tr.LEGACY_PROTOCOL))
@@ -55,7 +56,7 @@ def test_scan_pickle_length_field_allocates_nothing(tmp_path):
     """Escaped: `ckptstat scan` walked the same file with pickletools.genops, which reads a string's
     claimed length from the file the same way (2 GiB traced for a tiny file)."""
     path = _legacy_with_huge_string(tmp_path)
-    result, peak = _peak(lambda: tr.scan(path))
+    result, peak = _peak(lambda: scan(path))
     assert isinstance(result, CorruptCheckpointError), result
     assert peak < 16 << 20, f"peak {peak:,} B"
 
@@ -152,7 +153,7 @@ def test_zip_needing_a_newer_version_is_corrupt(tmp_path):
     torch = pytest.importorskip("torch")
     loaded, original = torch.load(p, weights_only=True), torch.load(fixture("torch", "my_weights.v2.pth"), weights_only=True)
     assert loaded.keys() == original.keys() and all(torch.equal(loaded[k], original[k]) for k in original)
-    r = tr.scan(str(p))
+    r = scan(str(p))
     assert r["status"] == "safe" and r["weights_only_loadable"]
     assert r["torch_load"] == "torch.load unpickles my_weights.v2/data.pkl"
 
@@ -171,7 +172,7 @@ def test_decoder_oserror_is_corrupt(tmp_path):
     with pytest.raises(CorruptCheckpointError):
         open_checkpoint(p)
     with pytest.raises(CorruptCheckpointError):
-        tr.scan(str(p))
+        scan(str(p))
 
 
 def test_central_directory_offset_too_big(tmp_path):
@@ -187,4 +188,4 @@ def test_central_directory_offset_too_big(tmp_path):
     with pytest.raises(CorruptCheckpointError, match="local header offset before the file's start"):
         open_checkpoint(p)
     with pytest.raises(CorruptCheckpointError):
-        tr.scan(str(p))
+        scan(str(p))

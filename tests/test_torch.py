@@ -10,8 +10,8 @@ import pytest
 
 from ckptstat import CkptstatError, census, open_checkpoint
 from ckptstat.analysis import summary as report
+from ckptstat.analysis.scan.torch_load import scan
 from ckptstat.cli import main
-from ckptstat.formats import torch as tr
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 TORCH_FIX = os.path.join(FIX, "torch")
@@ -234,11 +234,11 @@ def test_cli_summary_and_tensors_json(capsys):
 # scan
 
 def test_scan_fixture_is_weights_only_loadable(capsys):
-    r = tr.scan(fx("train.pt"))
+    r = scan(fx("train.pt"))
     assert r["schema"] == "ckptstat.scan/1" and r["would_run_code"] is False and r["weights_only_loadable"]
     names = {g["name"] for g in r["globals"]}
     assert {"torch._utils._rebuild_tensor_v2", "collections.OrderedDict", "torch.FloatStorage"} <= names
-    r = tr.scan(fx("bert-mlm-legacy/pytorch_model.bin"))
+    r = scan(fx("bert-mlm-legacy/pytorch_model.bin"))
     assert [p["record"] for p in r["pickles"]][3] == "object pickle" and not r["unsafe_globals"]
     assert main(["scan", fx("dtypes.pt"), "--json"]) == 0
     assert "torch.float8_e4m3fn" in {g["name"] for g in json.loads(capsys.readouterr().out)["globals"]}
@@ -255,7 +255,7 @@ def test_scan_resolves_stack_global_through_memo(tmp_path):
 
     p = tmp_path / "evil.pkl"
     p.write_bytes(pickle.dumps({"a": Evil(), "b": Evil()}, protocol=4))  # protocol 4: STACK_GLOBAL + MEMOIZE
-    r = tr.scan(str(p))
+    r = scan(str(p))
     assert r["unsafe_globals"] == [f"{os.system.__module__}.system"] and r["would_run_code"]
 
 

@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ckptstat import CkptstatError, CorruptCheckpointError, UnsafeCheckpointError, open_checkpoint
+from ckptstat.analysis.scan.torch_load import scan
 from ckptstat.cli import main
 from ckptstat.formats import torch as tr
 
@@ -56,7 +57,7 @@ def test_os_system_pickle_is_refused_and_nothing_runs(tmp_path, capsys, protocol
         open_checkpoint(path)
     err = assert_cli_error(path, capsys, glob)
     assert "outside torch's weights_only allowlist" in err
-    r = tr.scan(path)
+    r = scan(path)
     assert r["would_run_code"] and r["unsafe_globals"] == [glob]
     assert main(["scan", path]) == 1 and "UNSAFE" in capsys.readouterr().out   # 1: unsafe
     assert not marker.exists()
@@ -70,7 +71,7 @@ def test_legacy_stream_with_evil_object_pickle(tmp_path, capsys):
     p.write_bytes(data)
     with pytest.raises(UnsafeCheckpointError, match="system"):
         open_checkpoint(p)
-    assert tr.scan(str(p))["would_run_code"]
+    assert scan(str(p))["would_run_code"]
     assert not marker.exists()
 
 

@@ -1,4 +1,4 @@
-"""`ckptstat scan PATH`: one file's scan report (formats.torch.scan), or, for a folder, every
+"""`ckptstat scan PATH`: one file's scan report (scan/torch_load.py), or, for a folder, every
 pickle-bearing file under it, one entry each, and the totals (docs/torch.md, "ckptstat scan").
 
 A file under a local folder is judged by what the loaders would do with its bytes, never by its name alone
