@@ -91,6 +91,9 @@ class Sample:
     detected_as: str | None = None
 
 
+FROM_CLASS = object()   # Cfg.get's default: the config class's constant default (config_defaults.json), which must exist
+
+
 class Cfg:
     """A config.json dict as a family reads it: typed, validated accessors that raise UsageError naming
     the key, and the fields every ArchSpec takes from the config whatever the family (`common`)."""
@@ -104,7 +107,9 @@ class Cfg:
         """The first key present, under its own name, the other name its config class gives it
         (config_aliases.json: transformers' attribute_map, so a 5.x save's `num_local_experts` answers for
         Qwen3-MoE's `num_experts`), or inside `rope_parameters`, where transformers 5 moved the rotary keys
-        (rope_theta, partial_rotary_factor, the scaling)."""
+        (rope_theta, partial_rotary_factor, the scaling). A key the file leaves out: with a `default` (the key
+        is optional), the constant its model_type's config class gives it (config_defaults.json, generated from
+        transformers), else `default` (the family's rule for a value the class derives); without one, an error."""
         rope = self.cfg.get("rope_parameters")
         for k in keys:
             for name in config_names(self.model_type, k):
@@ -115,7 +120,19 @@ class Cfg:
                     return v
         if default is KeyError:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
-        return default
+        theirs = next((v for v in (class_default(self.model_type, k) for k in keys) if v is not None), None)
+        if theirs is None and default is FROM_CLASS:
+            raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, and no default for it is known for "
+                             f"model_type {self.model_type!r}")
+        return default if theirs is None else theirs
+
+    def sub(self, key: str, model_type: str) -> Cfg:
+        """A nested config (CLIP's text_config), read as its own config class's (`model_type` unless it names one)."""
+        sub = self.cfg.get(key) or {}
+        if not isinstance(sub, Mapping):
+            raise UsageError(f"{self.path}: config {key} is not an object")
+        mt = sub.get("model_type")
+        return Cfg(sub, f"{self.path} {key}", mt if isinstance(mt, str) else model_type, self.head, self.common)
 
     def int(self, *keys: str, default: object = KeyError) -> int:
         """A non-negative integer (positive for _POSITIVE keys) up to _MAX_INT; the counts that templates
@@ -140,6 +157,20 @@ def _aliases() -> Mapping[str, Mapping[str, str]]:
     with open(os.path.join(os.path.dirname(__file__), "config_aliases.json"), encoding="utf-8") as f:
         table: Mapping[str, Mapping[str, str]] = json.load(f)["aliases"]
     return table
+
+
+@functools.cache
+def _defaults() -> Mapping[str, Mapping[str, Any]]:
+    with open(os.path.join(os.path.dirname(__file__), "config_defaults.json"), encoding="utf-8") as f:
+        table: Mapping[str, Mapping[str, Any]] = json.load(f)["defaults"]
+    return table
+
+
+def class_default(model_type: str, key: str) -> Any:
+    """The constant default model_type's config class gives `key` (or a name it goes by), or None where the
+    class has none or derives it from other fields (config_defaults.json)."""
+    row = _defaults().get(model_type, {})
+    return next((row[n] for n in config_names(model_type, key) if row.get(n) is not None), None)
 
 
 def config_names(model_type: str, key: str) -> tuple[str, ...]:

@@ -19,50 +19,32 @@ v_hidden, v_heads, v_inter, image_size (analysed), native_image_size, patch_size
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .resnet import conv2d
 
-# transformers' CLIPTextConfig / CLIPVisionConfig defaults (a saved CLIPConfig's sub-configs may omit them)
-TEXT_DEFAULTS = dict(vocab_size=49408, hidden_size=512, intermediate_size=2048, num_hidden_layers=12,
-                     num_attention_heads=8, max_position_embeddings=77, projection_dim=512)
-VISION_DEFAULTS = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12,
-                       num_channels=3, image_size=224, patch_size=32, projection_dim=512)
 
-
+# A saved CLIPConfig's sub-configs may omit any size: each is then CLIPTextConfig's / CLIPVisionConfig's default
+# (FROM_CLASS: families/config_defaults.json, read as the sub-config's model_type).
 def _text(c: Cfg) -> dict[str, int]:
-    d = TEXT_DEFAULTS
-    return dict(t_layers=c.int("num_hidden_layers", default=d["num_hidden_layers"]),
-                t_hidden=c.int("hidden_size", default=d["hidden_size"]),
-                t_heads=c.int("num_attention_heads", default=d["num_attention_heads"]),
-                t_inter=c.int("intermediate_size", default=d["intermediate_size"]),
-                t_vocab=c.int("vocab_size", default=d["vocab_size"]),
-                t_positions=c.int("max_position_embeddings", default=d["max_position_embeddings"]))
+    return dict(t_layers=c.int("num_hidden_layers", default=FROM_CLASS), t_hidden=c.int("hidden_size", default=FROM_CLASS),
+                t_heads=c.int("num_attention_heads", default=FROM_CLASS),
+                t_inter=c.int("intermediate_size", default=FROM_CLASS), t_vocab=c.int("vocab_size", default=FROM_CLASS),
+                t_positions=c.int("max_position_embeddings", default=FROM_CLASS))
 
 
 def _vision(c: Cfg) -> dict[str, int]:
-    d = VISION_DEFAULTS
-    img, p = c.int("image_size", default=d["image_size"]), c.int("patch_size", default=d["patch_size"])
+    img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
-    return dict(v_layers=c.int("num_hidden_layers", default=d["num_hidden_layers"]),
-                v_hidden=c.int("hidden_size", default=d["hidden_size"]),
-                v_heads=c.int("num_attention_heads", default=d["num_attention_heads"]),
-                v_inter=c.int("intermediate_size", default=d["intermediate_size"]),
-                image_size=img, native_image_size=img, patch_size=p,
-                channels=c.int("num_channels", default=d["num_channels"]))
-
-
-def _sub(c: Cfg, key: str) -> Cfg:
-    sub = c.cfg.get(key) or {}
-    if not isinstance(sub, Mapping):
-        raise UsageError(f"{c.path}: config {key} is not an object")
-    return Cfg(sub, f"{c.path} {key}", c.model_type, c.head, c.common)
+    return dict(v_layers=c.int("num_hidden_layers", default=FROM_CLASS), v_hidden=c.int("hidden_size", default=FROM_CLASS),
+                v_heads=c.int("num_attention_heads", default=FROM_CLASS),
+                v_inter=c.int("intermediate_size", default=FROM_CLASS),
+                image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=FROM_CLASS))
 
 
 def _spec(X: dict[str, int], common: dict[str, Any], act: str = "quick_gelu", where: str = "tensor shapes") -> ArchSpec:
@@ -81,12 +63,14 @@ def _spec(X: dict[str, int], common: dict[str, Any], act: str = "quick_gelu", wh
 def from_config(c: Cfg) -> ArchSpec:
     act = str(c.get("hidden_act", default="quick_gelu"))
     if c.model_type == "clip":
-        X = {**_text(_sub(c, "text_config")), **_vision(_sub(c, "vision_config")), "proj": c.int("projection_dim", default=512)}
-        act = str(_sub(c, "text_config").get("hidden_act", default="quick_gelu"))
+        t = c.sub("text_config", "clip_text_model")
+        X = {**_text(t), **_vision(c.sub("vision_config", "clip_vision_model")),
+             "proj": c.int("projection_dim", default=FROM_CLASS)}
+        act = str(t.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "clip_text_model":
-        X = {**_text(c), "proj": c.int("projection_dim", default=512)}
+        X = {**_text(c), "proj": c.int("projection_dim", default=FROM_CLASS)}
     else:
-        X = {**_vision(c), "proj": c.int("projection_dim", default=512)}
+        X = {**_vision(c), "proj": c.int("projection_dim", default=FROM_CLASS)}
     return _spec(X, c.common, act, c.path)
 
 

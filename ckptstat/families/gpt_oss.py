@@ -36,12 +36,14 @@ from typing import Any
 
 from ..errors import UsageError
 from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, class_default
 from .ops import Builder, ew_cost, window_groups
 from .qwen_moe import count
 
-# GptOssConfig.__init__ defaults, which transformers uses for keys a config.json leaves out
-_WINDOW, _HEAD_DIM, _KV_HEADS, _TOP_K = 128, 64, 8, 4
+# GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also
+# what a checkpoint without config.json is assumed to have
+_WINDOW, _HEAD_DIM, _KV_HEADS, _TOP_K = (int(class_default("gpt_oss", k)) for k in
+                                         ("sliding_window", "head_dim", "num_key_value_heads", "num_experts_per_tok"))
 # element-wise FLOPs per intermediate element of the experts' activation: clamp gate (1), clamp up (2),
 # x alpha (1), sigmoid (4), x gate (1), up + 1 (1), x (1)
 _GLU_EW = 11

@@ -88,8 +88,6 @@ class DecoderLayout:
     partial_rotary: float | None = None
     nope_layers: bool = False             # the config's no_rope_layers marks layers without rotary (SmolLM3)
     tied_default: bool = False            # the config class's tie_word_embeddings default
-    # config keys read with another default than LLaMA's (GLM-4: head_dim 128, attention_bias true)
-    defaults: tuple[tuple[str, Any], ...] = ()
     paths: Paths = Paths()
 
     def __post_init__(self) -> None:
@@ -296,16 +294,17 @@ def rope_permuted(arch: str, lay: DecoderLayout, bias: bool = True) -> tuple[tup
 
 
 def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
-    """ArchSpec from the config fields LLaMA-shaped models share, read as the layout says."""
-    dflt = dict(lay.defaults)
+    """ArchSpec from the config fields LLaMA-shaped models share, read as the layout says. A key the file
+    leaves out is its config class's default (Cfg.get: GLM-4's head_dim 128 and attention_bias true, Arcee's
+    relu2), else LLaMA's rule (head_dim = hidden / heads)."""
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
-    d = c.int("head_dim", default=dflt.get("head_dim", h // a))
+    d = c.int("head_dim", default=h // a)
     L = c.int("num_hidden_layers")
-    bias = bool(c.get("attention_bias", default=dflt.get("attention_bias", False)))
+    bias = bool(c.get("attention_bias", default=False))
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     context=c.int("max_position_embeddings", default=0),
-                    activation=str(c.get("hidden_act", default=dflt.get("hidden_act", "silu"))),
+                    activation=str(c.get("hidden_act", default="silu")),
                     gated_mlp=lay.mlp != "plain", norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=bias if lay.qkv_bias is None else lay.qkv_bias,
                     o_bias=bias if lay.o_bias is None else lay.o_bias,

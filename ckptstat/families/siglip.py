@@ -15,46 +15,38 @@ v_inter, image_size (analysed), native_image_size, patch_size, channels, v_head 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
 from . import clip, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder
 from .resnet import conv2d
 
-# SiglipTextConfig / SiglipVisionConfig defaults (a saved SiglipConfig's sub-configs may omit them)
-_D = dict(hidden_size=768, intermediate_size=3072, num_hidden_layers=12, num_attention_heads=12)
 
-
-def _sub(c: Cfg, key: str) -> Cfg:
-    sub = c.cfg.get(key) or {}
-    if not isinstance(sub, Mapping):
-        raise UsageError(f"{c.path}: config {key} is not an object")
-    return Cfg(sub, f"{c.path} {key}", c.model_type, c.head, c.common)
-
-
+# Sizes a saved SiglipConfig's sub-config omits are SiglipTextConfig's / SiglipVisionConfig's defaults (FROM_CLASS).
 def _tower(c: Cfg, p: str) -> dict[str, int]:
-    h, a = c.int("hidden_size", default=_D["hidden_size"]), c.int("num_attention_heads", default=_D["num_attention_heads"])
+    h, a = c.int("hidden_size", default=FROM_CLASS), c.int("num_attention_heads", default=FROM_CLASS)
     if h % a:
         raise UsageError(f"{c.path}: hidden_size {h} is not a multiple of num_attention_heads {a}")
-    return {p + "layers": c.int("num_hidden_layers", default=_D["num_hidden_layers"]), p + "hidden": h, p + "heads": a,
-            p + "inter": c.int("intermediate_size", default=_D["intermediate_size"])}
+    return {p + "layers": c.int("num_hidden_layers", default=FROM_CLASS), p + "hidden": h, p + "heads": a,
+            p + "inter": c.int("intermediate_size", default=FROM_CLASS)}
 
 
 def _text(c: Cfg) -> dict[str, int]:
     X = _tower(c, "t_")
-    return dict(X, t_vocab=c.int("vocab_size", default=32000), t_positions=c.int("max_position_embeddings", default=64),
-                t_proj=c.int("projection_size", default=X["t_hidden"]))
+    return dict(X, t_vocab=c.int("vocab_size", default=FROM_CLASS),
+                t_positions=c.int("max_position_embeddings", default=FROM_CLASS),
+                t_proj=c.int("projection_size", default=X["t_hidden"]))   # None in the class: the hidden size
 
 
 def _vision(c: Cfg) -> dict[str, int]:
-    img, p = c.int("image_size", default=224), c.int("patch_size", default=16)
+    img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
     return dict(_tower(c, "v_"), image_size=img, native_image_size=img, patch_size=p,
-                channels=c.int("num_channels", default=3), v_head=int(bool(c.get("vision_use_head", default=True))))
+                channels=c.int("num_channels", default=FROM_CLASS),
+                v_head=int(bool(c.get("vision_use_head", default=FROM_CLASS))))
 
 
 def _spec(X: dict[str, int], common: dict[str, Any], act: str) -> ArchSpec:
@@ -67,19 +59,17 @@ def _spec(X: dict[str, int], common: dict[str, Any], act: str) -> ArchSpec:
 
 def from_config(c: Cfg) -> ArchSpec:
     if c.model_type == "siglip" and c.head == "imgcls":   # SiglipForImageClassification: the vision tower alone
-        v = _sub(c, "vision_config")
-        X, act = _vision(v), str(v.get("hidden_act", default="gelu_pytorch_tanh"))
+        v = c.sub("vision_config", "siglip_vision_model")
+        X, act = _vision(v), str(v.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "siglip":
-        t, v = _sub(c, "text_config"), _sub(c, "vision_config")
+        t, v = c.sub("text_config", "siglip_text_model"), c.sub("vision_config", "siglip_vision_model")
         X = {**_text(t), **_vision(v)}
         if X["t_proj"] != X["v_hidden"]:
             raise UsageError(f"{c.path}: text projection_size {X['t_proj']} differs from the vision hidden_size "
                              f"{X['v_hidden']} (SiglipModel multiplies the two embeddings)")
-        act = str(t.get("hidden_act", default="gelu_pytorch_tanh"))
-    elif c.model_type == "siglip_text_model":
-        X, act = _text(c), str(c.get("hidden_act", default="gelu_pytorch_tanh"))
-    else:
-        X, act = _vision(c), str(c.get("hidden_act", default="gelu_pytorch_tanh"))
+        act = str(t.get("hidden_act", default=FROM_CLASS))
+    else:   # siglip_text_model / siglip_vision_model
+        X, act = (_text(c) if c.model_type == "siglip_text_model" else _vision(c)), str(c.get("hidden_act", default=FROM_CLASS))
     return _spec(X, c.common, act)
 
 

@@ -1,0 +1,53 @@
+"""Config defaults come from transformers' config classes (families/config_defaults.json, written by
+fixtures/make_config_defaults.py), not from numbers re-typed in the families: the table is what the installed
+transformers gives, and no family states a default for a key that the table contradicts."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+import pytest
+
+T = pytest.importorskip("transformers")
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+from make_config_defaults import OUT, table  # noqa: E402
+
+from ckptstat.families import FAMILIES, generic  # noqa: E402
+from ckptstat.families import base as fbase  # noqa: E402
+from ckptstat.families.spec import from_config  # noqa: E402
+
+
+def test_table_is_what_the_installed_transformers_gives():
+    with open(OUT, encoding="utf-8") as f:
+        saved = json.load(f)
+    assert saved["defaults"] == json.loads(json.dumps(table())), f"regenerate (written by transformers {saved['transformers']})"
+
+
+def _minimal(sample) -> dict[str, Any]:
+    """config.json with only what the sample sets: every other key is left to its default."""
+    cls = getattr(T, sample.config)
+    return {"model_type": cls.model_type, "architectures": [sample.models[-1]], **sample.kwargs}
+
+
+@pytest.mark.parametrize("family", [f.name for f in FAMILIES + (generic.FAMILY,)])
+def test_no_family_states_a_default_the_config_class_contradicts(family, monkeypatch):
+    f = next(x for x in FAMILIES + (generic.FAMILY,) if x.name == family)
+    stated: list[str] = []
+    real = fbase.Cfg.get
+
+    def get(self, *keys, default=KeyError):
+        present = real(self, *keys, default=None)
+        theirs = next((v for v in (fbase.class_default(self.model_type, k) for k in keys) if v is not None), None)
+        if present is None and default is not KeyError and default is not None and theirs is not None and default != theirs:
+            stated.append(f"{self.model_type}.{keys[0]}: the family says {default!r}, the config class {theirs!r}")
+        return real(self, *keys, default=default)
+
+    monkeypatch.setattr(fbase.Cfg, "get", get)
+    for sample in f.samples:
+        if not hasattr(T, sample.config):
+            continue
+        from_config(_minimal(sample))
+    assert not stated, "\n".join(sorted(set(stated)))
