@@ -120,7 +120,9 @@ class Cfg:
                     return v
         if default is KeyError:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
-        theirs = next((v for v in (class_default(self.model_type, k) for k in keys) if v is not None), None)
+        # a key the file sets to null keeps null's meaning (DeepSeek-V2-Lite's q_lora_rank: no query LoRA), never the class's
+        saved_null = any(name in self.cfg for k in keys for name in config_names(self.model_type, k))
+        theirs = None if saved_null else next((v for k in keys if (v := class_default(self.model_type, k)) is not None), None)
         if theirs is None and default is FROM_CLASS:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, and no default for it is known for "
                              f"model_type {self.model_type!r}")
