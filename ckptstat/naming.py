@@ -82,6 +82,11 @@ ROLE_RULES = _rules([
     (r"(^|\.)layers\.\d+\.layer_scalar$", "buffer"),     # Gemma 4, EmbeddingGemma 2, DiffusionGemma: per-layer scale
     (r"(^|\.)act_fn\.(beta|eps)$", "buffer"),             # Apertus, Apertus 1.5: XIELUActivation's constants
     (r"(^|\.)feed_forward\.expert_bias$", "buffer"),      # LFM2-MoE: the router's load-balancing bias
+    # EnCodec's EuclideanCodebook (EnCodec, MusicGen, Bark, X-Codec, WavTokenizer) and Mimi's (Mimi, CSM, Kyutai STT)
+    (r"(^|\.)codebook\.(inited|initialized|cluster_size|cluster_usage|embed_avg|embed_sum|embed)$", "buffer"),
+    (r"(^|\.)(input|output)_(min|max)$", "buffer"),       # Gemma 4 audio: its clipped linears' bounds
+    (r"(^|\.)(n_points_scale|num_points_scale)$", "buffer"),   # RT-DETR v2, D-FINE, DEIMv2 deformable attention
+    (r"(^|\.)global_(mean|invstd)$", "buffer"),           # Phi-4 multimodal audio: the input normaliser
     # I-BERT (transformers models/ibert/quant_modules.py): QuantEmbedding/QuantLinear's integer copies and
     # scaling factors, QuantAct's running range, IntLayerNorm's shift are registered buffers
     (r"(^|\.)(weight_integer|bias_integer|weight_scaling_factor|fc_scaling_factor|act_scaling_factor|x_min|x_max)$",

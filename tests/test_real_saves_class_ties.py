@@ -116,28 +116,59 @@ def test_evidence_names_the_class(built, i):
     assert bool(dropped) == bool(oracle["ties"])
 
 
-def test_switch_is_transformers_rule():
-    """transformers reads tie_word_embeddings from config.get_text_config(decoder=True), the class default when
-    config.json omits it; the table holds that default."""
-    for cfg_name, sub in [("Blip2Config", "text_config"), ("OPTConfig", None), ("LlavaConfig", "text_config"),
-                          ("FSMTConfig", "decoder")]:
-        cfg = getattr(T, cfg_name)()
-        default = cfg.get_text_config(decoder=True).tie_word_embeddings
-        assert tie_switch({}, sub, default) is default
-        assert tie_switch({sub: {"tie_word_embeddings": not default}} if sub else {"tie_word_embeddings": not default},
-                          sub, default) is (not default)
+SWITCHED = ["Blip2ForConditionalGeneration", "LlavaForConditionalGeneration", "Mistral3ForConditionalGeneration",
+            "Qwen2VLForConditionalGeneration", "OPTForCausalLM", "FSMTForConditionalGeneration",
+            "T5ForConditionalGeneration", "LongT5ForConditionalGeneration"]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cls", SWITCHED)
+def test_switch_is_what_transformers_5_reads_from_config_json(cls):
+    """Each way a config.json can hold `tie_word_embeddings` (absent, true, false; in the top config and in the
+    text sub-config): the table's groups are the ties of the model transformers 5 builds from it (`from_dict`, as
+    from_pretrained reads it; on meta). Blip-2 reads the text config's, Mistral 3 the top's whatever text_config
+    says, LLaVA and Qwen2-VL either; T5 and LongT5 tie whatever config.json says (their config forces it on)."""
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+    from make_tie_table import _LAYER, _switch, tie_groups
+
+    model_cls = getattr(T, cls)
+    base = tiny_config(model_cls.config_class)
+    _, where = _switch(base)
+    d = base.to_dict()
+    for top in ("absent", True, False):
+        for sub in ("absent", True, False) if where else ("absent",):
+            cfg = {k: v for k, v in d.items() if k != "tie_word_embeddings"}
+            if top != "absent":
+                cfg["tie_word_embeddings"] = top
+            if where:
+                cfg[where] = {k: v for k, v in d[where].items() if k != "tie_word_embeddings"}
+                if sub != "absent":
+                    cfg[where]["tie_word_embeddings"] = sub
+            with torch.device("meta"):
+                model = model_cls(model_cls.config_class.from_dict(cfg))
+            real = {g for g in tie_groups(model) if not any(_LAYER.search(n) for n in g)}
+            own = class_ties({**cfg, "architectures": [cls]})
+            assert own is not None and {frozenset(g) for g in own.groups} == real, (top, sub)
+
+
+def test_table_switch_rules():
+    """The switch rules the table writes, read as transformers 5 reads config.json (tie_switch)."""
+    assert class_ties({"architectures": ["NoSuchClass"]}) is None
+    for switch, top, sub, on in [(None, True, False, True), ("text_config", True, False, False),
+                                 ("text_config|top", False, True, True), ("text_config|top", False, False, False),
+                                 ("text_config&top", True, False, False), ("text_config&top", True, True, True)]:
+        assert tie_switch({"tie_word_embeddings": top, "text_config": {"tie_word_embeddings": sub}}, switch) is on
+    assert tie_switch({}, None, default=False) is False and tie_switch({}, "text_config", default_sub=False) is False
     # LlamaConfig's default is False: with config.json naming the class and no field, the switch is off
     own = class_ties({"architectures": ["LlamaForCausalLM"], "model_type": "llama"})
     assert own is not None and own.switch is T.LlamaConfig().tie_word_embeddings is False and not own.groups
-    assert class_ties({"architectures": ["NoSuchClass"]}) is None
 
 
-@pytest.mark.xfail(strict=True, reason="issue 30, open: transformers 5's T5Config forces tie_word_embeddings true "
-                   "(a false in config.json only turns off decoder output scaling), while make_tie_table.py sets the "
-                   "attribute after construction and so records the switch as able to untie T5")
 def test_t5_switch_as_transformers_5_reads_config_json():
     """A T5 config.json with tie_word_embeddings false (T5 v1.1, FLAN-T5): the model transformers 5 builds from it
-    ties shared, both stacks' embed_tokens and the LM head; the table must say so."""
+    ties shared, both stacks' embed_tokens and the LM head; the table says so."""
     tiny = dict(vocab_size=32, d_model=8, d_kv=4, d_ff=8, num_layers=1, num_heads=2, tie_word_embeddings=False)
     with torch.device("meta"):
         model = T.T5ForConditionalGeneration(T.T5Config.from_dict(tiny))

@@ -31,6 +31,10 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
         out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
     except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
         raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
+    if ckpt.config and ckpt.config.get("architectures"):   # a role the class decides against the name rules
+        from ..families.buffer_table import roles  # (the family modules load with a class to look up)
+        out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in roles(list(out), ckpt.config).items()
+                    if out[n].role in ("parameter", "buffer")})
     # the pieces of quantised weights: packed weight, scale, zero point... (census/quant/)
     out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
     return out

@@ -110,7 +110,7 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     _tf_spelled_rules(ckpt, resolution, tied_cfg, names_tied, add, ties)
     own = class_ties(ckpt.config)
-    for t in [t for t in ties.values() if _ruled_out(ckpt, own, t.alias, t.evidence, t.status)]:
+    for t in [t for t in ties.values() if _ruled_out(ckpt, own, t.alias, t.target, t.evidence, t.status)]:
         del ties[t.alias]
     if own is not None:
         _class_table_ties(ckpt, own, add, ties)
@@ -121,14 +121,22 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     return list(ties.values())
 
 
-def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, evidence: str, status: str) -> bool:
+def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, target: str, evidence: str, status: str) -> bool:
     """Is a tie the rules inferred from an absent name (a family's rule, a structural rule) contradicted?
     (1) config.json names a class whose own tie groups (families/tie_table.py) hold no such name, in a file
     spelled as that class spells its names: LXMERT's and ESM's `decoder.bias` (their decoder Linear has no bias;
     the head's `bias` is its own). (2) The file stores tied names over one storage: torch.save and
     save_pretrained's .bin keep every name of a tied group, so a name such a file lacks is not in the model
-    (LXMERT's, ESM's heads in a bare state_dict read as BERT's)."""
-    if status != "absent from file" or evidence in ("shared storage", "safetensors metadata"):
+    (LXMERT's, ESM's heads in a bare state_dict read as BERT's). (3) Both names are stored in a file that records
+    storages (a torch pickle), each over its own: the model that wrote it did not tie them (transformers 5 unties
+    LongT5's stacks from `shared` with the switch off; a state_dict rebuilt tensor by tensor, as some consolidation
+    tools write it, loses its ties the same way)."""
+    if evidence in ("shared storage", "safetensors metadata", "identical contents"):
+        return False
+    if status == "stored twice":
+        a, b = ckpt.tensors[alias], ckpt.tensors[target]
+        return a.storage is not None and b.storage is not None and a.alias_key != b.alias_key
+    if status != "absent from file":
         return False
     if own is not None and alias not in own.names and (not own.groups or any(n in ckpt.tensors for n in own.names)):
         return True
@@ -215,7 +223,7 @@ def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
     own = class_ties(ckpt.config)
     return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
             for absent, tied_to, evidence in _structural(ckpt)
-            if not _ruled_out(ckpt, own, absent, "structural", "absent from file")]
+            if not _ruled_out(ckpt, own, absent, tied_to, "structural", "absent from file")]
 
 
 def _structural(ckpt: Checkpoint) -> list[tuple[str, str, str]]:

@@ -92,7 +92,8 @@ _BY_NAME = {f.name: f for f in FAMILIES + (generic.FAMILY,)}
 # config.json model_type -> family name (the families ckptstat has analytic rules for).
 MODEL_TYPES = {mt: f.name for f in FAMILIES for mt in f.model_types}
 # Tensor-name signatures, tried in order when there is no config: (one name shows it, names that show it together).
-NAME_SIGNATURES = [(re.compile(f.signature), tuple(map(re.compile, f.signature_together)), f.name) for f in FAMILIES]
+NAME_SIGNATURES = [(re.compile(f.signature), tuple(map(re.compile, f.signature_together)),
+                    re.compile(f.signature_without) if f.signature_without else None, f.name) for f in FAMILIES]
 
 
 def get(name: str) -> Family:
@@ -185,7 +186,9 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         return Architecture(f.name if f else "unknown", "gguf general.architecture", arch)
     # naming.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
     names = _name_shapes(names, forms)
-    for pattern, together, family in NAME_SIGNATURES:
+    for pattern, together, without, family in NAME_SIGNATURES:
+        if without is not None and any(without.search(n) for n in names):
+            continue
         if any(pattern.search(n) for n in names) or (together and all(any(p.search(n) for n in names) for p in together)):
             return Architecture(family, "tensor names")
     return Architecture("unknown", "tensor names")

@@ -228,6 +228,9 @@ class Family:
     # regexes that show the family only together, each matched by some name (SigLIP's text tower as transformers
     # 5 saves it: CLIP's bare tower names beside a root `head.weight`, which alone shows nothing)
     signature_together: tuple[str, ...] = ()
+    # a regex no name of the family's files matches: OPT's decoder layers are an encoder-decoder's too (FSMT,
+    # Marian, Pegasus), whose `encoder.layers` OPT has not
+    signature_without: str | None = None
     head_rules: tuple[HeadRule, ...] = ()       # head from tensor names when the config names none
     no_head: str = "base"                       # ... and when no rule matches
     default_head: str = "base"                  # head when config.json names no known architectures class

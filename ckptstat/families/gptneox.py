@@ -2,8 +2,8 @@
 query_key_value [3h, h] (heads interleaved: per head q, k, v), rotary on the first rotary_pct of each
 head, a dense dense_h_to_4h / gelu / dense_4h_to_h MLP with biases, the parallel residual by default
 (x + attn(ln1(x)) + mlp(ln2(x)); use_parallel_residual false runs them one after the other, same FLOPs),
-final_layer_norm, and an LM head `embed_out` untied by default (GPTNeoXForCausalLM's
-_tied_weights_keys: embed_out.weight)."""
+final_layer_norm, and an LM head `embed_out` (transformers 5's `lm_head` in memory) untied by default
+(GPTNeoXForCausalLM's _tied_weights_keys: lm_head.weight)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -24,6 +24,10 @@ def from_config(c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
                     extra=(("rotary_dim", decoders.partial_rotary(c, h // a, "rotary_pct")),), **c.common)
 
+# The LM head as save_pretrained writes it (`embed_out`), and as transformers 5 names it in memory (`lm_head`,
+# conversion_mapping.py renames it on load and back on save): a torch.save(state_dict) holds the latter.
+_LM_HEAD = r"(^|\.)(embed_out|lm_head)\.weight$"
+
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     V, h = infer.shape(T, r"embed_in\.weight$", "embed_in")
@@ -32,7 +36,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=d,
                     intermediate=infer.shape(T, r"mlp\.dense_h_to_4h\.weight$", "dense_h_to_4h")[0], vocab=V,
                     qkv_bias=infer.has(T, r"query_key_value\.bias$"), o_bias=infer.has(T, r"attention\.dense\.bias$"),
-                    tied_embeddings=infer.find(T, r"embed_out\.weight$") is None, extra=(("rotary_dim", d // 4),),
+                    tied_embeddings=infer.find(T, _LM_HEAD) is None, extra=(("rotary_dim", d // 4),),
                     assumptions=(note, "no config: rotary_pct assumed 0.25"), **common)
 
 
@@ -109,7 +113,7 @@ FAMILY = Family(
     signature=r"(^|[./])layers[./]\d+[./]attention[./]query_key_value",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
-    head_rules=base.decoder_head_rules(r"(^|\.)embed_out\.weight$", r"^gpt_neox\."),
+    head_rules=base.decoder_head_rules(_LM_HEAD, r"^gpt_neox\."),
     default_head="lm",
     tie_rules=(TieRule("embed_out.weight", "gpt_neox.embed_in.weight", "config"),),
     tied_by_default=False,

@@ -121,9 +121,10 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_di
 FAMILY = Family(
     name="opt",
     model_types=("opt",),
-    # before llama (its layers.N.self_attn.q_proj); an encoder-decoder without BART's layernorm_embedding (Marian,
-    # Pegasus) shares this name and would need a family before this one
+    # before llama (its layers.N.self_attn.q_proj); an encoder-decoder without BART's layernorm_embedding (FSMT,
+    # Marian, Pegasus) shares this name, but has encoder layers
     signature=r"(^|[./])decoder[./]layers[./]\d+[./]self_attn_layer_norm[./]",
+    signature_without=r"(^|[./])encoder[./]layers[./]\d+[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "seqcls", "qa"),
     head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^model\.decoder\."),

@@ -22,6 +22,7 @@ class ClassTies:
     cls: str                                  # the architectures class
     groups: tuple[tuple[str, ...], ...]       # the tie groups the class has under this config (each: one tensor)
     switch: bool                              # the config's tie_word_embeddings, as transformers resolves it
+    switched: bool = False                    # the class has groups the switch turns on (its LM head's)
 
     @property
     def names(self) -> frozenset[str]:
@@ -35,13 +36,24 @@ def _table() -> Mapping[str, Any]:
     return classes
 
 
-def tie_switch(cfg: Mapping[str, Any], switch: str | None, default: bool) -> bool:
-    """transformers' `getattr(config.get_text_config(decoder=True), "tie_word_embeddings", True)`: the text
-    sub-config's value (`switch` names it: text_config, decoder, generator) else the top config's; absent from
-    config.json, the config class's default (save_pretrained writes the field whenever it differs from it)."""
-    sub = cfg.get(switch) if switch else cfg
-    value = (sub if isinstance(sub, Mapping) else cfg).get("tie_word_embeddings", default)
+def _value(cfg: Any, default: bool) -> bool:
+    value = cfg.get("tie_word_embeddings", default) if isinstance(cfg, Mapping) else default
     return value if isinstance(value, bool) else default
+
+
+def tie_switch(cfg: Mapping[str, Any], switch: str | None, default: bool = True, default_sub: bool = True) -> bool:
+    """transformers 5's switch, as each PreTrainedModel reads its own `config.tie_word_embeddings` after its config
+    class's `__post_init__` (fixtures/make_tie_table.py finds which of config.json's values count): `switch` None,
+    the top config's; `text_config` (or `decoder`, `generator`), the text sub-config's; `text_config|top`, either
+    (LLaVA and Qwen2-VL copy one into the other); `text_config&top`, both. A value config.json omits is the config
+    class's default (save_pretrained writes the field whenever it differs from it)."""
+    top_on = _value(cfg, default)
+    if not switch:
+        return top_on
+    sub_on = _value(cfg.get(switch.split("|")[0].split("&")[0]), default_sub)
+    if switch.endswith("|top"):
+        return top_on or sub_on
+    return top_on and sub_on if switch.endswith("&top") else sub_on
 
 
 def class_ties(cfg: Mapping[str, Any] | None) -> ClassTies | None:
@@ -54,7 +66,7 @@ def class_ties(cfg: Mapping[str, Any] | None) -> ClassTies | None:
     for cls in architectures(cfg):
         entry = table.get(cls)
         if isinstance(entry, Mapping):
-            on = tie_switch(cfg, entry.get("switch"), bool(entry.get("default", True)))
+            on = tie_switch(cfg, entry.get("switch"), entry.get("default", True), entry.get("default_sub", True))
             groups = tuple(tuple(g["names"]) for g in entry.get("groups", ()) if g["when"] == "always" or on)
-            return ClassTies(cls, groups, on)
+            return ClassTies(cls, groups, on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None

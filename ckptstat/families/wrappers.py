@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .tie_table import class_ties
+
 # Text model_types transformers names after the wrapper whose decoder is a registered family's, and the
 # family switches (ArchSpec.extra) they need: Qwen2-VL's and Qwen2.5-VL's language models are Qwen2, and
 # Qwen3-VL's is Qwen3, with multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py
@@ -46,6 +48,12 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     for key in ("torch_dtype", "dtype"):   # often the wrapper's alone
         if out.get(key) is None and cfg.get(key) is not None:
             out[key] = cfg[key]
+    # whether the wrapper's LM head is its embeddings: transformers 5 reads the wrapper's own config for most
+    # (Mistral 3, InternVL, Gemma 3: the top `tie_word_embeddings`, whatever text_config says), the text config's
+    # for some (BLIP-2), either for others (LLaVA, Qwen2-VL): the class table's switch (families/tie_table.py)
+    own = class_ties(cfg)
+    if own is not None and own.switched:
+        out["tie_word_embeddings"] = own.switch
     return out
 
 
