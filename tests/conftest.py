@@ -1,5 +1,8 @@
+import importlib.util
 import json
 import os
+import sys
+from types import ModuleType
 
 import pytest
 
@@ -9,6 +12,19 @@ FIXTURES = os.path.join(ROOT, "fixtures")
 
 def fixture(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
+
+
+def fixture_script(name: str) -> ModuleType:
+    """A writer script of fixtures/ (make_zoo, make_quantized...) as a module, loaded by its path: fixtures/
+    never goes on sys.path, where its folders (onnx/, torch/, flax/, gguf/, numpy/) would import as namespace
+    packages and let `pytest.importorskip("onnx")` pass without onnx."""
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, fixture(name + ".py"))
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
 
 
 @pytest.fixture(scope="session")

@@ -18,8 +18,10 @@ from ckptstat.analysis.audit.find import Unit, discover
 from ckptstat.cli import main
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
-from make_zoo import build_zoo  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_zoo = fixture_script("make_zoo")
+build_zoo = _make_zoo.build_zoo
 
 FIXTURES = os.path.join(HERE, "..", "fixtures")
 

@@ -18,8 +18,13 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
-from make_zoo import gguf_units, hostile_units, torch_units, transformers_units  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_zoo = fixture_script("make_zoo")
+gguf_units = _make_zoo.gguf_units
+hostile_units = _make_zoo.hostile_units
+torch_units = _make_zoo.torch_units
+transformers_units = _make_zoo.transformers_units
 from remote_server import Server, _Handler, moto_s3  # noqa: E402
 
 from ckptstat import sources  # noqa: E402

@@ -3,16 +3,17 @@ fixtures/make_config_aliases.py): a transformers 5 save that writes the other na
 from __future__ import annotations
 
 import json
-import os
-import sys
 
 import pytest
 
 T = pytest.importorskip("transformers")
 torch = pytest.importorskip("torch")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-from make_config_aliases import OUT, aliases  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_config_aliases = fixture_script("make_config_aliases")
+OUT = _make_config_aliases.OUT
+aliases = _make_config_aliases.aliases
 
 from ckptstat.families.graph import build, predict_params  # noqa: E402
 from ckptstat.families.spec import from_config  # noqa: E402

@@ -4,16 +4,17 @@ transformers gives, and no family states a default for a key that the table cont
 from __future__ import annotations
 
 import json
-import os
-import sys
 from typing import Any
 
 import pytest
 
 T = pytest.importorskip("transformers")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-from make_config_defaults import OUT, table  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_config_defaults = fixture_script("make_config_defaults")
+OUT = _make_config_defaults.OUT
+table = _make_config_defaults.table
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
 from ckptstat.families import base as fbase  # noqa: E402

@@ -65,16 +65,6 @@ def test_encoder_decoder_cache_bytes_equal_the_models_cache(config_cls, model_cl
     assert cross_line == _layer_bytes(cache.cross_attention_cache)
 
 
-def test_mamba_state_cache_bytes_equal_mamba_cache():
-    model = _tiny("MambaConfig", "MambaForCausalLM", mamba._SIZES)
-    with torch.no_grad():
-        cache = model(input_ids=torch.ones((B, S_ENC), dtype=torch.long), use_cache=True).cache_params
-    ((_, nbytes, _),) = mamba.ssm_cache(_spec(model), B, S_ENC, S_ENC, 4)
-    # transformers 5: a DynamicCache of LinearAttentionLayers, each holding its conv and recurrent (SSM) states
-    states = [t for layer in cache.layers for d in (layer.conv_states, layer.recurrent_states) for t in d.values()]
-    assert nbytes == _bytes(states)
-
-
 @pytest.fixture
 def whisper_config(tmp_path):
     cfg = T.WhisperConfig(**whisper._SIZES)

@@ -280,22 +280,28 @@ def test_tensor_infos_are_what_save_pretrained_writes(tmp_path, config, model_na
 
 # ---- KV cache: the bytes transformers' cache holds after a forward ----
 
-# the decoder families checked here (qwen_moe, gemma, deepseek: tests/test_kv_moe_gemma_deepseek.py; sliding windows
-# beyond these samples: tests/test_kv_sliding.py)
-KV_FAMILIES = ("llama", "qwen3", "phi", "phi3", "gptneox", "falcon", "olmo")
+# every registered decoder with a KV cache, each sample's causal LM (encoder-decoders' self and cross caches:
+# tests/test_encdec_audio_ssm.py; sliding windows beyond these samples: tests/test_kv_sliding.py)
 KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i else ""))
-            for f in FAMILIES if f.name in KV_FAMILIES for i, sample in enumerate(f.samples) for name in sample.models
-            if name.endswith("ForCausalLM")]
+            for f in FAMILIES if f.kv_cache is not None and not f.encoder_decoder
+            for i, sample in enumerate(f.samples) for name in sample.models if name.endswith(("ForCausalLM", "LMHeadModel"))]
 
 
 def cache_bytes(model, seq, batch):
-    """Bytes of every key and value tensor in the model's cache after one forward of batch x seq tokens."""
+    """Bytes of every tensor in the model's cache after one forward of batch x seq tokens: each layer's keys and
+    values, and a state-space layer's conv and recurrent states (transformers 5's LinearAttentionLayer; Mamba
+    returns its cache as cache_params)."""
     with torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
-        cache = model(input_ids=ids, use_cache=True).past_key_values
-    layers = cache.layers if hasattr(cache, "layers") else [
-        type("L", (), {"keys": k, "values": v}) for k, v in zip(cache.key_cache, cache.value_cache)]
-    return sum(t.numel() * t.element_size() for layer in layers for t in (layer.keys, layer.values))
+        out = model(input_ids=ids, use_cache=True)
+    cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache_params
+    cache = getattr(cache, "self_attention_cache", cache)   # GPTBigCode returns an EncoderDecoderCache
+    tensors = []
+    for layer in cache.layers:
+        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
+        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
+            tensors += list((states or {}).values())
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 @pytest.mark.parametrize("family,sample,model_name", KV_CASES)
@@ -305,7 +311,7 @@ def test_kv_cache_bytes_equal_transformers_cache(family: Family, sample: Sample,
     model = meta_model(cls, cfg, "cpu")
     spec = spec_of(cls, cfg)
     assert family.kv_cache is not None
-    for seq in SEQS:
+    for seq in (2, 8, 16):   # below and above the samples' sliding windows (4)
         ours_bytes = family.kv_cache(spec, BATCH, seq, seq, 4)[0][1]
         assert ours_bytes == cache_bytes(model, seq, BATCH), seq
 

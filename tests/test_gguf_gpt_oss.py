@@ -13,7 +13,6 @@ import json
 import os
 import re
 import shutil
-import sys
 
 import numpy as np
 import pytest
@@ -183,8 +182,9 @@ def test_release_layout_diffs_at_equal_counts(tmp_path):
     fixtures/make_quantized.py) against its GGUF conversion: the same logical parameter count both sides (census/quant/
     counts the blocks as the weights they encode); the packed experts removed, the split stacks added, every other
     tensor paired (bf16 against F32: `converted`, the bf16 values the F32 ones rounded)."""
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-    import make_quantized as mq
+    from conftest import fixture_script
+
+    mq = fixture_script("make_quantized")
 
     model = mq.build(mq.tiny_config("gpt_oss"))
     release = mq.write_mxfp4(model, str(tmp_path / "hf"))

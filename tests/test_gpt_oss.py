@@ -10,15 +10,15 @@ GptOssConfig. The registry walk (tests/test_families.py) checks the family's sam
 from __future__ import annotations
 
 import os
-import sys
 
 import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-import make_quantized as mq  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+mq = fixture_script("make_quantized")
 from safetensors.numpy import save_file  # noqa: E402
 from test_families import fcm_flops, meta_model  # noqa: E402
 

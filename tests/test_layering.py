@@ -195,3 +195,11 @@ def test_dask_only_on_the_scheduler_path():
         for target, line, at_top in imports(module):
             assert not (at_top and target in DASK_MODULES) or module in DASK_MODULES, (
                 f"{module}:{line} imports {target} at module level: dask would load without --scheduler")
+
+
+def test_fixtures_folder_is_never_on_sys_path():
+    """Tests load fixtures/ writer scripts by path (conftest.fixture_script): on sys.path, its folders (onnx/, torch/,
+    flax/, gguf/, numpy/) would import as namespace packages and let importorskip pass without the library. Every
+    test module has been imported by now (collection), so any that put it there would show."""
+    fixtures = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+    assert fixtures not in {os.path.realpath(p) for p in sys.path if p}

@@ -10,15 +10,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-import make_quantized as mq  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+mq = fixture_script("make_quantized")
 from safetensors import safe_open  # noqa: E402
 from safetensors.torch import save_file  # noqa: E402
 

@@ -182,10 +182,9 @@ def test_t5_switch_as_transformers_5_reads_config_json():
                                  "Blip2ForConditionalGeneration", "EsmForMaskedLM"])
 def test_table_is_what_transformers_ties(cls):
     """The committed table (fixtures/make_tie_table.py's output) is what the installed transformers builds."""
-    import sys
+    from conftest import fixture_script
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-    from make_tie_table import entry
+    entry = fixture_script("make_tie_table").entry
 
     from ckptstat.families.tie_table import _table
 
@@ -198,13 +197,13 @@ def test_table_covers_every_class_the_installed_transformers_has():
     the reason it could not be: a transformers upgrade that adds a class fails here until the table is
     regenerated (python fixtures/make_tie_table.py)."""
     import json
-    import sys
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
     from census_audit import pairs
-    from make_tie_table import other_classes
+    from conftest import fixture_script
 
     from ckptstat.families.tie_table import _PATH
+
+    other_classes = fixture_script("make_tie_table").other_classes
 
     with open(_PATH, encoding="utf-8") as f:
         table = json.load(f)

@@ -13,8 +13,10 @@ import pytest
 
 pytest.importorskip("torch")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-from make_scan_corpus import write_corpus  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_scan_corpus = fixture_script("make_scan_corpus")
+write_corpus = _make_scan_corpus.write_corpus
 
 from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.cli import main  # noqa: E402

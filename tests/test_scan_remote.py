@@ -18,8 +18,10 @@ import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-sys.path.insert(0, os.path.join(HERE, "..", "fixtures"))
-from make_scan_corpus import write_corpus  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+_make_scan_corpus = fixture_script("make_scan_corpus")
+write_corpus = _make_scan_corpus.write_corpus
 from remote_server import Server, moto_s3  # noqa: E402
 from test_scan_differential import LOADER, WEIGHTS_ONLY_LOADER  # noqa: E402
 
