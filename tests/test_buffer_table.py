@@ -6,22 +6,22 @@ The walk builds the classes of the tie table (families/tie_table.json: every mod
 that builds) on the meta device, as the generator does, and gives the census their saved names, dtypes and
 shapes with a config.json naming the class (a header is all the census reads). By default it walks one class of
 each model_type the buffer table lists and every 30th class (some 20 seconds); CKPTSTAT_FULL_WALK=1 walks them all
-(about 3 minutes of CPU). tests/test_real_saves_wide.py, test_real_saves_ties3.py and test_buffers_v5.py check real files.
+(about 3 minutes of CPU). tests/test_real_saves_wide.py, test_real_saves_class_ties.py and test_buffers_v5.py check real files.
 """
 from __future__ import annotations
 
 import json
 import os
-import sys
 
 import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-from make_buffer_table import entry, saved_roles  # noqa: E402
-from make_tie_table import construct  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+construct = fixture_script("make_tie_table").construct   # before make_buffer_table, which imports it by name
+entry, saved_roles = fixture_script("make_buffer_table").entry, fixture_script("make_buffer_table").saved_roles
 
 from ckptstat.census.counts import placements  # noqa: E402
 from ckptstat.core import Checkpoint, TensorInfo  # noqa: E402

@@ -128,10 +128,10 @@ def test_switch_is_what_transformers_5_reads_from_config_json(cls):
     text sub-config): the table's groups are the ties of the model transformers 5 builds from it (`from_dict`, as
     from_pretrained reads it; on meta). Blip-2 reads the text config's, Mistral 3 the top's whatever text_config
     says, LLaVA and Qwen2-VL either; T5 and LongT5 tie whatever config.json says (their config forces it on)."""
-    import sys
+    from conftest import fixture_script
 
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-    from make_tie_table import _LAYER, _switch, tie_groups
+    tt = fixture_script("make_tie_table")
+    _LAYER, _switch, tie_groups = tt._LAYER, tt._switch, tt.tie_groups
 
     model_cls = getattr(T, cls)
     base = tiny_config(model_cls.config_class)
