@@ -1,9 +1,9 @@
 """The model-family registry, and which architecture a checkpoint holds: from config.json when there is
 one, else from a GGUF file's `general.architecture`, else from tensor names.
 
-Each family is one module (families/<name>.py) exporting FAMILY (base.Family); FAMILIES lists them,
-one line each. The order is the order tried: a family whose tensor names or GGUF files also match a
-broader one's comes before it (Mixtral before LLaMA)."""
+Each family is one module (families/<name>.py) exporting FAMILY (base.Family), listed once in _ALL. The
+order tried is explicit: a family names in `before` the families whose tensor-name signature or GGUF
+architecture also matches its files (Mixtral before LLaMA), and `ordered` sorts the registry by it."""
 from __future__ import annotations
 
 import re
@@ -51,41 +51,37 @@ from . import (
 )
 from .base import Family, architectures
 
-FAMILIES: tuple[Family, ...] = (
-    bert.FAMILY,
-    albert.FAMILY,
-    distilbert.FAMILY,
-    gpt2.FAMILY,
-    gpt_bigcode.FAMILY,  # after gpt2: the same tensor names (GPT-2's), so its files without config read as GPT-2
-    gpt_neo.FAMILY,
-    gptj.FAMILY,        # GPT-J and CodeGen
-    dinov2.FAMILY,      # before vit: its embeddings.patch_embeddings.projection names match vit's signature
-    vit.FAMILY,
-    siglip.FAMILY,      # before clip: its towers' names match clip's signature
-    clip.FAMILY,        # before bart: its text_model.encoder.layers.N.self_attn.q_proj names match bart's signature
-    resnet.FAMILY,
-    bart.FAMILY,        # before llama: its layers.N.self_attn.q_proj names match llama's signature
-    whisper.FAMILY,     # before llama, as bart
-    gemma.FAMILY,       # before olmo/qwen3/llama: Gemma3 files have self_attn.q_norm and LLaMA's q_proj names
-    deepseek.FAMILY,    # before qwen_moe: its mlp.experts.N.gate_proj names match qwen_moe's signature
-    qwen_moe.FAMILY,
-    gpt_oss.FAMILY,     # before mixtral and llama: its fused experts and q_proj names match their signatures
-    mixtral.FAMILY,     # after the MoE families whose transformers 5 fused experts it would take
-    olmo.FAMILY,        # before qwen3: OLMo2 files have self_attn.q_norm too
-    qwen3.FAMILY,       # before llama: its q_proj names match llama's signature
-    phi3.FAMILY,
-    glm.FAMILY,         # after phi3: Phi-3's files have gate_up_proj too
-    phi.FAMILY,
-    gptneox.FAMILY,
-    bloom.FAMILY,       # before falcon: its h.N.self_attention.query_key_value names match falcon's signature
-    falcon.FAMILY,
-    opt.FAMILY,         # before llama: its layers.N.self_attn.q_proj names match llama's signature
-    llama.FAMILY,
-    smollm3.FAMILY,     # never from tensor names (LLaMA's): by model_type only
-    arcee.FAMILY,       # as smollm3
-    t5.FAMILY,
-    mamba.FAMILY,
+# Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
+_ALL: tuple[Family, ...] = (
+    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, deepseek.FAMILY, dinov2.FAMILY,
+    distilbert.FAMILY, falcon.FAMILY, gemma.FAMILY, glm.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY,
+    gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, olmo.FAMILY, opt.FAMILY,
+    phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, siglip.FAMILY, smollm3.FAMILY, t5.FAMILY,
+    vit.FAMILY, whisper.FAMILY,
 )
+
+
+def ordered(families: tuple[Family, ...]) -> tuple[Family, ...]:
+    """The families in the order tried: each before the families its `before` names (whose signature or GGUF
+    architecture also matches its files), otherwise in the order given. UsageError on an unknown name or a cycle."""
+    by_name = {f.name: f for f in families}
+    after: dict[str, set[str]] = {f.name: set() for f in families}    # name -> the families that must come first
+    for f in families:
+        for later in f.before:
+            if later not in by_name:
+                raise UsageError(f"family {f.name!r} is to be tried before {later!r}, which is not registered")
+            after[later].add(f.name)
+    out: list[Family] = []
+    while len(out) < len(families):
+        done = {f.name for f in out}
+        ready = next((f for f in families if f.name not in done and after[f.name] <= done), None)
+        if ready is None:
+            raise UsageError(f"the families' `before` orders form a cycle among {sorted(set(by_name) - done)}")
+        out.append(ready)
+    return tuple(out)
+
+
+FAMILIES = ordered(_ALL)
 
 # generic.FAMILY is not in FAMILIES: it is the fallback by_model_type and detect consult last, by config fields.
 _BY_NAME = {f.name: f for f in FAMILIES + (generic.FAMILY,)}

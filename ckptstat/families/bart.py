@@ -154,6 +154,7 @@ _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_
 
 FAMILY = Family(
     name="bart",
+    before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
     model_types=("bart", "mbart"),
     signature=r"(^|[./])(encoder|decoder)[./]layernorm_embedding[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

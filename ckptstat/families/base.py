@@ -228,6 +228,9 @@ class Family:
     # regexes that show the family only together, each matched by some name (SigLIP's text tower as transformers
     # 5 saves it: CLIP's bare tower names beside a root `head.weight`, which alone shows nothing)
     signature_together: tuple[str, ...] = ()
+    # families tried after this one (families/__init__.py orders the registry by it): their tensor-name signature
+    # or GGUF architecture also matches this family's files
+    before: tuple[str, ...] = ()
     # a regex no name of the family's files matches: OPT's decoder layers are an encoder-decoder's too (FSMT,
     # Marian, Pegasus), whose `encoder.layers` OPT has not
     signature_without: str | None = None

@@ -75,6 +75,7 @@ _SIZES = dict(hidden_size=32, n_layer=2, n_head=4, vocab_size=99)
 
 FAMILY = Family(
     name="bloom",
+    before=("falcon",),   # tried before them: its h.N.self_attention.query_key_value names match falcon's signature
     model_types=("bloom",),
     # the embedding LayerNorm: Falcon's files share h.N.self_attention.query_key_value but have none
     signature=r"(^|[./])word_embeddings_layernorm[./]",

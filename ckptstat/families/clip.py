@@ -234,6 +234,7 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_at
 
 FAMILY = Family(
     name="clip",
+    before=("llama",),   # tried before them: its text_model.encoder.layers.N.self_attn.q_proj names match llama's signature
     model_types=("clip", "clip_text_model", "clip_vision_model"),
     # a tower under its prefix, or bare at the root (TOWER_MARKERS; a wrapper's bare `vision_tower.embeddings...` is not
     # one: LLaVA's names read as its language model's)

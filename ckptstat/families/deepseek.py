@@ -206,6 +206,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     if cfg is None:
         return None
     v3 = any(".exp_probs_b." in n for n in tensors)
+    cfg.setdefault("q_lora_rank", None)   # the converter writes it only for a q LoRA (V2-Lite has none): not the class's 1536
     cfg.update(model_type="deepseek_v3" if v3 else "deepseek_v2",
                architectures=["DeepseekV3ForCausalLM" if v3 else "DeepseekV2ForCausalLM"])
     mla = infer.gguf_int(metadata, f"{arch}.attention.key_length_mla") is not None
@@ -246,6 +247,7 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
 
 FAMILY = Family(
     name="deepseek",
+    before=("llama", "mixtral"),   # tried before them: its q_proj and mlp.experts.N names match theirs
     model_types=("deepseek_v2", "deepseek_v3"),
     signature=r"(^|[./])self_attn[./]kv_a_proj_with_mqa[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

@@ -143,6 +143,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ra
 
 FAMILY = Family(
     name="dinov2",
+    before=("vit",),   # tried before them: its embeddings.patch_embeddings.projection names match vit's signature
     model_types=("dinov2", "dinov2_with_registers"),
     # the layer scale: ViT's files share embeddings.patch_embeddings.projection (registered before vit)
     signature=r"(^|\.)encoder\.layer\.\d+\.layer_scale1\.lambda1$",

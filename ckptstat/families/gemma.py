@@ -205,6 +205,7 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_la
 
 FAMILY = Family(
     name="gemma",
+    before=("llama", "olmo", "qwen3"),   # tried before them: Gemma3 files have self_attn.q_norm and LLaMA's q_proj names
     model_types=("gemma", "gemma2", "gemma3_text"),
     # Gemma2/3's four norms a layer; Gemma 1's names are LLaMA's (its files read as llama, same counts)
     signature=r"(^|[./])layers[./]\d+[./]pre_feedforward_layernorm[./]",

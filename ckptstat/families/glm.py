@@ -19,6 +19,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 
 FAMILY = Family(
     name="glm",
+    before=("llama",),   # tried before them: its q_proj names match llama's signature
     # gate_up_proj beside q_proj (Phi-3's beside qkv_proj: phi3 comes first); shape inference reads GLM-4 when the
     # file has its sandwich norms, GLM otherwise (layout.Layouts)
     **layout.family_fields({"glm4": GLM4, "glm": GLM}, "ffn_up"),

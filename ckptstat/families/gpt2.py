@@ -137,6 +137,7 @@ GGUF_TENSOR_NAMES = (
 
 FAMILY = Family(
     name="gpt2",
+    before=("gpt_bigcode",),   # tried before them: the same tensor names: a file without config.json reads as GPT-2
     model_types=("gpt2",),
     signature=r"(^|[./])h[./]\d+[./]attn[./]c_attn",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

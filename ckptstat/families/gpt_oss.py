@@ -220,6 +220,7 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_la
 
 FAMILY = Family(
     name="gpt_oss",
+    before=("llama", "mixtral"),   # tried before them: its fused experts and q_proj names match their signatures
     model_types=("gpt_oss",),
     # the attention sinks and the experts' biases (every transformers 5 MoE holds fused experts in memory)
     signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj_bias)",

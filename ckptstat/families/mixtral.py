@@ -47,6 +47,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 FAMILY = Family(
     name="mixtral",
+    before=("llama",),   # tried before llama: its q_proj names match llama's signature; llama.cpp writes it as `llama`
     **{**layout.family_fields({"mixtral": MIXTRAL}, "ffn_gate_inp"),
        # transformers 5's fused experts (a torch.save of its state_dict): the other families' are told apart first
        "signature": r"(^|[./])block_sparse_moe[./]|" + infer.FUSED_EXPERTS,

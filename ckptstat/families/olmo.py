@@ -32,6 +32,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 
 FAMILY = Family(
     name="olmo",
+    before=("llama", "qwen3"),   # tried before them: its q_proj names match llama's, OLMo2's q_norm qwen3's
     # OLMo2's post_feedforward_layernorm (shape inference reads OLMo2: OLMo's names are LLaMA's less the norms);
     # also in Gemma2/3 files, whose family comes before this one in the registry
     **layout.family_fields({"olmo2": OLMO2, "olmo": OLMO}, "post_ffw_norm"),

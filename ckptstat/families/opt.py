@@ -120,6 +120,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_di
 
 FAMILY = Family(
     name="opt",
+    before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
     model_types=("opt",),
     # before llama (its layers.N.self_attn.q_proj); an encoder-decoder without BART's layernorm_embedding (FSMT,
     # Marian, Pegasus) shares this name, but has encoder layers

@@ -123,6 +123,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 FAMILY = Family(
     name="phi",
+    before=("llama",),   # tried before them: its q_proj names match llama's signature
     model_types=("phi",),
     signature=r"(^|[./])layers[./]\d+[./]self_attn[./]dense[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

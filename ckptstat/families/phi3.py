@@ -31,6 +31,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 
 FAMILY = Family(
     name="phi3",
+    before=("glm",),   # tried before them: Phi-3's files have gate_up_proj, glm's signature
     **layout.family_fields({"phi3": PHI3}, "attn_qkv"),
     gguf_config=gguf_config,
     samples=(

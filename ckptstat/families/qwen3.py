@@ -28,6 +28,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 
 FAMILY = Family(
     name="qwen3",
+    before=("llama",),   # tried before them: its q_proj names match llama's signature
     # the signature, q_norm, is also in OLMo2 and Gemma3 files: those families come before this one in the registry
     **layout.family_fields({"qwen3": QWEN3}, "attn_q_norm"),
     gguf_config=gguf_config,

@@ -258,6 +258,7 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
 
 FAMILY = Family(
     name="qwen_moe",
+    before=("llama", "mixtral", "qwen3"),   # tried before them: its q_proj, experts and (Qwen3-MoE) q_norm names match theirs
     model_types=("qwen2_moe", "qwen3_moe"),
     # the routed experts' gated MLPs under `mlp.experts.N` (DeepSeek's too, so deepseek is tried first), or Qwen2-MoE's
     # shared_expert_gate; transformers 5's fused experts (a torch.save of its state_dict) beside Qwen3's q_norm

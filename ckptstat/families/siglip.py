@@ -187,6 +187,7 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_at
 
 FAMILY = Family(
     name="siglip",
+    before=("clip", "llama"),   # tried before them: its towers' names match clip's signature, and their q_proj llama's
     model_types=("siglip", "siglip_text_model", "siglip_vision_model"),
     # the text head, the vision pooling head's probe, the patch conv's bias (CLIP's towers have none of them), the
     # vision tower's under its prefix or bare at the root (clip.TOWER_MARKERS); registered before clip
