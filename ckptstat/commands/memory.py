@@ -55,8 +55,9 @@ def memory(
     Exit 0; with --gpu or --gpu-mem, 1 when it does not fit (or no verdict could be made), so that a script can
     gate on it."""
     from ..analysis import memory as mem
+    from ..analysis.meta import load
     from ..analysis.planner import Plan
-    from ..census.model import load, weights_only
+    from ..census.model import weights_only
     from ..errors import UsageError
     from ..families.spec import audio_inputs, default_seq
 
