@@ -29,6 +29,7 @@ from ..census.model import load as static_load
 from ..errors import UsageError, one_line
 from ..families.archspec import ArchSpec
 from ..families.base import DTYPE_BYTES, KVLines, architectures
+from ..families.generic import not_causal
 from ..families.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 
@@ -113,6 +114,10 @@ def cache_bytes(cache: Any) -> int:
     return sum(t.numel() * t.element_size() for layer in cache.layers for _, t in cache_tensors(layer))
 
 
+class NotADecoder(UsageError):
+    """The meta path runs causal language models; transformers has none for this config."""
+
+
 @dataclass
 class MetaModel:
     """One config built on the meta device, and what it answers (census.model.Oracle)."""
@@ -135,7 +140,7 @@ class MetaModel:
         causal = {*auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), *auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values()}
         names = [a for a in architectures(self.cfg) if a in causal] or [auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(mt, "")]
         if not names[0] or not hasattr(T, names[0]):
-            raise UsageError(f"{self.path}: model_type {mt!r} is no causal language model in transformers {self.version} "
+            raise NotADecoder(f"{self.path}: model_type {mt!r} is no causal language model in transformers {self.version} "
                              "(the meta path runs decoders)")
         try:
             config = T.AutoConfig.for_model(**{k: v for k, v in self.cfg.items() if k != "auto_map"})
@@ -389,8 +394,13 @@ def load(path: str, config: str | None = None) -> Model:
         cfg, config_path = ckpt.config, ckpt.config_path
         w = weights_of(ckpt, "")
         counted, stored = (w.params, w.param_bytes) if w else (None, None)
-    if not cfg or not isinstance(cfg.get("model_type"), str):
-        raise refusal
+    if not cfg or not isinstance(cfg.get("model_type"), str) or cfg["model_type"] in not_causal()[1]:
+        raise refusal   # nothing for transformers to build, or no decoder to run (families/not_causal_lm.json)
     if not available():
         raise type(refusal)(f"{refusal}; {HINT}")
-    return model_of(cfg, path, config_path, counted, stored, str(refusal))
+    try:
+        return model_of(cfg, path, config_path, counted, stored, str(refusal))
+    except NotADecoder:
+        raise refusal from None
+    except UsageError as e:   # transformers cannot build or run it either: both reasons, one line
+        raise type(refusal)(f"{refusal}; on the meta device: {str(e).removeprefix(path + ': ')}") from None
