@@ -126,3 +126,66 @@ def test_refusal_names_the_run_extra_when_transformers_is_absent(tmp_path, monke
     monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(path))
     assert code == 2 and not out and err.count("\n") == 1 and "`run` extra" in err and "meta device" in err
+
+
+# ---- published sizes on the meta device (the text models' config.json values, as published) ----
+
+PUBLISHED = {
+    # meta-llama/Llama-4-Scout-17B-16E, text_config: 109B parameters, 17B active (model card)
+    "llama4_text": ("Llama4ForCausalLM", dict(
+        hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384, num_hidden_layers=48,
+        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=202048, num_local_experts=16,
+        num_experts_per_tok=1, interleave_moe_layer_step=1, attention_chunk_size=8192, use_qk_norm=True,
+        max_position_embeddings=10485760), (109e9, 17e9)),
+    # Qwen/Qwen3-Next-80B-A3B-Instruct: 80B parameters, 3B active (model card)
+    "qwen3_next": ("Qwen3NextForCausalLM", dict(
+        hidden_size=2048, intermediate_size=5120, num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2,
+        head_dim=256, vocab_size=151936, num_experts=512, num_experts_per_tok=10, moe_intermediate_size=512,
+        shared_expert_intermediate_size=512, full_attention_interval=4, linear_num_key_heads=16,
+        linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
+        partial_rotary_factor=0.25, max_position_embeddings=262144), (80e9, 3e9)),
+    # ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card)
+    "jamba": ("JambaForCausalLM", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=65536, num_experts=16, num_experts_per_tok=2, attn_layer_period=8, attn_layer_offset=4,
+        expert_layer_period=2, expert_layer_offset=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+        mamba_dt_rank=256), (52e9, 12e9)),
+    # FalconH1Config's defaults; a Granite-4 hybrid MoE at the sizes written here (recalled, not a checked config.json:
+    # no model-card total asserted); Gemma3nTextConfig's defaults (Gemma-3n E4B's text model)
+    "falcon_h1": ("FalconH1ForCausalLM", {}, None),
+    "granitemoehybrid": ("GraniteMoeHybridForCausalLM", dict(
+        hidden_size=4096, num_hidden_layers=40, num_attention_heads=32, num_key_value_heads=8, vocab_size=100352,
+        num_local_experts=72, num_experts_per_tok=10, intermediate_size=1536, shared_intermediate_size=8192,
+        mamba_n_heads=128, mamba_d_head=64, mamba_d_state=128, mamba_n_groups=1, mamba_expand=2, mamba_d_conv=4,
+        layer_types=["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]), None),
+    "gemma3n_text": ("Gemma3nForCausalLM", {}, None),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", PUBLISHED)
+def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
+    """Parameters (model.parameters() of the meta build; the model card's totals where it gives them), active
+    parameters, FLOPs (256 tokens: the reference state-space scans loop over tokens on meta too, Jamba's ~80 ms a
+    token), cache bytes at 4,096 tokens and the 8 x H100 plan at tp 8."""
+    arch, kwargs, card = PUBLISHED[model_type]
+    cfg = T.AutoConfig.for_model(model_type, **kwargs)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")))
+    m = meta.load(str(path))
+    with torch.device("meta"):
+        model = getattr(T, arch)._from_config(cfg)
+    assert m.params == sum(p.numel() for p in model.parameters())
+    active = m.predicted.get("active")
+    if card:
+        # a card's active count with or without the embedding and head (Qwen3-Next's 3B leaves out their 0.62B)
+        emb = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" in n or "lm_head" in n)
+        assert abs(m.params - card[0]) / card[0] < 0.03, m.params
+        assert min(abs(active - card[1]), abs(active - emb - card[1])) / card[1] < 0.1, (active, emb)
+    assert flops.run(m, 1, 256)["totals"]["flops"] > 2 * 256 * (active or m.params) * 0.5
+    code, out, _ = cli("memory", str(path), "--json", "--seq", "4096", "--gpu", "H100", "--tp", "8", "--gpus", "8",
+                       "--kv-dtype", "bf16")
+    r = json.loads(out)
+    assert r["computed_by"] == m.oracle.statement and r["fit"]["fits"] is (code == 0)
+    kv = next(x["bytes"] for x in r["lines"] if x["group"] == "kv cache")
+    assert kv == _kv(m, 1, 4096, 2) > 0
