@@ -25,6 +25,7 @@ from census_audit import saved_shapes  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import ckptstat  # noqa: E402
+from ckptstat.analysis import meta  # noqa: E402
 from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
 from ckptstat.errors import UsageError  # noqa: E402
@@ -64,23 +65,9 @@ def meta_model(cls, cfg, device="meta"):
     return cls._from_config(cfg, attn_implementation="eager").eval()
 
 
-def grouped_mm_flops(a, b, offs=None, *args, out_val=None, **kwargs) -> int:
-    """FLOPs of aten._grouped_mm, for which FlopCounterMode (torch 2.13) has no formula: transformers 5 runs a MoE's
-    routed experts through it by default (integrations/moe.py grouped_mm_experts_forward, the experts implementation
-    get_correct_experts_implementation picks when none is asked for). A 2-D input (rows, in) against a 3-D weight
-    (groups, in, out): rows offs[g-1]:offs[g] go through group g (torch.nn.functional.grouped_mm), each row once, the
-    rows past offs[-1] through none. Read from the real offsets of the real forward; test_grouped_mm_counts_what_
-    the_eager_experts_loop_counts checks the total against torch's own formulas on the eager loop."""
-    assert a.dim() == 2 and b.dim() == 3 and offs is not None and offs.numel() == b.shape[0], (a.shape, b.shape)
-    return 2 * int(offs[-1]) * a.shape[1] * b.shape[2]
-
-
-grouped_mm_flops._get_raw = True   # type: ignore[attr-defined]  # FlopCounterMode: pass the tensors, not their shapes
-
-
-def flop_counter() -> FlopCounterMode:
-    """torch's FlopCounterMode, counting grouped_mm too (grouped_mm_flops)."""
-    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops})
+# FLOPs of aten._grouped_mm (transformers 5's MoE experts), for which FlopCounterMode has no formula: the product's
+# one rule (ckptstat/analysis/meta.py grouped_mm_flops, rows offs[-1] of the real forward), and its FlopCounterMode
+flop_counter = meta.flop_counter
 
 
 def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input_ids", frames=0):

@@ -68,11 +68,56 @@ def test_every_claimed_type_is_the_template(model_type):
 
 
 @pytest.mark.parametrize("model_type", ["bitnet", "olmo3", "starcoder2", "deberta-v2"])
-def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, model_type):
+def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, monkeypatch, model_type):
+    """The static path refuses; without the `run` extra the refusal says what would answer, with it transformers
+    answers on the meta device (tests/test_meta.py) for a decoder, and an encoder stays refused."""
     import json
+
+    from ckptstat.analysis import meta
     if model_type not in CONFIG_MAPPING:
         pytest.skip(model_type)
     (tmp_path / "config.json").write_text(json.dumps(_config(model_type).to_dict()))
+    monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(tmp_path / "config.json"))
     assert code == 2 and not out and err.count("\n") == 1
-    assert "cannot describe" in err or "no analytic model" in err
+    assert "cannot describe" in err or "no analytic model" in err or "is not a decoder" in err
+    assert ("`run` extra" in err) == (model_type != "deberta-v2")
+    monkeypatch.undo()
+    code, out, err = cli("flops", str(tmp_path / "config.json"), "--json")
+    if model_type == "deberta-v2":
+        assert code == 2 and "is not a decoder" in err and err.count("\n") == 1
+    else:
+        assert code == 0 and json.loads(out)["computed_by"].startswith("computed by transformers")
+
+
+# ---- model types transformers has no causal LM for (families/not_causal_lm.json) ----
+
+def test_not_causal_table_is_what_the_installed_transformers_maps():
+    import os
+    import sys
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
+    from make_not_causal import table
+
+    version, types = generic.not_causal()
+    assert dict(types) == table(), f"regenerate: python fixtures/make_not_causal.py (written by transformers {version})"
+
+
+def test_eurobert_saved_without_architectures_is_not_read_as_a_decoder(tmp_path, cli, capsys):
+    """EuroBERT's config holds LLaMA's fields and its weights LLaMA's names and shapes; transformers' class for it is
+    an encoder (EuroBertForMaskedLM, bidirectional, no cache): no KV line, and the refusal says why in one line."""
+    import json
+    cfg = T.EuroBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+                           num_key_value_heads=2, vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3)
+    assert "eurobert" not in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    T.EuroBertModel(cfg).save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    del d["architectures"]
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    capsys.readouterr()   # save_pretrained's progress bar
+    code, out, err = cli("flops", str(tmp_path))
+    assert code == 2 and not out and err.count("\n") == 1
+    assert "'eurobert' is not a decoder" in err and "EuroBertForMaskedLM" in err
+    code, out, err = cli("memory", str(tmp_path), "--json")
+    r = json.loads(out)
+    assert code == 0 and not any(x["group"] == "kv cache" for x in r["lines"])
+    assert "is not a decoder" in r["needs_architecture"]["reason"]

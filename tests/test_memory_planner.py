@@ -190,6 +190,30 @@ def test_deepseek_v3_published_size_caches_the_mla_latent_whole_on_every_tp_rank
     assert _group(at, "kv cache") == kv // seq * s
 
 
+# Kimi-K2's config.json (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's layout with 384 routed experts and one dense layer
+KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
+               num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
+               n_shared_experts=1, num_experts_per_tok=8, first_k_dense_replace=1, q_lora_rank=1536, kv_lora_rank=512,
+               qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, n_group=1, topk_group=1,
+               tie_word_embeddings=False)
+
+
+def test_kimi_k2_dense_first_layer_is_split_like_every_layer(tmp_path, mem):
+    """first_k_dense_replace=1: the dense layer 0 is a layer, its linears split over tp like the MoE layers' (not kept
+    whole on every GPU as a pooler or classifier would be). At tp 8 the weights per device are an even split of
+    every matrix of the model (transformers' meta build: routed experts stacked 3-D, the router and the embedding and
+    head 2-D) plus the norms whole."""
+    path = _config(tmp_path, "DeepseekV3Config", KIMI_K2, "DeepseekV3ForCausalLM")
+    model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", KIMI_K2)
+    assert model.config.first_k_dense_replace == 1 and len(model.model.layers) == 61
+    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) / 8
+    whole = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    r = mem(path, "--seq", "4096", "--tp", "8", "--gpus", "8", "--gpu", "H200", "--weights-dtype", "bf16")
+    assert _group(r, "weights") == math.ceil(2 * (split + whole))
+    assert "pooler and classifier linears" not in r["fit"]["replicated"]
+    assert r["fit"]["replicated"] == {"norms": whole}
+
+
 def test_tp_replicates_gpt2_position_table_norms_and_row_parallel_biases(tmp_path, mem):
     """Megatron's layout: Conv1D c_attn/c_fc (column) shard their bias, c_proj (row) adds it after the
     all-reduce; the position table and the LayerNorms are replicated; the tied head is wte (vocab-parallel)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..census.model import Model
+from ..errors import UsageError
 from ..families import get
 from ..families.graph import EW_COST, build
 from ..families.ops import causal_pairs
@@ -75,6 +76,8 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
 
 
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False) -> dict:
+    if m.oracle:   # no template: what the oracle measured (analysis/meta.py)
+        return m.oracle.flops_run(batch, seq)
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
     rows: list[dict[str, Any]] = []
     for op in ops:
@@ -112,6 +115,8 @@ def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, ca
     s = m.spec
     for q in seqs:
         check_seq(s, q, dec_seq)
+    if m.oracle and causal_halving:
+        raise UsageError(f"--causal-halving needs an op template; {m.oracle.statement}, which counts every score")
     return {
         "schema": SCHEMA,
         "path": m.path,
@@ -136,6 +141,7 @@ def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, ca
         },
         "runs": [run(m, batch, q, dec_seq, causal_halving) for q in seqs],
         "notes": list(m.notes),
+        "computed_by": m.oracle.statement if m.oracle else None,
     }
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from ..core import Checkpoint
 from ..errors import UsageError
 from ..families import get
-from ..families.graph import predict_params
+from ..families.base import KVLines
+from ..families.graph import Op, predict_params
 from ..families.spec import (
     DTYPE_BYTES,
     ArchSpec,
@@ -29,6 +31,16 @@ class NoArchitecture(UsageError):
     for any config it cannot use."""
 
 
+class Oracle(Protocol):
+    """A model no op template describes, answered by the library that defines it (analysis/meta.py: transformers
+    on the meta device): the views the analyses otherwise derive from the family's template."""
+    statement: str                     # what computed the figures, said in every report
+
+    def ops(self) -> list[Op]: ...     # the parameterised modules, for the planner's placement
+    def kv_cache(self, s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines: ...
+    def flops_run(self, batch: int, seq: int) -> dict: ...   # flops.run's dict
+
+
 @dataclass(frozen=True)
 class Model:
     spec: ArchSpec
@@ -39,6 +51,7 @@ class Model:
     param_bytes: dict[str, int] = field(default_factory=dict)   # stored dtype -> bytes of parameters
     notes: tuple[str, ...] = ()
     outside_params: int = 0            # of checkpoint_params, those outside the analytic model (ArchSpec.outside)
+    oracle: Oracle | None = None       # no template: what answers instead (Oracle)
 
     @property
     def params(self) -> int:

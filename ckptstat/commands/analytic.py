@@ -30,7 +30,7 @@ def flops(
 ) -> None:
     """Analytic FLOPs and MACs per module, from the config (or tensor shapes); no model is built."""
     from ..analysis import flops as fl
-    from ..census.model import load
+    from ..analysis.meta import load
     from ..errors import UsageError
     from ..families.spec import audio_inputs, default_seq
 

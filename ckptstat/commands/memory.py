@@ -56,7 +56,8 @@ def memory(
     gate on it."""
     from ..analysis import memory as mem
     from ..analysis.memory.planner import Plan
-    from ..census.model import load, weights_only
+    from ..analysis.meta import load
+    from ..census.model import weights_only
     from ..errors import UsageError
     from ..families.spec import audio_inputs, default_seq
 

@@ -10,6 +10,9 @@ template's, the template does not describe the model and no FLOPs are given (cen
 It is consulted last (families/__init__.py by_model_type / detect), and never from tensor names."""
 from __future__ import annotations
 
+import functools
+import json
+import os
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -97,7 +100,22 @@ def _layout(s: ArchSpec) -> DecoderLayout:
     return ROUTED if s.experts else DENSE
 
 
+@functools.cache
+def not_causal() -> tuple[str, Mapping[str, str]]:
+    """(the transformers version that wrote it, model_type -> its class) of the model types transformers has no
+    causal language model for (not_causal_lm.json, written by fixtures/make_not_causal.py)."""
+    with open(os.path.join(os.path.dirname(__file__), "not_causal_lm.json"), encoding="utf-8") as f:
+        table = json.load(f)
+    return table["transformers"], table["model_types"]
+
+
 def from_config(c: Cfg) -> ArchSpec:
+    version, encoders = not_causal()
+    if c.model_type in encoders:   # EuroBERT's fields are LLaMA's, its model an encoder: no causal mask, no KV cache
+        cls = encoders[c.model_type]
+        raise UsageError(f"{c.path}: model_type {c.model_type!r} is not a decoder: transformers {version} has no causal "
+                         f"language model for it{f' (its class: {cls})' if cls else ''}, so the generic LLaMA-shaped "
+                         "decoder template does not describe it")
     spec = layout.spec_from_config(DENSE, c)
     used = [k for k in STANDARD_FIELDS + OPTIONAL_FIELDS if c.cfg.get(k) is not None]
     note = (f"{LABEL}: no family module for model_type {c.model_type!r}; a LLaMA-shaped decoder built from "

@@ -97,6 +97,7 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         "plan": plan.settings(),
         "fit": fit(m, plan, b, n, dec_seq if family.encoder_decoder else None),
         "notes": list(m.notes),
+        "computed_by": m.oracle.statement if m.oracle else None,
     }
 
 

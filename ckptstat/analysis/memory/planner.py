@@ -47,6 +47,9 @@ BNB_OPTIM_BLOCK = 256
 BNB_MIN_8BIT = 4096
 # a row-parallel linear (the attention output and the MLP's second projection): its bias is replicated
 ROW_PARALLEL = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|c_proj|fc2|dense_4h_to_h|wo|w2|dense)$")
+# a layer group's label in the op templates (layers[32], layers[1 dense], layers[3 sliding]): its modules are
+# layers, placed and split like any other, even when the group is one layer that runs once (Kimi-K2's dense layer 0)
+LAYER_GROUP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
 COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projection, despite its name
 
 
@@ -179,10 +182,10 @@ def split(m: Model, plan: Plan) -> Split:
     else:
         out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
                          f"{wb:.4g} B/param on average"
-    for op in build(s):
+    for op in m.oracle.ops() if m.oracle else build(s):
         where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
-        if where == "layers" and op.calls == 1 and layers_stored(s) > 1:
-            where = "last"   # a module of the stack that runs once: the final norm, after the last block
+        if where == "layers" and op.calls == 1 and layers_stored(s) > 1 and not LAYER_GROUP.search(op.module):
+            where = "last"   # a module of the stack that runs once outside a layer: the final norm, after the last block
         if op.kind == "linear":
             fin, fout = op.in_shape[-1], op.out_shape[-1]
             n = fin * fout
@@ -295,13 +298,13 @@ def _line(group: str, item: str, nbytes: float, rule: str) -> Line:
 
 def kv_lines(m: Model, b: int, n: int, nd: int, kvb: float) -> list[tuple[str, float, str]]:
     """The family's KV (or state) cache lines at kvb bytes per element (int4: computed at 1 B, halved)."""
-    family = get(m.spec.family)
-    if not family.kv_cache:
+    cache = m.oracle.kv_cache if m.oracle else get(m.spec.family).kv_cache
+    if not cache:
         return []
     if float(kvb).is_integer():
-        return [(i, float(x), r) for i, x, r in family.kv_cache(m.spec, b, n, nd, int(kvb))]
+        return [(i, float(x), r) for i, x, r in cache(m.spec, b, n, nd, int(kvb))]
     return [(i, x * kvb, f"{r}; at 1 B x {kvb:g} ({kvb * 8:g}-bit, scales not counted)")
-            for i, x, r in family.kv_cache(m.spec, b, n, nd, 1)]
+            for i, x, r in cache(m.spec, b, n, nd, 1)]
 
 
 def cache_heads(m: Model) -> int:
