@@ -61,6 +61,12 @@ class UsageError(CkptstatError):
     exit_code = 2
 
 
+class NoAnalyticModel(UsageError):
+    """No op template describes the model: an unknown model_type or tensor names, or a template its file disagrees
+    with. Only this refusal lets the meta path (analysis/meta.py) try transformers; a config with a bad value is a
+    plain UsageError and is refused as it stands."""
+
+
 class MissingDependencyError(CkptstatError):
     """An optional extra is not installed (README's "Extras" table): `extra` is the one to install."""
 

@@ -93,10 +93,9 @@ def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, mon
 # ---- model types transformers has no causal LM for (families/not_causal_lm.json) ----
 
 def test_not_causal_table_is_what_the_installed_transformers_maps():
-    import os
-    import sys
-    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "fixtures"))
-    from make_not_causal import table
+    from conftest import fixture_script
+
+    table = fixture_script("make_not_causal").table
 
     version, types = generic.not_causal()
     assert dict(types) == table(), f"regenerate: python fixtures/make_not_causal.py (written by transformers {version})"

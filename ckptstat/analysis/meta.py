@@ -26,7 +26,7 @@ from typing import Any
 
 from ..census.model import Model, is_bare_config
 from ..census.model import load as static_load
-from ..errors import UsageError, one_line
+from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families.archspec import ArchSpec
 from ..families.base import DTYPE_BYTES, KVLines, architectures
 from ..families.generic import not_causal
@@ -382,7 +382,7 @@ def load(path: str, config: str | None = None) -> Model:
     the `run` extra is installed, else the refusal with what would answer."""
     try:
         return static_load(path, config)
-    except UsageError as e:
+    except NoAnalyticModel as e:   # a config the static path refuses for a bad value stays refused
         refusal = e
     cfg: Mapping[str, Any] | None
     config_path: str | None
@@ -402,5 +402,7 @@ def load(path: str, config: str | None = None) -> Model:
         return model_of(cfg, path, config_path, counted, stored, str(refusal))
     except NotADecoder:
         raise refusal from None
+    except (ImportError, OSError) as e:   # an install torch or transformers cannot load from (or no memory to map it)
+        raise type(refusal)(f"{refusal}; the meta path could not load torch/transformers: {e}") from None
     except UsageError as e:   # transformers cannot build or run it either: both reasons, one line
         raise type(refusal)(f"{refusal}; on the meta device: {str(e).removeprefix(path + ': ')}") from None

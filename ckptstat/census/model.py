@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from ..core import Checkpoint
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from ..families import get
 from ..families.base import KVLines
 from ..families.graph import Op, predict_params
@@ -25,7 +25,7 @@ from .resolution import resolve
 from .tally import tally
 
 
-class NoArchitecture(UsageError):
+class NoArchitecture(NoAnalyticModel):
     """No family models the checkpoint (unknown model_type or tensor names, or a generic template its
     shapes disagree with). `memory` then reports what the tensors alone give (weights_only), as it does
     for any config it cannot use."""

@@ -28,7 +28,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import infer, llama, qwen_moe
-from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
+from .base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
 from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
 
@@ -39,7 +39,9 @@ def from_config(c: Cfg) -> ArchSpec:
     E = count(c, "n_routed_experts", default=0)
     first = min(c.int("first_k_dense_replace", default=0), L)
     fe = c.int("moe_intermediate_size")
-    extra = (("q_lora_rank", c.int("q_lora_rank", default=0)), ("kv_lora_rank", c.int("kv_lora_rank")),
+    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
+    q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
+    extra = (("q_lora_rank", q_lora), ("kv_lora_rank", c.int("kv_lora_rank")),
              ("qk_nope", nope), ("qk_rope", rope), ("v_head_dim", v), ("moe_intermediate", fe),
              ("shared_intermediate", fe * c.int("n_shared_experts", default=0)))
     bias = bool(c.get("attention_bias", default=False))

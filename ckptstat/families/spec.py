@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from . import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
 from .infer import canonical_name, canonical_tensors, find, has
@@ -35,7 +35,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
                        assumptions=(wrappers.note(cfg, inner["model_type"]),) + spec.assumptions)
     family = by_model_type(mt, cfg)
     if family is None or not isinstance(mt, str):
-        raise UsageError(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
+        raise NoAnalyticModel(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
     archs = architectures(cfg)
     head, arch_name, notes = head_of(archs, family.default_head)
     c = Cfg(cfg, path, mt, head, {})
