@@ -166,7 +166,7 @@ PUBLISHED = {
 @pytest.mark.parametrize("model_type", PUBLISHED)
 def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
     """Parameters (model.parameters() of the meta build; the model card's totals where it gives them), active
-    parameters, FLOPs (256 tokens: the reference state-space scans loop over tokens on meta too, Jamba's ~80 ms a
+    parameters, FLOPs (32 tokens: the reference state-space scans loop over tokens on meta too, Jamba's ~80 ms a
     token), cache bytes at 4,096 tokens and the 8 x H100 plan at tp 8."""
     arch, kwargs, card = PUBLISHED[model_type]
     cfg = T.AutoConfig.for_model(model_type, **kwargs)
@@ -182,7 +182,7 @@ def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
         emb = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" in n or "lm_head" in n)
         assert abs(m.params - card[0]) / card[0] < 0.03, m.params
         assert min(abs(active - card[1]), abs(active - emb - card[1])) / card[1] < 0.1, (active, emb)
-    assert flops.run(m, 1, 256)["totals"]["flops"] > 2 * 256 * (active or m.params) * 0.5
+    assert flops.run(m, 1, 32)["totals"]["flops"] > 2 * 32 * (active or m.params) * 0.5
     code, out, _ = cli("memory", str(path), "--json", "--seq", "4096", "--gpu", "H100", "--tp", "8", "--gpus", "8",
                        "--kv-dtype", "bf16")
     r = json.loads(out)
