@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import fixture_script
 
-sys.path.insert(0, FIXTURES)
-import make_adapters  # noqa: E402  (fixtures/make_adapters.py: the writer and its oracle)
+make_adapters = fixture_script("make_adapters")   # fixtures/make_adapters.py: the writer and its oracle
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.adapter import adapter_report, classify  # noqa: E402

@@ -24,8 +24,9 @@ psutil = pytest.importorskip("psutil")
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 FIXTURES = os.path.join(HERE, "..", "fixtures")
-sys.path.insert(0, FIXTURES)
-from make_zoo import build_zoo  # noqa: E402
+from conftest import fixture_script  # noqa: E402
+
+build_zoo = fixture_script("make_zoo").build_zoo
 
 DASK = os.path.join(os.path.dirname(sys.executable), "dask")
 WAIT = 120   # seconds: a bound on starting a cluster on a busy machine, never reached when it works

@@ -9,10 +9,9 @@ import subprocess
 import sys
 
 import pytest
-from conftest import FIXTURES
+from conftest import fixture_script
 
-sys.path.insert(0, FIXTURES)
-import make_adapters  # noqa: E402
+make_adapters = fixture_script("make_adapters")
 
 from ckptstat.analysis.pipeline import pipeline_report  # noqa: E402
 from ckptstat.errors import CheckpointError  # noqa: E402
