@@ -163,3 +163,10 @@ def test_a_plain_class_in_the_metadata_is_refused(copy):
     (copy / ".metadata").write_bytes(data[:at] + b"\x8c\x05torch\x8c\x04Size\x93)\x81.")
     with pytest.raises(CorruptCheckpointError, match="NEWOBJ"):
         open_checkpoint(copy)
+
+
+def test_one_rank_file_alone_points_to_the_folder(capsys):
+    path = fixture("dcp", "sharded", "__1_0.distcp")
+    assert main([path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "open the folder" in err, err

@@ -303,7 +303,7 @@ def _tensor_entries(path: str, meta: _Record) -> Iterator[tuple[str, str, tuple[
 
 def open_dcp(path: str) -> Checkpoint:
     """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES)."""
-    folder = os.path.dirname(os.path.abspath(path))
+    folder = os.path.dirname(path)
     meta = _read_metadata(path)
     sizes: dict[str, int] = {}
     storage = _storage(path, folder, meta, sizes)
