@@ -61,6 +61,8 @@ def test_a_tensor_sharded_across_two_rank_files_reads_in_small_chunks():
     ckpt = open_checkpoint(folder)
     two = [k for k, m in meta.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata) and len(m.chunks) == 2]
     assert "model.0.weight" in two and "model.2.bias" in two   # Shard(0), one of them uneven (5 rows over 2 ranks)
+    cols = meta.state_dict_metadata["model.2.weight"].chunks    # Shard(1): each chunk a box of columns
+    assert sorted(tuple(c.offsets) for c in cols) == [(0, 0), (0, 4)]
     for fqn in two:
         stored = {meta.storage_data[k].relative_path for k in meta.storage_data if k.fqn == fqn}
         assert len(stored) == 2, fqn            # one chunk in each rank's file
