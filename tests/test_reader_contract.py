@@ -33,7 +33,16 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
 from fuzz.fuzzlib import Case, check
-from fuzz.layouts import Layout, gguf_layout, h5_layout, legacy_layout, safetensors_layout, tf_index_layout, zip_layout
+from fuzz.layouts import (
+    Layout,
+    gguf_layout,
+    h5_layout,
+    legacy_layout,
+    pickle_fields,
+    safetensors_layout,
+    tf_index_layout,
+    zip_layout,
+)
 from test_tf_bundle import pb, table
 
 from ckptstat import TensorInfo, open_checkpoint
@@ -521,6 +530,61 @@ def flax_claims(path: str) -> dict[str, bytes]:
             "nested 10**5 deep": b"\x81\xa1a" * 100_000 + b"\xc0"}
 
 
+# ---------------------------------------------------------------------------------------------- DCP
+def dcp_oracle(path: str) -> dict[str, Oracle]:
+    """What torch.distributed.checkpoint.load reads into tensors of the stored shapes (no process group)."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    folder = os.path.dirname(path)
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in meta.state_dict_metadata.items()
+          if isinstance(m, TensorStorageMetadata)}
+    dcp.load(sd, checkpoint_id=folder, no_dist=True)
+    return {k: Oracle(tuple(t.shape), values=t.double().numpy()) for k, t in sd.items()}
+
+
+def dcp_layout(data: bytes) -> Layout:
+    """The `.metadata` pickle, opcode by opcode (torch/distributed/checkpoint/filesystem.py pickles Metadata)."""
+    return pickle_fields(data)
+
+
+def dcp_claims(path: str) -> dict[str, bytes]:
+    """Hostile `.metadata` pickles, written by pickle from torch's own Metadata of the sample (trusted here)."""
+    pytest.importorskip("torch")
+    import pickle
+
+    data = open(path, "rb").read()
+
+    def edit(change) -> bytes:
+        meta = pickle.loads(data)
+        change(meta)
+        return pickle.dumps(meta)
+
+    def item(**fields: object):
+        def change(meta) -> None:
+            info = next(iter(meta.storage_data.values()))
+            for k, v in fields.items():
+                setattr(info, k, v)
+        return change
+
+    def tensor(size: tuple[int, ...]):
+        def change(meta) -> None:
+            md = next(m for m in meta.state_dict_metadata.values() if hasattr(m, "chunks") and len(m.chunks) > 1)
+            md.size = size
+        return change
+
+    newobj = data.index(b"\x81")    # after Metadata's NEWOBJ: a global outside every allowlist, called
+    return {"item offset past the end": edit(item(offset=len(data) * 10**6)),
+            "item length 2**62": edit(item(length=2**62)),
+            "item in ../outside.distcp": edit(item(relative_path="../outside.distcp")),
+            "item in a missing file": edit(item(relative_path="__9_0.distcp")),
+            "tensor size 2**62 x 4 over its chunks": edit(tensor((2**62, 4))),
+            "tensor size 2**40 x 2**40": edit(tensor((2**40, 2**40))),
+            "global posix.system": data[:newobj] + b"cposix\nsystem\n(S'true'\ntR."}
+
+
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
@@ -546,6 +610,8 @@ SAMPLES: dict[str, list[Sample]] = {
                            key=lambda t: str(t.extra["h5_path"])),
                     Sample("keras3-zip/mlp-deflated.keras", keras_zip_oracle, zip_layout, keras_zip_claims,
                            key=lambda t: str(t.extra["h5_path"]))],
+    "dcp": [Sample("dcp/sharded/.metadata", dcp_oracle, dcp_layout, dcp_claims,
+                   companions=("__0_0.distcp", "__1_0.distcp"))],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
                        Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }

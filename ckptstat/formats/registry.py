@@ -52,7 +52,7 @@ class Format:
 FORMATS: list[Format] = []
 # Reader modules, imported on first use. Adding a format = one module + one line here.
 _MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
-            "onnx_model", "numpy_npy", "keras_zip", "saved_model",
+            "onnx_model", "numpy_npy", "keras_zip", "saved_model", "dcp",
             "flax_msgpack"]   # last: msgpack has no magic (formats/flax_msgpack.py accept)
 _loaded = False
 
@@ -122,6 +122,7 @@ FOLDER_CANDIDATES = [
     *folders.DIFFUSERS_WEIGHTS,   # a diffusers model, e.g. one component of a pipeline
     "flax_model.msgpack.index.json",   # Flax (transformers' FLAX_WEIGHTS_*): only when no other weights file is there
     "flax_model.msgpack",
+    ".metadata",           # a torch.distributed.checkpoint folder (formats/dcp.py)
 ]
 
 
@@ -282,6 +283,9 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
+        if target.endswith(".distcp") and os.path.isfile(os.path.join(os.path.dirname(target), ".metadata")):
+            raise UsageError(f"{target}: one rank's file of a torch.distributed.checkpoint folder, which holds parts of "
+                             f"tensors; open the folder {os.path.dirname(target) or '.'} (formats/dcp.py)")
         regular(target)
         hook = _HOOK_MODULES.get(os.path.basename(target))
         if hook:
@@ -314,4 +318,4 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
 # ... and the reader module that registers each hook, imported when such a name is opened.
-_HOOK_MODULES = {"checkpoint": "tf_bundle", "saved_model.pb": "saved_model"}
+_HOOK_MODULES = {"checkpoint": "tf_bundle", "saved_model.pb": "saved_model", ".metadata": "dcp"}

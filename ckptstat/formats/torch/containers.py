@@ -248,38 +248,44 @@ def read_zip(path: str) -> Contents:
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the central directory, then data.pkl, by range requests
         prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])   # the end records and (most) central directories
-        zf = zip_open(path, f)
-        tz = torch_zip(path, zf)
-        prefix = tz.folder + "/"
-        byteorder = "little"
-        order = tz.locate("byteorder")
-        if order is not None:
-            byteorder = _read_small(path, zf, order).decode("ascii", "replace").strip()
-            if byteorder not in ("little", "big"):
-                raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
-        pkl = tz.locate("data.pkl")
-        assert pkl is not None
-        data_offset(path, f, pkl, size, limits().pickle_ratio)
-        if pkl.file_size > limits().pickle_bytes:
-            raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "
-                                               f"{limits().pickle_bytes:,} ckptstat unpickles (--limit pickle_bytes=N)")
-        with zf.open(pkl) as member:
-            # small pickles (sizes already checked against the file) are read at once: the unpickler
-            # makes thousands of tiny reads; a big or compressed one is streamed.
-            stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
-            obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size)
-        records: dict[str, StorageRecord] = {}
-        compressed = False
-        # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)
-        prefetch(f, [(i.header_offset, 30) for i in map(tz.locate, (f"data/{k}" for k in u.storages)) if i is not None])
-        for key in u.storages:
-            info = tz.locate(f"data/{key}")
-            if info is None:
-                raise CorruptCheckpointError(path, f"storage {key!r} has no record {prefix}data/{key}")
-            start = data_offset(path, f, info, size)
-            stored = info.compress_type == zipfile.ZIP_STORED
-            compressed |= not stored
-            records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
+        return zip_contents(path, f, size)
+
+
+def zip_contents(path: str, f: IO[bytes], size: int) -> Contents:
+    """A torch.save zip read from `f` (`size` bytes: a whole file, or one item of a DCP `.distcp` file seen
+    through a window whose offsets start at 0); record offsets are `f`'s."""
+    zf = zip_open(path, f)
+    tz = torch_zip(path, zf)
+    prefix = tz.folder + "/"
+    byteorder = "little"
+    order = tz.locate("byteorder")
+    if order is not None:
+        byteorder = _read_small(path, zf, order).decode("ascii", "replace").strip()
+        if byteorder not in ("little", "big"):
+            raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
+    pkl = tz.locate("data.pkl")
+    assert pkl is not None
+    data_offset(path, f, pkl, size, limits().pickle_ratio)
+    if pkl.file_size > limits().pickle_bytes:
+        raise CorruptCheckpointError(path, f"{pkl.filename!r} is {pkl.file_size:,} bytes, more than the "
+                                           f"{limits().pickle_bytes:,} ckptstat unpickles (--limit pickle_bytes=N)")
+    with zf.open(pkl) as member:
+        # small pickles (sizes already checked against the file) are read at once: the unpickler
+        # makes thousands of tiny reads; a big or compressed one is streamed.
+        stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
+        obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size)
+    records: dict[str, StorageRecord] = {}
+    compressed = False
+    # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)
+    prefetch(f, [(i.header_offset, 30) for i in map(tz.locate, (f"data/{k}" for k in u.storages)) if i is not None])
+    for key in u.storages:
+        info = tz.locate(f"data/{key}")
+        if info is None:
+            raise CorruptCheckpointError(path, f"storage {key!r} has no record {prefix}data/{key}")
+        start = data_offset(path, f, info, size)
+        stored = info.compress_type == zipfile.ZIP_STORED
+        compressed |= not stored
+        records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
     return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
                     compressed)
 

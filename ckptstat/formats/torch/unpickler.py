@@ -83,7 +83,7 @@ _COSTS = {
 }
 
 
-def _guarded(op: _Op, sized: bool, cost: int = 0) -> _Op:
+def guarded(op: _Op, sized: bool, cost: int = 0) -> _Op:
     def run(self: SafeUnpickler) -> None:
         self.ops += 1
         if self.ops > self.max_ops:
@@ -113,7 +113,7 @@ class SafeUnpickler(pickle._Unpickler):
     read: Callable[[int], bytes]
     readinto: Callable[[bytearray], int]
 
-    dispatch = {k: _guarded(f, bytes([k]) in _CONTAINER_OPS, _COSTS.get(bytes([k]), 0))
+    dispatch = {k: guarded(f, bytes([k]) in _CONTAINER_OPS, _COSTS.get(bytes([k]), 0))
                 for k, f in pickle._Unpickler.dispatch.items()}
 
     def __init__(self, file: IO[bytes], path: str, record: str, storages: bool = True, limit: int | None = None):
@@ -209,11 +209,11 @@ class SafeUnpickler(pickle._Unpickler):
         self.append(b)
 
 
-SafeUnpickler.dispatch[pickle.REDUCE[0]] = _guarded(SafeUnpickler.load_reduce, True)
-SafeUnpickler.dispatch[pickle.BUILD[0]] = _guarded(SafeUnpickler.load_build, False)
-SafeUnpickler.dispatch[pickle.NEWOBJ[0]] = _guarded(SafeUnpickler.load_newobj, False)
-SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = _guarded(SafeUnpickler.load_newobj_ex, False)
-SafeUnpickler.dispatch[pickle.BYTEARRAY8[0]] = _guarded(SafeUnpickler.load_bytearray8, False)
+SafeUnpickler.dispatch[pickle.REDUCE[0]] = guarded(SafeUnpickler.load_reduce, True)
+SafeUnpickler.dispatch[pickle.BUILD[0]] = guarded(SafeUnpickler.load_build, False)
+SafeUnpickler.dispatch[pickle.NEWOBJ[0]] = guarded(SafeUnpickler.load_newobj, False)
+SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = guarded(SafeUnpickler.load_newobj_ex, False)
+SafeUnpickler.dispatch[pickle.BYTEARRAY8[0]] = guarded(SafeUnpickler.load_bytearray8, False)
 
 
 def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,

@@ -1,0 +1,371 @@
+"""torch.distributed.checkpoint (DCP) folders, read without torch (docs/dcp.md).
+
+`torch.distributed.checkpoint.save` with its FileSystemWriter (torch/distributed/checkpoint/filesystem.py,
+torch 2.13) writes a folder:
+
+- `.metadata`: `pickle.dump` of a `Metadata` (checkpoint/metadata.py): `state_dict_metadata` maps each
+  flattened name (fqn) to a `TensorStorageMetadata` (`properties` pickled as the tuple (dtype, layout,
+  requires_grad, memory format code, pin_memory), `size`, `chunks`: `ChunkStorageMetadata(offsets, sizes)`,
+  the boxes each rank wrote) or a `BytesStorageMetadata` (any other object, torch.save'd); `storage_data` maps
+  `MetadataIndex(fqn, offset)` (offset: the chunk's `offsets`) to `_StorageInfo(relative_path, offset,
+  length[, transform_descriptors])`.
+- `__<rank>_<n>.distcp`: the items one after the other, each a whole `torch.save` zip of the chunk's tensor
+  (`_write_item`: SerializationFormat.TORCH_SAVE, the default) at `offset`, `length` bytes long.
+
+The pickle is walked by the torch reader's SafeUnpickler with the DCP metadata classes added as recording
+stubs (`_DcpUnpickler`): nothing is imported or called. Each chunk's zip is read as a torch.save file
+through a window on the `.distcp` file. A tensor in one chunk is addressed by its byte offset; one in
+several chunks gets a reader (`_Chunks`) that assembles any element range from the chunks it crosses.
+"""
+from __future__ import annotations
+
+import io
+import math
+import os
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import IO, Any
+
+from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import file_size, open_regular
+from ..core.tensor import read_flat_file
+from ..errors import CorruptCheckpointError, UnsafeCheckpointError
+from .registry import _FILE_HOOKS, Format, Probe, register
+from .torch.allowlist import DTypeRef, Refused, is_allowed, stub_for
+from .torch.containers import StorageRecord, zip_contents
+from .torch.reader import build_tensors
+from .torch.unpickler import SafeUnpickler, guarded, key_text, walk
+
+METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
+_MODULE = "torch.distributed.checkpoint"
+MAX_METADATA = 256 << 20                    # bytes of `.metadata` pickle read
+MAX_ASSEMBLE = 1 << 20                      # elements mapped at once when assembling chunks
+
+
+class _Record:
+    """What a DCP metadata class builds: its class name and the state BUILD gave it."""
+
+    def __init__(self, kind: str):
+        self.kind, self.state = kind, None
+
+    def field(self, name: str, index: int) -> Any:
+        """A dataclass field from a dict state, or (TensorProperties' __getstate__) a tuple's item."""
+        s = self.state
+        if isinstance(s, dict):
+            return s.get(name)
+        if isinstance(s, tuple) and index < len(s):
+            return s[index]
+        return None
+
+
+# filesystem.py _StorageInfo, metadata.py classes: recorded, never built
+_CLASSES = {f"{_MODULE}.filesystem._StorageInfo",
+            *(f"{_MODULE}.metadata.{c}" for c in ("Metadata", "TensorStorageMetadata", "TensorProperties",
+                                                   "ChunkStorageMetadata", "BytesStorageMetadata", "MetadataIndex",
+                                                   "StorageMeta"))}
+
+
+def _mem_format(code: object = 0) -> object:
+    return code      # metadata.py _MEM_FORMAT_ENCODING(code): an Enum of ints
+
+
+def _path(*parts: object) -> str:
+    return "/".join(str(p) for p in parts)[:400]   # StorageMeta.checkpoint_id, a pathlib path
+
+
+_CALLS = {f"{_MODULE}.metadata._MEM_FORMAT_ENCODING": _mem_format,
+          **{f"pathlib.{c}": _path for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")}}
+
+
+class _DcpUnpickler(SafeUnpickler):
+    """torch's weights_only allowlist plus the DCP metadata classes, as records (see module doc)."""
+
+    def find_class(self, module: str, name: str) -> object:
+        full = f"{module}.{name}"
+        if full in _CLASSES:
+            return ("dcp class", name)
+        if full in _CALLS:
+            return _CALLS[full]
+        if not is_allowed(full):
+            raise UnsafeCheckpointError(
+                self.path, f"{self.record} references global {full!r}, which is neither a DCP metadata class nor in "
+                "torch's weights_only allowlist; refusing to load it (nothing was executed)")
+        return stub_for(full)
+
+    def load_newobj(self) -> None:
+        self.stack.pop()
+        cls = self.stack.pop()
+        if not (isinstance(cls, tuple) and len(cls) == 2 and cls[0] == "dcp class"):
+            raise Refused("NEWOBJ on a class that is not a DCP metadata class")
+        self.append(_Record(cls[1]))
+        self.account(self.stack[-1])
+
+    def load_build(self) -> None:
+        state = self.stack.pop()
+        target = self.stack[-1]
+        if isinstance(target, _Record) and target.state is None:
+            target.state = state
+
+
+# SafeUnpickler's dispatch holds its own NEWOBJ and BUILD handlers, guarded (counted and bounded); these replace them.
+_DcpUnpickler.dispatch = {**SafeUnpickler.dispatch,
+                          pickle.NEWOBJ[0]: guarded(_DcpUnpickler.load_newobj, False),
+                          pickle.BUILD[0]: guarded(_DcpUnpickler.load_build, False)}
+
+
+def _read_metadata(path: str) -> _Record:
+    size = file_size(path)
+    if size > MAX_METADATA:
+        raise CorruptCheckpointError(path, f"{METADATA} is {size:,} bytes, more than the {MAX_METADATA:,} read")
+    with open_regular(path) as f:
+        data = f.read(size)
+    u = _DcpUnpickler(io.BytesIO(data), path, f"{METADATA} pickle", storages=False)
+    try:
+        obj = u.load()
+    except Refused as e:
+        raise CorruptCheckpointError(path, f"{METADATA} pickle: {e}") from None
+    except RecursionError:
+        raise CorruptCheckpointError(path, f"{METADATA} pickle nests too deeply") from None
+    if not (isinstance(obj, _Record) and obj.kind == "Metadata" and isinstance(obj.state, dict)):
+        raise CorruptCheckpointError(path, f"{METADATA} does not hold a torch.distributed.checkpoint Metadata")
+    return obj
+
+
+def _ints(path: str, value: object, what: str) -> tuple[int, ...]:
+    if not isinstance(value, tuple) or not all(type(v) is int and v >= 0 for v in value):
+        raise CorruptCheckpointError(path, f"{what} is {str(value)[:60]}, not a tuple of non-negative integers")
+    return value
+
+
+def _record(path: str, value: object, kind: str, what: str) -> _Record:
+    if not (isinstance(value, _Record) and value.kind == kind and isinstance(value.state, (dict, tuple))):
+        raise CorruptCheckpointError(path, f"{what} is not a {kind}")
+    return value
+
+
+@dataclass(frozen=True)
+class _Item:
+    """Where one chunk's torch.save zip lies (a `_StorageInfo`)."""
+    file: str
+    offset: int
+    length: int
+
+
+def _storage(path: str, folder: str, meta: _Record, sizes: dict[str, int]) -> dict[tuple[str, tuple[int, ...]], _Item]:
+    """storage_data: (fqn, chunk offsets) -> its item, every offset and length checked against its file."""
+    data = meta.field("storage_data", 0)
+    if not isinstance(data, dict):
+        raise CorruptCheckpointError(path, "Metadata.storage_data is not a dict")
+    out: dict[tuple[str, tuple[int, ...]], _Item] = {}
+    for key, value in data.items():
+        index = _record(path, key, "MetadataIndex", "a storage_data key")
+        fqn = index.field("fqn", 0)
+        info = _record(path, value, "_StorageInfo", f"storage_data[{str(fqn)[:60]!r}]")
+        rel, offset, length = (info.field(n, i) for i, n in enumerate(("relative_path", "offset", "length")))
+        if not isinstance(fqn, str) or not isinstance(rel, str):
+            raise CorruptCheckpointError(path, "a storage_data entry without a name or file")
+        if os.path.basename(rel) != rel or rel in ("", ".", "..") or "\\" in rel:
+            raise CorruptCheckpointError(path, f"{fqn!r} is stored in {rel[:80]!r}, not a file of the checkpoint's folder")
+        if info.field("transform_descriptors", 3):
+            raise CorruptCheckpointError(path, f"{fqn!r} is stored through stream extensions "
+                                               f"{str(info.field('transform_descriptors', 3))[:80]} (e.g. zstd): not read")
+        if rel not in sizes:
+            file = os.path.join(folder, rel)
+            if not os.path.isfile(file):
+                raise CorruptCheckpointError(path, f"{fqn!r} is stored in {rel!r}, which is missing")
+            sizes[rel] = file_size(file)
+        if type(offset) is not int or type(length) is not int or offset < 0 or length < 0 \
+                or offset + length > sizes[rel]:
+            raise CorruptCheckpointError(path, f"{fqn!r}: {length!r} bytes at offset {offset!r} of {rel!r}, past the "
+                                               f"end of the {sizes[rel]:,}-byte file")
+        chunk = index.field("offset", 1)
+        out[(fqn, () if chunk is None else _ints(path, chunk, f"{fqn!r} storage offset"))] = \
+            _Item(os.path.join(folder, rel), offset, length)
+    return out
+
+
+class _Window:
+    """Bytes [start, start + length) of an open file, as a seekable file of their own (one DCP item)."""
+
+    def __init__(self, f: IO[bytes], start: int, length: int):
+        self.f, self.start, self.length, self.pos = f, start, length, 0
+
+    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
+        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.length}[whence]
+        if base + pos < 0:
+            raise OSError("seek before the start of a DCP item")
+        self.pos = base + pos
+        return self.pos
+
+    def tell(self) -> int:
+        return self.pos
+
+    def seekable(self) -> bool:
+        return True
+
+    def read(self, n: int | None = -1) -> bytes:
+        n = self.length - self.pos if n is None or n < 0 else min(n, max(self.length - self.pos, 0))
+        self.f.seek(self.start + self.pos)
+        data = self.f.read(n)
+        self.pos += len(data)
+        return data
+
+
+def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:
+    """The tensor one item's torch.save zip holds, its offset made absolute, checked against the metadata."""
+    contents = zip_contents(item.file, _Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+    if contents.compressed:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
+    found = list(walk(contents.obj, item.file))
+    if len(found) != 1:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: the item at offset {item.offset:,} holds {len(found)} "
+                                                "tensors, not one")
+    records = {k: StorageRecord(r.key, r.nbytes, None if r.offset is None else r.offset + item.offset, r.record)
+               for k, r in contents.records.items()}
+    tensors, _ = build_tensors(item.file, found, records, contents.byteorder)
+    t = next(iter(tensors.values()))
+    if t.dtype != dtype or t.shape != sizes:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: the item at offset {item.offset:,} holds "
+                                                f"{t.dtype}{list(t.shape)}, the metadata says {dtype}{list(sizes)}")
+    return t
+
+
+@dataclass(frozen=True)
+class _Chunk:
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    tensor: TensorInfo
+
+
+class _Chunks:
+    """Values of tensors stored in several chunks: elements [start, start + count) of the whole tensor,
+    gathered from the chunks whose boxes they fall in, MAX_ASSEMBLE elements at a time. Within a chunk the
+    wanted elements span at most `count` of its own (its C order is the tensor's, restricted to the box)."""
+
+    def __init__(self) -> None:
+        self.layouts: dict[str, list[_Chunk]] = {}
+
+    def __call__(self, info: TensorInfo, start: int, count: int) -> Any:
+        import numpy as np
+
+        chunks = self.layouts.get(info.name)
+        if chunks is None:
+            return read_flat_file(info, start, count)
+        parts = []
+        for lo in range(start, start + count, MAX_ASSEMBLE):
+            n = min(MAX_ASSEMBLE, start + count - lo)
+            idx = np.unravel_index(np.arange(lo, lo + n, dtype=np.int64), info.shape)
+            block, filled = None, np.zeros(n, dtype=bool)
+            for c in chunks:
+                mask = np.ones(n, dtype=bool)
+                for d, (o, s) in enumerate(zip(c.offsets, c.sizes)):
+                    mask &= (idx[d] >= o) & (idx[d] < o + s)
+                if not mask.any():
+                    continue
+                if (filled & mask).any():
+                    raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: two chunks hold one element")
+                local = np.ravel_multi_index(tuple(i[mask] - o for i, o in zip(idx, c.offsets)), c.sizes)
+                a, b = int(local.min()), int(local.max()) + 1
+                values = read_flat_file(c.tensor, a, b - a)
+                if block is None:
+                    block = np.empty(n, dtype=values.dtype)
+                block[mask] = values[local - a]
+                filled |= mask
+            if block is None or not filled.all():
+                raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: elements from {lo:,} lie in no chunk")
+            parts.append(block)
+        return np.concatenate(parts)
+
+
+def _tensor_entries(path: str, meta: _Record) -> Iterator[tuple[str, str, tuple[int, ...], list[_Record]]]:
+    """(fqn, canonical dtype, size, chunks) of every tensor in state_dict_metadata; the other names are yielded
+    with dtype ""."""
+    sdm = meta.field("state_dict_metadata", 0)
+    if not isinstance(sdm, dict):
+        raise CorruptCheckpointError(path, "Metadata.state_dict_metadata is not a dict")
+    for fqn, md in sdm.items():
+        name = key_text(fqn)
+        if isinstance(md, _Record) and md.kind == "BytesStorageMetadata":
+            yield name, "", (), []
+            continue
+        md = _record(path, md, "TensorStorageMetadata", f"{name!r}'s metadata")
+        props = _record(path, md.field("properties", 0), "TensorProperties", f"{name!r}'s properties")
+        dt = props.field("dtype", 0)
+        if not isinstance(dt, DTypeRef) or dt.dtype is None:
+            raise CorruptCheckpointError(path, f"{name!r}: dtype {str(getattr(dt, 'name', dt))[:40]} is not one "
+                                               "ckptstat reads")
+        chunks = md.field("chunks", 2)
+        if not isinstance(chunks, list):
+            raise CorruptCheckpointError(path, f"{name!r}: chunks is not a list")
+        yield name, dt.dtype, _ints(path, md.field("size", 1), f"{name!r} size"), chunks
+
+
+def open_dcp(path: str) -> Checkpoint:
+    """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES)."""
+    folder = os.path.dirname(path)
+    meta = _read_metadata(path)
+    sizes: dict[str, int] = {}
+    storage = _storage(path, folder, meta, sizes)
+    tensors: dict[str, TensorInfo] = {}
+    reader = _Chunks()
+    others: list[str] = []
+    jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
+    for name, dtype, size, chunks in _tensor_entries(path, meta):
+        if not dtype:
+            others.append(name)
+            continue
+        TensorInfo(name=name, dtype=dtype, shape=size, file=path, offset=None, nbytes=0)   # checks the shape
+        held = 0
+        for i, c in enumerate(chunks):
+            c = _record(path, c, "ChunkStorageMetadata", f"{name!r} chunk {i}")
+            offs = _ints(path, c.field("offsets", 0), f"{name!r} chunk {i} offsets")
+            lens = _ints(path, c.field("sizes", 1), f"{name!r} chunk {i} sizes")
+            if len(offs) != len(size) or len(lens) != len(size) or any(o + n > d for o, n, d in zip(offs, lens, size)):
+                raise CorruptCheckpointError(path, f"{name!r} chunk {i} ({list(offs)} + {list(lens)}) is not inside "
+                                                   f"its tensor {list(size)}")
+            item = storage.get((name, offs))
+            if item is None:
+                raise CorruptCheckpointError(path, f"{name!r} chunk {i} at {list(offs)} has no storage_data entry")
+            held += math.prod(lens)
+            jobs.setdefault(item.file, []).append((name, dtype, size, offs, lens, item))
+        if held != math.prod(size):
+            raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
+    layouts: dict[str, list[_Chunk]] = {}
+    for file, items in jobs.items():
+        with open_regular(file) as f:
+            for name, dtype, _, offs, lens, item in items:
+                layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
+    for name, dtype, size, _ in _tensor_entries(path, meta):
+        if not dtype:
+            continue
+        parts = layouts.get(name, [])
+        if len(parts) == 1:
+            t = parts[0].tensor
+            tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=t.file, offset=t.offset, nbytes=t.nbytes,
+                                       byteorder=t.byteorder, stride=t.stride, storage=f"{t.file}@{t.offset}",
+                                       extra={"dcp_chunks": 1})
+        else:
+            itemsize = dtypes.get(dtype).bits // 8
+            first = parts[0].tensor.file if parts else path
+            tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
+                                       nbytes=math.prod(size) * itemsize, extra={"dcp_chunks": len(parts)})
+            reader.layouts[name] = parts
+    files = tuple(os.path.join(folder, rel) for rel in sorted(sizes))
+    ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(path, *files),
+                      metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
+                      readers=dict.fromkeys(files, reader))
+    if others:
+        ckpt.notes.append(f"{len(others)} non-tensor item(s) (torch.save'd objects, e.g. optimizer param_groups) "
+                          f"not read: {', '.join(others[:6])}" + (", ..." if len(others) > 6 else ""))
+    return ckpt
+
+
+def accept(probe: Probe) -> bool:
+    """A pickle (PROTO) whose first global is DCP's Metadata (filesystem.py pickles it at the top)."""
+    return probe.head[:1] == b"\x80" and f"{_MODULE}.metadata".encode() in probe.head[:256] \
+        and b"Metadata" in probe.head[:256]
+
+
+_FILE_HOOKS[METADATA] = open_dcp
+register(Format("dcp", accept, open_dcp, (METADATA,)))

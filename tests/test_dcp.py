@@ -1,0 +1,174 @@
+"""torch.distributed.checkpoint folders (ckptstat/formats/dcp.py, docs/dcp.md), on the samples
+fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of DTensors, and one process).
+Every expected count, shape, dtype and value comes from torch reading the same folder."""
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+from conftest import ROOT, fixture
+
+from ckptstat import open_checkpoint
+from ckptstat.cli import main
+from ckptstat.errors import CorruptCheckpointError, UnsafeCheckpointError
+from ckptstat.naming import role_of
+
+torch = pytest.importorskip("torch")
+import torch.distributed.checkpoint as dcp  # noqa: E402
+from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # noqa: E402
+
+FOLDERS = ["sharded", "single"]
+
+
+def _torch(folder: str) -> tuple[object, dict[str, torch.Tensor]]:
+    """torch's Metadata of the folder and every tensor as dcp.load reads it (no process group)."""
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in meta.state_dict_metadata.items()
+          if isinstance(m, TensorStorageMetadata)}
+    dcp.load(sd, checkpoint_id=folder, no_dist=True)
+    return meta, sd
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_tensors_and_values_equal_torchs_load(name):
+    folder = fixture("dcp", name)
+    meta, sd = _torch(folder)
+    ckpt = open_checkpoint(folder)
+    assert ckpt.format == "dcp" and ckpt.path.endswith(".metadata")
+    assert sorted(ckpt.tensors) == sorted(sd)
+    for fqn, t in sd.items():
+        info = ckpt[fqn]
+        assert info.shape == tuple(t.shape), fqn
+        assert info.dtype == {torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
+                              torch.bool: "BOOL", torch.float64: "F64"}[t.dtype], fqn
+        assert info.extra["dcp_chunks"] == len(meta.state_dict_metadata[fqn].chunks), fqn
+        want = (t.float() if t.dtype == torch.bfloat16 else t).numpy()
+        np.testing.assert_array_equal(ckpt.read(fqn), want, err_msg=fqn)
+    files = {s.relative_path for s in meta.storage_data.values()}
+    assert sorted(os.path.basename(f) for f in ckpt.files[1:]) == sorted(files)
+    non_tensors = [k for k in meta.state_dict_metadata if k not in sd]
+    assert non_tensors and any(f"{len(non_tensors)} non-tensor item" in n for n in ckpt.notes)
+
+
+def test_a_tensor_sharded_across_two_rank_files_reads_in_small_chunks():
+    folder = fixture("dcp", "sharded")
+    meta, sd = _torch(folder)
+    ckpt = open_checkpoint(folder)
+    two = [k for k, m in meta.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata) and len(m.chunks) == 2]
+    assert "model.0.weight" in two and "model.2.bias" in two   # Shard(0), one of them uneven (5 rows over 2 ranks)
+    cols = meta.state_dict_metadata["model.2.weight"].chunks    # Shard(1): each chunk a box of columns
+    assert sorted(tuple(c.offsets) for c in cols) == [(0, 0), (0, 4)]
+    for fqn in two:
+        stored = {meta.storage_data[k].relative_path for k in meta.storage_data if k.fqn == fqn}
+        assert len(stored) == 2, fqn            # one chunk in each rank's file
+        assert ckpt[fqn].offset is None
+        # chunks of 3 elements: every range crosses rows and the boundary between the ranks' chunks
+        got = np.concatenate(list(ckpt.iter_chunks(fqn, chunk_bytes=12)))
+        np.testing.assert_array_equal(got, sd[fqn].numpy().reshape(-1), err_msg=fqn)
+
+
+def test_optimizer_state_apart_from_the_model():
+    folder = fixture("dcp", "sharded")
+    _, sd = _torch(folder)
+    ckpt = open_checkpoint(folder)
+    roles = {t.name: role_of(t.name, t.dtype, t.shape) for t in ckpt}
+    assert {k for k, r in roles.items() if r == "optimizer"} == {k for k in sd if k.startswith("optim.")}
+    assert {k for k, r in roles.items() if r != "optimizer"} == {k for k in sd if k.startswith("model.")}
+
+
+def test_headers_without_importing_torch():
+    code = ("import sys; from ckptstat import open_checkpoint; c = open_checkpoint(sys.argv[1]); "
+            "c.read('model.0.weight'); assert 'torch' not in sys.modules, 'torch imported'; print(len(c.tensors))")
+    out = subprocess.run([sys.executable, "-c", code, fixture("dcp", "sharded")], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
+    assert out.returncode == 0, out.stderr
+    assert int(out.stdout) == len(_torch(fixture("dcp", "sharded"))[1])
+
+
+# ---------------------------------------------------------------------------------------------- hostile
+@pytest.fixture
+def copy(tmp_path):
+    shutil.copytree(fixture("dcp", "sharded"), tmp_path / "ckpt")
+    return tmp_path / "ckpt"
+
+
+def _one_line(path, capsys) -> str:
+    assert main([str(path)]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("ckptstat: error: ") and "Traceback" not in err, err
+    return err
+
+
+def test_truncated_distcp(copy, capsys):
+    f = copy / "__1_0.distcp"
+    f.write_bytes(f.read_bytes()[:-100])
+    with pytest.raises(CorruptCheckpointError, match="past the end"):
+        open_checkpoint(copy)
+    assert ".metadata" in _one_line(copy, capsys)
+
+
+def _rewrite(folder, change) -> None:
+    meta = pickle.loads((folder / ".metadata").read_bytes())   # the fixture torch wrote: trusted here
+    change(meta)
+    (folder / ".metadata").write_bytes(pickle.dumps(meta))
+
+
+def test_metadata_offset_past_the_file(copy, capsys):
+    def far(meta) -> None:
+        info = next(iter(meta.storage_data.values()))
+        info.offset = 10**12
+    _rewrite(copy, far)
+    with pytest.raises(CorruptCheckpointError, match="past the end"):
+        open_checkpoint(copy)
+    _one_line(copy, capsys)
+
+
+def test_chunk_outside_its_tensor(copy):
+    def outside(meta) -> None:
+        meta.state_dict_metadata["model.0.weight"].chunks[1].offsets = torch.Size([7, 0])
+    _rewrite(copy, outside)
+    with pytest.raises(CorruptCheckpointError, match="not inside"):
+        open_checkpoint(copy)
+
+
+def test_item_that_is_another_chunks_bytes(copy):
+    """An item pointing at another tensor's zip: its dtype or shape differs from what the metadata says."""
+    def swap(meta) -> None:
+        infos = [i for k, i in meta.storage_data.items() if k.fqn in ("model.0.weight", "model.2.bias")
+                 and i.relative_path == "__1_0.distcp"]
+        infos[0].offset, infos[1].offset = infos[1].offset, infos[0].offset
+        infos[0].length, infos[1].length = infos[1].length, infos[0].length
+    _rewrite(copy, swap)
+    with pytest.raises(CorruptCheckpointError, match="metadata says"):
+        open_checkpoint(copy)
+
+
+def test_global_outside_the_allowlist_is_refused(copy, capsys):
+    data = (copy / ".metadata").read_bytes()
+    at = data.index(b"\x81")     # after Metadata's NEWOBJ
+    (copy / ".metadata").write_bytes(data[:at] + b"cposix\nsystem\n(S'touch pwned'\ntR.")
+    with pytest.raises(UnsafeCheckpointError, match="posix.system"):
+        open_checkpoint(copy)
+    assert "posix.system" in _one_line(copy, capsys)
+    assert not os.path.exists("pwned")
+
+
+def test_a_plain_class_in_the_metadata_is_refused(copy):
+    """A DCP pickle may NEWOBJ only DCP's own metadata classes: not even an allowlisted torch global."""
+    data = (copy / ".metadata").read_bytes()
+    at = data.index(b"\x81")
+    (copy / ".metadata").write_bytes(data[:at] + b"\x8c\x05torch\x8c\x04Size\x93)\x81.")
+    with pytest.raises(CorruptCheckpointError, match="NEWOBJ"):
+        open_checkpoint(copy)
+
+
+def test_one_rank_file_alone_points_to_the_folder(capsys):
+    path = fixture("dcp", "sharded", "__1_0.distcp")
+    assert main([path]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "open the folder" in err, err
