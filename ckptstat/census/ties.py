@@ -128,14 +128,16 @@ def _ruled_out(ckpt: Checkpoint, own: ClassTies | None, alias: str, target: str,
     the head's `bias` is its own). (2) The file stores tied names over one storage: torch.save and
     save_pretrained's .bin keep every name of a tied group, so a name such a file lacks is not in the model
     (LXMERT's, ESM's heads in a bare state_dict read as BERT's). (3) Both names are stored in a file that records
-    storages (a torch pickle), each over its own: the model that wrote it did not tie them (transformers 5 unties
-    LongT5's stacks from `shared` with the switch off; a state_dict rebuilt tensor by tensor, as some consolidation
-    tools write it, loses its ties the same way)."""
+    storages (a torch pickle), each over its own, and config.json does not set tie_word_embeddings: the model that
+    wrote it did not tie them (transformers 5 unties LongT5's stacks from `shared` with the switch off). A file
+    whose config asks for the tie keeps it (a state_dict rebuilt tensor by tensor, as consolidation tools write it,
+    is still loaded tied)."""
     if evidence in ("shared storage", "safetensors metadata", "identical contents"):
         return False
-    if status == "stored twice":
+    if status == "stored twice":   # (3), unless config.json asks for the tie: a consolidated state_dict still ties
         a, b = ckpt.tensors[alias], ckpt.tensors[target]
-        return a.storage is not None and b.storage is not None and a.alias_key != b.alias_key
+        asked = (ckpt.config or {}).get("tie_word_embeddings") is True
+        return not asked and a.storage is not None and b.storage is not None and a.alias_key != b.alias_key
     if status != "absent from file":
         return False
     if own is not None and alias not in own.names and (not own.groups or any(n in ckpt.tensors for n in own.names)):
