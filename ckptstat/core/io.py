@@ -100,6 +100,25 @@ class SeekableReader(io.RawIOBase):
         return self.pos
 
 
+class Window(SeekableReader):
+    """Bytes [start, start + size) of an open file, as a seekable read-only file of their own (a stored member of a
+    .keras zip for h5py; one item of a DCP .distcp file for the torch zip reader)."""
+
+    def __init__(self, f: IO[bytes], start: int, size: int):
+        super().__init__()
+        self.f, self.start, self.size, self.pos = f, start, size, 0
+
+    def readinto(self, b: Any) -> int:
+        mv = memoryview(b).cast("B")
+        n = max(0, min(len(mv), self.size - self.pos))
+        if not n:
+            return 0
+        data = pread(self.f, n, self.start + self.pos)
+        mv[:len(data)] = data
+        self.pos += len(data)
+        return len(data)
+
+
 class RawFile:
     """Positioned reads of exact byte ranges from one open file (pread: no shared file position)."""
 

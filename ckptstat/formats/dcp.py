@@ -29,6 +29,7 @@ from typing import IO, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
+from ..core.io import Window
 from ..core.tensor import read_flat_file
 from ..errors import CorruptCheckpointError, UnsafeCheckpointError
 from .registry import _FILE_HOOKS, Format, Probe, register
@@ -185,36 +186,9 @@ def _storage(path: str, folder: str, meta: _Record, sizes: dict[str, int]) -> di
     return out
 
 
-class _Window:
-    """Bytes [start, start + length) of an open file, as a seekable file of their own (one DCP item)."""
-
-    def __init__(self, f: IO[bytes], start: int, length: int):
-        self.f, self.start, self.length, self.pos = f, start, length, 0
-
-    def seek(self, pos: int, whence: int = os.SEEK_SET) -> int:
-        base = {os.SEEK_SET: 0, os.SEEK_CUR: self.pos, os.SEEK_END: self.length}[whence]
-        if base + pos < 0:
-            raise OSError("seek before the start of a DCP item")
-        self.pos = base + pos
-        return self.pos
-
-    def tell(self) -> int:
-        return self.pos
-
-    def seekable(self) -> bool:
-        return True
-
-    def read(self, n: int | None = -1) -> bytes:
-        n = self.length - self.pos if n is None or n < 0 else min(n, max(self.length - self.pos, 0))
-        self.f.seek(self.start + self.pos)
-        data = self.f.read(n)
-        self.pos += len(data)
-        return data
-
-
 def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:
     """The tensor one item's torch.save zip holds, its offset made absolute, checked against the metadata."""
-    contents = zip_contents(item.file, _Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+    contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
     if contents.compressed:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
     found = list(walk(contents.obj, item.file))

@@ -25,7 +25,7 @@ from typing import IO, TYPE_CHECKING, Any
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, refuse_external
-from ..core.io import SeekableReader
+from ..core.io import Window
 from ..core.limits import limits
 from ..core.tensor import check_inflation, read_flat_file
 from ..errors import CorruptCheckpointError, reading
@@ -38,24 +38,6 @@ if TYPE_CHECKING:
 
 WEIGHTS, CONFIG, METADATA = "model.weights.h5", "config.json", "metadata.json"
 MAX_METADATA = 1 << 20
-
-
-class _Window(SeekableReader):
-    """Bytes [start, start + size) of an open file, as a seekable read-only file (for h5py)."""
-
-    def __init__(self, f: IO[bytes], start: int, size: int):
-        super().__init__()
-        self.f, self.start, self.size, self.pos = f, start, size, 0
-
-    def readinto(self, b: Any) -> int:
-        mv = memoryview(b).cast("B")
-        n = max(0, min(len(mv), self.size - self.pos))
-        if not n:
-            return 0
-        data = os.pread(self.f.fileno(), n, self.start + self.pos)
-        mv[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
 
 
 class _Values:
@@ -103,7 +85,7 @@ def _weights(path: str, values: _Values | None = None) -> Iterator[tuple[Any, in
             raise CorruptCheckpointError(path, f"the archive has no {WEIGHTS}") from None
         start = data_offset(path, f, info, size)
         if info.compress_type == zipfile.ZIP_STORED:
-            with h5py.File(_Window(f, start, info.file_size), "r") as h5:
+            with h5py.File(Window(f, start, info.file_size), "r") as h5:
                 yield h5, start, zf
             return
         # a deflated member may declare ~1000x its compressed size (data_offset): a 1 MB archive whose weights inflate
