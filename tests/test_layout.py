@@ -85,6 +85,7 @@ def test_a_gguf_file_of_a_new_layout_family_resolves_and_counts(tmp_path, config
     transformers model's."""
     import numpy as np
     from census_audit import saved_state
+    from test_gguf_families import _sizes as gguf_sizes  # the size keys every llama.cpp converter writes
 
     from ckptstat import open_checkpoint
     from ckptstat.analysis.summary import summarize
@@ -96,12 +97,7 @@ def test_a_gguf_file_of_a_new_layout_family_resolves_and_counts(tmp_path, config
     a = getattr(gguf.MODEL_ARCH, arch)
     names = gguf.get_tensor_name_map(a, c.num_hidden_layers)
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[a])
-    w.add_block_count(c.num_hidden_layers)
-    w.add_context_length(c.max_position_embeddings)
-    w.add_embedding_length(c.hidden_size)
-    w.add_feed_forward_length(c.intermediate_size)
-    w.add_head_count(c.num_attention_heads)
-    w.add_head_count_kv(c.num_key_value_heads)
+    gguf_sizes(w, c)
     d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     w.add_key_length(d)
     w.add_rope_dimension_count(int(d * kwargs.get("partial_rotary_factor", 1.0)))
