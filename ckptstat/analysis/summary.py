@@ -14,6 +14,7 @@ from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.spec import audio_inputs, default_seq
+from ..formats.gguf_meta import facts as gguf_facts
 from ..naming import BUCKETS, ROLES
 from .flops import run
 from .quantized import member_fields, quantization
@@ -64,6 +65,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "storage": {"file_bytes": file_bytes, "tensor_bytes": c.tensor_bytes,
                     "overhead_bytes": file_bytes - c.tensor_bytes},
         "metadata": dict(ckpt.metadata),
+        "gguf": gguf_facts(ckpt.metadata) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),

@@ -16,7 +16,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     p = r["parameters"]
     console.print(name_line("checkpoint   ", r["path"], f"  [{r['format']}, {len(r['files'])} file(s)]"))
     console.print(Text("architecture ").append_text(safe(arch)).append(f" (from {a['source']})"))
-    console.print(name_line("config       ", r["config"] or "none found"))
+    console.print(name_line("config       ", r["config"] or ("none: the GGUF metadata" if r.get("gguf") else "none found")))
+    for label, line in (r.get("gguf") or {}).items():   # a GGUF file's own metadata (formats/gguf_meta.py)
+        console.print(Text(f"{label:<13}").append_text(safe(line)))
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")

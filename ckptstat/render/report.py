@@ -66,6 +66,7 @@ def _summary(r: dict) -> list[Block]:
              ("stored", f"{p['stored_bytes']:,} B of parameters, "
                         + (f"{p['bits_per_weight']:.4f} bits per weight" if p["bits_per_weight"] else "no parameter")),
              ("ties", s["ties"]["text"])]
+    items[3:3] = list((s.get("gguf") or {}).items())   # after config: a GGUF file's own metadata
     if p.get("partial"):
         items.append(("PARTIAL", p["partial"]))
     an = s.get("analytic")
