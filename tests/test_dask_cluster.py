@@ -54,10 +54,11 @@ def _stop(proc):
 
 
 class Cluster:
-    """`dask scheduler --port 0` and one `dask worker ADDRESS --nworkers 2 --nthreads 1`, each in its own
-    process group; the worker processes are the `dask worker` process's spawned children."""
+    """`dask scheduler --port 0` and `dask worker ADDRESS --nworkers N --nthreads 1` for each N of `nworkers`,
+    each in its own process group; a `dask worker` process holds its nannies, the worker processes are its
+    spawned children."""
 
-    def __init__(self, folder, request):
+    def __init__(self, folder, request, nworkers=(2,)):
         if not os.path.exists(DASK):
             pytest.skip("the dask command (the dask extra) is not installed")
         os.makedirs(folder)
@@ -69,16 +70,20 @@ class Cluster:
         _wait("dask scheduler", lambda: os.path.exists(info) and os.path.getsize(info) > 0, [self.scheduler], [slog])
         time.sleep(0.2)   # the file is written whole (json.dump then close); read it once it is closed
         self.address = json.load(open(info))["address"]
-        self.worker = subprocess.Popen([DASK, "worker", self.address, "--nworkers", "2", "--nthreads", "1",
-                                        "--no-dashboard", "--memory-limit", "2GiB", "--host", "127.0.0.1"],
-                                       cwd=folder, stdout=open(wlog, "w"), stderr=subprocess.STDOUT,
-                                       start_new_session=True)
-        request.addfinalizer(lambda: _stop(self.worker))
-        _wait("dask worker", lambda: open(wlog).read().count("Registered to") >= 2, [self.scheduler, self.worker],
-              [slog, wlog])
+        self.workers = []
+        for i, n in enumerate(nworkers):
+            log = wlog.replace(".log", f"{i}.log")
+            self.workers.append(subprocess.Popen(
+                [DASK, "worker", self.address, "--nworkers", str(n), "--nthreads", "1", "--no-dashboard",
+                 "--memory-limit", "2GiB", "--host", "127.0.0.1"],
+                cwd=folder, stdout=open(log, "w"), stderr=subprocess.STDOUT, start_new_session=True))
+            request.addfinalizer(lambda p=self.workers[-1]: _stop(p))
+            _wait("dask worker", lambda log=log, n=n: open(log).read().count("Registered to") >= n,
+                  [self.scheduler, self.workers[-1]], [slog, log])
+        self.worker = self.workers[0]
 
-    def worker_pids(self):
-        return [c.pid for c in psutil.Process(self.worker.pid).children()
+    def worker_pids(self, worker=None):
+        return [c.pid for c in psutil.Process((worker or self.worker).pid).children()
                 if "multiprocessing.spawn" in " ".join(c.cmdline())]
 
 
@@ -154,30 +159,63 @@ def test_relative_paths_reach_the_workers(cluster, tmp_path):
     assert rec["path"] == os.path.join("llama-tiny-sharded", "model.safetensors.index.json") and rec["error"] is None
 
 
-def test_worker_killed_mid_audit_loses_no_record(cluster, zoo, local, tmp_path):
-    """SIGKILL one worker process once the first records are written: the scheduler reschedules what it
-    held, its nanny starts another, and every record arrives once, equal to the local run's."""
-    out = str(tmp_path / "k.jsonl")
-    victim = cluster.worker_pids()[0]
-    p = ckptstat("audit", zoo, "--out", out, "--no-progress", "--scheduler", cluster.address)
+def _audit_killing(address, zoo, out, victim):
+    """`ckptstat audit ZOO --scheduler ADDRESS`, SIGKILLing pid `victim` (None: the client itself) once two
+    records are written: (exit code, stderr, records written before the kill)."""
+    p = ckptstat("audit", zoo, "--out", out, "--no-progress", "--scheduler", address)
     try:
         deadline = time.monotonic() + WAIT
         while not (os.path.exists(out) and open(out).read().count("\n") >= 2) and p.poll() is None:
             assert time.monotonic() < deadline, "no record came"
             time.sleep(0.01)
         written = open(out).read().count("\n")
-        os.kill(victim, signal.SIGKILL)
+        os.kill(victim or p.pid, signal.SIGKILL)
         _, err = p.communicate(timeout=600)
     finally:
         if p.poll() is None:
             p.kill()
+    return p.returncode, err, written
+
+
+def test_worker_killed_mid_audit_loses_no_record(cluster, zoo, local, tmp_path):
+    """SIGKILL one worker process once the first records are written: the scheduler reschedules what it
+    held, its nanny starts another, and every record arrives once, equal to the local run's."""
+    out = str(tmp_path / "k.jsonl")
+    victim = cluster.worker_pids()[0]
+    rc, err, written = _audit_killing(cluster.address, zoo, out, victim)
     assert written < len(local), "the audit ended before the kill: nothing was tested"
-    assert p.returncode == 1, err
+    assert rc == 1, err
     lines = [json.loads(x) for x in open(out)]
     assert len(lines) == len(local)   # none lost, none doubled
     assert records(out) == local
     _wait("a restarted worker", lambda: len(cluster.worker_pids()) == 2 and victim not in cluster.worker_pids(),
           [cluster.worker], [])
+
+
+def test_client_killed_mid_audit_resumes(cluster, zoo, local, tmp_path):
+    """SIGKILL the `ckptstat audit` client itself mid-run (the user's terminal closed): the re-run of the same
+    command audits only what is missing and the file then holds every record once, equal to the local run's."""
+    out = str(tmp_path / "c.jsonl")
+    rc, _, written = _audit_killing(cluster.address, zoo, out, None)
+    assert rc == -signal.SIGKILL and written < len(local), "the audit ended before the kill: nothing was tested"
+    kept = [json.loads(x) for x in open(out) if x.endswith("\n")]
+    rc, _, err = run("audit", zoo, "--out", out, "--no-progress", "--scheduler", cluster.address)
+    assert rc == 1, err
+    lines = [json.loads(x) for x in open(out)]
+    assert lines[:len(kept)] == kept   # kept as written, timings included: not audited again
+    assert len(lines) == len(local) and records(out) == local
+
+
+def test_nanny_killed_mid_audit_loses_no_record(zoo, local, tmp_path, request):
+    """SIGKILL a whole `dask worker` process (its nanny) of a cluster of two: its worker process is left
+    without a nanny, the scheduler moves what it lost to the other, and every record arrives once."""
+    two = Cluster(str(tmp_path / "cluster"), request, nworkers=(1, 1))
+    out = str(tmp_path / "n.jsonl")
+    rc, err, written = _audit_killing(two.address, zoo, out, two.workers[0].pid)
+    assert written < len(local), "the audit ended before the kill: nothing was tested"
+    assert rc == 1, err
+    lines = [json.loads(x) for x in open(out)]
+    assert len(lines) == len(local) and records(out) == local
 
 
 # --- a cluster whose workers read s3:// themselves ---------------------------------------------------
