@@ -281,6 +281,7 @@ def test_a_scan_the_store_cuts_short_is_not_scanned_never_safe(monkeypatch):
     """A remote pickle whose scan fails in the store (a 404 after listing, a request limit): `not scanned
     (remote)` with the store's line, never `safe`; a file torch.load cannot read stays `unreadable`."""
     from ckptstat.analysis import audit as audit_mod
+    from ckptstat.analysis import scan as scan_mod
     from ckptstat.errors import CheckpointError, CorruptCheckpointError
 
     def fake_scan(url: str) -> dict:
@@ -288,8 +289,7 @@ def test_a_scan_the_store_cuts_short_is_not_scanned_never_safe(monkeypatch):
             raise CheckpointError(url, "not found (HTTP 404)")
         raise CorruptCheckpointError(url, "torch.load raises: a zip without an end of central directory")
 
-    monkeypatch.setattr(audit_mod, "scan_url", fake_scan)
-    monkeypatch.setattr(audit_mod, "pickle_bearing", lambda f: True)
+    monkeypatch.setattr(scan_mod, "scan_url", fake_scan)   # (both named *.pt: listed however their scan ends)
     r = audit_mod._scan(["https://h/m/gone.pt", "https://h/m/cut.pt"])
     assert [f["status"] for f in r["files"]] == [NOT_SCANNED, "unreadable"]
     assert r["files"][0]["error"] == "https://h/m/gone.pt: not found (HTTP 404)"

@@ -77,3 +77,32 @@ def test_a_benign_npz_keras_and_flax_keep_their_own_verdicts(tmp_path, capsys):
 
     assert main(["scan", fixture("flax", "bart", "flax_model.msgpack")]) == 2
     assert "Flax msgpack" in capsys.readouterr().err
+
+
+def test_a_folder_url_lists_them_as_the_local_folder_scan_does(files, tmp_path, capsys):
+    """Served over loopback HTTP beside benign files (a Flax checkpoint, a config, a README), a folder URL's files
+    are judged by their bytes as the local folder's are: every polyglot listed UNSAFE, nothing benign listed."""
+    import shutil
+    import sys
+
+    from conftest import fixture
+
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from remote_server import Server
+
+    from ckptstat import sources
+
+    folder = tmp_path / "served"
+    shutil.copytree(files, folder, ignore=shutil.ignore_patterns("RAN-*"))
+    shutil.copy(fixture("flax", "bart", "flax_model.msgpack"), folder / "flax_model_benign.msgpack")
+    (folder / "config.json").write_text('{"model_type": "bert"}')
+    (folder / "README").write_text("# a model\n")
+    local = scan_path(str(folder))
+    sources.reset()
+    with Server(str(folder)) as s:
+        remote = scan_path(s.url + "/")
+        sources.reset()
+        assert main(["scan", s.url + "/"]) == 1
+    capsys.readouterr()
+    assert {f["path"]: f["status"] for f in remote["files"]} == {n: "unsafe" for n in CASES}
+    assert remote["files"] == local["files"] and remote["totals"] == local["totals"]

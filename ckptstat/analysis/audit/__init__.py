@@ -17,7 +17,7 @@ from typing import Any
 
 from ...core.urls import is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
-from ..scan import pickle_bearing, pickle_named, scan_url
+from ..scan import pickle_named, scan_url_if_pickle
 from .find import Unit
 
 AUDIT_SCHEMA = "ckptstat.audit/1"
@@ -45,10 +45,10 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
     rows = []
     for f in files:
         if is_url(f):   # scanned with range requests (analysis/scan/ scan_url), as the local file would be
-            if not pickle_bearing(f):
-                continue
             try:
-                r = scan_url(f)
+                r = scan_url_if_pickle(f)   # judged by its bytes, as a local file is
+                if r is None:
+                    continue
                 rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
             except CorruptCheckpointError as e:   # torch.load cannot read it: as locally
                 rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})

@@ -4,7 +4,8 @@ pickle-bearing file under it, one entry each, and the totals (docs/torch.md, "ck
 A file under a local folder is judged by what the loaders would do with its bytes, never by its name alone
 or by Python's zipfile: one whose name ends in a pickle-bearing extension is always listed; any other is
 listed when torch.load (or np.load, or Keras) would read a pickle or config from it (`scan_local` answers
-rather than refuses). A folder URL's files are picked by name or their first 4 KiB. Symlinks are followed
+rather than refuses); a folder URL's files the same way, each traced remotely (a file torch.load cannot read
+costs the few bytes its trace reads). Symlinks are followed
 only to files inside the folder, or, in a Hugging Face cache snapshot, into its repository's `blobs/`
 (core/files.py `followed`); each file is scanned once; links to folders are not followed; FIFOs, devices
 and sockets are skipped without being opened. Anything skipped makes the exit code 1.
@@ -13,23 +14,19 @@ from __future__ import annotations
 
 import os
 import stat
-import zipfile
 from collections.abc import Callable
 from typing import Any
 
 from ...core.files import followed, open_regular
 from ...core.urls import is_url
-from ...errors import CheckpointError, CkptstatError, FileNotFound
+from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
-from ...formats.torch.pickle_walk import walk
-from ...formats.torch.streams import BytesSource
 from .loaders import scan_other
 from .torch_load import scan as scan_file
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
 KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py): local only, the remote scan follows torch.load
-_TAR_MEMBERS = (b"sys_info", b"pickle", b"storages", b"tensors")
 _HEAD = 4096
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
 
@@ -50,9 +47,9 @@ def pickle_named(path: str) -> bool:
 
 
 def pickle_bearing(path: str) -> bool:
-    """Whether a regular file is worth scanning: its extension; else, for a local file, whether a loader would
-    read a pickle (or Keras config) from its bytes (scan_local answers rather than refuses); for a URL, its first
-    bytes (see the module doc)."""
+    """Whether a regular file is worth scanning: its extension; else whether a loader would read a pickle (or
+    Keras config) from its bytes (scan_local / scan_url answer rather than refuse). A URL the store cannot
+    serve counts: its scan then says why, never that it is clean."""
     if pickle_named(path):
         return True
     if not is_url(path):
@@ -61,32 +58,26 @@ def pickle_bearing(path: str) -> bool:
             return True
         except CkptstatError:
             return False
-    return _head_says_pickle(path)
-
-
-def _head_says_pickle(url: str) -> bool:
-    """A remote file's first 4 KiB (one window: scanning every file of a listing whole would fetch it)."""
     try:
-        with open_regular(url) as f:
-            head = f.read(_HEAD)
-            if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05") or head[:6] == b"\x93NUMPY":
-                return True
-            if head[257:262] == b"ustar":
-                return head[:100].split(b"\0")[0] in _TAR_MEMBERS
-            if head[:4] == b"PK\x03\x04":
-                f.seek(0)
-                names = zipfile.ZipFile(f).namelist()   # torch's pickles, np.savez's arrays, a .keras config
-                keras = {"config.json", "model.weights.h5"} <= set(names)
-                return keras or any(n.lower().endswith((".pkl", ".npy")) for n in names)
-        if looks_like_flax(head, whole=len(head) < _HEAD):
-            return False
-        # protocol 0 and 1 have no PROTO opcode: a head that walks as a pickle (to its STOP, or naming a
-        # global, or through all its bytes) is one
-        w = walk(BytesSource(head), "head", 0)
-        return w.end is not None or bool(w.globals) or (len(head) == _HEAD and w.failure == "pickle data was truncated"
-                                                         and w.opcodes > 16)
-    except Exception:  # noqa: BLE001 - an unreadable or odd file is simply not picked by its content
-        return False
+        return scan_url_if_pickle(path) is not None
+    except CkptstatError:
+        return True
+
+
+def scan_url_if_pickle(url: str) -> dict[str, Any] | None:
+    """A remote file's scan report, judged as a local file is: None when torch.load cannot read a pickle from
+    it (its trace raises at the first bytes, or a Flax msgpack file) and its name does not say pickle; every
+    other error raised (the store could not serve it: never taken for `no pickle`)."""
+    try:
+        return scan_url(url)
+    except CorruptCheckpointError:
+        if pickle_named(url):
+            raise
+        return None
+
+
+_FLAX_NO_PICKLE = ("no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads with msgpack, never "
+                   "pickle, and torch.load cannot read (docs/flax.md)")
 
 
 def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
@@ -150,11 +141,19 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
 
 
 def scan_url(url: str) -> dict[str, Any]:
-    """A remote file's `ckptstat.scan/1` report, fetched with range requests (analysis/scan/remote.py)."""
+    """A remote file's `ckptstat.scan/1` report, fetched with range requests (analysis/scan/remote.py); a Flax
+    msgpack file torch.load cannot read holds no pickle to scan, as locally (scan_local)."""
     from ... import sources  # noqa: F401 - installs the remote source the core reads URLs through
+    from ...core.urls import redact
     from .remote import scan_url as scan_remote
 
-    return scan_remote(url)
+    r = scan_remote(url)
+    if _extension_codes_only(r):
+        with open_regular(url) as f:
+            head = f.read(_HEAD)
+        if looks_like_flax(head, whole=len(head) < _HEAD):
+            raise CorruptCheckpointError(redact(url), _FLAX_NO_PICKLE)
+    return r
 
 
 def _walk_order(rel: str) -> list[tuple[int, str]]:
@@ -177,12 +176,12 @@ def scan_tree_url(root: str, progress: Callable[[str], None] | None = None) -> d
         if e.error:
             skipped.append({"path": rel, "why": e.error})
             continue
-        if not pickle_bearing(e.url):
-            continue
         if progress:
             progress(rel)
-        try:
-            files.append(_entry(rel, scan_url(e.url)))
+        try:   # judged by its bytes, as a local file is: a name alone lists it, any file torch.load reads a pickle from too
+            r = scan_url_if_pickle(e.url)
+            if r is not None:
+                files.append(_entry(rel, r))
         except CkptstatError as err:
             files.append(_entry(rel, None, err.reason if isinstance(err, CheckpointError) else str(err)))
     totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
@@ -232,8 +231,7 @@ def scan_local(path: str) -> dict[str, Any]:
         with open_regular(path) as f:
             head = f.read(_HEAD)
         if looks_like_flax(head, whole=len(head) < _HEAD):
-            raise CheckpointError(path, "no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads "
-                                        "with msgpack, never pickle, and torch.load cannot read (docs/flax.md)")
+            raise CorruptCheckpointError(path, _FLAX_NO_PICKLE)
         if torch_report is None:
             raise torch_error
     if other is None or torch_report is not None and _RANK[torch_report["status"]] <= _RANK[other["status"]]:

@@ -8,9 +8,11 @@ What is fetched depends on the container:
 - a zip (torch.save >= 1.6, TorchScript): the end of the file (end-of-central-directory records and the
   central directory Python's zipfile lists), then the 30-byte local header and the bytes of each `*.pkl`
   record scan walks (data.pkl, constants.pkl, ...), never a storage record;
-- anything else (a bare pickle, a legacy stream, a tar of torch < 0.4): fetched whole when it is at most
-  `remote_scan_bytes` (core/limits.py); a bigger file is read by ranges (a legacy stream's pickles come
-  before its storages, which are never read).
+- a file that starts with a pickle's PROTO opcode (a bare pickle, a legacy stream): fetched whole when it is
+  at most `remote_scan_bytes` (core/limits.py), in two requests;
+- anything else, or bigger: read by ranges as the trace goes (the remote file's window doubles while reads
+  run on), so a file torch.load cannot read (a config, a README: a folder URL's files are all traced) costs
+  the few bytes its trace reads, and a legacy stream's storages, after its pickles, are never read.
 
 Either way the trace reads at most `remote_scan_bytes` in all (a hostile central directory or pickle
 cannot make scan download the file). If torch.load's path needs more, the verdict is 'unknown' and says
@@ -78,7 +80,7 @@ def trace_url(url: str) -> Trace:
         f = open_regular(url)
     with f, reading(shown, "reading"):
         size = size_of(f)
-        if pread(f, 4, 0) != b"PK\x03\x04" and size <= bound:   # a bare pickle, a legacy stream, a tar: whole
+        if pread(f, 1, 0) == b"\x80" and size <= bound:   # a pickle (PROTO 2+) torch.load reads through: whole
             follow(t, io.BytesIO(pread(f, size, 0)), size)
             return t
         b = _Bounded(f, size, bound)
