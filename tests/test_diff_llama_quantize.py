@@ -33,11 +33,9 @@ def test_a_quantised_conversion_is_the_same_model(model: str, file: str, cli) ->
         assert row["b_name"] == want["gguf"] and row["b_dtype"] == want["type"], hf   # the file's own type
         assert row["max_abs"] == want["max_abs"], hf
         assert bool(row.get("transform")) == want["transformed"], hf
-        if want["type"] == "F32":
-            assert row["status"] == "equal", hf
-        else:
-            assert row["status"] == "converted" and row["rounded_to"] == want["type"], hf
-            assert 0 <= row["bound_used"] <= 1
+        # F32 (norms, kept by llama-quantize) faces the HF float16: a widening, exact; the rest its block type
+        assert row["status"] == "converted" and row["rounded_to"] == ("F16" if want["type"] == "F32" else want["type"]), hf
+        assert 0 <= row["bound_used"] <= 1 and (want["type"] != "F32" or row["max_abs"] == 0), hf
     # the files hold the types named (llama-quantize falls back per tensor; each named type is there)
     qtype = file.split(".")[1].upper().removesuffix("_M").removesuffix("_S")
     assert qtype in {w["type"] for w in oracle.values()}
