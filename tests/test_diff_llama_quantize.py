@@ -93,3 +93,25 @@ def test_a_changed_code_is_named(model: str, file: str, hf: str, tmp_path, cli) 
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
     assert rc == 1 and [t["a_name"] for t in changed] == [hf]
     assert changed[0]["status"] == "dtype" and changed[0]["max_abs"] == np.max(np.abs(x - g))
+
+
+@pytest.mark.parametrize("file,hf", [("llama.q4_k_m.gguf", "model.layers.1.mlp.down_proj.weight"),
+                                     ("llama.q2_k.gguf", "model.layers.0.mlp.up_proj.weight"),
+                                     ("llama.q4_0.gguf", "model.layers.0.self_attn.v_proj.weight")])
+def test_a_changed_source_value_is_named(file: str, hf: str, tmp_path, cli) -> None:
+    """One HF value moved by 0.05 (weights are N(0, 0.1)): the quantised tensor no longer rounds from it."""
+    from safetensors.numpy import save_file
+
+    work = tmp_path / "llama"
+    shutil.copytree(os.path.join(HERE, "llama"), work)
+    tensors = load_file(str(work / "model.safetensors"))
+    tensors[hf].reshape(-1)[7] += np.float16(0.05)
+    save_file(tensors, str(work / "model.safetensors"), metadata={"format": "pt"})
+    want = EXPECTED["models"]["llama"][file]["tensors"][hf]
+    t = next(t for t in gguf.GGUFReader(os.path.join(HERE, file)).tensors if t.name == want["gguf"])
+    g = dequantize(t.data, t.tensor_type).reshape(-1).astype(np.float64)
+    rc, out, _ = cli("diff", str(work), os.path.join(HERE, file), "--json")
+    r = json.loads(out)
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
+    assert rc == 1 and [t["a_name"] for t in changed] == [hf]
+    assert changed[0]["max_abs"] == np.max(np.abs(tensors[hf].reshape(-1).astype(np.float64) - g))
