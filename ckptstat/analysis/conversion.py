@@ -143,7 +143,7 @@ class QuantBound:
         + 2**-20 (|x| + |add| + |scale| max(|qmin|, qmax))         float32 arithmetic of the quantizer and of
                                                                    the dequantisation
 
-    The clamp is real: in the files llama-quantize wrote (fixtures/conversions/quantized/) 1.8 to 13% of a
+    The clamp is real: in the files llama-quantize wrote (fixtures/conversions/quantized/) 0.5 to 13% of a
     type's elements lie outside their grid's range, up to 2.4 half-steps from the nearest value, so half a
     step alone would call faithful files changed. A sub-block whose scale is 0 (Q6_K's all-zero block of
     tiny values) holds one value (add): any x is then its nearest. The 32-element types'
