@@ -214,7 +214,7 @@ def test_hand_built_file_opens(tmp_path):
     assert ckpt.read("b").tolist() == [0.0, 0.0]
 
 
-Q4K = 12  # a block type ckptstat does not decode
+IQ2XXS = 16  # a block type ckptstat does not decode (an i-quant: 256 elements in 66 bytes)
 
 
 HOSTILE = {
@@ -276,22 +276,22 @@ def test_hostile_cli_one_line(cli, tmp_path):
 
 
 def test_undecoded_block_type_is_a_clear_error(tmp_path):
-    """Headers of a Q4_K tensor are read (count, bytes); its values are refused in one line."""
+    """Headers of an IQ2_XXS tensor are read (count, bytes); its values are refused in one line."""
     p = tmp_path / "k.gguf"
-    p.write_bytes(gguf_bytes(tis=[ti("blk.0.attn_q.weight", (256, 2), Q4K)], data=b"\0" * 288))
+    p.write_bytes(gguf_bytes(tis=[ti("blk.0.attn_q.weight", (256, 2), IQ2XXS)], data=b"\0" * 132))
     ckpt = open_checkpoint(str(p))
     t = ckpt["blk.0.attn_q.weight"]
-    assert (t.dtype, t.shape, t.numel, t.nbytes) == ("Q4_K", (2, 256), 512, 288)
+    assert (t.dtype, t.shape, t.numel, t.nbytes) == ("IQ2_XXS", (2, 256), 512, 132)
     assert summarize(ckpt)["parameters"]["unique"] == 512
     with pytest.raises(CheckpointError) as info:
         ckpt.read(t.name)
     assert not isinstance(info.value, CorruptCheckpointError)
-    assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of Q4_K tensors are not decoded yet"
+    assert str(info.value) == f"{p}: tensor 'blk.0.attn_q.weight': values of IQ2_XXS tensors are not decoded yet"
     # stats reads what it can and lists the rest, with the reason.
     from ckptstat.analysis.stats import select
 
     items, skipped = select(ckpt)
-    assert items == [] and skipped == [{"name": t.name, "reason": "values of Q4_K tensors are not decoded yet"}]
+    assert items == [] and skipped == [{"name": t.name, "reason": "values of IQ2_XXS tensors are not decoded yet"}]
 
 
 @pytest.mark.parametrize("name", FILES)

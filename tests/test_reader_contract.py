@@ -263,6 +263,16 @@ def gguf_oracle(path: str) -> dict[str, Oracle]:
     return {k: Oracle(tuple(v["numpy_shape"]), total=v["sum"], sha256=v["sha256_f32"]) for k, v in rec.items()}
 
 
+def gguf_py_oracle(path: str) -> dict[str, Oracle]:
+    """Values gguf-py's reader and `dequantize` give now (a file llama.cpp's llama-quantize wrote:
+    fixtures/make_llama_quantize.py, k-quants included)."""
+    import gguf
+
+    return {t.name: Oracle(tuple(int(d) for d in reversed(t.shape)),
+                           values=_f64(gguf.quants.dequantize(t.data, t.tensor_type)))
+            for t in gguf.GGUFReader(path).tensors}
+
+
 def gguf_claims(path: str) -> dict[str, bytes]:
     data = open(path, "rb").read()
     n_tensors, n_kv = struct.unpack_from("<QQ", data, 8)
@@ -601,7 +611,8 @@ SAMPLES: dict[str, list[Sample]] = {
     ],
     "keras-h5": [Sample("keras3/bf16.weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"])),
                  Sample("keras2/weights.h5", h5_oracle, h5_layout, h5_claims, key=lambda t: str(t.extra["h5_path"]))],
-    "gguf": [Sample("gguf/llama-tiny-q.gguf", gguf_oracle, gguf_layout, gguf_claims)],
+    "gguf": [Sample("gguf/llama-tiny-q.gguf", gguf_oracle, gguf_layout, gguf_claims),
+             Sample("conversions/quantized/llama.q2_k.gguf", gguf_py_oracle, gguf_layout, gguf_claims)],
     "onnx": [Sample("onnx/dtypes.onnx", onnx_oracle, onnx_layout, onnx_claims),
              Sample("onnx/bert-tiny-external/model.onnx", onnx_oracle, onnx_layout, onnx_claims,
                     companions=("model.onnx.data",))],

@@ -14,8 +14,10 @@ from typing import Any
 
 import numpy as np
 
-from ..core import Checkpoint
+from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import DTYPES
+from ..core.io import read_bytes
+from ..core.quants import QUANTS
 
 Chunks = Iterator[np.ndarray]
 
@@ -117,25 +119,86 @@ def _bf16(x: np.ndarray) -> np.ndarray:
     return r.astype(np.uint32).view(np.float32)
 
 
-def _q8_0(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-    """Q8_0 (ggml-common.h block_q8_0): 32 values, d = max|x| / 127 stored as f16, q = round(x / d): an
-    element is off by d/2 and by q times d's own f16 rounding. d16 is read back from the dequantised block,
-    whose largest element is +-127 d16."""
-    blocks = y.reshape(-1, 32) if len(y) % 32 == 0 else None
-    if blocks is None:
-        return np.zeros_like(y)
-    d16 = np.max(np.abs(blocks), axis=1, keepdims=True) / 127
-    bound = d16 * 0.5 + 127 * np.maximum(d16 * 2.0 ** -11, _F16_SUBNORMAL_HALF_ULP) + d16 * 1e-6
-    return np.broadcast_to(bound, blocks.shape).reshape(-1)
+class QuantBound:
+    """The rounding bound of a ggml block-quantised tensor, read from its own stored scales: a callable on
+    successive whole-block pieces of (source x, stored y), each answered with the allowed |x - y| per
+    element (it reads the stored blocks in step, so memory is the piece's).
+
+    A block type stores each element as code q in [qmin, qmax] of its sub-block's grid scale * q + add
+    (core/quants.py). Whatever search llama.cpp's quantizer runs for the scales (make_qkx2_quants,
+    make_qx_quants, an importance matrix), the last step of every k-quant (quantize_row_q*_K_ref/_impl,
+    ggml-quants.c) re-codes each element with the block's *stored* f16 d/dmin and 6/8-bit sub-block scales:
+    `nearest_int((x + dm) / d)` clamped to [qmin, qmax]. So y is the grid value nearest x: |x - y| is at
+    most half a step when x lies inside the grid's range [lo, hi], and x's distance to the range plus half a
+    step outside it (a clamped extreme; the scale search may leave one). Allowed, per element:
+
+        |scale| / 2 + max(0, lo - x, x - hi)                      the nearest grid value
+        + (max(|qmin|, qmax) + 1) * u(scale) + u(add)              32-element types only (Q8_0, Q4_0, Q4_1,
+                                                                   Q5_0, Q5_1): codes chosen with d = max / -8
+                                                                   (... / 15, / 127) and min in float32,
+                                                                   before their f16 rounding (u: half an f16
+                                                                   ulp, max(|v| 2**-11, 2**-25))
+        + |x| 2**-11                                               a source that went through an f16 GGUF
+                                                                   first (convert to f16, then quantize)
+        + 2**-20 (|x| + |add| + |scale| max(|qmin|, qmax))         float32 arithmetic of the quantizer and of
+                                                                   the dequantisation
+
+    The clamp is real: in the files llama-quantize wrote (fixtures/conversions/quantized/) 0.5 to 13% of a
+    type's elements lie outside their grid's range, up to 2.4 half-steps from the nearest value, so half a
+    step alone would call faithful files changed. A sub-block whose scale is 0 (Q6_K's all-zero block of
+    tiny values) holds one value (add): any x is then its nearest. The 32-element types'
+    importance-matrix quantizer (quantize_row_q4_0_impl: make_qx_quants) stores a least-squares d after
+    coding with another, so such a file may exceed the bound and show `dtype`."""
+
+    def __init__(self, info: TensorInfo):
+        self.info, self.quant, self.next_block = info, QUANTS[info.dtype], 0
+
+    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        d = self.info.dt
+        n = -(-len(y) // d.block)
+        assert self.info.offset is not None
+        raw = read_bytes(self.info.file, self.info.offset + self.next_block * d.block_bytes, n * d.block_bytes)
+        self.next_block += n
+        scale, _, add = self.quant.parts(np.frombuffer(raw, dtype=np.uint8).reshape(n, d.block_bytes))
+        qmin, qmax = self.quant.qmin, self.quant.qmax
+        top = max(-qmin, qmax)
+        add = np.zeros_like(scale) if add is None else add
+        s, a = scale.astype(np.float64), add.astype(np.float64)
+        ends = (s * qmin + a, s * qmax + a)
+        per = (np.abs(s) / 2 + 2.0 ** -20 * (np.abs(a) + np.abs(s) * top))
+        if self.quant.coded_before_rounding:
+            per = per + (top + 1) * _f16_half_ulp(s) + np.where(a == 0, 0.0, _f16_half_ulp(a))
+        size = d.block // scale.shape[1]   # elements per sub-block
+
+        def each(v: np.ndarray) -> np.ndarray:
+            return np.repeat(v.reshape(-1), size)[: len(x)]
+
+        lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
+        outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
+        return each(per) + outside + np.abs(x) * (2.0 ** -11 + 2.0 ** -20)
 
 
-# dtype -> (elements a bound needs together, the allowed |x - y| per element of source x and stored y)
-ROUNDING: dict[str, tuple[int, Callable[[np.ndarray, np.ndarray], np.ndarray]]] = {
-    "F32": (1, lambda x, y: np.abs(x.astype(np.float32).astype(np.float64) - x)),
-    "F16": (1, lambda x, y: np.abs(x.astype(np.float16).astype(np.float64) - x)),
-    "BF16": (1, lambda x, y: np.abs(_bf16(x).astype(np.float64) - x)),
-    "Q8_0": (32, _q8_0),
+def _f16_half_ulp(v: np.ndarray) -> np.ndarray:
+    return np.maximum(np.abs(v) * 2.0 ** -11, _F16_SUBNORMAL_HALF_ULP)
+
+
+Bound = Callable[[np.ndarray, np.ndarray], np.ndarray]
+# dtype -> the allowed |x - y| per element of source x and stored y
+ROUNDING: dict[str, Bound] = {
+    "F32": lambda x, y: np.abs(x.astype(np.float32).astype(np.float64) - x),
+    "F16": lambda x, y: np.abs(x.astype(np.float16).astype(np.float64) - x),
+    "BF16": lambda x, y: np.abs(_bf16(x).astype(np.float64) - x),
 }
+
+
+def rounding_bound(info: TensorInfo) -> tuple[int, Bound] | None:
+    """(elements a bound needs together, the bound) of the narrower side's tensor, or None when ckptstat
+    knows no bound for its dtype."""
+    if info.dtype in ROUNDING:
+        return 1, ROUNDING[info.dtype]
+    if info.dtype in QUANTS and info.offset is not None:
+        return info.dt.block, QuantBound(info)
+    return None
 
 
 def rounding_target(a_dtype: str, b_dtype: str) -> str | None:
@@ -145,7 +208,7 @@ def rounding_target(a_dtype: str, b_dtype: str) -> str | None:
     if da is None or db is None or a_dtype == b_dtype or "float" not in (da.kind, db.kind):
         return None
     target = a_dtype if da.bits < db.bits else b_dtype
-    return target if target in ROUNDING else None
+    return target if target in ROUNDING or target in QUANTS else None
 
 
 def whole_blocks(pairs: Iterator[tuple[np.ndarray, np.ndarray]], block: int) -> Iterator[tuple[np.ndarray, np.ndarray]]:

@@ -21,7 +21,7 @@ from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
-from .conversion import ROUNDING, Transform, conversion_row, gguf_transforms, rounding_target, transform_for, whole_blocks
+from .conversion import Transform, conversion_row, gguf_transforms, rounding_bound, rounding_target, transform_for, whole_blocks
 
 DIFF_SCHEMA = "ckptstat.diff/3"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
@@ -241,8 +241,8 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     if transform is not None:
         xs, ys = (transform[1].apply(xs), ys) if transform[0] == "a" else (xs, transform[1].apply(ys))
     target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
-    block, bound_of = ROUNDING[target] if target else (1, None)
     narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
+    block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
     rounded, use = bound_of is not None, 0.0
     for x, y in whole_blocks(_aligned(xs, ys), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy

@@ -7,11 +7,10 @@ Values are decoded with numpy alone: bf16 is widened by shifting its bits into a
 
 Block-quantised types (GGUF/ggml: Q4_0, Q8_0, Q4_K...) store `block` elements in `block_bytes` bytes
 (gguf-py constants.py GGML_QUANT_SIZES); their `bits` is the per-element cost rounded down, for
-estimates only. Those with a decoder in _BLOCK_DECODERS dequantise to float32 a whole block at a time.
+estimates only. Those with a decoder in quants.py (QUANTS) dequantise to float32 a whole block at a time.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from typing import TYPE_CHECKING, Any
@@ -167,71 +166,15 @@ def _unpack_bits(raw: U8, bits: int, count: int) -> U8:
     return packed
 
 
-# --- ggml block quantisation (ggml/src/ggml-common.h block_q*; gguf-py quants.py dequantize_blocks) ----
-# Each decoder takes an (n_blocks, block_bytes) uint8 array and returns (n_blocks, block) float32, with
-# the arithmetic in gguf-py's order so that values are bit-identical to its `dequantize`.
-
-def _f16(col: U8) -> F32:
-    import numpy as np
-
-    return np.ascontiguousarray(col).view("<f2").astype(np.float32)
-
-
-def _nibbles(qs: U8) -> U8:
-    """16 bytes -> 32 codes: element j is the low nibble of byte j, element j + 16 its high nibble."""
-    import numpy as np
-
-    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
-
-
-def _fifth_bits(qh: U8) -> U8:
-    """4 bytes (u32 LE) -> bit j of the u32 for element j (Q5_0, Q5_1)."""
-    import numpy as np
-
-    return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little")
-
-
-def _dq_q8_0(b: U8) -> F32:   # f16 d, 32 x int8 q: d * q
-    import numpy as np
-
-    return b[:, 2:].view(np.int8).astype(np.float32) * _f16(b[:, :2])
-
-
-def _dq_q4_0(b: U8) -> F32:   # f16 d, 16 bytes of nibbles: d * (q - 8)
-    import numpy as np
-
-    return _f16(b[:, :2]) * (_nibbles(b[:, 2:]).astype(np.int8) - 8).astype(np.float32)
-
-
-def _dq_q4_1(b: U8) -> F32:   # f16 d, f16 m, 16 bytes of nibbles: d * q + m
-    import numpy as np
-
-    return _f16(b[:, :2]) * _nibbles(b[:, 4:]).astype(np.float32) + _f16(b[:, 2:4])
-
-
-def _dq_q5_0(b: U8) -> F32:   # f16 d, u32 high bits, 16 bytes of nibbles: d * (q - 16)
-    import numpy as np
-
-    q = _nibbles(b[:, 6:]) | (_fifth_bits(b[:, 2:6]) << 4)
-    return _f16(b[:, :2]) * (q.astype(np.int8) - 16).astype(np.float32)
-
-
-def _dq_q5_1(b: U8) -> F32:   # f16 d, f16 m, u32 high bits, nibbles: d * q + m
-    import numpy as np
-
-    q = _nibbles(b[:, 8:]) | (_fifth_bits(b[:, 4:8]) << 4)
-    return _f16(b[:, :2]) * q.astype(np.float32) + _f16(b[:, 2:4])
-
-
-_BLOCK_DECODERS: dict[str, Callable[[U8], F32]] = {
-    "Q8_0": _dq_q8_0, "Q4_0": _dq_q4_0, "Q4_1": _dq_q4_1, "Q5_0": _dq_q5_0, "Q5_1": _dq_q5_1}
-
-
 def can_decode(dtype: str) -> bool:
     """Whether decode() turns this dtype's bytes into numbers (false for strings and for block types
-    ckptstat has no decoder for yet, such as the k-quants)."""
+    ckptstat has no decoder for yet, such as the i-quants)."""
     d = DTYPES[dtype]
-    return d.kind != "str" and (not d.is_blocked or dtype in _BLOCK_DECODERS)
+    if d.is_blocked:
+        from .quants import QUANTS
+
+        return dtype in QUANTS
+    return d.kind != "str"
 
 
 def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> NDArray[Any]:
@@ -242,12 +185,14 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
     d = DTYPES[dtype]
     buf = np.frombuffer(raw, dtype=np.uint8) if not isinstance(raw, np.ndarray) else raw.view(np.uint8).reshape(-1)
     if d.is_blocked:
-        if dtype not in _BLOCK_DECODERS:
+        from .quants import dequantize
+
+        if not can_decode(dtype):
             raise ValueError(f"values of {dtype} tensors are not decoded yet")
         n = -(-count // d.block)
         if byteorder != "little" or buf.size < n * d.block_bytes:
             raise ValueError(f"{dtype}: need {n * d.block_bytes} little-endian bytes, got {buf.size}")
-        return _BLOCK_DECODERS[dtype](buf[: n * d.block_bytes].reshape(n, d.block_bytes)).reshape(-1)[:count]
+        return dequantize(buf[: n * d.block_bytes].reshape(n, d.block_bytes), dtype).reshape(-1)[:count]
     if d.numpy is None:
         if d.kind == "str":
             raise ValueError("string tensors have no numeric values")

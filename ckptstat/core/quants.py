@@ -1,0 +1,173 @@
+"""ggml's block-quantised types, decoded with numpy (ggml/src/ggml-common.h block_q*; gguf-py quants.py
+`dequantize_blocks`).
+
+Every type decoded here stores each element as an integer code q times a scale, plus an offset, the
+scale and offset shared by a sub-block: value = scale * q + add. `parts` returns the three arrays of whole
+blocks ((n, sub-blocks) scales and adds, (n, sub-blocks, elements) codes), from which `dequantize` computes
+the values in float32 in gguf-py's order, bit for bit its `dequantize`, and `analysis/conversion.py` the
+grid of values a block can hold (its rounding bound). Inputs are (n_blocks, block_bytes) uint8 arrays:
+callers pass the blocks a range touches, so memory is a few times that range.
+
+    type  block  layout (bytes)                                            value
+    Q8_0     32  d f16, qs[32] int8                                        d * q,            q in [-128, 127]
+    Q4_0     32  d f16, qs[16] nibbles                                     d * (q - 8),      q - 8 in [-8, 7]
+    Q4_1     32  d f16, m f16, qs[16]                                      d * q + m,        q in [0, 15]
+    Q5_0     32  d f16, qh u32 (5th bits), qs[16]                          d * (q - 16)
+    Q5_1     32  d f16, m f16, qh u32, qs[16]                              d * q + m,        q in [0, 31]
+    Q2_K    256  scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin     16 x 16: d*sc * q - dmin*m, q in [0, 3]
+    Q3_K    256  hmask[32], qs[64], scales[12] (16 x 6 bits), d           16 x 16: d*(sc - 32) * q, q in [-4, 3]
+    Q4_K    256  d, dmin, scales[12] (8 x 6-bit sc, 8 x 6-bit m), qs[128] 8 x 32: d*sc * q - dmin*m, q in [0, 15]
+    Q5_K    256  d, dmin, scales[12], qh[32], qs[128]                     8 x 32: d*sc * q - dmin*m, q in [0, 31]
+    Q6_K    256  ql[128], qh[64], scales[16] int8, d                      16 x 16: d*sc * q, q in [-32, 31]
+
+(Q8_K, llama.cpp's intermediate type for dot products, is never a tensor's type in a file, and gguf-py has no
+dequantize for it to test against: not decoded.)
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from numpy.typing import NDArray
+
+F32 = NDArray[np.float32]
+U8 = NDArray[np.uint8]
+Parts = tuple[F32, F32, "F32 | None"]   # scale (n, S), code (n, S, E), add (n, S) or None
+
+
+def _f16(col: U8) -> F32:
+    return np.ascontiguousarray(col).view("<f2").astype(np.float32)
+
+
+def _nibbles(qs: U8) -> U8:
+    """16 bytes -> 32 codes: element j is the low nibble of byte j, element j + 16 its high nibble."""
+    return np.concatenate([qs & 0x0F, qs >> 4], axis=1)
+
+
+def _fifth_bits(qh: U8) -> U8:
+    """4 bytes (u32 LE) -> bit j of the u32 for element j (Q5_0, Q5_1)."""
+    return np.unpackbits(np.ascontiguousarray(qh), axis=1, bitorder="little")
+
+
+def _fields(packed: U8, run: int, shifts: tuple[int, ...], mask: int) -> U8:
+    """(n, k * run) bytes -> (n, k * len(shifts) * run) codes: each run of `run` bytes read once per shift,
+    element order (run index, shift, byte) as ggml-common.h lays the k-quants out."""
+    n = packed.shape[0]
+    sh = np.array(shifts, dtype=np.uint8).reshape(1, 1, -1, 1)
+    codes: U8 = ((packed.reshape(n, -1, 1, run) >> sh) & np.uint8(mask)).reshape(n, -1)
+    return codes
+
+
+def _k_scales_mins(scales: U8) -> tuple[U8, U8]:
+    """Q4_K/Q5_K: 12 bytes -> 8 six-bit scales and 8 six-bit mins (ggml-quants.c get_scale_min_k4)."""
+    n = scales.shape[0]
+    d, m, m_d = np.split(scales.reshape(n, 3, 4), 3, axis=1)
+    sc = np.concatenate([d & 0x3F, (m_d & 0x0F) | ((d >> 2) & 0x30)], axis=-1)
+    mn = np.concatenate([m & 0x3F, (m_d >> 4) | ((m >> 2) & 0x30)], axis=-1)
+    return sc.reshape(n, 8), mn.reshape(n, 8)
+
+
+def _one(scale: F32, code: NDArray[np.generic], add: F32 | None = None) -> Parts:
+    """A whole 32-element block as one sub-block."""
+    return scale.reshape(-1, 1), code.astype(np.float32).reshape(len(code), 1, -1), \
+        None if add is None else add.reshape(-1, 1)
+
+
+def _q8_0(b: U8) -> Parts:
+    return _one(_f16(b[:, :2]), b[:, 2:].view(np.int8))
+
+
+def _q4_0(b: U8) -> Parts:
+    return _one(_f16(b[:, :2]), _nibbles(b[:, 2:]).astype(np.int8) - 8)
+
+
+def _q4_1(b: U8) -> Parts:
+    return _one(_f16(b[:, :2]), _nibbles(b[:, 4:]), _f16(b[:, 2:4]))
+
+
+def _q5_0(b: U8) -> Parts:
+    return _one(_f16(b[:, :2]), (_nibbles(b[:, 6:]) | (_fifth_bits(b[:, 2:6]) << 4)).astype(np.int8) - 16)
+
+
+def _q5_1(b: U8) -> Parts:
+    return _one(_f16(b[:, :2]), _nibbles(b[:, 8:]) | (_fifth_bits(b[:, 4:8]) << 4), _f16(b[:, 2:4]))
+
+
+def _q2_k(b: U8) -> Parts:   # scales[16], qs[64], d, dmin
+    n = len(b)
+    scales, qs = b[:, :16], b[:, 16:80]
+    d, dmin = _f16(b[:, 80:82]), _f16(b[:, 82:84])
+    q = _fields(qs, 32, (0, 2, 4, 6), 3).reshape(n, 16, 16)
+    return d * (scales & 0xF).astype(np.float32), q.astype(np.float32), -(dmin * (scales >> 4).astype(np.float32))
+
+
+def _q3_k(b: U8) -> Parts:   # hmask[32], qs[64], scales[12], d
+    n = len(b)
+    hmask, qs, scales, d = b[:, :32], b[:, 32:96], b[:, 96:108], _f16(b[:, 108:110])
+    low = _fields(scales[:, :8], 8, (0, 4), 0x0F)
+    high = _fields(scales[:, 8:], 4, (0, 2, 4, 6), 0x03)
+    sc = ((low | (high << 4)).astype(np.int8) - np.int8(32)).astype(np.float32)
+    ql = _fields(qs, 32, (0, 2, 4, 6), 3).reshape(n, 16, 16)
+    qh = _fields(hmask, 32, tuple(range(8)), 1).reshape(n, 16, 16) ^ np.uint8(1)   # bit set: no -4
+    return d * sc, (ql.astype(np.int8) - (qh << 2).astype(np.int8)).astype(np.float32), None
+
+
+def _q4_k(b: U8) -> Parts:   # d, dmin, scales[12], qs[128]
+    n = len(b)
+    d, dmin = _f16(b[:, :2]), _f16(b[:, 2:4])
+    sc, m = _k_scales_mins(b[:, 4:16])
+    q = _fields(b[:, 16:], 32, (0, 4), 0x0F).reshape(n, 8, 32)
+    return d * sc.astype(np.float32), q.astype(np.float32), -(dmin * m.astype(np.float32))
+
+
+def _q5_k(b: U8) -> Parts:   # d, dmin, scales[12], qh[32], qs[128]
+    n = len(b)
+    d, dmin = _f16(b[:, :2]), _f16(b[:, 2:4])
+    sc, m = _k_scales_mins(b[:, 4:16])
+    ql = _fields(b[:, 48:], 32, (0, 4), 0x0F)
+    qh = _fields(b[:, 16:48], 32, tuple(range(8)), 1)
+    q = (ql | (qh << 4)).reshape(n, 8, 32)
+    return d * sc.astype(np.float32), q.astype(np.float32), -(dmin * m.astype(np.float32))
+
+
+def _q6_k(b: U8) -> Parts:   # ql[128], qh[64], scales[16] int8, d
+    n = len(b)
+    ql = _fields(b[:, :128], 64, (0, 4), 0x0F)
+    qh = _fields(b[:, 128:192], 32, (0, 2, 4, 6), 0x03)
+    q = ((ql | (qh << 4)).astype(np.int8) - np.int8(32)).reshape(n, 16, 16)
+    return _f16(b[:, 208:210]) * b[:, 192:208].view(np.int8).astype(np.float32), q.astype(np.float32), None
+
+
+@dataclass(frozen=True)
+class Quant:
+    """One block type: its parts, the range of its codes, and whether llama.cpp's quantizer picks the codes
+    with the scale (and offset) before their f16 rounding (the 32-element types) or with the stored ones
+    (the k-quants re-quantise every element with the block's stored d, dmin and sub-block scales)."""
+    parts: Callable[[U8], Parts]
+    qmin: int
+    qmax: int
+    coded_before_rounding: bool
+
+
+QUANTS: dict[str, Quant] = {
+    "Q8_0": Quant(_q8_0, -128, 127, True),
+    "Q4_0": Quant(_q4_0, -8, 7, True),
+    "Q4_1": Quant(_q4_1, 0, 15, True),
+    "Q5_0": Quant(_q5_0, -16, 15, True),
+    "Q5_1": Quant(_q5_1, 0, 31, True),
+    "Q2_K": Quant(_q2_k, 0, 3, False),
+    "Q3_K": Quant(_q3_k, -4, 3, False),
+    "Q4_K": Quant(_q4_k, 0, 15, False),
+    "Q5_K": Quant(_q5_k, 0, 31, False),
+    "Q6_K": Quant(_q6_k, -32, 31, False),
+}
+
+
+def dequantize(blocks: U8, dtype: str) -> F32:
+    """(n, block_bytes) -> (n, block) float32, bit-identical to gguf-py's `dequantize`."""
+    scale, code, add = QUANTS[dtype].parts(blocks)
+    values = scale[..., None] * code
+    if add is not None:
+        values = values + add[..., None]
+    return values.reshape(len(blocks), -1)

@@ -1,0 +1,80 @@
+"""ggml block-type decoders (ckptstat/core/quants.py) against gguf-py's `dequantize`: on random blocks of
+every type (any bytes: NaN and infinite scales too), on tensors llama.cpp's own `llama-quantize` wrote
+(fixtures/make_llama_quantize.py), and element ranges that start and end inside blocks."""
+from __future__ import annotations
+
+import json
+
+import gguf
+import numpy as np
+import pytest
+from conftest import fixture
+from gguf.quants import dequantize
+
+from ckptstat import open_checkpoint
+from ckptstat.core import dtypes
+from ckptstat.core.quants import QUANTS
+
+HERE = fixture("conversions", "quantized")
+
+
+def expected() -> dict:
+    with open(fixture("conversions", "quantized", "expected.json")) as f:
+        return json.load(f)
+
+
+def files() -> list[str]:
+    return sorted(f for m in expected()["models"].values() for f in m)
+
+
+def test_every_decoded_block_type_is_a_gguf_type():
+    for name in QUANTS:
+        qt = gguf.GGMLQuantizationType[name]
+        assert (dtypes.get(name).block, dtypes.get(name).block_bytes) == gguf.GGML_QUANT_SIZES[qt]
+        assert dtypes.can_decode(name)
+
+
+@pytest.mark.parametrize("name", sorted(QUANTS))
+def test_random_blocks_equal_gguf_py(name):
+    d = dtypes.get(name)
+    raw = np.random.default_rng(sorted(QUANTS).index(name)).integers(0, 256, (64, d.block_bytes), dtype=np.uint8)
+    with np.errstate(invalid="ignore", over="ignore"):
+        want = dequantize(raw.reshape(-1), gguf.GGMLQuantizationType[name]).reshape(-1)
+        got = dtypes.decode(raw.tobytes(), name, 64 * d.block)
+    assert got.dtype == np.float32
+    np.testing.assert_array_equal(got, want)   # NaN facing NaN is equal
+    finite = np.isfinite(want)
+    assert np.array_equal(got[finite].view(np.uint32), want[finite].view(np.uint32))   # bit for bit
+
+
+@pytest.mark.parametrize("name", sorted(QUANTS))
+def test_short_buffers_are_refused(name):
+    d = dtypes.get(name)
+    raw = bytes(2 * d.block_bytes - 1)
+    with pytest.raises(ValueError, match=f"{name}: need {2 * d.block_bytes} little-endian bytes, got {len(raw)}"):
+        dtypes.decode(raw, name, d.block + 1)   # the second block is cut short
+    assert dtypes.decode(raw, name, d.block).shape == (d.block,)   # one whole block is there
+    with pytest.raises(ValueError, match="little-endian"):
+        dtypes.decode(bytes(d.block_bytes), name, d.block, byteorder="big")
+
+
+@pytest.mark.parametrize("file", files())
+def test_llama_quantize_tensors_equal_gguf_py(file):
+    """Every tensor of a file llama-quantize wrote, whole and by ranges that straddle blocks, bit for bit
+    gguf-py's dequantize; the type ckptstat reports is the file's own per-tensor type."""
+    path = fixture("conversions", "quantized", file)
+    reader = gguf.GGUFReader(path)
+    ckpt = open_checkpoint(path)
+    types = set()
+    for t in reader.tensors:
+        want = dequantize(t.data, t.tensor_type).reshape(-1)
+        info = ckpt[t.name]
+        assert info.dtype == t.tensor_type.name
+        types.add(info.dtype)
+        whole = ckpt.read(t.name).reshape(-1)
+        assert np.array_equal(whole.view(np.uint32), want.astype(np.float32).view(np.uint32)), t.name
+        block = info.dt.block
+        for start, count in [(1, block), (block - 3, 7), (block + 5, 2 * block + 1), (info.numel - block - 1, block)]:
+            if 0 <= start and count > 0 and start + count <= info.numel:
+                assert np.array_equal(ckpt._read(info, start, count), want[start:start + count]), (t.name, start)
+    assert types & set(QUANTS), types   # the file holds block-quantised tensors
