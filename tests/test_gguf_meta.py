@@ -97,7 +97,7 @@ def test_a_hostile_name_is_inert(cli, tmp_path):
     assert rc == 0 and not any(c in line for c in "\u202e\u2028\x1b")
 
 
-@pytest.mark.parametrize("path", sorted(glob.glob(fixture("conversions", "*.gguf"))))
+@pytest.mark.parametrize("path", sorted(glob.glob(fixture("conversions", "**", "*.gguf"), recursive=True)))
 def test_llama_cpp_conversions(cli, path):
     """The converter's files: the file type llama.cpp wrote, by its own name."""
     fields = gguf.GGUFReader(path).fields
