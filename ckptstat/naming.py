@@ -202,7 +202,8 @@ _NORM_GAIN = re.compile(r"(^|\.)(\w*norm\w*|ln_?\w*|layer_normalization\w*|batch
 
 
 def is_norm_gain(name: str) -> bool:
-    return bool(_NORM_GAIN.search(normalize(name)))
+    tail = name[-6:].lower()   # (a cheap test first: a file of 200,000 tensors asks per name)
+    return tail.endswith(("weight", "gamma", "scale")) and bool(_NORM_GAIN.search(normalize(name)))
 
 
 @lru_cache(maxsize=1 << 16)

@@ -210,7 +210,8 @@ def test_f32_kernel_equals_the_chunk_accumulator(written32, monkeypatch, fast_at
 
 
 def test_f32_decoded_and_strided_paths(tmp_path, written32):
-    """A torch.save zip (its own reader, through iter_chunks) gives the safetensors file's rows, and a
+    """A torch.save zip (its own reader, through iter_chunks) gives the safetensors file's rows (the moments to
+    float64 rounding: the safetensors file's tiny tensors are reduced as one run, analysis/stats/tiny.py), and a
     transposed view (stored with its strides) the rows of its values."""
     path, t = written32
     pt = str(tmp_path / "k32.pt")
@@ -218,10 +219,13 @@ def test_f32_decoded_and_strided_paths(tmp_path, written32):
     torch.save({**t, "F32.strided": base.t()}, pt)
     a = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True).report["tensors"]}
     b = {r["name"]: r for r in collect(open_checkpoint(pt), all_roles=True).report["tensors"]}
-    drop = ("spread_z",)
+    moments = ("mean", "std", "l2", "mean_abs")
+    drop = ("spread_z", *moments)
     for name in t:
         ra, rb = ({k: v for k, v in r.items() if k not in drop} for r in (a[name], b[name]))
         assert ra == rb, name
+        for k in moments:
+            assert a[name][k] == b[name][k] or math.isclose(a[name][k], b[name][k], rel_tol=1e-12), (name, k)
     _check_row(b["F32.strided"], base.t(), exact=False)
 
 

@@ -174,7 +174,7 @@ def test_pool_finishes_whole_layers_in_the_workers(tmp_path) -> None:
 
     g = torch.Generator().manual_seed(3)
     path = str(tmp_path / "uniform.safetensors")
-    save_file({f"model.layers.{i}.{w}.weight": torch.randn(20, 30, generator=g).to(torch.bfloat16)
+    save_file({f"model.layers.{i}.{w}.weight": torch.randn(96, 96, generator=g).to(torch.bfloat16)
                for i in range(30) for w in ("q", "k", "v")}, path)
     ckpt = open_checkpoint(path)
     items, _ = select(ckpt)

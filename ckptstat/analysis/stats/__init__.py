@@ -25,7 +25,7 @@ import os
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +48,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
 )
 from .kernel16 import BITS16, tensor_stats16
 from .kernel32 import tensor_stats32
+from .tiny import run_stats, units
 
 STATS_SCHEMA = "ckptstat.stats/1"
 DEFAULT_STATS_CHUNK = STATS_CHUNK_BYTES   # stored bytes per chunk (core/tensor.py: the CLI's default too)
@@ -144,14 +145,6 @@ class GroupRow:
 Group = Acc | GroupRow
 
 
-def add_to_groups(groups: dict[GroupKey, Acc], item: Item, acc: Acc) -> None:
-    for key in _groups(item):
-        g = groups.get(key)
-        if g is None:
-            g = groups[key] = group_acc(key)
-        g.merge(acc)
-
-
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
     if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats/kernel16.py)
@@ -174,32 +167,53 @@ def _layers(items: Iterable[Item]) -> Counter[GroupKey]:
     return Counter(("layer", it.bucket, it.layer) for it in items if it.layer is not None)
 
 
+Contribution = list[tuple[GroupKey, Acc]]   # what one unit (a tensor, or a run of tiny ones) adds to its groups
+
+
+def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
+                 progress: Callable[[int], None] | None = None) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
+    """Per unit (analysis/stats/tiny.py `units`: one tensor, or a run of tiny ones read together), in file order:
+    its items, their rows, and the accumulators it adds to each group."""
+    for a, b in units(ckpt, [it.name for it in items], chunk_bytes):
+        part = items[a:b]
+        infos = [ckpt[it.name] for it in part]
+        heads = [{"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role, "dtype": info.dtype,
+                  "shape": list(info.shape)} for it, info in zip(part, infos)]
+        if len(part) == 1:
+            acc = tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact()   # its row and merges read the bins
+            yield part, [{**heads[0], **acc.row()}], [(k, acc) for k in _groups(part[0])]
+        else:
+            yield part, *run_stats(ckpt, infos, heads, [_groups(it) for it in part], progress)
+
+
 def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
-              progress: Callable[[int], None] | None = None, scalars: list[Acc] | None = None,
+              progress: Callable[[int], None] | None = None, merges: list[Contribution] | None = None,
               finish: Collection[GroupKey] = ()) -> tuple[list[dict], dict[GroupKey, Group]]:
-    """Statistics of each item, and partial group accumulators (mergeable across workers); with `scalars`,
-    each tensor's accumulator without its histogram is appended to it (Acc.scalars). A layer in `finish`
-    becomes its row (GroupRow) once its last tensor in `items` is merged, its histogram let go: a file of
+    """Statistics of each item, and partial group accumulators (mergeable across workers); with `merges`, each
+    unit's contribution without histograms is appended to it (Acc.scalars: what the parent replays). A layer in
+    `finish` becomes its row (GroupRow) once its last tensor in `items` is merged, its histogram let go: a file of
     many layers holds the rows of those done and the histograms of those open only."""
     items = list(items)
     left = Counter({k: n for k, n in _layers(items).items() if k in finish})
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
     done: dict[GroupKey, GroupRow] = {}
-    for it in items:
-        info = ckpt[it.name]
-        acc = tensor_stats(ckpt, info, chunk_bytes, progress).compact()   # its row and three merges read the bins
-        rows.append({"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
-                     "dtype": info.dtype, "shape": list(info.shape), **acc.row()})
-        add_to_groups(groups, it, acc)
-        if scalars is not None:
-            scalars.append(acc.scalars())
-        key = ("layer", it.bucket, it.layer)
-        if left[key]:
-            left[key] -= 1
-            if not left[key]:
-                layer = groups.pop(key)
-                done[key] = GroupRow(layer.tensors, layer.row())
+    for part, part_rows, contrib in unit_results(ckpt, items, chunk_bytes, progress):
+        rows += part_rows
+        for key, acc in contrib:
+            g = groups.get(key)
+            if g is None:
+                g = groups[key] = group_acc(key)
+            g.merge(acc)
+        if merges is not None:
+            merges.append([(key, acc.scalars()) for key, acc in contrib])
+        for it in part:
+            key = ("layer", it.bucket, it.layer)
+            if left[key]:
+                left[key] -= 1
+                if not left[key]:
+                    layer = groups.pop(key)
+                    done[key] = GroupRow(layer.tensors, layer.row())
     return rows, {**groups, **done}
 
 
@@ -243,26 +257,27 @@ def _worker_run(task: tuple[list[Item], int, set[GroupKey]]) -> tuple:
             counter.value += nbytes
 
     try:
-        scalars: list[Acc] = []
-        rows, groups = run_items(_W["ckpt"], items, chunk_bytes, tick, scalars, whole)
+        merges: list[Contribution] = []
+        rows, groups = run_items(_W["ckpt"], items, chunk_bytes, tick, merges, whole)
         partial = {k: g for k, g in groups.items() if isinstance(g, Acc)}
         done = {k: g for k, g in groups.items() if isinstance(g, GroupRow)}
-        return "ok", rows, scalars, partial, done, _fetched_since_mark()
+        return "ok", rows, merges, partial, done, _fetched_since_mark()
     except CkptstatError as e:   # the tree's exceptions take extra __init__ args: send them as data
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
 
-def split(ckpt: Checkpoint, items: list[Item], parts: int) -> list[list[Item]]:
-    """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes, none empty
-    (the pool's tasks, and the Dask cluster's: analysis/stats/cluster.py)."""
+def split(ckpt: Checkpoint, items: list[Item], parts: int, chunk_bytes: int) -> list[list[Item]]:
+    """Contiguous runs of tensors (file order, for sequential reads) of about equal bytes, none empty, cut only
+    between units (a run of tiny tensors stays whole: each task then forms the runs one process would, and the
+    report is the same bits): the pool's tasks, and the Dask cluster's (analysis/stats/cluster.py)."""
     total = sum(ckpt[i.name].nbytes for i in items) or 1
     out: list[list[Item]] = [[]]
     acc = 0
-    for it in items:
+    for a, b in units(ckpt, [it.name for it in items], chunk_bytes):
         if out[-1] and acc >= total * len(out) / parts:
             out.append([])
-        out[-1].append(it)
-        acc += ckpt[it.name].nbytes
+        out[-1] += items[a:b]
+        acc += sum(ckpt[it.name].nbytes for it in items[a:b])
     return [p for p in out if p]
 
 
@@ -281,7 +296,7 @@ def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: in
     counter = ctx.Value("q", 0)
     members = _layers(items)   # a layer whose every tensor is in one task: that worker computes its row
     tasks = [(part, chunk_bytes, {k for k, n in _layers(part).items() if n == members[k]})
-             for part in split(ckpt, items, workers * 4)]
+             for part in split(ckpt, items, workers * 4, chunk_bytes)]
     _W["ckpt"] = ckpt if ctx.get_start_method() == "fork" else None
     try:
         return _pool_loop(ctx, ckpt, items, tasks, workers, counter, progress)
@@ -305,16 +320,15 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    rows: list[dict] = []
+    results: list[tuple[list[dict], list[Contribution]]] = [([], []) for _ in tasks]
     groups: dict[GroupKey, Acc] = {}
     done_rows: dict[GroupKey, GroupRow] = {}
-    scalars: dict[str, Acc] = {}
-    order = {it.name: i for i, it in enumerate(items)}
     seen = 0
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
                                initargs=(ckpt.path, ckpt.config_path, counter))
     try:
-        pending = {pool.submit(_worker_run, t) for t in tasks}
+        index = {pool.submit(_worker_run, t): i for i, t in enumerate(tasks)}
+        pending = set(index)
         while pending:
             done, pending = wait(pending, timeout=0.2, return_when=FIRST_COMPLETED)
             if progress:
@@ -329,10 +343,9 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
                                         "no statistics were reported") from None
                 if res[0] == "error":
                     _raise_worker_error(*res[1:])
-                _, part, part_scalars, part_groups, part_done, fetched = res
-                rows += part
+                _, part, part_merges, part_groups, part_done, fetched = res
+                results[index[fut]] = (part, part_merges)
                 done_rows.update(part_done)
-                scalars.update(zip((r["name"] for r in part), part_scalars))
                 if fetched:   # the worker's network counts (docs/remote.md, `fetched`)
                     sys.modules["ckptstat.sources"].METER.merge(fetched)
                 for key, acc in part_groups.items():
@@ -344,11 +357,13 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
         pool.shutdown(wait=True, cancel_futures=True)
     if progress:
         progress(counter.value - seen)
-    rows.sort(key=lambda r: order[r["name"]])
-    for it in items:   # in file order, as run_items merges them
-        for key in _groups(it):
-            if key in groups:
-                groups[key].merge_scalars(scalars[it.name])
+    rows: list[dict] = []
+    for part, part_merges in results:   # tasks in file order, their units in order: as run_items merges them
+        rows += part
+        for contrib in part_merges:
+            for key, acc in contrib:
+                if key in groups:
+                    groups[key].merge_scalars(acc)
     return rows, {**groups, **done_rows}
 
 

@@ -323,7 +323,8 @@ class Acc:
         keys, counts = self.bins()
         return bins_quantiles(keys, counts, self.domain, self.exact, ps, self.min, self.max)
 
-    def row(self, ps: Sequence[float] = QUANTILES) -> dict:
+    def row(self, ps: Sequence[float] = QUANTILES, quantiles: dict | None = None) -> dict:
+        """The report's fields; `quantiles`, when the caller computed them (analysis/stats/tiny.py), as given."""
         n = self.n
         std = math.sqrt(max(self.m2, 0.0) / n) if n else None
         return {
@@ -334,7 +335,7 @@ class Acc:
             "l2": math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)) if n else 0.0,
             "zeros": self.zeros, "zero_fraction": self.zeros / self.count if self.count else None,
             "nan": self.nan, "inf": self.posinf + self.neginf, "posinf": self.posinf, "neginf": self.neginf,
-            "quantiles": {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},
+            "quantiles": quantiles if quantiles is not None else {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},
             "quantiles_exact": self.exact,
         }
 

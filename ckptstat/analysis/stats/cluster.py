@@ -19,7 +19,19 @@ from typing import Any
 from ...core import Checkpoint
 from ...errors import CkptstatError, UsageError
 from ..audit import Settings, applied, settings
-from . import DEFAULT_STATS_CHUNK, Acc, GroupKey, Item, StatsRun, add_to_groups, build_report, select, split, tensor_stats
+from . import (
+    DEFAULT_STATS_CHUNK,
+    Acc,
+    Contribution,
+    GroupKey,
+    Item,
+    StatsRun,
+    build_report,
+    group_acc,
+    select,
+    split,
+    unit_results,
+)
 
 Progress = Callable[[int, int], None]
 TASKS_PER_WORKER = 4
@@ -73,7 +85,8 @@ def _raise(kind: str, path: str | None, reason: str) -> None:
     raise CkptstatError(reason)
 
 
-def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int) -> list[tuple[dict, Acc]]:
+def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int,
+          ) -> list[tuple[list[dict], Contribution]]:
     from ...formats.registry import open_checkpoint
 
     key = (path, config, stamp)
@@ -82,14 +95,7 @@ def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
         while len(_OPEN) >= _KEEP:
             _OPEN.pop(next(iter(_OPEN)))
         ckpt = _OPEN[key] = open_checkpoint(path, config)
-    out = []
-    for it in items:
-        info = ckpt[it.name]
-        acc = tensor_stats(ckpt, info, chunk_bytes).compact()   # the histogram sparse on the wire
-        row = {"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role,
-               "dtype": info.dtype, "shape": list(info.shape), **acc.row()}
-        out.append((row, acc))
-    return out
+    return [(rows, contrib) for _, rows, contrib in unit_results(ckpt, items, chunk_bytes)]   # histograms sparse
 
 
 def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, buckets: Sequence[str] = (),
@@ -108,14 +114,14 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
     t0 = time.perf_counter()
     try:
         nworkers = max(1, len(client.scheduler_info(n_workers=-1).get("workers", {})))
-        parts = split(ckpt, items, nworkers * TASKS_PER_WORKER)
+        parts = split(ckpt, items, nworkers * TASKS_PER_WORKER, chunk_bytes)
         stamp = _stamp(ckpt)
         config = ckpt.config_path and on_cluster(ckpt.config_path)
         using = settings()
         futures = [client.submit(_task, on_cluster(ckpt.path), config, stamp, p, chunk_bytes, using, pure=False,
                                  retries=1) for p in parts]
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list[list[tuple[dict, Acc]]] = [[] for _ in parts]
+        results: list[list[tuple[list[dict], Contribution]]] = [[] for _ in parts]
         done = 0
         if progress:
             progress(0, total_bytes)
@@ -135,9 +141,13 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
             client.close()
     rows: list[dict] = []
     groups: dict[GroupKey, Acc] = {}
-    for part, res in zip(parts, results):
-        for it, (row, packed) in zip(part, res):
-            rows.append(row)
-            add_to_groups(groups, it, packed)
+    for res in results:   # tasks in file order, their units in order: as run_items merges them
+        for unit_rows, contrib in res:
+            rows += unit_rows
+            for key, acc in contrib:
+                g = groups.get(key)
+                if g is None:
+                    g = groups[key] = group_acc(key)
+                g.merge(acc)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)

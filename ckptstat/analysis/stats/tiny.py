@@ -1,0 +1,224 @@
+"""Runs of tiny tensors read and reduced together (issue 35: a frontier MoE holds 45k-140k tensors, most of
+them a few bytes to a few KiB: per tensor, Python's work, not the bytes, was the cost).
+
+A run is consecutive selected tensors of one file (file order), each a plain contiguous F16, BF16 or F32
+tensor of at most TINY_BYTES, the run spanning at most the chunk size. Its bytes are read in one request,
+decoded once, and every statistic of every tensor comes from a few numpy reductions over the whole run,
+keyed by tensor (bincount / reduceat); the run's contribution to each group (total, bucket, plot, layer) is
+one accumulator, merged once, not once per tensor. The statistics follow the rules of analysis/stats/
+(QUANTILE_RULE: the same histogram keys and representatives, so quantiles are the per-tensor path's; the
+moments are float64 sums over elements, equal to the per-tensor path's to float64 rounding).
+
+Runs are formed from the selected tensors by one left-to-right rule (`units`), so a task that starts at a
+unit boundary forms the same runs: `split` cuts tasks only there, and the report is the same bits whatever
+the number of workers or the cluster."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ...core import Checkpoint, TensorInfo
+from ...core.io import read_bytes
+from ...errors import reading
+from .accumulate import QUANTILES, Acc, _f16_to_bf16, _qkey, _ranks, tables
+from .kernel16 import plain
+
+TINY_BYTES = 16 << 10
+RUN_BYTES = 1 << 20     # a run's span at most (and at most the chunk size): ~40 bytes of arrays an element
+_WIDTH = {"F16": 2, "BF16": 2, "F32": 4}
+_CODE = {"F16": 0, "BF16": 1, "F32": 2}
+
+
+def tiny(ckpt: Checkpoint, info: TensorInfo) -> bool:
+    """Whether a tensor is read as part of a run."""
+    width = _WIDTH.get(info.dtype)
+    return (width is not None and 0 < info.nbytes <= TINY_BYTES and info.byteorder == "little"
+            and info.nbytes == info.numel * width and plain(ckpt, info))
+
+
+def units(ckpt: Checkpoint, names: list[str], chunk_bytes: int) -> list[tuple[int, int]]:
+    """[start, end) index ranges over `names` (file order): a run of at least two tiny tensors, or one tensor."""
+    out: list[tuple[int, int]] = []
+    i, n = 0, len(names)
+    while i < n:
+        info = ckpt[names[i]]
+        j = i + 1
+        if tiny(ckpt, info):
+            assert info.offset is not None
+            start, file, limit = info.offset, info.file, max(min(chunk_bytes, RUN_BYTES), TINY_BYTES)
+            prev_end = start + info.nbytes
+            while j < n:
+                nxt = ckpt[names[j]]
+                if not (nxt.file == file and tiny(ckpt, nxt) and (nxt.offset or 0) >= prev_end
+                        and (nxt.offset or 0) + nxt.nbytes - start <= limit):
+                    break
+                prev_end = (nxt.offset or 0) + nxt.nbytes
+                j += 1
+        out.append((i, j))
+        i = j
+    return out
+
+
+def _decode(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(float64 values, 16-bit histogram key in the tensor's own domain, tensor index) of every element,
+    gathered from the run's bytes in a few whole-run operations (whatever the alignment of each tensor)."""
+    buf = np.frombuffer(raw, dtype=np.uint8)
+    code = np.array([_CODE[i.dtype] for i in infos], dtype=np.int8)
+    numel = np.array([i.numel for i in infos], dtype=np.int64)
+    rel = np.array([i.offset for i in infos], dtype=np.int64) - start
+    seg = np.repeat(np.arange(len(infos)), numel)
+    c = code[seg]
+    is32 = c == 2
+    byte = rel[seg] + (np.arange(seg.size) - (np.cumsum(numel) - numel)[seg]) * np.where(is32, 4, 2)
+    low = buf[byte].astype(np.uint32) | buf[byte + 1].astype(np.uint32) << 8     # an F16/BF16, or an F32's low half
+    high = np.zeros_like(low)
+    b32 = byte[is32]
+    high[is32] = buf[b32 + 2].astype(np.uint32) | buf[b32 + 3].astype(np.uint32) << 8
+    bits = np.where(is32, low | high << 16, low << 16)                             # the float32 of BF16 and F32
+    x = bits.view(np.float32).astype(np.float64)
+    f16 = c == 0
+    with np.errstate(invalid="ignore"):   # a signalling NaN widened
+        x[f16] = low[f16].astype(np.uint16).view(np.float16).astype(np.float64)
+    key = np.where(is32, high, low).astype(np.int64)                               # F16: its bits; else bf16's
+    return x, key, seg
+
+
+def _bincount(idx: np.ndarray, size: int, w: np.ndarray | None = None) -> np.ndarray:
+    return np.bincount(idx, weights=w, minlength=size)
+
+
+def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], heads: list[dict], group_keys: list[list[tuple]],
+              progress: Callable[[int], None] | None = None) -> tuple[list[dict], list[tuple[tuple, Acc]]]:
+    """Each tensor's row (its `heads` entry, then Acc.row's fields) and the run's accumulator for each group its
+    tensors belong to (`group_keys[t]`: tensor t's), by kind of group."""
+    first, last = infos[0], infos[-1]
+    start = first.offset or 0
+    with reading(first.file, f"tensors {first.name!r} to {last.name!r}: cannot read their values"):
+        raw = read_bytes(first.file, start, (last.offset or 0) + last.nbytes - start)
+    x, key, seg = _decode(raw, infos, start)
+    T = len(infos)
+    f16 = np.array([i.dtype == "F16" for i in infos])
+    exact = np.array([i.dtype != "F32" for i in infos])   # new_acc: F16 and BF16 exact, F32 by its bf16 bin
+    count = np.array([i.numel for i in infos], dtype=np.int64)
+    nan_m, pinf_m, ninf_m = np.isnan(x), x == np.inf, x == -np.inf
+    fin = ~(nan_m | pinf_m | ninf_m)
+    nan, pinf, ninf = (_bincount(seg[m], T).astype(np.int64) for m in (nan_m, pinf_m, ninf_m))
+    xf, kf, sf = x[fin], key[fin], seg[fin]
+    n = _bincount(sf, T).astype(np.int64)
+    zeros = _bincount(sf[xf == 0], T).astype(np.int64)
+    total = _bincount(sf, T, xf)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        mean = np.where(n > 0, total / np.maximum(n, 1), 0.0)
+    d = xf - mean[sf]
+    m2 = _bincount(sf, T, d * d)
+    sum_abs = _bincount(sf, T, np.abs(xf))
+    has = n > 0
+    starts = np.concatenate(([0], np.cumsum(n)[:-1]))
+    tmin = np.full(T, np.inf)
+    tmax = np.full(T, -np.inf)
+    if xf.size:
+        tmin[has] = np.minimum.reduceat(xf, starts[has])
+        tmax[has] = np.maximum.reduceat(xf, starts[has])
+    # quantiles: the finite elements of each tensor by its histogram key's value rank (QUANTILE_RULE)
+    rank = np.where(f16[sf], _ranks("f16")[kf], _ranks("bf16")[kf])
+    order = np.lexsort((rank, sf))
+    sorted_keys = kf[order]
+    quant = np.full((T, len(QUANTILES)), np.nan)
+    if xf.size:
+        nn = n[has]
+        hs = (nn[:, None] - 1) * np.array(QUANTILES)[None, :]
+        lo = np.floor(hs).astype(np.int64)
+        hi = np.minimum(lo + 1, nn[:, None] - 1)
+        g = hs - lo
+        f16h = f16[has][:, None]
+        exh = exact[has][:, None]
+
+        def rep(idx: np.ndarray) -> np.ndarray:
+            k = sorted_keys[starts[has][:, None] + idx]
+            v = np.where(f16h, tables("f16")[0][k], np.where(exh, tables("bf16")[0][k], tables("bf16")[1][k]))
+            return np.minimum(np.maximum(v, tmin[has][:, None]), tmax[has][:, None])
+
+        a, b = rep(lo), rep(hi)
+        quant[has] = np.where((g == 0) | (lo + 1 >= nn[:, None]), a, a + g * (b - a))
+    if progress:
+        progress(int(sum(i.nbytes for i in infos)))
+    return _rows(heads, exact, count, n, nan, pinf, ninf, zeros, tmin, tmax, mean, m2, sum_abs, quant), \
+        _groups(group_keys, f16, exact, kf, sf, n, mean, m2, sum_abs, tmin, tmax, count, nan, pinf, ninf, zeros)
+
+
+def _rows(heads: list[dict], exact: np.ndarray, count: np.ndarray, n: np.ndarray, nan: np.ndarray, pinf: np.ndarray,
+          ninf: np.ndarray, zeros: np.ndarray, tmin: np.ndarray, tmax: np.ndarray, mean: np.ndarray, m2: np.ndarray,
+          sum_abs: np.ndarray, quant: np.ndarray) -> list[dict]:
+    """Acc.row's fields of every tensor, column by column (the same IEEE operations in the same order, so the
+    same floats as Acc.row on these scalars: tests/test_stats_tiny.py); None where a tensor has no finite value."""
+    has = n > 0
+    nz = np.maximum(n, 1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        std = np.sqrt(np.maximum(m2, 0.0) / nz)
+        mean_abs = sum_abs / nz
+        l2 = np.where(has, np.sqrt(np.maximum(m2 + n * mean * mean, 0.0)), 0.0)
+        zero_fraction = zeros / count
+
+    def opt(v: np.ndarray) -> list:
+        return [a if h else None for a, h in zip(v.tolist(), has.tolist())]
+
+    qkeys = [_qkey(p) for p in QUANTILES]
+    qs = [dict(zip(qkeys, q)) if h else dict.fromkeys(qkeys) for q, h in zip(quant.tolist(), has.tolist())]
+    cols = zip(heads, count.tolist(), n.tolist(), opt(tmin), opt(tmax), opt(mean), opt(std), opt(mean_abs), l2.tolist(),
+               zeros.tolist(), zero_fraction.tolist(), nan.tolist(), pinf.tolist(), ninf.tolist(), qs, exact.tolist())
+    return [{**head, "count": c, "finite": k, "min": lo, "max": hi, "mean": mu, "std": sd, "mean_abs": ma, "l2": norm,
+             "zeros": z, "zero_fraction": zf, "nan": na, "inf": pi + ni, "posinf": pi, "neginf": ni,
+             "quantiles": q, "quantiles_exact": e}
+            for head, c, k, lo, hi, mu, sd, ma, norm, z, zf, na, pi, ni, q, e in cols]
+
+
+def _groups(group_keys: list[list[tuple]], f16: np.ndarray, exact: np.ndarray, kf: np.ndarray, sf: np.ndarray,
+            n: np.ndarray, mean: np.ndarray, m2: np.ndarray, sum_abs: np.ndarray, tmin: np.ndarray, tmax: np.ndarray,
+            count: np.ndarray, nan: np.ndarray, pinf: np.ndarray, ninf: np.ndarray, zeros: np.ndarray,
+            ) -> list[tuple[tuple, Acc]]:
+    """The run's accumulator for each group: its tensors' scalars combined (Chan et al.'s update over all of
+    them at once), its histogram in the bfloat16 domain (F16 keys rebinned, as Acc.merge_bins does). A
+    tensor's groups are listed by kind (analysis/stats/ `_groups`: total, bucket, plot, then its layer), so
+    each kind is one pass of bincounts over the run, however many layers it spans."""
+    keymap, keeps = _f16_to_bf16()
+    bkey = np.where(f16[sf], keymap[kf], kf)                  # every finite element's bfloat16 key
+    lossy = _bincount(sf[f16[sf] & ~keeps[kf]], len(n)) > 0   # an F16 tensor holding a value bf16 cannot
+    brank = _ranks("bf16")[bkey]
+    by_rank = tables("bf16")[3]
+    nr = by_rank.size
+    inexact = lossy | ~exact
+    out: list[tuple[tuple, Acc]] = []
+    for kind in range(max(len(ks) for ks in group_keys)):
+        names: dict[tuple, int] = {}
+        gi = np.array([names.setdefault(ks[kind], len(names)) if kind < len(ks) else -1 for ks in group_keys])
+        inside = gi >= 0
+        g, G = gi[inside], len(names)
+
+        def add(v: np.ndarray, g: np.ndarray = g, G: int = G, inside: np.ndarray = inside) -> np.ndarray:
+            return _bincount(g, G, v[inside].astype(np.float64))
+
+        ng = add(n)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            gmean = add(n * mean) / np.maximum(ng, 1)
+        gm2 = add(m2) + add(n * (mean - gmean[np.maximum(gi, 0)]) ** 2)
+        gmin = np.full(G, np.inf)
+        gmax = np.full(G, -np.inf)
+        np.minimum.at(gmin, g, tmin[inside])
+        np.maximum.at(gmax, g, tmax[inside])
+        sums = {f: add(v) for f, v in (("count", count), ("nan", nan), ("posinf", pinf), ("neginf", ninf),
+                                          ("zeros", zeros), ("sum_abs", sum_abs), ("tensors", np.ones(len(n))))}
+        bad = add(inexact) > 0
+        ge = gi[sf]                                   # each finite element's group of this kind
+        code, counts = np.unique(ge[ge >= 0] * nr + brank[ge >= 0], return_counts=True)
+        bounds = np.searchsorted(code // nr, np.arange(G + 1))
+        for name, j in names.items():
+            acc = Acc(exact=not bad[j], n=int(ng[j]), sum_abs=float(sums["sum_abs"][j]),
+                      hist_keys=by_rank[code[bounds[j]:bounds[j + 1]] % nr].astype(np.int64),
+                      hist_counts=counts[bounds[j]:bounds[j + 1]].astype(np.int64),
+                      count=int(sums["count"][j]), nan=int(sums["nan"][j]), posinf=int(sums["posinf"][j]),
+                      neginf=int(sums["neginf"][j]), zeros=int(sums["zeros"][j]), tensors=int(sums["tensors"][j]))
+            if ng[j]:
+                acc.mean, acc.m2, acc.min, acc.max = float(gmean[j]), float(gm2[j]), float(gmin[j]), float(gmax[j])
+            out.append((name, acc))
+    return out
