@@ -3,6 +3,7 @@ fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of D
 Every expected count, shape, dtype and value comes from torch reading the same folder."""
 from __future__ import annotations
 
+import json
 import os
 import pickle
 import shutil
@@ -172,3 +173,44 @@ def test_one_rank_file_alone_points_to_the_folder(capsys):
     assert main([path]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "open the folder" in err, err
+
+
+# ------------------------------------------------------------------------------------------------- scan
+DCP_READ = """
+import sys
+from torch.distributed.checkpoint import FileSystemReader
+FileSystemReader(sys.argv[1]).read_metadata()
+"""
+
+
+def _dcp_reader_runs(folder, marker) -> bool:
+    """Whether torch.distributed.checkpoint's own reader (plain pickle.load of .metadata), in a throw-away
+    process, creates `marker`."""
+    subprocess.run([sys.executable, "-c", DCP_READ, str(folder)], timeout=120, capture_output=True)
+    return os.path.isdir(marker)
+
+
+@pytest.mark.parametrize("name", ["single", "sharded"])
+def test_scan_calls_a_genuine_metadata_safe(name, capsys):
+    """DCP's reader unpickles .metadata with plain pickle.load: a genuine one imports only DCP's own classes."""
+    folder = fixture("dcp", name)
+    assert not _dcp_reader_runs(folder, "never-created")   # it reads cleanly
+    assert main(["scan", folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    (entry,) = r["files"]
+    assert entry["path"] == ".metadata" and entry["status"] == "safe", entry["verdict"]
+    assert entry["format"] == "torch.distributed.checkpoint metadata" and not entry["weights_only_loadable"]
+
+
+def test_scan_calls_a_hostile_metadata_unsafe(copy, tmp_path, capsys):
+    """A .metadata that makes DCP's own reader run os.mkdir (proven by running it): UNSAFE, file and folder."""
+    marker = tmp_path / "RAN"
+    # DCP's Metadata first (as filesystem.py pickles it), then the payload; protocol 2: no frames to mend
+    (copy / ".metadata").write_bytes(b"\x80\x02ctorch.distributed.checkpoint.metadata\nMetadata\n)\x81"
+                                     + b"cos\nmkdir\n(" + pickle.dumps(str(marker), 0)[:-1] + b"tR0.")
+    assert _dcp_reader_runs(copy, str(marker)), "the payload must run under DCP's reader"
+    os.rmdir(marker)
+    assert main(["scan", str(copy / ".metadata")]) == 1
+    assert "os.mkdir" in capsys.readouterr().out
+    assert main(["scan", str(copy)]) == 1
+    capsys.readouterr()

@@ -77,6 +77,9 @@ def _path(*parts: object) -> str:
 
 _CALLS = {f"{_MODULE}.metadata._MEM_FORMAT_ENCODING": _mem_format,
           **{f"pathlib.{c}": _path for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")}}
+# Every global a genuine .metadata pickle imports beyond torch's weights_only allowlist: DCP's own metadata
+# dataclasses, its memory-format enum and pathlib paths (analysis/scan/ judges a .metadata file by them).
+DCP_GLOBALS = frozenset(_CLASSES | set(_CALLS))
 
 
 class _DcpUnpickler(SafeUnpickler):

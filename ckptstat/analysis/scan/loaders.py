@@ -12,6 +12,12 @@
   `deserialize_keras_object`, `__lambda__`; keras/src/utils/python_utils.py `func_load`); an object whose
   `module` is not Keras' own is imported by older keras even in safe mode. analysis/scan/keras.py has the rules.
 
+- torch.distributed.checkpoint `.metadata` files: DCP's FileSystemReader reads them with plain pickle.load
+  (filesystem.py `read_metadata`); a genuine one imports DCP's own metadata dataclasses, its memory-format
+  enum and pathlib paths (formats/dcp.py `DCP_GLOBALS`), which run no code of the file's choosing: those are
+  allowed there, every other global outside torch's allowlist is a finding, in every pickle torch.load would
+  reach too (so a `.metadata` hiding a second, hostile pickle is still UNSAFE).
+
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
 from __future__ import annotations
@@ -23,12 +29,13 @@ from typing import IO, Any
 
 from ...core.files import open_regular
 from ...errors import CorruptCheckpointError, reading
+from ...formats import dcp
 from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, report
+from .torch_load import SCAN_SCHEMA, Trace, report, trace
 
 # What np.save's pickle of an object array imports (ndarray.__reduce__, numpy 1.x and 2.x module names).
 NUMPY_OWN = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
@@ -192,6 +199,30 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
         objects = sum(1 for _ in t.walks)
         r["verdict"] = (f"safe: {objects} object array(s), whose pickles import only numpy's own reconstruction"
                         if objects else "safe: no object array (np.load reads no pickle)")
+    return r
+
+
+def dcp_metadata(path: str) -> dict[str, Any] | None:
+    """The scan report of a torch.distributed.checkpoint `.metadata` file (see the module doc), or None when
+    `path` is not one (by name and its first pickle's first global, formats/dcp.py `accept`)."""
+    if os.path.basename(path) != dcp.METADATA:
+        return None
+    with reading(path), open_regular(path) as f:
+        head = f.read(256)
+    if not (head[:1] == b"\x80" and f"{dcp._MODULE}.metadata".encode() in head and b"Metadata" in head):
+        return None
+    t = trace(path)
+    for w, _ in t.walks:
+        w.findings = [fd for fd in w.findings if fd.name not in dcp.DCP_GLOBALS]
+        w.globals = {n: ok or n in dcp.DCP_GLOBALS for n, ok in w.globals.items()}
+    r = report(t)
+    r["format"] = "torch.distributed.checkpoint metadata"
+    r["torch_load"] = ("read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle); "
+                       f"torch.load: {t.raises or t.reads}")
+    r["weights_only_loadable"] = False
+    if r["status"] == "safe":
+        r["verdict"] = ("safe: a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes "
+                        "and torch's weights_only allowlist")
     return r
 
 
