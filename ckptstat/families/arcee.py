@@ -13,13 +13,14 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 
 FAMILY = Family(
     name="arcee",
-    # its tensor names are LLaMA's less gate_proj, which no signature can require absent: files without
-    # config.json read as llama, whose shape look-ups then stop at the missing gate_proj (one line)
-    **{**layout.family_fields({"arcee": ARCEE}, "ffn_up"), "signature": r"(?!)"},
+    # its tensor names are LLaMA's less gate_proj: a layer's mlp.up_proj with no gate (nor fused gate_up) beside it
+    **layout.family_fields({"arcee": ARCEE}, "ffn_up"),
+    signature_without=r"(^|[./])mlp[./]gate(_up)?_proj[./]",
+    before=("llama",),   # LLaMA's q_proj signature matches its files too
     gguf_config=layout.gguf_reader(ARCEE, "ArceeForCausalLM"),
     samples=(
-        Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM"), detected_as="llama"),
+        Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM")),
         Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
-               ("ArceeForCausalLM",), detected_as="llama"),
+               ("ArceeForCausalLM",)),
     ),
 )
