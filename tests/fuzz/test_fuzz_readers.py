@@ -60,7 +60,7 @@ def st_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     return what, Blob(u64(length) + raw + body)
 
 
-@fuzz_settings(500)
+@fuzz_settings(300)
 @given(st.data())
 def test_fuzz_safetensors(data):
     fixture = data.draw(st.sampled_from(ST_FIXTURES))
@@ -175,7 +175,7 @@ def zip_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
     return what, Blob(buf.getvalue())
 
 
-@fuzz_settings(500)
+@fuzz_settings(300)
 @given(st.data())
 def test_fuzz_torch_zip(data):
     base = read("torch", data.draw(st.sampled_from(ZIP_FIXTURES)))
@@ -190,7 +190,7 @@ def test_fuzz_torch_zip(data):
 
 
 # ================================================================================== torch legacy
-@fuzz_settings(250)
+@fuzz_settings(150)
 @given(st.data())
 def test_fuzz_torch_legacy(data):
     base = read("torch", "dtypes-legacy.pt")
@@ -293,7 +293,7 @@ def tf_entry_mutation(draw: st.DrawFn, entries: list[tuple[bytes, bytes]]) -> li
     return entries
 
 
-@fuzz_settings(400)
+@fuzz_settings(250)
 @given(st.data())
 def test_fuzz_tf_bundle(data):
     name = data.draw(st.sampled_from(sorted(TF_FIXTURES)))
@@ -333,7 +333,7 @@ def chunked_h5() -> bytes:
         return f.read()
 
 
-@fuzz_settings(400)
+@fuzz_settings(250)
 @given(st.data())
 def test_fuzz_h5(data):
     choice = data.draw(st.integers(0, len(H5_FIXTURES)))
@@ -349,7 +349,7 @@ GGUF_FIXTURES = ["llama-tiny-q.gguf", "llama-tiny-tied.gguf"]
 SMALL_CODES = [1, 2, 4, 5, 9, 13, 31, 42, 99]
 
 
-@fuzz_settings(300)
+@fuzz_settings(200)
 @given(st.data())
 def test_fuzz_gguf(data):
     base = read("gguf", data.draw(st.sampled_from(GGUF_FIXTURES)))
