@@ -66,14 +66,6 @@ for i, p in enumerate(sys.argv[1:]):
 """
 
 
-class _Payload:
-    def __init__(self, code: str):
-        self.code = code
-
-    def __reduce__(self):  # noqa: ANN204 - pickle protocol
-        return (exec, (self.code,))
-
-
 def _fixture_module(name: str):  # noqa: ANN202
     import importlib.util
 
@@ -96,12 +88,17 @@ def build(folder: Path) -> dict[str, str]:
     from polyglots import flax_pickle, torch_bytes, truncated_head_pickle, two_directory_zip, zip_version_64
 
     folder.mkdir(parents=True, exist_ok=True)
+    corpus = _fixture_module("make_scan_corpus")
     cases = {name: ("hostile: " if bad else "benign: ") + "make_scan_corpus"
-             for name, bad in _fixture_module("make_scan_corpus").write_corpus(str(folder)).items()}
+             for name, bad in corpus.write_corpus(str(folder)).items()}
 
     def marker(name: str) -> str:
         """The marker a payload creates: named after its case, '/' as '__' (unique in the corpus' top folder)."""
         return str(folder / (name.replace("/", "__") + MARK))
+
+    def evil(name: str) -> object:
+        """An object whose unpickling creates `name`'s marker (make_scan_corpus's payload: exec of open())."""
+        return corpus._Payload(f"open({marker(name)!r}, 'w').close()")
 
     def put(name: str, data: bytes, what: str) -> None:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -114,18 +111,17 @@ def build(folder: Path) -> dict[str, str]:
     put("model_best.pth.tar", truncated_head_pickle(marker("model_best.pth.tar")), "hostile: 4 KiB head is one opcode")
     put("checkpoint_last", zip_version_64(marker("checkpoint_last")), "hostile: zip claiming version 6.4")
     link = f"hub/models--evil--repo/snapshots/{REV}/pytorch_model.bin"
-    code = f"open({marker(link)!r}, 'w').close()"
-    snap = hf_repo(folder / "hub", {"pytorch_model.bin": torch_bytes({"w": torch.ones(2), "x": _Payload(code)}),
+    snap = hf_repo(folder / "hub", {"pytorch_model.bin": torch_bytes({"w": torch.ones(2), "x": evil(link)}),
                                     "config.json": b"{}"}, "models--evil--repo")
     assert str((snap / "pytorch_model.bin").relative_to(folder)) == link
     cases[link] = "hostile: HF cache snapshot -> blob (torch.save)"
-    put("evil-plain.pkl", pickle.dumps({"w": [1.0], "x": _Payload(f"open({marker('evil-plain.pkl')!r}, 'w').close()")}),
+    put("evil-plain.pkl", pickle.dumps({"w": [1.0], "x": evil("evil-plain.pkl")}),
         "hostile: pickle.dumps of a __reduce__ payload")
     buf = io.BytesIO()
-    np.save(buf, np.array([_Payload(f"open({marker('evil-object.npy')!r}, 'w').close()")], dtype=object))
+    np.save(buf, np.array([evil("evil-object.npy")], dtype=object))
     put("evil-object.npy", buf.getvalue(), "hostile: np.save of an object array")
     buf = io.BytesIO()
-    np.savez(buf, w=np.ones(3), x=np.array([_Payload(f"open({marker('evil-object.npz')!r}, 'w').close()")], dtype=object))
+    np.savez(buf, w=np.ones(3), x=np.array([evil("evil-object.npz")], dtype=object))
     put("evil-object.npz", buf.getvalue(), "hostile: np.savez with an object array")
 
     # Benign real saves.
@@ -378,6 +374,9 @@ def report(cases: dict[str, str], ran: dict[str, list[str]], results: dict[str, 
     for name, r in results.items():
         alarms = [c for c in benign if c in r["flagged"]]
         lines.append(f"- **{name}** ({len(alarms)}): " + (", ".join(f"`{c}`" for c in alarms) or "none"))
+    lines += ["", "## Hostile-looking files no loader runs (flagged per file; neither a catch nor a false alarm)", ""]
+    for name, r in results.items():
+        lines.append(f"- **{name}**: " + (", ".join(f"`{c}`" for c in inert if c in r["flagged"]) or "none flagged"))
     lines += ["", "## Errors (per file: the tool's exit code said it could not scan)", ""]
     for name, r in results.items():
         if r["errors"] and not r.get("derived"):
