@@ -15,7 +15,7 @@ from hostile_corpus_bounds import empty_sets, pickle_zip
 from ckptstat import open_checkpoint
 from ckptstat.core.limits import limits
 from ckptstat.errors import CorruptCheckpointError
-from ckptstat.formats.torch.unpickler import unpickle
+from ckptstat.formats.torch.unpickler import BUILD_FLOOR, MEMO_ENTRY_BYTES, unpickle
 
 
 def test_a_real_save_of_many_tiny_tensors_builds_well_within_the_budget(tmp_path):
@@ -37,6 +37,21 @@ def test_millions_of_sets_are_refused(tmp_path, memoised):
     path = pickle_zip(tmp_path / "sets.pt", empty_sets(400_000, memoised))
     with pytest.raises(CorruptCheckpointError, match="build more than"):
         open_checkpoint(path)
+
+
+def test_scan_stops_a_memo_of_an_entry_a_byte_and_scans_real_saves(tmp_path, cli):
+    # MEMOIZE after MEMOIZE: one memo entry a byte of pickle, which scan's walk keeps (8 MB of them took 700 MB).
+    # Past what pickle_build_ratio allows the walk stops: unknown, exit 1, nothing ran.
+    n = 400_000
+    path = pickle_zip(tmp_path / "memo.pt", b"\x80\x04N" + b"\x94" * n + b".")
+    rc, out, err = cli("scan", path)
+    budget = (limits().pickle_build_ratio * (n + 4) + BUILD_FLOOR) // MEMO_ENTRY_BYTES
+    assert rc == 1 and "UNKNOWN" in out and f"a memo of more than {budget:,} entries" in " ".join(out.split())
+    # a real save's memo (8 entries a tensor) stays well inside it
+    sd = {f"model.layers.{i // 10}.block.w{i % 10}.weight": torch.zeros(1) for i in range(20_000)}
+    torch.save(sd, tmp_path / "many.pt")
+    rc, out, err = cli("scan", str(tmp_path / "many.pt"))
+    assert rc == 0 and "safe: every global" in out, out + err
 
 
 def _npy_header(n: int) -> bytes:

@@ -8,6 +8,7 @@ import pickletools
 import struct
 from collections.abc import Callable
 
+from ...core.limits import limits
 from .pickle_machine import (
     LONG_STR,
     MAX_OPS,
@@ -22,6 +23,7 @@ from .pickle_machine import (
     text_int,
 )
 from .streams import Source, Truncated
+from .unpickler import BUILD_FLOOR, MEMO_ENTRY_BYTES
 
 # The weights_only unpickler's opcodes (torch/_weights_only_unpickler.py Unpickler.load): anything
 # else is "Unsupported operand".
@@ -34,10 +36,17 @@ def _run(m: Machine) -> None:
     # each opcode is a byte at least: the walk is linear in the source's bytes, so the cap grows with them
     # (a fixed 4M stopped the scan of real saves of 130k+ tensors, ~30 opcodes a tensor)
     max_ops = max(MAX_OPS, m.src.length)
+    # The memo is what the walk keeps of a pickle (the stack and containers are capped): a memo entry a byte
+    # (MEMOIZE after MEMOIZE) made an 8 MB pickle cost 700 MB. It is charged as the unpickler charges it.
+    max_memo = (limits().pickle_build_ratio * m.src.length + BUILD_FLOOR) // MEMO_ENTRY_BYTES
     while True:
         m.op_at = m.src.pos
         if w.opcodes >= max_ops:
             w.incomplete = f"offset {m.op_at}: more than {max_ops:,} opcodes, scan stopped"
+            return
+        if len(m.memo) > max_memo:
+            w.incomplete = (f"offset {m.op_at}: a memo of more than {max_memo:,} entries from {m.src.length:,} bytes "
+                            "of pickle (--limit pickle_build_ratio), scan stopped")
             return
         w.opcodes += 1
         code = m.read(1)[0]

@@ -25,6 +25,7 @@ MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
 MAX_STACK = 100_000        # unpickler stack entries and open MARKs
 MAX_DEPTH = 100            # container nesting the tensor walk follows
 BUILD_FLOOR = 16 << 20     # bytes the calls of any pickle may build, beyond limits().pickle_build_ratio x its size
+MEMO_ENTRY_BYTES = 100     # a memo entry: its int key and dict slot (also charged by scan's walk, pickle_walk.py)
 
 _CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
                   pickle.LIST, pickle.TUPLE, pickle.DICT, pickle.FROZENSET}
@@ -74,7 +75,7 @@ _COSTS = {
     **dict.fromkeys((pickle.EMPTY_DICT, pickle.DICT), 64),
     **dict.fromkeys((pickle.EMPTY_LIST, pickle.LIST), 56),
     pickle.TUPLE: 56, pickle.TUPLE1: 48, pickle.TUPLE2: 56, pickle.TUPLE3: 64,
-    **dict.fromkeys((pickle.PUT, pickle.BINPUT, pickle.LONG_BINPUT, pickle.MEMOIZE), 100),
+    **dict.fromkeys((pickle.PUT, pickle.BINPUT, pickle.LONG_BINPUT, pickle.MEMOIZE), MEMO_ENTRY_BYTES),
     **dict.fromkeys((pickle.BINUNICODE, pickle.SHORT_BINUNICODE, pickle.BINUNICODE8, pickle.UNICODE, pickle.STRING,
                      pickle.BINSTRING, pickle.SHORT_BINSTRING, pickle.BINBYTES, pickle.SHORT_BINBYTES,
                      pickle.BINBYTES8), 49),
