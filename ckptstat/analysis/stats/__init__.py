@@ -186,6 +186,15 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
             yield part, *run_stats(ckpt, infos, heads, [_groups(it) for it in part], progress)
 
 
+def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
+    """Fold one unit's contribution into the group accumulators (in file order: the float64 moments' bits)."""
+    for key, acc in contrib:
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = group_acc(key)
+        g.merge(acc)
+
+
 def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
               progress: Callable[[int], None] | None = None, merges: list[Contribution] | None = None,
               finish: Collection[GroupKey] = ()) -> tuple[list[dict], dict[GroupKey, Group]]:
@@ -200,11 +209,7 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
     done: dict[GroupKey, GroupRow] = {}
     for part, part_rows, contrib in unit_results(ckpt, items, chunk_bytes, progress):
         rows += part_rows
-        for key, acc in contrib:
-            g = groups.get(key)
-            if g is None:
-                g = groups[key] = group_acc(key)
-            g.merge(acc)
+        merge_into(groups, contrib)
         if merges is not None:
             merges.append([(key, acc.scalars()) for key, acc in contrib])
         for it in part:

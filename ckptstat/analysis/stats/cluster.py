@@ -27,7 +27,7 @@ from . import (
     Item,
     StatsRun,
     build_report,
-    group_acc,
+    merge_into,
     select,
     split,
     unit_results,
@@ -144,10 +144,6 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
     for res in results:   # tasks in file order, their units in order: as run_items merges them
         for unit_rows, contrib in res:
             rows += unit_rows
-            for key, acc in contrib:
-                g = groups.get(key)
-                if g is None:
-                    g = groups[key] = group_acc(key)
-                g.merge(acc)
+            merge_into(groups, contrib)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)
