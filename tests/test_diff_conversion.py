@@ -16,19 +16,32 @@ from safetensors.numpy import load_file, save_file
 from ckptstat import open_checkpoint
 from ckptstat.analysis.diff import diff
 
+
+def conversions(here: str) -> tuple[dict, list[tuple[str, str]]]:
+    """A fixture folder's oracle (expected.json) and its (HF model, GGUF file) pairs."""
+    expected = json.load(open(os.path.join(here, "expected.json")))
+    return expected, [(model, name) for model, files in sorted(expected["models"].items()) for name in sorted(files)]
+
+
+def same_model_rows(cli, here: str, model: str, file: str, oracle: dict) -> dict[str, dict]:
+    """`diff MODEL_DIR FILE --json` of a faithful conversion: exit 0, the same model, every HF tensor paired with
+    the GGUF tensor the converter wrote; its rows by HF name."""
+    rc, out, err = cli("diff", os.path.join(here, model), os.path.join(here, file), "--json")
+    r = json.loads(out)
+    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
+    rows = {t["a_name"]: t for t in r["tensors"]}
+    assert set(rows) == set(oracle)
+    return rows
+
+
 HERE = os.path.join(os.path.dirname(__file__), "..", "fixtures", "conversions")
-EXPECTED = json.load(open(os.path.join(HERE, "expected.json")))
-FILES = [(model, name) for model, files in sorted(EXPECTED["models"].items()) for name in sorted(files)]
+EXPECTED, FILES = conversions(HERE)
 
 
 @pytest.mark.parametrize("model,gguf", FILES, ids=[g for _, g in FILES])
 def test_a_faithful_conversion_is_the_same_model(model: str, gguf: str, cli) -> None:
-    rc, out, err = cli("diff", os.path.join(HERE, model), os.path.join(HERE, gguf), "--json")
-    r = json.loads(out)
-    assert rc == 0 and r["same"] is True and err == "", [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
     oracle = EXPECTED["models"][model][gguf]["tensors"]
-    rows = {t["a_name"]: t for t in r["tensors"]}
-    assert set(rows) == set(oracle)   # every HF tensor paired with the GGUF tensor the converter wrote
+    rows = same_model_rows(cli, HERE, model, gguf, oracle)
     for hf, want in oracle.items():
         row = rows[hf]
         assert row["b_name"] == want["gguf"], hf

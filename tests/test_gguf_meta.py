@@ -86,7 +86,7 @@ def test_summary_shows_what_gguf_py_reads(cli, tmp_path):
     assert rc == 0 and all(re.search(rf"^{label} +{re.escape(line[:30])}", human, re.M) for label, line in facts.items())
     rc, md, _ = cli("report", path, "--no-stats", "--output", str(tmp_path / "r.md"))
     report = (tmp_path / "r.md").read_text()
-    assert rc == 0 and "trained on 4096 tokens" in report
+    assert rc == 0 and f"trained on {truth['llama.context_length']} tokens" in report
 
 
 def test_a_hostile_name_is_inert(cli, tmp_path):

@@ -15,8 +15,6 @@ from ckptstat import open_checkpoint
 from ckptstat.core import dtypes
 from ckptstat.core.quants import QUANTS
 
-HERE = fixture("conversions", "quantized")
-
 
 def expected() -> dict:
     with open(fixture("conversions", "quantized", "expected.json")) as f:

@@ -288,7 +288,8 @@ def open_dcp(path: str) -> Checkpoint:
     reader = _Chunks()
     others: list[str] = []
     jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
-    for name, dtype, size, chunks in _tensor_entries(path, meta):
+    entries = list(_tensor_entries(path, meta))
+    for name, dtype, size, chunks in entries:
         if not dtype:
             others.append(name)
             continue
@@ -313,7 +314,7 @@ def open_dcp(path: str) -> Checkpoint:
         with open_regular(file) as f:
             for name, dtype, _, offs, lens, item in items:
                 layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
-    for name, dtype, size, _ in _tensor_entries(path, meta):
+    for name, dtype, size, _ in entries:
         if not dtype:
             continue
         parts = layouts.get(name, [])
@@ -338,10 +339,13 @@ def open_dcp(path: str) -> Checkpoint:
     return ckpt
 
 
-def accept(probe: Probe) -> bool:
+def is_metadata_head(head: bytes) -> bool:
     """A pickle (PROTO) whose first global is DCP's Metadata (filesystem.py pickles it at the top)."""
-    return probe.head[:1] == b"\x80" and f"{_MODULE}.metadata".encode() in probe.head[:256] \
-        and b"Metadata" in probe.head[:256]
+    return head[:1] == b"\x80" and f"{_MODULE}.metadata".encode() in head[:256] and b"Metadata" in head[:256]
+
+
+def accept(probe: Probe) -> bool:
+    return is_metadata_head(probe.head)
 
 
 _FILE_HOOKS[METADATA] = open_dcp

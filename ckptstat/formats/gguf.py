@@ -15,6 +15,7 @@ truncated while it is parsed ends in an error, never in SIGBUS.
 from __future__ import annotations
 
 import math
+import re
 import struct
 from typing import IO, TYPE_CHECKING, Any
 
@@ -213,6 +214,26 @@ def _read_value(cur: _Cursor, code: int, key: str) -> tuple[str, object]:
     else:
         cur.skip(count * _MIN_SIZE[elem], f"array {key!r}")
     return f"<array of {count} {type_name}>", None
+
+
+_ARRAY_TEXT = re.compile(r"<array of (\d+) \w+>\Z")      # _read_value's summary of a long array
+_STRING_TEXT = re.compile(r"<string of ([\d,]+) bytes>\Z")   # ... and of a long string
+
+
+def array_length(text: str) -> int | None:
+    """The items of an array value as Checkpoint.metadata holds it (_read_value: summarised, or shown whole)."""
+    m = _ARRAY_TEXT.match(text)
+    if m:
+        return int(m.group(1))
+    if text.startswith("[") and text.endswith("]"):
+        return 0 if text == "[]" else text.count(",") + 1
+    return None
+
+
+def string_bytes(text: str) -> int:
+    """The UTF-8 bytes of a string value as Checkpoint.metadata holds it (a long one summarised)."""
+    m = _STRING_TEXT.match(text)
+    return int(m.group(1).replace(",", "")) if m else len(text.encode("utf-8", "surrogateescape"))
 
 
 def open_gguf(path: str) -> Checkpoint:

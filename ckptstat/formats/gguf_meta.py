@@ -4,7 +4,7 @@ llama.cpp's (gguf-py `Keys`; `{arch}` is `general.architecture`); values are the
 (formats/gguf.py), so nothing here reads the file. A key the file lacks leaves its part out."""
 from __future__ import annotations
 
-import re
+from .gguf import array_length, string_bytes
 
 # llama.cpp's `llama_ftype` (gguf-py constants.py LlamaFileType): general.file_type -> the name llama.cpp
 # prints. "Mostly": the type of the large matrices; norms stay F32 (tests check it against gguf-py).
@@ -17,25 +17,6 @@ FILE_TYPES = {
     29: "MOSTLY_IQ2_M", 30: "MOSTLY_IQ4_XS", 31: "MOSTLY_IQ1_M", 32: "MOSTLY_BF16", 36: "MOSTLY_TQ1_0",
     37: "MOSTLY_TQ2_0", 38: "MOSTLY_MXFP4_MOE", 39: "MOSTLY_NVFP4", 40: "MOSTLY_Q1_0", 1024: "GUESSED",
 }
-
-_ARRAY = re.compile(r"<array of (\d+) \w+>\Z")   # how formats/gguf.py summarises a long array
-_STRING = re.compile(r"<string of ([\d,]+) bytes>\Z")   # ... and a long string
-
-
-def _count(text: str) -> int | None:
-    """Items of an array value: summarised long ones, or a short one shown whole ("[1, 2]")."""
-    m = _ARRAY.match(text)
-    if m:
-        return int(m.group(1))
-    if text.startswith("[") and text.endswith("]"):
-        return 0 if text == "[]" else text.count(",") + 1
-    return None
-
-
-def _bytes(text: str) -> int:
-    m = _STRING.match(text)
-    return int(m.group(1).replace(",", "")) if m else len(text.encode("utf-8", "surrogateescape"))
-
 
 def _join(parts: list[str | None]) -> str:
     return ", ".join(p for p in parts if p)
@@ -70,12 +51,12 @@ def facts(meta: dict[str, str]) -> dict[str, str]:
     out["experts"] = _join([f"{v} routed" if (v := get("{arch}.expert_count")) else None,
                             f"{v} used per token" if (v := get("{arch}.expert_used_count")) else None,
                             f"{v} shared" if (v := get("{arch}.expert_shared_count")) else None])
-    tokens = _count(get("tokenizer.ggml.tokens") or "")
-    merges = _count(get("tokenizer.ggml.merges") or "")
+    tokens = array_length(get("tokenizer.ggml.tokens") or "")
+    merges = array_length(get("tokenizer.ggml.merges") or "")
     ids = [kv(f"tokenizer.ggml.{k}_token_id", k) for k in ("bos", "eos", "padding", "unknown")]
     template = get("tokenizer.chat_template")
     out["tokenizer"] = _join([get("tokenizer.ggml.model"), kv("tokenizer.ggml.pre", "pre"),
                               f"{tokens:,} tokens" if tokens is not None else None,
                               f"{merges:,} merges" if merges else None, *ids,
-                              f"chat template {_bytes(template):,} bytes" if template is not None else None])
+                              f"chat template {string_bytes(template):,} bytes" if template is not None else None])
     return {k: v for k, v in out.items() if v}

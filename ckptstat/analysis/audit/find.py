@@ -5,8 +5,8 @@ A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoin
 `checkpoint` pointer claimed), a SavedModel folder (everything under it claimed), an ONNX model (its
 `X.onnx.data` / `X.onnx_data` external file claimed). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
-or when its first bytes are a pickle's (analysis/scan/ `pickle_bearing`: a bare pickle is what the
-scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
+or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
+bare pickle is what the scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
 
 Symlinks are followed only to files inside the root, or from a Hugging Face cache snapshot into its repository's
 `blobs/` (core/files.py `followed`), and links to folders never (as `ckptstat scan`).

@@ -204,12 +204,12 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
 
 def dcp_metadata(path: str) -> dict[str, Any] | None:
     """The scan report of a torch.distributed.checkpoint `.metadata` file (see the module doc), or None when
-    `path` is not one (by name and its first pickle's first global, formats/dcp.py `accept`)."""
+    `path` is not one (by name and its first pickle's first global, formats/dcp.py `is_metadata_head`)."""
     if os.path.basename(path) != dcp.METADATA:
         return None
     with reading(path), open_regular(path) as f:
         head = f.read(256)
-    if not (head[:1] == b"\x80" and f"{dcp._MODULE}.metadata".encode() in head and b"Metadata" in head):
+    if not dcp.is_metadata_head(head):
         return None
     t = trace(path)
     for w, _ in t.walks:

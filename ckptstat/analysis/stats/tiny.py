@@ -15,6 +15,8 @@ the number of workers or the cluster."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 
@@ -88,6 +90,30 @@ def _bincount(idx: np.ndarray, size: int, w: np.ndarray | None = None) -> np.nda
     return np.bincount(idx, weights=w, minlength=size)
 
 
+@dataclass
+class _Run:
+    """A run's per-tensor columns (Acc's scalar fields, one entry a tensor) and its finite elements' keys and
+    tensor indices, which the rows and the groups are read from."""
+    f16: np.ndarray
+    exact: np.ndarray
+    count: np.ndarray
+    n: np.ndarray
+    nan: np.ndarray
+    posinf: np.ndarray
+    neginf: np.ndarray
+    zeros: np.ndarray
+    min: np.ndarray
+    max: np.ndarray
+    mean: np.ndarray
+    m2: np.ndarray
+    sum_abs: np.ndarray
+    keys: np.ndarray       # each finite element's 16-bit key in its tensor's domain
+    seg: np.ndarray        # ... and its tensor's index
+
+
+_COUNTS = ("count", "nan", "posinf", "neginf", "zeros")   # Acc's integer counts, summed over a group's tensors
+
+
 def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], heads: list[dict], group_keys: list[list[tuple]],
               progress: Callable[[int], None] | None = None) -> tuple[list[dict], list[tuple[tuple, Acc]]]:
     """Each tensor's row (its `heads` entry, then Acc.row's fields) and the run's accumulator for each group its
@@ -98,126 +124,126 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], heads: list[dict], grou
         raw = read_bytes(first.file, start, (last.offset or 0) + last.nbytes - start)
     x, key, seg = _decode(raw, infos, start)
     T = len(infos)
-    f16 = np.array([i.dtype == "F16" for i in infos])
-    exact = np.array([i.dtype != "F32" for i in infos])   # new_acc: F16 and BF16 exact, F32 by its bf16 bin
-    count = np.array([i.numel for i in infos], dtype=np.int64)
     nan_m, pinf_m, ninf_m = np.isnan(x), x == np.inf, x == -np.inf
     fin = ~(nan_m | pinf_m | ninf_m)
-    nan, pinf, ninf = (_bincount(seg[m], T).astype(np.int64) for m in (nan_m, pinf_m, ninf_m))
     xf, kf, sf = x[fin], key[fin], seg[fin]
     n = _bincount(sf, T).astype(np.int64)
-    zeros = _bincount(sf[xf == 0], T).astype(np.int64)
-    total = _bincount(sf, T, xf)
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean = np.where(n > 0, total / np.maximum(n, 1), 0.0)
+        mean = np.where(n > 0, _bincount(sf, T, xf) / np.maximum(n, 1), 0.0)
     d = xf - mean[sf]
-    m2 = _bincount(sf, T, d * d)
-    sum_abs = _bincount(sf, T, np.abs(xf))
     has = n > 0
     starts = np.concatenate(([0], np.cumsum(n)[:-1]))
-    tmin = np.full(T, np.inf)
-    tmax = np.full(T, -np.inf)
+    tmin, tmax = np.full(T, np.inf), np.full(T, -np.inf)
     if xf.size:
         tmin[has] = np.minimum.reduceat(xf, starts[has])
         tmax[has] = np.maximum.reduceat(xf, starts[has])
-    # quantiles: the finite elements of each tensor by its histogram key's value rank (QUANTILE_RULE)
-    rank = np.where(f16[sf], _ranks("f16")[kf], _ranks("bf16")[kf])
-    order = np.lexsort((rank, sf))
-    sorted_keys = kf[order]
-    quant = np.full((T, len(QUANTILES)), np.nan)
-    if xf.size:
-        nn = n[has]
-        hs = (nn[:, None] - 1) * np.array(QUANTILES)[None, :]
-        lo = np.floor(hs).astype(np.int64)
-        hi = np.minimum(lo + 1, nn[:, None] - 1)
-        g = hs - lo
-        f16h = f16[has][:, None]
-        exh = exact[has][:, None]
-
-        def rep(idx: np.ndarray) -> np.ndarray:
-            k = sorted_keys[starts[has][:, None] + idx]
-            v = np.where(f16h, tables("f16")[0][k], np.where(exh, tables("bf16")[0][k], tables("bf16")[1][k]))
-            return np.minimum(np.maximum(v, tmin[has][:, None]), tmax[has][:, None])
-
-        a, b = rep(lo), rep(hi)
-        quant[has] = np.where((g == 0) | (lo + 1 >= nn[:, None]), a, a + g * (b - a))
+    r = _Run(f16=np.array([i.dtype == "F16" for i in infos]),
+             exact=np.array([i.dtype != "F32" for i in infos]),   # new_acc: F16 and BF16 exact, F32 by its bf16 bin
+             count=np.array([i.numel for i in infos], dtype=np.int64), n=n,
+             nan=_bincount(seg[nan_m], T).astype(np.int64), posinf=_bincount(seg[pinf_m], T).astype(np.int64),
+             neginf=_bincount(seg[ninf_m], T).astype(np.int64), zeros=_bincount(sf[xf == 0], T).astype(np.int64),
+             min=tmin, max=tmax, mean=mean, m2=_bincount(sf, T, d * d), sum_abs=_bincount(sf, T, np.abs(xf)),
+             keys=kf, seg=sf)
     if progress:
         progress(int(sum(i.nbytes for i in infos)))
-    return _rows(heads, exact, count, n, nan, pinf, ninf, zeros, tmin, tmax, mean, m2, sum_abs, quant), \
-        _groups(group_keys, f16, exact, kf, sf, n, mean, m2, sum_abs, tmin, tmax, count, nan, pinf, ninf, zeros)
+    return _rows(heads, r, _quantiles(r, starts)), _groups(group_keys, r)
 
 
-def _rows(heads: list[dict], exact: np.ndarray, count: np.ndarray, n: np.ndarray, nan: np.ndarray, pinf: np.ndarray,
-          ninf: np.ndarray, zeros: np.ndarray, tmin: np.ndarray, tmax: np.ndarray, mean: np.ndarray, m2: np.ndarray,
-          sum_abs: np.ndarray, quant: np.ndarray) -> list[dict]:
+def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
+    """(tensors, QUANTILES) by QUANTILE_RULE, as Acc.quantiles reads them from the bins: each tensor's finite
+    elements in the value order of their histogram keys, the order statistics' representatives clamped to
+    [min, max] and interpolated; NaN for a tensor without a finite value."""
+    quant = np.full((len(r.n), len(QUANTILES)), np.nan)
+    has = r.n > 0
+    if not has.any():
+        return quant
+    rank = np.where(r.f16[r.seg], _ranks("f16")[r.keys], _ranks("bf16")[r.keys])
+    sorted_keys = r.keys[np.lexsort((rank, r.seg))]
+    nn = r.n[has][:, None]
+    hs = (nn - 1) * np.array(QUANTILES)[None, :]
+    lo = np.floor(hs).astype(np.int64)
+    g = hs - lo
+
+    def rep(idx: np.ndarray) -> np.ndarray:
+        k = sorted_keys[starts[has][:, None] + idx]
+        v = np.where(r.f16[has][:, None], tables("f16")[0][k],
+                     np.where(r.exact[has][:, None], tables("bf16")[0][k], tables("bf16")[1][k]))
+        return np.minimum(np.maximum(v, r.min[has][:, None]), r.max[has][:, None])
+
+    a, b = rep(lo), rep(np.minimum(lo + 1, nn - 1))
+    quant[has] = np.where((g == 0) | (lo + 1 >= nn), a, a + g * (b - a))
+    return quant
+
+
+def _rows(heads: list[dict], r: _Run, quant: np.ndarray) -> list[dict]:
     """Acc.row's fields of every tensor, column by column (the same IEEE operations in the same order, so the
     same floats as Acc.row on these scalars: tests/test_stats_tiny.py); None where a tensor has no finite value."""
+    n = r.n
     has = n > 0
     nz = np.maximum(n, 1)
     with np.errstate(invalid="ignore", divide="ignore"):
-        std = np.sqrt(np.maximum(m2, 0.0) / nz)
-        mean_abs = sum_abs / nz
-        l2 = np.where(has, np.sqrt(np.maximum(m2 + n * mean * mean, 0.0)), 0.0)
-        zero_fraction = zeros / count
+        std = np.sqrt(np.maximum(r.m2, 0.0) / nz)
+        mean_abs = r.sum_abs / nz
+        l2 = np.where(has, np.sqrt(np.maximum(r.m2 + n * r.mean * r.mean, 0.0)), 0.0)
+        zero_fraction = r.zeros / r.count
 
     def opt(v: np.ndarray) -> list:
         return [a if h else None for a, h in zip(v.tolist(), has.tolist())]
 
     qkeys = [_qkey(p) for p in QUANTILES]
     qs = [dict(zip(qkeys, q)) if h else dict.fromkeys(qkeys) for q, h in zip(quant.tolist(), has.tolist())]
-    cols = zip(heads, count.tolist(), n.tolist(), opt(tmin), opt(tmax), opt(mean), opt(std), opt(mean_abs), l2.tolist(),
-               zeros.tolist(), zero_fraction.tolist(), nan.tolist(), pinf.tolist(), ninf.tolist(), qs, exact.tolist())
+    cols = zip(heads, r.count.tolist(), n.tolist(), opt(r.min), opt(r.max), opt(r.mean), opt(std), opt(mean_abs),
+               l2.tolist(), r.zeros.tolist(), zero_fraction.tolist(), r.nan.tolist(), r.posinf.tolist(),
+               r.neginf.tolist(), qs, r.exact.tolist())
     return [{**head, "count": c, "finite": k, "min": lo, "max": hi, "mean": mu, "std": sd, "mean_abs": ma, "l2": norm,
              "zeros": z, "zero_fraction": zf, "nan": na, "inf": pi + ni, "posinf": pi, "neginf": ni,
              "quantiles": q, "quantiles_exact": e}
             for head, c, k, lo, hi, mu, sd, ma, norm, z, zf, na, pi, ni, q, e in cols]
 
 
-def _groups(group_keys: list[list[tuple]], f16: np.ndarray, exact: np.ndarray, kf: np.ndarray, sf: np.ndarray,
-            n: np.ndarray, mean: np.ndarray, m2: np.ndarray, sum_abs: np.ndarray, tmin: np.ndarray, tmax: np.ndarray,
-            count: np.ndarray, nan: np.ndarray, pinf: np.ndarray, ninf: np.ndarray, zeros: np.ndarray,
-            ) -> list[tuple[tuple, Acc]]:
+def _group_sums(gi: np.ndarray, size: int, v: np.ndarray) -> np.ndarray:
+    """Per group, the sum of a per-tensor column over the tensors of each (gi: a tensor's group, -1 for none)."""
+    inside = gi >= 0
+    return _bincount(gi[inside], size, v[inside].astype(np.float64))
+
+
+def _groups(group_keys: list[list[tuple]], r: _Run) -> list[tuple[tuple, Acc]]:
     """The run's accumulator for each group: its tensors' scalars combined (Chan et al.'s update over all of
     them at once), its histogram in the bfloat16 domain (F16 keys rebinned, as Acc.merge_bins does). A
     tensor's groups are listed by kind (analysis/stats/ `_groups`: total, bucket, plot, then its layer), so
     each kind is one pass of bincounts over the run, however many layers it spans."""
     keymap, keeps = _f16_to_bf16()
-    bkey = np.where(f16[sf], keymap[kf], kf)                  # every finite element's bfloat16 key
-    lossy = _bincount(sf[f16[sf] & ~keeps[kf]], len(n)) > 0   # an F16 tensor holding a value bf16 cannot
-    brank = _ranks("bf16")[bkey]
+    f16_el = r.f16[r.seg]
+    brank = _ranks("bf16")[np.where(f16_el, keymap[r.keys], r.keys)]   # every finite element's bfloat16 rank
+    lossy = _bincount(r.seg[f16_el & ~keeps[r.keys]], len(r.n)) > 0      # an F16 tensor holding a value bf16 cannot
+    inexact = (lossy | ~r.exact).astype(np.float64)
     by_rank = tables("bf16")[3]
     nr = by_rank.size
-    inexact = lossy | ~exact
     out: list[tuple[tuple, Acc]] = []
     for kind in range(max(len(ks) for ks in group_keys)):
         names: dict[tuple, int] = {}
         gi = np.array([names.setdefault(ks[kind], len(names)) if kind < len(ks) else -1 for ks in group_keys])
         inside = gi >= 0
-        g, G = gi[inside], len(names)
-
-        def add(v: np.ndarray, g: np.ndarray = g, G: int = G, inside: np.ndarray = inside) -> np.ndarray:
-            return _bincount(g, G, v[inside].astype(np.float64))
-
-        ng = add(n)
+        G = len(names)
+        add = partial(_group_sums, gi, G)
+        ng = add(r.n)
         with np.errstate(invalid="ignore", divide="ignore"):
-            gmean = add(n * mean) / np.maximum(ng, 1)
-        gm2 = add(m2) + add(n * (mean - gmean[np.maximum(gi, 0)]) ** 2)
-        gmin = np.full(G, np.inf)
-        gmax = np.full(G, -np.inf)
-        np.minimum.at(gmin, g, tmin[inside])
-        np.maximum.at(gmax, g, tmax[inside])
-        sums = {f: add(v) for f, v in (("count", count), ("nan", nan), ("posinf", pinf), ("neginf", ninf),
-                                          ("zeros", zeros), ("sum_abs", sum_abs), ("tensors", np.ones(len(n))))}
-        bad = add(inexact) > 0
-        ge = gi[sf]                                   # each finite element's group of this kind
-        code, counts = np.unique(ge[ge >= 0] * nr + brank[ge >= 0], return_counts=True)
+            gmean = add(r.n * r.mean) / np.maximum(ng, 1)
+        gm2 = add(r.m2) + add(r.n * (r.mean - gmean[np.maximum(gi, 0)]) ** 2)
+        gmin, gmax = np.full(G, np.inf), np.full(G, -np.inf)
+        np.minimum.at(gmin, gi[inside], r.min[inside])
+        np.maximum.at(gmax, gi[inside], r.max[inside])
+        counts = {f: add(getattr(r, f)) for f in _COUNTS}
+        tensors, sum_abs, bad = add(np.ones(len(r.n))), add(r.sum_abs), add(inexact) > 0
+        ge = gi[r.seg]                                   # each finite element's group of this kind
+        code, hist = np.unique(ge[ge >= 0] * nr + brank[ge >= 0], return_counts=True)
         bounds = np.searchsorted(code // nr, np.arange(G + 1))
         for name, j in names.items():
-            acc = Acc(exact=not bad[j], n=int(ng[j]), sum_abs=float(sums["sum_abs"][j]),
+            acc = Acc(exact=not bad[j], n=int(ng[j]), sum_abs=float(sum_abs[j]), tensors=int(tensors[j]),
                       hist_keys=by_rank[code[bounds[j]:bounds[j + 1]] % nr].astype(np.int64),
-                      hist_counts=counts[bounds[j]:bounds[j + 1]].astype(np.int64),
-                      count=int(sums["count"][j]), nan=int(sums["nan"][j]), posinf=int(sums["posinf"][j]),
-                      neginf=int(sums["neginf"][j]), zeros=int(sums["zeros"][j]), tensors=int(sums["tensors"][j]))
+                      hist_counts=hist[bounds[j]:bounds[j + 1]].astype(np.int64))
+            for f in _COUNTS:
+                setattr(acc, f, int(counts[f][j]))
             if ng[j]:
                 acc.mean, acc.m2, acc.min, acc.max = float(gmean[j]), float(gm2[j]), float(gmin[j]), float(gmax[j])
             out.append((name, acc))
