@@ -14,7 +14,6 @@ from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.spec import audio_inputs, default_seq
-from ..formats.gguf_meta import facts as gguf_facts
 from ..naming import BUCKETS, ROLES
 from .flops import run
 from .quantized import member_fields, quantization
@@ -65,12 +64,18 @@ def summarize(ckpt: Checkpoint) -> dict:
         "storage": {"file_bytes": file_bytes, "tensor_bytes": c.tensor_bytes,
                     "overhead_bytes": file_bytes - c.tensor_bytes},
         "metadata": dict(ckpt.metadata),
-        "gguf": gguf_facts(ckpt.metadata) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
+        "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),
         "modules": module_tree(c.tree),
     }
+
+
+def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:
+    from ..formats.gguf_meta import facts  # GGUF's reader, loaded for GGUF files only (the quick path's imports)
+
+    return facts(ckpt.metadata)
 
 
 # Module depth the tree keeps: real models nest < 20 deep; the tree is built and rendered recursively.
