@@ -31,7 +31,9 @@ def _imports():
 
 
 def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
-    """The model class config.json names, built on `device` in `dtype`, with the file's weights loaded."""
+    """The model class config.json names, built on `device` in `dtype`, with the file's weights loaded the
+    way transformers loads them (its renaming and conversion rules: fused MoE experts, renamed modules),
+    each tensor read through ckptstat's readers when transformers asks for it."""
     torch, transformers = _imports()
     if not ckpt.config:
         raise UsageError(f"{ckpt.path}: `ckptstat run` needs a config.json beside the weights (or --config)")
@@ -41,76 +43,63 @@ def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
     except (ValueError, KeyError) as e:
         raise UsageError(f"{ckpt.config_path}: transformers cannot build this config ({e})") from None
     names = [a for a in architectures(cfg_dict) if hasattr(transformers, a)]
-    cls = getattr(transformers, names[0]) if names else transformers.AutoModel
-    torch_dtype = getattr(torch, DTYPES[dtype])
+    cls = getattr(transformers, names[0]) if names else _base_class(transformers, cfg)
+    state = {name: _FileTensor(ckpt, name, torch) for name in ckpt.tensors}
+    from transformers.utils import logging as hf_logging
+
+    bar = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()   # the loader's "Loading weights" bar: ckptstat's output is its own
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        with torch.device(device):
-            if cls is transformers.AutoModel:
-                model = cls.from_config(cfg, attn_implementation=attn)
-            else:
-                model = cls._from_config(cfg, attn_implementation=attn)
-    model.to(torch_dtype).eval()
-    loaded, missing = load_weights(model, ckpt, device, torch_dtype)
+        try:
+            model, info = cls.from_pretrained(None, config=cfg, state_dict=state, output_loading_info=True,
+                                              ignore_mismatched_sizes=True, attn_implementation=attn,
+                                              dtype=getattr(torch, DTYPES[dtype]),
+                                              # straight onto the device (accelerate, in the run extra); CPU needs none
+                                              device_map=None if device == "cpu" else {"": device})
+        except (RuntimeError, ValueError) as e:   # a shape the model does not take, a conversion that fails
+            raise UsageError(f"{ckpt.path}: transformers cannot load these weights into {cls.__name__} "
+                             f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        finally:
+            if bar:
+                hf_logging.enable_progress_bar()
+    model.eval()
+    if info["mismatched_keys"]:
+        key, shapes = _first(info["mismatched_keys"])
+        raise UsageError(f"{ckpt.path}: {key} has shape {tuple(shapes[0])}, {cls.__name__} expects {tuple(shapes[1])}")
+    missing = sorted(info["missing_keys"])
+    loaded = [k for k in model.state_dict() if k not in info["missing_keys"]]
     return model, loaded, missing
 
 
-def _file_name(model, key: str, names) -> str | None:
-    """The file's name for a model state_dict key: same, or with the base-model prefix added/removed."""
-    if key in names:
-        return key
-    prefix = getattr(model, "base_model_prefix", "") + "."
-    if key.startswith(prefix) and key[len(prefix):] in names:
-        return key[len(prefix):]
-    if prefix + key in names:
-        return prefix + key
-    return None
+def _first(mismatched) -> tuple[str, tuple]:
+    """transformers' mismatched keys: (key, file shape, model shape) triples, or a key -> shapes map."""
+    item = sorted(mismatched)[0]
+    if isinstance(mismatched, dict):
+        return item, mismatched[item]
+    return item[0], tuple(item[1:3])
 
 
-def renamed(model, names) -> dict[str, str]:
-    """transformers 5 renames some modules (ViT's attention.attention.query is attention.q_proj there) and
-    maps older checkpoints' names through its own rules when it loads them: the model's name for each file
-    name those rules rename (its WeightRenaming transforms; tensors it splits or merges are left to the
-    missing list). {} with transformers 4, which has no such rules."""
+def _base_class(transformers, cfg):
+    """The model class AutoModel would build for a config whose `architectures` transformers lacks."""
+    from transformers.models.auto.modeling_auto import MODEL_MAPPING
+
     try:
-        from transformers.conversion_mapping import get_model_conversion_mapping
-        from transformers.core_model_loading import WeightRenaming
-    except ImportError:
-        return {}
-    rules = [t for t in get_model_conversion_mapping(model) if isinstance(t, WeightRenaming)]
-    out = {}
-    for name in names:
-        new = name
-        for rule in rules:
-            new, _ = rule.rename_source_key(new)
-        if new != name:
-            out[new] = name
-    return out
+        return MODEL_MAPPING[type(cfg)]
+    except KeyError:
+        raise UsageError(f"transformers has no model class for model_type {cfg.model_type!r}") from None
 
 
-def load_weights(model, ckpt: Checkpoint, device: str, torch_dtype) -> tuple[list[str], list[str]]:
-    torch, _ = _imports()
-    state = model.state_dict()
-    loaded, missing = [], []
-    new_names = renamed(model, ckpt.tensors)
-    names = set(ckpt.tensors) | set(new_names)
-    with torch.no_grad():
-        for key, dest in state.items():
-            name = _file_name(model, key, names)
-            if name is None:
-                missing.append(key)
-                continue
-            name = new_names.get(name, name)
-            values = torch.from_numpy(ckpt.read(name).copy())
-            if tuple(values.shape) != tuple(dest.shape):
-                raise UsageError(f"{ckpt.path}: {name} has shape {tuple(values.shape)}, the model expects {tuple(dest.shape)}")
-            dest.copy_(values.to(dest.dtype if dest.is_floating_point() else values.dtype))
-            loaded.append(key)
-    model.tie_weights()
-    # A key the file lacks is no gap if the model ties it to one that was loaded (lm_head = wte).
-    state = model.state_dict()
-    ptrs = {state[k].data_ptr() for k in loaded}
-    return loaded, [k for k in missing if state[k].data_ptr() not in ptrs]
+class _FileTensor:
+    """One tensor of the file, read when transformers' loader materialises it (`tensor[...]`), so the
+    weights pass through memory one tensor (or one converter's group) at a time."""
+
+    def __init__(self, ckpt: Checkpoint, name: str, torch) -> None:
+        self.ckpt, self.name, self.torch = ckpt, name, torch
+        self.shape = tuple(ckpt.tensors[name].shape)
+
+    def __getitem__(self, index):
+        return self.torch.from_numpy(self.ckpt.read(self.name).copy())[index]
 
 
 def _inputs(model, batch: int, seq: int, device: str):
@@ -196,7 +185,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
             warmup: int = 2, iters: int = 10, config=None) -> dict:
     check_device(device)
     torch, transformers = _imports()
-    from torch.utils.flop_counter import FlopCounterMode
+    from .analysis.meta import flop_counter
 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")
@@ -241,7 +230,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
                 if device == "mps":   # MPS runs asynchronously too
                     torch.mps.synchronize()
                 times.append(time.perf_counter() - s)
-        counter = FlopCounterMode(display=False)
+        counter = flop_counter()   # FlopCounterMode, grouped_mm counted (MoE experts)
         with counter:
             model(**inputs)
     logits = out[0] if isinstance(out, tuple) else getattr(out, "logits", None)
@@ -278,7 +267,8 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
         "peak_memory": peak,
         "flops": {
             "measured": measured,
-            "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls; 2 FLOPs per multiply-add)",
+            "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls, MoE experts' grouped_mm included; "
+                       "2 FLOPs per multiply-add)",
             "analytic": analytic["matmul_flops"],
             "difference": (measured - analytic["matmul_flops"]) / analytic["matmul_flops"] if analytic["matmul_flops"] else None,
             "achieved_flop_per_s": measured / median,

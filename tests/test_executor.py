@@ -2,7 +2,6 @@
 import json
 import sys
 
-import numpy as np
 import pytest
 from conftest import fixture
 
@@ -24,16 +23,25 @@ def test_measured_flops_match_analytic(name):
     assert r["latency"]["median_s"] > 0 and r["peak_memory"]["bytes"] > 0
 
 
-@pytest.mark.parametrize("name", ["bert-tiny-mlm", "gpt2-tiny"])
-def test_weights_loaded_equal_the_file(name):
-    ckpt = open_checkpoint(fixture(name))
+def assert_loaded_as_transformers_loads(folder: str) -> list[str]:
+    """The executor's model holds, key for key, what transformers' own from_pretrained of the folder holds."""
+    import transformers
+
+    ckpt = open_checkpoint(folder)
     model, loaded, missing = build_model(ckpt, "cpu", "fp32", "eager")
     assert missing == [] and loaded
-    state = model.state_dict()
-    for key in loaded:
-        file_name = key if key in ckpt.tensors else key.split(".", 1)[1] if key.split(".", 1)[1] in ckpt.tensors else None
-        file_name = file_name or model.base_model_prefix + "." + key
-        np.testing.assert_array_equal(state[key].numpy(), ckpt.read(file_name), err_msg=key)
+    reference = type(model).from_pretrained(folder)
+    ours, theirs = model.state_dict(), reference.state_dict()
+    assert set(loaded) == set(ours) == set(theirs)
+    for key, tensor in theirs.items():
+        assert torch.equal(ours[key], tensor), key
+    assert isinstance(reference, transformers.PreTrainedModel)
+    return list(ours)
+
+
+@pytest.mark.parametrize("name", ["bert-tiny-mlm", "gpt2-tiny"])
+def test_weights_loaded_equal_the_file(name):
+    assert_loaded_as_transformers_loads(fixture(name))
 
 
 def test_sdpa_on_cpu_warns(cli):
@@ -56,3 +64,63 @@ def test_without_torch_says_what_to_install(cli, monkeypatch, expected_st):
     assert rc == 1 and out == "" and "pip install 'ckptstat[run]'" in err
     rc, out, _ = cli(fixture("bert-tiny"))  # the rest keeps working
     assert rc == 0 and f"{expected_st['bert-tiny']['parameters']:,}" in out
+
+
+# MoE families as transformers 5 saves them: its model holds each layer's experts fused (experts.gate_up_proj,
+# a 3-D parameter) while save_pretrained writes them one module per expert (experts.0.gate_proj.weight ...):
+# the executor loads through transformers' own conversion rules, and counts the experts' grouped_mm.
+MOE_CONFIGS = {
+    "Qwen3MoeForCausalLM": dict(num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32),
+    "MixtralForCausalLM": dict(num_local_experts=4, num_experts_per_tok=2),
+    "DeepseekV3ForCausalLM": dict(n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                                  first_k_dense_replace=1, moe_intermediate_size=32, q_lora_rank=32,
+                                  kv_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16),
+    "OlmoeForCausalLM": dict(num_experts=8, num_experts_per_tok=2),
+}
+
+
+@pytest.fixture(scope="module")
+def moe_saves(tmp_path_factory) -> dict:
+    import transformers
+
+    out = {}
+    for arch, extra in MOE_CONFIGS.items():
+        model_cls = getattr(transformers, arch)
+        cfg = model_cls.config_class(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2 if "Deepseek" not in arch else 4,
+                                     architectures=[arch], **extra)
+        torch.manual_seed(0)
+        folder = tmp_path_factory.mktemp(arch)
+        model_cls(cfg).save_pretrained(folder)
+        out[arch] = str(folder)
+    return out
+
+
+@pytest.mark.parametrize("arch", MOE_CONFIGS)
+def test_moe_loads_through_transformers_rules(moe_saves, arch):
+    assert any(".experts.0." in n for n in open_checkpoint(moe_saves[arch]).tensors)   # one module per expert
+    keys = assert_loaded_as_transformers_loads(moe_saves[arch])
+    assert any(k.endswith("experts.gate_up_proj") for k in keys)   # ... loaded into the model's fused experts
+
+
+@pytest.mark.parametrize("arch", [a for a in MOE_CONFIGS if a != "OlmoeForCausalLM"])   # OLMoE: no static model
+def test_moe_measured_flops_match_analytic(moe_saves, arch):
+    r = execute(moe_saves[arch], batch=1, seq=8, warmup=0, iters=1)
+    assert r["weights"]["missing"] == [] and r["outputs_finite"]
+    assert r["flops"]["analytic"] and r["flops"]["difference"] == 0, r["flops"]
+
+
+def test_a_shape_the_model_does_not_take_is_one_line(moe_saves, tmp_path, cli):
+    import shutil
+
+    from safetensors.numpy import load_file, save_file
+
+    folder = tmp_path / "bad"
+    shutil.copytree(moe_saves["MixtralForCausalLM"], folder)
+    tensors = load_file(folder / "model.safetensors")
+    name = "model.layers.0.self_attn.q_proj.weight"
+    tensors[name] = tensors[name][:, :-1].copy()
+    save_file(tensors, folder / "model.safetensors", metadata={"format": "pt"})
+    rc, out, err = cli("run", str(folder), "--seq", "4", "--iters", "1")
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{name} has shape (64, 63), MixtralForCausalLM expects (64, 64)" in err
