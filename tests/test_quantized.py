@@ -31,20 +31,18 @@ from ckptstat.formats.registry import open_checkpoint  # noqa: E402
 from ckptstat.naming import QUANT_ROLES  # noqa: E402
 
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "quantized")
-CT_ALL = {  # compressed-tensors preset scheme, format, group size, sparsity format
+CT = {  # compressed-tensors preset scheme, format, group size, sparsity format (written by the installed release)
     "ct-w4a16": ("W4A16", "pack-quantized", 32, None),
     "ct-fp8-kv-cache": ("FP8", "float-quantized", None, None),   # with an FP8 kv_cache_scheme
     "ct-w4a16-asym": ("W4A16_ASYM", "pack-quantized", 32, None),
     "ct-fp8": ("FP8", "float-quantized", None, None),
     "ct-int8": ("W8A16", "int-quantized", 32, None),   # compressed-tensors 0.20: W8A16 is group-quantized (128)
     "ct-nvfp4": ("NVFP4A16", "nvfp4-pack-quantized", 16, None),
-    "ct-sparse24": ("W8A16", "int-quantized", None, "sparse-24-bitmask"),
-    "ct-sparse-bitmask": ("W8A16", "int-quantized", None, "sparse-bitmask"),
 }
 # compressed-tensors 0.15 removed the sparse compressors (sparse-bitmask, sparse-24-bitmask), and 0.14 needs
-# transformers < 5: with today's releases the sparse cases have no writer (test_sparse_formats_have_a_writer says so)
-SPARSE_WRITER = "sparse-bitmask" in __import__("compressed_tensors.compressors", fromlist=["x"]).BaseCompressor.registered_names()
-CT = {k: v for k, v in CT_ALL.items() if v[3] is None or SPARSE_WRITER}
+# transformers < 5: those files are committed, written by 0.14 (fixtures/make_quantized.py --ct014), beside the record
+# of what its compressors say each weight stores (mq.CT014_RECORD)
+CT014 = mq.CT014_CASES
 LAYOUT = {  # writer, model config, expected method
     "gptq-llama": (mq.write_gptq, mq.issue_llama_config, "gptq"),
     "awq-qwen2": (mq.write_awq, lambda: mq.tiny_config("qwen2"), "awq"),
@@ -52,7 +50,7 @@ LAYOUT = {  # writer, model config, expected method
     "mxfp4-gpt-oss": (mq.write_mxfp4, lambda: mq.tiny_config("gpt_oss"), "mxfp4"),
 }
 BNB = {"bnb-nf4-llama": "bitsandbytes-nf4", "bnb-fp4-llama": "bitsandbytes-fp4", "bnb-int8-llama": "bitsandbytes-int8"}
-CASES = [*LAYOUT, *CT, *BNB]
+CASES = [*LAYOUT, *CT, *CT014, *BNB]
 
 
 def _unquantised(path: str) -> torch.nn.Module:
@@ -77,7 +75,7 @@ def written(tmp_path_factory) -> dict[str, str]:
     for name, (scheme, fmt, group, sparsity) in CT.items():
         out[name] = mq.write_compressed(mq.build(mq.tiny_config("llama")), str(root / name), scheme, fmt, group, sparsity,
                                         kv_cache="kv-cache" in name)
-    for name in BNB:
+    for name in [*CT014, *BNB]:
         out[name] = os.path.join(FIXTURES, name)
     return out
 
@@ -334,34 +332,28 @@ def test_mxfp4_layout_is_what_transformers_loads(written):
         n: p.shape for n, p in _unquantised(path).named_parameters()}
 
 
-@pytest.mark.parametrize("case", [c for c in CT if CT[c][3] is None])
-def test_compressed_tensors_own_shape_rule(written, case):
-    """compressed-tensors' compressor says what it stores for a weight of a given shape
-    (compression_param_info): fed ckptstat's logical shape, it gives the stored shapes found in the file."""
-    from compressed_tensors.compressors import BaseCompressor
-    from compressed_tensors.quantization import QuantizationArgs
-
-    if not hasattr(BaseCompressor.load_from_registry(CT[case][1]), "compression_param_info"):
-        pytest.skip("issue 30, open: compressed-tensors 0.20 has no compression_param_info to state its shape rule")
-    path = written[case]
-    with open(os.path.join(path, "config.json")) as f:
-        qcfg = json.load(f)["quantization_config"]
-    args = QuantizationArgs(**qcfg["config_groups"]["group_0"]["weights"])
-    compressor = BaseCompressor.load_from_registry(CT[case][1])
-    ckpt = open_checkpoint(path)
-    for w in layout(ckpt).weights.values():
-        module = w.name.rpartition(".")[0]
-        for param, (shape, _) in compressor.compression_param_info(torch.Size(w.shape), args).items():
-            assert ckpt.tensors[f"{module}.{param}"].shape == tuple(shape), (module, param)
+@pytest.mark.parametrize("case", CT014)
+def test_compressed_tensors_014_shape_rule(written, case):
+    """What compressed-tensors 0.14's quantisation compressor said each weight stores (compression_param_info, in
+    the record its writer left): the file holds those shapes; under a sparsity format, the quantised weight it
+    packs (compressed + bitmask) has the stated shape as its logical shape."""
+    with open(mq.CT014_RECORD) as f:
+        record = json.load(f)
+    assert record["written_by"]["compressed-tensors"].startswith("0.14")
+    ckpt = open_checkpoint(written[case])
+    weights = layout(ckpt).weights
+    for module, params in record["cases"][case].items():
+        for param, shape in params.items():
+            if CT014[case][3] and param == "weight":
+                assert weights[f"{module}.weight"].shape == tuple(shape), module
+            else:
+                assert ckpt.tensors[f"{module}.{param}"].shape == tuple(shape), (module, param)
 
 
 def test_kv_cache_scales(written):
     """compressed-tensors' kv_cache_scheme stores k_scale/v_scale on each attention module, no weight of
     their own: role kv-scale, counted apart from the parameters."""
-    ckpt = open_checkpoint(written["ct-fp8-kv-cache"])
-    if "model.layers.0.self_attn.k_scale" not in ckpt.tensors:
-        pytest.skip("issue 30, open: compressed-tensors 0.20's apply_quantization_config writes no k_scale/v_scale "
-                    "on transformers 5's attention; the role rule stays untested until a fixture holds them")
+    ckpt = open_checkpoint(written["ct014-fp8-kv-cache"])   # 0.20 on transformers 5 writes no k_scale/v_scale
     rows = {r["name"]: r["role"] for r in tensors(ckpt, "*_scale")["tensors"]}
     assert rows["model.layers.0.self_attn.k_scale"] == rows["model.layers.1.self_attn.v_scale"] == "kv-scale"
     assert rows["model.layers.0.self_attn.q_proj.input_scale"] == "input-scale"
@@ -448,10 +440,3 @@ def test_cli_summary_and_tensors(written, cli):
     rc, out, err = cli(written["gptq-llama"], "--json")
     data = json.loads(out)
     assert data["quantization"]["method"] == "gptq" and data["parameters"]["unique"] == 2_086_144
-
-
-@pytest.mark.skipif(not SPARSE_WRITER, reason="issue 30, open: compressed-tensors >= 0.15 cannot write the sparse "
-                    "formats and 0.14 needs transformers < 5; files of those formats are not exercised until they are "
-                    "committed as fixtures written by 0.14")
-def test_sparse_formats_have_a_writer():
-    assert {k for k, v in CT_ALL.items() if v[3]} <= set(CT)
