@@ -29,7 +29,7 @@ from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families.archspec import ArchSpec
 from ..families.base import DTYPE_BYTES, KVLines, architectures
-from ..families.generic import not_causal
+from ..families.generic import not_a_decoder
 from ..families.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 
@@ -335,8 +335,14 @@ class MetaModel:
         record (a decoder reading token ids): its template is never walked, the oracle answers instead."""
         c = self.text_config
 
+        def read(key: str) -> Any:
+            try:
+                return getattr(c, key, None)
+            except Exception:   # noqa: BLE001 - transformers 5 refuses a per-layer size read globally (Gemma 4's
+                return c.to_dict().get(key)   # head_dim): the value the config holds, as the activation estimate's
+
         def size(*keys: str) -> int:
-            return next((v for k in keys if isinstance(v := getattr(c, k, None), int) and not isinstance(v, bool)), 0)
+            return next((v for k in keys if isinstance(v := read(k), int) and not isinstance(v, bool)), 0)
 
         h, a = size("hidden_size", "d_model"), size("num_attention_heads")
         tdt = self.cfg.get("torch_dtype") or self.cfg.get("dtype")
@@ -345,8 +351,8 @@ class MetaModel:
                         architecture=type(self.model).__name__, layers=size("num_hidden_layers"), hidden=h, heads=a,
                         kv_heads=size("num_key_value_heads") or a, head_dim=size("head_dim") or (h // a if a else 0),
                         intermediate=size("intermediate_size", "moe_intermediate_size"), vocab=size("vocab_size"),
-                        context=size("max_position_embeddings"), activation=str(getattr(c, "hidden_act", "silu")),
-                        gated_mlp=True, norm="rmsnorm", tied_embeddings=bool(getattr(c, "tie_word_embeddings", False)),
+                        context=size("max_position_embeddings"), activation=str(read("hidden_act") or "silu"),
+                        gated_mlp=True, norm="rmsnorm", tied_embeddings=bool(read("tie_word_embeddings")),
                         experts=size("num_experts", "num_local_experts", "n_routed_experts") if self.active else 0,
                         top_k=size("num_experts_per_tok", "moe_topk", "top_k") if self.active else 0,
                         dtype=tdt if isinstance(tdt, str) and tdt in DTYPE_BYTES else None)
@@ -394,7 +400,7 @@ def load(path: str, config: str | None = None) -> Model:
         cfg, config_path = ckpt.config, ckpt.config_path
         w = weights_of(ckpt, "")
         counted, stored = (w.params, w.param_bytes) if w else (None, None)
-    if not cfg or not isinstance(cfg.get("model_type"), str) or cfg["model_type"] in not_causal()[1]:
+    if not cfg or not isinstance(cfg.get("model_type"), str) or not_a_decoder(cfg):
         raise refusal   # nothing for transformers to build, or no decoder to run (families/not_causal_lm.json)
     if not available():
         raise type(refusal)(f"{refusal}; {HINT}")

@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from . import layout, mixtral
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors
+from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, architectures, head_of
 from .layout import DecoderLayout
 from .ops import Builder
 
@@ -109,8 +109,17 @@ def not_causal() -> tuple[str, Mapping[str, str]]:
     return table["transformers"], table["model_types"]
 
 
+def not_a_decoder(cfg: Mapping[str, Any]) -> bool:
+    """A model_type transformers has no causal LM for (EuroBERT's), in a config that names no causal LM class of
+    its own (a text model's type, mllama_text_model, whose config names MllamaForCausalLM, is a decoder)."""
+    return cfg.get("model_type") in not_causal()[1] and head_of(architectures(cfg), "base")[0] != "lm"
+
+
 def from_config(c: Cfg) -> ArchSpec:
     version, encoders = not_causal()
+    if c.model_type in encoders and not not_a_decoder(c.cfg):
+        raise NoAnalyticModel(f"{c.path}: no op template describes {c.common.get('architecture')} "
+                              f"(model_type {c.model_type!r})")
     if c.model_type in encoders:   # EuroBERT's fields are LLaMA's, its model an encoder: no causal mask, no KV cache
         cls = encoders[c.model_type]
         raise UsageError(f"{c.path}: model_type {c.model_type!r} is not a decoder: transformers {version} has no causal "

@@ -38,6 +38,9 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
         raise NoAnalyticModel(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
     archs = architectures(cfg)
     head, arch_name, notes = head_of(archs, family.default_head)
+    if family.encoder_decoder and arch_name is not None and arch_name.endswith("ForCausalLM"):
+        raise NoAnalyticModel(f"{path}: {arch_name} is the {family.name} decoder alone (no encoder, no cross-attention "
+                              "input): the encoder-decoder template does not describe it")
     c = Cfg(cfg, path, mt, head, {})
     tdt = cfg.get("torch_dtype") or cfg.get("dtype")
     c.common = dict(family=family.name, model_type=mt, source="config.json", head=head, architecture=arch_name,

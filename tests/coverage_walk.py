@@ -1,0 +1,189 @@
+"""Which causal LMs of the installed transformers `flops` and `memory` answer, by which path, and whether exactly
+(issue 34). Runnable by hand; tests/test_coverage_walk.py runs a sample of it:
+
+    python tests/coverage_walk.py                    # every class of MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    python tests/coverage_walk.py --only llama,jamba
+    python tests/coverage_walk.py --out docs/coverage.md
+
+For each (model type, causal LM class) of transformers' auto mapping: its config class at tiny sizes
+(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
+from it on the CPU (fp32, eager attention): one forward of SEQ tokens with use_cache, its FLOPs counted by
+FlopCounterMode (grouped_mm by the product's one rule: analysis/meta.py) and the bytes of the cache it returns.
+ckptstat answers from the config alone (census.model.load, then the meta path where no op template describes the
+model: analysis/meta.load): its matmul FLOPs for the same tokens and its cache bytes at 4 bytes an element. Each
+class ends as one of:
+  static      the op template answered, FLOPs and cache bytes equal the oracle's
+  meta        transformers on the meta device answered (no template), equal the oracle's
+  wrong       an answer that differs from the oracle (the figures say by how much)
+  refused     ckptstat said it cannot answer (the reason)
+  crashed     ckptstat raised something other than its own one-line error (a bug: the reason)
+  no oracle   transformers could not build or run the class at tiny sizes (the reason): not counted
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import traceback
+import warnings
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from census_audit import tiny_config  # noqa: E402
+
+SEQ = 8
+OUTCOMES = ("static", "meta", "wrong", "refused", "crashed", "no oracle")
+
+
+def classes() -> list[tuple[str, str]]:
+    """(model_type, class name) of every causal LM transformers maps, in mapping order."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    out: dict[tuple[str, str], None] = {}
+    for model_type, names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
+        for name in (names,) if isinstance(names, str) else names:
+            out[(model_type, name)] = None
+    return list(out)
+
+
+def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
+    """(FLOPs, cache bytes) of one forward of SEQ tokens of the model transformers builds (CPU, fp32)."""
+    import torch
+
+    from ckptstat.analysis import meta
+
+    torch.manual_seed(0)
+    model = cls._from_config(cfg, attn_implementation="eager").eval()
+    vocab = cfg.get_text_config().vocab_size
+    ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
+    with meta.flop_counter() as counter, torch.no_grad():
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+    cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
+    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
+
+
+def ours(path: str) -> tuple[str, int, int]:
+    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element) for SEQ tokens."""
+    from ckptstat.analysis import flops, meta
+    from ckptstat.analysis.memory.planner import kv_counted, kv_lines
+
+    m = meta.load(path)
+    kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4))))
+    return ("static" if m.oracle is None else "meta"), flops.run(m, 1, SEQ)["totals"]["flops"], kv
+
+
+def walk_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
+    import transformers
+
+    from ckptstat.errors import CkptstatError
+
+    cls = getattr(transformers, cls_name, None)
+    row: dict[str, Any] = {"model_type": model_type, "cls": cls_name}
+    try:
+        cfg = tiny_config(cls.config_class)
+        want = oracle(cls, cfg)
+    except Exception as e:   # noqa: BLE001 - any failure of transformers' own build is "no oracle", with its reason
+        return {**row, "outcome": "no oracle", "why": _reason(e)}
+    path = os.path.join(workdir, f"{cls_name}.json")
+    with open(path, "w") as f:
+        json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
+    try:
+        by, got_flops, got_kv = ours(path)
+    except CkptstatError as e:
+        return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
+    except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
+        return {**row, "outcome": "crashed", "why": _reason(e)}
+    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]])
+    return {**row, "outcome": by if (got_flops, got_kv) == want else "wrong", "by": by}
+
+
+class _Timeout(Exception):
+    pass
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise _Timeout("over the time budget")
+
+
+def _reason(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}{where}"
+
+
+def walk(pairs: list[tuple[str, str]], budget: float = 120.0, echo: bool = False) -> list[dict[str, Any]]:
+    import torch
+    import transformers
+
+    torch.set_num_threads(1)
+    transformers.logging.set_verbosity_error()
+    warnings.filterwarnings("ignore")
+    rows = []
+    signal.signal(signal.SIGALRM, _on_alarm)
+    with tempfile.TemporaryDirectory() as workdir:
+        for i, (model_type, cls_name) in enumerate(pairs):
+            signal.setitimer(signal.ITIMER_REAL, budget)
+            try:
+                row = walk_one(model_type, cls_name, workdir)
+            except _Timeout as e:
+                row = {"model_type": model_type, "cls": cls_name, "outcome": "no oracle", "why": str(e)}
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            rows.append(row)
+            if echo:
+                print(f"[{i + 1}/{len(pairs)}] {model_type:28} {cls_name:44} {row['outcome']:9} {row.get('why', '')}",
+                      flush=True)
+    return rows
+
+
+def markdown(rows: list[dict[str, Any]]) -> str:
+    import torch
+    import transformers
+
+    counted = [r for r in rows if r["outcome"] != "no oracle"]
+    tally = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
+    lines = ["# Coverage of transformers' causal LMs by `flops` and `memory`",
+             "",
+             f"Written by `python tests/coverage_walk.py --out docs/coverage.md` with transformers {transformers.__version__}, "
+             f"torch {torch.__version__.split('+')[0]}: every class of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` at tiny sizes, "
+             f"one forward of {SEQ} tokens on the CPU as the oracle (FlopCounterMode; the returned cache's bytes). "
+             "The rules and outcomes: tests/coverage_walk.py's docstring.",
+             "",
+             f"{len(rows)} classes; {len(counted)} with an oracle: "
+             + ", ".join(f"{tally[o]} {o}" for o in OUTCOMES[:5])
+             + f" ({100 * tally['static'] / max(len(counted), 1):.0f}% static, "
+             f"{100 * (tally['static'] + tally['meta']) / max(len(counted), 1):.0f}% answered exactly); "
+             f"{tally['no oracle']} without an oracle.",
+             "",
+             "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | why |",
+             "|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (OUTCOMES.index(r["outcome"]), r["model_type"], r["cls"])):
+        f, c = r.get("flops"), r.get("cache_bytes")
+        lines.append(f"| {r['model_type']} | {r['cls']} | {r['outcome']} | {f'{f[0]:,} / {f[1]:,}' if f else ''} | "
+                     f"{f'{c[0]:,} / {c[1]:,}' if c else ''} | {r.get('why', '').replace('|', '/')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--only", default="", help="comma-separated model types")
+    ap.add_argument("--out", default="", help="write the markdown record here")
+    ap.add_argument("--budget", type=float, default=120.0, help="seconds per class")
+    args = ap.parse_args(argv)
+    os.environ["HF_HUB_OFFLINE"] = "1"
+    only = set(args.only.split(",")) - {""}
+    rows = walk([p for p in classes() if not only or p[0] in only], args.budget, echo=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(markdown(rows))
+    wrong = [r for r in rows if r["outcome"] in ("wrong", "crashed")]
+    for r in wrong:
+        print(f"  {r['outcome'].upper()} {r['cls']}: {r.get('flops') or r.get('why')}, cache {r.get('cache_bytes')}")
+    return 1 if wrong else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
