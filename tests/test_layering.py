@@ -131,7 +131,7 @@ ANALYSIS_TIERS = [
     ("quantized", "ties", "flops", "memory", "conversion", "scan", "adapter", "pipeline", "meta"),
     ("summary", "diff"),
     ("audit",),
-    ("stats",),
+    ("stats", "trend"),
     ("report",),
 ]
 

@@ -280,6 +280,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     with scoped(scope):
+        if not urls.is_url(path) and os.path.isdir(path):
+            from . import training  # a Trainer or DeepSpeed folder: the model and its optimizer state together
+            if training.is_training_folder(path):
+                with reading(path):
+                    whole = training.open_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow), resolve_folder,
+                                                 lambda p: read_json(p, limits().config_bytes, "training state"))
+                if whole is not None:
+                    return whole
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)

@@ -10,6 +10,7 @@ from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.io import contiguous_strides, extent
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
+from ..training import torch_training
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .unpickler import key_text, walk
@@ -72,8 +73,9 @@ def _scalars(obj: object) -> dict[str, str]:
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
+    training, optimizer_params = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
-                      notes=notes)
+                      notes=notes, training=training, optimizer_params=optimizer_params)
 
 
 def open_zip(path: str) -> Checkpoint:
