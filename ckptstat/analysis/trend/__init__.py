@@ -302,7 +302,7 @@ def build(p: Plan, results: list[tuple[dict[str, Sums], list]], layout: str, pat
     for key in sorted(p.items, key=natural_key):
         it = p.items[key]
         series = [_row(steps[t], t, results[t][0][key]) for t in range(len(steps))]
-        tensors.append({"name": key, "bucket": it.bucket, "layer": it.layer, "series": series, "flags": _flags(series)})
+        tensors.append({"name": it.name, "bucket": it.bucket, "layer": it.layer, "series": series, "flags": _flags(series)})
         for g in _groups(it):
             per = groups.setdefault(g, [Sums() for _ in steps])
             for t in range(len(steps)):
