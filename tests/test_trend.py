@@ -204,7 +204,8 @@ def test_discovery_of_each_layout(tmp_path):
     for name in ("epoch=0-step=3.ckpt", "epoch=1-step=6.ckpt", "last.ckpt"):
         (tmp_path / "pl" / name).write_bytes(b"")
     steps, layout, skipped = discover([str(tmp_path / "pl")])
-    assert [s.step for s in steps] == [3, 6] and skipped == [{"name": "last.ckpt", "reason": "a .ckpt without step=N in its name"}]
+    assert [s.step for s in steps] == [3, 6]
+    assert skipped == [{"name": "last.ckpt", "reason": "a .ckpt without step=N in its name"}]
 
 
 def test_cli(run, cli, tmp_path):
