@@ -10,10 +10,10 @@ from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.io import contiguous_strides, extent
 from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
-from ..training import torch_training
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
-from .unpickler import key_text, walk
+from .training import torch_training
+from .unpickler import SafeUnpickler, key_text, walk
 from .zipstream import ZipStreamReader
 
 _View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
@@ -78,8 +78,9 @@ def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
                       notes=notes, training=training, optimizer_params=optimizer_params)
 
 
-def open_zip(path: str) -> Checkpoint:
-    contents = read_zip(path)
+def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:
+    """A torch.save zip; `unpickler`: a RecordingUnpickler for a library's file that names its own classes."""
+    contents = read_zip(path, unpickler)
     ckpt = _checkpoint(path, "pytorch (zip)", contents)
     if contents.compressed:
         ckpt.readers[path] = ZipStreamReader(path)
