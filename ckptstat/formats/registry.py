@@ -280,12 +280,12 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     with scoped(scope):
-        if not urls.is_url(path) and os.path.isdir(path):
-            from . import training  # a Trainer or DeepSpeed folder: the model and its optimizer state together
-            if training.is_training_folder(path):
+        if not urls.is_url(path) and os.path.isdir(path):   # a folder a reader module reads as a whole
+            for module in _FOLDER_HOOK_MODULES:
+                importlib.import_module(f"{__package__}.{module}")
+            for read_folder in _FOLDER_HOOKS:
                 with reading(path):
-                    whole = training.open_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow), resolve_folder,
-                                                 lambda p: read_json(p, limits().config_bytes, "training state"))
+                    whole = read_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow))
                 if whole is not None:
                     return whole
         target = resolve_folder(path) if files.isdir(path) else path
@@ -323,6 +323,12 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     return ckpt
 
 
+# Folders read as a whole before resolve_folder picks one weights file: each hook returns None for a folder not its
+# own (formats/training.py: Hugging Face Trainer and DeepSpeed folders, the model and its optimizer state together);
+# given the folder and a function opening one of its files as open_checkpoint does. Registered by the modules named
+# here, imported when a local folder is opened.
+_FOLDER_HOOKS: list[Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None]] = []
+_FOLDER_HOOK_MODULES = ("training",)
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
 # ... and the reader module that registers each hook, imported when such a name is opened.

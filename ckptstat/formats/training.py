@@ -20,11 +20,12 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
 
 from ..core import Checkpoint
 from ..core.files import open_regular
+from ..core.limits import limits
 from ..errors import CorruptCheckpointError, FileNotFound, reading
+from .registry import _FOLDER_HOOKS, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
 
 TRAINER_STATE = "trainer_state.json"     # transformers trainer_callback.py / trainer.py TRAINER_STATE_NAME
@@ -36,11 +37,6 @@ _DS_TAG = re.compile(r"^[\w.+-]{1,200}$")
 
 
 # ------------------------------------------------------------------------------------------ folders
-def is_training_folder(path: str) -> bool:
-    return os.path.isdir(path) and (os.path.isfile(os.path.join(path, TRAINER_STATE)) or _deepspeed_files(path) is not None
-                                    or os.path.isfile(os.path.join(path, DEEPSPEED_LATEST)))
-
-
 def _deepspeed_files(folder: str) -> tuple[list[str], list[str]] | None:
     try:
         names = sorted(os.listdir(folder))
@@ -65,12 +61,11 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
     base.memo.clear()
 
 
-def open_folder(folder: str, open_file: Callable[[str], Checkpoint], resolve: Callable[[str], str],
-                read_json: Callable[[str], Any]) -> Checkpoint | None:
+def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
     """A Trainer or DeepSpeed folder as one Checkpoint; None for any other folder. `open_file` opens one file as
-    open_checkpoint does; `resolve` picks a model folder's weights file; `read_json` reads a bounded JSON file."""
+    open_checkpoint does (registry._FOLDER_HOOKS)."""
     if os.path.isfile(os.path.join(folder, TRAINER_STATE)):
-        return _trainer(folder, open_file, resolve, read_json)
+        return _trainer(folder, open_file)
     ds = _deepspeed_files(folder)
     if ds is None and os.path.isfile(os.path.join(folder, DEEPSPEED_LATEST)):
         tag = _latest(folder)
@@ -91,13 +86,12 @@ def _latest(folder: str) -> str:
     return tag
 
 
-def _trainer(folder: str, open_file: Callable[[str], Checkpoint], resolve: Callable[[str], str],
-             read_json: Callable[[str], Any]) -> Checkpoint:
+def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     state_path = os.path.join(folder, TRAINER_STATE)
-    state = read_json(state_path)
+    state = read_json(state_path, limits().config_bytes, "trainer state")
     if not isinstance(state, dict):
         raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
-    ckpt = open_file(resolve(folder))
+    ckpt = open_file(resolve_folder(folder))
     opt_path = os.path.join(folder, TRAINER_OPTIMIZER)
     lr = None
     if os.path.isfile(opt_path):
@@ -136,3 +130,6 @@ def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable
     ckpt.training = info
     ckpt.path = folder
     return ckpt
+
+
+_FOLDER_HOOKS.append(open_folder)
