@@ -7,6 +7,7 @@ import json
 import math
 import os
 import re
+import shutil
 
 import pytest
 
@@ -234,3 +235,14 @@ def test_bad_input_is_one_line(run, cli, tmp_path):
     assert code == 1 and len(err.strip().splitlines()) == 1 and "model.safetensors" in err and "Traceback" not in err
     code, _, err = cli("trend", os.path.join(run[0], "checkpoint-1"))
     assert code == 2 and len(err.strip().splitlines()) == 1
+    # a Trainer folder whose optimizer.pt links out of it: refused as any link out of a checkpoint folder
+    link = tmp_path / "link" / "checkpoint-1"
+    link.mkdir(parents=True)
+    for name in ("model.safetensors", "config.json", "trainer_state.json"):
+        shutil.copy(os.path.join(run[0], "checkpoint-1", name), link / name)
+    os.symlink(os.path.join(run[0], "checkpoint-2", "optimizer.pt"), link / "optimizer.pt")
+    code, _, err = cli(str(link))
+    assert code == 1 and "outside the checkpoint" in err and len(err.strip().splitlines()) == 1
+    (link / "trainer_state.json").write_text('{"global_step": ')
+    code, _, err = cli(str(link), "--allow-external")
+    assert code == 1 and "trainer_state.json: cannot read trainer state" in err

@@ -287,6 +287,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                 with reading(path):
                     whole = read_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow))
                 if whole is not None:
+                    for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
+                        check_inside(f, "file", path)
                     return whole
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:

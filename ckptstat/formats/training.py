@@ -88,7 +88,8 @@ def _latest(folder: str) -> str:
 
 def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     state_path = os.path.join(folder, TRAINER_STATE)
-    state = read_json(state_path, limits().config_bytes, "trainer state")
+    with reading(state_path, "cannot read trainer state"):
+        state = read_json(state_path, limits().config_bytes, "trainer state")
     if not isinstance(state, dict):
         raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
     ckpt = open_file(resolve_folder(folder))

@@ -169,8 +169,9 @@ def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, s
             continue
         state = t.name[: -len(SECOND_MOMENT)].rstrip(".")
         param = ckpt.optimizer_params.get(state)
+        parts = state.split(".")
         key = by_name.get(param) if param is not None else next(
-            (k for k in keys if state == k or state.endswith("." + k)), None)
+            (k for k in (".".join(parts[i:]) for i in range(len(parts))) if k in keys), None)
         out.append((t.name, key))
     return out
 
