@@ -21,10 +21,12 @@ def trend(
     chunk_bytes: int = ChunkOpt,
     workers: int = WorkersOpt,
     progress: Optional[bool] = ProgressOpt,
+    scheduler: Optional[str] = typer.Option(None, "--scheduler", help="Dask scheduler address (tcp://host:8786): read "
+                                            "the steps on that cluster; same report (the `dask` extra)."),
 ) -> None:
     """Per step, bucket, layer and tensor: weight norm, change since the previous and the first checkpoint (relative
     L2, max abs), update-to-weight ratio, Adam's second moments; frozen, dead and jumping layers. Streamed in bounded
-    memory, one step per worker."""
+    memory, one step per worker process or Dask task."""
     from ..analysis.trend import trend as trend_report
     from ..analysis.trend.find import discover
     from ..errors import UsageError
@@ -40,7 +42,7 @@ def trend(
         steps, _, _ = discover(paths)
         check_output(output, [*paths, *(s.path for s in steps)])   # never an input
     with progress_bar(sys.stderr.isatty() if progress is None else progress, "steps") as bar:
-        r = trend_report(paths, chunk_bytes, workers, bar)
+        r = trend_report(paths, chunk_bytes, workers, bar, scheduler)
     if as_json:
         if output is None:
             emit_json(r)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
@@ -199,7 +199,7 @@ def plan(ckpts: Sequence[Checkpoint], steps: list[Step]) -> Plan:
     return Plan(steps, items, names, second, skipped)
 
 
-def step_result(ckpts: Sequence[Checkpoint], p: Plan, t: int, chunk_bytes: int) -> tuple[dict[str, Sums], list]:
+def step_result(ckpts: Mapping[int, Checkpoint], p: Plan, t: int, chunk_bytes: int) -> tuple[dict[str, Sums], list]:
     """Step t's sums per tracked tensor (beside step t-1 and step 0), and its second moments (key, Moments)."""
     out = {}
     for key in sorted(p.items, key=natural_key):
@@ -214,18 +214,22 @@ _W: dict[str, Any] = {}
 
 def _worker(t: int) -> tuple:
     try:
-        return ("ok", t, *step_result(_W["ckpts"], _W["plan"], t, _W["chunk"]))
+        return ("ok", t, *step_result(dict(enumerate(_W["ckpts"])), _W["plan"], t, _W["chunk"]))
     except CkptstatError as e:   # (the tree's exceptions take extra __init__ args: sent as text)
         return ("error", t, str(e))
 
 
 def _run(ckpts: list[Checkpoint], p: Plan, chunk_bytes: int, workers: int,
-         progress: Callable[[int, int], None] | None) -> list[tuple[dict[str, Sums], list]]:
+         progress: Callable[[int, int], None] | None, scheduler: Any = None) -> list[tuple[dict[str, Sums], list]]:
+    if scheduler is not None:   # the steps read on a Dask cluster (analysis/trend/cluster.py)
+        from .cluster import run_dask
+
+        return run_dask(p, chunk_bytes, scheduler, progress)
     n = len(ckpts)
     results: list[Any] = [None] * n
     if workers <= 1:
         for t in range(n):
-            results[t] = step_result(ckpts, p, t, chunk_bytes)
+            results[t] = step_result(dict(enumerate(ckpts)), p, t, chunk_bytes)
             if progress:
                 progress(t + 1, n)
         return results
@@ -358,8 +362,9 @@ def step_meta(ckpt: Checkpoint) -> dict:
 
 
 def trend(paths: list[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int = 1,
-          progress: Callable[[int, int], None] | None = None) -> dict:
-    """The trend report (schema ckptstat.trend/1) of a run folder or a list of checkpoints."""
+          progress: Callable[[int, int], None] | None = None, scheduler: Any = None) -> dict:
+    """The trend report (schema ckptstat.trend/1) of a run folder or a list of checkpoints; `scheduler`: a Dask
+    scheduler address (or Client) to read the steps on."""
     if chunk_bytes < 8:
         raise UsageError(f"chunk size must be at least 8 bytes, got {chunk_bytes}")
     if workers < 0:
@@ -373,7 +378,7 @@ def trend(paths: list[str], chunk_bytes: int = DEFAULT_CHUNK_BYTES, workers: int
         if not p.items:
             raise UsageError(f"{paths[0]}: no parameter tensor is in every checkpoint of the run")
         p.skipped[:0] = left_out
-        results = _run(ckpts, p, chunk_bytes, workers, progress)
+        results = _run(ckpts, p, chunk_bytes, workers, progress, scheduler)
         return build(p, results, layout, paths, chunk_bytes, workers, time.perf_counter() - t0,
                      [step_meta(c) for c in ckpts])
     finally:
