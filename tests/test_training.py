@@ -113,3 +113,20 @@ def test_trainer_folder_cli_line(cli, tmp_path):
     line = next(x for x in out.splitlines() if x.startswith("training"))
     assert f"step {step['global_step']}" in line and "PyTorch Lightning" in line
     assert os.path.basename(step["file"]).startswith("epoch=")
+
+
+def test_zero_second_moments_per_layer():
+    """ZeRO keeps Adam's state as one flat partition: each parameter's slice, as DeepSpeed's own param_slice_mappings
+    place it, summed per layer and bucket."""
+    r = trend([fixture("training", "deepspeed-zero1")])
+    for got, want in zip(r["optimizer"], EXPECTED["deepspeed-zero1"]["steps"]):
+        per = want["second_moments_per_param"]
+        assert got["attributed"] == len(per) and got["tensors"] == want["second_moments"]["tensors"]
+        groups = {g["group"]: g for g in got["groups"]}
+        for layer in (0, 1):
+            mine = [v for k, v in per.items() if k.startswith(f"layers.{layer}.")]
+            g = groups[f"encoder.{layer}"]
+            n = sum(v["elements"] for v in mine)
+            assert g["elements"] == n and g["max"] == max(v["max"] for v in mine)
+            assert g["mean"] == pytest.approx(sum(v["mean"] * v["elements"] for v in mine) / n, rel=REL)
+            assert g["mean_sqrt"] == pytest.approx(sum(v["mean_sqrt"] * v["elements"] for v in mine) / n, rel=REL)

@@ -206,6 +206,9 @@ class Checkpoint:
     # An optimizer state's prefix (`optimizer.state.3`) -> the name of the parameter it belongs to, where the
     # optimizer's param_groups name them (torch >= 2.6 optimizers built from named_parameters(): `param_names`).
     optimizer_params: dict[str, str] = field(default_factory=dict)
+    # A flat optimizer state (DeepSpeed ZeRO's partition, `...base_optimizer_state.state.0`) -> the slices of it each
+    # parameter owns, (name, first element, elements), from the file's own map (ZeRO's param_slice_mappings).
+    optimizer_fragments: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
     memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:

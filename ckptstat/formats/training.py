@@ -54,6 +54,7 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
             raise CorruptCheckpointError(part.path, f"tensor {new!r} is also in {base.path}")
         base.tensors[new] = replace(t, name=new)
     base.optimizer_params.update({f"{prefix}{k}": v for k, v in part.optimizer_params.items()})
+    base.optimizer_fragments.update({f"{prefix}{k}": v for k, v in part.optimizer_fragments.items()})
     base.readers.update(part.readers)
     base.files += tuple(f for f in part.files if f not in base.files)
     base.notes += part.notes

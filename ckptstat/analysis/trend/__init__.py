@@ -132,17 +132,28 @@ def tensor_sums(cur: Checkpoint, name: str, prev: tuple[Checkpoint, str] | None,
     return s
 
 
-def moments(ckpt: Checkpoint, name: str, chunk_bytes: int) -> Moments:
-    m = Moments(tensors=1)
+Segment = tuple[str | None, int, int]   # (the aligned key of the parameter or None, first element, elements)
+
+
+def moments(ckpt: Checkpoint, name: str, segments: Sequence[Segment], chunk_bytes: int) -> list[tuple[str | None, Moments]]:
+    """The tensor's second moments, summed per segment (a whole tensor is one; a ZeRO flat partition one per
+    parameter slice, the gaps between them unattributed), streamed."""
+    out = [(key, Moments(tensors=1)) for key, _, _ in segments]
+    pos = 0
     for chunk in ckpt.iter_chunks(name, chunk_bytes):
-        v = chunk.astype(np.float64)
-        v = v[np.isfinite(v)]
-        m.n += v.size
-        m.sv += float(v.sum())
-        m.sr += float(np.sqrt(np.maximum(v, 0.0)).sum())
-        if v.size:
-            m.mx = max(m.mx, float(v.max()))
-    return m
+        for (_, start, count), (_, m) in zip(segments, out):
+            a, b = max(start, pos), min(start + count, pos + chunk.size)
+            if a >= b:
+                continue
+            v = chunk[a - pos:b - pos].astype(np.float64)
+            v = v[np.isfinite(v)]
+            m.n += v.size
+            m.sv += float(v.sum())
+            m.sr += float(np.sqrt(np.maximum(v, 0.0)).sum())
+            if v.size:
+                m.mx = max(m.mx, float(v.max()))
+        pos += chunk.size
+    return out
 
 
 # ------------------------------------------------------------------------------------------ one step
@@ -153,14 +164,15 @@ class Plan:
     steps: list[Step]
     items: dict[str, Item]
     names: list[dict[str, str]]
-    second: list[list[tuple[str, str | None]]]
+    second: list[list[tuple[str, list[Segment]]]]
     skipped: list[dict] = field(default_factory=list)
 
 
-def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, str | None]]:
-    """(tensor name, the aligned key of its parameter or None) of each Adam second moment in the checkpoint. Its
-    parameter: the one the reader names for its state (Checkpoint.optimizer_params: param_groups' param_names), or the
-    one whose key ends the state's name (FSDP and DCP key the state by the parameter's name)."""
+def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, list[Segment]]]:
+    """Each Adam second moment in the checkpoint and its segments. Its parameter: the one the reader names for its
+    state (Checkpoint.optimizer_params: param_groups' param_names), or the one whose key ends the state's name (FSDP
+    and DCP key the state by the parameter's name); a ZeRO flat partition: each parameter's slice of it
+    (Checkpoint.optimizer_fragments)."""
     place = placements(ckpt)
     by_name = {n: k for k, n in keys.items()}
     out = []
@@ -168,12 +180,35 @@ def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, s
         if place[t.name].role != "optimizer" or not t.name.endswith(SECOND_MOMENT) or t.dt.kind == "str":
             continue
         state = t.name[: -len(SECOND_MOMENT)].rstrip(".")
+        frags = ckpt.optimizer_fragments.get(state)
+        if frags is not None and len(t.shape) == 1:
+            out.append((t.name, _segments(t.numel, [(_key_of(name, keys, by_name), a, n) for name, a, n in frags])))
+            continue
         param = ckpt.optimizer_params.get(state)
-        parts = state.split(".")
-        key = by_name.get(param) if param is not None else next(
-            (k for k in (".".join(parts[i:]) for i in range(len(parts))) if k in keys), None)
-        out.append((t.name, key))
+        out.append((t.name, [(by_name.get(param) if param is not None else _key_of(state, keys), 0, t.numel)]))
     return out
+
+
+def _key_of(name: str, keys: dict[str, str], by_name: dict[str, str] | None = None) -> str | None:
+    """The aligned key of a parameter named `name` (the checkpoint's name, or one that ends with a key)."""
+    if by_name and name in by_name:
+        return by_name[name]
+    parts = name.split(".")
+    return next((k for k in (".".join(parts[i:]) for i in range(len(parts))) if k in keys), None)
+
+
+def _segments(numel: int, frags: list[Segment]) -> list[Segment]:
+    """Slices in order covering [0, numel): the fragments that fit without overlap, the gaps (padding) unattributed."""
+    out: list[Segment] = []
+    pos = 0
+    for key, start, count in sorted(frags, key=lambda f: f[1]):
+        if start < pos or start + count > numel:
+            continue   # (a map that does not fit the tensor: those elements stay unattributed)
+        if start > pos:
+            out.append((None, pos, start - pos))
+        out.append((key, start, count))
+        pos = start + count
+    return out + ([(None, pos, numel - pos)] if pos < numel else [])
 
 
 def plan(ckpts: Sequence[Checkpoint], steps: list[Step]) -> Plan:
@@ -206,7 +241,7 @@ def step_result(ckpts: Mapping[int, Checkpoint], p: Plan, t: int, chunk_bytes: i
         prev = (ckpts[t - 1], p.names[t - 1][key]) if t else None
         first = (ckpts[0], p.names[0][key]) if t > 1 else None
         out[key] = tensor_sums(ckpts[t], p.names[t][key], prev, first, chunk_bytes)
-    return out, [(key, moments(ckpts[t], name, chunk_bytes)) for name, key in p.second[t]]
+    return out, [km for name, segments in p.second[t] for km in moments(ckpts[t], name, segments, chunk_bytes)]
 
 
 _W: dict[str, Any] = {}
@@ -328,6 +363,7 @@ def build(p: Plan, results: list[tuple[dict[str, Sums], list]], layout: str, pat
             if key is not None:
                 for g in _groups(p.items[key]):
                     by_group.setdefault(g, Moments()).merge(m)
+        total.tensors = len(p.second[t])   # tensors, whatever their slices
         optimizer.append({"step": steps[t].step, **total.row(), "attributed": sum(1 for k, _ in moms if k is not None),
                           "groups": [{"group": _label(g), **by_group[g].row()} for g in sorted(by_group, key=_order)]})
     bucket_order = {b: i for i, b in enumerate(BUCKETS)}

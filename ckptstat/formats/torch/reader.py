@@ -12,7 +12,7 @@ from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
-from .training import torch_training
+from .training import torch_training, zero_fragments
 from .unpickler import SafeUnpickler, key_text, walk
 from .zipstream import ZipStreamReader
 
@@ -75,7 +75,8 @@ def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
     training, optimizer_params = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
-                      notes=notes, training=training, optimizer_params=optimizer_params)
+                      notes=notes, training=training, optimizer_params=optimizer_params,
+                      optimizer_fragments=zero_fragments(c.obj))
 
 
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:

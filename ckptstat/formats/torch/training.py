@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .unpickler import RecordingUnpickler
+from .unpickler import Record, RecordingUnpickler
 
 MAX_DEPTH = 6   # how deep an optimizer state_dict is looked for in a training dict
 
@@ -72,6 +72,28 @@ def optimizer_facts(obj: Any) -> tuple[float | None, dict[str, str]]:
                     if isinstance(n, str) and isinstance(i, int):
                         names[f"{prefix}.state.{i}" if prefix else f"state.{i}"] = n
     return lr, names
+
+
+Fragments = dict[str, tuple[tuple[str, int, int], ...]]
+
+
+def zero_fragments(obj: Any) -> Fragments:
+    """A ZeRO optimizer state's flat partition per param group -> (parameter, start, elements) of each parameter's
+    slice in it: `optimizer_state_dict.param_slice_mappings[g]`, an ordered map of names to fragment_address(numel,
+    start) (deepspeed/runtime/zero/stage_1_and_2.py `_create_param_mapping`)."""
+    osd = obj.get("optimizer_state_dict") if isinstance(obj, dict) else None
+    maps = osd.get("param_slice_mappings") if isinstance(osd, dict) else None
+    out: Fragments = {}
+    for g, m in enumerate(maps if isinstance(maps, list) else []):
+        frags = []
+        for name, addr in (m.items() if isinstance(m, dict) else ()):
+            state = addr.state if isinstance(addr, Record) and addr.kind == "fragment_address" else None
+            start, numel = (state.get("start"), state.get("numel")) if isinstance(state, dict) else (None, None)
+            if isinstance(name, str) and type(start) is int and type(numel) is int and start >= 0 and numel >= 0:
+                frags.append((name, start, numel))
+        if frags:
+            out[f"optimizer_state_dict.base_optimizer_state.state.{g}"] = tuple(frags)
+    return out
 
 
 def torch_training(obj: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
