@@ -130,3 +130,20 @@ def test_zero_second_moments_per_layer():
             assert g["elements"] == n and g["max"] == max(v["max"] for v in mine)
             assert g["mean"] == pytest.approx(sum(v["mean"] * v["elements"] for v in mine) / n, rel=REL)
             assert g["mean_sqrt"] == pytest.approx(sum(v["mean_sqrt"] * v["elements"] for v in mine) / n, rel=REL)
+
+
+def test_shared_containers_are_walked_once(tmp_path):
+    """A pickle's memo puts one big param group (or slice map) in its list a million times: read in linear time."""
+    torch = pytest.importorskip("torch")
+    group = {"lr": 0.5, "params": list(range(2_000)), "param_names": [f"p{i}" for i in range(2_000)]}
+    nested: list = [group]
+    for _ in range(5):
+        nested = [nested] * 100   # 100^5 paths to one group
+    path = tmp_path / "opt.pt"
+    torch.save({"state": {}, "param_groups": [group] * 20_000, "deep": nested,
+                "optimizer_state_dict": {"param_slice_mappings": [{}] * 20_000}}, path)
+    import time
+    t0 = time.perf_counter()
+    ckpt = open_checkpoint(str(path))
+    assert time.perf_counter() - t0 < 5   # (without the walk's memory of containers: 20,000 x 2,000 and 100^5 visits)
+    assert ckpt.training["learning_rate"] == 0.5 and len(ckpt.optimizer_params) == 2_000

@@ -38,11 +38,16 @@ def number(v: Any) -> float | int | None:
     return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0) -> Iterator[tuple[str, dict[Any, Any]]]:
+def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0,
+                    seen: set[int] | None = None) -> Iterator[tuple[str, dict[Any, Any]]]:
     """(name prefix, dict) of each torch optimizer state_dict in a torch.save'd object, as the torch reader names
-    its tensors (`optimizer_states.0` + `.state.3.exp_avg`)."""
-    if depth > MAX_DEPTH:
+    its tensors (`optimizer_states.0` + `.state.3.exp_avg`). Each container once (as the reader's walk): a pickle's
+    memo can put one list in another a million times."""
+    seen = set() if seen is None else seen
+    if depth > MAX_DEPTH or id(obj) in seen:
         return
+    if isinstance(obj, (dict, list, tuple)):
+        seen.add(id(obj))
     if isinstance(obj, dict):
         if isinstance(obj.get("state"), dict) and isinstance(obj.get("param_groups"), list):
             yield prefix, obj
@@ -54,16 +59,18 @@ def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0) -> Iterator[tupl
         return
     for k, v in items:
         if isinstance(k, (str, int)) and not isinstance(k, bool):
-            yield from optimizer_dicts(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+            yield from optimizer_dicts(v, f"{prefix}.{k}" if prefix else str(k), depth + 1, seen)
 
 
 def optimizer_facts(obj: Any) -> tuple[float | None, dict[str, str]]:
     """(the first param group's learning rate, state prefix -> parameter name from `param_names`)."""
     lr, names = None, {}
+    seen: set[int] = set()
     for prefix, d in optimizer_dicts(obj):
         for g in d["param_groups"]:
-            if not isinstance(g, dict):
+            if not isinstance(g, dict) or id(g) in seen:   # (one group a million times over: once)
                 continue
+            seen.add(id(g))
             if lr is None:
                 lr = number(g.get("lr"))
             params, pnames = g.get("params"), g.get("param_names")
@@ -84,7 +91,11 @@ def zero_fragments(obj: Any) -> Fragments:
     osd = obj.get("optimizer_state_dict") if isinstance(obj, dict) else None
     maps = osd.get("param_slice_mappings") if isinstance(osd, dict) else None
     out: Fragments = {}
+    seen: set[int] = set()
     for g, m in enumerate(maps if isinstance(maps, list) else []):
+        if id(m) in seen:   # (one map a million times over: once)
+            continue
+        seen.add(id(m))
         frags = []
         for name, addr in (m.items() if isinstance(m, dict) else ()):
             state = addr.state if isinstance(addr, Record) and addr.kind == "fragment_address" else None
