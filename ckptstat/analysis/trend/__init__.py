@@ -250,8 +250,8 @@ _W: dict[str, Any] = {}
 def _worker(t: int) -> tuple:
     try:
         return ("ok", t, *step_result(dict(enumerate(_W["ckpts"])), _W["plan"], t, _W["chunk"]))
-    except CkptstatError as e:   # (the tree's exceptions take extra __init__ args: sent as text)
-        return ("error", t, str(e))
+    except CkptstatError as e:   # the tree's exceptions take extra __init__ args: sent as data
+        return ("error", t, type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
 
 def _run(ckpts: list[Checkpoint], p: Plan, chunk_bytes: int, workers: int,
@@ -269,6 +269,9 @@ def _run(ckpts: list[Checkpoint], p: Plan, chunk_bytes: int, workers: int,
                 progress(t + 1, n)
         return results
     from concurrent.futures import ProcessPoolExecutor, as_completed
+    from concurrent.futures.process import BrokenProcessPool
+
+    from ..stats.cluster import raise_task_error  # (dask is imported on --scheduler only)
 
     ctx = pool_context()
     if ctx.get_start_method() != "fork":
@@ -277,9 +280,13 @@ def _run(ckpts: list[Checkpoint], p: Plan, chunk_bytes: int, workers: int,
     try:
         with ProcessPoolExecutor(min(workers, n), mp_context=ctx) as pool:
             for done, fut in enumerate(as_completed([pool.submit(_worker, t) for t in range(n)]), 1):
-                res = fut.result()
+                try:
+                    res = fut.result()
+                except BrokenProcessPool:
+                    raise CkptstatError(f"{p.steps[0].path}: a trend worker process died (killed, or out of memory?); "
+                                        "no report") from None
                 if res[0] == "error":
-                    raise CkptstatError(res[2])
+                    raise_task_error(*res[2:])
                 results[res[1]] = res[2:]
                 if progress:
                     progress(done, n)
