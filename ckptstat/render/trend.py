@@ -111,6 +111,7 @@ def buckets_png(r: dict) -> bytes | None:
     if not r["buckets"]:
         return None
     from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
 
     steps = [s["step"] for s in r["steps"]]
     fig = Figure(figsize=(10, 4), dpi=100)
@@ -125,6 +126,7 @@ def buckets_png(r: dict) -> bytes | None:
     ax1.set_title("relative change since the previous step", fontsize=9)
     ax2.set_title("L2 norm", fontsize=9)
     for ax in (ax1, ax2):
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))   # steps are whole numbers
         ax.set_xlabel("step", fontsize=8)
         ax.legend(fontsize=7)
     fig.tight_layout()

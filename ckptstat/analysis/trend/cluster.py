@@ -15,7 +15,7 @@ from ...errors import CkptstatError
 from ..audit import Settings, applied, settings
 from ..audit.cluster import client_for, distributed, on_cluster
 from ..stats.cluster import raise_task_error
-from . import Plan, step_result
+from .steps import Plan, step_result
 
 
 def _task(paths: list[str], p: Plan, t: int, chunk_bytes: int, using: Settings) -> Any:
