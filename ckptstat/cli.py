@@ -17,6 +17,7 @@ from . import __version__
 from .commands import analytic, memory, multi, values
 from .commands import audit as audit_cmd
 from .commands import report as report_cmd
+from .commands import trend as trend_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show, write_out
 from .commands.examples import epilog
 from .commands.quick import _line, quick
@@ -159,6 +160,7 @@ app.command(epilog=epilog("stats"))(values.stats)
 app.command(epilog=epilog("plot"))(values.plot)
 app.command(epilog=epilog("audit"))(audit_cmd.audit)
 app.command(epilog=epilog("report"))(report_cmd.report)
+app.command(epilog=epilog("trend"))(trend_cmd.trend)
 
 
 @app.command(epilog=epilog("scan"))

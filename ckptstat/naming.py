@@ -62,6 +62,9 @@ ROLE_RULES = _rules([
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
     (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
+    # PyTorch Lightning .ckpt: callback, loop and scheduler state beside `state_dict` (lightning/pytorch/trainer/
+    # connectors/checkpoint_connector.py dump_checkpoint: ModelCheckpoint's kth_value, best_model_score...)
+    (r"^(callbacks|loops|lr_schedulers)\.", "metric"),
     (r"(^|\.)(position_ids|token_type_ids)$", "buffer"),                             # BERT-family registered buffers
     # rotary caches (LLaMA, GPT-NeoX; transformers 5: original_inv_freq, Gemma 3's {layer_type}_inv_freq), fairseq
     (r"(^|\.)([a-z_]*inv_freq|cos_cached|sin_cached|_float_tensor)$", "buffer"),

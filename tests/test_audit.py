@@ -203,7 +203,7 @@ def test_stats_scheduler_error_is_one_checkpoint_error(zoo, tmp_path):
     from ckptstat import open_checkpoint
     from ckptstat.analysis.audit import settings
     from ckptstat.analysis.stats import select
-    from ckptstat.analysis.stats.cluster import _raise, _stamp, _task
+    from ckptstat.analysis.stats.cluster import _stamp, _task, raise_task_error
     from ckptstat.errors import CheckpointError
 
     path = str(tmp_path / "w.safetensors")
@@ -215,7 +215,7 @@ def test_stats_scheduler_error_is_one_checkpoint_error(zoo, tmp_path):
     res = pickle.loads(pickle.dumps(_task(path, None, _stamp(ckpt), items, 4096, settings())))
     assert res[0] == "error"
     with pytest.raises(CheckpointError) as err:
-        _raise(*res[1:])
+        raise_task_error(*res[1:])
     assert path in str(err.value)
 
 

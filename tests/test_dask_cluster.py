@@ -147,6 +147,18 @@ def test_stats_on_the_cluster_equals_local(cluster, zoo):
         assert stats_json(path, "--scheduler", cluster.address) == one   # exact: the same bits, not merely close
 
 
+def test_trend_on_the_cluster_equals_local(cluster):
+    """A run's steps read on the workers (relative paths sent absolute): the same report, bit for bit."""
+    def trend_json(*args):
+        rc, out, err = run("trend", os.path.join("training", "lightning"), "--json", "--no-progress", *args, cwd=FIXTURES)
+        assert rc == 0, err
+        r = json.loads(out)
+        r.pop("seconds"), r.pop("workers")
+        return r
+
+    assert trend_json("--scheduler", cluster.address) == trend_json()
+
+
 def test_relative_paths_reach_the_workers(cluster, tmp_path):
     """The workers run in their own folder: a relative path is sent absolute, the record keeps the user's."""
     assert stats_json("llama-tiny-sharded", "--scheduler", cluster.address, cwd=FIXTURES) == \

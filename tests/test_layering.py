@@ -131,7 +131,7 @@ ANALYSIS_TIERS = [
     ("quantized", "ties", "flops", "memory", "conversion", "scan", "adapter", "pipeline", "meta"),
     ("summary", "diff"),
     ("audit",),
-    ("stats",),
+    ("stats", "trend"),
     ("report",),
 ]
 
@@ -177,7 +177,7 @@ def test_header_only_commands_import_no_heavy_library():
 
 
 # The only modules that may import dask (issue 23): the `--scheduler` paths, imported on that path only.
-DASK_MODULES = {"ckptstat.analysis.audit.cluster", "ckptstat.analysis.stats.cluster"}
+DASK_MODULES = {"ckptstat.analysis.audit.cluster", "ckptstat.analysis.stats.cluster", "ckptstat.analysis.trend.cluster"}
 
 
 def test_dask_only_on_the_scheduler_path():

@@ -82,7 +82,7 @@ def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | N
     return name, key
 
 
-def _align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
+def align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
            rename: Rename | None = None) -> tuple[dict[str, str], list[str]]:
     """key -> the checkpoint's name, keys being names after --map rules and wrapper/base-model prefixes
     stripped; and the prefixes stripped. A key two names would share keeps the names whole. Once per
@@ -210,21 +210,20 @@ def _transposes(ta: Any, tb: Any) -> str | None:
 
 
 # ------------------------------------------------------------------------------------------ values
-def _aligned(a: Iterator[np.ndarray], b: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-    """Two flat streams of the same length re-cut into pieces of equal length (chunk sizes differ
-    when the dtypes do): at most one chunk of each side held at a time."""
-    ca: np.ndarray | None = np.empty(0)
-    cb: np.ndarray | None = np.empty(0)
+def aligned(*streams: Iterator[np.ndarray]) -> Iterator[tuple[np.ndarray, ...]]:
+    """Flat streams of the same length re-cut into pieces of equal length (chunk sizes differ when the dtypes
+    do): at most one chunk of each stream held at a time. Two sides here; a run's steps in analysis/trend/."""
+    held: list[np.ndarray | None] = [np.empty(0) for _ in streams]
     while True:
-        if ca is not None and not len(ca):
-            ca = next(a, None)
-        if cb is not None and not len(cb):
-            cb = next(b, None)
-        if ca is None or cb is None:
+        for i, s in enumerate(streams):
+            c = held[i]
+            if c is not None and not len(c):
+                held[i] = next(s, None)
+        if any(c is None for c in held):
             return
-        n = min(len(ca), len(cb))
-        yield ca[:n], cb[:n]
-        ca, cb = ca[n:], cb[n:]
+        n = min(len(c) for c in held if c is not None)
+        yield tuple(c[:n] for c in held if c is not None)
+        held = [c[n:] if c is not None else None for c in held]
 
 
 def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: float, chunk_bytes: int,
@@ -244,7 +243,7 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
     block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
     rounded, use = bound_of is not None, 0.0
-    for x, y in whole_blocks(_aligned(xs, ys), block):
+    for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
         hb.update(np.ascontiguousarray(y).data)
         if np.iscomplexobj(x) or np.iscomplexobj(y):
@@ -304,8 +303,8 @@ def _converter_transform(a: Checkpoint, b: Checkpoint, key: str, shape: tuple[in
 def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, list], atol: float, rtol: float,
             chunk_bytes: int, progress: Any = None, renames: tuple[Rename | None, Rename | None] = (None, None),
             strict: bool = False) -> tuple[list[dict], dict]:
-    ka, pa = _align(a, rules[0], renames[0])
-    kb, pb = _align(b, rules[1], renames[1])
+    ka, pa = align(a, rules[0], renames[0])
+    kb, pb = align(b, rules[1], renames[1])
     same_file = _same_file(a, b)
     place_a, place_b = placements(a), placements(b)
     alias_a, alias_b = aliases(a), aliases(b)
@@ -453,9 +452,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
             (ra if a.format == "gguf" else rb)[:0] = builtin[1]
             # llama.cpp's stacked experts, slice by slice where the HF side holds each expert
             if a.format == "gguf":
-                a = _unstacked(a, ra, _align(b, rb)[0].__contains__)
+                a = _unstacked(a, ra, align(b, rb)[0].__contains__)
             else:
-                b = _unstacked(b, rb, _align(a, ra)[0].__contains__)
+                b = _unstacked(b, rb, align(a, ra)[0].__contains__)
     elif tf_spelled(a) != tf_spelled(b):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a) else (None, tf_rename)

@@ -65,6 +65,7 @@ def summarize(ckpt: Checkpoint) -> dict:
                     "overhead_bytes": file_bytes - c.tensor_bytes},
         "metadata": dict(ckpt.metadata),
         "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
+        "training": dict(ckpt.training) if ckpt.training else None,   # a training library's step, lr (formats/training.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),

@@ -19,6 +19,8 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
               "ckptstat audit s3://bucket/models --out zoo.parquet --scheduler tcp://scheduler:8786"),
     "report": ("ckptstat report ./llama -o report.md", "ckptstat report model.gguf -o report.html --no-stats"),
     "scan": ("ckptstat scan pytorch_model.bin", "ckptstat scan ~/Downloads --json"),
+    "trend": ("ckptstat trend ./output", "ckptstat trend lightning_logs/version_0/checkpoints -o trend.html",
+              "ckptstat trend step_100.safetensors step_200.safetensors --json --workers 4"),
     "run": ("ckptstat run ./bert --device cuda -b 8 -s 128", "ckptstat run ./llama --dtype bf16 --json"),
 }
 

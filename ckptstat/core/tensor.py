@@ -200,6 +200,15 @@ class Checkpoint:
     # (formats/folders.py); the census then resolves no architecture from the adapter's tensor names.
     adapter: dict[str, Any] | None = None
     adapter_path: str | None = None
+    # What a training library's folder or file says of its run (formats/training.py): library, global_step, epoch,
+    # learning_rate, the optimizer state's file; None for a plain model checkpoint.
+    training: dict[str, Any] | None = None
+    # An optimizer state's prefix (`optimizer.state.3`) -> the name of the parameter it belongs to, where the
+    # optimizer's param_groups name them (torch >= 2.6 optimizers built from named_parameters(): `param_names`).
+    optimizer_params: dict[str, str] = field(default_factory=dict)
+    # A flat optimizer state (DeepSpeed ZeRO's partition, `...base_optimizer_state.state.0`) -> the slices of it each
+    # parameter owns, (name, first element, elements), from the file's own map (ZeRO's param_slice_mappings).
+    optimizer_fragments: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
     memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
 
     def __len__(self) -> int:

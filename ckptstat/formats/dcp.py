@@ -13,7 +13,7 @@ torch 2.13) writes a folder:
   (`_write_item`: SerializationFormat.TORCH_SAVE, the default) at `offset`, `length` bytes long.
 
 The pickle is walked by the torch reader's SafeUnpickler with the DCP metadata classes added as recording
-stubs (`_DcpUnpickler`): nothing is imported or called. Each chunk's zip is read as a torch.save file
+stubs (`_DcpUnpickler`, a RecordingUnpickler): nothing is imported or called. Each chunk's zip is read as a torch.save file
 through a window on the `.distcp` file. A tensor in one chunk is addressed by its byte offset; one in
 several chunks gets a reader (`_Chunks`) that assembles any element range from the chunks it crosses.
 """
@@ -22,8 +22,7 @@ from __future__ import annotations
 import io
 import math
 import os
-import pickle
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
@@ -31,33 +30,17 @@ from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
 from ..core.io import Window
 from ..core.tensor import read_flat_file
-from ..errors import CorruptCheckpointError, UnsafeCheckpointError
+from ..errors import CorruptCheckpointError
 from .registry import _FILE_HOOKS, Format, Probe, register
-from .torch.allowlist import DTypeRef, Refused, is_allowed, stub_for
+from .torch.allowlist import DTypeRef, Refused
 from .torch.containers import StorageRecord, zip_contents
 from .torch.reader import build_tensors
-from .torch.unpickler import SafeUnpickler, guarded, key_text, walk
+from .torch.unpickler import Record, RecordingUnpickler, key_text, walk
 
 METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
 _MODULE = "torch.distributed.checkpoint"
 MAX_METADATA = 256 << 20                    # bytes of `.metadata` pickle read
 MAX_ASSEMBLE = 1 << 20                      # elements mapped at once when assembling chunks
-
-
-class _Record:
-    """What a DCP metadata class builds: its class name and the state BUILD gave it."""
-
-    def __init__(self, kind: str):
-        self.kind, self.state = kind, None
-
-    def field(self, name: str, index: int) -> Any:
-        """A dataclass field from a dict state, or (TensorProperties' __getstate__) a tuple's item."""
-        s = self.state
-        if isinstance(s, dict):
-            return s.get(name)
-        if isinstance(s, tuple) and index < len(s):
-            return s[index]
-        return None
 
 
 # filesystem.py _StorageInfo, metadata.py classes: recorded, never built
@@ -75,50 +58,22 @@ def _path(*parts: object) -> str:
     return "/".join(str(p) for p in parts)[:400]   # StorageMeta.checkpoint_id, a pathlib path
 
 
-_CALLS = {f"{_MODULE}.metadata._MEM_FORMAT_ENCODING": _mem_format,
+_CALLS: dict[str, Callable[..., object]] = {f"{_MODULE}.metadata._MEM_FORMAT_ENCODING": _mem_format,
           **{f"pathlib.{c}": _path for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")}}
 # Every global a genuine .metadata pickle imports beyond torch's weights_only allowlist: DCP's own metadata
 # dataclasses, its memory-format enum and pathlib paths (analysis/scan/ judges a .metadata file by them).
 DCP_GLOBALS = frozenset(_CLASSES | set(_CALLS))
 
 
-class _DcpUnpickler(SafeUnpickler):
+class _DcpUnpickler(RecordingUnpickler):
     """torch's weights_only allowlist plus the DCP metadata classes, as records (see module doc)."""
 
-    def find_class(self, module: str, name: str) -> object:
-        full = f"{module}.{name}"
-        if full in _CLASSES:
-            return ("dcp class", name)
-        if full in _CALLS:
-            return _CALLS[full]
-        if not is_allowed(full):
-            raise UnsafeCheckpointError(
-                self.path, f"{self.record} references global {full!r}, which is neither a DCP metadata class nor in "
-                "torch's weights_only allowlist; refusing to load it (nothing was executed)")
-        return stub_for(full)
-
-    def load_newobj(self) -> None:
-        self.stack.pop()
-        cls = self.stack.pop()
-        if not (isinstance(cls, tuple) and len(cls) == 2 and cls[0] == "dcp class"):
-            raise Refused("NEWOBJ on a class that is not a DCP metadata class")
-        self.append(_Record(cls[1]))
-        self.account(self.stack[-1])
-
-    def load_build(self) -> None:
-        state = self.stack.pop()
-        target = self.stack[-1]
-        if isinstance(target, _Record) and target.state is None:
-            target.state = state
+    CLASSES = frozenset(_CLASSES)
+    CALLS = _CALLS
+    WHAT = "a DCP metadata class"
 
 
-# SafeUnpickler's dispatch holds its own NEWOBJ and BUILD handlers, guarded (counted and bounded); these replace them.
-_DcpUnpickler.dispatch = {**SafeUnpickler.dispatch,
-                          pickle.NEWOBJ[0]: guarded(_DcpUnpickler.load_newobj, False),
-                          pickle.BUILD[0]: guarded(_DcpUnpickler.load_build, False)}
-
-
-def _read_metadata(path: str) -> _Record:
+def _read_metadata(path: str) -> Record:
     size = file_size(path)
     if size > MAX_METADATA:
         raise CorruptCheckpointError(path, f"{METADATA} is {size:,} bytes, more than the {MAX_METADATA:,} read")
@@ -131,7 +86,7 @@ def _read_metadata(path: str) -> _Record:
         raise CorruptCheckpointError(path, f"{METADATA} pickle: {e}") from None
     except RecursionError:
         raise CorruptCheckpointError(path, f"{METADATA} pickle nests too deeply") from None
-    if not (isinstance(obj, _Record) and obj.kind == "Metadata" and isinstance(obj.state, dict)):
+    if not (isinstance(obj, Record) and obj.kind == "Metadata" and isinstance(obj.state, dict)):
         raise CorruptCheckpointError(path, f"{METADATA} does not hold a torch.distributed.checkpoint Metadata")
     return obj
 
@@ -142,8 +97,8 @@ def _ints(path: str, value: object, what: str) -> tuple[int, ...]:
     return value
 
 
-def _record(path: str, value: object, kind: str, what: str) -> _Record:
-    if not (isinstance(value, _Record) and value.kind == kind and isinstance(value.state, (dict, tuple))):
+def _record(path: str, value: object, kind: str, what: str) -> Record:
+    if not (isinstance(value, Record) and value.kind == kind and isinstance(value.state, (dict, tuple))):
         raise CorruptCheckpointError(path, f"{what} is not a {kind}")
     return value
 
@@ -156,7 +111,7 @@ class _Item:
     length: int
 
 
-def _storage(path: str, folder: str, meta: _Record, sizes: dict[str, int]) -> dict[tuple[str, tuple[int, ...]], _Item]:
+def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dict[tuple[str, tuple[int, ...]], _Item]:
     """storage_data: (fqn, chunk offsets) -> its item, every offset and length checked against its file."""
     data = meta.field("storage_data", 0)
     if not isinstance(data, dict):
@@ -255,7 +210,7 @@ class _Chunks:
         return np.concatenate(parts)
 
 
-def _tensor_entries(path: str, meta: _Record) -> Iterator[tuple[str, str, tuple[int, ...], list[_Record]]]:
+def _tensor_entries(path: str, meta: Record) -> Iterator[tuple[str, str, tuple[int, ...], list[Record]]]:
     """(fqn, canonical dtype, size, chunks) of every tensor in state_dict_metadata; the other names are yielded
     with dtype ""."""
     sdm = meta.field("state_dict_metadata", 0)
@@ -263,7 +218,7 @@ def _tensor_entries(path: str, meta: _Record) -> Iterator[tuple[str, str, tuple[
         raise CorruptCheckpointError(path, "Metadata.state_dict_metadata is not a dict")
     for fqn, md in sdm.items():
         name = key_text(fqn)
-        if isinstance(md, _Record) and md.kind == "BytesStorageMetadata":
+        if isinstance(md, Record) and md.kind == "BytesStorageMetadata":
             yield name, "", (), []
             continue
         md = _record(path, md, "TensorStorageMetadata", f"{name!r}'s metadata")

@@ -280,6 +280,17 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     with scoped(scope):
+        if not urls.is_url(path) and os.path.isdir(path):   # a folder a reader module reads as a whole
+            for marker, module in _FOLDER_HOOK_MODULES.items():   # (a plain model folder imports none of them)
+                if os.path.lexists(os.path.join(path, marker)):
+                    importlib.import_module(f"{__package__}.{module}")
+            for read_folder in _FOLDER_HOOKS:
+                with reading(path):
+                    whole = read_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow))
+                if whole is not None:
+                    for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
+                        check_inside(f, "file", path)
+                    return whole
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
@@ -315,6 +326,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     return ckpt
 
 
+# Folders read as a whole before resolve_folder picks one weights file: each hook returns None for a folder not its
+# own (formats/training.py: Hugging Face Trainer and DeepSpeed folders, the model and its optimizer state together);
+# given the folder and a function opening one of its files as open_checkpoint does. Registered by the module named
+# for a file the folder holds, imported then.
+_FOLDER_HOOKS: list[Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None]] = []
+_FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training",   # Trainer; DeepSpeed's run folder
+                        "mp_rank_00_model_states.pt": "training",                 # DeepSpeed global_stepN/ (ZeRO 0-2)
+                        "zero_pp_rank_0_mp_rank_00_model_states.pt": "training"}  # ... ZeRO 3
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
 # ... and the reader module that registers each hook, imported when such a name is opened.

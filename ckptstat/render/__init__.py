@@ -8,6 +8,17 @@ from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, 
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
 
 
+def training_line(t: dict) -> str:
+    """`Hugging Face Trainer, step 3, epoch 0.75, learning rate 0.00333 (trainer_state.json log_history)`."""
+    parts = [str(t.get("library"))]
+    parts += [f"{k} {t[k]:.6g}" if isinstance(t[k], float) else f"{k} {t[k]}"
+              for k in ("global_step", "epoch") if t.get(k) is not None]
+    if t.get("learning_rate") is not None:
+        parts.append(f"learning rate {t['learning_rate']:.6g}"
+                     + (f" ({t['learning_rate_from']})" if t.get("learning_rate_from") else ""))
+    return ", ".join(parts).replace("global_step", "step")
+
+
 def render_summary(r: dict, console: Console, show_layers: bool = False) -> None:
     a = r["architecture"]
     arch = a["family"] + (f" ({a['model_type']})" if a["model_type"] and a["model_type"] != a["family"] else "")
@@ -19,6 +30,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     console.print(name_line("config       ", r["config"] or ("none: the GGUF metadata" if r.get("gguf") else "none found")))
     for label, line in (r.get("gguf") or {}).items():   # a GGUF file's own metadata (formats/gguf_meta.py)
         console.print(Text(f"{label:<13}").append_text(safe(line)))
+    if r.get("training"):   # a Trainer / Lightning / DeepSpeed checkpoint (formats/training.py)
+        console.print(Text("training     ").append_text(safe(training_line(r["training"]))))
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")

@@ -76,7 +76,7 @@ def _task(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
         return ("error", type(e).__name__, getattr(e, "path", None), getattr(e, "reason", str(e)))
 
 
-def _raise(kind: str, path: str | None, reason: str) -> None:
+def raise_task_error(kind: str, path: str | None, reason: str) -> None:
     from ... import errors
 
     cls = getattr(errors, kind, CkptstatError)
@@ -129,7 +129,7 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
             i = index[fut.key]
             res = fut.result()
             if res[0] == "error":
-                _raise(*res[1:])   # a task's CkptstatError, raised here as on one machine
+                raise_task_error(*res[1:])   # a task's CkptstatError, raised here as on one machine
             results[i] = res[1]
             if res[2]:   # the worker's network counts, in the command's `fetched` (docs/remote.md)
                 sys.modules["ckptstat.sources"].METER.merge(res[2])

@@ -22,7 +22,7 @@ from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnknownFormatError, reading
 from .pickle_walk import walk
 from .streams import BytesSource
-from .unpickler import unpickle
+from .unpickler import SafeUnpickler, unpickle
 
 MAX_SMALL_RECORD = 1 << 16   # byteorder, version... records
 MAX_SMALL_PICKLE = 64 << 20  # data.pkl up to this size is read into memory at once
@@ -244,14 +244,14 @@ def _read_small(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
     return zf.read(info)
 
 
-def read_zip(path: str) -> Contents:
+def read_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Contents:
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the central directory, then data.pkl, by range requests
         prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])   # the end records and (most) central directories
-        return zip_contents(path, f, size)
+        return zip_contents(path, f, size, unpickler)
 
 
-def zip_contents(path: str, f: IO[bytes], size: int) -> Contents:
+def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Contents:
     """A torch.save zip read from `f` (`size` bytes: a whole file, or one item of a DCP `.distcp` file seen
     through a window whose offsets start at 0); record offsets are `f`'s."""
     zf = zip_open(path, f)
@@ -273,7 +273,7 @@ def zip_contents(path: str, f: IO[bytes], size: int) -> Contents:
         # small pickles (sizes already checked against the file) are read at once: the unpickler
         # makes thousands of tiny reads; a big or compressed one is streamed.
         stream = io.BytesIO(member.read()) if pkl.file_size <= MAX_SMALL_PICKLE else member
-        obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size)
+        obj, u = unpickle(stream, path, pkl.filename, limit=pkl.file_size, unpickler=unpickler)
     records: dict[str, StorageRecord] = {}
     compressed = False
     # the records' local headers (data_offset), fetched together when f is a URL (docs/remote.md)

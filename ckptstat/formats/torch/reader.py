@@ -12,7 +12,8 @@ from ...errors import CheckpointError, CorruptCheckpointError, reading
 from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
-from .unpickler import key_text, walk
+from .training import torch_training, zero_fragments
+from .unpickler import SafeUnpickler, key_text, walk
 from .zipstream import ZipStreamReader
 
 _View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
@@ -72,12 +73,15 @@ def _scalars(obj: object) -> dict[str, str]:
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
+    training, optimizer_params = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
-                      notes=notes)
+                      notes=notes, training=training, optimizer_params=optimizer_params,
+                      optimizer_fragments=zero_fragments(c.obj))
 
 
-def open_zip(path: str) -> Checkpoint:
-    contents = read_zip(path)
+def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:
+    """A torch.save zip; `unpickler`: a RecordingUnpickler for a library's file that names its own classes."""
+    contents = read_zip(path, unpickler)
     ckpt = _checkpoint(path, "pytorch (zip)", contents)
     if contents.compressed:
         ckpt.readers[path] = ZipStreamReader(path)

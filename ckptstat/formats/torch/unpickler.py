@@ -217,12 +217,72 @@ SafeUnpickler.dispatch[pickle.NEWOBJ_EX[0]] = guarded(SafeUnpickler.load_newobj_
 SafeUnpickler.dispatch[pickle.BYTEARRAY8[0]] = guarded(SafeUnpickler.load_bytearray8, False)
 
 
+class Record:
+    """What a RecordingUnpickler's class builds: the class's name and the state BUILD gave it; nothing is imported."""
+
+    def __init__(self, kind: str):
+        self.kind: str = kind
+        self.state: Any = None
+
+    def field(self, name: str, index: int) -> Any:
+        """A dataclass field from a dict state, or (a __getstate__ tuple, as DCP's TensorProperties) a tuple's item."""
+        s = self.state
+        if isinstance(s, dict):
+            return s.get(name)
+        if isinstance(s, tuple) and index < len(s):
+            return s[index]
+        return None
+
+
+class RecordingUnpickler(SafeUnpickler):
+    """torch's weights_only allowlist plus one library's own classes, named by a reader that knows the library's
+    files: each of CLASSES is recorded (NEWOBJ makes a Record, BUILD gives it its state), each of CALLS maps to a
+    plain function of the reader's; nothing is imported or called. DCP's metadata (formats/dcp.py), DeepSpeed's
+    ZeRO optimizer states (formats/training.py)."""
+
+    CLASSES: frozenset[str] = frozenset()
+    CALLS: dict[str, Callable[..., object]] = {}
+    WHAT = "a recorded class"   # what the classes are, in refusals: "a DCP metadata class"
+
+    def find_class(self, module: str, name: str) -> object:
+        full = f"{module}.{name}"
+        if full in self.CLASSES:
+            return ("recorded class", name)
+        if full in self.CALLS:
+            return self.CALLS[full]
+        if not is_allowed(full):
+            raise UnsafeCheckpointError(
+                self.path, f"{self.record} references global {full!r}, which is neither {self.WHAT} nor in "
+                "torch's weights_only allowlist; refusing to load it (nothing was executed)")
+        return stub_for(full)
+
+    def load_newobj(self) -> None:
+        self.stack.pop()
+        cls = self.stack.pop()
+        if not (isinstance(cls, tuple) and len(cls) == 2 and cls[0] == "recorded class"):
+            raise Refused(f"NEWOBJ on a class that is not {self.WHAT}")
+        self.append(Record(cls[1]))
+        self.account(self.stack[-1])
+
+    def load_build(self) -> None:
+        state = self.stack.pop()
+        target = self.stack[-1]
+        if isinstance(target, Record) and target.state is None:
+            target.state = state
+
+
+# SafeUnpickler's dispatch holds its own NEWOBJ and BUILD handlers, guarded (counted and bounded); these replace them.
+RecordingUnpickler.dispatch = {**SafeUnpickler.dispatch,
+                               pickle.NEWOBJ[0]: guarded(RecordingUnpickler.load_newobj, False),
+                               pickle.BUILD[0]: guarded(RecordingUnpickler.load_build, False)}
+
+
 def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
-             limit: int | None = None) -> tuple[object, SafeUnpickler]:
+             limit: int | None = None, unpickler: type[SafeUnpickler] = SafeUnpickler) -> tuple[object, SafeUnpickler]:
     """The object one pickle of `file` holds, and the unpickler (its `storages`). Whatever pickle
     trips over in a malformed stream becomes a CorruptCheckpointError naming the record."""
     with reading(path, f"{record}: malformed pickle"):
-        u = SafeUnpickler(file, path, record, storages, limit)
+        u = unpickler(file, path, record, storages, limit)
         try:
             return u.load(), u
         except Refused as e:

@@ -1,0 +1,137 @@
+"""Training libraries' checkpoints read as a whole: the model apart from the optimizer state, the step and learning
+rate said (docs/training.md).
+
+- Hugging Face Trainer `checkpoint-N/` (transformers trainer.py `_save_checkpoint`): the model as save_pretrained
+  writes it, `optimizer.pt` (OPTIMIZER_NAME: torch.save of `optimizer.state_dict()`), `scheduler.pt`,
+  `rng_state*.pth`, `training_args.bin`, and `trainer_state.json` (TRAINER_STATE_NAME: TrainerState's
+  `global_step`, `epoch`, `log_history` whose entries carry the logged `learning_rate`). Read: the model, and the
+  optimizer's tensors under `optimizer.`; the step and epoch from trainer_state.json, the learning rate from the
+  last log_history entry holding one, else the optimizer's first param group.
+- DeepSpeed `global_stepN/` (deepspeed/runtime/engine.py `save_checkpoint`, its `latest` file naming the tag):
+  `mp_rank_XX_model_states.pt` (a dict: `module` the model's state_dict, `optimizer` without ZeRO, `global_steps`,
+  `ds_version`...) and with ZeRO `*_optim_states.pt` (`optimizer_state_dict`: `base_optimizer_state`, the torch
+  optimizer's state over flattened fp32 partitions, `single_partition_of_fp32_groups`). A run folder with
+  `latest` opens the tag it names.
+- PyTorch Lightning `.ckpt`: one torch.save'd dict, read by the torch reader (formats/torch/training.py says what
+  the dict holds: step, epoch, learning rate, the optimizer state's parameter names)."""
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable
+from dataclasses import replace
+
+from ..core import Checkpoint
+from ..core.files import open_regular
+from ..core.limits import limits
+from ..errors import CorruptCheckpointError, FileNotFound, reading
+from .registry import _FOLDER_HOOKS, read_json, resolve_folder
+from .torch.training import DeepSpeedUnpickler, number
+
+TRAINER_STATE = "trainer_state.json"     # transformers trainer_callback.py / trainer.py TRAINER_STATE_NAME
+TRAINER_OPTIMIZER = "optimizer.pt"       # transformers trainer.py OPTIMIZER_NAME
+DEEPSPEED_LATEST = "latest"              # deepspeed engine.py: the tag of the last save
+_DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_(\d+)_model_states\.pt$")
+_DS_OPTIM = re.compile(r"^.*_optim_states\.pt$")
+_DS_TAG = re.compile(r"^[\w.+-]{1,200}$")
+
+
+# ------------------------------------------------------------------------------------------ folders
+def _deepspeed_files(folder: str) -> tuple[list[str], list[str]] | None:
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return None
+    model = [n for n in names if _DS_MODEL.match(n)]
+    return (model, [n for n in names if _DS_OPTIM.match(n)]) if model else None
+
+
+def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
+    """`part`'s tensors into `base` under `prefix` (its optimizer names and readers with them)."""
+    for name, t in part.tensors.items():
+        new = f"{prefix}{name}"
+        if new in base.tensors:
+            raise CorruptCheckpointError(part.path, f"tensor {new!r} is also in {base.path}")
+        base.tensors[new] = replace(t, name=new)
+    base.optimizer_params.update({f"{prefix}{k}": v for k, v in part.optimizer_params.items()})
+    base.optimizer_fragments.update({f"{prefix}{k}": v for k, v in part.optimizer_fragments.items()})
+    base.readers.update(part.readers)
+    base.files += tuple(f for f in part.files if f not in base.files)
+    base.notes += part.notes
+    base.distinct = False
+    base.memo.clear()
+
+
+def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
+    """A Trainer or DeepSpeed folder as one Checkpoint; None for any other folder. `open_file` opens one file as
+    open_checkpoint does (registry._FOLDER_HOOKS)."""
+    if os.path.isfile(os.path.join(folder, TRAINER_STATE)):
+        return _trainer(folder, open_file)
+    ds = _deepspeed_files(folder)
+    if ds is None and os.path.isfile(os.path.join(folder, DEEPSPEED_LATEST)):
+        tag = _latest(folder)
+        sub = os.path.join(folder, tag)
+        ds = _deepspeed_files(sub)
+        if ds is None:
+            raise FileNotFound(sub, f"{DEEPSPEED_LATEST} names tag {tag!r}, which holds no mp_rank_*_model_states.pt")
+        folder = sub
+    return None if ds is None else _deepspeed(folder, ds, open_file)
+
+
+def _latest(folder: str) -> str:
+    p = os.path.join(folder, DEEPSPEED_LATEST)
+    with open_regular(p) as f:
+        tag = f.read(256).decode("utf-8", "replace").strip()
+    if not _DS_TAG.match(tag) or tag in (".", ".."):
+        raise CorruptCheckpointError(p, f"not a DeepSpeed tag (a folder name): {tag[:60]!r}")
+    return tag
+
+
+def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    state_path = os.path.join(folder, TRAINER_STATE)
+    with reading(state_path, "cannot read trainer state"):
+        state = read_json(state_path, limits().config_bytes, "trainer state")
+    if not isinstance(state, dict):
+        raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
+    ckpt = open_file(resolve_folder(folder))
+    opt_path = os.path.join(folder, TRAINER_OPTIMIZER)
+    lr = None
+    if os.path.isfile(opt_path):
+        opt = open_file(opt_path)
+        _merged(ckpt, opt, "optimizer.")
+        lr = (opt.training or {}).get("learning_rate")
+    logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
+              and number(e.get("learning_rate")) is not None]
+    ckpt.training = {"library": "Hugging Face Trainer", "global_step": number(state.get("global_step")),
+                     "epoch": number(state.get("epoch")), "learning_rate": logged[-1] if logged else lr,
+                     "learning_rate_from": "trainer_state.json log_history" if logged else
+                     "optimizer.pt param_groups" if lr is not None else None,
+                     "optimizer": opt_path if os.path.isfile(opt_path) else None}
+    ckpt.path = folder
+    return ckpt
+
+
+def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
+    model_files, optim_files = ds
+    ckpt = open_file(os.path.join(folder, model_files[0]))
+    for n in model_files[1:]:   # model-parallel ranks: each its own slice of the model
+        _merged(ckpt, open_file(os.path.join(folder, n)), f"{n.removesuffix('_model_states.pt')}.")
+    info = dict(ckpt.training or {"library": "DeepSpeed", "global_step": None, "epoch": None, "learning_rate": None})
+    from .torch.reader import open_zip  # (the torch reader imports this module)
+
+    for n in optim_files:
+        with reading(os.path.join(folder, n)):
+            part = open_zip(os.path.join(folder, n), DeepSpeedUnpickler)
+        _merged(ckpt, part, "" if len(optim_files) == 1 else f"{n.removesuffix('_optim_states.pt')}.")
+        if info.get("learning_rate") is None:
+            info["learning_rate"] = (part.training or {}).get("learning_rate")
+    m = re.search(r"(\d+)$", os.path.basename(os.path.normpath(folder)))
+    if info.get("global_step") is None and m:
+        info["global_step"] = int(m.group(1))
+    info["optimizer"] = [os.path.join(folder, n) for n in optim_files] or None
+    ckpt.training = info
+    ckpt.path = folder
+    return ckpt
+
+
+_FOLDER_HOOKS.append(open_folder)
