@@ -68,7 +68,8 @@ def hostile(tmp_path_factory) -> dict[str, str]:
 @pytest.mark.parametrize("command", PATH_COMMANDS)
 def test_every_command_on_a_hostile_file(cli, hostile, command, fmt, tmp_path):
     path = hostile[fmt]
-    args = {"diff": [path, path], "plot": [path, "-o", str(tmp_path / "out.png")]}.get(command, [path])
+    args = {"diff": [path, path], "trend": [path, fixture("bert-tiny")],
+            "plot": [path, "-o", str(tmp_path / "out.png")]}.get(command, [path])
     before = sorted(os.listdir(os.path.dirname(path))), open(path, "rb").read()
     # diff answers as diff(1): 0 same, 1 different, 2 trouble; scan: 0 clean, 1 unsafe, 2 unreadable
     trouble = 2 if command in ("diff", "scan") else 1

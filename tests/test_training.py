@@ -103,6 +103,13 @@ def test_deepspeed_hostile(tmp_path):
             z.writestr(n, data)
     with pytest.raises(UnsafeCheckpointError, match="os.system"):
         open_checkpoint(str(bad / "global_step2"))
+    # scan judges the file by DeepSpeed's loader: its own classes allowed, os.system not (the genuine file is safe)
+    from ckptstat.analysis.scan import scan_local
+
+    genuine = scan_local(os.path.join(src, "global_step2", optim.name))
+    assert genuine["status"] == "safe" and genuine["format"] == "DeepSpeed ZeRO optimizer state"
+    r = scan_local(str(optim))
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["os.system"], r["verdict"]
 
 
 def test_trainer_folder_cli_line(cli, tmp_path):

@@ -207,6 +207,14 @@ def test_discovery_of_each_layout(tmp_path):
     steps, layout, skipped = discover([str(tmp_path / "pl")])
     assert [s.step for s in steps] == [3, 6]
     assert skipped == [{"name": "last.ckpt", "reason": "a .ckpt without step=N in its name"}]
+    # numbered: the number ending the name before its extensions (model.h5's 5 is no step)
+    (tmp_path / "num").mkdir()
+    for name in ("step_10.safetensors", "step_2.safetensors", "model.ckpt-7.index", "model.h5", ".tmp3"):
+        (tmp_path / "num" / name).write_bytes(b"")
+    steps, layout, _ = discover([str(tmp_path / "num")])
+    assert [(s.step, s.label) for s in steps] == [(2, "step_2.safetensors"), (10, "step_10.safetensors")]
+    a, b = str(tmp_path / "num" / "model.h5"), str(tmp_path / "num" / "step_2.safetensors")
+    assert [s.path for s in discover([a, b])[0]] == [a, b]   # not every name numbered: the order given
 
 
 def test_cli(run, cli, tmp_path):

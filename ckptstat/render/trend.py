@@ -8,6 +8,7 @@ import math
 import os
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
 from .fmt import table
@@ -59,16 +60,32 @@ def _findings(r: dict) -> list[str]:
     return out
 
 
+def _numbers(t: Table, rows: list[list[str]], first: int) -> Table:
+    """Numeric columns (from `first`, the last of a group table's aside) never folded nor cropped: as wide as
+    their longest cell, their headers on two lines."""
+    for i, c in enumerate(t.columns):
+        if i >= first and c.header != "flags":
+            c.no_wrap, c.min_width = True, max([len(row[i]) for row in rows] + [1])
+            c.header = str(c.header).replace(" ", "\n", 1)
+    return t
+
+
 def render_trend(r: dict, console: Console) -> None:
     console.print(Text(f"run          {len(r['steps'])} checkpoints ({r['layout']}), steps "
                        f"{r['steps'][0]['step']} .. {r['steps'][-1]['step']}; {len(r['tensors'])} parameter tensors "
                        "tracked"))
-    t = table("Per step (all tracked parameters)", *STEP_HEADER)
-    for cells in _step_rows(r):
+    # the terminal's per-step table leaves out max abs first and mean sqrt(v) (in --json and the reports), and its
+    # headers take two lines: its numbers fit 80 columns whole
+    shown = [i for i, h in enumerate(STEP_HEADER) if h not in ("max abs first", "mean sqrt(v)")]
+    rows = [[cells[i] for i in shown] for cells in _step_rows(r)]
+    t = _numbers(table("Per step (all tracked parameters)", *(STEP_HEADER[i] for i in shown)), rows, 0)
+    for cells in rows:
         t.add_row(*cells)
     console.print(t)
-    t = table(f"Per bucket and layer at step {r['steps'][-1]['step']}", "group", *HEADER, "flags")
-    for group, row, flags in _last_rows(r):
+    last = _last_rows(r)
+    t = _numbers(table(f"Per bucket and layer at step {r['steps'][-1]['step']}", "group", *HEADER, "flags"),
+                 [["", *_cells(row), ""] for _, row, _ in last], 1)
+    for group, row, flags in last:
         t.add_row(Name(group), *_cells(row), ", ".join(flags))
     console.print(fit_names(t, console))
     console.print(Text(f"rel = ||w_t - w_s|| / ||w_s|| since the previous step (prev) or the first; update ratio = "

@@ -21,7 +21,7 @@ from ...core.files import followed, open_regular
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
-from .loaders import dcp_metadata, scan_other
+from .loaders import dcp_metadata, deepspeed_optimizer, scan_other
 from .torch_load import scan as scan_file
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
@@ -221,9 +221,10 @@ def scan_local(path: str) -> dict[str, Any]:
     the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
     if not os.path.isfile(path):
         return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)
-    dcp_report = dcp_metadata(path)   # a torch.distributed.checkpoint .metadata: DCP's pickle.load (loaders.py)
-    if dcp_report is not None:
-        return dcp_report
+    # a torch.distributed.checkpoint .metadata (DCP's pickle.load), a DeepSpeed optimizer state: their loaders (loaders.py)
+    own_loader = dcp_metadata(path) or deepspeed_optimizer(path)
+    if own_loader is not None:
+        return own_loader
     torch_report: dict[str, Any] | None = None
     try:
         torch_report = scan_file(path)

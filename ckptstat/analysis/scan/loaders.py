@@ -17,6 +17,9 @@
   enum and pathlib paths (formats/dcp.py `DCP_GLOBALS`), which run no code of the file's choosing: those are
   allowed there, every other global outside torch's allowlist is a finding, in every pickle torch.load would
   reach too (so a `.metadata` hiding a second, hostile pickle is still UNSAFE).
+- DeepSpeed ZeRO `*_optim_states.pt` files: DeepSpeed loads them with torch.load(weights_only=False); a genuine one
+  names DeepSpeed's loss scaler, fragment_address and ZeroStageEnum (formats/torch/training.py
+  `DeepSpeedUnpickler`), allowed there on the same terms.
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -24,6 +27,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import zipfile
 from typing import IO, Any
 
@@ -34,6 +38,7 @@ from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
+from ...formats.torch.training import DeepSpeedUnpickler
 from .keras import KerasFinding, config_findings
 from .torch_load import SCAN_SCHEMA, Trace, report, trace
 
@@ -211,18 +216,43 @@ def dcp_metadata(path: str) -> dict[str, Any] | None:
         head = f.read(256)
     if not dcp.is_metadata_head(head):
         return None
+    return _judged_by_its_loader(
+        path, dcp.DCP_GLOBALS, "torch.distributed.checkpoint metadata",
+        "read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle)",
+        "a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes")
+
+
+DEEPSPEED_OPTIM = re.compile(r"^.*_optim_states\.pt$")   # DeepSpeed's ZeRO optimizer-state file names (formats/training.py)
+DEEPSPEED_GLOBALS = DeepSpeedUnpickler.CLASSES | frozenset(DeepSpeedUnpickler.CALLS)
+
+
+def deepspeed_optimizer(path: str) -> dict[str, Any] | None:
+    """The scan report of a DeepSpeed ZeRO `*_optim_states.pt`, or None for another name. DeepSpeed loads it with
+    torch.load(weights_only=False) (deepspeed/runtime/engine.py `_load_zero_checkpoint`), and a genuine one names
+    its loss scaler and fragment_address (rebuilt without a call: an object of the class, its __dict__ set; neither
+    defines __setstate__) and ZeroStageEnum (an Enum looked up by its value): those are allowed there, every other
+    global outside torch's allowlist is a finding."""
+    if not DEEPSPEED_OPTIM.match(os.path.basename(path)):
+        return None
+    return _judged_by_its_loader(
+        path, DEEPSPEED_GLOBALS, "DeepSpeed ZeRO optimizer state",
+        "read by DeepSpeed with torch.load(weights_only=False)",
+        "a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, fragment_address")
+
+
+def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: str, safe: str) -> dict[str, Any]:
+    """torch.load's trace of `path` with the globals its own loader expects (`allowed`) accepted beside torch's
+    allowlist: in every pickle torch.load would reach, so a second, hostile pickle stays UNSAFE. The globals table
+    still says what torch's weights_only would do with each."""
     t = trace(path)
     for w, _ in t.walks:
-        w.findings = [fd for fd in w.findings if fd.name not in dcp.DCP_GLOBALS]
-        w.globals = {n: ok or n in dcp.DCP_GLOBALS for n, ok in w.globals.items()}
+        w.findings = [fd for fd in w.findings if fd.name not in allowed]
     r = report(t)
-    r["format"] = "torch.distributed.checkpoint metadata"
-    r["torch_load"] = ("read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle); "
-                       f"torch.load: {t.raises or t.reads}")
+    r["format"] = fmt
+    r["torch_load"] = f"{loader}; torch.load: {t.raises or t.reads}"
     r["weights_only_loadable"] = False
     if r["status"] == "safe":
-        r["verdict"] = ("safe: a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes "
-                        "and torch's weights_only allowlist")
+        r["verdict"] = f"safe: {safe} and torch's weights_only allowlist"
     return r
 
 

@@ -19,11 +19,12 @@ from dataclasses import dataclass
 from ...errors import FileNotFound, UsageError
 
 MAX_STEPS = 10_000   # a folder of more checkpoints than this is refused (each is opened)
-_LAYOUTS = (   # (what, pattern on a child's name, whether it must be a folder)
+_LAYOUTS: tuple[tuple[str, re.Pattern[str] | None, bool | None], ...] = (   # (what, pattern on a child's name,
+    # whether it must be a folder)
     ("Hugging Face Trainer checkpoint-N/", re.compile(r"^checkpoint-(\d+)$"), True),
     ("DeepSpeed global_stepN/", re.compile(r"^global_step(\d+)$"), True),
     ("Lightning *.ckpt (step=N)", re.compile(r"(?:^|[-_])step=(\d+)(?:[-_.].*)?\.ckpt$"), False),
-    ("numbered checkpoints", re.compile(r"^(?!\.).*?(\d+)(?:\.[A-Za-z][\w.]*)?$"), None),
+    ("numbered checkpoints", None, None),   # the number ending the name before its extensions (_number)
 )
 _WEIGHTS = (".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".gguf", ".h5", ".npz", ".msgpack", ".onnx", ".keras")
 
@@ -35,8 +36,13 @@ class Step:
     label: str    # the name in the run folder
 
 
+_EXTENSIONS = re.compile(r"(?:\.[A-Za-z]\w*)+$")   # .safetensors, .ckpt-1.index's .index, .h5 (whose 5 is no step)
+
+
 def _number(name: str) -> int | None:
-    m = re.search(r"(\d+)(?:\.[A-Za-z][\w.]*)?$", name)
+    """The number ending `name` once its extensions are off: step_10.safetensors 10, model.ckpt-1.index 1, cut.h5
+    none; a hidden name none."""
+    m = re.search(r"(\d+)$", _EXTENSIONS.sub("", name)) if not name.startswith(".") else None
     return int(m.group(1)) if m and len(m.group(1)) <= 18 else None
 
 
@@ -80,13 +86,14 @@ def _run_folder(folder: str) -> tuple[list[Step], str, list[dict]]:
         skipped: list[dict] = []
         for name in names:
             path = os.path.join(folder, name)
-            m = rx.search(name)
+            m = rx.search(name) if rx is not None else None
+            number = _number(name) if rx is None else int(m.group(1)) if m and len(m.group(1)) <= 18 else None
             if is_dir is None:   # numbered: a folder, or a weights file
                 ok = os.path.isdir(path) or name.endswith(_WEIGHTS)
             else:
                 ok = os.path.isdir(path) == is_dir
-            if m and ok and len(m.group(1)) <= 18:
-                found.append(Step(int(m.group(1)), path, name))
+            if number is not None and ok:
+                found.append(Step(number, path, name))
             elif not is_dir and what.startswith("Lightning") and name.endswith(".ckpt"):
                 skipped.append({"name": name, "reason": "a .ckpt without step=N in its name"})
         if found:
