@@ -85,6 +85,7 @@ ROLE_RULES = _rules([
     (r"(^|\.)layers\.\d+\.layer_scalar$", "buffer"),     # Gemma 4, EmbeddingGemma 2, DiffusionGemma: per-layer scale
     (r"(^|\.)act_fn\.(beta|eps)$", "buffer"),             # Apertus, Apertus 1.5: XIELUActivation's constants
     (r"(^|\.)feed_forward\.expert_bias$", "buffer"),      # LFM2-MoE: the router's load-balancing bias
+    (r"(^|\.)mlp\.gate\.expert_bias$", "buffer"),        # Sarvam-MoE (Glm4Moe's class): e_score_correction_bias, saved
     # EnCodec's EuclideanCodebook (EnCodec, MusicGen, Bark, X-Codec, WavTokenizer) and Mimi's (Mimi, CSM, Kyutai STT)
     (r"(^|\.)codebook\.(inited|initialized|cluster_size|cluster_usage|embed_avg|embed_sum|embed)$", "buffer"),
     (r"(^|\.)(input|output)_(min|max)$", "buffer"),       # Gemma 4 audio: its clipped linears' bounds
