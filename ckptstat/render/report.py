@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import html
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
@@ -336,17 +337,24 @@ def write_report(output: str, run: ReportRun, inputs: list[str | None]) -> list[
     """Render the whole report in memory, then write it: the figures first (markdown: into
     `<name>_files/`), each through a temporary file renamed into place, the report last. An error
     before the writing leaves nothing behind. Returns the paths written."""
-    from ..core.files import atomic_output
-
     fmt = check_report_output(output, inputs)
     pngs, no_plot = figures(run)
+    return write_with_figures(output, fmt, pngs, lambda: report_html(run.report, pngs, no_plot),
+                              lambda links: report_markdown(run.report, links, no_plot))
+
+
+def write_with_figures(output: str, fmt: str, pngs: dict[str, bytes], html: Callable[[], str],
+                       markdown: Callable[[dict[str, str]], str]) -> list[str]:
+    """A report and its figures: HTML with the figures inside, or markdown linking them in `<name>_files/` (written
+    first); each file through a temporary one renamed into place. Returns the paths written."""
+    from ..core.files import atomic_output
+
     written: list[tuple[str, bytes]] = []
     if fmt == "html":
-        text = report_html(run.report, pngs, no_plot)
+        text = html()
     else:
         folder = figures_folder(output)
-        links = {name: f"{os.path.basename(folder)}/{name}.png" for name in pngs}
-        text = report_markdown(run.report, links, no_plot)
+        text = markdown({name: f"{os.path.basename(folder)}/{name}.png" for name in pngs})
         written = [(os.path.join(folder, f"{name}.png"), png) for name, png in pngs.items()]
         if written:
             os.makedirs(folder, exist_ok=True)

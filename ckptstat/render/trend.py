@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import math
-import os
 
 from rich.console import Console
 from rich.table import Table
@@ -208,20 +207,7 @@ def trend_html(r: dict, pngs: dict[str, bytes]) -> str:
 
 def write_trend(r: dict, output: str, fmt: str) -> list[str]:
     """The report in `fmt` (md: its figures into `<name>_files/` beside it), each file through a temporary one."""
-    from ..core.files import atomic_output
-    from .report import figures_folder
+    from .report import write_with_figures
 
     pngs = figures(r)
-    written: list[tuple[str, bytes]] = []
-    if fmt == "html":
-        text = trend_html(r, pngs)
-    else:
-        folder = figures_folder(output)
-        text = trend_markdown(r, {n: f"{os.path.basename(folder)}/{n}.png" for n in pngs})
-        written = [(os.path.join(folder, f"{n}.png"), png) for n, png in pngs.items()]
-        if written:
-            os.makedirs(folder, exist_ok=True)
-    for path, data in [*written, (output, text.encode("utf-8"))]:
-        with atomic_output(path) as tmp, open(tmp, "wb") as f:
-            f.write(data)
-    return [p for p, _ in written] + [output]
+    return write_with_figures(output, fmt, pngs, lambda: trend_html(r, pngs), lambda links: trend_markdown(r, links))
