@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, Any
@@ -135,14 +135,16 @@ class Blob:
             at, need = offset + len(head), n - len(head)
             if need == 0:
                 return head
-            if need > CACHE_BYTES // 2:   # values: straight through
-                return head + self._fetch(at, at + need)
-            self.window = min(self.window * 2, MAX_WINDOW) if at == self.next_miss else FIRST_WINDOW
-            end = min(size, at + max(need, self.window))
-            data = self._fetch(at, end)
-            self.next_miss = at + len(data)
-            self._remember(at, data)
-            return head + data[:need]
+            end = at + need
+            if need <= CACHE_BYTES // 2:   # (values go straight through)
+                self.window = min(self.window * 2, MAX_WINDOW) if at == self.next_miss else FIRST_WINDOW
+                end = self.next_miss = min(size, at + max(need, self.window))
+        # Fetched without the lock: reads of one file from several threads (`stats` of a URL reads a few
+        # tensors ahead, core/urls.py `concurrently`) overlap their round trips.
+        data = self._fetch(at, end)
+        with self.lock:
+            self._remember(at, data)   # (values are not kept)
+        return head + data[:need]
 
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
@@ -243,6 +245,10 @@ class Backend:
                 return False
             self.cached += delta
             return True
+
+    @property
+    def concurrency(self) -> int:
+        return SETTINGS.concurrency
 
     def http(self) -> HttpTransport:
         with self.lock:
@@ -370,22 +376,6 @@ class Backend:
         with _errors(url):
             entries = t.fs.ls(t.path, detail=True)
         return sorted(basename(e["name"]) for e in entries if e.get("type") == "file")
-
-    def prefetch(self, urls: Sequence[str]) -> None:
-        """The first window and the last 8 bytes (what the format probe reads) of each file, fetched
-        concurrently: a sharded checkpoint's headers cost one round trip or two, not two per shard."""
-        todo = [u for u in urls if u not in self.blobs or self.blobs[u].size is None]
-        if len(todo) < 2:
-            return
-
-        def warm(url: str) -> None:
-            b = self.blob(url)
-            b.pread(8, max(0, b.ensure_size() - 8))
-
-        with ThreadPoolExecutor(max_workers=min(SETTINGS.concurrency, len(todo))) as pool:
-            futures = [pool.submit(warm, u) for u in todo]
-        for f in futures:   # the first error, as the sequential open would have raised it
-            f.result()
 
 
 BACKEND = Backend()
