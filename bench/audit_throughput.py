@@ -1,7 +1,10 @@
 """Throughput of `ckptstat audit` on the generated zoo (fixtures/make_zoo.py): serial, a local pool of
-2 worker processes, and a Dask LocalCluster of 2 worker processes (1 thread each).
+2 worker processes, and a Dask LocalCluster of 2 worker processes (1 thread each); with --modelscan, the
+`ckptstat audit` command (one worker, two) beside modelscan's (`modelscan -p ZOO`) on the same zoo, whole
+processes.
 
     python bench/audit_throughput.py [--copies 5] [--repeat 3] [--out bench/results/audit.md]
+    python bench/audit_throughput.py --modelscan /tmp/peers/bin/modelscan --copies 17 [--repeat 3]
 
 Builds the zoo once under bench/_work/zoo and copies it `--copies` times (the units are small: the
 figures measure the per-checkpoint cost of opening, summarising, tie-checking and scanning, plus the
@@ -82,14 +85,73 @@ def timed(label: str, units: list, repeat: int, **kw: object) -> tuple[dict, dic
     return {"label": label, "seconds": statistics.median(times), "runs": repeat}, records
 
 
+def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: int) -> list[str]:
+    """`ckptstat audit ZOO` (1 and 2 workers) and `modelscan -p ZOO`, each a whole process (imports, start-up and
+    the walk counted, as a user meets them): wall (median of `repeat` after a warm-up), peak RSS, files a second.
+    modelscan's own JSON report says what it scanned and skipped."""
+    import json
+    import subprocess
+    import tempfile
+
+    sys.path.insert(0, HERE)
+    from _measure import measure
+
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        out, report = os.path.join(tmp, "audit.jsonl"), os.path.join(tmp, "modelscan.json")
+        fresh = f"rm -f {out}; exec "   # a run resumes from an existing --out: each starts from none
+        contenders = [
+            ("ckptstat audit, 1 worker", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out}"]),
+            ("ckptstat audit --workers 2", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out} --workers 2"]),
+            ("modelscan -p ZOO", [modelscan, "-p", zoo, "-r", "json", "-o", report]),
+        ]
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        rows = []
+        for name, cmd in contenders:
+            measure(cmd, repeat=1, env=env, cwd=tmp, timeout=1800)   # warm-up: page cache, byte-compiled modules
+            rows.append((name, measure(cmd, repeat=repeat, env=env, cwd=tmp, timeout=1800)))
+        with open(out) as f:
+            records = [json.loads(line) for line in f]
+        with open(report) as f:
+            summary = json.load(f).get("summary", {})
+        ms_version = subprocess.run([modelscan.replace("modelscan", "python"), "-c", "import importlib.metadata as m; "
+                                     "print(m.version('modelscan'))"], capture_output=True, text=True).stdout.strip()
+    verdicts = {v: sum(r["scan"]["verdict"] == v for r in records if r.get("scan")) for v in ("unsafe", "unknown", "safe")}
+    lines = ["## `ckptstat audit` beside modelscan", "",
+             f"{units} checkpoints in {files} files ({len(records)} records; the zoo of fixtures/make_zoo.py copied, "
+             f"hostile files included). Whole processes, median of {repeat} runs after a warm-up; the machine's load "
+             f"average was {os.getloadavg()[0]:.1f} at the end. modelscan {ms_version} (its own venv, /tmp/peers).", "",
+             "| command | wall (median) | checkpoints/s | files/s | peak RSS | exit |", "|---|---:|---:|---:|---:|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['wall_s']:.2f} s | {units / r['wall_s']:.0f} | {files / r['wall_s']:.0f} | "
+                     f"{r['rss_mib']:.0f} MiB | {'0' if r['ok'] else 'non-zero'} |")
+    scanned = summary.get("scanned", {}).get("total_scanned", "?")
+    skipped = summary.get("skipped", {}).get("total_skipped", "?")
+    lines += ["", f"What each did: ckptstat audit opened, summarised, tie-checked, config-checked and scanned every "
+              f"checkpoint (scan verdicts {verdicts}); modelscan scanned {scanned} files, skipped {skipped} "
+              f"(formats it does not read: safetensors, GGUF, ONNX... and non-model files), and reported "
+              f"{summary.get('total_issues', '?')} issues.", ""]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--heavy", type=int, default=0, help="Audit N checkpoints that each read 64 MB (a tie stored "
                     "twice, compared) instead of the zoo.")
+    ap.add_argument("--modelscan", help="modelscan's command: time `ckptstat audit` beside it instead")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "audit.md"))
     args = ap.parse_args()
+    if args.modelscan:
+        zoo = build(args.copies)
+        units, _ = discover(zoo)
+        files = sum(len(fs) for _, _, fs in os.walk(zoo))
+        lines = versus_modelscan(zoo, len(units), files, args.modelscan, args.repeat)
+        with open(args.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     if args.heavy:
         units = [u for folder in build_heavy(args.heavy) for u in discover(folder)[0]]
     else:

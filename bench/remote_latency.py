@@ -33,7 +33,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
 from _measure import emit, measure  # noqa: E402
-from remote_server import Server, busy  # noqa: E402
+from remote_server import Server, round_trips  # noqa: E402
 
 SHARDS = 163   # DeepSeek-V3's model-000NN-of-000163.safetensors
 LLAMA_405B = dict(vocab_size=128256, hidden_size=16384, intermediate_size=53248, num_hidden_layers=126,
@@ -100,8 +100,11 @@ def run(servers: tuple[Server, ...], cmd: list[str], env: dict, repeat: int) -> 
         s.reset()
     r = measure(cmd, repeat=repeat, env=env, cwd=env["PYTHONPATH"], timeout=900)   # (-m imports from the cwd first)
     r.update(requests=sum(sum(s.requests.values()) for s in servers) / repeat,
-             bytes=sum(s.bytes_sent for s in servers) / repeat, overlap=max(s.max_in_flight for s in servers),
-             busy=busy(*servers) / repeat)
+             bytes=sum(s.bytes_sent for s in servers) / repeat, overlap=max(s.max_in_flight for s in servers))
+    for s in servers:
+        s.reset()
+    measure(cmd, repeat=1, env=env, cwd=env["PYTHONPATH"], timeout=900)   # one more run, its requests' chain
+    r["chain"] = round_trips(*servers)
     return r
 
 
@@ -161,11 +164,11 @@ def main() -> None:
         total = sum(os.path.getsize(os.path.join(big, f)) for f in os.listdir(big))
         rows = summary_rows(big, n, [0.0, d], args.repeat, home, args.tree)
     walls = {(name, delay): r["wall_s"] for name, delay, r in rows}
-    lines = ["| contender | delay | wall (median) | wall added / delay | server busy / delay | peak RSS | requests "
+    lines = ["| contender | delay | wall (median) | wall added / delay | requests in sequence | peak RSS | requests "
              "| most at once | bytes sent | of the files |", "|---|---|---|---|---|---|---|---|---|---|"]
     for name, delay, r in rows:
         added = f"{(r['wall_s'] - walls[(name, 0.0)]) / d:.1f}" if delay else "-"
-        waited = f"{r['busy'] / delay:.1f}" if delay else "-"
+        waited = str(r["chain"]) if delay else "-"
         lines.append(f"| {name} | {delay * 1000:.0f} ms | {r['wall_s']:.3f} s | {added} | {waited} | {r['rss_mib']:.0f} MiB | "
                      f"{r['requests']:.0f} | {r['overlap']} | {r['bytes']:,.0f} | {r['bytes'] / total:.4%} |")
     text = (f"Llama-3.1-405B shapes (LlamaForCausalLM on the meta device), bf16, {SHARDS} shards (DeepSeek-V3's count), "
@@ -179,9 +182,9 @@ def main() -> None:
             "requests answered at once are the servers' counts (a Hub redirect to the CDN is two requests). "
             "`wall added / delay`: (wall at the delay - wall at none) / delay, the round trips the command waited "
             "for one after another, as the wall clock sees them (the machine's load moves it by several); "
-            "`server busy / delay`: the seconds in which the server was answering any request (a run's mean), over "
-            "the delay: the same count, as the server sees it (for hf://, 2 of them are the listing: the API's "
-            "revision and tree).\n\n" + "\n".join(lines) + "\n")
+            "`requests in sequence`: the same count as the servers saw it in one more run (tests/remote_server.py "
+            "`round_trips`: the longest chain of requests each sent after the previous one's answer; for hf://, 2 of "
+            "them are the listing, the API's revision and tree).\n\n" + "\n".join(lines) + "\n")
     if not args.skip_stats:
         with tempfile.TemporaryDirectory() as small:
             build(small, "SMALL", values=True)

@@ -303,14 +303,15 @@ class _Handler(BaseHTTPRequestHandler):
         return False
 
 
-def busy(*servers: Server) -> float:
-    """Seconds in which any of the servers was answering a request: over their `stall`, the round trips a
-    client waited for one after another (whatever the load on the machine adds to its own work)."""
-    total, end = 0.0, float("-inf")
-    for a, b in sorted(span for s in servers for span in s.spans):
-        total += max(0.0, b - max(a, end))
-        end = max(end, b)
-    return total
+def round_trips(*servers: Server) -> int:
+    """The longest chain of requests the servers answered one after another (each sent after the previous one's
+    answer ended): the round trips a client waited for in sequence, however loaded the machine (a request a busy
+    client sends late still waited for nothing it did not wait for). Spans of one client's run only (reset())."""
+    spans = sorted(span for s in servers for span in s.spans)
+    depth: list[int] = []
+    for a, _ in spans:
+        depth.append(1 + max((d for (_, end), d in zip(spans, depth) if end <= a), default=0))
+    return max(depth, default=0)
 
 
 @contextmanager

@@ -299,24 +299,38 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         hook = _HOOK_MODULES.get(os.path.basename(target))
         if hook:
             importlib.import_module(f"{__package__}.{hook}")
-        # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
-        # as one line naming the file (errors.reading).
-        with reading(target):
-            if target.endswith(".index.json"):
-                ckpt = _open_index(target)
-            else:
-                opener = _FILE_HOOKS.get(os.path.basename(target))
-                ckpt = opener(target) if opener else _open_file(target)
-            if verify:
-                ckpt.notes += verify_checkpoint(ckpt)
-        for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
-            check_inside(f, "file", target)
-        cfg_path = os.fspath(config) if config is not None else find_config(path)
-        if cfg_path is not None:
+
+        def weights() -> Checkpoint:
+            # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
+            # as one line naming the file (errors.reading).
+            with reading(target):
+                if target.endswith(".index.json"):
+                    ckpt = _open_index(target)
+                else:
+                    opener = _FILE_HOOKS.get(os.path.basename(target))
+                    ckpt = opener(target) if opener else _open_file(target)
+                if verify:
+                    ckpt.notes += verify_checkpoint(ckpt)
+            for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
+                check_inside(f, "file", target)
+            return ckpt
+
+        def configuration() -> tuple[str, dict[str, Any]] | None:
+            cfg_path = os.fspath(config) if config is not None else find_config(path)
+            if cfg_path is None:
+                return None
             if config is None:
                 check_inside(cfg_path, "config", path)
-            ckpt.config = load_config(cfg_path)
-            ckpt.config_path = cfg_path
+            return cfg_path, load_config(cfg_path)
+
+        # A URL's config.json is fetched while the weights' headers are (its round trips overlap theirs); the
+        # weights' error, if any, is the one raised, as when they are read one after the other.
+        steps: list[Callable[[], Any]] = [weights, configuration]
+        ckpt: Checkpoint
+        cfg: tuple[str, dict[str, Any]] | None
+        ckpt, cfg = urls.concurrently(lambda step: step(), steps, 2) if urls.is_url(path) else (f() for f in steps)
+        if cfg is not None:
+            ckpt.config_path, ckpt.config = cfg
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)
