@@ -90,7 +90,6 @@ def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: i
     the walk counted, as a user meets them): wall (median of `repeat` after a warm-up), peak RSS, files a second.
     modelscan's own JSON report says what it scanned and skipped."""
     import json
-    import subprocess
     import tempfile
 
     sys.path.insert(0, HERE)
@@ -114,13 +113,13 @@ def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: i
             records = [json.loads(line) for line in f]
         with open(report) as f:
             summary = json.load(f).get("summary", {})
-        ms_version = subprocess.run([modelscan.replace("modelscan", "python"), "-c", "import importlib.metadata as m; "
-                                     "print(m.version('modelscan'))"], capture_output=True, text=True).stdout.strip()
     verdicts = {v: sum(r["scan"]["verdict"] == v for r in records if r.get("scan")) for v in ("unsafe", "unknown", "safe")}
     lines = ["## `ckptstat audit` beside modelscan", "",
              f"{units} checkpoints in {files} files ({len(records)} records; the zoo of fixtures/make_zoo.py copied, "
              f"hostile files included). Whole processes, median of {repeat} runs after a warm-up; the machine's load "
-             f"average was {os.getloadavg()[0]:.1f} at the end. modelscan {ms_version} (its own venv, /tmp/peers).", "",
+             f"average was {os.getloadavg()[0]:.1f} at the end. modelscan {summary.get('modelscan_version', '?')} "
+             "(its own venv).",
+             "",
              "| command | wall (median) | checkpoints/s | files/s | peak RSS | exit |", "|---|---:|---:|---:|---:|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['wall_s']:.2f} s | {units / r['wall_s']:.0f} | {files / r['wall_s']:.0f} | "
