@@ -56,13 +56,13 @@ class Blob:
 
     def __init__(self, backend: Backend, target: Target):
         self.backend, self.target = backend, target
-        self.size: int | None = None
+        self.size: int | None = target.size   # (else the first reply's Content-Range says it)
         self.ctype = ""
         self.etag: str | None = None   # over http(s): the reply's ETag or Last-Modified (sources/http.py version)
         self.cache: OrderedDict[int, bytes] = OrderedDict()   # start -> bytes, least recently used first
         self.cached = 0
         self.window = FIRST_WINDOW
-        self.next_miss = 0
+        self.next_miss = -1   # where the last miss ended: none yet (a first read fetches FIRST_WINDOW)
         self.spool: IO[bytes] | None = None
         self.lock = threading.Lock()
 
