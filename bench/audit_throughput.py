@@ -21,6 +21,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -91,6 +92,7 @@ def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: i
     modelscan's own JSON report says what it scanned and skipped."""
     import json
     import tempfile
+    from collections import Counter
 
     sys.path.insert(0, HERE)
     from _measure import measure
@@ -102,6 +104,7 @@ def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: i
         contenders = [
             ("ckptstat audit, 1 worker", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out}"]),
             ("ckptstat audit --workers 2", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out} --workers 2"]),
+            ("ckptstat scan ZOO (the scan alone, modelscan's job)", [py, "-m", "ckptstat", "scan", zoo, "--json"]),
             ("modelscan -p ZOO", [modelscan, "-p", zoo, "-r", "json", "-o", report]),
         ]
         env = dict(os.environ, PYTHONPATH=ROOT)
@@ -112,24 +115,25 @@ def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: i
         with open(out) as f:
             records = [json.loads(line) for line in f]
         with open(report) as f:
-            summary = json.load(f).get("summary", {})
-    verdicts = {v: sum(r["scan"]["verdict"] == v for r in records if r.get("scan")) for v in ("unsafe", "unknown", "safe")}
+            found = json.load(f)
+        summary, errors = found.get("summary", {}), found.get("errors", [])
+    verdicts = dict(Counter(r["scan"]["verdict"] if r.get("scan") else "error" for r in records))
     lines = ["## `ckptstat audit` beside modelscan", "",
              f"{units} checkpoints in {files} files ({len(records)} records; the zoo of fixtures/make_zoo.py copied, "
              f"hostile files included). Whole processes, median of {repeat} runs after a warm-up; the machine's load "
              f"average was {os.getloadavg()[0]:.1f} at the end. modelscan {summary.get('modelscan_version', '?')} "
              "(its own venv).",
              "",
-             "| command | wall (median) | checkpoints/s | files/s | peak RSS | exit |", "|---|---:|---:|---:|---:|---|"]
+             "| command | wall (median) | checkpoints/s | files/s | peak RSS (main process) | exit |",
+             "|---|---:|---:|---:|---:|---|"]
     for name, r in rows:
         lines.append(f"| {name} | {r['wall_s']:.2f} s | {units / r['wall_s']:.0f} | {files / r['wall_s']:.0f} | "
                      f"{r['rss_mib']:.0f} MiB | {'0' if r['ok'] else 'non-zero'} |")
     scanned = summary.get("scanned", {}).get("total_scanned", "?")
-    skipped = summary.get("skipped", {}).get("total_skipped", "?")
     lines += ["", f"What each did: ckptstat audit opened, summarised, tie-checked, config-checked and scanned every "
-              f"checkpoint (scan verdicts {verdicts}); modelscan scanned {scanned} files, skipped {skipped} "
-              f"(formats it does not read: safetensors, GGUF, ONNX... and non-model files), and reported "
-              f"{summary.get('total_issues', '?')} issues.", ""]
+              f"checkpoint (scan verdicts {verdicts}); modelscan scanned {scanned} of the {files} files (it reads "
+              f"pickles, zips, numpy, Keras/H5 and SavedModel; safetensors, GGUF and ONNX it skips), reported "
+              f"{summary.get('total_issues', '?')} issues and {len(errors)} errors (files it failed to read).", ""]
     return lines
 
 
@@ -139,11 +143,19 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--heavy", type=int, default=0, help="Audit N checkpoints that each read 64 MB (a tie stored "
                     "twice, compared) instead of the zoo.")
+    ap.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--modelscan", help="modelscan's command: time `ckptstat audit` beside it instead")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "audit.md"))
     args = ap.parse_args()
+    if args.build_only:
+        build(args.copies)
+        return
     if args.modelscan:
-        zoo = build(args.copies)
+        # The zoo is built in a child (torch and transformers imported): a measured child's peak RSS starts from
+        # this parent's at fork time.
+        subprocess.run([sys.executable, __file__, "--build-only", "--copies", str(args.copies)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        zoo = WORK
         units, _ = discover(zoo)
         files = sum(len(fs) for _, _, fs in os.walk(zoo))
         lines = versus_modelscan(zoo, len(units), files, args.modelscan, args.repeat)
