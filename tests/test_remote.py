@@ -239,7 +239,27 @@ def test_shards_are_opened_together(tmp_path, monkeypatch, scheme):
         assert sum(p.endswith(".safetensors") for p in paths) == n * per   # no second window, no tail, no HEAD
         assert sum(p.endswith(".index.json") for p in paths) == per
         assert len(paths) <= (n + 2) * per + 2   # (hf: the API's revision and tree)
-        assert s.max_in_flight >= sources.SETTINGS.concurrency // 2
+        assert sources.SETTINGS.concurrency >= s.max_in_flight >= sources.SETTINGS.concurrency // 2
+
+
+def test_requests_in_flight_stay_bounded_when_opens_nest(tmp_path, monkeypatch):
+    """Shards opened together, each a torch zip whose storages' local headers are prefetched with threads of
+    their own: still at most Settings.concurrency requests in flight (Backend.slot)."""
+    import torch
+
+    monkeypatch.setattr(sources.SETTINGS, "concurrency", 4)
+    weight_map, params = {}, 0
+    for i in range(12):
+        shard = f"pytorch_model-{i + 1:05d}-of-00012.bin"
+        tensors = {f"layers.{i}.w{j}": torch.randn(64 + j, 300) for j in range(6)}   # spread: one range each
+        torch.save(tensors, tmp_path / shard)
+        weight_map.update(dict.fromkeys(tensors, shard))
+        params += sum(t.numel() for t in tensors.values())
+    (tmp_path / "pytorch_model.bin.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with Server(str(tmp_path), stall=0.05) as s:
+        ckpt = open_checkpoint(s.url + "/pytorch_model.bin.index.json")
+        assert summarize(ckpt)["parameters"]["unique"] == params
+        assert s.max_in_flight == 4
 
 
 def test_stats_of_many_shards_reads_ahead(tmp_path):

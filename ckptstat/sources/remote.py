@@ -67,6 +67,10 @@ class Blob:
         self.lock = threading.Lock()
 
     def _fetch(self, start: int, end: int) -> bytes:
+        with self.backend.slot():   # at most SETTINGS.concurrency requests in flight, however the callers nest
+            return self._request(start, end)
+
+    def _request(self, start: int, end: int) -> bytes:
         t = self.target
         if t.http_url is not None:
             reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint, t.hosts)
@@ -237,6 +241,7 @@ class Backend:
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
         self.lock = threading.Lock()
+        self._slots: threading.BoundedSemaphore | None = None
 
     def account(self, delta: int) -> bool:
         """Add delta bytes to the caches' total; False (and nothing added) when that would pass TOTAL_CACHE_BYTES."""
@@ -250,6 +255,14 @@ class Backend:
     def concurrency(self) -> int:
         return SETTINGS.concurrency
 
+    def slot(self) -> threading.BoundedSemaphore:
+        """Held while one request is in flight: shards opened together, each prefetching a zip's local headers
+        with its own threads, still make at most SETTINGS.concurrency requests at once (the rest wait here)."""
+        with self.lock:
+            if self._slots is None:
+                self._slots = threading.BoundedSemaphore(SETTINGS.concurrency)
+            return self._slots
+
     def http(self) -> HttpTransport:
         with self.lock:
             if self._http is None:
@@ -262,7 +275,7 @@ class Backend:
         """In a forked child (stats --workers): fsspec's event loop and sessions do not survive a fork, and a
         lock may have been held by a thread that is gone; start again, fetching anew."""
         self.lock = threading.Lock()
-        self.blobs, self.kinds, self.cached, self._http, self.stores = {}, {}, 0, None, {}
+        self.blobs, self.kinds, self.cached, self._http, self.stores, self._slots = {}, {}, 0, None, {}, None
 
     def forget_files(self) -> None:
         """Forget every file's size, kind and cached ranges, keeping the session: the next reads start cold
@@ -280,6 +293,7 @@ class Backend:
             self.kinds.clear()
             self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
+            self._slots = None   # (and SETTINGS.concurrency now)
             self.stores.clear()   # (and new stores, with the credentials and endpoint in the environment now)
 
     # -- resolution -------------------------------------------------------------------------------
