@@ -87,7 +87,9 @@ def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None =
     source's concurrency), each in a copy of the caller's context (core/files.py's scope): the round trips of
     URL reads overlap (a sharded checkpoint's shards opened together; `stats` of a URL reading a few tensors
     ahead) while memory stays bounded by `at_once` calls. The first error in items' order is raised, as a
-    loop would raise it; calls not yet started are dropped when the caller stops."""
+    loop would raise it. When the caller stops, the calls already submitted (at most `at_once`, always the same
+    ones) run to their end, none is cancelled: a failing command makes the same requests on every run (an audit
+    record's `fetched` is the same bits locally and on a cluster)."""
     width = at_once or backend().concurrency
     pool = ThreadPoolExecutor(max_workers=width)
     running: deque[Future[R]] = deque()
@@ -99,4 +101,4 @@ def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None =
         while running:
             yield running.popleft().result()
     finally:
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True)

@@ -299,38 +299,27 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         hook = _HOOK_MODULES.get(os.path.basename(target))
         if hook:
             importlib.import_module(f"{__package__}.{hook}")
-
-        def weights() -> Checkpoint:
-            # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
-            # as one line naming the file (errors.reading).
-            with reading(target):
-                if target.endswith(".index.json"):
-                    ckpt = _open_index(target)
-                else:
-                    opener = _FILE_HOOKS.get(os.path.basename(target))
-                    ckpt = opener(target) if opener else _open_file(target)
-                if verify:
-                    ckpt.notes += verify_checkpoint(ckpt)
-            for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
-                check_inside(f, "file", target)
-            return ckpt
-
-        def configuration() -> tuple[str, dict[str, Any]] | None:
-            cfg_path = os.fspath(config) if config is not None else find_config(path)
-            if cfg_path is None:
-                return None
+        # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
+        # as one line naming the file (errors.reading).
+        with reading(target):
+            if target.endswith(".index.json"):
+                ckpt = _open_index(target)
+            else:
+                opener = _FILE_HOOKS.get(os.path.basename(target))
+                ckpt = opener(target) if opener else _open_file(target)
+            if verify:
+                ckpt.notes += verify_checkpoint(ckpt)
+        for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
+            check_inside(f, "file", target)
+        # config.json after the weights, not beside them: a file that cannot be read then costs the same requests
+        # on every run and every executor (an audit record's `fetched`; fetched together, a failing unit's count
+        # depended on whether the config's request had started)
+        cfg_path = os.fspath(config) if config is not None else find_config(path)
+        if cfg_path is not None:
             if config is None:
                 check_inside(cfg_path, "config", path)
-            return cfg_path, load_config(cfg_path)
-
-        # A URL's config.json is fetched while the weights' headers are (its round trips overlap theirs); the
-        # weights' error, if any, is the one raised, as when they are read one after the other.
-        steps: list[Callable[[], Any]] = [weights, configuration]
-        ckpt: Checkpoint
-        cfg: tuple[str, dict[str, Any]] | None
-        ckpt, cfg = urls.concurrently(lambda step: step(), steps, 2) if urls.is_url(path) else (f() for f in steps)
-        if cfg is not None:
-            ckpt.config_path, ckpt.config = cfg
+            ckpt.config = load_config(cfg_path)
+            ckpt.config_path = cfg_path
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)
