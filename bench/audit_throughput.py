@@ -1,7 +1,10 @@
 """Throughput of `ckptstat audit` on the generated zoo (fixtures/make_zoo.py): serial, a local pool of
-2 worker processes, and a Dask LocalCluster of 2 worker processes (1 thread each).
+2 worker processes, and a Dask LocalCluster of 2 worker processes (1 thread each); with --modelscan, the
+`ckptstat audit` command (one worker, two) beside modelscan's (`modelscan -p ZOO`) on the same zoo, whole
+processes.
 
     python bench/audit_throughput.py [--copies 5] [--repeat 3] [--out bench/results/audit.md]
+    python bench/audit_throughput.py --modelscan /tmp/peers/bin/modelscan --copies 17 [--repeat 3]
 
 Builds the zoo once under bench/_work/zoo and copies it `--copies` times (the units are small: the
 figures measure the per-checkpoint cost of opening, summarising, tie-checking and scanning, plus the
@@ -18,6 +21,7 @@ import os
 import platform
 import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -82,14 +86,83 @@ def timed(label: str, units: list, repeat: int, **kw: object) -> tuple[dict, dic
     return {"label": label, "seconds": statistics.median(times), "runs": repeat}, records
 
 
+def versus_modelscan(zoo: str, units: int, files: int, modelscan: str, repeat: int) -> list[str]:
+    """`ckptstat audit ZOO` (1 and 2 workers) and `modelscan -p ZOO`, each a whole process (imports, start-up and
+    the walk counted, as a user meets them): wall (median of `repeat` after a warm-up), peak RSS, files a second.
+    modelscan's own JSON report says what it scanned and skipped."""
+    import json
+    import tempfile
+    from collections import Counter
+
+    sys.path.insert(0, HERE)
+    from _measure import measure
+
+    py = sys.executable
+    with tempfile.TemporaryDirectory() as tmp:
+        out, report = os.path.join(tmp, "audit.jsonl"), os.path.join(tmp, "modelscan.json")
+        fresh = f"rm -f {out}; exec "   # a run resumes from an existing --out: each starts from none
+        contenders = [
+            ("ckptstat audit, 1 worker", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out}"]),
+            ("ckptstat audit --workers 2", ["sh", "-c", fresh + f"{py} -m ckptstat audit {zoo} --out {out} --workers 2"]),
+            ("ckptstat scan ZOO (the scan alone, modelscan's job)", [py, "-m", "ckptstat", "scan", zoo, "--json"]),
+            ("modelscan -p ZOO", [modelscan, "-p", zoo, "-r", "json", "-o", report]),
+        ]
+        env = dict(os.environ, PYTHONPATH=ROOT)
+        rows = []
+        for name, cmd in contenders:
+            measure(cmd, repeat=1, env=env, cwd=tmp, timeout=1800)   # warm-up: page cache, byte-compiled modules
+            rows.append((name, measure(cmd, repeat=repeat, env=env, cwd=tmp, timeout=1800)))
+        with open(out) as f:
+            records = [json.loads(line) for line in f]
+        with open(report) as f:
+            found = json.load(f)
+        summary, errors = found.get("summary", {}), found.get("errors", [])
+    verdicts = dict(Counter(r["scan"]["verdict"] if r.get("scan") else "error" for r in records))
+    lines = ["## `ckptstat audit` beside modelscan", "",
+             f"{units} checkpoints in {files} files ({len(records)} records; the zoo of fixtures/make_zoo.py copied, "
+             f"hostile files included). Whole processes, median of {repeat} runs after a warm-up; the machine's load "
+             f"average was {os.getloadavg()[0]:.1f} at the end. modelscan {summary.get('modelscan_version', '?')} "
+             "(its own venv).",
+             "",
+             "| command | wall (median) | checkpoints/s | files/s | peak RSS (main process) | exit |",
+             "|---|---:|---:|---:|---:|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['wall_s']:.2f} s | {units / r['wall_s']:.0f} | {files / r['wall_s']:.0f} | "
+                     f"{r['rss_mib']:.0f} MiB | {'0' if r['ok'] else 'non-zero'} |")
+    scanned = summary.get("scanned", {}).get("total_scanned", "?")
+    lines += ["", f"What each did: ckptstat audit opened, summarised, tie-checked, config-checked and scanned every "
+              f"checkpoint (scan verdicts {verdicts}); modelscan scanned {scanned} of the {files} files (it reads "
+              f"pickles, zips, numpy, Keras/H5 and SavedModel; safetensors, GGUF and ONNX it skips), reported "
+              f"{summary.get('total_issues', '?')} issues and {len(errors)} errors (files it failed to read).", ""]
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--copies", type=int, default=5)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--heavy", type=int, default=0, help="Audit N checkpoints that each read 64 MB (a tie stored "
                     "twice, compared) instead of the zoo.")
+    ap.add_argument("--build-only", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--modelscan", help="modelscan's command: time `ckptstat audit` beside it instead")
     ap.add_argument("--out", default=os.path.join(HERE, "results", "audit.md"))
     args = ap.parse_args()
+    if args.build_only:
+        build(args.copies)
+        return
+    if args.modelscan:
+        # The zoo is built in a child (torch and transformers imported): a measured child's peak RSS starts from
+        # this parent's at fork time.
+        subprocess.run([sys.executable, __file__, "--build-only", "--copies", str(args.copies)], check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        zoo = WORK
+        units, _ = discover(zoo)
+        files = sum(len(fs) for _, _, fs in os.walk(zoo))
+        lines = versus_modelscan(zoo, len(units), files, args.modelscan, args.repeat)
+        with open(args.out, "a") as f:
+            f.write("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     if args.heavy:
         units = [u for folder in build_heavy(args.heavy) for u in discover(folder)[0]]
     else:

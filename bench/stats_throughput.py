@@ -1,6 +1,6 @@
 """Throughput and peak RSS of `ckptstat stats` against a plain numpy loop computing the same statistics.
 
-    python bench/stats_throughput.py [--sizes-mb 256 1024 2048] [--repeat 1]
+    python bench/stats_throughput.py [--sizes-mb 256 1024 2048] [--repeat 1] [--only cat "ckptstat -w2"]
 
 Builds bf16 safetensors files of the given sizes (layers of 64 MiB tensors, written by the safetensors
 library from torch tensors) under bench/_work/, then runs each contender in its own subprocess and
@@ -9,7 +9,8 @@ reads the peak RSS of that process (resource.getrusage(RUSAGE_CHILDREN) in a fre
 - numpy: for each tensor, np.fromfile its bytes, widen bf16 to float32, then min, max, mean, std,
   mean |x|, L2, zeros, NaN, Inf and np.quantile at 1, 5, 25, 50, 75, 95, 99 % (the per-tensor part of
   what ckptstat computes; ckptstat also merges layer, bucket and total accumulators);
-- ckptstat stats --json, 1 worker, and --workers 2 (RSS: the largest single process).
+- ckptstat stats --json, 1 worker, and --workers 2 (RSS: the largest single process);
+- cat: `cat FILE > /dev/null`, the cost of reading the bytes (issue 35's yardstick: stats within 2x of it).
 The file is read once before timing so that every contender reads from the page cache.
 """
 from __future__ import annotations
@@ -85,14 +86,18 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--sizes-mb", type=int, nargs="+", default=[256, 1024, 2048])
     ap.add_argument("--repeat", type=int, default=1)
+    ap.add_argument("--only", nargs="+", help="the contenders to run (default: all)")
     args = ap.parse_args()
     contenders = {
+        "cat": lambda p: ["cat", p],
         "numpy loop": lambda p: [sys.executable, "-c", NUMPY_LOOP, p],
         "ckptstat -w1": lambda p: [sys.executable, "-m", "ckptstat", "stats", p, "--json", "--no-progress"],
         "ckptstat -w2": lambda p: [sys.executable, "-m", "ckptstat", "stats", p, "--json", "--no-progress", "-w", "2"],
     }
     print(f"machine: {platform.machine()}, {os.cpu_count()} cpus, python {platform.python_version()}")
-    print("| file (bf16) | contender | wall s | MB/s | peak RSS MiB | wall / numpy |")
+    contenders = {k: v for k, v in contenders.items() if not args.only or k in args.only}
+    yardstick = "numpy loop" if "numpy loop" in contenders else next(iter(contenders))
+    print(f"| file (bf16) | contender | wall s | MB/s | peak RSS MiB | wall / {yardstick} |")
     print("|---|---|---|---|---|---|")
     for size in args.sizes_mb:
         path = build(size)
@@ -104,7 +109,7 @@ def main() -> None:
         for name, cmd in contenders.items():
             best = min((measure(cmd(path)) for _ in range(args.repeat)), key=lambda r: r[0])
             results[name] = best
-        base = results["numpy loop"][0]
+        base = results[yardstick][0]
         for name, (wall, rss) in results.items():
             print(f"| {nbytes / 2**20:.0f} MiB | {name} | {wall:.2f} | {nbytes / 2**20 / wall:.0f} | {rss:.0f} "
                   f"| {wall / base:.2f} |", flush=True)

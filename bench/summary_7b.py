@@ -32,11 +32,12 @@ LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, nu
                  torch_dtype="float16", tie_word_embeddings=False)
 
 
-def build(folder: str, dtype: str = "F16", shards: int = 3) -> int:
+def build(folder: str, dtype: str = "F16", shards: int = 3, shapes_of: dict = LLAMA2_7B) -> int:
+    """The checkpoint of LlamaConfig(**shapes_of) in `shards` sparse files; returns its parameter count."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    cfg = LlamaConfig(**LLAMA2_7B)
+    cfg = LlamaConfig(**shapes_of)
     cfg.architectures = ["LlamaForCausalLM"]
     with torch.device("meta"):
         model = LlamaForCausalLM(cfg)

@@ -1,6 +1,7 @@
-"""A loopback HTTP server for tests/test_remote.py and bench/remote_summary.py: serves a folder with
-HEAD and single `Range: bytes=a-b` GETs (206 + Content-Range, 416 past the end), lists folders as HTML
-links, counts the requests and body bytes it sends, and can play a badly behaved server: ignore Range,
+"""A loopback HTTP server for tests/test_remote.py, bench/remote_summary.py and bench/remote_latency.py:
+serves a folder with HEAD and single `Range: bytes=a-b` GETs (206 + Content-Range, 416 past the end), lists folders as HTML
+links, counts the requests and body bytes it sends and the most it answered at once, can answer each request
+after a fixed delay (a real network's latency: `stall=0.05`), and can play a badly behaved server: ignore Range,
 answer some requests with an error status first (429/503), require a bearer token, redirect anywhere,
 claim more than asked, trickle a byte at a time, drop every connection.
 
@@ -35,7 +36,8 @@ class Behaviour:
     token: str | None = None                            # require `Authorization: Bearer <token>`
     failures: dict[str, list[int]] = field(default_factory=dict)  # path -> statuses to answer first
     retry_after: str | None = None
-    stall: float = 0.0                                  # seconds to wait before answering anything
+    stall: float = 0.0              # seconds to wait before answering each request: a network's latency (0.05: a
+                                    # round trip to a distant Hub), or a stalled server (longer than the client waits)
     overlong: int = 0                                   # bytes a 206 reply sends beyond its Content-Range
     claim: int = 0                  # bytes a 206 reply's Content-Range and Content-Length claim beyond the range
                                     # asked (and the body then streams, zeros past the file)
@@ -48,6 +50,8 @@ class Behaviour:
 
 
 class _Quiet(ThreadingHTTPServer):
+    request_queue_size = 128   # (socketserver's 5 drops the SYNs of a client opening 32 connections at once: a 1 s retry)
+
     def handle_error(self, request: object, client_address: object) -> None:
         pass   # a client that hangs up mid-reply (a refused full download, an exiting process) is no error here
 
@@ -60,6 +64,9 @@ class Server:
         self.bytes_sent = 0
         self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.auth_seen: list[str | None] = []
+        self.in_flight = 0       # requests being answered now
+        self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
+        self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"server_state": self})
         self.httpd = _Quiet(("127.0.0.1", 0), handler)
@@ -85,6 +92,8 @@ class Server:
             self.bytes_sent = 0
             self.log.clear()
             self.auth_seen.clear()
+            self.max_in_flight = 0
+            self.spans.clear()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -121,6 +130,19 @@ class _Handler(BaseHTTPRequestHandler):
         self._handle(head=False)
 
     def _handle(self, head: bool) -> None:
+        s = self.server_state
+        with s.lock:
+            s.in_flight += 1
+            s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        t0 = time.monotonic()
+        try:
+            self._answer(head)
+        finally:
+            with s.lock:
+                s.in_flight -= 1
+                s.spans.append((t0, time.monotonic()))
+
+    def _answer(self, head: bool) -> None:
         s, b = self.server_state, self.server_state.b
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
         with s.lock:
@@ -279,6 +301,17 @@ class _Handler(BaseHTTPRequestHandler):
                                       "X-Linked-Etag": f'"{size:064x}"', "ETag": f'"{size:064x}"'}, head)
             return True
         return False
+
+
+def round_trips(*servers: Server) -> int:
+    """The longest chain of requests the servers answered one after another (each sent after the previous one's
+    answer ended): the round trips a client waited for in sequence, however loaded the machine (a request a busy
+    client sends late still waited for nothing it did not wait for). Spans of one client's run only (reset())."""
+    spans = sorted(span for s in servers for span in s.spans)
+    depth: list[int] = []
+    for a, _ in spans:
+        depth.append(1 + max((d for (_, end), d in zip(spans, depth) if end <= a), default=0))
+    return max(depth, default=0)
 
 
 @contextmanager

@@ -7,15 +7,20 @@ and `open_regular`, `file_size`, `read_bytes` and the folder helpers ask `backen
 """
 from __future__ import annotations
 
+import contextvars
 import posixpath
 import re
-from collections.abc import Sequence
-from typing import IO, Protocol
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import IO, Protocol, TypeVar
 
 from ..errors import UsageError
 
 # A scheme of two or more letters (a Windows drive `C:\` is a path, not a URL) then `://`.
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]+://")
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 def is_url(path: object) -> bool:
@@ -59,7 +64,8 @@ class Backend(Protocol):
     def size(self, url: str, what: str = "") -> int: ...
     def kind(self, url: str) -> str | None: ...          # "file", "directory" or None (absent)
     def listdir(self, url: str) -> list[str]: ...        # names of the files in a folder URL
-    def prefetch(self, urls: Sequence[str]) -> None: ...  # warm the header caches of several files at once
+    @property
+    def concurrency(self) -> int: ...                    # requests it lets one command have in flight
 
 
 _backend: Backend | None = None
@@ -74,3 +80,25 @@ def backend() -> Backend:
     if _backend is None:   # formats/registry.py imports ckptstat.sources before it opens a URL
         raise UsageError("reading a URL: the remote source is not loaded (open it with open_checkpoint)")
     return _backend
+
+
+def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None = None) -> Iterator[R]:
+    """fn(item) for each item, in items' order, with at most `at_once` calls running (default: the remote
+    source's concurrency), each in a copy of the caller's context (core/files.py's scope): the round trips of
+    URL reads overlap (a sharded checkpoint's shards opened together; `stats` of a URL reading a few tensors
+    ahead) while memory stays bounded by `at_once` calls. The first error in items' order is raised, as a
+    loop would raise it. When the caller stops, the calls already submitted (at most `at_once`, always the same
+    ones) run to their end, none is cancelled: a failing command makes the same requests on every run (an audit
+    record's `fetched` is the same bits locally and on a cluster)."""
+    width = at_once or backend().concurrency
+    pool = ThreadPoolExecutor(max_workers=width)
+    running: deque[Future[R]] = deque()
+    try:
+        for item in items:
+            running.append(pool.submit(contextvars.copy_context().run, fn, item))
+            if len(running) >= width:
+                yield running.popleft().result()
+        while running:
+            yield running.popleft().result()
+    finally:
+        pool.shutdown(wait=True)

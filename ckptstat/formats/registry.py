@@ -4,6 +4,7 @@ a sharded `*.index.json` or a Hugging Face-style model folder, and is the one pl
 exceptions become a CorruptCheckpointError naming the file."""
 from __future__ import annotations
 
+import functools
 import importlib
 import json
 import os
@@ -25,16 +26,19 @@ class Probe:
     path: str
     size: int
     head: bytes   # the first HEAD_BYTES bytes
-    tail: bytes   # the last 8 bytes
 
     @classmethod
     def of(cls, path: str) -> Probe:
         with open_regular(path) as f:   # a FIFO or a device is refused, never blocked on
-            size = size_of(f)
-            head = f.read(HEAD_BYTES)
-            f.seek(max(0, size - 8))
-            tail = f.read(8)
-        return cls(path, size, head, tail)
+            return cls(path, size_of(f), f.read(HEAD_BYTES))
+
+    @functools.cached_property
+    def tail(self) -> bytes:
+        """The last 8 bytes, read when a format's `accept` asks (a URL's cost a request: a safetensors shard's
+        never do)."""
+        with open_regular(self.path) as f:
+            f.seek(max(0, self.size - 8))
+            return f.read(8)
 
 
 @dataclass(frozen=True)
@@ -177,16 +181,21 @@ def _open_index(path: str) -> Checkpoint:
         if os.path.basename(shard) != shard:
             raise CorruptCheckpointError(path, f"shard {shard!r} is not a file name in the index's folder")
         shards.setdefault(shard, []).append(name)
-    if urls.is_url(path):   # the shards' headers, fetched concurrently (sources/remote.py)
-        urls.backend().prefetch([urls.join(folder, s) for s in shards])
-    merged: Checkpoint | None = None
-    for shard, names in shards.items():
+
+    def open_shard(shard: str) -> Checkpoint:
         shard_path = os.path.join(folder, shard)
         if not urls.is_url(shard_path) and not os.path.lexists(shard_path):   # (a URL's 404 says it)
             raise FileNotFound(shard_path, f"shard listed in {os.path.basename(path)} is missing")
         check_inside(shard_path, "shard", path)
         regular(shard_path, "shard")
-        part = _open_file(shard_path)
+        return _open_file(shard_path)
+
+    # A URL's shards are opened together (core/urls.py `concurrently`): their headers cost a few round trips,
+    # not one or two per shard.
+    parts = urls.concurrently(open_shard, shards) if urls.is_url(path) else map(open_shard, shards)
+    merged: Checkpoint | None = None
+    for (shard, names), part in zip(shards.items(), parts):
+        shard_path = os.path.join(folder, shard)
         spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
         names = [spell(n) for n in names] if spell else names
         missing = [n for n in names if n not in part.tensors]
@@ -313,6 +322,9 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                 ckpt.notes += verify_checkpoint(ckpt)
         for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
             check_inside(f, "file", target)
+        # config.json after the weights, not beside them: a file that cannot be read then costs the same requests
+        # on every run and every executor (an audit record's `fetched`; fetched together, a failing unit's count
+        # depended on whether the config's request had started)
         cfg_path = os.fspath(config) if config is not None else find_config(path)
         if cfg_path is not None:
             if config is None:

@@ -37,7 +37,7 @@ from .meter import METER, SETTINGS
 
 RETRY_STATUS = frozenset({408, 425, 429, 500, 502, 503, 504})
 _CONTENT_RANGE = re.compile(r"bytes\s+(?:(\d+)-(\d+)|\*)/(\d+|\*)")
-_PIECE = 1 << 16
+_PIECE = 1 << 20
 
 
 @dataclass
@@ -212,16 +212,17 @@ class HttpTransport:
         than SETTINGS.min_rate: a body that ends short is a dropped connection (retried)."""
         import aiohttp
 
-        out = bytearray()
-        while piece := await r.content.read(min(_PIECE, expected + 1 - len(out))):
-            out += piece
+        pieces, n = [], 0
+        while piece := await r.content.read(min(_PIECE, expected + 1 - n)):
+            pieces.append(piece)
+            n += len(piece)
             METER.received(url, len(piece))
-            if len(out) > expected:
+            if n > expected:
                 raise CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
             _keep_up(t0, expected)
-        if len(out) < expected:
-            raise aiohttp.ClientPayloadError(f"the reply ended after {len(out):,} of {expected:,} bytes")
-        return bytes(out)
+        if n < expected:
+            raise aiohttp.ClientPayloadError(f"the reply ended after {n:,} of {expected:,} bytes")
+        return b"".join(pieces)   # (one copy: a 16 MiB chunk of values is not grown and copied again)
 
 
 @dataclass

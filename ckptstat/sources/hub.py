@@ -100,7 +100,11 @@ def target(url: str) -> Target:
     if not rp.path_in_repo:
         raise CheckpointError(redact(url), "is a repository, not a file")
     http_url = hf_hub_url(rp.repo_id, rp.path_in_repo, repo_type=rp.repo_type, revision=rp.revision, endpoint=fs.endpoint)
-    return Target(url, http_url=http_url, headers=dict(build_hf_headers()), hint=HINT, hosts=HUB_HOSTS)
+    # The file's size from the repository's tree, which the folder's listing (or the file's kind) already fetched:
+    # a whole small file (an index, a config) is then one range request, not a first window and the rest.
+    size = _call(url, fs.info, url).get("size")
+    return Target(url, http_url=http_url, headers=dict(build_hf_headers()), hint=HINT, hosts=HUB_HOSTS,
+                  size=int(size) if isinstance(size, int) and size >= 0 else None)
 
 
 def kind(url: str) -> str | None:

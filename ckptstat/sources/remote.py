@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import IO, Any
@@ -56,17 +56,21 @@ class Blob:
 
     def __init__(self, backend: Backend, target: Target):
         self.backend, self.target = backend, target
-        self.size: int | None = None
+        self.size: int | None = target.size   # (else the first reply's Content-Range says it)
         self.ctype = ""
         self.etag: str | None = None   # over http(s): the reply's ETag or Last-Modified (sources/http.py version)
         self.cache: OrderedDict[int, bytes] = OrderedDict()   # start -> bytes, least recently used first
         self.cached = 0
         self.window = FIRST_WINDOW
-        self.next_miss = 0
+        self.next_miss = -1   # where the last miss ended: none yet (a first read fetches FIRST_WINDOW)
         self.spool: IO[bytes] | None = None
         self.lock = threading.Lock()
 
     def _fetch(self, start: int, end: int) -> bytes:
+        with self.backend.slot():   # at most SETTINGS.concurrency requests in flight, however the callers nest
+            return self._request(start, end)
+
+    def _request(self, start: int, end: int) -> bytes:
         t = self.target
         if t.http_url is not None:
             reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint, t.hosts)
@@ -135,14 +139,16 @@ class Blob:
             at, need = offset + len(head), n - len(head)
             if need == 0:
                 return head
-            if need > CACHE_BYTES // 2:   # values: straight through
-                return head + self._fetch(at, at + need)
-            self.window = min(self.window * 2, MAX_WINDOW) if at == self.next_miss else FIRST_WINDOW
-            end = min(size, at + max(need, self.window))
-            data = self._fetch(at, end)
-            self.next_miss = at + len(data)
-            self._remember(at, data)
-            return head + data[:need]
+            end = at + need
+            if need <= CACHE_BYTES // 2:   # (values go straight through)
+                self.window = min(self.window * 2, MAX_WINDOW) if at == self.next_miss else FIRST_WINDOW
+                end = self.next_miss = min(size, at + max(need, self.window))
+        # Fetched without the lock: reads of one file from several threads (`stats` of a URL reads a few
+        # tensors ahead, core/urls.py `concurrently`) overlap their round trips.
+        data = self._fetch(at, end)
+        with self.lock:
+            self._remember(at, data)   # (values are not kept)
+        return head + data[:need]
 
 
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
@@ -235,6 +241,7 @@ class Backend:
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
         self.lock = threading.Lock()
+        self._slots: threading.BoundedSemaphore | None = None
 
     def account(self, delta: int) -> bool:
         """Add delta bytes to the caches' total; False (and nothing added) when that would pass TOTAL_CACHE_BYTES."""
@@ -243,6 +250,18 @@ class Backend:
                 return False
             self.cached += delta
             return True
+
+    @property
+    def concurrency(self) -> int:
+        return SETTINGS.concurrency
+
+    def slot(self) -> threading.BoundedSemaphore:
+        """Held while one request is in flight: shards opened together, each prefetching a zip's local headers
+        with its own threads, still make at most SETTINGS.concurrency requests at once (the rest wait here)."""
+        with self.lock:
+            if self._slots is None:
+                self._slots = threading.BoundedSemaphore(SETTINGS.concurrency)
+            return self._slots
 
     def http(self) -> HttpTransport:
         with self.lock:
@@ -256,7 +275,7 @@ class Backend:
         """In a forked child (stats --workers): fsspec's event loop and sessions do not survive a fork, and a
         lock may have been held by a thread that is gone; start again, fetching anew."""
         self.lock = threading.Lock()
-        self.blobs, self.kinds, self.cached, self._http, self.stores = {}, {}, 0, None, {}
+        self.blobs, self.kinds, self.cached, self._http, self.stores, self._slots = {}, {}, 0, None, {}, None
 
     def forget_files(self) -> None:
         """Forget every file's size, kind and cached ranges, keeping the session: the next reads start cold
@@ -274,6 +293,7 @@ class Backend:
             self.kinds.clear()
             self.cached = 0
             self._http = None   # a new session, with the timeouts in SETTINGS now
+            self._slots = None   # (and SETTINGS.concurrency now)
             self.stores.clear()   # (and new stores, with the credentials and endpoint in the environment now)
 
     # -- resolution -------------------------------------------------------------------------------
@@ -370,22 +390,6 @@ class Backend:
         with _errors(url):
             entries = t.fs.ls(t.path, detail=True)
         return sorted(basename(e["name"]) for e in entries if e.get("type") == "file")
-
-    def prefetch(self, urls: Sequence[str]) -> None:
-        """The first window and the last 8 bytes (what the format probe reads) of each file, fetched
-        concurrently: a sharded checkpoint's headers cost one round trip or two, not two per shard."""
-        todo = [u for u in urls if u not in self.blobs or self.blobs[u].size is None]
-        if len(todo) < 2:
-            return
-
-        def warm(url: str) -> None:
-            b = self.blob(url)
-            b.pread(8, max(0, b.ensure_size() - 8))
-
-        with ThreadPoolExecutor(max_workers=min(SETTINGS.concurrency, len(todo))) as pool:
-            futures = [pool.submit(warm, u) for u in todo]
-        for f in futures:   # the first error, as the sequential open would have raised it
-            f.result()
 
 
 BACKEND = Backend()

@@ -17,3 +17,4 @@ class Target:
     path: str = ""
     hint: str = ""               # said after an access-denied error
     hosts: tuple[str, ...] = ()  # hosts besides the URL's own a redirect may lead to (sources/redirects.py)
+    size: int | None = None      # known from a listing (hf://: the repository's tree) before any request

@@ -23,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
@@ -31,7 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ...census import aliases, name_matches, placements
-from ...core import Checkpoint, TensorInfo, dtypes
+from ...core import Checkpoint, TensorInfo, dtypes, urls
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...core.text import inert
 from ...errors import CkptstatError, UsageError
@@ -66,6 +67,8 @@ ANOMALY_RULE = (
     "least 5 with std > 0), robust z = (log10 std - median) / max(1.4826 * MAD, 0.1) exceeds 3.5 "
     "in absolute value (MAD = median absolute deviation of log10 std; the 0.1 floor means a flagged "
     "tensor's std is at least 10^0.35 = 2.2x away from the median)")
+# Units a URL's stats reads at once: the round trips (50 ms to a distant Hub) overlap, memory stays a few chunks.
+REMOTE_AHEAD = 4
 Z_LIMIT = 3.5
 MAD_FLOOR = 0.1
 MIN_PEERS = 5
@@ -173,17 +176,20 @@ Contribution = list[tuple[GroupKey, Acc]]   # what one unit (a tensor, or a run 
 def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
     """Per unit (analysis/stats/tiny.py `units`: one tensor, or a run of tiny ones read together), in file order:
-    its items, their rows, and the accumulators it adds to each group."""
-    for a, b in units(ckpt, [it.name for it in items], chunk_bytes):
-        part = items[a:b]
+    its items, their rows, and the accumulators it adds to each group. A URL's units are read REMOTE_AHEAD at a
+    time (each unit's result is its own, and they are yielded in order: the same report, bit for bit)."""
+    def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
+        part = items[span[0]:span[1]]
         infos = [ckpt[it.name] for it in part]
         heads = [{"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role, "dtype": info.dtype,
                   "shape": list(info.shape)} for it, info in zip(part, infos)]
         if len(part) == 1:
             acc = tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact()   # its row and merges read the bins
-            yield part, [{**heads[0], **acc.row()}], [(k, acc) for k in _groups(part[0])]
-        else:
-            yield part, *run_stats(ckpt, infos, heads, [_groups(it) for it in part], progress)
+            return part, [{**heads[0], **acc.row()}], [(k, acc) for k in _groups(part[0])]
+        return part, *run_stats(ckpt, infos, heads, [_groups(it) for it in part], progress)
+
+    spans = units(ckpt, [it.name for it in items], chunk_bytes)
+    yield from urls.concurrently(one, spans, REMOTE_AHEAD) if urls.is_url(ckpt.path) else map(one, spans)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
@@ -425,13 +431,16 @@ Progress = Callable[[int, int], None]   # (bytes read so far, bytes to read); th
 
 
 def _counter(progress: Progress, total: int) -> Callable[[int], None]:
-    """A per-chunk tick (bytes just read) that reports the running total, never past `total`."""
+    """A per-chunk tick (bytes just read) that reports the running total, never past `total` (from the threads
+    that read a URL's units, too)."""
     done = 0
+    lock = threading.Lock()
 
     def tick(nbytes: int) -> None:
         nonlocal done
-        done = min(total, done + nbytes)
-        progress(done, total)
+        with lock:
+            done = min(total, done + nbytes)
+            progress(done, total)
 
     return tick
 
