@@ -22,6 +22,7 @@ from . import (
     deepseek,
     dinov2,
     distilbert,
+    ernie4_5,
     falcon,
     gemma,
     generic,
@@ -42,6 +43,7 @@ from . import (
     qwen3,
     qwen_moe,
     resnet,
+    seed_oss,
     siglip,
     smollm3,
     t5,
@@ -53,11 +55,11 @@ from .base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, deepseek.FAMILY, dinov2.FAMILY,
-    distilbert.FAMILY, falcon.FAMILY, gemma.FAMILY, glm.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY,
-    gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, olmo.FAMILY, opt.FAMILY,
-    phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, siglip.FAMILY, smollm3.FAMILY, t5.FAMILY,
-    vit.FAMILY, whisper.FAMILY,
+    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, deepseek.FAMILY,
+    dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, falcon.FAMILY, gemma.FAMILY, glm.FAMILY, gpt2.FAMILY,
+    gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, llama.FAMILY, mamba.FAMILY,
+    mixtral.FAMILY, olmo.FAMILY, opt.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY,
+    seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 
