@@ -19,10 +19,12 @@ from . import (
     bert,
     bloom,
     clip,
+    cohere,
     deepseek,
     dinov2,
     distilbert,
     ernie4_5,
+    exaone4,
     falcon,
     gemma,
     generic,
@@ -33,9 +35,11 @@ from . import (
     gpt_oss,
     gptj,
     gptneox,
+    jais2,
     llama,
     mamba,
     mixtral,
+    nanochat,
     olmo,
     opt,
     phi,
@@ -46,6 +50,7 @@ from . import (
     seed_oss,
     siglip,
     smollm3,
+    starcoder2,
     t5,
     vit,
     whisper,
@@ -55,11 +60,12 @@ from .base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, deepseek.FAMILY,
-    dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, falcon.FAMILY, gemma.FAMILY, glm.FAMILY, gpt2.FAMILY,
-    gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, llama.FAMILY, mamba.FAMILY,
-    mixtral.FAMILY, olmo.FAMILY, opt.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY,
-    seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
+    deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, exaone4.FAMILY, falcon.FAMILY, gemma.FAMILY,
+    glm.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
+    jais2.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, opt.FAMILY, phi.FAMILY,
+    phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
+    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

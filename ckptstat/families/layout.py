@@ -30,8 +30,9 @@ from .ops import Builder
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
 Norm = Literal["rmsnorm", "layernorm", "layernorm_nobias", "none"]
 # pre: a norm before attention and before the MLP (LLaMA); post: after each, none before (OLMo2);
-# sandwich: both (GLM-4, Gemma2)
-Placement = Literal["pre", "post", "sandwich"]
+# sandwich: both (GLM-4, Gemma2); parallel: one norm before attention whose output the MLP also reads, both
+# added to the residual (Cohere)
+Placement = Literal["pre", "post", "sandwich", "parallel"]
 # head: RMSNorm over each head's d (Qwen3); width: over the whole q / k projection (OLMo2)
 QKNorm = Literal["none", "head", "width"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
@@ -102,9 +103,12 @@ class DecoderLayout:
     tied_default: bool = False            # the config class's tie_word_embeddings default
     bias_keys: BiasKeys = BiasKeys()
     paths: Paths = Paths()
-    # llama.cpp names its converter gives this architecture in place of LLaMA's (Seed-OSS's mlp_in norm is
-    # post_attention_norm, not ffn_norm: gguf-py MODEL_TENSORS)
-    gguf_renames: tuple[tuple[str, str], ...] = ()
+    # llama.cpp names its converter gives this architecture in place of LLaMA's, None where it writes no such
+    # tensor (gguf-py MODEL_TENSORS: Seed-OSS's mlp_in norm is post_attention_norm; Command-R has no output)
+    gguf_renames: tuple[tuple[str, str | None], ...] = ()
+
+    def gguf(self, name: str) -> str | None:
+        return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("nope", NoPE)):
@@ -138,7 +142,7 @@ class _Walk:
     def record(self, sub: str, gguf: str | None, shapes: tuple[tuple[str, tuple[int, ...]], ...],
                layers: tuple[int, ...] | None, experts: int = 0) -> None:
         path = sub if layers is None else f"{self.p.layers}.{{bid}}.{sub}"
-        gguf = dict(self.lay.gguf_renames).get(gguf, gguf) if gguf is not None else None
+        gguf = self.lay.gguf(gguf) if gguf is not None else None
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
         self.modules.append(Module(path, g, shapes, layers or (), experts))
 
@@ -182,8 +186,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     decoders.rotary(B, rot)
     at, mlp = f"{p.attn}.", f"{p.mlp}."
-    if lay.placement != "post":
-        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement == "pre")
+    before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
+    if before:
+        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
     if lay.fused_qkv:
         w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
     else:
@@ -200,9 +205,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     # layers apart (ops.window_groups): only their unmasked pairs differ
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d)
     w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
-    if lay.placement != "pre":
+    if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
-    if lay.placement != "post":
+    if before and lay.placement != "parallel":
         w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
     if lay.mlp == "routed":
         _routed(w, every)
@@ -218,11 +223,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.activation(w.label(f"{p.mlp} act" + ("*up" if gated else ""), every), "encoder", w.tok, f, s.activation, L,
                      gated=gated)
         w.linear(mlp + p.down, "ffn_down", f, h, s.mlp_bias, every)
-    if lay.placement != "pre":
+    if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
-        w.modules.append(Module(p.lm_head, "output", (("weight", (s.vocab, h)),), top=True))
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
         decoders.lm_head(B, p.lm_head, p.embed)
     return w.modules
 
