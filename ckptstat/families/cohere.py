@@ -2,12 +2,12 @@
 layouts (layout.py) with one bias-free LayerNorm (input_layernorm) whose output feeds attention and the MLP in
 parallel, no MLP bias, logits scaled by logit_scale (element-wise) and the LM head tied by default. Cohere2 slides
 on the layers layer_types marks and applies rotary only on those. Cohere's optional use_qk_norm (a LayerNorm
-over each head's [heads, d], a weight shape the layout has no field for) is refused."""
+over each head's [heads, d], a weight shape the layout has no field for) has no op template: the meta path answers it."""
 from __future__ import annotations
 
 from dataclasses import replace
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel
 from . import layout
 from .archspec import ArchSpec
 from .base import Cfg, Family, Sample
@@ -22,7 +22,7 @@ _FIELDS = layout.family_fields({"cohere": COHERE, "cohere2": COHERE2}, "attn_q")
 
 def from_config(c: Cfg) -> ArchSpec:
     if c.get("use_qk_norm", default=False):
-        raise UsageError(f"{c.path}: Cohere's use_qk_norm (a LayerNorm per head) is not in ckptstat's analytic model")
+        raise NoAnalyticModel(f"{c.path}: Cohere's use_qk_norm (a LayerNorm per head) is not in ckptstat's analytic model")
     return _FIELDS["from_config"](c)
 
 
