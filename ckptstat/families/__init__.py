@@ -42,6 +42,7 @@ from . import (
     nanochat,
     olmo,
     opt,
+    persimmon,
     phi,
     phi3,
     qwen3,
@@ -50,6 +51,7 @@ from . import (
     seed_oss,
     siglip,
     smollm3,
+    stablelm,
     starcoder2,
     t5,
     vit,
@@ -63,9 +65,9 @@ _ALL: tuple[Family, ...] = (
     albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
     deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, exaone4.FAMILY, falcon.FAMILY, gemma.FAMILY,
     glm.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
-    jais2.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, opt.FAMILY, phi.FAMILY,
-    phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    jais2.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, opt.FAMILY,
+    persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY,
+    siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

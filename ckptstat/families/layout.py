@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from . import decoders, infer
 from .archspec import ArchSpec
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
@@ -106,6 +106,9 @@ class DecoderLayout:
     # llama.cpp names its converter gives this architecture in place of LLaMA's, None where it writes no such
     # tensor (gguf-py MODEL_TENSORS: Seed-OSS's mlp_in norm is post_attention_norm; Command-R has no output)
     gguf_renames: tuple[tuple[str, str | None], ...] = ()
+    # (config key, value): the switches whose other values add parts the layout does not describe (Cohere's
+    # use_qk_norm false); another value is NoAnalyticModel, so the meta path answers it
+    requires: tuple[tuple[str, Any], ...] = ()
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -322,6 +325,9 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     d = c.int("head_dim", default=h // a)
     L = c.int("num_hidden_layers")
+    for key, want in lay.requires:
+        if (v := c.get(key, default=want)) != want:
+            raise NoAnalyticModel(f"{c.path}: config {key} = {v!r}: the {c.model_type} op template describes only {want!r}")
     keys = lay.bias_keys
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
