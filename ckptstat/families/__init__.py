@@ -35,6 +35,7 @@ from . import (
     gpt_oss,
     gptj,
     gptneox,
+    hyperclovax,
     jais2,
     llama,
     mamba,
@@ -65,9 +66,10 @@ _ALL: tuple[Family, ...] = (
     albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
     deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, exaone4.FAMILY, falcon.FAMILY, gemma.FAMILY,
     glm.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
-    jais2.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, opt.FAMILY,
-    persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY,
-    siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, mamba.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY,
+    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY,
+    seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY,
+    whisper.FAMILY,
 )
 
 
