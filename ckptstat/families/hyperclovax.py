@@ -18,8 +18,8 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 FAMILY = Family(
     name="hyperclovax",
     # post_norm2 under layers.N (no other family's name)
-    **layout.family_fields({"hyperclovax": HYPERCLOVAX}, "post_ffw_norm"),
-    gguf_architectures=(),
+    **{**layout.family_fields({"hyperclovax": HYPERCLOVAX}, "post_ffw_norm"), "gguf_tensor_names": ()},
+    gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
         Sample("HyperCLOVAXConfig", _SIZES, ("HyperCLOVAXModel", "HyperCLOVAXForCausalLM")),
         Sample("HyperCLOVAXConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

@@ -16,8 +16,8 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_ke
 FAMILY = Family(
     name="nanochat",
     # its tensor names are LLaMA's attention with mlp.fc1/fc2 and no norms: files without config.json read as llama
-    **{**layout.family_fields({"nanochat": NANOCHAT}, "ffn_up"), "signature": r"(?!)"},
-    gguf_architectures=(),
+    **{**layout.family_fields({"nanochat": NANOCHAT}, "ffn_up"), "signature": r"(?!)", "gguf_tensor_names": ()},
+    gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
         Sample("NanoChatConfig", _SIZES, ("NanoChatModel", "NanoChatForCausalLM"), detected_as="llama"),
         Sample("NanoChatConfig", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("NanoChatForCausalLM",),

@@ -22,8 +22,8 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 FAMILY = Family(
     name="persimmon",
     # self_attn.query_key_value under layers.N (Falcon's is h.N.self_attention's, GPT-NeoX's layers.N.attention's)
-    **layout.family_fields({"persimmon": PERSIMMON}, "attn_qkv"),
-    gguf_architectures=(),
+    **{**layout.family_fields({"persimmon": PERSIMMON}, "attn_qkv"), "gguf_tensor_names": ()},
+    gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
         Sample("PersimmonConfig", _SIZES, ("PersimmonModel", "PersimmonForCausalLM")),
         Sample("PersimmonConfig", dict(_SIZES, partial_rotary_factor=0.25, tie_word_embeddings=True),
