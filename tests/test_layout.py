@@ -50,7 +50,9 @@ def _stacked(name: str) -> str:
 @pytest.mark.parametrize("family,sample,model_name", [c for c in CASES if c.values[2].endswith("ForCausalLM")])
 def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     cfg, model, spec = _built(sample, model_name)
-    arch = ARCHS.get(cfg.model_type) or next(ARCHS[n] for n in family.gguf_names if n in ARCHS)
+    arch = ARCHS.get(cfg.model_type) or next((ARCHS[n] for n in family.gguf_names if n in ARCHS), None)
+    if arch is None:
+        pytest.skip(f"llama.cpp has no architecture for {family.name}")
     oracle = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     lay = L.layouts_of(family).of(spec)
     body = lay.paths.body + "."

@@ -37,7 +37,7 @@ def _weights(m, tp):
 
 
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
-        ("qwen3", "Qwen3ForCausalLM")]
+        ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -90,6 +90,10 @@ HYBRIDS = {
         num_key_value_heads=2, vocab_size=99, num_local_experts=4, num_experts_per_tok=2,
         layer_types=["mamba", "attention", "mamba", "attention"], mamba_d_state=8, mamba_n_heads=4, mamba_d_head=16,
         mamba_n_groups=1, mamba_chunk_size=4)),
+    # Cohere with use_qk_norm: a LayerNorm over each head's [heads, d], which the cohere layout refuses
+    "cohere": ("CohereForCausalLM", dict(
+        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        vocab_size=99, use_qk_norm=True)),
     "gemma3n_text": ("Gemma3nForCausalLM", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         head_dim=8, vocab_size=99, vocab_size_per_layer_input=99, hidden_size_per_layer_input=8, num_kv_shared_layers=2,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from . import decoders, infer
 from .archspec import ArchSpec
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
@@ -30,8 +30,9 @@ from .ops import Builder
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
 Norm = Literal["rmsnorm", "layernorm", "layernorm_nobias", "none"]
 # pre: a norm before attention and before the MLP (LLaMA); post: after each, none before (OLMo2);
-# sandwich: both (GLM-4, Gemma2)
-Placement = Literal["pre", "post", "sandwich"]
+# sandwich: both (GLM-4, Gemma2); parallel: one norm before attention whose output the MLP also reads, both
+# added to the residual (Cohere)
+Placement = Literal["pre", "post", "sandwich", "parallel"]
 # head: RMSNorm over each head's d (Qwen3); width: over the whole q / k projection (OLMo2)
 QKNorm = Literal["none", "head", "width"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
@@ -39,6 +40,9 @@ MLP = Literal["gated", "plain", "routed"]
 # a layer's token mixer: only full and sliding softmax attention are walked today; the others name what
 # the next architectures need (Llama 4's chunked, Qwen3-Next's linear, Jamba's state-space, DeepSeek's latent)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
+# the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones)
+NoPE = Literal["none", "flags", "global"]
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,18 @@ class Paths:
 
 
 @dataclass(frozen=True)
+class BiasKeys:
+    """The config keys that switch the biases on (LLaMA's by default): q/k/v, o_proj, the MLP."""
+    qkv: str = "attention_bias"
+    o: str = "attention_bias"
+    mlp: str = "mlp_bias"
+
+
+@dataclass(frozen=True)
 class DecoderLayout:
-    """What one LLaMA-shaped architecture is. Biases left None follow the config (attention_bias on q, k, v
-    and o; mlp_bias); True / False where the model fixes them (Qwen2's biased q/k/v, unbiased o)."""
+    """What one LLaMA-shaped architecture is. Biases left None follow the config (the keys `bias_keys` names:
+    attention_bias on q, k, v and o; mlp_bias); True / False where the model fixes them (Qwen2's biased q/k/v,
+    unbiased o)."""
     norm: Norm = "rmsnorm"
     placement: Placement = "pre"
     qk_norm: QKNorm = "none"
@@ -86,12 +99,22 @@ class DecoderLayout:
     mlp_bias: bool | None = None
     # the config class's partial_rotary_factor default (GLM-4 0.5, Phi-3 1.0); None: no such field, all of head_dim
     partial_rotary: float | None = None
-    nope_layers: bool = False             # the config's no_rope_layers marks layers without rotary (SmolLM3)
+    nope: NoPE = "none"                   # which layers apply no rotary
     tied_default: bool = False            # the config class's tie_word_embeddings default
+    bias_keys: BiasKeys = BiasKeys()
     paths: Paths = Paths()
+    # llama.cpp names its converter gives this architecture in place of LLaMA's, None where it writes no such
+    # tensor (gguf-py MODEL_TENSORS: Seed-OSS's mlp_in norm is post_attention_norm; Command-R has no output)
+    gguf_renames: tuple[tuple[str, str | None], ...] = ()
+    # (config key, value): the switches whose other values add parts the layout does not describe (Cohere's
+    # use_qk_norm false); another value is NoAnalyticModel, so the meta path answers it
+    requires: tuple[tuple[str, Any], ...] = ()
+
+    def gguf(self, name: str) -> str | None:
+        return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
-        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP)):
+        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("nope", NoPE)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -122,6 +145,7 @@ class _Walk:
     def record(self, sub: str, gguf: str | None, shapes: tuple[tuple[str, tuple[int, ...]], ...],
                layers: tuple[int, ...] | None, experts: int = 0) -> None:
         path = sub if layers is None else f"{self.p.layers}.{{bid}}.{sub}"
+        gguf = self.lay.gguf(gguf) if gguf is not None else None
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
         self.modules.append(Module(path, g, shapes, layers or (), experts))
 
@@ -165,8 +189,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     decoders.rotary(B, rot)
     at, mlp = f"{p.attn}.", f"{p.mlp}."
-    if lay.placement != "post":
-        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement == "pre")
+    before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
+    if before:
+        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
     if lay.fused_qkv:
         w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
     else:
@@ -183,9 +208,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     # layers apart (ops.window_groups): only their unmasked pairs differ
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d)
     w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
-    if lay.placement != "pre":
+    if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
-    if lay.placement != "post":
+    if before and lay.placement != "parallel":
         w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
     if lay.mlp == "routed":
         _routed(w, every)
@@ -201,11 +226,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.activation(w.label(f"{p.mlp} act" + ("*up" if gated else ""), every), "encoder", w.tok, f, s.activation, L,
                      gated=gated)
         w.linear(mlp + p.down, "ffn_down", f, h, s.mlp_bias, every)
-    if lay.placement != "pre":
+    if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
-        w.modules.append(Module(p.lm_head, "output", (("weight", (s.vocab, h)),), top=True))
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
         decoders.lm_head(B, p.lm_head, p.embed)
     return w.modules
 
@@ -300,19 +325,30 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     d = c.int("head_dim", default=h // a)
     L = c.int("num_hidden_layers")
-    bias = bool(c.get("attention_bias", default=False))
+    for key, want in lay.requires:
+        if (v := c.get(key, default=want)) != want:
+            raise NoAnalyticModel(f"{c.path}: config {key} = {v!r}: the {c.model_type} op template describes only {want!r}")
+    keys = lay.bias_keys
+    bias = bool(c.get(keys.qkv, default=False))
+    sliding = decoders.sliding(c, L)
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="silu")),
                     gated_mlp=lay.mlp != "plain", norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=bias if lay.qkv_bias is None else lay.qkv_bias,
-                    o_bias=bias if lay.o_bias is None else lay.o_bias,
-                    mlp_bias=bool(c.get("mlp_bias", default=False)) if lay.mlp_bias is None else lay.mlp_bias,
+                    o_bias=bool(c.get(keys.o, default=False)) if lay.o_bias is None else lay.o_bias,
+                    mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
-                    nope_layers=_no_rope(c, L) if lay.nope_layers else (),
-                    **decoders.sliding(c, L), **c.common)
+                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    **sliding, **c.common)
+
+
+def _global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
+    slide = sliding["sliding_layers"]
+    return tuple(i for i in range(layers) if i not in slide) if slide else ()
 
 
 def _no_rope(c: Cfg, layers: int) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""OLMo and OLMo2 (transformers modeling_olmo.py, modeling_olmo2.py): LLaMA layouts (layout.py). OLMo's
+"""OLMo, OLMo2 and OLMo3 (transformers modeling_olmo.py, modeling_olmo2.py, modeling_olmo3.py): LLaMA layouts (layout.py). OLMo's
 LayerNorms have no weights (OlmoLayerNorm: elementwise_affine off), so its files hold only the projections and
 embeddings; OLMo2 normalises after attention and after the MLP (post_attention_layernorm,
 post_feedforward_layernorm; none before) and RMS-normalises the whole q and k projections (q_norm [a d],
@@ -35,7 +35,7 @@ FAMILY = Family(
     before=("llama", "qwen3"),   # tried before them: its q_proj names match llama's, OLMo2's q_norm qwen3's
     # OLMo2's post_feedforward_layernorm (shape inference reads OLMo2: OLMo's names are LLaMA's less the norms);
     # also in Gemma2/3 files, whose family comes before this one in the registry
-    **layout.family_fields({"olmo2": OLMO2, "olmo": OLMO}, "post_ffw_norm"),
+    **layout.family_fields({"olmo2": OLMO2, "olmo3": OLMO2, "olmo": OLMO}, "post_ffw_norm"),
     gguf_config=gguf_config,
     # convert_hf_to_gguf.py's OlmoModel permutes q_proj / k_proj weights as LlamaModel does (OLMo2: NeoX, as stored)
     gguf_transforms=layout.rope_permuted("olmo", OLMO, bias=False),
@@ -45,5 +45,7 @@ FAMILY = Family(
         Sample("OlmoConfig", dict(_SIZES, attention_bias=True, clip_qkv=8.0, tie_word_embeddings=True),
                ("OlmoForCausalLM",), detected_as="llama"),
         Sample("Olmo2Config", _SIZES, ("Olmo2Model", "Olmo2ForCausalLM")),
+        # OLMo3: OLMo2's layers, sliding on those layer_types marks (by default all but every 4th)
+        Sample("Olmo3Config", dict(_SIZES, num_hidden_layers=4, sliding_window=4), ("Olmo3Model", "Olmo3ForCausalLM")),
     ),
 )

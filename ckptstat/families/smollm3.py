@@ -7,7 +7,7 @@ from . import layout
 from .base import Family, Sample
 from .layout import DecoderLayout
 
-SMOLLM3 = DecoderLayout(nope_layers=True, tied_default=True)
+SMOLLM3 = DecoderLayout(nope="flags", tied_default=True)
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)

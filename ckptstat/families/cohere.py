@@ -1,0 +1,34 @@
+"""Cohere (Command-R) and Cohere2 (Command R7B; transformers modeling_cohere.py, modeling_cohere2.py): LLaMA
+layouts (layout.py) with one bias-free LayerNorm (input_layernorm) whose output feeds attention and the MLP in
+parallel, no MLP bias, logits scaled by logit_scale (element-wise) and the LM head tied by default. Cohere2 slides
+on the layers layer_types marks and applies rotary only on those. Cohere's optional use_qk_norm (a LayerNorm over
+each head's [heads, d], a weight shape the layout has no field for) has no op template: the meta path answers it."""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import layout
+from .base import Family, Sample
+from .layout import DecoderLayout
+
+# llama.cpp's command-r and cohere2 write no output tensor (they always read the LM head as the embedding)
+COHERE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp_bias=False, tied_default=True,
+                       gguf_renames=(("output", None),), requires=(("use_qk_norm", False),))
+COHERE2 = replace(COHERE, nope="global", requires=())
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+
+FAMILY = Family(
+    name="cohere",
+    # its tensor names are LLaMA's less post_attention_layernorm: files without config.json read as llama
+    **{**layout.family_fields({"cohere": COHERE, "cohere2": COHERE2}, "attn_q"), "signature": r"(?!)"},
+    gguf_architectures=("command-r", "cohere2"),
+    samples=(
+        Sample("CohereConfig", _SIZES, ("CohereModel", "CohereForCausalLM"), detected_as="llama"),
+        Sample("CohereConfig", dict(_SIZES, attention_bias=True, tie_word_embeddings=False), ("CohereForCausalLM",),
+               detected_as="llama"),
+        Sample("Cohere2Config", dict(_SIZES, num_hidden_layers=4, sliding_window=4), ("Cohere2Model", "Cohere2ForCausalLM"),
+               detected_as="llama"),
+    ),
+)

@@ -1,0 +1,25 @@
+"""Seed-OSS (transformers modeling_seed_oss.py): the LLaMA layout (layout.py) whose q/k/v biases follow
+attention_bias (true by default) and o_proj's its own attention_out_bias (false by default); head_dim 128 by
+default and an LM head untied by default. llama.cpp names its MLP norm post_attention_norm."""
+from __future__ import annotations
+
+from . import layout
+from .base import Family, Sample
+from .layout import BiasKeys, DecoderLayout
+
+SEED_OSS = DecoderLayout(bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=64, head_dim=8, pad_token_id=0)
+
+FAMILY = Family(
+    name="seed_oss",
+    **{**layout.family_fields({"seed_oss": SEED_OSS}, "attn_q"),
+       "signature": r"(?!)"},   # its tensor names are LLaMA's (Qwen2's biases): files without config.json read as llama
+    samples=(
+        # LLaMA's names with q/k/v biases: names alone read as llama (its Qwen2 layout, the same counts)
+        Sample("SeedOssConfig", _SIZES, ("SeedOssModel", "SeedOssForCausalLM"), detected_as="llama"),
+        Sample("SeedOssConfig", dict(_SIZES, attention_bias=False, attention_out_bias=True, mlp_bias=True,
+                                     tie_word_embeddings=True), ("SeedOssForCausalLM",), detected_as="llama"),
+    ),
+)

@@ -1,0 +1,27 @@
+"""StableLM (transformers modeling_stablelm.py): the LLaMA layout (layout.py) with LayerNorms (weight and bias),
+q/k/v biases by use_qkv_bias (false by default), o_proj and the gated MLP never biased, rotary on
+partial_rotary_factor of each head (0.25 by default) and an LM head untied by default. Its two options that add
+or drop parts, qk_layernorm (a LayerNorm per head, norms.N) and use_parallel_residual (no
+post_attention_layernorm), are answered by the meta path."""
+from __future__ import annotations
+
+from . import layout
+from .base import Family, Sample
+from .layout import BiasKeys, DecoderLayout
+
+STABLELM = DecoderLayout(norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
+                         partial_rotary=0.25, requires=(("qk_layernorm", False), ("use_parallel_residual", False)))
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+
+FAMILY = Family(
+    name="stablelm",
+    # its tensor names are LLaMA's with the norms' biases: files without config.json read as llama
+    **{**layout.family_fields({"stablelm": STABLELM}, "attn_q"), "signature": r"(?!)"},
+    samples=(
+        Sample("StableLmConfig", _SIZES, ("StableLmModel", "StableLmForCausalLM"), detected_as="llama"),
+        Sample("StableLmConfig", dict(_SIZES, use_qkv_bias=True, partial_rotary_factor=0.5, tie_word_embeddings=True),
+               ("StableLmForCausalLM",), detected_as="llama"),
+    ),
+)

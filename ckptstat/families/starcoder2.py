@@ -1,0 +1,25 @@
+"""StarCoder2 (transformers modeling_starcoder2.py): the LLaMA layout (layout.py) with LayerNorms (weight and
+bias), a plain MLP c_proj(act(c_fc(x))) (gelu_pytorch_tanh by default), one use_bias switch for q, k, v, o and
+the MLP (true by default), an optional sliding window and the LM head tied by default."""
+from __future__ import annotations
+
+from . import layout
+from .base import Family, Sample
+from .layout import BiasKeys, DecoderLayout, Paths
+
+STARCODER2 = DecoderLayout(norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
+                           tied_default=True, paths=Paths(up="c_fc", down="c_proj"))
+
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+
+FAMILY = Family(
+    name="starcoder2",
+    # mlp.c_fc under model.layers.N (GPT-2's and StarCoder's c_fc are under h.N)
+    **layout.family_fields({"starcoder2": STARCODER2}, "ffn_up"),
+    samples=(
+        Sample("Starcoder2Config", _SIZES, ("Starcoder2Model", "Starcoder2ForCausalLM")),
+        Sample("Starcoder2Config", dict(_SIZES, use_bias=False, sliding_window=4, tie_word_embeddings=False),
+               ("Starcoder2ForCausalLM",)),
+    ),
+)
