@@ -64,20 +64,12 @@ def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
             if bar:
                 hf_logging.enable_progress_bar()
     model.eval()
-    if info["mismatched_keys"]:
-        key, shapes = _first(info["mismatched_keys"])
-        raise UsageError(f"{ckpt.path}: {key} has shape {tuple(shapes[0])}, {cls.__name__} expects {tuple(shapes[1])}")
+    if info["mismatched_keys"]:   # (key, the file's shape, the model's) triples (transformers loading_report.py)
+        key, theirs, ours = sorted(info["mismatched_keys"])[0]
+        raise UsageError(f"{ckpt.path}: {key} has shape {tuple(theirs)}, {cls.__name__} expects {tuple(ours)}")
     missing = sorted(info["missing_keys"])
     loaded = [k for k in model.state_dict() if k not in info["missing_keys"]]
     return model, loaded, missing
-
-
-def _first(mismatched) -> tuple[str, tuple]:
-    """transformers' mismatched keys: (key, file shape, model shape) triples, or a key -> shapes map."""
-    item = sorted(mismatched)[0]
-    if isinstance(mismatched, dict):
-        return item, mismatched[item]
-    return item[0], tuple(item[1:3])
 
 
 def _base_class(transformers, cfg):

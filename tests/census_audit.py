@@ -16,6 +16,7 @@ runs the same comparison on a fixed set of architectures that build fast.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -25,6 +26,7 @@ import tempfile
 import time
 import traceback
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 HIDDEN, FFN, SMALL = 16, 24, 8
@@ -307,32 +309,40 @@ def audit_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
     return out
 
 
-class _Overrun(Exception):
+class Overrun(Exception):
     pass
 
 
 def _on_alarm(signum: int, frame: Any) -> None:
-    raise _Overrun()
+    raise Overrun()
+
+
+@contextlib.contextmanager
+def time_budget(seconds: float) -> Iterator[None]:
+    """Raise Overrun in this process (SIGALRM) once `seconds` have passed inside the block."""
+    old = signal.signal(signal.SIGALRM, _on_alarm)
+    signal.setitimer(signal.ITIMER_REAL, max(seconds, 0.001))
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
 
 
 def _run_here(model_type: str, cls_name: str, budget: float) -> dict[str, Any]:
     """audit_one in this process (about 10x less CPU than a fork a model: transformers' modules stay
     imported), stopped by SIGALRM after `budget` seconds."""
-    old = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.alarm(max(int(budget), 1))
     try:
-        with tempfile.TemporaryDirectory() as d:
+        with time_budget(budget), tempfile.TemporaryDirectory() as d:
             return audit_one(model_type, cls_name, d)
-    except _Overrun:
+    except Overrun:
         return {"status": "skipped", "why": f"over the {budget:.0f} s budget"}
     except Exception as e:   # noqa: BLE001 - recorded as the reason for skipping
-        return {"status": "skipped", "why": _reason(e)}
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, old)
+        return {"status": "skipped", "why": reason(e)}
 
 
-def _reason(e: BaseException) -> str:
+def reason(e: BaseException) -> str:
+    """An exception in one line: its type, its message's first line, and where it was raised."""
     tb = traceback.extract_tb(e.__traceback__)
     where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
     return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}{where}"
@@ -349,7 +359,7 @@ def _run_forked(model_type: str, cls_name: str, budget: float) -> dict[str, Any]
             with tempfile.TemporaryDirectory() as d:
                 res = audit_one(model_type, cls_name, d)
         except BaseException as e:   # noqa: BLE001 - recorded as the reason for skipping
-            res = {"status": "skipped", "why": _reason(e)}
+            res = {"status": "skipped", "why": reason(e)}
         with os.fdopen(w, "w") as f:
             f.write(json.dumps(res, default=str))
         os._exit(0)

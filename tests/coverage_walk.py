@@ -24,15 +24,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 import tempfile
-import traceback
 import warnings
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from census_audit import tiny_config  # noqa: E402
+from census_audit import Overrun, reason, time_budget, tiny_config  # noqa: E402
 
 SEQ = 8
 OUTCOMES = ("static", "meta", "wrong", "refused", "crashed", "no oracle")
@@ -86,7 +84,7 @@ def walk_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
         cfg = tiny_config(cls.config_class)
         want = oracle(cls, cfg)
     except Exception as e:   # noqa: BLE001 - any failure of transformers' own build is "no oracle", with its reason
-        return {**row, "outcome": "no oracle", "why": _reason(e)}
+        return {**row, "outcome": "no oracle", "why": reason(e)}
     path = os.path.join(workdir, f"{cls_name}.json")
     with open(path, "w") as f:
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
@@ -95,23 +93,9 @@ def walk_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
-        return {**row, "outcome": "crashed", "why": _reason(e)}
+        return {**row, "outcome": "crashed", "why": reason(e)}
     row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]])
     return {**row, "outcome": by if (got_flops, got_kv) == want else "wrong", "by": by}
-
-
-class _Timeout(Exception):
-    pass
-
-
-def _on_alarm(signum: int, frame: Any) -> None:
-    raise _Timeout("over the time budget")
-
-
-def _reason(e: BaseException) -> str:
-    tb = traceback.extract_tb(e.__traceback__)
-    where = f" ({os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
-    return f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}{where}"
 
 
 def walk(pairs: list[tuple[str, str]], budget: float = 120.0, echo: bool = False) -> list[dict[str, Any]]:
@@ -122,16 +106,14 @@ def walk(pairs: list[tuple[str, str]], budget: float = 120.0, echo: bool = False
     transformers.logging.set_verbosity_error()
     warnings.filterwarnings("ignore")
     rows = []
-    signal.signal(signal.SIGALRM, _on_alarm)
     with tempfile.TemporaryDirectory() as workdir:
         for i, (model_type, cls_name) in enumerate(pairs):
-            signal.setitimer(signal.ITIMER_REAL, budget)
             try:
-                row = walk_one(model_type, cls_name, workdir)
-            except _Timeout as e:
-                row = {"model_type": model_type, "cls": cls_name, "outcome": "no oracle", "why": str(e)}
-            finally:
-                signal.setitimer(signal.ITIMER_REAL, 0)
+                with time_budget(budget):
+                    row = walk_one(model_type, cls_name, workdir)
+            except Overrun:
+                row = {"model_type": model_type, "cls": cls_name, "outcome": "no oracle",
+                       "why": f"over the {budget:.0f} s budget"}
             rows.append(row)
             if echo:
                 print(f"[{i + 1}/{len(pairs)}] {model_type:28} {cls_name:44} {row['outcome']:9} {row.get('why', '')}",

@@ -8,8 +8,7 @@ from .layout import DecoderLayout
 
 ARCEE = DecoderLayout(mlp="plain")   # hidden_act: relu2, ArceeConfig's default
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64)
+_SIZES = dict(layout.TINY)
 
 FAMILY = Family(
     name="arcee",

@@ -14,8 +14,7 @@ from .layout import DecoderLayout, Paths
 GLM = DecoderLayout(fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
 GLM4 = replace(GLM, placement="sandwich", paths=Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, head_dim=8, pad_token_id=0)
+_SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
 FAMILY = Family(
     name="glm",

@@ -12,8 +12,7 @@ from .layout import DecoderLayout, Paths
 HYPERCLOVAX = DecoderLayout(placement="sandwich", requires=(("use_post_norm", True),),
                             paths=Paths(attn_out="post_norm1", mlp_out="post_norm2"))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+_SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="hyperclovax",

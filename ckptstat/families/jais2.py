@@ -9,8 +9,7 @@ from .layout import DecoderLayout
 
 JAIS2 = DecoderLayout(norm="layernorm", mlp="plain")
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+_SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="jais2",

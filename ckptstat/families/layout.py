@@ -45,6 +45,11 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 NoPE = Literal["none", "flags", "global"]
 
 
+# The tiny sizes the layout families' Samples build their models at (each adds its own keys: head_dim, pad_token_id)
+TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+            vocab_size=99, max_position_embeddings=64)
+
+
 @dataclass(frozen=True)
 class Paths:
     """Module names as the modeling file names them, written once (the LLaMA names by default). Norms by

@@ -36,8 +36,7 @@ GGUF_ROPE_PERMUTED = layout.rope_permuted("llama", LLAMA)
 # LMs not on a layout (Gemma, Qwen-MoE, DeepSeek, gpt-oss) spread this into their Family.
 DECODER_LM = layout.decoder_lm(LLAMA)
 HEAD_RULES = DECODER_LM["head_rules"]
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64)
+_SIZES = dict(layout.TINY)
 
 FAMILY = Family(
     name="llama",

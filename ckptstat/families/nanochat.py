@@ -10,8 +10,7 @@ from .layout import DecoderLayout, Paths
 
 NANOCHAT = DecoderLayout(norm="none", qk_norm="head", mlp="plain", mlp_bias=False, paths=Paths(up="fc1", down="fc2"))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+_SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="nanochat",

@@ -23,8 +23,7 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, head_dim=16)
+_SIZES = dict(layout.TINY, head_dim=16)
 
 FAMILY = Family(
     name="qwen3",

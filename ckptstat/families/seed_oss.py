@@ -9,8 +9,7 @@ from .layout import BiasKeys, DecoderLayout
 
 SEED_OSS = DecoderLayout(bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, head_dim=8, pad_token_id=0)
+_SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
 FAMILY = Family(
     name="seed_oss",

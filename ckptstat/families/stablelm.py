@@ -12,8 +12,7 @@ from .layout import BiasKeys, DecoderLayout
 STABLELM = DecoderLayout(norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
                          partial_rotary=0.25, requires=(("qk_layernorm", False), ("use_parallel_residual", False)))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+_SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="stablelm",

@@ -10,8 +10,7 @@ from .layout import BiasKeys, DecoderLayout, Paths
 STARCODER2 = DecoderLayout(norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
                            tied_default=True, paths=Paths(up="c_fc", down="c_proj"))
 
-_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
-              vocab_size=99, max_position_embeddings=64, pad_token_id=0)
+_SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="starcoder2",
