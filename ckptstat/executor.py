@@ -14,7 +14,7 @@ import warnings
 
 from .core import Checkpoint
 from .errors import CkptstatError, UsageError, missing_extra
-from .families.base import architectures
+from .families.framework.base import architectures
 from .formats.registry import open_checkpoint
 
 RUN_SCHEMA = "ckptstat.run/1"
@@ -123,7 +123,7 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
     from .analysis.flops import run as flops_run
     from .analysis.memory import report as memory_report
     from .census.model import from_checkpoint
-    from .families.spec import audio_inputs
+    from .families.framework.spec import audio_inputs
 
     model = from_checkpoint(ckpt)
     # `seq` tokens; an audio model's encoder reads its default frames and `seq` is the decoder's (audio_inputs)
@@ -138,7 +138,7 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
 def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
     """The sequence length to run: by default 128, or the learned position table if smaller; a --seq
     beyond that table is a usage error, not a crash inside transformers."""
-    from .families.spec import audio_inputs, check_seq, default_seq, from_config
+    from .families.framework.spec import audio_inputs, check_seq, default_seq, from_config
 
     try:
         spec = from_config(ckpt.config, ckpt.config_path or "config.json") if ckpt.config else None

@@ -14,7 +14,7 @@ from conftest import fixture
 from ckptstat import open_checkpoint, summarize
 from ckptstat.census.model import from_checkpoint, load
 from ckptstat.errors import UsageError
-from ckptstat.families.spec import canonical_name, check_seq, from_config
+from ckptstat.families.framework.spec import canonical_name, check_seq, from_config
 
 ST = fixture("bert-tiny-pretraining", "model.safetensors")   # the same BertForPreTraining as tf1-bert
 with open(fixture("bert-tiny-pretraining", "expected.json")) as _f:

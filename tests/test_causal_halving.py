@@ -1,4 +1,4 @@
-"""`flops --causal-halving`: one rule (families/ops.py causal_pairs, window_groups) for every decoder.
+"""`flops --causal-halving`: one rule (families/framework/ops.py causal_pairs, window_groups) for every decoder.
 
 The oracle is the mask transformers itself hands each layer: a forward pre-hook on every self-attention
 module of the eager model records its `attention_mask` (built by masking_utils' create_causal_mask /

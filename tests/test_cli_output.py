@@ -266,7 +266,7 @@ def test_a_path_that_looks_like_a_command_is_still_a_path(cli, tmp_path, monkeyp
 @pytest.mark.parametrize("path", [BERT, LLAMA])
 def test_summary_flops_memory_share_the_default_seq(cli, path) -> None:
     from ckptstat.census.model import load
-    from ckptstat.families.spec import default_seq
+    from ckptstat.families.framework.spec import default_seq
 
     seq = default_seq(load(path, None).spec)
     s = json.loads(cli(path, "--json")[1])["analytic"]["seq"]

@@ -15,8 +15,8 @@ _make_config_aliases = fixture_script("make_config_aliases")
 OUT = _make_config_aliases.OUT
 aliases = _make_config_aliases.aliases
 
-from ckptstat.families.graph import build, predict_params  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 
 def test_table_is_what_the_installed_transformers_maps():

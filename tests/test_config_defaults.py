@@ -17,8 +17,8 @@ OUT = _make_config_defaults.OUT
 table = _make_config_defaults.table
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
-from ckptstat.families import base as fbase  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework import base as fbase  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 
 def test_table_is_what_the_installed_transformers_gives():

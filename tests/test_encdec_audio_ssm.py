@@ -15,7 +15,7 @@ from test_families import fcm_flops, meta_model  # noqa: E402
 
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import bart, get, mamba, whisper  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 B, S_ENC, S_DEC = 2, 7, 5
 

@@ -30,9 +30,9 @@ from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import FAMILIES, by_model_type, detect, generic  # noqa: E402
-from ckptstat.families.base import Family, Sample  # noqa: E402
-from ckptstat.families.graph import build, predict_params  # noqa: E402
-from ckptstat.families.spec import from_config, from_tensors  # noqa: E402
+from ckptstat.families.framework.base import Family, Sample  # noqa: E402
+from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config, from_tensors  # noqa: E402
 
 SEQS = (8, 16)
 BATCH = 2

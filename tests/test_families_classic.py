@@ -20,8 +20,8 @@ from test_families import meta_model, spec_of  # noqa: E402
 from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import get  # noqa: E402
-from ckptstat.families.graph import build  # noqa: E402
-from ckptstat.families.spec import check_seq  # noqa: E402
+from ckptstat.families.framework.graph import build  # noqa: E402
+from ckptstat.families.framework.spec import check_seq  # noqa: E402
 
 FAMILIES = ("opt", "bloom", "gptj", "gpt_neo", "gpt_bigcode")
 BATCH = 2

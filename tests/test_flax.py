@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from ckptstat import open_checkpoint, summarize
 from ckptstat.cli import main
 from ckptstat.errors import CorruptCheckpointError
-from ckptstat.families.infer import canonical_name
+from ckptstat.families.framework.infer import canonical_name
 from ckptstat.formats import flax_msgpack, msgpack_walk, registry
 
 with open(fixture("expected_flax.json")) as _f:
@@ -121,7 +121,7 @@ def test_same_model_as_transformers_converts_it(model, capsys):
 def test_conv_kernel_reads_as_torch_shape():
     """A Flax Conv kernel is [h, w, in, out]; its canonical shape is torch's [out, in, h, w] (the converter's
     transpose(2, 3, 1, 0)), which the ViT config check expects."""
-    from ckptstat.families.infer import canonical_tensors
+    from ckptstat.families.framework.infer import canonical_tensors
 
     ckpt = open_checkpoint(fixture("flax", "vit"))
     name = "vit.embeddings.patch_embeddings.projection.kernel"

@@ -14,8 +14,8 @@ from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 from ckptstat.analysis import flops as fl  # noqa: E402
 from ckptstat.census.model import Model, load  # noqa: E402
-from ckptstat.families.graph import build, predict_params  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096)

@@ -11,7 +11,7 @@ from ckptstat.analysis.memory import report as memory_report
 from ckptstat.census.model import from_checkpoint, load
 from ckptstat.cli import main
 from ckptstat.errors import UsageError
-from ckptstat.families.graph import build
+from ckptstat.families.framework.graph import build
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures")
 

@@ -13,8 +13,8 @@ from transformers import CONFIG_MAPPING  # noqa: E402
 from transformers.models.auto import modeling_auto as auto  # noqa: E402
 
 from ckptstat.families import MODEL_TYPES, generic  # noqa: E402
-from ckptstat.families.graph import predict_params  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.graph import predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 SIZES = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
              vocab_size=320, head_dim=16, pad_token_id=0)

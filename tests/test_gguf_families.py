@@ -387,7 +387,7 @@ def test_diff_aligns_every_tensor(converted, cli):
                                   "deepseek2", "mamba", "gpt-oss"])
 def test_bad_metadata_is_a_note_not_a_crash(arch, tmp_path, cli):
     """Keys of the wrong type or beyond any model: the summary still opens the file, the analytic model says
-    what is wrong in one line (families.base.Cfg), nothing is allocated or looped over from the claim."""
+    what is wrong in one line (families.framework.base.Cfg), nothing is allocated or looped over from the claim."""
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), arch)
     w.add_string(f"{arch}.block_count", "many")                    # not an integer: left out
     w.add_uint64(f"{arch}.embedding_length", 2 ** 40)              # beyond any model

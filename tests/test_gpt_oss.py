@@ -28,8 +28,8 @@ from ckptstat.analysis import memory  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import detect  # noqa: E402
-from ckptstat.families.graph import build, predict_params  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 BATCH = 2
 SEQS = (3, 4, 9)      # below, at and above the window

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from ckptstat.families import get  # noqa: E402
-from ckptstat.families.base import Sample  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.base import Sample  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 FAMILY_NAMES = ("qwen_moe", "gemma", "deepseek")
 SEQS = (2, 8, 16)
@@ -56,7 +56,7 @@ def test_gemma_sliding_layers_follow_layer_types():
 def test_gemma_causal_halving_counts_the_keys_the_mask_lets_through():
     """--causal-halving: the score MACs equal the unmasked (query, key) pairs of the model's own attention
     (nonzero probabilities from output_attentions), sliding layers seeing only their window, x head_dim."""
-    from ckptstat.families.graph import build
+    from ckptstat.families.framework.graph import build
 
     sample = get("gemma").samples[3]
     model, spec = _model(sample, "Gemma3ForCausalLM")

@@ -1,4 +1,4 @@
-"""Sliding-window KV caches of the decoder families (families/decoders.py `sliding`, base.py
+"""Sliding-window KV caches of the decoder families (families/framework/decoders.py `sliding`, base.py
 `decoder_kv_cache`; Gemma's layer pattern, families/gemma.py) against what transformers' caches hold.
 
 For each config below, a tiny *ForCausalLM (real weights on the CPU: MoE routing needs values) runs one
@@ -15,7 +15,7 @@ T = pytest.importorskip("transformers")
 
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import get  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 BATCH = 2
 SEQS = (2, 4, 5, 9, 16)

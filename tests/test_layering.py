@@ -155,6 +155,26 @@ def test_analysis_parts_point_down(module):
             f"{module}:{line} imports {target}, an analysis part above it ({ANALYSIS_TIERS[theirs]} > {ANALYSIS_TIERS[mine]})")
 
 
+FRAMEWORK = "ckptstat.families.framework"
+
+
+def _is_family_module(module: str) -> bool:
+    """A model family's module: it defines the FAMILY record the registry lists."""
+    tree = ast.parse(open(MODULES[module], encoding="utf-8").read())
+    return any(isinstance(n, (ast.Assign, ast.AnnAssign)) and "FAMILY" in ast.unparse(n).split("=")[0].split()
+               for n in tree.body)
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if m.startswith(FRAMEWORK)))
+def test_family_framework_names_no_family(module):
+    """The family framework (families/framework/: the records, config access, op template, layout, the pieces
+    several families share, the views over the registry) never imports a model family's module: it reaches
+    the families through the registry (ckptstat.families) only, so a family is added without touching it."""
+    for target, line, _ in imports(module, type_checking=True):
+        if target in MODULES and target.startswith("ckptstat.families.") and _is_family_module(target):
+            raise AssertionError(f"{module}:{line} imports the family module {target}; use the registry")
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_size(module):
     with open(MODULES[module], encoding="utf-8") as f:

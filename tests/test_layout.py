@@ -1,4 +1,4 @@
-"""The one description (families/layout.py) against the libraries that wrote the files: for every family described
+"""The one description (families/framework/layout.py) against the libraries that wrote the files: for every family described
 by a DecoderLayout and every sample model, the tensors its walk derives are the names and shapes save_pretrained
 writes (transformers 5 reverts its in-memory renames and fused experts: census_audit.saved_shapes), and the GGUF
 names it derives are gguf-py's TensorNameMap's for the llama.cpp architecture the family converts to (each routed
@@ -15,8 +15,8 @@ gguf = pytest.importorskip("gguf")
 from census_audit import saved_shapes  # noqa: E402
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
-from ckptstat.families import layout as L  # noqa: E402
-from ckptstat.families.spec import from_config  # noqa: E402
+from ckptstat.families.framework import layout as L  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 DESCRIBED = [f for f in FAMILIES if L.layouts_of(f) is not None]
 ARCHS = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}

@@ -145,7 +145,7 @@ def test_stats_json_without_a_bar_loads_no_framework():
 # --- the shortcuts issue 22's per-name passes take, each resting on a property of a rule table ---------
 
 def test_every_tf_spelling_rule_has_a_literal():
-    from ckptstat.families.infer import _TF_LITERALS, _TF_SPELLINGS
+    from ckptstat.families.framework.infer import _TF_LITERALS, _TF_SPELLINGS
     for rx, _ in _TF_SPELLINGS:
         assert any(lit in rx.pattern.replace("\\", "") for lit in _TF_LITERALS), rx.pattern
 
@@ -158,7 +158,7 @@ def test_every_structural_tie_rule_has_a_literal():
 
 def test_every_left_out_role_name_holds_a_literal():
     # one name per alternative of each optimizer / counter rule of naming.ROLE_RULES
-    from ckptstat.families.infer import _LEFT_OUT_LITERALS
+    from ckptstat.families.framework.infer import _LEFT_OUT_LITERALS
     from ckptstat.naming import ROLE_RULES, role_of
     names = ["optimizer.state.0", "optim.x", "opt_state.x", "optimizer_state_dict.x", "optimizer_states.x", "a.exp_avg",
              "a.exp_avg_sq", "a.max_exp_avg_sq", "a.momentum_buffer", "bert/x/adam_m", "bert/x/adam_v",
@@ -177,7 +177,7 @@ def test_joined_name_scans_equal_the_per_name_rules():
     import random
 
     from ckptstat.families import _COMPONENT_NUMBER, _name_shapes
-    from ckptstat.families.infer import canonical_name, canonical_tensors
+    from ckptstat.families.framework.infer import canonical_name, canonical_tensors
     from ckptstat.naming import Placement, classify, classify_all, digit_forms, normalize
     rng = random.Random(0)
     parts = ["layer", "layers", "h", "0", "12", "007", "attn", "kernel", "gamma", "bert", "tf_bert_model", "layer_3",
@@ -221,7 +221,7 @@ def test_digit_forms_answer_every_literal_pre_check_as_the_names_do():
 
     from ckptstat.census.quant import _LAYOUT_LITERALS as QUANT
     from ckptstat.core import TensorInfo
-    from ckptstat.families.infer import _LEFT_OUT_LITERALS, _REWRITE_LITERALS, tf_spelled
+    from ckptstat.families.framework.infer import _LEFT_OUT_LITERALS, _REWRITE_LITERALS, tf_spelled
     from ckptstat.naming import _STRUCTURAL_LITERALS, digit_forms, structural_ties
     literals = QUANT + _LEFT_OUT_LITERALS + _REWRITE_LITERALS + _STRUCTURAL_LITERALS + ("_._", ":", "ATTRIBUTES")
     assert not any(c.isdigit() for lit in literals for c in lit)
@@ -242,7 +242,7 @@ def test_digit_forms_answer_every_literal_pre_check_as_the_names_do():
 
 def test_find_over_joined_names_equals_a_scan():
     from ckptstat.core import TensorInfo
-    from ckptstat.families.infer import NameIndex, find
+    from ckptstat.families.framework.infer import NameIndex, find
     names = ["bert.embeddings.word_embeddings.weight", "x.lm_head.weight", "lm_head.weight", "cls.aa.aa", ".dot",
              "a\\.b", "classifier.out_proj.weight"]
     idx = NameIndex({n: TensorInfo(n, "F32", (1,), "f", 0, 4) for n in names})
@@ -273,7 +273,7 @@ def test_canonical_and_find_shortcuts_agree_with_the_plain_rules():
     import re
 
     from ckptstat.core import TensorInfo
-    from ckptstat.families import infer
+    from ckptstat.families.framework import infer
     from ckptstat.naming import normalize
 
     names = ["bert/encoder/layer_3/attention/self/query/kernel:0", "tf_bert_model/bert/embeddings/word_embeddings",

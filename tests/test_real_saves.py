@@ -353,7 +353,7 @@ def test_hf_tf_writers(case):
 
 
 # The ties table's `model.parameters()` row on TF files: the file's names are compared with the PyTorch
-# class's under transformers' spelling (families.infer.canonical_name), the family's tie rules matched on
+# class's under transformers' spelling (families.framework.infer.canonical_name), the family's tie rules matched on
 # that spelling too (census.ties); TFAlbertMLMHead's own decoder_bias, which AlbertForMaskedLM ties, is
 # subtracted. (Keras' count_params() counts that bias: the TF model has 97 more parameters than the torch one.)
 @pytest.mark.parametrize("case", HF_TF_CASES)
@@ -385,5 +385,5 @@ def test_ties_and_summary_share_one_resolution(saves, case, variant):
     if variant == "save_pretrained" and t["rules"]["available"]:
         assert row["model"] == cls
     if variant == "no architectures" and t["rules"]["available"]:
-        from ckptstat.families.base import head_of
+        from ckptstat.families.framework.base import head_of
         assert s["resolved"]["head"] == head_of([cls], "?")[0]

@@ -15,8 +15,8 @@ from conftest import fixture  # noqa: E402
 from test_families import fcm_image_flops, meta_model, ours, tensor_infos  # noqa: E402
 
 from ckptstat.families import detect  # noqa: E402
-from ckptstat.families.graph import build, predict_params  # noqa: E402
-from ckptstat.families.spec import from_tensors  # noqa: E402
+from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 
 # transformers' ResNet module names -> torchvision's (torchvision/models/resnet.py: conv1/bn1, layerN.i.convK/bnK,
 # downsample.0/1, fc). torchvision itself is not installable beside the CPU torch 2.13.0 wheel (PyPI's

@@ -14,7 +14,7 @@ from test_families import meta_model, tensor_infos  # noqa: E402
 from test_vision import torchvision_name  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
-from ckptstat.families.spec import from_tensors  # noqa: E402
+from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 
 _VIT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=32, patch_size=4)
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
@@ -119,7 +119,7 @@ def test_tower_models_in_both_layouts(cli, tmp_path, config, kwargs, model_name,
     cross-check finds every tensor it expects and nothing else, and counts model.parameters(); without config.json
     the names show the family, and the shapes its parameters."""
     from ckptstat import open_checkpoint, summarize
-    from ckptstat.families.graph import predict_params
+    from ckptstat.families.framework.graph import predict_params
 
     model, layouts = _tower_layouts(tmp_path, config, kwargs, model_name)
     params = sum(p.numel() for p in model.parameters())

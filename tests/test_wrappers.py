@@ -128,7 +128,7 @@ def test_dual_encoders_are_no_wrapper(tmp_path):
     gets no analytic model), never a wrapper analysed as its text tower."""
     from ckptstat.errors import UsageError
     from ckptstat.families import MODEL_TYPES, language_model
-    from ckptstat.families.spec import from_config
+    from ckptstat.families.framework.spec import from_config
     text = dict(hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4)
     for cfg in (T.CLIPConfig(text_config=text, vision_config=VIS).to_dict(),
                 T.SiglipConfig(text_config=text, vision_config=VIS).to_dict()):

@@ -19,7 +19,7 @@ from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
-from ..families.infer import canonical_name, tf_spelled
+from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
 from .conversion import Transform, conversion_row, gguf_transforms, rounding_bound, rounding_target, transform_for, whole_blocks
 
@@ -160,7 +160,7 @@ def _unstacked(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], wante
 
 
 def tf_rename(name: str) -> str:
-    """A TF variable's name in transformers' PyTorch spelling (families.infer.canonical_name:
+    """A TF variable's name in transformers' PyTorch spelling (families.framework.infer.canonical_name:
     google-research `bert/encoder/layer_0/attention/self/query/kernel`, HF TF
     `tf_bert_for_masked_lm/bert/encoder/layer_._0/.../kernel:0` -> `bert.encoder.layer.0...weight`);
     names it does not know keep their normalised spelling."""

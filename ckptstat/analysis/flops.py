@@ -11,9 +11,9 @@ from typing import Any
 from ..census.model import Model
 from ..errors import UsageError
 from ..families import get
-from ..families.graph import EW_COST, build
-from ..families.ops import causal_pairs
-from ..families.spec import check_seq
+from ..families.framework.graph import EW_COST, build
+from ..families.framework.ops import causal_pairs
+from ..families.framework.spec import check_seq
 
 SCHEMA = "ckptstat.flops/1"
 CONVENTIONS = {

@@ -27,10 +27,10 @@ from typing import Any
 from ..census.model import Model, is_bare_config
 from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
-from ..families.archspec import ArchSpec
-from ..families.base import DTYPE_BYTES, KVLines, architectures
+from ..families.framework.archspec import ArchSpec
+from ..families.framework.base import DTYPE_BYTES, KVLines, architectures
+from ..families.framework.ops import Op
 from ..families.generic import not_a_decoder
-from ..families.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 
 HINT = "with the `run` extra installed (pip install 'ckptstat[run]'), transformers would compute it on the meta device"

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..census.model import from_checkpoint, weights_of
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
-from ..families.spec import audio_inputs, check_seq, default_seq
+from ..families.framework.spec import audio_inputs, check_seq, default_seq
 from . import flops as fl
 from . import memory as mem
 from .stats import DEFAULT_STATS_CHUNK, Progress, StatsRun, collect
@@ -33,7 +33,7 @@ class ReportRun:
 def build(ckpt: Checkpoint, batch: int = 1, seq: int | None = None, read_values: bool = True,
           chunk_bytes: int = DEFAULT_STATS_CHUNK, workers: int = 1, progress: Progress | None = None) -> ReportRun:
     """The report of an open checkpoint. `seq` None: the length `flops` and `memory` default to
-    (families.spec.default_seq; an audio model's mel frames). `read_values` False: headers only."""
+    (families.framework.spec.default_seq; an audio model's mel frames). `read_values` False: headers only."""
     if batch < 1 or (seq is not None and seq < 1):
         raise UsageError(f"--batch and --seq must be positive integers, got {batch} and {seq}")
     skipped: dict[str, str] = {}

@@ -13,7 +13,7 @@ from ..census.ties import structural_tie_notes
 from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError
-from ..families.spec import audio_inputs, default_seq
+from ..families.framework.spec import audio_inputs, default_seq
 from ..naming import BUCKETS, ROLES
 from .flops import run
 from .quantized import member_fields, quantization
@@ -216,7 +216,7 @@ def summary_fields(ckpt: Checkpoint) -> dict | None:
 def bert_stat(ckpt: Checkpoint, batch: int, seq: int) -> dict:
     """Bertstat's report for its users: the summary plus FLOPs at Bertstat's input_size (batch, seq)
     (docs/flops_memory.md): matmul FLOPs, 2 per MAC, as FlopCounterMode counts."""
-    from ..families.spec import check_seq
+    from ..families.framework.spec import check_seq
 
     r = summarize(ckpt)
     r["input_size"] = {"batch": batch, "seq": seq}

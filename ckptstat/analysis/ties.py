@@ -10,8 +10,8 @@ from ..census.quant import logical
 from ..census.resolution import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
-from ..families.infer import canonical_name, canonical_tensors, tf_spelled
-from ..families.tensors import expected_tensors
+from ..families.framework.infer import canonical_name, canonical_tensors, tf_spelled
+from ..families.framework.tensors import expected_tensors
 from ..naming import normalize
 
 TIES_SCHEMA = "ckptstat.ties/1"

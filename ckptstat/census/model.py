@@ -10,9 +10,9 @@ from typing import Protocol
 from ..core import Checkpoint
 from ..errors import NoAnalyticModel, UsageError
 from ..families import get
-from ..families.base import KVLines
-from ..families.graph import Op, predict_params
-from ..families.spec import (
+from ..families.framework.base import KVLines
+from ..families.framework.graph import Op, predict_params
+from ..families.framework.spec import (
     DTYPE_BYTES,
     ArchSpec,
     from_config,

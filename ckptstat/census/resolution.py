@@ -11,8 +11,8 @@ from dataclasses import dataclass, replace
 from ..core import Checkpoint
 from ..errors import UsageError
 from ..families import by_model_type, get
-from ..families.base import ArchSpec, Family, TieRule
-from ..families.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
+from ..families.framework.base import ArchSpec, Family, TieRule
+from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
 from ..naming import name_forms
 from .counts import memoised, name_family
 from .quant import logical

@@ -20,8 +20,8 @@ from typing import Any
 
 from ..core import Checkpoint
 from ..families import by_model_type
-from ..families.base import TieRule
-from ..families.infer import canonical_name, tf_spelled
+from ..families.framework.base import TieRule
+from ..families.framework.infer import canonical_name, tf_spelled
 from ..families.tie_table import ClassTies, class_ties
 from ..families.wrappers import language_config
 from ..naming import name_forms, structural_ties
@@ -163,9 +163,9 @@ def _class_table_ties(ckpt: Checkpoint, own: ClassTies, add: Callable[[Tie], Non
 def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, names_tied: bool,
                       add: Callable[[Tie], None], ties: dict[str, Tie]) -> None:
     """The family's tie rules (PyTorch names) on a TF file (google-research, HF TF .h5), whose names are
-    matched as transformers' converters spell them (families.infer.canonical_name: `mlm___cls/predictions/
+    matched as transformers' converters spell them (families.framework.infer.canonical_name: `mlm___cls/predictions/
     bias:0` is `cls.predictions.bias`). Only ties no other evidence found (a structural tie is one), each
-    under the PyTorch name of the absent alias; a PyTorch file is skipped (families.infer.tf_spelled)."""
+    under the PyTorch name of the absent alias; a PyTorch file is skipped (families.framework.infer.tf_spelled)."""
     tensors = ckpt.tensors
     if not tf_spelled(tensors.values(), name_forms(ckpt)):
         return

@@ -32,7 +32,7 @@ def flops(
     from ..analysis import flops as fl
     from ..analysis.meta import load
     from ..errors import UsageError
-    from ..families.spec import audio_inputs, default_seq
+    from ..families.framework.spec import audio_inputs, default_seq
 
     if convention not in fl.CONVENTIONS:
         raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")

@@ -59,7 +59,7 @@ def memory(
     from ..analysis.meta import load
     from ..census.model import weights_only
     from ..errors import UsageError
-    from ..families.spec import audio_inputs, default_seq
+    from ..families.framework.spec import audio_inputs, default_seq
 
     positive("--batch", batch)
     positive("--seq", seq)

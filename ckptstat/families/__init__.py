@@ -59,7 +59,7 @@ from . import (
     whisper,
     wrappers,
 )
-from .base import Family, architectures
+from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (

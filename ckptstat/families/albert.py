@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import encoder, infer
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
-from .ops import Builder
+from .framework import encoder, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
     "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",

@@ -2,9 +2,9 @@
 with ReLU^2 by default (hidden_act relu2), and an LM head untied by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
 
 ARCEE = DecoderLayout(mlp="plain")   # hidden_act: relu2, ArceeConfig's default
 

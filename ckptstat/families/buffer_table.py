@@ -13,7 +13,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from .base import architectures
+from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "buffer_table.json")
 _DIGITS = re.compile(r"\d+")

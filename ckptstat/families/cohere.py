@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
 
 # llama.cpp's command-r and cohere2 write no output tensor (they always read the LM head as the embedding)
 COHERE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp_bias=False, tied_default=True,

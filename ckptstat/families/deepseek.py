@@ -27,9 +27,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, llama, qwen_moe
-from .base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder, ew_cost
+from . import llama, qwen_moe
+from .framework import infer
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.ops import Builder, ew_cost
 from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
 
 

@@ -18,9 +18,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, vit
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder
+from . import vit
+from .framework import infer
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.ops import Builder
 from .vit import patch_tokens
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import encoder, infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
-from .ops import Builder
+from .framework import encoder, infer
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
     "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",

@@ -3,9 +3,9 @@ for q, k, v, o and the MLP (false by default), rotary on interleaved pairs (no m
 by default and the LM head tied by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import BiasKeys, DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import BiasKeys, DecoderLayout
 
 ERNIE4_5 = DecoderLayout(bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"), tied_default=True)
 

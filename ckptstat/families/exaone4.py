@@ -4,9 +4,9 @@ the layers layer_types marks (by default all but every 4th) and rotary only on t
 window is set, and an LM head untied by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
 
 EXAONE4 = DecoderLayout(placement="post", qk_norm="head", qkv_bias=False, o_bias=False, mlp_bias=False, nope="global")
 

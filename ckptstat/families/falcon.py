@@ -17,9 +17,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
-from .ops import Builder
+from .framework import base, decoders, infer
+from .framework.base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

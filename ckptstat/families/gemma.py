@@ -21,9 +21,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
-from .ops import Builder, ew_cost
+from . import llama
+from .framework import decoders, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
+from .framework.ops import Builder, ew_cost
 from .qwen_moe import count, xs
 
 # Gemma2/3's default layer pattern: a global layer every `period` layers, sliding ones between

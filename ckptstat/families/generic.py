@@ -18,10 +18,11 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from . import layout, mixtral
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, architectures, head_of
-from .layout import DecoderLayout
-from .ops import Builder
+from . import mixtral
+from .framework import layout
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, architectures, head_of
+from .framework.layout import DecoderLayout
+from .framework.ops import Builder
 
 STANDARD_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size", "vocab_size")
 OPTIONAL_FIELDS = ("num_key_value_heads", "head_dim", "num_local_experts", "num_experts_per_tok", "attention_bias",

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout, Paths
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout, Paths
 
 GLM = DecoderLayout(fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
 GLM4 = replace(GLM, placement="sandwich", paths=Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import base, decoder_heads, decoders, infer
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
-from .ops import Builder
+from .framework import base, decoder_heads, decoders, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

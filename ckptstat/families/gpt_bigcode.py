@@ -11,9 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import base, decoder_heads, gpt2, infer
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
-from .ops import Builder
+from . import gpt2
+from .framework import base, decoder_heads, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

@@ -15,9 +15,10 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import base, decoder_heads, gpt2, infer
-from .base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
-from .ops import Builder
+from . import gpt2
+from .framework import base, decoder_heads, infer
+from .framework.base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, decoder_kv_cache
+from .framework.ops import Builder
 
 _DEFAULT_TYPES = [[["global", "local"], 12]]   # GPTNeoConfig's attention_types default
 _WINDOW = 256

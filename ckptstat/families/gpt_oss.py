@@ -35,9 +35,10 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, infer, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, class_default
-from .ops import Builder, ew_cost, window_groups
+from . import llama
+from .framework import decoders, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, class_default
+from .framework.ops import Builder, ew_cost, window_groups
 from .qwen_moe import count
 
 # GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also

@@ -5,9 +5,9 @@ biases by attention_bias, the MLP's by mlp_bias, and an LM head untied by defaul
 for it."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout, Paths
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout, Paths
 
 HYPERCLOVAX = DecoderLayout(placement="sandwich", requires=(("use_post_norm", True),),
                             paths=Paths(attn_out="post_norm1", mlp_out="post_norm2"))

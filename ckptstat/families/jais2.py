@@ -3,9 +3,9 @@ plain MLP down(act(up(x))) (relu2 by default), attention_bias and mlp_bias true 
 by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
 
 JAIS2 = DecoderLayout(norm="layernorm", mlp="plain")
 

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from . import infer, layout
-from .base import Family, Sample, Tensors
-from .layout import DecoderLayout
+from .framework import infer, layout
+from .framework.base import Family, Sample, Tensors
+from .framework.layout import DecoderLayout
 
 LLAMA = DecoderLayout()
 QWEN2 = replace(LLAMA, qkv_bias=True, o_bias=False, mlp_bias=False)   # Qwen2: q/k/v always biased, o_proj never

@@ -13,9 +13,10 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from . import infer, layout, llama
-from .base import ArchSpec, Cfg, Family, Sample, Tensors
-from .layout import DecoderLayout, Paths
+from . import llama
+from .framework import infer, layout
+from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
+from .framework.layout import DecoderLayout, Paths
 
 MIXTRAL = DecoderLayout(mlp="routed", mlp_bias=False, paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"))
 # transformers 5's in-memory names, which a torch.save of its state_dict keeps: the router at mlp.gate, experts fused

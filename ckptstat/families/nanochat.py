@@ -4,9 +4,9 @@ each head's d after the rotary), a plain MLP fc2(act(fc1(x))) (relu2 by default)
 q, k, v and o, and an LM head untied by default. llama.cpp has no architecture for it."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout, Paths
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout, Paths
 
 NANOCHAT = DecoderLayout(norm="none", qk_norm="head", mlp="plain", mlp_bias=False, paths=Paths(up="fc1", down="fc2"))
 

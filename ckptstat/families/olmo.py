@@ -8,9 +8,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import infer, layout
-from .base import Family, Sample, Tensors
-from .layout import DecoderLayout
+from .framework import infer, layout
+from .framework.base import Family, Sample, Tensors
+from .framework.layout import DecoderLayout
 
 OLMO2 = DecoderLayout(placement="post", qk_norm="width", mlp_bias=False)
 OLMO = DecoderLayout(norm="none", mlp_bias=False)

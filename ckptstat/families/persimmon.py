@@ -6,9 +6,9 @@ partial_rotary_factor of each head (0.5 by default), final_layernorm, and an LM 
 has no architecture for it."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout, Paths
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout, Paths
 
 PERSIMMON = DecoderLayout(
     norm="layernorm", qk_norm="head", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,

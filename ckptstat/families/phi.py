@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import base, decoders, infer
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
-from .ops import Builder
+from .framework import base, decoders, infer
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import infer, layout
-from .base import Family, Sample, Tensors
-from .layout import DecoderLayout
+from .framework import infer, layout
+from .framework.base import Family, Sample, Tensors
+from .framework.layout import DecoderLayout
 
 PHI3 = DecoderLayout(fused_qkv=True, fused_gate_up=True, qkv_bias=False, o_bias=False, mlp_bias=False, partial_rotary=1.0)
 

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from . import infer, layout
-from .base import Family, Sample, Tensors
-from .layout import DecoderLayout
+from .framework import infer, layout
+from .framework.base import Family, Sample, Tensors
+from .framework.layout import DecoderLayout
 
 QWEN3 = DecoderLayout(qk_norm="head", mlp_bias=False)
 

@@ -19,9 +19,10 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, infer, layout, llama
-from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder, ew_cost, window_groups
+from . import llama
+from .framework import decoders, infer, layout
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.ops import Builder, ew_cost, window_groups
 
 
 def xs(s: ArchSpec, key: str) -> int:

@@ -15,9 +15,9 @@ import re
 from typing import Any
 
 from ..errors import UsageError
-from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder
+from .framework import infer
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.ops import Builder
 
 DEFAULT_IMAGE = 224
 

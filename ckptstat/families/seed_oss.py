@@ -3,9 +3,9 @@ attention_bias (true by default) and o_proj's its own attention_out_bias (false 
 default and an LM head untied by default. llama.cpp names its MLP norm post_attention_norm."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import BiasKeys, DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import BiasKeys, DecoderLayout
 
 SEED_OSS = DecoderLayout(bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 

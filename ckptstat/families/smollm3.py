@@ -3,9 +3,9 @@ no_rope_layers marks 0 (NoPE: by default every 4th layer), a sliding window only
 the LM head tied by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
 
 SMOLLM3 = DecoderLayout(nope="flags", tied_default=True)
 

@@ -5,9 +5,9 @@ or drop parts, qk_layernorm (a LayerNorm per head, norms.N) and use_parallel_res
 post_attention_layernorm), are answered by the meta path."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import BiasKeys, DecoderLayout
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import BiasKeys, DecoderLayout
 
 STABLELM = DecoderLayout(norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
                          partial_rotary=0.25, requires=(("qk_layernorm", False), ("use_parallel_residual", False)))

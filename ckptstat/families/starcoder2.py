@@ -3,9 +3,9 @@ bias), a plain MLP c_proj(act(c_fc(x))) (gelu_pytorch_tanh by default), one use_
 the MLP (true by default), an optional sliding window and the LM head tied by default."""
 from __future__ import annotations
 
-from . import layout
-from .base import Family, Sample
-from .layout import BiasKeys, DecoderLayout, Paths
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import BiasKeys, DecoderLayout, Paths
 
 STARCODER2 = DecoderLayout(norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
                            tied_default=True, paths=Paths(up="c_fc", down="c_proj"))

@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
-from .ops import Builder
+from .framework import infer
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

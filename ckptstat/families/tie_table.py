@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .base import architectures
+from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "tie_table.json")
 

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import infer
-from .base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
-from .ops import Builder
+from .framework import infer
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.ops import Builder
 
 
 def from_config(c: Cfg) -> ArchSpec:

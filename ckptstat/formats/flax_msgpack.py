@@ -20,7 +20,7 @@ file before it is looped on or read; nesting is bounded (MAX_DEPTH).
 Names are the map keys joined by "." (`bert.encoder.layer.0.attention.self.query.kernel`). A Dense
 `kernel` of rank 2 is marked `extra["layout"] = "in_out"`, as transformers' PyTorch <-> Flax converter
 transposes it (modeling_flax_pytorch_utils.rename_key_and_reshape_tensor); the Flax spellings `embedding`
-and LayerNorm `scale` map onto PyTorch's `weight` in families/infer.py.
+and LayerNorm `scale` map onto PyTorch's `weight` in families/framework/infer.py.
 """
 from __future__ import annotations
 

@@ -172,7 +172,7 @@ def _group(module: str) -> tuple[str, str] | None:
 
 
 def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
-    """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
+    """`seq_default`: the sequence length was not given but `families.framework.spec.default_seq`'s."""
     p = r["parameters"]
     console.print(arch_line(r))
     console.print(name_line("source       ", r["config"] or r["path"]))

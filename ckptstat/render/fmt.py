@@ -9,7 +9,7 @@ from rich.text import Text
 
 from .names import safe
 
-# What summary, flops and memory assume when no --seq is given (families.spec.default_seq).
+# What summary, flops and memory assume when no --seq is given (families.framework.spec.default_seq).
 DEFAULT_SEQ_RULE = "128, or the model's learned positions if fewer"
 
 MODULE_LINES = 80   # the module tree of an unknown model, printed up to this many lines

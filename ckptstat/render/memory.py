@@ -25,7 +25,7 @@ def _lines_table(title: str, lines: list[dict]) -> Table:
 
 
 def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
-    """`seq_default`: the sequence length was not given but `families.spec.default_seq`'s."""
+    """`seq_default`: the sequence length was not given but `families.framework.spec.default_seq`'s."""
     p = r["parameters"]
     needs = r.get("needs_architecture")
     console.print(Text("model        unknown architecture") if needs else arch_line(r))

@@ -5,8 +5,8 @@ from collections.abc import Callable
 
 from ...census.model import Model, Weights
 from ...families import get
-from ...families.spec import check_seq
-from ...families.spec import max_seq as position_limit
+from ...families.framework.spec import check_seq
+from ...families.framework.spec import max_seq as position_limit
 from .planner import KV_BYTES, Plan, activation_bytes, activations, device_lines, kv_lines, split, stages, text_input
 
 SCHEMA = "ckptstat.memory/1"

@@ -2,7 +2,7 @@
 training) under a parallel layout (--gpus/--tp/--pp, ZeRO, CPU offload). Every line carries its rule;
 docs/memory_planner.md gives the sources. analysis/memory/ adds the verdict and the searches.
 
-Where the parameters sit comes from the family's op template (families/graph.py), one module at a time:
+Where the parameters sit comes from the family's op template (families/framework/graph.py), one module at a time:
  - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
    column- or row-wise (weights and column-parallel biases sharded; a row-parallel layer's bias is added
    after the all-reduce, so it is replicated); the word embedding and the LM head are vocab-parallel;
@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from ...census.model import Model
 from ...errors import UsageError
 from ...families import get
-from ...families.base import ArchSpec
-from ...families.graph import build
+from ...families.framework.base import ArchSpec
+from ...families.framework.graph import build
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 # Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().

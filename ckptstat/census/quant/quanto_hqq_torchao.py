@@ -135,7 +135,7 @@ def _quanto_shapes(open_: dict[str, tuple[int, int, dict[str, TensorInfo], str, 
 
 class ConfigShapes:
     """name -> the shape the model config.json describes gives it (the family's expected tensors,
-    families/tensors.py), matched by suffix as a file may wrap every name; the template is built on first use,
+    families/framework/tensors.py), matched by suffix as a file may wrap every name; the template is built on first use,
     and is empty without a config, a known family or a template."""
 
     def __init__(self, cfg: Mapping[str, Any] | None) -> None:
@@ -152,8 +152,8 @@ class ConfigShapes:
 def _template(cfg: Mapping[str, Any] | None) -> dict[str, tuple[int, ...]]:
     if not cfg:
         return {}
-    from ...families.spec import from_config
-    from ...families.tensors import expected_tensors
+    from ...families.framework.spec import from_config
+    from ...families.framework.tensors import expected_tensors
 
     try:
         template = expected_tensors(from_config(cfg))

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from ..errors import UsageError
+from ...errors import UsageError
 from . import infer
 from .base import ArchSpec, Cfg, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost

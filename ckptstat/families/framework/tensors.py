@@ -4,7 +4,7 @@ checkpoint against its config: missing tensors (a dropped tied head, an absent p
 (adapters, EMA copies) and shape mismatches."""
 from __future__ import annotations
 
-from . import get
+from .. import get
 from .base import ArchSpec, Shapes
 
 __all__ = ["Shapes", "expected_tensors"]

@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
-from ..core import TensorInfo
-from ..errors import UsageError
+from ...core import TensorInfo
+from ...errors import UsageError
 from .archspec import ArchSpec
 
 if TYPE_CHECKING:
@@ -154,16 +154,20 @@ class Cfg:
         return v
 
 
+# The tables generated from transformers (fixtures/make_*.py) live beside the family modules that read them.
+TABLES = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
 @functools.cache
 def _aliases() -> Mapping[str, Mapping[str, str]]:
-    with open(os.path.join(os.path.dirname(__file__), "config_aliases.json"), encoding="utf-8") as f:
+    with open(os.path.join(TABLES, "config_aliases.json"), encoding="utf-8") as f:
         table: Mapping[str, Mapping[str, str]] = json.load(f)["aliases"]
     return table
 
 
 @functools.cache
 def _defaults() -> Mapping[str, Mapping[str, Any]]:
-    with open(os.path.join(os.path.dirname(__file__), "config_defaults.json"), encoding="utf-8") as f:
+    with open(os.path.join(TABLES, "config_defaults.json"), encoding="utf-8") as f:
         table: Mapping[str, Mapping[str, Any]] = json.load(f)["defaults"]
     return table
 

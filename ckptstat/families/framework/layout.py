@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
-from ..errors import NoAnalyticModel, UsageError
+from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer
 from .archspec import ArchSpec
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache

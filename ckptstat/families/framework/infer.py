@@ -11,9 +11,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..core import TensorInfo
-from ..errors import UsageError
-from ..naming import kernel_layout, normalize, out_in_shape, role_of
+from ...core import TensorInfo
+from ...errors import UsageError
+from ...naming import kernel_layout, normalize, out_in_shape, role_of
 from .base import Tensors
 
 # TF spellings -> transformers' PyTorch spelling, applied after naming.normalize (which has turned

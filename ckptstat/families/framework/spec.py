@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import NoAnalyticModel, UsageError
-from . import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
+from ...errors import NoAnalyticModel, UsageError
+from .. import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 

@@ -3,7 +3,7 @@
 FLOPs table (sum of calls x per-call costs). Pure arithmetic: no torch, no file access."""
 from __future__ import annotations
 
-from . import get
+from .. import get
 from .base import ArchSpec
 from .ops import EW_COST, Builder, Op, ew_cost
 
