@@ -354,12 +354,8 @@ def digit_forms(names: Iterable[str]) -> str | None:
 
 
 def name_forms(ckpt: Checkpoint) -> str | None:
-    """digit_forms of the checkpoint's names, once per checkpoint (and again if its tensors change)."""
-    key = ("name_forms", len(ckpt.tensors))
-    if key not in ckpt.memo:
-        ckpt.memo[key] = digit_forms(ckpt.tensors)
-    forms: str | None = ckpt.memo[key]
-    return forms
+    """digit_forms of the checkpoint's names, once per checkpoint."""
+    return ckpt.derived("name_forms", lambda c: digit_forms(c.tensors))
 
 
 def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[str, Placement]:

@@ -175,6 +175,44 @@ def test_family_framework_names_no_family(module):
             raise AssertionError(f"{module}:{line} imports the family module {target}; use the registry")
 
 
+_CHECKPOINT_FIELDS = {"tensors", "config", "config_path", "metadata", "files", "readers", "dropped", "adapter"}
+
+
+def _assigned_checkpoint_fields(module: str) -> list[str]:
+    """`ckpt.tensors = ...`, `ckpt.tensors[k] = ...`, `del ckpt.config[k]`, `ckpt.tensors.pop(...)`: a Checkpoint
+    (a name holding `ckpt` or `checkpoint`) changed in place."""
+    tree = ast.parse(open(MODULES[module], encoding="utf-8").read())
+
+    def field_of(node: ast.AST) -> str | None:
+        while isinstance(node, ast.Subscript):
+            node = node.value
+        if (isinstance(node, ast.Attribute) and node.attr in _CHECKPOINT_FIELDS and isinstance(node.value, ast.Name)
+                and ("ckpt" in node.value.id or "checkpoint" in node.value.id)):
+            return f"{node.value.id}.{node.attr}"
+        return None
+
+    out = []
+    for node in ast.walk(tree):
+        targets: list[ast.AST] = []
+        if isinstance(node, (ast.Assign, ast.Delete)):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+              and node.func.attr in ("update", "pop", "clear", "setdefault", "popitem")):
+            targets = [node.func.value]
+        out += [f"line {node.lineno}: {f}" for f in map(field_of, targets) if f]
+    return out
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if (m + ".x").split(".")[1] not in ("core", "formats")))
+def test_checkpoints_are_not_changed_above_the_readers(module):
+    """Checkpoint.derived computes each derived table once per key: sound because a Checkpoint's tensors and
+    config are fixed once open_checkpoint returns. The readers (formats/) build them; anything above makes a new
+    Checkpoint (dataclasses.replace) for a changed view."""
+    assert not _assigned_checkpoint_fields(module), f"{module} changes a Checkpoint in place: {_assigned_checkpoint_fields(module)}"
+
+
 @pytest.mark.parametrize("module", sorted(MODULES))
 def test_module_size(module):
     with open(MODULES[module], encoding="utf-8") as f:

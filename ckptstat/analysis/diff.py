@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from ..census import aliases, logical, memoised, placements
+from ..census import aliases, logical, placements
 from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
@@ -87,7 +87,7 @@ def align(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
     """key -> the checkpoint's name, keys being names after --map rules and wrapper/base-model prefixes
     stripped; and the prefixes stripped. A key two names would share keeps the names whole. Once per
     checkpoint and rules (a GGUF diff asks for the other side's keys before the tensors are paired)."""
-    return memoised(ckpt, ("align", tuple(rules), rename), lambda c: _aligned_names(c, rules, rename))
+    return ckpt.derived(("align", tuple(rules), rename), lambda c: _aligned_names(c, rules, rename))
 
 
 def _aligned_names(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]],
@@ -156,7 +156,7 @@ def _unstacked(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], wante
         for e in range(n):
             tensors[f"{name}[{e}]"] = replace(t, name=f"{name}[{e}]", shape=t.shape[1:], offset=t.offset + e * size,
                                               nbytes=size)
-    return ckpt if len(tensors) == len(ckpt.tensors) else replace(ckpt, tensors=tensors, memo={})
+    return ckpt if len(tensors) == len(ckpt.tensors) else replace(ckpt, tensors=tensors)
 
 
 def tf_rename(name: str) -> str:

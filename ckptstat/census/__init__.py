@@ -1,9 +1,9 @@
-"""Layer 4, census: the facts every analysis shares, computed once per checkpoint (memoised on it):
+"""Layer 4, census: the facts every analysis shares, computed once per checkpoint (Checkpoint.derived):
 placements, aliases and tie evidence, the unique parameter count, and the resolved architecture.
 Imports only from core, formats, naming and families (docs/architecture.md)."""
 from typing import TYPE_CHECKING
 
-from .counts import aliases, architecture, memoised, name_matches, parameters, placements
+from .counts import aliases, architecture, name_matches, parameters, placements
 from .quant import QuantLayout, QuantWeight, layout, logical, stored
 
 if TYPE_CHECKING:
@@ -19,5 +19,5 @@ def __getattr__(name: str) -> object:
         return getattr(resolution, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
-__all__ = ["QuantLayout", "QuantWeight", "Resolution", "aliases", "architecture", "layout", "logical", "memoised", "name_matches",
+__all__ = ["QuantLayout", "QuantWeight", "Resolution", "aliases", "architecture", "layout", "logical", "name_matches",
            "parameters", "placements", "resolve", "stored"]

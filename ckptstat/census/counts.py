@@ -4,8 +4,6 @@ parameter count sums, and the resolved architecture. Headers only."""
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Callable, Hashable
-from typing import Any
 
 from ..core import Checkpoint, TensorInfo
 from ..errors import CorruptCheckpointError
@@ -14,16 +12,8 @@ from .quant import logical
 from .quant import roles as quant_roles
 
 
-def memoised(ckpt: Checkpoint, key: Hashable, compute: Callable[[Checkpoint], Any]) -> Any:
-    """A derived table computed once per checkpoint (and again if its tensors change)."""
-    stamp = (key, len(ckpt.tensors), id(ckpt.config))
-    if stamp not in ckpt.memo:
-        ckpt.memo[stamp] = compute(ckpt)
-    return ckpt.memo[stamp]
-
-
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
-    return memoised(ckpt, "placements", _placements)
+    return ckpt.derived("placements", _placements)
 
 
 def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
@@ -42,7 +32,7 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
 
 def aliases(ckpt: Checkpoint) -> dict[str, str]:
     """name -> the first name over the same storage and view, for every name that is an alias."""
-    return memoised(ckpt, "aliases", _aliases)
+    return ckpt.derived("aliases", _aliases)
 
 
 def _aliases(ckpt: Checkpoint) -> dict[str, str]:
@@ -71,7 +61,7 @@ def parameters(ckpt: Checkpoint) -> list[TensorInfo]:
 
 
 def architecture(ckpt: Checkpoint) -> dict:
-    return dict(memoised(ckpt, "architecture", _architecture))  # a copy: callers may extend it
+    return dict(ckpt.derived("architecture", _architecture))  # a copy: callers may extend it
 
 
 def _architecture(ckpt: Checkpoint) -> dict:
@@ -92,7 +82,7 @@ def name_family(ckpt: Checkpoint) -> str:
     the architecture and the head resolution both ask."""
     from ..families import detect
 
-    return memoised(ckpt, "name_family", lambda c: detect(c.tensors, None, forms=name_forms(c)).family)
+    return ckpt.derived("name_family", lambda c: detect(c.tensors, None, forms=name_forms(c)).family)
 
 
 def name_matches(name: str, pattern: str | None) -> bool:

@@ -14,7 +14,7 @@ from ..families import by_model_type, get
 from ..families.framework.base import ArchSpec, Family, TieRule
 from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
 from ..naming import name_forms
-from .counts import memoised, name_family
+from .counts import name_family
 from .quant import logical
 
 
@@ -54,7 +54,7 @@ class Resolution:
 
 def resolve(ckpt: Checkpoint) -> Resolution:
     # quantised weights resolve by their logical shapes (census/quant/), as the unquantised model's
-    return memoised(ckpt, "resolution", lambda c: _resolve(logical(c)))
+    return ckpt.derived("resolution", lambda c: _resolve(logical(c)))
 
 
 def _resolve(ckpt: Checkpoint) -> Resolution:

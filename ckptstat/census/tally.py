@@ -2,14 +2,14 @@
 pays for each pass over its names): the unique parameter count and its stored bytes by bucket, layer and
 dtype, the non-parameter tensors by role, and the (name, elements, stored bytes) of each counted
 parameter for the summary's module tree. The summary and the analytic model (census/model.py) read it;
-memoised on the checkpoint's logical view (census/quant/)."""
+derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..core import Checkpoint, dtypes
-from .counts import aliases, memoised, placements
+from .counts import aliases, placements
 from .quant import logical, stored
 
 Sums = list[int]   # [elements, stored bytes, tensors]
@@ -31,7 +31,7 @@ class Tally:
 
 
 def tally(ckpt: Checkpoint) -> Tally:
-    return memoised(logical(ckpt), "tally", _tally)
+    return logical(ckpt).derived("tally", _tally)
 
 
 def _tally(ckpt: Checkpoint) -> Tally:

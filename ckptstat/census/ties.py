@@ -25,7 +25,7 @@ from ..families.framework.infer import canonical_name, tf_spelled
 from ..families.tie_table import ClassTies, class_ties
 from ..families.wrappers import language_config
 from ..naming import name_forms, structural_ties
-from .counts import aliases, memoised
+from .counts import aliases
 from .quant import logical
 from .resolution import resolve
 
@@ -230,4 +230,4 @@ def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
 
 def _structural(ckpt: Checkpoint) -> list[tuple[str, str, str]]:
     """naming.structural_ties of a (logical) checkpoint, once: the summary's notes and its tie verdict both ask."""
-    return memoised(ckpt, "structural_ties", lambda c: structural_ties(c.tensors, name_forms(c)))
+    return ckpt.derived("structural_ties", lambda c: structural_ties(c.tensors, name_forms(c)))

@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ..errors import CheckpointError, CorruptCheckpointError, reading
 from . import dtypes
@@ -116,6 +116,7 @@ def check_name(file: str, name: object) -> None:
 TensorInfo.extra = MappingProxyType({})
 
 Reader = Callable[[TensorInfo, int, int], "NDArray[Any]"]
+_T = TypeVar("_T")
 
 
 def stored_bytes(info: TensorInfo) -> int:
@@ -209,10 +210,22 @@ class Checkpoint:
     # A flat optimizer state (DeepSpeed ZeRO's partition, `...base_optimizer_state.state.0`) -> the slices of it each
     # parameter owns, (name, first element, elements), from the file's own map (ZeRO's param_slice_mappings).
     optimizer_fragments: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
-    memo: dict[Hashable, Any] = field(default_factory=dict, repr=False, compare=False)  # analyses derived from `tensors`
+    # Tables the layers above derive from the tensors and config (Checkpoint.derived); not an init argument, so a
+    # view made with dataclasses.replace starts without them.
+    _derived: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.tensors)
+
+    def derived(self, key: Hashable, compute: Callable[[Checkpoint], _T]) -> _T:
+        """`compute(self)`, once per key: a table derived from the tensors and config (placements, aliases, the
+        resolved architecture, ...). A Checkpoint's tensors and config are fixed once open_checkpoint returns: the
+        readers in formats/ build them and nothing above assigns them (tests/test_layering.py); a changed view is a
+        new Checkpoint (dataclasses.replace), whose derived tables start empty."""
+        if key not in self._derived:
+            self._derived[key] = compute(self)
+        value: _T = self._derived[key]
+        return value
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors.values())

@@ -59,7 +59,6 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
     base.files += tuple(f for f in part.files if f not in base.files)
     base.notes += part.notes
     base.distinct = False
-    base.memo.clear()
 
 
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:

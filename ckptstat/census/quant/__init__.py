@@ -28,8 +28,8 @@ from ...naming import name_forms, quant_member_role
 from . import quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
-_VIEW = "quant:view"       # memo key marking a logical view (never re-derived)
-_LAYOUT = "quant:layout"
+_LAYOUT = "quant:layout"    # Checkpoint.derived keys; a logical view holds its source's layout and is its own view
+_LOGICAL = "quant:logical"
 
 
 @dataclass(frozen=True)
@@ -60,32 +60,16 @@ class QuantLayout:
         return {m: w.name for w in self.weights.values() for m in w.members}
 
 
-def _memo(ckpt: Checkpoint, key: str) -> tuple:
-    return (key, len(ckpt.tensors), id(ckpt.config))
-
-
 def layout(ckpt: Checkpoint) -> QuantLayout | None:
-    """The checkpoint's quantised weights, or None when it holds none (memoised on the checkpoint)."""
-    if _VIEW in ckpt.memo:
-        return ckpt.memo[_VIEW]
-    stamp = _memo(ckpt, _LAYOUT)
-    if stamp not in ckpt.memo:
-        ckpt.memo[stamp] = _layout(ckpt)
-    return ckpt.memo[stamp]
+    """The checkpoint's quantised weights, or None when it holds none (derived once per checkpoint)."""
+    return ckpt.derived(_LAYOUT, _layout)
 
 
 def logical(ckpt: Checkpoint) -> Checkpoint:
     """The checkpoint with each quantised weight as one tensor of its logical shape (module docstring);
     the checkpoint itself when nothing is quantised, or when it is already a view."""
-    if _VIEW in ckpt.memo:
-        return ckpt
     q = layout(ckpt)
-    if q is None:
-        return ckpt
-    stamp = _memo(ckpt, "quant:logical")
-    if stamp not in ckpt.memo:
-        ckpt.memo[stamp] = _view(ckpt, q)
-    return ckpt.memo[stamp]
+    return ckpt if q is None else ckpt.derived(_LOGICAL, lambda c: _view(c, q))
 
 
 def roles(ckpt: Checkpoint) -> dict[str, str]:
@@ -474,6 +458,7 @@ def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
             first = ckpt.tensors[w.members[0]]
             out[logical_name] = TensorInfo(logical_name, _compute_dtype(ckpt, w), w.shape, first.file, None, w.stored_bytes,
                                            storage=f"quantized:{logical_name}", extra={"quantized": w})
-    view = replace(ckpt, tensors=out, memo={})
-    view.memo[_VIEW] = q
+    view = replace(ckpt, tensors=out)
+    view.derived(_LAYOUT, lambda _: q)          # the source's quantised weights (roles: the view's keep "parameter")
+    view.derived(_LOGICAL, lambda v: v)         # already logical
     return view
