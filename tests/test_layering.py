@@ -210,7 +210,8 @@ def test_checkpoints_are_not_changed_above_the_readers(module):
     """Checkpoint.derived computes each derived table once per key: sound because a Checkpoint's tensors and
     config are fixed once open_checkpoint returns. The readers (formats/) build them; anything above makes a new
     Checkpoint (dataclasses.replace) for a changed view."""
-    assert not _assigned_checkpoint_fields(module), f"{module} changes a Checkpoint in place: {_assigned_checkpoint_fields(module)}"
+    changed = _assigned_checkpoint_fields(module)
+    assert not changed, f"{module} changes a Checkpoint in place: {changed}"
 
 
 @pytest.mark.parametrize("module", sorted(MODULES))

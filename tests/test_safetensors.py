@@ -169,3 +169,80 @@ def test_reader_tensors_equal_checked_ones():
         t.extra["x"] = 1   # type: ignore[index]
     other = dataclasses.replace(t, extra={"layout": "in_out"})
     assert other.extra == {"layout": "in_out"} and t.extra == {} and next(iter(ckpt)).extra == {}
+
+
+# ---- the compact-header fast path (formats/safetensors.py `_compact`) ----
+
+def _open_both(path):
+    """(the Checkpoint or error line by the fast path, by json alone; whether the fast path read it)."""
+    from ckptstat.errors import CheckpointError
+    from ckptstat.formats import safetensors as st
+
+    def one():
+        try:
+            c = st.open_safetensors(str(path))
+            return c.tensors, c.metadata, c.dropped
+        except CheckpointError as e:
+            return str(e)
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        took = st._compact(f.read(n).decode("utf-8", "replace")) is not None
+    fast = one()
+    real, st._compact = st._compact, lambda text: None
+    try:
+        slow = one()
+    finally:
+        st._compact = real
+    return fast, slow, took
+
+
+def test_compact_headers_by_the_writer_read_as_json_does(tmp_path):
+    """Files by safetensors' own writer (every dtype numpy has, 0-d, empty and 0-sized shapes, metadata, non-ASCII
+    names, names with quotes a JSON writer escapes): the fast path reads them, equal to the JSON parse."""
+    from safetensors.numpy import save_file
+
+    rng = np.random.default_rng(0)
+    cases = {
+        "dtypes": {f"t.{d}": rng.standard_normal((3, 2)).astype(d) for d in
+                   ("float16", "float32", "float64", "int8", "uint8", "int16", "int32", "int64", "bool")},
+        "shapes": {"scalar": np.array(1.5, np.float32), "empty": np.zeros((0, 4), np.float16),
+                   "vec": np.ones(7, np.float16), "big": np.zeros((2, 3, 4, 5), np.float32)},
+        "names": {"模型.权重": np.ones(2, np.float32), "emb😀.weight": np.ones(3, np.float32), "a:b,c}{[]": np.ones(1)},
+        "escaped": {'quote"name': np.ones(2, np.float32), "back\\slash": np.ones(2, np.float32)},
+    }
+    for label, tensors in cases.items():
+        for i, metadata in enumerate((None, {"format": "pt", "k": "v,x}{"}, {"quoted": 'a"b'})):
+            path = tmp_path / f"{label}-{i}.safetensors"
+            save_file(tensors, str(path), metadata=metadata)
+            fast, slow, took = _open_both(path)
+            assert fast == slow, label
+            assert took == (label != "escaped" and i < 2), (label, metadata)   # an escape: json reads it
+
+
+@pytest.mark.parametrize("header", [
+    '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"__metadata__":{"x":"y"},"__metadata__":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},'
+    '"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"shape":[2],"dtype":"F16","data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[02],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]} ,"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a\x01":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}},{}',
+    '{"__metadata__":{"x":1},"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},'
+    '"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"__metadata__":[],"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,9]}}',
+    '{"a":{"dtype":"Q4","shape":[2],"data_offsets":[0,4]},"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+    '{"a":{"dtype":"F16","shape":[2,99999999999999999999999],"data_offsets":[0,4]},'
+    '"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
+])
+def test_headers_the_fast_path_does_not_take_or_refuses_as_json_does(tmp_path, header):
+    """Repeated names (a tensor named `__metadata__` too), another key order, a leading zero, whitespace, a control
+    character, trailing text, bad metadata, wrong sizes, an unknown dtype, an overflowing shape: the same
+    Checkpoint or the same one-line error as the JSON parse."""
+    raw = header.encode()
+    path = tmp_path / "h.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(8))
+    fast, slow, _ = _open_both(path)
+    assert fast == slow

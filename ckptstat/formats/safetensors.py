@@ -10,6 +10,7 @@ import json
 import math
 import re
 import struct
+from collections.abc import Callable, Iterator
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
@@ -64,8 +65,43 @@ def _int(value: object) -> bool:
 
 _SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
+# The header as the safetensors writer (serde_json, compact) spells it: one entry is
+# `"name":{"dtype":"F16","shape":[2,3],"data_offsets":[0,12]}`. `_compact` reads that spelling with one regex
+# pass (the JSON parse and a dict per entry were half of a 200k-tensor header's time, docs/performance.md) and
+# hands anything else (whitespace, another key order, escapes, a control character, a repeated name) to json.
+_NUM = r"(?:0|[1-9][0-9]*)"
+_ENTRY = re.compile(rf'"([^"\\\x00-\x1f]*)":\{{"dtype":"([A-Z0-9_]+)","shape":\[((?:{_NUM}(?:,{_NUM})*)?)\],'
+                    rf'"data_offsets":\[({_NUM}),({_NUM})\]\}}')
+_ENTRY_CHARS = len('"":{"dtype":"","shape":[],"data_offsets":[,]}')
+Entry = tuple[str, str, tuple[int, ...], int, int]   # name, dtype, shape, data offsets begin and end: types checked
 
-def read_header(path: str) -> tuple[int, dict[str, object]]:
+
+def _compact(text: str) -> tuple[dict[str, object] | None, list[tuple[str, str, str, str, str]]] | None:
+    """(metadata, entries as (name, dtype, shape text, begin, end)) when `text` is a compact header, else None."""
+    text = text.rstrip(" ")   # the writer pads the header to 8 bytes with spaces
+    if "\\" in text or not text.startswith("{") or not text.endswith("}"):
+        return None
+    pos, metadata = 1, None
+    if text.startswith('{"__metadata__":'):
+        try:
+            metadata, pos = json.JSONDecoder().raw_decode(text, len('{"__metadata__":'))
+        except ValueError:
+            return None
+        if text[pos:pos + 1] == ",":
+            pos += 1
+    body = text[pos:-1]
+    entries = _ENTRY.findall(body)
+    # findall's matches do not overlap: when their lengths and the commas between them add up to the body's,
+    # they tile it, and nothing else is in the header.
+    covered = sum(len(a) + len(b) + len(c) + len(d) + len(e) for a, b, c, d, e in entries)
+    if covered + len(entries) * (_ENTRY_CHARS + 1) - 1 != len(body) or body.count('"') != 10 * len(entries):
+        return None
+    return metadata, entries
+
+
+def read_header(path: str) -> tuple[int, dict[str, object] | None, list[Entry] | dict[str, object]]:
+    """(header length, metadata, the tensors' entries): a list of Entry from a compact header, else the parsed
+    JSON object (metadata still in it, None returned for it)."""
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
         head = f.read(8)
@@ -79,6 +115,14 @@ def read_header(path: str) -> tuple[int, dict[str, object]]:
         raw = f.read(n)
     try:
         text = raw.decode("utf-8")
+        compact = _compact(text)
+        if compact is not None:
+            metadata, found = compact
+            entries: list[Entry] = [(name, dtype, tuple(map(int, shape.split(","))) if shape else (), int(b), int(e))
+                                    for name, dtype, shape, b, e in found]
+            names = {e[0] for e in entries}
+            if len(names) == len(entries) and "__metadata__" not in names:   # else json names the repeat
+                return n, metadata or {}, entries
         header = json.loads(text)
         if not _no_repeats(text, header):   # the per-object hook costs ~0.05 s at 200k tensors: only when needed
             header = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -93,43 +137,60 @@ def read_header(path: str) -> tuple[int, dict[str, object]]:
         raise CorruptCheckpointError(path, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CorruptCheckpointError(path, "header is not a JSON object")
-    return n, header
+    return n, None, header
+
+
+def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointError]) -> Iterator[Entry]:
+    """The JSON header's entries as Entry, each value's type checked (bool is not int here, as in _int): plain
+    `type(x) is` tests and C-level checks of the shape (map, min)."""
+    keys = {"dtype", "shape", "data_offsets"}
+    for name, e in header.items():
+        if type(e) is not dict or e.keys() != keys:
+            raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
+        dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
+        if type(dtype) is not str:
+            raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
+        if type(shape) is not list or (shape and not (_INT_ONLY.issuperset(map(type, shape)) and min(shape) >= 0)):
+            if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
+                raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
+        if not (type(offs) is list and len(offs) == 2 and type(offs[0]) is int and type(offs[1]) is int
+                and 0 <= offs[0]):
+            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {quoted(offs)}")
+        yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
 def open_safetensors(path: str) -> Checkpoint:
-    n, header = read_header(path)
+    n, metadata, header = read_header(path)
     size = file_size(path)
     base = 8 + n
 
     def bad(msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(path, msg)
 
-    metadata = header.pop("__metadata__", None) or {}
-    if not isinstance(metadata, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+    found: object = metadata
+    if isinstance(header, dict):
+        found = header.pop("__metadata__", None) or {}
+        entries: list[Entry] | Iterator[Entry] = _typed(header, bad)
+    else:
+        entries = header
+    if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
         raise bad("__metadata__ must map strings to strings")
+    meta: dict[str, str] = found
     spans = []
     tensors: dict[str, TensorInfo] = {}
-    keys = {"dtype", "shape", "data_offsets"}
     bits_of = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
     validated = TensorInfo.validated
-    # One pass per tensor with plain `type(x) is` tests and C-level checks of the shape (map, min, max):
-    # this loop runs a million times on a million-tensor header (docs/performance.md). bool is not int
-    # here, as in _int.
-    for name, e in header.items():
-        if type(e) is not dict or e.keys() != keys:
-            raise bad(f"tensor {name!r}: entry must have exactly dtype, shape and data_offsets")
-        dtype, shape, offs = e["dtype"], e["shape"], e["data_offsets"]
-        bits = type(dtype) is str and bits_of.get(dtype)
+    # The numbers of every entry, checked as the reference does: this loop runs a million times on a
+    # million-tensor header (docs/performance.md).
+    for name, dtype, shape, begin, end in entries:
+        bits = bits_of.get(dtype)
         if not bits:
             raise bad(f"tensor {name!r}: unknown dtype {quoted(dtype)}")
-        if type(shape) is not list or (shape and not (_INT_ONLY.issuperset(map(type, shape)) and min(shape) >= 0
-                                                      and max(shape) <= U64_MAX)):
-            if not isinstance(shape, list) or not all(_int(d) and 0 <= d <= U64_MAX for d in shape):
-                raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(shape)}")
-        if type(offs) is list and len(offs) == 2:
-            begin, end = offs
-        if not (type(offs) is list and len(offs) == 2 and type(begin) is int and type(end) is int and 0 <= begin <= end):
-            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got {quoted(offs)}")
+        if shape and max(shape) > U64_MAX:
+            raise bad(f"tensor {name!r}: shape must be a list of non-negative integers, got {quoted(list(shape))}")
+        if begin > end:
+            raise bad(f"tensor {name!r}: data_offsets must be [begin, end] with 0 <= begin <= end, got "
+                      f"{quoted([begin, end])}")
         numel = math.prod(shape)   # exact (a Python int): past 2^64 is the reference's checked_mul error
         if numel > U64_MAX:
             raise bad(f"tensor {name!r}: a shape of rank {len(shape)} whose element count overflows")
@@ -137,12 +198,12 @@ def open_safetensors(path: str) -> Checkpoint:
         if nbits & 7:
             raise bad(f"tensor {name!r}: {numel} elements of {dtype} do not fill whole bytes")
         if end - begin != nbits >> 3:
-            raise bad(f"tensor {name!r}: data_offsets span {end - begin} bytes but {dtype}{quoted(shape)} "
+            raise bad(f"tensor {name!r}: data_offsets span {end - begin} bytes but {dtype}{quoted(list(shape))} "
                       f"needs {nbits >> 3}")
         spans.append((begin, end, name))
         # Keep the header's order (writers sort by name); data offsets are absolute from here on. A shape
         # with no element or past int64 takes the checking constructor (its own error, or a 0 dimension).
-        tensors[name] = (validated if 0 < numel <= INT64_MAX else TensorInfo)(name, dtype, tuple(shape), path,
+        tensors[name] = (validated if 0 < numel <= INT64_MAX else TensorInfo)(name, dtype, shape, path,
                                                                              base + begin, end - begin)
 
     expected = 0
@@ -158,8 +219,8 @@ def open_safetensors(path: str) -> Checkpoint:
     # safetensors.torch.save_model drops one of two names over one storage and records
     # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
     # absent key naming a stored tensor counts.
-    dropped = {k: v for k, v in metadata.items() if k not in tensors and v in tensors}
-    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=metadata,
+    dropped = {k: v for k, v in meta.items() if k not in tensors and v in tensors}
+    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=meta,
                       dropped=dropped, distinct=True)
 
 
