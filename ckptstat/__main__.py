@@ -2,6 +2,7 @@
 imported only then."""
 from __future__ import annotations
 
+import gc
 import os
 import sys
 
@@ -15,6 +16,11 @@ def run() -> None:
     # numpy is not imported yet: nothing above it in this process imports numpy. Not for `run`: torch
     # (whose aarch64 wheels use OpenBLAS) measures real forward passes there.
     args = sys.argv[1:]
+    # CPython's cyclic collector runs every 700 new containers, and its older generations walk every survivor
+    # again: a 200k-tensor header's dicts and TensorInfos cost `stats` a third of its time in collections
+    # (docs/performance.md). Collect every 100,000: cycles are still reclaimed, a command's millions of
+    # long-lived objects are walked a few times, not hundreds.
+    gc.set_threshold(100_000, 50, 100)
     if next((a for a in args if not a.startswith("-")), None) != "run":
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     rc = quick([a for a in args if a != "--debug"], "--debug" in args)

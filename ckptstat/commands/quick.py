@@ -10,10 +10,8 @@ options, human output) returns None and goes to typer.
 """
 from __future__ import annotations
 
-import gc
 import sys
-from collections.abc import Iterator
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import AbstractContextManager, nullcontext
 
 from ..core.tensor import STATS_CHUNK_BYTES
 
@@ -107,9 +105,8 @@ def quick(args: list[str], debug: bool = False) -> int | None:
             return _stats(path, config, opts)
         from ..analysis.summary import summarize
 
-        with _gc_paused():
-            ckpt = open_checkpoint(path, config)
-            report = summarize(ckpt)
+        ckpt = open_checkpoint(path, config)
+        report = summarize(ckpt)
         sys.stdout.write(dumps(with_fetched(report)) + "\n")
         KEPT[:] = [ckpt, report]   # freed by the process's exit, not object by object (__main__.run)
     except CkptstatError as e:
@@ -177,20 +174,6 @@ def with_fetched(report: dict) -> dict:
     src = sys.modules.get("ckptstat.sources")   # loaded only when a URL was opened
     fetched = src.fetched() if src is not None else None
     return {**report, "fetched": fetched} if fetched else report
-
-
-@contextmanager
-def _gc_paused() -> Iterator[None]:
-    """CPython's cyclic collector off while a header is parsed and counted: a million-tensor header
-    allocates millions of containers, and each full collection walks all of them again, more than
-    doubling the time (docs/performance.md). What is built here holds no reference cycle to reclaim."""
-    was = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was:
-            gc.enable()
 
 
 def _line(e: BaseException) -> str:

@@ -20,6 +20,7 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import sys
@@ -118,14 +119,22 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
 GroupKey = tuple  # ("bucket", name) | ("layer", bucket, index) | ("total",)
 
 
-def _groups(item: Item) -> list[GroupKey]:
-    # ("plot", bucket): the bucket without its norm gains; ("gains",): every norm gain (render/plots.py draws
-    # them apart: gains near 1.0 squash a histogram of weights near 0)
-    plot: GroupKey = ("gains",) if is_norm_gain(item.name) else ("plot", item.bucket)
-    g: list[GroupKey] = [("total",), ("bucket", item.bucket), plot]
-    if item.layer is not None:
-        g.append(("layer", item.bucket, item.layer))
-    return g
+def head(item: Item, info: TensorInfo) -> dict:
+    """A tensor's row starts with what names it (then Acc.row's fields)."""
+    return {"name": item.name, "bucket": item.bucket, "layer": item.layer, "role": item.role, "dtype": info.dtype,
+            "shape": list(info.shape)}
+
+
+def _group_keys(bucket: str, layer: int | None, gain: bool) -> tuple[GroupKey, ...]:
+    """The groups a tensor adds to, by kind: the total, its bucket, its plot group ("plot", bucket: the bucket
+    without its norm gains; ("gains",): every norm gain, which render/plots.py draws apart: gains near 1.0 squash
+    a histogram of weights near 0), its layer."""
+    plot: GroupKey = ("gains",) if gain else ("plot", bucket)
+    return (("total",), ("bucket", bucket), plot) + ((("layer", bucket, layer),) if layer is not None else ())
+
+
+def _groups(item: Item) -> tuple[GroupKey, ...]:
+    return _group_keys(item.bucket, item.layer, is_norm_gain(item.name))
 
 
 def group_acc(key: GroupKey) -> Acc:
@@ -178,15 +187,16 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
     """Per unit (analysis/stats/tiny.py `units`: one tensor, or a run of tiny ones read together), in file order:
     its items, their rows, and the accumulators it adds to each group. A URL's units are read REMOTE_AHEAD at a
     time (each unit's result is its own, and they are yielded in order: the same report, bit for bit)."""
+    groups_of = functools.lru_cache(maxsize=4096)(_group_keys)   # a MoE's 200k tensors share a few hundred
+
     def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
         part = items[span[0]:span[1]]
         infos = [ckpt[it.name] for it in part]
-        heads = [{"name": it.name, "bucket": it.bucket, "layer": it.layer, "role": it.role, "dtype": info.dtype,
-                  "shape": list(info.shape)} for it, info in zip(part, infos)]
+        keys = [groups_of(it.bucket, it.layer, is_norm_gain(it.name)) for it in part]
         if len(part) == 1:
             acc = tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact()   # its row and merges read the bins
-            return part, [{**heads[0], **acc.row()}], [(k, acc) for k in _groups(part[0])]
-        return part, *run_stats(ckpt, infos, heads, [_groups(it) for it in part], progress)
+            return part, [{**head(part[0], infos[0]), **acc.row()}], [(k, acc) for k in keys[0]]
+        return part, *run_stats(ckpt, infos, [head(it, info) for it, info in zip(part, infos)], keys, progress)
 
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     yield from urls.concurrently(one, spans, REMOTE_AHEAD) if urls.is_url(ckpt.path) else map(one, spans)

@@ -14,7 +14,7 @@ unit boundary forms the same runs: `split` cuts tasks only there, and the report
 the number of workers or the cluster."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
@@ -114,7 +114,7 @@ class _Run:
 _COUNTS = ("count", "nan", "posinf", "neginf", "zeros")   # Acc's integer counts, summed over a group's tensors
 
 
-def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], heads: list[dict], group_keys: list[list[tuple]],
+def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], heads: list[dict], group_keys: Sequence[Sequence[tuple]],
               progress: Callable[[int], None] | None = None) -> tuple[list[dict], list[tuple[tuple, Acc]]]:
     """Each tensor's row (its `heads` entry, then Acc.row's fields) and the run's accumulator for each group its
     tensors belong to (`group_keys[t]`: tensor t's), by kind of group."""
@@ -207,7 +207,7 @@ def _group_sums(gi: np.ndarray, size: int, v: np.ndarray) -> np.ndarray:
     return _bincount(gi[inside], size, v[inside].astype(np.float64))
 
 
-def _groups(group_keys: list[list[tuple]], r: _Run) -> list[tuple[tuple, Acc]]:
+def _groups(group_keys: Sequence[Sequence[tuple]], r: _Run) -> list[tuple[tuple, Acc]]:
     """The run's accumulator for each group: its tensors' scalars combined (Chan et al.'s update over all of
     them at once), its histogram in the bfloat16 domain (F16 keys rebinned, as Acc.merge_bins does). A
     tensor's groups are listed by kind (analysis/stats/ `_groups`: total, bucket, plot, then its layer), so
