@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -77,8 +78,7 @@ MIN_PEERS = 5
 
 # --- selection and the pass over the data ---------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Item:
+class Item(NamedTuple):   # a tuple: select() makes one per tensor
     name: str
     bucket: str
     layer: int | None
@@ -94,25 +94,27 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
     place = placements(ckpt)
     alias_of = aliases(ckpt)
     items, skipped = [], []
-    for t in sorted(ckpt, key=lambda t: (ckpt.files.index(t.file) if t.file in ckpt.files else 0, t.offset or 0)):
-        p = place[t.name]
-        if not name_matches(t.name, pattern):
+    file_index = {f: i for i, f in enumerate(ckpt.files)}
+    undecoded: dict[str, str | None] = {}   # dtype -> why its values are not read (None: they are)
+    for t in sorted(ckpt, key=lambda t: (file_index.get(t.file, 0), t.offset or 0)):
+        name = t.name
+        p = place[name]
+        if pattern and not name_matches(name, pattern):
             continue
         if buckets and p.bucket not in buckets:
             continue
-        why = None
-        if t.name in alias_of:
-            why = f"alias of {alias_of[t.name]} (counted once)"
-        elif t.dtype == "STR" or t.dt.bits == 0:
-            why = "string tensor"
-        elif not dtypes.can_decode(t.dtype):
-            why = f"values of {t.dtype} tensors are not decoded yet"
-        elif not all_roles and p.role != "parameter":
+        if t.dtype not in undecoded:
+            undecoded[t.dtype] = ("string tensor" if t.dtype == "STR" or t.dt.bits == 0 else None
+                                  if dtypes.can_decode(t.dtype) else f"values of {t.dtype} tensors are not decoded yet")
+        why = undecoded[t.dtype]
+        if name in alias_of:
+            why = f"alias of {alias_of[name]} (counted once)"
+        elif why is None and not all_roles and p.role != "parameter":
             why = f"role {p.role} (use --all-roles)"
         if why:
-            skipped.append({"name": t.name, "reason": why})
+            skipped.append({"name": name, "reason": why})
         else:
-            items.append(Item(t.name, p.bucket, p.layer, p.role))
+            items.append(Item(name, p.bucket, p.layer, p.role))
     return items, skipped
 
 

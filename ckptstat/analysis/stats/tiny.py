@@ -42,17 +42,20 @@ def tiny(ckpt: Checkpoint, info: TensorInfo) -> bool:
 def units(ckpt: Checkpoint, names: list[str], chunk_bytes: int) -> list[tuple[int, int]]:
     """[start, end) index ranges over `names` (file order): a run of at least two tiny tensors, or one tensor."""
     out: list[tuple[int, int]] = []
+    infos = [ckpt.tensors[n] for n in names]
+    small = [tiny(ckpt, info) if 0 < info.nbytes <= TINY_BYTES else False for info in infos]
+    limit = max(min(chunk_bytes, RUN_BYTES), TINY_BYTES)
     i, n = 0, len(names)
     while i < n:
-        info = ckpt[names[i]]
+        info = infos[i]
         j = i + 1
-        if tiny(ckpt, info):
+        if small[i]:
             assert info.offset is not None
-            start, file, limit = info.offset, info.file, max(min(chunk_bytes, RUN_BYTES), TINY_BYTES)
+            start, file = info.offset, info.file
             prev_end = start + info.nbytes
             while j < n:
-                nxt = ckpt[names[j]]
-                if not (nxt.file == file and tiny(ckpt, nxt) and (nxt.offset or 0) >= prev_end
+                nxt = infos[j]
+                if not (small[j] and nxt.file == file and (nxt.offset or 0) >= prev_end
                         and (nxt.offset or 0) + nxt.nbytes - start <= limit):
                     break
                 prev_end = (nxt.offset or 0) + nxt.nbytes
