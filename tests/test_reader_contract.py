@@ -736,3 +736,37 @@ def test_hostile_claims_end_in_one_line(fmt, capsys):
                 err = capsys.readouterr().err
                 assert rc == 1 and err.count("\n") == 1 and err.startswith("ckptstat: error: "), (label, err)
                 assert os.path.basename(path) in err and "Traceback" not in err and "MemoryError" not in err, (label, err)
+
+
+# ---------------------------------------------------------------------------------------------- the order rule
+def test_no_file_is_accepted_by_two_formats(tmp_path):
+    """formats/registry.py's order rule: the `accept`s are exclusive, so the order formats are tried in cannot
+    change which reads a file; only the fallbacks (no magic bytes) depend on being tried last. Every fixture
+    and every polyglot of the hostile corpus (a zip whose two central directories disagree, a msgpack map that
+    is a pickle, a zip claiming version 6.4, a pickle whose head is one opcode) is accepted by one format at
+    most besides the fallbacks, and by the one detect() names."""
+    import sys
+
+    sys.path.insert(0, os.path.dirname(__file__))
+    from polyglots import flax_pickle, truncated_head_pickle, two_directory_zip, zip_version_64
+
+    marker = str(tmp_path / "never" / "PWNED")
+    poly = {"two.npz": two_directory_zip(marker, "npz"), "two.keras": two_directory_zip(marker, "keras"),
+            "flax_model.msgpack": flax_pickle(marker), "model_best.pth.tar": truncated_head_pickle(marker),
+            "checkpoint_last": zip_version_64(marker)}
+    for name, data in poly.items():
+        (tmp_path / name).write_bytes(data)
+    root = os.path.join(os.path.dirname(__file__), "..", "fixtures")
+    paths = [str(tmp_path / n) for n in poly] + [os.path.join(d, f) for d, _, fs in os.walk(root) for f in fs]
+    assert any(f.fallback for f in registry.FORMATS)
+    seen = 0
+    for path in paths:
+        if os.path.islink(path) or not os.path.isfile(path):
+            continue
+        probe = registry.Probe.of(path)
+        taken = [f.name for f in registry.FORMATS if not f.fallback and f.accept(probe)]
+        assert len(taken) <= 1, (path, taken)
+        if taken:
+            assert registry.detect(path).name == taken[0], path
+        seen += 1
+    assert seen > 300

@@ -168,4 +168,5 @@ def accept(probe: Probe) -> bool:
 
 
 # transformers' flax_shard_checkpoint keys flax_model.msgpack.index.json's weight_map by flatten_dict(params, sep="/")
-register(Format("flax (msgpack)", accept, open_flax, (".msgpack",), index_name=lambda n: n.replace("/", ".")))
+register(Format("flax (msgpack)", accept, open_flax, (".msgpack",), index_name=lambda n: n.replace("/", "."),
+                fallback=True))

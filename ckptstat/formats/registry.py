@@ -51,13 +51,19 @@ class Format:
     verify: Callable[[Checkpoint], list[str]] | None = None
     # A tensor's name as the reader spells it, from its spelling in a *.index.json weight_map (None: the same)
     index_name: Callable[[str], str] | None = None
+    # A format with no magic bytes (a Flax msgpack file is any msgpack map): tried after every other format.
+    fallback: bool = False
 
 
+# The order rule: the formats' `accept`s are exclusive (no file, polyglots included, is accepted by two: the
+# reader contract's test), so the order they are tried in cannot change which reads a file, except for the
+# fallbacks, which are tried last.
 FORMATS: list[Format] = []
-# Reader modules, imported on first use. Adding a format = one module + one line here.
+# Reader modules, imported on first use and in this order (start-up time: a safetensors file imports its reader
+# alone). Adding a format = one module + one line here.
 _MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
             "onnx_model", "numpy_npy", "keras_zip", "saved_model", "dcp",
-            "flax_msgpack"]   # last: msgpack has no magic (formats/flax_msgpack.py accept)
+            "flax_msgpack"]
 _loaded = False
 
 
@@ -91,8 +97,9 @@ def _formats_in_order() -> Iterator[Format]:
     order, and so the first format that accepts, is the same as with every module loaded."""
     for rank, name in enumerate(_MODULES):
         importlib.import_module(f"{__package__}.{name}")   # (a no-op once imported)
-        yield from [f for f in FORMATS if _rank(f) == rank]
-    yield from [f for f in FORMATS if _rank(f) == len(_MODULES)]
+        yield from [f for f in FORMATS if _rank(f) == rank and not f.fallback]
+    yield from [f for f in FORMATS if _rank(f) == len(_MODULES) and not f.fallback]
+    yield from [f for f in FORMATS if f.fallback]
 
 
 def detect(path: str) -> Format:
