@@ -198,7 +198,7 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
         if len(part) == 1:
             acc = tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact()   # its row and merges read the bins
             return part, [{**head(part[0], infos[0]), **acc.row()}], [(k, acc) for k in keys[0]]
-        return part, *run_stats(ckpt, infos, [head(it, info) for it, info in zip(part, infos)], keys, progress)
+        return part, *run_stats(ckpt, infos, part, keys, progress)
 
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     yield from urls.concurrently(one, spans, REMOTE_AHEAD) if urls.is_url(ckpt.path) else map(one, spans)
