@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 from census_audit import saved_shapes  # noqa: E402
+from test_gguf_names import CONVERTS_AS  # noqa: E402
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
 from ckptstat.families import layout as L  # noqa: E402
@@ -50,7 +51,8 @@ def _stacked(name: str) -> str:
 @pytest.mark.parametrize("family,sample,model_name", [c for c in CASES if c.values[2].endswith("ForCausalLM")])
 def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     cfg, model, spec = _built(sample, model_name)
-    arch = ARCHS.get(cfg.model_type) or next((ARCHS[n] for n in family.gguf_names if n in ARCHS), None)
+    mt = cfg.model_type
+    arch = ARCHS.get(CONVERTS_AS.get(mt, mt)) or next((ARCHS[n] for n in family.gguf_names if n in ARCHS), None)
     if arch is None:
         pytest.skip(f"llama.cpp has no architecture for {family.name}")
     oracle = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)

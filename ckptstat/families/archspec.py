@@ -60,6 +60,10 @@ class ArchSpec:
     # and Phi-3's partial_rotary_factor; 0: all), and the layers whose attention has no rotary (SmolLM3's NoPE)
     rope_dim: int = 0
     nope_layers: tuple[int, ...] = ()
+    # routed MoE layouts: the experts' width when not `intermediate` (Qwen-MoE's and DeepSeek's
+    # moe_intermediate_size; 0: intermediate) and the shared expert's (0: none)
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

@@ -1,8 +1,8 @@
 """Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py, gemma.py,
-qwen_moe.py, gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
+gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md), the partial rotary fraction, and the
-expected tensors of the LLaMA-named decoders not described by a layout yet (gemma, gpt_oss, qwen_moe).
+expected tensors of the LLaMA-named decoders not described by a layout yet (gemma, gpt_oss).
 
 The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
 (phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's; `mrope`
@@ -16,6 +16,18 @@ from ..errors import UsageError
 from . import infer
 from .base import ArchSpec, Cfg, Shapes, Tensors, add_linear, add_norm
 from .ops import Builder, ew_cost
+
+# Per-layer and per-expert tables (dense_layers, sliding_layers, the expected-tensor template) are built
+# one entry each: refuse counts no model has (the largest have ~100 layers and 256 experts) before looping.
+MAX_COUNT = 1 << 16
+
+
+def count(c: Cfg, *keys: str, default: object = KeyError) -> int:
+    """c.int, bounded by MAX_COUNT (a one-line UsageError naming the key)."""
+    v = c.int(*keys, default=default)
+    if v > MAX_COUNT:
+        raise UsageError(f"{c.path}: config {keys[0]} = {v} is beyond any model (at most {MAX_COUNT:,} here)")
+    return v
 
 
 def flag(s: ArchSpec, key: str) -> int:
@@ -114,7 +126,7 @@ def partial_rotary(c: Cfg, d: int, *keys: str) -> int:
 def decoder_tensors(s: ArchSpec, layer: Callable[[Shapes, str, ArchSpec], None]) -> Shapes:
     """The LLaMA-named decoder's tensors (embed_tokens, self_attn q/k/v/o, the two pre-norms, norm, lm_head) with
     `layer(out, layer prefix, s)` adding each layer's other tensors: the families not on a layout (gemma,
-    gpt_oss, qwen_moe); layout.py's walk gives the others'."""
+    gpt_oss); layout.py's walk gives the others'."""
     h, d = s.hidden, s.head_dim
     p = "" if s.head == "base" else "model."
     out: Shapes = {p + "embed_tokens.weight": (s.vocab, h)}

@@ -9,7 +9,7 @@ The first first_k_dense_replace layers run a dense gated MLP (intermediate_size)
 over n_routed_experts MLPs of moe_intermediate_size (top num_experts_per_tok per token) plus
 n_shared_experts fused into one MLP of n_shared_experts x moe_intermediate_size. V3's noaux_tc router
 scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) when choosing experts;
-its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (qwen_moe.routed_experts: transformers 5's default
+its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (routed_experts: transformers 5's default
 grouped_mm experts implementation, the top-k rows of each token).
 
 KV cache: transformers 5, like an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang), caches only the
@@ -23,14 +23,70 @@ moe_intermediate, shared_intermediate."""
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UsageError
-from . import infer, llama, qwen_moe
+from . import decoders, infer, layout, llama
 from .base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
-from .ops import Builder, ew_cost
-from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
+from .decoders import count
+from .ops import Builder, ew_cost, window_groups
+
+
+def xs(s: ArchSpec, key: str) -> int:
+    """A family-specific size from ArchSpec.extra, 0 when absent."""
+    return dict(s.extra).get(key, 0)
+
+
+def gated_mlp(B: Builder, pre: str, f: int, calls: int, tokens: tuple[int, ...] | None = None,
+              copies: int | None = None, active: int | None = None) -> None:
+    """gate_proj, up_proj, act(gate) * up, down_proj; routed experts pass their rows and copies."""
+    s = B.s
+    tok = tokens or (B.b, B.seq)
+    B.linear(f"{pre}.gate_proj", "encoder", tok, s.hidden, f, s.mlp_bias, calls, copies, active_copies=active)
+    B.linear(f"{pre}.up_proj", "encoder", tok, s.hidden, f, s.mlp_bias, calls, copies, active_copies=active)
+    B.activation(f"{pre} act*up", "encoder", tok, f, s.activation, calls, gated=True)
+    B.linear(f"{pre}.down_proj", "encoder", tok, f, s.hidden, s.mlp_bias, calls, copies, active_copies=active)
+
+
+def routed_experts(B: Builder, lay: str, calls: int) -> None:
+    """The router and the routed experts (Qwen-MoE, DeepSeek): each token visits its top-k experts, so k
+    rows in all pass through the experts' projections, however the router spreads them (grouped_mm, transformers
+    5's default, runs each expert's group of rows; the eager loop, each expert on the rows it got); then the
+    weighted combine."""
+    s, b, n = B.s, B.b, B.seq
+    h, E, k = s.hidden, s.experts, s.top_k
+    B.linear(f"{lay}.mlp.gate (router)", "encoder", (b, n), h, E, False, calls)
+    gated_mlp(B, f"{lay}.mlp.experts[{E}] (top-{k})", xs(s, "moe_intermediate"), calls, (b * n * k,),
+              copies=calls * E, active=calls * k)
+    B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, (b * n * k, h), (b, n, h),
+          ew=b * n * k * h * 2)
+
+
+def decoder(B: Builder, mlp: Callable[[Builder, str, int], None],
+            attn: Callable[[Builder, str, int, int | None], None], rotary: int = 0) -> None:
+    """Embedding, rotary table, the sparse layers then the dense ones (each group's ops once, called
+    once per layer of the group; a group whose layers differ in sliding window splits in two, ops.window_groups),
+    final norm and LM head. attn(B, label, calls, window); rotary: the rotated dims per head (default head_dim)."""
+    s, b, n = B.s, B.b, B.seq
+    B.embedding("embed_tokens", "embedding", s.vocab, s.hidden, n)
+    decoders.rotary(B, rotary or s.head_dim)
+    dense = set(s.dense_layers)
+    sparse = [i for i in range(s.layers) if i not in dense]
+    for kind, idx, part in (("sparse", sparse, mlp), ("dense", sorted(dense), _dense)):
+        groups = window_groups(s, idx) if idx else []
+        for _, calls, window in groups:
+            label = f"layers[{calls} {kind}" + ("" if len(groups) == 1 else ", sliding" if window else ", full") + "]"
+            attn(B, label, calls, window)
+            part(B, label, calls)
+    B.norm("norm", "encoder", (b, n), s.hidden, residual=False)
+    if s.head == "lm":
+        B.linear("lm_head" + (" (tied to embed_tokens)" if s.tied_embeddings else ""), "cls", (b, n), s.hidden, s.vocab,
+                 False, tied=s.tied_embeddings)
+
+
+def _dense(B: Builder, lay: str, calls: int) -> None:
+    gated_mlp(B, f"{lay}.mlp", B.s.intermediate, calls)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -221,12 +277,16 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
+# Routed experts under `mlp.experts.{xid}`, stacked by llama.cpp's converter into one 3-D
+# blk.N.ffn_{gate,up,down}_exps [experts, out, in] per projection: expert {xid} is its slice (ckptstat diff).
+GGUF_EXPERT_STACKS = tuple(p for p in layout.gguf_tensor_names(layout.DecoderLayout(mlp="routed")) if "{xid}" in p[0])
+
 # HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.DEEPSEEK2). The converter
 # stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in] (expert {xid} a slice of
 # it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
 # and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer)
 # is exp_probs_b.bias.
-GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + qwen_moe.GGUF_EXPERT_STACKS + (
+GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + GGUF_EXPERT_STACKS + (
     ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
     ("model.layers.{bid}.self_attn.q_a_proj", "blk.{bid}.attn_q_a"),
     ("model.layers.{bid}.self_attn.q_a_layernorm", "blk.{bid}.attn_q_a_norm"),

@@ -23,8 +23,9 @@ from typing import Any
 from ..errors import UsageError
 from . import decoders, infer, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_norm, decoder_kv_cache
+from .decoders import count
+from .decoders import flag as xs
 from .ops import Builder, ew_cost
-from .qwen_moe import count, xs
 
 # Gemma2/3's default layer pattern: a global layer every `period` layers, sliding ones between
 _PERIOD = {"gemma2": 2, "gemma3_text": 6}

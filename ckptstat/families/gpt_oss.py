@@ -37,8 +37,8 @@ from typing import Any
 from ..errors import UsageError
 from . import decoders, infer, llama
 from .base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, class_default
+from .decoders import count
 from .ops import Builder, ew_cost, window_groups
-from .qwen_moe import count
 
 # GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also
 # what a checkpoint without config.json is assumed to have

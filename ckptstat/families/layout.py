@@ -24,7 +24,7 @@ from ..errors import NoAnalyticModel, UsageError
 from . import decoders, infer
 from .archspec import ArchSpec
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
-from .ops import Builder
+from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
@@ -37,6 +37,9 @@ Placement = Literal["pre", "post", "sandwich", "parallel"]
 QKNorm = Literal["none", "head", "width"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
 MLP = Literal["gated", "plain", "routed"]
+# a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
+# sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek)
+Shared = Literal["none", "gated", "summed"]
 # a layer's token mixer: only full and sliding softmax attention are walked today; the others name what
 # the next architectures need (Llama 4's chunked, Qwen3-Next's linear, Jamba's state-space, DeepSeek's latent)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
@@ -72,6 +75,8 @@ class Paths:
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     experts: str = "experts"
+    shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
+    shared_gate: str = "shared_expert_gate"
     attn_in: str = "input_layernorm"
     attn_out: str = "post_attention_layernorm"
     mlp_in: str = "post_attention_layernorm"
@@ -99,6 +104,10 @@ class DecoderLayout:
     fused_qkv: bool = False
     fused_gate_up: bool = False
     mlp: MLP = "gated"
+    shared: Shared = "none"
+    # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
+    # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
+    dense_layers: bool = False
     qkv_bias: bool | None = None
     o_bias: bool | None = None
     mlp_bias: bool | None = None
@@ -119,7 +128,8 @@ class DecoderLayout:
         return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
-        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("nope", NoPE)):
+        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
+                           ("nope", NoPE)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -193,7 +203,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     decoders.rotary(B, rot)
-    at, mlp = f"{p.attn}.", f"{p.mlp}."
+    at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
@@ -217,20 +227,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
         w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
-    if lay.mlp == "routed":
-        _routed(w, every)
-    else:
-        if lay.mlp == "plain":
-            w.linear(mlp + p.up, "ffn_up", h, f, s.mlp_bias, every)
-        elif lay.fused_gate_up:       # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
-            w.linear(mlp + p.gate_up, "ffn_up", h, 2 * f, s.mlp_bias, every)
-        else:
-            w.linear(mlp + p.gate, "ffn_gate", h, f, s.mlp_bias, every)
-            w.linear(mlp + p.up, "ffn_up", h, f, s.mlp_bias, every)
-        gated = lay.mlp == "gated"
-        B.activation(w.label(f"{p.mlp} act" + ("*up" if gated else ""), every), "encoder", w.tok, f, s.activation, L,
-                     gated=gated)
-        w.linear(mlp + p.down, "ffn_down", f, h, s.mlp_bias, every)
+    routed = lay.mlp == "routed"
+    dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
+    if sparse := tuple(i for i in every if i not in dense):
+        _routed(w, sparse)
+    if dense:
+        _mlp(w, dense, "gated" if routed else lay.mlp, f)
     if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     w.norm(p.norm, "output_norm", h, None, residual=False)
@@ -240,12 +242,29 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     return w.modules
 
 
+def _mlp(w: _Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
+    """A dense MLP at {mlp}.{sub} (sub: "" or the shared expert's "shared_expert."), llama.cpp's ffn_*{gguf}."""
+    s, p, B = w.s, w.p, w.B
+    h, pre = s.hidden, f"{p.mlp}.{sub}"
+    if kind == "plain":
+        w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
+    elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
+        w.linear(pre + p.gate_up, "ffn_up" + gguf, h, 2 * f, s.mlp_bias, layers)
+    else:
+        w.linear(pre + p.gate, "ffn_gate" + gguf, h, f, s.mlp_bias, layers)
+        w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
+    gated = kind != "plain"
+    B.activation(w.label(f"{pre.rstrip('.')} act" + ("*up" if gated else ""), layers), "encoder", w.tok, f, s.activation,
+                 len(layers), gated=gated)
+    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
+
+
 def _routed(w: _Walk, layers: tuple[int, ...]) -> None:
     """A router over E gated experts of which each token visits k (Mixtral): k rows per token through each
     expert projection (transformers 5's grouped_mm and the eager loop alike), then the weighted combine.
     llama.cpp stacks each projection's experts into one 3-D blk.N.ffn_{gate,up,down}_exps [E, out, in]."""
     s, p, B = w.s, w.p, w.B
-    h, f, E, k, L = s.hidden, s.intermediate, s.experts, s.top_k, len(layers)
+    h, f, E, k, L = s.hidden, s.moe_intermediate or s.intermediate, s.experts, s.top_k, len(layers)
     moe, rows = p.mlp, (B.b * B.seq * k,)
     w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, False, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
     for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
@@ -256,6 +275,16 @@ def _routed(w: _Walk, layers: tuple[int, ...]) -> None:
              w.label(f"{moe}.{p.experts}[{E}].{p.down} (top-{k})", layers), experts=E)
     B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
           (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if w.lay.shared == "none" or not s.shared_intermediate:
+        return
+    _mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
+    tok = (B.b, B.seq, h)
+    if w.lay.shared == "gated":
+        w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)
+        B.add(w.label(f"{moe} sigmoid(gate) x shared + routed", layers), "activation", "encoder", L, tok, tok,
+              ew=B.b * B.seq * (ew_cost("silu") + 2 * h))
+    else:
+        B.add(w.label(f"{moe} shared + routed", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
@@ -278,8 +307,9 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 @functools.cache
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
-    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=1, hidden=8, heads=2,
-                 kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1)
+    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
+                 kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
+                 shared_intermediate=8)
     return tuple(modules(lay, s))
 
 
