@@ -64,6 +64,10 @@ class ArchSpec:
     # moe_intermediate_size; 0: intermediate) and the shared expert's (0: none)
     moe_intermediate: int = 0
     shared_intermediate: int = 0
+    # tanh soft-capping (x = cap x tanh(x / cap)) of the attention scores and of the final logits (Gemma2's
+    # attn_logit_softcapping, final_logit_softcapping)
+    attn_softcap: bool = False
+    logit_softcap: bool = False
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

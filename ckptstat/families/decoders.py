@@ -1,8 +1,8 @@
-"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py, gemma.py,
-gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
+"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py, gpt_oss.py,
+deepseek.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md), the partial rotary fraction, and the
-expected tensors of the LLaMA-named decoders not described by a layout yet (gemma, gpt_oss).
+expected tensors of the LLaMA-named decoder not described by a layout yet (gpt_oss).
 
 The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
 (phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's; `mrope`
@@ -125,8 +125,8 @@ def partial_rotary(c: Cfg, d: int, *keys: str) -> int:
 
 def decoder_tensors(s: ArchSpec, layer: Callable[[Shapes, str, ArchSpec], None]) -> Shapes:
     """The LLaMA-named decoder's tensors (embed_tokens, self_attn q/k/v/o, the two pre-norms, norm, lm_head) with
-    `layer(out, layer prefix, s)` adding each layer's other tensors: the families not on a layout (gemma,
-    gpt_oss); layout.py's walk gives the others'."""
+    `layer(out, layer prefix, s)` adding each layer's other tensors: gpt_oss (not on a layout); layout.py's walk
+    gives the others'."""
     h, d = s.hidden, s.head_dim
     p = "" if s.head == "base" else "model."
     out: Shapes = {p + "embed_tokens.weight": (s.vocab, h)}
@@ -143,12 +143,6 @@ def decoder_tensors(s: ArchSpec, layer: Callable[[Shapes, str, ArchSpec], None])
     if s.head == "lm":
         add_linear(out, "lm_head", s.vocab, h, bias=False)
     return out
-
-
-def dense_mlp_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
-    h, f = s.hidden, s.intermediate
-    for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
-        add_linear(out, q + "mlp." + m, fo, fi, s.mlp_bias)
 
 
 def attention_dims(T: Tensors) -> tuple[int, int, int, int, int]:

@@ -114,6 +114,10 @@ class DecoderLayout:
     # the config class's partial_rotary_factor default (GLM-4 0.5, Phi-3 1.0); None: no such field, all of head_dim
     partial_rotary: float | None = None
     nope: NoPE = "none"                   # which layers apply no rotary
+    local_rope: bool = False              # a second rotary table for the sliding layers (Gemma3's rope_local_base_freq)
+    embed_scale: bool = False             # the embedding output times sqrt(hidden_size) (Gemma)
+    # the config's attn_logit_softcapping / final_logit_softcapping, when set, soft-cap the scores / logits (Gemma2)
+    softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
     bias_keys: BiasKeys = BiasKeys()
     paths: Paths = Paths()
@@ -202,7 +206,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     every = tuple(range(L))
     w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
-    decoders.rotary(B, rot)
+    if lay.embed_scale:
+        B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
+        decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
@@ -221,7 +228,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
     # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
     # layers apart (ops.window_groups): only their unmasked pairs differ
-    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d)
+    # scale and mask on every score; soft-capping, tanh(x / cap) x cap
+    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
+                            2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0))
     w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
@@ -239,6 +248,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     if s.head == "lm":
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
         decoders.lm_head(B, p.lm_head, p.embed)
+        if s.logit_softcap:
+            B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
+                  w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
 
 
@@ -377,6 +389,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
+                    logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     **sliding, **c.common)
 
 
@@ -436,7 +450,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
-                    mlp_bias=biased("ffn_down"), tied_embeddings=not infer.has(T, pattern(lay, "output")),
+                    mlp_bias=biased("ffn_down"),
+                    tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     activation="silu", rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     assumptions=tuple(notes), **common)
 
