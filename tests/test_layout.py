@@ -33,7 +33,7 @@ def _built(sample, model_name):
 
 def test_the_layout_families_are_described():
     assert {f.name for f in DESCRIBED} >= {"llama", "qwen3", "olmo", "phi3", "mixtral", "glm", "smollm3", "arcee", "qwen_moe",
-                                          "gemma"}
+                                          "gemma", "deepseek"}
     assert L.layouts_of(generic.FAMILY) is None   # its layout follows the config's experts (generic._layout)
 
 

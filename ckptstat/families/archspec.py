@@ -10,6 +10,15 @@ from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's sizes (DeepSeek-V2/V3, layout.py): the query LoRA rank (0: one q_proj), the
+    key/value latent's rank, the value head width. Its head_dim is qk_nope + qk_rope, its rope_dim qk_rope."""
+    q_lora_rank: int
+    kv_lora_rank: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
 class ArchSpec:
     family: str                       # a registered Family.name
     model_type: str
@@ -68,6 +77,7 @@ class ArchSpec:
     # attn_logit_softcapping, final_logit_softcapping)
     attn_softcap: bool = False
     logit_softcap: bool = False
+    latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

@@ -2,7 +2,8 @@
 view of the architecture is derived: the op template (FLOPs, parameters, memory), the expected tensors (names
 and shapes, as save_pretrained writes them), the tensor-name signature, the GGUF tensor-name table and the
 shape look-ups of a checkpoint without config.json. A family laid out so is a layout and a few lines
-(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, generic.py).
+(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py,
+deepseek.py, generic.py).
 
 The walk (`walk`) follows transformers' modeling_llama.py forward in execution order: embed_tokens, the
 rotary table, then per layer the attention (norm, q/k/v or fused qkv, q/k norms, rotary, the two bmm's, o)
@@ -17,12 +18,12 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from ..errors import NoAnalyticModel, UsageError
 from . import decoders, infer
-from .archspec import ArchSpec
+from .archspec import ArchSpec, Latent
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
 from .ops import Builder, ew_cost
 
@@ -40,8 +41,9 @@ MLP = Literal["gated", "plain", "routed"]
 # a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
 # sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek)
 Shared = Literal["none", "gated", "summed"]
-# a layer's token mixer: only full and sliding softmax attention are walked today; the others name what
-# the next architectures need (Llama 4's chunked, Qwen3-Next's linear, Jamba's state-space, DeepSeek's latent)
+# a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
+# on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
+# Qwen3-Next's linear, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones)
@@ -67,6 +69,12 @@ class Paths:
     qkv: str = "qkv_proj"
     o: str = "o_proj"
     q_norm: str = "q_norm"
+    q_a: str = "q_a_proj"                 # latent attention: q_a, q_a_norm, q_b (or q), kv_a, kv_a_norm, kv_b, o
+    q_a_norm: str = "q_a_layernorm"
+    q_b: str = "q_b_proj"
+    kv_a: str = "kv_a_proj_with_mqa"
+    kv_a_norm: str = "kv_a_layernorm"
+    kv_b: str = "kv_b_proj"
     k_norm: str = "k_norm"
     mlp: str = "mlp"
     gate: str = "gate_proj"
@@ -101,6 +109,7 @@ class DecoderLayout:
     norm: Norm = "rmsnorm"
     placement: Placement = "pre"
     qk_norm: QKNorm = "none"
+    latent: bool = False                  # multi-head latent attention (ArchSpec.latent's sizes) in place of q/k/v
     fused_qkv: bool = False
     fused_gate_up: bool = False
     mlp: MLP = "gated"
@@ -214,24 +223,27 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
-    if lay.fused_qkv:
-        w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+    if lay.latent:
+        _latent(w, every)
     else:
-        for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
-            w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
-    for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
-        if lay.qk_norm == "head":      # Qwen3: over each head's d
-            w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
-        elif lay.qk_norm == "width":   # OLMo2: over the whole projection
-            w.norm(at + sub, gguf, heads * d, every, residual=False)
-    if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
-        decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
-    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
-    # layers apart (ops.window_groups): only their unmasked pairs differ
-    # scale and mask on every score; soft-capping, tanh(x / cap) x cap
-    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                            2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0))
-    w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+        if lay.fused_qkv:
+            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+        else:
+            for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
+                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
+        for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
+            if lay.qk_norm == "head":      # Qwen3: over each head's d
+                w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
+            elif lay.qk_norm == "width":   # OLMo2: over the whole projection
+                w.norm(at + sub, gguf, heads * d, every, residual=False)
+        if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
+            decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
+        # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
+        # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
+        # soft-capping, tanh(x / cap) x cap
+        B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0))
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
@@ -252,6 +264,30 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _latent(w: _Walk, layers: tuple[int, ...]) -> None:
+    """DeepSeek's multi-head latent attention (modeling_deepseek_v3.py): queries through q_a_proj, its RMSNorm and
+    q_b_proj (one q_proj without a query LoRA); keys and values from kv_a_proj_with_mqa (the latent and one shared
+    rope key), the latent's RMSNorm and kv_b_proj (per head k_nope and v); rotary on the a query heads' and the
+    shared key's rope dims; eager attention's scores over qk_nope + qk_rope dims, its context over v_head_dim."""
+    s, p, B = w.s, w.p, w.B
+    assert s.latent is not None, "a latent layout's spec gives its sizes (ArchSpec.latent)"
+    h, a, d, rope, L = s.hidden, s.heads, s.head_dim, s.rope_dim, len(layers)
+    ql, kvl, v = s.latent.q_lora_rank, s.latent.kv_lora_rank, s.latent.v_head_dim
+    at = f"{p.attn}."
+    if ql:
+        w.linear(at + p.q_a, "attn_q_a", h, ql, s.qkv_bias, layers)
+        w.norm(at + p.q_a_norm, "attn_q_a_norm", ql, layers, residual=False)
+        w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
+    else:
+        w.linear(at + p.q, "attn_q", h, a * d, False, layers)
+    w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
+    w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
+    w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
+    decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
+    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
 
 
 def _mlp(w: _Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
@@ -321,8 +357,10 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
-                 shared_intermediate=8)
-    return tuple(modules(lay, s))
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
+    # a latent layout's walk meets q_proj only without a query LoRA
+    extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
+    return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
 
 
 def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:

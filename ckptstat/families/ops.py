@@ -141,11 +141,12 @@ class Builder:
                  macs=scores * dv, extra_in=b * heads * k_len * dv)
 
     def causal_self_attention(self, prefix: str, bucket: str, heads: int, d: int, extra_ew: int = 2,
-                              layers: Iterable[int] | None = None) -> None:
+                              layers: Iterable[int] | None = None, v_dim: int | None = None) -> None:
         """A decoder's causal self-attention over B.seq tokens in `layers` (default all), one attention per
         window group (window_groups); prefix holds "{layers}" for the group's label."""
         for label, calls, window in window_groups(self.s, layers):
-            self.attention(prefix.format(layers=label), bucket, heads, self.seq, self.seq, d, calls, True, extra_ew, window)
+            self.attention(prefix.format(layers=label), bucket, heads, self.seq, self.seq, d, calls, True, extra_ew, window,
+                           v_dim)
 
 
 def _prod(shape: tuple[int, ...]) -> int:
