@@ -33,7 +33,7 @@ def _built(sample, model_name):
 
 def test_the_layout_families_are_described():
     assert {f.name for f in DESCRIBED} >= {"llama", "qwen3", "olmo", "phi3", "mixtral", "glm", "smollm3", "arcee", "qwen_moe",
-                                          "gemma", "deepseek"}
+                                          "gemma", "deepseek", "gpt_oss"}
     assert L.layouts_of(generic.FAMILY) is None   # its layout follows the config's experts (generic._layout)
 
 
@@ -63,8 +63,8 @@ def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     for m in L.modules(lay, spec):
         for i in m.layers or (0,):
             for suffix, _ in m.shapes:
-                hf = ("" if m.top else body) + m.path.format(bid=i, xid=0) + "." + suffix
-                ours[_stacked(hf)] = None if m.gguf is None else m.gguf.format(bid=i) + "." + suffix
+                hf = ("" if m.top else body) + L.joined(m.path.format(bid=i, xid=0), suffix)
+                ours[_stacked(hf)] = None if m.gguf is None else L.joined(m.gguf.format(bid=i), suffix)
     saved = {_stacked(n) for n in saved_shapes(model)}
     assert set(ours) == saved
     theirs = {n: oracle.get_name(n, try_suffixes=(".weight", ".bias")) for n in saved}

@@ -1,20 +1,18 @@
-"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py, gpt_oss.py,
-deepseek.py): the rotary-table op transformers runs once per forward and its application to q and k,
+"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py,
+gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
-config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md), the partial rotary fraction, and the
-expected tensors of the LLaMA-named decoder not described by a layout yet (gpt_oss).
+config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
 The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
 (phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's; `mrope`
 is a vision-language wrapper's (wrappers.py)."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ..errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Shapes, Tensors, add_linear, add_norm
+from .base import ArchSpec, Cfg, Tensors
 from .ops import Builder, ew_cost
 
 # Per-layer and per-expert tables (dense_layers, sliding_layers, the expected-tensor template) are built
@@ -123,31 +121,9 @@ def partial_rotary(c: Cfg, d: int, *keys: str) -> int:
     return int(d * rotary_factor(c, *keys))
 
 
-def decoder_tensors(s: ArchSpec, layer: Callable[[Shapes, str, ArchSpec], None]) -> Shapes:
-    """The LLaMA-named decoder's tensors (embed_tokens, self_attn q/k/v/o, the two pre-norms, norm, lm_head) with
-    `layer(out, layer prefix, s)` adding each layer's other tensors: gpt_oss (not on a layout); layout.py's walk
-    gives the others'."""
-    h, d = s.hidden, s.head_dim
-    p = "" if s.head == "base" else "model."
-    out: Shapes = {p + "embed_tokens.weight": (s.vocab, h)}
-    for i in range(s.layers):
-        q = f"{p}layers.{i}."
-        add_linear(out, q + "self_attn.q_proj", s.heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.k_proj", s.kv_heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.v_proj", s.kv_heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.o_proj", h, s.heads * d, s.o_bias)
-        layer(out, q, s)
-        add_norm(out, q + "input_layernorm", h, bias=False)
-        add_norm(out, q + "post_attention_layernorm", h, bias=False)
-    add_norm(out, p + "norm", h, bias=False)
-    if s.head == "lm":
-        add_linear(out, "lm_head", s.vocab, h, bias=False)
-    return out
-
-
 def attention_dims(T: Tensors) -> tuple[int, int, int, int, int]:
-    """(V, h, q width, k width, d) from embed_tokens and the q/k projections of a LLaMA-named decoder not on a
-    layout; d is assumed (128 or 64 when it divides both widths): only the rotary table's product depends on it."""
+    """(V, h, q width, k width, d) from embed_tokens and the q/k projections of a LLaMA-named decoder (gpt-oss's
+    shape inference); d is assumed (128 or 64 when it divides both widths): only the rotary table's product depends on it."""
     V, h = infer.shape(T, r"embed_tokens\.weight$", "embed_tokens")
     q = infer.shape(T, r"self_attn\.q_proj\.weight$", "q_proj")[0]
     kv = infer.shape(T, r"self_attn\.k_proj\.weight$", "k_proj")[0]

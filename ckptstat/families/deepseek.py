@@ -46,14 +46,15 @@ def _sizes(s: ArchSpec) -> Latent:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    L, a = count(c, "num_hidden_layers"), c.int("num_attention_heads")
+    spec = layout.spec_from_config(DEEPSEEK, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
     first = min(c.int("first_k_dense_replace", default=0), L)
     fe = c.int("moe_intermediate_size")
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
-    return replace(layout.spec_from_config(DEEPSEEK, c), kv_heads=a, head_dim=nope + rope, rope_dim=rope,
+    return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
                    shared_intermediate=fe * c.int("n_shared_experts", default=0),

@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import decoders, infer, layout
+from . import infer, layout
 from .base import ArchSpec, Cfg, Family, Sample, Tensors
 from .layout import DecoderLayout, Paths
 
@@ -34,7 +34,9 @@ _PERIOD = {"gemma2": 2, "gemma3_text": 6}
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    L, mt = decoders.count(c, "num_hidden_layers"), c.model_type
+    mt = c.model_type
+    spec = layout.spec_from_config(LAYOUTS[mt], c)
+    L = spec.layers
     later = mt != "gemma"
     window = c.int("sliding_window", default=0) if later else 0
     types = c.get("layer_types", default=None) if later else None
@@ -47,7 +49,7 @@ def from_config(c: Cfg) -> ArchSpec:
     act = c.get("hidden_activation", default=None) or c.get("hidden_act", default="gelu_pytorch_tanh")
     # no window when no layer slides (layer_types all "full_attention"): an empty sliding_layers with a window
     # would mean every layer slides (archspec.py)
-    return replace(layout.spec_from_config(LAYOUTS[mt], c), activation=str(act),
+    return replace(spec, activation=str(act),
                    sliding_window=(window or None) if sliding else None, sliding_layers=sliding)
 
 

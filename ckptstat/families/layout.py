@@ -3,7 +3,7 @@ view of the architecture is derived: the op template (FLOPs, parameters, memory)
 and shapes, as save_pretrained writes them), the tensor-name signature, the GGUF tensor-name table and the
 shape look-ups of a checkpoint without config.json. A family laid out so is a layout and a few lines
 (llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py,
-deepseek.py, generic.py).
+deepseek.py, gpt_oss.py, generic.py).
 
 The walk (`walk`) follows transformers' modeling_llama.py forward in execution order: embed_tokens, the
 rotary table, then per layer the attention (norm, q/k/v or fused qkv, q/k norms, rotary, the two bmm's, o)
@@ -41,6 +41,9 @@ MLP = Literal["gated", "plain", "routed"]
 # a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
 # sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek)
 Shared = Literal["none", "gated", "summed"]
+# a routed MLP's router: linear, its matmul (Mixtral, Qwen-MoE, DeepSeek); topk_softmax, biased, the top-k of its
+# logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter)
+Router = Literal["linear", "topk_softmax"]
 # a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
 # on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
 # Qwen3-Next's linear, Jamba's state-space)
@@ -82,6 +85,7 @@ class Paths:
     down: str = "down_proj"
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
+    sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
     experts: str = "experts"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
     shared_gate: str = "shared_expert_gate"
@@ -114,6 +118,11 @@ class DecoderLayout:
     fused_gate_up: bool = False
     mlp: MLP = "gated"
     shared: Shared = "none"
+    router: Router = "linear"
+    # routed: the experts held fused as 3-D parameters without .weight, gate and up interleaved (gpt-oss's
+    # GptOssExperts: gate_up_proj [E, h, 2f], down_proj [E, f, h], their biases), their GLU clamped
+    fused_experts: bool = False
+    sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
     dense_layers: bool = False
@@ -142,7 +151,7 @@ class DecoderLayout:
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("nope", NoPE)):
+                           ("router", Router), ("nope", NoPE)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -150,7 +159,8 @@ class DecoderLayout:
 @dataclass(frozen=True)
 class Module:
     """A parameterised module the walk met: its path (under the body unless top; `{bid}` the layer, `{xid}`
-    the routed expert), its llama.cpp name (`{bid}` the layer; experts stacked into one), its parameters."""
+    the routed expert), its llama.cpp name (`{bid}` the layer; experts stacked into one), its parameters (suffix
+    "": the path is the parameter's own name, as gpt-oss's sinks and fused experts)."""
     path: str
     gguf: str | None
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
@@ -198,6 +208,11 @@ class _Walk:
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
 
 
+def joined(name: str, suffix: str) -> str:
+    """A module's parameter name (or llama.cpp tensor name): `name.suffix`, or `name` for a suffix ""."""
+    return f"{name}.{suffix}" if suffix else name
+
+
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
     window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
@@ -242,7 +257,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0))
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+        if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
+                  (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
@@ -314,13 +333,31 @@ def _routed(w: _Walk, layers: tuple[int, ...]) -> None:
     s, p, B = w.s, w.p, w.B
     h, f, E, k, L = s.hidden, s.moe_intermediate or s.intermediate, s.experts, s.top_k, len(layers)
     moe, rows = p.mlp, (B.b * B.seq * k,)
-    w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, False, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
-    for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
-        w.linear(f"{moe}.{p.experts}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
-                 w.label(f"{moe}.{p.experts}[{E}].{sub} (top-{k})", layers), experts=E)
-    B.activation(w.label(f"{moe}.{p.experts} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
-    w.linear(f"{moe}.{p.experts}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
-             w.label(f"{moe}.{p.experts}[{E}].{p.down} (top-{k})", layers), experts=E)
+    topk = w.lay.router == "topk_softmax"
+    w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, topk, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
+    if topk:
+        B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
+    x = f"{moe}.{p.experts}"
+    if w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
+        for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
+            w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
+        if s.mlp_bias:
+            w.record(f"{x}.{p.gate_up}_bias", None, (("", (E, 2 * f)),), layers)
+            w.record(f"{x}.{p.down}_bias", None, (("", (E, h)),), layers)
+        for sub, fin, fout in ((p.gate_up, h, 2 * f), (p.down, f, h)):
+            B.linear(w.label(f"{x}[{E}].{sub} (top-{k})", layers), "encoder", rows, fin, fout, s.mlp_bias, L, L * E,
+                     active_copies=L * k)
+            if sub == p.gate_up:
+                B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
+                             "clamped_swiglu", L, gated=True)
+    else:
+        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
+            w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
+                     w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
+        B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
+        w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+                 w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
     B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
           (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
     if w.lay.shared == "none" or not s.shared_intermediate:
@@ -348,7 +385,7 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
             for x in range(m.experts or 1):
                 path = m.path.format(bid=i, xid=x)
                 for suffix, shape in m.shapes:
-                    out[f"{'' if m.top else body}{path}.{suffix}"] = shape
+                    out[("" if m.top else body) + joined(path, suffix)] = shape
     return out
 
 

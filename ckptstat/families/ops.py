@@ -26,6 +26,9 @@ EW_COST = {
     "silu": 4, "swish": 4, "relu": 1, "tanh": 4,
     "add": 1, "mul": 1,
     "rotary": 3,      # x*cos + rotate(x)*sin per element of q and k
+    # gpt-oss's experts: clamp gate (1), clamp up (2), x alpha (1), sigmoid (4), x gate (1), up + 1 (1); the x up, a
+    # gated activation's own
+    "clamped_swiglu": 10,
 }
 
 

@@ -31,13 +31,15 @@ LAYOUTS = {"qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE}
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    lay, L, E = LAYOUTS[c.model_type], count(c, "num_hidden_layers"), count(c, "num_experts")
+    lay = LAYOUTS[c.model_type]
+    spec = layout.spec_from_config(lay, c)      # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    L, E = spec.layers, count(c, "num_experts")
     step = c.int("decoder_sparse_step", default=1)
     only = c.get("mlp_only_layers", default=[])
     if not isinstance(only, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in only):
         raise UsageError(f"{c.path}: config mlp_only_layers = {only!r} is not a list of layer indices")
     dense = tuple(i for i in range(L) if i in only or not (E > 0 and step > 0 and (i + 1) % step == 0))
-    return replace(layout.spec_from_config(lay, c), experts=E, top_k=c.int("num_experts_per_tok"), dense_layers=dense,
+    return replace(spec, experts=E, top_k=c.int("num_experts_per_tok"), dense_layers=dense,
                    moe_intermediate=c.int("moe_intermediate_size"),
                    shared_intermediate=c.int("shared_expert_intermediate_size", default=0) if lay.shared != "none" else 0)
 
