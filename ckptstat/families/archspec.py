@@ -78,6 +78,7 @@ class ArchSpec:
     attn_softcap: bool = False
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
+    mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

@@ -4,8 +4,7 @@ the weightless LayerNorm, the LM head op, which layers keep a sliding window in 
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
 The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
-(phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's; `mrope`
-is a vision-language wrapper's (wrappers.py)."""
+(phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's."""
 from __future__ import annotations
 
 from typing import Any
@@ -39,10 +38,10 @@ def rotary_dim(s: ArchSpec) -> int:
 def rotary(B: Builder, d_rot: int, name: str = "rotary_emb") -> None:
     """transformers 5's rotary embedding: positions (b x s x 1) times inv_freq (ceil(d_rot/2)), a broadcast
     multiply (no matmul: FlopCounterMode counts nothing), once per forward; inv_freq is arange(0, d_rot, 2) long.
-    Qwen2-VL's and Qwen3-VL's M-RoPE (switch `mrope`, families/wrappers.py): 3 position rows (time, height,
+    Qwen2-VL's and Qwen3-VL's M-RoPE (ArchSpec.mrope, families/wrappers.py): 3 position rows (time, height,
     width) per sequence. (transformers 4 ran it as a bmm, inv_freq @ positions.)"""
     half, n = (d_rot + 1) // 2, B.seq
-    rows = 3 * B.b if flag(B.s, "mrope") else B.b
+    rows = 3 * B.b if B.s.mrope else B.b
     B.add(f"{name} (positions x inv_freq)", "activation", "embedding", 1, (rows, n, 1), (rows, n, half),
           ew=rows * half * n)
 
