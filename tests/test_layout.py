@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 from census_audit import saved_shapes  # noqa: E402
+from test_gguf_names import CONVERTS_AS  # noqa: E402
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
 from ckptstat.families.framework import layout as L  # noqa: E402
@@ -31,7 +32,8 @@ def _built(sample, model_name):
 
 
 def test_the_layout_families_are_described():
-    assert {f.name for f in DESCRIBED} >= {"llama", "qwen3", "olmo", "phi3", "mixtral", "glm", "smollm3", "arcee"}
+    assert {f.name for f in DESCRIBED} >= {"llama", "qwen3", "olmo", "phi3", "mixtral", "glm", "smollm3", "arcee", "qwen_moe",
+                                          "gemma", "deepseek", "gpt_oss"}
     assert L.layouts_of(generic.FAMILY) is None   # its layout follows the config's experts (generic._layout)
 
 
@@ -50,7 +52,8 @@ def _stacked(name: str) -> str:
 @pytest.mark.parametrize("family,sample,model_name", [c for c in CASES if c.values[2].endswith("ForCausalLM")])
 def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     cfg, model, spec = _built(sample, model_name)
-    arch = ARCHS.get(cfg.model_type) or next((ARCHS[n] for n in family.gguf_names if n in ARCHS), None)
+    mt = cfg.model_type
+    arch = ARCHS.get(CONVERTS_AS.get(mt, mt)) or next((ARCHS[n] for n in family.gguf_names if n in ARCHS), None)
     if arch is None:
         pytest.skip(f"llama.cpp has no architecture for {family.name}")
     oracle = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
@@ -60,8 +63,8 @@ def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     for m in L.modules(lay, spec):
         for i in m.layers or (0,):
             for suffix, _ in m.shapes:
-                hf = ("" if m.top else body) + m.path.format(bid=i, xid=0) + "." + suffix
-                ours[_stacked(hf)] = None if m.gguf is None else m.gguf.format(bid=i) + "." + suffix
+                hf = ("" if m.top else body) + L.joined(m.path.format(bid=i, xid=0), suffix)
+                ours[_stacked(hf)] = None if m.gguf is None else L.joined(m.gguf.format(bid=i), suffix)
     saved = {_stacked(n) for n in saved_shapes(model)}
     assert set(ours) == saved
     theirs = {n: oracle.get_name(n, try_suffixes=(".weight", ".bias")) for n in saved}

@@ -6,6 +6,7 @@ Training = 3 x forward (backward costs twice the forward's matmuls).
 """
 from __future__ import annotations
 
+from dataclasses import asdict, is_dataclass
 from typing import Any
 
 from ..census.model import Model
@@ -35,7 +36,8 @@ NOT_HALVED = ("every score of the s_q x s_k square, causal masks and sliding win
 
 def spec_dict(m: Model) -> dict:
     s = m.spec
-    return {k: v for k, v in s.__dict__.items() if k != "assumptions"}
+    return {k: asdict(v) if is_dataclass(v) and not isinstance(v, type) else v for k, v in s.__dict__.items()
+            if k != "assumptions"}
 
 
 def _layer_list(layers: list[int]) -> str:

@@ -9,51 +9,56 @@ The first first_k_dense_replace layers run a dense gated MLP (intermediate_size)
 over n_routed_experts MLPs of moe_intermediate_size (top num_experts_per_tok per token) plus
 n_shared_experts fused into one MLP of n_shared_experts x moe_intermediate_size. V3's noaux_tc router
 scores by sigmoid and adds e_score_correction_bias (a buffer, not a parameter) when choosing experts;
-its matmuls are V2's. The routed experts' FLOPs are Qwen-MoE's (qwen_moe.routed_experts: transformers 5's default
-grouped_mm experts implementation, the top-k rows of each token).
+its matmuls are V2's. The layout (layout.py: latent attention, a routed MLP with a summed shared expert and dense
+layers) is the description; the routed experts' FLOPs are Qwen-MoE's (transformers 5's default grouped_mm experts
+implementation, the top-k rows of each token).
 
 KV cache: transformers 5, like an absorbed MLA kernel (DeepSeek's inference code, vLLM, SGLang), caches only the
 normalised latent (kv_lora_rank) and the rope key (qk_rope_head_dim) per token and layer, one head that tensor
 parallelism cannot split: the first line, what memory and the planner count. transformers 4's eager attention cached
 the expanded per-head K (qk_nope + qk_rope) and V (v_head_dim) of every head: the second line, labelled.
 
-ArchSpec: heads = key heads = num_attention_heads, head_dim = qk_nope + qk_rope; family-specific sizes
-(ArchSpec.extra): q_lora_rank (0: no q LoRA), kv_lora_rank, qk_nope, qk_rope, v_head_dim,
-moe_intermediate, shared_intermediate."""
+ArchSpec: heads = key heads = num_attention_heads, head_dim = qk_nope + qk_rope, rope_dim = qk_rope, latent
+(archspec.Latent): q_lora_rank (0: no q LoRA), kv_lora_rank, v_head_dim; moe_intermediate, shared_intermediate
+(n_shared_experts x moe_intermediate_size)."""
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import llama, qwen_moe
-from .framework import infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, add_linear, add_norm
-from .framework.ops import Builder, ew_cost
-from .qwen_moe import count, decoder, gated_mlp, routed_experts, xs
+from .framework import infer, layout
+from .framework.archspec import Latent
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.decoders import count
+from .framework.layout import DecoderLayout, Paths
+
+DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
+                         paths=Paths(shared="shared_experts"))
+LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK}
+
+
+def _sizes(s: ArchSpec) -> Latent:
+    assert s.latent is not None, "a DeepSeek spec has its latent attention's sizes"
+    return s.latent
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    h, a, L = c.int("hidden_size"), c.int("num_attention_heads"), count(c, "num_hidden_layers")
+    spec = layout.spec_from_config(DEEPSEEK, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
     first = min(c.int("first_k_dense_replace", default=0), L)
     fe = c.int("moe_intermediate_size")
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
-    extra = (("q_lora_rank", q_lora), ("kv_lora_rank", c.int("kv_lora_rank")),
-             ("qk_nope", nope), ("qk_rope", rope), ("v_head_dim", v), ("moe_intermediate", fe),
-             ("shared_intermediate", fe * c.int("n_shared_experts", default=0)))
-    bias = bool(c.get("attention_bias", default=False))
-    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope,
-                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                    context=c.int("max_position_embeddings", default=0),
-                    activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=bias, o_bias=bias, mlp_bias=bool(c.get("mlp_bias", default=False)),
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    experts=E, top_k=c.int("num_experts_per_tok", default=0) if E else 0, extra=extra,
-                    dense_layers=tuple(range(first if E else L)), **c.common)
+    return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
+                   latent=Latent(q_lora, c.int("kv_lora_rank"), v), experts=E,
+                   top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
+                   shared_intermediate=fe * c.int("n_shared_experts", default=0),
+                   dense_layers=tuple(range(first if E else L)))
 
 
 _ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
@@ -63,72 +68,39 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Every MLA size follows from the shapes: with X = a(nope + v) (kv_b_proj rows), Y = a v (o_proj
     columns), Z = a(nope + rope) (q_b_proj / q_proj rows) and rope = kv_a_proj_with_mqa rows - kv_lora_rank,
     a = (Z - X + Y) / rope."""
-    V, h = infer.shape(T, r"embed_tokens\.weight$", "embed_tokens")
-    kvl = infer.shape(T, r"self_attn\.kv_a_layernorm\.weight$", "kv_a_layernorm")[0]
-    rope = infer.shape(T, r"self_attn\.kv_a_proj_with_mqa\.weight$", "kv_a_proj_with_mqa")[0] - kvl
-    X = infer.shape(T, r"self_attn\.kv_b_proj\.weight$", "kv_b_proj")[0]
-    Y = infer.shape(T, r"self_attn\.o_proj\.weight$", "o_proj")[1]
-    qa = infer.find(T, r"self_attn\.q_a_proj\.weight$")
-    Z = infer.shape(T, r"self_attn\.q_(b_)?proj\.weight$", "q_b_proj")[0]
+    def find(gguf: str, suffix: str = "weight") -> Any:
+        return infer.find(T, layout.pattern(DEEPSEEK, gguf, suffix))
+
+    def shape(gguf: str) -> tuple[int, ...]:
+        return infer.shape(T, layout.pattern(DEEPSEEK, gguf), gguf)
+
+    V, h = shape("token_embd")
+    kvl = shape("attn_kv_a_norm")[0]
+    rope = shape("attn_kv_a_mqa")[0] - kvl
+    X, Y = shape("attn_kv_b")[0], shape("attn_output")[1]
+    qa = find("attn_q_a")
+    Z = shape("attn_q_b" if qa is not None else "attn_q")[0]
     if rope <= 0 or (Z - X + Y) % rope:
         raise UsageError("cannot infer the MLA head sizes from tensor shapes; pass --config")
     a = (Z - X + Y) // rope
     nope, v = (Z // a) - rope, Y // a
     L = infer.count_layers(T, r"layers\.(\d+)\.")
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
-    E = infer.shape(T, r"mlp\.gate\.weight$", "router")[0] if sparse else 0
-    fe = infer.expert_width(T, r"mlp\.experts\.0\.gate_proj\.weight$", "experts.0.gate_proj") if sparse else 0
-    fs = infer.find(T, r"mlp\.shared_experts\.gate_proj\.weight$")
-    fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")
-    extra = (("q_lora_rank", qa.shape[0] if qa is not None else 0), ("kv_lora_rank", kvl), ("qk_nope", nope),
-             ("qk_rope", rope), ("v_head_dim", v), ("moe_intermediate", fe),
-             ("shared_intermediate", fs.shape[0] if fs is not None else 0))
+    E = shape("ffn_gate_inp")[0] if sparse else 0
+    fe = infer.expert_width(T, layout.pattern(DEEPSEEK, "ffn_gate_exps"), "experts.0.gate_proj") if sparse else 0
+    fs, fd = find("ffn_gate_shexp"), find("ffn_gate")
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
     v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
     k = 8 if v3 else 6
     notes = (f"no config: experts per token (top-k) assumed {k}, as in DeepSeek-{'V3' if v3 else 'V2'}",) if sparse else ()
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope, vocab=V,
                     intermediate=fd.shape[0] if fd is not None else fe, gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=infer.has(T, r"kv_a_proj_with_mqa\.bias$"), o_bias=infer.has(T, r"o_proj\.bias$"),
-                    mlp_bias=infer.has(T, r"gate_proj\.bias$"), tied_embeddings=infer.find(T, r"lm_head\.weight$") is None,
-                    experts=E, top_k=k if sparse else 0, activation="silu", extra=extra,
+                    qkv_bias=find("attn_kv_a_mqa", "bias") is not None, o_bias=find("attn_output", "bias") is not None,
+                    mlp_bias=infer.has(T, r"gate_proj\.bias$"), tied_embeddings=find("output") is None,
+                    experts=E, top_k=k if sparse else 0, activation="silu", rope_dim=rope,
+                    latent=Latent(qa.shape[0] if qa is not None else 0, kvl, v), moe_intermediate=fe,
+                    shared_intermediate=fs.shape[0] if fs is not None else 0,
                     dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
-
-
-def mla(B: Builder, lay: str, calls: int, window: int | None = None) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, a = s.hidden, s.heads
-    ql, kvl, nope, rope, v = (xs(s, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope", "qk_rope", "v_head_dim"))
-    tok, at = (b, n), f"{lay}.self_attn"
-    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, calls)
-    if ql:
-        B.linear(f"{at}.q_a_proj", "encoder", tok, h, ql, s.qkv_bias, calls)
-        B.norm(f"{at}.q_a_layernorm", "encoder", tok, ql, calls, residual=False)
-        B.linear(f"{at}.q_b_proj", "encoder", tok, ql, a * (nope + rope), False, calls)
-    else:
-        B.linear(f"{at}.q_proj", "encoder", tok, h, a * (nope + rope), False, calls)
-    B.linear(f"{at}.kv_a_proj_with_mqa (latent + rope key)", "encoder", tok, h, kvl + rope, s.qkv_bias, calls)
-    B.norm(f"{at}.kv_a_layernorm", "encoder", tok, kvl, calls, residual=False)
-    B.linear(f"{at}.kv_b_proj (latent -> per-head k_nope, v)", "encoder", tok, kvl, a * (nope + v), False, calls)
-    B.add(f"{at} rotary (q_pe, k_pe)", "activation", "encoder", calls, tok + ((a + 1) * rope,), tok + ((a + 1) * rope,),
-          ew=b * n * (a + 1) * rope * ew_cost("rotary"))
-    # eager attention: scores over nope + rope dims, context over v_head_dim (two bmm's of different widths)
-    B.attention(at, "encoder", a, n, n, nope + rope, calls, causal=True, window=window, v_dim=v)
-    B.linear(f"{at}.o_proj", "encoder", tok, a * v, h, s.o_bias, calls)
-    B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
-
-
-def moe(B: Builder, lay: str, calls: int) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, fs = s.hidden, xs(s, "shared_intermediate")
-    routed_experts(B, lay, calls)
-    if fs:
-        gated_mlp(B, f"{lay}.mlp.shared_experts", fs, calls)
-        B.add(f"{lay}.mlp shared + routed", "activation", "encoder", calls, (b, n, h), (b, n, h), ew=b * n * h)
-
-
-def build(B: Builder) -> None:
-    decoder(B, moe, mla, rotary=xs(B.s, "qk_rope"))
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -137,57 +109,15 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     (DynamicCache's keys [b, 1, s, kv_lora_rank], values [b, 1, s, qk_rope_head_dim]); that line comes first and
     is what memory and the planner count. transformers 4's eager forward cached the full per-head K and V: the
     alternative line."""
-    lat = s.layers * (xs(s, "kv_lora_rank") + xs(s, "qk_rope")) * ab
-    full = s.layers * s.heads * (s.head_dim + xs(s, "v_head_dim")) * ab
+    m = _sizes(s)
+    lat = s.layers * (m.kv_lora_rank + s.rope_dim) * ab
+    full = s.layers * s.heads * (s.head_dim + m.v_head_dim) * ab
     return [(f"MLA latent b={b} s={n}", lat * b * n,
              f"transformers 5, the compressed latent + rope key, one head: L x (kv_lora_rank + qk_rope_head_dim)"
              f" x s x b x {ab} B = {lat:,} B/token"),
             (f"per-head K+V b={b} s={n}", full * b * n,
              f"transformers 4 eager, full K and V: L x a x (qk_nope + qk_rope + v_head_dim) x s x b x {ab} B"
              f" = {full:,} B/token")]
-
-
-def _mlp(out: Shapes, q: str, h: int, f: int, bias: bool) -> None:
-    for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
-        add_linear(out, q + m, fo, fi, bias)
-
-
-def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
-    """One layer's MLA and MLP."""
-    h, a = s.hidden, s.heads
-    ql, kvl, nope, rope, v = (xs(s, k) for k in ("q_lora_rank", "kv_lora_rank", "qk_nope", "qk_rope", "v_head_dim"))
-    at = q + "self_attn."
-    if ql:
-        add_linear(out, at + "q_a_proj", ql, h, s.qkv_bias)
-        add_norm(out, at + "q_a_layernorm", ql, bias=False)
-        add_linear(out, at + "q_b_proj", a * (nope + rope), ql, bias=False)
-    else:
-        add_linear(out, at + "q_proj", a * (nope + rope), h, bias=False)
-    add_linear(out, at + "kv_a_proj_with_mqa", kvl + rope, h, s.qkv_bias)
-    add_norm(out, at + "kv_a_layernorm", kvl, bias=False)
-    add_linear(out, at + "kv_b_proj", a * (nope + v), kvl, bias=False)
-    add_linear(out, at + "o_proj", h, a * v, s.o_bias)
-    if int(q.rstrip(".").rsplit(".", 1)[-1]) in s.dense_layers:
-        _mlp(out, q + "mlp.", h, s.intermediate, s.mlp_bias)
-        return
-    add_linear(out, q + "mlp.gate", s.experts, h, bias=False)
-    for e in range(s.experts):
-        _mlp(out, f"{q}mlp.experts.{e}.", h, xs(s, "moe_intermediate"), s.mlp_bias)
-    if xs(s, "shared_intermediate"):
-        _mlp(out, q + "mlp.shared_experts.", h, xs(s, "shared_intermediate"), s.mlp_bias)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
-    p = "" if s.head == "base" else "model."
-    out: Shapes = {p + "embed_tokens.weight": (s.vocab, s.hidden)}
-    for i in range(s.layers):
-        layer_tensors(out, f"{p}layers.{i}.", s)
-        add_norm(out, f"{p}layers.{i}.input_layernorm", s.hidden, bias=False)
-        add_norm(out, f"{p}layers.{i}.post_attention_layernorm", s.hidden, bias=False)
-    add_norm(out, p + "norm", s.hidden, bias=False)
-    if s.head == "lm":
-        add_linear(out, "lm_head", s.vocab, s.hidden, bias=False)
-    return out
 
 
 # convert_hf_to_gguf.py DeepseekV2Model (DeepSeek-V2 and V3 alike, llama.cpp architecture deepseek2): its keys
@@ -222,25 +152,13 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
-# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.DEEPSEEK2). The converter
-# stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in] (expert {xid} a slice of
-# it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
-# and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer)
-# is exp_probs_b.bias.
-GGUF_TENSOR_NAMES = tuple(p for p in llama.GGUF_TENSOR_NAMES if ".self_attn." not in p[0]) + qwen_moe.GGUF_EXPERT_STACKS + (
-    ("model.layers.{bid}.self_attn.q_proj", "blk.{bid}.attn_q"),
-    ("model.layers.{bid}.self_attn.q_a_proj", "blk.{bid}.attn_q_a"),
-    ("model.layers.{bid}.self_attn.q_a_layernorm", "blk.{bid}.attn_q_a_norm"),
-    ("model.layers.{bid}.self_attn.q_b_proj", "blk.{bid}.attn_q_b"),
-    ("model.layers.{bid}.self_attn.kv_a_proj_with_mqa", "blk.{bid}.attn_kv_a_mqa"),
-    ("model.layers.{bid}.self_attn.kv_a_layernorm", "blk.{bid}.attn_kv_a_norm"),
-    ("model.layers.{bid}.self_attn.kv_b_proj", "blk.{bid}.attn_kv_b"),
-    ("model.layers.{bid}.self_attn.o_proj", "blk.{bid}.attn_output"),
-    ("model.layers.{bid}.mlp.gate", "blk.{bid}.ffn_gate_inp"),
+# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.DEEPSEEK2), from the layout's walk:
+# the converter stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in] (expert {xid} a
+# slice of it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
+# and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer, which
+# the walk does not meet) is exp_probs_b.bias.
+GGUF_TENSOR_NAMES = layout.gguf_tensor_names(DEEPSEEK) + (
     ("model.layers.{bid}.mlp.gate.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),
-    ("model.layers.{bid}.mlp.shared_experts.gate_proj", "blk.{bid}.ffn_gate_shexp"),
-    ("model.layers.{bid}.mlp.shared_experts.up_proj", "blk.{bid}.ffn_up_shexp"),
-    ("model.layers.{bid}.mlp.shared_experts.down_proj", "blk.{bid}.ffn_down_shexp"),
 )
 
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
@@ -251,17 +169,12 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
 FAMILY = Family(
     name="deepseek",
     before=("llama", "mixtral"),   # tried before them: its q_proj and mlp.experts.N names match theirs
-    model_types=("deepseek_v2", "deepseek_v3"),
-    signature=r"(^|[./])self_attn[./]kv_a_proj_with_mqa[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    head_rules=llama.HEAD_RULES,
-    default_head="lm",
-    tie_rules=llama.DECODER_LM["tie_rules"],     # DeepseekV2/V3ForCausalLM: _tied_weights_keys ["lm_head.weight"]
-    tied_by_default=False,
-    kv_cache=kv_cache,
+    # DeepseekV2/V3ForCausalLM: `model.` + lm_head, _tied_weights_keys ["lm_head.weight"], untied by default
+    **{**layout.family_fields(LAYOUTS, "attn_kv_a_mqa"), "signature": r"(^|[./])self_attn[./]kv_a_proj_with_mqa[./]",
+       "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": GGUF_TENSOR_NAMES,
+       "kv_cache": kv_cache},
     cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device
-    gguf_architectures=("deepseek2",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
+    gguf_architectures=("deepseek2",), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("DeepseekV2Config", dict(_SIZES, n_group=2, topk_group=1, topk_method="group_limited_greedy"),

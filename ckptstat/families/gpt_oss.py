@@ -32,33 +32,32 @@ the names back for `ckptstat diff`, where the experts' split and transposed stac
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from . import llama
-from .framework import decoders, infer
-from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, add_linear, class_default
-from .framework.ops import Builder, ew_cost, window_groups
-from .qwen_moe import count
+from .framework import decoders, infer, layout
+from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors, class_default
+from .framework.decoders import count
+from .framework.layout import DecoderLayout, Paths
+
+# the layout (layout.py): attention sinks, a biased top-k router, fused experts with biases and a clamped GLU;
+# llama.cpp names post_attention_layernorm post_attention_norm (gguf-py MODEL_ARCH.GPT_OSS)
+GPT_OSS = DecoderLayout(mlp="routed", router="topk_softmax", fused_experts=True, sinks=True, mlp_bias=True,
+                        paths=Paths(router="router"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 
 # GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also
 # what a checkpoint without config.json is assumed to have
 _WINDOW, _HEAD_DIM, _KV_HEADS, _TOP_K = (int(class_default("gpt_oss", k)) for k in
                                          ("sliding_window", "head_dim", "num_key_value_heads", "num_experts_per_tok"))
-# element-wise FLOPs per intermediate element of the experts' activation: clamp gate (1), clamp up (2),
-# x alpha (1), sigmoid (4), x gate (1), up + 1 (1), x (1)
-_GLU_EW = 11
-
-
 def _default_types(layers: int) -> list[str]:
     """GptOssConfig's layer_types when the config has none: sliding on even layers, full on odd ones."""
     return ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(layers)]
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    h, a, L = c.int("hidden_size"), c.int("num_attention_heads"), count(c, "num_hidden_layers")
-    E = count(c, "num_local_experts")
-    bias = bool(c.get("attention_bias", default=True))
+    spec = layout.spec_from_config(GPT_OSS, c)    # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    L, E = spec.layers, count(c, "num_local_experts")
     # the window and the layer pattern as GptOssConfig fills them in, then which layers keep a window in
     # DynamicCache (decoders.sliding, the rule every decoder shares)
     filled = dict(c.cfg)
@@ -69,13 +68,7 @@ def from_config(c: Cfg) -> ArchSpec:
     k = c.int("num_experts_per_tok", default=_TOP_K)
     if k > E:
         raise UsageError(f"{c.path}: config num_experts_per_tok = {k} is more than num_local_experts = {E}")
-    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=_KV_HEADS),
-                    head_dim=c.int("head_dim", default=_HEAD_DIM), intermediate=c.int("intermediate_size"),
-                    vocab=c.int("vocab_size"), context=c.int("max_position_embeddings", default=0),
-                    activation=str(c.get("hidden_act", default="silu")), gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=bias, o_bias=bias, mlp_bias=True,
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    experts=E, top_k=k, **window, **c.common)
+    return replace(spec, experts=E, top_k=k, **window)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -99,69 +92,6 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     tied_embeddings=infer.find(T, r"lm_head\.weight$") is None, experts=E, top_k=_TOP_K,
                     activation="silu", sliding_window=_WINDOW, sliding_layers=slide if len(slide) < L else (),
                     assumptions=notes, **common)
-
-
-def attention(B: Builder, lay: str, calls: int, window: int | None) -> None:
-    """GptOssAttention with eager_attention_forward: the a-headed score and context bmm's (K/V repeated
-    from g heads) over every key, the window and causality being a mask; with --causal-halving, the
-    unmasked pairs only (ops.causal_pairs: a sliding layer's query i sees min(i + 1, window) keys)."""
-    s, b, n = B.s, B.b, B.seq
-    h, a, g, d = s.hidden, s.heads, s.kv_heads, s.head_dim
-    tok, at = (b, n), f"{lay}.self_attn"
-    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, calls)
-    B.linear(f"{at}.q_proj", "encoder", tok, h, a * d, s.qkv_bias, calls)
-    B.linear(f"{at}.k_proj", "encoder", tok, h, g * d, s.qkv_bias, calls)
-    B.linear(f"{at}.v_proj", "encoder", tok, h, g * d, s.qkv_bias, calls)
-    decoders.rope_apply(B, f"{at} rotary", a + g, d, calls)
-    # scale and mask on each score, and the max subtracted before the softmax
-    B.attention(at, "encoder", a, n, n, d, calls, causal=True, window=window, extra_ew=4)
-    # the sink: one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-    B.add(f"{at}.sinks (a logit per head, one softmax column)", "attention", "encoder", calls, (a,), (b, a, n, 1),
-          params=a * calls, ew=b * a * n * (ew_cost("softmax") + 3), weights_per_call=a)
-    B.linear(f"{at}.o_proj", "encoder", tok, a * d, h, s.o_bias, calls)
-    B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, calls)
-
-
-def moe(B: Builder, lay: str, calls: int) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, f, E, k = s.hidden, s.intermediate, s.experts, s.top_k
-    ex = f"{lay}.mlp.experts[{E}]"
-    B.linear(f"{lay}.mlp.router", "encoder", (b, n), h, E, True, calls)
-    B.add(f"{lay}.mlp.router top-k, softmax", "activation", "encoder", calls, (b, n, E), (b, n, k),
-          ew=b * n * (E + k * ew_cost("softmax")))
-    routed = (b * n * k,)   # each token visits its top-k experts: k rows through gate_up_proj and down_proj
-    B.linear(f"{ex}.gate_up_proj (top-{k})", "encoder", routed, h, 2 * f, True, calls, copies=calls * E,
-             active_copies=calls * k)
-    B.add(f"{ex} clamp, gate x sigmoid(1.702 gate) x (up + 1)", "activation", "encoder", calls, routed + (2 * f,),
-          routed + (f,), ew=b * n * k * f * _GLU_EW)
-    B.linear(f"{ex}.down_proj (top-{k})", "encoder", routed, f, h, True, calls, copies=calls * E, active_copies=calls * k)
-    B.add(f"{lay}.mlp.experts combine (x routing weight)", "activation", "encoder", calls, routed + (h,), (b, n, h),
-          ew=b * n * k * h * 2)
-
-
-def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
-    B.embedding("embed_tokens", "embedding", s.vocab, s.hidden, n)
-    decoders.rotary(B, s.head_dim)
-    # the sliding layers, then the full ones (ops.window_groups: which layers have the window)
-    for label, calls, window in window_groups(s):
-        attention(B, f"layers[{label}]", calls, window)
-        moe(B, f"layers[{label}]", calls)
-    B.norm("norm", "encoder", (b, n), s.hidden, residual=False)
-    decoders.lm_head(B, "lm_head", "embed_tokens")
-
-
-def layer_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
-    h, f, E = s.hidden, s.intermediate, s.experts
-    out[q + "self_attn.sinks"] = (s.heads,)
-    add_linear(out, q + "mlp.router", E, h, bias=True)
-    x = q + "mlp.experts."
-    out[x + "gate_up_proj"], out[x + "gate_up_proj_bias"] = (E, h, 2 * f), (E, 2 * f)
-    out[x + "down_proj"], out[x + "down_proj_bias"] = (E, f, h), (E, h)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return decoders.decoder_tensors(s, layer_tensors)
 
 
 # llama.cpp's "gpt-oss" (convert_hf_to_gguf.py GptOssModel.set_gguf_parameters): TextModel's keys (expert_count from
@@ -199,17 +129,15 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 # down_proj_bias keeps HF's values in HF's layout: the split and transposed stacks read back under the converter's
 # intermediate names (`mlp.experts.gate_proj.weight`...), which no HF tensor has (diff: removed / added, the same
 # count; docs/gguf.md).
-# Whole-name entries come first: diff applies the rules in order, and a rule matches the GGUF module name.
+# Whole-name entries come first: diff applies the rules in order, and a rule matches the GGUF module name. Then
+# TensorNameMap's, from the layout's walk (the suffixless sinks and experts.down_proj included), and the converter's
+# intermediate names of gate_up_proj's halves.
 GGUF_TENSOR_NAMES = (
     ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks.weight"),
     ("model.layers.{bid}.mlp.experts.down_proj_bias", "blk.{bid}.ffn_down_exps.bias"),
-) + tuple(p for p in llama.GGUF_TENSOR_NAMES if ".ffn_" not in p[1]) + (
-    ("model.layers.{bid}.self_attn.sinks", "blk.{bid}.attn_sinks"),   # TensorNameMap's own (the suffixless HF name)
-    ("model.layers.{bid}.post_attention_layernorm", "blk.{bid}.post_attention_norm"),
-    ("model.layers.{bid}.mlp.router", "blk.{bid}.ffn_gate_inp"),
+) + layout.gguf_tensor_names(GPT_OSS) + (
     ("model.layers.{bid}.mlp.experts.gate_proj", "blk.{bid}.ffn_gate_exps"),
     ("model.layers.{bid}.mlp.experts.up_proj", "blk.{bid}.ffn_up_exps"),
-    ("model.layers.{bid}.mlp.experts.down_proj", "blk.{bid}.ffn_down_exps"),
 )
 
 # tiny sizes; head_dim x heads != hidden as in the release (64 x 64 = 4096 vs 2880); a YaRN table as released,
@@ -222,12 +150,12 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="gpt_oss",
     before=("llama", "mixtral"),   # tried before them: its fused experts and q_proj names match their signatures
-    model_types=("gpt_oss",),
-    # the attention sinks and the experts' biases (every transformers 5 MoE holds fused experts in memory)
-    signature=r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj_bias)",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    **llama.DECODER_LM,      # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
-    gguf_architectures=("gpt-oss",), gguf_config=gguf_config, gguf_tensor_names=GGUF_TENSOR_NAMES,
+    # GptOssForCausalLM: `model.` + lm_head, _tied_weights_keys lm_head, untied by default
+    **{**layout.family_fields({"gpt_oss": GPT_OSS}, "attn_sinks"),
+       # the attention sinks and the experts' biases (every transformers 5 MoE holds fused experts in memory)
+       "signature": r"(^|[./])layers[./]\d+[./](self_attn[./]sinks|mlp[./]experts[./]gate_up_proj_bias)",
+       "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": GGUF_TENSOR_NAMES},
+    gguf_architectures=("gpt-oss",), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU, where the experts'
         # loop runs (the routed rows only)

@@ -15,14 +15,13 @@ from typing import Any
 
 from .tie_table import class_ties
 
-# Text model_types transformers names after the wrapper whose decoder is a registered family's, and the
-# family switches (ArchSpec.extra) they need: Qwen2-VL's and Qwen2.5-VL's language models are Qwen2, and
+# Text model_types transformers names after the wrapper whose decoder is a registered family's, and whether
+# they rotate by M-RoPE (ArchSpec.mrope): Qwen2-VL's and Qwen2.5-VL's language models are Qwen2, and
 # Qwen3-VL's is Qwen3, with multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py
 # Qwen2VLTextModel, modeling_qwen3_vl.py: its DeepStack adds visual features to early layers only with an
 # image): the same layers, and a rotary table computed from 3 position rows (time, height, width) per
 # sequence. (Qwen3-VL-MoE is not one: its eval forward runs every expert on every token.)
-TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", {"mrope": 1}), "qwen2_5_vl_text": ("qwen2", {"mrope": 1}),
-                "qwen3_vl_text": ("qwen3", {"mrope": 1})}
+TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True)}
 # Module names (a name's components) of what is outside the language model in transformers' wrappers: the
 # vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`, DeepSeek-VL-Hybrid's high-resolution
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
@@ -57,11 +56,11 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
-def switches(cfg: Mapping[str, Any]) -> dict[str, int]:
-    """The family switches the wrapper's text model needs (TEXT_ALIASES), {} for most."""
+def mrope(cfg: Mapping[str, Any]) -> bool:
+    """Whether the wrapper's text model rotates by M-RoPE (TEXT_ALIASES)."""
     text = cfg.get("text_config")
     alias = TEXT_ALIASES.get(str(text.get("model_type"))) if isinstance(text, dict) else None
-    return dict(alias[1]) if alias else {}
+    return bool(alias and alias[1])
 
 
 def note(cfg: Mapping[str, Any], text_type: str) -> str:

@@ -10,6 +10,15 @@ from dataclasses import dataclass, field, replace
 
 
 @dataclass(frozen=True)
+class Latent:
+    """Multi-head latent attention's sizes (DeepSeek-V2/V3, layout.py): the query LoRA rank (0: one q_proj), the
+    key/value latent's rank, the value head width. Its head_dim is qk_nope + qk_rope, its rope_dim qk_rope."""
+    q_lora_rank: int
+    kv_lora_rank: int
+    v_head_dim: int
+
+
+@dataclass(frozen=True)
 class ArchSpec:
     family: str                       # a registered Family.name
     model_type: str
@@ -60,6 +69,16 @@ class ArchSpec:
     # and Phi-3's partial_rotary_factor; 0: all), and the layers whose attention has no rotary (SmolLM3's NoPE)
     rope_dim: int = 0
     nope_layers: tuple[int, ...] = ()
+    # routed MoE layouts: the experts' width when not `intermediate` (Qwen-MoE's and DeepSeek's
+    # moe_intermediate_size; 0: intermediate) and the shared expert's (0: none)
+    moe_intermediate: int = 0
+    shared_intermediate: int = 0
+    # tanh soft-capping (x = cap x tanh(x / cap)) of the attention scores and of the final logits (Gemma2's
+    # attn_logit_softcapping, final_logit_softcapping)
+    attn_softcap: bool = False
+    logit_softcap: bool = False
+    latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
+    mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
 
     def x(self, key: str) -> int:
         """A family-specific size from `extra`."""

@@ -1,21 +1,30 @@
-"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py, gemma.py,
-qwen_moe.py, gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
+"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py,
+gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
-config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md), the partial rotary fraction, and the
-expected tensors of the LLaMA-named decoders not described by a layout yet (gemma, gpt_oss, qwen_moe).
+config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
 The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
-(phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's; `mrope`
-is a vision-language wrapper's (wrappers.py)."""
+(phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's."""
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from ...errors import UsageError
 from . import infer
-from .base import ArchSpec, Cfg, Shapes, Tensors, add_linear, add_norm
+from .base import ArchSpec, Cfg, Tensors
 from .ops import Builder, ew_cost
+
+# Per-layer and per-expert tables (dense_layers, sliding_layers, the expected-tensor template) are built
+# one entry each: refuse counts no model has (the largest have ~100 layers and 256 experts) before looping.
+MAX_COUNT = 1 << 16
+
+
+def count(c: Cfg, *keys: str, default: object = KeyError) -> int:
+    """c.int, bounded by MAX_COUNT (a one-line UsageError naming the key)."""
+    v = c.int(*keys, default=default)
+    if v > MAX_COUNT:
+        raise UsageError(f"{c.path}: config {keys[0]} = {v} is beyond any model (at most {MAX_COUNT:,} here)")
+    return v
 
 
 def flag(s: ArchSpec, key: str) -> int:
@@ -29,10 +38,10 @@ def rotary_dim(s: ArchSpec) -> int:
 def rotary(B: Builder, d_rot: int, name: str = "rotary_emb") -> None:
     """transformers 5's rotary embedding: positions (b x s x 1) times inv_freq (ceil(d_rot/2)), a broadcast
     multiply (no matmul: FlopCounterMode counts nothing), once per forward; inv_freq is arange(0, d_rot, 2) long.
-    Qwen2-VL's and Qwen3-VL's M-RoPE (switch `mrope`, families/wrappers.py): 3 position rows (time, height,
+    Qwen2-VL's and Qwen3-VL's M-RoPE (ArchSpec.mrope, families/wrappers.py): 3 position rows (time, height,
     width) per sequence. (transformers 4 ran it as a bmm, inv_freq @ positions.)"""
     half, n = (d_rot + 1) // 2, B.seq
-    rows = 3 * B.b if flag(B.s, "mrope") else B.b
+    rows = 3 * B.b if B.s.mrope else B.b
     B.add(f"{name} (positions x inv_freq)", "activation", "embedding", 1, (rows, n, 1), (rows, n, half),
           ew=rows * half * n)
 
@@ -111,37 +120,9 @@ def partial_rotary(c: Cfg, d: int, *keys: str) -> int:
     return int(d * rotary_factor(c, *keys))
 
 
-def decoder_tensors(s: ArchSpec, layer: Callable[[Shapes, str, ArchSpec], None]) -> Shapes:
-    """The LLaMA-named decoder's tensors (embed_tokens, self_attn q/k/v/o, the two pre-norms, norm, lm_head) with
-    `layer(out, layer prefix, s)` adding each layer's other tensors: the families not on a layout (gemma,
-    gpt_oss, qwen_moe); layout.py's walk gives the others'."""
-    h, d = s.hidden, s.head_dim
-    p = "" if s.head == "base" else "model."
-    out: Shapes = {p + "embed_tokens.weight": (s.vocab, h)}
-    for i in range(s.layers):
-        q = f"{p}layers.{i}."
-        add_linear(out, q + "self_attn.q_proj", s.heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.k_proj", s.kv_heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.v_proj", s.kv_heads * d, h, s.qkv_bias)
-        add_linear(out, q + "self_attn.o_proj", h, s.heads * d, s.o_bias)
-        layer(out, q, s)
-        add_norm(out, q + "input_layernorm", h, bias=False)
-        add_norm(out, q + "post_attention_layernorm", h, bias=False)
-    add_norm(out, p + "norm", h, bias=False)
-    if s.head == "lm":
-        add_linear(out, "lm_head", s.vocab, h, bias=False)
-    return out
-
-
-def dense_mlp_tensors(out: Shapes, q: str, s: ArchSpec) -> None:
-    h, f = s.hidden, s.intermediate
-    for m, fo, fi in (("gate_proj", f, h), ("up_proj", f, h), ("down_proj", h, f)):
-        add_linear(out, q + "mlp." + m, fo, fi, s.mlp_bias)
-
-
 def attention_dims(T: Tensors) -> tuple[int, int, int, int, int]:
-    """(V, h, q width, k width, d) from embed_tokens and the q/k projections of a LLaMA-named decoder not on a
-    layout; d is assumed (128 or 64 when it divides both widths): only the rotary table's product depends on it."""
+    """(V, h, q width, k width, d) from embed_tokens and the q/k projections of a LLaMA-named decoder (gpt-oss's
+    shape inference); d is assumed (128 or 64 when it divides both widths): only the rotary table's product depends on it."""
     V, h = infer.shape(T, r"embed_tokens\.weight$", "embed_tokens")
     q = infer.shape(T, r"self_attn\.q_proj\.weight$", "q_proj")[0]
     kv = infer.shape(T, r"self_attn\.k_proj\.weight$", "k_proj")[0]

@@ -2,7 +2,8 @@
 view of the architecture is derived: the op template (FLOPs, parameters, memory), the expected tensors (names
 and shapes, as save_pretrained writes them), the tensor-name signature, the GGUF tensor-name table and the
 shape look-ups of a checkpoint without config.json. A family laid out so is a layout and a few lines
-(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, generic.py).
+(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py,
+deepseek.py, gpt_oss.py, generic.py).
 
 The walk (`walk`) follows transformers' modeling_llama.py forward in execution order: embed_tokens, the
 rotary table, then per layer the attention (norm, q/k/v or fused qkv, q/k norms, rotary, the two bmm's, o)
@@ -17,14 +18,14 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer
-from .archspec import ArchSpec
+from .archspec import ArchSpec, Latent
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
-from .ops import Builder
+from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
@@ -37,8 +38,15 @@ Placement = Literal["pre", "post", "sandwich", "parallel"]
 QKNorm = Literal["none", "head", "width"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
 MLP = Literal["gated", "plain", "routed"]
-# a layer's token mixer: only full and sliding softmax attention are walked today; the others name what
-# the next architectures need (Llama 4's chunked, Qwen3-Next's linear, Jamba's state-space, DeepSeek's latent)
+# a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
+# sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek)
+Shared = Literal["none", "gated", "summed"]
+# a routed MLP's router: linear, its matmul (Mixtral, Qwen-MoE, DeepSeek); topk_softmax, biased, the top-k of its
+# logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter)
+Router = Literal["linear", "topk_softmax"]
+# a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
+# on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
+# Qwen3-Next's linear, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones)
@@ -64,6 +72,12 @@ class Paths:
     qkv: str = "qkv_proj"
     o: str = "o_proj"
     q_norm: str = "q_norm"
+    q_a: str = "q_a_proj"                 # latent attention: q_a, q_a_norm, q_b (or q), kv_a, kv_a_norm, kv_b, o
+    q_a_norm: str = "q_a_layernorm"
+    q_b: str = "q_b_proj"
+    kv_a: str = "kv_a_proj_with_mqa"
+    kv_a_norm: str = "kv_a_layernorm"
+    kv_b: str = "kv_b_proj"
     k_norm: str = "k_norm"
     mlp: str = "mlp"
     gate: str = "gate_proj"
@@ -71,7 +85,10 @@ class Paths:
     down: str = "down_proj"
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
+    sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
     experts: str = "experts"
+    shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
+    shared_gate: str = "shared_expert_gate"
     attn_in: str = "input_layernorm"
     attn_out: str = "post_attention_layernorm"
     mlp_in: str = "post_attention_layernorm"
@@ -96,15 +113,29 @@ class DecoderLayout:
     norm: Norm = "rmsnorm"
     placement: Placement = "pre"
     qk_norm: QKNorm = "none"
+    latent: bool = False                  # multi-head latent attention (ArchSpec.latent's sizes) in place of q/k/v
     fused_qkv: bool = False
     fused_gate_up: bool = False
     mlp: MLP = "gated"
+    shared: Shared = "none"
+    router: Router = "linear"
+    # routed: the experts held fused as 3-D parameters without .weight, gate and up interleaved (gpt-oss's
+    # GptOssExperts: gate_up_proj [E, h, 2f], down_proj [E, f, h], their biases), their GLU clamped
+    fused_experts: bool = False
+    sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
+    # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
+    # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
+    dense_layers: bool = False
     qkv_bias: bool | None = None
     o_bias: bool | None = None
     mlp_bias: bool | None = None
     # the config class's partial_rotary_factor default (GLM-4 0.5, Phi-3 1.0); None: no such field, all of head_dim
     partial_rotary: float | None = None
     nope: NoPE = "none"                   # which layers apply no rotary
+    local_rope: bool = False              # a second rotary table for the sliding layers (Gemma3's rope_local_base_freq)
+    embed_scale: bool = False             # the embedding output times sqrt(hidden_size) (Gemma)
+    # the config's attn_logit_softcapping / final_logit_softcapping, when set, soft-cap the scores / logits (Gemma2)
+    softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
     bias_keys: BiasKeys = BiasKeys()
     paths: Paths = Paths()
@@ -119,7 +150,8 @@ class DecoderLayout:
         return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
-        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("nope", NoPE)):
+        for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
+                           ("router", Router), ("nope", NoPE)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -127,7 +159,8 @@ class DecoderLayout:
 @dataclass(frozen=True)
 class Module:
     """A parameterised module the walk met: its path (under the body unless top; `{bid}` the layer, `{xid}`
-    the routed expert), its llama.cpp name (`{bid}` the layer; experts stacked into one), its parameters."""
+    the routed expert), its llama.cpp name (`{bid}` the layer; experts stacked into one), its parameters (suffix
+    "": the path is the parameter's own name, as gpt-oss's sinks and fused experts)."""
     path: str
     gguf: str | None
     shapes: tuple[tuple[str, tuple[int, ...]], ...]
@@ -175,6 +208,11 @@ class _Walk:
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
 
 
+def joined(name: str, suffix: str) -> str:
+    """A module's parameter name (or llama.cpp tensor name): `name.suffix`, or `name` for a suffix ""."""
+    return f"{name}.{suffix}" if suffix else name
+
+
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
     window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
@@ -192,52 +230,100 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     every = tuple(range(L))
     w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
-    decoders.rotary(B, rot)
-    at, mlp = f"{p.attn}.", f"{p.mlp}."
+    if lay.embed_scale:
+        B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
+        decoders.rotary(B, rot, table)
+    at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
-    if lay.fused_qkv:
-        w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+    if lay.latent:
+        _latent(w, every)
     else:
-        for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
-            w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
-    for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
-        if lay.qk_norm == "head":      # Qwen3: over each head's d
-            w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
-        elif lay.qk_norm == "width":   # OLMo2: over the whole projection
-            w.norm(at + sub, gguf, heads * d, every, residual=False)
-    if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
-        decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
-    # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
-    # layers apart (ops.window_groups): only their unmasked pairs differ
-    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d)
-    w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+        if lay.fused_qkv:
+            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+        else:
+            for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
+                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
+        for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
+            if lay.qk_norm == "head":      # Qwen3: over each head's d
+                w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
+            elif lay.qk_norm == "width":   # OLMo2: over the whole projection
+                w.norm(at + sub, gguf, heads * d, every, residual=False)
+        if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
+            decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
+        # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
+        # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
+        # soft-capping, tanh(x / cap) x cap
+        B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+        if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
+                  (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
         w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
-    if lay.mlp == "routed":
-        _routed(w, every)
-    else:
-        if lay.mlp == "plain":
-            w.linear(mlp + p.up, "ffn_up", h, f, s.mlp_bias, every)
-        elif lay.fused_gate_up:       # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
-            w.linear(mlp + p.gate_up, "ffn_up", h, 2 * f, s.mlp_bias, every)
-        else:
-            w.linear(mlp + p.gate, "ffn_gate", h, f, s.mlp_bias, every)
-            w.linear(mlp + p.up, "ffn_up", h, f, s.mlp_bias, every)
-        gated = lay.mlp == "gated"
-        B.activation(w.label(f"{p.mlp} act" + ("*up" if gated else ""), every), "encoder", w.tok, f, s.activation, L,
-                     gated=gated)
-        w.linear(mlp + p.down, "ffn_down", f, h, s.mlp_bias, every)
+    routed = lay.mlp == "routed"
+    dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
+    if sparse := tuple(i for i in every if i not in dense):
+        _routed(w, sparse)
+    if dense:
+        _mlp(w, dense, "gated" if routed else lay.mlp, f)
     if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
         decoders.lm_head(B, p.lm_head, p.embed)
+        if s.logit_softcap:
+            B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
+                  w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _latent(w: _Walk, layers: tuple[int, ...]) -> None:
+    """DeepSeek's multi-head latent attention (modeling_deepseek_v3.py): queries through q_a_proj, its RMSNorm and
+    q_b_proj (one q_proj without a query LoRA); keys and values from kv_a_proj_with_mqa (the latent and one shared
+    rope key), the latent's RMSNorm and kv_b_proj (per head k_nope and v); rotary on the a query heads' and the
+    shared key's rope dims; eager attention's scores over qk_nope + qk_rope dims, its context over v_head_dim."""
+    s, p, B = w.s, w.p, w.B
+    assert s.latent is not None, "a latent layout's spec gives its sizes (ArchSpec.latent)"
+    h, a, d, rope, L = s.hidden, s.heads, s.head_dim, s.rope_dim, len(layers)
+    ql, kvl, v = s.latent.q_lora_rank, s.latent.kv_lora_rank, s.latent.v_head_dim
+    at = f"{p.attn}."
+    if ql:
+        w.linear(at + p.q_a, "attn_q_a", h, ql, s.qkv_bias, layers)
+        w.norm(at + p.q_a_norm, "attn_q_a_norm", ql, layers, residual=False)
+        w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
+    else:
+        w.linear(at + p.q, "attn_q", h, a * d, False, layers)
+    w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
+    w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
+    w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
+    decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
+    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
+
+
+def _mlp(w: _Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
+    """A dense MLP at {mlp}.{sub} (sub: "" or the shared expert's "shared_expert."), llama.cpp's ffn_*{gguf}."""
+    s, p, B = w.s, w.p, w.B
+    h, pre = s.hidden, f"{p.mlp}.{sub}"
+    if kind == "plain":
+        w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
+    elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
+        w.linear(pre + p.gate_up, "ffn_up" + gguf, h, 2 * f, s.mlp_bias, layers)
+    else:
+        w.linear(pre + p.gate, "ffn_gate" + gguf, h, f, s.mlp_bias, layers)
+        w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
+    gated = kind != "plain"
+    B.activation(w.label(f"{pre.rstrip('.')} act" + ("*up" if gated else ""), layers), "encoder", w.tok, f, s.activation,
+                 len(layers), gated=gated)
+    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
 
 
 def _routed(w: _Walk, layers: tuple[int, ...]) -> None:
@@ -245,17 +331,45 @@ def _routed(w: _Walk, layers: tuple[int, ...]) -> None:
     expert projection (transformers 5's grouped_mm and the eager loop alike), then the weighted combine.
     llama.cpp stacks each projection's experts into one 3-D blk.N.ffn_{gate,up,down}_exps [E, out, in]."""
     s, p, B = w.s, w.p, w.B
-    h, f, E, k, L = s.hidden, s.intermediate, s.experts, s.top_k, len(layers)
+    h, f, E, k, L = s.hidden, s.moe_intermediate or s.intermediate, s.experts, s.top_k, len(layers)
     moe, rows = p.mlp, (B.b * B.seq * k,)
-    w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, False, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
-    for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
-        w.linear(f"{moe}.{p.experts}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
-                 w.label(f"{moe}.{p.experts}[{E}].{sub} (top-{k})", layers), experts=E)
-    B.activation(w.label(f"{moe}.{p.experts} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
-    w.linear(f"{moe}.{p.experts}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
-             w.label(f"{moe}.{p.experts}[{E}].{p.down} (top-{k})", layers), experts=E)
+    topk = w.lay.router == "topk_softmax"
+    w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, topk, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
+    if topk:
+        B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
+    x = f"{moe}.{p.experts}"
+    if w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
+        for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
+            w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
+        if s.mlp_bias:
+            w.record(f"{x}.{p.gate_up}_bias", None, (("", (E, 2 * f)),), layers)
+            w.record(f"{x}.{p.down}_bias", None, (("", (E, h)),), layers)
+        for sub, fin, fout in ((p.gate_up, h, 2 * f), (p.down, f, h)):
+            B.linear(w.label(f"{x}[{E}].{sub} (top-{k})", layers), "encoder", rows, fin, fout, s.mlp_bias, L, L * E,
+                     active_copies=L * k)
+            if sub == p.gate_up:
+                B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
+                             "clamped_swiglu", L, gated=True)
+    else:
+        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
+            w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
+                     w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
+        B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
+        w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+                 w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
     B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
           (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if w.lay.shared == "none" or not s.shared_intermediate:
+        return
+    _mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
+    tok = (B.b, B.seq, h)
+    if w.lay.shared == "gated":
+        w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)
+        B.add(w.label(f"{moe} sigmoid(gate) x shared + routed", layers), "activation", "encoder", L, tok, tok,
+              ew=B.b * B.seq * (ew_cost("silu") + 2 * h))
+    else:
+        B.add(w.label(f"{moe} shared + routed", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
@@ -271,16 +385,19 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
             for x in range(m.experts or 1):
                 path = m.path.format(bid=i, xid=x)
                 for suffix, shape in m.shapes:
-                    out[f"{'' if m.top else body}{path}.{suffix}"] = shape
+                    out[("" if m.top else body) + joined(path, suffix)] = shape
     return out
 
 
 @functools.cache
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
-    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=1, hidden=8, heads=2,
-                 kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1)
-    return tuple(modules(lay, s))
+    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
+                 kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
+    # a latent layout's walk meets q_proj only without a query LoRA
+    extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
+    return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
 
 
 def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
@@ -347,6 +464,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
+                    logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     **sliding, **c.common)
 
 
@@ -406,7 +525,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
-                    mlp_bias=biased("ffn_down"), tied_embeddings=not infer.has(T, pattern(lay, "output")),
+                    mlp_bias=biased("ffn_down"),
+                    tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     activation="silu", rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     assumptions=tuple(notes), **common)
 

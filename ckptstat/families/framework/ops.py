@@ -26,6 +26,9 @@ EW_COST = {
     "silu": 4, "swish": 4, "relu": 1, "tanh": 4,
     "add": 1, "mul": 1,
     "rotary": 3,      # x*cos + rotate(x)*sin per element of q and k
+    # gpt-oss's experts: clamp gate (1), clamp up (2), x alpha (1), sigmoid (4), x gate (1), up + 1 (1); the x up, a
+    # gated activation's own
+    "clamped_swiglu": 10,
 }
 
 
@@ -141,11 +144,12 @@ class Builder:
                  macs=scores * dv, extra_in=b * heads * k_len * dv)
 
     def causal_self_attention(self, prefix: str, bucket: str, heads: int, d: int, extra_ew: int = 2,
-                              layers: Iterable[int] | None = None) -> None:
+                              layers: Iterable[int] | None = None, v_dim: int | None = None) -> None:
         """A decoder's causal self-attention over B.seq tokens in `layers` (default all), one attention per
         window group (window_groups); prefix holds "{layers}" for the group's label."""
         for label, calls, window in window_groups(self.s, layers):
-            self.attention(prefix.format(layers=label), bucket, heads, self.seq, self.seq, d, calls, True, extra_ew, window)
+            self.attention(prefix.format(layers=label), bucket, heads, self.seq, self.seq, d, calls, True, extra_ew, window,
+                           v_dim)
 
 
 def _prod(shape: tuple[int, ...]) -> int:

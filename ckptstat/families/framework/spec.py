@@ -30,7 +30,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
     wrapped = language_model(cfg)
     if wrapped is not None:   # a vision-language wrapper (wrappers.py)
         inner = wrapped[0]
-        spec = from_config(inner, path).with_extra(**wrappers.switches(cfg))
+        spec = replace(from_config(inner, path), mrope=wrappers.mrope(cfg))
         return replace(spec, outside=wrappers.VISION_MODULES,
                        assumptions=(wrappers.note(cfg, inner["model_type"]),) + spec.assumptions)
     family = by_model_type(mt, cfg)
