@@ -48,7 +48,7 @@ def build(B: Builder) -> None:
     B.embedding("embed_tokens", "embedding", s.vocab, h, n)
     decoders.rotary(B, r)
     lay = f"layers[{L}]"
-    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, L)
+    B.norm(f"{lay}.input_layernorm", "encoder", tok, h, L, residual=False)   # the one add below holds both
     B.linear(f"{lay}.self_attn.q_proj", "encoder", tok, h, a * d, True, L)
     B.linear(f"{lay}.self_attn.k_proj", "encoder", tok, h, g * d, True, L)
     B.linear(f"{lay}.self_attn.v_proj", "encoder", tok, h, g * d, True, L)

@@ -275,6 +275,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         _mlp(w, dense, "gated" if routed else lay.mlp, f)
     if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
+    if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
+        B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
