@@ -178,7 +178,10 @@ def reported(path: str) -> dict[str, Any]:
 
     r = summarize(open_checkpoint(path))
     roles = {row["role"]: row["elements"] for row in r["non_parameters"]}
-    return {"params": r["parameters"]["unique"], "buffers": roles.get("buffer", 0),
+    # model.parameters(): the file's unique count, or where the class config.json names recreates or resizes
+    # parameters on load (Marian, Inkling2: families/load_table.py), the summary's count for the class
+    on_load = r["parameters"]["on_load"]
+    return {"params": on_load["params"] if on_load else r["parameters"]["unique"], "buffers": roles.get("buffer", 0),
             "other_roles": {k: v for k, v in roles.items() if k != "buffer"},
             "ties": _tie_groups_reported(path),
             "family": r["resolved"]["family"], "model": r["resolved"]["model"]}

@@ -179,7 +179,8 @@ def test_t5_switch_as_transformers_5_reads_config_json():
 
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("cls", ["XGLMForCausalLM", "LxmertForPreTraining", "LongT5ForConditionalGeneration",
-                                 "Blip2ForConditionalGeneration", "EsmForMaskedLM"])
+                                 "Blip2ForConditionalGeneration", "EsmForMaskedLM", "RTDetrV2ForObjectDetection",
+                                 "UdopForConditionalGeneration"])
 def test_table_is_what_transformers_ties(cls):
     """The committed table (fixtures/make_tie_table.py's output) is what the installed transformers builds."""
     from conftest import fixture_script
@@ -210,3 +211,81 @@ def test_table_covers_every_class_the_installed_transformers_has():
     known = set(table["classes"]) | set(table["not_built"])
     walked = {cls for _, cls in pairs(["all"], None) + other_classes() if hasattr(T, cls)}
     assert sorted(walked - known) == [], f"regenerate the tie table (written by transformers {table['transformers']})"
+
+
+# Ties the class table records from numbered layers (fixtures/make_tie_table.py `layer_patterns`), checked on a save
+# with more layers than the table was built with, and a class built from another model type's config, which writes
+# that type's key layout (by_model_type). Before: UDOP's and RT-DETR v2's missed, ShieldGemma 2's named on a name
+# the file does not hold. (RT-DETR's torch.save is left out: its frozen batch norms' buffers read as parameters.)
+LAYERED = [
+    ("UdopConfig", "UdopForConditionalGeneration", {"num_layers": 3, "num_decoder_layers": 3}),
+    ("RTDetrV2Config", "RTDetrV2ForObjectDetection", {"decoder_layers": 4}),
+    ("ShieldGemma2Config", "Gemma3ForConditionalGeneration", {}),
+]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cfg_name,cls,over", LAYERED, ids=[f"{c[:-6]}-{m}" for c, m, _ in LAYERED])
+def test_layered_and_model_type_ties_of_save_pretrained(tmp_path, cfg_name, cls, over):
+    T.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = getattr(T, cls)(_config(cfg_name, over)).eval()
+    oracle = saved_names(model, model_oracle(model))
+    got = reported(save_both(model, str(tmp_path))["save_pretrained"])
+    assert (got["params"], got["buffers"]) == (oracle["params"], oracle["buffers"])
+    assert got["ties"] == oracle["ties"]
+    if cls.startswith("RTDetr"):   # more decoder layers than the table's 2: the pattern reaches the 4th
+        assert any("bbox_embed.3." in n for g in oracle["ties"] for n in g)
+
+
+# Parameters the class holds in another size than its file (families/load_table.py): the file's unique count is
+# the file's, the summary's `on_load` (and `ckptstat ties`' model.parameters() row) is the model's.
+ON_LOAD = [
+    ("MarianConfig", "MarianMTModel", "_keys_to_ignore_on_save"),   # sinusoidal position tables, never saved
+    ("Inkling2TextConfig", "Inkling2ForCausalLM", "lm_head.weight"),   # unembedding saved padded to vocab_size
+    ("Inkling2Config", "Inkling2ForConditionalGeneration", "lm_head.weight"),
+]
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cfg_name,cls,why", ON_LOAD, ids=[m for _, m, _ in ON_LOAD])
+def test_parameters_made_on_load(tmp_path, cfg_name, cls, why):
+    import math
+
+    from safetensors import safe_open
+
+    from ckptstat import summarize
+    from ckptstat.analysis.ties import audit
+
+    T.logging.set_verbosity_error()
+    torch.manual_seed(0)
+    model = getattr(T, cls)(_config(cfg_name, {})).eval()
+    oracle = model_oracle(model)
+    path = save_both(model, str(tmp_path))["save_pretrained"]
+    with safe_open(os.path.join(path, "model.safetensors"), "pt") as f:   # what the file holds, as written
+        in_file = sum(math.prod(f.get_slice(k).get_shape()) for k in f.keys())
+    r = summarize(open_checkpoint(path))
+    p = r["parameters"]
+    assert p["unique"] == in_file - oracle["buffers"] != oracle["params"]   # the file's own count, unchanged
+    assert p["on_load"]["params"] == oracle["params"]
+    assert all(why in d["why"] for d in p["on_load"]["differences"])
+    row = audit(open_checkpoint(path))["counting"]["rows"][1]
+    assert row["convention"].startswith("model.parameters()") and row["params"] == oracle["params"]
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_load_table_is_what_transformers_makes():
+    """The committed load table (fixtures/make_load_table.py's output) was written by the installed transformers
+    over the tie table's classes, and its Marian and Inkling2 entries are what that transformers builds."""
+    from conftest import fixture_script
+
+    fixture_script("make_tie_table")   # make_load_table imports it by name
+    entry = fixture_script("make_load_table").entry
+
+    from ckptstat.families import load_table, tie_table
+
+    with open(load_table._PATH, encoding="utf-8") as f:
+        table = json.load(f)
+    assert table["transformers"] == T.__version__ and table["walked"] == len(tie_table._table())
+    for cls in ("MarianMTModel", "Inkling2ForCausalLM", "LlamaForCausalLM"):
+        assert entry(cls) == table["classes"].get(cls, {})

@@ -14,6 +14,7 @@ from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.framework.spec import audio_inputs, default_seq
+from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
 from .flops import run
 from .quantized import member_fields, quantization
@@ -52,6 +53,7 @@ def summarize(ckpt: Checkpoint) -> dict:
             "stored_bytes": sum(r["bytes"] for r in buckets.values()),
             "bits_per_weight": bits_per_weight(sum(r["bytes"] for r in buckets.values()), total),
             "partial": original.partial,   # why every total here is partial (a GGUF split set missing shards), else None
+            "on_load": on_load(ckpt, total),
         },
         "buckets": [{"bucket": b, **buckets[b], "share": share(buckets[b]["params"]),
                      "bits_per_weight": bits_per_weight(buckets[b]["bytes"], buckets[b]["params"])}
@@ -71,6 +73,18 @@ def summarize(ckpt: Checkpoint) -> dict:
         "analytic": summary_fields(ckpt),
         "modules": module_tree(c.tree),
     }
+
+
+def on_load(ckpt: Checkpoint, total: int) -> dict | None:
+    """`model.parameters()` of the class config.json names, where the class holds parameters the file does not
+    (recreated on load) or in another size (a converter's padding): the file's unique count, itemised to it
+    (families/load_table.py); None where the two are equal. `unique` stays the file's."""
+    diffs = load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+    if not diffs:
+        return None
+    return {"params": total + sum(d["elements"] for d in diffs), "differences": diffs,
+            "convention": "model.parameters() of the class config.json names, built from this file: the unique "
+                          "parameters plus those it recreates on load, less rows it drops"}
 
 
 def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:

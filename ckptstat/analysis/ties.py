@@ -12,6 +12,7 @@ from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
 from ..families.framework.infer import canonical_name, canonical_tensors, tf_spelled
 from ..families.framework.tensors import expected_tensors
+from ..families.load_table import load_differences
 from ..naming import normalize
 
 TIES_SCHEMA = "ckptstat.ties/1"
@@ -218,9 +219,14 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
             d = math.prod(m["config"]) - math.prod(m["file"])
             row["differences"].append({"name": m["name"], "elements": d,
                                        "why": f"shape {m['file']} in the file, {m['config']} per config"})
-        row["params"] += sum(d["elements"] for d in row["differences"])
-    else:
-        row["equals"] += f" (assumed equal to the file's: {check['reason']})"
+    listed = {d["name"] for d in row["differences"]}   # and what the class config.json names makes on load
+    on_load = [d for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+               if d["name"] not in listed]
+    row["differences"] += on_load
+    if not check["available"]:
+        but = ", but for what the class makes on load" if on_load else ""
+        row["equals"] += f" (assumed equal to the file's{but}: {check['reason']})"
+    row["params"] += sum(d["elements"] for d in row["differences"])
     table["rows"].insert(1, row)
     rules = {"family": r.family.name if r.family else None, "model_type": r.model_type, "head": r.head,
              "model": r.label, "head_source": r.head_source, "available": r.family is not None}

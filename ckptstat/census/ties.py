@@ -109,7 +109,7 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     for absent, target, _ in _structural(ckpt):
         add(Tie(absent, target, "structural", "absent from file", tensors[target].numel))
     _tf_spelled_rules(ckpt, resolution, tied_cfg, names_tied, add, ties)
-    own = class_ties(ckpt.config)
+    own = class_ties(ckpt.config, tensors)
     for t in [t for t in ties.values() if _ruled_out(ckpt, own, t.alias, t.target, t.evidence, t.status)]:
         del ties[t.alias]
     if own is not None:
@@ -222,7 +222,7 @@ def identical_tensors(ckpt: Checkpoint, chunk_bytes: int = 16 << 20) -> list[tup
 def structural_tie_notes(ckpt: Checkpoint) -> list[str]:
     """Ties a checkpoint shows only by what it lacks (naming.structural_ties), as summary notes."""
     ckpt = logical(ckpt)
-    own = class_ties(ckpt.config)
+    own = class_ties(ckpt.config, ckpt.tensors)
     return [f"structural tie: {absent} is not stored; the model uses {tied_to} ({evidence})"
             for absent, tied_to, evidence in _structural(ckpt)
             if not _ruled_out(ckpt, own, absent, tied_to, "structural", "absent from file")]

@@ -8,7 +8,8 @@ from __future__ import annotations
 import functools
 import json
 import os
-from collections.abc import Mapping
+import re
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,17 +57,43 @@ def tie_switch(cfg: Mapping[str, Any], switch: str | None, default: bool = True,
     return top_on and sub_on if switch.endswith("&top") else sub_on
 
 
-def class_ties(cfg: Mapping[str, Any] | None) -> ClassTies | None:
+@functools.cache
+def _regex(name: str) -> re.Pattern[str]:
+    return re.compile(r"(\d+)".join(re.escape(part) for part in name.split("#")))
+
+
+def instantiate(pattern: Iterable[str], names: Collection[str]) -> set[frozenset[str]]:
+    """The tie groups a layered pattern (names whose varying layer numbers are `#`, in the same order in each
+    name: fixtures/make_tie_table.py `layer_patterns`) has in a file holding `names`: one group for each set of
+    numbers a stored name of the pattern carries (RT-DETR's `bbox_embed.#.layers.#.weight` and
+    `model.decoder.bbox_embed.#.layers.#.weight`, one group per decoder layer and MLP layer of the file)."""
+    pattern = tuple(pattern)
+    numbers = {m.groups() for p in pattern for n in names if (m := _regex(p).fullmatch(n))}
+    return {frozenset(_fill(p, values) for p in pattern) for values in numbers}
+
+
+def _fill(pattern: str, values: tuple[str, ...]) -> str:
+    parts = pattern.split("#")
+    return parts[0] + "".join(v + rest for v, rest in zip(values, parts[1:]))
+
+
+def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> ClassTies | None:
     """The tie groups of the first `architectures` class the table knows, with only the groups this config
-    switches on; None when config.json names no such class (a class the table lists with no groups ties nothing
-    outside its numbered layers)."""
+    switches on, layered patterns instantiated on the file's `names`; None when config.json names no such class
+    (a class the table lists with no groups ties nothing the table could record)."""
     if not cfg:
         return None
     table = _table()
     for cls in architectures(cfg):
         entry = table.get(cls)
         if isinstance(entry, Mapping):
+            # the class built from another model type's config writes that type's key layout (ShieldGemma 2)
+            entry = {**entry, **entry.get("by_model_type", {}).get(cfg.get("model_type"), {})}
             on = tie_switch(cfg, entry.get("switch"), entry.get("default", True), entry.get("default_sub", True))
-            groups = tuple(tuple(g["names"]) for g in entry.get("groups", ()) if g["when"] == "always" or on)
-            return ClassTies(cls, groups, on, any(g["when"] == "config" for g in entry.get("groups", ())))
+            groups: list[tuple[str, ...]] = []
+            for g in entry.get("groups", ()):
+                if g["when"] == "always" or on:
+                    found = instantiate(g["names"], names) if g.get("layered") else [g["names"]]
+                    groups += sorted(tuple(sorted(x)) for x in found)
+            return ClassTies(cls, tuple(groups), on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None

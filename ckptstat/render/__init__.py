@@ -42,6 +42,11 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     console.print(head)
     console.print(Text("counting     unique parameters, a tied weight once; buffers and training state apart",
                        style="dim"))
+    if p.get("on_load"):   # the class holds parameters the file does not, or in another size (families/load_table.py)
+        d = p["on_load"]["params"] - p["unique"]
+        n = len(p["on_load"]["differences"])
+        console.print(Text(f"on load      {p['on_load']['params']:,} in model.parameters() of the class ({d:+,}: {n} "
+                           "tensor(s) it recreates or resizes on load; `ckptstat ties` lists them)", style="yellow"))
 
     from .quantized import quantized_bits, render_quantization  # it imports this module's helpers
 
