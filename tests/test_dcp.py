@@ -3,6 +3,7 @@ fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of D
 Every expected count, shape, dtype and value comes from torch reading the same folder."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -53,7 +54,59 @@ def test_tensors_and_values_equal_torchs_load(name):
     files = {s.relative_path for s in meta.storage_data.values()}
     assert sorted(os.path.basename(f) for f in ckpt.files[1:]) == sorted(files)
     non_tensors = [k for k in meta.state_dict_metadata if k not in sd]
-    assert non_tensors and any(f"{len(non_tensors)} non-tensor item" in n for n in ckpt.notes)
+    assert non_tensors and list(ckpt.objects) == non_tensors
+
+
+def _objects(folder: str) -> dict[str, object]:
+    """Every non-tensor item as torch's own dcp.load gives it back (torch.load(weights_only=False) of its bytes)."""
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    objects = {k: None for k, m in meta.state_dict_metadata.items() if not isinstance(m, TensorStorageMetadata)}
+    dcp.load(objects, checkpoint_id=folder, no_dist=True)
+    return objects
+
+
+def _json(v: object) -> object:
+    return json.loads(json.dumps(v))   # tuples as lists: what ckptstat's JSON holds
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_non_tensor_items_equal_dcp_loads(name):
+    """BytesStorageMetadata items: each listed with its stored size; a plain value equal to dcp.load's, one that
+    names a global outside torch's allowlist (argparse.Namespace) left unread, the global named."""
+    folder = fixture("dcp", name)
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    want = _objects(folder)
+    ckpt = open_checkpoint(folder)
+    assert list(ckpt.objects) == list(want)
+    sizes = {k.fqn: s.length for k, s in meta.storage_data.items() if k.fqn in want}
+    for fqn, v in want.items():
+        o = ckpt.objects[fqn]
+        assert o["bytes"] == sizes[fqn], fqn
+        if isinstance(v, (int, float, str, list, tuple, type(None))):
+            assert o["value"] == _json(v) and o["type"] == type(v).__name__, fqn
+        else:
+            assert "value" not in o and f"'{type(v).__module__}.{type(v).__name__}'" in o["unread"], fqn
+
+
+def test_step_and_learning_rate_in_the_training_line(capsys):
+    """The `step` and `lr` a training loop saved beside the model (the shallowest names; the optimizer's own
+    param_groups lr is deeper) make the training line, as for the Trainer folders."""
+    folder = fixture("dcp", "sharded")
+    want = _objects(folder)
+    ckpt = open_checkpoint(folder)
+    assert ckpt.training == {"library": "torch.distributed.checkpoint", "global_step": want["step"], "epoch": None,
+                             "learning_rate": want["lr"], "learning_rate_from": "lr"}
+    assert main([folder]) == 0
+    out = capsys.readouterr().out
+    assert f"training     torch.distributed.checkpoint, step {want['step']}, learning rate {want['lr']:.6g} (lr)" in out
+    assert f"objects      step = {want['step']}" in out
+    assert main([folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["training"]["global_step"] == want["step"] and r["objects"]["extra.run"]["value"] == want["extra.run"]
+    # an optimizer's folder alone: its param_groups' lr
+    lr_only = {k: v for k, v in want.items() if k.startswith("optim.")}
+    from ckptstat.formats.dcp.objects import training_of
+    assert training_of({k: {"value": v} for k, v in lr_only.items()})["learning_rate"] == want["optim.param_groups.0.lr"]
 
 
 def test_a_tensor_sharded_across_two_rank_files_reads_in_small_chunks():
@@ -190,15 +243,36 @@ def _dcp_reader_runs(folder, marker) -> bool:
     return os.path.isdir(marker)
 
 
-@pytest.mark.parametrize("name", ["single", "sharded"])
-def test_scan_calls_a_genuine_metadata_safe(name, capsys):
-    """DCP's reader unpickles .metadata with plain pickle.load: a genuine one imports only DCP's own classes."""
-    folder = fixture("dcp", name)   # (torch's own dcp.load reads it: test_tensors_and_values_equal_torchs_load)
+def test_scan_calls_a_genuine_metadata_safe(capsys):
+    """DCP's reader unpickles .metadata with plain pickle.load: a genuine one imports only DCP's own classes; its
+    non-tensor items (torch.load(weights_only=False) in DCP's load) are traced too, and hold plain values."""
+    folder = fixture("dcp", "sharded")   # (torch's own dcp.load reads it: test_tensors_and_values_equal_torchs_load)
     assert main(["scan", folder, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     (entry,) = r["files"]
     assert entry["path"] == ".metadata" and entry["status"] == "safe", entry["verdict"]
     assert entry["format"] == "torch.distributed.checkpoint metadata" and not entry["weights_only_loadable"]
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 0
+    items = [p for p in json.loads(capsys.readouterr().out)["pickles"] if " item " in p["record"]]
+    assert sorted(p["record"].split("'")[1] for p in items) == sorted(_objects(folder))
+
+
+def test_scan_judges_the_non_tensor_items(capsys):
+    """The single folder's `args` item names argparse.Namespace: torch.load(weights_only=True) refuses it, DCP's load
+    (weights_only=False) imports it; scan says UNSAFE, naming the item and its file offset."""
+    folder = fixture("dcp", "single")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    ((key, info),) = [(k, s) for k, s in meta.storage_data.items() if k.fqn == "args"]
+    with open(os.path.join(folder, info.relative_path), "rb") as f:
+        f.seek(info.offset)
+        raw = f.read(info.length)
+    with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+        torch.load(io.BytesIO(raw), weights_only=True)
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["argparse.Namespace"]
+    (finding,) = r["findings"]
+    assert "item 'args'" in finding["record"] and info.offset <= finding["file_offset"] < info.offset + info.length
 
 
 def test_scan_calls_a_hostile_metadata_unsafe(copy, tmp_path, capsys):

@@ -26,16 +26,18 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ..core import Checkpoint, TensorInfo, dtypes
-from ..core.files import file_size, open_regular
-from ..core.io import Window
-from ..core.tensor import read_flat_file
-from ..errors import CorruptCheckpointError
-from .registry import _FILE_HOOKS, Format, Probe, register
-from .torch.allowlist import DTypeRef, Refused
-from .torch.containers import StorageRecord, zip_contents
-from .torch.reader import build_tensors
-from .torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.files import file_size, open_regular
+from ...core.io import Window
+from ...core.tensor import read_flat_file
+from ...errors import CheckpointError, CorruptCheckpointError
+from ..registry import _FILE_HOOKS, Format, Probe, register
+from ..torch.allowlist import DTypeRef, Refused
+from ..torch.containers import StorageRecord, zip_contents
+from ..torch.reader import build_tensors
+from ..torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from .objects import Item as _Item
+from .objects import extensions_text, read_objects, training_of
 
 METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
 _MODULE = "torch.distributed.checkpoint"
@@ -103,14 +105,6 @@ def _record(path: str, value: object, kind: str, what: str) -> Record:
     return value
 
 
-@dataclass(frozen=True)
-class _Item:
-    """Where one chunk's torch.save zip lies (a `_StorageInfo`)."""
-    file: str
-    offset: int
-    length: int
-
-
 def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dict[tuple[str, tuple[int, ...]], _Item]:
     """storage_data: (fqn, chunk offsets) -> its item, every offset and length checked against its file."""
     data = meta.field("storage_data", 0)
@@ -126,9 +120,9 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
             raise CorruptCheckpointError(path, "a storage_data entry without a name or file")
         if os.path.basename(rel) != rel or rel in ("", ".", "..") or "\\" in rel:
             raise CorruptCheckpointError(path, f"{fqn!r} is stored in {rel[:80]!r}, not a file of the checkpoint's folder")
-        if info.field("transform_descriptors", 3):
-            raise CorruptCheckpointError(path, f"{fqn!r} is stored through stream extensions "
-                                               f"{str(info.field('transform_descriptors', 3))[:80]} (e.g. zstd): not read")
+        ext = info.field("transform_descriptors", 3) or ()
+        if not (isinstance(ext, (list, tuple)) and all(isinstance(e, str) for e in ext)):
+            raise CorruptCheckpointError(path, f"{fqn!r}: transform_descriptors is {str(ext)[:60]}, not a list of names")
         if rel not in sizes:
             file = os.path.join(folder, rel)
             if not os.path.isfile(file):
@@ -140,7 +134,7 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
                                                f"end of the {sizes[rel]:,}-byte file")
         chunk = index.field("offset", 1)
         out[(fqn, () if chunk is None else _ints(path, chunk, f"{fqn!r} storage offset"))] = \
-            _Item(os.path.join(folder, rel), offset, length)
+            _Item(os.path.join(folder, rel), offset, length, tuple(e[:80] for e in ext))
     return out
 
 
@@ -177,10 +171,14 @@ class _Chunks:
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[_Chunk]] = {}
+        self.refused: dict[str, str] = {}   # tensor -> the stream extensions its chunks went through
 
     def __call__(self, info: TensorInfo, start: int, count: int) -> Any:
         import numpy as np
 
+        if info.name in self.refused:
+            raise CheckpointError(info.file, f"tensor {info.name!r} is stored through DCP stream extension "
+                                             f"{self.refused[info.name]}, which ckptstat does not decode")
         chunks = self.layouts.get(info.name)
         if chunks is None:
             return read_flat_file(info, start, count)
@@ -241,12 +239,15 @@ def open_dcp(path: str) -> Checkpoint:
     storage = _storage(path, folder, meta, sizes)
     tensors: dict[str, TensorInfo] = {}
     reader = _Chunks()
-    others: list[str] = []
+    objects: dict[str, _Item] = {}
     jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
     entries = list(_tensor_entries(path, meta))
     for name, dtype, size, chunks in entries:
         if not dtype:
-            others.append(name)
+            item = storage.get((name, ()))
+            if item is None:
+                raise CorruptCheckpointError(path, f"non-tensor item {name!r} has no storage_data entry")
+            objects[name] = item
             continue
         TensorInfo(name=name, dtype=dtype, shape=size, file=path, offset=None, nbytes=0)   # checks the shape
         held = 0
@@ -265,15 +266,19 @@ def open_dcp(path: str) -> Checkpoint:
         if held != math.prod(size):
             raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
     layouts: dict[str, list[_Chunk]] = {}
+    transformed: dict[str, tuple[str, ...]] = {}
     for file, items in jobs.items():
         with open_regular(file) as f:
             for name, dtype, _, offs, lens, item in items:
+                if item.extensions:   # a compressed (or otherwise transformed) stream: no zip to look into
+                    transformed[name] = item.extensions
+                    continue
                 layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
     for name, dtype, size, _ in entries:
         if not dtype:
             continue
         parts = layouts.get(name, [])
-        if len(parts) == 1:
+        if len(parts) == 1 and name not in transformed:
             t = parts[0].tensor
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=t.file, offset=t.offset, nbytes=t.nbytes,
                                        byteorder=t.byteorder, stride=t.stride, storage=f"{t.file}@{t.offset}",
@@ -281,17 +286,35 @@ def open_dcp(path: str) -> Checkpoint:
         else:
             itemsize = dtypes.get(dtype).bits // 8
             first = parts[0].tensor.file if parts else path
+            extra: dict[str, Any] = {"dcp_chunks": len(parts)}
+            if name in transformed:
+                extra = {"dcp_chunks": sum(1 for j in jobs.values() for job in j if job[0] == name),
+                         "dcp_extensions": list(transformed[name])}
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
-                                       nbytes=math.prod(size) * itemsize, extra={"dcp_chunks": len(parts)})
+                                       nbytes=math.prod(size) * itemsize, extra=extra)
             reader.layouts[name] = parts
     files = tuple(os.path.join(folder, rel) for rel in sorted(sizes))
     ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(path, *files),
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
-    if others:
-        ckpt.notes.append(f"{len(others)} non-tensor item(s) (torch.save'd objects, e.g. optimizer param_groups) "
-                          f"not read: {', '.join(others[:6])}" + (", ..." if len(others) > 6 else ""))
+    if transformed:
+        reader.refused = {n: extensions_text(e) for n, e in transformed.items()}
+        ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) "
+                          f"{extensions_text(sorted({e for x in transformed.values() for e in x}))}: listed from the "
+                          "metadata, their values not read (ckptstat does not decode them)")
+    if objects:
+        ckpt.objects = read_objects(objects)
+        ckpt.training = training_of(ckpt.objects)
     return ckpt
+
+
+def object_items(path: str) -> dict[str, _Item]:
+    """Where each non-tensor item of the DCP folder whose `.metadata` is `path` lies (for `ckptstat scan`, which
+    judges the pickles DCP's load unpickles with torch.load(weights_only=False))."""
+    meta = _read_metadata(path)
+    storage = _storage(path, os.path.dirname(path), meta, {})
+    return {name: storage[(name, ())] for name, dtype, _, _ in _tensor_entries(path, meta)
+            if not dtype and (name, ()) in storage}
 
 
 def is_metadata_head(head: bytes) -> bool:
