@@ -287,3 +287,74 @@ def test_scan_calls_a_hostile_metadata_unsafe(copy, tmp_path, capsys):
     assert "os.mkdir" in capsys.readouterr().out
     assert main(["scan", str(copy)]) == 1
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------------- a Trainer checkpoint of an FSDP run
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    """Three `checkpoint-N/` folders as the Trainer leaves them with FSDP2 and a sharded state dict: accelerate's
+    own save_fsdp_model / save_fsdp_optimizer in a 2-process gloo group (fixtures/make_fsdp_run.py)."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("fsdp") / "run"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "fixtures", "make_fsdp_run.py"), str(out), "3"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return str(out)
+
+
+def _fsdp_states(run):
+    """Per checkpoint: (folder, the model's and the optimizer's tensors as dcp.load gives them, trainer_state.json)."""
+    folders = sorted((d for d in os.listdir(run) if d.startswith("checkpoint-")), key=lambda d: int(d.split("-")[1]))
+    out = []
+    for d in folders:
+        path = os.path.join(run, d)
+        with open(os.path.join(path, "trainer_state.json")) as f:
+            state = json.load(f)
+        out.append((path, _torch(os.path.join(path, "pytorch_model_fsdp_0"))[1],
+                    _torch(os.path.join(path, "optimizer_0"))[1], state))
+    return out
+
+
+def test_an_fsdp_trainer_checkpoint_is_read_as_a_whole(fsdp_run, capsys):
+    path, model, optim, state = _fsdp_states(fsdp_run)[-1]
+    assert {n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))} == {"pytorch_model_fsdp_0", "optimizer_0"}
+    ckpt = open_checkpoint(path)
+    assert sorted(ckpt.tensors) == sorted([*model, *optim])
+    for name, t in [*model.items(), *optim.items()]:
+        np.testing.assert_array_equal(ckpt.read(name), t.numpy(), err_msg=name)
+    roles = {t.name: role_of(t.name, t.dtype, t.shape) for t in ckpt}
+    assert {n for n, r in roles.items() if r == "optimizer"} == set(optim)
+    assert list(ckpt.objects) == list(_objects(os.path.join(path, "optimizer_0")))
+    logged = [e["learning_rate"] for e in state["log_history"] if "learning_rate" in e]
+    assert ckpt.training["library"] == "Hugging Face Trainer" and ckpt.training["global_step"] == state["global_step"]
+    assert ckpt.training["epoch"] == state["epoch"] and ckpt.training["learning_rate"] == logged[-1]
+    assert ckpt.training["optimizer"] == os.path.join(path, "optimizer_0")
+    assert main([path, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["parameters"]["unique"] == sum(t.numel() for t in model.values())
+    assert r["architecture"]["family"] == "llama"
+
+
+def test_trend_over_an_fsdp_trainer_run(fsdp_run):
+    from test_trend import _figures, _same
+
+    from ckptstat.analysis.trend import trend
+
+    states = _fsdp_states(fsdp_run)
+    ws = [s[1] for s in states]
+    names = list(ws[0])
+    r = trend([fsdp_run])
+    assert r["layout"].startswith("Hugging Face Trainer")
+    assert [s["global_step"] for s in r["steps"]] == [s[3]["global_step"] for s in states]
+    assert sorted(t["name"] for t in r["tensors"]) == sorted(names)
+    for t in range(len(states)):
+        _same(r["total"]["series"][t], _figures(ws, t, names))
+        for x in r["tensors"]:
+            _same(x["series"][t], _figures(ws, t, [x["name"]]))
+        vs = {n: v for n, v in states[t][2].items() if n.endswith(".exp_avg_sq")}
+        cat = torch.cat([v.double().flatten() for v in vs.values()])
+        opt = r["optimizer"][t]
+        assert opt["tensors"] == len(vs) and opt["elements"] == cat.numel() and opt["max"] == cat.max().item()
+        assert opt["mean"] == pytest.approx(cat.mean().item(), rel=1e-9)
+        assert opt["attributed"] == len(vs)   # DCP's optimizer state is keyed by the parameter's name
