@@ -17,7 +17,7 @@ from conftest import ROOT, fixture
 
 from ckptstat import open_checkpoint
 from ckptstat.cli import main
-from ckptstat.errors import CorruptCheckpointError, UnsafeCheckpointError
+from ckptstat.errors import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
 from ckptstat.naming import role_of
 
 torch = pytest.importorskip("torch")
@@ -142,6 +142,31 @@ def test_headers_without_importing_torch():
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == len(_torch(fixture("dcp", "sharded"))[1])
+
+
+def test_a_folder_written_through_the_zstd_extension(capsys):
+    """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
+    writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the
+    metadata as torch's dcp.load read them back through the stand-in, their values refused in one line naming the
+    extension, the non-tensor item unread, and scan cannot judge a pickle it cannot decode (unknown)."""
+    folder = fixture("dcp", "zstd")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    assert {tuple(s.transform_descriptors) for s in meta.storage_data.values()} == {("stream.zstd/1",)}
+    with open(fixture("expected_dcp.json")) as f:
+        loaded = json.load(f)["zstd"]
+    ckpt = open_checkpoint(folder)
+    assert sorted(ckpt.tensors) == sorted(loaded["tensors"])
+    for name, t in loaded["tensors"].items():
+        assert list(ckpt[name].shape) == t["shape"] and ckpt[name].extra["dcp_extensions"] == ["stream.zstd/1"]
+    with pytest.raises(CheckpointError, match=r"stream\.zstd/1 \(zstd compression"):
+        ckpt.read("w")
+    assert list(ckpt.objects) == loaded["bytes"] and all("stream.zstd/1" in o["unread"] for o in ckpt.objects.values())
+    assert main(["stats", folder]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stream.zstd/1" in err and "Traceback" not in err, err
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert r["status"] == "unknown" and all("stream.zstd/1" in u for u in r["unknown"]) and len(r["unknown"]) == 1
 
 
 # ---------------------------------------------------------------------------------------------- hostile

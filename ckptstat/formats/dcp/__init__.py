@@ -266,12 +266,12 @@ def open_dcp(path: str) -> Checkpoint:
         if held != math.prod(size):
             raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
     layouts: dict[str, list[_Chunk]] = {}
-    transformed: dict[str, tuple[str, ...]] = {}
+    transformed: dict[str, list[_Item]] = {}   # tensor -> its chunks' items, written through stream extensions
     for file, items in jobs.items():
         with open_regular(file) as f:
             for name, dtype, _, offs, lens, item in items:
                 if item.extensions:   # a compressed (or otherwise transformed) stream: no zip to look into
-                    transformed[name] = item.extensions
+                    transformed.setdefault(name, []).append(item)
                     continue
                 layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
     for name, dtype, size, _ in entries:
@@ -285,11 +285,12 @@ def open_dcp(path: str) -> Checkpoint:
                                        extra={"dcp_chunks": 1})
         else:
             itemsize = dtypes.get(dtype).bits // 8
-            first = parts[0].tensor.file if parts else path
+            first = parts[0].tensor.file if parts else transformed[name][0].file if name in transformed else path
             extra: dict[str, Any] = {"dcp_chunks": len(parts)}
             if name in transformed:
-                extra = {"dcp_chunks": sum(1 for j in jobs.values() for job in j if job[0] == name),
-                         "dcp_extensions": list(transformed[name])}
+                exts = sorted({e for i in transformed[name] for e in i.extensions})
+                extra = {"dcp_chunks": len(parts) + len(transformed[name]), "dcp_extensions": exts}
+                reader.refused[name] = extensions_text(exts)
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
                                        nbytes=math.prod(size) * itemsize, extra=extra)
             reader.layouts[name] = parts
@@ -298,9 +299,8 @@ def open_dcp(path: str) -> Checkpoint:
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
     if transformed:
-        reader.refused = {n: extensions_text(e) for n, e in transformed.items()}
         ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) "
-                          f"{extensions_text(sorted({e for x in transformed.values() for e in x}))}: listed from the "
+                          f"{extensions_text(sorted({e for x in transformed.values() for i in x for e in i.extensions}))}: listed from the "
                           "metadata, their values not read (ckptstat does not decode them)")
     if objects:
         ckpt.objects = read_objects(objects)
