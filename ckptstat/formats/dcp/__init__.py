@@ -299,9 +299,9 @@ def open_dcp(path: str) -> Checkpoint:
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
     if transformed:
-        ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) "
-                          f"{extensions_text(sorted({e for x in transformed.values() for i in x for e in i.extensions}))}: listed from the "
-                          "metadata, their values not read (ckptstat does not decode them)")
+        exts = sorted({e for x in transformed.values() for i in x for e in i.extensions})
+        ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) {extensions_text(exts)}: "
+                          "listed from the metadata, their values not read (ckptstat does not decode them)")
     if objects:
         ckpt.objects = read_objects(objects)
         ckpt.training = training_of(ckpt.objects)
