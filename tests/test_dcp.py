@@ -144,6 +144,36 @@ def test_headers_without_importing_torch():
     assert int(out.stdout) == len(_torch(fixture("dcp", "sharded"))[1])
 
 
+def test_the_safetensors_serialization_format():
+    """FileSystemWriter(serialization_format=SAFETENSORS) over 2 ranks: each rank file ends with one safetensors blob of
+    its chunks. torch's own FileSystemReader cannot load it back (it torch.loads the blob's bytes); the oracle is the
+    safetensors library's load of each blob, each chunk placed at its DCP_SHARDING_INFO offsets, into tensors of the
+    sizes torch's metadata states."""
+    from safetensors.torch import load as load_safetensors
+
+    folder = fixture("dcp", "safetensors")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    tensors = {k: m for k, m in meta.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
+    want = {k: torch.full(tuple(m.size), float("nan"), dtype=m.properties.dtype) for k, m in tensors.items()}
+    for rel in {s.relative_path for k, s in meta.storage_data.items() if k.fqn in tensors}:
+        start = min(s.offset for k, s in meta.storage_data.items() if k.fqn in tensors and s.relative_path == rel)
+        with open(os.path.join(folder, rel), "rb") as f:
+            blob = f.read()[start:]
+        n = int.from_bytes(blob[:8], "little")
+        sharding = json.loads(json.loads(blob[8:8 + n])["__metadata__"]["DCP_SHARDING_INFO"])
+        for fqn, chunk in load_safetensors(blob).items():
+            box = tuple(slice(o, o + s) for o, s in zip(sharding[fqn]["saved_offsets"], chunk.shape))
+            want[fqn][box] = chunk
+    ckpt = open_checkpoint(folder)
+    assert sorted(ckpt.tensors) == sorted(want)
+    assert any(m.extra["dcp_chunks"] == 2 for m in ckpt)
+    for fqn, t in want.items():
+        assert not t.isnan().any(), fqn
+        assert ckpt[fqn].extra["dcp_chunks"] == len(tensors[fqn].chunks)
+        np.testing.assert_array_equal(ckpt.read(fqn), t.numpy(), err_msg=fqn)
+    assert ckpt.objects["step"]["value"] == _objects(folder)["step"]
+
+
 def test_a_folder_written_through_the_zstd_extension(capsys):
     """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
     writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the

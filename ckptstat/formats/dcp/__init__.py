@@ -20,6 +20,7 @@ several chunks gets a reader (`_Chunks`) that assembles any element range from t
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
 from collections.abc import Callable, Iterator
@@ -28,7 +29,7 @@ from typing import IO, Any
 
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.files import file_size, open_regular
-from ...core.io import Window
+from ...core.io import Window, pread
 from ...core.tensor import read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
 from ..registry import _FILE_HOOKS, Format, Probe, register
@@ -138,8 +139,45 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
     return out
 
 
-def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:
-    """The tensor one item's torch.save zip holds, its offset made absolute, checked against the metadata."""
+SHARDING_KEY = "DCP_SHARDING_INFO"   # _hf_utils.py CUSTOM_METADATA_KEY: fqn -> {"saved_offsets": chunk offsets}
+
+
+def _safetensors_chunk(item: _Item, blobs: dict[tuple[str, int], Checkpoint], fqn: str,
+                       offsets: tuple[int, ...]) -> TensorInfo:
+    """A chunk stored with SerializationFormat.SAFETENSORS (filesystem.py `_write_files_from_queue`): each rank file
+    ends with one safetensors blob of all its chunks, keyed by fqn, `__metadata__[DCP_SHARDING_INFO]` giving each
+    chunk's offsets; every chunk's `_StorageInfo` points at the blob's first byte (its length is the chunk's bytes).
+    The blob is read by the safetensors reader, its checks included (it must end at the file's end)."""
+    from ..safetensors import open_safetensors
+
+    key = (item.file, item.offset)
+    if key not in blobs:
+        blobs[key] = open_safetensors(item.file, start=item.offset)
+    blob = blobs[key]
+    t = blob.tensors.get(fqn)
+    if t is None:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: not in the safetensors blob at offset {item.offset:,}")
+    try:
+        saved = json.loads(blob.metadata.get(SHARDING_KEY, "{}")).get(fqn, {}).get("saved_offsets")
+    except (ValueError, AttributeError):
+        saved = None
+    if saved is not None and tuple(saved) != offsets:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: the blob's {SHARDING_KEY} says offsets {saved!r}, the "
+                                                f"metadata {list(offsets)}")
+    return t
+
+
+def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...],
+                  offsets: tuple[int, ...], blobs: dict[tuple[str, int], Checkpoint]) -> TensorInfo:
+    """The tensor one item holds (a torch.save zip, or its entry in the file's safetensors blob), its offset made
+    absolute, checked against the metadata."""
+    head = pread(f, 9, item.offset)
+    if head[:4] != b"PK\x03\x04" and head[8:9] == b"{":
+        t = _safetensors_chunk(item, blobs, fqn, offsets)
+        if t.dtype != dtype or t.shape != sizes:
+            raise CorruptCheckpointError(item.file, f"{fqn!r}: the safetensors blob holds {t.dtype}{list(t.shape)}, "
+                                                    f"the metadata says {dtype}{list(sizes)}")
+        return t
     contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
     if contents.compressed:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
@@ -266,6 +304,7 @@ def open_dcp(path: str) -> Checkpoint:
         if held != math.prod(size):
             raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
     layouts: dict[str, list[_Chunk]] = {}
+    blobs: dict[tuple[str, int], Checkpoint] = {}   # the safetensors blobs read, by (file, offset)
     transformed: dict[str, list[_Item]] = {}   # tensor -> its chunks' items, written through stream extensions
     for file, items in jobs.items():
         with open_regular(file) as f:
@@ -273,7 +312,8 @@ def open_dcp(path: str) -> Checkpoint:
                 if item.extensions:   # a compressed (or otherwise transformed) stream: no zip to look into
                     transformed.setdefault(name, []).append(item)
                     continue
-                layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
+                t = _chunk_tensor(item, f, name, dtype, lens, offs, blobs)
+                layouts.setdefault(name, []).append(_Chunk(offs, lens, t))
     for name, dtype, size, _ in entries:
         if not dtype:
             continue
