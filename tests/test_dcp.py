@@ -174,6 +174,29 @@ def test_the_safetensors_serialization_format():
     assert ckpt.objects["step"]["value"] == _objects(folder)["step"]
 
 
+def test_huggingface_storage_writer_shards(capsys):
+    """HuggingFaceStorageWriter(save_distributed=True): a safetensors file a rank, its chunks placed by
+    DCP_SHARDING_INFO, no index. Read as one checkpoint equal to torch's own HuggingFaceStorageReader load; one rank's
+    file alone is refused in one line pointing at the folder."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    folder = fixture("dcp", "hf_shards")
+    reader = HuggingFaceStorageReader(folder)
+    meta = reader.read_metadata()
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in meta.state_dict_metadata.items()}
+    dcp.load(sd, storage_reader=reader, no_dist=True)
+    ckpt = open_checkpoint(folder)
+    assert ckpt.format == "dcp (safetensors shards)" and sorted(ckpt.tensors) == sorted(sd)
+    assert any(t.extra["dcp_chunks"] == 2 for t in ckpt)
+    for fqn, t in sd.items():
+        assert ckpt[fqn].shape == tuple(t.shape) and ckpt[fqn].extra["dcp_chunks"] == len(meta.state_dict_metadata[fqn].chunks)
+        np.testing.assert_array_equal(ckpt.read(fqn), t.numpy(), err_msg=fqn)
+    one = os.path.join(folder, sorted(os.listdir(folder))[0])
+    assert main([one]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "open the folder" in err, err
+
+
 def test_a_folder_written_through_the_zstd_extension(capsys):
     """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
     writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the
