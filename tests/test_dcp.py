@@ -197,6 +197,40 @@ def test_huggingface_storage_writer_shards(capsys):
     assert err.count("\n") == 1 and "open the folder" in err, err
 
 
+def test_rank_local_metadata(capsys):
+    """dcp.save(use_collectives=False): each rank writes `__<rank>.metadata` of its own chunks (torch's
+    read_metadata(rank=r) reads each); the folder, or any one of them, is read as the union, a chunk two ranks
+    stored (the Replicate bias) once. The same model, saved in the same run with rank coordination, is the `sharded`
+    folder: its values as torch's dcp.load reads them are the oracle."""
+    folder = fixture("dcp", "rank_local")
+    reader = dcp.FileSystemReader(folder)
+    metas = [reader.read_metadata(rank=r) for r in range(2)]
+    boxes: dict[str, set] = {}
+    for m in metas:
+        for fqn, md in m.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata):
+                boxes.setdefault(fqn, set()).update((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks)
+    repeated = sum(len(m.state_dict_metadata[f].chunks) for m in metas for f in boxes if f in m.state_dict_metadata) \
+        - sum(map(len, boxes.values()))
+    assert repeated >= 1
+    _, sd = _torch(fixture("dcp", "sharded"))
+    step = {"step": None}
+    dcp.load(step, checkpoint_id=folder, no_dist=True)   # (no global .metadata: torch falls back to rank 0's own)
+    for path in (folder, os.path.join(folder, "__1.metadata")):
+        ckpt = open_checkpoint(path)
+        assert sorted(ckpt.tensors) == sorted(boxes) == sorted(k for k in sd if k.startswith("model."))
+        for fqn in boxes:
+            assert ckpt[fqn].extra["dcp_chunks"] == len(boxes[fqn]), fqn
+            np.testing.assert_array_equal(ckpt.read(fqn), sd[fqn].numpy(), err_msg=fqn)
+        assert ckpt.metadata["dcp.rank_local_metadata"] == "2"
+        assert any(f"{repeated} chunk(s) stored by several ranks" in n for n in ckpt.notes)
+        assert ckpt.objects["step"]["value"] == ckpt.training["global_step"] == step["step"]
+    assert main(["scan", folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert sorted(e["path"] for e in r["files"]) == ["__0.metadata", "__1.metadata"]
+    assert all(e["status"] == "safe" for e in r["files"])
+
+
 def test_a_folder_written_through_the_zstd_extension(capsys):
     """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
     writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the

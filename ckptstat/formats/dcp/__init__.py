@@ -23,6 +23,7 @@ import io
 import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
@@ -32,7 +33,7 @@ from ...core.files import file_size, open_regular
 from ...core.io import Window, pread
 from ...core.tensor import read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
-from ..registry import _FILE_HOOKS, Format, Probe, register
+from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, Format, Probe, register
 from ..torch.allowlist import DTypeRef, Refused
 from ..torch.containers import StorageRecord, zip_contents
 from ..torch.reader import build_tensors
@@ -269,18 +270,17 @@ def _tensor_entries(path: str, meta: Record) -> Iterator[tuple[str, str, tuple[i
         yield name, dt.dtype, _ints(path, md.field("size", 1), f"{name!r} size"), chunks
 
 
-def open_dcp(path: str) -> Checkpoint:
-    """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES)."""
-    folder = os.path.dirname(path)
+Box = tuple[tuple[int, ...], tuple[int, ...], _Item]   # a chunk's offsets, sizes and item
+
+
+def _rank_entries(path: str, folder: str, sizes: dict[str, int]) -> tuple[Record, dict[str, tuple[str, tuple[int, ...],
+                                                                                               list[Box]]], dict[str, _Item]]:
+    """One metadata file's tensors (dtype, size, chunks with their items, each checked) and non-tensor items."""
     meta = _read_metadata(path)
-    sizes: dict[str, int] = {}
     storage = _storage(path, folder, meta, sizes)
-    tensors: dict[str, TensorInfo] = {}
-    reader = _Chunks()
+    tensors: dict[str, tuple[str, tuple[int, ...], list[Box]]] = {}
     objects: dict[str, _Item] = {}
-    jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
-    entries = list(_tensor_entries(path, meta))
-    for name, dtype, size, chunks in entries:
+    for name, dtype, size, chunks in _tensor_entries(path, meta):
         if not dtype:
             item = storage.get((name, ()))
             if item is None:
@@ -288,7 +288,7 @@ def open_dcp(path: str) -> Checkpoint:
             objects[name] = item
             continue
         TensorInfo(name=name, dtype=dtype, shape=size, file=path, offset=None, nbytes=0)   # checks the shape
-        held = 0
+        boxes = []
         for i, c in enumerate(chunks):
             c = _record(path, c, "ChunkStorageMetadata", f"{name!r} chunk {i}")
             offs = _ints(path, c.field("offsets", 0), f"{name!r} chunk {i} offsets")
@@ -299,10 +299,44 @@ def open_dcp(path: str) -> Checkpoint:
             item = storage.get((name, offs))
             if item is None:
                 raise CorruptCheckpointError(path, f"{name!r} chunk {i} at {list(offs)} has no storage_data entry")
-            held += math.prod(lens)
-            jobs.setdefault(item.file, []).append((name, dtype, size, offs, lens, item))
+            boxes.append((offs, lens, item))
+        tensors[name] = (dtype, size, boxes)
+    return meta, tensors, objects
+
+
+def open_dcp(path: str) -> Checkpoint:
+    """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES), or from its
+    rank-local `__<rank>.metadata` files (all of them, whichever is named)."""
+    folder = os.path.dirname(path)
+    paths = rank_local(folder) if RANK_METADATA.match(os.path.basename(path)) else [path]
+    sizes: dict[str, int] = {}
+    specs: dict[str, tuple[str, tuple[int, ...], list[Box]]] = {}
+    objects: dict[str, _Item] = {}
+    repeated = 0
+    for p in paths:
+        meta, tensors_here, objects_here = _rank_entries(p, folder, sizes)
+        for name, (dtype, size, boxes) in tensors_here.items():
+            if name not in specs:
+                specs[name] = (dtype, size, list(boxes))
+                continue
+            if specs[name][:2] != (dtype, size):
+                raise CorruptCheckpointError(p, f"{name!r} is {dtype}{list(size)} here, {specs[name][0]}"
+                                                f"{list(specs[name][1])} in {os.path.basename(paths[0])}")
+            stored = {(o, n) for o, n, _ in specs[name][2]}
+            specs[name][2].extend(b for b in boxes if (b[0], b[1]) not in stored)
+            repeated += sum(1 for b in boxes if (b[0], b[1]) in stored)
+        for name, item in objects_here.items():
+            objects.setdefault(name, item)
+    tensors: dict[str, TensorInfo] = {}
+    reader = _Chunks()
+    jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
+    entries = [(name, dtype, size) for name, (dtype, size, _) in specs.items()]
+    for name, (dtype, size, boxes) in specs.items():
+        held = sum(math.prod(lens) for _, lens, _ in boxes)
         if held != math.prod(size):
             raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
+        for offs, lens, item in boxes:
+            jobs.setdefault(item.file, []).append((name, dtype, size, offs, lens, item))
     layouts: dict[str, list[_Chunk]] = {}
     blobs: dict[tuple[str, int], Checkpoint] = {}   # the safetensors blobs read, by (file, offset)
     transformed: dict[str, list[_Item]] = {}   # tensor -> its chunks' items, written through stream extensions
@@ -314,9 +348,7 @@ def open_dcp(path: str) -> Checkpoint:
                     continue
                 t = _chunk_tensor(item, f, name, dtype, lens, offs, blobs)
                 layouts.setdefault(name, []).append(_Chunk(offs, lens, t))
-    for name, dtype, size, _ in entries:
-        if not dtype:
-            continue
+    for name, dtype, size in entries:
         parts = layouts.get(name, [])
         if len(parts) == 1 and name not in transformed:
             t = parts[0].tensor
@@ -335,9 +367,14 @@ def open_dcp(path: str) -> Checkpoint:
                                        nbytes=math.prod(size) * itemsize, extra=extra)
             reader.layouts[name] = parts
     files = tuple(os.path.join(folder, rel) for rel in sorted(sizes))
-    ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(path, *files),
+    ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(*paths, *files),
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
+    if len(paths) > 1 or paths[0] != path or RANK_METADATA.match(os.path.basename(path)):
+        ckpt.metadata["dcp.rank_local_metadata"] = str(len(paths))
+        ckpt.notes.append(f"rank-local metadata ({len(paths)} __<rank>.metadata files, saved without rank coordination)"
+                          + (f": {repeated} chunk(s) stored by several ranks, read from the lowest rank's file"
+                             if repeated else ""))
     if transformed:
         exts = sorted({e for x in transformed.values() for i in x for e in i.extensions})
         ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) {extensions_text(exts)}: "
@@ -345,6 +382,29 @@ def open_dcp(path: str) -> Checkpoint:
     if objects:
         ckpt.objects = read_objects(objects)
         ckpt.training = training_of(ckpt.objects)
+    return ckpt
+
+
+RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")   # filesystem.py _get_metadata_path(rank): use_collectives=False
+
+
+def rank_local(folder: str) -> list[str]:
+    """The folder's rank-local metadata files, by rank. DCP's save with use_collectives=False has each rank write
+    `__<rank>.metadata` of its own chunks alone (FileSystemWriter.finish), replicated tensors once per rank; DCP's
+    load reads the global `.metadata` first, else the rank's own file."""
+    found = sorted((int(m.group(1)), n) for n in os.listdir(folder or ".") if (m := RANK_METADATA.match(n)))
+    return [os.path.join(folder, n) for _, n in found]
+
+
+def open_rank_local(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
+    """A folder of rank-local metadata files without a global `.metadata` (registry._FOLDER_HOOKS), else None."""
+    if os.path.exists(os.path.join(folder, METADATA)):
+        return None
+    paths = rank_local(folder)
+    if not paths:
+        return None
+    ckpt = open_dcp(paths[0])
+    ckpt.path = folder
     return ckpt
 
 
@@ -367,4 +427,5 @@ def accept(probe: Probe) -> bool:
 
 
 _FILE_HOOKS[METADATA] = open_dcp
+_FOLDER_HOOKS.append(open_rank_local)
 register(Format("dcp", accept, open_dcp, (METADATA,)))
