@@ -470,3 +470,41 @@ def test_trend_over_an_fsdp_trainer_run(fsdp_run):
         assert opt["tensors"] == len(vs) and opt["elements"] == cat.numel() and opt["max"] == cat.max().item()
         assert opt["mean"] == pytest.approx(cat.mean().item(), rel=1e-9)
         assert opt["attributed"] == len(vs)   # DCP's optimizer state is keyed by the parameter's name
+
+
+def test_a_damaged_non_tensor_item_is_one_line(tmp_path, capsys):
+    shutil.copytree(fixture("dcp", "single"), tmp_path / "ckpt")
+    meta = dcp.FileSystemReader(str(tmp_path / "ckpt")).read_metadata()
+    ((key, info),) = [(k, s) for k, s in meta.storage_data.items() if k.fqn == "step"]
+    f = tmp_path / "ckpt" / info.relative_path
+    data = bytearray(f.read_bytes())
+    at = data.index(b"data.pkl", info.offset) + 8        # the pickle's bytes, after its local header's name
+    data[at:at + 64] = b"\xff" * 64
+    f.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="non-tensor item 'step'"):
+        open_checkpoint(tmp_path / "ckpt")
+    assert "'step'" in _one_line(tmp_path / "ckpt", capsys)
+
+
+def test_a_missing_hf_shard_is_one_line(tmp_path, capsys):
+    """The first rank's shard file gone: a gap in the writer's rank numbering (the last one gone cannot be told: no
+    file records the tensors' sizes); a chunk's saved_offsets moved: its chunks no longer hold its elements."""
+    shutil.copytree(fixture("dcp", "hf_shards"), tmp_path / "ckpt")
+    first, last = sorted(os.listdir(tmp_path / "ckpt"))
+    shutil.move(tmp_path / "ckpt" / first, tmp_path / first)
+    with pytest.raises(CorruptCheckpointError, match="rank.s. 1 are missing"):
+        open_checkpoint(tmp_path / "ckpt")
+    _one_line(tmp_path / "ckpt", capsys)
+    shutil.move(tmp_path / first, tmp_path / "ckpt" / first)
+    from safetensors.torch import load_file, save_file
+
+    path = str(tmp_path / "ckpt" / last)
+    n = int.from_bytes(open(path, "rb").read(8), "little")
+    header = json.loads(open(path, "rb").read(8 + n)[8:])
+    sharding = json.loads(header["__metadata__"]["DCP_SHARDING_INFO"])
+    fqn = next(k for k, v in sharding.items() if any(v["saved_offsets"]))
+    sharding[fqn]["saved_offsets"] = [o + 1 for o in sharding[fqn]["saved_offsets"]]
+    save_file(load_file(path), path, metadata={**header["__metadata__"], "DCP_SHARDING_INFO": json.dumps(sharding)})
+    with pytest.raises(CorruptCheckpointError, match="chunks hold"):
+        open_checkpoint(tmp_path / "ckpt")
+    _one_line(tmp_path / "ckpt", capsys)

@@ -7,7 +7,9 @@ safetensors file whose `__metadata__["DCP_SHARDING_INFO"]` (JSON) gives each chu
 `sharded/` folder of these, and read as any safetensors model). HuggingFaceStorageReader.read_metadata takes a tensor's
 size as the largest offset + chunk shape over the files; so does this reader, and the chunks must hold exactly the
 tensor's elements (two chunks claiming one element, or an element in none, is refused when values are read, by the
-DCP reader's `_Chunks`). One such file alone holds parts of tensors: open_checkpoint refuses it (formats/registry.py).
+DCP reader's `_Chunks`). The files are numbered by rank from 1: a gap is refused; the last rank's file missing cannot
+be told (no file records the tensors' sizes), nor can torch's reader tell it. One such file alone holds parts of
+tensors: open_checkpoint refuses it (formats/registry.py).
 """
 from __future__ import annotations
 
@@ -45,6 +47,11 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoi
     names = sorted(n for n in os.listdir(folder) if DCP_SHARD.match(n))
     if not names:
         return None
+    ranks = sorted({int(n.split("-")[1]) for n in names})
+    if ranks != list(range(1, len(ranks) + 1)):
+        missing = sorted(set(range(1, ranks[-1] + 1)) - set(ranks))
+        raise CorruptCheckpointError(folder, f"the shard files of rank(s) {', '.join(map(str, missing[:8]))} are missing "
+                                             f"(ranks {ranks[0]}..{ranks[-1]} present; the writer numbers them from 1)")
     chunks: dict[str, list[_Chunk]] = {}
     files = tuple(os.path.join(folder, n) for n in names)
     for path in files:

@@ -22,7 +22,7 @@ from typing import Any
 
 from ...core.files import open_regular
 from ...core.io import Window
-from ...errors import CheckpointError, UnsafeCheckpointError
+from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
 
@@ -77,11 +77,14 @@ def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
         out["unread"] = f"stored through DCP stream extension {extensions_text(item.extensions)}, not decoded"
         return out
     try:
-        contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+        with reading(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}"):
+            contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
     except UnsafeCheckpointError as e:
         out["unread"] = e.reason.split(";")[0] + " (DCP's load would unpickle it: `ckptstat scan` judges it)"
         return out
     except CheckpointError as e:
+        if e.reason.startswith("non-tensor item"):
+            raise
         raise CheckpointError(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}: {e.reason}") from None
     try:
         out["value"] = _inert(contents.obj)
