@@ -1,4 +1,4 @@
-"""torch.distributed.checkpoint folders (ckptstat/formats/dcp.py, docs/dcp.md), on the samples
+"""torch.distributed.checkpoint folders (ckptstat/formats/dcp/, docs/dcp.md), on the samples
 fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of DTensors, and one process).
 Every expected count, shape, dtype and value comes from torch reading the same folder."""
 from __future__ import annotations

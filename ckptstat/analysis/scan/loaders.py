@@ -213,7 +213,7 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
 
 def dcp_metadata(path: str) -> dict[str, Any] | None:
     """The scan report of a torch.distributed.checkpoint `.metadata` file (see the module doc), or None when
-    `path` is not one (by name and its first pickle's first global, formats/dcp.py `is_metadata_head`)."""
+    `path` is not one (by name and its first pickle's first global, formats/dcp/ `is_metadata_head`)."""
     if os.path.basename(path) != dcp.METADATA and not dcp.RANK_METADATA.match(os.path.basename(path)):
         return None
     with reading(path), open_regular(path) as f:
