@@ -313,7 +313,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
-        if target.endswith(".distcp") and os.path.isfile(os.path.join(os.path.dirname(target), ".metadata")):
+        if target.endswith(".distcp") and any(os.path.isfile(os.path.join(os.path.dirname(target), m))
+                                              for m in (".metadata", "__0.metadata")):   # (a global or rank-local one)
             raise UsageError(f"{target}: one rank's file of a torch.distributed.checkpoint folder, which holds parts of "
                              f"tensors; open the folder {os.path.dirname(target) or '.'} (formats/dcp/)")
         if DCP_SHARD.match(os.path.basename(target)):

@@ -361,7 +361,7 @@ def open_dcp(path: str) -> Checkpoint:
             extra: dict[str, Any] = {"dcp_chunks": len(parts)}
             if name in transformed:
                 exts = sorted({e for i in transformed[name] for e in i.extensions})
-                extra = {"dcp_chunks": len(parts) + len(transformed[name]), "dcp_extensions": exts}
+                extra.update(dcp_chunks=len(parts) + len(transformed[name]), dcp_extensions=exts)
                 reader.refused[name] = extensions_text(exts)
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
                                        nbytes=math.prod(size) * itemsize, extra=extra)
@@ -370,7 +370,7 @@ def open_dcp(path: str) -> Checkpoint:
     ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(*paths, *files),
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
-    if len(paths) > 1 or paths[0] != path or RANK_METADATA.match(os.path.basename(path)):
+    if RANK_METADATA.match(os.path.basename(path)):
         ckpt.metadata["dcp.rank_local_metadata"] = str(len(paths))
         ckpt.notes.append(f"rank-local metadata ({len(paths)} __<rank>.metadata files, saved without rank coordination)"
                           + (f": {repeated} chunk(s) stored by several ranks, read from the lowest rank's file"
