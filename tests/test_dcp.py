@@ -88,6 +88,16 @@ def test_non_tensor_items_equal_dcp_loads(name):
             assert "value" not in o and f"'{type(v).__module__}.{type(v).__name__}'" in o["unread"], fqn
 
 
+def test_non_tensor_items_past_the_bound_are_listed_unread(monkeypatch):
+    from ckptstat.formats.dcp import objects
+
+    monkeypatch.setattr(objects, "MAX_OBJECTS", 3)
+    ckpt = open_checkpoint(fixture("dcp", "sharded"))
+    assert len(ckpt.objects) == len(_objects(fixture("dcp", "sharded")))
+    assert sum("value" in o for o in ckpt.objects.values()) == 3
+    assert all("past the first 3" in o["unread"] for o in ckpt.objects.values() if "value" not in o)
+
+
 def test_step_and_learning_rate_in_the_training_line(capsys):
     """The `step` and `lr` a training loop saved beside the model (the shallowest names; the optimizer's own
     param_groups lr is deeper) make the training line, as for the Trainer folders."""

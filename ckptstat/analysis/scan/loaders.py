@@ -234,7 +234,11 @@ def _dcp_items(t: Trace) -> None:
         items = dcp.object_items(t.path)
     except CkptstatError:
         return
-    for name, item in items.items():
+    from ...formats.dcp.objects import MAX_OBJECTS
+
+    if len(items) > MAX_OBJECTS:
+        t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")
+    for name, item in list(items.items())[:MAX_OBJECTS]:
         where = f"{os.path.basename(item.file)} item {name[:80]!r} at {item.offset:,}"
         if item.extensions:
             t.unknown.append(f"{where}: stored through DCP stream extension {', '.join(item.extensions)}, which scan "
