@@ -1,8 +1,9 @@
-"""torch.distributed.checkpoint folders (ckptstat/formats/dcp.py, docs/dcp.md), on the samples
+"""torch.distributed.checkpoint folders (ckptstat/formats/dcp/, docs/dcp.md), on the samples
 fixtures/make_dcp.py wrote with torch's own `dcp.save` (a 2-rank gloo group of DTensors, and one process).
 Every expected count, shape, dtype and value comes from torch reading the same folder."""
 from __future__ import annotations
 
+import io
 import json
 import os
 import pickle
@@ -16,7 +17,7 @@ from conftest import ROOT, fixture
 
 from ckptstat import open_checkpoint
 from ckptstat.cli import main
-from ckptstat.errors import CorruptCheckpointError, UnsafeCheckpointError
+from ckptstat.errors import CheckpointError, CorruptCheckpointError, UnsafeCheckpointError
 from ckptstat.naming import role_of
 
 torch = pytest.importorskip("torch")
@@ -53,7 +54,69 @@ def test_tensors_and_values_equal_torchs_load(name):
     files = {s.relative_path for s in meta.storage_data.values()}
     assert sorted(os.path.basename(f) for f in ckpt.files[1:]) == sorted(files)
     non_tensors = [k for k in meta.state_dict_metadata if k not in sd]
-    assert non_tensors and any(f"{len(non_tensors)} non-tensor item" in n for n in ckpt.notes)
+    assert non_tensors and list(ckpt.objects) == non_tensors
+
+
+def _objects(folder: str) -> dict[str, object]:
+    """Every non-tensor item as torch's own dcp.load gives it back (torch.load(weights_only=False) of its bytes)."""
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    objects = {k: None for k, m in meta.state_dict_metadata.items() if not isinstance(m, TensorStorageMetadata)}
+    dcp.load(objects, checkpoint_id=folder, no_dist=True)
+    return objects
+
+
+def _json(v: object) -> object:
+    return json.loads(json.dumps(v))   # tuples as lists: what ckptstat's JSON holds
+
+
+@pytest.mark.parametrize("name", FOLDERS)
+def test_non_tensor_items_equal_dcp_loads(name):
+    """BytesStorageMetadata items: each listed with its stored size; a plain value equal to dcp.load's, one that
+    names a global outside torch's allowlist (argparse.Namespace) left unread, the global named."""
+    folder = fixture("dcp", name)
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    want = _objects(folder)
+    ckpt = open_checkpoint(folder)
+    assert list(ckpt.objects) == list(want)
+    sizes = {k.fqn: s.length for k, s in meta.storage_data.items() if k.fqn in want}
+    for fqn, v in want.items():
+        o = ckpt.objects[fqn]
+        assert o["bytes"] == sizes[fqn], fqn
+        if isinstance(v, (int, float, str, list, tuple, type(None))):
+            assert o["value"] == _json(v) and o["type"] == type(v).__name__, fqn
+        else:
+            assert "value" not in o and f"'{type(v).__module__}.{type(v).__name__}'" in o["unread"], fqn
+
+
+def test_non_tensor_items_past_the_bound_are_listed_unread(monkeypatch):
+    from ckptstat.formats.dcp import objects
+
+    monkeypatch.setattr(objects, "MAX_OBJECTS", 3)
+    ckpt = open_checkpoint(fixture("dcp", "sharded"))
+    assert len(ckpt.objects) == len(_objects(fixture("dcp", "sharded")))
+    assert sum("value" in o for o in ckpt.objects.values()) == 3
+    assert all("past the first 3" in o["unread"] for o in ckpt.objects.values() if "value" not in o)
+
+
+def test_step_and_learning_rate_in_the_training_line(capsys):
+    """The `step` and `lr` a training loop saved beside the model (the shallowest names; the optimizer's own
+    param_groups lr is deeper) make the training line, as for the Trainer folders."""
+    folder = fixture("dcp", "sharded")
+    want = _objects(folder)
+    ckpt = open_checkpoint(folder)
+    assert ckpt.training == {"library": "torch.distributed.checkpoint", "global_step": want["step"], "epoch": None,
+                             "learning_rate": want["lr"], "learning_rate_from": "lr"}
+    assert main([folder]) == 0
+    out = capsys.readouterr().out
+    assert f"training     torch.distributed.checkpoint, step {want['step']}, learning rate {want['lr']:.6g} (lr)" in out
+    assert f"objects      step = {want['step']}" in out
+    assert main([folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["training"]["global_step"] == want["step"] and r["objects"]["extra.run"]["value"] == want["extra.run"]
+    # an optimizer's folder alone: its param_groups' lr
+    lr_only = {k: v for k, v in want.items() if k.startswith("optim.")}
+    from ckptstat.formats.dcp.objects import training_of
+    assert training_of({k: {"value": v} for k, v in lr_only.items()})["learning_rate"] == want["optim.param_groups.0.lr"]
 
 
 def test_a_tensor_sharded_across_two_rank_files_reads_in_small_chunks():
@@ -89,6 +152,118 @@ def test_headers_without_importing_torch():
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": ROOT})
     assert out.returncode == 0, out.stderr
     assert int(out.stdout) == len(_torch(fixture("dcp", "sharded"))[1])
+
+
+def test_the_safetensors_serialization_format():
+    """FileSystemWriter(serialization_format=SAFETENSORS) over 2 ranks: each rank file ends with one safetensors blob of
+    its chunks. torch's own FileSystemReader cannot load it back (it torch.loads the blob's bytes); the oracle is the
+    safetensors library's load of each blob, each chunk placed at its DCP_SHARDING_INFO offsets, into tensors of the
+    sizes torch's metadata states."""
+    from safetensors.torch import load as load_safetensors
+
+    folder = fixture("dcp", "safetensors")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    tensors = {k: m for k, m in meta.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
+    want = {k: torch.full(tuple(m.size), float("nan"), dtype=m.properties.dtype) for k, m in tensors.items()}
+    for rel in {s.relative_path for k, s in meta.storage_data.items() if k.fqn in tensors}:
+        start = min(s.offset for k, s in meta.storage_data.items() if k.fqn in tensors and s.relative_path == rel)
+        with open(os.path.join(folder, rel), "rb") as f:
+            blob = f.read()[start:]
+        n = int.from_bytes(blob[:8], "little")
+        sharding = json.loads(json.loads(blob[8:8 + n])["__metadata__"]["DCP_SHARDING_INFO"])
+        for fqn, chunk in load_safetensors(blob).items():
+            box = tuple(slice(o, o + s) for o, s in zip(sharding[fqn]["saved_offsets"], chunk.shape))
+            want[fqn][box] = chunk
+    ckpt = open_checkpoint(folder)
+    assert sorted(ckpt.tensors) == sorted(want)
+    assert any(m.extra["dcp_chunks"] == 2 for m in ckpt)
+    for fqn, t in want.items():
+        assert not t.isnan().any(), fqn
+        assert ckpt[fqn].extra["dcp_chunks"] == len(tensors[fqn].chunks)
+        np.testing.assert_array_equal(ckpt.read(fqn), t.numpy(), err_msg=fqn)
+    assert ckpt.objects["step"]["value"] == _objects(folder)["step"]
+
+
+def test_huggingface_storage_writer_shards(capsys):
+    """HuggingFaceStorageWriter(save_distributed=True): a safetensors file a rank, its chunks placed by
+    DCP_SHARDING_INFO, no index. Read as one checkpoint equal to torch's own HuggingFaceStorageReader load; one rank's
+    file alone is refused in one line pointing at the folder."""
+    from torch.distributed.checkpoint import HuggingFaceStorageReader
+
+    folder = fixture("dcp", "hf_shards")
+    reader = HuggingFaceStorageReader(folder)
+    meta = reader.read_metadata()
+    sd = {k: torch.empty(m.size, dtype=m.properties.dtype) for k, m in meta.state_dict_metadata.items()}
+    dcp.load(sd, storage_reader=reader, no_dist=True)
+    ckpt = open_checkpoint(folder)
+    assert ckpt.format == "dcp (safetensors shards)" and sorted(ckpt.tensors) == sorted(sd)
+    assert any(t.extra["dcp_chunks"] == 2 for t in ckpt)
+    for fqn, t in sd.items():
+        assert ckpt[fqn].shape == tuple(t.shape) and ckpt[fqn].extra["dcp_chunks"] == len(meta.state_dict_metadata[fqn].chunks)
+        np.testing.assert_array_equal(ckpt.read(fqn), t.numpy(), err_msg=fqn)
+    one = os.path.join(folder, sorted(os.listdir(folder))[0])
+    assert main([one]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "open the folder" in err, err
+
+
+def test_rank_local_metadata(capsys):
+    """dcp.save(use_collectives=False): each rank writes `__<rank>.metadata` of its own chunks (torch's
+    read_metadata(rank=r) reads each); the folder, or any one of them, is read as the union, a chunk two ranks
+    stored (the Replicate bias) once. The same model, saved in the same run with rank coordination, is the `sharded`
+    folder: its values as torch's dcp.load reads them are the oracle."""
+    folder = fixture("dcp", "rank_local")
+    reader = dcp.FileSystemReader(folder)
+    metas = [reader.read_metadata(rank=r) for r in range(2)]
+    boxes: dict[str, set] = {}
+    for m in metas:
+        for fqn, md in m.state_dict_metadata.items():
+            if isinstance(md, TensorStorageMetadata):
+                boxes.setdefault(fqn, set()).update((tuple(c.offsets), tuple(c.sizes)) for c in md.chunks)
+    repeated = sum(len(m.state_dict_metadata[f].chunks) for m in metas for f in boxes if f in m.state_dict_metadata) \
+        - sum(map(len, boxes.values()))
+    assert repeated >= 1
+    _, sd = _torch(fixture("dcp", "sharded"))
+    step = {"step": None}
+    dcp.load(step, checkpoint_id=folder, no_dist=True)   # (no global .metadata: torch falls back to rank 0's own)
+    for path in (folder, os.path.join(folder, "__1.metadata")):
+        ckpt = open_checkpoint(path)
+        assert sorted(ckpt.tensors) == sorted(boxes) == sorted(k for k in sd if k.startswith("model."))
+        for fqn in boxes:
+            assert ckpt[fqn].extra["dcp_chunks"] == len(boxes[fqn]), fqn
+            np.testing.assert_array_equal(ckpt.read(fqn), sd[fqn].numpy(), err_msg=fqn)
+        assert ckpt.metadata["dcp.rank_local_metadata"] == "2"
+        assert any(f"{repeated} chunk(s) stored by several ranks" in n for n in ckpt.notes)
+        assert ckpt.objects["step"]["value"] == ckpt.training["global_step"] == step["step"]
+    assert main(["scan", folder, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert sorted(e["path"] for e in r["files"]) == ["__0.metadata", "__1.metadata"]
+    assert all(e["status"] == "safe" for e in r["files"])
+
+
+def test_a_folder_written_through_the_zstd_extension(capsys):
+    """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
+    writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the
+    metadata as torch's dcp.load read them back through the stand-in, their values refused in one line naming the
+    extension, the non-tensor item unread, and scan cannot judge a pickle it cannot decode (unknown)."""
+    folder = fixture("dcp", "zstd")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    assert {tuple(s.transform_descriptors) for s in meta.storage_data.values()} == {("stream.zstd/1",)}
+    with open(fixture("expected_dcp.json")) as f:
+        loaded = json.load(f)["zstd"]
+    ckpt = open_checkpoint(folder)
+    assert sorted(ckpt.tensors) == sorted(loaded["tensors"])
+    for name, t in loaded["tensors"].items():
+        assert list(ckpt[name].shape) == t["shape"] and ckpt[name].extra["dcp_extensions"] == ["stream.zstd/1"]
+    with pytest.raises(CheckpointError, match=r"stream\.zstd/1 \(zstd compression"):
+        ckpt.read("w")
+    assert list(ckpt.objects) == loaded["bytes"] and all("stream.zstd/1" in o["unread"] for o in ckpt.objects.values())
+    assert main(["stats", folder]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "stream.zstd/1" in err and "Traceback" not in err, err
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert r["status"] == "unknown" and all("stream.zstd/1" in u for u in r["unknown"]) and len(r["unknown"]) == 1
 
 
 # ---------------------------------------------------------------------------------------------- hostile
@@ -190,15 +365,36 @@ def _dcp_reader_runs(folder, marker) -> bool:
     return os.path.isdir(marker)
 
 
-@pytest.mark.parametrize("name", ["single", "sharded"])
-def test_scan_calls_a_genuine_metadata_safe(name, capsys):
-    """DCP's reader unpickles .metadata with plain pickle.load: a genuine one imports only DCP's own classes."""
-    folder = fixture("dcp", name)   # (torch's own dcp.load reads it: test_tensors_and_values_equal_torchs_load)
+def test_scan_calls_a_genuine_metadata_safe(capsys):
+    """DCP's reader unpickles .metadata with plain pickle.load: a genuine one imports only DCP's own classes; its
+    non-tensor items (torch.load(weights_only=False) in DCP's load) are traced too, and hold plain values."""
+    folder = fixture("dcp", "sharded")   # (torch's own dcp.load reads it: test_tensors_and_values_equal_torchs_load)
     assert main(["scan", folder, "--json"]) == 0
     r = json.loads(capsys.readouterr().out)
     (entry,) = r["files"]
     assert entry["path"] == ".metadata" and entry["status"] == "safe", entry["verdict"]
     assert entry["format"] == "torch.distributed.checkpoint metadata" and not entry["weights_only_loadable"]
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 0
+    items = [p for p in json.loads(capsys.readouterr().out)["pickles"] if " item " in p["record"]]
+    assert sorted(p["record"].split("'")[1] for p in items) == sorted(_objects(folder))
+
+
+def test_scan_judges_the_non_tensor_items(capsys):
+    """The single folder's `args` item names argparse.Namespace: torch.load(weights_only=True) refuses it, DCP's load
+    (weights_only=False) imports it; scan says UNSAFE, naming the item and its file offset."""
+    folder = fixture("dcp", "single")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    ((key, info),) = [(k, s) for k, s in meta.storage_data.items() if k.fqn == "args"]
+    with open(os.path.join(folder, info.relative_path), "rb") as f:
+        f.seek(info.offset)
+        raw = f.read(info.length)
+    with pytest.raises(pickle.UnpicklingError, match="argparse.Namespace"):
+        torch.load(io.BytesIO(raw), weights_only=True)
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 1
+    r = json.loads(capsys.readouterr().out)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["argparse.Namespace"]
+    (finding,) = r["findings"]
+    assert "item 'args'" in finding["record"] and info.offset <= finding["file_offset"] < info.offset + info.length
 
 
 def test_scan_calls_a_hostile_metadata_unsafe(copy, tmp_path, capsys):
@@ -213,3 +409,112 @@ def test_scan_calls_a_hostile_metadata_unsafe(copy, tmp_path, capsys):
     assert "os.mkdir" in capsys.readouterr().out
     assert main(["scan", str(copy)]) == 1
     capsys.readouterr()
+
+
+# ------------------------------------------------------------------------- a Trainer checkpoint of an FSDP run
+@pytest.fixture(scope="module")
+def fsdp_run(tmp_path_factory):
+    """Three `checkpoint-N/` folders as the Trainer leaves them with FSDP2 and a sharded state dict: accelerate's
+    own save_fsdp_model / save_fsdp_optimizer in a 2-process gloo group (fixtures/make_fsdp_run.py)."""
+    pytest.importorskip("accelerate")
+    pytest.importorskip("transformers")
+    out = tmp_path_factory.mktemp("fsdp") / "run"
+    done = subprocess.run([sys.executable, os.path.join(ROOT, "fixtures", "make_fsdp_run.py"), str(out), "3"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return str(out)
+
+
+def _fsdp_states(run):
+    """Per checkpoint: (folder, the model's and the optimizer's tensors as dcp.load gives them, trainer_state.json)."""
+    folders = sorted((d for d in os.listdir(run) if d.startswith("checkpoint-")), key=lambda d: int(d.split("-")[1]))
+    out = []
+    for d in folders:
+        path = os.path.join(run, d)
+        with open(os.path.join(path, "trainer_state.json")) as f:
+            state = json.load(f)
+        out.append((path, _torch(os.path.join(path, "pytorch_model_fsdp_0"))[1],
+                    _torch(os.path.join(path, "optimizer_0"))[1], state))
+    return out
+
+
+def test_an_fsdp_trainer_checkpoint_is_read_as_a_whole(fsdp_run, capsys):
+    path, model, optim, state = _fsdp_states(fsdp_run)[-1]
+    assert {n for n in os.listdir(path) if os.path.isdir(os.path.join(path, n))} == {"pytorch_model_fsdp_0", "optimizer_0"}
+    ckpt = open_checkpoint(path)
+    assert sorted(ckpt.tensors) == sorted([*model, *optim])
+    for name, t in [*model.items(), *optim.items()]:
+        np.testing.assert_array_equal(ckpt.read(name), t.numpy(), err_msg=name)
+    roles = {t.name: role_of(t.name, t.dtype, t.shape) for t in ckpt}
+    assert {n for n, r in roles.items() if r == "optimizer"} == set(optim)
+    assert list(ckpt.objects) == list(_objects(os.path.join(path, "optimizer_0")))
+    logged = [e["learning_rate"] for e in state["log_history"] if "learning_rate" in e]
+    assert ckpt.training["library"] == "Hugging Face Trainer" and ckpt.training["global_step"] == state["global_step"]
+    assert ckpt.training["epoch"] == state["epoch"] and ckpt.training["learning_rate"] == logged[-1]
+    assert ckpt.training["optimizer"] == os.path.join(path, "optimizer_0")
+    assert main([path, "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["parameters"]["unique"] == sum(t.numel() for t in model.values())
+    assert r["architecture"]["family"] == "llama"
+
+
+def test_trend_over_an_fsdp_trainer_run(fsdp_run):
+    from test_trend import _figures, _same
+
+    from ckptstat.analysis.trend import trend
+
+    states = _fsdp_states(fsdp_run)
+    ws = [s[1] for s in states]
+    names = list(ws[0])
+    r = trend([fsdp_run])
+    assert r["layout"].startswith("Hugging Face Trainer")
+    assert [s["global_step"] for s in r["steps"]] == [s[3]["global_step"] for s in states]
+    assert sorted(t["name"] for t in r["tensors"]) == sorted(names)
+    for t in range(len(states)):
+        _same(r["total"]["series"][t], _figures(ws, t, names))
+        for x in r["tensors"]:
+            _same(x["series"][t], _figures(ws, t, [x["name"]]))
+        vs = {n: v for n, v in states[t][2].items() if n.endswith(".exp_avg_sq")}
+        cat = torch.cat([v.double().flatten() for v in vs.values()])
+        opt = r["optimizer"][t]
+        assert opt["tensors"] == len(vs) and opt["elements"] == cat.numel() and opt["max"] == cat.max().item()
+        assert opt["mean"] == pytest.approx(cat.mean().item(), rel=1e-9)
+        assert opt["attributed"] == len(vs)   # DCP's optimizer state is keyed by the parameter's name
+
+
+def test_a_damaged_non_tensor_item_is_one_line(tmp_path, capsys):
+    shutil.copytree(fixture("dcp", "single"), tmp_path / "ckpt")
+    meta = dcp.FileSystemReader(str(tmp_path / "ckpt")).read_metadata()
+    ((key, info),) = [(k, s) for k, s in meta.storage_data.items() if k.fqn == "step"]
+    f = tmp_path / "ckpt" / info.relative_path
+    data = bytearray(f.read_bytes())
+    at = data.index(b"data.pkl", info.offset) + 8        # the pickle's bytes, after its local header's name
+    data[at:at + 64] = b"\xff" * 64
+    f.write_bytes(bytes(data))
+    with pytest.raises(CheckpointError, match="non-tensor item 'step'"):
+        open_checkpoint(tmp_path / "ckpt")
+    assert "'step'" in _one_line(tmp_path / "ckpt", capsys)
+
+
+def test_a_missing_hf_shard_is_one_line(tmp_path, capsys):
+    """The first rank's shard file gone: a gap in the writer's rank numbering (the last one gone cannot be told: no
+    file records the tensors' sizes); a chunk's saved_offsets moved: its chunks no longer hold its elements."""
+    shutil.copytree(fixture("dcp", "hf_shards"), tmp_path / "ckpt")
+    first, last = sorted(os.listdir(tmp_path / "ckpt"))
+    shutil.move(tmp_path / "ckpt" / first, tmp_path / first)
+    with pytest.raises(CorruptCheckpointError, match="rank.s. 1 are missing"):
+        open_checkpoint(tmp_path / "ckpt")
+    _one_line(tmp_path / "ckpt", capsys)
+    shutil.move(tmp_path / first, tmp_path / "ckpt" / first)
+    from safetensors.torch import load_file, save_file
+
+    path = str(tmp_path / "ckpt" / last)
+    n = int.from_bytes(open(path, "rb").read(8), "little")
+    header = json.loads(open(path, "rb").read(8 + n)[8:])
+    sharding = json.loads(header["__metadata__"]["DCP_SHARDING_INFO"])
+    fqn = next(k for k, v in sharding.items() if any(v["saved_offsets"]))
+    sharding[fqn]["saved_offsets"] = [o + 1 for o in sharding[fqn]["saved_offsets"]]
+    save_file(load_file(path), path, metadata={**header["__metadata__"], "DCP_SHARDING_INFO": json.dumps(sharding)})
+    with pytest.raises(CorruptCheckpointError, match="chunks hold"):
+        open_checkpoint(tmp_path / "ckpt")
+    _one_line(tmp_path / "ckpt", capsys)

@@ -555,6 +555,12 @@ def dcp_oracle(path: str) -> dict[str, Oracle]:
     return {k: Oracle(tuple(t.shape), values=t.double().numpy()) for k, t in sd.items()}
 
 
+def dcp_rank_local_oracle(path: str) -> dict[str, Oracle]:
+    """A folder of rank-local metadata (fixtures/make_dcp.py: the `sharded` folder's model, saved without rank
+    coordination in the same run): the model tensors dcp.load reads from the `sharded` folder."""
+    return {k: o for k, o in dcp_oracle(fixture("dcp", "sharded", ".metadata")).items() if k.startswith("model.")}
+
+
 def dcp_layout(data: bytes) -> Layout:
     """The `.metadata` pickle (torch/distributed/checkpoint/filesystem.py pickles Metadata): opcode by opcode over
     its first KiB (the Metadata object, the first tensor's records), every 5th opcode after, where the same
@@ -584,7 +590,8 @@ def dcp_claims(path: str) -> dict[str, bytes]:
 
     def tensor(size: tuple[int, ...]):
         def change(meta) -> None:
-            md = next(m for m in meta.state_dict_metadata.values() if hasattr(m, "chunks") and len(m.chunks) > 1)
+            md = max((m for m in meta.state_dict_metadata.values() if hasattr(m, "chunks") and len(m.size) == 2),
+                     key=lambda m: len(m.chunks))   # a matrix in the most chunks (a rank-local file: one each)
             md.size = size
         return change
 
@@ -625,7 +632,9 @@ SAMPLES: dict[str, list[Sample]] = {
                     Sample("keras3-zip/mlp-deflated.keras", keras_zip_oracle, zip_layout, keras_zip_claims,
                            key=lambda t: str(t.extra["h5_path"]))],
     "dcp": [Sample("dcp/sharded/.metadata", dcp_oracle, dcp_layout, dcp_claims,
-                   companions=("__0_0.distcp", "__1_0.distcp"))],
+                   companions=("__0_0.distcp", "__1_0.distcp")),
+            Sample("dcp/rank_local/__0.metadata", dcp_rank_local_oracle, dcp_layout, dcp_claims,
+                   companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
                        Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }

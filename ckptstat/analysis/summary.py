@@ -68,6 +68,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "metadata": dict(ckpt.metadata),
         "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
         "training": dict(ckpt.training) if ckpt.training else None,   # a training library's step, lr (formats/training.py)
+        "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
         "analytic": summary_fields(ckpt),

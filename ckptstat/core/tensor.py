@@ -204,6 +204,9 @@ class Checkpoint:
     # What a training library's folder or file says of its run (formats/training.py): library, global_step, epoch,
     # learning_rate, the optimizer state's file; None for a plain model checkpoint.
     training: dict[str, Any] | None = None
+    # Values the format stores beside its tensors, by name (a DCP folder's non-tensor items: formats/dcp/objects.py):
+    # {bytes, file, offset, type, value}, `unread` saying why where no value is shown.
+    objects: dict[str, dict[str, Any]] = field(default_factory=dict)
     # An optimizer state's prefix (`optimizer.state.3`) -> the name of the parameter it belongs to, where the
     # optimizer's param_groups name them (torch >= 2.6 optimizers built from named_parameters(): `param_names`).
     optimizer_params: dict[str, str] = field(default_factory=dict)

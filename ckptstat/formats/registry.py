@@ -8,6 +8,7 @@ import functools
 import importlib
 import json
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -133,7 +134,7 @@ FOLDER_CANDIDATES = [
     *folders.DIFFUSERS_WEIGHTS,   # a diffusers model, e.g. one component of a pipeline
     "flax_model.msgpack.index.json",   # Flax (transformers' FLAX_WEIGHTS_*): only when no other weights file is there
     "flax_model.msgpack",
-    ".metadata",           # a torch.distributed.checkpoint folder (formats/dcp.py)
+    ".metadata",           # a torch.distributed.checkpoint folder (formats/dcp/)
 ]
 
 
@@ -300,6 +301,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             for marker, module in _FOLDER_HOOK_MODULES.items():   # (a plain model folder imports none of them)
                 if os.path.lexists(os.path.join(path, marker)):
                     importlib.import_module(f"{__package__}.{module}")
+            if any(DCP_SHARD.match(n) for n in os.listdir(path)):
+                importlib.import_module(f"{__package__}.dcp.hf")
             for read_folder in _FOLDER_HOOKS:
                 with reading(path):
                     whole = read_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow))
@@ -310,9 +313,14 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
-        if target.endswith(".distcp") and os.path.isfile(os.path.join(os.path.dirname(target), ".metadata")):
+        if target.endswith(".distcp") and any(os.path.isfile(os.path.join(os.path.dirname(target), m))
+                                              for m in (".metadata", "__0.metadata")):   # (a global or rank-local one)
             raise UsageError(f"{target}: one rank's file of a torch.distributed.checkpoint folder, which holds parts of "
-                             f"tensors; open the folder {os.path.dirname(target) or '.'} (formats/dcp.py)")
+                             f"tensors; open the folder {os.path.dirname(target) or '.'} (formats/dcp/)")
+        if DCP_SHARD.match(os.path.basename(target)):
+            raise UsageError(f"{target}: one rank's shard of a torch.distributed.checkpoint HuggingFaceStorageWriter "
+                             f"folder, which holds parts of tensors; open the folder {os.path.dirname(target) or '.'} "
+                             "(formats/dcp/hf.py)")
         regular(target)
         hook = _HOOK_MODULES.get(os.path.basename(target))
         if hook:
@@ -352,7 +360,10 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
 _FOLDER_HOOKS: list[Callable[[str, Callable[[str], Checkpoint]], Checkpoint | None]] = []
 _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training",   # Trainer; DeepSpeed's run folder
                         "mp_rank_00_model_states.pt": "training",                 # DeepSpeed global_stepN/ (ZeRO 0-2)
-                        "zero_pp_rank_0_mp_rank_00_model_states.pt": "training"}  # ... ZeRO 3
+                        "zero_pp_rank_0_mp_rank_00_model_states.pt": "training",  # ... ZeRO 3
+                        "__0.metadata": "dcp"}      # a DCP folder saved without rank coordination (rank-local metadata)
+# ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
+DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
 # ... and the reader module that registers each hook, imported when such a name is opened.

@@ -99,11 +99,14 @@ def _compact(text: str) -> tuple[dict[str, object] | None, list[tuple[str, str, 
     return metadata, entries
 
 
-def read_header(path: str) -> tuple[int, dict[str, object] | None, list[Entry] | dict[str, object]]:
+def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, list[Entry] | dict[str, object]]:
     """(header length, metadata, the tensors' entries): a list of Entry from a compact header, else the parsed
-    JSON object (metadata still in it, None returned for it)."""
-    size = file_size(path)
+    JSON object (metadata still in it, None returned for it). The safetensors bytes start at `start` and end at the
+    file's end (a whole file, or the tail of a DCP `.distcp` file written with SerializationFormat.SAFETENSORS:
+    formats/dcp/)."""
+    size = file_size(path) - start
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
+        f.seek(start)
         head = f.read(8)
         if len(head) < 8:
             raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a safetensors header")
@@ -159,10 +162,10 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
         yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
-def open_safetensors(path: str) -> Checkpoint:
-    n, metadata, header = read_header(path)
+def open_safetensors(path: str, start: int = 0) -> Checkpoint:
+    n, metadata, header = read_header(path, start)
     size = file_size(path)
-    base = 8 + n
+    base = start + 8 + n
 
     def bad(msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(path, msg)

@@ -7,6 +7,10 @@ rate said (docs/training.md).
   `global_step`, `epoch`, `log_history` whose entries carry the logged `learning_rate`). Read: the model, and the
   optimizer's tensors under `optimizer.`; the step and epoch from trainer_state.json, the learning rate from the
   last log_history entry holding one, else the optimizer's first param group.
+  With FSDP and a sharded state dict (accelerate/utils/fsdp_utils.py `save_fsdp_model`, `save_fsdp_optimizer`,
+  which the Trainer calls) the model and optimizer are DCP folders instead: `pytorch_model_fsdp_<i>/` (`{"model":
+  state_dict}`: names `model.<parameter>`) and `optimizer_<i>/` (`{"optimizer": optimizer state}`: names
+  `optimizer.state.<parameter>.exp_avg`, `optimizer.param_groups.0.lr`), read by formats/dcp/.
 - DeepSpeed `global_stepN/` (deepspeed/runtime/engine.py `save_checkpoint`, its `latest` file naming the tag):
   `mp_rank_XX_model_states.pt` (a dict: `module` the model's state_dict, `optimizer` without ZeRO, `global_steps`,
   `ds_version`...) and with ZeRO `*_optim_states.pt` (`optimizer_state_dict`: `base_optimizer_state`, the torch
@@ -20,6 +24,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
 
 from ..core import Checkpoint
 from ..core.files import open_regular
@@ -28,12 +33,17 @@ from ..errors import CorruptCheckpointError, FileNotFound, reading
 from .registry import _FOLDER_HOOKS, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
 
+DCP_METADATA = ".metadata"               # formats/dcp/ METADATA (not imported: a Trainer folder without FSDP needs no DCP)
+
 TRAINER_STATE = "trainer_state.json"     # transformers trainer_callback.py / trainer.py TRAINER_STATE_NAME
 TRAINER_OPTIMIZER = "optimizer.pt"       # transformers trainer.py OPTIMIZER_NAME
 DEEPSPEED_LATEST = "latest"              # deepspeed engine.py: the tag of the last save
 _DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_(\d+)_model_states\.pt$")
 _DS_OPTIM = re.compile(r"^.*_optim_states\.pt$")
 _DS_TAG = re.compile(r"^[\w.+-]{1,200}$")
+# accelerate utils/constants.py FSDP_MODEL_NAME, OPTIMIZER_NAME; fsdp_utils.py adds `_<index>` for DCP folders
+_FSDP_MODEL = re.compile(r"^pytorch_model_fsdp_(\d+)$")
+_FSDP_OPTIM = re.compile(r"^optimizer_(\d+)$")
 
 
 # ------------------------------------------------------------------------------------------ folders
@@ -55,6 +65,7 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
         base.tensors[new] = replace(t, name=new)
     base.optimizer_params.update({f"{prefix}{k}": v for k, v in part.optimizer_params.items()})
     base.optimizer_fragments.update({f"{prefix}{k}": v for k, v in part.optimizer_fragments.items()})
+    base.objects.update({f"{prefix}{k}": v for k, v in part.objects.items()})
     base.readers.update(part.readers)
     base.files += tuple(f for f in part.files if f not in base.files)
     base.notes += part.notes
@@ -92,22 +103,56 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
         state = read_json(state_path, limits().config_bytes, "trainer state")
     if not isinstance(state, dict):
         raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
-    ckpt = open_file(resolve_folder(folder))
-    opt_path = os.path.join(folder, TRAINER_OPTIMIZER)
-    lr = None
-    if os.path.isfile(opt_path):
-        opt = open_file(opt_path)
-        _merged(ckpt, opt, "optimizer.")
-        lr = (opt.training or {}).get("learning_rate")
+    fsdp = _fsdp_folders(folder)
+    if fsdp is not None:
+        ckpt, opt_path, lr = _fsdp(fsdp, open_file)
+        lr_from = f"{os.path.basename(opt_path)} param_groups" if opt_path else ""
+    else:
+        ckpt = open_file(resolve_folder(folder))
+        opt_path, lr, lr_from = os.path.join(folder, TRAINER_OPTIMIZER), None, "optimizer.pt param_groups"
+        if os.path.isfile(opt_path):
+            opt = open_file(opt_path)
+            _merged(ckpt, opt, "optimizer.")
+            lr = (opt.training or {}).get("learning_rate")
     logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
               and number(e.get("learning_rate")) is not None]
     ckpt.training = {"library": "Hugging Face Trainer", "global_step": number(state.get("global_step")),
                      "epoch": number(state.get("epoch")), "learning_rate": logged[-1] if logged else lr,
                      "learning_rate_from": "trainer_state.json log_history" if logged else
-                     "optimizer.pt param_groups" if lr is not None else None,
-                     "optimizer": opt_path if os.path.isfile(opt_path) else None}
+                     lr_from if lr is not None else None,
+                     "optimizer": opt_path if opt_path and os.path.exists(opt_path) else None}
     ckpt.path = folder
     return ckpt
+
+
+def _fsdp_folders(folder: str) -> tuple[list[str], list[str]] | None:
+    """The DCP folders of an FSDP Trainer checkpoint, models and optimizers, by index; None when there is none."""
+    def dcp_folders(pattern: re.Pattern[str]) -> list[str]:
+        found = [(int(m.group(1)), n) for n in names if (m := pattern.match(n))
+                 and os.path.isfile(os.path.join(folder, n, DCP_METADATA))]
+        return [os.path.join(folder, n) for _, n in sorted(found)]
+    try:
+        names = os.listdir(folder)
+    except OSError:
+        return None
+    models = dcp_folders(_FSDP_MODEL)
+    return (models, dcp_folders(_FSDP_OPTIM)) if models else None
+
+
+def _fsdp(folders: tuple[list[str], list[str]], open_file: Callable[[str], Checkpoint]) -> tuple[Checkpoint, str, Any]:
+    """The model DCP folders (the first as is, any other under its folder's name) with the optimizer ones merged
+    (their names already start with `optimizer.`; any after the first under its folder's name), the first
+    optimizer's path and its param_groups' learning rate."""
+    models, optims = folders
+    ckpt = open_file(os.path.join(models[0], DCP_METADATA))
+    ckpt.training = None   # the folder's training record is the Trainer's (a model folder has no step of its own)
+    lr = None
+    for sub in [*models[1:], *optims]:
+        part = open_file(os.path.join(sub, DCP_METADATA))
+        _merged(ckpt, part, "" if sub == (optims or [""])[0] else f"{os.path.basename(sub)}.")
+        if lr is None and sub in optims:
+            lr = (part.training or {}).get("learning_rate")
+    return ckpt, optims[0] if optims else "", lr
 
 
 def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable[[str], Checkpoint]) -> Checkpoint:

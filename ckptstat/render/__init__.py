@@ -1,6 +1,8 @@
 """Rich tables from reports. Every string that came from a file goes through `safe` first."""
 from __future__ import annotations
 
+import json
+
 from rich.console import Console, Group
 from rich.text import Text
 
@@ -19,6 +21,20 @@ def training_line(t: dict) -> str:
     return ", ".join(parts).replace("global_step", "step")
 
 
+OBJECT_LINES = 8   # non-tensor items listed by the summary; --json has them all
+
+
+def _render_objects(objects: dict, console: Console) -> None:
+    """A DCP folder's non-tensor items: `step = 7  (1,261 bytes)`, or why its value is not shown."""
+    shallow_first = sorted(objects.items(), key=lambda kv: kv[0].count("."))   # `step`, `lr` before param_groups'
+    for i, (name, o) in enumerate(shallow_first[:OBJECT_LINES]):
+        what = f"= {json.dumps(o['value'])[:80]}" if "value" in o else f"not read: {o.get('unread')}"
+        console.print(Text("objects      " if i == 0 else " " * 13).append_text(
+            safe(f"{name} {what}  ({o['bytes']:,} bytes)")))
+    if len(objects) > OBJECT_LINES:
+        console.print(Text(" " * 13 + f"... {len(objects) - OBJECT_LINES} more non-tensor item(s) (--json lists them)"))
+
+
 def render_summary(r: dict, console: Console, show_layers: bool = False) -> None:
     a = r["architecture"]
     arch = a["family"] + (f" ({a['model_type']})" if a["model_type"] and a["model_type"] != a["family"] else "")
@@ -32,6 +48,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text(f"{label:<13}").append_text(safe(line)))
     if r.get("training"):   # a Trainer / Lightning / DeepSpeed checkpoint (formats/training.py)
         console.print(Text("training     ").append_text(safe(training_line(r["training"]))))
+    _render_objects(r.get("objects") or {}, console)
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")

@@ -14,9 +14,11 @@
 
 - torch.distributed.checkpoint `.metadata` files: DCP's FileSystemReader reads them with plain pickle.load
   (filesystem.py `read_metadata`); a genuine one imports DCP's own metadata dataclasses, its memory-format
-  enum and pathlib paths (formats/dcp.py `DCP_GLOBALS`), which run no code of the file's choosing: those are
+  enum and pathlib paths (formats/dcp/__init__.py `DCP_GLOBALS`), which run no code of the file's choosing: those are
   allowed there, every other global outside torch's allowlist is a finding, in every pickle torch.load would
-  reach too (so a `.metadata` hiding a second, hostile pickle is still UNSAFE).
+  reach too (so a `.metadata` hiding a second, hostile pickle is still UNSAFE). The folder's non-tensor items
+  (formats/dcp/objects.py), which DCP's load hands to torch.load(weights_only=False), are traced in the same report,
+  their globals judged by torch's allowlist alone.
 - DeepSpeed ZeRO `*_optim_states.pt` files: DeepSpeed loads them with torch.load(weights_only=False); a genuine one
   names DeepSpeed's loss scaler, fragment_address and ZeroStageEnum (formats/torch/training.py
   `DeepSpeedUnpickler`), allowed there on the same terms.
@@ -29,10 +31,12 @@ import json
 import os
 import re
 import zipfile
+from collections.abc import Callable
 from typing import IO, Any
 
 from ...core.files import open_regular
-from ...errors import CorruptCheckpointError, reading
+from ...core.io import Window
+from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
 from ...formats.torch.containers import data_offset, zip_open
@@ -40,7 +44,7 @@ from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
 from ...formats.torch.training import DeepSpeedUnpickler
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, report, trace
+from .torch_load import SCAN_SCHEMA, Trace, follow, report, trace
 
 # What np.save's pickle of an object array imports (ndarray.__reduce__, numpy 1.x and 2.x module names).
 NUMPY_OWN = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
@@ -209,8 +213,8 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
 
 def dcp_metadata(path: str) -> dict[str, Any] | None:
     """The scan report of a torch.distributed.checkpoint `.metadata` file (see the module doc), or None when
-    `path` is not one (by name and its first pickle's first global, formats/dcp.py `is_metadata_head`)."""
-    if os.path.basename(path) != dcp.METADATA:
+    `path` is not one (by name and its first pickle's first global, formats/dcp/ `is_metadata_head`)."""
+    if os.path.basename(path) != dcp.METADATA and not dcp.RANK_METADATA.match(os.path.basename(path)):
         return None
     with reading(path), open_regular(path) as f:
         head = f.read(256)
@@ -219,7 +223,36 @@ def dcp_metadata(path: str) -> dict[str, Any] | None:
     return _judged_by_its_loader(
         path, dcp.DCP_GLOBALS, "torch.distributed.checkpoint metadata",
         "read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle)",
-        "a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes")
+        "a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes", _dcp_items)
+
+
+def _dcp_items(t: Trace) -> None:
+    """The folder's non-tensor items, each a torch.save zip that DCP's load reads with torch.load(weights_only=False)
+    (formats/dcp/objects.py): traced as torch.load would read them, their globals judged by torch's allowlist. When
+    the metadata cannot be read (or is unsafe: its own findings say so) there are no items to follow."""
+    try:
+        items = dcp.object_items(t.path)
+    except CkptstatError:
+        return
+    from ...formats.dcp.objects import MAX_OBJECTS
+
+    if len(items) > MAX_OBJECTS:
+        t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")
+    for name, item in list(items.items())[:MAX_OBJECTS]:
+        where = f"{os.path.basename(item.file)} item {name[:80]!r} at {item.offset:,}"
+        if item.extensions:
+            t.unknown.append(f"{where}: stored through DCP stream extension {', '.join(item.extensions)}, which scan "
+                             "does not decode (DCP's load unpickles what it decodes with weights_only=False)")
+            continue
+        sub = Trace(where)
+        with reading(item.file), open_regular(item.file) as f:
+            follow(sub, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+        for w, reached in sub.walks:
+            w.record = f"{where}: {w.record}"
+            w.start = None if w.start is None else w.start + item.offset
+            t.reach(w, reached)
+        if sub.raises:
+            t.notes.append(f"{where}: {sub.raises}")
 
 
 DEEPSPEED_OPTIM = re.compile(r"^.*_optim_states\.pt$")   # DeepSpeed's ZeRO optimizer-state file names (formats/training.py)
@@ -240,13 +273,17 @@ def deepspeed_optimizer(path: str) -> dict[str, Any] | None:
         "a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, fragment_address")
 
 
-def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: str, safe: str) -> dict[str, Any]:
+def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: str, safe: str,
+                          more: Callable[[Trace], None] | None = None) -> dict[str, Any]:
     """torch.load's trace of `path` with the globals its own loader expects (`allowed`) accepted beside torch's
     allowlist: in every pickle torch.load would reach, so a second, hostile pickle stays UNSAFE. The globals table
-    still says what torch's weights_only would do with each."""
+    still says what torch's weights_only would do with each. `more` adds the pickles the loader reads elsewhere
+    (a DCP folder's items), judged by torch's allowlist alone."""
     t = trace(path)
     for w, _ in t.walks:
         w.findings = [fd for fd in w.findings if fd.name not in allowed]
+    if more is not None:
+        more(t)
     r = report(t)
     r["format"] = fmt
     r["torch_load"] = f"{loader}; torch.load: {t.raises or t.reads}"

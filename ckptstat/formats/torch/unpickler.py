@@ -237,7 +237,7 @@ class Record:
 class RecordingUnpickler(SafeUnpickler):
     """torch's weights_only allowlist plus one library's own classes, named by a reader that knows the library's
     files: each of CLASSES is recorded (NEWOBJ makes a Record, BUILD gives it its state), each of CALLS maps to a
-    plain function of the reader's; nothing is imported or called. DCP's metadata (formats/dcp.py), DeepSpeed's
+    plain function of the reader's; nothing is imported or called. DCP's metadata (formats/dcp/), DeepSpeed's
     ZeRO optimizer states (formats/training.py)."""
 
     CLASSES: frozenset[str] = frozenset()

@@ -20,22 +20,26 @@ several chunks gets a reader (`_Chunks`) that assembles any element range from t
 from __future__ import annotations
 
 import io
+import json
 import math
 import os
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import IO, Any
 
-from ..core import Checkpoint, TensorInfo, dtypes
-from ..core.files import file_size, open_regular
-from ..core.io import Window
-from ..core.tensor import read_flat_file
-from ..errors import CorruptCheckpointError
-from .registry import _FILE_HOOKS, Format, Probe, register
-from .torch.allowlist import DTypeRef, Refused
-from .torch.containers import StorageRecord, zip_contents
-from .torch.reader import build_tensors
-from .torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.files import file_size, open_regular
+from ...core.io import Window, pread
+from ...core.tensor import read_flat_file
+from ...errors import CheckpointError, CorruptCheckpointError
+from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, Format, Probe, register
+from ..torch.allowlist import DTypeRef, Refused
+from ..torch.containers import StorageRecord, zip_contents
+from ..torch.reader import build_tensors
+from ..torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from .objects import Item as _Item
+from .objects import extensions_text, read_objects, training_of
 
 METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
 _MODULE = "torch.distributed.checkpoint"
@@ -103,14 +107,6 @@ def _record(path: str, value: object, kind: str, what: str) -> Record:
     return value
 
 
-@dataclass(frozen=True)
-class _Item:
-    """Where one chunk's torch.save zip lies (a `_StorageInfo`)."""
-    file: str
-    offset: int
-    length: int
-
-
 def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dict[tuple[str, tuple[int, ...]], _Item]:
     """storage_data: (fqn, chunk offsets) -> its item, every offset and length checked against its file."""
     data = meta.field("storage_data", 0)
@@ -126,9 +122,9 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
             raise CorruptCheckpointError(path, "a storage_data entry without a name or file")
         if os.path.basename(rel) != rel or rel in ("", ".", "..") or "\\" in rel:
             raise CorruptCheckpointError(path, f"{fqn!r} is stored in {rel[:80]!r}, not a file of the checkpoint's folder")
-        if info.field("transform_descriptors", 3):
-            raise CorruptCheckpointError(path, f"{fqn!r} is stored through stream extensions "
-                                               f"{str(info.field('transform_descriptors', 3))[:80]} (e.g. zstd): not read")
+        ext = info.field("transform_descriptors", 3) or ()
+        if not (isinstance(ext, (list, tuple)) and all(isinstance(e, str) for e in ext)):
+            raise CorruptCheckpointError(path, f"{fqn!r}: transform_descriptors is {str(ext)[:60]}, not a list of names")
         if rel not in sizes:
             file = os.path.join(folder, rel)
             if not os.path.isfile(file):
@@ -140,12 +136,49 @@ def _storage(path: str, folder: str, meta: Record, sizes: dict[str, int]) -> dic
                                                f"end of the {sizes[rel]:,}-byte file")
         chunk = index.field("offset", 1)
         out[(fqn, () if chunk is None else _ints(path, chunk, f"{fqn!r} storage offset"))] = \
-            _Item(os.path.join(folder, rel), offset, length)
+            _Item(os.path.join(folder, rel), offset, length, tuple(e[:80] for e in ext))
     return out
 
 
-def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...]) -> TensorInfo:
-    """The tensor one item's torch.save zip holds, its offset made absolute, checked against the metadata."""
+SHARDING_KEY = "DCP_SHARDING_INFO"   # _hf_utils.py CUSTOM_METADATA_KEY: fqn -> {"saved_offsets": chunk offsets}
+
+
+def _safetensors_chunk(item: _Item, blobs: dict[tuple[str, int], Checkpoint], fqn: str,
+                       offsets: tuple[int, ...]) -> TensorInfo:
+    """A chunk stored with SerializationFormat.SAFETENSORS (filesystem.py `_write_files_from_queue`): each rank file
+    ends with one safetensors blob of all its chunks, keyed by fqn, `__metadata__[DCP_SHARDING_INFO]` giving each
+    chunk's offsets; every chunk's `_StorageInfo` points at the blob's first byte (its length is the chunk's bytes).
+    The blob is read by the safetensors reader, its checks included (it must end at the file's end)."""
+    from ..safetensors import open_safetensors
+
+    key = (item.file, item.offset)
+    if key not in blobs:
+        blobs[key] = open_safetensors(item.file, start=item.offset)
+    blob = blobs[key]
+    t = blob.tensors.get(fqn)
+    if t is None:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: not in the safetensors blob at offset {item.offset:,}")
+    try:
+        saved = json.loads(blob.metadata.get(SHARDING_KEY, "{}")).get(fqn, {}).get("saved_offsets")
+    except (ValueError, AttributeError):
+        saved = None
+    if saved is not None and tuple(saved) != offsets:
+        raise CorruptCheckpointError(item.file, f"{fqn!r}: the blob's {SHARDING_KEY} says offsets {saved!r}, the "
+                                                f"metadata {list(offsets)}")
+    return t
+
+
+def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[int, ...],
+                  offsets: tuple[int, ...], blobs: dict[tuple[str, int], Checkpoint]) -> TensorInfo:
+    """The tensor one item holds (a torch.save zip, or its entry in the file's safetensors blob), its offset made
+    absolute, checked against the metadata."""
+    head = pread(f, 9, item.offset)
+    if head[:4] != b"PK\x03\x04" and head[8:9] == b"{":
+        t = _safetensors_chunk(item, blobs, fqn, offsets)
+        if t.dtype != dtype or t.shape != sizes:
+            raise CorruptCheckpointError(item.file, f"{fqn!r}: the safetensors blob holds {t.dtype}{list(t.shape)}, "
+                                                    f"the metadata says {dtype}{list(sizes)}")
+        return t
     contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
     if contents.compressed:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
@@ -177,10 +210,14 @@ class _Chunks:
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[_Chunk]] = {}
+        self.refused: dict[str, str] = {}   # tensor -> the stream extensions its chunks went through
 
     def __call__(self, info: TensorInfo, start: int, count: int) -> Any:
         import numpy as np
 
+        if info.name in self.refused:
+            raise CheckpointError(info.file, f"tensor {info.name!r} is stored through DCP stream extension "
+                                             f"{self.refused[info.name]}, which ckptstat does not decode")
         chunks = self.layouts.get(info.name)
         if chunks is None:
             return read_flat_file(info, start, count)
@@ -233,23 +270,25 @@ def _tensor_entries(path: str, meta: Record) -> Iterator[tuple[str, str, tuple[i
         yield name, dt.dtype, _ints(path, md.field("size", 1), f"{name!r} size"), chunks
 
 
-def open_dcp(path: str) -> Checkpoint:
-    """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES)."""
-    folder = os.path.dirname(path)
+Box = tuple[tuple[int, ...], tuple[int, ...], _Item]   # a chunk's offsets, sizes and item
+
+
+def _rank_entries(path: str, folder: str, sizes: dict[str, int]) -> tuple[Record, dict[str, tuple[str, tuple[int, ...],
+                                                                                               list[Box]]], dict[str, _Item]]:
+    """One metadata file's tensors (dtype, size, chunks with their items, each checked) and non-tensor items."""
     meta = _read_metadata(path)
-    sizes: dict[str, int] = {}
     storage = _storage(path, folder, meta, sizes)
-    tensors: dict[str, TensorInfo] = {}
-    reader = _Chunks()
-    others: list[str] = []
-    jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
-    entries = list(_tensor_entries(path, meta))
-    for name, dtype, size, chunks in entries:
+    tensors: dict[str, tuple[str, tuple[int, ...], list[Box]]] = {}
+    objects: dict[str, _Item] = {}
+    for name, dtype, size, chunks in _tensor_entries(path, meta):
         if not dtype:
-            others.append(name)
+            item = storage.get((name, ()))
+            if item is None:
+                raise CorruptCheckpointError(path, f"non-tensor item {name!r} has no storage_data entry")
+            objects[name] = item
             continue
         TensorInfo(name=name, dtype=dtype, shape=size, file=path, offset=None, nbytes=0)   # checks the shape
-        held = 0
+        boxes = []
         for i, c in enumerate(chunks):
             c = _record(path, c, "ChunkStorageMetadata", f"{name!r} chunk {i}")
             offs = _ints(path, c.field("offsets", 0), f"{name!r} chunk {i} offsets")
@@ -260,38 +299,122 @@ def open_dcp(path: str) -> Checkpoint:
             item = storage.get((name, offs))
             if item is None:
                 raise CorruptCheckpointError(path, f"{name!r} chunk {i} at {list(offs)} has no storage_data entry")
-            held += math.prod(lens)
-            jobs.setdefault(item.file, []).append((name, dtype, size, offs, lens, item))
+            boxes.append((offs, lens, item))
+        tensors[name] = (dtype, size, boxes)
+    return meta, tensors, objects
+
+
+def open_dcp(path: str) -> Checkpoint:
+    """A DCP folder from its `.metadata` (the folder resolves to it: registry.FOLDER_CANDIDATES), or from its
+    rank-local `__<rank>.metadata` files (all of them, whichever is named)."""
+    folder = os.path.dirname(path)
+    paths = rank_local(folder) if RANK_METADATA.match(os.path.basename(path)) else [path]
+    sizes: dict[str, int] = {}
+    specs: dict[str, tuple[str, tuple[int, ...], list[Box]]] = {}
+    objects: dict[str, _Item] = {}
+    repeated = 0
+    for p in paths:
+        meta, tensors_here, objects_here = _rank_entries(p, folder, sizes)
+        for name, (dtype, size, boxes) in tensors_here.items():
+            if name not in specs:
+                specs[name] = (dtype, size, list(boxes))
+                continue
+            if specs[name][:2] != (dtype, size):
+                raise CorruptCheckpointError(p, f"{name!r} is {dtype}{list(size)} here, {specs[name][0]}"
+                                                f"{list(specs[name][1])} in {os.path.basename(paths[0])}")
+            stored = {(o, n) for o, n, _ in specs[name][2]}
+            specs[name][2].extend(b for b in boxes if (b[0], b[1]) not in stored)
+            repeated += sum(1 for b in boxes if (b[0], b[1]) in stored)
+        for name, item in objects_here.items():
+            objects.setdefault(name, item)
+    tensors: dict[str, TensorInfo] = {}
+    reader = _Chunks()
+    jobs: dict[str, list[tuple[str, str, tuple[int, ...], tuple[int, ...], tuple[int, ...], _Item]]] = {}
+    entries = [(name, dtype, size) for name, (dtype, size, _) in specs.items()]
+    for name, (dtype, size, boxes) in specs.items():
+        held = sum(math.prod(lens) for _, lens, _ in boxes)
         if held != math.prod(size):
             raise CorruptCheckpointError(path, f"{name!r}: its chunks hold {held:,} elements, the tensor {math.prod(size):,}")
+        for offs, lens, item in boxes:
+            jobs.setdefault(item.file, []).append((name, dtype, size, offs, lens, item))
     layouts: dict[str, list[_Chunk]] = {}
+    blobs: dict[tuple[str, int], Checkpoint] = {}   # the safetensors blobs read, by (file, offset)
+    transformed: dict[str, list[_Item]] = {}   # tensor -> its chunks' items, written through stream extensions
     for file, items in jobs.items():
         with open_regular(file) as f:
             for name, dtype, _, offs, lens, item in items:
-                layouts.setdefault(name, []).append(_Chunk(offs, lens, _chunk_tensor(item, f, name, dtype, lens)))
-    for name, dtype, size, _ in entries:
-        if not dtype:
-            continue
+                if item.extensions:   # a compressed (or otherwise transformed) stream: no zip to look into
+                    transformed.setdefault(name, []).append(item)
+                    continue
+                t = _chunk_tensor(item, f, name, dtype, lens, offs, blobs)
+                layouts.setdefault(name, []).append(_Chunk(offs, lens, t))
+    for name, dtype, size in entries:
         parts = layouts.get(name, [])
-        if len(parts) == 1:
+        if len(parts) == 1 and name not in transformed:
             t = parts[0].tensor
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=t.file, offset=t.offset, nbytes=t.nbytes,
                                        byteorder=t.byteorder, stride=t.stride, storage=f"{t.file}@{t.offset}",
                                        extra={"dcp_chunks": 1})
         else:
             itemsize = dtypes.get(dtype).bits // 8
-            first = parts[0].tensor.file if parts else path
+            first = parts[0].tensor.file if parts else transformed[name][0].file if name in transformed else path
+            extra: dict[str, Any] = {"dcp_chunks": len(parts)}
+            if name in transformed:
+                exts = sorted({e for i in transformed[name] for e in i.extensions})
+                extra.update(dcp_chunks=len(parts) + len(transformed[name]), dcp_extensions=exts)
+                reader.refused[name] = extensions_text(exts)
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
-                                       nbytes=math.prod(size) * itemsize, extra={"dcp_chunks": len(parts)})
+                                       nbytes=math.prod(size) * itemsize, extra=extra)
             reader.layouts[name] = parts
     files = tuple(os.path.join(folder, rel) for rel in sorted(sizes))
-    ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(path, *files),
+    ckpt = Checkpoint(path=path, format="dcp", tensors=tensors, files=(*paths, *files),
                       metadata={"dcp.version": str(meta.field("version", 0))[:40], "dcp.files": str(len(files))},
                       readers=dict.fromkeys(files, reader))
-    if others:
-        ckpt.notes.append(f"{len(others)} non-tensor item(s) (torch.save'd objects, e.g. optimizer param_groups) "
-                          f"not read: {', '.join(others[:6])}" + (", ..." if len(others) > 6 else ""))
+    if RANK_METADATA.match(os.path.basename(path)):
+        ckpt.metadata["dcp.rank_local_metadata"] = str(len(paths))
+        ckpt.notes.append(f"rank-local metadata ({len(paths)} __<rank>.metadata files, saved without rank coordination)"
+                          + (f": {repeated} chunk(s) stored by several ranks, read from the lowest rank's file"
+                             if repeated else ""))
+    if transformed:
+        exts = sorted({e for x in transformed.values() for i in x for e in i.extensions})
+        ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) {extensions_text(exts)}: "
+                          "listed from the metadata, their values not read (ckptstat does not decode them)")
+    if objects:
+        ckpt.objects = read_objects(objects)
+        ckpt.training = training_of(ckpt.objects)
     return ckpt
+
+
+RANK_METADATA = re.compile(r"^__(\d+)\.metadata$")   # filesystem.py _get_metadata_path(rank): use_collectives=False
+
+
+def rank_local(folder: str) -> list[str]:
+    """The folder's rank-local metadata files, by rank. DCP's save with use_collectives=False has each rank write
+    `__<rank>.metadata` of its own chunks alone (FileSystemWriter.finish), replicated tensors once per rank; DCP's
+    load reads the global `.metadata` first, else the rank's own file."""
+    found = sorted((int(m.group(1)), n) for n in os.listdir(folder or ".") if (m := RANK_METADATA.match(n)))
+    return [os.path.join(folder, n) for _, n in found]
+
+
+def open_rank_local(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
+    """A folder of rank-local metadata files without a global `.metadata` (registry._FOLDER_HOOKS), else None."""
+    if os.path.exists(os.path.join(folder, METADATA)):
+        return None
+    paths = rank_local(folder)
+    if not paths:
+        return None
+    ckpt = open_dcp(paths[0])
+    ckpt.path = folder
+    return ckpt
+
+
+def object_items(path: str) -> dict[str, _Item]:
+    """Where each non-tensor item of the DCP folder whose `.metadata` is `path` lies (for `ckptstat scan`, which
+    judges the pickles DCP's load unpickles with torch.load(weights_only=False))."""
+    meta = _read_metadata(path)
+    storage = _storage(path, os.path.dirname(path), meta, {})
+    return {name: storage[(name, ())] for name, dtype, _, _ in _tensor_entries(path, meta)
+            if not dtype and (name, ()) in storage}
 
 
 def is_metadata_head(head: bytes) -> bool:
@@ -304,4 +427,5 @@ def accept(probe: Probe) -> bool:
 
 
 _FILE_HOOKS[METADATA] = open_dcp
+_FOLDER_HOOKS.append(open_rank_local)
 register(Format("dcp", accept, open_dcp, (METADATA,)))

@@ -1,0 +1,139 @@
+"""A DCP folder's non-tensor items, and the stream extensions an item may be written through (docs/dcp.md).
+
+A state_dict value that is not a tensor (a step count, a learning rate, optimizer `param_groups` fields, any object)
+is a `BytesStorageMetadata` item: DefaultSavePlanner.resolve_data `torch.save`s it into a BytesIO
+(default_planner.py), the writer copies those bytes into a `.distcp` file like a tensor's item, and DCP's load
+hands them to `torch.load(..., weights_only=False)` (DefaultLoadPlanner.load_bytes): a pickle that may import and
+call anything. Here it is unpickled with torch's weights_only allowlist as recording stubs (the torch reader's
+SafeUnpickler: nothing imported or called, opcodes and memory bounded); an item naming any other global is left
+unread, with the global named, and `ckptstat scan` judges it (analysis/scan/loaders.py `dcp_metadata`). A value of
+plain types (None, bool, int, float, str, bytes, and lists, tuples and dicts of them, bounded) is kept as is.
+
+Stream extensions (torch/distributed/checkpoint/_extension.py, "experimental"): FileSystemWriter(_extensions=[...])
+passes each item through StreamTransformExtensions and records their descriptors, `name[@domain]/version`, in the
+item's `_StorageInfo.transform_descriptors`; torch 2.13 registers one, ZStandard (`stream.zstd/1`, zstd frames, read
+back with the `zstandard` or `pyzstd` package). ckptstat decodes none: such an item is listed, its value refused.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from ...core.files import open_regular
+from ...core.io import Window
+from ...errors import CheckpointError, UnsafeCheckpointError, reading
+from ..torch.containers import zip_contents
+from ..torch.training import number
+
+LIBRARY = "torch.distributed.checkpoint"
+# _extension.py: the extensions torch registers (ExtensionRegistry), by registry name
+KNOWN_EXTENSIONS = {"stream.zstd": "zstd compression, torch's ZStandard extension"}
+MAX_OBJECTS = 10_000     # non-tensor items unpickled per checkpoint (an optimizer's param_groups: 12 a group); the
+                         # rest are listed unread: a metadata pickle may name a million items, each a zip to parse
+MAX_VALUE_ITEMS = 64     # items of a list / dict value kept; a bigger one is described, not kept
+MAX_VALUE_DEPTH = 4
+MAX_TEXT = 200           # characters of a string value kept
+
+
+@dataclass(frozen=True)
+class Item:
+    """Where one item's bytes lie (a `_StorageInfo`), and the stream extensions it was written through."""
+    file: str
+    offset: int
+    length: int
+    extensions: tuple[str, ...] = ()
+
+
+def extensions_text(descriptors: list[str] | tuple[str, ...]) -> str:
+    """`stream.zstd/1 (zstd compression, torch's ZStandard extension)`: each descriptor, with what it is if known."""
+    def one(d: str) -> str:
+        known = KNOWN_EXTENSIONS.get(d.partition("/")[0])
+        return f"{d} ({known})" if known else f"{d} (not one torch registers)"
+    return ", ".join(one(d) for d in descriptors)
+
+
+class _NotInert(Exception):
+    pass
+
+
+def _inert(v: Any, depth: int = 0) -> Any:
+    """`v` as a JSON-able value when it is plain data, small enough to show; else _NotInert."""
+    if v is None or isinstance(v, (bool, int, float)):
+        return v
+    if isinstance(v, str):
+        return v if len(v) <= MAX_TEXT else v[:MAX_TEXT] + "..."
+    if isinstance(v, (bytes, bytearray)):
+        return f"<{len(v):,} bytes>"
+    if depth < MAX_VALUE_DEPTH and isinstance(v, (list, tuple)) and len(v) <= MAX_VALUE_ITEMS:
+        return [_inert(x, depth + 1) for x in v]
+    if depth < MAX_VALUE_DEPTH and isinstance(v, dict) and len(v) <= MAX_VALUE_ITEMS \
+            and all(isinstance(k, (str, int)) for k in v):
+        return {str(k): _inert(x, depth + 1) for k, x in v.items()}
+    raise _NotInert(type(v).__name__)
+
+
+def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {"bytes": item.length, "file": os.path.basename(item.file), "offset": item.offset}
+    if item.extensions:
+        out["unread"] = f"stored through DCP stream extension {extensions_text(item.extensions)}, not decoded"
+        return out
+    try:
+        with reading(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}"):
+            contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+    except UnsafeCheckpointError as e:
+        out["unread"] = e.reason.split(";")[0] + " (DCP's load would unpickle it: `ckptstat scan` judges it)"
+        return out
+    except CheckpointError as e:
+        if e.reason.startswith("non-tensor item"):
+            raise
+        raise CheckpointError(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}: {e.reason}") from None
+    try:
+        out["value"] = _inert(contents.obj)
+        out["type"] = type(contents.obj).__name__
+    except _NotInert as e:
+        out["type"] = str(e)
+        out["unread"] = "not plain data (tensors, or a class torch's allowlist stubs): not shown"
+    return out
+
+
+def read_objects(items: dict[str, Item]) -> dict[str, dict[str, Any]]:
+    """name -> {bytes, file, offset, type, value} of each non-tensor item; `unread` (why) where no value is shown."""
+    out: dict[str, dict[str, Any]] = {}
+    by_file: dict[str, list[str]] = {}
+    for name, item in items.items():
+        by_file.setdefault(item.file, []).append(name)
+    read = set(list(items)[:MAX_OBJECTS])
+    for file, names in by_file.items():
+        with open_regular(file) as f:
+            for name in names:
+                if name in read:
+                    out[name] = _object(name, items[name], f)
+                else:
+                    item = items[name]
+                    out[name] = {"bytes": item.length, "file": os.path.basename(item.file), "offset": item.offset,
+                                 "unread": f"past the first {MAX_OBJECTS:,} non-tensor items, which are read"}
+    return {name: out[name] for name in items}
+
+
+# The names whose plain number says the run's step, epoch and learning rate: a state_dict's own `step`, a
+# Stateful's `train_state.step` (torchtitan), an optimizer's `optimizer.param_groups.0.lr`. The shallowest name
+# wins; an optimizer's per-parameter `state.` entries (Adam's `step`) never count.
+_TRAINING_KEYS = {"global_step": ("step", "global_step", "steps"), "epoch": ("epoch",),
+                  "learning_rate": ("lr", "learning_rate")}
+
+
+def training_of(objects: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """The `training` record (formats/training.py's shape) a DCP folder's plain items give, or None."""
+    found: dict[str, tuple[Any, str]] = {}
+    for field, keys in _TRAINING_KEYS.items():
+        names = sorted((n.count("."), n) for n, o in objects.items()
+                       if n.rsplit(".", 1)[-1] in keys and ".state." not in f".{n}." and number(o.get("value")) is not None)
+        if names:
+            found[field] = (objects[names[0][1]]["value"], names[0][1])
+    if not found:
+        return None
+    lr = found.get("learning_rate")
+    return {"library": LIBRARY, "global_step": found.get("global_step", (None,))[0],
+            "epoch": found.get("epoch", (None,))[0], "learning_rate": lr[0] if lr else None,
+            "learning_rate_from": lr[1] if lr else None}
