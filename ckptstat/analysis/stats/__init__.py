@@ -135,10 +135,6 @@ def _group_keys(bucket: str, layer: int | None, gain: bool) -> tuple[GroupKey, .
     return (("total",), ("bucket", bucket), plot) + ((("layer", bucket, layer),) if layer is not None else ())
 
 
-def _groups(item: Item) -> tuple[GroupKey, ...]:
-    return _group_keys(item.bucket, item.layer, is_norm_gain(item.name))
-
-
 def group_acc(key: GroupKey) -> Acc:
     """A new group accumulator: the total's and the buckets' (a handful) with a dense histogram, so that
     each of their many merges is one scatter-add; the layers' sparse (a hostile header can name 100,000)."""
