@@ -27,10 +27,10 @@ from .archspec import ArchSpec, Latent
 from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
+from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
 from .ops import Builder, ew_cost
 
-__all__ = ["TINY", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
+__all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
 
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:

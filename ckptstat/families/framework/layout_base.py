@@ -38,6 +38,9 @@ NoPE = Literal["none", "flags", "global"]
 # The tiny sizes the layout families' Samples build their models at (each adds its own keys: head_dim, pad_token_id)
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
             vocab_size=99, max_position_embeddings=64)
+# ... and those of a routed-MoE sample (with its own experts key): grouped_mm, transformers 5's experts kernel, needs
+# 16-byte strides (an intermediate_size of 37 fails)
+TINY_MOE = dict(TINY, intermediate_size=48, num_experts_per_tok=2)
 
 
 @dataclass(frozen=True)
