@@ -67,6 +67,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
                 w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
         for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
+            if not s.qk_norm:
+                break
             if lay.qk_norm == "head":      # Qwen3: over each head's d
                 w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
@@ -199,6 +201,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     **sliding, **c.common)
@@ -245,7 +248,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
     else:
         q, kv = shape("attn_q")[0], shape("attn_k")[0]
     notes: list[str] = []
-    if lay.qk_norm == "head":
+    qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
+    if lay.qk_norm == "head" and qk_norm:
         d = shape("attn_q_norm")[0]
     else:
         d = 128 if q % 128 == 0 and kv % 128 == 0 else 64 if q % 64 == 0 and kv % 64 == 0 else kv
@@ -262,7 +266,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
                     mlp_bias=biased("ffn_down"),
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    activation="silu", rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
+                    qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
+                    rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     assumptions=tuple(notes), **common)
 
 

@@ -98,6 +98,7 @@ class DecoderLayout:
     norm: Norm = "rmsnorm"
     placement: Placement = "pre"
     qk_norm: QKNorm = "none"
+    qk_norm_key: str | None = None        # the config key that switches the q/k norms on (GLM-4.5's use_qk_norm)
     latent: bool = False                  # multi-head latent attention (ArchSpec.latent's sizes) in place of q/k/v
     fused_qkv: bool = False
     fused_gate_up: bool = False
