@@ -7,7 +7,6 @@ buffer) and num_shared_experts fused into one summed MLP. The routed experts' FL
 default grouped_mm: the top-k rows of each token; layout_moe.routed)."""
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -35,19 +34,9 @@ def from_config(c: Cfg) -> ArchSpec:
                    dense_layers=tuple(i for i, k in enumerate(kinds) if k == "dense"))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
-
-
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     spec = layout.spec_from_tensors(EXAONE_MOE, T, dict(common, model_type="exaone_moe"))
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
-    fs = infer.find(T, layout.pattern(EXAONE_MOE, "ffn_gate_shexp"))
-    fd = infer.find(T, layout.pattern(EXAONE_MOE, "ffn_gate"))
-    return replace(spec, intermediate=fd.shape[0] if fd is not None else spec.intermediate, top_k=8,
-                   moe_intermediate=spec.intermediate, shared_intermediate=fs.shape[0] if fs is not None else 0,
-                   dense_layers=tuple(i for i in range(spec.layers) if i not in sparse),
-                   assumptions=spec.assumptions + ("no config: experts per token (top-k) assumed 8, as the config class "
-                                                   "defaults it; no sliding window assumed",))
+    return layout.assumed_top_k(spec, 8, "as the config class defaults it; no sliding window assumed")
 
 
 _GGUF_KEYS = {**infer.GGUF_KEYS, "expert_count": "num_experts", "expert_feed_forward_length": "moe_intermediate_size",

@@ -22,8 +22,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     spec = layout.spec_from_tensors(FLEX_OLMO, T, dict(common, model_type="flex_olmo"))
-    return replace(spec, top_k=5, assumptions=spec.assumptions + (
-        "no config: experts per token (top-k) assumed 5, as FlexOlmoConfig defaults it",))
+    return layout.assumed_top_k(spec, 5, "as FlexOlmoConfig defaults it")
 
 
 FAMILY = Family(

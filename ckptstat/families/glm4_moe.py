@@ -8,7 +8,6 @@ grouped_mm: the top-k rows of each token; layout_moe.routed). The num_nextn_pred
 of the transformers model (nor counted)."""
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
@@ -32,18 +31,9 @@ def from_config(c: Cfg) -> ArchSpec:
                    shared_intermediate=fe * c.int("n_shared_experts"), dense_layers=tuple(range(first if E else spec.layers)))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
-
-
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     spec = layout.spec_from_tensors(GLM4_MOE, T, dict(common, model_type="glm4_moe"))
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
-    fs = infer.find(T, layout.pattern(GLM4_MOE, "ffn_gate_shexp"))
-    fd = infer.find(T, layout.pattern(GLM4_MOE, "ffn_gate"))
-    return replace(spec, intermediate=fd.shape[0] if fd is not None else spec.intermediate, top_k=8,
-                   moe_intermediate=spec.intermediate, shared_intermediate=fs.shape[0] if fs is not None else 0,
-                   dense_layers=tuple(i for i in range(spec.layers) if i not in sparse),
-                   assumptions=spec.assumptions + ("no config: experts per token (top-k) assumed 8, as in GLM-4.5",))
+    return layout.assumed_top_k(spec, 8, "as in GLM-4.5")
 
 
 # convert_hf_to_gguf.py Glm4MoeModel: LLaMA's keys under GLM-4.5's config names

@@ -30,9 +30,8 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lay = MINIMAX_M2 if layout.matches(MINIMAX_M2, T) else _IN_MEMORY
-    spec = layout.spec_from_tensors(lay, T, dict(common, model_type="minimax_m2"))
-    return replace(spec, top_k=8, assumptions=spec.assumptions + (
-        "no config: experts per token (top-k) assumed 8, as in MiniMax-M2",))
+    return layout.assumed_top_k(layout.spec_from_tensors(lay, T, dict(common, model_type="minimax_m2")), 8,
+                                "as in MiniMax-M2")
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:

@@ -152,11 +152,11 @@ def module(lay: DecoderLayout, gguf: str) -> Module | None:
     return next((m for m in _every_module(lay) if m.gguf in (gguf, f"blk.{{bid}}.{gguf}")), None)
 
 
-def _parts(lay: DecoderLayout, gguf: str) -> list[str]:
+def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
     m = module(lay, gguf)
     if m is None:
         raise ValueError(f"the layout has no module named {gguf} by llama.cpp")
-    return [r"\d+" if c in ("{bid}", "{xid}") else re.escape(c) for c in m.path.split(".")]
+    return [layer if c == "{bid}" else r"\d+" if c == "{xid}" else re.escape(c) for c in m.path.split(".")]
 
 
 def signature(lay: DecoderLayout, gguf: str) -> str:
@@ -256,11 +256,20 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)")
     if lay.partial_rotary is not None:
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
+    L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
     if lay.mlp == "routed":
         f, experts = infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate"), shape("ffn_gate_inp")[0]
+        if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
+            router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
+            sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
+            fd = infer.find(T, pattern(lay, "ffn_gate")) if lay.dense_layers and module(lay, "ffn_gate") else None
+            fs = infer.find(T, pattern(lay, "ffn_gate_shexp")) if lay.shared != "none" else None
+            moe = dict(moe_intermediate=f, shared_intermediate=fs.shape[0] if fs is not None else 0,
+                       dense_layers=tuple(i for i in range(L) if i not in sparse) if lay.dense_layers else ())
+            f = fd.shape[0] if fd is not None else f
     else:
         f, experts = shape("ffn_up")[0] // (2 if lay.fused_gate_up else 1), 0
-    return ArchSpec(layers=infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), hidden=h, heads=q // d,
+    return ArchSpec(layers=L, hidden=h, heads=q // d,
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
@@ -268,7 +277,12 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
-                    assumptions=tuple(notes), **common)
+                    assumptions=tuple(notes), **moe, **common)
+
+
+def assumed_top_k(spec: ArchSpec, k: int, why: str) -> ArchSpec:
+    """A routed spec read without config.json, its experts per token assumed `k` (`why`: as in which model)."""
+    return replace(spec, top_k=k, assumptions=spec.assumptions + (f"no config: experts per token (top-k) assumed {k}, {why}",))
 
 
 def gguf_reader(lay: DecoderLayout, architecture: str) -> Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None]:

@@ -21,8 +21,9 @@ QKNorm = Literal["none", "head", "width"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
 MLP = Literal["gated", "plain", "routed"]
 # a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
-# sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek)
-Shared = Literal["none", "gated", "summed"]
+# sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek); averaged, (experts +
+# shared) / 2 (Cohere2-MoE's shared_expert_combination_strategy "average")
+Shared = Literal["none", "gated", "summed", "averaged"]
 # a routed MLP's router: linear, its matmul (Mixtral, Qwen-MoE, DeepSeek); topk_softmax, biased, the top-k of its
 # logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter)
 Router = Literal["linear", "topk_softmax"]

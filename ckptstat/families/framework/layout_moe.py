@@ -73,6 +73,8 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)
         B.add(w.label(f"{moe} sigmoid(gate) x shared + routed", layers), "activation", "encoder", L, tok, tok,
               ew=B.b * B.seq * (ew_cost("silu") + 2 * h))
+    elif w.lay.shared == "averaged":   # (routed + shared) / 2
+        B.add(w.label(f"{moe} (shared + routed) / 2", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h * 2)
     else:
         B.add(w.label(f"{moe} shared + routed", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h)
 
