@@ -39,6 +39,7 @@ from . import (
     gpt_oss,
     gptj,
     gptneox,
+    hy_v3,
     hyperclovax,
     jais2,
     llama,
@@ -72,11 +73,11 @@ _ALL: tuple[Family, ...] = (
     albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
     cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, exaone4.FAMILY,
     exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY,
-    gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hyperclovax.FAMILY,
-    jais2.FAMILY, llama.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY,
-    olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
-    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY,
-    vit.FAMILY, whisper.FAMILY,
+    gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
+    hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
+    nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY,
+    qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY,
+    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
 from .framework import layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.decoders import count
@@ -28,12 +27,7 @@ COHERE2_MOE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp="
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(COHERE2_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     L, f = spec.layers, spec.intermediate
-    kinds = c.get("mlp_layer_types", default=None)
-    if kinds is None:   # the config class's rule: the first first_k_dense_replace layers dense
-        kinds = ["dense" if i < c.int("first_k_dense_replace", default=0) else "sparse" for i in range(L)]
-    if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("dense", "sparse") for k in kinds):
-        raise UsageError(f"{c.path}: config mlp_layer_types is not a list of {L} 'dense' / 'sparse'")
-    dense = tuple(i for i, k in enumerate(kinds) if k == "dense")
+    dense = layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace", default=0))   # a kwarg the class pops
     forced = dense if c.get("prefix_dense_sliding_window_pattern") == 1 else ()
     return replace(spec, experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"), moe_intermediate=f,
                    intermediate=c.int("prefix_dense_intermediate_size") if dense else f,

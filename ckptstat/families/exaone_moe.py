@@ -11,7 +11,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
 from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.decoders import count
@@ -24,14 +23,9 @@ EXAONE_MOE = DecoderLayout(qk_norm="head", qkv_bias=False, o_bias=False, mlp_bia
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(EXAONE_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     L, fe = spec.layers, c.int("moe_intermediate_size")
-    kinds = c.get("mlp_layer_types", default=None)
-    if kinds is None:
-        kinds = ["dense" if i < c.int("first_k_dense_replace") else "sparse" for i in range(L)]
-    if not isinstance(kinds, list) or len(kinds) != L or any(k not in ("dense", "sparse") for k in kinds):
-        raise UsageError(f"{c.path}: config mlp_layer_types is not a list of {L} 'dense' / 'sparse'")
     return replace(spec, experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"), moe_intermediate=fe,
                    shared_intermediate=fe * c.int("num_shared_experts"),
-                   dense_layers=tuple(i for i, k in enumerate(kinds) if k == "dense"))
+                   dense_layers=layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace")))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

@@ -207,6 +207,17 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     **sliding, **c.common)
 
 
+def mlp_dense_layers(c: Cfg, layers: int, first: int) -> tuple[int, ...]:
+    """The layers config mlp_layer_types marks "dense" (EXAONE MoE, Cohere2 MoE, HY-V3), else its class's rule: the
+    first `first`."""
+    kinds = c.get("mlp_layer_types", default=None)
+    if kinds is None:
+        return tuple(range(min(first, layers)))
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
+        raise UsageError(f"{c.path}: config mlp_layer_types is not a list of {layers} 'dense' / 'sparse'")
+    return tuple(i for i, k in enumerate(kinds) if k == "dense")
+
+
 def _global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
     """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
     slide = sliding["sliding_layers"]
