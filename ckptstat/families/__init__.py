@@ -25,6 +25,7 @@ from . import (
     dinov2,
     distilbert,
     ernie4_5,
+    ernie4_5_moe,
     exaone4,
     exaone_moe,
     falcon,
@@ -71,9 +72,9 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, exaone4.FAMILY,
-    exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY,
-    gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
+    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
+    exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
+    gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
     hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
     nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY,
     qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY,

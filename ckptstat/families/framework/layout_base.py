@@ -75,6 +75,7 @@ class Paths:
     experts: str = "experts"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
     shared_gate: str = "shared_expert_gate"
+    statics: str = "moe_statics.e_score_correction_bias"   # {mlp}.{statics}: DecoderLayout.router_statics
     attn_in: str = "input_layernorm"
     attn_out: str = "post_attention_layernorm"
     mlp_in: str = "post_attention_layernorm"
@@ -109,6 +110,9 @@ class DecoderLayout:
     # routed: the experts held fused as 3-D parameters without .weight, gate and up interleaved (gpt-oss's
     # GptOssExperts: gate_up_proj [E, h, 2f], down_proj [E, f, h], their biases), their GLU clamped
     fused_experts: bool = False
+    # routed: a [1, E] parameter (Paths.statics) added to the router's scores to pick the experts (Ernie 4.5's
+    # Ernie4_5_MoeStatics; elsewhere e_score_correction_bias is a buffer, no parameter)
+    router_statics: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)

@@ -40,6 +40,10 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     moe, rows = p.mlp, (B.b * B.seq * k,)
     topk = w.lay.router == "topk_softmax"
     w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, topk, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
+    if w.lay.router_statics:   # TensorNameMap knows it only as the converter renames it (e_score_correction.bias)
+        w.record(f"{moe}.{p.statics}", None, (("", (1, E)),), layers)
+        B.add(w.label(f"{moe}.{p.statics} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E), (B.b, B.seq, E),
+              params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
     if topk:
         B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
               (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
