@@ -54,6 +54,7 @@ from . import (
     persimmon,
     phi,
     phi3,
+    phimoe,
     qwen3,
     qwen_moe,
     resnet,
@@ -76,9 +77,9 @@ _ALL: tuple[Family, ...] = (
     exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
     gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
     hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
-    nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, qwen3.FAMILY,
-    qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, stablelm.FAMILY,
-    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
+    phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
+    stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 
