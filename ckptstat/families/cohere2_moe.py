@@ -14,8 +14,7 @@ from dataclasses import replace
 from typing import Any
 
 from .framework import layout
-from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 COHERE2_MOE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp="routed", shared="averaged",
@@ -28,10 +27,10 @@ def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(COHERE2_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     L, f = spec.layers, spec.intermediate
     dense = layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace", default=0))   # a kwarg the class pops
-    forced = dense if c.get("prefix_dense_sliding_window_pattern") == 1 else ()
-    return replace(spec, experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"), moe_intermediate=f,
+    forced = dense if c.get("prefix_dense_sliding_window_pattern", default=FROM_CLASS) == 1 else ()
+    return replace(layout.with_experts(spec, c, "num_experts"), moe_intermediate=f,
                    intermediate=c.int("prefix_dense_intermediate_size") if dense else f,
-                   shared_intermediate=f * c.int("num_shared_experts"), dense_layers=dense,
+                   shared_intermediate=f * c.int("num_shared_experts", default=FROM_CLASS), dense_layers=dense,
                    nope_layers=tuple(i for i in spec.nope_layers if i not in forced))
 
 

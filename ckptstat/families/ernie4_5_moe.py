@@ -11,9 +11,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
+from ..errors import UsageError
 from .framework import infer, layout
-from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 ERNIE4_5_MOE = DecoderLayout(mlp="routed", shared="summed", dense_layers=True, router_statics=True, qkv_bias=False,
@@ -23,12 +23,15 @@ ERNIE4_5_MOE = DecoderLayout(mlp="routed", shared="summed", dense_layers=True, r
 
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(ERNIE4_5_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    L, fe = spec.layers, c.int("moe_intermediate_size")
-    start, end, every = c.int("moe_layer_start_index"), c.int("moe_layer_end_index"), c.int("moe_layer_interval")
+    L, fe = spec.layers, c.int("moe_intermediate_size", default=FROM_CLASS)
+    start, every = c.int("moe_layer_start_index", default=FROM_CLASS), c.int("moe_layer_interval", default=FROM_CLASS)
+    end = c.get("moe_layer_end_index", default=-1)   # -1: the last layer (the class derives it)
+    if isinstance(end, bool) or not isinstance(end, int):
+        raise UsageError(f"{c.path}: config moe_layer_end_index = {end!r} is not a layer index")
     end = L - 1 if end == -1 else end
     sparse = [i for i in range(L) if every > 0 and (i + 1) % every == 0 and start <= i <= end]
-    return replace(spec, experts=count(c, "moe_num_experts"), top_k=c.int("moe_k"), moe_intermediate=fe,
-                   shared_intermediate=fe * c.int("moe_num_shared_experts"),
+    return replace(layout.with_experts(spec, c, "moe_num_experts", "moe_k"), moe_intermediate=fe,
+                   shared_intermediate=fe * c.int("moe_num_shared_experts", default=FROM_CLASS),
                    dense_layers=tuple(i for i in range(L) if i not in sparse))
 
 

@@ -12,8 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from .framework import infer, layout
-from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 EXAONE_MOE = DecoderLayout(qk_norm="head", qkv_bias=False, o_bias=False, mlp_bias=False, nope="global", mlp="routed",
@@ -22,10 +21,10 @@ EXAONE_MOE = DecoderLayout(qk_norm="head", qkv_bias=False, o_bias=False, mlp_bia
 
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(EXAONE_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    L, fe = spec.layers, c.int("moe_intermediate_size")
-    return replace(spec, experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"), moe_intermediate=fe,
-                   shared_intermediate=fe * c.int("num_shared_experts"),
-                   dense_layers=layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace")))
+    L, fe = spec.layers, c.int("moe_intermediate_size", default=FROM_CLASS)
+    return replace(layout.with_experts(spec, c, "num_experts"), moe_intermediate=fe,
+                   shared_intermediate=fe * c.int("num_shared_experts", default=FROM_CLASS),
+                   dense_layers=layout.mlp_dense_layers(c, L, c.int("first_k_dense_replace", default=FROM_CLASS)))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

@@ -4,20 +4,17 @@ over num_experts gated MLPs of intermediate_size, num_experts_per_tok of them pe
 architecture for it."""
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from .framework import layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
 from .framework.layout import DecoderLayout
 
 FLEX_OLMO = DecoderLayout(placement="post", qk_norm="width", mlp="routed", mlp_bias=False)
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    return replace(layout.spec_from_config(FLEX_OLMO, c), experts=count(c, "num_experts"),
-                   top_k=c.int("num_experts_per_tok"))
+    return layout.with_experts(layout.spec_from_config(FLEX_OLMO, c), c, "num_experts")
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

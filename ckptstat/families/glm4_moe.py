@@ -13,8 +13,8 @@ from dataclasses import replace
 from typing import Any
 
 from .framework import infer, layout
-from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import MAX_COUNT, count
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
+from .framework.decoders import MAX_COUNT
 from .framework.layout import DecoderLayout, Paths
 
 GLM4_MOE = DecoderLayout(qk_norm="head", qk_norm_key="use_qk_norm", o_bias=False, partial_rotary=0.5, mlp="routed",
@@ -25,10 +25,10 @@ GLM4_MOE = DecoderLayout(qk_norm="head", qk_norm_key="use_qk_norm", o_bias=False
 
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(GLM4_MOE, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    E, fe = count(c, "n_routed_experts"), c.int("moe_intermediate_size")
-    first = min(c.int("first_k_dense_replace"), spec.layers)
-    return replace(spec, experts=E, top_k=c.int("num_experts_per_tok"), moe_intermediate=fe,
-                   shared_intermediate=fe * c.int("n_shared_experts"), dense_layers=tuple(range(first if E else spec.layers)))
+    spec, fe = layout.with_experts(spec, c, "n_routed_experts"), c.int("moe_intermediate_size", default=FROM_CLASS)
+    first = min(c.int("first_k_dense_replace", default=FROM_CLASS), spec.layers)
+    return replace(spec, moe_intermediate=fe, shared_intermediate=fe * c.int("n_shared_experts", default=FROM_CLASS),
+                   dense_layers=tuple(range(first if spec.experts else spec.layers)))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

@@ -11,8 +11,7 @@ from dataclasses import replace
 from typing import Any
 
 from .framework import layout
-from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 HY_V3 = DecoderLayout(qk_norm="head", mlp="routed", shared="summed", dense_layers=True,
@@ -23,9 +22,9 @@ _IN_MEMORY = replace(HY_V3, paths=replace(HY_V3.paths, router="gate", shared="sh
 
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(HY_V3, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    fe = c.int("moe_intermediate_size")
-    return replace(spec, experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"), moe_intermediate=fe,
-                   shared_intermediate=fe * c.int("num_shared_experts"),
+    fe = c.int("moe_intermediate_size", default=FROM_CLASS)
+    return replace(layout.with_experts(spec, c, "num_experts"), moe_intermediate=fe,
+                   shared_intermediate=fe * c.int("num_shared_experts", default=FROM_CLASS),
                    dense_layers=layout.mlp_dense_layers(c, spec.layers, 1))
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 
 MINIMAX_M2 = DecoderLayout(qk_norm="width", mlp="routed", mlp_bias=False, qkv_bias=False, o_bias=False,
@@ -24,8 +23,7 @@ _IN_MEMORY = replace(MINIMAX_M2, paths=replace(MINIMAX_M2.paths, mlp="mlp"))
 def from_config(c: Cfg) -> ArchSpec:
     spec = layout.spec_from_config(MINIMAX_M2, c)
     rot = c.int("rotary_dim", default=0)    # the released configs' legacy key, over partial_rotary_factor
-    return replace(spec, experts=count(c, "num_local_experts"), top_k=c.int("num_experts_per_tok"),
-                   rope_dim=rot or spec.rope_dim)
+    return replace(layout.with_experts(spec, c, "num_local_experts"), rope_dim=rot or spec.rope_dim)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

@@ -9,19 +9,17 @@ qwen_moe, so OLMoE files are told by config.json or by their llama.cpp architect
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
 from .framework.layout import DecoderLayout
 
 OLMOE = DecoderLayout(qk_norm="width", mlp="routed", mlp_bias=False)
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    return replace(layout.spec_from_config(OLMOE, c), experts=count(c, "num_experts"), top_k=c.int("num_experts_per_tok"))
+    return layout.with_experts(layout.spec_from_config(OLMOE, c), c, "num_experts")
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

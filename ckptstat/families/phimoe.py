@@ -11,7 +11,6 @@ from typing import Any
 
 from .framework import layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
-from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 
 PHIMOE = DecoderLayout(norm="layernorm", mlp="routed", mlp_bias=False, requires=(("lm_head_bias", False),),
@@ -21,8 +20,7 @@ _IN_MEMORY = replace(PHIMOE, paths=replace(PHIMOE.paths, mlp="mlp", router="rout
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    return replace(layout.spec_from_config(PHIMOE, c), experts=count(c, "num_local_experts"),
-                   top_k=c.int("num_experts_per_tok"))
+    return layout.with_experts(layout.spec_from_config(PHIMOE, c), c, "num_local_experts")
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

@@ -24,7 +24,7 @@ from typing import Any
 from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer, layout_moe
 from .archspec import ArchSpec, Latent
-from .base import Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
+from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
@@ -205,6 +205,11 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     **sliding, **c.common)
+
+
+def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
+    """`s` with a routed layout's experts (config `key`) and top_k, the config class's where the file has none."""
+    return replace(s, experts=decoders.count(c, key, default=FROM_CLASS), top_k=c.int(top_k, default=FROM_CLASS))
 
 
 def mlp_dense_layers(c: Cfg, layers: int, first: int) -> tuple[int, ...]:
