@@ -51,9 +51,10 @@ FAMILY = Family(
     name="exaone_moe",
     **{**layout.family_fields({"exaone_moe": EXAONE_MOE}, "ffn_gate_inp"), "signature": r"(?!)",
        "from_config": from_config, "from_tensors": from_tensors,
-       # the router's e_score_correction_bias (a buffer, which the walk does not meet) is llama.cpp's exp_probs_b
+       # the router's e_score_correction_bias (a buffer, which the walk does not meet; saved beside the router, at
+       # mlp.e_score_correction_bias) is llama.cpp's exp_probs_b
        "gguf_tensor_names": layout.gguf_tensor_names(EXAONE_MOE) + (
-           ("model.layers.{bid}.mlp.gate.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),)},
+           ("model.layers.{bid}.mlp.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),)},
     gguf_architectures=("exaone-moe",), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU. Its tensor names are

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .framework import layout
+from .framework import infer, layout
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
@@ -45,8 +45,10 @@ FAMILY = Family(
     **{**layout.family_fields({"hy_v3": HY_V3}, "ffn_gate_inp"),
        "signature": r"(^|[./])layers[./]\d+[./]mlp[./]router[./]gate[./]",   # the router as saved
        "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": ()},
-    # transformers 5's in-memory names: the correction bias beside the router, with shared experts
-    signature_together=(r"(^|[./])layers[./]\d+[./]mlp[./]e_score_correction_bias", r"(^|[./])mlp[./]shared_experts[./]"),
+    # transformers 5's in-memory names: the correction bias beside the router, with shared experts and fused experts
+    # (EXAONE MoE saves the same bias there, its experts one tensor each)
+    signature_together=(r"(^|[./])layers[./]\d+[./]mlp[./]e_score_correction_bias", r"(^|[./])mlp[./]shared_experts[./]",
+                        infer.FUSED_EXPERTS),
     gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU

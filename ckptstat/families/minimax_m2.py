@@ -49,13 +49,17 @@ FAMILY = Family(
     before=("mixtral", "qwen_moe", "qwen3", "llama"),   # tried before them: its block_sparse_moe, q_norm and q_proj names
     **{**layout.family_fields({"minimax_m2": MINIMAX_M2}, "ffn_gate_inp"),
        # the router's correction bias, a persistent buffer beside the block's router (GLM-4.5's and DeepSeek's sit in mlp.gate)
-       "signature": r"(^|[./])layers[./]\d+[./](block_sparse_moe|mlp)[./]e_score_correction_bias",
+       "signature": r"(^|[./])layers[./]\d+[./]block_sparse_moe[./]e_score_correction_bias",
        "from_config": from_config, "from_tensors": from_tensors,
        # that buffer (which the walk does not meet) is llama.cpp's exp_probs_b
        "gguf_tensor_names": layout.gguf_tensor_names(MINIMAX_M2) + (
            ("model.layers.{bid}.block_sparse_moe.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),)},
-    # without that buffer (a file of the parameters alone): Mixtral's block beside q/k norms
-    signature_together=(r"(^|[./])block_sparse_moe[./]", layout.signature(MINIMAX_M2, "attn_q_norm")),
+    # without that buffer (a file of the parameters alone): Mixtral's block beside q/k norms; transformers 5's
+    # in-memory names: the buffer under mlp beside q/k norms, its experts fused (EXAONE MoE saves that buffer there
+    # too, beside experts one per tensor and shared experts)
+    signature_together=(r"(^|[./])(block_sparse_moe[./]|mlp[./]e_score_correction_bias)",
+                        layout.signature(MINIMAX_M2, "attn_q_norm")),
+    signature_without=r"(^|[./])mlp[./](experts[./]\d+|shared_experts)[./]",
     gguf_architectures=("minimax-m2",), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU

@@ -6,10 +6,11 @@ meta path answers it. transformers 5 holds the router at mlp.router and the expe
 its state_dict keeps those names). The routed experts' FLOPs are Mixtral's (transformers 5's default grouped_mm)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .framework import layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
@@ -29,6 +30,14 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                                 "as in Phi-3.5-MoE")
 
 
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """convert_hf_to_gguf.py PhiMoeModel: LLaMA's keys, expert_count; attention_bias from the first layer's q."""
+    cfg = infer.gguf_config(arch, metadata, tensors, "PhimoeForCausalLM") if arch == "phimoe" else None
+    if cfg is not None:
+        cfg.update(attention_bias="blk.0.attn_q.bias" in tensors)
+    return cfg
+
+
 _SIZES = dict(layout.TINY_MOE, num_local_experts=4)
 
 FAMILY = Family(
@@ -39,7 +48,7 @@ FAMILY = Family(
        "from_config": from_config, "from_tensors": from_tensors},
     # as saved: Mixtral's block beside biased LayerNorms
     signature_together=(r"(^|[./])block_sparse_moe[./]", layout.pattern(PHIMOE, "attn_norm", "bias")),
-    gguf_architectures=("phimoe",),
+    gguf_architectures=("phimoe",), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("PhimoeConfig", _SIZES, ("PhimoeModel", "PhimoeForCausalLM"), device="cpu"),
