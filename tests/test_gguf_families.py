@@ -197,6 +197,22 @@ KV_B_SPLIT = r"kv_b_proj\.weight$|\.attn_[kv]_b\.weight$"   # DeepSeek's kv_b_pr
 EXPERTS_SPLIT = r"experts\.(gate_up_proj(_bias)?|down_proj)$|\.ffn_(gate|up)_exps\.(weight|bias)$|\.ffn_down_exps\.weight$"
 
 
+def _moe(w: Any, c: Any) -> None:
+    """OlmoeModel, PhiMoeModel, MiniMaxM2Model, Glm4MoeModel, ExaoneMoeModel: the text keys, the
+    expert counts and sizes under each config's names, the dense first layers, the rotated dims per head."""
+    _text(w, c)
+    w.add_expert_count(next(v for k in ("num_experts", "num_local_experts", "n_routed_experts") if (v := getattr(c, k, None))))
+    if getattr(c, "moe_intermediate_size", None):
+        w.add_expert_feed_forward_length(c.moe_intermediate_size)
+    if (n := next((v for k in ("n_shared_experts", "num_shared_experts", "moe_num_shared_experts") if (v := getattr(c, k, None))),
+                  None)) is not None:
+        w.add_expert_shared_count(n)
+    if getattr(c, "first_k_dense_replace", None) is not None:
+        w.add_leading_dense_block_count(c.first_k_dense_replace)
+    d = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+    w.add_rope_dimension_count(int(d * _rotary_fraction(c)))
+
+
 @dataclass(frozen=True)
 class Case:
     family: str
@@ -249,6 +265,13 @@ CASES = {
     "gpt-oss": Case("gpt_oss", 0, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "gpt-oss-tied": Case("gpt_oss", 1, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
+    "olmoe": Case("olmoe", 0, "OlmoeForCausalLM", "olmoe", _moe),
+    "phimoe": Case("phimoe", 1, "PhimoeForCausalLM", "phimoe", _moe),
+    "minimax-m2": Case("minimax_m2", 0, "MiniMaxM2ForCausalLM", "minimax-m2", _moe),
+    "glm4moe": Case("glm4_moe", 0, "Glm4MoeForCausalLM", "glm4moe", _moe),
+    "exaone-moe": Case("exaone_moe", 0, "ExaoneMoeForCausalLM", "exaone-moe", _moe),
+    # (not ernie4_5-moe: its moe_statics, a parameter in transformers, is llama.cpp's exp_probs_b, counted as a buffer
+    # as DeepSeek-V3's is: the GGUF file's count is 1 x experts per MoE layer short; docs/gguf.md)
 }
 
 

@@ -29,7 +29,9 @@ NOT_MAPPED = {
 }
 # transformers model_type -> llama.cpp architecture where the names differ (convert_hf_to_gguf.py's model classes)
 CONVERTS_AS = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "qwen3moe", "deepseek_v2": "deepseek2",
-               "deepseek_v3": "deepseek2"}
+               "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
+               "minimax_m2": "minimax-m2", "exaone_moe": "exaone-moe",
+               "ernie4_5_moe": "ernie4_5-moe"}
 
 
 def _arch(family, cfg):

@@ -8,7 +8,7 @@ mlp_only_layers and (i + 1) % decoder_sparse_step == 0; the others run a dense M
 FLOPs of the routed experts model transformers 5's default experts implementation, grouped_mm (integrations/moe.py
 grouped_mm_experts_forward, over the fused gate_up_proj [E, 2f, h] and down_proj [E, h, f] that save_pretrained
 writes back as mlp.experts.N.{gate,up,down}_proj): each token's top-k rows, b x s x k rows in all; the eager loop
-(experts_implementation="eager") runs the same matmuls expert by expert (layout._routed)."""
+(experts_implementation="eager") runs the same matmuls expert by expert (layout_moe.routed)."""
 from __future__ import annotations
 
 import re

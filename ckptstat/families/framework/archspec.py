@@ -76,6 +76,8 @@ class ArchSpec:
     # tanh soft-capping (x = cap x tanh(x / cap)) of the attention scores and of the final logits (Gemma2's
     # attn_logit_softcapping, final_logit_softcapping)
     attn_softcap: bool = False
+    # layouts with q/k norms: whether this config has them (GLM-4.5's use_qk_norm; True where the layout fixes them)
+    qk_norm: bool = True
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)

@@ -1,0 +1,85 @@
+"""The routed-MoE and latent-attention parts of the layout walk (layout.py): a router over experts with a shared
+expert (Mixtral, Qwen-MoE, DeepSeek, gpt-oss) and DeepSeek's multi-head latent attention."""
+from __future__ import annotations
+
+from . import decoders
+from .layout_base import Walk, mlp
+from .ops import ew_cost
+
+
+def latent(w: Walk, layers: tuple[int, ...]) -> None:
+    """DeepSeek's multi-head latent attention (modeling_deepseek_v3.py): queries through q_a_proj, its RMSNorm and
+    q_b_proj (one q_proj without a query LoRA); keys and values from kv_a_proj_with_mqa (the latent and one shared
+    rope key), the latent's RMSNorm and kv_b_proj (per head k_nope and v); rotary on the a query heads' and the
+    shared key's rope dims; eager attention's scores over qk_nope + qk_rope dims, its context over v_head_dim."""
+    s, p, B = w.s, w.p, w.B
+    assert s.latent is not None, "a latent layout's spec gives its sizes (ArchSpec.latent)"
+    h, a, d, rope, L = s.hidden, s.heads, s.head_dim, s.rope_dim, len(layers)
+    ql, kvl, v = s.latent.q_lora_rank, s.latent.kv_lora_rank, s.latent.v_head_dim
+    at = f"{p.attn}."
+    if ql:
+        w.linear(at + p.q_a, "attn_q_a", h, ql, s.qkv_bias, layers)
+        w.norm(at + p.q_a_norm, "attn_q_a_norm", ql, layers, residual=False)
+        w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
+    else:
+        w.linear(at + p.q, "attn_q", h, a * d, False, layers)
+    w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
+    w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
+    w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
+    decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
+    B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
+
+
+def routed(w: Walk, layers: tuple[int, ...]) -> None:
+    """A router over E gated experts of which each token visits k (Mixtral): k rows per token through each
+    expert projection (transformers 5's grouped_mm and the eager loop alike), then the weighted combine.
+    llama.cpp stacks each projection's experts into one 3-D blk.N.ffn_{gate,up,down}_exps [E, out, in]."""
+    s, p, B = w.s, w.p, w.B
+    h, f, E, k, L = s.hidden, s.moe_intermediate or s.intermediate, s.experts, s.top_k, len(layers)
+    moe, rows = p.mlp, (B.b * B.seq * k,)
+    topk = w.lay.router == "topk_softmax"
+    w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, topk, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
+    if w.lay.router_statics:   # TensorNameMap knows it only as the converter renames it (e_score_correction.bias)
+        w.record(f"{moe}.{p.statics}", None, (("", (1, E)),), layers)
+        B.add(w.label(f"{moe}.{p.statics} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E), (B.b, B.seq, E),
+              params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
+    if topk:
+        B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
+    x = f"{moe}.{p.experts}"
+    if w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
+        for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
+            w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
+        if s.mlp_bias:
+            w.record(f"{x}.{p.gate_up}_bias", None, (("", (E, 2 * f)),), layers)
+            w.record(f"{x}.{p.down}_bias", None, (("", (E, h)),), layers)
+        for sub, fin, fout in ((p.gate_up, h, 2 * f), (p.down, f, h)):
+            B.linear(w.label(f"{x}[{E}].{sub} (top-{k})", layers), "encoder", rows, fin, fout, s.mlp_bias, L, L * E,
+                     active_copies=L * k)
+            if sub == p.gate_up:
+                B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
+                             "clamped_swiglu", L, gated=True)
+    else:
+        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
+            w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
+                     w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
+        B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
+        w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+                 w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
+    B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
+          (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if w.lay.shared == "none" or not s.shared_intermediate:
+        return
+    mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
+    tok = (B.b, B.seq, h)
+    if w.lay.shared == "gated":
+        w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)
+        B.add(w.label(f"{moe} sigmoid(gate) x shared + routed", layers), "activation", "encoder", L, tok, tok,
+              ew=B.b * B.seq * (ew_cost("silu") + 2 * h))
+    elif w.lay.shared == "averaged":   # (routed + shared) / 2
+        B.add(w.label(f"{moe} (shared + routed) / 2", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h * 2)
+    else:
+        B.add(w.label(f"{moe} shared + routed", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h)
+
+
