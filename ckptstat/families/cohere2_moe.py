@@ -35,8 +35,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(COHERE2_MOE, T, dict(common, model_type="cohere2_moe"))
-    return layout.assumed_top_k(spec, 2, "as the config class defaults it; no sliding window assumed")
+    return layout.routed_from_tensors(COHERE2_MOE, T, common, "cohere2_moe", note="no sliding window assumed")
 
 
 _SIZES = dict(layout.TINY_MOE, num_hidden_layers=4, num_experts=4, pad_token_id=0, sliding_window=4)

@@ -36,8 +36,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(ERNIE4_5_MOE, T, dict(common, model_type="ernie4_5_moe"))
-    return layout.assumed_top_k(spec, 8, "as in ERNIE-4.5-21B-A3B")
+    return layout.routed_from_tensors(ERNIE4_5_MOE, T, common, "ernie4_5_moe", top_k="moe_k")
 
 
 # convert_hf_to_gguf.py Ernie4_5MoeModel: LLaMA's keys under Ernie's config names

@@ -28,8 +28,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(EXAONE_MOE, T, dict(common, model_type="exaone_moe"))
-    return layout.assumed_top_k(spec, 8, "as the config class defaults it; no sliding window assumed")
+    return layout.routed_from_tensors(EXAONE_MOE, T, common, "exaone_moe", note="no sliding window assumed")
 
 
 _GGUF_KEYS = {**infer.GGUF_KEYS, "expert_count": "num_experts", "expert_feed_forward_length": "moe_intermediate_size",

@@ -18,8 +18,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(FLEX_OLMO, T, dict(common, model_type="flex_olmo"))
-    return layout.assumed_top_k(spec, 5, "as FlexOlmoConfig defaults it")
+    return layout.routed_from_tensors(FLEX_OLMO, T, common, "flex_olmo")
 
 
 FAMILY = Family(

@@ -32,8 +32,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(GLM4_MOE, T, dict(common, model_type="glm4_moe"))
-    return layout.assumed_top_k(spec, 8, "as in GLM-4.5")
+    return layout.routed_from_tensors(GLM4_MOE, T, common, "glm4_moe")
 
 
 # convert_hf_to_gguf.py Glm4MoeModel: LLaMA's keys under GLM-4.5's config names

@@ -30,8 +30,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lay = HY_V3 if layout.matches(HY_V3, T) else _IN_MEMORY
-    spec = layout.spec_from_tensors(lay, T, dict(common, model_type="hy_v3"))
-    return layout.assumed_top_k(spec, 8, "as the config class defaults it")
+    return layout.routed_from_tensors(lay, T, common, "hy_v3")
 
 
 _SIZES = dict(layout.TINY_MOE, num_hidden_layers=3, head_dim=8, moe_intermediate_size=24, num_experts=4,

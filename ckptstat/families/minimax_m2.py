@@ -28,8 +28,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lay = MINIMAX_M2 if layout.matches(MINIMAX_M2, T) else _IN_MEMORY
-    return layout.assumed_top_k(layout.spec_from_tensors(lay, T, dict(common, model_type="minimax_m2")), 8,
-                                "as in MiniMax-M2")
+    return layout.routed_from_tensors(lay, T, common, "minimax_m2")
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:

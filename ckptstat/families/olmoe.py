@@ -23,8 +23,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    spec = layout.spec_from_tensors(OLMOE, T, dict(common, model_type="olmoe"))
-    return layout.assumed_top_k(spec, 8, "as in OLMoE-1B-7B")
+    return layout.routed_from_tensors(OLMOE, T, common, "olmoe")
 
 
 # convert_hf_to_gguf.py OlmoeModel: LLaMA's keys, expert_count and expert_used_count

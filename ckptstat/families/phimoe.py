@@ -26,8 +26,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lay = PHIMOE if layout.matches(PHIMOE, T) else _IN_MEMORY
-    return layout.assumed_top_k(layout.spec_from_tensors(lay, T, dict(common, model_type="phimoe")), 2,
-                                "as in Phi-3.5-MoE")
+    return layout.routed_from_tensors(lay, T, common, "phimoe")
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:

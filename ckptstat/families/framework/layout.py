@@ -25,7 +25,7 @@ from typing import Any
 from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer, layout_moe
 from .archspec import ArchSpec, Latent
-from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, decoder_head_rules, decoder_kv_cache
+from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
@@ -297,9 +297,14 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     assumptions=tuple(notes), **moe, **common)
 
 
-def assumed_top_k(spec: ArchSpec, k: int, why: str) -> ArchSpec:
-    """A routed spec read without config.json, its experts per token assumed `k` (`why`: as in which model)."""
-    return replace(spec, top_k=k, assumptions=spec.assumptions + (f"no config: experts per token (top-k) assumed {k}, {why}",))
+def routed_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str,
+                        top_k: str = "num_experts_per_tok", note: str = "") -> ArchSpec:
+    """spec_from_tensors of a routed layout read without config.json: the experts per token, which no tensor shows,
+    are `model_type`'s config class default (config_defaults.json), said in the assumptions with `note`."""
+    spec = spec_from_tensors(lay, T, dict(common, model_type=model_type))
+    k = int(class_default(model_type, top_k))
+    why = f"no config: experts per token (top-k) assumed {k}, {model_type}'s config class default" + (f"; {note}" if note else "")
+    return replace(spec, top_k=k, assumptions=spec.assumptions + (why,))
 
 
 def gguf_reader(lay: DecoderLayout, architecture: str) -> Callable[[str, Mapping[str, str], Tensors], dict[str, Any] | None]:
