@@ -14,6 +14,7 @@ import sys
 import numpy as np
 import pytest
 from conftest import ROOT, fixture
+from hostile_corpus_dcp import calling_mkdir, frame, item_bytes, zstd_folder
 
 from ckptstat import open_checkpoint
 from ckptstat.cli import main
@@ -24,7 +25,7 @@ torch = pytest.importorskip("torch")
 import torch.distributed.checkpoint as dcp  # noqa: E402
 from torch.distributed.checkpoint.metadata import TensorStorageMetadata  # noqa: E402
 
-FOLDERS = ["sharded", "single"]
+FOLDERS = ["sharded", "single", "zstd"]   # zstd: through torch's ZStandard extension
 
 
 def _torch(folder: str) -> tuple[object, dict[str, torch.Tensor]]:
@@ -242,28 +243,84 @@ def test_rank_local_metadata(capsys):
 
 
 def test_a_folder_written_through_the_zstd_extension(capsys):
-    """torch's own ZStandard stream extension (fixtures/make_dcp.py: its `zstandard` calls served by a stand-in that
-    writes zstd frames of raw blocks): every item a zstd frame, named in the metadata; the tensors are listed from the
-    metadata as torch's dcp.load read them back through the stand-in, their values refused in one line naming the
-    extension, the non-tensor item unread, and scan cannot judge a pickle it cannot decode (unknown)."""
+    """torch's own ZStandard stream extension with the real zstandard package (fixtures/make_dcp.py): every item a
+    zstd frame, named in the metadata; values and items equal torch's dcp.load (FOLDERS above); `stats` streams them;
+    scan decompresses each non-tensor item and traces the pickle inside (safe here)."""
     folder = fixture("dcp", "zstd")
     meta = dcp.FileSystemReader(folder).read_metadata()
     assert {tuple(s.transform_descriptors) for s in meta.storage_data.values()} == {("stream.zstd/1",)}
-    with open(fixture("expected_dcp.json")) as f:
-        loaded = json.load(f)["zstd"]
     ckpt = open_checkpoint(folder)
-    assert sorted(ckpt.tensors) == sorted(loaded["tensors"])
-    for name, t in loaded["tensors"].items():
-        assert list(ckpt[name].shape) == t["shape"] and ckpt[name].extra["dcp_extensions"] == ["stream.zstd/1"]
-    with pytest.raises(CheckpointError, match=r"stream\.zstd/1 \(zstd compression"):
+    assert all(t.extra["dcp_extensions"] == ["stream.zstd/1"] for t in ckpt)
+    assert any("decompressed (bounded)" in n for n in ckpt.notes)
+    assert main(["stats", folder, "--no-progress"]) == 0
+    capsys.readouterr()
+    assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    items = [p for p in r["pickles"] if " item " in p["record"]]
+    assert r["status"] == "safe" and not r["unknown"]
+    assert sorted(p["record"].split("'")[1] for p in items) == sorted(_objects(folder))
+    assert all("(zstd-decompressed)" in p["record"] for p in items)
+
+
+def test_zstd_without_the_extra_names_it(tmp_path):
+    """Without zstandard (the import refused as an absent package is): the folder is listed, a value read is one line
+    naming the extra, the non-tensor items unread saying so, and scan unknown naming the extra."""
+    from test_extras import WRAPPER
+
+    folder = fixture("dcp", "zstd")
+    run = [sys.executable, "-c", WRAPPER, "zstandard"]
+    r = subprocess.run([*run, "stats", folder, "--no-progress"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1 and "pip install 'ckptstat[zstd]'" in r.stderr, r.stderr
+    assert "stream.zstd/1" in r.stderr and "(zstandard is not installed)" in r.stderr, r.stderr
+    r = subprocess.run([*run, "summary", folder, "--json"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    objects = json.loads(r.stdout)["objects"]
+    assert objects and all("ckptstat[zstd]" in o["unread"] for o in objects.values())
+    r = subprocess.run([*run, "scan", os.path.join(folder, ".metadata"), "--json"], capture_output=True, text=True,
+                       timeout=300)
+    report = json.loads(r.stdout)
+    assert r.returncode == 1 and report["status"] == "unknown", r.stderr
+    assert len(report["unknown"]) == len(_objects(folder)) and all("ckptstat[zstd]" in u for u in report["unknown"])
+
+
+@pytest.mark.parametrize("label, replace, why", [
+    ("declares", lambda w: {"w": frame(b"\0" * (1 << 20))}, "declares 1,048,576 bytes"),
+    ("cut", lambda w: {"w": w[:-6]}, "cut short"),
+    ("inflates", lambda w: {"w": frame(b"\0" * (8 << 20), declare=False)}, "inflates past"),
+    ("not zstd", lambda w: {"w": b"PK" + w[2:]}, "not a zstd frame"),
+])
+def test_hostile_zstd_frames(tmp_path, capsys, label, replace, why):
+    """A tensor item whose frame claims more than its chunk's zip can take, is cut short, inflates past that bound
+    with no size declared, or is not a zstd frame: listed (headers), its values refused in one line naming the file,
+    before decompressing what the header claims (docs/dcp.md)."""
+    folder = zstd_folder(str(tmp_path / label), replace(item_bytes(fixture("dcp", "zstd"), "w")))
+    ckpt = open_checkpoint(folder)
+    with pytest.raises(CorruptCheckpointError, match=why):
         ckpt.read("w")
-    assert list(ckpt.objects) == loaded["bytes"] and all("stream.zstd/1" in o["unread"] for o in ckpt.objects.values())
-    assert main(["stats", folder]) == 1
+    assert main(["stats", folder, "--no-progress"]) == 1
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "stream.zstd/1" in err and "Traceback" not in err, err
+    assert err.count("\n") == 1 and why in err and "__0_0.distcp" in err and "Traceback" not in err, err
+
+
+def test_a_pickle_payload_inside_a_compressed_item(tmp_path, capsys):
+    """A non-tensor item whose zstd frame holds a torch.save zip calling os.mkdir: DCP's own load (the real
+    zstandard, torch.load(weights_only=False)) runs it, proven in a throw-away process; ckptstat lists it unread and
+    scan, decompressing it, calls the folder UNSAFE naming os.mkdir."""
+    marker = tmp_path / "RAN"
+    folder = zstd_folder(str(tmp_path / "evil"), {"step": frame(calling_mkdir(str(marker)), declare=False)})
+    load = ("import sys, torch.distributed.checkpoint as dcp\n"
+            "dcp.load({'step': None}, checkpoint_id=sys.argv[1], no_dist=True)")
+    subprocess.run([sys.executable, "-c", load, folder], timeout=120, capture_output=True)
+    assert os.path.isdir(marker), "the payload must run under DCP's load"
+    os.rmdir(marker)
+    ckpt = open_checkpoint(folder)
+    assert "os.mkdir" in ckpt.objects["step"]["unread"]
     assert main(["scan", os.path.join(folder, ".metadata"), "--json"]) == 1
     r = json.loads(capsys.readouterr().out)
-    assert r["status"] == "unknown" and all("stream.zstd/1" in u for u in r["unknown"]) and len(r["unknown"]) == 1
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["os.mkdir"], r
+    (finding,) = r["findings"]
+    assert "item 'step'" in finding["record"] and "(zstd-decompressed)" in finding["record"]
+    assert not os.path.exists(marker)
 
 
 # ---------------------------------------------------------------------------------------------- hostile

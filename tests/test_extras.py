@@ -46,6 +46,7 @@ CASES = [
     ("remote", "s3fs", "audit s3://", ["audit", "s3://bucket/zoo", "--out", "{tmp}/r.jsonl", "--no-progress"]),
     ("remote", "huggingface_hub", "hf://", ["summary", "hf://org/model"]),
     ("run", "torch", "run", ["run", MODEL, "--seq", "4"]),
+    ("zstd", "zstandard", "DCP stream.zstd/1 values", ["stats", os.path.join(FIX, "dcp", "zstd"), "--no-progress"]),
     ("run", "transformers", "run", ["run", MODEL, "--seq", "4"]),
 ]
 

@@ -28,6 +28,7 @@ import pytest
 from conftest import FIXTURES, fixture
 from fuzz.layouts import safetensors_layout, zip_layout
 from hostile_corpus_bounds import BOUNDS_CASE_NAMES, add_bounds_cases
+from hostile_corpus_dcp import DCP_ZSTD_CASE_NAMES, add_dcp_zstd_cases
 from hostile_corpus_formats import WAVE_CASE_NAMES, add_wave_cases
 from hostile_corpus_polyglots import POLYGLOT_CASE_NAMES, add_polyglot_cases
 from test_cli_hostile import _hostile_files
@@ -372,6 +373,7 @@ def build_corpus(tmp) -> dict[str, Case]:
     add_wave_cases(tmp, cases, Case, outside)   # the third and fourth passes' file-shaped cases
     add_polyglot_cases(tmp, cases, Case, outside)   # the fifth's: polyglots, Hugging Face cache links
     add_bounds_cases(tmp, cases, Case)   # the fifth pass's names and bounds
+    add_dcp_zstd_cases(tmp, cases, Case)   # DCP items through torch's ZStandard extension (issue 36)
     return cases
 
 
@@ -440,7 +442,7 @@ CASE_NAMES = [
     "safetensors 200,000 data_offsets", "safetensors 1 MB name, bad dtype", "torch stride-0 view, 2^40 elements",
     "torch stride-0 view, 2^30 x 2^30", "torch overlapping strides", "torch pickle ends at a global",
     "config 10^12 layers", "config 4200-digit layers", "config zero heads", "config negative heads", "plot -o the input",
-    *WAVE_CASE_NAMES, *POLYGLOT_CASE_NAMES, *BOUNDS_CASE_NAMES,
+    *WAVE_CASE_NAMES, *POLYGLOT_CASE_NAMES, *BOUNDS_CASE_NAMES, *DCP_ZSTD_CASE_NAMES,
 ]
 
 

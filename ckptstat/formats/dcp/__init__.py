@@ -30,7 +30,7 @@ from typing import IO, Any
 
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.files import file_size, open_regular
-from ...core.io import Window, pread
+from ...core.io import RawFile, Window, contiguous_strides, pread, read_view
 from ...core.tensor import read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
 from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, Format, Probe, register
@@ -38,6 +38,7 @@ from ..torch.allowlist import DTypeRef, Refused
 from ..torch.containers import StorageRecord, zip_contents
 from ..torch.reader import build_tensors
 from ..torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from . import zstd
 from .objects import Item as _Item
 from .objects import extensions_text, read_objects, training_of
 
@@ -179,14 +180,22 @@ def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[
             raise CorruptCheckpointError(item.file, f"{fqn!r}: the safetensors blob holds {t.dtype}{list(t.shape)}, "
                                                     f"the metadata says {dtype}{list(sizes)}")
         return t
-    contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+    window: Any = Window(f, item.offset, item.length)
+    return _zip_tensor(item, window, item.length, item.offset, fqn, dtype, sizes)
+
+
+def _zip_tensor(item: _Item, f: IO[bytes], size: int, base: int, fqn: str, dtype: str,
+                sizes: tuple[int, ...]) -> TensorInfo:
+    """The one tensor of the torch.save zip `f` (`size` bytes: an item's window, or its decompressed stream), its
+    offsets `base` + the zip's, checked against the metadata."""
+    contents = zip_contents(item.file, f, size)
     if contents.compressed:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
     found = list(walk(contents.obj, item.file))
     if len(found) != 1:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: the item at offset {item.offset:,} holds {len(found)} "
                                                 "tensors, not one")
-    records = {k: StorageRecord(r.key, r.nbytes, None if r.offset is None else r.offset + item.offset, r.record)
+    records = {k: StorageRecord(r.key, r.nbytes, None if r.offset is None else r.offset + base, r.record)
                for k, r in contents.records.items()}
     tensors, _ = build_tensors(item.file, found, records, contents.byteorder)
     t = next(iter(tensors.values()))
@@ -200,7 +209,8 @@ def _chunk_tensor(item: _Item, f: IO[bytes], fqn: str, dtype: str, sizes: tuple[
 class _Chunk:
     offsets: tuple[int, ...]
     sizes: tuple[int, ...]
-    tensor: TensorInfo
+    tensor: TensorInfo               # (offset None with `item`: a stream extension's item, decoded when read)
+    item: _Item | None = None
 
 
 class _Chunks:
@@ -210,14 +220,41 @@ class _Chunks:
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[_Chunk]] = {}
-        self.refused: dict[str, str] = {}   # tensor -> the stream extensions its chunks went through
+        self.decoded: tuple[_Item, IO[bytes], TensorInfo] | None = None   # the last item decompressed (zstd.py)
+
+    def close(self) -> None:
+        if self.decoded is not None:
+            self.decoded[1].close()
+            self.decoded = None
+
+    def _values(self, name: str, c: _Chunk, dtype: str, start: int, count: int) -> Any:
+        """Elements [start, start + count) of one chunk: by offset, or from its item decompressed (the last one kept
+        in a temporary file while its values are read in blocks)."""
+        item = c.item
+        if item is None:
+            return read_flat_file(c.tensor, start, count)
+        if not zstd.decodable(item):
+            raise CheckpointError(item.file, f"tensor {name!r} is stored through DCP stream extension "
+                                             f"{extensions_text(item.extensions)}, which ckptstat does not decode")
+        if self.decoded is None or self.decoded[0] != item:
+            self.close()
+            with open_regular(item.file) as f:
+                out, size = zstd.decompressed(f, item, f"tensor {name!r} chunk", math.prod(c.sizes) *
+                                              dtypes.get(dtype).bits // 8)
+            try:
+                t = _zip_tensor(item, out, size, 0, name, dtype, c.sizes)
+            except BaseException:
+                out.close()
+                raise
+            self.decoded = (item, out, t)
+        _, out, t = self.decoded
+        view = read_view(RawFile(out, item.file), t.offset or 0, t.dt.bits // 8, t.shape,
+                         t.stride or contiguous_strides(t.shape), start, count)
+        return dtypes.decode(view, t.dtype, count, t.byteorder)
 
     def __call__(self, info: TensorInfo, start: int, count: int) -> Any:
         import numpy as np
 
-        if info.name in self.refused:
-            raise CheckpointError(info.file, f"tensor {info.name!r} is stored through DCP stream extension "
-                                             f"{self.refused[info.name]}, which ckptstat does not decode")
         chunks = self.layouts.get(info.name)
         if chunks is None:
             return read_flat_file(info, start, count)
@@ -236,7 +273,7 @@ class _Chunks:
                     raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: two chunks hold one element")
                 local = np.ravel_multi_index(tuple(i[mask] - o for i, o in zip(idx, c.offsets)), c.sizes)
                 a, b = int(local.min()), int(local.max()) + 1
-                values = read_flat_file(c.tensor, a, b - a)
+                values = self._values(info.name, c, info.dtype, a, b - a)
                 if block is None:
                     block = np.empty(n, dtype=values.dtype)
                 block[mask] = values[local - a]
@@ -343,26 +380,26 @@ def open_dcp(path: str) -> Checkpoint:
     for file, items in jobs.items():
         with open_regular(file) as f:
             for name, dtype, _, offs, lens, item in items:
-                if item.extensions:   # a compressed (or otherwise transformed) stream: no zip to look into
+                if item.extensions:   # a compressed (or otherwise transformed) stream: decoded when values are read
                     transformed.setdefault(name, []).append(item)
+                    layouts.setdefault(name, []).append(_Chunk(offs, lens, TensorInfo(
+                        name=name, dtype=dtype, shape=lens, file=item.file, offset=None, nbytes=0), item))
                     continue
                 t = _chunk_tensor(item, f, name, dtype, lens, offs, blobs)
                 layouts.setdefault(name, []).append(_Chunk(offs, lens, t))
     for name, dtype, size in entries:
         parts = layouts.get(name, [])
-        if len(parts) == 1 and name not in transformed:
+        if len(parts) == 1 and parts[0].item is None:
             t = parts[0].tensor
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=t.file, offset=t.offset, nbytes=t.nbytes,
                                        byteorder=t.byteorder, stride=t.stride, storage=f"{t.file}@{t.offset}",
                                        extra={"dcp_chunks": 1})
         else:
             itemsize = dtypes.get(dtype).bits // 8
-            first = parts[0].tensor.file if parts else transformed[name][0].file if name in transformed else path
+            first = parts[0].tensor.file if parts else path
             extra: dict[str, Any] = {"dcp_chunks": len(parts)}
             if name in transformed:
-                exts = sorted({e for i in transformed[name] for e in i.extensions})
-                extra.update(dcp_chunks=len(parts) + len(transformed[name]), dcp_extensions=exts)
-                reader.refused[name] = extensions_text(exts)
+                extra["dcp_extensions"] = sorted({e for i in transformed[name] for e in i.extensions})
             tensors[name] = TensorInfo(name=name, dtype=dtype, shape=size, file=first, offset=None,
                                        nbytes=math.prod(size) * itemsize, extra=extra)
             reader.layouts[name] = parts
@@ -377,8 +414,10 @@ def open_dcp(path: str) -> Checkpoint:
                              if repeated else ""))
     if transformed:
         exts = sorted({e for x in transformed.values() for i in x for e in i.extensions})
+        how = ("decompressed (bounded) when their values are read" if all(zstd.decodable(i) for x in
+               transformed.values() for i in x) else "values not read where ckptstat does not decode the extension")
         ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) {extensions_text(exts)}: "
-                          "listed from the metadata, their values not read (ckptstat does not decode them)")
+                          f"listed from the metadata, {how}")
     if objects:
         ckpt.objects = read_objects(objects)
         ckpt.training = training_of(ckpt.objects)

@@ -12,7 +12,8 @@ plain types (None, bool, int, float, str, bytes, and lists, tuples and dicts of 
 Stream extensions (torch/distributed/checkpoint/_extension.py, "experimental"): FileSystemWriter(_extensions=[...])
 passes each item through StreamTransformExtensions and records their descriptors, `name[@domain]/version`, in the
 item's `_StorageInfo.transform_descriptors`; torch 2.13 registers one, ZStandard (`stream.zstd/1`, zstd frames, read
-back with the `zstandard` or `pyzstd` package). ckptstat decodes none: such an item is listed, its value refused.
+back with the `zstandard` or `pyzstd` package): decoded by zstd.py with the `zstd` extra, bounded; any other extension
+is not decoded (the item listed, its value refused).
 """
 from __future__ import annotations
 
@@ -21,7 +22,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...core.files import open_regular
-from ...core.io import Window
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
@@ -74,13 +74,20 @@ def _inert(v: Any, depth: int = 0) -> Any:
 
 
 def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
+    from . import zstd  # (it imports this module)
+
     out: dict[str, Any] = {"bytes": item.length, "file": os.path.basename(item.file), "offset": item.offset}
-    if item.extensions:
+    if item.extensions and not zstd.decodable(item):
         out["unread"] = f"stored through DCP stream extension {extensions_text(item.extensions)}, not decoded"
         return out
+    if item.extensions and not zstd.available():
+        out["unread"] = (f"stored through DCP stream extension {extensions_text(item.extensions)}: decoded with the "
+                         "'zstd' extra (zstandard is not installed): pip install 'ckptstat[zstd]'")
+        return out
     try:
-        with reading(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}"):
-            contents = zip_contents(item.file, Window(f, item.offset, item.length), item.length)  # type: ignore[arg-type]
+        with reading(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}"), \
+                zstd.item_stream(f, item, f"non-tensor item {fqn!r}") as (stream, size):
+            contents = zip_contents(item.file, stream, size)
     except UnsafeCheckpointError as e:
         out["unread"] = e.reason.split(";")[0] + " (DCP's load would unpickle it: `ckptstat scan` judges it)"
         return out
