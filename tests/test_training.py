@@ -7,6 +7,7 @@ import os
 import shutil
 import zipfile
 
+import numpy as np
 import pytest
 from conftest import fixture
 
@@ -19,7 +20,7 @@ from ckptstat.errors import CheckpointError, UnsafeCheckpointError
 with open(fixture("expected_training.json")) as f:
     EXPECTED = json.load(f)
 REL = 1e-9
-RUNS = ("lightning", "deepspeed-zero0", "deepspeed-zero1")
+RUNS = ("lightning", "deepspeed-zero0", "deepspeed-zero1", "deepspeed-zero2", "deepspeed-zero3")
 
 
 def _model(ckpt):
@@ -56,7 +57,7 @@ def test_each_checkpoint_read_as_a_whole(run):
 
 
 def test_deepspeed_latest_pointer():
-    for stage in (0, 1):
+    for stage in (0, 1, 2, 3):
         run = EXPECTED[f"deepspeed-zero{stage}"]
         ckpt = open_checkpoint(fixture("training", f"deepspeed-zero{stage}"))
         assert ckpt.path == fixture("training", f"deepspeed-zero{stage}", run["latest"])
@@ -122,13 +123,15 @@ def test_trainer_folder_cli_line(cli, tmp_path):
     assert os.path.basename(step["file"]).startswith("epoch=")
 
 
-def test_zero_second_moments_per_layer():
-    """ZeRO keeps Adam's state as one flat partition: each parameter's slice, as DeepSpeed's own param_slice_mappings
-    place it, summed per layer and bucket."""
-    r = trend([fixture("training", "deepspeed-zero1")])
-    for got, want in zip(r["optimizer"], EXPECTED["deepspeed-zero1"]["steps"]):
+@pytest.mark.parametrize("run", ["deepspeed-zero1", "deepspeed-zero2"])
+def test_zero_second_moments_per_layer(run):
+    """ZeRO keeps Adam's state as one flat partition (zero2: one a rank, a parameter split across them): each
+    parameter's slices, as DeepSpeed's own param_slice_mappings place them, summed per layer and bucket."""
+    r = trend([fixture("training", run)])
+    for got, want in zip(r["optimizer"], EXPECTED[run]["steps"]):
         per = want["second_moments_per_param"]
-        assert got["attributed"] == len(per) and got["tensors"] == want["second_moments"]["tensors"]
+        slices = sum(v["tensors"] for v in per.values())   # a parameter split across two ranks: two slices
+        assert got["attributed"] == slices and got["tensors"] == want["second_moments"]["tensors"]
         groups = {g["group"]: g for g in got["groups"]}
         for layer in (0, 1):
             mine = [v for k, v in per.items() if k.startswith(f"layers.{layer}.")]
@@ -154,3 +157,61 @@ def test_shared_containers_are_walked_once(tmp_path):
     ckpt = open_checkpoint(str(path))
     assert time.perf_counter() - t0 < 5   # (without the walk's memory of containers: 20,000 x 2,000 and 100^5 visits)
     assert ckpt.training["learning_rate"] == 0.5 and len(ckpt.optimizer_params) == 2_000
+
+
+@pytest.mark.parametrize("run", ["deepspeed-zero2", "deepspeed-zero3"])
+def test_zero_values_equal_deepspeeds_own_gather(run):
+    """ZeRO 2 and 3 over two and three ranks (ZeRO-3: the model states hold empty placeholders, the parameters live
+    in the ranks' fp32 partitions, padded, one parameter frozen): every value equal to DeepSpeed's own
+    get_fp32_state_dict_from_zero_checkpoint (fixtures/make_training.py recorded it)."""
+    for step in EXPECTED[run]["steps"]:
+        ckpt = open_checkpoint(fixture(step["folder"]))
+        assert sorted(_model(ckpt)) == sorted(step["fp32"])
+        for name, values in step["fp32"].items():
+            got = ckpt.read(f"module.{name}")
+            assert list(got.shape) == step["tensors"][name] and got.dtype == np.float32
+            np.testing.assert_array_equal(got.ravel(), np.array(values, dtype=np.float32), err_msg=name)
+            chunks = list(ckpt.iter_chunks(f"module.{name}", chunk_bytes=8))   # 8 elements: across ranks' pieces
+            assert len(chunks) == -(-len(values) // 8)
+            np.testing.assert_array_equal(np.concatenate(chunks), np.array(values, dtype=np.float32), err_msg=name)
+
+
+def test_zero3_second_moments_attributed():
+    """ZeRO-3's optimizer state is each rank's flat partition: every element but the padding is attributed to its
+    parameter (the parameters' elements, counted once)."""
+    r = trend([fixture("training", "deepspeed-zero3")])
+    want = EXPECTED["deepspeed-zero3"]["steps"]
+    trainable = sum(math.prod(s) for n, s in want[0]["tensors"].items() if n != "layers.0.bias")   # (frozen)
+    shapes = want[0]["tensors"]
+    for got in r["optimizer"]:
+        groups = {g["group"]: g["elements"] for g in got["groups"]}
+        assert groups["total"] == trainable < got["elements"], got   # the rest: padding
+        assert groups["encoder.0"] == math.prod(shapes["layers.0.weight"])
+        assert groups["encoder.1"] == math.prod(shapes["layers.1.weight"]) + math.prod(shapes["layers.1.bias"])
+
+
+def _zero3_copy(tmp_path):
+    bad = tmp_path / "zero3"
+    shutil.copytree(fixture("training", "deepspeed-zero3", "global_step2"), bad)
+    return bad
+
+
+def test_zero3_hostile(tmp_path, capsys):
+    """A rank's file missing, or shapes that do not fit the partitions: one line naming the file."""
+    from ckptstat.cli import main
+
+    torch = pytest.importorskip("torch")
+    bad = _zero3_copy(tmp_path)
+    os.remove(bad / "zero_pp_rank_2_mp_rank_00_optim_states.pt")
+    with pytest.raises(CheckpointError, match="dp_world_size is 3"):
+        open_checkpoint(str(bad))
+    bad = _zero3_copy(tmp_path / "b")
+    p = bad / "zero_pp_rank_0_mp_rank_00_model_states.pt"
+    obj = torch.load(p, weights_only=False)   # the fixture DeepSpeed wrote: trusted here
+    obj["param_shapes"][0]["head.bias"] = torch.Size([4, 4])
+    torch.save(obj, p)
+    with pytest.raises(CheckpointError, match="head.bias.* past the end of the fp32 partition"):
+        open_checkpoint(str(bad))
+    assert main(["stats", str(bad), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err and "past the end of the fp32 partition" in err, err

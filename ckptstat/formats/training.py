@@ -14,8 +14,9 @@ rate said (docs/training.md).
 - DeepSpeed `global_stepN/` (deepspeed/runtime/engine.py `save_checkpoint`, its `latest` file naming the tag):
   `mp_rank_XX_model_states.pt` (a dict: `module` the model's state_dict, `optimizer` without ZeRO, `global_steps`,
   `ds_version`...) and with ZeRO `*_optim_states.pt` (`optimizer_state_dict`: `base_optimizer_state`, the torch
-  optimizer's state over flattened fp32 partitions, `single_partition_of_fp32_groups`). A run folder with
-  `latest` opens the tag it names.
+  optimizer's state over flattened fp32 partitions, `single_partition_of_fp32_groups`). ZeRO-3 partitions the model
+  too: `zero_pp_rank_R_mp_rank_00_model_states.pt` per rank, its parameters gathered from the ranks' fp32 partitions
+  by formats/deepspeed_zero3.py. A run folder with `latest` opens the tag it names.
 - PyTorch Lightning `.ckpt`: one torch.save'd dict, read by the torch reader (formats/torch/training.py says what
   the dict holds: step, epoch, learning rate, the optimizer state's parameter names)."""
 from __future__ import annotations
@@ -30,6 +31,7 @@ from ..core import Checkpoint
 from ..core.files import open_regular
 from ..core.limits import limits
 from ..errors import CorruptCheckpointError, FileNotFound, reading
+from .deepspeed_zero3 import gather, is_zero3, part_prefix
 from .registry import _FOLDER_HOOKS, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
 
@@ -157,8 +159,9 @@ def _fsdp(folders: tuple[list[str], list[str]], open_file: Callable[[str], Check
 
 def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     model_files, optim_files = ds
+    zero3 = is_zero3(model_files)   # one model states file per data-parallel rank, the parameters partitioned
     ckpt = open_file(os.path.join(folder, model_files[0]))
-    for n in model_files[1:]:   # model-parallel ranks: each its own slice of the model
+    for n in [] if zero3 else model_files[1:]:   # model-parallel ranks: each its own slice of the model
         _merged(ckpt, open_file(os.path.join(folder, n)), f"{n.removesuffix('_model_states.pt')}.")
     info = dict(ckpt.training or {"library": "DeepSpeed", "global_step": None, "epoch": None, "learning_rate": None})
     from .torch.reader import open_zip  # (the torch reader imports this module)
@@ -166,9 +169,11 @@ def _deepspeed(folder: str, ds: tuple[list[str], list[str]], open_file: Callable
     for n in optim_files:
         with reading(os.path.join(folder, n)):
             part = open_zip(os.path.join(folder, n), DeepSpeedUnpickler)
-        _merged(ckpt, part, "" if len(optim_files) == 1 else f"{n.removesuffix('_optim_states.pt')}.")
+        _merged(ckpt, part, part_prefix(n, len(optim_files)))
         if info.get("learning_rate") is None:
             info["learning_rate"] = (part.training or {}).get("learning_rate")
+    if zero3:
+        gather(ckpt, folder, model_files, optim_files, open_file)
     m = re.search(r"(\d+)$", os.path.basename(os.path.normpath(folder)))
     if info.get("global_step") is None and m:
         info["global_step"] = int(m.group(1))
