@@ -3,13 +3,13 @@
 # extra a feature needs (README "Extras"). CI-able: loopback only, no hub. Slow (a venv per extra), so not
 # part of the test suite; tests/test_extras.py checks the missing-extra lines on every run.
 #
-#   scripts/check_extras.sh [EXTRA...]     default: base remote dask parquet
+#   scripts/check_extras.sh [EXTRA...]     default: base remote dask parquet zstd
 #   scripts/check_extras.sh run            also `run`: installs torch's CPU wheel from download.pytorch.org first
 #                                          (about 200 MB, then transformers), so it is left out by default
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 extras=("$@")
-[ ${#extras[@]} -eq 0 ] && extras=(base remote dask parquet)
+[ ${#extras[@]} -eq 0 ] && extras=(base remote dask parquet zstd)
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -- -"$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -38,6 +38,7 @@ for extra in "${extras[@]}"; do
         says_extra dask "$bin/ckptstat" stats "$model" --scheduler tcp://127.0.0.1:9 --no-progress
         says_extra parquet "$bin/ckptstat" audit "$model" --out "$work/r.parquet" --no-progress
         says_extra run "$bin/ckptstat" run "$model" --seq 4
+        says_extra zstd "$bin/ckptstat" stats "$root/fixtures/dcp/zstd" --no-progress
         ;;
     remote)
         bin=$(venv remote "$root[remote]")
@@ -70,6 +71,11 @@ with Server(sys.argv[1]) as s:
         bin=$(venv parquet "$root[parquet]")
         "$bin/ckptstat" audit "$model" --out "$work/r.parquet" --no-progress >/dev/null
         "$bin/python" -c 'import pyarrow.parquet as pq, sys; assert pq.read_table(sys.argv[1]).num_rows == 1' "$work/r.parquet"
+        ;;
+    zstd)   # a DCP folder written through torch's ZStandard extension: its values decompressed
+        bin=$(venv zstd "$root[zstd]")
+        "$bin/ckptstat" stats "$root/fixtures/dcp/zstd" --json --no-progress | "$bin/python" -c \
+            'import json, sys; assert json.load(sys.stdin)["tensors"]'
         ;;
     run)
         bin=$(venv run torch --index-url https://download.pytorch.org/whl/cpu)

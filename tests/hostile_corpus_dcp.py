@@ -1,4 +1,4 @@
-"""Hostile DCP folders written through torch's ZStandard stream extension (formats/dcp/zstd.py, docs/dcp.md): the
+"""Hostile DCP folders written through torch's ZStandard stream extension (formats/dcp/extensions.py, docs/dcp.md): the
 fixture torch wrote (fixtures/dcp/zstd) with one item's bytes replaced, built with the real `zstandard` package;
 added to the memory-capped subprocess corpus (tests/test_hostile_corpus.py) and used by tests/test_dcp.py. Not
 collected by pytest (no test_ prefix)."""

@@ -13,7 +13,8 @@ those partitions. The layout, as deepspeed/utils/zero_to_fp32.py (`_zero3_merge_
 - the parameter is rank 0's slice, then rank 1's, ..., cut to numel (the last ranks' tail is padding);
 - a frozen parameter is its ranks' `frozen_param_fragments` end to end, cut to numel.
 
-Here each parameter becomes one tensor under the placeholder's name, its values gathered from the ranks' files on
+Here each parameter becomes one tensor under the placeholder's name (a `module` that holds the weights themselves,
+saved with stage3_gather_16bit_weights_on_model_save, keeps them), its values gathered from the ranks' files on
 demand (`_Gathered`, a bounded read per piece); the fragments are dropped as tensors of their own; each rank's
 optimizer state gets its parameters' slices (Checkpoint.optimizer_fragments), padding left unattributed. Every
 count, shape and length is checked against the files before any value is read."""
@@ -179,6 +180,9 @@ def _place(ckpt: Checkpoint, reader: _Gathered, file: str, name: str, shape: tup
     held = sum(p.count for p in pieces)
     if held != math.prod(shape):
         raise CorruptCheckpointError(file, f"{name!r}: its partitions hold {held:,} elements, its shape {math.prod(shape):,}")
+    stored = ckpt.tensors.get(key)
+    if stored is not None and stored.numel:   # the module holds the gathered weights itself (16-bit, as saved with
+        return                                # stage3_gather_16bit_weights_on_model_save): those are the model's
     dtype = pieces[0].source.dtype if pieces else "F32"
     ckpt.tensors[key] = TensorInfo(name=key, dtype=dtype, shape=shape, file=file, offset=None,
                                    nbytes=dtypes.get(dtype).nbytes(math.prod(shape)), extra={"zero3_pieces": len(pieces)})

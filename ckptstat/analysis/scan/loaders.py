@@ -37,7 +37,7 @@ from typing import IO, Any
 from ...core.files import open_regular
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
-from ...formats.dcp import zstd
+from ...formats.dcp import extensions
 from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
@@ -240,9 +240,9 @@ def _dcp_items(t: Trace) -> None:
         t.unknown.append(f"{len(items):,} non-tensor items: scan traces the first {MAX_OBJECTS:,}")
     for name, item in list(items.items())[:MAX_OBJECTS]:
         where = f"{os.path.basename(item.file)} item {name[:80]!r} at {item.offset:,}"
-        if item.extensions and not (zstd.decodable(item) and zstd.available()):
+        if item.extensions and not (extensions.decodable(item) and extensions.available()):
             why = ("needs the 'zstd' extra to decode (zstandard is not installed): pip install 'ckptstat[zstd]'"
-                   if zstd.decodable(item) else "which scan does not decode")
+                   if extensions.decodable(item) else "which scan does not decode")
             t.unknown.append(f"{where}: stored through DCP stream extension {', '.join(item.extensions)}, {why} "
                              "(DCP's load unpickles what it decodes with weights_only=False)")
             continue
@@ -251,7 +251,7 @@ def _dcp_items(t: Trace) -> None:
         sub = Trace(where)
         try:
             with reading(item.file), open_regular(item.file) as f, \
-                    zstd.item_stream(f, item, f"non-tensor item {name[:80]!r}") as (stream, size):
+                    extensions.item_stream(f, item, f"non-tensor item {name[:80]!r}") as (stream, size):
                 follow(sub, stream, size)
         except CkptstatError as e:   # a frame that lies or inflates past its bound: judged unknown, said why
             t.unknown.append(f"{where}: {e}")

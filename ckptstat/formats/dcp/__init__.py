@@ -38,9 +38,10 @@ from ..torch.allowlist import DTypeRef, Refused
 from ..torch.containers import StorageRecord, zip_contents
 from ..torch.reader import build_tensors
 from ..torch.unpickler import Record, RecordingUnpickler, key_text, walk
-from . import zstd
-from .objects import Item as _Item
-from .objects import extensions_text, read_objects, training_of
+from . import extensions
+from .extensions import Item as _Item
+from .extensions import extensions_text
+from .objects import read_objects, training_of
 
 METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
 _MODULE = "torch.distributed.checkpoint"
@@ -220,7 +221,7 @@ class _Chunks:
 
     def __init__(self) -> None:
         self.layouts: dict[str, list[_Chunk]] = {}
-        self.decoded: tuple[_Item, IO[bytes], TensorInfo] | None = None   # the last item decompressed (zstd.py)
+        self.decoded: tuple[_Item, IO[bytes], TensorInfo] | None = None   # the last item decompressed (extensions.py)
 
     def close(self) -> None:
         if self.decoded is not None:
@@ -233,13 +234,13 @@ class _Chunks:
         item = c.item
         if item is None:
             return read_flat_file(c.tensor, start, count)
-        if not zstd.decodable(item):
+        if not extensions.decodable(item):
             raise CheckpointError(item.file, f"tensor {name!r} is stored through DCP stream extension "
                                              f"{extensions_text(item.extensions)}, which ckptstat does not decode")
         if self.decoded is None or self.decoded[0] != item:
             self.close()
             with open_regular(item.file) as f:
-                out, size = zstd.decompressed(f, item, f"tensor {name!r} chunk", math.prod(c.sizes) *
+                out, size = extensions.decompressed(f, item, f"tensor {name!r} chunk", math.prod(c.sizes) *
                                               dtypes.get(dtype).bits // 8)
             try:
                 t = _zip_tensor(item, out, size, 0, name, dtype, c.sizes)
@@ -414,7 +415,7 @@ def open_dcp(path: str) -> Checkpoint:
                              if repeated else ""))
     if transformed:
         exts = sorted({e for x in transformed.values() for i in x for e in i.extensions})
-        how = ("decompressed (bounded) when their values are read" if all(zstd.decodable(i) for x in
+        how = ("decompressed (bounded) when their values are read" if all(extensions.decodable(i) for x in
                transformed.values() for i in x) else "values not read where ckptstat does not decode the extension")
         ckpt.notes.append(f"{len(transformed)} tensor(s) stored through DCP stream extension(s) {extensions_text(exts)}: "
                           f"listed from the metadata, {how}")

@@ -12,45 +12,27 @@ plain types (None, bool, int, float, str, bytes, and lists, tuples and dicts of 
 Stream extensions (torch/distributed/checkpoint/_extension.py, "experimental"): FileSystemWriter(_extensions=[...])
 passes each item through StreamTransformExtensions and records their descriptors, `name[@domain]/version`, in the
 item's `_StorageInfo.transform_descriptors`; torch 2.13 registers one, ZStandard (`stream.zstd/1`, zstd frames, read
-back with the `zstandard` or `pyzstd` package): decoded by zstd.py with the `zstd` extra, bounded; any other extension
+back with the `zstandard` or `pyzstd` package): decoded by extensions.py with the `zstd` extra, bounded; any other extension
 is not decoded (the item listed, its value refused).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from typing import Any
 
 from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
+from . import extensions
+from .extensions import Item, extensions_text
 
 LIBRARY = "torch.distributed.checkpoint"
-# _extension.py: the extensions torch registers (ExtensionRegistry), by registry name
-KNOWN_EXTENSIONS = {"stream.zstd": "zstd compression, torch's ZStandard extension"}
 MAX_OBJECTS = 10_000     # non-tensor items unpickled per checkpoint (an optimizer's param_groups: 12 a group); the
                          # rest are listed unread: a metadata pickle may name a million items, each a zip to parse
 MAX_VALUE_ITEMS = 64     # items of a list / dict value kept; a bigger one is described, not kept
 MAX_VALUE_DEPTH = 4
 MAX_TEXT = 200           # characters of a string value kept
-
-
-@dataclass(frozen=True)
-class Item:
-    """Where one item's bytes lie (a `_StorageInfo`), and the stream extensions it was written through."""
-    file: str
-    offset: int
-    length: int
-    extensions: tuple[str, ...] = ()
-
-
-def extensions_text(descriptors: list[str] | tuple[str, ...]) -> str:
-    """`stream.zstd/1 (zstd compression, torch's ZStandard extension)`: each descriptor, with what it is if known."""
-    def one(d: str) -> str:
-        known = KNOWN_EXTENSIONS.get(d.partition("/")[0])
-        return f"{d} ({known})" if known else f"{d} (not one torch registers)"
-    return ", ".join(one(d) for d in descriptors)
 
 
 class _NotInert(Exception):
@@ -74,19 +56,18 @@ def _inert(v: Any, depth: int = 0) -> Any:
 
 
 def _object(fqn: str, item: Item, f: Any) -> dict[str, Any]:
-    from . import zstd  # (it imports this module)
 
     out: dict[str, Any] = {"bytes": item.length, "file": os.path.basename(item.file), "offset": item.offset}
-    if item.extensions and not zstd.decodable(item):
+    if item.extensions and not extensions.decodable(item):
         out["unread"] = f"stored through DCP stream extension {extensions_text(item.extensions)}, not decoded"
         return out
-    if item.extensions and not zstd.available():
+    if item.extensions and not extensions.available():
         out["unread"] = (f"stored through DCP stream extension {extensions_text(item.extensions)}: decoded with the "
                          "'zstd' extra (zstandard is not installed): pip install 'ckptstat[zstd]'")
         return out
     try:
         with reading(item.file, f"non-tensor item {fqn!r} at offset {item.offset:,}"), \
-                zstd.item_stream(f, item, f"non-tensor item {fqn!r}") as (stream, size):
+                extensions.item_stream(f, item, f"non-tensor item {fqn!r}") as (stream, size):
             contents = zip_contents(item.file, stream, size)
     except UnsafeCheckpointError as e:
         out["unread"] = e.reason.split(";")[0] + " (DCP's load would unpickle it: `ckptstat scan` judges it)"

@@ -1,4 +1,5 @@
-"""Items written through torch's ZStandard stream extension (`stream.zstd/1`, torch/distributed/checkpoint/
+"""DCP stream extensions (`FileSystemWriter(_extensions=[...])`, each item's `_StorageInfo.transform_descriptors`),
+and items written through torch's ZStandard stream extension (`stream.zstd/1`, torch/distributed/checkpoint/
 _extension.py): the item's bytes are one zstd frame (RFC 8878) of what DCP would otherwise store, a torch.save zip
 (a tensor chunk or a non-tensor object). Decoded with the `zstandard` package (the `zstd` extra), bounded:
 
@@ -16,20 +17,39 @@ from __future__ import annotations
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core.io import Window, pread
 from ...core.limits import limits
 from ...core.tensor import check_inflation
 from ...errors import CorruptCheckpointError, missing_extra
-from .objects import Item, extensions_text
 
+# _extension.py: the extensions torch registers (ExtensionRegistry), by registry name
+KNOWN_EXTENSIONS = {"stream.zstd": "zstd compression, torch's ZStandard extension"}
 DESCRIPTOR = "stream.zstd/1"           # ZStandard.get_descriptor(): registry name / version
 ZIP_ALLOWANCE = 64 << 10               # a torch.save zip's bytes beside its one storage: data.pkl, byteorder, version,
                                        # serialization_id, local headers, the central directory, 64-byte alignment
 _MAGIC = b"\x28\xb5\x2f\xfd"           # RFC 8878 3.1.1 Magic_Number 0xFD2FB528
 _BLOCK = 3                             # a block header's bytes (RFC 8878 3.1.1.2)
 _OUT = 1 << 20                         # bytes decompressed at a time
+
+
+@dataclass(frozen=True)
+class Item:
+    """Where one item's bytes lie (a `_StorageInfo`), and the stream extensions it was written through."""
+    file: str
+    offset: int
+    length: int
+    extensions: tuple[str, ...] = ()
+
+
+def extensions_text(descriptors: list[str] | tuple[str, ...]) -> str:
+    """`stream.zstd/1 (zstd compression, torch's ZStandard extension)`: each descriptor, with what it is if known."""
+    def one(d: str) -> str:
+        known = KNOWN_EXTENSIONS.get(d.partition("/")[0])
+        return f"{d} ({known})" if known else f"{d} (not one torch registers)"
+    return ", ".join(one(d) for d in descriptors)
 
 
 def decodable(item: Item) -> bool:
