@@ -283,16 +283,23 @@ def test_zstd_without_the_extra_names_it(tmp_path):
     assert len(report["unknown"]) == len(_objects(folder)) and all("ckptstat[zstd]" in u for u in report["unknown"])
 
 
+# RFC 8878: magic, Frame_Header_Descriptor 0xE0 (Single_Segment, an 8-byte Frame_Content_Size), 2,000; one raw
+# block, the last, of 1,000 bytes
+RAW_FRAME_DECLARING_2000 = (b"\x28\xb5\x2f\xfd\xe0" + (2000).to_bytes(8, "little")
+                            + ((1000 << 3) | 1).to_bytes(3, "little") + b"\1" * 1000)
+
+
 @pytest.mark.parametrize("label, replace, why", [
     ("declares", lambda w: {"w": frame(b"\0" * (1 << 20))}, "declares 1,048,576 bytes"),
     ("cut", lambda w: {"w": w[:-6]}, "cut short"),
     ("inflates", lambda w: {"w": frame(b"\0" * (8 << 20), declare=False)}, "inflates past"),
     ("not zstd", lambda w: {"w": b"PK" + w[2:]}, "not a zstd frame"),
+    ("lies", lambda w: {"w": RAW_FRAME_DECLARING_2000}, "zstd: "),   # (zstd itself finds 1,000 bytes, not 2,000)
 ])
 def test_hostile_zstd_frames(tmp_path, capsys, label, replace, why):
     """A tensor item whose frame claims more than its chunk's zip can take, is cut short, inflates past that bound
-    with no size declared, or is not a zstd frame: listed (headers), its values refused in one line naming the file,
-    before decompressing what the header claims (docs/dcp.md)."""
+    with no size declared, is not a zstd frame, or holds other than it declares: listed (headers), its values refused
+    in one line naming the file, before decompressing what the header claims (docs/dcp.md)."""
     folder = zstd_folder(str(tmp_path / label), replace(item_bytes(fixture("dcp", "zstd"), "w")))
     ckpt = open_checkpoint(folder)
     with pytest.raises(CorruptCheckpointError, match=why):
