@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.text import Text
 
 from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
+from .rows import name_cell, print_rows
 
 
 def training_line(t: dict) -> str:
@@ -155,24 +156,19 @@ _ROLE_TAG = {"buffer": "buf", "non-trainable": "ntr", "metric": "met", "optimize
 
 
 def render_tensors(r: dict, console: Console) -> None:
-    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
-               "ctr = counter)",
-               "name", "bucket", "dtype", "shape", "numel", "bytes")
-    for c in t.columns[1:]:
-        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
+    rows = []
     for row in r["tensors"]:
-        name: Name | Group = Name(row["name"])
-        if row["alias_of"]:
-            name = Group(name, Name(Text("= ", style="dim").append_text(safe(row["alias_of"]))))
         bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
         if row["role"] != "parameter":
             bucket += f" {_ROLE_TAG.get(row['role'], row['role'])}"
         shape = "x".join(map(str, row["shape"])) or "scalar"
         if row.get("logical_shape") and row["role"] in ("packed-weight", "quantized-weight"):
             shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
-        t.add_row(name, bucket, row["dtype"], shape,
-                  f"{row['numel']:,}", human_bytes(row["bytes"]))
-    console.print(fit_names(t, console))
+        rows.append((name_cell(row["name"]), name_cell(row["alias_of"]) if row["alias_of"] else None,
+                     (bucket, row["dtype"], shape, f"{row['numel']:,}", human_bytes(row["bytes"]))))
+    print_rows(console, table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, "
+                              "opt = optimizer state, ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes"),
+               rows)
 
 
 def _shape(shape: list[int]) -> str:
