@@ -19,9 +19,10 @@ safetensors_numpy = pytest.importorskip("safetensors.numpy")
 
 SIZES = (1_000, 3_000, 5_000)
 # Python calls per added tensor at most (docs/performance.md "Work per tensor"); measured 2026-11-28, Python 3.11:
-# summary 34-39, tensors 120 (3,806 before render/rows.py), stats 62, stats --tensors 153, stats --json 233.
+# summary 34-39, tensors 120 (3,806 before render/rows.py), stats 62, stats --tensors 153, stats --json 233,
+# memory 81, diff of a file with itself 226-233 (the file named twice: "{f}").
 BOUND = {("summary",): 60, ("tensors",): 160, ("tensors", "--json"): 160, ("stats",): 100,
-         ("stats", "--tensors"): 200, ("stats", "--json"): 300}
+         ("stats", "--tensors"): 200, ("stats", "--json"): 300, ("memory",): 120, ("diff", "{f}"): 300}
 
 
 @pytest.fixture(scope="module")
@@ -47,10 +48,13 @@ def _calls(argv: list[str]) -> int:
     return pstats.Stats(profile).total_calls
 
 
-@pytest.mark.parametrize("cmd", list(BOUND), ids=" ".join)
+@pytest.mark.parametrize("cmd", list(BOUND), ids=lambda c: " ".join(c).replace("{f}", "FILE"))
 def test_calls_per_tensor_constant(files, cmd):
-    _calls([*cmd, files[SIZES[0]]])   # imports and first-use caches
-    calls = [_calls([*cmd, files[n]]) for n in SIZES]
+    def argv(n: int) -> list[str]:
+        return [a.format(f=files[n]) for a in cmd] + [files[n]]
+
+    _calls(argv(SIZES[0]))   # imports and first-use caches
+    calls = [_calls(argv(n)) for n in SIZES]
     first = (calls[1] - calls[0]) / (SIZES[1] - SIZES[0])
     second = (calls[2] - calls[1]) / (SIZES[2] - SIZES[1])
     assert second <= 1.05 * first + 1, (cmd, calls)   # linear in the tensor count
