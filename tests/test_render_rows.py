@@ -91,3 +91,28 @@ def test_stats_by_tensor_equal_rich(monkeypatch, width):
     r = collect(open_checkpoint(os.path.join(FIXTURES, "bert-tiny")), all_roles=True).report
     rich_text, fast_text = _both(monkeypatch, lambda c: render_stats(r, c, show_tensors=True), width)
     assert fast_text == rich_text
+
+
+@pytest.mark.parametrize("width", [None, 120])
+def test_diff_changed_tensors_equal_rich(monkeypatch, tmp_path, width):
+    """`diff`'s table of changed tensors: values, dtype, shape, added and removed, a name that is markup and
+    holds an escape; shown inert both ways."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from ckptstat.analysis.diff import diff
+    from ckptstat.render.diff import render_diff
+
+    rng = np.random.default_rng(1)
+    a = {f"model.layers.{i}.w": rng.standard_normal(4).astype(np.float32) for i in range(6)}
+    b = {k: v + 1 for k, v in a.items()}
+    b["model.layers.1.w"] = a["model.layers.1.w"].astype(np.float16)
+    b["model.layers.2.w"] = rng.standard_normal(5).astype(np.float32)
+    b["[bold]evil\x1b[31m.w"] = np.ones(2, np.float32)
+    del b["model.layers.3.w"]
+    save_file(a, str(tmp_path / "a.safetensors"))
+    save_file(b, str(tmp_path / "b.safetensors"))
+    r = diff(open_checkpoint(str(tmp_path / "a.safetensors")), open_checkpoint(str(tmp_path / "b.safetensors")))
+    rich_text, fast_text = _both(monkeypatch, lambda c: render_diff(r, c), width)
+    assert fast_text == rich_text
+    assert "\x1b" not in fast_text and "[bold]evil\\x1b[31m.w" in fast_text

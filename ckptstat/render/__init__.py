@@ -166,9 +166,11 @@ def render_tensors(r: dict, console: Console) -> None:
             shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
         rows.append((name_cell(row["name"]), name_cell(row["alias_of"]) if row["alias_of"] else None,
                      (bucket, row["dtype"], shape, f"{row['numel']:,}", human_bytes(row["bytes"]))))
-    print_rows(console, table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, "
-                              "opt = optimizer state, ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes"),
-               rows)
+    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
+              "ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes")
+    for c in t.columns[1:]:
+        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
+    print_rows(console, t, rows)
 
 
 def _shape(shape: list[int]) -> str:

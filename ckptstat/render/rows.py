@@ -1,11 +1,11 @@
-"""Tables of one row per tensor (`tensors`, `stats --tensors`): a frontier MoE has 45k-140k tensors, and rich lays
-out each cell through several measuring and rendering passes (~1 ms a row: `tensors` of 20,000 tensors took 24 s).
-Past FAST_ROWS rows, the title, header and rule are still rich's (a table with the rows' column widths and no row),
-and each row is one formatted line written as rich would lay it out: fmt.table's style (SIMPLE_HEAD box, the table's padding
-between columns, none at the edges), the name column left-justified and elided in the middle
-(names.elide) to what the other columns leave of the console's width (names.fit_names' rule), the others
-right-justified. The same characters as rich's table (tests/test_render_rows.py compares them); on a terminal the
-rows' dim parts (an elision's ellipsis, an alias line) are plain. Where rich would have to do more than that (a
+"""Tables of one row per tensor (`tensors`, `stats --tensors`, `diff`'s changed tensors): a frontier MoE has 45k-140k
+tensors, and rich lays out each cell through several measuring and rendering passes (~1 ms a row: `tensors` of
+20,000 tensors took 24 s). Past FAST_ROWS rows, the title, header and rule are still rich's (the same table with
+the rows' column widths and no row), and each row is one line written as rich lays it out: fmt.table's style
+(SIMPLE_HEAD box, the table's padding between columns, none at the edges), the name column left-justified and
+elided in the middle (names.elide) to what the other columns leave of the console's width (names.fit_names' rule),
+the others right-justified. The same characters as rich's table (tests/test_render_rows.py compares them); on a
+terminal the rows' dim parts (an elision's ellipsis, an alias line) are plain. Where only rich's layout can say (a
 non-ASCII name to elide, columns that do not fit beside the narrowest name), the rich table is printed."""
 from __future__ import annotations
 
@@ -26,19 +26,17 @@ Row = tuple[str, str | None, Sequence[str]]
 
 def print_rows(console: Console, t: Table, rows: Sequence[Row]) -> None:
     """Print `rows` in `t`, a table made by fmt.table (its title and columns, no rows yet; its padding may be
-    narrower)."""
+    narrower). Cells are shown as text, never read as markup: a file-derived one must be inert (`name_cell`)."""
     if len(rows) < FAST_ROWS or not _fast(console, t, rows):
         console.print(_rich_table(console, t, rows))
 
 
 def _rich_table(console: Console, t: Table, rows: Sequence[Row]) -> Table:
-    for c in t.columns[1:]:
-        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
     for name, alias, cells in rows:
         shown: Name | Group = Name(Text(name))
         if alias is not None:
             shown = Group(shown, Name(Text("= ", style="dim").append(alias)))
-        t.add_row(shown, *cells)
+        t.add_row(shown, *map(Text, cells))   # text, never markup
     return fit_names(t, console)
 
 
