@@ -108,8 +108,8 @@ def _meta_order(ckpt: Checkpoint) -> tuple[list[Param], set[str]]:
     cls = getattr(T, arch, None)
     if cls is None:
         raise LookupError(f"transformers {T.__version__} has no class {arch}")
-    config = T.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "auto_map"})
     with meta.quiet(), torch.device("meta"):
+        config = T.AutoConfig.for_model(**{k: v for k, v in cfg.items() if k != "auto_map"})
         model = cls._from_config(config)
         # the Trainer's own rule (its `self` is not used: no Trainer is built)
         decay = set(T.Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]
@@ -184,5 +184,5 @@ def fit(states: list[tuple[int, tuple[int, ...] | None]], params: list[Param]) -
             d += 1
         got[states[i][0]] = params[i + d][0]
     left += [p[0] for p in params[m + d:]]
-    return got, (f"{len(left)} parameters not in the group (requires_grad False?): {', '.join(left[:5])}"
+    return got, (f"{len(left)} parameter(s) not in the group (requires_grad False?): {', '.join(left[:5])}"
                  + (", ..." if len(left) > 5 else "")) if left else None
