@@ -123,15 +123,18 @@ def test_trainer_mapping_on_the_meta_device(which, request):
 
 
 def _bin_copy(out, trainer, dest):
-    """The run's checkpoints with the weights as torch.save'd state_dicts in the model's own order (what
-    save_pretrained's pytorch_model.bin holds), no safetensors file."""
-    order = list(trainer.model.state_dict())
+    """The run's checkpoints with the weights as torch.save'd state_dicts in the model's own order, a tied weight
+    saved as the tensor it shares (what torch.save(model.state_dict()) writes), no safetensors file."""
+    live = trainer.model.state_dict()
+    first = {}
+    for k, v in live.items():
+        first.setdefault(v.data_ptr(), k)
     for folder in _folders(out):
         to = os.path.join(dest, os.path.basename(folder))
         shutil.copytree(folder, to)
         sd = safetensors_torch.load_file(os.path.join(to, "model.safetensors"))
         os.remove(os.path.join(to, "model.safetensors"))
-        torch.save({k: sd[k] for k in order if k in sd}, os.path.join(to, "pytorch_model.bin"))
+        torch.save({k: sd[first[v.data_ptr()]] for k, v in live.items()}, os.path.join(to, "pytorch_model.bin"))
     return dest
 
 
@@ -156,6 +159,7 @@ def test_trainer_without_transformers(llama, gpt2, tmp_path, monkeypatch):
     names, rows = optimizer_names(open_checkpoint(_folders(binary)[-1]))
     assert all(truth[k] == v for k, v in names.items())   # what is mapped is right
     assert rows[1]["mapping"] == NONE and "do not fit" in rows[1]["reason"]
+    assert rows[0]["mapping"] == ORDER and "lm_head.weight" not in rows[0]["reason"]   # the tied head: once, as wte
 
 
 def test_ambiguous_frozen_parameters_are_refused(tmp_path):
