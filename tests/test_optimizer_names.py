@@ -111,6 +111,9 @@ def test_trainer_mapping_on_the_meta_device(which, request):
     truth = _truth(trainer)
     folders = _folders(out)
     for folder in folders:
+        # what the Trainer writes: two groups (decay, then none), parameters by index, no param_names
+        groups = torch.load(os.path.join(folder, "optimizer.pt"), weights_only=True)["param_groups"]
+        assert [g["weight_decay"] for g in groups] == [0.1, 0.0] and not any("param_names" in g for g in groups)
         ckpt = open_checkpoint(folder)
         names, rows = optimizer_names(ckpt)
         assert names == truth   # every index, the frozen parameter left out
@@ -177,6 +180,7 @@ def test_ambiguous_frozen_parameters_are_refused(tmp_path):
 
 def test_tampered_shapes_are_refused(llama, tmp_path):
     out, trainer = llama
+    shutil.copytree(_folders(out)[0], tmp_path / "checkpoint-8")
     folder = shutil.copytree(_folders(out)[-1], tmp_path / "checkpoint-9")
     sd = torch.load(folder / "optimizer.pt", weights_only=True)
     g0 = sd["param_groups"][0]["params"]
@@ -186,6 +190,11 @@ def test_tampered_shapes_are_refused(llama, tmp_path):
     names, rows = optimizer_names(open_checkpoint(str(folder)))
     assert rows[0]["mapping"] == NONE and "fits their shapes" in rows[0]["reason"] and rows[0]["mapped"] == 0
     assert all(not k.endswith((f".{a}", f".{b}")) for k in names) and rows[1]["mapping"] == META
+    last = trend([str(tmp_path)])["optimizer"][-1]   # trend: the refused group's second moments not attributed
+    assert last["mapping"] == rows and last["attributed"] == len(names) == len(sd["param_groups"][1]["params"])
+    layer0 = torch.cat([sd["state"][i]["exp_avg_sq"].double().flatten() for i in sd["param_groups"][1]["params"]
+                        if ".layers.0." in _truth(trainer)[f"optimizer.state.{i}"]])
+    assert next(g for g in last["groups"] if g["group"].endswith(".0"))["elements"] == layer0.numel()
     sd["param_groups"][1]["params"].append(10_000)   # a group with more states than parameters
     torch.save(sd, folder / "optimizer.pt")
     _, rows = optimizer_names(open_checkpoint(str(folder)))

@@ -21,6 +21,8 @@ partition by its slice map (Checkpoint.optimizer_fragments). Otherwise (the Trai
 """
 from __future__ import annotations
 
+import functools
+import json
 import re
 from typing import Any
 
@@ -100,10 +102,19 @@ def _order(ckpt: Checkpoint) -> Order:
 def _meta_order(ckpt: Checkpoint) -> tuple[list[Param], set[str]]:
     """named_parameters() of config.json's first architecture built on the meta device (each in the checkpoint
     under its name), and the names transformers' Trainer.get_decay_parameter_names leaves out."""
+    order, nodecay = _built(json.dumps(ckpt.config, sort_keys=True, default=str))
+    missing = next((n for n, _ in order if n not in ckpt.tensors), None)
+    if missing is not None:
+        raise LookupError(f"the model's parameter {missing} is not in the checkpoint")
+    return order, nodecay
+
+
+@functools.lru_cache(maxsize=4)   # a run's steps share one config: the model is built once
+def _built(config_json: str) -> tuple[list[Param], set[str]]:
     import torch
     import transformers as T
 
-    cfg = ckpt.config or {}
+    cfg = json.loads(config_json)
     arch = architectures(cfg)[0]
     cls = getattr(T, arch, None)
     if cls is None:
@@ -113,12 +124,8 @@ def _meta_order(ckpt: Checkpoint) -> tuple[list[Param], set[str]]:
         model = cls._from_config(config)
         # the Trainer's own rule (its `self` is not used: no Trainer is built)
         decay = set(T.Trainer.get_decay_parameter_names(None, model))  # type: ignore[arg-type]
-    out = []
-    for n, p in model.named_parameters():
-        if n not in ckpt.tensors:
-            raise LookupError(f"{arch}'s parameter {n} is not in the checkpoint")
-        out.append((n, tuple(p.shape)))
-    return out, {n for n, _ in out if n not in decay}
+    order = [(n, tuple(p.shape)) for n, p in model.named_parameters()]
+    return order, {n for n, _ in order if n not in decay}
 
 
 def _split(ckpt: Checkpoint, groups: tuple[tuple[int, ...], ...], order: list[Param] | None,
@@ -126,6 +133,8 @@ def _split(ckpt: Checkpoint, groups: tuple[tuple[int, ...], ...], order: list[Pa
     """Each group's parameters in order, as the builder split them; (None, the reason) where that is unknown."""
     if order is None:
         return None, why
+    if not order:
+        return None, "the checkpoint holds no model parameter"
     if len(ckpt.optimizer_groups) > 1:
         return None, (f"{len(ckpt.optimizer_groups)} optimizers: which parameters each was given is the training "
                       "code's choice")
