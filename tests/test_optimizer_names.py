@@ -199,6 +199,10 @@ def test_tampered_shapes_are_refused(llama, tmp_path):
     torch.save(sd, folder / "optimizer.pt")
     _, rows = optimizer_names(open_checkpoint(str(folder)))
     assert rows[1]["mapping"] == NONE and "do not fit" in rows[1]["reason"]
+    sd["param_groups"][1]["params"][-1] = sd["param_groups"][0]["params"][0]   # one index in both groups
+    torch.save(sd, folder / "optimizer.pt")
+    names, rows = optimizer_names(open_checkpoint(str(folder)))
+    assert names == {} and all("listed twice" in x["reason"] for x in rows)
 
 
 @pytest.mark.parametrize("run, prefix, wrap", [("lightning", "optimizer_states.0.state", "state_dict.model."),
@@ -224,3 +228,18 @@ def test_lightning_and_deepspeed_state_dict_order(run, prefix, wrap):
             g = got[f"encoder.{layer}"]
             assert g["elements"] == v.numel() and g["max"] == v.max().item()
             assert g["mean"] == pytest.approx(v.mean().item(), rel=REL)
+
+
+def test_several_optimizers_are_refused(tmp_path):
+    """Lightning's dict with two optimizers (a GAN's): which parameters each holds is the training code's choice."""
+    live = fixture_script("make_training").Tiny()
+    opts = [torch.optim.AdamW(live.layers.parameters()), torch.optim.AdamW(live.head.parameters())]
+    live(torch.ones(1, 4)).sum().backward()
+    for o in opts:
+        o.step()
+    path = tmp_path / "epoch=0-step=1.ckpt"
+    torch.save({"pytorch-lightning_version": "2.6.6", "global_step": 1, "epoch": 0,
+                "state_dict": {f"model.{k}": v for k, v in live.state_dict().items()},
+                "optimizer_states": [o.state_dict() for o in opts]}, path)
+    names, rows = optimizer_names(open_checkpoint(str(path)))
+    assert names == {} and len(rows) == 2 and all("2 optimizers" in x["reason"] for x in rows)

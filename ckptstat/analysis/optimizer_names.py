@@ -38,7 +38,7 @@ TRAINER = "transformers Trainer"
 # transformers trainer.py Trainer.get_decay_parameter_names (5.x): no weight decay for names matching these (and for
 # nn.LayerNorm's parameters, a type names do not show: a split it gets wrong fails the counts)
 NO_DECAY = re.compile(r"bias|layernorm|rmsnorm|(?:^|\.)norm(?:$|\.)|_norm(?:$|\.)")
-MAX_WORK = 5_000_000   # states x parameters left out, the assignment search's table
+MAX_WORK = 2_000_000   # states x parameters left out, the assignment search's table
 
 Param = tuple[str, tuple[int, ...]]   # (the checkpoint's name, shape)
 
@@ -57,13 +57,17 @@ def _compute(ckpt: Checkpoint) -> tuple[dict[str, str], list[dict]]:
     if ckpt.optimizer_fragments:
         rows.append({"state": "ZeRO param_slice_mappings", "mapping": NAMED,
                      "mapped": sum(len(f) for f in ckpt.optimizer_fragments.values())})
-    if not ckpt.optimizer_groups:
+    # (a ZeRO flat partition's groups are not the parameters': its slice map names them, above)
+    todo = {state: groups for state, groups in ckpt.optimizer_groups.items()
+            if not any(f"{state}.{i}" in ckpt.optimizer_fragments for g in groups for i in g)}
+    if not todo:
         return names, rows
     order, nodecay, method, why = _order(ckpt)
-    for state, groups in ckpt.optimizer_groups.items():
-        if any(f"{state}.{i}" in ckpt.optimizer_fragments for g in groups for i in g):
-            continue   # a ZeRO flat partition: its slice map names the parameters (above)
-        splits, refusal = _split(ckpt, groups, order, nodecay, why)
+    for state, groups in todo.items():
+        splits, refusal = _split(ckpt, groups, len(todo), order, nodecay, why)
+        listed = [i for g in groups for i in g]
+        if len(set(listed)) != len(listed):   # (torch numbers each parameter once: a damaged or hand-made file)
+            splits, refusal = None, "an index is listed twice in the param groups"
         for g, indices in enumerate(groups):
             row: dict[str, Any] = {"state": state, "group": g, "parameters": len(indices), "mapping": NONE, "mapped": 0}
             if refusal is None and splits is not None:
@@ -128,16 +132,15 @@ def _built(config_json: str) -> tuple[list[Param], set[str]]:
     return order, {n for n, _ in order if n not in decay}
 
 
-def _split(ckpt: Checkpoint, groups: tuple[tuple[int, ...], ...], order: list[Param] | None,
+def _split(ckpt: Checkpoint, groups: tuple[tuple[int, ...], ...], optimizers: int, order: list[Param] | None,
            nodecay: set[str] | None, why: str | None) -> tuple[list[list[Param]] | None, str | None]:
     """Each group's parameters in order, as the builder split them; (None, the reason) where that is unknown."""
     if order is None:
         return None, why
     if not order:
         return None, "the checkpoint holds no model parameter"
-    if len(ckpt.optimizer_groups) > 1:
-        return None, (f"{len(ckpt.optimizer_groups)} optimizers: which parameters each was given is the training "
-                      "code's choice")
+    if optimizers > 1:
+        return None, f"{optimizers} optimizers: which parameters each was given is the training code's choice"
     if len(groups) == 1:
         return [order], None
     if ckpt.optimizer_builder == TRAINER and len(groups) == 2:
