@@ -5,6 +5,7 @@ the live optimizer: index i of its state_dict is the i-th parameter of its param
 (torch/optim/optimizer.py state_dict), named by the live model's named_parameters(). `trend`'s per-layer second
 moments equal torch's on the states torch loads, under that mapping; a file whose shapes do not fit is refused per
 group with the reason, never mapped."""
+import json
 import os
 import re
 import shutil
@@ -106,8 +107,9 @@ def _per_layer_equals_torch(r, folders, truth):
 
 
 @pytest.mark.parametrize("which", ["llama", "gpt2"])
-def test_trainer_mapping_on_the_meta_device(which, request):
+def test_trainer_mapping_on_the_meta_device(which, request, cli, capsys, tmp_path):
     out, trainer = request.getfixturevalue(which)
+    capsys.readouterr()   # (what the Trainer printed)
     truth = _truth(trainer)
     folders = _folders(out)
     for folder in folders:
@@ -120,9 +122,12 @@ def test_trainer_mapping_on_the_meta_device(which, request):
         assert [(x["group"], x["mapping"], x["parameters"]) for x in rows] == [
             (g, META, len(grp["params"])) for g, grp in enumerate(trainer.optimizer.param_groups)]
         assert summarize(ckpt)["training"]["optimizer_mapping"] == rows
-    r = trend([str(out)])
-    assert r["optimizer"][-1]["attributed"] == len(truth)
+    code, stdout, _ = cli("trend", str(out), "--json")
+    r = json.loads(stdout)
+    assert code == 0 and r["optimizer"][-1]["attributed"] == len(truth)
     _per_layer_equals_torch(r, folders, truth)
+    code, _, _ = cli("trend", str(out), "-o", str(tmp_path / "t.md"))
+    assert code == 0 and f"group 1: {len(trainer.optimizer.param_groups[1]['params'])} of" in (tmp_path / "t.md").read_text()
 
 
 def _bin_copy(out, trainer, dest):
