@@ -22,6 +22,17 @@ def training_line(t: dict) -> str:
     return ", ".join(parts).replace("global_step", "step")
 
 
+def optimizer_mapping_lines(rows: list[dict]) -> list[str]:
+    """Which parameter each optimizer state belongs to, per state and group: `optimizer.state group 0: 9 of 9
+    derived from named_parameters on the meta device` or `... none: <why>` (analysis/optimizer_names.py)."""
+    out = []
+    for x in rows:
+        where = x["state"] + (f" group {x['group']}" if "group" in x else "")
+        what = (f"{x['mapped']} of {x['parameters']} " if "parameters" in x else f"{x['mapped']} ") + x["mapping"]
+        out.append(f"{where}: {what}" + (f" ({x['reason']})" if x.get("reason") else ""))
+    return out
+
+
 OBJECT_LINES = 8   # non-tensor items listed by the summary; --json has them all
 
 
@@ -49,6 +60,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text(f"{label:<13}").append_text(safe(line)))
     if r.get("training"):   # a Trainer / Lightning / DeepSpeed checkpoint (formats/training.py)
         console.print(Text("training     ").append_text(safe(training_line(r["training"]))))
+        for line in optimizer_mapping_lines(r["training"].get("optimizer_mapping") or []):
+            console.print(Text("optimizer    ").append_text(safe(line)))
     _render_objects(r.get("objects") or {}, console)
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
