@@ -43,13 +43,15 @@ MAX_WORK = 2_000_000   # states x parameters left out, the assignment search's t
 Param = tuple[str, tuple[int, ...]]   # (the checkpoint's name, shape)
 
 
-def optimizer_names(ckpt: Checkpoint) -> tuple[dict[str, str], list[dict]]:
+def optimizer_names(ckpt: Checkpoint, build: bool = True) -> tuple[dict[str, str], list[dict]]:
     """(state prefix `optimizer.state.3` -> the checkpoint's name of its parameter, for every state the file names
-    or a checked mapping gives; one row per optimizer state and group saying which mapping was used, or why none)."""
-    return ckpt.derived("optimizer_names", _compute)
+    or a checked mapping gives; one row per optimizer state and group saying which mapping was used, or why none).
+    `build`: the model may be built on the meta device for its order (seconds of importing torch and transformers:
+    `trend`, which reads the states; `summary` reads headers and says what trend would do)."""
+    return ckpt.derived(("optimizer_names", build), functools.partial(_compute, build=build))
 
 
-def _compute(ckpt: Checkpoint) -> tuple[dict[str, str], list[dict]]:
+def _compute(ckpt: Checkpoint, build: bool) -> tuple[dict[str, str], list[dict]]:
     names = dict(ckpt.optimizer_params)
     rows: list[dict] = []
     if ckpt.optimizer_params:
@@ -62,7 +64,7 @@ def _compute(ckpt: Checkpoint) -> tuple[dict[str, str], list[dict]]:
             if not any(f"{state}.{i}" in ckpt.optimizer_fragments for g in groups for i in g)}
     if not todo:
         return names, rows
-    order, nodecay, method, why = _order(ckpt)
+    order, nodecay, method, why = _order(ckpt, build)
     for state, groups in todo.items():
         splits, refusal = _split(ckpt, groups, len(todo), order, nodecay, why)
         listed = [i for g in groups for i in g]
@@ -85,11 +87,14 @@ def _compute(ckpt: Checkpoint) -> tuple[dict[str, str], list[dict]]:
 Order = tuple[list[Param] | None, set[str] | None, str, str | None]
 
 
-def _order(ckpt: Checkpoint) -> Order:
+def _order(ckpt: Checkpoint, build: bool) -> Order:
     """(the parameters in named_parameters() order, those Trainer.get_decay_parameter_names leaves out where
     transformers said, how the order was found, why there is none or what was tried first)."""
     tried = None
-    if ckpt.config and architectures(ckpt.config) and meta.available():
+    buildable = bool(ckpt.config and architectures(ckpt.config))
+    if buildable and not build:
+        tried = "the meta-device model not built here (`ckptstat trend` builds it)"
+    elif buildable and meta.available():
         try:
             return (*_meta_order(ckpt), META, None)
         except Exception as e:   # a config transformers cannot build: say so, try the file's order

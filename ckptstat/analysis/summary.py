@@ -69,7 +69,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "metadata": dict(ckpt.metadata),
         "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
         # a training library's step, lr (formats/training.py); which parameter each optimizer state belongs to
-        "training": {**ckpt.training, "optimizer_mapping": optimizer_names(ckpt)[1]} if ckpt.training else None,
+        "training": {**ckpt.training, "optimizer_mapping": optimizer_names(ckpt, build=False)[1]} if ckpt.training else None,
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
