@@ -17,6 +17,7 @@ from ..families.framework.spec import audio_inputs, default_seq
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
 from .flops import run
+from .optimizer_names import optimizer_names
 from .quantized import member_fields, quantization
 from .ties import verdict
 
@@ -67,7 +68,8 @@ def summarize(ckpt: Checkpoint) -> dict:
                     "overhead_bytes": file_bytes - c.tensor_bytes},
         "metadata": dict(ckpt.metadata),
         "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
-        "training": dict(ckpt.training) if ckpt.training else None,   # a training library's step, lr (formats/training.py)
+        # a training library's step, lr (formats/training.py); which parameter each optimizer state belongs to
+        "training": {**ckpt.training, "optimizer_mapping": optimizer_names(ckpt, build=False)[1]} if ckpt.training else None,
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),

@@ -213,6 +213,15 @@ class Checkpoint:
     # A flat optimizer state (DeepSpeed ZeRO's partition, `...base_optimizer_state.state.0`) -> the slices of it each
     # parameter owns, (name, first element, elements), from the file's own map (ZeRO's param_slice_mappings).
     optimizer_fragments: dict[str, tuple[tuple[str, int, int], ...]] = field(default_factory=dict)
+    # An index-keyed optimizer state whose param_groups do not name their parameters: its prefix
+    # (`optimizer_states.0.state`) -> each param group's `params` indices, in the file's order (formats/torch/training.py).
+    optimizer_groups: dict[str, tuple[tuple[int, ...], ...]] = field(default_factory=dict)
+    # Who built those groups, where the folder says: "transformers Trainer" (Trainer.create_optimizer: the
+    # parameters it decays, then the others; formats/training.py), else None.
+    optimizer_builder: str | None = None
+    # The tensors are in the order the writer gave them (a torch pickle's dict: a state_dict in module order). False
+    # where a format reorders them (safetensors writers sort the names) or cannot say.
+    ordered: bool = False
     # Tables the layers above derive from the tensors and config (Checkpoint.derived); not an init argument, so a
     # view made with dataclasses.replace starts without them.
     _derived: dict[Hashable, Any] = field(default_factory=dict, init=False, repr=False, compare=False)

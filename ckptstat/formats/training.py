@@ -67,6 +67,7 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
         base.tensors[new] = replace(t, name=new)
     base.optimizer_params.update({f"{prefix}{k}": v for k, v in part.optimizer_params.items()})
     base.optimizer_fragments.update({f"{prefix}{k}": v for k, v in part.optimizer_fragments.items()})
+    base.optimizer_groups.update({f"{prefix}{k}": v for k, v in part.optimizer_groups.items()})
     base.objects.update({f"{prefix}{k}": v for k, v in part.objects.items()})
     base.readers.update(part.readers)
     base.files += tuple(f for f in part.files if f not in base.files)
@@ -116,6 +117,7 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
             opt = open_file(opt_path)
             _merged(ckpt, opt, "optimizer.")
             lr = (opt.training or {}).get("learning_rate")
+            ckpt.optimizer_builder = "transformers Trainer"   # its create_optimizer, unless the run passed its own
     logged = [e["learning_rate"] for e in state.get("log_history") or [] if isinstance(e, dict)
               and number(e.get("learning_rate")) is not None]
     ckpt.training = {"library": "Hugging Face Trainer", "global_step": number(state.get("global_step")),

@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import json
 
-from rich.console import Console, Group
+from rich.console import Console
 from rich.text import Text
 
 from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
+from .rows import name_cell, print_rows
 
 
 def training_line(t: dict) -> str:
@@ -19,6 +20,17 @@ def training_line(t: dict) -> str:
         parts.append(f"learning rate {t['learning_rate']:.6g}"
                      + (f" ({t['learning_rate_from']})" if t.get("learning_rate_from") else ""))
     return ", ".join(parts).replace("global_step", "step")
+
+
+def optimizer_mapping_lines(rows: list[dict]) -> list[str]:
+    """Which parameter each optimizer state belongs to, per state and group: `optimizer.state group 0: 9 of 9
+    derived from named_parameters on the meta device` or `... none: <why>` (analysis/optimizer_names.py)."""
+    out = []
+    for x in rows:
+        where = x["state"] + (f" group {x['group']}" if "group" in x else "")
+        what = (f"{x['mapped']} of {x['parameters']} " if "parameters" in x else f"{x['mapped']} ") + x["mapping"]
+        out.append(f"{where}: {what}" + (f" ({x['reason']})" if x.get("reason") else ""))
+    return out
 
 
 OBJECT_LINES = 8   # non-tensor items listed by the summary; --json has them all
@@ -48,6 +60,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text(f"{label:<13}").append_text(safe(line)))
     if r.get("training"):   # a Trainer / Lightning / DeepSpeed checkpoint (formats/training.py)
         console.print(Text("training     ").append_text(safe(training_line(r["training"]))))
+        for line in optimizer_mapping_lines(r["training"].get("optimizer_mapping") or []):
+            console.print(Text("optimizer    ").append_text(safe(line)))
     _render_objects(r.get("objects") or {}, console)
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
@@ -155,24 +169,21 @@ _ROLE_TAG = {"buffer": "buf", "non-trainable": "ntr", "metric": "met", "optimize
 
 
 def render_tensors(r: dict, console: Console) -> None:
-    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
-               "ctr = counter)",
-               "name", "bucket", "dtype", "shape", "numel", "bytes")
-    for c in t.columns[1:]:
-        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
+    rows = []
     for row in r["tensors"]:
-        name: Name | Group = Name(row["name"])
-        if row["alias_of"]:
-            name = Group(name, Name(Text("= ", style="dim").append_text(safe(row["alias_of"]))))
         bucket = row["bucket"] + (f".{row['layer']}" if row["layer"] is not None else "")
         if row["role"] != "parameter":
             bucket += f" {_ROLE_TAG.get(row['role'], row['role'])}"
         shape = "x".join(map(str, row["shape"])) or "scalar"
         if row.get("logical_shape") and row["role"] in ("packed-weight", "quantized-weight"):
             shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
-        t.add_row(name, bucket, row["dtype"], shape,
-                  f"{row['numel']:,}", human_bytes(row["bytes"]))
-    console.print(fit_names(t, console))
+        rows.append((name_cell(row["name"]), name_cell(row["alias_of"]) if row["alias_of"] else None,
+                     (bucket, row["dtype"], shape, f"{row['numel']:,}", human_bytes(row["bytes"]))))
+    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
+              "ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes")
+    for c in t.columns[1:]:
+        c.no_wrap = True  # numbers never fold; names give way, elided in the middle
+    print_rows(console, t, rows)
 
 
 def _shape(shape: list[int]) -> str:

@@ -8,12 +8,13 @@ from rich.console import Console, Group
 from rich.text import Text
 
 from .fmt import table
-from .names import Name, fit_names, name_line, safe
+from .names import Name, fit_names, inert, name_line, safe
 from .report_common import CSS
 from .report_common import html_table as _html_table
 from .report_common import md_cell as _md
 from .report_common import md_table as _md_table
 from .report_common import num as _num
+from .rows import name_cell, print_rows
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
           "values": "values changed", "converted": "converted (rounded)", "equal": "equal",
@@ -78,11 +79,9 @@ def render_diff(r: dict, console: Console) -> None:
     console.print(Text(f"tensors: {_counts_line(r)}"))
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread")]
     if changed:
-        t = table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine")
-        for row in changed:
-            t.add_row(Name(row["name"]), _LABEL[row["status"]], _what(row), _num(row["max_abs"]),
-                      _num(row["rel_l2"]), _num(row["cosine"], ".6f"))
-        console.print(fit_names(t, console))
+        print_rows(console, table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine"),
+                   [(name_cell(row["name"]), None, (_LABEL[row["status"]], inert(_what(row)), _num(row["max_abs"]),
+                                                   _num(row["rel_l2"]), _num(row["cosine"], ".6f"))) for row in changed])
     layers = [x for x in r["summary"]["layers"] if x["changed"]]
     if r["summary"]["layers"] and layers:
         t = table("Per layer", "layer", "tensors", "changed", "mean rel L2")

@@ -6,7 +6,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .fmt import human, human_bytes, table
-from .names import Name, fit_names, name_line, safe
+from .names import Name, name_line, safe
+from .rows import name_cell, print_rows
 
 MAX_ANOMALIES = 25
 
@@ -80,11 +81,10 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
         console.print(t)
 
     if show_tensors:
-        t = _tbl("By tensor", "name", "dtype", "std", "min", "max", "zeros", "flags")
-        for row in r["tensors"]:
-            t.add_row(Name(row["name"]), row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
-                      _pct(row["zero_fraction"]), ",".join(row["flags"]))
-        console.print(fit_names(t, console))
+        print_rows(console, _tbl("By tensor", "name", "dtype", "std", "min", "max", "zeros", "flags"),
+                   [(name_cell(row["name"]), None, (row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
+                                                   _pct(row["zero_fraction"]), ",".join(row["flags"])))
+                    for row in r["tensors"]])
 
     if r["anomalies"]:
         t = _tbl(f"{len(r['anomalies'])} anomalies", "tensor", "kind", "detail")

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from . import optimizer_mapping_lines
 from .fmt import table
 from .names import Name, fit_names, safe
 from .report_common import CSS, figure_png, html_table, img_tag, md_cell, md_table, num, plot_text
@@ -56,7 +57,14 @@ def _findings(r: dict) -> list[str]:
     for what in ("frozen_layers", "dead_layers"):
         if r[what]:
             out.append(f"{what.replace('_', ' ')}: " + ", ".join(r[what]))
-    return out
+    return (out or ["no jump, frozen or dead tensor"]) + _mapping(r)
+
+
+def _mapping(r: dict) -> list[str]:
+    """Which parameter each optimizer state of the last step holding one belongs to (analysis/optimizer_names.py)."""
+    last = next((o for o in reversed(r["optimizer"]) if o), None)
+    return [f"optimizer state at step {last['step']}, {line}"
+            for line in optimizer_mapping_lines(last.get("mapping") or [])] if last else []
 
 
 def _numbers(t: Table, rows: list[list[str]], first: int) -> Table:
@@ -89,11 +97,8 @@ def render_trend(r: dict, console: Console) -> None:
     console.print(fit_names(t, console))
     console.print(Text(f"rel = ||w_t - w_s|| / ||w_s|| since the previous step (prev) or the first; update ratio = "
                        f"std(w_t - w_(t-1)) / std(w_(t-1)); jump rule: {r['conventions']['jump']}", style="dim"))
-    findings = _findings(r)
-    for line in findings:
+    for line in _findings(r):
         console.print(safe(line))
-    if not findings:
-        console.print(Text("no jump, frozen or dead tensor"))
     if r["skipped"]:
         console.print(Text(f"{len(r['skipped'])} left out: ", style="dim").append_text(
             safe("; ".join(f"{s['name']} ({s['reason']})" for s in r["skipped"][:6]))))
@@ -166,7 +171,7 @@ def _sections(r: dict) -> list[tuple[str, list[str], list[list[str]]]]:
            (f"Per bucket and layer at step {r['steps'][-1]['step']}", ["group", *HEADER, "flags"], groups)]
     opt = [o for o in r["optimizer"] if o and o["groups"]]
     if opt:
-        out.append(("Adam second moments per group (state the optimizer names a parameter for)",
+        out.append(("Adam second moments per group (state attributed to a parameter)",
                     ["step", "group", "v mean", "v max", "mean sqrt(v)"],
                     [[str(o["step"]), g["group"], num(g["mean"]), num(g["max"]), num(g["mean_sqrt"])]
                      for o in opt for g in o["groups"]]))
@@ -183,7 +188,7 @@ def _head(r: dict) -> list[tuple[str, str]]:
 
 def trend_markdown(r: dict, links: dict[str, str]) -> str:
     lines = ["# ckptstat trend", ""] + [f"- **{k}**: {md_cell(v)}" for k, v in _head(r)] + [""]
-    findings = _findings(r) or ["no jump, frozen or dead tensor"]
+    findings = _findings(r)
     lines += ["## Findings", ""] + [f"- {md_cell(x)}" for x in findings] + [""]
     for name, alt in FIGURES.items():
         if name in links:
@@ -198,7 +203,7 @@ def trend_html(r: dict, pngs: dict[str, bytes]) -> str:
     out = ["<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8"><title>ckptstat trend</title>',
            f"<style>{CSS}</style></head><body>", "<h1>ckptstat trend</h1>",
            "<ul>" + "".join(f"<li><b>{e(k)}</b>: {e(v)}</li>" for k, v in _head(r)) + "</ul>", "<h2>Findings</h2>",
-           "<ul>" + "".join(f"<li>{e(x)}</li>" for x in _findings(r) or ["no jump, frozen or dead tensor"]) + "</ul>"]
+           "<ul>" + "".join(f"<li>{e(x)}</li>" for x in _findings(r)) + "</ul>"]
     out += [img_tag(pngs[name], alt, name) for name, alt in FIGURES.items() if name in pngs]
     for title, header, rows in _sections(r):
         out += [f"<h2>{e(title)}</h2>", *html_table(header, rows, align="n" if header[0] == "group" else "r")]

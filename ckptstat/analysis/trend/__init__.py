@@ -42,7 +42,8 @@ CONVENTIONS = {
     "jump": f"rel_prev at a step > {JUMP_FACTOR:g} x the median of the same group's rel_prev at its earlier steps "
             f"(at least {JUMP_HISTORY} of them, median > 0)",
     "second_moment": f"Adam's {SECOND_MOMENT} (v): its mean, max and mean sqrt(v) (the update's denominator) per step; "
-                     "per layer and bucket only for the state the optimizer names a parameter for",
+                     "per layer and bucket only for the state attributed to a parameter (`mapping`: named in the file, "
+                     "or an order derived and shape-checked; docs/training.md)",
     "nonfinite": "elements that are NaN or Inf at the step, the previous or the first are counted and left out",
 }
 
@@ -183,6 +184,7 @@ def build(p: Plan, results: list[tuple[dict[str, Sums], list]], layout: str, pat
                     by_group.setdefault(g, Moments()).merge(m)
         total.tensors = len(p.second[t])   # tensors, whatever their slices
         optimizer.append({"step": steps[t].step, **total.row(), "attributed": sum(1 for k, _ in moms if k is not None),
+                          "mapping": p.mapping[t] if p.mapping else [],
                           "groups": [{"group": _label(g), **by_group[g].row()} for g in sorted(by_group, key=_order)]})
     bucket_order = {b: i for i, b in enumerate(BUCKETS)}
     return {

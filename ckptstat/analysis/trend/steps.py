@@ -10,6 +10,7 @@ import numpy as np
 from ...census import placements
 from ...core import Checkpoint
 from ..diff import align, aligned, natural_key
+from ..optimizer_names import optimizer_names
 from ..stats import Item, select
 from .find import Step
 
@@ -126,14 +127,16 @@ class Plan:
     names: list[dict[str, str]]
     second: list[list[tuple[str, list[Segment]]]]
     skipped: list[dict] = field(default_factory=list)
+    mapping: list[list[dict]] = field(default_factory=list)   # per step, how its optimizer states were named (optimizer_names)
 
 
 def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, list[Segment]]]:
-    """Each Adam second moment in the checkpoint and its segments. Its parameter: the one the reader names for its
-    state (Checkpoint.optimizer_params: param_groups' param_names), or the one whose key ends the state's name (FSDP
-    and DCP key the state by the parameter's name); a ZeRO flat partition: each parameter's slice of it
-    (Checkpoint.optimizer_fragments)."""
+    """Each Adam second moment in the checkpoint and its segments. Its parameter: the one named for its state
+    (analysis/optimizer_names.py: param_groups' param_names, else a shape-checked order), or the one whose key ends
+    the state's name (FSDP and DCP key the state by the parameter's name); a ZeRO flat partition: each parameter's
+    slice of it (Checkpoint.optimizer_fragments)."""
     place = placements(ckpt)
+    params = optimizer_names(ckpt)[0]
     by_name = {n: k for k, n in keys.items()}
     out = []
     for t in ckpt:
@@ -144,7 +147,7 @@ def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, l
         if frags is not None and len(t.shape) == 1:
             out.append((t.name, _segments(t.numel, [(_key_of(name, keys, by_name), a, n) for name, a, n in frags])))
             continue
-        param = ckpt.optimizer_params.get(state)
+        param = params.get(state)
         out.append((t.name, [(by_name.get(param) if param is not None else _key_of(state, keys), 0, t.numel)]))
     return out
 
@@ -191,7 +194,7 @@ def plan(ckpts: Sequence[Checkpoint], steps: list[Step]) -> Plan:
         names.append(here)
     names = [{k: n[k] for k in items} for n in names]
     second = [_second_moments(c, keys) for c, keys in zip(ckpts, (align(c, [])[0] for c in ckpts))]
-    return Plan(steps, items, names, second, skipped)
+    return Plan(steps, items, names, second, skipped, [optimizer_names(c)[1] for c in ckpts])
 
 
 def step_result(ckpts: Mapping[int, Checkpoint], p: Plan, t: int, chunk_bytes: int) -> tuple[dict[str, Sums], list]:

@@ -73,9 +73,10 @@ def _scalars(obj: object) -> dict[str, str]:
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
     tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
-    training, optimizer_params = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
+    training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
-                      notes=notes, training=training, optimizer_params=optimizer_params,
+                      notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
+                      ordered=True,
                       optimizer_fragments=zero_fragments(c.obj))
 
 

@@ -9,7 +9,9 @@
   `ds_version`, and names DeepSpeed classes (DeepSpeedUnpickler records them).
 - a torch optimizer's state_dict (torch/optim/optimizer.py `state_dict`): `{"state": {index: {...}}, "param_groups":
   [{"lr": ..., "params": [index...], "param_names": [name...]}]}`; `param_names` is there when the optimizer was
-  built from `named_parameters()` (torch >= 2.6), and then names each index's parameter (Checkpoint.optimizer_params).
+  built from `named_parameters()` (torch >= 2.6), and then names each index's parameter (Checkpoint.optimizer_params);
+  otherwise each group's `params` index lists are kept (Checkpoint.optimizer_groups) for the analyses to map
+  (analysis/optimizer_names.py).
 """
 from __future__ import annotations
 
@@ -62,14 +64,22 @@ def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0,
             yield from optimizer_dicts(v, f"{prefix}.{k}" if prefix else str(k), depth + 1, seen)
 
 
-def optimizer_facts(obj: Any) -> tuple[float | None, dict[str, str]]:
-    """(the first param group's learning rate, state prefix -> parameter name from `param_names`)."""
-    lr, names = None, {}
+Groups = dict[str, tuple[tuple[int, ...], ...]]
+
+
+def optimizer_facts(obj: Any) -> tuple[float | None, dict[str, str], Groups]:
+    """(the first param group's learning rate, state prefix -> parameter name from `param_names`, and for each
+    optimizer whose groups do not name their parameters its state's prefix (`optimizer_states.0.state`) -> each param
+    group's `params` indices)."""
+    lr, names, groups = None, {}, {}
     seen: set[int] = set()
     for prefix, d in optimizer_dicts(obj):
+        state = f"{prefix}.state" if prefix else "state"
+        indices: list[tuple[int, ...]] = []
         for g in d["param_groups"]:
             if not isinstance(g, dict) or id(g) in seen:   # (one group a million times over: once)
-                continue
+                indices = []
+                break
             seen.add(id(g))
             if lr is None:
                 lr = number(g.get("lr"))
@@ -77,8 +87,12 @@ def optimizer_facts(obj: Any) -> tuple[float | None, dict[str, str]]:
             if isinstance(params, list) and isinstance(pnames, list) and len(params) == len(pnames):
                 for i, n in zip(params, pnames):
                     if isinstance(n, str) and isinstance(i, int):
-                        names[f"{prefix}.state.{i}" if prefix else f"state.{i}"] = n
-    return lr, names
+                        names[f"{state}.{i}"] = n
+            elif isinstance(params, list) and all(type(i) is int for i in params):
+                indices.append(tuple(params))
+        if indices and len(indices) == len(d["param_groups"]):
+            groups[state] = tuple(indices)
+    return lr, names, groups
 
 
 Fragments = dict[str, tuple[tuple[str, int, int], ...]]
@@ -107,12 +121,13 @@ def zero_fragments(obj: Any) -> Fragments:
     return out
 
 
-def torch_training(obj: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
+def torch_training(obj: Any) -> tuple[dict[str, Any] | None, dict[str, str], Groups]:
     """What a torch.save'd dict says of its training (Lightning's .ckpt, DeepSpeed's model states, a bare optimizer
-    state_dict), and the parameter names of its optimizer state; (None, {}) for a plain state_dict."""
-    lr, names = optimizer_facts(obj)
+    state_dict), the parameter names of its optimizer state and its unnamed param groups (optimizer_facts);
+    (None, {}, {}) for a plain state_dict."""
+    lr, names, groups = optimizer_facts(obj)
     if not isinstance(obj, dict):
-        return None, names
+        return None, names, groups
     info: dict[str, Any] | None = None
     if "pytorch-lightning_version" in obj:
         info = {"library": f"PyTorch Lightning {str(obj['pytorch-lightning_version'])[:40]}",
@@ -130,4 +145,4 @@ def torch_training(obj: Any) -> tuple[dict[str, Any] | None, dict[str, str]]:
         info = {"library": "torch optimizer state_dict", "global_step": None, "epoch": None}
     if info is not None:
         info["learning_rate"] = lr
-    return info, names
+    return info, names, groups
