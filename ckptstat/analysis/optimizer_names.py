@@ -57,7 +57,7 @@ def _compute(ckpt: Checkpoint, build: bool) -> tuple[dict[str, str], list[dict]]
     if ckpt.optimizer_params:
         rows.append({"state": "param_groups' param_names", "mapping": NAMED, "mapped": len(ckpt.optimizer_params)})
     if ckpt.optimizer_fragments:
-        rows.append({"state": "ZeRO param_slice_mappings", "mapping": NAMED,
+        rows.append({"state": "ZeRO partition maps (param_slice_mappings, ZeRO-3 param_shapes)", "mapping": NAMED,
                      "mapped": sum(len(f) for f in ckpt.optimizer_fragments.values())})
     # (a ZeRO flat partition's groups are not the parameters': its slice map names them, above)
     todo = {state: groups for state, groups in ckpt.optimizer_groups.items()
