@@ -59,4 +59,4 @@ def test_rotary_fraction_moved_into_rope_parameters_is_read(tmp_path, cls, facto
     saved = json.loads((tmp_path / "config.json").read_text())
     assert factor_key not in saved or saved.get(factor_key) == 0.75
     assert saved["rope_parameters"]["partial_rotary_factor"] == 0.75
-    assert dict(from_config(saved).extra)["rotary_dim"] == int(16 * 0.75)
+    assert from_config(saved).rope_dim == int(16 * 0.75)

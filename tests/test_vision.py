@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import replace
 
 import pytest
 
@@ -59,7 +60,7 @@ def test_resnet_from_torchvision_names(kwargs, cls):
     assert spec.head == ("imgcls" if cls.endswith("Classification") else "base")
     assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
     for side in (224, 97):
-        assert ours(spec.with_extra(image_size=side), 1, 2) == fcm_image_flops(model, 1, 2, "meta", side, 3, None), side
+        assert ours(replace(spec, image_size=side), 1, 2) == fcm_image_flops(model, 1, 2, "meta", side, 3, None), side
     names = [op.module for op in build(spec)]
     assert names[0].startswith("conv1 ") and any(n.startswith("layer1.0.conv1") for n in names)
 

@@ -112,19 +112,18 @@ ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP,
 
 
 def image_input(model: Model, image_size: int | None) -> Model:
-    """--image-size: the side an image model is analysed at (ArchSpec.extra image_size); a usage error for
+    """--image-size: the side an image model is analysed at (ArchSpec.image_size); a usage error for
     a model that reads no image."""
     from dataclasses import replace
 
     from ..errors import UsageError
 
     positive("--image-size", image_size)
-    sizes = dict(model.spec.extra)
-    if "image_size" not in sizes:
+    if not model.spec.image_size:
         if image_size is not None:
             raise UsageError(f"--image-size applies to image models; {model.spec.family} "
                              f"({model.spec.model_type}) reads no image")
         return model
-    side = sizes["image_size"] if image_size is None else image_size
+    side = model.spec.image_size if image_size is None else image_size
     note = f"input image {side}x{side}" + (" (--image-size)" if image_size else " (the default; --image-size to change)")
-    return replace(model, spec=model.spec.with_extra(image_size=side), notes=(*model.notes, note))
+    return replace(model, spec=replace(model.spec, image_size=side), notes=(*model.notes, note))

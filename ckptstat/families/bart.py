@@ -24,13 +24,13 @@ OFFSET = 2   # BartLearnedPositionalEmbedding: positions are looked up at positi
 def from_config(c: Cfg) -> ArchSpec:
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
-    extra = (("decoder_heads", ad), ("decoder_ffn", c.int("decoder_ffn_dim")))
     return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings") + OFFSET,
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    decoder_layers=c.int("decoder_layers"), extra=extra, **c.common)
+                    decoder_layers=c.int("decoder_layers"), decoder_heads=ad,
+                    decoder_ffn=c.int("decoder_ffn_dim"), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -55,7 +55,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, positions=P, tied_embeddings=not apart,
                     decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
-                    extra=(("decoder_heads", a), ("decoder_ffn", fd)), assumptions=notes,
+                    decoder_heads=a, decoder_ffn=fd, assumptions=notes,
                     **dict(common, model_type="mbart" if mbart else "bart"))
 
 
@@ -94,7 +94,7 @@ def build(B: Builder) -> None:
             B.norm(f"{name}.layer_norm", bucket, tok, h, residual=False)
 
     stack("encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
-    stack("decoder", "decoder", s.decoder_layers, B.dec_seq, s.x("decoder_heads"), s.x("decoder_ffn"), B.seq)
+    stack("decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
         # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
         B.linear("classification_head.dense", "cls", (b,), h, h, True)
@@ -131,7 +131,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
             add_norm(out, f"{name}.layer_norm", h)
 
     stack("encoder", s.layers, s.intermediate, False)
-    stack("decoder", s.decoder_layers, s.x("decoder_ffn"), True)
+    stack("decoder", s.decoder_layers, s.decoder_ffn, True)
     if s.head == "lm":
         out["lm_head.weight"] = (s.vocab, h)
     elif s.head == "seqcls":

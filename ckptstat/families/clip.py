@@ -13,64 +13,106 @@ the projections, logit_scale and the similarity matmul are bucket `cls`. A file 
 `text_model.` / `vision_model.` or, CLIPTextModel / CLIPVisionModel as transformers 5 writes them, bare
 (TOWER_MARKERS); expected_tensors gives transformers 5's layout, docs/ties.md "The config cross-check".
 
-ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers'
-sizes are in ArchSpec.extra: t_layers, t_hidden, t_heads, t_inter, t_vocab, t_positions, v_layers,
-v_hidden, v_heads, v_inter, image_size (analysed), native_image_size, patch_size, channels, proj."""
+ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers' sizes are a
+Towers variant (TextTower, VisionTower), the side analysed ArchSpec.image_size."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
 from .resnet import conv2d
 
 
+@dataclass(frozen=True)
+class Tower:
+    """One tower's encoder sizes (CLIP's, SigLIP's: siglip.py)."""
+    layers: int
+    hidden: int
+    heads: int
+    inter: int
+
+
+@dataclass(frozen=True)
+class TextTower(Tower):
+    vocab: int
+    positions: int
+    proj: int = 0             # SigLIP's text head width (projection_size); CLIP's projection is the model's (Towers.proj)
+
+
+@dataclass(frozen=True)
+class VisionTower(Tower):
+    native_image_size: int    # the config's image_size, which sizes the position table
+    patch_size: int
+    channels: int
+    head: bool = False        # SigLIP's attention-pooling head (vision_use_head)
+
+
+@dataclass(frozen=True)
+class Towers(Variant):
+    """A two-tower model's towers (None: the file has no such tower) and CLIP's projection_dim (SigLIP: 0)."""
+    text: TextTower | None
+    vision: VisionTower | None
+    proj: int = 0
+
+
+def towers(s: ArchSpec) -> Towers:
+    return s.variant_as(Towers)
+
+
 # A saved CLIPConfig's sub-configs may omit any size: each is then CLIPTextConfig's / CLIPVisionConfig's default
 # (FROM_CLASS: families/config_defaults.json, read as the sub-config's model_type).
-def _text(c: Cfg) -> dict[str, int]:
-    return dict(t_layers=c.int("num_hidden_layers", default=FROM_CLASS), t_hidden=c.int("hidden_size", default=FROM_CLASS),
-                t_heads=c.int("num_attention_heads", default=FROM_CLASS),
-                t_inter=c.int("intermediate_size", default=FROM_CLASS), t_vocab=c.int("vocab_size", default=FROM_CLASS),
-                t_positions=c.int("max_position_embeddings", default=FROM_CLASS))
+def _text(c: Cfg) -> TextTower:
+    return TextTower(layers=c.int("num_hidden_layers", default=FROM_CLASS), hidden=c.int("hidden_size", default=FROM_CLASS),
+                     heads=c.int("num_attention_heads", default=FROM_CLASS),
+                     inter=c.int("intermediate_size", default=FROM_CLASS), vocab=c.int("vocab_size", default=FROM_CLASS),
+                     positions=c.int("max_position_embeddings", default=FROM_CLASS))
 
 
-def _vision(c: Cfg) -> dict[str, int]:
+def _vision(c: Cfg) -> VisionTower:
     img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
-    return dict(v_layers=c.int("num_hidden_layers", default=FROM_CLASS), v_hidden=c.int("hidden_size", default=FROM_CLASS),
-                v_heads=c.int("num_attention_heads", default=FROM_CLASS),
-                v_inter=c.int("intermediate_size", default=FROM_CLASS),
-                image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=FROM_CLASS))
+    return VisionTower(layers=c.int("num_hidden_layers", default=FROM_CLASS), hidden=c.int("hidden_size", default=FROM_CLASS),
+                       heads=c.int("num_attention_heads", default=FROM_CLASS),
+                       inter=c.int("intermediate_size", default=FROM_CLASS),
+                       native_image_size=img, patch_size=p, channels=c.int("num_channels", default=FROM_CLASS))
 
 
-def _spec(X: dict[str, int], common: dict[str, Any], act: str = "quick_gelu", where: str = "tensor shapes") -> ArchSpec:
-    t = "t_layers" in X
-    p = "t_" if t else "v_"
-    h, a = X[p + "hidden"], X[p + "heads"]
-    if h % a:
-        raise UsageError(f"{where}: {'text' if t else 'vision'} hidden size {h} is not a multiple of its {a} heads")
-    if "v_hidden" in X and X["v_hidden"] % X["v_heads"]:
-        raise UsageError(f"{where}: vision hidden size {X['v_hidden']} is not a multiple of its {X['v_heads']} heads")
-    return ArchSpec(layers=X[p + "layers"], hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=X[p + "inter"],
-                    vocab=X.get("t_vocab", 0), positions=X.get("t_positions", 0), activation=act,
-                    extra=tuple(X.items()), **common)
+def tower_spec(X: Towers, common: dict[str, Any], act: str) -> ArchSpec:
+    """The spec of a two-tower model (CLIP's, SigLIP's): its main sizes the text tower's, else the vision tower's."""
+    main = X.text or X.vision
+    if main is None:
+        raise ValueError("a two-tower spec needs a tower")
+    return ArchSpec(layers=main.layers, hidden=main.hidden, heads=main.heads, kv_heads=main.heads,
+                    head_dim=main.hidden // main.heads, intermediate=main.inter, vocab=X.text.vocab if X.text else 0,
+                    positions=X.text.positions if X.text else 0, activation=act,
+                    image_size=X.vision.native_image_size if X.vision else 0, variant=X, **common)
+
+
+def _spec(X: Towers, common: dict[str, Any], act: str = "quick_gelu", where: str = "tensor shapes") -> ArchSpec:
+    for name, t in (("text", X.text), ("vision", X.vision)):
+        if t is not None and t.hidden % t.heads:
+            raise UsageError(f"{where}: {name} hidden size {t.hidden} is not a multiple of its {t.heads} heads")
+    return tower_spec(X, common, act)
 
 
 def from_config(c: Cfg) -> ArchSpec:
     act = str(c.get("hidden_act", default="quick_gelu"))
+    proj = c.int("projection_dim", default=FROM_CLASS)
     if c.model_type == "clip":
         t = c.sub("text_config", "clip_text_model")
-        X = {**_text(t), **_vision(c.sub("vision_config", "clip_vision_model")),
-             "proj": c.int("projection_dim", default=FROM_CLASS)}
+        X = Towers(_text(t), _vision(c.sub("vision_config", "clip_vision_model")), proj)
         act = str(t.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "clip_text_model":
-        X = {**_text(c), "proj": c.int("projection_dim", default=FROM_CLASS)}
+        X = Towers(_text(c), None, proj)
     else:
-        X = {**_vision(c), "proj": c.int("projection_dim", default=FROM_CLASS)}
+        X = Towers(None, _vision(c), proj)
     return _spec(X, c.common, act, c.path)
 
 
@@ -102,45 +144,41 @@ def unprefixed(out: Shapes) -> Shapes:
     return {n.split(".", 1)[1]: shape for n, shape in out.items()}
 
 
-def tower_shapes(T: Tensors, p: str, pre: str) -> dict[str, int]:
-    """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py), under the ArchSpec.extra prefix `p`;
-    `pre`: the tower's names' prefix (tower_prefix)."""
+def tower_shapes(T: Tensors, pre: str) -> Tower:
+    """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py); `pre`: the tower's names' prefix
+    (tower_prefix)."""
     q = "^" + re.escape(pre)
     f, h = infer.shape(T, rf"{q}encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre}encoder.layers.0.mlp.fc1")
     a, _ = infer.heads_for(h, 64)
-    return {f"{p}layers": infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), f"{p}hidden": h, f"{p}heads": a,
-            f"{p}inter": f}
+    return Tower(layers=infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), hidden=h, heads=a, inter=f)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    X: dict[str, int] = {}
+    text = vision = None
     if (pre := tower_prefix(T, "text")) is not None:
         q = "^" + re.escape(pre)
-        X.update(tower_shapes(T, "t_", pre))
-        X["t_vocab"], _ = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")
-        X["t_positions"] = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
+        V, _ = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")
+        P = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
+        text = TextTower(**asdict(tower_shapes(T, pre)), vocab=V, positions=P)
     if (pre := tower_prefix(T, "vision")) is not None:
         q = "^" + re.escape(pre)
-        X.update(tower_shapes(T, "v_", pre))
         _, ch, p, _ = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
         n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
-        img = int(round((n - 1) ** 0.5)) * p
-        X.update(image_size=img, native_image_size=img, patch_size=p, channels=ch)
-    if not X:
+        vision = VisionTower(**asdict(tower_shapes(T, pre)), native_image_size=int(round((n - 1) ** 0.5)) * p,
+                             patch_size=p, channels=ch)
+    if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no CLIP tower; pass --config")
     proj = infer.find(T, r"(^|\.)(text|visual)_projection\.weight$")
-    X["proj"] = proj.shape[0] if proj is not None else 512
     # what the stored towers show: both is CLIPModel, one is CLIPTextModel / CLIPVisionModel
-    mt = "clip" if "t_layers" in X and "v_layers" in X else "clip_text_model" if "t_layers" in X else "clip_vision_model"
+    mt = "clip" if text and vision else "clip_text_model" if text else "clip_vision_model"
     common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"],
                   assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
-    return _spec(X, common)
+    return _spec(Towers(text, vision, proj.shape[0] if proj is not None else 512), common)
 
 
-def encoder(B: Builder, tower: str, p: str, n: int, causal: bool) -> None:
-    """A tower's encoder layers (CLIP's, and SigLIP's: siglip.py), sizes from ArchSpec.extra under prefix `p`."""
-    X = dict(B.s.extra)
-    L, h, a, f = X[p + "layers"], X[p + "hidden"], X[p + "heads"], X[p + "inter"]
+def encoder(B: Builder, tower: str, t: Tower, n: int, causal: bool) -> None:
+    """A tower's encoder layers (CLIP's, and SigLIP's: siglip.py)."""
+    L, h, a, f = t.layers, t.hidden, t.heads, t.inter
     tok = (B.b, n)
     lp = f"{tower}_model.encoder.layers[{L}]"
     B.norm(f"{lp}.layer_norm1", tower, tok, h, L, residual=False)
@@ -156,34 +194,34 @@ def encoder(B: Builder, tower: str, p: str, n: int, causal: bool) -> None:
 
 def build(B: Builder) -> None:
     s = B.s
-    X = dict(s.extra)
-    text, vision = "t_layers" in X, "v_layers" in X
+    X = towers(s)
+    text, vision = X.text, X.vision
     projected = s.model_type == "clip" or s.head == "projection"
     if vision:   # CLIPModel runs the vision tower first
-        h = X["v_hidden"]
-        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", X["channels"], h, X["patch_size"],
-                      X["patch_size"], X["image_size"], 0)
+        h = vision.hidden
+        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", vision.channels, h, vision.patch_size,
+                      vision.patch_size, s.image_size, 0)
         n = side * side + 1
-        native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1
+        native = (vision.native_image_size // vision.patch_size) ** 2 + 1
         B.add("vision_model.embeddings.class_embedding + position_embedding", "embedding", "vision", 1, (B.b, n - 1, h),
               (B.b, n, h), params=h + native * h, ew=B.b * n * h)
         B.norm("vision_model.pre_layrnorm", "vision", (B.b, n), h, residual=False)
-        encoder(B, "vision", "v_", n, causal=False)
+        encoder(B, "vision", vision, n, causal=False)
         B.norm("vision_model.post_layernorm (class token)", "vision", (B.b,), h, residual=False)
         if projected:
-            B.linear("visual_projection", "cls", (B.b,), h, X["proj"], False)
+            B.linear("visual_projection", "cls", (B.b,), h, X.proj, False)
     if text:
-        h = X["t_hidden"]
-        B.embedding("text_model.embeddings.token_embedding", "text", X["t_vocab"], h, B.seq)
-        B.embedding("text_model.embeddings.position_embedding", "text", X["t_positions"], h, B.seq)
-        encoder(B, "text", "t_", B.seq, causal=True)
+        h = text.hidden
+        B.embedding("text_model.embeddings.token_embedding", "text", text.vocab, h, B.seq)
+        B.embedding("text_model.embeddings.position_embedding", "text", text.positions, h, B.seq)
+        encoder(B, "text", text, B.seq, causal=True)
         B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h)
         if projected:
-            B.linear("text_projection", "cls", (B.b,), h, X["proj"], False)
+            B.linear("text_projection", "cls", (B.b,), h, X.proj, False)
     if s.model_type == "clip":
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale): a (b x P) by (P x b) mm
-        B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X["proj"]), (B.b, B.b), params=1,
-              macs=B.b * X["proj"] * B.b, ew=B.b * B.b + 6 * B.b * X["proj"])
+        B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X.proj), (B.b, B.b), params=1,
+              macs=B.b * X.proj * B.b, ew=B.b * B.b + 6 * B.b * X.proj)
 
 
 def tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
@@ -203,27 +241,28 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
     if s.head not in ("base", "projection"):
         return None
-    X = dict(s.extra)
+    X = towers(s)
+    text, vision = X.text, X.vision
     projected = s.model_type == "clip" or s.head == "projection"
     out: Shapes = {"logit_scale": ()} if s.model_type == "clip" else {}
-    if "t_layers" in X:
-        h = X["t_hidden"]
-        out["text_model.embeddings.token_embedding.weight"] = (X["t_vocab"], h)
-        out["text_model.embeddings.position_embedding.weight"] = (X["t_positions"], h)
-        tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
+    if text:
+        h = text.hidden
+        out["text_model.embeddings.token_embedding.weight"] = (text.vocab, h)
+        out["text_model.embeddings.position_embedding.weight"] = (text.positions, h)
+        tower_tensors(out, "text_model", text.layers, h, text.inter)
         add_norm(out, "text_model.final_layer_norm", h)
-    if "v_layers" in X:
-        h, p = X["v_hidden"], X["patch_size"]
+    if vision:
+        h, p = vision.hidden, vision.patch_size
         out["vision_model.embeddings.class_embedding"] = (h,)
-        out["vision_model.embeddings.patch_embedding.weight"] = (h, X["channels"], p, p)
-        out["vision_model.embeddings.position_embedding.weight"] = ((X["native_image_size"] // p) ** 2 + 1, h)
+        out["vision_model.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
+        out["vision_model.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2 + 1, h)
         add_norm(out, "vision_model.pre_layrnorm", h)
-        tower_tensors(out, "vision_model", X["v_layers"], h, X["v_inter"])
+        tower_tensors(out, "vision_model", vision.layers, h, vision.inter)
         add_norm(out, "vision_model.post_layernorm", h)
-    if projected and "v_layers" in X:
-        add_linear(out, "visual_projection", X["proj"], X["v_hidden"], bias=False)
-    if projected and "t_layers" in X:
-        add_linear(out, "text_projection", X["proj"], X["t_hidden"], bias=False)
+    if projected and vision:
+        add_linear(out, "visual_projection", X.proj, vision.hidden, bias=False)
+    if projected and text:
+        add_linear(out, "text_projection", X.proj, text.hidden, bias=False)
     return unprefixed(out) if bare(s) else out
 
 

@@ -11,10 +11,10 @@ DINOv2 with registers (modeling_dinov2_with_registers.py, model_type dinov2_with
 num_register_tokens (default 4) learned tokens after the cls token, without positions, and always has the
 mask token; its classifier averages the patch tokens only.
 
-Sizes in ArchSpec.extra as vit.py's (image_size, native_image_size, patch_size, channels, mask_token) plus
-swiglu (0/1) and registers."""
+The side analysed is ArchSpec.image_size, the rest a Dinov2Variant (vit.py's Patches, swiglu and registers)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
@@ -22,7 +22,13 @@ from . import vit
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
-from .vit import patch_tokens
+from .vit import Patches, patch_tokens
+
+
+@dataclass(frozen=True)
+class Dinov2Variant(Patches):
+    swiglu: bool      # use_swiglu_ffn: weights_in / silu x / weights_out
+    registers: int    # num_register_tokens (dinov2_with_registers; 0 else)
 
 
 def _hidden_features(c: Cfg, h: int, swiglu: bool) -> int:
@@ -37,13 +43,13 @@ def from_config(c: Cfg) -> ArchSpec:
     h, a, img, p = vit.image_sizes(c, 14)
     swiglu = bool(c.get("use_swiglu_ffn", default=False))
     reg = c.model_type == "dinov2_with_registers"
-    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
-                 mask_token=int(reg or bool(c.get("use_mask_token", default=True))), swiglu=int(swiglu),
-                 registers=c.int("num_register_tokens", default=4) if reg else 0)
+    v = Dinov2Variant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
+                      mask_token=reg or bool(c.get("use_mask_token", default=True)), swiglu=swiglu,
+                      registers=c.int("num_register_tokens", default=4) if reg else 0)
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=_hidden_features(c, h, swiglu), vocab=0, gated_mlp=swiglu,
                     activation="silu" if swiglu else str(c.get("hidden_act", default="gelu")),
-                    qkv_bias=bool(c.get("qkv_bias", default=True)), extra=tuple(extra.items()), **c.common)
+                    qkv_bias=bool(c.get("qkv_bias", default=True)), image_size=img, variant=v, **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -57,28 +63,27 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     reg = infer.find(T, r"embeddings\.register_tokens$")
     a, note = infer.heads_for(h, 64)
     img = side * p
-    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=ch,
-                 mask_token=int(infer.has(T, r"embeddings\.mask_token$")), swiglu=int(swiglu),
-                 registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
+    v = Dinov2Variant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
+                      swiglu=swiglu, registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
                     layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=0, gated_mlp=swiglu, activation="silu" if swiglu else "gelu",
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), extra=tuple(extra.items()),
+                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
                     **{**common, "model_type": "dinov2_with_registers" if reg is not None else "dinov2"})
 
 
 def build(B: Builder) -> None:
     s = B.s
-    X = dict(s.extra)
+    X = s.variant_as(Dinov2Variant)
     h, L, f = s.hidden, s.layers, s.intermediate
-    R = X["registers"]
+    R = X.registers
     n = patch_tokens(B, "embeddings.patch_embeddings.projection", True) + R
-    native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1
+    native = (X.native_image_size // X.patch_size) ** 2 + 1
     tok = (B.b, n)
-    B.add("embeddings.cls_token + position_embeddings (interpolated)" + (" + mask_token" if X["mask_token"] else "")
+    B.add("embeddings.cls_token + position_embeddings (interpolated)" + (" + mask_token" if X.mask_token else "")
           + (f" + {R} register_tokens" if R else ""), "embedding", "embedding", 1, (B.b, n - 1 - R, h), (B.b, n, h),
-          params=h + native * h + (h if X["mask_token"] else 0) + R * h, ew=B.b * (n - R) * h)
+          params=h + native * h + (h if X.mask_token else 0) + R * h, ew=B.b * (n - R) * h)
     lp = f"encoder.layer[{L}]"
     B.norm(f"{lp}.norm1", "encoder", tok, h, L, residual=False)
     for m in ("query", "key", "value"):
@@ -88,7 +93,7 @@ def build(B: Builder) -> None:
     for i in (1, 2):
         if i == 2:
             B.norm(f"{lp}.norm2", "encoder", tok, h, L, residual=False)
-            if X["swiglu"]:
+            if X.swiglu:
                 B.linear(f"{lp}.mlp.weights_in", "encoder", tok, h, 2 * f, True, L)
                 B.activation(f"{lp}.mlp silu*x2", "encoder", tok, f, "silu", L, gated=True)
                 B.linear(f"{lp}.mlp.weights_out", "encoder", tok, f, h, True, L)
@@ -107,16 +112,16 @@ def build(B: Builder) -> None:
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     if s.head not in ("base", "imgcls"):
         return None
-    X = dict(s.extra)
-    h, f, p = s.hidden, s.intermediate, X["patch_size"]
-    pre = "" if s.head == "base" else ("dinov2_with_registers." if X["registers"] else "dinov2.")
+    X = s.variant_as(Dinov2Variant)
+    h, f, p = s.hidden, s.intermediate, X.patch_size
+    pre = "" if s.head == "base" else ("dinov2_with_registers." if X.registers else "dinov2.")
     out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
-    if X["mask_token"]:
+    if X.mask_token:
         out[pre + "embeddings.mask_token"] = (1, h)
-    if X["registers"]:
-        out[pre + "embeddings.register_tokens"] = (1, X["registers"], h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X["native_image_size"] // p) ** 2 + 1, h)
-    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X["channels"], p, p)
+    if X.registers:
+        out[pre + "embeddings.register_tokens"] = (1, X.registers, h)
+    out[pre + "embeddings.position_embeddings"] = (1, (X.native_image_size // p) ** 2 + 1, h)
+    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X.channels, p, p)
     out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
     for i in range(s.layers):
         q = f"{pre}encoder.layer.{i}."
@@ -126,7 +131,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_linear(out, q + "attention.output.dense", h, h)
         out[q + "layer_scale1.lambda1"] = (h,)
         add_norm(out, q + "norm2", h)
-        if X["swiglu"]:
+        if X.swiglu:
             add_linear(out, q + "mlp.weights_in", 2 * f, h)
             add_linear(out, q + "mlp.weights_out", h, f)
         else:

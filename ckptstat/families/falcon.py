@@ -11,15 +11,25 @@ layout, whose fused width is 3h), `bias` switches every linear's bias, the MLP i
 dense_4h_to_h (ffn_hidden_size, 4h by default), and the LM head is tied to word_embeddings by default
 (FalconForCausalLM's _tied_weights_keys: lm_head.weight). The rotary table's matmul runs even with ALiBi.
 
-Switches (ArchSpec.extra): new_arch, alibi, parallel, ln_attn_mlp (two LayerNorms per layer)."""
+Switches: FalconVariant."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .framework import base, decoders, infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
+
+
+@dataclass(frozen=True)
+class FalconVariant(Variant):
+    new_arch: bool      # new_decoder_architecture (40B/180B, Falcon2)
+    alibi: bool         # ALiBi instead of rotary positions (RW)
+    parallel: bool      # parallel_attn: attention and MLP read the same input
+    ln_attn_mlp: bool   # two LayerNorms per parallel layer (ln_attn, ln_mlp: num_ln_in_parallel_attn 2)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -35,8 +45,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("activation", default="gelu")), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    extra=(("new_arch", int(new)), ("alibi", int(bool(c.get("alibi", default=False)))),
-                           ("parallel", int(parallel)), ("ln_attn_mlp", int(parallel and n_ln == 2))), **c.common)
+                    variant=FalconVariant(new_arch=new, alibi=bool(c.get("alibi", default=False)), parallel=parallel,
+                                          ln_attn_mlp=parallel and n_ln == 2), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -56,39 +66,41 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     intermediate=infer.shape(T, r"mlp\.dense_h_to_4h\.weight$", "dense_h_to_4h")[0], vocab=V,
                     qkv_bias=infer.has(T, r"query_key_value\.bias$"), o_bias=infer.has(T, r"self_attention\.dense\.bias$"),
                     mlp_bias=infer.has(T, r"dense_h_to_4h\.bias$"), tied_embeddings=infer.find(T, r"lm_head\.weight$") is None,
-                    extra=(("new_arch", int(new)), ("alibi", 0), ("parallel", int(parallel)), ("ln_attn_mlp", int(two_ln))),
+                    variant=FalconVariant(new_arch=new, alibi=False, parallel=parallel, ln_attn_mlp=two_ln),
                     assumptions=(f"no config: head_dim assumed {d}, rotary positions (not ALiBi)",), **common)
 
 
 def _norms(s: ArchSpec) -> tuple[str, ...]:
     """The LayerNorms FalconDecoderLayer creates (a non-parallel layer has two even in the new layout)."""
-    if not decoders.flag(s, "parallel"):
+    v = s.variant_as(FalconVariant)
+    if not v.parallel:
         return ("input_layernorm", "post_attention_layernorm")
-    return ("ln_attn", "ln_mlp") if decoders.flag(s, "ln_attn_mlp") else ("input_layernorm",)
+    return ("ln_attn", "ln_mlp") if v.ln_attn_mlp else ("input_layernorm",)
 
 
 def _qkv_width(s: ArchSpec) -> int:
-    return 3 * s.hidden if s.kv_heads == s.heads and not decoders.flag(s, "new_arch") else (s.heads + 2 * s.kv_heads) * s.head_dim
+    old_mha = s.kv_heads == s.heads and not s.variant_as(FalconVariant).new_arch
+    return 3 * s.hidden if old_mha else (s.heads + 2 * s.kv_heads) * s.head_dim
 
 
 def build(B: Builder) -> None:
     s, b, n = B.s, B.b, B.seq
     h, L, a, d, f = s.hidden, s.layers, s.heads, s.head_dim, s.intermediate
     tok = (b, n)
-    new, alibi = decoders.flag(s, "new_arch"), decoders.flag(s, "alibi")
+    v = s.variant_as(FalconVariant)
     B.embedding("word_embeddings", "embedding", s.vocab, h, n)
     decoders.rotary(B, d)
     lay = f"h[{L}]"
     norms = _norms(s)
-    sequential = not decoders.flag(s, "parallel") and not new
+    sequential = not v.parallel and not v.new_arch
     B.norm(f"{lay}.{norms[0]}", "encoder", tok, h, L, residual=False)
     if len(norms) == 2 and not sequential:
         # ln_mlp; or a new-layout layer's post_attention_layernorm, created but never run
         B.norm(f"{lay}.{norms[1]}", "encoder", (b, n if norms[1] == "ln_mlp" else 0), h, L, residual=False)
     B.linear(f"{lay}.self_attention.query_key_value", "encoder", tok, h, _qkv_width(s), s.qkv_bias, L)
-    if not alibi:
+    if not v.alibi:
         decoders.rope_apply(B, f"{lay}.self_attention rotary", a + s.kv_heads, d, L)
-    B.attention(f"{lay}.self_attention", "encoder", a, n, n, d, L, causal=True, extra_ew=3 if alibi else 2)
+    B.attention(f"{lay}.self_attention", "encoder", a, n, n, d, L, causal=True, extra_ew=3 if v.alibi else 2)
     B.linear(f"{lay}.self_attention.dense", "encoder", tok, h, h, s.o_bias, L)
     if sequential:
         B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, L)
@@ -122,7 +134,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """transformers' FalconAttention caches K and V after broadcasting them to the a query heads in the
     new layout (and has a heads in the old multi-head one, 1 with multi_query)."""
-    cached = s.heads if decoders.flag(s, "new_arch") else s.kv_heads
+    cached = s.heads if s.variant_as(FalconVariant).new_arch else s.kv_heads
     per_tok = 2 * s.layers * cached * s.head_dim * ab
     lines: KVLines = [(f"b={b}, s={n}", per_tok * b * n,
                        f"2 x L x {cached} heads x d x s x b x {ab} B = {per_tok:,} B/token (transformers' cache)")]

@@ -8,7 +8,7 @@ untied by default (both configs default tie_word_embeddings to false; _tied_weig
 bias stays its own). No learned positions: n_positions only sizes the sinusoid table.
 GPT-J also has score (sequence classification) and qa_outputs, the latter num_labels wide.
 
-Switches (ArchSpec.extra): fused_qkv (CodeGen), rotary_dim."""
+The rotated dims are ArchSpec.rope_dim; CodeGen (model_type codegen) has the fused qkv_proj (`fused_qkv`)."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +27,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     context=c.int("n_positions", "max_position_embeddings", default=0),
                     activation=str(c.get("activation_function", default="gelu_new")), qkv_bias=False, o_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    extra=(("fused_qkv", int(c.model_type == "codegen")), ("rotary_dim", min(rot, h // a))), **c.common)
+                    rope_dim=min(rot, h // a), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -38,9 +38,14 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return ArchSpec(layers=infer.count_layers(T, r"(?:^|\.)h\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=infer.shape(T, r"mlp\.fc_in\.weight$", "mlp.fc_in")[0], vocab=V, activation="gelu_new",
                     qkv_bias=False, o_bias=False, tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None,
-                    num_labels=decoder_heads.labels(T), extra=(("fused_qkv", int(fused)), ("rotary_dim", min(64, h // a))),
+                    num_labels=decoder_heads.labels(T), rope_dim=min(64, h // a),
                     assumptions=(note, "no config: rotary_dim assumed 64"),
                     **{**common, "model_type": "codegen" if fused else "gptj"})
+
+
+def fused_qkv(s: ArchSpec) -> bool:
+    """CodeGen's one qkv_proj (GPT-J: q_proj, k_proj, v_proj); from_tensors tells the model_type by it."""
+    return s.model_type == "codegen"
 
 
 def build(B: Builder) -> None:
@@ -50,7 +55,7 @@ def build(B: Builder) -> None:
     B.embedding("wte", "embedding", s.vocab, h, n)
     lay = f"h[{L}]"
     B.norm(f"{lay}.ln_1", "encoder", tok, h, L, residual=False)
-    if decoders.flag(s, "fused_qkv"):
+    if fused_qkv(s):
         B.linear(f"{lay}.attn.qkv_proj", "encoder", tok, h, 3 * h, False, L)
     else:
         for proj in ("q_proj", "k_proj", "v_proj"):
@@ -74,7 +79,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     for i in range(s.layers):
         q = f"{p}h.{i}."
         add_norm(out, q + "ln_1", h)
-        if decoders.flag(s, "fused_qkv"):
+        if fused_qkv(s):
             add_linear(out, q + "attn.qkv_proj", 3 * h, h, bias=False)
         else:
             for proj in ("k_proj", "v_proj", "q_proj"):

@@ -22,7 +22,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="gelu")), qkv_bias=bias, o_bias=bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    extra=(("rotary_dim", decoders.partial_rotary(c, h // a, "rotary_pct")),), **c.common)
+                    rope_dim=decoders.partial_rotary(c, h // a, "rotary_pct"), **c.common)
 
 # The LM head as save_pretrained writes it (`embed_out`), and as transformers 5 names it in memory (`lm_head`,
 # conversion_mapping.py renames it on load and back on save): a torch.save(state_dict) holds the latter.
@@ -36,7 +36,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=d,
                     intermediate=infer.shape(T, r"mlp\.dense_h_to_4h\.weight$", "dense_h_to_4h")[0], vocab=V,
                     qkv_bias=infer.has(T, r"query_key_value\.bias$"), o_bias=infer.has(T, r"attention\.dense\.bias$"),
-                    tied_embeddings=infer.find(T, _LM_HEAD) is None, extra=(("rotary_dim", d // 4),),
+                    tied_embeddings=infer.find(T, _LM_HEAD) is None, rope_dim=d // 4,
                     assumptions=(note, "no config: rotary_pct assumed 0.25"), **common)
 
 

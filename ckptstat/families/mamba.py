@@ -14,11 +14,22 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
+
+
+@dataclass(frozen=True)
+class MambaVariant(Variant):
+    state_size: int    # N, the SSM state per channel
+    conv_kernel: int   # k, the depthwise conv1d's width
+    dt_rank: int       # r, dt_proj's input (time_step_rank)
+    use_bias: bool     # in_proj's and out_proj's biases
+    conv_bias: bool    # conv1d's bias (use_conv_bias)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -26,13 +37,13 @@ def from_config(c: Cfg) -> ArchSpec:
     i = c.int("intermediate_size", default=c.int("expand", default=2) * h)
     r = c.get("time_step_rank", default="auto")
     rank = math.ceil(h / 16) if r == "auto" else c.int("time_step_rank")
-    extra = (("state_size", c.int("state_size", default=16)), ("conv_kernel", c.int("conv_kernel", default=4)),
-             ("dt_rank", rank), ("use_bias", int(bool(c.get("use_bias", default=False)))),
-             ("conv_bias", int(bool(c.get("use_conv_bias", default=True)))))
+    v = MambaVariant(state_size=c.int("state_size", default=16), conv_kernel=c.int("conv_kernel", default=4),
+                     dt_rank=rank, use_bias=bool(c.get("use_bias", default=False)),
+                     conv_bias=bool(c.get("use_conv_bias", default=True)))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=0, kv_heads=0, head_dim=0, intermediate=i,
                     vocab=c.int("vocab_size"), activation=str(c.get("hidden_act", default="silu")), norm="rmsnorm",
                     qkv_bias=False, o_bias=False, mlp_bias=False,
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)), extra=extra, **c.common)
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)), variant=v, **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -41,20 +52,19 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     k = infer.shape(T, r"layers\.0\.mixer\.conv1d\.weight$", "mixer.conv1d")[-1]
     N = infer.shape(T, r"layers\.0\.mixer\.A_log$", "mixer.A_log")[-1]
     r = infer.shape(T, r"layers\.0\.mixer\.dt_proj\.weight$", "mixer.dt_proj")[-1]
-    extra = (("state_size", N), ("conv_kernel", k), ("dt_rank", r),
-             ("use_bias", int(infer.has(T, r"layers\.0\.mixer\.in_proj\.bias$"))),
-             ("conv_bias", int(infer.has(T, r"layers\.0\.mixer\.conv1d\.bias$"))))
+    v = MambaVariant(state_size=N, conv_kernel=k, dt_rank=r, use_bias=infer.has(T, r"layers\.0\.mixer\.in_proj\.bias$"),
+                     conv_bias=infer.has(T, r"layers\.0\.mixer\.conv1d\.bias$"))
     return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\.mixer\."), hidden=h, heads=0, kv_heads=0,
                     head_dim=0, intermediate=i, vocab=V, activation="silu", norm="rmsnorm", qkv_bias=False,
                     o_bias=False, mlp_bias=False, tied_embeddings=infer.find(T, r"lm_head\.weight$") is None,
-                    extra=extra, assumptions=("no config: activation assumed silu",), **common)
+                    variant=v, assumptions=("no config: activation assumed silu",), **common)
 
 
 def build(B: Builder) -> None:
     s, b, n = B.s, B.b, B.seq
     h, i, L = s.hidden, s.intermediate, s.layers
-    N, k, r = s.x("state_size"), s.x("conv_kernel"), s.x("dt_rank")
-    bias, conv_bias = bool(s.x("use_bias")), bool(s.x("conv_bias"))
+    v = s.variant_as(MambaVariant)
+    N, k, r, bias, conv_bias = v.state_size, v.conv_kernel, v.dt_rank, v.use_bias, v.conv_bias
     tok = (b, n)
     B.embedding("backbone.embeddings", "embedding", s.vocab, h, n)
     lay = f"backbone.layers[{L}]"
@@ -81,8 +91,8 @@ def build(B: Builder) -> None:
 
 def expected_tensors(s: ArchSpec) -> Shapes:
     h, i = s.hidden, s.intermediate
-    N, k, r = s.x("state_size"), s.x("conv_kernel"), s.x("dt_rank")
-    bias = bool(s.x("use_bias"))
+    v = s.variant_as(MambaVariant)
+    N, k, r, bias = v.state_size, v.conv_kernel, v.dt_rank, v.use_bias
     m = "" if s.head == "base" else "backbone."   # MambaForCausalLM wraps MambaModel as `backbone`
     out: Shapes = {m + "embeddings.weight": (s.vocab, h)}
     for j in range(s.layers):
@@ -90,7 +100,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
         add_norm(out, p + "norm", h, bias=False)
         add_linear(out, p + "mixer.in_proj", 2 * i, h, bias)
         out[p + "mixer.conv1d.weight"] = (i, 1, k)
-        if s.x("conv_bias"):
+        if v.conv_bias:
             out[p + "mixer.conv1d.bias"] = (i,)
         add_linear(out, p + "mixer.x_proj", r + 2 * N, i, False)
         add_linear(out, p + "mixer.dt_proj", i, r)
@@ -105,7 +115,8 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 
 def ssm_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """MambaCache: per layer a conv state [b, i, k] and an ssm state [b, i, N], whatever the sequence length."""
-    i, k, N = s.intermediate, s.x("conv_kernel"), s.x("state_size")
+    v = s.variant_as(MambaVariant)
+    i, k, N = s.intermediate, v.conv_kernel, v.state_size
     per_seq = s.layers * (k * i + N * i) * ab
     return [(f"SSM state (no KV cache), b={b}, any s", per_seq * b,
              f"L x (conv_kernel x i + state_size x i) x b x {ab} B = {per_seq:,} B/sequence")]

@@ -11,16 +11,24 @@
 * a final LayerNorm only when do_layer_norm_before and not _remove_final_layer_norm;
 * heads over E: lm_head tied to embed_tokens by default (OPTForCausalLM._tied_weights_keys), score, qa_outputs.
 
-Switches (ArchSpec.extra): final_norm, plain_norm (LayerNorms without weights)."""
+Switches: OPTVariant."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .framework import base, decoder_heads, decoders, infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .framework.ops import Builder
 
 OFFSET = 2   # OPTLearnedPositionalEmbedding.offset
+
+
+@dataclass(frozen=True)
+class OPTVariant(Variant):
+    final_norm: bool   # decoder.final_layer_norm (do_layer_norm_before and not _remove_final_layer_norm)
+    plain_norm: bool   # LayerNorms without weights (layer_norm_elementwise_affine false)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -33,8 +41,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     positions=c.int("max_position_embeddings") + OFFSET, embedding_size=c.int("word_embed_proj_dim", default=h),
                     activation=str(c.get("activation_function", default="relu")), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    extra=(("final_norm", int(final)),
-                           ("plain_norm", int(not c.get("layer_norm_elementwise_affine", default=True)))), **c.common)
+                    variant=OPTVariant(final_norm=final,
+                                       plain_norm=not c.get("layer_norm_elementwise_affine", default=True)), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -47,19 +55,18 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     activation="relu", qkv_bias=infer.has(T, r"self_attn\.q_proj\.bias$"),
                     o_bias=infer.has(T, r"self_attn\.out_proj\.bias$"), mlp_bias=infer.has(T, r"fc1\.bias$"),
                     tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None, num_labels=decoder_heads.labels(T),
-                    extra=(("final_norm", int(infer.has(T, r"(^|\.)decoder\.final_layer_norm\.weight$"))),
-                           ("plain_norm", int(plain))),
+                    variant=OPTVariant(final_norm=infer.has(T, r"(^|\.)decoder\.final_layer_norm\.weight$"),
+                                       plain_norm=plain),
                     assumptions=(note,), **common)
 
 
 def build(B: Builder) -> None:
     s, b, n = B.s, B.b, B.seq
     h, E, L, f = s.hidden, s.emb, s.layers, s.intermediate
-    tok = (b, n)
-    plain = decoders.flag(s, "plain_norm")
+    tok, v = (b, n), s.variant_as(OPTVariant)
 
     def norm(module: str, calls: int, residual: bool) -> None:
-        if plain:
+        if v.plain_norm:
             decoders.plain_norm(B, module, tok, h, calls, residual)
         else:
             B.norm(module, "encoder", tok, h, calls, residual=residual)
@@ -79,7 +86,7 @@ def build(B: Builder) -> None:
     B.activation(f"{lay} act", "encoder", tok, f, s.activation, L)
     B.linear(f"{lay}.fc2", "encoder", tok, f, h, s.mlp_bias, L)
     B.add(f"{lay} + residual", "activation", "encoder", L, tok + (h,), tok + (h,), ew=b * n * h)
-    if decoders.flag(s, "final_norm"):
+    if v.final_norm:
         norm("decoder.final_layer_norm", 1, False)
     if E != h:
         B.linear("decoder.project_out", "encoder", tok, h, E, False)
@@ -91,13 +98,14 @@ def build(B: Builder) -> None:
 
 def expected_tensors(s: ArchSpec) -> Shapes:
     h, E, f = s.hidden, s.emb, s.intermediate
-    affine = not decoders.flag(s, "plain_norm")
+    v = s.variant_as(OPTVariant)
+    affine = not v.plain_norm
     p = "decoder." if s.head == "base" else "model.decoder."
     out: Shapes = {p + "embed_tokens.weight": (s.vocab, E), p + "embed_positions.weight": (s.positions, h)}
     if E != h:
         add_linear(out, p + "project_out", E, h, bias=False)
         add_linear(out, p + "project_in", h, E, bias=False)
-    if affine and decoders.flag(s, "final_norm"):
+    if affine and v.final_norm:
         add_norm(out, p + "final_layer_norm", h)
     for i in range(s.layers):
         q = f"{p}layers.{i}."

@@ -4,7 +4,7 @@ rotary on the first partial_rotary_factor of each head (0.5 by default), optiona
 head's d on q and k (qk_layernorm), a dense fc1/gelu_new/fc2 MLP with biases, a final LayerNorm and an
 LM head with a bias, its weight untied by default (PhiForCausalLM's _tied_weights_keys: lm_head.weight).
 
-Switches (ArchSpec.extra): rotary_dim, qk_norm (qk_layernorm)."""
+Switches: ArchSpec.rope_dim (the rotated dims), ArchSpec.qk_norm (qk_layernorm)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -23,8 +23,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="gelu_new")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=False)),
-                    extra=(("rotary_dim", decoders.partial_rotary(c, d)),
-                           ("qk_norm", int(bool(c.get("qk_layernorm", default=False))))),
+                    rope_dim=decoders.partial_rotary(c, d), qk_norm=bool(c.get("qk_layernorm", default=False)),
                     **c.common)
 
 
@@ -36,7 +35,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lm = infer.find(T, r"lm_head\.weight$")
     return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=h // d, kv_heads=kv // d, head_dim=d,
                     intermediate=infer.shape(T, r"mlp\.fc1\.weight$", "fc1")[0], vocab=V, activation="gelu_new",
-                    tied_embeddings=lm is None, extra=(("rotary_dim", d // 2), ("qk_norm", int(qn is not None))),
+                    tied_embeddings=lm is None, rope_dim=d // 2, qk_norm=qn is not None,
                     assumptions=(f"no config: head_dim assumed {d}, rotary on half of it (partial_rotary_factor 0.5)",),
                     **common)
 
@@ -52,7 +51,7 @@ def build(B: Builder) -> None:
     B.linear(f"{lay}.self_attn.q_proj", "encoder", tok, h, a * d, True, L)
     B.linear(f"{lay}.self_attn.k_proj", "encoder", tok, h, g * d, True, L)
     B.linear(f"{lay}.self_attn.v_proj", "encoder", tok, h, g * d, True, L)
-    if decoders.flag(s, "qk_norm"):
+    if s.qk_norm:
         B.norm(f"{lay}.self_attn.q_layernorm", "encoder", tok + (a,), d, L, residual=False)
         B.norm(f"{lay}.self_attn.k_layernorm", "encoder", tok + (g,), d, L, residual=False)
     decoders.rope_apply(B, f"{lay}.self_attn rotary", a + g, r, L)
@@ -77,7 +76,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
         q = f"{p}layers.{i}."
         for m, fo, fi in (("q_proj", a * d, h), ("k_proj", g * d, h), ("v_proj", g * d, h), ("dense", h, a * d)):
             add_linear(out, q + "self_attn." + m, fo, fi)
-        if decoders.flag(s, "qk_norm"):
+        if s.qk_norm:
             add_norm(out, q + "self_attn.q_layernorm", d)
             add_norm(out, q + "self_attn.k_layernorm", d)
         add_linear(out, q + "mlp.fc1", f, h)

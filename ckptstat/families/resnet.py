@@ -12,10 +12,12 @@ The input side is `image_size` (--image-size, default 224)."""
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
 
@@ -44,22 +46,27 @@ def batchnorm(B: Builder, module: str, bucket: str, ch: int, side: int, calls: i
         B.add(module + " act", "activation", bucket, calls, shape, shape, ew=n)
 
 
-# ---- the spec: sizes in ArchSpec.extra ----
-# image_size (the side analysed), channels, stages, width{i}/depth{i} per stage, bottleneck (0/1),
-# first_stride (1, or 2 with downsample_in_first_stage), stride_in_1x1 (downsample_in_bottleneck),
-# torchvision (1: torchvision module names)
+# ---- the spec: the side analysed in ArchSpec.image_size, the rest in a ResNetVariant ----
+@dataclass(frozen=True)
+class ResNetVariant(Variant):
+    channels: int
+    widths: tuple[int, ...]   # each stage's output channels (hidden_sizes)
+    depths: tuple[int, ...]   # each stage's blocks
+    bottleneck: bool          # 1x1 / 3x3 / 1x1 blocks (layer_type bottleneck); else two 3x3
+    first_stride: int         # 1, or 2 with downsample_in_first_stage
+    stride_in_1x1: bool       # downsample_in_bottleneck: the stride on the first 1x1, not the 3x3
+    torchvision: bool         # torchvision's module names (conv1, layer1.0.conv1...)
+
 
 def _spec(common: dict[str, Any], stem: int, widths: list[int], depths: list[int], bottleneck: bool, channels: int,
           first_stride: int = 1, stride_in_1x1: bool = False, torchvision: bool = False, labels: int = 0,
           image: int = DEFAULT_IMAGE) -> ArchSpec:
-    extra: dict[str, int] = dict(image_size=image, channels=channels, stages=len(widths), bottleneck=int(bottleneck),
-                                 first_stride=first_stride, stride_in_1x1=int(stride_in_1x1), torchvision=int(torchvision))
-    for i, (w, d) in enumerate(zip(widths, depths)):
-        extra[f"width{i}"], extra[f"depth{i}"] = w, d
+    v = ResNetVariant(channels=channels, widths=tuple(widths), depths=tuple(depths), bottleneck=bottleneck,
+                      first_stride=first_stride, stride_in_1x1=stride_in_1x1, torchvision=torchvision)
     if labels:
         common = dict(common, num_labels=labels)
     return ArchSpec(layers=sum(depths), hidden=stem, heads=0, kv_heads=0, head_dim=0, intermediate=widths[-1] if widths else 0,
-                    vocab=0, activation="relu", norm="batchnorm", extra=tuple(extra.items()), **common)
+                    vocab=0, activation="relu", norm="batchnorm", image_size=image, variant=v, **common)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -123,21 +130,18 @@ def _bn(tv: bool, block: str, j: int) -> str:
 
 def build(B: Builder) -> None:
     s = B.s
-    X = dict(s.extra)
-    tv = bool(X["torchvision"])
-    side = X["image_size"]
+    X = s.variant_as(ResNetVariant)
+    tv, side = X.torchvision, s.image_size
     # module names as the checkpoint spells them
     stem_conv, stem_bn = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
-    side = conv2d(B, stem_conv, "embedding", X["channels"], s.hidden, 7, 2, side, 3)
+    side = conv2d(B, stem_conv, "embedding", X.channels, s.hidden, 7, 2, side, 3)
     batchnorm(B, stem_bn, "embedding", s.hidden, side)
     out = (side + 2 - 3) // 2 + 1
     B.add("maxpool (3x3/2)", "pool", "embedding", 1, (B.b, s.hidden, side, side), (B.b, s.hidden, out, out),
           ew=B.b * s.hidden * out * out * 9)
     side, cin = out, s.hidden
-    bott = bool(X["bottleneck"])
-    for i in range(X["stages"]):
-        width, depth = X[f"width{i}"], X[f"depth{i}"]
-        stride = X["first_stride"] if i == 0 else 2
+    for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
+        stride = X.first_stride if i == 0 else 2
         for first in (True, False):
             calls = 1 if first else depth - 1
             if not calls:
@@ -146,9 +150,9 @@ def build(B: Builder) -> None:
             cin_b = cin if first else width
             p = f"layer{i + 1}.{0 if first else f'[1-{depth - 1}]'}" if tv else \
                 f"encoder.stages.{i}.layers.{0 if first else f'[1-{depth - 1}]'}"
-            if bott:
+            if X.bottleneck:
                 mid = width // 4
-                s1 = st if X["stride_in_1x1"] else 1
+                s1 = st if X.stride_in_1x1 else 1
                 o = conv2d(B, _conv(tv, p, 0), "encoder", cin_b, mid, 1, s1, side, 0, calls=calls)
                 batchnorm(B, _bn(tv, p, 0), "encoder", mid, o, calls)
                 o = conv2d(B, _conv(tv, p, 1), "encoder", mid, mid, 3, st // s1, o, 1, calls=calls)
@@ -178,8 +182,8 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     Identity when num_labels is 0), or torchvision's names (its fc always there)."""
     if s.head not in ("base", "imgcls"):
         return None
-    X = dict(s.extra)
-    tv = bool(X["torchvision"])
+    X = s.variant_as(ResNetVariant)
+    tv = X.torchvision
     pre = "" if s.head == "base" or tv else "resnet."
     out: Shapes = {}
 
@@ -188,15 +192,15 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_norm(out, pre + bn, cout)
 
     stem = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
-    conv_bn(*stem, s.hidden, X["channels"], 7)
+    conv_bn(*stem, s.hidden, X.channels, 7)
     cin = s.hidden
-    for i in range(X["stages"]):
-        width, stride = X[f"width{i}"], X["first_stride"] if i == 0 else 2
-        for j in range(X[f"depth{i}"]):
+    for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
+        stride = X.first_stride if i == 0 else 2
+        for j in range(depth):
             p = f"layer{i + 1}.{j}" if tv else f"encoder.stages.{i}.layers.{j}"
             c = cin if j == 0 else width
             shapes: tuple[tuple[int, int, int], ...]   # (out, in, kernel) of the block's convs
-            if X["bottleneck"]:
+            if X.bottleneck:
                 mid = width // 4
                 shapes = ((mid, c, 1), (mid, mid, 3), (width, mid, 1))
             else:

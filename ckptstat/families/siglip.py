@@ -9,16 +9,18 @@ pooling head: a learned probe (1 query) attends the patches through torch's nn.M
 the probe's q and the patches' fused k and v, out_proj), then layernorm and a residual MLP. Text: token and
 learned position embeddings, final_layer_norm, and `head` Linear(h, projection_size) on the last token.
 
-ArchSpec's main sizes are the text tower's (the vision tower's for siglip_vision_model); both towers' sizes in
-ArchSpec.extra: t_layers, t_hidden, t_heads, t_inter, t_vocab, t_positions, t_proj, v_layers, v_hidden, v_heads,
-v_inter, image_size (analysed), native_image_size, patch_size, channels, v_head (0/1)."""
+ArchSpec's main sizes are the text tower's (the vision tower's for siglip_vision_model); both towers' sizes are
+clip.py's Towers (TextTower.proj: the text head's width, VisionTower.head: the pooling head), the side analysed
+ArchSpec.image_size."""
 from __future__ import annotations
 
 import re
+from dataclasses import asdict
 from typing import Any
 
 from ..errors import UsageError
 from . import clip
+from .clip import TextTower, Tower, Towers, VisionTower
 from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
@@ -26,89 +28,81 @@ from .resnet import conv2d
 
 
 # Sizes a saved SiglipConfig's sub-config omits are SiglipTextConfig's / SiglipVisionConfig's defaults (FROM_CLASS).
-def _tower(c: Cfg, p: str) -> dict[str, int]:
+def _tower(c: Cfg) -> Tower:
     h, a = c.int("hidden_size", default=FROM_CLASS), c.int("num_attention_heads", default=FROM_CLASS)
     if h % a:
         raise UsageError(f"{c.path}: hidden_size {h} is not a multiple of num_attention_heads {a}")
-    return {p + "layers": c.int("num_hidden_layers", default=FROM_CLASS), p + "hidden": h, p + "heads": a,
-            p + "inter": c.int("intermediate_size", default=FROM_CLASS)}
+    return Tower(layers=c.int("num_hidden_layers", default=FROM_CLASS), hidden=h, heads=a,
+                 inter=c.int("intermediate_size", default=FROM_CLASS))
 
 
-def _text(c: Cfg) -> dict[str, int]:
-    X = _tower(c, "t_")
-    return dict(X, t_vocab=c.int("vocab_size", default=FROM_CLASS),
-                t_positions=c.int("max_position_embeddings", default=FROM_CLASS),
-                t_proj=c.int("projection_size", default=X["t_hidden"]))   # None in the class: the hidden size
+def _text(c: Cfg) -> TextTower:
+    t = _tower(c)
+    return TextTower(**asdict(t), vocab=c.int("vocab_size", default=FROM_CLASS),
+                     positions=c.int("max_position_embeddings", default=FROM_CLASS),
+                     proj=c.int("projection_size", default=t.hidden))   # None in the class: the hidden size
 
 
-def _vision(c: Cfg) -> dict[str, int]:
+def _vision(c: Cfg) -> VisionTower:
     img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
-    return dict(_tower(c, "v_"), image_size=img, native_image_size=img, patch_size=p,
-                channels=c.int("num_channels", default=FROM_CLASS),
-                v_head=int(bool(c.get("vision_use_head", default=FROM_CLASS))))
-
-
-def _spec(X: dict[str, int], common: dict[str, Any], act: str) -> ArchSpec:
-    p = "t_" if "t_layers" in X else "v_"
-    h, a = X[p + "hidden"], X[p + "heads"]
-    return ArchSpec(layers=X[p + "layers"], hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=X[p + "inter"],
-                    vocab=X.get("t_vocab", 0), positions=X.get("t_positions", 0), activation=act,
-                    extra=tuple(X.items()), **common)
+    return VisionTower(**asdict(_tower(c)), native_image_size=img, patch_size=p,
+                       channels=c.int("num_channels", default=FROM_CLASS),
+                       head=bool(c.get("vision_use_head", default=FROM_CLASS)))
 
 
 def from_config(c: Cfg) -> ArchSpec:
     if c.model_type == "siglip" and c.head == "imgcls":   # SiglipForImageClassification: the vision tower alone
         v = c.sub("vision_config", "siglip_vision_model")
-        X, act = _vision(v), str(v.get("hidden_act", default=FROM_CLASS))
+        X, act = Towers(None, _vision(v)), str(v.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "siglip":
         t, v = c.sub("text_config", "siglip_text_model"), c.sub("vision_config", "siglip_vision_model")
-        X = {**_text(t), **_vision(v)}
-        if X["t_proj"] != X["v_hidden"]:
-            raise UsageError(f"{c.path}: text projection_size {X['t_proj']} differs from the vision hidden_size "
-                             f"{X['v_hidden']} (SiglipModel multiplies the two embeddings)")
+        tt, vt = _text(t), _vision(v)
+        if tt.proj != vt.hidden:
+            raise UsageError(f"{c.path}: text projection_size {tt.proj} differs from the vision hidden_size "
+                             f"{vt.hidden} (SiglipModel multiplies the two embeddings)")
+        X = Towers(tt, vt)
         act = str(t.get("hidden_act", default=FROM_CLASS))
     else:   # siglip_text_model / siglip_vision_model
-        X, act = (_text(c) if c.model_type == "siglip_text_model" else _vision(c)), str(c.get("hidden_act", default=FROM_CLASS))
-    return _spec(X, c.common, act)
+        X = Towers(_text(c), None) if c.model_type == "siglip_text_model" else Towers(None, _vision(c))
+        act = str(c.get("hidden_act", default=FROM_CLASS))
+    return clip.tower_spec(X, c.common, act)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    X: dict[str, int] = {}
+    text = vision = None
     if (pre := clip.tower_prefix(T, "text")) is not None:   # `text_model.`, or bare (clip.TOWER_MARKERS)
         q = "^" + re.escape(pre)
-        X.update(clip.tower_shapes(T, "t_", pre))
-        X["t_vocab"] = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")[0]
-        X["t_positions"] = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
-        X["t_proj"] = infer.shape(T, rf"{q}head\.weight$", "the text head")[0]
+        text = TextTower(**asdict(clip.tower_shapes(T, pre)),
+                         vocab=infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")[0],
+                         positions=infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0],
+                         proj=infer.shape(T, rf"{q}head\.weight$", "the text head")[0])
     if (pre := clip.tower_prefix(T, "vision")) is not None:
         q = "^" + re.escape(pre)
-        X.update(clip.tower_shapes(T, "v_", pre))
+        tower = clip.tower_shapes(T, pre)
         conv = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
         if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
             raise UsageError(f"{pre}embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
                              "vision tower (SigLIP2's Linear patch embedding is not modelled); pass --config")
         _, ch, p, _ = conv
         n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
-        img = int(round(n ** 0.5)) * p
-        X.update(image_size=img, native_image_size=img, patch_size=p, channels=ch,
-                 v_head=int(infer.has(T, rf"{q}head\.probe$")))
-    if not X:
+        vision = VisionTower(**asdict(tower), native_image_size=int(round(n ** 0.5)) * p, patch_size=p, channels=ch,
+                             head=infer.has(T, rf"{q}head\.probe$"))
+    if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no SigLIP tower; pass --config")
-    mt = "siglip" if "t_layers" in X and "v_layers" in X else "siglip_text_model" if "t_layers" in X else "siglip_vision_model"
+    mt = "siglip" if text and vision else "siglip_text_model" if text else "siglip_vision_model"
     cls = infer.find(T, r"^classifier\.weight$")
     common = dict(common, model_type=mt, head="imgcls" if cls is not None and mt == "siglip_vision_model" else "base",
                   num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
                   assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
-    return _spec(X, common, "gelu_pytorch_tanh")
+    return clip.tower_spec(Towers(text, vision), common, "gelu_pytorch_tanh")
 
 
-def _pooling_head(B: Builder, n: int) -> None:
+def _pooling_head(B: Builder, v: VisionTower, n: int) -> None:
     """SiglipMultiheadAttentionPoolingHead: one probe query over the n patch tokens (torch's multi-head
     attention: q from the probe, k and v fused from the patches as key is value), out_proj, layernorm, MLP."""
-    X = dict(B.s.extra)
-    h, a, f, b = X["v_hidden"], X["v_heads"], X["v_inter"], B.b
+    h, a, f, b = v.hidden, v.heads, v.inter, B.b
     pre = "vision_model.head"
     B.add(f"{pre}.probe", "embedding", "vision", 1, (1, 1, h), (b, 1, h), params=h)
     B.linear(f"{pre}.attention.in_proj (q, probe)", "vision", (b, 1), h, h, True)
@@ -122,63 +116,63 @@ def _pooling_head(B: Builder, n: int) -> None:
 
 
 def build(B: Builder) -> None:
-    X = dict(B.s.extra)
-    if "v_layers" in X:   # SiglipModel runs the vision tower first
-        h = X["v_hidden"]
-        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", X["channels"], h, X["patch_size"],
-                      X["patch_size"], X["image_size"], 0, bias=True)
-        n, native = side * side, (X["native_image_size"] // X["patch_size"]) ** 2
+    text, vision = clip.towers(B.s).text, clip.towers(B.s).vision
+    if vision:   # SiglipModel runs the vision tower first
+        h = vision.hidden
+        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", vision.channels, h, vision.patch_size,
+                      vision.patch_size, B.s.image_size, 0, bias=True)
+        n, native = side * side, (vision.native_image_size // vision.patch_size) ** 2
         B.add("vision_model.embeddings.position_embedding", "embedding", "vision", 1, (B.b, n, h), (B.b, n, h),
               params=native * h, ew=B.b * n * h)
-        clip.encoder(B, "vision", "v_", n, causal=False)
+        clip.encoder(B, "vision", vision, n, causal=False)
         B.norm("vision_model.post_layernorm", "vision", (B.b, n), h, residual=False)
-        if X["v_head"]:
-            _pooling_head(B, n)
+        if vision.head:
+            _pooling_head(B, vision, n)
         if B.s.head == "imgcls" and B.s.num_labels:   # the patch tokens' mean, then the classifier
             B.add("mean of patch tokens", "activation", "cls", 1, (B.b, n, h), (B.b, h), ew=B.b * n * h)
             B.linear("classifier", "cls", (B.b,), h, B.s.num_labels, True)
-    if "t_layers" in X:
-        h = X["t_hidden"]
-        B.embedding("text_model.embeddings.token_embedding", "text", X["t_vocab"], h, B.seq)
-        B.embedding("text_model.embeddings.position_embedding", "text", X["t_positions"], h, B.seq)
-        clip.encoder(B, "text", "t_", B.seq, causal=False)   # no causal mask in SigLIP's text tower
+    if text:
+        h = text.hidden
+        B.embedding("text_model.embeddings.token_embedding", "text", text.vocab, h, B.seq)
+        B.embedding("text_model.embeddings.position_embedding", "text", text.positions, h, B.seq)
+        clip.encoder(B, "text", text, B.seq, causal=False)   # no causal mask in SigLIP's text tower
         B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h, residual=False)
-        B.linear("text_model.head (last token)", "text", (B.b,), h, X["t_proj"], True)
-    if "t_layers" in X and "v_layers" in X:
+        B.linear("text_model.head (last token)", "text", (B.b,), h, text.proj, True)
+    if text and vision:
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale) + logit_bias
-        P = X["t_proj"]
+        P = text.proj
         B.add("logit_scale, logit_bias + similarity (text @ image.T)", "linear", "cls", 1, (B.b, P), (B.b, B.b), params=2,
               macs=B.b * P * B.b, ew=2 * B.b * B.b + 6 * B.b * P)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    X = dict(s.extra)
+    text, vision = clip.towers(s).text, clip.towers(s).vision
     out: Shapes = {}
-    if "t_layers" in X:
-        h = X["t_hidden"]
-        out["text_model.embeddings.token_embedding.weight"] = (X["t_vocab"], h)
-        out["text_model.embeddings.position_embedding.weight"] = (X["t_positions"], h)
-        clip.tower_tensors(out, "text_model", X["t_layers"], h, X["t_inter"])
+    if text:
+        h = text.hidden
+        out["text_model.embeddings.token_embedding.weight"] = (text.vocab, h)
+        out["text_model.embeddings.position_embedding.weight"] = (text.positions, h)
+        clip.tower_tensors(out, "text_model", text.layers, h, text.inter)
         add_norm(out, "text_model.final_layer_norm", h)
-        add_linear(out, "text_model.head", X["t_proj"], h)
-    if "v_layers" in X:
-        h, p, f = X["v_hidden"], X["patch_size"], X["v_inter"]
-        out["vision_model.embeddings.patch_embedding.weight"] = (h, X["channels"], p, p)
+        add_linear(out, "text_model.head", text.proj, h)
+    if vision:
+        h, p, f = vision.hidden, vision.patch_size, vision.inter
+        out["vision_model.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
         out["vision_model.embeddings.patch_embedding.bias"] = (h,)
-        out["vision_model.embeddings.position_embedding.weight"] = ((X["native_image_size"] // p) ** 2, h)
-        clip.tower_tensors(out, "vision_model", X["v_layers"], h, f)
+        out["vision_model.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2, h)
+        clip.tower_tensors(out, "vision_model", vision.layers, h, f)
         add_norm(out, "vision_model.post_layernorm", h)
-        if X["v_head"]:
+        if vision.head:
             out.update({"vision_model.head.probe": (1, 1, h), "vision_model.head.attention.in_proj_weight": (3 * h, h),
                         "vision_model.head.attention.in_proj_bias": (3 * h,)})
             add_linear(out, "vision_model.head.attention.out_proj", h, h)
             add_norm(out, "vision_model.head.layernorm", h)
             add_linear(out, "vision_model.head.mlp.fc1", f, h)
             add_linear(out, "vision_model.head.mlp.fc2", h, f)
-    if "t_layers" in X and "v_layers" in X:
+    if text and vision:
         out.update({"logit_scale": (1,), "logit_bias": (1,)})
-    if s.head == "imgcls" and s.num_labels:
-        add_linear(out, "classifier", s.num_labels, X["v_hidden"])
+    if s.head == "imgcls" and s.num_labels and vision:
+        add_linear(out, "classifier", s.num_labels, vision.hidden)
     return clip.unprefixed(out) if clip.bare(s) else out
 
 

@@ -6,21 +6,37 @@ tanh on the cls token) in ViTModel, a linear classifier on the cls token in the 
 Inputs: an image_size x image_size image (--image-size; default the config's image_size), i.e.
 (image_size // patch_size)^2 patches + the cls token. The position table is sized by the config's
 image_size; another input size interpolates it (transformers' interpolate_pos_encoding), which costs
-no matmul. Sizes in ArchSpec.extra: image_size (analysed), native_image_size (the config's),
-patch_size, channels, pooler_size, mask_token (0/1), dist_token (0/1).
+no matmul. The side analysed is ArchSpec.image_size, the rest a ViTVariant.
 
 DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the distillation token, after the
-cls token (switch dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
+cls token (ViTVariant.dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
 DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
 from .resnet import conv2d
+
+
+@dataclass(frozen=True)
+class Patches(Variant):
+    """A ViT-shaped model's patch input (ViT's, DeiT's, DINOv2's: dinov2.py)."""
+    native_image_size: int   # the config's image_size, which sizes the position table
+    patch_size: int
+    channels: int
+    mask_token: bool         # embeddings.mask_token
+
+
+@dataclass(frozen=True)
+class ViTVariant(Patches):
+    pooler_size: int         # pooler_output_size
+    dist_token: bool         # DeiT's distillation token
 
 
 def pooler(model_type: str, head: str) -> bool:
@@ -41,12 +57,12 @@ def image_sizes(c: Cfg, patch: int) -> tuple[int, int, int, int]:
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a, img, p = image_sizes(c, 16)
-    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3),
-                 pooler_size=c.int("pooler_output_size", default=h), mask_token=0, dist_token=int(c.model_type == "deit"))
+    v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=False,
+                   pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit")
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
                     qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
-                    extra=tuple(extra.items()), **c.common)
+                    image_size=img, variant=v, **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -58,37 +74,35 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     pool = infer.find(T, r"pooler\.dense\.weight$")
     a, note = infer.heads_for(h, 64)
     img = side * p
-    extra = dict(image_size=img, native_image_size=img, patch_size=p, channels=ch,
-                 pooler_size=pool.shape[0] if pool is not None else h,
-                 mask_token=int(infer.has(T, r"embeddings\.mask_token$")), dist_token=dist)
+    v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
+                   pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist))
     return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), extra=tuple(extra.items()),
+                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
 
 def patch_tokens(B: Builder, prefix: str, bias: bool) -> int:
-    """The patch embedding conv; returns the tokens the encoder sees (patches + the class token, + DeiT's
-    distillation token)."""
+    """The patch embedding conv; returns the patches + the class token."""
     s = B.s
-    X = dict(s.extra)
-    p = X["patch_size"]
-    side = conv2d(B, prefix, "embedding", X["channels"], s.hidden, p, p, X["image_size"], 0, bias=bias)
-    return side * side + 1 + X.get("dist_token", 0)
+    v = s.variant_as(Patches)
+    p = v.patch_size
+    side = conv2d(B, prefix, "embedding", v.channels, s.hidden, p, p, s.image_size, 0, bias=bias)
+    return side * side + 1
 
 
 def build(B: Builder) -> None:
     s = B.s
-    X = dict(s.extra)
+    X = s.variant_as(ViTVariant)
     h, L, f = s.hidden, s.layers, s.intermediate
-    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True)
-    dist = X.get("dist_token", 0)
-    native = (X["native_image_size"] // X["patch_size"]) ** 2 + 1 + dist
+    dist = int(X.dist_token)
+    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True) + dist
+    native = (X.native_image_size // X.patch_size) ** 2 + 1 + dist
     tok = (B.b, n)
     B.add("embeddings.cls_token" + (" + distillation_token" if dist else "") + " + position_embeddings"
-          + (" + mask_token" if X["mask_token"] else ""), "embedding", "embedding",
-          1, (B.b, n - 1 - dist, h), (B.b, n, h), params=(1 + dist) * h + native * h + (h if X["mask_token"] else 0),
+          + (" + mask_token" if X.mask_token else ""), "embedding", "embedding",
+          1, (B.b, n - 1 - dist, h), (B.b, n, h), params=(1 + dist) * h + native * h + (h if X.mask_token else 0),
           ew=B.b * n * h)
     lp = f"encoder.layer[{L}]"
     B.norm(f"{lp}.layernorm_before", "encoder", tok, h, L, residual=False)
@@ -102,8 +116,8 @@ def build(B: Builder) -> None:
     B.linear(f"{lp}.output.dense (+residual)", "encoder", tok, f, h, True, L)
     B.norm("layernorm", "encoder", tok, h)
     if s.pooler:
-        B.linear("pooler.dense", "pooler", (B.b,), h, X["pooler_size"], True)
-        B.activation("pooler act (tanh)", "pooler", (B.b,), X["pooler_size"], "tanh")
+        B.linear("pooler.dense", "pooler", (B.b,), h, X.pooler_size, True)
+        B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
     if s.head == "imgcls":
         B.linear("classifier", "cls", (B.b,), h, s.num_labels, True)
 
@@ -113,17 +127,17 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     without parameters, when num_labels is 0); the position table is sized by the config's image_size."""
     if s.head not in ("base", "imgcls"):
         return None
-    X = dict(s.extra)
-    h, f, p = s.hidden, s.intermediate, X["patch_size"]
-    dist = X.get("dist_token", 0)
+    X = s.variant_as(ViTVariant)
+    h, f, p = s.hidden, s.intermediate, X.patch_size
+    dist = int(X.dist_token)
     pre = "" if s.head == "base" else ("deit." if dist else "vit.")
     out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
     if dist:
         out[pre + "embeddings.distillation_token"] = (1, 1, h)
-    if X["mask_token"]:
+    if X.mask_token:
         out[pre + "embeddings.mask_token"] = (1, 1, h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X["native_image_size"] // p) ** 2 + 1 + dist, h)
-    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X["channels"], p, p)
+    out[pre + "embeddings.position_embeddings"] = (1, (X.native_image_size // p) ** 2 + 1 + dist, h)
+    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X.channels, p, p)
     out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
     for i in range(s.layers):
         q = f"{pre}encoder.layer.{i}."
@@ -136,7 +150,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_norm(out, q + "layernorm_after", h)
     add_norm(out, pre + "layernorm", h)
     if s.pooler:
-        add_linear(out, pre + "pooler.dense", X["pooler_size"], h)
+        add_linear(out, pre + "pooler.dense", X.pooler_size, h)
     if s.head == "imgcls" and s.num_labels:
         add_linear(out, "classifier", s.num_labels, h)
     return out

@@ -22,14 +22,14 @@ from .framework.ops import Builder
 def from_config(c: Cfg) -> ArchSpec:
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
-    extra = (("decoder_heads", ad), ("decoder_ffn", c.int("decoder_ffn_dim")),
-             ("mel_bins", c.int("num_mel_bins", default=80)), ("source_positions", c.int("max_source_positions")),
-             ("target_positions", c.int("max_target_positions")))
     return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    decoder_layers=c.int("decoder_layers"), extra=extra, **c.common)
+                    decoder_layers=c.int("decoder_layers"), decoder_heads=ad,
+                    decoder_ffn=c.int("decoder_ffn_dim"), mel_bins=c.int("num_mel_bins", default=80),
+                    source_positions=c.int("max_source_positions"), target_positions=c.int("max_target_positions"),
+                    **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -40,11 +40,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
     fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0]
     a, note = infer.heads_for(h, 64)
-    extra = (("decoder_heads", a), ("decoder_ffn", fd), ("mel_bins", mel), ("source_positions", src),
-             ("target_positions", tgt))
     return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, tied_embeddings=infer.find(T, r"proj_out\.weight$") is None,
-                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), extra=extra,
+                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), decoder_heads=a,
+                    decoder_ffn=fd, mel_bins=mel, source_positions=src, target_positions=tgt,
                     assumptions=(note, "no config: activation assumed gelu"), **common)
 
 
@@ -55,7 +54,7 @@ def encoder_tokens(frames: int) -> int:
 
 def build(B: Builder) -> None:
     s, b = B.s, B.b
-    h, mel = s.hidden, s.x("mel_bins")
+    h, mel = s.hidden, s.mel_bins
     frames, n, nd = B.seq, encoder_tokens(B.seq), B.dec_seq
     B.add("encoder.conv1", "conv", "embedding", 1, (b, mel, frames), (b, h, frames), params=h * mel * 3 + h,
           macs=b * frames * h * mel * 3, ew=b * frames * h, weights_per_call=h * mel * 3 + h)
@@ -63,7 +62,7 @@ def build(B: Builder) -> None:
     B.add("encoder.conv2", "conv", "embedding", 1, (b, h, frames), (b, h, n), params=h * h * 3 + h,
           macs=b * n * h * h * 3, ew=b * n * h, weights_per_call=h * h * 3 + h)
     B.activation("encoder.conv2 gelu", "embedding", (b, n), h, "gelu")
-    B.embedding("encoder.embed_positions (sinusoidal, requires_grad=False)", "embedding", s.x("source_positions"), h, n)
+    B.embedding("encoder.embed_positions (sinusoidal, requires_grad=False)", "embedding", s.source_positions, h, n)
 
     def stack(name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None) -> None:
         tok = (b, q)
@@ -84,21 +83,21 @@ def build(B: Builder) -> None:
 
     stack("encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
     B.embedding("decoder.embed_tokens", "embedding", s.vocab, h, nd)
-    B.embedding("decoder.embed_positions", "embedding", s.x("target_positions"), h, nd)
-    stack("decoder", "decoder", s.decoder_layers, nd, s.x("decoder_heads"), s.x("decoder_ffn"), n)
+    B.embedding("decoder.embed_positions", "embedding", s.target_positions, h, nd)
+    stack("decoder", "decoder", s.decoder_layers, nd, s.decoder_heads, s.decoder_ffn, n)
     if s.head == "lm":
         B.linear("proj_out" + (" (tied to decoder.embed_tokens)" if s.tied_embeddings else ""), "cls", (b, nd), h,
                  s.vocab, False, tied=s.tied_embeddings)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, mel = s.hidden, s.x("mel_bins")
+    h, mel = s.hidden, s.mel_bins
     top = "" if s.head == "base" else "model."   # WhisperForConditionalGeneration wraps WhisperModel as `model`
     out: Shapes = {top + "encoder.conv1.weight": (h, mel, 3), top + "encoder.conv1.bias": (h,),
                    top + "encoder.conv2.weight": (h, h, 3), top + "encoder.conv2.bias": (h,),
-                   top + "encoder.embed_positions.weight": (s.x("source_positions"), h),
+                   top + "encoder.embed_positions.weight": (s.source_positions, h),
                    top + "decoder.embed_tokens.weight": (s.vocab, h),
-                   top + "decoder.embed_positions.weight": (s.x("target_positions"), h)}
+                   top + "decoder.embed_positions.weight": (s.target_positions, h)}
 
     def stack(stack_name: str, L: int, f: int, cross: bool) -> None:
         name = top + stack_name
@@ -114,7 +113,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
         add_norm(out, f"{name}.layer_norm", h)
 
     stack("encoder", s.layers, s.intermediate, False)
-    stack("decoder", s.decoder_layers, s.x("decoder_ffn"), True)
+    stack("decoder", s.decoder_layers, s.decoder_ffn, True)
     if s.head == "lm":
         out["proj_out.weight"] = (s.vocab, h)
     return out

@@ -131,7 +131,7 @@ def seq_limit(m: Model) -> tuple[bool, int | None]:
     if family.main_input == "pixel_values":
         return False, None
     if family.main_input == "input_features":
-        return True, 2 * m.spec.x("source_positions")
+        return True, 2 * m.spec.source_positions
     return True, position_limit(m.spec)
 
 

@@ -323,7 +323,7 @@ def kv_counted(m: Model, lines: list[tuple[str, float, str]]) -> list[tuple[str,
 
 def text_input(s: ArchSpec) -> bool:
     """A text transformer, for which the Korthikanti formulas hold (CLIP reads an image too: not one)."""
-    return get(s.family).main_input == "input_ids" and "image_size" not in dict(s.extra)
+    return get(s.family).main_input == "input_ids" and not s.image_size
 
 
 def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: str) -> list[Line]:

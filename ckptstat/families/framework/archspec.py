@@ -6,7 +6,8 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
+from typing import TypeVar
 
 
 @dataclass(frozen=True)
@@ -16,6 +17,16 @@ class Latent:
     q_lora_rank: int
     kv_lora_rank: int
     v_head_dim: int
+
+
+class Variant:
+    """What one family alone switches or sizes (OPT's final LayerNorm, Falcon's decoder generation, Mamba's state
+    size, a CLIP tower's sizes): a frozen dataclass in the family's module that subclasses this, carried in
+    ArchSpec.variant and read back with `ArchSpec.variant_as(cls)`, so that a misspelt name is a type error
+    (mypy), not a silent 0."""
+
+
+V = TypeVar("V", bound=Variant)
 
 
 @dataclass(frozen=True)
@@ -54,8 +65,20 @@ class ArchSpec:
     inner_group: int = 1              # ALBERT inner_group_num (layers run per group; 1 elsewhere)
     dtype: str | None = None          # config torch_dtype, when given
     assumptions: tuple[str, ...] = field(default=())
-    # family-specific sizes no other family has (Mamba state_size, Whisper num_mel_bins...): (key, value) pairs
-    extra: tuple[tuple[str, int], ...] = ()
+    # what one family alone switches or sizes (Variant): a record of its module's; None where it has none
+    variant: Variant | None = None
+    # encoder-decoders whose decoder differs from the encoder (BART's, Whisper's decoder_attention_heads and
+    # decoder_ffn_dim; 0: the encoder's)
+    decoder_heads: int = 0
+    decoder_ffn: int = 0
+    # image models: the side in pixels the model is analysed at (the config's image_size, or --image-size);
+    # 0: the model reads no image
+    image_size: int = 0
+    # audio encoders (Whisper): log-mel bins, the encoder's positions (it reads 2x as many mel frames: conv2's
+    # stride) and the decoder's learned positions
+    mel_bins: int = 0
+    source_positions: int = 0
+    target_positions: int = 0
     # MoE models whose MLP is dense in some layers (DeepSeek first_k_dense_replace, Qwen-MoE mlp_only_layers and
     # decoder_sparse_step): those layer indices; () when every layer is alike
     dense_layers: tuple[int, ...] = ()
@@ -65,8 +88,8 @@ class ArchSpec:
     # modules outside the analytic model whose parameters the checkpoint's count holds (a vision-language
     # model's vision tower and projector: families/wrappers.py); () when the model is the whole checkpoint
     outside: tuple[str, ...] = ()
-    # families described by a layout (layout.py): the rotated dims per head when not all of head_dim (GLM-4's
-    # and Phi-3's partial_rotary_factor; 0: all), and the layers whose attention has no rotary (SmolLM3's NoPE)
+    # the rotated dims per head when not all of head_dim (GLM-4's and Phi-3's partial_rotary_factor; Phi's, GPT-NeoX's
+    # rotary_pct, GPT-J's rotary_dim; 0: all), and the layers whose attention has no rotary (SmolLM3's NoPE)
     rope_dim: int = 0
     nope_layers: tuple[int, ...] = ()
     # routed MoE layouts: the experts' width when not `intermediate` (Qwen-MoE's and DeepSeek's
@@ -76,19 +99,18 @@ class ArchSpec:
     # tanh soft-capping (x = cap x tanh(x / cap)) of the attention scores and of the final logits (Gemma2's
     # attn_logit_softcapping, final_logit_softcapping)
     attn_softcap: bool = False
-    # layouts with q/k norms: whether this config has them (GLM-4.5's use_qk_norm; True where the layout fixes them)
+    # layouts with q/k norms: whether this config has them (GLM-4.5's use_qk_norm; True where the layout fixes them);
+    # Phi's qk_layernorm
     qk_norm: bool = True
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
 
-    def x(self, key: str) -> int:
-        """A family-specific size from `extra`."""
-        return dict(self.extra)[key]
-
-    def with_extra(self, **sizes: int) -> ArchSpec:
-        """The spec with family-specific sizes set (e.g. image_size from --image-size)."""
-        return replace(self, extra=tuple({**dict(self.extra), **sizes}.items()))
+    def variant_as(self, cls: type[V]) -> V:
+        """The family's Variant record, checked to be `cls`."""
+        if not isinstance(self.variant, cls):
+            raise TypeError(f"{self.family} spec carries {type(self.variant).__name__}, not {cls.__name__}")
+        return self.variant
 
     @property
     def emb(self) -> int:

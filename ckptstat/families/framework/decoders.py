@@ -3,8 +3,7 @@ gpt_oss.py): the rotary-table op transformers runs once per forward and its appl
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
-The families not on a layout keep their switches in ArchSpec.extra (`flag`, 0 when absent): rotary_dim
-(phi, gptneox, gptj), qk_norm (phi), fused_qkv (gptj), plain_norm and final_norm (opt), falcon's."""
+The families not on a layout keep their own switches in a typed ArchSpec.variant (opt.py's, gptj.py's, falcon.py's)."""
 from __future__ import annotations
 
 from typing import Any
@@ -27,12 +26,8 @@ def count(c: Cfg, *keys: str, default: object = KeyError) -> int:
     return v
 
 
-def flag(s: ArchSpec, key: str) -> int:
-    return dict(s.extra).get(key, 0)
-
-
 def rotary_dim(s: ArchSpec) -> int:
-    return flag(s, "rotary_dim") or s.head_dim
+    return s.rope_dim or s.head_dim
 
 
 def rotary(B: Builder, d_rot: int, name: str = "rotary_emb") -> None:

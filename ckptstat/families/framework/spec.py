@@ -136,13 +136,13 @@ def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: i
         if not audio_seconds > 0:
             raise UsageError(f"--audio-seconds must be positive, got {audio_seconds}")
         frames = max(1, round(audio_seconds * FRAMES_PER_SECOND))
-    limit = 2 * spec.x("source_positions")
+    limit = 2 * spec.source_positions
     out = [frames] if frames is not None else seqs or [limit]
     for n in out:
         if n > limit:
             raise UsageError(f"{n} mel frames exceed the encoder's {limit} (2 x max_source_positions, "
                              f"{limit / FRAMES_PER_SECOND:g} s)")
-    dec_limit = spec.x("target_positions")
+    dec_limit = spec.target_positions
     if dec_seq is not None and dec_seq > dec_limit:
         raise UsageError(f"{dec_flag} {dec_seq} exceeds the decoder's {dec_limit} learned positions")
     return out, min(128, dec_limit) if dec_seq is None else dec_seq
