@@ -62,6 +62,7 @@ from . import (
     seed_oss,
     siglip,
     smollm3,
+    solar_open,
     stablelm,
     starcoder2,
     t5,
@@ -80,7 +81,7 @@ _ALL: tuple[Family, ...] = (
     hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
     nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
     phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 
