@@ -43,6 +43,7 @@ from . import (
     hy_v3,
     hyperclovax,
     jais2,
+    kolibri1,
     llama,
     llama4,
     mamba,
@@ -78,8 +79,8 @@ _ALL: tuple[Family, ...] = (
     cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
     exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
     gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
-    hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
-    nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
+    hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, minimax_m2.FAMILY,
+    mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
     phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
     solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
