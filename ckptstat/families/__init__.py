@@ -24,6 +24,7 @@ from . import (
     deepseek,
     dinov2,
     distilbert,
+    dots1,
     ernie4_5,
     ernie4_5_moe,
     exaone4,
@@ -76,7 +77,8 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
+    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY,
+    ernie4_5_moe.FAMILY,
     exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
     gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
     hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, minimax_m2.FAMILY,
