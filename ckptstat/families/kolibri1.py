@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .framework import layout
+from .framework import infer, layout
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
@@ -43,11 +43,14 @@ _SIZES = dict({k: v for k, v in layout.TINY_MOE.items() if k != "intermediate_si
 
 FAMILY = Family(
     name="kolibri1",
-    before=("llama", "mixtral", "qwen3", "qwen_moe", "glm4_moe"),   # tried before them: q_proj, q_norm, experts.N names
+    # tried before them: their q_proj, q_norm, post_self_attn_layernorm and experts names match its
+    before=("llama", "glm", "mixtral", "qwen3", "qwen_moe", "glm4_moe"),
     **{**layout.family_fields({"kolibri1": KOLIBRI1}, "post_attention_norm"),
-       # the norm after attention as save_pretrained names it, or as the model (and a torch.save of it) does
-       "signature": r"(^|[./])layers[./]\d+[./](post_attn_norm|post_self_attn_layernorm)[./]",
+       # the norm after attention as save_pretrained names it
+       "signature": r"(^|[./])layers[./]\d+[./]post_attn_norm[./]",
        "from_config": from_config, "from_tensors": from_tensors},
+    # as the model (and a torch.save of it) names it, GLM-4's name, beside fused experts (GLM-4 has none)
+    signature_together=(r"(^|[./])layers[./]\d+[./]post_self_attn_layernorm[./]", infer.FUSED_EXPERTS),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("Kolibri1Config", _SIZES, ("Kolibri1Model", "Kolibri1ForCausalLM"), device="cpu"),
