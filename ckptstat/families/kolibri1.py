@@ -48,7 +48,8 @@ FAMILY = Family(
     **{**layout.family_fields({"kolibri1": KOLIBRI1}, "post_attention_norm"),
        # the norm after attention as save_pretrained names it
        "signature": r"(^|[./])layers[./]\d+[./]post_attn_norm[./]",
-       "from_config": from_config, "from_tensors": from_tensors},
+       "from_config": from_config, "from_tensors": from_tensors,
+       "gguf_tensor_names": ()},   # llama.cpp has no architecture for it
     # as the model (and a torch.save of it) names it, GLM-4's name, beside fused experts (GLM-4 has none)
     signature_together=(r"(^|[./])layers[./]\d+[./]post_self_attn_layernorm[./]", infer.FUSED_EXPERTS),
     samples=(

@@ -40,7 +40,8 @@ FAMILY = Family(
     name="mellum",
     # no tensor name tells it from Qwen3-MoE's (see the docstring): config.json does
     **{**layout.family_fields({"mellum": MELLUM}, "ffn_gate_inp"), "signature": r"(?!)",
-       "from_config": from_config, "from_tensors": from_tensors},
+       "from_config": from_config, "from_tensors": from_tensors,
+       "gguf_tensor_names": ()},   # llama.cpp has no architecture for it
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("MellumConfig", _SIZES, ("MellumModel", "MellumForCausalLM"), device="cpu", detected_as="qwen_moe"),

@@ -40,7 +40,8 @@ FAMILY = Family(
     name="solar_open",
     # no tensor name tells it from GLM-4.5 MoE's (see the docstring): config.json does
     **{**layout.family_fields({"solar_open": SOLAR_OPEN}, "ffn_gate_inp"), "signature": r"(?!)", "from_config": from_config,
-       "from_tensors": from_tensors},
+       "from_tensors": from_tensors,
+       "gguf_tensor_names": ()},   # llama.cpp has no architecture for it
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("SolarOpenConfig", dict(_SIZES, moe_intermediate_size=24, n_routed_experts=4, n_shared_experts=1,

@@ -75,6 +75,8 @@ class Paths:
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
     experts: str = "experts"
+    stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
+    stacked_out: str = "fc2"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
     shared_gate: str = "shared_expert_gate"
     statics: str = "moe_statics.e_score_correction_bias"   # {mlp}.{statics}: DecoderLayout.router_statics
@@ -112,6 +114,9 @@ class DecoderLayout:
     # routed: the experts held fused as 3-D parameters without .weight, gate and up interleaved (gpt-oss's
     # GptOssExperts: gate_up_proj [E, h, 2f], down_proj [E, f, h], their biases), their GLU clamped
     fused_experts: bool = False
+    # routed: the experts saved stacked, one 3-D {experts}.{gate_up}.weight [E, h, 2f] (gate and up its halves) and one
+    # {experts}.{down}.weight [E, f, h] per layer (Aria's fc1 and fc2; held in memory as gate_up_proj / down_proj)
+    stacked_experts: bool = False
     # routed: every token through every expert (Llama 4's Llama4TextExperts): the input repeated E times, each copy
     # scaled by its expert's router score (0 outside the top-k), one bmm over the fused gate_up_proj [E, h, 2f] (gate
     # and up its halves), act(gate) x up, a bmm over down_proj [E, f, h], the E outputs summed: E x b x s rows

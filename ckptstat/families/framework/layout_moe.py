@@ -53,6 +53,14 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     x = f"{moe}.{p.experts}"
     if w.lay.every_expert:
         every_expert(w, layers)
+    elif w.lay.stacked_experts:   # llama.cpp's converter splits fc1 (ffn_gate_exps, ffn_up_exps): no name of its own
+        w.record(f"{x}.{p.stacked_in}", None, (("weight", (E, h, 2 * f)),), layers)
+        w.record(f"{x}.{p.stacked_out}", "ffn_down_exps", (("weight", (E, f, h)),), layers)
+        B.linear(w.label(f"{x}[{E}].{p.stacked_in} (top-{k})", layers), "encoder", rows, h, 2 * f, False, L, L * E,
+                 active_copies=L * k)
+        B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
+        B.linear(w.label(f"{x}[{E}].{p.stacked_out} (top-{k})", layers), "encoder", rows, f, h, False, L, L * E,
+                 active_copies=L * k)
     elif w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
         for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
             w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
