@@ -139,9 +139,28 @@ def _int_rule(key: str, value: int) -> int | None:
     return None
 
 
+def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
+    """Sizes a config class leaves None for the checkpoint to give, which its model cannot be built without: Dots1's
+    routed experts (n_routed_experts, num_experts_per_tok, n_shared_experts), HunYuan's head_dim (hidden / heads, what
+    the classes that derive it derive), LFM2-MoE's layer_types (conv and attention layers alternating)."""
+    unset = {k for k, v in vars(cfg).items() if v is None}
+    out: dict[str, Any] = {}
+    if "n_routed_experts" in unset:
+        out.update(n_routed_experts=4, **{k: v for k, v in (("num_experts_per_tok", 2), ("n_shared_experts", 1)) if k in unset})
+    if "head_dim" in unset and isinstance(h := over.get("hidden_size", getattr(cfg, "hidden_size", None)), int) \
+            and isinstance(a := over.get("num_attention_heads", getattr(cfg, "num_attention_heads", None)), int) and a:
+        out["head_dim"] = h // a
+    if "layer_types" in unset and cfg.model_type == "lfm2_moe":
+        L = over.get("num_hidden_layers", cfg.num_hidden_layers)
+        out["layer_types"] = ["conv" if i % 2 == 0 else "full_attention" for i in range(L)]
+    return out
+
+
 def tiny_config(cfg_cls: Any) -> Any:
     """A tiny instance of a transformers config class (class defaults, every size-like attribute shrunk)."""
-    over = shrink(cfg_cls())
+    defaults = cfg_cls()
+    over = shrink(defaults)
+    over.update(_unset(defaults, over))
     try:
         return cfg_cls(**over)
     except Exception:   # some composite configs take their sub-configs as objects, not dicts

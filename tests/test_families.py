@@ -33,6 +33,7 @@ from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import FAMILIES, by_model_type, detect, generic  # noqa: E402
 from ckptstat.families.framework.base import Family, Sample  # noqa: E402
 from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
+from ckptstat.families.framework.layout import layouts_of  # noqa: E402
 from ckptstat.families.framework.spec import from_config, from_tensors  # noqa: E402
 
 SEQS = (8, 16)
@@ -188,7 +189,14 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
 
 # ---- routed experts: what users run by default, and torch's own count of it ----
 
-MOE_CASES = [c for c in CASES if c.values[1].kwargs.get("num_experts_per_tok")]
+def _experts_module(f: Family) -> bool:
+    """Whether the family's experts are one of transformers 5's experts implementations (not Llama 4's, which runs
+    every expert as one bmm: DecoderLayout.every_expert)."""
+    ls = layouts_of(f)
+    return ls is None or not any(lay.every_expert for lay in ls.by_type.values())
+
+
+MOE_CASES = [c for c in CASES if c.values[1].kwargs.get("num_experts_per_tok") and _experts_module(c.values[0])]
 
 
 @pytest.mark.parametrize("family,sample,model_name", MOE_CASES)

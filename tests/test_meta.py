@@ -1,7 +1,7 @@
 """The meta path (ckptstat/analysis/meta.py): transformers on the meta device answers what no op template describes.
 
 Where the static path answers too, both give the same parameters, active parameters, FLOPs, cache bytes and planner
-weights (families' own tiny samples). Where only the meta path answers (Llama 4, Qwen3-Next, Jamba, Falcon-H1,
+weights (families' own tiny samples). Where only the meta path answers (Qwen3-Next, Jamba, Falcon-H1,
 GraniteMoeHybrid, Gemma 3n text), its parameters are those of a CPU build's model.parameters() and its cache bytes
 those of the cache an actual CPU forward returns, at lengths other than the one the rule is read from."""
 from __future__ import annotations
@@ -68,10 +68,6 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
 
 # tiny configs of architectures no family module models (transformers 5's config classes)
 HYBRIDS = {
-    "llama4_text": ("Llama4ForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, intermediate_size_mlp=48, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, head_dim=8, vocab_size=99, num_local_experts=4, num_experts_per_tok=1,
-        interleave_moe_layer_step=2, attention_chunk_size=4)),
     "qwen3_next": ("Qwen3NextForCausalLM", dict(
         hidden_size=32, intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=16,
         num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=99, num_experts=4,
@@ -135,12 +131,6 @@ def test_refusal_names_the_run_extra_when_transformers_is_absent(tmp_path, monke
 # ---- published sizes on the meta device (the text models' config.json values, as published) ----
 
 PUBLISHED = {
-    # meta-llama/Llama-4-Scout-17B-16E, text_config: 109B parameters, 17B active (model card)
-    "llama4_text": ("Llama4ForCausalLM", dict(
-        hidden_size=5120, intermediate_size=8192, intermediate_size_mlp=16384, num_hidden_layers=48,
-        num_attention_heads=40, num_key_value_heads=8, head_dim=128, vocab_size=202048, num_local_experts=16,
-        num_experts_per_tok=1, interleave_moe_layer_step=1, attention_chunk_size=8192, use_qk_norm=True,
-        max_position_embeddings=10485760), (109e9, 17e9)),
     # Qwen/Qwen3-Next-80B-A3B-Instruct: 80B parameters, 3B active (model card)
     "qwen3_next": ("Qwen3NextForCausalLM", dict(
         hidden_size=2048, intermediate_size=5120, num_hidden_layers=48, num_attention_heads=16, num_key_value_heads=2,

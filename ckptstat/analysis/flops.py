@@ -64,12 +64,13 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
     sliding = list(s.sliding_layers) or list(range(s.layers))
     full_pairs = causal_pairs(seq) if halve else seq * seq
     per_pair = 2 * 2 * batch * s.heads * s.head_dim        # two bmm's (QK^T, PV), 2 FLOPs per MAC
-    win = per_pair * (len(sliding) * causal_pairs(seq, w) + (s.layers - len(sliding)) * full_pairs)
+    win = per_pair * (len(sliding) * causal_pairs(seq, w, s.chunked_attention) + (s.layers - len(sliding)) * full_pairs)
     if win >= attn:     # nothing to add: the count is already windowed (--causal-halving)
         return None
     which = (f"all {s.layers} layers" if len(sliding) == s.layers else
              f"{len(sliding)} of {s.layers} layers ({_layer_list(sliding)}; the others attend all s tokens)")
-    note = (f"sliding window {w} < seq {seq} on {which}, as the config's layer_types (or sliding_window, "
+    kind = "attention chunk" if s.chunked_attention else "sliding window"
+    note = (f"{kind} {w} < seq {seq} on {which}, as the config's layer_types (or sliding_window, "
             f"max_window_layers; GPT-Neo's attention_layers) give them: eager attention (and FlopCounterMode) computes "
             f"every score and masks "
             f"those outside the window ({attn:,} attention FLOPs as counted here); a windowed kernel would need about {win:,} "

@@ -15,6 +15,7 @@ from ..naming import normalize
 from . import (
     albert,
     arcee,
+    aria_text,
     bart,
     bert,
     bloom,
@@ -24,6 +25,7 @@ from . import (
     deepseek,
     dinov2,
     distilbert,
+    dots1,
     ernie4_5,
     ernie4_5_moe,
     exaone4,
@@ -40,11 +42,15 @@ from . import (
     gpt_oss,
     gptj,
     gptneox,
+    hunyuan_v1_moe,
     hy_v3,
     hyperclovax,
     jais2,
+    kolibri1,
     llama,
+    llama4,
     mamba,
+    mellum,
     minimax_m2,
     mixtral,
     nanochat,
@@ -61,6 +67,7 @@ from . import (
     seed_oss,
     siglip,
     smollm3,
+    solar_open,
     stablelm,
     starcoder2,
     t5,
@@ -72,14 +79,15 @@ from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
-    exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
-    gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,
-    hyperclovax.FAMILY, jais2.FAMILY, llama.FAMILY, mamba.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
-    nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
-    phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    albert.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
+    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY,
+    ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY,
+    glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
+    hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY,
+    llama4.FAMILY, mamba.FAMILY, mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY,
+    olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
+    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
+    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

@@ -85,6 +85,9 @@ class ArchSpec:
     # layers that attend only the last `sliding_window` tokens when not all do (Gemma2/3, Qwen2/3 layer_types;
     # empty with a sliding_window: every layer does, as Mistral's and Phi3's)
     sliding_layers: tuple[int, ...] = ()
+    # the sliding layers attend within fixed chunks of sliding_window tokens, not the last sliding_window (Llama 4's
+    # attention_chunk_size, its chunked_attention layers: the same DynamicSlidingWindowLayer cache, another mask)
+    chunked_attention: bool = False
     # modules outside the analytic model whose parameters the checkpoint's count holds (a vision-language
     # model's vision tower and projector: families/wrappers.py); () when the model is the whole checkpoint
     outside: tuple[str, ...] = ()

@@ -325,9 +325,10 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
         return [(f"b={b}, s={n}", per_tok * b * n, f"2 x L x g x d x s x b x {ab} B = {per_tok:,} B/token")]
     full = s.layers - ns
     kept = n if w == 1 else min(n, w - 1)
+    kind = "chunked (attention_chunk_size)" if s.chunked_attention else "sliding"
     lines: KVLines = [(f"b={b}, s={n}", per * b * (full * n + ns * kept),
                        f"2 x g x d x {ab} B = {per:,} B per token and layer, x b; {full} full layers x s = {n} tokens, "
-                       f"{ns} sliding layers x min(s, sliding_window - 1) = {kept} (transformers' DynamicSlidingWindowLayer)")]
+                       f"{ns} {kind} layers x min(s, sliding_window - 1) = {kept} (transformers' DynamicSlidingWindowLayer)")]
     static = per * b * (full * n + ns * min(n, w))
     if static != lines[0][1]:
         lines.append((f"static cache, window {w}", static,

@@ -76,6 +76,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                 w.norm(at + sub, gguf, heads * d, every, residual=False)
         if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
+        if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
+            B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
+                  w.tok + ((a + g) * d,), ew=B.b * B.seq * (a + g) * d * (ew_cost("rmsnorm") - 1))
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap

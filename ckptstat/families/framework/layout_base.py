@@ -16,8 +16,9 @@ Norm = Literal["rmsnorm", "layernorm", "layernorm_nobias", "none"]
 # sandwich: both (GLM-4, Gemma2); parallel: one norm before attention whose output the MLP also reads, both
 # added to the residual (Cohere)
 Placement = Literal["pre", "post", "sandwich", "parallel"]
-# head: RMSNorm over each head's d (Qwen3); width: over the whole q / k projection (OLMo2)
-QKNorm = Literal["none", "head", "width"]
+# head: RMSNorm over each head's d (Qwen3); width: over the whole q / k projection (OLMo2); l2: a parameterless L2
+# norm over each head's d on the layers with rotary only (Llama 4's Llama4TextL2Norm)
+QKNorm = Literal["none", "head", "width", "l2"]
 # gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
 MLP = Literal["gated", "plain", "routed"]
 # a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
@@ -25,8 +26,9 @@ MLP = Literal["gated", "plain", "routed"]
 # shared) / 2 (Cohere2-MoE's shared_expert_combination_strategy "average")
 Shared = Literal["none", "gated", "summed", "averaged"]
 # a routed MLP's router: linear, its matmul (Mixtral, Qwen-MoE, DeepSeek); topk_softmax, biased, the top-k of its
-# logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter)
-Router = Literal["linear", "topk_softmax"]
+# logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter); topk_sigmoid, the top-k of its logits
+# scattered into -inf elsewhere and a sigmoid over all E (Llama 4's Llama4Router)
+Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 # a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
 # on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
 # Qwen3-Next's linear, Jamba's state-space)
@@ -73,6 +75,8 @@ class Paths:
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
     experts: str = "experts"
+    stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
+    stacked_out: str = "fc2"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
     shared_gate: str = "shared_expert_gate"
     statics: str = "moe_statics.e_score_correction_bias"   # {mlp}.{statics}: DecoderLayout.router_statics
@@ -110,6 +114,13 @@ class DecoderLayout:
     # routed: the experts held fused as 3-D parameters without .weight, gate and up interleaved (gpt-oss's
     # GptOssExperts: gate_up_proj [E, h, 2f], down_proj [E, f, h], their biases), their GLU clamped
     fused_experts: bool = False
+    # routed: the experts saved stacked, one 3-D {experts}.{gate_up}.weight [E, h, 2f] (gate and up its halves) and one
+    # {experts}.{down}.weight [E, f, h] per layer (Aria's fc1 and fc2; held in memory as gate_up_proj / down_proj)
+    stacked_experts: bool = False
+    # routed: every token through every expert (Llama 4's Llama4TextExperts): the input repeated E times, each copy
+    # scaled by its expert's router score (0 outside the top-k), one bmm over the fused gate_up_proj [E, h, 2f] (gate
+    # and up its halves), act(gate) x up, a bmm over down_proj [E, f, h], the E outputs summed: E x b x s rows
+    every_expert: bool = False
     # routed: a [1, E] parameter (Paths.statics) added to the router's scores to pick the experts (Ernie 4.5's
     # Ernie4_5_MoeStatics; elsewhere e_score_correction_bias is a buffer, no parameter)
     router_statics: bool = False

@@ -40,6 +40,9 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     moe, rows = p.mlp, (B.b * B.seq * k,)
     topk = w.lay.router == "topk_softmax"
     w.linear(f"{moe}.{p.router}", "ffn_gate_inp", h, E, topk, layers, label=w.label(f"{moe}.{p.router} (router)", layers))
+    if w.lay.router == "topk_sigmoid":
+        B.add(w.label(f"{moe}.{p.router} top-k, scatter, sigmoid", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, E), ew=B.b * B.seq * E * (1 + ew_cost("sigmoid")))
     if w.lay.router_statics:   # TensorNameMap knows it only as the converter renames it (e_score_correction.bias)
         w.record(f"{moe}.{p.statics}", None, (("", (1, E)),), layers)
         B.add(w.label(f"{moe}.{p.statics} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E), (B.b, B.seq, E),
@@ -48,7 +51,17 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
               (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
     x = f"{moe}.{p.experts}"
-    if w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
+    if w.lay.every_expert:
+        every_expert(w, layers)
+    elif w.lay.stacked_experts:   # llama.cpp's converter splits fc1 (ffn_gate_exps, ffn_up_exps): no name of its own
+        w.record(f"{x}.{p.stacked_in}", None, (("weight", (E, h, 2 * f)),), layers)
+        w.record(f"{x}.{p.stacked_out}", "ffn_down_exps", (("weight", (E, f, h)),), layers)
+        B.linear(w.label(f"{x}[{E}].{p.stacked_in} (top-{k})", layers), "encoder", rows, h, 2 * f, False, L, L * E,
+                 active_copies=L * k)
+        B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
+        B.linear(w.label(f"{x}[{E}].{p.stacked_out} (top-{k})", layers), "encoder", rows, f, h, False, L, L * E,
+                 active_copies=L * k)
+    elif w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
         for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
             w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
         if s.mlp_bias:
@@ -67,8 +80,9 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
         w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
                  w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
-    B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
-          (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if not w.lay.every_expert:
+        B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
+              (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
     if w.lay.shared == "none" or not s.shared_intermediate:
         return
     mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
@@ -83,3 +97,25 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.add(w.label(f"{moe} shared + routed", layers), "activation", "encoder", L, tok, tok, ew=B.b * B.seq * h)
 
 
+
+
+def every_expert(w: Walk, layers: tuple[int, ...]) -> None:
+    """Llama 4's experts (modeling_llama4.py Llama4TextMoe, Llama4TextExperts; DecoderLayout.every_expert): the input
+    repeated E times, each copy times its expert's router score, every copy through its expert as two bmm's over the
+    fused [E, h, 2f] gate_up_proj and [E, f, h] down_proj (E x b x s rows: FlopCounterMode counts them all), the E
+    outputs summed. One token's active parameters are still its top-k experts'. llama.cpp's converter splits
+    gate_up_proj into ffn_gate_exps and ffn_up_exps: no name of its own."""
+    s, p, B = w.s, w.p, w.B
+    h, f, E, k, L = s.hidden, s.moe_intermediate or s.intermediate, s.experts, s.top_k, len(layers)
+    x, tok, rows = f"{p.mlp}.{p.experts}", (B.b, B.seq, h), (E * B.b * B.seq,)
+    B.add(w.label(f"{x} input x router score (E copies)", layers), "activation", "encoder", L, tok, rows + (h,),
+          ew=E * B.b * B.seq * h)
+    for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
+        w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
+    B.linear(w.label(f"{x}[{E}].{p.gate_up} (every expert)", layers), "encoder", rows, h, 2 * f, False, L, L * E,
+             active_copies=L * k)
+    B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
+    B.linear(w.label(f"{x}[{E}].{p.down} (every expert)", layers), "encoder", rows, f, h, False, L, L * E,
+             active_copies=L * k)
+    B.add(w.label(f"{x} sum over the {E} experts", layers), "activation", "encoder", L, rows + (h,), tok,
+          ew=E * B.b * B.seq * h)

@@ -36,12 +36,16 @@ def ew_cost(kind: str) -> int:
     return EW_COST.get(kind, 8)
 
 
-def causal_pairs(n: int, window: int | None = None) -> int:
+def causal_pairs(n: int, window: int | None = None, chunked: bool = False) -> int:
     """The (query, key) pairs a causal mask over n tokens lets through: query i sees keys j <= i, and with a
     sliding window w only j > i - w (transformers masking_utils.py: causal_mask_function and
     sliding_window_overlay, the masks create_causal_mask / create_sliding_window_causal_mask build), so
-    min(i + 1, w) keys: a triangle of w rows, then w a row. Without a window (or w >= n): n(n + 1)/2."""
+    min(i + 1, w) keys: a triangle of w rows, then w a row. Without a window (or w >= n): n(n + 1)/2. Chunked
+    (ArchSpec.chunked_attention: chunked_overlay, create_chunked_causal_mask): only keys of i's chunk of w, a
+    triangle per chunk."""
     w = min(window or n, n)
+    if chunked:
+        return (n // w) * (w * (w + 1) // 2) + (n % w) * (n % w + 1) // 2
     return w * (w + 1) // 2 + (n - w) * w
 
 
@@ -128,7 +132,7 @@ class Builder:
         """(query, key) pairs attention computes: every one of q_len x k_len, as eager attention does (it masks
         rather than skips, and FlopCounterMode counts the full square); with causal halving, a causal square's
         unmasked ones (causal_pairs, the layer's sliding window included)."""
-        return causal_pairs(q_len, window) if causal and self.halve else q_len * k_len
+        return causal_pairs(q_len, window, self.s.chunked_attention) if causal and self.halve else q_len * k_len
 
     def attention(self, prefix: str, bucket: str, heads: int, q_len: int, k_len: int, d: int, calls: int,
                   causal: bool, extra_ew: int = 2, window: int | None = None, v_dim: int | None = None) -> None:
