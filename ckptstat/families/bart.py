@@ -12,7 +12,7 @@ reads. (transformers 4 tied the stacks' embed_tokens to `shared` whatever the co
 `shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)"""
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel
@@ -31,7 +31,23 @@ STACKS = {
     # Marian's and Pegasus' sinusoidal tables are frozen nn.Embedding weights: parameters all the same
     "marian": Stack(embedding_norm=False, offset=0),
     "pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0),
+    # decoder-only models of the same stack (modeling_xglm.py, modeling_biogpt.py); XGLM's sinusoidal table is a buffer
+    "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
+    "biogpt": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
 }
+
+
+@dataclass(frozen=True)
+class Alone:
+    """The decoder alone's module paths: its body, its LM head, whether its layers hold encoder_attn."""
+    body: str = "model.decoder"
+    lm: str = "lm_head"
+    cross: bool = True
+
+
+ALONE = {"trocr": Alone(lm="output_projection"), "xglm": Alone(body="model", cross=False),
+         "biogpt": Alone(body="biogpt", lm="output_projection", cross=False)}
+DECODERS = ("xglm", "biogpt")   # decoder-only model types: their LM head is the decoder alone whatever the class
 # model types whose encoder-decoder heads are modelled; the others' *ForCausalLM only (the decoder alone)
 WHOLE = ("bart", "mbart")
 
@@ -46,7 +62,7 @@ def stack(s: ArchSpec) -> Stack:
 def from_config(c: Cfg) -> ArchSpec:
     if c.model_type == "mvp" and c.get("use_prompt", default=False):
         raise NoAnalyticModel(f"{c.path}: MVP's use_prompt adds prompt modules the template does not describe")
-    if causal_lm_alone(c):
+    if causal_lm_alone(c) or (c.head == "lm" and c.model_type in DECODERS):
         return _decoder_alone(c)
     if c.model_type not in WHOLE:
         raise NoAnalyticModel(f"{c.path}: the {c.model_type} encoder-decoder is not modelled (its *ForCausalLM is)")
@@ -64,19 +80,22 @@ def from_config(c: Cfg) -> ArchSpec:
 def _decoder_alone(c: Cfg) -> ArchSpec:
     """*ForCausalLM: the decoder alone (0 encoder layers). Marian's decoder looks up decoder_vocab_size rows; its
     lm_head has vocab_size outputs, or is the embedding itself when tied."""
-    h, a = c.int("d_model"), c.int("decoder_attention_heads")
+    if c.model_type == "xglm" and c.get("add_cross_attention", default=False):
+        raise NoAnalyticModel(f"{c.path}: XGLM's add_cross_attention layers are not modelled")
+    # BART's names, XGLM's, BioGPT's
+    h, a = c.int("d_model", "hidden_size"), c.int("decoder_attention_heads", "attention_heads", "num_attention_heads")
+    L, f = c.int("decoder_layers", "num_layers", "num_hidden_layers"), c.int("decoder_ffn_dim", "ffn_dim", "intermediate_size")
     V = c.int("vocab_size")
     Vd = c.int("decoder_vocab_size", default=V) if c.model_type == "marian" else V
     tied = bool(c.get("tie_word_embeddings", default=True))
-    extra: tuple[tuple[str, int], ...] = (("decoder_heads", a), ("decoder_ffn", c.int("decoder_ffn_dim")),
-                                          ("lm_vocab", Vd if tied else V))
-    P = c.int("max_position_embeddings") + STACKS[c.model_type].offset
+    extra: tuple[tuple[str, int], ...] = (("decoder_heads", a), ("decoder_ffn", f), ("lm_vocab", Vd if tied else V))
+    P = c.int("max_position_embeddings") + STACKS[c.model_type].offset if c.model_type != "xglm" else 0
     if c.model_type == "trocr":   # TrOCR's sinusoidal table (use_learned_position_embeddings false) is a buffer
         P = P if c.get("use_learned_position_embeddings", default=True) else 0
         extra += (("embedding_norm", int(bool(c.get("layernorm_embedding", default=True)))),)
-    return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=c.int("decoder_ffn_dim"),
-                    vocab=Vd, positions=P, activation=str(c.get("activation_function", default="gelu")),
-                    tied_embeddings=tied, decoder_layers=c.int("decoder_layers"), extra=extra, **c.common)
+    return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=Vd, positions=P,
+                    activation=str(c.get("activation_function", "hidden_act", default="gelu")), tied_embeddings=tied,
+                    decoder_layers=L, extra=extra, **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -138,10 +157,11 @@ def build(B: Builder) -> None:
     s, b = B.s, B.b
     h, tied, st = s.hidden, s.tied_embeddings, stack(s)
     if decoder_alone(s):   # the decoder alone over B.seq tokens; its layers' encoder_attn never runs
-        embeddings(B, st, "model.decoder", B.seq, tied_note="")
-        layer_ops(B, st, "model.decoder", "decoder", s.decoder_layers, B.seq, s.x("decoder_heads"), s.x("decoder_ffn"),
-                  None, unused_cross=True)
-        B.linear(f"{_lm(s)}" + (" (tied to decoder.embed_tokens)" if tied else ""), "cls", (b, B.seq), h,
+        p = ALONE.get(s.model_type, Alone())
+        embeddings(B, st, p.body, B.seq, tied_note="")
+        layer_ops(B, st, p.body, "decoder", s.decoder_layers, B.seq, s.x("decoder_heads"), s.x("decoder_ffn"),
+                  None, unused_cross=p.cross, causal=True)
+        B.linear(p.lm + (f" (tied to {p.body}.embed_tokens)" if tied else ""), "cls", (b, B.seq), h,
                  s.x("lm_vocab"), False, tied=tied)
         return
     if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
@@ -162,10 +182,6 @@ def build(B: Builder) -> None:
         # + final_logits_bias, a buffer: its add is element-wise, not a parameter
         B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
                  False, tied=s.tied_embeddings)
-
-
-def _lm(s: ArchSpec) -> str:
-    return "output_projection" if s.model_type == "trocr" else "lm_head"   # TrOCRForCausalLM's name
 
 
 def embeddings(B: Builder, st: Stack, name: str, n: int, tied_note: str, params: bool = True) -> None:
@@ -189,8 +205,9 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 
     out: Shapes = {}
     if decoder_alone(s):
-        stack_tensors("model.decoder", s.decoder_layers, s.x("decoder_ffn"), True)
-        out[_lm(s) + ".weight"] = (s.x("lm_vocab"), h)
+        p = ALONE.get(s.model_type, Alone())
+        stack_tensors(p.body, s.decoder_layers, s.x("decoder_ffn"), p.cross)
+        out[p.lm + ".weight"] = (s.x("lm_vocab"), h)
         return out
     top = "" if s.head == "base" else "model."   # BartForConditionalGeneration wraps BartModel as `model`
     out[top + "shared.weight"] = (s.vocab, h)
@@ -246,7 +263,8 @@ FAMILY = Family(
                TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",)),
                # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
                TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),
-               TieRule("output_projection.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",))),
+               *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",))
+                 for p in ALONE.values() if p != Alone(cross=p.cross))),
     position_offset={mt: st.offset for mt, st in STACKS.items() if st.offset},
     encoder_decoder=True,
     decoder_alone=True,
@@ -276,6 +294,11 @@ FAMILY = Family(
         Sample("BlenderbotConfig", _ALONE, ("BlenderbotForCausalLM",)),
         Sample("PegasusConfig", _ALONE, ("PegasusForCausalLM",)),
         Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1), ("MarianForCausalLM",)),
+        # decoder-only models of the stack; without config.json their names read as LLaMA's (layers.N.self_attn.q_proj)
+        Sample("XGLMConfig", dict(d_model=32, num_layers=3, attention_heads=2, ffn_dim=41, vocab_size=99,
+                                  max_position_embeddings=64), ("XGLMForCausalLM",), detected_as="llama"),
+        Sample("BioGptConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=41,
+                                    vocab_size=99, max_position_embeddings=64), ("BioGptForCausalLM",), detected_as="llama"),
         Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1, tie_word_embeddings=False),
                ("MarianForCausalLM",)),
     ),

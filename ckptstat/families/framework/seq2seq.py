@@ -39,13 +39,15 @@ def causal_lm_alone(c: Cfg) -> bool:
 
 
 def layer_ops(B: Builder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
-              unused_cross: bool = False) -> None:
+              unused_cross: bool = False, causal: bool | None = None) -> None:
     """L layers over q tokens (a heads, FFN width f); cross: the encoder tokens cross-attention reads, None for
-    none; unused_cross: the layers hold encoder_attn but never run it (the decoder alone)."""
+    none; unused_cross: the layers hold encoder_attn but never run it (the decoder alone); causal: the
+    self-attention's mask (default: a `decoder`'s is causal)."""
     s, b, h = B.s, B.b, B.s.hidden
     tok = (b, q)
     lay = f"{name}.layers[{L}]"
-    attn = [("self_attn", q, name.endswith("decoder"))] + ([("encoder_attn", cross, False)] if cross is not None else [])
+    attn = [("self_attn", q, name.endswith("decoder") if causal is None else causal)]
+    attn += [("encoder_attn", cross, False)] if cross is not None else []
     for att, k_len, causal in attn:
         if st.pre_ln:
             B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
