@@ -246,6 +246,8 @@ FAMILY = Family(
     model_types=tuple(STACKS),
     # BART's layernorm_embedding, or an encoder-decoder's cross-attention (a *ForCausalLM's decoder alone holds it)
     signature=r"(^|[./])((encoder|decoder)[./]layernorm_embedding|decoder[./]layers[./]\d+[./]encoder_attn)[./]",
+    # FSMT's decoder, which shares those names, holds its own output_projection (TrOCR's is at the top)
+    signature_without=r"(^|[./])decoder[./]output_projection[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "seqcls", "qa"),   # *ForCausalLM: "lm" with 0 encoder layers (seq2seq.decoder_alone)
     # BartForConditionalGeneration's final_logits_bias (a buffer) shows the LM head when a tied lm_head was dropped

@@ -29,6 +29,15 @@ class Variant:
     layer: encoder.LayerNames = LAYER
     embedding_norm: bool = True          # embeddings.LayerNorm
     final_norm: str | None = None        # pre-LN: the LayerNorm after the last layer, under the base model
+    token_types: bool = True             # embeddings.token_type_embeddings
+    # the LM head: dense, activation and LayerNorm before the decoder (BertGeneration's lm_head is the decoder alone)
+    lm_transform: bool = True
+    pooler: bool = True                  # the base model keeps a pooler
+
+    @property
+    def lm(self) -> str:
+        """The MLM / causal LM head's module."""
+        return "lm_head" if self.roberta or not self.lm_transform else "cls.predictions"
 
 
 VARIANTS = {
@@ -38,6 +47,8 @@ VARIANTS = {
     "camembert": Variant("roberta", roberta=True), "data2vec-text": Variant("data2vec_text", roberta=True),
     "xlm-roberta-xl": Variant("roberta", roberta=True, layer=PRE_LN, embedding_norm=False, final_norm="encoder.LayerNorm"),
     "roberta-prelayernorm": Variant("roberta_prelayernorm", roberta=True, layer=PRE_LN_ROBERTA, final_norm="LayerNorm"),
+    # BertGenerationEncoder (the base) and BertGenerationDecoder (`bert` + lm_head): no token types, no pooler
+    "bert-generation": Variant("bert", token_types=False, lm_transform=False, pooler=False),
 }
 # kept for the families and tests that name a model type's prefix
 BASE_PREFIX = {mt: v.prefix for mt, v in VARIANTS.items()}
@@ -46,9 +57,9 @@ BASE_PREFIX = {mt: v.prefix for mt, v in VARIANTS.items()}
 def pooler(model_type: str, head: str) -> bool:
     """Which heads keep the pooler (transformers modeling_*.py: add_pooling_layer). ELECTRA has none;
     RoBERTa-style classifiers use their own dense on <s>."""
-    if model_type == "electra":
-        return False
     v = VARIANTS.get(model_type, VARIANTS["bert"])
+    if model_type == "electra" or not v.pooler:
+        return False
     return head in ("base", "pretraining") or (head == "seqcls" and not v.roberta)
 
 
@@ -56,12 +67,13 @@ def from_config(c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     e = c.int("embedding_size", default=h) if c.model_type == "electra" else h
     act = c.get("hidden_act", default="gelu")
-    extra = (("task_types", c.int("task_type_vocab_size")),) if c.model_type == "ernie" and c.get("use_task_id", default=False) \
-        else ()
+    ernie_tasks = c.model_type == "ernie" and c.get("use_task_id", default=False)
+    extra = (("task_types", c.int("task_type_vocab_size")),) if ernie_tasks else ()
+    types = c.int("type_vocab_size", default=2) if VARIANTS[c.model_type].token_types else 0
     return ArchSpec(extra=extra, layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                    positions=c.int("max_position_embeddings"), type_vocab=c.int("type_vocab_size", default=2),
-                    embedding_size=e, activation=str(act), pooler=pooler(c.model_type, c.head), **c.common)
+                    positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
+                    pooler=pooler(c.model_type, c.head), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -88,7 +100,10 @@ def build(B: Builder) -> None:
         encoder.pooler(B)
     if s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
         # MLM: transform to E (ELECTRA's generator) or h, decoder tied to the word embeddings
-        encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+        if v.lm_transform:
+            encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+        else:
+            B.linear("lm_head.decoder (tied to word_embeddings)", "cls", tok, h, s.vocab, True, tied=True)
         if s.head == "pretraining":
             B.linear("cls.seq_relationship", "cls", first, h, 2, True)
     if s.head == "pretraining" and electra:
@@ -133,9 +148,10 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_linear(out, "discriminator_predictions.dense", h, h)
         add_linear(out, "discriminator_predictions.dense_prediction", 1, h)
     elif s.head in _MLM:   # BertLMHeadModel / RobertaForCausalLM: the MLM head's modules under the same names
-        c = "lm_head." if roberta else "cls.predictions."
-        add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
-        add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
+        c = v.lm + "."
+        if v.lm_transform:
+            add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
+            add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
         out[c + "bias"] = (V,)
         add_linear(out, c + "decoder", V, h)
     if s.head == "pretraining" and not electra:
@@ -185,9 +201,8 @@ FAMILY = Family(
     # transformers' _tied_weights_keys
     tie_rules=(
         # BERT's cls.predictions.decoder, RoBERTa's lm_head.decoder: the base model's word embeddings
-        *(TieRule(("lm_head" if roberta else "cls.predictions") + ".decoder.weight",
-                  f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
-          for prefix, roberta in dict.fromkeys((v.prefix, v.roberta) for v in VARIANTS.values() if v.prefix != "electra")),
+        *(TieRule(f"{lm}.decoder.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
+          for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in VARIANTS.values() if v.prefix != "electra")),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
         TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
         TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
@@ -225,6 +240,9 @@ FAMILY = Family(
         Sample("RobertaPreLayerNormConfig", dict(_SIZES, is_decoder=True), ("RobertaPreLayerNormForCausalLM",), infer=False),
         # without a config the names are read as BERT's: ERNIE's task types, the pre-LN variants' norms are not inferred
         Sample("ErnieConfig", dict(_SIZES, use_task_id=True, task_type_vocab_size=5), ("ErnieModel",), infer=False),
+        Sample("BertGenerationConfig", _SIZES, ("BertGenerationEncoder",)),
+        # its lm_head is the decoder alone (lm_head.bias stored): the names show no MLM head
+        Sample("BertGenerationConfig", dict(_SIZES, is_decoder=True), ("BertGenerationDecoder",), infer=False),
         Sample("XLMRobertaXLConfig", dict(_SIZES, num_labels=3),
                ("XLMRobertaXLModel", "XLMRobertaXLForMaskedLM", "XLMRobertaXLForSequenceClassification"), infer=False),
         Sample("RobertaPreLayerNormConfig", dict(_SIZES, num_labels=3),

@@ -28,6 +28,7 @@ HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
+    ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("Model", "base"),
 ]
