@@ -31,6 +31,9 @@ STACKS = {
     # Marian's and Pegasus' sinusoidal tables are frozen nn.Embedding weights: parameters all the same
     "marian": Stack(embedding_norm=False, offset=0),
     "pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0),
+    # its final LayerNorm is named layernorm_embedding; q/k/v/out_proj biased only with use_bias (default false)
+    "bigbird_pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layernorm_embedding", offset=0,
+                             proj_bias=False),
     # decoder-only models of the same stack (modeling_xglm.py, modeling_biogpt.py); XGLM's sinusoidal table is a buffer
     "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
     "biogpt": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
@@ -43,9 +46,10 @@ class Alone:
     body: str = "model.decoder"
     lm: str = "lm_head"
     cross: bool = True
+    ties: bool = True        # the class ties its LM head (BigBirdPegasusForCausalLM has no _tied_weights_keys)
 
 
-ALONE = {"trocr": Alone(lm="output_projection"), "xglm": Alone(body="model", cross=False),
+ALONE = {"bigbird_pegasus": Alone(ties=False), "trocr": Alone(lm="output_projection"), "xglm": Alone(body="model", cross=False),
          "biogpt": Alone(body="biogpt", lm="output_projection", cross=False)}
 DECODERS = ("xglm", "biogpt")   # decoder-only model types: their LM head is the decoder alone whatever the class
 # model types whose encoder-decoder heads are modelled; the others' *ForCausalLM only (the decoder alone)
@@ -56,7 +60,8 @@ def stack(s: ArchSpec) -> Stack:
     """The model type's stack, less what the spec switches off: TrOCR's config its layernorm_embedding, a file's
     names (no config) the layernorm_embedding and k_proj's bias they lack."""
     st, x = STACKS.get(s.model_type, STACKS["bart"]), dict(s.extra)
-    return replace(st, embedding_norm=bool(x.get("embedding_norm", st.embedding_norm)), k_bias=bool(x.get("k_bias", st.k_bias)))
+    return replace(st, embedding_norm=bool(x.get("embedding_norm", st.embedding_norm)), k_bias=bool(x.get("k_bias", st.k_bias)),
+                   proj_bias=bool(x.get("proj_bias", st.proj_bias)))
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -87,8 +92,10 @@ def _decoder_alone(c: Cfg) -> ArchSpec:
     L, f = c.int("decoder_layers", "num_layers", "num_hidden_layers"), c.int("decoder_ffn_dim", "ffn_dim", "intermediate_size")
     V = c.int("vocab_size")
     Vd = c.int("decoder_vocab_size", default=V) if c.model_type == "marian" else V
-    tied = bool(c.get("tie_word_embeddings", default=True))
+    tied = bool(c.get("tie_word_embeddings", default=True)) and ALONE.get(c.model_type, Alone()).ties
     extra: tuple[tuple[str, int], ...] = (("decoder_heads", a), ("decoder_ffn", f), ("lm_vocab", Vd if tied else V))
+    if c.model_type == "bigbird_pegasus":
+        extra += (("proj_bias", int(bool(c.get("use_bias", default=False)))),)
     P = c.int("max_position_embeddings") + STACKS[c.model_type].offset if c.model_type != "xglm" else 0
     if c.model_type == "trocr":   # TrOCR's sinusoidal table (use_learned_position_embeddings false) is a buffer
         P = P if c.get("use_learned_position_embeddings", default=True) else 0
@@ -146,7 +153,7 @@ def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     mt = next(mt for mt, st in STACKS.items() if replace(st, offset=0) == replace(shown, offset=0)) \
         if any(replace(st, offset=0) == replace(shown, offset=0) for st in STACKS.values()) else "bart"
     extra = (("decoder_heads", a), ("decoder_ffn", fd), ("lm_vocab", V if lm is None else lm.shape[0]),
-             ("embedding_norm", int(shown.embedding_norm)), ("k_bias", int(k_bias)))
+             ("embedding_norm", int(shown.embedding_norm)), ("k_bias", int(k_bias)), ("proj_bias", int(shown.proj_bias)))
     return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=fd, vocab=V, positions=P,
                     tied_embeddings=tied, decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
                     extra=extra, assumptions=(note, "no config: activation assumed gelu", f"no config: the names show "
@@ -266,7 +273,7 @@ FAMILY = Family(
                # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
                TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),
                *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",))
-                 for p in ALONE.values() if p != Alone(cross=p.cross))),
+                 for p in ALONE.values() if p.ties and p != Alone(cross=p.cross))),
     position_offset={mt: st.offset for mt, st in STACKS.items() if st.offset},
     encoder_decoder=True,
     decoder_alone=True,
@@ -296,6 +303,8 @@ FAMILY = Family(
         Sample("BlenderbotConfig", _ALONE, ("BlenderbotForCausalLM",)),
         Sample("PegasusConfig", _ALONE, ("PegasusForCausalLM",)),
         Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1), ("MarianForCausalLM",)),
+        Sample("BigBirdPegasusConfig", _ALONE, ("BigBirdPegasusForCausalLM",)),
+        Sample("BigBirdPegasusConfig", dict(_ALONE, use_bias=True), ("BigBirdPegasusForCausalLM",)),
         # decoder-only models of the stack; without config.json their names read as LLaMA's (layers.N.self_attn.q_proj)
         Sample("XGLMConfig", dict(d_model=32, num_layers=3, attention_heads=2, ffn_dim=41, vocab_size=99,
                                   max_position_embeddings=64), ("XGLMForCausalLM",), detected_as="llama"),
