@@ -58,9 +58,11 @@ def layer_ops(B: Builder, st: Stack, name: str, bucket: str, L: int, q: int, a: 
         B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, st.proj_bias, L)
         if not st.pre_ln:
             B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
-    if unused_cross:
-        B.add(f"{lay}.encoder_attn (not run: no encoder)", "linear", bucket, 1, (0,), (0,),
-              params=L * (_attention_params(st, h) + 2 * h))
+    if unused_cross:   # stored, never called: L copies, 0 calls
+        for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
+            B.linear(f"{lay}.encoder_attn.{m} (not run: no encoder)", bucket, tok, h, h,
+                     st.proj_bias and (m != "k_proj" or st.k_bias), 0, L)
+        B.norm(f"{lay}.encoder_attn_layer_norm (not run)", bucket, tok, h, 0, L, residual=False)
     if st.pre_ln:
         B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
     B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
@@ -70,10 +72,6 @@ def layer_ops(B: Builder, st: Stack, name: str, bucket: str, L: int, q: int, a: 
         B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
     if st.final_norm:
         B.norm(f"{name}.{st.final_norm}", bucket, tok, h, residual=False)
-
-
-def _attention_params(st: Stack, h: int) -> int:
-    return 4 * h * h + (3 + st.k_bias) * h * st.proj_bias
 
 
 def layer_tensors(out: Shapes, st: Stack, name: str, L: int, h: int, f: int, cross: bool) -> None:
