@@ -201,8 +201,11 @@ FAMILY = Family(
     # transformers' _tied_weights_keys
     tie_rules=(
         # BERT's cls.predictions.decoder, RoBERTa's lm_head.decoder: the base model's word embeddings
+        # (not BertGeneration's `bert` + lm_head.decoder: a rule for it would tie an lm_head into BERT's MLM files too;
+        # its config's architectures name the class, whose ties families/tie_table.json holds)
         *(TieRule(f"{lm}.decoder.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
-          for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in VARIANTS.values() if v.prefix != "electra")),
+          for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in VARIANTS.values()
+                                          if v.prefix != "electra" and v.lm_transform)),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
         TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
         TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
