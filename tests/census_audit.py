@@ -274,10 +274,12 @@ def compare(oracle: dict[str, Any], got: dict[str, Any]) -> list[str]:
     return bad
 
 
-def expected_families(model_type: str, config_class: str, config: dict | None = None) -> tuple[str | None, str | None]:
+def expected_families(model_type: str, config_class: str, config: dict | None = None,
+                      cls: str | None = None) -> tuple[str | None, str | None]:
     """(the family config.json's model_type names, the family its tensor names are found as): None for an
     unregistered model type, but a vision-language wrapper's (`config` nests a registered decoder's text_config)
-    is its language model's from the config; a family's Sample may say its names are another's (OLMo's are LLaMA's)."""
+    is its language model's from the config; a family's Sample may say its names are another's (OLMo's are LLaMA's;
+    with `cls`, only a Sample of that class: WhisperForCausalLM's names are the bart family's, Whisper's others not)."""
     from ckptstat.families import MODEL_TYPES, get, language_model
 
     name = MODEL_TYPES.get(model_type)
@@ -285,7 +287,8 @@ def expected_families(model_type: str, config_class: str, config: dict | None = 
         wrapped = language_model(config) if config is not None else None
         return (wrapped[1].name if wrapped else None), None
     f = get(name)
-    return name, next((s.detected_as for s in f.samples if s.config == config_class and s.detected_as), name)
+    return name, next((s.detected_as for s in f.samples if s.config == config_class and s.detected_as
+                       and (cls is None or cls in s.models)), name)
 
 
 MAX_PARAMS = 5_000_000
@@ -310,7 +313,7 @@ def audit_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
     out: dict[str, Any] = {"status": "built", "params": oracle["params"], "buffers": oracle["buffers"],
                            "ties": len(oracle["ties"]), "mismatch": {}}
     # the saved config's model_type (code_llama and gpt-sw3 write LlamaConfig's and GPT2Config's)
-    expected, by_names = expected_families(cfg.model_type, type(cfg).__name__, cfg.to_dict())
+    expected, by_names = expected_families(cfg.model_type, type(cfg).__name__, cfg.to_dict(), cls_name)
     for variant, path in paths.items():
         got = reported(path)
         out[f"family ({variant})"], out[f"model ({variant})"] = got["family"], got["model"]

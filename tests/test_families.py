@@ -168,7 +168,8 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
                 assert expected > 0
                 assert ours(replace(spec, image_size=side), seq, BATCH) == expected, (seq, side)
             continue
-        if family.main_input == "input_features":   # audio: the config fixes the frames, seq is the decoder's
+        if "input_features" in inspect.signature(model.forward).parameters:   # audio: the config fixes the frames,
+            # seq is the decoder's
             frames = 2 * cfg.max_source_positions
             expected = fcm_flops(model, seq, BATCH, sample.device, main_input=family.main_input, frames=frames)
             assert ours(spec, frames, BATCH, dec_seq=seq) == expected, seq
@@ -277,11 +278,13 @@ def test_tensor_infos_are_what_save_pretrained_writes(tmp_path, config, model_na
 
 # ---- KV cache: the bytes transformers' cache holds after a forward ----
 
-# every registered decoder with a KV cache, each sample's causal LM (encoder-decoders' self and cross caches:
-# tests/test_encdec_audio_ssm.py; sliding windows beyond these samples: tests/test_kv_sliding.py)
+# every registered decoder with a KV cache, each sample's causal LM, an encoder-decoder's decoder alone included
+# (encoder-decoders' self and cross caches: tests/test_encdec_audio_ssm.py; sliding windows beyond these samples:
+# tests/test_kv_sliding.py)
 KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i else ""))
-            for f in FAMILIES if f.kv_cache is not None and not f.encoder_decoder
-            for i, sample in enumerate(f.samples) for name in sample.models if name.endswith(("ForCausalLM", "LMHeadModel"))]
+            for f in FAMILIES if f.kv_cache is not None and (not f.encoder_decoder or f.decoder_alone)
+            for i, sample in enumerate(f.samples) for name in sample.models
+            if name.endswith("ForCausalLM") or (name.endswith("LMHeadModel") and not f.encoder_decoder)]
 
 
 def cache_bytes(model, seq, batch):

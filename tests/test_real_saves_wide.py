@@ -140,7 +140,7 @@ def test_family_from_names(built, model_type, cls):
     from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
 
     _, paths, _ = built(model_type, cls)
-    _, by_names = expected_families(model_type, CONFIG_MAPPING_NAMES[model_type])
+    _, by_names = expected_families(model_type, CONFIG_MAPPING_NAMES[model_type], cls=cls)
     assert reported(paths["torch.save"])["family"] == by_names
 
 

@@ -94,7 +94,7 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     fwd = tot("flops")
     attn = sum(r["flops"] for r in rows if r["kind"] == "attention")
     out: dict[str, Any] = {
-        "seq": seq, "dec_seq": (seq if dec_seq is None else dec_seq) if get(m.spec.family).encoder_decoder else None,
+        "seq": seq, "dec_seq": (seq if dec_seq is None else dec_seq) if get(m.spec.family).seq2seq(m.spec) else None,
         "tokens": tokens, "modules": rows,
         "totals": {
             "macs": tot("macs"), "flops": fwd, "flops_per_token": fwd / tokens,

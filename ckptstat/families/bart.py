@@ -12,28 +12,118 @@ reads. (transformers 4 tied the stacks' embed_tokens to `shared` whatever the co
 `shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)"""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
+from ..errors import NoAnalyticModel
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
+from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, layer_ops, layer_tensors
+from .framework.seq2seq import kv_cache as seq2seq_kv
 
-OFFSET = 2   # BartLearnedPositionalEmbedding: positions are looked up at position + 2
+# Each model type's stack (framework/seq2seq.py): what differs from BART's.
+STACKS = {
+    "bart": Stack(), "plbart": Stack(), "mvp": Stack(), "trocr": Stack(),
+    "mbart": Stack(pre_ln=True, final_norm="layer_norm"),
+    "blenderbot-small": Stack(offset=0),
+    "blenderbot": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0),
+    # Marian's and Pegasus' sinusoidal tables are frozen nn.Embedding weights: parameters all the same
+    "marian": Stack(embedding_norm=False, offset=0),
+    "pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0),
+    # its final LayerNorm is named layernorm_embedding; q/k/v/out_proj biased only with use_bias (default false)
+    "bigbird_pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layernorm_embedding", offset=0,
+                             proj_bias=False),
+    # decoder-only models of the same stack (modeling_xglm.py, modeling_biogpt.py); XGLM's sinusoidal table is a buffer
+    "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
+    "biogpt": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
+}
+
+
+@dataclass(frozen=True)
+class Alone:
+    """The decoder alone's module paths: its body, its LM head, whether its layers hold encoder_attn."""
+    body: str = "model.decoder"
+    lm: str = "lm_head"
+    cross: bool = True
+    ties: bool = True        # the class ties its LM head (BigBirdPegasusForCausalLM has no _tied_weights_keys)
+
+
+ALONE = {"bigbird_pegasus": Alone(ties=False), "trocr": Alone(lm="output_projection"), "xglm": Alone(body="model", cross=False),
+         "biogpt": Alone(body="biogpt", lm="output_projection", cross=False)}
+DECODERS = ("xglm", "biogpt")   # decoder-only model types: their LM head is the decoder alone whatever the class
+# model types whose encoder-decoder heads are modelled; the others' *ForCausalLM only (the decoder alone)
+WHOLE = ("bart", "mbart")
+
+
+@dataclass(frozen=True)
+class BartVariant(Variant):
+    """A decoder alone's LM head rows (Marian's decoder_vocab_size, a file's lm_head), and what its config or names
+    switch in the model type's stack (None: the stack's own)."""
+    lm_vocab: int = 0
+    embedding_norm: bool | None = None
+    k_bias: bool | None = None
+    proj_bias: bool | None = None
+
+
+def _variant(s: ArchSpec) -> BartVariant:
+    return s.variant_as(BartVariant) if s.variant is not None else BartVariant()
+
+
+def stack(s: ArchSpec) -> Stack:
+    """The model type's stack, less what the spec switches off: TrOCR's config its layernorm_embedding, a file's
+    names (no config) the layernorm_embedding and k_proj's bias they lack."""
+    st, v = STACKS.get(s.model_type, STACKS["bart"]), _variant(s)
+    return replace(st, embedding_norm=st.embedding_norm if v.embedding_norm is None else v.embedding_norm,
+                   k_bias=st.k_bias if v.k_bias is None else v.k_bias,
+                   proj_bias=st.proj_bias if v.proj_bias is None else v.proj_bias)
 
 
 def from_config(c: Cfg) -> ArchSpec:
+    if c.model_type == "mvp" and c.get("use_prompt", default=False):
+        raise NoAnalyticModel(f"{c.path}: MVP's use_prompt adds prompt modules the template does not describe")
+    if causal_lm_alone(c) or (c.head == "lm" and c.model_type in DECODERS):
+        return _decoder_alone(c)
+    if c.model_type not in WHOLE:
+        raise NoAnalyticModel(f"{c.path}: the {c.model_type} encoder-decoder is not modelled (its *ForCausalLM is)")
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
-    return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+    return ArchSpec(decoder_heads=ad, decoder_ffn=c.int("decoder_ffn_dim"),
+                    layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
-                    positions=c.int("max_position_embeddings") + OFFSET,
+                    positions=c.int("max_position_embeddings") + STACKS[c.model_type].offset,
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    decoder_layers=c.int("decoder_layers"), decoder_heads=ad,
-                    decoder_ffn=c.int("decoder_ffn_dim"), **c.common)
+                    decoder_layers=c.int("decoder_layers"), **c.common)
+
+
+def _decoder_alone(c: Cfg) -> ArchSpec:
+    """*ForCausalLM: the decoder alone (0 encoder layers). Marian's decoder looks up decoder_vocab_size rows; its
+    lm_head has vocab_size outputs, or is the embedding itself when tied."""
+    if c.model_type == "xglm" and c.get("add_cross_attention", default=False):
+        raise NoAnalyticModel(f"{c.path}: XGLM's add_cross_attention layers are not modelled")
+    # BART's names, XGLM's, BioGPT's
+    h, a = c.int("d_model", "hidden_size"), c.int("decoder_attention_heads", "attention_heads", "num_attention_heads")
+    L, f = c.int("decoder_layers", "num_layers", "num_hidden_layers"), c.int("decoder_ffn_dim", "ffn_dim", "intermediate_size")
+    V = c.int("vocab_size")
+    Vd = c.int("decoder_vocab_size", default=V) if c.model_type == "marian" else V
+    tied = bool(c.get("tie_word_embeddings", default=True)) and ALONE.get(c.model_type, Alone()).ties
+    v = BartVariant(lm_vocab=Vd if tied else V)
+    if c.model_type == "bigbird_pegasus":
+        v = replace(v, proj_bias=bool(c.get("use_bias", default=False)))
+    P = c.int("max_position_embeddings") + STACKS[c.model_type].offset if c.model_type != "xglm" else 0
+    if c.model_type == "trocr":   # TrOCR's sinusoidal table (use_learned_position_embeddings false) is a buffer
+        P = P if c.get("use_learned_position_embeddings", default=True) else 0
+        v = replace(v, embedding_norm=bool(c.get("layernorm_embedding", default=True)))
+    return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=Vd, positions=P,
+                    activation=str(c.get("activation_function", "hidden_act", default="gelu")), tied_embeddings=tied,
+                    decoder_layers=L, decoder_heads=a, decoder_ffn=f, variant=v, **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    if not infer.has(T, r"encoder\.layers\.0\."):
+        return _alone_from_tensors(T, common)
     V, h = infer.shape(T, r"(^|\.)shared\.weight$|encoder\.embed_tokens\.weight$", "shared embedding")
     P = infer.shape(T, r"encoder\.embed_positions\.weight$", "encoder.embed_positions")[0]
     f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
@@ -59,42 +149,52 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **dict(common, model_type="mbart" if mbart else "bart"))
 
 
-def _pre_ln(s: ArchSpec) -> bool:
-    return s.model_type == "mbart"
+def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """A *ForCausalLM's file: the decoder alone, its lm_head stored unless tied. The names show the stack: a
+    layernorm_embedding or not, a final layer_norm (pre-LN) or not, k_proj's bias; the model type is the first
+    whose stack has that shape (their offsets differ, which no parameter shows)."""
+    V, h = infer.shape(T, r"decoder\.embed_tokens\.weight$", "decoder.embed_tokens")
+    P = infer.shape(T, r"decoder\.embed_positions\.weight$", "decoder.embed_positions")[0] if infer.has(
+        T, r"decoder\.embed_positions\.weight$") else 0
+    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0]
+    a, note = infer.heads_for(h, 64)
+    lm = infer.find(T, r"(^|\.)(lm_head|output_projection)\.weight$")
+    emb = infer.find(T, r"decoder\.embed_tokens\.weight$")
+    tied = lm is None or (emb is not None and lm.alias_key == emb.alias_key)
+    shown = Stack(pre_ln=infer.has(T, r"decoder\.layer_norm\.weight$"),
+                  embedding_norm=infer.has(T, r"decoder\.layernorm_embedding\.weight$"),
+                  final_norm="layer_norm" if infer.has(T, r"decoder\.layer_norm\.weight$") else None,
+                  proj_bias=infer.has(T, r"self_attn\.q_proj\.bias$"))
+    k_bias = infer.has(T, r"self_attn\.k_proj\.bias$") or not shown.proj_bias
+    mt = next(mt for mt, st in STACKS.items() if replace(st, offset=0) == replace(shown, offset=0)) \
+        if any(replace(st, offset=0) == replace(shown, offset=0) for st in STACKS.values()) else "bart"
+    v = BartVariant(lm_vocab=V if lm is None else lm.shape[0], embedding_norm=shown.embedding_norm, k_bias=k_bias,
+                    proj_bias=shown.proj_bias)
+    return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=fd, vocab=V, positions=P,
+                    tied_embeddings=tied, decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+                    decoder_heads=a, decoder_ffn=fd, variant=v,
+                    assumptions=(note, "no config: activation assumed gelu", f"no config: the names show "
+                                              f"the decoder alone of a {mt}-shaped stack"), **dict(common, model_type=mt))
 
 
 def build(B: Builder) -> None:
     s, b = B.s, B.b
-    h, tied = s.hidden, s.tied_embeddings
+    h, tied, st = s.hidden, s.tied_embeddings, stack(s)
+    if decoder_alone(s):   # the decoder alone over B.seq tokens; its layers' encoder_attn never runs
+        p = ALONE.get(s.model_type, Alone())
+        embeddings(B, st, p.body, B.seq, tied_note="")
+        layer_ops(B, st, p.body, "decoder", s.decoder_layers, B.seq, s.decoder_heads, s.decoder_ffn,
+                  None, unused_cross=p.cross, causal=True)
+        B.linear(p.lm + (f" (tied to {p.body}.embed_tokens)" if tied else ""), "cls", (b, B.seq), h,
+                 _variant(s).lm_vocab, False, tied=tied)
+        return
     if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
         B.add("shared (unused: tie_word_embeddings false)", "embedding", "embedding", 1, (0,), (0,), params=s.vocab * h)
-
-    def stack(name: str, bucket: str, L: int, n: int, a: int, f: int, cross: int | None) -> None:
-        tok = (b, n)
-        d = h // a
-        # the encoder's lookup holds `shared` when tied; the decoder's reads it again
-        B.embedding(f"{name}.embed_tokens" + (" (= shared)" if tied else ""), "embedding", s.vocab, h, n,
-                    params=not tied or name == "encoder")
-        B.embedding(f"{name}.embed_positions", "embedding", s.positions, h, n)
-        B.norm(f"{name}.layernorm_embedding", "embedding", tok, h, residual=False)
-        lay = f"{name}.layers[{L}]"
-        attn = [("self_attn", n, name == "decoder")] + ([("encoder_attn", cross, False)] if cross is not None else [])
-        for att, k_len, causal in attn:
-            B.linear(f"{lay}.{att}.q_proj", bucket, tok, h, h, True, L)
-            B.linear(f"{lay}.{att}.k_proj", bucket, (b, k_len), h, h, True, L)
-            B.linear(f"{lay}.{att}.v_proj", bucket, (b, k_len), h, h, True, L)
-            B.attention(f"{lay}.{att}", bucket, a, n, k_len, d, L, causal=causal)
-            B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, True, L)
-            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
-        B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
-        B.activation(f"{lay}.act", bucket, tok, f, s.activation, L)
-        B.linear(f"{lay}.fc2", bucket, tok, f, h, True, L)
-        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
-        if _pre_ln(s):
-            B.norm(f"{name}.layer_norm", bucket, tok, h, residual=False)
-
-    stack("encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
-    stack("decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
+    # the encoder's lookup holds `shared` when tied; the decoder's reads it again
+    embeddings(B, st, "encoder", B.seq, " (= shared)" if tied else "")
+    layer_ops(B, st, "encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
+    embeddings(B, st, "decoder", B.dec_seq, " (= shared)" if tied else "", params=not tied)
+    layer_ops(B, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
         # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
         B.linear("classification_head.dense", "cls", (b,), h, h, True)
@@ -108,30 +208,35 @@ def build(B: Builder) -> None:
                  False, tied=s.tied_embeddings)
 
 
+def embeddings(B: Builder, st: Stack, name: str, n: int, tied_note: str, params: bool = True) -> None:
+    s = B.s
+    B.embedding(f"{name}.embed_tokens{tied_note}", "embedding", s.vocab, s.hidden, n, params=params)
+    B.embedding(f"{name}.embed_positions", "embedding", s.positions, s.hidden, n)
+    if st.embedding_norm:
+        B.norm(f"{name}.layernorm_embedding", "embedding", (B.b, n), s.hidden, residual=False)
+
+
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h = s.hidden
-    top = "" if s.head == "base" else "model."   # BartForConditionalGeneration wraps BartModel as `model`
-    out: Shapes = {top + "shared.weight": (s.vocab, h)}
+    h, st = s.hidden, stack(s)
 
-    def stack(stack_name: str, L: int, f: int, cross: bool) -> None:
-        name = top + stack_name
+    def stack_tensors(name: str, L: int, f: int, cross: bool) -> None:
         out[f"{name}.embed_tokens.weight"] = (s.vocab, h)
-        out[f"{name}.embed_positions.weight"] = (s.positions, h)
-        add_norm(out, f"{name}.layernorm_embedding", h)
-        for i in range(L):
-            p = f"{name}.layers.{i}."
-            for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
-                for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    add_linear(out, f"{p}{att}.{m}", h, h)
-                add_norm(out, f"{p}{att}_layer_norm", h)
-            add_linear(out, p + "fc1", f, h)
-            add_linear(out, p + "fc2", h, f)
-            add_norm(out, p + "final_layer_norm", h)
-        if _pre_ln(s):
-            add_norm(out, f"{name}.layer_norm", h)
+        if s.positions:
+            out[f"{name}.embed_positions.weight"] = (s.positions, h)
+        if st.embedding_norm:
+            add_norm(out, f"{name}.layernorm_embedding", h)
+        layer_tensors(out, st, name, L, h, f, cross)
 
-    stack("encoder", s.layers, s.intermediate, False)
-    stack("decoder", s.decoder_layers, s.decoder_ffn, True)
+    out: Shapes = {}
+    if decoder_alone(s):
+        p = ALONE.get(s.model_type, Alone())
+        stack_tensors(p.body, s.decoder_layers, s.decoder_ffn, p.cross)
+        out[p.lm + ".weight"] = (_variant(s).lm_vocab, h)
+        return out
+    top = "" if s.head == "base" else "model."   # BartForConditionalGeneration wraps BartModel as `model`
+    out[top + "shared.weight"] = (s.vocab, h)
+    stack_tensors(top + "encoder", s.layers, s.intermediate, False)
+    stack_tensors(top + "decoder", s.decoder_layers, s.decoder_ffn, True)
     if s.head == "lm":
         out["lm_head.weight"] = (s.vocab, h)
     elif s.head == "seqcls":
@@ -143,26 +248,38 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """EncoderDecoderCache: the decoder's self-attention K/V over s_dec tokens, cross-attention K/V over s."""
-    per_tok = 2 * s.decoder_layers * s.hidden * ab
-    return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x h x s_dec x b x {ab} B"),
-            (f"cross-attention, b={b}, s_enc={n}", per_tok * b * n, f"2 x L_dec x h x s_enc x b x {ab} B")]
+    """EncoderDecoderCache: the decoder's self-attention K/V over s_dec tokens, cross-attention K/V over s; the
+    decoder alone: self-attention over s."""
+    if decoder_alone(s):
+        return seq2seq_kv(s, b, n, None, ab, "", "")
+    return seq2seq_kv(s, b, nd, n, ab, f"cross-attention, b={b}, s_enc={n}", "2 x L_dec x h x s_enc x b x {ab} B")
 
 
 _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
               encoder_ffn_dim=37, decoder_ffn_dim=41, vocab_size=99, max_position_embeddings=64)
 
+# transformers sizes the decoder alone's DynamicCache by num_hidden_layers, which these configs map to encoder_layers:
+# fewer encoder than decoder layers fails its forward, so the samples have more
+_ALONE = dict(_SIZES, encoder_layers=4)
+_TROCR = dict(d_model=32, decoder_layers=3, decoder_attention_heads=2, decoder_ffn_dim=41, vocab_size=99,
+              max_position_embeddings=64)
+
 FAMILY = Family(
     name="bart",
     before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
-    model_types=("bart", "mbart"),
-    signature=r"(^|[./])(encoder|decoder)[./]layernorm_embedding[./]",
+    model_types=tuple(STACKS),
+    # BART's layernorm_embedding, or an encoder-decoder's cross-attention (a *ForCausalLM's decoder alone holds it)
+    signature=r"(^|[./])((encoder|decoder)[./]layernorm_embedding|decoder[./]layers[./]\d+[./]encoder_attn)[./]",
+    # FSMT's decoder, which shares those names, holds its own output_projection (TrOCR's is at the top)
+    signature_without=r"(^|[./])decoder[./]output_projection[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm", "seqcls", "qa"),   # BartForCausalLM (the decoder alone) is not modelled
+    heads=("base", "lm", "seqcls", "qa"),   # *ForCausalLM: "lm" with 0 encoder layers (seq2seq.decoder_alone)
     # BartForConditionalGeneration's final_logits_bias (a buffer) shows the LM head when a tied lm_head was dropped
     head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"(^|\.)final_logits_bias$", "lm"),
                 HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
-                HeadRule(r"(^|\.)qa_outputs\.weight$", "qa")),
+                HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"),
+                # TrOCRForCausalLM's head; a *ForCausalLM's body (`model.decoder`) when a tied head was dropped
+                HeadRule(r"^output_projection\.weight$", "lm"), HeadRule(r"^model\.decoder\.", "lm")),
     no_head="base",
     default_head="lm",
     # BartModel._tied_weights_keys: encoder/decoder embed_tokens are `shared`; BartForConditionalGeneration's:
@@ -171,9 +288,12 @@ FAMILY = Family(
                TieRule("decoder.embed_tokens.weight", "shared.weight", "config", module=True),
                TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",)),
                # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
-               TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",))),
-    position_offset={"bart": OFFSET, "mbart": OFFSET},
+               TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),
+               *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",))
+                 for p in ALONE.values() if p.ties and p != Alone(cross=p.cross))),
+    position_offset={mt: st.offset for mt, st in STACKS.items() if st.offset},
     encoder_decoder=True,
+    decoder_alone=True,
     kv_cache=kv_cache,
     samples=(
         # a tied lm_head is dropped from the file: the head is told apart by the final_logits_bias buffer, which
@@ -186,5 +306,28 @@ FAMILY = Family(
                ("BartForSequenceClassification", "BartForQuestionAnswering"), device="cpu"),
         Sample("MBartConfig", _SIZES, ("MBartForConditionalGeneration", "MBartModel"), infer=False),
         Sample("MBartConfig", dict(_SIZES, tie_word_embeddings=False), ("MBartForConditionalGeneration",)),
+        # *ForCausalLM, the decoder alone, one per model type (names without config.json: the first model type
+        # whose stack they show)
+        Sample("BartConfig", _ALONE, ("BartForCausalLM",)),
+        Sample("BartConfig", dict(_ALONE, tie_word_embeddings=False), ("BartForCausalLM",)),
+        Sample("MBartConfig", _ALONE, ("MBartForCausalLM",)),
+        Sample("PLBartConfig", _ALONE, ("PLBartForCausalLM",)),
+        Sample("MvpConfig", _ALONE, ("MvpForCausalLM",)),
+        Sample("BlenderbotSmallConfig", _ALONE, ("BlenderbotSmallForCausalLM",)),
+        Sample("TrOCRConfig", _TROCR, ("TrOCRForCausalLM",)),
+        Sample("TrOCRConfig", dict(_TROCR, use_learned_position_embeddings=False, layernorm_embedding=False,
+                                   tie_word_embeddings=False), ("TrOCRForCausalLM",)),
+        Sample("BlenderbotConfig", _ALONE, ("BlenderbotForCausalLM",)),
+        Sample("PegasusConfig", _ALONE, ("PegasusForCausalLM",)),
+        Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1), ("MarianForCausalLM",)),
+        Sample("BigBirdPegasusConfig", _ALONE, ("BigBirdPegasusForCausalLM",)),
+        Sample("BigBirdPegasusConfig", dict(_ALONE, use_bias=True), ("BigBirdPegasusForCausalLM",)),
+        # decoder-only models of the stack; without config.json their names read as LLaMA's (layers.N.self_attn.q_proj)
+        Sample("XGLMConfig", dict(d_model=32, num_layers=3, attention_heads=2, ffn_dim=41, vocab_size=99,
+                                  max_position_embeddings=64), ("XGLMForCausalLM",), detected_as="llama"),
+        Sample("BioGptConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=41,
+                                    vocab_size=99, max_position_embeddings=64), ("BioGptForCausalLM",), detected_as="llama"),
+        Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1, tie_word_embeddings=False),
+               ("MarianForCausalLM",)),
     ),
 )

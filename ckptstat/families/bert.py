@@ -3,36 +3,84 @@ transformers' modeling_bert.py, modeling_roberta.py (xlm_roberta and camembert a
 modeling_electra.py. Post-LayerNorm layers (encoder.py), learned absolute positions, token types."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from .framework import encoder, infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
     "attention.output.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "output.LayerNorm")
-# The base model's attribute in the *For* heads (its tensors' prefix there).
-BASE_PREFIX = {"bert": "bert", "roberta": "roberta", "xlm-roberta": "roberta", "camembert": "roberta",
-               "electra": "electra"}
+PRE_LN: encoder.LayerNames = (   # XLM-RoBERTa-XL: each sublayer's LayerNorm before it, the second at the layer's top
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
+    "attention.self_attn_layer_norm", "intermediate.dense", "intermediate act", "output.dense", "LayerNorm")
+PRE_LN_ROBERTA: encoder.LayerNames = (   # RoBERTa-PreLayerNorm's names for the same places
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
+    "attention.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "intermediate.LayerNorm")
+
+
+@dataclass(frozen=True)
+class ModelType:
+    """What a model type of the family changes (transformers' modeling file of each)."""
+    prefix: str                          # the base model's attribute in the *For* heads (its tensors' prefix there)
+    roberta: bool = False                # RoBERTa's heads (lm_head.*, classifier.dense/out_proj) rather than BERT's
+    layer: encoder.LayerNames = LAYER
+    embedding_norm: bool = True          # embeddings.LayerNorm
+    final_norm: str | None = None        # pre-LN: the LayerNorm after the last layer, under the base model
+    token_types: bool = True             # embeddings.token_type_embeddings
+    # the LM head: dense, activation and LayerNorm before the decoder (BertGeneration's lm_head is the decoder alone)
+    lm_transform: bool = True
+    pooler: bool = True                  # the base model keeps a pooler
+
+    @property
+    def lm(self) -> str:
+        """The MLM / causal LM head's module."""
+        return "lm_head" if self.roberta or not self.lm_transform else "cls.predictions"
+
+
+MODEL_TYPES = {
+    "bert": ModelType("bert"), "electra": ModelType("electra"),
+    "ernie": ModelType("ernie"),   # BERT's, + task_type_embeddings with use_task_id
+    "roberta": ModelType("roberta", roberta=True), "xlm-roberta": ModelType("roberta", roberta=True),
+    "camembert": ModelType("roberta", roberta=True), "data2vec-text": ModelType("data2vec_text", roberta=True),
+    "xlm-roberta-xl": ModelType("roberta", roberta=True, layer=PRE_LN, embedding_norm=False, final_norm="encoder.LayerNorm"),
+    "roberta-prelayernorm": ModelType("roberta_prelayernorm", roberta=True, layer=PRE_LN_ROBERTA, final_norm="LayerNorm"),
+    # BertGenerationEncoder (the base) and BertGenerationDecoder (`bert` + lm_head): no token types, no pooler
+    "bert-generation": ModelType("bert", token_types=False, lm_transform=False, pooler=False),
+}
+# kept for the families and tests that name a model type's prefix
+@dataclass(frozen=True)
+class ErnieTasks(Variant):
+    """ERNIE's use_task_id: a task-type embedding table of this many rows beside the token types."""
+    task_types: int
+
+
+BASE_PREFIX = {mt: v.prefix for mt, v in MODEL_TYPES.items()}
 
 
 def pooler(model_type: str, head: str) -> bool:
     """Which heads keep the pooler (transformers modeling_*.py: add_pooling_layer). ELECTRA has none;
     RoBERTa-style classifiers use their own dense on <s>."""
-    if model_type == "electra":
+    v = MODEL_TYPES.get(model_type, MODEL_TYPES["bert"])
+    if model_type == "electra" or not v.pooler:
         return False
-    return head in ("base", "pretraining") or (head == "seqcls" and model_type == "bert")
+    return head in ("base", "pretraining") or (head == "seqcls" and not v.roberta)
 
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     e = c.int("embedding_size", default=h) if c.model_type == "electra" else h
     act = c.get("hidden_act", default="gelu")
-    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+    ernie_tasks = c.model_type == "ernie" and c.get("use_task_id", default=False)
+    types = c.int("type_vocab_size", default=2) if MODEL_TYPES[c.model_type].token_types else 0
+    return ArchSpec(variant=ErnieTasks(c.int("task_type_vocab_size")) if ernie_tasks else None,
+                    layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                    positions=c.int("max_position_embeddings"), type_vocab=c.int("type_vocab_size", default=2),
-                    embedding_size=e, activation=str(act), pooler=pooler(c.model_type, c.head), **c.common)
+                    positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
+                    pooler=pooler(c.model_type, c.head), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -46,16 +94,23 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 def build(B: Builder) -> None:
     s, tok, first = B.s, (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
     h, L = s.hidden, s.layers
-    electra = s.model_type == "electra"
-    encoder.embeddings(B)
+    electra, v = s.model_type == "electra", MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
+    if s.variant is not None:   # ERNIE's use_task_id: one more lookup added to the embeddings
+        B.embedding("embeddings.task_type_embeddings", "embedding", s.variant_as(ErnieTasks).task_types, h, B.seq)
+    encoder.embeddings(B, norm=v.embedding_norm)
     if s.emb != h:
         B.linear("embeddings_project", "embedding", tok, s.emb, h, True)   # ELECTRA-small style
-    encoder.layers(B, f"encoder.layer[{L}]", LAYER, L, L)
+    encoder.layers(B, f"encoder.layer[{L}]", v.layer, L, L)
+    if v.final_norm:
+        B.norm(v.final_norm, "encoder", (B.b, B.seq), h, residual=False)
     if s.pooler:
         encoder.pooler(B)
     if s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
         # MLM: transform to E (ELECTRA's generator) or h, decoder tied to the word embeddings
-        encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+        if v.lm_transform:
+            encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+        else:
+            B.linear("lm_head.decoder (tied to word_embeddings)", "cls", tok, h, s.vocab, True, tied=True)
         if s.head == "pretraining":
             B.linear("cls.seq_relationship", "cls", first, h, 2, True)
     if s.head == "pretraining" and electra:
@@ -74,20 +129,24 @@ def build(B: Builder) -> None:
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """BERT / RoBERTa / ELECTRA encoders and their heads (ELECTRA's generator: generator_predictions and
     generator_lm_head at the embedding width; its discriminator: discriminator_predictions)."""
-    if s.model_type not in BASE_PREFIX:
+    if s.model_type not in MODEL_TYPES:
         return None
     h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
-    base = BASE_PREFIX[s.model_type]
-    p = "" if s.head == "base" else base + "."
+    v = MODEL_TYPES[s.model_type]
+    p = "" if s.head == "base" else v.prefix + "."
     out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, E)
+    encoder.embedding_tensors(out, p, s, E, norm=v.embedding_norm)
+    if s.variant is not None:
+        out[p + "embeddings.task_type_embeddings.weight"] = (s.variant_as(ErnieTasks).task_types, h)
     if E != h:
         add_linear(out, p + "embeddings_project", h, E)
     for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(LAYER), h, f)
+        encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(v.layer), h, f)
+    if v.final_norm:
+        add_norm(out, p + v.final_norm, h)
     if s.pooler:
         add_linear(out, p + "pooler.dense", h, h)
-    roberta, electra = base == "roberta", base == "electra"
+    roberta, electra = v.roberta, s.model_type == "electra"
     if electra and s.head in ("mlm", "lm"):
         add_linear(out, "generator_predictions.dense", E, h)
         add_norm(out, "generator_predictions.LayerNorm", E)
@@ -96,9 +155,10 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         add_linear(out, "discriminator_predictions.dense", h, h)
         add_linear(out, "discriminator_predictions.dense_prediction", 1, h)
     elif s.head in _MLM:   # BertLMHeadModel / RobertaForCausalLM: the MLM head's modules under the same names
-        c = "lm_head." if roberta else "cls.predictions."
-        add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
-        add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
+        c = v.lm + "."
+        if v.lm_transform:
+            add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
+            add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
         out[c + "bias"] = (V,)
         add_linear(out, c + "decoder", V, h)
     if s.head == "pretraining" and not electra:
@@ -138,7 +198,8 @@ GGUF_TENSOR_NAMES = (   # base-model names: convert_hf_to_gguf.py strips `bert.`
 
 FAMILY = Family(
     name="bert",
-    model_types=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
+    model_types=tuple(MODEL_TYPES),
+    gguf_architectures=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
     signature=r"(^|[./])layer[._/]\d+[./]attention[./]self[./]query",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa"),
@@ -146,10 +207,14 @@ FAMILY = Family(
     pooler=pooler,
     # transformers' _tied_weights_keys
     tie_rules=(
-        TieRule("cls.predictions.decoder.weight", "bert.embeddings.word_embeddings.weight", "config", heads=_MLM),   # BERT
-        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
-        TieRule("lm_head.decoder.weight", "roberta.embeddings.word_embeddings.weight", "config", heads=_MLM),        # RoBERTa
+        # BERT's cls.predictions.decoder, RoBERTa's lm_head.decoder: the base model's word embeddings
+        # (not BertGeneration's `bert` + lm_head.decoder: a rule for it would tie an lm_head into BERT's MLM files too;
+        # its config's architectures name the class, whose ties families/tie_table.json holds)
+        *(TieRule(f"{lm}.decoder.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
+          for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in MODEL_TYPES.values()
+                                          if v.prefix != "electra" and v.lm_transform)),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
+        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
         TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
         # ELECTRA: ElectraForMaskedLM and ElectraForCausalLM have the generator head (ElectraForPreTraining is
         # the discriminator)
@@ -158,7 +223,7 @@ FAMILY = Family(
     # RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
-    position_offset={"roberta": 2, "xlm-roberta": 2, "camembert": 2},
+    position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta},
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
@@ -175,5 +240,23 @@ FAMILY = Family(
         # Without a config, ELECTRA's generator and discriminator heads are taken for BERT's (model_type
         # "bert"): the tensor-name inference does not model them
         Sample("ElectraConfig", dict(_SIZES, embedding_size=16), ("ElectraForPreTraining", "ElectraForMaskedLM"), infer=False),
+        Sample("Data2VecTextConfig", dict(_SIZES, num_labels=3), ("Data2VecTextModel", "Data2VecTextForMaskedLM",
+                                                                  "Data2VecTextForSequenceClassification")),
+        Sample("ErnieConfig", dict(_SIZES, num_labels=3), ("ErnieModel", "ErnieForMaskedLM", "ErnieForSequenceClassification")),
+        # the *ForCausalLM store what *ForMaskedLM do: their names show the MLM head
+        Sample("ErnieConfig", dict(_SIZES, is_decoder=True), ("ErnieForCausalLM",), infer=False),
+        Sample("Data2VecTextConfig", dict(_SIZES, is_decoder=True), ("Data2VecTextForCausalLM",), infer=False),
+        Sample("XLMRobertaXLConfig", dict(_SIZES, is_decoder=True), ("XLMRobertaXLForCausalLM",), infer=False),
+        Sample("RobertaPreLayerNormConfig", dict(_SIZES, is_decoder=True), ("RobertaPreLayerNormForCausalLM",), infer=False),
+        # without a config the names are read as BERT's: ERNIE's task types, the pre-LN variants' norms are not inferred
+        Sample("ErnieConfig", dict(_SIZES, use_task_id=True, task_type_vocab_size=5), ("ErnieModel",), infer=False),
+        Sample("BertGenerationConfig", _SIZES, ("BertGenerationEncoder",)),
+        # its lm_head is the decoder alone (lm_head.bias stored): the names show no MLM head
+        Sample("BertGenerationConfig", dict(_SIZES, is_decoder=True), ("BertGenerationDecoder",), infer=False),
+        Sample("XLMRobertaXLConfig", dict(_SIZES, num_labels=3),
+               ("XLMRobertaXLModel", "XLMRobertaXLForMaskedLM", "XLMRobertaXLForSequenceClassification"), infer=False),
+        Sample("RobertaPreLayerNormConfig", dict(_SIZES, num_labels=3),
+               ("RobertaPreLayerNormModel", "RobertaPreLayerNormForMaskedLM", "RobertaPreLayerNormForSequenceClassification"),
+               infer=False),
     ),
 )

@@ -131,9 +131,9 @@ FAMILY = Family(
     before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
     model_types=("opt",),
     # before llama (its layers.N.self_attn.q_proj); an encoder-decoder without BART's layernorm_embedding (FSMT,
-    # Marian, Pegasus) shares this name, but has encoder layers
+    # Marian, Pegasus) shares this name, but has encoder layers, and its *ForCausalLM (the decoder alone) cross-attention
     signature=r"(^|[./])decoder[./]layers[./]\d+[./]self_attn_layer_norm[./]",
-    signature_without=r"(^|[./])encoder[./]layers[./]\d+[./]",
+    signature_without=r"(^|[./])(encoder[./]layers[./]\d+|decoder[./]layers[./]\d+[./]encoder_attn)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "seqcls", "qa"),
     head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^model\.decoder\."),

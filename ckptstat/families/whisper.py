@@ -15,21 +15,25 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import infer
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, layer_ops, layer_tensors
+from .framework.seq2seq import kv_cache as seq2seq_kv
+
+# Both stacks (framework/seq2seq.py): pre-LN, a final layer_norm, no layernorm_embedding, k_proj without a bias.
+STACK = Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0, k_bias=False)
 
 
 def from_config(c: Cfg) -> ArchSpec:
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
-    return ArchSpec(layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+    return ArchSpec(decoder_heads=ad, decoder_ffn=c.int("decoder_ffn_dim"), mel_bins=c.int("num_mel_bins", default=80),
+                    source_positions=c.int("max_source_positions"), target_positions=c.int("max_target_positions"),
+                    layers=0 if causal_lm_alone(c) else c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    decoder_layers=c.int("decoder_layers"), decoder_heads=ad,
-                    decoder_ffn=c.int("decoder_ffn_dim"), mel_bins=c.int("num_mel_bins", default=80),
-                    source_positions=c.int("max_source_positions"), target_positions=c.int("max_target_positions"),
-                    **c.common)
+                    decoder_layers=c.int("decoder_layers"), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -42,8 +46,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(h, 64)
     return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, tied_embeddings=infer.find(T, r"proj_out\.weight$") is None,
-                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), decoder_heads=a,
-                    decoder_ffn=fd, mel_bins=mel, source_positions=src, target_positions=tgt,
+                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+                    decoder_heads=a, decoder_ffn=fd, mel_bins=mel, source_positions=src, target_positions=tgt,
                     assumptions=(note, "no config: activation assumed gelu"), **common)
 
 
@@ -55,6 +59,10 @@ def encoder_tokens(frames: int) -> int:
 def build(B: Builder) -> None:
     s, b = B.s, B.b
     h, mel = s.hidden, s.mel_bins
+    if decoder_alone(s):   # WhisperForCausalLM: the decoder alone over B.seq tokens
+        _decoder(B, "model.decoder", B.seq, None)
+        _proj_out(B, B.seq)
+        return
     frames, n, nd = B.seq, encoder_tokens(B.seq), B.dec_seq
     B.add("encoder.conv1", "conv", "embedding", 1, (b, mel, frames), (b, h, frames), params=h * mel * 3 + h,
           macs=b * frames * h * mel * 3, ew=b * frames * h, weights_per_call=h * mel * 3 + h)
@@ -63,57 +71,37 @@ def build(B: Builder) -> None:
           macs=b * n * h * h * 3, ew=b * n * h, weights_per_call=h * h * 3 + h)
     B.activation("encoder.conv2 gelu", "embedding", (b, n), h, "gelu")
     B.embedding("encoder.embed_positions (sinusoidal, requires_grad=False)", "embedding", s.source_positions, h, n)
+    layer_ops(B, STACK, "encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
+    _decoder(B, "decoder", nd, n)
+    _proj_out(B, nd)
 
-    def stack(name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None) -> None:
-        tok = (b, q)
-        lay = f"{name}.layers[{L}]"
-        attn = [("self_attn", q, name == "decoder")] + ([("encoder_attn", cross, False)] if cross is not None else [])
-        for att, k_len, causal in attn:
-            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
-            B.linear(f"{lay}.{att}.q_proj", bucket, tok, h, h, True, L)
-            B.linear(f"{lay}.{att}.k_proj", bucket, (b, k_len), h, h, False, L)
-            B.linear(f"{lay}.{att}.v_proj", bucket, (b, k_len), h, h, True, L)
-            B.attention(f"{lay}.{att}", bucket, a, q, k_len, h // a, L, causal=causal)
-            B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, True, L)
-        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
-        B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
-        B.activation(f"{lay}.act", bucket, tok, f, s.activation, L)
-        B.linear(f"{lay}.fc2", bucket, tok, f, h, True, L)
-        B.norm(f"{name}.layer_norm", bucket, tok, h, residual=False)
 
-    stack("encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
-    B.embedding("decoder.embed_tokens", "embedding", s.vocab, h, nd)
-    B.embedding("decoder.embed_positions", "embedding", s.target_positions, h, nd)
-    stack("decoder", "decoder", s.decoder_layers, nd, s.decoder_heads, s.decoder_ffn, n)
+def _decoder(B: Builder, name: str, nd: int, cross: int | None) -> None:
+    s = B.s
+    B.embedding(f"{name}.embed_tokens", "embedding", s.vocab, s.hidden, nd)
+    B.embedding(f"{name}.embed_positions", "embedding", s.target_positions, s.hidden, nd)
+    layer_ops(B, STACK, name, "decoder", s.decoder_layers, nd, s.decoder_heads, s.decoder_ffn, cross,
+              unused_cross=cross is None)
+
+
+def _proj_out(B: Builder, nd: int) -> None:
+    s = B.s
     if s.head == "lm":
-        B.linear("proj_out" + (" (tied to decoder.embed_tokens)" if s.tied_embeddings else ""), "cls", (b, nd), h,
+        B.linear("proj_out" + (" (tied to decoder.embed_tokens)" if s.tied_embeddings else ""), "cls", (B.b, nd), s.hidden,
                  s.vocab, False, tied=s.tied_embeddings)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
     h, mel = s.hidden, s.mel_bins
     top = "" if s.head == "base" else "model."   # WhisperForConditionalGeneration wraps WhisperModel as `model`
-    out: Shapes = {top + "encoder.conv1.weight": (h, mel, 3), top + "encoder.conv1.bias": (h,),
-                   top + "encoder.conv2.weight": (h, h, 3), top + "encoder.conv2.bias": (h,),
-                   top + "encoder.embed_positions.weight": (s.source_positions, h),
-                   top + "decoder.embed_tokens.weight": (s.vocab, h),
+    out: Shapes = {top + "decoder.embed_tokens.weight": (s.vocab, h),
                    top + "decoder.embed_positions.weight": (s.target_positions, h)}
-
-    def stack(stack_name: str, L: int, f: int, cross: bool) -> None:
-        name = top + stack_name
-        for i in range(L):
-            p = f"{name}.layers.{i}."
-            for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
-                for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                    add_linear(out, f"{p}{att}.{m}", h, h, bias=m != "k_proj")
-                add_norm(out, f"{p}{att}_layer_norm", h)
-            add_linear(out, p + "fc1", f, h)
-            add_linear(out, p + "fc2", h, f)
-            add_norm(out, p + "final_layer_norm", h)
-        add_norm(out, f"{name}.layer_norm", h)
-
-    stack("encoder", s.layers, s.intermediate, False)
-    stack("decoder", s.decoder_layers, s.decoder_ffn, True)
+    if not decoder_alone(s):
+        out.update({top + "encoder.conv1.weight": (h, mel, 3), top + "encoder.conv1.bias": (h,),
+                    top + "encoder.conv2.weight": (h, h, 3), top + "encoder.conv2.bias": (h,),
+                    top + "encoder.embed_positions.weight": (s.source_positions, h)})
+        layer_tensors(out, STACK, top + "encoder", s.layers, h, s.intermediate, False)
+    layer_tensors(out, STACK, top + "decoder", s.decoder_layers, h, s.decoder_ffn, True)
     if s.head == "lm":
         out["proj_out.weight"] = (s.vocab, h)
     return out
@@ -121,12 +109,12 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """EncoderDecoderCache: decoder self-attention K/V over s_dec tokens, cross-attention K/V over the
-    encoder's ceil(frames / 2) tokens."""
-    per_tok = 2 * s.decoder_layers * s.hidden * ab
+    encoder's ceil(frames / 2) tokens; WhisperForCausalLM (the decoder alone): self-attention over s."""
+    if decoder_alone(s):
+        return seq2seq_kv(s, b, n, None, ab, "", "")
     enc = encoder_tokens(n)
-    return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x h x s_dec x b x {ab} B"),
-            (f"cross-attention, b={b}, {enc} encoder tokens ({n} frames)", per_tok * b * enc,
-             f"2 x L_dec x h x ceil(frames/2) x b x {ab} B")]
+    return seq2seq_kv(s, b, nd, enc, ab, f"cross-attention, b={b}, {enc} encoder tokens ({n} frames)",
+                      "2 x L_dec x h x ceil(frames/2) x b x {ab} B")
 
 
 _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_heads=4, decoder_attention_heads=2,
@@ -135,7 +123,8 @@ _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_
 
 FAMILY = Family(
     name="whisper",
-    before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
+    # tried before them: its layers.N.self_attn.q_proj names match llama's signature, its decoder's encoder_attn bart's
+    before=("bart", "llama"),
     model_types=("whisper",),
     signature=r"(^|[./])encoder[./]conv1[./]weight$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
@@ -147,6 +136,7 @@ FAMILY = Family(
     # WhisperForConditionalGeneration._tied_weights_keys
     tie_rules=(TieRule("proj_out.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),),
     encoder_decoder=True,
+    decoder_alone=True,
     main_input="input_features",
     kv_cache=kv_cache,
     samples=(
@@ -155,5 +145,8 @@ FAMILY = Family(
         # a second audio length (max_source_positions fixes the frames the encoder accepts: 2 x 20 = 40)
         Sample("WhisperConfig", dict(_SIZES, max_source_positions=20, tie_word_embeddings=False),
                ("WhisperForConditionalGeneration",)),
+        # the decoder alone; without config.json its names show a BART-shaped decoder (no conv1): the bart family
+        # reads it as pegasus-shaped with k_proj's bias missing (the same parameters, the same FLOPs)
+        Sample("WhisperConfig", _SIZES, ("WhisperForCausalLM",), detected_as="bart"),
     ),
 )

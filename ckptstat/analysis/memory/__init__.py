@@ -56,7 +56,7 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
              f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
              f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
         if s.head in ("lm", "mlm", "pretraining"):
-            out_tok = nd if family.encoder_decoder else n
+            out_tok = nd if family.seq2seq(s) else n
             line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
 
         # Training activations: Korthikanti et al. 2022 (Reducing Activation Recomputation), eq. 2,
@@ -91,11 +91,11 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         "parameters": {"count": P, "source": "checkpoint" if m.checkpoint_params is not None else "config prediction",
                        "predicted": m.predicted["total"], "agree": m.agree, "outside": m.outside_params,
                        "active": m.predicted.get("active")},
-        "batch": b, "seq": n, "dec_seq": nd if family.encoder_decoder else None,
+        "batch": b, "seq": n, "dec_seq": nd if family.seq2seq(s) else None,
         "activation_bytes": ab,
         "lines": lines,
         "plan": plan.settings(),
-        "fit": fit(m, plan, b, n, dec_seq if family.encoder_decoder else None),
+        "fit": fit(m, plan, b, n, dec_seq if family.seq2seq(s) else None),
         "notes": list(m.notes),
         "computed_by": m.oracle.statement if m.oracle else None,
     }

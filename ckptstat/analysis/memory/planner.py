@@ -318,7 +318,7 @@ def kv_counted(m: Model, lines: list[tuple[str, float, str]]) -> list[tuple[str,
     """The KV lines a device holds together: all of an encoder-decoder's (self + cross attention); a
     decoder's first line only (what transformers allocates; the others are alternatives: a rolling
     window, an absorbed MLA latent, llama.cpp's kv-head cache)."""
-    return lines if get(m.spec.family).encoder_decoder else lines[:1]
+    return lines if get(m.spec.family).seq2seq(m.spec) else lines[:1]
 
 
 def text_input(s: ArchSpec) -> bool:
@@ -333,7 +333,7 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
     t, pp = plan.tp, plan.pp
     lines: list[Line] = []
     has_logits = s.head in ("lm", "mlm", "pretraining") and stage != "first"
-    out_tok = nd if get(s.family).encoder_decoder else n
+    out_tok = nd if get(s.family).seq2seq(s) else n
     layers_run = s.layers * s.inner_group + s.decoder_layers
     layers_here = math.ceil(layers_run / pp)
     in_flight = pp if stage == "first" else 1     # 1F1B: the first stage holds pp micro-batches

@@ -28,6 +28,7 @@ HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
+    ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("Model", "base"),
 ]
@@ -248,6 +249,9 @@ class Family:
     # learned positions a model_type cannot index (RoBERTa numbers from padding_idx + 1)
     position_offset: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     encoder_decoder: bool = False               # a decoder stack fed by an encoder (`--dec-seq` applies)
+    # an encoder-decoder whose from_config describes *ForCausalLM, the decoder alone, as a spec with 0 encoder
+    # layers (seq2seq.py); without it such a config is NoAnalyticModel
+    decoder_alone: bool = False
     # a checkpoint whose parameter count differs from the template's is not this model: no FLOPs (generic.py)
     strict_params: bool = False
     # with strict_params: does a bare config.json (no weights to check the template against) suffice? None: always
@@ -271,6 +275,11 @@ class Family:
     # (GGUF architecture, regex on the HF name as `ckptstat diff` aligns it, kind): "rope_q" / "rope_k" (the
     # rotary row permutation of Q / K, per head), "plus_one" (w + 1); analysis/conversion.py replays them
     gguf_transforms: tuple[tuple[str, str, str], ...] = ()
+
+    def seq2seq(self, s: ArchSpec) -> bool:
+        """Whether `s` runs an encoder and a decoder (`--dec-seq` applies): an encoder-decoder family's spec
+        with encoder layers (its *ForCausalLM, the decoder alone, has none)."""
+        return self.encoder_decoder and s.layers > 0
 
     @property
     def gguf_names(self) -> tuple[str, ...]:

@@ -17,14 +17,16 @@ LayerNames = tuple[str, str, str, str, str, str, str, str, str, str]
 
 # ---- op template pieces ----
 
-def embeddings(B: Builder) -> None:
-    """Word, position and (when the config has them) token-type lookups, then LayerNorm, width E."""
+def embeddings(B: Builder, norm: bool = True) -> None:
+    """Word, position and (when the config has them) token-type lookups, then LayerNorm (unless norm is false:
+    XLM-RoBERTa-XL's pre-LN layers normalise instead), width E."""
     s, n = B.s, B.seq
     B.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, n)
     B.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, n)
     if s.type_vocab:
         B.embedding("embeddings.token_type_embeddings", "embedding", s.type_vocab, s.emb, n)
-    B.norm("embeddings.LayerNorm", "embedding", (B.b, n), s.emb, residual=False)
+    if norm:
+        B.norm("embeddings.LayerNorm", "embedding", (B.b, n), s.emb, residual=False)
 
 
 def layers(B: Builder, prefix: str, names: LayerNames, calls: int, copies: int) -> None:
@@ -82,12 +84,13 @@ def layer_tensors(out: Shapes, q: str, names: tuple[str, ...], h: int, f: int) -
     add_norm(out, q + out_norm, h)
 
 
-def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int) -> None:
+def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int, norm: bool = True) -> None:
     out[p + "embeddings.word_embeddings.weight"] = (s.vocab, dim)
     out[p + "embeddings.position_embeddings.weight"] = (s.positions, dim)
     if s.type_vocab:
         out[p + "embeddings.token_type_embeddings.weight"] = (s.type_vocab, dim)
-    add_norm(out, p + "embeddings.LayerNorm", dim)
+    if norm:
+        add_norm(out, p + "embeddings.LayerNorm", dim)
 
 
 def token_head_tensors(out: Shapes, s: ArchSpec) -> None:

@@ -38,7 +38,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
         raise NoAnalyticModel(f"{path}: model_type {mt!r} has no analytic model (supported: {', '.join(sorted(MODEL_TYPES))})")
     archs = architectures(cfg)
     head, arch_name, notes = head_of(archs, family.default_head)
-    if family.encoder_decoder and arch_name is not None and arch_name.endswith("ForCausalLM"):
+    if family.encoder_decoder and not family.decoder_alone and arch_name is not None and arch_name.endswith("ForCausalLM"):
         raise NoAnalyticModel(f"{path}: {arch_name} is the {family.name} decoder alone (no encoder, no cross-attention "
                               "input): the encoder-decoder template does not describe it")
     c = Cfg(cfg, path, mt, head, {})
@@ -128,7 +128,8 @@ def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: i
     Other models: seqs and dec_seq unchanged, and --frames / --audio-seconds are a usage error."""
     if frames is not None and audio_seconds is not None:
         raise UsageError("give --frames or --audio-seconds, not both")
-    if get(spec.family).main_input != "input_features":
+    family = get(spec.family)
+    if family.main_input != "input_features" or not family.seq2seq(spec):   # WhisperForCausalLM reads token ids
         if frames is not None or audio_seconds is not None:
             raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads token ids (use --seq)")
         return seqs, dec_seq
