@@ -77,6 +77,71 @@ def _fill(pattern: str, values: tuple[str, ...]) -> str:
     return parts[0] + "".join(v + rest for v, rest in zip(values, parts[1:]))
 
 
+def _setting(cfg: Mapping[str, Any], rules: Mapping[str, Any], key: str) -> Any:
+    """A config value a rule reads: config.json's, else the config class's default the table records."""
+    return cfg.get(key, rules.get("defaults", {}).get(key))
+
+
+def _ids(cfg: Mapping[str, Any], rules: Mapping[str, Any], over: Mapping[str, Any]) -> list[int]:
+    """The numbers a templated rule runs over: `{"range": key}`, 0 .. the config's value - 1 (Grounding DINO's
+    `decoder_layers`); `{"where": [key, value]}`, the positions of `value` in the config's list (Zamba's hybrid
+    layers in `layers_block_type`)."""
+    if "range" in over:
+        n = _setting(cfg, rules, over["range"])
+        return list(range(n)) if isinstance(n, int) and not isinstance(n, bool) else []
+    key, value = over["where"]
+    kinds = _setting(cfg, rules, key)
+    return [i for i, k in enumerate(kinds) if k == value] if isinstance(kinds, list) else []
+
+
+def rule_pairs(rules: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(target module, source module) of each rule this config holds, as the class builds its `_tied_weights_keys`
+    (fixtures/make_tie_table.py `class_rules`): a rule with `if` only where the config has those values (Grounding
+    DINO drops `bbox_embed.(?![0])\\d+` without `decoder_bbox_embed_share`); a rule with `ids` once per number k
+    from `period` on: `{id}` the k-th number, `{src}` the (k mod period)-th (Zamba 2's hybrid layers cycling over
+    `num_mem_blocks` shared blocks; Zamba's and Grounding DINO's `x.(?!N\\.)\\d+` -> `x.N`: period 1)."""
+    pairs: list[tuple[str, str]] = []
+    for r in rules["rules"]:
+        if any(_setting(cfg, rules, k) != v for k, v in r.get("if", {}).items()):
+            continue
+        if "ids" not in r:
+            pairs.append((r["target"], r["source"]))
+            continue
+        ids = _ids(cfg, rules, r["ids"])
+        period = r.get("period", 1)
+        period = _setting(cfg, rules, period) if isinstance(period, str) else period
+        if not isinstance(period, int) or isinstance(period, bool) or period < 1:
+            continue
+        pairs += [(r["target"].format(id=ids[k]), r["source"].format(src=ids[k % period])) for k in range(period, len(ids))]
+    return pairs
+
+
+def rule_groups(rules: Mapping[str, Any], cfg: Mapping[str, Any], names: Collection[str]) -> set[frozenset[str]]:
+    """The tie groups the class's rules make in a model holding the file's `names`, as transformers 5's
+    `get_expanded_tied_weights_keys` expands them over the model's parameters: each name under a rule's source
+    module is one tensor with the same name under its target. save_pretrained drops the targets, so the model's
+    names are the file's grown through the rules until none is added (Grounding DINO's `bbox_embed.1` from
+    `bbox_embed.0`, then `model.decoder.bbox_embed.1` from it). Only groups holding a name of the file."""
+    pairs = rule_pairs(rules, cfg)
+    model = set(names)
+    for _ in pairs:   # each round reaches one rule further along a chain of rules
+        model |= {t + n[len(s):] for t, s in pairs for n in model if n.startswith(s + ".")}
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n]
+        return n
+
+    for t, s in pairs:
+        for n in [n for n in model if n.startswith(s + ".")]:
+            parent[root(t + n[len(s):])] = root(n)
+    groups: dict[str, set[str]] = {}
+    for n in parent:
+        groups.setdefault(root(n), {root(n)}).add(n)
+    return {frozenset(g) for g in groups.values() if len(g) > 1 and g & set(names)}
+
+
 def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> ClassTies | None:
     """The tie groups of the first `architectures` class the table knows, with only the groups this config
     switches on, layered patterns instantiated on the file's `names`; None when config.json names no such class
@@ -95,5 +160,7 @@ def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> Cl
                 if g["when"] == "always" or on:
                     found = instantiate(g["names"], names) if g.get("layered") else [g["names"]]
                     groups += sorted(tuple(sorted(x)) for x in found)
+            if on and "rules" in entry:   # the class's own _tied_weights_keys, read with the switch as transformers 5 does
+                groups += sorted(tuple(sorted(g)) for g in rule_groups(entry["rules"], cfg, names))
             return ClassTies(cls, tuple(groups), on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None
