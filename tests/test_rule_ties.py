@@ -126,3 +126,20 @@ def test_without_config_json_no_wrong_tie(saved, i):
     assert all(any(g <= h for h in oracle["ties"]) for g in got["ties"]), got["ties"]
     got = reported(pickled)
     assert (got["params"], got["buffers"], got["ties"]) == (raw["params"], raw["buffers"], raw["ties"])
+
+
+def test_rules_read_config_json_as_written():
+    """The rules read config.json's keys, a key it omits at the config class's default (the table's `defaults`):
+    Zamba 2 with no `num_mem_blocks` cycles over one block; a config.json without `layers_block_type` (no hybrid
+    layers known) or with `tie_word_embeddings` false gets no shared-block tie, never a guessed one."""
+    from ckptstat.families.tie_table import class_ties
+
+    names = {f"model.layers.{k}.shared_transformer.feed_forward.down_proj.weight" for k in (1, 3)} | {"lm_head.weight"}
+    cfg = {"architectures": ["Zamba2ForCausalLM"], "layers_block_type": [L, H, L, H, H, H]}
+    groups = {frozenset(g) for g in class_ties(cfg, names).groups if "lm_head.weight" not in g}
+    block = "shared_transformer.feed_forward.down_proj.weight"
+    assert groups == {frozenset(f"model.layers.{k}.{block}" for k in (1, 3, 4, 5))}
+    two = {frozenset(g) for g in class_ties({**cfg, "num_mem_blocks": 2}, names).groups if "lm_head.weight" not in g}
+    assert two == {frozenset(f"model.layers.{k}.{block}" for k in ks) for ks in ((1, 4), (3, 5))}
+    for other in ({"architectures": ["Zamba2ForCausalLM"]}, {**cfg, "tie_word_embeddings": False}):
+        assert not [g for g in class_ties(other, names).groups if "lm_head.weight" not in g]

@@ -160,7 +160,8 @@ def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> Cl
                 if g["when"] == "always" or on:
                     found = instantiate(g["names"], names) if g.get("layered") else [g["names"]]
                     groups += sorted(tuple(sorted(x)) for x in found)
-            if on and "rules" in entry:   # the class's own _tied_weights_keys, read with the switch as transformers 5 does
+            # the class's own _tied_weights_keys, expanded while its PreTrainedModels' (the top) config ties
+            if "rules" in entry and _value(cfg, entry.get("default", True)):
                 groups += sorted(tuple(sorted(g)) for g in rule_groups(entry["rules"], cfg, names))
             return ClassTies(cls, tuple(groups), on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None
