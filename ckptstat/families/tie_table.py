@@ -82,7 +82,7 @@ def _setting(cfg: Mapping[str, Any], rules: Mapping[str, Any], key: str) -> Any:
     return cfg.get(key, rules.get("defaults", {}).get(key))
 
 
-def _ids(cfg: Mapping[str, Any], rules: Mapping[str, Any], over: Mapping[str, Any]) -> list[int]:
+def layer_ids(cfg: Mapping[str, Any], rules: Mapping[str, Any], over: Mapping[str, Any]) -> list[int]:
     """The numbers a templated rule runs over: `{"range": key}`, 0 .. the config's value - 1 (Grounding DINO's
     `decoder_layers`); `{"where": [key, value]}`, the positions of `value` in the config's list (Zamba's hybrid
     layers in `layers_block_type`)."""
@@ -107,7 +107,7 @@ def rule_pairs(rules: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[s
         if "ids" not in r:
             pairs.append((r["target"], r["source"]))
             continue
-        ids = _ids(cfg, rules, r["ids"])
+        ids = layer_ids(cfg, rules, r["ids"])
         period = r.get("period", 1)
         period = _setting(cfg, rules, period) if isinstance(period, str) else period
         if not isinstance(period, int) or isinstance(period, bool) or period < 1:
