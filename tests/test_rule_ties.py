@@ -143,3 +143,8 @@ def test_rules_read_config_json_as_written():
     assert two == {frozenset(f"model.layers.{k}.{block}" for k in ks) for ks in ((1, 4), (3, 5))}
     for other in ({"architectures": ["Zamba2ForCausalLM"]}, {**cfg, "tie_word_embeddings": False}):
         assert not [g for g in class_ties(other, names).groups if "lm_head.weight" not in g]
+    # sizes from a hostile config.json: bounded before a list is made of them, nothing named
+    hostile = {"architectures": ["GroundingDinoForObjectDetection"], "decoder_layers": 10**12}
+    got = class_ties(hostile, {"bbox_embed.0.layers.0.weight"}).groups   # the decoder's copy only, depth unread
+    assert got == (("bbox_embed.0.layers.0.weight", "model.decoder.bbox_embed.0.layers.0.weight"),)
+    assert not class_ties({**cfg, "layers_block_type": "hybrid", "num_mem_blocks": "2"}, names).groups[1:]

@@ -16,6 +16,7 @@ from typing import Any
 from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "tie_table.json")
+MAX_LAYERS = 100_000   # a templated rule's numbers read from config.json: more is not a model, no tie is named
 
 
 @dataclass(frozen=True)
@@ -87,11 +88,11 @@ def layer_ids(cfg: Mapping[str, Any], rules: Mapping[str, Any], over: Mapping[st
     `decoder_layers`); `{"where": [key, value]}`, the positions of `value` in the config's list (Zamba's hybrid
     layers in `layers_block_type`)."""
     if "range" in over:
-        n = _setting(cfg, rules, over["range"])
-        return list(range(n)) if isinstance(n, int) and not isinstance(n, bool) else []
+        n = _setting(cfg, rules, over["range"])   # from a file: bounded before a list is made of it
+        return list(range(n)) if isinstance(n, int) and not isinstance(n, bool) and n <= MAX_LAYERS else []
     key, value = over["where"]
     kinds = _setting(cfg, rules, key)
-    return [i for i, k in enumerate(kinds) if k == value] if isinstance(kinds, list) else []
+    return [i for i, k in enumerate(kinds) if k == value] if isinstance(kinds, list) and len(kinds) <= MAX_LAYERS else []
 
 
 def rule_pairs(rules: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
@@ -120,24 +121,31 @@ def rule_groups(rules: Mapping[str, Any], cfg: Mapping[str, Any], names: Collect
     """The tie groups the class's rules make in a model holding the file's `names`, as transformers 5's
     `get_expanded_tied_weights_keys` expands them over the model's parameters: each name under a rule's source
     module is one tensor with the same name under its target. save_pretrained drops the targets, so the model's
-    names are the file's grown through the rules until none is added (Grounding DINO's `bbox_embed.1` from
+    names are the file's grown through the rules (Grounding DINO's `bbox_embed.1` from
     `bbox_embed.0`, then `model.decoder.bbox_embed.1` from it). Only groups holding a name of the file."""
-    pairs = rule_pairs(rules, cfg)
-    model = set(names)
-    for _ in pairs:   # each round reaches one rule further along a chain of rules
-        model |= {t + n[len(s):] for t, s in pairs for n in model if n.startswith(s + ".")}
+    targets: dict[str, list[str]] = {}
+    for t, s in rule_pairs(rules, cfg):
+        if not (t + ".").startswith(s + ".") and not (s + ".").startswith(t + "."):   # a module in itself never ends
+            targets.setdefault(s, []).append(t)
     parent: dict[str, str] = {}
 
     def root(n: str) -> str:
         while parent.get(n, n) != n:
-            n = parent[n]
+            n = parent[n] = parent.get(parent[n], parent[n])
         return n
 
-    for t, s in pairs:
-        for n in [n for n in model if n.startswith(s + ".")]:
-            parent[root(t + n[len(s):])] = root(n)
+    todo, seen = list(names), set(names)
+    while todo:   # each name of the model: the file's, then each copy a rule makes of one (a target's names)
+        n = todo.pop()
+        for cut in [i for i, c in enumerate(n) if c == "."]:
+            for t in targets.get(n[:cut], ()):
+                copy = t + n[cut:]
+                parent[root(copy)] = root(n)
+                if copy not in seen:
+                    seen.add(copy)
+                    todo.append(copy)
     groups: dict[str, set[str]] = {}
-    for n in parent:
+    for n in list(parent):
         groups.setdefault(root(n), {root(n)}).add(n)
     return {frozenset(g) for g in groups.values() if len(g) > 1 and g & set(names)}
 
