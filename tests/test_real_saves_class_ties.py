@@ -181,7 +181,7 @@ def test_t5_switch_as_transformers_5_reads_config_json():
 @pytest.mark.filterwarnings("ignore")
 @pytest.mark.parametrize("cls", ["XGLMForCausalLM", "LxmertForPreTraining", "LongT5ForConditionalGeneration",
                                  "Blip2ForConditionalGeneration", "EsmForMaskedLM", "RTDetrV2ForObjectDetection",
-                                 "UdopForConditionalGeneration"])
+                                 "UdopForConditionalGeneration", "Zamba2ForCausalLM"])
 def test_table_is_what_transformers_ties(cls):
     """The committed table (fixtures/make_tie_table.py's output) is what the installed transformers builds."""
     from conftest import fixture_script

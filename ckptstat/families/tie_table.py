@@ -16,6 +16,7 @@ from typing import Any
 from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "tie_table.json")
+MAX_LAYERS = 100_000   # a templated rule's numbers read from config.json: more is not a model, no tie is named
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,78 @@ def _fill(pattern: str, values: tuple[str, ...]) -> str:
     return parts[0] + "".join(v + rest for v, rest in zip(values, parts[1:]))
 
 
+def _setting(cfg: Mapping[str, Any], rules: Mapping[str, Any], key: str) -> Any:
+    """A config value a rule reads: config.json's, else the config class's default the table records."""
+    return cfg.get(key, rules.get("defaults", {}).get(key))
+
+
+def layer_ids(cfg: Mapping[str, Any], rules: Mapping[str, Any], over: Mapping[str, Any]) -> list[int]:
+    """The numbers a templated rule runs over: `{"range": key}`, 0 .. the config's value - 1 (Grounding DINO's
+    `decoder_layers`); `{"where": [key, value]}`, the positions of `value` in the config's list (Zamba's hybrid
+    layers in `layers_block_type`)."""
+    if "range" in over:
+        n = _setting(cfg, rules, over["range"])   # from a file: bounded before a list is made of it
+        return list(range(n)) if isinstance(n, int) and not isinstance(n, bool) and n <= MAX_LAYERS else []
+    key, value = over["where"]
+    kinds = _setting(cfg, rules, key)
+    return [i for i, k in enumerate(kinds) if k == value] if isinstance(kinds, list) and len(kinds) <= MAX_LAYERS else []
+
+
+def rule_pairs(rules: Mapping[str, Any], cfg: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(target module, source module) of each rule this config holds, as the class builds its `_tied_weights_keys`
+    (fixtures/make_tie_table.py `class_rules`): a rule with `if` only where the config has those values (Grounding
+    DINO drops `bbox_embed.(?![0])\\d+` without `decoder_bbox_embed_share`); a rule with `ids` once per number k
+    from `period` on: `{id}` the k-th number, `{src}` the (k mod period)-th (Zamba 2's hybrid layers cycling over
+    `num_mem_blocks` shared blocks; Zamba's and Grounding DINO's `x.(?!N\\.)\\d+` -> `x.N`: period 1)."""
+    pairs: list[tuple[str, str]] = []
+    for r in rules["rules"]:
+        if any(_setting(cfg, rules, k) != v for k, v in r.get("if", {}).items()):
+            continue
+        if "ids" not in r:
+            pairs.append((r["target"], r["source"]))
+            continue
+        ids = layer_ids(cfg, rules, r["ids"])
+        period = r.get("period", 1)
+        period = _setting(cfg, rules, period) if isinstance(period, str) else period
+        if not isinstance(period, int) or isinstance(period, bool) or period < 1:
+            continue
+        pairs += [(r["target"].format(id=ids[k]), r["source"].format(src=ids[k % period])) for k in range(period, len(ids))]
+    return pairs
+
+
+def rule_groups(rules: Mapping[str, Any], cfg: Mapping[str, Any], names: Collection[str]) -> set[frozenset[str]]:
+    """The tie groups the class's rules make in a model holding the file's `names`, as transformers 5's
+    `get_expanded_tied_weights_keys` expands them over the model's parameters: each name under a rule's source
+    module is one tensor with the same name under its target. save_pretrained drops the targets, so the model's
+    names are the file's grown through the rules (Grounding DINO's `bbox_embed.1` from
+    `bbox_embed.0`, then `model.decoder.bbox_embed.1` from it). Only groups holding a name of the file."""
+    targets: dict[str, list[str]] = {}
+    for t, s in rule_pairs(rules, cfg):
+        if not (t + ".").startswith(s + ".") and not (s + ".").startswith(t + "."):   # a module in itself never ends
+            targets.setdefault(s, []).append(t)
+    parent: dict[str, str] = {}
+
+    def root(n: str) -> str:
+        while parent.get(n, n) != n:
+            n = parent[n] = parent.get(parent[n], parent[n])
+        return n
+
+    todo, seen = list(names), set(names)
+    while todo:   # each name of the model: the file's, then each copy a rule makes of one (a target's names)
+        n = todo.pop()
+        for cut in [i for i, c in enumerate(n) if c == "."]:
+            for t in targets.get(n[:cut], ()):
+                copy = t + n[cut:]
+                parent[root(copy)] = root(n)
+                if copy not in seen:
+                    seen.add(copy)
+                    todo.append(copy)
+    groups: dict[str, set[str]] = {}
+    for n in list(parent):
+        groups.setdefault(root(n), {root(n)}).add(n)
+    return {frozenset(g) for g in groups.values() if len(g) > 1 and g & set(names)}
+
+
 def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> ClassTies | None:
     """The tie groups of the first `architectures` class the table knows, with only the groups this config
     switches on, layered patterns instantiated on the file's `names`; None when config.json names no such class
@@ -95,5 +168,8 @@ def class_ties(cfg: Mapping[str, Any] | None, names: Collection[str] = ()) -> Cl
                 if g["when"] == "always" or on:
                     found = instantiate(g["names"], names) if g.get("layered") else [g["names"]]
                     groups += sorted(tuple(sorted(x)) for x in found)
+            # the class's own _tied_weights_keys, expanded while its PreTrainedModels' (the top) config ties
+            if "rules" in entry and _value(cfg, entry.get("default", True)):
+                groups += sorted(tuple(sorted(g)) for g in rule_groups(entry["rules"], cfg, names))
             return ClassTies(cls, tuple(groups), on, any(g["when"] == "config" for g in entry.get("groups", ())))
     return None
