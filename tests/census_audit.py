@@ -156,11 +156,32 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+# hybrid models at two layers: one of each layer kind (a cache of only linear-attention layers has no
+# get_seq_length, which transformers' masks call), and the SSM head counts that divide the tiny width
+HYBRID: dict[str, dict[str, Any]] = {
+    "jamba": {"attn_layer_period": 2, "attn_layer_offset": 1, "mamba_dt_rank": SMALL},
+    "bamba": {"attn_layer_indices": [1], "mamba_n_heads": 4, "mamba_d_head": SMALL, "mamba_d_state": SMALL},
+    "granitemoehybrid": {"layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": SMALL,
+                         "mamba_d_state": SMALL, "mamba_chunk_size": 16},
+    "mamba2": {"num_heads": 4, "head_dim": SMALL, "n_groups": 1, "chunk_size": 16},
+    "zamba2": {"layers_block_type": ["mamba", "hybrid"], "n_mamba_heads": 2, "mamba_headdim": HIDDEN,
+               "attention_hidden_size": 2 * HIDDEN,
+               "mamba_d_state": SMALL, "chunk_size": 16},
+    "qwen3_next": {"layer_types": ["linear_attention", "full_attention"]},
+    "qwen3_5_text": {"layer_types": ["linear_attention", "full_attention"]},
+    "qwen3_5_moe_text": {"layer_types": ["linear_attention", "full_attention"]},
+    "kimi_linear": {"layer_types": ["linear_attention", "full_attention"], "mlp_layer_types": ["dense", "sparse"],
+                    "num_key_value_heads": 2},   # MLA: its keys and values expand to every head
+    "recurrent_gemma": {"block_types": ["recurrent", "attention"]},
+}
+
+
 def tiny_config(cfg_cls: Any) -> Any:
     """A tiny instance of a transformers config class (class defaults, every size-like attribute shrunk)."""
     defaults = cfg_cls()
     over = shrink(defaults)
     over.update(_unset(defaults, over))
+    over.update(HYBRID.get(getattr(cfg_cls, "model_type", ""), {}))
     try:
         return cfg_cls(**over)
     except Exception:   # some composite configs take their sub-configs as objects, not dicts

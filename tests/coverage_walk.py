@@ -57,8 +57,10 @@ def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
     model = cls._from_config(cfg, attn_implementation="eager").eval()
     vocab = cfg.get_text_config().vocab_size
     ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
+    # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
+    pos = torch.arange(SEQ).reshape(1, SEQ)
     with meta.flop_counter() as counter, torch.no_grad():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True)
+        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, use_cache=True)
     cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
     return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
 
