@@ -36,6 +36,11 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 NoPE = Literal["none", "flags", "global"]
 
 
+# The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
+# (transformers activations.py XIELUActivation: alpha_p and alpha_n, [1] each, parameters; its beta and eps are buffers,
+# not counted); llama.cpp keeps them as metadata (gguf-py Keys.xIELU), no tensor
+LEARNED_ACTIVATIONS: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {"xielu": (("alpha_p", (1,)), ("alpha_n", (1,)))}
+
 # The tiny sizes the layout families' Samples build their models at (each adds its own keys: head_dim, pad_token_id)
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
             vocab_size=99, max_position_embeddings=64)
@@ -69,6 +74,7 @@ class Paths:
     gate: str = "gate_proj"
     up: str = "up_proj"
     down: str = "down_proj"
+    act: str = "act_fn"                   # {mlp}.{act}: an activation module with parameters (LEARNED_ACTIVATIONS)
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
@@ -216,8 +222,11 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
         w.linear(pre + p.gate, "ffn_gate" + gguf, h, f, s.mlp_bias, layers)
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     gated = kind != "plain"
+    learned = LEARNED_ACTIVATIONS.get(s.activation, ())
+    if learned:
+        w.record(pre + p.act, None, learned, layers)
     B.activation(w.label(f"{pre.rstrip('.')} act" + ("*up" if gated else ""), layers), "encoder", w.tok, f, s.activation,
-                 len(layers), gated=gated)
+                 len(layers), gated=gated, params=len(layers) * sum(n for _, (n,) in learned))
     w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
 
 
