@@ -18,6 +18,7 @@ from . import (
     arcee,
     bart,
     bert,
+    bitnet,
     bloom,
     clip,
     cohere,
@@ -73,7 +74,8 @@ from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, apertus.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
+    albert.FAMILY, apertus.FAMILY, arcee.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY,
+    cohere.FAMILY,
     cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
     exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
     gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, hy_v3.FAMILY,

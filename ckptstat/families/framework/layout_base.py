@@ -74,6 +74,8 @@ class Paths:
     gate: str = "gate_proj"
     up: str = "up_proj"
     down: str = "down_proj"
+    attn_sub: str = "attn_sub_norm"       # DecoderLayout.sub_norms: {attn}.{attn_sub}, {mlp}.{ffn_sub}
+    ffn_sub: str = "ffn_sub_norm"
     act: str = "act_fn"                   # {mlp}.{act}: an activation module with parameters (LEARNED_ACTIVATIONS)
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
@@ -119,6 +121,9 @@ class DecoderLayout:
     # routed: a [1, E] parameter (Paths.statics) added to the router's scores to pick the experts (Ernie 4.5's
     # Ernie4_5_MoeStatics; elsewhere e_score_correction_bias is a buffer, no parameter)
     router_statics: bool = False
+    # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
+    # attn_sub_norm, ffn_sub_norm)
+    sub_norms: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -227,6 +232,8 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
         w.record(pre + p.act, None, learned, layers)
     B.activation(w.label(f"{pre.rstrip('.')} act" + ("*up" if gated else ""), layers), "encoder", w.tok, f, s.activation,
                  len(layers), gated=gated, params=len(layers) * sum(n for _, (n,) in learned))
+    if w.lay.sub_norms:
+        w.norm(pre + p.ffn_sub, "ffn_sub_norm" + gguf, f, layers, residual=False)
     w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
 
 
