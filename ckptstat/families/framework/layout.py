@@ -203,7 +203,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
-                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
+                    else _zero_theta(c, L) if lay.nope == "theta" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -230,6 +231,16 @@ def _global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
     """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
     slide = sliding["sliding_layers"]
     return tuple(i for i in range(layers) if i not in slide) if slide else ()
+
+
+def _zero_theta(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers GraniteSWAConfig's layer_rope_theta sets to 0 (no rotary); none when it is absent."""
+    thetas = c.get("layer_rope_theta", default=None)
+    if thetas is None:
+        return ()
+    if not isinstance(thetas, list) or len(thetas) != layers or any(not isinstance(t, (int, float)) for t in thetas):
+        raise UsageError(f"{c.path}: config layer_rope_theta is not a list of {layers} numbers (0: no rotary)")
+    return tuple(i for i, t in enumerate(thetas) if t == 0)
 
 
 def _no_rope(c: Cfg, layers: int) -> tuple[int, ...]:

@@ -32,8 +32,9 @@ Router = Literal["linear", "topk_softmax"]
 # Qwen3-Next's linear, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
-# the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones)
-NoPE = Literal["none", "flags", "global"]
+# the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
+# layers whose config layer_rope_theta is 0 (GraniteSWA)
+NoPE = Literal["none", "flags", "global", "theta"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
