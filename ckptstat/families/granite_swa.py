@@ -10,7 +10,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import layout
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
@@ -33,17 +33,10 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    """The layout's shapes, head_dim exact from the sinks (one per query head); which layers slide no tensor shows."""
+    """The layout's shapes (head_dim exact from the sinks, one per query head); which layers slide no tensor shows."""
     spec = layout.spec_from_tensors(GRANITE_SWA, T, dict(common, model_type="granite_swa"))
-    a = infer.shape(T, r"(^|\.)self_attn\.sinks$", "self_attn.sinks")[0]
-    q, kv = spec.heads * spec.head_dim, spec.kv_heads * spec.head_dim
-    if not 0 < a <= q or q % a or kv % (q // a):
-        raise UsageError(f"cannot infer the architecture from tensor names: self_attn.sinks [{a}] does not divide "
-                         f"q_proj's {q} rows and k_proj's {kv}")
-    d = q // a
-    notes = tuple(n for n in spec.assumptions if "head_dim" not in n)
-    return replace(spec, heads=a, kv_heads=kv // d, head_dim=d,
-                   assumptions=notes + ("no config: no sliding layers assumed (only the KV cache depends on them)",))
+    why = "no config: no sliding layers assumed (only the KV cache depends on them)"
+    return replace(spec, assumptions=spec.assumptions + (why,))
 
 
 _SIZES = dict(layout.TINY, num_hidden_layers=5, sliding_window=4, pad_token_id=0)
@@ -53,9 +46,9 @@ FAMILY = Family(
     # LLaMA's names and the sinks
     **{**layout.family_fields({"granite_swa": GRANITE_SWA}, "attn_sinks"), "from_config": from_config,
        "from_tensors": from_tensors, "gguf_tensor_names": ()},   # llama.cpp has no granite_swa architecture
-    # a dense MLP: gpt-oss's sinks come with routed experts
+    # a dense MLP: gpt-oss's and Flint's sinks come with routed experts
     signature_without=r"(^|[./])mlp[./](experts|router)[./]",
-    before=("llama", "gpt_oss"),   # LLaMA's q_proj and gpt-oss's sinks signatures match its files too
+    before=("llama", "gpt_oss", "flint"),   # LLaMA's q_proj and their sinks signatures match its files too
     samples=(
         Sample("GraniteSWAConfig", _SIZES, ("GraniteSWAModel", "GraniteSWAForCausalLM")),
         Sample("GraniteSWAConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,

@@ -279,8 +279,11 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         q, kv = shape("attn_q")[0], shape("attn_k")[0]
     notes: list[str] = []
     qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
+    sinks = infer.find(T, r"(^|\.)" + r"\.".join(_parts(lay, "attn_sinks")) + "$") if lay.sinks else None
     if lay.qk_norm == "head" and qk_norm:
         d = shape("attn_q_norm")[0]
+    elif sinks is not None and len(sinks.shape) == 1 and 0 < sinks.shape[0] <= q and q % sinks.shape[0] == 0:
+        d = q // sinks.shape[0]                     # one sink per query head
     else:
         d = 128 if q % 128 == 0 and kv % 128 == 0 else 64 if q % 64 == 0 and kv % 64 == 0 else kv
         notes.append(f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)")
