@@ -378,13 +378,13 @@ def test_generic_fallback_from_a_saved_checkpoint(tmp_path):
 
 
 def test_generic_fallback_refuses_flops_when_the_shapes_disagree(tmp_path):
-    """Apertus has the standard fields but a plain MLP with a parameterised xIELU activation and q/k norms: the
-    LLaMA-shaped template predicts another parameter count, so no FLOPs are given."""
+    """Doge has the standard fields but dynamic-mask attention (A, dt_proj), q/k norms and learned residual scales:
+    the LLaMA-shaped template predicts another parameter count, so no FLOPs are given."""
     torch.manual_seed(0)
-    model = T.ApertusForCausalLM(T.ApertusConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                                 num_key_value_heads=2, intermediate_size=37, vocab_size=99))
-    path = _save(tmp_path, model, "apertus")
-    assert by_model_type("apertus") is None
+    model = T.DogeForCausalLM(T.DogeConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                           num_key_value_heads=2, intermediate_size=37, vocab_size=99))
+    path = _save(tmp_path, model, "doge")
+    assert by_model_type("doge") is None
     with pytest.raises(UsageError, match="disagree with the template"):
         load_model(str(path))
     assert "disagree with the template" in ckptstat.summarize(str(path))["analytic"]["error"]

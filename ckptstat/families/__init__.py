@@ -14,10 +14,12 @@ from ..errors import UsageError
 from ..naming import normalize
 from . import (
     albert,
+    apertus,
     arcee,
     aria_text,
     bart,
     bert,
+    bitnet,
     bloom,
     clip,
     cohere,
@@ -32,6 +34,7 @@ from . import (
     exaone_moe,
     falcon,
     flex_olmo,
+    flint,
     gemma,
     generic,
     glm,
@@ -42,6 +45,7 @@ from . import (
     gpt_oss,
     gptj,
     gptneox,
+    granite_swa,
     hunyuan_v1_moe,
     hy_v3,
     hyperclovax,
@@ -79,15 +83,16 @@ from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY,
-    ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY,
-    glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
-    hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY,
-    llama4.FAMILY, mamba.FAMILY, mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY,
-    olmoe.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
-    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
-    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY,
+    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY,
+    dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY,
+    flex_olmo.FAMILY, flint.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY,
+    gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY,
+    hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY,
+    mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY,
+    persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY,
+    seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY,
+    t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

@@ -5,6 +5,7 @@ counts as LLaMA's), the embedding output multiplied by sqrt(hidden_size), and th
 by default. Gemma2 adds sandwich norms (pre/post feed-forward norms around the MLP: four norms a layer), tanh
 soft-capping of the attention scores (attn_logit_softcapping) and of the final logits (final_logit_softcapping),
 and layers that alternate between a sliding window (`sliding_window`) and global attention (`layer_types`).
+VaultGemma (modeling_vaultgemma.py) is Gemma2 less the two post norms (pre-norm layers).
 Gemma3 keeps Gemma2's layer and adds q/k RMSNorm per head (q_norm, k_norm over head_dim), a second, local
 rotary table (rope_local_base_freq) for the sliding layers, and 5 sliding layers to 1 global (`layer_types`,
 or the older sliding_window_pattern).
@@ -27,10 +28,11 @@ from .framework.layout import DecoderLayout, Paths
 GEMMA = DecoderLayout(mlp_bias=False, tied_default=True, embed_scale=True, gguf_renames=(("output", None),))
 GEMMA2 = replace(GEMMA, placement="sandwich", softcap=True, paths=Paths(mlp_in="pre_feedforward_layernorm"))
 GEMMA3 = replace(GEMMA2, qk_norm="head", local_rope=True, gguf_renames=())
-LAYOUTS = {"gemma": GEMMA, "gemma2": GEMMA2, "gemma3_text": GEMMA3}
+VAULTGEMMA = replace(GEMMA2, placement="pre")   # Gemma2's layer without the post-attention and post-MLP norms
+LAYOUTS = {"gemma": GEMMA, "gemma2": GEMMA2, "gemma3_text": GEMMA3, "vaultgemma": VAULTGEMMA}
 
 # Gemma2/3's default layer pattern: a global layer every `period` layers, sliding ones between
-_PERIOD = {"gemma2": 2, "gemma3_text": 6}
+_PERIOD = {"gemma2": 2, "gemma3_text": 6, "vaultgemma": 2}
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -54,10 +56,11 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    """Gemma2/3 files (pre_feedforward_layernorm; Gemma3 has q_norm too). Gemma 1's names are LLaMA's and
-    are read by llama.py."""
+    """Gemma2/3 and VaultGemma files (pre_feedforward_layernorm; Gemma3 has q_norm too, VaultGemma no
+    post_feedforward_layernorm). Gemma 1's names are LLaMA's and are read by llama.py."""
     g3 = infer.has(T, layout.pattern(GEMMA3, "attn_q_norm"))
-    mt, window = ("gemma3_text", 1024) if g3 else ("gemma2", 4096)
+    vault = not infer.has(T, layout.pattern(GEMMA2, "post_ffw_norm"))
+    mt, window = ("gemma3_text", 1024) if g3 else ("vaultgemma", 4096) if vault else ("gemma2", 4096)
     spec = layout.spec_from_tensors(LAYOUTS[mt], T, dict(common, model_type=mt))
     notes = spec.assumptions
     if not g3:      # head_dim 256 where it divides both widths (the released Gemma2's), else the layout's guess
@@ -136,5 +139,6 @@ FAMILY = Family(
         Sample("Gemma3TextConfig", dict(_SIZES, sliding_window=4, num_hidden_layers=7, tie_word_embeddings=False,
                                         final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
                ("Gemma3ForCausalLM",)),
+        Sample("VaultGemmaConfig", dict(_SIZES, sliding_window=4), ("VaultGemmaModel", "VaultGemmaForCausalLM")),
     ),
 )

@@ -1,7 +1,7 @@
-"""LLaMA-style decoders: Llama, Mistral, Ministral 3, Qwen2 (transformers modeling_llama.py, modeling_mistral.py,
-modeling_ministral3.py, modeling_qwen2.py): pre-RMSNorm layers, rotary positions, grouped-query attention, a gated SiLU MLP,
-Mistral's sliding window, Qwen2's q/k/v biases, and an LM head untied by default. The layout (layout.py)
-is the whole description; its LLaMA names are the default Paths."""
+"""LLaMA-style decoders: Llama, Mistral, Ministral 3, Qwen2, Emu3's text model (transformers modeling_llama.py,
+modeling_mistral.py, modeling_ministral3.py, modeling_qwen2.py, modeling_emu3.py): pre-RMSNorm layers, rotary positions,
+grouped-query attention, a gated SiLU MLP, Mistral's sliding window, Qwen2's q/k/v biases, and an LM head untied by
+default. The layout (layout.py) is the whole description; its LLaMA names are the default Paths."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -14,7 +14,8 @@ from .framework.layout import DecoderLayout
 
 LLAMA = DecoderLayout()
 QWEN2 = replace(LLAMA, qkv_bias=True, o_bias=False, mlp_bias=False)   # Qwen2: q/k/v always biased, o_proj never
-LAYOUTS = {"llama": LLAMA, "mistral": LLAMA, "ministral3": LLAMA, "qwen2": QWEN2}
+# Emu3's language model (Emu3ForCausalLM, Emu3TextConfig): LLaMA's layers and names
+LAYOUTS = {"llama": LLAMA, "mistral": LLAMA, "ministral3": LLAMA, "qwen2": QWEN2, "emu3_text_model": LLAMA}
 
 # The classes llama.cpp's GGUF architectures stand for (its converter writes Mistral as "llama").
 GGUF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -51,6 +52,8 @@ FAMILY = Family(
         # Ministral 3: Mistral's layers (its Llama-4 query scaling is elementwise)
         Sample("Ministral3Config", dict(_SIZES, head_dim=8, sliding_window=8), ("Ministral3Model", "Ministral3ForCausalLM")),
         Sample("Qwen2Config", dict(_SIZES, tie_word_embeddings=True), ("Qwen2Model", "Qwen2ForCausalLM")),
+        Sample("Emu3TextConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, pad_token_id=0),
+               ("Emu3TextModel", "Emu3ForCausalLM")),
         # a window on the layers after max_window_layers only (Qwen2Config's layer_types)
         Sample("Qwen2Config", dict(_SIZES, num_hidden_layers=3, use_sliding_window=True, sliding_window=4, max_window_layers=1),
                ("Qwen2ForCausalLM",)),

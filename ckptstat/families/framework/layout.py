@@ -88,6 +88,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
                   (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+        if lay.sub_norms:
+            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
@@ -204,7 +206,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
-                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global" else (),
+                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
+                    else _zero_theta(c, L) if lay.nope == "theta" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -231,6 +234,16 @@ def _global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
     """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
     slide = sliding["sliding_layers"]
     return tuple(i for i in range(layers) if i not in slide) if slide else ()
+
+
+def _zero_theta(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers GraniteSWAConfig's layer_rope_theta sets to 0 (no rotary); none when it is absent."""
+    thetas = c.get("layer_rope_theta", default=None)
+    if thetas is None:
+        return ()
+    if not isinstance(thetas, list) or len(thetas) != layers or any(not isinstance(t, (int, float)) for t in thetas):
+        raise UsageError(f"{c.path}: config layer_rope_theta is not a list of {layers} numbers (0: no rotary)")
+    return tuple(i for i, t in enumerate(thetas) if t == 0)
 
 
 def _no_rope(c: Cfg, layers: int) -> tuple[int, ...]:
@@ -269,8 +282,11 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         q, kv = shape("attn_q")[0], shape("attn_k")[0]
     notes: list[str] = []
     qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
+    sinks = infer.find(T, r"(^|\.)" + r"\.".join(_parts(lay, "attn_sinks")) + "$") if lay.sinks else None
     if lay.qk_norm == "head" and qk_norm:
         d = shape("attn_q_norm")[0]
+    elif sinks is not None and len(sinks.shape) == 1 and 0 < sinks.shape[0] <= q and q % sinks.shape[0] == 0:
+        d = q // sinks.shape[0]                     # one sink per query head
     else:
         d = 128 if q % 128 == 0 and kv % 128 == 0 else 64 if q % 64 == 0 and kv % 64 == 0 else kv
         notes.append(f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)")

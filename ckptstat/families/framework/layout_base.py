@@ -34,9 +34,15 @@ Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 # Qwen3-Next's linear, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
-# the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones)
-NoPE = Literal["none", "flags", "global"]
+# the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
+# layers whose config layer_rope_theta is 0 (GraniteSWA)
+NoPE = Literal["none", "flags", "global", "theta"]
 
+
+# The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
+# (transformers activations.py XIELUActivation: alpha_p and alpha_n, [1] each, parameters; its beta and eps are buffers,
+# not counted); llama.cpp keeps them as metadata (gguf-py Keys.xIELU), no tensor
+LEARNED_ACTIVATIONS: dict[str, tuple[tuple[str, tuple[int, ...]], ...]] = {"xielu": (("alpha_p", (1,)), ("alpha_n", (1,)))}
 
 # The tiny sizes the layout families' Samples build their models at (each adds its own keys: head_dim, pad_token_id)
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
@@ -71,6 +77,9 @@ class Paths:
     gate: str = "gate_proj"
     up: str = "up_proj"
     down: str = "down_proj"
+    attn_sub: str = "attn_sub_norm"       # DecoderLayout.sub_norms: {attn}.{attn_sub}, {mlp}.{ffn_sub}
+    ffn_sub: str = "ffn_sub_norm"
+    act: str = "act_fn"                   # {mlp}.{act}: an activation module with parameters (LEARNED_ACTIVATIONS)
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
@@ -124,6 +133,9 @@ class DecoderLayout:
     # routed: a [1, E] parameter (Paths.statics) added to the router's scores to pick the experts (Ernie 4.5's
     # Ernie4_5_MoeStatics; elsewhere e_score_correction_bias is a buffer, no parameter)
     router_statics: bool = False
+    # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
+    # attn_sub_norm, ffn_sub_norm)
+    sub_norms: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -227,8 +239,13 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
         w.linear(pre + p.gate, "ffn_gate" + gguf, h, f, s.mlp_bias, layers)
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     gated = kind != "plain"
+    learned = LEARNED_ACTIVATIONS.get(s.activation, ())
+    if learned:
+        w.record(pre + p.act, None, learned, layers)
     B.activation(w.label(f"{pre.rstrip('.')} act" + ("*up" if gated else ""), layers), "encoder", w.tok, f, s.activation,
-                 len(layers), gated=gated)
+                 len(layers), gated=gated, params=len(layers) * sum(n for _, (n,) in learned))
+    if w.lay.sub_norms:
+        w.norm(pre + p.ffn_sub, "ffn_sub_norm" + gguf, f, layers, residual=False)
     w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
 
 

@@ -24,6 +24,9 @@ EW_COST = {
     "softmax": 5,     # max (1), subtract (1), exp (1), sum (1), divide (1)
     "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "gelu_fast": 8,  # tanh approximation
     "silu": 4, "swish": 4, "relu": 1, "tanh": 4,
+    # xIELU (transformers activations.py): both branches, alpha_p x x x + beta x (4) and (expm1(min(x, eps)) - x) x alpha_n
+    # + beta x (8), and the where (1)
+    "xielu": 13,
     "add": 1, "mul": 1,
     "rotary": 3,      # x*cos + rotate(x)*sin per element of q and k
     # gpt-oss's experts: clamp gate (1), clamp up (2), x alpha (1), sigmoid (4), x gate (1), up + 1 (1); the x up, a
@@ -123,10 +126,11 @@ class Builder:
                  weights_per_call=per, extra_in=n if residual else 0)
 
     def activation(self, module: str, bucket: str, tokens: tuple[int, ...], dim: int, kind: str, calls: int = 1,
-                   gated: bool = False) -> None:
+                   gated: bool = False, params: int = 0) -> None:
+        """params: the activation's own parameters, all its calls together (xIELU's alphas)."""
         n = _prod(tokens) * dim
         self.add(module, "activation", bucket, calls, tokens + (dim * (2 if gated else 1),), tokens + (dim,),
-                 ew=n * (ew_cost(kind) + (1 if gated else 0)))
+                 params=params, ew=n * (ew_cost(kind) + (1 if gated else 0)), weights_per_call=params // max(calls, 1))
 
     def pairs(self, q_len: int, k_len: int, causal: bool, window: int | None = None) -> int:
         """(query, key) pairs attention computes: every one of q_len x k_len, as eager attention does (it masks
