@@ -15,6 +15,7 @@ from ..naming import normalize
 from . import (
     albert,
     arcee,
+    nemotron,
     aria_text,
     bart,
     bert,
@@ -79,7 +80,7 @@ from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
-    albert.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
+    albert.FAMILY, arcee.FAMILY, aria_text.FAMILY, nemotron.FAMILY, bart.FAMILY, bert.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
     cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY,
     ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, gemma.FAMILY, glm.FAMILY,
     glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY,
