@@ -143,7 +143,8 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
     """Sizes a config class leaves None for the checkpoint to give, which its model cannot be built without: Dots1's
     routed experts (n_routed_experts, num_experts_per_tok, n_shared_experts), HunYuan's head_dim (hidden / heads, what
     the classes that derive it derive), LFM2-MoE's layer_types (conv and attention layers alternating), Nemotron's
-    num_key_value_heads (None means one per query head); and GPT-Neo's attention_types, which must cover num_layers."""
+    num_key_value_heads (None means one per query head), MiniCPM3's (as many as query heads);
+    and GPT-Neo's attention_types, which must cover num_layers."""
     unset = {k for k, v in vars(cfg).items() if v is None}
     out: dict[str, Any] = {}
     if "n_routed_experts" in unset:
@@ -156,6 +157,8 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
         out["layer_types"] = ["conv" if i % 2 == 0 else "full_attention" for i in range(L)]
     if "num_key_value_heads" in unset and isinstance(a := over.get("num_attention_heads"), int):
         out["num_key_value_heads"] = a
+    if cfg.model_type == "minicpm3":   # its latent attention repeats no kv heads: as many as query heads
+        out["num_key_value_heads"] = over.get("num_attention_heads", cfg.num_attention_heads)
     if cfg.model_type == "gpt_neo" and "num_layers" in over:
         out["attention_types"] = [[["global", "local"], over["num_layers"] // 2]]
     return out
