@@ -46,7 +46,7 @@ INT_RULES: list[tuple[re.Pattern[str], int]] = [(re.compile(p), v) for p, v in [
     (r"^(num_key_value_heads|n_kv_heads|num_kv_heads|multi_query_group_num|num_kv_groups)$", 1),
     (r"^vocab_size$", 97),
     (r"^(head_dim|d_kv|kv_channels|qk_rope_head_dim|qk_nope_head_dim|v_head_dim|attention_head_size|d_head"
-     r"|kv_lora_rank|q_lora_rank|attention_head_dim|dim_head|key_value_proj_dim)$", SMALL),
+     r"|kv_lora_rank|q_lora_rank|attention_head_dim|dim_head|key_value_proj_dim|rotary_dim)$", SMALL),
     (r"^(max_position_embeddings|n_positions|max_source_positions|max_target_positions|n_ctx|max_seq_len"
      r"|max_sequence_length|seq_length|max_length_positions)$", 64),
     (r"^(num_experts|num_local_experts|n_routed_experts|moe_num_experts|num_experts_total|n_experts)$", 3),
@@ -142,7 +142,9 @@ def _int_rule(key: str, value: int) -> int | None:
 def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
     """Sizes a config class leaves None for the checkpoint to give, which its model cannot be built without: Dots1's
     routed experts (n_routed_experts, num_experts_per_tok, n_shared_experts), HunYuan's head_dim (hidden / heads, what
-    the classes that derive it derive), LFM2-MoE's layer_types (conv and attention layers alternating)."""
+    the classes that derive it derive), LFM2-MoE's layer_types (conv and attention layers alternating), Nemotron's
+    num_key_value_heads (None means one per query head), MiniCPM3's (as many as query heads);
+    and GPT-Neo's attention_types, which must cover num_layers."""
     unset = {k for k, v in vars(cfg).items() if v is None}
     out: dict[str, Any] = {}
     if "n_routed_experts" in unset:
@@ -153,6 +155,12 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
     if "layer_types" in unset and cfg.model_type == "lfm2_moe":
         L = over.get("num_hidden_layers", cfg.num_hidden_layers)
         out["layer_types"] = ["conv" if i % 2 == 0 else "full_attention" for i in range(L)]
+    if "num_key_value_heads" in unset and isinstance(a := over.get("num_attention_heads"), int):
+        out["num_key_value_heads"] = a
+    if cfg.model_type == "minicpm3":   # its latent attention repeats no kv heads: as many as query heads
+        out["num_key_value_heads"] = over.get("num_attention_heads", cfg.num_attention_heads)
+    if cfg.model_type == "gpt_neo" and "num_layers" in over:
+        out["attention_types"] = [[["global", "local"], over["num_layers"] // 2]]
     return out
 
 

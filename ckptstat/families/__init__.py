@@ -58,6 +58,7 @@ from . import (
     minimax_m2,
     mixtral,
     nanochat,
+    nemotron,
     olmo,
     olmoe,
     opt,
@@ -89,10 +90,10 @@ _ALL: tuple[Family, ...] = (
     flex_olmo.FAMILY, flint.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY,
     gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY,
     hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY,
-    mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, olmo.FAMILY, olmoe.FAMILY, opt.FAMILY,
-    persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY,
-    seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY,
-    t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
+    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
+    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
+    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

@@ -1,0 +1,27 @@
+"""Nemotron (transformers modeling_nemotron.py): the LLaMA layout (layout.py) with LayerNorm1P norms (a LayerNorm
+with weight and bias, its weight stored less one: the same tensors), a plain MLP down(act(up(x))) with ReLU^2
+(hidden_act relu2), half of head_dim rotated (partial_rotary_factor 0.5) and an LM head untied by default."""
+from __future__ import annotations
+
+from .framework import layout
+from .framework.base import Family, Sample
+from .framework.layout import DecoderLayout
+
+NEMOTRON = DecoderLayout(norm="layernorm", mlp="plain", partial_rotary=0.5)
+
+_SIZES = dict(layout.TINY, head_dim=8)
+
+FAMILY = Family(
+    name="nemotron",
+    **{**layout.family_fields({"nemotron": NEMOTRON}, "ffn_up"),
+       # Arcee's tensors less the RMSNorms: a layer's biased input_layernorm and an MLP without gate_proj
+       "signature": r"(^|[./])layers\.\d+\.input_layernorm\.bias$"},
+    signature_without=r"(^|[./])mlp[./]gate(_up)?_proj[./]",
+    before=("arcee", "llama"),
+    gguf_config=layout.gguf_reader(NEMOTRON, "NemotronForCausalLM"),
+    samples=(
+        Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM")),
+        Sample("NemotronConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
+               ("NemotronForCausalLM",)),
+    ),
+)
