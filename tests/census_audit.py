@@ -172,7 +172,9 @@ HYBRID: dict[str, dict[str, Any]] = {
     "granitemoehybrid": {"layer_types": ["mamba", "attention"], "mamba_n_heads": 4, "mamba_d_head": SMALL,
                          "mamba_d_state": SMALL, "mamba_chunk_size": 16},
     "mamba2": {"num_heads": 4, "head_dim": SMALL, "n_groups": 1, "chunk_size": 16},
-    "zamba2": {"layers_block_type": ["mamba", "hybrid"], "n_mamba_heads": 2, "mamba_headdim": HIDDEN,
+    # two hybrid layers: their shared transformer is tied (the tie table's rule, fixtures/make_tie_table.py)
+    "zamba2": {"num_hidden_layers": 3, "layers_block_type": ["hybrid", "mamba", "hybrid"], "n_mamba_heads": 2,
+               "mamba_headdim": HIDDEN,
                "attention_hidden_size": 2 * HIDDEN,
                "mamba_d_state": SMALL, "chunk_size": 16},
     "qwen3_next": {"layer_types": ["linear_attention", "full_attention"]},

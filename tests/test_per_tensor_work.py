@@ -49,7 +49,8 @@ def _calls(argv: list[str]) -> int:
 
 
 @pytest.mark.parametrize("cmd", list(BOUND), ids=lambda c: " ".join(c).replace("{f}", "FILE"))
-def test_calls_per_tensor_constant(files, cmd):
+def test_calls_per_tensor_constant(files, cmd, monkeypatch):
+    monkeypatch.delenv("COLUMNS", raising=False)   # output to a pipe: names whole (with a width, each row elides)
     def argv(n: int) -> list[str]:
         return [a.format(f=files[n]) for a in cmd] + [files[n]]
 

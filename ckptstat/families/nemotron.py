@@ -13,15 +13,13 @@ _SIZES = dict(layout.TINY, head_dim=8)
 
 FAMILY = Family(
     name="nemotron",
-    **{**layout.family_fields({"nemotron": NEMOTRON}, "ffn_up"),
-       # Arcee's tensors less the RMSNorms: a layer's biased input_layernorm and an MLP without gate_proj
-       "signature": r"(^|[./])layers\.\d+\.input_layernorm\.bias$"},
-    signature_without=r"(^|[./])mlp[./]gate(_up)?_proj[./]",
-    before=("arcee", "llama"),
+    # its tensor names are Jais2's (Arcee's with the norms' biases), its counts too (the rotated fraction has no
+    # weight): files without config.json read as arcee, as Jais2's do
+    **{**layout.family_fields({"nemotron": NEMOTRON}, "ffn_up"), "signature": r"(?!)"},
     gguf_config=layout.gguf_reader(NEMOTRON, "NemotronForCausalLM"),
     samples=(
-        Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM")),
+        Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM"), detected_as="arcee"),
         Sample("NemotronConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
-               ("NemotronForCausalLM",)),
+               ("NemotronForCausalLM",), detected_as="arcee"),
     ),
 )
