@@ -43,6 +43,7 @@ NAMED = [
     ("M2M100Config", "M2M100ForConditionalGeneration", {}),
     ("PegasusConfig", "PegasusForCausalLM", {}),
     ("MarianConfig", "MarianForCausalLM", {}),
+    ("BigBirdPegasusConfig", "BigBirdPegasusForCausalLM", {}),   # its decoder alone ties nothing (no _tied_weights_keys)
     ("Blip2Config", "Blip2ForConditionalGeneration", {}),
     ("SamConfig", "SamModel", {}),   # a buffer the prompt encoder views: two tensors over one storage
     # the switch off: the embedding groups that stay (LongT5's shared / embed_tokens), no LM-head tie

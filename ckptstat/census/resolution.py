@@ -42,7 +42,9 @@ class Resolution:
         """The tie rules of the resolved family and head only (families/<name>.py)."""
         if self.family is None or self.head is None:
             return ()
-        rules = tuple(r for r in self.family.tie_rules if not r.heads or self.head in r.heads)
+        model_type = self.spec.model_type if self.spec is not None else None
+        rules = tuple(r for r in self.family.tie_rules if (not r.heads or self.head in r.heads)
+                      and (not r.model_types or model_type in r.model_types))
         if self.spec is not None and self.spec.outside:
             # a vision-language wrapper (families/wrappers.py): transformers >= 4.52 keeps its language model
             # under `model.language_model.` with `lm_head` at the top (before: `language_model.model.`, which

@@ -288,9 +288,11 @@ FAMILY = Family(
                TieRule("decoder.embed_tokens.weight", "shared.weight", "config", module=True),
                TieRule("lm_head.weight", "model.shared.weight", "config", heads=("lm",)),
                # BartForCausalLM / MBartForCausalLM: the decoder alone (BartDecoderWrapper), no `shared`
-               TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",)),
-               *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",))
-                 for p in ALONE.values() if p.ties and p != Alone(cross=p.cross))),
+               # (BigBirdPegasusForCausalLM ties nothing: no _tied_weights_keys)
+               TieRule("lm_head.weight", "model.decoder.embed_tokens.weight", "config", heads=("lm",),
+                       model_types=tuple(mt for mt in STACKS if ALONE.get(mt, Alone()).ties)),
+               *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",), model_types=(mt,))
+                 for mt, p in ALONE.items() if p.ties and p != Alone(cross=p.cross))),
     position_offset={mt: st.offset for mt, st in STACKS.items() if st.offset},
     encoder_decoder=True,
     decoder_alone=True,

@@ -74,6 +74,7 @@ class TieRule:
     module: bool = False  # the whole module is shared (T5's embed_tokens is `shared`), not only a weight
     # the heads (HEAD_SUFFIXES values) whose model has `alias`; () = any head whose file holds the alias's module
     heads: tuple[str, ...] = ()
+    model_types: tuple[str, ...] = ()   # the model types whose classes tie it; () = every one of the family's
 
 
 @dataclass(frozen=True)
