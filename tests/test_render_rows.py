@@ -10,7 +10,7 @@ import pytest
 
 from ckptstat import open_checkpoint
 from ckptstat.analysis.summary import tensors as tensors_report
-from ckptstat.render import render_tensors, table
+from ckptstat.render import inert, render_tensors, table
 from ckptstat.render import rows as rows_mod
 
 FIXTURES = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fixtures")
@@ -46,7 +46,7 @@ NAMES = ["model.layers.0.self_attn.q_proj.weight", "model.layers.11.mlp.experts.
 
 @pytest.mark.parametrize("width", [None, 40, 50, 60, 80, 132, 400])
 def test_synthetic_rows_equal_rich(monkeypatch, width):
-    rows = [(rows_mod.name_cell(n), rows_mod.name_cell(NAMES[0]) if i % 3 == 1 else None,
+    rows = [(inert(n), inert(NAMES[0]) if i % 3 == 1 else None,
              (f"encoder.{i}", "BF16", f"{i}x{7 * i}", f"{i * 123457:,}", f"{i}.5 MiB"))
             for i, n in enumerate(NAMES * 3)]
 
@@ -59,7 +59,7 @@ def test_synthetic_rows_equal_rich(monkeypatch, width):
 
 
 def test_wide_characters_unelided_equal_rich(monkeypatch):
-    rows = [(rows_mod.name_cell(n), None, ("embedding", "F16", "2x2", "4", "8 B"))
+    rows = [(inert(n), None, ("embedding", "F16", "2x2", "4", "8 B"))
             for n in ("嵌入.权重", "model.層.0.weight", "plain.weight")]
     draw = lambda c: rows_mod.print_rows(c, table("t", "name", "bucket", "dtype", "shape", "numel", "bytes"), rows)  # noqa: E731
     rich_text, fast_text = _both(monkeypatch, draw, None)
@@ -70,7 +70,7 @@ def test_wide_characters_to_elide_take_rich(monkeypatch):
     """A non-ASCII name that must be cut: rich's layout, not the fast one."""
     monkeypatch.setattr(rows_mod, "FAST_ROWS", 0)
     c = _console(30)
-    rows_mod.print_rows(c, table("t", "name", "dtype"), [(rows_mod.name_cell("嵌入" * 30), None, ("F16",))])
+    rows_mod.print_rows(c, table("t", "name", "dtype"), [(inert("嵌入" * 30), None, ("F16",))])
     assert "…" in c.file.getvalue()
 
 

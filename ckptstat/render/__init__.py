@@ -8,7 +8,7 @@ from rich.text import Text
 
 from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
-from .rows import name_cell, print_rows
+from .rows import print_rows
 
 
 def training_line(t: dict) -> str:
@@ -177,7 +177,7 @@ def render_tensors(r: dict, console: Console) -> None:
         shape = "x".join(map(str, row["shape"])) or "scalar"
         if row.get("logical_shape") and row["role"] in ("packed-weight", "quantized-weight"):
             shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
-        rows.append((name_cell(row["name"]), name_cell(row["alias_of"]) if row["alias_of"] else None,
+        rows.append((inert(row["name"]), inert(row["alias_of"]) if row["alias_of"] else None,
                      (bucket, row["dtype"], shape, f"{row['numel']:,}", human_bytes(row["bytes"]))))
     t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
               "ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes")

@@ -14,7 +14,7 @@ from .report_common import html_table as _html_table
 from .report_common import md_cell as _md
 from .report_common import md_table as _md_table
 from .report_common import num as _num
-from .rows import name_cell, print_rows
+from .rows import print_rows
 
 _LABEL = {"added": "added", "removed": "removed", "shape": "shape changed", "dtype": "dtype changed",
           "values": "values changed", "converted": "converted (rounded)", "equal": "equal",
@@ -80,7 +80,7 @@ def render_diff(r: dict, console: Console) -> None:
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted", "tied", "unread")]
     if changed:
         print_rows(console, table("Tensors that differ", "tensor", "change", "detail", "max |a-b|", "rel L2", "cosine"),
-                   [(name_cell(row["name"]), None, (_LABEL[row["status"]], inert(_what(row)), _num(row["max_abs"]),
+                   [(inert(row["name"]), None, (_LABEL[row["status"]], inert(_what(row)), _num(row["max_abs"]),
                                                    _num(row["rel_l2"]), _num(row["cosine"], ".6f"))) for row in changed])
     layers = [x for x in r["summary"]["layers"] if x["changed"]]
     if r["summary"]["layers"] and layers:

@@ -16,11 +16,11 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from .names import NARROWEST, Name, elide, fit_names, safe, whole
+from .names import NARROWEST, Name, elide, fit_names, whole
 
 FAST_ROWS = 1000
 
-# A row: its name and the name it is an alias of or None (both inert text: `name_cell`), then the other cells.
+# A row: its name and the name it is an alias of or None (both inert text: names.inert), then the other cells.
 Row = tuple[str, str | None, Sequence[str]]
 
 
@@ -92,7 +92,3 @@ def _cell(name: str, width: int) -> str:
 def _right(cell: str, width: int) -> str:
     return " " * (width - _width(cell)) + cell
 
-
-def name_cell(name: object) -> str:
-    """A file-derived name as a row's inert text."""
-    return safe(name).plain

@@ -6,8 +6,8 @@ from rich.table import Table
 from rich.text import Text
 
 from .fmt import human, human_bytes, table
-from .names import Name, name_line, safe
-from .rows import name_cell, print_rows
+from .names import Name, inert, name_line, safe
+from .rows import print_rows
 
 MAX_ANOMALIES = 25
 
@@ -82,7 +82,7 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
 
     if show_tensors:
         print_rows(console, _tbl("By tensor", "name", "dtype", "std", "min", "max", "zeros", "flags"),
-                   [(name_cell(row["name"]), None, (row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
+                   [(inert(row["name"]), None, (row["dtype"], _g(row["std"]), _g(row["min"]), _g(row["max"]),
                                                    _pct(row["zero_fraction"]), ",".join(row["flags"])))
                     for row in r["tensors"]])
 
