@@ -242,6 +242,7 @@ class MetaModel:
     def _run(self, batch: int, seq: int, image: int) -> tuple[Any, Any]:
         import torch
         counter, config = flop_counter(), self.model.config
+        args: dict[str, Any]
         with quiet(), torch.no_grad(), meta_autocast(), counter:
             if self.inputs == "pixel_values":
                 h, w = image_sides(config, image)
@@ -251,7 +252,7 @@ class MetaModel:
                 args = {"input_values": torch.zeros((batch, seq), dtype=self.model.dtype, device="meta")}
             else:
                 ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
-                args: dict[str, Any] = {"input_ids": ids, "use_cache": True} if self.decoder else {"input_ids": ids}
+                args = {"input_ids": ids, "use_cache": True} if self.decoder else {"input_ids": ids}
                 if not self.decoder and getattr(config, "is_encoder_decoder", False):
                     args["decoder_input_ids"] = ids   # the decoder reads as many tokens (flops.run's dec_seq)
             return counter, self.model(**args)
