@@ -37,6 +37,11 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
 NoPE = Literal["none", "flags", "global", "theta"]
+# a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
+# halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
+# {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
+# bare parameters at the same paths (GraniteMoE-SWA's experts.gate_up_proj, experts.down_proj, saved as held)
+LinearExperts = Literal["none", "weights", "parameters"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -159,13 +164,18 @@ class DecoderLayout:
     # (config key, value): the switches whose other values add parts the layout does not describe (Cohere's
     # use_qk_norm false); another value is NoAnalyticModel, so the meta path answers it
     requires: tuple[tuple[str, Any], ...] = ()
+    linear_experts: LinearExperts = "none"
+    # routed: the shared expert beside the routed MLP, at the layer's {shared}, not under {mlp} (GraniteMoE-Shared's
+    # shared_mlp beside block_sparse_moe)
+    shared_beside: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE)):
+                           ("router", Router), ("nope", NoPE),
+                           ("linear_experts", LinearExperts)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -227,10 +237,11 @@ def joined(name: str, suffix: str) -> str:
     return f"{name}.{suffix}" if suffix else name
 
 
-def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
-    """A dense MLP at {mlp}.{sub} (sub: "" or the shared expert's "shared_expert."), llama.cpp's ffn_*{gguf}."""
+def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "", base: str | None = None) -> None:
+    """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
+    llama.cpp's ffn_*{gguf}."""
     s, p, B = w.s, w.p, w.B
-    h, pre = s.hidden, f"{p.mlp}.{sub}"
+    h, pre = s.hidden, f"{p.mlp if base is None else base}.{sub}"
     if kind == "plain":
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
