@@ -24,9 +24,10 @@ from .framework.layout import DecoderLayout, Paths
 # as transformers 5 saves them (conversion_mapping.py's granitemoe renames, reverted on save); llama.cpp's converter
 # splits shared_mlp.input_linear into ffn_gate_shexp and ffn_up_shexp: no name of its own
 GRANITEMOE = DecoderLayout(mlp="routed", shared="summed", shared_beside=True, fused_gate_up=True, linear_experts="weights",
-                           mlp_bias=False, gguf_renames=(("ffn_up_shexp", None),), paths=Paths(mlp="block_sparse_moe", router="router.layer", experts="",
-                                                       stacked_in="input_linear", stacked_out="output_linear",
-                                                       shared="shared_mlp", gate_up="input_linear", down="output_linear"))
+                           mlp_bias=False, gguf_renames=(("ffn_up_shexp", None),),
+                           paths=Paths(mlp="block_sparse_moe", router="router.layer", experts="", stacked_in="input_linear",
+                                       stacked_out="output_linear", shared="shared_mlp", gate_up="input_linear",
+                                       down="output_linear"))
 GRANITEMOE_SWA = replace(GRANITEMOE, sinks=True, nope="theta", linear_experts="parameters",
                          paths=replace(GRANITEMOE.paths, router="router", experts="experts", stacked_in="gate_up_proj",
                                        stacked_out="down_proj"))
