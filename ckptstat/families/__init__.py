@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..naming import normalize
 from . import (
+    afmoe,
     albert,
     apertus,
     arcee,
@@ -88,6 +89,7 @@ from .framework.base import Family, architectures
 
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
+    afmoe.FAMILY,
     albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY,
     bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY,
     dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY,

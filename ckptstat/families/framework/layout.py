@@ -88,6 +88,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
                   (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+        if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
+            w.linear(at + p.attn_gate, "attn_gate", h, a * d if lay.attn_gate == "width" else a, False, every)
+            B.add(w.label(f"{p.attn} output x act({p.attn_gate})", every), "activation", "encoder", L, w.tok + (a * d,),
+                  w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)

@@ -42,6 +42,10 @@ NoPE = Literal["none", "flags", "global", "theta"]
 # {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
 # bare parameters at the same paths (GraniteMoE-SWA's experts.gate_up_proj, experts.down_proj, saved as held)
 LinearExperts = Literal["none", "weights", "parameters"]
+# an output gate on the attention: none; width, a projection {attn}.{attn_gate} of the layer's input to a x d, its
+# activation (sigmoid, softplus) times the attention's output before o_proj (AFMoE's gate_proj; Laguna's g_proj with
+# gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true)
+AttnGate = Literal["none", "width", "head"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -100,6 +104,8 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
+    attn_gate: str = "gate_proj"          # {attn}.{attn_gate}: DecoderLayout.attn_gate
+    score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
 
 
 @dataclass(frozen=True)
@@ -168,6 +174,11 @@ class DecoderLayout:
     # routed: the shared expert beside the routed MLP, at the layer's {shared}, not under {mlp} (GraniteMoE-Shared's
     # shared_mlp beside block_sparse_moe)
     shared_beside: bool = False
+    attn_gate: AttnGate = "none"
+    # routed: a [E] parameter (Paths.score_bias; requires_grad false, still one of model.parameters()) added to the
+    # router's scores to pick the experts (AFMoE's expert_bias, Laguna's gate.e_score_correction_bias); llama.cpp's
+    # exp_probs_b
+    score_bias: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -175,7 +186,7 @@ class DecoderLayout:
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE),
-                           ("linear_experts", LinearExperts)):
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 

@@ -47,6 +47,10 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         w.record(f"{moe}.{p.statics}", None, (("", (1, E)),), layers)
         B.add(w.label(f"{moe}.{p.statics} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E), (B.b, B.seq, E),
               params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
+    if w.lay.score_bias:
+        w.record(f"{moe}.{p.score_bias}", "exp_probs_b", (("", (E,)),), layers)
+        B.add(w.label(f"{moe}.{p.score_bias} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, E), params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
     if topk:
         B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
               (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
