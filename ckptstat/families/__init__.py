@@ -19,6 +19,7 @@ from . import (
     arcee,
     aria_text,
     bart,
+    beam,
     bert,
     bitnet,
     bloom,
@@ -91,7 +92,7 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     afmoe.FAMILY,
-    albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY,
+    albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, beam.FAMILY, bert.FAMILY, bitnet.FAMILY,
     bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY,
     dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY,
     flex_olmo.FAMILY, flint.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY,

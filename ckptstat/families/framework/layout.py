@@ -89,7 +89,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
                   (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
         if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
-            w.linear(at + p.attn_gate, "attn_gate", h, a * d if lay.attn_gate == "width" else a, False, every)
+            w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, every)
+            if lay.attn_gate == "biased":   # llama.cpp has no name for it
+                w.record(at + p.attn_gate_bias, None, (("", (a,)),), every)
+                B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", every), "activation", "encoder", L,
+                      w.tok + (a * d,), w.tok + (a * d,), params=a * L, ew=B.b * B.seq * a * d, weights_per_call=a)
             B.add(w.label(f"{p.attn} output x act({p.attn_gate})", every), "activation", "encoder", L, w.tok + (a * d,),
                   w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:

@@ -44,8 +44,9 @@ NoPE = Literal["none", "flags", "global", "theta"]
 LinearExperts = Literal["none", "weights", "parameters"]
 # an output gate on the attention: none; width, a projection {attn}.{attn_gate} of the layer's input to a x d, its
 # activation (sigmoid, softplus) times the attention's output before o_proj (AFMoE's gate_proj; Laguna's g_proj with
-# gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true)
-AttnGate = Literal["none", "width", "head"]
+# gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true); biased, width
+# plus a bias per head broadcast over d, a parameter {attn}.{attn_gate_bias} [a] (Beam's gate_bias)
+AttnGate = Literal["none", "width", "head", "biased"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -104,7 +105,8 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
-    attn_gate: str = "gate_proj"          # {attn}.{attn_gate}: DecoderLayout.attn_gate
+    attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
+    attn_gate_bias: str = "gate_bias"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
 
 
