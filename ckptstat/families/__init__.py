@@ -29,6 +29,7 @@ from . import (
     deepseek,
     dinov2,
     distilbert,
+    doge,
     dots1,
     ernie4_5,
     ernie4_5_moe,
@@ -93,7 +94,7 @@ from .framework.base import Family, architectures
 _ALL: tuple[Family, ...] = (
     afmoe.FAMILY,
     albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, beam.FAMILY, bert.FAMILY, bitnet.FAMILY,
-    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY,
+    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY, doge.FAMILY,
     dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY,
     flex_olmo.FAMILY, flint.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY,
     gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, granitemoe.FAMILY, granitemoe_swa.FAMILY,

@@ -79,6 +79,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
                   w.tok + ((a + g) * d,), ew=B.b * B.seq * (a + g) * d * (ew_cost("rmsnorm") - 1))
+        if lay.dynamic_mask:   # llama.cpp has no names for them
+            w.linear(at + p.dt_proj, None, g * d, g, s.qkv_bias, every)
+            w.record(at + p.dynamic_a, None, (("", (g,)),), every)
+            B.add(w.label(f"{p.attn} exp({p.dynamic_a} x softplus({p.dt_proj})) mask", every), "activation", "encoder", L,
+                  w.tok + (g,), w.tok + (g,), params=g * L, ew=B.b * B.seq * g * (ew_cost("softplus") + 2), weights_per_call=g)
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
@@ -99,6 +104,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+    if lay.residual_scales:
+        _residual_scale(w, p.attn_residual, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
@@ -109,6 +116,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         layout_moe.routed(w, sparse)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
+    if lay.residual_scales:
+        _residual_scale(w, p.mlp_residual, every)
     if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
@@ -121,6 +130,16 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
+    """A learned [h] vector times the residual before the add (DecoderLayout.residual_scales); llama.cpp has no name.
+    Its op's label names the stream, not the parameter: a label with "residual" is an add (tests/test_residual_adds.py)."""
+    B, h = w.B, w.s.hidden
+    w.record(sub, None, (("", (h,)),), layers)
+    B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
+                  layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
+          params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:

@@ -107,6 +107,10 @@ class Paths:
     lm_head: str = "lm_head"
     attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
     attn_gate_bias: str = "gate_bias"
+    dt_proj: str = "dt_proj"              # {attn}.{dt_proj}, {attn}.{dynamic_a}: DecoderLayout.dynamic_mask
+    dynamic_a: str = "A"
+    attn_residual: str = "input_residual"            # DecoderLayout.residual_scales, at the layer
+    mlp_residual: str = "post_attention_residual"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
 
 
@@ -181,6 +185,12 @@ class DecoderLayout:
     # router's scores to pick the experts (AFMoE's expert_bias, Laguna's gate.e_score_correction_bias); llama.cpp's
     # exp_probs_b
     score_bias: bool = False
+    # Doge's dynamic mask: {attn}.{dt_proj} (g x d -> g, biased as q/k/v) over the values the cache holds (after its
+    # update: a forward's own tokens, and the cached ones when decoding), exp(A x softplus(.)) with A a [g] parameter
+    # ({attn}.{dynamic_a}), added to the mask (its top-k past keep_window_size keys is no matmul)
+    dynamic_mask: bool = False
+    # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
+    residual_scales: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -224,7 +234,7 @@ class Walk:
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
         self.modules.append(Module(path, g, shapes, layers or (), experts))
 
-    def linear(self, sub: str, gguf: str, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
+    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
                tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
         shapes = (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
         self.record(sub, gguf, shapes, layers, experts)
