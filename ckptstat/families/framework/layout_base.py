@@ -111,6 +111,9 @@ class Paths:
     dynamic_a: str = "A"
     attn_residual: str = "input_residual"            # DecoderLayout.residual_scales, at the layer
     mlp_residual: str = "post_attention_residual"
+    cross_attn: str = "cross_attn"        # ArchSpec.cross_layers: {cross_attn}.{q,k,v,o,q_norm,k_norm}, the gates
+    cross_attn_gate: str = "cross_attn_attn_gate"
+    cross_mlp_gate: str = "cross_attn_mlp_gate"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
 
 
@@ -191,6 +194,7 @@ class DecoderLayout:
     dynamic_mask: bool = False
     # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
     residual_scales: bool = False
+    embed_extra: int = 0                  # rows embed_tokens holds beyond vocab_size (Mllama's 8 image tokens)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
