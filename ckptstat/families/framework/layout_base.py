@@ -29,10 +29,15 @@ Shared = Literal["none", "gated", "summed", "averaged"]
 # logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter); topk_sigmoid, the top-k of its logits
 # scattered into -inf elsewhere and a sigmoid over all E (Llama 4's Llama4Router)
 Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
-# a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
-# on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
-# Qwen3-Next's linear, Jamba's state-space)
+# a layer's token mixer: full and sliding softmax attention and linear attention (a gated DeltaNet on
+# ArchSpec.linear_layers, DecoderLayout.linear) are walked per layer today (DeepSeek's latent attention, on every layer,
+# is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
+# qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
+# in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
+# in_proj_a (Qwen3.5)
+Linear = Literal["none", "qkvz", "split"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
@@ -95,6 +100,18 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
+    linear_attn: str = "linear_attn"      # a linear layer's mixer: {linear_attn}.{in_qkvz, in_ba | in_qkv, in_z, in_b, in_a},
+    in_qkvz: str = "in_proj_qkvz"         # {conv}, {dt_bias}, {a_log}, {gated_norm}, {out}
+    in_ba: str = "in_proj_ba"
+    in_qkv: str = "in_proj_qkv"
+    in_z: str = "in_proj_z"
+    in_b: str = "in_proj_b"
+    in_a: str = "in_proj_a"
+    conv: str = "conv1d"
+    dt_bias: str = "dt_bias"
+    a_log: str = "A_log"
+    gated_norm: str = "norm"
+    out: str = "out_proj"
 
 
 @dataclass(frozen=True)
@@ -136,6 +153,10 @@ class DecoderLayout:
     # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
     # attn_sub_norm, ffn_sub_norm)
     sub_norms: bool = False
+    # the attention's output gated: q_proj twice as wide, its second half per head g, the attention's output x sigmoid(g)
+    # before o_proj (Qwen3-Next's gated attention)
+    gated_attention: bool = False
+    linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -165,7 +186,7 @@ class DecoderLayout:
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE)):
+                           ("router", Router), ("nope", NoPE), ("linear", Linear)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
