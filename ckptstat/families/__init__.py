@@ -67,6 +67,7 @@ from . import (
     phi3,
     phimoe,
     qwen3,
+    qwen3_5,
     qwen3_next,
     qwen_moe,
     resnet,
@@ -92,9 +93,9 @@ _ALL: tuple[Family, ...] = (
     gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY,
     hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY,
     mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
-    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
-    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
-    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY,
+    qwen3_next.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY,
+    stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 

@@ -43,6 +43,8 @@ _SIZES = dict(vocab_size=99, hidden_size=32, intermediate_size=48, moe_intermedi
 
 FAMILY = Family(
     name="qwen3_next",
+    # tried before them: Qwen3.5's signature (linear_attn.in_proj_b) matches its in_proj_ba, Qwen2-MoE's its shared_expert_gate
+    before=("qwen3_5", "qwen_moe"),
     **{**layout.family_fields(LAYOUTS, "ssm_in"), "from_config": from_config, "from_tensors": from_tensors,
        "kv_cache": hybrid_kv_cache},
     gguf_architectures=("qwen3next",),

@@ -214,7 +214,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     if deltanet and sliding["sliding_window"]:
         raise NoAnalyticModel(f"{c.path}: a {c.model_type} with sliding-window layers: the op template describes none")
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
-                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    intermediate=_intermediate(lay, c), vocab=c.int("vocab_size"),
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_act", default="silu")),
                     gated_mlp=lay.mlp != "plain", norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
@@ -229,6 +229,12 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     linear_layers=linear, deltanet=deltanet, **sliding, **c.common)
+
+
+def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
+    """intermediate_size; a routed layout without dense layers runs no MLP of that width, and its config class may
+    have no such field (Qwen3.5-MoE's): 0 there when the file leaves it out."""
+    return c.int("intermediate_size", default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int("intermediate_size")
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
