@@ -28,7 +28,7 @@ from .archspec import ArchSpec, DeltaNet, Latent
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
+from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Walk, joined, mlp
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -58,10 +58,16 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
-    before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
-    if before:
-        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
     kinds = attention_kinds(s)
+    # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
+    placed: dict[Placement, tuple[int, ...]] = {}
+    for i in every:
+        pl = lay.linear_placement if kinds[i] == "linear" and lay.linear_placement else lay.placement
+        placed[pl] = placed.get(pl, ()) + (i,)
+    before = {pl: ls for pl, ls in placed.items() if pl in ("pre", "sandwich", "parallel")}
+    after = {pl: ls for pl, ls in placed.items() if pl in ("post", "sandwich")}
+    for pl, ls in before.items():
+        w.norm(p.attn_in, "attn_norm", h, ls, residual=pl in ("pre", "parallel"))
     attn = tuple(i for i in every if kinds[i] != "linear")
     if linear := tuple(i for i in every if kinds[i] == "linear"):
         layout_linear.gated_deltanet(w, linear)
@@ -104,20 +110,22 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
-    if after:
-        w.norm(p.attn_out, "post_attention_norm", h, every)
-    if before and lay.placement != "parallel":
-        w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
+    for ls in after.values():
+        w.norm(p.attn_out, "post_attention_norm", h, ls)
+    for pl, ls in before.items():
+        if pl != "parallel":
+            w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
     routed = lay.mlp == "routed"
     dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
     if sparse := tuple(i for i in every if i not in dense):
         layout_moe.routed(w, sparse)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
-    if after:
-        w.norm(p.mlp_out, "post_ffw_norm", h, every)
-    if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
-        B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    for ls in after.values():
+        w.norm(p.mlp_out, "post_ffw_norm", h, ls)
+    if par := placed.get("parallel"):   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
+        B.add(w.label(f"{p.mlp} + residual", par), "activation", "encoder", len(par), w.tok + (h,), w.tok + (h,),
+              ew=B.b * B.seq * h)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))

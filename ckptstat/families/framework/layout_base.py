@@ -36,8 +36,9 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
 # qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
 # in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
-# in_proj_a (Qwen3.5)
-Linear = Literal["none", "qkvz", "split"]
+# in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
+# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid)
+Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
@@ -107,6 +108,10 @@ class Paths:
     in_z: str = "in_proj_z"
     in_b: str = "in_proj_b"
     in_a: str = "in_proj_a"
+    sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
+    sep_a: str = "a_proj"
+    sep_g: str = "g_proj"
+    sep_conv: tuple[str, str, str] = ("q_conv1d", "k_conv1d", "v_conv1d")   # ... and its conv1d saved split, q / k / v
     conv: str = "conv1d"
     dt_bias: str = "dt_bias"
     a_log: str = "A_log"
@@ -157,6 +162,8 @@ class DecoderLayout:
     # before o_proj (Qwen3-Next's gated attention)
     gated_attention: bool = False
     linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
+    # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
+    linear_placement: Placement | None = None
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -189,6 +196,8 @@ class DecoderLayout:
                            ("router", Router), ("nope", NoPE), ("linear", Linear)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
+        if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
+            raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
 
 
 @dataclass(frozen=True)
@@ -222,7 +231,7 @@ class Walk:
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
         self.modules.append(Module(path, g, shapes, layers or (), experts))
 
-    def linear(self, sub: str, gguf: str, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
+    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
                tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
         shapes = (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
         self.record(sub, gguf, shapes, layers, experts)

@@ -57,12 +57,20 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
     if lay.linear == "qkvz":
         w.linear(la + p.in_qkvz, "ssm_in", h, conv + vd, False, layers)
         w.linear(la + p.in_ba, "ssm_ba", h, 2 * Hv, False, layers)
-    else:
+    elif lay.linear == "split":
         for sub, gguf, width in ((p.in_qkv, "attn_qkv", conv), (p.in_z, "attn_gate", vd), (p.in_b, "ssm_beta", Hv),
                                  (p.in_a, "ssm_alpha", Hv)):
             w.linear(la + sub, gguf, h, width, False, layers)
-    # depthwise, no bias; FlopCounterMode counts the padded output length
-    w.record(la + p.conv, "ssm_conv1d", (("weight", (conv, 1, k)),), layers)
+    else:   # separate (llama.cpp has no such architecture: no names)
+        for sub, width in ((p.q, kd), (p.k, kd), (p.v, vd), (p.sep_b, Hv), (p.sep_a, Hv), (p.sep_g, vd)):
+            w.linear(la + sub, None, h, width, False, layers)
+    # depthwise, no bias; FlopCounterMode counts the padded output length. OLMo-Hybrid's is saved as three, q / k / v
+    # (transformers' conversion_mapping concatenates them on load)
+    if lay.linear == "separate":
+        for sub, width in zip(p.sep_conv, (kd, kd, vd)):
+            w.record(la + sub, None, (("weight", (width, 1, k)),), layers)
+    else:
+        w.record(la + p.conv, "ssm_conv1d", (("weight", (conv, 1, k)),), layers)
     B.add(w.label(f"{la}{p.conv} (+silu)", layers), "conv", "encoder", L, (b, conv, n), (b, conv, n), params=conv * k * L,
           macs=b * (max(n, k) + k - 1) * conv * k, ew=b * n * conv * ew_cost("silu"), weights_per_call=conv * k)
     # beta = sigmoid(b); g = -exp(A_log) x softplus(a + dt_bias): dt_bias has no llama.cpp name of its own (the converter
@@ -70,7 +78,7 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
     w.record(la + p.dt_bias, None, (("", (Hv,)),), layers)
     w.record(la + p.a_log, "ssm_a", (("", (Hv,)),), layers)
     B.add(w.label(f"{la}{p.a_log}, {p.dt_bias} (beta, decay)", layers), "ssm", "encoder", L, (b, n, 2 * Hv), (b, n, 2 * Hv),
-          params=2 * Hv * L, ew=b * n * Hv * (ew_cost("sigmoid") + 12), weights_per_call=2 * Hv)
+          params=2 * Hv * L, ew=b * n * Hv * (ew_cost("sigmoid") + 13), weights_per_call=2 * Hv)
     # q/k L2 norms and the scale, then the chunked rule (its decays, masks and exps as element-wise estimates)
     padded = -(-n // CHUNK) * CHUNK
     B.add(w.label(f"{la}chunked gated delta rule (chunk {CHUNK})", layers), "ssm", "encoder", L, (b, n, conv),
@@ -78,7 +86,7 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
           ew=b * Hv * (n * 2 * dk * ew_cost("rmsnorm") + padded * (3 * CHUNK + 4 * (dk + dv) + 2 * dk * dv // CHUNK)))
     w.norm(la + p.gated_norm, "ssm_norm", dv, layers, residual=False, tokens=w.tok + (Hv,))
     B.activation(w.label(f"{la}{p.gated_norm} x silu(z)", layers), "encoder", w.tok, vd, "silu", L, gated=True)
-    w.linear(la + p.out, "ssm_out", vd, h, False, layers)
+    w.linear(la + (p.o if lay.linear == "separate" else p.out), "ssm_out", vd, h, False, layers)
 
 
 def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
@@ -122,7 +130,8 @@ def hybrid_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
 def from_tensors(lay: DecoderLayout, T: Tensors, key_dim: int) -> tuple[tuple[int, ...], DeltaNet, str]:
     """ArchSpec's linear_layers and deltanet from the shapes of a checkpoint without config.json: the layers holding
     {linear_attn}.{a_log}; the value heads from A_log [Hv], their width from the gated norm [dv], the kernel and the
-    conv's width 2 Hk dk + Hv dv from conv1d [conv, 1, k]. No shape splits the key width Hk dk into heads: dk is
+    conv's width 2 Hk dk + Hv dv from conv1d [conv, 1, k] (the key width from q_conv1d where it is saved
+    split). No shape splits the key width Hk dk into heads: dk is
     assumed `key_dim` (the config class's) where it divides it, else the whole width (one key head); said in the note
     (only the chunked rule's FLOPs depend on it)."""
     p = lay.paths
@@ -132,8 +141,11 @@ def from_tensors(lay: DecoderLayout, T: Tensors, key_dim: int) -> tuple[tuple[in
     first = rf"(^|\.){re.escape(p.layers)}\.{layers[0] if layers else 0}\.{re.escape(p.linear_attn)}\."
     (Hv,) = infer.shape(T, first + re.escape(p.a_log) + "$", f"{p.linear_attn}.{p.a_log}")
     (dv,) = infer.shape(T, first + re.escape(p.gated_norm) + r"\.weight$", f"{p.linear_attn}.{p.gated_norm}")
-    conv, _, k = infer.shape(T, first + re.escape(p.conv) + r"\.weight$", f"{p.linear_attn}.{p.conv}")
-    kd = (conv - Hv * dv) // 2
+    if lay.linear == "separate":   # q_conv1d [Hk dk, 1, k] (k_conv1d alike, v_conv1d [Hv dv, 1, k])
+        kd, _, k = infer.shape(T, first + re.escape(p.sep_conv[0]) + r"\.weight$", f"{p.linear_attn}.{p.sep_conv[0]}")
+    else:
+        conv, _, k = infer.shape(T, first + re.escape(p.conv) + r"\.weight$", f"{p.linear_attn}.{p.conv}")
+        kd = (conv - Hv * dv) // 2
     dk = key_dim if key_dim > 0 and kd % key_dim == 0 and Hv % (kd // key_dim) == 0 else kd
     note = (f"no config: linear_key_head_dim assumed {dk} ({kd // dk} key heads of the key width {kd}; only the chunked "
             "delta rule's FLOPs depend on it)")
