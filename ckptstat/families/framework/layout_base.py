@@ -29,10 +29,16 @@ Shared = Literal["none", "gated", "summed", "averaged"]
 # logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter); topk_sigmoid, the top-k of its logits
 # scattered into -inf elsewhere and a sigmoid over all E (Llama 4's Llama4Router)
 Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
-# a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
-# on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
-# Qwen3-Next's linear, Jamba's state-space)
+# a layer's token mixer: full and sliding softmax attention and linear attention (a gated DeltaNet on
+# ArchSpec.linear_layers, DecoderLayout.linear) are walked per layer today (DeepSeek's latent attention, on every layer,
+# is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
+# qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
+# in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
+# in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
+# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid)
+Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
@@ -115,6 +121,22 @@ class Paths:
     cross_attn_gate: str = "cross_attn_attn_gate"
     cross_mlp_gate: str = "cross_attn_mlp_gate"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
+    linear_attn: str = "linear_attn"      # a linear layer's mixer: {linear_attn}.{in_qkvz, in_ba | in_qkv, in_z, in_b, in_a},
+    in_qkvz: str = "in_proj_qkvz"         # {conv}, {dt_bias}, {a_log}, {gated_norm}, {out}
+    in_ba: str = "in_proj_ba"
+    in_qkv: str = "in_proj_qkv"
+    in_z: str = "in_proj_z"
+    in_b: str = "in_proj_b"
+    in_a: str = "in_proj_a"
+    sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
+    sep_a: str = "a_proj"
+    sep_g: str = "g_proj"
+    sep_conv: tuple[str, str, str] = ("q_conv1d", "k_conv1d", "v_conv1d")   # ... and its conv1d saved split, q / k / v
+    conv: str = "conv1d"
+    dt_bias: str = "dt_bias"
+    a_log: str = "A_log"
+    gated_norm: str = "norm"
+    out: str = "out_proj"
 
 
 @dataclass(frozen=True)
@@ -156,6 +178,12 @@ class DecoderLayout:
     # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
     # attn_sub_norm, ffn_sub_norm)
     sub_norms: bool = False
+    # the attention's output gated: q_proj twice as wide, its second half per head g, the attention's output x sigmoid(g)
+    # before o_proj (Qwen3-Next's gated attention)
+    gated_attention: bool = False
+    linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
+    # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
+    linear_placement: Placement | None = None
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -202,9 +230,11 @@ class DecoderLayout:
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE),
-                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate)):
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
+        if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
+            raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
 
 
 @dataclass(frozen=True)
