@@ -37,7 +37,8 @@ def _weights(m, tp):
 
 
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
-        ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM")]
+        ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
+        ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -154,6 +155,36 @@ PUBLISHED = {
         layer_types=["attention" if i in (5, 15, 25, 35) else "mamba" for i in range(40)]), None),
     "gemma3n_text": ("Gemma3nForCausalLM", {}, None),
 }
+
+
+# published sizes the static path answers (families/mamba2.py, bamba.py: layout_ssm.py's Mamba2 mixer): Mamba2Config's
+# defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers 9, 18 and 27), not a
+# checked config.json
+PUBLISHED_STATIC = {
+    "mamba2": ("Mamba2ForCausalLM", {}),
+    "bamba": ("BambaForCausalLM", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, attn_layer_indices=[9, 18, 27], mamba_n_heads=128, mamba_d_head=64, mamba_d_state=128,
+        mamba_n_groups=1, mamba_chunk_size=256, mamba_expand=2, mamba_d_conv=4)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", PUBLISHED_STATIC)
+def test_published_sizes_static_equals_meta(tmp_path, model_type):
+    """Where the static path answers at published size, the meta path gives the same parameters, FLOPs (within one
+    chunk of 256 and across chunks) and cache bytes at 4,096 tokens."""
+    arch, kwargs = PUBLISHED_STATIC[model_type]
+    cfg = T.AutoConfig.for_model(model_type, **kwargs)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")))
+    static = load(str(path))
+    m = meta.model_of(json.loads(path.read_text()), str(path), str(path))
+    assert static.oracle is None and m.oracle is not None
+    assert static.params == m.params
+    for seq in (32, 300):
+        assert flops.run(static, 1, seq)["totals"]["flops"] == flops.run(m, 1, seq)["totals"]["flops"], seq
+    assert _kv(static, 1, 4096, 2) == _kv(m, 1, 4096, 2) > 0
 
 
 @pytest.mark.slow

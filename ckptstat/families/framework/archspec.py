@@ -19,6 +19,28 @@ class Latent:
     v_head_dim: int
 
 
+@dataclass(frozen=True)
+class SSM:
+    """A Mamba2 state-space mixer's sizes (layout_ssm.py; transformers' Mamba2Mixer and its copies in Bamba, Granite 4,
+    NemotronH, FalconH1, Zamba2): heads x head_dim channels (`intermediate`, expand x hidden), a state of `state` per
+    head and group of B/C, a depthwise conv1d of `conv_kernel` over x, B and C, the chunked scan's chunk length, and
+    whether the conv1d and in_proj/out_proj have biases."""
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv_kernel: int
+    chunk: int
+    intermediate: int
+    conv_bias: bool
+    bias: bool
+
+    @property
+    def conv_dim(self) -> int:
+        """The conv1d's channels: x, B and C (intermediate + 2 x groups x state)."""
+        return self.intermediate + 2 * self.groups * self.state
+
+
 class Variant:
     """What one family alone switches or sizes (OPT's final LayerNorm, Falcon's decoder generation, Mamba's state
     size, a CLIP tower's sizes): a frozen dataclass in the family's module that subclasses this, carried in
@@ -108,6 +130,10 @@ class ArchSpec:
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
+    # the Mamba2 mixer's sizes (None: no state-space layers) and the layers whose token mixer it is in place of attention
+    # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
+    ssm: SSM | None = None
+    ssm_layers: tuple[int, ...] = ()
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

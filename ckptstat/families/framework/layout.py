@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_moe
-from .archspec import ArchSpec, Latent
+from . import decoders, infer, layout_moe, layout_ssm
+from .archspec import SSM, ArchSpec, Latent
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
@@ -35,11 +35,13 @@ __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "
 
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
-    """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
-    window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
-    by them); a layout family with another kind adds it here and a branch in `walk`."""
-    marked = set(s.sliding_layers)
-    return tuple("sliding" if s.sliding_window and (not marked or i in marked) else "full" for i in range(s.layers))
+    """Each layer's token mixer: the Mamba2 state-space mixer on ArchSpec.ssm_layers (layout_ssm.py); attention
+    elsewhere, sliding on ArchSpec.sliding_layers (every layer when that is empty and a window is set), full
+    otherwise (ops.window_groups splits the attention by them); a layout family with another kind adds it here
+    and a branch in `walk`."""
+    marked, ssm = set(s.sliding_layers), set(s.ssm_layers)
+    return tuple("state_space" if i in ssm else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
+                 for i in range(s.layers))
 
 
 def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
@@ -49,32 +51,36 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     h, a, g, d, f, L = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers
     rot = s.rope_dim or d
     every = tuple(range(L))
+    kinds = attention_kinds(s)
+    att = tuple(i for i in every if kinds[i] != "state_space")
     w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
-    for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
+    for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if att else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
+    if ssm := tuple(i for i in every if i not in att):
+        layout_ssm.mamba2(w, ssm)
     if lay.latent:
-        layout_moe.latent(w, every)
-    else:
+        layout_moe.latent(w, att)
+    elif att:
         if lay.fused_qkv:
-            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, att)
         else:
             for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
-                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
+                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, att)
         for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
             if not s.qk_norm:
                 break
             if lay.qk_norm == "head":      # Qwen3: over each head's d
-                w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
+                w.norm(at + sub, gguf, d, att, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
-                w.norm(at + sub, gguf, heads * d, every, residual=False)
-        if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
+                w.norm(at + sub, gguf, heads * d, att, residual=False)
+        if roped := len(att) - len(set(s.nope_layers) & set(att)):   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
@@ -83,21 +89,23 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0), layers=att)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
-                  (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), att)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", att), "attention", "encoder",
+                  len(att), (a,), (B.b, a, B.seq, 1), params=a * len(att), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+                  weights_per_call=a)
         if lay.sub_norms:
-            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
-        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, att, residual=False)
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, att)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
-    if before and lay.placement != "parallel":
+    if before and lay.placement != "parallel" and lay.mlp != "none":
         w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
     routed = lay.mlp == "routed"
-    dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
-    if sparse := tuple(i for i in every if i not in dense):
+    dense = (tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed
+             else () if lay.mlp == "none" else every)
+    if sparse := tuple(i for i in every if i not in dense and routed):
         layout_moe.routed(w, sparse)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
@@ -137,7 +145,10 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
-                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
+                 ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
+                         bias=True) if lay.hybrid != "none" else None,
+                 ssm_layers={"none": (), "all": (0, 1), "attn_indices": (0,)}[lay.hybrid])
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -211,7 +222,22 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
-                    **sliding, **c.common)
+                    **hybrid(lay, c, L), **sliding, **c.common)
+
+
+def hybrid(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
+    """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
+    the layers it mixes (Bamba: those not in attn_layer_indices)."""
+    if lay.hybrid == "none":
+        return {}
+    every = tuple(range(layers))
+    if lay.hybrid == "all":
+        return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
+    marked = c.get("attn_layer_indices", default=None) or []
+    if not isinstance(marked, list) or any(type(i) is not int for i in marked):
+        raise UsageError(f"{c.path}: config attn_layer_indices is not a list of layer indices")
+    return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")),
+                ssm_layers=tuple(i for i in every if i not in marked))
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
@@ -275,6 +301,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         return module(lay, gguf) is not None and infer.has(T, pattern(lay, gguf, "bias"))
 
     V, h = shape("token_embd")
+    hybrid = ssm_from_tensors(lay, T, common["model_type"])
     if lay.fused_qkv:
         q = shape("attn_output")[1]                 # o_proj reads the a x d query width
         kv = (shape("attn_qkv")[0] - q) // 2
@@ -313,7 +340,32 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
-                    assumptions=tuple(notes), **moe, **common)
+                    **dict(hybrid, assumptions=tuple(notes) + hybrid.get("assumptions", ())), **moe, **common)
+
+
+def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[str, Any]:
+    """The ArchSpec fields of a hybrid layout's state-space layers read from shapes (DecoderLayout.hybrid): heads from
+    A_log, the intermediate from the gated norm, conv_dim and the kernel from conv1d, the layers those hold; the groups
+    of B and C (only their product with the state shows) and the chunk length are `model_type`'s config class defaults,
+    said in the assumptions."""
+    if lay.hybrid == "none":
+        return {}
+    def shape(gguf: str, suffix: str = r"\.weight") -> tuple[int, ...]:
+        return infer.shape(T, r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + suffix + "$", f"{lay.paths.ssm} {gguf}")
+
+    heads, inter = shape("ssm_a", "")[0], shape("ssm_norm")[0]   # A_log: no .weight
+    cd, _, k = shape("ssm_conv1d")
+    keys = lay.ssm_keys
+    groups = int(class_default(model_type, keys.groups))
+    groups = groups if (cd - inter) % (2 * groups) == 0 else 1
+    chunk = int(class_default(model_type, keys.chunk))
+    m = SSM(heads=heads, head_dim=inter // heads, state=(cd - inter) // (2 * groups), groups=groups, conv_kernel=k,
+            chunk=chunk, intermediate=inter, conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
+            bias=infer.has(T, pattern(lay, "ssm_in", "bias")))
+    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
+    layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
+    why = f"no config: {keys.groups} assumed {groups} and {keys.chunk} {chunk} ({model_type}'s config class defaults)"
+    return dict(ssm=m, ssm_layers=layers, assumptions=(why,))
 
 
 def routed_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str,
