@@ -219,9 +219,9 @@ def split(m: Model, plan: Plan) -> Split:
         elif op.params:
             dim = op.out_shape[-1] if op.out_shape else 1
             rows = op.params // dim if op.kind == "embedding" and dim else 0
-            # a state-space mixer's depthwise conv1d splits by channels with its in_proj (meta.param_ops: a convolution's
-            # weight like a linear's)
-            sharded = op.kind == "embedding" and rows == s.vocab or op.kind == "conv" and where == "layers"
+            # a state-space mixer's depthwise conv1d and Mamba1's A_log [i, N] split by channels with its in_proj
+            # (meta.param_ops: a convolution's weight and any 2-D parameter like a linear's)
+            sharded = op.kind == "embedding" and rows == s.vocab or op.kind in ("conv", "ssm_weight") and where == "layers"
             # Adafactor factors a 2-D table into rows + cols; anything else is counted unfactored
             factored = rows + dim if op.kind == "embedding" and rows else op.params
             # a norm's tensors are vectors of the width; an embedding one table; other modules: assumed large

@@ -21,10 +21,12 @@ class Latent:
 
 @dataclass(frozen=True)
 class SSM:
-    """A Mamba2 state-space mixer's sizes (layout_ssm.py; transformers' Mamba2Mixer and its copies in Bamba, Granite 4,
-    NemotronH, FalconH1, Zamba2): heads x head_dim channels (`intermediate`, expand x hidden), a state of `state` per
-    head and group of B/C, a depthwise conv1d of `conv_kernel` over x, B and C, the chunked scan's chunk length, and
-    whether the conv1d and in_proj/out_proj have biases."""
+    """A state-space mixer's sizes (layout_ssm.py). Mamba2 (dt_rank 0; transformers' Mamba2Mixer and its copies in Bamba,
+    Granite 4, NemotronH, FalconH1, Zamba2): heads x head_dim channels (`intermediate`, expand x hidden), a state of
+    `state` per head and group of B/C, a depthwise conv1d of `conv_kernel` over x, B and C, the chunked scan's chunk
+    length, and whether the conv1d and in_proj/out_proj have biases. Mamba1 (dt_rank > 0: Jamba's JambaMambaMixer,
+    x_proj and dt_proj of that rank): one head of width 1 per channel (heads = intermediate, head_dim 1, groups 0: the
+    conv over x alone), a state of `state` per channel, no chunks."""
     heads: int
     head_dim: int
     state: int
@@ -34,6 +36,7 @@ class SSM:
     intermediate: int
     conv_bias: bool
     bias: bool
+    dt_rank: int = 0
 
     @property
     def conv_dim(self) -> int:

@@ -57,14 +57,14 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
-    for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if att else ():
+    for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if att and lay.nope != "all" else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
     if ssm := tuple(i for i in every if i not in att):
-        layout_ssm.mamba2(w, ssm)
+        layout_ssm.mixer(w, ssm)
     if lay.latent:
         layout_moe.latent(w, att)
     elif att:
@@ -147,8 +147,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
-                         bias=True) if lay.hybrid != "none" else None,
-                 ssm_layers={"none": (), "all": (0, 1), "attn_indices": (0,)}[lay.hybrid])
+                         bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
+                 ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)))
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -218,7 +218,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
-                    else _zero_theta(c, L) if lay.nope == "theta" else (),
+                    else _zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -233,7 +233,11 @@ def hybrid(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
     every = tuple(range(layers))
     if lay.hybrid == "all":
         return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
-    marked = c.get("attn_layer_indices", default=None) or []
+    if lay.hybrid == "period":   # JambaConfig.layers_block_type
+        period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
+        marked = [i for i in every if period and i % period == offset]
+    else:
+        marked = c.get("attn_layer_indices", default=None) or []
     if not isinstance(marked, list) or any(type(i) is not int for i in marked):
         raise UsageError(f"{c.path}: config attn_layer_indices is not a list of layer indices")
     return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")),
@@ -321,7 +325,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
     L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
     if lay.mlp == "routed":
-        f, experts = infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate"), shape("ffn_gate_inp")[0]
+        f, experts = (infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate", lay.paths.mlp),
+                      shape("ffn_gate_inp")[0])
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
             router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
@@ -353,6 +358,13 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     def shape(gguf: str, suffix: str = r"\.weight") -> tuple[int, ...]:
         return infer.shape(T, r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + suffix + "$", f"{lay.paths.ssm} {gguf}")
 
+    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
+    layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
+    if lay.ssm_keys.dt_rank is not None:   # Mamba1: A_log [i, N], dt_proj [i, r]
+        (i, N), (_, r), (_, _, k) = shape("ssm_a", ""), shape("ssm_dt"), shape("ssm_conv1d")
+        return dict(ssm=SSM(heads=i, head_dim=1, state=N, groups=0, conv_kernel=k, chunk=0, intermediate=i,
+                            conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
+                            bias=infer.has(T, pattern(lay, "ssm_in", "bias")), dt_rank=r), ssm_layers=layers)
     heads, inter = shape("ssm_a", "")[0], shape("ssm_norm")[0]   # A_log: no .weight
     cd, _, k = shape("ssm_conv1d")
     keys = lay.ssm_keys
@@ -362,8 +374,6 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     m = SSM(heads=heads, head_dim=inter // heads, state=(cd - inter) // (2 * groups), groups=groups, conv_kernel=k,
             chunk=chunk, intermediate=inter, conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
             bias=infer.has(T, pattern(lay, "ssm_in", "bias")))
-    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
-    layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
     why = f"no config: {keys.groups} assumed {groups} and {keys.chunk} {chunk} ({model_type}'s config class defaults)"
     return dict(ssm=m, ssm_layers=layers, assumptions=(why,))
 

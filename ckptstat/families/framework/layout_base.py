@@ -36,11 +36,12 @@ Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
-# layers whose config layer_rope_theta is 0 (GraniteSWA)
-NoPE = Literal["none", "flags", "global", "theta"]
+# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
+NoPE = Literal["none", "flags", "global", "theta", "all"]
 # which layers' token mixer is the Mamba2 state-space mixer (layout_ssm.py; ArchSpec.ssm_layers) in place of attention:
-# none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba)
-Hybrid = Literal["none", "all", "attn_indices"]
+# none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
+# attn_layer_period-th from attn_layer_offset (Jamba)
+Hybrid = Literal["none", "all", "attn_indices", "period"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -122,11 +123,15 @@ class SSMKeys:
     expand: str = "expand"
     conv_bias: str = "use_conv_bias"
     bias: str = "use_bias"
+    dt_rank: str | None = None            # Mamba1's x_proj / dt_proj rank ("auto": ceil(hidden / 16)); None: Mamba2
 
 
 BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
                      conv_kernel="mamba_d_conv", chunk="mamba_chunk_size", expand="mamba_expand",
                      conv_bias="mamba_conv_bias", bias="mamba_proj_bias")
+# Jamba's Mamba1 mixer (no heads, groups or chunks)
+JAMBA_KEYS = SSMKeys(state="mamba_d_state", conv_kernel="mamba_d_conv", expand="mamba_expand", conv_bias="mamba_conv_bias",
+                     bias="mamba_proj_bias", dt_rank="mamba_dt_rank")
 
 
 @dataclass(frozen=True)

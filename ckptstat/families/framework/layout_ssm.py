@@ -32,6 +32,12 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     """The mixer's sizes as the config class reads them: intermediate = expand x hidden; a head_dim of "auto"
     (Bamba's, or none saved) is intermediate / heads. The mixer views its intermediate channels as heads x
     head_dim: a config where those differ builds no model this template describes."""
+    if keys.dt_rank is not None:   # Mamba1: a head of width 1 per channel
+        inter, r = c.int(keys.expand, default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
+        return SSM(heads=inter, head_dim=1, state=c.int(keys.state, default=FROM_CLASS), groups=0,
+                   conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=0, intermediate=inter,
+                   conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)), bias=bool(c.get(keys.bias, default=FROM_CLASS)),
+                   dt_rank=-(-hidden // 16) if r in (None, "auto") else c.int(keys.dt_rank))
     heads, inter = c.int(keys.heads, default=FROM_CLASS), c.int(keys.expand, default=FROM_CLASS) * hidden
     d = c.get(keys.head_dim, default=None)
     head_dim = inter // max(heads, 1) if d in (None, "auto") else c.int(keys.head_dim)
@@ -62,21 +68,56 @@ def state_elements(m: SSM) -> int:
     return m.conv_dim * m.conv_kernel + m.heads * m.head_dim * m.state
 
 
-def mamba2(w: Walk, layers: tuple[int, ...]) -> None:
-    """The Mamba2 mixer at {ssm} (Paths.ssm) of `layers`, after the layer's input norm."""
-    s, B, p = w.s, w.B, w.lay.paths
-    m = s.ssm
-    assert m is not None
-    b, n, h, L = B.b, B.seq, s.hidden, len(layers)
-    x, cd, k = f"{p.ssm}.", m.conv_dim, m.conv_kernel
-    w.linear(x + "in_proj", "ssm_in", h, m.intermediate + cd + m.heads, m.bias, layers)
-    conv = (("weight", (cd, 1, k)),) + ((("bias", (cd,)),) if m.conv_bias else ())
-    w.record(x + "conv1d", "ssm_conv1d", conv, layers)
-    # the conv weight here (the planner splits it over tensor parallelism like a linear's); its bias, a vector, with the
-    # mixer's other vectors below (replicated)
+def _conv(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
+    """The depthwise conv1d over conv_dim channels (+ silu). Its weight here (the planner splits it over tensor
+    parallelism like a linear's); its bias, a vector, with the mixer's other vectors (replicated)."""
+    B, x, cd, k, L = w.B, f"{w.lay.paths.ssm}.", m.conv_dim, m.conv_kernel, len(layers)
+    b, n = B.b, B.seq
+    w.record(x + "conv1d", "ssm_conv1d", (("weight", (cd, 1, k)),) + ((("bias", (cd,)),) if m.conv_bias else ()), layers)
     B.add(w.label(x + "conv1d (+silu)", layers), "conv", "encoder", L, (b, cd, n), (b, cd, n), params=cd * k * L,
           macs=b * (max(n, k) + k - 1) * cd * k, ew=b * n * cd * (4 + (1 if m.conv_bias else 0)),
           weights_per_call=cd * k)
+
+
+def mixer(w: Walk, layers: tuple[int, ...]) -> None:
+    """The state-space mixer at {ssm} (Paths.ssm) of `layers`, after the layer's input norm: Mamba1's where the spec's
+    SSM has a dt_rank, else Mamba2's."""
+    m = w.s.ssm
+    assert m is not None
+    (mamba1 if m.dt_rank else mamba2)(w, layers, m)
+
+
+def mamba1(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
+    """JambaMambaMixer off CUDA (modeling_jamba.py; mamba_selective_scan's recurrent loop): in_proj (h -> 2i: x and
+    the gate), the conv1d over x, x_proj (i -> r + 2N), RMSNorms over dt, B and C (dt_layernorm, b_layernorm,
+    c_layernorm), dt_proj's weight as a matmul (its bias added in the softplus), A_log [i, N] and D [i], the scan one
+    [b, i, N] @ [b, N, 1] matmul per token, out_proj."""
+    s, B, x = w.s, w.B, f"{w.lay.paths.ssm}."
+    b, n, h, i, N, r, L = B.b, B.seq, s.hidden, m.intermediate, m.state, m.dt_rank, len(layers)
+    w.linear(x + "in_proj", "ssm_in", h, 2 * i, m.bias, layers)
+    _conv(w, layers, m)
+    w.linear(x + "x_proj", "ssm_x", i, r + 2 * N, False, layers)
+    for sub, gguf, dim in (("dt_layernorm", "ssm_dt_norm", r), ("b_layernorm", "ssm_b_norm", N),
+                           ("c_layernorm", "ssm_c_norm", N)):
+        w.norm(x + sub, gguf, dim, layers, residual=False)
+    w.linear(x + "dt_proj", "ssm_dt", r, i, True, layers)
+    w.record(x + "A_log", "ssm_a", (("", (i, N)),), layers)
+    w.record(x + "D", "ssm_d", (("", (i,)),), layers)
+    # A_log [i, N], a matrix the planner splits by channels (as the meta path splits every 2-D parameter)
+    B.add(w.label(x + "A_log (exp, x dt)", layers), "ssm_weight", "encoder", L, (i, N), (b, i, n, N), params=i * N * L,
+          ew=b * n * i * N * 2, weights_per_call=i * N)
+    vectors = i + (i if m.conv_bias else 0)
+    B.add(w.label(x + "scan (state @ C per token; D, conv1d.bias)", layers), "ssm", "encoder", L, (b, i, n, N),
+          (b, i, n), params=vectors * L, macs=b * n * i * N, ew=b * n * i * (4 * N + 6), weights_per_call=vectors)
+    w.linear(x + "out_proj", "ssm_out", i, h, m.bias, layers)
+
+
+def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
+    """Mamba2Mixer (the module docstring)."""
+    s, B, x = w.s, w.B, f"{w.lay.paths.ssm}."
+    b, n, h, L, cd = B.b, B.seq, s.hidden, len(layers), m.conv_dim
+    w.linear(x + "in_proj", "ssm_in", h, m.intermediate + cd + m.heads, m.bias, layers)
+    _conv(w, layers, m)
     for name, gguf in (("dt_bias", None), ("A_log", "ssm_a"), ("D", "ssm_d")):
         w.record(x + name, gguf, (("", (m.heads,)),), layers)
     # softplus(dt + dt_bias), x dt, A dt, the segment sums and their exps, D's skip: element-wise
