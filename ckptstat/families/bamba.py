@@ -21,7 +21,12 @@ FAMILY = Family(
     # no GGUF table: llama.cpp converts BambaForCausalLM as `granitehybrid`, the architecture Granite 4's hybrids
     # (GraniteMoeHybrid, other HF names for the same llama.cpp tensors) convert to too; a granitehybrid file is not
     # claimed until one family can tell the two by their names (Family.gguf_table)
-    **{**layout.family_fields({"bamba": BAMBA}, "ssm_in"), "gguf_tensor_names": ()},
+    **{**layout.family_fields({"bamba": BAMBA}, "ssm_norm"), "gguf_tensor_names": ()},
+    # the signature is the mixer's gated norm (FalconH1's mixer has none by default: mamba_rms_norm); Granite 4's hybrids
+    # (GraniteMoeHybrid) and Zamba2 hold it at model.layers.N.mamba too, beside their shared MLP / shared transformer.
+    # (A FalconH1 with mamba_rms_norm, attention and mixer in every layer, shows no name of its own: read as bamba
+    # without config.json)
+    signature_without=r"(^|[./])(shared_mlp|block_sparse_moe|shared_transformer|mamba_decoder)[./]",
     samples=(
         Sample("BambaConfig", _SIZES, ("BambaForCausalLM", "BambaModel")),
         Sample("BambaConfig", dict(_SIZES, attn_layer_indices=[0, 2], attention_bias=True, mlp_bias=True,

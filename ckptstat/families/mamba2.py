@@ -49,6 +49,8 @@ FAMILY = Family(
        "tie_rules": (TieRule("lm_head.weight", "backbone.embeddings.weight", "config", heads=("lm",)),),
        # the states are split by heads under tensor parallelism
        "cache_heads": lambda s: s.ssm.heads if s.ssm else 0},
+    # NemotronH's files hold Mamba2 mixers at backbone.layers.N.mixer too, beside attention, MLP and MoE mixers
+    signature_without=r"(^|[./])mixer[./](q_proj|up_proj|experts|gate)[./]",
     samples=(
         # the sequence 8 fills two chunks of 4 and 16 four; 2 groups of B and C over 8 heads
         Sample("Mamba2Config", _SIZES, ("Mamba2ForCausalLM", "Mamba2Model")),
