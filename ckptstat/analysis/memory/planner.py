@@ -458,7 +458,10 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         heads = cache_heads(m)
         heads_split = min(plan.tp, heads) if heads else 1
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
-            extra = (f"; / {heads_split} (KV heads over tp {plan.tp}"
+            # a hybrid's state-space states split with the KV heads (a Mamba-only model's by its mixer's heads:
+            # Family.cache_heads), as Megatron and vLLM shard the mixer by heads (transformers' own tp plans leave it whole)
+            what = ("KV and state-space" if m.spec.ssm_layers and m.spec.heads else "state-space") if m.spec.ssm else "KV"
+            extra = (f"; / {heads_split} ({what} heads over tp {plan.tp}"
                      f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""

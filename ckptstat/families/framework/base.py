@@ -334,10 +334,10 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     if s.ssm is not None:
         m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, 4)
         na, state = s.layers - ns, m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb
+        kv = f"{na} attention layers x 2 x g x d x s x {ab} B (= {per * na:,} B/token) + " if na else ""
         return [(f"b={b}, s={n}", b * (per * na * n + state * ns),
-                 f"{na} attention layers x 2 x g x d x s x {ab} B (= {per * na:,} B/token) + {ns} state-space layers x "
-                 f"(conv_dim x conv_kernel x {ab} B + heads x head_dim x state x {rb} B, float32) "
-                 f"(= {state * ns:,} B/sequence), x b")]
+                 f"{kv}{ns} state-space layers x (conv_dim x conv_kernel x {ab} B + heads x head_dim x state x {rb} B, "
+                 f"float32) (= {state * ns:,} B/sequence, any s), x b")]
     w = s.sliding_window
     ns = (len(s.sliding_layers) or s.layers) if w else 0
     if not w or not ns:
