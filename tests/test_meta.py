@@ -38,7 +38,8 @@ def _weights(m, tp):
 
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
         ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
-        ("qwen3_next", "Qwen3NextForCausalLM")]
+        ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
+        ("jamba", "JambaForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -69,10 +70,6 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
 
 # tiny configs of architectures no family module models (transformers 5's config classes)
 HYBRIDS = {
-    "jamba": ("JambaForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=99, num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1,
-        expert_layer_period=2, expert_layer_offset=1, mamba_d_state=8, mamba_dt_rank=4)),
     "falcon_h1": ("FalconH1ForCausalLM", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         head_dim=8, vocab_size=99, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, mamba_n_groups=1,
@@ -116,9 +113,9 @@ def test_meta_path_answers_what_no_template_models(tmp_path, cli, model_type):
 
 
 def test_refusal_names_the_run_extra_when_transformers_is_absent(tmp_path, monkeypatch, cli):
-    arch, kwargs = HYBRIDS["jamba"]
+    arch, kwargs = HYBRIDS["falcon_h1"]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(dict(T.AutoConfig.for_model("jamba", **kwargs).to_dict(), architectures=[arch])))
+    path.write_text(json.dumps(dict(T.AutoConfig.for_model("falcon_h1", **kwargs).to_dict(), architectures=[arch])))
     monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(path))
     assert code == 2 and not out and err.count("\n") == 1 and "`run` extra" in err and "meta device" in err
@@ -134,12 +131,6 @@ PUBLISHED = {
         shared_expert_intermediate_size=512, full_attention_interval=4, linear_num_key_heads=16,
         linear_num_value_heads=32, linear_key_head_dim=128, linear_value_head_dim=128, linear_conv_kernel_dim=4,
         partial_rotary_factor=0.25, max_position_embeddings=262144), (80e9, 3e9)),
-    # ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card)
-    "jamba": ("JambaForCausalLM", dict(
-        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
-        vocab_size=65536, num_experts=16, num_experts_per_tok=2, attn_layer_period=8, attn_layer_offset=4,
-        expert_layer_period=2, expert_layer_offset=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
-        mamba_dt_rank=256), (52e9, 12e9)),
     # FalconH1Config's defaults; a Granite-4 hybrid MoE at the sizes written here (recalled, not a checked config.json:
     # no model-card total asserted); Gemma3nTextConfig's defaults (Gemma-3n E4B's text model)
     "falcon_h1": ("FalconH1ForCausalLM", {}, None),
@@ -154,6 +145,45 @@ PUBLISHED = {
 
 # published sizes an op template also answers (the static path)
 STATIC = ("qwen3_next",)
+
+
+# published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py: layout_ssm.py's mixers): Mamba2Config's
+# defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers 9, 18 and 27), not a
+# checked config.json; ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card). The token lengths: within
+# one chunk of 256 and across chunks (Jamba's Mamba1 scan has no chunks and loops over tokens on meta: 32 alone)
+PUBLISHED_STATIC = {
+    "mamba2": ("Mamba2ForCausalLM", {}, (32, 300), None),
+    "bamba": ("BambaForCausalLM", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=128256, attn_layer_indices=[9, 18, 27], mamba_n_heads=128, mamba_d_head=64, mamba_d_state=128,
+        mamba_n_groups=1, mamba_chunk_size=256, mamba_expand=2, mamba_d_conv=4), (32, 300), None),
+    "jamba": ("JambaForCausalLM", dict(
+        hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32, num_key_value_heads=8,
+        vocab_size=65536, num_experts=16, num_experts_per_tok=2, attn_layer_period=8, attn_layer_offset=4,
+        expert_layer_period=2, expert_layer_offset=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
+        mamba_dt_rank=256), (32,), (52e9, 12e9)),
+}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model_type", PUBLISHED_STATIC)
+def test_published_sizes_static_equals_meta(tmp_path, model_type):
+    """Where the static path answers at published size, the meta path gives the same parameters, active parameters,
+    FLOPs and cache bytes at 4,096 tokens (and the model card's totals where it gives them)."""
+    arch, kwargs, seqs, card = PUBLISHED_STATIC[model_type]
+    cfg = T.AutoConfig.for_model(model_type, **kwargs)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")))
+    static = load(str(path))
+    m = meta.model_of(json.loads(path.read_text()), str(path), str(path))
+    assert static.oracle is None and m.oracle is not None
+    assert static.params == m.params
+    assert static.predicted.get("active") == m.predicted.get("active")
+    if card:
+        assert abs(static.params - card[0]) / card[0] < 0.03 and abs(static.predicted["active"] - card[1]) / card[1] < 0.1
+    for seq in seqs:
+        assert flops.run(static, 1, seq)["totals"]["flops"] == flops.run(m, 1, seq)["totals"]["flops"], seq
+    assert _kv(static, 1, 4096, 2) == _kv(m, 1, 4096, 2) > 0
 
 
 @pytest.mark.slow

@@ -220,10 +220,11 @@ def split(m: Model, plan: Plan) -> Split:
         elif op.params:
             dim = op.out_shape[-1] if op.out_shape else 1
             rows = op.params // dim if op.kind == "embedding" and dim else 0
-            # a 1-D convolution inside the layers (a state-space or gated DeltaNet mixer's depthwise conv1d): its
-            # channels are the heads tensor parallelism splits, so it is split with them (as the meta path places it)
+            # a 1-D convolution inside the layers (a state-space or gated DeltaNet mixer's depthwise conv1d) and Mamba1's
+            # A_log [i, N]: their channels are the heads tensor parallelism splits, so they are split with them (as the
+            # meta path places a convolution's weight and any 2-D parameter: meta.param_ops)
             conv = op.kind == "conv" and where == "layers" and len(op.in_shape) == 3
-            sharded = op.kind == "embedding" and rows == s.vocab or conv
+            sharded = op.kind == "embedding" and rows == s.vocab or conv or op.kind == "ssm_weight" and where == "layers"
             # Adafactor factors a 2-D table into rows + cols; anything else is counted unfactored
             factored = rows + dim if op.kind == "embedding" and rows else op.params
             # a norm's tensors are vectors of the width; an embedding one table; other modules: assumed large
@@ -460,7 +461,10 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         heads = cache_heads(m)
         heads_split = min(plan.tp, heads) if heads else 1
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
-            extra = (f"; / {heads_split} (KV heads over tp {plan.tp}"
+            # a hybrid's state-space states split with the KV heads (a Mamba-only model's by its mixer's heads:
+            # Family.cache_heads), as Megatron and vLLM shard the mixer by heads (transformers' own tp plans leave it whole)
+            what = ("KV and state-space" if m.spec.ssm_layers and m.spec.heads else "state-space") if m.spec.ssm else "KV"
+            extra = (f"; / {heads_split} ({what} heads over tp {plan.tp}"
                      f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""

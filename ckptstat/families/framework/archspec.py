@@ -30,6 +30,31 @@ class DeltaNet:
     conv_kernel: int
 
 
+@dataclass(frozen=True)
+class SSM:
+    """A state-space mixer's sizes (layout_ssm.py). Mamba2 (dt_rank 0; transformers' Mamba2Mixer and its copies in Bamba,
+    Granite 4, NemotronH, FalconH1, Zamba2): heads x head_dim channels (`intermediate`, expand x hidden), a state of
+    `state` per head and group of B/C, a depthwise conv1d of `conv_kernel` over x, B and C, the chunked scan's chunk
+    length, and whether the conv1d and in_proj/out_proj have biases. Mamba1 (dt_rank > 0: Jamba's JambaMambaMixer,
+    x_proj and dt_proj of that rank): one head of width 1 per channel (heads = intermediate, head_dim 1, groups 0: the
+    conv over x alone), a state of `state` per channel, no chunks."""
+    heads: int
+    head_dim: int
+    state: int
+    groups: int
+    conv_kernel: int
+    chunk: int
+    intermediate: int
+    conv_bias: bool
+    bias: bool
+    dt_rank: int = 0
+
+    @property
+    def conv_dim(self) -> int:
+        """The conv1d's channels: x, B and C (intermediate + 2 x groups x state)."""
+        return self.intermediate + 2 * self.groups * self.state
+
+
 class Variant:
     """What one family alone switches or sizes (OPT's final LayerNorm, Falcon's decoder generation, Mamba's state
     size, a CLIP tower's sizes): a frozen dataclass in the family's module that subclasses this, carried in
@@ -126,6 +151,10 @@ class ArchSpec:
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)
     cross_layers: tuple[int, ...] = ()
+    # the Mamba2 mixer's sizes (None: no state-space layers) and the layers whose token mixer it is in place of attention
+    # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
+    ssm: SSM | None = None
+    ssm_layers: tuple[int, ...] = ()
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

@@ -327,8 +327,18 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     sliding_layers, or on every layer when that is empty) a sliding layer's DynamicSlidingWindowLayer
     (transformers cache_utils.py) keeps only the last sliding_window - 1 tokens (the token being decoded
     completes the window; a window of 1 slices [-0:], i.e. keeps all). A second line, where it differs:
-    StaticCache's StaticSlidingWindowLayer and rolling-window kernels keep the whole window."""
+    StaticCache's StaticSlidingWindowLayer and rolling-window kernels keep the whole window. A hybrid's
+    state-space layers (ArchSpec.ssm_layers) hold no K/V but a LinearAttentionLayer's conv state [b, conv_dim, k] and
+    recurrent state [b, heads, head_dim, N] each, whatever s (layout_ssm.py); the recurrent state in float32 whatever
+    the model's dtype (mamba2_chunk_scan computes in float32 and the cache keeps what it returns)."""
     per = 2 * s.kv_heads * s.head_dim * ab
+    if s.ssm is not None:
+        m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, 4)
+        na, state = s.layers - ns, m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb
+        kv = f"{na} attention layers x 2 x g x d x s x {ab} B (= {per * na:,} B/token) + " if na else ""
+        return [(f"b={b}, s={n}", b * (per * na * n + state * ns),
+                 f"{kv}{ns} state-space layers x (conv_dim x conv_kernel x {ab} B + heads x head_dim x state x {rb} B, "
+                 f"float32) (= {state * ns:,} B/sequence, any s), x b")]
     w = s.sliding_window
     ns = (len(s.sliding_layers) or s.layers) if w else 0
     if not w or not ns:

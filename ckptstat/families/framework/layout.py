@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe
-from .archspec import ArchSpec, DeltaNet, Latent
+from . import decoders, infer, layout_linear, layout_moe, layout_ssm
+from .archspec import SSM, ArchSpec, DeltaNet, Latent
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
@@ -36,12 +36,13 @@ __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "
 
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
-    """Each layer's token mixer: linear on ArchSpec.linear_layers (a gated DeltaNet, layout_linear.py), sliding on
-    ArchSpec.sliding_layers (every layer when that is empty and a window is set), full elsewhere: the kinds the walk
-    has today (ops.window_groups splits the softmax attention by the last two); a layout family with another kind adds
-    it here and a branch in `walk`."""
-    marked, linear = set(s.sliding_layers), set(s.linear_layers)
-    return tuple("linear" if i in linear else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
+    """Each layer's token mixer: the Mamba2 state-space mixer on ArchSpec.ssm_layers (layout_ssm.py), a gated DeltaNet
+    on ArchSpec.linear_layers (layout_linear.py); attention elsewhere, sliding on ArchSpec.sliding_layers (every layer
+    when that is empty and a window is set), full otherwise (ops.window_groups splits the attention by them); a layout
+    family with another kind adds it here and a branch in `walk`."""
+    marked, linear, ssm = set(s.sliding_layers), set(s.linear_layers), set(s.ssm_layers)
+    return tuple("state_space" if i in ssm else "linear" if i in linear
+                 else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
                  for i in range(s.layers))
 
 
@@ -57,10 +58,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
-    for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
+    kinds = attention_kinds(s)
+    attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
+    tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
+    for table in tables if attn and lay.nope != "all" else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
-    kinds = attention_kinds(s)
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
     placed: dict[Placement, tuple[int, ...]] = {}
     for i in every:
@@ -70,11 +73,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     after = {pl: ls for pl, ls in placed.items() if pl in ("post", "sandwich")}
     for pl, ls in before.items():
         w.norm(p.attn_in, "attn_norm", h, ls, residual=pl in ("pre", "parallel"))
-    attn = tuple(i for i in every if kinds[i] != "linear")
     if linear := tuple(i for i in every if kinds[i] == "linear"):
         layout_linear.gated_deltanet(w, linear)
+    if ssm := tuple(i for i in every if kinds[i] == "state_space"):
+        layout_ssm.mixer(w, ssm)
     if lay.latent:
-        layout_moe.latent(w, every)
+        layout_moe.latent(w, attn)
     elif attn:
         # gated attention: q_proj's output is each head's query and its gate, side by side
         q_width = a * d * (2 if lay.gated_attention else 1)
@@ -105,7 +109,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # soft-capping, tanh(x / cap) x cap
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
                                 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0),
-                                layers=attn if linear or s.cross_layers else None)
+                                layers=attn)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
@@ -130,11 +134,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for ls in after.values():
         w.norm(p.attn_out, "post_attention_norm", h, ls)
     for pl, ls in before.items():
-        if pl != "parallel":
+        if pl != "parallel" and lay.mlp != "none":
             w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
     routed = lay.mlp == "routed"
-    dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
-    if sparse := tuple(i for i in every if i not in dense):
+    dense = (tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed
+             else () if lay.mlp == "none" else every)
+    if sparse := tuple(i for i in every if i not in dense and routed):
         layout_moe.routed(w, sparse)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
@@ -209,7 +214,10 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
-                 linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2))
+                 linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
+                 ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
+                         bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
+                 ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)))
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -282,17 +290,36 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
-                    else _zero_theta(c, L) if lay.nope == "theta" else (),
+                    else _zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
-                    linear_layers=linear, deltanet=deltanet, **sliding, **c.common)
+                    linear_layers=linear, deltanet=deltanet, **hybrid(lay, c, L), **sliding, **c.common)
 
 
 def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
     """intermediate_size; a routed layout without dense layers runs no MLP of that width, and its config class may
     have no such field (Qwen3.5-MoE's): 0 there when the file leaves it out."""
     return c.int("intermediate_size", default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int("intermediate_size")
+
+
+def hybrid(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
+    """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
+    the layers it mixes (Bamba: those not in attn_layer_indices)."""
+    if lay.hybrid == "none":
+        return {}
+    every = tuple(range(layers))
+    if lay.hybrid == "all":
+        return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
+    if lay.hybrid == "period":   # JambaConfig.layers_block_type
+        period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
+        marked = [i for i in every if period and i % period == offset]
+    else:
+        marked = c.get("attn_layer_indices", default=None) or []
+    if not isinstance(marked, list) or any(type(i) is not int for i in marked):
+        raise UsageError(f"{c.path}: config attn_layer_indices is not a list of layer indices")
+    return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")),
+                ssm_layers=tuple(i for i in every if i not in marked))
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
@@ -356,6 +383,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         return module(lay, gguf) is not None and infer.has(T, pattern(lay, gguf, "bias"))
 
     V, h = shape("token_embd")
+    hybrid = ssm_from_tensors(lay, T, common["model_type"])
     if lay.fused_qkv:
         q = shape("attn_output")[1]                 # o_proj reads the a x d query width
         kv = (shape("attn_qkv")[0] - q) // 2
@@ -382,7 +410,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
     L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
     if lay.mlp == "routed":
-        f, experts = infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate"), shape("ffn_gate_inp")[0]
+        f, experts = (infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate", lay.paths.mlp),
+                      shape("ffn_gate_inp")[0])
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
             router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
@@ -403,7 +432,38 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
-                    linear_layers=linear, deltanet=deltanet, assumptions=tuple(notes), **moe, **common)
+                    linear_layers=linear, deltanet=deltanet,
+                    **dict(hybrid, assumptions=tuple(notes) + hybrid.get("assumptions", ())), **moe, **common)
+
+
+def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[str, Any]:
+    """The ArchSpec fields of a hybrid layout's state-space layers read from shapes (DecoderLayout.hybrid): heads from
+    A_log, the intermediate from the gated norm, conv_dim and the kernel from conv1d, the layers those hold; the groups
+    of B and C (only their product with the state shows) and the chunk length are `model_type`'s config class defaults,
+    said in the assumptions."""
+    if lay.hybrid == "none":
+        return {}
+    def shape(gguf: str, suffix: str = r"\.weight") -> tuple[int, ...]:
+        return infer.shape(T, r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + suffix + "$", f"{lay.paths.ssm} {gguf}")
+
+    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
+    layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
+    if lay.ssm_keys.dt_rank is not None:   # Mamba1: A_log [i, N], dt_proj [i, r]
+        (i, N), (_, r), (_, _, k) = shape("ssm_a", ""), shape("ssm_dt"), shape("ssm_conv1d")
+        return dict(ssm=SSM(heads=i, head_dim=1, state=N, groups=0, conv_kernel=k, chunk=0, intermediate=i,
+                            conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
+                            bias=infer.has(T, pattern(lay, "ssm_in", "bias")), dt_rank=r), ssm_layers=layers)
+    heads, inter = shape("ssm_a", "")[0], shape("ssm_norm")[0]   # A_log: no .weight
+    cd, _, k = shape("ssm_conv1d")
+    keys = lay.ssm_keys
+    groups = int(class_default(model_type, keys.groups))
+    groups = groups if (cd - inter) % (2 * groups) == 0 else 1
+    chunk = int(class_default(model_type, keys.chunk))
+    m = SSM(heads=heads, head_dim=inter // heads, state=(cd - inter) // (2 * groups), groups=groups, conv_kernel=k,
+            chunk=chunk, intermediate=inter, conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
+            bias=infer.has(T, pattern(lay, "ssm_in", "bias")))
+    why = f"no config: {keys.groups} assumed {groups} and {keys.chunk} {chunk} ({model_type}'s config class defaults)"
+    return dict(ssm=m, ssm_layers=layers, assumptions=(why,))
 
 
 def routed_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str,

@@ -19,8 +19,9 @@ Placement = Literal["pre", "post", "sandwich", "parallel"]
 # head: RMSNorm over each head's d (Qwen3); width: over the whole q / k projection (OLMo2); l2: a parameterless L2
 # norm over each head's d on the layers with rotary only (Llama 4's Llama4TextL2Norm)
 QKNorm = Literal["none", "head", "width", "l2"]
-# gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral)
-MLP = Literal["gated", "plain", "routed"]
+# gated: act(gate) x up, down (LLaMA); plain: act(up), down (Arcee); routed: a router over gated experts (Mixtral);
+# none: no MLP, the layer is its norm and token mixer alone (Mamba2's Mamba2Block)
+MLP = Literal["gated", "plain", "routed", "none"]
 # a routed MLP's shared expert, a gated MLP of ArchSpec.shared_intermediate run on every token: gated, scaled by
 # sigmoid(shared_expert_gate(x)) (Qwen2-MoE); summed, added to the experts' output (DeepSeek); averaged, (experts +
 # shared) / 2 (Cohere2-MoE's shared_expert_combination_strategy "average")
@@ -41,8 +42,8 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
-# layers whose config layer_rope_theta is 0 (GraniteSWA)
-NoPE = Literal["none", "flags", "global", "theta"]
+# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
+NoPE = Literal["none", "flags", "global", "theta", "all"]
 # a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
 # halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
 # {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
@@ -53,6 +54,10 @@ LinearExperts = Literal["none", "weights", "parameters"]
 # gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true); biased, width
 # plus a bias per head broadcast over d, a parameter {attn}.{attn_gate_bias} [a] (Beam's gate_bias)
 AttnGate = Literal["none", "width", "head", "biased"]
+# which layers' token mixer is the Mamba2 state-space mixer (layout_ssm.py; ArchSpec.ssm_layers) in place of attention:
+# none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
+# attn_layer_period-th from attn_layer_offset (Jamba)
+Hybrid = Literal["none", "all", "attn_indices", "period"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -137,6 +142,7 @@ class Paths:
     a_log: str = "A_log"
     gated_norm: str = "norm"
     out: str = "out_proj"
+    ssm: str = "mamba"                    # the state-space mixer of a hybrid layout's layers (DecoderLayout.hybrid)
 
 
 @dataclass(frozen=True)
@@ -145,6 +151,29 @@ class BiasKeys:
     qkv: str = "attention_bias"
     o: str = "attention_bias"
     mlp: str = "mlp_bias"
+
+
+@dataclass(frozen=True)
+class SSMKeys:
+    """The config keys of the Mamba2 mixer's sizes (Mamba2Config's by default; Bamba's and Granite 4's are mamba_*)."""
+    heads: str = "num_heads"
+    head_dim: str = "head_dim"
+    state: str = "state_size"
+    groups: str = "n_groups"
+    conv_kernel: str = "conv_kernel"
+    chunk: str = "chunk_size"
+    expand: str = "expand"
+    conv_bias: str = "use_conv_bias"
+    bias: str = "use_bias"
+    dt_rank: str | None = None            # Mamba1's x_proj / dt_proj rank ("auto": ceil(hidden / 16)); None: Mamba2
+
+
+BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
+                     conv_kernel="mamba_d_conv", chunk="mamba_chunk_size", expand="mamba_expand",
+                     conv_bias="mamba_conv_bias", bias="mamba_proj_bias")
+# Jamba's Mamba1 mixer (no heads, groups or chunks)
+JAMBA_KEYS = SSMKeys(state="mamba_d_state", conv_kernel="mamba_d_conv", expand="mamba_expand", conv_bias="mamba_conv_bias",
+                     bias="mamba_proj_bias", dt_rank="mamba_dt_rank")
 
 
 @dataclass(frozen=True)
@@ -200,6 +229,9 @@ class DecoderLayout:
     softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
     bias_keys: BiasKeys = BiasKeys()
+    # the layers whose token mixer is the Mamba2 mixer (layout_ssm.py), and the config keys of its sizes
+    hybrid: Hybrid = "none"
+    ssm_keys: SSMKeys = SSMKeys()
     paths: Paths = Paths()
     # llama.cpp names its converter gives this architecture in place of LLaMA's, None where it writes no such
     # tensor (gguf-py MODEL_TENSORS: Seed-OSS's mlp_in norm is post_attention_norm; Command-R has no output)
@@ -229,7 +261,7 @@ class DecoderLayout:
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE),
+                           ("router", Router), ("nope", NoPE), ("hybrid", Hybrid),
                            ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
