@@ -379,13 +379,13 @@ def test_generic_fallback_from_a_saved_checkpoint(tmp_path):
 
 
 def test_generic_fallback_refuses_flops_when_the_shapes_disagree(tmp_path):
-    """Doge has the standard fields but dynamic-mask attention (A, dt_proj), q/k norms and learned residual scales:
-    the LLaMA-shaped template predicts another parameter count, so no FLOPs are given."""
+    """ZAYA has the standard fields but convolutions in its attention, its own router MLP and residual scaling: the
+    LLaMA-shaped template predicts another parameter count, so no FLOPs are given."""
     torch.manual_seed(0)
-    model = T.DogeForCausalLM(T.DogeConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+    model = T.ZayaForCausalLM(T.ZayaConfig(hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                                            num_key_value_heads=2, intermediate_size=37, vocab_size=99))
-    path = _save(tmp_path, model, "doge")
-    assert by_model_type("doge") is None
+    path = _save(tmp_path, model, "zaya")
+    assert by_model_type("zaya") is None
     with pytest.raises(UsageError, match="disagree with the template"):
         load_model(str(path))
     assert "disagree with the template" in ckptstat.summarize(str(path))["analytic"]["error"]
