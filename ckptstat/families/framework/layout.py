@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer, layout_moe
 from .archspec import ArchSpec, Latent
-from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
+from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
@@ -89,9 +89,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
-        B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0),
-                                layers=every if s.cross_layers else None)
+        extra = 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
+        if lay.causal:
+            B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, extra,
+                                    layers=every if s.cross_layers else None)
+        else:   # an encoder: every query over every key, nothing to halve
+            B.attention(f"{p.layers}[{L}].{p.attn}", "encoder", a, B.seq, B.seq, d, L, causal=False, extra_ew=extra)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
@@ -128,9 +131,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     if s.cross_layers:
         _skipped_cross_layers(w, s.cross_layers)
     w.norm(p.norm, "output_norm", h, None, residual=False)
-    if s.head == "lm":
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed)
+    if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
+        bias = lay.lm_head_bias == "mlp" and s.mlp_bias
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
+                                                                                          else ()), top=True))
+        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
@@ -186,7 +191,8 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 @functools.cache
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
-    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
+    head = "lm" if lay.causal else "mlm"
+    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
     # a latent layout's walk meets q_proj only without a query LoRA
@@ -391,6 +397,16 @@ def gguf_reader(lay: DecoderLayout, architecture: str) -> Callable[[str, Mapping
     return read
 
 
+def encoder_mlm(lay: DecoderLayout) -> dict[str, Any]:
+    """The Family fields of an encoder laid out so (DecoderLayout.causal False): the base model and *ForMaskedLM (its
+    lm_head, or a name under the body: tied), the LM head's tie to the embedding, no cache."""
+    p = lay.paths
+    rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
+    return dict(heads=("base", "mlm"), head_rules=rules, default_head="base",
+                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),),
+                tied_by_default=lay.tied_default)
+
+
 def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     """The Family fields of a *ForCausalLM laid out so: its heads, the head rules (lm_head, the task heads, a
     name under the body), the LM head's tie to the embedding, the KV cache of a decoder."""
@@ -427,11 +443,12 @@ class Layouts:
 def family_fields(by_type: Mapping[str, DecoderLayout], signature_of: str) -> dict[str, Any]:
     """The Family fields the layouts give: model_types, signature (the module llama.cpp names `signature_of`, in
     the first layout), from_config, from_tensors, build, expected_tensors, the GGUF table, and the decoder
-    LM's heads, head and tie rules and KV cache (the first layout's paths)."""
+    LM's heads, head and tie rules and KV cache (the first layout's paths; an encoder's: encoder_mlm)."""
     first, ls = next(iter(by_type.values())), Layouts(dict(by_type))
     return dict(model_types=tuple(by_type), signature=signature(first, signature_of), from_config=ls.from_config,
                 from_tensors=ls.from_tensors, build=ls.build, expected_tensors=ls.expected_tensors,
-                gguf_tensor_names=gguf_tensor_names(*by_type.values()), **decoder_lm(first))
+                gguf_tensor_names=gguf_tensor_names(*by_type.values()),
+                **(decoder_lm(first) if first.causal else encoder_mlm(first)))
 
 
 def layouts_of(f: Any) -> Layouts | None:

@@ -47,6 +47,9 @@ LinearExperts = Literal["none", "weights", "parameters"]
 # gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true); biased, width
 # plus a bias per head broadcast over d, a parameter {attn}.{attn_gate_bias} [a] (Beam's gate_bias)
 AttnGate = Literal["none", "width", "head", "biased"]
+# the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
+# nn.Linear(h, V, config.mlp_bias))
+LMHeadBias = Literal["none", "mlp"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -195,6 +198,10 @@ class DecoderLayout:
     # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
     residual_scales: bool = False
     embed_extra: int = 0                  # rows embed_tokens holds beyond vocab_size (Mllama's 8 image tokens)
+    # False: an encoder, every token attending to every other (EuroBERT's is_causal False, create_bidirectional_mask):
+    # no causal halving, no KV cache, its LM head predicts masked tokens (head "mlm": *ForMaskedLM) rather than the next
+    causal: bool = True
+    lm_head_bias: LMHeadBias = "none"
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -202,7 +209,7 @@ class DecoderLayout:
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE),
-                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate)):
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("lm_head_bias", LMHeadBias)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
