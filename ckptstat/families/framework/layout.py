@@ -53,6 +53,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     L = len(every)
     w.record(p.embed, "token_embd", (("weight", (s.vocab + lay.embed_extra, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
+    if lay.embeddings == "bert":   # + the token types, then a LayerNorm
+        if s.type_vocab:
+            w.record(p.token_types, "token_types", (("weight", (s.type_vocab, h)),), None)
+            B.embedding(p.token_types, "embedding", s.type_vocab, h, B.seq)
+        w.norm(p.embed_norm, "token_embd_norm", h, None, residual=False)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
@@ -130,12 +135,22 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     if s.cross_layers:
         _skipped_cross_layers(w, s.cross_layers)
-    w.norm(p.norm, "output_norm", h, None, residual=False)
+    if lay.final_norm:
+        w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
-        bias = lay.lm_head_bias == "mlp" and s.mlp_bias
+        bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
+        if lay.lm_transform != "none":   # llama.cpp has no names for them
+            act = "gelu" if lay.lm_transform == "gelu" else s.activation
+            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)), ("bias", (h,))), top=True))
+            B.linear(p.lm_dense, "cls", w.tok, h, h, True)
+            B.activation(f"{p.lm_dense} act ({act})", "cls", w.tok, h, act)
+            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)), ("bias", (h,))), top=True))
+            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="layernorm", bias=True)
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
                                                                                           else ()), top=True))
         decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
+        if p.lm_bias:   # the same parameter as the decoder's bias: saved, not counted twice
+            w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
@@ -192,7 +207,7 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     head = "lm" if lay.causal else "mlm"
-    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, layers=2, hidden=8, heads=2,
+    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
     # a latent layout's walk meets q_proj only without a query LoRA
@@ -268,6 +283,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
+                    type_vocab=c.int("type_vocab_size", default=FROM_CLASS) if lay.embeddings == "bert" else 0,
                     **sliding, **c.common)
 
 
@@ -366,7 +382,9 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
-                    mlp_bias=biased("ffn_down"),
+                    mlp_bias=biased("ffn_up") if lay.down_bias is not None else biased("ffn_down"),
+                    type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
+                    else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
@@ -403,7 +421,8 @@ def encoder_mlm(lay: DecoderLayout) -> dict[str, Any]:
     p = lay.paths
     rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
     return dict(heads=("base", "mlm"), head_rules=rules, default_head="base",
-                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),),
+                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),)
+                + ((TieRule(f"{p.lm_head}.bias", p.lm_bias, "always", heads=("mlm",)),) if p.lm_bias else ()),
                 tied_by_default=lay.tied_default)
 
 

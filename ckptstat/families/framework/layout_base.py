@@ -49,7 +49,13 @@ LinearExperts = Literal["none", "weights", "parameters"]
 AttnGate = Literal["none", "width", "head", "biased"]
 # the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
 # nn.Linear(h, V, config.mlp_bias))
-LMHeadBias = Literal["none", "mlp"]
+LMHeadBias = Literal["none", "mlp", "always"]
+# the embeddings: tokens, embed_tokens alone (LLaMA); bert, BERT's embeddings module without positions: the word
+# embeddings, the token types when the config's type_vocab_size is not 0, a LayerNorm (GTE's GteEmbeddings)
+Embeddings = Literal["tokens", "bert"]
+# the LM head's transform before the decoder, a biased dense + this activation + a LayerNorm, {lm_dense} and {lm_norm}:
+# none (LLaMA); gelu (GTE's GteLMHead); hidden_act, the config's (NomicBERT's cls.predictions.transform)
+LMTransform = Literal["none", "gelu", "hidden_act"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -118,6 +124,11 @@ class Paths:
     cross_attn_gate: str = "cross_attn_attn_gate"
     cross_mlp_gate: str = "cross_attn_mlp_gate"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
+    token_types: str = "embeddings.token_type_embeddings"   # DecoderLayout.embeddings "bert"
+    embed_norm: str = "embeddings.LayerNorm"
+    lm_dense: str = "lm_head.dense"       # DecoderLayout.lm_transform, beside the LM head (top level)
+    lm_norm: str = "lm_head.layer_norm"
+    lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied (cls.predictions.bias)
 
 
 @dataclass(frozen=True)
@@ -202,6 +213,11 @@ class DecoderLayout:
     # no causal halving, no KV cache, its LM head predicts masked tokens (head "mlm": *ForMaskedLM) rather than the next
     causal: bool = True
     lm_head_bias: LMHeadBias = "none"
+    embeddings: Embeddings = "tokens"
+    final_norm: bool = True               # the base model's norm after the last layer (GTE's post-LN layers: none)
+    # the MLP's down projection's bias where the layout fixes it apart from gate and up (GTE's: biased, they are not)
+    down_bias: bool | None = None
+    lm_transform: LMTransform = "none"
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -209,7 +225,8 @@ class DecoderLayout:
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE),
-                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("lm_head_bias", LMHeadBias)):
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("lm_head_bias", LMHeadBias),
+                           ("embeddings", Embeddings), ("lm_transform", LMTransform)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -291,6 +308,6 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
                  len(layers), gated=gated, params=len(layers) * sum(n for _, (n,) in learned))
     if w.lay.sub_norms:
         w.norm(pre + p.ffn_sub, "ffn_sub_norm" + gguf, f, layers, residual=False)
-    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
+    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias if w.lay.down_bias is None else w.lay.down_bias, layers)
 
 
