@@ -149,8 +149,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
                                                                                           else ()), top=True))
         decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
-        if p.lm_bias:   # the same parameter as the decoder's bias: saved, not counted twice
+        if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
             w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
+            if not s.tied_embeddings:
+                B.add(f"{p.lm_bias} (untied from the decoder's bias: held, unused)", "activation", "cls", 1, (s.vocab,),
+                      (s.vocab,), params=s.vocab)
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
@@ -422,7 +425,7 @@ def encoder_mlm(lay: DecoderLayout) -> dict[str, Any]:
     rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
     return dict(heads=("base", "mlm"), head_rules=rules, default_head="base",
                 tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),)
-                + ((TieRule(f"{p.lm_head}.bias", p.lm_bias, "always", heads=("mlm",)),) if p.lm_bias else ()),
+                + ((TieRule(f"{p.lm_head}.bias", p.lm_bias, "config", heads=("mlm",)),) if p.lm_bias else ()),
                 tied_by_default=lay.tied_default)
 
 

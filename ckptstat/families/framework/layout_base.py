@@ -128,7 +128,8 @@ class Paths:
     embed_norm: str = "embeddings.LayerNorm"
     lm_dense: str = "lm_head.dense"       # DecoderLayout.lm_transform, beside the LM head (top level)
     lm_norm: str = "lm_head.layer_norm"
-    lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied (cls.predictions.bias)
+    lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied with the embeddings
+                                          # (cls.predictions.bias)
 
 
 @dataclass(frozen=True)
