@@ -26,6 +26,7 @@ FAMILY = Family(
     name="nomic_bert",
     **{**layout.family_fields({"nomic_bert": NOMIC_BERT}, "attn_qkv"),
        "gguf_tensor_names": ()},   # llama.cpp's nomic-bert converter renames the HF names: not mapped here
+    before=("modernbert",),   # its encoder.layers.N.attn.Wqkv is ModernBERT's signature (layers.N.attn.Wqkv) too
     samples=(
         Sample("NomicBertConfig", _SIZES, ("NomicBertModel", "NomicBertForMaskedLM")),
         Sample("NomicBertConfig", dict(_SIZES, type_vocab_size=1, tie_word_embeddings=False),

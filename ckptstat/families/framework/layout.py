@@ -53,7 +53,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     L = len(every)
     w.record(p.embed, "token_embd", (("weight", (s.vocab + lay.embed_extra, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
-    if lay.embeddings == "bert":   # + the token types, then a LayerNorm
+    if lay.embeddings != "tokens":   # + the token types (bert), then a norm
         if s.type_vocab:
             w.record(p.token_types, "token_types", (("weight", (s.type_vocab, h)),), None)
             B.embedding(p.token_types, "embedding", s.type_vocab, h, B.seq)
@@ -65,7 +65,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
-        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
+        normed = every if lay.first_attn_norm else tuple(i for i in every if i)
+        if normed:
+            w.norm(p.attn_in, "attn_norm", h, normed, residual=lay.placement in ("pre", "parallel"))
+        if len(normed) < L:   # layer 0 without its norm still adds its attention to the residual
+            B.add(w.label(f"{p.attn} + residual", (0,)), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
+                  ew=B.b * B.seq * h)
     if lay.latent:
         layout_moe.latent(w, every)
     else:
@@ -141,11 +146,14 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
         if lay.lm_transform != "none":   # llama.cpp has no names for them
             act = "gelu" if lay.lm_transform == "gelu" else s.activation
-            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)), ("bias", (h,))), top=True))
-            B.linear(p.lm_dense, "cls", w.tok, h, h, True)
+            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)),) + ((("bias", (h,)),) if lay.lm_dense_bias else ()),
+                                    top=True))
+            B.linear(p.lm_dense, "cls", w.tok, h, h, lay.lm_dense_bias)
             B.activation(f"{p.lm_dense} act ({act})", "cls", w.tok, h, act)
-            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)), ("bias", (h,))), top=True))
-            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="layernorm", bias=True)
+            norm_bias = lay.norm == "layernorm"
+            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
+            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
+                   bias=norm_bias)
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
                                                                                           else ()), top=True))
         decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)

@@ -52,7 +52,8 @@ AttnGate = Literal["none", "width", "head", "biased"]
 LMHeadBias = Literal["none", "mlp", "always"]
 # the embeddings: tokens, embed_tokens alone (LLaMA); bert, BERT's embeddings module without positions: the word
 # embeddings, the token types when the config's type_vocab_size is not 0, a LayerNorm (GTE's GteEmbeddings)
-Embeddings = Literal["tokens", "bert"]
+# embeddings, normed, embed_tokens then a norm at {embed_norm} (ModernBERT's tok_embeddings, norm)
+Embeddings = Literal["tokens", "bert", "normed"]
 # the LM head's transform before the decoder, a biased dense + this activation + a LayerNorm, {lm_dense} and {lm_norm}:
 # none (LLaMA); gelu (GTE's GteLMHead); hidden_act, the config's (NomicBERT's cls.predictions.transform)
 LMTransform = Literal["none", "gelu", "hidden_act"]
@@ -219,6 +220,8 @@ class DecoderLayout:
     # the MLP's down projection's bias where the layout fixes it apart from gate and up (GTE's: biased, they are not)
     down_bias: bool | None = None
     lm_transform: LMTransform = "none"
+    lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
+    first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
