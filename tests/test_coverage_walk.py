@@ -49,6 +49,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
+    assert answered["ModernBertForMaskedLM"] == "static"   # its op template: families/modernbert.py
     assert {answered[c] for c in ENCODERS} <= {"static", "meta"}
 
 

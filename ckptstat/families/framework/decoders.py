@@ -54,9 +54,10 @@ def plain_norm(B: Builder, module: str, tokens: tuple[int, ...], dim: int, calls
           ew=n * (ew_cost("layernorm") + (1 if residual else 0)), extra_in=n if residual else 0)
 
 
-def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False) -> None:
+def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str = "lm") -> None:
+    """The LM head on the `head` (an encoder's *ForMaskedLM: "mlm")."""
     s = B.s
-    if s.head == "lm":
+    if s.head == head:
         B.linear(name + (f" (tied to {tied_to})" if s.tied_embeddings else ""), "cls", (B.b, B.seq), s.hidden, s.vocab,
                  bias, tied=s.tied_embeddings)
 

@@ -26,7 +26,7 @@ from typing import Any
 from ...errors import NoAnalyticModel, UsageError
 from . import decoders, infer, layout_linear, layout_moe, layout_ssm
 from .archspec import SSM, ArchSpec, DeltaNet, Latent
-from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
+from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Walk, joined, mlp
@@ -56,6 +56,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     L = len(every)
     w.record(p.embed, "token_embd", (("weight", (s.vocab + lay.embed_extra, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
+    if lay.embeddings != "tokens":   # + the token types (bert), then a norm
+        if s.type_vocab:
+            w.record(p.token_types, "token_types", (("weight", (s.type_vocab, h)),), None)
+            B.embedding(p.token_types, "embedding", s.type_vocab, h, B.seq)
+        w.norm(p.embed_norm, "token_embd_norm", h, None, residual=False)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     kinds = attention_kinds(s)
@@ -72,7 +77,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     before = {pl: ls for pl, ls in placed.items() if pl in ("pre", "sandwich", "parallel")}
     after = {pl: ls for pl, ls in placed.items() if pl in ("post", "sandwich")}
     for pl, ls in before.items():
-        w.norm(p.attn_in, "attn_norm", h, ls, residual=pl in ("pre", "parallel"))
+        normed = ls if lay.first_attn_norm else tuple(i for i in ls if i)
+        if normed:
+            w.norm(p.attn_in, "attn_norm", h, normed, residual=pl in ("pre", "parallel"))
+        if len(normed) < len(ls):   # layer 0 without its norm still adds its attention to the residual
+            B.add(w.label(f"{p.attn} + residual", (0,)), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
+                  ew=B.b * B.seq * h)
     if linear := tuple(i for i in every if kinds[i] == "linear"):
         layout_linear.gated_deltanet(w, linear)
     if ssm := tuple(i for i in every if kinds[i] == "state_space"):
@@ -107,9 +117,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
-        B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0),
-                                layers=attn)
+        extra = 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
+        if lay.causal:
+            B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, extra, layers=attn)
+        else:   # an encoder: every query over every key, nothing to halve
+            B.attention(f"{p.layers}[{len(attn)}].{p.attn}", "encoder", a, B.seq, B.seq, d, len(attn), causal=False,
+                        extra_ew=extra)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
@@ -152,10 +165,28 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
               ew=B.b * B.seq * h)
     if s.cross_layers:
         _skipped_cross_layers(w, s.cross_layers)
-    w.norm(p.norm, "output_norm", h, None, residual=False)
-    if s.head == "lm":
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed)
+    if lay.final_norm:
+        w.norm(p.norm, "output_norm", h, None, residual=False)
+    if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
+        bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
+        if lay.lm_transform != "none":   # llama.cpp has no names for them
+            act = "gelu" if lay.lm_transform == "gelu" else s.activation
+            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)),) + ((("bias", (h,)),) if lay.lm_dense_bias else ()),
+                                    top=True))
+            B.linear(p.lm_dense, "cls", w.tok, h, h, lay.lm_dense_bias)
+            B.activation(f"{p.lm_dense} act ({act})", "cls", w.tok, h, act)
+            norm_bias = lay.norm == "layernorm"
+            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
+            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
+                   bias=norm_bias)
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
+                                                                                          else ()), top=True))
+        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
+        if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
+            w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
+            if not s.tied_embeddings:
+                B.add(f"{p.lm_bias} (untied from the decoder's bias: held, unused)", "activation", "cls", 1, (s.vocab,),
+                      (s.vocab,), params=s.vocab)
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
@@ -211,7 +242,8 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 @functools.cache
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
-    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
+    head = "lm" if lay.causal else "mlm"
+    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
                  linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
@@ -294,7 +326,9 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
-                    linear_layers=linear, deltanet=deltanet, **hybrid(lay, c, L), **sliding, **c.common)
+                    linear_layers=linear, deltanet=deltanet,
+                    type_vocab=c.int("type_vocab_size", default=FROM_CLASS) if lay.embeddings == "bert" else 0,
+                    **hybrid(lay, c, L), **sliding, **c.common)
 
 
 def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
@@ -428,7 +462,9 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
-                    mlp_bias=biased("ffn_down"),
+                    mlp_bias=biased("ffn_up") if lay.down_bias is not None else biased("ffn_down"),
+                    type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
+                    else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
@@ -490,6 +526,17 @@ def gguf_reader(lay: DecoderLayout, architecture: str) -> Callable[[str, Mapping
     return read
 
 
+def encoder_mlm(lay: DecoderLayout) -> dict[str, Any]:
+    """The Family fields of an encoder laid out so (DecoderLayout.causal False): the base model and *ForMaskedLM (its
+    lm_head, or a name under the body: tied), the LM head's tie to the embedding, no cache."""
+    p = lay.paths
+    rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
+    return dict(heads=("base", "mlm"), head_rules=rules, default_head="base",
+                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),)
+                + ((TieRule(f"{p.lm_head}.bias", p.lm_bias, "config", heads=("mlm",)),) if p.lm_bias else ()),
+                tied_by_default=lay.tied_default)
+
+
 def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     """The Family fields of a *ForCausalLM laid out so: its heads, the head rules (lm_head, the task heads, a
     name under the body), the LM head's tie to the embedding, the KV cache of a decoder."""
@@ -526,11 +573,12 @@ class Layouts:
 def family_fields(by_type: Mapping[str, DecoderLayout], signature_of: str) -> dict[str, Any]:
     """The Family fields the layouts give: model_types, signature (the module llama.cpp names `signature_of`, in
     the first layout), from_config, from_tensors, build, expected_tensors, the GGUF table, and the decoder
-    LM's heads, head and tie rules and KV cache (the first layout's paths)."""
+    LM's heads, head and tie rules and KV cache (the first layout's paths; an encoder's: encoder_mlm)."""
     first, ls = next(iter(by_type.values())), Layouts(dict(by_type))
     return dict(model_types=tuple(by_type), signature=signature(first, signature_of), from_config=ls.from_config,
                 from_tensors=ls.from_tensors, build=ls.build, expected_tensors=ls.expected_tensors,
-                gguf_tensor_names=gguf_tensor_names(*by_type.values()), **decoder_lm(first))
+                gguf_tensor_names=gguf_tensor_names(*by_type.values()),
+                **(decoder_lm(first) if first.causal else encoder_mlm(first)))
 
 
 def layouts_of(f: Any) -> Layouts | None:

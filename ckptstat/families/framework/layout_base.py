@@ -58,6 +58,16 @@ AttnGate = Literal["none", "width", "head", "biased"]
 # none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
 # attn_layer_period-th from attn_layer_offset (Jamba)
 Hybrid = Literal["none", "all", "attn_indices", "period"]
+# the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
+# nn.Linear(h, V, config.mlp_bias))
+LMHeadBias = Literal["none", "mlp", "always"]
+# the embeddings: tokens, embed_tokens alone (LLaMA); bert, BERT's embeddings module without positions: the word
+# embeddings, the token types when the config's type_vocab_size is not 0, a LayerNorm (GTE's GteEmbeddings)
+# embeddings, normed, embed_tokens then a norm at {embed_norm} (ModernBERT's tok_embeddings, norm)
+Embeddings = Literal["tokens", "bert", "normed"]
+# the LM head's transform before the decoder, a biased dense + this activation + a LayerNorm, {lm_dense} and {lm_norm}:
+# none (LLaMA); gelu (GTE's GteLMHead); hidden_act, the config's (NomicBERT's cls.predictions.transform)
+LMTransform = Literal["none", "gelu", "hidden_act"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -143,6 +153,12 @@ class Paths:
     gated_norm: str = "norm"
     out: str = "out_proj"
     ssm: str = "mamba"                    # the state-space mixer of a hybrid layout's layers (DecoderLayout.hybrid)
+    token_types: str = "embeddings.token_type_embeddings"   # DecoderLayout.embeddings "bert"
+    embed_norm: str = "embeddings.LayerNorm"
+    lm_dense: str = "lm_head.dense"       # DecoderLayout.lm_transform, beside the LM head (top level)
+    lm_norm: str = "lm_head.layer_norm"
+    lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied with the embeddings
+                                          # (cls.predictions.bias)
 
 
 @dataclass(frozen=True)
@@ -255,6 +271,17 @@ class DecoderLayout:
     # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
     residual_scales: bool = False
     embed_extra: int = 0                  # rows embed_tokens holds beyond vocab_size (Mllama's 8 image tokens)
+    # False: an encoder, every token attending to every other (EuroBERT's is_causal False, create_bidirectional_mask):
+    # no causal halving, no KV cache, its LM head predicts masked tokens (head "mlm": *ForMaskedLM) rather than the next
+    causal: bool = True
+    lm_head_bias: LMHeadBias = "none"
+    embeddings: Embeddings = "tokens"
+    final_norm: bool = True               # the base model's norm after the last layer (GTE's post-LN layers: none)
+    # the MLP's down projection's bias where the layout fixes it apart from gate and up (GTE's: biased, they are not)
+    down_bias: bool | None = None
+    lm_transform: LMTransform = "none"
+    lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
+    first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -262,7 +289,8 @@ class DecoderLayout:
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE), ("hybrid", Hybrid),
-                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear)):
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear),
+                           ("lm_head_bias", LMHeadBias), ("embeddings", Embeddings), ("lm_transform", LMTransform)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
         if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
@@ -346,6 +374,6 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
                  len(layers), gated=gated, params=len(layers) * sum(n for _, (n,) in learned))
     if w.lay.sub_norms:
         w.norm(pre + p.ffn_sub, "ffn_sub_norm" + gguf, f, layers, residual=False)
-    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias, layers)
+    w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias if w.lay.down_bias is None else w.lay.down_bias, layers)
 
 
