@@ -53,7 +53,13 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
-    for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
+    if lay.positions == "learned":
+        w.record(p.pos, "position_embd", (("weight", (s.positions, h)),), None)
+        B.embedding(p.pos, "embedding", s.positions, h, B.seq)
+    if lay.positions in ("learned", "sinusoidal"):
+        B.add(f"{p.embed} + positions", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    rotary = lay.positions == "rotary"
+    for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if rotary else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
@@ -74,7 +80,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                 w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
                 w.norm(at + sub, gguf, heads * d, every, residual=False)
-        if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
+        if roped := (L - len(s.nope_layers)) * rotary:   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
@@ -82,8 +88,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
+        # ALiBi's per-head bias, one more add on every score
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
+                                + (lay.positions == "alibi"))
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
@@ -105,10 +113,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
         B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
-    w.norm(p.norm, "output_norm", h, None, residual=False)
+    if lay.final_norm:
+        w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed)
+        bias = (("bias", (s.vocab,)),) if lay.lm_head_bias else ()
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + bias, top=True))
+        decoders.lm_head(B, p.lm_head, p.embed, bias=lay.lm_head_bias)
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
@@ -196,10 +206,13 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     keys = lay.bias_keys
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
+    width = lay.ffn_width
+    learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
-                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                    context=c.int("max_position_embeddings", default=0),
-                    activation=str(c.get("hidden_act", default="silu")),
+                    intermediate=width.times_hidden * h or c.int(width.key), vocab=c.int("vocab_size"),
+                    context=0 if learned else c.int("max_position_embeddings", default=0),
+                    positions=c.int("max_position_embeddings") if learned else 0,
+                    activation=lay.activation or str(c.get(lay.act_key, default="silu")),
                     gated_mlp=lay.mlp != "plain", norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=bias if lay.qkv_bias is None else lay.qkv_bias,
                     o_bias=bool(c.get(keys.o, default=False)) if lay.o_bias is None else lay.o_bias,
@@ -268,8 +281,10 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
     """ArchSpec from the shapes of a checkpoint without config.json: widths from the layout's modules;
     head_dim exact from a per-head q_norm, else assumed (128 or 64 when it divides both widths)."""
     def shape(gguf: str) -> tuple[int, ...]:
+        """A module's weight shape, a linear's as [out, in]."""
         m = module(lay, gguf)
-        return infer.shape(T, pattern(lay, gguf), m.path.format(bid="N", xid="0") if m else gguf)
+        got = infer.shape(T, pattern(lay, gguf), m.path.format(bid="N", xid="0") if m else gguf)
+        return got[::-1] if lay.conv1d and gguf not in ("token_embd", "position_embd") else got
 
     def biased(gguf: str) -> bool:
         return module(lay, gguf) is not None and infer.has(T, pattern(lay, gguf, "bias"))
@@ -307,11 +322,12 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         f, experts = shape("ffn_up")[0] // (2 if lay.fused_gate_up else 1), 0
     return ArchSpec(layers=L, hidden=h, heads=q // d,
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
+                    positions=shape("position_embd")[0] if lay.positions == "learned" else 0,
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
                     mlp_bias=biased("ffn_down"),
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
+                    qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     assumptions=tuple(notes), **moe, **common)
 

@@ -37,6 +37,10 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
 NoPE = Literal["none", "flags", "global", "theta"]
+# where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
+# bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
+# (CTRL); alibi, a per-head linear bias added to every score (MPT)
+Positions = Literal["rotary", "learned", "sinusoidal", "alibi"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -58,6 +62,7 @@ class Paths:
     role: attn_in before attention, attn_out after it, mlp_in before the MLP, mlp_out after it."""
     body: str = "model"                   # the base model inside *ForCausalLM
     embed: str = "embed_tokens"
+    pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
     layers: str = "layers"
     attn: str = "self_attn"
     q: str = "q_proj"
@@ -106,6 +111,14 @@ class BiasKeys:
 
 
 @dataclass(frozen=True)
+class FFNWidth:
+    """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff), or, with
+    `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4)."""
+    key: str = "intermediate_size"
+    times_hidden: int = 0
+
+
+@dataclass(frozen=True)
 class DecoderLayout:
     """What one LLaMA-shaped architecture is. Biases left None follow the config (the keys `bias_keys` names:
     attention_bias on q, k, v and o; mlp_bias); True / False where the model fixes them (Qwen2's biased q/k/v,
@@ -148,6 +161,15 @@ class DecoderLayout:
     nope: NoPE = "none"                   # which layers apply no rotary
     local_rope: bool = False              # a second rotary table for the sliding layers (Gemma3's rope_local_base_freq)
     embed_scale: bool = False             # the embedding output times sqrt(hidden_size) (Gemma)
+    positions: Positions = "rotary"
+    # weights stored [in, out] (GPT-2's Conv1D, which OpenAI GPT's layers use); the matmuls are the same
+    conv1d: bool = False
+    lm_head_bias: bool = False            # the LM head's own bias (CTRL's lm_head)
+    final_norm: bool = True               # a norm after the last layer (Paths.norm); OpenAI GPT has none
+    ffn_width: FFNWidth = FFNWidth()
+    # the activation the model fixes whatever the config says (MPT's GELU, CTRL's ReLU); None: the config's `act_key`
+    activation: str | None = None
+    act_key: str = "hidden_act"
     # the config's attn_logit_softcapping / final_logit_softcapping, when set, soft-cap the scores / logits (Gemma2)
     softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
@@ -165,7 +187,7 @@ class DecoderLayout:
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE)):
+                           ("router", Router), ("nope", NoPE), ("positions", Positions)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -203,7 +225,7 @@ class Walk:
 
     def linear(self, sub: str, gguf: str, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
                tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
-        shapes = (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
+        shapes = (("weight", (fin, fout) if self.lay.conv1d else (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
         self.record(sub, gguf, shapes, layers, experts)
         L = len(layers)
         self.B.linear(label or self.label(sub, layers), "encoder", tokens or self.tok, fin, fout, bias, L,
