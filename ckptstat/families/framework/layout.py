@@ -99,6 +99,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+        if lay.last_o_bias:
+            last = (L - 1,)
+            w.record(at + p.last_bias, None, (("", (h,)),), last)
+            B.add(w.label(f"{p.attn}.{p.last_bias} (expanded to the stream, added as a residual)", last), "activation",
+                  "encoder", 1, (h,), w.tok + (h,), params=h, ew=B.b * B.seq * h, weights_per_call=h)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
@@ -207,9 +212,10 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
     width = lay.ffn_width
+    times = width.times_hidden or (c.int(width.times_key) if width.times_key else 0)
     learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
-                    intermediate=width.times_hidden * h or c.int(width.key), vocab=c.int("vocab_size"),
+                    intermediate=times * h if times else c.int(width.key), vocab=c.int("vocab_size"),
                     context=0 if learned else c.int("max_position_embeddings", default=0),
                     positions=c.int("max_position_embeddings") if learned else 0,
                     activation=lay.activation or str(c.get(lay.act_key, default="silu")),

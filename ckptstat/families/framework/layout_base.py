@@ -70,6 +70,7 @@ class Paths:
     v: str = "v_proj"
     qkv: str = "qkv_proj"
     o: str = "o_proj"
+    last_bias: str = "dense_bias"         # DecoderLayout.last_o_bias: {attn}.{last_bias}, a parameter without .weight
     q_norm: str = "q_norm"
     q_a: str = "q_a_proj"                 # latent attention: q_a, q_a_norm, q_b (or q), kv_a, kv_a_norm, kv_b, o
     q_a_norm: str = "q_a_layernorm"
@@ -112,10 +113,12 @@ class BiasKeys:
 
 @dataclass(frozen=True)
 class FFNWidth:
-    """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff), or, with
-    `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4)."""
+    """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff); with
+    `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4); with `times_key`,
+    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size)."""
     key: str = "intermediate_size"
     times_hidden: int = 0
+    times_key: str | None = None
 
 
 @dataclass(frozen=True)
@@ -165,6 +168,9 @@ class DecoderLayout:
     # weights stored [in, out] (GPT-2's Conv1D, which OpenAI GPT's layers use); the matmuls are the same
     conv1d: bool = False
     lm_head_bias: bool = False            # the LM head's own bias (CTRL's lm_head)
+    # a bias [h] on the last layer's attention only, a parameter beside the unbiased o (Paths.last_bias), expanded to
+    # the stream's shape and added to it after o (GPT-NeoX-Japanese's dense_bias, bias_dropout_add)
+    last_o_bias: bool = False
     final_norm: bool = True               # a norm after the last layer (Paths.norm); OpenAI GPT has none
     ffn_width: FFNWidth = FFNWidth()
     # the activation the model fixes whatever the config says (MPT's GELU, CTRL's ReLU); None: the config's `act_key`
