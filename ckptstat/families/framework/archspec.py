@@ -107,6 +107,9 @@ class ArchSpec:
     qk_norm: bool = True
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
+    # the flattened image patch (patch_size^2 x num_channels) a patch embedding reads that a text-only forward never
+    # runs (Fuyu's vision_embed_tokens: DecoderLayout.patch_embed); 0: none
+    patch_dim: int = 0
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
 
     def variant_as(self, cls: type[V]) -> V:

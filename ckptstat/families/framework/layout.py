@@ -58,6 +58,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.embedding(p.pos, "embedding", s.positions, h, B.seq)
     if lay.positions in ("learned", "sinusoidal"):
         B.add(f"{p.embed} + positions", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    if lay.patch_embed:   # beside the language model; stored, never called on text: 1 copy, 0 calls
+        w.modules.append(Module(p.patch, None, (("weight", (h, s.patch_dim)), ("bias", (h,))), top=True))
+        B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     rotary = lay.positions == "rotary"
     for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if rotary else ():
         decoders.rotary(B, rot, table)
@@ -136,7 +139,8 @@ def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
 
 def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
     """Every parameter name and shape, under the body prefix for a model with a head."""
-    body = "" if s.head == "base" else lay.paths.body + "."
+    body = lay.paths.base if s.head == "base" else lay.paths.body
+    body += "." if body else ""
     out: Shapes = {}
     for m in modules(lay, s):
         for i in m.layers or (0,):

@@ -61,8 +61,12 @@ class Paths:
     """Module names as the modeling file names them, written once (the LLaMA names by default). Norms by
     role: attn_in before attention, attn_out after it, mlp_in before the MLP, mlp_out after it."""
     body: str = "model"                   # the base model inside *ForCausalLM
+    # the same in the base model's files: none (LLaMA's); Fuyu's FuyuModel saves its language model under the
+    # `language_model.model` FuyuForCausalLM does
+    base: str = ""
     embed: str = "embed_tokens"
     pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
+    patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
     layers: str = "layers"
     attn: str = "self_attn"
     q: str = "q_proj"
@@ -172,6 +176,9 @@ class DecoderLayout:
     # the stream's shape and added to it after o (GPT-NeoX-Japanese's dense_bias, bias_dropout_add)
     last_o_bias: bool = False
     final_norm: bool = True               # a norm after the last layer (Paths.norm); OpenAI GPT has none
+    # a biased linear embedding of image patches (Paths.patch, ArchSpec.patch_dim -> hidden) beside the language
+    # model, held but never run by a text-only forward (Fuyu's vision_embed_tokens)
+    patch_embed: bool = False
     ffn_width: FFNWidth = FFNWidth()
     # the activation the model fixes whatever the config says (MPT's GELU, CTRL's ReLU); None: the config's `act_key`
     activation: str | None = None
