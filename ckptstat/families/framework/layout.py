@@ -51,6 +51,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     every = tuple(range(L))
     w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
+    if lay.embed_norm:
+        w.norm(p.embed_norm, "token_embd_norm", h, None, residual=False)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     if lay.positions == "learned":
@@ -67,7 +69,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     at = f"{p.attn}."
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
-        w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
+        normed = every if lay.first_attn_norm else every[1:]
+        if normed:
+            w.norm(p.attn_in, "attn_norm", h, normed, residual=lay.placement in ("pre", "parallel"))
+        if len(normed) < L and lay.placement in ("pre", "parallel"):   # the first layer's residual add, without a norm
+            B.add(w.label("+ residual (no attn_norm)", every[:1]), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
+                  ew=B.b * B.seq * h)
     if lay.latent:
         layout_moe.latent(w, every)
     else:
@@ -123,6 +130,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
+    if s.head == "lm" and lay.lm_transform:
+        w.linear(p.head_dense, None, h, h, False, None, top=True)
+        B.activation(f"{p.head_dense} act", "cls", w.tok, h, s.activation)
+        w.norm(p.head_norm, None, h, None, residual=False, top=True)
     if s.head == "lm":
         bias = (("bias", (s.vocab,)),) if lay.lm_head_bias else ()
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + bias, top=True))

@@ -67,6 +67,9 @@ class Paths:
     embed: str = "embed_tokens"
     pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
     patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
+    embed_norm: str = "embeddings.norm"   # DecoderLayout.embed_norm
+    head_dense: str = "lm_head.dense"     # DecoderLayout.lm_transform: outside the body, before the LM head
+    head_norm: str = "lm_head.norm"
     layers: str = "layers"
     attn: str = "self_attn"
     q: str = "q_proj"
@@ -172,6 +175,11 @@ class DecoderLayout:
     # weights stored [in, out] (GPT-2's Conv1D, which OpenAI GPT's layers use); the matmuls are the same
     conv1d: bool = False
     lm_head_bias: bool = False            # the LM head's own bias (CTRL's lm_head)
+    # a dense (unbiased), activation and norm between the final norm and the LM head, outside the body (Paths.head_dense,
+    # head_norm: ModernBERT-decoder's ModernBertDecoderPredictionHead; its activation counted as the layers')
+    lm_transform: bool = False
+    embed_norm: bool = False              # a norm over the token embeddings (Paths.embed_norm: ModernBERT-decoder's)
+    first_attn_norm: bool = True          # the first layer's attention norm; ModernBERT-decoder's is an Identity
     # a bias [h] on the last layer's attention only, a parameter beside the unbiased o (Paths.last_bias), expanded to
     # the stream's shape and added to it after o (GPT-NeoX-Japanese's dense_bias, bias_dropout_add)
     last_o_bias: bool = False
@@ -230,29 +238,30 @@ class Walk:
         return f"{self.p.layers}[{len(layers)}].{sub}"
 
     def record(self, sub: str, gguf: str | None, shapes: tuple[tuple[str, tuple[int, ...]], ...],
-               layers: tuple[int, ...] | None, experts: int = 0) -> None:
+               layers: tuple[int, ...] | None, experts: int = 0, top: bool = False) -> None:
         path = sub if layers is None else f"{self.p.layers}.{{bid}}.{sub}"
         gguf = self.lay.gguf(gguf) if gguf is not None else None
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
-        self.modules.append(Module(path, g, shapes, layers or (), experts))
+        self.modules.append(Module(path, g, shapes, layers or (), experts, top))
 
-    def linear(self, sub: str, gguf: str, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
-               tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
+    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...] | None,
+               tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0, top: bool = False) -> None:
+        """`layers` None: a module outside the layers, under the body unless `top`."""
         shapes = (("weight", (fin, fout) if self.lay.conv1d else (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
-        self.record(sub, gguf, shapes, layers, experts)
-        L = len(layers)
-        self.B.linear(label or self.label(sub, layers), "encoder", tokens or self.tok, fin, fout, bias, L,
-                      copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
+        self.record(sub, gguf, shapes, layers, experts, top)
+        L = len(layers) if layers is not None else 1
+        self.B.linear(label or (sub if layers is None else self.label(sub, layers)), "encoder", tokens or self.tok, fin, fout,
+                      bias, L, copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
-             tokens: tuple[int, ...] | None = None) -> None:
+             tokens: tuple[int, ...] | None = None, top: bool = False) -> None:
         kind, calls = self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
             decoders.plain_norm(self.B, module, tokens or self.tok, dim, calls, residual)
             return
         bias = kind == "layernorm"
-        self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers)
+        self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers, top=top)
         self.B.norm(module, "encoder", tokens or self.tok, dim, calls, residual=residual,
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
 
