@@ -24,6 +24,7 @@ from . import (
     clip,
     cohere,
     cohere2_moe,
+    cpmant,
     ctrl,
     deepseek,
     dinov2,
@@ -91,15 +92,15 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY,
-    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, ctrl.FAMILY, deepseek.FAMILY, dinov2.FAMILY,
-    distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY,
-    falcon.FAMILY, flex_olmo.FAMILY, flint.FAMILY, fuyu.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
-    gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_neox_japanese.FAMILY, gpt_oss.FAMILY, gptj.FAMILY,
-    gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY,
-    kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, mellum.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY,
-    modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
-    openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY,
-    qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY,
+    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, cpmant.FAMILY, ctrl.FAMILY, deepseek.FAMILY,
+    dinov2.FAMILY, distilbert.FAMILY, dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY,
+    exaone_moe.FAMILY, falcon.FAMILY, flex_olmo.FAMILY, flint.FAMILY, fuyu.FAMILY, gemma.FAMILY, glm.FAMILY,
+    glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_neox_japanese.FAMILY, gpt_oss.FAMILY,
+    gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hyperclovax.FAMILY,
+    jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, mellum.FAMILY, minimax_m2.FAMILY,
+    mixtral.FAMILY, modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY,
+    olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY,
+    qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY,
     stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 

@@ -328,6 +328,7 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     completes the window; a window of 1 slices [-0:], i.e. keeps all). A second line, where it differs:
     StaticCache's StaticSlidingWindowLayer and rolling-window kernels keep the whole window."""
     per = 2 * s.kv_heads * s.head_dim * ab
+    n += s.prefix_tokens   # CPM-Ant's prompt tokens
     w = s.sliding_window
     ns = (len(s.sliding_layers) or s.layers) if w else 0
     if not w or not ns:

@@ -28,7 +28,7 @@ from .archspec import ArchSpec, Latent
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Walk, joined, mlp
+from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Segments, Walk, joined, mlp
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -49,8 +49,20 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     h, a, g, d, f, L = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers
     rot = s.rope_dim or d
     every = tuple(range(L))
-    w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
-    B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
+    seq, segments = B.seq, s.variant_as(Segments) if lay.positions == "segments" else None
+    B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
+    w.tok = (B.b, B.seq)
+    rows = segments.embed_rows if segments else s.vocab
+    w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
+    B.embedding(p.embed, "embedding", rows, h, B.seq)
+    if segments:
+        w.record(p.segment, None, (("weight", (segments.segments, h)),), None)
+        B.embedding(p.segment, "embedding", segments.segments, h, B.seq)
+        B.add(f"{p.embed} + {p.segment} (a [b, s, h] add, as a residual's)", "activation", "embedding", 1, w.tok + (h,),
+              w.tok + (h,), ew=B.b * B.seq * h)
+        w.record(p.segment_bias, None, (("", (segments.segments ** 2 + segments.buckets, a)),), None)
+        B.add(p.segment_bias, "embedding", "embedding", 1, (B.b, B.seq, B.seq), (B.b, a, B.seq, B.seq),
+              params=(segments.segments ** 2 + segments.buckets) * a, ew=B.b * a * B.seq * B.seq)
     if lay.embed_norm:
         w.norm(p.embed_norm, "token_embd_norm", h, None, residual=False)
     if lay.embed_scale:
@@ -98,10 +110,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
-        # ALiBi's per-head bias, one more add on every score
+        # ALiBi's per-head bias and CPM-Ant's segment bias, one more add on every score
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
                                 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
-                                + (lay.positions == "alibi"))
+                                + (lay.positions in ("alibi", "segments")))
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
@@ -130,6 +142,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
+    B.seq, w.tok = seq, (B.b, seq)
     if s.head == "lm" and lay.lm_transform:
         w.linear(p.head_dense, None, h, h, False, None, top=True)
         B.activation(f"{p.head_dense} act", "cls", w.tok, h, s.activation)
@@ -167,7 +180,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
-                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -238,7 +252,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qkv_bias=bias if lay.qkv_bias is None else lay.qkv_bias,
                     o_bias=bool(c.get(keys.o, default=False)) if lay.o_bias is None else lay.o_bias,
                     mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
+                    tied_embeddings=lay.ties and bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
                     else _zero_theta(c, L) if lay.nope == "theta" else (),
@@ -383,7 +397,7 @@ def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     p = lay.paths
     rules = decoder_head_rules(rf"(^|\.){re.escape(p.lm_head)}\.weight$", rf"^{re.escape(p.body)}\.")
     return dict(heads=("base", "lm"), head_rules=rules, default_head="lm",
-                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),),
+                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),) * lay.ties,
                 tied_by_default=lay.tied_default, kv_cache=decoder_kv_cache)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from . import decoders
+from .archspec import Variant
 from .ops import Builder
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
@@ -40,7 +41,10 @@ NoPE = Literal["none", "flags", "global", "theta"]
 # where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
 # bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
 # (CTRL); alibi, a per-head linear bias added to every score (MPT)
-Positions = Literal["rotary", "learned", "sinusoidal", "alibi"]
+# segments: CPM-Ant's segment embedding [segments, h] added to the token embeddings and a segment-relative position
+# bias [segments^2 + buckets, heads] added to every score (Segments), over ArchSpec.prefix_tokens prompt tokens
+# prepended to the input, whose embedding rows follow the vocabulary
+Positions = Literal["rotary", "learned", "sinusoidal", "alibi", "segments"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -68,6 +72,8 @@ class Paths:
     pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
     patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
     embed_norm: str = "embeddings.norm"   # DecoderLayout.embed_norm
+    segment: str = "segment_embedding"    # DecoderLayout.positions "segments": the tables (Segments)
+    segment_bias: str = "position_bias.relative_attention_bias"
     head_dense: str = "lm_head.dense"     # DecoderLayout.lm_transform: outside the body, before the LM head
     head_norm: str = "lm_head.norm"
     layers: str = "layers"
@@ -116,6 +122,15 @@ class BiasKeys:
     qkv: str = "attention_bias"
     o: str = "attention_bias"
     mlp: str = "mlp_bias"
+
+
+@dataclass(frozen=True)
+class Segments(Variant):
+    """DecoderLayout.positions "segments" (CPM-Ant): the token embedding's rows (the vocabulary, then prompt_types x
+    prompt_length prompt rows), the segment types and the position-bias buckets."""
+    embed_rows: int
+    segments: int
+    buckets: int
 
 
 @dataclass(frozen=True)
@@ -194,6 +209,7 @@ class DecoderLayout:
     # the config's attn_logit_softcapping / final_logit_softcapping, when set, soft-cap the scores / logits (Gemma2)
     softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
+    ties: bool = True                     # the LM head can be the embeddings (CPM-Ant's never is: no _tied_weights_keys)
     bias_keys: BiasKeys = BiasKeys()
     paths: Paths = Paths()
     # llama.cpp names its converter gives this architecture in place of LLaMA's, None where it writes no such
