@@ -74,6 +74,7 @@ from . import (
     phi,
     phi3,
     phimoe,
+    prophetnet,
     qwen3,
     qwen_moe,
     resnet,
@@ -101,8 +102,8 @@ _ALL: tuple[Family, ...] = (
     hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY, mellum.FAMILY,
     minimax_m2.FAMILY, mixtral.FAMILY, modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY,
     olmo.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY,
-    phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY,
+    smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
 
