@@ -1,8 +1,8 @@
 """The meta path (ckptstat/analysis/meta.py): transformers on the meta device answers what no op template describes.
 
 Where the static path answers too, both give the same parameters, active parameters, FLOPs, cache bytes and planner
-weights (families' own tiny samples). Where only the meta path answers (Qwen3-Next, Jamba, Falcon-H1,
-GraniteMoeHybrid, Gemma 3n text), its parameters are those of a CPU build's model.parameters() and its cache bytes
+weights (families' own tiny samples, and Qwen3-Next at its published size). Where only the meta path answers (Jamba,
+Falcon-H1, GraniteMoeHybrid, Gemma 3n text), its parameters are those of a CPU build's model.parameters() and its cache bytes
 those of the cache an actual CPU forward returns, at lengths other than the one the rule is read from."""
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _weights(m, tp):
 
 
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
-        ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM")]
+        ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
+        ("qwen3_next", "Qwen3NextForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -68,11 +69,6 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
 
 # tiny configs of architectures no family module models (transformers 5's config classes)
 HYBRIDS = {
-    "qwen3_next": ("Qwen3NextForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, moe_intermediate_size=16, shared_expert_intermediate_size=16,
-        num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=8, vocab_size=99, num_experts=4,
-        num_experts_per_tok=2, linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
-        linear_value_head_dim=8, linear_conv_kernel_dim=4)),
     "jamba": ("JambaForCausalLM", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=99, num_experts=4, num_experts_per_tok=2, attn_layer_period=2, attn_layer_offset=1,
@@ -156,6 +152,10 @@ PUBLISHED = {
 }
 
 
+# published sizes an op template also answers (the static path)
+STATIC = ("qwen3_next",)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("model_type", PUBLISHED)
 def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
@@ -166,7 +166,7 @@ def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
     cfg = T.AutoConfig.for_model(model_type, **kwargs)
     path = tmp_path / "config.json"
     path.write_text(json.dumps(dict(cfg.to_dict(), architectures=[arch], torch_dtype="bfloat16")))
-    m = meta.load(str(path))
+    m = meta.model_of(json.loads(path.read_text()), str(path), str(path))   # the meta path, even where a template answers
     with torch.device("meta"):
         model = getattr(T, arch)._from_config(cfg)
     assert m.params == sum(p.numel() for p in model.parameters())
@@ -176,10 +176,17 @@ def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
         emb = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" in n or "lm_head" in n)
         assert abs(m.params - card[0]) / card[0] < 0.03, m.params
         assert min(abs(active - card[1]), abs(active - emb - card[1])) / card[1] < 0.1, (active, emb)
-    assert flops.run(m, 1, 32)["totals"]["flops"] > 2 * 32 * (active or m.params) * 0.5
+    total = flops.run(m, 1, 32)["totals"]["flops"]
+    assert total > 2 * 32 * (active or m.params) * 0.5
+    static = load(str(path)) if model_type in STATIC else None
+    if static is not None:   # the meta path must give the same numbers where both answer
+        assert static.oracle is None and static.params == m.params and static.predicted.get("active") == active
+        assert flops.run(static, 1, 32)["totals"]["flops"] == total
+        for n in (32, 4096):
+            assert _kv(static, 1, n, 2) == _kv(m, 1, n, 2), n
     code, out, _ = cli("memory", str(path), "--json", "--seq", "4096", "--gpu", "H100", "--tp", "8", "--gpus", "8",
                        "--kv-dtype", "bf16")
     r = json.loads(out)
-    assert r["computed_by"] == m.oracle.statement and r["fit"]["fits"] is (code == 0)
+    assert (static is not None or r["computed_by"] == m.oracle.statement) and r["fit"]["fits"] is (code == 0)
     kv = next(x["bytes"] for x in r["lines"] if x["group"] == "kv cache")
     assert kv == _kv(m, 1, 4096, 2) > 0

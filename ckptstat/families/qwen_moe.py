@@ -31,7 +31,12 @@ LAYOUTS = {"qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE}
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    lay = LAYOUTS[c.model_type]
+    return moe_spec(LAYOUTS[c.model_type], c)
+
+
+def moe_spec(lay: DecoderLayout, c: Cfg) -> ArchSpec:
+    """The spec of a Qwen-MoE-style config laid out as `lay` (Qwen3-Next's too): the sparse layers by mlp_only_layers
+    and decoder_sparse_step, the experts' and the shared expert's widths."""
     spec = layout.spec_from_config(lay, c)      # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     L, E = spec.layers, count(c, "num_experts")
     step = c.int("decoder_sparse_step", default=1)
@@ -56,10 +61,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     spec = layout.spec_from_tensors(lay, T, dict(common, model_type=mt))
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     fs = infer.find(T, layout.pattern(QWEN2_MOE, "ffn_gate_shexp"))
-    fd = infer.find(T, r"layers\.\d+\.mlp\.gate_proj\.weight$")     # a dense layer's (no llama.cpp name)
     k = 8 if q3 else 4
-    return replace(spec, intermediate=fd.shape[0] if fd is not None else spec.intermediate, top_k=k,
-                   moe_intermediate=spec.intermediate, shared_intermediate=fs.shape[0] if fs is not None else 0,
+    # spec_from_tensors: intermediate a dense layer's gate_proj width (the experts' without one), moe_intermediate theirs
+    return replace(spec, top_k=k, shared_intermediate=fs.shape[0] if fs is not None else 0,
                    dense_layers=tuple(i for i in range(spec.layers) if i not in sparse), mlp_bias=False,
                    assumptions=spec.assumptions + (f"no config: experts per token (top-k) assumed {k}, as in "
                                                    f"{'Qwen3-30B-A3B' if q3 else 'Qwen1.5-MoE-A2.7B'}",))

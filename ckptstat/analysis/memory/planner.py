@@ -6,7 +6,8 @@ Where the parameters sit comes from the family's op template (families/framework
  - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
    column- or row-wise (weights and column-parallel biases sharded; a row-parallel layer's bias is added
    after the all-reduce, so it is replicated); the word embedding and the LM head are vocab-parallel;
-   norms, position/type embeddings, pooler, classifiers and anything else are replicated;
+   a mixer's 1-D convolution is split over its channels; norms, position/type embeddings, pooler, classifiers and
+   anything else are replicated;
  - pipeline parallelism: blocks split evenly over the stages (ceil(L/pp) on the fullest one), the
    embeddings on the first stage, the head on the last (a tied head: the last stage keeps its own copy
    of the word embedding, as Megatron does);
@@ -219,7 +220,10 @@ def split(m: Model, plan: Plan) -> Split:
         elif op.params:
             dim = op.out_shape[-1] if op.out_shape else 1
             rows = op.params // dim if op.kind == "embedding" and dim else 0
-            sharded = op.kind == "embedding" and rows == s.vocab
+            # a 1-D convolution inside the layers (a state-space or gated DeltaNet mixer's depthwise conv1d): its
+            # channels are the heads tensor parallelism splits, so it is split with them (as the meta path places it)
+            conv = op.kind == "conv" and where == "layers" and len(op.in_shape) == 3
+            sharded = op.kind == "embedding" and rows == s.vocab or conv
             # Adafactor factors a 2-D table into rows + cols; anything else is counted unfactored
             factored = rows + dim if op.kind == "embedding" and rows else op.params
             # a norm's tensors are vectors of the width; an embedding one table; other modules: assumed large

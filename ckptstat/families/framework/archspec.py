@@ -19,6 +19,17 @@ class Latent:
     v_head_dim: int
 
 
+@dataclass(frozen=True)
+class DeltaNet:
+    """A gated DeltaNet layer's sizes (Qwen3-Next's, Qwen3.5's linear attention, layout_linear.py): the key heads and
+    their width, the value heads and their width, the short causal conv1d's kernel."""
+    key_heads: int
+    key_dim: int
+    value_heads: int
+    value_dim: int
+    conv_kernel: int
+
+
 class Variant:
     """What one family alone switches or sizes (OPT's final LayerNorm, Falcon's decoder generation, Mamba's state
     size, a CLIP tower's sizes): a frozen dataclass in the family's module that subclasses this, carried in
@@ -107,6 +118,10 @@ class ArchSpec:
     qk_norm: bool = True
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
+    # hybrid decoders: the layers whose token mixer is a gated DeltaNet (config layer_types "linear_attention"), and
+    # its sizes; () / None where every layer attends
+    linear_layers: tuple[int, ...] = ()
+    deltanet: DeltaNet | None = None
     # the flattened image patch (patch_size^2 x num_channels) a patch embedding reads that a text-only forward never
     # runs (Fuyu's vision_embed_tokens: DecoderLayout.patch_embed); 0: none
     patch_dim: int = 0
@@ -114,6 +129,9 @@ class ArchSpec:
     # prompt_length prompt tokens)
     prefix_tokens: int = 0
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
+    # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
+    # image): their parameters held, no op run, nothing cached (layout.walk)
+    cross_layers: tuple[int, ...] = ()
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

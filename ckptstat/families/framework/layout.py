@@ -17,42 +17,46 @@ Variants are typed fields, not flags: a misspelt one is a TypeError (and a mypy 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_moe
-from .archspec import ArchSpec, Latent
+from . import decoders, infer, layout_linear, layout_moe
+from .archspec import ArchSpec, DeltaNet, Latent
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Segments, Walk, joined, mlp
+from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Segments, Walk, joined, mlp
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
 
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
-    """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
-    window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
-    by them); a layout family with another kind adds it here and a branch in `walk`."""
-    marked = set(s.sliding_layers)
-    return tuple("sliding" if s.sliding_window and (not marked or i in marked) else "full" for i in range(s.layers))
+    """Each layer's token mixer: linear on ArchSpec.linear_layers (a gated DeltaNet, layout_linear.py), sliding on
+    ArchSpec.sliding_layers (every layer when that is empty and a window is set), full elsewhere: the kinds the walk
+    has today (ops.window_groups splits the softmax attention by the last two); a layout family with another kind adds
+    it here and a branch in `walk`."""
+    marked, linear = set(s.sliding_layers), set(s.linear_layers)
+    return tuple("linear" if i in linear else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
+                 for i in range(s.layers))
 
 
 def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     """The forward of `lay` at B.s's sizes: writes its ops to B and returns the modules it met."""
     s = B.s
     w, p = Walk(B, lay), lay.paths
-    h, a, g, d, f, L = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers
+    h, a, g, d, f = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate
     rot = s.rope_dim or d
-    every = tuple(range(L))
+    every = tuple(i for i in range(s.layers) if i not in s.cross_layers)   # the layers a text-only forward runs
+    L = len(every)
     seq, segments = B.seq, s.variant_as(Segments) if lay.positions == "segments" else None
     B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
     w.tok = (B.b, B.seq)
-    rows = segments.embed_rows if segments else s.vocab
+    rows = segments.embed_rows if segments else s.vocab + lay.embed_extra
     w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
     B.embedding(p.embed, "embedding", rows, h, B.seq)
     if segments:
@@ -79,67 +83,105 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for table in (("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)) if rotary else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
-    before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
-    if before:
-        normed = every if lay.first_attn_norm else every[1:]
+    kinds = attention_kinds(s)
+    # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
+    placed: dict[Placement, tuple[int, ...]] = {}
+    for i in every:
+        pl = lay.linear_placement if kinds[i] == "linear" and lay.linear_placement else lay.placement
+        placed[pl] = placed.get(pl, ()) + (i,)
+    before = {pl: ls for pl, ls in placed.items() if pl in ("pre", "sandwich", "parallel")}
+    after = {pl: ls for pl, ls in placed.items() if pl in ("post", "sandwich")}
+    for pl, ls in before.items():
+        # ModernBERT-decoder's first layer has no attention norm (an Identity); its residual add stays
+        normed = ls if lay.first_attn_norm else tuple(i for i in ls if i != every[0])
         if normed:
-            w.norm(p.attn_in, "attn_norm", h, normed, residual=lay.placement in ("pre", "parallel"))
-        if len(normed) < L and lay.placement in ("pre", "parallel"):   # the first layer's residual add, without a norm
+            w.norm(p.attn_in, "attn_norm", h, normed, residual=pl in ("pre", "parallel"))
+        if len(normed) < len(ls) and pl in ("pre", "parallel"):
             B.add(w.label("+ residual (no attn_norm)", every[:1]), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
                   ew=B.b * B.seq * h)
+    attn = tuple(i for i in every if kinds[i] != "linear")
+    if linear := tuple(i for i in every if kinds[i] == "linear"):
+        layout_linear.gated_deltanet(w, linear)
     if lay.latent:
         layout_moe.latent(w, every)
-    else:
+    elif attn:
+        # gated attention: q_proj's output is each head's query and its gate, side by side
+        q_width = a * d * (2 if lay.gated_attention else 1)
         if lay.fused_qkv:
-            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+            w.linear(at + p.qkv, "attn_qkv", h, q_width + 2 * g * d, s.qkv_bias, attn)
         else:
-            for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
-                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
+            for sub, gguf, width in ((p.q, "attn_q", q_width), (p.k, "attn_k", g * d), (p.v, "attn_v", g * d)):
+                w.linear(at + sub, gguf, h, width, s.qkv_bias, attn)
         for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
             if not s.qk_norm:
                 break
             if lay.qk_norm == "head":      # Qwen3: over each head's d
-                w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
+                w.norm(at + sub, gguf, d, attn, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
-                w.norm(at + sub, gguf, heads * d, every, residual=False)
-        if roped := (L - len(s.nope_layers)) * rotary:   # SmolLM3's NoPE layers apply none
+                w.norm(at + sub, gguf, heads * d, attn, residual=False)
+        if roped := (len(attn) - len(set(s.nope_layers) & set(attn))) * rotary:   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
                   w.tok + ((a + g) * d,), ew=B.b * B.seq * (a + g) * d * (ew_cost("rmsnorm") - 1))
+        if lay.dynamic_mask:   # llama.cpp has no names for them
+            w.linear(at + p.dt_proj, None, g * d, g, s.qkv_bias, every)
+            w.record(at + p.dynamic_a, None, (("", (g,)),), every)
+            B.add(w.label(f"{p.attn} exp({p.dynamic_a} x softplus({p.dt_proj})) mask", every), "activation", "encoder", L,
+                  w.tok + (g,), w.tok + (g,), params=g * L, ew=B.b * B.seq * g * (ew_cost("softplus") + 2), weights_per_call=g)
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
         # ALiBi's per-head bias and CPM-Ant's segment bias, one more add on every score
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
                                 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
-                                + (lay.positions in ("alibi", "segments")))
+                                + (lay.positions in ("alibi", "segments")), layers=attn if linear or s.cross_layers else None)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
-                  (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
+                  len(attn), (a,), (B.b, a, B.seq, 1), params=a * len(attn), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+                  weights_per_call=a)
+        if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
+            w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, attn)
+            if lay.attn_gate == "biased":   # llama.cpp has no name for it
+                w.record(at + p.attn_gate_bias, None, (("", (a,)),), attn)
+                B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", attn), "activation", "encoder", len(attn),
+                      w.tok + (a * d,), w.tok + (a * d,), params=a * len(attn), ew=B.b * B.seq * a * d, weights_per_call=a)
+            B.add(w.label(f"{p.attn} output x act({p.attn_gate})", attn), "activation", "encoder", len(attn),
+                  w.tok + (a * d,), w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
+        if lay.gated_attention:
+            B.add(w.label(f"{p.attn} output x sigmoid(gate)", attn), "activation", "encoder", len(attn), w.tok + (a * d,),
+                  w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:
-            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
-        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
         if lay.last_o_bias:
-            last = (L - 1,)
+            last = (s.layers - 1,)
             w.record(at + p.last_bias, None, (("", (h,)),), last)
             B.add(w.label(f"{p.attn}.{p.last_bias} (expanded to the stream, added as a residual)", last), "activation",
                   "encoder", 1, (h,), w.tok + (h,), params=h, ew=B.b * B.seq * h, weights_per_call=h)
-    if after:
-        w.norm(p.attn_out, "post_attention_norm", h, every)
-    if before and lay.placement != "parallel":
-        w.norm(p.mlp_in, "ffn_norm", h, every, residual=lay.placement == "pre")
+    if lay.residual_scales:
+        _residual_scale(w, p.attn_residual, every)
+    for ls in after.values():
+        w.norm(p.attn_out, "post_attention_norm", h, ls)
+    for pl, ls in before.items():
+        if pl != "parallel":
+            w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
     routed = lay.mlp == "routed"
     dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
     if sparse := tuple(i for i in every if i not in dense):
         layout_moe.routed(w, sparse)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
-    if after:
-        w.norm(p.mlp_out, "post_ffw_norm", h, every)
-    if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
-        B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    if lay.residual_scales:
+        _residual_scale(w, p.mlp_residual, every)
+    for ls in after.values():
+        w.norm(p.mlp_out, "post_ffw_norm", h, ls)
+    if par := placed.get("parallel"):   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
+        B.add(w.label(f"{p.mlp} + residual", par), "activation", "encoder", len(par), w.tok + (h,), w.tok + (h,),
+              ew=B.b * B.seq * h)
+    if s.cross_layers:
+        _skipped_cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
     B.seq, w.tok = seq, (B.b, seq)
@@ -155,6 +197,35 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
+    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer),
+    which MllamaTextModel skips without cross-attention states: their parameters (q/k/v/o and per-head q/k norms under
+    {cross_attn}, the tanh gates, the two norms and a gated MLP), one op that holds them and runs nothing."""
+    s, p, B = w.s, w.p, w.B
+    h, a, g, d, f, C = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross)
+    x = f"{p.cross_attn}."
+    parts = [(x + p.q, (a * d, h)), (x + p.k, (g * d, h)), (x + p.v, (g * d, h)), (x + p.o, (h, a * d)),
+             (x + p.q_norm, (d,)), (x + p.k_norm, (d,)), (p.attn_in, (h,)), (p.mlp_in, (h,)),
+             (f"{p.mlp}.{p.gate}", (f, h)), (f"{p.mlp}.{p.up}", (f, h)), (f"{p.mlp}.{p.down}", (h, f))]
+    for sub, shape in parts:
+        w.record(sub, None, (("weight", shape),), cross)
+    for sub in (p.cross_attn_gate, p.cross_mlp_gate):
+        w.record(sub, None, (("", (1,)),), cross)
+    per = sum(math.prod(shape) for _, shape in parts) + 2
+    B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
+          w.tok + (h,), params=per * C)
+
+
+def _residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
+    """A learned [h] vector times the residual before the add (DecoderLayout.residual_scales); llama.cpp has no name.
+    Its op's label names the stream, not the parameter: a label with "residual" is an add (tests/test_residual_adds.py)."""
+    B, h = w.B, w.s.hidden
+    w.record(sub, None, (("", (h,)),), layers)
+    B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
+                  layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
+          params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
@@ -181,6 +252,7 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
+                 linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
                  variant=Segments(8, 2, 2) if lay.positions == "segments" else None)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
@@ -240,11 +312,12 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     keys = lay.bias_keys
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
-    width = lay.ffn_width
-    times = width.times_hidden or (c.int(width.times_key) if width.times_key else 0)
+    linear, deltanet = layout_linear.from_config(c, L) if lay.linear != "none" else ((), None)
+    if deltanet and sliding["sliding_window"]:
+        raise NoAnalyticModel(f"{c.path}: a {c.model_type} with sliding-window layers: the op template describes none")
     learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
-                    intermediate=times * h if times else c.int(width.key), vocab=c.int("vocab_size"),
+                    intermediate=_intermediate(lay, c), vocab=c.int("vocab_size"),
                     context=0 if learned else c.int("max_position_embeddings", default=0),
                     positions=c.int("max_position_embeddings") if learned else 0,
                     activation=lay.activation or str(c.get(lay.act_key, default="silu")),
@@ -259,7 +332,17 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
-                    **sliding, **c.common)
+                    linear_layers=linear, deltanet=deltanet, **sliding, **c.common)
+
+
+def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
+    """The MLP's width (DecoderLayout.ffn_width: intermediate_size, another key, or a multiple of hidden); a routed
+    layout without dense layers runs no MLP of that width, and its config class may have no such field
+    (Qwen3.5-MoE's): 0 there when the file leaves it out."""
+    width = lay.ffn_width
+    if times := width.times_hidden or (c.int(width.times_key) if width.times_key else 0):
+        return times * c.int("hidden_size")
+    return c.int(width.key, default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int(width.key)
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
@@ -330,7 +413,14 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         kv = (shape("attn_qkv")[0] - q) // 2
     else:
         q, kv = shape("attn_q")[0], shape("attn_k")[0]
+    q //= 2 if lay.gated_attention else 1              # each head's query and its gate
     notes: list[str] = []
+    linear: tuple[int, ...] = ()
+    deltanet = None
+    if lay.linear != "none":
+        linear, deltanet, note = layout_linear.from_tensors(
+            lay, T, int(class_default(common["model_type"], "linear_key_head_dim") or 0))
+        notes.append(note)
     qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
     sinks = infer.find(T, r"(^|\.)" + r"\.".join(_parts(lay, "attn_sinks")) + "$") if lay.sinks else None
     if lay.qk_norm == "head" and qk_norm:
@@ -348,7 +438,9 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
             router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
-            fd = infer.find(T, pattern(lay, "ffn_gate")) if lay.dense_layers and module(lay, "ffn_gate") else None
+            # a dense layer's gate_proj (by its path: llama.cpp may have no name for it)
+            gate = rf"(^|\.){re.escape(lay.paths.layers)}\.\d+\.{re.escape(lay.paths.mlp)}\.{re.escape(lay.paths.gate)}\.weight$"
+            fd = infer.find(T, gate) if lay.dense_layers else None
             fs = infer.find(T, pattern(lay, "ffn_gate_shexp")) if lay.shared != "none" else None
             moe = dict(moe_intermediate=f, shared_intermediate=fs.shape[0] if fs is not None else 0,
                        dense_layers=tuple(i for i in range(L) if i not in sparse) if lay.dense_layers else ())
@@ -364,7 +456,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
-                    assumptions=tuple(notes), **moe, **common)
+                    linear_layers=linear, deltanet=deltanet, assumptions=tuple(notes), **moe, **common)
 
 
 def routed_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str,

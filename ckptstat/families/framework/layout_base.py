@@ -30,10 +30,16 @@ Shared = Literal["none", "gated", "summed", "averaged"]
 # logits and a softmax over those k counted too (gpt-oss's GptOssTopKRouter); topk_sigmoid, the top-k of its logits
 # scattered into -inf elsewhere and a sigmoid over all E (Llama 4's Llama4Router)
 Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
-# a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
-# on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
-# Qwen3-Next's linear, Jamba's state-space)
+# a layer's token mixer: full and sliding softmax attention and linear attention (a gated DeltaNet on
+# ArchSpec.linear_layers, DecoderLayout.linear) are walked per layer today (DeepSeek's latent attention, on every layer,
+# is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked, Jamba's state-space)
 Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
+# qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
+# in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
+# in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
+# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid)
+Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
@@ -45,6 +51,16 @@ NoPE = Literal["none", "flags", "global", "theta"]
 # bias [segments^2 + buckets, heads] added to every score (Segments), over ArchSpec.prefix_tokens prompt tokens
 # prepended to the input, whose embedding rows follow the vocabulary
 Positions = Literal["rotary", "learned", "sinusoidal", "alibi", "segments"]
+# a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
+# halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
+# {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
+# bare parameters at the same paths (GraniteMoE-SWA's experts.gate_up_proj, experts.down_proj, saved as held)
+LinearExperts = Literal["none", "weights", "parameters"]
+# an output gate on the attention: none; width, a projection {attn}.{attn_gate} of the layer's input to a x d, its
+# activation (sigmoid, softplus) times the attention's output before o_proj (AFMoE's gate_proj; Laguna's g_proj with
+# gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true); biased, width
+# plus a bias per head broadcast over d, a parameter {attn}.{attn_gate_bias} [a] (Beam's gate_bias)
+AttnGate = Literal["none", "width", "head", "biased"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -114,6 +130,32 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
+    attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
+    attn_gate_bias: str = "gate_bias"
+    dt_proj: str = "dt_proj"              # {attn}.{dt_proj}, {attn}.{dynamic_a}: DecoderLayout.dynamic_mask
+    dynamic_a: str = "A"
+    attn_residual: str = "input_residual"            # DecoderLayout.residual_scales, at the layer
+    mlp_residual: str = "post_attention_residual"
+    cross_attn: str = "cross_attn"        # ArchSpec.cross_layers: {cross_attn}.{q,k,v,o,q_norm,k_norm}, the gates
+    cross_attn_gate: str = "cross_attn_attn_gate"
+    cross_mlp_gate: str = "cross_attn_mlp_gate"
+    score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
+    linear_attn: str = "linear_attn"      # a linear layer's mixer: {linear_attn}.{in_qkvz, in_ba | in_qkv, in_z, in_b, in_a},
+    in_qkvz: str = "in_proj_qkvz"         # {conv}, {dt_bias}, {a_log}, {gated_norm}, {out}
+    in_ba: str = "in_proj_ba"
+    in_qkv: str = "in_proj_qkv"
+    in_z: str = "in_proj_z"
+    in_b: str = "in_proj_b"
+    in_a: str = "in_proj_a"
+    sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
+    sep_a: str = "a_proj"
+    sep_g: str = "g_proj"
+    sep_conv: tuple[str, str, str] = ("q_conv1d", "k_conv1d", "v_conv1d")   # ... and its conv1d saved split, q / k / v
+    conv: str = "conv1d"
+    dt_bias: str = "dt_bias"
+    a_log: str = "A_log"
+    gated_norm: str = "norm"
+    out: str = "out_proj"
 
 
 @dataclass(frozen=True)
@@ -174,6 +216,12 @@ class DecoderLayout:
     # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
     # attn_sub_norm, ffn_sub_norm)
     sub_norms: bool = False
+    # the attention's output gated: q_proj twice as wide, its second half per head g, the attention's output x sigmoid(g)
+    # before o_proj (Qwen3-Next's gated attention)
+    gated_attention: bool = False
+    linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
+    # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
+    linear_placement: Placement | None = None
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
@@ -218,15 +266,34 @@ class DecoderLayout:
     # (config key, value): the switches whose other values add parts the layout does not describe (Cohere's
     # use_qk_norm false); another value is NoAnalyticModel, so the meta path answers it
     requires: tuple[tuple[str, Any], ...] = ()
+    linear_experts: LinearExperts = "none"
+    # routed: the shared expert beside the routed MLP, at the layer's {shared}, not under {mlp} (GraniteMoE-Shared's
+    # shared_mlp beside block_sparse_moe)
+    shared_beside: bool = False
+    attn_gate: AttnGate = "none"
+    # routed: a [E] parameter (Paths.score_bias; requires_grad false, still one of model.parameters()) added to the
+    # router's scores to pick the experts (AFMoE's expert_bias, Laguna's gate.e_score_correction_bias); llama.cpp's
+    # exp_probs_b
+    score_bias: bool = False
+    # Doge's dynamic mask: {attn}.{dt_proj} (g x d -> g, biased as q/k/v) over the values the cache holds (after its
+    # update: a forward's own tokens, and the cached ones when decoding), exp(A x softplus(.)) with A a [g] parameter
+    # ({attn}.{dynamic_a}), added to the mask (its top-k past keep_window_size keys is no matmul)
+    dynamic_mask: bool = False
+    # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
+    residual_scales: bool = False
+    embed_extra: int = 0                  # rows embed_tokens holds beyond vocab_size (Mllama's 8 image tokens)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE), ("positions", Positions)):
+                           ("router", Router), ("nope", NoPE), ("positions", Positions),
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
+        if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
+            raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
 
 
 @dataclass(frozen=True)
@@ -287,10 +354,11 @@ def joined(name: str, suffix: str) -> str:
     return f"{name}.{suffix}" if suffix else name
 
 
-def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
-    """A dense MLP at {mlp}.{sub} (sub: "" or the shared expert's "shared_expert."), llama.cpp's ffn_*{gguf}."""
+def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "", base: str | None = None) -> None:
+    """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
+    llama.cpp's ffn_*{gguf}."""
     s, p, B = w.s, w.p, w.B
-    h, pre = s.hidden, f"{p.mlp}.{sub}"
+    h, pre = s.hidden, f"{p.mlp if base is None else base}.{sub}"
     if kind == "plain":
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
