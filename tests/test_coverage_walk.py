@@ -28,6 +28,9 @@ ENCODERS = {"BertForMaskedLM", "ModernBertForMaskedLM", "DebertaForMaskedLM", "R
             "ViTForImageClassification", "CLIPForImageClassification", "DeiTForImageClassificationWithTeacher",
             "Swinv2ForImageClassification", "ConvNextV2ForImageClassification", "WavLMForCTC", "UniSpeechForCTC"}
 NAMED |= ENCODERS
+# classic decoders whose templates count what no LLaMA-shaped one does: n-gram streams, a prepended prompt
+CLASSIC = {"ProphetNetForCausalLM", "CpmAntForCausalLM"}
+NAMED |= CLASSIC
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -51,6 +54,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
     assert answered["ModernBertForMaskedLM"] == "static"   # its op template: families/modernbert.py
     assert {answered[c] for c in ENCODERS} <= {"static", "meta"}
+    assert {answered[c] for c in CLASSIC} == {"static"}
 
 
 def test_record_is_written_by_the_installed_transformers():

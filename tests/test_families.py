@@ -160,7 +160,8 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     torch_params = sum(p.numel() for p in model.parameters())
     assert predict_params(spec)["total"] == torch_params
     for seq in SEQS:
-        if "pixel_values" in inspect.signature(model.forward).parameters:   # vision: at two image sides
+        # vision: at two image sides (Fuyu's template is its text-only forward: no image_size)
+        if spec.image_size and "pixel_values" in inspect.signature(model.forward).parameters:
             image = getattr(spec.variant, "vision", spec.variant)   # a two-tower model's vision tower (clip.Towers)
             for side in (spec.image_size, spec.image_size * 3 // 2 + 1):
                 expected = fcm_image_flops(model, seq, BATCH, sample.device, side, image.channels,

@@ -1,5 +1,6 @@
-"""The classic decoder families (families/opt.py, bloom.py, gptj.py with CodeGen, gpt_neo.py, gpt_bigcode.py) beyond
-the registry walk of tests/test_families.py: against tiny transformers models on the CPU,
+"""The classic decoder families (families/opt.py, bloom.py, gptj.py with CodeGen, gpt_neo.py, gpt_bigcode.py; ctrl.py,
+openai_gpt.py, mpt.py, cpmant.py, prophetnet.py) beyond the registry walk of tests/test_families.py: against tiny
+transformers models on the CPU,
 
 * KV cache (beyond tests/test_families.py's check of every decoder): GPTBigCode's multi-query cache holds one K/V head;
 * GPT-Neo's local layers: with --causal-halving the attention MACs equal the (query, key) pairs each layer's own
@@ -23,7 +24,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import build  # noqa: E402
 from ckptstat.families.framework.spec import check_seq  # noqa: E402
 
-FAMILIES = ("opt", "bloom", "gptj", "gpt_neo", "gpt_bigcode")
+FAMILIES = ("opt", "bloom", "gptj", "gpt_neo", "gpt_bigcode", "ctrl", "openai_gpt", "mpt", "cpmant", "prophetnet")
 BATCH = 2
 
 def _model(sample, name):

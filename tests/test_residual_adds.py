@@ -55,7 +55,8 @@ def test_residual_adds_equal_the_forwards(family, sample, name):
     cls = getattr(T, name)
     model = meta_model(cls, cfg, device="cpu")
     h = cfg.get_text_config().hidden_size
-    counter = _HiddenAdds((BATCH, SEQ, h))
+    n = SEQ + spec_of(cls, cfg).prefix_tokens   # the stream holds the tokens the model prepends (CPM-Ant's prompt)
+    counter = _HiddenAdds((BATCH, n, h))
     ids = torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) % cfg.get_text_config().vocab_size
     with counter, torch.no_grad():
         model(input_ids=ids, use_cache=False)
@@ -64,6 +65,6 @@ def test_residual_adds_equal_the_forwards(family, sample, name):
         if op.module.endswith(" (+residual)"):   # a norm that adds the residual it reads
             ours += op.calls
         elif "residual" in op.module and op.kind != "norm":   # an add of attn (+ mlp) outputs to the stream
-            ours += op.calls * op.ew // (BATCH * SEQ * h)
+            ours += op.calls * op.ew // (BATCH * n * h)
     assert ours == counter.count, [(op.module, op.calls, op.ew) for op in build(spec_of(cls, cfg), BATCH, SEQ)
                                    if "residual" in op.module]

@@ -19,12 +19,12 @@ LAYERS = 3
 
 @pytest.fixture(scope="module")
 def gptj(tmp_path_factory):
-    """A tiny CTRL (transformer.h.N.multi_head_attention.Wq...: no ckptstat family) saved without its config.
-    (The fixture's name is GPT-J's, which had no family until families/gptj.py.)"""
+    """A tiny XLNet (transformer.layer.N.rel_attn.q...: no ckptstat family) saved without its config.
+    (The fixture's name is GPT-J's, which had no family until families/gptj.py; CTRL's until families/ctrl.py.)"""
     torch.manual_seed(0)
-    model = T.CTRLLMHeadModel(T.CTRLConfig(n_embd=32, n_layer=LAYERS, n_head=4, dff=37, vocab_size=99, n_positions=64,
-                                           tie_word_embeddings=False))
-    path = tmp_path_factory.mktemp("ctrl") / "model.safetensors"
+    model = T.XLNetLMHeadModel(T.XLNetConfig(d_model=32, n_layer=LAYERS, n_head=4, d_inner=37, vocab_size=99,
+                                             tie_word_embeddings=False))
+    path = tmp_path_factory.mktemp("xlnet") / "model.safetensors"
     st.save_model(model, str(path))
     return model, str(path)
 
@@ -45,12 +45,12 @@ def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed
     assert sum(n["params"] for n in tree) == r["parameters"]["unique"] == _params(model)
     transformer = _find(tree, "transformer")
     assert transformer["params"] == _params(model.transformer)
-    blocks = _find(transformer["children"], "h.{0..2}")
-    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.h)
+    blocks = _find(transformer["children"], "layer.{0..2}")
+    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.layer)
     # inside the collapsed block: one block's figures
-    assert _find(blocks["children"], "multi_head_attention")["params"] == _params(model.transformer.h[0].multi_head_attention)
-    assert _find(blocks["children"], "ffn")["params"] == _params(model.transformer.h[0].ffn)
-    assert _find(tree, "lm_head")["params"] == _params(model.lm_head)
+    assert _find(blocks["children"], "rel_attn")["params"] == _params(model.transformer.layer[0].rel_attn)
+    assert _find(blocks["children"], "ff")["params"] == _params(model.transformer.layer[0].ff)
+    assert _find(tree, "lm_loss")["params"] == _params(model.lm_loss)
     json.dumps(r)
 
 
@@ -58,7 +58,7 @@ def test_unknown_summary_human_output_is_a_tree(gptj, cli):
     _, path = gptj
     rc, out, err = cli(path)
     assert rc == 0, err
-    assert "Parameters by module" in out and "h.{0..2} x3" in out
+    assert "Parameters by module" in out and "layer.{0..2} x3" in out
     assert "no rule placed" not in out
 
 

@@ -1,6 +1,7 @@
 """BERT-style encoders: BERT, RoBERTa, XLM-R, CamemBERT and ELECTRA (factorised embeddings), from
 transformers' modeling_bert.py, modeling_roberta.py (xlm_roberta and camembert are copies of it) and
-modeling_electra.py. Post-LayerNorm layers (encoder.py), learned absolute positions, token types."""
+modeling_electra.py; RoCBert (modeling_roc_bert.py: BERT's layers and heads, its embeddings with a pronunciation and
+a glyph-shape table: RoCBertInputs). Post-LayerNorm layers (encoder.py), learned absolute positions, token types."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,12 +51,32 @@ MODEL_TYPES = {
     "roberta-prelayernorm": ModelType("roberta_prelayernorm", roberta=True, layer=PRE_LN_ROBERTA, final_norm="LayerNorm"),
     # BertGenerationEncoder (the base) and BertGenerationDecoder (`bert` + lm_head): no token types, no pooler
     "bert-generation": ModelType("bert", token_types=False, lm_transform=False, pooler=False),
+    "roc_bert": ModelType("roc_bert"),   # BERT's, + RoCBertInputs
 }
 # kept for the families and tests that name a model type's prefix
 @dataclass(frozen=True)
 class ErnieTasks(Variant):
     """ERNIE's use_task_id: a task-type embedding table of this many rows beside the token types."""
     task_types: int
+
+
+@dataclass(frozen=True)
+class RoCBertInputs(Variant):
+    """RoCBert's pronunciation_embed and shape_embed tables (rows, width), always held; with concat_input each enabled
+    one is looked up (ids 0 when none are given), concatenated after the word embedding and mapped back to hidden by
+    map_inputs_layer (`mapped_from`: its input width; 0 without concat_input, where they are added only when their ids
+    are given, never in a forward of input_ids alone)."""
+    pronunciation: tuple[int, int]
+    shape: tuple[int, int]
+    mapped_from: int
+
+
+def roc_bert_inputs(c: Cfg, h: int) -> RoCBertInputs:
+    pron = (c.int("pronunciation_vocab_size"), c.int("pronunciation_embed_dim"))
+    shape = (c.int("shape_vocab_size"), c.int("shape_embed_dim"))
+    concat = bool(c.get("concat_input", default=True))
+    width = h + pron[1] * bool(c.get("enable_pronunciation", default=True)) + shape[1] * bool(c.get("enable_shape", default=True))
+    return RoCBertInputs(pron, shape, width if concat else 0)
 
 
 BASE_PREFIX = {mt: v.prefix for mt, v in MODEL_TYPES.items()}
@@ -76,7 +97,9 @@ def from_config(c: Cfg) -> ArchSpec:
     act = c.get("hidden_act", default="gelu")
     ernie_tasks = c.model_type == "ernie" and c.get("use_task_id", default=False)
     types = c.int("type_vocab_size", default=2) if MODEL_TYPES[c.model_type].token_types else 0
-    return ArchSpec(variant=ErnieTasks(c.int("task_type_vocab_size")) if ernie_tasks else None,
+    variant = ErnieTasks(c.int("task_type_vocab_size")) if ernie_tasks else roc_bert_inputs(c, h) \
+        if c.model_type == "roc_bert" else None
+    return ArchSpec(variant=variant,
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
@@ -95,8 +118,13 @@ def build(B: Builder) -> None:
     s, tok, first = B.s, (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
     h, L = s.hidden, s.layers
     electra, v = s.model_type == "electra", MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
-    if s.variant is not None:   # ERNIE's use_task_id: one more lookup added to the embeddings
-        B.embedding("embeddings.task_type_embeddings", "embedding", s.variant_as(ErnieTasks).task_types, h, B.seq)
+    if isinstance(s.variant, ErnieTasks):   # ERNIE's use_task_id: one more lookup added to the embeddings
+        B.embedding("embeddings.task_type_embeddings", "embedding", s.variant.task_types, h, B.seq)
+    if isinstance(s.variant, RoCBertInputs):
+        for name, (rows, dim) in (("pronunciation_embed", s.variant.pronunciation), ("shape_embed", s.variant.shape)):
+            B.embedding(f"embeddings.{name}", "embedding", rows, dim, B.seq)
+        if s.variant.mapped_from:
+            B.linear("embeddings.map_inputs_layer", "embedding", tok, s.variant.mapped_from, h, True)
     encoder.embeddings(B, norm=v.embedding_norm)
     if s.emb != h:
         B.linear("embeddings_project", "embedding", tok, s.emb, h, True)   # ELECTRA-small style
@@ -136,8 +164,13 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     p = "" if s.head == "base" else v.prefix + "."
     out: Shapes = {}
     encoder.embedding_tensors(out, p, s, E, norm=v.embedding_norm)
-    if s.variant is not None:
-        out[p + "embeddings.task_type_embeddings.weight"] = (s.variant_as(ErnieTasks).task_types, h)
+    if isinstance(s.variant, ErnieTasks):
+        out[p + "embeddings.task_type_embeddings.weight"] = (s.variant.task_types, h)
+    if isinstance(s.variant, RoCBertInputs):
+        out[p + "embeddings.pronunciation_embed.weight"] = s.variant.pronunciation
+        out[p + "embeddings.shape_embed.weight"] = s.variant.shape
+        if s.variant.mapped_from:
+            add_linear(out, p + "embeddings.map_inputs_layer", h, s.variant.mapped_from)
     if E != h:
         add_linear(out, p + "embeddings_project", h, E)
     for i in range(s.layers):
@@ -251,6 +284,15 @@ FAMILY = Family(
         # without a config the names are read as BERT's: ERNIE's task types, the pre-LN variants' norms are not inferred
         Sample("ErnieConfig", dict(_SIZES, use_task_id=True, task_type_vocab_size=5), ("ErnieModel",), infer=False),
         Sample("BertGenerationConfig", _SIZES, ("BertGenerationEncoder",)),
+        # RoCBert: without a config its names read as BERT's, its pronunciation and shape tables not inferred
+        Sample("RoCBertConfig", dict(_SIZES, pronunciation_vocab_size=7, pronunciation_embed_dim=8, shape_vocab_size=5,
+                                     shape_embed_dim=12), ("RoCBertModel", "RoCBertForMaskedLM"), infer=False),
+        Sample("RoCBertConfig", dict(_SIZES, pronunciation_vocab_size=7, pronunciation_embed_dim=8, shape_vocab_size=5,
+                                     shape_embed_dim=12, is_decoder=True, enable_shape=False), ("RoCBertForCausalLM",),
+               infer=False),
+        Sample("RoCBertConfig", dict(_SIZES, pronunciation_vocab_size=7, pronunciation_embed_dim=8, shape_vocab_size=5,
+                                     shape_embed_dim=12, is_decoder=True, concat_input=False), ("RoCBertForCausalLM",),
+               infer=False),
         # its lm_head is the decoder alone (lm_head.bias stored): the names show no MLM head
         Sample("BertGenerationConfig", dict(_SIZES, is_decoder=True), ("BertGenerationDecoder",), infer=False),
         Sample("XLMRobertaXLConfig", dict(_SIZES, num_labels=3),

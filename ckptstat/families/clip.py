@@ -74,7 +74,7 @@ def _text(c: Cfg) -> TextTower:
                      positions=c.int("max_position_embeddings", default=FROM_CLASS))
 
 
-def _vision(c: Cfg) -> VisionTower:
+def vision_tower(c: Cfg) -> VisionTower:
     img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
@@ -107,12 +107,12 @@ def from_config(c: Cfg) -> ArchSpec:
     proj = c.int("projection_dim", default=FROM_CLASS)
     if c.model_type == "clip":
         t = c.sub("text_config", "clip_text_model")
-        X = Towers(_text(t), _vision(c.sub("vision_config", "clip_vision_model")), proj)
+        X = Towers(_text(t), vision_tower(c.sub("vision_config", "clip_vision_model")), proj)
         act = str(t.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "clip_text_model":
         X = Towers(_text(c), None, proj)
     else:
-        X = Towers(None, _vision(c), proj)
+        X = Towers(None, vision_tower(c), proj)
     return _spec(X, c.common, act, c.path)
 
 
@@ -153,6 +153,15 @@ def tower_shapes(T: Tensors, pre: str) -> Tower:
     return Tower(layers=infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), hidden=h, heads=a, inter=f)
 
 
+def vision_shapes(T: Tensors, pre: str) -> VisionTower:
+    """A vision tower's sizes from its tensors under `pre` (tower_prefix; GIT's image encoder)."""
+    q = "^" + re.escape(pre)
+    _, ch, p, _ = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
+    n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
+    return VisionTower(**asdict(tower_shapes(T, pre)), native_image_size=int(round((n - 1) ** 0.5)) * p, patch_size=p,
+                       channels=ch)
+
+
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     text = vision = None
     if (pre := tower_prefix(T, "text")) is not None:
@@ -161,11 +170,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         P = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
         text = TextTower(**asdict(tower_shapes(T, pre)), vocab=V, positions=P)
     if (pre := tower_prefix(T, "vision")) is not None:
-        q = "^" + re.escape(pre)
-        _, ch, p, _ = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
-        n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
-        vision = VisionTower(**asdict(tower_shapes(T, pre)), native_image_size=int(round((n - 1) ** 0.5)) * p,
-                             patch_size=p, channels=ch)
+        vision = vision_shapes(T, pre)
     if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no CLIP tower; pass --config")
     proj = infer.find(T, r"(^|\.)(text|visual)_projection\.weight$")
@@ -236,6 +241,17 @@ def tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
         add_norm(out, q + "layer_norm2", h)
 
 
+def vision_tensors(out: Shapes, pre: str, vision: VisionTower) -> None:
+    """A vision tower's expected tensors under `pre` (CLIP's `vision_model`, GIT's `git.image_encoder.vision_model`)."""
+    h, p = vision.hidden, vision.patch_size
+    out[f"{pre}.embeddings.class_embedding"] = (h,)
+    out[f"{pre}.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
+    out[f"{pre}.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2 + 1, h)
+    add_norm(out, f"{pre}.pre_layrnorm", h)
+    tower_tensors(out, pre, vision.layers, h, vision.inter)
+    add_norm(out, f"{pre}.post_layernorm", h)
+
+
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
     bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
@@ -252,13 +268,7 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         tower_tensors(out, "text_model", text.layers, h, text.inter)
         add_norm(out, "text_model.final_layer_norm", h)
     if vision:
-        h, p = vision.hidden, vision.patch_size
-        out["vision_model.embeddings.class_embedding"] = (h,)
-        out["vision_model.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
-        out["vision_model.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2 + 1, h)
-        add_norm(out, "vision_model.pre_layrnorm", h)
-        tower_tensors(out, "vision_model", vision.layers, h, vision.inter)
-        add_norm(out, "vision_model.post_layernorm", h)
+        vision_tensors(out, "vision_model", vision)
     if projected and vision:
         add_linear(out, "visual_projection", X.proj, vision.hidden, bias=False)
     if projected and text:

@@ -147,6 +147,12 @@ class ArchSpec:
     # its sizes; () / None where every layer attends
     linear_layers: tuple[int, ...] = ()
     deltanet: DeltaNet | None = None
+    # the flattened image patch (patch_size^2 x num_channels) a patch embedding reads that a text-only forward never
+    # runs (Fuyu's vision_embed_tokens: DecoderLayout.patch_embed); 0: none
+    patch_dim: int = 0
+    # tokens the model prepends to every input, which its layers and cache hold and its output drops (CPM-Ant's
+    # prompt_length prompt tokens)
+    prefix_tokens: int = 0
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)

@@ -332,6 +332,7 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     recurrent state [b, heads, head_dim, N] each, whatever s (layout_ssm.py); the recurrent state in float32 whatever
     the model's dtype (mamba2_chunk_scan computes in float32 and the cache keeps what it returns)."""
     per = 2 * s.kv_heads * s.head_dim * ab
+    n += s.prefix_tokens   # CPM-Ant's prompt tokens
     if s.ssm is not None:
         m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, 4)
         na, state = s.layers - ns, m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb

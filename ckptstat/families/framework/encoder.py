@@ -29,14 +29,15 @@ def embeddings(B: Builder, norm: bool = True) -> None:
         B.norm("embeddings.LayerNorm", "embedding", (B.b, n), s.emb, residual=False)
 
 
-def layers(B: Builder, prefix: str, names: LayerNames, calls: int, copies: int) -> None:
-    """`calls` layers run, `copies` of their weights stored (fewer when layers are shared)."""
+def layers(B: Builder, prefix: str, names: LayerNames, calls: int, copies: int, causal: bool = False) -> None:
+    """`calls` layers run, `copies` of their weights stored (fewer when layers are shared); causal: GIT's text
+    decoder masks its attention."""
     s, tok = B.s, (B.b, B.seq)
     h, f = s.hidden, s.intermediate
     q, k, v, at, o, ln1, up, act, down, ln2 = (f"{prefix}.{x}" for x in names)
     for name in (q, k, v):
         B.linear(name, "encoder", tok, h, h, True, calls, copies)
-    B.attention(at, "encoder", s.heads, B.seq, B.seq, s.head_dim, calls, causal=False)
+    B.attention(at, "encoder", s.heads, B.seq, B.seq, s.head_dim, calls, causal=causal)
     B.linear(o, "encoder", tok, h, h, True, calls, copies)
     B.norm(ln1, "encoder", tok, h, calls, copies)
     B.linear(up, "encoder", tok, h, f, True, calls, copies)

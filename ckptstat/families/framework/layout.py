@@ -29,7 +29,7 @@ from .archspec import SSM, ArchSpec, DeltaNet, Latent
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Walk, joined, mlp
+from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Segments, Walk, joined, mlp
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -54,8 +54,20 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     rot = s.rope_dim or d
     every = tuple(i for i in range(s.layers) if i not in s.cross_layers)   # the layers a text-only forward runs
     L = len(every)
-    w.record(p.embed, "token_embd", (("weight", (s.vocab + lay.embed_extra, h)),), None)
-    B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
+    seq, segments = B.seq, s.variant_as(Segments) if lay.positions == "segments" else None
+    B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
+    w.tok = (B.b, B.seq)
+    rows = segments.embed_rows if segments else s.vocab + lay.embed_extra
+    w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
+    B.embedding(p.embed, "embedding", rows, h, B.seq)
+    if segments:
+        w.record(p.segment, None, (("weight", (segments.segments, h)),), None)
+        B.embedding(p.segment, "embedding", segments.segments, h, B.seq)
+        B.add(f"{p.embed} + {p.segment} (a [b, s, h] add, as a residual's)", "activation", "embedding", 1, w.tok + (h,),
+              w.tok + (h,), ew=B.b * B.seq * h)
+        w.record(p.segment_bias, None, (("", (segments.segments ** 2 + segments.buckets, a)),), None)
+        B.add(p.segment_bias, "embedding", "embedding", 1, (B.b, B.seq, B.seq), (B.b, a, B.seq, B.seq),
+              params=(segments.segments ** 2 + segments.buckets) * a, ew=B.b * a * B.seq * B.seq)
     if lay.embeddings != "tokens":   # + the token types (bert), then a norm
         if s.type_vocab:
             w.record(p.token_types, "token_types", (("weight", (s.type_vocab, h)),), None)
@@ -63,10 +75,19 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.norm(p.embed_norm, "token_embd_norm", h, None, residual=False)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    if lay.positions == "learned":
+        w.record(p.pos, "position_embd", (("weight", (s.positions, h)),), None)
+        B.embedding(p.pos, "embedding", s.positions, h, B.seq)
+    if lay.positions in ("learned", "sinusoidal"):
+        B.add(f"{p.embed} + positions", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    if lay.patch_embed:   # beside the language model; stored, never called on text: 1 copy, 0 calls
+        w.modules.append(Module(p.patch, None, (("weight", (h, s.patch_dim)), ("bias", (h,))), top=True))
+        B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     kinds = attention_kinds(s)
     attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
+    rotary = lay.positions == "rotary"
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
-    for table in tables if attn and lay.nope != "all" else ():
+    for table in tables if attn and lay.nope != "all" and rotary else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
@@ -77,11 +98,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     before = {pl: ls for pl, ls in placed.items() if pl in ("pre", "sandwich", "parallel")}
     after = {pl: ls for pl, ls in placed.items() if pl in ("post", "sandwich")}
     for pl, ls in before.items():
-        normed = ls if lay.first_attn_norm else tuple(i for i in ls if i)
+        # ModernBERT-decoder's first layer has no attention norm (an Identity); its residual add stays
+        normed = ls if lay.first_attn_norm else tuple(i for i in ls if i != every[0])
         if normed:
             w.norm(p.attn_in, "attn_norm", h, normed, residual=pl in ("pre", "parallel"))
-        if len(normed) < len(ls):   # layer 0 without its norm still adds its attention to the residual
-            B.add(w.label(f"{p.attn} + residual", (0,)), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
+        if len(normed) < len(ls) and pl in ("pre", "parallel"):
+            B.add(w.label("+ residual (no attn_norm)", every[:1]), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
                   ew=B.b * B.seq * h)
     if linear := tuple(i for i in every if kinds[i] == "linear"):
         layout_linear.gated_deltanet(w, linear)
@@ -104,7 +126,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                 w.norm(at + sub, gguf, d, attn, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
                 w.norm(at + sub, gguf, heads * d, attn, residual=False)
-        if roped := len(attn) - len(set(s.nope_layers) & set(attn)):   # SmolLM3's NoPE layers apply none
+        if roped := (len(attn) - len(set(s.nope_layers) & set(attn))) * rotary:   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
@@ -117,7 +139,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
-        extra = 2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
+        # ALiBi's per-head bias and CPM-Ant's segment bias, one more add on every score
+        extra = (2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
+                 + (lay.positions in ("alibi", "segments")))
         if lay.causal:
             B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, extra, layers=attn)
         else:   # an encoder: every query over every key, nothing to halve
@@ -142,6 +166,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
+        if lay.last_o_bias:
+            last = (s.layers - 1,)
+            w.record(at + p.last_bias, None, (("", (h,)),), last)
+            B.add(w.label(f"{p.attn}.{p.last_bias} (expanded to the stream, added as a residual)", last), "activation",
+                  "encoder", 1, (h,), w.tok + (h,), params=h, ew=B.b * B.seq * h, weights_per_call=h)
     if lay.residual_scales:
         _residual_scale(w, p.attn_residual, every)
     for ls in after.values():
@@ -167,6 +196,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         _skipped_cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
+    B.seq, w.tok = seq, (B.b, seq)
     if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
         bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
         if lay.lm_transform != "none":   # llama.cpp has no names for them
@@ -228,7 +258,8 @@ def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
 
 def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
     """Every parameter name and shape, under the body prefix for a model with a head."""
-    body = "" if s.head == "base" else lay.paths.body + "."
+    body = lay.paths.base if s.head == "base" else lay.paths.body
+    body += "." if body else ""
     out: Shapes = {}
     for m in modules(lay, s):
         for i in m.layers or (0,):
@@ -249,7 +280,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
-                 ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)))
+                 ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -311,15 +343,17 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     linear, deltanet = layout_linear.from_config(c, L) if lay.linear != "none" else ((), None)
     if deltanet and sliding["sliding_window"]:
         raise NoAnalyticModel(f"{c.path}: a {c.model_type} with sliding-window layers: the op template describes none")
+    learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
                     intermediate=_intermediate(lay, c), vocab=c.int("vocab_size"),
-                    context=c.int("max_position_embeddings", default=0),
-                    activation=str(c.get("hidden_act", default="silu")),
+                    context=0 if learned else c.int("max_position_embeddings", default=0),
+                    positions=c.int("max_position_embeddings") if learned else 0,
+                    activation=lay.activation or str(c.get(lay.act_key, default="silu")),
                     gated_mlp=lay.mlp != "plain", norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=bias if lay.qkv_bias is None else lay.qkv_bias,
                     o_bias=bool(c.get(keys.o, default=False)) if lay.o_bias is None else lay.o_bias,
                     mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=lay.tied_default)),
+                    tied_embeddings=lay.ties and bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
                     else _zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
@@ -332,9 +366,13 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
 
 
 def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
-    """intermediate_size; a routed layout without dense layers runs no MLP of that width, and its config class may
-    have no such field (Qwen3.5-MoE's): 0 there when the file leaves it out."""
-    return c.int("intermediate_size", default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int("intermediate_size")
+    """The MLP's width (DecoderLayout.ffn_width: intermediate_size, another key, or a multiple of hidden); a routed
+    layout without dense layers runs no MLP of that width, and its config class may have no such field
+    (Qwen3.5-MoE's): 0 there when the file leaves it out."""
+    width = lay.ffn_width
+    if times := width.times_hidden or (c.int(width.times_key) if width.times_key else 0):
+        return times * c.int("hidden_size")
+    return c.int(width.key, default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int(width.key)
 
 
 def hybrid(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
@@ -410,8 +448,10 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
     """ArchSpec from the shapes of a checkpoint without config.json: widths from the layout's modules;
     head_dim exact from a per-head q_norm, else assumed (128 or 64 when it divides both widths)."""
     def shape(gguf: str) -> tuple[int, ...]:
+        """A module's weight shape, a linear's as [out, in]."""
         m = module(lay, gguf)
-        return infer.shape(T, pattern(lay, gguf), m.path.format(bid="N", xid="0") if m else gguf)
+        got = infer.shape(T, pattern(lay, gguf), m.path.format(bid="N", xid="0") if m else gguf)
+        return got[::-1] if lay.conv1d and gguf not in ("token_embd", "position_embd") else got
 
     def biased(gguf: str) -> bool:
         return module(lay, gguf) is not None and infer.has(T, pattern(lay, gguf, "bias"))
@@ -460,13 +500,14 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         f, experts = shape("ffn_up")[0] // (2 if lay.fused_gate_up else 1), 0
     return ArchSpec(layers=L, hidden=h, heads=q // d,
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
+                    positions=shape("position_embd")[0] if lay.positions == "learned" else 0,
                     norm="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                     qkv_bias=biased("attn_qkv") or biased("attn_q"), o_bias=biased("attn_output"),
                     mlp_bias=biased("ffn_up") if lay.down_bias is not None else biased("ffn_down"),
                     type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
                     else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
+                    qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     linear_layers=linear, deltanet=deltanet,
                     **dict(hybrid, assumptions=tuple(notes) + hybrid.get("assumptions", ())), **moe, **common)
@@ -543,7 +584,7 @@ def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     p = lay.paths
     rules = decoder_head_rules(rf"(^|\.){re.escape(p.lm_head)}\.weight$", rf"^{re.escape(p.body)}\.")
     return dict(heads=("base", "lm"), head_rules=rules, default_head="lm",
-                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),),
+                tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),) * lay.ties,
                 tied_by_default=lay.tied_default, kv_cache=decoder_kv_cache)
 
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
 from . import decoders
+from .archspec import Variant
 from .ops import Builder
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
@@ -44,6 +45,13 @@ Linear = Literal["none", "qkvz", "split", "separate"]
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
 NoPE = Literal["none", "flags", "global", "theta", "all"]
+# where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
+# bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
+# (CTRL); alibi, a per-head linear bias added to every score (MPT)
+# segments: CPM-Ant's segment embedding [segments, h] added to the token embeddings and a segment-relative position
+# bias [segments^2 + buckets, heads] added to every score (Segments), over ArchSpec.prefix_tokens prompt tokens
+# prepended to the input, whose embedding rows follow the vocabulary
+Positions = Literal["rotary", "learned", "sinusoidal", "alibi", "segments"]
 # a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
 # halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
 # {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
@@ -88,7 +96,14 @@ class Paths:
     """Module names as the modeling file names them, written once (the LLaMA names by default). Norms by
     role: attn_in before attention, attn_out after it, mlp_in before the MLP, mlp_out after it."""
     body: str = "model"                   # the base model inside *ForCausalLM
+    # the same in the base model's files: none (LLaMA's); Fuyu's FuyuModel saves its language model under the
+    # `language_model.model` FuyuForCausalLM does
+    base: str = ""
     embed: str = "embed_tokens"
+    pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
+    patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
+    segment: str = "segment_embedding"    # DecoderLayout.positions "segments": the tables (Segments)
+    segment_bias: str = "position_bias.relative_attention_bias"
     layers: str = "layers"
     attn: str = "self_attn"
     q: str = "q_proj"
@@ -96,6 +111,7 @@ class Paths:
     v: str = "v_proj"
     qkv: str = "qkv_proj"
     o: str = "o_proj"
+    last_bias: str = "dense_bias"         # DecoderLayout.last_o_bias: {attn}.{last_bias}, a parameter without .weight
     q_norm: str = "q_norm"
     q_a: str = "q_a_proj"                 # latent attention: q_a, q_a_norm, q_b (or q), kv_a, kv_a_norm, kv_b, o
     q_a_norm: str = "q_a_layernorm"
@@ -193,6 +209,25 @@ JAMBA_KEYS = SSMKeys(state="mamba_d_state", conv_kernel="mamba_d_conv", expand="
 
 
 @dataclass(frozen=True)
+class Segments(Variant):
+    """DecoderLayout.positions "segments" (CPM-Ant): the token embedding's rows (the vocabulary, then prompt_types x
+    prompt_length prompt rows), the segment types and the position-bias buckets."""
+    embed_rows: int
+    segments: int
+    buckets: int
+
+
+@dataclass(frozen=True)
+class FFNWidth:
+    """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff); with
+    `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4); with `times_key`,
+    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size)."""
+    key: str = "intermediate_size"
+    times_hidden: int = 0
+    times_key: str | None = None
+
+
+@dataclass(frozen=True)
 class DecoderLayout:
     """What one LLaMA-shaped architecture is. Biases left None follow the config (the keys `bias_keys` names:
     attention_bias on q, k, v and o; mlp_bias); True / False where the model fixes them (Qwen2's biased q/k/v,
@@ -241,9 +276,23 @@ class DecoderLayout:
     nope: NoPE = "none"                   # which layers apply no rotary
     local_rope: bool = False              # a second rotary table for the sliding layers (Gemma3's rope_local_base_freq)
     embed_scale: bool = False             # the embedding output times sqrt(hidden_size) (Gemma)
+    positions: Positions = "rotary"
+    # weights stored [in, out] (GPT-2's Conv1D, which OpenAI GPT's layers use); the matmuls are the same
+    conv1d: bool = False
+    # a bias [h] on the last layer's attention only, a parameter beside the unbiased o (Paths.last_bias), expanded to
+    # the stream's shape and added to it after o (GPT-NeoX-Japanese's dense_bias, bias_dropout_add)
+    last_o_bias: bool = False
+    # a biased linear embedding of image patches (Paths.patch, ArchSpec.patch_dim -> hidden) beside the language
+    # model, held but never run by a text-only forward (Fuyu's vision_embed_tokens)
+    patch_embed: bool = False
+    ffn_width: FFNWidth = FFNWidth()
+    # the activation the model fixes whatever the config says (MPT's GELU, CTRL's ReLU); None: the config's `act_key`
+    activation: str | None = None
+    act_key: str = "hidden_act"
     # the config's attn_logit_softcapping / final_logit_softcapping, when set, soft-cap the scores / logits (Gemma2)
     softcap: bool = False
     tied_default: bool = False            # the config class's tie_word_embeddings default
+    ties: bool = True                     # the LM head can be the embeddings (CPM-Ant's never is: no _tied_weights_keys)
     bias_keys: BiasKeys = BiasKeys()
     # the layers whose token mixer is the Mamba2 mixer (layout_ssm.py), and the config keys of its sizes
     hybrid: Hybrid = "none"
@@ -288,7 +337,7 @@ class DecoderLayout:
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE), ("hybrid", Hybrid),
+                           ("router", Router), ("nope", NoPE), ("hybrid", Hybrid), ("positions", Positions),
                            ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear),
                            ("lm_head_bias", LMHeadBias), ("embeddings", Embeddings), ("lm_transform", LMTransform)):
             if getattr(self, name) not in get_args(kind):
@@ -322,29 +371,30 @@ class Walk:
         return f"{self.p.layers}[{len(layers)}].{sub}"
 
     def record(self, sub: str, gguf: str | None, shapes: tuple[tuple[str, tuple[int, ...]], ...],
-               layers: tuple[int, ...] | None, experts: int = 0) -> None:
+               layers: tuple[int, ...] | None, experts: int = 0, top: bool = False) -> None:
         path = sub if layers is None else f"{self.p.layers}.{{bid}}.{sub}"
         gguf = self.lay.gguf(gguf) if gguf is not None else None
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
-        self.modules.append(Module(path, g, shapes, layers or (), experts))
+        self.modules.append(Module(path, g, shapes, layers or (), experts, top))
 
-    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
-               tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
-        shapes = (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
-        self.record(sub, gguf, shapes, layers, experts)
-        L = len(layers)
-        self.B.linear(label or self.label(sub, layers), "encoder", tokens or self.tok, fin, fout, bias, L,
-                      copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
+    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...] | None,
+               tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0, top: bool = False) -> None:
+        """`layers` None: a module outside the layers, under the body unless `top`."""
+        shapes = (("weight", (fin, fout) if self.lay.conv1d else (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
+        self.record(sub, gguf, shapes, layers, experts, top)
+        L = len(layers) if layers is not None else 1
+        self.B.linear(label or (sub if layers is None else self.label(sub, layers)), "encoder", tokens or self.tok, fin, fout,
+                      bias, L, copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
-             tokens: tuple[int, ...] | None = None) -> None:
+             tokens: tuple[int, ...] | None = None, top: bool = False) -> None:
         kind, calls = self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
             decoders.plain_norm(self.B, module, tokens or self.tok, dim, calls, residual)
             return
         bias = kind == "layernorm"
-        self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers)
+        self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers, top=top)
         self.B.norm(module, "encoder", tokens or self.tok, dim, calls, residual=residual,
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
 

@@ -1,0 +1,152 @@
+"""ProphetNet's decoder alone (transformers modeling_prophetnet.py: ProphetNetForCausalLM, a ProphetNetDecoderWrapper
+under `prophetnet.`; the encoder-decoder classes are answered by the meta path). The decoder runs the main stream
+of s tokens and `ngram` predicting streams of s tokens each (ngram_embeddings + the next positions), cat'ed: every
+projection, the FFN and the LayerNorms run over (1 + ngram) x s tokens; the n-gram self-attention scores the main
+stream over its s keys (causal) and each predicting stream over the main stream's s keys and its own s, adds
+relative-position logits from `relative_pos_embeddings` (a Linear h -> num_buckets x heads over every token), and
+its cache keeps the main stream's K/V. Each layer holds a cross_attn (with add_cross_attention) that runs only with
+encoder states: its parameters count, no FLOPs. The LM head reads the predicting streams (ngram x s tokens). The
+wrapper's word_embeddings, the decoder's and lm_head are one tensor when tie_word_embeddings (by default),
+three otherwise (ProphetNetForCausalLM._tied_weights_keys). Post-LayerNorm sublayers, learned positions,
+embeddings_layer_norm. llama.cpp has no architecture for it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NoAnalyticModel
+from .framework import base, infer
+from .framework.archspec import Variant
+from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .framework.ops import Builder, ew_cost
+
+_ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
+
+
+@dataclass(frozen=True)
+class Streams(Variant):
+    """The predicting streams, the relative-position buckets, and whether the layers hold a cross_attn."""
+    ngram: int
+    buckets: int
+    cross: bool
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    if not (c.head == "lm" and str(c.common.get("architecture") or "").endswith("ForCausalLM")):
+        raise NoAnalyticModel(f"{c.path}: the prophetnet op template describes ProphetNetForCausalLM (the decoder alone)")
+    h, a = c.int("hidden_size"), c.int("num_decoder_attention_heads")
+    return ArchSpec(layers=c.int("num_decoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("decoder_ffn_dim"), vocab=c.int("vocab_size"),
+                    positions=c.int("max_position_embeddings"), activation=str(c.get("activation_function", default="gelu")),
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
+                    variant=Streams(c.int("ngram"), c.int("num_buckets"), bool(c.get("add_cross_attention", default=True))),
+                    **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    if infer.has(T, r"(^|\.)encoder\.layers\.\d+\."):
+        raise NoAnalyticModel("ProphetNet's encoder-decoder: the op template describes the decoder alone (pass --config)")
+    V, h = infer.shape(T, r"word_embeddings\.weight$", "word_embeddings")   # the decoder's, or the wrapper's it is tied to
+    f = infer.shape(T, r"feed_forward\.intermediate\.weight$", "feed_forward.intermediate")[0]
+    a, note = infer.heads_for(h, 64)
+    rel = infer.shape(T, r"self_attn\.relative_pos_embeddings\.weight$", "self_attn.relative_pos_embeddings")[0]
+    return ArchSpec(layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=f, vocab=V, positions=infer.shape(T, r"decoder\.position_embeddings\.weight$", "positions")[0],
+                    tied_embeddings=not infer.has(T, r"(^|\.)lm_head\.weight$"),
+                    variant=Streams(infer.shape(T, r"ngram_embeddings\.weight$", "ngram_embeddings")[0], rel // a,
+                                    infer.has(T, r"cross_attn\.query_proj\.weight$")),
+                    assumptions=(note,), **common)
+
+
+def _attention(B: Builder, label: str, heads: int, q: int, k: int, L: int, causal: bool) -> None:
+    """The n-gram attention's two einsums. Over a head_dim of 1, torch contracts Q K^T as a broadcast multiply, no
+    matmul (FlopCounterMode counts none): the scores are then element-wise work, P V (over k keys) a bmm still."""
+    d = B.s.head_dim
+    if d > 1:
+        B.attention(label, "encoder", heads, q, k, d, L, causal=causal, extra_ew=3)
+        return
+    scores = B.b * heads * q * k
+    B.add(f"{label}.scores (QK^T, a multiply over head_dim 1)", "attention", "encoder", L, (B.b, heads, q, 1),
+          (B.b, heads, q, k), ew=scores * (ew_cost("softmax") + 4), extra_in=B.b * heads * k)
+    B.add(f"{label}.context (PV)", "attention", "encoder", L, (B.b, heads, q, k), (B.b, heads, q, 1), macs=scores,
+          extra_in=B.b * heads * k)
+
+
+def build(B: Builder) -> None:
+    s, b, n = B.s, B.b, B.seq
+    v = s.variant_as(Streams)
+    h, L, a, g, f = s.hidden, s.layers, s.heads, v.ngram, s.intermediate
+    every, predicting = (b, (1 + g) * n), (b, g * n)
+    # the wrapper's word_embeddings and the decoder's: one tensor when tied, two otherwise
+    B.embedding("word_embeddings", "embedding", s.vocab, h, n, params=not s.tied_embeddings)
+    B.embedding("decoder.word_embeddings", "embedding", s.vocab, h, n)
+    B.embedding("decoder.position_embeddings", "embedding", s.positions, h, (1 + g) * n)
+    B.add("decoder.ngram_embeddings", "embedding", "embedding", 1, (g, h), predicting + (h,), params=g * h, ew=b * g * n * h)
+    B.norm("decoder.embeddings_layer_norm", "embedding", every, h, residual=False)
+    lay = f"decoder.layers[{L}]"
+    for m in _ATTN[:3]:
+        B.linear(f"{lay}.self_attn.{m}", "encoder", every, h, h, True, L)
+    B.linear(f"{lay}.self_attn.relative_pos_embeddings", "encoder", every, h, v.buckets * a, True, L)
+    _attention(B, f"{lay}.self_attn main stream", a, n, n, L, causal=True)
+    # each predicting stream: its s queries over the main stream's s keys and its own s
+    _attention(B, f"{lay}.self_attn predicting streams", g * a, n, 2 * n, L, causal=False)
+    B.linear(f"{lay}.self_attn.out_proj", "encoder", every, h, h, True, L)
+    B.norm(f"{lay}.self_attn_layer_norm", "encoder", every, h, L)
+    if v.cross:   # stored, never called without encoder states: L copies, 0 calls
+        for m in _ATTN:
+            B.linear(f"{lay}.cross_attn.{m} (not run: no encoder)", "encoder", every, h, h, True, 0, L)
+        B.norm(f"{lay}.cross_attn_layer_norm (not run)", "encoder", every, h, 0, L, residual=False)
+    B.linear(f"{lay}.feed_forward.intermediate", "encoder", every, h, f, True, L)
+    B.activation(f"{lay}.feed_forward act", "encoder", every, f, s.activation, L)
+    B.linear(f"{lay}.feed_forward.output", "encoder", every, f, h, True, L)
+    B.norm(f"{lay}.feed_forward_layer_norm", "encoder", every, h, L)
+    B.linear("lm_head (the predicting streams)" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls",
+             predicting, h, s.vocab, False, tied=s.tied_embeddings)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    v = s.variant_as(Streams)
+    h, p = s.hidden, "prophetnet.decoder."
+    out: Shapes = {"prophetnet.word_embeddings.weight": (s.vocab, h), p + "word_embeddings.weight": (s.vocab, h),
+                   p + "position_embeddings.weight": (s.positions, h), p + "ngram_embeddings.weight": (v.ngram, h)}
+    for i in range(s.layers):
+        q = f"{p}layers.{i}."
+        for att in ("self_attn", "cross_attn") if v.cross else ("self_attn",):
+            for m in _ATTN:
+                add_linear(out, f"{q}{att}.{m}", h, h)
+            if att == "self_attn":
+                add_linear(out, f"{q}self_attn.relative_pos_embeddings", v.buckets * s.heads, h)
+            add_norm(out, f"{q}{att}_layer_norm", h)
+        add_linear(out, q + "feed_forward.intermediate", s.intermediate, h)
+        add_linear(out, q + "feed_forward.output", h, s.intermediate)
+        add_norm(out, q + "feed_forward_layer_norm", h)
+    add_norm(out, p + "embeddings_layer_norm", h)
+    add_linear(out, "lm_head", s.vocab, h, bias=False)
+    return out
+
+
+_SIZES = dict(hidden_size=32, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4,
+              num_decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=99, max_position_embeddings=64,
+              num_buckets=8, relative_max_distance=16)
+
+FAMILY = Family(
+    name="prophetnet",
+    before=("opt",),   # tried before it: its decoder.layers.N.self_attn names match OPT's signature
+    model_types=("prophetnet",),
+    signature=r"(^|[./])decoder[./]ngram_embeddings[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("lm",),
+    head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^prophetnet\.decoder\."),
+    default_head="lm",
+    tie_rules=(TieRule("lm_head.weight", "prophetnet.word_embeddings.weight", "config", heads=("lm",)),
+               TieRule("prophetnet.decoder.word_embeddings.weight", "prophetnet.word_embeddings.weight", "config",
+                       heads=("lm",))),
+    tied_by_default=True,
+    kv_cache=decoder_kv_cache,
+    gguf_architectures=(),   # llama.cpp has no architecture for it
+    samples=(
+        Sample("ProphetNetConfig", _SIZES, ("ProphetNetForCausalLM",)),
+        Sample("ProphetNetConfig", dict(_SIZES, ngram=3, tie_word_embeddings=False, add_cross_attention=False),
+               ("ProphetNetForCausalLM",)),
+    ),
+)
