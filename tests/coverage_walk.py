@@ -54,7 +54,9 @@ def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
     from ckptstat.analysis import meta
 
     torch.manual_seed(0)
-    model = cls._from_config(cfg, attn_implementation="eager").eval()
+    # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and a slice of a
+    # weight passed to a module (DBRX's experts) would be one that requires grad with no grad_fn under no_grad
+    model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
     vocab = cfg.get_text_config().vocab_size
     ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
     # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
