@@ -221,8 +221,6 @@ SHAPED: dict[str, dict[str, Any]] = {
     # the cache's states round the qk and v widths up to multiples of 64 and the layers do not: widths that are
     # multiples (NX-AI/xLSTM-7b's 4096)
     "xlstm": {"hidden_size": 128, "embedding_dim": 128},
-    # the assistant reads the target model's per-layer inputs: none of its own (the class's validation)
-    "gemma4_assistant": {"text_config": {"hidden_size_per_layer_input": 0, "vocab_size_per_layer_input": 0}},
 }
 
 
@@ -238,10 +236,7 @@ def _shaped(model_type: str, over: dict[str, Any]) -> None:
 def tiny_config(cfg_cls: Any) -> Any:
     """A tiny instance of a transformers config class (class defaults, every size-like attribute shrunk)."""
     model_type = getattr(cfg_cls, "model_type", "")
-    try:
-        defaults = cfg_cls()
-    except Exception:   # a class whose own defaults do not validate (Gemma4Assistant's): SHAPED's fixes first
-        defaults = cfg_cls(**SHAPED.get(model_type, {}))
+    defaults = cfg_cls()
     over = shrink(defaults)
     over.update(_unset(defaults, over))
     over.update(HYBRID.get(model_type, {}))

@@ -37,7 +37,12 @@ from .framework.layout import DecoderLayout, Paths
 
 DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
                          paths=Paths(shared="shared_experts"))
-LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK}
+# GLM-4.7-Flash (modeling_glm4_moe_lite.py: DeepSeek-V3's attention in GLM-4-MoE's layers, the same MoE) and Youtu-LLM
+# (modeling_youtu.py: DeepSeek-V3's attention in LLaMA's layers, every MLP dense: no n_routed_experts) are DeepSeek's
+LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK}
+# the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
+# where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig: layer 0)
+_FIRST_DENSE = {"glm4_moe_lite": 1}
 
 
 def _sizes(s: ArchSpec) -> Latent:
@@ -50,15 +55,15 @@ def from_config(c: Cfg) -> ArchSpec:
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
-    first = min(c.int("first_k_dense_replace", default=0), L)
-    fe = c.int("moe_intermediate_size")
+    first = c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0))
+    fe = c.int("moe_intermediate_size") if E else 0
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
                    shared_intermediate=fe * c.int("n_shared_experts", default=0),
-                   dense_layers=tuple(range(first if E else L)))
+                   dense_layers=layout.mlp_dense_layers(c, L, first) if E else tuple(range(L)))
 
 
 _ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
@@ -186,5 +191,9 @@ FAMILY = Family(
                device="cpu"),
         Sample("DeepseekV3Config", dict(_SIZES, q_lora_rank=None, n_shared_experts=1, n_group=1, topk_group=1,
                                         attention_bias=True), ("DeepseekV3ForCausalLM",), device="cpu"),
+        Sample("Glm4MoeLiteConfig", dict(_SIZES, n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse", "dense"]),
+               ("Glm4MoeLiteModel", "Glm4MoeLiteForCausalLM"), device="cpu"),
+        Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
+               ("YoutuModel", "YoutuForCausalLM")),
     ),
 )
