@@ -218,6 +218,14 @@ SHAPED: dict[str, dict[str, Any]] = {
     # its attention layers are indexed (QSA): the indexer's sizes, which the class leaves unset
     "qwen4_exp_text": {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2,
                        "indexer_kv_heads": 1, "indexer_head_dim": SMALL, "indexer_budget": 4, "indexer_compress_ratio": 2},
+    # input, looped and output layers that add up to the layers (the released Dory's 8 + 20 + 8 of 36); the class's
+    # defaults left alone give the looped block a negative count at two layers
+    "dory": {"num_hidden_layers": 4, "n_input_layers": 1, "n_recurrent_layers": 2, "n_output_layers": 1},
+    # rotary parameters per layer type (the rotary embedding reads rope_parameters[layer_type], None for a layer
+    # without; the class's default, {}, names none): sliding layers rotate, full-attention layers do not
+    "cohere_compass_text": {"layer_types": ["sliding_attention", "full_attention"],
+                            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                                "full_attention": None}},
     # the cache's states round the qk and v widths up to multiples of 64 and the layers do not: widths that are
     # multiples (NX-AI/xLSTM-7b's 4096)
     "xlstm": {"hidden_size": 128, "embedding_dim": 128},
