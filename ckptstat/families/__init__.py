@@ -25,6 +25,7 @@ from . import (
     cohere,
     cohere2_moe,
     deepseek,
+    diffllama,
     dinov2,
     distilbert,
     dots1,
@@ -85,7 +86,8 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bart.FAMILY, bert.FAMILY, bitnet.FAMILY,
-    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, dinov2.FAMILY, distilbert.FAMILY,
+    bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY, deepseek.FAMILY, diffllama.FAMILY,
+    dinov2.FAMILY, distilbert.FAMILY,
     dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY,
     flex_olmo.FAMILY, flint.FAMILY, gemma.FAMILY, glm.FAMILY, glm4_moe.FAMILY, gpt2.FAMILY, gpt_bigcode.FAMILY,
     gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY,

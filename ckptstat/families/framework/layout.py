@@ -82,8 +82,16 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
-        B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+        for second in (False, True) if lay.differential else (False,):   # DiffLlama: a call per half of the values
+            B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}" + (" (values' second half)" if second else ""),
+                                    "encoder", a, d,
+                                    2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+        if lay.differential:   # out1 - lambda x out2 over head pairs, x (1 - lambda_init), the weightless RMSNorm
+            for name in p.lambdas:
+                w.record(at + name, None, (("", (d,)),), every)
+            B.add(w.label(f"{p.attn} differential combine ({', '.join(p.lambdas)}), group norm", every), "attention",
+                  "encoder", L, w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * L,
+                  ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
@@ -283,8 +291,13 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
     notes: list[str] = []
     qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
     sinks = infer.find(T, r"(^|\.)" + r"\.".join(_parts(lay, "attn_sinks")) + "$") if lay.sinks else None
+    p = lay.paths   # differential attention: each lambda is one head wide
+    lam = infer.find(T, rf"(^|\.){re.escape(p.layers)}\.\d+\.{re.escape(p.attn)}\.{re.escape(p.lambdas[0])}$") \
+        if lay.differential else None
     if lay.qk_norm == "head" and qk_norm:
         d = shape("attn_q_norm")[0]
+    elif lam is not None and len(lam.shape) == 1 and 0 < lam.shape[0] <= q and q % lam.shape[0] == 0:
+        d = lam.shape[0]
     elif sinks is not None and len(sinks.shape) == 1 and 0 < sinks.shape[0] <= q and q % sinks.shape[0] == 0:
         d = q // sinks.shape[0]                     # one sink per query head
     else:

@@ -83,6 +83,8 @@ class Paths:
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
+    # {attn}.{lambda_q1, lambda_k1, lambda_q2, lambda_k2}: DecoderLayout.differential's parameters, without .weight
+    lambdas: tuple[str, ...] = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
     experts: str = "experts"
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
@@ -137,6 +139,10 @@ class DecoderLayout:
     # attn_sub_norm, ffn_sub_norm)
     sub_norms: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
+    # differential attention (DiffLlama, arXiv 2410.05258): two eager attention calls with the same queries and keys,
+    # each over one half of the value heads (repeated to all kv heads), the outputs joined per head and combined
+    # head pair by head pair with a learned lambda (Paths.lambdas, four [head_dim] vectors), then a weightless RMSNorm
+    differential: bool = False
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
     dense_layers: bool = False
