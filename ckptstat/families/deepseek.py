@@ -39,10 +39,13 @@ DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layer
                          paths=Paths(shared="shared_experts"))
 # GLM-4.7-Flash (modeling_glm4_moe_lite.py: DeepSeek-V3's attention in GLM-4-MoE's layers, the same MoE) and Youtu-LLM
 # (modeling_youtu.py: DeepSeek-V3's attention in LLaMA's layers, every MLP dense: no n_routed_experts) are DeepSeek's
-LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK}
+# A.X-K1 (modeling_axk1.py): DeepSeek-V3's with a norm over each MoE block's output; without mlp_layer_types its class
+# places the MoE layers from first_k_dense_replace every moe_layer_freq layers (only 1 described here)
+AXK1 = replace(DEEPSEEK, moe_out_norm=True, requires=(("moe_layer_freq", 1),))
+LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1}
 # the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
-# where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig: layer 0)
-_FIRST_DENSE = {"glm4_moe_lite": 1}
+# where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig and AXK1Config: layer 0)
+_FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1}
 
 
 def _sizes(s: ArchSpec) -> Latent:
@@ -51,7 +54,8 @@ def _sizes(s: ArchSpec) -> Latent:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    spec = layout.spec_from_config(DEEPSEEK, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    spec = layout.spec_from_config(LAYOUTS.get(c.model_type, DEEPSEEK), c)
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
@@ -105,7 +109,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     experts=E, top_k=k if sparse else 0, activation="silu", rope_dim=rope,
                     latent=Latent(qa.shape[0] if qa is not None else 0, kvl, v), moe_intermediate=fe,
                     shared_intermediate=fs.shape[0] if fs is not None else 0,
-                    dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
+                    dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes,
+                    **dict(common, model_type="axk1") if infer.has(T, r"post_mlp_layernorm\.weight$") else common)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -193,6 +198,8 @@ FAMILY = Family(
                                         attention_bias=True), ("DeepseekV3ForCausalLM",), device="cpu"),
         Sample("Glm4MoeLiteConfig", dict(_SIZES, n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse", "dense"]),
                ("Glm4MoeLiteModel", "Glm4MoeLiteForCausalLM"), device="cpu"),
+        Sample("AXK1Config", dict(_SIZES, n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"]),
+               ("AXK1Model", "AXK1ForCausalLM"), device="cpu"),
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
                ("YoutuModel", "YoutuForCausalLM")),
     ),

@@ -107,6 +107,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     dense = tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed else every
     if sparse := tuple(i for i in every if i not in dense):
         layout_moe.routed(w, sparse)
+        if lay.moe_out_norm:
+            w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
     if after:

@@ -85,6 +85,7 @@ class Paths:
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
     # {attn}.{lambda_q1, lambda_k1, lambda_q2, lambda_k2}: DecoderLayout.differential's parameters, without .weight
     lambdas: tuple[str, ...] = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+    moe_out_norm: str = "post_mlp_layernorm"   # DecoderLayout.moe_out_norm, saved at the layer level
     experts: str = "experts"
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
@@ -143,6 +144,9 @@ class DecoderLayout:
     # each over one half of the value heads (repeated to all kv heads), the outputs joined per head and combined
     # head pair by head pair with a learned lambda (Paths.lambdas, four [head_dim] vectors), then a weightless RMSNorm
     differential: bool = False
+    # routed: a norm over the MoE block's output (routed and shared experts summed), on the sparse layers only (A.X-K1's
+    # AXK1MoE.post_mlp_layernorm, which save_pretrained writes at the layer level: Paths.moe_out_norm)
+    moe_out_norm: bool = False
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
     dense_layers: bool = False
