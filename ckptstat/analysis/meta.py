@@ -98,8 +98,10 @@ def meta_autocast() -> Iterator[None]:
 
 
 def cache_tensors(layer: Any) -> Iterator[tuple[str, Any]]:
-    """(kind, tensor) of one transformers 5 cache layer: keys and values, the conv and recurrent states."""
-    for kind in ("keys", "values"):
+    """(kind, tensor) of one transformers 5 cache layer: keys and values (with a sparse-attention indexer's keys,
+    DynamicIndexedLayer's indexer_keys: DeepSeek-V3.2, GLM-5, which grow with the tokens as keys do), the conv and
+    recurrent states."""
+    for kind in ("keys", "values", "indexer_keys"):
         t = getattr(layer, kind, None)
         if t is not None and t.numel():
             yield "keys and values", t
@@ -262,7 +264,7 @@ class MetaModel:
         for i, layer in enumerate(cache.layers):
             cls = type(layer).__name__
             window = getattr(layer, "sliding_window", None)
-            for kind, t in cache_tensors(layer):
+            for j, (kind, t) in enumerate(cache_tensors(layer)):
                 # a state transformers keeps wider than the model (SSM / gated-delta recurrent states in float32)
                 wide = t.element_size() > model_bytes
                 width = max(ab, t.element_size()) if wide else ab
@@ -275,7 +277,7 @@ class MetaModel:
                 else:   # a layer class whose growth is not known here: measured at this length
                     if exact is None:
                         exact = self.forward(b, n)[1]
-                    t = next(x for k, x in cache_tensors(exact.layers[i]) if k == kind)
+                    t = list(cache_tensors(exact.layers[i]))[j][1]   # the same tensor (keys, values, indexer keys)
                     grow, label = 1 / b, f"keys and values ({cls})"
                 nbytes = t.numel() * width * grow * b
                 total += nbytes
