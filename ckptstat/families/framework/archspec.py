@@ -17,6 +17,9 @@ class Latent:
     q_lora_rank: int
     kv_lora_rank: int
     v_head_dim: int
+    # DeepSeek Sparse Attention's indexer (DecoderLayout.indexer): its heads and head width (0: no indexer)
+    index_heads: int = 0
+    index_head_dim: int = 0
 
 
 class Variant:

@@ -86,6 +86,12 @@ class Paths:
     # {attn}.{lambda_q1, lambda_k1, lambda_q2, lambda_k2}: DecoderLayout.differential's parameters, without .weight
     lambdas: tuple[str, ...] = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
     moe_out_norm: str = "post_mlp_layernorm"   # DecoderLayout.moe_out_norm, saved at the layer level
+    # DecoderLayout.indexer: {attn}.{indexer}.{idx_q, idx_k, idx_k_norm, idx_weights}
+    indexer: str = "indexer"
+    idx_q: str = "wq_b"
+    idx_k: str = "wk"
+    idx_k_norm: str = "k_norm"
+    idx_weights: str = "weights_proj"
     experts: str = "experts"
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
@@ -147,6 +153,11 @@ class DecoderLayout:
     # routed: a norm over the MoE block's output (routed and shared experts summed), on the sparse layers only (A.X-K1's
     # AXK1MoE.post_mlp_layernorm, which save_pretrained writes at the layer level: Paths.moe_out_norm)
     moe_out_norm: bool = False
+    # latent: DeepSeek Sparse Attention's indexer (DeepSeek-V3.2's DeepseekV32Indexer, ArchSpec.latent's index sizes):
+    # wq_b over the query latent (index heads x index_head_dim), wk and its LayerNorm (one key per token, cached),
+    # weights_proj (a weight per index head); its scores over every key, ReLU'd, weighted and summed over its heads pick
+    # the keys the attention keeps, which eager attention applies as a mask (its matmuls still span every key)
+    indexer: bool = False
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
     dense_layers: bool = False
@@ -220,8 +231,9 @@ class Walk:
                       copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
-             tokens: tuple[int, ...] | None = None) -> None:
-        kind, calls = self.lay.norm, len(layers) if layers is not None else 1
+             tokens: tuple[int, ...] | None = None, kind: Norm | None = None) -> None:
+        """A norm of the layout's kind (or `kind`)."""
+        kind, calls = kind or self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
             decoders.plain_norm(self.B, module, tokens or self.tok, dim, calls, residual)
