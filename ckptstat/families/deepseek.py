@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from .framework import infer, layout
 from .framework.archspec import Latent
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
@@ -46,8 +46,10 @@ AXK1 = replace(DEEPSEEK, moe_out_norm=True, requires=(("moe_layer_freq", 1),))
 # LoRA); llama.cpp names the indexer's tensors only in its glm-dsa architecture, not in deepseek2's
 V32 = replace(DEEPSEEK, indexer=True, gguf_renames=tuple((g, None) for g in ("indexer.attn_q_b", "indexer.attn_k",
                                                                              "indexer.k_norm", "indexer.proj")))
+# GLM-5 (modeling_glm_moe_dsa.py): V3.2's, with A.X-K1's attention (the same matmuls) and an indexer only on the
+# layers its indexer_types marks "full" (the "shared" ones reuse the previous selection)
 LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1,
-           "deepseek_v32": V32}
+           "deepseek_v32": V32, "glm_moe_dsa": V32}
 # the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
 # where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig and AXK1Config: layer 0)
 _FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1}
@@ -56,6 +58,20 @@ _FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1}
 def _sizes(s: ArchSpec) -> Latent:
     assert s.latent is not None, "a DeepSeek spec has its latent attention's sizes"
     return s.latent
+
+
+def _index_shared(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers config indexer_types marks "shared" (GLM-5; none without it). GlmMoeDsaConfig derives the list,
+    when absent, from index_topk_pattern or index_topk_freq / index_skip_topk_offset: those are not described here."""
+    kinds = c.cfg.get("indexer_types")
+    if kinds is None:
+        for key in ("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"):
+            if c.cfg.get(key) is not None:
+                raise NoAnalyticModel(f"{c.path}: config {key} without indexer_types: not described by the op template")
+        return ()
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("full", "shared") for k in kinds):
+        raise UsageError(f"{c.path}: config indexer_types is not a list of {layers} 'full' / 'shared'")
+    return tuple(i for i, k in enumerate(kinds) if k == "shared")
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -68,7 +84,8 @@ def from_config(c: Cfg) -> ArchSpec:
     fe = c.int("moe_intermediate_size") if E else 0
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
-    index = (c.int("index_n_heads"), c.int("index_head_dim")) if LAYOUTS.get(c.model_type, DEEPSEEK).indexer else (0, 0)
+    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) \
+        if LAYOUTS.get(c.model_type, DEEPSEEK).indexer else (0, 0, ())
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v, *index), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
@@ -107,7 +124,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
     v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
     wk, iw = infer.find(T, r"self_attn\.indexer\.wk\.weight$"), infer.find(T, r"self_attn\.indexer\.weights_proj\.weight$")
-    index = (iw.shape[0], wk.shape[0]) if wk is not None and iw is not None else (0, 0)
+    indexed = {int(m.group(1)) for n in T if (m := re.search(r"layers\.(\d+)\.self_attn\.indexer\.wk\.weight$", n))}
+    index = (iw.shape[0], wk.shape[0], tuple(i for i in range(L) if i not in indexed)) \
+        if wk is not None and iw is not None else (0, 0, ())
     kind = "deepseek_v32" if index[0] else "axk1" if infer.has(T, r"post_mlp_layernorm\.weight$") else None
     k = 8 if v3 else 6
     notes = (f"no config: experts per token (top-k) assumed {k}, as in DeepSeek-{'V3' if v3 else 'V2'}",) if sparse else ()
@@ -130,7 +149,7 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     alternative line."""
     m = _sizes(s)
     # DeepSeek-V3.2: the indexer's key (index_head_dim) per token and layer too (DynamicIndexedLayer.indexer_keys)
-    lat = s.layers * (m.kv_lora_rank + s.rope_dim + m.index_head_dim) * ab
+    lat = (s.layers * (m.kv_lora_rank + s.rope_dim) + (s.layers - len(m.index_shared)) * m.index_head_dim) * ab
     full = s.layers * s.heads * (s.head_dim + m.v_head_dim) * ab
     return [(f"MLA latent b={b} s={n}", lat * b * n,
              f"transformers 5, the compressed latent + rope key, one head: L x (kv_lora_rank + qk_rope_head_dim"
@@ -213,6 +232,9 @@ FAMILY = Family(
         # the indexer's top-k smaller than the test's sequences: it masks keys (the matmuls still span them all)
         Sample("DeepseekV32Config", dict(_SIZES, n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4),
                ("DeepseekV32Model", "DeepseekV32ForCausalLM"), device="cpu"),
+        Sample("GlmMoeDsaConfig", dict(_SIZES, n_group=1, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
+                                       indexer_types=["full", "shared", "full"]),
+               ("GlmMoeDsaModel", "GlmMoeDsaForCausalLM"), device="cpu"),
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
                ("YoutuModel", "YoutuForCausalLM")),
     ),

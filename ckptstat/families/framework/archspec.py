@@ -20,6 +20,8 @@ class Latent:
     # DeepSeek Sparse Attention's indexer (DecoderLayout.indexer): its heads and head width (0: no indexer)
     index_heads: int = 0
     index_head_dim: int = 0
+    # the layers without an indexer of their own, which reuse the previous one's selection (GLM-5's "shared")
+    index_shared: tuple[int, ...] = ()
 
 
 class Variant:

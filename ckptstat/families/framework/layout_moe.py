@@ -26,8 +26,8 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
     w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
     w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
-    if w.lay.indexer:
-        indexer(w, layers)
+    if w.lay.indexer and (own := tuple(i for i in layers if i not in s.latent.index_shared)):
+        indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
     w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
