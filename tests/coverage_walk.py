@@ -1,17 +1,19 @@
-"""Which causal LMs of the installed transformers `flops` and `memory` answer, by which path, and whether exactly
+"""Which models of the installed transformers `flops` and `memory` answer, by which path, and whether exactly
 (issue 34). Runnable by hand; tests/test_coverage_walk.py runs a sample of it:
 
-    python tests/coverage_walk.py                    # every class of MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    python tests/coverage_walk.py --only llama,jamba
+    python tests/coverage_walk.py                    # every class of the TASKS' auto mappings
+    python tests/coverage_walk.py --only llama,jamba --tasks causal
     python tests/coverage_walk.py --out docs/coverage.md
 
-For each (model type, causal LM class) of transformers' auto mapping: its config class at tiny sizes
-(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
-from it on the CPU (fp32, eager attention): one forward of SEQ tokens with use_cache, its FLOPs counted by
-FlopCounterMode (grouped_mm by the product's one rule: analysis/meta.py) and the bytes of the cache it returns.
-ckptstat answers from the config alone (census.model.load, then the meta path where no op template describes the
-model: analysis/meta.load): its matmul FLOPs for the same tokens and its cache bytes at 4 bytes an element. Each
-class ends as one of:
+For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
+classification, CTC speech recognition): its config class at tiny sizes (census_audit.tiny_config), written as a
+config.json naming the class. The oracle is the model transformers builds from it on the CPU (fp32, eager
+attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the product's one rule:
+analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it returns; a masked LM SEQ
+tokens (an encoder-decoder's decoder as many); an image classifier one image at the config's image_size; a CTC model
+AUDIO raw samples. ckptstat answers from the config alone (census.model.load, then the meta path where no op template
+describes the model: analysis/meta.load): its matmul FLOPs for the same input and, for a causal LM, its cache bytes at
+4 bytes an element. Each class ends as one of:
   static      the op template answered, FLOPs and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -33,22 +35,30 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from census_audit import Overrun, reason, time_budget, tiny_config  # noqa: E402
 
 SEQ = 8
+AUDIO = 4000       # raw samples a CTC model reads (a quarter second at 16 kHz; past every tiny conv stack's field)
 OUTCOMES = ("static", "meta", "wrong", "refused", "crashed", "no oracle")
+# task -> (transformers' auto mapping, what the record calls it); causal LMs also compare their cache
+TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
+         "masked": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LMs"),
+         "image": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image classifiers"),
+         "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", "CTC speech recognisers")}
 
 
-def classes() -> list[tuple[str, str]]:
-    """(model_type, class name) of every causal LM transformers maps, in mapping order."""
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
+    """(task, model_type, class name) of every class transformers maps for each task, in mapping order."""
+    from transformers.models.auto import modeling_auto
 
-    out: dict[tuple[str, str], None] = {}
-    for model_type, names in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.items():
-        for name in (names,) if isinstance(names, str) else names:
-            out[(model_type, name)] = None
+    out: dict[tuple[str, str, str], None] = {}
+    for task in tasks:
+        for model_type, names in getattr(modeling_auto, TASKS[task][0]).items():
+            for name in (names,) if isinstance(names, str) else names:
+                out[(task, model_type, name)] = None
     return list(out)
 
 
-def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
-    """(FLOPs, cache bytes) of one forward of SEQ tokens of the model transformers builds (CPU, fp32)."""
+def oracle(task: str, cls: Any, cfg: Any) -> tuple[int, int]:
+    """(FLOPs, cache bytes) of one forward of the model transformers builds (CPU, fp32): SEQ tokens, one image or
+    AUDIO samples; a causal LM's cache (else 0)."""
     import torch
 
     from ckptstat.analysis import meta
@@ -57,52 +67,63 @@ def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
     # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and a slice of a
     # weight passed to a module (DBRX's experts) would be one that requires grad with no grad_fn under no_grad
     model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
-    vocab = cfg.get_text_config().vocab_size
-    ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
-    # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
-    pos = torch.arange(SEQ).reshape(1, SEQ)
+    if task == "image":
+        args = {"pixel_values": torch.zeros((1, getattr(cfg, "num_channels", 3), *meta.image_sides(cfg)))}
+    elif task == "ctc":
+        args = {"input_values": torch.zeros((1, AUDIO))}
+    else:
+        vocab = cfg.get_text_config().vocab_size
+        ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
+        args = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+        if task == "causal":
+            # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
+            args.update(position_ids=torch.arange(SEQ).reshape(1, SEQ), use_cache=True)
+        elif getattr(cfg, "is_encoder_decoder", False):
+            args.update(decoder_input_ids=ids)
     with meta.flop_counter() as counter, torch.no_grad():
-        out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, use_cache=True)
-    cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
+        out = model(**args)
+    cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
     return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
 
 
-def ours(path: str) -> tuple[str, int, int]:
-    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element) for SEQ tokens."""
+def ours(task: str, path: str) -> tuple[str, int, int]:
+    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM) for the oracle's
+    input."""
     from ckptstat.analysis import flops, meta
     from ckptstat.analysis.memory.planner import kv_counted, kv_lines
 
     m = meta.load(path)
-    kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4))))
-    return ("static" if m.oracle is None else "meta"), flops.run(m, 1, SEQ)["totals"]["flops"], kv
+    kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
+    seq = AUDIO if task == "ctc" else SEQ
+    return ("static" if m.oracle is None else "meta"), flops.run(m, 1, seq)["totals"]["flops"], kv
 
 
-def walk_one(model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
+def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[str, Any]:
     import transformers
 
     from ckptstat.errors import CkptstatError
 
     cls = getattr(transformers, cls_name, None)
-    row: dict[str, Any] = {"model_type": model_type, "cls": cls_name}
+    row: dict[str, Any] = {"task": task, "model_type": model_type, "cls": cls_name}
     try:
         cfg = tiny_config(cls.config_class)
-        want = oracle(cls, cfg)
+        want = oracle(task, cls, cfg)
     except Exception as e:   # noqa: BLE001 - any failure of transformers' own build is "no oracle", with its reason
         return {**row, "outcome": "no oracle", "why": reason(e)}
     path = os.path.join(workdir, f"{cls_name}.json")
     with open(path, "w") as f:
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
     try:
-        by, got_flops, got_kv = ours(path)
+        by, got_flops, got_kv = ours(task, path)
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
         return {**row, "outcome": "crashed", "why": reason(e)}
-    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]])
+    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None)
     return {**row, "outcome": by if (got_flops, got_kv) == want else "wrong", "by": by}
 
 
-def walk(pairs: list[tuple[str, str]], budget: float = 120.0, echo: bool = False) -> list[dict[str, Any]]:
+def walk(pairs: list[tuple[str, str, str]], budget: float = 120.0, echo: bool = False) -> list[dict[str, Any]]:
     import torch
     import transformers
 
@@ -111,57 +132,66 @@ def walk(pairs: list[tuple[str, str]], budget: float = 120.0, echo: bool = False
     warnings.filterwarnings("ignore")
     rows = []
     with tempfile.TemporaryDirectory() as workdir:
-        for i, (model_type, cls_name) in enumerate(pairs):
+        for i, (task, model_type, cls_name) in enumerate(pairs):
             try:
                 with time_budget(budget):
-                    row = walk_one(model_type, cls_name, workdir)
+                    row = walk_one(task, model_type, cls_name, workdir)
             except Overrun:
-                row = {"model_type": model_type, "cls": cls_name, "outcome": "no oracle",
+                row = {"task": task, "model_type": model_type, "cls": cls_name, "outcome": "no oracle",
                        "why": f"over the {budget:.0f} s budget"}
             rows.append(row)
             if echo:
-                print(f"[{i + 1}/{len(pairs)}] {model_type:28} {cls_name:44} {row['outcome']:9} {row.get('why', '')}",
+                print(f"[{i + 1}/{len(pairs)}] {task:6} {model_type:28} {cls_name:44} {row['outcome']:9} {row.get('why', '')}",
                       flush=True)
     return rows
+
+
+def tally_line(rows: list[dict[str, Any]]) -> str:
+    counted = [r for r in rows if r["outcome"] != "no oracle"]
+    tally = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
+    return (f"{len(rows)} classes; {len(counted)} with an oracle: " + ", ".join(f"{tally[o]} {o}" for o in OUTCOMES[:5])
+            + f" ({100 * tally['static'] / max(len(counted), 1):.0f}% static, "
+            f"{100 * (tally['static'] + tally['meta']) / max(len(counted), 1):.0f}% answered exactly); "
+            f"{tally['no oracle']} without an oracle.")
 
 
 def markdown(rows: list[dict[str, Any]]) -> str:
     import torch
     import transformers
 
-    counted = [r for r in rows if r["outcome"] != "no oracle"]
-    tally = {o: sum(r["outcome"] == o for r in rows) for o in OUTCOMES}
-    lines = ["# Coverage of transformers' causal LMs by `flops` and `memory`",
+    tasks = list(dict.fromkeys(r["task"] for r in rows))
+    lines = ["# Coverage of transformers' models by `flops` and `memory`",
              "",
              f"Written by `python tests/coverage_walk.py --out docs/coverage.md` with transformers {transformers.__version__}, "
-             f"torch {torch.__version__.split('+')[0]}: every class of `MODEL_FOR_CAUSAL_LM_MAPPING_NAMES` at tiny sizes, "
-             f"one forward of {SEQ} tokens on the CPU as the oracle (FlopCounterMode; the returned cache's bytes). "
-             "The rules and outcomes: tests/coverage_walk.py's docstring.",
+             f"torch {torch.__version__.split('+')[0]}: every class of "
+             + ", ".join(f"`{TASKS[t][0]}`" for t in tasks) + " at tiny sizes, one forward on the CPU as the oracle "
+             f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, a masked LM's {SEQ} tokens, one image "
+             f"at the config's image_size, {AUDIO:,} raw audio samples). The rules and outcomes: tests/coverage_walk.py's "
+             "docstring.",
              "",
-             f"{len(rows)} classes; {len(counted)} with an oracle: "
-             + ", ".join(f"{tally[o]} {o}" for o in OUTCOMES[:5])
-             + f" ({100 * tally['static'] / max(len(counted), 1):.0f}% static, "
-             f"{100 * (tally['static'] + tally['meta']) / max(len(counted), 1):.0f}% answered exactly); "
-             f"{tally['no oracle']} without an oracle.",
-             "",
-             "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | why |",
-             "|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (OUTCOMES.index(r["outcome"]), r["model_type"], r["cls"])):
-        f, c = r.get("flops"), r.get("cache_bytes")
-        lines.append(f"| {r['model_type']} | {r['cls']} | {r['outcome']} | {f'{f[0]:,} / {f[1]:,}' if f else ''} | "
-                     f"{f'{c[0]:,} / {c[1]:,}' if c else ''} | {r.get('why', '').replace('|', '/')} |")
+             "All: " + tally_line(rows)]
+    for task in tasks:
+        mine = [r for r in rows if r["task"] == task]
+        lines += ["", f"## {TASKS[task][1].capitalize()} (`{TASKS[task][0]}`)", "", tally_line(mine), "",
+                  "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | why |",
+                  "|---|---|---|---|---|---|"]
+        for r in sorted(mine, key=lambda r: (OUTCOMES.index(r["outcome"]), r["model_type"], r["cls"])):
+            f, c = r.get("flops"), r.get("cache_bytes")
+            lines.append(f"| {r['model_type']} | {r['cls']} | {r['outcome']} | {f'{f[0]:,} / {f[1]:,}' if f else ''} | "
+                         f"{f'{c[0]:,} / {c[1]:,}' if c else ''} | {r.get('why', '').replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="comma-separated model types")
+    ap.add_argument("--tasks", default=",".join(TASKS), help=f"comma-separated, of {', '.join(TASKS)}")
     ap.add_argument("--out", default="", help="write the markdown record here")
     ap.add_argument("--budget", type=float, default=120.0, help="seconds per class")
     args = ap.parse_args(argv)
     os.environ["HF_HUB_OFFLINE"] = "1"
     only = set(args.only.split(",")) - {""}
-    rows = walk([p for p in classes() if not only or p[0] in only], args.budget, echo=True)
+    rows = walk([p for p in classes(tuple(args.tasks.split(","))) if not only or p[1] in only], args.budget, echo=True)
     if args.out:
         with open(args.out, "w") as f:
             f.write(markdown(rows))

@@ -1,4 +1,5 @@
-"""The coverage walk (tests/coverage_walk.py, issue 34) on a sample of transformers' causal LMs: every class either
+"""The coverage walk (tests/coverage_walk.py, issue 34) on a sample of transformers' models (causal LMs, masked LMs,
+image classifiers, CTC speech recognisers): every class either
 answered exactly (FLOPs and cache bytes equal those of a CPU forward of the model transformers builds), by the op
 templates or on the meta device, or refused with a reason; never a wrong figure, never a crash. The whole walk is
 recorded in docs/coverage.md (`python tests/coverage_walk.py --out docs/coverage.md`)."""
@@ -12,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from coverage_walk import OUTCOMES, classes, walk  # noqa: E402
+from coverage_walk import OUTCOMES, TASKS, classes, walk  # noqa: E402
 
 RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "coverage.md")
 # every 12th class, and the ones a fix was made for: the encoder-decoders' decoder alone (BartForCausalLM was given
@@ -21,7 +22,13 @@ RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 HYBRIDS = {"Qwen3NextForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"}
 NAMED = {"BartForCausalLM", "WhisperForCausalLM", "Gemma4ForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM",
          "OlmoeForCausalLM", "GraniteMoeSharedForCausalLM", *HYBRIDS}
-SAMPLE = [p for i, p in enumerate(classes()) if i % 12 == 0 or p[1] in NAMED]
+# encoders, vision and audio (the meta path builds their class as config.json names it, or the base model): a static
+# template, a head the template does not describe (CLIP's image classifier: answered on meta), a float32-only model
+ENCODERS = {"BertForMaskedLM", "ModernBertForMaskedLM", "DebertaForMaskedLM", "RoFormerForMaskedLM",
+            "ViTForImageClassification", "CLIPForImageClassification", "DeiTForImageClassificationWithTeacher",
+            "Swinv2ForImageClassification", "ConvNextV2ForImageClassification", "WavLMForCTC", "UniSpeechForCTC"}
+NAMED |= ENCODERS
+SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
 @pytest.fixture(scope="module")
@@ -38,8 +45,11 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["LlamaForCausalLM"] == answered["Qwen3MoeForCausalLM"] == answered["OlmoeForCausalLM"] == "static"
     # the decoder alone of an encoder-decoder: the BART-shaped stack's template (families/framework/seq2seq.py)
     assert answered["BartForCausalLM"] == answered["WhisperForCausalLM"] == "static"
-    assert answered["Gemma4ForCausalLM"] == answered["GraniteMoeSharedForCausalLM"] == "meta"
+    assert answered["Gemma4ForCausalLM"] == "meta"
+    assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
+    assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
+    assert {answered[c] for c in ENCODERS} <= {"static", "meta"}
 
 
 def test_record_is_written_by_the_installed_transformers():
@@ -48,4 +58,5 @@ def test_record_is_written_by_the_installed_transformers():
         text = f.read()
     stamp = re.search(r"with transformers (\S+),", text)
     assert stamp is not None and stamp.group(1) == T.__version__
-    assert len(re.findall(r"^\| [^|]+ \| \w+ \| ", text, re.M)) - 1 == len(classes())   # one row a class (+ header)
+    rows = len(re.findall(r"^\| [^|]+ \| \w+ \| ", text, re.M)) - len(TASKS)   # one row a class (+ a header a task)
+    assert rows == len(classes(tuple(TASKS)))

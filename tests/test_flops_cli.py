@@ -120,10 +120,11 @@ def test_summary_block_and_bert_stat(capsys):
 
 def test_bad_input(capsys, tmp_path):
     p = tmp_path / "config.json"
-    p.write_text(json.dumps({"model_type": "wav2vec2"}))   # a model type without analytic rules
+    # no op template, and on the meta device the default --seq is too few raw samples for its feature encoder
+    p.write_text(json.dumps({"model_type": "wav2vec2"}))
     assert main(["flops", str(p)]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "wav2vec2" in err
+    assert err.count("\n") == 1 and "wav2vec2" in err.lower()
     p.write_text(json.dumps({"model_type": "bert", "hidden_size": 8}))
     assert main(["flops", str(p)]) == 2
     assert "config has no" in capsys.readouterr().err

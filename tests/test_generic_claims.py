@@ -67,10 +67,10 @@ def test_every_claimed_type_is_the_template(model_type):
         assert ours(spec, seq) == fcm_flops(model, seq, device=device)
 
 
-@pytest.mark.parametrize("model_type", ["doge", "hunyuan_v1_dense", "lfm2", "deberta-v2"])
+@pytest.mark.parametrize("model_type", ["gemma4_unified_text", "gemma4_text", "lfm2", "deberta-v2"])
 def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, monkeypatch, model_type):
     """The static path refuses; without the `run` extra the refusal says what would answer, with it transformers
-    answers on the meta device (tests/test_meta.py) for a decoder, and an encoder stays refused."""
+    answers on the meta device (tests/test_meta.py), a decoder or an encoder (DeBERTa-v2: no cache)."""
     import json
 
     from ckptstat.analysis import meta
@@ -81,13 +81,11 @@ def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, mon
     code, out, err = cli("flops", str(tmp_path / "config.json"))
     assert code == 2 and not out and err.count("\n") == 1
     assert "cannot describe" in err or "no analytic model" in err or "is not a decoder" in err
-    assert ("`run` extra" in err) == (model_type != "deberta-v2")
+    assert "`run` extra" in err
     monkeypatch.undo()
     code, out, err = cli("flops", str(tmp_path / "config.json"), "--json")
-    if model_type == "deberta-v2":
-        assert code == 2 and "is not a decoder" in err and err.count("\n") == 1
-    else:
-        assert code == 0 and json.loads(out)["computed_by"].startswith("computed by transformers")
+    assert code == 0 and json.loads(out)["computed_by"].startswith("computed by transformers")
+    assert json.loads(out)["computed_by"].endswith("no cache") == (model_type == "deberta-v2")
 
 
 # ---- model types transformers has no causal LM for (families/not_causal_lm.json) ----
@@ -101,18 +99,23 @@ def test_not_causal_table_is_what_the_installed_transformers_maps():
     assert dict(types) == table(), f"regenerate: python fixtures/make_not_causal.py (written by transformers {version})"
 
 
-def test_eurobert_saved_without_architectures_is_not_read_as_a_decoder(tmp_path, cli, capsys):
+def test_eurobert_saved_without_architectures_is_not_read_as_a_decoder(tmp_path, cli, capsys, monkeypatch):
     """EuroBERT's config holds LLaMA's fields and its weights LLaMA's names and shapes; transformers' class for it is
-    an encoder (EuroBertForMaskedLM, bidirectional, no cache): no KV line, and the refusal says why in one line."""
+    an encoder (EuroBertForMaskedLM, bidirectional, no cache): the static path refuses it in one line saying why;
+    the meta path runs it as the encoder it is (EuroBertModel: its FLOPs, no KV line)."""
     import json
+
+    from ckptstat.analysis import meta
     cfg = T.EuroBertConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
                            num_key_value_heads=2, vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=2, mask_token_id=3)
     assert "eurobert" not in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
-    T.EuroBertModel(cfg).save_pretrained(tmp_path)
+    model = T.EuroBertModel(cfg)
+    model.save_pretrained(tmp_path)
     d = json.loads((tmp_path / "config.json").read_text())
     del d["architectures"]
     (tmp_path / "config.json").write_text(json.dumps(d))
     capsys.readouterr()   # save_pretrained's progress bar
+    monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(tmp_path))
     assert code == 2 and not out and err.count("\n") == 1
     assert "'eurobert' is not a decoder" in err and "EuroBertForMaskedLM" in err
@@ -120,3 +123,13 @@ def test_eurobert_saved_without_architectures_is_not_read_as_a_decoder(tmp_path,
     r = json.loads(out)
     assert code == 0 and not any(x["group"] == "kv cache" for x in r["lines"])
     assert "is not a decoder" in r["needs_architecture"]["reason"]
+    monkeypatch.undo()
+    code, out, err = cli("flops", str(tmp_path), "--json", "--seq", "8")
+    r = json.loads(out)
+    assert code == 0 and "EuroBertModel" in r["computed_by"] and r["computed_by"].endswith("no cache")
+    model = T.EuroBertModel._from_config(cfg, attn_implementation="eager").eval()   # the convention: eager attention
+    with meta.flop_counter() as counter, torch.no_grad():
+        model(input_ids=torch.zeros((1, 8), dtype=torch.long))
+    assert r["runs"][0]["totals"]["flops"] == counter.get_total_flops()
+    code, out, err = cli("memory", str(tmp_path), "--json")
+    assert code == 0 and not any(x["group"] == "kv cache" for x in json.loads(out)["lines"])

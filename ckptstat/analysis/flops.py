@@ -80,7 +80,7 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
 
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False) -> dict:
     if m.oracle:   # no template: what the oracle measured (analysis/meta.py)
-        return m.oracle.flops_run(batch, seq)
+        return m.oracle.flops_run(batch, seq, m.spec.image_size)
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
     rows: list[dict[str, Any]] = []
     for op in ops:

@@ -1,18 +1,22 @@
 """The meta path: FLOPs, parameters and cache bytes of a model no op template describes, from transformers itself.
 
-With the `run` extra installed, a config.json whose model_type transformers knows is built into its causal-LM class
-(config.json's `architectures`, else transformers' AutoModelForCausalLM mapping) on the meta device: shapes only, no
-weights, no GPU, seconds even at published size. The config is built by AutoConfig.for_model from the file's fields
-alone (never the hub, never remote code). One forward of b x s tokens under torch's FlopCounterMode gives the matmul
-FLOPs; the cache the forward returns (transformers 5 cache_utils: keys and values of each attention layer, the conv and
-recurrent states of linear-attention and state-space layers) gives the cache bytes; the parameters and their
-placement come from the model's own modules. Every report says so (`computed_by`). The static path (the families'
-op templates) stays the default and needs no torch; this answers only where it refuses, and equals it where both
-answer (tests/test_meta.py).
+With the `run` extra installed, a config.json whose model_type transformers knows is built on the meta device: shapes
+only, no weights, no GPU, seconds even at published size. The class is config.json's `architectures` (a causal LM
+first), else transformers' AutoModelForCausalLM mapping, else (an encoder, a vision or an audio model) its base model
+(AutoModel's mapping). The config is built by AutoConfig.for_model from the file's fields alone (never the hub, never
+remote code). One forward under torch's FlopCounterMode gives the matmul FLOPs: b x s token ids for a text model (a
+decoder with use_cache; an encoder-decoder's decoder reads the same s tokens), b images at the config's image_size (or
+--image-size) for a vision model (s unused), b x s raw samples for an audio model reading waveforms (input_values);
+models reading other inputs (spectrogram features, several modalities at once) are refused with what they read. The
+cache a decoder's forward returns (transformers 5 cache_utils: keys and values of each attention layer, the conv and
+recurrent states of linear-attention and state-space layers) gives the cache bytes; encoders keep none. The parameters
+and their placement come from the model's own modules. Every report says so (`computed_by`). The static path (the
+families' op templates) stays the default and needs no torch; this answers only where it refuses, and equals it where
+both answer (tests/test_meta.py).
 
 Conventions, as the static path's: eager attention (every score of the s x s square, as FlopCounterMode counts it),
-FLOPs = 2 x MACs of mm/addmm/bmm/grouped_mm; active parameters count each routed-experts module's parameters
-top_k / num_experts (num_experts_per_tok of its stacked experts), everything else (routers, shared experts,
+FLOPs = 2 x MACs of mm/addmm/bmm/grouped_mm/convolution; active parameters count each routed-experts module's
+parameters top_k / num_experts (num_experts_per_tok of its stacked experts), everything else (routers, shared experts,
 attention, embeddings) whole."""
 from __future__ import annotations
 
@@ -30,7 +34,6 @@ from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families.framework.archspec import ArchSpec
 from ..families.framework.base import DTYPE_BYTES, KVLines, architectures
 from ..families.framework.ops import Op
-from ..families.generic import not_a_decoder
 from ..formats.registry import load_config, open_checkpoint
 
 HINT = "with the `run` extra installed (pip install 'ckptstat[run]'), transformers would compute it on the meta device"
@@ -82,19 +85,33 @@ def quiet() -> Iterator[None]:
 
 @contextlib.contextmanager
 def meta_autocast() -> Iterator[None]:
-    """Some rotary embeddings open torch.autocast(device_type=x.device.type), which has no meta backend; on meta
-    there is nothing to autocast, so it is a no-op there for the forward's duration."""
+    """What a meta-device forward cannot ask, answered for its duration. Some rotary embeddings open
+    torch.autocast(device_type=x.device.type), which has no meta backend; on meta there is nothing to autocast, so it
+    is a no-op there."""
     import torch
     real = torch.autocast
 
     def patched(device_type: str, *a: Any, **k: Any) -> Any:
         return contextlib.nullcontext() if device_type == "meta" else real(device_type, *a, **k)
 
+    # An encoder makes an all-ones padding mask when given none, and transformers asks whether it holds padding
+    # (.all(), which the meta device cannot answer) to skip building the mask: the ids fed here have none, so the
+    # answer is the question's other terms (masking_utils._ignore_bidirectional_mask_sdpa); no FLOP depends on it.
+    from transformers import masking_utils
+    real_skip = masking_utils._ignore_bidirectional_mask_sdpa
+
+    def skip(padding_mask: Any, kv_length: int, local_attention_size: int | None = None) -> bool:
+        if padding_mask is not None and padding_mask.device.type == "meta":
+            return local_attention_size is None or kv_length < local_attention_size
+        return bool(real_skip(padding_mask, kv_length, local_attention_size))
+
     torch.autocast = patched   # type: ignore[assignment,misc]
+    masking_utils._ignore_bidirectional_mask_sdpa = skip
     try:
         yield
     finally:
         torch.autocast = real   # type: ignore[misc]
+        masking_utils._ignore_bidirectional_mask_sdpa = real_skip
 
 
 def cache_tensors(layer: Any) -> Iterator[tuple[str, Any]]:
@@ -133,8 +150,31 @@ def cache_bytes(cache: Any) -> int:
     return sum(t.numel() * t.element_size() for layer in cache_layers(cache) for _, t in cache_tensors(layer))
 
 
-class NotADecoder(UsageError):
-    """The meta path runs causal language models; transformers has none for this config."""
+class NotRunnable(UsageError):
+    """A model the meta path cannot feed: transformers has no class for the config, or its class reads inputs other
+    than token ids, images or raw audio."""
+
+
+# what the meta path feeds a class, by its main_input_name
+INPUTS = {"input_ids": "token ids", "pixel_values": "images", "input_values": "raw audio samples"}
+
+
+def _class_name(names: Any) -> str:
+    """One class name of an auto mapping's value (a name, or a tuple of names: the first)."""
+    return names if isinstance(names, str) else (names[0] if names else "")
+
+
+def image_sides(config: Any, side: int = 0) -> tuple[int, int]:
+    """(height, width) of the image a vision model is run on: `side` x `side` when given (--image-size), else the
+    config's image_size (an int, or [height, width]), else 224 (transformers' ResNet-style processors)."""
+    if side:
+        return side, side
+    size = getattr(config, "image_size", None)
+    if isinstance(size, int) and size > 0:
+        return size, size
+    if isinstance(size, (list, tuple)) and len(size) == 2 and all(isinstance(x, int) and x > 0 for x in size):
+        return int(size[0]), int(size[1])
+    return 224, 224
 
 
 @dataclass
@@ -146,6 +186,9 @@ class MetaModel:
     version: str = ""
     statement: str = ""
     memo: dict = field(default_factory=dict)
+    config: Any = None                 # the transformers config built from cfg
+    decoder: bool = True               # a causal LM (a cache), else an encoder, vision or audio model
+    inputs: str = "input_ids"          # its main_input_name (INPUTS)
 
     def __post_init__(self) -> None:
         import torch
@@ -157,40 +200,81 @@ class MetaModel:
         if not isinstance(mt, str) or mt not in T.CONFIG_MAPPING:
             raise UsageError(f"{self.path}: transformers {self.version} does not know model_type {mt!r} either")
         causal = {*auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.values(), *auto.MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES.values()}
-        names = [a for a in architectures(self.cfg) if a in causal] or [auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(mt, "")]
+        known = [a for a in architectures(self.cfg) if hasattr(T, a)]
+        names = [a for a in known if a in causal] or known or [auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(mt, "")]
+        if not names[0]:   # an encoder's config naming no class (EuroBERT's saved without architectures): its base model
+            names = [_class_name(auto.MODEL_MAPPING_NAMES.get(mt, ""))]
         if not names[0] or not hasattr(T, names[0]):
-            raise NotADecoder(f"{self.path}: model_type {mt!r} is no causal language model in transformers {self.version} "
-                             "(the meta path runs decoders)")
+            raise NotRunnable(f"{self.path}: transformers {self.version} has no model class for model_type {mt!r}")
+        self.decoder = names[0] in causal
+        self.inputs = getattr(getattr(T, names[0]), "main_input_name", "input_ids")
+        if self.inputs not in INPUTS:
+            raise NotRunnable(f"{self.path}: {names[0]} reads {self.inputs}; the meta path runs models reading "
+                              + ", ".join(INPUTS.values()))
         try:
-            config = T.AutoConfig.for_model(**{k: v for k, v in self.cfg.items() if k != "auto_map"})
-            with quiet(), torch.device("meta"):   # bf16: grouped_mm's meta kernel takes no other dtype; FLOPs do not depend on it
-                self.model = getattr(T, names[0])._from_config(config, attn_implementation="eager",
-                                                               dtype=torch.bfloat16).eval()
+            self.config = T.AutoConfig.for_model(**{k: v for k, v in self.cfg.items() if k != "auto_map"})
+            self._build(getattr(T, names[0]), torch.bfloat16)
         except Exception as e:   # transformers' own validation of a config it cannot build: one line
             raise UsageError(f"{self.path}: transformers {self.version} cannot build {names[0]} from this config "
                              f"({one_line(str(e))[:300]})") from None
         self.statement = (f"computed by transformers {self.version} on the meta device: FlopCounterMode over one forward of "
-                          f"{names[0]} built from the config (no weights), cache bytes from the cache that forward returns")
+                          f"{names[0]} built from the config (no weights) reading {INPUTS[self.inputs]}"
+                          + (", cache bytes from the cache that forward returns" if self.decoder else ", no cache"))
+
+    def _build(self, cls: Any, dtype: Any) -> None:
+        """The model on the meta device in `dtype`: bf16 first (grouped_mm's meta kernel takes no other dtype), float32
+        for a model whose own buffers or kernels are float32-only (DeBERTa, XLNet, FNet); FLOPs do not depend on it."""
+        import torch
+        with quiet(), torch.device("meta"):
+            self.model = cls._from_config(self.config, attn_implementation="eager", dtype=dtype).eval()
+        for mod in self.model.modules():   # a warning's look for padding in the ids (.item(): no meta kernel); no FLOP
+            if hasattr(mod, "warn_if_padding_and_no_attention_mask"):
+                mod.warn_if_padding_and_no_attention_mask = lambda *args, **kwargs: None
+        self.memo.clear()
 
     @property
     def text_config(self) -> Any:
         return self.model.config.get_text_config()
 
-    def forward(self, batch: int, seq: int) -> tuple[Any, Any]:
-        """(FlopCounterMode, the cache) of one forward of batch x seq tokens; memoised."""
-        key = (batch, seq)
+    def forward(self, batch: int, seq: int, image: int = 0) -> tuple[Any, Any]:
+        """(FlopCounterMode, the cache) of one forward of batch x seq tokens (batch images of side `image`, else the
+        config's; batch x seq raw samples); memoised."""
+        key = (batch, seq, image)
         if key not in self.memo:
             import torch
-            counter = flop_counter()
-            try:
-                with quiet(), torch.no_grad(), meta_autocast(), counter:
-                    ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
-                    out = self.model(input_ids=ids, use_cache=True)
-            except Exception as e:   # an op without a meta kernel, data-dependent control flow
-                raise UsageError(f"{self.path}: transformers {self.version} cannot run {type(self.model).__name__} on the "
-                                 f"meta device ({type(e).__name__}: {one_line(str(e))[:300]})") from None
-            self.memo[key] = (counter, out["cache"] if "cache" in out else out.get("past_key_values"))
+            for dtype in (torch.bfloat16, torch.float32)[1 if self.model.dtype == torch.float32 else 0:]:
+                if self.model.dtype != dtype:
+                    self._build(type(self.model), dtype)
+                try:
+                    counter, out = self._run(batch, seq, image)
+                    break
+                except Exception as e:   # an op without a meta kernel, data-dependent control flow, a float32-only op
+                    if dtype == torch.bfloat16 and re.search(r"dtype|scalar type|BFloat16", str(e)):
+                        continue
+                    hint = "; --seq counts raw audio samples (16,000 a second at 16 kHz)" if self.inputs == "input_values" else ""
+                    raise UsageError(f"{self.path}: transformers {self.version} cannot run {type(self.model).__name__} "
+                                     f"on the meta device ({type(e).__name__}: {one_line(str(e))[:300]}){hint}") from None
+            cache = (out["cache"] if "cache" in out else out.get("past_key_values")) if self.decoder else None
+            self.memo[key] = (counter, cache)
         return self.memo[key]
+
+    def _run(self, batch: int, seq: int, image: int) -> tuple[Any, Any]:
+        import torch
+        counter, config = flop_counter(), self.model.config
+        args: dict[str, Any]
+        with quiet(), torch.no_grad(), meta_autocast(), counter:
+            if self.inputs == "pixel_values":
+                h, w = image_sides(config, image)
+                args = {"pixel_values": torch.zeros((batch, getattr(config, "num_channels", 3), h, w),
+                                                    dtype=self.model.dtype, device="meta")}
+            elif self.inputs == "input_values":
+                args = {"input_values": torch.zeros((batch, seq), dtype=self.model.dtype, device="meta")}
+            else:
+                ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+                args = {"input_ids": ids, "use_cache": True} if self.decoder else {"input_ids": ids}
+                if not self.decoder and getattr(config, "is_encoder_decoder", False):
+                    args["decoder_input_ids"] = ids   # the decoder reads as many tokens (flops.run's dec_seq)
+            return counter, self.model(**args)
 
     # -- parameters ----------------------------------------------------------------------------------------------
     @functools.cached_property
@@ -275,7 +359,7 @@ class MetaModel:
         _, cache = self.forward(1, PROBE_SEQ)
         if cache is None:
             return []
-        model_bytes = torch.finfo(torch.bfloat16).bits // 8
+        model_bytes = torch.finfo(self.model.dtype).bits // 8
         total, parts = 0.0, dict[str, float]()
         exact = None
         for i, layer in enumerate(cache_layers(cache)):
@@ -304,10 +388,10 @@ class MetaModel:
                  f"{type(cache).__name__} of a meta-device forward ({rule}) at {ab} B per element")]
 
     # -- FLOPs ---------------------------------------------------------------------------------------------------
-    def flops_run(self, batch: int, seq: int) -> dict:
+    def flops_run(self, batch: int, seq: int, image: int = 0) -> dict:
         """flops.run's dict from FlopCounterMode: one row per module of the body (consecutive layers alike in class
-        and FLOPs as one row), the head apart."""
-        counter, _ = self.forward(batch, seq)
+        and FLOPs as one row), the head apart; a vision model's tokens are its images (`seq` unused)."""
+        counter, _ = self.forward(batch, seq, image)
         counts = {k: sum(v.values()) for k, v in counter.get_flop_counts().items()}
         top = type(self.model).__name__
         rows: list[dict[str, Any]] = []
@@ -334,19 +418,22 @@ class MetaModel:
             else:
                 row(full, [full], [mod])
         for name, mod in self.model.named_children():
-            if name != body.split(".")[0]:
+            if body and name != body.split(".")[0]:   # (no layer list found: the model's children are the body)
                 row(name, [name], [mod])
         for r in rows:
             r["module"] = f"{r['module']} x{r['calls']}" if r["calls"] > 1 else r["module"]
             r["macs"] = r["flops"] // 2
             del r["_key"]
         fwd = int(counter.get_total_flops())
-        tokens = batch * seq
+        tokens = batch if self.inputs == "pixel_values" else batch * seq
         return {"seq": seq, "dec_seq": None, "tokens": tokens, "modules": rows,
                 "totals": {"macs": fwd // 2, "flops": fwd, "flops_per_token": fwd / tokens, "attention_flops": None,
                            "training_flops": 3 * fwd, "elementwise_flops": 0, "training_elementwise_flops": 0,
                            "bytes_read": 0, "bytes_written": 0, "bertstat_madd": self.params * tokens},
-                "notes": []}
+                "notes": [] if self.inputs == "input_ids" else
+                [f"one image of {'x'.join(map(str, image_sides(self.model.config, image)))} pixels a sample: "
+                 "per-token figures are per image"
+                 if self.inputs == "pixel_values" else f"--seq counts raw audio samples ({seq:,} here), not tokens"]}
 
     # -- the census record ---------------------------------------------------------------------------------------
     def spec(self) -> ArchSpec:
@@ -366,7 +453,8 @@ class MetaModel:
         h, a = size("hidden_size", "d_model"), size("num_attention_heads")
         tdt = self.cfg.get("torch_dtype") or self.cfg.get("dtype")
         return ArchSpec(family="generic", model_type=str(self.cfg["model_type"]),
-                        source=f"transformers {self.version} on the meta device", head="lm",
+                        source=f"transformers {self.version} on the meta device",
+                        head="lm" if self.decoder else "mlm" if type(self.model).__name__.endswith("ForMaskedLM") else "base",
                         architecture=type(self.model).__name__, layers=size("num_hidden_layers"), hidden=h, heads=a,
                         kv_heads=size("num_key_value_heads") or a, head_dim=size("head_dim") or (h // a if a else 0),
                         intermediate=size("intermediate_size", "moe_intermediate_size"), vocab=size("vocab_size"),
@@ -374,7 +462,8 @@ class MetaModel:
                         gated_mlp=True, norm="rmsnorm", tied_embeddings=bool(read("tie_word_embeddings")),
                         experts=size("num_experts", "num_local_experts", "n_routed_experts") if self.active else 0,
                         top_k=size("num_experts_per_tok", "moe_topk", "top_k") if self.active else 0,
-                        dtype=tdt if isinstance(tdt, str) and tdt in DTYPE_BYTES else None)
+                        dtype=tdt if isinstance(tdt, str) and tdt in DTYPE_BYTES else None,
+                        image_size=image_sides(self.model.config)[0] if self.inputs == "pixel_values" else 0)
 
 
 ACTIVE_RULE = ("active parameters: each routed-experts module's parameters x top_k / num_experts (num_experts_per_tok "
@@ -419,13 +508,13 @@ def load(path: str, config: str | None = None) -> Model:
         cfg, config_path = ckpt.config, ckpt.config_path
         w = weights_of(ckpt, "")
         counted, stored = (w.params, w.param_bytes) if w else (None, None)
-    if not cfg or not isinstance(cfg.get("model_type"), str) or not_a_decoder(cfg):
-        raise refusal   # nothing for transformers to build, or no decoder to run (families/not_causal_lm.json)
+    if not cfg or not isinstance(cfg.get("model_type"), str):
+        raise refusal   # nothing for transformers to build
     if not available():
         raise type(refusal)(f"{refusal}; {HINT}")
     try:
         return model_of(cfg, path, config_path, counted, stored, str(refusal))
-    except NotADecoder:
+    except NotRunnable:
         raise refusal from None
     except (ImportError, OSError) as e:   # an install torch or transformers cannot load from (or no memory to map it)
         raise type(refusal)(f"{refusal}; the meta path could not load torch/transformers: {e}") from None

@@ -38,7 +38,7 @@ class Oracle(Protocol):
 
     def ops(self) -> list[Op]: ...     # the parameterised modules, for the planner's placement
     def kv_cache(self, s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines: ...
-    def flops_run(self, batch: int, seq: int) -> dict: ...   # flops.run's dict
+    def flops_run(self, batch: int, seq: int, image: int = 0) -> dict: ...   # flops.run's dict (image: a side)
 
 
 @dataclass(frozen=True)
@@ -100,8 +100,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     notes: list[str] = []
     r = resolve(ckpt)   # the one architecture and head resolution ties and the summary share
     if r.spec is None:
-        if r.error:
-            raise UsageError(r.error)
+        if r.error:   # a config no op template describes (NoArchitecture: the meta path may), else a bad value
+            raise NoArchitecture(r.error) if r.no_template else UsageError(r.error)
         if r.family is None and ckpt.config:
             try:
                 from_config(ckpt.config, ckpt.config_path or "config.json")   # raises the usual unsupported-family error

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from ..core import Checkpoint
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from ..families import by_model_type, get
 from ..families.framework.base import ArchSpec, Family, TieRule
 from ..families.framework.spec import canonical_tensors, config_from_gguf, from_canonical, from_config, infer_head, with_head
@@ -26,6 +26,7 @@ class Resolution:
     head: str | None               # base, mlm, lm, pretraining, ... (None: unknown family)
     head_source: str               # how the head was decided, printed beside it
     error: str | None = None
+    no_template: bool = False      # the error is NoAnalyticModel's: no op template describes it (the meta path may)
 
     @property
     def label(self) -> str:
@@ -80,7 +81,7 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
         try:
             spec = from_config(cfg, path)
         except UsageError as e:
-            return Resolution(family, mt, None, None, "config.json", str(e))
+            return Resolution(family, mt, None, None, "config.json", str(e), isinstance(e, NoAnalyticModel))
         if spec.architecture is not None or not ckpt.tensors:
             src = ("config.json architectures" if ckpt.config else "gguf general.architecture") if spec.architecture \
                 else "family default (no weights)"

@@ -122,8 +122,8 @@ def from_config(c: Cfg) -> ArchSpec:
         raise NoAnalyticModel(f"{c.path}: no op template describes {c.common.get('architecture')} "
                               f"(model_type {c.model_type!r})")
     if c.model_type in encoders:   # EuroBERT's fields are LLaMA's, its model an encoder: no causal mask, no KV cache
-        cls = encoders[c.model_type]
-        raise UsageError(f"{c.path}: model_type {c.model_type!r} is not a decoder: transformers {version} has no causal "
+        cls = encoders[c.model_type]   # (the meta path may still run it as the encoder it is)
+        raise NoAnalyticModel(f"{c.path}: model_type {c.model_type!r} is not a decoder: transformers {version} has no causal "
                          f"language model for it{f' (its class: {cls})' if cls else ''}, so the generic LLaMA-shaped "
                          "decoder template does not describe it")
     spec = layout.spec_from_config(DENSE, c)

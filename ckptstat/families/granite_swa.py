@@ -17,8 +17,9 @@ from .framework.layout import DecoderLayout
 GRANITE_SWA = DecoderLayout(sinks=True, nope="theta", tied_default=True)
 
 
-def from_config(c: Cfg) -> ArchSpec:
-    spec = layout.spec_from_config(GRANITE_SWA, c)
+def from_config(c: Cfg, lay: DecoderLayout = GRANITE_SWA) -> ArchSpec:
+    """The layout's spec with GraniteSWAConfig's sliding layers (GraniteMoE-SWA's too: granitemoe.py)."""
+    spec = layout.spec_from_config(lay, c)
     L = spec.layers
     window = c.get("sliding_window", default=FROM_CLASS)
     types = c.get("layer_types", default=None)

@@ -53,7 +53,8 @@ _SIZES = dict(layout.TINY_MOE, head_dim=8, num_experts=4, moe_topk=2)
 
 FAMILY = Family(
     name="hunyuan_v1_moe",
-    before=("llama", "mixtral", "qwen_moe"),   # tried before them: its q_proj and experts.N names match theirs
+    # tried before them: its q_proj and experts.N names match theirs (and its q/k norms, HunYuan dense's)
+    before=("llama", "mixtral", "qwen_moe", "hunyuan_v1_dense"),
     **{**layout.family_fields({"hunyuan_v1_moe": HUNYUAN_MOE}, "ffn_gate_inp"),
        "from_config": from_config, "from_tensors": from_tensors},
     gguf_architectures=("hunyuan-moe",), gguf_config=gguf_config,

@@ -113,6 +113,9 @@ class ArchSpec:
     logit_softcap: bool = False
     latent: Latent | None = None      # multi-head latent attention (DeepSeek), None: q/k/v projections
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
+    # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
+    # image): their parameters held, no op run, nothing cached (layout.walk)
+    cross_layers: tuple[int, ...] = ()
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

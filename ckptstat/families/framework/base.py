@@ -30,6 +30,7 @@ HEAD_SUFFIXES = [
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
+    ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
     ("Model", "base"),
 ]
 # Bytes per element of config `torch_dtype` / `dtype` values.

@@ -17,6 +17,7 @@ Variants are typed fields, not flags: a misspelt one is a TypeError (and a mypy 
 from __future__ import annotations
 
 import functools
+import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -46,11 +47,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     """The forward of `lay` at B.s's sizes: writes its ops to B and returns the modules it met."""
     s = B.s
     w, p = Walk(B, lay), lay.paths
-    h, a, g, d, f, L = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers
+    h, a, g, d, f = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate
     rot = s.rope_dim or d
-    every = tuple(range(L))
-    w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
-    B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
+    every = tuple(i for i in range(s.layers) if i not in s.cross_layers)   # the layers a text-only forward runs
+    L = len(every)
+    w.record(p.embed, "token_embd", (("weight", (s.vocab + lay.embed_extra, h)),), None)
+    B.embedding(p.embed, "embedding", s.vocab + lay.embed_extra, h, B.seq)
     if lay.embed_scale:
         B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
     for table in ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",):
@@ -79,13 +81,19 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
                   w.tok + ((a + g) * d,), ew=B.b * B.seq * (a + g) * d * (ew_cost("rmsnorm") - 1))
+        if lay.dynamic_mask:   # llama.cpp has no names for them
+            w.linear(at + p.dt_proj, None, g * d, g, s.qkv_bias, every)
+            w.record(at + p.dynamic_a, None, (("", (g,)),), every)
+            B.add(w.label(f"{p.attn} exp({p.dynamic_a} x softplus({p.dt_proj})) mask", every), "activation", "encoder", L,
+                  w.tok + (g,), w.tok + (g,), params=g * L, ew=B.b * B.seq * g * (ew_cost("softplus") + 2), weights_per_call=g)
         # GQA: the g K/V heads are repeated to a heads before the bmm, so the bmm's are a-headed; sliding and full
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
         for second in (False, True) if lay.differential else (False,):   # DiffLlama: a call per half of the values
             B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}" + (" (values' second half)" if second else ""),
                                     "encoder", a, d,
-                                    2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+                                    2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0),
+                                    layers=every if s.cross_layers else None)
         if lay.differential:   # out1 - lambda x out2 over head pairs, x (1 - lambda_init), the weightless RMSNorm
             for name in p.lambdas:
                 w.record(at + name, None, (("", (d,)),), every)
@@ -96,9 +104,19 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
                   (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+        if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
+            w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, every)
+            if lay.attn_gate == "biased":   # llama.cpp has no name for it
+                w.record(at + p.attn_gate_bias, None, (("", (a,)),), every)
+                B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", every), "activation", "encoder", L,
+                      w.tok + (a * d,), w.tok + (a * d,), params=a * L, ew=B.b * B.seq * a * d, weights_per_call=a)
+            B.add(w.label(f"{p.attn} output x act({p.attn_gate})", every), "activation", "encoder", L, w.tok + (a * d,),
+                  w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
         w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+    if lay.residual_scales:
+        _residual_scale(w, p.attn_residual, every)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
@@ -111,10 +129,14 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
+    if lay.residual_scales:
+        _residual_scale(w, p.mlp_residual, every)
     if after:
         w.norm(p.mlp_out, "post_ffw_norm", h, every)
     if lay.placement == "parallel":   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
         B.add(w.label(f"{p.mlp} + residual", every), "activation", "encoder", L, w.tok + (h,), w.tok + (h,), ew=B.b * B.seq * h)
+    if s.cross_layers:
+        _skipped_cross_layers(w, s.cross_layers)
     w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
         w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),), top=True))
@@ -123,6 +145,35 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
+    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer),
+    which MllamaTextModel skips without cross-attention states: their parameters (q/k/v/o and per-head q/k norms under
+    {cross_attn}, the tanh gates, the two norms and a gated MLP), one op that holds them and runs nothing."""
+    s, p, B = w.s, w.p, w.B
+    h, a, g, d, f, C = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross)
+    x = f"{p.cross_attn}."
+    parts = [(x + p.q, (a * d, h)), (x + p.k, (g * d, h)), (x + p.v, (g * d, h)), (x + p.o, (h, a * d)),
+             (x + p.q_norm, (d,)), (x + p.k_norm, (d,)), (p.attn_in, (h,)), (p.mlp_in, (h,)),
+             (f"{p.mlp}.{p.gate}", (f, h)), (f"{p.mlp}.{p.up}", (f, h)), (f"{p.mlp}.{p.down}", (h, f))]
+    for sub, shape in parts:
+        w.record(sub, None, (("weight", shape),), cross)
+    for sub in (p.cross_attn_gate, p.cross_mlp_gate):
+        w.record(sub, None, (("", (1,)),), cross)
+    per = sum(math.prod(shape) for _, shape in parts) + 2
+    B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
+          w.tok + (h,), params=per * C)
+
+
+def _residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
+    """A learned [h] vector times the residual before the add (DecoderLayout.residual_scales); llama.cpp has no name.
+    Its op's label names the stream, not the parameter: a label with "residual" is an add (tests/test_residual_adds.py)."""
+    B, h = w.B, w.s.hidden
+    w.record(sub, None, (("", (h,)),), layers)
+    B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
+                  layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
+          params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:

@@ -37,6 +37,16 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
 NoPE = Literal["none", "flags", "global", "theta"]
+# a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
+# halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
+# {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
+# bare parameters at the same paths (GraniteMoE-SWA's experts.gate_up_proj, experts.down_proj, saved as held)
+LinearExperts = Literal["none", "weights", "parameters"]
+# an output gate on the attention: none; width, a projection {attn}.{attn_gate} of the layer's input to a x d, its
+# activation (sigmoid, softplus) times the attention's output before o_proj (AFMoE's gate_proj; Laguna's g_proj with
+# gating "per-element"); head, the projection to a, one gate per head (Laguna's g_proj with gating true); biased, width
+# plus a bias per head broadcast over d, a parameter {attn}.{attn_gate_bias} [a] (Beam's gate_bias)
+AttnGate = Literal["none", "width", "head", "biased"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -104,6 +114,16 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
+    attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
+    attn_gate_bias: str = "gate_bias"
+    dt_proj: str = "dt_proj"              # {attn}.{dt_proj}, {attn}.{dynamic_a}: DecoderLayout.dynamic_mask
+    dynamic_a: str = "A"
+    attn_residual: str = "input_residual"            # DecoderLayout.residual_scales, at the layer
+    mlp_residual: str = "post_attention_residual"
+    cross_attn: str = "cross_attn"        # ArchSpec.cross_layers: {cross_attn}.{q,k,v,o,q_norm,k_norm}, the gates
+    cross_attn_gate: str = "cross_attn_attn_gate"
+    cross_mlp_gate: str = "cross_attn_mlp_gate"
+    score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
 
 
 @dataclass(frozen=True)
@@ -180,13 +200,30 @@ class DecoderLayout:
     # (config key, value): the switches whose other values add parts the layout does not describe (Cohere's
     # use_qk_norm false); another value is NoAnalyticModel, so the meta path answers it
     requires: tuple[tuple[str, Any], ...] = ()
+    linear_experts: LinearExperts = "none"
+    # routed: the shared expert beside the routed MLP, at the layer's {shared}, not under {mlp} (GraniteMoE-Shared's
+    # shared_mlp beside block_sparse_moe)
+    shared_beside: bool = False
+    attn_gate: AttnGate = "none"
+    # routed: a [E] parameter (Paths.score_bias; requires_grad false, still one of model.parameters()) added to the
+    # router's scores to pick the experts (AFMoE's expert_bias, Laguna's gate.e_score_correction_bias); llama.cpp's
+    # exp_probs_b
+    score_bias: bool = False
+    # Doge's dynamic mask: {attn}.{dt_proj} (g x d -> g, biased as q/k/v) over the values the cache holds (after its
+    # update: a forward's own tokens, and the cached ones when decoding), exp(A x softplus(.)) with A a [g] parameter
+    # ({attn}.{dynamic_a}), added to the mask (its top-k past keep_window_size keys is no matmul)
+    dynamic_mask: bool = False
+    # the residual scaled by a learned [h] vector before each add, {attn_residual} and {mlp_residual} at the layer (Doge)
+    residual_scales: bool = False
+    embed_extra: int = 0                  # rows embed_tokens holds beyond vocab_size (Mllama's 8 image tokens)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
 
     def __post_init__(self) -> None:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
-                           ("router", Router), ("nope", NoPE)):
+                           ("router", Router), ("nope", NoPE),
+                           ("linear_experts", LinearExperts), ("attn_gate", AttnGate)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
 
@@ -222,7 +259,7 @@ class Walk:
         g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
         self.modules.append(Module(path, g, shapes, layers or (), experts))
 
-    def linear(self, sub: str, gguf: str, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
+    def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...],
                tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0) -> None:
         shapes = (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ())
         self.record(sub, gguf, shapes, layers, experts)
@@ -249,10 +286,11 @@ def joined(name: str, suffix: str) -> str:
     return f"{name}.{suffix}" if suffix else name
 
 
-def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "") -> None:
-    """A dense MLP at {mlp}.{sub} (sub: "" or the shared expert's "shared_expert."), llama.cpp's ffn_*{gguf}."""
+def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "", base: str | None = None) -> None:
+    """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
+    llama.cpp's ffn_*{gguf}."""
     s, p, B = w.s, w.p, w.B
-    h, pre = s.hidden, f"{p.mlp}.{sub}"
+    h, pre = s.hidden, f"{p.mlp if base is None else base}.{sub}"
     if kind == "plain":
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up

@@ -3,7 +3,7 @@ expert (Mixtral, Qwen-MoE, DeepSeek, gpt-oss) and DeepSeek's multi-head latent a
 from __future__ import annotations
 
 from . import decoders
-from .layout_base import Walk, mlp
+from .layout_base import Walk, joined, mlp
 from .ops import ew_cost
 
 
@@ -69,15 +69,22 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         w.record(f"{moe}.{p.statics}", None, (("", (1, E)),), layers)
         B.add(w.label(f"{moe}.{p.statics} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E), (B.b, B.seq, E),
               params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
+    if w.lay.score_bias:
+        w.record(f"{moe}.{p.score_bias}", "exp_probs_b", (("", (E,)),), layers)
+        B.add(w.label(f"{moe}.{p.score_bias} (+ scores)", layers), "activation", "encoder", L, (B.b, B.seq, E),
+              (B.b, B.seq, E), params=E * L, ew=B.b * B.seq * E, weights_per_call=E)
     if topk:
         B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
               (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
     x = f"{moe}.{p.experts}"
     if w.lay.every_expert:
         every_expert(w, layers)
-    elif w.lay.stacked_experts:   # llama.cpp's converter splits fc1 (ffn_gate_exps, ffn_up_exps): no name of its own
-        w.record(f"{x}.{p.stacked_in}", None, (("weight", (E, h, 2 * f)),), layers)
-        w.record(f"{x}.{p.stacked_out}", "ffn_down_exps", (("weight", (E, f, h)),), layers)
+    elif w.lay.stacked_experts or w.lay.linear_experts != "none":
+        # llama.cpp's converter splits fc1 / input_linear (ffn_gate_exps, ffn_up_exps): no name of its own
+        out_in, x = w.lay.linear_experts != "none", joined(moe, p.experts)
+        suffix = "" if w.lay.linear_experts == "parameters" else "weight"
+        w.record(f"{x}.{p.stacked_in}", None, ((suffix, (E, 2 * f, h) if out_in else (E, h, 2 * f)),), layers)
+        w.record(f"{x}.{p.stacked_out}", "ffn_down_exps", ((suffix, (E, h, f) if out_in else (E, f, h)),), layers)
         B.linear(w.label(f"{x}[{E}].{p.stacked_in} (top-{k})", layers), "encoder", rows, h, 2 * f, False, L, L * E,
                  active_copies=L * k)
         B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
@@ -107,7 +114,10 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
     if w.lay.shared == "none" or not s.shared_intermediate:
         return
-    mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
+    if w.lay.shared_beside:
+        mlp(w, layers, "gated", s.shared_intermediate, "", "_shexp", base=p.shared)
+    else:
+        mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
     tok = (B.b, B.seq, h)
     if w.lay.shared == "gated":
         w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)
