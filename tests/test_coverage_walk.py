@@ -28,6 +28,10 @@ ENCODERS = {"BertForMaskedLM", "ModernBertForMaskedLM", "DebertaForMaskedLM", "R
             "ViTForImageClassification", "CLIPForImageClassification", "DeiTForImageClassificationWithTeacher",
             "Swinv2ForImageClassification", "ConvNextV2ForImageClassification", "WavLMForCTC", "UniSpeechForCTC"}
 NAMED |= ENCODERS
+# tiny configs shaped as the released ones (census_audit.SHAPED, the latent-attention kv heads): MLA, DeepSeek Sparse
+# Attention's indexer (its cached keys), differential attention, and xLSTM's cache of its own kind (meta.cache_layers)
+SHAPED = {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DiffLlamaForCausalLM", "xLSTMForCausalLM"}
+NAMED |= SHAPED
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -47,6 +51,8 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["BartForCausalLM"] == answered["WhisperForCausalLM"] == "static"
     assert answered["Gemma4ForCausalLM"] == "meta"
     assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
+    assert answered["DeepseekV3ForCausalLM"] == answered["DeepseekV32ForCausalLM"] == "static"   # families/deepseek.py
+    assert answered["DiffLlamaForCausalLM"] == "static" and answered["xLSTMForCausalLM"] == "meta"
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
     assert {answered[c] for c in ENCODERS} <= {"static", "meta"}

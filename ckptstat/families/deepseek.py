@@ -235,7 +235,9 @@ FAMILY = Family(
         Sample("GlmMoeDsaConfig", dict(_SIZES, n_group=1, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
                                        indexer_types=["full", "shared", "full"]),
                ("GlmMoeDsaModel", "GlmMoeDsaForCausalLM"), device="cpu"),
+        # Youtu's tensor names are MiniCPM3's (latent attention, a dense MLP in every layer): read as minicpm3 without
+        # config.json
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
-               ("YoutuModel", "YoutuForCausalLM")),
+               ("YoutuModel", "YoutuForCausalLM"), detected_as="minicpm3"),
     ),
 )
