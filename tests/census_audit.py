@@ -207,9 +207,10 @@ SHAPED: dict[str, dict[str, Any]] = {
     # sliding and full, the last 10 shared)
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                      "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]},
-    # ReformerModelWithLMHead is a decoder; the axial position embeddings' widths sum to hidden_size and their shape
-    # multiplies to max_position_embeddings (google/reformer-crime-and-punishment's [64, 192] of 256, [512, 1024])
-    "reformer": {"is_decoder": True, "attn_layers": ["local", "lsh"], "axial_pos_embds_dim": [8, 8],
+    # the axial position embeddings' widths sum to hidden_size and their shape multiplies to max_position_embeddings
+    # (google/reformer-crime-and-punishment's [64, 192] of 256, [512, 1024]); is_decoder stays the class's (False:
+    # ReformerForMaskedLM's), coverage_walk.DECODERS sets it for ReformerModelWithLMHead
+    "reformer": {"attn_layers": ["local", "lsh"], "axial_pos_embds_dim": [8, 8],
                  "axial_pos_shape": [8, 8]},
     # X-MOD routes each token through its language's adapter: a default language (facebook/xmod-base's en_XX)
     "xmod": {"default_language": "en_XX"},
