@@ -143,7 +143,7 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
     """Sizes a config class leaves None for the checkpoint to give, which its model cannot be built without: Dots1's
     routed experts (n_routed_experts, num_experts_per_tok, n_shared_experts), HunYuan's head_dim (hidden / heads, what
     the classes that derive it derive), LFM2-MoE's layer_types (conv and attention layers alternating), Nemotron's
-    num_key_value_heads (None means one per query head), MiniCPM3's (as many as query heads);
+    num_key_value_heads (None means one per query head), a latent-attention model's (as many as query heads);
     and GPT-Neo's attention_types, which must cover num_layers."""
     unset = {k for k, v in vars(cfg).items() if v is None}
     out: dict[str, Any] = {}
@@ -157,8 +157,10 @@ def _unset(cfg: Any, over: dict[str, Any]) -> dict[str, Any]:
         out["layer_types"] = ["conv" if i % 2 == 0 else "full_attention" for i in range(L)]
     if "num_key_value_heads" in unset and isinstance(a := over.get("num_attention_heads"), int):
         out["num_key_value_heads"] = a
-    if cfg.model_type == "minicpm3":   # its latent attention repeats no kv heads: as many as query heads
-        out["num_key_value_heads"] = over.get("num_attention_heads", cfg.num_attention_heads)
+    # latent attention (MLA) expands keys and values to every query head and repeats none: as many kv heads as query
+    # heads, as every MLA config class's defaults have (MiniCPM3, DeepSeek)
+    if "kv_lora_rank" in vars(cfg) and isinstance(over.get("num_attention_heads"), int):
+        out["num_key_value_heads"] = over["num_attention_heads"]
     if cfg.model_type == "gpt_neo" and "num_layers" in over:
         out["attention_types"] = [[["global", "local"], over["num_layers"] // 2]]
     return out
@@ -186,12 +188,68 @@ HYBRID: dict[str, dict[str, Any]] = {
 }
 
 
+# what the shrunk class defaults cannot build or run, set as the released configs have it (by model_type; a nested
+# sub-config of that model_type takes it too)
+SHAPED: dict[str, dict[str, Any]] = {
+    # DBRX's attn_config carries rope_theta (DbrxAttention reads it; the class has no default), as databricks/dbrx's does
+    "dbrx": {"attn_config": {"kv_n_heads": 1, "clip_qkv": 8, "rope_theta": 500000}},
+    # DeepSeek-V2's class leaves top-k unset (DeepSeek-V2-Lite's greedy router picks 6 of 64)
+    "deepseek_v2": {"num_experts_per_tok": 2},
+    # the differential attention splits the values along the kv heads: an even number of them
+    "diffllama": {"num_key_value_heads": 2},
+    # the class's layer pattern (mamba, mamba, hybrid, ...) needs three layers; two hybrid layers share the
+    # transformer block, as Zyphra/Zamba-7B's do
+    # transformer block on the embeddings concatenated to the hidden states (attention_hidden_size twice the width,
+    # as Zyphra/Zamba-7B's 7424 of 3712, its heads 7424 / 16 wide)
+    "zamba": {"num_hidden_layers": 4, "layers_block_type": ["mamba", "hybrid", "mamba", "hybrid"],
+              "attention_hidden_size": 2 * HIDDEN, "attention_head_dim": HIDDEN},
+    # the last num_kv_shared_layers reuse the cache of an earlier layer of each kind (google/gemma-3n-E2B: 30 layers,
+    # sliding and full, the last 10 shared)
+    "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
+                     "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]},
+    # the axial position embeddings' widths sum to hidden_size and their shape multiplies to max_position_embeddings
+    # (google/reformer-crime-and-punishment's [64, 192] of 256, [512, 1024]); is_decoder stays the class's (False:
+    # ReformerForMaskedLM's), coverage_walk.DECODERS sets it for ReformerModelWithLMHead
+    "reformer": {"attn_layers": ["local", "lsh"], "axial_pos_embds_dim": [8, 8],
+                 "axial_pos_shape": [8, 8]},
+    # X-MOD routes each token through its language's adapter: a default language (facebook/xmod-base's en_XX)
+    "xmod": {"default_language": "en_XX"},
+    # one linear-attention and one attention layer (a cache of only linear layers has no get_seq_length)
+    "bailing_hybrid": {"layer_types": ["linear_attention", "full_attention"]},
+    # its attention layers are indexed (QSA): the indexer's sizes, which the class leaves unset
+    "qwen4_exp_text": {"layer_types": ["linear_attention", "indexed_attention"], "indexer_n_heads": 2,
+                       "indexer_kv_heads": 1, "indexer_head_dim": SMALL, "indexer_budget": 4, "indexer_compress_ratio": 2},
+    # input, looped and output layers that add up to the layers (the released Dory's 8 + 20 + 8 of 36); the class's
+    # defaults left alone give the looped block a negative count at two layers
+    "dory": {"num_hidden_layers": 4, "n_input_layers": 1, "n_recurrent_layers": 2, "n_output_layers": 1},
+    # rotary parameters per layer type (the rotary embedding reads rope_parameters[layer_type], None for a layer
+    # without; the class's default, {}, names none): sliding layers rotate, full-attention layers do not
+    "cohere_compass_text": {"layer_types": ["sliding_attention", "full_attention"],
+                            "rope_parameters": {"sliding_attention": {"rope_type": "default", "rope_theta": 50000.0},
+                                                "full_attention": None}},
+    # the cache's states round the qk and v widths up to multiples of 64 and the layers do not: widths that are
+    # multiples (NX-AI/xLSTM-7b's 4096)
+    "xlstm": {"hidden_size": 128, "embedding_dim": 128},
+}
+
+
+def _shaped(model_type: str, over: dict[str, Any]) -> None:
+    """Apply SHAPED's entry for `model_type` to `over`, and to each nested sub-config's overrides by its model_type."""
+    for key, fix in SHAPED.get(model_type, {}).items():
+        over[key] = {**over[key], **fix} if isinstance(fix, dict) and isinstance(over.get(key), dict) else fix
+    for value in over.values():
+        if isinstance(value, dict) and value.get("model_type") in SHAPED:
+            _shaped(value["model_type"], value)
+
+
 def tiny_config(cfg_cls: Any) -> Any:
     """A tiny instance of a transformers config class (class defaults, every size-like attribute shrunk)."""
+    model_type = getattr(cfg_cls, "model_type", "")
     defaults = cfg_cls()
     over = shrink(defaults)
     over.update(_unset(defaults, over))
-    over.update(HYBRID.get(getattr(cfg_cls, "model_type", ""), {}))
+    over.update(HYBRID.get(model_type, {}))
+    _shaped(model_type, over)
     try:
         return cfg_cls(**over)
     except Exception:   # some composite configs take their sub-configs as objects, not dicts

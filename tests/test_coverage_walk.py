@@ -31,6 +31,10 @@ NAMED |= ENCODERS
 # classic decoders whose templates count what no LLaMA-shaped one does: n-gram streams, a prepended prompt
 CLASSIC = {"ProphetNetForCausalLM", "CpmAntForCausalLM"}
 NAMED |= CLASSIC
+# tiny configs shaped as the released ones (census_audit.SHAPED, the latent-attention kv heads): MLA, DeepSeek Sparse
+# Attention's indexer (its cached keys), differential attention, and xLSTM's cache of its own kind (meta.cache_layers)
+SHAPED = {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DiffLlamaForCausalLM", "xLSTMForCausalLM"}
+NAMED |= SHAPED
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -50,6 +54,8 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["BartForCausalLM"] == answered["WhisperForCausalLM"] == "static"
     assert answered["Gemma4ForCausalLM"] == "meta"
     assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
+    assert answered["DeepseekV3ForCausalLM"] == answered["DeepseekV32ForCausalLM"] == "static"   # families/deepseek.py
+    assert answered["DiffLlamaForCausalLM"] == "static" and answered["xLSTMForCausalLM"] == "meta"
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
     assert answered["ModernBertForMaskedLM"] == "static"   # its op template: families/modernbert.py

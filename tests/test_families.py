@@ -291,8 +291,8 @@ KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i 
 
 def cache_bytes(model, seq, batch):
     """Bytes of every tensor in the model's cache after one forward of batch x seq tokens: each layer's keys and
-    values, and a state-space layer's conv and recurrent states (transformers 5's LinearAttentionLayer; Mamba
-    returns its cache as cache_params)."""
+    values (and a sparse-attention indexer's keys: DynamicIndexedLayer's indexer_keys), and a state-space layer's conv
+    and recurrent states (transformers 5's LinearAttentionLayer; Mamba returns its cache as cache_params)."""
     with torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         out = model(input_ids=ids, use_cache=True)
@@ -300,7 +300,7 @@ def cache_bytes(model, seq, batch):
     cache = getattr(cache, "self_attention_cache", cache)   # GPTBigCode returns an EncoderDecoderCache
     tensors = []
     for layer in cache.layers:
-        tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
+        tensors += [t for k in ("keys", "values", "indexer_keys") if (t := getattr(layer, k, None)) is not None]
         for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
             tensors += list((states or {}).values())
     return sum(t.numel() * t.element_size() for t in tensors)

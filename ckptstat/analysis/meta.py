@@ -115,8 +115,10 @@ def meta_autocast() -> Iterator[None]:
 
 
 def cache_tensors(layer: Any) -> Iterator[tuple[str, Any]]:
-    """(kind, tensor) of one transformers 5 cache layer: keys and values, the conv and recurrent states."""
-    for kind in ("keys", "values"):
+    """(kind, tensor) of one transformers 5 cache layer: keys and values (with a sparse-attention indexer's keys,
+    DynamicIndexedLayer's indexer_keys: DeepSeek-V3.2, GLM-5, which grow with the tokens as keys do), the conv and
+    recurrent states."""
+    for kind in ("keys", "values", "indexer_keys"):
         t = getattr(layer, kind, None)
         if t is not None and t.numel():
             yield "keys and values", t
@@ -126,9 +128,26 @@ def cache_tensors(layer: Any) -> Iterator[tuple[str, Any]]:
                 yield label, t
 
 
+@dataclass
+class StateLayer:
+    """A layer of a cache that is not transformers' layered Cache, as cache_tensors reads one: its recurrent states."""
+    recurrent_states: dict[int, Any]
+
+
+def cache_layers(cache: Any) -> list[Any]:
+    """A forward's cache as layers: transformers 5's Cache.layers, or a model's own cache of per-layer recurrent states
+    (xLSTM's xLSTMCache.rnn_state: each layer's C, n and m, which do not grow with the tokens)."""
+    if hasattr(cache, "layers"):
+        return list(cache.layers)
+    states = getattr(cache, "rnn_state", None)
+    if isinstance(states, dict):
+        return [StateLayer(dict(enumerate(v))) for v in states.values()]
+    raise NoAnalyticModel(f"transformers' cache {type(cache).__name__} has no layers to read")
+
+
 def cache_bytes(cache: Any) -> int:
     """The bytes a forward's cache holds (the oracle the tests compare the rule with)."""
-    return sum(t.numel() * t.element_size() for layer in cache.layers for _, t in cache_tensors(layer))
+    return sum(t.numel() * t.element_size() for layer in cache_layers(cache) for _, t in cache_tensors(layer))
 
 
 class NotRunnable(UsageError):
@@ -343,10 +362,10 @@ class MetaModel:
         model_bytes = torch.finfo(self.model.dtype).bits // 8
         total, parts = 0.0, dict[str, float]()
         exact = None
-        for i, layer in enumerate(cache.layers):
+        for i, layer in enumerate(cache_layers(cache)):
             cls = type(layer).__name__
             window = getattr(layer, "sliding_window", None)
-            for kind, t in cache_tensors(layer):
+            for j, (kind, t) in enumerate(cache_tensors(layer)):
                 # a state transformers keeps wider than the model (SSM / gated-delta recurrent states in float32)
                 wide = t.element_size() > model_bytes
                 width = max(ab, t.element_size()) if wide else ab
@@ -359,7 +378,7 @@ class MetaModel:
                 else:   # a layer class whose growth is not known here: measured at this length
                     if exact is None:
                         exact = self.forward(b, n)[1]
-                    t = next(x for k, x in cache_tensors(exact.layers[i]) if k == kind)
+                    t = list(cache_tensors(cache_layers(exact)[i]))[j][1]   # the same tensor (keys, values, indexer keys)
                     grow, label = 1 / b, f"keys and values ({cls})"
                 nbytes = t.numel() * width * grow * b
                 total += nbytes

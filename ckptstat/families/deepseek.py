@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import NoAnalyticModel, UsageError
 from .framework import infer, layout
 from .framework.archspec import Latent
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
@@ -37,7 +37,22 @@ from .framework.layout import DecoderLayout, Paths
 
 DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
                          paths=Paths(shared="shared_experts"))
-LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK}
+# GLM-4.7-Flash (modeling_glm4_moe_lite.py: DeepSeek-V3's attention in GLM-4-MoE's layers, the same MoE) and Youtu-LLM
+# (modeling_youtu.py: DeepSeek-V3's attention in LLaMA's layers, every MLP dense: no n_routed_experts) are DeepSeek's
+# A.X-K1 (modeling_axk1.py): DeepSeek-V3's with a norm over each MoE block's output; without mlp_layer_types its class
+# places the MoE layers from first_k_dense_replace every moe_layer_freq layers (only 1 described here)
+AXK1 = replace(DEEPSEEK, moe_out_norm=True, requires=(("moe_layer_freq", 1),))
+# DeepSeek-V3.2 (modeling_deepseek_v32.py): V3's with DeepSeek Sparse Attention's indexer in every layer (always a query
+# LoRA); llama.cpp names the indexer's tensors only in its glm-dsa architecture, not in deepseek2's
+V32 = replace(DEEPSEEK, indexer=True, gguf_renames=tuple((g, None) for g in ("indexer.attn_q_b", "indexer.attn_k",
+                                                                             "indexer.k_norm", "indexer.proj")))
+# GLM-5 (modeling_glm_moe_dsa.py): V3.2's, with A.X-K1's attention (the same matmuls) and an indexer only on the
+# layers its indexer_types marks "full" (the "shared" ones reuse the previous selection)
+LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1,
+           "deepseek_v32": V32, "glm_moe_dsa": V32}
+# the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
+# where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig and AXK1Config: layer 0)
+_FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1}
 
 
 def _sizes(s: ArchSpec) -> Latent:
@@ -45,20 +60,37 @@ def _sizes(s: ArchSpec) -> Latent:
     return s.latent
 
 
+def _index_shared(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers config indexer_types marks "shared" (GLM-5; none without it). GlmMoeDsaConfig derives the list,
+    when absent, from index_topk_pattern or index_topk_freq / index_skip_topk_offset: those are not described here."""
+    kinds = c.cfg.get("indexer_types")
+    if kinds is None:
+        for key in ("index_topk_pattern", "index_topk_freq", "index_skip_topk_offset"):
+            if c.cfg.get(key) is not None:
+                raise NoAnalyticModel(f"{c.path}: config {key} without indexer_types: not described by the op template")
+        return ()
+    if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("full", "shared") for k in kinds):
+        raise UsageError(f"{c.path}: config indexer_types is not a list of {layers} 'full' / 'shared'")
+    return tuple(i for i, k in enumerate(kinds) if k == "shared")
+
+
 def from_config(c: Cfg) -> ArchSpec:
-    spec = layout.spec_from_config(DEEPSEEK, c)   # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
+    spec = layout.spec_from_config(LAYOUTS.get(c.model_type, DEEPSEEK), c)
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
-    first = min(c.int("first_k_dense_replace", default=0), L)
-    fe = c.int("moe_intermediate_size")
+    first = c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0))
+    fe = c.int("moe_intermediate_size") if E else 0
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
+    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) \
+        if LAYOUTS.get(c.model_type, DEEPSEEK).indexer else (0, 0, ())
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
-                   latent=Latent(q_lora, c.int("kv_lora_rank"), v), experts=E,
+                   latent=Latent(q_lora, c.int("kv_lora_rank"), v, *index), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
                    shared_intermediate=fe * c.int("n_shared_experts", default=0),
-                   dense_layers=tuple(range(first if E else L)))
+                   dense_layers=layout.mlp_dense_layers(c, L, first) if E else tuple(range(L)))
 
 
 _ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
@@ -91,6 +123,11 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     fs, fd = find("ffn_gate_shexp"), find("ffn_gate")
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
     v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
+    wk, iw = infer.find(T, r"self_attn\.indexer\.wk\.weight$"), infer.find(T, r"self_attn\.indexer\.weights_proj\.weight$")
+    indexed = {int(m.group(1)) for n in T if (m := re.search(r"layers\.(\d+)\.self_attn\.indexer\.wk\.weight$", n))}
+    index = (iw.shape[0], wk.shape[0], tuple(i for i in range(L) if i not in indexed)) \
+        if wk is not None and iw is not None else (0, 0, ())
+    kind = "deepseek_v32" if index[0] else "axk1" if infer.has(T, r"post_mlp_layernorm\.weight$") else None
     k = 8 if v3 else 6
     notes = (f"no config: experts per token (top-k) assumed {k}, as in DeepSeek-{'V3' if v3 else 'V2'}",) if sparse else ()
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope, vocab=V,
@@ -98,9 +135,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     qkv_bias=find("attn_kv_a_mqa", "bias") is not None, o_bias=find("attn_output", "bias") is not None,
                     mlp_bias=infer.has(T, r"gate_proj\.bias$"), tied_embeddings=find("output") is None,
                     experts=E, top_k=k if sparse else 0, activation="silu", rope_dim=rope,
-                    latent=Latent(qa.shape[0] if qa is not None else 0, kvl, v), moe_intermediate=fe,
+                    latent=Latent(qa.shape[0] if qa is not None else 0, kvl, v, *index), moe_intermediate=fe,
                     shared_intermediate=fs.shape[0] if fs is not None else 0,
-                    dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes, **common)
+                    dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes,
+                    **dict(common, model_type=kind) if kind else common)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -110,11 +148,12 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     is what memory and the planner count. transformers 4's eager forward cached the full per-head K and V: the
     alternative line."""
     m = _sizes(s)
-    lat = s.layers * (m.kv_lora_rank + s.rope_dim) * ab
+    # DeepSeek-V3.2: the indexer's key (index_head_dim) per token and layer too (DynamicIndexedLayer.indexer_keys)
+    lat = (s.layers * (m.kv_lora_rank + s.rope_dim) + (s.layers - len(m.index_shared)) * m.index_head_dim) * ab
     full = s.layers * s.heads * (s.head_dim + m.v_head_dim) * ab
     return [(f"MLA latent b={b} s={n}", lat * b * n,
-             f"transformers 5, the compressed latent + rope key, one head: L x (kv_lora_rank + qk_rope_head_dim)"
-             f" x s x b x {ab} B = {lat:,} B/token"),
+             f"transformers 5, the compressed latent + rope key, one head: L x (kv_lora_rank + qk_rope_head_dim"
+             f"{' + index_head_dim' if m.index_head_dim else ''}) x s x b x {ab} B = {lat:,} B/token"),
             (f"per-head K+V b={b} s={n}", full * b * n,
              f"transformers 4 eager, full K and V: L x a x (qk_nope + qk_rope + v_head_dim) x s x b x {ab} B"
              f" = {full:,} B/token")]
@@ -186,5 +225,19 @@ FAMILY = Family(
                device="cpu"),
         Sample("DeepseekV3Config", dict(_SIZES, q_lora_rank=None, n_shared_experts=1, n_group=1, topk_group=1,
                                         attention_bias=True), ("DeepseekV3ForCausalLM",), device="cpu"),
+        Sample("Glm4MoeLiteConfig", dict(_SIZES, n_group=1, topk_group=1, mlp_layer_types=["dense", "sparse", "dense"]),
+               ("Glm4MoeLiteModel", "Glm4MoeLiteForCausalLM"), device="cpu"),
+        Sample("AXK1Config", dict(_SIZES, n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"]),
+               ("AXK1Model", "AXK1ForCausalLM"), device="cpu"),
+        # the indexer's top-k smaller than the test's sequences: it masks keys (the matmuls still span them all)
+        Sample("DeepseekV32Config", dict(_SIZES, n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4),
+               ("DeepseekV32Model", "DeepseekV32ForCausalLM"), device="cpu"),
+        Sample("GlmMoeDsaConfig", dict(_SIZES, n_group=1, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
+                                       indexer_types=["full", "shared", "full"]),
+               ("GlmMoeDsaModel", "GlmMoeDsaForCausalLM"), device="cpu"),
+        # Youtu's tensor names are MiniCPM3's (latent attention, a dense MLP in every layer): read as minicpm3 without
+        # config.json
+        Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
+               ("YoutuModel", "YoutuForCausalLM"), detected_as="minicpm3"),
     ),
 )

@@ -43,7 +43,9 @@ FAMILY = Family(
     before=("deepseek", "llama"),   # tried before them: DeepSeek's attention names, LLaMA's MLP names
     **{**layout.family_fields({"minicpm3": MINICPM3}, "attn_kv_a_mqa"), "from_config": from_config,
        "from_tensors": from_tensors, "kv_cache": deepseek.kv_cache},
-    signature_without=r"(^|[./])mlp[./](gate|experts)[./]",   # DeepSeek's routers and experts
+    # DeepSeek's routers and experts, V3.2's and GLM-5's indexer, A.X-K1's MoE output norm (a file all of whose layers
+    # are dense, as a tiny one can be, still holds them)
+    signature_without=r"(^|[./])(mlp[./](gate|experts)|self_attn[./]indexer|post_mlp_layernorm)[./]",
     cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device
     samples=(
         Sample("MiniCPM3Config", _SIZES, ("MiniCPM3Model", "MiniCPM3ForCausalLM")),

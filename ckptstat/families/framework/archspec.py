@@ -17,6 +17,11 @@ class Latent:
     q_lora_rank: int
     kv_lora_rank: int
     v_head_dim: int
+    # DeepSeek Sparse Attention's indexer (DecoderLayout.indexer): its heads and head width (0: no indexer)
+    index_heads: int = 0
+    index_head_dim: int = 0
+    # the layers without an indexer of their own, which reuse the previous one's selection (GLM-5's "shared")
+    index_shared: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

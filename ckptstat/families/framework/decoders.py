@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ...errors import UsageError
+from ...errors import NoAnalyticModel, UsageError
 from . import infer
 from .base import ArchSpec, Cfg, Tensors
 from .ops import Builder, ew_cost
@@ -92,6 +92,10 @@ def sliding(c: Cfg, layers: int) -> dict[str, Any]:
         types = ["full_attention" if i < first else "sliding_attention" for i in range(layers)]
     if types is None:
         return dict(sliding_window=window, sliding_layers=())
+    if isinstance(types, list) and len(types) == layers and all(isinstance(t, str) for t in types) \
+            and (other := sorted(set(types) - set(_LAYER_TYPES))):   # Dory's "mlp" blocks, DeepSeek-V3.2's indexed
+        raise NoAnalyticModel(f"{c.path}: config layer_types names {', '.join(other)}: layers the op template does not "
+                              "describe")
     if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) and t in _LAYER_TYPES for t in types):
         raise UsageError(f"{c.path}: config layer_types is not a list of {layers} layer types (one per layer, each one of "
                          f"{', '.join(_LAYER_TYPES)})")

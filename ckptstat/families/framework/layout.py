@@ -142,11 +142,18 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # ALiBi's per-head bias and CPM-Ant's segment bias, one more add on every score
         extra = (2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0)
                  + (lay.positions in ("alibi", "segments")))
-        if lay.causal:
-            B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, extra, layers=attn)
-        else:   # an encoder: every query over every key, nothing to halve
+        if not lay.causal:   # an encoder: every query over every key, nothing to halve
             B.attention(f"{p.layers}[{len(attn)}].{p.attn}", "encoder", a, B.seq, B.seq, d, len(attn), causal=False,
                         extra_ew=extra)
+        for second in ((False, True) if lay.differential else (False,)) if lay.causal else ():   # DiffLlama: a call per
+            B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}" + (" (values' second half)" if second else ""),
+                                    "encoder", a, d, extra, layers=attn)   # half of the values
+        if lay.differential:   # out1 - lambda x out2 over head pairs, x (1 - lambda_init), the weightless RMSNorm
+            for name in p.lambdas:
+                w.record(at + name, None, (("", (d,)),), attn)
+            B.add(w.label(f"{p.attn} differential combine ({', '.join(p.lambdas)}), group norm", attn), "attention",
+                  "encoder", len(attn), w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * len(attn),
+                  ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
             w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
             B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
@@ -183,6 +190,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
              else () if lay.mlp == "none" else every)
     if sparse := tuple(i for i in every if i not in dense and routed):
         layout_moe.routed(w, sparse)
+        if lay.moe_out_norm:
+            w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
     if lay.residual_scales:
@@ -473,8 +482,13 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(note)
     qk_norm = lay.qk_norm != "none" and infer.has(T, pattern(lay, "attn_q_norm"))
     sinks = infer.find(T, r"(^|\.)" + r"\.".join(_parts(lay, "attn_sinks")) + "$") if lay.sinks else None
+    p = lay.paths   # differential attention: each lambda is one head wide
+    lam = infer.find(T, rf"(^|\.){re.escape(p.layers)}\.\d+\.{re.escape(p.attn)}\.{re.escape(p.lambdas[0])}$") \
+        if lay.differential else None
     if lay.qk_norm == "head" and qk_norm:
         d = shape("attn_q_norm")[0]
+    elif lam is not None and len(lam.shape) == 1 and 0 < lam.shape[0] <= q and q % lam.shape[0] == 0:
+        d = lam.shape[0]
     elif sinks is not None and len(sinks.shape) == 1 and 0 < sinks.shape[0] <= q and q % sinks.shape[0] == 0:
         d = q // sinks.shape[0]                     # one sink per query head
     else:

@@ -130,6 +130,15 @@ class Paths:
     gate_up: str = "gate_up_proj"
     router: str = "gate"                  # routed: {mlp}.{router} and {mlp}.{experts}.N.{gate,up,down}
     sinks: str = "sinks"                  # {attn}.{sinks}, a parameter without .weight
+    # {attn}.{lambda_q1, lambda_k1, lambda_q2, lambda_k2}: DecoderLayout.differential's parameters, without .weight
+    lambdas: tuple[str, ...] = ("lambda_q1", "lambda_k1", "lambda_q2", "lambda_k2")
+    moe_out_norm: str = "post_mlp_layernorm"   # DecoderLayout.moe_out_norm, saved at the layer level
+    # DecoderLayout.indexer: {attn}.{indexer}.{idx_q, idx_k, idx_k_norm, idx_weights}
+    indexer: str = "indexer"
+    idx_q: str = "wq_b"
+    idx_k: str = "wk"
+    idx_k_norm: str = "k_norm"
+    idx_weights: str = "weights_proj"
     experts: str = "experts"
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
@@ -265,6 +274,18 @@ class DecoderLayout:
     # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
     linear_placement: Placement | None = None
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
+    # differential attention (DiffLlama, arXiv 2410.05258): two eager attention calls with the same queries and keys,
+    # each over one half of the value heads (repeated to all kv heads), the outputs joined per head and combined
+    # head pair by head pair with a learned lambda (Paths.lambdas, four [head_dim] vectors), then a weightless RMSNorm
+    differential: bool = False
+    # routed: a norm over the MoE block's output (routed and shared experts summed), on the sparse layers only (A.X-K1's
+    # AXK1MoE.post_mlp_layernorm, which save_pretrained writes at the layer level: Paths.moe_out_norm)
+    moe_out_norm: bool = False
+    # latent: DeepSeek Sparse Attention's indexer (DeepSeek-V3.2's DeepseekV32Indexer, ArchSpec.latent's index sizes):
+    # wq_b over the query latent (index heads x index_head_dim), wk and its LayerNorm (one key per token, cached),
+    # weights_proj (a weight per index head); its scores over every key, ReLU'd, weighted and summed over its heads pick
+    # the keys the attention keeps, which eager attention applies as a mask (its matmuls still span every key)
+    indexer: bool = False
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
     dense_layers: bool = False
@@ -387,8 +408,9 @@ class Walk:
                       bias, L, copies=L * experts if experts else None, active_copies=L * self.s.top_k if experts else None)
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
-             tokens: tuple[int, ...] | None = None, top: bool = False) -> None:
-        kind, calls = self.lay.norm, len(layers) if layers is not None else 1
+             tokens: tuple[int, ...] | None = None, top: bool = False, kind: Norm | None = None) -> None:
+        """A norm of the layout's kind (or `kind`)."""
+        kind, calls = kind or self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
             decoders.plain_norm(self.B, module, tokens or self.tok, dim, calls, residual)

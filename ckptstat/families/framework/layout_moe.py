@@ -26,9 +26,31 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
     w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
     w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
+    if w.lay.indexer and (own := tuple(i for i in layers if i not in s.latent.index_shared)):
+        indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
     w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
+
+
+def indexer(w: Walk, layers: tuple[int, ...]) -> None:
+    """DeepSeek Sparse Attention's indexer (modeling_deepseek_v32.py DeepseekV32Indexer): H index heads of D over
+    the query latent (wq_b), one key per token (wk, its LayerNorm), rotary on both; scores q . k over every cached key
+    (a [s, H, D] x [D, t] matmul), ReLU, then weighted by weights_proj and summed over the heads ([s, 1, H] x [H, t]);
+    the top index_topk keys of each query are what the attention keeps."""
+    s, p, B = w.s, w.p, w.B
+    assert s.latent is not None, "an indexed layout's spec gives its sizes (ArchSpec.latent)"
+    H, D, ql, L = s.latent.index_heads, s.latent.index_head_dim, s.latent.q_lora_rank, len(layers)
+    ix = f"{p.attn}.{p.indexer}."
+    w.linear(ix + p.idx_q, "indexer.attn_q_b", ql, H * D, False, layers)
+    w.linear(ix + p.idx_k, "indexer.attn_k", s.hidden, D, False, layers)
+    w.norm(ix + p.idx_k_norm, "indexer.k_norm", D, layers, residual=False, kind="layernorm")
+    decoders.rope_apply(B, w.label(f"{p.attn}.{p.indexer} rotary", layers), H + 1, s.rope_dim, L)
+    w.linear(ix + p.idx_weights, "indexer.proj", s.hidden, H, False, layers)
+    t = B.seq
+    B.add(w.label(f"{p.attn}.{p.indexer} scores (q . k, ReLU, x weights, sum over heads, top-k)", layers), "attention",
+          "encoder", L, (B.b, B.seq, H, D), (B.b, B.seq, t), macs=B.b * B.seq * H * t * (D + 1),
+          ew=B.b * B.seq * H * t * 3)
 
 
 def routed(w: Walk, layers: tuple[int, ...]) -> None:
