@@ -229,7 +229,7 @@ def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sam
                            storage=first.setdefault(id(t), n))
              for n, t in model.state_dict(keep_vars=True).items()}
     names = {n: t for n, t in names.items() if t.storage == n}
-    assert any(n.endswith("mlp.experts.gate_up_proj") for n in names)
+    assert any(n.endswith(".experts.gate_up_proj") for n in names)   # {mlp}.experts: LFM2-MoE's feed_forward
     assert detect(names, None).family == (sample.detected_as or family.name)
     if sample.infer:
         assert predict_params(from_tensors(family.name, names))["total"] == sum(p.numel() for p in model.parameters())
@@ -300,7 +300,8 @@ def cache_bytes(model, seq, batch):
     for layer in cache.layers:
         tensors += [t for t in (getattr(layer, "keys", None), getattr(layer, "values", None)) if t is not None]
         for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-            tensors += list((states or {}).values())
+            tensors += [t for t in (states or {}).values() if t is not None]   # LFM2's conv layers: no recurrent state
+    tensors += meta.outside_layers(cache)   # MiniMax's lightning states
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

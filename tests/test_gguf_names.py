@@ -32,7 +32,7 @@ CONVERTS_AS = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "q
                "deepseek_v3": "deepseek2", "glm4_moe": "glm4moe",
                "minimax_m2": "minimax-m2", "exaone_moe": "exaone-moe",
                "ernie4_5_moe": "ernie4_5-moe", "llama4_text": "llama4",
-               "hunyuan_v1_moe": "hunyuan-moe",
+               "hunyuan_v1_moe": "hunyuan-moe", "lfm2_moe": "lfm2moe",
                # no llama.cpp architecture of its own: its modules are a subset of Gemma2's, named as gemma2 names them
                "vaultgemma": "gemma2"}
 

@@ -23,8 +23,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_moe
-from .archspec import ArchSpec, Latent
+from . import decoders, infer, layout_moe, mixers_conv, mixers_lightning
+from .archspec import ArchSpec, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
@@ -38,8 +38,10 @@ def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     """Each layer's attention: sliding on ArchSpec.sliding_layers (every layer when that is empty and a
     window is set), full elsewhere: the two kinds the walk has today (ops.window_groups splits its attention
     by them); a layout family with another kind adds it here and a branch in `walk`."""
-    marked = set(s.sliding_layers)
-    return tuple("sliding" if s.sliding_window and (not marked or i in marked) else "full" for i in range(s.layers))
+    marked, conv = set(s.sliding_layers), set(s.short_conv.layers if s.short_conv else ())
+    lightning = set(s.lightning.layers if s.lightning else ())
+    return tuple("short_conv" if i in conv else "lightning" if i in lightning
+                 else "sliding" if s.sliding_window and (not marked or i in marked) else "full" for i in range(s.layers))
 
 
 def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
@@ -59,22 +61,30 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     before, after = lay.placement in ("pre", "sandwich", "parallel"), lay.placement in ("post", "sandwich")
     if before:
         w.norm(p.attn_in, "attn_norm", h, every, residual=lay.placement in ("pre", "parallel"))
-    if lay.latent:
-        layout_moe.latent(w, every)
+    kinds = attention_kinds(s)   # each layer's token mixer: attention, or another kind's module (mixers_*.py)
+    attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))
+    if conv := tuple(i for i in every if kinds[i] == "short_conv"):
+        mixers_conv.short_conv(w, conv)
+    if lightning := tuple(i for i in every if kinds[i] == "lightning"):
+        mixers_lightning.lightning(w, lightning)
+    if not attn:
+        pass
+    elif lay.latent:
+        layout_moe.latent(w, attn)
     else:
         if lay.fused_qkv:
-            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, every)
+            w.linear(at + p.qkv, "attn_qkv", h, (a + 2 * g) * d, s.qkv_bias, attn)
         else:
             for sub, gguf, width in ((p.q, "attn_q", a), (p.k, "attn_k", g), (p.v, "attn_v", g)):
-                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, every)
+                w.linear(at + sub, gguf, h, width * d, s.qkv_bias, attn)
         for sub, gguf, heads in ((p.q_norm, "attn_q_norm", a), (p.k_norm, "attn_k_norm", g)):
             if not s.qk_norm:
                 break
             if lay.qk_norm == "head":      # Qwen3: over each head's d
-                w.norm(at + sub, gguf, d, every, residual=False, tokens=w.tok + (heads,))
+                w.norm(at + sub, gguf, d, attn, residual=False, tokens=w.tok + (heads,))
             elif lay.qk_norm == "width":   # OLMo2: over the whole projection
-                w.norm(at + sub, gguf, heads * d, every, residual=False)
-        if roped := L - len(s.nope_layers):   # SmolLM3's NoPE layers apply none
+                w.norm(at + sub, gguf, heads * d, attn, residual=False)
+        if roped := len(attn) - len(set(s.nope_layers) & set(attn)):   # SmolLM3's NoPE layers apply none
             decoders.rope_apply(B, f"{p.layers}[{roped}].{p.attn} rotary", a + g, rot, roped)
         if lay.qk_norm == "l2" and s.qk_norm and roped:   # Llama 4: x rsqrt(mean(x^2) + eps), no weight
             B.add(f"{p.layers}[{roped}].{p.attn} q/k L2 norm", "norm", "encoder", roped, w.tok + ((a + g) * d,),
@@ -83,14 +93,15 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         # layers apart (ops.window_groups): only their unmasked pairs differ; scale and mask on every score, and
         # soft-capping, tanh(x / cap) x cap
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d,
-                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0))
+                                2 + (ew_cost("tanh") + 2 if s.attn_softcap else 0) + (2 if lay.sinks else 0), layers=attn)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), every)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", every), "attention", "encoder", L,
-                  (a,), (B.b, a, B.seq, 1), params=a * L, ew=B.b * a * B.seq * (ew_cost("softmax") + 3), weights_per_call=a)
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
+                  len(attn), (a,), (B.b, a, B.seq, 1), params=a * len(attn), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+                  weights_per_call=a)
         if lay.sub_norms:
-            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, every, residual=False)
-        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, every)
+            w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
     if after:
         w.norm(p.attn_out, "post_attention_norm", h, every)
     if before and lay.placement != "parallel":
@@ -137,7 +148,9 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
-                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4))
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
+                 short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None,
+                 lightning=Lightning(4, (1,)) if lay.lightning else None)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -211,7 +224,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
-                    **sliding, **c.common)
+                    short_conv=mixers_conv.from_config(c, L) if lay.short_conv else None,
+                    lightning=mixers_lightning.from_config(c, L) if lay.lightning else None, **sliding, **c.common)
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
@@ -313,6 +327,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation="silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
+                    short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
+                    lightning=mixers_lightning.from_tensors(T, lay.paths, common) if lay.lightning else None,
                     assumptions=tuple(notes), **moe, **common)
 
 

@@ -31,8 +31,9 @@ Shared = Literal["none", "gated", "summed", "averaged"]
 Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 # a layer's token mixer: full and sliding softmax attention are walked per layer today (DeepSeek's latent attention,
 # on every layer, is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked,
-# Qwen3-Next's linear, Jamba's state-space)
-Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# Qwen3-Next's linear, Jamba's state-space); short_conv: LFM2's gated short convolution (mixers_conv.py); lightning:
+# MiniMax's blocked linear attention (mixers_lightning.py)
+Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent", "short_conv", "lightning"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA)
@@ -136,6 +137,10 @@ class DecoderLayout:
     # an RMSNorm over the attention's output before o_proj and over the MLP's act(gate) x up before down_proj (BitNet's
     # attn_sub_norm, ffn_sub_norm)
     sub_norms: bool = False
+    # the layers ArchSpec.short_conv lists run a gated short convolution in place of attention (LFM2, mixers_conv.py)
+    short_conv: bool = False
+    # the layers ArchSpec.lightning lists run MiniMax's lightning attention in place of softmax attention
+    lightning: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # routed: the layers ArchSpec.dense_layers lists run a dense gated MLP of `intermediate` (Qwen-MoE's
     # mlp_only_layers and decoder_sparse_step, DeepSeek's first_k_dense_replace)
