@@ -62,6 +62,8 @@ def oracle(cls: Any, cfg: Any) -> tuple[int, int]:
     with meta.flop_counter() as counter, torch.no_grad():
         out = model(input_ids=ids, attention_mask=torch.ones_like(ids), position_ids=pos, use_cache=True)
     cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
+    if cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors, in place of a cache
+        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"])
     return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
 
 

@@ -294,6 +294,8 @@ def cache_bytes(model, seq, batch):
     with torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         out = model(input_ids=ids, use_cache=True)
+    if getattr(out, "state", None) is not None:   # RWKV: its state, five tensors, in place of a cache
+        return sum(t.numel() * t.element_size() for t in out.state)
     cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache_params
     cache = getattr(cache, "self_attention_cache", cache)   # GPTBigCode returns an EncoderDecoderCache
     tensors = []

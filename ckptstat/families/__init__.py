@@ -71,6 +71,7 @@ from . import (
     qwen3,
     qwen_moe,
     resnet,
+    rwkv,
     seed_oss,
     siglip,
     smollm3,
@@ -94,7 +95,7 @@ _ALL: tuple[Family, ...] = (
     hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, lfm2.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY,
     mellum.FAMILY, minimax.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
     opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
-    resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
+    resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
     starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
 
