@@ -70,6 +70,7 @@ from . import (
     phimoe,
     qwen3,
     qwen_moe,
+    recurrent_gemma,
     resnet,
     rwkv,
     seed_oss,
@@ -94,7 +95,7 @@ _ALL: tuple[Family, ...] = (
     gpt_neo.FAMILY, gpt_oss.FAMILY, gptj.FAMILY, gptneox.FAMILY, granite_swa.FAMILY, hunyuan_v1_moe.FAMILY,
     hy_v3.FAMILY, hyperclovax.FAMILY, jais2.FAMILY, kolibri1.FAMILY, lfm2.FAMILY, llama.FAMILY, llama4.FAMILY, mamba.FAMILY,
     mellum.FAMILY, minimax.FAMILY, minimax_m2.FAMILY, mixtral.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
-    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
+    opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY, recurrent_gemma.FAMILY,
     resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
     starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
 )
