@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from .framework import decoders, infer
+from .framework import decoders, infer, layout
 from .framework.archspec import Variant
 from .framework.base import (
     FROM_CLASS,
@@ -27,12 +27,11 @@ from .framework.base import (
     Sample,
     Shapes,
     Tensors,
-    TieRule,
     add_linear,
     add_norm,
     class_default,
-    decoder_head_rules,
 )
+from .framework.layout import DecoderLayout
 from .framework.ops import Builder, ew_cost
 
 
@@ -178,10 +177,9 @@ FAMILY = Family(
     model_types=("recurrent_gemma",),
     signature=r"(^|[./])layers[./]\d+[./]temporal_block[./]rg_lru[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"), head_rules=decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^model\."), default_head="lm",
-    # RecurrentGemmaForCausalLM._tied_weights_keys
-    tie_rules=(TieRule("lm_head.weight", "model.embed_tokens.weight", "config", heads=("lm",)),), tied_by_default=True,
-    kv_cache=None,   # the forward returns no cache (the module docstring)
+    # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and RecurrentGemmaForCausalLM's
+    # _tied_weights_keys; no cache: the forward returns none (the module docstring)
+    **{**layout.decoder_lm(DecoderLayout(tied_default=True)), "kv_cache": None},
     gguf_architectures=(),   # llama.cpp has no RecurrentGemma architecture: no GGUF names
     samples=(
         Sample("RecurrentGemmaConfig", _SIZES, ("RecurrentGemmaForCausalLM", "RecurrentGemmaModel")),
