@@ -83,6 +83,8 @@ def oracle(task: str, cls: Any, cfg: Any) -> tuple[int, int]:
     with meta.flop_counter() as counter, torch.no_grad():
         out = model(**args)
     cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
+    if task == "causal" and cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors
+        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"])
     return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
 
 

@@ -230,7 +230,7 @@ def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sam
                            storage=first.setdefault(id(t), n))
              for n, t in model.state_dict(keep_vars=True).items()}
     names = {n: t for n, t in names.items() if t.storage == n}
-    # under mlp (GraniteMoE's under block_sparse_moe, Jamba's under feed_forward)
+    # under mlp (GraniteMoE's under block_sparse_moe, Jamba's and LFM2-MoE's under feed_forward)
     assert any(n.endswith(".experts.gate_up_proj") for n in names)
     assert detect(names, None).family == (sample.detected_as or family.name)
     if sample.infer:
@@ -296,13 +296,16 @@ def cache_bytes(model, seq, batch):
     with torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         out = model(input_ids=ids, use_cache=True)
+    if getattr(out, "state", None) is not None:   # RWKV: its state, five tensors, in place of a cache
+        return sum(t.numel() * t.element_size() for t in out.state)
     cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else out.cache_params
     cache = getattr(cache, "self_attention_cache", cache)   # GPTBigCode returns an EncoderDecoderCache
     tensors = []
     for layer in cache.layers:
         tensors += [t for k in ("keys", "values", "indexer_keys") if (t := getattr(layer, k, None)) is not None]
         for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-            tensors += list((states or {}).values())
+            tensors += [t for t in (states or {}).values() if t is not None]   # LFM2's conv layers: no recurrent state
+    tensors += meta.outside_layers(cache)   # MiniMax's lightning states
     return sum(t.numel() * t.element_size() for t in tensors)
 
 

@@ -33,7 +33,7 @@ CONVERTS_AS = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "q
                "minimax_m2": "minimax-m2", "exaone_moe": "exaone-moe",
                "ernie4_5_moe": "ernie4_5-moe", "llama4_text": "llama4",
                "hunyuan_v1_moe": "hunyuan-moe", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35",
-               "qwen3_5_moe_text": "qwen35moe",
+               "qwen3_5_moe_text": "qwen35moe", "lfm2_moe": "lfm2moe",
                # no llama.cpp architecture of its own: its modules are a subset of Gemma2's, named as gemma2 names them
                "vaultgemma": "gemma2"}
 

@@ -145,9 +145,16 @@ def cache_layers(cache: Any) -> list[Any]:
     raise NoAnalyticModel(f"transformers' cache {type(cache).__name__} has no layers to read")
 
 
+def outside_layers(cache: Any) -> list[Any]:
+    """States a cache keeps beside its layers: MiniMaxCache's linear_cache, one [b, a, d, d] lightning-attention state per
+    linear layer ([] for the others; modeling_minimax.py)."""
+    return [t for t in getattr(cache, "linear_cache", None) or () if hasattr(t, "numel")]
+
+
 def cache_bytes(cache: Any) -> int:
     """The bytes a forward's cache holds (the oracle the tests compare the rule with)."""
-    return sum(t.numel() * t.element_size() for layer in cache_layers(cache) for _, t in cache_tensors(layer))
+    return sum(t.numel() * t.element_size() for layer in cache_layers(cache) for _, t in cache_tensors(layer)) + \
+        sum(t.numel() * t.element_size() for t in outside_layers(cache))
 
 
 class NotRunnable(UsageError):
@@ -383,6 +390,10 @@ class MetaModel:
                 nbytes = t.numel() * width * grow * b
                 total += nbytes
                 parts[label] = parts.get(label, 0) + nbytes
+        for t in outside_layers(cache):   # lightning-attention states: per sequence, any s
+            nbytes = t.numel() * (max(ab, t.element_size()) if t.element_size() > model_bytes else ab) * b
+            total += nbytes
+            parts["linear attention states"] = parts.get("linear attention states", 0) + nbytes
         rule = "; ".join(f"{k} {v:,.0f} B" for k, v in parts.items())
         return [(f"transformers cache b={b} s={n}", total,
                  f"{type(cache).__name__} of a meta-device forward ({rule}) at {ab} B per element")]

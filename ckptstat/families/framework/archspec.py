@@ -60,6 +60,24 @@ class SSM:
         return self.intermediate + 2 * self.groups * self.state
 
 
+@dataclass(frozen=True)
+class ShortConv:
+    """The layers whose token mixer is a gated short convolution in place of attention (LFM2's Lfm2ShortConv,
+    families/framework/mixers_conv.py): the depthwise conv1d's width (conv_L_cache) and whether its projections and
+    conv are biased (conv_bias)."""
+    kernel: int
+    bias: bool
+    layers: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Lightning:
+    """The layers whose token mixer is MiniMax's lightning attention (MiniMaxLightningAttention,
+    families/framework/mixers_lightning.py): linear attention computed in blocks of block_size tokens."""
+    block_size: int
+    layers: tuple[int, ...]
+
+
 class Variant:
     """What one family alone switches or sizes (OPT's final LayerNorm, Falcon's decoder generation, Mamba's state
     size, a CLIP tower's sizes): a frozen dataclass in the family's module that subclasses this, carried in
@@ -158,6 +176,8 @@ class ArchSpec:
     # tokens the model prepends to every input, which its layers and cache hold and its output drops (CPM-Ant's
     # prompt_length prompt tokens)
     prefix_tokens: int = 0
+    short_conv: ShortConv | None = None   # the short-convolution layers (LFM2), None: every layer attends
+    lightning: Lightning | None = None    # the lightning-attention layers (MiniMax), None: every layer attends
     mrope: bool = False               # M-RoPE: a rotary table from 3 position rows (Qwen2-VL's, Qwen3-VL's: wrappers.py)
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)

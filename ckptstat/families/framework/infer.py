@@ -229,9 +229,10 @@ FUSED_EXPERTS = r"(^|\.)layers\.\d+\.mlp\.experts\.(gate_up_proj|down_proj)$"
 def expert_width(tensors: Tensors, per_expert: str, what: str, mlp: str = "mlp") -> int:
     """The routed experts' intermediate width: the rows of the first expert's `per_expert` weight (the layout
     save_pretrained writes), or the last axis of transformers 5's fused `{mlp}.experts.down_proj` [E, h, f] (a
-    torch.save of the model's state_dict; `mlp` the MoE block's name, Jamba's feed_forward)."""
+    torch.save of the model's state_dict; `mlp` the MoE block's name, Jamba's feed_forward, as LFM2-MoE's)."""
     t = find(tensors, per_expert)
-    if t is None and (fused := find(tensors, rf"(^|\.)layers\.\d+\.{re.escape(mlp)}\.experts\.down_proj$")) is not None \
+    if t is None and (fused := find(tensors, rf"(^|\.)layers\.\d+\.({re.escape(mlp)}|feed_forward)\.experts\.down_proj$")) \
+            is not None \
             and len(fused.shape) == 3:
         return fused.shape[2]
     return shape(tensors, per_expert, what)[0]

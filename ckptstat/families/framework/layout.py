@@ -24,8 +24,8 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe, layout_ssm
-from .archspec import SSM, ArchSpec, DeltaNet, Latent
+from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
@@ -37,11 +37,14 @@ __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "
 
 def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     """Each layer's token mixer: the Mamba2 state-space mixer on ArchSpec.ssm_layers (layout_ssm.py), a gated DeltaNet
-    on ArchSpec.linear_layers (layout_linear.py); attention elsewhere, sliding on ArchSpec.sliding_layers (every layer
-    when that is empty and a window is set), full otherwise (ops.window_groups splits the attention by them); a layout
+    on ArchSpec.linear_layers (layout_linear.py), LFM2's short convolution and MiniMax's lightning attention on theirs
+    (mixers_conv.py, mixers_lightning.py); attention elsewhere, sliding on ArchSpec.sliding_layers (every layer when
+    that is empty and a window is set), full otherwise (ops.window_groups splits the attention by them); a layout
     family with another kind adds it here and a branch in `walk`."""
     marked, linear, ssm = set(s.sliding_layers), set(s.linear_layers), set(s.ssm_layers)
-    return tuple("state_space" if i in ssm else "linear" if i in linear
+    conv, lightning = set(s.short_conv.layers if s.short_conv else ()), set(s.lightning.layers if s.lightning else ())
+    return tuple("state_space" if i in ssm else "linear" if i in linear else "short_conv" if i in conv
+                 else "lightning" if i in lightning
                  else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
                  for i in range(s.layers))
 
@@ -109,6 +112,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         layout_linear.gated_deltanet(w, linear)
     if ssm := tuple(i for i in every if kinds[i] == "state_space"):
         layout_ssm.mixer(w, ssm)
+    if conv := tuple(i for i in every if kinds[i] == "short_conv"):
+        mixers_conv.short_conv(w, conv)
+    if lightning := tuple(i for i in every if kinds[i] == "lightning"):
+        mixers_lightning.lightning(w, lightning)
     if lay.latent:
         layout_moe.latent(w, attn)
     elif attn:
@@ -290,7 +297,9 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
                  ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
-                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None)
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None,
+                 short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None,
+                 lightning=Lightning(4, (1,)) if lay.lightning else None)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
@@ -371,6 +380,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
                     linear_layers=linear, deltanet=deltanet,
                     type_vocab=c.int("type_vocab_size", default=FROM_CLASS) if lay.embeddings == "bert" else 0,
+                    short_conv=mixers_conv.from_config(c, L) if lay.short_conv else None,
+                    lightning=mixers_lightning.from_config(c, L) if lay.lightning else None,
                     **hybrid(lay, c, L), **sliding, **c.common)
 
 
@@ -524,6 +535,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     linear_layers=linear, deltanet=deltanet,
+                    short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
+                    lightning=mixers_lightning.from_tensors(T, lay.paths, common) if lay.lightning else None,
                     **dict(hybrid, assumptions=tuple(notes) + hybrid.get("assumptions", ())), **moe, **common)
 
 

@@ -33,8 +33,10 @@ Shared = Literal["none", "gated", "summed", "averaged"]
 Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 # a layer's token mixer: full and sliding softmax attention and linear attention (a gated DeltaNet on
 # ArchSpec.linear_layers, DecoderLayout.linear) are walked per layer today (DeepSeek's latent attention, on every layer,
-# is DecoderLayout.latent); the others name what the next architectures need (Llama 4's chunked, Jamba's state-space)
-Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent"]
+# is DecoderLayout.latent), and Mamba's state-space mixer (layout_ssm.py); short_conv: LFM2's gated short convolution
+# (mixers_conv.py); lightning: MiniMax's blocked linear attention (mixers_lightning.py); chunked names what Llama 4
+# needs (ArchSpec.chunked_attention covers it today)
+Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent", "short_conv", "lightning"]
 # the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
 # qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
 # in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
@@ -273,6 +275,10 @@ class DecoderLayout:
     linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
     # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
     linear_placement: Placement | None = None
+    # the layers ArchSpec.short_conv lists run a gated short convolution in place of attention (LFM2, mixers_conv.py)
+    short_conv: bool = False
+    # the layers ArchSpec.lightning lists run MiniMax's lightning attention in place of softmax attention
+    lightning: bool = False
     sinks: bool = False                   # attention sinks: a learned logit per head, one more softmax column (gpt-oss)
     # differential attention (DiffLlama, arXiv 2410.05258): two eager attention calls with the same queries and keys,
     # each over one half of the value heads (repeated to all kv heads), the outputs joined per head and combined
