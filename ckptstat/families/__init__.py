@@ -86,6 +86,7 @@ from . import (
     starcoder2,
     t5,
     vit,
+    wav2vec2,
     whisper,
     wrappers,
 )
@@ -106,7 +107,7 @@ _ALL: tuple[Family, ...] = (
     minimax_m2.FAMILY, mixtral.FAMILY, mllama.FAMILY, nanochat.FAMILY, nemotron.FAMILY, olmo.FAMILY, olmoe.FAMILY,
     opt.FAMILY, persimmon.FAMILY, phi.FAMILY, phi3.FAMILY, phimoe.FAMILY, qwen3.FAMILY, qwen_moe.FAMILY,
     resnet.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY,
-    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, whisper.FAMILY,
+    starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY,
 )
 
 

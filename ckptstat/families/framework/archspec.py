@@ -7,7 +7,7 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 
 @dataclass(frozen=True)
@@ -111,6 +111,9 @@ class ArchSpec:
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)
     cross_layers: tuple[int, ...] = ()
+    # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
+    # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
+    seq_unit: Literal["tokens", "samples"] = "tokens"
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

@@ -1,0 +1,255 @@
+"""Wav2Vec2-shaped speech encoders read from raw waveforms: transformers' modeling_wav2vec2.py (Wav2Vec2Model,
+Wav2Vec2ForCTC) and its copies modeling_hubert.py, modeling_unispeech.py and modeling_unispeech_sat.py.
+
+The forward over b x n raw samples (input_values; ArchSpec.seq_unit "samples": --seq counts samples, 16,000 a
+second at 16 kHz):
+- the feature encoder, conv_layers.i: Conv1d(conv_dim[i-1] -> conv_dim[i], kernel conv_kernel[i], stride
+  conv_stride[i], no padding, conv_bias), gelu; feat_extract_norm "group": a GroupNorm (one group per channel) after
+  the first conv only, "layer": a LayerNorm after every conv. Each conv turns L samples / frames into
+  floor((L - k) / s) + 1 frames; the last conv's frames are the sequence the encoder runs over;
+- the feature projection: LayerNorm(conv_dim[-1]) (HuBERT: only with feat_proj_layer_norm), Linear to hidden_size;
+- the positional conv embedding: a grouped Conv1d (hidden -> hidden, kernel num_conv_pos_embeddings, padding k // 2,
+  groups num_conv_pos_embedding_groups) under weight norm (torch's parametrizations.weight_norm, dim 2: the stored
+  `parametrizations.weight.original0` [1, 1, k] (g) and `original1` [h, h / groups, k] (v); older files name them
+  weight_g / weight_v), the frame an even kernel adds cut off, gelu, added to the frames;
+- the encoder: post-LN layers and a LayerNorm before them, or (do_stable_layer_norm) pre-LN layers and the LayerNorm
+  after them: the same parameters and matmuls, the norms elsewhere; each layer q/k/v/out projections with biases,
+  eager attention over every frame pair, a LayerNorm, the feed-forward (intermediate_dense, hidden_act,
+  output_dense), final_layer_norm;
+- Wav2Vec2ForCTC: lm_head, Linear(hidden -> vocab_size) on every frame.
+masked_spec_embed (h parameters) exists when mask_time_prob or mask_feature_prob > 0 (UniSpeechSat: always);
+SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMode counts for aten.convolution:
+2 x b x out_frames x c_out x (c_in / groups) x k (the positional conv over the n + 1 frames an even kernel gives before
+the cut).
+Not described (NoAnalyticModel, the meta path answers): the adapter (add_adapter), the attention adapters
+(adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NoAnalyticModel, UsageError
+from .framework import encoder, infer
+from .framework.archspec import Variant
+from .framework.base import (
+    FROM_CLASS,
+    ArchSpec,
+    Cfg,
+    Family,
+    HeadRule,
+    Sample,
+    Shapes,
+    Tensors,
+    add_linear,
+    add_norm,
+    architectures,
+)
+from .framework.ops import Builder
+
+# a layer's modules in encoder.LayerNames' order
+LAYER = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
+         "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
+
+
+@dataclass(frozen=True)
+class FeatureEncoder(Variant):
+    """The conv feature encoder, the feature projection and the positional conv of a wav2vec2-shaped model."""
+    conv_dims: tuple[int, ...]
+    conv_kernels: tuple[int, ...]
+    conv_strides: tuple[int, ...]
+    conv_bias: bool
+    layer_norms: bool            # feat_extract_norm "layer": a LayerNorm after every conv; "group": one GroupNorm
+    projection_norm: bool        # the feature projection's LayerNorm
+    pos_kernel: int              # num_conv_pos_embeddings
+    pos_groups: int              # num_conv_pos_embedding_groups
+    stable_layer_norm: bool      # do_stable_layer_norm: pre-LN layers
+    masked_spec_embed: bool
+    body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
+
+
+def _ints(c: Cfg, key: str) -> tuple[int, ...]:
+    """A conv stack list; missing: the class's list (not in config_defaults.json, which holds scalars), on the meta path."""
+    v = c.get(key, default=None)
+    if v is None:
+        raise NoAnalyticModel(f"{c.path}: config has no {key}; its config class's default is a list the template "
+                              "does not read")
+    if not (isinstance(v, (list, tuple)) and v
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
+        raise UsageError(f"{c.path}: config {key} must be a list of positive integers")
+    return tuple(v)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    other = [a for a in architectures(c.cfg) if not a.endswith(("ForCTC", "Model"))]
+    if other:   # Wav2Vec2ForXVector, *ForAudioFrameClassification: no head suffix names them
+        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template describes the base model and the CTC head, "
+                              f"not {other[0]}")
+    for key, off in (("add_adapter", False), ("adapter_attn_dim", None), ("conv_pos_batch_norm", False)):
+        if c.get(key, default=off) not in (off, None):
+            raise NoAnalyticModel(f"{c.path}: {key} = {c.get(key)!r} adds modules the {c.model_type} template "
+                                  "does not describe")
+    dims, kernels, strides = _ints(c, "conv_dim"), _ints(c, "conv_kernel"), _ints(c, "conv_stride")
+    if not len(dims) == len(kernels) == len(strides):
+        raise UsageError(f"{c.path}: config conv_dim, conv_kernel and conv_stride differ in length")
+    norm = c.get("feat_extract_norm", default=FROM_CLASS)
+    if norm not in ("group", "layer"):
+        raise UsageError(f"{c.path}: config feat_extract_norm = {norm!r} is not group or layer")
+    h, a = c.int("hidden_size"), c.int("num_attention_heads")
+    groups = c.int("num_conv_pos_embedding_groups")
+    if h % a or h % groups:
+        raise UsageError(f"{c.path}: hidden_size {h} is not a multiple of num_attention_heads ({a}) and "
+                         f"num_conv_pos_embedding_groups ({groups})")
+    # UniSpeechSatModel holds masked_spec_embed whatever the probabilities; the others only where one is > 0
+    masked = c.model_type == "unispeech-sat" or any(float(c.get(k, default=FROM_CLASS)) > 0
+                                                    for k in ("mask_time_prob", "mask_feature_prob"))
+    v = FeatureEncoder(conv_dims=dims, conv_kernels=kernels, conv_strides=strides,
+                       conv_bias=bool(c.get("conv_bias", default=FROM_CLASS)), layer_norms=norm == "layer",
+                       # HuBERT's switch; the other classes always have the norm
+                       projection_norm=bool(c.get("feat_proj_layer_norm", default=True)),
+                       pos_kernel=c.int("num_conv_pos_embeddings"), pos_groups=groups,
+                       stable_layer_norm=bool(c.get("do_stable_layer_norm", default=FROM_CLASS)), masked_spec_embed=masked,
+                       body=c.model_type.replace("-", "_"))
+    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    activation=str(c.get("hidden_act", default=FROM_CLASS)), tied_embeddings=False, seq_unit="samples",
+                    variant=v, **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """Widths and kernels from the conv weights; the strides are not in the weights: wav2vec2's (5, 2, 2, ...)
+    assumed when the kernels are wav2vec2's (10, 3, 3, 3, 3, 2, 2), else config.json is needed."""
+    convs = []
+    for i in range(infer.count_layers(T, r"feature_extractor\.conv_layers\.(\d+)\.conv\.weight$")):
+        convs.append(infer.shape(T, rf"feature_extractor\.conv_layers\.{i}\.conv\.weight$", f"conv layer {i}"))
+    kernels = tuple(w[2] for w in convs)
+    if kernels != (10, 3, 3, 3, 3, 2, 2):
+        raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
+    h, c_last = infer.shape(T, r"feature_projection\.projection\.weight$", "the feature projection")
+    pos = infer.shape(T, r"pos_conv_embed\.conv\.(parametrizations\.weight\.original1|weight_v|weight)$", "the positional conv")
+    f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
+    lm = infer.find(T, r"(^|\.)lm_head\.weight$")
+    a, note = infer.heads_for(h, 64)
+    body = (common["model_type"] or "wav2vec2").replace("-", "_")
+    v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
+                       conv_bias=infer.has(T, r"conv_layers\.0\.conv\.bias$"),
+                       layer_norms=infer.has(T, r"conv_layers\.1\.layer_norm\.weight$"),
+                       projection_norm=infer.has(T, r"feature_projection\.layer_norm\.weight$"), pos_kernel=pos[2],
+                       pos_groups=h // pos[1], stable_layer_norm=False,
+                       masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body)
+    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
+                    variant=v, assumptions=(note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), post-LN "
+                                            "layers (do_stable_layer_norm reorders norms only), gelu"), **common)
+
+
+def min_samples(s: ArchSpec) -> int:
+    """The conv stack's receptive field: the fewest raw samples that leave one frame (Conv1d refuses fewer)."""
+    X = s.variant_as(FeatureEncoder)
+    n = 1
+    for k, st in zip(reversed(X.conv_kernels), reversed(X.conv_strides)):
+        n = (n - 1) * st + k
+    return n
+
+
+def build(B: Builder) -> None:
+    s, b = B.s, B.b
+    X = s.variant_as(FeatureEncoder)
+    h = s.hidden
+    n, cin = B.seq, 1
+    for i, (cout, k, st) in enumerate(zip(X.conv_dims, X.conv_kernels, X.conv_strides)):
+        out = max((n - k) // st + 1, 0)   # 0: fewer samples than the receptive field (min_samples; check_seq refuses)
+        per = cout * cin * k + (cout if X.conv_bias else 0)
+        m = f"feature_extractor.conv_layers.{i}"
+        B.add(f"{m}.conv ({k}/{st})", "conv", "embedding", 1, (b, cin, n), (b, cout, out), params=per,
+              macs=b * out * cout * cin * k, ew=b * out * cout if X.conv_bias else 0, weights_per_call=per)
+        if X.layer_norms or i == 0:
+            B.norm(f"{m}.layer_norm" + ("" if X.layer_norms else " (GroupNorm)"), "embedding", (b, out), cout,
+                   residual=False, kind="layernorm")
+        B.activation(f"{m} act", "embedding", (b, out), cout, "gelu")
+        n, cin = out, cout
+    tok = (b, n)
+    if X.projection_norm:
+        B.norm("feature_projection.layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+    B.linear("feature_projection.projection", "embedding", tok, cin, h, True)
+    if X.masked_spec_embed:
+        B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
+    k, g = X.pos_kernel, X.pos_groups
+    conv_out = n + 2 * (k // 2) - k + 1   # an even kernel's extra frame, cut after the conv
+    per = h * (h // g) * k + k + h        # v, g (weight norm over dim 2), bias
+    B.add(f"encoder.pos_conv_embed.conv (weight norm, {g} groups, +residual)", "conv", "embedding", 1, (b, h, n),
+          (b, h, n), params=per, macs=b * conv_out * h * (h // g) * k, ew=b * n * h * 2, weights_per_call=per)
+    B.activation("encoder.pos_conv_embed act", "embedding", tok, h, "gelu")
+    B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
+           residual=False, kind="layernorm")
+    B.seq = n   # the layers run over the frames
+    encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
+    if s.head == "ctc":
+        B.linear("lm_head", "cls", tok, h, s.vocab, True)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    if s.head not in ("base", "ctc"):
+        return None
+    X = s.variant_as(FeatureEncoder)
+    h, k = s.hidden, X.pos_kernel
+    p = "" if s.head == "base" else X.body + "."
+    out: Shapes = {}
+    if X.masked_spec_embed:
+        out[p + "masked_spec_embed"] = (h,)
+    cin = 1
+    for i, (cout, kk) in enumerate(zip(X.conv_dims, X.conv_kernels)):
+        m = f"{p}feature_extractor.conv_layers.{i}."
+        out[m + "conv.weight"] = (cout, cin, kk)
+        if X.conv_bias:
+            out[m + "conv.bias"] = (cout,)
+        if X.layer_norms or i == 0:
+            add_norm(out, m + "layer_norm", cout)
+        cin = cout
+    if X.projection_norm:
+        add_norm(out, p + "feature_projection.layer_norm", cin)
+    add_linear(out, p + "feature_projection.projection", h, cin)
+    q = p + "encoder.pos_conv_embed.conv."
+    out[q + "bias"] = (h,)
+    out[q + "parametrizations.weight.original0"] = (1, 1, k)
+    out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
+    add_norm(out, p + "encoder.layer_norm", h)
+    names = encoder.weights_of(LAYER)
+    for i in range(s.layers):
+        encoder.layer_tensors(out, f"{p}encoder.layers.{i}.", names, h, s.intermediate)
+    if s.head == "ctc":
+        add_linear(out, "lm_head", s.vocab, h)
+    return out
+
+
+# wav2vec2's kernels and strides (from_tensors can assume them), narrow channels
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=21,
+              conv_dim=(8, 8, 12, 12, 16, 16, 20), conv_kernel=(10, 3, 3, 3, 3, 2, 2), conv_stride=(5, 2, 2, 2, 2, 2, 2),
+              num_conv_pos_embeddings=6, num_conv_pos_embedding_groups=4)
+# three convs of another shape, layer norms after every conv, conv biases, pre-LN layers, an odd positional kernel,
+# no masked_spec_embed: the strides are config-only (from_tensors assumes wav2vec2's)
+_ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4, 3, 2), feat_extract_norm="layer",
+            conv_bias=True, do_stable_layer_norm=True, num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=2,
+            mask_time_prob=0.0)
+
+FAMILY = Family(
+    name="wav2vec2",
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat"),
+    signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
+    # the same feature encoder under other encoders, not described: SEW's and SEW-D's upsampling, WavLM's relative
+    # position bias, Data2VecAudio's stack of positional convs, the Conformer's conv modules
+    signature_without=r"(^|[./])(encoder[./]upsample|rel_attn_embed|gru_rel_pos_linear|pos_conv_embed[./]layers|"
+                      r"conv_module)[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "ctc"),
+    head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
+    main_input="input_values",
+    min_seq=min_samples,
+    samples=(
+        Sample("Wav2Vec2Config", _SIZES, ("Wav2Vec2Model", "Wav2Vec2ForCTC")),
+        Sample("Wav2Vec2Config", _ODD, ("Wav2Vec2ForCTC",), infer=False),
+        Sample("HubertConfig", _SIZES, ("HubertModel", "HubertForCTC")),
+        Sample("HubertConfig", dict(_SIZES, feat_proj_layer_norm=False), ("HubertForCTC",), infer=False),
+        Sample("UniSpeechConfig", _SIZES, ("UniSpeechForCTC",)),
+        Sample("UniSpeechSatConfig", _ODD, ("UniSpeechSatForCTC",), infer=False),
+    ),
+)
