@@ -1,5 +1,6 @@
 """Wav2Vec2-shaped speech encoders read from raw waveforms: transformers' modeling_wav2vec2.py (Wav2Vec2Model,
-Wav2Vec2ForCTC) and its copies modeling_hubert.py, modeling_unispeech.py and modeling_unispeech_sat.py.
+Wav2Vec2ForCTC) and its copies modeling_hubert.py, modeling_unispeech.py, modeling_unispeech_sat.py and
+modeling_data2vec_audio.py (a LayerNorm after every conv, its positional embedding a stack of plain convs).
 
 The forward over b x n raw samples (input_values; ArchSpec.seq_unit "samples": --seq counts samples, 16,000 a
 second at 16 kHz):
@@ -11,7 +12,9 @@ second at 16 kHz):
 - the positional conv embedding: a grouped Conv1d (hidden -> hidden, kernel num_conv_pos_embeddings, padding k // 2,
   groups num_conv_pos_embedding_groups) under weight norm (torch's parametrizations.weight_norm, dim 2: the stored
   `parametrizations.weight.original0` [1, 1, k] (g) and `original1` [h, h / groups, k] (v); older files name them
-  weight_g / weight_v), the frame an even kernel adds cut off, gelu, added to the frames;
+  weight_g / weight_v), the frame an even kernel adds cut off, gelu, added to the frames; Data2VecAudio's:
+  num_conv_pos_embeddings plain grouped convs of kernel conv_pos_kernel_size, each cut, LayerNorm without parameters,
+  gelu;
 - the encoder: post-LN layers and a LayerNorm before them, or (do_stable_layer_norm) pre-LN layers and the LayerNorm
   after them: the same parameters and matmuls, the norms elsewhere; each layer q/k/v/out projections with biases,
   eager attention over every frame pair, a LayerNorm, the feed-forward (intermediate_dense, hidden_act,
@@ -60,8 +63,11 @@ class FeatureEncoder(Variant):
     conv_bias: bool
     layer_norms: bool            # feat_extract_norm "layer": a LayerNorm after every conv; "group": one GroupNorm
     projection_norm: bool        # the feature projection's LayerNorm
-    pos_kernel: int              # num_conv_pos_embeddings
+    pos_kernel: int              # num_conv_pos_embeddings (Data2VecAudio: conv_pos_kernel_size)
     pos_groups: int              # num_conv_pos_embedding_groups
+    # Data2VecAudio's positional embedding: this many plain grouped convs, each followed by a LayerNorm without
+    # parameters and gelu (its num_conv_pos_embeddings); 0: wav2vec2's one weight-normed conv
+    pos_stack: int
     stable_layer_norm: bool      # do_stable_layer_norm: pre-LN layers
     masked_spec_embed: bool
     body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
@@ -91,7 +97,8 @@ def from_config(c: Cfg) -> ArchSpec:
     dims, kernels, strides = _ints(c, "conv_dim"), _ints(c, "conv_kernel"), _ints(c, "conv_stride")
     if not len(dims) == len(kernels) == len(strides):
         raise UsageError(f"{c.path}: config conv_dim, conv_kernel and conv_stride differ in length")
-    norm = c.get("feat_extract_norm", default=FROM_CLASS)
+    d2v = c.model_type == "data2vec-audio"   # a LayerNorm after every conv, a stack of positional convs, post-LN
+    norm = "layer" if d2v else c.get("feat_extract_norm", default=FROM_CLASS)
     if norm not in ("group", "layer"):
         raise UsageError(f"{c.path}: config feat_extract_norm = {norm!r} is not group or layer")
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
@@ -106,8 +113,10 @@ def from_config(c: Cfg) -> ArchSpec:
                        conv_bias=bool(c.get("conv_bias", default=FROM_CLASS)), layer_norms=norm == "layer",
                        # HuBERT's switch; the other classes always have the norm
                        projection_norm=bool(c.get("feat_proj_layer_norm", default=True)),
-                       pos_kernel=c.int("num_conv_pos_embeddings"), pos_groups=groups,
-                       stable_layer_norm=bool(c.get("do_stable_layer_norm", default=FROM_CLASS)), masked_spec_embed=masked,
+                       pos_kernel=c.int("conv_pos_kernel_size" if d2v else "num_conv_pos_embeddings"), pos_groups=groups,
+                       pos_stack=c.int("num_conv_pos_embeddings") if d2v else 0,
+                       stable_layer_norm=not d2v and bool(c.get("do_stable_layer_norm", default=FROM_CLASS)),
+                       masked_spec_embed=masked,
                        body=c.model_type.replace("-", "_"))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
@@ -125,7 +134,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     if kernels != (10, 3, 3, 3, 3, 2, 2):
         raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
     h, c_last = infer.shape(T, r"feature_projection\.projection\.weight$", "the feature projection")
-    pos = infer.shape(T, r"pos_conv_embed\.conv\.(parametrizations\.weight\.original1|weight_v|weight)$", "the positional conv")
+    pos = infer.shape(T, r"pos_conv_embed\.(layers\.0\.)?conv\.(parametrizations\.weight\.original1|weight_v|weight)$",
+                      "the positional conv")
     f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
     lm = infer.find(T, r"(^|\.)lm_head\.weight$")
     a, note = infer.heads_for(h, 64)
@@ -135,6 +145,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                        layer_norms=infer.has(T, r"conv_layers\.1\.layer_norm\.weight$"),
                        projection_norm=infer.has(T, r"feature_projection\.layer_norm\.weight$"), pos_kernel=pos[2],
                        pos_groups=h // pos[1], stable_layer_norm=False,
+                       pos_stack=infer.count_layers(T, r"pos_conv_embed\.layers\.(\d+)\.conv\.weight$"),
                        masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body)
     return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
@@ -175,10 +186,15 @@ def build(B: Builder) -> None:
         B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
     k, g = X.pos_kernel, X.pos_groups
     conv_out = n + 2 * (k // 2) - k + 1   # an even kernel's extra frame, cut after the conv
-    per = h * (h // g) * k + k + h        # v, g (weight norm over dim 2), bias
-    B.add(f"encoder.pos_conv_embed.conv (weight norm, {g} groups, +residual)", "conv", "embedding", 1, (b, h, n),
-          (b, h, n), params=per, macs=b * conv_out * h * (h // g) * k, ew=b * n * h * 2, weights_per_call=per)
-    B.activation("encoder.pos_conv_embed act", "embedding", tok, h, "gelu")
+    calls = X.pos_stack or 1
+    per = h * (h // g) * k + h + (0 if X.pos_stack else k)   # weight (v), bias; weight norm's g over dim 2
+    m = f"encoder.pos_conv_embed.layers[{calls}].conv" if X.pos_stack else "encoder.pos_conv_embed.conv (weight norm)"
+    B.add(f"{m} ({g} groups)", "conv", "embedding", calls, (b, h, n), (b, h, n), params=per * calls,
+          macs=b * conv_out * h * (h // g) * k, ew=b * n * h, weights_per_call=per)
+    if X.pos_stack:
+        B.norm(f"encoder.pos_conv_embed.layers[{calls}].layer_norm (no parameters)", "embedding", tok, h, calls, 0,
+               residual=False, kind="layernorm")
+    B.activation("encoder.pos_conv_embed act (+residual)", "embedding", tok, h, "gelu", calls)
     B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
            residual=False, kind="layernorm")
     B.seq = n   # the layers run over the frames
@@ -208,10 +224,14 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     if X.projection_norm:
         add_norm(out, p + "feature_projection.layer_norm", cin)
     add_linear(out, p + "feature_projection.projection", h, cin)
-    q = p + "encoder.pos_conv_embed.conv."
-    out[q + "bias"] = (h,)
-    out[q + "parametrizations.weight.original0"] = (1, 1, k)
-    out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
+    for i in range(X.pos_stack):
+        q = f"{p}encoder.pos_conv_embed.layers.{i}.conv."
+        out[q + "weight"], out[q + "bias"] = (h, h // X.pos_groups, k), (h,)
+    if not X.pos_stack:
+        q = p + "encoder.pos_conv_embed.conv."
+        out[q + "bias"] = (h,)
+        out[q + "parametrizations.weight.original0"] = (1, 1, k)
+        out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
     add_norm(out, p + "encoder.layer_norm", h)
     names = encoder.weights_of(LAYER)
     for i in range(s.layers):
@@ -233,12 +253,11 @@ _ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4,
 
 FAMILY = Family(
     name="wav2vec2",
-    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat"),
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio"),
     signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
     # the same feature encoder under other encoders, not described: SEW's and SEW-D's upsampling, WavLM's relative
-    # position bias, Data2VecAudio's stack of positional convs, the Conformer's conv modules
-    signature_without=r"(^|[./])(encoder[./]upsample|rel_attn_embed|gru_rel_pos_linear|pos_conv_embed[./]layers|"
-                      r"conv_module)[./]",
+    # position bias, the Conformer's conv modules
+    signature_without=r"(^|[./])(encoder[./]upsample|rel_attn_embed|gru_rel_pos_linear|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "ctc"),
     head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
@@ -251,5 +270,10 @@ FAMILY = Family(
         Sample("HubertConfig", dict(_SIZES, feat_proj_layer_norm=False), ("HubertForCTC",), infer=False),
         Sample("UniSpeechConfig", _SIZES, ("UniSpeechForCTC",)),
         Sample("UniSpeechSatConfig", _ODD, ("UniSpeechSatForCTC",), infer=False),
+        # three positional convs of an odd kernel; an even one
+        Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=3, conv_pos_kernel_size=7),
+               ("Data2VecAudioModel", "Data2VecAudioForCTC")),
+        Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=2, conv_pos_kernel_size=6, mask_time_prob=0.0),
+               ("Data2VecAudioForCTC",)),
     ),
 )
