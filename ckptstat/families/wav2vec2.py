@@ -1,6 +1,10 @@
 """Wav2Vec2-shaped speech encoders read from raw waveforms: transformers' modeling_wav2vec2.py (Wav2Vec2Model,
 Wav2Vec2ForCTC) and its copies modeling_hubert.py, modeling_unispeech.py, modeling_unispeech_sat.py and
-modeling_data2vec_audio.py (a LayerNorm after every conv, its positional embedding a stack of plain convs).
+modeling_data2vec_audio.py (a LayerNorm after every conv, its positional embedding a stack of plain convs) and
+modeling_wavlm.py (a gated relative position bias: the first layer's rel_attn_embed table of num_buckets x heads,
+and in every layer gru_rel_pos_linear, head_dim -> 8 on each head's slice of every frame, FlopCounterMode's addmm, and
+gru_rel_pos_const; its attention runs through F.multi_head_attention_forward: the same q/k/v/out matmuls, QK^T as
+a baddbmm with the bias, PV as a bmm).
 
 The forward over b x n raw samples (input_values; ArchSpec.seq_unit "samples": --seq counts samples, 16,000 a
 second at 16 kHz):
@@ -69,6 +73,9 @@ class FeatureEncoder(Variant):
     # parameters and gelu (its num_conv_pos_embeddings); 0: wav2vec2's one weight-normed conv
     pos_stack: int
     stable_layer_norm: bool      # do_stable_layer_norm: pre-LN layers
+    # WavLM's gated relative position bias: the first layer's rel_attn_embed rows (num_buckets; 0: no bias), and in
+    # every layer gru_rel_pos_linear (head_dim -> 8 on each head's slice of every frame) and gru_rel_pos_const
+    relative_buckets: int
     masked_spec_embed: bool
     body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
 
@@ -116,6 +123,7 @@ def from_config(c: Cfg) -> ArchSpec:
                        pos_kernel=c.int("conv_pos_kernel_size" if d2v else "num_conv_pos_embeddings"), pos_groups=groups,
                        pos_stack=c.int("num_conv_pos_embeddings") if d2v else 0,
                        stable_layer_norm=not d2v and bool(c.get("do_stable_layer_norm", default=FROM_CLASS)),
+                       relative_buckets=c.int("num_buckets") if c.model_type == "wavlm" else 0,
                        masked_spec_embed=masked,
                        body=c.model_type.replace("-", "_"))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
@@ -138,7 +146,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                       "the positional conv")
     f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
     lm = infer.find(T, r"(^|\.)lm_head\.weight$")
-    a, note = infer.heads_for(h, 64)
+    const = infer.find(T, r"layers\.0\.attention\.gru_rel_pos_const$")   # WavLM's gate holds one value a head
+    a, note = (const.shape[1], "") if const is not None and len(const.shape) == 4 else infer.heads_for(h, 64)
     body = (common["model_type"] or "wav2vec2").replace("-", "_")
     v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
                        conv_bias=infer.has(T, r"conv_layers\.0\.conv\.bias$"),
@@ -146,11 +155,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                        projection_norm=infer.has(T, r"feature_projection\.layer_norm\.weight$"), pos_kernel=pos[2],
                        pos_groups=h // pos[1], stable_layer_norm=False,
                        pos_stack=infer.count_layers(T, r"pos_conv_embed\.layers\.(\d+)\.conv\.weight$"),
+                       relative_buckets=rel.shape[0] if (rel := infer.find(T, r"rel_attn_embed\.weight$")) is not None else 0,
                        masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body)
     return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
-                    variant=v, assumptions=(note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), post-LN "
-                                            "layers (do_stable_layer_norm reorders norms only), gelu"), **common)
+                    variant=v, assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), "
+                                                             "post-LN layers (do_stable_layer_norm reorders norms only), gelu")
+                                                  if x), **common)
 
 
 def min_samples(s: ArchSpec) -> int:
@@ -198,6 +209,13 @@ def build(B: Builder) -> None:
     B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
            residual=False, kind="layernorm")
     B.seq = n   # the layers run over the frames
+    if X.relative_buckets:   # WavLM: the first layer's bias table, each layer's gate over it
+        a, L = s.heads, s.layers
+        B.embedding("encoder.layers.0.attention.rel_attn_embed (relative position bias)", "encoder", X.relative_buckets,
+                    a, n * n)
+        B.linear(f"encoder.layers[{L}].attention.gru_rel_pos_linear", "encoder", (b, a, n), s.head_dim, 8, True, L)
+        B.add(f"encoder.layers[{L}].attention.gru_rel_pos_const (gate x bias)", "activation", "encoder", L, (b, a, n, n),
+              (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
     encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
     if s.head == "ctc":
         B.linear("lm_head", "cls", tok, h, s.vocab, True)
@@ -236,6 +254,12 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     names = encoder.weights_of(LAYER)
     for i in range(s.layers):
         encoder.layer_tensors(out, f"{p}encoder.layers.{i}.", names, h, s.intermediate)
+        if X.relative_buckets:
+            q = f"{p}encoder.layers.{i}.attention."
+            out[q + "gru_rel_pos_const"] = (1, s.heads, 1, 1)
+            add_linear(out, q + "gru_rel_pos_linear", 8, s.head_dim)
+            if i == 0:
+                out[q + "rel_attn_embed.weight"] = (X.relative_buckets, s.heads)
     if s.head == "ctc":
         add_linear(out, "lm_head", s.vocab, h)
     return out
@@ -253,11 +277,11 @@ _ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4,
 
 FAMILY = Family(
     name="wav2vec2",
-    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio"),
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "wavlm"),
     signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
-    # the same feature encoder under other encoders, not described: SEW's and SEW-D's upsampling, WavLM's relative
-    # position bias, the Conformer's conv modules
-    signature_without=r"(^|[./])(encoder[./]upsample|rel_attn_embed|gru_rel_pos_linear|conv_module)[./]",
+    # the same feature encoder under other encoders, not described: SEW's and SEW-D's upsampling, the Conformer's
+    # conv modules
+    signature_without=r"(^|[./])(encoder[./]upsample|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "ctc"),
     head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
@@ -270,6 +294,8 @@ FAMILY = Family(
         Sample("HubertConfig", dict(_SIZES, feat_proj_layer_norm=False), ("HubertForCTC",), infer=False),
         Sample("UniSpeechConfig", _SIZES, ("UniSpeechForCTC",)),
         Sample("UniSpeechSatConfig", _ODD, ("UniSpeechSatForCTC",), infer=False),
+        Sample("WavLMConfig", dict(_SIZES, num_buckets=24), ("WavLMModel", "WavLMForCTC")),
+        Sample("WavLMConfig", dict(_ODD, num_buckets=16, max_bucket_distance=40), ("WavLMForCTC",), infer=False),
         # three positional convs of an odd kernel; an even one
         Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=3, conv_pos_kernel_size=7),
                ("Data2VecAudioModel", "Data2VecAudioForCTC")),
