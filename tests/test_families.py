@@ -37,9 +37,9 @@ from ckptstat.families.framework.layout import layouts_of  # noqa: E402
 from ckptstat.families.framework.spec import from_config, from_tensors  # noqa: E402
 
 SEQS = (8, 16)
-# raw samples a waveform encoder (ArchSpec.seq_unit "samples") reads: its conv stack's field (400 for wav2vec2's
-# kernels and strides) and past it, odd and even
-AUDIO_SAMPLES = (400, 1001, 4000)
+# raw samples a waveform encoder (ArchSpec.seq_unit "samples") reads past the shortest it runs (its family's min_seq,
+# checked too: 400 for wav2vec2's kernels and strides), odd and even
+AUDIO_SAMPLES = (1001, 1601, 4000)
 BATCH = 2
 
 
@@ -171,7 +171,9 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     torch_params = sum(p.numel() for p in model.parameters())
     assert predict_params(spec)["total"] == torch_params
     if spec.seq_unit == "samples":   # a waveform encoder (input_values): --seq counts raw samples, at several counts
-        for n in AUDIO_SAMPLES:
+        assert family.min_seq is not None
+        shortest = family.min_seq(spec)
+        for n in (shortest, *(x for x in AUDIO_SAMPLES if x > shortest)):
             expected = fcm_audio_flops(model, n, BATCH, sample.device)
             assert expected > 0
             assert ours(spec, n, BATCH) == expected, n

@@ -4,7 +4,10 @@ modeling_data2vec_audio.py (a LayerNorm after every conv, its positional embeddi
 modeling_wavlm.py (a gated relative position bias: the first layer's rel_attn_embed table of num_buckets x heads,
 and in every layer gru_rel_pos_linear, head_dim -> 8 on each head's slice of every frame, FlopCounterMode's addmm, and
 gru_rel_pos_const; its attention runs through F.multi_head_attention_forward: the same q/k/v/out matmuls, QK^T as
-a baddbmm with the bias, PV as a bmm).
+a baddbmm with the bias, PV as a bmm), and modeling_sew.py (squeeze_factor: the positional conv strides by it, the
+frames are average-pooled by it before post-LN layers and upsampled after them by encoder.upsample, Linear
+h -> h x squeeze and gelu, padded back to the conv features' frames; a LayerNorm on the conv features, `layer_norm`,
+and `feature_projection` only where conv_dim[-1] != hidden_size).
 
 The forward over b x n raw samples (input_values; ArchSpec.seq_unit "samples": --seq counts samples, 16,000 a
 second at 16 kHz):
@@ -76,6 +79,11 @@ class FeatureEncoder(Variant):
     # WavLM's gated relative position bias: the first layer's rel_attn_embed rows (num_buckets; 0: no bias), and in
     # every layer gru_rel_pos_linear (head_dim -> 8 on each head's slice of every frame) and gru_rel_pos_const
     relative_buckets: int
+    # SEW's squeeze_factor: the positional conv strides by it, the frames are average-pooled by it before the layers
+    # and upsampled after them (encoder.upsample, Linear h -> h x squeeze, gelu, padded back); its conv features get a
+    # LayerNorm at the top (`layer_norm`) and a projection (`feature_projection`) only where conv_dim[-1] != hidden;
+    # 0: not SEW
+    squeeze: int
     masked_spec_embed: bool
     body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
 
@@ -105,6 +113,7 @@ def from_config(c: Cfg) -> ArchSpec:
     if not len(dims) == len(kernels) == len(strides):
         raise UsageError(f"{c.path}: config conv_dim, conv_kernel and conv_stride differ in length")
     d2v = c.model_type == "data2vec-audio"   # a LayerNorm after every conv, a stack of positional convs, post-LN
+    sew = c.model_type == "sew"               # squeeze_factor; post-LN
     norm = "layer" if d2v else c.get("feat_extract_norm", default=FROM_CLASS)
     if norm not in ("group", "layer"):
         raise UsageError(f"{c.path}: config feat_extract_norm = {norm!r} is not group or layer")
@@ -119,10 +128,11 @@ def from_config(c: Cfg) -> ArchSpec:
     v = FeatureEncoder(conv_dims=dims, conv_kernels=kernels, conv_strides=strides,
                        conv_bias=bool(c.get("conv_bias", default=FROM_CLASS)), layer_norms=norm == "layer",
                        # HuBERT's switch; the other classes always have the norm
-                       projection_norm=bool(c.get("feat_proj_layer_norm", default=True)),
+                       projection_norm=not sew and bool(c.get("feat_proj_layer_norm", default=True)),
                        pos_kernel=c.int("conv_pos_kernel_size" if d2v else "num_conv_pos_embeddings"), pos_groups=groups,
                        pos_stack=c.int("num_conv_pos_embeddings") if d2v else 0,
-                       stable_layer_norm=not d2v and bool(c.get("do_stable_layer_norm", default=FROM_CLASS)),
+                       stable_layer_norm=not (d2v or sew) and bool(c.get("do_stable_layer_norm", default=FROM_CLASS)),
+                       squeeze=c.int("squeeze_factor", default=FROM_CLASS) if sew else 0,
                        relative_buckets=c.int("num_buckets") if c.model_type == "wavlm" else 0,
                        masked_spec_embed=masked,
                        body=c.model_type.replace("-", "_"))
@@ -141,7 +151,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     kernels = tuple(w[2] for w in convs)
     if kernels != (10, 3, 3, 3, 3, 2, 2):
         raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
-    h, c_last = infer.shape(T, r"feature_projection\.projection\.weight$", "the feature projection")
+    up = infer.find(T, r"encoder\.upsample\.projection\.weight$")   # SEW
+    h = infer.shape(T, r"layers\.0\.attention\.q_proj\.weight$", "the first layer's q_proj")[0]
     pos = infer.shape(T, r"pos_conv_embed\.(layers\.0\.)?conv\.(parametrizations\.weight\.original1|weight_v|weight)$",
                       "the positional conv")
     f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
@@ -156,7 +167,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                        pos_groups=h // pos[1], stable_layer_norm=False,
                        pos_stack=infer.count_layers(T, r"pos_conv_embed\.layers\.(\d+)\.conv\.weight$"),
                        relative_buckets=rel.shape[0] if (rel := infer.find(T, r"rel_attn_embed\.weight$")) is not None else 0,
-                       masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body)
+                       masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body,
+                       squeeze=up.shape[0] // h if up is not None else 0)
     return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
                     variant=v, assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), "
@@ -165,9 +177,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def min_samples(s: ArchSpec) -> int:
-    """The conv stack's receptive field: the fewest raw samples that leave one frame (Conv1d refuses fewer)."""
+    """The conv stack's receptive field: the fewest raw samples that leave one frame (Conv1d refuses fewer); SEW's
+    pooling needs squeeze_factor frames."""
     X = s.variant_as(FeatureEncoder)
-    n = 1
+    n = max(X.squeeze, 1)
     for k, st in zip(reversed(X.conv_kernels), reversed(X.conv_strides)):
         n = (n - 1) * st + k
     return n
@@ -190,13 +203,21 @@ def build(B: Builder) -> None:
         B.activation(f"{m} act", "embedding", (b, out), cout, "gelu")
         n, cin = out, cout
     tok = (b, n)
-    if X.projection_norm:
-        B.norm("feature_projection.layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
-    B.linear("feature_projection.projection", "embedding", tok, cin, h, True)
+    if X.squeeze:
+        B.norm("layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+        if cin != h:
+            B.linear("feature_projection", "embedding", tok, cin, h, True)
+    else:
+        if X.projection_norm:
+            B.norm("feature_projection.layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+        B.linear("feature_projection.projection", "embedding", tok, cin, h, True)
     if X.masked_spec_embed:
         B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
     k, g = X.pos_kernel, X.pos_groups
-    conv_out = n + 2 * (k // 2) - k + 1   # an even kernel's extra frame, cut after the conv
+    sq = X.squeeze or 1
+    conv_out = (n + 2 * (k // 2) - k) // sq + 1   # an even kernel's extra frame, cut after the conv
+    # the frames the layers run over: SEW's pooled ones, as many as both the pool and the cut conv give
+    frames = min(conv_out - (1 - k % 2), n // sq) if X.squeeze else n
     calls = X.pos_stack or 1
     per = h * (h // g) * k + h + (0 if X.pos_stack else k)   # weight (v), bias; weight norm's g over dim 2
     m = f"encoder.pos_conv_embed.layers[{calls}].conv" if X.pos_stack else "encoder.pos_conv_embed.conv (weight norm)"
@@ -208,7 +229,10 @@ def build(B: Builder) -> None:
     B.activation("encoder.pos_conv_embed act (+residual)", "embedding", tok, h, "gelu", calls)
     B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
            residual=False, kind="layernorm")
-    B.seq = n   # the layers run over the frames
+    if X.squeeze:
+        B.add(f"encoder.pool (average, {sq})", "pool", "encoder", 1, (b, h, n), (b, h, frames), ew=b * h * n)
+    B.seq = frames   # the layers run over the frames
+    n_all, n = n, frames
     if X.relative_buckets:   # WavLM: the first layer's bias table, each layer's gate over it
         a, L = s.heads, s.layers
         B.embedding("encoder.layers.0.attention.rel_attn_embed (relative position bias)", "encoder", X.relative_buckets,
@@ -217,8 +241,11 @@ def build(B: Builder) -> None:
         B.add(f"encoder.layers[{L}].attention.gru_rel_pos_const (gate x bias)", "activation", "encoder", L, (b, a, n, n),
               (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
     encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
+    if X.squeeze:   # back to the conv features' frames (padded where the pooling dropped some)
+        B.linear("encoder.upsample.projection", "encoder", (b, n), h, h * sq, True)
+        B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
     if s.head == "ctc":
-        B.linear("lm_head", "cls", tok, h, s.vocab, True)
+        B.linear("lm_head", "cls", (b, n_all), h, s.vocab, True)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
@@ -239,9 +266,15 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         if X.layer_norms or i == 0:
             add_norm(out, m + "layer_norm", cout)
         cin = cout
-    if X.projection_norm:
-        add_norm(out, p + "feature_projection.layer_norm", cin)
-    add_linear(out, p + "feature_projection.projection", h, cin)
+    if X.squeeze:
+        add_norm(out, p + "layer_norm", cin)
+        if cin != h:
+            add_linear(out, p + "feature_projection", h, cin)
+        add_linear(out, p + "encoder.upsample.projection", h * X.squeeze, h)
+    else:
+        if X.projection_norm:
+            add_norm(out, p + "feature_projection.layer_norm", cin)
+        add_linear(out, p + "feature_projection.projection", h, cin)
     for i in range(X.pos_stack):
         q = f"{p}encoder.pos_conv_embed.layers.{i}.conv."
         out[q + "weight"], out[q + "bias"] = (h, h // X.pos_groups, k), (h,)
@@ -277,11 +310,10 @@ _ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4,
 
 FAMILY = Family(
     name="wav2vec2",
-    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "wavlm"),
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "wavlm", "sew"),
     signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
-    # the same feature encoder under other encoders, not described: SEW's and SEW-D's upsampling, the Conformer's
-    # conv modules
-    signature_without=r"(^|[./])(encoder[./]upsample|conv_module)[./]",
+    # the same feature encoder under other encoders, not described: SEW-D's DeBERTa layers, the Conformer's conv modules
+    signature_without=r"(^|[./])(encoder[./]encoder|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "ctc"),
     head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
@@ -296,6 +328,10 @@ FAMILY = Family(
         Sample("UniSpeechSatConfig", _ODD, ("UniSpeechSatForCTC",), infer=False),
         Sample("WavLMConfig", dict(_SIZES, num_buckets=24), ("WavLMModel", "WavLMForCTC")),
         Sample("WavLMConfig", dict(_ODD, num_buckets=16, max_bucket_distance=40), ("WavLMForCTC",), infer=False),
+        Sample("SEWConfig", _SIZES, ("SEWModel", "SEWForCTC")),
+        # conv_dim[-1] == hidden: no feature_projection; an odd positional kernel; squeeze 3
+        Sample("SEWConfig", dict(_SIZES, conv_dim=(8, 8, 12, 12, 16, 16, 32), squeeze_factor=3, num_conv_pos_embeddings=5,
+                                 feat_extract_norm="layer"), ("SEWForCTC",)),
         # three positional convs of an odd kernel; an even one
         Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=3, conv_pos_kernel_size=7),
                ("Data2VecAudioModel", "Data2VecAudioForCTC")),
