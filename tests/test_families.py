@@ -37,6 +37,9 @@ from ckptstat.families.framework.layout import layouts_of  # noqa: E402
 from ckptstat.families.framework.spec import from_config, from_tensors  # noqa: E402
 
 SEQS = (8, 16)
+# raw samples a waveform encoder (ArchSpec.seq_unit "samples") reads past the shortest it runs (its family's min_seq,
+# checked too: 400 for wav2vec2's kernels and strides), odd and even
+AUDIO_SAMPLES = (1001, 1601, 4000)
 BATCH = 2
 
 
@@ -105,6 +108,14 @@ def fcm_image_flops(model, seq, batch, device, side, channels, native):
     return counter.get_total_flops()
 
 
+def fcm_audio_flops(model, samples, batch, device):
+    """FlopCounterMode's total for one forward of `batch` waveforms of `samples` raw samples (input_values), without
+    an attention mask, as tests/coverage_walk.py's oracle runs it."""
+    with flop_counter() as counter, torch.device(device), torch.no_grad():
+        model(input_values=torch.zeros((batch, samples)))
+    return counter.get_total_flops()
+
+
 def spec_of(cls, cfg):
     """ckptstat's ArchSpec from the config.json save_pretrained would write for `cls`."""
     d = cfg.to_dict()
@@ -159,7 +170,14 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     assert spec.family == family.name
     torch_params = sum(p.numel() for p in model.parameters())
     assert predict_params(spec)["total"] == torch_params
-    for seq in SEQS:
+    if spec.seq_unit == "samples":   # a waveform encoder (input_values): --seq counts raw samples, at several counts
+        assert family.min_seq is not None
+        shortest = family.min_seq(spec)
+        for n in (shortest, *(x for x in AUDIO_SAMPLES if x > shortest)):
+            expected = fcm_audio_flops(model, n, BATCH, sample.device)
+            assert expected > 0
+            assert ours(spec, n, BATCH) == expected, n
+    for seq in SEQS if spec.seq_unit == "tokens" else ():
         # vision: at two image sides (Fuyu's template is its text-only forward: no image_size)
         if spec.image_size and "pixel_values" in inspect.signature(model.forward).parameters:
             image = getattr(spec.variant, "vision", spec.variant)   # a two-tower model's vision tower (clip.Towers)

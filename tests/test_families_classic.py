@@ -64,9 +64,10 @@ def test_opt_runs_max_position_embeddings_tokens_and_not_one_more():
         check_seq(spec, P + 1)
 
 
-# the vision encoders added beside them (families/dinov2.py, siglip.py, vit.py's DeiT) read back the same way
-VISION = ("dinov2", "siglip", "vit")
-SAVE_CASES = [pytest.param(f, s, name, id=f"{f}-{name}-{i}") for f in FAMILIES + VISION for i, s in enumerate(get(f).samples)
+# the vision encoders added beside them (families/dinov2.py, siglip.py, vit.py's DeiT) and the waveform encoders
+# (wav2vec2.py) read back the same way
+ENCODERS = ("dinov2", "siglip", "vit", "wav2vec2")
+SAVE_CASES = [pytest.param(f, s, name, id=f"{f}-{name}-{i}") for f in FAMILIES + ENCODERS for i, s in enumerate(get(f).samples)
               for name in s.models[:1] + s.models[-1:] if name != s.models[0] or i == 0]
 
 

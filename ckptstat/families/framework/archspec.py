@@ -7,7 +7,7 @@ V vocab, P positions, T type vocab, L layers, E embedding size (ALBERT/ELECTRA f
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import Literal, TypeVar
 
 
 @dataclass(frozen=True)
@@ -186,6 +186,9 @@ class ArchSpec:
     # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
     ssm: SSM | None = None
     ssm_layers: tuple[int, ...] = ()
+    # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
+    # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
+    seq_unit: Literal["tokens", "samples"] = "tokens"
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

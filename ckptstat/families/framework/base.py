@@ -31,6 +31,7 @@ HEAD_SUFFIXES = [
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
+    ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
     ("Model", "base"),
 ]
 # Bytes per element of config `torch_dtype` / `dtype` values.
@@ -259,6 +260,9 @@ class Family:
     # with strict_params: does a bare config.json (no weights to check the template against) suffice? None: always
     config_alone: Callable[[Mapping[str, Any]], bool] | None = None
     main_input: str = "input_ids"               # input_features: --seq counts mel frames (--frames, --audio-seconds)
+    # the shortest --seq the model can run (a waveform encoder's conv stack needs its receptive field: wav2vec2.py);
+    # None: any
+    min_seq: Callable[[ArchSpec], int] | None = None
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # the heads the first cache line holds, which tensor parallelism splits (None: spec.kv_heads; MLA's latent: 1)
     cache_heads: Callable[[ArchSpec], int] | None = None

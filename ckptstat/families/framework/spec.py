@@ -107,7 +107,12 @@ def default_seq(spec: ArchSpec) -> int:
 
 
 def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
-    """UsageError when a sequence length exceeds the model's learned positions (the model cannot run it)."""
+    """UsageError when a sequence length exceeds the model's learned positions, or is shorter than its family's
+    min_seq (the model cannot run it)."""
+    shortest = get(spec.family).min_seq
+    if shortest is not None and seq < shortest(spec):
+        unit = "raw audio samples" if spec.seq_unit == "samples" else "tokens"
+        raise UsageError(f"--seq {seq} is shorter than the {shortest(spec):,} {unit} {spec.model_type} needs")
     limit = max_seq(spec)
     if limit is None:
         return

@@ -1,0 +1,341 @@
+"""Wav2Vec2-shaped speech encoders read from raw waveforms: transformers' modeling_wav2vec2.py (Wav2Vec2Model,
+Wav2Vec2ForCTC) and its copies modeling_hubert.py, modeling_unispeech.py, modeling_unispeech_sat.py and
+modeling_data2vec_audio.py (a LayerNorm after every conv, its positional embedding a stack of plain convs) and
+modeling_wavlm.py (a gated relative position bias: the first layer's rel_attn_embed table of num_buckets x heads,
+and in every layer gru_rel_pos_linear, head_dim -> 8 on each head's slice of every frame, FlopCounterMode's addmm, and
+gru_rel_pos_const; its attention runs through F.multi_head_attention_forward: the same q/k/v/out matmuls, QK^T as
+a baddbmm with the bias, PV as a bmm), and modeling_sew.py (squeeze_factor: the positional conv strides by it, the
+frames are average-pooled by it before post-LN layers and upsampled after them by encoder.upsample, Linear
+h -> h x squeeze and gelu, padded back to the conv features' frames; a LayerNorm on the conv features, `layer_norm`,
+and `feature_projection` only where conv_dim[-1] != hidden_size).
+
+The forward over b x n raw samples (input_values; ArchSpec.seq_unit "samples": --seq counts samples, 16,000 a
+second at 16 kHz):
+- the feature encoder, conv_layers.i: Conv1d(conv_dim[i-1] -> conv_dim[i], kernel conv_kernel[i], stride
+  conv_stride[i], no padding, conv_bias), gelu; feat_extract_norm "group": a GroupNorm (one group per channel) after
+  the first conv only, "layer": a LayerNorm after every conv. Each conv turns L samples / frames into
+  floor((L - k) / s) + 1 frames; the last conv's frames are the sequence the encoder runs over;
+- the feature projection: LayerNorm(conv_dim[-1]) (HuBERT: only with feat_proj_layer_norm), Linear to hidden_size;
+- the positional conv embedding: a grouped Conv1d (hidden -> hidden, kernel num_conv_pos_embeddings, padding k // 2,
+  groups num_conv_pos_embedding_groups) under weight norm (torch's parametrizations.weight_norm, dim 2: the stored
+  `parametrizations.weight.original0` [1, 1, k] (g) and `original1` [h, h / groups, k] (v); older files name them
+  weight_g / weight_v), the frame an even kernel adds cut off, gelu, added to the frames; Data2VecAudio's:
+  num_conv_pos_embeddings plain grouped convs of kernel conv_pos_kernel_size, each cut, LayerNorm without parameters,
+  gelu;
+- the encoder: post-LN layers and a LayerNorm before them, or (do_stable_layer_norm) pre-LN layers and the LayerNorm
+  after them: the same parameters and matmuls, the norms elsewhere; each layer q/k/v/out projections with biases,
+  eager attention over every frame pair, a LayerNorm, the feed-forward (intermediate_dense, hidden_act,
+  output_dense), final_layer_norm;
+- Wav2Vec2ForCTC: lm_head, Linear(hidden -> vocab_size) on every frame.
+masked_spec_embed (h parameters) exists when mask_time_prob or mask_feature_prob > 0 (UniSpeechSat: always);
+SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMode counts for aten.convolution:
+2 x b x out_frames x c_out x (c_in / groups) x k (the positional conv over the n + 1 frames an even kernel gives before
+the cut).
+Not described (NoAnalyticModel, the meta path answers): the adapter (add_adapter), the attention adapters
+(adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NoAnalyticModel, UsageError
+from .framework import encoder, infer
+from .framework.archspec import Variant
+from .framework.base import (
+    FROM_CLASS,
+    ArchSpec,
+    Cfg,
+    Family,
+    HeadRule,
+    Sample,
+    Shapes,
+    Tensors,
+    add_linear,
+    add_norm,
+    architectures,
+)
+from .framework.ops import Builder
+
+# a layer's modules in encoder.LayerNames' order
+LAYER = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
+         "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
+
+
+@dataclass(frozen=True)
+class FeatureEncoder(Variant):
+    """The conv feature encoder, the feature projection and the positional conv of a wav2vec2-shaped model."""
+    conv_dims: tuple[int, ...]
+    conv_kernels: tuple[int, ...]
+    conv_strides: tuple[int, ...]
+    conv_bias: bool
+    layer_norms: bool            # feat_extract_norm "layer": a LayerNorm after every conv; "group": one GroupNorm
+    projection_norm: bool        # the feature projection's LayerNorm
+    pos_kernel: int              # num_conv_pos_embeddings (Data2VecAudio: conv_pos_kernel_size)
+    pos_groups: int              # num_conv_pos_embedding_groups
+    # Data2VecAudio's positional embedding: this many plain grouped convs, each followed by a LayerNorm without
+    # parameters and gelu (its num_conv_pos_embeddings); 0: wav2vec2's one weight-normed conv
+    pos_stack: int
+    stable_layer_norm: bool      # do_stable_layer_norm: pre-LN layers
+    # WavLM's gated relative position bias: the first layer's rel_attn_embed rows (num_buckets; 0: no bias), and in
+    # every layer gru_rel_pos_linear (head_dim -> 8 on each head's slice of every frame) and gru_rel_pos_const
+    relative_buckets: int
+    # SEW's squeeze_factor: the positional conv strides by it, the frames are average-pooled by it before the layers
+    # and upsampled after them (encoder.upsample, Linear h -> h x squeeze, gelu, padded back); its conv features get a
+    # LayerNorm at the top (`layer_norm`) and a projection (`feature_projection`) only where conv_dim[-1] != hidden;
+    # 0: not SEW
+    squeeze: int
+    masked_spec_embed: bool
+    body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
+
+
+def _ints(c: Cfg, key: str) -> tuple[int, ...]:
+    """A conv stack list; missing: the class's list (not in config_defaults.json, which holds scalars), on the meta path."""
+    v = c.get(key, default=None)
+    if v is None:
+        raise NoAnalyticModel(f"{c.path}: config has no {key}; its config class's default is a list the template "
+                              "does not read")
+    if not (isinstance(v, (list, tuple)) and v
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in v)):
+        raise UsageError(f"{c.path}: config {key} must be a list of positive integers")
+    return tuple(v)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    other = [a for a in architectures(c.cfg) if not a.endswith(("ForCTC", "Model"))]
+    if other:   # Wav2Vec2ForXVector, *ForAudioFrameClassification: no head suffix names them
+        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template describes the base model and the CTC head, "
+                              f"not {other[0]}")
+    for key, off in (("add_adapter", False), ("adapter_attn_dim", None), ("conv_pos_batch_norm", False)):
+        if c.get(key, default=off) not in (off, None):
+            raise NoAnalyticModel(f"{c.path}: {key} = {c.get(key)!r} adds modules the {c.model_type} template "
+                                  "does not describe")
+    dims, kernels, strides = _ints(c, "conv_dim"), _ints(c, "conv_kernel"), _ints(c, "conv_stride")
+    if not len(dims) == len(kernels) == len(strides):
+        raise UsageError(f"{c.path}: config conv_dim, conv_kernel and conv_stride differ in length")
+    d2v = c.model_type == "data2vec-audio"   # a LayerNorm after every conv, a stack of positional convs, post-LN
+    sew = c.model_type == "sew"               # squeeze_factor; post-LN
+    norm = "layer" if d2v else c.get("feat_extract_norm", default=FROM_CLASS)
+    if norm not in ("group", "layer"):
+        raise UsageError(f"{c.path}: config feat_extract_norm = {norm!r} is not group or layer")
+    h, a = c.int("hidden_size"), c.int("num_attention_heads")
+    groups = c.int("num_conv_pos_embedding_groups")
+    if h % a or h % groups:
+        raise UsageError(f"{c.path}: hidden_size {h} is not a multiple of num_attention_heads ({a}) and "
+                         f"num_conv_pos_embedding_groups ({groups})")
+    # UniSpeechSatModel holds masked_spec_embed whatever the probabilities; the others only where one is > 0
+    masked = c.model_type == "unispeech-sat" or any(float(c.get(k, default=FROM_CLASS)) > 0
+                                                    for k in ("mask_time_prob", "mask_feature_prob"))
+    v = FeatureEncoder(conv_dims=dims, conv_kernels=kernels, conv_strides=strides,
+                       conv_bias=bool(c.get("conv_bias", default=FROM_CLASS)), layer_norms=norm == "layer",
+                       # HuBERT's switch; the other classes always have the norm
+                       projection_norm=not sew and bool(c.get("feat_proj_layer_norm", default=True)),
+                       pos_kernel=c.int("conv_pos_kernel_size" if d2v else "num_conv_pos_embeddings"), pos_groups=groups,
+                       pos_stack=c.int("num_conv_pos_embeddings") if d2v else 0,
+                       stable_layer_norm=not (d2v or sew) and bool(c.get("do_stable_layer_norm", default=FROM_CLASS)),
+                       squeeze=c.int("squeeze_factor", default=FROM_CLASS) if sew else 0,
+                       relative_buckets=c.int("num_buckets") if c.model_type == "wavlm" else 0,
+                       masked_spec_embed=masked,
+                       body=c.model_type.replace("-", "_"))
+    return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
+                    activation=str(c.get("hidden_act", default=FROM_CLASS)), tied_embeddings=False, seq_unit="samples",
+                    variant=v, **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    """Widths and kernels from the conv weights; the strides are not in the weights: wav2vec2's (5, 2, 2, ...)
+    assumed when the kernels are wav2vec2's (10, 3, 3, 3, 3, 2, 2), else config.json is needed."""
+    convs = []
+    for i in range(infer.count_layers(T, r"feature_extractor\.conv_layers\.(\d+)\.conv\.weight$")):
+        convs.append(infer.shape(T, rf"feature_extractor\.conv_layers\.{i}\.conv\.weight$", f"conv layer {i}"))
+    kernels = tuple(w[2] for w in convs)
+    if kernels != (10, 3, 3, 3, 3, 2, 2):
+        raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
+    up = infer.find(T, r"encoder\.upsample\.projection\.weight$")   # SEW
+    h = infer.shape(T, r"layers\.0\.attention\.q_proj\.weight$", "the first layer's q_proj")[0]
+    pos = infer.shape(T, r"pos_conv_embed\.(layers\.0\.)?conv\.(parametrizations\.weight\.original1|weight_v|weight)$",
+                      "the positional conv")
+    f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
+    lm = infer.find(T, r"(^|\.)lm_head\.weight$")
+    const = infer.find(T, r"layers\.0\.attention\.gru_rel_pos_const$")   # WavLM's gate holds one value a head
+    a, note = (const.shape[1], "") if const is not None and len(const.shape) == 4 else infer.heads_for(h, 64)
+    body = (common["model_type"] or "wav2vec2").replace("-", "_")
+    v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
+                       conv_bias=infer.has(T, r"conv_layers\.0\.conv\.bias$"),
+                       layer_norms=infer.has(T, r"conv_layers\.1\.layer_norm\.weight$"),
+                       projection_norm=infer.has(T, r"feature_projection\.layer_norm\.weight$"), pos_kernel=pos[2],
+                       pos_groups=h // pos[1], stable_layer_norm=False,
+                       pos_stack=infer.count_layers(T, r"pos_conv_embed\.layers\.(\d+)\.conv\.weight$"),
+                       relative_buckets=rel.shape[0] if (rel := infer.find(T, r"rel_attn_embed\.weight$")) is not None else 0,
+                       masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body,
+                       squeeze=up.shape[0] // h if up is not None else 0)
+    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
+                    variant=v, assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), "
+                                                             "post-LN layers (do_stable_layer_norm reorders norms only), gelu")
+                                                  if x), **common)
+
+
+def min_samples(s: ArchSpec) -> int:
+    """The conv stack's receptive field: the fewest raw samples that leave one frame (Conv1d refuses fewer); SEW's
+    pooling needs squeeze_factor frames."""
+    X = s.variant_as(FeatureEncoder)
+    n = max(X.squeeze, 1)
+    for k, st in zip(reversed(X.conv_kernels), reversed(X.conv_strides)):
+        n = (n - 1) * st + k
+    return n
+
+
+def build(B: Builder) -> None:
+    s, b = B.s, B.b
+    X = s.variant_as(FeatureEncoder)
+    h = s.hidden
+    n, cin = B.seq, 1
+    for i, (cout, k, st) in enumerate(zip(X.conv_dims, X.conv_kernels, X.conv_strides)):
+        out = max((n - k) // st + 1, 0)   # 0: fewer samples than the receptive field (min_samples; check_seq refuses)
+        per = cout * cin * k + (cout if X.conv_bias else 0)
+        m = f"feature_extractor.conv_layers.{i}"
+        B.add(f"{m}.conv ({k}/{st})", "conv", "embedding", 1, (b, cin, n), (b, cout, out), params=per,
+              macs=b * out * cout * cin * k, ew=b * out * cout if X.conv_bias else 0, weights_per_call=per)
+        if X.layer_norms or i == 0:
+            B.norm(f"{m}.layer_norm" + ("" if X.layer_norms else " (GroupNorm)"), "embedding", (b, out), cout,
+                   residual=False, kind="layernorm")
+        B.activation(f"{m} act", "embedding", (b, out), cout, "gelu")
+        n, cin = out, cout
+    tok = (b, n)
+    if X.squeeze:
+        B.norm("layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+        if cin != h:
+            B.linear("feature_projection", "embedding", tok, cin, h, True)
+    else:
+        if X.projection_norm:
+            B.norm("feature_projection.layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+        B.linear("feature_projection.projection", "embedding", tok, cin, h, True)
+    if X.masked_spec_embed:
+        B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
+    k, g = X.pos_kernel, X.pos_groups
+    sq = X.squeeze or 1
+    conv_out = (n + 2 * (k // 2) - k) // sq + 1   # an even kernel's extra frame, cut after the conv
+    # the frames the layers run over: SEW's pooled ones, as many as both the pool and the cut conv give
+    frames = min(conv_out - (1 - k % 2), n // sq) if X.squeeze else n
+    calls = X.pos_stack or 1
+    per = h * (h // g) * k + h + (0 if X.pos_stack else k)   # weight (v), bias; weight norm's g over dim 2
+    m = f"encoder.pos_conv_embed.layers[{calls}].conv" if X.pos_stack else "encoder.pos_conv_embed.conv (weight norm)"
+    B.add(f"{m} ({g} groups)", "conv", "embedding", calls, (b, h, n), (b, h, n), params=per * calls,
+          macs=b * conv_out * h * (h // g) * k, ew=b * n * h, weights_per_call=per)
+    if X.pos_stack:
+        B.norm(f"encoder.pos_conv_embed.layers[{calls}].layer_norm (no parameters)", "embedding", tok, h, calls, 0,
+               residual=False, kind="layernorm")
+    B.activation("encoder.pos_conv_embed act (+residual)", "embedding", tok, h, "gelu", calls)
+    B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
+           residual=False, kind="layernorm")
+    if X.squeeze:
+        B.add(f"encoder.pool (average, {sq})", "pool", "encoder", 1, (b, h, n), (b, h, frames), ew=b * h * n)
+    B.seq = frames   # the layers run over the frames
+    n_all, n = n, frames
+    if X.relative_buckets:   # WavLM: the first layer's bias table, each layer's gate over it
+        a, L = s.heads, s.layers
+        B.embedding("encoder.layers.0.attention.rel_attn_embed (relative position bias)", "encoder", X.relative_buckets,
+                    a, n * n)
+        B.linear(f"encoder.layers[{L}].attention.gru_rel_pos_linear", "encoder", (b, a, n), s.head_dim, 8, True, L)
+        B.add(f"encoder.layers[{L}].attention.gru_rel_pos_const (gate x bias)", "activation", "encoder", L, (b, a, n, n),
+              (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
+    encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
+    if X.squeeze:   # back to the conv features' frames (padded where the pooling dropped some)
+        B.linear("encoder.upsample.projection", "encoder", (b, n), h, h * sq, True)
+        B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
+    if s.head == "ctc":
+        B.linear("lm_head", "cls", (b, n_all), h, s.vocab, True)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    if s.head not in ("base", "ctc"):
+        return None
+    X = s.variant_as(FeatureEncoder)
+    h, k = s.hidden, X.pos_kernel
+    p = "" if s.head == "base" else X.body + "."
+    out: Shapes = {}
+    if X.masked_spec_embed:
+        out[p + "masked_spec_embed"] = (h,)
+    cin = 1
+    for i, (cout, kk) in enumerate(zip(X.conv_dims, X.conv_kernels)):
+        m = f"{p}feature_extractor.conv_layers.{i}."
+        out[m + "conv.weight"] = (cout, cin, kk)
+        if X.conv_bias:
+            out[m + "conv.bias"] = (cout,)
+        if X.layer_norms or i == 0:
+            add_norm(out, m + "layer_norm", cout)
+        cin = cout
+    if X.squeeze:
+        add_norm(out, p + "layer_norm", cin)
+        if cin != h:
+            add_linear(out, p + "feature_projection", h, cin)
+        add_linear(out, p + "encoder.upsample.projection", h * X.squeeze, h)
+    else:
+        if X.projection_norm:
+            add_norm(out, p + "feature_projection.layer_norm", cin)
+        add_linear(out, p + "feature_projection.projection", h, cin)
+    for i in range(X.pos_stack):
+        q = f"{p}encoder.pos_conv_embed.layers.{i}.conv."
+        out[q + "weight"], out[q + "bias"] = (h, h // X.pos_groups, k), (h,)
+    if not X.pos_stack:
+        q = p + "encoder.pos_conv_embed.conv."
+        out[q + "bias"] = (h,)
+        out[q + "parametrizations.weight.original0"] = (1, 1, k)
+        out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
+    add_norm(out, p + "encoder.layer_norm", h)
+    names = encoder.weights_of(LAYER)
+    for i in range(s.layers):
+        encoder.layer_tensors(out, f"{p}encoder.layers.{i}.", names, h, s.intermediate)
+        if X.relative_buckets:
+            q = f"{p}encoder.layers.{i}.attention."
+            out[q + "gru_rel_pos_const"] = (1, s.heads, 1, 1)
+            add_linear(out, q + "gru_rel_pos_linear", 8, s.head_dim)
+            if i == 0:
+                out[q + "rel_attn_embed.weight"] = (X.relative_buckets, s.heads)
+    if s.head == "ctc":
+        add_linear(out, "lm_head", s.vocab, h)
+    return out
+
+
+# wav2vec2's kernels and strides (from_tensors can assume them), narrow channels
+_SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=21,
+              conv_dim=(8, 8, 12, 12, 16, 16, 20), conv_kernel=(10, 3, 3, 3, 3, 2, 2), conv_stride=(5, 2, 2, 2, 2, 2, 2),
+              num_conv_pos_embeddings=6, num_conv_pos_embedding_groups=4)
+# three convs of another shape, layer norms after every conv, conv biases, pre-LN layers, an odd positional kernel,
+# no masked_spec_embed: the strides are config-only (from_tensors assumes wav2vec2's)
+_ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4, 3, 2), feat_extract_norm="layer",
+            conv_bias=True, do_stable_layer_norm=True, num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=2,
+            mask_time_prob=0.0)
+
+FAMILY = Family(
+    name="wav2vec2",
+    model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "wavlm", "sew"),
+    signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
+    # the same feature encoder under other encoders, not described: SEW-D's DeBERTa layers, the Conformer's conv modules
+    signature_without=r"(^|[./])(encoder[./]encoder|conv_module)[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "ctc"),
+    head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
+    main_input="input_values",
+    min_seq=min_samples,
+    samples=(
+        Sample("Wav2Vec2Config", _SIZES, ("Wav2Vec2Model", "Wav2Vec2ForCTC")),
+        Sample("Wav2Vec2Config", _ODD, ("Wav2Vec2ForCTC",), infer=False),
+        Sample("HubertConfig", _SIZES, ("HubertModel", "HubertForCTC")),
+        Sample("HubertConfig", dict(_SIZES, feat_proj_layer_norm=False), ("HubertForCTC",), infer=False),
+        Sample("UniSpeechConfig", _SIZES, ("UniSpeechForCTC",)),
+        Sample("UniSpeechSatConfig", _ODD, ("UniSpeechSatForCTC",), infer=False),
+        Sample("WavLMConfig", dict(_SIZES, num_buckets=24), ("WavLMModel", "WavLMForCTC")),
+        Sample("WavLMConfig", dict(_ODD, num_buckets=16, max_bucket_distance=40), ("WavLMForCTC",), infer=False),
+        Sample("SEWConfig", _SIZES, ("SEWModel", "SEWForCTC")),
+        # conv_dim[-1] == hidden: no feature_projection; an odd positional kernel; squeeze 3
+        Sample("SEWConfig", dict(_SIZES, conv_dim=(8, 8, 12, 12, 16, 16, 32), squeeze_factor=3, num_conv_pos_embeddings=5,
+                                 feat_extract_norm="layer"), ("SEWForCTC",)),
+        # three positional convs of an odd kernel; an even one
+        Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=3, conv_pos_kernel_size=7),
+               ("Data2VecAudioModel", "Data2VecAudioForCTC")),
+        Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=2, conv_pos_kernel_size=6, mask_time_prob=0.0),
+               ("Data2VecAudioForCTC",)),
+    ),
+)
