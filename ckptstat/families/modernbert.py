@@ -25,6 +25,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, interm
 
 FAMILY = Family(
     name="modernbert",
+    before=("modernbert_decoder",),   # tried first: the decoder's signature (mlp.Wi) matches its files too; its Wqkv does not
     **{**layout.family_fields({"modernbert": MODERNBERT}, "attn_qkv"),
        "gguf_tensor_names": ()},   # llama.cpp's modern-bert converter renames the HF names: not mapped here
     samples=(
