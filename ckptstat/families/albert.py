@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -27,7 +27,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     positions=c.int("max_position_embeddings"), type_vocab=c.int("type_vocab_size", default=2),
                     embedding_size=e, activation=str(act), pooler=pooler(c.model_type, c.head),
                     shared_groups=c.int("num_hidden_groups", default=1), inner_group=c.int("inner_group_num", default=1),
-                    **c.common)
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -52,7 +52,7 @@ def build(B: Builder) -> None:
     if s.pooler:
         encoder.pooler(B)
     if s.head in ("mlm", "lm", "pretraining"):
-        encoder.mlm_head(B, "cls.predictions", E)
+        encoder.mlm_head(B, "cls.predictions", E, held_bias=True)
         if s.head == "pretraining":
             B.linear("sop_classifier", "cls", first, h, 2, True)
     if s.head == "seqcls":

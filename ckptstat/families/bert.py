@@ -9,7 +9,7 @@ from typing import Any
 
 from .framework import encoder, infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -103,7 +103,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
-                    pooler=pooler(c.model_type, c.head), **c.common)
+                    pooler=pooler(c.model_type, c.head),
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -136,9 +137,13 @@ def build(B: Builder) -> None:
     if s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
         # MLM: transform to E (ELECTRA's generator) or h, decoder tied to the word embeddings
         if v.lm_transform:
-            encoder.mlm_head(B, "cls.predictions", s.emb if electra else h)
+            encoder.mlm_head(B, "cls.predictions", s.emb if electra else h, held_bias=not electra)
         else:
-            B.linear("lm_head.decoder (tied to word_embeddings)", "cls", tok, h, s.vocab, True, tied=True)
+            B.linear("lm_head.decoder" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls", tok, h,
+                     s.vocab, True, tied=s.tied_embeddings)
+            if not s.tied_embeddings:   # BertGenerationOnlyLMHead's bias, tied to the decoder's only with the weights
+                B.add("lm_head.bias (untied from the decoder's: held, unused)", "activation", "cls", 1, (s.vocab,),
+                      (s.vocab,), params=s.vocab)
         if s.head == "pretraining":
             B.linear("cls.seq_relationship", "cls", first, h, 2, True)
     if s.head == "pretraining" and electra:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -18,7 +18,7 @@ def from_config(c: Cfg) -> ArchSpec:
     return ArchSpec(layers=c.int("n_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("hidden_dim"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), activation=str(c.get("activation", default="gelu")),
-                    **c.common)
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -37,7 +37,7 @@ def build(B: Builder) -> None:
     encoder.embeddings(B)
     encoder.layers(B, f"transformer.layer[{L}]", LAYER, L, L)
     if s.head in ("mlm", "lm"):
-        encoder.mlm_head(B, "vocab", h)   # vocab_transform, vocab_layer_norm, vocab_projector
+        encoder.mlm_head(B, "vocab", h, held_bias=False)   # vocab_transform, vocab_layer_norm, vocab_projector
     if s.head == "seqcls":
         B.linear("pre_classifier", "cls", first, h, h, True)
         B.activation("pre_classifier act (relu)", "cls", first, h, "relu")

@@ -53,14 +53,21 @@ def pooler(B: Builder) -> None:
     B.activation("pooler act (tanh)", "pooler", (B.b,), h, "tanh")
 
 
-def mlm_head(B: Builder, prefix: str, width: int) -> None:
-    """Transform dense (h -> width) + activation + LayerNorm, then the decoder whose weight is tied to
-    the word embeddings and whose bias is its own."""
+def mlm_head(B: Builder, prefix: str, width: int, held_bias: bool) -> None:
+    """Transform dense (h -> width) + activation + LayerNorm, then the decoder, its weight tied to the word embeddings
+    unless the config's tie_word_embeddings is false. `held_bias`: the head also holds a bias parameter of its own
+    ({prefix}.bias: BERT's, RoBERTa's, ALBERT's) that transformers 5 ties to the decoder's bias only when the weights
+    tie (their _tied_weights_keys); untied it is a parameter held apart and unused."""
     s, tok = B.s, (B.b, B.seq)
     B.linear(f"{prefix}.transform.dense", "cls", tok, s.hidden, width, True)
     B.activation(f"{prefix}.transform act", "cls", tok, width, s.activation)
     B.norm(f"{prefix}.transform.LayerNorm", "cls", tok, width, residual=False)
-    B.linear(f"{prefix}.decoder (tied to word_embeddings)", "cls", tok, width, s.vocab, True, tied=True)
+    tied = s.tied_embeddings
+    B.linear(f"{prefix}.decoder" + (" (tied to word_embeddings)" if tied else ""), "cls", tok, width, s.vocab, True,
+             tied=tied)
+    if held_bias and not tied:
+        B.add(f"{prefix}.bias (untied from the decoder's: held, unused)", "activation", "cls", 1, (s.vocab,), (s.vocab,),
+              params=s.vocab)
 
 
 def token_heads(B: Builder) -> None:
