@@ -195,6 +195,9 @@ SHAPED: dict[str, dict[str, Any]] = {
     "dbrx": {"attn_config": {"kv_n_heads": 1, "clip_qkv": 8, "rope_theta": 500000}},
     # DeepSeek-V2's class leaves top-k unset (DeepSeek-V2-Lite's greedy router picks 6 of 64)
     "deepseek_v2": {"num_experts_per_tok": 2},
+    # the released DeepSeek-V3's first_k_dense_replace dense layers, then MoE ones (3 of 61): at two layers, one of each
+    # (all-dense, its names are MiniCPM3's)
+    "deepseek_v3": {"first_k_dense_replace": 1},
     # the differential attention splits the values along the kv heads: an even number of them
     "diffllama": {"num_key_value_heads": 2},
     # the class's layer pattern (mamba, mamba, hybrid, ...) needs three layers; two hybrid layers share the

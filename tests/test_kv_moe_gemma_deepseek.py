@@ -29,12 +29,16 @@ def _model(sample: Sample, name: str):
 
 def test_deepseek_lines_are_the_latent_then_transformers_4s_per_head_cache():
     """The first line (what memory and the planner count) is the latent DynamicCache holds, as the test above
-    checks; it is the width of the model's own kv_a_proj_with_mqa output (the latent plus the shared rope key).
+    checks; it is the width of the model's own kv_a_proj_with_mqa output (the latent plus the shared rope key), every
+    family sample's causal LM (DeepSeek-V2/V3/V3.2, GLM-4.7-Flash, GLM-5, Youtu, A.X-K1).
     The second, transformers 4's eager per-head K and V: kv_b_proj's output (k_nope, v) plus the rope key per head."""
     family = get("deepseek")
     for sample in family.samples:
-        model, spec = _model(sample, "DeepseekV3ForCausalLM" if "V3" in sample.config else "DeepseekV2ForCausalLM")
-        latent = sum(layer.self_attn.kv_a_proj_with_mqa.out_features for layer in model.model.layers)
+        model, spec = _model(sample, next(m for m in sample.models if m.endswith("ForCausalLM")))
+        # ... and, with DeepSeek Sparse Attention (V3.2, GLM-5), the indexer's key per token it caches beside the latent
+        latent = sum(layer.self_attn.kv_a_proj_with_mqa.out_features
+                     + (idx.wk.out_features if (idx := getattr(layer.self_attn, "indexer", None)) is not None else 0)
+                     for layer in model.model.layers)
         per_head = sum(layer.self_attn.kv_b_proj.out_features + model.config.num_attention_heads
                        * model.config.qk_rope_head_dim for layer in model.model.layers)
         assert family.kv_cache is not None

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .framework import infer, layout
+from .framework import infer, layout, layout_ssm
 from .framework.archspec import ArchSpec
 from .framework.base import FROM_CLASS, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.layout import DecoderLayout, Paths
@@ -23,7 +23,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     vocab=c.int("vocab_size"), activation=str(c.get("hidden_act", default=FROM_CLASS)), norm="rmsnorm",
                     qkv_bias=False, o_bias=False, mlp_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)),
-                    **layout.hybrid(MAMBA2, c, L), **c.common)
+                    **layout_ssm.layers_from_config(MAMBA2, c, L), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

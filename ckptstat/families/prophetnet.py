@@ -17,7 +17,19 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import base, infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .framework.base import (
+    FROM_CLASS,
+    ArchSpec,
+    Cfg,
+    Family,
+    Sample,
+    Shapes,
+    Tensors,
+    TieRule,
+    add_linear,
+    add_norm,
+    decoder_kv_cache,
+)
 from .framework.ops import Builder, ew_cost
 
 _ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
@@ -39,7 +51,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     intermediate=c.int("decoder_ffn_dim"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    variant=Streams(c.int("ngram"), c.int("num_buckets"), bool(c.get("add_cross_attention", default=True))),
+                    variant=Streams(c.int("ngram", default=FROM_CLASS), c.int("num_buckets", default=FROM_CLASS),
+                                    bool(c.get("add_cross_attention", default=True))),
                     **c.common)
 
 

@@ -43,8 +43,13 @@ class GriffinVariant(Variant):
     window: int                    # attention_window_size: the local attention's mask (causal halving counts it)
 
 
+# RecurrentGemmaConfig's block_types default (tests/test_config_defaults.py compares it with the class's)
+BLOCK_TYPES = ("recurrent", "recurrent", "attention")
+
+
 def _recurrent(c: Cfg, layers: int) -> tuple[int, ...]:
-    kinds = c.get("block_types", default=FROM_CLASS)
+    # RecurrentGemmaConfig's block_types default, a tuple (config_defaults.json keeps scalars only): absent, it is this
+    kinds = c.get("block_types", default=None) or BLOCK_TYPES
     if not isinstance(kinds, (list, tuple)) or not kinds or any(k not in ("recurrent", "attention") for k in kinds):
         raise UsageError(f"{c.path}: config block_types is not a list of 'recurrent' / 'attention'")
     return tuple(i for i in range(layers) if kinds[i % len(kinds)] == "recurrent")

@@ -128,3 +128,31 @@ def attention_dims(T: Tensors) -> tuple[int, int, int, int, int]:
     kv = infer.shape(T, r"self_attn\.k_proj\.weight$", "k_proj")[0]
     d = 128 if q % 128 == 0 and kv % 128 == 0 else 64 if q % 64 == 0 and kv % 64 == 0 else kv
     return V, h, q, kv, d
+
+
+def nope_global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
+    """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
+    slide = sliding["sliding_layers"]
+    return tuple(i for i in range(layers) if i not in slide) if slide else ()
+
+
+def nope_zero_theta(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers GraniteSWAConfig's layer_rope_theta sets to 0 (no rotary); none when it is absent."""
+    thetas = c.get("layer_rope_theta", default=None)
+    if thetas is None:
+        return ()
+    if not isinstance(thetas, list) or len(thetas) != layers or any(not isinstance(t, (int, float)) for t in thetas):
+        raise UsageError(f"{c.path}: config layer_rope_theta is not a list of {layers} numbers (0: no rotary)")
+    return tuple(i for i, t in enumerate(thetas) if t == 0)
+
+
+def nope_flags(c: Cfg, layers: int) -> tuple[int, ...]:
+    """SmolLM3Config's no_rope_layers (1: rotary, 0: none, per layer; by default none on every
+    no_rope_layer_interval-th layer) as the layers without rotary."""
+    flags = c.get("no_rope_layers", default=None)
+    if flags is None:
+        every = c.int("no_rope_layer_interval", default=4)
+        flags = [int(every == 0 or (i + 1) % every != 0) for i in range(layers)]
+    if not isinstance(flags, list) or len(flags) != layers or any(type(v) is not int or v not in (0, 1) for v in flags):
+        raise UsageError(f"{c.path}: config no_rope_layers is not a list of {layers} flags (1: rotary, 0: none)")
+    return tuple(i for i, v in enumerate(flags) if not v)

@@ -17,7 +17,6 @@ Variants are typed fields, not flags: a misspelt one is a TypeError (and a mypy 
 from __future__ import annotations
 
 import functools
-import math
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -29,7 +28,22 @@ from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
-from .layout_base import TINY, TINY_MOE, Attention, BiasKeys, DecoderLayout, Module, Paths, Placement, Segments, Walk, joined, mlp
+from .layout_base import (
+    TINY,
+    TINY_MOE,
+    Attention,
+    BiasKeys,
+    DecoderLayout,
+    Module,
+    Paths,
+    Placement,
+    Segments,
+    Walk,
+    joined,
+    mlp,
+    residual_scale,
+    skipped_cross_layers,
+)
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -186,7 +200,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add(w.label(f"{p.attn}.{p.last_bias} (expanded to the stream, added as a residual)", last), "activation",
                   "encoder", 1, (h,), w.tok + (h,), params=h, ew=B.b * B.seq * h, weights_per_call=h)
     if lay.residual_scales:
-        _residual_scale(w, p.attn_residual, every)
+        residual_scale(w, p.attn_residual, every)
     for ls in after.values():
         w.norm(p.attn_out, "post_attention_norm", h, ls)
     for pl, ls in before.items():
@@ -202,14 +216,14 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     if dense:
         mlp(w, dense, "gated" if routed else lay.mlp, f)
     if lay.residual_scales:
-        _residual_scale(w, p.mlp_residual, every)
+        residual_scale(w, p.mlp_residual, every)
     for ls in after.values():
         w.norm(p.mlp_out, "post_ffw_norm", h, ls)
     if par := placed.get("parallel"):   # x + attn(ln x) + mlp(ln x): attn_in's residual add, then the MLP's
         B.add(w.label(f"{p.mlp} + residual", par), "activation", "encoder", len(par), w.tok + (h,), w.tok + (h,),
               ew=B.b * B.seq * h)
     if s.cross_layers:
-        _skipped_cross_layers(w, s.cross_layers)
+        skipped_cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
     B.seq, w.tok = seq, (B.b, seq)
@@ -237,35 +251,6 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
-
-
-def _skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
-    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer),
-    which MllamaTextModel skips without cross-attention states: their parameters (q/k/v/o and per-head q/k norms under
-    {cross_attn}, the tanh gates, the two norms and a gated MLP), one op that holds them and runs nothing."""
-    s, p, B = w.s, w.p, w.B
-    h, a, g, d, f, C = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross)
-    x = f"{p.cross_attn}."
-    parts = [(x + p.q, (a * d, h)), (x + p.k, (g * d, h)), (x + p.v, (g * d, h)), (x + p.o, (h, a * d)),
-             (x + p.q_norm, (d,)), (x + p.k_norm, (d,)), (p.attn_in, (h,)), (p.mlp_in, (h,)),
-             (f"{p.mlp}.{p.gate}", (f, h)), (f"{p.mlp}.{p.up}", (f, h)), (f"{p.mlp}.{p.down}", (h, f))]
-    for sub, shape in parts:
-        w.record(sub, None, (("weight", shape),), cross)
-    for sub in (p.cross_attn_gate, p.cross_mlp_gate):
-        w.record(sub, None, (("", (1,)),), cross)
-    per = sum(math.prod(shape) for _, shape in parts) + 2
-    B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
-          w.tok + (h,), params=per * C)
-
-
-def _residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
-    """A learned [h] vector times the residual before the add (DecoderLayout.residual_scales); llama.cpp has no name.
-    Its op's label names the stream, not the parameter: a label with "residual" is an add (tests/test_residual_adds.py)."""
-    B, h = w.B, w.s.hidden
-    w.record(sub, None, (("", (h,)),), layers)
-    B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
-                  layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
-          params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
 
 
 def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
@@ -373,8 +358,9 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     mlp_bias=bool(c.get(keys.mlp, default=False)) if lay.mlp_bias is None else lay.mlp_bias,
                     tied_embeddings=lay.ties and bool(c.get("tie_word_embeddings", default=lay.tied_default)),
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
-                    nope_layers=_no_rope(c, L) if lay.nope == "flags" else _global(sliding, L) if lay.nope == "global"
-                    else _zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
+                    nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
+                    else decoders.nope_global(sliding, L) if lay.nope == "global"
+                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -382,7 +368,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     type_vocab=c.int("type_vocab_size", default=FROM_CLASS) if lay.embeddings == "bert" else 0,
                     short_conv=mixers_conv.from_config(c, L) if lay.short_conv else None,
                     lightning=mixers_lightning.from_config(c, L) if lay.lightning else None,
-                    **hybrid(lay, c, L), **sliding, **c.common)
+                    **layout_ssm.layers_from_config(lay, c, L), **sliding, **c.common)
 
 
 def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
@@ -393,25 +379,6 @@ def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
     if times := width.times_hidden or (c.int(width.times_key) if width.times_key else 0):
         return times * c.int("hidden_size")
     return c.int(width.key, default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int(width.key)
-
-
-def hybrid(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
-    """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
-    the layers it mixes (Bamba: those not in attn_layer_indices)."""
-    if lay.hybrid == "none":
-        return {}
-    every = tuple(range(layers))
-    if lay.hybrid == "all":
-        return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
-    if lay.hybrid == "period":   # JambaConfig.layers_block_type
-        period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
-        marked = [i for i in every if period and i % period == offset]
-    else:
-        marked = c.get("attn_layer_indices", default=None) or []
-    if not isinstance(marked, list) or any(type(i) is not int for i in marked):
-        raise UsageError(f"{c.path}: config attn_layer_indices is not a list of layer indices")
-    return dict(ssm=layout_ssm.from_config(lay.ssm_keys, c, c.int("hidden_size")),
-                ssm_layers=tuple(i for i in every if i not in marked))
 
 
 def with_experts(s: ArchSpec, c: Cfg, key: str, top_k: str = "num_experts_per_tok") -> ArchSpec:
@@ -428,34 +395,6 @@ def mlp_dense_layers(c: Cfg, layers: int, first: int) -> tuple[int, ...]:
     if not isinstance(kinds, list) or len(kinds) != layers or any(k not in ("dense", "sparse") for k in kinds):
         raise UsageError(f"{c.path}: config mlp_layer_types is not a list of {layers} 'dense' / 'sparse'")
     return tuple(i for i, k in enumerate(kinds) if k == "dense")
-
-
-def _global(sliding: dict[str, Any], layers: int) -> tuple[int, ...]:
-    """The full-attention layers of a model some of whose layers slide (none when none or all do)."""
-    slide = sliding["sliding_layers"]
-    return tuple(i for i in range(layers) if i not in slide) if slide else ()
-
-
-def _zero_theta(c: Cfg, layers: int) -> tuple[int, ...]:
-    """The layers GraniteSWAConfig's layer_rope_theta sets to 0 (no rotary); none when it is absent."""
-    thetas = c.get("layer_rope_theta", default=None)
-    if thetas is None:
-        return ()
-    if not isinstance(thetas, list) or len(thetas) != layers or any(not isinstance(t, (int, float)) for t in thetas):
-        raise UsageError(f"{c.path}: config layer_rope_theta is not a list of {layers} numbers (0: no rotary)")
-    return tuple(i for i, t in enumerate(thetas) if t == 0)
-
-
-def _no_rope(c: Cfg, layers: int) -> tuple[int, ...]:
-    """SmolLM3Config's no_rope_layers (1: rotary, 0: none, per layer; by default none on every
-    no_rope_layer_interval-th layer) as the layers without rotary."""
-    flags = c.get("no_rope_layers", default=None)
-    if flags is None:
-        every = c.int("no_rope_layer_interval", default=4)
-        flags = [int(every == 0 or (i + 1) % every != 0) for i in range(layers)]
-    if not isinstance(flags, list) or len(flags) != layers or any(type(v) is not int or v not in (0, 1) for v in flags):
-        raise UsageError(f"{c.path}: config no_rope_layers is not a list of {layers} flags (1: rotary, 0: none)")
-    return tuple(i for i, v in enumerate(flags) if not v)
 
 
 def matches(lay: DecoderLayout, T: Tensors) -> bool:
@@ -598,7 +537,9 @@ def encoder_mlm(lay: DecoderLayout) -> dict[str, Any]:
     """The Family fields of an encoder laid out so (DecoderLayout.causal False): the base model and *ForMaskedLM (its
     lm_head, or a name under the body: tied), the LM head's tie to the embedding, no cache."""
     p = lay.paths
-    rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
+    # a task head's classifier first: a *ForSequenceClassification file also holds the body's names (no LM head, no tie)
+    rules = (HeadRule(rf"(^|\.){re.escape(p.lm_head)}\.weight$", "mlm"), HeadRule(r"^classifier\.weight$", "seqcls"),
+             HeadRule(rf"^{re.escape(p.body)}\.", "mlm"))
     return dict(heads=("base", "mlm"), head_rules=rules, default_head="base",
                 tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("mlm",)),)
                 + ((TieRule(f"{p.lm_head}.bias", p.lm_bias, "config", heads=("mlm",)),) if p.lm_bias else ()),

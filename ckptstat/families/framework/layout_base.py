@@ -3,6 +3,7 @@ and the recorder the walk writes with (`Walk`: each parameterised module met onc
 the same call), with the dense MLP every layout's walk can meet (`mlp`)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args
 
@@ -455,3 +456,30 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
     w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias if w.lay.down_bias is None else w.lay.down_bias, layers)
 
 
+def skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
+    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer),
+    which MllamaTextModel skips without cross-attention states: their parameters (q/k/v/o and per-head q/k norms under
+    {cross_attn}, the tanh gates, the two norms and a gated MLP), one op that holds them and runs nothing."""
+    s, p, B = w.s, w.p, w.B
+    h, a, g, d, f, C = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross)
+    x = f"{p.cross_attn}."
+    parts = [(x + p.q, (a * d, h)), (x + p.k, (g * d, h)), (x + p.v, (g * d, h)), (x + p.o, (h, a * d)),
+             (x + p.q_norm, (d,)), (x + p.k_norm, (d,)), (p.attn_in, (h,)), (p.mlp_in, (h,)),
+             (f"{p.mlp}.{p.gate}", (f, h)), (f"{p.mlp}.{p.up}", (f, h)), (f"{p.mlp}.{p.down}", (h, f))]
+    for sub, shape in parts:
+        w.record(sub, None, (("weight", shape),), cross)
+    for sub in (p.cross_attn_gate, p.cross_mlp_gate):
+        w.record(sub, None, (("", (1,)),), cross)
+    per = sum(math.prod(shape) for _, shape in parts) + 2
+    B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
+          w.tok + (h,), params=per * C)
+
+
+def residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
+    """A learned [h] vector times the residual before the add (DecoderLayout.residual_scales); llama.cpp has no name.
+    Its op's label names the stream, not the parameter: a label with "residual" is an add (tests/test_residual_adds.py)."""
+    B, h = w.B, w.s.hidden
+    w.record(sub, None, (("", (h,)),), layers)
+    B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
+                  layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
+          params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)

@@ -22,10 +22,12 @@ The parameters dt_bias, A_log and D, heads each, have no `.weight` suffix. The c
 state [b, conv_dim, k] and a recurrent state [b, heads, head_dim, N], whatever s (base.decoder_kv_cache)."""
 from __future__ import annotations
 
-from ...errors import NoAnalyticModel
+from typing import Any
+
+from ...errors import NoAnalyticModel, UsageError
 from .archspec import SSM
 from .base import FROM_CLASS, Cfg
-from .layout_base import SSMKeys, Walk
+from .layout_base import DecoderLayout, SSMKeys, Walk
 
 
 def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
@@ -127,3 +129,22 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
           ew=b * n * m.intermediate * (2 * m.state + 6), weights_per_call=vectors)
     w.norm(x + "norm", "ssm_norm", m.intermediate, layers, residual=False)
     w.linear(x + "out_proj", "ssm_out", m.intermediate, h, m.bias, layers)
+
+
+def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
+    """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
+    the layers it mixes (Bamba: those not in attn_layer_indices)."""
+    if lay.hybrid == "none":
+        return {}
+    every = tuple(range(layers))
+    if lay.hybrid == "all":
+        return dict(ssm=from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
+    if lay.hybrid == "period":   # JambaConfig.layers_block_type
+        period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
+        marked = [i for i in every if period and i % period == offset]
+    else:
+        marked = c.get("attn_layer_indices", default=None) or []
+    if not isinstance(marked, list) or any(type(i) is not int for i in marked):
+        raise UsageError(f"{c.path}: config attn_layer_indices is not a list of layer indices")
+    return dict(ssm=from_config(lay.ssm_keys, c, c.int("hidden_size")),
+                ssm_layers=tuple(i for i in every if i not in marked))
