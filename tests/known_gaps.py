@@ -6,13 +6,8 @@ from __future__ import annotations
 _SAM = ("a bare torch.save of SamModel/SamHQModel (no config.json): shared_image_embedding.positional_embedding is a "
         "parameter there and a buffer in Sam2Model, one name for both; the name rules read Sam2's role (with config.json "
         "the class's buffer table decides: families/buffer_table.py; issue 30)")
-_DBRX = ("transformers 5.24 cannot build DbrxForCausalLM from its own config ('DbrxAttentionConfig' object has no "
-         "attribute 'rope_theta'): no oracle")
 
 GAPS: dict[str, str] = {
-    "tests/test_real_saves_wide.py::test_counts_and_ties[DbrxForCausalLM-save_pretrained]": _DBRX,
-    "tests/test_real_saves_wide.py::test_counts_and_ties[DbrxForCausalLM-torch.save]": _DBRX,
-    "tests/test_real_saves_wide.py::test_family_from_config[DbrxForCausalLM]": _DBRX,
     "tests/test_real_saves_wide.py::test_counts_where_a_dropped_tie_cannot_be_named[SamModel-torch.save]": _SAM,
     "tests/test_real_saves_class_ties.py::test_counts_and_every_tie[SamModel-torch.save]": _SAM,
 }
