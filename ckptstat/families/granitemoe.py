@@ -77,7 +77,9 @@ FAMILY = Family(
        # the router as saved (router.layer) and as held (router.weight)
        "signature": r"(^|[./])layers[./]\d+[./]block_sparse_moe[./]router[./]",
        "from_config": from_config, "from_tensors": from_tensors},
-    signature_without=r"(^|[./])self_attn[./]sinks$",   # GraniteMoE-SWA's (granitemoe_swa.py)
+    # GraniteMoE-SWA's sinks (granitemoe_swa.py); Granite 4's hybrid layers' Mamba2 mixer (GraniteMoeHybrid: no
+    # template, its MoE names are these)
+    signature_without=r"(^|[./])(self_attn[./]sinks$|mamba[./])",
     gguf_architectures=("granitemoe",), gguf_config=layout.gguf_reader(GRANITEMOE, "GraniteMoeForCausalLM"),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
