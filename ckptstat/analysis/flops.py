@@ -105,8 +105,7 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
         },
         "notes": [],
     }
-    if m.spec.seq_unit == "samples":   # a waveform encoder (ArchSpec.seq_unit): the meta path's note, the same words
-        out["notes"].append(f"--seq counts raw audio samples ({seq:,} here), not tokens")
+    out["notes"] += m.spec.seq_notes(seq)   # a waveform encoder's --seq (ArchSpec.seq_unit)
     win = _windowed(m, batch, seq, attn, causal_halving)
     if win is not None:
         out["notes"].append(win[1])

@@ -31,7 +31,7 @@ from typing import Any
 from ..census.model import Model, is_bare_config
 from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
-from ..families.framework.archspec import ArchSpec
+from ..families.framework.archspec import SEQ_UNITS, ArchSpec
 from ..families.framework.base import DTYPE_BYTES, KVLines, architectures
 from ..families.framework.ops import Op
 from ..formats.registry import load_config, open_checkpoint
@@ -163,7 +163,7 @@ class NotRunnable(UsageError):
 
 
 # what the meta path feeds a class, by its main_input_name
-INPUTS = {"input_ids": "token ids", "pixel_values": "images", "input_values": "raw audio samples"}
+INPUTS = {"input_ids": "token ids", "pixel_values": "images", "input_values": SEQ_UNITS["samples"]}
 
 
 def _class_name(names: Any) -> str:
@@ -258,7 +258,8 @@ class MetaModel:
                 except Exception as e:   # an op without a meta kernel, data-dependent control flow, a float32-only op
                     if dtype == torch.bfloat16 and re.search(r"dtype|scalar type|BFloat16", str(e)):
                         continue
-                    hint = "; --seq counts raw audio samples (16,000 a second at 16 kHz)" if self.inputs == "input_values" else ""
+                    audio = self.inputs == "input_values"
+                    hint = f"; --seq counts {INPUTS[self.inputs]} (16,000 a second at 16 kHz)" if audio else ""
                     raise UsageError(f"{self.path}: transformers {self.version} cannot run {type(self.model).__name__} "
                                      f"on the meta device ({type(e).__name__}: {one_line(str(e))[:300]}){hint}") from None
             cache = (out["cache"] if "cache" in out else out.get("past_key_values")) if self.decoder else None
@@ -369,15 +370,17 @@ class MetaModel:
         model_bytes = torch.finfo(self.model.dtype).bits // 8
         total, parts = 0.0, dict[str, float]()
         exact = None
+
+        def width(t: Any) -> int:   # a state transformers keeps wider than the model (float32 SSM / DeltaNet states)
+            return max(ab, t.element_size()) if t.element_size() > model_bytes else ab
+
         for i, layer in enumerate(cache_layers(cache)):
             cls = type(layer).__name__
             window = getattr(layer, "sliding_window", None)
             for j, (kind, t) in enumerate(cache_tensors(layer)):
-                # a state transformers keeps wider than the model (SSM / gated-delta recurrent states in float32)
-                wide = t.element_size() > model_bytes
-                width = max(ab, t.element_size()) if wide else ab
                 if kind != "keys and values":
-                    grow, label = 1.0, kind + (f" ({t.element_size()} B whatever the dtype)" if wide else "")
+                    wider = t.element_size() > model_bytes
+                    grow, label = 1.0, kind + (f" ({t.element_size()} B whatever the dtype)" if wider else "")
                 elif "SlidingWindow" in cls and isinstance(window, int):
                     grow, label = min(n, window - 1) / min(PROBE_SEQ, window - 1), f"keys and values (window {window})"
                 elif cls in ("DynamicLayer", "LinearAttentionAndFullAttentionLayer"):
@@ -387,11 +390,11 @@ class MetaModel:
                         exact = self.forward(b, n)[1]
                     t = list(cache_tensors(cache_layers(exact)[i]))[j][1]   # the same tensor (keys, values, indexer keys)
                     grow, label = 1 / b, f"keys and values ({cls})"
-                nbytes = t.numel() * width * grow * b
+                nbytes = t.numel() * width(t) * grow * b
                 total += nbytes
                 parts[label] = parts.get(label, 0) + nbytes
         for t in outside_layers(cache):   # lightning-attention states: per sequence, any s
-            nbytes = t.numel() * (max(ab, t.element_size()) if t.element_size() > model_bytes else ab) * b
+            nbytes = t.numel() * width(t) * b
             total += nbytes
             parts["linear attention states"] = parts.get("linear attention states", 0) + nbytes
         rule = "; ".join(f"{k} {v:,.0f} B" for k, v in parts.items())
@@ -441,10 +444,8 @@ class MetaModel:
                 "totals": {"macs": fwd // 2, "flops": fwd, "flops_per_token": fwd / tokens, "attention_flops": None,
                            "training_flops": 3 * fwd, "elementwise_flops": 0, "training_elementwise_flops": 0,
                            "bytes_read": 0, "bytes_written": 0, "bertstat_madd": self.params * tokens},
-                "notes": [] if self.inputs == "input_ids" else
-                [f"one image of {'x'.join(map(str, image_sides(self.model.config, image)))} pixels a sample: "
-                 "per-token figures are per image"
-                 if self.inputs == "pixel_values" else f"--seq counts raw audio samples ({seq:,} here), not tokens"]}
+                "notes": [f"one image of {'x'.join(map(str, image_sides(self.model.config, image)))} pixels a sample: "
+                          "per-token figures are per image"] if self.inputs == "pixel_values" else self.spec().seq_notes(seq)}
 
     # -- the census record ---------------------------------------------------------------------------------------
     def spec(self) -> ArchSpec:
@@ -474,7 +475,8 @@ class MetaModel:
                         experts=size("num_experts", "num_local_experts", "n_routed_experts") if self.active else 0,
                         top_k=size("num_experts_per_tok", "moe_topk", "top_k") if self.active else 0,
                         dtype=tdt if isinstance(tdt, str) and tdt in DTYPE_BYTES else None,
-                        image_size=image_sides(self.model.config)[0] if self.inputs == "pixel_values" else 0)
+                        image_size=image_sides(self.model.config)[0] if self.inputs == "pixel_values" else 0,
+                        seq_unit="samples" if self.inputs == "input_values" else "tokens")
 
 
 ACTIVE_RULE = ("active parameters: each routed-experts module's parameters x top_k / num_experts (num_experts_per_tok "

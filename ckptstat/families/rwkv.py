@@ -16,7 +16,20 @@ from typing import Any
 
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import (
+    STATE_BYTES,
+    ArchSpec,
+    Cfg,
+    Family,
+    HeadRule,
+    KVLines,
+    Sample,
+    Shapes,
+    Tensors,
+    TieRule,
+    add_linear,
+    add_norm,
+)
 from .framework.ops import Builder, ew_cost
 
 
@@ -105,9 +118,9 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """RwkvModel's state: five [b, h, L] tensors, the two token shifts at the model's width, the WKV numerator,
     denominator and maximum in float32 (4 B whatever the dtype)."""
-    shifts, wkv = 2 * s.hidden * s.layers * ab, 3 * s.hidden * s.layers * 4
+    shifts, wkv = 2 * s.hidden * s.layers * ab, 3 * s.hidden * s.layers * STATE_BYTES
     return [(f"RWKV state (no KV cache), b={b}, any s", (shifts + wkv) * b,
-             f"2 x h x L x {ab} B (token shifts) + 3 x h x L x 4 B (WKV, float32) = {shifts + wkv:,} B/sequence")]
+             f"2 x h x L x {ab} B (token shifts) + 3 x h x L x {STATE_BYTES} B (WKV, float32) = {shifts + wkv:,} B/sequence")]
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_size=99, context_length=64)

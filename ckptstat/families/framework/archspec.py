@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
+# what each ArchSpec.seq_unit counts, in words
+SEQ_UNITS = {"tokens": "tokens", "samples": "raw audio samples"}
 
 @dataclass(frozen=True)
 class Latent:
@@ -189,6 +191,10 @@ class ArchSpec:
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"
+
+    def seq_notes(self, seq: int) -> list[str]:
+        """What flops' output says of --seq when it counts something other than tokens."""
+        return [f"--seq counts {SEQ_UNITS['samples']} ({seq:,} here), not tokens"] if self.seq_unit == "samples" else []
 
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""

@@ -35,6 +35,9 @@ HEAD_SUFFIXES = [
     ("Model", "base"),
 ]
 # Bytes per element of config `torch_dtype` / `dtype` values.
+# Bytes per element of a recurrent state transformers keeps in float32 whatever the model's dtype (Mamba2's and gated
+# DeltaNet's scans, RWKV's WKV terms: they compute in float32 and the cache keeps what they return)
+STATE_BYTES = 4
 DTYPE_BYTES = {"float32": 4, "float": 4, "float16": 2, "half": 2, "bfloat16": 2, "float64": 8, "int8": 1}
 
 Shapes = dict[str, tuple[int, ...]]          # parameter name -> shape, PyTorch layout [out, in]
@@ -338,7 +341,7 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     per = 2 * s.kv_heads * s.head_dim * ab
     n += s.prefix_tokens   # CPM-Ant's prompt tokens
     if s.ssm is not None:
-        m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, 4)
+        m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, STATE_BYTES)
         na, state = s.layers - ns, m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb
         kv = f"{na} attention layers x 2 x g x d x s x {ab} B (= {per * na:,} B/token) + " if na else ""
         return [(f"b={b}, s={n}", b * (per * na * n + state * ns),

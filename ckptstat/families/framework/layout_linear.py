@@ -27,12 +27,11 @@ import re
 from ...errors import NoAnalyticModel, UsageError
 from . import infer
 from .archspec import ArchSpec, DeltaNet
-from .base import FROM_CLASS, Cfg, KVLines, Tensors
+from .base import FROM_CLASS, STATE_BYTES, Cfg, KVLines, Tensors
 from .layout_base import DecoderLayout, Walk
 from .ops import ew_cost
 
 CHUNK = 64          # torch_chunk_gated_delta_rule's chunk_size (the modeling files pass none)
-STATE_BYTES = 4     # the recurrent state's float32
 
 
 def chunk_macs(s: ArchSpec, b: int, n: int) -> int:

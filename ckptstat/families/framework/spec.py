@@ -10,6 +10,7 @@ from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
 from .. import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
+from .archspec import SEQ_UNITS
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
 from .infer import canonical_name, canonical_tensors, find, has
 
@@ -111,8 +112,7 @@ def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
     min_seq (the model cannot run it)."""
     shortest = get(spec.family).min_seq
     if shortest is not None and seq < shortest(spec):
-        unit = "raw audio samples" if spec.seq_unit == "samples" else "tokens"
-        raise UsageError(f"--seq {seq} is shorter than the {shortest(spec):,} {unit} {spec.model_type} needs")
+        raise UsageError(f"--seq {seq} is shorter than the {shortest(spec):,} {SEQ_UNITS[spec.seq_unit]} {spec.model_type} needs")
     limit = max_seq(spec)
     if limit is None:
         return
