@@ -27,7 +27,7 @@ anything but head_dim and num_key_value_heads are NoAnalyticModel (the meta path
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
@@ -49,11 +49,19 @@ class Gemma4Variant(Variant):
     head_dims: tuple[int, ...]      # each layer's head_dim (per_layer_config's override, else head_dim)
     kv_heads: tuple[int, ...]       # each layer's num_key_value_heads
     shared: tuple[int, ...]         # the KV-shared layers (num_kv_shared_layers, the last ones)
-    no_v: tuple[int, ...]           # the layers without v_proj (attention_k_eq_v: the full-attention ones)
-    double_wide: bool               # use_double_wide_mlp: the shared layers' MLP twice intermediate_size
+    no_v: tuple[int, ...] = ()      # the layers without v_proj (attention_k_eq_v: the full-attention ones)
+    double_wide: bool = False       # use_double_wide_mlp: the shared layers' MLP twice intermediate_size
     per_layer: int = 0              # hidden_size_per_layer_input (0: no per-layer embeddings)
     per_layer_vocab: int = 0        # vocab_size_per_layer_input
     moe: bool = False               # enable_moe_block
+    # Gemma 3n (families/gemma3n.py): each layer's MLP width (() : intermediate), AltUp's streams (altup_num_inputs; 0:
+    # none), LAuReL's rank (0: none), whether the corrected stream is scaled (altup_correct_scale); Gemma 4's
+    # layer_scalar multiply (a buffer, no parameter)
+    widths: tuple[int, ...] = ()
+    altup: int = 0
+    laurel: int = 0
+    altup_scale: bool = False
+    layer_scalar: bool = True
 
 
 def _overrides(c: Cfg, types: list[str]) -> dict[int, Mapping[str, Any]]:
@@ -79,50 +87,58 @@ def _overrides(c: Cfg, types: list[str]) -> dict[int, Mapping[str, Any]]:
     return out
 
 
-def from_config(c: Cfg) -> ArchSpec:
-    L, h, a = c.int("num_hidden_layers"), c.int("hidden_size"), c.int("num_attention_heads")
-    if c.get("use_bidirectional_attention", default=None) == "all":
-        raise NoAnalyticModel(f"{c.path}: config use_bidirectional_attention = 'all': the {c.model_type} op template "
-                              "describes only causal attention")
+def layer_types(c: Cfg, layers: int, period: int) -> list[str]:
+    """config layer_types, else the class's rule: a full-attention layer every `period` layers, sliding ones between."""
     types = c.get("layer_types", default=None)
-    if types is None:   # Gemma4TextConfig.__post_init__: 5 sliding layers to 1 full; the last is always full
-        types = ["sliding_attention" if (i + 1) % 6 else "full_attention" for i in range(L)]
-    if not isinstance(types, list) or len(types) != L or any(t not in ("sliding_attention", "full_attention") for t in types):
-        raise UsageError(f"{c.path}: config layer_types is not a list of {L} 'sliding_attention' / 'full_attention'")
-    types = types[:-1] + ["full_attention"]
-    d, g = c.int("head_dim", default=FROM_CLASS), c.int("num_key_value_heads", default=FROM_CLASS)
-    over = _overrides(c, types)
-    dims = tuple(int(over.get(i, {}).get("head_dim", d)) for i in range(L))
-    kvs = tuple(int(over.get(i, {}).get("num_key_value_heads", g)) for i in range(L))
-    S = c.int("num_kv_shared_layers", default=FROM_CLASS)
+    if types is None:
+        types = ["sliding_attention" if (i + 1) % period else "full_attention" for i in range(layers)]
+    if not isinstance(types, list) or len(types) != layers or any(t not in ("sliding_attention", "full_attention")
+                                                                  for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'sliding_attention' / 'full_attention'")
+    return types
+
+
+def spec(c: Cfg, types: list[str], intermediate: int, **fields: Any) -> ArchSpec:
+    """The ArchSpec of a Gemma 4 or Gemma 3n text config: the fields both read, the KV-shared layers (the last
+    num_kv_shared_layers, each reading the K/V of the last earlier layer of its type), the variant's other `fields`."""
+    L, S = len(types), c.int("num_kv_shared_layers", default=FROM_CLASS)
     if S >= L and S:
         raise NoAnalyticModel(f"{c.path}: config num_kv_shared_layers = {S}: every layer shares another's keys and values")
-    first = L - S
-    if S and set(types[:first]) != set(types):
+    if S and set(types[:L - S]) != set(types):
         raise UsageError(f"{c.path}: config num_kv_shared_layers = {S} leaves a layer type no layer producing its cache")
-    k_eq_v = bool(c.get("attention_k_eq_v", default=FROM_CLASS))
-    window = c.int("sliding_window", default=FROM_CLASS)
+    if c.get("use_bidirectional_attention", default=None) in ("all", True):
+        raise NoAnalyticModel(f"{c.path}: config use_bidirectional_attention = 'all': the {c.model_type} op template "
+                              "describes only causal attention")
     sliding = tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-    unified = c.model_type != "gemma4_text"   # Gemma4UnifiedTextConfig: no per-layer embeddings, no MoE
-    p = 0 if unified else c.int("hidden_size_per_layer_input", default=FROM_CLASS)
-    moe = not unified and bool(c.get("enable_moe_block", default=FROM_CLASS))
     bias = bool(c.get("attention_bias", default=FROM_CLASS))
-    return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=g, head_dim=d, intermediate=c.int("intermediate_size"),
-                    vocab=c.int("vocab_size"), context=c.int("max_position_embeddings", default=0),
+    return ArchSpec(layers=L, hidden=c.int("hidden_size"), heads=c.int("num_attention_heads"),
+                    kv_heads=c.int("num_key_value_heads", default=FROM_CLASS), head_dim=c.int("head_dim", default=FROM_CLASS),
+                    intermediate=intermediate, vocab=c.int("vocab_size"), context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("hidden_activation", default=FROM_CLASS)), gated_mlp=True, norm="rmsnorm",
                     qkv_bias=bias, o_bias=bias, mlp_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)),
-                    sliding_window=window if sliding else None, sliding_layers=sliding,
-                    experts=c.int("num_experts") if moe else 0, top_k=c.int("top_k_experts") if moe else 0,
-                    moe_intermediate=c.int("moe_intermediate_size") if moe else 0,
+                    sliding_window=c.int("sliding_window", default=FROM_CLASS) if sliding else None, sliding_layers=sliding,
                     logit_softcap=c.get("final_logit_softcapping", default=None) is not None,
-                    variant=Gemma4Variant(head_dims=dims, kv_heads=kvs, shared=tuple(range(first, L)),
-                                          no_v=tuple(i for i in range(L) if k_eq_v and i not in sliding),
-                                          double_wide=bool(c.get("use_double_wide_mlp", default=FROM_CLASS)),
-                                          per_layer=p,
-                                          per_layer_vocab=c.int("vocab_size_per_layer_input", default=FROM_CLASS) if p else 0,
-                                          moe=moe),
-                    **c.common)
+                    variant=Gemma4Variant(shared=tuple(range(L - S, L)), **fields), **c.common)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    L = c.int("num_hidden_layers")
+    # Gemma4TextConfig.__post_init__: 5 sliding layers to 1 full; the last is always full
+    types = layer_types(c, L, 6)[:-1] + ["full_attention"]
+    d, g = c.int("head_dim", default=FROM_CLASS), c.int("num_key_value_heads", default=FROM_CLASS)
+    over = _overrides(c, types)
+    k_eq_v = bool(c.get("attention_k_eq_v", default=FROM_CLASS))
+    unified = c.model_type != "gemma4_text"   # Gemma4UnifiedTextConfig: no per-layer embeddings, no MoE
+    p = 0 if unified else c.int("hidden_size_per_layer_input", default=FROM_CLASS)
+    moe = not unified and bool(c.get("enable_moe_block", default=FROM_CLASS))
+    s = spec(c, types, c.int("intermediate_size"), head_dims=tuple(int(over.get(i, {}).get("head_dim", d)) for i in range(L)),
+             kv_heads=tuple(int(over.get(i, {}).get("num_key_value_heads", g)) for i in range(L)),
+             no_v=tuple(i for i, t in enumerate(types) if k_eq_v and t == "full_attention"),
+             double_wide=bool(c.get("use_double_wide_mlp", default=FROM_CLASS)), per_layer=p,
+             per_layer_vocab=c.int("vocab_size_per_layer_input", default=FROM_CLASS) if p else 0, moe=moe)
+    return replace(s, experts=c.int("num_experts"), top_k=c.int("top_k_experts"),
+                   moe_intermediate=c.int("moe_intermediate_size")) if moe else s
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -135,7 +151,7 @@ def _groups(s: ArchSpec) -> dict[tuple[int, int, bool, bool, int], tuple[int, ..
     out: dict[tuple[int, int, bool, bool, int], tuple[int, ...]] = {}
     for i in range(s.layers):
         shared = i in v.shared
-        f = s.intermediate * (2 if v.double_wide and shared else 1)
+        f = (v.widths[i] if v.widths else s.intermediate) * (2 if v.double_wide and shared else 1)
         key = (v.head_dims[i], v.kv_heads[i], not shared, i not in v.no_v, f)
         out[key] = out.get(key, ()) + (i,)
     return out
@@ -162,11 +178,21 @@ def walk(B: Builder) -> list[layout.Module]:
         w.norm("per_layer_projection_norm", None, P, None, residual=False, tokens=tok + (L,))
         B.add("per-layer inputs: scales, (projection + embedding) x 2^-0.5", "activation", "embedding", 1,
               tok + (L * P,), tok + (L * P,), ew=n * L * P * 4)
+    if v.altup:   # the embeddings and K - 1 projections of them, each rescaled to their magnitude: K streams
+        _streams(w, "altup_projections")
     for kind in sorted({v.head_dims[i] for i in range(L)}):
         decoders.rotary(B, kind, f"rotary_emb (head_dim {kind})")
     at = f"{p.attn}."
     every = tuple(range(L))
+    if v.altup:
+        _altup(w, every)
     w.norm(p.attn_in, None, h, every, residual=False)
+    if v.laurel:   # LAuReL beside the attention: x + norm(right(left(x))), averaged with the attention's residual
+        w.linear("laurel.linear_left", None, h, v.laurel, False, every)
+        w.linear("laurel.linear_right", None, v.laurel, h, False, every)
+        w.norm("laurel.post_laurel_norm", None, h, every)
+        B.add(w.label("(attention + laurel) / sqrt(2)", every), "activation", "encoder", L, tok + (h,), tok + (h,),
+              ew=n * h * 2)
     for (d, g, own, has_v, _), ls in _groups(s).items():
         w.linear(at + p.q, None, h, a * d, s.qkv_bias, ls)
         w.norm(at + p.q_norm, None, d, ls, residual=False, tokens=tok + (a,))
@@ -194,7 +220,10 @@ def walk(B: Builder) -> list[layout.Module]:
         B.activation(w.label("per-layer input act x its slice", every), "encoder", tok, P, s.activation, L, gated=True)
         w.linear("per_layer_projection", None, P, h, False, every)
         w.norm("post_per_layer_input_norm", None, h, every)
-    B.add(w.label("x layer_scalar (a buffer)", every), "activation", "encoder", L, tok + (h,), tok + (h,), ew=n * h)
+    if v.layer_scalar:
+        B.add(w.label("x layer_scalar (a buffer)", every), "activation", "encoder", L, tok + (h,), tok + (h,), ew=n * h)
+    if v.altup:   # K - 1 streams projected back, rescaled, the K averaged
+        _streams(w, "altup_unembed_projections")
     w.norm(p.norm, None, h, None, residual=False)
     if s.head == "lm":
         w.modules.append(layout.Module(p.lm_head, None, (("weight", (s.vocab, h)),), top=True))
@@ -203,6 +232,38 @@ def walk(B: Builder) -> list[layout.Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, tok + (s.vocab,),
                   tok + (s.vocab,), ew=n * s.vocab * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _streams(w: Walk, name: str) -> None:
+    """Gemma 3n's K - 1 model-level projections {name}.j (h -> h) between one stream and the K AltUp streams."""
+    s, B = w.s, w.B
+    h, K, n = s.hidden, s.variant_as(Gemma4Variant).altup, B.b * B.seq
+    for j in range(K - 1):
+        w.linear(f"{name}.{j}", None, h, h, False, None)
+    B.add(f"{name}: magnitudes, rescale", "activation", "encoder", 1, w.tok + (K * h,), w.tok + (K * h,), ew=n * K * h * 5)
+
+
+def _altup(w: Walk, layers: tuple[int, ...]) -> None:
+    """Gemma3nTextAltUp around each layer: predict (router_norm, modality_router h -> K, tanh, prediction_coefs K -> K^2,
+    the K streams x those coefficients, a [h, K] x [K, K] matmul per token), the layer on the active stream, then
+    correct (router_norm and modality_router again on its output, correction_coefs K -> K, each stream + coefficient x
+    the innovation) and the active stream x correct_output_scale."""
+    s, B = w.s, w.B
+    v = s.variant_as(Gemma4Variant)
+    h, K, L, n, tok = s.hidden, v.altup, len(layers), B.b * B.seq, w.tok
+    w.record("altup.router_norm", None, (("weight", (h,)),), layers)
+    B.norm(w.label("altup.router_norm (predict, correct)", layers), "encoder", tok, h, 2 * L, copies=L, residual=False)
+    w.record("altup.modality_router", None, (("weight", (K, h)),), layers)
+    B.linear(w.label("altup.modality_router (predict, correct)", layers), "encoder", tok, h, K, False, 2 * L, copies=L)
+    w.linear("altup.prediction_coefs", None, K, K * K, False, layers)
+    B.add(w.label("altup predict (streams x coefficients, + streams)", layers), "activation", "encoder", L,
+          tok + (h, K), tok + (h, K), macs=n * h * K * K, ew=n * h * K)
+    w.linear("altup.correction_coefs", None, K, K, False, layers)
+    B.add(w.label("altup correct (streams + coefficients x innovation)", layers), "activation", "encoder", L,
+          tok + (K * h,), tok + (K * h,), ew=n * K * h * 3)
+    w.record("altup.correct_output_scale", None, (("", (h,)),), layers)
+    B.add(w.label("altup.correct_output_scale", layers), "activation", "encoder", L if v.altup_scale else 0, tok + (h,),
+          tok + (h,), params=h * L, ew=n * h, weights_per_call=h)
 
 
 def _experts(w: Walk, layers: tuple[int, ...]) -> None:
