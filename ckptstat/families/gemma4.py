@@ -168,14 +168,14 @@ def walk(B: Builder) -> list[layout.Module]:
     w = Walk(B, LAYOUT)
     p, h, a, L, P = w.p, s.hidden, s.heads, s.layers, v.per_layer
     tok, n = w.tok, B.b * B.seq
-    w.record(p.embed, None, (("weight", (s.vocab, h)),), None)
+    w.record(p.embed, "token_embd", (("weight", (s.vocab, h)),), None)
     B.embedding(p.embed, "embedding", s.vocab, h, B.seq)
     B.add(f"{p.embed} x sqrt(hidden_size)", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=n * h)
     if P:   # per-layer embeddings: the token's rows and a projection of the embeddings, normed per layer, averaged
-        w.record("embed_tokens_per_layer", None, (("weight", (v.per_layer_vocab, L * P)),), None)
+        w.record("embed_tokens_per_layer", "per_layer_token_embd", (("weight", (v.per_layer_vocab, L * P)),), None)
         B.embedding("embed_tokens_per_layer", "embedding", v.per_layer_vocab, L * P, B.seq)
-        w.linear("per_layer_model_projection", None, h, L * P, False, None)
-        w.norm("per_layer_projection_norm", None, P, None, residual=False, tokens=tok + (L,))
+        w.linear("per_layer_model_projection", "per_layer_model_proj", h, L * P, False, None)
+        w.norm("per_layer_projection_norm", "per_layer_proj_norm", P, None, residual=False, tokens=tok + (L,))
         B.add("per-layer inputs: scales, (projection + embedding) x 2^-0.5", "activation", "embedding", 1,
               tok + (L * P,), tok + (L * P,), ew=n * L * P * 4)
     if v.altup:   # the embeddings and K - 1 projections of them, each rescaled to their magnitude: K streams
@@ -186,47 +186,47 @@ def walk(B: Builder) -> list[layout.Module]:
     every = tuple(range(L))
     if v.altup:
         _altup(w, every)
-    w.norm(p.attn_in, None, h, every, residual=False)
+    w.norm(p.attn_in, "attn_norm", h, every, residual=False)
     if v.laurel:   # LAuReL beside the attention: x + norm(right(left(x))), averaged with the attention's residual
-        w.linear("laurel.linear_left", None, h, v.laurel, False, every)
-        w.linear("laurel.linear_right", None, v.laurel, h, False, every)
-        w.norm("laurel.post_laurel_norm", None, h, every)
+        w.linear("laurel.linear_left", "laurel_l", h, v.laurel, False, every)
+        w.linear("laurel.linear_right", "laurel_r", v.laurel, h, False, every)
+        w.norm("laurel.post_laurel_norm", "laurel_post_norm", h, every)
         B.add(w.label("(attention + laurel) / sqrt(2)", every), "activation", "encoder", L, tok + (h,), tok + (h,),
               ew=n * h * 2)
     for (d, g, own, has_v, _), ls in _groups(s).items():
-        w.linear(at + p.q, None, h, a * d, s.qkv_bias, ls)
-        w.norm(at + p.q_norm, None, d, ls, residual=False, tokens=tok + (a,))
+        w.linear(at + p.q, "attn_q", h, a * d, s.qkv_bias, ls)
+        w.norm(at + p.q_norm, "attn_q_norm", d, ls, residual=False, tokens=tok + (a,))
         heads = a
         if own:
-            w.linear(at + p.k, None, h, g * d, s.qkv_bias, ls)
+            w.linear(at + p.k, "attn_k", h, g * d, s.qkv_bias, ls)
             if has_v:
-                w.linear(at + p.v, None, h, g * d, s.qkv_bias, ls)
-            w.norm(at + p.k_norm, None, d, ls, residual=False, tokens=tok + (g,))
+                w.linear(at + p.v, "attn_v", h, g * d, s.qkv_bias, ls)
+            w.norm(at + p.k_norm, "attn_k_norm", d, ls, residual=False, tokens=tok + (g,))
             B.add(w.label(f"{p.attn}.v_norm (weightless RMSNorm)", ls), "norm", "encoder", len(ls), tok + (g * d,),
                   tok + (g * d,), ew=n * g * d * (ew_cost("rmsnorm") - 1))
             heads += g
         decoders.rope_apply(B, w.label(f"{p.attn} rotary", ls), heads, d, len(ls))
         B.causal_self_attention(f"{p.layers}[{{layers}}, head_dim {d}].{p.attn}", "encoder", a, d, layers=ls)
-        w.linear(at + p.o, None, a * d, h, s.o_bias, ls)
-    w.norm(p.attn_out, None, h, every)
-    w.norm(p.mlp_in, None, h, every, residual=False)
+        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, ls)
+    w.norm(p.attn_out, "post_attention_norm", h, every)
+    w.norm(p.mlp_in, "ffn_norm", h, every, residual=False)
     for f in sorted({key[4] for key in _groups(s)}):
         mlp(w, tuple(i for ls in (ls for key, ls in _groups(s).items() if key[4] == f) for i in ls), "gated", f)
     if v.moe:
         _experts(w, every)
-    w.norm(p.mlp_out, None, h, every)
+    w.norm(p.mlp_out, "post_ffw_norm", h, every)
     if P:
-        w.linear("per_layer_input_gate", None, h, P, False, every)
+        w.linear("per_layer_input_gate", "inp_gate", h, P, False, every)
         B.activation(w.label("per-layer input act x its slice", every), "encoder", tok, P, s.activation, L, gated=True)
-        w.linear("per_layer_projection", None, P, h, False, every)
-        w.norm("post_per_layer_input_norm", None, h, every)
+        w.linear("per_layer_projection", "proj", P, h, False, every)
+        w.norm("post_per_layer_input_norm", "post_norm", h, every)
     if v.layer_scalar:
         B.add(w.label("x layer_scalar (a buffer)", every), "activation", "encoder", L, tok + (h,), tok + (h,), ew=n * h)
     if v.altup:   # K - 1 streams projected back, rescaled, the K averaged
         _streams(w, "altup_unembed_projections")
-    w.norm(p.norm, None, h, None, residual=False)
+    w.norm(p.norm, "output_norm", h, None, residual=False)
     if s.head == "lm":
-        w.modules.append(layout.Module(p.lm_head, None, (("weight", (s.vocab, h)),), top=True))
+        w.modules.append(layout.Module(p.lm_head, "output", (("weight", (s.vocab, h)),), top=True))
         decoders.lm_head(B, p.lm_head, p.embed)
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, tok + (s.vocab,),
@@ -251,17 +251,17 @@ def _altup(w: Walk, layers: tuple[int, ...]) -> None:
     s, B = w.s, w.B
     v = s.variant_as(Gemma4Variant)
     h, K, L, n, tok = s.hidden, v.altup, len(layers), B.b * B.seq, w.tok
-    w.record("altup.router_norm", None, (("weight", (h,)),), layers)
+    w.record("altup.router_norm", "altup_router_norm", (("weight", (h,)),), layers)
     B.norm(w.label("altup.router_norm (predict, correct)", layers), "encoder", tok, h, 2 * L, copies=L, residual=False)
-    w.record("altup.modality_router", None, (("weight", (K, h)),), layers)
+    w.record("altup.modality_router", "altup_router", (("weight", (K, h)),), layers)
     B.linear(w.label("altup.modality_router (predict, correct)", layers), "encoder", tok, h, K, False, 2 * L, copies=L)
-    w.linear("altup.prediction_coefs", None, K, K * K, False, layers)
+    w.linear("altup.prediction_coefs", "altup_predict_coef", K, K * K, False, layers)
     B.add(w.label("altup predict (streams x coefficients, + streams)", layers), "activation", "encoder", L,
           tok + (h, K), tok + (h, K), macs=n * h * K * K, ew=n * h * K)
-    w.linear("altup.correction_coefs", None, K, K, False, layers)
+    w.linear("altup.correction_coefs", "altup_correct_coef", K, K, False, layers)
     B.add(w.label("altup correct (streams + coefficients x innovation)", layers), "activation", "encoder", L,
           tok + (K * h,), tok + (K * h,), ew=n * K * h * 3)
-    w.record("altup.correct_output_scale", None, (("", (h,)),), layers)
+    w.record("altup.correct_output_scale", "altup_correct_scale", (("", (h,)),), layers)
     B.add(w.label("altup.correct_output_scale", layers), "activation", "encoder", L if v.altup_scale else 0, tok + (h,),
           tok + (h,), params=h * L, ew=n * h, weights_per_call=h)
 
@@ -274,25 +274,39 @@ def _experts(w: Walk, layers: tuple[int, ...]) -> None:
     B.add(w.label("router norm x scale", layers), "norm", "encoder", L, tok + (h,), tok + (h,), params=h * L,
           ew=n * h * (ew_cost("rmsnorm") + 1), weights_per_call=h)
     w.record("router.scale", None, (("", (h,)),), layers)
-    w.linear("router.proj", None, h, E, False, layers)
+    w.linear("router.proj", "ffn_gate_inp", h, E, False, layers)
     w.record("router.per_expert_scale", None, (("", (E,)),), layers)
     B.add(w.label("router softmax, top-k, x per_expert_scale", layers), "activation", "encoder", L, tok + (E,),
           tok + (k,), params=E * L, ew=n * (E * ew_cost("softmax") + 3 * k), weights_per_call=E)
-    w.norm("pre_feedforward_layernorm_2", None, h, layers, residual=False)
+    w.norm("pre_feedforward_layernorm_2", "pre_ffw_norm_2", h, layers, residual=False)
     rows = (n * k,)
-    w.record("experts.gate_up_proj", None, (("", (E, 2 * F, h)),), layers)
+    w.record("experts.gate_up_proj", "ffn_gate_up_exps", (("", (E, 2 * F, h)),), layers)
     B.linear(w.label("experts.gate_up_proj", layers), "encoder", rows, h, 2 * F, False, L, copies=L * E, active_copies=L * k)
     B.activation(w.label("experts act x up", layers), "encoder", rows, F, s.activation, L, gated=True)
-    w.record("experts.down_proj", None, (("", (E, h, F)),), layers)
+    w.record("experts.down_proj", "ffn_down_exps", (("", (E, h, F)),), layers)
     B.linear(w.label("experts.down_proj", layers), "encoder", rows, F, h, False, L, copies=L * E, active_copies=L * k)
     B.add(w.label("experts x weights, summed", layers), "activation", "encoder", L, rows + (h,), tok + (h,), ew=n * k * h * 2)
-    for sub in ("post_feedforward_layernorm_1", "post_feedforward_layernorm_2"):
-        w.norm(sub, None, h, layers, residual=False)
+    for j in (1, 2):
+        w.norm(f"post_feedforward_layernorm_{j}", f"post_ffw_norm_{j}", h, layers, residual=False)
     B.add(w.label("MLP + experts", layers), "activation", "encoder", L, tok + (h,), tok + (h,), ew=n * h)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
     return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else LAYOUT.paths.body)
+
+
+def gguf_tensor_names(**parts: Any) -> tuple[tuple[str, str], ...]:
+    """HF module -> llama.cpp name (gguf-py MODEL_ARCH.GEMMA4 / GEMMA3N, tensor_mapping.py) from the walk of a spec
+    holding every part (a layer with its own K/V, one without; `parts`: the variant's switches); Gemma 4's layer_scalar
+    buffer, which llama.cpp keeps as layer_output_scale, beside them."""
+    v = Gemma4Variant(head_dims=(4, 8), kv_heads=(1, 1), shared=(1,), **parts)
+    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2, kv_heads=1,
+                 head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, moe_intermediate=4, sliding_window=2,
+                 sliding_layers=(0,), variant=v)
+    body = LAYOUT.paths.body
+    out = {m.path if m.top else f"{body}.{m.path}": m.gguf for m in walk(Builder(s, 1, 1, 1, 1, 1)) if m.gguf is not None}
+    scalar = ((f"{body}.{LAYOUT.paths.layers}.{{bid}}.layer_scalar", "blk.{bid}.layer_output_scale"),) * v.layer_scalar
+    return tuple(out.items()) + scalar
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -326,7 +340,8 @@ FAMILY = Family(
     before=("gemma", "llama", "olmo", "qwen3"),   # Gemma 4 files hold Gemma3's pre_feedforward_layernorm and q_norm
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
-    gguf_architectures=(),   # llama.cpp's gemma4 names are not mapped here yet
+    gguf_architectures=("gemma4",),
+    gguf_tensor_names=gguf_tensor_names(per_layer=2, per_layer_vocab=8, moe=True),
     samples=(
         Sample("Gemma4TextConfig", dict(_SIZES, **_PLE), ("Gemma4TextModel", "Gemma4ForCausalLM"), infer=False),
         Sample("Gemma4TextConfig", dict(_SIZES, **_PLE, **_MOE, global_head_dim=16, attention_k_eq_v=True,
