@@ -92,7 +92,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     raise NoAnalyticModel("Inkling without config.json: its layer kinds and windows are config-only")
 
 
-def _geometry(s: ArchSpec, sliding: bool) -> tuple[int, int, int, int]:
+def geometry(s: ArchSpec, sliding: bool) -> tuple[int, int, int, int]:
     """(heads, kv heads, head_dim, relative extent) of a sliding or a full layer."""
     v = s.variant_as(InklingVariant)
     if sliding:
@@ -100,10 +100,11 @@ def _geometry(s: ArchSpec, sliding: bool) -> tuple[int, int, int, int]:
     return s.heads, s.kv_heads, s.head_dim, v.rel_extent
 
 
-def _conv(w: Walk, sub: str, channels: int, layers: tuple[int, ...]) -> None:
-    """InklingShortConvolution: a depthwise conv1d (no bias) over the input padded to at least the kernel, plus its input."""
+def conv(w: Walk, sub: str, channels: int, layers: tuple[int, ...]) -> None:
+    """InklingShortConvolution (Inkling2's too): a depthwise conv1d at `sub` (no bias) over the input padded to at least
+    the kernel, plus its input."""
     B, k = w.B, w.s.variant_as(InklingVariant).kernel
-    w.record(f"{sub}.conv1d", None, (("weight", (channels, 1, k)),), layers)
+    w.record(sub, None, (("weight", (channels, 1, k)),), layers)
     out = max(B.seq, k) + k - 1
     B.add(w.label(f"{sub}.conv1d (depthwise, + input)", layers), "linear", "encoder", len(layers), w.tok + (channels,),
           w.tok + (channels,), params=channels * k * len(layers), macs=B.b * channels * k * out,
@@ -126,11 +127,11 @@ def walk(B: Builder) -> list[layout.Module]:
         ls = tuple(i for i in every if (i in s.sliding_layers) == sliding)
         if not ls:
             continue
-        a, g, d, extent = _geometry(s, sliding)
+        a, g, d, extent = geometry(s, sliding)
         for sub, width in ((p.q, a * d), (p.k, g * d), (p.v, g * d), ("r_proj", a * v.d_rel)):
             w.linear(at + sub, None, h, width, False, ls)
-        _conv(w, at + "k_sconv", g * d, ls)
-        _conv(w, at + "v_sconv", g * d, ls)
+        conv(w, at + "k_sconv.conv1d", g * d, ls)
+        conv(w, at + "v_sconv.conv1d", g * d, ls)
         w.norm(at + p.q_norm, None, d, ls, residual=False, tokens=tok + (a,))
         w.norm(at + p.k_norm, None, d, ls, residual=False, tokens=tok + (g,))
         w.record(at + "rel_logits_proj.proj", None, (("", (v.d_rel, extent)),), ls)
@@ -142,7 +143,7 @@ def walk(B: Builder) -> list[layout.Module]:
                   tok + (a * d,), tok + (a * d,), ew=n * a * d + B.b * a * B.seq * B.seq)
         B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, extra_ew=3, layers=ls)
         w.linear(at + p.o, None, a * d, h, False, ls)
-    _conv(w, "attn_sconv", h, every)
+    conv(w, "attn_sconv.conv1d", h, every)
     w.norm(p.attn_out, None, h, every)
     if dense := s.dense_layers:
         mlp(w, dense, "gated", s.intermediate)
@@ -151,7 +152,7 @@ def walk(B: Builder) -> list[layout.Module]:
               params=len(dense), ew=n * h, weights_per_call=1)
     if sparse := tuple(i for i in every if i not in dense):
         _moe(w, sparse)
-    _conv(w, "mlp_sconv", h, every)
+    conv(w, "mlp_sconv.conv1d", h, every)
     w.norm(p.norm, None, h, None, residual=False)
     if s.head == "lm":
         w.modules.append(layout.Module(p.lm_head, None, (("weight", (s.vocab, h)),), top=True))
@@ -208,7 +209,7 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     total = 0
     for i in range(s.layers):
         sliding = i in s.sliding_layers
-        _, g, d, _ = _geometry(s, sliding)
+        _, g, d, _ = geometry(s, sliding)
         total += 2 * g * d * ab * (kept if sliding else n) + (2 * g * d + 2 * s.hidden) * v.kernel * rb
     return [(f"b={b}, s={n}", b * total,
              f"per layer 2 x g x d x {ab} B per token (sliding layers: min(s, sliding_window_size - 1) = {kept} tokens) "
