@@ -18,7 +18,7 @@ from ckptstat.families.framework.graph import build  # noqa: E402
 from ckptstat.families.framework.layout import layouts_of  # noqa: E402
 
 BATCH, SEQ = 2, 8
-CLASSIC = {"phi", "gptj"}   # parallel blocks written by hand (the layout's: Cohere)
+CLASSIC: set[str] = set()   # parallel blocks written by hand (none now: Cohere, Phi and GPT-J are layouts)
 
 
 def _dense(f) -> bool:

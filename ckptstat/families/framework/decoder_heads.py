@@ -29,6 +29,12 @@ def build(B: Builder, width: int, qa_labels: bool = False) -> None:
         B.linear(_MODULE[s.head], "cls", (B.b, B.seq), width, outputs(s, qa_labels), s.head != "seqcls")
 
 
+def shapes(s: ArchSpec, width: int, qa_labels: bool = False) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The spec's task head module and its parameters (suffix, shape), as a layout's walk records them."""
+    out = outputs(s, qa_labels)
+    return _MODULE[s.head], (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
+
+
 def tensors(out: Shapes, s: ArchSpec, width: int, qa_labels: bool = False) -> None:
     if s.head in TASK_HEADS:
         add_linear(out, _MODULE[s.head], outputs(s, qa_labels), width, bias=s.head != "seqcls")

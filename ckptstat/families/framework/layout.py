@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoder_heads, decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -102,9 +102,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     kinds = attention_kinds(s)
     attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
-    rotary = lay.positions == "rotary"
+    rotary = lay.positions in ("rotary", "rotary_table")
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
-    for table in tables if attn and lay.nope != "all" and rotary else ():
+    for table in tables if attn and lay.nope != "all" and lay.positions == "rotary" else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
@@ -250,6 +250,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
+    if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
+        name, params = decoder_heads.shapes(s, h, lay.qa_labels)
+        w.modules.append(Module(name, None, params, top=True))
+        decoder_heads.build(B, h, lay.qa_labels)
     return w.modules
 
 
@@ -301,8 +305,8 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
 
 
 def module(lay: DecoderLayout, gguf: str) -> Module | None:
-    """The layout's module whose llama.cpp name is `gguf` ("attn_q", "output"), or None."""
-    return next((m for m in _every_module(lay) if m.gguf in (gguf, f"blk.{{bid}}.{gguf}")), None)
+    """The layout's module whose llama.cpp name (or the walk's, Module.role) is `gguf` ("attn_q", "output"), or None."""
+    return next((m for m in _every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
 
 
 def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
@@ -551,7 +555,7 @@ def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     name under the body), the LM head's tie to the embedding, the KV cache of a decoder."""
     p = lay.paths
     rules = decoder_head_rules(rf"(^|\.){re.escape(p.lm_head)}\.weight$", rf"^{re.escape(p.body)}\.")
-    return dict(heads=("base", "lm"), head_rules=rules, default_head="lm",
+    return dict(heads=("base", "lm") + lay.task_heads, head_rules=rules, default_head="lm",
                 tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),) * lay.ties,
                 tied_by_default=lay.tied_default, kv_cache=decoder_kv_cache)
 
