@@ -74,9 +74,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     seq, segments = B.seq, s.variant_as(Segments) if lay.positions == "segments" else None
     B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
     w.tok = (B.b, B.seq)
-    rows = segments.embed_rows if segments else s.vocab + lay.embed_extra
-    w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
-    B.embedding(p.embed, "embedding", rows, h, B.seq)
+    rows, E = segments.embed_rows if segments else s.vocab + lay.embed_extra, s.emb if lay.embed_proj else h
+    w.record(p.embed, "token_embd", (("weight", (rows, E)),), None)
+    B.embedding(p.embed, "embedding", rows, E, B.seq)
+    if E != h:
+        w.linear(p.project_in, None, E, h, False, None)
     if segments:
         w.record(p.segment, None, (("weight", (segments.segments, h)),), None)
         B.embedding(p.segment, "embedding", segments.segments, h, B.seq)
@@ -226,6 +228,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         skipped_cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
+    if E != h:
+        w.linear(p.project_out, None, h, E, False, None)
     B.seq, w.tok = seq, (B.b, seq)
     if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
         bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
@@ -239,9 +243,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
             B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                    bias=norm_bias)
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, E)),) + ((("bias", (s.vocab,)),) if bias
                                                                                           else ()), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
+        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head, width=E)
         if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
             w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
             if not s.tied_embeddings:
@@ -251,9 +255,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
-        name, params = decoder_heads.shapes(s, h, lay.qa_labels)
+        name, params = decoder_heads.shapes(s, E, lay.qa_labels)
         w.modules.append(Module(name, None, params, top=True))
-        decoder_heads.build(B, h, lay.qa_labels)
+        decoder_heads.build(B, E, lay.qa_labels)
     return w.modules
 
 
@@ -475,7 +479,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
                     else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
+                    qk_norm=qk_norm or lay.qk_norm == "none",
+                    activation=lay.activation or str(class_default(common["model_type"], lay.act_key) or "silu"),
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     linear_layers=linear, deltanet=deltanet,
                     short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
@@ -567,7 +572,7 @@ class Layouts:
     by_type: Mapping[str, DecoderLayout]
 
     def of(self, s: ArchSpec) -> DecoderLayout:
-        return self.by_type.get(s.model_type) or next(iter(self.by_type.values()))
+        return self.by_type.get(s.layout or s.model_type) or next(iter(self.by_type.values()))
 
     def from_config(self, c: Cfg) -> ArchSpec:
         return spec_from_config(self.by_type[c.model_type], c)

@@ -189,6 +189,8 @@ class Paths:
     lm_dense: str = "lm_head.dense"       # DecoderLayout.lm_transform, beside the LM head (top level)
     lm_norm: str = "lm_head.layer_norm"
     lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied with the embeddings
+    project_in: str = "project_in"        # DecoderLayout.embed_proj: embeddings -> hidden, hidden -> the LM head's width
+    project_out: str = "project_out"
                                           # (cls.predictions.bias)
 
 
@@ -366,6 +368,9 @@ class DecoderLayout:
     # qa_labels: the QA head is num_labels wide, not 2 (GPT-J's)
     task_heads: tuple[str, ...] = ()
     qa_labels: bool = False
+    # embeddings ArchSpec.embedding_size wide where it is not hidden (OPT's word_embed_proj_dim): {project_in} [h, E]
+    # after the lookup, {project_out} [E, h] after the final norm, both unbiased; the LM and task heads read E
+    embed_proj: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -451,7 +456,8 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
     """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
     llama.cpp's ffn_*{gguf}."""
     s, p, B = w.s, w.p, w.B
-    h, pre = s.hidden, f"{p.mlp if base is None else base}.{sub}"
+    at = p.mlp if base is None else base   # "": the MLP's linears sit at the layer (OPT's fc1, fc2)
+    h, pre = s.hidden, f"{at}.{sub}" if at else sub
     if kind == "plain":
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
