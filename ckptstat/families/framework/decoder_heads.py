@@ -1,5 +1,5 @@
-"""Task heads of the classic decoder families (opt.py, bloom.py, gptj.py, gpt_neo.py, gpt_bigcode.py), as
-transformers builds them beside the decoder body:
+"""Task heads of the classic decoder families (bloom.py, gpt_neo.py, gpt_bigcode.py; opt.py and gptj.py through
+DecoderLayout.task_heads), as transformers builds them beside the decoder body:
 
 * *ForSequenceClassification: `score`, Linear(width, num_labels, bias=False);
 * *ForTokenClassification: `classifier`, Linear(width, num_labels) with bias;

@@ -2,8 +2,8 @@
 view of the architecture is derived: the op template (FLOPs, parameters, memory), the expected tensors (names
 and shapes, as save_pretrained writes them), the tensor-name signature, the GGUF tensor-name table and the
 shape look-ups of a checkpoint without config.json. A family laid out so is a layout and a few lines
-(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py,
-deepseek.py, gpt_oss.py, generic.py; the routed MoEs olmoe.py, flex_olmo.py, glm4_moe.py, minimax_m2.py,
+(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py, phi.py,
+gptj.py, opt.py, deepseek.py, gpt_oss.py, generic.py; the routed MoEs olmoe.py, flex_olmo.py, glm4_moe.py, minimax_m2.py,
 exaone_moe.py, cohere2_moe.py, hy_v3.py, ernie4_5_moe.py, phimoe.py).
 
 The walk (`walk`) follows transformers' modeling_llama.py forward in execution order: embed_tokens, the
