@@ -29,6 +29,7 @@ from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_def
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import (
+    LEARNED_ACTIVATIONS,
     TINY,
     TINY_MOE,
     Attention,
@@ -470,6 +471,11 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
             f = fd.shape[0] if fd is not None else f
     else:
         f, experts = shape("ffn_up")[0] // (2 if lay.fused_gate_up else 1), 0
+    act = lay.activation or str(class_default(common["model_type"], lay.act_key) or "silu")   # the class's default,
+    if (learned := LEARNED_ACTIVATIONS.get(act)) and not infer.has(   # unless its parameters are missing (Apertus's)
+            T, rf"(^|\.){re.escape(p.mlp)}\.{re.escape(p.act)}\.{learned[0][0]}$"):
+        notes.append(f"no config and no {act} parameters: activation assumed silu")
+        act = "silu"
     return ArchSpec(layers=L, hidden=h, heads=q // d,
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     positions=shape("position_embd")[0] if lay.positions == "learned" else 0,
@@ -479,8 +485,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
                     else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    qk_norm=qk_norm or lay.qk_norm == "none",
-                    activation=lay.activation or str(class_default(common["model_type"], lay.act_key) or "silu"),
+                    qk_norm=qk_norm or lay.qk_norm == "none", activation=act,
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     linear_layers=linear, deltanet=deltanet,
                     short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
