@@ -191,6 +191,9 @@ class ArchSpec:
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"
+    # the family's layout (layout.Layouts) by name where the config picks among several for one model_type (OPT's
+    # post-norm layers); "": the model_type's
+    layout: str = ""
 
     def seq_notes(self, seq: int) -> list[str]:
         """What flops' output says of --seq when it counts something other than tokens."""

@@ -1,9 +1,9 @@
-"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py,
+"""Pieces the rotary decoder families share (layout.py, gptneox.py, falcon.py,
 gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
-The families not on a layout keep their own switches in a typed ArchSpec.variant (opt.py's, gptj.py's, falcon.py's)."""
+The families not on a layout keep their own switches in a typed ArchSpec.variant (falcon.py's)."""
 from __future__ import annotations
 
 from typing import Any
@@ -54,12 +54,12 @@ def plain_norm(B: Builder, module: str, tokens: tuple[int, ...], dim: int, calls
           ew=n * (ew_cost("layernorm") + (1 if residual else 0)), extra_in=n if residual else 0)
 
 
-def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str = "lm") -> None:
-    """The LM head on the `head` (an encoder's *ForMaskedLM: "mlm")."""
+def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str = "lm", width: int = 0) -> None:
+    """The LM head on the `head` (an encoder's *ForMaskedLM: "mlm"), over `width` (0: hidden)."""
     s = B.s
     if s.head == head:
-        B.linear(name + (f" (tied to {tied_to})" if s.tied_embeddings else ""), "cls", (B.b, B.seq), s.hidden, s.vocab,
-                 bias, tied=s.tied_embeddings)
+        B.linear(name + (f" (tied to {tied_to})" if s.tied_embeddings else ""), "cls", (B.b, B.seq), width or s.hidden,
+                 s.vocab, bias, tied=s.tied_embeddings)
 
 
 # Which layers keep a window in transformers' cache (cache_utils.py DynamicCache(config=...), 4.57): a
