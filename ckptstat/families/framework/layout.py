@@ -360,7 +360,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
                     else decoders.nope_global(sliding, L) if lay.nope == "global"
-                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
+                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all"
+                    else decoders.nope_types(c, L) if lay.nope == "types" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
