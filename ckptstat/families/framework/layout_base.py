@@ -360,6 +360,7 @@ class DecoderLayout:
     lm_transform: LMTransform = "none"
     lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
     first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
+    sliding_sinks: bool = False           # the sinks on the sliding layers alone (MiMo-V2-Flash's)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
