@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoder_heads, decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoder_heads, decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -140,6 +140,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         q_width = a * d * (2 if lay.gated_attention else 1)
         if lay.fused_qkv:
             w.linear(at + p.qkv, "attn_qkv", h, q_width + 2 * g * d, s.qkv_bias, attn)
+        elif s.sliding_kv_heads or s.v_head_dim:   # K/V heads by layer kind, the values' own width (MiMo-V2-Flash)
+            layout_kv.projections(w, attn, q_width, kinds)
         else:
             for sub, gguf, width in ((p.q, "attn_q", q_width), (p.k, "attn_k", g * d), (p.v, "attn_v", g * d)):
                 w.linear(at + sub, gguf, h, width, s.qkv_bias, attn)
@@ -171,17 +173,17 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                         extra_ew=extra)
         for second in ((False, True) if lay.differential else (False,)) if lay.causal else ():   # DiffLlama: a call per
             B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}" + (" (values' second half)" if second else ""),
-                                    "encoder", a, d, extra, layers=attn)   # half of the values
+                                    "encoder", a, d, extra, layers=attn, v_dim=s.v_head_dim or None)   # half of the values
         if lay.differential:   # out1 - lambda x out2 over head pairs, x (1 - lambda_init), the weightless RMSNorm
             for name in p.lambdas:
                 w.record(at + name, None, (("", (d,)),), attn)
             B.add(w.label(f"{p.attn} differential combine ({', '.join(p.lambdas)}), group norm", attn), "attention",
                   "encoder", len(attn), w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * len(attn),
                   ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
-        if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
-                  len(attn), (a,), (B.b, a, B.seq, 1), params=a * len(attn), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+        if lay.sinks and (sunk := tuple(i for i in attn if kinds[i] == "sliding" or not lay.sliding_sinks)):   # a softmax column
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), sunk)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", sunk), "attention", "encoder",
+                  len(sunk), (a,), (B.b, a, B.seq, 1), params=a * len(sunk), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
                   weights_per_call=a)
         if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
             w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, attn)
@@ -196,7 +198,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                   w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
-        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
+        w.linear(at + p.o, "attn_output", a * (s.v_head_dim or d), h, s.o_bias, attn)
         if lay.last_o_bias:
             last = (s.layers - 1,)
             w.record(at + p.last_bias, None, (("", (h,)),), last)
@@ -369,7 +371,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
                     else decoders.nope_global(sliding, L) if lay.nope == "global"
-                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
+                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all"
+                    else decoders.nope_types(c, L) if lay.nope == "types" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,

@@ -47,8 +47,9 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
-# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
-NoPE = Literal["none", "flags", "global", "theta", "all"]
+# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention); types: the layers
+# whose layer_types entry rope_parameters maps to None (Cohere Compass: rotary parameters per layer type)
+NoPE = Literal["none", "flags", "global", "theta", "all", "types"]
 # where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
 # bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
 # (CTRL); alibi, a per-head linear bias added to every score (MPT)
@@ -371,6 +372,7 @@ class DecoderLayout:
     # embeddings ArchSpec.embedding_size wide where it is not hidden (OPT's word_embed_proj_dim): {project_in} [h, E]
     # after the lookup, {project_out} [E, h] after the final norm, both unbiased; the LM and task heads read E
     embed_proj: bool = False
+    sliding_sinks: bool = False           # the sinks on the sliding layers alone (MiMo-V2-Flash's)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
