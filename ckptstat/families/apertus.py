@@ -4,12 +4,8 @@ activation is xIELU by default (hidden_act xielu: two learned scalars per MLP, L
 q/k RMSNorms per head, norms named attention_layernorm and feedforward_layernorm, an LM head untied by default."""
 from __future__ import annotations
 
-import re
-from dataclasses import replace
-from typing import Any
-
-from .framework import infer, layout
-from .framework.base import ArchSpec, Family, Sample, Tensors
+from .framework import layout
+from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout, Paths
 
 APERTUS = DecoderLayout(mlp="plain", qk_norm="head", mlp_bias=False,
@@ -17,19 +13,12 @@ APERTUS = DecoderLayout(mlp="plain", qk_norm="head", mlp_bias=False,
 LAYOUTS = {"apertus": APERTUS, "apertus1p5_text": APERTUS}
 
 
-def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    """The layout's shapes; xIELU where the MLPs hold its alpha_p (else the layout's guess, said)."""
-    spec = layout.Layouts(LAYOUTS).from_tensors(T, common)
-    if infer.has(T, rf"(^|\.){re.escape(APERTUS.paths.mlp)}\.{APERTUS.paths.act}\.alpha_p$"):
-        return replace(spec, activation="xielu")
-    return replace(spec, assumptions=spec.assumptions + ("no config and no xIELU parameters: activation assumed silu",))
-
-
 _SIZES = dict(layout.TINY, pad_token_id=0)
 
 FAMILY = Family(
     name="apertus",
-    **{**layout.family_fields(LAYOUTS, "attn_norm"), "from_tensors": from_tensors},
+    # without config.json: xIELU where the MLPs hold its alpha_p, else silu, said (layout.spec_from_tensors)
+    **layout.family_fields(LAYOUTS, "attn_norm"),
     samples=(
         Sample("ApertusConfig", _SIZES, ("ApertusModel", "ApertusForCausalLM")),
         Sample("ApertusConfig", dict(_SIZES, attention_bias=True, hidden_act="relu2", tie_word_embeddings=True),

@@ -188,9 +188,16 @@ class ArchSpec:
     # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
     ssm: SSM | None = None
     ssm_layers: tuple[int, ...] = ()
+    # the value heads' width when not head_dim, and the sliding layers' key/value heads when not kv_heads
+    # (MiMo-V2-Flash's v_head_dim, and twice num_key_value_heads on its sliding layers); 0: as the others
+    v_head_dim: int = 0
+    sliding_kv_heads: int = 0
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"
+    # the family's layout (layout.Layouts) by name where the config picks among several for one model_type (OPT's
+    # post-norm layers); "": the model_type's
+    layout: str = ""
 
     def seq_notes(self, seq: int) -> list[str]:
         """What flops' output says of --seq when it counts something other than tokens."""

@@ -338,7 +338,7 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     state-space layers (ArchSpec.ssm_layers) hold no K/V but a LinearAttentionLayer's conv state [b, conv_dim, k] and
     recurrent state [b, heads, head_dim, N] each, whatever s (layout_ssm.py); the recurrent state in float32 whatever
     the model's dtype (mamba2_chunk_scan computes in float32 and the cache keeps what it returns)."""
-    per = 2 * s.kv_heads * s.head_dim * ab
+    per = s.kv_heads * (s.head_dim + (s.v_head_dim or s.head_dim)) * ab   # K and V (ArchSpec.v_head_dim: V's own width)
     n += s.prefix_tokens   # CPM-Ant's prompt tokens
     if s.ssm is not None:
         m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, STATE_BYTES)
@@ -355,10 +355,11 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     full = s.layers - ns
     kept = n if w == 1 else min(n, w - 1)
     kind = "chunked (attention_chunk_size)" if s.chunked_attention else "sliding"
-    lines: KVLines = [(f"b={b}, s={n}", per * b * (full * n + ns * kept),
+    slid = per * s.sliding_kv_heads // s.kv_heads if s.sliding_kv_heads else per   # ArchSpec.sliding_kv_heads' layers
+    lines: KVLines = [(f"b={b}, s={n}", b * (per * full * n + slid * ns * kept),
                        f"2 x g x d x {ab} B = {per:,} B per token and layer, x b; {full} full layers x s = {n} tokens, "
                        f"{ns} {kind} layers x min(s, sliding_window - 1) = {kept} (transformers' DynamicSlidingWindowLayer)")]
-    static = per * b * (full * n + ns * min(n, w))
+    static = b * (per * full * n + slid * ns * min(n, w))
     if static != lines[0][1]:
         lines.append((f"static cache, window {w}", static,
                       f"transformers' StaticCache (max_cache_len = s) or a rolling-window kernel: {ns} sliding layers "

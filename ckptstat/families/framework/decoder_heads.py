@@ -1,5 +1,5 @@
-"""Task heads of the classic decoder families (opt.py, bloom.py, gptj.py, gpt_neo.py, gpt_bigcode.py), as
-transformers builds them beside the decoder body:
+"""Task heads of the classic decoder families (bloom.py, gpt_neo.py, gpt_bigcode.py; opt.py and gptj.py through
+DecoderLayout.task_heads), as transformers builds them beside the decoder body:
 
 * *ForSequenceClassification: `score`, Linear(width, num_labels, bias=False);
 * *ForTokenClassification: `classifier`, Linear(width, num_labels) with bias;
@@ -27,6 +27,12 @@ def build(B: Builder, width: int, qa_labels: bool = False) -> None:
     s = B.s
     if s.head in TASK_HEADS:
         B.linear(_MODULE[s.head], "cls", (B.b, B.seq), width, outputs(s, qa_labels), s.head != "seqcls")
+
+
+def shapes(s: ArchSpec, width: int, qa_labels: bool = False) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The spec's task head module and its parameters (suffix, shape), as a layout's walk records them."""
+    out = outputs(s, qa_labels)
+    return _MODULE[s.head], (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
 
 
 def tensors(out: Shapes, s: ArchSpec, width: int, qa_labels: bool = False) -> None:

@@ -1,9 +1,9 @@
-"""Pieces the rotary decoder families share (layout.py, phi.py, gptneox.py, gptj.py, falcon.py, opt.py,
+"""Pieces the rotary decoder families share (layout.py, gptneox.py, falcon.py,
 gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
-The families not on a layout keep their own switches in a typed ArchSpec.variant (opt.py's, gptj.py's, falcon.py's)."""
+The families not on a layout keep their own switches in a typed ArchSpec.variant (falcon.py's)."""
 from __future__ import annotations
 
 from typing import Any
@@ -54,12 +54,12 @@ def plain_norm(B: Builder, module: str, tokens: tuple[int, ...], dim: int, calls
           ew=n * (ew_cost("layernorm") + (1 if residual else 0)), extra_in=n if residual else 0)
 
 
-def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str = "lm") -> None:
-    """The LM head on the `head` (an encoder's *ForMaskedLM: "mlm")."""
+def lm_head(B: Builder, name: str, tied_to: str, bias: bool = False, head: str = "lm", width: int = 0) -> None:
+    """The LM head on the `head` (an encoder's *ForMaskedLM: "mlm"), over `width` (0: hidden)."""
     s = B.s
     if s.head == head:
-        B.linear(name + (f" (tied to {tied_to})" if s.tied_embeddings else ""), "cls", (B.b, B.seq), s.hidden, s.vocab,
-                 bias, tied=s.tied_embeddings)
+        B.linear(name + (f" (tied to {tied_to})" if s.tied_embeddings else ""), "cls", (B.b, B.seq), width or s.hidden,
+                 s.vocab, bias, tied=s.tied_embeddings)
 
 
 # Which layers keep a window in transformers' cache (cache_utils.py DynamicCache(config=...), 4.57): a
@@ -156,3 +156,21 @@ def nope_flags(c: Cfg, layers: int) -> tuple[int, ...]:
     if not isinstance(flags, list) or len(flags) != layers or any(type(v) is not int or v not in (0, 1) for v in flags):
         raise UsageError(f"{c.path}: config no_rope_layers is not a list of {layers} flags (1: rotary, 0: none)")
     return tuple(i for i, v in enumerate(flags) if not v)
+
+
+def nope_types(c: Cfg, layers: int) -> tuple[int, ...]:
+    """The layers whose config layer_types entry rope_parameters maps to None (Cohere Compass's rotary parameters per
+    layer type, None for a type without rotary). The model reads rope_parameters[type] for each layer's type, so a
+    config that names no such entry for some type is one it cannot run; one without layer_types is its config class's
+    default (every layer full), which the op template does not read: the meta path answers it."""
+    types, params = c.cfg.get("layer_types"), c.cfg.get("rope_parameters")
+    if types is None:
+        raise NoAnalyticModel(f"{c.path}: config has no layer_types: the {c.model_type} op template reads rotary per layer "
+                              "type from them")
+    if not isinstance(types, list) or len(types) != layers or not all(isinstance(t, str) for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} layer types")
+    if not isinstance(params, dict) or any(t not in params or (params[t] is not None and not isinstance(params[t], dict))
+                                           for t in types):
+        raise UsageError(f"{c.path}: config rope_parameters does not give each layer type its rotary parameters (or "
+                         "null: none)")
+    return tuple(i for i, t in enumerate(types) if params[t] is None)

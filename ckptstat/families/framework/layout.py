@@ -2,8 +2,8 @@
 view of the architecture is derived: the op template (FLOPs, parameters, memory), the expected tensors (names
 and shapes, as save_pretrained writes them), the tensor-name signature, the GGUF tensor-name table and the
 shape look-ups of a checkpoint without config.json. A family laid out so is a layout and a few lines
-(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py,
-deepseek.py, gpt_oss.py, generic.py; the routed MoEs olmoe.py, flex_olmo.py, glm4_moe.py, minimax_m2.py,
+(llama.py, qwen3.py, olmo.py, phi3.py, glm.py, smollm3.py, arcee.py, mixtral.py, qwen_moe.py, gemma.py, phi.py,
+gptj.py, opt.py, deepseek.py, gpt_oss.py, generic.py; the routed MoEs olmoe.py, flex_olmo.py, glm4_moe.py, minimax_m2.py,
 exaone_moe.py, cohere2_moe.py, hy_v3.py, ernie4_5_moe.py, phimoe.py).
 
 The walk (`walk`) follows transformers' modeling_llama.py forward in execution order: embed_tokens, the
@@ -23,12 +23,13 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoder_heads, decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
 # the description (families import DecoderLayout, Paths, BiasKeys and TINY from here)
 from .layout_base import (
+    LEARNED_ACTIVATIONS,
     TINY,
     TINY_MOE,
     Attention,
@@ -75,9 +76,11 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     seq, segments = B.seq, s.variant_as(Segments) if lay.positions == "segments" else None
     B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
     w.tok = (B.b, B.seq)
-    rows = segments.embed_rows if segments else s.vocab + lay.embed_extra
-    w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
-    B.embedding(p.embed, "embedding", rows, h, B.seq)
+    rows, E = segments.embed_rows if segments else s.vocab + lay.embed_extra, s.emb if lay.embed_proj else h
+    w.record(p.embed, "token_embd", (("weight", (rows, E)),), None)
+    B.embedding(p.embed, "embedding", rows, E, B.seq)
+    if E != h:
+        w.linear(p.project_in, None, E, h, False, None)
     if segments:
         w.record(p.segment, None, (("weight", (segments.segments, h)),), None)
         B.embedding(p.segment, "embedding", segments.segments, h, B.seq)
@@ -103,9 +106,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     kinds = attention_kinds(s)
     attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
-    rotary = lay.positions == "rotary"
+    rotary = lay.positions in ("rotary", "rotary_table")
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
-    for table in tables if attn and lay.nope != "all" and rotary else ():
+    for table in tables if attn and lay.nope != "all" and lay.positions == "rotary" else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
@@ -138,6 +141,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         q_width = a * d * (2 if lay.gated_attention else 1)
         if lay.fused_qkv:
             w.linear(at + p.qkv, "attn_qkv", h, q_width + 2 * g * d, s.qkv_bias, attn)
+        elif s.sliding_kv_heads or s.v_head_dim:   # K/V heads by layer kind, the values' own width (MiMo-V2-Flash)
+            layout_kv.projections(w, attn, q_width, kinds)
         else:
             for sub, gguf, width in ((p.q, "attn_q", q_width), (p.k, "attn_k", g * d), (p.v, "attn_v", g * d)):
                 w.linear(at + sub, gguf, h, width, s.qkv_bias, attn)
@@ -169,17 +174,17 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                         extra_ew=extra)
         for second in ((False, True) if lay.differential else (False,)) if lay.causal else ():   # DiffLlama: a call per
             B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}" + (" (values' second half)" if second else ""),
-                                    "encoder", a, d, extra, layers=attn)   # half of the values
+                                    "encoder", a, d, extra, layers=attn, v_dim=s.v_head_dim or None)   # half of the values
         if lay.differential:   # out1 - lambda x out2 over head pairs, x (1 - lambda_init), the weightless RMSNorm
             for name in p.lambdas:
                 w.record(at + name, None, (("", (d,)),), attn)
             B.add(w.label(f"{p.attn} differential combine ({', '.join(p.lambdas)}), group norm", attn), "attention",
                   "encoder", len(attn), w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * len(attn),
                   ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
-        if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
-                  len(attn), (a,), (B.b, a, B.seq, 1), params=a * len(attn), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+        if lay.sinks and (sunk := tuple(i for i in attn if kinds[i] == "sliding" or not lay.sliding_sinks)):   # a softmax column
+            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), sunk)
+            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", sunk), "attention", "encoder",
+                  len(sunk), (a,), (B.b, a, B.seq, 1), params=a * len(sunk), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
                   weights_per_call=a)
         if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
             w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, attn)
@@ -194,7 +199,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                   w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
-        w.linear(at + p.o, "attn_output", a * d, h, s.o_bias, attn)
+        w.linear(at + p.o, "attn_output", a * (s.v_head_dim or d), h, s.o_bias, attn)
         if lay.last_o_bias:
             last = (s.layers - 1,)
             w.record(at + p.last_bias, None, (("", (h,)),), last)
@@ -227,6 +232,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         skipped_cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
+    if E != h:
+        w.linear(p.project_out, None, h, E, False, None)
     B.seq, w.tok = seq, (B.b, seq)
     if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
         bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
@@ -240,9 +247,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
             B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
                    bias=norm_bias)
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, h)),) + ((("bias", (s.vocab,)),) if bias
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, E)),) + ((("bias", (s.vocab,)),) if bias
                                                                                           else ()), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head)
+        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head, width=E)
         if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
             w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
             if not s.tied_embeddings:
@@ -251,6 +258,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
+    if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
+        name, params = decoder_heads.shapes(s, E, lay.qa_labels)
+        w.modules.append(Module(name, None, params, top=True))
+        decoder_heads.build(B, E, lay.qa_labels)
     return w.modules
 
 
@@ -293,8 +304,8 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
 
 
 def module(lay: DecoderLayout, gguf: str) -> Module | None:
-    """The layout's module whose llama.cpp name is `gguf` ("attn_q", "output"), or None."""
-    return next((m for m in _every_module(lay) if m.gguf in (gguf, f"blk.{{bid}}.{gguf}")), None)
+    """The layout's module whose llama.cpp name (or the walk's, Module.role) is `gguf` ("attn_q", "output"), or None."""
+    return next((m for m in _every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
 
 
 def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
@@ -352,7 +363,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
                     else decoders.nope_global(sliding, L) if lay.nope == "global"
-                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
+                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all"
+                    else decoders.nope_types(c, L) if lay.nope == "types" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -454,6 +466,11 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
             f = fd.shape[0] if fd is not None else f
     else:
         f, experts = shape("ffn_up")[0] // (2 if lay.fused_gate_up else 1), 0
+    act = lay.activation or str(class_default(common["model_type"], lay.act_key) or "silu")   # the class's default,
+    if (learned := LEARNED_ACTIVATIONS.get(act)) and not infer.has(   # unless its parameters are missing (Apertus's)
+            T, rf"(^|\.){re.escape(p.mlp)}\.{re.escape(p.act)}\.{learned[0][0]}$"):
+        notes.append(f"no config and no {act} parameters: activation assumed silu")
+        act = "silu"
     return ArchSpec(layers=L, hidden=h, heads=q // d,
                     kv_heads=kv // d, head_dim=d, intermediate=f, vocab=V, experts=experts, gated_mlp=lay.mlp != "plain",
                     positions=shape("position_embd")[0] if lay.positions == "learned" else 0,
@@ -463,7 +480,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     type_vocab=shape("token_types")[0] if lay.embeddings == "bert" and infer.has(T, pattern(lay, "token_types"))
                     else 0,
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
-                    qk_norm=qk_norm or lay.qk_norm == "none", activation=lay.activation or "silu",
+                    qk_norm=qk_norm or lay.qk_norm == "none", activation=act,
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
                     linear_layers=linear, deltanet=deltanet,
                     short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
@@ -543,7 +560,7 @@ def decoder_lm(lay: DecoderLayout) -> dict[str, Any]:
     name under the body), the LM head's tie to the embedding, the KV cache of a decoder."""
     p = lay.paths
     rules = decoder_head_rules(rf"(^|\.){re.escape(p.lm_head)}\.weight$", rf"^{re.escape(p.body)}\.")
-    return dict(heads=("base", "lm"), head_rules=rules, default_head="lm",
+    return dict(heads=("base", "lm") + lay.task_heads, head_rules=rules, default_head="lm",
                 tie_rules=(TieRule(f"{p.lm_head}.weight", f"{p.body}.{p.embed}.weight", "config", heads=("lm",)),) * lay.ties,
                 tied_by_default=lay.tied_default, kv_cache=decoder_kv_cache)
 
@@ -555,7 +572,7 @@ class Layouts:
     by_type: Mapping[str, DecoderLayout]
 
     def of(self, s: ArchSpec) -> DecoderLayout:
-        return self.by_type.get(s.model_type) or next(iter(self.by_type.values()))
+        return self.by_type.get(s.layout or s.model_type) or next(iter(self.by_type.values()))
 
     def from_config(self, c: Cfg) -> ArchSpec:
         return spec_from_config(self.by_type[c.model_type], c)

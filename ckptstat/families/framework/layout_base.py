@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 
 from . import decoders
 from .archspec import Variant
+from .decoder_heads import TASK_HEADS
 from .ops import Builder
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
@@ -46,15 +47,18 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
-# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
-NoPE = Literal["none", "flags", "global", "theta", "all"]
+# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention); types: the layers
+# whose layer_types entry rope_parameters maps to None (Cohere Compass: rotary parameters per layer type)
+NoPE = Literal["none", "flags", "global", "theta", "all", "types"]
 # where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
 # bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
 # (CTRL); alibi, a per-head linear bias added to every score (MPT)
 # segments: CPM-Ant's segment embedding [segments, h] added to the token embeddings and a segment-relative position
 # bias [segments^2 + buckets, heads] added to every score (Segments), over ArchSpec.prefix_tokens prompt tokens
 # prepended to the input, whose embedding rows follow the vocabulary
-Positions = Literal["rotary", "learned", "sinusoidal", "alibi", "segments"]
+# rotary_table: rotary on q and k from a sinusoid table built at init and gathered by position (GPT-J's
+# embed_positions buffer): no inv_freq product in the forward
+Positions = Literal["rotary", "rotary_table", "learned", "sinusoidal", "alibi", "segments"]
 # a routed MLP's experts held as one 3-D tensor per projection in nn.Linear's [E, out, in] orientation, gate and up the
 # halves of the first (GraniteMoE's): none; weights, saved as {experts}.{stacked_in}.weight [E, 2f, h] and
 # {experts}.{stacked_out}.weight [E, h, f] (GraniteMoE, GraniteMoE-Shared: input_linear, output_linear); parameters,
@@ -186,6 +190,8 @@ class Paths:
     lm_dense: str = "lm_head.dense"       # DecoderLayout.lm_transform, beside the LM head (top level)
     lm_norm: str = "lm_head.layer_norm"
     lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied with the embeddings
+    project_in: str = "project_in"        # DecoderLayout.embed_proj: embeddings -> hidden, hidden -> the LM head's width
+    project_out: str = "project_out"
                                           # (cls.predictions.bias)
 
 
@@ -359,6 +365,14 @@ class DecoderLayout:
     lm_transform: LMTransform = "none"
     lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
     first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
+    # the task heads transformers builds beside the body (decoder_heads.TASK_HEADS: GPT-J's score and qa_outputs);
+    # qa_labels: the QA head is num_labels wide, not 2 (GPT-J's)
+    task_heads: tuple[str, ...] = ()
+    qa_labels: bool = False
+    # embeddings ArchSpec.embedding_size wide where it is not hidden (OPT's word_embed_proj_dim): {project_in} [h, E]
+    # after the lookup, {project_out} [E, h] after the final norm, both unbiased; the LM and task heads read E
+    embed_proj: bool = False
+    sliding_sinks: bool = False           # the sinks on the sliding layers alone (MiMo-V2-Flash's)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -370,6 +384,8 @@ class DecoderLayout:
                            ("lm_head_bias", LMHeadBias), ("embeddings", Embeddings), ("lm_transform", LMTransform)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
+        if not set(self.task_heads) <= set(TASK_HEADS):
+            raise TypeError(f"DecoderLayout.task_heads = {self.task_heads!r}: not of {TASK_HEADS}")
         if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
             raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
 
@@ -385,6 +401,9 @@ class Module:
     layers: tuple[int, ...] = ()
     experts: int = 0
     top: bool = False                     # outside the body (the LM head)
+    # the walk's llama.cpp-style name before DecoderLayout.gguf_renames: the key the shape look-ups find it by, also
+    # where llama.cpp names it otherwise or not at all (CodeGen's qkv_proj)
+    role: str | None = None
 
 
 class Walk:
@@ -401,9 +420,11 @@ class Walk:
     def record(self, sub: str, gguf: str | None, shapes: tuple[tuple[str, tuple[int, ...]], ...],
                layers: tuple[int, ...] | None, experts: int = 0, top: bool = False) -> None:
         path = sub if layers is None else f"{self.p.layers}.{{bid}}.{sub}"
-        gguf = self.lay.gguf(gguf) if gguf is not None else None
-        g = gguf if layers is None or gguf is None else f"blk.{{bid}}.{gguf}"
-        self.modules.append(Module(path, g, shapes, layers or (), experts, top))
+        def layered(name: str | None) -> str | None:
+            return name if layers is None or name is None else f"blk.{{bid}}.{name}"
+
+        renamed = self.lay.gguf(gguf) if gguf is not None else None
+        self.modules.append(Module(path, layered(renamed), shapes, layers or (), experts, top, layered(gguf)))
 
     def linear(self, sub: str, gguf: str | None, fin: int, fout: int, bias: bool, layers: tuple[int, ...] | None,
                tokens: tuple[int, ...] | None = None, label: str | None = None, experts: int = 0, top: bool = False) -> None:
@@ -450,7 +471,8 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
     """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
     llama.cpp's ffn_*{gguf}."""
     s, p, B = w.s, w.p, w.B
-    h, pre = s.hidden, f"{p.mlp if base is None else base}.{sub}"
+    at = p.mlp if base is None else base   # "": the MLP's linears sit at the layer (OPT's fc1, fc2)
+    h, pre = s.hidden, f"{at}.{sub}" if at else sub
     if kind == "plain":
         w.linear(pre + p.up, "ffn_up" + gguf, h, f, s.mlp_bias, layers)
     elif w.lay.fused_gate_up:      # [gate; up] in one weight, kept fused by llama.cpp as ffn_up
