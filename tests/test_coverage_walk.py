@@ -21,7 +21,7 @@ RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 # whose cache holds SSM or DeltaNet states (the oracle's positions come from the input, not get_seq_length)
 HYBRIDS = {"Qwen3NextForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"}
 NAMED = {"BartForCausalLM", "WhisperForCausalLM", "Gemma4ForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM",
-         "OlmoeForCausalLM", "GraniteMoeSharedForCausalLM", *HYBRIDS}
+         "OlmoeForCausalLM", "GraniteMoeSharedForCausalLM", "Gemma4ForConditionalGeneration", *HYBRIDS}
 # encoders, vision and audio (the meta path builds their class as config.json names it, or the base model): a static
 # template, a head the template does not describe (CLIP's image classifier: answered on meta), a float32-only model
 ENCODERS = {"BertForMaskedLM", "ModernBertForMaskedLM", "DebertaForMaskedLM", "RoFormerForMaskedLM",
@@ -52,7 +52,8 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["LlamaForCausalLM"] == answered["Qwen3MoeForCausalLM"] == answered["OlmoeForCausalLM"] == "static"
     # the decoder alone of an encoder-decoder: the BART-shaped stack's template (families/framework/seq2seq.py)
     assert answered["BartForCausalLM"] == answered["WhisperForCausalLM"] == "static"
-    assert answered["Gemma4ForCausalLM"] == "meta"
+    # its op template (families/gemma4.py); the wrapper's, built without towers, its text model's (families/wrappers.py)
+    assert answered["Gemma4ForCausalLM"] == answered["Gemma4ForConditionalGeneration"] == "static"
     assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
     assert answered["DeepseekV3ForCausalLM"] == answered["DeepseekV32ForCausalLM"] == "static"   # families/deepseek.py
     assert answered["DiffLlamaForCausalLM"] == "static" and answered["xLSTMForCausalLM"] == "meta"

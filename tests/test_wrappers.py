@@ -25,6 +25,14 @@ MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
 CASES = {
     "gemma3": ("Gemma3ForConditionalGeneration", "Gemma3Config",
                dict(text_config=dict(TXT, head_dim=16, sliding_window=8), vision_config=VIS, mm_tokens_per_image=4), "gemma"),
+    # Gemma 4: per-layer embeddings and a wider full-attention head in the text model; an audio tower and the two
+    # embedders beside the vision tower
+    "gemma4": ("Gemma4ForConditionalGeneration", "Gemma4Config",
+               dict(text_config=dict(TXT, head_dim=16, global_head_dim=32, sliding_window=8, hidden_size_per_layer_input=8,
+                                     vocab_size_per_layer_input=50),
+                    vision_config=dict(VIS, head_dim=8),
+                    audio_config=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=4, output_proj_dims=32,
+                                      subsampling_conv_channels=[8, 4])), "gemma4"),
     "paligemma": ("PaliGemmaForConditionalGeneration", "PaliGemmaConfig",
                   dict(text_config=dict(TXT, model_type="gemma", head_dim=16),
                        vision_config=dict(VIS, model_type="siglip_vision_model"), projection_dim=64), "gemma"),

@@ -27,19 +27,22 @@ TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", T
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
 # `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
 # (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`; BLIP-2's Q-Former,
-# its query tokens and `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row.
+# its query tokens and `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row;
+# Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`).
 VISION_MODULES = ("vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector",
                   "image_newline", "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj",
                   "high_res_vision_alpha", "visual_embeddings_table", "qformer", "query_tokens", "language_projection",
-                  "image_tower", "video_tower")
+                  "image_tower", "video_tower", "audio_tower", "embed_vision", "embed_audio")
 
 
 def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The language model's config of a multimodal wrapper's config.json (its model_type as the family
     registry knows it, the wrapper's architectures and dtype), or None when `cfg` nests none."""
     text = cfg.get("text_config")
-    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str) or not isinstance(
-            cfg.get("vision_config"), dict):
+    # a vision_config of null: a wrapper built without its vision tower (Gemma 4's vision_config and audio_config
+    # default None: Gemma4Model then holds the language model alone), whose text forward is its language model's
+    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str) or not (
+            isinstance(cfg.get("vision_config"), dict) or ("vision_config" in cfg and cfg["vision_config"] is None)):
         return None
     out = dict(text)
     out["model_type"] = TEXT_ALIASES.get(text["model_type"], (text["model_type"],))[0]

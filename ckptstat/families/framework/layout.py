@@ -42,6 +42,7 @@ from .layout_base import (
     Walk,
     joined,
     mlp,
+    module_shapes,
     residual_scale,
     skipped_cross_layers,
 )
@@ -270,16 +271,7 @@ def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
 
 def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
     """Every parameter name and shape, under the body prefix for a model with a head."""
-    body = lay.paths.base if s.head == "base" else lay.paths.body
-    body += "." if body else ""
-    out: Shapes = {}
-    for m in modules(lay, s):
-        for i in m.layers or (0,):
-            for x in range(m.experts or 1):
-                path = m.path.format(bid=i, xid=x)
-                for suffix, shape in m.shapes:
-                    out[("" if m.top else body) + joined(path, suffix)] = shape
-    return out
+    return module_shapes(modules(lay, s), lay.paths.base if s.head == "base" else lay.paths.body)
 
 
 @functools.cache

@@ -454,6 +454,19 @@ def joined(name: str, suffix: str) -> str:
     return f"{name}.{suffix}" if suffix else name
 
 
+def module_shapes(modules: list[Module], body: str) -> dict[str, tuple[int, ...]]:
+    """Every parameter name and shape of the modules a walk met, those inside the body under `body` ("": none)."""
+    body += "." if body else ""
+    out: dict[str, tuple[int, ...]] = {}
+    for m in modules:
+        for i in m.layers or (0,):
+            for x in range(m.experts or 1):
+                path = m.path.format(bid=i, xid=x)
+                for suffix, shape in m.shapes:
+                    out[("" if m.top else body) + joined(path, suffix)] = shape
+    return out
+
+
 def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf: str = "", base: str | None = None) -> None:
     """A dense MLP at {base}.{sub} (base: {mlp} unless given; sub: "" or the shared expert's "shared_expert."),
     llama.cpp's ffn_*{gguf}."""
