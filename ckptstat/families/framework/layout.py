@@ -104,7 +104,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
     rotary = lay.positions == "rotary"
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
-    for table in tables if attn and lay.nope != "all" and rotary else ():
+    no_table = lay.nope == "all" or (lay.nope == "embedding_type" and bool(s.nope_layers))   # no rotary module
+    for table in tables if attn and not no_table and rotary else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
@@ -360,7 +361,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     rope_dim=0 if lay.partial_rotary is None else int(d * decoders.rotary_factor(c, default=lay.partial_rotary)),
                     nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
                     else decoders.nope_global(sliding, L) if lay.nope == "global"
-                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all" else (),
+                    else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all"
+                    else decoders.nope_by_type(c, L) if lay.nope == "embedding_type" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,

@@ -46,8 +46,9 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
-# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
-NoPE = Literal["none", "flags", "global", "theta", "all"]
+# layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention); embedding_type:
+# none anywhere unless config position_embedding_type is "rope" (Granite 4's hybrids: no rotary table either)
+NoPE = Literal["none", "flags", "global", "theta", "all", "embedding_type"]
 # where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
 # bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
 # (CTRL); alibi, a per-head linear bias added to every score (MPT)
@@ -67,8 +68,9 @@ LinearExperts = Literal["none", "weights", "parameters"]
 AttnGate = Literal["none", "width", "head", "biased"]
 # which layers' token mixer is the Mamba2 state-space mixer (layout_ssm.py; ArchSpec.ssm_layers) in place of attention:
 # none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
-# attn_layer_period-th from attn_layer_offset (Jamba)
-Hybrid = Literal["none", "all", "attn_indices", "period"]
+# attn_layer_period-th from attn_layer_offset (Jamba); layer_types, those config layer_types marks "mamba" (or
+# "linear_attention", transformers 5's name for it; every layer when it has none: Granite 4's GraniteMoeHybrid)
+Hybrid = Literal["none", "all", "attn_indices", "period", "layer_types"]
 # the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
 # nn.Linear(h, V, config.mlp_bias))
 LMHeadBias = Literal["none", "mlp", "always"]

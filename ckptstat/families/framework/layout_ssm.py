@@ -29,6 +29,10 @@ from .archspec import SSM
 from .base import FROM_CLASS, Cfg
 from .layout_base import DecoderLayout, SSMKeys, Walk
 
+# DecoderLayout.hybrid "layer_types": config layer_types' names of the two mixers (configuration_utils'
+# _LEGACY_LAYER_TYPE_REMAP maps the first of each to the second)
+_MAMBA, _ATTENTION = ("mamba", "linear_attention"), ("attention", "full_attention")
+
 
 def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     """The mixer's sizes as the config class reads them: intermediate = expand x hidden; a head_dim of "auto"
@@ -133,7 +137,7 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
 
 def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
     """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
-    the layers it mixes (Bamba: those not in attn_layer_indices)."""
+    the layers it mixes (Bamba: those not in attn_layer_indices; Granite 4: those layer_types marks "mamba")."""
     if lay.hybrid == "none":
         return {}
     every = tuple(range(layers))
@@ -142,6 +146,11 @@ def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any
     if lay.hybrid == "period":   # JambaConfig.layers_block_type
         period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
         marked = [i for i in every if period and i % period == offset]
+    elif lay.hybrid == "layer_types":   # GraniteMoeHybridConfig: the legacy names, or transformers 5's (configuration_utils)
+        types = c.get("layer_types", default=None) or ["mamba"] * layers
+        if not isinstance(types, list) or len(types) != layers or any(t not in _MAMBA + _ATTENTION for t in types):
+            raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'mamba' / 'attention'")
+        marked = [i for i, t in enumerate(types) if t in _ATTENTION]
     else:
         marked = c.get("attn_layer_indices", default=None) or []
     if not isinstance(marked, list) or any(type(i) is not int for i in marked):
