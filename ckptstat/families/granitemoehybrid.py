@@ -26,10 +26,10 @@ GRANITEMOEHYBRID = replace(granitemoe.GRANITEMOE, hybrid="layer_types", ssm_keys
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    spec = layout.with_experts(layout.spec_from_config(GRANITEMOEHYBRID, c), c, "num_local_experts")
-    if not spec.experts:
+    if c.get("num_local_experts", default=FROM_CLASS) == 0:
         raise NoAnalyticModel(f"{c.path}: config num_local_experts = 0 (the shared MLP alone): the granitemoehybrid op "
                               "template describes only layers with experts")
+    spec = layout.with_experts(layout.spec_from_config(GRANITEMOEHYBRID, c), c, "num_local_experts")
     return replace(spec, shared_intermediate=c.int("shared_intermediate_size", default=FROM_CLASS))
 
 
