@@ -149,9 +149,10 @@ STATIC = ("qwen3_next", "granitemoehybrid")
 
 
 # published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py, granitemoehybrid.py: layout_ssm.py's
-# mixers): Mamba2Config's defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers 9, 18 and 27), not a
-# checked config.json; ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card). The token lengths: within
-# one chunk of 256 and across chunks (Jamba's Mamba1 scan has no chunks and loops over tokens on meta: 32 alone)
+# mixers): Mamba2Config's defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers
+# 9, 18 and 27), not a checked config.json; ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card). The
+# token lengths: within one chunk of 256 and across chunks (Jamba's Mamba1 scan has no chunks and loops over tokens on
+# meta: 32 alone)
 PUBLISHED_STATIC = {
     "mamba2": ("Mamba2ForCausalLM", {}, (32, 300), None),
     "bamba": ("BambaForCausalLM", dict(
