@@ -39,7 +39,8 @@ def _weights(m, tp):
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
         ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
         ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
-        ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM")]
+        ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM"),
+        ("falcon_h1", "FalconH1ForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -70,10 +71,6 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
 
 # tiny configs of architectures no family module models (transformers 5's config classes)
 HYBRIDS = {
-    "falcon_h1": ("FalconH1ForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, vocab_size=99, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, mamba_n_groups=1,
-        mamba_chunk_size=4)),
     # Granite 4 without experts (the shared MLP alone), which the granitemoehybrid template refuses
     "granitemoehybrid": ("GraniteMoeHybridForCausalLM", dict(
         hidden_size=32, intermediate_size=64, shared_intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
@@ -114,9 +111,9 @@ def test_meta_path_answers_what_no_template_models(tmp_path, cli, model_type):
 
 
 def test_refusal_names_the_run_extra_when_transformers_is_absent(tmp_path, monkeypatch, cli):
-    arch, kwargs = HYBRIDS["falcon_h1"]
+    arch, kwargs = HYBRIDS["cohere"]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(dict(T.AutoConfig.for_model("falcon_h1", **kwargs).to_dict(), architectures=[arch])))
+    path.write_text(json.dumps(dict(T.AutoConfig.for_model("cohere", **kwargs).to_dict(), architectures=[arch])))
     monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(path))
     assert code == 2 and not out and err.count("\n") == 1 and "`run` extra" in err and "meta device" in err
@@ -145,7 +142,7 @@ PUBLISHED = {
 
 
 # published sizes an op template also answers (the static path)
-STATIC = ("qwen3_next", "granitemoehybrid")
+STATIC = ("qwen3_next", "granitemoehybrid", "falcon_h1")
 
 
 # published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py, granitemoehybrid.py: layout_ssm.py's
@@ -166,6 +163,8 @@ PUBLISHED_STATIC = {
         mamba_dt_rank=256), (32,), (52e9, 12e9)),
     # the Granite-4 hybrid MoE of PUBLISHED (families/granitemoehybrid.py)
     "granitemoehybrid": ("GraniteMoeHybridForCausalLM", PUBLISHED["granitemoehybrid"][1], (32, 300), None),
+    # FalconH1Config's defaults (families/falcon_h1.py)
+    "falcon_h1": ("FalconH1ForCausalLM", {}, (32, 300), None),
 }
 
 

@@ -55,6 +55,11 @@ class SSM:
     conv_bias: bool
     bias: bool
     dt_rank: int = 0
+    # the mixer runs beside attention on its layers, both reading the layer's input norm, their outputs summed
+    # (FalconH1: every layer), not in its place
+    beside: bool = False
+    out_bias: bool | None = None          # out_proj's bias where it is not in_proj's (FalconH1's projectors_bias)
+    gated_norm: bool = True               # False: no RMSNormGated, the scan's output x silu(gate) (FalconH1's default)
 
     @property
     def conv_dim(self) -> int:

@@ -101,7 +101,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.modules.append(Module(p.patch, None, (("weight", (h, s.patch_dim)), ("bias", (h,))), top=True))
         B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     kinds = attention_kinds(s)
-    attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
+    beside = s.ssm is not None and s.ssm.beside   # FalconH1: attention on the state-space layers too
+    attn = tuple(i for i in every if kinds[i] in ("full", "sliding") or (beside and kinds[i] == "state_space"))
     rotary = lay.positions == "rotary"
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
     no_table = lay.nope == "all" or (lay.nope == "embedding_type" and bool(s.nope_layers))   # no rotary module
@@ -483,7 +484,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
 
 def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[str, Any]:
     """The ArchSpec fields of a hybrid layout's state-space layers read from shapes (DecoderLayout.hybrid): heads from
-    A_log, the intermediate from the gated norm, conv_dim and the kernel from conv1d, the layers those hold; the groups
+    A_log, the intermediate from out_proj, conv_dim and the kernel from conv1d, the layers those hold; the groups
     of B and C (only their product with the state shows) and the chunk length are `model_type`'s config class defaults,
     said in the assumptions."""
     if lay.hybrid == "none":
@@ -498,7 +499,7 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
         return dict(ssm=SSM(heads=i, head_dim=1, state=N, groups=0, conv_kernel=k, chunk=0, intermediate=i,
                             conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
                             bias=infer.has(T, pattern(lay, "ssm_in", "bias")), dt_rank=r), ssm_layers=layers)
-    heads, inter = shape("ssm_a", "")[0], shape("ssm_norm")[0]   # A_log: no .weight
+    heads, inter = shape("ssm_a", "")[0], shape("ssm_out")[1]   # A_log: no .weight; out_proj [h, intermediate]
     cd, _, k = shape("ssm_conv1d")
     keys = lay.ssm_keys
     groups = int(class_default(model_type, keys.groups))
@@ -506,7 +507,8 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     chunk = int(class_default(model_type, keys.chunk))
     m = SSM(heads=heads, head_dim=inter // heads, state=(cd - inter) // (2 * groups), groups=groups, conv_kernel=k,
             chunk=chunk, intermediate=inter, conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
-            bias=infer.has(T, pattern(lay, "ssm_in", "bias")))
+            bias=infer.has(T, pattern(lay, "ssm_in", "bias")), out_bias=infer.has(T, pattern(lay, "ssm_out", "bias")),
+            gated_norm=infer.has(T, pattern(lay, "ssm_norm")), beside=lay.hybrid == "beside")
     why = f"no config: {keys.groups} assumed {groups} and {keys.chunk} {chunk} ({model_type}'s config class defaults)"
     return dict(ssm=m, ssm_layers=layers, assumptions=(why,))
 

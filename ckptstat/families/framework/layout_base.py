@@ -4,7 +4,7 @@ the same call), with the dense MLP every layout's walk can meet (`mlp`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from . import decoders
@@ -69,8 +69,9 @@ AttnGate = Literal["none", "width", "head", "biased"]
 # which layers' token mixer is the Mamba2 state-space mixer (layout_ssm.py; ArchSpec.ssm_layers) in place of attention:
 # none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
 # attn_layer_period-th from attn_layer_offset (Jamba); layer_types, those config layer_types marks "mamba" (or
-# "linear_attention", transformers 5's name for it; every layer when it has none: Granite 4's GraniteMoeHybrid)
-Hybrid = Literal["none", "all", "attn_indices", "period", "layer_types"]
+# "linear_attention", transformers 5's name for it; every layer when it has none: Granite 4's GraniteMoeHybrid); beside,
+# every layer runs the mixer beside its attention, the two outputs summed (FalconH1; SSM.beside)
+Hybrid = Literal["none", "all", "attn_indices", "period", "layer_types", "beside"]
 # the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
 # nn.Linear(h, V, config.mlp_bias))
 LMHeadBias = Literal["none", "mlp", "always"]
@@ -212,11 +213,17 @@ class SSMKeys:
     conv_bias: str = "use_conv_bias"
     bias: str = "use_bias"
     dt_rank: str | None = None            # Mamba1's x_proj / dt_proj rank ("auto": ceil(hidden / 16)); None: Mamba2
+    # the mixer's width where a key gives it (FalconH1's mamba_d_ssm; null: expand x hidden); None: expand x hidden
+    intermediate: str | None = None
+    out_bias: str | None = None           # the key of out_proj's bias where it is not `bias`'s (FalconH1's projectors_bias)
+    gated_norm: str | None = None         # the key that switches the gated norm on (FalconH1's mamba_rms_norm); None: always
 
 
 BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
                      conv_kernel="mamba_d_conv", chunk="mamba_chunk_size", expand="mamba_expand",
                      conv_bias="mamba_conv_bias", bias="mamba_proj_bias")
+# FalconH1's: Bamba's, the width mamba_d_ssm where set, out_proj biased by projectors_bias, the gated norm by mamba_rms_norm
+FALCON_H1_KEYS = replace(BAMBA_KEYS, intermediate="mamba_d_ssm", out_bias="projectors_bias", gated_norm="mamba_rms_norm")
 # Jamba's Mamba1 mixer (no heads, groups or chunks)
 JAMBA_KEYS = SSMKeys(state="mamba_d_state", conv_kernel="mamba_d_conv", expand="mamba_expand", conv_bias="mamba_conv_bias",
                      bias="mamba_proj_bias", dt_rank="mamba_dt_rank")

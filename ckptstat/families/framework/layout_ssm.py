@@ -22,12 +22,14 @@ The parameters dt_bias, A_log and D, heads each, have no `.weight` suffix. The c
 state [b, conv_dim, k] and a recurrent state [b, heads, head_dim, N], whatever s (base.decoder_kv_cache)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
 from .archspec import SSM
 from .base import FROM_CLASS, Cfg
 from .layout_base import DecoderLayout, SSMKeys, Walk
+from .ops import ew_cost
 
 # DecoderLayout.hybrid "layer_types": config layer_types' names of the two mixers (configuration_utils'
 # _LEGACY_LAYER_TYPE_REMAP maps the first of each to the second)
@@ -45,6 +47,8 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
                    conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)), bias=bool(c.get(keys.bias, default=FROM_CLASS)),
                    dt_rank=-(-hidden // 16) if r in (None, "auto") else c.int(keys.dt_rank))
     heads, inter = c.int(keys.heads, default=FROM_CLASS), c.int(keys.expand, default=FROM_CLASS) * hidden
+    if keys.intermediate is not None and c.get(keys.intermediate, default=None) is not None:   # FalconH1's mamba_d_ssm
+        inter = c.int(keys.intermediate)
     d = c.get(keys.head_dim, default=None)
     head_dim = inter // max(heads, 1) if d in (None, "auto") else c.int(keys.head_dim)
     groups = c.int(keys.groups, default=FROM_CLASS)
@@ -55,7 +59,9 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     return SSM(heads=heads, head_dim=head_dim, state=c.int(keys.state, default=FROM_CLASS), groups=groups,
                conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=c.int(keys.chunk, default=FROM_CLASS),
                intermediate=inter, conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)),
-               bias=bool(c.get(keys.bias, default=FROM_CLASS)))
+               bias=bool(c.get(keys.bias, default=FROM_CLASS)),
+               out_bias=bool(c.get(keys.out_bias, default=FROM_CLASS)) if keys.out_bias else None,
+               gated_norm=bool(c.get(keys.gated_norm, default=FROM_CLASS)) if keys.gated_norm else True)
 
 
 def scan_macs(m: SSM, b: int, n: int) -> int:
@@ -131,8 +137,15 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
     B.add(w.label(x + "scan (chunked, 5 einsums; dt_bias, A_log, D, conv1d.bias)", layers), "ssm", "encoder", L,
           (b, n, m.intermediate), (b, n, m.intermediate), params=vectors * L, macs=scan_macs(m, b, n),
           ew=b * n * m.intermediate * (2 * m.state + 6), weights_per_call=vectors)
-    w.norm(x + "norm", "ssm_norm", m.intermediate, layers, residual=False)
-    w.linear(x + "out_proj", "ssm_out", m.intermediate, h, m.bias, layers)
+    if m.gated_norm:
+        w.norm(x + "norm", "ssm_norm", m.intermediate, layers, residual=False)
+    else:   # FalconH1 without mamba_rms_norm: the scan's output x silu(gate)
+        B.add(w.label(x + "scan x silu(gate)", layers), "activation", "encoder", L, (b, n, m.intermediate),
+              (b, n, m.intermediate), ew=b * n * m.intermediate * (ew_cost("silu") + 1))
+    w.linear(x + "out_proj", "ssm_out", m.intermediate, h, m.bias if m.out_bias is None else m.out_bias, layers)
+    if m.beside:   # FalconH1: + the attention's output, a [b, s, h] add
+        B.add(w.label(x + "out_proj + the attention's output (an add as a residual's)", layers), "activation", "encoder",
+              L, (b, n, h), (b, n, h), ew=b * n * h)
 
 
 def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
@@ -143,6 +156,8 @@ def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any
     every = tuple(range(layers))
     if lay.hybrid == "all":
         return dict(ssm=from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
+    if lay.hybrid == "beside":
+        return dict(ssm=replace(from_config(lay.ssm_keys, c, c.int("hidden_size")), beside=True), ssm_layers=every)
     if lay.hybrid == "period":   # JambaConfig.layers_block_type
         period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
         marked = [i for i in every if period and i % period == offset]
