@@ -40,7 +40,7 @@ SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("ge
         ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
         ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
         ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM"),
-        ("falcon_h1", "FalconH1ForCausalLM")]
+        ("falcon_h1", "FalconH1ForCausalLM"), ("nemotron_h", "NemotronHForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)

@@ -193,6 +193,9 @@ class ArchSpec:
     # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
     ssm: SSM | None = None
     ssm_layers: tuple[int, ...] = ()
+    # the layers that are their norm and the MLP alone, no token mixer and nothing cached (NemotronH's "mlp" and "moe"
+    # blocks: DecoderLayout.one_mixer; layout.attention_kinds "none")
+    ffn_layers: tuple[int, ...] = ()
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"

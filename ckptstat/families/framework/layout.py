@@ -58,7 +58,7 @@ def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     marked, linear, ssm = set(s.sliding_layers), set(s.linear_layers), set(s.ssm_layers)
     conv, lightning = set(s.short_conv.layers if s.short_conv else ()), set(s.lightning.layers if s.lightning else ())
     return tuple("state_space" if i in ssm else "linear" if i in linear else "short_conv" if i in conv
-                 else "lightning" if i in lightning
+                 else "lightning" if i in lightning else "none" if i in s.ffn_layers
                  else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
                  for i in range(s.layers))
 
@@ -206,17 +206,17 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for ls in after.values():
         w.norm(p.attn_out, "post_attention_norm", h, ls)
     for pl, ls in before.items():
-        if pl != "parallel" and lay.mlp != "none":
+        if pl != "parallel" and lay.mlp != "none" and not lay.one_mixer:
             w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
-    routed = lay.mlp == "routed"
-    dense = (tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed
-             else () if lay.mlp == "none" else every)
-    if sparse := tuple(i for i in every if i not in dense and routed):
+    routed, ffn = lay.mlp == "routed", tuple(i for i in every if i in s.ffn_layers or not lay.one_mixer)
+    dense = (tuple(i for i in ffn if i in s.dense_layers) if routed and lay.dense_layers else () if routed
+             else () if lay.mlp == "none" else ffn)
+    if sparse := tuple(i for i in ffn if i not in dense and routed):
         layout_moe.routed(w, sparse)
         if lay.moe_out_norm:
             w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
-        mlp(w, dense, "gated" if routed else lay.mlp, f)
+        mlp(w, dense, lay.routed_mlp if routed else lay.mlp, f)
     if lay.residual_scales:
         residual_scale(w, p.mlp_residual, every)
     for ls in after.values():

@@ -41,12 +41,14 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     (Bamba's, or none saved) is intermediate / heads. The mixer views its intermediate channels as heads x
     head_dim: a config where those differ builds no model this template describes."""
     if keys.dt_rank is not None:   # Mamba1: a head of width 1 per channel
-        inter, r = c.int(keys.expand, default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
+        inter, r = c.int(keys.expand or "expand", default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
         return SSM(heads=inter, head_dim=1, state=c.int(keys.state, default=FROM_CLASS), groups=0,
                    conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=0, intermediate=inter,
                    conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)), bias=bool(c.get(keys.bias, default=FROM_CLASS)),
                    dt_rank=-(-hidden // 16) if r in (None, "auto") else c.int(keys.dt_rank))
-    heads, inter = c.int(keys.heads, default=FROM_CLASS), c.int(keys.expand, default=FROM_CLASS) * hidden
+    heads = c.int(keys.heads, default=FROM_CLASS)
+    # NemotronH's (expand None): heads x head_dim channels
+    inter = c.int(keys.expand, default=FROM_CLASS) * hidden if keys.expand else heads * c.int(keys.head_dim, default=FROM_CLASS)
     if keys.intermediate is not None and c.get(keys.intermediate, default=None) is not None:   # FalconH1's mamba_d_ssm
         inter = c.int(keys.intermediate)
     d = c.get(keys.head_dim, default=None)
@@ -151,7 +153,7 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
 def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
     """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
     the layers it mixes (Bamba: those not in attn_layer_indices; Granite 4: those layer_types marks "mamba")."""
-    if lay.hybrid == "none":
+    if lay.hybrid in ("none", "blocks"):   # blocks: the family's from_config reads them (nemotron_h.py)
         return {}
     every = tuple(range(layers))
     if lay.hybrid == "all":
