@@ -19,7 +19,8 @@ RECORD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))
 # every 12th class, and the ones a fix was made for: the encoder-decoders' decoder alone (BartForCausalLM was given
 # the whole encoder-decoder's figures), Gemma 4's per-layer head_dim (read globally, transformers 5 raises), hybrids
 # whose cache holds SSM or DeltaNet states (the oracle's positions come from the input, not get_seq_length)
-HYBRIDS = {"Qwen3NextForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM"}
+HYBRIDS = {"Qwen3NextForCausalLM", "JambaForCausalLM", "Mamba2ForCausalLM", "GraniteMoeHybridForCausalLM",
+           "FalconH1ForCausalLM", "NemotronHForCausalLM"}
 NAMED = {"BartForCausalLM", "WhisperForCausalLM", "Gemma4ForCausalLM", "LlamaForCausalLM", "Qwen3MoeForCausalLM",
          "OlmoeForCausalLM", "GraniteMoeSharedForCausalLM", "Gemma4ForConditionalGeneration", *HYBRIDS}
 # encoders, vision and audio (the meta path builds their class as config.json names it, or the base model): a static
@@ -58,6 +59,9 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["DeepseekV3ForCausalLM"] == answered["DeepseekV32ForCausalLM"] == "static"   # families/deepseek.py
     assert answered["DiffLlamaForCausalLM"] == "static" and answered["xLSTMForCausalLM"] == "meta"
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
+    # their op templates: families/granitemoehybrid.py, falcon_h1.py, nemotron_h.py (layout_ssm.py's Mamba2 mixer)
+    assert answered["GraniteMoeHybridForCausalLM"] == answered["FalconH1ForCausalLM"] == "static"
+    assert answered["NemotronHForCausalLM"] == "static"
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
     assert answered["ModernBertForMaskedLM"] == "static"   # its op template: families/modernbert.py
     assert {answered[c] for c in ENCODERS} <= {"static", "meta"}

@@ -248,8 +248,9 @@ def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sam
                            storage=first.setdefault(id(t), n))
              for n, t in model.state_dict(keep_vars=True).items()}
     names = {n: t for n, t in names.items() if t.storage == n}
-    # under mlp (GraniteMoE's under block_sparse_moe, Jamba's and LFM2-MoE's under feed_forward)
-    assert any(n.endswith(".experts.gate_up_proj") for n in names)
+    # under mlp (GraniteMoE's under block_sparse_moe, Jamba's and LFM2-MoE's under feed_forward; NemotronH's plain
+    # experts under mixer, up_proj alone)
+    assert any(n.endswith((".experts.gate_up_proj", ".experts.up_proj")) for n in names)
     assert detect(names, None).family == (sample.detected_as or family.name)
     if sample.infer:
         assert predict_params(from_tensors(family.name, names))["total"] == sum(p.numel() for p in model.parameters())

@@ -35,7 +35,10 @@ CONVERTS_AS = {"gemma3_text": "gemma3", "qwen2_moe": "qwen2moe", "qwen3_moe": "q
                "hunyuan_v1_moe": "hunyuan-moe", "qwen3_next": "qwen3next", "qwen3_5_text": "qwen35",
                "qwen3_5_moe_text": "qwen35moe", "lfm2_moe": "lfm2moe",
                # no llama.cpp architecture of its own: its modules are a subset of Gemma2's, named as gemma2 names them
-               "vaultgemma": "gemma2"}
+               "vaultgemma": "gemma2",
+               "granitemoehybrid": "granitehybrid",
+               # the MoE blocks' names are in llama.cpp's nemotron_h_moe map, the others in both
+               "nemotron_h": "nemotron_h_moe"}
 
 
 def _arch(family, cfg):

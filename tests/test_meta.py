@@ -39,7 +39,8 @@ def _weights(m, tp):
 SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("gemma", "Gemma2ForCausalLM"),
         ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
         ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
-        ("jamba", "JambaForCausalLM")]
+        ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM"),
+        ("falcon_h1", "FalconH1ForCausalLM"), ("nemotron_h", "NemotronHForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -70,13 +71,10 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
 
 # tiny configs of architectures no family module models (transformers 5's config classes)
 HYBRIDS = {
-    "falcon_h1": ("FalconH1ForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, vocab_size=99, mamba_d_ssm=32, mamba_n_heads=4, mamba_d_head=8, mamba_d_state=8, mamba_n_groups=1,
-        mamba_chunk_size=4)),
+    # Granite 4 without experts (the shared MLP alone), which the granitemoehybrid template refuses
     "granitemoehybrid": ("GraniteMoeHybridForCausalLM", dict(
         hidden_size=32, intermediate_size=64, shared_intermediate_size=32, num_hidden_layers=4, num_attention_heads=4,
-        num_key_value_heads=2, vocab_size=99, num_local_experts=4, num_experts_per_tok=2,
+        num_key_value_heads=2, vocab_size=99, num_local_experts=0, num_experts_per_tok=2,
         layer_types=["mamba", "attention", "mamba", "attention"], mamba_d_state=8, mamba_n_heads=4, mamba_d_head=16,
         mamba_n_groups=1, mamba_chunk_size=4)),
     # Cohere with use_qk_norm: a LayerNorm over each head's [heads, d], which the cohere layout refuses
@@ -113,9 +111,9 @@ def test_meta_path_answers_what_no_template_models(tmp_path, cli, model_type):
 
 
 def test_refusal_names_the_run_extra_when_transformers_is_absent(tmp_path, monkeypatch, cli):
-    arch, kwargs = HYBRIDS["falcon_h1"]
+    arch, kwargs = HYBRIDS["cohere"]
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(dict(T.AutoConfig.for_model("falcon_h1", **kwargs).to_dict(), architectures=[arch])))
+    path.write_text(json.dumps(dict(T.AutoConfig.for_model("cohere", **kwargs).to_dict(), architectures=[arch])))
     monkeypatch.setattr(meta, "available", lambda: False)
     code, out, err = cli("flops", str(path))
     assert code == 2 and not out and err.count("\n") == 1 and "`run` extra" in err and "meta device" in err
@@ -144,13 +142,14 @@ PUBLISHED = {
 
 
 # published sizes an op template also answers (the static path)
-STATIC = ("qwen3_next",)
+STATIC = ("qwen3_next", "granitemoehybrid", "falcon_h1")
 
 
-# published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py: layout_ssm.py's mixers): Mamba2Config's
-# defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers 9, 18 and 27), not a
-# checked config.json; ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card). The token lengths: within
-# one chunk of 256 and across chunks (Jamba's Mamba1 scan has no chunks and loops over tokens on meta: 32 alone)
+# published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py, granitemoehybrid.py: layout_ssm.py's
+# mixers): Mamba2Config's defaults (Mamba-Codestral-7B's sizes); Bamba-9B's text sizes as recalled (attention on layers
+# 9, 18 and 27), not a checked config.json; ai21labs/AI21-Jamba-Mini-1.5: 52B parameters, 12B active (model card). The
+# token lengths: within one chunk of 256 and across chunks (Jamba's Mamba1 scan has no chunks and loops over tokens on
+# meta: 32 alone)
 PUBLISHED_STATIC = {
     "mamba2": ("Mamba2ForCausalLM", {}, (32, 300), None),
     "bamba": ("BambaForCausalLM", dict(
@@ -162,6 +161,10 @@ PUBLISHED_STATIC = {
         vocab_size=65536, num_experts=16, num_experts_per_tok=2, attn_layer_period=8, attn_layer_offset=4,
         expert_layer_period=2, expert_layer_offset=1, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2,
         mamba_dt_rank=256), (32,), (52e9, 12e9)),
+    # the Granite-4 hybrid MoE of PUBLISHED (families/granitemoehybrid.py)
+    "granitemoehybrid": ("GraniteMoeHybridForCausalLM", PUBLISHED["granitemoehybrid"][1], (32, 300), None),
+    # FalconH1Config's defaults (families/falcon_h1.py)
+    "falcon_h1": ("FalconH1ForCausalLM", {}, (32, 300), None),
 }
 
 

@@ -86,10 +86,11 @@ def test_memory_of_a_bare_unknown_config_still_fails_in_one_line(tmp_path, cli):
     assert rc == 2 and "no_such_model" in err and len(err.strip().splitlines()) == 1   # a usage error, as before
 
 
-def test_granite4_hybrid_weights_without_config_are_refused_not_read_as_granitemoe(tmp_path, cli):
-    """Granite 4's hybrid (GraniteMoeHybrid: Mamba2 layers beside attention, GraniteMoE's expert and shared-MLP names)
-    has no template: its bare weights were read as GraniteMoE-Shared and given that template's FLOPs (its parameter
-    count disagreeing). Refused in one line now; with config.json the meta path answers (tests/test_meta.py)."""
+def test_granite4_hybrid_weights_without_config_are_read_as_granitemoehybrid_not_granitemoe(tmp_path, cli):
+    """Granite 4's hybrid (GraniteMoeHybrid: Mamba2 layers beside attention, GraniteMoE's expert and shared-MLP names):
+    its bare weights were read as GraniteMoE-Shared and given that template's FLOPs (its parameter count disagreeing),
+    then refused; now its own family (families/granitemoehybrid.py) reads them, the template's parameters those of
+    model.parameters()."""
     cfg = T.GraniteMoeHybridConfig(hidden_size=32, intermediate_size=64, shared_intermediate_size=32, num_hidden_layers=4,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=99, num_local_experts=4,
                                    num_experts_per_tok=2, layer_types=["mamba", "attention", "mamba", "attention"],
@@ -98,6 +99,8 @@ def test_granite4_hybrid_weights_without_config_are_refused_not_read_as_granitem
     path = tmp_path / "model.safetensors"
     st.save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(path))
     code, out, err = cli("flops", str(path))
-    assert code == 2 and not out and err.count("\n") == 1
-    analytic = ckptstat.summarize(str(path))["analytic"]
-    assert "error" in analytic and "flops_per_token" not in analytic
+    assert code == 0 and out
+    r = ckptstat.summarize(str(path))
+    assert r["resolved"]["family"] == "granitemoehybrid"
+    assert r["analytic"]["agree"] is True
+    assert r["analytic"]["predicted_params"] == sum(p.numel() for p in model.parameters())

@@ -19,8 +19,8 @@ _SIZES = dict(TINY, num_hidden_layers=3, attn_layer_indices=[1], mamba_n_heads=4
 FAMILY = Family(
     name="bamba",
     # no GGUF table: llama.cpp converts BambaForCausalLM as `granitehybrid`, the architecture Granite 4's hybrids
-    # (GraniteMoeHybrid, other HF names for the same llama.cpp tensors) convert to too; a granitehybrid file is not
-    # claimed until one family can tell the two by their names (Family.gguf_table)
+    # (GraniteMoeHybrid, other HF names for the same llama.cpp tensors) convert to too; granitemoehybrid.py claims
+    # those files, its gguf_table giving one with a dense MLP and no router this layout's names
     **{**layout.family_fields({"bamba": BAMBA}, "ssm_norm"), "gguf_tensor_names": ()},
     # the signature is the mixer's gated norm (FalconH1's mixer has none by default: mamba_rms_norm); Granite 4's hybrids
     # (GraniteMoeHybrid) and Zamba2 hold it at model.layers.N.mamba too, beside their shared MLP / shared transformer.

@@ -41,9 +41,10 @@ def from_config(c: Cfg) -> ArchSpec:
     return replace(layout.with_experts(spec, c, "num_local_experts"), shared_intermediate=shared)
 
 
-def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+def from_tensors(T: Tensors, common: dict[str, Any], model_type: str | None = None) -> ArchSpec:
     """Widths from the shapes (the experts as saved or as held); head_dim exact from GraniteMoE-SWA's sinks, else assumed
-    (decoders.attention_dims); top-k the config class's default; GraniteMoE-SWA's sliding layers no tensor shows."""
+    (decoders.attention_dims); top-k the config class's default (`model_type`'s where given: Granite 4's hybrids,
+    granitemoehybrid.py); GraniteMoE-SWA's sliding layers no tensor shows."""
     V, h, q, kv, d = decoders.attention_dims(T)
     sinks = infer.find(T, r"(^|\.)self_attn\.sinks$")
     experts = infer.shape(T, r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)$", "block_sparse_moe.input_linear")
@@ -51,7 +52,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     if len(experts) != 3 or experts[2] != h or experts[1] % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: block_sparse_moe.input_linear {list(experts)} is "
                          f"not GraniteMoE's [experts, 2 x intermediate, {h}]; pass --config")
-    mt = "granitemoe_swa" if sinks is not None else "granitemoeshared" if shared is not None else "granitemoe"
+    mt = model_type or ("granitemoe_swa" if sinks is not None else "granitemoeshared" if shared is not None else "granitemoe")
     notes = [f"no config: experts per token (top-k) assumed {class_default(mt, 'num_experts_per_tok')}, "
              f"{mt}'s config class default"]
     if sinks is not None and len(sinks.shape) == 1 and 0 < sinks.shape[0] and q % sinks.shape[0] == 0:

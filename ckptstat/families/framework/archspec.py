@@ -55,6 +55,11 @@ class SSM:
     conv_bias: bool
     bias: bool
     dt_rank: int = 0
+    # the mixer runs beside attention on its layers, both reading the layer's input norm, their outputs summed
+    # (FalconH1: every layer), not in its place
+    beside: bool = False
+    out_bias: bool | None = None          # out_proj's bias where it is not in_proj's (FalconH1's projectors_bias)
+    gated_norm: bool = True               # False: no RMSNormGated, the scan's output x silu(gate) (FalconH1's default)
 
     @property
     def conv_dim(self) -> int:
@@ -192,6 +197,9 @@ class ArchSpec:
     # (MiMo-V2-Flash's v_head_dim, and twice num_key_value_heads on its sliding layers); 0: as the others
     v_head_dim: int = 0
     sliding_kv_heads: int = 0
+    # the layers that are their norm and the MLP alone, no token mixer and nothing cached (NemotronH's "mlp" and "moe"
+    # blocks: DecoderLayout.one_mixer; layout.attention_kinds "none")
+    ffn_layers: tuple[int, ...] = ()
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"

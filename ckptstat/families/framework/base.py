@@ -342,7 +342,8 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     n += s.prefix_tokens   # CPM-Ant's prompt tokens
     if s.ssm is not None:
         m, ns, rb = s.ssm, len(s.ssm_layers), max(ab, STATE_BYTES)
-        na, state = s.layers - ns, m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb
+        na = s.layers - len(s.ffn_layers) - (0 if m.beside else ns)   # the MLP-alone layers (NemotronH's) cache nothing
+        state = m.conv_dim * m.conv_kernel * ab + m.heads * m.head_dim * m.state * rb
         kv = f"{na} attention layers x 2 x g x d x s x {ab} B (= {per * na:,} B/token) + " if na else ""
         return [(f"b={b}, s={n}", b * (per * na * n + state * ns),
                  f"{kv}{ns} state-space layers x (conv_dim x conv_kernel x {ab} B + heads x head_dim x state x {rb} B, "

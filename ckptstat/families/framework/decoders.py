@@ -146,6 +146,12 @@ def nope_zero_theta(c: Cfg, layers: int) -> tuple[int, ...]:
     return tuple(i for i, t in enumerate(thetas) if t == 0)
 
 
+def nope_by_type(c: Cfg, layers: int) -> tuple[int, ...]:
+    """Every layer unless config position_embedding_type is "rope" (GraniteMoeHybridConfig: None by default, no
+    rotary module at all)."""
+    return () if c.get("position_embedding_type", default=None) == "rope" else tuple(range(layers))
+
+
 def nope_flags(c: Cfg, layers: int) -> tuple[int, ...]:
     """SmolLM3Config's no_rope_layers (1: rotary, 0: none, per layer; by default none on every
     no_rope_layer_interval-th layer) as the layers without rotary."""

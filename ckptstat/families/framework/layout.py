@@ -60,7 +60,7 @@ def attention_kinds(s: ArchSpec) -> tuple[Attention, ...]:
     marked, linear, ssm = set(s.sliding_layers), set(s.linear_layers), set(s.ssm_layers)
     conv, lightning = set(s.short_conv.layers if s.short_conv else ()), set(s.lightning.layers if s.lightning else ())
     return tuple("state_space" if i in ssm else "linear" if i in linear else "short_conv" if i in conv
-                 else "lightning" if i in lightning
+                 else "lightning" if i in lightning else "none" if i in s.ffn_layers
                  else "sliding" if s.sliding_window and (not marked or i in marked) else "full"
                  for i in range(s.layers))
 
@@ -105,10 +105,12 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         w.modules.append(Module(p.patch, None, (("weight", (h, s.patch_dim)), ("bias", (h,))), top=True))
         B.linear(f"{p.patch} (not run: no image)", "embedding", w.tok, s.patch_dim, h, True, 0, 1)
     kinds = attention_kinds(s)
-    attn = tuple(i for i in every if kinds[i] in ("full", "sliding"))   # the layers with softmax attention
+    beside = s.ssm is not None and s.ssm.beside   # FalconH1: attention on the state-space layers too
+    attn = tuple(i for i in every if kinds[i] in ("full", "sliding") or (beside and kinds[i] == "state_space"))
     rotary = lay.positions in ("rotary", "rotary_table")
     tables = ("rotary_emb", "rotary_emb_local") if lay.local_rope else ("rotary_emb",)
-    for table in tables if attn and lay.nope != "all" and lay.positions == "rotary" else ():
+    no_table = lay.nope == "all" or (lay.nope == "embedding_type" and bool(s.nope_layers))   # no rotary module
+    for table in tables if attn and not no_table and lay.positions == "rotary" else ():
         decoders.rotary(B, rot, table)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
@@ -210,17 +212,17 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for ls in after.values():
         w.norm(p.attn_out, "post_attention_norm", h, ls)
     for pl, ls in before.items():
-        if pl != "parallel" and lay.mlp != "none":
+        if pl != "parallel" and lay.mlp != "none" and not lay.one_mixer:
             w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
-    routed = lay.mlp == "routed"
-    dense = (tuple(i for i in every if i in s.dense_layers) if routed and lay.dense_layers else () if routed
-             else () if lay.mlp == "none" else every)
-    if sparse := tuple(i for i in every if i not in dense and routed):
+    routed, ffn = lay.mlp == "routed", tuple(i for i in every if i in s.ffn_layers or not lay.one_mixer)
+    dense = (tuple(i for i in ffn if i in s.dense_layers) if routed and lay.dense_layers else () if routed
+             else () if lay.mlp == "none" else ffn)
+    if sparse := tuple(i for i in ffn if i not in dense and routed):
         layout_moe.routed(w, sparse)
         if lay.moe_out_norm:
             w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
-        mlp(w, dense, "gated" if routed else lay.mlp, f)
+        mlp(w, dense, lay.routed_mlp if routed else lay.mlp, f)
     if lay.residual_scales:
         residual_scale(w, p.mlp_residual, every)
     for ls in after.values():
@@ -364,7 +366,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                     nope_layers=decoders.nope_flags(c, L) if lay.nope == "flags"
                     else decoders.nope_global(sliding, L) if lay.nope == "global"
                     else decoders.nope_zero_theta(c, L) if lay.nope == "theta" else tuple(range(L)) if lay.nope == "all"
-                    else decoders.nope_types(c, L) if lay.nope == "types" else (),
+                    else decoders.nope_types(c, L) if lay.nope == "types"
+                    else decoders.nope_by_type(c, L) if lay.nope == "embedding_type" else (),
                     qk_norm=bool(c.get(lay.qk_norm_key, default=False)) if lay.qk_norm_key else True,
                     attn_softcap=lay.softcap and c.get("attn_logit_softcapping", default=None) is not None,
                     logit_softcap=lay.softcap and c.get("final_logit_softcapping", default=None) is not None,
@@ -490,7 +493,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
 
 def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[str, Any]:
     """The ArchSpec fields of a hybrid layout's state-space layers read from shapes (DecoderLayout.hybrid): heads from
-    A_log, the intermediate from the gated norm, conv_dim and the kernel from conv1d, the layers those hold; the groups
+    A_log, the intermediate from out_proj, conv_dim and the kernel from conv1d, the layers those hold; the groups
     of B and C (only their product with the state shows) and the chunk length are `model_type`'s config class defaults,
     said in the assumptions."""
     if lay.hybrid == "none":
@@ -505,7 +508,7 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
         return dict(ssm=SSM(heads=i, head_dim=1, state=N, groups=0, conv_kernel=k, chunk=0, intermediate=i,
                             conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
                             bias=infer.has(T, pattern(lay, "ssm_in", "bias")), dt_rank=r), ssm_layers=layers)
-    heads, inter = shape("ssm_a", "")[0], shape("ssm_norm")[0]   # A_log: no .weight
+    heads, inter = shape("ssm_a", "")[0], shape("ssm_out")[1]   # A_log: no .weight; out_proj [h, intermediate]
     cd, _, k = shape("ssm_conv1d")
     keys = lay.ssm_keys
     groups = int(class_default(model_type, keys.groups))
@@ -513,7 +516,8 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     chunk = int(class_default(model_type, keys.chunk))
     m = SSM(heads=heads, head_dim=inter // heads, state=(cd - inter) // (2 * groups), groups=groups, conv_kernel=k,
             chunk=chunk, intermediate=inter, conv_bias=infer.has(T, pattern(lay, "ssm_conv1d", "bias")),
-            bias=infer.has(T, pattern(lay, "ssm_in", "bias")))
+            bias=infer.has(T, pattern(lay, "ssm_in", "bias")), out_bias=infer.has(T, pattern(lay, "ssm_out", "bias")),
+            gated_norm=infer.has(T, pattern(lay, "ssm_norm")), beside=lay.hybrid == "beside")
     why = f"no config: {keys.groups} assumed {groups} and {keys.chunk} {chunk} ({model_type}'s config class defaults)"
     return dict(ssm=m, ssm_layers=layers, assumptions=(why,))
 

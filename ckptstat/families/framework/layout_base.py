@@ -4,7 +4,7 @@ the same call), with the dense MLP every layout's walk can meet (`mlp`)."""
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from . import decoders
@@ -37,8 +37,8 @@ Router = Literal["linear", "topk_softmax", "topk_sigmoid"]
 # ArchSpec.linear_layers, DecoderLayout.linear) are walked per layer today (DeepSeek's latent attention, on every layer,
 # is DecoderLayout.latent), and Mamba's state-space mixer (layout_ssm.py); short_conv: LFM2's gated short convolution
 # (mixers_conv.py); lightning: MiniMax's blocked linear attention (mixers_lightning.py); chunked names what Llama 4
-# needs (ArchSpec.chunked_attention covers it today)
-Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent", "short_conv", "lightning"]
+# needs (ArchSpec.chunked_attention covers it today); none: no token mixer, the MLP alone (ArchSpec.ffn_layers)
+Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "latent", "short_conv", "lightning", "none"]
 # the linear-attention layers' token mixer (ArchSpec.linear_layers, attention_kinds' "linear"; layout_linear.py): none;
 # qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
 # in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
@@ -48,8 +48,9 @@ Linear = Literal["none", "qkvz", "split", "separate"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention); types: the layers
-# whose layer_types entry rope_parameters maps to None (Cohere Compass: rotary parameters per layer type)
-NoPE = Literal["none", "flags", "global", "theta", "all", "types"]
+# whose layer_types entry rope_parameters maps to None (Cohere Compass: rotary parameters per layer type); embedding_type:
+# none anywhere unless config position_embedding_type is "rope" (Granite 4's hybrids: no rotary table either)
+NoPE = Literal["none", "flags", "global", "theta", "all", "types", "embedding_type"]
 # where a token's position enters: rotary on q and k (LLaMA); learned, a table of ArchSpec.positions rows ({pos}, no
 # bias) added to the token embeddings (OpenAI GPT); sinusoidal, a fixed table (a buffer, no parameters) added to them
 # (CTRL); alibi, a per-head linear bias added to every score (MPT)
@@ -71,8 +72,11 @@ LinearExperts = Literal["none", "weights", "parameters"]
 AttnGate = Literal["none", "width", "head", "biased"]
 # which layers' token mixer is the Mamba2 state-space mixer (layout_ssm.py; ArchSpec.ssm_layers) in place of attention:
 # none; all (Mamba2); attn_indices, all but the config's attn_layer_indices (Bamba); period, all but every
-# attn_layer_period-th from attn_layer_offset (Jamba)
-Hybrid = Literal["none", "all", "attn_indices", "period"]
+# attn_layer_period-th from attn_layer_offset (Jamba); layer_types, those config layer_types marks "mamba" (or
+# "linear_attention", transformers 5's name for it; every layer when it has none: Granite 4's GraniteMoeHybrid); beside,
+# every layer runs the mixer beside its attention, the two outputs summed (FalconH1; SSM.beside); blocks, the layers the
+# family's from_config says, each one block kind (NemotronH's layers_block_type; DecoderLayout.one_mixer)
+Hybrid = Literal["none", "all", "attn_indices", "period", "layer_types", "beside", "blocks"]
 # the LM head's bias: none (LLaMA's lm_head); mlp, biased when the config's MLP is (EuroBERT's lm_head,
 # nn.Linear(h, V, config.mlp_bias))
 LMHeadBias = Literal["none", "mlp", "always"]
@@ -212,15 +216,24 @@ class SSMKeys:
     groups: str = "n_groups"
     conv_kernel: str = "conv_kernel"
     chunk: str = "chunk_size"
-    expand: str = "expand"
+    expand: str | None = "expand"         # None: intermediate = heads x head_dim (NemotronH's mamba_num_heads x mamba_head_dim)
     conv_bias: str = "use_conv_bias"
     bias: str = "use_bias"
     dt_rank: str | None = None            # Mamba1's x_proj / dt_proj rank ("auto": ceil(hidden / 16)); None: Mamba2
+    # the mixer's width where a key gives it (FalconH1's mamba_d_ssm; null: expand x hidden); None: expand x hidden
+    intermediate: str | None = None
+    out_bias: str | None = None           # the key of out_proj's bias where it is not `bias`'s (FalconH1's projectors_bias)
+    gated_norm: str | None = None         # the key that switches the gated norm on (FalconH1's mamba_rms_norm); None: always
 
 
 BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
                      conv_kernel="mamba_d_conv", chunk="mamba_chunk_size", expand="mamba_expand",
                      conv_bias="mamba_conv_bias", bias="mamba_proj_bias")
+# FalconH1's: Bamba's, the width mamba_d_ssm where set, out_proj biased by projectors_bias, the gated norm by mamba_rms_norm
+FALCON_H1_KEYS = replace(BAMBA_KEYS, intermediate="mamba_d_ssm", out_bias="projectors_bias", gated_norm="mamba_rms_norm")
+# NemotronH's (NemotronHConfig's names: the mixer heads x head_dim wide, whatever expand says; in_proj and out_proj biased
+# by use_bias)
+NEMOTRON_H_KEYS = SSMKeys(heads="mamba_num_heads", head_dim="mamba_head_dim", state="ssm_state_size", expand=None)
 # Jamba's Mamba1 mixer (no heads, groups or chunks)
 JAMBA_KEYS = SSMKeys(state="mamba_d_state", conv_kernel="mamba_d_conv", expand="mamba_expand", conv_bias="mamba_conv_bias",
                      bias="mamba_proj_bias", dt_rank="mamba_dt_rank")
@@ -373,6 +386,11 @@ class DecoderLayout:
     # after the lookup, {project_out} [E, h] after the final norm, both unbiased; the LM and task heads read E
     embed_proj: bool = False
     sliding_sinks: bool = False           # the sinks on the sliding layers alone (MiMo-V2-Flash's)
+    # each layer its input norm and one mixer: a token mixer, or on ArchSpec.ffn_layers the MLP alone (NemotronH's
+    # blocks: no second norm, no MLP beside a token mixer)
+    one_mixer: bool = False
+    # routed: the experts', the shared expert's and the dense layers' MLP kind (NemotronH's plain relu2 MLPs: up, down)
+    routed_mlp: MLP = "gated"
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -381,7 +399,8 @@ class DecoderLayout:
         for name, kind in (("norm", Norm), ("placement", Placement), ("qk_norm", QKNorm), ("mlp", MLP), ("shared", Shared),
                            ("router", Router), ("nope", NoPE), ("hybrid", Hybrid), ("positions", Positions),
                            ("linear_experts", LinearExperts), ("attn_gate", AttnGate), ("linear", Linear),
-                           ("lm_head_bias", LMHeadBias), ("embeddings", Embeddings), ("lm_transform", LMTransform)):
+                           ("lm_head_bias", LMHeadBias), ("embeddings", Embeddings), ("lm_transform", LMTransform),
+                           ("routed_mlp", MLP)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
         if not set(self.task_heads) <= set(TASK_HEADS):

@@ -102,11 +102,13 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
             if sub == p.gate_up:
                 B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
                              "clamped_swiglu", L, gated=True)
-    else:
-        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
+    else:   # NemotronH's plain experts (routed_mlp): up alone
+        gated = w.lay.routed_mlp != "plain"
+        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f))[0 if gated else 1:]:
             w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
                      w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
-        B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
+        B.activation(w.label(f"{x} act" + (f"*{p.up}" if gated else ""), layers), "encoder", rows, f, s.activation, L,
+                     gated=gated)
         w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
                  w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
     if not w.lay.every_expert:
@@ -115,9 +117,9 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if w.lay.shared == "none" or not s.shared_intermediate:
         return
     if w.lay.shared_beside:
-        mlp(w, layers, "gated", s.shared_intermediate, "", "_shexp", base=p.shared)
+        mlp(w, layers, w.lay.routed_mlp, s.shared_intermediate, "", "_shexp", base=p.shared)
     else:
-        mlp(w, layers, "gated", s.shared_intermediate, p.shared + ".", "_shexp")
+        mlp(w, layers, w.lay.routed_mlp, s.shared_intermediate, p.shared + ".", "_shexp")
     tok = (B.b, B.seq, h)
     if w.lay.shared == "gated":
         w.linear(f"{moe}.{p.shared_gate}", "ffn_gate_inp_shexp", h, 1, False, layers)

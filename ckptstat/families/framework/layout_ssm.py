@@ -22,12 +22,18 @@ The parameters dt_bias, A_log and D, heads each, have no `.weight` suffix. The c
 state [b, conv_dim, k] and a recurrent state [b, heads, head_dim, N], whatever s (base.decoder_kv_cache)."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
 from .archspec import SSM
 from .base import FROM_CLASS, Cfg
 from .layout_base import DecoderLayout, SSMKeys, Walk
+from .ops import ew_cost
+
+# DecoderLayout.hybrid "layer_types": config layer_types' names of the two mixers (configuration_utils'
+# _LEGACY_LAYER_TYPE_REMAP maps the first of each to the second)
+_MAMBA, _ATTENTION = ("mamba", "linear_attention"), ("attention", "full_attention")
 
 
 def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
@@ -35,12 +41,16 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     (Bamba's, or none saved) is intermediate / heads. The mixer views its intermediate channels as heads x
     head_dim: a config where those differ builds no model this template describes."""
     if keys.dt_rank is not None:   # Mamba1: a head of width 1 per channel
-        inter, r = c.int(keys.expand, default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
+        inter, r = c.int(keys.expand or "expand", default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
         return SSM(heads=inter, head_dim=1, state=c.int(keys.state, default=FROM_CLASS), groups=0,
                    conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=0, intermediate=inter,
                    conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)), bias=bool(c.get(keys.bias, default=FROM_CLASS)),
                    dt_rank=-(-hidden // 16) if r in (None, "auto") else c.int(keys.dt_rank))
-    heads, inter = c.int(keys.heads, default=FROM_CLASS), c.int(keys.expand, default=FROM_CLASS) * hidden
+    heads = c.int(keys.heads, default=FROM_CLASS)
+    # NemotronH's (expand None): heads x head_dim channels
+    inter = c.int(keys.expand, default=FROM_CLASS) * hidden if keys.expand else heads * c.int(keys.head_dim, default=FROM_CLASS)
+    if keys.intermediate is not None and c.get(keys.intermediate, default=None) is not None:   # FalconH1's mamba_d_ssm
+        inter = c.int(keys.intermediate)
     d = c.get(keys.head_dim, default=None)
     head_dim = inter // max(heads, 1) if d in (None, "auto") else c.int(keys.head_dim)
     groups = c.int(keys.groups, default=FROM_CLASS)
@@ -51,7 +61,9 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     return SSM(heads=heads, head_dim=head_dim, state=c.int(keys.state, default=FROM_CLASS), groups=groups,
                conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=c.int(keys.chunk, default=FROM_CLASS),
                intermediate=inter, conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)),
-               bias=bool(c.get(keys.bias, default=FROM_CLASS)))
+               bias=bool(c.get(keys.bias, default=FROM_CLASS)),
+               out_bias=bool(c.get(keys.out_bias, default=FROM_CLASS)) if keys.out_bias else None,
+               gated_norm=bool(c.get(keys.gated_norm, default=FROM_CLASS)) if keys.gated_norm else True)
 
 
 def scan_macs(m: SSM, b: int, n: int) -> int:
@@ -127,21 +139,35 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
     B.add(w.label(x + "scan (chunked, 5 einsums; dt_bias, A_log, D, conv1d.bias)", layers), "ssm", "encoder", L,
           (b, n, m.intermediate), (b, n, m.intermediate), params=vectors * L, macs=scan_macs(m, b, n),
           ew=b * n * m.intermediate * (2 * m.state + 6), weights_per_call=vectors)
-    w.norm(x + "norm", "ssm_norm", m.intermediate, layers, residual=False)
-    w.linear(x + "out_proj", "ssm_out", m.intermediate, h, m.bias, layers)
+    if m.gated_norm:
+        w.norm(x + "norm", "ssm_norm", m.intermediate, layers, residual=False)
+    else:   # FalconH1 without mamba_rms_norm: the scan's output x silu(gate)
+        B.add(w.label(x + "scan x silu(gate)", layers), "activation", "encoder", L, (b, n, m.intermediate),
+              (b, n, m.intermediate), ew=b * n * m.intermediate * (ew_cost("silu") + 1))
+    w.linear(x + "out_proj", "ssm_out", m.intermediate, h, m.bias if m.out_bias is None else m.out_bias, layers)
+    if m.beside:   # FalconH1: + the attention's output, a [b, s, h] add
+        B.add(w.label(x + "out_proj + the attention's output (an add as a residual's)", layers), "activation", "encoder",
+              L, (b, n, h), (b, n, h), ew=b * n * h)
 
 
 def layers_from_config(lay: DecoderLayout, c: Cfg, layers: int) -> dict[str, Any]:
     """The ArchSpec fields of a layout's state-space layers (DecoderLayout.hybrid): the Mamba2 mixer's sizes and
-    the layers it mixes (Bamba: those not in attn_layer_indices)."""
-    if lay.hybrid == "none":
+    the layers it mixes (Bamba: those not in attn_layer_indices; Granite 4: those layer_types marks "mamba")."""
+    if lay.hybrid in ("none", "blocks"):   # blocks: the family's from_config reads them (nemotron_h.py)
         return {}
     every = tuple(range(layers))
     if lay.hybrid == "all":
         return dict(ssm=from_config(lay.ssm_keys, c, c.int("hidden_size")), ssm_layers=every)
+    if lay.hybrid == "beside":
+        return dict(ssm=replace(from_config(lay.ssm_keys, c, c.int("hidden_size")), beside=True), ssm_layers=every)
     if lay.hybrid == "period":   # JambaConfig.layers_block_type
         period, offset = c.int("attn_layer_period", default=FROM_CLASS), c.int("attn_layer_offset", default=FROM_CLASS)
         marked = [i for i in every if period and i % period == offset]
+    elif lay.hybrid == "layer_types":   # GraniteMoeHybridConfig: the legacy names, or transformers 5's (configuration_utils)
+        types = c.get("layer_types", default=None) or ["mamba"] * layers
+        if not isinstance(types, list) or len(types) != layers or any(t not in _MAMBA + _ATTENTION for t in types):
+            raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'mamba' / 'attention'")
+        marked = [i for i, t in enumerate(types) if t in _ATTENTION]
     else:
         marked = c.get("attn_layer_indices", default=None) or []
     if not isinstance(marked, list) or any(type(i) is not int for i in marked):
