@@ -393,6 +393,7 @@ FAMILY = Family(
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
     position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta},
+    longest_seq=lambda s: s.variant.longest if isinstance(s.variant, BlockSparse) else None,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
