@@ -8,7 +8,7 @@ encoder.embedding_hidden_mapping_in, and an MLM head to its own output_embedding
 (modeling_roformer.py: no position table in the embeddings, rotary q/k (and v) from encoder.embed_positions, a frozen
 nn.Embedding of [max_position_embeddings, head_dim] that is one of model.parameters(); ELECTRA's embedding_size and
 embeddings_project), BigBird (modeling_big_bird.py: BERT's layers under `bert`, a pooler that is one Linear on every head;
-its block-sparse attention, BlockSparse, is not described: a sequence it would run on is refused) and X-MOD
+its block-sparse attention, BlockSparse, is not described: a longer sequence goes to the meta path) and X-MOD
 (modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters)."""
 from __future__ import annotations
 
@@ -18,7 +18,20 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import encoder, infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import (
+    FROM_CLASS,
+    ArchSpec,
+    Cfg,
+    Family,
+    KVLines,
+    Sample,
+    Shapes,
+    Tensors,
+    TieRule,
+    add_linear,
+    add_norm,
+    decoder_kv_cache,
+)
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -191,7 +204,7 @@ def from_config(c: Cfg) -> ArchSpec:
     act = c.get("hidden_act", default="gelu")
     types = c.int("type_vocab_size", default=2) if v.token_types else 0
     variant = variant_of(c, h)
-    return ArchSpec(variant=variant,
+    return ArchSpec(variant=variant, is_decoder=bool(c.get("is_decoder", default=FROM_CLASS)),
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
@@ -273,6 +286,13 @@ def xmod_adapters(B: Builder, x: XmodAdapters) -> None:
     B.linear(at + ".dense2", "encoder", tok, x.bottleneck, s.hidden, True, L, copies=L * n, active_copies=L)
     if x.pre_norm:
         B.norm("encoder.LayerNorm", "encoder", tok, s.hidden, residual=False)
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+    """A BERT-like built as a decoder (config is_decoder) returns each layer's self-attention keys and values from its
+    base model and its LM head (DynamicCache; Megatron-BERT's EncoderDecoderCache, its cross-attention half empty without
+    encoder states): decoder_kv_cache's. An encoder, and the task heads, return none."""
+    return decoder_kv_cache(s, b, n, nd, ab) if s.is_decoder and s.head in ("base", "lm") else []
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
@@ -394,6 +414,7 @@ FAMILY = Family(
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
     position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta},
     longest_seq=lambda s: s.variant.longest if isinstance(s.variant, BlockSparse) else None,
+    kv_cache=kv_cache,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
@@ -458,6 +479,14 @@ FAMILY = Family(
                 "BigBirdForSequenceClassification", "BigBirdForTokenClassification"), device="cpu", infer=False),
         Sample("BigBirdConfig", dict(_SIZES, attention_type="original_full", tie_word_embeddings=False),
                ("BigBirdForMaskedLM",), device="cpu", infer=False),
+        # built as decoders (is_decoder: causal, a cache of each layer's keys and values)
+        Sample("MegatronBertConfig", dict(_SIZES, is_decoder=True), ("MegatronBertForCausalLM",), device="cpu", infer=False),
+        Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24, is_decoder=True),
+               ("RemBertForCausalLM",), device="cpu", infer=False),
+        Sample("RoFormerConfig", dict(_SIZES, is_decoder=True), ("RoFormerForCausalLM",), device="cpu", infer=False),
+        Sample("BigBirdConfig", dict(_SIZES, is_decoder=True), ("BigBirdForCausalLM",), device="cpu", infer=False),
+        Sample("XmodConfig", dict(_SIZES, is_decoder=True, default_language="en_XX"), ("XmodForCausalLM",), device="cpu",
+               infer=False),
         # X-MOD's adapters pick tokens by language (a boolean index: no meta kernel)
         Sample("XmodConfig", dict(_SIZES, num_labels=3, default_language="en_XX", languages=["en_XX", "de_DE"]),
                ("XmodModel", "XmodForMaskedLM", "XmodForCausalLM", "XmodForSequenceClassification",

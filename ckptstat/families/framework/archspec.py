@@ -191,6 +191,9 @@ class ArchSpec:
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"
+    # an encoder built as a decoder (BERT-likes' config is_decoder, as their *ForCausalLM is used): causal self-attention
+    # whose keys and values the base model and the LM head return as a cache
+    is_decoder: bool = False
 
     def seq_notes(self, seq: int) -> list[str]:
         """What flops' output says of --seq when it counts something other than tokens."""
