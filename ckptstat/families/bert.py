@@ -16,22 +16,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import encoder, infer
+from .framework import base, encoder, infer
 from .framework.archspec import Variant
-from .framework.base import (
-    FROM_CLASS,
-    ArchSpec,
-    Cfg,
-    Family,
-    KVLines,
-    Sample,
-    Shapes,
-    Tensors,
-    TieRule,
-    add_linear,
-    add_norm,
-    decoder_kv_cache,
-)
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -288,11 +275,11 @@ def xmod_adapters(B: Builder, x: XmodAdapters) -> None:
         B.norm("encoder.LayerNorm", "encoder", tok, s.hidden, residual=False)
 
 
-def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> base.KVLines:
     """A BERT-like built as a decoder (config is_decoder) returns each layer's self-attention keys and values from its
     base model and its LM head (DynamicCache; Megatron-BERT's EncoderDecoderCache, its cross-attention half empty without
     encoder states): decoder_kv_cache's. An encoder, and the task heads, return none."""
-    return decoder_kv_cache(s, b, n, nd, ab) if s.is_decoder and s.head in ("base", "lm") else []
+    return base.decoder_kv_cache(s, b, n, nd, ab) if s.is_decoder and s.head in ("base", "lm") else []
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
