@@ -184,6 +184,9 @@ class ArchSpec:
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)
     cross_layers: tuple[int, ...] = ()
+    # an encoder built as a decoder (BERT-likes' config is_decoder, as their *ForCausalLM is used): causal self-attention
+    # whose keys and values the base model and the LM head return as a cache
+    is_decoder: bool = False
     # the Mamba2 mixer's sizes (None: no state-space layers) and the layers whose token mixer it is in place of attention
     # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
     ssm: SSM | None = None
@@ -191,9 +194,6 @@ class ArchSpec:
     # what --seq counts: token ids (a text model's, the encoder's mel frames of Whisper), or the raw audio samples a
     # waveform encoder reads (wav2vec2.py: input_values; its conv stack turns them into the frames its layers run over)
     seq_unit: Literal["tokens", "samples"] = "tokens"
-    # an encoder built as a decoder (BERT-likes' config is_decoder, as their *ForCausalLM is used): causal self-attention
-    # whose keys and values the base model and the LM head return as a cache
-    is_decoder: bool = False
 
     def seq_notes(self, seq: int) -> list[str]:
         """What flops' output says of --seq when it counts something other than tokens."""
