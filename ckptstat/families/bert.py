@@ -9,7 +9,8 @@ encoder.embedding_hidden_mapping_in, and an MLM head to its own output_embedding
 nn.Embedding of [max_position_embeddings, head_dim] that is one of model.parameters(); ELECTRA's embedding_size and
 embeddings_project), BigBird (modeling_big_bird.py: BERT's layers under `bert`, a pooler that is one Linear on every head;
 its block-sparse attention, BlockSparse, is not described: a longer sequence goes to the meta path) and X-MOD
-(modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters)."""
+(modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
+(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -30,6 +31,9 @@ PRE_LN: encoder.LayerNames = (   # XLM-RoBERTa-XL: each sublayer's LayerNorm bef
 PRE_LN_ROBERTA: encoder.LayerNames = (   # RoBERTa-PreLayerNorm's names for the same places
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
     "attention.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "intermediate.LayerNorm")
+MPNET: encoder.LayerNames = (   # MPNet's: attention.attn.{q,k,v,o}, its LayerNorm at attention.LayerNorm
+    "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn", "attention.attn.o",
+    "attention.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "output.LayerNorm")
 MEGATRON: encoder.LayerNames = (   # Megatron-BERT's: attention.ln before the attention, the layer's ln before the FFN
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
     "attention.ln", "intermediate.dense", "intermediate act", "output.dense", "ln")
@@ -60,6 +64,10 @@ class ModelType:
     dense_classifier: bool = False
     ties: bool = True                    # the MLM decoder can be the word embeddings (RemBERT's never is)
     not_described: tuple[str, ...] = ()  # heads of the model type the template does not describe (refused)
+    # MPNet's relative position bias: encoder.relative_attention_bias [relative_attention_num_buckets, heads], looked up
+    # once a forward and added to every layer's scores (no matmul)
+    relative_bias: bool = False
+    decoder: bool = True                 # config is_decoder builds it as a decoder (MPNet has no such switch)
 
     @property
     def lm(self) -> str:
@@ -87,6 +95,7 @@ MODEL_TYPES = {
     "big_bird": ModelType("bert", pooled_heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls"),
                           pooler_path="pooler", dense_classifier=True, not_described=("qa",)),
     "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
+    "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
 }
 # kept for the families and tests that name a model type's prefix
 @dataclass(frozen=True)
@@ -191,7 +200,8 @@ def from_config(c: Cfg) -> ArchSpec:
     act = c.get("hidden_act", default="gelu")
     types = c.int("type_vocab_size", default=2) if v.token_types else 0
     variant = variant_of(c, h)
-    return ArchSpec(variant=variant, is_decoder=bool(c.get("is_decoder", default=FROM_CLASS)),
+    return ArchSpec(variant=variant, is_decoder=v.decoder and bool(c.get("is_decoder", default=FROM_CLASS)),
+                    relative_buckets=c.int("relative_attention_num_buckets", default=FROM_CLASS) if v.relative_bias else 0,
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
@@ -227,6 +237,8 @@ def build(B: Builder) -> None:
         B.linear(v.project, "embedding", tok, s.emb, h, True)
     if not v.positions_in_embeddings:   # RoFormer's sinusoidal table for the rotary q/k, looked up once a forward
         B.embedding("encoder.embed_positions", "embedding", s.positions, s.head_dim, B.seq)
+    if s.relative_buckets:
+        B.embedding("encoder.relative_attention_bias", "encoder", s.relative_buckets, s.heads, B.seq)
     encoder.layers(B, f"encoder.layer[{L}]", v.layer, L, L)
     if isinstance(s.variant, XmodAdapters):
         xmod_adapters(B, s.variant)
@@ -312,6 +324,8 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
             for lang in x.languages:
                 add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense1", x.bottleneck, h)
                 add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense2", h, x.bottleneck)
+    if s.relative_buckets:
+        out[p + "encoder.relative_attention_bias.weight"] = (s.relative_buckets, s.heads)
     if v.final_norm:
         add_norm(out, p + v.final_norm, h)
     if isinstance(s.variant, XmodAdapters) and s.variant.pre_norm:
@@ -466,6 +480,13 @@ FAMILY = Family(
                 "BigBirdForSequenceClassification", "BigBirdForTokenClassification"), device="cpu", infer=False),
         Sample("BigBirdConfig", dict(_SIZES, attention_type="original_full", tie_word_embeddings=False),
                ("BigBirdForMaskedLM",), device="cpu", infer=False),
+        # MPNet's names (attention.attn.q) match no family's signature: without config.json it is not detected
+        Sample("MPNetConfig", dict(_SIZES, num_labels=3),
+               ("MPNetModel", "MPNetForMaskedLM", "MPNetForSequenceClassification", "MPNetForTokenClassification"),
+               device="cpu", detected_as="unknown"),
+        # (compute_position_bias looks up 32 buckets whatever relative_attention_num_buckets says: fewer fail to run)
+        Sample("MPNetConfig", dict(_SIZES, relative_attention_num_buckets=40), ("MPNetForQuestionAnswering",), device="cpu",
+               detected_as="unknown"),
         # built as decoders (is_decoder: causal, a cache of each layer's keys and values)
         Sample("MegatronBertConfig", dict(_SIZES, is_decoder=True), ("MegatronBertForCausalLM",), device="cpu", infer=False),
         Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24, is_decoder=True),
