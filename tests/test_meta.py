@@ -223,3 +223,28 @@ def test_published_sizes_on_the_meta_device(tmp_path, cli, model_type):
     assert (static is not None or r["computed_by"] == m.oracle.statement) and r["fit"]["fits"] is (code == 0)
     kv = next(x["bytes"] for x in r["lines"] if x["group"] == "kv cache")
     assert kv == _kv(m, 1, 4096, 2) > 0
+
+
+def test_bigbird_is_static_while_it_attends_fully_and_meta_beyond(tmp_path):
+    """BigBird's block-sparse attention (modeling_big_bird.py) runs only on sequences longer than (5 + 2 x
+    num_random_blocks) x block_size tokens: up to that the BERT template answers (families/bert.py BlockSparse), beyond
+    it the meta path; both equal FlopCounterMode over a CPU forward."""
+    from test_families import fcm_flops
+
+    kwargs = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
+                  max_position_embeddings=128, block_size=4, num_random_blocks=1)
+    path = _config(tmp_path, "BigBirdConfig", kwargs, "BigBirdForMaskedLM")
+    longest = (5 + 2 * 1) * 4
+    want = {}
+    for seq in (longest - 1, longest, longest + 4, 2 * longest):
+        torch.manual_seed(0)   # a model per length: a shorter forward switches it to full attention for good
+        model = T.BigBirdForMaskedLM._from_config(T.BigBirdConfig(**kwargs), attn_implementation="eager").eval()
+        want[seq] = fcm_flops(model, seq, 1, "cpu")
+        m = meta.load(path, seqs=[seq])
+        assert (m.oracle is None) == (seq <= longest), seq
+        assert flops.run(m, 1, seq)["totals"]["flops"] == want[seq], seq
+    m = meta.load(path, seqs=list(want))   # one meta-device model for every length, the short ones first
+    assert m.oracle is not None
+    assert [flops.run(m, 1, seq)["totals"]["flops"] for seq in want] == list(want.values())
+    with pytest.raises(meta.NoAnalyticModel, match="block-sparse"):   # the template itself never counts past it
+        flops.run(load(path), 1, longest + 4)

@@ -24,13 +24,14 @@ import contextlib
 import functools
 import importlib.util
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..census.model import Model, is_bare_config
 from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
+from ..families import get
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
 from ..families.framework.base import DTYPE_BYTES, KVLines, architectures
 from ..families.framework.ops import Op
@@ -253,7 +254,14 @@ class MetaModel:
                 if self.model.dtype != dtype:
                     self._build(type(self.model), dtype)
                 try:
+                    kinds = [type(mod) for mod in self.model.modules()]
                     counter, out = self._run(batch, seq, image)
+                    if [type(mod) for mod in self.model.modules()] != kinds:
+                        # a forward that swapped modules of its own (BigBird's switch to full attention for a short
+                        # sequence, for good): the next one runs the model the config builds
+                        memo = dict(self.memo)
+                        self._build(type(self.model), self.model.dtype)
+                        self.memo.update(memo)
                     break
                 except Exception as e:   # an op without a meta kernel, data-dependent control flow, a float32-only op
                     if dtype == torch.bfloat16 and re.search(r"dtype|scalar type|BFloat16", str(e)):
@@ -504,13 +512,21 @@ def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpo
                  oracle=mm)
 
 
-def load(path: str, config: str | None = None) -> Model:
-    """census.model.load; where no op template describes the model (UsageError), transformers on the meta device when
-    the `run` extra is installed, else the refusal with what would answer."""
+def load(path: str, config: str | None = None, seqs: Collection[int] = ()) -> Model:
+    """census.model.load; where no op template describes the model (UsageError), or not at one of the sequence lengths
+    `seqs` the caller will run (Family.longest_seq), transformers on the meta device when the `run` extra is installed,
+    else the refusal with what would answer."""
     try:
-        return static_load(path, config)
+        m = static_load(path, config)
     except NoAnalyticModel as e:   # a config the static path refuses for a bad value stays refused
         refusal = e
+    else:
+        longest = get(m.spec.family).longest_seq
+        limit = longest(m.spec) if longest is not None else None
+        if limit is None or all(n <= limit for n in seqs):
+            return m
+        refusal = NoAnalyticModel(f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to --seq "
+                                  f"{limit:,}, not {max(seqs):,}")
     cfg: Mapping[str, Any] | None
     config_path: str | None
     if is_bare_config(path) and config is None:

@@ -39,7 +39,7 @@ def flops(
     positive("--batch", batch)
     positive("--dec-seq", dec_seq)
     positive("--frames", frames)
-    model = image_input(load(path, config), image_size)
+    model = image_input(load(path, config, seqs(seq)), image_size)
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
     r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
     show(r, as_json, "render_flops", seq_default=not lengths)

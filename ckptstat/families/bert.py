@@ -1,13 +1,23 @@
 """BERT-style encoders: BERT, RoBERTa, XLM-R, CamemBERT and ELECTRA (factorised embeddings), from
 transformers' modeling_bert.py, modeling_roberta.py (xlm_roberta and camembert are copies of it) and
 modeling_electra.py; RoCBert (modeling_roc_bert.py: BERT's layers and heads, its embeddings with a pronunciation and
-a glyph-shape table: RoCBertInputs). Post-LayerNorm layers (encoder.py), learned absolute positions, token types."""
+a glyph-shape table: RoCBertInputs). Post-LayerNorm layers (encoder.py), learned absolute positions, token types.
+The BERT-likes that change a part of it (ModelType): Megatron-BERT (modeling_megatron_bert.py: pre-LayerNorm layers, no
+embedding norm, a final encoder.ln), RemBERT (modeling_rembert.py: input embeddings narrower than hidden, mapped in by
+encoder.embedding_hidden_mapping_in, and an MLM head to its own output_embedding_size, never tied: LMWidth), RoFormer
+(modeling_roformer.py: no position table in the embeddings, rotary q/k (and v) from encoder.embed_positions, a frozen
+nn.Embedding of [max_position_embeddings, head_dim] that is one of model.parameters(); ELECTRA's embedding_size and
+embeddings_project), BigBird (modeling_big_bird.py: BERT's layers under `bert`, a pooler that is one Linear on every head;
+its block-sparse attention, BlockSparse, is not described: a longer sequence goes to the meta path) and X-MOD
+(modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
+(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .framework import encoder, infer
+from ..errors import NoAnalyticModel
+from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
 from .framework.ops import Builder
@@ -21,6 +31,12 @@ PRE_LN: encoder.LayerNames = (   # XLM-RoBERTa-XL: each sublayer's LayerNorm bef
 PRE_LN_ROBERTA: encoder.LayerNames = (   # RoBERTa-PreLayerNorm's names for the same places
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
     "attention.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "intermediate.LayerNorm")
+MPNET: encoder.LayerNames = (   # MPNet's: attention.attn.{q,k,v,o}, its LayerNorm at attention.LayerNorm
+    "attention.attn.q", "attention.attn.k", "attention.attn.v", "attention.attn", "attention.attn.o",
+    "attention.LayerNorm", "intermediate.dense", "intermediate act", "output.dense", "output.LayerNorm")
+MEGATRON: encoder.LayerNames = (   # Megatron-BERT's: attention.ln before the attention, the layer's ln before the FFN
+    "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
+    "attention.ln", "intermediate.dense", "intermediate act", "output.dense", "ln")
 
 
 @dataclass(frozen=True)
@@ -35,6 +51,23 @@ class ModelType:
     # the LM head: dense, activation and LayerNorm before the decoder (BertGeneration's lm_head is the decoder alone)
     lm_transform: bool = True
     pooler: bool = True                  # the base model keeps a pooler
+    # the heads whose base model keeps it (None: BERT's rule, `pooler` below); BigBird's every head but QA's
+    pooled_heads: tuple[str, ...] | None = None
+    pooler_path: str = "pooler.dense"    # BigBird's pooler is one nn.Linear, `pooler`
+    # the embedding width's config key when it may differ from hidden (ELECTRA's and RoFormer's embedding_size,
+    # RemBERT's input_embedding_size), and the E -> h projection under the base model: run only when E != h, or always
+    embedding_key: str | None = None
+    project: str = "embeddings_project"
+    always_project: bool = False
+    positions_in_embeddings: bool = True   # False: RoFormer's rotary table, encoder.embed_positions [P, head_dim]
+    # the sequence classifier is RoBERTa's (dense + activation on the first token, out_proj), pooler or not
+    dense_classifier: bool = False
+    ties: bool = True                    # the MLM decoder can be the word embeddings (RemBERT's never is)
+    not_described: tuple[str, ...] = ()  # heads of the model type the template does not describe (refused)
+    # MPNet's relative position bias: encoder.relative_attention_bias [relative_attention_num_buckets, heads], looked up
+    # once a forward and added to every layer's scores (no matmul)
+    relative_bias: bool = False
+    decoder: bool = True                 # config is_decoder builds it as a decoder (MPNet has no such switch)
 
     @property
     def lm(self) -> str:
@@ -43,7 +76,7 @@ class ModelType:
 
 
 MODEL_TYPES = {
-    "bert": ModelType("bert"), "electra": ModelType("electra"),
+    "bert": ModelType("bert"), "electra": ModelType("electra", embedding_key="embedding_size"),
     "ernie": ModelType("ernie"),   # BERT's, + task_type_embeddings with use_task_id
     "roberta": ModelType("roberta", roberta=True), "xlm-roberta": ModelType("roberta", roberta=True),
     "camembert": ModelType("roberta", roberta=True), "data2vec-text": ModelType("data2vec_text", roberta=True),
@@ -52,6 +85,17 @@ MODEL_TYPES = {
     # BertGenerationEncoder (the base) and BertGenerationDecoder (`bert` + lm_head): no token types, no pooler
     "bert-generation": ModelType("bert", token_types=False, lm_transform=False, pooler=False),
     "roc_bert": ModelType("roc_bert"),   # BERT's, + RoCBertInputs
+    "megatron-bert": ModelType("bert", layer=MEGATRON, embedding_norm=False, final_norm="encoder.ln"),
+    "rembert": ModelType("rembert", embedding_key="input_embedding_size", project="encoder.embedding_hidden_mapping_in",
+                         always_project=True, ties=False),   # + LMWidth; no *ForPreTraining
+    "roformer": ModelType("roformer", embedding_key="embedding_size", positions_in_embeddings=False, pooler=False,
+                          dense_classifier=True),
+    # BigBirdForQuestionAnswering's qa_classifier (an FFN and a LayerNorm before qa_outputs, question tokens masked)
+    # is not described
+    "big_bird": ModelType("bert", pooled_heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls"),
+                          pooler_path="pooler", dense_classifier=True, not_described=("qa",)),
+    "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
+    "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
 }
 # kept for the families and tests that name a model type's prefix
 @dataclass(frozen=True)
@@ -71,6 +115,33 @@ class RoCBertInputs(Variant):
     mapped_from: int
 
 
+@dataclass(frozen=True)
+class LMWidth(Variant):
+    """RemBERT's MLM head: cls.predictions.dense maps hidden to this width (output_embedding_size), then the activation,
+    a LayerNorm and the decoder from it (RemBertLMPredictionHead), neither tied nor with a bias held apart."""
+    width: int
+
+
+@dataclass(frozen=True)
+class BlockSparse(Variant):
+    """BigBird's attention_type "block_sparse": BigBirdModel.forward runs full attention (original_full) while the
+    sequence is at most (5 + 2 x num_random_blocks) x block_size tokens (`longest`) and block-sparse attention, which
+    the template does not describe, beyond."""
+    longest: int
+
+
+@dataclass(frozen=True)
+class XmodAdapters(Variant):
+    """X-MOD's per-language adapters (XmodOutput): after each layer's FFN output and residual add, the (reused or own:
+    `layer_norm`, output.adapter_layer_norm) LayerNorm, then the adapter of each token's language (dense1 h -> bottleneck,
+    activation, dense2 back, adapter_modules.{language}); every token runs exactly one of them. `pre_norm`: the layers'
+    norms before their sublayers and encoder.LayerNorm after the last."""
+    languages: tuple[str, ...]
+    bottleneck: int
+    layer_norm: bool
+    pre_norm: bool
+
+
 def roc_bert_inputs(c: Cfg, h: int) -> RoCBertInputs:
     pron = (c.int("pronunciation_vocab_size"), c.int("pronunciation_embed_dim"))
     shape = (c.int("shape_vocab_size"), c.int("shape_embed_dim"))
@@ -88,23 +159,54 @@ def pooler(model_type: str, head: str) -> bool:
     v = MODEL_TYPES.get(model_type, MODEL_TYPES["bert"])
     if model_type == "electra" or not v.pooler:
         return False
+    if v.pooled_heads is not None:
+        return head in v.pooled_heads
     return head in ("base", "pretraining") or (head == "seqcls" and not v.roberta)
+
+
+def variant_of(c: Cfg, h: int) -> Variant | None:
+    """The model type's Variant, if any; NoAnalyticModel for a config that adds parts the template does not describe."""
+    if c.model_type == "ernie" and c.get("use_task_id", default=False):
+        return ErnieTasks(c.int("task_type_vocab_size"))
+    if c.model_type == "roc_bert":
+        return roc_bert_inputs(c, h)
+    # keys the generated defaults table leaves out (output_*, non-scalar defaults): a file without them is refused
+    for key in {"rembert": ("output_embedding_size",), "xmod": ("languages",)}.get(c.model_type, ()):
+        if c.get(key, default=None) is None:
+            raise NoAnalyticModel(f"{c.path}: config has no {key}, and families/config_defaults.json holds no default for it")
+    if c.model_type == "rembert":
+        return LMWidth(c.int("output_embedding_size"))
+    if c.model_type == "big_bird":
+        if not c.get("use_bias", default=FROM_CLASS):
+            raise NoAnalyticModel(f"{c.path}: BigBird's use_bias false (q/k/v without biases): not described by the op template")
+        if c.get("attention_type", default=FROM_CLASS) == "block_sparse":
+            return BlockSparse((5 + 2 * c.int("num_random_blocks", default=FROM_CLASS)) * c.int("block_size", default=FROM_CLASS))
+        return None
+    if c.model_type == "xmod":
+        langs = c.get("languages")
+        if not isinstance(langs, (list, tuple)) or not all(isinstance(x, str) for x in langs):
+            raise NoAnalyticModel(f"{c.path}: config languages is not a list of names")
+        return XmodAdapters(tuple(langs), h // c.int("adapter_reduction_factor", default=FROM_CLASS),
+                            bool(c.get("adapter_layer_norm", default=FROM_CLASS)), bool(c.get("pre_norm", default=FROM_CLASS)))
+    return None
 
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
-    e = c.int("embedding_size", default=h) if c.model_type == "electra" else h
+    v = MODEL_TYPES[c.model_type]
+    if c.head in v.not_described:
+        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template does not describe {c.common['architecture']}'s head")
+    e = c.int(v.embedding_key, default=h) if v.embedding_key else h
     act = c.get("hidden_act", default="gelu")
-    ernie_tasks = c.model_type == "ernie" and c.get("use_task_id", default=False)
-    types = c.int("type_vocab_size", default=2) if MODEL_TYPES[c.model_type].token_types else 0
-    variant = ErnieTasks(c.int("task_type_vocab_size")) if ernie_tasks else roc_bert_inputs(c, h) \
-        if c.model_type == "roc_bert" else None
-    return ArchSpec(variant=variant,
+    types = c.int("type_vocab_size", default=2) if v.token_types else 0
+    variant = variant_of(c, h)
+    return ArchSpec(variant=variant, is_decoder=v.decoder and bool(c.get("is_decoder", default=FROM_CLASS)),
+                    relative_buckets=c.int("relative_attention_num_buckets", default=FROM_CLASS) if v.relative_bias else 0,
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
                     pooler=pooler(c.model_type, c.head),
-                    tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
+                    tied_embeddings=v.ties and bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -126,18 +228,30 @@ def build(B: Builder) -> None:
             B.embedding(f"embeddings.{name}", "embedding", rows, dim, B.seq)
         if s.variant.mapped_from:
             B.linear("embeddings.map_inputs_layer", "embedding", tok, s.variant.mapped_from, h, True)
-    encoder.embeddings(B, norm=v.embedding_norm)
-    if s.emb != h:
-        B.linear("embeddings_project", "embedding", tok, s.emb, h, True)   # ELECTRA-small style
+    if isinstance(s.variant, BlockSparse) and B.seq > s.variant.longest:
+        raise NoAnalyticModel(f"BigBird's block-sparse attention runs on sequences longer than (5 + 2 x num_random_blocks)"
+                              f" x block_size = {s.variant.longest} tokens (--seq {B.seq}): the op template describes its "
+                              "full attention only (attention_type original_full, or a sequence that short)")
+    encoder.embeddings(B, norm=v.embedding_norm, positions=v.positions_in_embeddings)
+    if s.emb != h or v.always_project:   # ELECTRA-small style; RemBERT's input embeddings
+        B.linear(v.project, "embedding", tok, s.emb, h, True)
+    if not v.positions_in_embeddings:   # RoFormer's sinusoidal table for the rotary q/k, looked up once a forward
+        B.embedding("encoder.embed_positions", "embedding", s.positions, s.head_dim, B.seq)
+    if s.relative_buckets:
+        B.embedding("encoder.relative_attention_bias", "encoder", s.relative_buckets, s.heads, B.seq)
     encoder.layers(B, f"encoder.layer[{L}]", v.layer, L, L)
+    if isinstance(s.variant, XmodAdapters):
+        xmod_adapters(B, s.variant)
     if v.final_norm:
         B.norm(v.final_norm, "encoder", (B.b, B.seq), h, residual=False)
     if s.pooler:
         encoder.pooler(B)
-    if s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
-        # MLM: transform to E (ELECTRA's generator) or h, decoder tied to the word embeddings
+    if isinstance(s.variant, LMWidth) and s.head in ("mlm", "lm"):   # RemBERT: dense to its width, act, LayerNorm, decoder
+        encoder.mlm_head(B, "cls.predictions", s.variant.width, held_bias=False, transform="")
+    elif s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
+        # MLM: transform to E (ELECTRA's generator, RoFormer's) or h, decoder tied to the word embeddings
         if v.lm_transform:
-            encoder.mlm_head(B, "cls.predictions", s.emb if electra else h, held_bias=not electra)
+            encoder.mlm_head(B, "cls.predictions", s.emb, held_bias=not electra)
         else:
             B.linear("lm_head.decoder" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls", tok, h,
                      s.vocab, True, tied=s.tied_embeddings)
@@ -151,12 +265,33 @@ def build(B: Builder) -> None:
         B.activation("discriminator_predictions act", "cls", tok, h, s.activation)
         B.linear("discriminator_predictions.dense_prediction", "cls", tok, h, 1, True)
     elif s.head == "seqcls":
-        if not s.pooler:   # RoBERTa / ELECTRA classification head: dense + tanh on <s>, then out_proj
+        dense = not s.pooler or v.dense_classifier
+        if dense:   # RoBERTa / ELECTRA classification head: dense + tanh on <s>, then out_proj
             B.linear("classifier.dense", "cls", first, h, h, True)
             B.activation("classifier act (tanh)", "cls", first, h, "tanh")
-        B.linear("classifier" if s.pooler else "classifier.out_proj", "cls", first, h, s.num_labels, True)
+        B.linear("classifier.out_proj" if dense else "classifier", "cls", first, h, s.num_labels, True)
     else:
         encoder.token_heads(B)
+
+
+def xmod_adapters(B: Builder, x: XmodAdapters) -> None:
+    """X-MOD's per-language adapters on every layer (XmodAdapters): each token through its language's alone."""
+    s, tok, L, n = B.s, (B.b, B.seq), B.s.layers, len(x.languages)
+    at = f"encoder.layer[{L}].output.adapter_modules[{n} languages, one a token]"
+    if x.layer_norm:
+        B.norm(f"encoder.layer[{L}].output.adapter_layer_norm", "encoder", tok, s.hidden, L, residual=False)
+    B.linear(at + ".dense1", "encoder", tok, s.hidden, x.bottleneck, True, L, copies=L * n, active_copies=L)
+    B.activation(at + " act", "encoder", tok, x.bottleneck, s.activation, L)
+    B.linear(at + ".dense2", "encoder", tok, x.bottleneck, s.hidden, True, L, copies=L * n, active_copies=L)
+    if x.pre_norm:
+        B.norm("encoder.LayerNorm", "encoder", tok, s.hidden, residual=False)
+
+
+def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> base.KVLines:
+    """A BERT-like built as a decoder (config is_decoder) returns each layer's self-attention keys and values from its
+    base model and its LM head (DynamicCache; Megatron-BERT's EncoderDecoderCache, its cross-attention half empty without
+    encoder states): decoder_kv_cache's. An encoder, and the task heads, return none."""
+    return base.decoder_kv_cache(s, b, n, nd, ab) if s.is_decoder and s.head in ("base", "lm") else []
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
@@ -168,7 +303,9 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     v = MODEL_TYPES[s.model_type]
     p = "" if s.head == "base" else v.prefix + "."
     out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, E, norm=v.embedding_norm)
+    encoder.embedding_tensors(out, p, s, E, norm=v.embedding_norm, positions=v.positions_in_embeddings)
+    if not v.positions_in_embeddings:
+        out[p + "encoder.embed_positions.weight"] = (s.positions, s.head_dim)
     if isinstance(s.variant, ErnieTasks):
         out[p + "embeddings.task_type_embeddings.weight"] = (s.variant.task_types, h)
     if isinstance(s.variant, RoCBertInputs):
@@ -176,16 +313,31 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         out[p + "embeddings.shape_embed.weight"] = s.variant.shape
         if s.variant.mapped_from:
             add_linear(out, p + "embeddings.map_inputs_layer", h, s.variant.mapped_from)
-    if E != h:
-        add_linear(out, p + "embeddings_project", h, E)
+    if E != h or v.always_project:
+        add_linear(out, p + v.project, h, E)
     for i in range(s.layers):
         encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(v.layer), h, f)
+        if isinstance(s.variant, XmodAdapters):
+            x = s.variant
+            if x.layer_norm:
+                add_norm(out, f"{p}encoder.layer.{i}.output.adapter_layer_norm", h)
+            for lang in x.languages:
+                add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense1", x.bottleneck, h)
+                add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense2", h, x.bottleneck)
+    if s.relative_buckets:
+        out[p + "encoder.relative_attention_bias.weight"] = (s.relative_buckets, s.heads)
     if v.final_norm:
         add_norm(out, p + v.final_norm, h)
+    if isinstance(s.variant, XmodAdapters) and s.variant.pre_norm:
+        add_norm(out, p + "encoder.LayerNorm", h)
     if s.pooler:
-        add_linear(out, p + "pooler.dense", h, h)
+        add_linear(out, p + v.pooler_path, h, h)
     roberta, electra = v.roberta, s.model_type == "electra"
-    if electra and s.head in ("mlm", "lm"):
+    if isinstance(s.variant, LMWidth) and s.head in ("mlm", "lm"):
+        add_linear(out, "cls.predictions.dense", s.variant.width, h)
+        add_norm(out, "cls.predictions.LayerNorm", s.variant.width)
+        add_linear(out, "cls.predictions.decoder", V, s.variant.width)
+    elif electra and s.head in ("mlm", "lm"):
         add_linear(out, "generator_predictions.dense", E, h)
         add_norm(out, "generator_predictions.LayerNorm", E)
         add_linear(out, "generator_lm_head", V, E)
@@ -195,14 +347,14 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     elif s.head in _MLM:   # BertLMHeadModel / RobertaForCausalLM: the MLM head's modules under the same names
         c = v.lm + "."
         if v.lm_transform:
-            add_linear(out, c + ("dense" if roberta else "transform.dense"), h, h)
-            add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), h)
+            add_linear(out, c + ("dense" if roberta else "transform.dense"), E, h)
+            add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), E)
         out[c + "bias"] = (V,)
-        add_linear(out, c + "decoder", V, h)
+        add_linear(out, c + "decoder", V, E if v.lm_transform else h)
     if s.head == "pretraining" and not electra:
         add_linear(out, "cls.seq_relationship", 2, h)
     if s.head == "seqcls":
-        if roberta or electra:
+        if roberta or electra or v.dense_classifier:
             add_linear(out, "classifier.dense", h, h)
             add_linear(out, "classifier.out_proj", s.num_labels, h)
         else:
@@ -250,7 +402,7 @@ FAMILY = Family(
         # its config's architectures name the class, whose ties families/tie_table.json holds)
         *(TieRule(f"{lm}.decoder.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
           for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in MODEL_TYPES.values()
-                                          if v.prefix != "electra" and v.lm_transform)),
+                                          if v.prefix != "electra" and v.lm_transform and v.ties)),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
         TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
         TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
@@ -262,6 +414,8 @@ FAMILY = Family(
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
     position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta},
+    longest_seq=lambda s: s.variant.longest if isinstance(s.variant, BlockSparse) else None,
+    kv_cache=kv_cache,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
@@ -305,5 +459,48 @@ FAMILY = Family(
         Sample("RobertaPreLayerNormConfig", dict(_SIZES, num_labels=3),
                ("RobertaPreLayerNormModel", "RobertaPreLayerNormForMaskedLM", "RobertaPreLayerNormForSequenceClassification"),
                infer=False),
+        # the BERT-likes below: without a config their names read as BERT's (or RoBERTa's), the parts that differ not
+        # inferred
+        Sample("MegatronBertConfig", dict(_SIZES, num_labels=3),
+               ("MegatronBertModel", "MegatronBertForPreTraining", "MegatronBertForMaskedLM", "MegatronBertForCausalLM",
+                "MegatronBertForSequenceClassification", "MegatronBertForTokenClassification"), device="cpu", infer=False),
+        Sample("MegatronBertConfig", _SIZES, ("MegatronBertForQuestionAnswering",), device="cpu", infer=False),
+        Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24, num_labels=3),
+               ("RemBertModel", "RemBertForMaskedLM", "RemBertForCausalLM", "RemBertForSequenceClassification",
+                "RemBertForTokenClassification"), device="cpu", infer=False),
+        Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24),
+               ("RemBertForQuestionAnswering",), device="cpu", infer=False),
+        Sample("RoFormerConfig", dict(_SIZES, num_labels=3),
+               ("RoFormerModel", "RoFormerForMaskedLM", "RoFormerForCausalLM", "RoFormerForSequenceClassification",
+                "RoFormerForTokenClassification"), device="cpu", infer=False),
+        Sample("RoFormerConfig", dict(_SIZES, embedding_size=16, rotary_value=True),
+               ("RoFormerForMaskedLM", "RoFormerForQuestionAnswering"), device="cpu", infer=False),
+        Sample("BigBirdConfig", dict(_SIZES, num_labels=3),
+               ("BigBirdModel", "BigBirdForPreTraining", "BigBirdForMaskedLM", "BigBirdForCausalLM",
+                "BigBirdForSequenceClassification", "BigBirdForTokenClassification"), device="cpu", infer=False),
+        Sample("BigBirdConfig", dict(_SIZES, attention_type="original_full", tie_word_embeddings=False),
+               ("BigBirdForMaskedLM",), device="cpu", infer=False),
+        # MPNet's names (attention.attn.q) match no family's signature: without config.json it is not detected
+        Sample("MPNetConfig", dict(_SIZES, num_labels=3),
+               ("MPNetModel", "MPNetForMaskedLM", "MPNetForSequenceClassification", "MPNetForTokenClassification"),
+               device="cpu", detected_as="unknown"),
+        # (compute_position_bias looks up 32 buckets whatever relative_attention_num_buckets says: fewer fail to run)
+        Sample("MPNetConfig", dict(_SIZES, relative_attention_num_buckets=40), ("MPNetForQuestionAnswering",), device="cpu",
+               detected_as="unknown"),
+        # built as decoders (is_decoder: causal, a cache of each layer's keys and values)
+        Sample("MegatronBertConfig", dict(_SIZES, is_decoder=True), ("MegatronBertForCausalLM",), device="cpu", infer=False),
+        Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24, is_decoder=True),
+               ("RemBertForCausalLM",), device="cpu", infer=False),
+        Sample("RoFormerConfig", dict(_SIZES, is_decoder=True), ("RoFormerForCausalLM",), device="cpu", infer=False),
+        Sample("BigBirdConfig", dict(_SIZES, is_decoder=True), ("BigBirdForCausalLM",), device="cpu", infer=False),
+        Sample("XmodConfig", dict(_SIZES, is_decoder=True, default_language="en_XX"), ("XmodForCausalLM",), device="cpu",
+               infer=False),
+        # X-MOD's adapters pick tokens by language (a boolean index: no meta kernel)
+        Sample("XmodConfig", dict(_SIZES, num_labels=3, default_language="en_XX", languages=["en_XX", "de_DE"]),
+               ("XmodModel", "XmodForMaskedLM", "XmodForCausalLM", "XmodForSequenceClassification",
+                "XmodForTokenClassification"), device="cpu", infer=False),
+        Sample("XmodConfig", dict(_SIZES, default_language="de_DE", languages=["en_XX", "de_DE", "fr_XX"], pre_norm=True,
+                                  adapter_layer_norm=True, adapter_reduction_factor=4),
+               ("XmodForMaskedLM", "XmodForQuestionAnswering"), device="cpu", infer=False),
     ),
 )

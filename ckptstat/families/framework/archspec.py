@@ -189,6 +189,9 @@ class ArchSpec:
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)
     cross_layers: tuple[int, ...] = ()
+    # an encoder built as a decoder (BERT-likes' config is_decoder, as their *ForCausalLM is used): causal self-attention
+    # whose keys and values the base model and the LM head return as a cache
+    is_decoder: bool = False
     # the Mamba2 mixer's sizes (None: no state-space layers) and the layers whose token mixer it is in place of attention
     # (layout.attention_kinds: "state_space"; Mamba2 all of them, Bamba those not in attn_layer_indices)
     ssm: SSM | None = None

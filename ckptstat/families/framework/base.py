@@ -266,6 +266,9 @@ class Family:
     # the shortest --seq the model can run (a waveform encoder's conv stack needs its receptive field: wav2vec2.py);
     # None: any
     min_seq: Callable[[ArchSpec], int] | None = None
+    # the longest --seq the op template describes, where a longer one runs a part it does not (BigBird's block-sparse
+    # attention); None: any. analysis/meta.load hands a longer one to the meta path
+    longest_seq: Callable[[ArchSpec], int | None] | None = None
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # the heads the first cache line holds, which tensor parallelism splits (None: spec.kv_heads; MLA's latent: 1)
     cache_heads: Callable[[ArchSpec], int] | None = None

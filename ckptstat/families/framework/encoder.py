@@ -17,12 +17,14 @@ LayerNames = tuple[str, str, str, str, str, str, str, str, str, str]
 
 # ---- op template pieces ----
 
-def embeddings(B: Builder, norm: bool = True) -> None:
-    """Word, position and (when the config has them) token-type lookups, then LayerNorm (unless norm is false:
-    XLM-RoBERTa-XL's pre-LN layers normalise instead), width E."""
+def embeddings(B: Builder, norm: bool = True, positions: bool = True) -> None:
+    """Word, position (unless positions is false: RoFormer's rotary table sits in its encoder) and (when the config has
+    them) token-type lookups, then LayerNorm (unless norm is false: XLM-RoBERTa-XL's pre-LN layers normalise instead),
+    width E."""
     s, n = B.s, B.seq
     B.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, n)
-    B.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, n)
+    if positions:
+        B.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, n)
     if s.type_vocab:
         B.embedding("embeddings.token_type_embeddings", "embedding", s.type_vocab, s.emb, n)
     if norm:
@@ -53,15 +55,16 @@ def pooler(B: Builder) -> None:
     B.activation("pooler act (tanh)", "pooler", (B.b,), h, "tanh")
 
 
-def mlm_head(B: Builder, prefix: str, width: int, held_bias: bool) -> None:
+def mlm_head(B: Builder, prefix: str, width: int, held_bias: bool, transform: str = "transform.") -> None:
     """Transform dense (h -> width) + activation + LayerNorm, then the decoder, its weight tied to the word embeddings
     unless the config's tie_word_embeddings is false. `held_bias`: the head also holds a bias parameter of its own
     ({prefix}.bias: BERT's, RoBERTa's, ALBERT's) that transformers 5 ties to the decoder's bias only when the weights
-    tie (their _tied_weights_keys); untied it is a parameter held apart and unused."""
+    tie (their _tied_weights_keys); untied it is a parameter held apart and unused. `transform`: the dense and
+    LayerNorm's module under {prefix} ("" where they sit beside the decoder: RemBERT's)."""
     s, tok = B.s, (B.b, B.seq)
-    B.linear(f"{prefix}.transform.dense", "cls", tok, s.hidden, width, True)
-    B.activation(f"{prefix}.transform act", "cls", tok, width, s.activation)
-    B.norm(f"{prefix}.transform.LayerNorm", "cls", tok, width, residual=False)
+    B.linear(f"{prefix}.{transform}dense", "cls", tok, s.hidden, width, True)
+    B.activation(f"{prefix}.{transform}".rstrip(".") + " act", "cls", tok, width, s.activation)
+    B.norm(f"{prefix}.{transform}LayerNorm", "cls", tok, width, residual=False)
     tied = s.tied_embeddings
     B.linear(f"{prefix}.decoder" + (" (tied to word_embeddings)" if tied else ""), "cls", tok, width, s.vocab, True,
              tied=tied)
@@ -92,9 +95,10 @@ def layer_tensors(out: Shapes, q: str, names: tuple[str, ...], h: int, f: int) -
     add_norm(out, q + out_norm, h)
 
 
-def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int, norm: bool = True) -> None:
+def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int, norm: bool = True, positions: bool = True) -> None:
     out[p + "embeddings.word_embeddings.weight"] = (s.vocab, dim)
-    out[p + "embeddings.position_embeddings.weight"] = (s.positions, dim)
+    if positions:
+        out[p + "embeddings.position_embeddings.weight"] = (s.positions, dim)
     if s.type_vocab:
         out[p + "embeddings.token_type_embeddings.weight"] = (s.type_vocab, dim)
     if norm:
