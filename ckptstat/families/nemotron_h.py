@@ -80,7 +80,9 @@ FAMILY = Family(
     **{**layout.family_fields({"nemotron_h": NEMOTRON_H}, "ssm_in"),
        # an attention, MLP or MoE mixer (Mamba2's files hold the state-space mixer at backbone.layers.N.mixer too)
        "signature": r"(^|[./])layers[./]\d+[./]mixer[./](q_proj|up_proj|experts|gate)[./]",
-       "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": ()},
+       "from_config": from_config, "from_tensors": from_tensors},
+    # llama.cpp converts the MoE ones as nemotron_h_moe; its converter stacks the experts itself (no TensorNameMap name)
+    gguf_architectures=("nemotron_h", "nemotron_h_moe"),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("NemotronHConfig", _SIZES, ("NemotronHForCausalLM", "NemotronHModel"), device="cpu", infer=False),

@@ -280,7 +280,7 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     head = "lm" if lay.causal else "mlm"
-    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, layers=2, hidden=8, heads=2,
+    s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
                  shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
                  linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
@@ -288,8 +288,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
                  ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
                  variant=Segments(8, 2, 2) if lay.positions == "segments" else None,
-                 short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None,
-                 lightning=Lightning(4, (1,)) if lay.lightning else None)
+                 short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None, layers=2 + 2 * lay.one_mixer,
+                 lightning=Lightning(4, (1,)) if lay.lightning else None, ffn_layers=(1, 2) * lay.one_mixer)
     # a latent layout's walk meets q_proj only without a query LoRA
     extra = modules(lay, replace(s, latent=Latent(0, 4, 4))) if lay.latent else []
     return tuple(modules(lay, s)) + tuple(m for m in extra if m.path.endswith(f".{lay.paths.q}"))
