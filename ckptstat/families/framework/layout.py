@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoder_heads, decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -43,6 +43,7 @@ from .layout_base import (
     joined,
     mlp,
     module_shapes,
+    output_heads,
     residual_scale,
     skipped_cross_layers,
 )
@@ -237,33 +238,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     if E != h:
         w.linear(p.project_out, None, h, E, False, None)
     B.seq, w.tok = seq, (B.b, seq)
-    if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
-        bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
-        if lay.lm_transform != "none":   # llama.cpp has no names for them
-            act = "gelu" if lay.lm_transform == "gelu" else s.activation
-            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)),) + ((("bias", (h,)),) if lay.lm_dense_bias else ()),
-                                    top=True))
-            B.linear(p.lm_dense, "cls", w.tok, h, h, lay.lm_dense_bias)
-            B.activation(f"{p.lm_dense} act ({act})", "cls", w.tok, h, act)
-            norm_bias = lay.norm == "layernorm"
-            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
-            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
-                   bias=norm_bias)
-        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, E)),) + ((("bias", (s.vocab,)),) if bias
-                                                                                          else ()), top=True))
-        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head, width=E)
-        if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
-            w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
-            if not s.tied_embeddings:
-                B.add(f"{p.lm_bias} (untied from the decoder's bias: held, unused)", "activation", "cls", 1, (s.vocab,),
-                      (s.vocab,), params=s.vocab)
-        if s.logit_softcap:
-            B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
-                  w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
-    if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
-        name, params = decoder_heads.shapes(s, E, lay.qa_labels)
-        w.modules.append(Module(name, None, params, top=True))
-        decoder_heads.build(B, E, lay.qa_labels)
+    output_heads(w, E)
     return w.modules
 
 

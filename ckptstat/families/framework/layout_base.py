@@ -7,10 +7,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
-from . import decoders
+from . import decoder_heads, decoders
 from .archspec import Variant
-from .decoder_heads import TASK_HEADS
-from .ops import Builder
+from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
@@ -403,8 +402,8 @@ class DecoderLayout:
                            ("routed_mlp", MLP)):
             if getattr(self, name) not in get_args(kind):
                 raise TypeError(f"DecoderLayout.{name} = {getattr(self, name)!r} is not one of {get_args(kind)}")
-        if not set(self.task_heads) <= set(TASK_HEADS):
-            raise TypeError(f"DecoderLayout.task_heads = {self.task_heads!r}: not of {TASK_HEADS}")
+        if not set(self.task_heads) <= set(decoder_heads.TASK_HEADS):
+            raise TypeError(f"DecoderLayout.task_heads = {self.task_heads!r}: not of {decoder_heads.TASK_HEADS}")
         if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
             raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
 
@@ -537,3 +536,39 @@ def residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
     B.add(w.label(f"stream x its learned scale, before the {'attention' if sub == w.p.attn_residual else 'MLP'}'s add",
                   layers), "activation", "encoder", len(layers), w.tok + (h,), w.tok + (h,),
           params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
+
+
+
+def output_heads(w: Walk, E: int) -> None:
+    """The LM head (a causal model's on head "lm", an encoder's on "mlm": it predicts the masked tokens; with its
+    transform, its biases, logit soft-capping) and a task head (DecoderLayout.task_heads), over the final hidden
+    states, E wide (DecoderLayout.embed_proj)."""
+    s, p, B, lay = w.s, w.p, w.B, w.lay
+    h = s.hidden
+    if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
+        bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
+        if lay.lm_transform != "none":   # llama.cpp has no names for them
+            act = "gelu" if lay.lm_transform == "gelu" else s.activation
+            w.modules.append(Module(p.lm_dense, None, (("weight", (h, h)),) + ((("bias", (h,)),) if lay.lm_dense_bias else ()),
+                                    top=True))
+            B.linear(p.lm_dense, "cls", w.tok, h, h, lay.lm_dense_bias)
+            B.activation(f"{p.lm_dense} act ({act})", "cls", w.tok, h, act)
+            norm_bias = lay.norm == "layernorm"
+            w.modules.append(Module(p.lm_norm, None, (("weight", (h,)),) + ((("bias", (h,)),) if norm_bias else ()), top=True))
+            B.norm(p.lm_norm, "cls", w.tok, h, residual=False, kind="rmsnorm" if lay.norm == "rmsnorm" else "layernorm",
+                   bias=norm_bias)
+        w.modules.append(Module(p.lm_head, lay.gguf("output"), (("weight", (s.vocab, E)),) + ((("bias", (s.vocab,)),) if bias
+                                                                                          else ()), top=True))
+        decoders.lm_head(B, p.lm_head, p.embed, bias, head=s.head, width=E)
+        if p.lm_bias:   # tied with the embeddings, the decoder's bias too (saved, not counted twice); else its own, unused
+            w.modules.append(Module(p.lm_bias, None, (("", (s.vocab,)),), top=True))
+            if not s.tied_embeddings:
+                B.add(f"{p.lm_bias} (untied from the decoder's bias: held, unused)", "activation", "cls", 1, (s.vocab,),
+                      (s.vocab,), params=s.vocab)
+        if s.logit_softcap:
+            B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
+                  w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
+    if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
+        name, params = decoder_heads.shapes(s, E, lay.qa_labels)
+        w.modules.append(Module(name, None, params, top=True))
+        decoder_heads.build(B, E, lay.qa_labels)
