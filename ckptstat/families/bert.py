@@ -390,7 +390,8 @@ FAMILY = Family(
     name="bert",
     model_types=tuple(MODEL_TYPES),
     gguf_architectures=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
-    signature=r"(^|[./])layer[._/]\d+[./]attention[./]self[./]query",
+    # BERT's attention.self.query; MPNet's attention.attn.q
+    signature=r"(^|[./])layer[._/]\d+[./]attention[./](self[./]query|attn[./]q[./])",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
@@ -480,13 +481,13 @@ FAMILY = Family(
                 "BigBirdForSequenceClassification", "BigBirdForTokenClassification"), device="cpu", infer=False),
         Sample("BigBirdConfig", dict(_SIZES, attention_type="original_full", tie_word_embeddings=False),
                ("BigBirdForMaskedLM",), device="cpu", infer=False),
-        # MPNet's names (attention.attn.q) match no family's signature: without config.json it is not detected
+        # MPNet's names are found as the family's, its shapes not inferred (they are read by BERT's names)
         Sample("MPNetConfig", dict(_SIZES, num_labels=3),
                ("MPNetModel", "MPNetForMaskedLM", "MPNetForSequenceClassification", "MPNetForTokenClassification"),
-               device="cpu", detected_as="unknown"),
+               device="cpu", infer=False),
         # (compute_position_bias looks up 32 buckets whatever relative_attention_num_buckets says: fewer fail to run)
         Sample("MPNetConfig", dict(_SIZES, relative_attention_num_buckets=40), ("MPNetForQuestionAnswering",), device="cpu",
-               detected_as="unknown"),
+               infer=False),
         # built as decoders (is_decoder: causal, a cache of each layer's keys and values)
         Sample("MegatronBertConfig", dict(_SIZES, is_decoder=True), ("MegatronBertForCausalLM",), device="cpu", infer=False),
         Sample("RemBertConfig", dict(_SIZES, input_embedding_size=16, output_embedding_size=24, is_decoder=True),
