@@ -79,7 +79,7 @@ def token_heads(B: Builder) -> None:
     if s.head == "tokcls":
         B.linear("classifier", "cls", tok, s.hidden, s.num_labels, True)
     elif s.head == "qa":
-        B.linear("qa_outputs", "cls", tok, s.hidden, 2, True)
+        B.linear("qa_outputs", "cls", tok, s.hidden, s.num_labels, True)   # nn.Linear(h, num_labels): 2 to run
 
 
 # ---- expected-tensor pieces ----
@@ -110,7 +110,7 @@ def token_head_tensors(out: Shapes, s: ArchSpec) -> None:
     if s.head == "tokcls":
         add_linear(out, "classifier", s.num_labels, s.hidden)
     elif s.head == "qa":
-        add_linear(out, "qa_outputs", 2, s.hidden)
+        add_linear(out, "qa_outputs", s.num_labels, s.hidden)
 
 
 def weights_of(names: LayerNames) -> tuple[str, ...]:

@@ -252,8 +252,9 @@ def heads_for(width: int, preferred: int) -> tuple[int, str]:
 
 
 def num_labels(tensors: Tensors) -> int:
-    """Classes of a classification head: rows of its last projection ([out, in] after canonical_tensors)."""
-    t = find(tensors, r"(^|\.)classifier(\.out_proj)?\.weight$")
+    """Classes of a classification head: rows of its last projection ([out, in] after canonical_tensors); a span
+    (QA) head's qa_outputs, num_labels wide."""
+    t = find(tensors, r"(^|\.)(classifier(\.out_proj)?|qa_outputs)\.weight$")
     return t.shape[0] if t is not None and len(t.shape) == 2 else 2
 
 
