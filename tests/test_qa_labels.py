@@ -4,8 +4,6 @@ config can hold another). Parameters predicted from the config alone and counted
 model.parameters() of the class transformers builds."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 torch = pytest.importorskip("torch")
