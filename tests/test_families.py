@@ -67,7 +67,9 @@ def meta_model(cls, cfg, device="meta"):
         with torch.device("meta"):   # eval: BART/Whisper draw a layerdrop number in training mode (.item() on meta)
             return cls._from_config(cfg, attn_implementation="eager").eval()
     torch.manual_seed(0)
-    return cls._from_config(cfg, attn_implementation="eager").eval()
+    # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and a slice of a
+    # weight passed to a module (DBRX's experts) would be one that requires grad with no grad_fn under no_grad
+    return cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
 
 
 # FLOPs of aten._grouped_mm (transformers 5's MoE experts), for which FlopCounterMode has no formula: the product's

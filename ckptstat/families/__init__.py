@@ -29,6 +29,7 @@ from . import (
     cohere2_moe,
     cpmant,
     ctrl,
+    dbrx,
     deepseek,
     diffllama,
     dinov2,
@@ -121,7 +122,7 @@ from .framework.base import Family, architectures
 _ALL: tuple[Family, ...] = (
     afmoe.FAMILY, albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bamba.FAMILY, bart.FAMILY,
     beam.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY, cohere2_moe.FAMILY,
-    cpmant.FAMILY, ctrl.FAMILY, deepseek.FAMILY, diffllama.FAMILY, dinov2.FAMILY, distilbert.FAMILY, doge.FAMILY,
+    cpmant.FAMILY, ctrl.FAMILY, dbrx.FAMILY, deepseek.FAMILY, diffllama.FAMILY, dinov2.FAMILY, distilbert.FAMILY, doge.FAMILY,
     dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY, eurobert.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY,
     falcon.FAMILY, flex_olmo.FAMILY, flint.FAMILY, fuyu.FAMILY, gemma.FAMILY, git.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
     gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_neox_japanese.FAMILY, gpt_oss.FAMILY, gptj.FAMILY,

@@ -359,6 +359,10 @@ class DecoderLayout:
     lm_transform: LMTransform = "none"
     lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
     first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
+    # routed: each projection's experts held as one flat 2-D parameter [E x f, h] without .weight, gate, up and down
+    # alike, {experts}.{gate,up,down} (DBRX's experts.mlp.w1, v1, w2: x w1^T, x v1^T, then (act x up) w2), one
+    # matmul per expert over its tokens (the eager loop of DbrxExperts): b x s x k rows
+    flat_experts: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)

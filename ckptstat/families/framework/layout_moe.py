@@ -90,6 +90,14 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
         B.linear(w.label(f"{x}[{E}].{p.stacked_out} (top-{k})", layers), "encoder", rows, f, h, False, L, L * E,
                  active_copies=L * k)
+    elif w.lay.flat_experts:       # one [E x f, h] parameter per projection (DBRX)
+        for sub, exps, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f),
+                                     (p.down, "ffn_down_exps", f, h)):
+            w.record(f"{x}.{sub}", exps, (("", (E * f, h)),), layers)
+            B.linear(w.label(f"{x}[{E}].{sub} (top-{k})", layers), "encoder", rows, fin, fout, False, L, L * E,
+                     active_copies=L * k)
+            if sub == p.up:
+                B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
     elif w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
         for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
             w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
