@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning, mixers_moa
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -132,6 +132,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         mixers_lightning.lightning(w, lightning)
     if lay.latent:
         layout_moe.latent(w, attn)
+    elif lay.moa:   # JetMoE's mixture of attention heads
+        mixers_moa.moa(w, attn)
     elif attn:
         # gated attention: q_proj's output is each head's query and its gate, side by side
         q_width = a * d * (2 if lay.gated_attention else 1)

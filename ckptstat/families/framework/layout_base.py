@@ -187,6 +187,9 @@ class Paths:
     lm_norm: str = "lm_head.layer_norm"
     lm_bias: str = ""                     # a second name of the LM head's bias, saved apart, tied with the embeddings
                                           # (cls.predictions.bias)
+    kv: str = "kv_proj"                   # DecoderLayout.moa: {attn}.{kv}, keys and values fused; the query experts at
+    moa: str = "experts"                  # {attn}.{moa}.{router}, .{stacked_in}, .{stacked_out}, .{moe_bias}
+    moe_bias: str = "bias"                # DecoderLayout.moe_bias: {mlp}.{moe_bias}, a parameter without .weight
 
 
 @dataclass(frozen=True)
@@ -363,6 +366,12 @@ class DecoderLayout:
     # alike, {experts}.{gate,up,down} (DBRX's experts.mlp.w1, v1, w2: x w1^T, x v1^T, then (act x up) w2), one
     # matmul per expert over its tokens (the eager loop of DbrxExperts): b x s x k rows
     flat_experts: bool = False
+    # a [h] parameter {mlp}.{moe_bias} added to the routed experts' combined output (JetMoE's JetMoeMoE.bias)
+    moe_bias: bool = False
+    # mixture of attention heads (JetMoE's JetMoeMoA, mixers_moa.py) in place of q/k/v/o: the router picks top_k of E
+    # query experts per token, each a [g x d, h] projection (ArchSpec.heads = top_k x kv_heads heads of d), keys and values
+    # from one fused {kv}, each expert's output projection, the k outputs weighted and summed, plus a bias
+    moa: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)

@@ -120,6 +120,8 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if w.lay.moe_bias:   # llama.cpp has no name for it
+        expert_bias(w, moe, layers)
     if w.lay.shared == "none" or not s.shared_intermediate:
         return
     if w.lay.shared_beside:
@@ -159,3 +161,11 @@ def every_expert(w: Walk, layers: tuple[int, ...]) -> None:
              active_copies=L * k)
     B.add(w.label(f"{x} sum over the {E} experts", layers), "activation", "encoder", L, rows + (h,), tok,
           ew=E * B.b * B.seq * h)
+
+
+def expert_bias(w: Walk, base: str, layers: tuple[int, ...]) -> None:
+    """A [h] parameter {base}.{moe_bias} added to a routed block's combined output (JetMoE's MoE and MoA bias)."""
+    B, h = w.B, w.s.hidden
+    w.record(f"{base}.{w.p.moe_bias}", None, (("", (h,)),), layers)
+    B.add(w.label(f"{base}.{w.p.moe_bias} (+ output)", layers), "activation", "encoder", len(layers), (B.b, B.seq, h),
+          (B.b, B.seq, h), params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
