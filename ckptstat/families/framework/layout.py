@@ -34,6 +34,7 @@ from .layout_base import (
     Attention,
     BiasKeys,
     DecoderLayout,
+    GatedNorm,
     Module,
     Paths,
     Placement,
@@ -284,7 +285,7 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
                  ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
-                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None,
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else GatedNorm(2) if lay.gated_norms else None,
                  short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None,
                  lightning=Lightning(4, (1,)) if lay.lightning else None)
     # a latent layout's walk meets q_proj only without a query LoRA

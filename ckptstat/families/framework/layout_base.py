@@ -9,7 +9,7 @@ from typing import Any, Literal, get_args
 
 from . import decoders
 from .archspec import Variant
-from .ops import Builder
+from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
 # none: a LayerNorm without parameters (OLMo's elementwise_affine=False)
@@ -190,6 +190,9 @@ class Paths:
     kv: str = "kv_proj"                   # DecoderLayout.moa: {attn}.{kv}, keys and values fused; the query experts at
     moa: str = "experts"                  # {attn}.{moa}.{router}, .{stacked_in}, .{stacked_out}, .{moe_bias}
     moe_bias: str = "bias"                # DecoderLayout.moe_bias: {mlp}.{moe_bias}, a parameter without .weight
+    inner_norm: str = "norm"              # DecoderLayout.gated_norms: {norm}.{inner_norm}, .{norm_gate_in}, .{norm_gate_out}
+    norm_gate_in: str = "W_down"
+    norm_gate_out: str = "W_up"
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,12 @@ class Segments(Variant):
     embed_rows: int
     segments: int
     buckets: int
+
+
+@dataclass(frozen=True)
+class GatedNorm(Variant):
+    """DecoderLayout.gated_norms: the rank of each gated norm's low-rank gate MLP (A.X-K2's gated_norm_rank)."""
+    rank: int
 
 
 @dataclass(frozen=True)
@@ -372,6 +381,14 @@ class DecoderLayout:
     # query experts per token, each a [g x d, h] projection (ArchSpec.heads = top_k x kv_heads heads of d), keys and values
     # from one fused {kv}, each expert's output projection, the k outputs weighted and summed, plus a bias
     moa: bool = False
+    # latent: q_b_proj reads the query latent beside its norm ([q_resid, q_compressed], 2 x q_lora_rank) and writes each
+    # head's query and an output gate of v_head_dim; the attention's output x sigmoid(gate) before o_proj (A.X-K2's
+    # q_gate_proj, saved as q_b_proj)
+    q_gate: bool = False
+    # the attention norm of every layer and the MLP norm of the routed ones are gated RMSNorms (A.X-K2's
+    # AXK2GatedRMSNorm): the RMSNorm at {norm}.{inner_norm}, then y x sigmoid(W_up(silu(W_down(y)))), a low-rank MLP of
+    # GatedNorm.rank (Paths.norm_gate_in, norm_gate_out, as saved; held as mlp.fc1, mlp.fc2)
+    gated_norms: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -429,7 +446,13 @@ class Walk:
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
              tokens: tuple[int, ...] | None = None, top: bool = False, kind: Norm | None = None) -> None:
-        """A norm of the layout's kind (or `kind`)."""
+        """A norm of the layout's kind (or `kind`); the gated ones where DecoderLayout.gated_norms says."""
+        if self.lay.gated_norms and layers is not None and sub in (self.p.attn_in, self.p.mlp_in):
+            gated = layers if sub == self.p.attn_in else tuple(i for i in layers if i not in self.s.dense_layers)
+            if gated:
+                gated_norm(self, sub, gated, residual)
+            if not (layers := tuple(i for i in layers if i not in gated)):
+                return
         kind, calls = kind or self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
@@ -439,6 +462,19 @@ class Walk:
         self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers, top=top)
         self.B.norm(module, "encoder", tokens or self.tok, dim, calls, residual=residual,
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
+
+
+def gated_norm(w: Walk, sub: str, layers: tuple[int, ...], residual: bool) -> None:
+    """A.X-K2's AXK2GatedRMSNorm at {sub} (DecoderLayout.gated_norms): its RMSNorm, then a low-rank gate over the
+    normed stream, W_down (h -> rank), SiLU, W_up (rank -> h), and the stream x sigmoid(gate). llama.cpp has no names."""
+    s, p, B, L = w.s, w.p, w.B, len(layers)
+    h, r = s.hidden, s.variant_as(GatedNorm).rank
+    w.norm(f"{sub}.{p.inner_norm}", None, h, layers, residual)
+    w.linear(f"{sub}.{p.norm_gate_in}", None, h, r, False, layers)
+    B.activation(w.label(f"{sub} gate act", layers), "encoder", w.tok, r, "silu", L)
+    w.linear(f"{sub}.{p.norm_gate_out}", None, r, h, False, layers)
+    B.add(w.label(f"{sub} x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (h,), w.tok + (h,),
+          ew=B.b * B.seq * h * (ew_cost("sigmoid") + 1))
 
 
 def joined(name: str, suffix: str) -> str:

@@ -20,7 +20,10 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     if ql:
         w.linear(at + p.q_a, "attn_q_a", h, ql, s.qkv_bias, layers)
         w.norm(at + p.q_a_norm, "attn_q_a_norm", ql, layers, residual=False)
-        w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
+        if w.lay.q_gate:   # over [q_resid, q_compressed]: each head's query and its output gate
+            w.linear(at + p.q_b, "attn_q_b", 2 * ql, a * (d + v), False, layers)
+        else:
+            w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
     else:
         w.linear(at + p.q, "attn_q", h, a * d, False, layers)
     w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
@@ -30,6 +33,9 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
         indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    if w.lay.q_gate:
+        B.add(w.label(f"{p.attn} output x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (a * v,),
+              w.tok + (a * v,), ew=B.b * B.seq * a * v * (ew_cost("sigmoid") + 1))
     w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
 
 
