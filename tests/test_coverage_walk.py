@@ -36,8 +36,9 @@ NAMED |= CLASSIC
 SHAPED = {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DiffLlamaForCausalLM", "xLSTMForCausalLM"}
 NAMED |= SHAPED
 # MoEs the meta path cannot run (torch.nonzero, a .tolist() of the routing on meta): their op templates are the only
-# answer (families/dbrx.py, jetmoe.py); and A.X-K2's gated norms and gated query (families/deepseek.py)
-ROUTED_ONLY_STATIC = {"DbrxForCausalLM", "JetMoeForCausalLM", "AXK2ForCausalLM"}
+# answer (families/dbrx.py, jetmoe.py); A.X-K2's gated norms and gated query (families/deepseek.py), HY-V4's
+# hyper-connections (families/hy_v4.py)
+ROUTED_ONLY_STATIC = {"DbrxForCausalLM", "JetMoeForCausalLM", "AXK2ForCausalLM", "HYV4ForCausalLM"}
 NAMED |= ROUTED_ONLY_STATIC
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 

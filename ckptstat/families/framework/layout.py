@@ -34,17 +34,19 @@ from .layout_base import (
     Attention,
     BiasKeys,
     DecoderLayout,
-    GatedNorm,
     Module,
     Paths,
     Placement,
     Segments,
     Walk,
+    attn_gate,
     joined,
     mlp,
     residual_scale,
+    sinks,
     skipped_cross_layers,
 )
+from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -179,18 +181,9 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
                   "encoder", len(attn), w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * len(attn),
                   ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
         if lay.sinks:   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped after
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), attn)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", attn), "attention", "encoder",
-                  len(attn), (a,), (B.b, a, B.seq, 1), params=a * len(attn), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
-                  weights_per_call=a)
+            sinks(w, attn)
         if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
-            w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, attn)
-            if lay.attn_gate == "biased":   # llama.cpp has no name for it
-                w.record(at + p.attn_gate_bias, None, (("", (a,)),), attn)
-                B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", attn), "activation", "encoder", len(attn),
-                      w.tok + (a * d,), w.tok + (a * d,), params=a * len(attn), ew=B.b * B.seq * a * d, weights_per_call=a)
-            B.add(w.label(f"{p.attn} output x act({p.attn_gate})", attn), "activation", "encoder", len(attn),
-                  w.tok + (a * d,), w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
+            attn_gate(w, attn, d)
         if lay.gated_attention:
             B.add(w.label(f"{p.attn} output x sigmoid(gate)", attn), "activation", "encoder", len(attn), w.tok + (a * d,),
                   w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
@@ -285,7 +278,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
                  ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
-                 variant=Segments(8, 2, 2) if lay.positions == "segments" else GatedNorm(2) if lay.gated_norms else None,
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else GatedNorm(2) if lay.gated_norms
+                 else Hyper(2) if lay.hyper else None,
                  short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None,
                  lightning=Lightning(4, (1,)) if lay.lightning else None)
     # a latent layout's walk meets q_proj only without a query LoRA

@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 
 from . import decoders
 from .archspec import Variant
+from .layout_streams import gated_norm, hyper_connection
 from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
@@ -193,6 +194,14 @@ class Paths:
     inner_norm: str = "norm"              # DecoderLayout.gated_norms: {norm}.{inner_norm}, .{norm_gate_in}, .{norm_gate_out}
     norm_gate_in: str = "W_down"
     norm_gate_out: str = "W_up"
+    # DecoderLayout.hyper: each layer's connections before the attention and the MLP norms and the head's before the
+    # final norm, their parameters as saved (HY-V4's hc_pre.hc_attn_layer.hc_fn, ...; held as attn_hc.fn, ...)
+    hc_attn: str = "hc_pre.hc_attn_layer"
+    hc_ffn: str = "hc_pre.hc_mlp_layer"
+    hc_head: str = "hc_pre.hc_head"
+    hc_head_base: str = "hc_head.hc_pre"  # ... as the base model's file names it (transformers 5.24's hy_v4 renames reversed)
+    hc_params: tuple[str, str, str] = ("hc_fn", "hc_base", "hc_scale")
+    hc_head_params: tuple[str, str, str] = ("hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
 @dataclass(frozen=True)
@@ -233,12 +242,6 @@ class Segments(Variant):
     embed_rows: int
     segments: int
     buckets: int
-
-
-@dataclass(frozen=True)
-class GatedNorm(Variant):
-    """DecoderLayout.gated_norms: the rank of each gated norm's low-rank gate MLP (A.X-K2's gated_norm_rank)."""
-    rank: int
 
 
 @dataclass(frozen=True)
@@ -389,6 +392,11 @@ class DecoderLayout:
     # AXK2GatedRMSNorm): the RMSNorm at {norm}.{inner_norm}, then y x sigmoid(W_up(silu(W_down(y)))), a low-rank MLP of
     # GatedNorm.rank (Paths.norm_gate_in, norm_gate_out, as saved; held as mlp.fc1, mlp.fc2)
     gated_norms: bool = False
+    # hyper-connections (HY-V4's HYV4HyperConnection, DeepSeek-V4's form): the stream held as Hyper.mult copies; before
+    # the attention norm and before the MLP norm of every layer a connection (an fp32 linear of the N copies, N x h ->
+    # 2N, times their weightless RMSNorm; a sigmoid pre mix collapses the copies to the sublayer's input, a post mix
+    # spreads its output back over them), and before the final norm the head's (N x h -> N) collapse
+    hyper: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -446,7 +454,10 @@ class Walk:
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
              tokens: tuple[int, ...] | None = None, top: bool = False, kind: Norm | None = None) -> None:
-        """A norm of the layout's kind (or `kind`); the gated ones where DecoderLayout.gated_norms says."""
+        """A norm of the layout's kind (or `kind`); the gated ones where DecoderLayout.gated_norms says, after a
+        hyper-connection where DecoderLayout.hyper says."""
+        if self.lay.hyper and (sub in (self.p.attn_in, self.p.mlp_in) if layers is not None else sub == self.p.norm):
+            hyper_connection(self, sub, layers)
         if self.lay.gated_norms and layers is not None and sub in (self.p.attn_in, self.p.mlp_in):
             gated = layers if sub == self.p.attn_in else tuple(i for i in layers if i not in self.s.dense_layers)
             if gated:
@@ -464,17 +475,28 @@ class Walk:
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
 
 
-def gated_norm(w: Walk, sub: str, layers: tuple[int, ...], residual: bool) -> None:
-    """A.X-K2's AXK2GatedRMSNorm at {sub} (DecoderLayout.gated_norms): its RMSNorm, then a low-rank gate over the
-    normed stream, W_down (h -> rank), SiLU, W_up (rank -> h), and the stream x sigmoid(gate). llama.cpp has no names."""
-    s, p, B, L = w.s, w.p, w.B, len(layers)
-    h, r = s.hidden, s.variant_as(GatedNorm).rank
-    w.norm(f"{sub}.{p.inner_norm}", None, h, layers, residual)
-    w.linear(f"{sub}.{p.norm_gate_in}", None, h, r, False, layers)
-    B.activation(w.label(f"{sub} gate act", layers), "encoder", w.tok, r, "silu", L)
-    w.linear(f"{sub}.{p.norm_gate_out}", None, r, h, False, layers)
-    B.add(w.label(f"{sub} x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (h,), w.tok + (h,),
-          ew=B.b * B.seq * h * (ew_cost("sigmoid") + 1))
+def sinks(w: Walk, layers: tuple[int, ...]) -> None:
+    """DecoderLayout.sinks: a learned logit per head, one more softmax column in each row of its scores (cat,
+    max-subtract, softmax), dropped after (gpt-oss; HY-V4's latent attention)."""
+    B, p, a = w.B, w.p, w.s.heads
+    w.record(f"{p.attn}.{p.sinks}", "attn_sinks", (("", (a,)),), layers)
+    B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", layers), "attention", "encoder",
+          len(layers), (a,), (B.b, a, B.seq, 1), params=a * len(layers), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+          weights_per_call=a)
+
+
+def attn_gate(w: Walk, layers: tuple[int, ...], d: int) -> None:
+    """DecoderLayout.attn_gate: act({attn_gate}(x)), per element of each head's `d` outputs or per head, times the
+    attention's output before o_proj."""
+    B, p, s, L = w.B, w.p, w.s, len(layers)
+    a, kind = s.heads, w.lay.attn_gate
+    w.linear(f"{p.attn}.{p.attn_gate}", "attn_gate", s.hidden, a if kind == "head" else a * d, False, layers)
+    if kind == "biased":   # llama.cpp has no name for it
+        w.record(f"{p.attn}.{p.attn_gate_bias}", None, (("", (a,)),), layers)
+        B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", layers), "activation", "encoder", L,
+              w.tok + (a * d,), w.tok + (a * d,), params=a * L, ew=B.b * B.seq * a * d, weights_per_call=a)
+    B.add(w.label(f"{p.attn} output x act({p.attn_gate})", layers), "activation", "encoder", L, w.tok + (a * d,),
+          w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
 
 
 def joined(name: str, suffix: str) -> str:

@@ -3,7 +3,7 @@ expert (Mixtral, Qwen-MoE, DeepSeek, gpt-oss) and DeepSeek's multi-head latent a
 from __future__ import annotations
 
 from . import decoders
-from .layout_base import Walk, joined, mlp
+from .layout_base import Walk, attn_gate, joined, mlp, sinks
 from .ops import ew_cost
 
 
@@ -33,6 +33,10 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
         indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    if w.lay.sinks:   # HY-V4
+        sinks(w, layers)
+    if w.lay.attn_gate != "none":   # HY-V4's gate_proj of the layer's input, v_head_dim per head
+        attn_gate(w, layers, v)
     if w.lay.q_gate:
         B.add(w.label(f"{p.attn} output x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (a * v,),
               w.tok + (a * v,), ew=B.b * B.seq * a * v * (ew_cost("sigmoid") + 1))
