@@ -67,7 +67,9 @@ def meta_model(cls, cfg, device="meta"):
         with torch.device("meta"):   # eval: BART/Whisper draw a layerdrop number in training mode (.item() on meta)
             return cls._from_config(cfg, attn_implementation="eager").eval()
     torch.manual_seed(0)
-    return cls._from_config(cfg, attn_implementation="eager").eval()
+    # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and a slice of a
+    # weight passed to a module (DBRX's experts) would be one that requires grad with no grad_fn under no_grad
+    return cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
 
 
 # FLOPs of aten._grouped_mm (transformers 5's MoE experts), for which FlopCounterMode has no formula: the product's
@@ -211,9 +213,10 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
 
 def _experts_module(f: Family) -> bool:
     """Whether the family's experts are one of transformers 5's experts implementations (not Llama 4's, which runs
-    every expert as one bmm: DecoderLayout.every_expert)."""
+    every expert as one bmm: DecoderLayout.every_expert; nor those a modeling file loops over itself, DBRX's flat
+    experts and JetMoE's JetMoeParallelExperts: DecoderLayout.flat_experts, moa)."""
     ls = layouts_of(f)
-    return ls is None or not any(lay.every_expert for lay in ls.by_type.values())
+    return ls is None or not any(lay.every_expert or lay.flat_experts or lay.moa for lay in ls.by_type.values())
 
 
 MOE_CASES = [c for c in CASES if c.values[1].kwargs.get("num_experts_per_tok") and _experts_module(c.values[0])]

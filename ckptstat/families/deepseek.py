@@ -34,6 +34,7 @@ from .framework.archspec import Latent
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
+from .framework.layout_streams import GatedNorm, Hyper
 
 DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
                          paths=Paths(shared="shared_experts"))
@@ -48,11 +49,24 @@ V32 = replace(DEEPSEEK, indexer=True, gguf_renames=tuple((g, None) for g in ("in
                                                                              "indexer.k_norm", "indexer.proj")))
 # GLM-5 (modeling_glm_moe_dsa.py): V3.2's, with A.X-K1's attention (the same matmuls) and an indexer only on the
 # layers its indexer_types marks "full" (the "shared" ones reuse the previous selection)
+# A.X-K2 (modeling_axk2.py): V3.2's indexer (always a query LoRA), q_b_proj over [q_resid, q_compressed] writing each
+# head's query and an output gate (DecoderLayout.q_gate), gated RMSNorms before the attention and before each MoE
+# (gated_norms); its layers by mlp_layer_types, else A.X-K1's rule (moe_layer_freq 1 only)
+AXK2 = replace(V32, q_gate=True, gated_norms=True, requires=(("moe_layer_freq", 1),))
+# HY-V4 (modeling_hy_v4.py; its own family, hy_v4.py: llama.cpp has no architecture for it): GLM-5's indexer schedule
+# (indexer_types), a learned sink per head and an output gate
+# (gate_proj of the layer's input, v_head_dim per head) on the latent attention, hyper-connections over hc_mult copies
+# of the stream (DecoderLayout.hyper), the experts held fused (gate_up_proj [E, 2f, h], down_proj [E, h, f]); saved as
+# transformers 5.24 writes it back: the sinks as learnable_sink_param, every gate_proj (the attention's and the MLPs')
+# as linear_gate, the connections under hc_pre (conversion_mapping.py's hy_v4 renames reversed)
+HYV4 = replace(V32, sinks=True, attn_gate="width", hyper=True, linear_experts="parameters",
+               paths=Paths(shared="shared_experts", sinks="learnable_sink_param", attn_gate="linear_gate", gate="linear_gate",
+                           stacked_in="gate_up_proj", stacked_out="down_proj"))
 LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1,
-           "deepseek_v32": V32, "glm_moe_dsa": V32}
+           "deepseek_v32": V32, "glm_moe_dsa": V32, "axk2": AXK2}
 # the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
 # where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig and AXK1Config: layer 0)
-_FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1}
+_FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1, "axk2": 1, "hy_v4": 1}   # HY-V4: hy_v4.py
 
 
 def _sizes(s: ArchSpec) -> Latent:
@@ -75,8 +89,13 @@ def _index_shared(c: Cfg, layers: int) -> tuple[int, ...]:
 
 
 def from_config(c: Cfg) -> ArchSpec:
+    return latent_spec(LAYOUTS.get(c.model_type, DEEPSEEK), c)
+
+
+def latent_spec(lay: DecoderLayout, c: Cfg) -> ArchSpec:
+    """The spec of a DeepSeek-style config laid out as `lay` (HY-V4's too: hy_v4.py)."""
     # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    spec = layout.spec_from_config(LAYOUTS.get(c.model_type, DEEPSEEK), c)
+    spec = layout.spec_from_config(lay, c)
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
     E = count(c, "n_routed_experts", default=0)
@@ -84,8 +103,15 @@ def from_config(c: Cfg) -> ArchSpec:
     fe = c.int("moe_intermediate_size") if E else 0
     # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
     q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
-    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) \
-        if LAYOUTS.get(c.model_type, DEEPSEEK).indexer else (0, 0, ())
+    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) if lay.indexer else (0, 0, ())
+    # A.X-K2, HY-V4: every layer's attention indexed (a layer_types "full_attention" caches no index keys)
+    if (lay.gated_norms or lay.hyper) and any(t != "indexed_attention" for t in c.get("layer_types", default=None) or ()):
+        raise NoAnalyticModel(f"{c.path}: config layer_types other than 'indexed_attention': not described by the op "
+                              "template")
+    if lay.gated_norms:
+        spec = replace(spec, variant=GatedNorm(c.int("gated_norm_rank", default=FROM_CLASS)))
+    if lay.hyper:
+        spec = replace(spec, variant=Hyper(c.int("hc_mult", default=FROM_CLASS)))
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v, *index), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
@@ -111,7 +137,11 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     rope = shape("attn_kv_a_mqa")[0] - kvl
     X, Y = shape("attn_kv_b")[0], shape("attn_output")[1]
     qa = find("attn_q_a")
-    Z = shape("attn_q_b" if qa is not None else "attn_q")[0]
+    # A.X-K2's gated norms (W_down [rank, h], held as mlp.fc1); its q_b_proj (held as q_gate_proj) writes each head's
+    # output gate (v_head_dim) too
+    gate = infer.find(T, r"layers\.\d+\.input_layernorm\.(W_down|mlp\.fc1)\.weight$")
+    Z = infer.shape(T, r"layers\.\d+\.self_attn\.(q_b_proj|q_gate_proj)\.weight$", "q_b_proj")[0] - Y \
+        if gate is not None else shape("attn_q_b" if qa is not None else "attn_q")[0]
     if rope <= 0 or (Z - X + Y) % rope:
         raise UsageError("cannot infer the MLA head sizes from tensor shapes; pass --config")
     a = (Z - X + Y) // rope
@@ -120,14 +150,17 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
     E = shape("ffn_gate_inp")[0] if sparse else 0
     fe = infer.expert_width(T, layout.pattern(DEEPSEEK, "ffn_gate_exps"), "experts.0.gate_proj") if sparse else 0
-    fs, fd = find("ffn_gate_shexp"), find("ffn_gate")
+    # HY-V4's hyper-connections (N copies: fn [2N, N x h]); its MLPs' gate_proj saved as linear_gate
+    hc = infer.find(T, r"layers\.\d+\.(hc_pre\.hc_attn_layer\.hc_fn|attn_hc\.fn)$")
+    fs, fd = (find(g) or infer.find(T, layout.pattern(HYV4, g)) for g in ("ffn_gate_shexp", "ffn_gate"))
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
     v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
     wk, iw = infer.find(T, r"self_attn\.indexer\.wk\.weight$"), infer.find(T, r"self_attn\.indexer\.weights_proj\.weight$")
     indexed = {int(m.group(1)) for n in T if (m := re.search(r"layers\.(\d+)\.self_attn\.indexer\.wk\.weight$", n))}
     index = (iw.shape[0], wk.shape[0], tuple(i for i in range(L) if i not in indexed)) \
         if wk is not None and iw is not None else (0, 0, ())
-    kind = "deepseek_v32" if index[0] else "axk1" if infer.has(T, r"post_mlp_layernorm\.weight$") else None
+    kind = "hy_v4" if hc is not None else "axk2" if gate is not None else "deepseek_v32" if index[0] else \
+        "axk1" if infer.has(T, r"post_mlp_layernorm\.weight$") else None
     k = 8 if v3 else 6
     notes = (f"no config: experts per token (top-k) assumed {k}, as in DeepSeek-{'V3' if v3 else 'V2'}",) if sparse else ()
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=a, head_dim=nope + rope, vocab=V,
@@ -138,6 +171,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     latent=Latent(qa.shape[0] if qa is not None else 0, kvl, v, *index), moe_intermediate=fe,
                     shared_intermediate=fs.shape[0] if fs is not None else 0,
                     dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes,
+                    variant=GatedNorm(gate.shape[0]) if gate is not None else Hyper(hc.shape[0] // 2) if hc is not None
+                    else None,
                     **dict(common, model_type=kind) if kind else common)
 
 
@@ -235,6 +270,9 @@ FAMILY = Family(
         Sample("GlmMoeDsaConfig", dict(_SIZES, n_group=1, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
                                        indexer_types=["full", "shared", "full"]),
                ("GlmMoeDsaModel", "GlmMoeDsaForCausalLM"), device="cpu"),
+        Sample("AXK2Config", dict(_SIZES, n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
+                                  gated_norm_rank=4, mlp_layer_types=["dense", "sparse", "sparse"]),
+               ("AXK2Model", "AXK2ForCausalLM"), device="cpu"),
         # Youtu's tensor names are MiniCPM3's (latent attention, a dense MLP in every layer): read as minicpm3 without
         # config.json
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},

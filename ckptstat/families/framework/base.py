@@ -136,12 +136,13 @@ class Cfg:
         return default if theirs is None else theirs
 
     def sub(self, key: str, model_type: str) -> Cfg:
-        """A nested config (CLIP's text_config), read as its own config class's (`model_type` unless it names one)."""
+        """A nested config (CLIP's text_config), read as its own config class's (`model_type` unless it names one; a
+        class registered under none saves "": DBRX's ffn_config, whose defaults are the row "dbrx.ffn_config")."""
         sub = self.cfg.get(key) or {}
         if not isinstance(sub, Mapping):
             raise UsageError(f"{self.path}: config {key} is not an object")
         mt = sub.get("model_type")
-        return Cfg(sub, f"{self.path} {key}", mt if isinstance(mt, str) else model_type, self.head, self.common)
+        return Cfg(sub, f"{self.path} {key}", mt if isinstance(mt, str) and mt else model_type, self.head, self.common)
 
     def int(self, *keys: str, default: object = KeyError) -> int:
         """A non-negative integer (positive for _POSITIVE keys) up to _MAX_INT; the counts that templates

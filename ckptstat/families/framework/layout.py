@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning, mixers_moa
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -40,13 +40,16 @@ from .layout_base import (
     Placement,
     Segments,
     Walk,
+    attn_gate,
     joined,
     mlp,
     module_shapes,
     output_heads,
     residual_scale,
+    sinks,
     skipped_cross_layers,
 )
+from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 
 __all__ = ["TINY", "TINY_MOE", "BiasKeys", "DecoderLayout", "Module", "Paths", "joined"]
@@ -139,6 +142,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         mixers_lightning.lightning(w, lightning)
     if lay.latent:
         layout_moe.latent(w, attn)
+    elif lay.moa:   # JetMoE's mixture of attention heads
+        mixers_moa.moa(w, attn)
     elif attn:
         # gated attention: q_proj's output is each head's query and its gate, side by side
         q_width = a * d * (2 if lay.gated_attention else 1)
@@ -184,19 +189,10 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add(w.label(f"{p.attn} differential combine ({', '.join(p.lambdas)}), group norm", attn), "attention",
                   "encoder", len(attn), w.tok + (a * d,), w.tok + (a * d,), params=len(p.lambdas) * d * len(attn),
                   ew=B.b * B.seq * a * d * (2 + ew_cost("rmsnorm")), weights_per_call=len(p.lambdas) * d)
-        if lay.sinks and (sunk := tuple(i for i in attn if kinds[i] == "sliding" or not lay.sliding_sinks)):   # a softmax column
-            w.record(at + p.sinks, "attn_sinks", (("", (a,)),), sunk)
-            B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", sunk), "attention", "encoder",
-                  len(sunk), (a,), (B.b, a, B.seq, 1), params=a * len(sunk), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
-                  weights_per_call=a)
+        if lay.sinks and (sunk := tuple(i for i in attn if kinds[i] == "sliding" or not lay.sliding_sinks)):
+            sinks(w, sunk)   # one more column in each row of every head's scores (cat, max-subtract, softmax), dropped
         if lay.attn_gate != "none":   # act(gate(x)), per element or per head, times the attention's output
-            w.linear(at + p.attn_gate, "attn_gate", h, a if lay.attn_gate == "head" else a * d, False, attn)
-            if lay.attn_gate == "biased":   # llama.cpp has no name for it
-                w.record(at + p.attn_gate_bias, None, (("", (a,)),), attn)
-                B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", attn), "activation", "encoder", len(attn),
-                      w.tok + (a * d,), w.tok + (a * d,), params=a * len(attn), ew=B.b * B.seq * a * d, weights_per_call=a)
-            B.add(w.label(f"{p.attn} output x act({p.attn_gate})", attn), "activation", "encoder", len(attn),
-                  w.tok + (a * d,), w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
+            attn_gate(w, attn, d)
         if lay.gated_attention:
             B.add(w.label(f"{p.attn} output x sigmoid(gate)", attn), "activation", "encoder", len(attn), w.tok + (a * d,),
                   w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
@@ -262,7 +258,8 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,
                  ssm_layers={"none": (), "all": (0, 1)}.get(lay.hybrid, (0,)),
-                 variant=Segments(8, 2, 2) if lay.positions == "segments" else None,
+                 variant=Segments(8, 2, 2) if lay.positions == "segments" else GatedNorm(2) if lay.gated_norms
+                 else Hyper(2) if lay.hyper else None,
                  short_conv=ShortConv(2, True, (1,)) if lay.short_conv else None, layers=2 + 2 * lay.one_mixer,
                  lightning=Lightning(4, (1,)) if lay.lightning else None, ffn_layers=(1, 2) * lay.one_mixer)
     # a latent layout's walk meets q_proj only without a query LoRA

@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 
 from . import decoder_heads, decoders
 from .archspec import Variant
+from .layout_streams import gated_norm, hyper_connection
 from .ops import Builder, ew_cost
 
 # rmsnorm: RMSNorm with a weight; layernorm: LayerNorm with weight and bias; layernorm_nobias: weight only;
@@ -196,6 +197,20 @@ class Paths:
     project_in: str = "project_in"        # DecoderLayout.embed_proj: embeddings -> hidden, hidden -> the LM head's width
     project_out: str = "project_out"
                                           # (cls.predictions.bias)
+    kv: str = "kv_proj"                   # DecoderLayout.moa: {attn}.{kv}, keys and values fused; the query experts at
+    moa: str = "experts"                  # {attn}.{moa}.{router}, .{stacked_in}, .{stacked_out}, .{moe_bias}
+    moe_bias: str = "bias"                # DecoderLayout.moe_bias: {mlp}.{moe_bias}, a parameter without .weight
+    inner_norm: str = "norm"              # DecoderLayout.gated_norms: {norm}.{inner_norm}, .{norm_gate_in}, .{norm_gate_out}
+    norm_gate_in: str = "W_down"
+    norm_gate_out: str = "W_up"
+    # DecoderLayout.hyper: each layer's connections before the attention and the MLP norms and the head's before the
+    # final norm, their parameters as saved (HY-V4's hc_pre.hc_attn_layer.hc_fn, ...; held as attn_hc.fn, ...)
+    hc_attn: str = "hc_pre.hc_attn_layer"
+    hc_ffn: str = "hc_pre.hc_mlp_layer"
+    hc_head: str = "hc_pre.hc_head"
+    hc_head_base: str = "hc_head.hc_pre"  # ... as the base model's file names it (transformers 5.24's hy_v4 renames reversed)
+    hc_params: tuple[str, str, str] = ("hc_fn", "hc_base", "hc_scale")
+    hc_head_params: tuple[str, str, str] = ("hc_head_fn", "hc_head_base", "hc_head_scale")
 
 
 @dataclass(frozen=True)
@@ -390,6 +405,29 @@ class DecoderLayout:
     one_mixer: bool = False
     # routed: the experts', the shared expert's and the dense layers' MLP kind (NemotronH's plain relu2 MLPs: up, down)
     routed_mlp: MLP = "gated"
+    # routed: each projection's experts held as one flat 2-D parameter [E x f, h] without .weight, gate, up and down
+    # alike, {experts}.{gate,up,down} (DBRX's experts.mlp.w1, v1, w2: x w1^T, x v1^T, then (act x up) w2), one
+    # matmul per expert over its tokens (the eager loop of DbrxExperts): b x s x k rows
+    flat_experts: bool = False
+    # a [h] parameter {mlp}.{moe_bias} added to the routed experts' combined output (JetMoE's JetMoeMoE.bias)
+    moe_bias: bool = False
+    # mixture of attention heads (JetMoE's JetMoeMoA, mixers_moa.py) in place of q/k/v/o: the router picks top_k of E
+    # query experts per token, each a [g x d, h] projection (ArchSpec.heads = top_k x kv_heads heads of d), keys and values
+    # from one fused {kv}, each expert's output projection, the k outputs weighted and summed, plus a bias
+    moa: bool = False
+    # latent: q_b_proj reads the query latent beside its norm ([q_resid, q_compressed], 2 x q_lora_rank) and writes each
+    # head's query and an output gate of v_head_dim; the attention's output x sigmoid(gate) before o_proj (A.X-K2's
+    # q_gate_proj, saved as q_b_proj)
+    q_gate: bool = False
+    # the attention norm of every layer and the MLP norm of the routed ones are gated RMSNorms (A.X-K2's
+    # AXK2GatedRMSNorm): the RMSNorm at {norm}.{inner_norm}, then y x sigmoid(W_up(silu(W_down(y)))), a low-rank MLP of
+    # GatedNorm.rank (Paths.norm_gate_in, norm_gate_out, as saved; held as mlp.fc1, mlp.fc2)
+    gated_norms: bool = False
+    # hyper-connections (HY-V4's HYV4HyperConnection, DeepSeek-V4's form): the stream held as Hyper.mult copies; before
+    # the attention norm and before the MLP norm of every layer a connection (an fp32 linear of the N copies, N x h ->
+    # 2N, times their weightless RMSNorm; a sigmoid pre mix collapses the copies to the sublayer's input, a post mix
+    # spreads its output back over them), and before the final norm the head's (N x h -> N) collapse
+    hyper: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -455,7 +493,16 @@ class Walk:
 
     def norm(self, sub: str, gguf: str | None, dim: int, layers: tuple[int, ...] | None, residual: bool = True,
              tokens: tuple[int, ...] | None = None, top: bool = False, kind: Norm | None = None) -> None:
-        """A norm of the layout's kind (or `kind`)."""
+        """A norm of the layout's kind (or `kind`); the gated ones where DecoderLayout.gated_norms says, after a
+        hyper-connection where DecoderLayout.hyper says."""
+        if self.lay.hyper and (sub in (self.p.attn_in, self.p.mlp_in) if layers is not None else sub == self.p.norm):
+            hyper_connection(self, sub, layers)
+        if self.lay.gated_norms and layers is not None and sub in (self.p.attn_in, self.p.mlp_in):
+            gated = layers if sub == self.p.attn_in else tuple(i for i in layers if i not in self.s.dense_layers)
+            if gated:
+                gated_norm(self, sub, gated, residual)
+            if not (layers := tuple(i for i in layers if i not in gated)):
+                return
         kind, calls = kind or self.lay.norm, len(layers) if layers is not None else 1
         module = sub if layers is None else self.label(sub, layers)
         if kind == "none":
@@ -465,6 +512,30 @@ class Walk:
         self.record(sub, gguf, (("weight", (dim,)),) + ((("bias", (dim,)),) if bias else ()), layers, top=top)
         self.B.norm(module, "encoder", tokens or self.tok, dim, calls, residual=residual,
                     kind="rmsnorm" if kind == "rmsnorm" else "layernorm", bias=bias)
+
+
+def sinks(w: Walk, layers: tuple[int, ...]) -> None:
+    """DecoderLayout.sinks: a learned logit per head, one more softmax column in each row of its scores (cat,
+    max-subtract, softmax), dropped after (gpt-oss; HY-V4's latent attention)."""
+    B, p, a = w.B, w.p, w.s.heads
+    w.record(f"{p.attn}.{p.sinks}", "attn_sinks", (("", (a,)),), layers)
+    B.add(w.label(f"{p.attn}.{p.sinks} (a logit per head, one softmax column)", layers), "attention", "encoder",
+          len(layers), (a,), (B.b, a, B.seq, 1), params=a * len(layers), ew=B.b * a * B.seq * (ew_cost("softmax") + 3),
+          weights_per_call=a)
+
+
+def attn_gate(w: Walk, layers: tuple[int, ...], d: int) -> None:
+    """DecoderLayout.attn_gate: act({attn_gate}(x)), per element of each head's `d` outputs or per head, times the
+    attention's output before o_proj."""
+    B, p, s, L = w.B, w.p, w.s, len(layers)
+    a, kind = s.heads, w.lay.attn_gate
+    w.linear(f"{p.attn}.{p.attn_gate}", "attn_gate", s.hidden, a if kind == "head" else a * d, False, layers)
+    if kind == "biased":   # llama.cpp has no name for it
+        w.record(f"{p.attn}.{p.attn_gate_bias}", None, (("", (a,)),), layers)
+        B.add(w.label(f"{p.attn}.{p.attn_gate_bias} (+ gate, per head)", layers), "activation", "encoder", L,
+              w.tok + (a * d,), w.tok + (a * d,), params=a * L, ew=B.b * B.seq * a * d, weights_per_call=a)
+    B.add(w.label(f"{p.attn} output x act({p.attn_gate})", layers), "activation", "encoder", L, w.tok + (a * d,),
+          w.tok + (a * d,), ew=B.b * B.seq * a * d * (ew_cost("sigmoid") + 1))
 
 
 def joined(name: str, suffix: str) -> str:

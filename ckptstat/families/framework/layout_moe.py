@@ -3,7 +3,7 @@ expert (Mixtral, Qwen-MoE, DeepSeek, gpt-oss) and DeepSeek's multi-head latent a
 from __future__ import annotations
 
 from . import decoders
-from .layout_base import Walk, joined, mlp
+from .layout_base import Walk, attn_gate, joined, mlp, sinks
 from .ops import ew_cost
 
 
@@ -20,7 +20,10 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     if ql:
         w.linear(at + p.q_a, "attn_q_a", h, ql, s.qkv_bias, layers)
         w.norm(at + p.q_a_norm, "attn_q_a_norm", ql, layers, residual=False)
-        w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
+        if w.lay.q_gate:   # over [q_resid, q_compressed]: each head's query and its output gate
+            w.linear(at + p.q_b, "attn_q_b", 2 * ql, a * (d + v), False, layers)
+        else:
+            w.linear(at + p.q_b, "attn_q_b", ql, a * d, False, layers)
     else:
         w.linear(at + p.q, "attn_q", h, a * d, False, layers)
     w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
@@ -30,6 +33,13 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
         indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    if w.lay.sinks:   # HY-V4
+        sinks(w, layers)
+    if w.lay.attn_gate != "none":   # HY-V4's gate_proj of the layer's input, v_head_dim per head
+        attn_gate(w, layers, v)
+    if w.lay.q_gate:
+        B.add(w.label(f"{p.attn} output x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (a * v,),
+              w.tok + (a * v,), ew=B.b * B.seq * a * v * (ew_cost("sigmoid") + 1))
     w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
 
 
@@ -90,6 +100,14 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.activation(w.label(f"{x} act*up", layers), "encoder", rows, f, s.activation, L, gated=True)
         B.linear(w.label(f"{x}[{E}].{p.stacked_out} (top-{k})", layers), "encoder", rows, f, h, False, L, L * E,
                  active_copies=L * k)
+    elif w.lay.flat_experts:       # one [E x f, h] parameter per projection (DBRX)
+        for sub, exps, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f),
+                                     (p.down, "ffn_down_exps", f, h)):
+            w.record(f"{x}.{sub}", exps, (("", (E * f, h)),), layers)
+            B.linear(w.label(f"{x}[{E}].{sub} (top-{k})", layers), "encoder", rows, fin, fout, False, L, L * E,
+                     active_copies=L * k)
+            if sub == p.up:
+                B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
     elif w.lay.fused_experts:      # llama.cpp's converter splits gate_up_proj: no name of its own
         for sub, gguf, shape in ((p.gate_up, None, (E, h, 2 * f)), (p.down, "ffn_down_exps", (E, f, h))):
             w.record(f"{x}.{sub}", gguf, (("", shape),), layers)
@@ -114,6 +132,8 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if w.lay.moe_bias:   # llama.cpp has no name for it
+        expert_bias(w, moe, layers)
     if w.lay.shared == "none" or not s.shared_intermediate:
         return
     if w.lay.shared_beside:
@@ -153,3 +173,11 @@ def every_expert(w: Walk, layers: tuple[int, ...]) -> None:
              active_copies=L * k)
     B.add(w.label(f"{x} sum over the {E} experts", layers), "activation", "encoder", L, rows + (h,), tok,
           ew=E * B.b * B.seq * h)
+
+
+def expert_bias(w: Walk, base: str, layers: tuple[int, ...]) -> None:
+    """A [h] parameter {base}.{moe_bias} added to a routed block's combined output (JetMoE's MoE and MoA bias)."""
+    B, h = w.B, w.s.hidden
+    w.record(f"{base}.{w.p.moe_bias}", None, (("", (h,)),), layers)
+    B.add(w.label(f"{base}.{w.p.moe_bias} (+ output)", layers), "activation", "encoder", len(layers), (B.b, B.seq, h),
+          (B.b, B.seq, h), params=h * len(layers), ew=B.b * B.seq * h, weights_per_call=h)
