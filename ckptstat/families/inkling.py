@@ -45,6 +45,11 @@ class InklingVariant(Variant):
     shared: int                 # n_shared_experts
     log_scaling: bool           # log_scaling_n_floor set: the full layers' queries and bias scaled (element-wise)
 
+    def runs(self, i: int) -> int:
+        """How many times layer i runs in one forward, each run with a cache layer of its own (Inkling 2 Loop's
+        looped layers: several)."""
+        return 1
+
 
 def from_config(c: Cfg) -> ArchSpec:
     L, h = c.int("num_hidden_layers"), c.int("hidden_size")
@@ -103,10 +108,12 @@ def geometry(s: ArchSpec, sliding: bool) -> tuple[int, int, int, int]:
 def conv(w: Walk, sub: str, channels: int, layers: tuple[int, ...]) -> None:
     """InklingShortConvolution (Inkling2's too): a depthwise conv1d at `sub` (no bias) over the input padded to at least
     the kernel, plus its input."""
-    B, k = w.B, w.s.variant_as(InklingVariant).kernel
+    B, v = w.B, w.s.variant_as(InklingVariant)
+    k = v.kernel
     w.record(sub, None, (("weight", (channels, 1, k)),), layers)
     out = max(B.seq, k) + k - 1
-    B.add(w.label(f"{sub}.conv1d (depthwise, + input)", layers), "linear", "encoder", len(layers), w.tok + (channels,),
+    B.add(w.label(f"{sub}.conv1d (depthwise, + input)", layers), "linear", "encoder", sum(v.runs(i) for i in layers),
+          w.tok + (channels,),
           w.tok + (channels,), params=channels * k * len(layers), macs=B.b * channels * k * out,
           ew=B.b * B.seq * channels, weights_per_call=channels * k)
 
@@ -202,7 +209,7 @@ def expected_tensors(s: ArchSpec) -> Shapes:
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """Per layer K and V, 2 x its kv heads x its head_dim x bytes per token (a sliding layer's last sliding_window_size
     - 1 tokens), and the four conv states (k, v: kv heads x head_dim channels; attention and MLP outputs: h) of
-    conv_kernel_size each, float32."""
+    conv_kernel_size each, float32; a layer run more than once (Inkling 2 Loop) a copy per run."""
     v = s.variant_as(InklingVariant)
     w, rb = s.sliding_window, max(ab, STATE_BYTES)
     kept = n if not w or w == 1 else min(n, w - 1)
@@ -210,7 +217,7 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     for i in range(s.layers):
         sliding = i in s.sliding_layers
         _, g, d, _ = geometry(s, sliding)
-        total += 2 * g * d * ab * (kept if sliding else n) + (2 * g * d + 2 * s.hidden) * v.kernel * rb
+        total += v.runs(i) * (2 * g * d * ab * (kept if sliding else n) + (2 * g * d + 2 * s.hidden) * v.kernel * rb)
     return [(f"b={b}, s={n}", b * total,
              f"per layer 2 x g x d x {ab} B per token (sliding layers: min(s, sliding_window_size - 1) = {kept} tokens) "
              f"+ four conv states (2 x g x d + 2 x h channels) x conv_kernel_size = {v.kernel} x {rb} B (float32), x b")]

@@ -39,6 +39,18 @@ LAYOUT = DecoderLayout(ties=False, paths=Paths(body="model.llm", embed="embed", 
 class Inkling2Variant(inkling.InklingVariant):
     block: int = 6            # n_layers_per_attn_res_block
     unpadded: int = 0         # unpadded_vocab_size: the LM head's rows in the model
+    # Inkling 2 Loop (inkling2_loop_text): layers loop_start <= i < loop_end run `passes` times (loop_num_passes), the
+    # passes after the first fed messages through gates of rank `gate_rank` (loop_gate_rank); 0: no loop
+    loop_start: int = 0
+    loop_end: int = 0
+    passes: int = 1
+    gate_rank: int = 0
+
+    def looped(self, i: int) -> bool:
+        return self.gate_rank > 0 and self.loop_start <= i < self.loop_end
+
+    def runs(self, i: int) -> int:
+        return self.passes if self.looped(i) else 1
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -52,6 +64,14 @@ def from_config(c: Cfg) -> ArchSpec:
         raise NoAnalyticModel(f"{c.path}: config scoring_func is not 'sigmoid': the inkling2 op template describes that one")
     sliding = tuple(i for i, t in enumerate(types) if t == "hybrid_sliding")
     V = c.int("vocab_size")
+    loop = c.model_type == "inkling2_loop_text"
+    if loop and c.get("loop_config", default=None) is not None:
+        raise NoAnalyticModel(f"{c.path}: config loop_config: the inkling2 op template reads the loop_* keys only")
+    block = c.int("n_layers_per_attn_res_block", default=FROM_CLASS)
+    start, end = (c.int("loop_layer_index_start", default=FROM_CLASS), c.int("loop_layer_index_end", default=FROM_CLASS)) \
+        if loop else (0, 0)
+    if loop and (start % block or end % block or end < start):
+        raise UsageError(f"{c.path}: config loop_layer_index_start / _end are not multiples of n_layers_per_attn_res_block")
     return ArchSpec(layers=L, hidden=c.int("hidden_size"), heads=c.int("num_attention_heads"),
                     kv_heads=c.int("num_key_value_heads", default=FROM_CLASS), head_dim=c.int("head_dim", default=FROM_CLASS),
                     intermediate=0, vocab=V, context=c.int("max_position_embeddings", default=0), activation="silu",
@@ -66,8 +86,10 @@ def from_config(c: Cfg) -> ArchSpec:
                                             d_rel=c.int("d_rel", default=FROM_CLASS),
                                             rel_extent=c.int("rel_extent", default=FROM_CLASS),
                                             kernel=c.int("conv_kernel_size", default=FROM_CLASS), shared=0, log_scaling=True,
-                                            block=c.int("n_layers_per_attn_res_block", default=FROM_CLASS),
-                                            unpadded=c.int("unpadded_vocab_size", default=FROM_CLASS)),
+                                            block=block, unpadded=c.int("unpadded_vocab_size", default=FROM_CLASS),
+                                            loop_start=start, loop_end=end,
+                                            passes=c.int("loop_num_passes", default=FROM_CLASS) if loop else 1,
+                                            gate_rank=c.int("loop_gate_rank", default=FROM_CLASS) if loop else 0),
                     **c.common)
 
 
@@ -78,14 +100,29 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 def _residual_macs(s: ArchSpec, b: int, n: int) -> int:
     """The block attention residuals' matmuls: per query, scores and context over the m states (the block states so
     far and the current stream), h each; attention inputs (1 query, 3 on a full layer) from layer 1 on, every MLP input
-    (its layer's input joining the states first on a block boundary) and the final input."""
+    (its layer's input joining the states first on a block boundary) and the final input. Inkling 2 Loop: the looped
+    layers again each later pass, from the states before the loop, each after a message input (4 queries over the
+    previous pass's blocks past the first and its output)."""
     v = s.variant_as(Inkling2Variant)
-    total, states = 0, 0
+    N, loop = v.block, [i for i in range(s.layers) if v.looped(i)]
+
+    def layer(i: int, states: int) -> tuple[int, int]:
+        """(query-state pairs of layer i's residual inputs, the block states after it)."""
+        pairs = ((1 if i in s.sliding_layers else 3) * (states + 1) if i else 0) + states + 1 + (i % N == 0)
+        return pairs, states + (i % N == 0)
+
+    total = states = 0
     for i in range(s.layers):
-        if i:
-            total += (1 if i in s.sliding_layers else 3) * (states + 1)
-        total += states + 1 + (i % v.block == 0)
-        states += i % v.block == 0
+        if loop and i == loop[0]:
+            before = states
+        pairs, states = layer(i, states)
+        total += pairs
+        if loop and i == loop[-1]:
+            for _ in range(v.passes - 1):   # from the states before the loop; the previous pass's blocks past the first
+                previous, states = max(states - before - 1, 0), before
+                for j in loop:
+                    pairs, states = layer(j, states)
+                    total += pairs + 4 * (previous + 1)
     total += states + 1
     return 2 * b * n * s.hidden * total
 
@@ -110,6 +147,14 @@ def walk(B: Builder) -> list[Module]:
           tok + (h,), tok + (h,), params=queries * h, macs=_residual_macs(s, B.b, B.seq), weights_per_call=queries * h,
           ew=n * h * queries * 4)
     at = "attn."
+
+    def runs(ls: tuple[int, ...]) -> int:
+        return sum(v.runs(i) for i in ls)
+
+    def lin(sub: str, fin: int, fout: int, ls: tuple[int, ...]) -> None:   # run once a pass, held once
+        w.record(sub, None, (("weight", (fout, fin)),), ls)
+        B.linear(w.label(sub, ls), "encoder", tok, fin, fout, False, runs(ls), copies=len(ls))
+
     for sliding in (True, False):
         ls = tuple(i for i in every if (i in s.sliding_layers) == sliding)
         if not ls:
@@ -117,45 +162,56 @@ def walk(B: Builder) -> list[Module]:
         a, g, d, extent = inkling.geometry(s, sliding)
         for norm in ("attn_norm",) if sliding else ("q_input_norm", "k_input_norm", "v_input_norm"):
             w.norm(norm, None, h, ls, residual=False)
-        w.linear(at + "wq_du", None, h, a * d, False, ls)
+        lin(at + "wq_du", h, a * d, ls)
         w.record(at + "q_l2_clip.scale", None, (("", (a, d)),), ls)
         for proj, conv in (("wk_dv", "k_sconv"), ("wv_dv", "v_sconv")):
-            w.linear(at + proj, None, h, g * d, False, ls)
+            lin(at + proj, h, g * d, ls)
             if sliding:
                 inkling.conv(w, at + conv, g * d, ls)
             else:   # static taps + per-token taps from weight_proj, applied element-wise
                 w.record(f"{at}{conv}.static_w", None, (("", (v.kernel, g * d)),), ls)
                 w.record(f"{at}{conv}.weight_proj", None, (("", (g * v.kernel, h)),), ls)
-                B.linear(w.label(f"{at}{conv}.weight_proj", ls), "encoder", tok, h, g * v.kernel, False, len(ls))
-                B.add(w.label(f"{at}{conv} (static + dynamic taps x windows)", ls), "activation", "encoder", len(ls),
+                B.linear(w.label(f"{at}{conv}.weight_proj", ls), "encoder", tok, h, g * v.kernel, False, runs(ls),
+                         copies=len(ls))
+                B.add(w.label(f"{at}{conv} (static + dynamic taps x windows)", ls), "activation", "encoder", runs(ls),
                       tok + (g * d,), tok + (g * d,), params=v.kernel * g * d * len(ls),
                       ew=n * g * d * (3 * v.kernel + 2), weights_per_call=v.kernel * g * d)
-        B.add(w.label(f"{at[:-1]} q / k L2 clips, v norm", ls), "norm", "encoder", len(ls), tok + ((a + 2 * g) * d,),
+        B.add(w.label(f"{at[:-1]} q / k L2 clips, v norm", ls), "norm", "encoder", runs(ls), tok + ((a + 2 * g) * d,),
               tok + ((a + 2 * g) * d,), params=a * d * len(ls), ew=n * (a + 2 * g) * d * ew_cost("rmsnorm"),
               weights_per_call=a * d)
-        w.linear(at + "wr_du", None, h, a * v.d_rel, False, ls)
+        lin(at + "wr_du", h, a * v.d_rel, ls)
         w.record(at + "rel_l2_clip.scale", None, (("", (a, v.d_rel)),), ls)
         w.record(at + "rel_logits_proj.proj", None, (("", (v.d_rel, extent)),), ls)
         B.add(w.label(f"{at}relative position bias (clipped states x proj, gathered by distance)", ls), "attention",
-              "encoder", len(ls), tok + (a * v.d_rel,), (B.b, a, B.seq, B.seq), params=(a + extent) * v.d_rel * len(ls),
+              "encoder", runs(ls), tok + (a * v.d_rel,), (B.b, a, B.seq, B.seq), params=(a + extent) * v.d_rel * len(ls),
               macs=n * a * v.d_rel * extent, ew=B.b * a * B.seq * B.seq + n * a * v.d_rel * 4,
               weights_per_call=(a + extent) * v.d_rel)
-        w.linear(at + "attn_sink_proj", None, h, a, False, ls)
-        B.causal_self_attention(f"layers[{{layers}}].{at[:-1]}", "encoder", a, d, extra_ew=4, layers=ls)
-        w.linear(at + "gate_attn", None, h, a * d, False, ls)
-        B.add(w.label(f"{at[:-1]} output x sigmoid(gate)", ls), "activation", "encoder", len(ls), tok + (a * d,),
+        lin(at + "attn_sink_proj", h, a, ls)
+        B.attention(w.label(at[:-1], ls), "encoder", a, B.seq, B.seq, d, runs(ls), True, extra_ew=4,
+                    window=s.sliding_window if sliding else None)
+        lin(at + "gate_attn", h, a * d, ls)
+        B.add(w.label(f"{at[:-1]} output x sigmoid(gate)", ls), "activation", "encoder", runs(ls), tok + (a * d,),
               tok + (a * d,), ew=n * a * d * (ew_cost("sigmoid") + 1))
-        w.linear(at + "wo_ud", None, a * d, h, False, ls)
+        lin(at + "wo_ud", a * d, h, ls)
+    if looped := tuple(i for i in every if v.looped(i)):
+        _messages(w, looped)
+    if v.gate_rank:   # the message input's queries, (loop layers, 4, h), saved as two halves
+        nl = v.loop_end - v.loop_start
+        for half in ("middle_cycle_cross_pass_queries", "middle_cycle_cross_pass_kv_queries"):
+            w.record(half, None, (("", (2 * nl, h)),), None)
+        B.add("message input queries (held; their matmuls with the block residuals')", "activation", "encoder", 0,
+              (4 * nl, h), (4 * nl, h), params=4 * nl * h)
     inkling.conv(w, "attn_sconv", h, every)
     w.norm("mlp_norm", None, h, every, residual=False)
+    R = runs(every)
     w.record("mlp.gate.weight", None, (("", (E, h)),), every)
-    B.linear(w.label("mlp.gate (sigmoid router)", every), "encoder", tok, h, E, False, L)
+    B.linear(w.label("mlp.gate (sigmoid router)", every), "encoder", tok, h, E, False, R, copies=L)
     rows = (n * k,)
     w.record("mlp.experts.w13_weight", None, (("", (E, 2 * F, h)),), every)
-    B.linear(w.label("mlp.experts gate_up", every), "encoder", rows, h, 2 * F, False, L, copies=L * E, active_copies=L * k)
-    B.activation(w.label("mlp.experts softcapped SwiGLU", every), "encoder", rows, F, "silu", L, gated=True)
+    B.linear(w.label("mlp.experts gate_up", every), "encoder", rows, h, 2 * F, False, R, copies=L * E, active_copies=L * k)
+    B.activation(w.label("mlp.experts softcapped SwiGLU", every), "encoder", rows, F, "silu", R, gated=True)
     w.record("mlp.experts.w2_weight", None, (("", (E, h, F)),), every)
-    B.linear(w.label("mlp.experts down", every), "encoder", rows, F, h, False, L, copies=L * E, active_copies=L * k)
+    B.linear(w.label("mlp.experts down", every), "encoder", rows, F, h, False, R, copies=L * E, active_copies=L * k)
     inkling.conv(w, "mlp_sconv", h, every)
     w.norm("norm", None, h, None, residual=False)
     if s.head == "lm":   # the file's unembed holds vocab_size rows, the model's head unpadded_vocab_size
@@ -164,6 +220,24 @@ def walk(B: Builder) -> list[Module]:
         B.add("final logit soft-capping", "activation", "cls", 1, tok + (v.unpadded,), tok + (v.unpadded,),
               ew=n * v.unpadded * (ew_cost("tanh") + 2))
     return w.modules
+
+
+def _messages(w: Walk, layers: tuple[int, ...]) -> None:
+    """Inkling2LoopMessageGate (saved controllers.{attn, k, v, mlp}) on the looped layers, run in every pass after the
+    first: the stream and its message RMS-normed and joined (2h), down_weight to the gate rank, forget_weight and
+    gain_weight back to h (tanh each), (1 - forget) x stream + gain x message."""
+    s, B = w.s, w.B
+    v = s.variant_as(Inkling2Variant)
+    h, r, calls, n = s.hidden, v.gate_rank, len(layers) * (v.passes - 1), B.b * B.seq
+    for gate in ("attn", "k", "v", "mlp"):
+        c = f"controllers.{gate}."
+        for sub, shape in (("down_weight", (r, 2 * h)), ("forget_weight", (h, r)), ("gain_weight", (h, r))):
+            w.record(c + sub, None, (("", shape),), layers)
+        B.linear(w.label(c + "down_weight", layers), "encoder", w.tok, 2 * h, r, False, calls, copies=len(layers))
+        B.linear(w.label(c + "forget_weight, gain_weight", layers), "encoder", w.tok, r, 2 * h, False, calls,
+                 copies=len(layers))
+        B.add(w.label(f"{c[:-1]} norms, tanh, gated sum", layers), "activation", "encoder", calls, w.tok + (2 * h,),
+              w.tok + (h,), ew=n * h * (2 * ew_cost("rmsnorm") + 2 * ew_cost("tanh") + 4))
 
 
 def build(B: Builder) -> None:
@@ -182,7 +256,7 @@ _SIZES = dict(vocab_size=97, unpadded_vocab_size=90, hidden_size=16, num_hidden_
 
 FAMILY = Family(
     name="inkling2",
-    model_types=("inkling2_text",),
+    model_types=("inkling2_text", "inkling2_loop_text"),
     # the final block residual's query, as saved (attn_res.output_query) and as the model names it (a torch.save)
     signature=r"(^|[./])(attn_res[./]output_query|final_input[./]query)$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
@@ -190,5 +264,9 @@ FAMILY = Family(
     gguf_architectures=(),   # llama.cpp has no Inkling 2 architecture
     samples=(
         Sample("Inkling2TextConfig", _SIZES, ("Inkling2TextModel", "Inkling2ForCausalLM"), device="cpu", infer=False),
+        Sample("Inkling2LoopTextConfig", dict(_SIZES, num_hidden_layers=7, loop_layer_index_start=2, loop_layer_index_end=6,
+                                              loop_num_passes=3, loop_gate_rank=3,
+                                              layer_types=["hybrid_sliding", "hybrid"] * 3 + ["hybrid"]),
+               ("Inkling2LoopTextModel", "Inkling2LoopForCausalLM"), device="cpu", infer=False),
     ),
 )
