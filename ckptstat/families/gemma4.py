@@ -35,7 +35,8 @@ from .framework import decoders, layout
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Walk, mlp, module_shapes
+from .framework.layout_base import Walk, module_shapes
+from .framework.layout_parts import mlp
 from .framework.ops import Builder, ew_cost
 
 # the module names of Gemma4TextDecoderLayer (Gemma2's sandwich norms); Walk records with them

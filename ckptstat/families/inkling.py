@@ -28,7 +28,8 @@ from .framework import decoders, layout
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Walk, mlp, module_shapes
+from .framework.layout_base import Walk, module_shapes
+from .framework.layout_parts import mlp
 from .framework.ops import Builder, ew_cost
 
 LAYOUT = DecoderLayout(ties=False, paths=Paths())

@@ -40,15 +40,10 @@ from .layout_base import (
     Placement,
     Segments,
     Walk,
-    attn_gate,
     joined,
-    mlp,
     module_shapes,
-    output_heads,
-    residual_scale,
-    sinks,
-    skipped_cross_layers,
 )
+from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers
 from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 

@@ -3,7 +3,8 @@ expert (Mixtral, Qwen-MoE, DeepSeek, gpt-oss) and DeepSeek's multi-head latent a
 from __future__ import annotations
 
 from . import decoders
-from .layout_base import Walk, attn_gate, joined, mlp, sinks
+from .layout_base import Walk, joined
+from .layout_parts import attn_gate, mlp, sinks
 from .ops import ew_cost
 
 
