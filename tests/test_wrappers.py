@@ -268,3 +268,17 @@ def test_a_wrappers_bare_vision_tower_does_not_name_the_file(model_type, cls):
     names = tensor_infos(model)
     assert any(".embeddings.patch_embedding." in n for n in names)
     assert detect(names, None).family == detect([n for n in names if not is_outside(n, VISION_MODULES)], None).family
+
+
+def test_a_flat_wrappers_missing_keys_are_its_own_config_class_defaults():
+    """A Phi-4-multimodal config.json that leaves its sizes out: Phi4MultimodalConfig's defaults (wrappers.flat), not
+    Phi3Config's (another vocabulary, max positions, kv heads)."""
+    from ckptstat.families.framework.spec import from_config
+    if not hasattr(T, "Phi4MultimodalConfig"):
+        pytest.skip(f"transformers {T.__version__} has no Phi4MultimodalConfig")
+    spec = from_config({"model_type": "phi4_multimodal", "architectures": ["Phi4MultimodalForCausalLM"]})
+    want = T.Phi4MultimodalConfig()
+    assert spec.family == "phi3"
+    assert (spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.intermediate) == (
+        want.vocab_size, want.hidden_size, want.num_hidden_layers, want.num_attention_heads, want.num_key_value_heads,
+        want.intermediate_size)
