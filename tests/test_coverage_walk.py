@@ -38,9 +38,9 @@ NAMED |= SHAPED
 # multimodal classes whose text path is a registered decoder's (families/wrappers.py: a flat config, an audio tower)
 MULTIMODAL = {"Phi4MultimodalForCausalLM", "MossTranscribeDiarizeForConditionalGeneration"}
 NAMED |= MULTIMODAL
-# BERT-era encoders used as LMs, which the meta path cannot run (XLM's .item(), XLNet's dtypes): their templates
-# (families/xlm.py, xlnet.py)
-ENCODER_LMS = {"XLMWithLMHeadModel", "XLNetLMHeadModel"}
+# BERT-era encoders used as LMs, which the meta path cannot run (XLM's and FlauBERT's .item(), XLNet's dtypes): their
+# templates (families/xlm.py, xlnet.py)
+ENCODER_LMS = {"XLMWithLMHeadModel", "FlaubertWithLMHeadModel", "XLNetLMHeadModel"}
 NAMED |= ENCODER_LMS
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 

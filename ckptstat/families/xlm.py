@@ -1,11 +1,14 @@
-"""XLM (transformers modeling_xlm.py: XLMModel, XLMWithLMHeadModel, XLMForTokenClassification): a post-LayerNorm
+"""XLM (transformers modeling_xlm.py: XLMModel, XLMWithLMHeadModel, XLMForTokenClassification) and FlauBERT
+(modeling_flaubert.py: the same modules and forward; its `pre_norm` refused, below): a post-LayerNorm
 BERT-style encoder (encoder.py's layer) whose modules are per-kind lists (`attentions.i.q_lin`, `layer_norm1.i`,
 `ffns.i.lin1`, `layer_norm2.i`), the FFN 4 x emb_dim wide (XLMModel's hidden_dim, not a config key), word and
 learned position embeddings then `layer_norm_emb`, and a language-embedding table (`lang_embeddings`, n_langs > 1
 with use_lang_emb) held but not run by a forward without `langs`. The LM head (`pred_layer.proj`, biased) is tied to
 the word embeddings unless tie_word_embeddings is false; it runs on every token. The model always attends
 bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOutput): no KV cache.
-Refused (meta path): the adaptive softmax head (asm) and is_encoder false (transformers raises)."""
+Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
+(transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
+against)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -31,6 +34,8 @@ def from_config(c: Cfg) -> ArchSpec:
         raise NoAnalyticModel(f"{c.path}: XLM's adaptive softmax head (asm) is not in the op template")
     if not c.get("is_encoder", default=FROM_CLASS):
         raise NoAnalyticModel(f"{c.path}: XLM with is_encoder false (transformers raises: only an encoder)")
+    if c.get("pre_norm", default=False):
+        raise NoAnalyticModel(f"{c.path}: FlauBERT with pre_norm (transformers 5 cannot run it: no template checked)")
     h, a = c.int("emb_dim"), c.int("n_heads")
     n_langs = c.int("n_langs", default=FROM_CLASS)
     langs = n_langs if n_langs > 1 and c.get("use_lang_emb", default=FROM_CLASS) else 0
@@ -95,7 +100,7 @@ _SIZES = dict(emb_dim=32, n_layers=2, n_heads=4, vocab_size=99, max_position_emb
 
 FAMILY = Family(
     name="xlm",
-    model_types=("xlm",),
+    model_types=("xlm", "flaubert"),
     signature=r"(^|[./])attentions[./]\d+[./]q_lin[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "tokcls"),
@@ -106,5 +111,9 @@ FAMILY = Family(
         Sample("XLMConfig", _SIZES, ("XLMModel", "XLMWithLMHeadModel", "XLMForTokenClassification"), device="cpu"),
         Sample("XLMConfig", dict(_SIZES, n_langs=3, gelu_activation=False, tie_word_embeddings=False),
                ("XLMWithLMHeadModel",), device="cpu"),
+        Sample("FlaubertConfig", _SIZES, ("FlaubertModel", "FlaubertWithLMHeadModel", "FlaubertForTokenClassification"),
+               device="cpu"),
+        Sample("FlaubertConfig", dict(_SIZES, n_langs=2, tie_word_embeddings=False), ("FlaubertWithLMHeadModel",),
+               device="cpu"),
     ),
 )
