@@ -65,8 +65,8 @@ def test_opt_runs_max_position_embeddings_tokens_and_not_one_more():
 
 
 # the vision encoders added beside them (families/dinov2.py, siglip.py, vit.py's DeiT) and the waveform encoders
-# (wav2vec2.py) read back the same way
-ENCODERS = ("dinov2", "siglip", "vit", "wav2vec2")
+# (wav2vec2.py), and the BERT-era encoders used as LMs (xlm.py, xlnet.py) read back the same way
+ENCODERS = ("dinov2", "siglip", "vit", "wav2vec2", "xlm", "xlnet")
 SAVE_CASES = [pytest.param(f, s, name, id=f"{f}-{name}-{i}") for f in FAMILIES + ENCODERS for i, s in enumerate(get(f).samples)
               for name in s.models[:1] + s.models[-1:] if name != s.models[0] or i == 0]
 

@@ -236,13 +236,13 @@ def test_model_parameters_row_is_labelled_with_its_class(tmp_path):
 
 
 def _unregistered_model():
-    """A tied LM of a model type ckptstat has no family module for (XLNet ties lm_loss to transformer.word_embedding;
-    CTRL was one until families/ctrl.py)."""
+    """A tied LM of a model type ckptstat has no family module for (Funnel ties lm_head to its word embeddings; CTRL was
+    one until families/ctrl.py, XLNet until families/xlnet.py)."""
     from ckptstat.families import by_model_type
 
-    assert by_model_type("xlnet") is None
+    assert by_model_type("funnel") is None
     torch.manual_seed(0)
-    return T.XLNetLMHeadModel(T.XLNetConfig(d_model=16, n_layer=1, n_head=2, d_inner=24, vocab_size=97))
+    return T.FunnelForMaskedLM(T.FunnelConfig(block_sizes=[1, 1], d_model=16, n_head=2, d_head=8, d_inner=24, vocab_size=97))
 
 
 def test_unregistered_family_reports_file_and_class_evidence(tmp_path):
@@ -257,11 +257,11 @@ def test_unregistered_family_reports_file_and_class_evidence(tmp_path):
     for name, p in model.named_parameters(remove_duplicate=False):
         by_storage.setdefault(p.data_ptr(), set()).add(name)
     want = {frozenset(g) for g in by_storage.values() if len(g) > 1}
-    assert want   # XLNet ties its LM head
+    assert want   # Funnel ties its LM head
     r = audit(open_checkpoint(tmp_path / "hf"))
     assert r["rules"]["available"] is False and "no family rules" in r["rules"]["note"]
     assert {frozenset((t["alias"], t["target"])) for t in r["ties"]} == want
-    assert all(t["evidence"] == "config.json architectures XLNetLMHeadModel" for t in r["ties"])
+    assert all(t["evidence"] == "config.json architectures FunnelForMaskedLM" for t in r["ties"])
     sd = audit(open_checkpoint(tmp_path / "sd.bin"))
     assert {frozenset((t["alias"], t["target"])) for t in sd["ties"]} == want
     assert all(t["evidence"] == "shared storage" for t in sd["ties"])

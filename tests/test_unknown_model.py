@@ -19,12 +19,13 @@ LAYERS = 3
 
 @pytest.fixture(scope="module")
 def gptj(tmp_path_factory):
-    """A tiny XLNet (transformer.layer.N.rel_attn.q...: no ckptstat family) saved without its config.
-    (The fixture's name is GPT-J's, which had no family until families/gptj.py; CTRL's until families/ctrl.py.)"""
+    """A tiny FNet (fnet.encoder.layer.N.fourier...: no ckptstat family) saved without its config.
+    (The fixture's name is GPT-J's, which had no family until families/gptj.py; CTRL's until families/ctrl.py, XLNet's
+    until families/xlnet.py.)"""
     torch.manual_seed(0)
-    model = T.XLNetLMHeadModel(T.XLNetConfig(d_model=32, n_layer=LAYERS, n_head=4, d_inner=37, vocab_size=99,
-                                             tie_word_embeddings=False))
-    path = tmp_path_factory.mktemp("xlnet") / "model.safetensors"
+    model = T.FNetForMaskedLM(T.FNetConfig(hidden_size=32, num_hidden_layers=LAYERS, intermediate_size=37, vocab_size=99,
+                                           tie_word_embeddings=False))
+    path = tmp_path_factory.mktemp("fnet") / "model.safetensors"
     st.save_model(model, str(path))
     return model, str(path)
 
@@ -43,14 +44,14 @@ def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed
     assert r["architecture"]["family"] == "unknown"
     tree = r["modules"]
     assert sum(n["params"] for n in tree) == r["parameters"]["unique"] == _params(model)
-    transformer = _find(tree, "transformer")
-    assert transformer["params"] == _params(model.transformer)
-    blocks = _find(transformer["children"], "layer.{0..2}")
-    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.layer)
+    fnet = _find(tree, "fnet")
+    assert fnet["params"] == _params(model.fnet)
+    blocks = _find(fnet["children"], "encoder.layer.{0..2}")   # (a one-child chain is one node)
+    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.fnet.encoder.layer)
     # inside the collapsed block: one block's figures
-    assert _find(blocks["children"], "rel_attn")["params"] == _params(model.transformer.layer[0].rel_attn)
-    assert _find(blocks["children"], "ff")["params"] == _params(model.transformer.layer[0].ff)
-    assert _find(tree, "lm_loss")["params"] == _params(model.lm_loss)
+    assert _find(blocks["children"], "fourier.output.LayerNorm")["params"] == _params(model.fnet.encoder.layer[0].fourier)
+    assert _find(blocks["children"], "output")["params"] == _params(model.fnet.encoder.layer[0].output)
+    assert _find(tree, "cls.predictions")["params"] == _params(model.cls)
     json.dumps(r)
 
 

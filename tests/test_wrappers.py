@@ -186,7 +186,8 @@ MORE = [("deepseek_vl", "DeepseekVLForConditionalGeneration"), ("deepseek_vl_hyb
         ("ovis2", "Ovis2ForConditionalGeneration"), ("got_ocr2", "GotOcr2ForConditionalGeneration"),
         ("idefics2", "Idefics2ForConditionalGeneration"), ("llava_next", "LlavaNextForConditionalGeneration"),
         ("llava_next_video", "LlavaNextVideoForConditionalGeneration"), ("vipllava", "VipLlavaForConditionalGeneration"),
-        ("video_llava", "VideoLlavaForConditionalGeneration")]
+        ("video_llava", "VideoLlavaForConditionalGeneration"),
+        ("moss_transcribe_diarize", "MossTranscribeDiarizeForConditionalGeneration")]   # an audio tower (wrappers.AUDIO)
 
 
 @pytest.mark.parametrize("model_type,cls", MORE, ids=[m for m, _ in MORE])
@@ -207,6 +208,29 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
     total = sum(p.numel() for p in model.parameters())
     assert m.predicted["total"] == _language_params(model) and m.outside_params == total - _language_params(model)
     assert m.agree and ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
+
+
+def test_phi4_multimodal_is_its_phi3_text_path():
+    """Phi-4-multimodal's config.json is its language model's own (wrappers.FLAT): the Phi-3 decoder, its image and
+    audio towers (model.embed_tokens_extend) counted from the checkpoint; a text-only forward runs the decoder alone."""
+    from census_audit import tiny_config
+    from test_families import tensor_infos
+
+    from ckptstat.census.model import from_checkpoint
+    from ckptstat.core import Checkpoint
+    if not hasattr(T, "Phi4MultimodalForCausalLM"):
+        pytest.skip(f"transformers {T.__version__} has no Phi4MultimodalForCausalLM")
+    cfg = tiny_config(T.Phi4MultimodalConfig)
+    torch.manual_seed(0)
+    model = T.Phi4MultimodalForCausalLM._from_config(cfg, attn_implementation="eager").eval()
+    config = dict(cfg.to_dict(), architectures=["Phi4MultimodalForCausalLM"])
+    m = from_checkpoint(Checkpoint(path="x", format="safetensors", tensors=tensor_infos(model), files=("x",), config=config))
+    total = sum(p.numel() for p in model.parameters())
+    towers = sum(p.numel() for p in model.model.embed_tokens_extend.parameters())
+    assert m.spec.family == "phi3" and m.spec.head == "lm"
+    assert m.predicted["total"] == total - towers and m.outside_params == towers > 0 and m.agree
+    assert ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
+    assert any("its own keys" in a for a in m.spec.assumptions)
 
 
 @pytest.mark.parametrize("model_type,cls", [("blip-2", "Blip2ForConditionalGeneration"),
@@ -252,3 +276,17 @@ def test_a_wrappers_bare_vision_tower_does_not_name_the_file(model_type, cls):
     names = tensor_infos(model)
     assert any(".embeddings.patch_embedding." in n for n in names)
     assert detect(names, None).family == detect([n for n in names if not is_outside(n, VISION_MODULES)], None).family
+
+
+def test_a_flat_wrappers_missing_keys_are_its_own_config_class_defaults():
+    """A Phi-4-multimodal config.json that leaves its sizes out: Phi4MultimodalConfig's defaults (wrappers.flat), not
+    Phi3Config's (another vocabulary, max positions, kv heads)."""
+    from ckptstat.families.framework.spec import from_config
+    if not hasattr(T, "Phi4MultimodalConfig"):
+        pytest.skip(f"transformers {T.__version__} has no Phi4MultimodalConfig")
+    spec = from_config({"model_type": "phi4_multimodal", "architectures": ["Phi4MultimodalForCausalLM"]})
+    want = T.Phi4MultimodalConfig()
+    assert spec.family == "phi3"
+    assert (spec.vocab, spec.hidden, spec.layers, spec.heads, spec.kv_heads, spec.intermediate) == (
+        want.vocab_size, want.hidden_size, want.num_hidden_layers, want.num_attention_heads, want.num_key_value_heads,
+        want.intermediate_size)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .framework.base import _defaults
 from .tie_table import class_ties
 
 # Text model_types transformers names after the wrapper whose decoder is a registered family's, and whether
@@ -28,21 +29,37 @@ TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", T
 # `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
 # (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`; BLIP-2's Q-Former,
 # its query tokens and `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row;
-# Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`).
-VISION_MODULES = ("vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector",
-                  "image_newline", "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj",
-                  "high_res_vision_alpha", "visual_embeddings_table", "qformer", "query_tokens", "language_projection",
-                  "image_tower", "video_tower", "audio_tower", "embed_vision", "embed_audio")
+# Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`), MOSS-Transcribe-
+# Diarize's Whisper-like `audio_tower`, and Phi-4-multimodal's image and audio embedding (`embed_tokens_extend`: its
+# SigLIP tower, conformer encoder and projectors), which a text-only forward never runs (modeling_phi4_multimodal.py
+# Phi4MultimodalFeatureEmbedding: no pixel values, no audio).
+VISION_MODULES: tuple[str, ...] = (
+    "vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector", "image_newline",
+    "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj", "high_res_vision_alpha",
+    "visual_embeddings_table", "qformer", "query_tokens", "language_projection", "image_tower", "video_tower",
+    "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend")
+# Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
+# family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
+# and gate_up_proj, partial rotary, the same cache), its image and audio towers beside it (embed_tokens_extend).
+FLAT = {"phi4_multimodal": "phi3"}
+# Audio-language wrappers (text_config beside an audio_config, no vision tower) whose text-only forward is their
+# language model's and whose other modules VISION_MODULES names (tests/test_wrappers.py checks each against
+# transformers). Not any audio_config: CLAP's and PE-Audio's are dual encoders, and Granite Speech's, Fun-ASR's
+# or VibeVoice's other modules are not named here.
+AUDIO = ("moss_transcribe_diarize",)
 
 
 def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     """The language model's config of a multimodal wrapper's config.json (its model_type as the family
     registry knows it, the wrapper's architectures and dtype), or None when `cfg` nests none."""
-    text = cfg.get("text_config")
-    # a vision_config of null: a wrapper built without its vision tower (Gemma 4's vision_config and audio_config
-    # default None: Gemma4Model then holds the language model alone), whose text forward is its language model's
-    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str) or not (
-            isinstance(cfg.get("vision_config"), dict) or ("vision_config" in cfg and cfg["vision_config"] is None)):
+    mt, text = cfg.get("model_type"), _text(cfg)
+    # a vision tower beside it (vision_config; null: a wrapper built without one, Gemma 4's default, whose Gemma4Model
+    # then holds the language model alone and whose text forward is its language model's), or an audio tower of a
+    # wrapper AUDIO lists
+    vision = cfg.get("vision_config")
+    towers = isinstance(vision, dict) or ("vision_config" in cfg and vision is None) or mt in FLAT or (
+        mt in AUDIO and isinstance(cfg.get("audio_config"), dict))
+    if not isinstance(text, dict) or not isinstance(text.get("model_type"), str) or not towers:
         return None
     out = dict(text)
     out["model_type"] = TEXT_ALIASES.get(text["model_type"], (text["model_type"],))[0]
@@ -59,20 +76,43 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     return out
 
 
+def _text(cfg: Mapping[str, Any]) -> Any:
+    """The text model's config a wrapper's config.json holds (text_config, or a FLAT wrapper's own keys)."""
+    mt = cfg.get("model_type")
+    return flat(cfg) if isinstance(mt, str) and mt in FLAT else cfg.get("text_config")
+
+
+def flat(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The language model's config of a FLAT wrapper: its own keys, under the text model_type, the keys it leaves
+    out at its own config class's defaults (config_defaults.json; where Cfg.get would look: the top level or
+    rope_parameters), not the text model_type's."""
+    mt = str(cfg.get("model_type"))
+    rope = cfg.get("rope_parameters")
+    saved = set(cfg) | (set(rope) if isinstance(rope, Mapping) else set())
+    out = {k: v for k, v in _defaults().get(mt, {}).items() if k not in saved and v is not None}
+    return {**out, **cfg, "model_type": FLAT[mt]}
+
+
 def mrope(cfg: Mapping[str, Any]) -> bool:
     """Whether the wrapper's text model rotates by M-RoPE (TEXT_ALIASES)."""
-    text = cfg.get("text_config")
+    text = _text(cfg)
     alias = TEXT_ALIASES.get(str(text.get("model_type"))) if isinstance(text, dict) else None
     return bool(alias and alias[1])
 
 
 def note(cfg: Mapping[str, Any], text_type: str) -> str:
     """The assumption a wrapper's spec carries."""
-    vision = cfg.get("vision_config") or {}
-    vt = vision.get("model_type") if isinstance(vision, dict) else None
-    return (f"{cfg.get('model_type')} (vision-language): the language model from text_config ({text_type}), for "
-            f"text tokens; the vision tower{f' ({vt})' if isinstance(vt, str) else ''} and the projector are outside "
-            "the analytic model: no image FLOPs or activations, their parameters counted from the checkpoint")
+    towers = []
+    for kind in ("vision", "audio"):
+        sub = cfg.get(f"{kind}_config")
+        if isinstance(sub, dict):
+            st = sub.get("model_type")
+            towers.append(f"the {kind} tower{f' ({st})' if isinstance(st, str) else ''}")
+    what = "vision-language" if isinstance(cfg.get("vision_config"), dict) or not towers else "audio-language"
+    source = "its own keys" if cfg.get("model_type") in FLAT else "text_config"
+    return (f"{cfg.get('model_type')} ({what}): the language model from {source} ({text_type}), for text tokens; "
+            f"{' and '.join(towers or ['the vision tower'])} and the projector are outside the analytic model: no "
+            "image or audio FLOPs or activations, their parameters counted from the checkpoint")
 
 
 def is_outside(name: str, modules: tuple[str, ...]) -> bool:

@@ -1,0 +1,119 @@
+"""XLM (transformers modeling_xlm.py: XLMModel, XLMWithLMHeadModel, XLMForTokenClassification) and FlauBERT
+(modeling_flaubert.py: the same modules and forward; its `pre_norm` refused, below): a post-LayerNorm
+BERT-style encoder (encoder.py's layer) whose modules are per-kind lists (`attentions.i.q_lin`, `layer_norm1.i`,
+`ffns.i.lin1`, `layer_norm2.i`), the FFN 4 x emb_dim wide (XLMModel's hidden_dim, not a config key), word and
+learned position embeddings then `layer_norm_emb`, and a language-embedding table (`lang_embeddings`, n_langs > 1
+with use_lang_emb) held but not run by a forward without `langs`. The LM head (`pred_layer.proj`, biased) is tied to
+the word embeddings unless tie_word_embeddings is false; it runs on every token. The model always attends
+bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOutput): no KV cache.
+Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
+(transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
+against)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import NoAnalyticModel
+from .framework import encoder, infer
+from .framework.archspec import Variant
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.ops import Builder
+
+LAYER: encoder.LayerNames = ("q_lin", "k_lin", "v_lin", "attention", "out_lin", "layer_norm1", "lin1", "act", "lin2",
+                             "layer_norm2")
+
+
+@dataclass(frozen=True)
+class XLMVariant(Variant):
+    langs: int = 0   # rows of lang_embeddings (0: none, n_langs 1 or use_lang_emb false)
+
+
+def from_config(c: Cfg) -> ArchSpec:
+    if c.get("asm", default=FROM_CLASS):
+        raise NoAnalyticModel(f"{c.path}: XLM's adaptive softmax head (asm) is not in the op template")
+    if not c.get("is_encoder", default=FROM_CLASS):
+        raise NoAnalyticModel(f"{c.path}: XLM with is_encoder false (transformers raises: only an encoder)")
+    if c.get("pre_norm", default=False):
+        raise NoAnalyticModel(f"{c.path}: FlauBERT with pre_norm (transformers 5 cannot run it: no template checked)")
+    h, a = c.int("emb_dim"), c.int("n_heads")
+    n_langs = c.int("n_langs", default=FROM_CLASS)
+    langs = n_langs if n_langs > 1 and c.get("use_lang_emb", default=FROM_CLASS) else 0
+    return ArchSpec(layers=c.int("n_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=4 * h,
+                    vocab=c.int("vocab_size"), positions=c.int("max_position_embeddings", default=FROM_CLASS),
+                    activation="gelu" if c.get("gelu_activation", default=FROM_CLASS) else "relu",
+                    tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)),
+                    variant=XLMVariant(langs=langs), **c.common)
+
+
+def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+    V, h = infer.shape(T, r"(^|\.)embeddings\.weight$", "word embeddings")
+    P = infer.shape(T, r"(^|\.)position_embeddings\.weight$", "position embeddings")[0]
+    langs = infer.shape(T, r"(^|\.)lang_embeddings\.weight$", "language embeddings")[0] \
+        if infer.has(T, r"(^|\.)lang_embeddings\.weight$") else 0
+    a, note = infer.heads_for(h, 64)
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"attentions\.(\d+)\.q_lin"),
+                    hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=4 * h, vocab=V, positions=P,
+                    tied_embeddings=not infer.has(T, r"(^|\.)pred_layer\.proj\.weight$"), variant=XLMVariant(langs=langs),
+                    assumptions=(note,), **common)
+
+
+def build(B: Builder) -> None:
+    s, tok = B.s, (B.b, B.seq)
+    h, L = s.hidden, s.layers
+    B.embedding("transformer.embeddings", "embedding", s.vocab, h, B.seq)
+    B.embedding("transformer.position_embeddings", "embedding", s.positions, h, B.seq)
+    langs = s.variant_as(XLMVariant).langs
+    if langs:
+        B.add("transformer.lang_embeddings (held: not run without langs)", "embedding", "embedding", 0, tok, tok,
+              params=langs * h)
+    B.norm("transformer.layer_norm_emb", "embedding", tok, h, residual=False)
+    encoder.layers(B, f"transformer[{L}]", LAYER, L, L)
+    if s.head == "lm":
+        B.linear("pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab,
+                 True, tied=s.tied_embeddings)
+    encoder.token_heads(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    h, f = s.hidden, s.intermediate
+    p = "" if s.head == "base" else "transformer."
+    out: Shapes = {f"{p}embeddings.weight": (s.vocab, h), f"{p}position_embeddings.weight": (s.positions, h)}
+    langs = s.variant_as(XLMVariant).langs
+    if langs:
+        out[f"{p}lang_embeddings.weight"] = (langs, h)
+    add_norm(out, f"{p}layer_norm_emb", h)
+    for i in range(s.layers):
+        for m in ("q_lin", "k_lin", "v_lin", "out_lin"):
+            add_linear(out, f"{p}attentions.{i}.{m}", h, h)
+        add_norm(out, f"{p}layer_norm1.{i}", h)
+        add_linear(out, f"{p}ffns.{i}.lin1", f, h)
+        add_linear(out, f"{p}ffns.{i}.lin2", h, f)
+        add_norm(out, f"{p}layer_norm2.{i}", h)
+    if s.head == "lm":
+        add_linear(out, "pred_layer.proj", s.vocab, h)
+    encoder.token_head_tensors(out, s)
+    return out
+
+
+_SIZES = dict(emb_dim=32, n_layers=2, n_heads=4, vocab_size=99, max_position_embeddings=64)
+
+FAMILY = Family(
+    name="xlm",
+    model_types=("xlm", "flaubert"),
+    signature=r"(^|[./])attentions[./]\d+[./]q_lin[./]",
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    heads=("base", "lm", "tokcls"),
+    head_rules=(HeadRule(r"(^|\.)pred_layer\.proj\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),
+    tie_rules=(TieRule("pred_layer.proj.weight", "transformer.embeddings.weight", "config", heads=("lm",)),),
+    samples=(
+        # CPU: XLMModel's forward checks the lengths with .item() (no meta kernel)
+        Sample("XLMConfig", _SIZES, ("XLMModel", "XLMWithLMHeadModel", "XLMForTokenClassification"), device="cpu"),
+        Sample("XLMConfig", dict(_SIZES, n_langs=3, gelu_activation=False, tie_word_embeddings=False),
+               ("XLMWithLMHeadModel",), device="cpu"),
+        Sample("FlaubertConfig", _SIZES, ("FlaubertModel", "FlaubertWithLMHeadModel", "FlaubertForTokenClassification"),
+               device="cpu"),
+        Sample("FlaubertConfig", dict(_SIZES, n_langs=2, tie_word_embeddings=False), ("FlaubertWithLMHeadModel",),
+               device="cpu"),
+    ),
+)
