@@ -344,8 +344,8 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
     linear, deltanet = layout_linear.from_config(c, L) if lay.linear != "none" else ((), None)
-    if deltanet and sliding["sliding_window"]:
-        raise NoAnalyticModel(f"{c.path}: a {c.model_type} with sliding-window layers: the op template describes none")
+    if deltanet and sliding["sliding_window"] and not sliding["sliding_layers"]:   # LaraMini names its sliding layers
+        raise NoAnalyticModel(f"{c.path}: a {c.model_type} whose every layer slides: the op template describes none")
     learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
                     intermediate=_intermediate(lay, c), vocab=c.int("vocab_size"),
@@ -448,8 +448,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
     L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
     if lay.mlp == "routed":
-        f, experts = (infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate", lay.paths.mlp),
-                      shape("ffn_gate_inp")[0])
+        gates = pattern(lay, "ffn_gate_exps") if module(lay, "ffn_gate_exps") else "(?!)"   # none: stacked (down_proj's)
+        f, experts = infer.expert_width(T, gates, "experts.0 gate", lay.paths.mlp), shape("ffn_gate_inp")[0]
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
             router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}

@@ -42,8 +42,10 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
 # in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
 # in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
-# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid)
-Linear = Literal["none", "qkvz", "split", "separate"]
+# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid); fused: split's four
+# projections saved as one in_proj (Paths.in_fused, rows [q | k | v | z | b | a]: LaraMini's checkpoints, which
+# transformers' conversion_mapping splits on load and joins on save)
+Linear = Literal["none", "qkvz", "split", "separate", "fused"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
@@ -171,6 +173,7 @@ class Paths:
     in_z: str = "in_proj_z"
     in_b: str = "in_proj_b"
     in_a: str = "in_proj_a"
+    in_fused: str = "in_proj"             # Linear "fused": in_qkv, in_z, in_b, in_a saved as one
     sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
     sep_a: str = "a_proj"
     sep_g: str = "g_proj"

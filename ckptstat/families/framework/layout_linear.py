@@ -31,6 +31,7 @@ from .base import FROM_CLASS, STATE_BYTES, Cfg, KVLines, Tensors
 from .layout_base import DecoderLayout, Walk
 from .ops import ew_cost
 
+_TYPES = ("linear_attention", "full_attention", "sliding_attention")   # the layer_types a linear hybrid's may name
 CHUNK = 64          # torch_chunk_gated_delta_rule's chunk_size (the modeling files pass none)
 
 
@@ -60,6 +61,8 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
         for sub, gguf, width in ((p.in_qkv, "attn_qkv", conv), (p.in_z, "attn_gate", vd), (p.in_b, "ssm_beta", Hv),
                                  (p.in_a, "ssm_alpha", Hv)):
             w.linear(la + sub, gguf, h, width, False, layers)
+    elif lay.linear == "fused":   # the four run apart; their MACs are one projection's of the summed width
+        w.linear(la + p.in_fused, None, h, conv + vd + 2 * Hv, False, layers)
     else:   # separate (llama.cpp has no such architecture: no names)
         for sub, width in ((p.q, kd), (p.k, kd), (p.v, vd), (p.sep_b, Hv), (p.sep_a, Hv), (p.sep_g, vd)):
             w.linear(la + sub, None, h, width, False, layers)
@@ -96,8 +99,9 @@ def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
     if types is None:
         every = c.int("full_attention_interval", default=4)
         types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)] if every > 0 else None
-    if not isinstance(types, list) or len(types) != layers or any(t not in ("linear_attention", "full_attention") for t in types):
-        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'linear_attention' / 'full_attention'")
+    # "sliding_attention": LaraMini's sliding layers (decoders.sliding reads them)
+    if not isinstance(types, list) or len(types) != layers or any(t not in _TYPES for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} of {' / '.join(_TYPES)}")
     v = DeltaNet(key_heads=c.int("linear_num_key_heads", default=FROM_CLASS),
                  key_dim=c.int("linear_key_head_dim", default=FROM_CLASS),
                  value_heads=c.int("linear_num_value_heads", default=FROM_CLASS),
@@ -111,18 +115,25 @@ def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
 
 def hybrid_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """transformers' cache after a forward of b x n tokens (the module docstring): keys and values of each attention
-    layer, a conv state and a float32 recurrent state of each linear layer, neither growing with s."""
+    layer, a conv state and a float32 recurrent state of each linear layer, neither growing with s. A sliding
+    attention layer (ArchSpec.sliding_layers: LaraMini's) keeps min(s, sliding_window - 1) tokens, as
+    base.decoder_kv_cache's DynamicSlidingWindowLayer does."""
     v = s.deltanet
-    if v is None or s.sliding_window:
-        raise NoAnalyticModel("a linear-attention hybrid's cache is described without sliding windows only")
-    full, lin = s.layers - len(s.linear_layers), len(s.linear_layers)
+    if v is None or (s.sliding_window and not s.sliding_layers):
+        raise NoAnalyticModel("a linear-attention hybrid's cache is described with its sliding layers named only")
+    lin = len(s.linear_layers)
+    slide = len(set(s.sliding_layers) - set(s.linear_layers)) if s.sliding_window else 0
+    full = s.layers - lin - slide
+    w = s.sliding_window or 0
+    kept = n if w == 1 else min(n, w - 1)
     per = 2 * s.kv_heads * s.head_dim * ab
     conv = (2 * v.key_heads * v.key_dim + v.value_heads * v.value_dim) * v.conv_kernel * ab
     state = v.value_heads * v.key_dim * v.value_dim * max(ab, STATE_BYTES)
-    total = b * (full * n * per + lin * (conv + state))
+    total = b * ((full * n + slide * kept) * per + lin * (conv + state))
+    sliding = f" + {slide} sliding layers x min(s, sliding_window - 1) = {kept} tokens" if slide else ""
     return [(f"b={b}, s={n}", total,
-             f"{full} attention layers x 2 x g x d x s x b x {ab} B ({per:,} B per token and layer); {lin} linear layers x "
-             f"b x (conv state (2 Hk dk + Hv dv) x k x {ab} B = {conv:,} B + recurrent state Hv x dk x dv x "
+             f"{full} attention layers x 2 x g x d x s x b x {ab} B ({per:,} B per token and layer){sliding}; {lin} linear "
+             f"layers x b x (conv state (2 Hk dk + Hv dv) x k x {ab} B = {conv:,} B + recurrent state Hv x dk x dv x "
              f"{max(ab, STATE_BYTES)} B (float32 whatever the dtype) = {state:,} B), whatever s")]
 
 
