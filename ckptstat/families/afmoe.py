@@ -47,8 +47,9 @@ _SIZES = dict(layout.TINY_MOE, num_hidden_layers=4, head_dim=8, moe_intermediate
 
 FAMILY = Family(
     name="afmoe",
-    # tried before them: its q_norm, shared experts and experts names are theirs; its attention gate is its own
-    before=("llama", "qwen3", "qwen_moe", "mixtral", "glm4_moe", "deepseek"),
+    # tried before them: its q_norm, shared experts and experts names are theirs (HY-V3's signature matches its files
+    # too); its attention gate is its own
+    before=("llama", "qwen3", "qwen_moe", "mixtral", "glm4_moe", "deepseek", "hy_v3"),
     **{**layout.family_fields({"afmoe": AFMOE}, "attn_gate"), "from_config": from_config, "from_tensors": from_tensors},
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU

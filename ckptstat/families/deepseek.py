@@ -75,17 +75,23 @@ def _index_shared(c: Cfg, layers: int) -> tuple[int, ...]:
 
 
 def from_config(c: Cfg) -> ArchSpec:
+    return latent_spec(LAYOUTS.get(c.model_type, DEEPSEEK), c, count(c, "n_routed_experts", default=0),
+                       c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0)))
+
+
+def latent_spec(lay: DecoderLayout, c: Cfg, E: int, first: int) -> ArchSpec:
+    """The spec of a DeepSeek-style config laid out as `lay` (Kimi Linear's and Ling 3's too): the latent attention's
+    sizes, E routed experts, the dense layers (mlp_layer_types, else the first `first`)."""
     # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
-    spec = layout.spec_from_config(LAYOUTS.get(c.model_type, DEEPSEEK), c)
+    spec = layout.spec_from_config(lay, c)
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
-    E = count(c, "n_routed_experts", default=0)
-    first = c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0))
     fe = c.int("moe_intermediate_size") if E else 0
-    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
-    q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
-    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) \
-        if LAYOUTS.get(c.model_type, DEEPSEEK).indexer else (0, 0, ())
+    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (DeepSeek-V3's
+    # 1536; Ling 3's null)
+    q_lora = c.get("q_lora_rank", default=None)
+    q_lora = 0 if q_lora is None else c.int("q_lora_rank", default=FROM_CLASS)
+    index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) if lay.indexer else (0, 0, ())
     return replace(spec, kv_heads=a, head_dim=nope + rope, rope_dim=rope,
                    latent=Latent(q_lora, c.int("kv_lora_rank"), v, *index), experts=E,
                    top_k=c.int("num_experts_per_tok", default=0) if E else 0, moe_intermediate=fe,
@@ -93,18 +99,15 @@ def from_config(c: Cfg) -> ArchSpec:
                    dense_layers=layout.mlp_dense_layers(c, L, first) if E else tuple(range(L)))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
-
-
-def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+def from_tensors(T: Tensors, common: dict[str, Any], lay: DecoderLayout = DEEPSEEK) -> ArchSpec:
     """Every MLA size follows from the shapes: with X = a(nope + v) (kv_b_proj rows), Y = a v (o_proj
     columns), Z = a(nope + rope) (q_b_proj / q_proj rows) and rope = kv_a_proj_with_mqa rows - kv_lora_rank,
-    a = (Z - X + Y) / rope."""
+    a = (Z - X + Y) / rope. The module names `lay`'s (Kimi Linear's and Ling 3's latent layers too)."""
     def find(gguf: str, suffix: str = "weight") -> Any:
-        return infer.find(T, layout.pattern(DEEPSEEK, gguf, suffix))
+        return infer.find(T, layout.pattern(lay, gguf, suffix))
 
     def shape(gguf: str) -> tuple[int, ...]:
-        return infer.shape(T, layout.pattern(DEEPSEEK, gguf), gguf)
+        return infer.shape(T, layout.pattern(lay, gguf), gguf)
 
     V, h = shape("token_embd")
     kvl = shape("attn_kv_a_norm")[0]
@@ -117,12 +120,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a = (Z - X + Y) // rope
     nope, v = (Z // a) - rope, Y // a
     L = infer.count_layers(T, r"layers\.(\d+)\.")
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
+    router = re.compile(rf"layers\.(\d+)\.{re.escape(lay.paths.mlp)}\.{re.escape(lay.paths.router)}\.weight$")
+    sparse = {int(m.group(1)) for n in T if (m := router.search(n))}
     E = shape("ffn_gate_inp")[0] if sparse else 0
-    fe = infer.expert_width(T, layout.pattern(DEEPSEEK, "ffn_gate_exps"), "experts.0.gate_proj") if sparse else 0
+    fe = infer.expert_width(T, layout.pattern(lay, "ffn_gate_exps"), "experts.0.gate_proj", lay.paths.mlp) if sparse else 0
     fs, fd = find("ffn_gate_shexp"), find("ffn_gate")
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
-    v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
+    v3 = infer.has(T, rf"{re.escape(lay.paths.mlp)}\.gate\.e_score_correction_bias$")
     wk, iw = infer.find(T, r"self_attn\.indexer\.wk\.weight$"), infer.find(T, r"self_attn\.indexer\.weights_proj\.weight$")
     indexed = {int(m.group(1)) for n in T if (m := re.search(r"layers\.(\d+)\.self_attn\.indexer\.wk\.weight$", n))}
     index = (iw.shape[0], wk.shape[0], tuple(i for i in range(L) if i not in indexed)) \

@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning
+from . import decoders, infer, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_kda, mixers_lightning
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -75,7 +75,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
     w.tok = (B.b, B.seq)
     rows = segments.embed_rows if segments else s.vocab + lay.embed_extra
-    w.record(p.embed, "token_embd", (("weight", (rows, h)),), None)
+    w.record(p.base_embed if s.head == "base" and p.base_embed else p.embed, "token_embd", (("weight", (rows, h)),), None)
     B.embedding(p.embed, "embedding", rows, h, B.seq)
     if segments:
         w.record(p.segment, None, (("weight", (segments.segments, h)),), None)
@@ -123,7 +123,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add(w.label("+ residual (no attn_norm)", every[:1]), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
                   ew=B.b * B.seq * h)
     if linear := tuple(i for i in every if kinds[i] == "linear"):
-        layout_linear.gated_deltanet(w, linear)
+        (mixers_kda.kda if lay.linear in ("kda", "kda_full") else layout_linear.gated_deltanet)(w, linear)
     if ssm := tuple(i for i in every if kinds[i] == "state_space"):
         layout_ssm.mixer(w, ssm)
     if conv := tuple(i for i in every if kinds[i] == "short_conv"):
@@ -343,7 +343,7 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     keys = lay.bias_keys
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
-    linear, deltanet = layout_linear.from_config(c, L) if lay.linear != "none" else ((), None)
+    linear, deltanet = layout_linear.from_config(c, L, lay.linear_keys) if lay.linear != "none" else ((), None)
     if deltanet and sliding["sliding_window"] and not sliding["sliding_layers"]:   # LaraMini names its sliding layers
         raise NoAnalyticModel(f"{c.path}: a {c.model_type} whose every layer slides: the op template describes none")
     learned = lay.positions == "learned"

@@ -44,8 +44,11 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
 # g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid); fused: split's four
 # projections saved as one in_proj (Paths.in_fused, rows [q | k | v | z | b | a]: LaraMini's checkpoints, which
-# transformers' conversion_mapping splits on load and joins on save)
-Linear = Literal["none", "qkvz", "split", "separate", "fused"]
+# transformers' conversion_mapping splits on load and joins on save); kda, kda_full: Kimi Delta Attention (mixers_kda.py:
+# q_proj, k_proj, v_proj, the conv1d saved split, a per-channel forget gate, b_proj, an output gate, o_norm, out through
+# o), its gates low-rank (f_a_proj / f_b_proj, g_a_proj / g_b_proj; A_log [1, 1, H, 1]: Kimi Linear) or full-rank
+# (f_proj, g_proj; A_log [H]: Ling 3's BailingHybrid)
+Linear = Literal["none", "qkvz", "split", "separate", "fused", "kda", "kda_full"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention)
@@ -105,6 +108,9 @@ class Paths:
     # `language_model.model` FuyuForCausalLM does
     base: str = ""
     embed: str = "embed_tokens"
+    # the embeddings' name in the base model's files where only the *ForCausalLM's are renamed on save ("": embed; Ling
+    # 3's conversion renames model.embed_tokens to model.word_embeddings, so its base model keeps embed_tokens)
+    base_embed: str = ""
     pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
     patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
     segment: str = "segment_embedding"    # DecoderLayout.positions "segments": the tables (Segments)
@@ -174,6 +180,8 @@ class Paths:
     in_b: str = "in_proj_b"
     in_a: str = "in_proj_a"
     in_fused: str = "in_proj"             # Linear "fused": in_qkv, in_z, in_b, in_a saved as one
+    kda_f: tuple[str, ...] = ("f_a_proj", "f_b_proj")   # Linear "kda" / "kda_full": the forget gate's projection(s),
+    kda_g: tuple[str, ...] = ("g_a_proj", "g_b_proj")   # the output gate's
     sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
     sep_a: str = "a_proj"
     sep_g: str = "g_proj"
@@ -213,6 +221,17 @@ class SSMKeys:
     conv_bias: str = "use_conv_bias"
     bias: str = "use_bias"
     dt_rank: str | None = None            # Mamba1's x_proj / dt_proj rank ("auto": ceil(hidden / 16)); None: Mamba2
+
+
+@dataclass(frozen=True)
+class LinearKeys:
+    """The config keys of the linear-attention layers' sizes (layout_linear.from_config), each the first present of its
+    names (Qwen3-Next's by default; BailingHybrid's saved linear_* keys, else the attention's it copies them from)."""
+    key_heads: tuple[str, ...] = ("linear_num_key_heads",)
+    key_dim: tuple[str, ...] = ("linear_key_head_dim",)
+    value_heads: tuple[str, ...] = ("linear_num_value_heads",)
+    value_dim: tuple[str, ...] = ("linear_value_head_dim",)
+    conv_kernel: tuple[str, ...] = ("linear_conv_kernel_dim",)
 
 
 BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
@@ -277,6 +296,7 @@ class DecoderLayout:
     # before o_proj (Qwen3-Next's gated attention)
     gated_attention: bool = False
     linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
+    linear_keys: LinearKeys = LinearKeys()   # the config keys of its sizes
     # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
     linear_placement: Placement | None = None
     # the layers ArchSpec.short_conv lists run a gated short convolution in place of attention (LFM2, mixers_conv.py)

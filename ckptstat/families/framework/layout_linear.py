@@ -28,7 +28,7 @@ from ...errors import NoAnalyticModel, UsageError
 from . import infer
 from .archspec import ArchSpec, DeltaNet
 from .base import FROM_CLASS, STATE_BYTES, Cfg, KVLines, Tensors
-from .layout_base import DecoderLayout, Walk
+from .layout_base import DecoderLayout, LinearKeys, Walk
 from .ops import ew_cost
 
 _TYPES = ("linear_attention", "full_attention", "sliding_attention")   # the layer_types a linear hybrid's may name
@@ -91,7 +91,7 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(la + (p.o if lay.linear == "separate" else p.out), "ssm_out", vd, h, False, layers)
 
 
-def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
+def from_config(c: Cfg, layers: int, keys: LinearKeys = LinearKeys()) -> tuple[tuple[int, ...], DeltaNet]:
     """ArchSpec's linear_layers and deltanet from the config: layer_types' "linear_attention" entries, else the config
     class's rule (Qwen3NextConfig.__post_init__: every full_attention_interval-th layer attends, the others are
     linear; the interval is a constructor argument, 4 unless given, no field of the class's table)."""
@@ -102,11 +102,10 @@ def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
     # "sliding_attention": LaraMini's sliding layers (decoders.sliding reads them)
     if not isinstance(types, list) or len(types) != layers or any(t not in _TYPES for t in types):
         raise UsageError(f"{c.path}: config layer_types is not a list of {layers} of {' / '.join(_TYPES)}")
-    v = DeltaNet(key_heads=c.int("linear_num_key_heads", default=FROM_CLASS),
-                 key_dim=c.int("linear_key_head_dim", default=FROM_CLASS),
-                 value_heads=c.int("linear_num_value_heads", default=FROM_CLASS),
-                 value_dim=c.int("linear_value_head_dim", default=FROM_CLASS),
-                 conv_kernel=c.int("linear_conv_kernel_dim", default=FROM_CLASS))
+    v = DeltaNet(key_heads=c.int(*keys.key_heads, default=FROM_CLASS), key_dim=c.int(*keys.key_dim, default=FROM_CLASS),
+                 value_heads=c.int(*keys.value_heads, default=FROM_CLASS),
+                 value_dim=c.int(*keys.value_dim, default=FROM_CLASS),
+                 conv_kernel=c.int(*keys.conv_kernel, default=FROM_CLASS))
     if min(v.key_heads, v.key_dim, v.value_heads, v.value_dim, v.conv_kernel) <= 0 or v.value_heads % v.key_heads:
         raise UsageError(f"{c.path}: config linear_num_value_heads ({v.value_heads}) is not a positive multiple of "
                          f"linear_num_key_heads ({v.key_heads}), or a linear-attention size is not positive")

@@ -30,6 +30,10 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
         indexer(w, own)
     decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
+    if w.lay.attn_gate == "head":   # Ling 3's g_proj: sigmoid of one gate per head times that head's output
+        w.linear(at + p.attn_gate, "attn_gate", h, a, False, layers)
+        B.add(w.label(f"{p.attn} output x sigmoid({p.attn_gate})", layers), "activation", "encoder", L, w.tok + (a * v,),
+              w.tok + (a * v,), ew=B.b * B.seq * a * v * (ew_cost("sigmoid") + 1))
     w.linear(at + p.o, "attn_output", a * v, h, s.o_bias, layers)
 
 
