@@ -14,14 +14,13 @@ per token of each attention layer, a conv state and a float32 recurrent state pe
 (mixers_kda.latent_hybrid_cache). llama.cpp has no architecture for it (its bailingmoe2 is Ling 2, no KDA)."""
 from __future__ import annotations
 
-import re
 from dataclasses import replace
 from typing import Any
 
 from . import deepseek
 from .framework import infer, layout, mixers_kda
 from .framework.archspec import ArchSpec
-from .framework.base import FROM_CLASS, Cfg, Family, Sample, Tensors, class_default
+from .framework.base import FROM_CLASS, Cfg, Family, Sample, Tensors
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import LinearKeys
@@ -51,18 +50,10 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    """The latent attention's sizes from its layers (deepseek.from_tensors), the KDA layers' from theirs
-    (mixers_kda.from_tensors); the experts per token, which no tensor shows, the config class's."""
+    """deepseek.hybrid_from_tensors, as saved, as a base model saves it or as held."""
     held, base = infer.has(T, r"(^|\.)self_attn\."), infer.has(T, r"(^|\.)embed_tokens\.")
     lay = _HELD if held else _BASE if base else BAILING_HYBRID
-    linear, deltanet = mixers_kda.from_tensors(lay, T)
-    mixer = re.compile(rf"{re.escape(lay.paths.layers)}\.(\d+)\.{re.escape(lay.paths.attn)}\.")
-    latent = {n: t for n, t in T.items() if not (m := mixer.search(n)) or int(m.group(1)) not in linear}
-    spec = deepseek.from_tensors(latent, dict(common, model_type="bailing_hybrid"), lay)
-    k = int(class_default("bailing_hybrid", "num_experts_per_tok"))
-    return replace(spec, linear_layers=linear, deltanet=deltanet, top_k=k if spec.experts else 0,
-                   assumptions=(f"no config: experts per token (top-k) assumed {k}, the bailing_hybrid config class "
-                                "default",) if spec.experts else ())
+    return deepseek.hybrid_from_tensors(lay, T, common, "bailing_hybrid")
 
 
 _SIZES = dict(vocab_size=99, pad_token_id=0, eos_token_id=1, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,

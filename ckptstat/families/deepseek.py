@@ -29,9 +29,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import infer, layout
+from .framework import infer, layout, mixers_kda
 from .framework.archspec import Latent
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors, class_default
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 
@@ -143,6 +143,20 @@ def from_tensors(T: Tensors, common: dict[str, Any], lay: DecoderLayout = DEEPSE
                     shared_intermediate=fs.shape[0] if fs is not None else 0,
                     dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes,
                     **dict(common, model_type=kind) if kind else common)
+
+
+def hybrid_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str) -> ArchSpec:
+    """A Kimi Delta Attention hybrid laid out as `lay` (Kimi Linear, Ling 3) read without config.json: the latent
+    attention's sizes from its layers (from_tensors over every name but the KDA layers' mixers), the KDA layers' from
+    theirs (mixers_kda.from_tensors); the experts per token, which no tensor shows, `model_type`'s config class's."""
+    linear, deltanet = mixers_kda.from_tensors(lay, T)
+    mixer = re.compile(rf"{re.escape(lay.paths.layers)}\.(\d+)\.{re.escape(lay.paths.attn)}\.")
+    latent = {n: t for n, t in T.items() if not (m := mixer.search(n)) or int(m.group(1)) not in linear}
+    spec = from_tensors(latent, dict(common, model_type=model_type), lay)
+    k = int(class_default(model_type, "num_experts_per_tok"))
+    return replace(spec, linear_layers=linear, deltanet=deltanet, top_k=k if spec.experts else 0,
+                   assumptions=(f"no config: experts per token (top-k) assumed {k}, the {model_type} config class "
+                                "default",) if spec.experts else ())
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

@@ -151,6 +151,8 @@ class Paths:
     idx_k_norm: str = "k_norm"
     idx_weights: str = "weights_proj"
     experts: str = "experts"
+    # the routed experts' gate, up and down where not the MLP's (Kimi Linear's saved w1, w3, w2): {experts}.N.{name}
+    expert_names: tuple[str, str, str] | None = None
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}

@@ -28,7 +28,8 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
     if w.lay.indexer and (own := tuple(i for i in layers if i not in s.latent.index_shared)):
         indexer(w, own)
-    decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
+    if w.lay.nope != "all":   # Kimi Linear's latent attention applies none (its rope key is still cached)
+        decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
     if w.lay.attn_gate == "head":   # Ling 3's g_proj: sigmoid of one gate per head times that head's output
         w.linear(at + p.attn_gate, "attn_gate", h, a, False, layers)
@@ -107,12 +108,13 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
                 B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
                              "clamped_swiglu", L, gated=True)
     else:
-        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f)):
+        gate, up, down = p.expert_names or (p.gate, p.up, p.down)
+        for sub, gguf, fin, fout in ((gate, "ffn_gate_exps", h, f), (up, "ffn_up_exps", h, f)):
             w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
                      w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
-        B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
-        w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
-                 w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
+        B.activation(w.label(f"{x} act*{up}", layers), "encoder", rows, f, s.activation, L, gated=True)
+        w.linear(f"{x}.{{xid}}.{down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+                 w.label(f"{x}[{E}].{down} (top-{k})", layers), experts=E)
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
