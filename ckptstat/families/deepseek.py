@@ -29,9 +29,9 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import infer, layout
+from .framework import infer, layout, mixers_kda
 from .framework.archspec import Latent
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors, class_default
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_streams import GatedNorm, Hyper
@@ -92,17 +92,21 @@ def from_config(c: Cfg) -> ArchSpec:
     return latent_spec(LAYOUTS.get(c.model_type, DEEPSEEK), c)
 
 
-def latent_spec(lay: DecoderLayout, c: Cfg) -> ArchSpec:
-    """The spec of a DeepSeek-style config laid out as `lay` (HY-V4's too: hy_v4.py)."""
+def latent_spec(lay: DecoderLayout, c: Cfg, E: int | None = None, first: int | None = None) -> ArchSpec:
+    """The spec of a DeepSeek-style config laid out as `lay` (HY-V4's, Kimi Linear's and Ling 3's too): the latent
+    attention's sizes, E routed experts (None: n_routed_experts), the dense layers (mlp_layer_types, else the first
+    `first`; None: first_k_dense_replace)."""
     # reads num_hidden_layers once (Cfg.int counts the blocks it makes)
     spec = layout.spec_from_config(lay, c)
     L, a = spec.layers, spec.heads
     nope, rope, v = c.int("qk_nope_head_dim"), c.int("qk_rope_head_dim"), c.int("v_head_dim")
-    E = count(c, "n_routed_experts", default=0)
-    first = c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0))
+    E = count(c, "n_routed_experts", default=0) if E is None else E
+    first = c.int("first_k_dense_replace", default=_FIRST_DENSE.get(c.model_type, 0)) if first is None else first
     fe = c.int("moe_intermediate_size") if E else 0
-    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (1536)
-    q_lora = 0 if "q_lora_rank" in c.cfg and c.cfg["q_lora_rank"] is None else c.int("q_lora_rank", default=FROM_CLASS)
+    # q_lora_rank null (DeepSeek-V2-Lite): one q_proj, no query LoRA; absent: the config class's rank (DeepSeek-V3's
+    # 1536; Ling 3's null)
+    q_lora = c.get("q_lora_rank", default=None)
+    q_lora = 0 if q_lora is None else c.int("q_lora_rank", default=FROM_CLASS)
     index = (c.int("index_n_heads"), c.int("index_head_dim"), _index_shared(c, L)) if lay.indexer else (0, 0, ())
     # A.X-K2, HY-V4: every layer's attention indexed (a layer_types "full_attention" caches no index keys)
     if (lay.gated_norms or lay.hyper) and any(t != "indexed_attention" for t in c.get("layer_types", default=None) or ()):
@@ -119,18 +123,15 @@ def latent_spec(lay: DecoderLayout, c: Cfg) -> ArchSpec:
                    dense_layers=layout.mlp_dense_layers(c, L, first) if E else tuple(range(L)))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.mlp\.gate\.weight$")
-
-
-def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+def from_tensors(T: Tensors, common: dict[str, Any], lay: DecoderLayout = DEEPSEEK) -> ArchSpec:
     """Every MLA size follows from the shapes: with X = a(nope + v) (kv_b_proj rows), Y = a v (o_proj
     columns), Z = a(nope + rope) (q_b_proj / q_proj rows) and rope = kv_a_proj_with_mqa rows - kv_lora_rank,
-    a = (Z - X + Y) / rope."""
+    a = (Z - X + Y) / rope. The module names `lay`'s (Kimi Linear's and Ling 3's latent layers too)."""
     def find(gguf: str, suffix: str = "weight") -> Any:
-        return infer.find(T, layout.pattern(DEEPSEEK, gguf, suffix))
+        return infer.find(T, layout.pattern(lay, gguf, suffix))
 
     def shape(gguf: str) -> tuple[int, ...]:
-        return infer.shape(T, layout.pattern(DEEPSEEK, gguf), gguf)
+        return infer.shape(T, layout.pattern(lay, gguf), gguf)
 
     V, h = shape("token_embd")
     kvl = shape("attn_kv_a_norm")[0]
@@ -147,14 +148,15 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a = (Z - X + Y) // rope
     nope, v = (Z // a) - rope, Y // a
     L = infer.count_layers(T, r"layers\.(\d+)\.")
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
+    router = re.compile(rf"layers\.(\d+)\.{re.escape(lay.paths.mlp)}\.{re.escape(lay.paths.router)}\.weight$")
+    sparse = {int(m.group(1)) for n in T if (m := router.search(n))}
     E = shape("ffn_gate_inp")[0] if sparse else 0
-    fe = infer.expert_width(T, layout.pattern(DEEPSEEK, "ffn_gate_exps"), "experts.0.gate_proj") if sparse else 0
+    fe = infer.expert_width(T, layout.pattern(lay, "ffn_gate_exps"), "experts.0.gate_proj", lay.paths.mlp) if sparse else 0
     # HY-V4's hyper-connections (N copies: fn [2N, N x h]); its MLPs' gate_proj saved as linear_gate
     hc = infer.find(T, r"layers\.\d+\.(hc_pre\.hc_attn_layer\.hc_fn|attn_hc\.fn)$")
     fs, fd = (find(g) or infer.find(T, layout.pattern(HYV4, g)) for g in ("ffn_gate_shexp", "ffn_gate"))
     # V3's router stores e_score_correction_bias (a persistent buffer); V2's has none
-    v3 = infer.has(T, r"mlp\.gate\.e_score_correction_bias$")
+    v3 = infer.has(T, rf"{re.escape(lay.paths.mlp)}\.gate\.e_score_correction_bias$")
     wk, iw = infer.find(T, r"self_attn\.indexer\.wk\.weight$"), infer.find(T, r"self_attn\.indexer\.weights_proj\.weight$")
     indexed = {int(m.group(1)) for n in T if (m := re.search(r"layers\.(\d+)\.self_attn\.indexer\.wk\.weight$", n))}
     index = (iw.shape[0], wk.shape[0], tuple(i for i in range(L) if i not in indexed)) \
@@ -174,6 +176,20 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     variant=GatedNorm(gate.shape[0]) if gate is not None else Hyper(hc.shape[0] // 2) if hc is not None
                     else None,
                     **dict(common, model_type=kind) if kind else common)
+
+
+def hybrid_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str) -> ArchSpec:
+    """A Kimi Delta Attention hybrid laid out as `lay` (Kimi Linear, Ling 3) read without config.json: the latent
+    attention's sizes from its layers (from_tensors over every name but the KDA layers' mixers), the KDA layers' from
+    theirs (mixers_kda.from_tensors); the experts per token, which no tensor shows, `model_type`'s config class's."""
+    linear, deltanet = mixers_kda.from_tensors(lay, T)
+    mixer = re.compile(rf"{re.escape(lay.paths.layers)}\.(\d+)\.{re.escape(lay.paths.attn)}\.")
+    latent = {n: t for n, t in T.items() if not (m := mixer.search(n)) or int(m.group(1)) not in linear}
+    spec = from_tensors(latent, dict(common, model_type=model_type), lay)
+    k = int(class_default(model_type, "num_experts_per_tok"))
+    return replace(spec, linear_layers=linear, deltanet=deltanet, top_k=k if spec.experts else 0,
+                   assumptions=(f"no config: experts per token (top-k) assumed {k}, the {model_type} config class "
+                                "default",) if spec.experts else ())
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

@@ -75,7 +75,8 @@ _WINDOW_DEFAULT = {"mistral": 4096}
 _USE_FLAG = ("qwen2", "qwen3", "qwen2_moe", "qwen3_moe", "smollm3")
 _MAX_WINDOW_LAYERS = ("qwen2", "qwen3")
 _SLIDING_TYPES = ("sliding_attention", "chunked_attention")
-_LAYER_TYPES = ("full_attention", "linear_attention") + _SLIDING_TYPES   # configuration_utils.ALLOWED_LAYER_TYPES
+# configuration_utils.ALLOWED_LAYER_TYPES (conv: LFM3's short-convolution layers beside its sliding ones)
+_LAYER_TYPES = ("full_attention", "linear_attention", "conv") + _SLIDING_TYPES
 
 
 def sliding(c: Cfg, layers: int) -> dict[str, Any]:

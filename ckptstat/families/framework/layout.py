@@ -23,7 +23,18 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel, UsageError
-from . import decoders, infer, layout_kv, layout_linear, layout_moe, layout_ssm, mixers_conv, mixers_lightning, mixers_moa
+from . import (
+    decoders,
+    infer,
+    layout_kv,
+    layout_linear,
+    layout_moe,
+    layout_ssm,
+    mixers_conv,
+    mixers_kda,
+    mixers_lightning,
+    mixers_moa,
+)
 from .archspec import SSM, ArchSpec, DeltaNet, Latent, Lightning, ShortConv
 from .base import FROM_CLASS, Cfg, HeadRule, Shapes, Tensors, TieRule, class_default, decoder_head_rules, decoder_kv_cache
 
@@ -76,7 +87,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     B.seq += s.prefix_tokens   # the layers run over the prepended tokens too; the LM head does not
     w.tok = (B.b, B.seq)
     rows, E = segments.embed_rows if segments else s.vocab + lay.embed_extra, s.emb if lay.embed_proj else h
-    w.record(p.embed, "token_embd", (("weight", (rows, E)),), None)
+    w.record(p.base_embed if s.head == "base" and p.base_embed else p.embed, "token_embd", (("weight", (rows, E)),), None)
     B.embedding(p.embed, "embedding", rows, E, B.seq)
     if E != h:
         w.linear(p.project_in, None, E, h, False, None)
@@ -128,7 +139,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             B.add(w.label("+ residual (no attn_norm)", every[:1]), "activation", "encoder", 1, w.tok + (h,), w.tok + (h,),
                   ew=B.b * B.seq * h)
     if linear := tuple(i for i in every if kinds[i] == "linear"):
-        layout_linear.gated_deltanet(w, linear)
+        (mixers_kda.kda if lay.linear in ("kda", "kda_full") else layout_linear.gated_deltanet)(w, linear)
     if ssm := tuple(i for i in every if kinds[i] == "state_space"):
         layout_ssm.mixer(w, ssm)
     if conv := tuple(i for i in every if kinds[i] == "short_conv"):
@@ -315,9 +326,9 @@ def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     keys = lay.bias_keys
     bias = bool(c.get(keys.qkv, default=False))
     sliding = decoders.sliding(c, L)
-    linear, deltanet = layout_linear.from_config(c, L) if lay.linear != "none" else ((), None)
-    if deltanet and sliding["sliding_window"]:
-        raise NoAnalyticModel(f"{c.path}: a {c.model_type} with sliding-window layers: the op template describes none")
+    linear, deltanet = layout_linear.from_config(c, L, lay.linear_keys) if lay.linear != "none" else ((), None)
+    if deltanet and sliding["sliding_window"] and not sliding["sliding_layers"]:   # LaraMini names its sliding layers
+        raise NoAnalyticModel(f"{c.path}: a {c.model_type} whose every layer slides: the op template describes none")
     learned = lay.positions == "learned"
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=c.int("num_key_value_heads", default=a), head_dim=d,
                     intermediate=_intermediate(lay, c), vocab=c.int("vocab_size"),
@@ -422,8 +433,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
     L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
     if lay.mlp == "routed":
-        f, experts = (infer.expert_width(T, pattern(lay, "ffn_gate_exps"), "experts.0 gate", lay.paths.mlp),
-                      shape("ffn_gate_inp")[0])
+        gates = pattern(lay, "ffn_gate_exps") if module(lay, "ffn_gate_exps") else "(?!)"   # none: stacked (down_proj's)
+        f, experts = infer.expert_width(T, gates, "experts.0 gate", lay.paths.mlp), shape("ffn_gate_inp")[0]
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
             router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}

@@ -42,8 +42,13 @@ Attention = Literal["full", "sliding", "chunked", "linear", "state_space", "late
 # qkvz: a gated DeltaNet whose inputs come from in_proj_qkvz (q, k, v and the output gate z, grouped per key head) and
 # in_proj_ba (beta and the decay's a) (Qwen3-Next); split: the same DeltaNet from in_proj_qkv, in_proj_z, in_proj_b,
 # in_proj_a (Qwen3.5); separate: from q_proj, k_proj, v_proj (by the attention's Paths), b_proj, a_proj and the gate's
-# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid)
-Linear = Literal["none", "qkvz", "split", "separate"]
+# g_proj, out through o_proj, beta doubled where config linear_allow_neg_eigval (OLMo-Hybrid); fused: split's four
+# projections saved as one in_proj (Paths.in_fused, rows [q | k | v | z | b | a]: LaraMini's checkpoints, which
+# transformers' conversion_mapping splits on load and joins on save); kda, kda_full: Kimi Delta Attention (mixers_kda.py:
+# q_proj, k_proj, v_proj, the conv1d saved split, a per-channel forget gate, b_proj, an output gate, o_norm, out through
+# o), its gates low-rank (f_a_proj / f_b_proj, g_a_proj / g_b_proj; A_log [1, 1, H, 1]: Kimi Linear) or full-rank
+# (f_proj, g_proj; A_log [H]: Ling 3's BailingHybrid)
+Linear = Literal["none", "qkvz", "split", "separate", "fused", "kda", "kda_full"]
 # the layers without rotary (NoPE): none; flags: the config's no_rope_layers, 0 on such a layer (SmolLM3); global:
 # the full-attention layers when some layers slide (Exaone 4, Cohere2: rotary only on the sliding ones); theta: the
 # layers whose config layer_rope_theta is 0 (GraniteSWA); all: no rotary anywhere (Jamba's attention); types: the layers
@@ -110,6 +115,9 @@ class Paths:
     # `language_model.model` FuyuForCausalLM does
     base: str = ""
     embed: str = "embed_tokens"
+    # the embeddings' name in the base model's files where only the *ForCausalLM's are renamed on save ("": embed; Ling
+    # 3's conversion renames model.embed_tokens to model.word_embeddings, so its base model keeps embed_tokens)
+    base_embed: str = ""
     pos: str = "position_embeddings"      # DecoderLayout.positions "learned": the position table
     patch: str = "vision_embed_tokens"    # DecoderLayout.patch_embed: the image patches' linear embedding
     segment: str = "segment_embedding"    # DecoderLayout.positions "segments": the tables (Segments)
@@ -150,6 +158,8 @@ class Paths:
     idx_k_norm: str = "k_norm"
     idx_weights: str = "weights_proj"
     experts: str = "experts"
+    # the routed experts' gate, up and down where not the MLP's (Kimi Linear's saved w1, w3, w2): {experts}.N.{name}
+    expert_names: tuple[str, str, str] | None = None
     stacked_in: str = "fc1"               # {mlp}.{experts}.{stacked_in}, .{stacked_out}: DecoderLayout.stacked_experts
     stacked_out: str = "fc2"
     shared: str = "shared_expert"         # {mlp}.{shared}.{gate,up,down}, {mlp}.{shared_gate}
@@ -178,6 +188,9 @@ class Paths:
     in_z: str = "in_proj_z"
     in_b: str = "in_proj_b"
     in_a: str = "in_proj_a"
+    in_fused: str = "in_proj"             # Linear "fused": in_qkv, in_z, in_b, in_a saved as one
+    kda_f: tuple[str, ...] = ("f_a_proj", "f_b_proj")   # Linear "kda" / "kda_full": the forget gate's projection(s),
+    kda_g: tuple[str, ...] = ("g_a_proj", "g_b_proj")   # the output gate's
     sep_b: str = "b_proj"                 # Linear "separate": {linear_attn}.{q, k, v, sep_b, sep_a, sep_g}, out through {o}
     sep_a: str = "a_proj"
     sep_g: str = "g_proj"
@@ -237,6 +250,17 @@ class SSMKeys:
     intermediate: str | None = None
     out_bias: str | None = None           # the key of out_proj's bias where it is not `bias`'s (FalconH1's projectors_bias)
     gated_norm: str | None = None         # the key that switches the gated norm on (FalconH1's mamba_rms_norm); None: always
+
+
+@dataclass(frozen=True)
+class LinearKeys:
+    """The config keys of the linear-attention layers' sizes (layout_linear.from_config), each the first present of its
+    names (Qwen3-Next's by default; BailingHybrid's saved linear_* keys, else the attention's it copies them from)."""
+    key_heads: tuple[str, ...] = ("linear_num_key_heads",)
+    key_dim: tuple[str, ...] = ("linear_key_head_dim",)
+    value_heads: tuple[str, ...] = ("linear_num_value_heads",)
+    value_dim: tuple[str, ...] = ("linear_value_head_dim",)
+    conv_kernel: tuple[str, ...] = ("linear_conv_kernel_dim",)
 
 
 BAMBA_KEYS = SSMKeys(heads="mamba_n_heads", head_dim="mamba_d_head", state="mamba_d_state", groups="mamba_n_groups",
@@ -306,6 +330,7 @@ class DecoderLayout:
     # before o_proj (Qwen3-Next's gated attention)
     gated_attention: bool = False
     linear: Linear = "none"               # the token mixer of ArchSpec.linear_layers (Linear)
+    linear_keys: LinearKeys = LinearKeys()   # the config keys of its sizes
     # the norms' placement on those layers when not `placement` (OLMo-Hybrid: pre there, post on its attention layers)
     linear_placement: Placement | None = None
     # the layers ArchSpec.short_conv lists run a gated short convolution in place of attention (LFM2, mixers_conv.py)

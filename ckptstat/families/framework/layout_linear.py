@@ -28,9 +28,10 @@ from ...errors import NoAnalyticModel, UsageError
 from . import infer
 from .archspec import ArchSpec, DeltaNet
 from .base import FROM_CLASS, STATE_BYTES, Cfg, KVLines, Tensors
-from .layout_base import DecoderLayout, Walk
+from .layout_base import DecoderLayout, LinearKeys, Walk
 from .ops import ew_cost
 
+_TYPES = ("linear_attention", "full_attention", "sliding_attention")   # the layer_types a linear hybrid's may name
 CHUNK = 64          # torch_chunk_gated_delta_rule's chunk_size (the modeling files pass none)
 
 
@@ -60,6 +61,8 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
         for sub, gguf, width in ((p.in_qkv, "attn_qkv", conv), (p.in_z, "attn_gate", vd), (p.in_b, "ssm_beta", Hv),
                                  (p.in_a, "ssm_alpha", Hv)):
             w.linear(la + sub, gguf, h, width, False, layers)
+    elif lay.linear == "fused":   # the four run apart; their MACs are one projection's of the summed width
+        w.linear(la + p.in_fused, None, h, conv + vd + 2 * Hv, False, layers)
     else:   # separate (llama.cpp has no such architecture: no names)
         for sub, width in ((p.q, kd), (p.k, kd), (p.v, vd), (p.sep_b, Hv), (p.sep_a, Hv), (p.sep_g, vd)):
             w.linear(la + sub, None, h, width, False, layers)
@@ -88,7 +91,7 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(la + (p.o if lay.linear == "separate" else p.out), "ssm_out", vd, h, False, layers)
 
 
-def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
+def from_config(c: Cfg, layers: int, keys: LinearKeys = LinearKeys()) -> tuple[tuple[int, ...], DeltaNet]:
     """ArchSpec's linear_layers and deltanet from the config: layer_types' "linear_attention" entries, else the config
     class's rule (Qwen3NextConfig.__post_init__: every full_attention_interval-th layer attends, the others are
     linear; the interval is a constructor argument, 4 unless given, no field of the class's table)."""
@@ -96,13 +99,13 @@ def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
     if types is None:
         every = c.int("full_attention_interval", default=4)
         types = ["linear_attention" if (i + 1) % every else "full_attention" for i in range(layers)] if every > 0 else None
-    if not isinstance(types, list) or len(types) != layers or any(t not in ("linear_attention", "full_attention") for t in types):
-        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'linear_attention' / 'full_attention'")
-    v = DeltaNet(key_heads=c.int("linear_num_key_heads", default=FROM_CLASS),
-                 key_dim=c.int("linear_key_head_dim", default=FROM_CLASS),
-                 value_heads=c.int("linear_num_value_heads", default=FROM_CLASS),
-                 value_dim=c.int("linear_value_head_dim", default=FROM_CLASS),
-                 conv_kernel=c.int("linear_conv_kernel_dim", default=FROM_CLASS))
+    # "sliding_attention": LaraMini's sliding layers (decoders.sliding reads them)
+    if not isinstance(types, list) or len(types) != layers or any(t not in _TYPES for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} of {' / '.join(_TYPES)}")
+    v = DeltaNet(key_heads=c.int(*keys.key_heads, default=FROM_CLASS), key_dim=c.int(*keys.key_dim, default=FROM_CLASS),
+                 value_heads=c.int(*keys.value_heads, default=FROM_CLASS),
+                 value_dim=c.int(*keys.value_dim, default=FROM_CLASS),
+                 conv_kernel=c.int(*keys.conv_kernel, default=FROM_CLASS))
     if min(v.key_heads, v.key_dim, v.value_heads, v.value_dim, v.conv_kernel) <= 0 or v.value_heads % v.key_heads:
         raise UsageError(f"{c.path}: config linear_num_value_heads ({v.value_heads}) is not a positive multiple of "
                          f"linear_num_key_heads ({v.key_heads}), or a linear-attention size is not positive")
@@ -111,18 +114,25 @@ def from_config(c: Cfg, layers: int) -> tuple[tuple[int, ...], DeltaNet]:
 
 def hybrid_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """transformers' cache after a forward of b x n tokens (the module docstring): keys and values of each attention
-    layer, a conv state and a float32 recurrent state of each linear layer, neither growing with s."""
+    layer, a conv state and a float32 recurrent state of each linear layer, neither growing with s. A sliding
+    attention layer (ArchSpec.sliding_layers: LaraMini's) keeps min(s, sliding_window - 1) tokens, as
+    base.decoder_kv_cache's DynamicSlidingWindowLayer does."""
     v = s.deltanet
-    if v is None or s.sliding_window:
-        raise NoAnalyticModel("a linear-attention hybrid's cache is described without sliding windows only")
-    full, lin = s.layers - len(s.linear_layers), len(s.linear_layers)
+    if v is None or (s.sliding_window and not s.sliding_layers):
+        raise NoAnalyticModel("a linear-attention hybrid's cache is described with its sliding layers named only")
+    lin = len(s.linear_layers)
+    slide = len(set(s.sliding_layers) - set(s.linear_layers)) if s.sliding_window else 0
+    full = s.layers - lin - slide
+    w = s.sliding_window or 0
+    kept = n if w == 1 else min(n, w - 1)
     per = 2 * s.kv_heads * s.head_dim * ab
     conv = (2 * v.key_heads * v.key_dim + v.value_heads * v.value_dim) * v.conv_kernel * ab
     state = v.value_heads * v.key_dim * v.value_dim * max(ab, STATE_BYTES)
-    total = b * (full * n * per + lin * (conv + state))
+    total = b * ((full * n + slide * kept) * per + lin * (conv + state))
+    sliding = f" + {slide} sliding layers x min(s, sliding_window - 1) = {kept} tokens" if slide else ""
     return [(f"b={b}, s={n}", total,
-             f"{full} attention layers x 2 x g x d x s x b x {ab} B ({per:,} B per token and layer); {lin} linear layers x "
-             f"b x (conv state (2 Hk dk + Hv dv) x k x {ab} B = {conv:,} B + recurrent state Hv x dk x dv x "
+             f"{full} attention layers x 2 x g x d x s x b x {ab} B ({per:,} B per token and layer){sliding}; {lin} linear "
+             f"layers x b x (conv state (2 Hk dk + Hv dv) x k x {ab} B = {conv:,} B + recurrent state Hv x dk x dv x "
              f"{max(ab, STATE_BYTES)} B (float32 whatever the dtype) = {state:,} B), whatever s")]
 
 

@@ -32,11 +32,12 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
     w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
     if w.lay.indexer and (own := tuple(i for i in layers if i not in s.latent.index_shared)):
         indexer(w, own)
-    decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
+    if w.lay.nope != "all":   # Kimi Linear's latent attention applies none (its rope key is still cached)
+        decoders.rope_apply(B, w.label(f"{p.attn} rotary (q_pe, k_pe)", layers), a + 1, rope, L)
     B.causal_self_attention(f"{p.layers}[{{layers}}].{p.attn}", "encoder", a, d, layers=layers, v_dim=v)
     if w.lay.sinks:   # HY-V4
         sinks(w, layers)
-    if w.lay.attn_gate != "none":   # HY-V4's gate_proj of the layer's input, v_head_dim per head
+    if w.lay.attn_gate != "none":   # HY-V4's gate_proj, v_head_dim per head; Ling 3's g_proj, one per head
         attn_gate(w, layers, v)
     if w.lay.q_gate:
         B.add(w.label(f"{p.attn} output x sigmoid(gate)", layers), "activation", "encoder", L, w.tok + (a * v,),
@@ -121,15 +122,16 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
             if sub == p.gate_up:
                 B.activation(w.label(f"{x} clamp, gate x sigmoid(1.702 gate) x (up + 1)", layers), "encoder", rows, f,
                              "clamped_swiglu", L, gated=True)
-    else:   # NemotronH's plain experts (routed_mlp): up alone
+    else:   # NemotronH's plain experts (routed_mlp): up alone; Kimi's saved as w1, w3, w2 (Paths.expert_names)
+        gate, up, down = p.expert_names or (p.gate, p.up, p.down)
         gated = w.lay.routed_mlp != "plain"
-        for sub, gguf, fin, fout in ((p.gate, "ffn_gate_exps", h, f), (p.up, "ffn_up_exps", h, f))[0 if gated else 1:]:
+        for sub, gguf, fin, fout in ((gate, "ffn_gate_exps", h, f), (up, "ffn_up_exps", h, f))[0 if gated else 1:]:
             w.linear(f"{x}.{{xid}}.{sub}", gguf, fin, fout, s.mlp_bias, layers, rows,
                      w.label(f"{x}[{E}].{sub} (top-{k})", layers), experts=E)
-        B.activation(w.label(f"{x} act" + (f"*{p.up}" if gated else ""), layers), "encoder", rows, f, s.activation, L,
+        B.activation(w.label(f"{x} act" + (f"*{up}" if gated else ""), layers), "encoder", rows, f, s.activation, L,
                      gated=gated)
-        w.linear(f"{x}.{{xid}}.{p.down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
-                 w.label(f"{x}[{E}].{p.down} (top-{k})", layers), experts=E)
+        w.linear(f"{x}.{{xid}}.{down}", "ffn_down_exps", f, h, s.mlp_bias, layers, rows,
+                 w.label(f"{x}[{E}].{down} (top-{k})", layers), experts=E)
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)

@@ -18,6 +18,7 @@ from .base import FROM_CLASS, Cfg, KVLines, Tensors, decoder_kv_cache
 from .layout_base import Walk
 
 CONV = "conv"   # LFM2's names: {layers}.N.conv.{in_proj, conv, out_proj}
+_TYPES = ("conv", "full_attention", "sliding_attention")   # the layer_types a short-conv hybrid's may name
 
 
 def from_config(c: Cfg, layers: int) -> ShortConv:
@@ -30,8 +31,9 @@ def from_config(c: Cfg, layers: int) -> ShortConv:
         if not isinstance(full, list) or not all(isinstance(i, int) for i in full):
             raise UsageError(f"{c.path}: config full_attn_idxs is not a list of layer indices")
         types = ["full_attention" if i in full else "conv" for i in range(layers)]
-    if not isinstance(types, list) or len(types) != layers or any(t not in ("conv", "full_attention") for t in types):
-        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} 'conv' / 'full_attention'")
+    # "sliding_attention": LFM3's sliding layers (decoders.sliding reads them)
+    if not isinstance(types, list) or len(types) != layers or any(t not in _TYPES for t in types):
+        raise UsageError(f"{c.path}: config layer_types is not a list of {layers} of {' / '.join(_TYPES)}")
     return ShortConv(kernel=c.int("conv_L_cache", default=FROM_CLASS), bias=bool(c.get("conv_bias", default=FROM_CLASS)),
                      layers=tuple(i for i, t in enumerate(types) if t == "conv"))
 
