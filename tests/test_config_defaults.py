@@ -56,5 +56,6 @@ def test_no_family_states_a_default_the_config_class_contradicts(family, monkeyp
 
 def test_list_defaults_a_family_states_are_the_config_class():
     """config_defaults.json keeps scalars; a list default a family needs is stated once in it and checked here."""
-    from ckptstat.families import recurrent_gemma
+    from ckptstat.families import bert, recurrent_gemma
     assert list(recurrent_gemma.BLOCK_TYPES) == list(T.RecurrentGemmaConfig().block_types)
+    assert list(bert.XMOD_LANGUAGES) == list(T.XmodConfig().languages)

@@ -40,7 +40,8 @@ SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("ge
         ("qwen3", "Qwen3ForCausalLM"), ("cohere", "Cohere2ForCausalLM"), ("exaone4", "Exaone4ForCausalLM"),
         ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
         ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM"),
-        ("falcon_h1", "FalconH1ForCausalLM"), ("nemotron_h", "NemotronHForCausalLM")]
+        ("falcon_h1", "FalconH1ForCausalLM"), ("nemotron_h", "NemotronHForCausalLM"), ("gemma3n", "Gemma3nForCausalLM"),
+        ("gemma4", "Gemma4ForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch", SAME)
@@ -69,7 +70,7 @@ def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
     assert meta.grouped_mm_flops(a.to("meta"), b.to("meta"), torch.tensor([2, 3, 4], device="meta")) == 2 * 6 * 4 * 5
 
 
-# tiny configs of architectures no family module models (transformers 5's config classes)
+# tiny configs no family module models (transformers 5's config classes): variants the templates refuse
 HYBRIDS = {
     # Granite 4 without experts (the shared MLP alone), which the granitemoehybrid template refuses
     "granitemoehybrid": ("GraniteMoeHybridForCausalLM", dict(
@@ -81,11 +82,6 @@ HYBRIDS = {
     "cohere": ("CohereForCausalLM", dict(
         hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
         vocab_size=99, use_qk_norm=True)),
-    "gemma3n_text": ("Gemma3nForCausalLM", dict(
-        hidden_size=32, intermediate_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
-        head_dim=8, vocab_size=99, vocab_size_per_layer_input=99, hidden_size_per_layer_input=8, num_kv_shared_layers=2,
-        laurel_rank=4, altup_num_inputs=2, sliding_window=4, activation_sparsity_pattern=[0.0] * 4,
-        layer_types=["sliding_attention", "full_attention", "sliding_attention", "full_attention"])),
 }
 
 
@@ -142,7 +138,7 @@ PUBLISHED = {
 
 
 # published sizes an op template also answers (the static path)
-STATIC = ("qwen3_next", "granitemoehybrid", "falcon_h1")
+STATIC = ("qwen3_next", "granitemoehybrid", "falcon_h1", "gemma3n_text")
 
 
 # published sizes the static path answers (families/mamba2.py, bamba.py, jamba.py, granitemoehybrid.py: layout_ssm.py's

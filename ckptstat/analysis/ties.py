@@ -13,6 +13,7 @@ from ..core import Checkpoint
 from ..families.framework.infer import canonical_name, canonical_tensors, tf_spelled
 from ..families.framework.tensors import expected_tensors
 from ..families.load_table import load_differences
+from ..families.wrappers import is_outside
 from ..naming import normalize
 
 TIES_SCHEMA = "ckptstat.ties/1"
@@ -176,8 +177,9 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
             t = tie_of.get(name)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
+    # a wrapper's towers outside the analytic model (ArchSpec.outside) are the model's, not unexpected
     unexpected = [{"name": spelled[n], "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
-                  if n not in expected and spelled[n] not in alias_of]
+                  if n not in expected and spelled[n] not in alias_of and not is_outside(n, spec.outside)]
     mismatched = [{"name": spelled[n], "file": list(t.shape), "config": list(expected[n])}
                   for n, t in params.items() if n in expected and t.shape != expected[n]]
     # A weight the model always ties (the architecture's rule) that the file keeps as its own variable

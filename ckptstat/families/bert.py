@@ -164,14 +164,18 @@ def pooler(model_type: str, head: str) -> bool:
     return head in ("base", "pretraining") or (head == "seqcls" and not v.roberta)
 
 
+# XmodConfig's languages default (config_defaults.json keeps scalars; tests/test_config_defaults.py checks this one)
+XMOD_LANGUAGES = ("en_XX",)
+
+
 def variant_of(c: Cfg, h: int) -> Variant | None:
     """The model type's Variant, if any; NoAnalyticModel for a config that adds parts the template does not describe."""
     if c.model_type == "ernie" and c.get("use_task_id", default=False):
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
         return roc_bert_inputs(c, h)
-    # keys the generated defaults table leaves out (output_*, non-scalar defaults): a file without them is refused
-    for key in {"rembert": ("output_embedding_size",), "xmod": ("languages",)}.get(c.model_type, ()):
+    # a key the generated defaults table leaves out (output_*): a file without it is refused
+    for key in {"rembert": ("output_embedding_size",)}.get(c.model_type, ()):
         if c.get(key, default=None) is None:
             raise NoAnalyticModel(f"{c.path}: config has no {key}, and families/config_defaults.json holds no default for it")
     if c.model_type == "rembert":
@@ -183,7 +187,7 @@ def variant_of(c: Cfg, h: int) -> Variant | None:
             return BlockSparse((5 + 2 * c.int("num_random_blocks", default=FROM_CLASS)) * c.int("block_size", default=FROM_CLASS))
         return None
     if c.model_type == "xmod":
-        langs = c.get("languages")
+        langs = c.get("languages", default=None) or XMOD_LANGUAGES   # absent: the config class's (a list default)
         if not isinstance(langs, (list, tuple)) or not all(isinstance(x, str) for x in langs):
             raise NoAnalyticModel(f"{c.path}: config languages is not a list of names")
         return XmodAdapters(tuple(langs), h // c.int("adapter_reduction_factor", default=FROM_CLASS),
