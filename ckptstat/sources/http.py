@@ -89,6 +89,17 @@ class HttpTransport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout, sock_read=SETTINGS.read_timeout)
         # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only
         self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}   # (touched on fsspec's loop only)
+
+    def _slot(self, url: str) -> asyncio.Semaphore:
+        """Held while one request to url's origin is in flight (each hop of a redirect its own): at most
+        SETTINGS.concurrency requests at once to a host, however the callers nest. Per host, so that the Hub's
+        resolve requests (answered with a redirect) do not hold the CDN's slots: the resolves of the next files
+        go out while the CDN answers the last ones."""
+        key = redirects.origin(url)
+        if key not in self._slots:
+            self._slots[key] = asyncio.Semaphore(SETTINGS.concurrency)
+        return self._slots[key]
 
     def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "",
             hosts: tuple[str, ...] = ()) -> Reply:
@@ -146,7 +157,7 @@ class HttpTransport:
 
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
-            async with session.get(here, headers=headers, allow_redirects=False) as r:
+            async with self._slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
                 if 300 <= r.status < 400 and r.headers.get("Location"):
                     there = urljoin(here, str(r.headers["Location"]).strip())
                 elif r.status in RETRY_STATUS:

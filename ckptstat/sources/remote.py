@@ -67,6 +67,8 @@ class Blob:
         self.lock = threading.Lock()
 
     def _fetch(self, start: int, end: int) -> bytes:
+        if self.target.http_url is not None:   # (the transport holds a slot of the host's for each request)
+            return self._request(start, end)
         with self.backend.slot():   # at most SETTINGS.concurrency requests in flight, however the callers nest
             return self._request(start, end)
 
@@ -253,11 +255,16 @@ class Backend:
 
     @property
     def concurrency(self) -> int:
-        return SETTINGS.concurrency
+        """Files worked on at once (core/urls.py `concurrently`: shards opened together): twice the requests a host
+        answers at once, so that over hf:// the next files' resolve requests (the Hub's, answered with a redirect)
+        go out while the CDN answers the last ones' (sources/http.py `_slot`)."""
+        return 2 * SETTINGS.concurrency
 
     def slot(self) -> threading.BoundedSemaphore:
-        """Held while one request is in flight: shards opened together, each prefetching a zip's local headers
-        with its own threads, still make at most SETTINGS.concurrency requests at once (the rest wait here)."""
+        """Held while one request to a store (s3://, gs://, ...: fsspec's own calls) is in flight: shards opened
+        together, each prefetching a zip's local headers with its own threads, still make at most
+        SETTINGS.concurrency requests at once (the rest wait here). http(s) and hf:// requests wait for a slot of
+        their host's instead (sources/http.py `_slot`)."""
         with self.lock:
             if self._slots is None:
                 self._slots = threading.BoundedSemaphore(SETTINGS.concurrency)
