@@ -305,6 +305,42 @@ def test_stats_of_many_shards_reads_ahead(tmp_path):
     assert json.loads(json.dumps(remote).replace(s.url, str(tmp_path))) == json.loads(json.dumps(local))
 
 
+def test_concurrently_holds_at_most_its_budget():
+    """core/urls.py `concurrently` with a weight (the bytes a call holds: `stats` of a URL, REMOTE_BUDGET): the calls
+    running weigh at most the budget (one heavier than it runs alone), the results come in order, and which calls
+    start depends only on how many were handed back (the same ones on every run when the caller stops)."""
+    import threading
+    import time
+
+    lock, running, peak = threading.Lock(), [], [0]
+
+    def held(w: int) -> int:
+        with lock:
+            running.append(w)
+            peak[0] = max(peak[0], sum(running))
+        time.sleep(0.02)
+        with lock:
+            running.remove(w)
+        return w
+
+    items = [10, 30, 20, 50, 5, 5, 80, 5, 5, 5, 5]
+    assert list(urls.concurrently(held, items, 8, lambda w: w, 60)) == items
+    assert peak[0] == 80   # (the 80 alone; otherwise at most 60)
+    started: list[int] = []
+
+    def record(w: int) -> int:
+        with lock:
+            started.append(w)
+        return w
+
+    for _ in range(3):   # the caller stops after two results: the same calls started each time
+        started.clear()
+        it = urls.concurrently(record, items, 8, lambda w: w, 60)
+        assert [next(it), next(it)] == [10, 30]
+        it.close()
+        assert sorted(started) == [10, 20, 30]   # (the 50 waits for the 30 to be handed back)
+
+
 # ---------------------------------------------------------------------------------------------
 # the reader contract (tests/test_reader_contract.py) over https://, for the formats read remotely
 
