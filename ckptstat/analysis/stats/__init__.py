@@ -200,18 +200,17 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
             return part, [{**head(part[0], infos[0]), **acc.row()}], [(k, acc) for k in keys[0]]
         return part, *run_stats(ckpt, infos, part, keys, progress)
 
-    spans = units(ckpt, [it.name for it in items], chunk_bytes)
-    if not urls.is_url(ckpt.path):
-        yield from map(one, spans)
-        return
-
     def held(span: tuple[int, int]) -> int:   # the buffer a unit reads into: a chunk at most (a run: its bytes)
         return min(sum(ckpt[it.name].nbytes for it in items[span[0]:span[1]]), max(chunk_bytes, 1))
 
+    spans = units(ckpt, [it.name for it in items], chunk_bytes)
     try:
-        yield from urls.concurrently(one, spans, REMOTE_AHEAD, held, REMOTE_BUDGET)
+        if urls.is_url(ckpt.path):
+            yield from urls.concurrently(one, spans, REMOTE_AHEAD, held, REMOTE_BUDGET)
+        else:
+            yield from map(one, spans)
     finally:
-        BUFFERS.clear()
+        BUFFERS.clear()   # (the chunk buffers kept for reuse: a long-lived process holds none between runs)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
