@@ -300,7 +300,7 @@ def test_stats_of_many_shards_reads_ahead(tmp_path):
         ckpt = open_checkpoint(s.url + "/model.safetensors.index.json")
         s.reset()
         remote = stats(ckpt)
-        assert s.max_in_flight == REMOTE_AHEAD > 1 and sum(s.requests.values()) == 24
+        assert REMOTE_AHEAD >= s.max_in_flight > 1 and sum(s.requests.values()) == 24   # (how many overlap: the load)
     del local["seconds"], remote["seconds"]
     assert json.loads(json.dumps(remote).replace(s.url, str(tmp_path))) == json.loads(json.dumps(local))
 
