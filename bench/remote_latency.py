@@ -164,12 +164,13 @@ def main() -> None:
         total = sum(os.path.getsize(os.path.join(big, f)) for f in os.listdir(big))
         rows = summary_rows(big, n, [0.0, d], args.repeat, home, args.tree)
     walls = {(name, delay): r["wall_s"] for name, delay, r in rows}
-    lines = ["| contender | delay | wall (median) | wall added / delay | requests in sequence | peak RSS | requests "
-             "| most at once | bytes sent | of the files |", "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| contender | delay | wall (median) | CPU (median) | wall added / delay | requests in sequence | peak RSS "
+             "| requests | most at once | bytes sent | of the files |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for name, delay, r in rows:
         added = f"{(r['wall_s'] - walls[(name, 0.0)]) / d:.1f}" if delay else "-"
         waited = str(r["chain"]) if delay else "-"
-        lines.append(f"| {name} | {delay * 1000:.0f} ms | {r['wall_s']:.3f} s | {added} | {waited} | {r['rss_mib']:.0f} MiB | "
+        lines.append(f"| {name} | {delay * 1000:.0f} ms | {r['wall_s']:.3f} s | {r['cpu_s']:.2f} s | {added} | {waited} | "
+                     f"{r['rss_mib']:.0f} MiB | "
                      f"{r['requests']:.0f} | {r['overlap']} | {r['bytes']:,.0f} | {r['bytes'] / total:.4%} |")
     text = (f"Llama-3.1-405B shapes (LlamaForCausalLM on the meta device), bf16, {SHARDS} shards (DeepSeek-V3's count), "
             f"{total / 1e9:,.0f} GB apparent size (sparse), {n:,} parameters, served by tests/remote_server.py on "
@@ -179,7 +180,8 @@ def main() -> None:
             f"{load[0]:.1f} at the start), Python {platform.python_version()}; {time.strftime('%Y-%m-%d')}; the tree "
             f"measured: {os.path.relpath(args.tree, ROOT) if args.tree != ROOT else 'this one'}. "
             f"Median of {args.repeat} whole-process runs after a checked warm-up; requests, bytes and the most "
-            "requests answered at once are the servers' counts (a Hub redirect to the CDN is two requests). "
+            "requests answered at once are the servers' counts (a Hub redirect to the CDN is two requests); CPU: user "
+            "+ sys of the command's process and its workers, the steadier figure on a loaded machine. "
             "`wall added / delay`: (wall at the delay - wall at none) / delay, the round trips the command waited "
             "for one after another, as the wall clock sees them (the machine's load moves it by several); "
             "`requests in sequence`: the same count as the servers saw it in one more run (tests/remote_server.py "
@@ -190,11 +192,12 @@ def main() -> None:
             build(small, "SMALL", values=True)
             srows, size = stats_rows(small, d, args.repeat, args.tree)
         base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
-        slines = ["| contender | wall (median) | MB/s | vs the server's bandwidth | peak RSS | requests | most at once |",
-                  "|---|---|---|---|---|---|---|"]
+        slines = ["| contender | wall (median) | CPU (median) | MB/s | vs the server's bandwidth | peak RSS | requests "
+                  "| most at once | requests in sequence |", "|---|---|---|---|---|---|---|---|---|"]
         for name, r in srows:
-            slines.append(f"| {name} | {r['wall_s']:.2f} s | {size / r['wall_s'] / 1e6:.0f} | {r['wall_s'] / base:.2f}x | "
-                          f"{r['rss_mib']:.0f} MiB | {r['requests']:.0f} | {r['overlap']} |")
+            slines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {size / r['wall_s'] / 1e6:.0f} | "
+                          f"{r['wall_s'] / base:.2f}x | {r['rss_mib']:.0f} MiB | {r['requests']:.0f} | {r['overlap']} | "
+                          f"{r['chain']} |")
         text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden 1024, "
                  f"24 layers), the server answering after {d * 1000:.0f} ms:\n\n" + "\n".join(slines) + "\n")
     emit(text, args.out)

@@ -82,23 +82,31 @@ def backend() -> Backend:
     return _backend
 
 
-def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None = None) -> Iterator[R]:
+def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None = None,
+                 weight: Callable[[T], int] | None = None, budget: int = 0) -> Iterator[R]:
     """fn(item) for each item, in items' order, with at most `at_once` calls running (default: the remote
     source's concurrency), each in a copy of the caller's context (core/files.py's scope): the round trips of
-    URL reads overlap (a sharded checkpoint's shards opened together; `stats` of a URL reading a few tensors
-    ahead) while memory stays bounded by `at_once` calls. The first error in items' order is raised, as a
-    loop would raise it. When the caller stops, the calls already submitted (at most `at_once`, always the same
-    ones) run to their end, none is cancelled: a failing command makes the same requests on every run (an audit
-    record's `fetched` is the same bits locally and on a cluster)."""
+    URL reads overlap (a sharded checkpoint's shards opened together; `stats` of a URL reading tensors ahead)
+    while memory stays bounded by `at_once` calls and, with `weight` (the bytes a call holds while it runs),
+    by `budget` bytes: an item is started once the items started and not yet handed back weigh at most `budget`
+    with it (or none is). The first error in items' order is raised, as a loop would raise it. When the caller
+    stops, the calls already submitted (always the same ones: which items start depends only on how many were
+    handed back, never on timing) run to their end, none is cancelled: a failing command makes the same
+    requests on every run (an audit record's `fetched` is the same bits locally and on a cluster)."""
     width = at_once or backend().concurrency
     pool = ThreadPoolExecutor(max_workers=width)
-    running: deque[Future[R]] = deque()
+    running: deque[tuple[Future[R], int]] = deque()
+    held = 0
     try:
         for item in items:
-            running.append(pool.submit(contextvars.copy_context().run, fn, item))
-            if len(running) >= width:
-                yield running.popleft().result()
+            w = weight(item) if weight is not None else 0
+            while running and (len(running) >= width or (budget and held + w > budget)):
+                done, dw = running.popleft()
+                held -= dw
+                yield done.result()
+            running.append((pool.submit(contextvars.copy_context().run, fn, item), w))
+            held += w
         while running:
-            yield running.popleft().result()
+            yield running.popleft()[0].result()
     finally:
         pool.shutdown(wait=True)

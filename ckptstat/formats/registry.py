@@ -4,12 +4,14 @@ a sharded `*.index.json` or a Hugging Face-style model folder, and is the one pl
 exceptions become a CorruptCheckpointError naming the file."""
 from __future__ import annotations
 
+import contextvars
 import functools
 import importlib
 import json
 import os
 import re
 from collections.abc import Callable, Iterator
+from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
@@ -325,32 +327,60 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         hook = _HOOK_MODULES.get(os.path.basename(target))
         if hook:
             importlib.import_module(f"{__package__}.{hook}")
-        # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
-        # as one line naming the file (errors.reading).
-        with reading(target):
-            if target.endswith(".index.json"):
-                ckpt = _open_index(target)
-            else:
-                opener = _FILE_HOOKS.get(os.path.basename(target))
-                ckpt = opener(target) if opener else _open_file(target)
-            if verify:
-                ckpt.notes += verify_checkpoint(ckpt)
+        # A URL's config.json is read beside the weights (its round trips, two over the Hub, overlap theirs), started
+        # before their first request and waited for even when they fail: a file that cannot be read costs the same
+        # requests on every run and every executor (an audit record's `fetched`, docs/audit.md). Its error, if any,
+        # is raised after the weights', where reading it after them raised it.
+        ahead = _config_ahead(path) if config is None and urls.is_url(path) else None
+        try:
+            # The one boundary for header parsing: whatever a parser trips over in a hostile file ends here,
+            # as one line naming the file (errors.reading).
+            with reading(target):
+                if target.endswith(".index.json"):
+                    ckpt = _open_index(target)
+                else:
+                    opener = _FILE_HOOKS.get(os.path.basename(target))
+                    ckpt = opener(target) if opener else _open_file(target)
+                if verify:
+                    ckpt.notes += verify_checkpoint(ckpt)
+        finally:
+            if ahead is not None:
+                futures.wait([ahead])
         for f in ckpt.files:   # what the reader found beside the target (shards, TF data files)
             check_inside(f, "file", target)
-        # config.json after the weights, not beside them: a file that cannot be read then costs the same requests
-        # on every run and every executor (an audit record's `fetched`; fetched together, a failing unit's count
-        # depended on whether the config's request had started)
-        cfg_path = os.fspath(config) if config is not None else find_config(path)
-        if cfg_path is not None:
-            if config is None:
-                check_inside(cfg_path, "config", path)
-            ckpt.config = load_config(cfg_path)
-            ckpt.config_path = cfg_path
+        if ahead is not None:
+            cfg_path, cfg = ahead.result()
+            if cfg_path is not None:
+                ckpt.config, ckpt.config_path = cfg, cfg_path
+        else:
+            cfg_path = os.fspath(config) if config is not None else find_config(path)
+            if cfg_path is not None:
+                if config is None:
+                    check_inside(cfg_path, "config", path)
+                ckpt.config = load_config(cfg_path)
+                ckpt.config_path = cfg_path
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)
             ckpt.adapter, ckpt.adapter_path = load_config(adapter), adapter
     return ckpt
+
+
+def _config_ahead(path: str) -> futures.Future[tuple[str | None, dict[str, Any] | None]]:
+    """The config.json beside the URL `path` (a folder or a weights file), found, checked and read in a thread
+    of its own, in a copy of the caller's context (its scope and limits): (its URL, its JSON), or (None, None)."""
+    def read() -> tuple[str | None, dict[str, Any] | None]:
+        cfg_path = find_config(path)
+        if cfg_path is None:
+            return None, None
+        check_inside(cfg_path, "config", path)
+        return cfg_path, load_config(cfg_path)
+
+    pool = futures.ThreadPoolExecutor(max_workers=1)
+    try:
+        return pool.submit(contextvars.copy_context().run, read)
+    finally:
+        pool.shutdown(wait=False)
 
 
 # Folders read as a whole before resolve_folder picks one weights file: each hook returns None for a folder not its

@@ -47,6 +47,7 @@ class Reply:
     content_type: str = ""
     spooled: IO[bytes] | None = None  # the whole file, when the server ignored Range and that was allowed
     etag: str | None = None          # the file's version: its ETag, else its Last-Modified date (audit's resume key)
+    filled: int = -1                 # a read into the caller's buffer: the bytes written there (body is then empty)
 
 
 def status_error(url: str, status: int, reason: str, hint: str = "") -> CheckpointError:
@@ -89,15 +90,28 @@ class HttpTransport:
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout, sock_read=SETTINGS.read_timeout)
         # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only
         self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
+        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}   # (touched on fsspec's loop only)
+
+    def _slot(self, url: str) -> asyncio.Semaphore:
+        """Held while one request to url's origin is in flight (each hop of a redirect its own): at most
+        SETTINGS.concurrency requests at once to a host, however the callers nest. Per host, so that the Hub's
+        resolve requests (answered with a redirect) do not hold the CDN's slots: the resolves of the next files
+        go out while the CDN answers the last ones."""
+        key = redirects.origin(url)
+        if key not in self._slots:
+            self._slots[key] = asyncio.Semaphore(SETTINGS.concurrency)
+        return self._slots[key]
 
     def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "",
-            hosts: tuple[str, ...] = ()) -> Reply:
-        """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py)."""
+            hosts: tuple[str, ...] = (), into: memoryview | None = None) -> Reply:
+        """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py). With
+        `into` (end - start bytes, a value read), a 206's body is written there as it arrives, not joined into a
+        bytes object and copied again: the reply's body is then empty and `filled` says how many bytes came."""
         from fsspec.asyn import sync
 
         from ..core.files import external_allowed
 
-        ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed())
+        ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed(), into)
         reply: Reply = sync(self.fs.loop, self._get, ask)
         return reply
 
@@ -146,7 +160,7 @@ class HttpTransport:
 
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
-            async with session.get(here, headers=headers, allow_redirects=False) as r:
+            async with self._slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
                 if 300 <= r.status < 400 and r.headers.get("Location"):
                     there = urljoin(here, str(r.headers["Location"]).strip())
                 elif r.status in RETRY_STATUS:
@@ -181,6 +195,9 @@ class HttpTransport:
                 raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
                                                    f"with Content-Range {_quoted(r.headers.get('Content-Range'))} and "
                                                    f"Content-Length {_quoted(r.headers.get('Content-Length'))}")
+            if ask.into is not None:
+                n = await self._read_into(r, url, last - start + 1, t0, ask.into)
+                return Reply(b"", total, ctype, etag=etag, filled=n)
             body = await self._read(r, url, last - start + 1, t0)
             return Reply(body, total, ctype, etag=etag)
         # 200: the server sent the whole file.
@@ -224,6 +241,22 @@ class HttpTransport:
             raise aiohttp.ClientPayloadError(f"the reply ended after {n:,} of {expected:,} bytes")
         return b"".join(pieces)   # (one copy: a 16 MiB chunk of values is not grown and copied again)
 
+    async def _read_into(self, r: Any, url: str, expected: int, t0: float, into: memoryview) -> int:
+        """_read's checks, the body written into `into` as aiohttp hands it over (its own buffers, one copy)."""
+        import aiohttp
+
+        n = 0
+        while piece := await r.content.readany():
+            METER.received(url, len(piece))
+            if n + len(piece) > expected:
+                raise CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
+            into[n:n + len(piece)] = piece
+            n += len(piece)
+            _keep_up(t0, expected)
+        if n < expected:
+            raise aiohttp.ClientPayloadError(f"the reply ended after {n:,} of {expected:,} bytes")
+        return n
+
 
 @dataclass
 class _Ask:
@@ -236,6 +269,7 @@ class _Ask:
     hint: str
     hosts: tuple[str, ...]
     allow_external: bool
+    into: memoryview | None = None   # where a value read's body goes (HttpTransport.get)
 
 
 def _keep_up(t0: float, n: int) -> None:

@@ -98,7 +98,7 @@ class Settings:
     drop_retries: int = 2            # attempts after the first on a timeout, a dropped or refused connection
     backoff: float = 0.5             # seconds before the first retry, doubling each time (Retry-After wins, capped)
     backoff_cap: float = 30.0
-    concurrency: int = 32            # requests in flight at once: shards opened, ranges prefetched, files listed
+    concurrency: int = 32            # requests in flight at once to one host (twice as many files opened at once)
 
 
 SETTINGS = Settings()

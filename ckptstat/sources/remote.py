@@ -35,6 +35,7 @@ FIRST_WINDOW = 1 << 16     # covers the 8-byte length and most safetensors heade
 MAX_WINDOW = 1 << 22
 CACHE_BYTES = 1 << 24
 GAP = 1 << 16                 # prefetched ranges closer than this are fetched as one (a gap costs less than a request)
+DIRECT = 1 << 20              # a readinto of at least this many bytes (values) is fetched straight into the caller's buffer
 TOTAL_CACHE_BYTES = 1 << 26   # a 400-shard checkpoint's stats stay bounded too
 _HTTP = ("http", "https")
 # Files a folder URL may list as weights; anything else answering text/html is a listing page.
@@ -67,24 +68,33 @@ class Blob:
         self.lock = threading.Lock()
 
     def _fetch(self, start: int, end: int) -> bytes:
+        if self.target.http_url is not None:   # (the transport holds a slot of the host's for each request)
+            return self._request(start, end)
         with self.backend.slot():   # at most SETTINGS.concurrency requests in flight, however the callers nest
             return self._request(start, end)
+
+    def _http(self, start: int, end: int, into: memoryview | None = None) -> Reply:
+        """One range GET of bytes [start, end) (with `into`: written there, HttpTransport.get), what its reply says
+        of the file kept."""
+        t = self.target
+        assert t.http_url is not None
+        reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint, t.hosts, into)
+        if reply.total is not None and self.size is not None and reply.total != self.size:
+            raise CheckpointError(redact(t.url), f"the file changed while it was read ({self.size:,} bytes, "
+                                                 f"then {reply.total:,})")
+        if reply.total is not None:
+            self.size = reply.total
+        self.ctype = reply.content_type or self.ctype
+        self.etag = reply.etag or self.etag
+        if reply.spooled is not None:   # the server sent it all (--allow-full-download): read it locally
+            self.spool = reply.spooled
+        return reply
 
     def _request(self, start: int, end: int) -> bytes:
         t = self.target
         if t.http_url is not None:
-            reply: Reply = self.backend.http().get(t.http_url, start, end, t.headers, t.hint, t.hosts)
-            if reply.total is not None and self.size is not None and reply.total != self.size:
-                raise CheckpointError(redact(t.url), f"the file changed while it was read ({self.size:,} bytes, "
-                                                     f"then {reply.total:,})")
-            if reply.total is not None:
-                self.size = reply.total
-            self.ctype = reply.content_type or self.ctype
-            self.etag = reply.etag or self.etag
-            if reply.spooled is not None:   # the server sent it all (--allow-full-download): read it locally
-                self.spool = reply.spooled
-                return _spool_read(self.spool, start, end)
-            return reply.body
+            reply = self._http(start, end)
+            return _spool_read(reply.spooled, start, end) if reply.spooled is not None else reply.body
         METER.request(t.url)
         with _errors(t.url):
             if self.size is None:
@@ -126,6 +136,32 @@ class Blob:
         if best:
             self.cache.move_to_end(key)
         return best
+
+    def read_into(self, mv: memoryview, offset: int) -> int:
+        """pread into the caller's buffer: a value read over http(s) whose bytes past the cached ones (the first
+        tensor of a file starts in the header's window) are at least DIRECT is fetched straight into it, and not
+        cached (one copy of the bytes, not three; the cache keeps headers); anything else through pread."""
+        size = self.ensure_size()
+        n = max(0, min(len(mv), size - offset))
+        head = b""
+        direct = n >= DIRECT and self.target.http_url is not None
+        if direct:
+            with self.lock:
+                head = self._cached(offset, n) if self.spool is None else b""
+                direct = self.spool is None and n - len(head) >= DIRECT
+        if not direct:
+            data = self.pread(n, offset)
+            mv[:len(data)] = data
+            return len(data)
+        k = len(head)
+        mv[:k] = head
+        reply = self._http(offset + k, offset + n, mv[k:n])
+        if reply.filled >= 0:
+            return k + reply.filled
+        # the server sent the whole (small) file from byte 0, or it was spooled (--allow-full-download)
+        data = _spool_read(reply.spooled, offset + k, offset + n) if reply.spooled is not None else reply.body[:n - k]
+        mv[k:k + len(data)] = data
+        return k + len(data)
 
     def pread(self, n: int, offset: int) -> bytes:
         size = self.ensure_size()
@@ -198,11 +234,9 @@ class RemoteFile(SeekableReader):
         self.blob.prefetch(ranges)
 
     def readinto(self, b: Any) -> int:
-        mv = memoryview(b).cast("B")
-        data = self.blob.pread(len(mv), self.pos)
-        mv[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
+        n = self.blob.read_into(memoryview(b).cast("B"), self.pos)
+        self.pos += n
+        return n
 
     def read(self, n: int | None = -1) -> bytes:
         if n is None or n < 0:
@@ -253,11 +287,16 @@ class Backend:
 
     @property
     def concurrency(self) -> int:
-        return SETTINGS.concurrency
+        """Files worked on at once (core/urls.py `concurrently`: shards opened together): twice the requests a host
+        answers at once, so that over hf:// the next files' resolve requests (the Hub's, answered with a redirect)
+        go out while the CDN answers the last ones' (sources/http.py `_slot`)."""
+        return 2 * SETTINGS.concurrency
 
     def slot(self) -> threading.BoundedSemaphore:
-        """Held while one request is in flight: shards opened together, each prefetching a zip's local headers
-        with its own threads, still make at most SETTINGS.concurrency requests at once (the rest wait here)."""
+        """Held while one request to a store (s3://, gs://, ...: fsspec's own calls) is in flight: shards opened
+        together, each prefetching a zip's local headers with its own threads, still make at most
+        SETTINGS.concurrency requests at once (the rest wait here). http(s) and hf:// requests wait for a slot of
+        their host's instead (sources/http.py `_slot`)."""
         with self.lock:
             if self._slots is None:
                 self._slots = threading.BoundedSemaphore(SETTINGS.concurrency)

@@ -49,7 +49,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
     new_acc,
     tables,
 )
-from .kernel16 import BITS16, tensor_stats16
+from .kernel16 import BITS16, BUFFERS, tensor_stats16
 from .kernel32 import tensor_stats32
 from .tiny import run_stats, units
 
@@ -69,8 +69,11 @@ ANOMALY_RULE = (
     "least 5 with std > 0), robust z = (log10 std - median) / max(1.4826 * MAD, 0.1) exceeds 3.5 "
     "in absolute value (MAD = median absolute deviation of log10 std; the 0.1 floor means a flagged "
     "tensor's std is at least 10^0.35 = 2.2x away from the median)")
-# Units a URL's stats reads at once: the round trips (50 ms to a distant Hub) overlap, memory stays a few chunks.
-REMOTE_AHEAD = 4
+# Units a URL's stats reads at once, and the bytes of values they may hold (each a buffer of at most a chunk, which
+# its values are fetched straight into: sources/remote.py `Blob.read_into`): the round trips (50 ms to a distant
+# Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the checkpoint.
+REMOTE_AHEAD = 16
+REMOTE_BUDGET = 48 << 20
 Z_LIMIT = 3.5
 MAD_FLOOR = 0.1
 MIN_PEERS = 5
@@ -183,8 +186,9 @@ Contribution = list[tuple[GroupKey, Acc]]   # what one unit (a tensor, or a run 
 def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
     """Per unit (analysis/stats/tiny.py `units`: one tensor, or a run of tiny ones read together), in file order:
-    its items, their rows, and the accumulators it adds to each group. A URL's units are read REMOTE_AHEAD at a
-    time (each unit's result is its own, and they are yielded in order: the same report, bit for bit)."""
+    its items, their rows, and the accumulators it adds to each group. A URL's units are read up to REMOTE_AHEAD
+    at a time, holding at most REMOTE_BUDGET bytes of buffers (each unit's result is its own, and they are
+    yielded in order: the same report, bit for bit)."""
     groups_of = functools.lru_cache(maxsize=4096)(_group_keys)   # a MoE's 200k tensors share a few hundred
 
     def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
@@ -196,8 +200,17 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
             return part, [{**head(part[0], infos[0]), **acc.row()}], [(k, acc) for k in keys[0]]
         return part, *run_stats(ckpt, infos, part, keys, progress)
 
+    def held(span: tuple[int, int]) -> int:   # the buffer a unit reads into: a chunk at most (a run: its bytes)
+        return min(sum(ckpt[it.name].nbytes for it in items[span[0]:span[1]]), max(chunk_bytes, 1))
+
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
-    yield from urls.concurrently(one, spans, REMOTE_AHEAD) if urls.is_url(ckpt.path) else map(one, spans)
+    try:
+        if urls.is_url(ckpt.path):
+            yield from urls.concurrently(one, spans, REMOTE_AHEAD, held, REMOTE_BUDGET)
+        else:
+            yield from map(one, spans)
+    finally:
+        BUFFERS.clear()   # (the chunk buffers kept for reuse: a long-lived process holds none between runs)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
