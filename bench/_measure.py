@@ -1,10 +1,11 @@
-"""Whole-process wall time and peak RSS of a command, measured by the parent with os.wait4."""
+"""Whole-process wall time, CPU time and peak RSS of a command, measured with os.wait4 by a launcher that forks it."""
 from __future__ import annotations
 
 import os
+import signal
 import statistics
 import subprocess
-import time
+import sys
 
 
 def run_once(cmd: list[str], env: dict | None = None, timeout: float | None = None,
@@ -13,22 +14,46 @@ def run_once(cmd: list[str], env: dict | None = None, timeout: float | None = No
     return _run(cmd, env, timeout, cwd)[:3]
 
 
+# The command runs under a small launcher that forks it and reports the child's own rusage: Linux keeps, in a process's
+# peak RSS, the peak of the memory it was forked from (fs/exec.c saves the old mm's high-water mark at exec), so a
+# command forked straight from this process (often hundreds of MiB: a bench holding models or servers) would report
+# this process's size. The launcher is a bare interpreter (~10 MiB), under any command measured here.
+_LAUNCH = """
+import os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    try:
+        os.execvp(sys.argv[2], sys.argv[2:])
+    finally:
+        os._exit(127)
+_, status, ru = os.wait4(pid, 0)
+os.write(int(sys.argv[1]), f"{time.perf_counter() - start} {ru.ru_maxrss} {ru.ru_utime + ru.ru_stime} {status}".encode())
+"""
+
+
 def _run(cmd: list[str], env: dict | None, timeout: float | None, cwd: str | None) -> tuple[float, float, int, float]:
-    """run_once's figures and the CPU seconds (user + sys) of the child and the children it waited for."""
-    start = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env, cwd=cwd)
-    deadline = None if timeout is None else start + timeout
-    while True:
-        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
-        if pid:
-            break
-        if deadline and time.perf_counter() > deadline:
-            proc.kill()
-            pid, status, usage = os.wait4(proc.pid, 0)
-            break
-        time.sleep(0.005)
-    wall = time.perf_counter() - start
-    return wall, usage.ru_maxrss / 1024, os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+    """run_once's figures and the CPU seconds (user + sys) of the command and the children it waited for; wall time
+    from the fork to the command's exit, as the launcher saw it."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(write), *cmd], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, env=env, cwd=cwd, pass_fds=(write,), start_new_session=True)
+        os.close(write)
+        try:
+            proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)   # the launcher and the command
+            proc.communicate()
+        with os.fdopen(read, "rb") as f:
+            report = f.read().split()
+    except BaseException:
+        os.close(read)
+        raise
+    if not report:   # killed before it reported
+        return float(timeout or 0), 0.0, -9, 0.0
+    wall, maxrss, cpu, status = float(report[0]), int(report[1]), float(report[2]), int(report[3])
+    return wall, maxrss / 1024, os.waitstatus_to_exitcode(status), cpu
 
 
 def measure(cmd: list[str], repeat: int = 3, env: dict | None = None, timeout: float | None = None,
