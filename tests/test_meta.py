@@ -168,7 +168,7 @@ PUBLISHED_STATIC = {
 @pytest.mark.parametrize("model_type", PUBLISHED_STATIC)
 def test_published_sizes_static_equals_meta(tmp_path, model_type):
     """Where the static path answers at published size, the meta path gives the same parameters, active parameters,
-    FLOPs and cache bytes at 4,096 tokens (and the model card's totals where it gives them)."""
+    FLOPs, cache bytes at 4,096 tokens and 8 x H100 plan (and the model card's totals where it gives them)."""
     arch, kwargs, seqs, card = PUBLISHED_STATIC[model_type]
     cfg = T.AutoConfig.for_model(model_type, **kwargs)
     path = tmp_path / "config.json"
@@ -183,6 +183,13 @@ def test_published_sizes_static_equals_meta(tmp_path, model_type):
     for seq in seqs:
         assert flops.run(static, 1, seq)["totals"]["flops"] == flops.run(m, 1, seq)["totals"]["flops"], seq
     assert _kv(static, 1, 4096, 2) == _kv(m, 1, 4096, 2) > 0
+    assert _h100_plan(static) == _h100_plan(m)
+
+
+def _h100_plan(m) -> tuple[dict[str, int], bool]:
+    """The 8 x H100-80 plan at tp 8 of one 4,096-token sequence (bf16 cache): per-device bytes by group, and the fit."""
+    r = memory.report(m, 1, 4096, plan=Plan(tp=8, gpus=8, kv_dtype="bf16", capacity=80 << 30))["fit"]
+    return {x["group"]: x["bytes"] for x in r["lines"]}, r["fits"]
 
 
 @pytest.mark.slow

@@ -476,7 +476,10 @@ class MetaModel:
                         source=f"transformers {self.version} on the meta device",
                         head="lm" if self.decoder else "mlm" if type(self.model).__name__.endswith("ForMaskedLM") else "base",
                         architecture=type(self.model).__name__, layers=size("num_hidden_layers"), hidden=h, heads=a,
-                        kv_heads=size("num_key_value_heads") or a, head_dim=size("head_dim") or (h // a if a else 0),
+                        # the heads tensor parallelism splits the cache by: a model without attention, its mixer's
+                        # (Mamba2's num_heads), as the static path's Family.cache_heads
+                        kv_heads=size("num_key_value_heads") or a or size("num_heads"),
+                        head_dim=size("head_dim") or (h // a if a else 0),
                         intermediate=size("intermediate_size", "moe_intermediate_size"), vocab=size("vocab_size"),
                         context=size("max_position_embeddings"), activation=str(read("hidden_act") or "silu"),
                         gated_mlp=True, norm="rmsnorm", tied_embeddings=bool(read("tie_word_embeddings")),
