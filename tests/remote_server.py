@@ -64,7 +64,7 @@ class Server:
         self.bytes_sent = 0
         self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.auth_seen: list[str | None] = []
-        self.in_flight = 0       # requests being answered now
+        self.in_flight = 0       # requests received and not yet answered (their status line not sent)
         self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
         self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)
         self.lock = threading.Lock()
@@ -134,13 +134,23 @@ class _Handler(BaseHTTPRequestHandler):
         with s.lock:
             s.in_flight += 1
             s.max_in_flight = max(s.max_in_flight, s.in_flight)
+        self._waiting = True   # received, not yet answered: counted in flight
         t0 = time.monotonic()
         try:
             self._answer(head)
         finally:
             with s.lock:
-                s.in_flight -= 1
+                s.in_flight -= self._waiting   # (a dropped connection sends no status line)
                 s.spans.append((t0, time.monotonic()))
+
+    def send_response(self, code: int, message: str | None = None) -> None:
+        """A request leaves `in_flight` when its answer starts: the client cannot be done with it before, so the count
+        never holds one the client has finished (a handler thread descheduled after its last write would, under load,
+        overlap the client's next request)."""
+        with self.server_state.lock:
+            self.server_state.in_flight -= self._waiting
+        self._waiting = False
+        super().send_response(code, message)
 
     def _answer(self, head: bool) -> None:
         s, b = self.server_state, self.server_state.b
