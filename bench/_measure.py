@@ -36,20 +36,18 @@ def _run(cmd: list[str], env: dict | None, timeout: float | None, cwd: str | Non
     """run_once's figures and the CPU seconds (user + sys) of the command and the children it waited for; wall time
     from the fork to the command's exit, as the launcher saw it."""
     read, write = os.pipe()
-    try:
-        proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(write), *cmd], stdout=subprocess.DEVNULL,
-                                stderr=subprocess.PIPE, env=env, cwd=cwd, pass_fds=(write,), start_new_session=True)
-        os.close(write)
+    with os.fdopen(read, "rb") as reader:
+        try:
+            proc = subprocess.Popen([sys.executable, "-c", _LAUNCH, str(write), *cmd], stdout=subprocess.DEVNULL,
+                                    stderr=subprocess.PIPE, env=env, cwd=cwd, pass_fds=(write,), start_new_session=True)
+        finally:
+            os.close(write)   # the launcher holds its own copy: the read below ends when it exits
         try:
             proc.communicate(timeout=timeout)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)   # the launcher and the command
             proc.communicate()
-        with os.fdopen(read, "rb") as f:
-            report = f.read().split()
-    except BaseException:
-        os.close(read)
-        raise
+        report = reader.read().split()
     if not report:   # killed before it reported
         return float(timeout or 0), 0.0, -9, 0.0
     wall, maxrss, cpu, status = float(report[0]), int(report[1]), float(report[2]), int(report[3])

@@ -19,12 +19,12 @@ from ckptstat.families.framework.graph import build  # noqa: E402
 from ckptstat.families.framework.layout import layouts_of  # noqa: E402
 
 BATCH, SEQ = 2, 8
-CLASSIC: set[str] = set()   # parallel blocks written by hand (none now: Cohere, Phi and GPT-J are layouts)
 
 
 def _dense(f) -> bool:
+    """A dense layout family (Cohere's, Phi's and GPT-J's parallel blocks among them)."""
     ls = layouts_of(f)
-    return f.name in CLASSIC or (ls is not None and all(lay.mlp != "routed" for lay in ls.by_type.values()))
+    return ls is not None and all(lay.mlp != "routed" for lay in ls.by_type.values())
 
 
 CASES = [pytest.param(f, s, name, id=f"{f.name}-{name}-{i}") for f in FAMILIES if _dense(f)

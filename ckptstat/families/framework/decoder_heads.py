@@ -9,7 +9,7 @@ Each runs over every token's hidden state (the sequence classifier then picks th
 logits: an index, no FLOPs), so FlopCounterMode counts tokens x width x outputs for each."""
 from __future__ import annotations
 
-from .base import ArchSpec, Shapes, Tensors, add_linear
+from .base import ArchSpec, Shapes, Tensors
 from .infer import find
 from .ops import Builder
 
@@ -22,22 +22,25 @@ def outputs(s: ArchSpec, qa_labels: bool = False) -> int:
     return 2 if s.head == "qa" and not qa_labels else s.num_labels
 
 
-def build(B: Builder, width: int, qa_labels: bool = False) -> None:
-    """The spec's task head over the B.b x B.seq tokens of `width` (nothing for base and lm)."""
-    s = B.s
-    if s.head in TASK_HEADS:
-        B.linear(_MODULE[s.head], "cls", (B.b, B.seq), width, outputs(s, qa_labels), s.head != "seqcls")
-
-
 def shapes(s: ArchSpec, width: int, qa_labels: bool = False) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
-    """The spec's task head module and its parameters (suffix, shape), as a layout's walk records them."""
+    """The spec's task head module and its parameters (suffix, shape): a weight [outputs, width], and a bias
+    except on the sequence classifier (score)."""
     out = outputs(s, qa_labels)
     return _MODULE[s.head], (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
 
 
+def build(B: Builder, width: int, qa_labels: bool = False) -> None:
+    """The spec's task head over the B.b x B.seq tokens of `width` (nothing for base and lm)."""
+    s = B.s
+    if s.head in TASK_HEADS:
+        name, params = shapes(s, width, qa_labels)
+        B.linear(name, "cls", (B.b, B.seq), width, outputs(s, qa_labels), len(params) > 1)
+
+
 def tensors(out: Shapes, s: ArchSpec, width: int, qa_labels: bool = False) -> None:
     if s.head in TASK_HEADS:
-        add_linear(out, _MODULE[s.head], outputs(s, qa_labels), width, bias=s.head != "seqcls")
+        name, params = shapes(s, width, qa_labels)
+        out.update({f"{name}.{suffix}": shape for suffix, shape in params})
 
 
 def labels(T: Tensors) -> int:
