@@ -26,7 +26,7 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import conv2d
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from .clip import TextTower, Tower, Towers, VisionTower
 from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import conv2d
 
 
 # Sizes a saved SiglipConfig's sub-config omits are SiglipTextConfig's / SiglipVisionConfig's defaults (FROM_CLASS).

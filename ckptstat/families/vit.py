@@ -10,18 +10,21 @@ no matmul. The side analysed is ArchSpec.image_size, the rest a ViTVariant.
 
 DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the distillation token, after the
 cls token (ViTVariant.dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
-DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled."""
+DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled.
+
+The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder and encoder layers): the op template and
+the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import EncoderLayer, Recorder, encoder_layers
 
 
 @dataclass(frozen=True)
@@ -83,77 +86,56 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
 
-def patch_tokens(B: Builder, prefix: str, bias: bool) -> int:
-    """The patch embedding conv; returns the patches + the class token."""
-    s = B.s
+# ViT's layers: layernorm_before, attention.attention.{query,key,value}, attention.output.dense, layernorm_after,
+# intermediate.dense, output.dense (walk_vision.LayerPaths' defaults)
+LAYER = EncoderLayer()
+
+
+def patches(w: Recorder) -> int:
+    """The patch embedding, a biased Conv2d (k = stride = patch_size; DINOv2's too); returns the patches' count."""
+    s = w.B.s
     v = s.variant_as(Patches)
-    p = v.patch_size
-    side = conv2d(B, prefix, "embedding", v.channels, s.hidden, p, p, s.image_size, 0, bias=bias)
-    return side * side + 1
+    side = w.conv("embeddings.patch_embeddings.projection", v.channels, s.hidden, v.patch_size, s.image_size, True,
+                  bucket="embedding")
+    return side * side
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes (ViTModel's, DeiTModel's and their classifiers'): writes its ops to B and records the
+    modules it meets."""
     s = B.s
-    X = s.variant_as(ViTVariant)
-    h, L, f = s.hidden, s.layers, s.intermediate
-    dist = int(X.dist_token)
-    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True) + dist
-    native = (X.native_image_size // X.patch_size) ** 2 + 1 + dist
-    tok = (B.b, n)
-    B.add("embeddings.cls_token" + (" + distillation_token" if dist else "") + " + position_embeddings"
-          + (" + mask_token" if X.mask_token else ""), "embedding", "embedding",
-          1, (B.b, n - 1 - dist, h), (B.b, n, h), params=(1 + dist) * h + native * h + (h if X.mask_token else 0),
-          ew=B.b * n * h)
-    lp = f"encoder.layer[{L}]"
-    B.norm(f"{lp}.layernorm_before", "encoder", tok, h, L, residual=False)
-    for m in ("query", "key", "value"):
-        B.linear(f"{lp}.attention.attention.{m}", "encoder", tok, h, h, s.qkv_bias, L)
-    B.attention(f"{lp}.attention.attention", "encoder", s.heads, n, n, s.head_dim, L, causal=False)
-    B.linear(f"{lp}.attention.output.dense", "encoder", tok, h, h, True, L)
-    B.norm(f"{lp}.layernorm_after", "encoder", tok, h, L)
-    B.linear(f"{lp}.intermediate.dense", "encoder", tok, h, f, True, L)
-    B.activation(f"{lp}.intermediate act", "encoder", tok, f, s.activation, L)
-    B.linear(f"{lp}.output.dense (+residual)", "encoder", tok, f, h, True, L)
-    B.norm("layernorm", "encoder", tok, h)
-    if s.pooler:
-        B.linear("pooler.dense", "pooler", (B.b,), h, X.pooler_size, True)
-        B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
-    if s.head == "imgcls":
-        B.linear("classifier", "cls", (B.b,), h, s.num_labels, True)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """ViTModel's parameters (`vit.` inside ViTForImageClassification, whose classifier is an Identity,
-    without parameters, when num_labels is 0); the position table is sized by the config's image_size."""
-    if s.head not in ("base", "imgcls"):
-        return None
     X = s.variant_as(ViTVariant)
     h, f, p = s.hidden, s.intermediate, X.patch_size
     dist = int(X.dist_token)
-    pre = "" if s.head == "base" else ("deit." if dist else "vit.")
-    out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
-    if dist:
-        out[pre + "embeddings.distillation_token"] = (1, 1, h)
-    if X.mask_token:
-        out[pre + "embeddings.mask_token"] = (1, 1, h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X.native_image_size // p) ** 2 + 1 + dist, h)
-    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X.channels, p, p)
-    out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
-    for i in range(s.layers):
-        q = f"{pre}encoder.layer.{i}."
-        for m in ("query", "key", "value"):
-            add_linear(out, q + "attention.attention." + m, h, h, s.qkv_bias)
-        add_linear(out, q + "attention.output.dense", h, h)
-        add_linear(out, q + "intermediate.dense", f, h)
-        add_linear(out, q + "output.dense", h, f)
-        add_norm(out, q + "layernorm_before", h)
-        add_norm(out, q + "layernorm_after", h)
-    add_norm(out, pre + "layernorm", h)
+    w = Recorder(B, "encoder")
+    n = patches(w) + 1 + dist
+    tokens = (("embeddings.cls_token", (1, 1, h)),) + ((("embeddings.distillation_token", (1, 1, h)),) if dist else ()) \
+        + ((("embeddings.mask_token", (1, 1, h)),) if X.mask_token else ()) \
+        + (("embeddings.position_embeddings", (1, (X.native_image_size // p) ** 2 + 1 + dist, h)),)
+    w.params("embeddings." + " + ".join(path.split(".")[-1] for path, _ in tokens), tokens, (B.b, n - 1 - dist, h),
+             (B.b, n, h), ew=B.b * n * h, bucket="embedding")
+    encoder_layers(w, LAYER, s.layers, n, h, s.heads, f, s.activation, s.qkv_bias)
+    w.norm("layernorm", (B.b, n), h)
     if s.pooler:
-        add_linear(out, pre + "pooler.dense", X.pooler_size, h)
-    if s.head == "imgcls" and s.num_labels:
-        add_linear(out, "classifier", s.num_labels, h)
-    return out
+        w.linear("pooler.dense", (B.b,), h, X.pooler_size, True, bucket="pooler")
+        B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
+    if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
+        w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+    return w
+
+
+def build(B: Builder) -> None:
+    walk(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`); the position table is sized by
+    the config's image_size."""
+    if s.head not in ("base", "imgcls"):
+        return None
+    X = s.variant_as(ViTVariant)
+    body = "" if s.head == "base" else ("deit" if X.dist_token else "vit")
+    return walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=30,
