@@ -1,6 +1,7 @@
-"""The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2) against the
-library that wrote the files: for every sample model, the tensors the walk records are the names and shapes
-save_pretrained writes (census_audit.saved_shapes), as tests/test_layout.py checks the DecoderLayout families."""
+"""The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
+SigLIP's towers) against the library that wrote the files: for every sample model, the tensors the walk records are the
+names and shapes save_pretrained writes (census_audit.saved_shapes), as tests/test_layout.py checks the DecoderLayout
+families."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +14,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2")
+WALKED = ("vit", "dinov2", "clip", "siglip")
 CASES = [pytest.param(f, s, m, id=f"{f.name}-{s.config}-{m}-{i}")
          for f in map(get, WALKED) for i, s in enumerate(f.samples) for m in s.models]
 

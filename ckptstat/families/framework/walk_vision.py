@@ -109,6 +109,11 @@ class Recorder:
         self.B.add(self.prefix + label, kind, bucket or self.bucket, max(L, 1), in_shape, out_shape, params=per * max(L, 1),
                    ew=ew, weights_per_call=per if L else 0)
 
+    def embedding(self, path: str, rows: int, dim: int, seq: int) -> None:
+        """A lookup table of `rows` (nn.Embedding) read by `seq` tokens."""
+        self.record(path, (("weight", (rows, dim)),))
+        self.B.embedding(self.label(path), self.bucket, rows, dim, seq)
+
     def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None) -> int:
         """A Conv2d of k x k, stride k (a patch embedding) on a side x side image; returns the output side."""
         self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()))
