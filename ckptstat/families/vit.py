@@ -1,7 +1,10 @@
-"""ViT: transformers' modeling_vit.py (ViTModel with its pooler, ViTForImageClassification). A Conv2d
-patch embedding (k = stride = patch_size), a learned cls token and learned positions, pre-LayerNorm
-layers (layernorm_before, attention, layernorm_after, MLP), a final LayerNorm; the pooler (dense +
-tanh on the cls token) in ViTModel, a linear classifier on the cls token in the classification head.
+"""ViT: transformers' modeling_vit.py (ViTModel with its pooler, ViTForImageClassification,
+ViTForMaskedImageModeling). A Conv2d patch embedding (k = stride = patch_size), a learned cls token and learned
+positions, pre-LayerNorm layers (layernorm_before, attention, layernorm_after, MLP), a final LayerNorm; the pooler
+(dense + tanh on the cls token) in ViTModel, a linear classifier on the cls token in the classification head; the
+masked-image-modeling head (head "mim": ViTModel with its mask token [1, 1, h] and no pooler) reshapes the patch tokens
+to a side x side map and decodes it with a 1x1 Conv2d to encoder_stride^2 x num_channels (decoder.0) and a
+PixelShuffle (no FLOPs); the loss, only with bool_masked_pos, is not counted.
 
 Inputs: an image_size x image_size image (--image-size; default the config's image_size), i.e.
 (image_size // patch_size)^2 patches + the cls token. The position table is sized by the config's
@@ -16,13 +19,14 @@ The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder 
 the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
 from .framework.walk_vision import EncoderLayer, Recorder, encoder_layers
 
@@ -40,10 +44,12 @@ class Patches(Variant):
 class ViTVariant(Patches):
     pooler_size: int         # pooler_output_size
     dist_token: bool         # DeiT's distillation token
+    encoder_stride: int = 0  # the *ForMaskedImageModeling decoder's upscale (encoder_stride; 0: no decoder)
 
 
 def pooler(model_type: str, head: str) -> bool:
-    """ViTModel adds its pooler by default; ViTForImageClassification builds ViTModel without one."""
+    """ViTModel adds its pooler by default; ViTForImageClassification and ViTForMaskedImageModeling build ViTModel
+    without one."""
     return head == "base"
 
 
@@ -60,8 +66,10 @@ def image_sizes(c: Cfg, patch: int) -> tuple[int, int, int, int]:
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a, img, p = image_sizes(c, 16)
-    v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=False,
-                   pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit")
+    mim = c.head == "mim"   # ViTModel(add_pooling_layer=False, use_mask_token=True) and the decoder
+    v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=mim,
+                   pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit",
+                   encoder_stride=c.int("encoder_stride", default=FROM_CLASS) if mim else 0)
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
                     qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
@@ -75,10 +83,12 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     side = int(round((n - 1 - dist) ** 0.5))
     f = infer.shape(T, r"intermediate\.dense\.weight$", "the MLP's first dense")[0]
     pool = infer.find(T, r"pooler\.dense\.weight$")
+    decoder = infer.find(T, r"^decoder\.0\.weight$")   # *ForMaskedImageModeling's [stride^2 x channels, h, 1, 1]
     a, note = infer.heads_for(h, 64)
     img = side * p
     v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
-                   pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist))
+                   pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
+                   encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
     return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
                     qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
@@ -121,6 +131,8 @@ def walk(B: Builder) -> Recorder:
         B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
     if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
         w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+    if X.encoder_stride:   # the patch tokens as a side x side map, a 1x1 conv to stride^2 x channels, PixelShuffle (no FLOPs)
+        w.conv("decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
     return w
 
 
@@ -131,7 +143,7 @@ def build(B: Builder) -> None:
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`); the position table is sized by
     the config's image_size."""
-    if s.head not in ("base", "imgcls"):
+    if s.head not in FAMILY.heads:
         return None
     X = s.variant_as(ViTVariant)
     body = "" if s.head == "base" else ("deit" if X.dist_token else "vit")
@@ -146,14 +158,15 @@ FAMILY = Family(
     model_types=("vit", "deit"),
     signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.(weight|kernel)$",   # kernel: Flax (docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "imgcls"),
-    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),),
+    heads=("base", "imgcls", "mim"),
+    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"), HeadRule(r"^decoder\.0\.weight$", "mim")),
     pooler=pooler,
     main_input="pixel_values",
     samples=(
-        Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification")),
+        Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification", "ViTForMaskedImageModeling")),
         Sample("ViTConfig", dict(_SIZES, qkv_bias=False, pooler_output_size=24, image_size=32, patch_size=4),
                ("ViTModel",)),
-        Sample("DeiTConfig", dict(_SIZES, num_labels=5), ("DeiTModel", "DeiTForImageClassification")),
+        Sample("DeiTConfig", dict(_SIZES, num_labels=5, encoder_stride=3),
+               ("DeiTModel", "DeiTForImageClassification", "DeiTForMaskedImageModeling")),
     ),
 )

@@ -114,10 +114,12 @@ class Recorder:
         self.record(path, (("weight", (rows, dim)),))
         self.B.embedding(self.label(path), self.bucket, rows, dim, seq)
 
-    def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None) -> int:
-        """A Conv2d of k x k, stride k (a patch embedding) on a side x side image; returns the output side."""
-        self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()))
-        return conv2d(self.B, self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
+    def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
+             top: bool = False) -> int:
+        """A Conv2d of k x k, stride k (a patch embedding; k 1: a per-pixel projection) on a side x side image; returns
+        the output side."""
+        self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
+        return conv2d(self.B, path if top else self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
 
     def shapes(self, body: str = "") -> dict[str, Shape]:
         """The recorded parameters' names and shapes, those not `top` under `body` ("": none)."""
