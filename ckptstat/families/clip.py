@@ -151,10 +151,10 @@ def unprefixed(out: Shapes) -> Shapes:
 def tower_shapes(T: Tensors, pre: str) -> Tower:
     """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py); `pre`: the tower's names' prefix
     (tower_prefix)."""
-    q = "^" + re.escape(pre)
-    f, h = infer.shape(T, rf"{q}encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre}encoder.layers.0.mlp.fc1")
+    q, lay = "^" + re.escape(pre), LAYER.paths   # the walk's names
+    f, h = infer.shape(T, rf"{q}{re.escape(f'{lay.layers}.0.{lay.up}')}\.weight$", f"{pre}{lay.layers}.0.{lay.up}")
     a, _ = infer.heads_for(h, 64)
-    return Tower(layers=infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), hidden=h, heads=a, inter=f)
+    return Tower(layers=infer.count_layers(T, rf"{q}{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, inter=f)
 
 
 def vision_shapes(T: Tensors, pre: str) -> VisionTower:
@@ -260,7 +260,7 @@ def build(B: Builder) -> None:
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
     bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
-    if s.head not in ("base", "projection"):
+    if s.head not in FAMILY.heads:
         return None
     return tower_shapes_of(walk, s)
 

@@ -17,6 +17,7 @@ scale and, where use_swiglu_ffn, the SwiGLU MLP typed in an EncoderLayer): the o
 derive from it."""
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -60,9 +61,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
     n = infer.shape(T, r"embeddings\.position_embeddings$", "the position embeddings")[-2]
     side = int(round((n - 1) ** 0.5))
-    swiglu = infer.has(T, r"mlp\.weights_in\.weight$")
-    f = infer.shape(T, r"mlp\.weights_out\.weight$", "mlp.weights_out")[1] if swiglu else \
-        infer.shape(T, r"mlp\.fc1\.weight$", "mlp.fc1")[0]
+    lay = LAYER.paths   # the walk's names
+    swiglu = infer.has(T, rf"{re.escape(lay.gated_in)}\.weight$")
+    f = infer.shape(T, rf"{re.escape(lay.gated_out)}\.weight$", lay.gated_out)[1] if swiglu else \
+        infer.shape(T, rf"{re.escape(lay.up)}\.weight$", lay.up)[0]
     cls = infer.find(T, r"^classifier\.weight$")
     reg = infer.find(T, r"embeddings\.register_tokens$")
     a, note = infer.heads_for(h, 64)
@@ -70,9 +72,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     v = Dinov2Variant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
                       swiglu=swiglu, registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
-                    layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a,
                     intermediate=f, vocab=0, gated_mlp=swiglu, activation="silu" if swiglu else "gelu",
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
                     **{**common, "model_type": "dinov2_with_registers" if reg is not None else "dinov2"})
 
@@ -111,7 +114,7 @@ def build(B: Builder) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    if s.head not in ("base", "imgcls"):
+    if s.head not in FAMILY.heads:
         return None
     X = s.variant_as(Dinov2Variant)
     body = "" if s.head == "base" else ("dinov2_with_registers" if X.registers else "dinov2")

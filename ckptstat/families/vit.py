@@ -20,6 +20,7 @@ the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -81,7 +82,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     n = infer.shape(T, r"embeddings\.position_embeddings(\.weight)?$", "the position embeddings")[-2]
     dist = int(infer.has(T, r"embeddings\.distillation_token$"))   # DeiT
     side = int(round((n - 1 - dist) ** 0.5))
-    f = infer.shape(T, r"intermediate\.dense\.weight$", "the MLP's first dense")[0]
+    lay = LAYER.paths   # the walk's names
+    f = infer.shape(T, rf"{re.escape(lay.up)}\.weight$", "the MLP's first dense")[0]
     pool = infer.find(T, r"pooler\.dense\.weight$")
     decoder = infer.find(T, r"^decoder\.0\.weight$")   # *ForMaskedImageModeling's [stride^2 x channels, h, 1, 1]
     a, note = infer.heads_for(h, 64)
@@ -89,9 +91,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
                    pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
                    encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
