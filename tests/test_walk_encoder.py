@@ -1,8 +1,8 @@
-"""The encoders described once as a walk (families/framework/walk_encoder.py: XLM / FlauBERT, XLNet, GIT) against the library
-that wrote the files: for every sample and every head model, the tensors the walk records are the names and shapes
-save_pretrained writes (census_audit.saved_shapes, tied names kept), and the op template the same walk writes holds
-the parameters the file holds (each tied group once: saved_shapes with tied False). No family module keeps a
-hand-written expected_tensors beside its walk."""
+"""The families described once as a walk with families/framework/walk_encoder.py's recorder (XLM / FlauBERT, XLNet, GIT,
+HRM-Text) against the library that wrote the files: for every sample and every head model, the tensors the walk
+records are the names and shapes save_pretrained writes (census_audit.saved_shapes, tied names kept), and the op
+template the same walk writes holds the parameters the file holds (each tied group once: saved_shapes with tied
+False). No family module keeps a hand-written expected_tensors beside its walk."""
 from __future__ import annotations
 
 import importlib
@@ -18,7 +18,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 
-WALKED = ("xlm", "xlnet", "git")
+WALKED = ("xlm", "xlnet", "git", "hrm_text")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in WALKED
          for i, s in enumerate(get(name).samples) for m in s.models]
 

@@ -4,7 +4,7 @@ embeddings, parameters a forward holds but never runs, einsum projections held a
 post-LayerNorm BERT-style layer under any module names, and the heads outside the body (LM head, token classifier, span
 head). A module path may hold `{bid}` where its layer index goes, for models that keep their modules in per-kind lists
 (XLM's attentions.{bid}.q_lin, layer_norm1.{bid}); without it a layer's module sits under `Paths.layers`. The family
-modules using it: xlm.py, xlnet.py."""
+modules using it: xlm.py, xlnet.py, git.py, hrm_text.py."""
 from __future__ import annotations
 
 import math
@@ -33,10 +33,10 @@ class EncoderWalk(Walk):
     def label(self, sub: str, layers: tuple[int, ...]) -> str:
         return sub.replace(".{bid}", f"[{len(layers)}]") if "{bid}" in sub else super().label(sub, layers)
 
-    def embedding(self, sub: str, rows: int, dim: int) -> None:
+    def embedding(self, sub: str, rows: int, dim: int, label: str | None = None) -> None:
         """A lookup table run on every token."""
         self.record(sub, None, (("weight", (rows, dim)),), None)
-        self.B.embedding(sub, "embedding", rows, dim, self.B.seq)
+        self.B.embedding(label or sub, "embedding", rows, dim, self.B.seq)
 
     def params(self, subs: tuple[tuple[str, Params], ...], layers: tuple[int, ...] | None = None) -> int:
         """Records modules (sub, its parameters); returns how many parameters they hold, every layer's together."""
