@@ -3,8 +3,9 @@ module recorded once while its op is written, the expected tensors derived from 
 embeddings, parameters a forward holds but never runs, einsum projections held as bare [in, heads, d] parameters, a
 post-LayerNorm BERT-style layer under any module names, and the heads outside the body (LM head, token classifier, span
 head). A module path may hold `{bid}` where its layer index goes, for models that keep their modules in per-kind lists
-(XLM's attentions.{bid}.q_lin, layer_norm1.{bid}); without it a layer's module sits under `Paths.layers`. The family
-modules using it: xlm.py, xlnet.py, git.py, hrm_text.py."""
+(XLM's attentions.{bid}.q_lin, layer_norm1.{bid}) or in more than one stack (HRM-Text's L_module.layers.{bid},
+H_module.layers.{bid}); without it a layer's module sits under `Paths.layers`. The family modules using it: xlm.py,
+xlnet.py, git.py, hrm_text.py."""
 from __future__ import annotations
 
 import math
