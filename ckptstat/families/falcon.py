@@ -25,12 +25,10 @@ from ..errors import NoAnalyticModel
 from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import BiasKeys, FFNWidth
 
-# Falcon-7B's: one input_layernorm that attention and MLP both read
+# Falcon-7B's: one input_layernorm that attention and MLP both read (from_config reads the sizes and the one `bias`)
 FALCON = DecoderLayout(
     norm="layernorm", placement="parallel", fused_qkv=True, mlp="plain", act_key="activation", tied_default=True,
-    ffn_width=FFNWidth(key="ffn_hidden_size"), bias_keys=BiasKeys(qkv="bias", o="bias", mlp="bias"),
     paths=Paths(body="transformer", embed="word_embeddings", layers="h", attn="self_attention", qkv="query_key_value",
                 o="dense", up="dense_h_to_4h", down="dense_4h_to_h", norm="ln_f"))
 # Falcon-40B/180B's ln_attn and ln_mlp (llama.cpp: attn_norm_2 and attn_norm)
