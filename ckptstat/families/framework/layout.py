@@ -122,6 +122,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     no_table = lay.nope == "all" or (lay.nope == "embedding_type" and bool(s.nope_layers))   # no rotary module
     for table in tables if attn and not no_table and lay.positions == "rotary" else ():
         decoders.rotary(B, rot, table)
+    if attn and lay.unused_rotary:   # computed, never applied (DecoderLayout.unused_rotary)
+        decoders.rotary(B, rot)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
     placed: dict[Placement, tuple[int, ...]] = {}
@@ -217,6 +219,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for pl, ls in before.items():
         if pl != "parallel" and lay.mlp != "none" and not lay.one_mixer:
             w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
+        elif pl == "parallel" and lay.parallel_mlp_norm:   # the MLP's own norm beside the attention's
+            w.norm(p.mlp_in, "ffn_norm", h, ls, residual=False)
     routed, ffn = lay.mlp == "routed", tuple(i for i in every if i in s.ffn_layers or not lay.one_mixer)
     dense = (tuple(i for i in ffn if i in s.dense_layers) if routed and lay.dense_layers else () if routed
              else () if lay.mlp == "none" else ffn)
