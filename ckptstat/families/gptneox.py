@@ -1,14 +1,16 @@
 """GPT-NeoX / Pythia (transformers modeling_gpt_neox.py, configuration_gpt_neox.py): the LLaMA layout (layout.py) with
-LayerNorms (weight and bias), embed_in, a fused query_key_value [3h, h] (its rows per head [q_h k_h v_h], which
-llama.cpp's converter keeps as attn_qkv) and dense, biased by attention_bias (default true), rotary on the first
-rotary_pct of each head (transformers 5 saves it as partial_rotary_factor; 0.25 by default), a plain biased MLP
-dense_h_to_4h / hidden_act / dense_4h_to_h, final_layer_norm, and an LM head `embed_out` (transformers 5's `lm_head` in
-memory) untied by default (GPTNeoXForCausalLM's _tied_weights_keys: lm_head.weight).
+LayerNorms (weight and bias), embed_in, a fused query_key_value [3h, h] (its rows per head [q_h k_h v_h]; llama.cpp's
+converter reorders them into [q; k; v] blocks for attn_qkv, which `ckptstat diff` does not replay) and dense, biased by
+attention_bias (default true), rotary on the first rotary_pct of each head (transformers 5 saves it as
+partial_rotary_factor; 0.25 by default), a plain biased MLP dense_h_to_4h / hidden_act / dense_4h_to_h,
+final_layer_norm, and an LM head `embed_out` (transformers 5's `lm_head` in memory) untied by default
+(GPTNeoXForCausalLM's _tied_weights_keys: lm_head.weight).
 
-Each layer has two LayerNorms, input_layernorm before the attention and post_attention_layernorm before the MLP (pre-norm
-placement). use_parallel_residual (default true) feeds the MLP's norm the layer's input, x + attn(ln1(x)) + mlp(ln2(x)),
-unlike Cohere's and GPT-J's parallel layer (one norm whose output both read); false feeds it x + attn(ln1(x)). Either way
-the same modules, matmuls and two residual adds per layer: the one layout describes both."""
+Each layer has two LayerNorms, input_layernorm before the attention and post_attention_layernorm before the MLP
+(pre-norm placement). use_parallel_residual (default true) feeds the MLP's norm the layer's input,
+x + attn(ln1(x)) + mlp(ln2(x)), unlike Cohere's and GPT-J's parallel layer (one norm whose output both read); false
+feeds it x + attn(ln1(x)). Either way the same modules, matmuls and two residual adds per layer: the one layout
+describes both."""
 from __future__ import annotations
 
 from collections.abc import Mapping

@@ -452,6 +452,9 @@ class DecoderLayout:
     # 2N, times their weightless RMSNorm; a sigmoid pre mix collapses the copies to the sublayer's input, a post mix
     # spreads its output back over them), and before the final norm the head's (N x h -> N) collapse
     hyper: bool = False
+    # o and the MLP's down run as tensor-parallel slices whose outputs are summed (layout_tp.py: BLOOM's pretraining_tp
+    # with slow_but_exact, its slice count ArchSpec.variant's TPSlices)
+    tp_slices: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
