@@ -3,8 +3,8 @@ LayerNorms (weight and bias), embed_in, a fused query_key_value [3h, h] (its row
 converter reorders them into [q; k; v] blocks for attn_qkv, which `ckptstat diff` does not replay) and dense, biased by
 attention_bias (default true), rotary on the first rotary_pct of each head (transformers 5 saves it as
 partial_rotary_factor; 0.25 by default), a plain biased MLP dense_h_to_4h / hidden_act / dense_4h_to_h,
-final_layer_norm, and an LM head `embed_out` (transformers 5's `lm_head` in memory) untied by default
-(GPTNeoXForCausalLM's _tied_weights_keys: lm_head.weight).
+final_layer_norm, an LM head `embed_out` (transformers 5's `lm_head` in memory) untied by default
+(GPTNeoXForCausalLM's _tied_weights_keys: lm_head.weight), and the task heads score, classifier and qa_outputs.
 
 Each layer has two LayerNorms, input_layernorm before the attention and post_attention_layernorm before the MLP
 (pre-norm placement). use_parallel_residual (default true) feeds the MLP's norm the layer's input,
@@ -17,12 +17,13 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .framework import base, decoders, infer, layout
+from .framework import base, decoder_heads, decoders, infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 GPTNEOX = DecoderLayout(
     norm="layernorm", fused_qkv=True, mlp="plain", mlp_bias=True, partial_rotary=0.25,
+    task_heads=("seqcls", "tokcls", "qa"),
     paths=Paths(body="gpt_neox", embed="embed_in", attn="attention", qkv="query_key_value", o="dense",
                 up="dense_h_to_4h", down="dense_4h_to_h", norm="final_layer_norm", lm_head="embed_out"))
 
@@ -44,7 +45,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(s.hidden, 128 if s.hidden >= 2048 else 64)
     d, pct = s.hidden // a, GPTNEOX.partial_rotary or 1.0
     return replace(s, heads=a, kv_heads=a, head_dim=d, rope_dim=int(d * pct), tied_embeddings=infer.find(T, _LM_HEAD) is None,
-                   assumptions=(note, f"no config: rotary_pct assumed {pct}"))
+                   num_labels=decoder_heads.labels(T), assumptions=(note, f"no config: rotary_pct assumed {pct}"))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
@@ -75,5 +76,7 @@ FAMILY = Family(
         Sample("GPTNeoXConfig", _SIZES, ("GPTNeoXModel", "GPTNeoXForCausalLM")),
         Sample("GPTNeoXConfig", dict(_SIZES, use_parallel_residual=False, attention_bias=False, rotary_pct=0.5,
                                      tie_word_embeddings=True), ("GPTNeoXForCausalLM",), infer=False),
+        Sample("GPTNeoXConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("GPTNeoXForSequenceClassification", "GPTNeoXForTokenClassification", "GPTNeoXForQuestionAnswering")),
     ),
 )
