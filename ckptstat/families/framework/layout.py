@@ -30,6 +30,7 @@ from . import (
     layout_linear,
     layout_moe,
     layout_ssm,
+    layout_tp,
     mixers_conv,
     mixers_kda,
     mixers_lightning,
@@ -207,6 +208,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
         w.linear(at + p.o, "attn_output", a * (s.v_head_dim or d), h, s.o_bias, attn)
+        if lay.tp_slices:
+            layout_tp.summed(w, at + p.o, attn)
         if lay.last_o_bias:
             last = (s.layers - 1,)
             w.record(at + p.last_bias, None, (("", (h,)),), last)
@@ -230,6 +233,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
         mlp(w, dense, lay.routed_mlp if routed else lay.mlp, f)
+        if lay.tp_slices:
+            layout_tp.summed(w, f"{p.mlp}.{p.down}", dense)
     if lay.residual_scales:
         residual_scale(w, p.mlp_residual, every)
     for ls in after.values():
