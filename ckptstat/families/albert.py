@@ -50,7 +50,7 @@ def walk(B: Builder) -> encoder.Rec:
     h, E, G, inner = s.hidden, s.emb, s.shared_groups or 1, s.inner_group
     encoder.embeddings(r)
     r.linear("encoder.embedding_hidden_mapping_in", "embedding", E, h)
-    # shared layers: G groups of `inner` layers stored, each group run until num_hidden_layers groups have run
+    # shared layers: G groups of `inner` layers stored; num_hidden_layers group calls run, each its `inner` layers
     encoder.stack_layers(r, encoder.Stack(f"encoder.albert_layer_groups[{G} shared x{inner} layers]",
                                           "encoder.albert_layer_groups.{bid}.albert_layers.{xid}", G, s.layers * inner,
                                           inner), LAYER)
