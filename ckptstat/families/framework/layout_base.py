@@ -452,6 +452,15 @@ class DecoderLayout:
     # 2N, times their weightless RMSNorm; a sigmoid pre mix collapses the copies to the sublayer's input, a post mix
     # spreads its output back over them), and before the final norm the head's (N x h -> N) collapse
     hyper: bool = False
+    # placement "parallel": the MLP reads a norm of its own ({mlp_in}) beside the attention's (Falcon-40B's ln_mlp)
+    parallel_mlp_norm: bool = False
+    # positions other than rotary, yet the rotary table's product runs, unused (FalconModel's rotary_emb under ALiBi)
+    unused_rotary: bool = False
+    # the cache holds K and V broadcast to the query heads (Falcon's new_decoder_architecture); falcon.kv_cache reads it
+    kv_broadcast: bool = False
+    # o and the MLP's down run as tensor-parallel slices whose outputs are summed (layout_tp.py: BLOOM's pretraining_tp
+    # with slow_but_exact, its slice count ArchSpec.variant's TPSlices)
+    tp_slices: bool = False
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
