@@ -1,7 +1,7 @@
 """The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
 SigLIP's towers) against the library that wrote the files: for every sample model, the tensors the walk records are the
-names and shapes save_pretrained writes (census_audit.saved_shapes), as tests/test_layout.py checks the DecoderLayout
-families."""
+names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the same walk writes holds
+the file's parameters, as tests/test_walk_encoder.py checks its walks."""
 from __future__ import annotations
 
 import pytest
@@ -9,23 +9,21 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
 WALKED = ("vit", "dinov2", "clip", "siglip")
-CASES = [pytest.param(f, s, m, id=f"{f.name}-{s.config}-{m}-{i}")
-         for f in map(get, WALKED) for i, s in enumerate(f.samples) for m in s.models]
+CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
+         for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
 
-@pytest.mark.parametrize("family,sample,model_name", CASES)
-def test_walked_tensors_are_what_save_pretrained_writes(family, sample, model_name):
-    cfg = getattr(T, sample.config)(**sample.kwargs)
-    with torch.device("meta"):
-        model = getattr(T, model_name)._from_config(cfg)
-    spec = from_config(dict(cfg.to_dict(), architectures=[model_name]))
-    assert family.expected_tensors(spec) == saved_shapes(model)
+@pytest.mark.parametrize("name,sample,model_name", CASES)
+def test_walked_tensors_are_what_save_pretrained_writes(name, sample, model_name):
+    """tests/test_walk_encoder.py's check: tensors == save_pretrained's, the op template's parameters the file's."""
+    walk_check(name, sample, model_name)
 
 
 def test_walked_masked_image_modeling_keeps_the_mask_token():
