@@ -372,6 +372,8 @@ def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
     width = lay.ffn_width
     if times := width.times_hidden or (c.int(width.times_key) if width.times_key else 0):
         return times * c.int("hidden_size")
+    if width.else_times:
+        return c.int(width.key, default=width.else_times * c.int("hidden_size"))
     return c.int(width.key, default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int(width.key)
 
 

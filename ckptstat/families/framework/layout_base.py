@@ -289,10 +289,12 @@ class Segments(Variant):
 class FFNWidth:
     """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff); with
     `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4); with `times_key`,
-    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size)."""
+    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size); with `else_times`, `key`'s
+    value where the config sets it, else (absent or null) that many times hidden_size (GPT-2's n_inner)."""
     key: str = "intermediate_size"
     times_hidden: int = 0
     times_key: str | None = None
+    else_times: int = 0
 
 
 @dataclass(frozen=True)
