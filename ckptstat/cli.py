@@ -20,7 +20,7 @@ from .commands import report as report_cmd
 from .commands import trend as trend_cmd
 from .commands.common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, show, write_out
 from .commands.examples import epilog
-from .commands.quick import _line, quick
+from .commands.quick import LAYERS, _line, quick
 from .core.jsontext import dumps
 from .errors import CkptstatError
 from .render import DEFAULT_SEQ_RULE
@@ -38,7 +38,7 @@ app = typer.Typer(
 @app.command(epilog=epilog("summary"))
 def summary(
     path: str = PathArg,
-    layers: bool = typer.Option(False, "--layers", help="Also show parameters per layer."),
+    layers: bool = typer.Option(False, *LAYERS, help="Also show parameters per layer."),
     as_json: bool = JsonOpt,
     config: Optional[str] = ConfigOpt,
     verify: bool = typer.Option(False, "--verify", help="Also check stored checksums (TF bundles: crc32c of "

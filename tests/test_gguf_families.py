@@ -1,6 +1,6 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
 (t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX,
-Mamba and gpt-oss.
+Mamba, gpt-oss and StarCoder (GPTBigCode).
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
 convert_hf_to_gguf.py converts it: the state dict as save_pretrained stores it (a tied weight once), every name
@@ -213,6 +213,18 @@ def _moe(w: Any, c: Any) -> None:
     w.add_rope_dimension_count(int(d * _rotary_fraction(c)))
 
 
+def _starcoder(w: Any, c: Any) -> None:
+    """StarCoderModel.set_gguf_parameters (GPTBigCodeForCausalLM): feed_forward_length 4 x n_embd and head_count_kv 1
+    whatever the config says."""
+    w.add_context_length(c.n_positions)
+    w.add_embedding_length(c.n_embd)
+    w.add_feed_forward_length(4 * c.n_embd)
+    w.add_block_count(c.n_layer)
+    w.add_head_count(c.n_head)
+    w.add_head_count_kv(1)
+    w.add_layer_norm_eps(c.layer_norm_epsilon)
+
+
 @dataclass(frozen=True)
 class Case:
     family: str
@@ -265,6 +277,9 @@ CASES = {
     "gpt-oss": Case("gpt_oss", 0, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "gpt-oss-tied": Case("gpt_oss", 1, "GptOssForCausalLM", "gpt-oss", _gpt_oss, unaligned=EXPERTS_SPLIT),
     "mamba-untied": Case("mamba", 1, "MambaForCausalLM", "mamba", _mamba),
+    # multi-query and tied; multi-head (multi_query false, which the converter's head_count_kv 1 does not say), untied
+    "starcoder": Case("gpt_bigcode", 0, "GPTBigCodeForCausalLM", "starcoder", _starcoder),
+    "starcoder-mha": Case("gpt_bigcode", 1, "GPTBigCodeForCausalLM", "starcoder", _starcoder, changes=dict(n_inner=48)),
     "olmoe": Case("olmoe", 0, "OlmoeForCausalLM", "olmoe", _moe),
     "phimoe": Case("phimoe", 1, "PhimoeForCausalLM", "phimoe", _moe),
     "minimax-m2": Case("minimax_m2", 0, "MiniMaxM2ForCausalLM", "minimax-m2", _moe),

@@ -23,6 +23,9 @@ DESCRIBED = [f for f in FAMILIES if L.layouts_of(f) is not None]
 ARCHS = {name: arch for arch, name in gguf.MODEL_ARCH_NAMES.items()}
 # model types whose llama.cpp converter maps its stacked experts under a name without the body's prefix
 MERGED_WITHOUT_BODY = {"lfm2_moe"}
+# model types whose llama.cpp converter strips the body's prefix from every name before mapping it (convert_hf_to_gguf.py
+# BloomModel.modify_tensors: re.sub(r'transformer\.', '', name))
+STRIPPED_BODY = {"bloom"}
 CASES = [pytest.param(f, s, m, id=f"{f.name}-{s.config}-{m}") for f in DESCRIBED for s in f.samples for m in s.models]
 
 
@@ -70,7 +73,8 @@ def test_derived_gguf_names_are_tensor_name_maps(family, sample, model_name):
     saved = {_stacked(n) for n in saved_shapes(model)}
     assert set(ours) == saved
     # llama.cpp's LFM2-MoE converter stacks the experts and maps them as layers.N.feed_forward.experts.w1 (no `model.`)
-    merged = {n: n.removeprefix(body) if mt in MERGED_WITHOUT_BODY and ".experts." in n else n for n in saved}
+    merged = {n: n.removeprefix(body) if (mt in MERGED_WITHOUT_BODY and ".experts." in n) or mt in STRIPPED_BODY else n
+              for n in saved}
     theirs = {n: oracle.get_name(merged[n], try_suffixes=(".weight", ".bias")) for n in saved}
     assert ours == theirs
 

@@ -107,6 +107,36 @@ def test_stats_defaults_are_the_commands():
     assert (values.ChunkOpt.default, values.WorkersOpt.default) == (quick.STATS_CHUNK, quick.STATS_WORKERS)
 
 
+@pytest.mark.parametrize("command,table", [("summary", quick._SUMMARY), ("stats", quick._STATS)])
+def test_the_quick_options_are_the_commands(command, table):
+    # each spelling the quick path parses is one of the typer command's options, of the same kind (a flag, an int,
+    # a string), and the spellings _SAME joins are one option: the command function's typer declarations are the oracle
+    import inspect
+    import typing
+
+    import typer
+
+    from ckptstat import cli
+    from ckptstat.commands import values
+    function = {"summary": cli.summary, "stats": values.stats}[command]
+    kind, option, hints = {}, {}, typing.get_type_hints(function)
+    for p in inspect.signature(function).parameters.values():
+        if isinstance(p.default, typer.models.OptionInfo):
+            for decl in p.default.param_decls:
+                for name in decl.split("/"):
+                    hint = hints[p.name]
+                    kind[name] = next(t for t in typing.get_args(hint) or (hint,) if t is not type(None))
+                    option[name] = p.name
+    flags, valued = table
+    for name in flags:
+        assert kind[name] is bool, name
+    for name, expected in valued.items():
+        assert kind[name] is expected, name
+    for spelling, name in quick._SAME.items():
+        if spelling in {*flags, *valued}:
+            assert option[spelling] == option[name]
+
+
 def test_hook_modules_match_the_registered_hooks():
     registry._load_all()
     assert set(registry._HOOK_MODULES) == set(registry._FILE_HOOKS)

@@ -33,16 +33,19 @@ CASES = [pytest.param(f, s, name, id=f"{f.name}-{name}-{i}") for f in FAMILIES i
 
 class _HiddenAdds(TorchDispatchMode):
     """Counts aten.add calls whose two operands are tensors of `shape`, or its tokens flattened into rows (OPT's MLP
-    residual: [b x s, h])."""
+    residual: [b x s, h]), or [b, s, h] and a position table's [1, s, h] rows broadcast over the batch (GPTBigCode's
+    and GPT-Neo's position_ids [1, s])."""
 
     def __init__(self, shape: tuple[int, ...]) -> None:
         super().__init__()
         self.shapes, self.count = {shape, (shape[0] * shape[1], shape[2])}, 0
+        self.broadcast = {shape, (1,) + shape[1:]}
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if func.overloadpacket in (torch.ops.aten.add, torch.ops.aten.add_) and len(args) >= 2 and all(
-                isinstance(a, torch.Tensor) for a in args[:2]) and tuple(args[0].shape) == tuple(args[1].shape) \
-                and tuple(args[0].shape) in self.shapes:
+                isinstance(a, torch.Tensor) for a in args[:2]) and (
+                (tuple(args[0].shape) == tuple(args[1].shape) and tuple(args[0].shape) in self.shapes)
+                or {tuple(args[0].shape), tuple(args[1].shape)} == self.broadcast):
             self.count += 1
         return func(*args, **(kwargs or {}))
 

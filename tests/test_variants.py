@@ -10,10 +10,10 @@ import pytest
 T = pytest.importorskip("transformers")
 
 from ckptstat.families import FAMILIES  # noqa: E402
-from ckptstat.families.falcon import FalconVariant  # noqa: E402
 from ckptstat.families.framework.archspec import ArchSpec, Variant  # noqa: E402
 from ckptstat.families.framework.layout_base import Segments  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
+from ckptstat.families.wav2vec2 import FeatureEncoder  # noqa: E402
 
 SPECS = [(f.name, s.config, s.kwargs, m) for f in FAMILIES for s in f.samples for m in s.models]
 
@@ -39,8 +39,8 @@ def test_variants_are_frozen_dataclasses(family, config, kwargs, model):
 
 
 def test_another_familys_variant_is_an_error():
-    falcon = next(f for f in FAMILIES if f.name == "falcon").samples[0]
-    spec = _spec(falcon.config, falcon.kwargs, falcon.models[0])
-    assert spec.variant_as(FalconVariant).parallel is True
-    with pytest.raises(TypeError, match="FalconVariant, not Segments"):
+    sample = next(f for f in FAMILIES if f.name == "wav2vec2").samples[0]
+    spec = _spec(sample.config, sample.kwargs, sample.models[0])
+    assert spec.variant_as(FeatureEncoder).conv_dims == tuple(getattr(T, sample.config)(**sample.kwargs).conv_dim)
+    with pytest.raises(TypeError, match="FeatureEncoder, not Segments"):
         spec.variant_as(Segments)

@@ -10,15 +10,15 @@ import typer
 from rich.console import Console
 
 from ..core.jsontext import dumps
-from .quick import no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
+from .quick import CONFIG, JSON, no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
     from ..census.model import Model
 
 PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a model folder; local, or a URL "
                          "(https://, hf://org/model[@rev], s3://: docs/remote.md).")
-JsonOpt = typer.Option(False, "--json", help="Print the report as JSON (schema in the README).")
-ConfigOpt = typer.Option(None, "--config", help="config.json to use (default: the one beside the weights).")
+JsonOpt = typer.Option(False, *JSON, help="Print the report as JSON (schema in the README).")
+ConfigOpt = typer.Option(None, *CONFIG, help="config.json to use (default: the one beside the weights).")
 FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
 
 

@@ -20,12 +20,16 @@ ENABLED = True   # tests switch it off to run the same line through typer
 # (__main__.run: os._exit once the output is flushed), so a million-tensor header's objects are never
 # freed one by one (~0.1 s at 200k tensors, docs/performance.md); in a library call they live until the next.
 KEPT: list[object] = []
+# The spellings of the options the quick path parses, stated once: the typer commands declare their options with
+# these (commands/common.py JsonOpt, ConfigOpt; values.py ChunkOpt, WorkersOpt, ProgressOpt; cli.py's summary --layers)
+JSON, CONFIG, LAYERS = ("--json",), ("--config",), ("--layers",)
+CHUNK, WORKERS, PROGRESS = ("--chunk-bytes",), ("--workers", "-w"), ("--progress", "--no-progress")
 # The options the quick path knows, per command; any other option goes to typer. Values it takes are
 # plain: a path for --config, digits for the counts (anything else typer coerces and reports).
-_SUMMARY: tuple[set[str], dict[str, type]] = ({"--json", "--layers"}, {"--config": str})   # --layers: human output only
-_STATS: tuple[set[str], dict[str, type]] = ({"--json", "--progress", "--no-progress"},
-                                            {"--config": str, "--workers": int, "-w": int, "--chunk-bytes": int})
-_SAME = {"-w": "--workers", "--no-progress": "--progress"}   # spellings of one option (given twice: typer's rule)
+_SUMMARY: tuple[set[str], dict[str, type]] = ({*JSON, *LAYERS}, dict.fromkeys(CONFIG, str))   # --layers: human output only
+_STATS: tuple[set[str], dict[str, type]] = ({*JSON, *PROGRESS}, {**dict.fromkeys(CONFIG, str),
+                                                                 **dict.fromkeys(WORKERS + CHUNK, int)})
+_SAME = {WORKERS[1]: WORKERS[0], PROGRESS[1]: PROGRESS[0]}   # spellings of one option (given twice: typer's rule)
 
 
 def _options(args: list[str], flags: set[str], valued: dict[str, type]) -> tuple[list[str], dict[str, object]] | None:

@@ -8,14 +8,14 @@ from typing import TYPE_CHECKING, Optional
 import typer
 
 from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, write_out
-from .quick import STATS_CHUNK, STATS_WORKERS
+from .quick import CHUNK, PROGRESS, STATS_CHUNK, STATS_WORKERS, WORKERS
 
 if TYPE_CHECKING:
     from ..analysis.stats import StatsRun
 
-ChunkOpt = typer.Option(STATS_CHUNK, "--chunk-bytes", help="Stored bytes read per chunk (bounds memory).")
-WorkersOpt = typer.Option(STATS_WORKERS, "--workers", "-w", help="Worker processes (0: one per CPU).")
-ProgressOpt = typer.Option(None, "--progress/--no-progress", help="Progress bar on stderr (default: when a TTY).")
+ChunkOpt = typer.Option(STATS_CHUNK, *CHUNK, help="Stored bytes read per chunk (bounds memory).")
+WorkersOpt = typer.Option(STATS_WORKERS, *WORKERS, help="Worker processes (0: one per CPU).")
+ProgressOpt = typer.Option(None, "/".join(PROGRESS), help="Progress bar on stderr (default: when a TTY).")
 AllRolesOpt = typer.Option(False, "--all-roles", help="Also read buffers, optimizer state and counters (ints too).")
 BucketOpt = typer.Option(None, "--bucket", "-B", help="Only this bucket (repeatable).")
 

@@ -1,17 +1,19 @@
 """ALBERT (transformers modeling_albert.py): a BERT-style encoder (encoder.py) with factorised embeddings
 (E -> h through embedding_hidden_mapping_in) and layers shared across depth: num_hidden_groups groups of
-inner_group_num layers, each group reused until num_hidden_layers layers have run."""
+inner_group_num layers, each group reused until num_hidden_layers layers have run. One description: `walk`
+(encoder.py's recorded pieces) gives the op template and the expected tensors of every head."""
 from __future__ import annotations
 
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
     "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",
     "ffn", "ffn act", "ffn_output", "full_layer_layer_norm")
+LM = encoder.LMHead("predictions.decoder", "predictions.dense", "predictions.LayerNorm", "predictions.bias")
 
 
 def pooler(model_type: str, head: str) -> bool:
@@ -42,51 +44,35 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=notes, **d, **common)
 
 
-def build(B: Builder) -> None:
-    s, tok, first = B.s, (B.b, B.seq), (B.b,)
-    h, E = s.hidden, s.emb
-    encoder.embeddings(B)
-    B.linear("encoder.embedding_hidden_mapping_in", "embedding", tok, E, h, True)
-    encoder.layers(B, f"encoder.albert_layer_groups[{s.shared_groups} shared x{s.inner_group} layers]", LAYER,
-                   calls=s.layers * s.inner_group, copies=s.shared_groups * s.inner_group)
+def walk(B: Builder) -> encoder.Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
+    r, s = encoder.Rec(B), B.s
+    h, E, G, inner = s.hidden, s.emb, s.shared_groups or 1, s.inner_group
+    encoder.embeddings(r)
+    r.linear("encoder.embedding_hidden_mapping_in", "embedding", E, h)
+    # shared layers: G groups of `inner` layers stored; num_hidden_layers group calls run, each its `inner` layers
+    encoder.stack_layers(r, encoder.Stack(f"encoder.albert_layer_groups[{G} shared x{inner} layers]",
+                                          "encoder.albert_layer_groups.{bid}.albert_layers.{xid}", G, s.layers * inner,
+                                          inner), LAYER)
     if s.pooler:
-        encoder.pooler(B)
-    if s.head in ("mlm", "lm", "pretraining"):
-        encoder.mlm_head(B, "cls.predictions", E, held_bias=True)
+        encoder.pooler(r, "pooler")
+    if s.head in ("mlm", "pretraining"):
+        encoder.mlm_head(r, LM, E)
         if s.head == "pretraining":
-            B.linear("sop_classifier", "cls", first, h, 2, True)
+            r.linear("sop_classifier.classifier", "cls", h, 2, r.first, top=True)
     if s.head == "seqcls":
-        if not s.pooler:
-            B.linear("classifier.dense", "cls", first, h, h, True)
-            B.activation("classifier act (tanh)", "cls", first, h, "tanh")
-        B.linear("classifier" if s.pooler else "classifier.out_proj", "cls", first, h, s.num_labels, True)
+        encoder.sequence_classifier(r, dense=not s.pooler)
     else:
-        encoder.token_heads(B)
+        encoder.token_heads(r)
+    return r
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
-    p = "" if s.head == "base" else "albert."
-    out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, E)
-    add_linear(out, p + "encoder.embedding_hidden_mapping_in", h, E)
-    for g in range(s.shared_groups or 1):   # shared layers: groups x inner layers, reused across depth
-        for k in range(s.inner_group):
-            encoder.layer_tensors(out, f"{p}encoder.albert_layer_groups.{g}.albert_layers.{k}.", encoder.weights_of(LAYER),
-                                  h, f)
-    if s.pooler:
-        add_linear(out, p + "pooler", h, h)
-    if s.head in ("mlm", "pretraining"):
-        out["predictions.bias"] = (V,)
-        add_linear(out, "predictions.dense", E, h)
-        add_norm(out, "predictions.LayerNorm", E)
-        add_linear(out, "predictions.decoder", V, E)
-    if s.head == "pretraining":
-        add_linear(out, "sop_classifier.classifier", 2, h)
-    if s.head == "seqcls":
-        add_linear(out, "classifier", s.num_labels, h)
-    encoder.token_head_tensors(out, s)
-    return out
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "albert")
 
 
 _SIZES = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99, max_position_embeddings=64,
@@ -100,9 +86,9 @@ FAMILY = Family(
     heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,
-    tie_rules=(TieRule("predictions.decoder.weight", "albert.embeddings.word_embeddings.weight", "config",
+    tie_rules=(TieRule(f"{LM.decoder}.weight", "albert.embeddings.word_embeddings.weight", "config",
                        heads=("mlm", "pretraining")),
-               TieRule("predictions.decoder.bias", "predictions.bias", "always", heads=("mlm", "pretraining"))),
+               TieRule(f"{LM.decoder}.bias", str(LM.bias), "always", heads=("mlm", "pretraining"))),
     samples=(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3),
                ("AlbertForMaskedLM", "AlbertForQuestionAnswering")),

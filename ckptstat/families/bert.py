@@ -10,7 +10,10 @@ nn.Embedding of [max_position_embeddings, head_dim] that is one of model.paramet
 embeddings_project), BigBird (modeling_big_bird.py: BERT's layers under `bert`, a pooler that is one Linear on every head;
 its block-sparse attention, BlockSparse, is not described: a longer sequence goes to the meta path) and X-MOD
 (modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
-(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table)."""
+(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table).
+
+One description: `walk` writes the forward with encoder.py's recorded pieces, each module recorded as its op is
+written, and the op template (build), the expected tensors of every head and the GGUF table all derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import base, encoder, infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -48,8 +51,9 @@ class ModelType:
     embedding_norm: bool = True          # embeddings.LayerNorm
     final_norm: str | None = None        # pre-LN: the LayerNorm after the last layer, under the base model
     token_types: bool = True             # embeddings.token_type_embeddings
-    # the LM head: dense, activation and LayerNorm before the decoder (BertGeneration's lm_head is the decoder alone)
-    lm_transform: bool = True
+    # the MLM / causal LM head's modules where they are not BERT's or (roberta) RoBERTa's (`lm`)
+    mlm: encoder.LMHead | None = None
+    electra: bool = False                # ELECTRA's generator (MLM) and discriminator (pretraining) heads, no pooler
     pooler: bool = True                  # the base model keeps a pooler
     # the heads whose base model keeps it (None: BERT's rule, `pooler` below); BigBird's every head but QA's
     pooled_heads: tuple[str, ...] | None = None
@@ -70,24 +74,32 @@ class ModelType:
     decoder: bool = True                 # config is_decoder builds it as a decoder (MPNet has no such switch)
 
     @property
-    def lm(self) -> str:
-        """The MLM / causal LM head's module."""
-        return "lm_head" if self.roberta or not self.lm_transform else "cls.predictions"
+    def lm(self) -> encoder.LMHead:
+        """The MLM / causal LM head's modules (BertLMHeadModel's and RobertaForCausalLM's are their MLM head's)."""
+        return self.mlm or (ROBERTA_LM if self.roberta else BERT_LM)
+
+
+BERT_LM = encoder.LMHead("cls.predictions.decoder", "cls.predictions.transform.dense", "cls.predictions.transform.LayerNorm",
+                         "cls.predictions.bias")
+ROBERTA_LM = encoder.LMHead("lm_head.decoder", "lm_head.dense", "lm_head.layer_norm", "lm_head.bias")
 
 
 MODEL_TYPES = {
-    "bert": ModelType("bert"), "electra": ModelType("electra", embedding_key="embedding_size"),
+    "bert": ModelType("bert"), "electra": ModelType("electra", embedding_key="embedding_size", electra=True, mlm=encoder.LMHead(
+        "generator_lm_head", "generator_predictions.dense", "generator_predictions.LayerNorm")),
     "ernie": ModelType("ernie"),   # BERT's, + task_type_embeddings with use_task_id
     "roberta": ModelType("roberta", roberta=True), "xlm-roberta": ModelType("roberta", roberta=True),
     "camembert": ModelType("roberta", roberta=True), "data2vec-text": ModelType("data2vec_text", roberta=True),
     "xlm-roberta-xl": ModelType("roberta", roberta=True, layer=PRE_LN, embedding_norm=False, final_norm="encoder.LayerNorm"),
     "roberta-prelayernorm": ModelType("roberta_prelayernorm", roberta=True, layer=PRE_LN_ROBERTA, final_norm="LayerNorm"),
     # BertGenerationEncoder (the base) and BertGenerationDecoder (`bert` + lm_head): no token types, no pooler
-    "bert-generation": ModelType("bert", token_types=False, lm_transform=False, pooler=False),
+    "bert-generation": ModelType("bert", token_types=False, pooler=False,
+                                 mlm=encoder.LMHead("lm_head.decoder", bias="lm_head.bias")),
     "roc_bert": ModelType("roc_bert"),   # BERT's, + RoCBertInputs
     "megatron-bert": ModelType("bert", layer=MEGATRON, embedding_norm=False, final_norm="encoder.ln"),
     "rembert": ModelType("rembert", embedding_key="input_embedding_size", project="encoder.embedding_hidden_mapping_in",
-                         always_project=True, ties=False),   # + LMWidth; no *ForPreTraining
+                         always_project=True, ties=False,   # + LMWidth; no *ForPreTraining
+                         mlm=encoder.LMHead("cls.predictions.decoder", "cls.predictions.dense", "cls.predictions.LayerNorm")),
     "roformer": ModelType("roformer", embedding_key="embedding_size", positions_in_embeddings=False, pooler=False,
                           dense_classifier=True),
     # BigBirdForQuestionAnswering's qa_classifier (an FFN and a LayerNorm before qa_outputs, question tokens masked)
@@ -97,7 +109,6 @@ MODEL_TYPES = {
     "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
 }
-# kept for the families and tests that name a model type's prefix
 @dataclass(frozen=True)
 class ErnieTasks(Variant):
     """ERNIE's use_task_id: a task-type embedding table of this many rows beside the token types."""
@@ -150,14 +161,11 @@ def roc_bert_inputs(c: Cfg, h: int) -> RoCBertInputs:
     return RoCBertInputs(pron, shape, width if concat else 0)
 
 
-BASE_PREFIX = {mt: v.prefix for mt, v in MODEL_TYPES.items()}
-
-
 def pooler(model_type: str, head: str) -> bool:
     """Which heads keep the pooler (transformers modeling_*.py: add_pooling_layer). ELECTRA has none;
     RoBERTa-style classifiers use their own dense on <s>."""
     v = MODEL_TYPES.get(model_type, MODEL_TYPES["bert"])
-    if model_type == "electra" or not v.pooler:
+    if v.electra or not v.pooler:
         return False
     if v.pooled_heads is not None:
         return head in v.pooled_heads
@@ -221,74 +229,71 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **d, **common)
 
 
-def build(B: Builder) -> None:
-    s, tok, first = B.s, (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
+def walk(B: Builder, gguf: bool = False) -> encoder.Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
+    r, s = encoder.Rec(B, gguf), B.s
     h, L = s.hidden, s.layers
-    electra, v = s.model_type == "electra", MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
+    v = MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
     if isinstance(s.variant, ErnieTasks):   # ERNIE's use_task_id: one more lookup added to the embeddings
-        B.embedding("embeddings.task_type_embeddings", "embedding", s.variant.task_types, h, B.seq)
+        r.embedding("embeddings.task_type_embeddings", "embedding", s.variant.task_types, h)
     if isinstance(s.variant, RoCBertInputs):
         for name, (rows, dim) in (("pronunciation_embed", s.variant.pronunciation), ("shape_embed", s.variant.shape)):
-            B.embedding(f"embeddings.{name}", "embedding", rows, dim, B.seq)
+            r.embedding(f"embeddings.{name}", "embedding", rows, dim)
         if s.variant.mapped_from:
-            B.linear("embeddings.map_inputs_layer", "embedding", tok, s.variant.mapped_from, h, True)
+            r.linear("embeddings.map_inputs_layer", "embedding", s.variant.mapped_from, h)
     if isinstance(s.variant, BlockSparse) and B.seq > s.variant.longest:
         raise NoAnalyticModel(f"BigBird's block-sparse attention runs on sequences longer than (5 + 2 x num_random_blocks)"
                               f" x block_size = {s.variant.longest} tokens (--seq {B.seq}): the op template describes its "
                               "full attention only (attention_type original_full, or a sequence that short)")
-    encoder.embeddings(B, norm=v.embedding_norm, positions=v.positions_in_embeddings)
+    encoder.embeddings(r, norm=v.embedding_norm, positions=v.positions_in_embeddings)
     if s.emb != h or v.always_project:   # ELECTRA-small style; RemBERT's input embeddings
-        B.linear(v.project, "embedding", tok, s.emb, h, True)
+        r.linear(v.project, "embedding", s.emb, h)
     if not v.positions_in_embeddings:   # RoFormer's sinusoidal table for the rotary q/k, looked up once a forward
-        B.embedding("encoder.embed_positions", "embedding", s.positions, s.head_dim, B.seq)
+        r.embedding("encoder.embed_positions", "embedding", s.positions, s.head_dim)
     if s.relative_buckets:
-        B.embedding("encoder.relative_attention_bias", "encoder", s.relative_buckets, s.heads, B.seq)
-    encoder.layers(B, f"encoder.layer[{L}]", v.layer, L, L)
+        r.embedding("encoder.relative_attention_bias", "encoder", s.relative_buckets, s.heads)
+    stack = encoder.Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L)
+    encoder.stack_layers(r, stack, v.layer)
     if isinstance(s.variant, XmodAdapters):
-        xmod_adapters(B, s.variant)
+        xmod_adapters(r, s.variant, stack)
     if v.final_norm:
-        B.norm(v.final_norm, "encoder", (B.b, B.seq), h, residual=False)
+        r.norm(v.final_norm, "encoder", h, residual=False)
     if s.pooler:
-        encoder.pooler(B)
-    if isinstance(s.variant, LMWidth) and s.head in ("mlm", "lm"):   # RemBERT: dense to its width, act, LayerNorm, decoder
-        encoder.mlm_head(B, "cls.predictions", s.variant.width, held_bias=False, transform="")
-    elif s.head in ("mlm", "lm") or (s.head == "pretraining" and not electra):
-        # MLM: transform to E (ELECTRA's generator, RoFormer's) or h, decoder tied to the word embeddings
-        if v.lm_transform:
-            encoder.mlm_head(B, "cls.predictions", s.emb, held_bias=not electra)
-        else:
-            B.linear("lm_head.decoder" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls", tok, h,
-                     s.vocab, True, tied=s.tied_embeddings)
-            if not s.tied_embeddings:   # BertGenerationOnlyLMHead's bias, tied to the decoder's only with the weights
-                B.add("lm_head.bias (untied from the decoder's: held, unused)", "activation", "cls", 1, (s.vocab,),
-                      (s.vocab,), params=s.vocab)
+        encoder.pooler(r, v.pooler_path)
+    if s.head in ("mlm", "lm") or (s.head == "pretraining" and not v.electra):
+        # MLM: transform to E (ELECTRA's generator, RoFormer's) or RemBERT's width, decoder tied to the word embeddings
+        encoder.mlm_head(r, v.lm, s.variant.width if isinstance(s.variant, LMWidth) else s.emb)
         if s.head == "pretraining":
-            B.linear("cls.seq_relationship", "cls", first, h, 2, True)
-    if s.head == "pretraining" and electra:
-        B.linear("discriminator_predictions.dense", "cls", tok, h, h, True)
-        B.activation("discriminator_predictions act", "cls", tok, h, s.activation)
-        B.linear("discriminator_predictions.dense_prediction", "cls", tok, h, 1, True)
-    elif s.head == "seqcls":
-        dense = not s.pooler or v.dense_classifier
-        if dense:   # RoBERTa / ELECTRA classification head: dense + tanh on <s>, then out_proj
-            B.linear("classifier.dense", "cls", first, h, h, True)
-            B.activation("classifier act (tanh)", "cls", first, h, "tanh")
-        B.linear("classifier.out_proj" if dense else "classifier", "cls", first, h, s.num_labels, True)
+            r.linear("cls.seq_relationship", "cls", h, 2, r.first, top=True)
+    if s.head == "pretraining" and v.electra:
+        r.linear("discriminator_predictions.dense", "cls", h, h, top=True)
+        B.activation("discriminator_predictions act", "cls", r.tok, h, s.activation)
+        r.linear("discriminator_predictions.dense_prediction", "cls", h, 1, top=True)
+    elif s.head == "seqcls":   # RoBERTa / ELECTRA classification head where there is no pooler
+        encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
     else:
-        encoder.token_heads(B)
+        encoder.token_heads(r)
+    return r
 
 
-def xmod_adapters(B: Builder, x: XmodAdapters) -> None:
+def build(B: Builder) -> None:
+    walk(B)
+
+
+def xmod_adapters(r: encoder.Rec, x: XmodAdapters, stack: encoder.Stack) -> None:
     """X-MOD's per-language adapters on every layer (XmodAdapters): each token through its language's alone."""
-    s, tok, L, n = B.s, (B.b, B.seq), B.s.layers, len(x.languages)
-    at = f"encoder.layer[{L}].output.adapter_modules[{n} languages, one a token]"
+    h, n, L = r.s.hidden, len(x.languages), stack.calls
+    at = f"{stack.label}.output.adapter_modules[{n} languages, one a token]"
     if x.layer_norm:
-        B.norm(f"encoder.layer[{L}].output.adapter_layer_norm", "encoder", tok, s.hidden, L, residual=False)
-    B.linear(at + ".dense1", "encoder", tok, s.hidden, x.bottleneck, True, L, copies=L * n, active_copies=L)
-    B.activation(at + " act", "encoder", tok, x.bottleneck, s.activation, L)
-    B.linear(at + ".dense2", "encoder", tok, x.bottleneck, s.hidden, True, L, copies=L * n, active_copies=L)
+        r.norm("output.adapter_layer_norm", "encoder", h, stack, residual=False)
+    for name, fin, fout in (("dense1", h, x.bottleneck), ("dense2", x.bottleneck, h)):
+        for lang in x.languages:
+            r.record(f"output.adapter_modules.{lang}.{name}", encoder.linear_shapes(fin, fout), stack)
+        r.B.linear(f"{at}.{name}", "encoder", r.tok, fin, fout, True, L, copies=L * n, active_copies=L)
+        if name == "dense1":
+            r.B.activation(at + " act", "encoder", r.tok, x.bottleneck, r.s.activation, L)
     if x.pre_norm:
-        B.norm("encoder.LayerNorm", "encoder", tok, s.hidden, residual=False)
+        r.norm("encoder.LayerNorm", "encoder", h, residual=False)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> base.KVLines:
@@ -299,72 +304,11 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> base.KVLines:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """BERT / RoBERTa / ELECTRA encoders and their heads (ELECTRA's generator: generator_predictions and
-    generator_lm_head at the embedding width; its discriminator: discriminator_predictions)."""
+    """The walk's modules: BERT / RoBERTa / ELECTRA encoders and their heads (ELECTRA's generator: generator_predictions
+    and generator_lm_head at the embedding width; its discriminator: discriminator_predictions)."""
     if s.model_type not in MODEL_TYPES:
         return None
-    h, f, V, E = s.hidden, s.intermediate, s.vocab, s.emb
-    v = MODEL_TYPES[s.model_type]
-    p = "" if s.head == "base" else v.prefix + "."
-    out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, E, norm=v.embedding_norm, positions=v.positions_in_embeddings)
-    if not v.positions_in_embeddings:
-        out[p + "encoder.embed_positions.weight"] = (s.positions, s.head_dim)
-    if isinstance(s.variant, ErnieTasks):
-        out[p + "embeddings.task_type_embeddings.weight"] = (s.variant.task_types, h)
-    if isinstance(s.variant, RoCBertInputs):
-        out[p + "embeddings.pronunciation_embed.weight"] = s.variant.pronunciation
-        out[p + "embeddings.shape_embed.weight"] = s.variant.shape
-        if s.variant.mapped_from:
-            add_linear(out, p + "embeddings.map_inputs_layer", h, s.variant.mapped_from)
-    if E != h or v.always_project:
-        add_linear(out, p + v.project, h, E)
-    for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(v.layer), h, f)
-        if isinstance(s.variant, XmodAdapters):
-            x = s.variant
-            if x.layer_norm:
-                add_norm(out, f"{p}encoder.layer.{i}.output.adapter_layer_norm", h)
-            for lang in x.languages:
-                add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense1", x.bottleneck, h)
-                add_linear(out, f"{p}encoder.layer.{i}.output.adapter_modules.{lang}.dense2", h, x.bottleneck)
-    if s.relative_buckets:
-        out[p + "encoder.relative_attention_bias.weight"] = (s.relative_buckets, s.heads)
-    if v.final_norm:
-        add_norm(out, p + v.final_norm, h)
-    if isinstance(s.variant, XmodAdapters) and s.variant.pre_norm:
-        add_norm(out, p + "encoder.LayerNorm", h)
-    if s.pooler:
-        add_linear(out, p + v.pooler_path, h, h)
-    roberta, electra = v.roberta, s.model_type == "electra"
-    if isinstance(s.variant, LMWidth) and s.head in ("mlm", "lm"):
-        add_linear(out, "cls.predictions.dense", s.variant.width, h)
-        add_norm(out, "cls.predictions.LayerNorm", s.variant.width)
-        add_linear(out, "cls.predictions.decoder", V, s.variant.width)
-    elif electra and s.head in ("mlm", "lm"):
-        add_linear(out, "generator_predictions.dense", E, h)
-        add_norm(out, "generator_predictions.LayerNorm", E)
-        add_linear(out, "generator_lm_head", V, E)
-    elif electra and s.head == "pretraining":
-        add_linear(out, "discriminator_predictions.dense", h, h)
-        add_linear(out, "discriminator_predictions.dense_prediction", 1, h)
-    elif s.head in _MLM:   # BertLMHeadModel / RobertaForCausalLM: the MLM head's modules under the same names
-        c = v.lm + "."
-        if v.lm_transform:
-            add_linear(out, c + ("dense" if roberta else "transform.dense"), E, h)
-            add_norm(out, c + ("layer_norm" if roberta else "transform.LayerNorm"), E)
-        out[c + "bias"] = (V,)
-        add_linear(out, c + "decoder", V, E if v.lm_transform else h)
-    if s.head == "pretraining" and not electra:
-        add_linear(out, "cls.seq_relationship", 2, h)
-    if s.head == "seqcls":
-        if roberta or electra or v.dense_classifier:
-            add_linear(out, "classifier.dense", h, h)
-            add_linear(out, "classifier.out_proj", s.num_labels, h)
-        else:
-            add_linear(out, "classifier", s.num_labels, h)
-    encoder.token_head_tensors(out, s)
-    return out
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else MODEL_TYPES[s.model_type].prefix)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
@@ -374,21 +318,13 @@ _MLM = ("mlm", "pretraining", "lm")
 _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
 
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
-# TensorNameMap, the oracle in tests/test_gguf_names.py); `ckptstat diff` aligns a GGUF file with HF through it.
-GGUF_TENSOR_NAMES = (   # base-model names: convert_hf_to_gguf.py strips `bert.` / `roberta.` first
-    ("embeddings.word_embeddings", "token_embd"), ("embeddings.position_embeddings", "position_embd"),
-    ("embeddings.token_type_embeddings", "token_types"), ("embeddings.LayerNorm", "token_embd_norm"),
-    ("encoder.layer.{bid}.attention.self.query", "blk.{bid}.attn_q"),
-    ("encoder.layer.{bid}.attention.self.key", "blk.{bid}.attn_k"),
-    ("encoder.layer.{bid}.attention.self.value", "blk.{bid}.attn_v"),
-    ("encoder.layer.{bid}.attention.output.dense", "blk.{bid}.attn_output"),
-    ("encoder.layer.{bid}.attention.output.LayerNorm", "blk.{bid}.attn_output_norm"),
-    ("encoder.layer.{bid}.intermediate.dense", "blk.{bid}.ffn_up"),
-    ("encoder.layer.{bid}.output.dense", "blk.{bid}.ffn_down"),
-    ("encoder.layer.{bid}.output.LayerNorm", "blk.{bid}.layer_output_norm"),
-    # not mapped: llama.cpp's `cls` / `cls.output` are BERT's `classifier` or RoBERTa's `classifier.dense` /
-    # `classifier.out_proj`: the GGUF name alone cannot say which
-)
+# TensorNameMap, the oracle in tests/test_gguf_names.py), from the walk of a BERT holding every table: base-model names
+# (convert_hf_to_gguf.py strips `bert.` / `roberta.` first); `ckptstat diff` aligns a GGUF file with HF through it.
+# Not mapped: llama.cpp's `cls` / `cls.output` are BERT's `classifier` or RoBERTa's `classifier.dense` /
+# `classifier.out_proj`: the GGUF name alone cannot say which
+GGUF_TENSOR_NAMES = walk(Builder(ArchSpec(family="bert", model_type="bert", source="", head="base", architecture=None,
+                                          layers=1, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4,
+                                          positions=4, type_vocab=2), 1, 1, 1, 1, 1), gguf=True).gguf_names()
 
 FAMILY = Family(
     name="bert",
@@ -405,12 +341,13 @@ FAMILY = Family(
         # BERT's cls.predictions.decoder, RoBERTa's lm_head.decoder: the base model's word embeddings
         # (not BertGeneration's `bert` + lm_head.decoder: a rule for it would tie an lm_head into BERT's MLM files too;
         # its config's architectures name the class, whose ties families/tie_table.json holds)
-        *(TieRule(f"{lm}.decoder.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
-          for prefix, lm in dict.fromkeys((v.prefix, v.lm) for v in MODEL_TYPES.values()
-                                          if v.prefix != "electra" and v.lm_transform and v.ties)),
+        *(TieRule(f"{lm}.weight", f"{prefix}.embeddings.word_embeddings.weight", "config", heads=_MLM)
+          for prefix, lm in dict.fromkeys((v.prefix, v.lm.decoder) for v in MODEL_TYPES.values()
+                                          if not v.electra and v.lm.dense and v.ties)),
         TieRule("lm_head.decoder.weight", "camembert.embeddings.word_embeddings.weight", "config", heads=_MLM),
-        TieRule("cls.predictions.decoder.bias", "cls.predictions.bias", "always", heads=_MLM),
-        TieRule("lm_head.decoder.bias", "lm_head.bias", "always", heads=_MLM),
+        # the decoder's bias and the one the head holds (LMHead.bias)
+        *(TieRule(f"{decoder}.bias", bias, "always", heads=_MLM)
+          for decoder, bias in dict.fromkeys((v.lm.decoder, v.lm.bias) for v in MODEL_TYPES.values()) if bias),
         # ELECTRA: ElectraForMaskedLM and ElectraForCausalLM have the generator head (ElectraForPreTraining is
         # the discriminator)
         TieRule("generator_lm_head.weight", "electra.embeddings.word_embeddings.weight", "config", heads=("mlm", "lm")),

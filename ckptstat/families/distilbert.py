@@ -1,16 +1,18 @@
 """DistilBERT (transformers modeling_distilbert.py): a BERT-style encoder (encoder.py) without token
-types or pooler, its config spelled dim / n_heads / n_layers / hidden_dim."""
+types or pooler, its config spelled dim / n_heads / n_layers / hidden_dim. One description: `walk` (encoder.py's
+recorded pieces) gives the op template and the expected tensors of every head."""
 from __future__ import annotations
 
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
     "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",
     "ffn.lin1", "ffn act", "ffn.lin2", "output_layer_norm")
+LM = encoder.LMHead("vocab_projector", "vocab_transform", "vocab_layer_norm")   # no bias held beside the decoder's
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -31,37 +33,29 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **common)
 
 
-def build(B: Builder) -> None:
-    s, first = B.s, (B.b,)
+def walk(B: Builder) -> encoder.Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
+    r, s = encoder.Rec(B), B.s
     h, L = s.hidden, s.layers
-    encoder.embeddings(B)
-    encoder.layers(B, f"transformer.layer[{L}]", LAYER, L, L)
+    encoder.embeddings(r)
+    encoder.stack_layers(r, encoder.Stack(f"transformer.layer[{L}]", "transformer.layer.{bid}", L, L), LAYER)
     if s.head in ("mlm", "lm"):
-        encoder.mlm_head(B, "vocab", h, held_bias=False)   # vocab_transform, vocab_layer_norm, vocab_projector
+        encoder.mlm_head(r, LM, h)
     if s.head == "seqcls":
-        B.linear("pre_classifier", "cls", first, h, h, True)
-        B.activation("pre_classifier act (relu)", "cls", first, h, "relu")
-        B.linear("classifier", "cls", first, h, s.num_labels, True)
+        r.linear("pre_classifier", "cls", h, h, r.first, top=True)
+        B.activation("pre_classifier act (relu)", "cls", r.first, h, "relu")
+        r.linear("classifier", "cls", h, s.num_labels, r.first, top=True)
     else:
-        encoder.token_heads(B)
+        encoder.token_heads(r)
+    return r
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f, V = s.hidden, s.intermediate, s.vocab
-    p = "" if s.head == "base" else "distilbert."
-    out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, h)
-    for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}transformer.layer.{i}.", encoder.weights_of(LAYER), h, f)
-    if s.head == "mlm":
-        add_linear(out, "vocab_transform", h, h)
-        add_norm(out, "vocab_layer_norm", h)
-        add_linear(out, "vocab_projector", V, h)
-    if s.head == "seqcls":
-        add_linear(out, "pre_classifier", h, h)
-        add_linear(out, "classifier", s.num_labels, h)
-    encoder.token_head_tensors(out, s)
-    return out
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "distilbert")
 
 
 FAMILY = Family(
@@ -72,7 +66,7 @@ FAMILY = Family(
     heads=("base", "mlm", "seqcls", "tokcls", "qa"),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
                 HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),
-    tie_rules=(TieRule("vocab_projector.weight", "distilbert.embeddings.word_embeddings.weight", "config", heads=("mlm",)),),
+    tie_rules=(TieRule(f"{LM.decoder}.weight", "distilbert.embeddings.word_embeddings.weight", "config", heads=("mlm",)),),
     samples=(
         Sample("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99,
                                         max_position_embeddings=64),

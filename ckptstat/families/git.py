@@ -4,10 +4,11 @@ CLIP-style vision tower (`git.image_encoder.vision_model`, clip.py's tensors), `
 and, with num_image_with_embedding, one `img_temporal_embedding` row per image; GitForCausalLM's `output` is a biased
 Linear tied to the word embeddings when tie_word_embeddings says so (untied by default). The op template is the
 text-only forward: the vision tower, the projection and the temporal rows count as parameters and run on no token;
-the cache is the text layers' DynamicCache. llama.cpp has no architecture for it."""
+the cache is the text layers' DynamicCache. llama.cpp has no architecture for it.
+Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, the held tower's tensors recorded as
+parameters): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,11 @@ from .clip import VisionTower, vision_shapes, vision_tensors, vision_tower
 from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
+from .framework.layout_base import DecoderLayout, Module, Paths
 from .framework.ops import Builder
+from .framework.walk_encoder import EncoderWalk, post_ln_layers, tensors
+
+LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="git", layers="encoder.layer"))   # the head model's body
 
 
 @dataclass(frozen=True)
@@ -49,27 +54,23 @@ def _outside(s: ArchSpec, p: str) -> Shapes:
     return out
 
 
+def walk(B: Builder) -> list[Module]:
+    """The text-only forward at B.s's sizes: writes its ops to B and returns the modules it met."""
+    s, w = B.s, EncoderWalk(B, LAYOUT)
+    h = s.hidden
+    w.held("image_encoder, visual_projection (not run: no image)",
+           tuple((name, (("", shape),)) for name, shape in _outside(s, "").items()))
+    w.embedding("embeddings.word_embeddings", s.vocab, h)
+    w.embedding("embeddings.position_embeddings", s.positions, h)
+    w.layer_norm("embeddings.LayerNorm", h, bucket="embedding", residual=False)
+    post_ln_layers(w, LAYER, tuple(range(s.layers)), causal=True)
+    if s.head == "lm":
+        w.head("output", h, s.vocab, s.tied_embeddings, "output" + (" (tied to word_embeddings)" if s.tied_embeddings else ""))
+    return w.modules
+
+
 def build(B: Builder) -> None:
-    s, tok = B.s, (B.b, B.seq)
-    held = sum(math.prod(shape) for shape in _outside(s, "").values())
-    B.add("image_encoder, visual_projection (not run: no image)", "embedding", "embedding", 0, tok, tok, params=held)
-    encoder.embeddings(B)
-    encoder.layers(B, f"encoder.layer[{s.layers}]", LAYER, s.layers, s.layers, causal=True)
-    if s.head == "lm":
-        B.linear("output" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls", tok, s.hidden, s.vocab,
-                 True, tied=s.tied_embeddings)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
-    p = "" if s.head == "base" else "git."
-    out: Shapes = {}
-    encoder.embedding_tensors(out, p, s, s.hidden)
-    out.update(_outside(s, p))
-    for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}encoder.layer.{i}.", encoder.weights_of(LAYER), s.hidden, s.intermediate)
-    if s.head == "lm":
-        add_linear(out, "output", s.vocab, s.hidden)
-    return out
+    walk(B)
 
 
 _VISION = "image_encoder.vision_model."
@@ -95,7 +96,7 @@ FAMILY = Family(
     before=("bert",),   # tried before it: the text decoder's encoder.layer.N.attention.self.query names are BERT's
     model_types=("git",),
     signature=r"(^|[./])image_encoder[./]vision_model[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
     heads=("base", "lm"),
     head_rules=base.decoder_head_rules(r"(^|\.)output\.weight$", r"^git\."),
     default_head="lm",

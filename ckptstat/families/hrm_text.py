@@ -8,7 +8,9 @@ invocation.
 
 FLOPs: each invocation's projections and eager attention (the whole square) as FlopCounterMode counts them; parameters:
 the two stacks once. attention_bias / mlp_bias configs are refused (NoAnalyticModel: the meta path answers): the
-converter that writes the fused names moves the weights only."""
+converter that writes the fused names moves the weights only.
+Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each saved weight recorded where the projections
+it holds are written): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,15 +26,16 @@ from .framework.base import (
     Family,
     KVLines,
     Sample,
-    Shapes,
     Tensors,
-    add_linear,
     class_default,
 )
 from .framework.layout import DecoderLayout
+from .framework.layout_base import Module
 from .framework.ops import Builder
+from .framework.walk_encoder import EncoderWalk, tensors
 
 STACKS = ("L_module", "H_module")
+LAYOUT = DecoderLayout()   # LLaMA's module names at the top: model.embed_tokens, lm_head
 
 
 @dataclass(frozen=True)
@@ -78,50 +81,48 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                                  "defaults them (the cycles set the FLOPs and the cache, not the parameters)",), **common)
 
 
-def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes: writes its ops to B and returns the modules it met, as save_pretrained writes them
+    (transformers' converter fuses gate_proj, q, k, v into attn.gqkv_proj and the MLP's gate and up into
+    mlp.gate_up_proj: conversion_mapping.py)."""
+    s, w, b, n = B.s, EncoderWalk(B, LAYOUT), B.b, B.seq
     v = s.variant_as(HrmVariant)
     h, a, d, f, runs, per = s.hidden, s.heads, s.head_dim, s.intermediate, s.layers, v.per_stack
-    tok = (b, n)
-    B.embedding("model.embed_tokens", "embedding", s.vocab, h, n)
-    B.add("model.embed_tokens x embedding_scale", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
-    B.add("model.z_L_init", "activation", "encoder", 1, (h,), tok + (h,), params=h, weights_per_call=h)
-    decoders.rotary(B, d)
+    tok = w.tok
     lay = f"model.{{L,H}}_module.layers[{2 * per}] x {runs // per // 2} cycles"
+
+    def linear(saved: str, parts: tuple[str, ...], fin: int, fout: int) -> None:
+        """One weight per layer of each stack, saved as `saved`: the `parts` (each fin -> fout) the forward runs."""
+        for stack in STACKS:
+            w.record(f"{stack}.layers.{{bid}}.{saved}", None, (("weight", (len(parts) * fout, fin)),), tuple(range(per)))
+        for part in parts:
+            B.linear(f"{lay}.{part}", "encoder", tok, fin, fout, False, runs, copies=2 * per)
+
+    w.embedding("embed_tokens", s.vocab, h, label="model.embed_tokens")
+    B.add("model.embed_tokens x embedding_scale", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
+    z = w.params((("z_L_init", (("", (h,)),)),))
+    B.add("model.z_L_init", "activation", "encoder", 1, (h,), tok + (h,), params=z, weights_per_call=z)
+    decoders.rotary(B, d)
     B.add(f"{lay} stack input (low + high)", "activation", "encoder", runs // per, tok + (h,), tok + (h,), ew=b * n * h)
     B.norm(f"{lay}.input_layernorm", "encoder", tok, h, runs, copies=0)
-    for name in ("q_proj", "k_proj", "v_proj", "gate_proj"):
-        B.linear(f"{lay}.self_attn.{name}", "encoder", tok, h, a * d, s.qkv_bias, runs, copies=2 * per)
+    linear("attn.gqkv_proj", tuple(f"self_attn.{x}" for x in ("q_proj", "k_proj", "v_proj", "gate_proj")), h, a * d)
     decoders.rope_apply(B, f"{lay}.self_attn rotary", 2 * a, d, runs)
     B.attention(f"{lay}.self_attn", "encoder", a, n, n, d, runs, True)
     B.activation(f"{lay}.self_attn sigmoid(gate) x attention", "encoder", tok, a * d, "sigmoid", runs, gated=True)
-    B.linear(f"{lay}.self_attn.o_proj", "encoder", tok, a * d, h, s.o_bias, runs, copies=2 * per)
+    linear("attn.o_proj", ("self_attn.o_proj",), a * d, h)
     B.norm(f"{lay}.post_attention_layernorm", "encoder", tok, h, runs, copies=0)
-    for name in ("gate_proj", "up_proj"):
-        B.linear(f"{lay}.mlp.{name}", "encoder", tok, h, f, s.mlp_bias, runs, copies=2 * per)
+    linear("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj"), h, f)
     B.activation(f"{lay}.mlp act*up", "encoder", tok, f, s.activation, runs, gated=True)
-    B.linear(f"{lay}.mlp.down_proj", "encoder", tok, f, h, s.mlp_bias, runs, copies=2 * per)
+    linear("mlp.down_proj", ("mlp.down_proj",), f, h)
     B.norm("model.{L,H}_module.final_norm", "encoder", tok, h, runs // per, copies=0, residual=False)
-    decoders.lm_head(B, "lm_head", "model.embed_tokens")
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
-    """As save_pretrained writes them: transformers' converter fuses gate_proj, q, k, v into attn.gqkv_proj and the MLP's
-    gate and up into mlp.gate_up_proj (conversion_mapping.py)."""
-    v = s.variant_as(HrmVariant)
-    h, a, d, f = s.hidden, s.heads, s.head_dim, s.intermediate
-    m = "" if s.head == "base" else "model."
-    out: Shapes = {m + "embed_tokens.weight": (s.vocab, h), m + "z_L_init": (h,)}
-    for stack in STACKS:
-        for j in range(v.per_stack):
-            p = f"{m}{stack}.layers.{j}."
-            add_linear(out, p + "attn.gqkv_proj", 4 * a * d, h, False)
-            add_linear(out, p + "attn.o_proj", h, a * d, False)
-            add_linear(out, p + "mlp.gate_up_proj", 2 * f, h, False)
-            add_linear(out, p + "mlp.down_proj", h, f, False)
     if s.head == "lm":
-        out["lm_head.weight"] = (s.vocab, h)
-    return out
+        w.record("lm_head", None, (("weight", (s.vocab, h)),), None, top=True)
+    decoders.lm_head(B, "lm_head", "model.embed_tokens")
+    return w.modules
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -138,10 +139,10 @@ FAMILY = Family(
     name="hrm_text",
     model_types=("hrm_text",),
     signature=r"(^|[./])L_module[./]layers[./]\d+[./](attn[./]gqkv_proj|self_attn[./]gate_proj)",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
     # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and HrmTextForCausalLM's
     # _tied_weights_keys
-    **{**layout.decoder_lm(DecoderLayout()), "kv_cache": kv_cache},
+    **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=(),   # llama.cpp has no HRM architecture: no GGUF names
     samples=(
         Sample("HrmTextConfig", _SIZES, ("HrmTextForCausalLM", "HrmTextModel")),

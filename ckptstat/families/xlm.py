@@ -8,20 +8,28 @@ the word embeddings unless tie_word_embeddings is false; it runs on every token.
 bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOutput): no KV cache.
 Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
 (transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
-against)."""
+against).
+Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each module recorded while its op is written):
+the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import encoder, infer
+from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
+from .framework.encoder import LayerNames
+from .framework.layout_base import DecoderLayout, Module, Paths
 from .framework.ops import Builder
+from .framework.walk_encoder import EncoderWalk, post_ln_layers, tensors
 
-LAYER: encoder.LayerNames = ("q_lin", "k_lin", "v_lin", "attention", "out_lin", "layer_norm1", "lin1", "act", "lin2",
-                             "layer_norm2")
+# the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order
+LAYER: LayerNames = ("attentions.{bid}.q_lin", "attentions.{bid}.k_lin", "attentions.{bid}.v_lin", "attentions.{bid}",
+                     "attentions.{bid}.out_lin", "layer_norm1.{bid}", "ffns.{bid}.lin1", "ffns.{bid}.act", "ffns.{bid}.lin2",
+                     "layer_norm2.{bid}")
+LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="transformer"))   # the body of the head models
 
 
 @dataclass(frozen=True)
@@ -58,42 +66,26 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=(note,), **common)
 
 
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes: writes its ops to B and returns the modules it met."""
+    s, w = B.s, EncoderWalk(B, LAYOUT)
+    h = s.hidden
+    w.embedding("embeddings", s.vocab, h)
+    w.embedding("position_embeddings", s.positions, h)
+    langs = s.variant_as(XLMVariant).langs
+    if langs:
+        w.held("lang_embeddings (held: not run without langs)", (("lang_embeddings", (("weight", (langs, h)),)),))
+    w.layer_norm("layer_norm_emb", h, bucket="embedding", residual=False)
+    post_ln_layers(w, LAYER, tuple(range(s.layers)))
+    if s.head == "lm":
+        w.head("pred_layer.proj", h, s.vocab, s.tied_embeddings,
+               "pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""))
+    w.token_heads()
+    return w.modules
+
+
 def build(B: Builder) -> None:
-    s, tok = B.s, (B.b, B.seq)
-    h, L = s.hidden, s.layers
-    B.embedding("transformer.embeddings", "embedding", s.vocab, h, B.seq)
-    B.embedding("transformer.position_embeddings", "embedding", s.positions, h, B.seq)
-    langs = s.variant_as(XLMVariant).langs
-    if langs:
-        B.add("transformer.lang_embeddings (held: not run without langs)", "embedding", "embedding", 0, tok, tok,
-              params=langs * h)
-    B.norm("transformer.layer_norm_emb", "embedding", tok, h, residual=False)
-    encoder.layers(B, f"transformer[{L}]", LAYER, L, L)
-    if s.head == "lm":
-        B.linear("pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab,
-                 True, tied=s.tied_embeddings)
-    encoder.token_heads(B)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f = s.hidden, s.intermediate
-    p = "" if s.head == "base" else "transformer."
-    out: Shapes = {f"{p}embeddings.weight": (s.vocab, h), f"{p}position_embeddings.weight": (s.positions, h)}
-    langs = s.variant_as(XLMVariant).langs
-    if langs:
-        out[f"{p}lang_embeddings.weight"] = (langs, h)
-    add_norm(out, f"{p}layer_norm_emb", h)
-    for i in range(s.layers):
-        for m in ("q_lin", "k_lin", "v_lin", "out_lin"):
-            add_linear(out, f"{p}attentions.{i}.{m}", h, h)
-        add_norm(out, f"{p}layer_norm1.{i}", h)
-        add_linear(out, f"{p}ffns.{i}.lin1", f, h)
-        add_linear(out, f"{p}ffns.{i}.lin2", h, f)
-        add_norm(out, f"{p}layer_norm2.{i}", h)
-    if s.head == "lm":
-        add_linear(out, "pred_layer.proj", s.vocab, h)
-    encoder.token_head_tensors(out, s)
-    return out
+    walk(B)
 
 
 _SIZES = dict(emb_dim=32, n_layers=2, n_heads=4, vocab_size=99, max_position_embeddings=64)
@@ -102,7 +94,7 @@ FAMILY = Family(
     name="xlm",
     model_types=("xlm", "flaubert"),
     signature=r"(^|[./])attentions[./]\d+[./]q_lin[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)pred_layer\.proj\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),
     tie_rules=(TieRule("pred_layer.proj.weight", "transformer.embeddings.weight", "config", heads=("lm",)),),

@@ -9,15 +9,21 @@ r_s bias are held and not run. The LM head (`lm_loss`, biased) is tied to the wo
 tie_word_embeddings is false. The model returns its `mems`, no cache object: no KV cache is counted
 (tests/coverage_walk.py's oracle reads a cache or past_key_values). Refused (meta path): attn_type "uni" (klen + 1
 position rows; transformers 5 cannot run it on a batch over 1 with an attention mask, so no test checks it) and
-bi_data."""
+bi_data.
+Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each module recorded while its op is written):
+the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework import infer
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
+from .framework.layout_base import DecoderLayout, Module, Paths
 from .framework.ops import Builder
+from .framework.walk_encoder import EncoderWalk, tensors
+
+LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="transformer", layers="layer"))   # the head models' body
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -44,52 +50,39 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=("no config: attn_type 'bi' assumed (klen + qlen relative positions)",), **common)
 
 
-def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, a, d, L = s.hidden, s.heads, s.head_dim, s.layers
-    R = 2 * n   # relative positions klen + qlen (no mems: klen = qlen)
-    tok, p = (b, n), f"transformer.layer[{L}]"
-    B.embedding("transformer.word_embedding", "embedding", s.vocab, h, n)
-    B.add("transformer.mask_emb (held: run only with target_mapping)", "embedding", "embedding", 0, tok, tok, params=h)
-    for m in ("q", "k", "v"):
-        B.linear(f"{p}.rel_attn.{m}", "encoder", tok, h, a * d, False, L)
-    B.linear(f"{p}.rel_attn.r (the relative position rows, per batch row)", "encoder", (b, R), h, a * d, False, L)
-    B.attention(f"{p}.rel_attn (ac, P V)", "encoder", a, n, n, d, L, causal=False)
-    B.add(f"{p}.rel_attn (bd: Q R^T)", "attention", "encoder", L, (b, a, n, d), (b, a, n, R), macs=b * a * n * R * d)
-    # r_w_bias, r_r_bias (added to the queries), r_s_bias and seg_embed (the segment term, not run): held
-    B.add(f"{p}.rel_attn biases, seg_embed", "activation", "encoder", L, (b, a, n, d), (b, a, n, d),
-          params=5 * a * d * L, ew=2 * b * a * n * d)
-    B.linear(f"{p}.rel_attn.o", "encoder", tok, a * d, h, False, L)
-    B.norm(f"{p}.rel_attn.layer_norm", "encoder", tok, h, L)
-    B.linear(f"{p}.ff.layer_1", "encoder", tok, h, s.intermediate, True, L)
-    B.activation(f"{p}.ff act", "encoder", tok, s.intermediate, s.activation, L)
-    B.linear(f"{p}.ff.layer_2", "encoder", tok, s.intermediate, h, True, L)
-    B.norm(f"{p}.ff.layer_norm", "encoder", tok, h, L)
-    if s.head == "lm":
-        B.linear("lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab, True,
-                 tied=s.tied_embeddings)
-    encoder.token_heads(B)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes:
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes: writes its ops to B and returns the modules it met."""
+    s, w, b, n = B.s, EncoderWalk(B, LAYOUT), B.b, B.seq
     h, a, d, f = s.hidden, s.heads, s.head_dim, s.intermediate
-    p = "" if s.head == "base" else "transformer."
-    out: Shapes = {f"{p}word_embedding.weight": (s.vocab, h), f"{p}mask_emb": (1, 1, h)}
-    for i in range(s.layers):
-        q = f"{p}layer.{i}."
-        for m in ("q", "k", "v", "o", "r"):
-            out[f"{q}rel_attn.{m}"] = (h, a, d)
-        for m in ("r_r_bias", "r_s_bias", "r_w_bias"):
-            out[f"{q}rel_attn.{m}"] = (a, d)
-        out[f"{q}rel_attn.seg_embed"] = (2, a, d)
-        add_norm(out, f"{q}rel_attn.layer_norm", h)
-        add_norm(out, f"{q}ff.layer_norm", h)
-        add_linear(out, f"{q}ff.layer_1", f, h)
-        add_linear(out, f"{q}ff.layer_2", h, f)
+    every, L, R = tuple(range(s.layers)), s.layers, 2 * n   # relative positions klen + qlen (no mems: klen = qlen)
+    w.embedding("word_embedding", s.vocab, h)
+    w.held("mask_emb (held: run only with target_mapping)", (("mask_emb", (("", (1, 1, h)),)),))
+    for m in ("q", "k", "v"):
+        w.einsum(f"rel_attn.{m}", h, a, d, every)
+    w.einsum("rel_attn.r", h, a, d, every, rows=(b, R),
+             label=w.label("rel_attn.r (the relative position rows, per batch row)", every))
+    B.attention(w.label("rel_attn (ac, P V)", every), "encoder", a, n, n, d, L, causal=False)
+    B.add(w.label("rel_attn (bd: Q R^T)", every), "attention", "encoder", L, (b, a, n, d), (b, a, n, R),
+          macs=b * a * n * R * d)
+    # r_w_bias, r_r_bias (added to the queries); r_s_bias and seg_embed (the segment term, not run): held
+    biases = w.params(tuple((f"rel_attn.{m}", (("", (a, d)),)) for m in ("r_w_bias", "r_r_bias", "r_s_bias"))
+                      + (("rel_attn.seg_embed", (("", (2, a, d)),)),), every)
+    B.add(w.label("rel_attn biases, seg_embed", every), "activation", "encoder", L, (b, a, n, d), (b, a, n, d),
+          params=biases, ew=2 * b * a * n * d)
+    w.einsum("rel_attn.o", h, a, d, every, out=True)
+    w.layer_norm("rel_attn.layer_norm", h, every)
+    w.linear("ff.layer_1", None, h, f, True, every)
+    B.activation(w.label("ff act", every), "encoder", w.tok, f, s.activation, L)
+    w.linear("ff.layer_2", None, f, h, True, every)
+    w.layer_norm("ff.layer_norm", h, every)
     if s.head == "lm":
-        add_linear(out, "lm_loss", s.vocab, h)
-    encoder.token_head_tensors(out, s)
-    return out
+        w.head("lm_loss", h, s.vocab, s.tied_embeddings, "lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""))
+    w.token_heads()
+    return w.modules
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 _SIZES = dict(vocab_size=99, d_model=32, n_layer=2, n_head=4, d_inner=37)
@@ -98,7 +91,7 @@ FAMILY = Family(
     name="xlnet",
     model_types=("xlnet",),
     signature=r"(^|[./])rel_attn[./]r_w_bias$",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)lm_loss\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),
     tie_rules=(TieRule("lm_loss.weight", "transformer.word_embedding.weight", "config", heads=("lm",)),),

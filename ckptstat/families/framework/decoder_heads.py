@@ -1,4 +1,4 @@
-"""Task heads of the classic decoder families (bloom.py, gpt_neo.py, gpt_bigcode.py; opt.py and gptj.py through
+"""Task heads of the classic decoder families (bloom.py; opt.py, gptj.py, gpt_neo.py and gpt_bigcode.py through
 DecoderLayout.task_heads), as transformers builds them beside the decoder body:
 
 * *ForSequenceClassification: `score`, Linear(width, num_labels, bias=False);

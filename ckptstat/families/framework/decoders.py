@@ -1,9 +1,9 @@
-"""Pieces the rotary decoder families share (layout.py, gptneox.py, falcon.py,
+"""Pieces the rotary decoder families share (layout.py, gptneox.py,
 gpt_oss.py): the rotary-table op transformers runs once per forward and its application to q and k,
 the weightless LayerNorm, the LM head op, which layers keep a sliding window in the KV cache as transformers'
 config classes and DynamicCache decide it (`sliding`, docs/kv_cache.md) and the partial rotary fraction.
 
-The families not on a layout keep their own switches in a typed ArchSpec.variant (falcon.py's)."""
+The families not on a layout keep their own switches in a typed ArchSpec.variant (mamba.py's)."""
 from __future__ import annotations
 
 from typing import Any

@@ -1,116 +1,224 @@
-"""The post-LayerNorm BERT-style encoder that the bert, albert and distilbert families share: embeddings,
-the layer (four attention projections, attention norm, FFN in and out, output norm), pooler and heads,
-as op-template pieces (ops.Builder) and expected-tensor pieces (Shapes). Each family passes its own
-module names; nothing here knows which family calls it."""
+"""The post-LayerNorm BERT-style encoder that the bert, albert and distilbert families walk (and git, xlm, xlnet and
+wav2vec2 build with): embeddings, the layer (four attention projections, attention norm, FFN in and out, output norm),
+pooler and heads. Each piece is written once, with a recorder (`Rec`): every parameterised module it meets is recorded
+(a layout_base.Module: its path as save_pretrained names it, `{bid}` the stored layer, its parameters' shapes, its
+llama.cpp name) in the same call that writes its op to the Builder, so that the op template, the expected tensors
+(`Rec.shapes`) and the GGUF names derive from one walk. Each family passes its own module names; nothing here knows
+which family calls it."""
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from typing import Any
 
 from . import infer
-from .base import ArchSpec, HeadRule, Shapes, Tensors, add_linear, add_norm
+from .base import ArchSpec, HeadRule, Shapes, Tensors
+from .layout_base import Module, module_shapes
 from .ops import Builder
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
 # attention norm, FFN in, FFN activation, FFN out, output norm.
 LayerNames = tuple[str, str, str, str, str, str, str, str, str, str]
+# llama.cpp's names of a post-LN layer's modules in LayerNames' order, None where it has no tensor (gguf-py
+# tensor_mapping.py's BERT names; recorded only by a walk asked for them: Rec.gguf)
+LAYER_GGUF = ("attn_q", "attn_k", "attn_v", None, "attn_output", "attn_output_norm", "ffn_up", None, "ffn_down",
+              "layer_output_norm")
+Shape = tuple[tuple[str, tuple[int, ...]], ...]
 
 
-# ---- op template pieces ----
+@dataclass(frozen=True)
+class Stack:
+    """A run of layers: stored at `path` (`{bid}` each of `stored` layers; `{xid}` each of `inner` within one: ALBERT's
+    groups of layers), its ops labelled `label`, run `calls` times in one forward (more than stored where layers are
+    shared)."""
+    label: str
+    path: str
+    stored: int
+    calls: int
+    inner: int = 0
 
-def embeddings(B: Builder, norm: bool = True, positions: bool = True) -> None:
+    @property
+    def copies(self) -> int:
+        return self.stored * (self.inner or 1)
+
+
+class Rec:
+    """Writes an encoder's ops to B and records each parameterised module in the same call (`modules`); `gguf`: record
+    llama.cpp's names too (the family's GGUF table walks a plain BERT with it)."""
+
+    def __init__(self, B: Builder, gguf: bool = False):
+        self.B, self.s, self.gguf = B, B.s, gguf
+        self.tok, self.first = (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
+        self.modules: list[Module] = []
+
+    def record(self, path: str, shapes: Shape, stack: Stack | None = None, top: bool = False,
+               gguf: str | None = None) -> None:
+        """`top`: outside the base model (a head); `stack`: one module per stored layer."""
+        if stack is not None:
+            path, gguf = f"{stack.path}.{path}", gguf and f"blk.{{bid}}.{gguf}"
+        layers = tuple(range(stack.stored)) if stack is not None else ()
+        self.modules.append(Module(path, gguf if self.gguf else None, shapes, layers, stack.inner if stack else 0, top))
+
+    def linear(self, path: str, bucket: str, fin: int, fout: int, tokens: tuple[int, ...] | None = None,
+               stack: Stack | None = None, top: bool = False, tied: bool = False, label: str | None = None,
+               gguf: str | None = None) -> None:
+        """A biased nn.Linear (every one of these encoders' is); `tied`: its weight is another module's."""
+        self.record(path, linear_shapes(fin, fout), stack, top, gguf)
+        self.B.linear(label or _label(path, stack), bucket, tokens or self.tok, fin, fout, True,
+                      stack.calls if stack else 1, stack.copies if stack else None, tied=tied)
+
+    def norm(self, path: str, bucket: str, dim: int, stack: Stack | None = None, top: bool = False,
+             residual: bool = True, gguf: str | None = None) -> None:
+        """A LayerNorm (weight and bias); `residual`: it also adds the sublayer's input back."""
+        self.record(path, (("weight", (dim,)), ("bias", (dim,))), stack, top, gguf)
+        self.B.norm(_label(path, stack), bucket, self.tok, dim, stack.calls if stack else 1,
+                    stack.copies if stack else None, residual=residual)
+
+    def embedding(self, path: str, bucket: str, rows: int, dim: int, gguf: str | None = None) -> None:
+        self.record(path, (("weight", (rows, dim)),), gguf=gguf)
+        self.B.embedding(path, bucket, rows, dim, self.B.seq)
+
+    def shapes(self, body: str) -> Shapes:
+        """The expected tensors: every recorded parameter's name and shape, the base model's under `body` ("": none)."""
+        return module_shapes(self.modules, body)
+
+    def gguf_names(self) -> tuple[tuple[str, str], ...]:
+        """HF module (as the base model names it) -> llama.cpp name, of the modules recorded with one."""
+        return tuple((m.path, m.gguf) for m in self.modules if m.gguf is not None)
+
+
+def linear_shapes(fin: int, fout: int) -> Shape:
+    """A biased nn.Linear's parameters."""
+    return (("weight", (fout, fin)), ("bias", (fout,)))
+
+
+def _label(path: str, stack: Stack | None) -> str:
+    return path if stack is None else f"{stack.label}.{path}"
+
+
+@dataclass(frozen=True)
+class LMHead:
+    """An MLM head's modules: its transform's dense (hidden -> the head's width) and LayerNorm (dense None: none, the
+    decoder reads hidden: BertGeneration's lm_head), its decoder to the vocabulary (its weight the word embeddings'
+    when they tie), and a bias parameter held beside the decoder (None: none) that transformers 5 ties to the decoder's
+    bias only when the weights tie (their _tied_weights_keys); untied it is a parameter held apart and unused."""
+    decoder: str
+    dense: str | None = None
+    norm: str = ""
+    bias: str | None = None
+
+
+# ---- the pieces, in forward order ----
+
+def embeddings(B: Builder | Rec, norm: bool = True, positions: bool = True) -> None:
     """Word, position (unless positions is false: RoFormer's rotary table sits in its encoder) and (when the config has
     them) token-type lookups, then LayerNorm (unless norm is false: XLM-RoBERTa-XL's pre-LN layers normalise instead),
     width E."""
-    s, n = B.s, B.seq
-    B.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, n)
+    r = B if isinstance(B, Rec) else Rec(B)
+    s = r.s
+    r.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, "token_embd")
     if positions:
-        B.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, n)
+        r.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, "position_embd")
     if s.type_vocab:
-        B.embedding("embeddings.token_type_embeddings", "embedding", s.type_vocab, s.emb, n)
+        r.embedding("embeddings.token_type_embeddings", "embedding", s.type_vocab, s.emb, "token_types")
     if norm:
-        B.norm("embeddings.LayerNorm", "embedding", (B.b, n), s.emb, residual=False)
+        r.norm("embeddings.LayerNorm", "embedding", s.emb, residual=False, gguf="token_embd_norm")
+
+
+def stack_layers(r: Rec, stack: Stack, names: LayerNames, causal: bool = False) -> None:
+    """The post-LN layers of `stack`; causal: GIT's text decoder masks its attention."""
+    s, h, f = r.s, r.s.hidden, r.s.intermediate
+    q, k, v, at, o, ln1, up, act, down, ln2 = names
+    gq, gk, gv, _, go, g1, gup, _, gdown, g2 = LAYER_GGUF
+    for name, g in ((q, gq), (k, gk), (v, gv)):
+        r.linear(name, "encoder", h, h, stack=stack, gguf=g)
+    r.B.attention(_label(at, stack), "encoder", s.heads, r.B.seq, r.B.seq, s.head_dim, stack.calls, causal=causal)
+    r.linear(o, "encoder", h, h, stack=stack, gguf=go)
+    r.norm(ln1, "encoder", h, stack, gguf=g1)
+    r.linear(up, "encoder", h, f, stack=stack, gguf=gup)
+    r.B.activation(_label(act, stack), "encoder", r.tok, f, s.activation, stack.calls)
+    r.linear(down, "encoder", f, h, stack=stack, gguf=gdown)
+    r.norm(ln2, "encoder", h, stack, gguf=g2)
 
 
 def layers(B: Builder, prefix: str, names: LayerNames, calls: int, copies: int, causal: bool = False) -> None:
-    """`calls` layers run, `copies` of their weights stored (fewer when layers are shared); causal: GIT's text
-    decoder masks its attention."""
-    s, tok = B.s, (B.b, B.seq)
-    h, f = s.hidden, s.intermediate
-    q, k, v, at, o, ln1, up, act, down, ln2 = (f"{prefix}.{x}" for x in names)
-    for name in (q, k, v):
-        B.linear(name, "encoder", tok, h, h, True, calls, copies)
-    B.attention(at, "encoder", s.heads, B.seq, B.seq, s.head_dim, calls, causal=causal)
-    B.linear(o, "encoder", tok, h, h, True, calls, copies)
-    B.norm(ln1, "encoder", tok, h, calls, copies)
-    B.linear(up, "encoder", tok, h, f, True, calls, copies)
-    B.activation(act, "encoder", tok, f, s.activation, calls)
-    B.linear(down, "encoder", tok, f, h, True, calls, copies)
-    B.norm(ln2, "encoder", tok, h, calls, copies)
+    """(The op template of the families that state their tensors apart: git, xlm, wav2vec2) `calls` layers run, as many
+    stored, their ops labelled `prefix`."""
+    stack_layers(Rec(B), Stack(prefix, prefix, copies, calls), names, causal)
 
 
-def pooler(B: Builder) -> None:
-    """Dense + tanh on the first token (transformers BertPooler)."""
-    h = B.s.hidden
-    B.linear("pooler.dense", "pooler", (B.b,), h, h, True)
-    B.activation("pooler act (tanh)", "pooler", (B.b,), h, "tanh")
+def pooler(r: Rec, path: str = "pooler.dense") -> None:
+    """Dense + tanh on the first token (transformers BertPooler; BigBird's and ALBERT's one Linear at `pooler`)."""
+    h = r.s.hidden
+    r.linear(path, "pooler", h, h, r.first, label="pooler.dense")
+    r.B.activation("pooler act (tanh)", "pooler", r.first, h, "tanh")
 
 
-def mlm_head(B: Builder, prefix: str, width: int, held_bias: bool, transform: str = "transform.") -> None:
+def mlm_head(r: Rec, head: LMHead, width: int) -> None:
     """Transform dense (h -> width) + activation + LayerNorm, then the decoder, its weight tied to the word embeddings
-    unless the config's tie_word_embeddings is false. `held_bias`: the head also holds a bias parameter of its own
-    ({prefix}.bias: BERT's, RoBERTa's, ALBERT's) that transformers 5 ties to the decoder's bias only when the weights
-    tie (their _tied_weights_keys); untied it is a parameter held apart and unused. `transform`: the dense and
-    LayerNorm's module under {prefix} ("" where they sit beside the decoder: RemBERT's)."""
-    s, tok = B.s, (B.b, B.seq)
-    B.linear(f"{prefix}.{transform}dense", "cls", tok, s.hidden, width, True)
-    B.activation(f"{prefix}.{transform}".rstrip(".") + " act", "cls", tok, width, s.activation)
-    B.norm(f"{prefix}.{transform}LayerNorm", "cls", tok, width, residual=False)
+    unless the config's tie_word_embeddings is false (LMHead)."""
+    s = r.s
+    fin = s.hidden
+    if head.dense is not None:
+        r.linear(head.dense, "cls", s.hidden, width, top=True)
+        r.B.activation(head.dense.rsplit(".", 1)[0] + " act", "cls", r.tok, width, s.activation)
+        r.norm(head.norm, "cls", width, top=True, residual=False)
+        fin = width
     tied = s.tied_embeddings
-    B.linear(f"{prefix}.decoder" + (" (tied to word_embeddings)" if tied else ""), "cls", tok, width, s.vocab, True,
-             tied=tied)
-    if held_bias and not tied:
-        B.add(f"{prefix}.bias (untied from the decoder's: held, unused)", "activation", "cls", 1, (s.vocab,), (s.vocab,),
-              params=s.vocab)
+    r.linear(head.decoder, "cls", fin, s.vocab, top=True, tied=tied,
+             label=head.decoder + (" (tied to word_embeddings)" if tied else ""))
+    if head.bias is not None:
+        r.record(head.bias, (("", (s.vocab,)),), top=True)
+        if not tied:
+            r.B.add(f"{head.bias} (untied from the decoder's: held, unused)", "activation", "cls", 1, (s.vocab,),
+                    (s.vocab,), params=s.vocab)
 
 
-def token_heads(B: Builder) -> None:
-    """Per-token classifier and span (QA) heads."""
-    s, tok = B.s, (B.b, B.seq)
-    if s.head == "tokcls":
-        B.linear("classifier", "cls", tok, s.hidden, s.num_labels, True)
-    elif s.head == "qa":
-        B.linear("qa_outputs", "cls", tok, s.hidden, s.num_labels, True)   # nn.Linear(h, num_labels): 2 to run
+def sequence_classifier(r: Rec, dense: bool) -> None:
+    """On the first token: one Linear on the pooled output (BERT's `classifier`), or `dense` RoBERTa's head (dense + tanh,
+    then out_proj)."""
+    h = r.s.hidden
+    if dense:
+        r.linear("classifier.dense", "cls", h, h, r.first, top=True)
+        r.B.activation("classifier act (tanh)", "cls", r.first, h, "tanh")
+    r.linear("classifier.out_proj" if dense else "classifier", "cls", h, r.s.num_labels, r.first, top=True)
 
 
-# ---- expected-tensor pieces ----
+def token_heads(B: Builder | Rec) -> None:
+    """Per-token classifier and span (QA) heads (nn.Linear(h, num_labels): QA's 2 to run)."""
+    r = B if isinstance(B, Rec) else Rec(B)
+    s = r.s
+    if s.head in ("tokcls", "qa"):
+        r.linear("classifier" if s.head == "tokcls" else "qa_outputs", "cls", s.hidden, s.num_labels, top=True)
+
+
+# ---- the expected tensors of the families that state them apart (git, xlm, xlnet, wav2vec2), from the pieces ----
+
+def _sizes(h: int, f: int = 0, like: ArchSpec | None = None) -> Rec:
+    s = like or ArchSpec(family="", model_type="", source="", head="base", architecture=None, layers=1, hidden=h, heads=1,
+                         kv_heads=1, head_dim=h, intermediate=f, vocab=1)
+    return Rec(Builder(s, 1, 1, 1, 1, 1))
+
 
 def layer_tensors(out: Shapes, q: str, names: tuple[str, ...], h: int, f: int) -> None:
-    """names: the 8 weight-holding modules of LayerNames (no attention bmm, no activation)."""
-    *attention, attention_norm, ffn_in, ffn_out, out_norm = names
-    for m in attention:
-        add_linear(out, q + m, h, h)
-    add_norm(out, q + attention_norm, h)
-    add_linear(out, q + ffn_in, f, h)
-    add_linear(out, q + ffn_out, h, f)
-    add_norm(out, q + out_norm, h)
+    """names: the 8 weight-holding modules of LayerNames (weights_of), the layer's under `q`."""
+    r = _sizes(h, f)
+    a, b, c, o, ln1, up, down, ln2 = names
+    stack_layers(r, Stack("", q.rstrip("."), 1, 1), (a, b, c, "", o, ln1, up, "", down, ln2))
+    out.update(r.shapes(""))
 
 
 def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int, norm: bool = True, positions: bool = True) -> None:
-    out[p + "embeddings.word_embeddings.weight"] = (s.vocab, dim)
-    if positions:
-        out[p + "embeddings.position_embeddings.weight"] = (s.positions, dim)
-    if s.type_vocab:
-        out[p + "embeddings.token_type_embeddings.weight"] = (s.type_vocab, dim)
-    if norm:
-        add_norm(out, p + "embeddings.LayerNorm", dim)
+    """The embeddings' weights, `dim` wide, under `p` (embeddings)."""
+    r = _sizes(dim, like=replace(s, embedding_size=dim))
+    embeddings(r, norm, positions)
+    out.update(r.shapes(p.rstrip(".")))
 
 
 def token_head_tensors(out: Shapes, s: ArchSpec) -> None:
     """The per-token classifier and span (QA) heads' weights (token_heads)."""
-    if s.head == "tokcls":
-        add_linear(out, "classifier", s.num_labels, s.hidden)
-    elif s.head == "qa":
-        add_linear(out, "qa_outputs", s.num_labels, s.hidden)
+    r = _sizes(s.hidden, like=s)
+    token_heads(r)
+    out.update(r.shapes(""))
 
 
 def weights_of(names: LayerNames) -> tuple[str, ...]:

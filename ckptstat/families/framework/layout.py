@@ -30,6 +30,7 @@ from . import (
     layout_linear,
     layout_moe,
     layout_ssm,
+    layout_tp,
     mixers_conv,
     mixers_kda,
     mixers_lightning,
@@ -122,6 +123,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     no_table = lay.nope == "all" or (lay.nope == "embedding_type" and bool(s.nope_layers))   # no rotary module
     for table in tables if attn and not no_table and lay.positions == "rotary" else ():
         decoders.rotary(B, rot, table)
+    if attn and lay.unused_rotary:   # computed, never applied (DecoderLayout.unused_rotary)
+        decoders.rotary(B, rot)
     at = f"{p.attn}."
     # the layers of each norm placement (a linear layer's may differ: DecoderLayout.linear_placement)
     placed: dict[Placement, tuple[int, ...]] = {}
@@ -205,6 +208,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         if lay.sub_norms:
             w.norm(at + p.attn_sub, "attn_sub_norm", a * d, attn, residual=False)
         w.linear(at + p.o, "attn_output", a * (s.v_head_dim or d), h, s.o_bias, attn)
+        if lay.tp_slices:
+            layout_tp.summed(w, at + p.o, attn)
         if lay.last_o_bias:
             last = (s.layers - 1,)
             w.record(at + p.last_bias, None, (("", (h,)),), last)
@@ -217,6 +222,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
     for pl, ls in before.items():
         if pl != "parallel" and lay.mlp != "none" and not lay.one_mixer:
             w.norm(p.mlp_in, "ffn_norm", h, ls, residual=pl == "pre")
+        elif pl == "parallel" and lay.parallel_mlp_norm:   # the MLP's own norm beside the attention's
+            w.norm(p.mlp_in, "ffn_norm", h, ls, residual=False)
     routed, ffn = lay.mlp == "routed", tuple(i for i in every if i in s.ffn_layers or not lay.one_mixer)
     dense = (tuple(i for i in ffn if i in s.dense_layers) if routed and lay.dense_layers else () if routed
              else () if lay.mlp == "none" else ffn)
@@ -226,6 +233,8 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
             w.norm(p.moe_out_norm, None, h, sparse, residual=False)
     if dense:
         mlp(w, dense, lay.routed_mlp if routed else lay.mlp, f)
+        if lay.tp_slices:
+            layout_tp.summed(w, f"{p.mlp}.{p.down}", dense)
     if lay.residual_scales:
         residual_scale(w, p.mlp_residual, every)
     for ls in after.values():
@@ -363,6 +372,8 @@ def _intermediate(lay: DecoderLayout, c: Cfg) -> int:
     width = lay.ffn_width
     if times := width.times_hidden or (c.int(width.times_key) if width.times_key else 0):
         return times * c.int("hidden_size")
+    if width.else_times:
+        return c.int(width.key, default=width.else_times * c.int("hidden_size"))
     return c.int(width.key, default=0) if lay.mlp == "routed" and not lay.dense_layers else c.int(width.key)
 
 

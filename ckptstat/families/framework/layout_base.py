@@ -293,10 +293,12 @@ class Segments(Variant):
 class FFNWidth:
     """The MLP's width as the config gives it: the value of `key` (LLaMA's intermediate_size, CTRL's dff); with
     `times_hidden`, that many times hidden_size whatever the config says (OpenAI GPT's and MPT's 4); with `times_key`,
-    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size)."""
+    hidden_size times that key's value (GPT-NeoX-Japanese's intermediate_multiple_size); with `else_times`, `key`'s
+    value where the config sets it, else (absent or null) that many times hidden_size (GPT-2's n_inner)."""
     key: str = "intermediate_size"
     times_hidden: int = 0
     times_key: str | None = None
+    else_times: int = 0
 
 
 @dataclass(frozen=True)
@@ -456,6 +458,15 @@ class DecoderLayout:
     # 2N, times their weightless RMSNorm; a sigmoid pre mix collapses the copies to the sublayer's input, a post mix
     # spreads its output back over them), and before the final norm the head's (N x h -> N) collapse
     hyper: bool = False
+    # placement "parallel": the MLP reads a norm of its own ({mlp_in}) beside the attention's (Falcon-40B's ln_mlp)
+    parallel_mlp_norm: bool = False
+    # positions other than rotary, yet the rotary table's product runs, unused (FalconModel's rotary_emb under ALiBi)
+    unused_rotary: bool = False
+    # the cache holds K and V broadcast to the query heads (Falcon's new_decoder_architecture); falcon.kv_cache reads it
+    kv_broadcast: bool = False
+    # o and the MLP's down run as tensor-parallel slices whose outputs are summed (layout_tp.py: BLOOM's pretraining_tp
+    # with slow_but_exact, its slice count ArchSpec.variant's TPSlices)
+    tp_slices: bool = False
     ssm_norms: SSMNorms = "weighted"      # the Mamba1 mixer's norms over dt, B and C (SSMNorms)
 
     def gguf(self, name: str) -> str | None:
