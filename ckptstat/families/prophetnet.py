@@ -92,7 +92,7 @@ def walk(B: Builder) -> Recorder:
     wrapper's under `prophetnet.`)."""
     s, b, n = B.s, B.b, B.seq
     v = s.variant_as(Streams)
-    h, L, a, g, f = s.hidden, s.layers, s.heads, v.ngram, s.intermediate
+    h, L, g = s.hidden, s.layers, v.ngram
     every, predicting = (b, (1 + g) * n), (b, g * n)
     w = Recorder(B, "encoder")
     # the wrapper's word_embeddings and the decoder's: one tensor when tied, two otherwise
@@ -102,6 +102,18 @@ def walk(B: Builder) -> Recorder:
     w.params("decoder.ngram_embeddings", (("decoder.ngram_embeddings.weight", (g, h)),), (g, h), predicting + (h,),
              ew=b * g * n * h, bucket="embedding")
     w.norm("decoder.embeddings_layer_norm", every, h, residual=False, bucket="embedding")
+    if L:   # (a Recorder's L 0 is a module outside the layers: none here)
+        _layers(w, L, every)
+    w.linear("lm_head", predicting, h, s.vocab, False, note=" (the predicting streams)" + (
+        " (tied to word_embeddings)" if s.tied_embeddings else ""), bucket="cls", top=True, tied=s.tied_embeddings)
+    return w
+
+
+def _layers(w: Recorder, L: int, every: tuple[int, ...]) -> None:
+    """The L decoder layers over the (1 + ngram) x s tokens of every stream."""
+    B, s, n = w.B, w.B.s, w.B.seq
+    v = s.variant_as(Streams)
+    h, a, g, f = s.hidden, s.heads, v.ngram, s.intermediate
     lay = "decoder.layers.{bid}"
     for m in _ATTN[:3]:
         w.linear(f"{lay}.self_attn.{m}", every, h, h, True, L)
@@ -119,9 +131,6 @@ def walk(B: Builder) -> Recorder:
     B.activation(w.label(f"{lay}.feed_forward act", L), "encoder", every, f, s.activation, L)
     w.linear(f"{lay}.feed_forward.output", every, f, h, True, L)
     w.norm(f"{lay}.feed_forward_layer_norm", every, h, L)
-    w.linear("lm_head", predicting, h, s.vocab, False, note=" (the predicting streams)" + (
-        " (tied to word_embeddings)" if s.tied_embeddings else ""), bucket="cls", top=True, tied=s.tied_embeddings)
-    return w
 
 
 def build(B: Builder) -> None:

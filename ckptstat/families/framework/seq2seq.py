@@ -42,13 +42,22 @@ def causal_lm_alone(c: Cfg) -> bool:
 
 def layer_ops(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
               unused_cross: bool = False, causal: bool | None = None) -> None:
-    """L layers over q tokens (a heads, FFN width f), each module recorded as its op is written; cross: the encoder
-    tokens cross-attention reads, None for none; unused_cross: the layers hold encoder_attn but never run it (the
-    decoder alone); causal: the self-attention's mask (default: a `decoder`'s is causal)."""
+    """L layers over q tokens (a heads, FFN width f), each module recorded as its op is written, then the stack's
+    final norm; cross: the encoder tokens cross-attention reads, None for none; unused_cross: the layers hold
+    encoder_attn but never run it (the decoder alone); causal: the self-attention's mask (default: a `decoder`'s is
+    causal). No layers (L 0): no layer modules (a Recorder's L 0 is a module outside the layers)."""
+    if L:
+        _layers(w, st, name, bucket, L, q, a, f, cross, unused_cross, name.endswith("decoder") if causal is None else causal)
+    if st.final_norm:
+        w.norm(f"{name}.{st.final_norm}", (w.B.b, q), w.B.s.hidden, residual=False, bucket=bucket)
+
+
+def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
+            unused_cross: bool, self_causal: bool) -> None:
     s, b, h = w.B.s, w.B.b, w.B.s.hidden
     tok = (b, q)
     lay = f"{name}.layers.{{bid}}"
-    attn = [("self_attn", q, name.endswith("decoder") if causal is None else causal)]
+    attn = [("self_attn", q, self_causal)]
     attn += [("encoder_attn", cross, False)] if cross is not None else []
     for att, k_len, causal in attn:
         if st.pre_ln:
@@ -69,8 +78,6 @@ def layer_ops(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a:
     w.linear(f"{lay}.fc2", tok, f, h, True, L, bucket=bucket)
     if not st.pre_ln:
         w.norm(f"{lay}.final_layer_norm", tok, h, L, bucket=bucket)
-    if st.final_norm:
-        w.norm(f"{name}.{st.final_norm}", tok, h, residual=False, bucket=bucket)
 
 
 def _projections(w: Recorder, st: Stack, att: str, bucket: str, L: int, tok: tuple[int, ...], kv: tuple[int, ...],
