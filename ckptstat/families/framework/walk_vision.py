@@ -84,10 +84,12 @@ class Recorder:
     def label(self, path: str, L: int = 0) -> str:
         return self.prefix + path.replace(".{bid}", f"[{L}]")
 
-    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False) -> None:
+    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False,
+               layers: tuple[int, ...] | None = None) -> None:
         """A module's parameters (suffix "": the path is the parameter's own name); `top`: outside the prefix and the
-        body (a task head)."""
-        self.modules.append(Module(path if top else self.prefix + path, None, shapes, tuple(range(L)), top=top))
+        body (a task head); `layers`: the indices `{bid}` takes, where not range(L) (ResNet's blocks 1..n-1)."""
+        self.modules.append(Module(path if top else self.prefix + path, None, shapes,
+                                   tuple(range(L)) if layers is None else layers, top=top))
 
     def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
                bucket: str | None = None, top: bool = False) -> None:
@@ -120,6 +122,13 @@ class Recorder:
         the output side."""
         self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
         return conv2d(self.B, path if top else self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
+
+    def conv2d(self, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
+               layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
+        """A bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers` (the
+        path's `{bid}`; none: once), its op under `label`; returns the output side."""
+        self.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
+        return conv2d(self.B, label, bucket or self.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
 
     def shapes(self, body: str = "") -> dict[str, Shape]:
         """The recorded parameters' names and shapes, those not `top` under `body` ("": none)."""
