@@ -4,7 +4,8 @@ module recorded once (a layout_base.Module) while its op is written to the Build
 tensors (layout_base.module_shapes) and the op template come from one walk. The pieces every such walk meets: the Conv2d
 patch embedding (`conv2d`, also ResNet's), learned tokens and positions (`Recorder.params`), and the pre-LayerNorm
 encoder layers (`encoder_layers`) under each modeling file's names (`LayerPaths`), their variants typed in an
-`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
+`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP. ResNet (resnet.py: `Recorder.conv2d`, strided convs run over
+a stage's blocks) and T5 (t5.py: modules recorded with their llama.cpp names, the GGUF table derived) walk with it too."""
 from __future__ import annotations
 
 import math
@@ -85,15 +86,16 @@ class Recorder:
         return self.prefix + path.replace(".{bid}", f"[{L}]")
 
     def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False,
-               layers: tuple[int, ...] | None = None) -> None:
+               layers: tuple[int, ...] | None = None, gguf: str | None = None) -> None:
         """A module's parameters (suffix "": the path is the parameter's own name); `top`: outside the prefix and the
-        body (a task head); `layers`: the indices `{bid}` takes, where not range(L) (ResNet's blocks 1..n-1)."""
-        self.modules.append(Module(path if top else self.prefix + path, None, shapes,
+        body (a task head); `layers`: the indices `{bid}` takes, where not range(L) (ResNet's blocks 1..n-1); `gguf`:
+        its llama.cpp name (`{bid}` the layer), where the family has a GGUF table (T5's)."""
+        self.modules.append(Module(path if top else self.prefix + path, gguf, shapes,
                                    tuple(range(L)) if layers is None else layers, top=top))
 
     def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
-               bucket: str | None = None, top: bool = False) -> None:
-        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top)
+               bucket: str | None = None, top: bool = False, gguf: str | None = None) -> None:
+        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top, gguf=gguf)
         self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias, max(L, 1))
 
     def norm(self, path: str, tokens: Shape, dim: int, L: int = 0, residual: bool = True, note: str = "") -> None:
@@ -111,9 +113,9 @@ class Recorder:
         self.B.add(self.prefix + label, kind, bucket or self.bucket, max(L, 1), in_shape, out_shape, params=per * max(L, 1),
                    ew=ew, weights_per_call=per if L else 0)
 
-    def embedding(self, path: str, rows: int, dim: int, seq: int) -> None:
+    def embedding(self, path: str, rows: int, dim: int, seq: int, gguf: str | None = None) -> None:
         """A lookup table of `rows` (nn.Embedding) read by `seq` tokens."""
-        self.record(path, (("weight", (rows, dim)),))
+        self.record(path, (("weight", (rows, dim)),), gguf=gguf)
         self.B.embedding(self.label(path), self.bucket, rows, dim, seq)
 
     def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
