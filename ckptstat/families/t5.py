@@ -70,9 +70,10 @@ _GGUF_STACK = {"encoder": "enc", "decoder": "dec"}
 
 
 def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
-    """L blocks of `stack` over n tokens: self-attention (causal in the decoder; the first block holds the relative
-    position bias every block adds), cross-attention over `cross` encoder tokens (None: none), the feed-forward
-    (relu's wi, or gelu(wi_0) x wi_1 gated), each after an RMSNorm; then the stack's final RMSNorm."""
+    """L blocks of `stack` over n tokens (none where L is 0: T5Stack's empty ModuleList, no relative bias either):
+    self-attention (causal in the decoder; the first block holds the relative position bias every block adds),
+    cross-attention over `cross` encoder tokens (None: none), the feed-forward (relu's wi, or gelu(wi_0) x wi_1 gated),
+    each after an RMSNorm; then the stack's final RMSNorm."""
     B, s = w.B, w.B.s
     h, a, inner = s.hidden, s.heads, s.heads * s.head_dim
     w.bucket, tok, at, g = stack, (B.b, n), f"{stack}.block.{{bid}}.layer.", f"{_GGUF_STACK[stack]}.blk.{{bid}}."
@@ -82,24 +83,28 @@ def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
         w.record(path, (("weight", (h,)),), layers, gguf=g + gguf if layers else gguf)
         B.norm(label, stack, tok, h, max(layers, 1), residual=residual)
 
-    w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),), layers=(0,),
-             gguf=g + "attn_rel_b")
-    B.add(f"{stack}.block.0.relative_attention_bias", "embedding", stack, 1, (n, n), (1, a, n, n),
-          params=s.relative_buckets * a)
-    attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
-                                                               if cross is not None else [])
-    for j, (name, k_len, causal, role) in enumerate(attn):
-        rmsnorm(f"{at}{j}.layer_norm", w.label(f"{at}{j}.{name} layer_norm", L), f"{role}_norm", L)
-        for m in "qkv":
-            w.linear(f"{at}{j}.{name}.{m}", tok if m == "q" else (B.b, k_len), h, inner, False, L, gguf=f"{g}{role}_{m}")
-        B.attention(w.label(f"{at}{j}.{name}", L), stack, a, n, k_len, s.head_dim, L, causal=causal, extra_ew=1)  # + bias
-        w.linear(f"{at}{j}.{name}.o", tok, inner, h, False, L, gguf=f"{g}{role}_o")
-    ff = f"{at}{len(attn)}."
-    rmsnorm(ff + "layer_norm", w.label(ff + "DenseReluDense layer_norm", L), "ffn_norm", L)
-    for m, gguf in (("wi_0", "ffn_gate"), ("wi_1", "ffn_up")) if s.gated_mlp else (("wi", "ffn_up"),):
-        w.linear(f"{ff}DenseReluDense.{m}", tok, h, s.intermediate, False, L, gguf=g + gguf)
-    B.activation(w.label(ff + "DenseReluDense act", L), stack, tok, s.intermediate, s.activation, L, gated=s.gated_mlp)
-    w.linear(ff + "DenseReluDense.wo", tok, s.intermediate, h, False, L, gguf=g + "ffn_down")
+    def blocks() -> None:
+        w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),), layers=(0,),
+                 gguf=g + "attn_rel_b")
+        B.add(f"{stack}.block.0.relative_attention_bias", "embedding", stack, 1, (n, n), (1, a, n, n),
+              params=s.relative_buckets * a)
+        attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
+                                                                   if cross is not None else [])
+        for j, (name, k_len, causal, role) in enumerate(attn):
+            rmsnorm(f"{at}{j}.layer_norm", w.label(f"{at}{j}.{name} layer_norm", L), f"{role}_norm", L)
+            for m in "qkv":
+                w.linear(f"{at}{j}.{name}.{m}", tok if m == "q" else (B.b, k_len), h, inner, False, L, gguf=f"{g}{role}_{m}")
+            B.attention(w.label(f"{at}{j}.{name}", L), stack, a, n, k_len, s.head_dim, L, causal=causal, extra_ew=1)  # + bias
+            w.linear(f"{at}{j}.{name}.o", tok, inner, h, False, L, gguf=f"{g}{role}_o")
+        ff = f"{at}{len(attn)}."
+        rmsnorm(ff + "layer_norm", w.label(ff + "DenseReluDense layer_norm", L), "ffn_norm", L)
+        for m, gguf in (("wi_0", "ffn_gate"), ("wi_1", "ffn_up")) if s.gated_mlp else (("wi", "ffn_up"),):
+            w.linear(f"{ff}DenseReluDense.{m}", tok, h, s.intermediate, False, L, gguf=g + gguf)
+        B.activation(w.label(ff + "DenseReluDense act", L), stack, tok, s.intermediate, s.activation, L, gated=s.gated_mlp)
+        w.linear(ff + "DenseReluDense.wo", tok, s.intermediate, h, False, L, gguf=g + "ffn_down")
+
+    if L:
+        blocks()
     rmsnorm(f"{stack}.final_layer_norm", f"{stack}.final_layer_norm", f"{_GGUF_STACK[stack]}.output_norm", 0,
             residual=False)
 
