@@ -8,7 +8,11 @@ and a 1x1 projection shortcut when the width or stride changes; global average p
 FLOPs of each conv are b x C_out x H_out x W_out x C_in x k x k MACs (groups 1), what FlopCounterMode
 counts for aten.convolution; the spatial side is propagated with each conv's stride and padding k//2
 (H_out = (H + 2*(k//2) - k) // stride + 1). BatchNorm's running statistics are buffers, not parameters.
-The input side is `image_size` (--image-size, default 224)."""
+The input side is `image_size` (--image-size, default 224).
+
+The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder): each conv and BatchNorm recorded as
+its op is written, a stage's blocks after the first under one `{bid}` path, so the op template and the expected tensors
+(both naming schemes, every head) come from one walk."""
 from __future__ import annotations
 
 import re
@@ -18,20 +22,24 @@ from typing import Any
 from ..errors import UsageError
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.walk_vision import conv2d
+from .framework.walk_vision import Recorder
 
 DEFAULT_IMAGE = 224
 
 
-def batchnorm(B: Builder, module: str, bucket: str, ch: int, side: int, calls: int = 1, act: str | None = "relu") -> None:
-    """BatchNorm2d (inference: scale and shift with running statistics; 2 x C parameters) and its activation."""
+def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
+              act: str | None = "relu") -> None:
+    """BatchNorm2d (inference: scale and shift with running statistics, which are buffers; weight and bias, 2 x C
+    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once)."""
+    B, calls = w.B, max(len(layers), 1)
+    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers)
     n = B.b * ch * side * side
     shape = (B.b, ch, side, side)
-    B.add(module, "norm", bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
+    B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
     if act:
-        B.add(module + " act", "activation", bucket, calls, shape, shape, ew=n)
+        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
 
 
 # ---- the spec: the side analysed in ArchSpec.image_size, the rest in a ResNetVariant ----
@@ -116,92 +124,77 @@ def _bn(tv: bool, block: str, j: int) -> str:
     return f"{block}.bn{j + 1}" if tv else f"{block}.layer.{j}.normalization"
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes (transformers' ResNetModel and classifier, or torchvision's names): writes its ops to
+    B and records the modules it meets, each block's convs once for the stage's first block and once for the rest."""
     s = B.s
     X = s.variant_as(ResNetVariant)
-    tv, side = X.torchvision, s.image_size
-    # module names as the checkpoint spells them
-    stem_conv, stem_bn = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
-    side = conv2d(B, stem_conv, "embedding", X.channels, s.hidden, 7, 2, side, 3)
-    batchnorm(B, stem_bn, "embedding", s.hidden, side)
+    tv = X.torchvision
+    w = Recorder(B, "embedding")
+
+    def conv_bn(conv: str, bn: str, at: str, layers: tuple[int, ...], cin: int, cout: int, k: int, stride: int,
+                side: int, act: str | None = "relu") -> int:
+        """A conv (padding k//2) and its BatchNorm; `at` the block index their ops' labels show; the output side."""
+        side = w.conv2d(conv, conv.replace("{bid}", at), cin, cout, k, stride, side, k // 2, layers)
+        batchnorm(w, bn, bn.replace("{bid}", at), cout, side, layers, act)
+        return side
+
+    stem = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
+    side = conv_bn(*stem, "", (), X.channels, s.hidden, 7, 2, s.image_size)
     out = (side + 2 - 3) // 2 + 1
     B.add("maxpool (3x3/2)", "pool", "embedding", 1, (B.b, s.hidden, side, side), (B.b, s.hidden, out, out),
           ew=B.b * s.hidden * out * out * 9)
+    w.bucket = "encoder"   # the stem's ops are the embedding's, the stages' the encoder's
     side, cin = out, s.hidden
     for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
         stride = X.first_stride if i == 0 else 2
+        block = f"layer{i + 1}.{{bid}}" if tv else f"encoder.stages.{i}.layers.{{bid}}"
         for first in (True, False):
-            calls = 1 if first else depth - 1
-            if not calls:
+            layers = (0,) if first else tuple(range(1, depth))
+            if not layers:
                 continue
-            st = stride if first else 1
-            cin_b = cin if first else width
-            p = f"layer{i + 1}.{0 if first else f'[1-{depth - 1}]'}" if tv else \
-                f"encoder.stages.{i}.layers.{0 if first else f'[1-{depth - 1}]'}"
+            st, at = (stride, "0") if first else (1, f"[1-{depth - 1}]")
+            c = cin if first else width
+            convs: tuple[tuple[int, int, int, int], ...]   # (in, out, kernel, stride) of the block's convs
             if X.bottleneck:
-                mid = width // 4
-                s1 = st if X.stride_in_1x1 else 1
-                o = conv2d(B, _conv(tv, p, 0), "encoder", cin_b, mid, 1, s1, side, 0, calls=calls)
-                batchnorm(B, _bn(tv, p, 0), "encoder", mid, o, calls)
-                o = conv2d(B, _conv(tv, p, 1), "encoder", mid, mid, 3, st // s1, o, 1, calls=calls)
-                batchnorm(B, _bn(tv, p, 1), "encoder", mid, o, calls)
-                o = conv2d(B, _conv(tv, p, 2), "encoder", mid, width, 1, 1, o, 0, calls=calls)
-                batchnorm(B, _bn(tv, p, 2), "encoder", width, o, calls, act=None)
+                mid, s1 = width // 4, st if X.stride_in_1x1 else 1
+                convs = ((c, mid, 1, s1), (mid, mid, 3, st // s1), (mid, width, 1, 1))
             else:
-                o = conv2d(B, _conv(tv, p, 0), "encoder", cin_b, width, 3, st, side, 1, calls=calls)
-                batchnorm(B, _bn(tv, p, 0), "encoder", width, o, calls)
-                o = conv2d(B, _conv(tv, p, 1), "encoder", width, width, 3, 1, o, 1, calls=calls)
-                batchnorm(B, _bn(tv, p, 1), "encoder", width, o, calls, act=None)
+                convs = ((c, width, 3, st), (width, width, 3, 1))
+            o = side
+            for j, (ci, co, k, sj) in enumerate(convs):
+                o = conv_bn(_conv(tv, block, j), _bn(tv, block, j), at, layers, ci, co, k, sj, o,
+                            act=None if j == len(convs) - 1 else "relu")
             if first and (cin != width or st != 1):   # projection shortcut
-                conv2d(B, f"{p}.downsample.0" if tv else f"{p}.shortcut.convolution", "encoder", cin, width, 1, st, side, 0)
-                batchnorm(B, f"{p}.downsample.1" if tv else f"{p}.shortcut.normalization", "encoder", width, o, act=None)
-            B.add(f"{p} residual add + relu", "activation", "encoder", calls, (B.b, width, o, o), (B.b, width, o, o),
+                conv_bn(*((f"{block}.downsample.0", f"{block}.downsample.1") if tv else
+                          (f"{block}.shortcut.convolution", f"{block}.shortcut.normalization")), at, layers,
+                        cin, width, 1, st, side, act=None)
+            p = block.replace("{bid}", at)
+            B.add(f"{p} residual add + relu", "activation", "encoder", len(layers), (B.b, width, o, o), (B.b, width, o, o),
                   ew=2 * B.b * width * o * o)
             side = o
         cin = width
     B.add("avgpool (global)", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)
     if s.head == "imgcls":
-        B.linear("fc" if tv else "classifier.1", "cls", (B.b,), cin, s.num_labels, True)
+        head = "fc" if tv else "classifier.1"
+        if s.num_labels:
+            w.linear(head, (B.b,), cin, s.num_labels, True, bucket="cls", top=True)
+        else:   # transformers' classifier.1 is an Identity when num_labels is 0: no parameters
+            B.linear(head, "cls", (B.b,), cin, 0, True)
+    return w
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """The conv weights (bias-free) and BatchNorm weight and bias (running statistics are buffers) of
-    transformers' ResNetModel (`resnet.` inside ResNetForImageClassification, whose classifier.1 is an
-    Identity when num_labels is 0), or torchvision's names (its fc always there)."""
-    if s.head not in ("base", "imgcls"):
+    """The conv weights (bias-free) and BatchNorm weight and bias of the walk: transformers' ResNetModel (`resnet.`
+    inside ResNetForImageClassification), or torchvision's names (its fc always there)."""
+    if s.head not in FAMILY.heads:
         return None
-    X = s.variant_as(ResNetVariant)
-    tv = X.torchvision
-    pre = "" if s.head == "base" or tv else "resnet."
-    out: Shapes = {}
-
-    def conv_bn(conv: str, bn: str, cout: int, cin: int, k: int) -> None:
-        out[pre + conv + ".weight"] = (cout, cin, k, k)
-        add_norm(out, pre + bn, cout)
-
-    stem = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
-    conv_bn(*stem, s.hidden, X.channels, 7)
-    cin = s.hidden
-    for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
-        stride = X.first_stride if i == 0 else 2
-        for j in range(depth):
-            p = f"layer{i + 1}.{j}" if tv else f"encoder.stages.{i}.layers.{j}"
-            c = cin if j == 0 else width
-            shapes: tuple[tuple[int, int, int], ...]   # (out, in, kernel) of the block's convs
-            if X.bottleneck:
-                mid = width // 4
-                shapes = ((mid, c, 1), (mid, mid, 3), (width, mid, 1))
-            else:
-                shapes = ((width, c, 3), (width, width, 3))
-            for k, (co, ci, ks) in enumerate(shapes):
-                conv_bn(_conv(tv, p, k), _bn(tv, p, k), co, ci, ks)
-            if j == 0 and (cin != width or stride != 1):   # projection shortcut
-                conv_bn(*((f"{p}.downsample.0", f"{p}.downsample.1") if tv else
-                          (f"{p}.shortcut.convolution", f"{p}.shortcut.normalization")), width, cin, 1)
-        cin = width
-    if s.head == "imgcls" and s.num_labels:
-        add_linear(out, "fc" if tv else "classifier.1", s.num_labels, cin)
-    return out
+    tv = s.variant_as(ResNetVariant).torchvision
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("resnet" if s.head == "imgcls" and not tv else "")
 
 
 FAMILY = Family(

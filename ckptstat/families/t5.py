@@ -1,6 +1,10 @@
 """T5 and mT5 (transformers modeling_t5.py, modeling_mt5.py): an encoder-decoder with one shared
 embedding, RMSNorm without biases, relative position buckets (a bias table in each stack's first
-block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward."""
+block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward.
+
+The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder): each module recorded with its
+llama.cpp name as its op is written, so the op template, the expected tensors (every head) and the GGUF name tables
+(plain and gated) come from one walk."""
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
@@ -9,6 +13,7 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.walk_vision import Recorder
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -39,84 +44,77 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=("no config: activation assumed relu (t5) or gelu (gated, t5 v1.1)",), **common)
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's): writes its ops to B and
+    records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the shared embedding
+    is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is attn_rel_b)."""
     s, b = B.s, B.b
-    h, f, a, d = s.hidden, s.intermediate, s.heads, s.head_dim
-    inner = a * d
-    B.embedding("shared", "embedding", s.vocab, h, B.seq)
-
-    def block(stack: str, bucket: str, L: int, n: int, cross: int | None) -> None:
-        tok = (b, n)
-        lay = f"{stack}.block[{L}]"
-        B.add(f"{stack}.block.0.relative_attention_bias", "embedding", bucket, 1, (n, n), (1, a, n, n),
-              params=s.relative_buckets * a)
-        attn = [("layer.0.SelfAttention", n, stack == "decoder")]
-        if cross is not None:
-            attn.append(("layer.1.EncDecAttention", cross, False))
-        for name, k_len, causal in attn:
-            B.norm(f"{lay}.{name} layer_norm", bucket, tok, h, L)
-            B.linear(f"{lay}.{name}.q", bucket, tok, h, inner, False, L)
-            kv_tok = (b, k_len)
-            B.linear(f"{lay}.{name}.k", bucket, kv_tok, h, inner, False, L)
-            B.linear(f"{lay}.{name}.v", bucket, kv_tok, h, inner, False, L)
-            B.attention(f"{lay}.{name}", bucket, a, n, k_len, d, L, causal=causal, extra_ew=1)  # + position bias
-            B.linear(f"{lay}.{name}.o", bucket, tok, inner, h, False, L)
-        ff = f"layer.{2 if cross is not None else 1}.DenseReluDense"
-        B.norm(f"{lay}.{ff} layer_norm", bucket, tok, h, L)
-        if s.gated_mlp:
-            B.linear(f"{lay}.{ff}.wi_0", bucket, tok, h, f, False, L)
-            B.linear(f"{lay}.{ff}.wi_1", bucket, tok, h, f, False, L)
-        else:
-            B.linear(f"{lay}.{ff}.wi", bucket, tok, h, f, False, L)
-        B.activation(f"{lay}.{ff} act", bucket, tok, f, s.activation, L, gated=s.gated_mlp)
-        B.linear(f"{lay}.{ff}.wo", bucket, tok, f, h, False, L)
-        B.norm(f"{stack}.final_layer_norm", bucket, tok, h, residual=False)
-
-    block("encoder", "encoder", s.layers, B.seq, None)
+    w = Recorder(B, "embedding")
+    w.embedding("shared", s.vocab, s.hidden, B.seq, gguf="token_embd")
+    w.record("encoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))   # the shared module (TieRule)
+    _stack(w, "encoder", s.layers, B.seq, None)
     if s.head == "encoder-only":
-        return
-    B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, h, B.dec_seq, params=False)
-    block("decoder", "decoder", s.decoder_layers, B.dec_seq, B.seq)
+        return w
+    w.record("decoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))
+    B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, s.hidden, B.dec_seq, params=False)
+    _stack(w, "decoder", s.decoder_layers, B.dec_seq, B.seq)
     if s.head == "lm":
-        B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
+        w.record("lm_head", (("weight", (s.vocab, s.hidden)),), top=True, gguf="output")
+        B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), s.hidden, s.vocab,
                  False, tied=s.tied_embeddings)
+    return w
+
+
+# each stack's llama.cpp prefix (gguf-py MODEL_TENSOR.ENC_* / DEC_*)
+_GGUF_STACK = {"encoder": "enc", "decoder": "dec"}
+
+
+def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
+    """L blocks of `stack` over n tokens (none where L is 0: T5Stack's empty ModuleList, no relative bias either):
+    self-attention (causal in the decoder; the first block holds the relative position bias every block adds),
+    cross-attention over `cross` encoder tokens (None: none), the feed-forward (relu's wi, or gelu(wi_0) x wi_1 gated),
+    each after an RMSNorm; then the stack's final RMSNorm."""
+    B, s = w.B, w.B.s
+    h, a, inner = s.hidden, s.heads, s.heads * s.head_dim
+    w.bucket, tok, at, g = stack, (B.b, n), f"{stack}.block.{{bid}}.layer.", f"{_GGUF_STACK[stack]}.blk.{{bid}}."
+
+    def rmsnorm(path: str, label: str, gguf: str, layers: int, residual: bool = True) -> None:
+        """An RMSNorm (weight only) in each of `layers` (0: once, outside the blocks)."""
+        w.record(path, (("weight", (h,)),), layers, gguf=g + gguf if layers else gguf)
+        B.norm(label, stack, tok, h, max(layers, 1), residual=residual)
+
+    def blocks() -> None:
+        w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),), layers=(0,),
+                 gguf=g + "attn_rel_b")
+        B.add(f"{stack}.block.0.relative_attention_bias", "embedding", stack, 1, (n, n), (1, a, n, n),
+              params=s.relative_buckets * a)
+        attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
+                                                                   if cross is not None else [])
+        for j, (name, k_len, causal, role) in enumerate(attn):
+            rmsnorm(f"{at}{j}.layer_norm", w.label(f"{at}{j}.{name} layer_norm", L), f"{role}_norm", L)
+            for m in "qkv":
+                w.linear(f"{at}{j}.{name}.{m}", tok if m == "q" else (B.b, k_len), h, inner, False, L, gguf=f"{g}{role}_{m}")
+            B.attention(w.label(f"{at}{j}.{name}", L), stack, a, n, k_len, s.head_dim, L, causal=causal, extra_ew=1)  # + bias
+            w.linear(f"{at}{j}.{name}.o", tok, inner, h, False, L, gguf=f"{g}{role}_o")
+        ff = f"{at}{len(attn)}."
+        rmsnorm(ff + "layer_norm", w.label(ff + "DenseReluDense layer_norm", L), "ffn_norm", L)
+        for m, gguf in (("wi_0", "ffn_gate"), ("wi_1", "ffn_up")) if s.gated_mlp else (("wi", "ffn_up"),):
+            w.linear(f"{ff}DenseReluDense.{m}", tok, h, s.intermediate, False, L, gguf=g + gguf)
+        B.activation(w.label(ff + "DenseReluDense act", L), stack, tok, s.intermediate, s.activation, L, gated=s.gated_mlp)
+        w.linear(ff + "DenseReluDense.wo", tok, s.intermediate, h, False, L, gguf=g + "ffn_down")
+
+    if L:
+        blocks()
+    rmsnorm(f"{stack}.final_layer_norm", f"{stack}.final_layer_norm", f"{_GGUF_STACK[stack]}.output_norm", 0,
+            residual=False)
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f, inner = s.hidden, s.intermediate, s.heads * s.head_dim
-    out: Shapes = {"shared.weight": (s.vocab, h), "encoder.embed_tokens.weight": (s.vocab, h)}
-    ff = ("wi_0", "wi_1", "wo") if s.gated_mlp else ("wi", "wo")
-
-    def block(stack: str, i: int, cross: bool) -> None:
-        q = f"{stack}.block.{i}.layer."
-        for m in ("q", "k", "v"):
-            out[f"{q}0.SelfAttention.{m}.weight"] = (inner, h)
-        out[f"{q}0.SelfAttention.o.weight"] = (h, inner)
-        if i == 0:
-            out[f"{q}0.SelfAttention.relative_attention_bias.weight"] = (s.relative_buckets, s.heads)
-        out[f"{q}0.layer_norm.weight"] = (h,)
-        n = 1
-        if cross:
-            for m in ("q", "k", "v"):
-                out[f"{q}1.EncDecAttention.{m}.weight"] = (inner, h)
-            out[f"{q}1.EncDecAttention.o.weight"] = (h, inner)
-            out[f"{q}1.layer_norm.weight"] = (h,)
-            n = 2
-        for m in ff:
-            out[f"{q}{n}.DenseReluDense.{m}.weight"] = (h, f) if m == "wo" else (f, h)
-        out[f"{q}{n}.layer_norm.weight"] = (h,)
-
-    for i in range(s.layers):
-        block("encoder", i, False)
-    out["encoder.final_layer_norm.weight"] = (h,)
-    if s.head != "encoder-only":
-        out["decoder.embed_tokens.weight"] = (s.vocab, h)
-        for i in range(s.decoder_layers):
-            block("decoder", i, True)
-        out["decoder.final_layer_norm.weight"] = (h,)
-    if s.head == "lm":
-        out["lm_head.weight"] = (s.vocab, h)
-    return out
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes()
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -156,27 +154,16 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
-def _stack(s: str, p: str, ff: int, gated: bool) -> tuple[tuple[str, str], ...]:
-    """One stack's names: s the HF stack (encoder/decoder), p llama.cpp's (enc/dec), ff the feed-forward's layer."""
-    b, g = f"{s}.block.{{bid}}.layer.", f"{p}.blk.{{bid}}."
-    out = [(f"{b}0.layer_norm", g + "attn_norm"), (f"{b}0.SelfAttention.relative_attention_bias", g + "attn_rel_b")]
-    out += [(f"{b}0.SelfAttention.{m}", g + f"attn_{m}") for m in "qkvo"]
-    if ff == 2:
-        out.append((f"{b}1.layer_norm", g + "cross_attn_norm"))
-        out += [(f"{b}1.EncDecAttention.{m}", g + f"cross_attn_{m}") for m in "qkvo"]
-    out += [(f"{b}{ff}.layer_norm", g + "ffn_norm"), (f"{b}{ff}.DenseReluDense.wo", g + "ffn_down"),
-            (f"{b}{ff}.DenseReluDense.{'wi_1' if gated else 'wi'}", g + "ffn_up")]
-    if gated:
-        out.append((f"{b}{ff}.DenseReluDense.wi_0", g + "ffn_gate"))
-    return (*out, (f"{s}.final_layer_norm", f"{p}.output_norm"))
+def _gguf_names(gated: bool) -> tuple[tuple[str, str], ...]:
+    """HF module -> llama.cpp name (Family.gguf_tensor_names), from the walk of a tiny T5ForConditionalGeneration."""
+    s = ArchSpec(family="t5", model_type="t5", source="", head="lm", architecture=None, layers=1, hidden=2, heads=1,
+                 kv_heads=1, head_dim=1, intermediate=2, vocab=2, gated_mlp=gated, norm="rmsnorm", decoder_layers=1,
+                 relative_buckets=1)
+    return tuple((m.path, m.gguf) for m in walk(Builder(s, 1, 1, 1, 1, 1)).modules if m.gguf is not None)
 
 
-# HF module -> llama.cpp GGUF tensor name (gguf-py tensor_mapping.py, MODEL_ARCH.T5 / T5ENCODER). The converter
-# writes the shared embedding once (shared, encoder.embed_tokens or decoder.embed_tokens: the first it meets) as
-# token_embd; each stack's relative_attention_bias ([buckets, heads], block 0) is attn_rel_b, unchanged.
-GGUF_TENSOR_NAMES = (("shared", "token_embd"), ("lm_head", "output")) + _stack("encoder", "enc", 1, False) + \
-    _stack("decoder", "dec", 2, False)
-GGUF_TENSOR_NAMES_GATED = GGUF_TENSOR_NAMES[:2] + _stack("encoder", "enc", 1, True) + _stack("decoder", "dec", 2, True)
+# llama.cpp's ffn_up is T5's wi, or T5 v1.1's wi_1 beside ffn_gate (wi_0): two tables, the file's names pick one
+GGUF_TENSOR_NAMES, GGUF_TENSOR_NAMES_GATED = _gguf_names(False), _gguf_names(True)
 
 
 def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:

@@ -4,7 +4,9 @@ module recorded once (a layout_base.Module) while its op is written to the Build
 tensors (layout_base.module_shapes) and the op template come from one walk. The pieces every such walk meets: the Conv2d
 patch embedding (`conv2d`, also ResNet's), learned tokens and positions (`Recorder.params`), and the pre-LayerNorm
 encoder layers (`encoder_layers`) under each modeling file's names (`LayerPaths`), their variants typed in an
-`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP. framework/seq2seq.py walks the BART-shaped stacks with the same recorder."""
+`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP. framework/seq2seq.py walks the BART-shaped stacks with the same
+recorder; ResNet (resnet.py: `Recorder.conv2d`, strided convs run over a stage's blocks) and T5 (t5.py: modules recorded
+with their llama.cpp names, the GGUF table derived) walk with it too."""
 from __future__ import annotations
 
 import math
@@ -84,16 +86,20 @@ class Recorder:
     def label(self, path: str, L: int = 0) -> str:
         return self.prefix + path.replace(".{bid}", f"[{L}]")
 
-    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False) -> None:
+    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False,
+               layers: tuple[int, ...] | None = None, gguf: str | None = None) -> None:
         """A module's parameters (suffix "": the path is the parameter's own name); `top`: outside the prefix and the
-        body (a task head)."""
-        self.modules.append(Module(path if top else self.prefix + path, None, shapes, tuple(range(L)), top=top))
+        body (a task head); `layers`: the indices `{bid}` takes, where not range(L) (ResNet's blocks 1..n-1); `gguf`:
+        its llama.cpp name (`{bid}` the layer), where the family has a GGUF table (T5's)."""
+        self.modules.append(Module(path if top else self.prefix + path, gguf, shapes,
+                                   tuple(range(L)) if layers is None else layers, top=top))
 
     def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
-               bucket: str | None = None, top: bool = False, tied: bool = False, runs: bool = True) -> None:
+               bucket: str | None = None, top: bool = False, tied: bool = False, runs: bool = True,
+               gguf: str | None = None) -> None:
         """`tied`: the weight is another module's (counted there); `runs` false: stored L times, never called (a
-        decoder alone's cross-attention)."""
-        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top)
+        decoder alone's cross-attention); `gguf`: its llama.cpp name."""
+        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top, gguf=gguf)
         self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias,
                       max(L, 1) if runs else 0, None if runs else L, tied=tied)
 
@@ -115,10 +121,10 @@ class Recorder:
                    ew=ew, weights_per_call=per if L else 0)
 
     def embedding(self, path: str, rows: int, dim: int, seq: int, note: str = "", bucket: str | None = None,
-                  params: bool = True) -> None:
+                  params: bool = True, gguf: str | None = None) -> None:
         """A lookup table of `rows` (nn.Embedding) read by `seq` tokens; `params` false: its weight counted elsewhere
-        (a tied copy)."""
-        self.record(path, (("weight", (rows, dim)),))
+        (a tied copy); `gguf`: its llama.cpp name."""
+        self.record(path, (("weight", (rows, dim)),), gguf=gguf)
         self.B.embedding(self.label(path) + note, bucket or self.bucket, rows, dim, seq, params=params)
 
     def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
@@ -127,6 +133,13 @@ class Recorder:
         the output side."""
         self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
         return conv2d(self.B, path if top else self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
+
+    def conv2d(self, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
+               layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
+        """A bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers` (the
+        path's `{bid}`; none: once), its op under `label`; returns the output side."""
+        self.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
+        return conv2d(self.B, label, bucket or self.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
 
     def shapes(self, body: str = "") -> dict[str, Shape]:
         """The recorded parameters' names and shapes, those not `top` under `body` ("": none)."""
