@@ -229,3 +229,24 @@ def test_human_flops_prints_model_notes(cli):
     rc, out, _ = cli("flops", fixture("tf1-bert"), "--seq", "8")
     assert rc == 0
     assert "no config: head_dim assumed" in " ".join(out.split())   # rich may wrap the line
+
+
+def test_a_layout_file_without_attention_widths_is_a_usage_error(cli, tmp_path):
+    # LLaMA's names with zero-row key and value projections (no config.json): one line saying why, exit 2, nothing on
+    # stdout (the inference divided by the key/value width)
+    from safetensors.numpy import save_file
+    h, f = 16, 24
+    t = {"model.embed_tokens.weight": np.zeros((32, h), np.float32), "model.norm.weight": np.ones(h, np.float32)}
+    for i in range(2):
+        p = f"model.layers.{i}."
+        t.update({p + "self_attn.q_proj.weight": np.zeros((h, h), np.float32),
+                  p + "self_attn.k_proj.weight": np.zeros((0, h), np.float32),
+                  p + "self_attn.v_proj.weight": np.zeros((0, h), np.float32),
+                  p + "self_attn.o_proj.weight": np.zeros((h, h), np.float32),
+                  p + "mlp.gate_proj.weight": np.zeros((f, h), np.float32), p + "mlp.up_proj.weight": np.zeros((f, h), np.float32),
+                  p + "mlp.down_proj.weight": np.zeros((h, f), np.float32),
+                  p + "input_layernorm.weight": np.ones(h, np.float32), p + "post_attention_layernorm.weight": np.ones(h, np.float32)})
+    save_file(t, str(tmp_path / "model.safetensors"))
+    rc, out, err = cli("flops", str(tmp_path / "model.safetensors"))
+    assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
+    assert "attention widths (16 query, 0 key/value)" in err and "--config" in err

@@ -418,7 +418,8 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         kv = (shape("attn_qkv")[0] - q) // 2
     else:
         q, kv = shape("attn_q")[0], shape("attn_k")[0]
-    q //= 2 if lay.gated_attention else 1              # each head's query and its gate
+    if (q := q // (2 if lay.gated_attention else 1)) <= 0 or kv <= 0:   # a gated query: each head's query and its gate
+        raise UsageError(f"the tensors' attention widths ({q} query, {kv} key/value) fit no such layout: pass --config")
     notes: list[str] = []
     linear: tuple[int, ...] = ()
     deltanet = None
