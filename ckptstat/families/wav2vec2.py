@@ -57,8 +57,9 @@ from .framework.base import (
 from .framework.ops import Builder
 
 # a layer's modules in encoder.LayerNames' order
-LAYER = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
-         "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
+LAYER: encoder.LayerNames = (
+    "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
+    "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
 
 
 @dataclass(frozen=True)
@@ -186,6 +187,10 @@ def min_samples(s: ArchSpec) -> int:
     return n
 
 
+def _layers(s: ArchSpec) -> encoder.Stack:
+    return encoder.Stack(f"encoder.layers[{s.layers}]", "encoder.layers.{bid}", s.layers, s.layers)
+
+
 def build(B: Builder) -> None:
     s, b = B.s, B.b
     X = s.variant_as(FeatureEncoder)
@@ -240,7 +245,7 @@ def build(B: Builder) -> None:
         B.linear(f"encoder.layers[{L}].attention.gru_rel_pos_linear", "encoder", (b, a, n), s.head_dim, 8, True, L)
         B.add(f"encoder.layers[{L}].attention.gru_rel_pos_const (gate x bias)", "activation", "encoder", L, (b, a, n, n),
               (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
-    encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
+    encoder.stack_layers(encoder.Rec(B), _layers(s), LAYER)
     if X.squeeze:   # back to the conv features' frames (padded where the pooling dropped some)
         B.linear("encoder.upsample.projection", "encoder", (b, n), h, h * sq, True)
         B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
@@ -284,9 +289,10 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
         out[q + "parametrizations.weight.original0"] = (1, 1, k)
         out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
     add_norm(out, p + "encoder.layer_norm", h)
-    names = encoder.weights_of(LAYER)
+    r = encoder.Rec(Builder(s, 1, 1, 1, 1, 1))
+    encoder.stack_layers(r, _layers(s), LAYER)
+    out.update(r.shapes(p.rstrip(".")))
     for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}encoder.layers.{i}.", names, h, s.intermediate)
         if X.relative_buckets:
             q = f"{p}encoder.layers.{i}.attention."
             out[q + "gru_rel_pos_const"] = (1, s.heads, 1, 1)
