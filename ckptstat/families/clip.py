@@ -14,19 +14,23 @@ the projections, logit_scale and the similarity matmul are bucket `cls`. A file 
 (TOWER_MARKERS); expected_tensors gives transformers 5's layout, docs/ties.md "The config cross-check".
 
 ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers' sizes are a
-Towers variant (TextTower, VisionTower), the side analysed ArchSpec.image_size."""
+Towers variant (TextTower, VisionTower), the side analysed ArchSpec.image_size. The architecture is stated once, in
+`walk` (each tower a framework/walk_vision.py Recorder under its prefix, the layers walk_vision's encoder layers under
+CLIP's names, `LAYER`): the op template and the expected tensors derive from it, GIT's image encoder's from `vision_walk`."""
 from __future__ import annotations
 
 import re
-from dataclasses import asdict, dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
+from .framework.layout_base import Module, module_shapes
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import EncoderLayer, LayerPaths, Recorder, encoder_layers
 
 
 @dataclass(frozen=True)
@@ -147,10 +151,10 @@ def unprefixed(out: Shapes) -> Shapes:
 def tower_shapes(T: Tensors, pre: str) -> Tower:
     """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py); `pre`: the tower's names' prefix
     (tower_prefix)."""
-    q = "^" + re.escape(pre)
-    f, h = infer.shape(T, rf"{q}encoder\.layers\.0\.mlp\.fc1\.weight$", f"{pre}encoder.layers.0.mlp.fc1")
+    q, lay = "^" + re.escape(pre), LAYER.paths   # the walk's names
+    f, h = infer.shape(T, rf"{q}{re.escape(f'{lay.layers}.0.{lay.up}')}\.weight$", f"{pre}{lay.layers}.0.{lay.up}")
     a, _ = infer.heads_for(h, 64)
-    return Tower(layers=infer.count_layers(T, rf"{q}encoder\.layers\.(\d+)\."), hidden=h, heads=a, inter=f)
+    return Tower(layers=infer.count_layers(T, rf"{q}{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, inter=f)
 
 
 def vision_shapes(T: Tensors, pre: str) -> VisionTower:
@@ -181,98 +185,92 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return _spec(Towers(text, vision, proj.shape[0] if proj is not None else 512), common)
 
 
-def encoder(B: Builder, tower: str, t: Tower, n: int, causal: bool) -> None:
-    """A tower's encoder layers (CLIP's, and SigLIP's: siglip.py)."""
-    L, h, a, f = t.layers, t.hidden, t.heads, t.inter
-    tok = (B.b, n)
-    lp = f"{tower}_model.encoder.layers[{L}]"
-    B.norm(f"{lp}.layer_norm1", tower, tok, h, L, residual=False)
-    for m in ("q_proj", "k_proj", "v_proj"):
-        B.linear(f"{lp}.self_attn.{m}", tower, tok, h, h, True, L)
-    B.attention(f"{lp}.self_attn", tower, a, n, n, h // a, L, causal=causal)
-    B.linear(f"{lp}.self_attn.out_proj", tower, tok, h, h, True, L)
-    B.norm(f"{lp}.layer_norm2", tower, tok, h, L)
-    B.linear(f"{lp}.mlp.fc1", tower, tok, h, f, True, L)
-    B.activation(f"{lp}.mlp act", tower, tok, f, B.s.activation, L)
-    B.linear(f"{lp}.mlp.fc2 (+residual)", tower, tok, f, h, True, L)
+# CLIP's layers (SigLIP's too): layer_norm1, self_attn.{q,k,v}_proj, self_attn.out_proj, layer_norm2, mlp.fc1, mlp.fc2
+LAYER = EncoderLayer(LayerPaths(layers="encoder.layers", attn_in="layer_norm1", attn="self_attn", q="q_proj", k="k_proj",
+                                v="v_proj", o="self_attn.out_proj", mlp_in="layer_norm2", up="mlp.fc1", act="mlp act",
+                                down="mlp.fc2"))
 
 
-def build(B: Builder) -> None:
+def layers(w: Recorder, t: Tower, n: int, causal: bool) -> None:
+    """A tower's encoder layers over n tokens (CLIP's, SigLIP's: siglip.py): q/k/v biased."""
+    encoder_layers(w, LAYER, t.layers, n, t.hidden, t.heads, t.inter, w.B.s.activation, True, causal=causal)
+
+
+def text_embeddings(w: Recorder, text: TextTower) -> None:
+    """The text tower's token and learned position tables (CLIP's, SigLIP's), over B.seq tokens."""
+    w.embedding("embeddings.token_embedding", text.vocab, text.hidden, w.B.seq)
+    w.embedding("embeddings.position_embedding", text.positions, text.hidden, w.B.seq)
+
+
+def vision_walk(w: Recorder, vision: VisionTower, side: int) -> None:
+    """CLIP's vision tower (GIT's image encoder too) on a side x side image: a bias-free patch conv, the class embedding
+    and learned positions (sized by the config's image_size), pre_layrnorm, the layers, post_layernorm on the class
+    token."""
+    h, p, b = vision.hidden, vision.patch_size, w.B.b
+    n = w.conv("embeddings.patch_embedding", vision.channels, h, p, side, False) ** 2 + 1
+    w.params("embeddings.class_embedding + position_embedding", (("embeddings.class_embedding", (h,)),
+             ("embeddings.position_embedding.weight", ((vision.native_image_size // p) ** 2 + 1, h))), (b, n - 1, h),
+             (b, n, h), ew=b * n * h)
+    w.norm("pre_layrnorm", (b, n), h, residual=False)
+    layers(w, vision, n, causal=False)
+    w.norm("post_layernorm", (b,), h, residual=False, note=" (class token)")
+
+
+def vision_tensors(out: Shapes, pre: str, vision: VisionTower, s: ArchSpec) -> None:
+    """A vision tower's expected tensors under `pre` (GIT's `git.image_encoder.vision_model`), from its walk."""
+    w = Recorder(Builder(s, 1, 1, 1, 1, 1), "vision", pre + ".")
+    vision_walk(w, vision, vision.native_image_size)
+    out.update(w.shapes())
+
+
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes (CLIPModel runs the vision tower first): writes its ops to B and returns the modules it
+    met."""
     s = B.s
     X = towers(s)
     text, vision = X.text, X.vision
     projected = s.model_type == "clip" or s.head == "projection"
-    if vision:   # CLIPModel runs the vision tower first
-        h = vision.hidden
-        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", vision.channels, h, vision.patch_size,
-                      vision.patch_size, s.image_size, 0)
-        n = side * side + 1
-        native = (vision.native_image_size // vision.patch_size) ** 2 + 1
-        B.add("vision_model.embeddings.class_embedding + position_embedding", "embedding", "vision", 1, (B.b, n - 1, h),
-              (B.b, n, h), params=h + native * h, ew=B.b * n * h)
-        B.norm("vision_model.pre_layrnorm", "vision", (B.b, n), h, residual=False)
-        encoder(B, "vision", vision, n, causal=False)
-        B.norm("vision_model.post_layernorm (class token)", "vision", (B.b,), h, residual=False)
+    modules: list[Module] = []
+    if vision:
+        w = Recorder(B, "vision", "vision_model.")
+        vision_walk(w, vision, s.image_size)
         if projected:
-            B.linear("visual_projection", "cls", (B.b,), h, X.proj, False)
+            w.linear("visual_projection", (B.b,), vision.hidden, X.proj, False, bucket="cls", top=True)
+        modules += w.modules
     if text:
-        h = text.hidden
-        B.embedding("text_model.embeddings.token_embedding", "text", text.vocab, h, B.seq)
-        B.embedding("text_model.embeddings.position_embedding", "text", text.positions, h, B.seq)
-        encoder(B, "text", text, B.seq, causal=True)
-        B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h)
+        w = Recorder(B, "text", "text_model.")
+        text_embeddings(w, text)
+        layers(w, text, B.seq, causal=True)
+        w.norm("final_layer_norm", (B.b, B.seq), text.hidden)
         if projected:
-            B.linear("text_projection", "cls", (B.b,), h, X.proj, False)
+            w.linear("text_projection", (B.b,), text.hidden, X.proj, False, bucket="cls", top=True)
+        modules += w.modules
     if s.model_type == "clip":
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale): a (b x P) by (P x b) mm
+        modules.append(Module("logit_scale", None, (("", ()),), top=True))
         B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X.proj), (B.b, B.b), params=1,
               macs=B.b * X.proj * B.b, ew=B.b * B.b + 6 * B.b * X.proj)
+    return modules
 
 
-def tower_tensors(out: Shapes, pre: str, L: int, h: int, f: int) -> None:
-    """A tower's expected encoder layers (CLIP's and SigLIP's)."""
-    for i in range(L):
-        q = f"{pre}.encoder.layers.{i}."
-        for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            add_linear(out, q + "self_attn." + m, h, h)
-        add_norm(out, q + "layer_norm1", h)
-        add_linear(out, q + "mlp.fc1", f, h)
-        add_linear(out, q + "mlp.fc2", h, f)
-        add_norm(out, q + "layer_norm2", h)
-
-
-def vision_tensors(out: Shapes, pre: str, vision: VisionTower) -> None:
-    """A vision tower's expected tensors under `pre` (CLIP's `vision_model`, GIT's `git.image_encoder.vision_model`)."""
-    h, p = vision.hidden, vision.patch_size
-    out[f"{pre}.embeddings.class_embedding"] = (h,)
-    out[f"{pre}.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
-    out[f"{pre}.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2 + 1, h)
-    add_norm(out, f"{pre}.pre_layrnorm", h)
-    tower_tensors(out, pre, vision.layers, h, vision.inter)
-    add_norm(out, f"{pre}.post_layernorm", h)
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
     bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
-    if s.head not in ("base", "projection"):
+    if s.head not in FAMILY.heads:
         return None
+    return tower_shapes_of(walk, s)
+
+
+def tower_shapes_of(walker: Callable[[Builder], list[Module]], s: ArchSpec) -> Shapes:
+    """A two-tower family's expected tensors from its walk (CLIP's, SigLIP's) at the config's image size, each one-tower
+    model's names bare as transformers 5 writes them."""
     X = towers(s)
-    text, vision = X.text, X.vision
-    projected = s.model_type == "clip" or s.head == "projection"
-    out: Shapes = {"logit_scale": ()} if s.model_type == "clip" else {}
-    if text:
-        h = text.hidden
-        out["text_model.embeddings.token_embedding.weight"] = (text.vocab, h)
-        out["text_model.embeddings.position_embedding.weight"] = (text.positions, h)
-        tower_tensors(out, "text_model", text.layers, h, text.inter)
-        add_norm(out, "text_model.final_layer_norm", h)
-    if vision:
-        vision_tensors(out, "vision_model", vision)
-    if projected and vision:
-        add_linear(out, "visual_projection", X.proj, vision.hidden, bias=False)
-    if projected and text:
-        add_linear(out, "text_projection", X.proj, text.hidden, bias=False)
+    at = replace(s, image_size=X.vision.native_image_size) if X.vision else s
+    out = module_shapes(walker(Builder(at, 1, 1, 1, 1, 1)), "")
     return unprefixed(out) if bare(s) else out
 
 

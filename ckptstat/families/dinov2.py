@@ -11,18 +11,23 @@ DINOv2 with registers (modeling_dinov2_with_registers.py, model_type dinov2_with
 num_register_tokens (default 4) learned tokens after the cls token, without positions, and always has the
 mask token; its classifier averages the patch tokens only.
 
-The side analysed is ArchSpec.image_size, the rest a Dinov2Variant (vit.py's Patches, swiglu and registers)."""
+The side analysed is ArchSpec.image_size, the rest a Dinov2Variant (vit.py's Patches, swiglu and registers). The
+architecture is stated once, in `walk` (framework/walk_vision.py: ViT's patch embedding, encoder layers with the layer
+scale and, where use_swiglu_ffn, the SwiGLU MLP typed in an EncoderLayer): the op template and the expected tensors
+derive from it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from . import vit
 from .framework import infer
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .vit import Patches, patch_tokens
+from .framework.walk_vision import EncoderLayer, LayerPaths, Recorder, encoder_layers
+from .vit import Patches
 
 
 @dataclass(frozen=True)
@@ -56,9 +61,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
     n = infer.shape(T, r"embeddings\.position_embeddings$", "the position embeddings")[-2]
     side = int(round((n - 1) ** 0.5))
-    swiglu = infer.has(T, r"mlp\.weights_in\.weight$")
-    f = infer.shape(T, r"mlp\.weights_out\.weight$", "mlp.weights_out")[1] if swiglu else \
-        infer.shape(T, r"mlp\.fc1\.weight$", "mlp.fc1")[0]
+    lay = LAYER.paths   # the walk's names
+    swiglu = infer.has(T, rf"{re.escape(lay.gated_in)}\.weight$")
+    f = infer.shape(T, rf"{re.escape(lay.gated_out)}\.weight$", lay.gated_out)[1] if swiglu else \
+        infer.shape(T, rf"{re.escape(lay.up)}\.weight$", lay.up)[0]
     cls = infer.find(T, r"^classifier\.weight$")
     reg = infer.find(T, r"embeddings\.register_tokens$")
     a, note = infer.heads_for(h, 64)
@@ -66,82 +72,53 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     v = Dinov2Variant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
                       swiglu=swiglu, registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
-                    layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+                    layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a,
                     intermediate=f, vocab=0, gated_mlp=swiglu, activation="silu" if swiglu else "gelu",
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
                     **{**common, "model_type": "dinov2_with_registers" if reg is not None else "dinov2"})
 
 
-def build(B: Builder) -> None:
+# DINOv2's layers: norm1, attention.attention.{query,key,value}, attention.output.dense, layer_scale1, norm2, mlp.fc1 /
+# mlp.fc2 (or mlp.weights_in / mlp.weights_out), layer_scale2
+LAYER = EncoderLayer(LayerPaths(attn_in="norm1", mlp_in="norm2", up="mlp.fc1", act="mlp act", down="mlp.fc2"),
+                     layer_scale=True)
+SWIGLU = replace(LAYER, mlp="swiglu")
+
+
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes (Dinov2Model's, Dinov2WithRegistersModel's and their classifiers'): writes its ops to B
+    and records the modules it meets."""
     s = B.s
     X = s.variant_as(Dinov2Variant)
-    h, L, f = s.hidden, s.layers, s.intermediate
-    R = X.registers
-    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True) + R
-    native = (X.native_image_size // X.patch_size) ** 2 + 1
-    tok = (B.b, n)
-    B.add("embeddings.cls_token + position_embeddings (interpolated)" + (" + mask_token" if X.mask_token else "")
-          + (f" + {R} register_tokens" if R else ""), "embedding", "embedding", 1, (B.b, n - 1 - R, h), (B.b, n, h),
-          params=h + native * h + (h if X.mask_token else 0) + R * h, ew=B.b * (n - R) * h)
-    lp = f"encoder.layer[{L}]"
-    B.norm(f"{lp}.norm1", "encoder", tok, h, L, residual=False)
-    for m in ("query", "key", "value"):
-        B.linear(f"{lp}.attention.attention.{m}", "encoder", tok, h, h, s.qkv_bias, L)
-    B.attention(f"{lp}.attention.attention", "encoder", s.heads, n, n, s.head_dim, L, causal=False)
-    B.linear(f"{lp}.attention.output.dense", "encoder", tok, h, h, True, L)
-    for i in (1, 2):
-        if i == 2:
-            B.norm(f"{lp}.norm2", "encoder", tok, h, L, residual=False)
-            if X.swiglu:
-                B.linear(f"{lp}.mlp.weights_in", "encoder", tok, h, 2 * f, True, L)
-                B.activation(f"{lp}.mlp silu*x2", "encoder", tok, f, "silu", L, gated=True)
-                B.linear(f"{lp}.mlp.weights_out", "encoder", tok, f, h, True, L)
-            else:
-                B.linear(f"{lp}.mlp.fc1", "encoder", tok, h, f, True, L)
-                B.activation(f"{lp}.mlp act", "encoder", tok, f, s.activation, L)
-                B.linear(f"{lp}.mlp.fc2", "encoder", tok, f, h, True, L)
-        # the layer scale (x lambda) and the residual add
-        B.add(f"{lp}.layer_scale{i} (+residual)", "activation", "encoder", L, tok + (h,), tok + (h,), params=h * L,
-              ew=2 * B.b * n * h, weights_per_call=h)
-    B.norm("layernorm", "encoder", tok, h, residual=False)
+    h, R = s.hidden, X.registers
+    w = Recorder(B, "encoder")
+    n = vit.patches(w) + 1 + R
+    tokens = (("embeddings.cls_token", (1, 1, h)),) + ((("embeddings.mask_token", (1, h)),) if X.mask_token else ()) \
+        + ((("embeddings.register_tokens", (1, R, h)),) if R else ()) \
+        + (("embeddings.position_embeddings", (1, (X.native_image_size // X.patch_size) ** 2 + 1, h)),)
+    w.params("embeddings.cls_token + position_embeddings (interpolated)" + (" + mask_token" if X.mask_token else "")
+             + (f" + {R} register_tokens" if R else ""), tokens, (B.b, n - 1 - R, h), (B.b, n, h), ew=B.b * (n - R) * h,
+             bucket="embedding")
+    encoder_layers(w, SWIGLU if X.swiglu else LAYER, s.layers, n, h, s.heads, s.intermediate, s.activation, s.qkv_bias)
+    w.norm("layernorm", (B.b, n), h, residual=False)
     if s.head == "imgcls" and s.num_labels:
-        B.linear("classifier (cls token ++ mean of patches)", "cls", (B.b,), 2 * h, s.num_labels, True)
+        w.linear("classifier", (B.b,), 2 * h, s.num_labels, True, note=" (cls token ++ mean of patches)", bucket="cls",
+                 top=True)
+    return w
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    if s.head not in ("base", "imgcls"):
+    if s.head not in FAMILY.heads:
         return None
     X = s.variant_as(Dinov2Variant)
-    h, f, p = s.hidden, s.intermediate, X.patch_size
-    pre = "" if s.head == "base" else ("dinov2_with_registers." if X.registers else "dinov2.")
-    out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
-    if X.mask_token:
-        out[pre + "embeddings.mask_token"] = (1, h)
-    if X.registers:
-        out[pre + "embeddings.register_tokens"] = (1, X.registers, h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X.native_image_size // p) ** 2 + 1, h)
-    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X.channels, p, p)
-    out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
-    for i in range(s.layers):
-        q = f"{pre}encoder.layer.{i}."
-        add_norm(out, q + "norm1", h)
-        for m in ("query", "key", "value"):
-            add_linear(out, q + "attention.attention." + m, h, h, s.qkv_bias)
-        add_linear(out, q + "attention.output.dense", h, h)
-        out[q + "layer_scale1.lambda1"] = (h,)
-        add_norm(out, q + "norm2", h)
-        if X.swiglu:
-            add_linear(out, q + "mlp.weights_in", 2 * f, h)
-            add_linear(out, q + "mlp.weights_out", h, f)
-        else:
-            add_linear(out, q + "mlp.fc1", f, h)
-            add_linear(out, q + "mlp.fc2", h, f)
-        out[q + "layer_scale2.lambda1"] = (h,)
-    add_norm(out, pre + "layernorm", h)
-    if s.head == "imgcls" and s.num_labels:
-        add_linear(out, "classifier", s.num_labels, 2 * h)
-    return out
+    body = "" if s.head == "base" else ("dinov2_with_registers" if X.registers else "dinov2")
+    return walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=4, image_size=28, patch_size=7,

@@ -45,7 +45,7 @@ def _outside(s: ArchSpec, p: str) -> Shapes:
     """The tensors a text-only forward never runs, under the base model's prefix `p`."""
     v = s.variant_as(GitVision)
     out: Shapes = {}
-    vision_tensors(out, f"{p}image_encoder.vision_model", v.tower)
+    vision_tensors(out, f"{p}image_encoder.vision_model", v.tower, s)
     add_linear(out, f"{p}visual_projection.visual_projection.0", s.hidden, v.tower.hidden)
     add_norm(out, f"{p}visual_projection.visual_projection.1", s.hidden)
     for i in range(v.temporal):

@@ -9,7 +9,11 @@ num_attention_heads blocks of lru_width / heads, and an element-wise scan; x y; 
 h / heads; eager attention counts the whole square, the window only masks).
 
 The cache: RecurrentGemmaModel keeps its states in the modules (conv1d_state, the RG-LRU's recurrent_states) and in a
-DynamicCache it does not return; the forward returns none, so there is no cache to count (kv_cache None)."""
+DynamicCache it does not return; the forward returns none, so there is no cache to count (kv_cache None).
+
+Described once, by its forward (`walk`): each parameterised module recorded as its op is written (layout_base.Walk,
+the names as LAYOUT's paths give them), from which the expected tensors derive; llama.cpp has no RecurrentGemma, so
+no GGUF names."""
 from __future__ import annotations
 
 import re
@@ -19,20 +23,18 @@ from typing import Any
 from ..errors import UsageError
 from .framework import decoders, infer, layout
 from .framework.archspec import Variant
-from .framework.base import (
-    FROM_CLASS,
-    ArchSpec,
-    Cfg,
-    Family,
-    Sample,
-    Shapes,
-    Tensors,
-    add_linear,
-    add_norm,
-    class_default,
-)
-from .framework.layout import DecoderLayout
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, class_default
+from .framework.layout import DecoderLayout, Paths
+from .framework.layout_base import Module, Walk, module_shapes
+from .framework.layout_parts import mlp
 from .framework.ops import Builder, ew_cost
+
+# the module names as RecurrentGemmaForCausalLM saves them (LLaMA's elsewhere); the walk records with them; the Gemma
+# RMSNorms (x (1 + weight)) hold a weight alone
+LAYOUT = DecoderLayout(tied_default=True, paths=Paths(attn="temporal_block", mlp="mlp_block", attn_in="temporal_pre_norm",
+                                                      mlp_in="channel_pre_norm", norm="final_norm"))
+_P = LAYOUT.paths
+_X, _CONV, _LRU = "linear_x", "conv_1d", "rg_lru"   # the recurrent block's modules the shape look-ups read too
 
 
 @dataclass(frozen=True)
@@ -71,107 +73,85 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)embed_tokens\.weight$", "embed_tokens")
-    L = infer.count_layers(T, r"layers\.(\d+)\.temporal_pre_norm\.")
-    rx = r"layers\.(\d+)\.temporal_block\.linear_x\.weight$"
+    V, h = infer.shape(T, rf"(^|\.){_P.embed}\.weight$", _P.embed)
+    L = infer.count_layers(T, rf"{_P.layers}\.(\d+)\.{_P.attn_in}\.")
+    rx = rf"{_P.layers}\.(\d+)\.{_P.attn}\.{_X}\.weight$"
     recurrent = tuple(sorted({int(m.group(1)) for n in T if (m := re.search(rx, n))}))
-    lru = infer.shape(T, rx, "temporal_block.linear_x")[0]
-    H = infer.shape(T, r"rg_lru\.input_gate_bias$", "rg_lru.input_gate_bias")[0]
-    k = infer.shape(T, r"temporal_block\.conv_1d\.weight$", "temporal_block.conv_1d")[-1]
-    f = infer.shape(T, r"mlp_block\.up_proj\.weight$", "mlp_block.up_proj")[0]
+    lru = infer.shape(T, rx, f"{_P.attn}.{_X}")[0]
+    H = infer.shape(T, rf"{_LRU}\.input_gate_bias$", f"{_LRU}.input_gate_bias")[0]
+    k = infer.shape(T, rf"{_P.attn}\.{_CONV}\.weight$", f"{_P.attn}.{_CONV}")[-1]
+    f = infer.shape(T, rf"{_P.mlp}\.{_P.up}\.weight$", f"{_P.mlp}.{_P.up}")[0]
     d, w = h // H, int(class_default("recurrent_gemma", "attention_window_size"))
-    kv = infer.find(T, r"temporal_block\.k_proj\.weight$")
+    kv = infer.find(T, rf"{_P.attn}\.{_P.k}\.weight$")
     return ArchSpec(layers=L, hidden=h, heads=H, kv_heads=kv.shape[0] // d if kv is not None else H, head_dim=d,
                     intermediate=f, vocab=V, activation="gelu_pytorch_tanh", gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=infer.has(T, r"temporal_block\.q_proj\.bias$"), o_bias=True, mlp_bias=True,
-                    tied_embeddings=not infer.has(T, r"(^|\.)lm_head\.weight$"), rope_dim=d // 2,
+                    qkv_bias=infer.has(T, rf"{_P.attn}\.{_P.q}\.bias$"), o_bias=True, mlp_bias=True,
+                    tied_embeddings=not infer.has(T, rf"(^|\.){_P.lm_head}\.weight$"), rope_dim=d // 2,
                     logit_softcap=True, variant=GriffinVariant(lru=lru, conv=k, recurrent=recurrent, window=w),
                     assumptions=(f"no config: the logits soft-capped, half of each head rotated and a window of {w}, as "
                                  "the config class defaults them",), **common)
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes (RecurrentGemmaModel.forward, RecurrentGemmaDecoderLayer): writes its ops to B and
+    returns the modules it met."""
     s, b, n = B.s, B.b, B.seq
-    v = s.variant_as(GriffinVariant)
-    h, a, g, d, f, L, lru = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers, v.lru
-    rec = len(v.recurrent)
-    att = L - rec
-    tok = (b, n)
-    B.embedding("model.embed_tokens", "embedding", s.vocab, h, n)
-    B.add("model.embed_tokens x sqrt(hidden_size)", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
-    B.norm(f"model.layers[{L}].temporal_pre_norm", "encoder", tok, h, L)
+    v, w = s.variant_as(GriffinVariant), Walk(B, LAYOUT)
+    h, a, g, d, f, L, lru, tok = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, s.layers, v.lru, w.tok
+    every, t = tuple(range(L)), f"{_P.attn}."
+    rec, att = v.recurrent, tuple(i for i in range(L) if i not in v.recurrent)
+    w.record(_P.embed, None, (("weight", (s.vocab, h)),), None)
+    B.embedding(_P.embed, "embedding", s.vocab, h, n)
+    B.add(f"{_P.embed} x sqrt(hidden_size)", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
+    w.norm(_P.attn_in, None, h, every)
     if rec:
-        blk, H = f"model.layers[{rec}].temporal_block", a
-        for name in ("linear_y", "linear_x"):
-            B.linear(f"{blk}.{name}", "encoder", tok, h, lru, True, rec)
-        B.activation(f"{blk} act(y)", "encoder", tok, lru, s.activation, rec)
+        R = len(rec)
+        for name in ("linear_y", _X):
+            w.linear(t + name, None, h, lru, True, rec)
+        B.activation(w.label(f"{_P.attn} act(y)", rec), "encoder", tok, lru, s.activation, R)
         # the padded output FlopCounterMode counts (the forward keeps n of it); one token with the cache (use_cache, the
         # config's default) is a decoding step: the window times the weight, summed, element-wise
         out = n + v.conv - 1
-        B.add(f"{blk}.conv_1d (depthwise)", "conv", "encoder", rec, (b, lru, n), (b, lru, n),
-              params=(lru * v.conv + lru) * rec, macs=0 if n == 1 else b * lru * out * v.conv, ew=b * lru * out * 2,
+        w.record(t + _CONV, None, (("weight", (lru, 1, v.conv)), ("bias", (lru,))), rec)
+        B.add(w.label(f"{t}{_CONV} (depthwise)", rec), "conv", "encoder", R, (b, lru, n), (b, lru, n),
+              params=(lru * v.conv + lru) * R, macs=0 if n == 1 else b * lru * out * v.conv, ew=b * lru * out * 2,
               weights_per_call=lru * v.conv + lru)
-        bw = lru // H
-        B.add(f"{blk}.rg_lru input and recurrent gates ({H} blocks of {bw})", "linear", "encoder", rec, tok + (lru,),
-              tok + (2 * lru,), params=(2 * H * bw * bw + 2 * H * bw + lru) * rec, macs=2 * b * n * lru * bw,
-              ew=2 * b * n * lru * (1 + ew_cost("sigmoid")), weights_per_call=2 * H * bw * bw + 2 * H * bw + lru)
-        B.add(f"{blk}.rg_lru scan", "ssm", "encoder", rec, tok + (lru,), tok + (lru,), ew=b * n * lru * 12)
-        B.activation(f"{blk} x * y", "encoder", tok, lru, "mul", rec, gated=True)
-        B.linear(f"{blk}.linear_out", "encoder", tok, lru, h, True, rec)
-    if att:
-        blk, rot = f"model.layers[{att}].temporal_block", s.rope_dim or d
-        for name, width in (("q_proj", a), ("k_proj", g), ("v_proj", g)):
-            B.linear(f"{blk}.{name}", "encoder", tok, h, width * d, s.qkv_bias, att)
-        decoders.rotary(B, rot, f"{blk}.rotary_emb")
-        decoders.rope_apply(B, f"{blk} rotary", a + g, rot, att)
-        B.attention(blk, "encoder", a, n, n, d, att, True, window=v.window)
-        B.linear(f"{blk}.o_proj", "encoder", tok, a * d, h, True, att)
-    B.norm(f"model.layers[{L}].channel_pre_norm", "encoder", tok, h, L)
-    mlp = f"model.layers[{L}].mlp_block"
-    for name in ("gate_proj", "up_proj"):
-        B.linear(f"{mlp}.{name}", "encoder", tok, h, f, True, L)
-    B.activation(f"{mlp} act*up", "encoder", tok, f, s.activation, L, gated=True)
-    B.linear(f"{mlp}.down_proj", "encoder", tok, f, h, True, L)
-    B.norm("model.final_norm", "encoder", tok, h, residual=False)
-    decoders.lm_head(B, "lm_head", "model.embed_tokens")
+        bw = lru // a   # two block-diagonal gates, each a baddbmm of `a` blocks, and the recurrent parameter
+        w.record(t + _LRU, None, (("recurrent_param", (lru,)),) + tuple(
+            (f"{gate}_{part}", shape) for gate in ("input_gate", "recurrent_gate")
+            for part, shape in (("weight", (a, bw, bw)), ("bias", (a, bw)))), rec)
+        B.add(w.label(f"{t}{_LRU} input and recurrent gates ({a} blocks of {bw})", rec), "linear", "encoder", R,
+              tok + (lru,), tok + (2 * lru,), params=(2 * a * bw * bw + 2 * a * bw + lru) * R, macs=2 * b * n * lru * bw,
+              ew=2 * b * n * lru * (1 + ew_cost("sigmoid")), weights_per_call=2 * a * bw * bw + 2 * a * bw + lru)
+        B.add(w.label(f"{t}{_LRU} scan", rec), "ssm", "encoder", R, tok + (lru,), tok + (lru,), ew=b * n * lru * 12)
+        B.activation(w.label(f"{_P.attn} x * y", rec), "encoder", tok, lru, "mul", R, gated=True)
+        w.linear(t + "linear_out", None, lru, h, True, rec)
+    if att:   # local attention: eager attention counts the whole square, the window only masks
+        rot = s.rope_dim or d
+        for sub, width in ((_P.q, a), (_P.k, g), (_P.v, g)):
+            w.linear(t + sub, None, h, width * d, s.qkv_bias, att)
+        decoders.rotary(B, rot, w.label(t + "rotary_emb", att))
+        decoders.rope_apply(B, w.label(f"{_P.attn} rotary", att), a + g, rot, len(att))
+        B.attention(w.label(_P.attn, att), "encoder", a, n, n, d, len(att), True, window=v.window)
+        w.linear(t + _P.o, None, a * d, h, True, att)
+    w.norm(_P.mlp_in, None, h, every)
+    mlp(w, every, "gated", f)
+    w.norm(_P.norm, None, h, None, residual=False)
+    if s.head == "lm":
+        w.modules.append(Module(_P.lm_head, None, (("weight", (s.vocab, h)),), top=True))
+    decoders.lm_head(B, _P.lm_head, _P.embed)
     if s.head == "lm" and s.logit_softcap:
         B.add("logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, tok + (s.vocab,), tok + (s.vocab,),
               ew=b * n * s.vocab * (ew_cost("tanh") + 2))
+    return w.modules
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    v = s.variant_as(GriffinVariant)
-    h, a, g, d, f, lru = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, v.lru
-    m = "" if s.head == "base" else "model."
-    out: Shapes = {m + "embed_tokens.weight": (s.vocab, h)}
-    for j in range(s.layers):
-        p = f"{m}layers.{j}."
-        add_norm(out, p + "temporal_pre_norm", h, bias=False)
-        t = p + "temporal_block."
-        if j in v.recurrent:
-            add_linear(out, t + "linear_y", lru, h)
-            add_linear(out, t + "linear_x", lru, h)
-            add_linear(out, t + "linear_out", h, lru)
-            out[t + "conv_1d.weight"] = (lru, 1, v.conv)
-            out[t + "conv_1d.bias"] = (lru,)
-            bw = lru // a
-            out[t + "rg_lru.recurrent_param"] = (lru,)
-            for gate in ("input_gate", "recurrent_gate"):
-                out[t + f"rg_lru.{gate}_weight"] = (a, bw, bw)
-                out[t + f"rg_lru.{gate}_bias"] = (a, bw)
-        else:
-            add_linear(out, t + "q_proj", a * d, h, s.qkv_bias)
-            add_linear(out, t + "k_proj", g * d, h, s.qkv_bias)
-            add_linear(out, t + "v_proj", g * d, h, s.qkv_bias)
-            add_linear(out, t + "o_proj", h, a * d)
-        add_norm(out, p + "channel_pre_norm", h, bias=False)
-        add_linear(out, p + "mlp_block.gate_proj", f, h)
-        add_linear(out, p + "mlp_block.up_proj", f, h)
-        add_linear(out, p + "mlp_block.down_proj", h, f)
-    add_norm(out, m + "final_norm", h, bias=False)
-    if s.head == "lm":
-        out["lm_head.weight"] = (s.vocab, h)
-    return out
+    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else _P.body)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
@@ -180,11 +160,11 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_ke
 FAMILY = Family(
     name="recurrent_gemma",
     model_types=("recurrent_gemma",),
-    signature=r"(^|[./])layers[./]\d+[./]temporal_block[./]rg_lru[./]",
+    signature=r"(^|[./])" + r"[./]".join((_P.layers, r"\d+", _P.attn, _LRU)) + "[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and RecurrentGemmaForCausalLM's
     # _tied_weights_keys; no cache: the forward returns none (the module docstring)
-    **{**layout.decoder_lm(DecoderLayout(tied_default=True)), "kv_cache": None},
+    **{**layout.decoder_lm(LAYOUT), "kv_cache": None},
     gguf_architectures=(),   # llama.cpp has no RecurrentGemma architecture: no GGUF names
     samples=(
         Sample("RecurrentGemmaConfig", _SIZES, ("RecurrentGemmaForCausalLM", "RecurrentGemmaModel")),

@@ -20,21 +20,9 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
 from .framework.ops import Builder
+from .framework.walk_vision import conv2d
 
 DEFAULT_IMAGE = 224
-
-
-def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-           bias: bool = False, calls: int = 1) -> int:
-    """A square Conv2d on a `side` x `side` input; returns the output side."""
-    out = (side + 2 * pad - k) // stride + 1
-    if out < 1:
-        raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
-    per = cout * cin * k * k + (cout if bias else 0)
-    B.add(f"{module} ({k}x{k}/{stride})", "conv", bucket, calls, (B.b, cin, side, side), (B.b, cout, out, out),
-          params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
-          weights_per_call=per)
-    return out
 
 
 def batchnorm(B: Builder, module: str, bucket: str, ch: int, side: int, calls: int = 1, act: str | None = "relu") -> None:

@@ -8,29 +8,28 @@ h -> h)); block 0 first runs pre_ln. ln_out at the end; head, tied to the embedd
 FLOPs: the seven projections' matmuls are all FlopCounterMode counts off CUDA (the WKV recurrence,
 rwkv_linear_attention_cpu, is an element-wise loop over the tokens). The cache is the `state` the forward returns with
 use_cache: five [b, h, L] tensors, the two token shifts in the model's dtype and the WKV numerator, denominator and
-maximum in float32, whatever the sequence length."""
+maximum in float32, whatever the sequence length.
+
+Described once, by its forward (`walk`): each parameterised module recorded as its op is written (layout_base.Walk,
+the names as LAYOUT's paths give them), from which the expected tensors derive; llama.cpp has no RWKV-4, so no GGUF
+names."""
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from .framework import infer
+from .framework import decoders, infer, layout
 from .framework.archspec import Variant
-from .framework.base import (
-    STATE_BYTES,
-    ArchSpec,
-    Cfg,
-    Family,
-    HeadRule,
-    KVLines,
-    Sample,
-    Shapes,
-    Tensors,
-    TieRule,
-    add_linear,
-    add_norm,
-)
+from .framework.base import STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
+from .framework.layout import DecoderLayout, Paths
+from .framework.layout_base import Module, Walk, module_shapes
 from .framework.ops import Builder, ew_cost
+
+# the module names as RwkvForCausalLM saves them; the walk records with them (no llama.cpp names: no RWKV-4 there)
+LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="rwkv", embed="embeddings", layers="blocks", attn="attention",
+                                                     mlp="feed_forward", attn_in="ln1", mlp_in="ln2", norm="ln_out",
+                                                     lm_head="head"))
+_P = LAYOUT.paths
 
 
 @dataclass(frozen=True)
@@ -47,72 +46,69 @@ def from_config(c: Cfg) -> ArchSpec:
                     variant=RwkvVariant(attention=c.int("attention_hidden_size", default=h)), **c.common)
 
 
+def _name(*parts: str) -> str:
+    """A regex on canonical names: the weight of layer 0's module at `parts` (the walk's paths)."""
+    return r"(^|\.)" + r"\.".join((_P.layers, "0") + parts) + r"\.weight$"
+
+
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)embeddings\.weight$", "rwkv.embeddings")
-    A = infer.shape(T, r"blocks\.0\.attention\.key\.weight$", "attention.key")[0]
-    f = infer.shape(T, r"blocks\.0\.feed_forward\.key\.weight$", "feed_forward.key")[0]
-    return ArchSpec(layers=infer.count_layers(T, r"blocks\.(\d+)\.attention\."), hidden=h, heads=0, kv_heads=0, head_dim=0,
-                    intermediate=f, vocab=V, activation="relu", norm="layernorm", qkv_bias=False, o_bias=False,
-                    mlp_bias=False, tied_embeddings=infer.find(T, r"(^|\.)head\.weight$") is None,
+    V, h = infer.shape(T, rf"(^|\.){_P.embed}\.weight$", f"{_P.body}.{_P.embed}")
+    A = infer.shape(T, _name(_P.attn, "key"), f"{_P.attn}.key")[0]
+    f = infer.shape(T, _name(_P.mlp, "key"), f"{_P.mlp}.key")[0]
+    return ArchSpec(layers=infer.count_layers(T, rf"{_P.layers}\.(\d+)\.{_P.attn}\."), hidden=h, heads=0, kv_heads=0,
+                    head_dim=0, intermediate=f, vocab=V, activation="relu", norm="layernorm", qkv_bias=False, o_bias=False,
+                    mlp_bias=False, tied_embeddings=infer.find(T, rf"(^|\.){_P.lm_head}\.weight$") is None,
                     variant=RwkvVariant(attention=A), **common)
 
 
-def build(B: Builder) -> None:
-    s, b, n = B.s, B.b, B.seq
-    h, f, L, A = s.hidden, s.intermediate, s.layers, s.variant_as(RwkvVariant).attention
-    tok = (b, n)
-    B.embedding("rwkv.embeddings", "embedding", s.vocab, h, n)
-    B.norm("rwkv.blocks.0.pre_ln", "encoder", tok, h, residual=False)
-    blocks = f"rwkv.blocks[{L}]"
-    B.norm(f"{blocks}.ln1", "encoder", tok, h, L)
-    B.add(f"{blocks}.attention token shift x time_mix_key / value / receptance", "activation", "encoder", L, tok + (h,),
-          tok + (3 * h,), params=3 * h * L, ew=3 * b * n * h * 3, weights_per_call=3 * h)
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes (RwkvModel.forward, RwkvBlock): writes its ops to B and returns the modules it met."""
+    s = B.s
+    w = Walk(B, LAYOUT)
+    h, f, L, A, tok, n = s.hidden, s.intermediate, s.layers, s.variant_as(RwkvVariant).attention, w.tok, B.b * B.seq
+    every, at, ff = tuple(range(s.layers)), f"{_P.attn}.", f"{_P.mlp}."
+
+    def shift_mix(part: str, names: tuple[str, ...]) -> None:
+        """The input and its one-token shift mixed by a [1, 1, h] vector per name (time_mix_key, ...)."""
+        for name in names:
+            w.record(f"{part}.time_mix_{name}", None, (("", (1, 1, h)),), every)
+        k = len(names)
+        B.add(w.label(f"{part} token shift x time_mix_{' / '.join(names)}", every), "activation", "encoder", L, tok + (h,),
+              tok + (k * h,), params=k * h * L, ew=k * n * h * 3, weights_per_call=k * h)
+
+    w.record(_P.embed, None, (("weight", (s.vocab, h)),), None)
+    B.embedding(_P.embed, "embedding", s.vocab, h, B.seq)
+    w.norm("pre_ln", None, h, (0,), residual=False)   # block 0's LayerNorm of the embeddings
+    w.norm(_P.attn_in, None, h, every)
+    shift_mix(_P.attn, ("key", "value", "receptance"))
     for name in ("key", "value", "receptance"):
-        B.linear(f"{blocks}.attention.{name}", "encoder", tok, h, A, False, L)
-    B.add(f"{blocks}.attention WKV recurrence (time_decay, time_first)", "attention", "encoder", L, tok + (3 * A,),
-          tok + (A,), params=2 * A * L, ew=b * n * A * (4 * ew_cost("exp") + 10), weights_per_call=2 * A)
-    B.activation(f"{blocks}.attention sigmoid(receptance) x wkv", "encoder", tok, A, "sigmoid", L, gated=True)
-    B.linear(f"{blocks}.attention.output", "encoder", tok, A, h, False, L)
-    B.norm(f"{blocks}.ln2", "encoder", tok, h, L)
-    B.add(f"{blocks}.feed_forward token shift x time_mix_key / receptance", "activation", "encoder", L, tok + (h,),
-          tok + (2 * h,), params=2 * h * L, ew=2 * b * n * h * 3, weights_per_call=2 * h)
-    B.linear(f"{blocks}.feed_forward.key", "encoder", tok, h, f, False, L)
-    B.activation(f"{blocks}.feed_forward relu^2", "encoder", tok, f, "relu", L)
-    B.linear(f"{blocks}.feed_forward.value", "encoder", tok, f, h, False, L)
-    B.linear(f"{blocks}.feed_forward.receptance", "encoder", tok, h, h, False, L)
-    B.activation(f"{blocks}.feed_forward sigmoid(receptance) x value", "encoder", tok, h, "sigmoid", L, gated=True)
-    B.norm("rwkv.ln_out", "encoder", tok, h, residual=False)
+        w.linear(at + name, None, h, A, False, every)
+    for name in ("time_decay", "time_first"):
+        w.record(at + name, None, (("", (A,)),), every)
+    B.add(w.label(f"{_P.attn} WKV recurrence (time_decay, time_first)", every), "attention", "encoder", L, tok + (3 * A,),
+          tok + (A,), params=2 * A * L, ew=n * A * (4 * ew_cost("exp") + 10), weights_per_call=2 * A)
+    B.activation(w.label(f"{_P.attn} sigmoid(receptance) x wkv", every), "encoder", tok, A, "sigmoid", L, gated=True)
+    w.linear(at + "output", None, A, h, False, every)
+    w.norm(_P.mlp_in, None, h, every)
+    shift_mix(_P.mlp, ("key", "receptance"))
+    w.linear(ff + "key", None, h, f, False, every)
+    B.activation(w.label(f"{_P.mlp} relu^2", every), "encoder", tok, f, "relu", L)
+    w.linear(ff + "value", None, f, h, False, every)
+    w.linear(ff + "receptance", None, h, h, False, every)
+    B.activation(w.label(f"{_P.mlp} sigmoid(receptance) x value", every), "encoder", tok, h, "sigmoid", L, gated=True)
+    w.norm(_P.norm, None, h, None, residual=False)
     if s.head == "lm":
-        B.linear("head" + (" (tied to embeddings)" if s.tied_embeddings else ""), "cls", tok, h, s.vocab, False,
-                 tied=s.tied_embeddings)
+        w.modules.append(Module(_P.lm_head, None, (("weight", (s.vocab, h)),), top=True))
+        decoders.lm_head(B, _P.lm_head, _P.embed)
+    return w.modules
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, f, A = s.hidden, s.intermediate, s.variant_as(RwkvVariant).attention
-    m = "" if s.head == "base" else "rwkv."
-    out: Shapes = {m + "embeddings.weight": (s.vocab, h)}
-    for j in range(s.layers):
-        p = f"{m}blocks.{j}."
-        if j == 0:
-            add_norm(out, p + "pre_ln", h)
-        add_norm(out, p + "ln1", h)
-        add_norm(out, p + "ln2", h)
-        out[p + "attention.time_decay"] = (A,)
-        out[p + "attention.time_first"] = (A,)
-        for mix in ("key", "value", "receptance"):
-            out[p + f"attention.time_mix_{mix}"] = (1, 1, h)
-        for name in ("key", "value", "receptance"):
-            add_linear(out, p + f"attention.{name}", A, h, False)
-        add_linear(out, p + "attention.output", h, A, False)
-        for mix in ("key", "receptance"):
-            out[p + f"feed_forward.time_mix_{mix}"] = (1, 1, h)
-        add_linear(out, p + "feed_forward.key", f, h, False)
-        add_linear(out, p + "feed_forward.receptance", h, h, False)
-        add_linear(out, p + "feed_forward.value", h, f, False)
-    add_norm(out, m + "ln_out", h)
-    if s.head == "lm":
-        out["head.weight"] = (s.vocab, h)
-    return out
+    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else _P.body)
 
 
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -128,15 +124,11 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_s
 FAMILY = Family(
     name="rwkv",
     model_types=("rwkv",),
-    signature=r"(^|[./])blocks[./]\d+[./]attention[./]time_first",
+    signature=r"(^|[./])" + r"[./]".join((_P.layers, r"\d+", _P.attn, "time_first")),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm"),
-    # RwkvForCausalLM nests the model under `rwkv.` (RwkvModel does not): that shows a tied, dropped head
-    head_rules=(HeadRule(r"(^|\.)head\.weight$", "lm"), HeadRule(r"^rwkv\.embeddings\.weight$", "lm")),
-    default_head="lm",
-    # RwkvForCausalLM._tied_weights_keys
-    tie_rules=(TieRule("head.weight", "rwkv.embeddings.weight", "config", heads=("lm",)),),
-    kv_cache=state_cache,
+    # the head rules (`head`, or a name under `rwkv.`: RwkvModel's are bare, so that shows a tied, dropped head) and
+    # RwkvForCausalLM._tied_weights_keys, from the paths; RwkvConfig's tie_word_embeddings default false
+    **{**layout.decoder_lm(LAYOUT), "kv_cache": state_cache},
     gguf_architectures=(),   # llama.cpp has RWKV-6 and -7 (other modules), no RWKV-4: no GGUF names
     samples=(
         Sample("RwkvConfig", _SIZES, ("RwkvForCausalLM", "RwkvModel")),

@@ -11,7 +11,8 @@ learned position embeddings, final_layer_norm, and `head` Linear(h, projection_s
 
 ArchSpec's main sizes are the text tower's (the vision tower's for siglip_vision_model); both towers' sizes are
 clip.py's Towers (TextTower.proj: the text head's width, VisionTower.head: the pooling head), the side analysed
-ArchSpec.image_size."""
+ArchSpec.image_size. The architecture is stated once, in `walk` (clip.py's tower layers and text embeddings, each tower a
+framework/walk_vision.py Recorder): the op template and the expected tensors derive from it."""
 from __future__ import annotations
 
 import re
@@ -22,9 +23,10 @@ from ..errors import UsageError
 from . import clip
 from .clip import TextTower, Tower, Towers, VisionTower
 from .framework import infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
+from .framework.layout_base import Module
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import Recorder
 
 
 # Sizes a saved SiglipConfig's sub-config omits are SiglipTextConfig's / SiglipVisionConfig's defaults (FROM_CLASS).
@@ -99,81 +101,67 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return clip.tower_spec(Towers(text, vision), common, "gelu_pytorch_tanh")
 
 
-def _pooling_head(B: Builder, v: VisionTower, n: int) -> None:
+def _pooling_head(w: Recorder, v: VisionTower, n: int) -> None:
     """SiglipMultiheadAttentionPoolingHead: one probe query over the n patch tokens (torch's multi-head
     attention: q from the probe, k and v fused from the patches as key is value), out_proj, layernorm, MLP."""
-    h, a, f, b = v.hidden, v.heads, v.inter, B.b
-    pre = "vision_model.head"
-    B.add(f"{pre}.probe", "embedding", "vision", 1, (1, 1, h), (b, 1, h), params=h)
-    B.linear(f"{pre}.attention.in_proj (q, probe)", "vision", (b, 1), h, h, True)
-    B.linear(f"{pre}.attention.in_proj (k, v)", "vision", (b, n), h, 2 * h, True)
-    B.attention(f"{pre}.attention", "vision", a, 1, n, h // a, 1, causal=False)
-    B.linear(f"{pre}.attention.out_proj", "vision", (b, 1), h, h, True)
-    B.norm(f"{pre}.layernorm", "vision", (b, 1), h, residual=False)
-    B.linear(f"{pre}.mlp.fc1", "vision", (b, 1), h, f, True)
-    B.activation(f"{pre}.mlp act", "vision", (b, 1), f, B.s.activation)
-    B.linear(f"{pre}.mlp.fc2 (+residual)", "vision", (b, 1), f, h, True)
+    h, a, f, B = v.hidden, v.heads, v.inter, w.B
+    b = B.b
+    w.params("head.probe", (("head.probe", (1, 1, h)),), (1, 1, h), (b, 1, h), ew=0)
+    # in_proj_weight [3h, h] and in_proj_bias [3h]: the probe's q, the patches' k and v
+    w.record("head.attention", (("in_proj_weight", (3 * h, h)), ("in_proj_bias", (3 * h,))))
+    B.linear(w.label("head.attention.in_proj (q, probe)"), w.bucket, (b, 1), h, h, True)
+    B.linear(w.label("head.attention.in_proj (k, v)"), w.bucket, (b, n), h, 2 * h, True)
+    B.attention(w.label("head.attention"), w.bucket, a, 1, n, h // a, 1, causal=False)
+    w.linear("head.attention.out_proj", (b, 1), h, h, True)
+    w.norm("head.layernorm", (b, 1), h, residual=False)
+    w.linear("head.mlp.fc1", (b, 1), h, f, True)
+    B.activation(w.label("head.mlp act"), w.bucket, (b, 1), f, B.s.activation)
+    w.linear("head.mlp.fc2", (b, 1), f, h, True, note=" (+residual)")
 
 
-def build(B: Builder) -> None:
-    text, vision = clip.towers(B.s).text, clip.towers(B.s).vision
-    if vision:   # SiglipModel runs the vision tower first
-        h = vision.hidden
-        side = conv2d(B, "vision_model.embeddings.patch_embedding", "vision", vision.channels, h, vision.patch_size,
-                      vision.patch_size, B.s.image_size, 0, bias=True)
-        n, native = side * side, (vision.native_image_size // vision.patch_size) ** 2
-        B.add("vision_model.embeddings.position_embedding", "embedding", "vision", 1, (B.b, n, h), (B.b, n, h),
-              params=native * h, ew=B.b * n * h)
-        clip.encoder(B, "vision", vision, n, causal=False)
-        B.norm("vision_model.post_layernorm", "vision", (B.b, n), h, residual=False)
+def walk(B: Builder) -> list[Module]:
+    """The forward at B.s's sizes (SiglipModel runs the vision tower first): writes its ops to B and returns the modules
+    it met."""
+    s = B.s
+    text, vision = clip.towers(s).text, clip.towers(s).vision
+    modules: list[Module] = []
+    if vision:
+        w = Recorder(B, "vision", "vision_model.")
+        h, p = vision.hidden, vision.patch_size
+        n = w.conv("embeddings.patch_embedding", vision.channels, h, p, s.image_size, True) ** 2
+        w.params("embeddings.position_embedding", (("embeddings.position_embedding.weight",
+                                                    ((vision.native_image_size // p) ** 2, h)),),
+                 (B.b, n, h), (B.b, n, h), ew=B.b * n * h)
+        clip.layers(w, vision, n, causal=False)
+        w.norm("post_layernorm", (B.b, n), h, residual=False)
         if vision.head:
-            _pooling_head(B, vision, n)
-        if B.s.head == "imgcls" and B.s.num_labels:   # the patch tokens' mean, then the classifier
+            _pooling_head(w, vision, n)
+        if s.head == "imgcls" and s.num_labels:   # the patch tokens' mean, then the classifier
             B.add("mean of patch tokens", "activation", "cls", 1, (B.b, n, h), (B.b, h), ew=B.b * n * h)
-            B.linear("classifier", "cls", (B.b,), h, B.s.num_labels, True)
+            w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+        modules += w.modules
     if text:
-        h = text.hidden
-        B.embedding("text_model.embeddings.token_embedding", "text", text.vocab, h, B.seq)
-        B.embedding("text_model.embeddings.position_embedding", "text", text.positions, h, B.seq)
-        clip.encoder(B, "text", text, B.seq, causal=False)   # no causal mask in SigLIP's text tower
-        B.norm("text_model.final_layer_norm", "text", (B.b, B.seq), h, residual=False)
-        B.linear("text_model.head (last token)", "text", (B.b,), h, text.proj, True)
+        w = Recorder(B, "text", "text_model.")
+        clip.text_embeddings(w, text)
+        clip.layers(w, text, B.seq, causal=False)   # no causal mask in SigLIP's text tower
+        w.norm("final_layer_norm", (B.b, B.seq), text.hidden, residual=False)
+        w.linear("head", (B.b,), text.hidden, text.proj, True, note=" (last token)")
+        modules += w.modules
     if text and vision:
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale) + logit_bias
         P = text.proj
+        modules += [Module(name, None, (("", (1,)),), top=True) for name in ("logit_scale", "logit_bias")]
         B.add("logit_scale, logit_bias + similarity (text @ image.T)", "linear", "cls", 1, (B.b, P), (B.b, B.b), params=2,
               macs=B.b * P * B.b, ew=2 * B.b * B.b + 6 * B.b * P)
+    return modules
 
 
-def expected_tensors(s: ArchSpec) -> Shapes | None:
-    text, vision = clip.towers(s).text, clip.towers(s).vision
-    out: Shapes = {}
-    if text:
-        h = text.hidden
-        out["text_model.embeddings.token_embedding.weight"] = (text.vocab, h)
-        out["text_model.embeddings.position_embedding.weight"] = (text.positions, h)
-        clip.tower_tensors(out, "text_model", text.layers, h, text.inter)
-        add_norm(out, "text_model.final_layer_norm", h)
-        add_linear(out, "text_model.head", text.proj, h)
-    if vision:
-        h, p, f = vision.hidden, vision.patch_size, vision.inter
-        out["vision_model.embeddings.patch_embedding.weight"] = (h, vision.channels, p, p)
-        out["vision_model.embeddings.patch_embedding.bias"] = (h,)
-        out["vision_model.embeddings.position_embedding.weight"] = ((vision.native_image_size // p) ** 2, h)
-        clip.tower_tensors(out, "vision_model", vision.layers, h, f)
-        add_norm(out, "vision_model.post_layernorm", h)
-        if vision.head:
-            out.update({"vision_model.head.probe": (1, 1, h), "vision_model.head.attention.in_proj_weight": (3 * h, h),
-                        "vision_model.head.attention.in_proj_bias": (3 * h,)})
-            add_linear(out, "vision_model.head.attention.out_proj", h, h)
-            add_norm(out, "vision_model.head.layernorm", h)
-            add_linear(out, "vision_model.head.mlp.fc1", f, h)
-            add_linear(out, "vision_model.head.mlp.fc2", h, f)
-    if text and vision:
-        out.update({"logit_scale": (1,), "logit_bias": (1,)})
-    if s.head == "imgcls" and s.num_labels and vision:
-        add_linear(out, "classifier", s.num_labels, vision.hidden)
-    return clip.unprefixed(out) if clip.bare(s) else out
+def build(B: Builder) -> None:
+    walk(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes:
+    return clip.tower_shapes_of(walk, s)
 
 
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,

@@ -1,7 +1,10 @@
-"""ViT: transformers' modeling_vit.py (ViTModel with its pooler, ViTForImageClassification). A Conv2d
-patch embedding (k = stride = patch_size), a learned cls token and learned positions, pre-LayerNorm
-layers (layernorm_before, attention, layernorm_after, MLP), a final LayerNorm; the pooler (dense +
-tanh on the cls token) in ViTModel, a linear classifier on the cls token in the classification head.
+"""ViT: transformers' modeling_vit.py (ViTModel with its pooler, ViTForImageClassification,
+ViTForMaskedImageModeling). A Conv2d patch embedding (k = stride = patch_size), a learned cls token and learned
+positions, pre-LayerNorm layers (layernorm_before, attention, layernorm_after, MLP), a final LayerNorm; the pooler
+(dense + tanh on the cls token) in ViTModel, a linear classifier on the cls token in the classification head; the
+masked-image-modeling head (head "mim": ViTModel with its mask token [1, 1, h] and no pooler) reshapes the patch tokens
+to a side x side map and decodes it with a 1x1 Conv2d to encoder_stride^2 x num_channels (decoder.0) and a
+PixelShuffle (no FLOPs); the loss, only with bool_masked_pos, is not counted.
 
 Inputs: an image_size x image_size image (--image-size; default the config's image_size), i.e.
 (image_size // patch_size)^2 patches + the cls token. The position table is sized by the config's
@@ -10,18 +13,23 @@ no matmul. The side analysed is ArchSpec.image_size, the rest a ViTVariant.
 
 DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the distillation token, after the
 cls token (ViTVariant.dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
-DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled."""
+DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled.
+
+The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder and encoder layers): the op template and
+the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+import re
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, add_linear, add_norm
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .resnet import conv2d
+from .framework.walk_vision import EncoderLayer, Recorder, encoder_layers
 
 
 @dataclass(frozen=True)
@@ -37,10 +45,12 @@ class Patches(Variant):
 class ViTVariant(Patches):
     pooler_size: int         # pooler_output_size
     dist_token: bool         # DeiT's distillation token
+    encoder_stride: int = 0  # the *ForMaskedImageModeling decoder's upscale (encoder_stride; 0: no decoder)
 
 
 def pooler(model_type: str, head: str) -> bool:
-    """ViTModel adds its pooler by default; ViTForImageClassification builds ViTModel without one."""
+    """ViTModel adds its pooler by default; ViTForImageClassification and ViTForMaskedImageModeling build ViTModel
+    without one."""
     return head == "base"
 
 
@@ -57,8 +67,10 @@ def image_sizes(c: Cfg, patch: int) -> tuple[int, int, int, int]:
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a, img, p = image_sizes(c, 16)
-    v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=False,
-                   pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit")
+    mim = c.head == "mim"   # ViTModel(add_pooling_layer=False, use_mask_token=True) and the decoder
+    v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=mim,
+                   pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit",
+                   encoder_stride=c.int("encoder_stride", default=FROM_CLASS) if mim else 0)
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
                     qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
@@ -70,90 +82,74 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     n = infer.shape(T, r"embeddings\.position_embeddings(\.weight)?$", "the position embeddings")[-2]
     dist = int(infer.has(T, r"embeddings\.distillation_token$"))   # DeiT
     side = int(round((n - 1 - dist) ** 0.5))
-    f = infer.shape(T, r"intermediate\.dense\.weight$", "the MLP's first dense")[0]
+    lay = LAYER.paths   # the walk's names
+    f = infer.shape(T, rf"{re.escape(lay.up)}\.weight$", "the MLP's first dense")[0]
     pool = infer.find(T, r"pooler\.dense\.weight$")
+    decoder = infer.find(T, r"^decoder\.0\.weight$")   # *ForMaskedImageModeling's [stride^2 x channels, h, 1, 1]
     a, note = infer.heads_for(h, 64)
     img = side * p
     v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
-                   pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist))
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"encoder\.layer\.(\d+)\."), hidden=h,
+                   pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
+                   encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
-                    qkv_bias=infer.has(T, r"attention\.attention\.query\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
 
-def patch_tokens(B: Builder, prefix: str, bias: bool) -> int:
-    """The patch embedding conv; returns the patches + the class token."""
-    s = B.s
+# ViT's layers: layernorm_before, attention.attention.{query,key,value}, attention.output.dense, layernorm_after,
+# intermediate.dense, output.dense (walk_vision.LayerPaths' defaults)
+LAYER = EncoderLayer()
+
+
+def patches(w: Recorder) -> int:
+    """The patch embedding, a biased Conv2d (k = stride = patch_size; DINOv2's too); returns the patches' count."""
+    s = w.B.s
     v = s.variant_as(Patches)
-    p = v.patch_size
-    side = conv2d(B, prefix, "embedding", v.channels, s.hidden, p, p, s.image_size, 0, bias=bias)
-    return side * side + 1
+    side = w.conv("embeddings.patch_embeddings.projection", v.channels, s.hidden, v.patch_size, s.image_size, True,
+                  bucket="embedding")
+    return side * side
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes (ViTModel's, DeiTModel's and their classifiers'): writes its ops to B and records the
+    modules it meets."""
     s = B.s
-    X = s.variant_as(ViTVariant)
-    h, L, f = s.hidden, s.layers, s.intermediate
-    dist = int(X.dist_token)
-    n = patch_tokens(B, "embeddings.patch_embeddings.projection", True) + dist
-    native = (X.native_image_size // X.patch_size) ** 2 + 1 + dist
-    tok = (B.b, n)
-    B.add("embeddings.cls_token" + (" + distillation_token" if dist else "") + " + position_embeddings"
-          + (" + mask_token" if X.mask_token else ""), "embedding", "embedding",
-          1, (B.b, n - 1 - dist, h), (B.b, n, h), params=(1 + dist) * h + native * h + (h if X.mask_token else 0),
-          ew=B.b * n * h)
-    lp = f"encoder.layer[{L}]"
-    B.norm(f"{lp}.layernorm_before", "encoder", tok, h, L, residual=False)
-    for m in ("query", "key", "value"):
-        B.linear(f"{lp}.attention.attention.{m}", "encoder", tok, h, h, s.qkv_bias, L)
-    B.attention(f"{lp}.attention.attention", "encoder", s.heads, n, n, s.head_dim, L, causal=False)
-    B.linear(f"{lp}.attention.output.dense", "encoder", tok, h, h, True, L)
-    B.norm(f"{lp}.layernorm_after", "encoder", tok, h, L)
-    B.linear(f"{lp}.intermediate.dense", "encoder", tok, h, f, True, L)
-    B.activation(f"{lp}.intermediate act", "encoder", tok, f, s.activation, L)
-    B.linear(f"{lp}.output.dense (+residual)", "encoder", tok, f, h, True, L)
-    B.norm("layernorm", "encoder", tok, h)
-    if s.pooler:
-        B.linear("pooler.dense", "pooler", (B.b,), h, X.pooler_size, True)
-        B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
-    if s.head == "imgcls":
-        B.linear("classifier", "cls", (B.b,), h, s.num_labels, True)
-
-
-def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """ViTModel's parameters (`vit.` inside ViTForImageClassification, whose classifier is an Identity,
-    without parameters, when num_labels is 0); the position table is sized by the config's image_size."""
-    if s.head not in ("base", "imgcls"):
-        return None
     X = s.variant_as(ViTVariant)
     h, f, p = s.hidden, s.intermediate, X.patch_size
     dist = int(X.dist_token)
-    pre = "" if s.head == "base" else ("deit." if dist else "vit.")
-    out: Shapes = {pre + "embeddings.cls_token": (1, 1, h)}
-    if dist:
-        out[pre + "embeddings.distillation_token"] = (1, 1, h)
-    if X.mask_token:
-        out[pre + "embeddings.mask_token"] = (1, 1, h)
-    out[pre + "embeddings.position_embeddings"] = (1, (X.native_image_size // p) ** 2 + 1 + dist, h)
-    out[pre + "embeddings.patch_embeddings.projection.weight"] = (h, X.channels, p, p)
-    out[pre + "embeddings.patch_embeddings.projection.bias"] = (h,)
-    for i in range(s.layers):
-        q = f"{pre}encoder.layer.{i}."
-        for m in ("query", "key", "value"):
-            add_linear(out, q + "attention.attention." + m, h, h, s.qkv_bias)
-        add_linear(out, q + "attention.output.dense", h, h)
-        add_linear(out, q + "intermediate.dense", f, h)
-        add_linear(out, q + "output.dense", h, f)
-        add_norm(out, q + "layernorm_before", h)
-        add_norm(out, q + "layernorm_after", h)
-    add_norm(out, pre + "layernorm", h)
+    w = Recorder(B, "encoder")
+    n = patches(w) + 1 + dist
+    tokens = (("embeddings.cls_token", (1, 1, h)),) + ((("embeddings.distillation_token", (1, 1, h)),) if dist else ()) \
+        + ((("embeddings.mask_token", (1, 1, h)),) if X.mask_token else ()) \
+        + (("embeddings.position_embeddings", (1, (X.native_image_size // p) ** 2 + 1 + dist, h)),)
+    w.params("embeddings." + " + ".join(path.split(".")[-1] for path, _ in tokens), tokens, (B.b, n - 1 - dist, h),
+             (B.b, n, h), ew=B.b * n * h, bucket="embedding")
+    encoder_layers(w, LAYER, s.layers, n, h, s.heads, f, s.activation, s.qkv_bias)
+    w.norm("layernorm", (B.b, n), h)
     if s.pooler:
-        add_linear(out, pre + "pooler.dense", X.pooler_size, h)
-    if s.head == "imgcls" and s.num_labels:
-        add_linear(out, "classifier", s.num_labels, h)
-    return out
+        w.linear("pooler.dense", (B.b,), h, X.pooler_size, True, bucket="pooler")
+        B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
+    if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
+        w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+    if X.encoder_stride:   # the patch tokens as a side x side map, a 1x1 conv to stride^2 x channels, PixelShuffle (no FLOPs)
+        w.conv("decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
+    return w
+
+
+def build(B: Builder) -> None:
+    walk(B)
+
+
+def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`); the position table is sized by
+    the config's image_size."""
+    if s.head not in FAMILY.heads:
+        return None
+    X = s.variant_as(ViTVariant)
+    body = "" if s.head == "base" else ("deit" if X.dist_token else "vit")
+    return walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=30,
@@ -164,14 +160,15 @@ FAMILY = Family(
     model_types=("vit", "deit"),
     signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.(weight|kernel)$",   # kernel: Flax (docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "imgcls"),
-    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),),
+    heads=("base", "imgcls", "mim"),
+    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"), HeadRule(r"^decoder\.0\.weight$", "mim")),
     pooler=pooler,
     main_input="pixel_values",
     samples=(
-        Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification")),
+        Sample("ViTConfig", dict(_SIZES, num_labels=5), ("ViTModel", "ViTForImageClassification", "ViTForMaskedImageModeling")),
         Sample("ViTConfig", dict(_SIZES, qkv_bias=False, pooler_output_size=24, image_size=32, patch_size=4),
                ("ViTModel",)),
-        Sample("DeiTConfig", dict(_SIZES, num_labels=5), ("DeiTModel", "DeiTForImageClassification")),
+        Sample("DeiTConfig", dict(_SIZES, num_labels=5, encoder_stride=3),
+               ("DeiTModel", "DeiTForImageClassification", "DeiTForMaskedImageModeling")),
     ),
 )

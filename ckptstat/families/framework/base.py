@@ -31,6 +31,7 @@ HEAD_SUFFIXES = [
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
+    ("ForMaskedImageModeling", "mim"),   # ViT's, DeiT's: a 1x1 conv decoder back to pixels (SimMIM)
     ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
     ("Model", "base"),
 ]

@@ -91,6 +91,10 @@ Embeddings = Literal["tokens", "bert", "normed"]
 # the LM head's transform before the decoder, a biased dense + this activation + a LayerNorm, {lm_dense} and {lm_norm}:
 # none (LLaMA); gelu (GTE's GteLMHead); hidden_act, the config's (NomicBERT's cls.predictions.transform)
 LMTransform = Literal["none", "gelu", "hidden_act"]
+# the Mamba1 mixer's norms over dt, B and C after x_proj (layout_ssm.mamba1): weighted, RMSNorms with weights (Jamba's
+# dt_layernorm, b_layernorm, c_layernorm); weightless, the same without parameters (FalconMamba's
+# FalconMambaWeightlessRMSNorm); none (Mamba's MambaMixer)
+SSMNorms = Literal["weighted", "weightless", "none"]
 
 
 # The activations that hold parameters, by hidden_act, and their shapes: each MLP's {mlp}.{act} module has its own
@@ -463,6 +467,7 @@ class DecoderLayout:
     # o and the MLP's down run as tensor-parallel slices whose outputs are summed (layout_tp.py: BLOOM's pretraining_tp
     # with slow_but_exact, its slice count ArchSpec.variant's TPSlices)
     tp_slices: bool = False
+    ssm_norms: SSMNorms = "weighted"      # the Mamba1 mixer's norms over dt, B and C (SSMNorms)
 
     def gguf(self, name: str) -> str | None:
         return dict(self.gguf_renames).get(name, name)
@@ -479,6 +484,8 @@ class DecoderLayout:
             raise TypeError(f"DecoderLayout.task_heads = {self.task_heads!r}: not of {decoder_heads.TASK_HEADS}")
         if self.linear_placement is not None and self.linear_placement not in get_args(Placement):
             raise TypeError(f"DecoderLayout.linear_placement = {self.linear_placement!r} is not one of {get_args(Placement)}")
+        if self.ssm_norms not in get_args(SSMNorms):
+            raise TypeError(f"DecoderLayout.ssm_norms = {self.ssm_norms!r} is not one of {get_args(SSMNorms)}")
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     head_dim: a config where those differ builds no model this template describes."""
     if keys.dt_rank is not None:   # Mamba1: a head of width 1 per channel
         inter, r = c.int(keys.expand or "expand", default=FROM_CLASS) * hidden, c.get(keys.dt_rank, default=FROM_CLASS)
+        inter = _given_width(keys, c, inter)
         return SSM(heads=inter, head_dim=1, state=c.int(keys.state, default=FROM_CLASS), groups=0,
                    conv_kernel=c.int(keys.conv_kernel, default=FROM_CLASS), chunk=0, intermediate=inter,
                    conv_bias=bool(c.get(keys.conv_bias, default=FROM_CLASS)), bias=bool(c.get(keys.bias, default=FROM_CLASS)),
@@ -49,8 +50,7 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
     heads = c.int(keys.heads, default=FROM_CLASS)
     # NemotronH's (expand None): heads x head_dim channels
     inter = c.int(keys.expand, default=FROM_CLASS) * hidden if keys.expand else heads * c.int(keys.head_dim, default=FROM_CLASS)
-    if keys.intermediate is not None and c.get(keys.intermediate, default=None) is not None:   # FalconH1's mamba_d_ssm
-        inter = c.int(keys.intermediate)
+    inter = _given_width(keys, c, inter)
     d = c.get(keys.head_dim, default=None)
     head_dim = inter // max(heads, 1) if d in (None, "auto") else c.int(keys.head_dim)
     groups = c.int(keys.groups, default=FROM_CLASS)
@@ -64,6 +64,14 @@ def from_config(keys: SSMKeys, c: Cfg, hidden: int) -> SSM:
                bias=bool(c.get(keys.bias, default=FROM_CLASS)),
                out_bias=bool(c.get(keys.out_bias, default=FROM_CLASS)) if keys.out_bias else None,
                gated_norm=bool(c.get(keys.gated_norm, default=FROM_CLASS)) if keys.gated_norm else True)
+
+
+def _given_width(keys: SSMKeys, c: Cfg, inter: int) -> int:
+    """The mixer's width where the config gives it (SSMKeys.intermediate: FalconH1's mamba_d_ssm, Mamba's
+    intermediate_size, which MambaConfig takes over its expand x hidden_size when set), else `inter`."""
+    if keys.intermediate is not None and c.get(keys.intermediate, default=None) is not None:
+        return c.int(keys.intermediate)
+    return inter
 
 
 def scan_macs(m: SSM, b: int, n: int) -> int:
@@ -102,18 +110,19 @@ def mixer(w: Walk, layers: tuple[int, ...]) -> None:
 
 
 def mamba1(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
-    """JambaMambaMixer off CUDA (modeling_jamba.py; mamba_selective_scan's recurrent loop): in_proj (h -> 2i: x and
-    the gate), the conv1d over x, x_proj (i -> r + 2N), RMSNorms over dt, B and C (dt_layernorm, b_layernorm,
-    c_layernorm), dt_proj's weight as a matmul (its bias added in the softplus), A_log [i, N] and D [i], the scan one
-    [b, i, N] @ [b, N, 1] matmul per token, out_proj."""
+    """JambaMambaMixer off CUDA (modeling_jamba.py; mamba_selective_scan's recurrent loop; MambaMixer and
+    FalconMambaMixer the same code, their norms DecoderLayout.ssm_norms): in_proj (h -> 2i: x and the gate), the conv1d
+    over x, x_proj (i -> r + 2N), RMSNorms over dt, B and C (dt_layernorm, b_layernorm, c_layernorm), dt_proj's weight
+    as a matmul (its bias added in the softplus), A_log [i, N] and D [i], the scan one [b, i, N] @ [b, N, 1] matmul per
+    token, out_proj."""
     s, B, x = w.s, w.B, f"{w.lay.paths.ssm}."
     b, n, h, i, N, r, L = B.b, B.seq, s.hidden, m.intermediate, m.state, m.dt_rank, len(layers)
     w.linear(x + "in_proj", "ssm_in", h, 2 * i, m.bias, layers)
     _conv(w, layers, m)
     w.linear(x + "x_proj", "ssm_x", i, r + 2 * N, False, layers)
     for sub, gguf, dim in (("dt_layernorm", "ssm_dt_norm", r), ("b_layernorm", "ssm_b_norm", N),
-                           ("c_layernorm", "ssm_c_norm", N)):
-        w.norm(x + sub, gguf, dim, layers, residual=False)
+                           ("c_layernorm", "ssm_c_norm", N)) if w.lay.ssm_norms != "none" else ():
+        w.norm(x + sub, gguf, dim, layers, residual=False, kind="none" if w.lay.ssm_norms == "weightless" else None)
     w.linear(x + "dt_proj", "ssm_dt", r, i, True, layers)
     w.record(x + "A_log", "ssm_a", (("", (i, N)),), layers)
     w.record(x + "D", "ssm_d", (("", (i,)),), layers)

@@ -1,0 +1,157 @@
+"""The ViT-shaped image encoders, each described once as a walk: ViT and DeiT (vit.py), DINOv2 (dinov2.py), CLIP's and
+SigLIP's towers (clip.py, siglip.py). `Recorder` is layout_base.Walk's idea outside a DecoderLayout: each parameterised
+module recorded once (a layout_base.Module) while its op is written to the Builder in the same call, so the expected
+tensors (layout_base.module_shapes) and the op template come from one walk. The pieces every such walk meets: the Conv2d
+patch embedding (`conv2d`, also ResNet's), learned tokens and positions (`Recorder.params`), and the pre-LayerNorm
+encoder layers (`encoder_layers`) under each modeling file's names (`LayerPaths`), their variants typed in an
+`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+from ...errors import UsageError
+from .layout_base import Module, module_shapes
+from .ops import Builder
+
+
+def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
+           bias: bool = False, calls: int = 1) -> int:
+    """A square Conv2d on a `side` x `side` input; returns the output side."""
+    out = (side + 2 * pad - k) // stride + 1
+    if out < 1:
+        raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
+    per = cout * cin * k * k + (cout if bias else 0)
+    B.add(f"{module} ({k}x{k}/{stride})", "conv", bucket, calls, (B.b, cin, side, side), (B.b, cout, out, out),
+          params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
+          weights_per_call=per)
+    return out
+
+
+@dataclass(frozen=True)
+class LayerPaths:
+    """One encoder layer's module names as the modeling file names them, under `layers`.{i} (ViT's by default); `act`,
+    `gated_act` name the activation's op (no parameters)."""
+    layers: str = "encoder.layer"
+    attn_in: str = "layernorm_before"     # the norm before attention
+    attn: str = "attention.attention"     # {attn}.{q,k,v}
+    q: str = "query"
+    k: str = "key"
+    v: str = "value"
+    o: str = "attention.output.dense"
+    mlp_in: str = "layernorm_after"       # the norm before the MLP
+    up: str = "intermediate.dense"        # MLP "plain": up, act, down
+    act: str = "intermediate act"
+    down: str = "output.dense"
+    gated_in: str = "mlp.weights_in"      # MLP "swiglu": gated_in [2f, h], silu(x1) x x2, gated_out
+    gated_act: str = "mlp silu*x2"
+    gated_out: str = "mlp.weights_out"
+    scales: tuple[str, str] = ("layer_scale1.lambda1", "layer_scale2.lambda1")   # EncoderLayer.layer_scale
+
+
+# plain: up, the config's activation, down (ViT, CLIP); swiglu: one projection to 2f, silu of one half times the other,
+# down (DINOv2's use_swiglu_ffn, Dinov2SwiGLUFFN)
+MLPKind = Literal["plain", "swiglu"]
+
+
+@dataclass(frozen=True)
+class EncoderLayer:
+    """What one pre-LayerNorm encoder layer is: norm, q/k/v (biased as the walk says), attention, biased o, norm, MLP."""
+    paths: LayerPaths = LayerPaths()
+    # a learned per-channel scale [h] (LayerPaths.scales, parameters without .weight) on the attention's and on the MLP's
+    # output before each residual add (DINOv2's Dinov2LayerScale); the residual adds are counted there, else in the MLP norm
+    layer_scale: bool = False
+    mlp: MLPKind = "plain"
+
+    def __post_init__(self) -> None:
+        if self.mlp not in get_args(MLPKind):
+            raise TypeError(f"EncoderLayer.mlp = {self.mlp!r} is not one of {get_args(MLPKind)}")
+
+
+Shape = tuple[int, ...]
+
+
+class Recorder:
+    """Records each module and writes its op; `prefix` precedes every path and label (CLIP's `vision_model.`), `bucket`
+    is the ops' bucket unless a call names another. A path holds `{bid}` where a layer's index goes; its op's label
+    shows `[L]` there, the op running L times."""
+
+    def __init__(self, B: Builder, bucket: str, prefix: str = ""):
+        self.B, self.bucket, self.prefix = B, bucket, prefix
+        self.modules: list[Module] = []
+
+    def label(self, path: str, L: int = 0) -> str:
+        return self.prefix + path.replace(".{bid}", f"[{L}]")
+
+    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False) -> None:
+        """A module's parameters (suffix "": the path is the parameter's own name); `top`: outside the prefix and the
+        body (a task head)."""
+        self.modules.append(Module(path if top else self.prefix + path, None, shapes, tuple(range(L)), top=top))
+
+    def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
+               bucket: str | None = None, top: bool = False) -> None:
+        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top)
+        self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias, max(L, 1))
+
+    def norm(self, path: str, tokens: Shape, dim: int, L: int = 0, residual: bool = True, note: str = "") -> None:
+        """A LayerNorm (weight and bias); `residual`: the residual add before it counted with it."""
+        self.record(path, (("weight", (dim,)), ("bias", (dim,))), L)
+        self.B.norm(self.label(path, L) + note, self.bucket, tokens, dim, max(L, 1), residual=residual, kind="layernorm")
+
+    def params(self, label: str, parts: tuple[tuple[str, Shape], ...], in_shape: Shape, out_shape: Shape, ew: int,
+               kind: str = "embedding", bucket: str | None = None, L: int = 0) -> None:
+        """Bare parameters (learned tokens, positions, scales) at their paths, and the one element-wise op that reads them
+        (`label` after the prefix; `[L]` calls, each reading its layer's copy, where L)."""
+        for path, shape in parts:
+            self.record(path, (("", shape),), L)
+        per = sum(math.prod(shape) for _, shape in parts)
+        self.B.add(self.prefix + label, kind, bucket or self.bucket, max(L, 1), in_shape, out_shape, params=per * max(L, 1),
+                   ew=ew, weights_per_call=per if L else 0)
+
+    def embedding(self, path: str, rows: int, dim: int, seq: int) -> None:
+        """A lookup table of `rows` (nn.Embedding) read by `seq` tokens."""
+        self.record(path, (("weight", (rows, dim)),))
+        self.B.embedding(self.label(path), self.bucket, rows, dim, seq)
+
+    def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
+             top: bool = False) -> int:
+        """A Conv2d of k x k, stride k (a patch embedding; k 1: a per-pixel projection) on a side x side image; returns
+        the output side."""
+        self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
+        return conv2d(self.B, path if top else self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
+
+    def shapes(self, body: str = "") -> dict[str, Shape]:
+        """The recorded parameters' names and shapes, those not `top` under `body` ("": none)."""
+        return module_shapes(self.modules, body)
+
+
+def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads: int, f: int, act: str, qkv_bias: bool,
+                   causal: bool = False) -> None:
+    """L pre-LayerNorm layers over n tokens of h (q/k/v biased by `qkv_bias`, o and the MLP always), each run once."""
+    p, B = lay.paths, w.B
+    tok, at = (B.b, n), f"{p.layers}.{{bid}}."
+    w.norm(at + p.attn_in, tok, h, L, residual=False)
+    for m in (p.q, p.k, p.v):
+        w.linear(f"{at}{p.attn}.{m}", tok, h, h, qkv_bias, L)
+    B.attention(w.label(at + p.attn, L), w.bucket, heads, n, n, h // heads, L, causal=causal)
+    w.linear(at + p.o, tok, h, h, True, L)
+    if lay.layer_scale:
+        _scale(w, at + p.scales[0], tok, h, L)
+    w.norm(at + p.mlp_in, tok, h, L, residual=not lay.layer_scale)
+    if lay.mlp == "swiglu":
+        w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
+        B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
+        w.linear(at + p.gated_out, tok, f, h, True, L)
+    else:
+        w.linear(at + p.up, tok, h, f, True, L)
+        B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
+        w.linear(at + p.down, tok, f, h, True, L, note="" if lay.layer_scale else " (+residual)")
+    if lay.layer_scale:
+        _scale(w, at + p.scales[1], tok, h, L)
+
+
+def _scale(w: Recorder, path: str, tok: Shape, h: int, L: int) -> None:
+    """A layer scale (x lambda) and the residual add after it."""
+    w.params(path.replace(".{bid}", f"[{L}]") + " (+residual)", ((path, (h,)),), tok + (h,), tok + (h,),
+             ew=2 * math.prod(tok) * h, kind="activation", L=L)
