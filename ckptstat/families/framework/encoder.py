@@ -86,10 +86,11 @@ class Rec:
                       stack.calls if stack else 1, stack.copies if stack else None, tied=tied)
 
     def norm(self, path: str, bucket: str, dim: int, stack: Stack | None = None, top: bool = False,
-             residual: bool = True, gguf: str | None = None) -> None:
+             residual: bool = True, gguf: str | None = None, tokens: tuple[int, ...] | None = None,
+             label: str | None = None) -> None:
         """A LayerNorm (weight and bias); `residual`: it also adds the sublayer's input back."""
         self.record(path, (("weight", (dim,)), ("bias", (dim,))), stack, top, gguf)
-        self.B.norm(_label(path, stack), bucket, self.tok, dim, stack.calls if stack else 1,
+        self.B.norm(label or _label(path, stack), bucket, tokens or self.tok, dim, stack.calls if stack else 1,
                     stack.copies if stack else None, residual=residual, kind="layernorm", bias=True)
 
     def embedding(self, path: str, bucket: str, rows: int, dim: int, gguf: str | None = None,
