@@ -6,8 +6,8 @@ that the op template, the expected tensors (`Rec.shapes`, `tensors`) and the GGU
 layers is a `Stack`: its modules under one path (BERT's encoder.layer.{bid}), or, where a model keeps them in per-kind
 lists (XLM's attentions.{bid}.q_lin, layer_norm1.{bid}), each module's own path holds `{bid}`. Beside the layers'
 pieces the recorder holds parameters a forward never runs (`Rec.held`) and einsum projections held as bare
-[in, heads, d] parameters (`Rec.einsum`). Each family passes its own module names; nothing here knows which family
-calls it: bert.py, albert.py, distilbert.py, xlm.py, xlnet.py, git.py, hrm_text.py, wav2vec2.py."""
+[in, heads, d] parameters (`Rec.einsum`). Each family passes its own module names, and nothing here branches on which
+family calls it (bert.py, albert.py, distilbert.py, xlm.py, xlnet.py, git.py, hrm_text.py, wav2vec2.py)."""
 from __future__ import annotations
 
 import math
