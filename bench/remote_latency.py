@@ -14,7 +14,7 @@ stats: the same layout at a small size (Llama shapes, hidden 1024, 163 shards, ~
   `ckptstat stats --json URL` at 50 ms, beside what the server itself can send: every shard fetched whole by
   16 threads (urllib), and `stats` of the same folder read locally (the CPU's floor).
 Every run is a fresh process; whole-process wall time (median), peak RSS (max).
-Usage: python bench/remote_latency.py [--repeat 3] [--delay 0.05] [--out bench/results/remote_latency.md]
+Usage: python bench/remote_latency.py [--repeat 3] [--delay 0.05] [--before TREE] [--out bench/results/remote_latency.md]
 """
 from __future__ import annotations
 
@@ -130,7 +130,8 @@ def summary_rows(folder: str, n: int, delays: list[float], repeat: int, home: st
     return rows
 
 
-def stats_rows(folder: str, delay: float, repeat: int, tree: str) -> tuple[list[tuple[str, dict]], int]:
+def stats_rows(folder: str, delay: float, repeat: int, tree: str,
+               before: str | None = None) -> tuple[list[tuple[str, dict]], int]:
     py = sys.executable
     shards = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in shards)
@@ -138,14 +139,19 @@ def stats_rows(folder: str, delay: float, repeat: int, tree: str) -> tuple[list[
     with Server(folder, stall=delay) as s:
         env = dict(os.environ, PYTHONPATH=tree)
         index = s.url + "/model.safetensors.index.json"
-        for name, cmd in [("ckptstat stats, https://", [py, "-m", "ckptstat", "stats", "--json", index]),
-                          ("ckptstat stats --workers 2, https://", [py, "-m", "ckptstat", "stats", "--workers", "2",
-                                                                    "--json", index]),
-                          ("the server's bandwidth: every shard whole, 16 threads",
-                           [py, "-c", FETCH_ALL, *(f"{s.url}/{f}" for f in shards)]),
-                          ("ckptstat stats, the local folder", [py, "-m", "ckptstat", "stats", "--json", folder])]:
-            measure(cmd, repeat=1, env=env, cwd=tree, timeout=900)   # warm-up: page cache, byte-compiled modules
-            rows.append((name, run((s,), cmd, env, repeat)))
+        contenders = [("ckptstat stats, https://", [py, "-m", "ckptstat", "stats", "--json", index], env),
+                      ("ckptstat stats --workers 2, https://", [py, "-m", "ckptstat", "stats", "--workers", "2",
+                                                                "--json", index], env),
+                      ("the server's bandwidth: every shard whole, 16 threads",
+                       [py, "-c", FETCH_ALL, *(f"{s.url}/{f}" for f in shards)], env),
+                      ("ckptstat stats, the local folder", [py, "-m", "ckptstat", "stats", "--json", folder], env)]
+        if before:   # another tree's stats over the same server, right after this one's: before a change
+            benv = dict(os.environ, PYTHONPATH=before)
+            contenders[1:1] = [("ckptstat stats, https:// (--before tree)",
+                                [py, "-m", "ckptstat", "stats", "--json", index], benv)]
+        for name, cmd, cenv in contenders:
+            measure(cmd, repeat=1, env=cenv, cwd=cenv["PYTHONPATH"], timeout=900)   # warm-up: page cache, .pyc
+            rows.append((name, run((s,), cmd, cenv, repeat)))
     return rows, size
 
 
@@ -155,6 +161,7 @@ def main() -> None:
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--skip-stats", action="store_true")
     ap.add_argument("--tree", default=ROOT, help="the ckptstat source tree to measure (another worktree: before a change)")
+    ap.add_argument("--before", help="another tree whose `stats` over https:// is measured beside --tree's, same server")
     ap.add_argument("--out")
     args = ap.parse_args()
     d = args.delay
@@ -190,7 +197,7 @@ def main() -> None:
     if not args.skip_stats:
         with tempfile.TemporaryDirectory() as small:
             build(small, "SMALL", values=True)
-            srows, size = stats_rows(small, d, args.repeat, args.tree)
+            srows, size = stats_rows(small, d, args.repeat, args.tree, args.before)
         base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
         slines = ["| contender | wall (median) | CPU (median) | MB/s | vs the server's bandwidth | peak RSS | requests "
                   "| most at once | requests in sequence |", "|---|---|---|---|---|---|---|---|---|"]

@@ -305,6 +305,45 @@ def test_stats_of_many_shards_reads_ahead(tmp_path):
     assert json.loads(json.dumps(remote).replace(s.url, str(tmp_path))) == json.loads(json.dumps(local))
 
 
+def test_stats_reads_a_large_tensors_chunks_at_once(tmp_path, monkeypatch):
+    """A 16-bit tensor of several chunks over a URL is read as its chunks concurrently (issue 35: a 62.5 MiB embedding
+    was 16 range requests one after another): the same requests and bytes as reading it chunk after chunk, far fewer
+    of them in sequence, within the byte budget, and the report is the local one bit for bit at every chunk size
+    (the chunks' counts summed are the tensor's)."""
+    import torch
+    from safetensors.torch import save_file
+
+    from ckptstat.analysis import stats as st
+
+    g = torch.Generator().manual_seed(0)
+    save_file({"model.embed_tokens.weight": (torch.randn(1 << 21, generator=g) * 0.02).bfloat16().reshape(-1, 64),
+               "model.layers.0.mlp.up_proj.weight": torch.randn(1 << 20, generator=g).half().reshape(-1, 64),
+               "model.layers.0.mlp.down_proj.weight": torch.randn(1 << 18, generator=g).reshape(-1, 64),
+               "lm_head.weight": (torch.randn(1 << 20, generator=g) * 0.02).bfloat16().reshape(-1, 64)},
+              str(tmp_path / "model.safetensors"))
+    with Server(str(tmp_path), stall=0.05) as s:
+        for chunk in (1 << 20, 1_500_001, 3 << 20):   # (parts of at least REMOTE_PART: each one request)
+            local = st.stats(open_checkpoint(str(tmp_path / "model.safetensors")), chunk_bytes=chunk)
+            del local["seconds"]
+            seen = {}
+            for name, cut in (("one after another", lambda *a: None), ("at once", st.parts)):
+                monkeypatch.setattr(st, "parts", cut)
+                sources.BACKEND.forget()   # (nothing cached from the run before)
+                ckpt = open_checkpoint(s.url + "/model.safetensors")
+                s.reset()
+                remote = st.stats(ckpt, chunk_bytes=chunk)
+                seen[name] = (sorted(r for r in s.log if r[1].endswith(".safetensors")), round_trips(s),
+                              s.max_in_flight)
+                del remote["seconds"]
+                assert json.loads(json.dumps(remote).replace(s.url, str(tmp_path))) == json.loads(json.dumps(local))
+            (ranges, chain, _), (ranges2, chain2, most) = seen["one after another"], seen["at once"]
+            assert ranges2 == ranges   # a request a chunk, the same ranges as the tensor's one read asked for
+            # (config.json, looked for beside the weights, aside: a 404 whose body the client may not wait for)
+            assert most <= st.REMOTE_BUDGET // (chunk // 2 * 2)
+            if chunk < 2 << 20:   # the embedding's 4 (or 3) chunks, and the others', overlap
+                assert chain2 < chain and most > 1   # (2 against 4 or 3 here: the header, then every chunk)
+
+
 def test_concurrently_holds_at_most_its_budget():
     """core/urls.py `concurrently` with a weight (the bytes a call holds: `stats` of a URL, REMOTE_BUDGET): the calls
     running weigh at most the budget (one heavier than it runs alone), the results come in order, and which calls

@@ -9,7 +9,10 @@ BartForConditionalGeneration's lm_head to model.shared, and PreTrainedModel.get_
 them only when the config's tie_word_embeddings is true): one V x h matrix by default; with tie_word_embeddings
 false, each stack's embed_tokens and the lm_head are their own, and `shared` is a parameter the forward never
 reads. (transformers 4 tied the stacks' embed_tokens to `shared` whatever the config; its untied files hold
-`shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)"""
+`shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)
+
+The architecture is stated once, in `walk` (framework/seq2seq.py's stack, recorded with walk_vision.Recorder): the op
+template and every head's expected tensors derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -18,10 +21,11 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule, add_linear, add_norm
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, layer_ops, layer_tensors
+from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
+from .framework.walk_vision import Recorder
 
 # Each model type's stack (framework/seq2seq.py): what differs from BART's.
 STACKS = {
@@ -177,74 +181,52 @@ def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                                               f"the decoder alone of a {mt}-shaped stack"), **dict(common, model_type=mt))
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes, every head's: writes its ops to B and records the modules it meets (the expected
+    tensors). The decoder alone (*ForCausalLM) runs over B.seq tokens; its layers' encoder_attn never runs."""
     s, b = B.s, B.b
     h, tied, st = s.hidden, s.tied_embeddings, stack(s)
-    if decoder_alone(s):   # the decoder alone over B.seq tokens; its layers' encoder_attn never runs
+    w = Recorder(B, "cls")
+    if decoder_alone(s):
         p = ALONE.get(s.model_type, Alone())
-        embeddings(B, st, p.body, B.seq, tied_note="")
-        layer_ops(B, st, p.body, "decoder", s.decoder_layers, B.seq, s.decoder_heads, s.decoder_ffn,
+        embeddings(w, p.body, s.vocab, s.positions, B.seq, norm=st.embedding_norm)
+        layer_ops(w, st, p.body, "decoder", s.decoder_layers, B.seq, s.decoder_heads, s.decoder_ffn,
                   None, unused_cross=p.cross, causal=True)
-        B.linear(p.lm + (f" (tied to {p.body}.embed_tokens)" if tied else ""), "cls", (b, B.seq), h,
-                 _variant(s).lm_vocab, False, tied=tied)
-        return
+        w.linear(p.lm, (b, B.seq), h, _variant(s).lm_vocab, False, note=f" (tied to {p.body}.embed_tokens)" if tied else "",
+                 top=True, tied=tied)
+        return w
+    w.record("shared", (("weight", (s.vocab, h)),))
     if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
         B.add("shared (unused: tie_word_embeddings false)", "embedding", "embedding", 1, (0,), (0,), params=s.vocab * h)
     # the encoder's lookup holds `shared` when tied; the decoder's reads it again
-    embeddings(B, st, "encoder", B.seq, " (= shared)" if tied else "")
-    layer_ops(B, st, "encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
-    embeddings(B, st, "decoder", B.dec_seq, " (= shared)" if tied else "", params=not tied)
-    layer_ops(B, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
+    embeddings(w, "encoder", s.vocab, s.positions, B.seq, " (= shared)" if tied else "", norm=st.embedding_norm)
+    layer_ops(w, st, "encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
+    embeddings(w, "decoder", s.vocab, s.positions, B.dec_seq, " (= shared)" if tied else "", params=not tied,
+               norm=st.embedding_norm)
+    layer_ops(w, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
         # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
-        B.linear("classification_head.dense", "cls", (b,), h, h, True)
+        w.linear("classification_head.dense", (b,), h, h, True, top=True)
         B.activation("classification_head act (tanh)", "cls", (b,), h, "tanh")
-        B.linear("classification_head.out_proj", "cls", (b,), h, s.num_labels, True)
+        w.linear("classification_head.out_proj", (b,), h, s.num_labels, True, top=True)
     elif s.head == "qa":
-        B.linear("qa_outputs", "cls", (b, B.dec_seq), h, 2, True)
+        w.linear("qa_outputs", (b, B.dec_seq), h, 2, True, top=True)
     elif s.head == "lm":
         # + final_logits_bias, a buffer: its add is element-wise, not a parameter
-        B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), h, s.vocab,
-                 False, tied=s.tied_embeddings)
+        w.linear("lm_head", (b, B.dec_seq), h, s.vocab, False, note=" (tied to shared)" if tied else "", top=True,
+                 tied=tied)
+    return w
 
 
-def embeddings(B: Builder, st: Stack, name: str, n: int, tied_note: str, params: bool = True) -> None:
-    s = B.s
-    B.embedding(f"{name}.embed_tokens{tied_note}", "embedding", s.vocab, s.hidden, n, params=params)
-    B.embedding(f"{name}.embed_positions", "embedding", s.positions, s.hidden, n)
-    if st.embedding_norm:
-        B.norm(f"{name}.layernorm_embedding", "embedding", (B.b, n), s.hidden, residual=False)
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, st = s.hidden, stack(s)
-
-    def stack_tensors(name: str, L: int, f: int, cross: bool) -> None:
-        out[f"{name}.embed_tokens.weight"] = (s.vocab, h)
-        if s.positions:
-            out[f"{name}.embed_positions.weight"] = (s.positions, h)
-        if st.embedding_norm:
-            add_norm(out, f"{name}.layernorm_embedding", h)
-        layer_tensors(out, st, name, L, h, f, cross)
-
-    out: Shapes = {}
-    if decoder_alone(s):
-        p = ALONE.get(s.model_type, Alone())
-        stack_tensors(p.body, s.decoder_layers, s.decoder_ffn, p.cross)
-        out[p.lm + ".weight"] = (_variant(s).lm_vocab, h)
-        return out
-    top = "" if s.head == "base" else "model."   # BartForConditionalGeneration wraps BartModel as `model`
-    out[top + "shared.weight"] = (s.vocab, h)
-    stack_tensors(top + "encoder", s.layers, s.intermediate, False)
-    stack_tensors(top + "decoder", s.decoder_layers, s.decoder_ffn, True)
-    if s.head == "lm":
-        out["lm_head.weight"] = (s.vocab, h)
-    elif s.head == "seqcls":
-        add_linear(out, "classification_head.dense", h, h)
-        add_linear(out, "classification_head.out_proj", s.num_labels, h)
-    elif s.head == "qa":
-        add_linear(out, "qa_outputs", 2, h)
-    return out
+    """The walk's modules; BartForConditionalGeneration (and the other heads) wrap BartModel as `model`, the decoder
+    alone's paths hold its wrapper's."""
+    top = "" if s.head == "base" or decoder_alone(s) else "model."
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes(top.rstrip("."))
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

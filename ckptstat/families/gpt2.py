@@ -2,7 +2,9 @@
 wpe, pre-LayerNorm layers (ln_1 before the attention, ln_2 before the MLP) of Conv1D weights (stored [in, out]): a
 fused, biased attn.c_attn [h, 3h] and attn.c_proj, a plain biased MLP mlp.c_fc / activation_function / mlp.c_proj,
 n_inner wide (null: 4 x n_embd); the final ln_f, and an LM head tied to wte unless the config says otherwise
-(GPT2LMHeadModel._tied_weights_keys). llama.cpp names it `gpt2`; its converter transposes the Conv1D weights."""
+(GPT2LMHeadModel._tied_weights_keys); the task heads score, classifier and qa_outputs (DecoderLayout.task_heads).
+GPT2DoubleHeadsModel's multiple-choice summary head is not described (its flops line says the parameters disagree).
+llama.cpp names it `gpt2`; its converter transposes the Conv1D weights."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -10,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import decoder_heads, infer, layout
 from .framework.base import ArchSpec, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -18,6 +20,7 @@ from .framework.layout_base import FFNWidth
 GPT2 = DecoderLayout(
     norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True, positions="learned",
     conv1d=True, ffn_width=FFNWidth(key="n_inner", else_times=4), act_key="activation_function", tied_default=True,
+    task_heads=("seqcls", "tokcls", "qa"),
     paths=Paths(body="transformer", embed="wte", pos="wpe", layers="h", attn="attn", qkv="c_attn", o="c_proj",
                 up="c_fc", down="c_proj", attn_in="ln_1", mlp_in="ln_2", norm="ln_f"))
 _LAYOUTS = layout.Layouts({"gpt2": GPT2})
@@ -35,7 +38,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(s.hidden, 64)
     lm, wte = infer.find(T, r"lm_head\.weight$"), infer.find(T, r"wte\.weight$")
     tied = lm is None or (wte is not None and lm.alias_key == wte.alias_key)
-    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, tied_embeddings=tied,
+    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, tied_embeddings=tied, num_labels=decoder_heads.labels(T),
                    assumptions=(note,) + tuple(n for n in s.assumptions if "head_dim" not in n))
 
 
@@ -60,5 +63,8 @@ FAMILY = Family(
     samples=(
         Sample("GPT2Config", _SIZES, ("GPT2Model", "GPT2LMHeadModel")),
         Sample("GPT2Config", dict(_SIZES, tie_word_embeddings=False), ("GPT2LMHeadModel",)),
+        Sample("GPT2Config", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("GPT2ForSequenceClassification", "GPT2ForTokenClassification", "GPT2ForQuestionAnswering"),
+               device="cpu"),   # its sequence classifier tests `pad_token_id in input_ids`: values
     ),
 )

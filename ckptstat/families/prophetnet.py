@@ -8,7 +8,10 @@ its cache keeps the main stream's K/V. Each layer holds a cross_attn (with add_c
 encoder states: its parameters count, no FLOPs. The LM head reads the predicting streams (ngram x s tokens). The
 wrapper's word_embeddings, the decoder's and lm_head are one tensor when tie_word_embeddings (by default),
 three otherwise (ProphetNetForCausalLM._tied_weights_keys). Post-LayerNorm sublayers, learned positions,
-embeddings_layer_norm. llama.cpp has no architecture for it."""
+embeddings_layer_norm. llama.cpp has no architecture for it.
+
+The architecture is stated once, in `walk` (recorded with walk_vision.Recorder): the op template and the expected
+tensors derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -26,11 +29,10 @@ from .framework.base import (
     Shapes,
     Tensors,
     TieRule,
-    add_linear,
-    add_norm,
     decoder_kv_cache,
 )
 from .framework.ops import Builder, ew_cost
+from .framework.walk_vision import Recorder
 
 _ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
 
@@ -85,57 +87,59 @@ def _attention(B: Builder, label: str, heads: int, q: int, k: int, L: int, causa
           extra_in=B.b * heads * k)
 
 
-def build(B: Builder) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (the expected tensors, the
+    wrapper's under `prophetnet.`)."""
     s, b, n = B.s, B.b, B.seq
     v = s.variant_as(Streams)
-    h, L, a, g, f = s.hidden, s.layers, s.heads, v.ngram, s.intermediate
+    h, L, g = s.hidden, s.layers, v.ngram
     every, predicting = (b, (1 + g) * n), (b, g * n)
+    w = Recorder(B, "encoder")
     # the wrapper's word_embeddings and the decoder's: one tensor when tied, two otherwise
-    B.embedding("word_embeddings", "embedding", s.vocab, h, n, params=not s.tied_embeddings)
-    B.embedding("decoder.word_embeddings", "embedding", s.vocab, h, n)
-    B.embedding("decoder.position_embeddings", "embedding", s.positions, h, (1 + g) * n)
-    B.add("decoder.ngram_embeddings", "embedding", "embedding", 1, (g, h), predicting + (h,), params=g * h, ew=b * g * n * h)
-    B.norm("decoder.embeddings_layer_norm", "embedding", every, h, residual=False)
-    lay = f"decoder.layers[{L}]"
+    w.embedding("word_embeddings", s.vocab, h, n, bucket="embedding", params=not s.tied_embeddings)
+    w.embedding("decoder.word_embeddings", s.vocab, h, n, bucket="embedding")
+    w.embedding("decoder.position_embeddings", s.positions, h, (1 + g) * n, bucket="embedding")
+    w.params("decoder.ngram_embeddings", (("decoder.ngram_embeddings.weight", (g, h)),), (g, h), predicting + (h,),
+             ew=b * g * n * h, bucket="embedding")
+    w.norm("decoder.embeddings_layer_norm", every, h, residual=False, bucket="embedding")
+    if L:   # (a Recorder's L 0 is a module outside the layers: none here)
+        _layers(w, L, every)
+    w.linear("lm_head", predicting, h, s.vocab, False, note=" (the predicting streams)" + (
+        " (tied to word_embeddings)" if s.tied_embeddings else ""), bucket="cls", top=True, tied=s.tied_embeddings)
+    return w
+
+
+def _layers(w: Recorder, L: int, every: tuple[int, ...]) -> None:
+    """The L decoder layers over the (1 + ngram) x s tokens of every stream."""
+    B, s, n = w.B, w.B.s, w.B.seq
+    v = s.variant_as(Streams)
+    h, a, g, f = s.hidden, s.heads, v.ngram, s.intermediate
+    lay = "decoder.layers.{bid}"
     for m in _ATTN[:3]:
-        B.linear(f"{lay}.self_attn.{m}", "encoder", every, h, h, True, L)
-    B.linear(f"{lay}.self_attn.relative_pos_embeddings", "encoder", every, h, v.buckets * a, True, L)
-    _attention(B, f"{lay}.self_attn main stream", a, n, n, L, causal=True)
+        w.linear(f"{lay}.self_attn.{m}", every, h, h, True, L)
+    w.linear(f"{lay}.self_attn.relative_pos_embeddings", every, h, v.buckets * a, True, L)
+    _attention(B, w.label(f"{lay}.self_attn main stream", L), a, n, n, L, causal=True)
     # each predicting stream: its s queries over the main stream's s keys and its own s
-    _attention(B, f"{lay}.self_attn predicting streams", g * a, n, 2 * n, L, causal=False)
-    B.linear(f"{lay}.self_attn.out_proj", "encoder", every, h, h, True, L)
-    B.norm(f"{lay}.self_attn_layer_norm", "encoder", every, h, L)
+    _attention(B, w.label(f"{lay}.self_attn predicting streams", L), g * a, n, 2 * n, L, causal=False)
+    w.linear(f"{lay}.self_attn.out_proj", every, h, h, True, L)
+    w.norm(f"{lay}.self_attn_layer_norm", every, h, L)
     if v.cross:   # stored, never called without encoder states: L copies, 0 calls
         for m in _ATTN:
-            B.linear(f"{lay}.cross_attn.{m} (not run: no encoder)", "encoder", every, h, h, True, 0, L)
-        B.norm(f"{lay}.cross_attn_layer_norm (not run)", "encoder", every, h, 0, L, residual=False)
-    B.linear(f"{lay}.feed_forward.intermediate", "encoder", every, h, f, True, L)
-    B.activation(f"{lay}.feed_forward act", "encoder", every, f, s.activation, L)
-    B.linear(f"{lay}.feed_forward.output", "encoder", every, f, h, True, L)
-    B.norm(f"{lay}.feed_forward_layer_norm", "encoder", every, h, L)
-    B.linear("lm_head (the predicting streams)" + (" (tied to word_embeddings)" if s.tied_embeddings else ""), "cls",
-             predicting, h, s.vocab, False, tied=s.tied_embeddings)
+            w.linear(f"{lay}.cross_attn.{m}", every, h, h, True, L, " (not run: no encoder)", runs=False)
+        w.norm(f"{lay}.cross_attn_layer_norm", every, h, L, False, " (not run)", runs=False)
+    w.linear(f"{lay}.feed_forward.intermediate", every, h, f, True, L)
+    B.activation(w.label(f"{lay}.feed_forward act", L), "encoder", every, f, s.activation, L)
+    w.linear(f"{lay}.feed_forward.output", every, f, h, True, L)
+    w.norm(f"{lay}.feed_forward_layer_norm", every, h, L)
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    v = s.variant_as(Streams)
-    h, p = s.hidden, "prophetnet.decoder."
-    out: Shapes = {"prophetnet.word_embeddings.weight": (s.vocab, h), p + "word_embeddings.weight": (s.vocab, h),
-                   p + "position_embeddings.weight": (s.positions, h), p + "ngram_embeddings.weight": (v.ngram, h)}
-    for i in range(s.layers):
-        q = f"{p}layers.{i}."
-        for att in ("self_attn", "cross_attn") if v.cross else ("self_attn",):
-            for m in _ATTN:
-                add_linear(out, f"{q}{att}.{m}", h, h)
-            if att == "self_attn":
-                add_linear(out, f"{q}self_attn.relative_pos_embeddings", v.buckets * s.heads, h)
-            add_norm(out, f"{q}{att}_layer_norm", h)
-        add_linear(out, q + "feed_forward.intermediate", s.intermediate, h)
-        add_linear(out, q + "feed_forward.output", h, s.intermediate)
-        add_norm(out, q + "feed_forward_layer_norm", h)
-    add_norm(out, p + "embeddings_layer_norm", h)
-    add_linear(out, "lm_head", s.vocab, h, bias=False)
-    return out
+    """The walk's modules, ProphetNetForCausalLM's wrapper under `prophetnet.`."""
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("prophetnet")
 
 
 _SIZES = dict(hidden_size=32, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4,

@@ -9,7 +9,10 @@ proj_out (the LM head) is tied to decoder.embed_tokens (WhisperForConditionalGen
 
 Builder.seq is the encoder's input length in mel frames; the encoder runs over ceil(frames / 2) tokens.
 FLOPs of the convolutions are what FlopCounterMode counts for convolution (2 x b x out_length x
-out_channels x in_channels x kernel)."""
+out_channels x in_channels x kernel).
+
+The architecture is stated once, in `walk` (the convolutions, then framework/seq2seq.py's stacks, recorded with
+walk_vision.Recorder): the op template and the expected tensors derive from it."""
 from __future__ import annotations
 
 from typing import Any
@@ -17,8 +20,9 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, layer_ops, layer_tensors
+from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
+from .framework.walk_vision import Recorder
 
 # Both stacks (framework/seq2seq.py): pre-LN, a final layer_norm, no layernorm_embedding, k_proj without a bias.
 STACK = Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0, k_bias=False)
@@ -56,55 +60,56 @@ def encoder_tokens(frames: int) -> int:
     return (frames + 1) // 2
 
 
-def build(B: Builder) -> None:
-    s, b = B.s, B.b
-    h, mel = s.hidden, s.mel_bins
-    if decoder_alone(s):   # WhisperForCausalLM: the decoder alone over B.seq tokens
-        _decoder(B, "model.decoder", B.seq, None)
-        _proj_out(B, B.seq)
-        return
-    frames, n, nd = B.seq, encoder_tokens(B.seq), B.dec_seq
-    B.add("encoder.conv1", "conv", "embedding", 1, (b, mel, frames), (b, h, frames), params=h * mel * 3 + h,
-          macs=b * frames * h * mel * 3, ew=b * frames * h, weights_per_call=h * mel * 3 + h)
-    B.activation("encoder.conv1 gelu", "embedding", (b, frames), h, "gelu")
-    B.add("encoder.conv2", "conv", "embedding", 1, (b, h, frames), (b, h, n), params=h * h * 3 + h,
-          macs=b * n * h * h * 3, ew=b * n * h, weights_per_call=h * h * 3 + h)
-    B.activation("encoder.conv2 gelu", "embedding", (b, n), h, "gelu")
-    B.embedding("encoder.embed_positions (sinusoidal, requires_grad=False)", "embedding", s.source_positions, h, n)
-    layer_ops(B, STACK, "encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
-    _decoder(B, "decoder", nd, n)
-    _proj_out(B, nd)
-
-
-def _decoder(B: Builder, name: str, nd: int, cross: int | None) -> None:
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (the expected tensors)."""
     s = B.s
-    B.embedding(f"{name}.embed_tokens", "embedding", s.vocab, s.hidden, nd)
-    B.embedding(f"{name}.embed_positions", "embedding", s.target_positions, s.hidden, nd)
-    layer_ops(B, STACK, name, "decoder", s.decoder_layers, nd, s.decoder_heads, s.decoder_ffn, cross,
+    h, mel = s.hidden, s.mel_bins
+    w = Recorder(B, "embedding")
+    if decoder_alone(s):   # WhisperForCausalLM: the decoder alone over B.seq tokens
+        _decoder(w, "model.decoder", B.seq, None)
+        _proj_out(w, B.seq)
+        return w
+    frames, n, nd = B.seq, encoder_tokens(B.seq), B.dec_seq
+    _conv1d(w, "encoder.conv1", mel, frames, frames)
+    _conv1d(w, "encoder.conv2", h, frames, n)
+    w.embedding("encoder.embed_positions", s.source_positions, h, n, " (sinusoidal, requires_grad=False)")
+    layer_ops(w, STACK, "encoder", "encoder", s.layers, n, s.heads, s.intermediate, None)
+    _decoder(w, "decoder", nd, n)
+    _proj_out(w, nd)
+    return w
+
+
+def _conv1d(w: Recorder, path: str, cin: int, n_in: int, n_out: int) -> None:
+    """A biased Conv1d (cin -> h, kernel 3) over n_in frames to n_out, then gelu."""
+    B, b, h = w.B, w.B.b, w.B.s.hidden
+    w.record(path, (("weight", (h, cin, 3)), ("bias", (h,))))
+    B.add(path, "conv", "embedding", 1, (b, cin, n_in), (b, h, n_out), params=h * cin * 3 + h,
+          macs=b * n_out * h * cin * 3, ew=b * n_out * h, weights_per_call=h * cin * 3 + h)
+    B.activation(f"{path} gelu", "embedding", (b, n_out), h, "gelu")
+
+
+def _decoder(w: Recorder, name: str, nd: int, cross: int | None) -> None:
+    s = w.B.s
+    embeddings(w, name, s.vocab, s.target_positions, nd)
+    layer_ops(w, STACK, name, "decoder", s.decoder_layers, nd, s.decoder_heads, s.decoder_ffn, cross,
               unused_cross=cross is None)
 
 
-def _proj_out(B: Builder, nd: int) -> None:
-    s = B.s
+def _proj_out(w: Recorder, nd: int) -> None:
+    s = w.B.s
     if s.head == "lm":
-        B.linear("proj_out" + (" (tied to decoder.embed_tokens)" if s.tied_embeddings else ""), "cls", (B.b, nd), s.hidden,
-                 s.vocab, False, tied=s.tied_embeddings)
+        w.linear("proj_out", (w.B.b, nd), s.hidden, s.vocab, False, note=" (tied to decoder.embed_tokens)" if
+                 s.tied_embeddings else "", bucket="cls", top=True, tied=s.tied_embeddings)
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    h, mel = s.hidden, s.mel_bins
-    top = "" if s.head == "base" else "model."   # WhisperForConditionalGeneration wraps WhisperModel as `model`
-    out: Shapes = {top + "decoder.embed_tokens.weight": (s.vocab, h),
-                   top + "decoder.embed_positions.weight": (s.target_positions, h)}
-    if not decoder_alone(s):
-        out.update({top + "encoder.conv1.weight": (h, mel, 3), top + "encoder.conv1.bias": (h,),
-                    top + "encoder.conv2.weight": (h, h, 3), top + "encoder.conv2.bias": (h,),
-                    top + "encoder.embed_positions.weight": (s.source_positions, h)})
-        layer_tensors(out, STACK, top + "encoder", s.layers, h, s.intermediate, False)
-    layer_tensors(out, STACK, top + "decoder", s.decoder_layers, h, s.decoder_ffn, True)
-    if s.head == "lm":
-        out["proj_out.weight"] = (s.vocab, h)
-    return out
+    """The walk's modules; WhisperForConditionalGeneration wraps WhisperModel as `model` (the decoder alone's paths hold
+    it)."""
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" or decoder_alone(s) else "model")
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

@@ -49,7 +49,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
     new_acc,
     tables,
 )
-from .kernel16 import BITS16, BUFFERS, tensor_stats16
+from .kernel16 import BITS16, BUFFERS, acc_from_hist16, hist16, parts, tensor_stats16
 from .kernel32 import tensor_stats32
 from .tiny import run_stats, units
 
@@ -74,6 +74,9 @@ ANOMALY_RULE = (
 # Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the checkpoint.
 REMOTE_AHEAD = 16
 REMOTE_BUDGET = 48 << 20
+# A 16-bit tensor of several chunks of at least this many bytes is read as its chunks at once (kernel16.parts): a
+# read this large is one range request straight into its buffer (sources/remote.py DIRECT), whatever the order.
+REMOTE_PART = 1 << 20
 Z_LIMIT = 3.5
 MAD_FLOOR = 0.1
 MIN_PEERS = 5
@@ -206,11 +209,65 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     try:
         if urls.is_url(ckpt.path):
-            yield from urls.concurrently(one, spans, REMOTE_AHEAD, held, REMOTE_BUDGET)
+            yield from _remote_units(ckpt, items, spans, chunk_bytes, one, held, progress)
         else:
             yield from map(one, spans)
     finally:
         BUFFERS.clear()   # (the chunk buffers kept for reuse: a long-lived process holds none between runs)
+
+
+class _Part(NamedTuple):
+    """One chunk of a large 16-bit tensor of a URL (kernel16.parts): the tensor's item and the bytes [start, stop)."""
+    item: int
+    start: int
+    stop: int
+    last: bool
+
+
+def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, int]], chunk_bytes: int,
+                  one: Callable[[tuple[int, int]], tuple[list[Item], list[dict], Contribution]],
+                  held: Callable[[tuple[int, int]], int], progress: Callable[[int], None] | None
+                  ) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
+    """unit_results for a URL: units read up to REMOTE_AHEAD at a time within REMOTE_BUDGET bytes of buffers, and
+    a 16-bit tensor of several chunks read as its chunks, each a unit of its own for `concurrently` (issue 35: a
+    62.5 MiB embedding was 16 range requests one after another). A part holds one chunk's buffer, as the tensor's
+    read did, and its histogram; the tensor's row and contribution are built when its last part is handed back,
+    from the parts' counts summed (integers: the same counts, the same report, in the same order)."""
+    groups_of = functools.lru_cache(maxsize=4096)(_group_keys)
+    work: list[tuple[int, int] | _Part] = []
+    for span in spans:
+        cut = parts(ckpt, ckpt[items[span[0]].name], chunk_bytes, REMOTE_PART) if span[1] - span[0] == 1 else None
+        if cut is None:
+            work.append(span)
+        else:
+            work += [_Part(span[0], a, b, k == len(cut) - 1) for k, (a, b) in enumerate(cut)]
+
+    def run(w: tuple[int, int] | _Part) -> tuple[list[Item], list[dict], Contribution] | np.ndarray:
+        if isinstance(w, _Part):
+            return hist16(ckpt, ckpt[items[w.item].name], chunk_bytes, progress, (w.start, w.stop))
+        return one(w)
+
+    def weight(w: tuple[int, int] | _Part) -> int:
+        return w.stop - w.start if isinstance(w, _Part) else held(w)
+
+    hist: np.ndarray | None = None
+    for w, res in zip(work, urls.concurrently(run, work, REMOTE_AHEAD, weight, REMOTE_BUDGET)):
+        if not isinstance(w, _Part):
+            assert isinstance(res, tuple)
+            yield res
+            continue
+        assert isinstance(res, np.ndarray)
+        if hist is None:
+            hist = res
+        else:
+            hist += res
+        if w.last:
+            it, info = items[w.item], ckpt[items[w.item].name]
+            acc = acc_from_hist16(hist, info.dtype)
+            acc.tensors = 1
+            hist = None
+            yield [it], [{**head(it, info), **acc.row()}], [(k, acc) for k in groups_of(it.bucket, it.layer,
+                                                                                        is_norm_gain(it.name))]
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:

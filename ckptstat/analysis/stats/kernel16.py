@@ -85,18 +85,21 @@ class Buffers:
 BUFFERS = Buffers(32 << 20)   # (analysis/stats/ clears it when a stats run ends)
 
 
-def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int) -> Iterator[np.ndarray]:
+def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int, start: int = 0,
+                 stop: int | None = None) -> Iterator[np.ndarray]:
     """The stored bytes of a plain tensor (see plain()), a multiple of `width` bytes at a time, read
-    into one reused buffer: the array yielded is overwritten by the next read."""
+    into one reused buffer: the array yielded is overwritten by the next read. With `start` / `stop`, only the
+    tensor's bytes [start, stop) (a URL's part of a tensor: parts())."""
     check_expansion(info)
     step = max(width, chunk_bytes // width * width)
-    buf = BUFFERS.take(min(step, info.nbytes))
+    end = info.nbytes if stop is None else min(stop, info.nbytes)
+    buf = BUFFERS.take(min(step, end - start))
     assert info.offset is not None
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
-        f.seek(info.offset)
-        done = 0
-        while done < info.nbytes:
-            want = min(step, info.nbytes - done)
+        f.seek(info.offset + start)
+        done = start
+        while done < end:
+            want = min(step, end - done)
             raw = buf[:want]
             got = f.readinto(raw.data) if hasattr(f, "readinto") else _read_into(f, raw)
             if got != want:
@@ -123,8 +126,20 @@ SLICE = 1 << 18
 def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                    progress: Callable[[int], None] | None = None) -> Acc:
     """The accumulator of one F16 or BF16 tensor, from the histogram of its bit patterns."""
+    return acc_from_hist16(hist16(ckpt, info, chunk_bytes, progress), info.dtype)
+
+
+def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None = None,
+           part: tuple[int, int] | None = None) -> np.ndarray:
+    """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
+    stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
     hist = None   # the first slice's counts are the histogram: no zeroed 512 KiB table and pass over it
-    for bits in bits16_chunks(ckpt, info, chunk_bytes):
+    if part is None:
+        chunks = bits16_chunks(ckpt, info, chunk_bytes)
+    else:
+        order = "<u2" if info.byteorder == "little" else ">u2"
+        chunks = (raw.view(order) for raw in plain_chunks(info, chunk_bytes, 2, *part))
+    for bits in chunks:
         for at in range(0, bits.size, SLICE):
             counts = np.bincount(bits[at:at + SLICE], minlength=NBINS)
             if hist is None:
@@ -133,7 +148,20 @@ def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                 hist += counts
         if progress:
             progress(bits.size * 2)
-    return acc_from_hist16(np.zeros(NBINS, dtype=np.int64) if hist is None else hist, info.dtype)
+    return np.zeros(NBINS, dtype=np.int64) if hist is None else hist
+
+
+def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> list[tuple[int, int]] | None:
+    """A plain F16 / BF16 tensor of more than one chunk, as its chunks' byte ranges: a URL's stats reads them
+    concurrently (each its own range request, as the chunks of one read are; the histograms summed give the
+    same counts, so the same report), where one read would wait for each chunk's round trip in turn. None for
+    any other tensor (F32's kernel merges its reads' float64 moments in order: read one after another), and for
+    chunks under `least` bytes (a URL's smaller reads go through its cache's growing windows, which only reads in
+    order make few requests of)."""
+    step = max(2, chunk_bytes // 2 * 2)
+    if info.dtype not in BITS16 or info.nbytes <= step or step < least or not plain(ckpt, info):
+        return None
+    return [(at, min(at + step, info.nbytes)) for at in range(0, info.nbytes, step)]
 
 
 def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:

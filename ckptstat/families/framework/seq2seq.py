@@ -3,8 +3,10 @@ modeling_bart.py and its copies: mbart, plbart, mvp, marian, pegasus, blenderbot
 Whisper's decoder (modeling_whisper.py) differ only in what a `Stack` says. A stack is a token lookup, positions,
 an optional `layernorm_embedding`, layers of self-attention (q/k/v/out_proj), cross-attention in a decoder
 (encoder_attn, same projections), fc1 -> activation -> fc2, each sublayer's LayerNorm after it (post-LN, BART) or
-before it (pre-LN, mBART), and for pre-LN stacks one `layer_norm` after the last layer. The op template
-(`layer_ops`), the expected tensors (`layer_tensors`) and the KV cache (`kv_cache`) are walked from it.
+before it (pre-LN, mBART), and for pre-LN stacks one `layer_norm` after the last layer. The stack is walked once
+(`embeddings`, `layer_ops`) with walk_vision.Recorder: each parameterised module recorded (its path, `{bid}` the layer,
+its parameters' shapes) in the same call that writes its op, so a family's op template and its expected tensors (every
+head's: Recorder.shapes) come from one walk; the KV cache (`kv_cache`) from the spec.
 
 An encoder-decoder's *ForCausalLM is the decoder alone (BartDecoderWrapper under `model.`, its own lm_head): its
 spec has 0 encoder layers (`decoder_alone`). Its layers still hold encoder_attn's weights, which it never runs
@@ -13,8 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ArchSpec, Cfg, KVLines, Shapes, add_linear, add_norm
-from .ops import Builder
+from .base import ArchSpec, Cfg, KVLines
+from .walk_vision import Recorder
 
 
 @dataclass(frozen=True)
@@ -38,55 +40,67 @@ def causal_lm_alone(c: Cfg) -> bool:
     return c.head == "lm" and str(c.common.get("architecture") or "").endswith("ForCausalLM")
 
 
-def layer_ops(B: Builder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
+def layer_ops(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
               unused_cross: bool = False, causal: bool | None = None) -> None:
-    """L layers over q tokens (a heads, FFN width f); cross: the encoder tokens cross-attention reads, None for
-    none; unused_cross: the layers hold encoder_attn but never run it (the decoder alone); causal: the
-    self-attention's mask (default: a `decoder`'s is causal)."""
-    s, b, h = B.s, B.b, B.s.hidden
+    """L layers over q tokens (a heads, FFN width f), each module recorded as its op is written, then the stack's
+    final norm; cross: the encoder tokens cross-attention reads, None for none; unused_cross: the layers hold
+    encoder_attn but never run it (the decoder alone); causal: the self-attention's mask (default: a `decoder`'s is
+    causal). No layers (L 0): no layer modules (a Recorder's L 0 is a module outside the layers)."""
+    if L:
+        _layers(w, st, name, bucket, L, q, a, f, cross, unused_cross, name.endswith("decoder") if causal is None else causal)
+    if st.final_norm:
+        w.norm(f"{name}.{st.final_norm}", (w.B.b, q), w.B.s.hidden, residual=False, bucket=bucket)
+
+
+def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
+            unused_cross: bool, self_causal: bool) -> None:
+    s, b, h = w.B.s, w.B.b, w.B.s.hidden
     tok = (b, q)
-    lay = f"{name}.layers[{L}]"
-    attn = [("self_attn", q, name.endswith("decoder") if causal is None else causal)]
+    lay = f"{name}.layers.{{bid}}"
+    attn = [("self_attn", q, self_causal)]
     attn += [("encoder_attn", cross, False)] if cross is not None else []
     for att, k_len, causal in attn:
         if st.pre_ln:
-            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
-        B.linear(f"{lay}.{att}.q_proj", bucket, tok, h, h, st.proj_bias, L)
-        B.linear(f"{lay}.{att}.k_proj", bucket, (b, k_len), h, h, st.proj_bias and st.k_bias, L)
-        B.linear(f"{lay}.{att}.v_proj", bucket, (b, k_len), h, h, st.proj_bias, L)
-        B.attention(f"{lay}.{att}", bucket, a, q, k_len, h // a, L, causal=causal)
-        B.linear(f"{lay}.{att}.out_proj", bucket, tok, h, h, st.proj_bias, L)
+            w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
+        _projections(w, st, f"{lay}.{att}", bucket, L, tok, (b, k_len), h)
+        w.B.attention(w.label(f"{lay}.{att}", L), bucket, a, q, k_len, h // a, L, causal=causal)
+        w.linear(f"{lay}.{att}.out_proj", tok, h, h, st.proj_bias, L, bucket=bucket)
         if not st.pre_ln:
-            B.norm(f"{lay}.{att}_layer_norm", bucket, tok, h, L)
+            w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
     if unused_cross:   # stored, never called: L copies, 0 calls
-        for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
-            B.linear(f"{lay}.encoder_attn.{m} (not run: no encoder)", bucket, tok, h, h,
-                     st.proj_bias and (m != "k_proj" or st.k_bias), 0, L)
-        B.norm(f"{lay}.encoder_attn_layer_norm (not run)", bucket, tok, h, 0, L, residual=False)
+        _projections(w, st, f"{lay}.encoder_attn", bucket, L, tok, tok, h, runs=False)
+        w.linear(f"{lay}.encoder_attn.out_proj", tok, h, h, st.proj_bias, L, " (not run: no encoder)", bucket, runs=False)
+        w.norm(f"{lay}.encoder_attn_layer_norm", tok, h, L, False, " (not run)", bucket, runs=False)
     if st.pre_ln:
-        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
-    B.linear(f"{lay}.fc1", bucket, tok, h, f, True, L)
-    B.activation(f"{lay}.act", bucket, tok, f, s.activation, L)
-    B.linear(f"{lay}.fc2", bucket, tok, f, h, True, L)
+        w.norm(f"{lay}.final_layer_norm", tok, h, L, bucket=bucket)
+    w.linear(f"{lay}.fc1", tok, h, f, True, L, bucket=bucket)
+    w.B.activation(w.label(f"{lay}.act", L), bucket, tok, f, s.activation, L)
+    w.linear(f"{lay}.fc2", tok, f, h, True, L, bucket=bucket)
     if not st.pre_ln:
-        B.norm(f"{lay}.final_layer_norm", bucket, tok, h, L)
-    if st.final_norm:
-        B.norm(f"{name}.{st.final_norm}", bucket, tok, h, residual=False)
+        w.norm(f"{lay}.final_layer_norm", tok, h, L, bucket=bucket)
 
 
-def layer_tensors(out: Shapes, st: Stack, name: str, L: int, h: int, f: int, cross: bool) -> None:
-    """The tensors of `name`'s L layers and its final LayerNorm."""
-    for i in range(L):
-        p = f"{name}.layers.{i}."
-        for att in ("self_attn",) + (("encoder_attn",) if cross else ()):
-            for m in ("q_proj", "k_proj", "v_proj", "out_proj"):
-                add_linear(out, f"{p}{att}.{m}", h, h, bias=st.proj_bias and (m != "k_proj" or st.k_bias))
-            add_norm(out, f"{p}{att}_layer_norm", h)
-        add_linear(out, p + "fc1", f, h)
-        add_linear(out, p + "fc2", h, f)
-        add_norm(out, p + "final_layer_norm", h)
-    if st.final_norm:
-        add_norm(out, f"{name}.{st.final_norm}", h)
+def _projections(w: Recorder, st: Stack, att: str, bucket: str, L: int, tok: tuple[int, ...], kv: tuple[int, ...],
+                 h: int, runs: bool = True) -> None:
+    """q_proj over the queries, k_proj and v_proj over the keys (k_proj biased unless the stack says not)."""
+    note = "" if runs else " (not run: no encoder)"
+    for m, tokens, bias in (("q_proj", tok, st.proj_bias), ("k_proj", kv, st.proj_bias and st.k_bias),
+                            ("v_proj", kv, st.proj_bias)):
+        w.linear(f"{att}.{m}", tokens, h, h, bias, L, note, bucket, runs=runs)
+
+
+def embeddings(w: Recorder, name: str, rows: int, positions: int, n: int, tied_note: str = "", params: bool = True,
+               norm: bool = False, positions_note: str = "") -> None:
+    """`name`'s token lookup (`params` false: its weight counted at another lookup), its learned positions (0 rows:
+    a buffer, sinusoidal: no parameters) and, with `norm`, its layernorm_embedding."""
+    B, h = w.B, w.B.s.hidden
+    w.embedding(f"{name}.embed_tokens", rows, h, n, tied_note, "embedding", params)
+    if positions:
+        w.embedding(f"{name}.embed_positions", positions, h, n, positions_note, "embedding")
+    else:
+        B.embedding(f"{name}.embed_positions", "embedding", 0, h, n)
+    if norm:
+        w.norm(f"{name}.layernorm_embedding", (B.b, n), h, residual=False, bucket="embedding")
 
 
 def kv_cache(s: ArchSpec, b: int, nd: int, enc_tokens: int | None, ab: int, enc_label: str, enc_rule: str) -> KVLines:

@@ -4,7 +4,7 @@ module recorded once (a layout_base.Module) while its op is written to the Build
 tensors (layout_base.module_shapes) and the op template come from one walk. The pieces every such walk meets: the Conv2d
 patch embedding (`conv2d`, also ResNet's), learned tokens and positions (`Recorder.params`), and the pre-LayerNorm
 encoder layers (`encoder_layers`) under each modeling file's names (`LayerPaths`), their variants typed in an
-`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
+`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP. framework/seq2seq.py walks the BART-shaped stacks with the same recorder."""
 from __future__ import annotations
 
 import math
@@ -90,14 +90,19 @@ class Recorder:
         self.modules.append(Module(path if top else self.prefix + path, None, shapes, tuple(range(L)), top=top))
 
     def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
-               bucket: str | None = None, top: bool = False) -> None:
+               bucket: str | None = None, top: bool = False, tied: bool = False, runs: bool = True) -> None:
+        """`tied`: the weight is another module's (counted there); `runs` false: stored L times, never called (a
+        decoder alone's cross-attention)."""
         self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top)
-        self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias, max(L, 1))
+        self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias,
+                      max(L, 1) if runs else 0, None if runs else L, tied=tied)
 
-    def norm(self, path: str, tokens: Shape, dim: int, L: int = 0, residual: bool = True, note: str = "") -> None:
+    def norm(self, path: str, tokens: Shape, dim: int, L: int = 0, residual: bool = True, note: str = "",
+             bucket: str | None = None, runs: bool = True) -> None:
         """A LayerNorm (weight and bias); `residual`: the residual add before it counted with it."""
         self.record(path, (("weight", (dim,)), ("bias", (dim,))), L)
-        self.B.norm(self.label(path, L) + note, self.bucket, tokens, dim, max(L, 1), residual=residual, kind="layernorm")
+        self.B.norm(self.label(path, L) + note, bucket or self.bucket, tokens, dim, max(L, 1) if runs else 0,
+                    None if runs else L, residual=residual, kind="layernorm")
 
     def params(self, label: str, parts: tuple[tuple[str, Shape], ...], in_shape: Shape, out_shape: Shape, ew: int,
                kind: str = "embedding", bucket: str | None = None, L: int = 0) -> None:
@@ -109,10 +114,12 @@ class Recorder:
         self.B.add(self.prefix + label, kind, bucket or self.bucket, max(L, 1), in_shape, out_shape, params=per * max(L, 1),
                    ew=ew, weights_per_call=per if L else 0)
 
-    def embedding(self, path: str, rows: int, dim: int, seq: int) -> None:
-        """A lookup table of `rows` (nn.Embedding) read by `seq` tokens."""
+    def embedding(self, path: str, rows: int, dim: int, seq: int, note: str = "", bucket: str | None = None,
+                  params: bool = True) -> None:
+        """A lookup table of `rows` (nn.Embedding) read by `seq` tokens; `params` false: its weight counted elsewhere
+        (a tied copy)."""
         self.record(path, (("weight", (rows, dim)),))
-        self.B.embedding(self.label(path), self.bucket, rows, dim, seq)
+        self.B.embedding(self.label(path) + note, bucket or self.bucket, rows, dim, seq, params=params)
 
     def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
              top: bool = False) -> int:
