@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -71,10 +71,6 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "albert")
-
-
 _SIZES = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99, max_position_embeddings=64,
               embedding_size=16)
 
@@ -82,7 +78,7 @@ FAMILY = Family(
     name="albert",
     model_types=("albert",),
     signature=r"(^|[./])albert_layer_groups[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=encoder.tensors(walk, "albert"),
     heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
 
 LAYER: encoder.LayerNames = (
@@ -54,15 +54,11 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "distilbert")
-
-
 FAMILY = Family(
     name="distilbert",
     model_types=("distilbert",),
     signature=r"(^|[./])transformer[./]layer[./]\d+[./]attention[./]q_lin",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=encoder.tensors(walk, "distilbert"),
     heads=("base", "mlm", "seqcls", "tokcls", "qa"),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
                 HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),

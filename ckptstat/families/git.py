@@ -5,8 +5,8 @@ and, with num_image_with_embedding, one `img_temporal_embedding` row per image; 
 Linear tied to the word embeddings when tie_word_embeddings says so (untied by default). The op template is the
 text-only forward: the vision tower, the projection and the temporal rows count as parameters and run on no token;
 the cache is the text layers' DynamicCache. llama.cpp has no architecture for it.
-Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, the held tower's tensors recorded as
-parameters): the op template and the expected tensors both derive from it."""
+Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, the held tower's tensors
+recorded as parameters): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 import re
@@ -18,11 +18,10 @@ from .clip import VisionTower, vision_shapes, vision_tensors, vision_tower
 from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
-from .framework.layout_base import DecoderLayout, Module, Paths
+from .framework.encoder import Rec, Stack, stack_layers, tensors
 from .framework.ops import Builder
-from .framework.walk_encoder import EncoderWalk, post_ln_layers, tensors
 
-LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="git", layers="encoder.layer"))   # the head model's body
+BODY = "git"   # the base model's attribute in the head model
 
 
 @dataclass(frozen=True)
@@ -54,19 +53,18 @@ def _outside(s: ArchSpec, p: str) -> Shapes:
     return out
 
 
-def walk(B: Builder) -> list[Module]:
-    """The text-only forward at B.s's sizes: writes its ops to B and returns the modules it met."""
-    s, w = B.s, EncoderWalk(B, LAYOUT)
+def walk(B: Builder) -> Rec:
+    """The text-only forward at B.s's sizes: writes its ops to B and records the modules it meets."""
+    s, r, L = B.s, Rec(B), B.s.layers
     h = s.hidden
-    w.held("image_encoder, visual_projection (not run: no image)",
+    r.held("image_encoder, visual_projection (not run: no image)",
            tuple((name, (("", shape),)) for name, shape in _outside(s, "").items()))
-    w.embedding("embeddings.word_embeddings", s.vocab, h)
-    w.embedding("embeddings.position_embeddings", s.positions, h)
-    w.layer_norm("embeddings.LayerNorm", h, bucket="embedding", residual=False)
-    post_ln_layers(w, LAYER, tuple(range(s.layers)), causal=True)
+    encoder.embeddings(r)   # no token types (type_vocab 0)
+    stack_layers(r, Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L), LAYER, causal=True)
     if s.head == "lm":
-        w.head("output", h, s.vocab, s.tied_embeddings, "output" + (" (tied to word_embeddings)" if s.tied_embeddings else ""))
-    return w.modules
+        r.linear("output", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+                 label="output" + (" (tied to word_embeddings)" if s.tied_embeddings else ""))
+    return r
 
 
 def build(B: Builder) -> None:
@@ -96,7 +94,7 @@ FAMILY = Family(
     before=("bert",),   # tried before it: the text decoder's encoder.layer.N.attention.self.query names are BERT's
     model_types=("git",),
     signature=r"(^|[./])image_encoder[./]vision_model[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm"),
     head_rules=base.decoder_head_rules(r"(^|\.)output\.weight$", r"^git\."),
     default_head="lm",

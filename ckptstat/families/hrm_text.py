@@ -9,8 +9,8 @@ invocation.
 FLOPs: each invocation's projections and eager attention (the whole square) as FlopCounterMode counts them; parameters:
 the two stacks once. attention_bias / mlp_bias configs are refused (NoAnalyticModel: the meta path answers): the
 converter that writes the fused names moves the weights only.
-Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each saved weight recorded where the projections
-it holds are written): the op template and the expected tensors both derive from it."""
+Described once, as a walk (`walk`: framework/encoder.py's recorder, each saved weight recorded where the projections it
+holds are written): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,10 +29,9 @@ from .framework.base import (
     Tensors,
     class_default,
 )
+from .framework.encoder import Rec, Stack, tensors
 from .framework.layout import DecoderLayout
-from .framework.layout_base import Module
 from .framework.ops import Builder
-from .framework.walk_encoder import EncoderWalk, tensors
 
 STACKS = ("L_module", "H_module")
 LAYOUT = DecoderLayout()   # LLaMA's module names at the top: model.embed_tokens, lm_head
@@ -81,26 +80,27 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                                  "defaults them (the cycles set the FLOPs and the cache, not the parameters)",), **common)
 
 
-def walk(B: Builder) -> list[Module]:
-    """The forward at B.s's sizes: writes its ops to B and returns the modules it met, as save_pretrained writes them
+def walk(B: Builder) -> Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets, as save_pretrained writes them
     (transformers' converter fuses gate_proj, q, k, v into attn.gqkv_proj and the MLP's gate and up into
     mlp.gate_up_proj: conversion_mapping.py)."""
-    s, w, b, n = B.s, EncoderWalk(B, LAYOUT), B.b, B.seq
+    s, r, b, n = B.s, Rec(B), B.b, B.seq
     v = s.variant_as(HrmVariant)
     h, a, d, f, runs, per = s.hidden, s.heads, s.head_dim, s.intermediate, s.layers, v.per_stack
-    tok = w.tok
+    tok = r.tok
     lay = f"model.{{L,H}}_module.layers[{2 * per}] x {runs // per // 2} cycles"
+    stacks = tuple(Stack(lay, f"{stack}.layers.{{bid}}", per, runs) for stack in STACKS)
 
     def linear(saved: str, parts: tuple[str, ...], fin: int, fout: int) -> None:
         """One weight per layer of each stack, saved as `saved`: the `parts` (each fin -> fout) the forward runs."""
-        for stack in STACKS:
-            w.record(f"{stack}.layers.{{bid}}.{saved}", None, (("weight", (len(parts) * fout, fin)),), tuple(range(per)))
+        for stack in stacks:
+            r.record(saved, (("weight", (len(parts) * fout, fin)),), stack)
         for part in parts:
             B.linear(f"{lay}.{part}", "encoder", tok, fin, fout, False, runs, copies=2 * per)
 
-    w.embedding("embed_tokens", s.vocab, h, label="model.embed_tokens")
+    r.embedding("embed_tokens", "embedding", s.vocab, h, label="model.embed_tokens")
     B.add("model.embed_tokens x embedding_scale", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
-    z = w.params((("z_L_init", (("", (h,)),)),))
+    z = r.params((("z_L_init", (("", (h,)),)),))
     B.add("model.z_L_init", "activation", "encoder", 1, (h,), tok + (h,), params=z, weights_per_call=z)
     decoders.rotary(B, d)
     B.add(f"{lay} stack input (low + high)", "activation", "encoder", runs // per, tok + (h,), tok + (h,), ew=b * n * h)
@@ -116,9 +116,9 @@ def walk(B: Builder) -> list[Module]:
     linear("mlp.down_proj", ("mlp.down_proj",), f, h)
     B.norm("model.{L,H}_module.final_norm", "encoder", tok, h, runs // per, copies=0, residual=False)
     if s.head == "lm":
-        w.record("lm_head", None, (("weight", (s.vocab, h)),), None, top=True)
+        r.record("lm_head", (("weight", (s.vocab, h)),), top=True)
     decoders.lm_head(B, "lm_head", "model.embed_tokens")
-    return w.modules
+    return r
 
 
 def build(B: Builder) -> None:

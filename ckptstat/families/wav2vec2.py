@@ -32,7 +32,9 @@ SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMod
 2 x b x out_frames x c_out x (c_in / groups) x k (the positional conv over the n + 1 frames an even kernel gives before
 the cut).
 Not described (NoAnalyticModel, the meta path answers): the adapter (add_adapter), the attention adapters
-(adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm)."""
+(adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm).
+Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded where its
+op is written, the convs' weights beside their ops): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -50,15 +52,14 @@ from .framework.base import (
     Sample,
     Shapes,
     Tensors,
-    add_linear,
-    add_norm,
     architectures,
 )
 from .framework.ops import Builder
 
 # a layer's modules in encoder.LayerNames' order
-LAYER = ("attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
-         "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
+LAYER: encoder.LayerNames = (
+    "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
+    "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
 
 
 @dataclass(frozen=True)
@@ -186,32 +187,35 @@ def min_samples(s: ArchSpec) -> int:
     return n
 
 
-def build(B: Builder) -> None:
-    s, b = B.s, B.b
+def walk(B: Builder) -> encoder.Rec:
+    """The forward over B.seq raw samples: writes its ops to B and records the modules it meets (encoder.Rec)."""
+    s, b, r = B.s, B.b, encoder.Rec(B)
     X = s.variant_as(FeatureEncoder)
-    h = s.hidden
+    h, L = s.hidden, s.layers
     n, cin = B.seq, 1
     for i, (cout, k, st) in enumerate(zip(X.conv_dims, X.conv_kernels, X.conv_strides)):
         out = max((n - k) // st + 1, 0)   # 0: fewer samples than the receptive field (min_samples; check_seq refuses)
         per = cout * cin * k + (cout if X.conv_bias else 0)
         m = f"feature_extractor.conv_layers.{i}"
+        r.record(f"{m}.conv", (("weight", (cout, cin, k)),) + ((("bias", (cout,)),) if X.conv_bias else ()))
         B.add(f"{m}.conv ({k}/{st})", "conv", "embedding", 1, (b, cin, n), (b, cout, out), params=per,
               macs=b * out * cout * cin * k, ew=b * out * cout if X.conv_bias else 0, weights_per_call=per)
-        if X.layer_norms or i == 0:
-            B.norm(f"{m}.layer_norm" + ("" if X.layer_norms else " (GroupNorm)"), "embedding", (b, out), cout,
-                   residual=False, kind="layernorm")
+        if X.layer_norms or i == 0:   # a GroupNorm of one group a channel: a LayerNorm's parameters and cost
+            r.norm(f"{m}.layer_norm", "embedding", cout, residual=False, tokens=(b, out),
+                   label=f"{m}.layer_norm" + ("" if X.layer_norms else " (GroupNorm)"))
         B.activation(f"{m} act", "embedding", (b, out), cout, "gelu")
         n, cin = out, cout
-    tok = (b, n)
+    r.tok = tok = (b, n)   # the conv features' frames
     if X.squeeze:
-        B.norm("layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
+        r.norm("layer_norm", "embedding", cin, residual=False)
         if cin != h:
-            B.linear("feature_projection", "embedding", tok, cin, h, True)
+            r.linear("feature_projection", "embedding", cin, h)
     else:
         if X.projection_norm:
-            B.norm("feature_projection.layer_norm", "embedding", tok, cin, residual=False, kind="layernorm")
-        B.linear("feature_projection.projection", "embedding", tok, cin, h, True)
+            r.norm("feature_projection.layer_norm", "embedding", cin, residual=False)
+        r.linear("feature_projection.projection", "embedding", cin, h)
     if X.masked_spec_embed:
+        r.record("masked_spec_embed", (("", (h,)),))
         B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
     k, g = X.pos_kernel, X.pos_groups
     sq = X.squeeze or 1
@@ -220,6 +224,12 @@ def build(B: Builder) -> None:
     frames = min(conv_out - (1 - k % 2), n // sq) if X.squeeze else n
     calls = X.pos_stack or 1
     per = h * (h // g) * k + h + (0 if X.pos_stack else k)   # weight (v), bias; weight norm's g over dim 2
+    if X.pos_stack:
+        pos = encoder.Stack(f"encoder.pos_conv_embed.layers[{calls}]", "encoder.pos_conv_embed.layers.{bid}", calls, calls)
+        r.record("conv", (("weight", (h, h // g, k)), ("bias", (h,))), pos)
+    else:   # torch's parametrizations.weight_norm over dim 2: g [1, 1, k], v
+        r.record("encoder.pos_conv_embed.conv", (("bias", (h,)), ("parametrizations.weight.original0", (1, 1, k)),
+                                                 ("parametrizations.weight.original1", (h, h // g, k))))
     m = f"encoder.pos_conv_embed.layers[{calls}].conv" if X.pos_stack else "encoder.pos_conv_embed.conv (weight norm)"
     B.add(f"{m} ({g} groups)", "conv", "embedding", calls, (b, h, n), (b, h, n), params=per * calls,
           macs=b * conv_out * h * (h // g) * k, ew=b * n * h, weights_per_call=per)
@@ -227,75 +237,41 @@ def build(B: Builder) -> None:
         B.norm(f"encoder.pos_conv_embed.layers[{calls}].layer_norm (no parameters)", "embedding", tok, h, calls, 0,
                residual=False, kind="layernorm")
     B.activation("encoder.pos_conv_embed act (+residual)", "embedding", tok, h, "gelu", calls)
-    B.norm("encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""), "encoder", tok, h,
-           residual=False, kind="layernorm")
+    r.norm("encoder.layer_norm", "encoder", h, residual=False,
+           label="encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""))
     if X.squeeze:
         B.add(f"encoder.pool (average, {sq})", "pool", "encoder", 1, (b, h, n), (b, h, frames), ew=b * h * n)
     B.seq = frames   # the layers run over the frames
     n_all, n = n, frames
+    r.tok = (b, n)
+    layers = encoder.Stack(f"encoder.layers[{L}]", "encoder.layers.{bid}", L, L)
     if X.relative_buckets:   # WavLM: the first layer's bias table, each layer's gate over it
-        a, L = s.heads, s.layers
+        a = s.heads
+        r.record("encoder.layers.0.attention.rel_attn_embed", (("weight", (X.relative_buckets, a)),))
         B.embedding("encoder.layers.0.attention.rel_attn_embed (relative position bias)", "encoder", X.relative_buckets,
                     a, n * n)
-        B.linear(f"encoder.layers[{L}].attention.gru_rel_pos_linear", "encoder", (b, a, n), s.head_dim, 8, True, L)
-        B.add(f"encoder.layers[{L}].attention.gru_rel_pos_const (gate x bias)", "activation", "encoder", L, (b, a, n, n),
+        r.linear("attention.gru_rel_pos_linear", "encoder", s.head_dim, 8, (b, a, n), layers)
+        r.record("attention.gru_rel_pos_const", (("", (1, a, 1, 1)),), layers)
+        B.add(layers.name("attention.gru_rel_pos_const (gate x bias)"), "activation", "encoder", L, (b, a, n, n),
               (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
-    encoder.layers(B, f"encoder.layers[{s.layers}]", LAYER, s.layers, s.layers)
+    encoder.stack_layers(r, layers, LAYER)
     if X.squeeze:   # back to the conv features' frames (padded where the pooling dropped some)
-        B.linear("encoder.upsample.projection", "encoder", (b, n), h, h * sq, True)
+        r.linear("encoder.upsample.projection", "encoder", h, h * sq)
         B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
     if s.head == "ctc":
-        B.linear("lm_head", "cls", (b, n_all), h, s.vocab, True)
+        r.linear("lm_head", "cls", h, s.vocab, (b, n_all), top=True)
+    return r
+
+
+def build(B: Builder) -> None:
+    walk(B)
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
+    """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in the CTC head; no other head."""
     if s.head not in ("base", "ctc"):
         return None
-    X = s.variant_as(FeatureEncoder)
-    h, k = s.hidden, X.pos_kernel
-    p = "" if s.head == "base" else X.body + "."
-    out: Shapes = {}
-    if X.masked_spec_embed:
-        out[p + "masked_spec_embed"] = (h,)
-    cin = 1
-    for i, (cout, kk) in enumerate(zip(X.conv_dims, X.conv_kernels)):
-        m = f"{p}feature_extractor.conv_layers.{i}."
-        out[m + "conv.weight"] = (cout, cin, kk)
-        if X.conv_bias:
-            out[m + "conv.bias"] = (cout,)
-        if X.layer_norms or i == 0:
-            add_norm(out, m + "layer_norm", cout)
-        cin = cout
-    if X.squeeze:
-        add_norm(out, p + "layer_norm", cin)
-        if cin != h:
-            add_linear(out, p + "feature_projection", h, cin)
-        add_linear(out, p + "encoder.upsample.projection", h * X.squeeze, h)
-    else:
-        if X.projection_norm:
-            add_norm(out, p + "feature_projection.layer_norm", cin)
-        add_linear(out, p + "feature_projection.projection", h, cin)
-    for i in range(X.pos_stack):
-        q = f"{p}encoder.pos_conv_embed.layers.{i}.conv."
-        out[q + "weight"], out[q + "bias"] = (h, h // X.pos_groups, k), (h,)
-    if not X.pos_stack:
-        q = p + "encoder.pos_conv_embed.conv."
-        out[q + "bias"] = (h,)
-        out[q + "parametrizations.weight.original0"] = (1, 1, k)
-        out[q + "parametrizations.weight.original1"] = (h, h // X.pos_groups, k)
-    add_norm(out, p + "encoder.layer_norm", h)
-    names = encoder.weights_of(LAYER)
-    for i in range(s.layers):
-        encoder.layer_tensors(out, f"{p}encoder.layers.{i}.", names, h, s.intermediate)
-        if X.relative_buckets:
-            q = f"{p}encoder.layers.{i}.attention."
-            out[q + "gru_rel_pos_const"] = (1, s.heads, 1, 1)
-            add_linear(out, q + "gru_rel_pos_linear", 8, s.head_dim)
-            if i == 0:
-                out[q + "rel_attn_embed.weight"] = (X.relative_buckets, s.heads)
-    if s.head == "ctc":
-        add_linear(out, "lm_head", s.vocab, h)
-    return out
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else s.variant_as(FeatureEncoder).body)
 
 
 # wav2vec2's kernels and strides (from_tensors can assume them), narrow channels

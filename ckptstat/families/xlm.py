@@ -9,7 +9,8 @@ bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOu
 Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
 (transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
 against).
-Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each module recorded while its op is written):
+Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded while its
+op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -20,16 +21,14 @@ from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
-from .framework.encoder import LayerNames
-from .framework.layout_base import DecoderLayout, Module, Paths
+from .framework.encoder import LayerNames, Rec, lists, stack_layers, tensors, token_heads
 from .framework.ops import Builder
-from .framework.walk_encoder import EncoderWalk, post_ln_layers, tensors
 
 # the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order
 LAYER: LayerNames = ("attentions.{bid}.q_lin", "attentions.{bid}.k_lin", "attentions.{bid}.v_lin", "attentions.{bid}",
                      "attentions.{bid}.out_lin", "layer_norm1.{bid}", "ffns.{bid}.lin1", "ffns.{bid}.act", "ffns.{bid}.lin2",
                      "layer_norm2.{bid}")
-LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="transformer"))   # the body of the head models
+BODY = "transformer"   # the base model's attribute in the head models
 
 
 @dataclass(frozen=True)
@@ -66,22 +65,22 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=(note,), **common)
 
 
-def walk(B: Builder) -> list[Module]:
-    """The forward at B.s's sizes: writes its ops to B and returns the modules it met."""
-    s, w = B.s, EncoderWalk(B, LAYOUT)
+def walk(B: Builder) -> Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets."""
+    s, r = B.s, Rec(B)
     h = s.hidden
-    w.embedding("embeddings", s.vocab, h)
-    w.embedding("position_embeddings", s.positions, h)
+    r.embedding("embeddings", "embedding", s.vocab, h)
+    r.embedding("position_embeddings", "embedding", s.positions, h)
     langs = s.variant_as(XLMVariant).langs
     if langs:
-        w.held("lang_embeddings (held: not run without langs)", (("lang_embeddings", (("weight", (langs, h)),)),))
-    w.layer_norm("layer_norm_emb", h, bucket="embedding", residual=False)
-    post_ln_layers(w, LAYER, tuple(range(s.layers)))
+        r.held("lang_embeddings (held: not run without langs)", (("lang_embeddings", (("weight", (langs, h)),)),))
+    r.norm("layer_norm_emb", "embedding", h, residual=False)
+    stack_layers(r, lists(s.layers), LAYER)
     if s.head == "lm":
-        w.head("pred_layer.proj", h, s.vocab, s.tied_embeddings,
-               "pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""))
-    w.token_heads()
-    return w.modules
+        r.linear("pred_layer.proj", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+                 label="pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""))
+    token_heads(r)
+    return r
 
 
 def build(B: Builder) -> None:
@@ -94,7 +93,7 @@ FAMILY = Family(
     name="xlm",
     model_types=("xlm", "flaubert"),
     signature=r"(^|[./])attentions[./]\d+[./]q_lin[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)pred_layer\.proj\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),
     tie_rules=(TieRule("pred_layer.proj.weight", "transformer.embeddings.weight", "config", heads=("lm",)),),

@@ -10,7 +10,7 @@ tie_word_embeddings is false. The model returns its `mems`, no cache object: no 
 (tests/coverage_walk.py's oracle reads a cache or past_key_values). Refused (meta path): attn_type "uni" (klen + 1
 position rows; transformers 5 cannot run it on a batch over 1 with an attention mask, so no test checks it) and
 bi_data.
-Described once, as a walk (`walk`: framework/walk_encoder.py's recorder, each module recorded while its op is written):
+Described once, as a walk (`walk`: framework/encoder.py's recorder, each module recorded while its op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -19,11 +19,10 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
-from .framework.layout_base import DecoderLayout, Module, Paths
+from .framework.encoder import Rec, Stack, tensors, token_heads
 from .framework.ops import Builder
-from .framework.walk_encoder import EncoderWalk, tensors
 
-LAYOUT = DecoderLayout(norm="layernorm", paths=Paths(body="transformer", layers="layer"))   # the head models' body
+BODY = "transformer"   # the base model's attribute in the head models
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -50,35 +49,37 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=("no config: attn_type 'bi' assumed (klen + qlen relative positions)",), **common)
 
 
-def walk(B: Builder) -> list[Module]:
-    """The forward at B.s's sizes: writes its ops to B and returns the modules it met."""
-    s, w, b, n = B.s, EncoderWalk(B, LAYOUT), B.b, B.seq
+def walk(B: Builder) -> Rec:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets."""
+    s, r, b, n = B.s, Rec(B), B.b, B.seq
     h, a, d, f = s.hidden, s.heads, s.head_dim, s.intermediate
-    every, L, R = tuple(range(s.layers)), s.layers, 2 * n   # relative positions klen + qlen (no mems: klen = qlen)
-    w.embedding("word_embedding", s.vocab, h)
-    w.held("mask_emb (held: run only with target_mapping)", (("mask_emb", (("", (1, 1, h)),)),))
+    L, R = s.layers, 2 * n   # relative positions klen + qlen (no mems: klen = qlen)
+    every = Stack(f"layer[{L}]", "layer.{bid}", L, L)
+    r.embedding("word_embedding", "embedding", s.vocab, h)
+    r.held("mask_emb (held: run only with target_mapping)", (("mask_emb", (("", (1, 1, h)),)),))
     for m in ("q", "k", "v"):
-        w.einsum(f"rel_attn.{m}", h, a, d, every)
-    w.einsum("rel_attn.r", h, a, d, every, rows=(b, R),
-             label=w.label("rel_attn.r (the relative position rows, per batch row)", every))
-    B.attention(w.label("rel_attn (ac, P V)", every), "encoder", a, n, n, d, L, causal=False)
-    B.add(w.label("rel_attn (bd: Q R^T)", every), "attention", "encoder", L, (b, a, n, d), (b, a, n, R),
+        r.einsum(f"rel_attn.{m}", h, a, d, every)
+    r.einsum("rel_attn.r", h, a, d, every, rows=(b, R),
+             label=every.name("rel_attn.r (the relative position rows, per batch row)"))
+    B.attention(every.name("rel_attn (ac, P V)"), "encoder", a, n, n, d, L, causal=False)
+    B.add(every.name("rel_attn (bd: Q R^T)"), "attention", "encoder", L, (b, a, n, d), (b, a, n, R),
           macs=b * a * n * R * d)
     # r_w_bias, r_r_bias (added to the queries); r_s_bias and seg_embed (the segment term, not run): held
-    biases = w.params(tuple((f"rel_attn.{m}", (("", (a, d)),)) for m in ("r_w_bias", "r_r_bias", "r_s_bias"))
+    biases = r.params(tuple((f"rel_attn.{m}", (("", (a, d)),)) for m in ("r_w_bias", "r_r_bias", "r_s_bias"))
                       + (("rel_attn.seg_embed", (("", (2, a, d)),)),), every)
-    B.add(w.label("rel_attn biases, seg_embed", every), "activation", "encoder", L, (b, a, n, d), (b, a, n, d),
+    B.add(every.name("rel_attn biases, seg_embed"), "activation", "encoder", L, (b, a, n, d), (b, a, n, d),
           params=biases, ew=2 * b * a * n * d)
-    w.einsum("rel_attn.o", h, a, d, every, out=True)
-    w.layer_norm("rel_attn.layer_norm", h, every)
-    w.linear("ff.layer_1", None, h, f, True, every)
-    B.activation(w.label("ff act", every), "encoder", w.tok, f, s.activation, L)
-    w.linear("ff.layer_2", None, f, h, True, every)
-    w.layer_norm("ff.layer_norm", h, every)
+    r.einsum("rel_attn.o", h, a, d, every, out=True)
+    r.norm("rel_attn.layer_norm", "encoder", h, every)
+    r.linear("ff.layer_1", "encoder", h, f, stack=every)
+    B.activation(every.name("ff act"), "encoder", r.tok, f, s.activation, L)
+    r.linear("ff.layer_2", "encoder", f, h, stack=every)
+    r.norm("ff.layer_norm", "encoder", h, every)
     if s.head == "lm":
-        w.head("lm_loss", h, s.vocab, s.tied_embeddings, "lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""))
-    w.token_heads()
-    return w.modules
+        r.linear("lm_loss", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+                 label="lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""))
+    token_heads(r)
+    return r
 
 
 def build(B: Builder) -> None:
@@ -91,7 +92,7 @@ FAMILY = Family(
     name="xlnet",
     model_types=("xlnet",),
     signature=r"(^|[./])rel_attn[./]r_w_bias$",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)lm_loss\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),
     tie_rules=(TieRule("lm_loss.weight", "transformer.word_embedding.weight", "config", heads=("lm",)),),

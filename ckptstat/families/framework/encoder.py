@@ -1,13 +1,18 @@
-"""The post-LayerNorm BERT-style encoder that the bert, albert and distilbert families walk (and git, xlm, xlnet and
-wav2vec2 build with): embeddings, the layer (four attention projections, attention norm, FFN in and out, output norm),
-pooler and heads. Each piece is written once, with a recorder (`Rec`): every parameterised module it meets is recorded
-(a layout_base.Module: its path as save_pretrained names it, `{bid}` the stored layer, its parameters' shapes, its
-llama.cpp name) in the same call that writes its op to the Builder, so that the op template, the expected tensors
-(`Rec.shapes`) and the GGUF names derive from one walk. Each family passes its own module names; nothing here knows
-which family calls it."""
+"""The recorder of the encoders that are not LLaMA-shaped (`Rec`) and the post-LayerNorm BERT-style encoder written with
+it: embeddings, the layer (four attention projections, attention norm, FFN in and out, output norm), pooler and heads.
+Every parameterised module a walk meets is recorded (a layout_base.Module: its path as save_pretrained names it, `{bid}`
+the stored layer, its parameters' shapes, its llama.cpp name) in the same call that writes its op to the Builder, so
+that the op template, the expected tensors (`Rec.shapes`, `tensors`) and the GGUF names derive from one walk. A run of
+layers is a `Stack`: its modules under one path (BERT's encoder.layer.{bid}), or, where a model keeps them in per-kind
+lists (XLM's attentions.{bid}.q_lin, layer_norm1.{bid}), each module's own path holds `{bid}`. Beside the layers'
+pieces the recorder holds parameters a forward never runs (`Rec.held`) and einsum projections held as bare
+[in, heads, d] parameters (`Rec.einsum`). Each family passes its own module names, and nothing here branches on which
+family calls it (bert.py, albert.py, distilbert.py, xlm.py, xlnet.py, git.py, hrm_text.py, wav2vec2.py)."""
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from . import infer
@@ -22,6 +27,7 @@ LayerNames = tuple[str, str, str, str, str, str, str, str, str, str]
 # tensor_mapping.py's BERT names; recorded only by a walk asked for them: Rec.gguf)
 LAYER_GGUF = ("attn_q", "attn_k", "attn_v", None, "attn_output", "attn_output_norm", "ffn_up", None, "ffn_down",
               "layer_output_norm")
+# a module's parameters: (suffix, shape); suffix "" for a bare parameter whose path is its own name
 Shape = tuple[tuple[str, tuple[int, ...]], ...]
 
 
@@ -29,7 +35,7 @@ Shape = tuple[tuple[str, tuple[int, ...]], ...]
 class Stack:
     """A run of layers: stored at `path` (`{bid}` each of `stored` layers; `{xid}` each of `inner` within one: ALBERT's
     groups of layers), its ops labelled `label`, run `calls` times in one forward (more than stored where layers are
-    shared)."""
+    shared). `path` and `label` "": the modules' own paths hold `{bid}` (per-kind lists), their labels `[stored]`."""
     label: str
     path: str
     stored: int
@@ -39,6 +45,19 @@ class Stack:
     @property
     def copies(self) -> int:
         return self.stored * (self.inner or 1)
+
+    def at(self, sub: str) -> str:
+        """A module's path."""
+        return f"{self.path}.{sub}" if self.path else sub
+
+    def name(self, sub: str) -> str:
+        """A module's op label."""
+        return f"{self.label}.{sub}" if self.label else sub.replace(".{bid}", f"[{self.stored}]")
+
+
+def lists(layers: int) -> Stack:
+    """`layers` layers run once each whose modules sit in per-kind lists (their paths hold `{bid}`)."""
+    return Stack("", "", layers, layers)
 
 
 class Rec:
@@ -54,7 +73,7 @@ class Rec:
                gguf: str | None = None) -> None:
         """`top`: outside the base model (a head); `stack`: one module per stored layer."""
         if stack is not None:
-            path, gguf = f"{stack.path}.{path}", gguf and f"blk.{{bid}}.{gguf}"
+            path, gguf = stack.at(path), gguf and f"blk.{{bid}}.{gguf}"
         layers = tuple(range(stack.stored)) if stack is not None else ()
         self.modules.append(Module(path, gguf if self.gguf else None, shapes, layers, stack.inner if stack else 0, top))
 
@@ -67,15 +86,36 @@ class Rec:
                       stack.calls if stack else 1, stack.copies if stack else None, tied=tied)
 
     def norm(self, path: str, bucket: str, dim: int, stack: Stack | None = None, top: bool = False,
-             residual: bool = True, gguf: str | None = None) -> None:
+             residual: bool = True, gguf: str | None = None, tokens: tuple[int, ...] | None = None,
+             label: str | None = None) -> None:
         """A LayerNorm (weight and bias); `residual`: it also adds the sublayer's input back."""
         self.record(path, (("weight", (dim,)), ("bias", (dim,))), stack, top, gguf)
-        self.B.norm(_label(path, stack), bucket, self.tok, dim, stack.calls if stack else 1,
-                    stack.copies if stack else None, residual=residual)
+        self.B.norm(label or _label(path, stack), bucket, tokens or self.tok, dim, stack.calls if stack else 1,
+                    stack.copies if stack else None, residual=residual, kind="layernorm", bias=True)
 
-    def embedding(self, path: str, bucket: str, rows: int, dim: int, gguf: str | None = None) -> None:
+    def embedding(self, path: str, bucket: str, rows: int, dim: int, gguf: str | None = None,
+                  label: str | None = None) -> None:
+        """A lookup table run on every token."""
         self.record(path, (("weight", (rows, dim)),), gguf=gguf)
-        self.B.embedding(path, bucket, rows, dim, self.B.seq)
+        self.B.embedding(label or path, bucket, rows, dim, self.B.seq)
+
+    def einsum(self, path: str, fin: int, heads: int, d: int, stack: Stack, rows: tuple[int, ...] | None = None,
+               out: bool = False, label: str | None = None) -> None:
+        """A bias-free projection held as one [fin, heads, d] parameter and run by einsum over `rows` (default every
+        token): fin -> heads x d, or back (`out`)."""
+        self.record(path, (("", (fin, heads, d)),), stack)
+        fi, fo = (heads * d, fin) if out else (fin, heads * d)
+        self.B.linear(label or stack.name(path), "encoder", rows or self.tok, fi, fo, False, stack.calls, stack.copies)
+
+    def params(self, subs: tuple[tuple[str, Shape], ...], stack: Stack | None = None) -> int:
+        """Records modules (path, its parameters); returns how many parameters they hold, every layer's together."""
+        for path, shapes in subs:
+            self.record(path, shapes, stack)
+        return sum(math.prod(shape) for _, shapes in subs for _, shape in shapes) * (stack.copies if stack else 1)
+
+    def held(self, label: str, subs: tuple[tuple[str, Shape], ...], stack: Stack | None = None) -> None:
+        """Parameters a forward holds and never runs (no call, no cost: counted in the parameters alone)."""
+        self.B.add(label, "embedding", "embedding", 0, self.tok, self.tok, params=self.params(subs, stack))
 
     def shapes(self, body: str) -> Shapes:
         """The expected tensors: every recorded parameter's name and shape, the base model's under `body` ("": none)."""
@@ -86,13 +126,19 @@ class Rec:
         return tuple((m.path, m.gguf) for m in self.modules if m.gguf is not None)
 
 
+def tensors(walk: Callable[[Builder], Rec], body: str) -> Callable[[ArchSpec], Shapes]:
+    """A family's expected tensors, derived from its walk: every module it records, those inside the body under `body`
+    in a head model's file (a base model's file has no prefix)."""
+    return lambda s: walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else body)
+
+
 def linear_shapes(fin: int, fout: int) -> Shape:
     """A biased nn.Linear's parameters."""
     return (("weight", (fout, fin)), ("bias", (fout,)))
 
 
 def _label(path: str, stack: Stack | None) -> str:
-    return path if stack is None else f"{stack.label}.{path}"
+    return path if stack is None else stack.name(path)
 
 
 @dataclass(frozen=True)
@@ -109,11 +155,10 @@ class LMHead:
 
 # ---- the pieces, in forward order ----
 
-def embeddings(B: Builder | Rec, norm: bool = True, positions: bool = True) -> None:
+def embeddings(r: Rec, norm: bool = True, positions: bool = True) -> None:
     """Word, position (unless positions is false: RoFormer's rotary table sits in its encoder) and (when the config has
     them) token-type lookups, then LayerNorm (unless norm is false: XLM-RoBERTa-XL's pre-LN layers normalise instead),
     width E."""
-    r = B if isinstance(B, Rec) else Rec(B)
     s = r.s
     r.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, "token_embd")
     if positions:
@@ -138,12 +183,6 @@ def stack_layers(r: Rec, stack: Stack, names: LayerNames, causal: bool = False) 
     r.B.activation(_label(act, stack), "encoder", r.tok, f, s.activation, stack.calls)
     r.linear(down, "encoder", f, h, stack=stack, gguf=gdown)
     r.norm(ln2, "encoder", h, stack, gguf=g2)
-
-
-def layers(B: Builder, prefix: str, names: LayerNames, calls: int, copies: int, causal: bool = False) -> None:
-    """(The op template of the families that state their tensors apart: git, xlm, wav2vec2) `calls` layers run, as many
-    stored, their ops labelled `prefix`."""
-    stack_layers(Rec(B), Stack(prefix, prefix, copies, calls), names, causal)
 
 
 def pooler(r: Rec, path: str = "pooler.dense") -> None:
@@ -183,48 +222,11 @@ def sequence_classifier(r: Rec, dense: bool) -> None:
     r.linear("classifier.out_proj" if dense else "classifier", "cls", h, r.s.num_labels, r.first, top=True)
 
 
-def token_heads(B: Builder | Rec) -> None:
+def token_heads(r: Rec) -> None:
     """Per-token classifier and span (QA) heads (nn.Linear(h, num_labels): QA's 2 to run)."""
-    r = B if isinstance(B, Rec) else Rec(B)
     s = r.s
     if s.head in ("tokcls", "qa"):
         r.linear("classifier" if s.head == "tokcls" else "qa_outputs", "cls", s.hidden, s.num_labels, top=True)
-
-
-# ---- the expected tensors of the families that state them apart (git, xlm, xlnet, wav2vec2), from the pieces ----
-
-def _sizes(h: int, f: int = 0, like: ArchSpec | None = None) -> Rec:
-    s = like or ArchSpec(family="", model_type="", source="", head="base", architecture=None, layers=1, hidden=h, heads=1,
-                         kv_heads=1, head_dim=h, intermediate=f, vocab=1)
-    return Rec(Builder(s, 1, 1, 1, 1, 1))
-
-
-def layer_tensors(out: Shapes, q: str, names: tuple[str, ...], h: int, f: int) -> None:
-    """names: the 8 weight-holding modules of LayerNames (weights_of), the layer's under `q`."""
-    r = _sizes(h, f)
-    a, b, c, o, ln1, up, down, ln2 = names
-    stack_layers(r, Stack("", q.rstrip("."), 1, 1), (a, b, c, "", o, ln1, up, "", down, ln2))
-    out.update(r.shapes(""))
-
-
-def embedding_tensors(out: Shapes, p: str, s: ArchSpec, dim: int, norm: bool = True, positions: bool = True) -> None:
-    """The embeddings' weights, `dim` wide, under `p` (embeddings)."""
-    r = _sizes(dim, like=replace(s, embedding_size=dim))
-    embeddings(r, norm, positions)
-    out.update(r.shapes(p.rstrip(".")))
-
-
-def token_head_tensors(out: Shapes, s: ArchSpec) -> None:
-    """The per-token classifier and span (QA) heads' weights (token_heads)."""
-    r = _sizes(s.hidden, like=s)
-    token_heads(r)
-    out.update(r.shapes(""))
-
-
-def weights_of(names: LayerNames) -> tuple[str, ...]:
-    """The weight-holding modules of a layer's names (layer_tensors' `names`)."""
-    q, k, v, _, o, ln1, up, _, down, ln2 = names
-    return (q, k, v, o, ln1, up, down, ln2)
 
 
 # ---- head and shape inference ----
