@@ -243,9 +243,11 @@ def test_a_layout_file_without_attention_widths_is_a_usage_error(cli, tmp_path):
                   p + "self_attn.k_proj.weight": np.zeros((0, h), np.float32),
                   p + "self_attn.v_proj.weight": np.zeros((0, h), np.float32),
                   p + "self_attn.o_proj.weight": np.zeros((h, h), np.float32),
-                  p + "mlp.gate_proj.weight": np.zeros((f, h), np.float32), p + "mlp.up_proj.weight": np.zeros((f, h), np.float32),
+                  p + "mlp.gate_proj.weight": np.zeros((f, h), np.float32),
+                  p + "mlp.up_proj.weight": np.zeros((f, h), np.float32),
                   p + "mlp.down_proj.weight": np.zeros((h, f), np.float32),
-                  p + "input_layernorm.weight": np.ones(h, np.float32), p + "post_attention_layernorm.weight": np.ones(h, np.float32)})
+                  p + "input_layernorm.weight": np.ones(h, np.float32),
+                  p + "post_attention_layernorm.weight": np.ones(h, np.float32)})
     save_file(t, str(tmp_path / "model.safetensors"))
     rc, out, err = cli("flops", str(tmp_path / "model.safetensors"))
     assert rc == 2 and out == "" and err.count("\n") == 1 and "Traceback" not in err, err
