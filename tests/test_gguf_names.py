@@ -6,6 +6,7 @@ prefixes diff strips). And a pair written by both writers diffs as equal."""
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import numpy as np
 import pytest
@@ -89,33 +90,148 @@ def test_families_without_a_table_are_the_known_gaps():
     assert missing == set(NOT_MAPPED)
 
 
-PAIRS = {   # family: (config class, kwargs, model class, GGUF writer metadata)
-    "qwen3": ("Qwen3Config", dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
-                                  num_attention_heads=2, num_key_value_heads=1, head_dim=8, tie_word_embeddings=False),
-              "Qwen3ForCausalLM"),
-    "gptneox": ("GPTNeoXConfig", dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                                      num_attention_heads=2), "GPTNeoXForCausalLM"),
-    "phi": ("PhiConfig", dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
-                              num_attention_heads=2), "PhiForCausalLM"),
+# ------------------------------------------------------------------ llama.cpp's converters, reimplemented from their code
+# (llama-cpp-python 0.3.36's vendored llama.cpp, conversion/*.py), on config.json as they read it (`hp`: self.hparams)
+def _gptneox_meta(w: Any, hp: dict) -> None:
+    """GPTNeoXModel.set_gguf_parameters (conversion/gptneox.py): no head_count_kv."""
+    n_head = hp["num_attention_heads"]
+    w.add_context_length(hp["max_position_embeddings"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_feed_forward_length(hp["intermediate_size"])
+    rotary = (hp.get("rope_parameters") or {}).get("partial_rotary_factor", hp.get("rotary_pct", 1.0))
+    w.add_rope_dimension_count(int(rotary * (hp["hidden_size"] // n_head)))
+    w.add_head_count(n_head)
+    w.add_parallel_residual(hp.get("use_parallel_residual", True))
+    w.add_layer_norm_eps(hp["layer_norm_eps"])
+
+
+def _bloom_like_qkv(name: str, data_torch: torch.Tensor, hp: dict, pattern: str) -> torch.Tensor:
+    """GPTNeoXModel.modify_tensors and BloomModel.modify_tensors (conversion/gptneox.py, bloom.py), as written there:
+    query_key_value's rows, per head [q_h k_h v_h], regrouped into the q, k and v blocks ("Map bloom-style qkv_linear
+    to gpt-style qkv_linear"); `pattern` the converter's regex on the name, before `.weight` / `.bias`."""
+    n_head = hp.get("n_head", hp.get("num_attention_heads"))
+    n_embed = hp.get("hidden_size", hp.get("n_embed"))
+    if re.match(pattern + r"\.weight", name):
+        qkv_weights = data_torch.reshape((n_head, 3, n_embed // n_head, n_embed))
+        data_torch = torch.cat((qkv_weights[:, 0, :, :].reshape((-1, n_embed)),
+                                qkv_weights[:, 1, :, :].reshape((-1, n_embed)),
+                                qkv_weights[:, 2, :, :].reshape((-1, n_embed))), dim=0)
+    elif re.match(pattern + r"\.bias", name):
+        qkv_bias = data_torch.reshape((n_head, 3, n_embed // n_head))
+        data_torch = torch.cat((qkv_bias[:, 0, :].reshape((n_embed,)), qkv_bias[:, 1, :].reshape((n_embed,)),
+                                qkv_bias[:, 2, :].reshape((n_embed,))), dim=0)
+    return data_torch
+
+
+def _gptneox(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    return name, _bloom_like_qkv(name, data_torch, hp, r"gpt_neox\.layers\.\d+\.attention\.query_key_value")
+
+
+def _bloom(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    """BloomModel.modify_tensors: `transformer.` dropped from the name, then the regrouping."""
+    name = re.sub(r"transformer\.", "", name)
+    return name, _bloom_like_qkv(name, data_torch, hp, r"h\.\d+\.self_attention\.query_key_value")
+
+
+def _falcon_kv(hp: dict) -> int:
+    """FalconModel's n_head_kv: find_hparam(["num_kv_heads", "n_head_kv"], optional=True) or 1."""
+    return next((hp[k] for k in ("num_kv_heads", "n_head_kv") if hp.get(k) is not None), None) or 1
+
+
+def _falcon(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    """FalconModel.modify_tensors (conversion/falcon.py): the kv groups of query_key_value, each n_head / n_head_kv query
+    heads then one key and one value head, rearranged into all q, all k, all v."""
+    if "query_key_value" in name:
+        n_head = hp["num_attention_heads"]
+        n_head_kv = _falcon_kv(hp)
+        head_dim = hp["hidden_size"] // n_head
+        qkv = data_torch.view(n_head_kv, n_head // n_head_kv + 2, head_dim, head_dim * n_head)
+        q = qkv[:, :-2].reshape(n_head * head_dim, head_dim * n_head)
+        k = qkv[:, [-2]].reshape(n_head_kv * head_dim, head_dim * n_head)
+        v = qkv[:, [-1]].reshape(n_head_kv * head_dim, head_dim * n_head)
+        data_torch = torch.cat((q, k, v)).reshape_as(data_torch)
+    return name, data_torch
+
+
+def _falcon_meta(w: Any, hp: dict) -> None:
+    """FalconModel.set_gguf_parameters."""
+    w.add_context_length(2048)
+    w.add_tensor_data_layout("jploski")
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_feed_forward_length(4 * hp["hidden_size"])
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_head_count_kv(_falcon_kv(hp))
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+
+
+def _bloom_meta(w: Any, hp: dict) -> None:
+    from test_gguf_families import _bloom as bloom_meta  # BloomModel.set_gguf_parameters
+
+    bloom_meta(w, transformers.BloomConfig(**hp))
+
+
+def _plain(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    return name, data_torch
+
+
+def _no_meta(w: Any, hp: dict) -> None:
+    pass
+
+
+_FALCON = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=4)
+PAIRS = {   # case: (family, config class, kwargs, model class, the converter's modify_tensors, its set_gguf_parameters)
+    "qwen3": ("qwen3", "Qwen3Config", dict(vocab_size=64, hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                           num_attention_heads=2, num_key_value_heads=1, head_dim=8,
+                                           tie_word_embeddings=False), "Qwen3ForCausalLM", _plain, _no_meta),
+    "gptneox": ("gptneox", "GPTNeoXConfig", dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                                 num_attention_heads=2), "GPTNeoXForCausalLM", _gptneox, _gptneox_meta),
+    "phi": ("phi", "PhiConfig", dict(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2), "PhiForCausalLM", _plain, _no_meta),
+    "bloom": ("bloom", "BloomConfig", dict(vocab_size=64, hidden_size=16, n_layer=2, n_head=4), "BloomForCausalLM", _bloom,
+              _bloom_meta),
+    # Falcon-40B's layout: 2 kv groups of 2 query heads; multi-head (transformers' per-head [q k v], num_kv_heads =
+    # heads in its config.json); Falcon-7B's multi-query (an original config.json, no num_kv_heads: one group, the rows
+    # unchanged by the converter)
+    "falcon-40b": ("falcon", "FalconConfig", dict(_FALCON, new_decoder_architecture=True, num_kv_heads=2),
+                   "FalconForCausalLM", _falcon, _falcon_meta),
+    "falcon-mha": ("falcon", "FalconConfig", dict(_FALCON, multi_query=False), "FalconForCausalLM", _falcon, _falcon_meta),
+    "falcon-7b": ("falcon", "FalconConfig", dict(_FALCON, multi_query=True), "FalconForCausalLM", _falcon, _falcon_meta),
 }
 
 
-@pytest.mark.parametrize("family", list(PAIRS))
-def test_hf_gguf_pair_diffs_equal(family, tmp_path):
-    """The same weights saved by safetensors under HF names and by GGUFWriter under TensorNameMap's."""
-    config, kwargs, cls = PAIRS[family]
+@pytest.mark.parametrize("case", list(PAIRS))
+def test_hf_gguf_pair_diffs_equal(case, tmp_path):
+    """The same weights saved by safetensors under HF names and by GGUFWriter as llama.cpp's converter writes them: its
+    value rewrites (modify_tensors, reimplemented above from its code), TensorNameMap's names, its metadata. Where the
+    converter regrouped a fused QKV, diff compares after replaying that (the row's `transform`) and finds every tensor
+    equal; the regrouped tensors are not equal as stored (a test that diff replays it, not that the rows happen to
+    agree)."""
+    family, config, kwargs, cls, convert, meta = PAIRS[case]
     torch.manual_seed(0)
     cfg = getattr(transformers, config)(**kwargs)
     model = getattr(transformers, cls)(cfg)
+    with torch.no_grad():   # biases too (initialised to zeros, which any row order leaves as they are)
+        for p in model.parameters():
+            p.copy_(torch.randn_like(p))
     sd = {k: v.detach().contiguous() for k, v in saved_state(model).items()}
     save_file(sd, str(tmp_path / "hf.safetensors"))
+    hp = cfg.to_dict()
+    if case == "falcon-7b":   # tiiuae/falcon-7b's config.json has no num_kv_heads (transformers 5 writes the head count)
+        hp.pop("num_kv_heads")
     arch = _arch(get(family), cfg)
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[arch])
+    meta(w, hp)
+    rewritten = set()
     for k, v in sd.items():
-        g = names.get_name(k, try_suffixes=(".weight", ".bias"))
+        name, data = convert(k, v, hp)
+        if not torch.equal(data, v):
+            rewritten.add(k)
+        g = names.get_name(name, try_suffixes=(".weight", ".bias"))
         if g is not None:
-            w.add_tensor(g, v.float().numpy().astype(np.float32))
+            w.add_tensor(g, data.float().numpy().astype(np.float32))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -123,6 +239,12 @@ def test_hf_gguf_pair_diffs_equal(family, tmp_path):
     r = diff(open_checkpoint(str(tmp_path / "hf.safetensors")), open_checkpoint(str(tmp_path / "m.gguf")))
     assert r["builtin_map"] and family in r["builtin_map"]
     assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"][:3]
+    assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == rewritten
+    regrouped = {"gptneox", "bloom", "falcon-40b", "falcon-mha"}
+    assert bool(rewritten) == (case in regrouped)
+    if case in regrouped:   # every layer's fused QKV weight, and its bias where the model has one
+        assert {re.sub(r"\.\d+\.", ".N.", n) for n in rewritten} >= {
+            re.sub(r"\.\d+\.", ".N.", n) for n in sd if n.endswith("query_key_value.weight")}
 
 
 _EXPERT = re.compile(r"^(.*\.experts)\.(\d+)\.(\w+)\.weight$")

@@ -24,10 +24,12 @@ Chunks = Iterator[np.ndarray]
 
 @dataclass(frozen=True)
 class Transform:
-    """One converter transform of one tensor: `label` says it to the user, `apply` replays it on a C-order
-    stream of the HF tensor's values (memory: one head's rows at most)."""
+    """One converter transform of one tensor: `label` says it to the user, `apply` replays it on the HF
+    tensor's values, given a function that opens a C-order stream of them (called once per pass over the
+    tensor: a regrouping whose output order is not the input's reads it once per part; memory: one head's
+    rows at most)."""
     label: str
-    apply: Callable[[Chunks], Chunks]
+    apply: Callable[[Callable[[], Chunks]], Chunks]
 
 
 def _regroup(chunks: Chunks, size: int, reorder: Callable[[np.ndarray], np.ndarray]) -> Chunks:
@@ -60,12 +62,49 @@ def rope_permutation(heads: int, shape: tuple[int, ...], what: str) -> Transform
         return groups.reshape(-1, 2, half, cols).swapaxes(1, 2)
 
     return Transform(f"llama.cpp's rotary row permutation ({what}, {heads} heads)",
-                     lambda chunks: _regroup(chunks, 2 * half * cols, reorder))
+                     lambda source: _regroup(source(), 2 * half * cols, reorder))
 
 
-def _plus_one(chunks: Chunks) -> Chunks:
+def qkv_regrouping(heads: int, kv_heads: int, shape: tuple[int, ...]) -> Transform | None:
+    """llama.cpp's regrouping of a fused QKV's rows: HF's kv groups, each its heads / kv_heads query heads
+    then one key and one value head, [g, heads / g + 2, d], stored as all query heads, then all keys, then
+    all values. FalconModel.modify_tensors (conversion/falcon.py: `view(n_head_kv, n_head // n_head_kv + 2,
+    head_dim, ...)`, then q, k, v concatenated); GPTNeoXModel's and BloomModel's (conversion/gptneox.py,
+    bloom.py: `reshape((n_head, 3, d, n_embed))`, then [:, 0], [:, 1], [:, 2] concatenated) are the case
+    kv_heads = heads, [heads, 3, d] -> [3, heads, d]. Weights and biases alike (a bias: one column). One
+    pass over the HF tensor per part (q, k, v), each keeping that part's head blocks. None when the rows do
+    not split so, or when the order is unchanged (one kv group: Falcon-7B's multi-query layout)."""
+    rows = shape[0] if shape else 0
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or kv_heads == 1:
+        return None
+    per = heads // kv_heads + 2                       # head blocks per kv group
+    if rows % (kv_heads * per):
+        return None
+    cols = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    size = rows // (kv_heads * per) * cols            # elements of one head's rows
+
+    def part(source: Callable[[], Chunks], first: int, last: int) -> Chunks:
+        seen = 0
+
+        def keep(blocks: np.ndarray) -> np.ndarray:
+            nonlocal seen
+            slot = (seen + np.arange(len(blocks))) % per
+            seen += len(blocks)
+            return blocks[(slot >= first) & (slot < last)]
+
+        return (x for x in _regroup(source(), size, keep) if len(x))
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        for first, last in ((0, per - 2), (per - 2, per - 1), (per - 1, per)):
+            yield from part(source, first, last)
+
+    what = f"{heads} heads" if kv_heads == heads else f"{heads} heads, {kv_heads} kv groups"
+    return Transform(f"llama.cpp's fused QKV regrouped into q, k, v ({what})", apply)
+
+
+def _plus_one(source: Callable[[], Chunks]) -> Chunks:
     # as the converter: `data_torch + 1` in the tensor's own float16, else in float32 (bf16 is widened first)
-    for x in chunks:
+    for x in source():
         dt = np.float16 if x.dtype == np.float16 else np.float32
         yield x.astype(dt) + dt(1)
 
@@ -91,6 +130,8 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
         return rope_permutation(count("head_count"), shape, "q")
     if kind == "rope_k":
         return rope_permutation(count("head_count_kv") or count("head_count"), shape, "k")
+    if kind == "qkv_groups":   # GPT-NeoX writes no head_count_kv: as many groups as heads
+        return qkv_regrouping(count("head_count"), count("head_count_kv") or count("head_count"), shape)
     raise ValueError(f"unknown converter transform {kind!r}")
 
 

@@ -237,8 +237,11 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     close = True
     xs = _transposed(a, na, chunk_bytes) if transposed == "a" else a.iter_chunks(na, chunk_bytes)
     ys = _transposed(b, nb, chunk_bytes) if transposed == "b" else b.iter_chunks(nb, chunk_bytes)
-    if transform is not None:
-        xs, ys = (transform[1].apply(xs), ys) if transform[0] == "a" else (xs, transform[1].apply(ys))
+    if transform is not None:   # the HF side, opened afresh for each pass the transform makes
+        if transform[0] == "a":
+            xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
+        else:
+            ys = transform[1].apply(lambda: b.iter_chunks(nb, chunk_bytes))
     target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
     narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
     block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)

@@ -322,6 +322,12 @@ def rope_permuted(arch: str, lay: DecoderLayout, bias: bool = True) -> tuple[tup
                  for g, kind in (("attn_q", "rope_q"), ("attn_k", "rope_k")))
 
 
+def qkv_regrouped(arch: str, lay: DecoderLayout, suffix: str = "(weight|bias)") -> tuple[tuple[str, str, str], ...]:
+    """Family.gguf_transforms of llama.cpp's converters that regroup the rows of a fused QKV into q, k and v blocks
+    (GPTNeoXModel, BloomModel: weights and biases; FalconModel: weights): analysis/conversion.py qkv_regrouping."""
+    return ((arch, pattern(lay, "attn_qkv", suffix).removeprefix(r"(^|\.)"), "qkv_groups"),)
+
+
 def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
     """ArchSpec from the config fields LLaMA-shaped models share, read as the layout says. A key the file
     leaves out is its config class's default (Cfg.get: GLM-4's head_dim 128 and attention_bias true, Arcee's
