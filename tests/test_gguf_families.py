@@ -1,5 +1,5 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX,
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX, BLOOM,
 Mamba, gpt-oss and StarCoder (GPTBigCode).
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
