@@ -221,6 +221,26 @@ def _nemotron(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch
     return name, data_torch
 
 
+def _gpt2(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor] | list[tuple[str, torch.Tensor]]:
+    """GPT2Model.modify_tensors (conversion/gpt2.py): the attention's bias buffers dropped, the Conv1D weights
+    transposed."""
+    if name.endswith((".attn.bias", ".attn.masked_bias")):
+        return []
+    if name.endswith((".c_attn.weight", ".c_proj.weight", ".c_fc.weight", ".c_proj.weight")):
+        data_torch = data_torch.transpose(1, 0)
+    return name, data_torch
+
+
+def _gpt2_meta(w: Any, hp: dict) -> None:
+    """GPT2Model.set_gguf_parameters (context n_ctx, which transformers 5's GPT2Config no longer writes: n_positions)."""
+    w.add_block_count(hp["n_layer"])
+    w.add_context_length(hp.get("n_ctx") or hp["n_positions"])
+    w.add_embedding_length(hp["n_embd"])
+    w.add_feed_forward_length(4 * hp["n_embd"])
+    w.add_head_count(hp["n_head"])
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
+
+
 def _text_meta(w: Any, hp: dict) -> None:
     """TextModel.set_gguf_parameters' size keys (the heads the permutation reads among them)."""
     w.add_block_count(hp["num_hidden_layers"])
@@ -262,6 +282,9 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
                                                                 shared_intermediate_size=16),
                    "GraniteMoeSharedForCausalLM", _granitemoe, _text_meta),
     "nemotron": ("nemotron", "NemotronConfig", dict(_GQA, head_dim=8), "NemotronForCausalLM", _nemotron, _text_meta),
+    # the Conv1D transposes: attn.c_proj is square ([h, h]: shapes alike, values not), the others [in, out] vs [out, in]
+    "gpt2": ("gpt2", "GPT2Config", dict(vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0,
+                                        eos_token_id=0, tie_word_embeddings=False), "GPT2LMHeadModel", _gpt2, _gpt2_meta),
 }
 # rewrites that split a tensor under other names: those rows are removed / added, not compared (docs/gguf.md)
 SPLIT = {"granitemoe": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$"}
@@ -293,7 +316,7 @@ def test_hf_gguf_pair_diffs_equal(case, tmp_path):
     rewritten = set()
     for k, v in sd.items():
         out = convert(k, v, hp)
-        if not isinstance(out, list) and not torch.equal(out[1], v):   # rewritten in place (a split: other names)
+        if not isinstance(out, list) and (out[1].shape != v.shape or not torch.equal(out[1], v)):   # (a split: other names)
             rewritten.add(k)
         for name, data in out if isinstance(out, list) else [out]:
             g = name if name.startswith("blk.") else names.get_name(name, try_suffixes=(".weight", ".bias"))

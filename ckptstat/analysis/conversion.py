@@ -30,6 +30,7 @@ class Transform:
     rows at most)."""
     label: str
     apply: Callable[[Callable[[], Chunks]], Chunks]
+    shape: tuple[int, ...] | None = None   # the transformed tensor's shape where it is not the HF tensor's
 
 
 def _regroup(chunks: Chunks, size: int, reorder: Callable[[np.ndarray], np.ndarray]) -> Chunks:
@@ -102,6 +103,37 @@ def qkv_regrouping(heads: int, kv_heads: int, shape: tuple[int, ...]) -> Transfo
     return Transform(f"llama.cpp's fused QKV regrouped into q, k, v ({what})", apply)
 
 
+_TRANSPOSE_BLOCK = 1 << 22   # elements of the HF tensor gathered per pass
+
+
+def transposition(shape: tuple[int, ...]) -> Transform | None:
+    """GPT2Model.modify_tensors (conversion/gpt2.py): a Conv1D weight, stored [in, out] by HF, written transposed,
+    [out, in] (`data_torch.transpose(1, 0)`). One pass over the HF tensor per block of its columns, memory that
+    block (2**22 elements, or one column where a column is longer). None for a tensor that is not 2-D."""
+    if len(shape) != 2 or not shape[0] or not shape[1]:
+        return None
+    rows, cols = shape
+    per = max(1, _TRANSPOSE_BLOCK // rows)
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        for c0 in range(0, cols, per):
+            c1 = min(cols, c0 + per)
+            block: np.ndarray | None = None
+            carry: np.ndarray | None = None
+            r = 0
+            for chunk in source():
+                flat = np.concatenate([carry, chunk]) if carry is not None and len(carry) else chunk
+                k = len(flat) // cols
+                if block is None:
+                    block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
+                block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
+                carry, r = flat[k * cols:], r + k
+            if block is not None:
+                yield np.ascontiguousarray(block.T).reshape(-1)
+
+    return Transform("llama.cpp's Conv1D transpose ([in, out] stored [out, in])", apply, (cols, rows))
+
+
 def _plus_one(source: Callable[[], Chunks]) -> Chunks:
     # as the converter: `data_torch + 1` in the tensor's own float16, else in float32 (bf16 is widened first)
     for x in source():
@@ -130,6 +162,8 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
         return rope_permutation(count("head_count"), shape, "q")
     if kind == "rope_k":
         return rope_permutation(count("head_count_kv") or count("head_count"), shape, "k")
+    if kind == "transpose":
+        return transposition(shape)
     if kind == "qkv_groups":   # GPT-NeoX writes no head_count_kv: as many groups as heads
         return qkv_regrouping(count("head_count"), count("head_count_kv") or count("head_count"), shape)
     raise ValueError(f"unknown converter transform {kind!r}")
