@@ -91,9 +91,11 @@ def test_families_without_a_table_are_the_known_gaps():
 
 
 # ------------------------------------------------------------------ llama.cpp's converters, reimplemented from their code
-# (llama-cpp-python 0.3.36's vendored llama.cpp, conversion/*.py), on config.json as they read it (`hp`: self.hparams)
+# (llama-cpp-python 0.3.36's vendored llama.cpp, conversion/*.py), on the config as they read it (`hp`: self.hparams,
+# ModelBase.load_hparams: AutoConfig.from_pretrained(...).to_dict())
 def _gptneox_meta(w: Any, hp: dict) -> None:
-    """GPTNeoXModel.set_gguf_parameters (conversion/gptneox.py): no head_count_kv."""
+    """GPTNeoXModel.set_gguf_parameters (conversion/gptneox.py): no head_count_kv. It reads hparams["rotary_pct"], which
+    transformers 5's to_dict() no longer has (rope_parameters' partial_rotary_factor): read from there instead."""
     n_head = hp["num_attention_heads"]
     w.add_context_length(hp["max_position_embeddings"])
     w.add_embedding_length(hp["hidden_size"])
@@ -268,8 +270,9 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
     "bloom": ("bloom", "BloomConfig", dict(vocab_size=64, hidden_size=16, n_layer=2, n_head=4), "BloomForCausalLM", _bloom,
               _bloom_meta),
     # Falcon-40B's layout: 2 kv groups of 2 query heads; multi-head (transformers' per-head [q k v], num_kv_heads =
-    # heads in its config.json); Falcon-7B's multi-query (an original config.json, no num_kv_heads: one group, the rows
-    # unchanged by the converter)
+    # heads in its config); Falcon-7B's multi-query as the converter reads an original config.json without num_kv_heads
+    # (one group, the rows unchanged; under transformers 5 AutoConfig fills num_kv_heads with the head count and the
+    # converter's view of the multi-query rows fails: no such file is written)
     "falcon-40b": ("falcon", "FalconConfig", dict(_FALCON, new_decoder_architecture=True, num_kv_heads=2),
                    "FalconForCausalLM", _falcon, _falcon_meta),
     "falcon-mha": ("falcon", "FalconConfig", dict(_FALCON, multi_query=False), "FalconForCausalLM", _falcon, _falcon_meta),
