@@ -216,6 +216,18 @@ def _granitemoe(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, tor
     return _llama(name, data_torch, hp)
 
 
+def _granitehybrid(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor] | list[tuple[str, torch.Tensor]]:
+    """GraniteHybridModel.modify_tensors (conversion/granite.py): the MoE's input_linear and the shared MLP through
+    GraniteMoeModel's, the attention layers (get_attn_layers: layer_types "attention") through GraniteMoeModel's, hence
+    LlamaModel's permutation; the Mamba layers' rewrites (Mamba2Model's -exp(A_log), reshapes) are left out here: diff
+    does not replay them (docs/gguf.md)."""
+    bid = re.search(r"\.(\d+)\.", name)
+    attn = [i for i, t in enumerate(hp["layer_types"]) if t == "attention"]
+    if name.endswith("block_sparse_moe.input_linear.weight") or "shared_mlp" in name or (bid and int(bid[1]) in attn):
+        return _granitemoe(name, data_torch, hp)
+    return name, data_torch
+
+
 def _nemotron(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
     """NemotronModel.modify_tensors (conversion/nemotron.py): LayerNorm1P's weights + 1."""
     if name.endswith("norm.weight"):
@@ -252,6 +264,14 @@ def _text_meta(w: Any, hp: dict) -> None:
     w.add_head_count_kv(hp["num_key_value_heads"])
 
 
+def _granitehybrid_meta(w: Any, hp: dict) -> None:
+    """GraniteHybridModel.set_gguf_parameters: head_count_kv a per-layer array, 0 on the Mamba layers."""
+    w.add_block_count(hp["num_hidden_layers"])
+    w.add_embedding_length(hp["hidden_size"])
+    w.add_head_count(hp["num_attention_heads"])
+    w.add_head_count_kv([hp["num_key_value_heads"] if t == "attention" else 0 for t in hp["layer_types"]])
+
+
 def _no_meta(w: Any, hp: dict) -> None:
     pass
 
@@ -285,12 +305,20 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
                                                                 shared_intermediate_size=16),
                    "GraniteMoeSharedForCausalLM", _granitemoe, _text_meta),
     "nemotron": ("nemotron", "NemotronConfig", dict(_GQA, head_dim=8), "NemotronForCausalLM", _nemotron, _text_meta),
+    # Granite 4: the attention layer's q/k permuted, the K heads read from the per-layer head_count_kv
+    "granitemoehybrid": ("granitemoehybrid", "GraniteMoeHybridConfig",
+                         dict(_GQA, num_hidden_layers=3, num_local_experts=4, num_experts_per_tok=2,
+                              shared_intermediate_size=16, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4,
+                              mamba_d_head=16, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4),
+                         "GraniteMoeHybridForCausalLM", _granitehybrid, _granitehybrid_meta),
     # the Conv1D transposes: attn.c_proj is square ([h, h]: shapes alike, values not), the others [in, out] vs [out, in]
     "gpt2": ("gpt2", "GPT2Config", dict(vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0,
                                         eos_token_id=0, tie_word_embeddings=False), "GPT2LMHeadModel", _gpt2, _gpt2_meta),
 }
 # rewrites that split a tensor under other names: those rows are removed / added, not compared (docs/gguf.md)
-SPLIT = {"granitemoe": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$"}
+SPLIT = {"granitemoe": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$",
+         # (and the Mamba layers' dt_bias, llama.cpp's ssm_dt.bias, which the granitehybrid table does not map)
+         "granitemoehybrid": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$|dt_bias$|ssm_dt\.bias$"}
 
 
 @pytest.mark.parametrize("case", list(PAIRS))
@@ -312,6 +340,9 @@ def test_hf_gguf_pair_diffs_equal(case, tmp_path):
     hp = cfg.to_dict()
     if case == "falcon-7b":   # tiiuae/falcon-7b's config.json has no num_kv_heads (transformers 5 writes the head count)
         hp.pop("num_kv_heads")
+    if case == "granitemoehybrid":   # Granite 4's config.json as released: transformers 5 writes full/linear_attention,
+        # which GraniteHybridModel.get_attn_layers does not know (it then converts every layer as Mamba, no permutation)
+        hp["layer_types"] = ["attention" if t == "full_attention" else "mamba" for t in hp["layer_types"]]
     arch = _arch(get(family), cfg)
     names = gguf.get_tensor_name_map(arch, cfg.num_hidden_layers)
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[arch])

@@ -160,8 +160,18 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
         return PLUS_ONE
     if kind == "rope_q":
         return rope_permutation(count("head_count"), shape, "q")
+    def kv_heads() -> int:
+        """head_count_kv; where it is a per-layer array (GraniteHybridModel: 0 on the Mamba layers; a long one is
+        not kept in the metadata), the K rows over a head's width (key_length, else an attn_q's rows / heads)."""
+        kv, heads = count("head_count_kv"), count("head_count")
+        if kv or f"{arch}.attention.head_count_kv" not in gguf.metadata:
+            return kv or heads
+        d = count("key_length") or next((t.shape[0] // heads for n, t in sorted(gguf.tensors.items())
+                                          if heads and n.endswith(".attn_q.weight") and t.shape), 0)
+        return shape[0] // d if d and shape and shape[0] % d == 0 else 0
+
     if kind == "rope_k":
-        return rope_permutation(count("head_count_kv") or count("head_count"), shape, "k")
+        return rope_permutation(kv_heads(), shape, "k")
     if kind == "transpose":
         return transposition(shape)
     if kind == "qkv_groups":   # GPT-NeoX writes no head_count_kv: as many groups as heads
