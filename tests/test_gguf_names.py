@@ -228,6 +228,21 @@ def _granitehybrid(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, 
     return name, data_torch
 
 
+def _qwen3next(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    """Qwen3NextModel.modify_tensors (conversion/qwen.py): A_log -> -exp(A_log), dt_bias renamed dt_proj.bias, conv1d
+    squeezed, every norm.weight but linear_attn.norm's + 1 (its split of in_proj_qkvz into attn_qkv and attn_gate is left
+    out here: diff aligns neither half)."""
+    if name.endswith(".A_log"):
+        data_torch = -torch.exp(data_torch)
+    elif name.endswith(".dt_bias"):
+        name = name.rpartition(".dt_bias")[0] + ".dt_proj.bias"
+    elif "conv1d" in name:
+        data_torch = data_torch.squeeze()
+    elif name.endswith("norm.weight") and not name.endswith("linear_attn.norm.weight"):
+        data_torch = data_torch + 1
+    return name, data_torch
+
+
 def _nemotron(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
     """NemotronModel.modify_tensors (conversion/nemotron.py): LayerNorm1P's weights + 1."""
     if name.endswith("norm.weight"):
@@ -311,14 +326,31 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
                               shared_intermediate_size=16, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=4,
                               mamba_d_head=16, mamba_d_state=8, mamba_n_groups=2, mamba_d_conv=3, mamba_chunk_size=4),
                          "GraniteMoeHybridForCausalLM", _granitehybrid, _granitehybrid_meta),
+    # Qwen3-Next's norms + 1 (its own RMSNorm scales by 1 + w; the gated linear_attn.norm does not)
+    "qwen3next": ("qwen3_next", "Qwen3NextConfig", dict(_GQA, moe_intermediate_size=16, shared_expert_intermediate_size=16,
+                                                         num_hidden_layers=4, head_dim=8, num_experts=4, num_experts_per_tok=2,
+                                                         linear_num_value_heads=4, linear_num_key_heads=2,
+                                                         linear_key_head_dim=8, linear_value_head_dim=16,
+                                                         linear_conv_kernel_dim=4), "Qwen3NextForCausalLM", _qwen3next,
+                  _text_meta),
+    # Qwen3.5 ends in Qwen3NextModel.modify_tensors (Qwen3_5TextModel: its V-head reorder of the linear attention, which
+    # diff does not replay, is left out here)
+    "qwen35": ("qwen3_5", "Qwen3_5TextConfig", dict(_GQA, num_hidden_layers=4, head_dim=8, intermediate_size=37,
+                                                    linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
+                                                    linear_value_head_dim=16, linear_conv_kernel_dim=4),
+               "Qwen3_5ForCausalLM", _qwen3next, _text_meta),
     # the Conv1D transposes: attn.c_proj is square ([h, h]: shapes alike, values not), the others [in, out] vs [out, in]
     "gpt2": ("gpt2", "GPT2Config", dict(vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0,
                                         eos_token_id=0, tie_word_embeddings=False), "GPT2LMHeadModel", _gpt2, _gpt2_meta),
 }
-# rewrites that split a tensor under other names: those rows are removed / added, not compared (docs/gguf.md)
+# rewrites diff does not undo (docs/gguf.md): a tensor split under other names (removed / added), a value rewrite it does
+# not replay (values); the HF names left out of the `transform` rows expected
 SPLIT = {"granitemoe": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$",
          # (and the Mamba layers' dt_bias, llama.cpp's ssm_dt.bias, which the granitehybrid table does not map)
-         "granitemoehybrid": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$|dt_bias$|ssm_dt\.bias$"}
+         "granitemoehybrid": r"input_linear\.weight$|\.ffn_(gate|up)_(exps|shexp)\.weight$|dt_bias$|ssm_dt\.bias$",
+         # -exp(A_log), not replayed (as Mamba's); dt_bias (ssm_dt.bias) not in the qwen3next table either
+         "qwen3next": r"\.A_log$|dt_bias$|ssm_dt\.bias$",
+         "qwen35": r"\.A_log$|dt_bias$|ssm_dt\.bias$"}
 
 
 @pytest.mark.parametrize("case", list(PAIRS))
@@ -348,14 +380,21 @@ def test_hf_gguf_pair_diffs_equal(case, tmp_path):
     w = gguf.GGUFWriter(str(tmp_path / "m.gguf"), gguf.MODEL_ARCH_NAMES[arch])
     meta(w, hp)
     rewritten = set()
+    stacks: dict[str, dict[int, torch.Tensor]] = {}
     for k, v in sd.items():
+        if m := _EXPERT.match(k):   # Qwen2MoeModel.modify_tensors (Qwen3-Next's): each layer's experts stacked
+            stacks.setdefault(f"{m[1]}.{m[3]}.weight", {})[int(m[2])] = v
+            continue
         out = convert(k, v, hp)
-        if not isinstance(out, list) and (out[1].shape != v.shape or not torch.equal(out[1], v)):   # (a split: other names)
+        # rewritten in place: values moved or changed (a squeeze is neither; a split goes under other names)
+        if not isinstance(out, list) and (out[1].numel() != v.numel() or not torch.equal(out[1].reshape(v.shape), v)):
             rewritten.add(k)
         for name, data in out if isinstance(out, list) else [out]:
             g = name if name.startswith("blk.") else names.get_name(name, try_suffixes=(".weight", ".bias"))
             if g is not None:
                 w.add_tensor(g, data.float().numpy().astype(np.float32))
+    for k, per in stacks.items():
+        w.add_tensor(names.get_name(k, try_suffixes=(".weight",)), torch.stack([per[e] for e in range(len(per))]).numpy())
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
@@ -365,8 +404,9 @@ def test_hf_gguf_pair_diffs_equal(case, tmp_path):
     split = SPLIT.get(case, r"(?!)")
     assert {t["status"] for t in r["tensors"] if not re.search(split, t["a_name"] or t["b_name"])} == {"equal"}, \
         [t for t in r["tensors"] if t["status"] != "equal"][:3]
-    assert {t["status"] for t in r["tensors"] if re.search(split, t["a_name"] or t["b_name"])} <= {"removed", "added"}
-    assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == rewritten
+    assert {t["status"] for t in r["tensors"] if re.search(split, t["a_name"] or t["b_name"])} <= {"removed", "added",
+                                                                                                  "values"}
+    assert {t["a_name"] for t in r["tensors"] if t.get("transform")} == {n for n in rewritten if not re.search(split, n)}
     regrouped = {"gptneox", "bloom", "falcon-40b", "falcon-mha"}
     assert bool(rewritten) == (case not in ("qwen3", "phi", "falcon-7b"))
     if case in regrouped:   # every layer's fused QKV weight, and its bias where the model has one

@@ -46,6 +46,9 @@ FAMILY = Family(
     **{**layout.family_fields(LAYOUTS, "ssm_beta"), "from_config": from_config, "from_tensors": from_tensors,
        "kv_cache": hybrid_kv_cache},
     gguf_architectures=("qwen35", "qwen35moe"),
+    # convert_hf_to_gguf.py Qwen3_5TextModel / Qwen3_5MoeTextModel end in Qwen3NextModel.modify_tensors: every
+    # `norm.weight` + 1 but linear_attn.norm's (their V-head reorder of the linear attention is not replayed)
+    gguf_transforms=tuple((arch, r"(?<!linear_attn\.)norm\.weight$", "plus_one") for arch in ("qwen35", "qwen35moe")),
     samples=(
         Sample("Qwen3_5TextConfig", dict(_SIZES, intermediate_size=37), ("Qwen3_5TextModel", "Qwen3_5ForCausalLM")),
         Sample("Qwen3_5TextConfig", dict(_SIZES, intermediate_size=37, layer_types=["full_attention", "linear_attention"] * 2,
