@@ -243,6 +243,66 @@ def _qwen3next(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torc
     return name, data_torch
 
 
+def _reorder_v_heads(tensor: torch.Tensor, dim: int, num_k_heads: int, num_v_per_k: int, head_dim: int) -> torch.Tensor:
+    """_LinearAttentionVReorderBase._reorder_v_heads (conversion/qwen.py), as written there (its LoRA branch aside)."""
+    shape = list(tensor.shape)
+    if dim < 0:
+        dim += len(shape)
+    new_shape = shape[:dim] + [num_k_heads, num_v_per_k, head_dim] + shape[dim + 1:]
+    tensor = tensor.reshape(*new_shape)
+    perm = list(range(len(new_shape)))
+    perm[dim], perm[dim + 1] = perm[dim + 1], perm[dim]
+    return tensor.permute(*perm).contiguous().reshape(*shape)
+
+
+def _qwen35(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
+    """_LinearAttentionVReorderBase.modify_tensors (Qwen3_5TextModel): the linear attention's V heads from grouped to
+    tiled order, then Qwen3NextModel's."""
+    num_k_heads = hp.get("linear_num_key_heads", 0)
+    num_v_heads = hp.get("linear_num_value_heads", 0)
+    if num_k_heads > 0 and num_v_heads > 0 and num_k_heads != num_v_heads and "linear_attn." in name:
+        head_k_dim = hp["linear_key_head_dim"]
+        head_v_dim = hp["linear_value_head_dim"]
+        num_v_per_k = num_v_heads // num_k_heads
+        if ".in_proj_qkv." in name:
+            q_dim = head_k_dim * num_k_heads
+            k_dim = head_k_dim * num_k_heads
+            q = data_torch[:q_dim]
+            k = data_torch[q_dim:q_dim + k_dim]
+            v = data_torch[q_dim + k_dim:]
+            v = _reorder_v_heads(v, 0, num_k_heads, num_v_per_k, head_v_dim)
+            data_torch = torch.cat([q, k, v], dim=0)
+        elif ".in_proj_z." in name:
+            data_torch = _reorder_v_heads(data_torch, 0, num_k_heads, num_v_per_k, head_v_dim)
+        elif ".in_proj_b." in name or ".in_proj_a." in name:
+            data_torch = _reorder_v_heads(data_torch, 0, num_k_heads, num_v_per_k, 1)
+        elif ".A_log" in name or ".dt_bias" in name or ".dt_proj" in name:
+            if data_torch.ndim == 1:
+                data_torch = _reorder_v_heads(data_torch.unsqueeze(-1), 0, num_k_heads, num_v_per_k, 1).squeeze(-1)
+            else:
+                data_torch = _reorder_v_heads(data_torch, -1, num_k_heads, num_v_per_k, 1)
+        elif ".conv1d" in name:
+            data = data_torch.squeeze()
+            qk_channels = head_k_dim * num_k_heads * 2
+            qk_part = data[:qk_channels]
+            v_part = data[qk_channels:]
+            v_part = _reorder_v_heads(v_part, 0, num_k_heads, num_v_per_k, head_v_dim)
+            data_torch = torch.cat([qk_part, v_part], dim=0)
+        elif ".out_proj." in name:
+            data_torch = _reorder_v_heads(data_torch, 1, num_k_heads, num_v_per_k, head_v_dim)
+    return _qwen3next(name, data_torch, hp)
+
+
+def _qwen35_meta(w: Any, hp: dict) -> None:
+    """Qwen3NextModel.set_gguf_parameters' linear-attention keys (Qwen3.5's classes inherit them)."""
+    _text_meta(w, hp)
+    w.add_ssm_conv_kernel(hp["linear_conv_kernel_dim"])
+    w.add_ssm_state_size(hp["linear_key_head_dim"])
+    w.add_ssm_group_count(hp["linear_num_key_heads"])
+    w.add_ssm_time_step_rank(hp["linear_num_value_heads"])
+    w.add_ssm_inner_size(hp["linear_value_head_dim"] * hp["linear_num_value_heads"])
+
+
 def _nemotron(name: str, data_torch: torch.Tensor, hp: dict) -> tuple[str, torch.Tensor]:
     """NemotronModel.modify_tensors (conversion/nemotron.py): LayerNorm1P's weights + 1."""
     if name.endswith("norm.weight"):
@@ -333,12 +393,11 @@ PAIRS = {   # case: (family, config class, kwargs, model class, the converter's 
                                                          linear_key_head_dim=8, linear_value_head_dim=16,
                                                          linear_conv_kernel_dim=4), "Qwen3NextForCausalLM", _qwen3next,
                   _text_meta),
-    # Qwen3.5 ends in Qwen3NextModel.modify_tensors (Qwen3_5TextModel: its V-head reorder of the linear attention, which
-    # diff does not replay, is left out here)
+    # Qwen3.5: the linear attention's V heads reordered (4 V heads over 2 K heads), then Qwen3NextModel's rewrites
     "qwen35": ("qwen3_5", "Qwen3_5TextConfig", dict(_GQA, num_hidden_layers=4, head_dim=8, intermediate_size=37,
                                                     linear_num_value_heads=4, linear_num_key_heads=2, linear_key_head_dim=8,
                                                     linear_value_head_dim=16, linear_conv_kernel_dim=4),
-               "Qwen3_5ForCausalLM", _qwen3next, _text_meta),
+               "Qwen3_5ForCausalLM", _qwen35, _qwen35_meta),
     # the Conv1D transposes: attn.c_proj is square ([h, h]: shapes alike, values not), the others [in, out] vs [out, in]
     "gpt2": ("gpt2", "GPT2Config", dict(vocab_size=64, n_embd=16, n_layer=2, n_head=2, n_positions=32, bos_token_id=0,
                                         eos_token_id=0, tie_word_embeddings=False), "GPT2LMHeadModel", _gpt2, _gpt2_meta),

@@ -103,6 +103,67 @@ def qkv_regrouping(heads: int, kv_heads: int, shape: tuple[int, ...]) -> Transfo
     return Transform(f"llama.cpp's fused QKV regrouped into q, k, v ({what})", apply)
 
 
+def _skip(chunks: Chunks, n: int) -> Chunks:
+    """The stream less its first n elements."""
+    for x in chunks:
+        if n >= len(x):
+            n -= len(x)
+            continue
+        yield x[n:]
+        n = 0
+
+
+def _take(chunks: Chunks, n: int) -> Chunks:
+    """The stream's first n elements."""
+    for x in chunks:
+        if n <= 0:
+            return
+        yield x[:n]
+        n -= len(x)
+
+
+def v_head_reorder(k_heads: int, v_heads: int, head_dim: int, shape: tuple[int, ...], skip_rows: int = 0,
+                   columns: bool = False) -> Transform | None:
+    """Qwen3.5's converter (`_LinearAttentionVReorderBase._reorder_v_heads`, conversion/qwen.py): the linear attention's
+    V heads, grouped by K head [k, v / k, d], stored tiled [v / k, k, d]; along the rows after the first `skip_rows` (Q
+    and K's rows of in_proj_qkv, their channels of conv1d), or along each row's columns (`columns`: out_proj). Rows: one
+    pass for the rows skipped, then one per V head of a group, each keeping that head's blocks (memory: one head's
+    rows); columns: each row reordered on its own. None when there is nothing to reorder (as many V heads as K heads)
+    or the shape does not split so."""
+    if k_heads <= 0 or v_heads <= k_heads or v_heads % k_heads or head_dim <= 0 or not shape:
+        return None
+    per = v_heads // k_heads
+    label = f"llama.cpp's V-head reorder ({v_heads} V heads over {k_heads} K heads)"
+    if columns:
+        if len(shape) != 2 or shape[1] != v_heads * head_dim:
+            return None
+
+        def tiled(rows: np.ndarray) -> np.ndarray:
+            return rows.reshape(-1, k_heads, per, head_dim).swapaxes(1, 2)
+
+        return Transform(label, lambda source: _regroup(source(), shape[1], tiled))
+    cols = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    if shape[0] - skip_rows != v_heads * head_dim or skip_rows < 0:
+        return None
+    size = head_dim * cols
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        if skip_rows:
+            yield from _take(source(), skip_rows * cols)
+        for j in range(per):
+            seen = 0
+
+            def keep(blocks: np.ndarray, j: int = j) -> np.ndarray:
+                nonlocal seen
+                slot = (seen + np.arange(len(blocks))) % per
+                seen += len(blocks)
+                return blocks[slot == j]
+
+            yield from (x for x in _regroup(_skip(source(), skip_rows * cols), size, keep) if len(x))
+
+    return Transform(label, apply)
+
+
 _TRANSPOSE_BLOCK = 1 << 22   # elements of the HF tensor gathered per pass
 
 
@@ -174,6 +235,19 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
         return rope_permutation(kv_heads(), shape, "k")
     if kind == "transpose":
         return transposition(shape)
+    if kind.startswith("v_heads"):   # Qwen3.5's linear attention: K heads ssm.group_count, V heads ssm.time_step_rank
+        def ssm(key: str) -> int:
+            try:
+                return int(gguf.metadata.get(f"{arch}.ssm.{key}", "0"))
+            except ValueError:
+                return 0
+        k, v = ssm("group_count"), ssm("time_step_rank")
+        dv = ssm("inner_size") // v if v else 0
+        if kind == "v_heads_qkv":   # in_proj_qkv's rows, conv1d's channels: Q's and K's (ssm.state_size each) first
+            return v_head_reorder(k, v, dv, shape, skip_rows=2 * k * ssm("state_size"))
+        if kind == "v_heads_cols":
+            return v_head_reorder(k, v, dv, shape, columns=True)
+        return v_head_reorder(k, v, 1 if kind == "v_heads_1" else dv, shape)
     if kind == "qkv_groups":   # GPT-NeoX writes no head_count_kv: as many groups as heads
         return qkv_regrouping(count("head_count"), count("head_count_kv") or count("head_count"), shape)
     raise ValueError(f"unknown converter transform {kind!r}")
