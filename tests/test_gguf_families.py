@@ -1,5 +1,5 @@
 """GGUF files of the families llama.cpp converts beyond LLaMA: Gemma (gemma, gemma2, gemma3), Falcon, T5
-(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX,
+(t5, t5encoder), Qwen-MoE (qwen2moe, qwen3moe), DeepSeek (deepseek2), OLMo (olmo, olmo2), Qwen3, Phi-2, Phi-3, GPT-NeoX, BLOOM,
 Mamba, gpt-oss and StarCoder (GPTBigCode).
 
 For each case a family sample's transformers model is built on the meta device and "converted" as llama.cpp's
@@ -126,6 +126,21 @@ def _gptneox(w: Any, c: Any) -> None:
     w.add_rope_dimension_count(int(_rotary_fraction(c) * (c.hidden_size // c.num_attention_heads)))
     w.add_parallel_residual(c.use_parallel_residual)
     w.add_layer_norm_eps(c.layer_norm_eps)
+
+
+def _bloom(w: Any, c: Any) -> None:
+    """BloomModel.set_gguf_parameters, read from config.json as it reads it (hparams.get("n_head", ...)): context_length
+    seq_length else the width, feed_forward_length 4h, head_count_kv = head_count."""
+    hp = c.to_dict()
+    n_embed = hp.get("hidden_size", hp.get("n_embed"))
+    n_head = hp.get("n_head", hp.get("num_attention_heads"))
+    w.add_context_length(hp.get("seq_length", n_embed) or n_embed)
+    w.add_embedding_length(n_embed)
+    w.add_feed_forward_length(4 * n_embed)
+    w.add_block_count(hp["n_layer"])
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+    w.add_layer_norm_eps(hp["layer_norm_epsilon"])
 
 
 def _phi3(w: Any, c: Any) -> None:
@@ -262,6 +277,9 @@ CASES = {
     "phi2-tied": Case("phi", 0, "PhiForCausalLM", "phi2", _phi2, changes=dict(tie_word_embeddings=True)),
     "gptneox": Case("gptneox", 0, "GPTNeoXForCausalLM", "gptneox", _gptneox),
     "gptneox-sequential-tied": Case("gptneox", 1, "GPTNeoXForCausalLM", "gptneox", _gptneox),
+    # tied; untied (its pretraining_tp slices, not in the file, change no count)
+    "bloom": Case("bloom", 0, "BloomForCausalLM", "bloom", _bloom),
+    "bloom-untied": Case("bloom", 1, "BloomForCausalLM", "bloom", _bloom),
     "phi3": Case("phi3", 0, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-partial-rotary": Case("phi3", 1, "Phi3ForCausalLM", "phi3", _phi3),
     "phi3-sliding": Case("phi3", 2, "Phi3ForCausalLM", "phi3", _phi3),
@@ -332,6 +350,8 @@ def _converted(hf: dict[str, tuple[int, ...]], arch: Any, cfg: Any) -> dict[str,
             pieces.append((name, tuple(d for d in shape if d != 1)))
         elif arch == gguf.MODEL_ARCH.GPT_OSS:   # GptOssModel: gate_up split (even/odd), weights [E, out, in]
             pieces += _gpt_oss_pieces(name, shape)
+        elif arch == gguf.MODEL_ARCH.BLOOM:   # BloomModel.modify_tensors: re.sub(r'transformer\.', '', name), then mapped
+            pieces.append((re.sub(r"transformer\.", "", name), shape))
         else:
             pieces.append((name, shape))
     for name, per in stacks.items():

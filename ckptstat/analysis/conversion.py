@@ -24,10 +24,13 @@ Chunks = Iterator[np.ndarray]
 
 @dataclass(frozen=True)
 class Transform:
-    """One converter transform of one tensor: `label` says it to the user, `apply` replays it on a C-order
-    stream of the HF tensor's values (memory: one head's rows at most)."""
+    """One converter transform of one tensor: `label` says it to the user, `apply` replays it on the HF
+    tensor's values, given a function that opens a C-order stream of them (called once per pass over the
+    tensor: a regrouping whose output order is not the input's reads it once per part; memory: one head's
+    rows at most)."""
     label: str
-    apply: Callable[[Chunks], Chunks]
+    apply: Callable[[Callable[[], Chunks]], Chunks]
+    shape: tuple[int, ...] | None = None   # the transformed tensor's shape where it is not the HF tensor's
 
 
 def _regroup(chunks: Chunks, size: int, reorder: Callable[[np.ndarray], np.ndarray]) -> Chunks:
@@ -60,12 +63,141 @@ def rope_permutation(heads: int, shape: tuple[int, ...], what: str) -> Transform
         return groups.reshape(-1, 2, half, cols).swapaxes(1, 2)
 
     return Transform(f"llama.cpp's rotary row permutation ({what}, {heads} heads)",
-                     lambda chunks: _regroup(chunks, 2 * half * cols, reorder))
+                     lambda source: _regroup(source(), 2 * half * cols, reorder))
 
 
-def _plus_one(chunks: Chunks) -> Chunks:
-    # as the converter: `data_torch + 1` in the tensor's own float16, else in float32 (bf16 is widened first)
+def qkv_regrouping(heads: int, kv_heads: int, shape: tuple[int, ...]) -> Transform | None:
+    """llama.cpp's regrouping of a fused QKV's rows: HF's kv groups, each its heads / kv_heads query heads
+    then one key and one value head, [g, heads / g + 2, d], stored as all query heads, then all keys, then
+    all values. FalconModel.modify_tensors (conversion/falcon.py: `view(n_head_kv, n_head // n_head_kv + 2,
+    head_dim, ...)`, then q, k, v concatenated); GPTNeoXModel's and BloomModel's (conversion/gptneox.py,
+    bloom.py: `reshape((n_head, 3, d, n_embed))`, then [:, 0], [:, 1], [:, 2] concatenated) are the case
+    kv_heads = heads, [heads, 3, d] -> [3, heads, d]. Weights and biases alike (a bias: one column). One
+    pass over the HF tensor per part (q, k, v), each keeping that part's head blocks. None when the rows do
+    not split so, or when the order is unchanged (one kv group: Falcon-7B's multi-query layout)."""
+    rows = shape[0] if shape else 0
+    if heads <= 0 or kv_heads <= 0 or heads % kv_heads or kv_heads == 1:
+        return None
+    per = heads // kv_heads + 2                       # head blocks per kv group
+    if rows % (kv_heads * per):
+        return None
+    cols = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    size = rows // (kv_heads * per) * cols            # elements of one head's rows
+
+    def part(source: Callable[[], Chunks], first: int, last: int) -> Chunks:
+        seen = 0
+
+        def keep(blocks: np.ndarray) -> np.ndarray:
+            nonlocal seen
+            slot = (seen + np.arange(len(blocks))) % per
+            seen += len(blocks)
+            return blocks[(slot >= first) & (slot < last)]
+
+        return (x for x in _regroup(source(), size, keep) if len(x))
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        for first, last in ((0, per - 2), (per - 2, per - 1), (per - 1, per)):
+            yield from part(source, first, last)
+
+    what = f"{heads} heads" if kv_heads == heads else f"{heads} heads, {kv_heads} kv groups"
+    return Transform(f"llama.cpp's fused QKV regrouped into q, k, v ({what})", apply)
+
+
+def _skip(chunks: Chunks, n: int) -> Chunks:
+    """The stream less its first n elements."""
     for x in chunks:
+        if n >= len(x):
+            n -= len(x)
+            continue
+        yield x[n:]
+        n = 0
+
+
+def _take(chunks: Chunks, n: int) -> Chunks:
+    """The stream's first n elements."""
+    for x in chunks:
+        if n <= 0:
+            return
+        yield x[:n]
+        n -= len(x)
+
+
+def v_head_reorder(k_heads: int, v_heads: int, head_dim: int, shape: tuple[int, ...], skip_rows: int = 0,
+                   columns: bool = False) -> Transform | None:
+    """Qwen3.5's converter (`_LinearAttentionVReorderBase._reorder_v_heads`, conversion/qwen.py): the linear attention's
+    V heads, grouped by K head [k, v / k, d], stored tiled [v / k, k, d]; along the rows after the first `skip_rows` (Q
+    and K's rows of in_proj_qkv, their channels of conv1d), or along each row's columns (`columns`: out_proj). Rows: one
+    pass for the rows skipped, then one per V head of a group, each keeping that head's blocks (memory: one head's
+    rows); columns: each row reordered on its own. None when there is nothing to reorder (as many V heads as K heads)
+    or the shape does not split so."""
+    if k_heads <= 0 or v_heads <= k_heads or v_heads % k_heads or head_dim <= 0 or not shape:
+        return None
+    per = v_heads // k_heads
+    label = f"llama.cpp's V-head reorder ({v_heads} V heads over {k_heads} K heads)"
+    if columns:
+        if len(shape) != 2 or shape[1] != v_heads * head_dim:
+            return None
+
+        def tiled(rows: np.ndarray) -> np.ndarray:
+            return rows.reshape(-1, k_heads, per, head_dim).swapaxes(1, 2)
+
+        return Transform(label, lambda source: _regroup(source(), shape[1], tiled))
+    cols = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
+    if shape[0] - skip_rows != v_heads * head_dim or skip_rows < 0:
+        return None
+    size = head_dim * cols
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        if skip_rows:
+            yield from _take(source(), skip_rows * cols)
+        for j in range(per):
+            seen = 0
+
+            def keep(blocks: np.ndarray, j: int = j) -> np.ndarray:
+                nonlocal seen
+                slot = (seen + np.arange(len(blocks))) % per
+                seen += len(blocks)
+                return blocks[slot == j]
+
+            yield from (x for x in _regroup(_skip(source(), skip_rows * cols), size, keep) if len(x))
+
+    return Transform(label, apply)
+
+
+_TRANSPOSE_BLOCK = 1 << 22   # elements of the HF tensor gathered per pass
+
+
+def transposition(shape: tuple[int, ...]) -> Transform | None:
+    """GPT2Model.modify_tensors (conversion/gpt2.py): a Conv1D weight, stored [in, out] by HF, written transposed,
+    [out, in] (`data_torch.transpose(1, 0)`). One pass over the HF tensor per block of its columns, memory that
+    block (2**22 elements, or one column where a column is longer). None for a tensor that is not 2-D."""
+    if len(shape) != 2 or not shape[0] or not shape[1]:
+        return None
+    rows, cols = shape
+    per = max(1, _TRANSPOSE_BLOCK // rows)
+
+    def apply(source: Callable[[], Chunks]) -> Chunks:
+        for c0 in range(0, cols, per):
+            c1 = min(cols, c0 + per)
+            block: np.ndarray | None = None
+            carry: np.ndarray | None = None
+            r = 0
+            for chunk in source():
+                flat = np.concatenate([carry, chunk]) if carry is not None and len(carry) else chunk
+                k = len(flat) // cols
+                if block is None:
+                    block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
+                block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
+                carry, r = flat[k * cols:], r + k
+            if block is not None:
+                yield np.ascontiguousarray(block.T).reshape(-1)
+
+    return Transform("llama.cpp's Conv1D transpose ([in, out] stored [out, in])", apply, (cols, rows))
+
+
+def _plus_one(source: Callable[[], Chunks]) -> Chunks:
+    # as the converter: `data_torch + 1` in the tensor's own float16, else in float32 (bf16 is widened first)
+    for x in source():
         dt = np.float16 if x.dtype == np.float16 else np.float32
         yield x.astype(dt) + dt(1)
 
@@ -89,8 +221,35 @@ def transform_for(kind: str, gguf: Checkpoint, shape: tuple[int, ...]) -> Transf
         return PLUS_ONE
     if kind == "rope_q":
         return rope_permutation(count("head_count"), shape, "q")
+    def kv_heads() -> int:
+        """head_count_kv; where it is a per-layer array (GraniteHybridModel: 0 on the Mamba layers; a long one is
+        not kept in the metadata), the K rows over a head's width (key_length, else an attn_q's rows / heads)."""
+        kv, heads = count("head_count_kv"), count("head_count")
+        if kv or f"{arch}.attention.head_count_kv" not in gguf.metadata:
+            return kv or heads
+        d = count("key_length") or next((t.shape[0] // heads for n, t in sorted(gguf.tensors.items())
+                                          if heads and n.endswith(".attn_q.weight") and t.shape), 0)
+        return shape[0] // d if d and shape and shape[0] % d == 0 else 0
+
     if kind == "rope_k":
-        return rope_permutation(count("head_count_kv") or count("head_count"), shape, "k")
+        return rope_permutation(kv_heads(), shape, "k")
+    if kind == "transpose":
+        return transposition(shape)
+    if kind.startswith("v_heads"):   # Qwen3.5's linear attention: K heads ssm.group_count, V heads ssm.time_step_rank
+        def ssm(key: str) -> int:
+            try:
+                return int(gguf.metadata.get(f"{arch}.ssm.{key}", "0"))
+            except ValueError:
+                return 0
+        k, v = ssm("group_count"), ssm("time_step_rank")
+        dv = ssm("inner_size") // v if v else 0
+        if kind == "v_heads_qkv":   # in_proj_qkv's rows, conv1d's channels: Q's and K's (ssm.state_size each) first
+            return v_head_reorder(k, v, dv, shape, skip_rows=2 * k * ssm("state_size"))
+        if kind == "v_heads_cols":
+            return v_head_reorder(k, v, dv, shape, columns=True)
+        return v_head_reorder(k, v, 1 if kind == "v_heads_1" else dv, shape)
+    if kind == "qkv_groups":   # GPT-NeoX writes no head_count_kv: as many groups as heads
+        return qkv_regrouping(count("head_count"), count("head_count_kv") or count("head_count"), shape)
     raise ValueError(f"unknown converter transform {kind!r}")
 
 

@@ -237,8 +237,11 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
     close = True
     xs = _transposed(a, na, chunk_bytes) if transposed == "a" else a.iter_chunks(na, chunk_bytes)
     ys = _transposed(b, nb, chunk_bytes) if transposed == "b" else b.iter_chunks(nb, chunk_bytes)
-    if transform is not None:
-        xs, ys = (transform[1].apply(xs), ys) if transform[0] == "a" else (xs, transform[1].apply(ys))
+    if transform is not None:   # the HF side, opened afresh for each pass the transform makes
+        if transform[0] == "a":
+            xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
+        else:
+            ys = transform[1].apply(lambda: b.iter_chunks(nb, chunk_bytes))
     target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
     narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
     block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
@@ -323,6 +326,13 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
         transposed = _transposes(ta, tb) if ta is not None and tb is not None else None
         if transposed:
             row["transposed"] = transposed   # that side's [in, out] kernel compared as [out, in]
+        conv, reshaped = None, False
+        if transforms and not transposed and ta is not None and tb is not None:
+            hf, gg = (tb, ta) if a.format == "gguf" else (ta, tb)
+            conv = _converter_transform(a, b, key, hf.shape, transforms)
+            # a transform that changes the shape (GPT-2's transposes) faces the GGUF side's
+            out = conv[1].shape if conv is not None else None
+            reshaped = out is not None and tuple(out) == tuple(gg.shape) != tuple(hf.shape)
         if ta is None or tb is None:
             # a name one side stores as another tensor's storage (PyTorch's tied decoder; the other side ties
             # it structurally or dropped it) costs nothing there: a tie, not a difference
@@ -330,16 +340,15 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
             row["status"] = "tied" if target is not None else "added" if ta is None else "removed"
             if target is not None:
                 row["tied_to"] = target
-        elif ta.shape != tb.shape and not transposed and _squeezed(ta.shape) != _squeezed(tb.shape):
+        elif ta.shape != tb.shape and not transposed and not reshaped and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
         elif names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind):   # strings: no values
             row["status"] = "dtype" if ta.dtype != tb.dtype else ("equal" if same_file else "unread")
         else:
             if progress is not None:
                 progress(key)
-            conv = _converter_transform(a, b, key, ta.shape, transforms) if transforms and not transposed else None
             m = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed, conv)  # type: ignore[arg-type]
-            if conv is not None and not _same(m, ta.dtype == tb.dtype, strict):
+            if conv is not None and not reshaped and not _same(m, ta.dtype == tb.dtype, strict):
                 plain = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
                 if _same(plain, ta.dtype == tb.dtype, strict):   # not written by that converter: equal as it is
                     m, conv = plain, None

@@ -17,6 +17,8 @@ FAMILY = Family(
     signature_without=r"(^|[./])mlp[./]gate(_up)?_proj[./]",
     before=("llama",),   # LLaMA's q_proj signature matches its files too
     gguf_config=layout.gguf_reader(ARCEE, "ArceeForCausalLM"),
+    # convert_hf_to_gguf.py ArceeModel is a LlamaModel (undo_permute): q_proj / k_proj rows permuted per head
+    gguf_transforms=layout.row_rewrites("arcee", ARCEE, "rope"),
     samples=(
         Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM")),
         Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

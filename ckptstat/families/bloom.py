@@ -6,10 +6,12 @@ MLP dense_h_to_4h / GELU / dense_4h_to_h that is 4h wide whatever the config say
 word_embeddings by default (BloomForCausalLM._tied_weights_keys), and the task heads score, classifier and qa_outputs.
 `pretraining_tp` with `slow_but_exact` runs dense and dense_4h_to_h as tp slices of their input, summed (`tp_slices`,
 layout_tp.py): the same MACs, tp more adds. apply_residual_connection_post_layernorm (the residual taken after the norm)
-moves no module or add. llama.cpp names it `bloom`; its converter reorders query_key_value's rows into [q; k; v] blocks,
-which `ckptstat diff` does not replay, so this family reads no GGUF file and has no GGUF table."""
+moves no module or add. llama.cpp names it `bloom` (convert_hf_to_gguf.py BloomModel): gguf_config reads its metadata,
+the layout's GGUF table names its tensors (the converter strips `transformer.` before mapping), and its reordering of
+query_key_value's rows into [q; k; v] blocks is replayed by `ckptstat diff` (gguf_transforms)."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -44,15 +46,25 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 _SIZES = dict(hidden_size=32, n_layer=2, n_head=4, vocab_size=99)
 
+# BloomModel.set_gguf_parameters writes block_count (n_layer), embedding_length, head_count (n_head), head_count_kv (n_head
+# again), feed_forward_length 4h (BLOOM's MLP is 4h whatever the config says), a context_length of seq_length or the width
+# (BLOOM has no position table: nothing to read) and layer_norm_eps
+_GGUF_KEYS = {"block_count": "n_layer", "embedding_length": "hidden_size", "attention.head_count": "n_head"}
+
+
+def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
+    """llama.cpp's `bloom` files under BloomConfig's names; the vocabulary from token_embd, tied when no output.weight."""
+    return infer.gguf_config(arch, metadata, tensors, "BloomForCausalLM", keys=_GGUF_KEYS) if arch == "bloom" else None
+
+
 FAMILY = Family(
     name="bloom",
     before=("falcon",),   # tried before them: its h.N.self_attention.query_key_value names match falcon's signature
     # the embedding LayerNorm: Falcon's files share h.N.self_attention.query_key_value but have none
-    **{**layout.family_fields({"bloom": BLOOM}, "token_embd_norm"), "from_config": from_config, "from_tensors": from_tensors,
-       # llama.cpp's converter reorders query_key_value's rows (per head [q k v] to [q; k; v]), which `ckptstat diff`
-       # does not replay: its files are not read as BLOOM's (the walk's llama.cpp names: tests/test_layout.py)
-       "gguf_tensor_names": ()},
-    gguf_architectures=(),
+    **{**layout.family_fields({"bloom": BLOOM}, "token_embd_norm"), "from_config": from_config, "from_tensors": from_tensors},
+    gguf_architectures=("bloom",), gguf_config=gguf_config,
+    # BloomModel.modify_tensors: query_key_value's weight and bias rows [heads, 3, d] -> [3, heads, d]
+    gguf_transforms=layout.row_rewrites("bloom", BLOOM, "qkv_groups"),
     samples=(
         Sample("BloomConfig", _SIZES, ("BloomModel", "BloomForCausalLM", "BloomForQuestionAnswering")),
         Sample("BloomConfig", dict(_SIZES, n_head=8, tie_word_embeddings=False, num_labels=3, pad_token_id=0, pretraining_tp=2,

@@ -124,7 +124,8 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 
 
 # llama.cpp's attn_norm is 7B's input_layernorm, or 40B's ln_mlp where attn_norm_2 (ln_attn) shows. The converter
-# reorders Falcon-40B's fused query_key_value rows (tensor_data_layout "jploski"): names and shapes align, values not.
+# reorders the fused query_key_value rows of grouped K/V heads (tensor_data_layout "jploski"; 7B's multi-query rows are
+# already q, k, v): `ckptstat diff` replays it (gguf_transforms).
 _GGUF_ONE_LN, _GGUF_TWO_LN = layout.gguf_tensor_names(FALCON), layout.gguf_tensor_names(TWO_LN)
 
 
@@ -140,6 +141,9 @@ FAMILY = Family(
     **{**layout.family_fields(_LAYOUTS.by_type, "attn_qkv"), "model_types": ("falcon",), "from_config": from_config,
        "from_tensors": from_tensors, "kv_cache": kv_cache, "gguf_tensor_names": _GGUF_ONE_LN},
     gguf_config=gguf_config, gguf_table=gguf_table,
+    # FalconModel.modify_tensors: query_key_value's weight rows, kv groups [g, heads / g + 2, d], stored as all q, all k,
+    # all v (a bias would not fit its view: the converter writes none)
+    gguf_transforms=layout.row_rewrites("falcon", FALCON, "qkv_groups", bias=False),
     samples=(
         Sample("FalconConfig", _SIZES, ("FalconModel", "FalconForCausalLM")),     # 7B: multi-query, parallel
         Sample("FalconConfig", dict(_SIZES, new_decoder_architecture=True, num_kv_heads=2, tie_word_embeddings=False),

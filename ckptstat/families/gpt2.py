@@ -4,7 +4,7 @@ fused, biased attn.c_attn [h, 3h] and attn.c_proj, a plain biased MLP mlp.c_fc /
 n_inner wide (null: 4 x n_embd); the final ln_f, and an LM head tied to wte unless the config says otherwise
 (GPT2LMHeadModel._tied_weights_keys); the task heads score, classifier and qa_outputs (DecoderLayout.task_heads).
 GPT2DoubleHeadsModel's multiple-choice summary head is not described (its flops line says the parameters disagree).
-llama.cpp names it `gpt2`; its converter transposes the Conv1D weights."""
+llama.cpp names it `gpt2`; its converter transposes the Conv1D weights, which `ckptstat diff` replays (gguf_transforms)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -60,6 +60,8 @@ FAMILY = Family(
     before=("gpt_bigcode",),   # tried before them: the same tensor names: a file without config.json reads as GPT-2
     **{**layout.family_fields(_LAYOUTS.by_type, "attn_qkv"), "from_tensors": from_tensors},
     gguf_config=gguf_config,
+    # GPT2Model.modify_tensors: the Conv1D weights (.c_attn, .c_proj, .c_fc) transposed to [out, in]
+    gguf_transforms=(("gpt2", r"(^|\.)c_(attn|proj|fc)\.weight$", "transpose"),),
     samples=(
         Sample("GPT2Config", _SIZES, ("GPT2Model", "GPT2LMHeadModel")),
         Sample("GPT2Config", dict(_SIZES, tie_word_embeddings=False), ("GPT2LMHeadModel",)),

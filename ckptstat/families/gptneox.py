@@ -1,6 +1,6 @@
 """GPT-NeoX / Pythia (transformers modeling_gpt_neox.py, configuration_gpt_neox.py): the LLaMA layout (layout.py) with
 LayerNorms (weight and bias), embed_in, a fused query_key_value [3h, h] (its rows per head [q_h k_h v_h]; llama.cpp's
-converter reorders them into [q; k; v] blocks for attn_qkv, which `ckptstat diff` does not replay) and dense, biased by
+converter reorders them into [q; k; v] blocks for attn_qkv, which `ckptstat diff` replays: gguf_transforms) and dense, biased by
 attention_bias (default true), rotary on the first rotary_pct of each head (transformers 5 saves it as
 partial_rotary_factor; 0.25 by default), a plain biased MLP dense_h_to_4h / hidden_act / dense_4h_to_h,
 final_layer_norm, an LM head `embed_out` (transformers 5's `lm_head` in memory) untied by default
@@ -72,6 +72,8 @@ FAMILY = Family(
     **{**layout.family_fields({"gpt_neox": GPTNEOX}, "attn_qkv"), "from_config": from_config, "from_tensors": from_tensors,
        "head_rules": base.decoder_head_rules(_LM_HEAD, r"^gpt_neox\.")},
     gguf_architectures=("gptneox",), gguf_config=gguf_config,
+    # GPTNeoXModel.modify_tensors: query_key_value's weight and bias rows [heads, 3, d] -> [3, heads, d]
+    gguf_transforms=layout.row_rewrites("gptneox", GPTNEOX, "qkv_groups"),
     samples=(
         Sample("GPTNeoXConfig", _SIZES, ("GPTNeoXModel", "GPTNeoXForCausalLM")),
         Sample("GPTNeoXConfig", dict(_SIZES, use_parallel_residual=False, attention_bias=False, rotary_pct=0.5,

@@ -82,6 +82,8 @@ FAMILY = Family(
     # template, its MoE names are these)
     signature_without=r"(^|[./])(self_attn[./]sinks$|mamba[./])",
     gguf_architectures=("granitemoe",), gguf_config=layout.gguf_reader(GRANITEMOE, "GraniteMoeForCausalLM"),
+    # convert_hf_to_gguf.py GraniteMoeModel is a GraniteModel, a LlamaModel (undo_permute): q_proj / k_proj rows permuted
+    gguf_transforms=layout.row_rewrites("granitemoe", GRANITEMOE, "rope"),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("GraniteMoeConfig", _SIZES, ("GraniteMoeModel", "GraniteMoeForCausalLM"), device="cpu"),

@@ -63,6 +63,9 @@ FAMILY = Family(
     # Bamba's, Jamba's and FalconH1's mixers are at layers.N.mamba too, beside their MLP at feed_forward
     signature_without=r"(^|[./])feed_forward[./]",
     gguf_architectures=("granitehybrid",), gguf_table=gguf_table,
+    # convert_hf_to_gguf.py GraniteHybridModel (undo_permute): its attention layers' q_proj / k_proj rows permuted as
+    # LlamaModel's (Bamba's too); the K heads from its per-layer head_count_kv (analysis/conversion.py)
+    gguf_transforms=layout.row_rewrites("granitehybrid", GRANITEMOEHYBRID, "rope"),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("GraniteMoeHybridConfig", _SIZES, ("GraniteMoeHybridForCausalLM", "GraniteMoeHybridModel"), device="cpu"),

@@ -32,7 +32,7 @@ GGUF_TENSOR_NAMES = layout.gguf_tensor_names(LLAMA)
 # convert_hf_to_gguf.py's LlamaModel (LlamaForCausalLM, MistralForCausalLM, MixtralForCausalLM: architecture
 # `llama`) permutes the rows of q_proj and k_proj, weights and biases, per head (GQA: k by its own heads) for
 # llama.cpp's non-NeoX rope; Qwen2Model (`qwen2`, NeoX rope) stores them as they are.
-GGUF_ROPE_PERMUTED = layout.rope_permuted("llama", LLAMA)
+GGUF_ROPE_PERMUTED = layout.row_rewrites("llama", LLAMA, "rope")
 # LlamaModel / LlamaForCausalLM: `model.` + lm_head, tied only if tie_word_embeddings, GQA cache. The decoder
 # LMs not on a layout (Gemma, Qwen-MoE, DeepSeek, gpt-oss) spread this into their Family.
 DECODER_LM = layout.decoder_lm(LLAMA)

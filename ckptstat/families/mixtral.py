@@ -57,7 +57,7 @@ FAMILY = Family(
     gguf_accepts=gguf_accepts,
     gguf_config=gguf_config,
     # LlamaModel writes Mixtral (its q/k rows permuted); so did the `mixtral` architecture's older converter
-    gguf_transforms=llama.GGUF_ROPE_PERMUTED + layout.rope_permuted("mixtral", MIXTRAL),
+    gguf_transforms=llama.GGUF_ROPE_PERMUTED + layout.row_rewrites("mixtral", MIXTRAL, "rope"),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("MixtralConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,

@@ -17,6 +17,8 @@ FAMILY = Family(
     # weight): files without config.json read as arcee, as Jais2's do
     **{**layout.family_fields({"nemotron": NEMOTRON}, "ffn_up"), "signature": r"(?!)"},
     gguf_config=layout.gguf_reader(NEMOTRON, "NemotronForCausalLM"),
+    # convert_hf_to_gguf.py NemotronModel.modify_tensors: every `norm.weight` + 1 (LayerNorm1P as a plain LayerNorm)
+    gguf_transforms=(("nemotron", r"norm\.weight$", "plus_one"),),
     samples=(
         Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM"), detected_as="arcee"),
         Sample("NemotronConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),

@@ -37,7 +37,7 @@ FAMILY = Family(
     **layout.family_fields({"olmo2": OLMO2, "olmo3": OLMO2, "olmo": OLMO}, "post_ffw_norm"),
     gguf_config=gguf_config,
     # convert_hf_to_gguf.py's OlmoModel permutes q_proj / k_proj weights as LlamaModel does (OLMo2: NeoX, as stored)
-    gguf_transforms=layout.rope_permuted("olmo", OLMO, bias=False),
+    gguf_transforms=layout.row_rewrites("olmo", OLMO, "rope", bias=False),
     samples=(
         # OLMo's tensor names are LLaMA's without the (weightless) norms: names alone read as LLaMA
         Sample("OlmoConfig", _SIZES, ("OlmoModel", "OlmoForCausalLM"), detected_as="llama"),

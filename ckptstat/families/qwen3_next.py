@@ -48,6 +48,9 @@ FAMILY = Family(
     **{**layout.family_fields(LAYOUTS, "ssm_in"), "from_config": from_config, "from_tensors": from_tensors,
        "kv_cache": hybrid_kv_cache},
     gguf_architectures=("qwen3next",),
+    # convert_hf_to_gguf.py Qwen3NextModel.modify_tensors: every `norm.weight` + 1 (Qwen3NextRMSNorm scales by 1 + w) but
+    # the gated linear_attn.norm's
+    gguf_transforms=(("qwen3next", r"(?<!linear_attn\.)norm\.weight$", "plus_one"),),
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("Qwen3NextConfig", dict(_SIZES, mlp_only_layers=[1]), ("Qwen3NextModel", "Qwen3NextForCausalLM"),

@@ -17,6 +17,9 @@ FAMILY = Family(
     **{**layout.family_fields({"smollm3": SMOLLM3}, "attn_q"),
        "signature": r"(?!)"},   # its tensor names are LLaMA's: files without config.json read as llama (same counts)
     gguf_config=layout.gguf_reader(SMOLLM3, "SmolLM3ForCausalLM"),
+    # convert_hf_to_gguf.py SmolLM3Model is a LlamaModel (undo_permute): q_proj / k_proj rows permuted per head, the
+    # NoPE layers' too
+    gguf_transforms=layout.row_rewrites("smollm3", SMOLLM3, "rope"),
     samples=(
         Sample("SmolLM3Config", _SIZES, ("SmolLM3Model", "SmolLM3ForCausalLM"), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, no_rope_layers=[1, 0, 0, 1], attention_bias=True, mlp_bias=True,

@@ -287,7 +287,8 @@ class Family:
     gguf_table: Callable[[str, Collection[str]], tuple[tuple[str, str], ...]] | None = None
     # what llama.cpp's convert_hf_to_gguf.py does to values on the way (its model class's modify_tensors), as
     # (GGUF architecture, regex on the HF name as `ckptstat diff` aligns it, kind): "rope_q" / "rope_k" (the
-    # rotary row permutation of Q / K, per head), "plus_one" (w + 1); analysis/conversion.py replays them
+    # rotary row permutation of Q / K, per head), "plus_one" (w + 1), "qkv_groups" (a fused QKV's rows
+    # regrouped into q, k, v blocks); analysis/conversion.py replays them
     gguf_transforms: tuple[tuple[str, str, str], ...] = ()
 
     def seq2seq(self, s: ArchSpec) -> bool:

@@ -20,7 +20,7 @@ import functools
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import NoAnalyticModel, UsageError
 from . import (
@@ -314,12 +314,13 @@ def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight") -> str:
     return r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + rf"\.{suffix}$"
 
 
-def rope_permuted(arch: str, lay: DecoderLayout, bias: bool = True) -> tuple[tuple[str, str, str], ...]:
-    """Family.gguf_transforms of llama.cpp's LlamaModel-style converters, which permute the rows of q_proj and
-    k_proj per head for its non-NeoX rope (weights, and biases when `bias`)."""
-    suffix = "(weight|bias)" if bias else "weight"
-    return tuple((arch, pattern(lay, g, suffix).removeprefix(r"(^|\.)"), kind)
-                 for g, kind in (("attn_q", "rope_q"), ("attn_k", "rope_k")))
+def row_rewrites(arch: str, lay: DecoderLayout, kind: Literal["rope", "qkv_groups"], bias: bool = True
+                 ) -> tuple[tuple[str, str, str], ...]:
+    """Family.gguf_transforms of llama.cpp converters that rewrite a projection's rows (analysis/conversion.py), weights
+    and biases when `bias`: "rope", q_proj's and k_proj's rows permuted per head (LlamaModel's non-NeoX rope);
+    "qkv_groups", a fused QKV's rows regrouped into q, k and v blocks (GPTNeoXModel, BloomModel, FalconModel)."""
+    parts = (("attn_q", "rope_q"), ("attn_k", "rope_k")) if kind == "rope" else (("attn_qkv", "qkv_groups"),)
+    return tuple((arch, pattern(lay, g, "(weight|bias)" if bias else "weight").removeprefix(r"(^|\.)"), k) for g, k in parts)
 
 
 def spec_from_config(lay: DecoderLayout, c: Cfg) -> ArchSpec:
