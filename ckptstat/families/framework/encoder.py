@@ -19,6 +19,7 @@ from . import infer
 from .base import ArchSpec, HeadRule, Shapes, Tensors
 from .layout_base import Module, module_shapes
 from .ops import Builder
+from .recorder import Stack, linear_shapes, lists  # noqa: F401  (until the encoders move)
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
 # attention norm, FFN in, FFN activation, FFN out, output norm.
@@ -29,35 +30,6 @@ LAYER_GGUF = ("attn_q", "attn_k", "attn_v", None, "attn_output", "attn_output_no
               "layer_output_norm")
 # a module's parameters: (suffix, shape); suffix "" for a bare parameter whose path is its own name
 Shape = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-@dataclass(frozen=True)
-class Stack:
-    """A run of layers: stored at `path` (`{bid}` each of `stored` layers; `{xid}` each of `inner` within one: ALBERT's
-    groups of layers), its ops labelled `label`, run `calls` times in one forward (more than stored where layers are
-    shared). `path` and `label` "": the modules' own paths hold `{bid}` (per-kind lists), their labels `[stored]`."""
-    label: str
-    path: str
-    stored: int
-    calls: int
-    inner: int = 0
-
-    @property
-    def copies(self) -> int:
-        return self.stored * (self.inner or 1)
-
-    def at(self, sub: str) -> str:
-        """A module's path."""
-        return f"{self.path}.{sub}" if self.path else sub
-
-    def name(self, sub: str) -> str:
-        """A module's op label."""
-        return f"{self.label}.{sub}" if self.label else sub.replace(".{bid}", f"[{self.stored}]")
-
-
-def lists(layers: int) -> Stack:
-    """`layers` layers run once each whose modules sit in per-kind lists (their paths hold `{bid}`)."""
-    return Stack("", "", layers, layers)
 
 
 class Rec:
@@ -127,14 +99,8 @@ class Rec:
 
 
 def tensors(walk: Callable[[Builder], Rec], body: str) -> Callable[[ArchSpec], Shapes]:
-    """A family's expected tensors, derived from its walk: every module it records, those inside the body under `body`
-    in a head model's file (a base model's file has no prefix)."""
+    """A family's expected tensors, derived from its walk (until the encoders move to recorder.Recorder)."""
     return lambda s: walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else body)
-
-
-def linear_shapes(fin: int, fout: int) -> Shape:
-    """A biased nn.Linear's parameters."""
-    return (("weight", (fout, fin)), ("bias", (fout,)))
 
 
 def _label(path: str, stack: Stack | None) -> str:
