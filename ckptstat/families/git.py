@@ -5,7 +5,7 @@ and, with num_image_with_embedding, one `img_temporal_embedding` row per image; 
 Linear tied to the word embeddings when tie_word_embeddings says so (untied by default). The op template is the
 text-only forward: the vision tower, the projection and the temporal rows count as parameters and run on no token;
 the cache is the text layers' DynamicCache. llama.cpp has no architecture for it.
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, the held tower's tensors
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, the held tower's tensors
 recorded as parameters): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 

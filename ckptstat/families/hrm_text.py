@@ -9,7 +9,7 @@ invocation.
 FLOPs: each invocation's projections and eager attention (the whole square) as FlopCounterMode counts them; parameters:
 the two stacks once. attention_bias / mlp_bias configs are refused (NoAnalyticModel: the meta path answers): the
 converter that writes the fused names moves the weights only.
-Described once, as a walk (`walk`: framework/encoder.py's recorder, each saved weight recorded where the projections it
+Described once, as a walk (`walk`: framework/recorder.py's recorder, each saved weight recorded where the projections it
 holds are written): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 

@@ -33,7 +33,7 @@ SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMod
 the cut).
 Not described (NoAnalyticModel, the meta path answers): the adapter (add_adapter), the attention adapters
 (adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm).
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded where its
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, each module recorded where its
 op is written, the convs' weights beside their ops): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 

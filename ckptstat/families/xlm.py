@@ -9,7 +9,7 @@ bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOu
 Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
 (transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
 against).
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded while its
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, each module recorded while its
 op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations

@@ -10,7 +10,7 @@ tie_word_embeddings is false. The model returns its `mems`, no cache object: no 
 (tests/coverage_walk.py's oracle reads a cache or past_key_values). Refused (meta path): attn_type "uni" (klen + 1
 position rows; transformers 5 cannot run it on a batch over 1 with an attention mask, so no test checks it) and
 bi_data.
-Described once, as a walk (`walk`: framework/encoder.py's recorder, each module recorded while its op is written):
+Described once, as a walk (`walk`: framework/recorder.py's recorder, each module recorded while its op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
