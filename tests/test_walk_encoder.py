@@ -1,4 +1,4 @@
-"""The families described once as a walk with families/framework/encoder.py's recorder (XLM / FlauBERT, XLNet, GIT,
+"""The families described once as a walk with families/framework/recorder.py's recorder (XLM / FlauBERT, XLNet, GIT,
 HRM-Text) against the library that wrote the files: for every sample and every head model, the tensors the walk
 records are the names and shapes save_pretrained writes (census_audit.saved_shapes, tied names kept), and the op
 template the same walk writes holds the parameters the file holds (each tied group once: saved_shapes with tied

@@ -9,6 +9,7 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, tensors
 
 LAYER: encoder.LayerNames = (
     "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",
@@ -44,22 +45,22 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=notes, **d, **common)
 
 
-def walk(B: Builder) -> encoder.Rec:
-    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
-    r, s = encoder.Rec(B), B.s
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (recorder.Recorder)."""
+    r, s = Recorder(B), B.s
     h, E, G, inner = s.hidden, s.emb, s.shared_groups or 1, s.inner_group
     encoder.embeddings(r)
-    r.linear("encoder.embedding_hidden_mapping_in", "embedding", E, h)
+    r.linear("encoder.embedding_hidden_mapping_in", r.tok, E, h, True, bucket="embedding")
     # shared layers: G groups of `inner` layers stored; num_hidden_layers group calls run, each its `inner` layers
-    encoder.stack_layers(r, encoder.Stack(f"encoder.albert_layer_groups[{G} shared x{inner} layers]",
-                                          "encoder.albert_layer_groups.{bid}.albert_layers.{xid}", G, s.layers * inner,
-                                          inner), LAYER)
+    encoder.stack_layers(r, Stack(f"encoder.albert_layer_groups[{G} shared x{inner} layers]",
+                                  "encoder.albert_layer_groups.{bid}.albert_layers.{xid}", G, s.layers * inner, inner),
+                         LAYER)
     if s.pooler:
         encoder.pooler(r, "pooler")
     if s.head in ("mlm", "pretraining"):
         encoder.mlm_head(r, LM, E)
         if s.head == "pretraining":
-            r.linear("sop_classifier.classifier", "cls", h, 2, r.first, top=True)
+            r.linear("sop_classifier.classifier", r.first, h, 2, True, bucket="cls", top=True)
     if s.head == "seqcls":
         encoder.sequence_classifier(r, dense=not s.pooler)
     else:
@@ -78,7 +79,7 @@ FAMILY = Family(
     name="albert",
     model_types=("albert",),
     signature=r"(^|[./])albert_layer_groups[./]",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=encoder.tensors(walk, "albert"),
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "albert"),
     heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,

@@ -11,7 +11,7 @@ false, each stack's embed_tokens and the lm_head are their own, and `shared` is 
 reads. (transformers 4 tied the stacks' embed_tokens to `shared` whatever the config; its untied files hold
 `shared` and lm_head only, and transformers 5 initialises both embed_tokens anew when it loads one.)
 
-The architecture is stated once, in `walk` (framework/seq2seq.py's stack, recorded with walk_vision.Recorder): the op
+The architecture is stated once, in `walk` (framework/seq2seq.py's stack, recorded with recorder.Recorder): the op
 template and every head's expected tensors derive from it."""
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.recorder import Recorder
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
-from .framework.walk_vision import Recorder
 
 # Each model type's stack (framework/seq2seq.py): what differs from BART's.
 STACKS = {

@@ -24,6 +24,7 @@ from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, linear_shapes
 
 LAYER: encoder.LayerNames = (
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
@@ -229,46 +230,46 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **d, **common)
 
 
-def walk(B: Builder, gguf: bool = False) -> encoder.Rec:
-    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
-    r, s = encoder.Rec(B, gguf), B.s
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (recorder.Recorder)."""
+    r, s = Recorder(B), B.s
     h, L = s.hidden, s.layers
     v = MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
     if isinstance(s.variant, ErnieTasks):   # ERNIE's use_task_id: one more lookup added to the embeddings
-        r.embedding("embeddings.task_type_embeddings", "embedding", s.variant.task_types, h)
+        r.embedding("embeddings.task_type_embeddings", s.variant.task_types, h, B.seq, bucket="embedding")
     if isinstance(s.variant, RoCBertInputs):
         for name, (rows, dim) in (("pronunciation_embed", s.variant.pronunciation), ("shape_embed", s.variant.shape)):
-            r.embedding(f"embeddings.{name}", "embedding", rows, dim)
+            r.embedding(f"embeddings.{name}", rows, dim, B.seq, bucket="embedding")
         if s.variant.mapped_from:
-            r.linear("embeddings.map_inputs_layer", "embedding", s.variant.mapped_from, h)
+            r.linear("embeddings.map_inputs_layer", r.tok, s.variant.mapped_from, h, True, bucket="embedding")
     if isinstance(s.variant, BlockSparse) and B.seq > s.variant.longest:
         raise NoAnalyticModel(f"BigBird's block-sparse attention runs on sequences longer than (5 + 2 x num_random_blocks)"
                               f" x block_size = {s.variant.longest} tokens (--seq {B.seq}): the op template describes its "
                               "full attention only (attention_type original_full, or a sequence that short)")
     encoder.embeddings(r, norm=v.embedding_norm, positions=v.positions_in_embeddings)
     if s.emb != h or v.always_project:   # ELECTRA-small style; RemBERT's input embeddings
-        r.linear(v.project, "embedding", s.emb, h)
+        r.linear(v.project, r.tok, s.emb, h, True, bucket="embedding")
     if not v.positions_in_embeddings:   # RoFormer's sinusoidal table for the rotary q/k, looked up once a forward
-        r.embedding("encoder.embed_positions", "embedding", s.positions, s.head_dim)
+        r.embedding("encoder.embed_positions", s.positions, s.head_dim, B.seq, bucket="embedding")
     if s.relative_buckets:
-        r.embedding("encoder.relative_attention_bias", "encoder", s.relative_buckets, s.heads)
-    stack = encoder.Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L)
+        r.embedding("encoder.relative_attention_bias", s.relative_buckets, s.heads, B.seq)
+    stack = Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L)
     encoder.stack_layers(r, stack, v.layer)
     if isinstance(s.variant, XmodAdapters):
         xmod_adapters(r, s.variant, stack)
     if v.final_norm:
-        r.norm(v.final_norm, "encoder", h, residual=False)
+        r.norm(v.final_norm, r.tok, h, residual=False)
     if s.pooler:
         encoder.pooler(r, v.pooler_path)
     if s.head in ("mlm", "lm") or (s.head == "pretraining" and not v.electra):
         # MLM: transform to E (ELECTRA's generator, RoFormer's) or RemBERT's width, decoder tied to the word embeddings
         encoder.mlm_head(r, v.lm, s.variant.width if isinstance(s.variant, LMWidth) else s.emb)
         if s.head == "pretraining":
-            r.linear("cls.seq_relationship", "cls", h, 2, r.first, top=True)
+            r.linear("cls.seq_relationship", r.first, h, 2, True, bucket="cls", top=True)
     if s.head == "pretraining" and v.electra:
-        r.linear("discriminator_predictions.dense", "cls", h, h, top=True)
+        r.linear("discriminator_predictions.dense", r.tok, h, h, True, bucket="cls", top=True)
         B.activation("discriminator_predictions act", "cls", r.tok, h, s.activation)
-        r.linear("discriminator_predictions.dense_prediction", "cls", h, 1, top=True)
+        r.linear("discriminator_predictions.dense_prediction", r.tok, h, 1, True, bucket="cls", top=True)
     elif s.head == "seqcls":   # RoBERTa / ELECTRA classification head where there is no pooler
         encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
     else:
@@ -280,20 +281,20 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def xmod_adapters(r: encoder.Rec, x: XmodAdapters, stack: encoder.Stack) -> None:
+def xmod_adapters(r: Recorder, x: XmodAdapters, stack: Stack) -> None:
     """X-MOD's per-language adapters on every layer (XmodAdapters): each token through its language's alone."""
     h, n, L = r.s.hidden, len(x.languages), stack.calls
     at = f"{stack.label}.output.adapter_modules[{n} languages, one a token]"
     if x.layer_norm:
-        r.norm("output.adapter_layer_norm", "encoder", h, stack, residual=False)
+        r.norm("output.adapter_layer_norm", r.tok, h, stack, residual=False)
     for name, fin, fout in (("dense1", h, x.bottleneck), ("dense2", x.bottleneck, h)):
         for lang in x.languages:
-            r.record(f"output.adapter_modules.{lang}.{name}", encoder.linear_shapes(fin, fout), stack)
+            r.record(f"output.adapter_modules.{lang}.{name}", linear_shapes(fin, fout), stack)
         r.B.linear(f"{at}.{name}", "encoder", r.tok, fin, fout, True, L, copies=L * n, active_copies=L)
         if name == "dense1":
             r.B.activation(at + " act", "encoder", r.tok, x.bottleneck, r.s.activation, L)
     if x.pre_norm:
-        r.norm("encoder.LayerNorm", "encoder", h, residual=False)
+        r.norm("encoder.LayerNorm", r.tok, h, residual=False)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> base.KVLines:
@@ -324,7 +325,7 @@ _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", 
 # `classifier.out_proj`: the GGUF name alone cannot say which
 GGUF_TENSOR_NAMES = walk(Builder(ArchSpec(family="bert", model_type="bert", source="", head="base", architecture=None,
                                           layers=1, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4,
-                                          positions=4, type_vocab=2), 1, 1, 1, 1, 1), gguf=True).gguf_names()
+                                          positions=4, type_vocab=2), 1, 1, 1, 1, 1)).gguf_names()
 
 FAMILY = Family(
     name="bert",

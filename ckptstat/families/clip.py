@@ -15,7 +15,7 @@ the projections, logit_scale and the similarity matmul are bucket `cls`. A file 
 
 ArchSpec's main sizes are the text tower's (the vision tower's for CLIPVisionModel*); both towers' sizes are a
 Towers variant (TextTower, VisionTower), the side analysed ArchSpec.image_size. The architecture is stated once, in
-`walk` (each tower a framework/walk_vision.py Recorder under its prefix, the layers walk_vision's encoder layers under
+`walk` (each tower a framework/recorder.py Recorder under its prefix, the layers walk_vision's encoder layers under
 CLIP's names, `LAYER`): the op template and the expected tensors derive from it, GIT's image encoder's from `vision_walk`."""
 from __future__ import annotations
 
@@ -30,7 +30,8 @@ from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module, module_shapes
 from .framework.ops import Builder
-from .framework.walk_vision import EncoderLayer, LayerPaths, Recorder, encoder_layers
+from .framework.recorder import Recorder
+from .framework.walk_vision import EncoderLayer, LayerPaths, conv, encoder_layers
 
 
 @dataclass(frozen=True)
@@ -207,7 +208,7 @@ def vision_walk(w: Recorder, vision: VisionTower, side: int) -> None:
     and learned positions (sized by the config's image_size), pre_layrnorm, the layers, post_layernorm on the class
     token."""
     h, p, b = vision.hidden, vision.patch_size, w.B.b
-    n = w.conv("embeddings.patch_embedding", vision.channels, h, p, side, False) ** 2 + 1
+    n = conv(w, "embeddings.patch_embedding", vision.channels, h, p, side, False) ** 2 + 1
     w.params("embeddings.class_embedding + position_embedding", (("embeddings.class_embedding", (h,)),
              ("embeddings.position_embedding.weight", ((vision.native_image_size // p) ** 2 + 1, h))), (b, n - 1, h),
              (b, n, h), ew=b * n * h)

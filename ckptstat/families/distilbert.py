@@ -8,6 +8,7 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, tensors
 
 LAYER: encoder.LayerNames = (
     "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",
@@ -33,18 +34,18 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     **common)
 
 
-def walk(B: Builder) -> encoder.Rec:
-    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (encoder.Rec)."""
-    r, s = encoder.Rec(B), B.s
+def walk(B: Builder) -> Recorder:
+    """The forward at B.s's sizes: writes its ops to B and records the modules it meets (recorder.Recorder)."""
+    r, s = Recorder(B), B.s
     h, L = s.hidden, s.layers
     encoder.embeddings(r)
-    encoder.stack_layers(r, encoder.Stack(f"transformer.layer[{L}]", "transformer.layer.{bid}", L, L), LAYER)
+    encoder.stack_layers(r, Stack(f"transformer.layer[{L}]", "transformer.layer.{bid}", L, L), LAYER)
     if s.head in ("mlm", "lm"):
         encoder.mlm_head(r, LM, h)
     if s.head == "seqcls":
-        r.linear("pre_classifier", "cls", h, h, r.first, top=True)
+        r.linear("pre_classifier", r.first, h, h, True, bucket="cls", top=True)
         B.activation("pre_classifier act (relu)", "cls", r.first, h, "relu")
-        r.linear("classifier", "cls", h, s.num_labels, r.first, top=True)
+        r.linear("classifier", r.first, h, s.num_labels, True, bucket="cls", top=True)
     else:
         encoder.token_heads(r)
     return r
@@ -58,7 +59,7 @@ FAMILY = Family(
     name="distilbert",
     model_types=("distilbert",),
     signature=r"(^|[./])transformer[./]layer[./]\d+[./]attention[./]q_lin",
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=encoder.tensors(walk, "distilbert"),
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "distilbert"),
     heads=("base", "mlm", "seqcls", "tokcls", "qa"),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
                 HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),

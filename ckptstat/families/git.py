@@ -5,7 +5,7 @@ and, with num_image_with_embedding, one `img_temporal_embedding` row per image; 
 Linear tied to the word embeddings when tie_word_embeddings says so (untied by default). The op template is the
 text-only forward: the vision tower, the projection and the temporal rows count as parameters and run on no token;
 the cache is the text layers' DynamicCache. llama.cpp has no architecture for it.
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, the held tower's tensors
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, the held tower's tensors
 recorded as parameters): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -18,8 +18,9 @@ from .clip import VisionTower, vision_shapes, vision_tensors, vision_tower
 from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
-from .framework.encoder import Rec, Stack, stack_layers, tensors
+from .framework.encoder import stack_layers
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, tensors
 
 BODY = "git"   # the base model's attribute in the head model
 
@@ -53,16 +54,16 @@ def _outside(s: ArchSpec, p: str) -> Shapes:
     return out
 
 
-def walk(B: Builder) -> Rec:
+def walk(B: Builder) -> Recorder:
     """The text-only forward at B.s's sizes: writes its ops to B and records the modules it meets."""
-    s, r, L = B.s, Rec(B), B.s.layers
+    s, r, L = B.s, Recorder(B), B.s.layers
     h = s.hidden
     r.held("image_encoder, visual_projection (not run: no image)",
            tuple((name, (("", shape),)) for name, shape in _outside(s, "").items()))
     encoder.embeddings(r)   # no token types (type_vocab 0)
     stack_layers(r, Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L), LAYER, causal=True)
     if s.head == "lm":
-        r.linear("output", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+        r.linear("output", r.tok, h, s.vocab, True, bucket="cls", top=True, tied=s.tied_embeddings,
                  label="output" + (" (tied to word_embeddings)" if s.tied_embeddings else ""))
     return r
 

@@ -9,7 +9,7 @@ invocation.
 FLOPs: each invocation's projections and eager attention (the whole square) as FlopCounterMode counts them; parameters:
 the two stacks once. attention_bias / mlp_bias configs are refused (NoAnalyticModel: the meta path answers): the
 converter that writes the fused names moves the weights only.
-Described once, as a walk (`walk`: framework/encoder.py's recorder, each saved weight recorded where the projections it
+Described once, as a walk (`walk`: framework/recorder.py's recorder, each saved weight recorded where the projections it
 holds are written): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -29,9 +29,9 @@ from .framework.base import (
     Tensors,
     class_default,
 )
-from .framework.encoder import Rec, Stack, tensors
 from .framework.layout import DecoderLayout
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, tensors
 
 STACKS = ("L_module", "H_module")
 LAYOUT = DecoderLayout()   # LLaMA's module names at the top: model.embed_tokens, lm_head
@@ -80,11 +80,11 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                                  "defaults them (the cycles set the FLOPs and the cache, not the parameters)",), **common)
 
 
-def walk(B: Builder) -> Rec:
+def walk(B: Builder) -> Recorder:
     """The forward at B.s's sizes: writes its ops to B and records the modules it meets, as save_pretrained writes them
     (transformers' converter fuses gate_proj, q, k, v into attn.gqkv_proj and the MLP's gate and up into
     mlp.gate_up_proj: conversion_mapping.py)."""
-    s, r, b, n = B.s, Rec(B), B.b, B.seq
+    s, r, b, n = B.s, Recorder(B), B.b, B.seq
     v = s.variant_as(HrmVariant)
     h, a, d, f, runs, per = s.hidden, s.heads, s.head_dim, s.intermediate, s.layers, v.per_stack
     tok = r.tok
@@ -98,9 +98,9 @@ def walk(B: Builder) -> Rec:
         for part in parts:
             B.linear(f"{lay}.{part}", "encoder", tok, fin, fout, False, runs, copies=2 * per)
 
-    r.embedding("embed_tokens", "embedding", s.vocab, h, label="model.embed_tokens")
+    r.embedding("embed_tokens", s.vocab, h, n, bucket="embedding", label="model.embed_tokens")
     B.add("model.embed_tokens x embedding_scale", "activation", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
-    z = r.params((("z_L_init", (("", (h,)),)),))
+    z = r.count((("z_L_init", (("", (h,)),)),))
     B.add("model.z_L_init", "activation", "encoder", 1, (h,), tok + (h,), params=z, weights_per_call=z)
     decoders.rotary(B, d)
     B.add(f"{lay} stack input (low + high)", "activation", "encoder", runs // per, tok + (h,), tok + (h,), ew=b * n * h)

@@ -10,7 +10,7 @@ wrapper's word_embeddings, the decoder's and lm_head are one tensor when tie_wor
 three otherwise (ProphetNetForCausalLM._tied_weights_keys). Post-LayerNorm sublayers, learned positions,
 embeddings_layer_norm. llama.cpp has no architecture for it.
 
-The architecture is stated once, in `walk` (recorded with walk_vision.Recorder): the op template and the expected
+The architecture is stated once, in `walk` (recorded with recorder.Recorder): the op template and the expected
 tensors derive from it."""
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from .framework.base import (
     decoder_kv_cache,
 )
 from .framework.ops import Builder, ew_cost
-from .framework.walk_vision import Recorder
+from .framework.recorder import Recorder
 
 _ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
 

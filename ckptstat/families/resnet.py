@@ -10,7 +10,7 @@ counts for aten.convolution; the spatial side is propagated with each conv's str
 (H_out = (H + 2*(k//2) - k) // stride + 1). BatchNorm's running statistics are buffers, not parameters.
 The input side is `image_size` (--image-size, default 224).
 
-The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder): each conv and BatchNorm recorded as
+The architecture is stated once, in `walk` (framework/recorder.py's Recorder): each conv and BatchNorm recorded as
 its op is written, a stage's blocks after the first under one `{bid}` path, so the op template and the expected tensors
 (both naming schemes, every head) come from one walk."""
 from __future__ import annotations
@@ -24,7 +24,8 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.walk_vision import Recorder
+from .framework.recorder import Recorder
+from .framework.walk_vision import conv_strided
 
 DEFAULT_IMAGE = 224
 
@@ -135,7 +136,7 @@ def walk(B: Builder) -> Recorder:
     def conv_bn(conv: str, bn: str, at: str, layers: tuple[int, ...], cin: int, cout: int, k: int, stride: int,
                 side: int, act: str | None = "relu") -> int:
         """A conv (padding k//2) and its BatchNorm; `at` the block index their ops' labels show; the output side."""
-        side = w.conv2d(conv, conv.replace("{bid}", at), cin, cout, k, stride, side, k // 2, layers)
+        side = conv_strided(w, conv, conv.replace("{bid}", at), cin, cout, k, stride, side, k // 2, layers)
         batchnorm(w, bn, bn.replace("{bid}", at), cout, side, layers, act)
         return side
 

@@ -12,7 +12,7 @@ learned position embeddings, final_layer_norm, and `head` Linear(h, projection_s
 ArchSpec's main sizes are the text tower's (the vision tower's for siglip_vision_model); both towers' sizes are
 clip.py's Towers (TextTower.proj: the text head's width, VisionTower.head: the pooling head), the side analysed
 ArchSpec.image_size. The architecture is stated once, in `walk` (clip.py's tower layers and text embeddings, each tower a
-framework/walk_vision.py Recorder): the op template and the expected tensors derive from it."""
+framework/recorder.py Recorder): the op template and the expected tensors derive from it."""
 from __future__ import annotations
 
 import re
@@ -26,7 +26,8 @@ from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module
 from .framework.ops import Builder
-from .framework.walk_vision import Recorder
+from .framework.recorder import Recorder
+from .framework.walk_vision import conv
 
 
 # Sizes a saved SiglipConfig's sub-config omits are SiglipTextConfig's / SiglipVisionConfig's defaults (FROM_CLASS).
@@ -128,7 +129,7 @@ def walk(B: Builder) -> list[Module]:
     if vision:
         w = Recorder(B, "vision", "vision_model.")
         h, p = vision.hidden, vision.patch_size
-        n = w.conv("embeddings.patch_embedding", vision.channels, h, p, s.image_size, True) ** 2
+        n = conv(w, "embeddings.patch_embedding", vision.channels, h, p, s.image_size, True) ** 2
         w.params("embeddings.position_embedding", (("embeddings.position_embedding.weight",
                                                     ((vision.native_image_size // p) ** 2, h)),),
                  (B.b, n, h), (B.b, n, h), ew=B.b * n * h)

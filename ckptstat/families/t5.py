@@ -2,7 +2,7 @@
 embedding, RMSNorm without biases, relative position buckets (a bias table in each stack's first
 block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward.
 
-The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder): each module recorded with its
+The architecture is stated once, in `walk` (framework/recorder.py's Recorder): each module recorded with its
 llama.cpp name as its op is written, so the op template, the expected tensors (every head) and the GGUF name tables
 (plain and gated) come from one walk."""
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.walk_vision import Recorder
+from .framework.recorder import Recorder
 
 
 def from_config(c: Cfg) -> ArchSpec:

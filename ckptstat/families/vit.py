@@ -15,8 +15,8 @@ DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the
 cls token (ViTVariant.dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
 DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled.
 
-The architecture is stated once, in `walk` (framework/walk_vision.py's Recorder and encoder layers): the op template and
-the expected tensors (every head's) both derive from it."""
+The architecture is stated once, in `walk` (framework/recorder.py's Recorder, walk_vision.py's encoder layers): the op
+template and the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
 import math
@@ -29,7 +29,8 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.walk_vision import EncoderLayer, Recorder, encoder_layers
+from .framework.recorder import Recorder
+from .framework.walk_vision import EncoderLayer, conv, encoder_layers
 
 
 @dataclass(frozen=True)
@@ -107,7 +108,7 @@ def patches(w: Recorder) -> int:
     """The patch embedding, a biased Conv2d (k = stride = patch_size; DINOv2's too); returns the patches' count."""
     s = w.B.s
     v = s.variant_as(Patches)
-    side = w.conv("embeddings.patch_embeddings.projection", v.channels, s.hidden, v.patch_size, s.image_size, True,
+    side = conv(w, "embeddings.patch_embeddings.projection", v.channels, s.hidden, v.patch_size, s.image_size, True,
                   bucket="embedding")
     return side * side
 
@@ -134,7 +135,7 @@ def walk(B: Builder) -> Recorder:
     if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
         w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
     if X.encoder_stride:   # the patch tokens as a side x side map, a 1x1 conv to stride^2 x channels, PixelShuffle (no FLOPs)
-        w.conv("decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
+        conv(w, "decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
     return w
 
 

@@ -33,7 +33,7 @@ SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMod
 the cut).
 Not described (NoAnalyticModel, the meta path answers): the adapter (add_adapter), the attention adapters
 (adapter_attn_dim), HuBERT's batch-normed positional conv (conv_pos_batch_norm).
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded where its
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, each module recorded where its
 op is written, the convs' weights beside their ops): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -55,6 +55,7 @@ from .framework.base import (
     architectures,
 )
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack
 
 # a layer's modules in encoder.LayerNames' order
 LAYER: encoder.LayerNames = (
@@ -187,9 +188,9 @@ def min_samples(s: ArchSpec) -> int:
     return n
 
 
-def walk(B: Builder) -> encoder.Rec:
-    """The forward over B.seq raw samples: writes its ops to B and records the modules it meets (encoder.Rec)."""
-    s, b, r = B.s, B.b, encoder.Rec(B)
+def walk(B: Builder) -> Recorder:
+    """The forward over B.seq raw samples: writes its ops to B and records the modules it meets (recorder.Recorder)."""
+    s, b, r = B.s, B.b, Recorder(B)
     X = s.variant_as(FeatureEncoder)
     h, L = s.hidden, s.layers
     n, cin = B.seq, 1
@@ -201,19 +202,19 @@ def walk(B: Builder) -> encoder.Rec:
         B.add(f"{m}.conv ({k}/{st})", "conv", "embedding", 1, (b, cin, n), (b, cout, out), params=per,
               macs=b * out * cout * cin * k, ew=b * out * cout if X.conv_bias else 0, weights_per_call=per)
         if X.layer_norms or i == 0:   # a GroupNorm of one group a channel: a LayerNorm's parameters and cost
-            r.norm(f"{m}.layer_norm", "embedding", cout, residual=False, tokens=(b, out),
+            r.norm(f"{m}.layer_norm", (b, out), cout, residual=False, bucket="embedding",
                    label=f"{m}.layer_norm" + ("" if X.layer_norms else " (GroupNorm)"))
         B.activation(f"{m} act", "embedding", (b, out), cout, "gelu")
         n, cin = out, cout
     r.tok = tok = (b, n)   # the conv features' frames
     if X.squeeze:
-        r.norm("layer_norm", "embedding", cin, residual=False)
+        r.norm("layer_norm", tok, cin, residual=False, bucket="embedding")
         if cin != h:
-            r.linear("feature_projection", "embedding", cin, h)
+            r.linear("feature_projection", tok, cin, h, True, bucket="embedding")
     else:
         if X.projection_norm:
-            r.norm("feature_projection.layer_norm", "embedding", cin, residual=False)
-        r.linear("feature_projection.projection", "embedding", cin, h)
+            r.norm("feature_projection.layer_norm", tok, cin, residual=False, bucket="embedding")
+        r.linear("feature_projection.projection", tok, cin, h, True, bucket="embedding")
     if X.masked_spec_embed:
         r.record("masked_spec_embed", (("", (h,)),))
         B.add("masked_spec_embed (SpecAugment, training only)", "embedding", "embedding", 1, (b, n, h), (b, n, h), params=h)
@@ -225,7 +226,7 @@ def walk(B: Builder) -> encoder.Rec:
     calls = X.pos_stack or 1
     per = h * (h // g) * k + h + (0 if X.pos_stack else k)   # weight (v), bias; weight norm's g over dim 2
     if X.pos_stack:
-        pos = encoder.Stack(f"encoder.pos_conv_embed.layers[{calls}]", "encoder.pos_conv_embed.layers.{bid}", calls, calls)
+        pos = Stack(f"encoder.pos_conv_embed.layers[{calls}]", "encoder.pos_conv_embed.layers.{bid}", calls, calls)
         r.record("conv", (("weight", (h, h // g, k)), ("bias", (h,))), pos)
     else:   # torch's parametrizations.weight_norm over dim 2: g [1, 1, k], v
         r.record("encoder.pos_conv_embed.conv", (("bias", (h,)), ("parametrizations.weight.original0", (1, 1, k)),
@@ -237,29 +238,29 @@ def walk(B: Builder) -> encoder.Rec:
         B.norm(f"encoder.pos_conv_embed.layers[{calls}].layer_norm (no parameters)", "embedding", tok, h, calls, 0,
                residual=False, kind="layernorm")
     B.activation("encoder.pos_conv_embed act (+residual)", "embedding", tok, h, "gelu", calls)
-    r.norm("encoder.layer_norm", "encoder", h, residual=False,
+    r.norm("encoder.layer_norm", tok, h, residual=False,
            label="encoder.layer_norm" + (" (after the layers)" if X.stable_layer_norm else ""))
     if X.squeeze:
         B.add(f"encoder.pool (average, {sq})", "pool", "encoder", 1, (b, h, n), (b, h, frames), ew=b * h * n)
     B.seq = frames   # the layers run over the frames
     n_all, n = n, frames
     r.tok = (b, n)
-    layers = encoder.Stack(f"encoder.layers[{L}]", "encoder.layers.{bid}", L, L)
+    layers = Stack(f"encoder.layers[{L}]", "encoder.layers.{bid}", L, L)
     if X.relative_buckets:   # WavLM: the first layer's bias table, each layer's gate over it
         a = s.heads
         r.record("encoder.layers.0.attention.rel_attn_embed", (("weight", (X.relative_buckets, a)),))
         B.embedding("encoder.layers.0.attention.rel_attn_embed (relative position bias)", "encoder", X.relative_buckets,
                     a, n * n)
-        r.linear("attention.gru_rel_pos_linear", "encoder", s.head_dim, 8, (b, a, n), layers)
+        r.linear("attention.gru_rel_pos_linear", (b, a, n), s.head_dim, 8, True, layers)
         r.record("attention.gru_rel_pos_const", (("", (1, a, 1, 1)),), layers)
         B.add(layers.name("attention.gru_rel_pos_const (gate x bias)"), "activation", "encoder", L, (b, a, n, n),
               (b, a, n, n), params=a * L, ew=b * a * n * n, weights_per_call=a)
     encoder.stack_layers(r, layers, LAYER)
     if X.squeeze:   # back to the conv features' frames (padded where the pooling dropped some)
-        r.linear("encoder.upsample.projection", "encoder", h, h * sq)
+        r.linear("encoder.upsample.projection", r.tok, h, h * sq, True)
         B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
     if s.head == "ctc":
-        r.linear("lm_head", "cls", h, s.vocab, (b, n_all), top=True)
+        r.linear("lm_head", (b, n_all), h, s.vocab, True, bucket="cls", top=True)
     return r
 
 

@@ -12,7 +12,7 @@ FLOPs of the convolutions are what FlopCounterMode counts for convolution (2 x b
 out_channels x in_channels x kernel).
 
 The architecture is stated once, in `walk` (the convolutions, then framework/seq2seq.py's stacks, recorded with
-walk_vision.Recorder): the op template and the expected tensors derive from it."""
+recorder.Recorder): the op template and the expected tensors derive from it."""
 from __future__ import annotations
 
 from typing import Any
@@ -20,9 +20,9 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
+from .framework.recorder import Recorder
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
-from .framework.walk_vision import Recorder
 
 # Both stacks (framework/seq2seq.py): pre-LN, a final layer_norm, no layernorm_embedding, k_proj without a bias.
 STACK = Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0, k_bias=False)

@@ -9,7 +9,7 @@ bidirectionally in FLOPs (`causal` only masks), and returns no cache (MaskedLMOu
 Refused (meta path): the adaptive softmax head (asm), is_encoder false (transformers raises) and FlauBERT's pre_norm
 (transformers 5.24's FlaubertModel indexes its EncoderDecoderCache there, a TypeError: nothing to check a template
 against).
-Described once, as a walk (`walk`: framework/encoder.py's recorder and its post-LN layer, each module recorded while its
+Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.py's post-LN layer, each module recorded while its
 op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations
@@ -21,8 +21,9 @@ from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
-from .framework.encoder import LayerNames, Rec, lists, stack_layers, tensors, token_heads
+from .framework.encoder import LayerNames, stack_layers, token_heads
 from .framework.ops import Builder
+from .framework.recorder import Recorder, lists, tensors
 
 # the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order
 LAYER: LayerNames = ("attentions.{bid}.q_lin", "attentions.{bid}.k_lin", "attentions.{bid}.v_lin", "attentions.{bid}",
@@ -65,19 +66,19 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=(note,), **common)
 
 
-def walk(B: Builder) -> Rec:
+def walk(B: Builder) -> Recorder:
     """The forward at B.s's sizes: writes its ops to B and records the modules it meets."""
-    s, r = B.s, Rec(B)
+    s, r = B.s, Recorder(B)
     h = s.hidden
-    r.embedding("embeddings", "embedding", s.vocab, h)
-    r.embedding("position_embeddings", "embedding", s.positions, h)
+    r.embedding("embeddings", s.vocab, h, B.seq, bucket="embedding")
+    r.embedding("position_embeddings", s.positions, h, B.seq, bucket="embedding")
     langs = s.variant_as(XLMVariant).langs
     if langs:
         r.held("lang_embeddings (held: not run without langs)", (("lang_embeddings", (("weight", (langs, h)),)),))
-    r.norm("layer_norm_emb", "embedding", h, residual=False)
+    r.norm("layer_norm_emb", r.tok, h, residual=False, bucket="embedding")
     stack_layers(r, lists(s.layers), LAYER)
     if s.head == "lm":
-        r.linear("pred_layer.proj", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+        r.linear("pred_layer.proj", r.tok, h, s.vocab, True, bucket="cls", top=True, tied=s.tied_embeddings,
                  label="pred_layer.proj" + (" (tied to embeddings)" if s.tied_embeddings else ""))
     token_heads(r)
     return r

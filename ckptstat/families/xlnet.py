@@ -10,7 +10,7 @@ tie_word_embeddings is false. The model returns its `mems`, no cache object: no 
 (tests/coverage_walk.py's oracle reads a cache or past_key_values). Refused (meta path): attn_type "uni" (klen + 1
 position rows; transformers 5 cannot run it on a batch over 1 with an attention mask, so no test checks it) and
 bi_data.
-Described once, as a walk (`walk`: framework/encoder.py's recorder, each module recorded while its op is written):
+Described once, as a walk (`walk`: framework/recorder.py's recorder, each module recorded while its op is written):
 the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
@@ -19,8 +19,9 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
-from .framework.encoder import Rec, Stack, tensors, token_heads
+from .framework.encoder import token_heads
 from .framework.ops import Builder
+from .framework.recorder import Recorder, Stack, tensors
 
 BODY = "transformer"   # the base model's attribute in the head models
 
@@ -49,13 +50,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=("no config: attn_type 'bi' assumed (klen + qlen relative positions)",), **common)
 
 
-def walk(B: Builder) -> Rec:
+def walk(B: Builder) -> Recorder:
     """The forward at B.s's sizes: writes its ops to B and records the modules it meets."""
-    s, r, b, n = B.s, Rec(B), B.b, B.seq
+    s, r, b, n = B.s, Recorder(B), B.b, B.seq
     h, a, d, f = s.hidden, s.heads, s.head_dim, s.intermediate
     L, R = s.layers, 2 * n   # relative positions klen + qlen (no mems: klen = qlen)
     every = Stack(f"layer[{L}]", "layer.{bid}", L, L)
-    r.embedding("word_embedding", "embedding", s.vocab, h)
+    r.embedding("word_embedding", s.vocab, h, n, bucket="embedding")
     r.held("mask_emb (held: run only with target_mapping)", (("mask_emb", (("", (1, 1, h)),)),))
     for m in ("q", "k", "v"):
         r.einsum(f"rel_attn.{m}", h, a, d, every)
@@ -65,18 +66,18 @@ def walk(B: Builder) -> Rec:
     B.add(every.name("rel_attn (bd: Q R^T)"), "attention", "encoder", L, (b, a, n, d), (b, a, n, R),
           macs=b * a * n * R * d)
     # r_w_bias, r_r_bias (added to the queries); r_s_bias and seg_embed (the segment term, not run): held
-    biases = r.params(tuple((f"rel_attn.{m}", (("", (a, d)),)) for m in ("r_w_bias", "r_r_bias", "r_s_bias"))
+    biases = r.count(tuple((f"rel_attn.{m}", (("", (a, d)),)) for m in ("r_w_bias", "r_r_bias", "r_s_bias"))
                       + (("rel_attn.seg_embed", (("", (2, a, d)),)),), every)
     B.add(every.name("rel_attn biases, seg_embed"), "activation", "encoder", L, (b, a, n, d), (b, a, n, d),
           params=biases, ew=2 * b * a * n * d)
     r.einsum("rel_attn.o", h, a, d, every, out=True)
-    r.norm("rel_attn.layer_norm", "encoder", h, every)
-    r.linear("ff.layer_1", "encoder", h, f, stack=every)
+    r.norm("rel_attn.layer_norm", r.tok, h, every)
+    r.linear("ff.layer_1", r.tok, h, f, True, every)
     B.activation(every.name("ff act"), "encoder", r.tok, f, s.activation, L)
-    r.linear("ff.layer_2", "encoder", f, h, stack=every)
-    r.norm("ff.layer_norm", "encoder", h, every)
+    r.linear("ff.layer_2", r.tok, f, h, True, every)
+    r.norm("ff.layer_norm", r.tok, h, every)
     if s.head == "lm":
-        r.linear("lm_loss", "cls", h, s.vocab, top=True, tied=s.tied_embeddings,
+        r.linear("lm_loss", r.tok, h, s.vocab, True, bucket="cls", top=True, tied=s.tied_embeddings,
                  label="lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""))
     token_heads(r)
     return r

@@ -1,144 +1,25 @@
-"""The recorder of the encoders that are not LLaMA-shaped (`Rec`) and the post-LayerNorm BERT-style encoder written with
-it: embeddings, the layer (four attention projections, attention norm, FFN in and out, output norm), pooler and heads.
-Every parameterised module a walk meets is recorded (a layout_base.Module: its path as save_pretrained names it, `{bid}`
-the stored layer, its parameters' shapes, its llama.cpp name) in the same call that writes its op to the Builder, so
-that the op template, the expected tensors (`Rec.shapes`, `tensors`) and the GGUF names derive from one walk. A run of
-layers is a `Stack`: its modules under one path (BERT's encoder.layer.{bid}), or, where a model keeps them in per-kind
-lists (XLM's attentions.{bid}.q_lin, layer_norm1.{bid}), each module's own path holds `{bid}`. Beside the layers'
-pieces the recorder holds parameters a forward never runs (`Rec.held`) and einsum projections held as bare
-[in, heads, d] parameters (`Rec.einsum`). Each family passes its own module names, and nothing here branches on which
-family calls it (bert.py, albert.py, distilbert.py, xlm.py, xlnet.py, git.py, hrm_text.py, wav2vec2.py)."""
+"""The post-LayerNorm BERT-style encoder, written with framework/recorder.py's `Recorder` (each module recorded while
+its op is written, so the op template, the expected tensors and the GGUF names derive from one walk): embeddings, the
+layer (four attention projections, attention norm, FFN in and out, output norm) of a recorder.Stack (BERT's
+encoder.layer.{bid}, or per-kind lists: XLM's attentions.{bid}.q_lin), pooler and heads. Each family passes its own
+module names, and nothing here branches on which family calls it (bert.py, albert.py, distilbert.py, xlm.py, xlnet.py,
+git.py, hrm_text.py, wav2vec2.py)."""
 from __future__ import annotations
 
-import math
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
 from . import infer
-from .base import ArchSpec, HeadRule, Shapes, Tensors
-from .layout_base import Module, module_shapes
-from .ops import Builder
+from .base import HeadRule, Tensors
+from .recorder import Recorder, Stack
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
 # attention norm, FFN in, FFN activation, FFN out, output norm.
 LayerNames = tuple[str, str, str, str, str, str, str, str, str, str]
 # llama.cpp's names of a post-LN layer's modules in LayerNames' order, None where it has no tensor (gguf-py
-# tensor_mapping.py's BERT names; recorded only by a walk asked for them: Rec.gguf)
+# tensor_mapping.py's BERT names; the family's GGUF table reads them off a plain BERT's walk)
 LAYER_GGUF = ("attn_q", "attn_k", "attn_v", None, "attn_output", "attn_output_norm", "ffn_up", None, "ffn_down",
               "layer_output_norm")
-# a module's parameters: (suffix, shape); suffix "" for a bare parameter whose path is its own name
-Shape = tuple[tuple[str, tuple[int, ...]], ...]
-
-
-@dataclass(frozen=True)
-class Stack:
-    """A run of layers: stored at `path` (`{bid}` each of `stored` layers; `{xid}` each of `inner` within one: ALBERT's
-    groups of layers), its ops labelled `label`, run `calls` times in one forward (more than stored where layers are
-    shared). `path` and `label` "": the modules' own paths hold `{bid}` (per-kind lists), their labels `[stored]`."""
-    label: str
-    path: str
-    stored: int
-    calls: int
-    inner: int = 0
-
-    @property
-    def copies(self) -> int:
-        return self.stored * (self.inner or 1)
-
-    def at(self, sub: str) -> str:
-        """A module's path."""
-        return f"{self.path}.{sub}" if self.path else sub
-
-    def name(self, sub: str) -> str:
-        """A module's op label."""
-        return f"{self.label}.{sub}" if self.label else sub.replace(".{bid}", f"[{self.stored}]")
-
-
-def lists(layers: int) -> Stack:
-    """`layers` layers run once each whose modules sit in per-kind lists (their paths hold `{bid}`)."""
-    return Stack("", "", layers, layers)
-
-
-class Rec:
-    """Writes an encoder's ops to B and records each parameterised module in the same call (`modules`); `gguf`: record
-    llama.cpp's names too (the family's GGUF table walks a plain BERT with it)."""
-
-    def __init__(self, B: Builder, gguf: bool = False):
-        self.B, self.s, self.gguf = B, B.s, gguf
-        self.tok, self.first = (B.b, B.seq), (B.b,)   # the pooler and sentence heads read the first token only
-        self.modules: list[Module] = []
-
-    def record(self, path: str, shapes: Shape, stack: Stack | None = None, top: bool = False,
-               gguf: str | None = None) -> None:
-        """`top`: outside the base model (a head); `stack`: one module per stored layer."""
-        if stack is not None:
-            path, gguf = stack.at(path), gguf and f"blk.{{bid}}.{gguf}"
-        layers = tuple(range(stack.stored)) if stack is not None else ()
-        self.modules.append(Module(path, gguf if self.gguf else None, shapes, layers, stack.inner if stack else 0, top))
-
-    def linear(self, path: str, bucket: str, fin: int, fout: int, tokens: tuple[int, ...] | None = None,
-               stack: Stack | None = None, top: bool = False, tied: bool = False, label: str | None = None,
-               gguf: str | None = None) -> None:
-        """A biased nn.Linear (every one of these encoders' is); `tied`: its weight is another module's."""
-        self.record(path, linear_shapes(fin, fout), stack, top, gguf)
-        self.B.linear(label or _label(path, stack), bucket, tokens or self.tok, fin, fout, True,
-                      stack.calls if stack else 1, stack.copies if stack else None, tied=tied)
-
-    def norm(self, path: str, bucket: str, dim: int, stack: Stack | None = None, top: bool = False,
-             residual: bool = True, gguf: str | None = None, tokens: tuple[int, ...] | None = None,
-             label: str | None = None) -> None:
-        """A LayerNorm (weight and bias); `residual`: it also adds the sublayer's input back."""
-        self.record(path, (("weight", (dim,)), ("bias", (dim,))), stack, top, gguf)
-        self.B.norm(label or _label(path, stack), bucket, tokens or self.tok, dim, stack.calls if stack else 1,
-                    stack.copies if stack else None, residual=residual, kind="layernorm", bias=True)
-
-    def embedding(self, path: str, bucket: str, rows: int, dim: int, gguf: str | None = None,
-                  label: str | None = None) -> None:
-        """A lookup table run on every token."""
-        self.record(path, (("weight", (rows, dim)),), gguf=gguf)
-        self.B.embedding(label or path, bucket, rows, dim, self.B.seq)
-
-    def einsum(self, path: str, fin: int, heads: int, d: int, stack: Stack, rows: tuple[int, ...] | None = None,
-               out: bool = False, label: str | None = None) -> None:
-        """A bias-free projection held as one [fin, heads, d] parameter and run by einsum over `rows` (default every
-        token): fin -> heads x d, or back (`out`)."""
-        self.record(path, (("", (fin, heads, d)),), stack)
-        fi, fo = (heads * d, fin) if out else (fin, heads * d)
-        self.B.linear(label or stack.name(path), "encoder", rows or self.tok, fi, fo, False, stack.calls, stack.copies)
-
-    def params(self, subs: tuple[tuple[str, Shape], ...], stack: Stack | None = None) -> int:
-        """Records modules (path, its parameters); returns how many parameters they hold, every layer's together."""
-        for path, shapes in subs:
-            self.record(path, shapes, stack)
-        return sum(math.prod(shape) for _, shapes in subs for _, shape in shapes) * (stack.copies if stack else 1)
-
-    def held(self, label: str, subs: tuple[tuple[str, Shape], ...], stack: Stack | None = None) -> None:
-        """Parameters a forward holds and never runs (no call, no cost: counted in the parameters alone)."""
-        self.B.add(label, "embedding", "embedding", 0, self.tok, self.tok, params=self.params(subs, stack))
-
-    def shapes(self, body: str) -> Shapes:
-        """The expected tensors: every recorded parameter's name and shape, the base model's under `body` ("": none)."""
-        return module_shapes(self.modules, body)
-
-    def gguf_names(self) -> tuple[tuple[str, str], ...]:
-        """HF module (as the base model names it) -> llama.cpp name, of the modules recorded with one."""
-        return tuple((m.path, m.gguf) for m in self.modules if m.gguf is not None)
-
-
-def tensors(walk: Callable[[Builder], Rec], body: str) -> Callable[[ArchSpec], Shapes]:
-    """A family's expected tensors, derived from its walk: every module it records, those inside the body under `body`
-    in a head model's file (a base model's file has no prefix)."""
-    return lambda s: walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else body)
-
-
-def linear_shapes(fin: int, fout: int) -> Shape:
-    """A biased nn.Linear's parameters."""
-    return (("weight", (fout, fin)), ("bias", (fout,)))
-
-
-def _label(path: str, stack: Stack | None) -> str:
-    return path if stack is None else stack.name(path)
 
 
 @dataclass(frozen=True)
@@ -155,55 +36,57 @@ class LMHead:
 
 # ---- the pieces, in forward order ----
 
-def embeddings(r: Rec, norm: bool = True, positions: bool = True) -> None:
+def embeddings(r: Recorder, norm: bool = True, positions: bool = True) -> None:
     """Word, position (unless positions is false: RoFormer's rotary table sits in its encoder) and (when the config has
     them) token-type lookups, then LayerNorm (unless norm is false: XLM-RoBERTa-XL's pre-LN layers normalise instead),
     width E."""
     s = r.s
-    r.embedding("embeddings.word_embeddings", "embedding", s.vocab, s.emb, "token_embd")
+    n = r.B.seq
+    r.embedding("embeddings.word_embeddings", s.vocab, s.emb, n, bucket="embedding", gguf="token_embd")
     if positions:
-        r.embedding("embeddings.position_embeddings", "embedding", s.positions, s.emb, "position_embd")
+        r.embedding("embeddings.position_embeddings", s.positions, s.emb, n, bucket="embedding", gguf="position_embd")
     if s.type_vocab:
-        r.embedding("embeddings.token_type_embeddings", "embedding", s.type_vocab, s.emb, "token_types")
+        r.embedding("embeddings.token_type_embeddings", s.type_vocab, s.emb, n, bucket="embedding", gguf="token_types")
     if norm:
-        r.norm("embeddings.LayerNorm", "embedding", s.emb, residual=False, gguf="token_embd_norm")
+        r.norm("embeddings.LayerNorm", r.tok, s.emb, residual=False, bucket="embedding", gguf="token_embd_norm")
 
 
-def stack_layers(r: Rec, stack: Stack, names: LayerNames, causal: bool = False) -> None:
+def stack_layers(r: Recorder, stack: Stack, names: LayerNames, causal: bool = False) -> None:
     """The post-LN layers of `stack`; causal: GIT's text decoder masks its attention."""
     s, h, f = r.s, r.s.hidden, r.s.intermediate
     q, k, v, at, o, ln1, up, act, down, ln2 = names
-    gq, gk, gv, _, go, g1, gup, _, gdown, g2 = LAYER_GGUF
+    gq, gk, gv, _, go, g1, gup, _, gdown, g2 = (g and f"blk.{{bid}}.{g}" for g in LAYER_GGUF)
+    tok = r.tok
     for name, g in ((q, gq), (k, gk), (v, gv)):
-        r.linear(name, "encoder", h, h, stack=stack, gguf=g)
-    r.B.attention(_label(at, stack), "encoder", s.heads, r.B.seq, r.B.seq, s.head_dim, stack.calls, causal=causal)
-    r.linear(o, "encoder", h, h, stack=stack, gguf=go)
-    r.norm(ln1, "encoder", h, stack, gguf=g1)
-    r.linear(up, "encoder", h, f, stack=stack, gguf=gup)
-    r.B.activation(_label(act, stack), "encoder", r.tok, f, s.activation, stack.calls)
-    r.linear(down, "encoder", f, h, stack=stack, gguf=gdown)
-    r.norm(ln2, "encoder", h, stack, gguf=g2)
+        r.linear(name, tok, h, h, True, stack, gguf=g)
+    r.B.attention(stack.name(at), "encoder", s.heads, r.B.seq, r.B.seq, s.head_dim, stack.calls, causal=causal)
+    r.linear(o, tok, h, h, True, stack, gguf=go)
+    r.norm(ln1, tok, h, stack, gguf=g1)
+    r.linear(up, tok, h, f, True, stack, gguf=gup)
+    r.B.activation(stack.name(act), "encoder", tok, f, s.activation, stack.calls)
+    r.linear(down, tok, f, h, True, stack, gguf=gdown)
+    r.norm(ln2, tok, h, stack, gguf=g2)
 
 
-def pooler(r: Rec, path: str = "pooler.dense") -> None:
+def pooler(r: Recorder, path: str = "pooler.dense") -> None:
     """Dense + tanh on the first token (transformers BertPooler; BigBird's and ALBERT's one Linear at `pooler`)."""
     h = r.s.hidden
-    r.linear(path, "pooler", h, h, r.first, label="pooler.dense")
+    r.linear(path, r.first, h, h, True, bucket="pooler", label="pooler.dense")
     r.B.activation("pooler act (tanh)", "pooler", r.first, h, "tanh")
 
 
-def mlm_head(r: Rec, head: LMHead, width: int) -> None:
+def mlm_head(r: Recorder, head: LMHead, width: int) -> None:
     """Transform dense (h -> width) + activation + LayerNorm, then the decoder, its weight tied to the word embeddings
     unless the config's tie_word_embeddings is false (LMHead)."""
     s = r.s
     fin = s.hidden
     if head.dense is not None:
-        r.linear(head.dense, "cls", s.hidden, width, top=True)
+        r.linear(head.dense, r.tok, s.hidden, width, True, bucket="cls", top=True)
         r.B.activation(head.dense.rsplit(".", 1)[0] + " act", "cls", r.tok, width, s.activation)
-        r.norm(head.norm, "cls", width, top=True, residual=False)
+        r.norm(head.norm, r.tok, width, residual=False, bucket="cls", top=True)
         fin = width
     tied = s.tied_embeddings
-    r.linear(head.decoder, "cls", fin, s.vocab, top=True, tied=tied,
+    r.linear(head.decoder, r.tok, fin, s.vocab, True, bucket="cls", top=True, tied=tied,
              label=head.decoder + (" (tied to word_embeddings)" if tied else ""))
     if head.bias is not None:
         r.record(head.bias, (("", (s.vocab,)),), top=True)
@@ -212,21 +95,22 @@ def mlm_head(r: Rec, head: LMHead, width: int) -> None:
                     (s.vocab,), params=s.vocab)
 
 
-def sequence_classifier(r: Rec, dense: bool) -> None:
+def sequence_classifier(r: Recorder, dense: bool) -> None:
     """On the first token: one Linear on the pooled output (BERT's `classifier`), or `dense` RoBERTa's head (dense + tanh,
     then out_proj)."""
     h = r.s.hidden
     if dense:
-        r.linear("classifier.dense", "cls", h, h, r.first, top=True)
+        r.linear("classifier.dense", r.first, h, h, True, bucket="cls", top=True)
         r.B.activation("classifier act (tanh)", "cls", r.first, h, "tanh")
-    r.linear("classifier.out_proj" if dense else "classifier", "cls", h, r.s.num_labels, r.first, top=True)
+    r.linear("classifier.out_proj" if dense else "classifier", r.first, h, r.s.num_labels, True, bucket="cls", top=True)
 
 
-def token_heads(r: Rec) -> None:
+def token_heads(r: Recorder) -> None:
     """Per-token classifier and span (QA) heads (nn.Linear(h, num_labels): QA's 2 to run)."""
     s = r.s
     if s.head in ("tokcls", "qa"):
-        r.linear("classifier" if s.head == "tokcls" else "qa_outputs", "cls", s.hidden, s.num_labels, top=True)
+        r.linear("classifier" if s.head == "tokcls" else "qa_outputs", r.tok, s.hidden, s.num_labels, True, bucket="cls",
+                 top=True)
 
 
 # ---- head and shape inference ----

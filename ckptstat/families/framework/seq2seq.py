@@ -4,7 +4,7 @@ Whisper's decoder (modeling_whisper.py) differ only in what a `Stack` says. A st
 an optional `layernorm_embedding`, layers of self-attention (q/k/v/out_proj), cross-attention in a decoder
 (encoder_attn, same projections), fc1 -> activation -> fc2, each sublayer's LayerNorm after it (post-LN, BART) or
 before it (pre-LN, mBART), and for pre-LN stacks one `layer_norm` after the last layer. The stack is walked once
-(`embeddings`, `layer_ops`) with walk_vision.Recorder: each parameterised module recorded (its path, `{bid}` the layer,
+(`embeddings`, `layer_ops`) with recorder.Recorder: each parameterised module recorded (its path, `{bid}` the layer,
 its parameters' shapes) in the same call that writes its op, so a family's op template and its expected tensors (every
 head's: Recorder.shapes) come from one walk; the KV cache (`kv_cache`) from the spec.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .base import ArchSpec, Cfg, KVLines
-from .walk_vision import Recorder
+from .recorder import Recorder
 
 
 @dataclass(frozen=True)

@@ -1,12 +1,9 @@
 """The ViT-shaped image encoders, each described once as a walk: ViT and DeiT (vit.py), DINOv2 (dinov2.py), CLIP's and
-SigLIP's towers (clip.py, siglip.py). `Recorder` is layout_base.Walk's idea outside a DecoderLayout: each parameterised
-module recorded once (a layout_base.Module) while its op is written to the Builder in the same call, so the expected
-tensors (layout_base.module_shapes) and the op template come from one walk. The pieces every such walk meets: the Conv2d
-patch embedding (`conv2d`, also ResNet's), learned tokens and positions (`Recorder.params`), and the pre-LayerNorm
-encoder layers (`encoder_layers`) under each modeling file's names (`LayerPaths`), their variants typed in an
-`EncoderLayer`: DINOv2's layer scale and SwiGLU MLP. framework/seq2seq.py walks the BART-shaped stacks with the same
-recorder; ResNet (resnet.py: `Recorder.conv2d`, strided convs run over a stage's blocks) and T5 (t5.py: modules recorded
-with their llama.cpp names, the GGUF table derived) walk with it too."""
+SigLIP's towers (clip.py, siglip.py), walked with framework/recorder.py's `Recorder` (each parameterised module
+recorded while its op is written, so the expected tensors and the op template come from one walk). The pieces every
+such walk meets: the Conv2d patch embedding (`conv`; `conv_strided` ResNet's), learned tokens and positions
+(`Recorder.params`), and the pre-LayerNorm encoder layers (`encoder_layers`) under each modeling file's names
+(`LayerPaths`), their variants typed in an `EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
 from __future__ import annotations
 
 import math
@@ -14,8 +11,8 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ...errors import UsageError
-from .layout_base import Module, module_shapes
 from .ops import Builder
+from .recorder import Recorder
 
 
 def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
@@ -29,6 +26,22 @@ def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, st
           params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
           weights_per_call=per)
     return out
+
+
+def conv(w: Recorder, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
+         top: bool = False) -> int:
+    """A recorded Conv2d of k x k, stride k (a patch embedding; k 1: a per-pixel projection) on a side x side image;
+    returns the output side."""
+    w.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
+    return conv2d(w.B, path if top else w.label(path), bucket or w.bucket, cin, cout, k, k, side, 0, bias=bias)
+
+
+def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
+                 layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
+    """A recorded bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers`
+    (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
+    w.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
+    return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
 
 
 @dataclass(frozen=True)
@@ -72,78 +85,6 @@ class EncoderLayer:
 
 
 Shape = tuple[int, ...]
-
-
-class Recorder:
-    """Records each module and writes its op; `prefix` precedes every path and label (CLIP's `vision_model.`), `bucket`
-    is the ops' bucket unless a call names another. A path holds `{bid}` where a layer's index goes; its op's label
-    shows `[L]` there, the op running L times."""
-
-    def __init__(self, B: Builder, bucket: str, prefix: str = ""):
-        self.B, self.bucket, self.prefix = B, bucket, prefix
-        self.modules: list[Module] = []
-
-    def label(self, path: str, L: int = 0) -> str:
-        return self.prefix + path.replace(".{bid}", f"[{L}]")
-
-    def record(self, path: str, shapes: tuple[tuple[str, Shape], ...], L: int = 0, top: bool = False,
-               layers: tuple[int, ...] | None = None, gguf: str | None = None) -> None:
-        """A module's parameters (suffix "": the path is the parameter's own name); `top`: outside the prefix and the
-        body (a task head); `layers`: the indices `{bid}` takes, where not range(L) (ResNet's blocks 1..n-1); `gguf`:
-        its llama.cpp name (`{bid}` the layer), where the family has a GGUF table (T5's)."""
-        self.modules.append(Module(path if top else self.prefix + path, gguf, shapes,
-                                   tuple(range(L)) if layers is None else layers, top=top))
-
-    def linear(self, path: str, tokens: Shape, fin: int, fout: int, bias: bool, L: int = 0, note: str = "",
-               bucket: str | None = None, top: bool = False, tied: bool = False, runs: bool = True,
-               gguf: str | None = None) -> None:
-        """`tied`: the weight is another module's (counted there); `runs` false: stored L times, never called (a
-        decoder alone's cross-attention); `gguf`: its llama.cpp name."""
-        self.record(path, (("weight", (fout, fin)),) + ((("bias", (fout,)),) if bias else ()), L, top, gguf=gguf)
-        self.B.linear((path if top else self.label(path, L)) + note, bucket or self.bucket, tokens, fin, fout, bias,
-                      max(L, 1) if runs else 0, None if runs else L, tied=tied)
-
-    def norm(self, path: str, tokens: Shape, dim: int, L: int = 0, residual: bool = True, note: str = "",
-             bucket: str | None = None, runs: bool = True) -> None:
-        """A LayerNorm (weight and bias); `residual`: the residual add before it counted with it."""
-        self.record(path, (("weight", (dim,)), ("bias", (dim,))), L)
-        self.B.norm(self.label(path, L) + note, bucket or self.bucket, tokens, dim, max(L, 1) if runs else 0,
-                    None if runs else L, residual=residual, kind="layernorm")
-
-    def params(self, label: str, parts: tuple[tuple[str, Shape], ...], in_shape: Shape, out_shape: Shape, ew: int,
-               kind: str = "embedding", bucket: str | None = None, L: int = 0) -> None:
-        """Bare parameters (learned tokens, positions, scales) at their paths, and the one element-wise op that reads them
-        (`label` after the prefix; `[L]` calls, each reading its layer's copy, where L)."""
-        for path, shape in parts:
-            self.record(path, (("", shape),), L)
-        per = sum(math.prod(shape) for _, shape in parts)
-        self.B.add(self.prefix + label, kind, bucket or self.bucket, max(L, 1), in_shape, out_shape, params=per * max(L, 1),
-                   ew=ew, weights_per_call=per if L else 0)
-
-    def embedding(self, path: str, rows: int, dim: int, seq: int, note: str = "", bucket: str | None = None,
-                  params: bool = True, gguf: str | None = None) -> None:
-        """A lookup table of `rows` (nn.Embedding) read by `seq` tokens; `params` false: its weight counted elsewhere
-        (a tied copy); `gguf`: its llama.cpp name."""
-        self.record(path, (("weight", (rows, dim)),), gguf=gguf)
-        self.B.embedding(self.label(path) + note, bucket or self.bucket, rows, dim, seq, params=params)
-
-    def conv(self, path: str, cin: int, cout: int, k: int, side: int, bias: bool, bucket: str | None = None,
-             top: bool = False) -> int:
-        """A Conv2d of k x k, stride k (a patch embedding; k 1: a per-pixel projection) on a side x side image; returns
-        the output side."""
-        self.record(path, (("weight", (cout, cin, k, k)),) + ((("bias", (cout,)),) if bias else ()), top=top)
-        return conv2d(self.B, path if top else self.label(path), bucket or self.bucket, cin, cout, k, k, side, 0, bias=bias)
-
-    def conv2d(self, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-               layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
-        """A bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers` (the
-        path's `{bid}`; none: once), its op under `label`; returns the output side."""
-        self.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
-        return conv2d(self.B, label, bucket or self.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
-
-    def shapes(self, body: str = "") -> dict[str, Shape]:
-        """The recorded parameters' names and shapes, those not `top` under `body` ("": none)."""
-        return module_shapes(self.modules, body)
 
 
 def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads: int, f: int, act: str, qkv_bias: bool,
