@@ -21,7 +21,6 @@ Accumulators (all mergeable, so chunks, tensors, shards and worker processes com
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 import threading
@@ -36,7 +35,6 @@ import numpy as np
 from ...census import aliases, name_matches, placements
 from ...core import Checkpoint, TensorInfo, dtypes, urls
 from ...core.tensor import STATS_CHUNK_BYTES
-from ...core.text import inert
 from ...errors import CkptstatError, UsageError
 from ...naming import BUCKETS, is_norm_gain
 from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the accumulator's public home)
@@ -49,6 +47,8 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
     new_acc,
     tables,
 )
+from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
+from .csv_table import CSV_FIELDS, to_csv  # noqa: F401  (re-exported)
 from .kernel16 import BITS16, BUFFERS, acc_from_hist16, hist16, parts, tensor_stats16
 from .kernel32 import tensor_stats32
 from .tiny import run_stats, units
@@ -63,12 +63,6 @@ QUANTILE_RULE = (
     "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
     "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
     "float64 values are first rounded to float32")
-ANOMALY_RULE = (
-    "nan_or_inf: any NaN or Inf; all_zero: every element is exactly 0; spread_outlier: among the "
-    "parameter tensors of one bucket of the same kind (vectors: rank <= 1; matrices: rank >= 2; at "
-    "least 5 with std > 0), robust z = (log10 std - median) / max(1.4826 * MAD, 0.1) exceeds 3.5 "
-    "in absolute value (MAD = median absolute deviation of log10 std; the 0.1 floor means a flagged "
-    "tensor's std is at least 10^0.35 = 2.2x away from the median)")
 # Units a URL's stats reads at once, and the bytes of values they may hold (each a buffer of at most a chunk, which
 # its values are fetched straight into: sources/remote.py `Blob.read_into`): the round trips (50 ms to a distant
 # Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the checkpoint.
@@ -77,9 +71,6 @@ REMOTE_BUDGET = 48 << 20
 # A 16-bit tensor of several chunks of at least this many bytes is read as its chunks at once (kernel16.parts): a
 # read this large is one range request straight into its buffer (sources/remote.py DIRECT), whatever the order.
 REMOTE_PART = 1 << 20
-Z_LIMIT = 3.5
-MAD_FLOOR = 0.1
-MIN_PEERS = 5
 
 
 # --- selection and the pass over the data ---------------------------------------------------------------
@@ -458,46 +449,6 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
 
 # --- anomalies and the report -----------------------------------------------------------------------------
 
-def _median(a: np.ndarray) -> float:
-    """np.median's value (the middle element, or the mean of the two middle ones; NaN if any is NaN),
-    without np.median's import of numpy.ma (~10 ms, serial in every run)."""
-    s = np.sort(a)
-    n = s.size
-    if np.isnan(s[-1]):
-        return math.nan
-    return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
-
-
-def anomalies(rows: list[dict]) -> list[dict]:
-    """Flag tensors per ANOMALY_RULE; also records each row's robust z in row['spread_z']."""
-    out: list[dict] = []
-    for r in rows:
-        if r["nan"] or r["inf"]:
-            out.append({"name": r["name"], "kind": "nan_or_inf",
-                        "detail": f"{r['nan']} NaN, {r['posinf']} +Inf, {r['neginf']} -Inf"})
-        if r["count"] and r["zeros"] == r["count"]:
-            out.append({"name": r["name"], "kind": "all_zero", "detail": f"all {r['count']} elements are 0"})
-    peers: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        r["spread_z"] = None
-        if r["role"] == "parameter" and r["std"]:
-            peers.setdefault((r["bucket"], "vector" if len(r["shape"]) <= 1 else "matrix"), []).append(r)
-    for (bucket, kind), group in peers.items():
-        if len(group) < MIN_PEERS:
-            continue
-        logs = np.log10([r["std"] for r in group])
-        med = _median(logs)
-        scale = max(1.4826 * _median(np.abs(logs - med)), MAD_FLOOR)
-        for r, v in zip(group, logs):
-            z = (float(v) - med) / scale
-            r["spread_z"] = z
-            if abs(z) > Z_LIMIT:
-                out.append({"name": r["name"], "kind": "spread_outlier",
-                            "detail": f"std {r['std']:.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
-                                      f"{kind}s (robust z {z:+.1f})"})
-    return out
-
-
 @dataclass
 class StatsRun:
     report: dict
@@ -601,49 +552,3 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
 def stats(ckpt: Checkpoint, **kw) -> dict:
     """The stats report of an open Checkpoint (see `collect` for the options)."""
     return collect(ckpt, **kw).report
-
-
-# --- CSV ------------------------------------------------------------------------------------------------
-
-CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "count", "finite", "min", "max",
-              "mean", "std", "mean_abs", "l2", "zeros", "zero_fraction", "nan", "posinf", "neginf",
-              *(_qkey(p) for p in QUANTILES), "quantiles_exact", "flags"]
-
-
-
-
-def _csv_text(v: object) -> object:
-    """OWASP's CSV-injection rule (owasp.org/www-community/attacks/CSV_Injection): a text cell starting with
-    = + - @ TAB or CR is a formula to a spreadsheet, so it gets a leading `'`; numbers are left as they are."""
-    return "'" + v if isinstance(v, str) and v[:1] in ("=", "+", "-", "@", "\t", "\r") else v
-
-
-def to_csv(report: dict) -> str:
-    """One table: a row per tensor, layer, bucket and the total, told apart by `level`."""
-    import csv
-    import io
-
-    buf = io.StringIO()
-    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
-    w.writeheader()
-
-    def emit(level: str, name: str, r: dict) -> None:
-        row = {k: r.get(k) for k in CSV_FIELDS if k in r}
-        row.update({k: v for k, v in r["quantiles"].items()})
-        # a name from the file made inert (control, bidi and separator characters shown as \xNN, \uNNNN), as in
-        # every other output but JSON (core/text.py); commas and quotes are the csv module's to quote
-        row["level"], row["name"] = level, inert(name)
-        if "shape" in r:
-            row["shape"] = "x".join(map(str, r["shape"]))
-        row["flags"] = ";".join(r.get("flags", []))
-        w.writerow({k: "" if row.get(k) is None else _csv_text(row[k]) for k in CSV_FIELDS})
-
-    for r in report["tensors"]:
-        emit("tensor", r["name"], r)
-    for r in report["layers"]:
-        emit("layer", f"{r['bucket']}.{r['layer']}", r)
-    for r in report["buckets"]:
-        emit("bucket", r["bucket"], r)
-    if report["total"]:
-        emit("total", "total", report["total"])
-    return buf.getvalue()
