@@ -136,6 +136,16 @@ class Cfg:
                              f"model_type {self.model_type!r}")
         return default if theirs is None else theirs
 
+    def found(self, *keys: str) -> str:
+        """The name the file holds the first of `keys` it has under (its own, an alias, inside rope_parameters), for an
+        error to name what the user wrote; keys[0] when it has none."""
+        rope = self.cfg.get("rope_parameters")
+        for k in keys:
+            for name in config_names(self.model_type, k):
+                if self.cfg.get(name) is not None or (isinstance(rope, Mapping) and rope.get(name) is not None):
+                    return name
+        return keys[0]
+
     def sub(self, key: str, model_type: str) -> Cfg:
         """A nested config (CLIP's text_config), read as its own config class's (`model_type` unless it names one; a
         class registered under none saves "": DBRX's ffn_config, whose defaults are the row "dbrx.ffn_config")."""
@@ -151,13 +161,13 @@ class Cfg:
         10^12 layers, or a 4200-digit size, is one line naming the field, never a hang)."""
         v = self.get(*keys, default=default)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0 or (v == 0 and keys[0] in _POSITIVE) or v > _MAX_INT:
-            raise UsageError(f"{self.path}: config {keys[0]} = {_shown(v)} is not a "
+            raise UsageError(f"{self.path}: config {self.found(*keys)} = {_shown(v)} is not a "
                              f"{'positive' if keys[0] in _POSITIVE else 'non-negative'} integer up to {_MAX_INT:,}")
         if keys[0] in _LOOPED and v > _MAX_BLOCKS:
-            raise UsageError(f"{self.path}: config {keys[0]} = {v:,} is more than the {_MAX_BLOCKS:,} ckptstat models")
+            raise UsageError(f"{self.path}: config {self.found(*keys)} = {v:,} is more than the {_MAX_BLOCKS:,} ckptstat models")
         if keys[0] in _NESTED:
             if self.blocks * max(v, 1) > _MAX_BLOCKS:
-                raise UsageError(f"{self.path}: config {keys[0]} = {v:,} makes more than {_MAX_BLOCKS:,} blocks "
+                raise UsageError(f"{self.path}: config {self.found(*keys)} = {v:,} makes more than {_MAX_BLOCKS:,} blocks "
                                  "(layers x experts x groups) for ckptstat to model")
             self.blocks *= max(v, 1)
         return v
