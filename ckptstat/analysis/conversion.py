@@ -164,6 +164,26 @@ def v_head_reorder(k_heads: int, v_heads: int, head_dim: int, shape: tuple[int, 
     return Transform(label, apply)
 
 
+def column_blocks(source: Callable[[], Chunks], rows: int, cols: int, per: int) -> Iterator[np.ndarray]:
+    """A [rows, cols] tensor's values (C order; `source()` streams its chunks anew for each pass) as blocks of `per`
+    columns, each [rows, <= per]: one pass over the chunks per block, memory the block and one chunk. A transpose
+    streamed in bounded memory (llama.cpp's Conv1D transpose here, a TF kernel's [in, out] in diff.py)."""
+    for c0 in range(0, cols, per):
+        c1 = min(cols, c0 + per)
+        block: np.ndarray | None = None
+        carry: np.ndarray | None = None
+        r = 0
+        for chunk in source():
+            flat = np.concatenate([carry, chunk]) if carry is not None and len(carry) else chunk
+            k = len(flat) // cols
+            if block is None:
+                block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
+            block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
+            carry, r = flat[k * cols:], r + k
+        if block is not None:
+            yield block
+
+
 _TRANSPOSE_BLOCK = 1 << 22   # elements of the HF tensor gathered per pass
 
 
@@ -177,20 +197,8 @@ def transposition(shape: tuple[int, ...]) -> Transform | None:
     per = max(1, _TRANSPOSE_BLOCK // rows)
 
     def apply(source: Callable[[], Chunks]) -> Chunks:
-        for c0 in range(0, cols, per):
-            c1 = min(cols, c0 + per)
-            block: np.ndarray | None = None
-            carry: np.ndarray | None = None
-            r = 0
-            for chunk in source():
-                flat = np.concatenate([carry, chunk]) if carry is not None and len(carry) else chunk
-                k = len(flat) // cols
-                if block is None:
-                    block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
-                block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
-                carry, r = flat[k * cols:], r + k
-            if block is not None:
-                yield np.ascontiguousarray(block.T).reshape(-1)
+        for block in column_blocks(source, rows, cols, per):
+            yield np.ascontiguousarray(block.T).reshape(-1)
 
     return Transform("llama.cpp's Conv1D transpose ([in, out] stored [out, in])", apply, (cols, rows))
 

@@ -21,7 +21,16 @@ from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
-from .conversion import Transform, conversion_row, gguf_transforms, rounding_bound, rounding_target, transform_for, whole_blocks
+from .conversion import (
+    Transform,
+    column_blocks,
+    conversion_row,
+    gguf_transforms,
+    rounding_bound,
+    rounding_target,
+    transform_for,
+    whole_blocks,
+)
 
 DIFF_SCHEMA = "ckptstat.diff/3"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
@@ -174,21 +183,9 @@ def _transposed(ckpt: Checkpoint, name: str, chunk_bytes: int) -> Iterator[np.nd
     shape = ckpt.tensors[name].shape
     rows, cols = math.prod(shape[:-1]), shape[-1]
     per_block = max(1, chunk_bytes // max(1, rows * 8))
-    for c0 in range(0, cols, per_block):
-        c1 = min(cols, c0 + per_block)
-        block: np.ndarray | None = None
-        carry: np.ndarray = np.empty(0)
-        r = 0
-        for chunk in ckpt.iter_chunks(name, chunk_bytes):
-            flat = np.concatenate([carry, chunk]) if len(carry) else chunk
-            k = len(flat) // cols
-            if block is None:
-                block = np.empty((rows, c1 - c0), dtype=chunk.dtype)
-            block[r:r + k] = flat[: k * cols].reshape(k, cols)[:, c0:c1]
-            carry, r = flat[k * cols:], r + k
-        if block is not None:
-            out = block.T if len(shape) == 2 else np.transpose(block.reshape(*shape[:-1], c1 - c0), (3, 2, 0, 1))
-            yield np.ascontiguousarray(out).reshape(-1)
+    for block in column_blocks(lambda: ckpt.iter_chunks(name, chunk_bytes), rows, cols, per_block):
+        out = block.T if len(shape) == 2 else np.transpose(block.reshape(*shape[:-1], block.shape[1]), (3, 2, 0, 1))
+        yield np.ascontiguousarray(out).reshape(-1)
 
 
 def _squeezed(shape: tuple[int, ...]) -> tuple[int, ...]:
