@@ -48,13 +48,14 @@ FAMILY = Family(
     gguf_architectures=("qwen35", "qwen35moe"),
     # convert_hf_to_gguf.py Qwen3_5TextModel / Qwen3_5MoeTextModel (_LinearAttentionVReorderBase.modify_tensors): the
     # linear attention's V heads reordered from grouped to tiled (in_proj_qkv's V rows, conv1d's V channels, in_proj_z,
-    # in_proj_a / _b, out_proj's columns; A_log's and dt_bias' too, not replayed: -exp(A_log), dt_bias not in the
-    # table); then Qwen3NextModel.modify_tensors: every `norm.weight` + 1 but linear_attn.norm's
+    # in_proj_a / _b and dt_bias (one row a head), out_proj's columns; A_log's too, not replayed: -exp(A_log)); then
+    # Qwen3NextModel.modify_tensors: dt_bias renamed dt_proj.bias (ssm_dt.bias), every `norm.weight` + 1 but
+    # linear_attn.norm's
     gguf_transforms=tuple((arch, rx, kind) for arch in ("qwen35", "qwen35moe") for rx, kind in (
         (r"(?<!linear_attn\.)norm\.weight$", "plus_one"),
         (r"linear_attn\.(in_proj_qkv|conv1d)\.weight$", "v_heads_qkv"),
         (r"linear_attn\.in_proj_z\.weight$", "v_heads"),
-        (r"linear_attn\.in_proj_[ab]\.weight$", "v_heads_1"),
+        (r"linear_attn\.(in_proj_[ab]\.weight|dt_bias)$", "v_heads_1"),
         (r"linear_attn\.out_proj\.weight$", "v_heads_cols"))),
     samples=(
         Sample("Qwen3_5TextConfig", dict(_SIZES, intermediate_size=37), ("Qwen3_5TextModel", "Qwen3_5ForCausalLM")),

@@ -75,9 +75,9 @@ def gated_deltanet(w: Walk, layers: tuple[int, ...]) -> None:
         w.record(la + p.conv, "ssm_conv1d", (("weight", (conv, 1, k)),), layers)
     B.add(w.label(f"{la}{p.conv} (+silu)", layers), "conv", "encoder", L, (b, conv, n), (b, conv, n), params=conv * k * L,
           macs=b * (max(n, k) + k - 1) * conv * k, ew=b * n * conv * ew_cost("silu"), weights_per_call=conv * k)
-    # beta = sigmoid(b); g = -exp(A_log) x softplus(a + dt_bias): dt_bias has no llama.cpp name of its own (the converter
-    # renames it ssm_dt.bias)
-    w.record(la + p.dt_bias, None, (("", (Hv,)),), layers)
+    # beta = sigmoid(b); g = -exp(A_log) x softplus(a + dt_bias): dt_bias is llama.cpp's ssm_dt.bias (the converter
+    # renames it dt_proj.bias: Qwen3NextModel.modify_tensors)
+    w.record(la + p.dt_bias, "ssm_dt.bias", (("", (Hv,)),), layers)
     w.record(la + p.a_log, "ssm_a", (("", (Hv,)),), layers)
     B.add(w.label(f"{la}{p.a_log}, {p.dt_bias} (beta, decay)", layers), "ssm", "encoder", L, (b, n, 2 * Hv), (b, n, 2 * Hv),
           params=2 * Hv * L, ew=b * n * Hv * (ew_cost("sigmoid") + 13), weights_per_call=2 * Hv)

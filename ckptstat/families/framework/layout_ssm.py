@@ -141,7 +141,8 @@ def mamba2(w: Walk, layers: tuple[int, ...], m: SSM) -> None:
     b, n, h, L, cd = B.b, B.seq, s.hidden, len(layers), m.conv_dim
     w.linear(x + "in_proj", "ssm_in", h, m.intermediate + cd + m.heads, m.bias, layers)
     _conv(w, layers, m)
-    for name, gguf in (("dt_bias", None), ("A_log", "ssm_a"), ("D", "ssm_d")):
+    # dt_bias: llama.cpp's converters rename it dt_proj.bias, ssm_dt.bias (Mamba2Model.modify_tensors)
+    for name, gguf in (("dt_bias", "ssm_dt.bias"), ("A_log", "ssm_a"), ("D", "ssm_d")):
         w.record(x + name, gguf, (("", (m.heads,)),), layers)
     # softplus(dt + dt_bias), x dt, A dt, the segment sums and their exps, D's skip: element-wise
     vectors = 3 * m.heads + (cd if m.conv_bias else 0)

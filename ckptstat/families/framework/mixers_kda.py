@@ -69,7 +69,7 @@ def kda(w: Walk, layers: tuple[int, ...]) -> None:
           params=conv * k * L, macs=b * (max(n, k) + k - 1) * conv * k, ew=b * n * conv * ew_cost("silu"),
           weights_per_call=conv * k)
     _gate(w, layers, p.kda_f if lay.linear == "kda" else p.kda_f[:1], "forget gate")
-    w.record(la + p.dt_bias, None, (("", (width,)),), layers)
+    w.record(la + p.dt_bias, "ssm_dt.bias", (("", (width,)),), layers)   # renamed dt_proj.bias by KimiLinearModel's converter
     w.record(la + p.a_log, None, (("", (1, 1, H, 1) if lay.linear == "kda" else (H,)),), layers)
     B.add(w.label(f"{la}{p.a_log}, {p.dt_bias} (per-channel decay)", layers), "ssm", "encoder", L, (b, n, width),
           (b, n, width), params=(width + H) * L, ew=b * n * width * (ew_cost("softplus") + 3), weights_per_call=width + H)
