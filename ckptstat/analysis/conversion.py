@@ -50,6 +50,20 @@ def _regroup(chunks: Chunks, size: int, reorder: Callable[[np.ndarray], np.ndarr
         yield np.concatenate(buf)
 
 
+def _slots(chunks: Chunks, size: int, per: int, first: int, last: int) -> Chunks:
+    """The stream cut into blocks of `size` elements (a head's rows) numbered 0, 1, ..., per - 1 over and over, keeping
+    the blocks numbered first..last - 1, in order: one part of a regrouping, one pass over the tensor."""
+    seen = 0
+
+    def keep(blocks: np.ndarray) -> np.ndarray:
+        nonlocal seen
+        slot = (seen + np.arange(len(blocks))) % per
+        seen += len(blocks)
+        return blocks[(slot >= first) & (slot < last)]
+
+    return (x for x in _regroup(chunks, size, keep) if len(x))
+
+
 def rope_permutation(heads: int, shape: tuple[int, ...], what: str) -> Transform | None:
     """llama.cpp's `LlamaModel.permute` (conversion/llama.py): each head's rows, HF's two rotary halves
     [h, 2, d/2], stored interleaved [h, d/2, 2], for its non-NeoX rope. None when the rows do not split."""
@@ -84,20 +98,9 @@ def qkv_regrouping(heads: int, kv_heads: int, shape: tuple[int, ...]) -> Transfo
     cols = int(np.prod(shape[1:], dtype=np.int64)) if len(shape) > 1 else 1
     size = rows // (kv_heads * per) * cols            # elements of one head's rows
 
-    def part(source: Callable[[], Chunks], first: int, last: int) -> Chunks:
-        seen = 0
-
-        def keep(blocks: np.ndarray) -> np.ndarray:
-            nonlocal seen
-            slot = (seen + np.arange(len(blocks))) % per
-            seen += len(blocks)
-            return blocks[(slot >= first) & (slot < last)]
-
-        return (x for x in _regroup(source(), size, keep) if len(x))
-
     def apply(source: Callable[[], Chunks]) -> Chunks:
         for first, last in ((0, per - 2), (per - 2, per - 1), (per - 1, per)):
-            yield from part(source, first, last)
+            yield from _slots(source(), size, per, first, last)
 
     what = f"{heads} heads" if kv_heads == heads else f"{heads} heads, {kv_heads} kv groups"
     return Transform(f"llama.cpp's fused QKV regrouped into q, k, v ({what})", apply)
@@ -151,15 +154,7 @@ def v_head_reorder(k_heads: int, v_heads: int, head_dim: int, shape: tuple[int, 
         if skip_rows:
             yield from _take(source(), skip_rows * cols)
         for j in range(per):
-            seen = 0
-
-            def keep(blocks: np.ndarray, j: int = j) -> np.ndarray:
-                nonlocal seen
-                slot = (seen + np.arange(len(blocks))) % per
-                seen += len(blocks)
-                return blocks[slot == j]
-
-            yield from (x for x in _regroup(_skip(source(), skip_rows * cols), size, keep) if len(x))
+            yield from _slots(_skip(source(), skip_rows * cols), size, per, j, j + 1)
 
     return Transform(label, apply)
 
