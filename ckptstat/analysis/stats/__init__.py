@@ -185,13 +185,17 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
     yielded in order: the same report, bit for bit)."""
     groups_of = functools.lru_cache(maxsize=4096)(_group_keys)   # a MoE's 200k tensors share a few hundred
 
+    def single(it: Item, info: TensorInfo, acc: Acc) -> tuple[list[Item], list[dict], Contribution]:
+        """One tensor's unit: its row and its contribution to each of its groups."""
+        return [it], [{**head(it, info), **acc.row()}], [(k, acc) for k in groups_of(it.bucket, it.layer,
+                                                                                    is_norm_gain(it.name))]
+
     def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
         part = items[span[0]:span[1]]
         infos = [ckpt[it.name] for it in part]
+        if len(part) == 1:   # its row and merges read the bins
+            return single(part[0], infos[0], tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact())
         keys = [groups_of(it.bucket, it.layer, is_norm_gain(it.name)) for it in part]
-        if len(part) == 1:
-            acc = tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact()   # its row and merges read the bins
-            return part, [{**head(part[0], infos[0]), **acc.row()}], [(k, acc) for k in keys[0]]
         return part, *run_stats(ckpt, infos, part, keys, progress)
 
     def held(span: tuple[int, int]) -> int:   # the buffer a unit reads into: a chunk at most (a run: its bytes)
@@ -200,7 +204,7 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     try:
         if urls.is_url(ckpt.path):
-            yield from _remote_units(ckpt, items, spans, chunk_bytes, one, held, progress)
+            yield from _remote_units(ckpt, items, spans, chunk_bytes, one, single, held, progress)
         else:
             yield from map(one, spans)
     finally:
@@ -217,14 +221,15 @@ class _Part(NamedTuple):
 
 def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, int]], chunk_bytes: int,
                   one: Callable[[tuple[int, int]], tuple[list[Item], list[dict], Contribution]],
+                  single: Callable[[Item, TensorInfo, Acc], tuple[list[Item], list[dict], Contribution]],
                   held: Callable[[tuple[int, int]], int], progress: Callable[[int], None] | None
                   ) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
     """unit_results for a URL: units read up to REMOTE_AHEAD at a time within REMOTE_BUDGET bytes of buffers, and
     a 16-bit tensor of several chunks read as its chunks, each a unit of its own for `concurrently` (issue 35: a
     62.5 MiB embedding was 16 range requests one after another). A part holds one chunk's buffer, as the tensor's
     read did, and its histogram; the tensor's row and contribution are built when its last part is handed back,
-    from the parts' counts summed (integers: the same counts, the same report, in the same order)."""
-    groups_of = functools.lru_cache(maxsize=4096)(_group_keys)
+    from the parts' counts summed (integers: the same counts, the same report, in the same order); `one` a unit's
+    results, `single` a tensor's from its accumulator (unit_results')."""
     work: list[tuple[int, int] | _Part] = []
     for span in spans:
         cut = parts(ckpt, ckpt[items[span[0]].name], chunk_bytes, REMOTE_PART) if span[1] - span[0] == 1 else None
@@ -253,12 +258,11 @@ def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, in
         else:
             hist += res
         if w.last:
-            it, info = items[w.item], ckpt[items[w.item].name]
+            info = ckpt[items[w.item].name]
             acc = acc_from_hist16(hist, info.dtype)
             acc.tensors = 1
             hist = None
-            yield [it], [{**head(it, info), **acc.row()}], [(k, acc) for k in groups_of(it.bucket, it.layer,
-                                                                                        is_norm_gain(it.name))]
+            yield single(items[w.item], info, acc)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
