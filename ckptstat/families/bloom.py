@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .framework import decoder_heads, infer, layout, layout_tp
+from .framework import infer, layout, layout_tp
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -41,7 +41,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """The layout's widths; heads assumed (bloom-560m..3b: head_dim 64; 7b1 and 176B: 128), which no tensor shows."""
     s = layout.spec_from_tensors(BLOOM, T, dict(common, model_type="bloom"))
     a, note = infer.heads_for(s.hidden, 128 if s.hidden >= 4096 else 64)
-    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, num_labels=decoder_heads.labels(T), assumptions=(note,))
+    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, assumptions=(note,))
 
 
 _SIZES = dict(hidden_size=32, n_layer=2, n_head=4, vocab_size=99)

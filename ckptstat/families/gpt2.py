@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import decoder_heads, infer, layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -38,7 +38,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(s.hidden, 64)
     lm, wte = infer.find(T, r"lm_head\.weight$"), infer.find(T, r"wte\.weight$")
     tied = lm is None or (wte is not None and lm.alias_key == wte.alias_key)
-    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, tied_embeddings=tied, num_labels=decoder_heads.labels(T),
+    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, tied_embeddings=tied,
                    assumptions=(note,) + tuple(n for n in s.assumptions if "head_dim" not in n))
 
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 from typing import Any
 
 from . import gpt2
-from .framework import decoder_heads, infer, layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 
 BIGCODE = replace(gpt2.GPT2, conv1d=False, task_heads=("seqcls", "tokcls"))
@@ -38,7 +38,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         g, notes = a, (note,)
     else:
         a, g = h // max(kv, 1), 1
-    return replace(s, heads=a, kv_heads=g, head_dim=h // a, num_labels=decoder_heads.labels(T),
+    return replace(s, heads=a, kv_heads=g, head_dim=h // a,
                    assumptions=notes + tuple(n for n in s.assumptions if "head_dim" not in n))
 
 

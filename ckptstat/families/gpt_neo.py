@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import gpt2
-from .framework import decoder_heads, infer, layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, KVLines, Sample, Tensors, decoder_kv_cache
 from .framework.layout_base import FFNWidth
 
@@ -58,7 +58,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     s = _LAYOUTS.from_tensors(T, common)
     a, note = infer.heads_for(s.hidden, 128 if s.hidden >= 2048 else 64)
     local = tuple(range(1, s.layers, 2))
-    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, num_labels=decoder_heads.labels(T),
+    return replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a,
                    sliding_window=_WINDOW if local else None, sliding_layers=() if len(local) == s.layers else local,
                    assumptions=(note, f"no config: global and local layers alternating, window {_WINDOW}"))
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .framework import decoder_heads, infer, layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -44,8 +44,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     its class default, 64 (neither shows in a tensor)."""
     s = _LAYOUTS.from_tensors(T, common)
     a, note = infer.heads_for(s.hidden, 256 if s.hidden >= 4096 else 64)
-    s = replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, num_labels=decoder_heads.labels(T),
-                assumptions=(note, "no config: rotary_dim assumed 64"))
+    s = replace(s, heads=a, kv_heads=a, head_dim=s.hidden // a, assumptions=(note, "no config: rotary_dim assumed 64"))
     return _rotary(s, 64)
 
 

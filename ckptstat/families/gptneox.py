@@ -17,7 +17,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .framework import base, decoder_heads, decoders, infer, layout
+from .framework import base, decoders, infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
@@ -45,7 +45,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(s.hidden, 128 if s.hidden >= 2048 else 64)
     d, pct = s.hidden // a, GPTNEOX.partial_rotary or 1.0
     return replace(s, heads=a, kv_heads=a, head_dim=d, rope_dim=int(d * pct), tied_embeddings=infer.find(T, _LM_HEAD) is None,
-                   num_labels=decoder_heads.labels(T), assumptions=(note, f"no config: rotary_pct assumed {pct}"))
+                   assumptions=(note, f"no config: rotary_pct assumed {pct}"))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .framework import decoder_heads, infer, layout
+from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import BiasKeys, FFNWidth
@@ -52,7 +52,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = infer.heads_for(h, 64 if h <= 2048 else 128)   # OPT-125m..1.3b: 64; 6.7b..66b: 128 (2.7b: 80)
     post = ("no config: post-norm layers assumed (no decoder.final_layer_norm: OPT-350m's layout)",) * (name == "opt_post")
     return replace(s, layout=name, hidden=h, embedding_size=s.hidden, heads=a, kv_heads=a, head_dim=h // a,
-                   num_labels=decoder_heads.labels(T), assumptions=(note, *post))
+                   assumptions=(note, *post))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, ffn_dim=37, vocab_size=99,

@@ -55,7 +55,7 @@ from .layout_base import (
     joined,
     module_shapes,
 )
-from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers
+from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
 from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 
@@ -476,7 +476,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
                     tied_embeddings=not infer.has(T, rf"(^|\.){re.escape(lay.paths.lm_head)}\.weight$"),
                     qk_norm=qk_norm or lay.qk_norm == "none", activation=act,
                     rope_dim=int(d * lay.partial_rotary) if lay.partial_rotary is not None else 0,
-                    linear_layers=linear, deltanet=deltanet,
+                    linear_layers=linear, deltanet=deltanet, num_labels=task_labels(lay, T),
                     short_conv=mixers_conv.from_tensors(T, lay.paths.layers) if lay.short_conv else None,
                     lightning=mixers_lightning.from_tensors(T, lay.paths, common) if lay.lightning else None,
                     **dict(hybrid, assumptions=tuple(notes) + hybrid.get("assumptions", ())), **moe, **common)

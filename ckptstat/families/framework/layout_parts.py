@@ -6,7 +6,8 @@ from __future__ import annotations
 import math
 
 from . import decoder_heads, decoders
-from .layout_base import LEARNED_ACTIVATIONS, MLP, Module, Walk
+from .base import Tensors
+from .layout_base import LEARNED_ACTIVATIONS, MLP, DecoderLayout, Module, Walk
 from .ops import ew_cost
 
 
@@ -121,3 +122,9 @@ def output_heads(w: Walk, E: int) -> None:
         name, params = decoder_heads.shapes(s, E, lay.qa_labels)
         w.modules.append(Module(name, None, params, top=True))
         decoder_heads.build(B, E, lay.qa_labels)
+
+
+def task_labels(lay: DecoderLayout, T: Tensors) -> int:
+    """The classes of a layout's task head read from its rows (decoder_heads.labels) without config.json; 2, the
+    config default, where the layout has no task heads."""
+    return decoder_heads.labels(T) if lay.task_heads else 2
