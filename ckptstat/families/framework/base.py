@@ -118,14 +118,8 @@ class Cfg:
         (rope_theta, partial_rotary_factor, the scaling). A key the file leaves out: with a `default` (the key
         is optional), the constant its model_type's config class gives it (config_defaults.json, generated from
         transformers), else `default` (the family's rule for a value the class derives); without one, an error."""
-        rope = self.cfg.get("rope_parameters")
-        for k in keys:
-            for name in config_names(self.model_type, k):
-                v = self.cfg.get(name)
-                if v is None and isinstance(rope, Mapping):
-                    v = rope.get(name)
-                if v is not None:
-                    return v
+        if (got := self._lookup(keys)) is not None:
+            return got[1]
         if default is KeyError:
             raise UsageError(f"{self.path}: config has no {' / '.join(keys)}, needed for the analytic model")
         # a key the file sets to null keeps null's meaning (DeepSeek-V2-Lite's q_lora_rank: no query LoRA), never the class's
@@ -136,15 +130,23 @@ class Cfg:
                              f"model_type {self.model_type!r}")
         return default if theirs is None else theirs
 
-    def found(self, *keys: str) -> str:
-        """The name the file holds the first of `keys` it has under (its own, an alias, inside rope_parameters), for an
-        error to name what the user wrote; keys[0] when it has none."""
+    def _lookup(self, keys: tuple[str, ...]) -> tuple[str, Any] | None:
+        """(the name the file holds it under, its value) of the first of `keys` the file sets (not null)."""
         rope = self.cfg.get("rope_parameters")
         for k in keys:
             for name in config_names(self.model_type, k):
-                if self.cfg.get(name) is not None or (isinstance(rope, Mapping) and rope.get(name) is not None):
-                    return name
-        return keys[0]
+                v = self.cfg.get(name)
+                if v is None and isinstance(rope, Mapping):
+                    v = rope.get(name)
+                if v is not None:
+                    return name, v
+        return None
+
+    def found(self, *keys: str) -> str:
+        """The name the file holds the first of `keys` it has under (its own, an alias, inside rope_parameters), for an
+        error to name what the user wrote; keys[0] when it has none."""
+        got = self._lookup(keys)
+        return keys[0] if got is None else got[0]
 
     def sub(self, key: str, model_type: str) -> Cfg:
         """A nested config (CLIP's text_config), read as its own config class's (`model_type` unless it names one; a
