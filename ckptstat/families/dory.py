@@ -22,9 +22,9 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Walk, module_shapes
+from .framework.layout_base import Walk, walk_tensors
 from .framework.ops import Builder, ew_cost
 
 # the module names as save_pretrained writes them; Walk records with them (DoryModel's own file: embed_tokens)
@@ -151,8 +151,7 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else LAYOUT.paths.body)
+expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

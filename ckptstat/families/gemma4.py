@@ -33,9 +33,9 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Walk, module_shapes
+from .framework.layout_base import Walk, walk_tensors
 from .framework.layout_parts import mlp
 from .framework.ops import Builder, ew_cost
 
@@ -292,8 +292,7 @@ def _experts(w: Walk, layers: tuple[int, ...]) -> None:
     B.add(w.label("MLP + experts", layers), "activation", "encoder", L, tok + (h,), tok + (h,), ew=n * h)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else LAYOUT.paths.body)
+expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 
 def gguf_tensor_names(**parts: Any) -> tuple[tuple[str, str], ...]:

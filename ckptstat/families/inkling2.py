@@ -26,9 +26,9 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from . import inkling
 from .framework import layout
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Module, Walk, module_shapes
+from .framework.layout_base import Module, Walk, walk_tensors
 from .framework.ops import Builder, ew_cost
 
 # the names as save_pretrained writes them (the released checkpoints'); Walk records with them
@@ -244,8 +244,7 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else LAYOUT.paths.body)
+expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 
 _SIZES = dict(vocab_size=97, unpadded_vocab_size=90, hidden_size=16, num_hidden_layers=5, num_attention_heads=2,

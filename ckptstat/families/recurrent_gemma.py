@@ -23,9 +23,9 @@ from typing import Any
 from ..errors import UsageError
 from .framework import decoders, infer, layout
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, class_default
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Module, Walk, module_shapes
+from .framework.layout_base import Module, Walk, walk_tensors
 from .framework.layout_parts import mlp
 from .framework.ops import Builder, ew_cost
 
@@ -150,8 +150,7 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else _P.body)
+expected_tensors = walk_tensors(walk, _P.body)
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,

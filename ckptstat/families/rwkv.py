@@ -20,9 +20,9 @@ from typing import Any
 
 from .framework import decoders, infer, layout
 from .framework.archspec import Variant
-from .framework.base import STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Shapes, Tensors
+from .framework.base import STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
-from .framework.layout_base import Module, Walk, module_shapes
+from .framework.layout_base import Module, Walk, walk_tensors
 from .framework.ops import Builder, ew_cost
 
 # the module names as RwkvForCausalLM saves them; the walk records with them (no llama.cpp names: no RWKV-4 there)
@@ -107,8 +107,7 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else _P.body)
+expected_tensors = walk_tensors(walk, _P.body)
 
 
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

@@ -3,11 +3,12 @@ and the recorder the walk writes with (`Walk`: each parameterised module met onc
 the same call); the walk's larger parts (the dense MLP, sinks, gates, the heads) are layout_parts.py's."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
 
 from . import decoder_heads, decoders
-from .archspec import Variant
+from .archspec import ArchSpec, Variant
 from .layout_streams import gated_norm, hyper_connection
 from .ops import Builder
 
@@ -572,3 +573,10 @@ def module_shapes(modules: list[Module], body: str) -> dict[str, tuple[int, ...]
                 for suffix, shape in m.shapes:
                     out[("" if m.top else body) + joined(path, suffix)] = shape
     return out
+
+
+
+def walk_tensors(walk: Callable[[Builder], list[Module]], body: str) -> Callable[[ArchSpec], dict[str, tuple[int, ...]]]:
+    """A family's expected tensors derived from its own walk (module_shapes of the modules it records at a tiny
+    Builder), those inside the body under `body` in a head model's file (recorder.tensors' twin for layout_base.Walk)."""
+    return lambda s: module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else body)
