@@ -159,7 +159,7 @@ def _gguf_names(gated: bool) -> tuple[tuple[str, str], ...]:
     s = ArchSpec(family="t5", model_type="t5", source="", head="lm", architecture=None, layers=1, hidden=2, heads=1,
                  kv_heads=1, head_dim=1, intermediate=2, vocab=2, gated_mlp=gated, norm="rmsnorm", decoder_layers=1,
                  relative_buckets=1)
-    return tuple((m.path, m.gguf) for m in walk(Builder(s, 1, 1, 1, 1, 1)).modules if m.gguf is not None)
+    return walk(Builder(s, 1, 1, 1, 1, 1)).gguf_names()
 
 
 # llama.cpp's ffn_up is T5's wi, or T5 v1.1's wi_1 beside ffn_gate (wi_0): two tables, the file's names pick one
