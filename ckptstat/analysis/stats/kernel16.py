@@ -35,19 +35,21 @@ def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
             and (info.stride is None or info.stride == contiguous_strides(info.shape)))
 
 
-def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int) -> Iterator[np.ndarray]:
-    """The tensor's 16-bit patterns (native uint16), about chunk_bytes bytes at a time.
+def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
+                  part: tuple[int, int] | None = None) -> Iterator[np.ndarray]:
+    """The tensor's 16-bit patterns (native uint16), about chunk_bytes bytes at a time; with `part`, a plain tensor's
+    bytes [start, stop) only (parts()).
 
     A plain tensor is read straight into one reused buffer (each byte read once, no allocation per
     chunk); any other (a zip record, a strided view, a format's own reader) through
     Checkpoint.iter_chunks, from whose decoded values the patterns are taken back without a copy
     for F16 (a view) and with one uint32 shift for BF16 (decode widened it to float32)."""
-    if not plain(ckpt, info):
+    if part is None and not plain(ckpt, info):
         for x in ckpt.iter_chunks(info.name, chunk_bytes):
             yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
         return
     order = "<u2" if info.byteorder == "little" else ">u2"
-    for raw in plain_chunks(info, chunk_bytes, 2):
+    for raw in plain_chunks(info, chunk_bytes, 2, *(part or (0, None))):
         yield raw.view(order)
 
 
@@ -134,12 +136,7 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
     """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
     stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
     hist = None   # the first slice's counts are the histogram: no zeroed 512 KiB table and pass over it
-    if part is None:
-        chunks = bits16_chunks(ckpt, info, chunk_bytes)
-    else:
-        order = "<u2" if info.byteorder == "little" else ">u2"
-        chunks = (raw.view(order) for raw in plain_chunks(info, chunk_bytes, 2, *part))
-    for bits in chunks:
+    for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
         for at in range(0, bits.size, SLICE):
             counts = np.bincount(bits[at:at + SLICE], minlength=NBINS)
             if hist is None:
