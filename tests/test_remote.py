@@ -269,6 +269,27 @@ def test_hf_summary_of_many_shards_waits_few_round_trips(tmp_path, monkeypatch):
         assert max(s.max_in_flight, cdn.max_in_flight) <= sources.SETTINGS.concurrency   # (per host)
 
 
+@pytest.mark.parametrize("env", [{}, {"HF_HUB_DISABLE_TELEMETRY": "0"}])
+def test_hf_sends_no_telemetry_unless_asked(tmp_path, env):
+    """The CLI as a user starts it, against a stand-in Hub: huggingface_hub's headers would fetch its AI-agent
+    registry from {endpoint}/api/agent-harnesses on the first request (and cache it under HF_HOME). ckptstat turns
+    its telemetry off unless the environment sets HF_HUB_DISABLE_TELEMETRY: then the user's choice stands. The
+    requests are the repository's, the file's, and nothing written under HF_HOME."""
+    import subprocess
+
+    home = tmp_path / "hf_home"
+    home.mkdir()
+    with Server(FIX, hub={"org/bert": os.path.join(FIX, "bert-tiny")}) as s:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+        run_env = {**base, "HF_ENDPOINT": s.url, "HF_HOME": str(home), **env}
+        r = subprocess.run([sys.executable, "-m", "ckptstat", "hf://org/bert/model.safetensors", "--json"],
+                           env=run_env, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        agent = [p for _, p, _ in s.log if p.startswith("/api/agent")]
+    assert agent == ([] if not env else ["/api/agent-harnesses"])   # (the switch is huggingface_hub's own)
+    assert list(home.rglob("*")) == [] or env
+
+
 def test_requests_in_flight_stay_bounded_when_opens_nest(tmp_path, monkeypatch):
     """Shards opened together, each a torch zip whose storages' local headers are prefetched with threads of
     their own: still at most Settings.concurrency requests in flight to the host (sources/http.py `_slot`)."""

@@ -11,6 +11,7 @@ The endpoint is HF_ENDPOINT, read when a URL is first opened (a mirror, or a tes
 from __future__ import annotations
 
 import os
+import sys
 import threading
 from typing import Any
 
@@ -33,6 +34,12 @@ def _filesystem() -> Any:
     key = endpoint or ""
     with _lock:
         if key not in _fs:
+            if "huggingface_hub" not in sys.modules:   # its settings are read when it is imported
+                # huggingface_hub's request headers carry telemetry: torch's version and, since 1.x, the AI agent
+                # running the process, found from a registry it fetches from {endpoint}/api/agent-harnesses on the
+                # first request and caches under HF_HOME: a request to a path the user never named, and a file
+                # written. Off unless the user's environment says otherwise (docs/remote.md).
+                os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
             try:
                 from huggingface_hub import HfFileSystem
             except ImportError:
