@@ -87,13 +87,14 @@ def test_memory_of_a_bare_unknown_config_still_fails_in_one_line(tmp_path, cli):
     assert rc == 2 and "no_such_model" in err and len(err.strip().splitlines()) == 1   # a usage error, as before
 
 
-def test_granite4_hybrid_weights_without_config_are_read_as_granitemoehybrid_not_granitemoe(tmp_path, cli):
+@pytest.mark.parametrize("experts", [4, 0])
+def test_granite4_hybrid_weights_without_config_are_read_as_granitemoehybrid_not_granitemoe(tmp_path, cli, experts):
     """Granite 4's hybrid (GraniteMoeHybrid: Mamba2 layers beside attention, GraniteMoE's expert and shared-MLP names):
     its bare weights were read as GraniteMoE-Shared and given that template's FLOPs (its parameter count disagreeing),
     then refused; now its own family (families/granitemoehybrid.py) reads them, the template's parameters those of
-    model.parameters()."""
+    model.parameters(). Without experts (Granite 4 Micro: the shared MLP alone), its dense layout."""
     cfg = T.GraniteMoeHybridConfig(hidden_size=32, intermediate_size=64, shared_intermediate_size=32, num_hidden_layers=4,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=99, num_local_experts=4,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=99, num_local_experts=experts,
                                    num_experts_per_tok=2, layer_types=["mamba", "attention", "mamba", "attention"],
                                    mamba_d_state=8, mamba_n_heads=4, mamba_d_head=16, mamba_n_groups=1, mamba_chunk_size=4)
     model = T.GraniteMoeHybridForCausalLM(cfg)

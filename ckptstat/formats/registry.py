@@ -262,7 +262,22 @@ def load_config(path: str) -> dict[str, Any]:
         cfg = read_json(path, limits().config_bytes, "config")
     if not isinstance(cfg, dict):
         raise CheckpointError(path, "config is not a JSON object")
-    return cfg
+    decoded: dict[str, Any] = _special_floats(cfg)
+    return decoded
+
+
+# transformers 5 writes a float JSON cannot hold as a tagged object (PreTrainedConfig._encode_special_floats: Mamba2's
+# and its hybrids' time_step_limit [0.0, {"__float__": "Infinity"}]) and reads it back as the float
+_FLOATS = {"Infinity": float("inf"), "-Infinity": float("-inf"), "NaN": float("nan")}
+
+
+def _special_floats(obj: Any) -> Any:
+    if isinstance(obj, dict):
+        tag = obj.get("__float__") if len(obj) == 1 else None
+        if isinstance(tag, str) and tag in _FLOATS:
+            return _FLOATS[tag]
+        return {k: _special_floats(v) for k, v in obj.items()}
+    return [_special_floats(v) for v in obj] if isinstance(obj, list) else obj
 
 
 def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
