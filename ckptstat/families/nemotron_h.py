@@ -3,11 +3,13 @@ mixer at `mixer` (NemotronHBlock, DecoderLayout.one_mixer), by layers_block_type
 M, *, -, E): the Mamba2 mixer (NemotronHMamba2Mixer, Mamba2Mixer's code: layout_ssm.py, mamba_num_heads x
 mamba_head_dim channels), attention without rotary, a plain MLP (up, relu2, down: ArchSpec.dense_layers) or a routed
 MoE (a sigmoid top-k router over n_routed_experts plain experts of moe_intermediate_size, saved one module per expert,
-and a plain shared expert of moe_shared_expert_intermediate_size summed in); the layer count is the block list's
+and a plain shared expert of moe_shared_expert_intermediate_size summed in; with moe_latent_size, Nemotron 3 Super's
+latent MoE: the routed experts run at that width, between fc1_latent_proj and fc2_latent_proj of every token, while
+the router and the shared expert read the hidden state: ArchSpec.moe_latent); the layer count is the block list's
 length. The router's grouping, its score-correction buffer and scaling are element-wise. Embeddings, norm_f and the
 LM head as saved under `backbone.` (conversion_mapping.py's rename, reverted on save). The cache: K/V per attention
 layer, a conv and a recurrent state per Mamba2 layer, nothing for an MLP or MoE layer (base.decoder_kv_cache).
-Refused (the meta path answers): the MoE's latent projections (moe_latent_size), biased MLPs (mlp_bias: the experts
+Refused (the meta path answers): biased MLPs (mlp_bias: the experts
 have none), a sliding window, the mixer keys under their legacy mamba_* names (NemotronHConfig renames them)."""
 from __future__ import annotations
 
@@ -21,9 +23,9 @@ from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import NEMOTRON_H_KEYS
 
 NEMOTRON_H = DecoderLayout(hybrid="blocks", ssm_keys=NEMOTRON_H_KEYS, one_mixer=True, mlp="routed", dense_layers=True, ties=False,
-                           routed_mlp="plain", shared="summed", nope="all", qkv_bias=False, o_bias=False,
+                           routed_mlp="plain", shared="summed", moe_latent=True, nope="all", qkv_bias=False, o_bias=False,
                            act_key="mlp_hidden_act", gguf_renames=(("ffn_up_exps", None), ("ffn_down_exps", None)),
-                           requires=(("moe_latent_size", None), ("mlp_bias", False), ("sliding_window", None)),
+                           requires=(("mlp_bias", False), ("sliding_window", None)),
                            paths=Paths(body="backbone", embed="embeddings", attn_in="norm", norm="norm_f", attn="mixer",
                                        ssm="mixer", mlp="mixer", up="up_proj", shared="shared_experts"))
 
@@ -61,7 +63,8 @@ def from_config(c: Cfg) -> ArchSpec:
     return replace(spec, ssm=layout_ssm.from_config(NEMOTRON_H_KEYS, cc, spec.hidden), ssm_layers=of("linear_attention"),
                    ffn_layers=of("mlp", "moe"), dense_layers=of("mlp"),
                    moe_intermediate=cc.int("moe_intermediate_size", default=FROM_CLASS),
-                   shared_intermediate=cc.int("moe_shared_expert_intermediate_size", default=FROM_CLASS))
+                   shared_intermediate=cc.int("moe_shared_expert_intermediate_size", default=FROM_CLASS),
+                   moe_latent=cc.int("moe_latent_size") if cc.get("moe_latent_size", default=None) else 0)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -89,5 +92,8 @@ FAMILY = Family(
         Sample("NemotronHConfig", dict(_SIZES, layers_block_type=None, hybrid_override_pattern="M*-EM", use_bias=True,
                                        use_conv_bias=False, chunk_size=16, tie_word_embeddings=True),
                ("NemotronHForCausalLM",), device="cpu", infer=False),
+        # Nemotron 3 Super's latent MoE
+        Sample("NemotronHConfig", dict(_SIZES, moe_latent_size=24), ("NemotronHForCausalLM", "NemotronHModel"), device="cpu",
+               infer=False),
     ),
 )

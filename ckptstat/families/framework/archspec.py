@@ -165,6 +165,9 @@ class ArchSpec:
     # moe_intermediate_size; 0: intermediate) and the shared expert's (0: none)
     moe_intermediate: int = 0
     shared_intermediate: int = 0
+    # the width the routed experts run at when the MoE projects into a latent first (NemotronH's moe_latent_size: h ->
+    # latent before the experts, latent -> h after; 0: none)
+    moe_latent: int = 0
     # tanh soft-capping (x = cap x tanh(x / cap)) of the attention scores and of the final logits (Gemma2's
     # attn_logit_softcapping, final_logit_softcapping)
     attn_softcap: bool = False

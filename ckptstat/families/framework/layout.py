@@ -268,7 +268,7 @@ def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     head = "lm" if lay.causal else "mlm"
     s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, hidden=8, heads=2,
                  kv_heads=1, head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, dense_layers=(1,),
-                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4),
+                 shared_intermediate=8, rope_dim=2 if lay.latent else 0, latent=Latent(4, 4, 4), moe_latent=4 * lay.moe_latent,
                  linear_layers=(0,) if lay.linear != "none" else (), deltanet=DeltaNet(1, 4, 2, 4, 2),
                  ssm=SSM(heads=2, head_dim=8, state=2, groups=1, conv_kernel=2, chunk=4, intermediate=16, conv_bias=True,
                          bias=True, dt_rank=2 if lay.ssm_keys.dt_rank else 0) if lay.hybrid != "none" else None,

@@ -186,6 +186,8 @@ class Paths:
     cross_attn_gate: str = "cross_attn_attn_gate"
     cross_mlp_gate: str = "cross_attn_mlp_gate"
     score_bias: str = "expert_bias"       # {mlp}.{score_bias}: DecoderLayout.score_bias
+    latent_down: str = "fc1_latent_proj"  # {mlp}.{latent_down}, {mlp}.{latent_up}: ArchSpec.moe_latent
+    latent_up: str = "fc2_latent_proj"
     linear_attn: str = "linear_attn"      # a linear layer's mixer: {linear_attn}.{in_qkvz, in_ba | in_qkv, in_z, in_b, in_a},
     in_qkvz: str = "in_proj_qkvz"         # {conv}, {dt_bias}, {a_log}, {gated_norm}, {out}
     in_ba: str = "in_proj_ba"
@@ -400,6 +402,8 @@ class DecoderLayout:
     # routed: the shared expert beside the routed MLP, at the layer's {shared}, not under {mlp} (GraniteMoE-Shared's
     # shared_mlp beside block_sparse_moe)
     shared_beside: bool = False
+    # routed: the config may name a latent width the experts run at (ArchSpec.moe_latent: NemotronH's moe_latent_size)
+    moe_latent: bool = False
     attn_gate: AttnGate = "none"
     # routed: a [E] parameter (Paths.score_bias; requires_grad false, still one of model.parameters()) added to the
     # router's scores to pick the experts (AFMoE's expert_bias, Laguna's gate.e_score_correction_bias); llama.cpp's

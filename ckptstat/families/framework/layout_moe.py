@@ -89,6 +89,9 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
         B.add(w.label(f"{moe}.{p.router} top-k, softmax", layers), "activation", "encoder", L, (B.b, B.seq, E),
               (B.b, B.seq, k), ew=B.b * B.seq * (E + k * ew_cost("softmax")))
     x = f"{moe}.{p.experts}"
+    if s.moe_latent:   # the experts run at the latent width, between two projections of every token (NemotronH)
+        w.linear(f"{moe}.{p.latent_down}", "ffn_latent_down", h, s.moe_latent, s.mlp_bias, layers)
+        h = s.moe_latent
     if w.lay.every_expert:
         every_expert(w, layers)
     elif w.lay.stacked_experts or w.lay.linear_experts != "none":
@@ -135,6 +138,9 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if not w.lay.every_expert:
         B.add(w.label(f"{moe}.combine (x routing weight)", layers), "activation", "encoder", L, rows + (h,),
               (B.b, B.seq, h), ew=B.b * B.seq * k * h * 2)
+    if s.moe_latent:
+        h = s.hidden
+        w.linear(f"{moe}.{p.latent_up}", "ffn_latent_up", s.moe_latent, h, s.mlp_bias, layers)
     if w.lay.moe_bias:   # llama.cpp has no name for it
         expert_bias(w, moe, layers)
     if w.lay.shared == "none" or not s.shared_intermediate:
