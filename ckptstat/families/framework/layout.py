@@ -54,6 +54,7 @@ from .layout_base import (
     Walk,
     joined,
     module_shapes,
+    path_parts,
 )
 from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
 from .layout_streams import GatedNorm, Hyper
@@ -298,10 +299,9 @@ def module(lay: DecoderLayout, gguf: str) -> Module | None:
 
 
 def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
-    m = module(lay, gguf)
-    if m is None:
+    if (m := module(lay, gguf)) is None:
         raise ValueError(f"the layout has no module named {gguf} by llama.cpp")
-    return [layer if c == "{bid}" else r"\d+" if c == "{xid}" else re.escape(c) for c in m.path.split(".")]
+    return path_parts(m.path, layer)
 
 
 def signature(lay: DecoderLayout, gguf: str) -> str:

@@ -3,6 +3,7 @@ and the recorder the walk writes with (`Walk`: each parameterised module met onc
 the same call); the walk's larger parts (the dense MLP, sinks, gates, the heads) are layout_parts.py's."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
@@ -560,6 +561,11 @@ class Walk:
 def joined(name: str, suffix: str) -> str:
     """A module's parameter name (or llama.cpp tensor name): `name.suffix`, or `name` for a suffix ""."""
     return f"{name}.{suffix}" if suffix else name
+
+
+def path_parts(path: str, layer: str = r"\d+") -> list[str]:
+    """A module's path as regex components (layout.signature, walk_names): `{bid}` as `layer`, `{xid}` any expert."""
+    return [layer if c == "{bid}" else r"\d+" if c == "{xid}" else re.escape(c) for c in path.split(".")]
 
 
 def module_shapes(modules: list[Module], body: str) -> dict[str, tuple[int, ...]]:
