@@ -230,6 +230,10 @@ class Paths:
     hc_params: tuple[str, str, str] = ("hc_fn", "hc_base", "hc_scale")
     hc_head_params: tuple[str, str, str] = ("hc_head_fn", "hc_head_base", "hc_head_scale")
 
+    def numbered(self) -> str:
+        r"""A regex on tensor names whose group 1 is the layer of a name under {layers} (infer.count_layers)."""
+        return rf"{re.escape(self.layers)}\.(\d+)\."
+
 
 @dataclass(frozen=True)
 class BiasKeys:

@@ -2,16 +2,16 @@
 layout.signature and layout.pattern derive a DecoderLayout's): its name signature (Family.signature) and the look-ups
 of its from_tensors. A module is picked by its llama.cpp name (Module.gguf, or the walk's Module.role: "inp_gate",
 "ffn_up") or, where llama.cpp names none, by the last components of its path ("attention.time_first"); the regex is
-its path as recorded, `{bid}` any layer."""
+its path as recorded, `{bid}` any layer. Beside them, layout_shape: a DecoderLayout family's look-up by layout.pattern."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from . import infer
+from . import infer, layout
 from .archspec import ArchSpec
 from .base import Tensors
-from .layout_base import Module, path_parts
+from .layout_base import DecoderLayout, Module, path_parts
 from .ops import Builder
 
 # the sizes of the spec a family's names are walked at; the family's `fields` add what its variant needs
@@ -73,3 +73,15 @@ def shape(T: Tensors, modules: Iterable[Module], key: str, suffix: str | None = 
     """The shape of the `key` module's `suffix` parameter (pattern's); UsageError naming its path when T has none."""
     modules = tuple(modules)
     return infer.shape(T, pattern(modules, key, suffix), module(modules, key).path.format(bid="N", xid="0"))
+
+
+def layout_shape(T: Tensors, lay: DecoderLayout, gguf: str, suffix: str = "weight") -> tuple[int, ...]:
+    """The shape of the `suffix` parameter of the DecoderLayout's module llama.cpp names `gguf` (layout.pattern);
+    UsageError naming its path when T has none."""
+    m = layout.module(lay, gguf)
+    return infer.shape(T, layout.pattern(lay, gguf, suffix), m.path.format(bid="N", xid="0") if m else gguf)
+
+
+def layout_has(T: Tensors, lay: DecoderLayout, gguf: str, suffix: str = "weight") -> bool:
+    """Whether T holds the `suffix` parameter of the DecoderLayout's module llama.cpp names `gguf` (layout.pattern)."""
+    return infer.has(T, layout.pattern(lay, gguf, suffix))
