@@ -85,3 +85,11 @@ def test_patterns_read_a_parameter_and_the_layer():
     assert re.search(walk_names.pattern(_MODULES, "attn_k", "bias"), "layers.0.self_attn.k_proj.bias")
     assert re.search(walk_names.pattern(_MODULES, "sinks"), "layers.0.self_attn.sinks")
     assert not re.search(walk_names.pattern(_MODULES, "output"), "model.lm_head_x.weight")
+
+
+def test_a_layout_pattern_reads_a_parameter_without_weight():
+    """layout.pattern's suffix "": the module's path is the parameter's name (gpt-oss's sinks, walk_names.layout_shape)."""
+    from ckptstat.families.framework import layout
+    from ckptstat.families.gpt_oss import GPT_OSS
+    rx = layout.pattern(GPT_OSS, "attn_sinks", "")
+    assert re.search(rx, "model.layers.3.self_attn.sinks") and not re.search(rx, "model.layers.3.self_attn.sinks.weight")

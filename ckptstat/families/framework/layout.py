@@ -310,8 +310,8 @@ def signature(lay: DecoderLayout, gguf: str) -> str:
 
 
 def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight") -> str:
-    """A regex on canonical tensor names that matches the `gguf` module's `suffix` parameter."""
-    return r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + rf"\.{suffix}$"
+    """A regex on canonical tensor names that matches the `gguf` module's `suffix` parameter ("": the path's own)."""
+    return r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + (rf"\.{suffix}" if suffix else "") + "$"
 
 
 def row_rewrites(arch: str, lay: DecoderLayout, kind: Literal["rope", "qkv_groups"], bias: bool = True
