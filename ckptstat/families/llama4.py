@@ -65,7 +65,7 @@ def from_config(c: Cfg) -> ArchSpec:
                    chunked_attention=bool(chunked))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.feed_forward\.router\.weight$")
+_ROUTER = re.compile(layout.pattern(LLAMA4, "ffn_gate_inp", layer=r"(\d+)"))   # group 2: the layer
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -79,7 +79,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                           ("head_dim", "num_experts_per_tok", "attention_chunk_size", "no_rope_layer_interval"))
     d = d if q % d == 0 and kv % d == 0 else kv      # else one key/value head (KV-cache bytes use k_proj: exact)
     L = infer.count_layers(T, lay.paths.numbered())
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
+    sparse = {int(m.group(2)) for n in T if (m := _ROUTER.search(n))}
     dense = infer.find(T, layout.pattern(lay, "ffn_gate"))
     nope = tuple(i for i in range(L) if (i + 1) % every == 0)
     notes = (f"no config: head_dim {d} (KV-cache bytes use the k_proj width, which is exact), experts per token "

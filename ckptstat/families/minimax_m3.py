@@ -69,7 +69,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         raise NoAnalyticModel("minimax_m3_vl_text weights with an indexer (sparse-attention layers): the op template "
                               "describes only full attention")
     E, _, f = walk_names.layout_shape(T, lay, "ffn_down_exps", "")
-    rx = re.compile(r"(^|\.)layers\.(\d+)\.mlp\.gate\.weight$")
+    rx = re.compile(layout.pattern(lay, "ffn_gate_inp", layer=r"(\d+)"))
     sparse = {int(m.group(2)) for n in T if (m := rx.search(n))}
     L = infer.count_layers(T, lay.paths.numbered())
     dense = infer.find(T, layout.pattern(lay, "ffn_up"))

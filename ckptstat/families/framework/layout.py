@@ -309,9 +309,9 @@ def signature(lay: DecoderLayout, gguf: str) -> str:
     return r"(^|[./])" + "[./]".join(_parts(lay, gguf))
 
 
-def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight") -> str:
-    """A regex on canonical tensor names that matches the `gguf` module's `suffix` parameter ("": the path's own)."""
-    return r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + (rf"\.{suffix}" if suffix else "") + "$"
+def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight", layer: str = r"\d+") -> str:
+    """A regex on canonical tensor names: the `gguf` module's `suffix` parameter ("": its path), `{bid}` as `layer`."""
+    return r"(^|\.)" + r"\.".join(_parts(lay, gguf, layer)) + (rf"\.{suffix}" if suffix else "") + "$"
 
 
 def row_rewrites(arch: str, lay: DecoderLayout, kind: Literal["rope", "qkv_groups"], bias: bool = True
@@ -449,7 +449,7 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         gates = pattern(lay, "ffn_gate_exps") if module(lay, "ffn_gate_exps") else "(?!)"   # none: stacked (down_proj's)
         f, experts = infer.expert_width(T, gates, "experts.0 gate", lay.paths.mlp), shape("ffn_gate_inp")[0]
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
-            router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
+            router = re.compile(pattern(lay, "ffn_gate_inp", layer=r"(\d+)"))   # group 2: the layer
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
             # a dense layer's gate_proj (by its path: llama.cpp may have no name for it)
             gate = rf"(^|\.){re.escape(lay.paths.layers)}\.\d+\.{re.escape(lay.paths.mlp)}\.{re.escape(lay.paths.gate)}\.weight$"
@@ -492,7 +492,7 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     def shape(gguf: str, suffix: str = r"\.weight") -> tuple[int, ...]:
         return infer.shape(T, r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + suffix + "$", f"{lay.paths.ssm} {gguf}")
 
-    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
+    rx = re.compile(pattern(lay, "ssm_in", layer=r"(\d+)"))
     layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
     if lay.ssm_keys.dt_rank is not None:   # Mamba1: A_log [i, N], dt_proj [i, r]
         (i, N), (_, r), (_, _, k) = shape("ssm_a", ""), shape("ssm_dt"), shape("ssm_conv1d")
