@@ -74,7 +74,7 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     V, h, q, kv, _ = decoders.attention_dims(T)
     sinks = walk_names.layout_shape(T, GPT_OSS, "attn_sinks", "")      # one sink per query head: head_dim is exact
-    fused = infer.shape(T, r"mlp\.experts\.gate_up_proj$", "mlp.experts.gate_up_proj")
+    fused = walk_names.shape(T, layout.every_module(GPT_OSS), "experts.gate_up_proj")
     if len(sinks) != 1 or not 0 < sinks[0] <= q or q % sinks[0] or len(fused) != 3 or fused[2] % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: self_attn.sinks {list(sinks)} and "
                          f"mlp.experts.gate_up_proj {list(fused)} are not gpt-oss's [heads] and [experts, hidden, "

@@ -39,9 +39,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths from the shapes: the attention experts' input_linear [E, g x d, h], the MLP's [E, 2f, h]; head_dim
     (kv_channels) and top-k JetMoeConfig's defaults where they divide, said in the assumptions."""
     V, h = walk_names.layout_shape(T, JETMOE, "token_embd")
-    moa = infer.shape(T, r"layers\.\d+\.self_attention\.experts\.input_linear\.weight$",
-                      "self_attention.experts.input_linear")
-    mlp = infer.shape(T, r"layers\.\d+\.mlp\.input_linear\.weight$", "mlp.input_linear")
+    held = layout.every_module(JETMOE)   # the attention's experts and the MLP's, by their paths (no llama.cpp names)
+    moa, mlp = walk_names.shape(T, held, "experts.input_linear"), walk_names.shape(T, held, "mlp.input_linear")
     if len(moa) != 3 or len(mlp) != 3 or mlp[1] % 2 or not moa[0] or not moa[1]:
         raise UsageError(f"cannot infer the architecture from tensor names: self_attention.experts.input_linear "
                          f"{list(moa)} and mlp.input_linear {list(mlp)} are not JetMoE's [experts, heads x kv_channels, "

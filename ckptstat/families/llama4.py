@@ -74,7 +74,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     lay = LLAMA4
     V, h = walk_names.layout_shape(T, lay, "token_embd")
     q, kv = walk_names.layout_shape(T, lay, "attn_q")[0], walk_names.layout_shape(T, lay, "attn_k")[0]
-    E, _, f2 = infer.shape(T, r"feed_forward\.experts\.gate_up_proj$", "feed_forward.experts.gate_up_proj")
+    E, _, f2 = walk_names.shape(T, layout.every_module(lay), "experts.gate_up_proj")
     d, k, chunk, every = (int(class_default("llama4_text", key)) for key in
                           ("head_dim", "num_experts_per_tok", "attention_chunk_size", "no_rope_layer_interval"))
     d = d if q % d == 0 and kv % d == 0 else kv      # else one key/value head (KV-cache bytes use k_proj: exact)

@@ -264,7 +264,7 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 
 
 @functools.cache
-def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
+def every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     head = "lm" if lay.causal else "mlm"
     s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, hidden=8, heads=2,
@@ -287,7 +287,7 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
     """HF module (as *ForCausalLM names it) -> llama.cpp name, over the layouts (Family.gguf_tensor_names)."""
     out: dict[str, str] = {}
     for lay in layouts:
-        for m in _every_module(lay):
+        for m in every_module(lay):
             if m.gguf is not None:
                 out.setdefault(m.path if m.top else f"{lay.paths.body}.{m.path}", m.gguf)
     return tuple(out.items())
@@ -295,7 +295,7 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
 
 def module(lay: DecoderLayout, gguf: str) -> Module | None:
     """The layout's module whose llama.cpp name (or the walk's, Module.role) is `gguf` ("attn_q", "output"), or None."""
-    return next((m for m in _every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
+    return next((m for m in every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
 
 
 def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
@@ -396,7 +396,7 @@ def mlp_dense_layers(c: Cfg, layers: int, first: int) -> tuple[int, ...]:
 
 def matches(lay: DecoderLayout, T: Tensors) -> bool:
     """Does every weight the layout's layers hold (its experts' aside) show in T?"""
-    return all(infer.has(T, pattern(lay, m.gguf.removeprefix("blk.{bid}."))) for m in _every_module(lay)
+    return all(infer.has(T, pattern(lay, m.gguf.removeprefix("blk.{bid}."))) for m in every_module(lay)
                if m.layers and m.gguf is not None and not m.experts)
 
 
