@@ -46,7 +46,7 @@ def from_tensors(T: Tensors, common: dict[str, Any], model_type: str | None = No
     (decoders.attention_dims); top-k the config class's default (`model_type`'s where given: Granite 4's hybrids,
     granitemoehybrid.py); GraniteMoE-SWA's sliding layers no tensor shows."""
     V, h, q, kv, d = decoders.attention_dims(T)
-    sinks = infer.find(T, r"(^|\.)self_attn\.sinks$")
+    sinks = infer.find(T, layout.pattern(GRANITEMOE_SWA, "attn_sinks", ""))
     experts = infer.shape(T, r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)$", "block_sparse_moe.input_linear")
     shared = infer.find(T, layout.pattern(GRANITEMOE, "ffn_up_shexp"))
     if len(experts) != 3 or experts[2] != h or experts[1] % 2:
