@@ -13,7 +13,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import decoders, infer, layout
+from .framework import decoders, infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 
@@ -31,17 +31,19 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     AriaTextConfig's default."""
     V, h, q, kv, d = decoders.attention_dims(T)
     fused = infer.shape(T, r"mlp\.experts\.(fc1\.weight|gate_up_proj)$", "mlp.experts.fc1")
-    shared = infer.shape(T, r"mlp\.shared_experts\.gate_proj\.weight$", "mlp.shared_experts.gate_proj")
+    shared = walk_names.layout_shape(T, ARIA_TEXT, "ffn_gate_shexp")
     if len(fused) != 3 or fused[1] != h or fused[2] % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: mlp.experts.fc1 {list(fused)} is not Aria's "
                          f"[experts, {h}, 2 x intermediate]; pass --config")
     k = int(class_default("aria_text", "moe_topk"))
     notes = (f"no config: head_dim assumed {d}, experts per token (top-k) {k}, AriaTextConfig's default",)
-    return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=q // d, kv_heads=kv // d, head_dim=d,
-                    vocab=V, intermediate=fused[2] // 2, gated_mlp=True, norm="rmsnorm", activation="silu",
-                    qkv_bias=infer.has(T, r"self_attn\.q_proj\.bias$"), o_bias=infer.has(T, r"self_attn\.o_proj\.bias$"),
-                    mlp_bias=infer.has(T, r"shared_experts\.gate_proj\.bias$"),
-                    tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None, experts=fused[0], top_k=k,
+    lay = ARIA_TEXT
+    return ArchSpec(layers=infer.count_layers(T, lay.paths.numbered()), hidden=h, heads=q // d, kv_heads=kv // d,
+                    head_dim=d, vocab=V, intermediate=fused[2] // 2, gated_mlp=True, norm="rmsnorm", activation="silu",
+                    qkv_bias=walk_names.layout_has(T, lay, "attn_q", "bias"),
+                    o_bias=walk_names.layout_has(T, lay, "attn_output", "bias"),
+                    mlp_bias=walk_names.layout_has(T, lay, "ffn_gate_shexp", "bias"),
+                    tied_embeddings=not walk_names.layout_has(T, lay, "output"), experts=fused[0], top_k=k,
                     shared_intermediate=shared[0], assumptions=notes, **dict(common, model_type="aria_text"))
 
 

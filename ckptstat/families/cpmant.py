@@ -43,7 +43,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     rows, segments = spec.vocab, infer.shape(T, r"segment_embedding\.weight$", "segment_embedding")[0]
     bias = infer.shape(T, r"relative_attention_bias$", "position_bias.relative_attention_bias")
     prompt = int(class_default("cpmant", "prompt_length"))
-    lm = infer.find(T, r"(^|\.)lm_head\.weight$")
+    lm = infer.find(T, layout.pattern(CPMANT, "output"))
     vocab = lm.shape[0] if lm is not None else rows - int(class_default("cpmant", "prompt_types")) * prompt
     heads = bias[1]   # the position bias has a column per head: head_dim is the q width over it
     return replace(spec, vocab=vocab, heads=heads, kv_heads=heads, head_dim=spec.heads * spec.head_dim // heads,

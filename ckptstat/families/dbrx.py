@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 
@@ -44,10 +44,10 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths from the shapes: the router's rows are the experts, w1's rows E x f; head_dim assumed (128 or 64 where
     it divides both widths), top-k DbrxFFNConfig's default."""
-    V, h = infer.shape(T, r"(^|\.)wte\.weight$", "transformer.wte")
-    E = infer.shape(T, r"blocks\.\d+\.ffn\.router\.layer\.weight$", "ffn.router.layer")[0]
-    w1 = infer.shape(T, r"blocks\.\d+\.ffn\.experts\.mlp\.w1$", "ffn.experts.mlp.w1")
-    qkv = infer.shape(T, r"blocks\.\d+\.norm_attn_norm\.attn\.Wqkv\.weight$", "norm_attn_norm.attn.Wqkv")[0]
+    V, h = walk_names.layout_shape(T, DBRX, "token_embd")
+    E = walk_names.layout_shape(T, DBRX, "ffn_gate_inp")[0]
+    w1 = walk_names.layout_shape(T, DBRX, "ffn_gate_exps", "")
+    qkv = walk_names.layout_shape(T, DBRX, "attn_qkv")[0]
     if E == 0 or w1[0] % E or (qkv - h) % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: ffn.experts.mlp.w1 {list(w1)} and Wqkv "
                          f"[{qkv}, {h}] are not DBRX's [{E} x ffn_hidden_size, {h}] and [{h} + 2 x kv width, {h}]; "
@@ -57,7 +57,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     k = int(class_default(_FFN, "moe_top_k"))
     notes = (f"no config: head_dim assumed {d} (KV-cache bytes use the Wqkv width, which is exact)",
              f"no config: experts per token (top-k) assumed {k}, DbrxFFNConfig's default")
-    return ArchSpec(layers=infer.count_layers(T, r"blocks\.(\d+)\."), hidden=h, heads=h // d, kv_heads=kv // d,
+    return ArchSpec(layers=infer.count_layers(T, DBRX.paths.numbered()), hidden=h, heads=h // d, kv_heads=kv // d,
                     head_dim=d, vocab=V, intermediate=w1[0] // E, gated_mlp=True, norm="layernorm", activation="silu",
                     qkv_bias=False, o_bias=False, mlp_bias=False,
                     tied_embeddings=False, experts=E, top_k=k, assumptions=notes, **common)

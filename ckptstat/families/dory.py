@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import decoders, layout
+from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -152,6 +152,7 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
+_NAMES = walk_names.walked(walk, variant=DoryVariant(inputs=1, recurrent=1, loops=1, per_loop=True))   # the signature's
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -174,7 +175,7 @@ _SIZES = dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="dory",
     model_types=("dory",),
-    signature=r"(^|[./])layers[./]\d+[./]self_attn[./]s_gate$",
+    signature=walk_names.signature(_NAMES, f"{LAYOUT.paths.attn}.s_gate"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=(),   # llama.cpp's names for Dory are not mapped here

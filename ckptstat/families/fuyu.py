@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from .framework import infer, layout
+from .framework import layout, walk_names
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .persimmon import PERSIMMON
 
@@ -29,7 +29,7 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     spec = _FIELDS["from_tensors"](T, common)
-    return replace(spec, patch_dim=infer.shape(T, r"vision_embed_tokens\.weight$", "vision_embed_tokens")[1])
+    return replace(spec, patch_dim=walk_names.shape(T, layout.every_module(FUYU), FUYU.paths.patch)[1])
 
 
 _TEXT = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,

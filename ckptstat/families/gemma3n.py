@@ -51,12 +51,13 @@ _SIZES = dict(vocab_size=97, hidden_size=16, intermediate_size=[24, 32, 24, 40],
 FAMILY = Family(
     name="gemma3n",
     model_types=("gemma3n_text",),
-    signature=r"(^|[./])layers[./]\d+[./]altup[./]",
+    signature=gemma4.ALTUP,
     before=("gemma", "llama", "olmo", "qwen3"),   # its files hold Gemma3's pre_feedforward_layernorm and q_norm too
     from_config=from_config, from_tensors=from_tensors, build=gemma4.build, expected_tensors=gemma4.expected_tensors,
     **{**layout.decoder_lm(gemma4.LAYOUT), "kv_cache": gemma4.kv_cache},
     gguf_architectures=("gemma3n",),
-    gguf_tensor_names=gemma4.gguf_tensor_names(per_layer=2, per_layer_vocab=8, altup=2, laurel=2, layer_scalar=False),
+    gguf_tensor_names=gemma4.gguf_tensor_names(gemma4.modules(per_layer=2, per_layer_vocab=8, altup=2, laurel=2,
+                                                              layer_scalar=False)),
     samples=(
         Sample("Gemma3nTextConfig", _SIZES, ("Gemma3nTextModel", "Gemma3nForCausalLM"), device="cpu", infer=False),
         Sample("Gemma3nTextConfig", dict(_SIZES, intermediate_size=24, num_kv_shared_layers=0, tie_word_embeddings=False,

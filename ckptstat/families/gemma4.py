@@ -31,7 +31,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import decoders, layout
+from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -295,18 +295,26 @@ def _experts(w: Walk, layers: tuple[int, ...]) -> None:
 expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 
-def gguf_tensor_names(**parts: Any) -> tuple[tuple[str, str], ...]:
-    """HF module -> llama.cpp name (gguf-py MODEL_ARCH.GEMMA4 / GEMMA3N, tensor_mapping.py) from the walk of a spec
-    holding every part (a layer with its own K/V, one without; `parts`: the variant's switches); Gemma 4's layer_scalar
-    buffer, which llama.cpp keeps as layer_output_scale, beside them."""
+def modules(**parts: Any) -> tuple[layout.Module, ...]:
+    """The modules the walk records at a spec holding every part (a layer with its own K/V, one without; `parts`: the
+    variant's switches), and Gemma 4's layer_scalar, a persistent buffer (no parameter, no expected tensor) that
+    save_pretrained writes and llama.cpp keeps as layer_output_scale."""
     v = Gemma4Variant(head_dims=(4, 8), kv_heads=(1, 1), shared=(1,), **parts)
-    s = ArchSpec(family="", model_type="", source="", head="lm", architecture=None, layers=2, hidden=8, heads=2, kv_heads=1,
-                 head_dim=4, intermediate=8, vocab=8, experts=2, top_k=1, moe_intermediate=4, sliding_window=2,
-                 sliding_layers=(0,), variant=v)
+    scalar = layout.Module(f"{LAYOUT.paths.layers}.{{bid}}.layer_scalar", "blk.{bid}.layer_output_scale", (("", (1,)),),
+                           (0, 1))
+    return walk_names.walked(walk, experts=2, top_k=1, moe_intermediate=4, sliding_window=2, sliding_layers=(0,),
+                             variant=v) + (scalar,) * v.layer_scalar
+
+
+def gguf_tensor_names(every: tuple[layout.Module, ...]) -> tuple[tuple[str, str], ...]:
+    """HF module -> llama.cpp name (gguf-py MODEL_ARCH.GEMMA4 / GEMMA3N, tensor_mapping.py) of `every` part's modules."""
     body = LAYOUT.paths.body
-    out = {m.path if m.top else f"{body}.{m.path}": m.gguf for m in walk(Builder(s, 1, 1, 1, 1, 1)) if m.gguf is not None}
-    scalar = ((f"{body}.{LAYOUT.paths.layers}.{{bid}}.layer_scalar", "blk.{bid}.layer_output_scale"),) * v.layer_scalar
-    return tuple(out.items()) + scalar
+    return tuple({m.path if m.top else f"{body}.{m.path}": m.gguf for m in every if m.gguf is not None}.items())
+
+
+# Gemma 3n's signature (families/gemma3n.py): a parameter under AltUp, which no Gemma 4 file holds
+ALTUP = walk_names.signature(modules(altup=2), "altup")
+_EVERY = modules(per_layer=2, per_layer_vocab=8, moe=True)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -335,13 +343,13 @@ FAMILY = Family(
     model_types=("gemma4_text", "gemma4_unified_text"),
     # a persistent [1] buffer on every layer, which save_pretrained writes (Gemma 2/3 have none), or the per-layer
     # embeddings' gate or the router's per-expert scale; Gemma 3n's layers have the gate too, and AltUp
-    signature=r"(^|[./])layers[./]\d+[./](layer_scalar$|per_layer_input_gate[./]|router[./]per_expert_scale$)",
-    signature_without=r"(^|[./])layers[./]\d+[./]altup[./]",
+    signature=walk_names.signature(_EVERY, "layer_output_scale", "inp_gate", "router.per_expert_scale"),
+    signature_without=ALTUP,
     before=("gemma", "llama", "olmo", "qwen3"),   # Gemma 4 files hold Gemma3's pre_feedforward_layernorm and q_norm
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=("gemma4",),
-    gguf_tensor_names=gguf_tensor_names(per_layer=2, per_layer_vocab=8, moe=True),
+    gguf_tensor_names=gguf_tensor_names(_EVERY),
     samples=(
         Sample("Gemma4TextConfig", dict(_SIZES, **_PLE), ("Gemma4TextModel", "Gemma4ForCausalLM"), infer=False),
         Sample("Gemma4TextConfig", dict(_SIZES, **_PLE, **_MOE, global_head_dim=16, attention_k_eq_v=True,

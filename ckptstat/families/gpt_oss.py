@@ -36,7 +36,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import decoders, infer, layout
+from .framework import decoders, infer, layout, walk_names
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
@@ -73,23 +73,23 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     V, h, q, kv, _ = decoders.attention_dims(T)
-    sinks = infer.shape(T, r"self_attn\.sinks$", "self_attn.sinks")      # one sink per query head: head_dim is exact
-    fused = infer.shape(T, r"mlp\.experts\.gate_up_proj$", "mlp.experts.gate_up_proj")
+    sinks = walk_names.layout_shape(T, GPT_OSS, "attn_sinks", "")      # one sink per query head: head_dim is exact
+    fused = walk_names.shape(T, layout.every_module(GPT_OSS), "experts.gate_up_proj")
     if len(sinks) != 1 or not 0 < sinks[0] <= q or q % sinks[0] or len(fused) != 3 or fused[2] % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: self_attn.sinks {list(sinks)} and "
                          f"mlp.experts.gate_up_proj {list(fused)} are not gpt-oss's [heads] and [experts, hidden, "
                          f"2 x intermediate] for a q_proj of {q} rows; pass --config")
     a, (E, _, f2) = sinks[0], fused
     d = q // a
-    L = infer.count_layers(T, r"layers\.(\d+)\.")
+    L = infer.count_layers(T, GPT_OSS.paths.numbered())
     slide = tuple(range(0, L, 2))
     notes = (f"no config: experts per token (top-k) assumed {_TOP_K}, sliding window {_WINDOW} on the even layers "
              "(full attention on the odd ones), as in gpt-oss-20b and gpt-oss-120b (active parameters, FLOPs and the "
              "KV cache depend on them)",)
     return ArchSpec(layers=L, hidden=h, heads=a, kv_heads=kv // d, head_dim=d, vocab=V, intermediate=f2 // 2,
-                    gated_mlp=True, norm="rmsnorm", qkv_bias=infer.has(T, r"q_proj\.bias$"),
-                    o_bias=infer.has(T, r"o_proj\.bias$"), mlp_bias=True,
-                    tied_embeddings=infer.find(T, r"lm_head\.weight$") is None, experts=E, top_k=_TOP_K,
+                    gated_mlp=True, norm="rmsnorm", qkv_bias=walk_names.layout_has(T, GPT_OSS, "attn_q", "bias"),
+                    o_bias=walk_names.layout_has(T, GPT_OSS, "attn_output", "bias"), mlp_bias=True,
+                    tied_embeddings=not walk_names.layout_has(T, GPT_OSS, "output"), experts=E, top_k=_TOP_K,
                     activation="silu", sliding_window=_WINDOW, sliding_layers=slide if len(slide) < L else (),
                     assumptions=notes, **common)
 

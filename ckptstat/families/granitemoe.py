@@ -17,7 +17,7 @@ from typing import Any
 
 from ..errors import UsageError
 from . import granite_swa
-from .framework import decoders, infer, layout
+from .framework import decoders, infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 
@@ -46,9 +46,9 @@ def from_tensors(T: Tensors, common: dict[str, Any], model_type: str | None = No
     (decoders.attention_dims); top-k the config class's default (`model_type`'s where given: Granite 4's hybrids,
     granitemoehybrid.py); GraniteMoE-SWA's sliding layers no tensor shows."""
     V, h, q, kv, d = decoders.attention_dims(T)
-    sinks = infer.find(T, r"(^|\.)self_attn\.sinks$")
+    sinks = infer.find(T, layout.pattern(GRANITEMOE_SWA, "attn_sinks", ""))
     experts = infer.shape(T, r"block_sparse_moe\.(input_linear\.weight|experts\.gate_up_proj)$", "block_sparse_moe.input_linear")
-    shared = infer.find(T, r"(^|\.)shared_mlp\.input_linear\.weight$")
+    shared = infer.find(T, layout.pattern(GRANITEMOE, "ffn_up_shexp"))
     if len(experts) != 3 or experts[2] != h or experts[1] % 2:
         raise UsageError(f"cannot infer the architecture from tensor names: block_sparse_moe.input_linear {list(experts)} is "
                          f"not GraniteMoE's [experts, 2 x intermediate, {h}]; pass --config")
@@ -60,10 +60,12 @@ def from_tensors(T: Tensors, common: dict[str, Any], model_type: str | None = No
         notes.append("no config: no sliding layers assumed (only the KV cache depends on them)")
     else:
         notes.append(f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)")
-    return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=q // d, kv_heads=kv // d, head_dim=d,
+    lay = GRANITEMOE
+    return ArchSpec(layers=infer.count_layers(T, lay.paths.numbered()), hidden=h, heads=q // d, kv_heads=kv // d, head_dim=d,
                     vocab=V, intermediate=experts[1] // 2, gated_mlp=True, norm="rmsnorm", activation="silu", mlp_bias=False,
-                    qkv_bias=infer.has(T, r"self_attn\.q_proj\.bias$"), o_bias=infer.has(T, r"self_attn\.o_proj\.bias$"),
-                    tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None, experts=experts[0],
+                    qkv_bias=walk_names.layout_has(T, lay, "attn_q", "bias"),
+                    o_bias=walk_names.layout_has(T, lay, "attn_output", "bias"),
+                    tied_embeddings=not walk_names.layout_has(T, lay, "output"), experts=experts[0],
                     top_k=int(class_default(mt, "num_experts_per_tok")),
                     shared_intermediate=shared.shape[0] // 2 if shared is not None else 0, assumptions=tuple(notes),
                     **dict(common, model_type=mt))

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import decoders, layout
+from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -223,6 +223,9 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
              f"+ four conv states (2 x g x d + 2 x h channels) x conv_kernel_size = {v.kernel} x {rb} B (float32), x b")]
 
 
+# the variant the signatures' names are walked at (walk_names.walked; Inkling 2's sizes too)
+NAMED = InklingVariant(swa_heads=2, swa_kv_heads=1, swa_head_dim=4, d_rel=2, rel_extent=4, kernel=2, shared=0,
+                       log_scaling=False)
 _SIZES = dict(vocab_size=97, hidden_size=16, num_hidden_layers=3, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
               swa_num_attention_heads=4, swa_num_key_value_heads=2, swa_head_dim=4, sliding_window_size=4, d_rel=4,
               rel_extent=32, intermediate_size=24, moe_intermediate_size=16, n_routed_experts=4, num_experts_per_tok=2,
@@ -232,7 +235,8 @@ _SIZES = dict(vocab_size=97, hidden_size=16, num_hidden_layers=3, num_attention_
 FAMILY = Family(
     name="inkling",
     model_types=("inkling_text",),
-    signature=r"(^|[./])layers[./]\d+[./]self_attn[./]rel_logits_proj[./]proj$",
+    signature=walk_names.signature(walk_names.walked(walk, variant=NAMED, dense_layers=(0, 1)),
+                                   "rel_logits_proj.proj"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=(),   # llama.cpp has no Inkling architecture

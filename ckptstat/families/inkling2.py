@@ -20,12 +20,12 @@ model.llm.{embed, embed_norm, layers.N.attn.wq_du ..., attn_res.{attn_queries.(N
 unembed}, the LM head padded to vocab_size rows in the file (Inkling2UnpadVocab keeps unpadded_vocab_size on load)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
 from . import inkling
-from .framework import layout
+from .framework import layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Module, Walk, walk_tensors
@@ -256,8 +256,10 @@ _SIZES = dict(vocab_size=97, unpadded_vocab_size=90, hidden_size=16, num_hidden_
 FAMILY = Family(
     name="inkling2",
     model_types=("inkling2_text", "inkling2_loop_text"),
-    # the final block residual's query, as saved (attn_res.output_query) and as the model names it (a torch.save)
-    signature=r"(^|[./])(attn_res[./]output_query|final_input[./]query)$",
+    # the final block residual's query, as saved (attn_res.output_query, the walk's) and as the model names it (a
+    # torch.save)
+    signature=walk_names.signature(walk_names.walked(walk, variant=Inkling2Variant(**asdict(inkling.NAMED))),
+                                   "attn_res.output_query") + r"|(^|[./])final_input[./]query$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": inkling.kv_cache},
     gguf_architectures=(),   # llama.cpp has no Inkling 2 architecture

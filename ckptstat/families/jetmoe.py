@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 
@@ -38,10 +38,9 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths from the shapes: the attention experts' input_linear [E, g x d, h], the MLP's [E, 2f, h]; head_dim
     (kv_channels) and top-k JetMoeConfig's defaults where they divide, said in the assumptions."""
-    V, h = infer.shape(T, r"(^|\.)embed_tokens\.weight$", "embed_tokens")
-    moa = infer.shape(T, r"layers\.\d+\.self_attention\.experts\.input_linear\.weight$",
-                      "self_attention.experts.input_linear")
-    mlp = infer.shape(T, r"layers\.\d+\.mlp\.input_linear\.weight$", "mlp.input_linear")
+    V, h = walk_names.layout_shape(T, JETMOE, "token_embd")
+    held = layout.every_module(JETMOE)   # the attention's experts and the MLP's, by their paths (no llama.cpp names)
+    moa, mlp = walk_names.shape(T, held, "experts.input_linear"), walk_names.shape(T, held, "mlp.input_linear")
     if len(moa) != 3 or len(mlp) != 3 or mlp[1] % 2 or not moa[0] or not moa[1]:
         raise UsageError(f"cannot infer the architecture from tensor names: self_attention.experts.input_linear "
                          f"{list(moa)} and mlp.input_linear {list(mlp)} are not JetMoE's [experts, heads x kv_channels, "
@@ -51,10 +50,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     d = d if gd % d == 0 else gd
     notes = (f"no config: kv_channels (head_dim) assumed {d} and experts per token (top-k) {k}, JetMoeConfig's "
              "defaults (FLOPs and active parameters depend on the top-k)",)
-    return ArchSpec(layers=infer.count_layers(T, r"layers\.(\d+)\."), hidden=h, heads=k * gd // d, kv_heads=gd // d,
+    return ArchSpec(layers=infer.count_layers(T, JETMOE.paths.numbered()), hidden=h, heads=k * gd // d, kv_heads=gd // d,
                     head_dim=d, vocab=V, intermediate=mlp[1] // 2, gated_mlp=True, norm="rmsnorm", activation="silu",
                     qkv_bias=False, o_bias=False, mlp_bias=False,
-                    tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None, experts=E, top_k=k,
+                    tied_embeddings=not walk_names.layout_has(T, JETMOE, "output"), experts=E, top_k=k,
                     assumptions=notes, **common)
 
 

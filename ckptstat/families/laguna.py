@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import infer, layout
+from .framework import infer, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -58,7 +58,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     has a rows; which layers slide no tensor shows (none assumed: only the KV cache depends on them)."""
     lay = _IN_MEMORY if infer.has(T, r"(^|\.)mlp\.shared_experts\.") else LAGUNA
     spec = layout.routed_from_tensors(lay, T, common, "laguna")
-    gate = infer.shape(T, layout.pattern(lay, "attn_gate"), "self_attn.g_proj")
+    gate = walk_names.layout_shape(T, lay, "attn_gate")
     return replace(spec, variant=LagunaVariant(gate[0] == spec.heads))
 
 

@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.decoders import MAX_COUNT
 from .framework.layout import DecoderLayout, Paths
@@ -65,22 +65,22 @@ def from_config(c: Cfg) -> ArchSpec:
                    chunked_attention=bool(chunked))
 
 
-_ROUTER = re.compile(r"layers\.(\d+)\.feed_forward\.router\.weight$")
+_ROUTER = re.compile(layout.pattern(LLAMA4, "ffn_gate_inp", layer=r"(\d+)"))   # group 2: the layer
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths from the shapes; head_dim, the NoPE layers, the chunk, q/k norms and top-k as Llama4TextConfig
     defaults them (said in the assumptions)."""
-    V, h = infer.shape(T, r"(^|\.)embed_tokens\.weight$", "embed_tokens")
-    q = infer.shape(T, r"self_attn\.q_proj\.weight$", "self_attn.q_proj")[0]
-    kv = infer.shape(T, r"self_attn\.k_proj\.weight$", "self_attn.k_proj")[0]
-    E, _, f2 = infer.shape(T, r"feed_forward\.experts\.gate_up_proj$", "feed_forward.experts.gate_up_proj")
+    lay = LLAMA4
+    V, h = walk_names.layout_shape(T, lay, "token_embd")
+    q, kv = walk_names.layout_shape(T, lay, "attn_q")[0], walk_names.layout_shape(T, lay, "attn_k")[0]
+    E, _, f2 = walk_names.shape(T, layout.every_module(lay), "experts.gate_up_proj")
     d, k, chunk, every = (int(class_default("llama4_text", key)) for key in
                           ("head_dim", "num_experts_per_tok", "attention_chunk_size", "no_rope_layer_interval"))
     d = d if q % d == 0 and kv % d == 0 else kv      # else one key/value head (KV-cache bytes use k_proj: exact)
-    L = infer.count_layers(T, r"layers\.(\d+)\.")
-    sparse = {int(m.group(1)) for n in T if (m := _ROUTER.search(n))}
-    dense = infer.find(T, r"layers\.\d+\.feed_forward\.gate_proj\.weight$")
+    L = infer.count_layers(T, lay.paths.numbered())
+    sparse = {int(m.group(2)) for n in T if (m := _ROUTER.search(n))}
+    dense = infer.find(T, layout.pattern(lay, "ffn_gate"))
     nope = tuple(i for i in range(L) if (i + 1) % every == 0)
     notes = (f"no config: head_dim {d} (KV-cache bytes use the k_proj width, which is exact), experts per token "
              f"(top-k) {k}, no rotary on every {every}th layer, chunked "
@@ -88,8 +88,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     chunked = tuple(i for i in range(L) if i not in nope)
     return ArchSpec(layers=L, hidden=h, heads=q // d, kv_heads=kv // d, head_dim=d, vocab=V,
                     intermediate=dense.shape[0] if dense is not None else f2 // 2, gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=infer.has(T, r"self_attn\.q_proj\.bias$"), o_bias=infer.has(T, r"self_attn\.o_proj\.bias$"),
-                    mlp_bias=False, tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None, experts=E, top_k=k,
+                    qkv_bias=walk_names.layout_has(T, lay, "attn_q", "bias"),
+                    o_bias=walk_names.layout_has(T, lay, "attn_output", "bias"), mlp_bias=False,
+                    tied_embeddings=not walk_names.layout_has(T, lay, "output"), experts=E, top_k=k,
                     activation="silu", moe_intermediate=f2 // 2, shared_intermediate=f2 // 2,
                     dense_layers=tuple(i for i in range(L) if i not in sparse), nope_layers=nope,
                     sliding_window=chunk, sliding_layers=chunked if len(chunked) < L else (), chunked_attention=True,

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from .framework import infer, layout, layout_ssm
+from .framework import infer, layout, layout_ssm, walk_names
 from .framework.archspec import ArchSpec
 from .framework.base import FROM_CLASS, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.layout import DecoderLayout, Paths
@@ -45,11 +45,11 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """The mixer's widths from its shapes (layout.ssm_from_tensors), the layers from those holding it."""
-    V, h = infer.shape(T, r"(^|\.)embeddings\.weight$", "backbone.embeddings")
+    V, h = walk_names.layout_shape(T, MAMBA, "token_embd")
     ssm = layout.ssm_from_tensors(MAMBA, T, "mamba")
     return ArchSpec(layers=len(ssm["ssm_layers"]), hidden=h, heads=0, kv_heads=0, head_dim=0,
                     intermediate=ssm["ssm"].intermediate, vocab=V, activation="silu", norm="rmsnorm", qkv_bias=False,
-                    o_bias=False, mlp_bias=False, tied_embeddings=infer.find(T, r"lm_head\.weight$") is None,
+                    o_bias=False, mlp_bias=False, tied_embeddings=not walk_names.layout_has(T, MAMBA, "output"),
                     assumptions=("no config: activation assumed silu",), **ssm, **common)
 
 

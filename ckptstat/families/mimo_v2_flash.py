@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import infer, layout
+from .framework import layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 
@@ -52,14 +52,14 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         if m := rx.search(n):
             (width if m.group(3) == "k_proj.weight" else sunk)[int(m.group(2))] = t.shape[0]
     a = next(iter(sunk.values()), spec.heads)
-    d = infer.shape(T, r"self_attn\.q_proj\.weight$", "q_proj")[0] // a
+    d = walk_names.layout_shape(T, _SUNK, "attn_q")[0] // a
     full = next((w for i, w in sorted(width.items()) if i not in sunk), None)
     g = full // d if full else next(iter(width.values()), 2 * d) // (2 * d)
     window = int(class_default("mimo_v2_flash", "sliding_window")) if sunk else None   # no sink: no sliding layer
     rot = int(d * (MIMO_V2_FLASH.partial_rotary or 1))
     return replace(spec, heads=a, head_dim=d, kv_heads=g, sliding_kv_heads=2 * g, rope_dim=rot,
                    sliding_layers=tuple(sorted(sunk)), sliding_window=window,
-                   v_head_dim=infer.shape(T, r"self_attn\.o_proj\.weight$", "o_proj")[1] // a,
+                   v_head_dim=walk_names.layout_shape(T, _SUNK, "attn_output")[1] // a,
                    assumptions=spec.assumptions + (f"no config: sliding window assumed {window}, the config class default",))
 
 

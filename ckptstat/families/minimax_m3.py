@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
-from .framework import infer, layout
+from .framework import infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -61,25 +61,25 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     Top-k is the config class's default, and every layer is assumed full attention (no tensor shows the indexer's
     sparse layers apart: their indexer's weights would)."""
     mt = "minimax_m3_vl_text"
-    V, h = infer.shape(T, r"embed_tokens\.weight$", "embed_tokens")
-    q = infer.shape(T, r"self_attn\.q_proj\.weight$", "q_proj")[0]
-    kv = infer.shape(T, r"self_attn\.k_proj\.weight$", "k_proj")[0]
-    d = infer.shape(T, r"self_attn\.q_norm\.weight$", "q_norm")[0]
+    lay = MINIMAX_M3
+    V, h = walk_names.layout_shape(T, lay, "token_embd")
+    q, kv = walk_names.layout_shape(T, lay, "attn_q")[0], walk_names.layout_shape(T, lay, "attn_k")[0]
+    d = walk_names.layout_shape(T, lay, "attn_q_norm")[0]
     if infer.find(T, r"self_attn\.indexer\.") is not None:
         raise NoAnalyticModel("minimax_m3_vl_text weights with an indexer (sparse-attention layers): the op template "
                               "describes only full attention")
-    E, _, f = infer.shape(T, r"mlp\.experts\.down_proj$", "mlp.experts.down_proj")
-    rx = re.compile(r"(^|\.)layers\.(\d+)\.mlp\.gate\.weight$")
+    E, _, f = walk_names.layout_shape(T, lay, "ffn_down_exps", "")
+    rx = re.compile(layout.pattern(lay, "ffn_gate_inp", layer=r"(\d+)"))
     sparse = {int(m.group(2)) for n in T if (m := rx.search(n))}
-    L = infer.count_layers(T, r"layers\.(\d+)\.")
-    dense = infer.find(T, r"layers\.\d+\.mlp\.gate_up_proj\.weight$")
-    shared = infer.shape(T, r"mlp\.shared_experts\.gate_up_proj\.weight$", "mlp.shared_experts.gate_up_proj")[0] // 2
+    L = infer.count_layers(T, lay.paths.numbered())
+    dense = infer.find(T, layout.pattern(lay, "ffn_up"))
+    shared = walk_names.layout_shape(T, lay, "ffn_up_shexp")[0] // 2
     k = int(class_default(mt, "num_experts_per_tok"))
     return ArchSpec(layers=L, hidden=h, heads=q // d, kv_heads=kv // d, head_dim=d, vocab=V,
                     intermediate=dense.shape[0] // 2 if dense is not None else 0, moe_intermediate=f,
                     shared_intermediate=shared, experts=E, top_k=k, dense_layers=tuple(i for i in range(L) if i not in sparse),
                     gated_mlp=True, norm="rmsnorm", activation="clamped_swiglu", qkv_bias=False, o_bias=False,
-                    mlp_bias=False, tied_embeddings=infer.find(T, r"(^|\.)lm_head\.weight$") is None,
+                    mlp_bias=False, tied_embeddings=not walk_names.layout_has(T, lay, "output"),
                     assumptions=(f"no config: experts per token (top-k) assumed {k}, {mt}'s config class default",
                                  "no config: every layer assumed full attention, all of head_dim rotated"),
                     **dict(common, model_type=mt))

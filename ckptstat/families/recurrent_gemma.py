@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from .framework import decoders, infer, layout
+from .framework import decoders, infer, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
@@ -73,20 +73,20 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, rf"(^|\.){_P.embed}\.weight$", _P.embed)
-    L = infer.count_layers(T, rf"{_P.layers}\.(\d+)\.{_P.attn_in}\.")
-    rx = rf"{_P.layers}\.(\d+)\.{_P.attn}\.{_X}\.weight$"
+    """The widths from the modules the walk records (_NAMES), as it names them."""
+    N = _NAMES
+    V, h = walk_names.shape(T, N, _P.embed)
+    L = infer.count_layers(T, walk_names.pattern(N, _P.attn_in, layer=r"(\d+)"))
+    rx = walk_names.pattern(N, _X, layer=r"(\d+)")
     recurrent = tuple(sorted({int(m.group(1)) for n in T if (m := re.search(rx, n))}))
-    lru = infer.shape(T, rx, f"{_P.attn}.{_X}")[0]
-    H = infer.shape(T, rf"{_LRU}\.input_gate_bias$", f"{_LRU}.input_gate_bias")[0]
-    k = infer.shape(T, rf"{_P.attn}\.{_CONV}\.weight$", f"{_P.attn}.{_CONV}")[-1]
-    f = infer.shape(T, rf"{_P.mlp}\.{_P.up}\.weight$", f"{_P.mlp}.{_P.up}")[0]
+    lru, k = walk_names.shape(T, N, _X)[0], walk_names.shape(T, N, _CONV)[-1]
+    H, f = walk_names.shape(T, N, _LRU, "input_gate_bias")[0], walk_names.shape(T, N, "ffn_up")[0]
     d, w = h // H, int(class_default("recurrent_gemma", "attention_window_size"))
-    kv = infer.find(T, rf"{_P.attn}\.{_P.k}\.weight$")
+    kv = infer.find(T, walk_names.pattern(N, _P.k))
     return ArchSpec(layers=L, hidden=h, heads=H, kv_heads=kv.shape[0] // d if kv is not None else H, head_dim=d,
                     intermediate=f, vocab=V, activation="gelu_pytorch_tanh", gated_mlp=True, norm="rmsnorm",
-                    qkv_bias=infer.has(T, rf"{_P.attn}\.{_P.q}\.bias$"), o_bias=True, mlp_bias=True,
-                    tied_embeddings=not infer.has(T, rf"(^|\.){_P.lm_head}\.weight$"), rope_dim=d // 2,
+                    qkv_bias=infer.has(T, walk_names.pattern(N, _P.q, "bias")), o_bias=True, mlp_bias=True,
+                    tied_embeddings=not infer.has(T, walk_names.pattern(N, _P.lm_head)), rope_dim=d // 2,
                     logit_softcap=True, variant=GriffinVariant(lru=lru, conv=k, recurrent=recurrent, window=w),
                     assumptions=(f"no config: the logits soft-capped, half of each head rotated and a window of {w}, as "
                                  "the config class defaults them",), **common)
@@ -151,6 +151,8 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, _P.body)
+# the paths the name regexes read: a recurrent layer and an attention one
+_NAMES = walk_names.walked(walk, variant=GriffinVariant(lru=8, conv=2, recurrent=(0,), window=2))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
@@ -159,7 +161,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_ke
 FAMILY = Family(
     name="recurrent_gemma",
     model_types=("recurrent_gemma",),
-    signature=r"(^|[./])" + r"[./]".join((_P.layers, r"\d+", _P.attn, _LRU)) + "[./]",
+    signature=walk_names.signature(_NAMES, _LRU),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and RecurrentGemmaForCausalLM's
     # _tied_weights_keys; no cache: the forward returns none (the module docstring)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from .framework import decoders, infer, layout
+from .framework import decoders, infer, layout, walk_names
 from .framework.archspec import Variant
 from .framework.base import STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
@@ -46,18 +46,14 @@ def from_config(c: Cfg) -> ArchSpec:
                     variant=RwkvVariant(attention=c.int("attention_hidden_size", default=h)), **c.common)
 
 
-def _name(*parts: str) -> str:
-    """A regex on canonical names: the weight of layer 0's module at `parts` (the walk's paths)."""
-    return r"(^|\.)" + r"\.".join((_P.layers, "0") + parts) + r"\.weight$"
-
-
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, rf"(^|\.){_P.embed}\.weight$", f"{_P.body}.{_P.embed}")
-    A = infer.shape(T, _name(_P.attn, "key"), f"{_P.attn}.key")[0]
-    f = infer.shape(T, _name(_P.mlp, "key"), f"{_P.mlp}.key")[0]
-    return ArchSpec(layers=infer.count_layers(T, rf"{_P.layers}\.(\d+)\.{_P.attn}\."), hidden=h, heads=0, kv_heads=0,
-                    head_dim=0, intermediate=f, vocab=V, activation="relu", norm="layernorm", qkv_bias=False, o_bias=False,
-                    mlp_bias=False, tied_embeddings=infer.find(T, rf"(^|\.){_P.lm_head}\.weight$") is None,
+    """The widths from the modules the walk records (_NAMES), as it names them."""
+    attn, ffn = f"{_P.attn}.key", f"{_P.mlp}.key"
+    V, h = walk_names.shape(T, _NAMES, _P.embed)
+    A, f = walk_names.shape(T, _NAMES, attn)[0], walk_names.shape(T, _NAMES, ffn)[0]
+    return ArchSpec(layers=infer.count_layers(T, walk_names.pattern(_NAMES, attn, layer=r"(\d+)")), hidden=h, heads=0,
+                    kv_heads=0, head_dim=0, intermediate=f, vocab=V, activation="relu", norm="layernorm", qkv_bias=False,
+                    o_bias=False, mlp_bias=False, tied_embeddings=infer.find(T, walk_names.pattern(_NAMES, _P.lm_head)) is None,
                     variant=RwkvVariant(attention=A), **common)
 
 
@@ -108,6 +104,7 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, _P.body)
+_NAMES = walk_names.walked(walk, variant=RwkvVariant(attention=8))   # the paths the name regexes read
 
 
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -123,7 +120,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_s
 FAMILY = Family(
     name="rwkv",
     model_types=("rwkv",),
-    signature=r"(^|[./])" + r"[./]".join((_P.layers, r"\d+", _P.attn, "time_first")),
+    signature=walk_names.signature(_NAMES, f"{_P.attn}.time_first"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     # the head rules (`head`, or a name under `rwkv.`: RwkvModel's are bare, so that shows a tied, dropped head) and
     # RwkvForCausalLM._tied_weights_keys, from the paths; RwkvConfig's tie_word_embeddings default false

@@ -54,6 +54,7 @@ from .layout_base import (
     Walk,
     joined,
     module_shapes,
+    path_parts,
 )
 from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
 from .layout_streams import GatedNorm, Hyper
@@ -263,7 +264,7 @@ def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
 
 
 @functools.cache
-def _every_module(lay: DecoderLayout) -> tuple[Module, ...]:
+def every_module(lay: DecoderLayout) -> tuple[Module, ...]:
     """The modules of a tiny spec whose walk meets every module the layout can have (head, biases, experts)."""
     head = "lm" if lay.causal else "mlm"
     s = ArchSpec(family="", model_type="", source="", head=head, architecture=None, type_vocab=2, hidden=8, heads=2,
@@ -286,7 +287,7 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
     """HF module (as *ForCausalLM names it) -> llama.cpp name, over the layouts (Family.gguf_tensor_names)."""
     out: dict[str, str] = {}
     for lay in layouts:
-        for m in _every_module(lay):
+        for m in every_module(lay):
             if m.gguf is not None:
                 out.setdefault(m.path if m.top else f"{lay.paths.body}.{m.path}", m.gguf)
     return tuple(out.items())
@@ -294,14 +295,13 @@ def gguf_tensor_names(*layouts: DecoderLayout) -> tuple[tuple[str, str], ...]:
 
 def module(lay: DecoderLayout, gguf: str) -> Module | None:
     """The layout's module whose llama.cpp name (or the walk's, Module.role) is `gguf` ("attn_q", "output"), or None."""
-    return next((m for m in _every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
+    return next((m for m in every_module(lay) if {m.gguf, m.role} & {gguf, f"blk.{{bid}}.{gguf}"}), None)
 
 
 def _parts(lay: DecoderLayout, gguf: str, layer: str = r"\d+") -> list[str]:
-    m = module(lay, gguf)
-    if m is None:
+    if (m := module(lay, gguf)) is None:
         raise ValueError(f"the layout has no module named {gguf} by llama.cpp")
-    return [layer if c == "{bid}" else r"\d+" if c == "{xid}" else re.escape(c) for c in m.path.split(".")]
+    return path_parts(m.path, layer)
 
 
 def signature(lay: DecoderLayout, gguf: str) -> str:
@@ -309,9 +309,9 @@ def signature(lay: DecoderLayout, gguf: str) -> str:
     return r"(^|[./])" + "[./]".join(_parts(lay, gguf))
 
 
-def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight") -> str:
-    """A regex on canonical tensor names that matches the `gguf` module's `suffix` parameter."""
-    return r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + rf"\.{suffix}$"
+def pattern(lay: DecoderLayout, gguf: str, suffix: str = "weight", layer: str = r"\d+") -> str:
+    """A regex on canonical tensor names: the `gguf` module's `suffix` parameter ("": its path), `{bid}` as `layer`."""
+    return r"(^|\.)" + r"\.".join(_parts(lay, gguf, layer)) + (rf"\.{suffix}" if suffix else "") + "$"
 
 
 def row_rewrites(arch: str, lay: DecoderLayout, kind: Literal["rope", "qkv_groups"], bias: bool = True
@@ -396,7 +396,7 @@ def mlp_dense_layers(c: Cfg, layers: int, first: int) -> tuple[int, ...]:
 
 def matches(lay: DecoderLayout, T: Tensors) -> bool:
     """Does every weight the layout's layers hold (its experts' aside) show in T?"""
-    return all(infer.has(T, pattern(lay, m.gguf.removeprefix("blk.{bid}."))) for m in _every_module(lay)
+    return all(infer.has(T, pattern(lay, m.gguf.removeprefix("blk.{bid}."))) for m in every_module(lay)
                if m.layers and m.gguf is not None and not m.experts)
 
 
@@ -444,12 +444,12 @@ def spec_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any]) ->
         notes.append(f"no config: head_dim assumed {d} (KV-cache bytes use the k_proj width, which is exact)")
     if lay.partial_rotary is not None:
         notes.append(f"no config: partial_rotary_factor assumed {lay.partial_rotary}, as the config class defaults it")
-    L, moe = infer.count_layers(T, rf"{re.escape(lay.paths.layers)}\.(\d+)\."), dict[str, Any]()
+    L, moe = infer.count_layers(T, lay.paths.numbered()), dict[str, Any]()
     if lay.mlp == "routed":
         gates = pattern(lay, "ffn_gate_exps") if module(lay, "ffn_gate_exps") else "(?!)"   # none: stacked (down_proj's)
         f, experts = infer.expert_width(T, gates, "experts.0 gate", lay.paths.mlp), shape("ffn_gate_inp")[0]
         if lay.dense_layers or lay.shared != "none":   # the dense layers: those without a router; each MLP's width
-            router = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ffn_gate_inp", r"(\d+)")) + r"\.weight$")
+            router = re.compile(pattern(lay, "ffn_gate_inp", layer=r"(\d+)"))   # group 2: the layer
             sparse = {int(m.group(2)) for n in T if (m := router.search(n))}
             # a dense layer's gate_proj (by its path: llama.cpp may have no name for it)
             gate = rf"(^|\.){re.escape(lay.paths.layers)}\.\d+\.{re.escape(lay.paths.mlp)}\.{re.escape(lay.paths.gate)}\.weight$"
@@ -492,7 +492,7 @@ def ssm_from_tensors(lay: DecoderLayout, T: Tensors, model_type: str) -> dict[st
     def shape(gguf: str, suffix: str = r"\.weight") -> tuple[int, ...]:
         return infer.shape(T, r"(^|\.)" + r"\.".join(_parts(lay, gguf)) + suffix + "$", f"{lay.paths.ssm} {gguf}")
 
-    rx = re.compile(r"(^|\.)" + r"\.".join(_parts(lay, "ssm_in", r"(\d+)")) + r"\.weight$")
+    rx = re.compile(pattern(lay, "ssm_in", layer=r"(\d+)"))
     layers = tuple(sorted({int(x.group(2)) for n in T if (x := rx.search(n))}))
     if lay.ssm_keys.dt_rank is not None:   # Mamba1: A_log [i, N], dt_proj [i, r]
         (i, N), (_, r), (_, _, k) = shape("ssm_a", ""), shape("ssm_dt"), shape("ssm_conv1d")

@@ -3,6 +3,7 @@ and the recorder the walk writes with (`Walk`: each parameterised module met onc
 the same call); the walk's larger parts (the dense MLP, sinks, gates, the heads) are layout_parts.py's."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any, Literal, get_args
@@ -230,6 +231,10 @@ class Paths:
     hc_head_base: str = "hc_head.hc_pre"  # ... as the base model's file names it (transformers 5.24's hy_v4 renames reversed)
     hc_params: tuple[str, str, str] = ("hc_fn", "hc_base", "hc_scale")
     hc_head_params: tuple[str, str, str] = ("hc_head_fn", "hc_head_base", "hc_head_scale")
+
+    def numbered(self) -> str:
+        r"""A regex on tensor names whose group 1 is the layer of a name under {layers} (infer.count_layers)."""
+        return rf"{re.escape(self.layers)}\.(\d+)\."
 
 
 @dataclass(frozen=True)
@@ -564,6 +569,11 @@ class Walk:
 def joined(name: str, suffix: str) -> str:
     """A module's parameter name (or llama.cpp tensor name): `name.suffix`, or `name` for a suffix ""."""
     return f"{name}.{suffix}" if suffix else name
+
+
+def path_parts(path: str, layer: str = r"\d+") -> list[str]:
+    """A module's path as regex components (layout.signature, walk_names): `{bid}` as `layer`, `{xid}` any expert."""
+    return [layer if c == "{bid}" else r"\d+" if c == "{xid}" else re.escape(c) for c in path.split(".")]
 
 
 def module_shapes(modules: list[Module], body: str) -> dict[str, tuple[int, ...]]:
