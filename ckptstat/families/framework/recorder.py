@@ -12,8 +12,10 @@ theirs, framework/seq2seq.py, resnet.py, t5.py, prophetnet.py."""
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .base import ArchSpec, Shapes
 from .layout_base import Module, module_shapes
@@ -151,6 +153,60 @@ class Recorder:
     def gguf_names(self) -> tuple[tuple[str, str], ...]:
         """HF module (as the base model names it) -> llama.cpp name, of the modules recorded with one."""
         return tuple((m.path, m.gguf) for m in self.modules if m.gguf is not None)
+
+
+def walked(walk: Callable[[Builder], Recorder], family: str, **fields: Any) -> Recorder:
+    """The walk of a tiny base model of `family` (one layer, every width 4) with `fields` set: the module paths its
+    name signature and from_tensors look-ups derive from (signature, pattern, layers)."""
+    spec = ArchSpec(family=family, model_type=family, source="", head="base", architecture=None, layers=1, hidden=4,
+                    heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4, positions=4)
+    return walk(Builder(replace(spec, **fields), 1, 1, 1, 1, 1))
+
+
+def find(r: Recorder, name: str) -> Module | None:
+    """The recorded module whose path ends in `name` (whole components: `attention.self.query`) or whose llama.cpp name
+    is `name` (`blk.{bid}.attn_q` or `attn_q`), the first one recorded; None when the walk met none."""
+    return next((m for m in r.modules
+                 if m.path == name or m.path.endswith("." + name) or m.gguf in (name, f"blk.{{bid}}.{name}")), None)
+
+
+def module(r: Recorder, name: str) -> Module:
+    """find()'s module; ValueError when the walk met none."""
+    if (m := find(r, name)) is None:
+        raise ValueError(f"the walk records no module {name}")
+    return m
+
+
+# a `layer_1` component (XLNet's ff.layer_1) that infer.canonical_name spells `layer.1` (its google-research TF1 rule)
+_TF1_LAYER = re.compile(r"layer_(\d+)")
+
+
+def _parts(m: Module, bid: str = r"\d+", xid: str = r"\d+") -> list[str]:
+    return [bid if c == "{bid}" else xid if c == "{xid}" else _TF1_LAYER.sub(r"layer[._]\1", c) if _TF1_LAYER.fullmatch(c)
+            else re.escape(c) for c in m.path.split(".")]
+
+
+def signature(r: Recorder, name: str) -> str:
+    """A regex on normalised tensor names (Family.signature) that matches the tensors of `name`'s module (module()),
+    its stored layer any number; a stored layer may follow an underscore (google-research TF1's `layer_3`, which
+    naming.normalize keeps)."""
+    m = module(r, name)
+    body = "[./]".join(_parts(m)).replace(r"[./]\d+", r"[._/]\d+")
+    return r"(^|[./])" + body + ("$" if m.shapes[0][0] == "" else "[./]")
+
+
+def pattern(r: Recorder, name: str, suffix: str = "weight") -> str:
+    """A regex on canonical tensor names (infer.find, has, shape) that matches `name`'s module's `suffix` parameter (a
+    bare parameter: the module's path is its name), its stored layer any number."""
+    m = module(r, name)
+    return r"(^|\.)" + r"\.".join(_parts(m)) + ("$" if m.shapes[0][0] == "" else rf"\.{suffix}$")
+
+
+def layers(r: Recorder, name: str, inner: bool = False) -> str:
+    """A regex for infer.count_layers: `name`'s module's stored layer (`{bid}`; `inner`: its layer within a group,
+    `{xid}`: ALBERT's) as its group 1."""
+    parts = _parts(module(r, name), *((r"\d+", r"(\d+)") if inner else (r"(\d+)",)))
+    return r"(?:^|\.)" + r"\.".join(parts) + r"(?:\.|$)"
 
 
 def tensors(walk: Callable[[Builder], Recorder], body: str) -> Callable[[ArchSpec], Shapes]:
