@@ -181,17 +181,19 @@ def module(r: Recorder, name: str) -> Module:
 _TF1_LAYER = re.compile(r"layer_(\d+)")
 
 
-def _parts(m: Module, bid: str = r"\d+", xid: str = r"\d+") -> list[str]:
-    return [bid if c == "{bid}" else xid if c == "{xid}" else _TF1_LAYER.sub(r"layer[._]\1", c) if _TF1_LAYER.fullmatch(c)
-            else re.escape(c) for c in m.path.split(".")]
+def _parts(m: Module, bid: str = r"\d+", xid: str = r"\d+", number: str | None = None) -> list[str]:
+    """The path's components as regexes: `{bid}`, `{xid}` and (`number` given) a literal index (T5's layer.0) as
+    given."""
+    return [bid if c == "{bid}" else xid if c == "{xid}" else number if number and c.isdigit()
+            else _TF1_LAYER.sub(r"layer[._]\1", c) if _TF1_LAYER.fullmatch(c) else re.escape(c) for c in m.path.split(".")]
 
 
 def signature(r: Recorder, name: str) -> str:
     """A regex on normalised tensor names (Family.signature) that matches the tensors of `name`'s module (module()),
-    its stored layer any number; a stored layer may follow an underscore (google-research TF1's `layer_3`, which
-    naming.normalize keeps)."""
+    any number where its path has one (detection reads every numbered component as 0: families/__init__.py); a number
+    may follow an underscore (google-research TF1's `layer_3`, which naming.normalize keeps)."""
     m = module(r, name)
-    body = "[./]".join(_parts(m)).replace(r"[./]\d+", r"[._/]\d+")
+    body = "[./]".join(_parts(m, number=r"\d+")).replace(r"[./]\d+", r"[._/]\d+")
     return r"(^|[./])" + body + ("$" if m.shapes[0][0] == "" else "[./]")
 
 
