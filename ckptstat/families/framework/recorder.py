@@ -197,11 +197,14 @@ def signature(r: Recorder, name: str) -> str:
     return r"(^|[./])" + body + ("$" if m.shapes[0][0] == "" else "[./]")
 
 
-def pattern(r: Recorder, name: str, suffix: str = "weight") -> str:
+def pattern(r: Recorder, name: str, suffix: str = "weight", index: int | None = None) -> str:
     """A regex on canonical tensor names (infer.find, has, shape) that matches `name`'s module's `suffix` parameter (a
-    bare parameter: the module's path is its name), its stored layer any number."""
+    bare parameter: the module's path is its name), its stored layer any number (or `index`)."""
     m = module(r, name)
-    return r"(^|\.)" + r"\.".join(_parts(m)) + ("$" if m.shapes[0][0] == "" else rf"\.{suffix}$")
+    # a bare `*_embeddings` parameter read from a TF file: infer.canonical_name's TF1 rule appends `.weight` (ViT's)
+    bare = r"(\.weight)?$" if m.path.endswith("_embeddings") else "$"
+    parts = _parts(m) if index is None else _parts(m, str(index))
+    return r"(^|\.)" + r"\.".join(parts) + (bare if m.shapes[0][0] == "" else rf"\.{suffix}$")
 
 
 def layers(r: Recorder, name: str, inner: bool = False) -> str:
