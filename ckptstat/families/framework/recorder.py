@@ -207,6 +207,15 @@ def pattern(r: Recorder, name: str, suffix: str = "weight", index: int | None = 
     return r"(^|\.)" + r"\.".join(parts) + (bare if m.shapes[0][0] == "" else rf"\.{suffix}$")
 
 
+def numbered(r: Recorder, name: str, suffix: str = "weight") -> str:
+    """A regex on canonical tensor names for `name`'s module's `suffix` parameter whose groups 2, 3... capture every number
+    in its path, in order: a stored layer (`{bid}`), a literal index (`stages.0`), a component's trailing digits
+    (torchvision's `layer1`, `conv1`)."""
+    parts = [r"(\d+)" if c in ("{bid}", "{xid}") or c.isdigit() else re.sub(r"\d+$", r"(\\d+)", re.escape(c))
+             for c in module(r, name).path.split(".")]
+    return r"(^|\.)" + r"\.".join(parts) + rf"\.{suffix}$"
+
+
 def layers(r: Recorder, name: str, inner: bool = False) -> str:
     """A regex for infer.count_layers: `name`'s module's stored layer (`{bid}`; `inner`: its layer within a group,
     `{xid}`: ALBERT's) as its group 1."""
