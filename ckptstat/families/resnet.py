@@ -176,7 +176,8 @@ def walk(B: Builder) -> Recorder:
                 o = conv_bn(_conv(tv, block, j), _bn(tv, block, j), at, layers, ci, co, k, sj, o,
                             act=None if j == len(convs) - 1 else "relu")
             if first and (cin != width or st != 1):   # projection shortcut
-                conv_bn(*(p.format(block=block) for p in SHORTCUTS[tv]), at, layers, cin, width, 1, st, side, act=None)
+                short_conv, short_bn = (path.format(block=block) for path in SHORTCUTS[tv])
+                conv_bn(short_conv, short_bn, at, layers, cin, width, 1, st, side, act=None)
             p = block.replace("{bid}", at)
             B.add(f"{p} residual add + relu", "activation", "encoder", len(layers), (B.b, width, o, o), (B.b, width, o, o),
                   ew=2 * B.b * width * o * o)
