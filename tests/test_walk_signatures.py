@@ -19,7 +19,8 @@ from ckptstat.families import _name_shapes, detect, get  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 DERIVED = ("bert", "albert", "distilbert", "xlm", "xlnet", "git", "hrm_text", "t5", "bart", "whisper", "prophetnet", "vit",
-           "dinov2", "wav2vec2", "resnet", "clip")
+           "dinov2", "wav2vec2", "resnet", "clip",
+           "siglip")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in DERIVED
          for i, s in enumerate(get(name).samples) for m in s.models]
 

@@ -277,7 +277,7 @@ _TINY = Towers(TextTower(1, 4, 1, 4, vocab=4, positions=4),
                VisionTower(1, 4, 1, 4, native_image_size=4, patch_size=4, channels=1), proj=4)
 
 
-def _tower(kind: str) -> Recorder:
+def _tower_walk(kind: str) -> Recorder:
     """The walk of _TINY's `kind` tower, its paths bare (as under any prefix: tower_prefix)."""
     def run(B: Builder) -> Recorder:
         w = Recorder(B, kind)
@@ -291,7 +291,7 @@ def _tower(kind: str) -> Recorder:
 
 # the walks of a tiny CLIPModel and of its towers: the paths of the name signature and from_tensors' look-ups
 WALKED = walked(walk, "clip", head="projection", image_size=4, variant=_TINY)
-TOWERS = {kind: _tower(kind) for kind in ("text", "vision")}
+TOWERS = {kind: _tower_walk(kind) for kind in ("text", "vision")}
 
 
 def tower_signature(towers: dict[str, Recorder], kind: str, name: str, suffix: str = "weight", bare: bool = False) -> str:
