@@ -18,9 +18,8 @@ from ckptstat import summarize  # noqa: E402
 from ckptstat.families import _name_shapes, detect, get  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 
-DERIVED = ("bert", "albert", "distilbert", "xlm", "xlnet", "git", "hrm_text", "t5", "bart", "whisper", "prophetnet", "vit",
-           "dinov2", "wav2vec2", "resnet", "clip",
-           "siglip")
+DERIVED = ("bert", "albert", "distilbert", "xlm", "xlnet", "git", "hrm_text", "wav2vec2", "vit", "dinov2", "clip", "siglip",
+           "resnet", "t5", "bart", "whisper", "prophetnet")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in DERIVED
          for i, s in enumerate(get(name).samples) for m in s.models]
 

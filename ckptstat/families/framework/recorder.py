@@ -8,7 +8,9 @@ encoder.layer.{bid}), labelled `[L]` where `{bid}` goes, run `calls` times (more
 Beside the layers' pieces it holds parameters a forward never runs (`held`), einsum projections held as bare
 [in, heads, d] parameters (`einsum`) and bare parameters read by one element-wise op (`params`). Users:
 framework/encoder.py's BERT pieces and their families, framework/walk_vision.py's ViT pieces (and its Conv2d's) and
-theirs, framework/seq2seq.py, resnet.py, t5.py, prophetnet.py."""
+theirs, framework/seq2seq.py, resnet.py, t5.py, prophetnet.py. A family's name signature and the shape look-ups of a file
+without config.json read the paths of the walk of a tiny spec (`walked`): `signature`, `pattern`, `layers`, `numbered`
+(layout.signature and layout.pattern's counterparts), so that a path is written only where the walk records it."""
 from __future__ import annotations
 
 import math
