@@ -30,9 +30,12 @@ def test_the_derived_signature_finds_the_family(name, sample, model_name):
     family = get(name)
     spec = from_config(dict(cfg.to_dict(), architectures=[model_name]))
     assert family.expected_tensors is not None
-    expected = family.expected_tensors(spec)
-    # (a sample `detected_as` another family: its names are that family's, which the family's signature leaves alone)
-    assert any(re.search(family.signature, n) for n in _name_shapes(expected)) != bool(sample.detected_as)
+    names = _name_shapes(family.expected_tensors(spec))
+    # the signature, or the names it lists together (SigLIP's bare text tower); a sample `detected_as` another family
+    # has that family's names, which this family's signature leaves alone
+    shown = any(re.search(family.signature, n) for n in names) or bool(family.signature_together) and all(
+        any(re.search(p, n) for n in names) for p in family.signature_together)
+    assert shown != bool(sample.detected_as)
     with torch.device("meta"):
         model = getattr(T, model_name)._from_config(cfg)
     assert detect(list(saved_shapes(model, tied=False)), None).family == (sample.detected_as or name)
