@@ -159,10 +159,10 @@ class Recorder:
 
 # a walk's modules: its Recorder, or the list of a walk of several (CLIP's towers)
 Walked = Recorder | list[Module]
-W = TypeVar("W", Recorder, list[Module])
+WalkT = TypeVar("WalkT", Recorder, list[Module])
 
 
-def walked(walk: Callable[[Builder], W], family: str, **fields: Any) -> W:
+def walked(walk: Callable[[Builder], WalkT], family: str, **fields: Any) -> WalkT:
     """The walk of a tiny base model of `family` (one layer, every width 4) with `fields` set: the module paths its
     name signature and from_tensors look-ups derive from (signature, pattern, layers)."""
     spec = ArchSpec(family=family, model_type=family, source="", head="base", architecture=None, layers=1, hidden=4,
