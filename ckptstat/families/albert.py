@@ -9,7 +9,7 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, tensors
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
 
 LAYER: encoder.LayerNames = (
     "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",
@@ -34,14 +34,14 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    d = encoder.dims(T)
-    groups = infer.count_layers(T, r"albert_layer_groups\.(\d+)\.")
-    inner = infer.count_layers(T, r"albert_layers\.(\d+)\.")
+    d = encoder.dims(T, WALKED, LAYER)
+    groups = infer.count_layers(T, layers(WALKED, LAYER[0]))
+    inner = infer.count_layers(T, layers(WALKED, LAYER[0], inner=True))
     a, note = infer.heads_for(d["hidden"], 64)
     # num_hidden_layers is not in the weights (layers are shared): albert-base/xxlarge use 12
     notes = ("no config: ALBERT's num_hidden_layers is not in the weights (shared layers); assumed 12", note)
     return ArchSpec(num_labels=infer.num_labels(T), layers=12, heads=a, kv_heads=a, head_dim=d["hidden"] // a,
-                    pooler=infer.has(T, r"pooler\.dense\.weight$"), shared_groups=groups, inner_group=inner or 1,
+                    pooler=infer.has(T, pattern(WALKED, "pooler")), shared_groups=groups, inner_group=inner or 1,
                     assumptions=notes, **d, **common)
 
 
@@ -60,7 +60,7 @@ def walk(B: Builder) -> Recorder:
     if s.head in ("mlm", "pretraining"):
         encoder.mlm_head(r, LM, E)
         if s.head == "pretraining":
-            r.linear("sop_classifier.classifier", r.first, h, 2, True, bucket="cls", top=True)
+            r.linear("sop_classifier.classifier", r.first, h, s.num_labels, True, bucket="cls", top=True)
     if s.head == "seqcls":
         encoder.sequence_classifier(r, dense=not s.pooler)
     else:
@@ -72,13 +72,17 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny AlbertModel (pooler, token types): the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "albert", type_vocab=2, pooler=True)
+
+
 _SIZES = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99, max_position_embeddings=64,
               embedding_size=16)
 
 FAMILY = Family(
     name="albert",
     model_types=("albert",),
-    signature=r"(^|[./])albert_layer_groups[./]",
+    signature=signature(WALKED, LAYER[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "albert"),
     heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,
@@ -90,8 +94,7 @@ FAMILY = Family(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3),
                ("AlbertForMaskedLM", "AlbertForQuestionAnswering")),
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForTokenClassification",)),
-        # ALBERT's pooler is `albert.pooler` (no `.dense`), which the tensor-name inference does not find
-        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertModel", "AlbertForPreTraining"), infer=False),
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertModel", "AlbertForPreTraining")),
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForSequenceClassification",)),
         # 4 layers run from 2 groups of 2 shared layers
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),

@@ -23,7 +23,7 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
 
@@ -126,19 +126,19 @@ def _decoder_alone(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    if not infer.has(T, r"encoder\.layers\.0\."):
+    if not infer.has(T, pattern(WALKED, ENC_FC1)):
         return _alone_from_tensors(T, common)
-    V, h = infer.shape(T, r"(^|\.)shared\.weight$|encoder\.embed_tokens\.weight$", "shared embedding")
-    P = infer.shape(T, r"encoder\.embed_positions\.weight$", "encoder.embed_positions")[0]
-    f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
-    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0] if infer.has(
-        T, r"decoder\.layers\.0\.fc1\.weight$") else f
+    V, h = infer.shape(T, pattern(WALKED, "shared") + "|" + pattern(WALKED, "encoder.embed_tokens"), "shared embedding")
+    P = infer.shape(T, pattern(WALKED, "encoder.embed_positions"), "encoder.embed_positions")[0]
+    f = infer.shape(T, pattern(WALKED, ENC_FC1), "encoder fc1")[0]
+    dec_fc1 = pattern(WALKED, "decoder.layers.{bid}.fc1")
+    fd = infer.shape(T, dec_fc1, "decoder fc1")[0] if infer.has(T, dec_fc1) else f
     a, note = infer.heads_for(h, 64)
-    mbart = infer.has(T, r"encoder\.layer_norm\.weight$")
-    cls = infer.find(T, r"classification_head\.out_proj\.weight$")
+    mbart = infer.has(T, pattern(WALKED_MBART, "encoder.layer_norm"))
+    cls = infer.find(T, pattern(WALKED_SEQCLS, "classification_head.out_proj"))
     # untied: lm_head or a stack's embed_tokens stored apart from `shared` (not absent, not an alias of it)
-    shared = infer.find(T, r"(^|\.)shared\.weight$")
-    lm, enc = infer.find(T, r"lm_head\.weight$"), infer.find(T, r"encoder\.embed_tokens\.weight$")
+    shared = infer.find(T, pattern(WALKED, "shared"))
+    lm, enc = infer.find(T, pattern(WALKED, "lm_head")), infer.find(T, pattern(WALKED, "encoder.embed_tokens"))
     apart = [t for t in (lm, enc if shared is not None else None)
              if t is not None and (shared is None or t.alias_key != shared.alias_key)]
     notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
@@ -146,9 +146,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         notes += ("lm_head stored apart and no encoder.embed_tokens (a transformers 4 untied file): transformers 5 builds "
                   "each stack's embed_tokens apart from `shared` (tie_word_embeddings false)",)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
-                    layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    layers=infer.count_layers(T, layers(WALKED, ENC_FC1)), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, positions=P, tied_embeddings=not apart,
-                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+                    decoder_layers=infer.count_layers(T, layers(WALKED, "decoder.layers.{bid}.fc1")),
                     decoder_heads=a, decoder_ffn=fd, assumptions=notes,
                     **dict(common, model_type="mbart" if mbart else "bart"))
 
@@ -157,25 +157,25 @@ def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """A *ForCausalLM's file: the decoder alone, its lm_head stored unless tied. The names show the stack: a
     layernorm_embedding or not, a final layer_norm (pre-LN) or not, k_proj's bias; the model type is the first
     whose stack has that shape (their offsets differ, which no parameter shows)."""
-    V, h = infer.shape(T, r"decoder\.embed_tokens\.weight$", "decoder.embed_tokens")
-    P = infer.shape(T, r"decoder\.embed_positions\.weight$", "decoder.embed_positions")[0] if infer.has(
-        T, r"decoder\.embed_positions\.weight$") else 0
-    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0]
+    W, N = WALKED_ALONE, WALKED_ALONE_PRE_LN
+    V, h = infer.shape(T, pattern(W, "decoder.embed_tokens"), "decoder.embed_tokens")
+    positions = pattern(W, "decoder.embed_positions")
+    P = infer.shape(T, positions, "decoder.embed_positions")[0] if infer.has(T, positions) else 0
+    fd = infer.shape(T, pattern(W, "fc1"), "decoder fc1")[0]
     a, note = infer.heads_for(h, 64)
-    lm = infer.find(T, r"(^|\.)(lm_head|output_projection)\.weight$")
-    emb = infer.find(T, r"decoder\.embed_tokens\.weight$")
+    lm = infer.find(T, pattern(W, "lm_head") + "|" + pattern(WALKED_ALONE_TROCR, "output_projection"))
+    emb = infer.find(T, pattern(W, "decoder.embed_tokens"))
     tied = lm is None or (emb is not None and lm.alias_key == emb.alias_key)
-    shown = Stack(pre_ln=infer.has(T, r"decoder\.layer_norm\.weight$"),
-                  embedding_norm=infer.has(T, r"decoder\.layernorm_embedding\.weight$"),
-                  final_norm="layer_norm" if infer.has(T, r"decoder\.layer_norm\.weight$") else None,
-                  proj_bias=infer.has(T, r"self_attn\.q_proj\.bias$"))
-    k_bias = infer.has(T, r"self_attn\.k_proj\.bias$") or not shown.proj_bias
+    pre_ln = infer.has(T, pattern(N, "decoder.layer_norm"))
+    shown = Stack(pre_ln=pre_ln, embedding_norm=infer.has(T, pattern(W, "decoder.layernorm_embedding")),
+                  final_norm="layer_norm" if pre_ln else None, proj_bias=infer.has(T, pattern(W, "self_attn.q_proj", "bias")))
+    k_bias = infer.has(T, pattern(W, "self_attn.k_proj", "bias")) or not shown.proj_bias
     mt = next(mt for mt, st in STACKS.items() if replace(st, offset=0) == replace(shown, offset=0)) \
         if any(replace(st, offset=0) == replace(shown, offset=0) for st in STACKS.values()) else "bart"
     v = BartVariant(lm_vocab=V if lm is None else lm.shape[0], embedding_norm=shown.embedding_norm, k_bias=k_bias,
                     proj_bias=shown.proj_bias)
     return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=fd, vocab=V, positions=P,
-                    tied_embeddings=tied, decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+                    tied_embeddings=tied, decoder_layers=infer.count_layers(T, layers(W, "fc1")),
                     decoder_heads=a, decoder_ffn=fd, variant=v,
                     assumptions=(note, "no config: activation assumed gelu", f"no config: the names show "
                                               f"the decoder alone of a {mt}-shaped stack"), **dict(common, model_type=mt))
@@ -222,6 +222,18 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+def _walked(**fields: Any) -> Recorder:
+    return walked(walk, "bart", decoder_layers=1, decoder_heads=1, decoder_ffn=4, **fields)
+
+
+# the walks of tiny models (BART's LM head and sequence classifier, mBART's pre-LN stack; the decoder alone: BART's,
+# mBART's, TrOCR's): the paths of the name signature and from_tensors' look-ups
+WALKED, WALKED_SEQCLS, WALKED_MBART = _walked(head="lm"), _walked(head="seqcls"), _walked(model_type="mbart")
+WALKED_ALONE, WALKED_ALONE_PRE_LN, WALKED_ALONE_TROCR = (_walked(layers=0, head="lm", model_type=mt)
+                                                         for mt in ("bart", "mbart", "trocr"))
+ENC_FC1 = "encoder.layers.{bid}.fc1"
+
+
 def expected_tensors(s: ArchSpec) -> Shapes:
     """The walk's modules; BartForConditionalGeneration (and the other heads) wrap BartModel as `model`, the decoder
     alone's paths hold its wrapper's."""
@@ -251,7 +263,8 @@ FAMILY = Family(
     before=("llama",),   # tried before them: its layers.N.self_attn.q_proj names match llama's signature
     model_types=tuple(STACKS),
     # BART's layernorm_embedding, or an encoder-decoder's cross-attention (a *ForCausalLM's decoder alone holds it)
-    signature=r"(^|[./])((encoder|decoder)[./]layernorm_embedding|decoder[./]layers[./]\d+[./]encoder_attn)[./]",
+    signature="|".join(signature(WALKED, m) for m in ("encoder.layernorm_embedding", "decoder.layernorm_embedding",
+                                                      "decoder.layers.{bid}.encoder_attn.q_proj")),
     # FSMT's decoder, which shares those names, holds its own output_projection (TrOCR's is at the top)
     signature_without=r"(^|[./])decoder[./]output_projection[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

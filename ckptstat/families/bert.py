@@ -24,7 +24,7 @@ from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, linear_shapes
+from .framework.recorder import Recorder, Stack, layers, linear_shapes, pattern, signature, walked
 
 LAYER: encoder.LayerNames = (
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",
@@ -223,10 +223,11 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    d = encoder.dims(T)
+    d = encoder.dims(T, WALKED, LAYER)
     a, note = infer.heads_for(d["hidden"], 64)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"layer\.(\d+)\."), heads=a, kv_heads=a,
-                    head_dim=d["hidden"] // a, pooler=infer.has(T, r"pooler\.dense\.weight$"), assumptions=(note,),
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(WALKED, LAYER[0])), heads=a,
+                    kv_heads=a, head_dim=d["hidden"] // a, pooler=infer.has(T, pattern(WALKED, "pooler.dense")),
+                    assumptions=(note,),
                     **d, **common)
 
 
@@ -323,16 +324,17 @@ _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", 
 # (convert_hf_to_gguf.py strips `bert.` / `roberta.` first); `ckptstat diff` aligns a GGUF file with HF through it.
 # Not mapped: llama.cpp's `cls` / `cls.output` are BERT's `classifier` or RoBERTa's `classifier.dense` /
 # `classifier.out_proj`: the GGUF name alone cannot say which
-GGUF_TENSOR_NAMES = walk(Builder(ArchSpec(family="bert", model_type="bert", source="", head="base", architecture=None,
-                                          layers=1, hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4,
-                                          positions=4, type_vocab=2), 1, 1, 1, 1, 1)).gguf_names()
+# The walk of a tiny BertModel with every table and its pooler: from_tensors' look-ups and the name signature read
+# its paths
+WALKED = walked(walk, "bert", type_vocab=2, pooler=True)
+GGUF_TENSOR_NAMES = WALKED.gguf_names()
 
 FAMILY = Family(
     name="bert",
     model_types=tuple(MODEL_TYPES),
     gguf_architectures=("bert", "roberta", "xlm-roberta", "electra", "camembert"),
     # BERT's attention.self.query; MPNet's attention.attn.q
-    signature=r"(^|[./])layer[._/]\d+[./]attention[./](self[./]query|attn[./]q[./])",
+    signature=signature(WALKED, LAYER[0]) + "|" + signature(walked(walk, "bert", model_type="mpnet"), MPNET[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa"),
     head_rules=encoder.HEAD_RULES,

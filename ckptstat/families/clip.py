@@ -25,12 +25,12 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer
+from .framework import infer, recorder
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module, module_shapes
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, LayerPaths, conv, encoder_layers
 
 
@@ -151,18 +151,18 @@ def unprefixed(out: Shapes) -> Shapes:
 
 def tower_shapes(T: Tensors, pre: str) -> Tower:
     """A tower's sizes from its tensors (CLIP's and SigLIP's: siglip.py); `pre`: the tower's names' prefix
-    (tower_prefix)."""
-    q, lay = "^" + re.escape(pre), LAYER.paths   # the walk's names
-    f, h = infer.shape(T, rf"{q}{re.escape(f'{lay.layers}.0.{lay.up}')}\.weight$", f"{pre}{lay.layers}.0.{lay.up}")
+    (tower_prefix), the layers' paths the walk's (LAYER, as TOWERS records it)."""
+    q, up = "^" + re.escape(pre), LAYER.paths.up
+    f, h = infer.shape(T, pattern(TOWERS["text"], up, under=q), f"{pre}{LAYER.paths.layers}.0.{up}")
     a, _ = infer.heads_for(h, 64)
-    return Tower(layers=infer.count_layers(T, rf"{q}{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, inter=f)
+    return Tower(layers=infer.count_layers(T, recorder.layers(TOWERS["text"], up, under=q)), hidden=h, heads=a, inter=f)
 
 
 def vision_shapes(T: Tensors, pre: str) -> VisionTower:
     """A vision tower's sizes from its tensors under `pre` (tower_prefix; GIT's image encoder)."""
-    q = "^" + re.escape(pre)
-    _, ch, p, _ = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
-    n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
+    q, V = "^" + re.escape(pre), TOWERS["vision"]
+    _, ch, p, _ = infer.shape(T, pattern(V, "embeddings.patch_embedding", under=q), "the patch embedding")
+    n = infer.shape(T, pattern(V, "embeddings.position_embedding.weight", under=q), "vision positions")[0]
     return VisionTower(**asdict(tower_shapes(T, pre)), native_image_size=int(round((n - 1) ** 0.5)) * p, patch_size=p,
                        channels=ch)
 
@@ -170,15 +170,15 @@ def vision_shapes(T: Tensors, pre: str) -> VisionTower:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     text = vision = None
     if (pre := tower_prefix(T, "text")) is not None:
-        q = "^" + re.escape(pre)
-        V, _ = infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")
-        P = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0]
+        q, W = "^" + re.escape(pre), TOWERS["text"]
+        V, _ = infer.shape(T, pattern(W, "embeddings.token_embedding", under=q), "the token embedding")
+        P = infer.shape(T, pattern(W, "embeddings.position_embedding", under=q), "text positions")[0]
         text = TextTower(**asdict(tower_shapes(T, pre)), vocab=V, positions=P)
     if (pre := tower_prefix(T, "vision")) is not None:
         vision = vision_shapes(T, pre)
     if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no CLIP tower; pass --config")
-    proj = infer.find(T, r"(^|\.)(text|visual)_projection\.weight$")
+    proj = infer.find(T, "|".join(pattern(WALKED, m) for m in ("text_projection", "visual_projection")))
     # what the stored towers show: both is CLIPModel, one is CLIPTextModel / CLIPVisionModel
     mt = "clip" if text and vision else "clip_text_model" if text else "clip_vision_model"
     common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"],
@@ -217,6 +217,13 @@ def vision_walk(w: Recorder, vision: VisionTower, side: int) -> None:
     w.norm("post_layernorm", (b,), h, residual=False, note=" (class token)")
 
 
+def text_walk(w: Recorder, text: TextTower) -> None:
+    """CLIP's text tower over B.seq tokens: the embeddings, the causal layers, final_layer_norm."""
+    text_embeddings(w, text)
+    layers(w, text, w.B.seq, causal=True)
+    w.norm("final_layer_norm", (w.B.b, w.B.seq), text.hidden)
+
+
 def vision_tensors(out: Shapes, pre: str, vision: VisionTower, s: ArchSpec) -> None:
     """A vision tower's expected tensors under `pre` (GIT's `git.image_encoder.vision_model`), from its walk."""
     w = Recorder(Builder(s, 1, 1, 1, 1, 1), "vision", pre + ".")
@@ -233,16 +240,14 @@ def walk(B: Builder) -> list[Module]:
     projected = s.model_type == "clip" or s.head == "projection"
     modules: list[Module] = []
     if vision:
-        w = Recorder(B, "vision", "vision_model.")
+        w = Recorder(B, "vision", PREFIXES["vision"])
         vision_walk(w, vision, s.image_size)
         if projected:
             w.linear("visual_projection", (B.b,), vision.hidden, X.proj, False, bucket="cls", top=True)
         modules += w.modules
     if text:
-        w = Recorder(B, "text", "text_model.")
-        text_embeddings(w, text)
-        layers(w, text, B.seq, causal=True)
-        w.norm("final_layer_norm", (B.b, B.seq), text.hidden)
+        w = Recorder(B, "text", PREFIXES["text"])
+        text_walk(w, text)
         if projected:
             w.linear("text_projection", (B.b,), text.hidden, X.proj, False, bucket="cls", top=True)
         modules += w.modules
@@ -266,6 +271,41 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     return tower_shapes_of(walk, s)
 
 
+# each tower's module in the two-tower models (its names' prefix there)
+PREFIXES = {"text": "text_model.", "vision": "vision_model."}
+_TINY = Towers(TextTower(1, 4, 1, 4, vocab=4, positions=4),
+               VisionTower(1, 4, 1, 4, native_image_size=4, patch_size=4, channels=1), proj=4)
+
+
+def _tower_walk(kind: str) -> Recorder:
+    """The walk of _TINY's `kind` tower, its paths bare (as under any prefix: tower_prefix)."""
+    def run(B: Builder) -> Recorder:
+        w = Recorder(B, kind)
+        if _TINY.text and kind == "text":
+            text_walk(w, _TINY.text)
+        elif _TINY.vision:
+            vision_walk(w, _TINY.vision, _TINY.vision.native_image_size)
+        return w
+    return walked(run, "clip")
+
+
+# the walks of a tiny CLIPModel and of its towers: the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "clip", head="projection", image_size=4, variant=_TINY)
+TOWERS = {kind: _tower_walk(kind) for kind in ("text", "vision")}
+
+
+def tower_signature(towers: dict[str, Recorder], kind: str, name: str, suffix: str = "weight", bare: bool = False) -> str:
+    """A name signature of a tower's module's `suffix` parameter, under the tower's prefix (PREFIXES) or, `bare`, at the
+    root (a one-tower model as transformers 5 writes it); `towers`: the walks of each (CLIP's, SigLIP's)."""
+    under = "^" if bare else rf"(^|[./]){re.escape(PREFIXES[kind].rstrip('.'))}[./]"
+    return signature(towers[kind], name, suffix, under=under)
+
+
+# the towers' embeddings (TOWER_MARKERS) and their first layer's query
+MARKERS = tuple((kind, name.removesuffix(".weight")) for kind, name in TOWER_MARKERS.items())
+Q_PROJ = f"{LAYER.paths.attn}.{LAYER.paths.q}"
+
+
 def tower_shapes_of(walker: Callable[[Builder], list[Module]], s: ArchSpec) -> Shapes:
     """A two-tower family's expected tensors from its walk (CLIP's, SigLIP's) at the config's image size, each one-tower
     model's names bare as transformers 5 writes them."""
@@ -286,8 +326,8 @@ FAMILY = Family(
     model_types=("clip", "clip_text_model", "clip_vision_model"),
     # a tower under its prefix, or bare at the root (TOWER_MARKERS; a wrapper's bare `vision_tower.embeddings...` is not
     # one: LLaVA's names read as its language model's)
-    signature=r"(^|\.)(text|vision)_model\.(embeddings\.(token|patch)_embedding|encoder\.layers\.\d+\.self_attn\.q_proj)\.weight$"
-              r"|^embeddings\.(token|patch)_embedding\.weight$",
+    signature="|".join([tower_signature(TOWERS, kind, name) for kind, name in (*MARKERS, ("text", Q_PROJ), ("vision", Q_PROJ))]
+                       + [tower_signature(TOWERS, kind, name, bare=True) for kind, name in MARKERS]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "projection"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",

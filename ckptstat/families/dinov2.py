@@ -17,7 +17,6 @@ scale and, where use_swiglu_ffn, the SwiGLU MLP typed in an EncoderLayer): the o
 derive from it."""
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -26,7 +25,7 @@ from . import vit
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, LayerPaths, encoder_layers
 from .vit import Patches
 
@@ -59,24 +58,26 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
-    n = infer.shape(T, r"embeddings\.position_embeddings$", "the position embeddings")[-2]
+    W, G = WALKED, WALKED_SWIGLU
+    h, ch, p, _ = infer.shape(T, pattern(W, "embeddings.patch_embeddings.projection"), "the patch embedding conv")
+    n = infer.shape(T, pattern(W, "embeddings.position_embeddings"), "the position embeddings")[-2]
     side = int(round((n - 1) ** 0.5))
     lay = LAYER.paths   # the walk's names
-    swiglu = infer.has(T, rf"{re.escape(lay.gated_in)}\.weight$")
-    f = infer.shape(T, rf"{re.escape(lay.gated_out)}\.weight$", lay.gated_out)[1] if swiglu else \
-        infer.shape(T, rf"{re.escape(lay.up)}\.weight$", lay.up)[0]
-    cls = infer.find(T, r"^classifier\.weight$")
-    reg = infer.find(T, r"embeddings\.register_tokens$")
+    q = f"{lay.attn}.{lay.q}"
+    swiglu = infer.has(T, pattern(G, lay.gated_in))
+    f = infer.shape(T, pattern(G, lay.gated_out), lay.gated_out)[1] if swiglu else infer.shape(T, pattern(W, lay.up), lay.up)[0]
+    cls = infer.find(T, pattern(W, "classifier"))
+    reg = infer.find(T, pattern(W, "embeddings.register_tokens"))
     a, note = infer.heads_for(h, 64)
     img = side * p
-    v = Dinov2Variant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
-                      swiglu=swiglu, registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
+    v = Dinov2Variant(native_image_size=img, patch_size=p, channels=ch, swiglu=swiglu,
+                      mask_token=infer.has(T, pattern(W, "embeddings.mask_token")),
+                      registers=reg.shape[1] if reg is not None and len(reg.shape) == 3 else 0)
     return ArchSpec(num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
-                    layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+                    layers=infer.count_layers(T, layers(W, q)), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a,
                     intermediate=f, vocab=0, gated_mlp=swiglu, activation="silu" if swiglu else "gelu",
-                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, pattern(W, q, "bias")), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1} learned patch positions"),
                     **{**common, "model_type": "dinov2_with_registers" if reg is not None else "dinov2"})
 
@@ -122,6 +123,11 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     return walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
 
 
+# the walks of a tiny Dinov2WithRegistersForImageClassification with a mask token, its MLP plain and SwiGLU: the paths
+# of the name signature and from_tensors' look-ups
+WALKED, WALKED_SWIGLU = (walked(walk, "dinov2", head="imgcls", image_size=4, variant=Dinov2Variant(
+    native_image_size=4, patch_size=4, channels=1, mask_token=True, swiglu=swiglu, registers=1)) for swiglu in (False, True))
+
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, mlp_ratio=4, image_size=28, patch_size=7,
               num_channels=3)
 
@@ -130,7 +136,7 @@ FAMILY = Family(
     before=("vit",),   # tried before them: its embeddings.patch_embeddings.projection names match vit's signature
     model_types=("dinov2", "dinov2_with_registers"),
     # the layer scale: ViT's files share embeddings.patch_embeddings.projection (registered before vit)
-    signature=r"(^|\.)encoder\.layer\.\d+\.layer_scale1\.lambda1$",
+    signature=signature(WALKED, LAYER.paths.scales[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"^classifier\.weight$", "imgcls"),),

@@ -8,7 +8,7 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, tensors
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
 
 LAYER: encoder.LayerNames = (
     "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",
@@ -25,11 +25,11 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"word_embeddings\.weight$", "word embeddings")
-    P = infer.shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
-    f = infer.shape(T, r"ffn\.lin1\.weight$", "ffn.lin1")[0]
+    V, h = infer.shape(T, pattern(WALKED, "embeddings.word_embeddings"), "word embeddings")
+    P = infer.shape(T, pattern(WALKED, "embeddings.position_embeddings"), "position embeddings")[0]
+    f = infer.shape(T, pattern(WALKED, LAYER[6]), LAYER[6])[0]
     a, note = infer.heads_for(h, 64)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"layer\.(\d+)\."), hidden=h,
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(WALKED, LAYER[0])), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=V, positions=P, assumptions=(note,),
                     **common)
 
@@ -55,10 +55,14 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny DistilBertModel: the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "distilbert")
+
+
 FAMILY = Family(
     name="distilbert",
     model_types=("distilbert",),
-    signature=r"(^|[./])transformer[./]layer[./]\d+[./]attention[./]q_lin",
+    signature=signature(WALKED, LAYER[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "distilbert"),
     heads=("base", "mlm", "seqcls", "tokcls", "qa"),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),

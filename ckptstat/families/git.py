@@ -20,7 +20,7 @@ from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .framework.encoder import stack_layers
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, tensors
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
 
 BODY = "git"   # the base model's attribute in the head model
 
@@ -72,16 +72,21 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny GitForCausalLM (a one-layer tower, an untied output): the paths of the name signature and
+# from_tensors' look-ups
+WALKED = walked(walk, "git", head="lm", variant=GitVision(VisionTower(1, 4, 1, 4, 4, 4, 3), 0))
+
+
 _VISION = "image_encoder.vision_model."
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    d = encoder.dims(T)
+    d = encoder.dims(T, WALKED, LAYER)
     a, note = infer.heads_for(d["hidden"], 64)
     pre = next((n[: n.index(_VISION) + len(_VISION)] for n in T if _VISION in n), _VISION)
     temporal = len({n for n in T if re.search(r"(^|\.)img_temporal_embedding\.\d+$", n)})
-    return ArchSpec(layers=infer.count_layers(T, r"layer\.(\d+)\."), heads=a, kv_heads=a, head_dim=d["hidden"] // a,
-                    tied_embeddings=not infer.has(T, r"(^|\.)output\.weight$"),
+    return ArchSpec(layers=infer.count_layers(T, layers(WALKED, LAYER[0])), heads=a, kv_heads=a, head_dim=d["hidden"] // a,
+                    tied_embeddings=not infer.has(T, pattern(WALKED, "output")),
                     variant=GitVision(vision_shapes(T, pre), temporal), assumptions=(note,), **d, **common)
 
 
@@ -94,7 +99,7 @@ FAMILY = Family(
     name="git",
     before=("bert",),   # tried before it: the text decoder's encoder.layer.N.attention.self.query names are BERT's
     model_types=("git",),
-    signature=r"(^|[./])image_encoder[./]vision_model[./]",
+    signature=signature(WALKED, "image_encoder.vision_model.embeddings.patch_embedding.weight"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm"),
     head_rules=base.decoder_head_rules(r"(^|\.)output\.weight$", r"^git\."),

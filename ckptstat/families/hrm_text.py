@@ -31,7 +31,7 @@ from .framework.base import (
 )
 from .framework.layout import DecoderLayout
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, tensors
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
 
 STACKS = ("L_module", "H_module")
 LAYOUT = DecoderLayout()   # LLaMA's module names at the top: model.embed_tokens, lm_head
@@ -63,18 +63,18 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)embed_tokens\.weight$", "embed_tokens")
-    gq = infer.find(T, r"L_module\.layers\.0\.attn\.gqkv_proj\.weight$")   # as saved; in memory: self_attn.q_proj
+    V, h = infer.shape(T, pattern(WALKED, "embed_tokens"), "embed_tokens")
+    gq = infer.find(T, pattern(WALKED, GQKV))   # as saved; in memory (a torch.save): self_attn.q_proj, not walked
     q = gq.shape[0] // 4 if gq is not None else infer.shape(T, r"L_module\.layers\.0\.self_attn\.q_proj\.weight$",
                                                               "L_module attn.gqkv_proj")[0]
-    f = infer.shape(T, r"L_module\.layers\.0\.mlp\.down_proj\.weight$", "L_module mlp.down_proj")[1]
-    per = infer.count_layers(T, r"L_module\.layers\.(\d+)\.")
+    f = infer.shape(T, pattern(WALKED, DOWN), "L_module mlp.down_proj")[1]
+    per = infer.count_layers(T, layers(WALKED, DOWN))
     high, low = (int(class_default("hrm_text", k)) for k in ("H_cycles", "L_cycles"))
     d = int(class_default("hrm_text", "head_dim"))
     d = d if q % d == 0 else q
     return ArchSpec(layers=per * high * (low + 1), hidden=h, heads=q // d, kv_heads=q // d, head_dim=d, intermediate=f,
                     vocab=V, activation="silu", gated_mlp=True, norm="rmsnorm", qkv_bias=False, o_bias=False,
-                    mlp_bias=False, tied_embeddings=not infer.has(T, r"(^|\.)lm_head\.weight$"),
+                    mlp_bias=False, tied_embeddings=not infer.has(T, pattern(WALKED, "lm_head")),
                     variant=HrmVariant(per_stack=per, low_cycles=low),
                     assumptions=(f"no config: H_cycles {high}, L_cycles {low} and head_dim {d}, as the config class "
                                  "defaults them (the cycles set the FLOPs and the cache, not the parameters)",), **common)
@@ -125,6 +125,11 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny, untied HrmTextForCausalLM: the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "hrm_text", head="lm", layers=2, variant=HrmVariant(per_stack=1, low_cycles=1))
+GQKV, DOWN = "L_module.layers.{bid}.attn.gqkv_proj", "L_module.layers.{bid}.mlp.down_proj"
+
+
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """DynamicCache(config): keys and values of every invocation (num_hidden_layers, the config class's rewrite)."""
     per = 2 * s.heads * s.head_dim * ab * s.layers
@@ -138,7 +143,8 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, head_d
 FAMILY = Family(
     name="hrm_text",
     model_types=("hrm_text",),
-    signature=r"(^|[./])L_module[./]layers[./]\d+[./](attn[./]gqkv_proj|self_attn[./]gate_proj)",
+    # as saved (fused by transformers' converter), or a torch.save of the model in memory (not walked)
+    signature=signature(WALKED, GQKV) + r"|(^|[./])L_module[./]layers[./]\d+[./]self_attn[./]gate_proj",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, LAYOUT.paths.body),
     # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and HrmTextForCausalLM's
     # _tied_weights_keys

@@ -32,7 +32,7 @@ from .framework.base import (
     decoder_kv_cache,
 )
 from .framework.ops import Builder, ew_cost
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 
 _ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
 
@@ -59,17 +59,20 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    if infer.has(T, r"(^|\.)encoder\.layers\.\d+\."):
+    W = WALKED
+    if infer.has(T, r"(^|\.)encoder\.layers\.\d+\."):   # (the walk is the decoder alone's: no encoder recorded)
         raise NoAnalyticModel("ProphetNet's encoder-decoder: the op template describes the decoder alone (pass --config)")
-    V, h = infer.shape(T, r"word_embeddings\.weight$", "word_embeddings")   # the decoder's, or the wrapper's it is tied to
-    f = infer.shape(T, r"feed_forward\.intermediate\.weight$", "feed_forward.intermediate")[0]
+    # the wrapper's word_embeddings, or the decoder's (tied to it)
+    V, h = infer.shape(T, pattern(W, "word_embeddings") + "|" + pattern(W, "decoder.word_embeddings"), "word_embeddings")
+    f = infer.shape(T, pattern(W, "feed_forward.intermediate"), "feed_forward.intermediate")[0]
     a, note = infer.heads_for(h, 64)
-    rel = infer.shape(T, r"self_attn\.relative_pos_embeddings\.weight$", "self_attn.relative_pos_embeddings")[0]
-    return ArchSpec(layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
-                    intermediate=f, vocab=V, positions=infer.shape(T, r"decoder\.position_embeddings\.weight$", "positions")[0],
-                    tied_embeddings=not infer.has(T, r"(^|\.)lm_head\.weight$"),
-                    variant=Streams(infer.shape(T, r"ngram_embeddings\.weight$", "ngram_embeddings")[0], rel // a,
-                                    infer.has(T, r"cross_attn\.query_proj\.weight$")),
+    rel = infer.shape(T, pattern(W, "self_attn.relative_pos_embeddings"), "self_attn.relative_pos_embeddings")[0]
+    return ArchSpec(layers=infer.count_layers(T, layers(W, "feed_forward.intermediate")), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a, intermediate=f, vocab=V,
+                    positions=infer.shape(T, pattern(W, "decoder.position_embeddings"), "positions")[0],
+                    tied_embeddings=not infer.has(T, pattern(W, "lm_head")),
+                    variant=Streams(infer.shape(T, pattern(W, NGRAM), "ngram_embeddings")[0], rel // a,
+                                    infer.has(T, pattern(W, "cross_attn.query_proj"))),
                     assumptions=(note,), **common)
 
 
@@ -142,6 +145,12 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("prophetnet")
 
 
+# the walk of a tiny, untied ProphetNetForCausalLM with cross_attn: the paths of the name signature and from_tensors'
+# look-ups
+WALKED = walked(walk, "prophetnet", head="lm", variant=Streams(1, 1, True))
+NGRAM = "decoder.ngram_embeddings.weight"   # a bare parameter (Recorder.params): its path is its name
+
+
 _SIZES = dict(hidden_size=32, num_encoder_layers=2, num_decoder_layers=2, num_encoder_attention_heads=4,
               num_decoder_attention_heads=4, encoder_ffn_dim=37, decoder_ffn_dim=37, vocab_size=99, max_position_embeddings=64,
               num_buckets=8, relative_max_distance=16)
@@ -150,7 +159,7 @@ FAMILY = Family(
     name="prophetnet",
     before=("opt",),   # tried before it: its decoder.layers.N.self_attn names match OPT's signature
     model_types=("prophetnet",),
-    signature=r"(^|[./])decoder[./]ngram_embeddings[./]",
+    signature=signature(WALKED, NGRAM),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("lm",),
     head_rules=base.decoder_head_rules(r"(^|\.)lm_head\.weight$", r"^prophetnet\.decoder\."),

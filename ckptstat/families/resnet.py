@@ -24,7 +24,7 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, numbered, pattern, signature, walked
 from .framework.walk_vision import conv_strided
 
 DEFAULT_IMAGE = 224
@@ -81,15 +81,13 @@ def from_config(c: Cfg) -> ArchSpec:
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths and block counts from the conv weights' names and shapes (transformers or torchvision names)."""
-    tv = not infer.has(T, r"(^|\.)embedder\.embedder\.convolution\.weight$")
-    if tv:
-        stem_w = infer.shape(T, r"^([A-Za-z_]+\.)?conv1\.weight$", "the stem conv (conv1)")
-        block = r"(^|\.)layer(\d+)\.(\d+)\.conv(\d)\.weight$"
-        fc = infer.find(T, r"(^|\.)fc\.weight$")
-    else:
-        stem_w = infer.shape(T, r"(^|\.)embedder\.embedder\.convolution\.weight$", "the stem conv")
-        block = r"(^|\.)stages\.(\d+)\.layers\.(\d+)\.layer\.(\d)\.convolution\.weight$"
-        fc = infer.find(T, r"(^|\.)classifier\.1\.weight$")
+    tv = not infer.has(T, pattern(WALKED[False], STEMS[False][0]))
+    W = WALKED[tv]
+    # the stem: torchvision's conv1 at the top (under one prefix at most: not a block's conv1)
+    stem_w = infer.shape(T, rf"^([A-Za-z_]+\.)?{re.escape(STEMS[True][0])}\.weight$" if tv else pattern(W, STEMS[False][0]),
+                         f"the stem conv ({STEMS[tv][0]})")
+    block = numbered(W, _conv(tv, _block(tv, 0), 0))   # groups 2, 3, 4: the stage, the block, the conv
+    fc = infer.find(T, pattern(W, HEADS[tv]))
     rx = re.compile(block)
     convs: dict[tuple[int, int, int], tuple[int, ...]] = {}
     for name, t in T.items():
@@ -107,7 +105,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     widths = [convs[(s, 0, last_idx)][0] for s in stages]
     depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
     # a projection shortcut where the stem and the first stage are as wide shows a strided first stage
-    short = r"(^|\.)layer1\.0\.downsample\.0\.weight$" if tv else r"(^|\.)stages\.0\.layers\.0\.shortcut\.convolution\.weight$"
+    short = pattern(W, SHORTCUTS[tv][0].format(block=_block(tv, 0)), index=0)
     first_stride = 2 if infer.has(T, short) and widths[0] == stem_w[0] else 1
     notes = ("no config: the v1.5 ResNet assumed (stride on the 3x3 conv); input "
              f"{DEFAULT_IMAGE}x{DEFAULT_IMAGE} unless --image-size",)
@@ -119,6 +117,18 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 def _conv(tv: bool, block: str, j: int) -> str:
     """The j-th conv of a block, as torchvision (conv1..3) or transformers (layer.0..2.convolution) names it."""
     return f"{block}.conv{j + 1}" if tv else f"{block}.layer.{j}.convolution"
+
+
+def _block(tv: bool, i: int) -> str:
+    """Stage i's blocks, as torchvision (layer1..4) or transformers (encoder.stages.0..3) names them."""
+    return f"layer{i + 1}.{{bid}}" if tv else f"encoder.stages.{i}.layers.{{bid}}"
+
+
+# by torchvision's names or not: the stem's conv and BatchNorm, a projection shortcut's, the classifier
+STEMS = {True: ("conv1", "bn1"), False: ("embedder.embedder.convolution", "embedder.embedder.normalization")}
+SHORTCUTS = {True: ("{block}.downsample.0", "{block}.downsample.1"),
+             False: ("{block}.shortcut.convolution", "{block}.shortcut.normalization")}
+HEADS = {True: "fc", False: "classifier.1"}
 
 
 def _bn(tv: bool, block: str, j: int) -> str:
@@ -140,8 +150,7 @@ def walk(B: Builder) -> Recorder:
         batchnorm(w, bn, bn.replace("{bid}", at), cout, side, layers, act)
         return side
 
-    stem = ("conv1", "bn1") if tv else ("embedder.embedder.convolution", "embedder.embedder.normalization")
-    side = conv_bn(*stem, "", (), X.channels, s.hidden, 7, 2, s.image_size)
+    side = conv_bn(*STEMS[tv], "", (), X.channels, s.hidden, 7, 2, s.image_size)
     out = (side + 2 - 3) // 2 + 1
     B.add("maxpool (3x3/2)", "pool", "embedding", 1, (B.b, s.hidden, side, side), (B.b, s.hidden, out, out),
           ew=B.b * s.hidden * out * out * 9)
@@ -149,7 +158,7 @@ def walk(B: Builder) -> Recorder:
     side, cin = out, s.hidden
     for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
         stride = X.first_stride if i == 0 else 2
-        block = f"layer{i + 1}.{{bid}}" if tv else f"encoder.stages.{i}.layers.{{bid}}"
+        block = _block(tv, i)
         for first in (True, False):
             layers = (0,) if first else tuple(range(1, depth))
             if not layers:
@@ -167,9 +176,8 @@ def walk(B: Builder) -> Recorder:
                 o = conv_bn(_conv(tv, block, j), _bn(tv, block, j), at, layers, ci, co, k, sj, o,
                             act=None if j == len(convs) - 1 else "relu")
             if first and (cin != width or st != 1):   # projection shortcut
-                conv_bn(*((f"{block}.downsample.0", f"{block}.downsample.1") if tv else
-                          (f"{block}.shortcut.convolution", f"{block}.shortcut.normalization")), at, layers,
-                        cin, width, 1, st, side, act=None)
+                short_conv, short_bn = (path.format(block=block) for path in SHORTCUTS[tv])
+                conv_bn(short_conv, short_bn, at, layers, cin, width, 1, st, side, act=None)
             p = block.replace("{bid}", at)
             B.add(f"{p} residual add + relu", "activation", "encoder", len(layers), (B.b, width, o, o), (B.b, width, o, o),
                   ew=2 * B.b * width * o * o)
@@ -177,7 +185,7 @@ def walk(B: Builder) -> Recorder:
         cin = width
     B.add("avgpool (global)", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)
     if s.head == "imgcls":
-        head = "fc" if tv else "classifier.1"
+        head = HEADS[tv]
         if s.num_labels:
             w.linear(head, (B.b,), cin, s.num_labels, True, bucket="cls", top=True)
         else:   # transformers' classifier.1 is an Identity when num_labels is 0: no parameters
@@ -198,11 +206,17 @@ def expected_tensors(s: ArchSpec) -> Shapes | None:
     return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("resnet" if s.head == "imgcls" and not tv else "")
 
 
+# the walks of a tiny classifier of one basic block with a projection shortcut, by transformers' names and by
+# torchvision's: the paths of the name signature and from_tensors' look-ups
+WALKED = {tv: walked(walk, "resnet", head="imgcls", hidden=4, image_size=8, variant=ResNetVariant(
+    channels=1, widths=(8,), depths=(1,), bottleneck=False, first_stride=1, stride_in_1x1=False, torchvision=tv))
+    for tv in (False, True)}
+
 FAMILY = Family(
     name="resnet",
     model_types=("resnet",),
     # transformers' stage convs, or torchvision's block convs
-    signature=r"(^|\.)(stages\.\d+\.layers\.\d+\.layer\.\d+\.convolution|layer\d+\.\d+\.conv\d)\.weight$",
+    signature="|".join(signature(WALKED[tv], _conv(tv, _block(tv, 0), 0)) for tv in (False, True)),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)(classifier\.1|fc)\.weight$", "imgcls"),),

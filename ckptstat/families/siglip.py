@@ -16,7 +16,7 @@ framework/recorder.py Recorder): the op template and the expected tensors derive
 from __future__ import annotations
 
 import re
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from typing import Any
 
 from ..errors import UsageError
@@ -26,7 +26,7 @@ from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, pattern, walked
 from .framework.walk_vision import conv
 
 
@@ -76,26 +76,26 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     text = vision = None
     if (pre := clip.tower_prefix(T, "text")) is not None:   # `text_model.`, or bare (clip.TOWER_MARKERS)
-        q = "^" + re.escape(pre)
+        q, W = "^" + re.escape(pre), TOWERS["text"]
         text = TextTower(**asdict(clip.tower_shapes(T, pre)),
-                         vocab=infer.shape(T, rf"{q}embeddings\.token_embedding\.weight$", "the token embedding")[0],
-                         positions=infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "text positions")[0],
-                         proj=infer.shape(T, rf"{q}head\.weight$", "the text head")[0])
+                         vocab=infer.shape(T, pattern(W, "embeddings.token_embedding", under=q), "the token embedding")[0],
+                         positions=infer.shape(T, pattern(W, "embeddings.position_embedding", under=q), "text positions")[0],
+                         proj=infer.shape(T, pattern(W, "head", under=q), "the text head")[0])
     if (pre := clip.tower_prefix(T, "vision")) is not None:
-        q = "^" + re.escape(pre)
+        q, W = "^" + re.escape(pre), TOWERS["vision"]
         tower = clip.tower_shapes(T, pre)
-        conv = infer.shape(T, rf"{q}embeddings\.patch_embedding\.weight$", "the patch embedding")
+        conv = infer.shape(T, pattern(W, "embeddings.patch_embedding", under=q), "the patch embedding")
         if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
             raise UsageError(f"{pre}embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
                              "vision tower (SigLIP2's Linear patch embedding is not modelled); pass --config")
         _, ch, p, _ = conv
-        n = infer.shape(T, rf"{q}embeddings\.position_embedding\.weight$", "vision positions")[0]
+        n = infer.shape(T, pattern(W, "embeddings.position_embedding.weight", under=q), "vision positions")[0]
         vision = VisionTower(**asdict(tower), native_image_size=int(round(n ** 0.5)) * p, patch_size=p, channels=ch,
-                             head=infer.has(T, rf"{q}head\.probe$"))
+                             head=infer.has(T, pattern(W, "head.probe", under=q)))
     if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no SigLIP tower; pass --config")
     mt = "siglip" if text and vision else "siglip_text_model" if text else "siglip_vision_model"
-    cls = infer.find(T, r"^classifier\.weight$")
+    cls = infer.find(T, pattern(WALKED_CLS, "classifier", under="^"))
     common = dict(common, model_type=mt, head="imgcls" if cls is not None and mt == "siglip_vision_model" else "base",
                   num_labels=cls.shape[0] if cls is not None and len(cls.shape) == 2 else 2,
                   assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
@@ -120,6 +120,31 @@ def _pooling_head(w: Recorder, v: VisionTower, n: int) -> None:
     w.linear("head.mlp.fc2", (b, 1), f, h, True, note=" (+residual)")
 
 
+def vision_walk(w: Recorder, vision: VisionTower, side: int) -> int:
+    """SigLIP's vision tower on a side x side image: the biased patch conv, learned positions (sized by the config's
+    image_size), the layers, post_layernorm and (vision_use_head) the pooling head; returns the patches' count."""
+    B, h, p = w.B, vision.hidden, vision.patch_size
+    n = conv(w, "embeddings.patch_embedding", vision.channels, h, p, side, True) ** 2
+    w.params("embeddings.position_embedding", (("embeddings.position_embedding.weight",
+                                                ((vision.native_image_size // p) ** 2, h)),),
+             (B.b, n, h), (B.b, n, h), ew=B.b * n * h)
+    clip.layers(w, vision, n, causal=False)
+    w.norm("post_layernorm", (B.b, n), h, residual=False)
+    if vision.head:
+        _pooling_head(w, vision, n)
+    return n
+
+
+def text_walk(w: Recorder, text: TextTower) -> None:
+    """SigLIP's text tower over B.seq tokens: the embeddings, the layers (no causal mask), final_layer_norm, the head on
+    the last token."""
+    B = w.B
+    clip.text_embeddings(w, text)
+    clip.layers(w, text, B.seq, causal=False)
+    w.norm("final_layer_norm", (B.b, B.seq), text.hidden, residual=False)
+    w.linear("head", (B.b,), text.hidden, text.proj, True, note=" (last token)")
+
+
 def walk(B: Builder) -> list[Module]:
     """The forward at B.s's sizes (SiglipModel runs the vision tower first): writes its ops to B and returns the modules
     it met."""
@@ -127,26 +152,16 @@ def walk(B: Builder) -> list[Module]:
     text, vision = clip.towers(s).text, clip.towers(s).vision
     modules: list[Module] = []
     if vision:
-        w = Recorder(B, "vision", "vision_model.")
-        h, p = vision.hidden, vision.patch_size
-        n = conv(w, "embeddings.patch_embedding", vision.channels, h, p, s.image_size, True) ** 2
-        w.params("embeddings.position_embedding", (("embeddings.position_embedding.weight",
-                                                    ((vision.native_image_size // p) ** 2, h)),),
-                 (B.b, n, h), (B.b, n, h), ew=B.b * n * h)
-        clip.layers(w, vision, n, causal=False)
-        w.norm("post_layernorm", (B.b, n), h, residual=False)
-        if vision.head:
-            _pooling_head(w, vision, n)
+        w = Recorder(B, "vision", clip.PREFIXES["vision"])
+        n = vision_walk(w, vision, s.image_size)
         if s.head == "imgcls" and s.num_labels:   # the patch tokens' mean, then the classifier
-            B.add("mean of patch tokens", "activation", "cls", 1, (B.b, n, h), (B.b, h), ew=B.b * n * h)
-            w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+            B.add("mean of patch tokens", "activation", "cls", 1, (B.b, n, vision.hidden), (B.b, vision.hidden),
+                  ew=B.b * n * vision.hidden)
+            w.linear("classifier", (B.b,), vision.hidden, s.num_labels, True, bucket="cls", top=True)
         modules += w.modules
     if text:
-        w = Recorder(B, "text", "text_model.")
-        clip.text_embeddings(w, text)
-        clip.layers(w, text, B.seq, causal=False)   # no causal mask in SigLIP's text tower
-        w.norm("final_layer_norm", (B.b, B.seq), text.hidden, residual=False)
-        w.linear("head", (B.b,), text.hidden, text.proj, True, note=" (last token)")
+        w = Recorder(B, "text", clip.PREFIXES["text"])
+        text_walk(w, text)
         modules += w.modules
     if text and vision:
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale) + logit_bias
@@ -165,6 +180,27 @@ def expected_tensors(s: ArchSpec) -> Shapes:
     return clip.tower_shapes_of(walk, s)
 
 
+_TINY = Towers(TextTower(1, 4, 1, 4, vocab=4, positions=4, proj=4),
+               VisionTower(1, 4, 1, 4, native_image_size=4, patch_size=4, channels=1, head=True))
+
+
+def _tower_walk(kind: str) -> Recorder:
+    """The walk of _TINY's `kind` tower, its paths bare (as under any prefix: clip.tower_prefix)."""
+    def run(B: Builder) -> Recorder:
+        w = Recorder(B, kind)
+        if _TINY.text and kind == "text":
+            text_walk(w, _TINY.text)
+        elif _TINY.vision:
+            vision_walk(w, _TINY.vision, _TINY.vision.native_image_size)
+        return w
+    return walked(run, "siglip")
+
+
+# the walks of a tiny SiglipForImageClassification and of SigLIP's towers (each with its head): the paths of the name
+# signature and from_tensors' look-ups
+WALKED_CLS = walked(walk, "siglip", head="imgcls", image_size=4, variant=replace(_TINY, text=None))
+TOWERS = {kind: _tower_walk(kind) for kind in ("text", "vision")}
+
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=40, projection_size=48)
 _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_attention_heads=6, image_size=30, patch_size=3)
@@ -175,10 +211,12 @@ FAMILY = Family(
     model_types=("siglip", "siglip_text_model", "siglip_vision_model"),
     # the text head, the vision pooling head's probe, the patch conv's bias (CLIP's towers have none of them), the
     # vision tower's under its prefix or bare at the root (clip.TOWER_MARKERS); registered before clip
-    signature=r"(^|\.)(text_model\.head\.weight|vision_model\.head\.probe|vision_model\.embeddings\.patch_embedding\.bias)$"
-              r"|^(head\.probe|embeddings\.patch_embedding\.bias)$",
+    signature="|".join([clip.tower_signature(TOWERS, "text", "head")]
+                       + [clip.tower_signature(TOWERS, "vision", name, suffix, bare) for bare in (False, True)
+                          for name, suffix in (("head.probe", ""), ("embeddings.patch_embedding", "bias"))]),
     # a bare text tower: CLIP's, and a head
-    signature_together=(r"^head\.weight$", r"^embeddings\.token_embedding\.weight$"),
+    signature_together=tuple(clip.tower_signature(TOWERS, "text", name, bare=True)
+                             for name in ("head", "embeddings.token_embedding")),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls"),
     head_rules=(HeadRule(r"^classifier\.weight$", "imgcls"),),

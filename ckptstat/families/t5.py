@@ -13,7 +13,7 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -30,16 +30,18 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)shared\.weight$|encoder\.embed_tokens\.weight$", "shared embedding")
-    inner = infer.shape(T, r"encoder\.block\.0\.layer\.0\.SelfAttention\.q\.weight$", "SelfAttention.q")[0]
-    buckets, a = infer.shape(T, r"relative_attention_bias\.weight$", "relative_attention_bias")
-    gated = infer.has(T, r"DenseReluDense\.wi_0\.weight$")
-    f = infer.shape(T, r"DenseReluDense\.wi(_0)?\.weight$", "DenseReluDense.wi")[0]
-    lm = infer.find(T, r"lm_head\.weight$")
-    return ArchSpec(layers=infer.count_layers(T, r"encoder\.block\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
+    V, h = infer.shape(T, pattern(WALKED, "shared") + "|" + pattern(WALKED, "encoder.embed_tokens"), "shared embedding")
+    inner = infer.shape(T, pattern(WALKED, SELF_Q.format(stack="encoder")), "SelfAttention.q")[0]
+    buckets, a = infer.shape(T, pattern(WALKED, "SelfAttention.relative_attention_bias"), "relative_attention_bias")
+    gated = infer.has(T, pattern(WALKED_GATED, "DenseReluDense.wi_0"))
+    f = infer.shape(T, pattern(WALKED_GATED, "DenseReluDense.wi_0") if gated else pattern(WALKED, "DenseReluDense.wi"),
+                    "DenseReluDense.wi")[0]
+    lm = infer.find(T, pattern(WALKED, "lm_head"))
+    return ArchSpec(layers=infer.count_layers(T, layers(WALKED, SELF_Q.format(stack="encoder"))), hidden=h, heads=a, kv_heads=a,
                     head_dim=inner // a, intermediate=f, vocab=V, activation="gelu" if gated else "relu",
                     gated_mlp=gated, norm="rmsnorm", qkv_bias=False, o_bias=False, mlp_bias=False,
-                    tied_embeddings=lm is None, decoder_layers=infer.count_layers(T, r"decoder\.block\.(\d+)\."),
+                    tied_embeddings=lm is None,
+                    decoder_layers=infer.count_layers(T, layers(WALKED, SELF_Q.format(stack="decoder"))),
                     relative_buckets=buckets,
                     assumptions=("no config: activation assumed relu (t5) or gelu (gated, t5 v1.1)",), **common)
 
@@ -154,16 +156,13 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
     return cfg
 
 
-def _gguf_names(gated: bool) -> tuple[tuple[str, str], ...]:
-    """HF module -> llama.cpp name (Family.gguf_tensor_names), from the walk of a tiny T5ForConditionalGeneration."""
-    s = ArchSpec(family="t5", model_type="t5", source="", head="lm", architecture=None, layers=1, hidden=2, heads=1,
-                 kv_heads=1, head_dim=1, intermediate=2, vocab=2, gated_mlp=gated, norm="rmsnorm", decoder_layers=1,
-                 relative_buckets=1)
-    return walk(Builder(s, 1, 1, 1, 1, 1)).gguf_names()
-
-
-# llama.cpp's ffn_up is T5's wi, or T5 v1.1's wi_1 beside ffn_gate (wi_0): two tables, the file's names pick one
-GGUF_TENSOR_NAMES, GGUF_TENSOR_NAMES_GATED = _gguf_names(False), _gguf_names(True)
+# the walks of a tiny T5ForConditionalGeneration, plain and gated: the paths of the name signature and from_tensors'
+# look-ups, and its HF module -> llama.cpp names (Family.gguf_tensor_names); llama.cpp's ffn_up is T5's wi, or T5
+# v1.1's wi_1 beside ffn_gate (wi_0): two tables, the file's names pick one
+WALKED, WALKED_GATED = (walked(walk, "t5", head="lm", gated_mlp=gated, decoder_layers=1, relative_buckets=1)
+                        for gated in (False, True))
+GGUF_TENSOR_NAMES, GGUF_TENSOR_NAMES_GATED = WALKED.gguf_names(), WALKED_GATED.gguf_names()
+SELF_Q = "{stack}.block.{{bid}}.layer.0.SelfAttention.q"
 
 
 def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]:
@@ -175,7 +174,7 @@ _SIZES = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size
 FAMILY = Family(
     name="t5",
     model_types=("t5", "mt5"),
-    signature=r"(^|[./])(encoder|decoder)[./]block[./]\d+[./]layer[./]\d+[./](SelfAttention|EncDecAttention)",
+    signature=signature(WALKED, SELF_Q.format(stack="encoder")),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "encoder-only"),
     # T5ForConditionalGeneration's torch.save state_dict keeps lm_head (tied or not); a safetensors save drops

@@ -20,7 +20,6 @@ template and the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -29,7 +28,7 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, conv, encoder_layers
 
 
@@ -79,22 +78,24 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    h, ch, p, _ = infer.shape(T, r"patch_embeddings\.projection\.weight$", "the patch embedding conv")
-    n = infer.shape(T, r"embeddings\.position_embeddings(\.weight)?$", "the position embeddings")[-2]
-    dist = int(infer.has(T, r"embeddings\.distillation_token$"))   # DeiT
+    W = WALKED
+    h, ch, p, _ = infer.shape(T, pattern(W, "embeddings.patch_embeddings.projection"), "the patch embedding conv")
+    n = infer.shape(T, pattern(W, "embeddings.position_embeddings"), "the position embeddings")[-2]
+    dist = int(infer.has(T, pattern(W, "embeddings.distillation_token")))   # DeiT
     side = int(round((n - 1 - dist) ** 0.5))
     lay = LAYER.paths   # the walk's names
-    f = infer.shape(T, rf"{re.escape(lay.up)}\.weight$", "the MLP's first dense")[0]
-    pool = infer.find(T, r"pooler\.dense\.weight$")
-    decoder = infer.find(T, r"^decoder\.0\.weight$")   # *ForMaskedImageModeling's [stride^2 x channels, h, 1, 1]
+    q = f"{lay.attn}.{lay.q}"
+    f = infer.shape(T, pattern(W, lay.up), "the MLP's first dense")[0]
+    pool = infer.find(T, pattern(W, "pooler.dense"))
+    decoder = infer.find(T, pattern(W, "decoder.0"))   # *ForMaskedImageModeling's [stride^2 x channels, h, 1, 1]
     a, note = infer.heads_for(h, 64)
     img = side * p
-    v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, r"embeddings\.mask_token$"),
+    v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, pattern(W, "embeddings.mask_token")),
                    pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
                    encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, rf"{re.escape(lay.layers)}\.(\d+)\."), hidden=h,
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(W, q)), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
-                    qkv_bias=infer.has(T, rf"{re.escape(f'{lay.attn}.{lay.q}')}\.bias$"), image_size=img, variant=v,
+                    qkv_bias=infer.has(T, pattern(W, q, "bias")), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
@@ -143,6 +144,12 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny ViTForMaskedImageModeling with every token and a pooler: the paths of the name signature and
+# from_tensors' look-ups
+WALKED = walked(walk, "vit", head="mim", pooler=True, image_size=4, variant=ViTVariant(
+    native_image_size=4, patch_size=4, channels=1, mask_token=True, pooler_size=4, dist_token=True, encoder_stride=1))
+
+
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`); the position table is sized by
     the config's image_size."""
@@ -159,7 +166,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 FAMILY = Family(
     name="vit",
     model_types=("vit", "deit"),
-    signature=r"(^|\.)embeddings\.patch_embeddings\.projection\.(weight|kernel)$",   # kernel: Flax (docs/flax.md)
+    signature=signature(WALKED, "embeddings.patch_embeddings.projection"),   # (its weight, or Flax's kernel: docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls", "mim"),
     head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"), HeadRule(r"^decoder\.0\.weight$", "mim")),

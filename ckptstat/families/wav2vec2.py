@@ -37,7 +37,7 @@ Described once, as a walk (`walk`: framework/recorder.py's recorder and encoder.
 op is written, the convs' weights beside their ops): the op template and the expected tensors both derive from it."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel, UsageError
@@ -55,8 +55,10 @@ from .framework.base import (
     architectures,
 )
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, walked
 
+# a conv of the feature encoder; the positional convs of a stack of them (Data2VecAudio's)
+CONV, POS_STACK = "feature_extractor.conv_layers.{bid}.conv", "encoder.pos_conv_embed.layers.{bid}.conv"
 # a layer's modules in encoder.LayerNames' order
 LAYER: encoder.LayerNames = (
     "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
@@ -147,31 +149,35 @@ def from_config(c: Cfg) -> ArchSpec:
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     """Widths and kernels from the conv weights; the strides are not in the weights: wav2vec2's (5, 2, 2, ...)
     assumed when the kernels are wav2vec2's (10, 3, 3, 3, 3, 2, 2), else config.json is needed."""
+    W = WALKED
     convs = []
-    for i in range(infer.count_layers(T, r"feature_extractor\.conv_layers\.(\d+)\.conv\.weight$")):
-        convs.append(infer.shape(T, rf"feature_extractor\.conv_layers\.{i}\.conv\.weight$", f"conv layer {i}"))
+    for i in range(infer.count_layers(T, layers(W, CONV))):
+        convs.append(infer.shape(T, pattern(W, CONV, index=i), f"conv layer {i}"))
     kernels = tuple(w[2] for w in convs)
     if kernels != (10, 3, 3, 3, 3, 2, 2):
         raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
-    up = infer.find(T, r"encoder\.upsample\.projection\.weight$")   # SEW
-    h = infer.shape(T, r"layers\.0\.attention\.q_proj\.weight$", "the first layer's q_proj")[0]
-    pos = infer.shape(T, r"pos_conv_embed\.(layers\.0\.)?conv\.(parametrizations\.weight\.original1|weight_v|weight)$",
-                      "the positional conv")
-    f = infer.shape(T, r"layers\.0\.feed_forward\.intermediate_dense\.weight$", "the feed-forward")[0]
-    lm = infer.find(T, r"(^|\.)lm_head\.weight$")
-    const = infer.find(T, r"layers\.0\.attention\.gru_rel_pos_const$")   # WavLM's gate holds one value a head
+    up = infer.find(T, pattern(WALKED_SEW, "encoder.upsample.projection"))   # SEW
+    h = infer.shape(T, pattern(W, LAYER[0]), "the first layer's q_proj")[0]
+    # its weight-normed weight as torch's parametrizations, or the older weight_norm (weight_v), or a plain weight;
+    # Data2VecAudio's stack of plain convs
+    pos = infer.shape(T, pattern(W, "encoder.pos_conv_embed.conv", r"(parametrizations\.weight\.original1|weight_v|weight)")
+                      + "|" + pattern(WALKED_STACK, POS_STACK), "the positional conv")
+    f = infer.shape(T, pattern(W, LAYER[6]), "the feed-forward")[0]
+    lm = infer.find(T, pattern(W, "lm_head"))
+    const = infer.find(T, pattern(W, "attention.gru_rel_pos_const"))   # WavLM's gate holds one value a head
     a, note = (const.shape[1], "") if const is not None and len(const.shape) == 4 else infer.heads_for(h, 64)
     body = (common["model_type"] or "wav2vec2").replace("-", "_")
     v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
-                       conv_bias=infer.has(T, r"conv_layers\.0\.conv\.bias$"),
-                       layer_norms=infer.has(T, r"conv_layers\.1\.layer_norm\.weight$"),
-                       projection_norm=infer.has(T, r"feature_projection\.layer_norm\.weight$"), pos_kernel=pos[2],
+                       conv_bias=infer.has(T, pattern(W, CONV, "bias", index=0)),
+                       layer_norms=infer.has(T, pattern(W, "feature_extractor.conv_layers.1.layer_norm")),
+                       projection_norm=infer.has(T, pattern(W, "feature_projection.layer_norm")), pos_kernel=pos[2],
                        pos_groups=h // pos[1], stable_layer_norm=False,
-                       pos_stack=infer.count_layers(T, r"pos_conv_embed\.layers\.(\d+)\.conv\.weight$"),
-                       relative_buckets=rel.shape[0] if (rel := infer.find(T, r"rel_attn_embed\.weight$")) is not None else 0,
-                       masked_spec_embed=infer.has(T, r"masked_spec_embed$"), body=body,
+                       pos_stack=infer.count_layers(T, layers(WALKED_STACK, POS_STACK)),
+                       relative_buckets=rel.shape[0] if (rel := infer.find(T, pattern(W, "attention.rel_attn_embed")))
+                       is not None else 0,
+                       masked_spec_embed=infer.has(T, pattern(W, "masked_spec_embed")), body=body,
                        squeeze=up.shape[0] // h if up is not None else 0)
-    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
+    return ArchSpec(layers=infer.count_layers(T, layers(W, LAYER[0])), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
                     variant=v, assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), "
                                                              "post-LN layers (do_stable_layer_norm reorders norms only), gelu")
@@ -198,7 +204,7 @@ def walk(B: Builder) -> Recorder:
         out = max((n - k) // st + 1, 0)   # 0: fewer samples than the receptive field (min_samples; check_seq refuses)
         per = cout * cin * k + (cout if X.conv_bias else 0)
         m = f"feature_extractor.conv_layers.{i}"
-        r.record(f"{m}.conv", (("weight", (cout, cin, k)),) + ((("bias", (cout,)),) if X.conv_bias else ()))
+        r.record(CONV, (("weight", (cout, cin, k)),) + ((("bias", (cout,)),) if X.conv_bias else ()), layers=(i,))
         B.add(f"{m}.conv ({k}/{st})", "conv", "embedding", 1, (b, cin, n), (b, cout, out), params=per,
               macs=b * out * cout * cin * k, ew=b * out * cout if X.conv_bias else 0, weights_per_call=per)
         if X.layer_norms or i == 0:   # a GroupNorm of one group a channel: a LayerNorm's parameters and cost
@@ -268,6 +274,20 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+def _walked(**fields: Any) -> Recorder:
+    """The walk of a tiny Wav2Vec2ForCTC of two biased convs with a LayerNorm each, its feature projection's LayerNorm,
+    masked_spec_embed and WavLM's gated relative bias, and `fields`."""
+    v = FeatureEncoder(conv_dims=(1, 1), conv_kernels=(1, 1), conv_strides=(1, 1), conv_bias=True, layer_norms=True,
+                       projection_norm=True, pos_kernel=1, pos_groups=1, pos_stack=0, stable_layer_norm=False,
+                       relative_buckets=1, squeeze=0, masked_spec_embed=True, body="wav2vec2")
+    return walked(walk, "wav2vec2", head="ctc", variant=replace(v, **fields))
+
+
+# the walks of tiny models (_walked; Data2VecAudio's stack of positional convs; SEW's squeeze): the paths of the name
+# signature and from_tensors' look-ups
+WALKED, WALKED_STACK, WALKED_SEW = _walked(), _walked(pos_stack=1), _walked(squeeze=1)
+
+
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in the CTC head; no other head."""
     if s.head not in ("base", "ctc"):
@@ -288,7 +308,7 @@ _ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4,
 FAMILY = Family(
     name="wav2vec2",
     model_types=("wav2vec2", "hubert", "unispeech", "unispeech-sat", "data2vec-audio", "wavlm", "sew"),
-    signature=r"(^|\.)feature_extractor\.conv_layers\.\d+\.conv\.weight$",
+    signature=signature(WALKED, CONV),
     # the same feature encoder under other encoders, not described: SEW-D's DeBERTa layers, the Conformer's conv modules
     signature_without=r"(^|[./])(encoder[./]encoder|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

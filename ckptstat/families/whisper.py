@@ -20,7 +20,7 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, layers, pattern, signature, walked
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
 
@@ -41,16 +41,17 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    h, mel = infer.shape(T, r"encoder\.conv1\.weight$", "encoder.conv1")[:2]
-    src = infer.shape(T, r"encoder\.embed_positions\.weight$", "encoder.embed_positions")[0]
-    tgt = infer.shape(T, r"decoder\.embed_positions\.weight$", "decoder.embed_positions")[0]
-    V = infer.shape(T, r"decoder\.embed_tokens\.weight$", "decoder.embed_tokens")[0]
-    f = infer.shape(T, r"encoder\.layers\.0\.fc1\.weight$", "encoder fc1")[0]
-    fd = infer.shape(T, r"decoder\.layers\.0\.fc1\.weight$", "decoder fc1")[0]
+    W = WALKED
+    h, mel = infer.shape(T, pattern(W, "encoder.conv1"), "encoder.conv1")[:2]
+    src = infer.shape(T, pattern(W, "encoder.embed_positions"), "encoder.embed_positions")[0]
+    tgt = infer.shape(T, pattern(W, "decoder.embed_positions"), "decoder.embed_positions")[0]
+    V = infer.shape(T, pattern(W, "decoder.embed_tokens"), "decoder.embed_tokens")[0]
+    f = infer.shape(T, pattern(W, "encoder.layers.{bid}.fc1"), "encoder fc1")[0]
+    fd = infer.shape(T, pattern(W, "decoder.layers.{bid}.fc1"), "decoder fc1")[0]
     a, note = infer.heads_for(h, 64)
-    return ArchSpec(layers=infer.count_layers(T, r"encoder\.layers\.(\d+)\."), hidden=h, heads=a, kv_heads=a,
-                    head_dim=h // a, intermediate=f, vocab=V, tied_embeddings=infer.find(T, r"proj_out\.weight$") is None,
-                    decoder_layers=infer.count_layers(T, r"decoder\.layers\.(\d+)\."),
+    return ArchSpec(layers=infer.count_layers(T, layers(W, "encoder.layers.{bid}.fc1")), hidden=h, heads=a, kv_heads=a,
+                    head_dim=h // a, intermediate=f, vocab=V, tied_embeddings=infer.find(T, pattern(W, "proj_out")) is None,
+                    decoder_layers=infer.count_layers(T, layers(W, "decoder.layers.{bid}.fc1")),
                     decoder_heads=a, decoder_ffn=fd, mel_bins=mel, source_positions=src, target_positions=tgt,
                     assumptions=(note, "no config: activation assumed gelu"), **common)
 
@@ -106,6 +107,11 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny, untied WhisperForConditionalGeneration: the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "whisper", head="lm", mel_bins=1, source_positions=4, target_positions=4, decoder_layers=1,
+                decoder_heads=1, decoder_ffn=4)
+
+
 def expected_tensors(s: ArchSpec) -> Shapes:
     """The walk's modules; WhisperForConditionalGeneration wraps WhisperModel as `model` (the decoder alone's paths hold
     it)."""
@@ -131,7 +137,7 @@ FAMILY = Family(
     # tried before them: its layers.N.self_attn.q_proj names match llama's signature, its decoder's encoder_attn bart's
     before=("bart", "llama"),
     model_types=("whisper",),
-    signature=r"(^|[./])encoder[./]conv1[./]weight$",
+    signature=signature(WALKED, "encoder.conv1"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm"),
     # WhisperForConditionalGeneration (and ForCausalLM) nest the decoder under `model.`; WhisperModel and

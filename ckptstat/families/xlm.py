@@ -23,7 +23,7 @@ from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import LayerNames, stack_layers, token_heads
 from .framework.ops import Builder
-from .framework.recorder import Recorder, lists, tensors
+from .framework.recorder import Recorder, layers, lists, pattern, signature, tensors, walked
 
 # the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order
 LAYER: LayerNames = ("attentions.{bid}.q_lin", "attentions.{bid}.k_lin", "attentions.{bid}.v_lin", "attentions.{bid}",
@@ -55,14 +55,14 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)embeddings\.weight$", "word embeddings")
-    P = infer.shape(T, r"(^|\.)position_embeddings\.weight$", "position embeddings")[0]
-    langs = infer.shape(T, r"(^|\.)lang_embeddings\.weight$", "language embeddings")[0] \
-        if infer.has(T, r"(^|\.)lang_embeddings\.weight$") else 0
+    V, h = infer.shape(T, pattern(WALKED, "embeddings"), "word embeddings")
+    P = infer.shape(T, pattern(WALKED, "position_embeddings"), "position embeddings")[0]
+    langs = pattern(WALKED, "lang_embeddings")
+    langs_n = infer.shape(T, langs, "language embeddings")[0] if infer.has(T, langs) else 0
     a, note = infer.heads_for(h, 64)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"attentions\.(\d+)\.q_lin"),
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(WALKED, LAYER[0])),
                     hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=4 * h, vocab=V, positions=P,
-                    tied_embeddings=not infer.has(T, r"(^|\.)pred_layer\.proj\.weight$"), variant=XLMVariant(langs=langs),
+                    tied_embeddings=not infer.has(T, pattern(WALKED, "pred_layer.proj")), variant=XLMVariant(langs=langs_n),
                     assumptions=(note,), **common)
 
 
@@ -88,12 +88,17 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny XLMWithLMHeadModel with language embeddings, untied: the paths of the name signature and
+# from_tensors' look-ups
+WALKED = walked(walk, "xlm", head="lm", variant=XLMVariant(langs=1))
+
+
 _SIZES = dict(emb_dim=32, n_layers=2, n_heads=4, vocab_size=99, max_position_embeddings=64)
 
 FAMILY = Family(
     name="xlm",
     model_types=("xlm", "flaubert"),
-    signature=r"(^|[./])attentions[./]\d+[./]q_lin[./]",
+    signature=signature(WALKED, LAYER[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)pred_layer\.proj\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),

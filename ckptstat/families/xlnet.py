@@ -21,7 +21,7 @@ from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import token_heads
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, tensors
+from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
 
 BODY = "transformer"   # the base model's attribute in the head models
 
@@ -41,12 +41,12 @@ def from_config(c: Cfg) -> ArchSpec:
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    V, h = infer.shape(T, r"(^|\.)word_embedding\.weight$", "word embedding")
-    _, a, d = infer.shape(T, r"rel_attn\.q$", "rel_attn.q")
-    f = infer.shape(T, r"ff\.layer[._]1\.weight$", "ff.layer_1")[0]   # (canonical names spell it layer.1)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, r"layer\.(\d+)\.rel_attn\.q$"),
+    V, h = infer.shape(T, pattern(WALKED, "word_embedding"), "word embedding")
+    _, a, d = infer.shape(T, pattern(WALKED, "rel_attn.q"), "rel_attn.q")
+    f = infer.shape(T, pattern(WALKED, "ff.layer_1"), "ff.layer_1")[0]
+    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(WALKED, "rel_attn.q")),
                     hidden=h, heads=a, kv_heads=a, head_dim=d, intermediate=f, vocab=V,
-                    tied_embeddings=not infer.has(T, r"(^|\.)lm_loss\.weight$"),
+                    tied_embeddings=not infer.has(T, pattern(WALKED, "lm_loss")),
                     assumptions=("no config: attn_type 'bi' assumed (klen + qlen relative positions)",), **common)
 
 
@@ -87,12 +87,16 @@ def build(B: Builder) -> None:
     walk(B)
 
 
+# the walk of a tiny, untied XLNetLMHeadModel: the paths of the name signature and from_tensors' look-ups
+WALKED = walked(walk, "xlnet", head="lm")
+
+
 _SIZES = dict(vocab_size=99, d_model=32, n_layer=2, n_head=4, d_inner=37)
 
 FAMILY = Family(
     name="xlnet",
     model_types=("xlnet",),
-    signature=r"(^|[./])rel_attn[./]r_w_bias$",
+    signature=signature(WALKED, "rel_attn.r_w_bias"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
     heads=("base", "lm", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)lm_loss\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls")),

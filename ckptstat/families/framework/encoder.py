@@ -11,7 +11,7 @@ from typing import Any
 
 from . import infer
 from .base import HeadRule, Tensors
-from .recorder import Recorder, Stack
+from .recorder import Recorder, Stack, find, pattern
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
 # attention norm, FFN in, FFN activation, FFN out, output norm.
@@ -131,13 +131,14 @@ HEAD_RULES = (
 )
 
 
-def dims(T: Tensors) -> dict[str, Any]:
-    """Vocabulary, embedding width, positions, type vocabulary, hidden and intermediate widths from the
-    embedding tables and the first layer's query and FFN-in weights."""
-    V, E = infer.shape(T, r"word_embeddings\.weight$", "word embeddings")
-    P = infer.shape(T, r"position_embeddings\.weight$", "position embeddings")[0]
-    TV = infer.shape(T, r"token_type_embeddings\.weight$", "token type embeddings")[0] \
-        if infer.has(T, r"token_type_embeddings") else 0
-    h = infer.shape(T, r"attention\.(self\.)?query\.weight$", "attention query")[0]
-    f = infer.shape(T, r"(intermediate\.dense|ffn)\.weight$", "intermediate dense")[0]
+def dims(T: Tensors, r: Recorder, names: LayerNames) -> dict[str, Any]:
+    """Vocabulary, embedding width, positions, type vocabulary, hidden and intermediate widths from the embedding tables
+    and the first layer's query and FFN-in weights, found at the paths the walk `r` (recorder.walked) records under
+    `names` (no token types where it records none: GIT's)."""
+    V, E = infer.shape(T, pattern(r, "embeddings.word_embeddings"), "word embeddings")
+    P = infer.shape(T, pattern(r, "embeddings.position_embeddings"), "position embeddings")[0]
+    types = pattern(r, "embeddings.token_type_embeddings") if find(r, "embeddings.token_type_embeddings") else None
+    TV = infer.shape(T, types, "token type embeddings")[0] if types and infer.has(T, types) else 0
+    h = infer.shape(T, pattern(r, names[0]), "attention query")[0]
+    f = infer.shape(T, pattern(r, names[6]), "intermediate dense")[0]
     return dict(vocab=V, embedding_size=E, positions=P, type_vocab=TV, hidden=h, intermediate=f)
