@@ -175,8 +175,9 @@ def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
         f16_el = r.f16[r.seg]
         rank = np.where(f16_el, _ranks("f16")[r.keys], _ranks("bf16")[r.keys])
         order = np.sort(r.seg.astype(np.int64) << 32 | rank)
-        rank, tensor = order & 0xFFFFFFFF, order >> 32
-        sorted_keys = np.where(r.f16[tensor], tables("f16")[3][rank], tables("bf16")[3][rank])
+        rank, f16 = order & 0xFFFFFFFF, r.f16[order >> 32]
+        sorted_keys = np.empty_like(rank)   # each rank back to its key, in its tensor's domain
+        sorted_keys[f16], sorted_keys[~f16] = tables("f16")[3][rank[f16]], tables("bf16")[3][rank[~f16]]
     else:   # (one finite element a tensor at most: already in order)
         sorted_keys = r.keys
     nn = r.n[has][:, None]
