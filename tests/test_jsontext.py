@@ -58,3 +58,27 @@ def test_a_cycle_is_the_standard_librarys_error():
     v.append(v)
     with pytest.raises(ValueError, match="Circular reference"):
         dumps(v)
+
+
+rows = st.integers(0, 4).flatmap(lambda k: st.lists(st.fixed_dictionaries(
+    {**{f"k{i}%s": values for i in range(k)}, "q": st.fixed_dictionaries({"p1": scalars, "p%d": scalars})}),
+    min_size=8, max_size=20))
+
+
+@given(rows | st.lists(scalars | st.lists(scalars, max_size=3), min_size=8, max_size=20))
+@settings(max_examples=300, deadline=None)
+def test_long_lists_by_columns(v):
+    """A list of at least MIN_COLUMN items is written a column at a time: dicts of the same keys (a stats report's
+    rows), lists of scalars, mixed scalars."""
+    assert dumps(v) == json.dumps(v, indent=2)
+    assert dumps({"rows": v, "tail": [v, v]}) == json.dumps({"rows": v, "tail": [v, v]}, indent=2)
+
+
+def test_long_lists_holding_cycles_are_the_standard_librarys_error():
+    d: dict = {"a": None}
+    d["a"] = d
+    w: list = []
+    w += [w] * 100
+    for v in ([d] * 9, w):
+        with pytest.raises(ValueError, match="Circular reference"):
+            dumps(v)

@@ -28,6 +28,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter, itemgetter
 from typing import NamedTuple
 
 import numpy as np
@@ -91,9 +92,8 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
     place = placements(ckpt)
     alias_of = aliases(ckpt)
     items, skipped = [], []
-    file_index = {f: i for i, f in enumerate(ckpt.files)}
     undecoded: dict[str, str | None] = {}   # dtype -> why its values are not read (None: they are)
-    for t in sorted(ckpt, key=lambda t: (file_index.get(t.file, 0), t.offset or 0)):
+    for t in _file_order(ckpt):
         name = t.name
         p = place[name]
         if pattern and not name_matches(name, pattern):
@@ -113,6 +113,15 @@ def select(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] 
         else:
             items.append(Item(name, p.bucket, p.layer, p.role))
     return items, skipped
+
+
+def _file_order(ckpt: Checkpoint) -> list[TensorInfo]:
+    """The tensors by file, then offset (no offset: 0); one file's with offsets sorted by C's key (issue 35)."""
+    offset = attrgetter("offset")
+    if len(ckpt.files) <= 1 and None not in map(offset, ckpt):
+        return sorted(ckpt, key=offset)
+    file_index = {f: i for i, f in enumerate(ckpt.files)}
+    return sorted(ckpt, key=lambda t: (file_index.get(t.file, 0), t.offset or 0))
 
 
 GroupKey = tuple  # ("bucket", name) | ("layer", bucket, index) | ("total",)
@@ -170,8 +179,11 @@ def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
 
 
 def _layers(items: Iterable[Item]) -> Counter[GroupKey]:
-    """Each layer's number of tensors among `items`."""
-    return Counter(("layer", it.bucket, it.layer) for it in items if it.layer is not None)
+    """Each layer's number of tensors among `items` (counted by (bucket, layer) pairs: C's loop, not Python's)."""
+    return Counter({("layer", b, n): k for (b, n), k in Counter(map(_BUCKET_LAYER, items)).items() if n is not None})
+
+
+_NAME, _BUCKET, _LAYER, _BUCKET_LAYER = itemgetter(0), itemgetter(1), itemgetter(2), itemgetter(1, 2)   # an Item's
 
 
 Contribution = list[tuple[GroupKey, Acc]]   # what one unit (a tensor, or a run of tiny ones) adds to its groups
@@ -192,10 +204,12 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
 
     def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
         part = items[span[0]:span[1]]
-        infos = [ckpt[it.name] for it in part]
         if len(part) == 1:   # its row and merges read the bins
-            return single(part[0], infos[0], tensor_stats(ckpt, infos[0], chunk_bytes, progress).compact())
-        keys = [groups_of(it.bucket, it.layer, is_norm_gain(it.name)) for it in part]
+            info = ckpt[part[0].name]
+            return single(part[0], info, tensor_stats(ckpt, info, chunk_bytes, progress).compact())
+        names = list(map(_NAME, part))
+        infos = list(map(ckpt.tensors.__getitem__, names))
+        keys = list(map(groups_of, map(_BUCKET, part), map(_LAYER, part), map(is_norm_gain, names)))
         return part, *run_stats(ckpt, infos, part, keys, progress)
 
     def held(span: tuple[int, int]) -> int:   # the buffer a unit reads into: a chunk at most (a run: its bytes)
@@ -291,10 +305,9 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
         merge_into(groups, contrib)
         if merges is not None:
             merges.append([(key, acc.scalars()) for key, acc in contrib])
-        for it in part:
-            key = ("layer", it.bucket, it.layer)
+        for key, n in (_layers(part).items() if left else ()):
             if left[key]:
-                left[key] -= 1
+                left[key] -= n
                 if not left[key]:
                     layer = groups.pop(key)
                     done[key] = GroupRow(layer.tensors, layer.row())

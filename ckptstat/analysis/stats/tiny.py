@@ -18,6 +18,8 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import repeat
+from operator import attrgetter
 
 import numpy as np
 
@@ -43,8 +45,8 @@ def tiny(ckpt: Checkpoint, info: TensorInfo) -> bool:
 def units(ckpt: Checkpoint, names: list[str], chunk_bytes: int) -> list[tuple[int, int]]:
     """[start, end) index ranges over `names` (file order): a run of at least two tiny tensors, or one tensor."""
     out: list[tuple[int, int]] = []
-    infos = [ckpt.tensors[n] for n in names]
-    small = [tiny(ckpt, info) for info in infos]
+    infos = list(map(ckpt.tensors.__getitem__, names))
+    small = list(map(tiny, repeat(ckpt), infos))
     limit = max(min(chunk_bytes, RUN_BYTES), TINY_BYTES)
     i, n = 0, len(names)
     while i < n:
@@ -70,9 +72,9 @@ def _decode(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[np.ndarray
     """(float64 values, 16-bit histogram key in the tensor's own domain, tensor index) of every element,
     gathered from the run's bytes in a few whole-run operations (whatever the alignment of each tensor)."""
     buf = np.frombuffer(raw, dtype=np.uint8)
-    code = np.array([_CODE[i.dtype] for i in infos], dtype=np.int8)
-    numel = np.array([i.numel for i in infos], dtype=np.int64)
-    rel = np.array([i.offset for i in infos], dtype=np.int64) - start
+    code = np.array(list(map(_CODE.__getitem__, map(_DTYPE, infos))), dtype=np.int8)
+    numel = _numel(infos)
+    rel = np.array(list(map(_OFFSET, infos)), dtype=np.int64) - start
     seg = np.repeat(np.arange(len(infos)), numel)
     c = code[seg]
     is32 = c == 2
@@ -88,6 +90,13 @@ def _decode(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[np.ndarray
         x[f16] = low[f16].astype(np.uint16).view(np.float16).astype(np.float64)
     key = np.where(is32, high, low).astype(np.int64)                               # F16: its bits; else bf16's
     return x, key, seg
+
+
+_DTYPE, _OFFSET, _SHAPE = attrgetter("dtype"), attrgetter("offset"), attrgetter("shape")
+
+
+def _numel(infos: list[TensorInfo]) -> np.ndarray:
+    return np.array(list(map(math.prod, map(_SHAPE, infos))), dtype=np.int64)
 
 
 def _bincount(idx: np.ndarray, size: int, w: np.ndarray | None = None) -> np.ndarray:
@@ -142,9 +151,9 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequenc
     if xf.size:
         tmin[has] = np.minimum.reduceat(xf, starts[has])
         tmax[has] = np.maximum.reduceat(xf, starts[has])
-    r = _Run(f16=np.array([i.dtype == "F16" for i in infos]),
-             exact=np.array([i.dtype != "F32" for i in infos]),   # new_acc: F16 and BF16 exact, F32 by its bf16 bin
-             count=np.array([i.numel for i in infos], dtype=np.int64), n=n,
+    dtype = np.array(list(map(_DTYPE, infos)))
+    r = _Run(f16=dtype == "F16", exact=dtype != "F32",   # new_acc: F16 and BF16 exact, F32 by its bf16 bin
+             count=_numel(infos), n=n,
              nan=_bincount(seg[nan_m], T).astype(np.int64), posinf=_bincount(seg[pinf_m], T).astype(np.int64),
              neginf=_bincount(seg[ninf_m], T).astype(np.int64), zeros=_bincount(sf[xf == 0], T).astype(np.int64),
              min=tmin, max=tmax, mean=mean, m2=_bincount(sf, T, d * d), sum_abs=_bincount(sf, T, np.abs(xf)),
@@ -162,8 +171,15 @@ def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
     has = r.n > 0
     if not has.any():
         return quant
-    rank = np.where(r.f16[r.seg], _ranks("f16")[r.keys], _ranks("bf16")[r.keys])
-    sorted_keys = r.keys[np.lexsort((rank, r.seg))]
+    if int(r.n.max()) > 1:   # each tensor's keys by value: sorted by (tensor, rank in its domain)
+        f16_el = r.f16[r.seg]
+        rank = np.where(f16_el, _ranks("f16")[r.keys], _ranks("bf16")[r.keys])
+        order = np.sort(r.seg.astype(np.int64) << 32 | rank)
+        rank, f16 = order & 0xFFFFFFFF, r.f16[order >> 32]
+        sorted_keys = np.empty_like(rank)   # each rank back to its key, in its tensor's domain
+        sorted_keys[f16], sorted_keys[~f16] = tables("f16")[3][rank[f16]], tables("bf16")[3][rank[~f16]]
+    else:   # (one finite element a tensor at most: already in order)
+        sorted_keys = r.keys
     nn = r.n[has][:, None]
     hs = (nn - 1) * np.array(QUANTILES)[None, :]
     lo = np.floor(hs).astype(np.int64)
@@ -192,11 +208,14 @@ def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np
         l2 = np.where(has, np.sqrt(np.maximum(r.m2 + n * r.mean * r.mean, 0.0)), 0.0)
         zero_fraction = r.zeros / r.count
 
+    every = bool(has.all())
+
     def opt(v: np.ndarray) -> list:
-        return [a if h else None for a, h in zip(v.tolist(), has.tolist())]
+        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), has.tolist())]
 
     qkeys = [_qkey(p) for p in QUANTILES]
-    qs = [dict(zip(qkeys, q)) if h else dict.fromkeys(qkeys) for q, h in zip(quant.tolist(), has.tolist())]
+    qs = (list(map(dict, map(zip, repeat(qkeys), quant.tolist()))) if every else
+          [dict(zip(qkeys, q)) if h else dict.fromkeys(qkeys) for q, h in zip(quant.tolist(), has.tolist())])
     cols = zip(items, infos, r.count.tolist(), n.tolist(), opt(r.min), opt(r.max), opt(r.mean), opt(std),
                opt(mean_abs), l2.tolist(), r.zeros.tolist(), zero_fraction.tolist(), r.nan.tolist(), r.posinf.tolist(),
                r.neginf.tolist(), qs, r.exact.tolist())
@@ -227,9 +246,11 @@ def _groups(group_keys: Sequence[Sequence[tuple]], r: _Run) -> list[tuple[tuple,
     by_rank = tables("bf16")[3]
     nr = by_rank.size
     out: list[tuple[tuple, Acc]] = []
-    for kind in range(max(len(ks) for ks in group_keys)):
-        names: dict[tuple, int] = {}
-        gi = np.array([names.setdefault(ks[kind], len(names)) if kind < len(ks) else -1 for ks in group_keys])
+    distinct: dict[Sequence[tuple], int] = {}   # a MoE's 200k tensors share a few hundred tuples of groups
+    which = np.array([distinct.setdefault(ks, len(distinct)) for ks in group_keys])
+    for kind in range(max(map(len, distinct))):
+        names: dict[tuple, int] = {}   # in the order of their first tensor (that of their first distinct tuple)
+        gi = np.array([names.setdefault(ks[kind], len(names)) if kind < len(ks) else -1 for ks in distinct])[which]
         inside = gi >= 0
         G = len(names)
         add = partial(_group_sums, gi, G)
