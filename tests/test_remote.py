@@ -183,6 +183,21 @@ def test_stats_workers_fetch_in_their_own_processes(tmp_path, capsys):
         assert [t["mean"] for t in json.loads(out)["tensors"]] == [0.0, 1.0, 2.0, 3.0]
 
 
+def test_stats_workers_fetch_nothing_twice(tmp_path, capsys):
+    """Forked workers keep the bytes the parent fetched over http(s) (each shard's first window, which held its
+    header and its tiny tensors): `stats -w 2` makes the requests `stats -w 1` makes, one a shard (it made two)."""
+    many_shards(str(tmp_path), 20)
+    with Server(str(tmp_path)) as s:
+        seen = []
+        for workers in ("1", "2"):
+            sources.reset()
+            s.reset()
+            rc, out, err = cli(capsys, "stats", "--workers", workers, "--json", s.url + "/model.safetensors.index.json")
+            assert rc == 0, err
+            seen.append((sorted(p for _, p, _ in s.log), json.loads(out)["fetched"]["requests"]))
+    assert seen[0] == seen[1] and seen[0][1] == len(seen[0][0]) == 20 + 2   # (the index and config.json)
+
+
 def sevenb(tmp_path_factory):
     sys.path.insert(0, os.path.join(FIX, "..", "bench"))
     from summary_7b import build  # sparse shards: real headers, data left as holes
