@@ -17,7 +17,7 @@ from .framework.layout_base import FFNWidth
 OPENAI_GPT = DecoderLayout(
     norm="layernorm", placement="post", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
     positions="learned", conv1d=True, final_norm=False, ffn_width=FFNWidth(times_hidden=4), act_key="afn",
-    tied_default=True, task_heads=(decoder_heads.MC,),
+    tied_default=True, task_heads=("seqcls", decoder_heads.MC),
     paths=Paths(body="transformer", embed="tokens_embed", pos="positions_embed", layers="h", attn="attn", qkv="c_attn",
                 o="c_proj", up="c_fc", down="c_proj", attn_out="ln_1", mlp_out="ln_2"))
 
@@ -51,6 +51,8 @@ FAMILY = Family(
         Sample("OpenAIGPTConfig", _SIZES, ("OpenAIGPTModel", "OpenAIGPTLMHeadModel", "OpenAIGPTDoubleHeadsModel")),
         Sample("OpenAIGPTConfig", dict(_SIZES, tie_word_embeddings=False, afn="relu"),
                ("OpenAIGPTLMHeadModel", "OpenAIGPTDoubleHeadsModel")),
+        Sample("OpenAIGPTConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("OpenAIGPTForSequenceClassification",),
+               device="cpu"),   # its sequence classifier tests `pad_token_id in input_ids`: values
         Sample("OpenAIGPTConfig", dict(_SIZES, summary_use_proj=False), ("OpenAIGPTDoubleHeadsModel",),
                infer=False),   # without its projection the file holds no multiple_choice_head: it reads as the LM head
     ),
