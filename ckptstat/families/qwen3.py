@@ -11,7 +11,7 @@ from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
-QWEN3 = DecoderLayout(qk_norm="head", mlp_bias=False)
+QWEN3 = DecoderLayout(task_heads=("seqcls",), qk_norm="head", mlp_bias=False)
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
@@ -32,6 +32,9 @@ FAMILY = Family(
     **layout.family_fields({"qwen3": QWEN3}, "attn_q_norm"),
     gguf_config=gguf_config,
     samples=(
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Qwen3ForSequenceClassification",),
+               device="cpu"),
         Sample("Qwen3Config", _SIZES, ("Qwen3Model", "Qwen3ForCausalLM")),
         Sample("Qwen3Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("Qwen3ForCausalLM",)),
         # a window on the layers after max_window_layers (Qwen3Config's layer_types)

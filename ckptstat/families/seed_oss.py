@@ -7,7 +7,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import BiasKeys, DecoderLayout
 
-SEED_OSS = DecoderLayout(bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
+SEED_OSS = DecoderLayout(
+    task_heads=("seqcls",), bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 
 _SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
@@ -16,6 +17,9 @@ FAMILY = Family(
     **{**layout.family_fields({"seed_oss": SEED_OSS}, "attn_q"),
        "signature": r"(?!)"},   # its tensor names are LLaMA's (Qwen2's biases): files without config.json read as llama
     samples=(
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("SeedOssForSequenceClassification",),
+               device="cpu", detected_as="llama"),
         # LLaMA's names with q/k/v biases: names alone read as llama (its Qwen2 layout, the same counts)
         Sample("SeedOssConfig", _SIZES, ("SeedOssModel", "SeedOssForCausalLM"), detected_as="llama"),
         Sample("SeedOssConfig", dict(_SIZES, attention_bias=False, attention_out_bias=True, mlp_bias=True,

@@ -7,7 +7,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-SMOLLM3 = DecoderLayout(nope="flags", tied_default=True)
+SMOLLM3 = DecoderLayout(task_heads=("seqcls",), nope="flags", tied_default=True)
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
@@ -21,6 +21,9 @@ FAMILY = Family(
     # NoPE layers' too
     gguf_transforms=layout.row_rewrites("smollm3", SMOLLM3, "rope"),
     samples=(
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("SmolLM3ForSequenceClassification",),
+               device="cpu", detected_as="llama"),
         Sample("SmolLM3Config", _SIZES, ("SmolLM3Model", "SmolLM3ForCausalLM"), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, no_rope_layers=[1, 0, 0, 1], attention_bias=True, mlp_bias=True,
                                      tie_word_embeddings=False), ("SmolLM3ForCausalLM",), detected_as="llama"),
