@@ -20,11 +20,11 @@ FAMILY = Family(
     # convert_hf_to_gguf.py ArceeModel is a LlamaModel (undo_permute): q_proj / k_proj rows permuted per head
     gguf_transforms=layout.row_rewrites("arcee", ARCEE, "rope"),
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("ArceeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("ArceeForSequenceClassification",),
-               device="cpu"),
         Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM")),
         Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
                ("ArceeForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("ArceeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("ArceeForSequenceClassification",),
+               device="cpu"),
     ),
 )

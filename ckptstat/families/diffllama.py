@@ -18,12 +18,12 @@ FAMILY = Family(
        "gguf_tensor_names": ()},   # llama.cpp has no architecture for it
     before=("llama",),   # LLaMA's q_proj signature matches its files too
     samples=(
+        Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8), ("DiffLlamaModel", "DiffLlamaForCausalLM")),
+        Sample("DiffLlamaConfig", dict(layout.TINY, num_key_value_heads=4, attention_bias=True, tie_word_embeddings=True),
+               ("DiffLlamaForCausalLM",)),
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8, num_labels=3, pad_token_id=0),
                ("DiffLlamaForSequenceClassification",),
                device="cpu"),
-        Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8), ("DiffLlamaModel", "DiffLlamaForCausalLM")),
-        Sample("DiffLlamaConfig", dict(layout.TINY, num_key_value_heads=4, attention_bias=True, tie_word_embeddings=True),
-               ("DiffLlamaForCausalLM",)),
     ),
 )

@@ -23,11 +23,11 @@ FAMILY = Family(
        "signature": r"(^|[./])layers[./]\d+[./]self_attn[./]dt_proj[./]", "gguf_tensor_names": ()},
     gguf_architectures=(),   # llama.cpp has no doge architecture
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("DogeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("DogeForSequenceClassification",),
-               device="cpu"),
         Sample("DogeConfig", _SIZES, ("DogeModel", "DogeForCausalLM")),
         Sample("DogeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, sliding_window=4,
                                   keep_window_size=4), ("DogeForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("DogeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("DogeForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -19,11 +19,11 @@ FAMILY = Family(
     **{**layout.family_fields({"exaone4": EXAONE4}, "post_ffw_norm"),
        "signature": r"(?!)"},   # its tensor names are OLMo2's (q/k norms per head): files without config.json read as olmo
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("Exaone4Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
-               ("Exaone4ForSequenceClassification",), device="cpu", detected_as="olmo"),
         Sample("Exaone4Config", dict(_SIZES, sliding_window=4), ("Exaone4Model", "Exaone4ForCausalLM"), detected_as="olmo"),
         Sample("Exaone4Config", dict(_SIZES, sliding_window_pattern=2, tie_word_embeddings=True), ("Exaone4ForCausalLM",),
                detected_as="olmo"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Exaone4Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
+               ("Exaone4ForSequenceClassification",), device="cpu", detected_as="olmo"),
     ),
 )

@@ -142,8 +142,6 @@ FAMILY = Family(
                ("Gemma3ForCausalLM",)),
         Sample("VaultGemmaConfig", dict(_SIZES, sliding_window=4), ("VaultGemmaModel", "VaultGemmaForCausalLM")),
         # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("GemmaConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GemmaForSequenceClassification",), device="cpu",
-               detected_as="llama"),
         Sample("Gemma2Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
                ("Gemma2ForSequenceClassification",), device="cpu"),
         Sample("Gemma3TextConfig", dict(_SIZES, sliding_window=4, num_hidden_layers=4, num_labels=3, pad_token_id=0,

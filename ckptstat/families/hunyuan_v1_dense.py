@@ -32,11 +32,11 @@ FAMILY = Family(
     **layout.family_fields({"hunyuan_v1_dense": HUNYUAN_DENSE}, "attn_q_norm"),
     gguf_architectures=("hunyuan-dense",), gguf_config=gguf_config,
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("HunYuanDenseV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanDenseV1ForSequenceClassification",),
-               device="cpu"),
         Sample("HunYuanDenseV1Config", _SIZES, ("HunYuanDenseV1Model", "HunYuanDenseV1ForCausalLM")),
         Sample("HunYuanDenseV1Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True),
                ("HunYuanDenseV1ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("HunYuanDenseV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanDenseV1ForSequenceClassification",),
+               device="cpu"),
     ),
 )

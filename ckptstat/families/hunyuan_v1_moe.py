@@ -59,12 +59,12 @@ FAMILY = Family(
        "from_config": from_config, "from_tensors": from_tensors},
     gguf_architectures=("hunyuan-moe",), gguf_config=gguf_config,
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("HunYuanMoEV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanMoEV1ForSequenceClassification",),
-               device="cpu"),
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("HunYuanMoEV1Config", _SIZES, ("HunYuanMoEV1Model", "HunYuanMoEV1ForCausalLM"), device="cpu"),
         Sample("HunYuanMoEV1Config", dict(_SIZES, num_experts=3, moe_topk=1, attention_bias=True, tie_word_embeddings=True),
                ("HunYuanMoEV1ForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("HunYuanMoEV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanMoEV1ForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -24,10 +24,10 @@ FAMILY = Family(
     # blocks.N.attn.Wqkv: no other family's
     **layout.family_fields({"mpt": MPT}, "attn_qkv"),
     samples=(
+        Sample("MptConfig", _SIZES, ("MptModel", "MptForCausalLM")),
+        Sample("MptConfig", dict(_SIZES, tie_word_embeddings=False, expansion_ratio=2), ("MptForCausalLM",)),
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("MptConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
                ("MptForSequenceClassification", "MptForTokenClassification", "MptForQuestionAnswering"), device="cpu"),
-        Sample("MptConfig", _SIZES, ("MptModel", "MptForCausalLM")),
-        Sample("MptConfig", dict(_SIZES, tie_word_embeddings=False, expansion_ratio=2), ("MptForCausalLM",)),
     ),
 )

@@ -20,11 +20,11 @@ FAMILY = Family(
     # convert_hf_to_gguf.py NemotronModel.modify_tensors: every `norm.weight` + 1 (LayerNorm1P as a plain LayerNorm)
     gguf_transforms=(("nemotron", r"norm\.weight$", "plus_one"),),
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("NemotronConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("NemotronForSequenceClassification",),
-               device="cpu", detected_as="arcee"),
         Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM"), detected_as="arcee"),
         Sample("NemotronConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
                ("NemotronForCausalLM",), detected_as="arcee"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("NemotronConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("NemotronForSequenceClassification",),
+               device="cpu", detected_as="arcee"),
     ),
 )

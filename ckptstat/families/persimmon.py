@@ -26,11 +26,11 @@ FAMILY = Family(
     **{**layout.family_fields({"persimmon": PERSIMMON}, "attn_qkv"), "gguf_tensor_names": ()},
     gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("PersimmonConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PersimmonForSequenceClassification",),
-               device="cpu"),
         Sample("PersimmonConfig", _SIZES, ("PersimmonModel", "PersimmonForCausalLM")),
         Sample("PersimmonConfig", dict(_SIZES, partial_rotary_factor=0.25, tie_word_embeddings=True),
                ("PersimmonForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("PersimmonConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PersimmonForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -45,11 +45,11 @@ FAMILY = Family(
     **layout.family_fields({"phi": PHI}, "attn_output"),
     gguf_architectures=("phi2",), gguf_config=gguf_config,
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("PhiConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhiForSequenceClassification",),
-               device="cpu"),
         Sample("PhiConfig", _SIZES, ("PhiModel", "PhiForCausalLM")),
         Sample("PhiConfig", dict(_SIZES, num_key_value_heads=2, qk_layernorm=True, partial_rotary_factor=0.75,
                                  tie_word_embeddings=True), ("PhiForCausalLM",), infer=False),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("PhiConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhiForSequenceClassification",),
+               device="cpu"),
     ),
 )

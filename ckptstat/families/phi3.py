@@ -35,11 +35,11 @@ FAMILY = Family(
     **layout.family_fields({"phi3": PHI3}, "attn_qkv"),
     gguf_config=gguf_config,
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("Phi3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Phi3ForSequenceClassification",),
-               device="cpu"),
         Sample("Phi3Config", _SIZES, ("Phi3Model", "Phi3ForCausalLM")),
         Sample("Phi3Config", dict(_SIZES, partial_rotary_factor=0.5, tie_word_embeddings=True), ("Phi3ForCausalLM",)),
         Sample("Phi3Config", dict(_SIZES, sliding_window=5), ("Phi3ForCausalLM",)),   # every layer slides
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Phi3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Phi3ForSequenceClassification",),
+               device="cpu"),
     ),
 )

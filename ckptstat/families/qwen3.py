@@ -32,13 +32,13 @@ FAMILY = Family(
     **layout.family_fields({"qwen3": QWEN3}, "attn_q_norm"),
     gguf_config=gguf_config,
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Qwen3ForSequenceClassification",),
-               device="cpu"),
         Sample("Qwen3Config", _SIZES, ("Qwen3Model", "Qwen3ForCausalLM")),
         Sample("Qwen3Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("Qwen3ForCausalLM",)),
         # a window on the layers after max_window_layers (Qwen3Config's layer_types)
         Sample("Qwen3Config", dict(_SIZES, use_sliding_window=True, sliding_window=4, max_window_layers=1),
                ("Qwen3ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Qwen3ForSequenceClassification",),
+               device="cpu"),
     ),
 )

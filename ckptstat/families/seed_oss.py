@@ -17,12 +17,12 @@ FAMILY = Family(
     **{**layout.family_fields({"seed_oss": SEED_OSS}, "attn_q"),
        "signature": r"(?!)"},   # its tensor names are LLaMA's (Qwen2's biases): files without config.json read as llama
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("SeedOssForSequenceClassification",),
-               device="cpu", detected_as="llama"),
         # LLaMA's names with q/k/v biases: names alone read as llama (its Qwen2 layout, the same counts)
         Sample("SeedOssConfig", _SIZES, ("SeedOssModel", "SeedOssForCausalLM"), detected_as="llama"),
         Sample("SeedOssConfig", dict(_SIZES, attention_bias=False, attention_out_bias=True, mlp_bias=True,
                                      tie_word_embeddings=True), ("SeedOssForCausalLM",), detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("SeedOssForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

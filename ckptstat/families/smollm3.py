@@ -21,13 +21,13 @@ FAMILY = Family(
     # NoPE layers' too
     gguf_transforms=layout.row_rewrites("smollm3", SMOLLM3, "rope"),
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("SmolLM3ForSequenceClassification",),
-               device="cpu", detected_as="llama"),
         Sample("SmolLM3Config", _SIZES, ("SmolLM3Model", "SmolLM3ForCausalLM"), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, no_rope_layers=[1, 0, 0, 1], attention_bias=True, mlp_bias=True,
                                      tie_word_embeddings=False), ("SmolLM3ForCausalLM",), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, use_sliding_window=True, sliding_window=4), ("SmolLM3ForCausalLM",),
                detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("SmolLM3ForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

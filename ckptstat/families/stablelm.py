@@ -20,11 +20,11 @@ FAMILY = Family(
     # its tensor names are LLaMA's with the norms' biases: files without config.json read as llama
     **{**layout.family_fields({"stablelm": STABLELM}, "attn_q"), "signature": r"(?!)"},
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("StableLmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("StableLmForSequenceClassification",),
-               device="cpu", detected_as="llama"),
         Sample("StableLmConfig", _SIZES, ("StableLmModel", "StableLmForCausalLM"), detected_as="llama"),
         Sample("StableLmConfig", dict(_SIZES, use_qkv_bias=True, partial_rotary_factor=0.5, tie_word_embeddings=True),
                ("StableLmForCausalLM",), detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("StableLmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("StableLmForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

@@ -18,11 +18,11 @@ FAMILY = Family(
     # mlp.c_fc under model.layers.N (GPT-2's and StarCoder's c_fc are under h.N)
     **layout.family_fields({"starcoder2": STARCODER2}, "ffn_up"),
     samples=(
-        # the sequence classifier tests `pad_token_id in input_ids`: values
-        Sample("Starcoder2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Starcoder2ForSequenceClassification",),
-               device="cpu"),
         Sample("Starcoder2Config", _SIZES, ("Starcoder2Model", "Starcoder2ForCausalLM")),
         Sample("Starcoder2Config", dict(_SIZES, use_bias=False, sliding_window=4, tie_word_embeddings=False),
                ("Starcoder2ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Starcoder2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Starcoder2ForSequenceClassification",),
+               device="cpu"),
     ),
 )
