@@ -61,6 +61,15 @@ CASES = [
     ("gpt2-untied", "GPT2Config", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64,
                                        tie_word_embeddings=False), "GPT2LMHeadModel"),
     ("gpt2-base", "GPT2Config", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64), "GPT2Model"),
+    # the LM head beside multiple_choice_head (framework/decoder_heads.py); OpenAI GPT's ties the other way round: a
+    # tied save keeps lm_head and drops tokens_embed
+    ("gpt2-double-heads", "GPT2Config", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64),
+     "GPT2DoubleHeadsModel"),
+    ("openai-gpt-double-heads", "OpenAIGPTConfig", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2, n_positions=64),
+     "OpenAIGPTDoubleHeadsModel"),
+    ("openai-gpt-double-heads-untied", "OpenAIGPTConfig", dict(vocab_size=97, n_embd=16, n_layer=2, n_head=2,
+                                                               n_positions=64, tie_word_embeddings=False),
+     "OpenAIGPTDoubleHeadsModel"),
     ("qwen3-untied", "Qwen3Config", dict(DEC, head_dim=8), "Qwen3ForCausalLM"),
     ("qwen3-tied", "Qwen3Config", dict(DEC, head_dim=8, tie_word_embeddings=True), "Qwen3ForCausalLM"),
     ("gemma", "GemmaConfig", dict(DEC, head_dim=8), "GemmaForCausalLM"),

@@ -6,7 +6,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-ARCEE = DecoderLayout(mlp="plain")   # hidden_act: relu2, ArceeConfig's default
+ARCEE = DecoderLayout(task_heads=("seqcls",), mlp="plain")   # hidden_act: relu2, ArceeConfig's default
 
 _SIZES = dict(layout.TINY)
 
@@ -23,5 +23,8 @@ FAMILY = Family(
         Sample("ArceeConfig", _SIZES, ("ArceeModel", "ArceeForCausalLM")),
         Sample("ArceeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
                ("ArceeForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("ArceeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("ArceeForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -16,7 +16,7 @@ from .framework.layout import DecoderLayout
 
 # llama.cpp's command-r and cohere2 write no output tensor (they always read the LM head as the embedding)
 COHERE = DecoderLayout(norm="layernorm_nobias", placement="parallel", mlp_bias=False, tied_default=True,
-                       gguf_renames=(("output", None),), requires=(("use_qk_norm", False),))
+                       gguf_renames=(("output", None),), requires=(("use_qk_norm", False),), task_heads=("seqcls",))
 COHERE2 = replace(COHERE, nope="global", requires=())
 COHERE_COMPASS = replace(COHERE, nope="types", requires=())
 
@@ -42,5 +42,10 @@ FAMILY = Family(
             "full_attention", "sliding_attention"], rope_parameters={
                 "sliding_attention": None, "full_attention": {"rope_type": "default", "rope_theta": 10000.0}}),
                ("CohereCompassForCausalLM",), detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("CohereCompassTextConfig", dict(_SIZES, num_labels=3, layer_types=["full_attention", "sliding_attention"],
+                                               rope_parameters={"sliding_attention": None, "full_attention": {
+                                                   "rope_type": "default", "rope_theta": 10000.0}}),
+               ("CohereCompassTextForSequenceClassification",), device="cpu", detected_as="llama"),
     ),
 )

@@ -34,10 +34,11 @@ from .framework.archspec import Latent
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors, class_default
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
+from .framework.layout_parts import task_labels
 from .framework.layout_streams import GatedNorm, Hyper
 
 DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
-                         paths=Paths(shared="shared_experts"))
+                         paths=Paths(shared="shared_experts"), task_heads=("seqcls",))
 # GLM-4.7-Flash (modeling_glm4_moe_lite.py: DeepSeek-V3's attention in GLM-4-MoE's layers, the same MoE) and Youtu-LLM
 # (modeling_youtu.py: DeepSeek-V3's attention in LLaMA's layers, every MLP dense: no n_routed_experts) are DeepSeek's
 # A.X-K1 (modeling_axk1.py): DeepSeek-V3's with a norm over each MoE block's output; without mlp_layer_types its class
@@ -59,7 +60,7 @@ AXK2 = replace(V32, q_gate=True, gated_norms=True, requires=(("moe_layer_freq", 
 # of the stream (DecoderLayout.hyper), the experts held fused (gate_up_proj [E, 2f, h], down_proj [E, h, f]); saved as
 # transformers 5.24 writes it back: the sinks as learnable_sink_param, every gate_proj (the attention's and the MLPs')
 # as linear_gate, the connections under hc_pre (conversion_mapping.py's hy_v4 renames reversed)
-HYV4 = replace(V32, sinks=True, attn_gate="width", hyper=True, linear_experts="parameters",
+HYV4 = replace(V32, sinks=True, attn_gate="width", hyper=True, linear_experts="parameters", task_heads=(),
                paths=Paths(shared="shared_experts", sinks="learnable_sink_param", attn_gate="linear_gate", gate="linear_gate",
                            stacked_in="gate_up_proj", stacked_out="down_proj"))
 LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1,
@@ -175,7 +176,7 @@ def from_tensors(T: Tensors, common: dict[str, Any], lay: DecoderLayout = DEEPSE
                     dense_layers=tuple(i for i in range(L) if i not in sparse), assumptions=notes,
                     variant=GatedNorm(gate.shape[0]) if gate is not None else Hyper(hc.shape[0] // 2) if hc is not None
                     else None,
-                    **dict(common, model_type=kind) if kind else common)
+                    num_labels=task_labels(lay, T), **dict(common, model_type=kind) if kind else common)
 
 
 def hybrid_from_tensors(lay: DecoderLayout, T: Tensors, common: dict[str, Any], model_type: str) -> ArchSpec:
@@ -289,6 +290,14 @@ FAMILY = Family(
         Sample("AXK2Config", dict(_SIZES, n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
                                   gated_norm_rank=4, mlp_layer_types=["dense", "sparse", "sparse"]),
                ("AXK2Model", "AXK2ForCausalLM"), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values (every sample has its causal LM: the KV tests)
+        *(Sample(config, dict(_SIZES, num_labels=3, pad_token_id=0, **kw),
+                 tuple(config.removesuffix("Config") + c for c in ("ForCausalLM", "ForSequenceClassification")), device="cpu")
+          for config, kw in (("DeepseekV2Config", dict(n_group=2, topk_group=1, topk_method="group_limited_greedy")),
+                             ("DeepseekV3Config", dict(n_group=2, topk_group=1)),
+                             ("AXK1Config", dict(n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"])),
+                             ("AXK2Config", dict(n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
+                                                 gated_norm_rank=4, mlp_layer_types=["dense", "sparse", "sparse"])))),
         # Youtu's tensor names are MiniCPM3's (latent attention, a dense MLP in every layer): read as minicpm3 without
         # config.json
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},

@@ -9,7 +9,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-DIFFLLAMA = DecoderLayout(differential=True, mlp_bias=False)
+DIFFLLAMA = DecoderLayout(task_heads=("seqcls",), differential=True, mlp_bias=False)
 
 FAMILY = Family(
     name="diffllama",
@@ -21,5 +21,9 @@ FAMILY = Family(
         Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8), ("DiffLlamaModel", "DiffLlamaForCausalLM")),
         Sample("DiffLlamaConfig", dict(layout.TINY, num_key_value_heads=4, attention_bias=True, tie_word_embeddings=True),
                ("DiffLlamaForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8, num_labels=3, pad_token_id=0),
+               ("DiffLlamaForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -11,7 +11,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-DOGE = DecoderLayout(qk_norm="head", dynamic_mask=True, residual_scales=True, o_bias=None, requires=(("is_moe", False),))
+DOGE = DecoderLayout(
+    task_heads=("seqcls",), qk_norm="head", dynamic_mask=True, residual_scales=True, o_bias=None, requires=(("is_moe", False),))
 
 _SIZES = dict(layout.TINY, head_dim=8)
 
@@ -25,5 +26,8 @@ FAMILY = Family(
         Sample("DogeConfig", _SIZES, ("DogeModel", "DogeForCausalLM")),
         Sample("DogeConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True, sliding_window=4,
                                   keep_window_size=4), ("DogeForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("DogeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("DogeForSequenceClassification",),
+               device="cpu"),
     ),
 )

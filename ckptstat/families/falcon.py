@@ -30,7 +30,7 @@ from .framework.layout import DecoderLayout, Paths
 FALCON = DecoderLayout(
     norm="layernorm", placement="parallel", fused_qkv=True, mlp="plain", act_key="activation", tied_default=True,
     paths=Paths(body="transformer", embed="word_embeddings", layers="h", attn="self_attention", qkv="query_key_value",
-                o="dense", up="dense_h_to_4h", down="dense_4h_to_h", norm="ln_f"))
+                o="dense", up="dense_h_to_4h", down="dense_4h_to_h", norm="ln_f"), task_heads=("seqcls", "tokcls", "qa"))
 # Falcon-40B/180B's ln_attn and ln_mlp (llama.cpp: attn_norm_2 and attn_norm)
 TWO_LN = replace(FALCON, parallel_mlp_norm=True, paths=replace(FALCON.paths, attn_in="ln_attn", mlp_in="ln_mlp"),
                  gguf_renames=(("attn_norm", "attn_norm_2"), ("ffn_norm", "attn_norm")))
@@ -157,5 +157,9 @@ FAMILY = Family(
         Sample("FalconConfig", dict(_SIZES, new_decoder_architecture=True, num_kv_heads=1, alibi=True, bias=True),
                ("FalconForCausalLM",)),
         Sample("FalconConfig", dict(_SIZES, parallel_attn=False), ("FalconForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("FalconConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("FalconForSequenceClassification", "FalconForTokenClassification", "FalconForQuestionAnswering"),
+               device="cpu"),
     ),
 )

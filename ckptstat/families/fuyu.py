@@ -15,7 +15,7 @@ from .framework import layout, walk_names
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .persimmon import PERSIMMON
 
-FUYU = replace(PERSIMMON, patch_embed=True, paths=replace(
+FUYU = replace(PERSIMMON, patch_embed=True, task_heads=(), paths=replace(
     PERSIMMON.paths, body="language_model.model", base="language_model.model", lm_head="language_model.lm_head"))
 _FIELDS = layout.family_fields({"fuyu": FUYU}, "attn_qkv")
 

@@ -25,7 +25,8 @@ from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 # llama.cpp's gemma and gemma2 write no output tensor (they always read the LM head as the embedding); gemma3 does
-GEMMA = DecoderLayout(mlp_bias=False, tied_default=True, embed_scale=True, gguf_renames=(("output", None),))
+GEMMA = DecoderLayout(mlp_bias=False, tied_default=True, embed_scale=True, gguf_renames=(("output", None),),
+                      task_heads=("seqcls",))
 GEMMA2 = replace(GEMMA, placement="sandwich", softcap=True, paths=Paths(mlp_in="pre_feedforward_layernorm"))
 GEMMA3 = replace(GEMMA2, qk_norm="head", local_rope=True, gguf_renames=())
 VAULTGEMMA = replace(GEMMA2, placement="pre")   # Gemma2's layer without the post-attention and post-MLP norms
@@ -140,5 +141,11 @@ FAMILY = Family(
                                         final_logit_softcapping=30.0, attn_logit_softcapping=50.0),
                ("Gemma3ForCausalLM",)),
         Sample("VaultGemmaConfig", dict(_SIZES, sliding_window=4), ("VaultGemmaModel", "VaultGemmaForCausalLM")),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Gemma2Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
+               ("Gemma2ForSequenceClassification",), device="cpu"),
+        Sample("Gemma3TextConfig", dict(_SIZES, sliding_window=4, num_hidden_layers=4, num_labels=3, pad_token_id=0,
+                                        layer_types=["sliding_attention", "full_attention"] * 2),
+               ("Gemma3TextForSequenceClassification",), device="cpu"),
     ),
 )

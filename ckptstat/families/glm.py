@@ -11,7 +11,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout, Paths
 
-GLM = DecoderLayout(fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
+GLM = DecoderLayout(task_heads=("seqcls",), fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
 GLM4 = replace(GLM, placement="sandwich", paths=Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))
 
 _SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
@@ -29,5 +29,8 @@ FAMILY = Family(
         Sample("Glm4Config", dict(_SIZES, attention_bias=False, partial_rotary_factor=0.25, tie_word_embeddings=True),
                ("Glm4ForCausalLM",)),
         Sample("GlmConfig", _SIZES, ("GlmModel", "GlmForCausalLM")),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Glm4Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Glm4ForSequenceClassification",), device="cpu"),
+        Sample("GlmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GlmForSequenceClassification",), device="cpu"),
     ),
 )

@@ -2,8 +2,8 @@
 wpe, pre-LayerNorm layers (ln_1 before the attention, ln_2 before the MLP) of Conv1D weights (stored [in, out]): a
 fused, biased attn.c_attn [h, 3h] and attn.c_proj, a plain biased MLP mlp.c_fc / activation_function / mlp.c_proj,
 n_inner wide (null: 4 x n_embd); the final ln_f, and an LM head tied to wte unless the config says otherwise
-(GPT2LMHeadModel._tied_weights_keys); the task heads score, classifier and qa_outputs (DecoderLayout.task_heads).
-GPT2DoubleHeadsModel's multiple-choice summary head is not described (its flops line says the parameters disagree).
+(GPT2LMHeadModel._tied_weights_keys); the task heads score, classifier and qa_outputs, and GPT2DoubleHeadsModel's LM
+head beside its multiple_choice_head (DecoderLayout.task_heads, framework/decoder_heads.py).
 llama.cpp names it `gpt2`; its converter transposes the Conv1D weights, which `ckptstat diff` replays (gguf_transforms)."""
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, layout
+from .framework import decoder_heads, infer, layout
 from .framework.base import ArchSpec, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import FFNWidth
@@ -20,7 +20,7 @@ from .framework.layout_base import FFNWidth
 GPT2 = DecoderLayout(
     norm="layernorm", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True, positions="learned",
     conv1d=True, ffn_width=FFNWidth(key="n_inner", else_times=4), act_key="activation_function", tied_default=True,
-    task_heads=("seqcls", "tokcls", "qa"),
+    task_heads=("seqcls", "tokcls", "qa", decoder_heads.MC),
     paths=Paths(body="transformer", embed="wte", pos="wpe", layers="h", attn="attn", qkv="c_attn", o="c_proj",
                 up="c_fc", down="c_proj", attn_in="ln_1", mlp_in="ln_2", norm="ln_f"))
 _LAYOUTS = layout.Layouts({"gpt2": GPT2})
@@ -58,7 +58,7 @@ _SIZES = dict(n_embd=32, n_layer=2, n_head=4, vocab_size=99, n_positions=64)
 FAMILY = Family(
     name="gpt2",
     before=("gpt_bigcode",),   # tried before them: the same tensor names: a file without config.json reads as GPT-2
-    **{**layout.family_fields(_LAYOUTS.by_type, "attn_qkv"), "from_tensors": from_tensors},
+    **decoder_heads.double_heads({**layout.family_fields(_LAYOUTS.by_type, "attn_qkv"), "from_tensors": from_tensors}),
     gguf_config=gguf_config,
     # GPT2Model.modify_tensors: the Conv1D weights (.c_attn, .c_proj, .c_fc) transposed to [out, in]
     gguf_transforms=(("gpt2", r"(^|\.)c_(attn|proj|fc)\.weight$", "transpose"),),
@@ -68,5 +68,8 @@ FAMILY = Family(
         Sample("GPT2Config", dict(_SIZES, num_labels=3, pad_token_id=0),
                ("GPT2ForSequenceClassification", "GPT2ForTokenClassification", "GPT2ForQuestionAnswering"),
                device="cpu"),   # its sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("GPT2Config", _SIZES, ("GPT2DoubleHeadsModel",)),
+        Sample("GPT2Config", dict(_SIZES, summary_proj_to_labels=False, summary_activation="tanh"),
+               ("GPT2DoubleHeadsModel",), infer=False),   # the file shows the summary's width, not its activation
     ),
 )

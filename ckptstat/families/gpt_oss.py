@@ -40,11 +40,12 @@ from .framework import decoders, infer, layout, walk_names
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
+from .framework.layout_parts import task_labels
 
 # the layout (layout.py): attention sinks, a biased top-k router, fused experts with biases and a clamped GLU;
 # llama.cpp names post_attention_layernorm post_attention_norm (gguf-py MODEL_ARCH.GPT_OSS)
 GPT_OSS = DecoderLayout(mlp="routed", router="topk_softmax", fused_experts=True, sinks=True, mlp_bias=True,
-                        paths=Paths(router="router"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
+                        paths=Paths(router="router"), gguf_renames=(("ffn_norm", "post_attention_norm"),), task_heads=("seqcls",))
 
 # GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also
 # what a checkpoint without config.json is assumed to have
@@ -91,7 +92,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     o_bias=walk_names.layout_has(T, GPT_OSS, "attn_output", "bias"), mlp_bias=True,
                     tied_embeddings=not walk_names.layout_has(T, GPT_OSS, "output"), experts=E, top_k=_TOP_K,
                     activation="silu", sliding_window=_WINDOW, sliding_layers=slide if len(slide) < L else (),
-                    assumptions=notes, **common)
+                    assumptions=notes, num_labels=task_labels(GPT_OSS, T), **common)
 
 
 # llama.cpp's "gpt-oss" (convert_hf_to_gguf.py GptOssModel.set_gguf_parameters): TextModel's keys (expert_count from
@@ -164,5 +165,7 @@ FAMILY = Family(
         Sample("GptOssConfig", dict(_SIZES, tie_word_embeddings=True, attention_bias=False, num_hidden_layers=3,
                                     layer_types=["full_attention", "sliding_attention", "sliding_attention"]),
                ("GptOssForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("GptOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GptOssForSequenceClassification",), device="cpu"),
     ),
 )

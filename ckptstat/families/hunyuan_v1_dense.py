@@ -35,5 +35,8 @@ FAMILY = Family(
         Sample("HunYuanDenseV1Config", _SIZES, ("HunYuanDenseV1Model", "HunYuanDenseV1ForCausalLM")),
         Sample("HunYuanDenseV1Config", dict(_SIZES, attention_bias=True, tie_word_embeddings=True),
                ("HunYuanDenseV1ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("HunYuanDenseV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanDenseV1ForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -17,7 +17,7 @@ from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.decoders import count
 from .framework.layout import DecoderLayout, Paths
 
-HUNYUAN_MOE = DecoderLayout(qk_norm="head", mlp="routed", shared="summed", mlp_bias=False,
+HUNYUAN_MOE = DecoderLayout(task_heads=("seqcls",), qk_norm="head", mlp="routed", shared="summed", mlp_bias=False,
                             paths=Paths(router="gate.wg", shared="shared_mlp", q_norm="query_layernorm",
                                         k_norm="key_layernorm"))
 
@@ -63,5 +63,8 @@ FAMILY = Family(
         Sample("HunYuanMoEV1Config", _SIZES, ("HunYuanMoEV1Model", "HunYuanMoEV1ForCausalLM"), device="cpu"),
         Sample("HunYuanMoEV1Config", dict(_SIZES, num_experts=3, moe_topk=1, attention_bias=True, tie_word_embeddings=True),
                ("HunYuanMoEV1ForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("HunYuanMoEV1Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("HunYuanMoEV1ForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -17,7 +17,8 @@ from .framework.layout_base import JAMBA_KEYS
 
 JAMBA = DecoderLayout(hybrid="period", ssm_keys=JAMBA_KEYS, nope="all", mlp="routed", dense_layers=True, qkv_bias=False,
                       o_bias=False, mlp_bias=False,
-                      paths=Paths(mlp="feed_forward", mlp_in="pre_ff_layernorm", router="router", norm="final_layernorm"))
+                      paths=Paths(mlp="feed_forward", mlp_in="pre_ff_layernorm", router="router", norm="final_layernorm"),
+                      task_heads=("seqcls",))
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -40,5 +41,7 @@ FAMILY = Family(
         Sample("JambaConfig", dict(_SIZES, attn_layer_period=4, attn_layer_offset=0, expert_layer_offset=0,
                                    mamba_conv_bias=False, mamba_proj_bias=True, mamba_dt_rank="auto",
                                    tie_word_embeddings=True), ("JambaForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("JambaConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("JambaForSequenceClassification",), device="cpu"),
     ),
 )

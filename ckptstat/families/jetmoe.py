@@ -19,11 +19,12 @@ from ..errors import UsageError
 from .framework import infer, layout, walk_names
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, class_default
 from .framework.layout import DecoderLayout, Paths
+from .framework.layout_parts import task_labels
 
 JETMOE = DecoderLayout(mlp="routed", moa=True, linear_experts="weights", moe_bias=True, qkv_bias=False, o_bias=False,
                        mlp_bias=False, act_key="activation_function", tied_default=True,
                        paths=Paths(attn="self_attention", router="router.layer", experts="", stacked_in="input_linear",
-                                   stacked_out="output_linear"))
+                                   stacked_out="output_linear"), task_heads=("seqcls",))
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -54,7 +55,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     head_dim=d, vocab=V, intermediate=mlp[1] // 2, gated_mlp=True, norm="rmsnorm", activation="silu",
                     qkv_bias=False, o_bias=False, mlp_bias=False,
                     tied_embeddings=not walk_names.layout_has(T, JETMOE, "output"), experts=E, top_k=k,
-                    assumptions=notes, **common)
+                    assumptions=notes, num_labels=task_labels(JETMOE, T), **common)
 
 
 _SIZES = dict(vocab_size=99, hidden_size=32, num_hidden_layers=2, num_key_value_heads=2, kv_channels=8,
@@ -72,5 +73,7 @@ FAMILY = Family(
         Sample("JetMoeConfig", _SIZES, ("JetMoeModel", "JetMoeForCausalLM"), device="cpu"),
         Sample("JetMoeConfig", dict(_SIZES, tie_word_embeddings=False, num_experts_per_tok=1), ("JetMoeForCausalLM",),
                device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("JetMoeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("JetMoeForSequenceClassification",), device="cpu"),
     ),
 )

@@ -12,7 +12,7 @@ from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
-LLAMA = DecoderLayout()
+LLAMA = DecoderLayout(task_heads=("seqcls",))   # *ForSequenceClassification: modeling_layers.GenericForSequenceClassification
 QWEN2 = replace(LLAMA, qkv_bias=True, o_bias=False, mlp_bias=False)   # Qwen2: q/k/v always biased, o_proj never
 # Emu3's language model (Emu3ForCausalLM, Emu3TextConfig): LLaMA's layers and names
 LAYOUTS = {"llama": LLAMA, "mistral": LLAMA, "ministral3": LLAMA, "qwen2": QWEN2, "emu3_text_model": LLAMA}
@@ -57,5 +57,8 @@ FAMILY = Family(
         # a window on the layers after max_window_layers only (Qwen2Config's layer_types)
         Sample("Qwen2Config", dict(_SIZES, num_hidden_layers=3, use_sliding_window=True, sliding_window=4, max_window_layers=1),
                ("Qwen2ForCausalLM",)),
+        # its sequence classifier tests `pad_token_id in input_ids`: values
+        *(Sample(c, dict(_SIZES, num_labels=3, pad_token_id=0), (f"{c.removesuffix('Config')}ForSequenceClassification",),
+                 device="cpu") for c in ("LlamaConfig", "MistralConfig", "Ministral3Config", "Qwen2Config")),
     ),
 )

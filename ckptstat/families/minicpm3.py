@@ -17,7 +17,7 @@ from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
 # llama.cpp's minicpm3 architecture has no attn_q (it converts only a query LoRA)
-MINICPM3 = DecoderLayout(latent=True, tied_default=True, gguf_renames=(("attn_q", None),))
+MINICPM3 = DecoderLayout(latent=True, tied_default=True, gguf_renames=(("attn_q", None),), task_heads=("seqcls",))
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -52,5 +52,8 @@ FAMILY = Family(
         # no query LoRA (q_proj), v_head_dim from the class's rule, biases, untied
         Sample("MiniCPM3Config", dict(_SIZES, q_lora_rank=None, v_head_dim=None, attention_bias=True, mlp_bias=True,
                                       tie_word_embeddings=False), ("MiniCPM3ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("MiniCPM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("MiniCPM3ForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -15,7 +15,7 @@ from .framework import layout, mixers_lightning
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import TINY_MOE, DecoderLayout, Paths
 
-MINIMAX = DecoderLayout(mlp="routed", mlp_bias=False, qkv_bias=False, o_bias=False, lightning=True,
+MINIMAX = DecoderLayout(task_heads=("seqcls", "qa"), mlp="routed", mlp_bias=False, qkv_bias=False, o_bias=False, lightning=True,
                         paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"),
                         requires=(("sliding_window", None),))
 
@@ -52,5 +52,8 @@ FAMILY = Family(
         Sample("MiniMaxConfig", dict(_SIZES, block_size=5, layer_types=["linear_attention", "full_attention",
                                                                          "linear_attention"], tie_word_embeddings=True),
                ("MiniMaxForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("MiniMaxConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("MiniMaxForSequenceClassification", "MiniMaxForQuestionAnswering"), device="cpu"),
     ),
 )

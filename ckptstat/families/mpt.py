@@ -13,6 +13,7 @@ from .framework.layout_base import FFNWidth
 MPT = DecoderLayout(
     norm="layernorm_nobias", fused_qkv=True, mlp="plain", qkv_bias=False, o_bias=False, mlp_bias=False, positions="alibi",
     ffn_width=FFNWidth(times_hidden=4), activation="gelu", tied_default=True,
+    task_heads=("seqcls", "tokcls", "qa"),
     paths=Paths(body="transformer", embed="wte", layers="blocks", attn="attn", qkv="Wqkv", o="out_proj", mlp="ffn",
                 attn_in="norm_1", mlp_in="norm_2", norm="norm_f"))
 
@@ -25,5 +26,8 @@ FAMILY = Family(
     samples=(
         Sample("MptConfig", _SIZES, ("MptModel", "MptForCausalLM")),
         Sample("MptConfig", dict(_SIZES, tie_word_embeddings=False, expansion_ratio=2), ("MptForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("MptConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("MptForSequenceClassification", "MptForTokenClassification", "MptForQuestionAnswering"), device="cpu"),
     ),
 )

@@ -7,7 +7,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-NEMOTRON = DecoderLayout(norm="layernorm", mlp="plain", partial_rotary=0.5)
+NEMOTRON = DecoderLayout(task_heads=("seqcls",), norm="layernorm", mlp="plain", partial_rotary=0.5)
 
 _SIZES = dict(layout.TINY, head_dim=8)
 
@@ -23,5 +23,8 @@ FAMILY = Family(
         Sample("NemotronConfig", _SIZES, ("NemotronModel", "NemotronForCausalLM"), detected_as="arcee"),
         Sample("NemotronConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=True),
                ("NemotronForCausalLM",), detected_as="arcee"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("NemotronConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("NemotronForSequenceClassification",),
+               device="cpu", detected_as="arcee"),
     ),
 )

@@ -12,8 +12,8 @@ from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
-OLMO2 = DecoderLayout(placement="post", qk_norm="width", mlp_bias=False)
-OLMO = DecoderLayout(norm="none", mlp_bias=False)
+OLMO2 = DecoderLayout(task_heads=("seqcls",), placement="post", qk_norm="width", mlp_bias=False)
+OLMO = DecoderLayout(task_heads=("seqcls",), norm="none", mlp_bias=False)
 
 GGUF_CLASSES = {"olmo": "OlmoForCausalLM", "olmo2": "Olmo2ForCausalLM"}
 
@@ -46,5 +46,11 @@ FAMILY = Family(
         Sample("Olmo2Config", _SIZES, ("Olmo2Model", "Olmo2ForCausalLM")),
         # OLMo3: OLMo2's layers, sliding on those layer_types marks (by default all but every 4th)
         Sample("Olmo3Config", dict(_SIZES, num_hidden_layers=4, sliding_window=4), ("Olmo3Model", "Olmo3ForCausalLM")),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("OlmoConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("OlmoForSequenceClassification",), device="cpu",
+               detected_as="llama"),
+        Sample("Olmo2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Olmo2ForSequenceClassification",), device="cpu"),
+        Sample("Olmo3Config", dict(_SIZES, num_hidden_layers=4, sliding_window=4, num_labels=3, pad_token_id=0),
+               ("Olmo3ForSequenceClassification",), device="cpu"),
     ),
 )

@@ -13,6 +13,7 @@ from .framework.layout import DecoderLayout, Paths
 PERSIMMON = DecoderLayout(
     norm="layernorm", qk_norm="head", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
     partial_rotary=0.5, requires=(("qk_layernorm", True),),
+    task_heads=("seqcls",),
     paths=Paths(qkv="query_key_value", o="dense", q_norm="q_layernorm", k_norm="k_layernorm", up="dense_h_to_4h",
                 down="dense_4h_to_h", norm="final_layernorm"))
 
@@ -28,5 +29,8 @@ FAMILY = Family(
         Sample("PersimmonConfig", _SIZES, ("PersimmonModel", "PersimmonForCausalLM")),
         Sample("PersimmonConfig", dict(_SIZES, partial_rotary_factor=0.25, tie_word_embeddings=True),
                ("PersimmonForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("PersimmonConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PersimmonForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -13,7 +13,8 @@ from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 # llama.cpp's phi2 has no q/k norms
-PHI = DecoderLayout(norm="layernorm", placement="parallel", mlp="plain", qk_norm="head", qk_norm_key="qk_layernorm",
+PHI = DecoderLayout(
+    task_heads=("seqcls",), norm="layernorm", placement="parallel", mlp="plain", qk_norm="head", qk_norm_key="qk_layernorm",
                     qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias="always", partial_rotary=0.5,
                     gguf_renames=(("attn_q_norm", None), ("attn_k_norm", None)),
                     paths=Paths(o="dense", up="fc1", down="fc2", q_norm="q_layernorm", k_norm="k_layernorm",
@@ -47,5 +48,8 @@ FAMILY = Family(
         Sample("PhiConfig", _SIZES, ("PhiModel", "PhiForCausalLM")),
         Sample("PhiConfig", dict(_SIZES, num_key_value_heads=2, qk_layernorm=True, partial_rotary_factor=0.75,
                                  tie_word_embeddings=True), ("PhiForCausalLM",), infer=False),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("PhiConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhiForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -10,7 +10,8 @@ from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
-PHI3 = DecoderLayout(fused_qkv=True, fused_gate_up=True, qkv_bias=False, o_bias=False, mlp_bias=False, partial_rotary=1.0)
+PHI3 = DecoderLayout(
+    task_heads=("seqcls",), fused_qkv=True, fused_gate_up=True, qkv_bias=False, o_bias=False, mlp_bias=False, partial_rotary=1.0)
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
@@ -37,5 +38,8 @@ FAMILY = Family(
         Sample("Phi3Config", _SIZES, ("Phi3Model", "Phi3ForCausalLM")),
         Sample("Phi3Config", dict(_SIZES, partial_rotary_factor=0.5, tie_word_embeddings=True), ("Phi3ForCausalLM",)),
         Sample("Phi3Config", dict(_SIZES, sliding_window=5), ("Phi3ForCausalLM",)),   # every layer slides
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Phi3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Phi3ForSequenceClassification",),
+               device="cpu"),
     ),
 )

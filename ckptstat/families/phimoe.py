@@ -15,7 +15,7 @@ from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 PHIMOE = DecoderLayout(norm="layernorm", mlp="routed", mlp_bias=False, requires=(("lm_head_bias", False),),
-                       paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"))
+                       paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"), task_heads=("seqcls",))
 # transformers 5's in-memory names (conversion_mapping.py's phimoe renames)
 _IN_MEMORY = replace(PHIMOE, paths=replace(PHIMOE.paths, mlp="mlp", router="router"))
 
@@ -53,5 +53,7 @@ FAMILY = Family(
         Sample("PhimoeConfig", _SIZES, ("PhimoeModel", "PhimoeForCausalLM"), device="cpu"),
         Sample("PhimoeConfig", dict(_SIZES, attention_bias=True, tie_word_embeddings=True), ("PhimoeForCausalLM",),
                device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("PhimoeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhimoeForSequenceClassification",), device="cpu"),
     ),
 )

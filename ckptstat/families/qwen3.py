@@ -11,7 +11,7 @@ from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
 from .framework.layout import DecoderLayout
 
-QWEN3 = DecoderLayout(qk_norm="head", mlp_bias=False)
+QWEN3 = DecoderLayout(task_heads=("seqcls",), qk_norm="head", mlp_bias=False)
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
@@ -37,5 +37,8 @@ FAMILY = Family(
         # a window on the layers after max_window_layers (Qwen3Config's layer_types)
         Sample("Qwen3Config", dict(_SIZES, use_sliding_window=True, sliding_window=4, max_window_layers=1),
                ("Qwen3ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Qwen3ForSequenceClassification",),
+               device="cpu"),
     ),
 )

@@ -65,5 +65,8 @@ FAMILY = Family(
         Sample("Qwen3_5MoeTextConfig", dict(_SIZES, moe_intermediate_size=16, shared_expert_intermediate_size=16,
                                             num_experts=4, num_experts_per_tok=2),
                ("Qwen3_5MoeTextModel", "Qwen3_5MoeForCausalLM"), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values (the head: QWEN3_NEXT's layout's)
+        Sample("Qwen3_5TextConfig", dict(_SIZES, intermediate_size=37, num_labels=3, pad_token_id=0),
+               ("Qwen3_5TextForSequenceClassification",), device="cpu"),
     ),
 )

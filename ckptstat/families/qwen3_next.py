@@ -24,7 +24,7 @@ from .qwen_moe import moe_spec
 QWEN3_NEXT = DecoderLayout(qk_norm="head", gated_attention=True, linear="qkvz", mlp="routed", shared="gated",
                            dense_layers=True, mlp_bias=False, partial_rotary=0.25,
                            gguf_renames=(("ffn_norm", "post_attention_norm"), ("ffn_gate", None), ("ffn_up", None),
-                                         ("ffn_down", None)))
+                                         ("ffn_down", None)), task_heads=("seqcls",))
 LAYOUTS = {"qwen3_next": QWEN3_NEXT}
 
 
@@ -57,5 +57,8 @@ FAMILY = Family(
                device="cpu"),
         Sample("Qwen3NextConfig", dict(_SIZES, decoder_sparse_step=2, full_attention_interval=2, tie_word_embeddings=True,
                                        partial_rotary_factor=0.5), ("Qwen3NextForCausalLM",), device="cpu"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Qwen3NextConfig", dict(_SIZES, mlp_only_layers=[1], num_labels=3, pad_token_id=0),
+               ("Qwen3NextForSequenceClassification",), device="cpu"),
     ),
 )

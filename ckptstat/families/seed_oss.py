@@ -7,7 +7,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import BiasKeys, DecoderLayout
 
-SEED_OSS = DecoderLayout(bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
+SEED_OSS = DecoderLayout(
+    task_heads=("seqcls",), bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 
 _SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
@@ -20,5 +21,8 @@ FAMILY = Family(
         Sample("SeedOssConfig", _SIZES, ("SeedOssModel", "SeedOssForCausalLM"), detected_as="llama"),
         Sample("SeedOssConfig", dict(_SIZES, attention_bias=False, attention_out_bias=True, mlp_bias=True,
                                      tie_word_embeddings=True), ("SeedOssForCausalLM",), detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("SeedOssForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

@@ -7,7 +7,7 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout
 
-SMOLLM3 = DecoderLayout(nope="flags", tied_default=True)
+SMOLLM3 = DecoderLayout(task_heads=("seqcls",), nope="flags", tied_default=True)
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
@@ -26,5 +26,8 @@ FAMILY = Family(
                                      tie_word_embeddings=False), ("SmolLM3ForCausalLM",), detected_as="llama"),
         Sample("SmolLM3Config", dict(_SIZES, use_sliding_window=True, sliding_window=4), ("SmolLM3ForCausalLM",),
                detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("SmolLM3ForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

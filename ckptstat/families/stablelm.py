@@ -9,7 +9,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import BiasKeys, DecoderLayout
 
-STABLELM = DecoderLayout(norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
+STABLELM = DecoderLayout(
+    task_heads=("seqcls",), norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
                          partial_rotary=0.25, requires=(("qk_layernorm", False), ("use_parallel_residual", False)))
 
 _SIZES = dict(layout.TINY, pad_token_id=0)
@@ -22,5 +23,8 @@ FAMILY = Family(
         Sample("StableLmConfig", _SIZES, ("StableLmModel", "StableLmForCausalLM"), detected_as="llama"),
         Sample("StableLmConfig", dict(_SIZES, use_qkv_bias=True, partial_rotary_factor=0.5, tie_word_embeddings=True),
                ("StableLmForCausalLM",), detected_as="llama"),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("StableLmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("StableLmForSequenceClassification",),
+               device="cpu", detected_as="llama"),
     ),
 )

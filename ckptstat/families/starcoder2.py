@@ -7,7 +7,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import BiasKeys, DecoderLayout, Paths
 
-STARCODER2 = DecoderLayout(norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
+STARCODER2 = DecoderLayout(
+    task_heads=("seqcls",), norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
                            tied_default=True, paths=Paths(up="c_fc", down="c_proj"))
 
 _SIZES = dict(layout.TINY, pad_token_id=0)
@@ -20,5 +21,8 @@ FAMILY = Family(
         Sample("Starcoder2Config", _SIZES, ("Starcoder2Model", "Starcoder2ForCausalLM")),
         Sample("Starcoder2Config", dict(_SIZES, use_bias=False, sliding_window=4, tie_word_embeddings=False),
                ("Starcoder2ForCausalLM",)),
+        # the sequence classifier tests `pad_token_id in input_ids`: values
+        Sample("Starcoder2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Starcoder2ForSequenceClassification",),
+               device="cpu"),
     ),
 )

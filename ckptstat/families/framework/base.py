@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 # Which head an `architectures` class name carries (HF naming), tried in order.
 HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
+    ("DoubleHeadsModel", "lm+mc"),   # GPT-2's, OpenAI GPT's: the LM head and a multiple-choice head (decoder_heads.py)
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder

@@ -90,12 +90,13 @@ def residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
 
 
 def output_heads(w: Walk, E: int) -> None:
-    """The LM head (a causal model's on head "lm", an encoder's on "mlm": it predicts the masked tokens; with its
-    transform, its biases, logit soft-capping) and a task head (DecoderLayout.task_heads), over the final hidden
-    states, E wide (DecoderLayout.embed_proj)."""
+    """The LM head (a causal model's on head "lm" and "lm+mc", an encoder's on "mlm": it predicts the masked tokens;
+    with its transform, its biases, logit soft-capping) and a task head (DecoderLayout.task_heads), over the final
+    hidden states, E wide (DecoderLayout.embed_proj)."""
     s, p, B, lay = w.s, w.p, w.B, w.lay
     h = s.hidden
-    if s.head == ("lm" if lay.causal else "mlm"):   # an encoder's LM head predicts the masked tokens
+    # an encoder's LM head predicts the masked tokens; a *DoubleHeadsModel's runs beside its multiple-choice head
+    if s.head in (("lm", decoder_heads.MC) if lay.causal else ("mlm",)):
         bias = lay.lm_head_bias == "always" or (lay.lm_head_bias == "mlp" and s.mlp_bias)
         if lay.lm_transform != "none":   # llama.cpp has no names for them
             act = "gelu" if lay.lm_transform == "gelu" else s.activation
@@ -118,9 +119,10 @@ def output_heads(w: Walk, E: int) -> None:
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
-    if s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
+    if s.head in lay.task_heads:   # over every token's hidden state, or one per sequence (decoder_heads.py)
         name, params = decoder_heads.shapes(s, E, lay.qa_labels)
-        w.modules.append(Module(name, None, params, top=True))
+        if params:
+            w.modules.append(Module(name, None, params, top=True))
         decoder_heads.build(B, E, lay.qa_labels)
 
 
