@@ -68,6 +68,23 @@ def test_config_alone_predicts_the_summary(tmp_path, config, cls):
     assert m.agree and m.checkpoint_params == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("config,cls", CLASSES, ids=[c[1] for c in CLASSES])
+def test_memory_counts_the_lm_logits(tmp_path, config, cls):
+    """The double-heads model returns the LM head's logits too: `memory`'s logits line is the bytes of the
+    logits a real forward returns (at batch x num_choices sequences, in the config's float32)."""
+    from ckptstat.analysis import memory
+
+    torch.manual_seed(0)
+    cfg = getattr(T, config)(**SIZES)
+    cfg.architectures = [cls]
+    cfg.save_pretrained(tmp_path)
+    batch, choices, seq = 2, 3, 8
+    with torch.no_grad():
+        out = getattr(T, cls)(cfg)(input_ids=torch.zeros(batch, choices, seq, dtype=torch.long))
+    lines = memory.report(load(str(tmp_path / "config.json")), batch * choices, seq)["lines"]
+    assert [x["bytes"] for x in lines if x["item"] == "logits"] == [out.logits.numel() * out.logits.element_size()]
+
+
 @pytest.mark.parametrize("kind", ["last", "first", "mean", "attn"])
 def test_other_summary_types_are_one_line(kind):
     """"attn" raises NotImplementedError in transformers; "last", "first" and "mean" index dim 1 of the hidden states,

@@ -5,6 +5,7 @@ from collections.abc import Callable
 
 from ...census.model import Model, Weights
 from ...families import get
+from ...families.framework.base import VOCAB_LOGITS
 from ...families.framework.spec import check_seq
 from ...families.framework.spec import max_seq as position_limit
 from .planner import KV_BYTES, Plan, activation_bytes, activations, device_lines, kv_lines, split, stages, text_input
@@ -55,7 +56,7 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
              f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
              f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
-        if s.head in ("lm", "mlm", "pretraining"):
+        if s.head in VOCAB_LOGITS:
             out_tok = nd if family.seq2seq(s) else n
             line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
 

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from ...census.model import Model
 from ...errors import UsageError
 from ...families import get
-from ...families.framework.base import ArchSpec
+from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -337,7 +337,7 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
     s = m.spec
     t, pp = plan.tp, plan.pp
     lines: list[Line] = []
-    has_logits = s.head in ("lm", "mlm", "pretraining") and stage != "first"
+    has_logits = s.head in VOCAB_LOGITS and stage != "first"
     out_tok = nd if get(s.family).seq2seq(s) else n
     layers_run = s.layers * s.inner_group + s.decoder_layers
     layers_here = math.ceil(layers_run / pp)

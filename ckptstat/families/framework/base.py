@@ -23,10 +23,11 @@ from .archspec import ArchSpec
 if TYPE_CHECKING:
     from .ops import Builder
 
+MC = "lm+mc"   # *DoubleHeadsModel (GPT-2's, OpenAI GPT's): the LM head and a multiple-choice summary (decoder_heads.py)
 # Which head an `architectures` class name carries (HF naming), tried in order.
 HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
-    ("DoubleHeadsModel", "lm+mc"),   # GPT-2's, OpenAI GPT's: the LM head and a multiple-choice head (decoder_heads.py)
+    ("DoubleHeadsModel", MC),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
@@ -36,6 +37,8 @@ HEAD_SUFFIXES = [
     ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
     ("Model", "base"),
 ]
+# the heads whose output holds b x s x V vocabulary logits (memory's logits line)
+VOCAB_LOGITS = ("lm", "mlm", "pretraining", MC)
 # Bytes per element of config `torch_dtype` / `dtype` values.
 # Bytes per element of a recurrent state transformers keeps in float32 whatever the model's dtype (Mamba2's and gated
 # DeltaNet's scans, RWKV's WKV terms: they compute in float32 and the cache keeps what they return)

@@ -24,11 +24,10 @@ from typing import Any
 
 from ...errors import NoAnalyticModel
 from .archspec import Variant
-from .base import ArchSpec, Cfg, HeadRule, Shapes, Tensors
+from .base import MC, ArchSpec, Cfg, HeadRule, Shapes, Tensors
 from .infer import find
 from .ops import Builder
 
-MC = "lm+mc"   # *DoubleHeadsModel: the LM head and the multiple-choice summary
 TASK_HEADS = ("seqcls", "tokcls", "qa", MC)
 _MODULE = {"seqcls": "score", "tokcls": "classifier", "qa": "qa_outputs", MC: "multiple_choice_head.summary"}
 
