@@ -130,7 +130,14 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
         if node is None:   # (the depth is checked once a module, not once a name: a 200k-tensor header's loop)
             if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
                 prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
-            node = nodes.get(prefix) or _make_node(root, nodes, prefix)
+            node = nodes.get(prefix)
+            if node is None:   # most often a module whose parent is there (an expert): made here, not by a call
+                head, dot, leaf = prefix.rpartition(".")
+                parent = nodes.get(head) if dot else root
+                if parent is None:
+                    node = _make_node(root, nodes, prefix)
+                else:
+                    node = parent["children"][leaf] = nodes[prefix] = {"children": {}, "own": [0, 0, 0]}
         own = node["own"]
         own[0] += numel
         own[1] += nbytes
