@@ -15,10 +15,12 @@ it comes from. Names are normalised first: TF separators `/` become `.`, `:0` an
 """
 from __future__ import annotations
 
+import operator
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import repeat
 
 from .core import Checkpoint, dtypes
 from .errors import CorruptCheckpointError
@@ -305,36 +307,44 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
 _DIGIT_TO_HASH = str.maketrans("0123456789", "#" * 10)
 
 
-def _classify_masked(items: list[tuple[str, str, tuple[int, ...]]], masks: list[str]) -> tuple[dict[str, Placement], bool]:
+def _classify_masked(names: list[str], dtypes: list[str], ranks: list[int],
+                     masks: list[str]) -> tuple[dict[str, Placement], bool]:
     """classify of every name, with the rule look-ups shared by every name of one mask (its digits as `#`,
-    from one str.translate over all names, in C), dtype and rank-4-ness, and one Placement per (bucket,
-    layer, role): a 200k-tensor MoE header has a few dozen masks (docs/performance.md). Names of one mask
-    have one numbered form, and their layer index is the same span of each name. Keras 3's
-    BatchNormalization statistics are the one rule that reads a number's value (_KERAS3_BN_STAT): those
-    names are never shared."""
-    rules: dict[tuple[str, str, bool], tuple[str, str, tuple[int, int] | None]] = {}
+    from one str.translate over all names, in C), dtype and rank, and one Placement per (bucket, layer, role): a
+    200k-tensor MoE header has a few dozen masks (docs/performance.md). Names of one mask have one numbered form,
+    and their layer index is the same span of each name. The per-name work is whole columns in C (map, zip,
+    slices, dicts of strings, whose hashes are cached): Python runs once per key and once per (key, layer index).
+    The caller sends names holding \\x00 or \\x01 (the keys' separators) name by name."""
+    # key: the mask, and the dtype and rank where the checkpoint has more than one
+    keys = masks
+    for column in (dtypes, ranks):
+        tags = set(column)
+        if len(tags) > 1:
+            tag = {t: f"\x00{t}" for t in tags}
+            keys = list(map(operator.add, keys, map(tag.__getitem__, column)))
+    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))   # each key's first name
+    rules: dict[str, tuple[str, str, slice]] = {}
+    for key, i in first.items():
+        name, dtype, rank = names[i], dtypes[i], ranks[i]
+        numbered, _ = _numbered(name)
+        bucket, k = _bucket_of(numbered)
+        span = [m.span() for m in _HASHES.finditer(key)][k] if k is not None else (0, 0)   # "" for no layer index
+        rules[key] = (bucket, _role_from(name, numbered, dtype, rank == 4), slice(*span))
+    cuts = {key: rule[2] for key, rule in rules.items()}
+    # each name's row: its key and its layer index's digits ("" for none: a real span holds a digit)
+    digits = map(operator.getitem, names, map(cuts.__getitem__, keys))
+    rows = list(map(operator.add, map(operator.add, keys, repeat("\x01")), digits))
     made: dict[tuple[str, str | None, str], Placement] = {}
-    out: dict[str, Placement] = {}
-    has_encoder = False
-    for (name, dtype, shape), mask in zip(items, masks):
-        rank4 = len(shape) == 4
-        key = (mask, dtype, rank4)
-        hit = rules.get(key)
-        if hit is None or "batch_normalization" in name:
-            numbered, _ = _numbered(name)
-            bucket, k = _bucket_of(numbered)
-            span = [m.span() for m in _HASHES.finditer(mask)][k] if k is not None else None
-            hit = (bucket, _role_from(name, numbered, dtype, rank4), span)
-            if "batch_normalization" not in name:
-                rules[key] = hit
-        bucket, role, span = hit
-        index = name[span[0]:span[1]] if span is not None else None
+    place: dict[str, Placement] = {}
+    for row, key in dict(zip(rows, keys)).items():
+        bucket, role, _ = rules[key]
+        index = row[len(key) + 1:] or None
         p = made.get((bucket, index, role))
         if p is None:
             p = made[(bucket, index, role)] = Placement(bucket, _layer_index(index) if index is not None else None, role)
-        out[name] = p
-        has_encoder = has_encoder or (bucket == "encoder" and span is not None)
-    return out, has_encoder
+        place[row] = p
+    has_encoder = any(bucket == "encoder" and cut.stop for bucket, _, cut in rules.values())
+    return dict(zip(names, map(place.__getitem__, rows))), has_encoder
 
 
 _HASHES = re.compile("#+")
@@ -362,13 +372,20 @@ def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[st
     """Classify every tensor; a model with decoder blocks and no encoder blocks is decoder-only,
     so its decoder stack is its encoder-equivalent (OPT's `model.decoder.layers.N`)."""
     items = list(tensors)
-    text = "\n".join(n for n, _, _ in items)
-    # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only)
-    if "#" in text or not text.isascii() or text.count("\n") != len(items) - 1:
-        out = {name: classify(name, dtype, shape) for name, dtype, shape in items}
+    return classify_columns([n for n, _, _ in items], [d for _, d, _ in items], [s for _, _, s in items])
+
+
+def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int, ...]]) -> dict[str, Placement]:
+    """classify_all of the tensors given as columns (names, dtypes, shapes): what the census passes."""
+    text = "\n".join(names)
+    # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only), or
+    # Keras 3's BatchNormalization numbering (a rule that reads a number's value)
+    if ("#" in text or not text.isascii() or text.count("\n") != len(names) - 1 or "batch_normalization" in text
+            or "\x00" in text or "\x01" in text):
+        out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
         has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
     else:
-        out, has_encoder = _classify_masked(items, text.translate(_DIGIT_TO_HASH).split("\n"))
+        out, has_encoder = _classify_masked(names, dtypes, list(map(len, shapes)), text.translate(_DIGIT_TO_HASH).split("\n"))
     if not has_encoder:
         out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
     return out

@@ -4,13 +4,14 @@ one version."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.model import from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import tally
 from ..census.ties import structural_tie_notes
-from ..core import Checkpoint
+from ..core import Checkpoint, TensorInfo
 from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.framework.spec import audio_inputs, default_seq
@@ -82,12 +83,29 @@ def on_load(ckpt: Checkpoint, total: int) -> dict | None:
     """`model.parameters()` of the class config.json names, where the class holds parameters the file does not
     (recreated on load) or in another size (a converter's padding): the file's unique count, itemised to it
     (families/load_table.py); None where the two are equal. `unique` stays the file's."""
-    diffs = load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+    diffs = load_differences(ckpt.config, _Shapes(ckpt.tensors))
     if not diffs:
         return None
     return {"params": total + sum(d["elements"] for d in diffs), "differences": diffs,
             "convention": "model.parameters() of the class config.json names, built from this file: the unique "
                           "parameters plus those it recreates on load, less rows it drops"}
+
+
+class _Shapes(Mapping[str, tuple[int, ...]]):
+    """The tensors' shapes by name, read on demand: load_differences asks after a few names, and a dict of every
+    shape cost a 200k-tensor header ~0.1 s (docs/performance.md)."""
+
+    def __init__(self, tensors: Mapping[str, TensorInfo]) -> None:
+        self._tensors = tensors
+
+    def __getitem__(self, name: str) -> tuple[int, ...]:
+        return self._tensors[name].shape
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
 
 
 def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:
@@ -112,7 +130,14 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
         if node is None:   # (the depth is checked once a module, not once a name: a 200k-tensor header's loop)
             if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
                 prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
-            node = nodes.get(prefix) or _make_node(root, nodes, prefix)
+            node = nodes.get(prefix)
+            if node is None:   # most often a module whose parent is there (an expert): made here, not by a call
+                head, dot, leaf = prefix.rpartition(".")
+                parent = nodes.get(head) if dot else root
+                if parent is None:
+                    node = _make_node(root, nodes, prefix)
+                else:
+                    node = parent["children"][leaf] = nodes[prefix] = {"children": {}, "own": [0, 0, 0]}
         own = node["own"]
         own[0] += numel
         own[1] += nbytes

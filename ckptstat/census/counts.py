@@ -4,12 +4,15 @@ parameter count sums, and the resolved architecture. Headers only."""
 from __future__ import annotations
 
 import fnmatch
+from operator import attrgetter
 
 from ..core import Checkpoint, TensorInfo
 from ..errors import CorruptCheckpointError
-from ..naming import Placement, classify_all, name_forms
+from ..naming import Placement, classify_columns, name_forms
 from .quant import logical
 from .quant import roles as quant_roles
+
+_NAME, _DTYPE, _SHAPE = attrgetter("name"), attrgetter("dtype"), attrgetter("shape")
 
 
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
@@ -18,7 +21,7 @@ def placements(ckpt: Checkpoint) -> dict[str, Placement]:
 
 def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
     try:
-        out = classify_all((t.name, t.dtype, t.shape) for t in ckpt)
+        out = classify_columns(list(map(_NAME, ckpt)), list(map(_DTYPE, ckpt)), list(map(_SHAPE, ckpt)))
     except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
         raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
     if ckpt.config and ckpt.config.get("architectures"):   # a role the class decides against the name rules

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from operator import methodcaller
 from typing import Any
 
 from ..core import Checkpoint
@@ -93,8 +94,8 @@ def find_ties(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20)
     # stored twice is not claimed tied, since nothing says the model tied it.
     names_tied = tied_cfg is None and resolution.spec is not None and resolution.spec.tied_embeddings
     for rule in resolution.tie_rules:   # the resolved family's, for the resolved head
-        for name in tensors:
-            if not name.endswith(rule.target) or (len(name) > len(rule.target) and name[-len(rule.target) - 1] != "."):
+        for name in filter(methodcaller("endswith", rule.target), tensors):   # (in C: a 200k-tensor header's loop)
+            if len(name) > len(rule.target) and name[-len(rule.target) - 1] != ".":
                 continue
             outer = name[: len(name) - len(rule.target)]
             alias = outer + rule.alias

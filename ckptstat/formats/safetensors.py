@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import json
 import math
+import operator
 import re
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from itertools import repeat
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
@@ -23,6 +25,8 @@ U64_MAX = 2**64 - 1        # the reference parses dims and offsets as usize
 _INT_ONLY = frozenset({int})
 # The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
 SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
+_BITS = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
+_DTYPE_NAMES = {d: d for d in SAFETENSORS_DTYPES}
 
 
 def accept(probe: Probe) -> bool:
@@ -74,12 +78,16 @@ _ENTRY = re.compile(rf'"([^"\\\x00-\x1f]*)":\{{"dtype":"([A-Z0-9_]+)","shape":\[
                     rf'"data_offsets":\[({_NUM}),({_NUM})\]\}}')
 _ENTRY_CHARS = len('"":{"dtype":"","shape":[],"data_offsets":[,]}')
 Entry = tuple[str, str, tuple[int, ...], int, int]   # name, dtype, shape, data offsets begin and end: types checked
+Found = list[tuple[str, str, str, str, str]]        # a compact header's entries as _compact matches them (text)
 
 
-def _compact(text: str) -> tuple[dict[str, object] | None, list[tuple[str, str, str, str, str]]] | None:
+def _compact(text: str) -> tuple[dict[str, object] | None, Found] | None:
     """(metadata, entries as (name, dtype, shape text, begin, end)) when `text` is a compact header, else None."""
-    text = text.rstrip(" ")   # the writer pads the header to 8 bytes with spaces
-    if "\\" in text or not text.startswith("{") or not text.endswith("}"):
+    # The writer pads the header to 8 bytes with spaces: where they start, found without a copy of the text (which
+    # rstrip and slicing the body would make: 19 MB at 200k tensors, the peak RSS of the parse).
+    tail = text[-8:]
+    end = len(text) - (len(tail) - len(tail.rstrip(" "))) if tail.strip(" ") else len(text.rstrip(" "))
+    if "\\" in text or not text.startswith("{") or text[end - 1:end] != "}":
         return None
     pos, metadata = 1, None
     if text.startswith('{"__metadata__":'):
@@ -89,21 +97,21 @@ def _compact(text: str) -> tuple[dict[str, object] | None, list[tuple[str, str, 
             return None
         if text[pos:pos + 1] == ",":
             pos += 1
-    body = text[pos:-1]
-    entries = _ENTRY.findall(body)
+    stop = max(pos, end - 1)   # the body: text[pos:stop]
+    entries = _ENTRY.findall(text, pos, stop)
     # findall's matches do not overlap: when their lengths and the commas between them add up to the body's,
     # they tile it, and nothing else is in the header.
     covered = sum(len(a) + len(b) + len(c) + len(d) + len(e) for a, b, c, d, e in entries)
-    if covered + len(entries) * (_ENTRY_CHARS + 1) - 1 != len(body) or body.count('"') != 10 * len(entries):
+    if covered + len(entries) * (_ENTRY_CHARS + 1) - 1 != stop - pos or text.count('"', pos, stop) != 10 * len(entries):
         return None
     return metadata, entries
 
 
-def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, list[Entry] | dict[str, object]]:
-    """(header length, metadata, the tensors' entries): a list of Entry from a compact header, else the parsed
-    JSON object (metadata still in it, None returned for it). The safetensors bytes start at `start` and end at the
-    file's end (a whole file, or the tail of a DCP `.distcp` file written with SerializationFormat.SAFETENSORS:
-    formats/dcp/)."""
+def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, Found | dict[str, object]]:
+    """(header length, metadata, the tensors' entries): _compact's matches of a compact header (names distinct),
+    else the parsed JSON object (metadata still in it, None returned for it). The safetensors bytes start at
+    `start` and end at the file's end (a whole file, or the tail of a DCP `.distcp` file written with
+    SerializationFormat.SAFETENSORS: formats/dcp/)."""
     size = file_size(path) - start
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
         f.seek(start)
@@ -121,11 +129,9 @@ def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | Non
         compact = _compact(text)
         if compact is not None:
             metadata, found = compact
-            entries: list[Entry] = [(name, dtype, tuple(map(int, shape.split(","))) if shape else (), int(b), int(e))
-                                    for name, dtype, shape, b, e in found]
-            names = {e[0] for e in entries}
-            if len(names) == len(entries) and "__metadata__" not in names:   # else json names the repeat
-                return n, metadata or {}, entries
+            names = {e[0] for e in found}
+            if len(names) == len(found) and "__metadata__" not in names:   # else json names the repeat
+                return n, metadata or {}, found
         header = json.loads(text)
         if not _no_repeats(text, header):   # the per-object hook costs ~0.05 s at 200k tensors: only when needed
             header = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -162,6 +168,57 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
         yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
+def _columns(found: Found, path: str, base: int, size: int) -> dict[str, TensorInfo] | None:
+    """The tensors of a compact header when every check of the entry loop (open_safetensors) passes, made over
+    whole columns in C (zip, map, set, sorted, list equality) and once per distinct (dtype, shape): the loop's
+    Python per entry was most of a 200k-tensor header's time (docs/performance.md). None when a check fails, and
+    for a tensor of no bytes (it shares its neighbour's offset) or a number of more than 20 digits: the loop then
+    gives the answer, or names the entry at fault, as it always did."""
+    if not found:
+        return None
+    names, dts, shape_texts, begin_texts, end_texts = zip(*found)
+    if max(map(len, begin_texts)) > 20 or max(map(len, end_texts)) > 20:   # past U64_MAX: the loop's error
+        return None
+    shape_of: dict[str, tuple[int, ...]] = {}
+    nbytes_of: dict[tuple[str, str], int] = {}
+    for dtype, text in set(zip(dts, shape_texts)):
+        if text not in shape_of:
+            dims = text.split(",") if text else []
+            if dims and max(map(len, dims)) > 20:
+                return None
+            shape_of[text] = tuple(map(int, dims))
+        bits, numel = _BITS.get(dtype), math.prod(shape_of[text])
+        if not bits or not 0 < numel <= INT64_MAX or numel * bits & 7:
+            return None
+        nbytes_of[dtype, text] = numel * bits >> 3
+    begins, ends = list(map(int, begin_texts)), list(map(int, end_texts))
+    nbytes = list(map(nbytes_of.__getitem__, zip(dts, shape_texts)))
+    if list(map(operator.sub, ends, begins)) != nbytes:
+        return None
+    # Contiguous from 0 to the file's end: every tensor holds a byte, so distinct begins, sorted, each the end of
+    # the one before.
+    end_of = dict(zip(begins, ends))
+    order = sorted(end_of)
+    if len(order) != len(begins) or order[0] != 0:
+        return None
+    after = list(map(end_of.__getitem__, order))
+    if order[1:] != after[:-1] or base + after[-1] != size:
+        return None
+    shapes = map(shape_of.__getitem__, shape_texts)   # one tuple per distinct shape, and one string per dtype
+    dtype_names = map(_DTYPE_NAMES.__getitem__, dts)   # (not one per tensor: 50 MB at 1M tensors)
+    return dict(zip(names, map(TensorInfo.validated, names, dtype_names, shapes, repeat(path),
+                               map(base.__add__, begins), nbytes)))
+
+
+def _entries(found: Found, path: str) -> list[Entry]:
+    """A compact header's entries typed, for the entry loop."""
+    try:
+        return [(name, dtype, tuple(map(int, shape.split(","))) if shape else (), int(b), int(e))
+                for name, dtype, shape, b, e in found]
+    except ValueError as e:   # a number of more than sys.get_int_max_str_digits() digits
+        raise CorruptCheckpointError(path, f"header is not valid JSON ({e})") from None
+
+
 def open_safetensors(path: str, start: int = 0) -> Checkpoint:
     n, metadata, header = read_header(path, start)
     size = file_size(path)
@@ -171,20 +228,34 @@ def open_safetensors(path: str, start: int = 0) -> Checkpoint:
         return CorruptCheckpointError(path, msg)
 
     found: object = metadata
+    tensors: dict[str, TensorInfo] | None = None
     if isinstance(header, dict):
         found = header.pop("__metadata__", None) or {}
         entries: list[Entry] | Iterator[Entry] = _typed(header, bad)
     else:
-        entries = header
+        tensors = _columns(header, path, base, size)
+        entries = [] if tensors is not None else _entries(header, path)
     if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
         raise bad("__metadata__ must map strings to strings")
     meta: dict[str, str] = found
+    if tensors is None:
+        tensors = _checked(entries, path, base, size, bad)
+    # safetensors.torch.save_model drops one of two names over one storage and records
+    # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
+    # absent key naming a stored tensor counts.
+    dropped = {k: v for k, v in meta.items() if k not in tensors and v in tensors}
+    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=meta,
+                      dropped=dropped, distinct=True)
+
+
+def _checked(entries: Iterable[Entry], path: str, base: int, size: int,
+             bad: Callable[[str], CorruptCheckpointError]) -> dict[str, TensorInfo]:
+    """The tensors of typed entries, each checked as the reference does, one by one (a JSON header's, and a
+    compact header's that _columns did not take); the first entry at fault is the error."""
     spans = []
     tensors: dict[str, TensorInfo] = {}
-    bits_of = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
+    bits_of = _BITS
     validated = TensorInfo.validated
-    # The numbers of every entry, checked as the reference does: this loop runs a million times on a
-    # million-tensor header (docs/performance.md).
     for name, dtype, shape, begin, end in entries:
         bits = bits_of.get(dtype)
         if not bits:
@@ -218,13 +289,7 @@ def open_safetensors(path: str, start: int = 0) -> Checkpoint:
     if base + expected != size:
         raise bad(f"tensors end at byte {base + expected} but the file has {size} bytes"
                   + (" (truncated)" if base + expected > size else ""))
-
-    # safetensors.torch.save_model drops one of two names over one storage and records
-    # `__metadata__[dropped] = kept`; other metadata may hold a tensor name by chance, so only an
-    # absent key naming a stored tensor counts.
-    dropped = {k: v for k, v in meta.items() if k not in tensors and v in tensors}
-    return Checkpoint(path=path, format="safetensors", tensors=tensors, files=(path,), metadata=meta,
-                      dropped=dropped, distinct=True)
+    return tensors
 
 
 register(Format("safetensors", accept, open_safetensors, (".safetensors",)))
