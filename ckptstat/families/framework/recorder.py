@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import ArchSpec, Shapes
-from .layout_base import Module, module_shapes
+from .layout_base import Module, module_shapes, walk_tensors
 from .ops import Builder
 
 Shape = tuple[int, ...]
@@ -157,8 +157,8 @@ class Recorder:
 
 def tensors(walk: Callable[[Builder], Recorder], body: str) -> Callable[[ArchSpec], Shapes]:
     """A family's expected tensors, derived from its walk: every module it records, those inside the body under `body`
-    in a head model's file (a base model's file has no prefix)."""
-    return lambda s: walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else body)
+    in a head model's file (a base model's file has no prefix): layout_base.walk_tensors of the Recorder's records."""
+    return walk_tensors(lambda B: walk(B).modules, body)
 
 
 def linear_shapes(fin: int, fout: int) -> Params:
