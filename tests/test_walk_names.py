@@ -55,6 +55,12 @@ def test_no_signature_spelled_beside_the_walk(name):
     assert 'signature=r"' not in source and "signature_without=r" not in source
 
 
+def test_one_set_of_name_helpers():
+    """The Recorder families read their names with walk_names too: recorder.py keeps no copy of its helpers."""
+    from ckptstat.families.framework import recorder
+    assert not {"walked", "find", "module", "signature", "pattern", "layers", "numbered"} & set(vars(recorder))
+
+
 _MODULES = (Module("embed_tokens", "token_embd", (("weight", (8, 4)),)),
             Module("layers.{bid}.self_attn.k_proj", "blk.{bid}.attn_k", (("weight", (4, 4)), ("bias", (4,))), (0, 1)),
             Module("layers.{bid}.cross_attn.k_proj", None, (("weight", (4, 4)),), (1,)),

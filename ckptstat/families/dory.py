@@ -153,7 +153,7 @@ def build(B: Builder) -> None:
 
 expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 # the paths the signature reads
-_NAMES = walk_names.walked(walk, head="lm", layers=2, variant=DoryVariant(inputs=1, recurrent=1, loops=1, per_loop=True))
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=DoryVariant(inputs=1, recurrent=1, loops=1, per_loop=True))
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

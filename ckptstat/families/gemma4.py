@@ -302,7 +302,7 @@ def modules(**parts: Any) -> tuple[layout.Module, ...]:
     v = Gemma4Variant(head_dims=(4, 8), kv_heads=(1, 1), shared=(1,), **parts)
     scalar = layout.Module(f"{LAYOUT.paths.layers}.{{bid}}.layer_scalar", "blk.{bid}.layer_output_scale", (("", (1,)),),
                            (0, 1))
-    return walk_names.walked(walk, head="lm", layers=2, experts=2, top_k=1, moe_intermediate=4, sliding_window=2,
+    return walk_names.walked(walk, **walk_names.LM, experts=2, top_k=1, moe_intermediate=4, sliding_window=2,
                              sliding_layers=(0,), variant=v) + (scalar,) * v.layer_scalar
 
 

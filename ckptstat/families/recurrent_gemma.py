@@ -152,7 +152,7 @@ def build(B: Builder) -> None:
 
 expected_tensors = walk_tensors(walk, _P.body)
 # the paths the name regexes read: a recurrent layer and an attention one
-_NAMES = walk_names.walked(walk, head="lm", layers=2, variant=GriffinVariant(lru=8, conv=2, recurrent=(0,), window=2))
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=GriffinVariant(lru=8, conv=2, recurrent=(0,), window=2))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,

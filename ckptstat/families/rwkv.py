@@ -104,7 +104,7 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, _P.body)
-_NAMES = walk_names.walked(walk, head="lm", layers=2, variant=RwkvVariant(attention=8))   # the paths the name regexes read
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=RwkvVariant(attention=8))   # the paths the name regexes read
 
 
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:

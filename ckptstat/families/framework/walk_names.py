@@ -27,6 +27,8 @@ Walked = Recorder | Sequence[Module]
 # the sizes of the spec a family's names are walked at (one layer, every width 4); `fields` add what its variant needs
 _TINY: dict[str, Any] = dict(source="", head="base", architecture=None, layers=1, hidden=4, heads=1, kv_heads=1,
                              head_dim=4, intermediate=4, vocab=4, positions=4)
+# a decoder's fields over them (the layout_base.Walk families'): its LM head, two layers (one of each kind it alternates)
+LM: dict[str, Any] = dict(head="lm", layers=2)
 
 
 @overload
