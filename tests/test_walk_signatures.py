@@ -1,8 +1,9 @@
-"""The name signatures and from_tensors look-ups the Recorder families derive from their walk (framework/recorder.py
-signature, pattern, layers), against the library that wrote the files: for every sample and every head model, the
-family's signature matches the tensors its walk records (its expected tensors) and detection from the names that
-save_pretrained writes picks the family (as tests/test_families.py's registry walk does); ALBERT's pooler, one Linear at
-`albert.pooler`, is read from a transformers save without config.json."""
+"""The name signatures and from_tensors look-ups the Recorder families derive from their walk (framework/walk_names.py
+signature, pattern, layers; the helpers' unit tests are tests/test_walk_names.py), against the library that wrote the
+files: for every sample and every head model, the family's signature matches the tensors its walk records (its expected
+tensors) and detection from the names that save_pretrained writes picks the family (as tests/test_families.py's
+registry walk does); ALBERT's pooler, one Linear at `albert.pooler`, is read from a transformers save without
+config.json."""
 from __future__ import annotations
 
 import os

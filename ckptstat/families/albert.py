@@ -9,7 +9,8 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, Stack, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 LAYER: encoder.LayerNames = (
     "attention.query", "attention.key", "attention.value", "attention", "attention.dense", "attention.LayerNorm",

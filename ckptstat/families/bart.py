@@ -23,9 +23,10 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
+from .framework.walk_names import layers, pattern, signature, walked
 
 # Each model type's stack (framework/seq2seq.py): what differs from BART's.
 STACKS = {

@@ -24,7 +24,8 @@ from .framework import base, encoder, infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, linear_shapes, pattern, signature, walked
+from .framework.recorder import Recorder, Stack, linear_shapes
+from .framework.walk_names import layers, pattern, signature, walked
 
 LAYER: encoder.LayerNames = (
     "attention.self.query", "attention.self.key", "attention.self.value", "attention.self", "attention.output.dense",

@@ -25,12 +25,13 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
-from .framework import infer, recorder
+from .framework import infer, walk_names
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module, module_shapes
 from .framework.ops import Builder
-from .framework.recorder import Recorder, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, LayerPaths, conv, encoder_layers
 
 
@@ -155,7 +156,7 @@ def tower_shapes(T: Tensors, pre: str) -> Tower:
     q, up = "^" + re.escape(pre), LAYER.paths.up
     f, h = infer.shape(T, pattern(TOWERS["text"], up, under=q), f"{pre}{LAYER.paths.layers}.0.{up}")
     a, _ = infer.heads_for(h, 64)
-    return Tower(layers=infer.count_layers(T, recorder.layers(TOWERS["text"], up, under=q)), hidden=h, heads=a, inter=f)
+    return Tower(layers=infer.count_layers(T, walk_names.layers(TOWERS["text"], up, under=q)), hidden=h, heads=a, inter=f)
 
 
 def vision_shapes(T: Tensors, pre: str) -> VisionTower:
@@ -298,7 +299,7 @@ def tower_signature(towers: dict[str, Recorder], kind: str, name: str, suffix: s
     """A name signature of a tower's module's `suffix` parameter, under the tower's prefix (PREFIXES) or, `bare`, at the
     root (a one-tower model as transformers 5 writes it); `towers`: the walks of each (CLIP's, SigLIP's)."""
     under = "^" if bare else rf"(^|[./]){re.escape(PREFIXES[kind].rstrip('.'))}[./]"
-    return signature(towers[kind], name, suffix, under=under)
+    return signature(towers[kind], name, suffix=suffix, under=under)
 
 
 # the towers' embeddings (TOWER_MARKERS) and their first layer's query

@@ -25,7 +25,8 @@ from . import vit
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import layers, pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, LayerPaths, encoder_layers
 from .vit import Patches
 

@@ -8,7 +8,8 @@ from typing import Any
 from .framework import encoder, infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, Stack, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 LAYER: encoder.LayerNames = (
     "attention.q_lin", "attention.k_lin", "attention.v_lin", "attention", "attention.out_lin", "sa_layer_norm",

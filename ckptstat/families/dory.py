@@ -152,7 +152,8 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
-_NAMES = walk_names.walked(walk, variant=DoryVariant(inputs=1, recurrent=1, loops=1, per_loop=True))   # the signature's
+# the paths the signature reads
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=DoryVariant(inputs=1, recurrent=1, loops=1, per_loop=True))
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -175,7 +176,7 @@ _SIZES = dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="dory",
     model_types=("dory",),
-    signature=walk_names.signature(_NAMES, f"{LAYOUT.paths.attn}.s_gate"),
+    signature=walk_names.signature(_NAMES, f"{LAYOUT.paths.attn}.s_gate", tf1=False),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=(),   # llama.cpp's names for Dory are not mapped here

@@ -302,8 +302,8 @@ def modules(**parts: Any) -> tuple[layout.Module, ...]:
     v = Gemma4Variant(head_dims=(4, 8), kv_heads=(1, 1), shared=(1,), **parts)
     scalar = layout.Module(f"{LAYOUT.paths.layers}.{{bid}}.layer_scalar", "blk.{bid}.layer_output_scale", (("", (1,)),),
                            (0, 1))
-    return walk_names.walked(walk, experts=2, top_k=1, moe_intermediate=4, sliding_window=2, sliding_layers=(0,),
-                             variant=v) + (scalar,) * v.layer_scalar
+    return walk_names.walked(walk, **walk_names.LM, experts=2, top_k=1, moe_intermediate=4, sliding_window=2,
+                             sliding_layers=(0,), variant=v) + (scalar,) * v.layer_scalar
 
 
 def gguf_tensor_names(every: tuple[layout.Module, ...]) -> tuple[tuple[str, str], ...]:
@@ -313,7 +313,7 @@ def gguf_tensor_names(every: tuple[layout.Module, ...]) -> tuple[tuple[str, str]
 
 
 # Gemma 3n's signature (families/gemma3n.py): a parameter under AltUp, which no Gemma 4 file holds
-ALTUP = walk_names.signature(modules(altup=2), "altup")
+ALTUP = walk_names.signature(modules(altup=2), "altup", tf1=False)
 _EVERY = modules(per_layer=2, per_layer_vocab=8, moe=True)
 
 
@@ -343,7 +343,7 @@ FAMILY = Family(
     model_types=("gemma4_text", "gemma4_unified_text"),
     # a persistent [1] buffer on every layer, which save_pretrained writes (Gemma 2/3 have none), or the per-layer
     # embeddings' gate or the router's per-expert scale; Gemma 3n's layers have the gate too, and AltUp
-    signature=walk_names.signature(_EVERY, "layer_output_scale", "inp_gate", "router.per_expert_scale"),
+    signature=walk_names.signature(_EVERY, "layer_output_scale", "inp_gate", "router.per_expert_scale", tf1=False),
     signature_without=ALTUP,
     before=("gemma", "llama", "olmo", "qwen3"),   # Gemma 4 files hold Gemma3's pre_feedforward_layernorm and q_norm
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,

@@ -20,7 +20,8 @@ from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule, add_linear, add_norm, decoder_kv_cache
 from .framework.encoder import stack_layers
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, Stack, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 BODY = "git"   # the base model's attribute in the head model
 

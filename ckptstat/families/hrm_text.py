@@ -31,7 +31,8 @@ from .framework.base import (
 )
 from .framework.layout import DecoderLayout
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, Stack, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 STACKS = ("L_module", "H_module")
 LAYOUT = DecoderLayout()   # LLaMA's module names at the top: model.embed_tokens, lm_head

@@ -235,8 +235,8 @@ _SIZES = dict(vocab_size=97, hidden_size=16, num_hidden_layers=3, num_attention_
 FAMILY = Family(
     name="inkling",
     model_types=("inkling_text",),
-    signature=walk_names.signature(walk_names.walked(walk, variant=NAMED, dense_layers=(0, 1)),
-                                   "rel_logits_proj.proj"),
+    signature=walk_names.signature(walk_names.walked(walk, **walk_names.LM, variant=NAMED, dense_layers=(0, 1)),
+                                   "rel_logits_proj.proj", tf1=False),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     gguf_architectures=(),   # llama.cpp has no Inkling architecture

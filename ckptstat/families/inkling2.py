@@ -258,8 +258,8 @@ FAMILY = Family(
     model_types=("inkling2_text", "inkling2_loop_text"),
     # the final block residual's query, as saved (attn_res.output_query, the walk's) and as the model names it (a
     # torch.save)
-    signature=walk_names.signature(walk_names.walked(walk, variant=Inkling2Variant(**asdict(inkling.NAMED))),
-                                   "attn_res.output_query") + r"|(^|[./])final_input[./]query$",
+    signature=walk_names.signature(walk_names.walked(walk, **walk_names.LM, variant=Inkling2Variant(**asdict(inkling.NAMED))),
+                                   "attn_res.output_query", tf1=False) + r"|(^|[./])final_input[./]query$",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": inkling.kv_cache},
     gguf_architectures=(),   # llama.cpp has no Inkling 2 architecture

@@ -32,7 +32,8 @@ from .framework.base import (
     decoder_kv_cache,
 )
 from .framework.ops import Builder, ew_cost
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import layers, pattern, signature, walked
 
 _ATTN = ("query_proj", "key_proj", "value_proj", "out_proj")
 

@@ -152,7 +152,7 @@ def build(B: Builder) -> None:
 
 expected_tensors = walk_tensors(walk, _P.body)
 # the paths the name regexes read: a recurrent layer and an attention one
-_NAMES = walk_names.walked(walk, variant=GriffinVariant(lru=8, conv=2, recurrent=(0,), window=2))
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=GriffinVariant(lru=8, conv=2, recurrent=(0,), window=2))
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
@@ -161,7 +161,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_ke
 FAMILY = Family(
     name="recurrent_gemma",
     model_types=("recurrent_gemma",),
-    signature=walk_names.signature(_NAMES, _LRU),
+    signature=walk_names.signature(_NAMES, _LRU, tf1=False),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     # LLaMA's module names at the top (model.embed_tokens, lm_head): its heads, head rules and RecurrentGemmaForCausalLM's
     # _tied_weights_keys; no cache: the forward returns none (the module docstring)

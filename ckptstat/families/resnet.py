@@ -24,7 +24,8 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder, numbered, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import numbered, pattern, signature, walked
 from .framework.walk_vision import conv_strided
 
 DEFAULT_IMAGE = 224
@@ -105,7 +106,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     widths = [convs[(s, 0, last_idx)][0] for s in stages]
     depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
     # a projection shortcut where the stem and the first stage are as wide shows a strided first stage
-    short = pattern(W, SHORTCUTS[tv][0].format(block=_block(tv, 0)), index=0)
+    short = pattern(W, SHORTCUTS[tv][0].format(block=_block(tv, 0)), layer="0")
     first_stride = 2 if infer.has(T, short) and widths[0] == stem_w[0] else 1
     notes = ("no config: the v1.5 ResNet assumed (stride on the 3x3 conv); input "
              f"{DEFAULT_IMAGE}x{DEFAULT_IMAGE} unless --image-size",)

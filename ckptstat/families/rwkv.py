@@ -104,7 +104,7 @@ def build(B: Builder) -> None:
 
 
 expected_tensors = walk_tensors(walk, _P.body)
-_NAMES = walk_names.walked(walk, variant=RwkvVariant(attention=8))   # the paths the name regexes read
+_NAMES = walk_names.walked(walk, **walk_names.LM, variant=RwkvVariant(attention=8))   # the paths the name regexes read
 
 
 def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -120,7 +120,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, intermediate_size=40, vocab_s
 FAMILY = Family(
     name="rwkv",
     model_types=("rwkv",),
-    signature=walk_names.signature(_NAMES, f"{_P.attn}.time_first"),
+    signature=walk_names.signature(_NAMES, f"{_P.attn}.time_first", tf1=False),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     # the head rules (`head`, or a name under `rwkv.`: RwkvModel's are bare, so that shows a tied, dropped head) and
     # RwkvForCausalLM._tied_weights_keys, from the paths; RwkvConfig's tie_word_embeddings default false

@@ -26,7 +26,8 @@ from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.layout_base import Module
 from .framework.ops import Builder
-from .framework.recorder import Recorder, pattern, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import pattern, walked
 from .framework.walk_vision import conv
 
 

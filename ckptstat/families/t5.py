@@ -13,7 +13,8 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import layers, pattern, signature, walked
 
 
 def from_config(c: Cfg) -> ArchSpec:

@@ -28,7 +28,8 @@ from .framework import infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
+from .framework.walk_names import layers, pattern, signature, walked
 from .framework.walk_vision import EncoderLayer, conv, encoder_layers
 
 

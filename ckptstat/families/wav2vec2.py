@@ -55,7 +55,8 @@ from .framework.base import (
     architectures,
 )
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, walked
+from .framework.recorder import Recorder, Stack
+from .framework.walk_names import layers, pattern, signature, walked
 
 # a conv of the feature encoder; the positional convs of a stack of them (Data2VecAudio's)
 CONV, POS_STACK = "feature_extractor.conv_layers.{bid}.conv", "encoder.pos_conv_embed.layers.{bid}.conv"
@@ -152,7 +153,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     W = WALKED
     convs = []
     for i in range(infer.count_layers(T, layers(W, CONV))):
-        convs.append(infer.shape(T, pattern(W, CONV, index=i), f"conv layer {i}"))
+        convs.append(infer.shape(T, pattern(W, CONV, layer=str(i)), f"conv layer {i}"))
     kernels = tuple(w[2] for w in convs)
     if kernels != (10, 3, 3, 3, 3, 2, 2):
         raise UsageError(f"cannot infer the conv strides of kernels {kernels} from tensor names; pass --config")
@@ -168,7 +169,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     a, note = (const.shape[1], "") if const is not None and len(const.shape) == 4 else infer.heads_for(h, 64)
     body = (common["model_type"] or "wav2vec2").replace("-", "_")
     v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
-                       conv_bias=infer.has(T, pattern(W, CONV, "bias", index=0)),
+                       conv_bias=infer.has(T, pattern(W, CONV, "bias", layer="0")),
                        layer_norms=infer.has(T, pattern(W, "feature_extractor.conv_layers.1.layer_norm")),
                        projection_norm=infer.has(T, pattern(W, "feature_projection.layer_norm")), pos_kernel=pos[2],
                        pos_groups=h // pos[1], stable_layer_norm=False,

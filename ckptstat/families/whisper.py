@@ -20,9 +20,10 @@ from typing import Any
 from .framework import infer
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, pattern, signature, walked
+from .framework.recorder import Recorder
 from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
+from .framework.walk_names import layers, pattern, signature, walked
 
 # Both stacks (framework/seq2seq.py): pre-LN, a final layer_norm, no layernorm_embedding, k_proj without a bias.
 STACK = Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0, k_bias=False)

@@ -23,7 +23,8 @@ from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import LayerNames, stack_layers, token_heads
 from .framework.ops import Builder
-from .framework.recorder import Recorder, layers, lists, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, lists, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 # the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order
 LAYER: LayerNames = ("attentions.{bid}.q_lin", "attentions.{bid}.k_lin", "attentions.{bid}.v_lin", "attentions.{bid}",

@@ -21,7 +21,8 @@ from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import token_heads
 from .framework.ops import Builder
-from .framework.recorder import Recorder, Stack, layers, pattern, signature, tensors, walked
+from .framework.recorder import Recorder, Stack, tensors
+from .framework.walk_names import layers, pattern, signature, walked
 
 BODY = "transformer"   # the base model's attribute in the head models
 

@@ -11,7 +11,8 @@ from typing import Any
 
 from . import infer
 from .base import HeadRule, Tensors
-from .recorder import Recorder, Stack, find, pattern
+from .recorder import Recorder, Stack
+from .walk_names import find, pattern
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
 # attention norm, FFN in, FFN activation, FFN out, output norm.
@@ -133,7 +134,7 @@ HEAD_RULES = (
 
 def dims(T: Tensors, r: Recorder, names: LayerNames) -> dict[str, Any]:
     """Vocabulary, embedding width, positions, type vocabulary, hidden and intermediate widths from the embedding tables
-    and the first layer's query and FFN-in weights, found at the paths the walk `r` (recorder.walked) records under
+    and the first layer's query and FFN-in weights, found at the paths the walk `r` (walk_names.walked) records under
     `names` (no token types where it records none: GIT's)."""
     V, E = infer.shape(T, pattern(r, "embeddings.word_embeddings"), "word embeddings")
     P = infer.shape(T, pattern(r, "embeddings.position_embeddings"), "position embeddings")[0]

@@ -592,5 +592,5 @@ def module_shapes(modules: list[Module], body: str) -> dict[str, tuple[int, ...]
 
 def walk_tensors(walk: Callable[[Builder], list[Module]], body: str) -> Callable[[ArchSpec], dict[str, tuple[int, ...]]]:
     """A family's expected tensors derived from its own walk (module_shapes of the modules it records at a tiny
-    Builder), those inside the body under `body` in a head model's file (recorder.tensors' twin for layout_base.Walk)."""
+    Builder), those inside the body under `body` in a head model's file (recorder.tensors: a Recorder walk's)."""
     return lambda s: module_shapes(walk(Builder(s, 1, 1, 1, 1, 1)), "" if s.head == "base" else body)

@@ -9,18 +9,16 @@ Beside the layers' pieces it holds parameters a forward never runs (`held`), ein
 [in, heads, d] parameters (`einsum`) and bare parameters read by one element-wise op (`params`). Users:
 framework/encoder.py's BERT pieces and their families, framework/walk_vision.py's ViT pieces (and its Conv2d's) and
 theirs, framework/seq2seq.py, resnet.py, t5.py, prophetnet.py. A family's name signature and the shape look-ups of a file
-without config.json read the paths of the walk of a tiny spec (`walked`): `signature`, `pattern`, `layers`, `numbered`
-(layout.signature and layout.pattern's counterparts), so that a path is written only where the walk records it."""
+without config.json read the paths of the walk of a tiny spec: framework/walk_names.py, the one set of those helpers
+for these walks and layout_base.Walk's, so that a path is written only where the walk records it."""
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Callable
-from dataclasses import dataclass, replace
-from typing import Any, TypeVar
+from dataclasses import dataclass
 
 from .base import ArchSpec, Shapes
-from .layout_base import Module, module_shapes
+from .layout_base import Module, module_shapes, walk_tensors
 from .ops import Builder
 
 Shape = tuple[int, ...]
@@ -157,85 +155,10 @@ class Recorder:
         return tuple((m.path, m.gguf) for m in self.modules if m.gguf is not None)
 
 
-# a walk's modules: its Recorder, or the list of a walk of several (CLIP's towers)
-Walked = Recorder | list[Module]
-WalkT = TypeVar("WalkT", Recorder, list[Module])
-
-
-def walked(walk: Callable[[Builder], WalkT], family: str, **fields: Any) -> WalkT:
-    """The walk of a tiny base model of `family` (one layer, every width 4) with `fields` set: the module paths its
-    name signature and from_tensors look-ups derive from (signature, pattern, layers)."""
-    spec = ArchSpec(family=family, model_type=family, source="", head="base", architecture=None, layers=1, hidden=4,
-                    heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4, positions=4)
-    return walk(Builder(replace(spec, **fields), 1, 1, 1, 1, 1))
-
-
-def find(r: Walked, name: str) -> Module | None:
-    """The recorded module whose path ends in `name` (whole components: `attention.self.query`) or whose llama.cpp name
-    is `name` (`blk.{bid}.attn_q` or `attn_q`), the first one recorded; None when the walk met none."""
-    return next((m for m in (r.modules if isinstance(r, Recorder) else r)
-                 if m.path == name or m.path.endswith("." + name) or m.gguf in (name, f"blk.{{bid}}.{name}")), None)
-
-
-def module(r: Walked, name: str) -> Module:
-    """find()'s module; ValueError when the walk met none."""
-    if (m := find(r, name)) is None:
-        raise ValueError(f"the walk records no module {name}")
-    return m
-
-
-# a `layer_1` component (XLNet's ff.layer_1) that infer.canonical_name spells `layer.1` (its google-research TF1 rule)
-_TF1_LAYER = re.compile(r"layer_(\d+)")
-
-
-def _parts(m: Module, bid: str = r"\d+", xid: str = r"\d+", number: str | None = None) -> list[str]:
-    """The path's components as regexes: `{bid}`, `{xid}` and (`number` given) a literal index (T5's layer.0) as
-    given."""
-    return [bid if c == "{bid}" else xid if c == "{xid}" else number if number and c.isdigit()
-            else _TF1_LAYER.sub(r"layer[._]\1", c) if _TF1_LAYER.fullmatch(c) else re.escape(c) for c in m.path.split(".")]
-
-
-def signature(r: Walked, name: str, suffix: str | None = None, under: str = r"(^|[./])") -> str:
-    """A regex on normalised tensor names (Family.signature) that matches the tensors of `name`'s module (module()), or
-    its `suffix` parameter alone, after `under` (a regex: by default any component's start), any number where its path
-    has one (detection reads every numbered component as 0: families/__init__.py); a number may follow an underscore
-    (google-research TF1's `layer_3`, which naming.normalize keeps)."""
-    m = module(r, name)
-    body = "[./]".join(_parts(m, number=r"\d+")).replace(r"[./]\d+", r"[._/]\d+")
-    return under + body + ("$" if m.shapes[0][0] == "" else f"[./]{re.escape(suffix)}$" if suffix else "[./]")
-
-
-def pattern(r: Walked, name: str, suffix: str = "weight", index: int | None = None, under: str = r"(^|\.)") -> str:
-    """A regex on canonical tensor names (infer.find, has, shape) that matches `name`'s module's `suffix` parameter (a
-    bare parameter: the module's path is its name) after `under` (a regex: by default any component's start), its
-    stored layer any number (or `index`)."""
-    m = module(r, name)
-    # a bare `*_embeddings` parameter read from a TF file: infer.canonical_name's TF1 rule appends `.weight` (ViT's)
-    bare = r"(\.weight)?$" if m.path.endswith("_embeddings") else "$"
-    parts = _parts(m) if index is None else _parts(m, str(index))
-    return under + r"\.".join(parts) + (bare if m.shapes[0][0] == "" else rf"\.{suffix}$")
-
-
-def numbered(r: Walked, name: str, suffix: str = "weight") -> str:
-    """A regex on canonical tensor names for `name`'s module's `suffix` parameter whose groups 2, 3... capture every number
-    in its path, in order: a stored layer (`{bid}`), a literal index (`stages.0`), a component's trailing digits
-    (torchvision's `layer1`, `conv1`)."""
-    parts = [r"(\d+)" if c in ("{bid}", "{xid}") or c.isdigit() else re.sub(r"\d+$", r"(\\d+)", re.escape(c))
-             for c in module(r, name).path.split(".")]
-    return r"(^|\.)" + r"\.".join(parts) + rf"\.{suffix}$"
-
-
-def layers(r: Walked, name: str, inner: bool = False, under: str = r"(?:^|\.)") -> str:
-    """A regex for infer.count_layers: `name`'s module's stored layer (`{bid}`; `inner`: its layer within a group,
-    `{xid}`: ALBERT's) as its group 1, after `under` (a regex without a group)."""
-    parts = _parts(module(r, name), *((r"\d+", r"(\d+)") if inner else (r"(\d+)",)))
-    return under + r"\.".join(parts) + r"(?:\.|$)"
-
-
 def tensors(walk: Callable[[Builder], Recorder], body: str) -> Callable[[ArchSpec], Shapes]:
     """A family's expected tensors, derived from its walk: every module it records, those inside the body under `body`
-    in a head model's file (a base model's file has no prefix)."""
-    return lambda s: walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else body)
+    in a head model's file (a base model's file has no prefix): layout_base.walk_tensors of the Recorder's records."""
+    return walk_tensors(lambda B: walk(B).modules, body)
 
 
 def linear_shapes(fin: int, fout: int) -> Params:
