@@ -8,8 +8,8 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout, Paths
 
-APERTUS = DecoderLayout(mlp="plain", qk_norm="head", mlp_bias=False,
-                        paths=Paths(attn_in="attention_layernorm", mlp_in="feedforward_layernorm"))
+APERTUS = DecoderLayout(mlp="plain", qk_norm="head", mlp_bias=False, task_heads=("tokcls",),
+                        paths=Paths(attn_in="attention_layernorm", mlp_in="feedforward_layernorm", tokcls="score"))
 LAYOUTS = {"apertus": APERTUS, "apertus1p5_text": APERTUS}
 
 
@@ -24,5 +24,6 @@ FAMILY = Family(
         Sample("ApertusConfig", dict(_SIZES, attention_bias=True, hidden_act="relu2", tie_word_embeddings=True),
                ("ApertusForCausalLM",)),
         Sample("Apertus1p5TextConfig", _SIZES, ("Apertus1p5TextModel", "Apertus1p5TextForCausalLM")),
+        Sample("ApertusConfig", dict(_SIZES, num_labels=3), ("ApertusForTokenClassification",)),
     ),
 )

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-ARCEE = DecoderLayout(task_heads=("seqcls",), mlp="plain")   # hidden_act: relu2, ArceeConfig's default
+ARCEE = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+                      mlp="plain")   # hidden_act: relu2, ArceeConfig's default
 
 _SIZES = dict(layout.TINY)
 
@@ -26,5 +27,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("ArceeConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("ArceeForSequenceClassification",),
                device="cpu"),
+        Sample("ArceeConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("ArceeForTokenClassification", "ArceeForQuestionAnswering"), device="cpu"),
     ),
 )

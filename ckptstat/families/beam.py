@@ -18,7 +18,8 @@ from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
 BEAM = DecoderLayout(placement="sandwich", qk_norm="head", attn_gate="biased", nope="global", softcap=True, mlp="routed",
-                     dense_layers=True, mlp_bias=False, paths=Paths(mlp_in="pre_feedforward_layernorm"))
+                     dense_layers=True, mlp_bias=False, task_heads=("tokcls",),
+                     paths=Paths(mlp_in="pre_feedforward_layernorm", tokcls="score"))
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -55,5 +56,6 @@ FAMILY = Family(
         Sample("BeamConfig", dict(_SIZES, final_logit_softcapping=None, tie_word_embeddings=True, attention_bias=True,
                                   layer_types=["full_attention", "sliding_attention", "full_attention", "sliding_attention"],
                                   mlp_layer_types=["dense", "sparse", "sparse", "sparse"]), ("BeamForCausalLM",), device="cpu"),
+        Sample("BeamConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("BeamForTokenClassification",), device="cpu"),
     ),
 )

@@ -38,7 +38,7 @@ from .framework.layout_parts import task_labels
 from .framework.layout_streams import GatedNorm, Hyper
 
 DEEPSEEK = DecoderLayout(latent=True, mlp="routed", shared="summed", dense_layers=True,
-                         paths=Paths(shared="shared_experts"), task_heads=("seqcls",))
+                         paths=Paths(shared="shared_experts", tokcls="score"), task_heads=("seqcls", "tokcls"))
 # GLM-4.7-Flash (modeling_glm4_moe_lite.py: DeepSeek-V3's attention in GLM-4-MoE's layers, the same MoE) and Youtu-LLM
 # (modeling_youtu.py: DeepSeek-V3's attention in LLaMA's layers, every MLP dense: no n_routed_experts) are DeepSeek's
 # A.X-K1 (modeling_axk1.py): DeepSeek-V3's with a norm over each MoE block's output; without mlp_layer_types its class
@@ -257,6 +257,13 @@ _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermedi
               num_experts_per_tok=2, first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8,
               qk_rope_head_dim=4, v_head_dim=6, max_position_embeddings=64)
 
+# the configs the task heads' samples build: DeepseekV2's sequence classifier; the others' token classifiers too
+_TASK_CONFIGS = (("DeepseekV2Config", dict(n_group=2, topk_group=1, topk_method="group_limited_greedy")),
+                 ("DeepseekV3Config", dict(n_group=2, topk_group=1)),
+                 ("AXK1Config", dict(n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"])),
+                 ("AXK2Config", dict(n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
+                                     gated_norm_rank=4, mlp_layer_types=["dense", "sparse", "sparse"])))
+
 FAMILY = Family(
     name="deepseek",
     before=("llama", "mixtral"),   # tried before them: its q_proj and mlp.experts.N names match theirs
@@ -293,14 +300,14 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values (every sample has its causal LM: the KV tests)
         *(Sample(config, dict(_SIZES, num_labels=3, pad_token_id=0, **kw),
                  tuple(config.removesuffix("Config") + c for c in ("ForCausalLM", "ForSequenceClassification")), device="cpu")
-          for config, kw in (("DeepseekV2Config", dict(n_group=2, topk_group=1, topk_method="group_limited_greedy")),
-                             ("DeepseekV3Config", dict(n_group=2, topk_group=1)),
-                             ("AXK1Config", dict(n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"])),
-                             ("AXK2Config", dict(n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4,
-                                                 gated_norm_rank=4, mlp_layer_types=["dense", "sparse", "sparse"])))),
+          for config, kw in _TASK_CONFIGS),
         # Youtu's tensor names are MiniCPM3's (latent attention, a dense MLP in every layer): read as minicpm3 without
         # config.json
         Sample("YoutuConfig", {k: v for k, v in _SIZES.items() if "expert" not in k and k != "first_k_dense_replace"},
                ("YoutuModel", "YoutuForCausalLM"), detected_as="minicpm3"),
+        # GenericForTokenClassification (DeepSeek-V2 has none)
+        *(Sample(config, dict(_SIZES, num_labels=3, pad_token_id=0, **kw),
+                 tuple(config.removesuffix("Config") + c for c in ("ForCausalLM", "ForTokenClassification")), device="cpu")
+          for config, kw in _TASK_CONFIGS[1:]),
     ),
 )

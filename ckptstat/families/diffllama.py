@@ -7,9 +7,10 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-DIFFLLAMA = DecoderLayout(task_heads=("seqcls",), differential=True, mlp_bias=False)
+DIFFLLAMA = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+                          differential=True, mlp_bias=False)
 
 FAMILY = Family(
     name="diffllama",
@@ -25,5 +26,7 @@ FAMILY = Family(
         Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8, num_labels=3, pad_token_id=0),
                ("DiffLlamaForSequenceClassification",),
                device="cpu"),
+        Sample("DiffLlamaConfig", dict(layout.TINY, head_dim=8, num_labels=3, pad_token_id=0),
+               ("DiffLlamaForTokenClassification", "DiffLlamaForQuestionAnswering"), device="cpu"),
     ),
 )

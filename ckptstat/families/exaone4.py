@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
 EXAONE4 = DecoderLayout(
-    task_heads=("seqcls",), placement="post", qk_norm="head", qkv_bias=False, o_bias=False, mlp_bias=False, nope="global")
+    task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+    placement="post", qk_norm="head", qkv_bias=False, o_bias=False, mlp_bias=False, nope="global")
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
@@ -25,5 +26,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Exaone4Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
                ("Exaone4ForSequenceClassification",), device="cpu", detected_as="olmo"),
+        Sample("Exaone4Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
+               ("Exaone4ForTokenClassification", "Exaone4ForQuestionAnswering"), device="cpu", detected_as="olmo"),
     ),
 )

@@ -26,8 +26,8 @@ from .framework.layout import DecoderLayout, Paths
 
 # llama.cpp's gemma and gemma2 write no output tensor (they always read the LM head as the embedding); gemma3 does
 GEMMA = DecoderLayout(mlp_bias=False, tied_default=True, embed_scale=True, gguf_renames=(("output", None),),
-                      task_heads=("seqcls",))
-GEMMA2 = replace(GEMMA, placement="sandwich", softcap=True, paths=Paths(mlp_in="pre_feedforward_layernorm"))
+                      task_heads=("seqcls", "tokcls"), paths=Paths(tokcls="score"))
+GEMMA2 = replace(GEMMA, placement="sandwich", softcap=True, paths=replace(GEMMA.paths, mlp_in="pre_feedforward_layernorm"))
 GEMMA3 = replace(GEMMA2, qk_norm="head", local_rope=True, gguf_renames=())
 VAULTGEMMA = replace(GEMMA2, placement="pre")   # Gemma2's layer without the post-attention and post-MLP norms
 LAYOUTS = {"gemma": GEMMA, "gemma2": GEMMA2, "gemma3_text": GEMMA3, "vaultgemma": VAULTGEMMA}
@@ -147,5 +147,9 @@ FAMILY = Family(
         Sample("Gemma3TextConfig", dict(_SIZES, sliding_window=4, num_hidden_layers=4, num_labels=3, pad_token_id=0,
                                         layer_types=["sliding_attention", "full_attention"] * 2),
                ("Gemma3TextForSequenceClassification",), device="cpu"),
+        # Gemma 1's token classifier checked through Gemma2's (tests/test_kv_moe_gemma_deepseek.py reads the samples
+        # after the first two as Gemma2's and Gemma3's)
+        Sample("Gemma2Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
+               ("Gemma2ForTokenClassification",), device="cpu"),
     ),
 )

@@ -11,8 +11,10 @@ from .framework import layout
 from .framework.base import Family, Sample
 from .framework.layout import DecoderLayout, Paths
 
-GLM = DecoderLayout(task_heads=("seqcls",), fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
-GLM4 = replace(GLM, placement="sandwich", paths=Paths(attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))
+GLM = DecoderLayout(task_heads=("seqcls", "tokcls"), paths=Paths(tokcls="score"),
+                    fused_gate_up=True, o_bias=False, mlp_bias=False, partial_rotary=0.5)
+GLM4 = replace(GLM, placement="sandwich",
+               paths=replace(GLM.paths, attn_out="post_self_attn_layernorm", mlp_out="post_mlp_layernorm"))
 
 _SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
@@ -32,5 +34,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Glm4Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Glm4ForSequenceClassification",), device="cpu"),
         Sample("GlmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GlmForSequenceClassification",), device="cpu"),
+        Sample("Glm4Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Glm4ForTokenClassification",), device="cpu"),
+        Sample("GlmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GlmForTokenClassification",), device="cpu"),
     ),
 )

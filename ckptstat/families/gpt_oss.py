@@ -45,7 +45,8 @@ from .framework.layout_parts import task_labels
 # the layout (layout.py): attention sinks, a biased top-k router, fused experts with biases and a clamped GLU;
 # llama.cpp names post_attention_layernorm post_attention_norm (gguf-py MODEL_ARCH.GPT_OSS)
 GPT_OSS = DecoderLayout(mlp="routed", router="topk_softmax", fused_experts=True, sinks=True, mlp_bias=True,
-                        paths=Paths(router="router"), gguf_renames=(("ffn_norm", "post_attention_norm"),), task_heads=("seqcls",))
+                        paths=Paths(router="router", tokcls="score"), gguf_renames=(("ffn_norm", "post_attention_norm"),),
+                        task_heads=("seqcls", "tokcls"))
 
 # GptOssConfig's defaults, which transformers uses for keys a config.json leaves out (config_defaults.json); also
 # what a checkpoint without config.json is assumed to have
@@ -167,5 +168,6 @@ FAMILY = Family(
                ("GptOssForCausalLM",), device="cpu"),
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("GptOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GptOssForSequenceClassification",), device="cpu"),
+        Sample("GptOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("GptOssForTokenClassification",), device="cpu"),
     ),
 )

@@ -10,12 +10,15 @@ from typing import Any
 
 from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-LLAMA = DecoderLayout(task_heads=("seqcls",))   # *ForSequenceClassification: modeling_layers.GenericForSequenceClassification
+# the task heads of modeling_layers.py (GenericForSequenceClassification, GenericForTokenClassification's `score`,
+# GenericForQuestionAnswering), LlamaForQuestionAnswering's body under `transformer`
+LLAMA = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"))
+MISTRAL = replace(LLAMA, paths=replace(LLAMA.paths, qa_body=""))   # MistralForQuestionAnswering's under `model`
 QWEN2 = replace(LLAMA, qkv_bias=True, o_bias=False, mlp_bias=False)   # Qwen2: q/k/v always biased, o_proj never
 # Emu3's language model (Emu3ForCausalLM, Emu3TextConfig): LLaMA's layers and names
-LAYOUTS = {"llama": LLAMA, "mistral": LLAMA, "ministral3": LLAMA, "qwen2": QWEN2, "emu3_text_model": LLAMA}
+LAYOUTS = {"llama": LLAMA, "mistral": MISTRAL, "ministral3": MISTRAL, "qwen2": QWEN2, "emu3_text_model": LLAMA}
 
 # The classes llama.cpp's GGUF architectures stand for (its converter writes Mistral as "llama").
 GGUF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -60,5 +63,8 @@ FAMILY = Family(
         # its sequence classifier tests `pad_token_id in input_ids`: values
         *(Sample(c, dict(_SIZES, num_labels=3, pad_token_id=0), (f"{c.removesuffix('Config')}ForSequenceClassification",),
                  device="cpu") for c in ("LlamaConfig", "MistralConfig", "Ministral3Config", "Qwen2Config")),
+        *(Sample(c, dict(_SIZES, num_labels=3, pad_token_id=0), tuple(c.removesuffix("Config") + h for h in
+                                                                        ("ForTokenClassification", "ForQuestionAnswering")))
+          for c in ("LlamaConfig", "MistralConfig", "Ministral3Config", "Qwen2Config")),
     ),
 )

@@ -15,8 +15,9 @@ from .framework import layout, mixers_lightning
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import TINY_MOE, DecoderLayout, Paths
 
-MINIMAX = DecoderLayout(task_heads=("seqcls", "qa"), mlp="routed", mlp_bias=False, qkv_bias=False, o_bias=False, lightning=True,
-                        paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"),
+MINIMAX = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), mlp="routed", mlp_bias=False, qkv_bias=False, o_bias=False,
+                        lightning=True,
+                        paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2", tokcls="score"),
                         requires=(("sliding_window", None),))
 
 # transformers 5's in-memory names, which a torch.save of its state_dict keeps: the block at mlp, experts fused
@@ -55,5 +56,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("MiniMaxConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
                ("MiniMaxForSequenceClassification", "MiniMaxForQuestionAnswering"), device="cpu"),
+        Sample("MiniMaxConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("MiniMaxForTokenClassification",),
+               device="cpu"),
     ),
 )

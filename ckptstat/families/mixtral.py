@@ -18,8 +18,9 @@ from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 
-MIXTRAL = DecoderLayout(mlp="routed", mlp_bias=False, paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2"),
-                        task_heads=("seqcls", "qa"))
+MIXTRAL = DecoderLayout(mlp="routed", mlp_bias=False, paths=Paths(mlp="block_sparse_moe", gate="w1", up="w3", down="w2",
+                                                                    tokcls="score"),
+                        task_heads=("seqcls", "tokcls", "qa"))
 # transformers 5's in-memory names, which a torch.save of its state_dict keeps: the router at mlp.gate, experts fused
 _IN_MEMORY = replace(MIXTRAL, paths=replace(MIXTRAL.paths, mlp="mlp"))
 
@@ -70,5 +71,9 @@ FAMILY = Family(
                                      num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
                                      num_experts_per_tok=2, max_position_embeddings=64, num_labels=3, pad_token_id=0),
                ("MixtralForSequenceClassification", "MixtralForQuestionAnswering"), device="cpu"),
+        Sample("MixtralConfig", dict(vocab_size=97, hidden_size=32, intermediate_size=48, num_hidden_layers=2,
+                                     num_attention_heads=4, num_key_value_heads=2, num_local_experts=4,
+                                     num_experts_per_tok=2, max_position_embeddings=64, num_labels=3, pad_token_id=0),
+               ("MixtralForTokenClassification",), device="cpu"),
     ),
 )

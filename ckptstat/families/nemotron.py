@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-NEMOTRON = DecoderLayout(task_heads=("seqcls",), norm="layernorm", mlp="plain", partial_rotary=0.5)
+NEMOTRON = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+                         norm="layernorm", mlp="plain", partial_rotary=0.5)
 
 _SIZES = dict(layout.TINY, head_dim=8)
 
@@ -26,5 +27,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("NemotronConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("NemotronForSequenceClassification",),
                device="cpu", detected_as="arcee"),
+        Sample("NemotronConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("NemotronForTokenClassification", "NemotronForQuestionAnswering"), device="cpu", detected_as="arcee"),
     ),
 )

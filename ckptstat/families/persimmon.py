@@ -13,8 +13,8 @@ from .framework.layout import DecoderLayout, Paths
 PERSIMMON = DecoderLayout(
     norm="layernorm", qk_norm="head", fused_qkv=True, mlp="plain", qkv_bias=True, o_bias=True, mlp_bias=True,
     partial_rotary=0.5, requires=(("qk_layernorm", True),),
-    task_heads=("seqcls",),
-    paths=Paths(qkv="query_key_value", o="dense", q_norm="q_layernorm", k_norm="k_layernorm", up="dense_h_to_4h",
+    task_heads=("seqcls", "tokcls"),
+    paths=Paths(tokcls="score", qkv="query_key_value", o="dense", q_norm="q_layernorm", k_norm="k_layernorm", up="dense_h_to_4h",
                 down="dense_4h_to_h", norm="final_layernorm"))
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
@@ -32,5 +32,6 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("PersimmonConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PersimmonForSequenceClassification",),
                device="cpu"),
+        Sample("PersimmonConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PersimmonForTokenClassification",), device="cpu"),
     ),
 )

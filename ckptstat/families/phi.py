@@ -14,11 +14,12 @@ from .framework.layout import DecoderLayout, Paths
 
 # llama.cpp's phi2 has no q/k norms
 PHI = DecoderLayout(
-    task_heads=("seqcls",), norm="layernorm", placement="parallel", mlp="plain", qk_norm="head", qk_norm_key="qk_layernorm",
-                    qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias="always", partial_rotary=0.5,
+    task_heads=("seqcls", "tokcls"), norm="layernorm", placement="parallel", mlp="plain", qk_norm="head",
+                    qk_norm_key="qk_layernorm", qkv_bias=True, o_bias=True, mlp_bias=True, lm_head_bias="always",
+                    partial_rotary=0.5,
                     gguf_renames=(("attn_q_norm", None), ("attn_k_norm", None)),
-                    paths=Paths(o="dense", up="fc1", down="fc2", q_norm="q_layernorm", k_norm="k_layernorm",
-                                norm="final_layernorm"))
+                    paths=Paths(tokcls="score", o="dense", up="fc1", down="fc2", q_norm="q_layernorm",
+                                k_norm="k_layernorm", norm="final_layernorm"))
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64)
@@ -51,5 +52,6 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("PhiConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhiForSequenceClassification",),
                device="cpu"),
+        Sample("PhiConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("PhiForTokenClassification",), device="cpu"),
     ),
 )

@@ -8,10 +8,11 @@ from typing import Any
 
 from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
 PHI3 = DecoderLayout(
-    task_heads=("seqcls",), fused_qkv=True, fused_gate_up=True, qkv_bias=False, o_bias=False, mlp_bias=False, partial_rotary=1.0)
+    task_heads=("seqcls", "tokcls"), paths=Paths(tokcls="score"),
+    fused_qkv=True, fused_gate_up=True, qkv_bias=False, o_bias=False, mlp_bias=False, partial_rotary=1.0)
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
@@ -41,5 +42,6 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Phi3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Phi3ForSequenceClassification",),
                device="cpu"),
+        Sample("Phi3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Phi3ForTokenClassification",), device="cpu"),
     ),
 )

@@ -9,9 +9,10 @@ from typing import Any
 
 from .framework import infer, layout
 from .framework.base import Family, Sample, Tensors
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-QWEN3 = DecoderLayout(task_heads=("seqcls",), qk_norm="head", mlp_bias=False)
+QWEN3 = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+                      qk_norm="head", mlp_bias=False)
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:
@@ -40,5 +41,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Qwen3ForSequenceClassification",),
                device="cpu"),
+        Sample("Qwen3Config", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("Qwen3ForTokenClassification", "Qwen3ForQuestionAnswering"), device="cpu"),
     ),
 )

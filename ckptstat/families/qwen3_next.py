@@ -17,14 +17,15 @@ from typing import Any
 from .framework import layout
 from .framework.archspec import ArchSpec
 from .framework.base import Cfg, Family, Sample, Tensors
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 from .framework.layout_linear import hybrid_kv_cache
 from .qwen_moe import moe_spec
 
 QWEN3_NEXT = DecoderLayout(qk_norm="head", gated_attention=True, linear="qkvz", mlp="routed", shared="gated",
                            dense_layers=True, mlp_bias=False, partial_rotary=0.25,
                            gguf_renames=(("ffn_norm", "post_attention_norm"), ("ffn_gate", None), ("ffn_up", None),
-                                         ("ffn_down", None)), task_heads=("seqcls",))
+                                         ("ffn_down", None)),
+                           task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"))
 LAYOUTS = {"qwen3_next": QWEN3_NEXT}
 
 
@@ -60,5 +61,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Qwen3NextConfig", dict(_SIZES, mlp_only_layers=[1], num_labels=3, pad_token_id=0),
                ("Qwen3NextForSequenceClassification",), device="cpu"),
+        Sample("Qwen3NextConfig", dict(_SIZES, mlp_only_layers=[1], num_labels=3, pad_token_id=0),
+               ("Qwen3NextForTokenClassification", "Qwen3NextForQuestionAnswering"), device="cpu"),
     ),
 )

@@ -20,13 +20,16 @@ from ..errors import UsageError
 from .framework import infer, layout
 from .framework.base import ArchSpec, Cfg, Family, Sample, Tensors
 from .framework.decoders import MAX_COUNT, count
-from .framework.layout import BiasKeys, DecoderLayout
+from .framework.layout import BiasKeys, DecoderLayout, Paths
 
 # llama.cpp's qwen2moe / qwen3moe make every layer sparse: a dense layer's MLP has no llama.cpp name (gguf-py
 # MODEL_TENSORS has no FFN_GATE / FFN_UP / FFN_DOWN for them)
 QWEN3_MOE = DecoderLayout(qk_norm="head", mlp="routed", dense_layers=True, mlp_bias=False,
-                          gguf_renames=(("ffn_gate", None), ("ffn_up", None), ("ffn_down", None)), task_heads=("seqcls",))
-QWEN2_MOE = replace(QWEN3_MOE, qk_norm="none", shared="gated", o_bias=False, bias_keys=BiasKeys(qkv="qkv_bias"))
+                          gguf_renames=(("ffn_gate", None), ("ffn_up", None), ("ffn_down", None)),
+                          task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"))
+# Qwen2MoeForQuestionAnswering's body under `model`
+QWEN2_MOE = replace(QWEN3_MOE, qk_norm="none", shared="gated", o_bias=False, bias_keys=BiasKeys(qkv="qkv_bias"),
+                    paths=replace(QWEN3_MOE.paths, qa_body=""))
 LAYOUTS = {"qwen2_moe": QWEN2_MOE, "qwen3_moe": QWEN3_MOE}
 
 
@@ -127,5 +130,10 @@ FAMILY = Family(
                                       pad_token_id=0), ("Qwen2MoeForSequenceClassification",), device="cpu"),
         Sample("Qwen3MoeConfig", dict(_SIZES, head_dim=16, mlp_only_layers=[0], num_labels=3, pad_token_id=0),
                ("Qwen3MoeForSequenceClassification",), device="cpu"),
+        Sample("Qwen2MoeConfig", dict(_SIZES, shared_expert_intermediate_size=40, mlp_only_layers=[1], num_labels=3,
+                                      pad_token_id=0), ("Qwen2MoeForTokenClassification", "Qwen2MoeForQuestionAnswering"),
+               device="cpu"),
+        Sample("Qwen3MoeConfig", dict(_SIZES, head_dim=16, mlp_only_layers=[0], num_labels=3, pad_token_id=0),
+               ("Qwen3MoeForTokenClassification", "Qwen3MoeForQuestionAnswering"), device="cpu"),
     ),
 )

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import BiasKeys, DecoderLayout
+from .framework.layout import BiasKeys, DecoderLayout, Paths
 
 SEED_OSS = DecoderLayout(
-    task_heads=("seqcls",), bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
+    task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+    bias_keys=BiasKeys(o="attention_out_bias"), gguf_renames=(("ffn_norm", "post_attention_norm"),))
 
 _SIZES = dict(layout.TINY, head_dim=8, pad_token_id=0)
 
@@ -24,5 +25,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("SeedOssForSequenceClassification",),
                device="cpu", detected_as="llama"),
+        Sample("SeedOssConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("SeedOssForTokenClassification", "SeedOssForQuestionAnswering"), device="cpu", detected_as="llama"),
     ),
 )

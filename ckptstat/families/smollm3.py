@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import DecoderLayout
+from .framework.layout import DecoderLayout, Paths
 
-SMOLLM3 = DecoderLayout(task_heads=("seqcls",), nope="flags", tied_default=True)
+SMOLLM3 = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"),
+                        nope="flags", tied_default=True)
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
               vocab_size=99, max_position_embeddings=64, pad_token_id=0)
@@ -29,5 +30,7 @@ FAMILY = Family(
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("SmolLM3ForSequenceClassification",),
                device="cpu", detected_as="llama"),
+        Sample("SmolLM3Config", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("SmolLM3ForTokenClassification", "SmolLM3ForQuestionAnswering"), device="cpu", detected_as="llama"),
     ),
 )

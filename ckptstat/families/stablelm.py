@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
-from .framework.layout import BiasKeys, DecoderLayout
+from .framework.layout import BiasKeys, DecoderLayout, Paths
 
 STABLELM = DecoderLayout(
-    task_heads=("seqcls",), norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"), o_bias=False, mlp_bias=False,
-                         partial_rotary=0.25, requires=(("qk_layernorm", False), ("use_parallel_residual", False)))
+    task_heads=("seqcls", "tokcls"), paths=Paths(tokcls="score"), norm="layernorm", bias_keys=BiasKeys(qkv="use_qkv_bias"),
+                         o_bias=False, mlp_bias=False, partial_rotary=0.25,
+                         requires=(("qk_layernorm", False), ("use_parallel_residual", False)))
 
 _SIZES = dict(layout.TINY, pad_token_id=0)
 
@@ -25,6 +26,8 @@ FAMILY = Family(
                ("StableLmForCausalLM",), detected_as="llama"),
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("StableLmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("StableLmForSequenceClassification",),
+               device="cpu", detected_as="llama"),
+        Sample("StableLmConfig", dict(_SIZES, num_labels=3, pad_token_id=0), ("StableLmForTokenClassification",),
                device="cpu", detected_as="llama"),
     ),
 )

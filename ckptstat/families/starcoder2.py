@@ -8,8 +8,8 @@ from .framework.base import Family, Sample
 from .framework.layout import BiasKeys, DecoderLayout, Paths
 
 STARCODER2 = DecoderLayout(
-    task_heads=("seqcls",), norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
-                           tied_default=True, paths=Paths(up="c_fc", down="c_proj"))
+    task_heads=("seqcls", "tokcls"), norm="layernorm", mlp="plain", bias_keys=BiasKeys("use_bias", "use_bias", "use_bias"),
+                           tied_default=True, paths=Paths(tokcls="score", up="c_fc", down="c_proj"))
 
 _SIZES = dict(layout.TINY, pad_token_id=0)
 
@@ -23,6 +23,8 @@ FAMILY = Family(
                ("Starcoder2ForCausalLM",)),
         # the sequence classifier tests `pad_token_id in input_ids`: values
         Sample("Starcoder2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Starcoder2ForSequenceClassification",),
+               device="cpu"),
+        Sample("Starcoder2Config", dict(_SIZES, num_labels=3, pad_token_id=0), ("Starcoder2ForTokenClassification",),
                device="cpu"),
     ),
 )

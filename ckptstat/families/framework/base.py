@@ -64,10 +64,11 @@ class HeadRule:
 # Task heads of decoder-only models, tried before a family's "body prefix -> lm" rule: transformers'
 # *ForSequenceClassification `score`, *ForTokenClassification `score` (LLaMA-likes) or `classifier` (GPT-2,
 # Falcon, GPT-NeoX), *ForQuestionAnswering `qa_outputs`, all at the top level beside the body. These models
-# have no LM head, so the LM-head tie never applies. A token classifier named `score` cannot be told from a
-# sequence classifier by its names: both are resolved "seqcls" (the counts and ties are the same).
-TASK_HEAD_RULES = (HeadRule(r"^score\.weight$", "seqcls"), HeadRule(r"^classifier\.weight$", "tokcls"),
-                   HeadRule(r"^qa_outputs\.weight$", "qa"))
+# have no LM head, so the LM-head tie never applies. A token classifier named `score` (GenericForTokenClassification)
+# is told from the sequence classifier by its bias (token_classification_bias, default true; no sequence classifier's
+# score has one); one saved without it resolves "seqcls" (config.json's architectures decides).
+TASK_HEAD_RULES = (HeadRule(r"^score\.weight$", "seqcls", unless=r"^score\.bias$", otherwise="tokcls"),
+                   HeadRule(r"^classifier\.weight$", "tokcls"), HeadRule(r"^qa_outputs\.weight$", "qa"))
 
 
 def decoder_head_rules(lm: str, body: str) -> tuple[HeadRule, ...]:

@@ -2,7 +2,12 @@
 DecoderLayout.task_heads), as transformers builds them beside the decoder body:
 
 * *ForSequenceClassification: `score`, Linear(width, num_labels, bias=False);
-* *ForTokenClassification: `classifier`, Linear(width, num_labels) with bias;
+* *ForTokenClassification: `classifier`, Linear(width, num_labels) with bias; transformers 5's
+  GenericForTokenClassification (modeling_layers.py: LLaMA-likes) names it `score` (Paths.tokcls), biased unless
+  config token_classification_bias is false (no decoder config of a family here sets it: not read). A bare file's
+  names tell it from the sequence classifier, also `score`, by that bias alone (base.TASK_HEAD_RULES);
+* *ForQuestionAnswering whose base_model_prefix is not the *ForCausalLM's body (LlamaForQuestionAnswering's
+  `transformer`: Paths.qa_body) hold the body under it;
 * *ForQuestionAnswering: `qa_outputs`, Linear(width, 2) with bias (GPT-J's: num_labels outputs).
 
 Each runs over every token's hidden state (the sequence classifier then picks the last non-pad token's
@@ -94,23 +99,27 @@ def outputs(s: ArchSpec, qa_labels: bool = False) -> int:
     return 2 if s.head == "qa" and not qa_labels else s.num_labels
 
 
-def shapes(s: ArchSpec, width: int, qa_labels: bool = False) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
-    """The spec's task head module and its parameters (suffix, shape): a weight [outputs, width], and a bias
-    except on the sequence classifier (score); none for a summary without its projection."""
+def shapes(s: ArchSpec, width: int, qa_labels: bool = False, tokcls: str = _MODULE["tokcls"]
+           ) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The spec's task head module (the token classifier's named `tokcls`: Paths.tokcls) and its parameters
+    (suffix, shape): a weight [outputs, width], and a bias except on the sequence classifier (score); none for a
+    summary without its projection."""
     out = outputs(s, qa_labels)
     if s.head == MC and not out:
         return _MODULE[MC], ()
-    return _MODULE[s.head], (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
+    name = tokcls if s.head == "tokcls" else _MODULE[s.head]
+    return name, (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
 
 
-def build(B: Builder, width: int, qa_labels: bool = False) -> None:
+def build(B: Builder, width: int, qa_labels: bool = False, tokcls: str = _MODULE["tokcls"]
+          ) -> None:
     """The spec's task head over the B.b x B.seq tokens of `width` (nothing for base and lm); the multiple-choice
     summary over one token of each of the B.b sequences."""
     s = B.s
     if s.head == MC:
         _build_summary(B, width)
     elif s.head in TASK_HEADS:
-        name, params = shapes(s, width, qa_labels)
+        name, params = shapes(s, width, qa_labels, tokcls)
         B.linear(name, "cls", (B.b, B.seq), width, outputs(s, qa_labels), len(params) > 1)
 
 

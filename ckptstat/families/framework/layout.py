@@ -56,7 +56,7 @@ from .layout_base import (
     module_shapes,
     path_parts,
 )
-from .layout_parts import attn_gate, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
+from .layout_parts import attn_gate, body_prefix, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
 from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 
@@ -260,7 +260,7 @@ def modules(lay: DecoderLayout, s: ArchSpec) -> list[Module]:
 
 def expected_tensors(lay: DecoderLayout, s: ArchSpec) -> Shapes:
     """Every parameter name and shape, under the body prefix for a model with a head."""
-    return module_shapes(modules(lay, s), lay.paths.base if s.head == "base" else lay.paths.body)
+    return module_shapes(modules(lay, s), body_prefix(lay, s.head))
 
 
 @functools.cache

@@ -177,6 +177,8 @@ class Paths:
     mlp_out: str = "post_feedforward_layernorm"
     norm: str = "norm"
     lm_head: str = "lm_head"
+    tokcls: str = "classifier"            # *ForTokenClassification's module (GenericForTokenClassification's: score)
+    qa_body: str = ""                     # the body in *ForQuestionAnswering where not {body} (its base_model_prefix)
     attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
     attn_gate_bias: str = "gate_bias"
     dt_proj: str = "dt_proj"              # {attn}.{dt_proj}, {attn}.{dynamic_a}: DecoderLayout.dynamic_mask

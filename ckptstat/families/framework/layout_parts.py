@@ -120,13 +120,20 @@ def output_heads(w: Walk, E: int) -> None:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     if s.head in lay.task_heads:   # over every token's hidden state, or one per sequence (decoder_heads.py)
-        name, params = decoder_heads.shapes(s, E, lay.qa_labels)
+        name, params = decoder_heads.shapes(s, E, lay.qa_labels, p.tokcls)
         if params:
             w.modules.append(Module(name, None, params, top=True))
-        decoder_heads.build(B, E, lay.qa_labels)
+        decoder_heads.build(B, E, lay.qa_labels, p.tokcls)
 
 
 def task_labels(lay: DecoderLayout, T: Tensors) -> int:
     """The classes of a layout's task head read from its rows (decoder_heads.labels) without config.json; 2, the
     config default, where the layout has no task heads."""
     return decoder_heads.labels(T) if lay.task_heads else 2
+
+
+def body_prefix(lay: DecoderLayout, head: str) -> str:
+    """The prefix of the body's names in the files of `head`: the base model's own (Paths.base), a QA model's
+    base_model_prefix where the layout names one (Paths.qa_body), else the *ForCausalLM's body."""
+    p = lay.paths
+    return p.base if head == "base" else (head == "qa" and p.qa_body) or p.body
