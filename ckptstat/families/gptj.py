@@ -20,7 +20,7 @@ from .framework.layout_base import FFNWidth
 
 GPTJ = DecoderLayout(norm="layernorm", placement="parallel", mlp="plain", qkv_bias=False, o_bias=False, mlp_bias=True,
                      lm_head_bias="always", positions="rotary_table", act_key="activation_function",
-                     task_heads=("seqcls", "qa"), qa_labels=True, ffn_width=FFNWidth(times_hidden=4),   # n_inner: from_config
+                     task_heads=("seqcls", "qa"), ffn_width=FFNWidth(times_hidden=4),   # n_inner: from_config
                      paths=Paths(body="transformer", embed="wte", layers="h", attn="attn", o="out_proj", up="fc_in",
                                  down="fc_out", attn_in="ln_1", norm="ln_f"))
 # gguf-py has no name for CodeGen's fused qkv_proj (its rows in model-parallel groups: not llama.cpp's attn_qkv order)
@@ -57,7 +57,7 @@ FAMILY = Family(
     samples=(
         Sample("GPTJConfig", _SIZES, ("GPTJModel", "GPTJForCausalLM", "GPTJForQuestionAnswering")),
         Sample("GPTJConfig", dict(_SIZES, rotary_dim=8, n_inner=48, tie_word_embeddings=True, num_labels=3, pad_token_id=0),
-               ("GPTJForCausalLM", "GPTJForSequenceClassification")),   # (its QA head runs only with 2 labels)
+               ("GPTJForCausalLM", "GPTJForSequenceClassification", "GPTJForQuestionAnswering")),   # (QA: 2 wide)
         Sample("CodeGenConfig", dict(_SIZES, n_ctx=64), ("CodeGenModel", "CodeGenForCausalLM")),
         Sample("CodeGenConfig", dict(_SIZES, n_ctx=64, tie_word_embeddings=True), ("CodeGenForCausalLM",)),
     ),

@@ -29,7 +29,7 @@ from typing import Any
 
 from ...errors import NoAnalyticModel
 from .archspec import Variant
-from .base import MC, ArchSpec, Cfg, HeadRule, Shapes, Tensors
+from .base import MC, ArchSpec, Cfg, HeadRule, Tensors
 from .infer import find
 from .ops import Builder
 
@@ -92,35 +92,33 @@ def _summary(s: ArchSpec) -> Summary:
     return s.variant if isinstance(s.variant, Summary) else Summary()
 
 
-def outputs(s: ArchSpec, qa_labels: bool = False) -> int:
-    """Output width of the spec's task head (qa_labels: the QA head has num_labels outputs, GPT-J's)."""
+def outputs(s: ArchSpec) -> int:
+    """Output width of the spec's task head (QA: start and end logits, whatever num_labels says)."""
     if s.head == MC:
         return _summary(s).outputs
-    return 2 if s.head == "qa" and not qa_labels else s.num_labels
+    return 2 if s.head == "qa" else s.num_labels
 
 
-def shapes(s: ArchSpec, width: int, qa_labels: bool = False, tokcls: str = _MODULE["tokcls"]
-           ) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+def shapes(s: ArchSpec, width: int, tokcls: str = _MODULE["tokcls"]) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
     """The spec's task head module (the token classifier's named `tokcls`: Paths.tokcls) and its parameters
     (suffix, shape): a weight [outputs, width], and a bias except on the sequence classifier (score); none for a
     summary without its projection."""
-    out = outputs(s, qa_labels)
+    out = outputs(s)
     if s.head == MC and not out:
         return _MODULE[MC], ()
     name = tokcls if s.head == "tokcls" else _MODULE[s.head]
     return name, (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
 
 
-def build(B: Builder, width: int, qa_labels: bool = False, tokcls: str = _MODULE["tokcls"]
-          ) -> None:
+def build(B: Builder, width: int, tokcls: str = _MODULE["tokcls"]) -> None:
     """The spec's task head over the B.b x B.seq tokens of `width` (nothing for base and lm); the multiple-choice
     summary over one token of each of the B.b sequences."""
     s = B.s
     if s.head == MC:
         _build_summary(B, width)
     elif s.head in TASK_HEADS:
-        name, params = shapes(s, width, qa_labels, tokcls)
-        B.linear(name, "cls", (B.b, B.seq), width, outputs(s, qa_labels), len(params) > 1)
+        name, params = shapes(s, width, tokcls)
+        B.linear(name, "cls", (B.b, B.seq), width, outputs(s), len(params) > 1)
 
 
 def _build_summary(B: Builder, width: int) -> None:
@@ -130,12 +128,6 @@ def _build_summary(B: Builder, width: int) -> None:
                  (B.b,), width, sm.outputs, True)
     if sm.activation:
         B.activation(f"{name} act ({sm.activation})", "cls", (B.b,), sm.outputs or width, sm.activation)
-
-
-def tensors(out: Shapes, s: ArchSpec, width: int, qa_labels: bool = False) -> None:
-    if s.head in TASK_HEADS:
-        name, params = shapes(s, width, qa_labels)
-        out.update({f"{name}.{suffix}": shape for suffix, shape in params})
 
 
 def labels(T: Tensors) -> int:

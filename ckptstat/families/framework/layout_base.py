@@ -434,10 +434,8 @@ class DecoderLayout:
     lm_transform: LMTransform = "none"
     lm_dense_bias: bool = True            # the transform's dense biased (ModernBERT's head.dense: classifier_bias, false)
     first_attn_norm: bool = True          # False: layer 0's attention reads the embeddings' norm, none of its own (ModernBERT)
-    # the task heads transformers builds beside the body (decoder_heads.TASK_HEADS: GPT-J's score and qa_outputs);
-    # qa_labels: the QA head is num_labels wide, not 2 (GPT-J's)
+    # the task heads transformers builds beside the body (decoder_heads.TASK_HEADS: GPT-J's score and qa_outputs)
     task_heads: tuple[str, ...] = ()
-    qa_labels: bool = False
     # embeddings ArchSpec.embedding_size wide where it is not hidden (OPT's word_embed_proj_dim): {project_in} [h, E]
     # after the lookup, {project_out} [E, h] after the final norm, both unbiased; the LM and task heads read E
     embed_proj: bool = False

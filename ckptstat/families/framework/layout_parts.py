@@ -120,10 +120,10 @@ def output_heads(w: Walk, E: int) -> None:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
     if s.head in lay.task_heads:   # over every token's hidden state, or one per sequence (decoder_heads.py)
-        name, params = decoder_heads.shapes(s, E, lay.qa_labels, p.tokcls)
+        name, params = decoder_heads.shapes(s, E, p.tokcls)
         if params:
             w.modules.append(Module(name, None, params, top=True))
-        decoder_heads.build(B, E, lay.qa_labels, p.tokcls)
+        decoder_heads.build(B, E, p.tokcls)
 
 
 def task_labels(lay: DecoderLayout, T: Tensors) -> int:
