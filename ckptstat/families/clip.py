@@ -278,21 +278,25 @@ _TINY = Towers(TextTower(1, 4, 1, 4, vocab=4, positions=4),
                VisionTower(1, 4, 1, 4, native_image_size=4, patch_size=4, channels=1), proj=4)
 
 
-def _tower_walk(kind: str) -> Recorder:
-    """The walk of _TINY's `kind` tower, its paths bare (as under any prefix: tower_prefix)."""
-    def run(B: Builder) -> Recorder:
-        w = Recorder(B, kind)
-        if _TINY.text and kind == "text":
-            text_walk(w, _TINY.text)
-        elif _TINY.vision:
-            vision_walk(w, _TINY.vision, _TINY.vision.native_image_size)
-        return w
-    return walked(run, "clip")
+def tower_walks(tiny: Towers, text: Callable[[Recorder, Any], object], vision: Callable[[Recorder, Any, int], object],
+                family: str) -> dict[str, Recorder]:
+    """The walks of each of `tiny`'s towers (`text`, `vision`: the family's tower walks), their paths bare (as under any
+    prefix: tower_prefix)."""
+    def one(kind: str) -> Recorder:
+        def run(B: Builder) -> Recorder:
+            w = Recorder(B, kind)
+            if tiny.text and kind == "text":
+                text(w, tiny.text)
+            elif tiny.vision:
+                vision(w, tiny.vision, tiny.vision.native_image_size)
+            return w
+        return walked(run, family)
+    return {kind: one(kind) for kind in ("text", "vision")}
 
 
 # the walks of a tiny CLIPModel and of its towers: the paths of the name signature and from_tensors' look-ups
 WALKED = walked(walk, "clip", head="projection", image_size=4, variant=_TINY)
-TOWERS = {kind: _tower_walk(kind) for kind in ("text", "vision")}
+TOWERS = tower_walks(_TINY, text_walk, vision_walk, "clip")
 
 
 def tower_signature(towers: dict[str, Recorder], kind: str, name: str, suffix: str = "weight", bare: bool = False) -> str:

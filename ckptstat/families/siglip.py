@@ -185,22 +185,10 @@ _TINY = Towers(TextTower(1, 4, 1, 4, vocab=4, positions=4, proj=4),
                VisionTower(1, 4, 1, 4, native_image_size=4, patch_size=4, channels=1, head=True))
 
 
-def _tower_walk(kind: str) -> Recorder:
-    """The walk of _TINY's `kind` tower, its paths bare (as under any prefix: clip.tower_prefix)."""
-    def run(B: Builder) -> Recorder:
-        w = Recorder(B, kind)
-        if _TINY.text and kind == "text":
-            text_walk(w, _TINY.text)
-        elif _TINY.vision:
-            vision_walk(w, _TINY.vision, _TINY.vision.native_image_size)
-        return w
-    return walked(run, "siglip")
-
-
 # the walks of a tiny SiglipForImageClassification and of SigLIP's towers (each with its head): the paths of the name
 # signature and from_tensors' look-ups
 WALKED_CLS = walked(walk, "siglip", head="imgcls", image_size=4, variant=replace(_TINY, text=None))
-TOWERS = {kind: _tower_walk(kind) for kind in ("text", "vision")}
+TOWERS = clip.tower_walks(_TINY, text_walk, vision_walk, "siglip")
 
 _TEXT = dict(vocab_size=99, hidden_size=32, intermediate_size=37, num_hidden_layers=2, num_attention_heads=4,
              max_position_embeddings=40, projection_size=48)
