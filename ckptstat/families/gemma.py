@@ -147,9 +147,9 @@ FAMILY = Family(
         Sample("Gemma3TextConfig", dict(_SIZES, sliding_window=4, num_hidden_layers=4, num_labels=3, pad_token_id=0,
                                         layer_types=["sliding_attention", "full_attention"] * 2),
                ("Gemma3TextForSequenceClassification",), device="cpu"),
-        # Gemma 1's token classifier checked through Gemma2's (tests/test_kv_moe_gemma_deepseek.py reads the samples
-        # after the first two as Gemma2's and Gemma3's)
         Sample("Gemma2Config", dict(_SIZES, sliding_window=4, num_labels=3, pad_token_id=0),
                ("Gemma2ForTokenClassification",), device="cpu"),
+        Sample("GemmaConfig", dict(_SIZES, num_labels=3, pad_token_id=0),
+               ("GemmaForSequenceClassification", "GemmaForTokenClassification"), device="cpu", detected_as="llama"),
     ),
 )
