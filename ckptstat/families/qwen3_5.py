@@ -19,8 +19,10 @@ from .framework.layout_linear import hybrid_kv_cache
 from .qwen3_next import QWEN3_NEXT
 from .qwen_moe import moe_spec
 
-QWEN3_5_MOE = replace(QWEN3_NEXT, linear="split", dense_layers=False)
-QWEN3_5 = replace(QWEN3_5_MOE, mlp="gated", shared="none", gguf_renames=(("ffn_norm", "post_attention_norm"),))
+# transformers 5 has Qwen3_5ForTokenClassification and sequence classifiers, no QA class, and no Qwen3.5-MoE head class
+QWEN3_5_MOE = replace(QWEN3_NEXT, linear="split", dense_layers=False, task_heads=())
+QWEN3_5 = replace(QWEN3_5_MOE, mlp="gated", shared="none", gguf_renames=(("ffn_norm", "post_attention_norm"),),
+                  task_heads=("seqcls", "tokcls"))
 LAYOUTS = {"qwen3_5_text": QWEN3_5, "qwen3_5_moe_text": QWEN3_5_MOE}
 
 
@@ -67,6 +69,6 @@ FAMILY = Family(
                ("Qwen3_5MoeTextModel", "Qwen3_5MoeForCausalLM"), device="cpu"),
         # the sequence classifier tests `pad_token_id in input_ids`: values (the head: QWEN3_NEXT's layout's)
         Sample("Qwen3_5TextConfig", dict(_SIZES, intermediate_size=37, num_labels=3, pad_token_id=0),
-               ("Qwen3_5TextForSequenceClassification",), device="cpu"),
+               ("Qwen3_5TextForSequenceClassification", "Qwen3_5ForTokenClassification"), device="cpu"),
     ),
 )
