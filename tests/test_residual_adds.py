@@ -76,3 +76,36 @@ def test_residual_adds_equal_the_forwards(family, sample, name):
             ours += op.calls
     assert ours == counter.count, [(op.module, op.calls, op.ew) for op in build(spec_of(cls, cfg), BATCH, SEQ)
                                    if "residual" in op.module]
+
+
+_TOWER = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37)
+_IMAGE = dict(_TOWER, image_size=16, patch_size=4)
+_TEXT = dict(_TOWER, vocab_size=99, max_position_embeddings=16)
+ENCODERS = [("ViTConfig", "ViTModel", _IMAGE), ("DeiTConfig", "DeiTModel", _IMAGE),
+            ("CLIPVisionConfig", "CLIPVisionModel", _IMAGE), ("CLIPTextConfig", "CLIPTextModel", _TEXT),
+            ("SiglipVisionConfig", "SiglipVisionModel", _IMAGE), ("SiglipTextConfig", "SiglipTextModel", _TEXT)]
+
+
+@pytest.mark.parametrize("config,name,kwargs", ENCODERS, ids=[e[1] for e in ENCODERS])
+def test_vision_and_text_towers_count_the_adds_their_forward_makes(config, name, kwargs):
+    """The ViT-style layers (framework/walk_vision.py: ViT, DeiT, CLIP's and SigLIP's towers) add to the stream twice a
+    layer (the attention's output, then the MLP's), and the embeddings add their positions once: the element-wise
+    FLOPs of the ops that say so ("residual", "position" in their labels), in units of the stream, equal the
+    aten.adds of [batch, tokens, hidden] tensors one eager forward runs."""
+    cfg = getattr(T, config)(**kwargs)
+    cls = getattr(T, name)
+    model = cls(cfg).eval()
+    text = "vocab_size" in kwargs
+    # the patches, a class token (not SigLIP's) and DeiT's distillation token
+    n = SEQ if text else (16 // 4) ** 2 + (not name.startswith("Siglip")) + (name == "DeiTModel")
+    counter = _HiddenAdds((BATCH, n, cfg.hidden_size))
+    inputs = ({"input_ids": torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) % cfg.vocab_size} if text
+              else {"pixel_values": torch.zeros(BATCH, 3, 16, 16)})
+    with counter, torch.no_grad():
+        model(**inputs)
+    stream = BATCH * n * cfg.hidden_size
+    ops = build(spec_of(cls, cfg), BATCH, SEQ if text else 16)
+    ours = sum(op.calls for op in ops if op.kind == "norm" and op.module.endswith(" (+residual)"))
+    ours += sum(op.calls * op.ew // stream for op in ops if op.kind != "norm" and op.ew >= stream
+                and ("residual" in op.module or "position" in op.module))
+    assert ours == counter.count, [(op.module, op.calls, op.ew) for op in ops]

@@ -19,6 +19,7 @@ Towers variant (TextTower, VisionTower), the side analysed ArchSpec.image_size. 
 CLIP's names, `LAYER`): the op template and the expected tensors derive from it, GIT's image encoder's from `vision_walk`."""
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
@@ -200,8 +201,11 @@ def layers(w: Recorder, t: Tower, n: int, causal: bool) -> None:
 
 def text_embeddings(w: Recorder, text: TextTower) -> None:
     """The text tower's token and learned position tables (CLIP's, SigLIP's), over B.seq tokens."""
-    w.embedding("embeddings.token_embedding", text.vocab, text.hidden, w.B.seq)
-    w.embedding("embeddings.position_embedding", text.positions, text.hidden, w.B.seq)
+    B, tok = w.B, (w.B.b, w.B.seq, text.hidden)
+    w.embedding("embeddings.token_embedding", text.vocab, text.hidden, B.seq)
+    w.embedding("embeddings.position_embedding", text.positions, text.hidden, B.seq)
+    B.add(w.label("embeddings") + " token + positions", "activation", w.bucket, 1, tok, tok, ew=math.prod(tok),
+          extra_in=B.seq * text.hidden)
 
 
 def vision_walk(w: Recorder, vision: VisionTower, side: int) -> None:
@@ -222,7 +226,7 @@ def text_walk(w: Recorder, text: TextTower) -> None:
     """CLIP's text tower over B.seq tokens: the embeddings, the causal layers, final_layer_norm."""
     text_embeddings(w, text)
     layers(w, text, w.B.seq, causal=True)
-    w.norm("final_layer_norm", (w.B.b, w.B.seq), text.hidden)
+    w.norm("final_layer_norm", (w.B.b, w.B.seq), text.hidden, residual=False)
 
 
 def vision_tensors(out: Shapes, pre: str, vision: VisionTower, s: ArchSpec) -> None:

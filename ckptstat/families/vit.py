@@ -130,7 +130,7 @@ def walk(B: Builder) -> Recorder:
     w.params("embeddings." + " + ".join(path.split(".")[-1] for path, _ in tokens), tokens, (B.b, n - 1 - dist, h),
              (B.b, n, h), ew=B.b * n * h, bucket="embedding")
     encoder_layers(w, LAYER, s.layers, n, h, s.heads, f, s.activation, s.qkv_bias)
-    w.norm("layernorm", (B.b, n), h)
+    w.norm("layernorm", (B.b, n), h, residual=False)
     if s.pooler:
         w.linear("pooler.dense", (B.b,), h, X.pooler_size, True, bucket="pooler")
         B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")

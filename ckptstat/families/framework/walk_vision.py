@@ -107,9 +107,13 @@ def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads
     else:
         w.linear(at + p.up, tok, h, f, True, L)
         B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
-        w.linear(at + p.down, tok, f, h, True, L, note="" if lay.layer_scale else " (+residual)")
+        w.linear(at + p.down, tok, f, h, True, L)
     if lay.layer_scale:
         _scale(w, at + p.scales[1], tok, h, L)
+    else:   # the MLP's output added to the stream (ViTOutput's `+ input_tensor`, CLIPEncoderLayer's `residual + ...`)
+        n_h = math.prod(tok) * h
+        B.add(w.label(at.rstrip("."), L) + " MLP output + residual", "activation", w.bucket, L, tok + (h,), tok + (h,),
+              ew=n_h, extra_in=n_h)
 
 
 def _scale(w: Recorder, path: str, tok: Shape, h: int, L: int) -> None:
