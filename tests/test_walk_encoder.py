@@ -13,10 +13,10 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from test_families import meta_model, spec_of  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
-from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 WALKED = ("xlm", "xlnet", "git", "hrm_text")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in WALKED
@@ -26,9 +26,8 @@ CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in W
 @pytest.mark.parametrize("name,sample,model_name", CASES)
 def test_the_walk_records_what_save_pretrained_writes(name, sample, model_name):
     cfg = getattr(T, sample.config)(**sample.kwargs)
-    with torch.device("meta"):
-        model = getattr(T, model_name)._from_config(cfg)
-    spec = from_config(dict(cfg.to_dict(), architectures=[model_name]))
+    cls = getattr(T, model_name)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     family = get(name)
     assert family.expected_tensors is not None and family.expected_tensors(spec) == saved_shapes(model)
     B = Builder(spec, 1, 8, 8, 1, 1)

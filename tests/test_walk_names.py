@@ -16,6 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from test_families import meta_model, spec_of  # noqa: E402
 
 from ckptstat.core import TensorInfo  # noqa: E402
 from ckptstat.families import detect, get  # noqa: E402
@@ -24,7 +25,6 @@ from ckptstat.families.framework.archspec import ArchSpec  # noqa: E402
 from ckptstat.families.framework.layout_base import Module  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
 from ckptstat.families.framework.recorder import Recorder  # noqa: E402
-from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 WALKED = ("rwkv", "recurrent_gemma", "dory", "gemma4", "gemma3n", "inkling", "inkling2")
 CASES = [pytest.param(name, s, m, id=f"{name}-{i}-{m}") for name in WALKED for i, s in enumerate(get(name).samples)
@@ -38,9 +38,8 @@ def _infos(shapes: dict[str, tuple[int, ...]]) -> dict[str, TensorInfo]:
 @pytest.mark.parametrize("name,sample,model_name", CASES)
 def test_the_derived_signature_detects_the_family(name, sample, model_name):
     cfg = getattr(T, sample.config)(**sample.kwargs)
-    with torch.device("meta"):
-        model = getattr(T, model_name)._from_config(cfg)
-    spec = from_config(dict(cfg.to_dict(), architectures=[model_name]))
+    cls = getattr(T, model_name)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     family = get(name)
     derived, saved = family.expected_tensors(spec), saved_shapes(model, tied=False)
     for names in (derived, saved):

@@ -14,10 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from test_families import meta_model, spec_of  # noqa: E402
 
 from ckptstat import summarize  # noqa: E402
 from ckptstat.families import _name_shapes, detect, get  # noqa: E402
-from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 DERIVED = ("bert", "albert", "distilbert", "xlm", "xlnet", "git", "hrm_text", "wav2vec2", "vit", "dinov2", "clip", "siglip",
            "resnet", "t5", "bart", "whisper", "prophetnet")
@@ -28,8 +28,8 @@ CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in D
 @pytest.mark.parametrize("name,sample,model_name", CASES)
 def test_the_derived_signature_finds_the_family(name, sample, model_name):
     cfg = getattr(T, sample.config)(**sample.kwargs)
-    family = get(name)
-    spec = from_config(dict(cfg.to_dict(), architectures=[model_name]))
+    family, cls = get(name), getattr(T, model_name)
+    spec = spec_of(cls, cfg)
     assert family.expected_tensors is not None
     names = _name_shapes(family.expected_tensors(spec))
     # the signature, or the names it lists together (SigLIP's bare text tower); a sample `detected_as` another family
@@ -37,9 +37,7 @@ def test_the_derived_signature_finds_the_family(name, sample, model_name):
     shown = any(re.search(family.signature, n) for n in names) or bool(family.signature_together) and all(
         any(re.search(p, n) for n in names) for p in family.signature_together)
     assert shown != bool(sample.detected_as)
-    with torch.device("meta"):
-        model = getattr(T, model_name)._from_config(cfg)
-    assert detect(list(saved_shapes(model, tied=False)), None).family == (sample.detected_as or name)
+    assert detect(list(saved_shapes(meta_model(cls, cfg), tied=False)), None).family == (sample.detected_as or name)
 
 
 _ALBERT = dict(hidden_size=32, num_attention_heads=4, intermediate_size=37, vocab_size=99, max_position_embeddings=64,

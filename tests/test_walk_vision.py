@@ -9,10 +9,10 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from test_families import spec_of  # noqa: E402
 from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
-from ckptstat.families.framework.spec import from_config  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
 WALKED = ("vit", "dinov2", "clip", "siglip")
@@ -34,7 +34,7 @@ def test_walked_masked_image_modeling_keeps_the_mask_token():
     cfg = T.ViTConfig(**dict(get("vit").samples[0].kwargs))
     with torch.device("meta"):
         model = T.ViTModel(cfg, use_mask_token=True)
-    spec = from_config(dict(cfg.to_dict(), architectures=["ViTModel"]))
+    spec = spec_of(T.ViTModel, cfg)
     spec = replace(spec, variant=replace(spec.variant, mask_token=True))
     assert get("vit").expected_tensors(spec) == saved_shapes(model)
 
