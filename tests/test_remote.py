@@ -302,7 +302,8 @@ def test_hf_sends_no_telemetry_unless_asked(tmp_path, env):
         assert r.returncode == 0, r.stderr
         agent = [p for _, p, _ in s.log if p.startswith("/api/agent")]
     assert agent == ([] if not env else ["/api/agent-harnesses"])   # (the switch is huggingface_hub's own)
-    assert list(home.rglob("*")) == [] or env
+    if not env:   # (with telemetry on, the stand-in's 404 leaves huggingface_hub nothing to cache)
+        assert list(home.rglob("*")) == []
 
 
 def test_requests_in_flight_stay_bounded_when_opens_nest(tmp_path, monkeypatch):

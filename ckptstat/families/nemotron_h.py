@@ -64,7 +64,7 @@ def from_config(c: Cfg) -> ArchSpec:
                    ffn_layers=of("mlp", "moe"), dense_layers=of("mlp"),
                    moe_intermediate=cc.int("moe_intermediate_size", default=FROM_CLASS),
                    shared_intermediate=cc.int("moe_shared_expert_intermediate_size", default=FROM_CLASS),
-                   moe_latent=cc.int("moe_latent_size") if cc.get("moe_latent_size", default=None) else 0)
+                   moe_latent=cc.int("moe_latent_size", default=0))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
