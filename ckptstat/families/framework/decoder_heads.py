@@ -8,7 +8,8 @@ DecoderLayout.task_heads), as transformers builds them beside the decoder body:
   names tell it from the sequence classifier, also `score`, by that bias alone (base.TASK_HEAD_RULES);
 * *ForQuestionAnswering whose base_model_prefix is not the *ForCausalLM's body (LlamaForQuestionAnswering's
   `transformer`: Paths.qa_body) hold the body under it;
-* *ForQuestionAnswering: `qa_outputs`, Linear(width, 2) with bias (GPT-J's: num_labels outputs).
+* *ForQuestionAnswering: `qa_outputs`, Linear(width, 2) with bias, whatever num_labels says (transformers 5's
+  GenericForQuestionAnswering, GPT-J's too).
 
 Each runs over every token's hidden state (the sequence classifier then picks the last non-pad token's
 logits: an index, no FLOPs), so FlopCounterMode counts tokens x width x outputs for each.
