@@ -41,7 +41,15 @@ OUTCOMES = ("static", "meta", "wrong", "refused", "crashed", "no oracle")
 TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
          "masked": ("MODEL_FOR_MASKED_LM_MAPPING_NAMES", "masked LMs"),
          "image": ("MODEL_FOR_IMAGE_CLASSIFICATION_MAPPING_NAMES", "image classifiers"),
-         "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", "CTC speech recognisers")}
+         "ctc": ("MODEL_FOR_CTC_MAPPING_NAMES", "CTC speech recognisers"),
+         "seqcls": ("MODEL_FOR_SEQUENCE_CLASSIFICATION_MAPPING_NAMES", "sequence classifiers"),
+         "tokcls": ("MODEL_FOR_TOKEN_CLASSIFICATION_MAPPING_NAMES", "token classifiers"),
+         "qa": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "extractive question answering"),
+         "mc": ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES", "multiple choice"),
+         "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LMs"),
+         "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers")}
+CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
+HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio")   # the tasks whose parameter count is compared too
 
 
 def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
@@ -56,9 +64,10 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
     return list(out)
 
 
-def oracle(task: str, cls: Any, cfg: Any) -> tuple[int, int]:
-    """(FLOPs, cache bytes) of one forward of the model transformers builds (CPU, fp32): SEQ tokens, one image or
-    AUDIO samples; a causal LM's cache (else 0)."""
+def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int]:
+    """(FLOPs, cache bytes, parameters) of one forward of the model transformers builds (CPU, fp32): SEQ tokens
+    ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else 0); its unique
+    parameters (num_parameters: a tied weight once). `save_to`: a folder its save_pretrained writes."""
     import torch
 
     from ckptstat.analysis import meta
@@ -69,11 +78,13 @@ def oracle(task: str, cls: Any, cfg: Any) -> tuple[int, int]:
     model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
     if task == "image":
         args = {"pixel_values": torch.zeros((1, getattr(cfg, "num_channels", 3), *meta.image_sides(cfg)))}
-    elif task == "ctc":
+    elif task in ("ctc", "audio"):
         args = {"input_values": torch.zeros((1, AUDIO))}
     else:
         vocab = cfg.get_text_config().vocab_size
         ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
+        if task == "mc":
+            ids = ids.expand(CHOICES, SEQ).reshape(1, CHOICES, SEQ)
         args = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
         if task == "causal":
             # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
@@ -83,21 +94,25 @@ def oracle(task: str, cls: Any, cfg: Any) -> tuple[int, int]:
     with meta.flop_counter() as counter, torch.no_grad():
         out = model(**args)
     cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
+    params = model.num_parameters()
+    if save_to:
+        model.save_pretrained(save_to)
     if task == "causal" and cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors
-        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"])
-    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0)
+        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params
+    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params
 
 
-def ours(task: str, path: str) -> tuple[str, int, int]:
-    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM) for the oracle's
-    input."""
+def ours(task: str, path: str) -> tuple[str, int, int, int]:
+    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM, parameters the
+    config predicts) for the oracle's input (a multiple-choice example's choices counted as sequences of the batch)."""
     from ckptstat.analysis import flops, meta
     from ckptstat.analysis.memory.planner import kv_counted, kv_lines
 
     m = meta.load(path)
     kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
-    seq = AUDIO if task == "ctc" else SEQ
-    return ("static" if m.oracle is None else "meta"), flops.run(m, 1, seq)["totals"]["flops"], kv
+    seq = AUDIO if task in ("ctc", "audio") else SEQ
+    run = flops.run(m, CHOICES if task == "mc" else 1, seq)
+    return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"]
 
 
 # causal LMs whose class asserts config.is_decoder, which their config class defaults False (its masked LM asserts
@@ -112,24 +127,29 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
 
     cls = getattr(transformers, cls_name, None)
     row: dict[str, Any] = {"task": task, "model_type": model_type, "cls": cls_name}
+    saved = os.path.join(workdir, cls_name) if task in HEADS else ""
     try:
         cfg = tiny_config(cls.config_class)
         if cls_name in DECODERS:
             cfg.is_decoder = True
-        want = oracle(task, cls, cfg)
+        want = oracle(task, cls, cfg, saved)
     except Exception as e:   # noqa: BLE001 - any failure of transformers' own build is "no oracle", with its reason
         return {**row, "outcome": "no oracle", "why": reason(e)}
     path = os.path.join(workdir, f"{cls_name}.json")
     with open(path, "w") as f:
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
     try:
-        by, got_flops, got_kv = ours(task, path)
+        by, got_flops, got_kv, got_params = ours(task, path)
+        if saved:   # its save_pretrained folder (weights and config.json) too: the same figures
+            row["saved"] = list(ours(task, saved))
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
         return {**row, "outcome": "crashed", "why": reason(e)}
-    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None)
-    return {**row, "outcome": by if (got_flops, got_kv) == want else "wrong", "by": by}
+    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None,
+               params=[got_params, want[2]])
+    same = (got_flops, got_kv, got_params) == want and row.get("saved", [by, *want]) == [by, *want]
+    return {**row, "outcome": by if same else "wrong", "by": by}
 
 
 def walk(pairs: list[tuple[str, str, str]], budget: float = 120.0, echo: bool = False) -> list[dict[str, Any]]:
@@ -182,12 +202,14 @@ def markdown(rows: list[dict[str, Any]]) -> str:
     for task in tasks:
         mine = [r for r in rows if r["task"] == task]
         lines += ["", f"## {TASKS[task][1].capitalize()} (`{TASKS[task][0]}`)", "", tally_line(mine), "",
-                  "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | why |",
-                  "|---|---|---|---|---|---|"]
+                  "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | "
+                  "parameters (ours / oracle) | why |",
+                  "|---|---|---|---|---|---|---|"]
         for r in sorted(mine, key=lambda r: (OUTCOMES.index(r["outcome"]), r["model_type"], r["cls"])):
-            f, c = r.get("flops"), r.get("cache_bytes")
+            f, c, p = r.get("flops"), r.get("cache_bytes"), r.get("params")
             lines.append(f"| {r['model_type']} | {r['cls']} | {r['outcome']} | {f'{f[0]:,} / {f[1]:,}' if f else ''} | "
-                         f"{f'{c[0]:,} / {c[1]:,}' if c else ''} | {r.get('why', '').replace('|', '/')} |")
+                         f"{f'{c[0]:,} / {c[1]:,}' if c else ''} | {f'{p[0]:,} / {p[1]:,}' if p else ''} | "
+                         f"{r.get('why', '').replace('|', '/')} |")
     return "\n".join(lines) + "\n"
 
 
@@ -206,7 +228,8 @@ def main(argv: list[str] | None = None) -> int:
             f.write(markdown(rows))
     wrong = [r for r in rows if r["outcome"] in ("wrong", "crashed")]
     for r in wrong:
-        print(f"  {r['outcome'].upper()} {r['cls']}: {r.get('flops') or r.get('why')}, cache {r.get('cache_bytes')}")
+        print(f"  {r['outcome'].upper()} {r['cls']}: {r.get('flops') or r.get('why')}, cache {r.get('cache_bytes')}, "
+              f"params {r.get('params')}, saved {r.get('saved')}")
     return 1 if wrong else 0
 
 
