@@ -1,5 +1,6 @@
 """core.jsontext.dumps writes what json.dumps(obj, indent=2) writes (the oracle: the standard library), on
-real reports and on every JSON value hypothesis builds; values it does not own go to the standard library."""
+real reports and on every JSON value hypothesis builds; values it does not own go to the standard library.
+jsontext.write hands the same text over in pieces (a long list's items PIECE at a time)."""
 import json
 import math
 
@@ -10,6 +11,7 @@ from hypothesis import strategies as st
 
 from ckptstat.analysis.stats import stats
 from ckptstat.analysis.summary import summarize
+from ckptstat.core import jsontext
 from ckptstat.core.jsontext import dumps
 from ckptstat.formats.registry import open_checkpoint
 
@@ -72,6 +74,20 @@ def test_long_lists_by_columns(v):
     rows), lists of scalars, mixed scalars."""
     assert dumps(v) == json.dumps(v, indent=2)
     assert dumps({"rows": v, "tail": [v, v]}) == json.dumps({"rows": v, "tail": [v, v]}, indent=2)
+
+
+@given(rows | st.lists(scalars | st.lists(scalars, max_size=3), min_size=8, max_size=20), st.integers(1, 9))
+@settings(max_examples=200, deadline=None)
+def test_written_in_pieces(v, piece):
+    """Pieces of any size (a piece boundary inside a list of dicts, lists or scalars) join into json's text."""
+    out: list[str] = []
+    saved = jsontext.PIECE
+    jsontext.PIECE = piece
+    try:
+        jsontext.write({"rows": v, "tail": [v, "\ud800"]}, out.append)
+    finally:
+        jsontext.PIECE = saved
+    assert "".join(out) == json.dumps({"rows": v, "tail": [v, "\ufffd"]}, indent=2) + "\n"
 
 
 def test_long_lists_holding_cycles_are_the_standard_librarys_error():

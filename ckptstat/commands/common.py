@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, NoReturn
 import typer
 from rich.console import Console
 
-from ..core.jsontext import dumps
+from ..core import jsontext
 from .quick import CONFIG, JSON, no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
@@ -39,6 +39,15 @@ def write_out(text: str) -> None:
         reader_gone()
 
 
+def write_json(report: dict) -> None:
+    """A report as JSON on stdout, written a piece at a time (core/jsontext.py `write`)."""
+    try:
+        jsontext.write(report, sys.stdout.write)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        reader_gone()
+
+
 class _Console(Console):
     """stdout. Not a terminal and no $COLUMNS: a file or a pipe, which has no width, so names are never cut
     there (render/names.py `whole`): tables of names widen to their rows and lines are not cropped; prose
@@ -62,7 +71,7 @@ def console() -> Console:
 
 
 def emit_json(report: dict) -> None:
-    write_out(dumps(with_fetched(report)) + "\n")
+    write_json(with_fetched(report))
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

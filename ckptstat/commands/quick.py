@@ -100,7 +100,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
             return None
     except Exception:   # whatever trips here, typer's path meets it again, inside cli.main's boundary
         return None
-    from ..core.jsontext import dumps
+    from ..core.jsontext import write
     from ..errors import CkptstatError
     from ..formats.registry import open_checkpoint
 
@@ -111,7 +111,7 @@ def quick(args: list[str], debug: bool = False) -> int | None:
 
         ckpt = open_checkpoint(path, config)
         report = summarize(ckpt)
-        sys.stdout.write(dumps(with_fetched(report)) + "\n")
+        write(with_fetched(report), sys.stdout.write)
         KEPT[:] = [ckpt, report]   # freed by the process's exit, not object by object (__main__.run)
     except CkptstatError as e:
         _fail(debug, f"ckptstat: error: {_line(e)}")
@@ -137,7 +137,7 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     no tensor selected: said on stderr, exit 1. Typer's parsing (~0.1 s of pydantic imports) is serial
     time in every --workers run (docs/performance.md)."""
     from ..analysis.stats import collect
-    from ..core.jsontext import dumps
+    from ..core.jsontext import write
     from ..formats.registry import open_checkpoint
 
     ckpt = open_checkpoint(path, config)
@@ -151,7 +151,7 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
         bars = progress_bar(True)
     with bars as bar:
         report = collect(ckpt, None, (), False, chunk, workers, bar).report
-    sys.stdout.write(dumps(with_fetched(report)) + "\n")
+    write(with_fetched(report), sys.stdout.write)
     if not report["tensors"]:
         from ..render.names import inert
 

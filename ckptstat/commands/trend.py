@@ -48,10 +48,10 @@ def trend(
             emit_json(r)
             return
         from ..core.files import atomic_output
-        from ..core.jsontext import dumps
+        from ..core.jsontext import write
 
         with atomic_output(output) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            f.write(dumps(r) + "\n")
+            write(r, f.write)
     elif fmt == "text":
         from ..render.trend import render_trend
 

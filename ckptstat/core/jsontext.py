@@ -29,6 +29,9 @@ _NESTED = (dict, list, tuple)
 _NUMBERS = frozenset({int, float, bool, type(None)})   # the C encoder's text, split at ", ", is json's for these
 _SCALARS = _NUMBERS | {str}
 MIN_COLUMN = 8   # a list at least this long is written by columns
+# ...and in pieces of this many items: each piece's columns are made, joined and freed before the next, so that the
+# intermediate texts of a 200,000-row list never coexist (its peak RSS: the report and the finished text, issue 35)
+PIECE = 4096
 
 
 class _Other(Exception):
@@ -72,7 +75,11 @@ def _encode(o: object, out: list[str], nl: str) -> None:
             return
         inner = nl + "  "
         if len(o) >= MIN_COLUMN:  # type: ignore[arg-type]
-            out.append("[" + inner + _items(list(o), inner) + nl + "]")  # type: ignore[call-overload]
+            items = list(o)  # type: ignore[call-overload]
+            out.append("[" + inner)
+            for i in range(0, len(items), PIECE):
+                out.append(("," + inner if i else "") + _items(items[i:i + PIECE], inner))
+            out.append(nl + "]")
             return
         sep = "[" + inner
         for v in o:  # type: ignore[attr-defined]
@@ -172,17 +179,31 @@ def dumps(obj: object) -> str:
     """What `json.dumps(obj, indent=2)` returns, except that a surrogate code point in a string (a config or
     metadata value; names holding one are refused, core/tensor.py `check_name`) is written as U+FFFD: json
     would write `\\ud800` alone, which strict parsers (RFC 8259 8.2, Rust's serde_json, jq) reject."""
-    text = _dumps(obj)
-    return _dumps(_clean(obj)) if "\\ud" in text or "\\uD" in text else text
+    return "".join(pieces(obj))
 
 
-def _dumps(obj: object) -> str:
+def write(obj: object, write_text: Callable[[str], object]) -> None:
+    """dumps(obj) and a newline, handed to `write_text` a piece at a time: a long report's text is never joined
+    into one string (a second copy of it), nor its pieces' intermediate texts kept (PIECE)."""
+    for piece in pieces(obj):
+        write_text(piece)
+    write_text("\n")
+
+
+def pieces(obj: object) -> list[str]:
+    """dumps(obj)'s text in pieces, in order. Nothing is written before the whole text is made, so a value left
+    to the standard library (_Other) still gets its output, or its error, from json alone."""
+    out = _pieces(obj)
+    return _pieces(_clean(obj)) if any("\\ud" in p or "\\uD" in p for p in out) else out
+
+
+def _pieces(obj: object) -> list[str]:
     out: list[str] = []
     try:
         _encode(obj, out, "\n")
     except (_Other, RecursionError):
-        return json.dumps(obj, indent=2)
-    return "".join(out)
+        return [json.dumps(obj, indent=2)]
+    return out
 
 
 def _clean(o: object) -> object:
