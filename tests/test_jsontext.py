@@ -13,6 +13,7 @@ from ckptstat.analysis.stats import stats
 from ckptstat.analysis.summary import summarize
 from ckptstat.core import jsontext
 from ckptstat.core.jsontext import dumps
+from ckptstat.core.table import Table
 from ckptstat.formats.registry import open_checkpoint
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats() | st.text()
@@ -30,8 +31,8 @@ def test_any_json_value(v):
 @pytest.mark.parametrize("ckpt", [("gpt2-tiny", "model.safetensors"), ("bert-tiny", "model.safetensors")])
 def test_real_reports(ckpt):
     c = open_checkpoint(fixture(*ckpt))
-    for report in (summarize(c), stats(c)):
-        assert dumps(report) == json.dumps(report, indent=2)
+    for report in (summarize(c), stats(c)):   # (stats' rows: a core.table.Table, written as the list of its rows)
+        assert dumps(report) == json.dumps(report, indent=2, default=list)
 
 
 def test_non_finite_and_edge_numbers():
@@ -98,3 +99,25 @@ def test_long_lists_holding_cycles_are_the_standard_librarys_error():
     for v in ([d] * 9, w):
         with pytest.raises(ValueError, match="Circular reference"):
             dumps(v)
+
+
+@given(rows, st.integers(1, 9))
+@settings(max_examples=200, deadline=None)
+def test_a_table_is_written_as_the_list_of_its_rows(v, piece):
+    """core.table.Table (a stats report's rows held as columns, a nested table for a dict-valued key) is written
+    as json writes the list of its rows, in pieces of any size."""
+    keys = tuple(sorted(v[0]))   # (hypothesis draws a fixed dictionary's keys in any order: one order for all)
+    v = [{k: ({"p1": r[k]["p1"], "p%d": r[k]["p%d"]} if k == "q" else r[k]) for k in keys} for r in v]
+    t = Table(keys, {"q": ("p1", "p%d")})
+    t.extend(v)
+    assert t == v and list(t) == v and t[3] == v[3] and list(t[2:5]) == v[2:5]
+    out: list[str] = []
+    saved = jsontext.PIECE
+    jsontext.PIECE = piece
+    try:
+        jsontext.write({"tensors": t, "short": t[:3]}, out.append)
+    finally:
+        jsontext.PIECE = saved
+    assert "".join(out) == json.dumps({"tensors": v, "short": v[:3]}, indent=2) + "\n"
+    t.add_column("flags", [[k] for k in range(len(v))])
+    assert dumps(t) == json.dumps([{**r, "flags": [k]} for k, r in enumerate(v)], indent=2)

@@ -133,7 +133,8 @@ def many(tmp_path_factory) -> str:
 
 
 def _json(report: dict) -> str:
-    return json.dumps({k: v for k, v in report.items() if k not in ("seconds", "workers")}, indent=2)
+    return json.dumps({k: v for k, v in report.items() if k not in ("seconds", "workers")}, indent=2,
+                      default=list)   # the rows: a core.table.Table
 
 
 @pytest.mark.parametrize("chunk", [1000, 1 << 20])

@@ -17,6 +17,7 @@ from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import Any
 
+from .table import Table
 from .text import without_surrogates
 
 # repr of a finite float ends in a digit; of a non-finite one in "n" or "f", which json spells its own way
@@ -25,7 +26,7 @@ _SCALAR: dict[type, Callable[[Any], str]] = {
     str: encode_basestring_ascii, int: int.__repr__, float: float.__repr__,
     bool: {True: "true", False: "false"}.__getitem__, type(None): {None: "null"}.__getitem__,
 }
-_NESTED = (dict, list, tuple)
+_NESTED = (dict, list, tuple, Table)
 _NUMBERS = frozenset({int, float, bool, type(None)})   # the C encoder's text, split at ", ", is json's for these
 _SCALARS = _NUMBERS | {str}
 MIN_COLUMN = 8   # a list at least this long is written by columns
@@ -69,16 +70,16 @@ def _encode(o: object, out: list[str], nl: str) -> None:
                 out.append(sep + _key(k) + ": " + _scalar(v))
             sep = "," + inner
         out.append(nl + "}")
-    elif t is list or t is tuple:
+    elif t is list or t is tuple or t is Table:
         if not o:
             out.append("[]")
             return
         inner = nl + "  "
         if len(o) >= MIN_COLUMN:  # type: ignore[arg-type]
-            items = list(o)  # type: ignore[call-overload]
+            seq: list[Any] | Table = o if isinstance(o, Table) else list(o)  # type: ignore[call-overload]
             out.append("[" + inner)
-            for i in range(0, len(items), PIECE):
-                out.append(("," + inner if i else "") + _items(items[i:i + PIECE], inner))
+            for i in range(0, len(seq), PIECE):
+                out.append(("," + inner if i else "") + _items(seq[i:i + PIECE], inner))
             out.append(nl + "]")
             return
         sep = "[" + inner
@@ -94,10 +95,14 @@ def _encode(o: object, out: list[str], nl: str) -> None:
         out.append(_scalar(o))
 
 
-def _items(col: list[Any], nl: str) -> str:
-    """A long list's items, each at indent `nl`, joined: dicts of the same keys in one join of their columns'
-    texts interleaved with the keys (no string a dict), other items through _column."""
-    cols = _dict_columns(col, nl) if type(col[0]) is dict and set(map(type, col)) == {dict} else None
+def _items(col: list[Any] | Table, nl: str) -> str:
+    """A long list's items, each at indent `nl`, joined: dicts of the same keys (a Table's rows) in one join of
+    their columns' texts interleaved with the keys (no string a dict), other items through _column."""
+    cols: tuple[list[str], list[list[str]]] | None
+    if isinstance(col, Table):
+        cols = _table_columns(col, nl)
+    else:
+        cols = _dict_columns(col, nl) if type(col[0]) is dict and set(map(type, col)) == {dict} else None
     if cols is None:
         return ("," + nl).join(_column(col, nl))
     keys, texts = cols
@@ -112,10 +117,12 @@ def _items(col: list[Any], nl: str) -> str:
     return "".join(chain.from_iterable(zip(*parts)))[:-len("," + nl)]
 
 
-def _column(col: list[Any], nl: str) -> list[str]:
-    """The text of each value in `col` (a list's items, or one key's values across a list of dicts), indented
-    at `nl`; by columns where the values allow, else value by value (_encode: so what it does not own, a cycle
-    included, still goes to the standard library)."""
+def _column(col: list[Any] | Table, nl: str) -> list[str]:
+    """The text of each value in `col` (a list's items, or one key's values across a list of dicts; a Table's
+    rows), indented at `nl`; by columns where the values allow, else value by value (_encode: so what it does not
+    own, a cycle included, still goes to the standard library)."""
+    if isinstance(col, Table):
+        return _dicts(col, nl)  # type: ignore[return-value]
     kinds = set(map(type, col))
     if kinds <= _NUMBERS:
         return json.dumps(col)[1:-1].split(", ") if col else []
@@ -143,9 +150,17 @@ def _dict_columns(col: list[dict[str, Any]], nl: str) -> tuple[list[str], list[l
     return [encode_basestring_ascii(k) for k in keys], [_column(list(map(itemgetter(k), col)), inner) for k in keys]
 
 
-def _dicts(col: list[dict[str, Any]], nl: str) -> list[str] | None:
+def _table_columns(t: Table, nl: str) -> tuple[list[str], list[list[str]]]:
+    """_dict_columns of a Table's rows, from its columns."""
+    if any(type(k) is not str for k in t.keys):
+        raise _Other
+    inner = nl + "  "
+    return [encode_basestring_ascii(k) for k in t.keys], [_column(c, inner) for c in t.columns.values()]
+
+
+def _dicts(col: list[dict[str, Any]] | Table, nl: str) -> list[str] | None:
     """Each dict's text, one `%` of a template over the columns (None: dicts of other keys)."""
-    cols = _dict_columns(col, nl)
+    cols = _table_columns(col, nl) if isinstance(col, Table) else _dict_columns(col, nl)
     if cols is None:
         return None
     keys, texts = cols
@@ -202,8 +217,15 @@ def _pieces(obj: object) -> list[str]:
     try:
         _encode(obj, out, "\n")
     except (_Other, RecursionError):
-        return [json.dumps(obj, indent=2)]
+        return [json.dumps(obj, indent=2, default=_rows)]
     return out
+
+
+def _rows(o: object) -> list[Any]:
+    """What json writes for a Table: its rows (anything else is json's TypeError, in its words)."""
+    if type(o) is Table:
+        return list(o)
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
 
 
 def _clean(o: object) -> object:
@@ -212,6 +234,6 @@ def _clean(o: object) -> object:
         return without_surrogates(o)
     if isinstance(o, dict):
         return {_clean(k): _clean(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
+    if isinstance(o, (list, tuple, Table)):
         return [_clean(v) for v in o]
     return o

@@ -35,6 +35,7 @@ import numpy as np
 
 from ...census import aliases, name_matches, placements
 from ...core import Checkpoint, TensorInfo, dtypes, urls
+from ...core.table import Table
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
 from ...naming import BUCKETS, is_norm_gain
@@ -46,6 +47,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
     _qkey,
     hist_quantiles,
     new_acc,
+    rows_table,
     tables,
 )
 from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
@@ -187,22 +189,23 @@ _NAME, _BUCKET, _LAYER, _BUCKET_LAYER = itemgetter(0), itemgetter(1), itemgetter
 
 
 Contribution = list[tuple[GroupKey, Acc]]   # what one unit (a tensor, or a run of tiny ones) adds to its groups
+UnitRows = list[dict] | Table                # a unit's rows: a tensor's dict, a run's table (tiny.py)
 
 
 def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
-                 progress: Callable[[int], None] | None = None) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
+                 progress: Callable[[int], None] | None = None) -> Iterator[tuple[list[Item], UnitRows, Contribution]]:
     """Per unit (analysis/stats/tiny.py `units`: one tensor, or a run of tiny ones read together), in file order:
     its items, their rows, and the accumulators it adds to each group. A URL's units are read up to REMOTE_AHEAD
     at a time, holding at most REMOTE_BUDGET bytes of buffers (each unit's result is its own, and they are
     yielded in order: the same report, bit for bit)."""
     groups_of = functools.lru_cache(maxsize=4096)(_group_keys)   # a MoE's 200k tensors share a few hundred
 
-    def single(it: Item, info: TensorInfo, acc: Acc) -> tuple[list[Item], list[dict], Contribution]:
+    def single(it: Item, info: TensorInfo, acc: Acc) -> tuple[list[Item], UnitRows, Contribution]:
         """One tensor's unit: its row and its contribution to each of its groups."""
         return [it], [{**head(it, info), **acc.row()}], [(k, acc) for k in groups_of(it.bucket, it.layer,
                                                                                     is_norm_gain(it.name))]
 
-    def one(span: tuple[int, int]) -> tuple[list[Item], list[dict], Contribution]:
+    def one(span: tuple[int, int]) -> tuple[list[Item], UnitRows, Contribution]:
         part = items[span[0]:span[1]]
         if len(part) == 1:   # its row and merges read the bins
             info = ckpt[part[0].name]
@@ -234,10 +237,10 @@ class _Part(NamedTuple):
 
 
 def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, int]], chunk_bytes: int,
-                  one: Callable[[tuple[int, int]], tuple[list[Item], list[dict], Contribution]],
-                  single: Callable[[Item, TensorInfo, Acc], tuple[list[Item], list[dict], Contribution]],
+                  one: Callable[[tuple[int, int]], tuple[list[Item], UnitRows, Contribution]],
+                  single: Callable[[Item, TensorInfo, Acc], tuple[list[Item], UnitRows, Contribution]],
                   held: Callable[[tuple[int, int]], int], progress: Callable[[int], None] | None
-                  ) -> Iterator[tuple[list[Item], list[dict], Contribution]]:
+                  ) -> Iterator[tuple[list[Item], UnitRows, Contribution]]:
     """unit_results for a URL: units read up to REMOTE_AHEAD at a time within REMOTE_BUDGET bytes of buffers, and
     a 16-bit tensor of several chunks read as its chunks, each a unit of its own for `concurrently` (issue 35: a
     62.5 MiB embedding was 16 range requests one after another). A part holds one chunk's buffer, as the tensor's
@@ -252,7 +255,7 @@ def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, in
         else:
             work += [_Part(span[0], a, b, k == len(cut) - 1) for k, (a, b) in enumerate(cut)]
 
-    def run(w: tuple[int, int] | _Part) -> tuple[list[Item], list[dict], Contribution] | np.ndarray:
+    def run(w: tuple[int, int] | _Part) -> tuple[list[Item], UnitRows, Contribution] | np.ndarray:
         if isinstance(w, _Part):
             return hist16(ckpt, ckpt[items[w.item].name], chunk_bytes, progress, (w.start, w.stop))
         return one(w)
@@ -290,18 +293,18 @@ def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
 
 def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
               progress: Callable[[int], None] | None = None, merges: list[Contribution] | None = None,
-              finish: Collection[GroupKey] = ()) -> tuple[list[dict], dict[GroupKey, Group]]:
+              finish: Collection[GroupKey] = ()) -> tuple[Table, dict[GroupKey, Group]]:
     """Statistics of each item, and partial group accumulators (mergeable across workers); with `merges`, each
     unit's contribution without histograms is appended to it (Acc.scalars: what the parent replays). A layer in
     `finish` becomes its row (GroupRow) once its last tensor in `items` is merged, its histogram let go: a file of
     many layers holds the rows of those done and the histograms of those open only."""
     items = list(items)
     left = Counter({k: n for k, n in _layers(items).items() if k in finish})
-    rows: list[dict] = []
+    rows = rows_table()
     groups: dict[GroupKey, Acc] = {}
     done: dict[GroupKey, GroupRow] = {}
     for part, part_rows, contrib in unit_results(ckpt, items, chunk_bytes, progress):
-        rows += part_rows
+        rows.extend(part_rows)
         merge_into(groups, contrib)
         if merges is not None:
             merges.append([(key, acc.scalars()) for key, acc in contrib])
@@ -388,7 +391,7 @@ def _raise_worker_error(kind: str, path: str | None, reason: str) -> None:
 
 
 def _run_pool(ckpt: Checkpoint, items: list[Item], chunk_bytes: int, workers: int,
-              progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
+              progress: Callable[[int], None] | None) -> tuple[Table, dict[GroupKey, Group]]:
     ctx = pool_context()
     counter = ctx.Value("q", 0)
     members = _layers(items)   # a layer whose every tensor is in one task: that worker computes its row
@@ -411,13 +414,13 @@ def pool_context():  # noqa: ANN201  (a multiprocessing context)
 
 
 def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: int, counter,  # noqa: ANN001
-               progress: Callable[[int], None] | None) -> tuple[list[dict], dict[GroupKey, Group]]:
+               progress: Callable[[int], None] | None) -> tuple[Table, dict[GroupKey, Group]]:
     # concurrent.futures, not mp.Pool: when a worker dies (killed, out of memory) mp.Pool replaces it
     # and waits forever for the task it held; a ProcessPoolExecutor raises BrokenProcessPool.
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
     from concurrent.futures.process import BrokenProcessPool
 
-    results: list[tuple[list[dict], list[Contribution]]] = [([], []) for _ in tasks]
+    results: list[tuple[Table, list[Contribution]]] = [(rows_table(), []) for _ in tasks]
     groups: dict[GroupKey, Acc] = {}
     done_rows: dict[GroupKey, GroupRow] = {}
     seen = 0
@@ -454,9 +457,9 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
         pool.shutdown(wait=True, cancel_futures=True)
     if progress:
         progress(counter.value - seen)
-    rows: list[dict] = []
+    rows = rows_table()
     for part, part_merges in results:   # tasks in file order, their units in order: as run_items merges them
-        rows += part
+        rows.extend(part)
         for contrib in part_merges:
             for key, acc in contrib:
                 if key in groups:
@@ -520,7 +523,7 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
 
 
 def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], all_roles: bool, chunk_bytes: int,
-                 workers: int, total_bytes: int, elapsed: float, rows: list[dict], groups: Mapping[GroupKey, Group],
+                 workers: int, total_bytes: int, elapsed: float, rows: Table, groups: Mapping[GroupKey, Group],
                  skipped: list[dict]) -> StatsRun:
     """The report (schema ckptstat.stats/1) from the per-tensor rows and the merged group accumulators,
     however they were computed (one process, a pool, a Dask cluster)."""
@@ -528,8 +531,7 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
     flagged: dict[str, list[str]] = {}
     for f in flags:
         flagged.setdefault(f["name"], []).append(f["kind"])
-    for r in rows:
-        r["flags"] = flagged.get(r["name"], [])
+    rows.add_column("flags", [flagged.get(name, []) for name in rows.columns["name"]])
 
     def grow(acc: Group) -> dict:
         return {"tensors": acc.tensors, **acc.row()}

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 
 from ...core import dtypes
+from ...core.table import Table
 
 QUANTILES = (0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99)
 NBINS = 1 << 16
@@ -342,6 +343,17 @@ class Acc:
 
 def _qkey(p: float) -> str:
     return f"p{100 * p:g}"
+
+
+# A tensor's row in the report: what names it (analysis/stats/ `head`), then Acc.row's fields
+ROW_KEYS = ("name", "bucket", "layer", "role", "dtype", "shape", "count", "finite", "min", "max", "mean", "std",
+            "mean_abs", "l2", "zeros", "zero_fraction", "nan", "inf", "posinf", "neginf", "quantiles", "quantiles_exact")
+QUANTILE_KEYS = tuple(map(_qkey, QUANTILES))
+
+
+def rows_table() -> Table:
+    """An empty table of tensor rows (report["tensors"]: core/table.py), the quantiles a table of their own."""
+    return Table(ROW_KEYS, {"quantiles": QUANTILE_KEYS})
 
 
 def hist_quantiles(hist: np.ndarray, domain: str, exact: bool, ps: Sequence[float],

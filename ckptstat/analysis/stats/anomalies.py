@@ -6,6 +6,8 @@ import math
 
 import numpy as np
 
+from ...core.table import Table
+
 ANOMALY_RULE = (
     "nan_or_inf: any NaN or Inf; all_zero: every element is exactly 0; spread_outlier: among the "
     "parameter tensors of one bucket of the same kind (vectors: rank <= 1; matrices: rank >= 2; at "
@@ -27,31 +29,34 @@ def _median(a: np.ndarray) -> float:
     return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
 
 
-def anomalies(rows: list[dict]) -> list[dict]:
-    """Flag tensors per ANOMALY_RULE; also records each row's robust z in row['spread_z']."""
+def anomalies(rows: Table) -> list[dict]:
+    """Flag tensors per ANOMALY_RULE; also adds each row's robust z as the column `spread_z`."""
+    c = rows.columns
     out: list[dict] = []
-    for r in rows:
-        if r["nan"] or r["inf"]:
-            out.append({"name": r["name"], "kind": "nan_or_inf",
-                        "detail": f"{r['nan']} NaN, {r['posinf']} +Inf, {r['neginf']} -Inf"})
-        if r["count"] and r["zeros"] == r["count"]:
-            out.append({"name": r["name"], "kind": "all_zero", "detail": f"all {r['count']} elements are 0"})
-    peers: dict[tuple[str, str], list[dict]] = {}
-    for r in rows:
-        r["spread_z"] = None
-        if r["role"] == "parameter" and r["std"]:
-            peers.setdefault((r["bucket"], "vector" if len(r["shape"]) <= 1 else "matrix"), []).append(r)
+    for name, nan, inf, posinf, neginf, count, zeros in zip(c["name"], c["nan"], c["inf"], c["posinf"], c["neginf"],
+                                                             c["count"], c["zeros"]):
+        if nan or inf:
+            out.append({"name": name, "kind": "nan_or_inf", "detail": f"{nan} NaN, {posinf} +Inf, {neginf} -Inf"})
+        if count and zeros == count:
+            out.append({"name": name, "kind": "all_zero", "detail": f"all {count} elements are 0"})
+    spread_z: list[float | None] = [None] * len(rows)
+    peers: dict[tuple[str, str], list[int]] = {}
+    for i, (role, std, bucket, shape) in enumerate(zip(c["role"], c["std"], c["bucket"], c["shape"])):
+        if role == "parameter" and std:
+            peers.setdefault((bucket, "vector" if len(shape) <= 1 else "matrix"), []).append(i)
+    stds, names = c["std"], c["name"]
     for (bucket, kind), group in peers.items():
         if len(group) < MIN_PEERS:
             continue
-        logs = np.log10([r["std"] for r in group])
+        logs = np.log10([stds[i] for i in group])
         med = _median(logs)
         scale = max(1.4826 * _median(np.abs(logs - med)), MAD_FLOOR)
-        for r, v in zip(group, logs):
+        for i, v in zip(group, logs):
             z = (float(v) - med) / scale
-            r["spread_z"] = z
+            spread_z[i] = z
             if abs(z) > Z_LIMIT:
-                out.append({"name": r["name"], "kind": "spread_outlier",
-                            "detail": f"std {r['std']:.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
+                out.append({"name": names[i], "kind": "spread_outlier",
+                            "detail": f"std {stds[i]:.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
                                       f"{kind}s (robust z {z:+.1f})"})
+    rows.add_column("spread_z", spread_z)
     return out

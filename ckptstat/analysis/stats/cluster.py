@@ -26,8 +26,10 @@ from . import (
     GroupKey,
     Item,
     StatsRun,
+    UnitRows,
     build_report,
     merge_into,
+    rows_table,
     select,
     split,
     unit_results,
@@ -86,7 +88,7 @@ def raise_task_error(kind: str, path: str | None, reason: str) -> None:
 
 
 def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_bytes: int,
-          ) -> list[tuple[list[dict], Contribution]]:
+          ) -> list[tuple[UnitRows, Contribution]]:
     from ...formats.registry import open_checkpoint
 
     key = (path, config, stamp)
@@ -121,7 +123,7 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
         futures = [client.submit(_task, on_cluster(ckpt.path), config, stamp, p, chunk_bytes, using, pure=False,
                                  retries=1) for p in parts]
         index = {f.key: i for i, f in enumerate(futures)}
-        results: list[list[tuple[list[dict], Contribution]]] = [[] for _ in parts]
+        results: list[list[tuple[UnitRows, Contribution]]] = [[] for _ in parts]
         done = 0
         if progress:
             progress(0, total_bytes)
@@ -139,11 +141,11 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
     finally:
         if owned:
             client.close()
-    rows: list[dict] = []
+    rows = rows_table()
     groups: dict[GroupKey, Acc] = {}
     for res in results:   # tasks in file order, their units in order: as run_items merges them
         for unit_rows, contrib in res:
-            rows += unit_rows
+            rows.extend(unit_rows)
             merge_into(groups, contrib)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)

@@ -19,14 +19,15 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import repeat
-from operator import attrgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 
 from ...core import Checkpoint, TensorInfo
 from ...core.io import read_bytes
+from ...core.table import Table
 from ...errors import reading
-from .accumulate import QUANTILES, Acc, _f16_to_bf16, _qkey, _ranks, tables
+from .accumulate import QUANTILE_KEYS, QUANTILES, Acc, _f16_to_bf16, _ranks, rows_table, tables
 from .kernel16 import plain
 
 TINY_BYTES = 16 << 10
@@ -128,7 +129,7 @@ _COUNTS = ("count", "nan", "posinf", "neginf", "zeros")   # Acc's integer counts
 
 
 def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequence], group_keys: Sequence[Sequence[tuple]],
-              progress: Callable[[int], None] | None = None) -> tuple[list[dict], list[tuple[tuple, Acc]]]:
+              progress: Callable[[int], None] | None = None) -> tuple[Table, list[tuple[tuple, Acc]]]:
     """Each tensor's row (its item's name, bucket, layer and role, its dtype and shape: analysis/stats/ `head`'s
     fields; then Acc.row's) and the run's accumulator for each group its tensors belong to (`group_keys[t]`:
     tensor t's), by kind of group."""
@@ -196,7 +197,7 @@ def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
     return quant
 
 
-def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np.ndarray) -> list[dict]:
+def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np.ndarray) -> Table:
     """Acc.row's fields of every tensor, column by column (the same IEEE operations in the same order, so the
     same floats as Acc.row on these scalars: tests/test_stats_tiny.py); None where a tensor has no finite value."""
     n = r.n
@@ -209,22 +210,23 @@ def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np
         zero_fraction = r.zeros / r.count
 
     every = bool(has.all())
+    flags = has.tolist()
 
     def opt(v: np.ndarray) -> list:
-        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), has.tolist())]
+        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), flags)]
 
-    qkeys = [_qkey(p) for p in QUANTILES]
-    qs = (list(map(dict, map(zip, repeat(qkeys), quant.tolist()))) if every else
-          [dict(zip(qkeys, q)) if h else dict.fromkeys(qkeys) for q, h in zip(quant.tolist(), has.tolist())])
-    cols = zip(items, infos, r.count.tolist(), n.tolist(), opt(r.min), opt(r.max), opt(r.mean), opt(std),
-               opt(mean_abs), l2.tolist(), r.zeros.tolist(), zero_fraction.tolist(), r.nan.tolist(), r.posinf.tolist(),
-               r.neginf.tolist(), qs, r.exact.tolist())
-    # `head`'s fields and Acc.row's in one dict display (merging two dicts cost ~1 µs a tensor)
-    return [{"name": it[0], "bucket": it[1], "layer": it[2], "role": it[3], "dtype": info.dtype, "shape": list(info.shape),
-             "count": c, "finite": k, "min": lo, "max": hi, "mean": mu, "std": sd, "mean_abs": ma, "l2": norm,
-             "zeros": z, "zero_fraction": zf, "nan": na, "inf": pi + ni, "posinf": pi, "neginf": ni,
-             "quantiles": q, "quantiles_exact": e}
-            for it, info, c, k, lo, hi, mu, sd, ma, norm, z, zf, na, pi, ni, q, e in cols]
+    rows = rows_table()
+    quantiles = rows.columns["quantiles"]
+    quantiles.columns = dict(zip(QUANTILE_KEYS, map(opt, quant.T)))
+    rows.columns.update(
+        name=list(map(itemgetter(0), items)), bucket=list(map(itemgetter(1), items)),
+        layer=list(map(itemgetter(2), items)), role=list(map(itemgetter(3), items)),
+        dtype=list(map(attrgetter("dtype"), infos)), shape=[list(i.shape) for i in infos],
+        count=r.count.tolist(), finite=n.tolist(), min=opt(r.min), max=opt(r.max), mean=opt(r.mean), std=opt(std),
+        mean_abs=opt(mean_abs), l2=l2.tolist(), zeros=r.zeros.tolist(), zero_fraction=zero_fraction.tolist(),
+        nan=r.nan.tolist(), inf=(r.posinf + r.neginf).tolist(), posinf=r.posinf.tolist(), neginf=r.neginf.tolist(),
+        quantiles=quantiles, quantiles_exact=r.exact.tolist())
+    return rows
 
 
 def _group_sums(gi: np.ndarray, size: int, v: np.ndarray) -> np.ndarray:
