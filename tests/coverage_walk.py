@@ -6,15 +6,19 @@
     python tests/coverage_walk.py --out docs/coverage.md
 
 For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
-classification, CTC speech recognition): its config class at tiny sizes (census_audit.tiny_config), written as a
-config.json naming the class. The oracle is the model transformers builds from it on the CPU (fp32, eager
-attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the product's one rule:
-analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it returns; a masked LM SEQ
-tokens (an encoder-decoder's decoder as many); an image classifier one image at the config's image_size; a CTC model
-AUDIO raw samples. ckptstat answers from the config alone (census.model.load, then the meta path where no op template
-describes the model: analysis/meta.load): its matmul FLOPs for the same input and, for a causal LM, its cache bytes at
-4 bytes an element. Each class ends as one of:
-  static      the op template answered, FLOPs and cache bytes equal the oracle's
+classification, CTC speech recognition, and the task heads: sequence and token classification, extractive QA,
+multiple choice, sequence-to-sequence LMs, audio classification): its config class at tiny sizes
+(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
+from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the
+product's one rule: analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it
+returns; other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-choice model [1, CHOICES, SEQ],
+which ckptstat counts as CHOICES sequences); an image classifier one image at the config's image_size; a CTC model
+or an audio classifier AUDIO raw samples; and its parameters (num_parameters: a tied weight once). ckptstat answers
+from the config alone (census.model.load, then the meta path where no op template describes the model:
+analysis/meta.load): its matmul FLOPs for the same input, the parameters the config predicts and, for a causal LM,
+its cache bytes at 4 bytes an element; for a task head (HEADS), also from the folder its save_pretrained writes
+(weights and config.json), which must give the same figures. Each class ends as one of:
+  static      the op template answered, FLOPs, parameters and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
   refused     ckptstat said it cannot answer (the reason)
