@@ -47,6 +47,7 @@ def main() -> None:
     ap.add_argument("--tensors", type=int, nargs="+", default=[20_000, 200_000])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
+    ap.add_argument("--before", help="another ckptstat tree (git archive of an earlier commit): its stats rows beside")
     args = ap.parse_args()
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     ck = [sys.executable, "-m", "ckptstat"]
@@ -67,10 +68,15 @@ def main() -> None:
                 "ckptstat stats --json": [*ck, "stats", path, "--no-progress", "--json"],
                 "ckptstat stats --workers 2": [*ck, "stats", path, "--no-progress", "--workers", "2"],
             }
+            where = dict.fromkeys(cmds, ROOT)
+            if args.before:   # (-m imports ckptstat from the cwd first)
+                for name in ("ckptstat stats", "ckptstat stats --json"):
+                    cmds[f"{name} (--before tree)"] = cmds[name]
+                    where[f"{name} (--before tree)"] = args.before
             rows = {}
             for name, cmd in cmds.items():
-                measure(cmd, 1, env=env, cwd=ROOT)   # warm-up: byte-compile, page cache
-                rows[name] = measure(cmd, args.repeat, env=env, cwd=ROOT)
+                measure(cmd, 1, env=env, cwd=where[name])   # warm-up: byte-compile, page cache
+                rows[name] = measure(cmd, args.repeat, env=env, cwd=where[name])
                 assert rows[name]["ok"], name
             base = rows["safe_open + numpy loop (mean, std, min, max)"]["cpu_s"]
             for name, r in rows.items():
