@@ -1,5 +1,5 @@
 """XLNet (transformers modeling_xlnet.py: XLNetModel, XLNetLMHeadModel, XLNetForSequenceClassification,
-XLNetForTokenClassification, XLNetForQuestionAnsweringSimple, XLNetForMultipleChoice): post-LN
+XLNetForTokenClassification, XLNetForQuestionAnsweringSimple, XLNetForMultipleChoice, XLNetForQuestionAnswering): post-LN
 layers of relative attention whose projections are [d_model, n_head, d_head] parameters run by einsum (q, k, v,
 o and the position projection r, each one matmul over the tokens), and a two-layer FFN. Without `mems`,
 `perm_mask` or `target_mapping` (a plain forward) the query stream runs alone: per layer Q K^T over the qlen
@@ -11,7 +11,7 @@ tie_word_embeddings is false. The sequence classifier and the multiple-choice he
 default the last token, Linear(d_model, d_model) and tanh) then logits_proj Linear(d_model, num_labels or 1)
 (framework/summary.py; multiple choice's FLOPs count batch x num_choices sequences), the QA head `qa_outputs`
 Linear(d_model, num_labels) on every token; the beam-search SQuAD head of XLNetForQuestionAnswering (in no auto
-mapping) is refused. The model returns its `mems`, no cache object: no KV cache is counted
+mapping) is head `squad` (framework/squad.py). The model returns its `mems`, no cache object: no KV cache is counted
 (tests/coverage_walk.py's oracle reads a cache or past_key_values). Refused (meta path): attn_type "uni" (klen + 1
 position rows; transformers 5 cannot run it on a batch over 1 with an attention mask, so no test checks it) and
 bi_data.
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import infer, summary
+from .framework import infer, squad, summary
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import token_heads
@@ -38,6 +38,7 @@ BODY = "transformer"   # the base model's attribute in the head models
 @dataclass(frozen=True)
 class XLNetVariant(Variant):
     summary: SequenceSummary = SequenceSummary()   # the sequence classifier's and multiple-choice head's
+    beams: squad.Beams = squad.Beams()   # XLNetForQuestionAnswering's SQuAD head (framework/squad.py)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -46,15 +47,14 @@ def from_config(c: Cfg) -> ArchSpec:
         raise NoAnalyticModel(f"{c.path}: XLNet attn_type {kind!r}: the op template describes 'bi' alone")
     if c.get("bi_data", default=FROM_CLASS):
         raise NoAnalyticModel(f"{c.path}: XLNet with bi_data (forward and backward position encodings per half batch)")
-    summary.squad_beams(c)
     h, a = c.int("d_model"), c.int("n_head")
     act = c.get("ff_activation", default=FROM_CLASS)
     # logits_proj reads d_model features
-    sm = summary.from_config(c, h, c.common["num_labels"], h) if c.head in ("seqcls", CHOICE) else SequenceSummary()
+    sm = summary.from_config(c, h, c.common["num_labels"], h)
     return ArchSpec(layers=c.int("n_layer"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("d_inner"), vocab=c.int("vocab_size"), activation=str(act),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=FROM_CLASS)),
-                    variant=XLNetVariant(sm), **c.common)
+                    variant=XLNetVariant(sm, squad.from_config(c)), **{**c.common, "head": squad.head(c)})
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -63,11 +63,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     f = infer.shape(T, pattern(WALKED, "ff.layer_1"), "ff.layer_1")[0]
     sm, sm_note = summary.from_tensors(T, "tanh")
     head = common["head"]
-    notes = ("no config: attn_type 'bi' assumed (klen + qlen relative positions)",) + ((sm_note,) if head == "seqcls" else ())
+    beams, beams_note = squad.from_names("xlnet", head)
+    notes = (("no config: attn_type 'bi' assumed (klen + qlen relative positions)",) + ((sm_note,) if head == "seqcls" else ())
+             + beams_note)
     return ArchSpec(num_labels=summary.labels(T) if head == "seqcls" else infer.num_labels(T),
                     layers=infer.count_layers(T, layers(WALKED, "rel_attn.q")), hidden=h, heads=a, kv_heads=a, head_dim=d,
                     intermediate=f, vocab=V, tied_embeddings=not infer.has(T, pattern(WALKED, "lm_loss")),
-                    variant=XLNetVariant(sm), assumptions=notes, **common)
+                    variant=XLNetVariant(sm, beams), assumptions=notes, **common)
 
 
 def walk(B: Builder) -> Recorder:
@@ -101,6 +103,8 @@ def walk(B: Builder) -> Recorder:
                  label="lm_loss" + (" (tied to word_embedding)" if s.tied_embeddings else ""))
     if s.head in ("seqcls", CHOICE):   # the summary, then logits_proj to the labels or to 1 a choice
         summary.walk(r, s.variant_as(XLNetVariant).summary, (h, 1 if s.head == CHOICE else s.num_labels))
+    if s.head == squad.HEAD:
+        squad.walk(r, "", s.variant_as(XLNetVariant).beams)
     token_heads(r)
     return r
 
@@ -110,9 +114,10 @@ def build(B: Builder) -> None:
 
 
 # the walk of a tiny, untied XLNetLMHeadModel: the paths of the name signature and from_tensors' look-ups
-WALKED = walked(walk, "xlnet", head="lm")
+WALKED = walked(walk, "xlnet", head="lm", variant=XLNetVariant())
 # ... and of a tiny XLNetForSequenceClassification: its heads' paths
 WALKED_CLS = walked(walk, "xlnet", head="seqcls", variant=XLNetVariant(SequenceSummary(outputs=4)))
+WALKED_BEAMS = walked(walk, "xlnet", head=squad.HEAD, variant=XLNetVariant(beams=squad.Beams(1, 1)))   # its SQuAD head
 
 
 _SIZES = dict(vocab_size=99, d_model=32, n_layer=2, n_head=4, d_inner=37)
@@ -122,15 +127,18 @@ FAMILY = Family(
     model_types=("xlnet",),
     signature=signature(WALKED, "rel_attn.r_w_bias"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, BODY),
-    heads=("base", "lm", "seqcls", "tokcls", "qa", CHOICE),
+    heads=("base", "lm", "seqcls", "tokcls", "qa", CHOICE, squad.HEAD),
     # (logits_proj shows the sequence classifier: a multiple-choice model's is alike, [1, d_model])
     head_rules=(HeadRule(r"(^|\.)lm_loss\.", "lm"), HeadRule(r"(^|\.)classifier\.weight$", "tokcls"),
-                HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"), HeadRule(pattern(WALKED_CLS, PROJ), "seqcls")),
+                HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"), HeadRule(pattern(WALKED_BEAMS, squad.START), squad.HEAD),
+                HeadRule(pattern(WALKED_CLS, PROJ), "seqcls")),
+    min_seq=lambda s: squad.min_seq(s.head, s.variant_as(XLNetVariant).beams),
     tie_rules=(TieRule("lm_loss.weight", "transformer.word_embedding.weight", "config", heads=("lm",)),),
     samples=(
         # CPU: XLNetModel builds its position encoding on the device of its inputs
         Sample("XLNetConfig", _SIZES, ("XLNetModel", "XLNetLMHeadModel", "XLNetForSequenceClassification",
-                                       "XLNetForTokenClassification", "XLNetForQuestionAnsweringSimple"), device="cpu"),
+                                       "XLNetForTokenClassification", "XLNetForQuestionAnsweringSimple",
+                                       "XLNetForQuestionAnswering"), device="cpu"),
         # names alone: its logits_proj [1, d_model] reads as a one-label sequence classifier's
         Sample("XLNetConfig", _SIZES, ("XLNetForMultipleChoice",), device="cpu", infer=False),
         # the summary's other fields: the first token, a projection to the labels (then num_labels = d_model, else

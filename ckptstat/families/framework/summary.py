@@ -44,29 +44,20 @@ class SequenceSummary:
 
 
 def from_config(c: Cfg, hidden: int, labels: int, reads: int | None) -> SequenceSummary:
-    """The config's summary_* fields (their config class's defaults where left out); `reads`: the width logits_proj
-    reads (None: no logits_proj)."""
+    """The config's summary_* fields (their config class's defaults where left out), read whatever the head (a config
+    naming no class can hold the head); `reads`: the width logits_proj reads (None: no logits_proj)."""
     kind = c.get("summary_type", default=FROM_CLASS)
-    if kind not in KINDS:
+    if kind not in KINDS and c.head in ("seqcls", CHOICE):
         raise NoAnalyticModel(f"{c.path}: config summary_type = {kind!r}: the sequence summary's op template describes "
                               f"{', '.join(KINDS)} (transformers runs no other)")
     to_labels = bool(c.get("summary_proj_to_labels", default=False))   # XLNetConfig has none: hasattr false
     outputs = (labels if to_labels and labels > 0 else hidden) if c.get("summary_use_proj", default=FROM_CLASS) else 0
     act = c.get("summary_activation", default=None)   # XLMConfig's default is None (no activation)
     sm = SequenceSummary(str(kind), outputs, act if isinstance(act, str) and act else None)
-    if reads is not None and sm.width(hidden) != reads:
+    if reads is not None and sm.width(hidden) != reads and c.head in ("seqcls", CHOICE):
         raise NoAnalyticModel(f"{c.path}: the sequence summary gives {sm.width(hidden)} features and {PROJ} reads {reads}"
                               " (summary_use_proj / summary_proj_to_labels / num_labels): transformers cannot run it")
     return sm
-
-
-def squad_beams(c: Cfg) -> None:
-    """Refuses a config naming *ForQuestionAnswering: XLM's, FlauBERT's and XLNet's SQuAD head (start logits, end
-    logits over start_n_top beams, answer class; in no auto mapping), not their *ForQuestionAnsweringSimple."""
-    arch = c.common["architecture"]
-    if isinstance(arch, str) and arch.endswith("ForQuestionAnswering"):
-        raise NoAnalyticModel(f"{c.path}: {arch}'s beam-search SQuAD head is not in the op template (its "
-                              "*ForQuestionAnsweringSimple is)")
 
 
 def from_tensors(T: Tensors, activation: str | None) -> tuple[SequenceSummary, str]:
