@@ -69,7 +69,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     langs = pattern(WALKED, "lang_embeddings")
     langs_n = infer.shape(T, langs, "language embeddings")[0] if infer.has(T, langs) else 0
     a, note = infer.heads_for(h, 64)
-    sm, sm_note = summary.from_tensors(T, None)
+    sm, sm_note = summary.from_tensors(T, "xlm")
     head = common["head"]
     beams, beams_note = squad.from_names("xlm", head)
     # the sequence classifier's summary gives the logits; multiple choice's logits_proj reads num_labels

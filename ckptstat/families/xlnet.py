@@ -61,7 +61,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     V, h = infer.shape(T, pattern(WALKED, "word_embedding"), "word embedding")
     _, a, d = infer.shape(T, pattern(WALKED, "rel_attn.q"), "rel_attn.q")
     f = infer.shape(T, pattern(WALKED, "ff.layer_1"), "ff.layer_1")[0]
-    sm, sm_note = summary.from_tensors(T, "tanh")
+    sm, sm_note = summary.from_tensors(T, "xlnet")
     head = common["head"]
     beams, beams_note = squad.from_names("xlnet", head)
     notes = (("no config: attn_type 'bi' assumed (klen + qlen relative positions)",) + ((sm_note,) if head == "seqcls" else ())

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import NoAnalyticModel
-from .base import FROM_CLASS, Cfg, Tensors
+from .base import FROM_CLASS, Cfg, Tensors, class_default
 from .infer import find
 from .recorder import Recorder
 
@@ -60,12 +60,14 @@ def from_config(c: Cfg, hidden: int, labels: int, reads: int | None) -> Sequence
     return sm
 
 
-def from_tensors(T: Tensors, activation: str | None) -> tuple[SequenceSummary, str]:
-    """The projection's outputs from its weight's rows (none: no projection); the token and the activation assumed."""
+def from_tensors(T: Tensors, model_type: str) -> tuple[SequenceSummary, str]:
+    """The projection's outputs from its weight's rows (none: no projection); the token and the activation assumed,
+    its config class's."""
     t = find(T, rf"(^|\.){SUMMARY}\.weight$")
     rows = t.shape[0] if t is not None and len(t.shape) == 2 else 0
-    return SequenceSummary(outputs=rows, activation=activation), (
-        f"no config: the sequence summary assumed its config class's summary_type and summary_activation ({activation})")
+    kind, act = class_default(model_type, "summary_type"), class_default(model_type, "summary_activation")
+    return SequenceSummary(str(kind), rows, act), (f"no config: the sequence summary assumed its config class's "
+                                                   f"summary_type ({kind}) and summary_activation ({act})")
 
 
 def labels(T: Tensors) -> int:
@@ -78,7 +80,7 @@ def walk(r: Recorder, sm: SequenceSummary, proj: tuple[int, int] | None) -> None
     """The summary over one token of each of the B.b sequences (the mean: over every token), then logits_proj
     (fin, fout) where the class has one."""
     B, h = r.B, r.s.hidden
-    note = f"{sm.kind}: one token per sequence" + (PER_CHOICE if r.s.head == CHOICE else "")
+    note = f"{sm.kind}: one row per sequence" + (PER_CHOICE if r.s.head == CHOICE else "")
     if sm.kind == "mean":
         B.add(f"sequence_summary (mean over the tokens{PER_CHOICE if r.s.head == CHOICE else ''})", "activation", "cls", 1,
               r.tok + (h,), r.first + (h,), ew=B.b * B.seq * h)
