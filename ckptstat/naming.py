@@ -139,7 +139,8 @@ BUCKET_RULES = _rules([
     # Heads: LM heads and task heads
     (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
-     r"|vocab_layer_norm|vocab_projector|lm_loss|output)\.", "cls"),  # BERT, ALBERT, ELECTRA, DistilBERT, HF heads, GGUF
+     r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj)\.", "cls"),  # BERT, ALBERT, ELECTRA,
+    # DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
 ])
 _NUMBER = re.compile(r"(\d+)")

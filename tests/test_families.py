@@ -92,6 +92,8 @@ def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input
             # transformers 5 builds the mask with data-dependent checks (.item(), no meta kernel): on meta, no
             # mask (all ones changes no matmul)
             mask = {} if device == "meta" else {"attention_mask": torch.ones((batch, seq), dtype=torch.long)}
+            if type(model).__name__.endswith("ForMultipleChoice"):   # one example of `batch` choices: batch sequences
+                ids, mask = ids.reshape(1, batch, seq), {k: v.reshape(1, batch, seq) for k, v in mask.items()}
             model(input_ids=ids, **mask, **kw)
     return counter.get_total_flops()
 

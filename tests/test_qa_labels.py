@@ -14,13 +14,16 @@ from ckptstat.census.model import load  # noqa: E402
 SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99)
 CASES = [("BertConfig", "BertForQuestionAnswering"), ("RobertaConfig", "RobertaForQuestionAnswering"),
          ("ElectraConfig", "ElectraForQuestionAnswering"), ("AlbertConfig", "AlbertForQuestionAnswering"),
-         ("XLMRobertaConfig", "XLMRobertaForQuestionAnswering"), ("ErnieConfig", "ErnieForQuestionAnswering")]
+         ("XLMRobertaConfig", "XLMRobertaForQuestionAnswering"), ("ErnieConfig", "ErnieForQuestionAnswering"),
+         ("XLMConfig", "XLMForQuestionAnsweringSimple"), ("FlaubertConfig", "FlaubertForQuestionAnsweringSimple"),
+         ("XLNetConfig", "XLNetForQuestionAnsweringSimple")]
+EXTRA = {"XLNetConfig": dict(d_head=8)}   # XLNetConfig checks d_head = d_model // n_head (its default is 64)
 
 
 @pytest.mark.parametrize("labels", [2, 3])
 @pytest.mark.parametrize("config,cls", CASES, ids=[c[1] for c in CASES])
 def test_qa_head_is_num_labels_wide(tmp_path, config, cls, labels):
-    cfg = getattr(T, config)(**SIZES, num_labels=labels)
+    cfg = getattr(T, config)(**SIZES, **EXTRA.get(config, {}), num_labels=labels)
     model = getattr(T, cls)(cfg)
     want = sum(p.numel() for p in model.parameters())
     model.save_pretrained(tmp_path)

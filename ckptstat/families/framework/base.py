@@ -30,6 +30,8 @@ HEAD_SUFFIXES = [
     ("DoubleHeadsModel", MC),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
     ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
+    ("ForMultipleChoice", "mc"),
+    ("ForQuestionAnsweringSimple", "qa"),   # XLM's, FlauBERT's, XLNet's qa_outputs (their *ForQuestionAnswering: SQuAD beams)
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
