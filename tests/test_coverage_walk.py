@@ -61,7 +61,9 @@ CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "XLMRobert
                  "MegatronBertForMultipleChoice", "RoCBertForMultipleChoice", "ErnieForMultipleChoice",
                  "Data2VecTextForMultipleChoice", "XLMRobertaXLForMultipleChoice", "RobertaPreLayerNormForMultipleChoice",
                  "AlbertForMultipleChoice", "DistilBertForMultipleChoice", "ModernBertForMultipleChoice"}
-CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FNetForMultipleChoice", "MraForMultipleChoice"}
+CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FNetForMultipleChoice", "FunnelForMultipleChoice",
+               "IBertForMultipleChoice", "LukeForMultipleChoice", "MobileBertForMultipleChoice", "MraForMultipleChoice",
+               "NystromformerForMultipleChoice", "YosoForMultipleChoice"}
 # the encoder layouts' task heads (framework/encoder_heads.py)
 ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertForQuestionAnswering",
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",

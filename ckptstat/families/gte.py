@@ -30,7 +30,7 @@ FAMILY = Family(
     samples=(
         # the task heads: a sequence classifier on the pooler, a token classifier (encoder_heads.with_heads)
         Sample("GteConfig", dict(_SIZES, num_labels=3), ("GteForSequenceClassification", "GteForTokenClassification"),
-               device="cpu", infer=False),
+               device="cpu"),
         Sample("GteConfig", _SIZES, ("GteModel", "GteForMaskedLM")),
         Sample("GteConfig", dict(_SIZES, type_vocab_size=0, tie_word_embeddings=False), ("GteModel", "GteForMaskedLM")),
     ),

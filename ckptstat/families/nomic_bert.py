@@ -32,7 +32,7 @@ FAMILY = Family(
     samples=(
         # the task heads: a sequence classifier on the pooler, a token classifier (encoder_heads.with_heads)
         Sample("NomicBertConfig", dict(_SIZES, num_labels=3),
-               ("NomicBertForSequenceClassification", "NomicBertForTokenClassification"), device="cpu", infer=False),
+               ("NomicBertForSequenceClassification", "NomicBertForTokenClassification"), device="cpu"),
         Sample("NomicBertConfig", _SIZES, ("NomicBertModel", "NomicBertForMaskedLM")),
         Sample("NomicBertConfig", dict(_SIZES, type_vocab_size=1, tie_word_embeddings=False),
                ("NomicBertModel", "NomicBertForMaskedLM")),

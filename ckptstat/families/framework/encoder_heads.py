@@ -17,14 +17,15 @@ A multiple-choice model's body runs over the input's [batch, num_choices, seq] v
 the batch counts those sequences (encoder.CHOICE_NOTE)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
 from ...errors import NoAnalyticModel
-from . import encoder
+from . import decoder_heads, encoder
 from .archspec import Variant
-from .base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Shapes
+from .base import CHOICE, FROM_CLASS, ArchSpec, Cfg, HeadRule, Shapes, Tensors
 from .layout_base import DecoderLayout
 from .ops import Builder
 from .recorder import Recorder
@@ -86,15 +87,22 @@ def walk(B: Builder, lay: DecoderLayout, heads: EncoderHeads) -> Recorder:
 
 
 def with_heads(fields: dict[str, Any], lay: DecoderLayout, heads: EncoderHeads) -> dict[str, Any]:
-    """The Family fields of an encoder layout (layout.family_fields) with `heads` beside its MLM head. Their names are
-    a one-label sequence classifier's or the body's and a classifier: config.json's architectures tells the head."""
+    """The Family fields of an encoder layout (layout.family_fields) with `heads` beside its MLM head. Without
+    config.json, a pooler's family tells its sequence classifier (the body's pooler and `classifier`) from its token
+    classifier (`classifier` alone), the classes from the classifier's rows; ModernBERT's heads hold the same names
+    (`head`, `classifier`): config.json's architectures alone tells them (read as the sequence classifier)."""
     from_config: Callable[[Cfg], ArchSpec] = fields["from_config"]
+    from_tensors: Callable[[Tensors, dict[str, Any]], ArchSpec] = fields["from_tensors"]
     build: Callable[[Builder], None] = fields["build"]
     expected: Callable[[ArchSpec], Shapes] = fields["expected_tensors"]
 
     def config(c: Cfg) -> ArchSpec:
         s = from_config(c)
         return replace(s, variant=pooling_of(c, heads)) if s.head in heads.heads else s
+
+    def names(T: Tensors, common: dict[str, Any]) -> ArchSpec:
+        s = from_tensors(T, common)
+        return replace(s, num_labels=decoder_heads.labels(T)) if s.head in heads.heads else s
 
     def ops(B: Builder) -> None:
         build(B)
@@ -107,4 +115,6 @@ def with_heads(fields: dict[str, Any], lay: DecoderLayout, heads: EncoderHeads) 
             out.update(walk(Builder(s, 1, 1, 1, 1, 1), lay, heads).shapes(lay.paths.body))
         return out
 
-    return dict(fields, from_config=config, build=ops, expected_tensors=tensors, heads=fields["heads"] + heads.heads)
+    pooled = HeadRule(r"^classifier\.weight$", "tokcls", unless=rf"^{re.escape(lay.paths.body)}\.pooler\.", otherwise="seqcls")
+    return dict(fields, from_config=config, from_tensors=names, build=ops, expected_tensors=tensors,
+                heads=fields["heads"] + heads.heads, head_rules=(pooled,) * heads.pooler + tuple(fields["head_rules"]))
