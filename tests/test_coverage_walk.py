@@ -58,6 +58,23 @@ ENCODER_LM_HEADS = {"XLMForSequenceClassification", "XLMForQuestionAnsweringSimp
                     "FlaubertForSequenceClassification", "FlaubertForQuestionAnsweringSimple", "FlaubertForMultipleChoice",
                     "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple", "XLNetForMultipleChoice"}
 NAMED |= ENCODER_LM_HEADS
+# multiple choice (head mc: the body over batch x num_choices sequences): the encoder templates' (families/bert.py, albert.py,
+# distilbert.py, modernbert.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's pre_classifier,
+# ModernBERT's head), and classes the meta path feeds input_ids [1, batch, seq]
+CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "XLMRobertaForMultipleChoice",
+                 "CamembertForMultipleChoice", "ElectraForMultipleChoice", "RoFormerForMultipleChoice",
+                 "BigBirdForMultipleChoice", "MPNetForMultipleChoice", "XmodForMultipleChoice", "RemBertForMultipleChoice",
+                 "MegatronBertForMultipleChoice", "RoCBertForMultipleChoice", "ErnieForMultipleChoice",
+                 "Data2VecTextForMultipleChoice", "XLMRobertaXLForMultipleChoice", "RobertaPreLayerNormForMultipleChoice",
+                 "AlbertForMultipleChoice", "DistilBertForMultipleChoice", "ModernBertForMultipleChoice"}
+CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FNetForMultipleChoice", "FunnelForMultipleChoice",
+               "IBertForMultipleChoice", "LukeForMultipleChoice", "MobileBertForMultipleChoice", "MraForMultipleChoice",
+               "NystromformerForMultipleChoice", "YosoForMultipleChoice"}
+# the encoder layouts' task heads (framework/encoder_heads.py)
+ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertForQuestionAnswering",
+                 "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",
+                 "GteForTokenClassification", "NomicBertForSequenceClassification", "NomicBertForTokenClassification"}
+NAMED |= CHOICE_STATIC | CHOICE_META | ENCODER_HEADS
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -91,6 +108,8 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in CLASSIC} == {"static"}
     assert {answered[c] for c in ROUTED_ONLY_STATIC} == {"static"}
     assert {answered[c] for c in MULTIMODAL | ENCODER_LMS | ENCODER_LM_HEADS} == {"static"}
+    assert {answered[c] for c in CHOICE_STATIC | ENCODER_HEADS} == {"static"}
+    assert {answered[c] for c in CHOICE_META} == {"meta"}
 
 
 def test_record_is_written_by_the_installed_transformers():

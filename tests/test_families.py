@@ -80,20 +80,20 @@ flop_counter = meta.flop_counter
 def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input_ids", frames=0):
     """FlopCounterMode's total for one forward of `batch` x `seq` tokens (decoder tokens too when the
     model takes decoder_input_ids). main_input "input_features": the encoder reads `frames` mel frames
-    and `seq` is the decoder's length."""
+    and `seq` is the decoder's length. A *ForMultipleChoice reads one example of `batch` choices, [1, batch, seq] (the
+    op templates' batch counts the batch x num_choices sequences)."""
     if encdec is None:
         encdec = "decoder_input_ids" in inspect.signature(model.forward).parameters
     with flop_counter() as counter, meta_autocast(), torch.device(device), torch.no_grad():
-        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
+        shape = (1, batch, seq) if type(model).__name__.endswith("ForMultipleChoice") else (batch, seq)
+        ids = torch.arange(batch * seq).reshape(shape) % model.config.get_text_config().vocab_size
         kw = {"decoder_input_ids": ids} if encdec else {}
         if main_input == "input_features":
             model(input_features=torch.zeros((batch, model.config.num_mel_bins, frames)), **kw)
         else:
             # transformers 5 builds the mask with data-dependent checks (.item(), no meta kernel): on meta, no
             # mask (all ones changes no matmul)
-            mask = {} if device == "meta" else {"attention_mask": torch.ones((batch, seq), dtype=torch.long)}
-            if type(model).__name__.endswith("ForMultipleChoice"):   # one example of `batch` choices: batch sequences
-                ids, mask = ids.reshape(1, batch, seq), {k: v.reshape(1, batch, seq) for k, v in mask.items()}
+            mask = {} if device == "meta" else {"attention_mask": torch.ones(shape, dtype=torch.long)}
             model(input_ids=ids, **mask, **kw)
     return counter.get_total_flops()
 

@@ -12,6 +12,7 @@ from typing import Any
 from ..census.model import Model
 from ..errors import UsageError
 from ..families import get
+from ..families.framework.base import CHOICE
 from ..families.framework.graph import EW_COST, build
 from ..families.framework.ops import causal_pairs
 from ..families.framework.spec import check_seq
@@ -158,4 +159,5 @@ def _head_rule(m: Model) -> str:
         "pretraining": "MLM head + sentence head" + (" + pooler" if s.pooler else ""),
         "seqcls": "sequence-classification head on the first token",
         "tokcls": "token-classification head", "qa": "span (QA) head", "encoder-only": "encoder stack only",
+        CHOICE: "multiple-choice head, one logit a sequence: batch counts batch x num_choices sequences",
     }.get(s.head, s.head)

@@ -33,7 +33,7 @@ from ..census.model import load as static_load
 from ..errors import NoAnalyticModel, UsageError, one_line
 from ..families import get
 from ..families.framework.archspec import SEQ_UNITS, ArchSpec
-from ..families.framework.base import DTYPE_BYTES, KVLines, architectures
+from ..families.framework.base import CHOICE, DTYPE_BYTES, KVLines, architectures
 from ..families.framework.ops import Op
 from ..formats.registry import load_config, open_checkpoint
 
@@ -197,6 +197,9 @@ class MetaModel:
     config: Any = None                 # the transformers config built from cfg
     decoder: bool = True               # a causal LM (a cache), else an encoder, vision or audio model
     inputs: str = "input_ids"          # its main_input_name (INPUTS)
+    # a *ForMultipleChoice: fed one example of `batch` choices, input_ids [1, batch, seq] (the op templates' convention:
+    # the batch counts batch x num_choices sequences)
+    choices: bool = False
 
     def __post_init__(self) -> None:
         import torch
@@ -215,6 +218,7 @@ class MetaModel:
         if not names[0] or not hasattr(T, names[0]):
             raise NotRunnable(f"{self.path}: transformers {self.version} has no model class for model_type {mt!r}")
         self.decoder = names[0] in causal
+        self.choices = names[0].endswith("ForMultipleChoice")
         self.inputs = getattr(getattr(T, names[0]), "main_input_name", "input_ids")
         if self.inputs not in INPUTS:
             raise NotRunnable(f"{self.path}: {names[0]} reads {self.inputs}; the meta path runs models reading "
@@ -227,6 +231,7 @@ class MetaModel:
                              f"({one_line(str(e))[:300]})") from None
         self.statement = (f"computed by transformers {self.version} on the meta device: FlopCounterMode over one forward of "
                           f"{names[0]} built from the config (no weights) reading {INPUTS[self.inputs]}"
+                          + (" [1, batch, seq]: one example whose choices are the batch's sequences" if self.choices else "")
                           + (", cache bytes from the cache that forward returns" if self.decoder else ", no cache"))
 
     def _build(self, cls: Any, dtype: Any) -> None:
@@ -286,7 +291,7 @@ class MetaModel:
             elif self.inputs == "input_values":
                 args = {"input_values": torch.zeros((batch, seq), dtype=self.model.dtype, device="meta")}
             else:
-                ids = torch.zeros((batch, seq), dtype=torch.long, device="meta")
+                ids = torch.zeros((1, batch, seq) if self.choices else (batch, seq), dtype=torch.long, device="meta")
                 args = {"input_ids": ids, "use_cache": True} if self.decoder else {"input_ids": ids}
                 if not self.decoder and getattr(config, "is_encoder_decoder", False):
                     args["decoder_input_ids"] = ids   # the decoder reads as many tokens (flops.run's dec_seq)
@@ -474,7 +479,8 @@ class MetaModel:
         tdt = self.cfg.get("torch_dtype") or self.cfg.get("dtype")
         return ArchSpec(family="generic", model_type=str(self.cfg["model_type"]),
                         source=f"transformers {self.version} on the meta device",
-                        head="lm" if self.decoder else "mlm" if type(self.model).__name__.endswith("ForMaskedLM") else "base",
+                        head="lm" if self.decoder else CHOICE if self.choices
+                        else "mlm" if type(self.model).__name__.endswith("ForMaskedLM") else "base",
                         architecture=type(self.model).__name__, layers=size("num_hidden_layers"), hidden=h, heads=a,
                         # the heads tensor parallelism splits the cache by: a model without attention, its mixer's
                         # (Mamba2's num_heads), as the static path's Family.cache_heads

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
+from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder, Stack, tensors
 from .framework.walk_names import layers, pattern, signature, walked
@@ -19,7 +19,7 @@ LM = encoder.LMHead("predictions.decoder", "predictions.dense", "predictions.Lay
 
 
 def pooler(model_type: str, head: str) -> bool:
-    return head in ("base", "pretraining", "seqcls")
+    return head in ("base", "pretraining", "seqcls", CHOICE)
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -64,6 +64,8 @@ def walk(B: Builder) -> Recorder:
             r.linear("sop_classifier.classifier", r.first, h, s.num_labels, True, bucket="cls", top=True)
     if s.head == "seqcls":
         encoder.sequence_classifier(r, dense=not s.pooler)
+    elif s.head == CHOICE:   # on the pooled output
+        encoder.multiple_choice(r)
     else:
         encoder.token_heads(r)
     return r
@@ -85,7 +87,7 @@ FAMILY = Family(
     model_types=("albert",),
     signature=signature(WALKED, LAYER[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "albert"),
-    heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa"),
+    heads=("base", "mlm", "pretraining", "seqcls", "tokcls", "qa", CHOICE),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,
     tie_rules=(TieRule(f"{LM.decoder}.weight", "albert.embeddings.word_embeddings.weight", "config",
@@ -97,6 +99,8 @@ FAMILY = Family(
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForTokenClassification",)),
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertModel", "AlbertForPreTraining")),
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3, num_labels=3), ("AlbertForSequenceClassification",)),
+        # a one-label sequence classifier's names (classifier [1, hidden] on the pooler): config.json tells the head
+        Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=3), ("AlbertForMultipleChoice",), device="cpu", infer=False),
         # 4 layers run from 2 groups of 2 shared layers
         Sample("AlbertConfig", dict(_SIZES, num_hidden_layers=4, num_hidden_groups=2, inner_group_num=2),
                ("AlbertForMaskedLM",)),

@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import base, encoder, infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
+from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder, Stack, linear_shapes
 from .framework.walk_names import layers, pattern, signature, walked
@@ -106,7 +106,7 @@ MODEL_TYPES = {
                           dense_classifier=True),
     # BigBirdForQuestionAnswering's qa_classifier (an FFN and a LayerNorm before qa_outputs, question tokens masked)
     # is not described
-    "big_bird": ModelType("bert", pooled_heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls"),
+    "big_bird": ModelType("bert", pooled_heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", CHOICE),
                           pooler_path="pooler", dense_classifier=True, not_described=("qa",)),
     "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
@@ -171,7 +171,7 @@ def pooler(model_type: str, head: str) -> bool:
         return False
     if v.pooled_heads is not None:
         return head in v.pooled_heads
-    return head in ("base", "pretraining") or (head == "seqcls" and not v.roberta)
+    return head in ("base", "pretraining", CHOICE) or (head == "seqcls" and not v.roberta)
 
 
 # XmodConfig's languages default (config_defaults.json keeps scalars; tests/test_config_defaults.py checks this one)
@@ -180,6 +180,8 @@ XMOD_LANGUAGES = ("en_XX",)
 
 def variant_of(c: Cfg, h: int) -> Variant | None:
     """The model type's Variant, if any; NoAnalyticModel for a config that adds parts the template does not describe."""
+    if c.head == CHOICE and not pooler(c.model_type, c.head):   # ELECTRA's and RoFormer's multiple choice
+        return encoder.summary_from_config(c, h)
     if c.model_type == "ernie" and c.get("use_task_id", default=False):
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
@@ -274,6 +276,8 @@ def walk(B: Builder) -> Recorder:
         r.linear("discriminator_predictions.dense_prediction", r.tok, h, 1, True, bucket="cls", top=True)
     elif s.head == "seqcls":   # RoBERTa / ELECTRA classification head where there is no pooler
         encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
+    elif s.head == CHOICE:   # on the pooled output, or ELECTRA's and RoFormer's sequence summary
+        encoder.multiple_choice(r, s.variant if isinstance(s.variant, encoder.SequenceSummary) else None)
     else:
         encoder.token_heads(r)
     return r
@@ -319,6 +323,17 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 # heads whose model has an MLM decoder over the word embeddings (BertForPreTraining and BertLMHeadModel too)
 _MLM = ("mlm", "pretraining", "lm")
 _HEADS = ("ForMaskedLM", "ForSequenceClassification", "ForTokenClassification", "ForQuestionAnswering")
+_ROC_BERT = dict(pronunciation_vocab_size=7, pronunciation_embed_dim=8, shape_vocab_size=5, shape_embed_dim=12)
+# every model type's *ForMultipleChoice: (config class, its sizes beside _SIZES)
+_CHOICES: tuple[tuple[str, dict[str, Any]], ...] = (
+    ("BertConfig", {}), ("RobertaConfig", {}), ("XLMRobertaConfig", {}), ("CamembertConfig", {}),
+    ("ElectraConfig", dict(embedding_size=16)),
+    ("ElectraConfig", dict(embedding_size=16, summary_type="mean", summary_use_proj=False, summary_activation="tanh")),
+    ("Data2VecTextConfig", {}), ("ErnieConfig", {}), ("XLMRobertaXLConfig", {}), ("RobertaPreLayerNormConfig", {}),
+    ("RoCBertConfig", _ROC_BERT), ("MegatronBertConfig", {}),
+    ("RemBertConfig", dict(input_embedding_size=16, output_embedding_size=24)), ("RoFormerConfig", {}),
+    ("RoFormerConfig", dict(summary_type="first", summary_use_proj=True, summary_activation="tanh")),
+    ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")))
 
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
 # TensorNameMap, the oracle in tests/test_gguf_names.py), from the walk of a BERT holding every table: base-model names
@@ -337,7 +352,7 @@ FAMILY = Family(
     # BERT's attention.self.query; MPNet's attention.attn.q
     signature=signature(WALKED, LAYER[0]) + "|" + signature(walked(walk, "bert", model_type="mpnet"), MPNET[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa"),
+    heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", "qa", CHOICE),
     head_rules=encoder.HEAD_RULES,
     pooler=pooler,
     # transformers' _tied_weights_keys
@@ -364,6 +379,10 @@ FAMILY = Family(
     kv_cache=kv_cache,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
+        # *ForMultipleChoice (head "mc"): a one-label sequence classifier's names (classifier [1, hidden] on the pooler,
+        # ELECTRA's summary a Linear like its classifier's dense): config.json's architectures alone tells the head
+        *(Sample(config, dict(_SIZES, **kw), (config.removesuffix("Config") + "ForMultipleChoice",), device="cpu",
+                 infer=False) for config, kw in _CHOICES),
         Sample("BertConfig", _SIZES, ("BertModel", "BertForPreTraining") + tuple("Bert" + x for x in _HEADS)),
         Sample("BertConfig", dict(_SIZES, num_labels=3), ("BertForSequenceClassification", "BertForTokenClassification")),
         # BertLMHeadModel stores what BertForMaskedLM does: its names show the MLM head

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from .framework import encoder, infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
+from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder, Stack, tensors
 from .framework.walk_names import layers, pattern, signature, walked
@@ -47,6 +47,8 @@ def walk(B: Builder) -> Recorder:
         r.linear("pre_classifier", r.first, h, h, True, bucket="cls", top=True)
         B.activation("pre_classifier act (relu)", "cls", r.first, h, "relu")
         r.linear("classifier", r.first, h, s.num_labels, True, bucket="cls", top=True)
+    elif s.head == CHOICE:   # on the first token, through its own pre_classifier
+        encoder.multiple_choice(r, pre="pre_classifier")
     else:
         encoder.token_heads(r)
     return r
@@ -65,7 +67,7 @@ FAMILY = Family(
     model_types=("distilbert",),
     signature=signature(WALKED, LAYER[0]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "distilbert"),
-    heads=("base", "mlm", "seqcls", "tokcls", "qa"),
+    heads=("base", "mlm", "seqcls", "tokcls", "qa", CHOICE),
     head_rules=(HeadRule(r"(^|\.)vocab_transform\.", "mlm"), HeadRule(r"(^|\.)qa_outputs\.", "qa"),
                 HeadRule(r"(^|\.)pre_classifier\.", "seqcls"), HeadRule(r"(^|\.)classifier\.", "tokcls")),
     tie_rules=(TieRule(f"{LM.decoder}.weight", "distilbert.embeddings.word_embeddings.weight", "config", heads=("mlm",)),),
@@ -74,5 +76,9 @@ FAMILY = Family(
                                         max_position_embeddings=64),
                ("DistilBertModel", "DistilBertForMaskedLM", "DistilBertForSequenceClassification",
                 "DistilBertForTokenClassification", "DistilBertForQuestionAnswering")),
+        # a one-label sequence classifier's names (pre_classifier, classifier [1, dim]): config.json tells the head
+        Sample("DistilBertConfig", dict(dim=32, n_layers=2, n_heads=4, hidden_dim=37, vocab_size=99,
+                                        max_position_embeddings=64), ("DistilBertForMultipleChoice",), device="cpu",
+               infer=False),
     ),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
+from .framework.encoder_heads import EncoderHeads, with_heads
 from .framework.layout import DecoderLayout, Paths
 
 # the names as saved (the original NewModel's, which transformers 5 renames on load: conversion_mapping.py "gte"):
@@ -23,9 +24,13 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 
 FAMILY = Family(
     name="gte",
-    **{**layout.family_fields({"gte": GTE}, "post_ffw_norm"),
-       "gguf_tensor_names": ()},   # llama.cpp has no GTE architecture
+    **with_heads({**layout.family_fields({"gte": GTE}, "post_ffw_norm"),
+                  "gguf_tensor_names": ()},   # llama.cpp has no GTE architecture
+                 GTE, EncoderHeads(("seqcls", "tokcls"), pooler=True)),
     samples=(
+        # the task heads: a sequence classifier on the pooler, a token classifier (encoder_heads.with_heads)
+        Sample("GteConfig", dict(_SIZES, num_labels=3), ("GteForSequenceClassification", "GteForTokenClassification"),
+               device="cpu"),
         Sample("GteConfig", _SIZES, ("GteModel", "GteForMaskedLM")),
         Sample("GteConfig", dict(_SIZES, type_vocab_size=0, tie_word_embeddings=False), ("GteModel", "GteForMaskedLM")),
     ),

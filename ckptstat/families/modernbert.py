@@ -8,7 +8,8 @@ meta path answers."""
 from __future__ import annotations
 
 from .framework import layout
-from .framework.base import Family, Sample
+from .framework.base import CHOICE, Family, Sample
+from .framework.encoder_heads import EncoderHeads, with_heads
 from .framework.layout import DecoderLayout, Paths
 
 MODERNBERT = DecoderLayout(causal=False, norm="layernorm_nobias", embeddings="normed", fused_qkv=True, fused_gate_up=True,
@@ -26,11 +27,18 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, interm
 FAMILY = Family(
     name="modernbert",
     before=("modernbert_decoder",),   # tried first: the decoder's signature (mlp.Wi) matches its files too; its Wqkv does not
-    **{**layout.family_fields({"modernbert": MODERNBERT}, "attn_qkv"),
-       "gguf_tensor_names": ()},   # llama.cpp's modern-bert converter renames the HF names: not mapped here
+    **with_heads({**layout.family_fields({"modernbert": MODERNBERT}, "attn_qkv"),
+                  "gguf_tensor_names": ()},   # llama.cpp's modern-bert converter renames the HF names: not mapped here
+                 MODERNBERT, EncoderHeads(("seqcls", "tokcls", "qa", CHOICE), prediction=True, poolings=("cls", "mean"))),
     samples=(
         Sample("ModernBertConfig", _SIZES, ("ModernBertModel", "ModernBertForMaskedLM")),
         Sample("ModernBertConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
                                         global_attn_every_n_layers=2), ("ModernBertModel", "ModernBertForMaskedLM")),
+        # the task heads: their names (head.*, classifier) do not tell them apart (encoder_heads.with_heads)
+        Sample("ModernBertConfig", dict(_SIZES, num_labels=3), ("ModernBertForSequenceClassification",
+               "ModernBertForTokenClassification", "ModernBertForMultipleChoice"), device="cpu", infer=False),
+        Sample("ModernBertConfig", dict(_SIZES, classifier_pooling="mean", classifier_activation="silu"),
+               ("ModernBertForSequenceClassification", "ModernBertForQuestionAnswering", "ModernBertForMultipleChoice"),
+               device="cpu", infer=False),
     ),
 )

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from .framework import layout
 from .framework.base import Family, Sample
+from .framework.encoder_heads import EncoderHeads, with_heads
 from .framework.layout import DecoderLayout, Paths
 
 NOMIC_BERT = DecoderLayout(causal=False, norm="layernorm", placement="post", embeddings="bert", final_norm=False,
@@ -24,10 +25,14 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 
 FAMILY = Family(
     name="nomic_bert",
-    **{**layout.family_fields({"nomic_bert": NOMIC_BERT}, "attn_qkv"),
-       "gguf_tensor_names": ()},   # llama.cpp's nomic-bert converter renames the HF names: not mapped here
+    **with_heads({**layout.family_fields({"nomic_bert": NOMIC_BERT}, "attn_qkv"),
+                  "gguf_tensor_names": ()},   # llama.cpp's nomic-bert converter renames the HF names: not mapped here
+                 NOMIC_BERT, EncoderHeads(("seqcls", "tokcls"), pooler=True)),
     before=("modernbert",),   # its encoder.layers.N.attn.Wqkv is ModernBERT's signature (layers.N.attn.Wqkv) too
     samples=(
+        # the task heads: a sequence classifier on the pooler, a token classifier (encoder_heads.with_heads)
+        Sample("NomicBertConfig", dict(_SIZES, num_labels=3),
+               ("NomicBertForSequenceClassification", "NomicBertForTokenClassification"), device="cpu"),
         Sample("NomicBertConfig", _SIZES, ("NomicBertModel", "NomicBertForMaskedLM")),
         Sample("NomicBertConfig", dict(_SIZES, type_vocab_size=1, tie_word_embeddings=False),
                ("NomicBertModel", "NomicBertForMaskedLM")),

@@ -24,14 +24,17 @@ if TYPE_CHECKING:
     from .ops import Builder
 
 MC = "lm+mc"   # *DoubleHeadsModel (GPT-2's, OpenAI GPT's): the LM head and a multiple-choice summary (decoder_heads.py)
+# *ForMultipleChoice: the body over [batch x num_choices, seq], one logit a sequence (encoder.multiple_choice): the op
+# templates' batch counts those batch x num_choices sequences
+CHOICE = "mc"
 # Which head an `architectures` class name carries (HF naming), tried in order.
 HEAD_SUFFIXES = [
     ("ForMaskedLM", "mlm"), ("LMHeadModel", "lm"), ("ForCausalLM", "lm"), ("ForConditionalGeneration", "lm"),
     ("DoubleHeadsModel", MC),
     ("ForPreTraining", "pretraining"), ("ForSequenceClassification", "seqcls"),
-    ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("EncoderModel", "encoder-only"),
-    ("ForMultipleChoice", "mc"),
+    ("ForTokenClassification", "tokcls"), ("ForQuestionAnswering", "qa"), ("ForMultipleChoice", CHOICE),
     ("ForQuestionAnsweringSimple", "qa"),   # XLM's, FlauBERT's, XLNet's qa_outputs (their *ForQuestionAnswering: SQuAD beams)
+    ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
