@@ -13,7 +13,9 @@ analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of t
 tokens (an encoder-decoder's decoder as many); an image classifier one image at the config's image_size; a CTC model
 AUDIO raw samples. ckptstat answers from the config alone (census.model.load, then the meta path where no op template
 describes the model: analysis/meta.load): its matmul FLOPs for the same input and, for a causal LM, its cache bytes at
-4 bytes an element. Each class ends as one of:
+4 bytes an element; its parameters against num_parameters(), less, for a bare config, those of the modules a multimodal
+wrapper keeps outside its analytic model (its towers and projector: ArchSpec.outside, families/wrappers.py), which only
+a checkpoint counts (the save_pretrained folder: all of them). Each class ends as one of:
   static      the op template answered, FLOPs and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -64,10 +66,11 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
     return list(out)
 
 
-def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int]:
-    """(FLOPs, cache bytes, parameters) of one forward of the model transformers builds (CPU, fp32): SEQ tokens
-    ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else 0); its unique
-    parameters (num_parameters: a tied weight once). `save_to`: a folder its save_pretrained writes."""
+def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int, dict[str, int]]:
+    """(FLOPs, cache bytes, parameters, each parameter's size) of one forward of the model transformers builds (CPU,
+    fp32): SEQ tokens ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else
+    0); its unique parameters (num_parameters: a tied weight once) and their sizes by name (a tied weight once).
+    `save_to`: a folder its save_pretrained writes."""
     import torch
 
     from ckptstat.analysis import meta
@@ -95,16 +98,18 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
         out = model(**args)
     cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
     params = model.num_parameters()
+    sizes = {name: p.numel() for name, p in model.named_parameters()}
     if save_to:
         model.save_pretrained(save_to)
     if task == "causal" and cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors
-        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params
-    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params
+        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params, sizes
+    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params, sizes
 
 
-def ours(task: str, path: str) -> tuple[str, int, int, int]:
-    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM, parameters the
-    config predicts) for the oracle's input (a multiple-choice example's choices counted as sequences of the batch)."""
+def ours(task: str, path: str) -> tuple[str, int, int, int, tuple[str, ...]]:
+    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM, parameters: those
+    the config predicts plus those a checkpoint holds outside the analytic model, the modules outside it) for the
+    oracle's input (a multiple-choice example's choices counted as sequences of the batch)."""
     from ckptstat.analysis import flops, meta
     from ckptstat.analysis.memory.planner import kv_counted, kv_lines
 
@@ -112,7 +117,8 @@ def ours(task: str, path: str) -> tuple[str, int, int, int]:
     kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
     seq = AUDIO if task in ("ctc", "audio") else SEQ
     run = flops.run(m, CHOICES if task == "mc" else 1, seq)
-    return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"]
+    return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"] + m.outside_params, \
+        m.spec.outside
 
 
 # causal LMs whose class asserts config.is_decoder, which their config class defaults False (its masked LM asserts
@@ -124,6 +130,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     import transformers
 
     from ckptstat.errors import CkptstatError
+    from ckptstat.families.wrappers import is_outside
 
     cls = getattr(transformers, cls_name, None)
     row: dict[str, Any] = {"task": task, "model_type": model_type, "cls": cls_name}
@@ -139,16 +146,19 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     with open(path, "w") as f:
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
     try:
-        by, got_flops, got_kv, got_params = ours(task, path)
+        by, got_flops, got_kv, got_params, apart = ours(task, path)
         if saved:   # its save_pretrained folder (weights and config.json) too: the same figures
-            row["saved"] = list(ours(task, saved))
+            row["saved"] = list(ours(task, saved)[:4])
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
         return {**row, "outcome": "crashed", "why": reason(e)}
+    # a multimodal wrapper's towers and projector (ArchSpec.outside, families/wrappers.py) are outside the analytic
+    # model: a bare config predicts the rest, a checkpoint counts them (its save_pretrained folder: every parameter)
+    tower = sum(n for name, n in want[3].items() if is_outside(name, apart))
     row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None,
-               params=[got_params, want[2]])
-    same = (got_flops, got_kv, got_params) == want and row.get("saved", [by, *want]) == [by, *want]
+               params=[got_params, want[2] - tower])
+    same = (got_flops, got_kv, got_params + tower) == want[:3] and row.get("saved", [by, *want[:3]]) == [by, *want[:3]]
     return {**row, "outcome": by if same else "wrong", "by": by}
 
 
