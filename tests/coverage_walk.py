@@ -6,16 +6,17 @@
     python tests/coverage_walk.py --out docs/coverage.md
 
 For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
-classification, CTC speech recognition): its config class at tiny sizes (census_audit.tiny_config), written as a
+classification, CTC speech recognition, the task heads): its config class at tiny sizes (census_audit.tiny_config), written as a
 config.json naming the class. The oracle is the model transformers builds from it on the CPU (fp32, eager
 attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the product's one rule:
 analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it returns; a masked LM SEQ
-tokens (an encoder-decoder's decoder as many); an image classifier one image at the config's image_size; a CTC model
-AUDIO raw samples. ckptstat answers from the config alone (census.model.load, then the meta path where no op template
-describes the model: analysis/meta.load): its matmul FLOPs for the same input and, for a causal LM, its cache bytes at
-4 bytes an element; its parameters against num_parameters(), less, for a bare config, those of the modules a multimodal
-wrapper keeps outside its analytic model (its towers and projector: ArchSpec.outside, families/wrappers.py), which only
-a checkpoint counts (the save_pretrained folder: all of them). Each class ends as one of:
+tokens (an encoder-decoder's decoder as many); an image classifier one image at the config's image_size; a CTC model,
+an audio (or audio frame) classifier AUDIO raw samples, an x-vector model 16,000 (WAVEFORMS). ckptstat answers from
+the config alone (census.model.load, then the meta path where no op template describes the model: analysis/meta.load):
+its matmul FLOPs for the same input and, for a causal LM, its cache bytes at 4 bytes an element; its parameters against
+num_parameters(), less, for a bare config, those of the modules a multimodal wrapper keeps outside its analytic model
+(its towers and projector: ArchSpec.outside, families/wrappers.py), which only a checkpoint counts (the save_pretrained
+folder: all of them). Each class ends as one of:
   static      the op template answered, FLOPs and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -49,9 +50,15 @@ TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
          "qa": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "extractive question answering"),
          "mc": ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES", "multiple choice"),
          "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LMs"),
-         "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers")}
+         "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers"),
+         "frame": ("MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES", "audio frame classifiers"),
+         "xvector": ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES", "speaker embeddings (x-vectors)")}
+# the tasks whose models read raw samples: AUDIO, an x-vector's a second (its TDNN layers' field, 15 frames at the
+# default tdnn_kernel and tdnn_dilation, is past AUDIO's 12)
+WAVEFORMS = {"ctc": AUDIO, "audio": AUDIO, "frame": AUDIO, "xvector": 16000}
 CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
-HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio")   # the tasks whose parameter count is compared too
+# the tasks whose parameter count is compared too
+HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector")
 
 
 def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
@@ -81,8 +88,8 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
     model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
     if task == "image":
         args = {"pixel_values": torch.zeros((1, getattr(cfg, "num_channels", 3), *meta.image_sides(cfg)))}
-    elif task in ("ctc", "audio"):
-        args = {"input_values": torch.zeros((1, AUDIO))}
+    elif task in WAVEFORMS:
+        args = {"input_values": torch.zeros((1, WAVEFORMS[task]))}
     else:
         vocab = cfg.get_text_config().vocab_size
         ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
@@ -115,7 +122,7 @@ def ours(task: str, path: str) -> tuple[str, int, int, int, tuple[str, ...]]:
 
     m = meta.load(path)
     kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
-    seq = AUDIO if task in ("ctc", "audio") else SEQ
+    seq = WAVEFORMS.get(task, SEQ)
     run = flops.run(m, CHOICES if task == "mc" else 1, seq)
     return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"] + m.outside_params, \
         m.spec.outside
@@ -205,7 +212,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              f"torch {torch.__version__.split('+')[0]}: every class of "
              + ", ".join(f"`{TASKS[t][0]}`" for t in tasks) + " at tiny sizes, one forward on the CPU as the oracle "
              f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, a masked LM's {SEQ} tokens, one image "
-             f"at the config's image_size, {AUDIO:,} raw audio samples). The rules and outcomes: tests/coverage_walk.py's "
+             f"at the config's image_size, {AUDIO:,} raw audio samples, an x-vector's "
+             f"{WAVEFORMS['xvector']:,}). The rules and outcomes: tests/coverage_walk.py's "
              "docstring.",
              "",
              "All: " + tally_line(rows)]

@@ -58,6 +58,14 @@ NAMED |= ENCODER_LMS
 # 1-D parameter (it crashed with an IndexError); its forward then cannot run on meta (.item()): refused, in one line
 META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification"}
 NAMED |= META_EDGES
+# wav2vec2-style task heads (families/wav2vec2.py task_head): sequence and frame classifiers, x-vectors; the Conformer's
+# encoder is not described (the meta path)
+AUDIO_HEADS = {f"{m}ForSequenceClassification" for m in ("Wav2Vec2", "Hubert", "WavLM", "UniSpeech", "UniSpeechSat",
+                                                          "SEW", "Data2VecAudio")} | {
+    f"{m}For{h}" for m in ("Wav2Vec2", "WavLM", "UniSpeechSat", "Data2VecAudio") for h in ("AudioFrameClassification",
+                                                                                           "XVector")}
+CONFORMER = {"Wav2Vec2ConformerForSequenceClassification"}
+NAMED |= AUDIO_HEADS | CONFORMER
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -92,6 +100,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in ROUTED_ONLY_STATIC} == {"static"}
     assert {answered[c] for c in MULTIMODAL | ENCODER_LMS} == {"static"}
     assert {answered[c] for c in META_EDGES} == {"refused"}
+    assert {answered[c] for c in AUDIO_HEADS} == {"static"} and {answered[c] for c in CONFORMER} == {"meta"}
 
 
 def test_record_is_written_by_the_installed_transformers():
