@@ -36,7 +36,12 @@ second at 16 kHz):
   tdnn_kernel[i] -> tdnn_dim[i]) whose weight runs as a Conv1d of dilation tdnn_dilation[i], no padding: n - d(k - 1)
   frames, relu), the mean and standard deviation over the frames concatenated, feature_extractor, Linear(2 x
   tdnn_dim[-1] -> xvector_output_dim), classifier, Linear(xvector_output_dim -> xvector_output_dim); the AM-softmax
-  loss's objective.weight [xvector_output_dim, num_labels] is held, run only with labels.
+  loss's objective.weight [xvector_output_dim, num_labels] is held, run only with labels;
+- Wav2Vec2ForPreTraining (without mask_time_indices and negatives: no loss): project_hid, Linear(hidden ->
+  proj_codevector_dim) on every frame; the Gumbel quantizer: weight_proj, Linear(conv_dim[-1] -> G x V) on the
+  normed conv features (G num_codevector_groups, V num_codevectors_per_group), each group's argmax as a one-hot row
+  times `codevectors` [1, G x V, codevector_dim / G] and summed (element-wise: no matmul); project_q,
+  Linear(codevector_dim -> proj_codevector_dim). UniSpeech's and UniSpeech-SAT's pretraining heads differ: not described.
 masked_spec_embed (h parameters) exists when mask_time_prob or mask_feature_prob > 0 (UniSpeechSat: always);
 SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMode counts for aten.convolution:
 2 x b x out_frames x c_out x (c_in / groups) x k (the positional conv over the n + 1 frames an even kernel gives before
@@ -80,6 +85,15 @@ LAYER: encoder.LayerNames = (
 
 
 @dataclass(frozen=True)
+class Quantizer:
+    """Wav2Vec2ForPreTraining's Gumbel quantizer and projections."""
+    groups: int                  # num_codevector_groups
+    per_group: int               # num_codevectors_per_group
+    dim: int                     # codevector_dim (each group's codevectors dim / groups wide)
+    proj: int                    # proj_codevector_dim
+
+
+@dataclass(frozen=True)
 class FeatureEncoder(Variant):
     """The conv feature encoder, the feature projection and the positional conv of a wav2vec2-shaped model."""
     conv_dims: tuple[int, ...]
@@ -110,6 +124,7 @@ class FeatureEncoder(Variant):
     projector: int = 0
     tdnn: tuple[tuple[int, int, int], ...] = ()
     xvector: int = 0
+    quantizer: Quantizer | None = None   # the pretraining head's
 
 
 def _ints(c: Cfg, key: str) -> tuple[int, ...]:
@@ -126,6 +141,15 @@ def _ints(c: Cfg, key: str) -> tuple[int, ...]:
 
 def _heads(c: Cfg) -> dict[str, Any]:
     """FeatureEncoder's task-head fields of the config's head."""
+    if c.head == "pretraining":
+        if c.model_type != "wav2vec2":
+            raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template does not describe its pretraining head "
+                                  "(only Wav2Vec2ForPreTraining's)")
+        g, dim = c.int("num_codevector_groups", default=FROM_CLASS), c.int("codevector_dim", default=FROM_CLASS)
+        if not g or dim % g:
+            raise UsageError(f"{c.path}: config codevector_dim {dim} is not a multiple of num_codevector_groups {g}")
+        return {"quantizer": Quantizer(g, c.int("num_codevectors_per_group", default=FROM_CLASS), dim,
+                                       c.int("proj_codevector_dim", default=FROM_CLASS))}
     if c.head not in TASK_HEADS:
         return {}
     out: dict[str, Any] = {"weighted_sum": bool(c.get("use_weighted_layer_sum", default=FROM_CLASS))}
@@ -225,6 +249,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 def _heads_from(T: Tensors, head: str) -> tuple[dict[str, Any], int, tuple[str, ...]]:
     """FeatureEncoder's task-head fields from the head's weights, the classes (the classifier's rows; an x-vector's:
     its loss weight's columns) and the guesses made (the TDNN dilations)."""
+    if head == "pretraining":
+        cv = infer.shape(T, pattern(WALKED_PT, "quantizer.codevectors", under="^"), "the codevectors")
+        proj, dim = infer.shape(T, pattern(WALKED_PT, "project_q", under="^"), "project_q")
+        return {"quantizer": Quantizer(dim // cv[2], cv[1] // (dim // cv[2]), dim, proj)}, 2, ()
     if head not in TASK_HEADS:
         return {}, 2, ()
     out: dict[str, Any] = {"weighted_sum": infer.has(T, pattern(WALKED_XV, "layer_weights", under="^"))}
@@ -332,6 +360,15 @@ def walk(B: Builder) -> Recorder:
         r.linear("lm_head", (b, n_all), h, s.vocab, True, bucket="cls", top=True)
     elif s.head in TASK_HEADS:   # SEW's hidden states are the pooled frames; its last one is upsampled
         task_head(r, X, n if X.weighted_sum else n_all)
+    elif s.head == "pretraining" and X.quantizer is not None:
+        Q, codes = X.quantizer, X.quantizer.groups * X.quantizer.per_group
+        book = codes * Q.dim // Q.groups
+        r.linear("project_hid", (b, n_all), h, Q.proj, True, bucket="cls", top=True)
+        r.linear("quantizer.weight_proj", (b, n_all), X.conv_dims[-1], codes, True, bucket="cls", top=True)
+        r.record("quantizer.codevectors", (("", (1, codes, Q.dim // Q.groups)),), top=True)
+        B.add("quantizer.codevectors (each group's argmax code: one-hot x codebook, summed)", "embedding", "cls", 1,
+              (b, n_all, codes), (b, n_all, Q.dim), params=book, ew=2 * b * n_all * book, weights_per_call=book)
+        r.linear("project_q", (b, n_all), Q.dim, Q.proj, True, bucket="cls", top=True)
     return r
 
 
@@ -388,6 +425,8 @@ WALKED, WALKED_STACK, WALKED_SEW = _walked(), _walked(pos_stack=1), _walked(sque
 # an x-vector head's (a weighted sum, one TDNN layer): the task heads' paths
 WALKED_XV = walked(walk, "wav2vec2", head="xvector", variant=replace(
     WALKED.s.variant_as(FeatureEncoder), weighted_sum=True, projector=1, tdnn=((1, 1, 1),), xvector=1))
+WALKED_PT = walked(walk, "wav2vec2", head="pretraining", variant=replace(WALKED.s.variant_as(FeatureEncoder),
+                                                                          quantizer=Quantizer(1, 1, 1, 1)))
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
@@ -417,12 +456,13 @@ FAMILY = Family(
     # the same feature encoder under other encoders, not described: SEW-D's DeBERTa layers, the Conformer's conv modules
     signature_without=r"(^|[./])(encoder[./]encoder|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "ctc", *TASK_HEADS),
+    heads=("base", "ctc", *TASK_HEADS, "pretraining"),
     # an x-vector's TDNN layers, then a projector (seqcls), then a classifier alone (a frame classifier)
     head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),
                 HeadRule(pattern(WALKED_XV, "tdnn.{bid}.kernel", under="^"), "xvector"),
                 HeadRule(pattern(WALKED_XV, "projector", under="^"), "seqcls"),
-                HeadRule(pattern(WALKED_XV, "classifier", under="^"), "framecls")),
+                HeadRule(pattern(WALKED_XV, "classifier", under="^"), "framecls"),
+                HeadRule(pattern(WALKED_PT, "quantizer.codevectors", under="^"), "pretraining")),
     main_input="input_values",
     min_seq=min_samples,
     samples=(
@@ -446,6 +486,9 @@ FAMILY = Family(
         # the task heads, on the last hidden state and on the weighted sum of them all (SEW's: the pooled frames)
         Sample("Wav2Vec2Config", dict(_SIZES, **_HEADS), ("Wav2Vec2ForSequenceClassification",
                                                            "Wav2Vec2ForAudioFrameClassification", "Wav2Vec2ForXVector")),
+        Sample("Wav2Vec2Config", dict(_SIZES, num_codevector_groups=2, num_codevectors_per_group=5, codevector_dim=12,
+                                      proj_codevector_dim=7), ("Wav2Vec2ForPreTraining",),
+               device="cpu"),   # the quantizer's one-hot scatter cannot run on meta
         Sample("HubertConfig", dict(_SIZES, **_HEADS, use_weighted_layer_sum=True), ("HubertForSequenceClassification",)),
         Sample("UniSpeechConfig", dict(_SIZES, **_HEADS), ("UniSpeechForSequenceClassification",)),
         Sample("UniSpeechSatConfig", dict(_ODD, **_HEADS, use_weighted_layer_sum=True),
