@@ -430,7 +430,7 @@ WALKED_PT = walked(walk, "wav2vec2", head="pretraining", variant=replace(WALKED.
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in the CTC head; no other head."""
+    """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in a head's file."""
     if s.head not in FAMILY.heads:
         return None
     return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else s.variant_as(FeatureEncoder).body)
