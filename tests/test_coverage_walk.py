@@ -56,7 +56,7 @@ ENCODER_LMS = {"XLMWithLMHeadModel", "FlaubertWithLMHeadModel", "XLNetLMHeadMode
 NAMED |= ENCODER_LMS
 # an nn.Embedding with a vector beside its table (T5Gemma2's eoi_embedding): the meta path's parameter ops read it as a
 # 1-D parameter (it crashed with an IndexError); its forward then cannot run on meta (.item()): refused, in one line
-META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification"}
+META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification", "T5Gemma2ForConditionalGeneration"}
 NAMED |= META_EDGES
 # wav2vec2-style task heads (families/wav2vec2.py task_head): sequence and frame classifiers, x-vectors; the Conformer's
 # encoder is not described (the meta path)
