@@ -7,17 +7,20 @@
 
 For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
 classification, CTC speech recognition, and the task heads: sequence and token classification, extractive QA,
-multiple choice, sequence-to-sequence LMs, audio classification): its config class at tiny sizes
-(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
-from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the
-product's one rule: analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it
+multiple choice, sequence-to-sequence LMs, audio and audio-frame classification, x-vectors): its config class at tiny
+sizes (census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers
+builds from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by
+the product's one rule: analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it
 returns; other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-choice model [1, CHOICES, SEQ],
 which ckptstat counts as CHOICES sequences); an image classifier one image at the config's image_size; a CTC model
-or an audio classifier AUDIO raw samples; and its parameters (num_parameters: a tied weight once). ckptstat answers
-from the config alone (census.model.load, then the meta path where no op template describes the model:
-analysis/meta.load): its matmul FLOPs for the same input, the parameters the config predicts and, for a causal LM,
-its cache bytes at 4 bytes an element; for a task head (HEADS), also from the folder its save_pretrained writes
-(weights and config.json), which must give the same figures. Each class ends as one of:
+or an audio (or audio frame) classifier AUDIO raw samples, an x-vector model 16,000 (WAVEFORMS); and its parameters
+(num_parameters: a tied weight once). ckptstat answers from the config alone (census.model.load, then the meta path
+where no op template describes the model: analysis/meta.load): its matmul FLOPs for the same input, the parameters
+the config predicts (against num_parameters(), less the modules a multimodal wrapper keeps outside its analytic model:
+its towers and projector, ArchSpec.outside, families/wrappers.py, which only a checkpoint counts) and, for a causal
+LM, its cache bytes at 4 bytes an element; for a task head (HEADS), also from the folder its save_pretrained writes
+(weights and config.json: the prediction plus what is counted outside is all of num_parameters()). Each class ends as
+one of:
   static      the op template answered, FLOPs, parameters and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -51,9 +54,15 @@ TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
          "qa": ("MODEL_FOR_QUESTION_ANSWERING_MAPPING_NAMES", "extractive question answering"),
          "mc": ("MODEL_FOR_MULTIPLE_CHOICE_MAPPING_NAMES", "multiple choice"),
          "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LMs"),
-         "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers")}
+         "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers"),
+         "frame": ("MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES", "audio frame classifiers"),
+         "xvector": ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES", "speaker embeddings (x-vectors)")}
+# the tasks whose models read raw samples: AUDIO, an x-vector's a second (its TDNN layers' field, 15 frames at the
+# default tdnn_kernel and tdnn_dilation, is past AUDIO's 12)
+WAVEFORMS = {"ctc": AUDIO, "audio": AUDIO, "frame": AUDIO, "xvector": 16000}
 CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
-HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio")   # the tasks whose parameter count is compared too
+# the tasks whose parameter count is compared too
+HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector")
 
 
 def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
@@ -68,10 +77,11 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
     return list(out)
 
 
-def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int]:
-    """(FLOPs, cache bytes, parameters) of one forward of the model transformers builds (CPU, fp32): SEQ tokens
-    ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else 0); its unique
-    parameters (num_parameters: a tied weight once). `save_to`: a folder its save_pretrained writes."""
+def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int, dict[str, int]]:
+    """(FLOPs, cache bytes, parameters, each parameter's size) of one forward of the model transformers builds (CPU,
+    fp32): SEQ tokens ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else
+    0); its unique parameters (num_parameters: a tied weight once) and their sizes by name (a tied weight once).
+    `save_to`: a folder its save_pretrained writes."""
     import torch
 
     from ckptstat.analysis import meta
@@ -82,8 +92,8 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
     model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
     if task == "image":
         args = {"pixel_values": torch.zeros((1, getattr(cfg, "num_channels", 3), *meta.image_sides(cfg)))}
-    elif task in ("ctc", "audio"):
-        args = {"input_values": torch.zeros((1, AUDIO))}
+    elif task in WAVEFORMS:
+        args = {"input_values": torch.zeros((1, WAVEFORMS[task]))}
     else:
         vocab = cfg.get_text_config().vocab_size
         ids = torch.arange(SEQ).reshape(1, SEQ) % vocab
@@ -99,24 +109,27 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
         out = model(**args)
     cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
     params = model.num_parameters()
+    sizes = {name: p.numel() for name, p in model.named_parameters()}
     if save_to:
         model.save_pretrained(save_to)
     if task == "causal" and cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors
-        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params
-    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params
+        return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params, sizes
+    return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params, sizes
 
 
-def ours(task: str, path: str) -> tuple[str, int, int, int]:
-    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM, parameters the
-    config predicts) for the oracle's input (a multiple-choice example's choices counted as sequences of the batch)."""
+def ours(task: str, path: str) -> tuple[str, int, int, int, tuple[str, ...]]:
+    """(path that answered, matmul FLOPs, cache bytes at 4 bytes an element; 0 but for a causal LM, parameters: those
+    the config predicts plus those a checkpoint holds outside the analytic model, the modules outside it) for the
+    oracle's input (a multiple-choice example's choices counted as sequences of the batch)."""
     from ckptstat.analysis import flops, meta
     from ckptstat.analysis.memory.planner import kv_counted, kv_lines
 
     m = meta.load(path)
     kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
-    seq = AUDIO if task in ("ctc", "audio") else SEQ
+    seq = WAVEFORMS.get(task, SEQ)
     run = flops.run(m, CHOICES if task == "mc" else 1, seq)
-    return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"]
+    return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"] + m.outside_params, \
+        m.spec.outside
 
 
 # causal LMs whose class asserts config.is_decoder, which their config class defaults False (its masked LM asserts
@@ -128,6 +141,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     import transformers
 
     from ckptstat.errors import CkptstatError
+    from ckptstat.families.wrappers import is_outside
 
     cls = getattr(transformers, cls_name, None)
     row: dict[str, Any] = {"task": task, "model_type": model_type, "cls": cls_name}
@@ -143,16 +157,19 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     with open(path, "w") as f:
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
     try:
-        by, got_flops, got_kv, got_params = ours(task, path)
+        by, got_flops, got_kv, got_params, apart = ours(task, path)
         if saved:   # its save_pretrained folder (weights and config.json) too: the same figures
-            row["saved"] = list(ours(task, saved))
+            row["saved"] = list(ours(task, saved)[:4])
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
         return {**row, "outcome": "crashed", "why": reason(e)}
+    # a multimodal wrapper's towers and projector (ArchSpec.outside, families/wrappers.py) are outside the analytic
+    # model: a bare config predicts the rest, a checkpoint counts them (its save_pretrained folder: every parameter)
+    tower = sum(n for name, n in want[3].items() if is_outside(name, apart))
     row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None,
-               params=[got_params, want[2]])
-    same = (got_flops, got_kv, got_params) == want and row.get("saved", [by, *want]) == [by, *want]
+               params=[got_params, want[2] - tower])
+    same = (got_flops, got_kv, got_params + tower) == want[:3] and row.get("saved", [by, *want[:3]]) == [by, *want[:3]]
     return {**row, "outcome": by if same else "wrong", "by": by}
 
 
@@ -199,7 +216,8 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              f"torch {torch.__version__.split('+')[0]}: every class of "
              + ", ".join(f"`{TASKS[t][0]}`" for t in tasks) + " at tiny sizes, one forward on the CPU as the oracle "
              f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, a masked LM's {SEQ} tokens, one image "
-             f"at the config's image_size, {AUDIO:,} raw audio samples). The rules and outcomes: tests/coverage_walk.py's "
+             f"at the config's image_size, {AUDIO:,} raw audio samples, an x-vector's "
+             f"{WAVEFORMS['xvector']:,}). The rules and outcomes: tests/coverage_walk.py's "
              "docstring.",
              "",
              "All: " + tally_line(rows)]

@@ -45,8 +45,10 @@ NAMED |= BERT_LIKES
 # hyper-connections (families/hy_v4.py)
 ROUTED_ONLY_STATIC = {"DbrxForCausalLM", "JetMoeForCausalLM", "AXK2ForCausalLM", "HYV4ForCausalLM"}
 NAMED |= ROUTED_ONLY_STATIC
-# multimodal classes whose text path is a registered decoder's (families/wrappers.py: a flat config, an audio tower)
-MULTIMODAL = {"Phi4MultimodalForCausalLM", "MossTranscribeDiarizeForConditionalGeneration"}
+# multimodal classes whose text path is a registered decoder's (families/wrappers.py: a flat config, an audio tower, a
+# vision tower beside a sequence classifier), their towers' parameters outside the analytic model (coverage_walk's rule)
+MULTIMODAL = {"Phi4MultimodalForCausalLM", "MossTranscribeDiarizeForConditionalGeneration",
+              "Gemma3ForConditionalGeneration", "Gemma3ForSequenceClassification"}
 NAMED |= MULTIMODAL
 # BERT-era encoders used as LMs, which the meta path cannot run (XLM's and FlauBERT's .item(), XLNet's dtypes): their
 # templates (families/xlm.py, xlnet.py)
@@ -75,6 +77,18 @@ ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClass
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",
                  "GteForTokenClassification", "NomicBertForSequenceClassification", "NomicBertForTokenClassification"}
 NAMED |= CHOICE_STATIC | CHOICE_META | ENCODER_HEADS
+# an nn.Embedding with a vector beside its table (T5Gemma2's eoi_embedding): the meta path's parameter ops read it as a
+# 1-D parameter (it crashed with an IndexError); its forward then cannot run on meta (.item()): refused, in one line
+META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification", "T5Gemma2ForConditionalGeneration"}
+NAMED |= META_EDGES
+# wav2vec2-style task heads (families/wav2vec2.py task_head): sequence and frame classifiers, x-vectors; the Conformer's
+# encoder is not described (the meta path)
+AUDIO_HEADS = {f"{m}ForSequenceClassification" for m in ("Wav2Vec2", "Hubert", "WavLM", "UniSpeech", "UniSpeechSat",
+                                                          "SEW", "Data2VecAudio")} | {
+    f"{m}For{h}" for m in ("Wav2Vec2", "WavLM", "UniSpeechSat", "Data2VecAudio") for h in ("AudioFrameClassification",
+                                                                                           "XVector")}
+CONFORMER = {"Wav2Vec2ConformerForSequenceClassification"}
+NAMED |= AUDIO_HEADS | CONFORMER
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -110,6 +124,8 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in MULTIMODAL | ENCODER_LMS | ENCODER_LM_HEADS} == {"static"}
     assert {answered[c] for c in CHOICE_STATIC | ENCODER_HEADS} == {"static"}
     assert {answered[c] for c in CHOICE_META} == {"meta"}
+    assert {answered[c] for c in META_EDGES} == {"refused"}
+    assert {answered[c] for c in AUDIO_HEADS} == {"static"} and {answered[c] for c in CONFORMER} == {"meta"}
 
 
 def test_record_is_written_by_the_installed_transformers():

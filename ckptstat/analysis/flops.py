@@ -156,8 +156,13 @@ def _head_rule(m: Model) -> str:
         "base": "base model" + (" with pooler" if s.pooler else ", no pooler") + ", no LM head",
         "mlm": "MLM head (transform + decoder tied to the word embeddings), no pooler",
         "lm": "LM head counted (2*tokens*h*V even when tied)",
-        "pretraining": "MLM head + sentence head" + (" + pooler" if s.pooler else ""),
-        "seqcls": "sequence-classification head on the first token",
+        # (a speech encoder's: wav2vec2's quantizer and projections, families/wav2vec2.py)
+        "pretraining": "MLM head + sentence head" + (" + pooler" if s.pooler else "") if s.seq_unit == "tokens"
+        else "pretraining head (the quantizer and the two projections)",
+        "seqcls": "sequence-classification head on one vector a sequence" + (
+            " (the mean over the frames)" if s.seq_unit == "samples" else ""),
         "tokcls": "token-classification head", "qa": "span (QA) head", "encoder-only": "encoder stack only",
         CHOICE: "multiple-choice head, one logit a sequence: batch counts batch x num_choices sequences",
+        "ctc": "CTC head on every frame", "framecls": "classifier on every frame",
+        "xvector": "x-vector head (TDNN layers, mean and std over the frames)",
     }.get(s.head, s.head)

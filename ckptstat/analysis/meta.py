@@ -332,8 +332,11 @@ class MetaModel:
                 # a tied head's weight is the embedding's (named_parameters gives it once): 0 here, as the templates
                 add(label, "linear", (mod.in_features,), (mod.out_features,), sum(p.numel() for _, p in own), "cls")
             elif isinstance(mod, torch.nn.Embedding):
-                for _, p in own:
-                    add(label, "embedding", (), (p.shape[1],), p.numel(), "embedding" if sub is None else "encoder")
+                for k, p in own:   # its table; a vector beside it (T5Gemma2's eoi_embedding, one row) is a 1-D parameter
+                    if p.dim() == 2:
+                        add(label, "embedding", (), (p.shape[1],), p.numel(), "embedding" if sub is None else "encoder")
+                    else:
+                        add(f"{label}.{k}", "1-D parameter", (), (p.shape[0],), p.numel())
             elif isinstance(mod, torch.nn.Linear) and own:
                 add(label, "linear", (mod.in_features,), (mod.out_features,), sum(p.numel() for _, p in own))
             else:

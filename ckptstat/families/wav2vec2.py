@@ -26,7 +26,22 @@ second at 16 kHz):
   after them: the same parameters and matmuls, the norms elsewhere; each layer q/k/v/out projections with biases,
   eager attention over every frame pair, a LayerNorm, the feed-forward (intermediate_dense, hidden_act,
   output_dense), final_layer_norm;
-- Wav2Vec2ForCTC: lm_head, Linear(hidden -> vocab_size) on every frame.
+- Wav2Vec2ForCTC: lm_head, Linear(hidden -> vocab_size) on every frame;
+- the task heads on the last hidden state, or (use_weighted_layer_sum) on the sum of the L + 1 hidden states weighted by
+  softmax(layer_weights) (SEW's: the pooled frames the layers run over, not the upsampled ones):
+  *ForSequenceClassification: projector, Linear(hidden -> classifier_proj_size) on every frame, the mean over the
+  frames (no attention mask), classifier, Linear(classifier_proj_size -> num_labels), on the mean;
+  *ForAudioFrameClassification: classifier, Linear(hidden -> num_labels) on every frame;
+  *ForXVector: projector, Linear(hidden -> tdnn_dim[0]), the TDNN layers (tdnn.i.kernel: a Linear(tdnn_dim[i-1] x
+  tdnn_kernel[i] -> tdnn_dim[i]) whose weight runs as a Conv1d of dilation tdnn_dilation[i], no padding: n - d(k - 1)
+  frames, relu), the mean and standard deviation over the frames concatenated, feature_extractor, Linear(2 x
+  tdnn_dim[-1] -> xvector_output_dim), classifier, Linear(xvector_output_dim -> xvector_output_dim); the AM-softmax
+  loss's objective.weight [xvector_output_dim, num_labels] is held, run only with labels;
+- Wav2Vec2ForPreTraining (without mask_time_indices and negatives: no loss): project_hid, Linear(hidden ->
+  proj_codevector_dim) on every frame; the Gumbel quantizer: weight_proj, Linear(conv_dim[-1] -> G x V) on the
+  normed conv features (G num_codevector_groups, V num_codevectors_per_group), each group's argmax as a one-hot row
+  times `codevectors` [1, G x V, codevector_dim / G] and summed (element-wise: no matmul); project_q,
+  Linear(codevector_dim -> proj_codevector_dim). UniSpeech's and UniSpeech-SAT's pretraining heads differ: not described.
 masked_spec_embed (h parameters) exists when mask_time_prob or mask_feature_prob > 0 (UniSpeechSat: always);
 SpecAugment only runs in training. A convolution's FLOPs are what FlopCounterMode counts for aten.convolution:
 2 x b x out_frames x c_out x (c_in / groups) x k (the positional conv over the n + 1 frames an even kernel gives before
@@ -53,6 +68,7 @@ from .framework.base import (
     Shapes,
     Tensors,
     architectures,
+    head_of,
 )
 from .framework.ops import Builder
 from .framework.recorder import Recorder, Stack
@@ -60,10 +76,21 @@ from .framework.walk_names import layers, pattern, signature, walked
 
 # a conv of the feature encoder; the positional convs of a stack of them (Data2VecAudio's)
 CONV, POS_STACK = "feature_extractor.conv_layers.{bid}.conv", "encoder.pos_conv_embed.layers.{bid}.conv"
+# the heads on the hidden states (task_head): a sequence's, a frame's, an x-vector's
+TASK_HEADS = ("seqcls", "framecls", "xvector")
 # a layer's modules in encoder.LayerNames' order
 LAYER: encoder.LayerNames = (
     "attention.q_proj", "attention.k_proj", "attention.v_proj", "attention", "attention.out_proj", "layer_norm",
     "feed_forward.intermediate_dense", "feed_forward act", "feed_forward.output_dense", "final_layer_norm")
+
+
+@dataclass(frozen=True)
+class Quantizer:
+    """Wav2Vec2ForPreTraining's Gumbel quantizer and projections."""
+    groups: int                  # num_codevector_groups
+    per_group: int               # num_codevectors_per_group
+    dim: int                     # codevector_dim (each group's codevectors dim / groups wide)
+    proj: int                    # proj_codevector_dim
 
 
 @dataclass(frozen=True)
@@ -91,6 +118,13 @@ class FeatureEncoder(Variant):
     squeeze: int
     masked_spec_embed: bool
     body: str                    # the base model's attribute in the heads (wav2vec2, hubert, unispeech_sat...)
+    # the task heads (seqcls, framecls, xvector): use_weighted_layer_sum (layer_weights, L + 1 of them); seqcls's
+    # classifier_proj_size; xvector's TDNN layers (tdnn_dim, tdnn_kernel, tdnn_dilation each) and xvector_output_dim
+    weighted_sum: bool = False
+    projector: int = 0
+    tdnn: tuple[tuple[int, int, int], ...] = ()
+    xvector: int = 0
+    quantizer: Quantizer | None = None   # the pretraining head's
 
 
 def _ints(c: Cfg, key: str) -> tuple[int, ...]:
@@ -105,11 +139,36 @@ def _ints(c: Cfg, key: str) -> tuple[int, ...]:
     return tuple(v)
 
 
+def _heads(c: Cfg) -> dict[str, Any]:
+    """FeatureEncoder's task-head fields of the config's head."""
+    if c.head == "pretraining":
+        if c.model_type != "wav2vec2":
+            raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template does not describe its pretraining head "
+                                  "(only Wav2Vec2ForPreTraining's)")
+        g, dim = c.int("num_codevector_groups", default=FROM_CLASS), c.int("codevector_dim", default=FROM_CLASS)
+        if not g or dim % g:
+            raise UsageError(f"{c.path}: config codevector_dim {dim} is not a multiple of num_codevector_groups {g}")
+        return {"quantizer": Quantizer(g, c.int("num_codevectors_per_group", default=FROM_CLASS), dim,
+                                       c.int("proj_codevector_dim", default=FROM_CLASS))}
+    if c.head not in TASK_HEADS:
+        return {}
+    out: dict[str, Any] = {"weighted_sum": bool(c.get("use_weighted_layer_sum", default=FROM_CLASS))}
+    if c.head == "seqcls":
+        out["projector"] = c.int("classifier_proj_size", default=FROM_CLASS)
+    elif c.head == "xvector":
+        dims, kernels, dilations = _ints(c, "tdnn_dim"), _ints(c, "tdnn_kernel"), _ints(c, "tdnn_dilation")
+        if not len(dims) == len(kernels) == len(dilations):
+            raise UsageError(f"{c.path}: config tdnn_dim, tdnn_kernel and tdnn_dilation differ in length")
+        tdnn = tuple(zip(dims, kernels, dilations))
+        out.update(tdnn=tdnn, projector=tdnn[0][0], xvector=c.int("xvector_output_dim", default=FROM_CLASS))
+    return out
+
+
 def from_config(c: Cfg) -> ArchSpec:
-    other = [a for a in architectures(c.cfg) if not a.endswith(("ForCTC", "Model"))]
-    if other:   # Wav2Vec2ForXVector, *ForAudioFrameClassification: no head suffix names them
-        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template describes the base model and the CTC head, "
-                              f"not {other[0]}")
+    other = [a for a in architectures(c.cfg) if head_of((a,), "")[1] is None]
+    if other:   # a class no head suffix names
+        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template describes the base model and the "
+                              f"{', '.join(FAMILY.heads[1:])} heads, not {other[0]}")
     for key, off in (("add_adapter", False), ("adapter_attn_dim", None), ("conv_pos_batch_norm", False)):
         if c.get(key, default=off) not in (off, None):
             raise NoAnalyticModel(f"{c.path}: {key} = {c.get(key)!r} adds modules the {c.model_type} template "
@@ -140,7 +199,7 @@ def from_config(c: Cfg) -> ArchSpec:
                        squeeze=c.int("squeeze_factor", default=FROM_CLASS) if sew else 0,
                        relative_buckets=c.int("num_buckets") if c.model_type == "wavlm" else 0,
                        masked_spec_embed=masked,
-                       body=c.model_type.replace("-", "_"))
+                       body=c.model_type.replace("-", "_"), **_heads(c))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
                     activation=str(c.get("hidden_act", default=FROM_CLASS)), tied_embeddings=False, seq_unit="samples",
@@ -168,6 +227,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     const = infer.find(T, pattern(W, "attention.gru_rel_pos_const"))   # WavLM's gate holds one value a head
     a, note = (const.shape[1], "") if const is not None and len(const.shape) == 4 else infer.heads_for(h, 64)
     body = (common["model_type"] or "wav2vec2").replace("-", "_")
+    heads, labels, notes = _heads_from(T, common["head"])
     v = FeatureEncoder(conv_dims=tuple(w[0] for w in convs), conv_kernels=kernels, conv_strides=(5, 2, 2, 2, 2, 2, 2),
                        conv_bias=infer.has(T, pattern(W, CONV, "bias", layer="0")),
                        layer_norms=infer.has(T, pattern(W, "feature_extractor.conv_layers.1.layer_norm")),
@@ -177,19 +237,49 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                        relative_buckets=rel.shape[0] if (rel := infer.find(T, pattern(W, "attention.rel_attn_embed")))
                        is not None else 0,
                        masked_spec_embed=infer.has(T, pattern(W, "masked_spec_embed")), body=body,
-                       squeeze=up.shape[0] // h if up is not None else 0)
+                       squeeze=up.shape[0] // h if up is not None else 0, **heads)
     return ArchSpec(layers=infer.count_layers(T, layers(W, LAYER[0])), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=f, vocab=lm.shape[0] if lm is not None else 0, tied_embeddings=False, seq_unit="samples",
-                    variant=v, assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), "
-                                                             "post-LN layers (do_stable_layer_norm reorders norms only), gelu")
-                                                  if x), **common)
+                    num_labels=labels, variant=v,
+                    assumptions=tuple(x for x in (note, "no config: wav2vec2's conv strides (5, 2, 2, 2, 2, 2, 2), post-LN "
+                                                  "layers (do_stable_layer_norm reorders norms only), gelu", *notes) if x),
+                    **common)
+
+
+def _heads_from(T: Tensors, head: str) -> tuple[dict[str, Any], int, tuple[str, ...]]:
+    """FeatureEncoder's task-head fields from the head's weights, the classes (the classifier's rows; an x-vector's:
+    its loss weight's columns) and the guesses made (the TDNN dilations)."""
+    if head == "pretraining":
+        cv = infer.shape(T, pattern(WALKED_PT, "quantizer.codevectors", under="^"), "the codevectors")
+        proj, dim = infer.shape(T, pattern(WALKED_PT, "project_q", under="^"), "project_q")
+        return {"quantizer": Quantizer(dim // cv[2], cv[1] // (dim // cv[2]), dim, proj)}, 2, ()
+    if head not in TASK_HEADS:
+        return {}, 2, ()
+    out: dict[str, Any] = {"weighted_sum": infer.has(T, pattern(WALKED_XV, "layer_weights", under="^"))}
+    if head == "framecls":
+        return out, infer.num_labels(T), ()
+    width = out["projector"] = infer.shape(T, pattern(WALKED_XV, "projector", under="^"), "the projector")[0]
+    if head == "seqcls":
+        return out, infer.num_labels(T), ()
+    tdnn = []
+    for i in range(infer.count_layers(T, layers(WALKED_XV, "tdnn.{bid}.kernel", under="^"))):
+        cout, fin = infer.shape(T, pattern(WALKED_XV, "tdnn.{bid}.kernel", layer=str(i), under="^"), f"TDNN layer {i}")
+        tdnn.append((cout, fin // width, 1))
+        width = cout
+    out.update(tdnn=tuple(tdnn), xvector=infer.shape(T, pattern(WALKED_XV, "feature_extractor", under="^"),
+                                                      "the x-vector projection")[0])
+    labels = infer.shape(T, pattern(WALKED_XV, "objective.weight", under="^"), "the loss weight")[1]
+    return out, labels, ("no config: the TDNN layers' dilations (tdnn_dilation) are not in the weights, 1 assumed (their "
+                 "FLOPs depend on it); pass --config",)
 
 
 def min_samples(s: ArchSpec) -> int:
     """The conv stack's receptive field: the fewest raw samples that leave one frame (Conv1d refuses fewer); SEW's
-    pooling needs squeeze_factor frames."""
+    pooling needs squeeze_factor frames; an x-vector's TDNN layers 1 + d(k - 1) each (of SEW's pooled frames where the
+    head reads the weighted sum of the hidden states)."""
     X = s.variant_as(FeatureEncoder)
-    n = max(X.squeeze, 1)
+    tdnn = 1 + sum(d * (k - 1) for _, k, d in X.tdnn)
+    n = (X.squeeze * tdnn if X.weighted_sum else max(X.squeeze, tdnn)) if X.squeeze else tdnn
     for k, st in zip(reversed(X.conv_kernels), reversed(X.conv_strides)):
         n = (n - 1) * st + k
     return n
@@ -268,7 +358,52 @@ def walk(B: Builder) -> Recorder:
         B.activation("encoder.upsample act", "encoder", (b, n), h * sq, "gelu")
     if s.head == "ctc":
         r.linear("lm_head", (b, n_all), h, s.vocab, True, bucket="cls", top=True)
+    elif s.head in TASK_HEADS:   # SEW's hidden states are the pooled frames; its last one is upsampled
+        task_head(r, X, n if X.weighted_sum else n_all)
+    elif s.head == "pretraining" and X.quantizer is not None:
+        Q, codes = X.quantizer, X.quantizer.groups * X.quantizer.per_group
+        book = codes * Q.dim // Q.groups
+        r.linear("project_hid", (b, n_all), h, Q.proj, True, bucket="cls", top=True)
+        r.linear("quantizer.weight_proj", (b, n_all), X.conv_dims[-1], codes, True, bucket="cls", top=True)
+        r.record("quantizer.codevectors", (("", (1, codes, Q.dim // Q.groups)),), top=True)
+        B.add("quantizer.codevectors (each group's argmax code: one-hot x codebook, summed)", "embedding", "cls", 1,
+              (b, n_all, codes), (b, n_all, Q.dim), params=book, ew=2 * b * n_all * book, weights_per_call=book)
+        r.linear("project_q", (b, n_all), Q.dim, Q.proj, True, bucket="cls", top=True)
     return r
+
+
+def task_head(r: Recorder, X: FeatureEncoder, n: int) -> None:
+    """A sequence, frame or x-vector head over the n frames of the last hidden state or the weighted sum of them all."""
+    s, B, b, h = r.s, r.B, r.B.b, r.s.hidden
+    if X.weighted_sum:
+        r.record("layer_weights", (("", (s.layers + 1,)),), top=True)
+        B.add(f"layer_weights (softmax; the {s.layers + 1} hidden states weighted and summed)", "activation", "cls", 1,
+              (b, s.layers + 1, n, h), (b, n, h), params=s.layers + 1, ew=2 * b * (s.layers + 1) * n * h,
+              weights_per_call=s.layers + 1)
+    if s.head == "framecls":
+        r.linear("classifier", (b, n), h, s.num_labels, True, bucket="cls", top=True)
+        return
+    r.linear("projector", (b, n), h, X.projector, True, bucket="cls", top=True)
+    width = X.projector
+    for i, (cout, k, d) in enumerate(X.tdnn):   # x-vector: Linear weights run as dilated convs
+        out = max(n - d * (k - 1), 0)
+        r.record("tdnn.{bid}.kernel", (("weight", (cout, width * k)), ("bias", (cout,))), top=True, layers=(i,))
+        B.add(f"tdnn.{i}.kernel (conv {k}, dilation {d})", "conv", "cls", 1, (b, width, n), (b, cout, out),
+              params=cout * width * k + cout, macs=b * out * cout * width * k, ew=b * out * cout,
+              weights_per_call=cout * width * k + cout)
+        B.activation(f"tdnn.{i} act", "cls", (b, out), cout, "relu")
+        n, width = out, cout
+    pooled = 2 * width if X.tdnn else width
+    B.add("mean" + (" and std" if X.tdnn else "") + " over the frames", "pool", "cls", 1, (b, n, width), (b, pooled),
+          ew=b * n * width * (3 if X.tdnn else 1))
+    if X.tdnn:
+        r.linear("feature_extractor", (b,), pooled, X.xvector, True, bucket="cls", top=True)
+        r.linear("classifier", (b,), X.xvector, X.xvector, True, bucket="cls", top=True)
+        r.record("objective.weight", (("", (X.xvector, s.num_labels)),), top=True)
+        B.add("objective.weight (AM-softmax loss: held, run only with labels)", "embedding", "cls", 0, (b,), (b,),
+              params=X.xvector * s.num_labels)
+    else:
+        r.linear("classifier", (b,), X.projector, s.num_labels, True, bucket="cls", top=True)
 
 
 def build(B: Builder) -> None:
@@ -287,11 +422,16 @@ def _walked(**fields: Any) -> Recorder:
 # the walks of tiny models (_walked; Data2VecAudio's stack of positional convs; SEW's squeeze): the paths of the name
 # signature and from_tensors' look-ups
 WALKED, WALKED_STACK, WALKED_SEW = _walked(), _walked(pos_stack=1), _walked(squeeze=1)
+# an x-vector head's (a weighted sum, one TDNN layer): the task heads' paths
+WALKED_XV = walked(walk, "wav2vec2", head="xvector", variant=replace(
+    WALKED.s.variant_as(FeatureEncoder), weighted_sum=True, projector=1, tdnn=((1, 1, 1),), xvector=1))
+WALKED_PT = walked(walk, "wav2vec2", head="pretraining", variant=replace(WALKED.s.variant_as(FeatureEncoder),
+                                                                          quantizer=Quantizer(1, 1, 1, 1)))
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in the CTC head; no other head."""
-    if s.head not in ("base", "ctc"):
+    """The walk's modules, the base model's under its attribute (FeatureEncoder.body) in a head's file."""
+    if s.head not in FAMILY.heads:
         return None
     return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else s.variant_as(FeatureEncoder).body)
 
@@ -305,6 +445,9 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 _ODD = dict(_SIZES, conv_dim=(8, 12, 16), conv_kernel=(9, 4, 2), conv_stride=(4, 3, 2), feat_extract_norm="layer",
             conv_bias=True, do_stable_layer_norm=True, num_conv_pos_embeddings=5, num_conv_pos_embedding_groups=2,
             mask_time_prob=0.0)
+# the task heads' sizes: an x-vector's three TDNN layers, one dilated
+_HEADS = dict(classifier_proj_size=10, num_labels=3, tdnn_dim=(8, 8, 12), tdnn_kernel=(5, 3, 1), tdnn_dilation=(1, 2, 1),
+              xvector_output_dim=10)
 
 FAMILY = Family(
     name="wav2vec2",
@@ -313,8 +456,13 @@ FAMILY = Family(
     # the same feature encoder under other encoders, not described: SEW-D's DeBERTa layers, the Conformer's conv modules
     signature_without=r"(^|[./])(encoder[./]encoder|conv_module)[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "ctc"),
-    head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),),
+    heads=("base", "ctc", *TASK_HEADS, "pretraining"),
+    # an x-vector's TDNN layers, then a projector (seqcls), then a classifier alone (a frame classifier)
+    head_rules=(HeadRule(r"^lm_head\.weight$", "ctc"),
+                HeadRule(pattern(WALKED_XV, "tdnn.{bid}.kernel", under="^"), "xvector"),
+                HeadRule(pattern(WALKED_XV, "projector", under="^"), "seqcls"),
+                HeadRule(pattern(WALKED_XV, "classifier", under="^"), "framecls"),
+                HeadRule(pattern(WALKED_PT, "quantizer.codevectors", under="^"), "pretraining")),
     main_input="input_values",
     min_seq=min_samples,
     samples=(
@@ -335,5 +483,24 @@ FAMILY = Family(
                ("Data2VecAudioModel", "Data2VecAudioForCTC")),
         Sample("Data2VecAudioConfig", dict(_SIZES, num_conv_pos_embeddings=2, conv_pos_kernel_size=6, mask_time_prob=0.0),
                ("Data2VecAudioForCTC",)),
+        # the task heads, on the last hidden state and on the weighted sum of them all (SEW's: the pooled frames)
+        Sample("Wav2Vec2Config", dict(_SIZES, **_HEADS), ("Wav2Vec2ForSequenceClassification",
+                                                           "Wav2Vec2ForAudioFrameClassification", "Wav2Vec2ForXVector")),
+        Sample("Wav2Vec2Config", dict(_SIZES, num_codevector_groups=2, num_codevectors_per_group=5, codevector_dim=12,
+                                      proj_codevector_dim=7), ("Wav2Vec2ForPreTraining",),
+               device="cpu"),   # the quantizer's one-hot scatter cannot run on meta
+        Sample("HubertConfig", dict(_SIZES, **_HEADS, use_weighted_layer_sum=True), ("HubertForSequenceClassification",)),
+        Sample("UniSpeechConfig", dict(_SIZES, **_HEADS), ("UniSpeechForSequenceClassification",)),
+        Sample("UniSpeechSatConfig", dict(_ODD, **_HEADS, use_weighted_layer_sum=True),
+               ("UniSpeechSatForSequenceClassification", "UniSpeechSatForAudioFrameClassification",
+                "UniSpeechSatForXVector"), infer=False),
+        Sample("WavLMConfig", dict(_SIZES, **_HEADS, num_buckets=24, use_weighted_layer_sum=True),
+               ("WavLMForSequenceClassification", "WavLMForAudioFrameClassification", "WavLMForXVector")),
+        Sample("SEWConfig", dict(_SIZES, **_HEADS), ("SEWForSequenceClassification",)),
+        Sample("SEWConfig", dict(_SIZES, **_HEADS, squeeze_factor=3, use_weighted_layer_sum=True),
+               ("SEWForSequenceClassification",)),
+        Sample("Data2VecAudioConfig", dict(_SIZES, **_HEADS, num_conv_pos_embeddings=3, conv_pos_kernel_size=7),
+               ("Data2VecAudioForSequenceClassification", "Data2VecAudioForAudioFrameClassification",
+                "Data2VecAudioForXVector")),
     ),
 )

@@ -40,6 +40,9 @@ HEAD_SUFFIXES = [
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
     ("ForMaskedImageModeling", "mim"),   # ViT's, DeiT's: a 1x1 conv decoder back to pixels (SimMIM)
     ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
+    # wav2vec2-style speech encoders' classifier on every frame, and their speaker embedding (TDNN layers, statistics
+    # pooling: families/wav2vec2.py)
+    ("ForAudioFrameClassification", "framecls"), ("ForXVector", "xvector"),
     ("Model", "base"),
 ]
 # the heads whose output holds b x s x V vocabulary logits (memory's logits line)
