@@ -24,7 +24,7 @@ from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder
-from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
+from .framework.seq2seq import Stack, causal_lm_alone, classification_head, decoder_alone, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as seq2seq_kv
 from .framework.walk_names import layers, pattern, signature, walked
 
@@ -206,10 +206,7 @@ def walk(B: Builder) -> Recorder:
                norm=st.embedding_norm)
     layer_ops(w, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
-        # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
-        w.linear("classification_head.dense", (b,), h, h, True, top=True)
-        B.activation("classification_head act (tanh)", "cls", (b,), h, "tanh")
-        w.linear("classification_head.out_proj", (b,), h, s.num_labels, True, top=True)
+        classification_head(w)
     elif s.head == "qa":
         w.linear("qa_outputs", (b, B.dec_seq), h, 2, True, top=True)
     elif s.head == "lm":

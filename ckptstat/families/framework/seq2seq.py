@@ -89,6 +89,15 @@ def _projections(w: Recorder, st: Stack, att: str, bucket: str, L: int, tok: tup
         w.linear(f"{att}.{m}", tokens, h, h, bias, L, note, bucket, runs=runs)
 
 
+def classification_head(w: Recorder) -> None:
+    """BartClassificationHead (and T5ClassificationHead, its copy) on the decoder's state at the last <eos> of each
+    row, one per sequence: dense, tanh, out_proj (num_labels)."""
+    B, h = w.B, w.B.s.hidden
+    w.linear("classification_head.dense", (B.b,), h, h, True, bucket="cls", top=True)
+    B.activation("classification_head act (tanh)", "cls", (B.b,), h, "tanh")
+    w.linear("classification_head.out_proj", (B.b,), h, B.s.num_labels, True, bucket="cls", top=True)
+
+
 def embeddings(w: Recorder, name: str, rows: int, positions: int, n: int, tied_note: str = "", params: bool = True,
                norm: bool = False, positions_note: str = "") -> None:
     """`name`'s token lookup (`params` false: its weight counted at another lookup), its learned positions (0 rows:
