@@ -35,6 +35,7 @@ HEAD_SUFFIXES = [
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
     ("ForMaskedImageModeling", "mim"),   # ViT's, DeiT's: a 1x1 conv decoder back to pixels (SimMIM)
     ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
+    ("MarianMTModel", "lm"),   # Marian's ForConditionalGeneration (FSMTModel, ending alike, is a base model)
     ("Model", "base"),
 ]
 # the heads whose output holds b x s x V vocabulary logits (memory's logits line)
