@@ -81,6 +81,9 @@ class BartVariant(Variant):
     """A decoder alone's LM head rows (Marian's decoder_vocab_size, a file's lm_head), and what its config or names
     switch in the model type's stack (None: the stack's own)."""
     lm_vocab: int = 0
+    # Marian's share_encoder_decoder_embeddings false: no `shared`, each stack its own embed_tokens (the decoder's
+    # lm_vocab rows, decoder_vocab_size), the LM head lm_vocab wide and tied to the decoder's (MarianMTModel)
+    own_embeddings: bool = False
     embedding_norm: bool | None = None
     k_bias: bool | None = None
     proj_bias: bool | None = None
@@ -110,10 +113,9 @@ def from_config(c: Cfg) -> ArchSpec:
         return _decoder_alone(c)
     if c.model_type not in WHOLE:
         raise NoAnalyticModel(f"{c.path}: the {c.model_type} encoder-decoder is not modelled (its *ForCausalLM is)")
-    if c.model_type == "marian" and not c.get("share_encoder_decoder_embeddings", default=FROM_CLASS):
-        raise NoAnalyticModel(f"{c.path}: Marian's share_encoder_decoder_embeddings false (a decoder vocabulary of its "
-                              "own) is not modelled")
     v = BartVariant()
+    if c.model_type == "marian" and not c.get("share_encoder_decoder_embeddings", default=FROM_CLASS):
+        v = BartVariant(lm_vocab=c.int("decoder_vocab_size", default=c.int("vocab_size")), own_embeddings=True)
     if c.model_type == "bigbird_pegasus":
         sparse = c.get("attention_type", default=FROM_CLASS) == "block_sparse"
         v = BartVariant(proj_bias=bool(c.get("use_bias", default=FROM_CLASS)), longest=(
@@ -174,8 +176,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     # untied: lm_head or a stack's embed_tokens stored apart from `shared` (not absent, not an alias of it)
     shared = infer.find(T, pattern(WALKED, "shared"))
     lm, enc = infer.find(T, pattern(WALKED, "lm_head")), infer.find(T, pattern(WALKED, "encoder.embed_tokens"))
+    dec = infer.find(T, pattern(WALKED, "decoder.embed_tokens"))
+    # no `shared`, the stacks' own lookups (Marian's share_encoder_decoder_embeddings false): the LM head is the
+    # decoder's when absent or an alias of it
+    own = shared is None and enc is not None and dec is not None and dec.alias_key != enc.alias_key
     apart = [t for t in (lm, enc if shared is not None else None)
-             if t is not None and (shared is None or t.alias_key != shared.alias_key)]
+             if t is not None and (shared is None or t.alias_key != shared.alias_key)
+             and not (own and dec is not None and t.alias_key == dec.alias_key)]
     notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
     if mt not in ("bart", "mbart"):
         notes += (f"no config: the names show a {mt}-shaped stack",)
@@ -189,7 +196,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     layers=infer.count_layers(T, layers(WALKED, ENC_FC1)), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, positions=P, tied_embeddings=not apart,
                     decoder_layers=infer.count_layers(T, layers(WALKED, "decoder.layers.{bid}.fc1")),
-                    decoder_heads=a, decoder_ffn=fd, assumptions=notes, variant=BartVariant(proj_bias=infer.has(T, q_dec)),
+                    decoder_heads=a, decoder_ffn=fd, assumptions=notes, variant=BartVariant(
+                        proj_bias=infer.has(T, q_dec), own_embeddings=own, lm_vocab=dec.shape[0] if own and dec else 0),
                     **dict(common, model_type=mt))
 
 
@@ -239,13 +247,17 @@ def walk(B: Builder) -> Recorder:
         w.linear(p.lm, (b, B.seq), h, _variant(s).lm_vocab, False, note=f" (tied to {p.body}.embed_tokens)" if tied else "",
                  top=True, tied=tied)
         return w
-    w.record("shared", (("weight", (s.vocab, h)),))
-    if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
+    v = _variant(s)
+    own, Vd = v.own_embeddings, v.lm_vocab if v.own_embeddings else s.vocab
+    shared = tied and not own   # the stacks' lookups are `shared`
+    if not own:
+        w.record("shared", (("weight", (s.vocab, h)),))
+    if not tied and not own:   # a parameter the forward never reads: each stack looks up its own embed_tokens
         B.add("shared (unused: tie_word_embeddings false)", "embedding", "embedding", 1, (0,), (0,), params=s.vocab * h)
     # the encoder's lookup holds `shared` when tied; the decoder's reads it again
-    embeddings(w, "encoder", s.vocab, s.positions, B.seq, " (= shared)" if tied else "", norm=st.embedding_norm)
+    embeddings(w, "encoder", s.vocab, s.positions, B.seq, " (= shared)" if shared else "", norm=st.embedding_norm)
     layer_ops(w, st, "encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
-    embeddings(w, "decoder", s.vocab, s.positions, B.dec_seq, " (= shared)" if tied else "", params=not tied,
+    embeddings(w, "decoder", Vd, s.positions, B.dec_seq, " (= shared)" if shared else "", params=not shared,
                norm=st.embedding_norm)
     layer_ops(w, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
@@ -254,8 +266,8 @@ def walk(B: Builder) -> Recorder:
         w.linear("qa_outputs", (b, B.dec_seq), h, 2, True, top=True)
     elif s.head == "lm":
         # + final_logits_bias, a buffer: its add is element-wise, not a parameter
-        w.linear("lm_head", (b, B.dec_seq), h, s.vocab, False, note=" (tied to shared)" if tied else "", top=True,
-                 tied=tied)
+        w.linear("lm_head", (b, B.dec_seq), h, Vd, False, top=True, tied=tied,
+                 note=f" (tied to {'decoder.embed_tokens' if own else 'shared'})" if tied else "")
     return w
 
 
@@ -363,6 +375,12 @@ FAMILY = Family(
         *(Sample(f"{p}Config", dict(_SIZES, num_labels=3, vocab_size=8), tuple(f"{p}For{h}" for h in heads), device="cpu")
           for p, heads in (("PLBart", ("SequenceClassification",)), ("Mvp", ("SequenceClassification", "QuestionAnswering")),
                            ("BigBirdPegasus", ("SequenceClassification", "QuestionAnswering")))),
+        # Marian's stacks with their own embeddings (share_encoder_decoder_embeddings false), the LM head the decoder's (tied:
+        # told by final_logits_bias, as above)
+        Sample("MarianConfig", dict(_SIZES, pad_token_id=1, share_encoder_decoder_embeddings=False, decoder_vocab_size=77),
+               ("MarianMTModel", "MarianModel"), infer=False),
+        Sample("MarianConfig", dict(_SIZES, pad_token_id=1, share_encoder_decoder_embeddings=False, decoder_vocab_size=77,
+                                    tie_word_embeddings=False), ("MarianMTModel",)),
         # BigBird-Pegasus' biased projections, full attention at any length
         Sample("BigBirdPegasusConfig", dict(_SIZES, use_bias=True, attention_type="original_full"),
                ("BigBirdPegasusForConditionalGeneration",), infer=False, device="cpu"),
