@@ -1,7 +1,8 @@
 """The coverage walk (tests/coverage_walk.py, issue 34) on a sample of transformers' models (causal LMs, masked LMs,
-image classifiers, CTC speech recognisers): every class either
-answered exactly (FLOPs and cache bytes equal those of a CPU forward of the model transformers builds), by the op
-templates or on the meta device, or refused with a reason; never a wrong figure, never a crash. The whole walk is
+image classifiers, CTC speech recognisers, and the task heads: classification, QA, multiple choice, seq2seq LMs, audio
+classifiers, x-vectors): every class either answered exactly (FLOPs, cache bytes and parameters equal those of a CPU
+forward of the model transformers builds; a head's save_pretrained folder too), by the op templates or on the meta
+device, or refused with a reason; never a wrong figure, never a crash. The whole walk is
 recorded in docs/coverage.md (`python tests/coverage_walk.py --out docs/coverage.md`)."""
 from __future__ import annotations
 
@@ -62,16 +63,12 @@ ENCODER_LM_HEADS = {"XLMForSequenceClassification", "XLMForQuestionAnsweringSimp
 NAMED |= ENCODER_LM_HEADS
 # multiple choice (head mc: the body over batch x num_choices sequences): the encoder templates' (families/bert.py, albert.py,
 # distilbert.py, modernbert.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's pre_classifier,
-# ModernBERT's head), and classes the meta path feeds input_ids [1, batch, seq]
-CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "XLMRobertaForMultipleChoice",
-                 "CamembertForMultipleChoice", "ElectraForMultipleChoice", "RoFormerForMultipleChoice",
-                 "BigBirdForMultipleChoice", "MPNetForMultipleChoice", "XmodForMultipleChoice", "RemBertForMultipleChoice",
-                 "MegatronBertForMultipleChoice", "RoCBertForMultipleChoice", "ErnieForMultipleChoice",
-                 "Data2VecTextForMultipleChoice", "XLMRobertaXLForMultipleChoice", "RobertaPreLayerNormForMultipleChoice",
-                 "AlbertForMultipleChoice", "DistilBertForMultipleChoice", "ModernBertForMultipleChoice"}
-CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FNetForMultipleChoice", "FunnelForMultipleChoice",
-               "IBertForMultipleChoice", "LukeForMultipleChoice", "MobileBertForMultipleChoice", "MraForMultipleChoice",
-               "NystromformerForMultipleChoice", "YosoForMultipleChoice"}
+# ModernBERT's head), and classes the meta path feeds input_ids [1, batch, seq]: one of each way the head is built (every
+# model type's is its family's sample in tests/test_families.py; docs/coverage.md walks them all)
+CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "ElectraForMultipleChoice", "RoFormerForMultipleChoice",
+                 "ErnieForMultipleChoice", "AlbertForMultipleChoice", "DistilBertForMultipleChoice",
+                 "ModernBertForMultipleChoice"}
+CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FunnelForMultipleChoice"}
 # the encoder layouts' task heads (framework/encoder_heads.py)
 ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertForQuestionAnswering",
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",
@@ -83,12 +80,17 @@ META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassificati
 NAMED |= META_EDGES
 # wav2vec2-style task heads (families/wav2vec2.py task_head): sequence and frame classifiers, x-vectors; the Conformer's
 # encoder is not described (the meta path)
-AUDIO_HEADS = {f"{m}ForSequenceClassification" for m in ("Wav2Vec2", "Hubert", "WavLM", "UniSpeech", "UniSpeechSat",
-                                                          "SEW", "Data2VecAudio")} | {
-    f"{m}For{h}" for m in ("Wav2Vec2", "WavLM", "UniSpeechSat", "Data2VecAudio") for h in ("AudioFrameClassification",
-                                                                                           "XVector")}
+AUDIO_HEADS = {"Wav2Vec2ForSequenceClassification", "SEWForSequenceClassification", "WavLMForSequenceClassification",
+               "Wav2Vec2ForAudioFrameClassification", "Wav2Vec2ForXVector", "Data2VecAudioForXVector"}
 CONFORMER = {"Wav2Vec2ConformerForSequenceClassification"}
 NAMED |= AUDIO_HEADS | CONFORMER
+# encoder-decoders' task heads and LMs (families/t5.py: T5's sequence classifier picks the last <eos> with
+# unique_consecutive, which the meta device cannot run; families/bart.py: the BART copies, each a typed Stack, Marian's
+# LM a *MTModel, BigBird-Pegasus' encoder attention named its own way)
+SEQ2SEQ = {"T5ForSequenceClassification", "UMT5ForTokenClassification", "MT5ForQuestionAnswering",
+           "UMT5ForConditionalGeneration", "PLBartForSequenceClassification", "BigBirdPegasusForQuestionAnswering",
+           "PegasusForConditionalGeneration", "MarianMTModel", "BlenderbotForConditionalGeneration"}
+NAMED |= SEQ2SEQ
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -126,6 +128,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in CHOICE_META} == {"meta"}
     assert {answered[c] for c in META_EDGES} == {"refused"}
     assert {answered[c] for c in AUDIO_HEADS} == {"static"} and {answered[c] for c in CONFORMER} == {"meta"}
+    assert {answered[c] for c in SEQ2SEQ} == {"static"}
 
 
 def test_record_is_written_by_the_installed_transformers():

@@ -17,6 +17,7 @@ from ..families.framework.spec import (
     ArchSpec,
     from_config,
 )
+from ..families.load_table import load_differences
 from ..families.wrappers import is_outside
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
@@ -51,6 +52,9 @@ class Model:
     param_bytes: dict[str, int] = field(default_factory=dict)   # stored dtype -> bytes of parameters
     notes: tuple[str, ...] = ()
     outside_params: int = 0            # of checkpoint_params, those outside the analytic model (ArchSpec.outside)
+    # parameters the class config.json names makes on load beyond the file's (families/load_table.py: MarianMTModel's
+    # position tables, never saved), which the template counts
+    on_load: int = 0
     oracle: Oracle | None = None       # no template: what answers instead (Oracle)
 
     @property
@@ -60,7 +64,7 @@ class Model:
     @property
     def agree(self) -> bool | None:
         return None if self.checkpoint_params is None else \
-            self.checkpoint_params == self.predicted["total"] + self.outside_params
+            self.checkpoint_params + self.on_load == self.predicted["total"] + self.outside_params
 
     @property
     def weight_bytes(self) -> float:
@@ -119,6 +123,15 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts
+    made = 0
+    if predicted["total"] != count:   # the class may make what the file leaves out (its _keys_to_ignore_on_save)
+        made = sum(d["elements"] for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()}))
+        if made and predicted["total"] == count + made:
+            notes.append(f"the file leaves out {made:,} parameters {spec.architecture} recreates on load (never saved): "
+                         "the template counts them")
+            count += made
+        else:
+            made = 0
     if predicted["total"] != count and r.family is not None and r.family.strict_params:
         raise NoArchitecture(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
@@ -127,8 +140,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
-    return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype, tuple(notes) + spec.assumptions,
-                 outside)
+    return Model(spec, ckpt.path, ckpt.config_path, predicted, count - made + outside, by_dtype,
+                 tuple(notes) + spec.assumptions, outside, on_load=made)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:

@@ -2,7 +2,10 @@
 `shared`, learned positions per stack numbered from an offset of 2 (BartLearnedPositionalEmbedding:
 max_position_embeddings + 2 rows), a layernorm_embedding after the embeddings, biased projections, and a gelu
 feed-forward. BART is post-LN; mBART is pre-LN with one more LayerNorm at the end of each stack. The LM head's
-final_logits_bias is a registered buffer, not a parameter.
+final_logits_bias is a registered buffer, not a parameter. Their copies (modeling_plbart.py, modeling_mvp.py,
+modeling_marian.py, modeling_pegasus.py, modeling_blenderbot.py, modeling_blenderbot_small.py,
+modeling_bigbird_pegasus.py) are each a `Stack` (STACKS), whole (*Model, *ForConditionalGeneration or MarianMTModel,
+*ForSequenceClassification, *ForQuestionAnswering where they exist) or the decoder alone (*ForCausalLM).
 
 Ties (transformers 5: BartModel._tied_weights_keys ties encoder.embed_tokens and decoder.embed_tokens to `shared`,
 BartForConditionalGeneration's lm_head to model.shared, and PreTrainedModel.get_expanded_tied_weights_keys applies
@@ -21,10 +24,19 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer
 from .framework.archspec import Variant
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder
-from .framework.seq2seq import Stack, causal_lm_alone, decoder_alone, embeddings, layer_ops
+from .framework.seq2seq import (
+    BIGBIRD_ENCODER,
+    AttnNames,
+    Stack,
+    causal_lm_alone,
+    classification_head,
+    decoder_alone,
+    embeddings,
+    layer_ops,
+)
 from .framework.seq2seq import kv_cache as seq2seq_kv
 from .framework.walk_names import layers, pattern, signature, walked
 
@@ -37,9 +49,10 @@ STACKS = {
     # Marian's and Pegasus' sinusoidal tables are frozen nn.Embedding weights: parameters all the same
     "marian": Stack(embedding_norm=False, offset=0),
     "pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", offset=0),
-    # its final LayerNorm is named layernorm_embedding; q/k/v/out_proj biased only with use_bias (default false)
+    # its final LayerNorm is named layernorm_embedding; q/k/v/out_proj biased only with use_bias (default false); the
+    # encoder's self-attention names its projections its own way
     "bigbird_pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layernorm_embedding", offset=0,
-                             proj_bias=False),
+                             proj_bias=False, encoder_self=BIGBIRD_ENCODER),
     # decoder-only models of the same stack (modeling_xglm.py, modeling_biogpt.py); XGLM's sinusoidal table is a buffer
     "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
     "biogpt": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
@@ -58,8 +71,9 @@ class Alone:
 ALONE = {"bigbird_pegasus": Alone(ties=False), "trocr": Alone(lm="output_projection"), "xglm": Alone(body="model", cross=False),
          "biogpt": Alone(body="biogpt", lm="output_projection", cross=False)}
 DECODERS = ("xglm", "biogpt")   # decoder-only model types: their LM head is the decoder alone whatever the class
-# model types whose encoder-decoder heads are modelled; the others' *ForCausalLM only (the decoder alone)
-WHOLE = ("bart", "mbart")
+# model types with an encoder-decoder (their *Model, *ForConditionalGeneration / MarianMTModel and task heads); TrOCR's
+# is a VisionEncoderDecoderModel's decoder, its *ForCausalLM alone here
+WHOLE = tuple(mt for mt in STACKS if mt not in DECODERS + ("trocr",))
 
 
 @dataclass(frozen=True)
@@ -67,9 +81,16 @@ class BartVariant(Variant):
     """A decoder alone's LM head rows (Marian's decoder_vocab_size, a file's lm_head), and what its config or names
     switch in the model type's stack (None: the stack's own)."""
     lm_vocab: int = 0
+    # Marian's share_encoder_decoder_embeddings false: no `shared`, each stack its own embed_tokens (the decoder's
+    # lm_vocab rows, decoder_vocab_size), the LM head lm_vocab wide and tied to the decoder's (MarianMTModel)
+    own_embeddings: bool = False
     embedding_norm: bool | None = None
     k_bias: bool | None = None
     proj_bias: bool | None = None
+    # BigBird-Pegasus' attention_type "block_sparse": its encoder runs full attention (original_full) while the input
+    # is at most (5 + 2 x num_random_blocks) x block_size tokens (BigBirdPegasusEncoder.forward), block-sparse
+    # attention, which the template does not describe, beyond (Family.longest_seq); 0: no limit
+    longest: int = 0
 
 
 def _variant(s: ArchSpec) -> BartVariant:
@@ -92,6 +113,13 @@ def from_config(c: Cfg) -> ArchSpec:
         return _decoder_alone(c)
     if c.model_type not in WHOLE:
         raise NoAnalyticModel(f"{c.path}: the {c.model_type} encoder-decoder is not modelled (its *ForCausalLM is)")
+    v = BartVariant()
+    if c.model_type == "marian" and not c.get("share_encoder_decoder_embeddings", default=FROM_CLASS):
+        v = BartVariant(lm_vocab=c.int("decoder_vocab_size", default=c.int("vocab_size")), own_embeddings=True)
+    if c.model_type == "bigbird_pegasus":
+        sparse = c.get("attention_type", default=FROM_CLASS) == "block_sparse"
+        v = BartVariant(proj_bias=bool(c.get("use_bias", default=FROM_CLASS)), longest=(
+            5 + 2 * c.int("num_random_blocks", default=FROM_CLASS)) * c.int("block_size", default=FROM_CLASS) if sparse else 0)
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
     return ArchSpec(decoder_heads=ad, decoder_ffn=c.int("decoder_ffn_dim"),
@@ -100,7 +128,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     positions=c.int("max_position_embeddings") + STACKS[c.model_type].offset,
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    decoder_layers=c.int("decoder_layers"), **c.common)
+                    decoder_layers=c.int("decoder_layers"), variant=v, **c.common)
 
 
 def _decoder_alone(c: Cfg) -> ArchSpec:
@@ -130,19 +158,37 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     if not infer.has(T, pattern(WALKED, ENC_FC1)):
         return _alone_from_tensors(T, common)
     V, h = infer.shape(T, pattern(WALKED, "shared") + "|" + pattern(WALKED, "encoder.embed_tokens"), "shared embedding")
-    P = infer.shape(T, pattern(WALKED, "encoder.embed_positions"), "encoder.embed_positions")[0]
+    positions = pattern(WALKED, "encoder.embed_positions")
+    # MarianMTModel's save leaves its sinusoidal tables out (_keys_to_ignore_on_save): none to count
+    P = infer.shape(T, positions, "encoder.embed_positions")[0] if infer.has(T, positions) else 0
     f = infer.shape(T, pattern(WALKED, ENC_FC1), "encoder fc1")[0]
     dec_fc1 = pattern(WALKED, "decoder.layers.{bid}.fc1")
     fd = infer.shape(T, dec_fc1, "decoder fc1")[0] if infer.has(T, dec_fc1) else f
     a, note = infer.heads_for(h, 64)
-    mbart = infer.has(T, pattern(WALKED_MBART, "encoder.layer_norm"))
+    # the stack the names show: BigBird-Pegasus' encoder attention, else a layernorm_embedding or not and a final
+    # layer_norm or not (the first model type with both; pre- or post-LN and the position offset no name shows)
+    shown = (infer.has(T, pattern(WALKED, "encoder.layernorm_embedding")),
+             infer.has(T, pattern(WALKED_MBART, "encoder.layer_norm")))
+    mt = "bigbird_pegasus" if infer.has(T, pattern(WALKED_BIGBIRD, ENC_Q)) else next(
+        mt for mt in WHOLE if (STACKS[mt].embedding_norm, STACKS[mt].final_norm == "layer_norm") == shown)
+    q_dec = pattern(WALKED, "decoder.layers.{bid}.self_attn.q_proj", "bias")
     cls = infer.find(T, pattern(WALKED_SEQCLS, "classification_head.out_proj"))
     # untied: lm_head or a stack's embed_tokens stored apart from `shared` (not absent, not an alias of it)
     shared = infer.find(T, pattern(WALKED, "shared"))
     lm, enc = infer.find(T, pattern(WALKED, "lm_head")), infer.find(T, pattern(WALKED, "encoder.embed_tokens"))
+    dec = infer.find(T, pattern(WALKED, "decoder.embed_tokens"))
+    # no `shared`, the stacks' own lookups (Marian's share_encoder_decoder_embeddings false): the LM head is the
+    # decoder's when absent or an alias of it
+    own = shared is None and enc is not None and dec is not None and dec.alias_key != enc.alias_key
     apart = [t for t in (lm, enc if shared is not None else None)
-             if t is not None and (shared is None or t.alias_key != shared.alias_key)]
+             if t is not None and (shared is None or t.alias_key != shared.alias_key)
+             and not (own and dec is not None and t.alias_key == dec.alias_key)]
     notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
+    if mt not in ("bart", "mbart"):
+        notes += (f"no config: the names show a {mt}-shaped stack",)
+    if not P:
+        notes += ("no embed_positions in the file (MarianMTModel's save leaves its sinusoidal tables out; the class "
+                  "recreates them on load): not counted",)
     if apart and shared is not None and enc is None:
         notes += ("lm_head stored apart and no encoder.embed_tokens (a transformers 4 untied file): transformers 5 builds "
                   "each stack's embed_tokens apart from `shared` (tie_word_embeddings false)",)
@@ -150,8 +196,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     layers=infer.count_layers(T, layers(WALKED, ENC_FC1)), hidden=h, heads=a, kv_heads=a,
                     head_dim=h // a, intermediate=f, vocab=V, positions=P, tied_embeddings=not apart,
                     decoder_layers=infer.count_layers(T, layers(WALKED, "decoder.layers.{bid}.fc1")),
-                    decoder_heads=a, decoder_ffn=fd, assumptions=notes,
-                    **dict(common, model_type="mbart" if mbart else "bart"))
+                    decoder_heads=a, decoder_ffn=fd, assumptions=notes, variant=BartVariant(
+                        proj_bias=infer.has(T, q_dec), own_embeddings=own, lm_vocab=dec.shape[0] if own and dec else 0),
+                    **dict(common, model_type=mt))
 
 
 def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -171,8 +218,7 @@ def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     shown = Stack(pre_ln=pre_ln, embedding_norm=infer.has(T, pattern(W, "decoder.layernorm_embedding")),
                   final_norm="layer_norm" if pre_ln else None, proj_bias=infer.has(T, pattern(W, "self_attn.q_proj", "bias")))
     k_bias = infer.has(T, pattern(W, "self_attn.k_proj", "bias")) or not shown.proj_bias
-    mt = next(mt for mt, st in STACKS.items() if replace(st, offset=0) == replace(shown, offset=0)) \
-        if any(replace(st, offset=0) == replace(shown, offset=0) for st in STACKS.values()) else "bart"
+    mt = next((mt for mt, st in STACKS.items() if _alone_shape(st) == _alone_shape(shown)), "bart")
     v = BartVariant(lm_vocab=V if lm is None else lm.shape[0], embedding_norm=shown.embedding_norm, k_bias=k_bias,
                     proj_bias=shown.proj_bias)
     return ArchSpec(layers=0, hidden=h, heads=a, kv_heads=a, head_dim=h // a, intermediate=fd, vocab=V, positions=P,
@@ -180,6 +226,11 @@ def _alone_from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     decoder_heads=a, decoder_ffn=fd, variant=v,
                     assumptions=(note, "no config: activation assumed gelu", f"no config: the names show "
                                               f"the decoder alone of a {mt}-shaped stack"), **dict(common, model_type=mt))
+
+
+def _alone_shape(st: Stack) -> Stack:
+    """What a decoder alone's names show of a stack: not its position offset, nor its encoder's attention names."""
+    return replace(st, offset=0, encoder_self=AttnNames())
 
 
 def walk(B: Builder) -> Recorder:
@@ -196,26 +247,27 @@ def walk(B: Builder) -> Recorder:
         w.linear(p.lm, (b, B.seq), h, _variant(s).lm_vocab, False, note=f" (tied to {p.body}.embed_tokens)" if tied else "",
                  top=True, tied=tied)
         return w
-    w.record("shared", (("weight", (s.vocab, h)),))
-    if not tied:   # a parameter the forward never reads: each stack looks up its own embed_tokens
+    v = _variant(s)
+    own, Vd = v.own_embeddings, v.lm_vocab if v.own_embeddings else s.vocab
+    shared = tied and not own   # the stacks' lookups are `shared`
+    if not own:
+        w.record("shared", (("weight", (s.vocab, h)),))
+    if not tied and not own:   # a parameter the forward never reads: each stack looks up its own embed_tokens
         B.add("shared (unused: tie_word_embeddings false)", "embedding", "embedding", 1, (0,), (0,), params=s.vocab * h)
     # the encoder's lookup holds `shared` when tied; the decoder's reads it again
-    embeddings(w, "encoder", s.vocab, s.positions, B.seq, " (= shared)" if tied else "", norm=st.embedding_norm)
+    embeddings(w, "encoder", s.vocab, s.positions, B.seq, " (= shared)" if shared else "", norm=st.embedding_norm)
     layer_ops(w, st, "encoder", "encoder", s.layers, B.seq, s.heads, s.intermediate, None)
-    embeddings(w, "decoder", s.vocab, s.positions, B.dec_seq, " (= shared)" if tied else "", params=not tied,
+    embeddings(w, "decoder", Vd, s.positions, B.dec_seq, " (= shared)" if shared else "", params=not shared,
                norm=st.embedding_norm)
     layer_ops(w, st, "decoder", "decoder", s.decoder_layers, B.dec_seq, s.decoder_heads, s.decoder_ffn, B.seq)
     if s.head == "seqcls":
-        # BartClassificationHead on the decoder's last <eos> state, one per sequence: dense, tanh, out_proj
-        w.linear("classification_head.dense", (b,), h, h, True, top=True)
-        B.activation("classification_head act (tanh)", "cls", (b,), h, "tanh")
-        w.linear("classification_head.out_proj", (b,), h, s.num_labels, True, top=True)
+        classification_head(w)
     elif s.head == "qa":
         w.linear("qa_outputs", (b, B.dec_seq), h, 2, True, top=True)
     elif s.head == "lm":
         # + final_logits_bias, a buffer: its add is element-wise, not a parameter
-        w.linear("lm_head", (b, B.dec_seq), h, s.vocab, False, note=" (tied to shared)" if tied else "", top=True,
-                 tied=tied)
+        w.linear("lm_head", (b, B.dec_seq), h, Vd, False, top=True, tied=tied,
+                 note=f" (tied to {'decoder.embed_tokens' if own else 'shared'})" if tied else "")
     return w
 
 
@@ -230,9 +282,10 @@ def _walked(**fields: Any) -> Recorder:
 # the walks of tiny models (BART's LM head and sequence classifier, mBART's pre-LN stack; the decoder alone: BART's,
 # mBART's, TrOCR's): the paths of the name signature and from_tensors' look-ups
 WALKED, WALKED_SEQCLS, WALKED_MBART = _walked(head="lm"), _walked(head="seqcls"), _walked(model_type="mbart")
+WALKED_BIGBIRD = _walked(model_type="bigbird_pegasus")
 WALKED_ALONE, WALKED_ALONE_PRE_LN, WALKED_ALONE_TROCR = (_walked(layers=0, head="lm", model_type=mt)
                                                          for mt in ("bart", "mbart", "trocr"))
-ENC_FC1 = "encoder.layers.{bid}.fc1"
+ENC_FC1, ENC_Q = "encoder.layers.{bid}.fc1", f"encoder.layers.{{bid}}.self_attn.{BIGBIRD_ENCODER.q}"
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
@@ -258,6 +311,14 @@ _SIZES = dict(d_model=32, encoder_layers=2, decoder_layers=3, encoder_attention_
 _ALONE = dict(_SIZES, encoder_layers=4)
 _TROCR = dict(d_model=32, decoder_layers=3, decoder_attention_heads=2, decoder_ffn_dim=41, vocab_size=99,
               max_position_embeddings=64)
+
+# the copies' samples (Marian's pad_token_id, 58100 by default, must index the tiny vocabulary), and their LM classes
+_COPIES: dict[str, dict[str, Any]] = {p: {} for p in ("PLBart", "Mvp", "BigBirdPegasus", "Blenderbot", "BlenderbotSmall",
+                                                      "Pegasus")}
+_COPIES["Marian"] = dict(pad_token_id=1)
+_LM = {"Marian": "MarianMTModel"}
+# BigBird-Pegasus' encoder reads a value (.item()) to choose its attention: on the CPU
+_DEVICE = {"BigBirdPegasus": "cpu"}
 
 FAMILY = Family(
     name="bart",
@@ -290,6 +351,7 @@ FAMILY = Family(
                *(TieRule(f"{p.lm}.weight", f"{p.body}.embed_tokens.weight", "config", heads=("lm",), model_types=(mt,))
                  for mt, p in ALONE.items() if p.ties and p != Alone(cross=p.cross))),
     position_offset={mt: st.offset for mt, st in STACKS.items() if st.offset},
+    longest_seq=lambda s: _variant(s).longest or None,
     encoder_decoder=True,
     decoder_alone=True,
     kv_cache=kv_cache,
@@ -304,6 +366,24 @@ FAMILY = Family(
                ("BartForSequenceClassification", "BartForQuestionAnswering"), device="cpu"),
         Sample("MBartConfig", _SIZES, ("MBartForConditionalGeneration", "MBartModel"), infer=False),
         Sample("MBartConfig", dict(_SIZES, tie_word_embeddings=False), ("MBartForConditionalGeneration",)),
+        # the copies' encoder-decoders: tied, the LM head is told by final_logits_bias (as BART's above); untied, by lm_head
+        *(Sample(f"{p}Config", dict(_SIZES, **kw), (_LM.get(p, f"{p}ForConditionalGeneration"), f"{p}Model"), infer=False,
+                 device=_DEVICE.get(p, "meta")) for p, kw in _COPIES.items()),
+        *(Sample(f"{p}Config", dict(_SIZES, tie_word_embeddings=False, **kw), (_LM.get(p, f"{p}ForConditionalGeneration"),),
+                 device=_DEVICE.get(p, "meta")) for p, kw in _COPIES.items()),
+        # their sequence classifiers and QA heads, on the CPU as BART's
+        *(Sample(f"{p}Config", dict(_SIZES, num_labels=3, vocab_size=8), tuple(f"{p}For{h}" for h in heads), device="cpu")
+          for p, heads in (("PLBart", ("SequenceClassification",)), ("Mvp", ("SequenceClassification", "QuestionAnswering")),
+                           ("BigBirdPegasus", ("SequenceClassification", "QuestionAnswering")))),
+        # Marian's stacks with their own embeddings (share_encoder_decoder_embeddings false), the LM head the decoder's (tied:
+        # told by final_logits_bias, as above)
+        Sample("MarianConfig", dict(_SIZES, pad_token_id=1, share_encoder_decoder_embeddings=False, decoder_vocab_size=77),
+               ("MarianMTModel", "MarianModel"), infer=False),
+        Sample("MarianConfig", dict(_SIZES, pad_token_id=1, share_encoder_decoder_embeddings=False, decoder_vocab_size=77,
+                                    tie_word_embeddings=False), ("MarianMTModel",)),
+        # BigBird-Pegasus' biased projections, full attention at any length
+        Sample("BigBirdPegasusConfig", dict(_SIZES, use_bias=True, attention_type="original_full"),
+               ("BigBirdPegasusForConditionalGeneration",), infer=False, device="cpu"),
         # *ForCausalLM, the decoder alone, one per model type (names without config.json: the first model type
         # whose stack they show)
         Sample("BartConfig", _ALONE, ("BartForCausalLM",)),

@@ -1,6 +1,11 @@
-"""T5 and mT5 (transformers modeling_t5.py, modeling_mt5.py): an encoder-decoder with one shared
-embedding, RMSNorm without biases, relative position buckets (a bias table in each stack's first
-block), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5) feed-forward.
+"""T5, mT5 and UMT5 (transformers modeling_t5.py, modeling_mt5.py, modeling_umt5.py): an encoder-decoder with one
+shared embedding, RMSNorm without biases, relative position buckets (a bias table in each stack's first block; UMT5's
+in every block's self-attention), cross-attention in the decoder, and a relu (t5) or gated-gelu (t5 v1.1, mt5, umt5)
+feed-forward. Their task heads (the same in the three modeling files): *ForSequenceClassification, T5Model under
+`transformer` and a classification_head (dense, tanh, out_proj) on the decoder's state at the last <eos> of each
+row; *ForTokenClassification, the encoder alone (T5EncoderModel under `transformer`) and a `classifier` on every
+token; *ForQuestionAnswering, the encoder-decoder at the top level and `qa_outputs` (num_labels wide) on every
+decoder token.
 
 The architecture is stated once, in `walk` (framework/recorder.py's Recorder): each module recorded with its
 llama.cpp name as its op is written, so the op template, the expected tensors (every head) and the GGUF name tables
@@ -8,13 +13,33 @@ llama.cpp name as its op is written, so the op template, the expected tensors (e
 from __future__ import annotations
 
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from .framework import infer
+from .framework.archspec import Variant
 from .framework.base import ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
 from .framework.recorder import Recorder
+from .framework.seq2seq import classification_head
 from .framework.walk_names import layers, pattern, signature, walked
+
+
+@dataclass(frozen=True)
+class T5Variant(Variant):
+    """UMT5's relative position bias: a table in every block's self-attention (UMT5LayerSelfAttention's
+    has_relative_attention_bias), each block adding its own; T5's and mT5's is block 0's alone."""
+    bias_every_block: bool = False
+
+
+def _bias_every_block(s: ArchSpec) -> bool:
+    return s.variant is not None and s.variant_as(T5Variant).bias_every_block
+
+
+# heads whose model is the encoder alone (T5EncoderModel, under `transformer` in T5ForTokenClassification)
+ENCODER_ALONE = ("encoder-only", "tokcls")
+# heads whose body sits under `transformer` (T5PreTrainedModel.base_model_prefix); the others' at the top level
+UNDER_TRANSFORMER = ("seqcls", "tokcls")
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -27,7 +52,8 @@ def from_config(c: Cfg) -> ArchSpec:
                     qkv_bias=False, o_bias=False, mlp_bias=False,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
                     decoder_layers=c.int("num_decoder_layers", default=layers),
-                    relative_buckets=c.int("relative_attention_num_buckets", default=32), **c.common)
+                    relative_buckets=c.int("relative_attention_num_buckets", default=32),
+                    variant=T5Variant(bias_every_block=c.model_type == "umt5"), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -38,12 +64,18 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     f = infer.shape(T, pattern(WALKED_GATED, "DenseReluDense.wi_0") if gated else pattern(WALKED, "DenseReluDense.wi"),
                     "DenseReluDense.wi")[0]
     lm = infer.find(T, pattern(WALKED, "lm_head"))
+    every = infer.has(T, pattern(WALKED_UMT5, "SelfAttention.relative_attention_bias", layer="[1-9][0-9]*"))
+    head = next((infer.find(T, pattern(WALKED_HEADS[h], m)) for h, m in _HEAD_MODULES.items()
+                 if infer.has(T, pattern(WALKED_HEADS[h], m))), None)
+    if every:
+        common = dict(common, model_type="umt5")
     return ArchSpec(layers=infer.count_layers(T, layers(WALKED, SELF_Q.format(stack="encoder"))), hidden=h, heads=a, kv_heads=a,
                     head_dim=inner // a, intermediate=f, vocab=V, activation="gelu" if gated else "relu",
                     gated_mlp=gated, norm="rmsnorm", qkv_bias=False, o_bias=False, mlp_bias=False,
                     tied_embeddings=lm is None,
                     decoder_layers=infer.count_layers(T, layers(WALKED, SELF_Q.format(stack="decoder"))),
-                    relative_buckets=buckets,
+                    relative_buckets=buckets, variant=T5Variant(bias_every_block=every),
+                    num_labels=head.shape[0] if head is not None and len(head.shape) == 2 else 2,
                     assumptions=("no config: activation assumed relu (t5) or gelu (gated, t5 v1.1)",), **common)
 
 
@@ -56,7 +88,9 @@ def walk(B: Builder) -> Recorder:
     w.embedding("shared", s.vocab, s.hidden, B.seq, gguf="token_embd")
     w.record("encoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))   # the shared module (TieRule)
     _stack(w, "encoder", s.layers, B.seq, None)
-    if s.head == "encoder-only":
+    if s.head in ENCODER_ALONE:
+        if s.head == "tokcls":
+            w.linear("classifier", (b, B.seq), s.hidden, s.num_labels, True, bucket="cls", top=True)
         return w
     w.record("decoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))
     B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, s.hidden, B.dec_seq, params=False)
@@ -65,6 +99,10 @@ def walk(B: Builder) -> Recorder:
         w.record("lm_head", (("weight", (s.vocab, s.hidden)),), top=True, gguf="output")
         B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), s.hidden, s.vocab,
                  False, tied=s.tied_embeddings)
+    elif s.head == "seqcls":
+        classification_head(w)
+    elif s.head == "qa":   # num_labels wide (T5ForQuestionAnswering splits the first two)
+        w.linear("qa_outputs", (b, B.dec_seq), s.hidden, s.num_labels, True, bucket="cls", top=True)
     return w
 
 
@@ -87,10 +125,12 @@ def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
         B.norm(label, stack, tok, h, max(layers, 1), residual=residual)
 
     def blocks() -> None:
-        w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),), layers=(0,),
-                 gguf=g + "attn_rel_b")
-        B.add(f"{stack}.block.0.relative_attention_bias", "embedding", stack, 1, (n, n), (1, a, n, n),
-              params=s.relative_buckets * a)
+        every = _bias_every_block(s)   # UMT5: each block's own table, each block's own bias
+        w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),),
+                 layers=tuple(range(L)) if every else (0,), gguf=g + "attn_rel_b")
+        B.add(w.label(f"{at}0.SelfAttention.relative_attention_bias", L) if every
+              else f"{stack}.block.0.relative_attention_bias", "embedding", stack, L if every else 1, (n, n),
+              (1, a, n, n), params=s.relative_buckets * a * (L if every else 1))
         attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
                                                                    if cross is not None else [])
         for j, (name, k_len, causal, role) in enumerate(attn):
@@ -117,13 +157,13 @@ def build(B: Builder) -> None:
 
 
 def expected_tensors(s: ArchSpec) -> Shapes:
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes()
+    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("transformer" if s.head in UNDER_TRANSFORMER else "")
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """The decoder's self-attention cache over s_dec tokens and its cross-attention cache over the
     encoder's s tokens."""
-    if s.head == "encoder-only":
+    if s.head in ENCODER_ALONE:
         return []
     per_tok = 2 * s.decoder_layers * s.kv_heads * s.head_dim * ab
     return [(f"decoder self-attention, b={b}, s_dec={nd}", per_tok * b * nd, f"2 x L_dec x a x d x s_dec x b x {ab} B"),
@@ -163,6 +203,11 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 WALKED, WALKED_GATED = (walked(walk, "t5", head="lm", gated_mlp=gated, decoder_layers=1, relative_buckets=1)
                         for gated in (False, True))
 GGUF_TENSOR_NAMES, GGUF_TENSOR_NAMES_GATED = WALKED.gguf_names(), WALKED_GATED.gguf_names()
+# UMT5's (a relative bias in every block: from_tensors' look-up of block 1's), and each task head's
+WALKED_UMT5 = walked(walk, "t5", head="lm", layers=2, decoder_layers=1, relative_buckets=1,
+                     variant=T5Variant(bias_every_block=True))
+_HEAD_MODULES = {"seqcls": "classification_head.out_proj", "tokcls": "classifier", "qa": "qa_outputs"}
+WALKED_HEADS = {h: walked(walk, "t5", head=h, decoder_layers=1, relative_buckets=1) for h in _HEAD_MODULES}
 SELF_Q = "{stack}.block.{{bid}}.layer.0.SelfAttention.q"
 
 
@@ -174,10 +219,10 @@ _SIZES = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size
 
 FAMILY = Family(
     name="t5",
-    model_types=("t5", "mt5"),
+    model_types=("t5", "mt5", "umt5"),
     signature=signature(WALKED, SELF_Q.format(stack="encoder")),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm", "encoder-only"),
+    heads=("base", "lm", "encoder-only", "seqcls", "tokcls", "qa"),
     # T5ForConditionalGeneration's torch.save state_dict keeps lm_head (tied or not); a safetensors save drops
     # the tied lm_head and decoder.embed_tokens, so decoder blocks show the LM head unless the file keeps
     # decoder.embed_tokens without lm_head: then it is T5Model's state_dict. Task heads: T5ForSequence-
@@ -203,5 +248,13 @@ FAMILY = Family(
         Sample("T5Config", dict(_SIZES, feed_forward_proj="gated-gelu", tie_word_embeddings=False, num_decoder_layers=3),
                ("T5ForConditionalGeneration", "T5EncoderModel")),
         Sample("MT5Config", _SIZES, ("MT5ForConditionalGeneration",)),
+        # task heads; the sequence classifiers on the CPU: they pick each row's last <eos> with ops the meta device
+        # lacks, and need as many <eos> in every row (a vocabulary of 8 makes the test's ids arange % vocab repeat)
+        # (QA's forward splits qa_outputs in two: num_labels 2)
+        *(Sample(f"{p}Config", dict(_SIZES, num_labels=3), (f"{p}ForTokenClassification",)) for p in ("T5", "MT5", "UMT5")),
+        *(Sample(f"{p}Config", _SIZES, (f"{p}ForQuestionAnswering",)) for p in ("T5", "MT5", "UMT5")),
+        *(Sample(f"{p}Config", dict(_SIZES, num_labels=3, vocab_size=8), (f"{p}ForSequenceClassification",), device="cpu")
+          for p in ("T5", "MT5", "UMT5")),
+        Sample("UMT5Config", dict(_SIZES, num_decoder_layers=3), ("UMT5ForConditionalGeneration", "UMT5EncoderModel")),
     ),
 )

@@ -43,6 +43,7 @@ HEAD_SUFFIXES = [
     # wav2vec2-style speech encoders' classifier on every frame, and their speaker embedding (TDNN layers, statistics
     # pooling: families/wav2vec2.py)
     ("ForAudioFrameClassification", "framecls"), ("ForXVector", "xvector"),
+    ("MarianMTModel", "lm"),   # Marian's ForConditionalGeneration (FSMTModel, ending alike, is a base model)
     ("Model", "base"),
 ]
 # the heads whose output holds b x s x V vocabulary logits (memory's logits line)

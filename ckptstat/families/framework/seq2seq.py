@@ -20,6 +20,21 @@ from .recorder import Recorder
 
 
 @dataclass(frozen=True)
+class AttnNames:
+    """An attention's projections, as its module names them under the attention's path: BART's q_proj, k_proj, v_proj,
+    out_proj."""
+    q: str = "q_proj"
+    k: str = "k_proj"
+    v: str = "v_proj"
+    o: str = "out_proj"
+
+
+# BigBird-Pegasus' encoder self-attention (BigBirdPegasusEncoderAttention: its `self` holds query, key, value; its
+# `output` the out projection)
+BIGBIRD_ENCODER = AttnNames("self.query", "self.key", "self.value", "output")
+
+
+@dataclass(frozen=True)
 class Stack:
     pre_ln: bool = False            # LayerNorm before each sublayer (mBART, Pegasus, Blenderbot, Whisper)
     embedding_norm: bool = True     # a LayerNorm after the embeddings, `layernorm_embedding` (BART)
@@ -28,6 +43,7 @@ class Stack:
     offset: int = 2                 # positions are looked up at position + offset (BartLearnedPositionalEmbedding)
     proj_bias: bool = True          # q/v/out_proj biases (BigBird-Pegasus' use_bias false: none)
     k_bias: bool = True             # k_proj's bias (Whisper's k_proj has none)
+    encoder_self: AttnNames = AttnNames()   # the encoder's self-attention projections' names (BigBird-Pegasus' own)
 
 
 def decoder_alone(s: ArchSpec) -> bool:
@@ -60,11 +76,13 @@ def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: i
     attn = [("self_attn", q, self_causal)]
     attn += [("encoder_attn", cross, False)] if cross is not None else []
     for att, k_len, causal in attn:
+        # the encoder's self-attention (the one that is neither causal nor cross) may name its projections its own way
+        names = st.encoder_self if att == "self_attn" and not causal else AttnNames()
         if st.pre_ln:
             w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
-        _projections(w, st, f"{lay}.{att}", bucket, L, tok, (b, k_len), h)
+        _projections(w, st, f"{lay}.{att}", bucket, L, tok, (b, k_len), h, names=names)
         w.B.attention(w.label(f"{lay}.{att}", L), bucket, a, q, k_len, h // a, L, causal=causal)
-        w.linear(f"{lay}.{att}.out_proj", tok, h, h, st.proj_bias, L, bucket=bucket)
+        w.linear(f"{lay}.{att}.{names.o}", tok, h, h, st.proj_bias, L, bucket=bucket)
         if not st.pre_ln:
             w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
     if unused_cross:   # stored, never called: L copies, 0 calls
@@ -81,12 +99,21 @@ def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: i
 
 
 def _projections(w: Recorder, st: Stack, att: str, bucket: str, L: int, tok: tuple[int, ...], kv: tuple[int, ...],
-                 h: int, runs: bool = True) -> None:
+                 h: int, runs: bool = True, names: AttnNames = AttnNames()) -> None:
     """q_proj over the queries, k_proj and v_proj over the keys (k_proj biased unless the stack says not)."""
     note = "" if runs else " (not run: no encoder)"
-    for m, tokens, bias in (("q_proj", tok, st.proj_bias), ("k_proj", kv, st.proj_bias and st.k_bias),
-                            ("v_proj", kv, st.proj_bias)):
+    for m, tokens, bias in ((names.q, tok, st.proj_bias), (names.k, kv, st.proj_bias and st.k_bias),
+                            (names.v, kv, st.proj_bias)):
         w.linear(f"{att}.{m}", tokens, h, h, bias, L, note, bucket, runs=runs)
+
+
+def classification_head(w: Recorder) -> None:
+    """BartClassificationHead (and T5ClassificationHead, its copy) on the decoder's state at the last <eos> of each
+    row, one per sequence: dense, tanh, out_proj (num_labels)."""
+    B, h = w.B, w.B.s.hidden
+    w.linear("classification_head.dense", (B.b,), h, h, True, bucket="cls", top=True)
+    B.activation("classification_head act (tanh)", "cls", (B.b,), h, "tanh")
+    w.linear("classification_head.out_proj", (B.b,), h, B.s.num_labels, True, bucket="cls", top=True)
 
 
 def embeddings(w: Recorder, name: str, rows: int, positions: int, n: int, tied_note: str = "", params: bool = True,
