@@ -215,15 +215,17 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              f"Written by `python tests/coverage_walk.py --out docs/coverage.md` with transformers {transformers.__version__}, "
              f"torch {torch.__version__.split('+')[0]}: every class of "
              + ", ".join(f"`{TASKS[t][0]}`" for t in tasks) + " at tiny sizes, one forward on the CPU as the oracle "
-             f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, a masked LM's {SEQ} tokens, one image "
-             f"at the config's image_size, {AUDIO:,} raw audio samples, an x-vector's "
-             f"{WAVEFORMS['xvector']:,}). The rules and outcomes: tests/coverage_walk.py's "
-             "docstring.",
+             f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, other text models' {SEQ} tokens, a "
+             f"multiple-choice model's [1, {CHOICES}, {SEQ}] counted as {CHOICES} sequences, one image at the config's "
+             f"image_size, {AUDIO:,} raw audio samples, an x-vector's {WAVEFORMS['xvector']:,}; parameters against "
+             "num_parameters(), a task head's from its config.json and from its save_pretrained folder). The rules and "
+             "outcomes: tests/coverage_walk.py's docstring.",
              "",
              "All: " + tally_line(rows)]
     for task in tasks:
         mine = [r for r in rows if r["task"] == task]
-        lines += ["", f"## {TASKS[task][1].capitalize()} (`{TASKS[task][0]}`)", "", tally_line(mine), "",
+        title = TASKS[task][1]
+        lines += ["", f"## {title[0].upper() + title[1:]} (`{TASKS[task][0]}`)", "", tally_line(mine), "",
                   "| model type | class | outcome | FLOPs (ours / oracle) | cache bytes (ours / oracle) | "
                   "parameters (ours / oracle) | why |",
                   "|---|---|---|---|---|---|---|"]
