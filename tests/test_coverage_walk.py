@@ -143,5 +143,5 @@ def test_record_is_written_by_the_installed_transformers():
     # what issue #34 asks of the whole walk: no class answered wrongly or crashing, and at least 90% of the causal
     # LMs with an oracle answered exactly by the op templates
     assert re.search(r"^All: .* 0 wrong, \d+ refused, 0 crashed", text, re.M)
-    causal = re.search(r"^## Causal lms .*?\n\n\d+ classes; (\d+) with an oracle: (\d+) static", text, re.M | re.S)
+    causal = re.search(r"^## Causal LMs .*?\n\n\d+ classes; (\d+) with an oracle: (\d+) static", text, re.M | re.S)
     assert causal is not None and int(causal.group(2)) >= 0.9 * int(causal.group(1))
