@@ -209,7 +209,8 @@ def pieces(obj: object) -> list[str]:
     """dumps(obj)'s text in pieces, in order. Nothing is written before the whole text is made, so a value left
     to the standard library (_Other) still gets its output, or its error, from json alone."""
     out = _pieces(obj)
-    return _pieces(_clean(obj)) if any("\\ud" in p or "\\uD" in p for p in out) else out
+    # (a piece with no escape at all, the common case, is scanned once)
+    return _pieces(_clean(obj)) if any("\\u" in p and ("\\ud" in p or "\\uD" in p) for p in out) else out
 
 
 def _pieces(obj: object) -> list[str]:
