@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ...errors import NoAnalyticModel, UsageError
+from ...errors import NoAnalyticModel, UsageError, one_line
 from .. import MODEL_TYPES, by_gguf, by_model_type, get, language_model, wrappers
 from .archspec import SEQ_UNITS
 from .base import DTYPE_BYTES, HEAD_SUFFIXES, ArchSpec, Cfg, Tensors, architectures, head_of
@@ -77,8 +77,14 @@ def from_canonical(family: str, T: Tensors, head: str | None = None) -> ArchSpec
     """from_tensors over names canonical_tensors() already gave (census.resolve computes them, and the
     head, once)."""
     head = head or infer_head(family, T)[0]
-    return get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None,
-                                            head=head))
+    try:
+        return get(family).from_tensors(T, dict(family=family, model_type=family, source="tensor names", architecture=None,
+                                                head=head))
+    except (IndexError, ValueError, ZeroDivisionError) as e:
+        # a family's look-ups read the shapes its own files have: a tensor of another rank or an empty one (a hostile
+        # or foreign file under the family's names) is an answer of no architecture, not a crash
+        raise UsageError(f"cannot infer the {family} architecture from the tensor shapes ({type(e).__name__}: "
+                         f"{one_line(str(e))[:200]}); pass --config") from None
 
 
 def with_head(spec: ArchSpec, head: str) -> ArchSpec:
