@@ -61,7 +61,7 @@ TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
 # default tdnn_kernel and tdnn_dilation, is past AUDIO's 12)
 WAVEFORMS = {"ctc": AUDIO, "audio": AUDIO, "frame": AUDIO, "xvector": 16000}
 CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
-# the tasks whose parameter count is compared too
+# the task heads: their save_pretrained folder (weights and config.json) is answered too, and must give the same figures
 HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector")
 
 
