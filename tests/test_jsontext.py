@@ -81,14 +81,21 @@ def test_long_lists_by_columns(v):
 @settings(max_examples=200, deadline=None)
 def test_written_in_pieces(v, piece):
     """Pieces of any size (a piece boundary inside a list of dicts, lists or scalars) join into json's text."""
+    assert _written({"rows": v, "tail": [v, "\ud800"]}, piece) == json.dumps({"rows": v, "tail": [v, "\ufffd"]},
+                                                                               indent=2) + "\n"
+
+
+def _written(obj: object, piece: int) -> str:
+    """What jsontext.write hands over, joined, with long lists cut `piece` items at a time (hypothesis runs many
+    examples in one test call: no function-scoped monkeypatch)."""
     out: list[str] = []
     saved = jsontext.PIECE
     jsontext.PIECE = piece
     try:
-        jsontext.write({"rows": v, "tail": [v, "\ud800"]}, out.append)
+        jsontext.write(obj, out.append)
     finally:
         jsontext.PIECE = saved
-    assert "".join(out) == json.dumps({"rows": v, "tail": [v, "\ufffd"]}, indent=2) + "\n"
+    return "".join(out)
 
 
 def test_long_lists_holding_cycles_are_the_standard_librarys_error():
@@ -111,13 +118,6 @@ def test_a_table_is_written_as_the_list_of_its_rows(v, piece):
     t = Table(keys, {"q": ("p1", "p%d")})
     t.extend(v)
     assert t == v and list(t) == v and t[3] == v[3] and list(t[2:5]) == v[2:5]
-    out: list[str] = []
-    saved = jsontext.PIECE
-    jsontext.PIECE = piece
-    try:
-        jsontext.write({"tensors": t, "short": t[:3]}, out.append)
-    finally:
-        jsontext.PIECE = saved
-    assert "".join(out) == json.dumps({"tensors": v, "short": v[:3]}, indent=2) + "\n"
+    assert _written({"tensors": t, "short": t[:3]}, piece) == json.dumps({"tensors": v, "short": v[:3]}, indent=2) + "\n"
     t.add_column("flags", [[k] for k in range(len(v))])
     assert dumps(t) == json.dumps([{**r, "flags": [k]} for k, r in enumerate(v)], indent=2)

@@ -30,19 +30,12 @@ def reader_gone() -> NoReturn:
     raise BrokenPipeError
 
 
-def write_out(text: str) -> None:
-    """A report's text on stdout (JSON, CSV, markdown)."""
+def write_out(*pieces: str) -> None:
+    """A report's text on stdout (JSON, CSV, markdown), given whole or in pieces (a long JSON report's: core/jsontext.py
+    `pieces`, never joined into one string)."""
     try:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-    except BrokenPipeError:
-        reader_gone()
-
-
-def write_json(report: dict) -> None:
-    """A report as JSON on stdout, written a piece at a time (core/jsontext.py `write`)."""
-    try:
-        jsontext.write(report, sys.stdout.write)
+        for piece in pieces:
+            sys.stdout.write(piece)
         sys.stdout.flush()
     except BrokenPipeError:
         reader_gone()
@@ -71,7 +64,7 @@ def console() -> Console:
 
 
 def emit_json(report: dict) -> None:
-    write_json(with_fetched(report))
+    write_out(*jsontext.pieces(with_fetched(report)), "\n")
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

@@ -210,10 +210,10 @@ def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np
         zero_fraction = r.zeros / r.count
 
     every = bool(has.all())
-    flags = has.tolist()
+    finite = has.tolist()
 
     def opt(v: np.ndarray) -> list:
-        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), flags)]
+        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), finite)]
 
     rows = rows_table()
     quantiles = rows.columns["quantiles"]
