@@ -97,14 +97,15 @@ def test_vision_and_text_towers_count_the_adds_their_forward_makes(config, name,
     model = cls(cfg).eval()
     text = "vocab_size" in kwargs
     # the patches, a class token (not SigLIP's) and DeiT's distillation token
-    n = SEQ if text else (16 // 4) ** 2 + (not name.startswith("Siglip")) + (name == "DeiTModel")
+    side = None if text else cfg.image_size
+    n = SEQ if text else (side // cfg.patch_size) ** 2 + (not name.startswith("Siglip")) + (name == "DeiTModel")
     counter = _HiddenAdds((BATCH, n, cfg.hidden_size))
     inputs = ({"input_ids": torch.arange(BATCH * SEQ).reshape(BATCH, SEQ) % cfg.vocab_size} if text
-              else {"pixel_values": torch.zeros(BATCH, 3, 16, 16)})
+              else {"pixel_values": torch.zeros(BATCH, cfg.num_channels, side, side)})
     with counter, torch.no_grad():
         model(**inputs)
     stream = BATCH * n * cfg.hidden_size
-    ops = build(spec_of(cls, cfg), BATCH, SEQ if text else 16)
+    ops = build(spec_of(cls, cfg), BATCH, SEQ if text else side)
     ours = sum(op.calls for op in ops if op.kind == "norm" and op.module.endswith(" (+residual)"))
     ours += sum(op.calls * op.ew // stream for op in ops if op.kind != "norm" and op.ew >= stream
                 and ("residual" in op.module or "position" in op.module))

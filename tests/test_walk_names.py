@@ -21,7 +21,6 @@ from test_families import meta_model, spec_of  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
 from ckptstat.families import detect, get  # noqa: E402
 from ckptstat.families.framework import walk_names  # noqa: E402
-from ckptstat.families.framework.archspec import ArchSpec  # noqa: E402
 from ckptstat.families.framework.layout_base import Module  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
 from ckptstat.families.framework.recorder import Recorder  # noqa: E402
@@ -80,10 +79,13 @@ def test_modules_are_picked_by_llama_cpp_name_or_path_suffix():
 
 
 def test_a_recorder_is_read_as_its_records():
-    r = Recorder(Builder(ArchSpec(family="", model_type="", source="", head="base", architecture=None, layers=1,
-                                  hidden=4, heads=1, kv_heads=1, head_dim=4, intermediate=4, vocab=4), 1, 1, 1, 1, 1))
-    r.embedding("embeddings.word_embeddings", 4, 4, 1, gguf="token_embd")
-    r.linear("encoder.layer.{bid}.attention.self.query", r.tok, 4, 4, True, 1)
+    def run(B: Builder) -> Recorder:
+        r = Recorder(B)
+        r.embedding("embeddings.word_embeddings", 4, 4, 1, gguf="token_embd")
+        r.linear("encoder.layer.{bid}.attention.self.query", r.tok, 4, 4, True, 1)
+        return r
+    r = walk_names.walked(run)   # a Recorder walk's walk is its Recorder, not a tuple of its Modules
+    assert isinstance(r, Recorder)
     assert walk_names.module(r, "token_embd") is r.modules[0]
     assert walk_names.pattern(r, "attention.self.query", "bias") == walk_names.pattern(r.modules, "attention.self.query", "bias")
 

@@ -201,7 +201,7 @@ def layers(w: Recorder, t: Tower, n: int, causal: bool) -> None:
 
 def text_embeddings(w: Recorder, text: TextTower) -> None:
     """The text tower's token and learned position tables (CLIP's, SigLIP's), over B.seq tokens."""
-    B, tok = w.B, (w.B.b, w.B.seq, text.hidden)
+    B, tok = w.B, w.tok + (text.hidden,)
     w.embedding("embeddings.token_embedding", text.vocab, text.hidden, B.seq)
     w.embedding("embeddings.position_embedding", text.positions, text.hidden, B.seq)
     B.add(w.label("embeddings") + " token + positions", "activation", w.bucket, 1, tok, tok, ew=math.prod(tok),
