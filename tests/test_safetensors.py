@@ -246,3 +246,20 @@ def test_headers_the_fast_path_does_not_take_or_refuses_as_json_does(tmp_path, h
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(8))
     fast, slow, _ = _open_both(path)
     assert fast == slow
+
+
+def test_a_writers_header_is_checked_by_columns(tmp_path):
+    """A compact header of plain tensors (no 0-byte one, which shares its neighbour's offset) takes the column check
+    (formats/safetensors.py `_columns`), and its tensors are those the entry loop builds from the same entries."""
+    from safetensors.numpy import save_file
+
+    from ckptstat.formats import safetensors as st
+
+    path = tmp_path / "plain.safetensors"
+    save_file({f"layers.{i}.w": np.ones((i + 1, 3), np.float16) for i in range(12)} | {"b": np.ones(5, np.float32)},
+              str(path))
+    n, _, found = st.read_header(str(path))
+    size = path.stat().st_size
+    columns = st._columns(found, str(path), 8 + n, size)
+    assert columns is not None
+    assert columns == st._checked(st._entries(found, str(path)), str(path), 8 + n, size, ValueError)
