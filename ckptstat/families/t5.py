@@ -79,9 +79,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def walk(B: Builder) -> Recorder:
-    """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's): writes its ops to B and
-    records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the shared embedding
-    is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is attn_rel_b)."""
+    """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's, the task heads'): writes
+    its ops to B and records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the
+    shared embedding is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is
+    attn_rel_b)."""
     s, b = B.s, B.b
     w = Recorder(B, "embedding")
     w.embedding("shared", s.vocab, s.hidden, B.seq, gguf="token_embd")
