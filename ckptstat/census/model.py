@@ -123,24 +123,22 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts
-    made = 0
-    if predicted["total"] != count:   # the class may make what the file leaves out (its _keys_to_ignore_on_save)
-        made = sum(d["elements"] for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()}))
-        if made and predicted["total"] == count + made:
+    made = 0   # what the class makes on load that the file leaves out (its _keys_to_ignore_on_save), where the template counts it
+    if predicted["total"] != count:
+        differences = sum(d["elements"] for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()}))
+        if differences and predicted["total"] == count + differences:
+            made = differences
             notes.append(f"the file leaves out {made:,} parameters {spec.architecture} recreates on load (never saved): "
                          "the template counts them")
-            count += made
-        else:
-            made = 0
-    if predicted["total"] != count and r.family is not None and r.family.strict_params:
+    if predicted["total"] != count + made and r.family is not None and r.family.strict_params:
         raise NoArchitecture(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
                          f"so no FLOPs or activation memory from it")
-    if predicted["total"] != count:
+    if predicted["total"] != count + made:
         notes.append(f"the config predicts {predicted['total']:,} parameters for {spec.architecture or spec.head}, the "
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
-    return Model(spec, ckpt.path, ckpt.config_path, predicted, count - made + outside, by_dtype,
+    return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
                  tuple(notes) + spec.assumptions, outside, on_load=made)
 
 

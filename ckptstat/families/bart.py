@@ -118,8 +118,9 @@ def from_config(c: Cfg) -> ArchSpec:
         v = BartVariant(lm_vocab=c.int("decoder_vocab_size", default=c.int("vocab_size")), own_embeddings=True)
     if c.model_type == "bigbird_pegasus":
         sparse = c.get("attention_type", default=FROM_CLASS) == "block_sparse"
-        v = BartVariant(proj_bias=bool(c.get("use_bias", default=FROM_CLASS)), longest=(
-            5 + 2 * c.int("num_random_blocks", default=FROM_CLASS)) * c.int("block_size", default=FROM_CLASS) if sparse else 0)
+        longest = (5 + 2 * c.int("num_random_blocks", default=FROM_CLASS)) * c.int("block_size", default=FROM_CLASS) \
+            if sparse else 0
+        v = BartVariant(proj_bias=bool(c.get("use_bias", default=FROM_CLASS)), longest=longest)
     h = c.int("d_model")
     a, ad = c.int("encoder_attention_heads"), c.int("decoder_attention_heads")
     return ArchSpec(decoder_heads=ad, decoder_ffn=c.int("decoder_ffn_dim"),
@@ -180,9 +181,9 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     # no `shared`, the stacks' own lookups (Marian's share_encoder_decoder_embeddings false): the LM head is the
     # decoder's when absent or an alias of it
     own = shared is None and enc is not None and dec is not None and dec.alias_key != enc.alias_key
+    tied_to = shared if shared is not None else dec if own else None   # what the LM head (and encoder's) would alias
     apart = [t for t in (lm, enc if shared is not None else None)
-             if t is not None and (shared is None or t.alias_key != shared.alias_key)
-             and not (own and dec is not None and t.alias_key == dec.alias_key)]
+             if t is not None and (tied_to is None or t.alias_key != tied_to.alias_key)]
     notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
     if mt not in ("bart", "mbart"):
         notes += (f"no config: the names show a {mt}-shaped stack",)

@@ -65,8 +65,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     "DenseReluDense.wi")[0]
     lm = infer.find(T, pattern(WALKED, "lm_head"))
     every = infer.has(T, pattern(WALKED_UMT5, "SelfAttention.relative_attention_bias", layer="[1-9][0-9]*"))
-    head = next((infer.find(T, pattern(WALKED_HEADS[h], m)) for h, m in _HEAD_MODULES.items()
-                 if infer.has(T, pattern(WALKED_HEADS[h], m))), None)
+    head = next(filter(None, (infer.find(T, pattern(WALKED_HEADS[h], m)) for h, m in _HEAD_MODULES.items())), None)
     if every:
         common = dict(common, model_type="umt5")
     return ArchSpec(layers=infer.count_layers(T, layers(WALKED, SELF_Q.format(stack="encoder"))), hidden=h, heads=a, kv_heads=a,
@@ -80,9 +79,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def walk(B: Builder) -> Recorder:
-    """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's): writes its ops to B and
-    records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the shared embedding
-    is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is attn_rel_b)."""
+    """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's, the task heads'): writes
+    its ops to B and records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the
+    shared embedding is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is
+    attn_rel_b)."""
     s, b = B.s, B.b
     w = Recorder(B, "embedding")
     w.embedding("shared", s.vocab, s.hidden, B.seq, gguf="token_embd")
@@ -126,11 +126,12 @@ def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
 
     def blocks() -> None:
         every = _bias_every_block(s)   # UMT5: each block's own table, each block's own bias
+        tables = L if every else 1
         w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),),
-                 layers=tuple(range(L)) if every else (0,), gguf=g + "attn_rel_b")
+                 layers=tuple(range(tables)), gguf=g + "attn_rel_b")
         B.add(w.label(f"{at}0.SelfAttention.relative_attention_bias", L) if every
-              else f"{stack}.block.0.relative_attention_bias", "embedding", stack, L if every else 1, (n, n),
-              (1, a, n, n), params=s.relative_buckets * a * (L if every else 1))
+              else f"{stack}.block.0.relative_attention_bias", "embedding", stack, tables, (n, n),
+              (1, a, n, n), params=s.relative_buckets * a * tables)
         attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
                                                                    if cross is not None else [])
         for j, (name, k_len, causal, role) in enumerate(attn):
