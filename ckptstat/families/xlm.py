@@ -24,11 +24,11 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer, squad, summary
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
+from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import LayerNames, stack_layers, token_heads
 from .framework.ops import Builder
 from .framework.recorder import Recorder, lists, tensors
-from .framework.summary import CHOICE, PROJ, SUMMARY, SequenceSummary
+from .framework.summary import PROJ, SUMMARY, SequenceSummary
 from .framework.walk_names import layers, pattern, signature, walked
 
 # the modules as XLMModel lists them, one list per kind (`{bid}` the layer), in encoder.LayerNames' order

@@ -25,11 +25,11 @@ from typing import Any
 from ..errors import NoAnalyticModel
 from .framework import infer, squad, summary
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
+from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.encoder import token_heads
 from .framework.ops import Builder
 from .framework.recorder import Recorder, Stack, tensors
-from .framework.summary import CHOICE, PROJ, SequenceSummary
+from .framework.summary import PROJ, SequenceSummary
 from .framework.walk_names import layers, pattern, signature, walked
 
 BODY = "transformer"   # the base model's attribute in the head models

@@ -14,6 +14,7 @@ from . import infer
 from .archspec import Variant
 from .base import Cfg, HeadRule, Tensors
 from .recorder import Recorder, Stack
+from .summary import PER_CHOICE
 from .walk_names import find, pattern
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
@@ -117,7 +118,7 @@ def token_heads(r: Recorder) -> None:
 
 
 # the label of a multiple-choice head's op: what the batch counts
-CHOICE_NOTE = " (multiple choice: one logit a sequence; batch counts batch x num_choices sequences)"
+CHOICE_NOTE = f" (multiple choice: one logit a sequence{PER_CHOICE})"
 
 
 @dataclass(frozen=True)

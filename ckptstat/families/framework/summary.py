@@ -20,11 +20,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ...errors import NoAnalyticModel
-from .base import FROM_CLASS, Cfg, Tensors, class_default
+from .base import CHOICE, FROM_CLASS, Cfg, Tensors, class_default
 from .infer import find
 from .recorder import Recorder
 
-CHOICE = "mc"   # HEAD_SUFFIXES' multiple-choice head (*ForMultipleChoice)
 KINDS = ("first", "last", "cls_index", "mean")
 SUMMARY = "sequence_summary.summary"   # the summary's projection (a Linear; absent without summary_use_proj)
 PROJ = "logits_proj"
@@ -80,10 +79,11 @@ def walk(r: Recorder, sm: SequenceSummary, proj: tuple[int, int] | None) -> None
     """The summary over one token of each of the B.b sequences (the mean: over every token), then logits_proj
     (fin, fout) where the class has one."""
     B, h = r.B, r.s.hidden
-    note = f"{sm.kind}: one row per sequence" + (PER_CHOICE if r.s.head == CHOICE else "")
+    per = PER_CHOICE if r.s.head == CHOICE else ""
+    note = f"{sm.kind}: one row per sequence{per}"
     if sm.kind == "mean":
-        B.add(f"sequence_summary (mean over the tokens{PER_CHOICE if r.s.head == CHOICE else ''})", "activation", "cls", 1,
-              r.tok + (h,), r.first + (h,), ew=B.b * B.seq * h)
+        B.add(f"sequence_summary (mean over the tokens{per})", "activation", "cls", 1, r.tok + (h,), r.first + (h,),
+              ew=B.b * B.seq * h)
     if sm.outputs:
         r.linear(SUMMARY, r.first, h, sm.outputs, True, bucket="cls", top=True, label=f"{SUMMARY} ({note})")
     if sm.activation:
