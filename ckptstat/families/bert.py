@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import base, encoder, infer
+from .framework import base, encoder, infer, summary
 from .framework.archspec import Variant
 from .framework.base import CHOICE, FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
@@ -174,6 +174,9 @@ def pooler(model_type: str, head: str) -> bool:
     return head in ("base", "pretraining", CHOICE) or (head == "seqcls" and not v.roberta)
 
 
+# the summary_* values modeling_roformer.py's sequence summary falls back to (getattr): RoFormerConfig declares none
+SUMMARY_FALLBACK = {"roformer": {"summary_type": "last", "summary_use_proj": False}}
+
 # XmodConfig's languages default (config_defaults.json keeps scalars; tests/test_config_defaults.py checks this one)
 XMOD_LANGUAGES = ("en_XX",)
 
@@ -181,7 +184,7 @@ XMOD_LANGUAGES = ("en_XX",)
 def variant_of(c: Cfg, h: int) -> Variant | None:
     """The model type's Variant, if any; NoAnalyticModel for a config that adds parts the template does not describe."""
     if c.head == CHOICE and not pooler(c.model_type, c.head):   # ELECTRA's and RoFormer's multiple choice
-        return encoder.summary_from_config(c, h)
+        return summary.from_config(c, h, c.common.get("num_labels", 2), h, SUMMARY_FALLBACK.get(c.model_type))
     if c.model_type == "ernie" and c.get("use_task_id", default=False):
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
@@ -277,7 +280,7 @@ def walk(B: Builder) -> Recorder:
     elif s.head == "seqcls":   # RoBERTa / ELECTRA classification head where there is no pooler
         encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
     elif s.head == CHOICE:   # on the pooled output, or ELECTRA's and RoFormer's sequence summary
-        encoder.multiple_choice(r, s.variant if isinstance(s.variant, encoder.SequenceSummary) else None)
+        encoder.multiple_choice(r, s.variant if isinstance(s.variant, summary.SequenceSummary) else None)
     else:
         encoder.token_heads(r)
     return r

@@ -9,12 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ...errors import NoAnalyticModel
 from . import infer
-from .archspec import Variant
-from .base import Cfg, HeadRule, Tensors
+from .base import HeadRule, Tensors
 from .recorder import Recorder, Stack
-from .summary import PER_CHOICE
+from .summary import PER_CHOICE, SequenceSummary
+from .summary import walk as summary_walk
 from .walk_names import find, pattern
 
 # A layer's module names, in this order: query, key, value, attention (the bmm's), attention output,
@@ -121,48 +120,14 @@ def token_heads(r: Recorder) -> None:
 CHOICE_NOTE = f" (multiple choice: one logit a sequence{PER_CHOICE})"
 
 
-@dataclass(frozen=True)
-class SequenceSummary(Variant):
-    """ELECTRA's and RoFormer's multiple-choice summary (modeling_electra.py ElectraSequenceSummary; RoFormer's is a copy)
-    in place of a pooler: one vector a sequence (summary_type first, last or cls_index: a token picked, no FLOPs; `mean`:
-    the tokens averaged), then with summary_use_proj (`proj`) `sequence_summary.summary` Linear(hidden, hidden), then
-    summary_activation (None: none)."""
-    mean: bool = False
-    proj: bool = False
-    activation: str | None = None
-
-
-def summary_from_config(c: Cfg, h: int) -> SequenceSummary:
-    """The config's summary_* fields as the SequenceSummary reads them: its config class's defaults (ELECTRA's: first,
-    a projection, gelu), else the modeling file's getattr fallbacks (RoFormerConfig has none: last, no projection, no
-    activation)."""
-    kind = c.get("summary_type", default="last")
-    if kind not in ("first", "last", "mean", "cls_index"):
-        raise NoAnalyticModel(f"{c.path}: config summary_type = {kind!r}: the sequence summary transformers implements is "
-                              "first, last, mean or cls_index")
-    proj = bool(c.get("summary_use_proj", default=False))
-    labels = c.common.get("num_labels", 2)
-    if proj and c.get("summary_proj_to_labels", default=False) and 0 < labels != h:
-        raise NoAnalyticModel(f"{c.path}: config summary_proj_to_labels projects the summary to num_labels = {labels}, "
-                              f"which the multiple-choice classifier (hidden_size = {h} wide) cannot read")
-    act = c.get("summary_activation", default=None)
-    return SequenceSummary(kind == "mean", proj, act if isinstance(act, str) and act else None)
-
-
 def multiple_choice(r: Recorder, summary: SequenceSummary | None = None, pre: str | None = None) -> None:
     """*ForMultipleChoice's head (transformers 5): the body ran over the input's [batch, num_choices, seq] viewed as
     [batch x num_choices, seq] (B.b counts those sequences), one vector a sequence (the pooler's, the summary's, or the
     first token's through `pre`, DistilBERT's pre_classifier + ReLU), dropout, `classifier` Linear(hidden, 1); the
     logits viewed as [batch, num_choices] (no FLOPs)."""
     h, B = r.s.hidden, r.B
-    if summary is not None:
-        if summary.mean:
-            B.add("sequence_summary (mean over the tokens)", "activation", "cls", 1, r.tok + (h,), r.first + (h,),
-                  ew=B.b * B.seq * h)
-        if summary.proj:
-            r.linear("sequence_summary.summary", r.first, h, h, True, bucket="cls", top=True)
-        if summary.activation:
-            B.activation(f"sequence_summary act ({summary.activation})", "cls", r.first, h, summary.activation)
+    if summary is not None:   # (its width is the classifier's: summary.from_config refuses another)
+        summary_walk(r, summary, None)
     if pre is not None:
         r.linear(pre, r.first, h, h, True, bucket="cls", top=True)
         B.activation(f"{pre} act (relu)", "cls", r.first, h, "relu")

@@ -8,6 +8,9 @@ modeling_xlnet.py XLNetSequenceSummary, the same code), then the class's own `lo
   (XLNetConfig declares no summary_proj_to_labels: its summary's hasattr test fails, the projection is width wide);
   then summary_activation (none when unset: XLM's default; XLNet's is tanh). summary_type "attn" raises
   NotImplementedError in transformers, and any other value leaves the output unset: refused;
+* ELECTRA's and RoFormer's *ForMultipleChoice (modeling_electra.py ElectraSequenceSummary, RoFormer's a copy: the same
+  code) read it in place of a pooler, then their `classifier` (encoder.multiple_choice); RoFormerConfig declares no
+  summary_* field: the modeling file's getattr fallbacks (last, no projection);
 * XLM's *ForSequenceClassification: the summary's output are the logits (no logits_proj); XLM's
   *ForMultipleChoice: logits_proj Linear(num_labels, 1) over the summary; XLNet's: logits_proj Linear(d_model,
   num_labels) and Linear(d_model, 1). A summary whose width is not what logits_proj reads cannot run (transformers
@@ -17,9 +20,11 @@ A *ForMultipleChoice flattens its [batch, num_choices, seq] input to batch x num
 ckptstat's batch counts those sequences (each choice one), one summary each, and the head's ops say so."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from ...errors import NoAnalyticModel
+from .archspec import Variant
 from .base import CHOICE, FROM_CLASS, Cfg, Tensors, class_default
 from .infer import find
 from .recorder import Recorder
@@ -31,7 +36,7 @@ PER_CHOICE = "; batch counts batch x num_choices sequences"
 
 
 @dataclass(frozen=True)
-class SequenceSummary:
+class SequenceSummary(Variant):
     """The summary's token (summary_type), its projection's outputs (0: summary_use_proj false, nn.Identity) and the
     activation after it (None: none)."""
     kind: str = "first"
@@ -42,19 +47,23 @@ class SequenceSummary:
         return self.outputs or hidden
 
 
-def from_config(c: Cfg, hidden: int, labels: int, reads: int | None) -> SequenceSummary:
-    """The config's summary_* fields (their config class's defaults where left out), read whatever the head (a config
-    naming no class can hold the head); `reads`: the width logits_proj reads (None: no logits_proj)."""
-    kind = c.get("summary_type", default=FROM_CLASS)
+def from_config(c: Cfg, hidden: int, labels: int, reads: int | None,
+                fallback: Mapping[str, object] | None = None) -> SequenceSummary:
+    """The config's summary_* fields (their config class's defaults where left out; `fallback`: the modeling file's
+    getattr defaults, for a config class that declares none), read whatever the head (a config naming no class can
+    hold the head); `reads`: the width what follows the summary reads (None: nothing, no logits_proj)."""
+    fb = fallback or {}
+    kind = c.get("summary_type", default=fb.get("summary_type", FROM_CLASS))
     if kind not in KINDS and c.head in ("seqcls", CHOICE):
         raise NoAnalyticModel(f"{c.path}: config summary_type = {kind!r}: the sequence summary's op template describes "
                               f"{', '.join(KINDS)} (transformers runs no other)")
     to_labels = bool(c.get("summary_proj_to_labels", default=False))   # XLNetConfig has none: hasattr false
-    outputs = (labels if to_labels and labels > 0 else hidden) if c.get("summary_use_proj", default=FROM_CLASS) else 0
+    use_proj = c.get("summary_use_proj", default=fb.get("summary_use_proj", FROM_CLASS))
+    outputs = (labels if to_labels and labels > 0 else hidden) if use_proj else 0
     act = c.get("summary_activation", default=None)   # XLMConfig's default is None (no activation)
     sm = SequenceSummary(str(kind), outputs, act if isinstance(act, str) and act else None)
     if reads is not None and sm.width(hidden) != reads and c.head in ("seqcls", CHOICE):
-        raise NoAnalyticModel(f"{c.path}: the sequence summary gives {sm.width(hidden)} features and {PROJ} reads {reads}"
+        raise NoAnalyticModel(f"{c.path}: the sequence summary gives {sm.width(hidden)} features and the head reads {reads}"
                               " (summary_use_proj / summary_proj_to_labels / num_labels): transformers cannot run it")
     return sm
 
