@@ -4,14 +4,13 @@ one version."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping
 
 from ..census import aliases, architecture, name_matches, placements, resolve
 from ..census.model import from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import tally
 from ..census.ties import structural_tie_notes
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError
 from ..families.framework.spec import audio_inputs, default_seq
@@ -83,29 +82,12 @@ def on_load(ckpt: Checkpoint, total: int) -> dict | None:
     """`model.parameters()` of the class config.json names, where the class holds parameters the file does not
     (recreated on load) or in another size (a converter's padding): the file's unique count, itemised to it
     (families/load_table.py); None where the two are equal. `unique` stays the file's."""
-    diffs = load_differences(ckpt.config, _Shapes(ckpt.tensors))
+    diffs = load_differences(ckpt.config, ckpt.tensors)
     if not diffs:
         return None
     return {"params": total + sum(d["elements"] for d in diffs), "differences": diffs,
             "convention": "model.parameters() of the class config.json names, built from this file: the unique "
                           "parameters plus those it recreates on load, less rows it drops"}
-
-
-class _Shapes(Mapping[str, tuple[int, ...]]):
-    """The tensors' shapes by name, read on demand: load_differences asks after a few names, and a dict of every
-    shape cost a 200k-tensor header ~0.1 s (docs/performance.md)."""
-
-    def __init__(self, tensors: Mapping[str, TensorInfo]) -> None:
-        self._tensors = tensors
-
-    def __getitem__(self, name: str) -> tuple[int, ...]:
-        return self._tensors[name].shape
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
 
 
 def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:

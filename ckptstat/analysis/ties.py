@@ -222,7 +222,7 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
             row["differences"].append({"name": m["name"], "elements": d,
                                        "why": f"shape {m['file']} in the file, {m['config']} per config"})
     listed = {d["name"] for d in row["differences"]}   # and what the class config.json names makes on load
-    on_load = [d for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()})
+    on_load = [d for d in load_differences(ckpt.config, ckpt.tensors)
                if d["name"] not in listed]
     row["differences"] += on_load
     if not check["available"]:

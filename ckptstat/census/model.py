@@ -125,7 +125,7 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     count -= outside   # what the template predicts
     made = 0   # what the class makes on load that the file leaves out (its _keys_to_ignore_on_save), where the template counts it
     if predicted["total"] != count:
-        differences = sum(d["elements"] for d in load_differences(ckpt.config, {n: t.shape for n, t in ckpt.tensors.items()}))
+        differences = sum(d["elements"] for d in load_differences(ckpt.config, ckpt.tensors))
         if differences and predicted["total"] == count + differences:
             made = differences
             notes.append(f"the file leaves out {made:,} parameters {spec.architecture} recreates on load (never saved): "

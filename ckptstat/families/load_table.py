@@ -14,6 +14,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..core import TensorInfo
 from .framework.base import architectures
 
 _PATH = os.path.join(os.path.dirname(__file__), "load_table.json")
@@ -40,9 +41,10 @@ def _shape(cfg: Mapping[str, Any], dims: list[Any], file: tuple[int, ...] = ()) 
                  for i, d in enumerate(dims))
 
 
-def load_differences(cfg: Mapping[str, Any] | None, shapes: Mapping[str, tuple[int, ...]]) -> list[dict[str, Any]]:
+def load_differences(cfg: Mapping[str, Any] | None, tensors: Mapping[str, TensorInfo]) -> list[dict[str, Any]]:
     """[{name, elements, why}]: what `model.parameters()` of the class config.json names holds beyond (+) or short
-    of (-) the file's parameters `shapes`, by the class's own record; [] when the class has none."""
+    of (-) the file's `tensors`, by the class's own record; [] when the class has none. Only the record's names are
+    looked up (a 200k-tensor header's shapes are never gathered)."""
     if not cfg:
         return []
     table = _table()
@@ -51,13 +53,13 @@ def load_differences(cfg: Mapping[str, Any] | None, shapes: Mapping[str, tuple[i
         return []
     out = []
     for r in table[cls].get("recreated", ()):
-        if r["name"] not in shapes:
+        if r["name"] not in tensors:
             shape = _shape(cfg, r["shape"])
             out.append({"name": r["name"], "elements": math.prod(shape),
                         "why": f"{cls} recreates it {list(shape)} on load (_keys_to_ignore_on_save: never saved)"})
     for r in table[cls].get("resized", ()):
-        if r["name"] in shapes:
-            file = shapes[r["name"]]
+        if r["name"] in tensors:
+            file = tensors[r["name"]].shape
             shape = _shape(cfg, r["shape"], file)
             if math.prod(shape) != math.prod(file):
                 out.append({"name": r["name"], "elements": math.prod(shape) - math.prod(file),
