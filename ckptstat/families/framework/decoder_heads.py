@@ -31,7 +31,7 @@ from typing import Any
 from ...errors import NoAnalyticModel
 from .archspec import Variant
 from .base import MC, ArchSpec, Cfg, HeadRule, Tensors
-from .infer import find
+from .infer import find, num_labels
 from .ops import Builder
 
 TASK_HEADS = ("seqcls", "tokcls", "qa", MC)
@@ -132,6 +132,5 @@ def _build_summary(B: Builder, width: int) -> None:
 
 
 def labels(T: Tensors) -> int:
-    """Classes of a score / classifier / qa_outputs head: rows of its weight ([out, in]); 2 without one."""
-    t = find(T, r"^(score|classifier|qa_outputs)\.weight$")
-    return t.shape[0] if t is not None and len(t.shape) == 2 else 2
+    """Classes of a score / classifier / qa_outputs head at the top level: rows of its weight; 2 without one."""
+    return num_labels(T, r"^(score|classifier|qa_outputs)\.weight$")

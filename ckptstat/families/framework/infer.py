@@ -251,10 +251,11 @@ def heads_for(width: int, preferred: int) -> tuple[int, str]:
     return width // d, f"no config: head_dim assumed {d} (head count only affects attention-score memory)"
 
 
-def num_labels(tensors: Tensors) -> int:
-    """Classes of a classification head: rows of its last projection ([out, in] after canonical_tensors); a span
-    (QA) head's qa_outputs, num_labels wide."""
-    t = find(tensors, r"(^|\.)(classifier(\.out_proj)?|qa_outputs)\.weight$")
+def num_labels(tensors: Tensors, head: str = r"(^|\.)(classifier(\.out_proj)?|qa_outputs)\.weight$") -> int:
+    """Classes of a classification head: rows of its last projection's weight matching `head` ([out, in] after
+    canonical_tensors; by default an encoder's classifier, or a span (QA) head's qa_outputs, num_labels wide); 2
+    without one."""
+    t = find(tensors, head)
     return t.shape[0] if t is not None and len(t.shape) == 2 else 2
 
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from ...errors import NoAnalyticModel
 from .archspec import Variant
 from .base import CHOICE, FROM_CLASS, Cfg, Tensors, class_default
-from .infer import find
+from .infer import find, num_labels
 from .recorder import Recorder
 
 KINDS = ("first", "last", "cls_index", "mean")
@@ -80,8 +80,7 @@ def from_tensors(T: Tensors, model_type: str) -> tuple[SequenceSummary, str]:
 
 def labels(T: Tensors) -> int:
     """Rows of logits_proj's weight (2: none)."""
-    t = find(T, rf"(^|\.){PROJ}\.weight$")
-    return t.shape[0] if t is not None and len(t.shape) == 2 else 2
+    return num_labels(T, rf"(^|\.){PROJ}\.weight$")
 
 
 def walk(r: Recorder, sm: SequenceSummary, proj: tuple[int, int] | None) -> None:
