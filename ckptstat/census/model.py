@@ -123,13 +123,16 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts
-    made = 0   # what the class makes on load that the file leaves out (its _keys_to_ignore_on_save), where the template counts it
+    # what the class makes on load beyond the file (its _keys_to_ignore_on_save recreated; less a table it loads
+    # resized: families/load_table.py), where the template counts the class's parameters
+    made = 0
     if predicted["total"] != count:
         differences = sum(d["elements"] for d in load_differences(ckpt.config, ckpt.tensors))
         if differences and predicted["total"] == count + differences:
             made = differences
-            notes.append(f"the file leaves out {made:,} parameters {spec.architecture} recreates on load (never saved): "
-                         "the template counts them")
+            notes.append(f"{spec.architecture} holds {made:+,} parameters beyond the file's once loaded (tables it "
+                         "recreates, never saved, or loads resized: the summary's parameters.on_load itemises them); "
+                         "the template counts the class's")
     if predicted["total"] != count + made and r.family is not None and r.family.strict_params:
         raise NoArchitecture(f"{ckpt.path}: the {spec.family} template from the config's fields predicts {predicted['total']:,} "
                          f"parameters, the checkpoint holds {count:,}: its tensor shapes disagree with the template, "
