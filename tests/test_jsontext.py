@@ -121,3 +121,52 @@ def test_a_table_is_written_as_the_list_of_its_rows(v, piece):
     assert _written({"tensors": t, "short": t[:3]}, piece) == json.dumps({"tensors": v, "short": v[:3]}, indent=2) + "\n"
     t.add_column("flags", [[k] for k in range(len(v))])
     assert dumps(t) == json.dumps([{**r, "flags": [k]} for k, r in enumerate(v)], indent=2)
+
+
+def test_nested_tables_of_any_depth():
+    """A nested Table joins its parent's columns at any depth, in pieces of any size."""
+    rows = [{"a": i, "q": {"x": {"deep": i / 3, "s": f"n{i}"}, "y": [i]}, "z": None} for i in range(10)]
+    t = Table(("a", "q", "z"), {"q": ("x", "y")})
+    t.columns["q"].columns["x"] = Table(("deep", "s"))
+    for r in rows:
+        t.columns["a"].append(r["a"])
+        t.columns["q"].columns["x"].append(r["q"]["x"])
+        t.columns["q"].columns["y"].append(r["q"]["y"])
+        t.columns["z"].append(None)
+    assert list(t) == rows
+    for piece in (1, 3, 4096):
+        assert _written({"t": t, "short": t[:3]}, piece) == json.dumps({"t": rows, "short": rows[:3]}, indent=2) + "\n"
+
+
+@pytest.mark.parametrize("where", ["table column", "table key", "list of dicts", "dict key", "fallback"])
+def test_a_surrogate_anywhere_is_written_as_the_replacement_character(where):
+    bad, good = "a\ud800b", "a\ufffdb"
+    def make(s: str) -> object:
+        if where == "table column":
+            t = Table(("name", "n"))
+            t.extend([{"name": s if i == 5 else f"t{i}", "n": i} for i in range(10)])
+            return {"rows": t}
+        if where == "table key":
+            t = Table((s, "n"))
+            t.extend([{s: i, "n": i} for i in range(10)])
+            return {"rows": t}
+        if where == "list of dicts":
+            return [{"k": s if i == 7 else "x"} for i in range(10)]
+        if where == "dict key":
+            return {"meta": {s: 1}}
+        return {"obj": Named(s)}   # (a str subclass: the standard library writes the report)
+    assert dumps(make(bad)) == json.dumps(_plain(make(good)), indent=2)
+
+
+def _plain(o: object) -> object:
+    if isinstance(o, Table):
+        return list(o)
+    if isinstance(o, dict):
+        return {k: _plain(v) for k, v in o.items()}
+    return o
+
+
+def test_a_backslash_u_in_a_value_is_not_a_surrogate():
+    """`\\ud` in json's text can be an escaped backslash followed by `ud` (a Windows path): cleaning finds nothing."""
+    v = {"path": Named("C:\\udata"), "rows": [{"p": "C:\\udata"}] * 9}
+    assert dumps(v) == json.dumps(v, indent=2)
