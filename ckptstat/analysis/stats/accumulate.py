@@ -131,11 +131,47 @@ def scratch(name: str, n: int, dtype: type = np.float64) -> np.ndarray:
 _NO_BINS = np.zeros(0, dtype=np.int64)   # shared by accumulators without counts: never modified in place
 
 
+# --- the scale of the moments (docs/stats.md, "Scale of the moments") ------------------------------------
+
+# Below 2^400 in magnitude, a sum of squares of up to 2^63 values (< 2^865) and Chan's delta^2 * na * nb (< 2^928)
+# stay finite; from 2^-400 up, a squared deviation is subnormal only below 2^-111 of the largest |x|, far under
+# the rounding of the deviation itself. float32 and narrower, and every integer, always fall in between.
+_PLAIN_LO, _PLAIN_HI = 2.0 ** -400, 2.0 ** 400
+
+
+def scale_exp(m: float) -> int:
+    """The power of two 2^e that the moments of values of largest magnitude m are kept in units of.
+
+    0 (plain float64 sums) for m in [2^-400, 2^400) -- every dtype but float64 -- and for no value or only zeros;
+    otherwise m's own binary exponent, so that m / 2^e is in [0.5, 1): the scaled values' sums and squares can
+    neither overflow nor underflow. Monotone in m: merging only ever rescales the moments of the smaller side
+    down (what underflows there is below 2^-1074 of the larger side's largest |x|)."""
+    if not m > 0 or _PLAIN_LO <= m < _PLAIN_HI:
+        return 0
+    return math.frexp(m)[1]
+
+
+def unscale(v: float, e: int) -> float:
+    """v * 2^e: exact (but for a subnormal result, rounded once); +-inf where it passes float64's max."""
+    if not e:
+        return v
+    try:
+        return math.ldexp(v, e)
+    except OverflowError:
+        return math.copysign(math.inf, v)
+
+
 # --- the accumulator -----------------------------------------------------------------------------------
 
 @dataclass
 class Acc:
-    """Mergeable statistics of a set of values. `hist` counts finite values by 16-bit key in `domain`."""
+    """Mergeable statistics of a set of values. `hist` counts finite values by 16-bit key in `domain`.
+
+    `mean`, `m2` and `sum_abs` are kept in units of 2^exponent() (and m2 of 4^exponent()): a power of two
+    read from min / max (scale_exp), 1 for every value of magnitude in [2^-400, 2^400), so that
+    finite float64 values of any magnitude give moments that neither overflow nor lose their precision to
+    underflow. Powers of two scale exactly, so a scaled accumulator's moments are, to the bit, what the plain
+    sums would be wherever those neither overflow nor underflow; row() reports them unscaled."""
 
     domain: str = "bf16"
     exact: bool = True
@@ -209,6 +245,17 @@ class Acc:
         else:
             self.hist_keys = self.hist_counts = _NO_BINS
 
+    def exponent(self) -> int:
+        """The power of two the moments are kept in units of (scale_exp of the largest finite |x|; 0 if none)."""
+        m = max(-self.min, self.max)
+        return 0 if _PLAIN_LO <= m < _PLAIN_HI else scale_exp(m)   # (the common case inline: merges are many)
+
+    def _rescale(self, e_old: int) -> None:
+        """The moments, kept in units of 2^e_old, into units of 2^exponent() (never larger: scale_exp is monotone)."""
+        k = e_old - self.exponent()
+        if k:
+            self.mean, self.m2, self.sum_abs = math.ldexp(self.mean, k), math.ldexp(self.m2, 2 * k), math.ldexp(self.sum_abs, k)
+
     def add_moments(self, n: int, mean: float, m2: float) -> None:
         """Chan et al. (1979) pairwise update of (n, mean, M2)."""
         if n == 0:
@@ -232,26 +279,35 @@ class Acc:
             np.copyto(x64, x)
         else:
             x64 = x.astype(np.float64, copy=False)
-        total = float(np.add.reduce(x64)) if x64 is x or widened else float(np.add.reduce(x, dtype=np.float64))
-        if not math.isfinite(total):
-            # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
-            nan = np.isnan(x)
-            self.nan += int(nan.sum())
-            self.posinf += int(np.count_nonzero(x == np.inf))
-            self.neginf += int(np.count_nonzero(x == -np.inf))
-            x = x[np.isfinite(x)]
-            if x.size == 0:
-                return
-            x64 = x.astype(np.float64, copy=False)
-            widened = False
-            total = float(np.add.reduce(x, dtype=np.float64))
+        with np.errstate(over="ignore", invalid="ignore"):   # inf - inf, or huge float64s: the slow path's
+            total = float(np.add.reduce(x64)) if x64 is x or widened else float(np.add.reduce(x, dtype=np.float64))
+            if not math.isfinite(total):
+                # Slow path, only for chunks holding NaN / Inf (or f64 values whose sum overflows).
+                nan = np.isnan(x)
+                self.nan += int(nan.sum())
+                self.posinf += int(np.count_nonzero(x == np.inf))
+                self.neginf += int(np.count_nonzero(x == -np.inf))
+                x = x[np.isfinite(x)]
+                if x.size == 0:
+                    return
+                x64 = x.astype(np.float64, copy=False)
+                widened = False
+                total = float(np.add.reduce(x, dtype=np.float64))
         n = x.size
         self.zeros += n - int(np.count_nonzero(x))
         cmin, cmax = float(x.min()), float(x.max())
+        e_old = self.exponent()
         self.min, self.max = min(self.min, cmin), max(self.max, cmax)
         if x.dtype.kind in "iu" and (cmin < -256 or cmax > 256):
             self.exact = False   # bfloat16 holds every integer of magnitude <= 256, not beyond
-        if not widened:
+        self._rescale(e_old)
+        e = self.exponent()
+        if e:   # (float64 beyond 2^+-400 only) the moments of x / 2^e, from a scaled copy
+            x64 = np.ldexp(x64, -e)
+            widened = False
+            total = float(np.add.reduce(x64))
+            self.sum_abs += float(np.add.reduce(np.abs(x64)))
+        elif not widened:
             self.sum_abs += float(np.add.reduce(np.abs(x), dtype=np.float64))
         mean = total / n
         if x64 is x:
@@ -315,10 +371,19 @@ class Acc:
     def merge_scalars(self, other: Acc) -> None:
         """The counts, min / max and float64 moments half of merge: floating-point sums, so the order of the
         merges decides the last bits (analysis/stats/ replays them in file order whatever the workers)."""
-        for f in ("count", "nan", "posinf", "neginf", "zeros", "sum_abs", "tensors"):
+        for f in ("count", "nan", "posinf", "neginf", "zeros", "tensors"):
             setattr(self, f, getattr(self, f) + getattr(other, f))
+        e_old, e_other = self.exponent(), other.exponent()
         self.min, self.max = min(self.min, other.min), max(self.max, other.max)
-        self.add_moments(other.n, other.mean, other.m2)
+        e = self.exponent()
+        if e_old or e_other or e:   # (MOMENT_RULE) both sides' moments into units of 2^e
+            self._rescale(e_old)
+            k = e_other - e
+            self.sum_abs += math.ldexp(other.sum_abs, k)
+            self.add_moments(other.n, math.ldexp(other.mean, k), math.ldexp(other.m2, 2 * k))
+        else:
+            self.sum_abs += other.sum_abs
+            self.add_moments(other.n, other.mean, other.m2)
 
     def quantiles(self, ps: Sequence[float]) -> list[float | None]:
         keys, counts = self.bins()
@@ -326,14 +391,14 @@ class Acc:
 
     def row(self, ps: Sequence[float] = QUANTILES, quantiles: dict | None = None) -> dict:
         """The report's fields; `quantiles`, when the caller computed them (analysis/stats/tiny.py), as given."""
-        n = self.n
-        std = math.sqrt(max(self.m2, 0.0) / n) if n else None
+        n, e = self.n, self.exponent()
+        std = unscale(math.sqrt(max(self.m2, 0.0) / n), e) if n else None
         return {
             "count": self.count, "finite": n,
             "min": self.min if n else None, "max": self.max if n else None,
-            "mean": self.mean if n else None, "std": std,
-            "mean_abs": self.sum_abs / n if n else None,
-            "l2": math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)) if n else 0.0,
+            "mean": unscale(self.mean, e) if n else None, "std": std,
+            "mean_abs": unscale(self.sum_abs / n, e) if n else None,
+            "l2": unscale(math.sqrt(max(self.m2 + n * self.mean * self.mean, 0.0)), e) if n else 0.0,
             "zeros": self.zeros, "zero_fraction": self.zeros / self.count if self.count else None,
             "nan": self.nan, "inf": self.posinf + self.neginf, "posinf": self.posinf, "neginf": self.neginf,
             "quantiles": quantiles if quantiles is not None else {_qkey(p): q for p, q in zip(ps, self.quantiles(ps))},

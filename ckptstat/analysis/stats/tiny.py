@@ -7,7 +7,9 @@ decoded once, and every statistic of every tensor comes from a few numpy reducti
 keyed by tensor (bincount / reduceat); the run's contribution to each group (total, bucket, plot, layer) is
 one accumulator, merged once, not once per tensor. The statistics follow the rules of analysis/stats/
 (QUANTILE_RULE: the same histogram keys and representatives, so quantiles are the per-tensor path's; the
-moments are float64 sums over elements, equal to the per-tensor path's to float64 rounding).
+moments are float64 sums over elements, equal to the per-tensor path's to float64 rounding; F16, BF16 and
+F32 values lie in [2^-400, 2^400), where Acc keeps its moments unscaled, so the run's columns and group
+accumulators are plain sums too: accumulate.py scale_exp).
 
 Runs are formed from the selected tensors by one left-to-right rule (`units`), so a task that starts at a
 unit boundary forms the same runs: `split` cuts tasks only there, and the report is the same bits whatever
