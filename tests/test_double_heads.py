@@ -1,4 +1,4 @@
-"""GPT-2's and OpenAI GPT's *DoubleHeadsModel (head "lm+mc", families/framework/decoder_heads.py) beyond the registry
+"""GPT-2's and OpenAI GPT's *DoubleHeadsModel (head "lm+mc", families/framework/summary.py) beyond the registry
 walk of tests/test_families.py (which builds each from its 2-D input_ids): against transformers' own classes,
 
 * FLOPs: the real input, [batch, num_choices, seq] with the mc_token_ids that pick each choice's summary token, equals
@@ -66,6 +66,40 @@ def test_config_alone_predicts_the_summary(tmp_path, config, cls):
     assert load(str(bare)).predicted["total"] == sum(p.numel() for p in model.parameters())
     m = load(str(tmp_path))
     assert m.agree and m.checkpoint_params == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("config,cls", CLASSES, ids=[c[1] for c in CLASSES])
+def test_config_without_architectures_reads_the_summary(tmp_path, config, cls):
+    """config.json naming no class: the head is the file's names' (lm+mc), the summary still the config's (here
+    n_embd wide and tanh, not the class defaults' one output): the prediction equals the class's parameters."""
+    import json
+
+    torch.manual_seed(0)
+    cfg = getattr(T, config)(**SIZES, summary_proj_to_labels=False, summary_activation="tanh")
+    model = getattr(T, cls)(cfg)
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d.pop("architectures", None)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    m = load(str(tmp_path))
+    assert m.spec.head == "lm+mc"
+    assert m.agree and m.predicted["total"] == sum(p.numel() for p in model.parameters())
+    assert (m.spec.variant.outputs, m.spec.variant.activation) == (model.multiple_choice_head.summary.out_features, "tanh")
+
+
+@pytest.mark.parametrize("kind", ["last", "mean"])
+def test_config_without_architectures_refuses_other_summary_types(tmp_path, kind):
+    """The same with a summary_type the template does not describe for the choices: refused in one line."""
+    import json
+
+    torch.manual_seed(0)
+    model = T.GPT2DoubleHeadsModel(T.GPT2Config(**SIZES, summary_type=kind))
+    model.save_pretrained(tmp_path)
+    d = json.loads((tmp_path / "config.json").read_text())
+    d.pop("architectures", None)
+    (tmp_path / "config.json").write_text(json.dumps(d))
+    with pytest.raises(NoAnalyticModel, match="summary_type"):
+        load(str(tmp_path))
 
 
 @pytest.mark.parametrize("config,cls", CLASSES, ids=[c[1] for c in CLASSES])

@@ -175,7 +175,7 @@ def pooler(model_type: str, head: str) -> bool:
 
 
 # the summary_* values modeling_roformer.py's sequence summary falls back to (getattr): RoFormerConfig declares none
-SUMMARY_FALLBACK = {"roformer": {"summary_type": "last", "summary_use_proj": False}}
+SUMMARY_FALLBACK = {"roformer": {"summary_type": "last", "summary_use_proj": False, "summary_activation": None}}
 
 # XmodConfig's languages default (config_defaults.json keeps scalars; tests/test_config_defaults.py checks this one)
 XMOD_LANGUAGES = ("en_XX",)

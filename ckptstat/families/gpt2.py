@@ -3,7 +3,8 @@ wpe, pre-LayerNorm layers (ln_1 before the attention, ln_2 before the MLP) of Co
 fused, biased attn.c_attn [h, 3h] and attn.c_proj, a plain biased MLP mlp.c_fc / activation_function / mlp.c_proj,
 n_inner wide (null: 4 x n_embd); the final ln_f, and an LM head tied to wte unless the config says otherwise
 (GPT2LMHeadModel._tied_weights_keys); the task heads score, classifier and qa_outputs, and GPT2DoubleHeadsModel's LM
-head beside its multiple_choice_head (DecoderLayout.task_heads, framework/decoder_heads.py).
+head beside its multiple_choice_head (DecoderLayout.task_heads, framework/decoder_heads.py; its SequenceSummary
+framework/summary.py's).
 llama.cpp names it `gpt2`; its converter transposes the Conv1D weights, which `ckptstat diff` replays (gguf_transforms)."""
 from __future__ import annotations
 

@@ -3,8 +3,8 @@ tokens_embed plus a learned positions_embed, post-LayerNorm layers (ln_1 after t
 the MLP's) of GPT-2's Conv1D weights (stored [in, out]): a fused, biased attn.c_attn [h, 3h] and attn.c_proj, a plain
 biased MLP mlp.c_fc / afn / mlp.c_proj 4 x n_embd wide, no final norm, an LM head tied to tokens_embed
 (OpenAIGPTLMHeadModel._tied_weights_keys), OpenAIGPTDoubleHeadsModel's LM head beside its multiple_choice_head
-(DecoderLayout.task_heads, framework/decoder_heads.py), and no cache (its forward returns none). llama.cpp has no
-architecture for it."""
+(DecoderLayout.task_heads, framework/decoder_heads.py; its SequenceSummary framework/summary.py's), and no cache (its
+forward returns none). llama.cpp has no architecture for it."""
 from __future__ import annotations
 
 from typing import Any

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import math
 
-from . import decoder_heads, decoders
+from ...errors import NoAnalyticModel
+from . import decoder_heads, decoders, summary
 from .base import Tensors
 from .layout_base import LEARNED_ACTIVATIONS, MLP, DecoderLayout, Module, Walk
 from .ops import ew_cost
+from .recorder import Recorder
 
 
 def sinks(w: Walk, layers: tuple[int, ...]) -> None:
@@ -119,10 +121,16 @@ def output_heads(w: Walk, E: int) -> None:
         if s.logit_softcap:
             B.add("final logit soft-capping (tanh(x / cap) x cap)", "activation", "cls", 1, w.tok + (s.vocab,),
                   w.tok + (s.vocab,), ew=B.b * B.seq * s.vocab * (ew_cost("tanh") + 2))
-    if s.head in lay.task_heads:   # over every token's hidden state, or one per sequence (decoder_heads.py)
+    if s.head == decoder_heads.MC and s.head in lay.task_heads:   # one summary per sequence (framework/summary.py)
+        if not isinstance(s.variant, summary.SequenceSummary):   # a guessed head: decoder_heads.double_heads
+            raise NoAnalyticModel(f"the {s.family} multiple-choice head: config summary_type is not one of "
+                                  f"{', '.join(summary.MC_KINDS)}, which its op template describes")
+        r = Recorder(B)
+        summary.walk(r, s.variant, None, summary.MC_SUMMARY)
+        w.modules.extend(r.modules)
+    elif s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
         name, params = decoder_heads.shapes(s, E, p.tokcls)
-        if params:
-            w.modules.append(Module(name, None, params, top=True))
+        w.modules.append(Module(name, None, params, top=True))
         decoder_heads.build(B, E, p.tokcls)
 
 
