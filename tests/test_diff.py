@@ -326,3 +326,22 @@ def test_a_tied_name_is_no_difference(cli):
         assert len(tied) == shared and all(ptr[n] == ptr[t] and n != t for n, t in tied.items())
         rc, out, _ = cli("diff", a, b)
         assert rc == 0 and "no differences" in out and "tied" in out
+
+
+def test_nonfinite_mismatch_is_named_in_every_table(tmp_path, cli) -> None:
+    """Was: a tensor whose only difference is a NaN read 'values changed' with max |a-b| 0 and an empty detail
+    (max_abs leaves non-finite pairs out) in the text, markdown and HTML tables. Oracle: numpy's isclose."""
+    x = np.linspace(-1, 1, 64, dtype=np.float32)
+    y = x.copy()
+    y[[3, 40]] = np.nan
+    y[7] = np.inf
+    save_file({"w": torch.from_numpy(x)}, str(tmp_path / "a.safetensors"))
+    save_file({"w": torch.from_numpy(y)}, str(tmp_path / "b.safetensors"))
+    n = int(np.sum(~np.isclose(x, y, equal_nan=True)))
+    want = f"{n} NaN/Inf facing another value"
+    a, b = str(tmp_path / "a.safetensors"), str(tmp_path / "b.safetensors")
+    rc, out, _ = cli("diff", a, b)
+    assert rc == 1 and want in out
+    for fmt in ("md", "html"):
+        rc, _, _ = cli("diff", a, b, "--format", fmt, "-o", str(tmp_path / f"d.{fmt}"))
+        assert rc == 1 and want in (tmp_path / f"d.{fmt}").read_text()

@@ -205,3 +205,27 @@ def test_audit_still_resumes_and_appends(tmp_path, capsys):
     assert _audit(root, out, "--fresh") == 0
     assert len(out.read_text().splitlines()) == 2
     capsys.readouterr()
+
+
+def test_audit_of_the_whole_cache_names_snapshot_files_beside_their_config(tmp_path, capsys):
+    """Was: `blobs/` walked before `snapshots/`, so a blob was audited as `blobs/<sha>`, its snapshot link
+    skipped as seen, and the cross-check said "no config.json". Now under the snapshot's name, with its config;
+    a blob no snapshot links to is still audited, under its own name."""
+    transformers = pytest.importorskip("transformers")
+    cfg = transformers.LlamaConfig(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                   num_attention_heads=2, num_key_value_heads=1)
+    model = transformers.LlamaForCausalLM(cfg)
+    model.save_pretrained(tmp_path / "saved")
+    files = {n: (tmp_path / "saved" / n).read_bytes() for n in ("model.safetensors", "config.json")}
+    hub = tmp_path / "hub"
+    snap = hf_repo(hub, files)
+    orphan = hub / "models--org--name" / "blobs" / ("0" * 64)
+    orphan.write_bytes(_st_bytes(tmp_path))
+    out = tmp_path / "audit.jsonl"
+    assert main(["audit", str(hub), "--out", str(out), "--json"]) == 0
+    capsys.readouterr()
+    recs = {r["path"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert set(recs) == {str(snap / "model.safetensors"), str(orphan)}
+    rec = recs[str(snap / "model.safetensors")]
+    assert rec["parameters"] == sum(p.numel() for p in model.parameters())
+    assert rec["config"]["verdict"] == "match" and rec["config"]["model"] == "LlamaForCausalLM"

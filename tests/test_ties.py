@@ -291,3 +291,23 @@ def test_a_parameter_over_a_buffers_storage_counts_itself(tmp_path):
     assert list(m.state_dict()) == ["bn.running_mean", "z.weight"]
     audit(open_checkpoint(tmp_path / "m.pt"))
     assert summarize(open_checkpoint(tmp_path / "m.pt"))["parameters"]["unique"] == sum(p.numel() for p in m.parameters())
+
+
+@pytest.mark.parametrize("name", ["LlamaForCausalLM-tied", "T5ForConditionalGeneration"])
+def test_parameters_row_of_a_shard_without_the_tied_pair(name, tmp_path):
+    """Was: a shard holding neither name of a tie (the embeddings in another shard, the head dropped as
+    tied) made model.parameters() count the head apart (+V x h), and the config check list it missing.
+    Oracle: the real model's parameters() and the files save_pretrained wrote."""
+    model = MODELS[name]()
+    model.save_pretrained(tmp_path, max_shard_size="8KB")
+    index = json.loads((tmp_path / "model.safetensors.index.json").read_text())["weight_map"]
+    embed = model.get_input_embeddings().weight
+    embed_name = next(n for n, p in model.named_parameters() if p is embed)
+    shard = next(f for f in sorted(set(index.values())) if f != index[embed_name])
+    r = audit(open_checkpoint(str(tmp_path / shard)))
+    row = r["counting"]["rows"][1]
+    assert row["convention"].startswith("model.parameters()")
+    assert row["params"] == sum(p.numel() for p in model.parameters())
+    held = {n for n, f in index.items() if f == shard}
+    not_in_file = {m["name"] for m in r["cross_check"]["missing"] if m["why"] == "not in the file"}
+    assert not_in_file == set(index) - held

@@ -171,12 +171,19 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     outer = next((n[: -len(e)] for e in expected for n in params if n.endswith(e) and (n == e or n[-len(e) - 1] == ".")), "")
     expected = {outer + n: shape for n, shape in expected.items()}
     tie_of = {canonical_name(t.alias): t for t in ties} | {t.alias: t for t in ties}
+    # a tie the file cannot show, both names absent (an optimizer file, a shard without the embeddings): the
+    # model still holds one parameter for the two
+    tied_cfg = tie_word_embeddings(ckpt)
+    ruled = {outer + rule.alias: (outer + rule.target, "config tie_word_embeddings" if rule.when == "config"
+                                  else "architecture") for rule in r.tie_rules if rule.when == "always" or tied_cfg}
     missing = []
     for name, shape in expected.items():
         if name not in params:
             t = tie_of.get(name)
+            target, evidence = (t.target, t.evidence) if t else ruled.get(name, ("", ""))
+            tied = bool(t) or (target in expected and target not in params)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
-                            "why": f"tied to {t.target} ({t.evidence})" if t else "not in the file"})
+                            "why": f"tied to {target} ({evidence})" if tied else "not in the file"})
     # a wrapper's towers outside the analytic model (ArchSpec.outside) are the model's, not unexpected
     unexpected = [{"name": spelled[n], "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
                   if n not in expected and spelled[n] not in alias_of and not is_outside(n, spec.outside)]

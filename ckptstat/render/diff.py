@@ -29,8 +29,9 @@ def _what(row: dict) -> str:
         rounded = (f", within {row['rounded_to']} rounding ({row['bound_used']:.0%} of its bound)"
                    if row.get("rounded_to") else "")
         return f"{row['a_dtype']} -> {row['b_dtype']}{rounded}" + (f"; {after}" if after else "")
-    if row["status"] in ("equal", "values"):
-        return after
+    if row["status"] in ("equal", "values"):   # a NaN or an infinity facing another value: left out of max |a-b|
+        bad = row.get("nonfinite_mismatch")
+        return "; ".join(x for x in (f"{bad:,} NaN/Inf facing another value" if bad else "", after) if x)
     if row["status"] == "tied":
         return f"= {row['tied_to']}"
     if row["status"] in ("added", "removed"):

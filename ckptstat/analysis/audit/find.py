@@ -23,7 +23,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ...core.files import followed, join
+from ...core.files import HF_CACHE_REPOS, followed, join
 from ...core.urls import is_url, parent, scheme
 from ...errors import (
     CheckpointError,
@@ -114,7 +114,10 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     units: list[Unit] = []
     seen: set[str] = set()
     for folder, dirs, names in os.walk(root, followlinks=False):
-        dirs.sort()
+        # a Hugging Face cache repository's blobs/ last: a file is audited under its snapshot's name, beside the
+        # snapshot's config.json, and a blob no snapshot links to under its own
+        last = os.path.basename(folder).startswith(HF_CACHE_REPOS)
+        dirs.sort(key=lambda d: (last and d == "blobs", d))
         for d in list(dirs):
             if os.path.islink(os.path.join(folder, d)):
                 dirs.remove(d)
