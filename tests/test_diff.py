@@ -328,9 +328,10 @@ def test_a_tied_name_is_no_difference(cli):
         assert rc == 0 and "no differences" in out and "tied" in out
 
 
-def test_nonfinite_mismatch_is_named_in_every_table(tmp_path, cli) -> None:
+def test_nonfinite_mismatch_is_named_in_every_table(tmp_path, cli, monkeypatch) -> None:
     """Was: a tensor whose only difference is a NaN read 'values changed' with max |a-b| 0 and an empty detail
     (max_abs leaves non-finite pairs out) in the text, markdown and HTML tables. Oracle: numpy's isclose."""
+    monkeypatch.setenv("COLUMNS", "200")   # (the text table's detail column whole, whatever the runner's terminal)
     x = np.linspace(-1, 1, 64, dtype=np.float32)
     y = x.copy()
     y[[3, 40]] = np.nan
