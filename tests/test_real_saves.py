@@ -84,6 +84,8 @@ CASES = [
     ("mamba", "MambaConfig", dict(vocab_size=97, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
                                   conv_kernel=4), "MambaForCausalLM"),
     ("mbart", "MBartConfig", dict(S2S, max_position_embeddings=64), "MBartForConditionalGeneration"),
+    # M2M100's sinusoidal position tables are non-persistent buffers: not in the file, not parameters
+    ("m2m_100", "M2M100Config", dict(S2S, max_position_embeddings=64), "M2M100ForConditionalGeneration"),
     ("t5-encoder", "T5Config", dict(vocab_size=97, d_model=16, d_kv=8, d_ff=24, num_layers=1, num_heads=2), "T5EncoderModel"),
     ("vit-imgcls", "ViTConfig", dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
                                      image_size=16, patch_size=4, num_labels=5), "ViTForImageClassification"),
