@@ -42,6 +42,7 @@ def _layer_bytes(cache) -> int:
 @pytest.mark.parametrize("config_cls,model_cls,sizes,inputs", [
     ("BartConfig", "BartForConditionalGeneration", bart._SIZES, "input_ids"),
     ("MBartConfig", "MBartForConditionalGeneration", bart._SIZES, "input_ids"),
+    ("M2M100Config", "M2M100ForConditionalGeneration", bart._SIZES, "input_ids"),
     ("WhisperConfig", "WhisperForConditionalGeneration", whisper._SIZES, "input_features"),
 ])
 def test_encoder_decoder_cache_bytes_equal_the_models_cache(config_cls, model_cls, sizes, inputs):
@@ -175,6 +176,7 @@ def test_expected_tensors_are_the_models_named_parameters(family, sample, model_
 @pytest.mark.parametrize("config_cls,model_cls,sizes", [
     ("BartConfig", "BartForConditionalGeneration", bart._SIZES),
     ("MBartConfig", "MBartForConditionalGeneration", dict(bart._SIZES, tie_word_embeddings=False)),
+    ("M2M100Config", "M2M100ForConditionalGeneration", bart._SIZES),
     ("WhisperConfig", "WhisperForConditionalGeneration", whisper._SIZES),
     ("MambaConfig", "MambaForCausalLM", mamba._SIZES),
 ])
@@ -208,3 +210,19 @@ def test_bart_weights_alone_predict_the_models_parameters(tmp_path, tied, model_
         torch.save(model.state_dict(), path)
     analytic = summarize(open_checkpoint(str(path)))["analytic"]
     assert analytic["predicted_params"] == sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_m2m100_weights_alone_read_as_m2m100(tmp_path, tied):
+    """An M2M100 file holds no position table (a non-persistent sinusoidal buffer): without config.json its names
+    (no layernorm_embedding, a final layer_norm, no embed_positions) read as M2M100's stack, not Blenderbot's (whose
+    learned table a file holds), and its parameters are the model's."""
+    from ckptstat import open_checkpoint, summarize
+
+    model = _tiny("M2M100Config", "M2M100ForConditionalGeneration", dict(bart._SIZES, tie_word_embeddings=tied))
+    model.save_pretrained(tmp_path)
+    (tmp_path / "config.json").unlink()
+    analytic = summarize(open_checkpoint(str(tmp_path / "model.safetensors")))["analytic"]
+    assert analytic["predicted_params"] == sum(p.numel() for p in model.parameters())
+    assert "no config: the names show a m2m_100-shaped stack" in analytic["notes"]
+    assert not any("embed_positions" in n for n in analytic["notes"])

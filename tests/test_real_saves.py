@@ -84,6 +84,13 @@ CASES = [
     ("mamba", "MambaConfig", dict(vocab_size=97, hidden_size=16, state_size=4, num_hidden_layers=2, expand=2,
                                   conv_kernel=4), "MambaForCausalLM"),
     ("mbart", "MBartConfig", dict(S2S, max_position_embeddings=64), "MBartForConditionalGeneration"),
+    # Zamba's shared transformer block: saved under the first hybrid layer only (tied), under each untied
+    *((f"zamba{'' if tied else '-untied'}", "ZambaConfig",
+       dict(hidden_size=16, num_hidden_layers=5, num_attention_heads=2, num_key_value_heads=1, intermediate_size=24,
+            vocab_size=97, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=4, mamba_d_conv=3, n_mamba_heads=2,
+            tie_word_embeddings=tied), "ZambaForCausalLM") for tied in (True, False)),
+    # M2M100's sinusoidal position tables are non-persistent buffers: not in the file, not parameters
+    ("m2m_100", "M2M100Config", dict(S2S, max_position_embeddings=64), "M2M100ForConditionalGeneration"),
     ("t5-encoder", "T5Config", dict(vocab_size=97, d_model=16, d_kv=8, d_ff=24, num_layers=1, num_heads=2), "T5EncoderModel"),
     ("vit-imgcls", "ViTConfig", dict(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24,
                                      image_size=16, patch_size=4, num_labels=5), "ViTForImageClassification"),

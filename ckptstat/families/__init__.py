@@ -133,6 +133,7 @@ from . import (
     wrappers,
     xlm,
     xlnet,
+    zamba,
 )
 from .framework.base import Family, architectures
 
@@ -156,7 +157,7 @@ _ALL: tuple[Family, ...] = (
     phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
     recurrent_gemma.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
     solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, t5.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY,
-    xlm.FAMILY, xlnet.FAMILY,
+    xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY,
 )
 
 

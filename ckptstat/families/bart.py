@@ -4,8 +4,9 @@ max_position_embeddings + 2 rows), a layernorm_embedding after the embeddings, b
 feed-forward. BART is post-LN; mBART is pre-LN with one more LayerNorm at the end of each stack. The LM head's
 final_logits_bias is a registered buffer, not a parameter. Their copies (modeling_plbart.py, modeling_mvp.py,
 modeling_marian.py, modeling_pegasus.py, modeling_blenderbot.py, modeling_blenderbot_small.py,
-modeling_bigbird_pegasus.py) are each a `Stack` (STACKS), whole (*Model, *ForConditionalGeneration or MarianMTModel,
-*ForSequenceClassification, *ForQuestionAnswering where they exist) or the decoder alone (*ForCausalLM).
+modeling_bigbird_pegasus.py, modeling_m2m_100.py) are each a `Stack` (STACKS), whole (*Model,
+*ForConditionalGeneration or MarianMTModel, *ForSequenceClassification, *ForQuestionAnswering where they exist) or the
+decoder alone (*ForCausalLM).
 
 Ties (transformers 5: BartModel._tied_weights_keys ties encoder.embed_tokens and decoder.embed_tokens to `shared`,
 BartForConditionalGeneration's lm_head to model.shared, and PreTrainedModel.get_expanded_tied_weights_keys applies
@@ -53,8 +54,11 @@ STACKS = {
     # encoder's self-attention names its projections its own way
     "bigbird_pegasus": Stack(pre_ln=True, embedding_norm=False, final_norm="layernorm_embedding", offset=0,
                              proj_bias=False, encoder_self=BIGBIRD_ENCODER),
+    # M2M100: pre-LN, no layernorm_embedding, a sinusoidal table (a buffer) numbered from 2, the embeddings scaled
+    # (element-wise); no *ForCausalLM, sequence classifier or QA head
+    "m2m_100": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", positions_buffer=True),
     # decoder-only models of the same stack (modeling_xglm.py, modeling_biogpt.py); XGLM's sinusoidal table is a buffer
-    "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
+    "xglm": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm", positions_buffer=True),
     "biogpt": Stack(pre_ln=True, embedding_norm=False, final_norm="layer_norm"),
 }
 
@@ -126,10 +130,16 @@ def from_config(c: Cfg) -> ArchSpec:
     return ArchSpec(decoder_heads=ad, decoder_ffn=c.int("decoder_ffn_dim"),
                     layers=c.int("encoder_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("encoder_ffn_dim"), vocab=c.int("vocab_size"),
-                    positions=c.int("max_position_embeddings") + STACKS[c.model_type].offset,
+                    positions=_positions(c),
                     activation=str(c.get("activation_function", default="gelu")),
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
                     decoder_layers=c.int("decoder_layers"), variant=v, **c.common)
+
+
+def _positions(c: Cfg) -> int:
+    """The rows of the model type's learned (or frozen) position table, 0 where it is a buffer."""
+    st = STACKS[c.model_type]
+    return 0 if st.positions_buffer else c.int("max_position_embeddings") + st.offset
 
 
 def _decoder_alone(c: Cfg) -> ArchSpec:
@@ -146,7 +156,7 @@ def _decoder_alone(c: Cfg) -> ArchSpec:
     v = BartVariant(lm_vocab=Vd if tied else V)
     if c.model_type == "bigbird_pegasus":
         v = replace(v, proj_bias=bool(c.get("use_bias", default=False)))
-    P = c.int("max_position_embeddings") + STACKS[c.model_type].offset if c.model_type != "xglm" else 0
+    P = _positions(c)
     if c.model_type == "trocr":   # TrOCR's sinusoidal table (use_learned_position_embeddings false) is a buffer
         P = P if c.get("use_learned_position_embeddings", default=True) else 0
         v = replace(v, embedding_norm=bool(c.get("layernorm_embedding", default=True)))
@@ -167,11 +177,13 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     fd = infer.shape(T, dec_fc1, "decoder fc1")[0] if infer.has(T, dec_fc1) else f
     a, note = infer.heads_for(h, 64)
     # the stack the names show: BigBird-Pegasus' encoder attention, else a layernorm_embedding or not and a final
-    # layer_norm or not (the first model type with both; pre- or post-LN and the position offset no name shows)
+    # layer_norm or not (the first model type with both, one without a position table where the file has none:
+    # M2M100's; pre- or post-LN and the position offset no name shows)
     shown = (infer.has(T, pattern(WALKED, "encoder.layernorm_embedding")),
              infer.has(T, pattern(WALKED_MBART, "encoder.layer_norm")))
+    like = [mt for mt in WHOLE if (STACKS[mt].embedding_norm, STACKS[mt].final_norm == "layer_norm") == shown]
     mt = "bigbird_pegasus" if infer.has(T, pattern(WALKED_BIGBIRD, ENC_Q)) else next(
-        mt for mt in WHOLE if (STACKS[mt].embedding_norm, STACKS[mt].final_norm == "layer_norm") == shown)
+        (mt for mt in like if STACKS[mt].positions_buffer == (not P)), like[0])
     q_dec = pattern(WALKED, "decoder.layers.{bid}.self_attn.q_proj", "bias")
     cls = infer.find(T, pattern(WALKED_SEQCLS, "classification_head.out_proj"))
     # untied: lm_head or a stack's embed_tokens stored apart from `shared` (not absent, not an alias of it)
@@ -187,7 +199,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     notes: tuple[str, ...] = (note, "no config: activation assumed gelu")
     if mt not in ("bart", "mbart"):
         notes += (f"no config: the names show a {mt}-shaped stack",)
-    if not P:
+    if not P and not STACKS[mt].positions_buffer:
         notes += ("no embed_positions in the file (MarianMTModel's save leaves its sinusoidal tables out; the class "
                   "recreates them on load): not counted",)
     if apart and shared is not None and enc is None:
@@ -382,6 +394,9 @@ FAMILY = Family(
                ("MarianMTModel", "MarianModel"), infer=False),
         Sample("MarianConfig", dict(_SIZES, pad_token_id=1, share_encoder_decoder_embeddings=False, decoder_vocab_size=77,
                                     tie_word_embeddings=False), ("MarianMTModel",)),
+        # M2M100: a tied LM head dropped from the file leaves model.decoder's names (HeadRule), no final_logits_bias
+        Sample("M2M100Config", _SIZES, ("M2M100ForConditionalGeneration", "M2M100Model")),
+        Sample("M2M100Config", dict(_SIZES, tie_word_embeddings=False), ("M2M100ForConditionalGeneration",)),
         # BigBird-Pegasus' biased projections, full attention at any length
         Sample("BigBirdPegasusConfig", dict(_SIZES, use_bias=True, attention_type="original_full"),
                ("BigBirdPegasusForConditionalGeneration",), infer=False, device="cpu"),

@@ -36,6 +36,8 @@ FAMILY = Family(
     name="jamba",
     **{**layout.family_fields({"jamba": JAMBA}, "ssm_x"), "from_config": from_config},
     before=("bamba",),   # Bamba's signature (its mixer's mamba.in_proj) matches Jamba's names too
+    # its signature (layers.N.mamba.x_proj) is a prefix of Zamba's per-head mamba.x_proj_weight (families/zamba.py)
+    signature_without=r"(^|[./])mamba[./]x_proj_weight$",
     samples=(
         Sample("JambaConfig", _SIZES, ("JambaForCausalLM", "JambaModel"), device="cpu"),
         Sample("JambaConfig", dict(_SIZES, attn_layer_period=4, attn_layer_offset=0, expert_layer_offset=0,

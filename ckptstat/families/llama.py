@@ -1,7 +1,9 @@
-"""LLaMA-style decoders: Llama, Mistral, Ministral 3, Qwen2, Emu3's text model (transformers modeling_llama.py,
-modeling_mistral.py, modeling_ministral3.py, modeling_qwen2.py, modeling_emu3.py): pre-RMSNorm layers, rotary positions,
-grouped-query attention, a gated SiLU MLP, Mistral's sliding window, Qwen2's q/k/v biases, and an LM head untied by
-default. The layout (layout.py) is the whole description; its LLaMA names are the default Paths."""
+"""LLaMA-style decoders: Llama, Mistral, Ministral, Ministral 3, Qwen2, Helium, Emu3's text model (transformers
+modeling_llama.py, modeling_mistral.py, modeling_ministral.py, modeling_ministral3.py, modeling_qwen2.py,
+modeling_helium.py, modeling_emu3.py): pre-RMSNorm layers, rotary positions, grouped-query attention, a gated SiLU MLP,
+Mistral's sliding window (Ministral's on the sliding layers of layer_types), Qwen2's q/k/v biases, Helium's unbiased
+o_proj, and an LM head untied by default. The layout (layout.py) is the whole description; its LLaMA names are the
+default Paths."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -17,8 +19,12 @@ from .framework.layout import DecoderLayout, Paths
 LLAMA = DecoderLayout(task_heads=("seqcls", "tokcls", "qa"), paths=Paths(tokcls="score", qa_body="transformer"))
 MISTRAL = replace(LLAMA, paths=replace(LLAMA.paths, qa_body=""))   # MistralForQuestionAnswering's under `model`
 QWEN2 = replace(LLAMA, qkv_bias=True, o_bias=False, mlp_bias=False)   # Qwen2: q/k/v always biased, o_proj never
+# Helium: attention_bias on q/k/v only, no *ForQuestionAnswering
+HELIUM = replace(LLAMA, o_bias=False, task_heads=("seqcls", "tokcls"))
 # Emu3's language model (Emu3ForCausalLM, Emu3TextConfig): LLaMA's layers and names
-LAYOUTS = {"llama": LLAMA, "mistral": MISTRAL, "ministral3": MISTRAL, "qwen2": QWEN2, "emu3_text_model": LLAMA}
+# MinistralForQuestionAnswering's body is under `transformer`, as Llama's
+LAYOUTS = {"llama": LLAMA, "mistral": MISTRAL, "ministral": LLAMA, "ministral3": MISTRAL, "qwen2": QWEN2,
+           "helium": HELIUM, "emu3_text_model": LLAMA}
 
 # The classes llama.cpp's GGUF architectures stand for (its converter writes Mistral as "llama").
 GGUF_CLASSES = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}
@@ -41,6 +47,7 @@ GGUF_ROPE_PERMUTED = layout.row_rewrites("llama", LLAMA, "rope")
 DECODER_LM = layout.decoder_lm(LLAMA)
 HEAD_RULES = DECODER_LM["head_rules"]
 _SIZES = dict(layout.TINY)
+_TASK = dict(_SIZES, num_labels=3, pad_token_id=0, head_dim=8)
 
 FAMILY = Family(
     name="llama",
@@ -60,11 +67,18 @@ FAMILY = Family(
         # a window on the layers after max_window_layers only (Qwen2Config's layer_types)
         Sample("Qwen2Config", dict(_SIZES, num_hidden_layers=3, use_sliding_window=True, sliding_window=4, max_window_layers=1),
                ("Qwen2ForCausalLM",)),
+        # Ministral: a window on the sliding layers of layer_types; Helium: q/k/v biased, o_proj not (head_dim 8: the
+        # configs' defaults, Ministral's None and Helium's 128, do not fit the tiny sizes)
+        Sample("MinistralConfig", dict(_SIZES, head_dim=8, num_hidden_layers=3, sliding_window=4,
+                                       layer_types=["sliding_attention", "full_attention", "sliding_attention"]),
+               ("MinistralModel", "MinistralForCausalLM")),
+        Sample("HeliumConfig", dict(_SIZES, head_dim=8, attention_bias=True, mlp_bias=True),
+               ("HeliumModel", "HeliumForCausalLM")),
         # its sequence classifier tests `pad_token_id in input_ids`: values
-        *(Sample(c, dict(_SIZES, num_labels=3, pad_token_id=0), (f"{c.removesuffix('Config')}ForSequenceClassification",),
-                 device="cpu") for c in ("LlamaConfig", "MistralConfig", "Ministral3Config", "Qwen2Config")),
-        *(Sample(c, dict(_SIZES, num_labels=3, pad_token_id=0), tuple(c.removesuffix("Config") + h for h in
-                                                                        ("ForTokenClassification", "ForQuestionAnswering")))
-          for c in ("LlamaConfig", "MistralConfig", "Ministral3Config", "Qwen2Config")),
+        *(Sample(c, _TASK, (f"{c.removesuffix('Config')}ForSequenceClassification",), device="cpu")
+          for c in ("LlamaConfig", "MistralConfig", "MinistralConfig", "Ministral3Config", "Qwen2Config", "HeliumConfig")),
+        *(Sample(c, _TASK, tuple(c.removesuffix("Config") + h for h in ("ForTokenClassification", "ForQuestionAnswering")))
+          for c in ("LlamaConfig", "MistralConfig", "MinistralConfig", "Ministral3Config", "Qwen2Config")),
+        Sample("HeliumConfig", _TASK, ("HeliumForTokenClassification",)),
     ),
 )

@@ -1,5 +1,5 @@
 """The BART-shaped transformer stack, described once (`Stack`): the bart family's model types (transformers
-modeling_bart.py and its copies: mbart, plbart, mvp, marian, pegasus, blenderbot, blenderbot_small, trocr) and
+modeling_bart.py and its copies: mbart, plbart, mvp, marian, pegasus, blenderbot, blenderbot_small, trocr, m2m_100) and
 Whisper's decoder (modeling_whisper.py) differ only in what a `Stack` says. A stack is a token lookup, positions,
 an optional `layernorm_embedding`, layers of self-attention (q/k/v/out_proj), cross-attention in a decoder
 (encoder_attn, same projections), fc1 -> activation -> fc2, each sublayer's LayerNorm after it (post-LN, BART) or
@@ -44,6 +44,9 @@ class Stack:
     proj_bias: bool = True          # q/v/out_proj biases (BigBird-Pegasus' use_bias false: none)
     k_bias: bool = True             # k_proj's bias (Whisper's k_proj has none)
     encoder_self: AttnNames = AttnNames()   # the encoder's self-attention projections' names (BigBird-Pegasus' own)
+    # the sinusoidal position table is a non-persistent buffer, no parameter (M2M100's, XGLM's
+    # *SinusoidalPositionalEmbedding; Marian's and Pegasus' are frozen nn.Embedding weights: parameters)
+    positions_buffer: bool = False
 
 
 def decoder_alone(s: ArchSpec) -> bool:
