@@ -415,8 +415,10 @@ def test_gpu_table():
     assert gpu("rtx 4090").gb == 24 and gpu("MI300X").gb == 192
     assert all(g.source.startswith("https://") for g in GPUS)
     assert parse_size("--gpu-mem", "80GiB") == 80 * GIB and parse_size("--gpu-mem", "24GB") == 24 * 10**9
-    with pytest.raises(UsageError):
-        parse_size("--gpu-mem", "lots")
+    assert parse_size("--reserve", "512B") == 512   # bytes, when said
+    for bad in ("lots", "80"):
+        with pytest.raises(UsageError):
+            parse_size("--gpu-mem", bad)
 
 
 def test_gpu_flag_in_output(tmp_path, cli):
@@ -442,6 +444,9 @@ def test_gpu_flag_in_output(tmp_path, cli):
     (["--gpus", "3", "--tp", "2"], "multiple"),
     (["--pp", "9"], "--pp 9"),
     (["--reserve", "10%"], "--reserve"),
+    (["--gpu-mem", "80"], "--gpu-mem 80 has no unit: write 80GiB, 80GB"),   # not 80 bytes
+    (["--gpu-mem", " 1.5 "], "--gpu-mem 1.5 has no unit: write 1.5GiB, 1.5GB"),
+    (["--gpu", "L4", "--reserve", "2"], "--reserve 2 has no unit: write 2GiB, 2GB"),
 ])
 def test_bad_settings_are_one_line_usage_errors(tmp_path, cli, args, words):
     path = _config(tmp_path, "LlamaConfig", LLAMA, "LlamaForCausalLM")

@@ -37,7 +37,8 @@ def memory(
                                        "checkpointing (full recomputation)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Accelerator by name (A100-80, H100, RTX-4090, MI300X, "
                                       "M4-Max-128, ...; docs/memory_planner.md lists them)."),
-    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per device instead of --gpu, e.g. 80GiB."),
+    gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per device instead of --gpu, with "
+                                        "its unit: 80GiB (2^30 B), 80GB (10^9 B); a bare number is refused."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Devices in all (default: tp x pp); the rest is data parallel."),
     tp: int = typer.Option(1, "--tp", help="Tensor-parallel degree."),
     pp: int = typer.Option(1, "--pp", help="Pipeline-parallel degree."),
@@ -46,7 +47,8 @@ def memory(
     attention: str = typer.Option("eager", "--attention", help="eager (transformers' eager kernel keeps the "
                                   "b x heads x s x s scores) or flash (FlashAttention / fused SDPA: no s^2 term)."),
     reserve: Optional[str] = typer.Option(None, "--reserve", help="Runtime reserve per device (CUDA context, "
-                                          "allocator fragmentation), e.g. 2GiB or 10% of the device (default 1GiB)."),
+                                          "allocator fragmentation), e.g. 2GiB or 10% of the device, 0 for none; "
+                                          "a size needs its unit (default 1GiB)."),
     as_json: bool = JsonOpt,
     config: Optional[str] = ConfigOpt,
 ) -> None:

@@ -77,16 +77,22 @@ def gpu(name: str) -> Gpu:
     return found
 
 
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "tib": 1 << 40}
 
 
 def parse_size(flag: str, text: str) -> int:
-    """'80GiB' -> 85899345920; GB is 10^9 and GiB 2^30, as written. A usage error for anything else."""
+    """'80GiB' -> 85899345920; GB is 10^9 and GiB 2^30, as written. A usage error for anything else, a bare
+    number included: a device's memory (or its reserve) in bytes is a slip for GiB or GB (`80`), and bytes
+    must be said (`80B`)."""
     m = re.fullmatch(r"\s*(\d{1,15}(?:\.\d{1,9})?)\s*([kmgt]i?b|b)?\s*", text.lower())
-    if not m or m.group(2) is None and "." in m.group(1):
+    if not m:
         raise UsageError(f"{flag} takes a size such as 80GiB, 24GB or 512MiB (GB = 10^9 B, GiB = 2^30 B), got {text!r}")
-    value = int(float(m.group(1)) * _UNITS[m.group(2) or ""])
+    if m.group(2) is None:
+        n = m.group(1)
+        raise UsageError(f"{flag} {text.strip()} has no unit: write {n}GiB, {n}GB, {n}MiB or {n}B "
+                         "(GiB = 2^30 B, GB = 10^9 B)")
+    value = int(float(m.group(1)) * _UNITS[m.group(2)])
     if value <= 0:
         raise UsageError(f"{flag} must be positive, got {text!r}")
     return value
