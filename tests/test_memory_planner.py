@@ -421,6 +421,18 @@ def test_gpu_table():
             parse_size("--gpu-mem", bad)
 
 
+@pytest.mark.parametrize("name,family", [("A100", "A100-40 or A100-80"), ("v100", "V100-16 or V100-32"),
+                                         ("NVIDIA A100 GB", "A100-40 or A100-80"), ("mi3", "MI300X or MI325X")])
+def test_a_gpu_family_name_is_ambiguous_with_its_members_first(tmp_path, cli, name, family):
+    path = _config(tmp_path, "LlamaConfig", LLAMA, "LlamaForCausalLM")
+    rc, out, err = cli("memory", path, "--gpu", name)
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
+    assert f"{name!r} is ambiguous: {family} (" in err and "known:" not in err, err
+    rc, out, err = cli("memory", path, "--gpu", "M4-Max")
+    assert rc == 2 and "did you mean M4-Max-128?" in err and "known:" not in err, err
+    assert gpu("H100").name == "H100-80"   # the alias stays: H100-NVL is named apart
+
+
 def test_gpu_flag_in_output(tmp_path, cli):
     path = _config(tmp_path, "LlamaConfig", LLAMA, "LlamaForCausalLM")
     rc, out, err = cli("memory", path, "--gpu", "L4")

@@ -36,7 +36,8 @@ def memory(
     checkpointing: bool = typer.Option(False, "--checkpointing/--no-checkpointing", help="Training: activation "
                                        "checkpointing (full recomputation)."),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="Accelerator by name (A100-80, H100, RTX-4090, MI300X, "
-                                      "M4-Max-128, ...; docs/memory_planner.md lists them)."),
+                                      "M4-Max-128, ...; docs/memory_planner.md lists them); a name that only "
+                                      "starts some (A100) is refused with them named."),
     gpu_mem: Optional[str] = typer.Option(None, "--gpu-mem", help="Memory per device instead of --gpu, with "
                                         "its unit: 80GiB (2^30 B), 80GB (10^9 B); a bare number is refused."),
     gpus: Optional[int] = typer.Option(None, "--gpus", help="Devices in all (default: tp x pp); the rest is data parallel."),

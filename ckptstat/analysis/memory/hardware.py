@@ -35,7 +35,7 @@ _APPLE_NOTE = ("unified memory shared with the CPU; macOS lets Metal use about t
 GPUS: tuple[Gpu, ...] = (
     Gpu("T4", 16, _NV + "data-center/tesla-t4/"),
     Gpu("V100-16", 16, _NV + "data-center/v100/"),
-    Gpu("V100-32", 32, _NV + "data-center/v100/", ("v100",)),
+    Gpu("V100-32", 32, _NV + "data-center/v100/"),
     Gpu("A10", 24, _NV + "data-center/products/a10-gpu/"),
     Gpu("A10G", 24, "https://aws.amazon.com/ec2/instance-types/g5/"),
     Gpu("L4", 24, _NV + "data-center/l4/"),
@@ -70,11 +70,20 @@ _BY_KEY = {_key(n): g for g in GPUS for n in (g.name, *g.aliases)}
 
 
 def gpu(name: str) -> Gpu:
-    found = _BY_KEY.get(_key(name))
-    if found is None:
-        raise UsageError(f"--gpu {name!r} is not in the table; known: {', '.join(g.name for g in GPUS)} "
-                         "(or give --gpu-mem SIZE)")
-    return found
+    """The entry for a name or an alias; a usage error otherwise, which names the entries the name starts
+    (`A100`: A100-40 or A100-80) before any list of the whole table."""
+    key = _key(name)
+    found = _BY_KEY.get(key)
+    if found is not None:
+        return found
+    family = list(dict.fromkeys(g.name for k, g in _BY_KEY.items() if key and k.startswith(key)))
+    if len(family) > 1:
+        raise UsageError(f"--gpu {name!r} is ambiguous: {', '.join(family[:-1])} or {family[-1]} "
+                         "(give one of them, or --gpu-mem SIZE)")
+    if family:
+        raise UsageError(f"--gpu {name!r} is not in the table: did you mean {family[0]}? (or give --gpu-mem SIZE)")
+    raise UsageError(f"--gpu {name!r} is not in the table; known: {', '.join(g.name for g in GPUS)} "
+                     "(or give --gpu-mem SIZE)")
 
 
 _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
