@@ -4,6 +4,8 @@ parameter count sums, and the resolved architecture. Headers only."""
 from __future__ import annotations
 
 import fnmatch
+import functools
+import re
 from operator import attrgetter
 
 from ..core import Checkpoint, TensorInfo
@@ -89,7 +91,15 @@ def name_family(ckpt: Checkpoint) -> str:
 
 
 def name_matches(name: str, pattern: str | None) -> bool:
-    """The `--filter` rule of every command: a glob (`*attention*`) or a plain substring."""
-    return not pattern or fnmatch.fnmatchcase(name, pattern) or pattern in name
+    """The `--filter` rule of every command: a plain substring, or a glob on the whole name or on a trailing
+    part of it that starts at a module boundary (after a '.'): `layers.0.*` matches
+    `model.layers.0.self_attn.q_proj.weight`, `*attention*` and the full name as ever; `ayers.0.*` matches nothing."""
+    return not pattern or pattern in name or _tail_glob(pattern).match(name) is not None
+
+
+@functools.lru_cache(maxsize=64)
+def _tail_glob(pattern: str) -> re.Pattern[str]:
+    """fnmatch's regex for the pattern after an optional `<anything>.` prefix (case-sensitive, as fnmatchcase)."""
+    return re.compile(r"(?s:.*\.)?" + fnmatch.translate(pattern))
 
 

@@ -19,7 +19,9 @@ PathArg = typer.Argument(..., help="A weights file, a sharded *.index.json, or a
                          "(https://, hf://org/model[@rev], s3://: docs/remote.md).")
 JsonOpt = typer.Option(False, *JSON, help="Print the report as JSON (schema in the README).")
 ConfigOpt = typer.Option(None, *CONFIG, help="config.json to use (default: the one beside the weights).")
-FilterOpt = typer.Option(None, "--filter", "-f", help="Glob or substring on tensor names (matching nothing: exit 1).")
+FilterOpt = typer.Option(None, "--filter", "-f", help="Substring, or glob on the whole tensor name or a trailing part "
+                         "from a '.' on (layers.0.* matches model.layers.0.mlp.up_proj.weight); matching nothing: "
+                         "exit 1.")
 
 
 def reader_gone() -> NoReturn:
