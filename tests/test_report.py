@@ -148,11 +148,11 @@ def _check_stats(page: Page, arrays: dict[str, np.ndarray]) -> None:
             assert _n(r[col]) == pytest.approx(want, rel=5.01e-6, abs=1e-12), (r["Tensor"], col)
 
 
-def _flop_counter(model, seq: int) -> int:
+def _flop_counter(model, seq: int, batch: int = 1) -> int:
     from torch.utils.flop_counter import FlopCounterMode
 
     with FlopCounterMode(display=False) as fc, torch.no_grad():
-        model(input_ids=torch.zeros(1, seq, dtype=torch.long))
+        model(input_ids=torch.zeros(batch, seq, dtype=torch.long))
     return fc.get_total_flops()
 
 
@@ -179,6 +179,28 @@ def test_html_report_against_the_libraries(saved, family, cli, tmp_path) -> None
     w, h = _png(base64.b64decode(page.images[0].split(",", 1)[1]))
     assert w > 400 and h > 300
     assert page.why == []   # every part applies
+
+
+def test_every_figure_at_the_requested_seq_and_batch(saved, cli) -> None:
+    """`report -s 32 -b 2`: the summary's FLOPs line, the FLOPs part and the memory part all at seq 32 (the
+    summary line read seq 128); the forward FLOPs are FlopCounterMode's on a (2, 32) forward."""
+    folder, model = saved["gpt2"]
+    want = _flop_counter(model, 32, batch=2)
+    rc, out, err = cli("report", folder, "-s", "32", "-b", "2", "--no-stats", "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    run = r["flops"]["runs"][0]
+    assert run["totals"]["flops"] == want and run["tokens"] == 2 * 32
+    assert r["summary"]["analytic"]["seq"] == run["seq"] == r["memory"]["seq"] == 32 and r["memory"]["batch"] == 2
+    assert r["summary"]["analytic"]["flops_per_token"] * 2 * 32 == want
+    rc, md, err = cli("report", folder, "-s", "32", "-b", "2", "--no-stats")
+    assert rc == 0, err
+    line = re.search(r"- \*\*forward\*\*: ([\d,]+) FLOPs per token at seq (\d+) ", md)
+    assert line and line.group(2) == "32", md[:2000]
+    flops = {c[0]: c[1] for t in _md_tables(md) for c in map(_cells, t) if len(c) == 2}
+    assert _n(flops["forward FLOPs (matmul, 2 per MAC)"]) == want
+    assert _n(line.group(1)) == _n(flops["FLOPs per token"]) == want / (2 * 32)
+    assert "batch 2, seq 32; " in md   # the memory part
 
 
 def _md_tables(text: str) -> list[list[str]]:

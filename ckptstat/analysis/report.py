@@ -71,7 +71,7 @@ def build(ckpt: Checkpoint, batch: int = 1, seq: int | None = None, read_values:
         "format": ckpt.format,
         "config": ckpt.config_path,
         "options": {"batch": batch, "seq": seq, "read_values": read_values},
-        "summary": summarize(ckpt),
+        "summary": summarize(ckpt, seq),   # its FLOPs-per-token line at the report's seq, as the FLOPs part
         "ties": audit(ckpt),
         "flops": flops,
         "memory": memory,

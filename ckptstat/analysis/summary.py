@@ -27,7 +27,8 @@ COUNTING_RULE = ("unique parameters: tensors whose role is 'parameter', each sto
                  "(a tied weight stored under two names counts once)")
 
 
-def summarize(ckpt: Checkpoint) -> dict:
+def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
+    """The `summary` report; `seq` the length of its analytic FLOPs line (None: the default `flops` takes)."""
     original, ckpt = ckpt, logical(ckpt)   # quantised weights as their logical tensors (census/quant/)
     alias_of = aliases(ckpt)
     c = tally(ckpt)   # the census's one pass over the tensors (census/tally.py)
@@ -73,7 +74,7 @@ def summarize(ckpt: Checkpoint) -> dict:
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
-        "analytic": summary_fields(ckpt),
+        "analytic": summary_fields(ckpt, seq),
         "modules": module_tree(c.tree),
     }
 
@@ -216,19 +217,20 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
     return {"schema": TENSORS_SCHEMA, "path": ckpt.path, "format": ckpt.format, "filter": pattern, "tensors": rows}
 
 
-def summary_fields(ckpt: Checkpoint) -> dict | None:
-    """The summary's small analytic block: forward FLOPs per token (at the default sequence length
-    flops and memory use) and weight memory. None when the
+def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
+    """The summary's small analytic block: forward FLOPs per token at `seq` (None: the default sequence
+    length flops and memory use; `report --seq` passes its own) and weight memory. None when the
     family is unknown; never raises (an error becomes a note)."""
     if architecture(ckpt)["family"] == "unknown":
         return None
     try:
         m = from_checkpoint(ckpt)
-        frames, dec_seq = audio_inputs(m.spec, [], None)   # audio models: the encoder's mel frames, as `flops`
-        seq = frames[0] if frames else default_seq(m.spec)
-        t = run(m, 1, seq, dec_seq)["totals"]
-        return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": seq,
-                "input": "mel frames" if frames else "tokens", "dec_seq": dec_seq,
+        # audio models: the encoder's mel frames and a decoder length (never None), as `flops`
+        lengths, dec_seq = audio_inputs(m.spec, [seq] if seq else [], None)
+        n = lengths[0] if lengths else default_seq(m.spec)
+        t = run(m, 1, n, dec_seq)["totals"]
+        return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": n,
+                "input": "tokens" if dec_seq is None else "mel frames", "dec_seq": dec_seq,
                 "flops_per_token": t["flops_per_token"], "training_flops_per_token": 3 * t["flops_per_token"],
                 "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,
                 "active_params": m.predicted.get("active"),

@@ -19,8 +19,8 @@ def report(
                                          "stdout, no figures."),
     no_stats: bool = typer.Option(False, "--no-stats", help="Header-only: no tensor value read (no statistics, no plots)."),
     batch: int = typer.Option(1, "--batch", "-b", help="Batch size for FLOPs and memory."),
-    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length for FLOPs and memory "
-                                      f"(default: {DEFAULT_SEQ_RULE})."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help=f"Sequence length for every figure that takes "
+                                      f"one: the summary's FLOPs per token, FLOPs, memory (default: {DEFAULT_SEQ_RULE})."),
     as_json: bool = JsonOpt,
     chunk_bytes: int = ChunkOpt,
     workers: int = WorkersOpt,
