@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 
 from ..census import aliases, architecture, name_matches, placements, resolve
+from ..census.counts import optimizer_state
 from ..census.model import from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import tally
@@ -38,6 +39,7 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
     sizes = {f: file_size(f) for f in ckpt.files}   # (a URL's size is known from its first range request)
     files = [{"path": f, "bytes": n} for f, n in sizes.items()]
     file_bytes = sum(sizes.values())
+    held = optimizer_state(ckpt)
     share = lambda n: (n / total) if total else 0.0
     return {
         "schema": SUMMARY_SCHEMA,
@@ -71,10 +73,14 @@ def summarize(ckpt: Checkpoint, seq: int | None = None) -> dict:
         "gguf": _gguf_facts(ckpt) if ckpt.format == "gguf" else None,   # the useful part of metadata, labelled
         # a training library's step, lr (formats/training.py); which parameter each optimizer state belongs to
         "training": {**ckpt.training, "optimizer_mapping": optimizer_names(ckpt, build=False)[1]} if ckpt.training else None,
+        # what the optimizer state holds ({entries, tensors, elements, bytes}), else None; `model_weights` false for a
+        # file of optimizer state alone (a Trainer's optimizer.pt): no model figures then (docs/training.md)
+        "optimizer_state": held,
+        "model_weights": bool(total),
         "objects": {k: dict(v) for k, v in ckpt.objects.items()},     # non-tensor items stored beside (formats/dcp/objects.py)
         "notes": list(ckpt.notes) + structural_tie_notes(ckpt),
         "ties": verdict(ckpt),
-        "analytic": summary_fields(ckpt, seq),
+        "analytic": None if held and not total else summary_fields(ckpt, seq),
         "modules": module_tree(c.tree),
     }
 

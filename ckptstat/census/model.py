@@ -20,7 +20,7 @@ from ..families.framework.spec import (
 from ..families.load_table import load_differences
 from ..families.wrappers import is_outside
 from ..formats.registry import load_config, open_checkpoint
-from .counts import parameters
+from .counts import optimizer_only, optimizer_only_text, parameters
 from .quant import stored
 from .resolution import resolve
 from .tally import tally
@@ -101,6 +101,8 @@ def is_bare_config(path: str) -> bool:
 def from_checkpoint(ckpt: Checkpoint) -> Model:
     c = tally(ckpt)   # the census's one pass (a quantised weight: its method and the bytes of all its pieces)
     count, by_dtype = c.total, c.stored_by_dtype()
+    if not count and (held := optimizer_only(ckpt)):   # no model to size: never the config's figures beside 0 weights
+        raise UsageError(f"{ckpt.path}: holds {optimizer_only_text(held)}")
     notes: list[str] = []
     r = resolve(ckpt)   # the one architecture and head resolution ties and the summary share
     if r.spec is None:

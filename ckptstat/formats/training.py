@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import replace
 from typing import Any
 
@@ -32,13 +32,17 @@ from ..core.files import open_regular
 from ..core.limits import limits
 from ..errors import CorruptCheckpointError, FileNotFound, reading
 from .deepspeed_zero3 import gather, is_zero3, part_prefix
-from .registry import _FOLDER_HOOKS, read_json, resolve_folder
+from .registry import _FOLDER_HOOKS, FOLDER_CANDIDATES, read_json, resolve_folder
 from .torch.training import DeepSpeedUnpickler, number
 
 DCP_METADATA = ".metadata"               # formats/dcp/ METADATA (not imported: a Trainer folder without FSDP needs no DCP)
 
 TRAINER_STATE = "trainer_state.json"     # transformers trainer_callback.py / trainer.py TRAINER_STATE_NAME
 TRAINER_OPTIMIZER = "optimizer.pt"       # transformers trainer.py OPTIMIZER_NAME
+# transformers trainer.py SCHEDULER_NAME, TRAINING_ARGS_NAME: beside optimizer.pt they mark a Trainer folder whose
+# trainer_state.json is missing (rng_state*.pth is not enough: other loops save one)
+TRAINER_SIDE = ("scheduler.pt", "training_args.bin")
+_CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")   # transformers trainer_utils.py PREFIX_CHECKPOINT_DIR
 DEEPSPEED_LATEST = "latest"              # deepspeed engine.py: the tag of the last save
 _DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_(\d+)_model_states\.pt$")
 _DS_OPTIM = re.compile(r"^.*_optim_states\.pt$")
@@ -75,10 +79,24 @@ def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
     base.distinct = False
 
 
+def trainer_folder(names: Collection[str]) -> bool:
+    """Whether a folder holding `names` (its files and subfolders) is a Trainer checkpoint: trainer_state.json, or
+    optimizer.pt with scheduler.pt or training_args.bin beside the model's weights (save_pretrained's file, or an
+    FSDP run's model folder)."""
+    if TRAINER_STATE in names:
+        return True
+    weights = any(n in FOLDER_CANDIDATES or _FSDP_MODEL.match(n) for n in names)
+    return TRAINER_OPTIMIZER in names and any(n in names for n in TRAINER_SIDE) and weights
+
+
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint | None:
     """A Trainer or DeepSpeed folder as one Checkpoint; None for any other folder. `open_file` opens one file as
     open_checkpoint does (registry._FOLDER_HOOKS)."""
-    if os.path.isfile(os.path.join(folder, TRAINER_STATE)):
+    try:
+        names = set(os.listdir(folder))
+    except OSError:
+        return None
+    if trainer_folder(names):
         return _trainer(folder, open_file)
     ds = _deepspeed_files(folder)
     if ds is None and os.path.isfile(os.path.join(folder, DEEPSPEED_LATEST)):
@@ -102,10 +120,15 @@ def _latest(folder: str) -> str:
 
 def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
     state_path = os.path.join(folder, TRAINER_STATE)
-    with reading(state_path, "cannot read trainer state"):
-        state = read_json(state_path, limits().config_bytes, "trainer state")
-    if not isinstance(state, dict):
-        raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
+    state: Any = {}
+    if os.path.isfile(state_path):
+        with reading(state_path, "cannot read trainer state"):
+            state = read_json(state_path, limits().config_bytes, "trainer state")
+        if not isinstance(state, dict):
+            raise CorruptCheckpointError(state_path, "trainer state is not a JSON object")
+    else:   # the step from the folder's name, as the Trainer names it (checkpoint-500)
+        m = _CHECKPOINT_N.match(os.path.basename(os.path.normpath(folder)))
+        state = {"global_step": int(m.group(1))} if m else {}
     fsdp = _fsdp_folders(folder)
     if fsdp is not None:
         ckpt, opt_path, lr = _fsdp(fsdp, open_file)
@@ -125,6 +148,10 @@ def _trainer(folder: str, open_file: Callable[[str], Checkpoint]) -> Checkpoint:
                      "learning_rate_from": "trainer_state.json log_history" if logged else
                      lr_from if lr is not None else None,
                      "optimizer": opt_path if opt_path and os.path.exists(opt_path) else None}
+    if not os.path.isfile(state_path):
+        side = " / ".join(n for n in TRAINER_SIDE if os.path.isfile(os.path.join(folder, n)))
+        ckpt.notes.append(f"no {TRAINER_STATE}: a Trainer folder by its {TRAINER_OPTIMIZER} and {side}; "
+                          + ("the step from the folder's name, no epoch" if state else "no step or epoch"))
     ckpt.path = folder
     return ckpt
 

@@ -52,7 +52,6 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     arch = a["family"] + (f" ({a['model_type']})" if a["model_type"] and a["model_type"] != a["family"] else "")
     if a["architectures"]:
         arch += " " + ", ".join(a["architectures"])
-    p = r["parameters"]
     console.print(name_line("checkpoint   ", r["path"], f"  [{r['format']}, {len(r['files'])} file(s)]"))
     console.print(Text("architecture ").append_text(safe(arch)).append(f" (from {a['source']})"))
     console.print(name_line("config       ", r["config"] or ("none: the GGUF metadata" if r.get("gguf") else "none found")))
@@ -63,6 +62,59 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         for line in optimizer_mapping_lines(r["training"].get("optimizer_mapping") or []):
             console.print(Text("optimizer    ").append_text(safe(line)))
     _render_objects(r.get("objects") or {}, console)
+    only = r.get("optimizer_state") if r.get("model_weights") is False else None
+    if only:   # a file of optimizer state alone (a Trainer's optimizer.pt): what it holds, no model tables
+        from ..census import optimizer_only_text
+
+        console.print(Text("contents     ").append_text(safe(optimizer_only_text(only))), style="bold")
+    else:
+        _render_parameters(r, console, show_layers)
+
+    if r["non_parameters"]:
+        t = table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
+        for n in r["non_parameters"]:
+            t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
+        console.print(fit_names(t, console, column=4))
+    if a["family"] == "unknown" and r.get("modules"):
+        _render_modules(r["modules"], console)
+    elif r["unplaced"]:
+        console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
+        for name in r["unplaced"]:
+            console.print(name_line("  ", name))
+    s = r["storage"]
+    console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
+                       f"+ headers/padding {s['overhead_bytes']:,} B"))
+    an = r.get("analytic")
+    if an and "error" in an:
+        console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
+    elif an:
+        if an.get("input") == "mel frames":   # Whisper: the encoder reads frames, the decoder tokens
+            console.print(Text(f"input        {an['seq']} mel frames, decoder {an['dec_seq']} tokens "
+                               "(default: 2 x max_source_positions; 128 decoder tokens or its positions if fewer)"))
+            at = f" per frame at {an['seq']} frames"
+        else:
+            console.print(seq_line(an["seq"], default=True))
+            at = f"/token at seq {an['seq']}"
+        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs{at} "
+                           f"(matmul FLOPs = 2 x MACs); training 3x"))
+        console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
+                           f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
+        if an["agree"] is False:
+            console.print(Text(f"analytic     the config predicts {an['predicted_params']:,} parameters, "
+                               f"the checkpoint holds {r['parameters']['unique']:,}"), style="yellow")
+    for line in r.get("extra_lines", []):
+        console.print(safe(line))
+    console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
+    for note in r["notes"]:
+        console.print(Text("note: ").append_text(safe(note)), style="yellow")
+
+
+
+
+
+def _render_parameters(r: dict, console: Console, show_layers: bool) -> None:
+    """The parameter count and its tables: by bucket (quantisation beside), by layer, by stored dtype."""
+    p = r["parameters"]
     head = Text()
     head.append(f"parameters   {p['unique']:,}" + (f" ({human(p['unique'])})" if p["unique"] >= 1000 else ""), style="bold")
     head.append(f"  in {p['tensors']} tensors")
@@ -99,47 +151,6 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
     for d in r["dtypes"]:
         t.add_row(d["dtype"], f"{d['params']:,}", human_bytes(d["bytes"]), str(d["tensors"]))
     console.print(t)
-
-    if r["non_parameters"]:
-        t = table("Not parameters (counted apart)", "role", "tensors", "elements", "bytes", "e.g.")
-        for n in r["non_parameters"]:
-            t.add_row(n["role"], str(n["tensors"]), f"{n['elements']:,}", human_bytes(n["bytes"]), Name(n["names"][0]))
-        console.print(fit_names(t, console, column=4))
-    if a["family"] == "unknown" and r.get("modules"):
-        _render_modules(r["modules"], console)
-    elif r["unplaced"]:
-        console.print(Text(f"{len(r['unplaced'])} parameter tensor(s) no rule placed (bucket 'other'):"))
-        for name in r["unplaced"]:
-            console.print(name_line("  ", name))
-    s = r["storage"]
-    console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
-                       f"+ headers/padding {s['overhead_bytes']:,} B"))
-    an = r.get("analytic")
-    if an and "error" in an:
-        console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
-    elif an:
-        if an.get("input") == "mel frames":   # Whisper: the encoder reads frames, the decoder tokens
-            console.print(Text(f"input        {an['seq']} mel frames, decoder {an['dec_seq']} tokens "
-                               "(default: 2 x max_source_positions; 128 decoder tokens or its positions if fewer)"))
-            at = f" per frame at {an['seq']} frames"
-        else:
-            console.print(seq_line(an["seq"], default=True))
-            at = f"/token at seq {an['seq']}"
-        console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs{at} "
-                           f"(matmul FLOPs = 2 x MACs); training 3x"))
-        console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
-                           f"{human_bytes(an['weight_bytes_bf16'])} in bf16"))
-        if an["agree"] is False:
-            console.print(Text(f"analytic     the config predicts {an['predicted_params']:,} parameters, "
-                               f"the checkpoint holds {p['unique']:,}"), style="yellow")
-    for line in r.get("extra_lines", []):
-        console.print(safe(line))
-    console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
-    for note in r["notes"]:
-        console.print(Text("note: ").append_text(safe(note)), style="yellow")
-
-
-
 
 
 def _render_modules(nodes: list[dict], console: Console) -> None:

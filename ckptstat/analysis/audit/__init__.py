@@ -121,6 +121,24 @@ def _config(report: dict[str, Any]) -> dict[str, Any]:
             + [s["name"] for s in check["shape_mismatches"][:3]]}
 
 
+def _not_a_model(summary: dict[str, Any]) -> dict[str, Any]:
+    """No config cross-check for a unit without model parameters (an optimizer.pt, a scheduler.pt outside its
+    Trainer folder): its config.json describes the model beside it, not this file."""
+    from ...census import optimizer_only_text
+
+    held = summary["optimizer_state"]
+    return {"verdict": "unavailable", "reason": "the unit holds " + (optimizer_only_text(held) if held else
+                                                                     "no model parameters")}
+
+
+def _training(summary: dict[str, Any]) -> dict[str, Any] | None:
+    """What a training checkpoint says of its run and what its optimizer state holds (docs/audit.md)."""
+    t, held = summary["training"] or {}, summary["optimizer_state"]
+    if not t and not held:
+        return None
+    return {**{k: t.get(k) for k in ("library", "global_step", "epoch", "learning_rate")}, "optimizer_state": held}
+
+
 def _rel(f: str, unit_path: str) -> str:
     if is_url(unit_path):
         folder = parent(unit_path) + "/"
@@ -135,7 +153,7 @@ def blank_record(unit: Unit) -> dict[str, Any]:
     return {"schema": AUDIT_SCHEMA, "path": unit.path, "files": [_rel(f, unit.path) for f in unit.files],
             "bytes": unit.bytes, "mtime_ns": None if url else unit.mtime_ns, "etag": unit.etag, "format": None,
             "parameters": None, "tensor_bytes": None, "dtypes": {}, "buckets": {}, "ties": None, "scan": None,
-            "config": None, "error": None, "fetched": None}
+            "config": None, "error": None, "fetched": None, "training": None}
 
 
 # (core.limits.Limits, allow_external, allow_full_download): the CLI's --limit, --allow-external, --allow-full-download
@@ -211,10 +229,11 @@ def _record(unit: Unit, values: bool, worker: str | None) -> dict[str, Any]:
         rec["tensor_bytes"] = s["storage"]["tensor_bytes"]
         rec["dtypes"] = {d["dtype"]: d["bytes"] for d in s["dtypes"]}
         rec["buckets"] = {b["bucket"]: b["params"] for b in s["buckets"]}
+        rec["training"] = _training(s)
         try:   # the file was read: an analysis that trips is that field's error, not the record's
             t = ties_audit(ckpt)
             rec["ties"] = _ties(ckpt, t, values)
-            rec["config"] = _config(t)
+            rec["config"] = _config(t) if s["model_weights"] else _not_a_model(s)
         except Exception as e:  # noqa: BLE001
             rec["ties"] = {"verdict": "error", "error": _error_text(e)}
             rec["config"] = {"verdict": "error", "error": _error_text(e)}

@@ -35,6 +35,7 @@ from ...errors import (
     short_text,
 )
 from ...formats.registry import detect, read_json
+from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
 
 # A TF bundle's data shards: `<prefix>.data-00000-of-00001` (tensorflow/core/util/tensor_bundle).
@@ -122,7 +123,9 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
             if os.path.islink(os.path.join(folder, d)):
                 dirs.remove(d)
                 skipped.append(os.path.join(folder, d))
-        if "saved_model.pb" in names:   # a TF SavedModel: the folder is the checkpoint (variables/ inside)
+        # a TF SavedModel (variables/ inside) or a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
+        # rng_state.pth, training_args.bin): the folder is the checkpoint, every file under it scanned
+        if "saved_model.pb" in names or trainer_folder({*names, *dirs}):
             units.append(_unit(folder, sorted(os.path.join(f, n) for f, _, ns in os.walk(folder) for n in ns)))
             dirs[:] = []
             continue

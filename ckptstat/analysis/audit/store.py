@@ -25,7 +25,7 @@ from ...core.files import atomic_output, check_output, fresh_output, read_own
 from ...errors import UsageError, missing_extra
 from .find import resume_key
 
-NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched")
+NESTED = ("files", "dtypes", "buckets", "ties", "scan", "config", "fetched", "training")
 
 
 def is_parquet(out: str) -> bool:

@@ -1,0 +1,104 @@
+"""A Trainer's files outside the normal case: optimizer.pt opened alone (optimizer state, no model: no model figures,
+`memory` refuses in one line), a checkpoint-N/ folder without trainer_state.json (still a Trainer folder by its
+optimizer.pt and scheduler.pt / training_args.bin), and `audit` over a run folder (one record per checkpoint-N/, no
+config cross-check of its side files). The run is written by transformers' own Trainer; every expected figure is
+torch's, from torch.load(optimizer.pt, weights_only=True) and the Trainer's trainer_state.json."""
+import json
+import os
+import shutil
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from test_trend import _Data, _tiny  # noqa: E402 - the tiny LLaMA and synthetic data test_trend trains
+
+from ckptstat.analysis.audit import audit_record  # noqa: E402
+from ckptstat.analysis.audit.find import discover  # noqa: E402
+from ckptstat.analysis.summary import summarize  # noqa: E402
+from ckptstat.formats.registry import open_checkpoint  # noqa: E402
+
+STEPS = 2
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("runs") / "run")
+    args = transformers.TrainingArguments(output_dir=out, max_steps=STEPS, save_steps=1, save_strategy="steps",
+                                          per_device_train_batch_size=4, learning_rate=1e-2, logging_steps=1,
+                                          report_to=[], use_cpu=True, optim="adamw_torch", disable_tqdm=True)
+    transformers.Trainer(model=_tiny(), args=args, train_dataset=_Data()).train()
+    return out
+
+
+def _held(optimizer_pt):
+    """What torch loads back: parameters with state, and that state's tensors, elements and bytes."""
+    state = torch.load(optimizer_pt, weights_only=True)["state"]
+    ts = [v for s in state.values() for v in s.values() if isinstance(v, torch.Tensor)]
+    return {"entries": len(state), "tensors": len(ts), "elements": sum(t.numel() for t in ts),
+            "bytes": sum(t.numel() * t.element_size() for t in ts)}
+
+
+def test_optimizer_pt_alone(run, cli):
+    opt = os.path.join(run, f"checkpoint-{STEPS}", "optimizer.pt")
+    s = summarize(open_checkpoint(opt))
+    assert s["optimizer_state"] == _held(opt)
+    assert s["model_weights"] is False and s["parameters"]["unique"] == 0
+    assert s["analytic"] is None   # no config-predicted weights beside a file of none
+    code, out, _ = cli(opt)
+    assert code == 0 and "optimizer state and no model weights" in " ".join(out.split())
+    assert "as stored" not in out and "Parameters by bucket" not in out
+    code, out, err = cli("memory", opt)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "optimizer state and no model weights" in err
+
+
+def test_trainer_folder_without_trainer_state(run, tmp_path):
+    src = os.path.join(run, f"checkpoint-{STEPS}")
+    with open(os.path.join(src, "trainer_state.json")) as f:
+        step = json.load(f)["global_step"]
+    folder = tmp_path / f"checkpoint-{step}"
+    shutil.copytree(src, folder)
+    os.remove(folder / "trainer_state.json")
+    ckpt = open_checkpoint(str(folder))
+    opt = torch.load(folder / "optimizer.pt", weights_only=True)
+    assert ckpt.training["library"] == "Hugging Face Trainer"
+    assert ckpt.training["global_step"] == step and ckpt.training["epoch"] is None
+    assert ckpt.training["learning_rate"] == opt["param_groups"][0]["lr"]
+    assert summarize(ckpt)["optimizer_state"] == _held(str(folder / "optimizer.pt"))
+    assert any("no trainer_state.json" in n for n in ckpt.notes)
+    # optimizer.pt beside weights without scheduler.pt or training_args.bin: not taken for a Trainer folder
+    for n in ("scheduler.pt", "training_args.bin"):
+        os.remove(folder / n)
+    assert open_checkpoint(str(folder)).training is None
+
+
+def test_audit_one_record_per_trainer_folder(run, tmp_path):
+    root = tmp_path / "runs"
+    shutil.copytree(run, root / "run")
+    lone = root / "lone"   # an optimizer.pt copied out beside its config.json: audited as what it is
+    lone.mkdir()
+    for n in ("optimizer.pt", "config.json"):
+        shutil.copy(os.path.join(run, "checkpoint-1", n), lone / n)
+    units, _ = discover(str(root))
+    folders = sorted(d for d in os.listdir(root / "run") if d.startswith("checkpoint-"))
+    assert sorted(u.path for u in units) == sorted([str(lone / "optimizer.pt")]
+                                                   + [str(root / "run" / d) for d in folders])
+    model = transformers.AutoModelForCausalLM.from_config(
+        transformers.AutoConfig.from_pretrained(os.path.join(run, folders[0])))
+    for u in units:
+        rec = audit_record(u)
+        assert rec["error"] is None
+        if u.path.endswith("optimizer.pt"):
+            assert rec["config"]["verdict"] == "unavailable" and rec["parameters"] == 0
+            assert rec["training"]["optimizer_state"] == _held(u.path)
+            continue
+        with open(os.path.join(u.path, "trainer_state.json")) as f:
+            state = json.load(f)
+        assert rec["config"]["verdict"] == "match"
+        assert rec["parameters"] == sum(p.numel() for p in model.parameters())
+        assert rec["training"]["global_step"] == state["global_step"] and rec["training"]["epoch"] == state["epoch"]
+        assert rec["training"]["optimizer_state"] == _held(os.path.join(u.path, "optimizer.pt"))
+        assert {f["file"] for f in rec["scan"]["files"]} >= {os.path.join(u.path, n) for n in (
+            "optimizer.pt", "scheduler.pt", "rng_state.pth", "training_args.bin")}   # every pickle still scanned
