@@ -62,13 +62,14 @@ ENCODER_LM_HEADS = {"XLMForSequenceClassification", "XLMForQuestionAnsweringSimp
                     "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple", "XLNetForMultipleChoice"}
 NAMED |= ENCODER_LM_HEADS
 # multiple choice (head mc: the body over batch x num_choices sequences): the encoder templates' (families/bert.py, albert.py,
-# distilbert.py, modernbert.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's pre_classifier,
-# ModernBERT's head), and classes the meta path feeds input_ids [1, batch, seq]: one of each way the head is built (every
-# model type's is its family's sample in tests/test_families.py; docs/coverage.md walks them all)
+# distilbert.py, modernbert.py, deberta.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's
+# pre_classifier, ModernBERT's head, DeBERTa-v2's ContextPooler), and classes the meta path feeds input_ids
+# [1, batch, seq]: one of each way the head is built (every model type's is its family's sample in
+# tests/test_families.py; docs/coverage.md walks them all)
 CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "ElectraForMultipleChoice", "RoFormerForMultipleChoice",
                  "ErnieForMultipleChoice", "AlbertForMultipleChoice", "DistilBertForMultipleChoice",
-                 "ModernBertForMultipleChoice"}
-CHOICE_META = {"ConvBertForMultipleChoice", "DebertaV2ForMultipleChoice", "FunnelForMultipleChoice"}
+                 "ModernBertForMultipleChoice", "DebertaV2ForMultipleChoice"}
+CHOICE_META = {"ConvBertForMultipleChoice", "FunnelForMultipleChoice"}
 # the encoder layouts' task heads (framework/encoder_heads.py)
 ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertForQuestionAnswering",
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",
@@ -119,6 +120,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["NemotronHForCausalLM"] == "static"
     assert answered["BertForMaskedLM"] == answered["ViTForImageClassification"] == "static"
     assert answered["ModernBertForMaskedLM"] == "static"   # its op template: families/modernbert.py
+    assert answered["DebertaForMaskedLM"] == "static"   # families/deberta.py (and deberta_v2.py)
     assert {answered[c] for c in BERT_LIKES | {"RoFormerForMaskedLM"}} == {"static"}   # families/bert.py
     assert {answered[c] for c in ENCODERS} <= {"static", "meta"}
     assert {answered[c] for c in CLASSIC} == {"static"}

@@ -285,7 +285,8 @@ def test_every_family_has_a_template():
 
 @pytest.mark.parametrize("config,model_name", [
     ("XLMRobertaConfig", "XLMRobertaForMaskedLM"), ("BertConfig", "BertForMaskedLM"),
-    ("BartConfig", "BartForConditionalGeneration"), ("CLIPTextConfig", "CLIPTextModel")])
+    ("BartConfig", "BartForConditionalGeneration"), ("CLIPTextConfig", "CLIPTextModel"),
+    ("DebertaConfig", "DebertaForMaskedLM"), ("DebertaV2Config", "DebertaV2ForMaskedLM")])
 def test_tensor_infos_are_what_save_pretrained_writes(tmp_path, config, model_name):
     """The registry walk's stand-in for a file (tensor_infos: saved_shapes, tied False) holds the names and shapes a
     real save_pretrained writes, tied groups under the name it keeps (XLM-R registers its MLM head before `roberta`:

@@ -30,7 +30,7 @@ def _config(model_type: str):
 
 # the decoders transformers has a causal LM for (building every config class would also build vision backbones,
 # some of which look for timm weights on the hub), plus the encoders and hybrids the refusals name
-REFUSED = ("bert-generation", "deberta-v2", "wav2vec2", "bamba", "falcon_h1", "jamba", "zamba2", "qwen3_next", "olmoe",
+REFUSED = ("bert-generation", "convbert", "wav2vec2", "bamba", "falcon_h1", "jamba", "zamba2", "qwen3_next", "olmoe",
            "cohere", "starcoder2", "stablelm", "arcee", "bitnet", "olmo3", "hunyuan_v1_dense", "lfm2", "minimax",
            "llama4_text", "glm4_moe", "exaone4", "vaultgemma")
 CANDIDATES = sorted({mt for mt in auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES if mt not in MODEL_TYPES}
@@ -68,10 +68,10 @@ def test_every_claimed_type_is_the_template(model_type):
         assert ours(spec, seq) == fcm_flops(model, seq, device=device)
 
 
-@pytest.mark.parametrize("model_type", ["deepseek_v4", "zaya", "deberta-v2"])
+@pytest.mark.parametrize("model_type", ["deepseek_v4", "zaya", "convbert"])
 def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, monkeypatch, model_type):
     """The static path refuses; without the `run` extra the refusal says what would answer, with it transformers
-    answers on the meta device (tests/test_meta.py), a decoder or an encoder (DeBERTa-v2: no cache)."""
+    answers on the meta device (tests/test_meta.py), a decoder or an encoder (ConvBERT: no cache)."""
     import json
 
     from ckptstat.analysis import meta
@@ -86,7 +86,7 @@ def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, mon
     monkeypatch.undo()
     code, out, err = cli("flops", str(tmp_path / "config.json"), "--json")
     assert code == 0 and json.loads(out)["computed_by"].startswith("computed by transformers")
-    assert json.loads(out)["computed_by"].endswith("no cache") == (model_type == "deberta-v2")
+    assert json.loads(out)["computed_by"].endswith("no cache") == (model_type == "convbert")
 
 
 # ---- model types transformers has no causal LM for (families/not_causal_lm.json) ----
