@@ -1,7 +1,7 @@
 """The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
-SigLIP's towers) against the library that wrote the files: for every sample model, the tensors the walk records are the
-names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the same walk writes holds
-the file's parameters, as tests/test_walk_encoder.py checks its walks."""
+SigLIP's towers, Swin and its copies) against the library that wrote the files: for every sample model, the tensors
+the walk records are the names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the
+same walk writes holds the file's parameters, as tests/test_walk_encoder.py checks its walks."""
 from __future__ import annotations
 
 import pytest
@@ -15,7 +15,7 @@ from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes 
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "clip", "siglip")
+WALKED = ("vit", "dinov2", "clip", "siglip", "swin")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
