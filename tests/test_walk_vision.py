@@ -1,21 +1,24 @@
 """The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
-SigLIP's towers) against the library that wrote the files: for every sample model, the tensors the walk records are the
-names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the same walk writes holds
-the file's parameters, as tests/test_walk_encoder.py checks its walks."""
+SigLIP's towers, Swin and its copies) against the library that wrote the files: for every sample model, the tensors
+the walk records are the names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the
+same walk writes holds the file's parameters, as tests/test_walk_encoder.py checks its walks."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
-from test_families import spec_of  # noqa: E402
+from test_families import fcm_image_flops, meta_model, ours, spec_of  # noqa: E402
 from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
+from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "clip", "siglip")
+WALKED = ("vit", "dinov2", "clip", "siglip", "swin")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -29,8 +32,6 @@ def test_walked_tensors_are_what_save_pretrained_writes(name, sample, model_name
 def test_walked_masked_image_modeling_keeps_the_mask_token():
     """ViTForMaskedImageModeling's ViTModel holds embeddings.mask_token [1, 1, h]: the walk records it when the variant
     says so (from_tensors reads it from the file)."""
-    from dataclasses import replace
-
     cfg = T.ViTConfig(**dict(get("vit").samples[0].kwargs))
     with torch.device("meta"):
         model = T.ViTModel(cfg, use_mask_token=True)
@@ -44,3 +45,24 @@ def test_a_misspelt_encoder_variant_is_an_error():
         EncoderLayer(mlp="swiglu2")   # type: ignore[arg-type]
     with pytest.raises(TypeError):
         EncoderLayer(layer_scal=True)   # type: ignore[call-arg]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("config,model_name,kwargs,sides", [
+    ("SwinConfig", "SwinForImageClassification", {}, (224, 300)),   # Swin-T; at 300 px grids 75, 38, 19, 10: all padded
+    ("Swinv2Config", "Swinv2ForImageClassification", {}, (224, 300)),
+    ("DonutSwinConfig", "DonutSwinForImageClassification", {}, (224, 300)),
+    # Swin-B at 384 px, window 12 (at another side its last grid shrinks the window below the bias table: transformers raises)
+    ("SwinConfig", "SwinForImageClassification",
+     dict(image_size=384, window_size=12, embed_dim=128, depths=[2, 2, 18, 2], num_heads=[4, 8, 16, 32]), (384,)),
+    ("Swinv2Config", "Swinv2ForImageClassification", dict(image_size=256, window_size=16), (256, 300)),   # V2-T 256 px
+])
+def test_swin_at_full_size_equals_transformers(config, model_name, kwargs, sides):
+    """The released shapes' parameters (num_parameters) and FlopCounterMode's FLOPs of one image on the meta device, at
+    the config's side and one whose grids need padding."""
+    cls, cfg = getattr(T, model_name), getattr(T, config)(**kwargs)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
+    for side in sides:
+        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
+        assert ours(replace(spec, image_size=side), 8, 1) == expected, side

@@ -13,7 +13,8 @@ no matmul. The side analysed is ArchSpec.image_size, the rest a ViTVariant.
 
 DeiT (modeling_deit.py, model_type deit) is ViT with a second learned token, the distillation token, after the
 cls token (ViTVariant.dist_token: one more token and position row, h more parameters), under the prefix `deit.`;
-DeiTForImageClassificationWithTeacher (a second classifier on the distillation token) is not modelled.
+DeiTForImageClassificationWithTeacher (head "imgcls+distillation": DeiTModel without a pooler) runs cls_classifier on the
+cls token and distillation_classifier on the distillation token and averages their logits.
 
 The architecture is stated once, in `walk` (framework/recorder.py's Recorder, walk_vision.py's encoder layers): the op
 template and the expected tensors (every head's) both derive from it."""
@@ -94,12 +95,17 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, pattern(W, "embeddings.mask_token")),
                    pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
                    encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
-    return ArchSpec(num_labels=infer.num_labels(T), layers=infer.count_layers(T, layers(W, q)), hidden=h,
+    labels = infer.num_labels(T, r"(^|\.)(cls_)?classifier\.weight$")   # DeiT's teacher head: cls_classifier
+    return ArchSpec(num_labels=labels, layers=infer.count_layers(T, layers(W, q)), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
                     qkv_bias=infer.has(T, pattern(W, q, "bias")), image_size=img, variant=v,
                     assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
                     **{**common, "model_type": "deit" if dist else common["model_type"]})
 
+
+# DeiTForImageClassificationWithTeacher's head and its classifiers (on the cls token, on the distillation token)
+TEACHER = "imgcls+distillation"
+TEACHER_HEADS = ("cls_classifier", "distillation_classifier")
 
 # ViT's layers: layernorm_before, attention.attention.{query,key,value}, attention.output.dense, layernorm_after,
 # intermediate.dense, output.dense (walk_vision.LayerPaths' defaults)
@@ -136,6 +142,11 @@ def walk(B: Builder) -> Recorder:
         B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
     if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
         w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+    if s.head == TEACHER and s.num_labels:   # DeiT's two classifiers, their logits averaged: (cls + distillation) / 2
+        for path in TEACHER_HEADS:
+            w.linear(path, (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+        B.add("logits (cls + distillation) / 2", "activation", "cls", 1, (B.b, s.num_labels), (B.b, s.num_labels),
+              ew=2 * B.b * s.num_labels, extra_in=B.b * s.num_labels)
     if X.encoder_stride:   # the patch tokens as a side x side map, a 1x1 conv to stride^2 x channels, PixelShuffle (no FLOPs)
         conv(w, "decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
     return w
@@ -169,8 +180,9 @@ FAMILY = Family(
     model_types=("vit", "deit"),
     signature=signature(WALKED, "embeddings.patch_embeddings.projection"),   # (its weight, or Flax's kernel: docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "imgcls", "mim"),
-    head_rules=(HeadRule(r"(^|\.)classifier\.weight$", "imgcls"), HeadRule(r"^decoder\.0\.weight$", "mim")),
+    heads=("base", "imgcls", "mim", TEACHER),
+    head_rules=(HeadRule(r"^cls_classifier\.weight$", TEACHER), HeadRule(r"(^|\.)classifier\.weight$", "imgcls"),
+                HeadRule(r"^decoder\.0\.weight$", "mim")),
     pooler=pooler,
     main_input="pixel_values",
     samples=(
@@ -178,6 +190,7 @@ FAMILY = Family(
         Sample("ViTConfig", dict(_SIZES, qkv_bias=False, pooler_output_size=24, image_size=32, patch_size=4),
                ("ViTModel",)),
         Sample("DeiTConfig", dict(_SIZES, num_labels=5, encoder_stride=3),
-               ("DeiTModel", "DeiTForImageClassification", "DeiTForMaskedImageModeling")),
+               ("DeiTModel", "DeiTForImageClassification", "DeiTForMaskedImageModeling",
+                "DeiTForImageClassificationWithTeacher")),
     ),
 )

@@ -44,7 +44,7 @@ def from_config(cfg: Mapping[str, Any], path: str = "config.json") -> ArchSpec:
     if family.encoder_decoder and not family.decoder_alone and arch_name is not None and arch_name.endswith("ForCausalLM"):
         raise NoAnalyticModel(f"{path}: {arch_name} is the {family.name} decoder alone (no encoder, no cross-attention "
                               "input): the encoder-decoder template does not describe it")
-    if arch_name is not None and head not in family.heads:   # CLIPForImageClassification, DeiT's *WithTeacher
+    if arch_name is not None and head not in family.heads:   # CLIPForImageClassification
         raise NoAnalyticModel(f"{path}: the {family.name} op template describes the {', '.join(family.heads)} "
                               f"head{'s' if len(family.heads) > 1 else ''}, not {arch_name}'s")
     c = Cfg(cfg, path, mt, head, {})

@@ -131,10 +131,10 @@ def layers(w: Walked, key: str, inner: bool = False, under: str = r"(?:^|\.)") -
 def numbered(w: Walked, key: str, suffix: str = "weight") -> str:
     """A regex on canonical tensor names for `key`'s module's `suffix` parameter whose groups 2, 3... capture every
     number in its path, in order: a stored layer (`{bid}`), a literal index (`stages.0`), a component's trailing digits
-    (torchvision's `layer1`, `conv1`)."""
+    (torchvision's `layer1`, `conv1`); `suffix` "": a bare parameter's (its path is its name)."""
     parts = [r"(\d+)" if c in ("{bid}", "{xid}") or c.isdigit() else re.sub(r"\d+$", r"(\\d+)", re.escape(c))
              for c in module(w, key).path.split(".")]
-    return r"(^|\.)" + r"\.".join(parts) + rf"\.{suffix}$"
+    return r"(^|\.)" + r"\.".join(parts) + (rf"\.{suffix}$" if suffix else "$")
 
 
 def shape(T: Tensors, w: Walked, key: str, suffix: str | None = None) -> tuple[int, ...]:
