@@ -41,7 +41,8 @@ TRAINER_STATE = "trainer_state.json"     # transformers trainer_callback.py / tr
 TRAINER_OPTIMIZER = "optimizer.pt"       # transformers trainer.py OPTIMIZER_NAME
 # transformers trainer.py SCHEDULER_NAME, TRAINING_ARGS_NAME: beside optimizer.pt they mark a Trainer folder whose
 # trainer_state.json is missing (rng_state*.pth is not enough: other loops save one)
-TRAINER_SIDE = ("scheduler.pt", "training_args.bin")
+TRAINING_ARGS = "training_args.bin"
+TRAINER_SIDE = ("scheduler.pt", TRAINING_ARGS)
 _CHECKPOINT_N = re.compile(r"^checkpoint-(\d+)$")   # transformers trainer_utils.py PREFIX_CHECKPOINT_DIR
 DEEPSPEED_LATEST = "latest"              # deepspeed engine.py: the tag of the last save
 _DS_MODEL = re.compile(r"^(?:zero_pp_rank_\d+_)?mp_rank_(\d+)_model_states\.pt$")

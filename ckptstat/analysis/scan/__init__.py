@@ -21,7 +21,8 @@ from ...core.files import followed, open_regular
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
-from .loaders import dcp_metadata, deepspeed_optimizer, scan_other
+from ...formats.training import TRAINING_ARGS
+from .loaders import TRAINING_ARGS_NOTE, dcp_metadata, deepspeed_optimizer, rng_state, scan_other
 from .torch_load import scan as scan_file
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
@@ -219,10 +220,18 @@ def scan_local(path: str) -> dict[str, Any]:
     """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
     the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
     the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
+    r = _scan_local(path)
+    if os.path.basename(path) == TRAINING_ARGS and r["status"] == "unsafe":
+        r["notes"].append(TRAINING_ARGS_NOTE)
+    return r
+
+
+def _scan_local(path: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)
-    # a torch.distributed.checkpoint .metadata (DCP's pickle.load), a DeepSpeed optimizer state: their loaders (loaders.py)
-    own_loader = dcp_metadata(path) or deepspeed_optimizer(path)
+    # a torch.distributed.checkpoint .metadata (DCP's pickle.load), a DeepSpeed optimizer state, a Trainer's or
+    # accelerate's RNG state: their loaders (loaders.py)
+    own_loader = dcp_metadata(path) or deepspeed_optimizer(path) or rng_state(path)
     if own_loader is not None:
         return own_loader
     torch_report: dict[str, Any] | None = None

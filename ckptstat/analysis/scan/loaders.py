@@ -22,6 +22,10 @@
 - DeepSpeed ZeRO `*_optim_states.pt` files: DeepSpeed loads them with torch.load(weights_only=False); a genuine one
   names DeepSpeed's loss scaler, fragment_address and ZeroStageEnum (formats/torch/training.py
   `DeepSpeedUnpickler`), allowed there on the same terms.
+- A transformers Trainer's `rng_state.pth` / `rng_state_<rank>.pth` and accelerate's `random_states_<i>.pkl`: their
+  loaders call torch.load(weights_only=True) with numpy's `_reconstruct`, `ndarray`, `dtype` and `UInt32DType` added
+  to the allowlist (`RNG_GLOBALS`), allowed there on the same terms, by name alone (`rng_state`). A file torch.load
+  cannot read at all is a read error here, as for any file (DCP's `.metadata` excepted: DCP reads its first pickle).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -44,11 +48,13 @@ from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
 from ...formats.torch.training import DeepSpeedUnpickler
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, follow, report, trace
+from .torch_load import SCAN_SCHEMA, Trace, finish, follow, report, trace
 
-# What np.save's pickle of an object array imports (ndarray.__reduce__, numpy 1.x and 2.x module names).
-NUMPY_OWN = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct", "numpy.ndarray",
-                       "numpy.dtype", "numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"})
+# What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
+NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
+                               "numpy.ndarray", "numpy.dtype"})
+# What np.save's pickle of an object array imports: that, and numpy scalars.
+NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 MAX_CONFIG = 16 << 20
 
 
@@ -223,7 +229,8 @@ def dcp_metadata(path: str) -> dict[str, Any] | None:
     return _judged_by_its_loader(
         path, dcp.DCP_GLOBALS, "torch.distributed.checkpoint metadata",
         "read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle)",
-        "a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes", _dcp_items)
+        "safe: a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes and torch's "
+        "weights_only allowlist", _dcp_items)
 
 
 def _dcp_items(t: Trace) -> None:
@@ -280,7 +287,40 @@ def deepspeed_optimizer(path: str) -> dict[str, Any] | None:
     return _judged_by_its_loader(
         path, DEEPSPEED_GLOBALS, "DeepSpeed ZeRO optimizer state",
         "read by DeepSpeed with torch.load(weights_only=False)",
-        "a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, fragment_address")
+        "safe: a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, fragment_address "
+        "and torch's weights_only allowlist")
+
+
+# A training loop's RNG state, by the name its library writes (see the module doc): transformers trainer.py
+# `_save_rng_state` (rng_state.pth, rng_state_<process index>.pth), accelerate checkpointing.py `save_accelerator_state`
+# (random_states_<process index>.pkl, RNG_STATE_NAME). Their loaders (Trainer._load_rng_state, accelerate.utils.load)
+# call torch.load(weights_only=True) with these added to the allowlist (transformers trainer_pt_utils.py
+# `safe_globals`, accelerate utils/other.py TORCH_SAFE_GLOBALS: the same names, accelerate's codecs.encode being
+# torch's own `_codecs.encode`), named as torch names them; `_reconstruct` under the module of the numpy that wrote it.
+RNG_STATES = ((re.compile(r"^rng_state(?:_\d+)?\.pth$"), "transformers Trainer", "transformers' Trainer",
+               "Trainer._load_rng_state"),
+              (re.compile(r"^random_states_\d+\.pkl$"), "accelerate", "accelerate's load_state", "accelerate.utils.load"))
+RNG_GLOBALS = NUMPY_RECONSTRUCT | {"numpy.dtypes.UInt32DType"}
+# A Trainer's training_args.bin (formats/training.py TRAINING_ARGS) has no loader of its own: judged as torch.load's.
+TRAINING_ARGS_NOTE = ("training_args.bin: transformers' TrainingArguments, which the Trainer pickles whole and never loads "
+                      "back; reading it takes torch.load(weights_only=False), which imports and may call every global "
+                      "above: unpickle it only from a source you trust")
+
+
+def rng_state(path: str) -> dict[str, Any] | None:
+    """The scan report of a Trainer's or accelerate's saved RNG state, judged by the loader that reads it, or None for
+    another name. By name alone: RNG_GLOBALS rebuild numpy arrays and dtypes and run no code of the file's choosing
+    under any loader, so a file named so gains nothing from the policy (every other global stays a finding), while a
+    checkpoint-N/ folder test would leave the false alarm on a file scanned alone or pushed as last-checkpoint/."""
+    name = os.path.basename(path)
+    found = next((rest for pattern, *rest in RNG_STATES if pattern.match(name)), None)
+    if found is None:
+        return None
+    library, who, how = found
+    return _judged_by_its_loader(
+        path, RNG_GLOBALS, f"{library} RNG state",
+        f"read by {how} with torch.load(weights_only=True), numpy's _reconstruct, ndarray, dtype allowed",
+        f"safe: {who} loads it with weights_only=True and numpy's _reconstruct, ndarray, dtype allowed")
 
 
 def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: str, safe: str,
@@ -288,18 +328,17 @@ def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: 
     """torch.load's trace of `path` with the globals its own loader expects (`allowed`) accepted beside torch's
     allowlist: in every pickle torch.load would reach, so a second, hostile pickle stays UNSAFE. The globals table
     still says what torch's weights_only would do with each. `more` adds the pickles the loader reads elsewhere
-    (a DCP folder's items), judged by torch's allowlist alone."""
+    (a DCP folder's items), judged by torch's allowlist alone; without it the loader is torch.load itself, so a
+    file torch.load cannot read at all (nothing unsafe reached) is a read error, as for any file (`finish`)."""
     t = trace(path)
     for w, _ in t.walks:
         w.findings = [fd for fd in w.findings if fd.name not in allowed]
     if more is not None:
         more(t)
-    r = report(t)
+    r = report(t, safe) if more is not None else finish(t, safe)
     r["format"] = fmt
     r["torch_load"] = f"{loader}; torch.load: {t.raises or t.reads}"
     r["weights_only_loadable"] = False
-    if r["status"] == "safe":
-        r["verdict"] = f"safe: {safe} and torch's weights_only allowlist"
     return r
 
 

@@ -408,8 +408,9 @@ def _finding(w: Walk, fd: Any) -> dict[str, object]:
             "opcode": fd.opcode, "global": fd.name, "why": fd.why}
 
 
-def report(t: Trace) -> dict[str, Any]:
-    """The `ckptstat.scan/1` report of a trace."""
+def report(t: Trace, safe: str | None = None) -> dict[str, Any]:
+    """The `ckptstat.scan/1` report of a trace; `safe`, the verdict of a safe file judged by its own loader's terms
+    (analysis/scan/loaders.py)."""
     reached = [w for w, r in t.walks if r]
     unreached = [w for w, r in t.walks if not r]
     unsafe = sorted({fd.name for w in reached for fd in w.findings})
@@ -419,6 +420,8 @@ def report(t: Trace) -> dict[str, Any]:
         verdict = "UNSAFE: torch.load without weights_only would import and may call: " + ", ".join(unsafe)
     elif status == "unknown":
         verdict = "UNKNOWN: scan cannot tell what torch.load would run: " + t.unknown[0]
+    elif safe:
+        verdict = safe
     elif t.raises:
         verdict = f"safe: {t.raises}, having imported nothing outside torch's weights_only allowlist"
     else:
@@ -462,9 +465,9 @@ def scan(path: str | os.PathLike[str]) -> dict[str, Any]:
     return finish(trace(path))
 
 
-def finish(t: Trace) -> dict[str, Any]:
+def finish(t: Trace, safe: str | None = None) -> dict[str, Any]:
     """The trace's report, or CorruptCheckpointError when torch.load cannot read the file (see scan)."""
-    r = report(t)
+    r = report(t, safe)
     if r["status"] == "safe" and t.unreadable:
         dormant = r["unreached_unsafe_globals"]
         raise CorruptCheckpointError(t.path, t.unreadable + (
