@@ -190,6 +190,43 @@ def test_deepseek_v3_published_size_caches_the_mla_latent_whole_on_every_tp_rank
     assert _group(at, "kv cache") == kv // seq * s
 
 
+# Qwen3-Next-80B-A3B's config.json (Qwen/Qwen3-Next-80B-A3B-Instruct): 36 gated-DeltaNet layers, 12 attention layers
+QWEN3_NEXT = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_hidden_layers=48, num_attention_heads=16,
+                  num_key_value_heads=2, head_dim=256, num_experts=512, num_experts_per_tok=10, full_attention_interval=4,
+                  linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_conv_kernel_dim=4, tie_word_embeddings=False)
+
+
+def _tensors_bytes(x) -> int:
+    """Bytes of a cache layer's tensor, or of the tensors in its dict or list (LinearAttentionLayer's states)."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return sum(_tensors_bytes(y) for y in items)
+
+
+def test_qwen3_next_linear_states_split_by_linear_heads_not_kv_heads(tmp_path, mem):
+    """Qwen3-Next-80B-A3B at --tp 8: the attention layers' K/V split over its 2 KV heads (replicated beyond), the
+    gated-DeltaNet conv and recurrent states over the 16 linear key heads (vLLM shards them by heads), each from the
+    cache transformers 5 returns after a meta forward (was: the states divided by the 2 KV heads too, 4x too many)."""
+    path = _config(tmp_path, "Qwen3NextConfig", QWEN3_NEXT, "Qwen3NextForCausalLM")
+    model = _meta("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT)
+    cfg, seq, batch, tp = model.config, 64, 2, 8
+    with torch.no_grad(), meta_autocast():
+        cache = model(input_ids=torch.zeros((batch, seq), dtype=torch.long, device="meta"), use_cache=True).past_key_values
+    attn = sum(_tensors_bytes(getattr(layer, k, None)) for layer in cache.layers for k in ("keys", "values"))
+    states = sum(_tensors_bytes(getattr(layer, k, None)) for layer in cache.layers
+                 for k in ("conv_states", "recurrent_states"))
+    del model, cache
+    assert attn and states
+    args = ["--seq", str(seq), "--batch", str(batch), "--kv-dtype", "bf16"]
+    assert _group(mem(path, *args), "kv cache") == attn + states
+    eight = mem(path, *args, "--tp", str(tp), "--gpus", str(tp), "--gpu", "H100-80")
+    expected = attn / min(tp, cfg.num_key_value_heads) + states / min(tp, cfg.linear_num_key_heads)
+    assert _group(eight, "kv cache") == math.ceil(expected)
+
+
 # Kimi-K2's config.json (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's layout with 384 routed experts and one dense layer
 KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
                num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,

@@ -460,6 +460,11 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         share = math.ceil(layers_stored(s) / plan.pp) / layers_stored(s) if plan.pp > 1 else 1
         heads = cache_heads(m)
         heads_split = min(plan.tp, heads) if heads else 1
+        # a gated-DeltaNet hybrid's linear states (Qwen3-Next, Qwen3.5) split by the linear key heads, as vLLM shards
+        # them; its attention layers' K/V by the KV heads. The states are the cache at s = 0 (they do not grow with s)
+        lin = m.spec.deltanet if m.spec.linear_layers else None
+        states = kv_lines(m, b, 0, nd, kvb)[0][1] if lin and plan.tp > 1 else 0.0
+        lin_split = min(plan.tp, lin.key_heads) if lin else 1
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
             # a hybrid's state-space states split with the KV heads (a Mamba-only model's by its mixer's heads:
             # Family.cache_heads), as Megatron and vLLM shard the mixer by heads (transformers' own tp plans leave it whole)
@@ -467,8 +472,12 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
             extra = (f"; / {heads_split} ({what} heads over tp {plan.tp}"
                      f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
+            if states:
+                extra = (f"; attention K/V {nbytes - states:,.0f} B{extra}; linear states {states:,.0f} B / {lin_split} "
+                         f"(linear key heads over tp {plan.tp})")
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""
-            dev.append(_line("kv cache", item, nbytes * share / heads_split, rule + extra))
+            per_device = (nbytes - states) / heads_split + states / lin_split
+            dev.append(_line("kv cache", item, per_device * share, rule + extra))
     dev.extend(activations(m, plan, b, n, nd, ab, stage))
     dev.append(_line("runtime reserve", RESERVE_RULE, plan.reserve, plan.reserve_source))
     return dev, host
