@@ -227,6 +227,45 @@ def test_qwen3_next_linear_states_split_by_linear_heads_not_kv_heads(tmp_path, m
     assert _group(eight, "kv cache") == math.ceil(expected)
 
 
+# Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B): 128 experts of width 768, top 8; intermediate_size 6144 unused
+QWEN3_30B_A3B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                     num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                     num_experts_per_tok=8, tie_word_embeddings=False)
+
+
+def _mlp_activation_width(model) -> int:
+    """The widest MLP activation per token over the model's layers, from its modules: the input width of each
+    down projection (a routed expert's counted top-k times), x3 for the gate, the up projection and their product."""
+    cfg, widest = model.config, 0
+    for layer in model.model.layers:
+        width = 0
+        for name, mod in layer.mlp.named_modules():
+            if name.endswith("experts") and hasattr(mod, "down_proj") and isinstance(mod.down_proj, torch.Tensor):
+                width += mod.down_proj.shape[-1] * cfg.num_experts_per_tok      # [E, h, f]: the routed experts
+            elif isinstance(mod, torch.nn.Linear) and name.split(".")[-1] == "down_proj":
+                width += mod.in_features
+        widest = max(widest, 3 * width)
+    return widest
+
+
+@pytest.mark.parametrize("name,config_cls,model_cls,sizes", [
+    ("Qwen3-30B-A3B", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", QWEN3_30B_A3B),
+    ("Qwen3-Next-80B-A3B", "Qwen3NextConfig", "Qwen3NextForCausalLM", QWEN3_NEXT)])
+def test_moe_peak_activation_counts_top_k_experts_of_their_own_width(tmp_path, mem, name, config_cls, model_cls, sizes):
+    """The inference peak's MLP term at the published sizes (flash attention: no s^2 scores) is the widest MLP
+    activation the model's modules make: top-k experts of moe_intermediate_size (+ the shared expert), or a dense
+    layer's intermediate_size (was: intermediate_size x top-k, 8x and 9x too wide for these two)."""
+    path = _config(tmp_path, config_cls, sizes, model_cls)
+    model = _meta(model_cls, config_cls, sizes)
+    f, h = _mlp_activation_width(model), model.config.hidden_size
+    attn = next(layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn"))
+    assert f > sum(getattr(attn, p).out_features for p in ("q_proj", "k_proj", "v_proj")), name   # f is max(q+k+v, f)
+    del model
+    b, n, tp = 2, 1024, 8
+    plan = mem(path, "--seq", str(n), "--batch", str(b), "--tp", str(tp), "--gpus", str(tp), "--attention", "flash")
+    assert _fit(plan)[("activations", f"peak per layer, b={b}, s={n}")] == math.ceil(2 * b * n * (2 * h + f / tp))
+
+
 # Kimi-K2's config.json (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's layout with 384 routed experts and one dense layer
 KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
                num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,

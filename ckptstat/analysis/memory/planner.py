@@ -331,6 +331,18 @@ def text_input(s: ArchSpec) -> bool:
     return get(s.family).main_input == "input_ids" and not s.image_size
 
 
+def mlp_width(s: ArchSpec) -> tuple[int, str]:
+    """The widest MLP activation of one token in one layer, and its rule: f (x3 gated: gate, up and their product).
+    Routed experts as wide as f (Mixtral, GPT-OSS) count x top-k; experts of their own width (moe_intermediate:
+    Qwen-MoE, DeepSeek, Llama 4, Qwen3-Next) count top-k x that + the shared expert, beside a dense layer's f."""
+    g = 3 if s.gated_mlp else 1
+    x3 = " x3 gated" if s.gated_mlp else ""
+    if not s.moe_intermediate:
+        return s.intermediate * g * (s.top_k or 1), f"f{x3}{' x top-k' if s.top_k else ''}"
+    routed = (s.moe_intermediate * (s.top_k or 1) + s.shared_intermediate) * g
+    return max(s.intermediate * g, routed), f"max(f, top-k x expert f + shared f){x3}"
+
+
 def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: str) -> list[Line]:
     """Activation lines for one device: inference holds one layer live (plus logits); training keeps
     every layer's saved tensors (Korthikanti et al. 2022), or only layer inputs with checkpointing."""
@@ -358,12 +370,12 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         return lines
     h, a = s.hidden, s.heads
     if plan.mode == "inference":
-        f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
+        f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         eager = plan.attention == "eager"
         peak = ab * (b * n * (2 * h + max(qkv, f_eff) / t) + (b * (a / t) * n * n if eager else 0))
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x (b*s*(2h + max(q+k+v, f)/tp)"
+                           f"{ab} B x (b*s*(2h + max(q+k+v, {f_rule})/tp)"
                            f"{' + b*(a/tp)*s^2 eager scores' if eager else ', flash attention: no s^2 scores'}); "
                            "one layer live"))
         if has_logits:
