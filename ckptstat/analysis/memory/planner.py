@@ -331,6 +331,15 @@ def text_input(s: ArchSpec) -> bool:
     return get(s.family).main_input == "input_ids" and not s.image_size
 
 
+def eager_scores(ab: float) -> tuple[float, str]:
+    """Bytes per attention score at the peak of transformers' eager_attention_forward, and the rule: the scores
+    (+ mask) at ab, then softmax(..., dtype=float32), which ATen runs as a float32 copy of them and a float32 result,
+    all three live (fp32 scores: no copy); plus the b x s x s additive mask at ab that every layer shares."""
+    if ab >= 4:
+        return 2 * ab, f"{2 * ab:g} B (scores, fp32 softmax) + b*s^2 x {ab:g} B mask"
+    return ab + 8, f"{ab + 8:g} B (scores {ab:g}, their fp32 copy 4, fp32 softmax 4) + b*s^2 x {ab:g} B mask"
+
+
 def mlp_width(s: ArchSpec) -> tuple[int, str]:
     """The widest MLP activation of one token in one layer, and its rule: f (x3 gated: gate, up and their product).
     Routed experts as wide as f (Mixtral, GPT-OSS) count x top-k; experts of their own width (moe_intermediate:
@@ -373,11 +382,12 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         eager = plan.attention == "eager"
-        peak = ab * (b * n * (2 * h + max(qkv, f_eff) / t) + (b * (a / t) * n * n if eager else 0))
+        sb, s_rule = eager_scores(ab)
+        peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x (b*s*(2h + max(q+k+v, {f_rule})/tp)"
-                           f"{' + b*(a/tp)*s^2 eager scores' if eager else ', flash attention: no s^2 scores'}); "
-                           "one layer live"))
+                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp)"
+                           f"{' + b*(a/tp)*s^2 eager scores x ' + s_rule if eager else '; flash attention: no s^2 scores'}"
+                           "; one layer live"))
         if has_logits:
             lines.append(_line("activations", "logits", ab * b * out_tok * s.vocab / t,
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"))
