@@ -190,6 +190,105 @@ def test_deepseek_v3_published_size_caches_the_mla_latent_whole_on_every_tp_rank
     assert _group(at, "kv cache") == kv // seq * s
 
 
+# Qwen3-Next-80B-A3B's config.json (Qwen/Qwen3-Next-80B-A3B-Instruct): 36 gated-DeltaNet layers, 12 attention layers
+QWEN3_NEXT = dict(vocab_size=151936, hidden_size=2048, intermediate_size=5120, moe_intermediate_size=512,
+                  shared_expert_intermediate_size=512, num_hidden_layers=48, num_attention_heads=16,
+                  num_key_value_heads=2, head_dim=256, num_experts=512, num_experts_per_tok=10, full_attention_interval=4,
+                  linear_num_key_heads=16, linear_num_value_heads=32, linear_key_head_dim=128,
+                  linear_value_head_dim=128, linear_conv_kernel_dim=4, tie_word_embeddings=False)
+
+
+def _tensors_bytes(x) -> int:
+    """Bytes of a cache layer's tensor, or of the tensors in its dict or list (LinearAttentionLayer's states)."""
+    if isinstance(x, torch.Tensor):
+        return x.numel() * x.element_size()
+    items = x.values() if isinstance(x, dict) else x if isinstance(x, (list, tuple)) else ()
+    return sum(_tensors_bytes(y) for y in items)
+
+
+def test_qwen3_next_linear_states_split_by_linear_heads_not_kv_heads(tmp_path, mem):
+    """Qwen3-Next-80B-A3B at --tp 8: the attention layers' K/V split over its 2 KV heads (replicated beyond), the
+    gated-DeltaNet conv and recurrent states over the 16 linear key heads (vLLM shards them by heads), each from the
+    cache transformers 5 returns after a meta forward (was: the states divided by the 2 KV heads too, 4x too many)."""
+    path = _config(tmp_path, "Qwen3NextConfig", QWEN3_NEXT, "Qwen3NextForCausalLM")
+    model = _meta("Qwen3NextForCausalLM", "Qwen3NextConfig", QWEN3_NEXT)
+    cfg, seq, batch, tp = model.config, 64, 2, 8
+    with torch.no_grad(), meta_autocast():
+        cache = model(input_ids=torch.zeros((batch, seq), dtype=torch.long, device="meta"), use_cache=True).past_key_values
+    attn = sum(_tensors_bytes(getattr(layer, k, None)) for layer in cache.layers for k in ("keys", "values"))
+    states = sum(_tensors_bytes(getattr(layer, k, None)) for layer in cache.layers
+                 for k in ("conv_states", "recurrent_states"))
+    del model, cache
+    assert attn and states
+    args = ["--seq", str(seq), "--batch", str(batch), "--kv-dtype", "bf16"]
+    assert _group(mem(path, *args), "kv cache") == attn + states
+    eight = mem(path, *args, "--tp", str(tp), "--gpus", str(tp), "--gpu", "H100-80")
+    expected = attn / min(tp, cfg.num_key_value_heads) + states / min(tp, cfg.linear_num_key_heads)
+    assert _group(eight, "kv cache") == math.ceil(expected)
+
+
+# Qwen3-30B-A3B's config.json (Qwen/Qwen3-30B-A3B): 128 experts of width 768, top 8; intermediate_size 6144 unused
+QWEN3_30B_A3B = dict(vocab_size=151936, hidden_size=2048, intermediate_size=6144, moe_intermediate_size=768,
+                     num_hidden_layers=48, num_attention_heads=32, num_key_value_heads=4, head_dim=128, num_experts=128,
+                     num_experts_per_tok=8, tie_word_embeddings=False)
+
+
+def _mlp_activation_width(model) -> int:
+    """The widest MLP activation per token over the model's layers, from its modules: the input width of each
+    down projection (a routed expert's counted top-k times), x3 for the gate, the up projection and their product."""
+    cfg, widest = model.config, 0
+    for layer in model.model.layers:
+        width = 0
+        for name, mod in layer.mlp.named_modules():
+            if name.endswith("experts") and hasattr(mod, "down_proj") and isinstance(mod.down_proj, torch.Tensor):
+                width += mod.down_proj.shape[-1] * cfg.num_experts_per_tok      # [E, h, f]: the routed experts
+            elif isinstance(mod, torch.nn.Linear) and name.split(".")[-1] == "down_proj":
+                width += mod.in_features
+        widest = max(widest, 3 * width)
+    return widest
+
+
+@pytest.mark.parametrize("name,config_cls,model_cls,sizes", [
+    ("Qwen3-30B-A3B", "Qwen3MoeConfig", "Qwen3MoeForCausalLM", QWEN3_30B_A3B),
+    ("Qwen3-Next-80B-A3B", "Qwen3NextConfig", "Qwen3NextForCausalLM", QWEN3_NEXT)])
+def test_moe_peak_activation_counts_top_k_experts_of_their_own_width(tmp_path, mem, name, config_cls, model_cls, sizes):
+    """The inference peak's MLP term at the published sizes (flash attention: no s^2 scores) is the widest MLP
+    activation the model's modules make: top-k experts of moe_intermediate_size (+ the shared expert), or a dense
+    layer's intermediate_size (was: intermediate_size x top-k, 8x and 9x too wide for these two)."""
+    path = _config(tmp_path, config_cls, sizes, model_cls)
+    model = _meta(model_cls, config_cls, sizes)
+    f, h = _mlp_activation_width(model), model.config.hidden_size
+    attn = next(layer.self_attn for layer in model.model.layers if hasattr(layer, "self_attn"))
+    assert f > sum(getattr(attn, p).out_features for p in ("q_proj", "k_proj", "v_proj")), name   # f is max(q+k+v, f)
+    del model
+    b, n, tp = 2, 1024, 8
+    plan = mem(path, "--seq", str(n), "--batch", str(b), "--tp", str(tp), "--gpus", str(tp), "--attention", "flash")
+    assert _fit(plan)[("activations", f"peak per layer, b={b}, s={n}")] == math.ceil(2 * b * n * (2 * h + f / tp))
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+def test_eager_inference_peak_equals_torch_memtracker(tmp_path, mem, dtype):
+    """Inference activations at s = 1,024 with eager attention (the scores dominate), against the peak of activation
+    memory torch's MemTracker records over a real CPU forward of transformers' eager Llama: the planner's peak per
+    layer and logits within 2% (was: scores at 2 B each, a fifth of the 10 B the eager kernel holds at bf16: the
+    scores, their fp32 copy and the fp32 softmax, plus the additive mask)."""
+    mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    sizes = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+                 num_key_value_heads=2, head_dim=8, max_position_embeddings=4096)
+    seq = 1024
+    model = T.LlamaForCausalLM._from_config(T.LlamaConfig(**sizes), attn_implementation="eager",
+                                            dtype=getattr(torch, dtype)).eval()
+    tracker = mem_tracker.MemTracker()
+    tracker.track_external(model)
+    with torch.no_grad(), tracker:
+        model(input_ids=torch.zeros((1, seq), dtype=torch.long), use_cache=False)
+    peak = next(v for per_device in tracker.get_tracker_snapshot("peak").values()
+                for k, v in per_device.items() if k.name == "ACT")
+    r = mem(_config(tmp_path, "LlamaConfig", sizes, "LlamaForCausalLM", dtype=dtype), "--seq", str(seq))
+    planned = _group(r, "activations")
+    assert abs(planned - peak) / peak < 0.02, (planned, peak)
+
+
 # Kimi-K2's config.json (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's layout with 384 routed experts and one dense layer
 KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
                num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,

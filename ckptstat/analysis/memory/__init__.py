@@ -8,7 +8,19 @@ from ...families import get
 from ...families.framework.base import VOCAB_LOGITS
 from ...families.framework.spec import check_seq
 from ...families.framework.spec import max_seq as position_limit
-from .planner import KV_BYTES, Plan, activation_bytes, activations, device_lines, kv_lines, split, stages, text_input
+from .planner import (
+    KV_BYTES,
+    Plan,
+    activation_bytes,
+    activations,
+    device_lines,
+    eager_scores,
+    kv_lines,
+    mlp_width,
+    split,
+    stages,
+    text_input,
+)
 
 SCHEMA = "ckptstat.memory/1"
 WHAT_IF: dict[str, float] = {"float32": 4, "bfloat16": 2, "float16": 2, "int8": 1, "int4": 0.5}
@@ -50,12 +62,12 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
 
     if text_input(s):
         # Inference activations: one layer live at a time (eager attention materialises the scores).
-        f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
+        f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
-        layer_peak = ab * (b * n * (2 * s.hidden + max(qkv, f_eff)) + b * s.heads * n * n)
+        sb, s_rule = eager_scores(ab)
+        layer_peak = ab * b * n * (2 * s.hidden + max(qkv, f_eff)) + b * n * n * (sb * s.heads + ab)
         line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
-             f"{ab} B x (b*s*(2h + max(q+k+v width, f{' x3 gated' if s.gated_mlp else ''}"
-             f"{' x top-k' if s.top_k else ''})) + b*a*s^2 eager scores); one layer live at a time")
+             f"{ab} B x b*s*(2h + max(q+k+v width, {f_rule})) + b*a*s^2 eager scores x {s_rule}; one layer live at a time")
         if s.head in VOCAB_LOGITS:
             out_tok = nd if family.seq2seq(s) else n
             line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")

@@ -331,6 +331,27 @@ def text_input(s: ArchSpec) -> bool:
     return get(s.family).main_input == "input_ids" and not s.image_size
 
 
+def eager_scores(ab: float) -> tuple[float, str]:
+    """Bytes per attention score at the peak of transformers' eager_attention_forward, and the rule: the scores
+    (+ mask) at ab, then softmax(..., dtype=float32), which ATen runs as a float32 copy of them and a float32 result,
+    all three live (fp32 scores: no copy); plus the b x s x s additive mask at ab that every layer shares."""
+    if ab >= 4:
+        return 2 * ab, f"{2 * ab:g} B (scores, fp32 softmax) + b*s^2 x {ab:g} B mask"
+    return ab + 8, f"{ab + 8:g} B (scores {ab:g}, their fp32 copy 4, fp32 softmax 4) + b*s^2 x {ab:g} B mask"
+
+
+def mlp_width(s: ArchSpec) -> tuple[int, str]:
+    """The widest MLP activation of one token in one layer, and its rule: f (x3 gated: gate, up and their product).
+    Routed experts as wide as f (Mixtral, GPT-OSS) count x top-k; experts of their own width (moe_intermediate:
+    Qwen-MoE, DeepSeek, Llama 4, Qwen3-Next) count top-k x that + the shared expert, beside a dense layer's f."""
+    g = 3 if s.gated_mlp else 1
+    x3 = " x3 gated" if s.gated_mlp else ""
+    if not s.moe_intermediate:
+        return s.intermediate * g * (s.top_k or 1), f"f{x3}{' x top-k' if s.top_k else ''}"
+    routed = (s.moe_intermediate * (s.top_k or 1) + s.shared_intermediate) * g
+    return max(s.intermediate * g, routed), f"max(f, top-k x expert f + shared f){x3}"
+
+
 def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: str) -> list[Line]:
     """Activation lines for one device: inference holds one layer live (plus logits); training keeps
     every layer's saved tensors (Korthikanti et al. 2022), or only layer inputs with checkpointing."""
@@ -358,14 +379,15 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         return lines
     h, a = s.hidden, s.heads
     if plan.mode == "inference":
-        f_eff = s.intermediate * (3 if s.gated_mlp else 1) * (s.top_k or 1)
+        f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         eager = plan.attention == "eager"
-        peak = ab * (b * n * (2 * h + max(qkv, f_eff) / t) + (b * (a / t) * n * n if eager else 0))
+        sb, s_rule = eager_scores(ab)
+        peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x (b*s*(2h + max(q+k+v, f)/tp)"
-                           f"{' + b*(a/tp)*s^2 eager scores' if eager else ', flash attention: no s^2 scores'}); "
-                           "one layer live"))
+                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp)"
+                           f"{' + b*(a/tp)*s^2 eager scores x ' + s_rule if eager else '; flash attention: no s^2 scores'}"
+                           "; one layer live"))
         if has_logits:
             lines.append(_line("activations", "logits", ab * b * out_tok * s.vocab / t,
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"))
@@ -460,6 +482,11 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         share = math.ceil(layers_stored(s) / plan.pp) / layers_stored(s) if plan.pp > 1 else 1
         heads = cache_heads(m)
         heads_split = min(plan.tp, heads) if heads else 1
+        # a gated-DeltaNet hybrid's linear states (Qwen3-Next, Qwen3.5) split by the linear key heads, as vLLM shards
+        # them; its attention layers' K/V by the KV heads. The states are the cache at s = 0 (they do not grow with s)
+        lin = m.spec.deltanet if m.spec.linear_layers else None
+        states = kv_lines(m, b, 0, nd, kvb)[0][1] if lin and plan.tp > 1 else 0.0
+        lin_split = min(plan.tp, lin.key_heads) if lin else 1
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
             # a hybrid's state-space states split with the KV heads (a Mamba-only model's by its mixer's heads:
             # Family.cache_heads), as Megatron and vLLM shard the mixer by heads (transformers' own tp plans leave it whole)
@@ -467,8 +494,12 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
             extra = (f"; / {heads_split} ({what} heads over tp {plan.tp}"
                      f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
+            if states:
+                extra = (f"; attention K/V {nbytes - states:,.0f} B{extra}; linear states {states:,.0f} B / {lin_split} "
+                         f"(linear key heads over tp {plan.tp})")
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""
-            dev.append(_line("kv cache", item, nbytes * share / heads_split, rule + extra))
+            per_device = (nbytes - states) / heads_split + states / lin_split
+            dev.append(_line("kv cache", item, per_device * share, rule + extra))
     dev.extend(activations(m, plan, b, n, nd, ab, stage))
     dev.append(_line("runtime reserve", RESERVE_RULE, plan.reserve, plan.reserve_source))
     return dev, host
