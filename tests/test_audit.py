@@ -15,7 +15,9 @@ import pytest
 
 from ckptstat.analysis.audit import audit_record, run_pool, run_serial, strip_timing, summarize_records
 from ckptstat.analysis.audit.find import Unit, discover
+from ckptstat.analysis.summary import summarize
 from ckptstat.cli import main
+from ckptstat.formats.registry import open_checkpoint
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 from conftest import fixture_script  # noqa: E402
@@ -117,6 +119,23 @@ def test_headers_only_leaves_ties_unchecked(serial):
 def test_missing_entry_is_a_record(tmp_path):
     r = audit_record(Unit(str(tmp_path / "gone.safetensors"), (), 0, 0))
     assert "no such file" in r["error"]
+
+
+def test_dcp_folders_are_one_unit_each():
+    """Each torch.distributed.checkpoint folder (global, rank-local and safetensors metadata; HuggingFaceStorageWriter
+    shards) is one unit claiming every file torch wrote there: a rank's `.distcp` or shard alone was its own failed
+    record ("one rank's file ... open the folder"), and a rank-local folder was audited twice."""
+    root = os.path.join(FIXTURES, "dcp")
+    units, skipped = discover(root)
+    folders = sorted(os.listdir(root))
+    assert sorted(os.path.basename(os.path.dirname(u.path) if u.path.endswith("/.metadata") else u.path)
+                  for u in units) == folders and not skipped
+    for u in units:
+        folder = os.path.dirname(u.path) if u.path.endswith("/.metadata") else u.path
+        assert sorted(os.path.basename(f) for f in u.files) == sorted(os.listdir(folder)), u.path
+        r = audit_record(u)
+        assert r["error"] is None and r["format"].startswith("dcp"), r
+        assert r["parameters"] == summarize(open_checkpoint(folder))["parameters"]["unique"], u.path
 
 
 def test_cli_resume_and_parquet(zoo, serial, tmp_path, capsys):

@@ -349,3 +349,23 @@ def test_architecture_without_a_config_says_so(cli, tmp_path, arch):
     code, out, err = cli("flops", path)
     assert code == 2 and not out and err.count("\n") == 1 and f"general.architecture {arch!r}" in err
     assert summarize(path)["parameters"]["unique"] == sum(a.size for a in arrays.values())
+
+
+def test_stats_says_which_types_it_left_undecoded(tmp_path, cli):
+    """A file of types whose values are not decoded (TQ1_0, MXFP4: gguf-py quantizes them) said `2 skipped (aliases,
+    buffers, strings: see --json)`: now the count per reason, each type named as gguf-py's reader names it."""
+    gguf = pytest.importorskip("gguf")
+    rng = np.random.default_rng(0)
+    path = str(tmp_path / "t.gguf")
+    w = gguf.GGUFWriter(path, "llama")
+    for q in (gguf.GGMLQuantizationType.TQ1_0, gguf.GGMLQuantizationType.MXFP4):
+        data = gguf.quants.quantize(rng.standard_normal((2, 256)).astype(np.float32), q)
+        w.add_tensor(f"blk.0.{q.name}.weight", data, raw_shape=data.shape, raw_dtype=q)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    types = [t.tensor_type.name for t in gguf.GGUFReader(path).tensors]
+    rc, out, _ = cli("stats", path)
+    out = " ".join(out.split())
+    assert rc == 1 and f"{len(types)} skipped ({', '.join(f'1 {t} not decoded' for t in types)}: see --json)" in out

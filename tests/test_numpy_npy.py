@@ -3,6 +3,7 @@ savez_compressed (fixtures/make_numpy.py); the oracle is np.load. Round trip, tr
 and hostile claims are in tests/test_reader_contract.py."""
 from __future__ import annotations
 
+import os
 import shutil
 
 import numpy as np
@@ -61,3 +62,17 @@ def test_version_2_header(tmp_path):
     with open(p, "wb") as f:
         np.lib.format.write_array(f, a, version=(2, 0))
     np.testing.assert_array_equal(open_checkpoint(p).read("v2"), np.load(p))
+
+
+def test_compressed_npz_storage_line_is_not_negative_padding(tmp_path, capsys):
+    """np.savez_compressed stores 4 MB of zeros in ~4 KB: the summary said `headers/padding -3,995,894 B`."""
+    from ckptstat.cli import main
+
+    path = str(tmp_path / "zeros.npz")
+    np.savez_compressed(path, z=np.zeros((1000, 1000), np.float32))
+    size, nbytes = os.path.getsize(path), np.load(path)["z"].nbytes
+    assert main(["summary", path]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert f"file {size:,} B holds tensors of {nbytes:,} B compressed ({nbytes / size:.1f}x)" in out
+    assert "headers/padding" not in out
+    assert summarize(open_checkpoint(path))["storage"]["overhead_bytes"] == size - nbytes

@@ -151,3 +151,30 @@ def test_reading_needs_no_onnx_package():
     out = subprocess.run([sys.executable, "-c", code, fixture("onnx", "bert-tiny-external")], capture_output=True,
                          text=True, check=True).stdout
     assert out.strip() == "[]"
+
+
+def test_4_bit_types_in_int32_data_read_as_onnx_reads_them(tmp_path):
+    """helper.make_tensor(raw=False), its default, writes INT4 / UINT4 / FLOAT4E2M1 two per int32_data value, low
+    nibble first (onnx.proto): the whole model was refused ('11 bytes of varints cannot hold 15 values', or 'I4 values
+    in a varint field'). Odd and even lengths, read whole and in chunks, against numpy_helper.to_array; a value
+    that is not a byte is refused."""
+    rng = np.random.default_rng(0)
+    inits = [helper.make_tensor("i4", TensorProto.INT4, (3, 5), rng.integers(-8, 8, 15).tolist()),
+             helper.make_tensor("u4", TensorProto.UINT4, (4, 4), rng.integers(0, 16, 16).tolist()),
+             helper.make_tensor("f4", TensorProto.FLOAT4E2M1, (7,), [0.5, -1.0, 6.0, -0.0, 3.0, 1.5, -4.0])]
+    graph = helper.make_graph([], "g", [], [helper.make_tensor_value_info("i4", TensorProto.INT4, (3, 5))],
+                              initializer=inits)
+    path = str(tmp_path / "m.onnx")
+    onnx.save_model(helper.make_model(graph), path)
+    ckpt = open_checkpoint(path)
+    for t in onnx.load(path).graph.initializer:
+        assert t.int32_data and not t.raw_data, t.name   # the form under test
+        want = numpy_helper.to_array(t).astype(np.float32)
+        assert ckpt[t.name].shape == want.shape
+        np.testing.assert_array_equal(ckpt.read(t.name), want, err_msg=t.name)
+        chunks = np.concatenate(list(ckpt.iter_chunks(t.name, chunk_bytes=2)))
+        np.testing.assert_array_equal(chunks, want.reshape(-1), err_msg=t.name)
+    bad = TensorProto(name="bad", data_type=TensorProto.INT4, dims=[2], int32_data=[300])
+    onnx.save_model(helper.make_model(helper.make_graph([], "g", [], [], initializer=[bad])), path)
+    with pytest.raises(CorruptCheckpointError, match="not a byte"):
+        open_checkpoint(path).read("bad")

@@ -150,6 +150,22 @@ def test_a_torch_zip_costs_a_few_requests(tmp_path):
         assert ckpt.read("layer.99.weight").tolist() == state["layer.99.weight"].tolist()
 
 
+def test_a_legacy_torch_file_fetches_its_storage_counts_together(tmp_path):
+    """A legacy (_use_new_zipfile_serialization=False) stream's storages follow its pickles, each an int64 count
+    then the bytes: the counts were read one after another, a 64 KiB window each (24 storages of 256 KiB: 1.5 MB,
+    24 round trips in a row). Their places follow from the pickle's element counts: fetched at once, 8 bytes each."""
+    import torch
+
+    state = {f"layer.{i}.weight": torch.full((128, 512), float(i)) for i in range(24)}
+    torch.save(state, tmp_path / "pytorch_model.bin", _use_new_zipfile_serialization=False)
+    with Server(str(tmp_path), stall=0.05) as s:   # a network's latency: requests sent at once overlap
+        ckpt = open_checkpoint(s.url + "/pytorch_model.bin")
+        assert sources.METER.bytes < 2 * (1 << 16) and s.max_in_flight > 2
+        loaded = torch.load(tmp_path / "pytorch_model.bin", weights_only=True)
+        assert sorted(ckpt.tensors) == sorted(loaded)
+        assert ckpt.read("layer.23.weight").tolist() == loaded["layer.23.weight"].tolist()
+
+
 def test_json_reports_what_was_fetched(server, capsys):
     server.reset()
     rc, out, err = cli(capsys, "--json", f"{server.url}/bert-tiny/model.safetensors")

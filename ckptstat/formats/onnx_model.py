@@ -135,8 +135,16 @@ class _Reader:
         if enc == "varint":
             span = info.extra["span"]
             assert isinstance(span, tuple)
-            values = self.varints(info, span, start, count)
             d = info.dt
+            if d.bits == 4:   # two elements per value, low nibble first: the bytes raw_data would hold
+                if start % 2:
+                    raise ValueError(f"chunk start {start} is not byte-aligned for {info.dtype}")
+                packed = self.varints(info, span, start // 2, d.nbytes(count))
+                if packed.size and not 0 <= packed.min() <= packed.max() <= 0xFF:
+                    raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: a value of two 4-bit elements "
+                                                            "is not a byte")
+                return dtypes.decode(packed.astype(np.uint8), info.dtype, count)
+            values = self.varints(info, span, start, count)
             if info.dtype in ("I64", "U64", "I32", "U32", "I16", "U16", "I8", "U8"):
                 return values.astype(d.numpy)
             if info.dtype == "BOOL":
@@ -242,9 +250,14 @@ def _varint_blocks(info: TensorInfo, pos: int, size: int) -> tuple[list[int], li
         before.append(n)
         n += int(last.size)
         at += int(last[-1]) + 1
-    if n != info.numel:
+    if n != _varint_count(info):
         raise CorruptCheckpointError(info.file, f"tensor {info.name!r} holds {n:,} values for {info.numel:,} elements")
     return offsets, before
+
+
+def _varint_count(info: TensorInfo) -> int:
+    """Values a tensor's int32_data holds: one per element, two per value for 4-bit types (onnx.proto)."""
+    return info.dt.nbytes(info.numel) if info.dt.bits == 4 else info.numel
 
 
 class _Model:
@@ -394,10 +407,11 @@ class _Model:
                                                         f"bytes, its data holds {size:,}")
             return TensorInfo(label, dtype, tuple(dims), self.path, pos, size, extra=extra)
         if enc == "varint":
-            if not probe.numel <= size <= 10 * probe.numel:
+            n = _varint_count(probe)
+            if not n <= size <= 10 * n:
                 raise CorruptCheckpointError(self.path, f"tensor {label!r}: {size:,} bytes of varints cannot hold "
-                                                        f"{probe.numel:,} values")
-            if d.numpy is None or d.kind == "complex" or d.bits > 64:
+                                                        f"{n:,} values")
+            if (d.numpy is None and d.bits != 4) or d.kind == "complex" or d.bits > 64:
                 raise CorruptCheckpointError(self.path, f"tensor {label!r}: {dtype} values in a varint field")
             return TensorInfo(label, dtype, tuple(dims), self.path, None, size,
                               extra={**extra, "encoding": "varint", "span": (pos, size)})

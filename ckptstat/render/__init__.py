@@ -82,8 +82,12 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         for name in r["unplaced"]:
             console.print(name_line("  ", name))
     s = r["storage"]
-    console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
-                       f"+ headers/padding {s['overhead_bytes']:,} B"))
+    if s["overhead_bytes"] >= 0:
+        console.print(Text(f"storage      file {s['file_bytes']:,} B = tensors {s['tensor_bytes']:,} B "
+                           f"+ headers/padding {s['overhead_bytes']:,} B"))
+    else:   # compressed members (np.savez_compressed, a recompressed zip, zstd DCP items): no negative padding
+        console.print(Text(f"storage      file {s['file_bytes']:,} B holds tensors of {s['tensor_bytes']:,} B "
+                           f"compressed ({s['tensor_bytes'] / max(s['file_bytes'], 1):.1f}x)"))
     an = r.get("analytic")
     if an and "error" in an:
         console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")

@@ -1,6 +1,8 @@
 """Rich tables for the stats report (schema ckptstat.stats/1). Names from files go through `safe`."""
 from __future__ import annotations
 
+from collections import Counter
+
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -37,6 +39,20 @@ def _qcols(r: dict, keys: list[str]) -> list[str]:
     return [_g(r["quantiles"].get(k)) for k in keys]
 
 
+def _skipped(rows: list[dict]) -> str:
+    """Why tensors were left out, counted by kind (analysis/stats select's reasons): `2 aliased, 1 buffer, 3 TQ1_0
+    not decoded`."""
+    kinds: Counter[str] = Counter()
+    for s in rows:
+        why = s["reason"]
+        if why.startswith("values of "):
+            why = why.removeprefix("values of ").split(" ")[0] + " not decoded"
+        elif why.startswith(("alias of", "role ")):
+            why = "aliased" if why.startswith("alias") else why.split(" ")[1]
+        kinds["strings" if why == "string tensor" else why] += 1
+    return ", ".join(f"{n} {k}" for k, n in kinds.items())
+
+
 def render_stats(r: dict, console: Console, show_layers: bool = False, show_tensors: bool = False) -> None:
     console.print(name_line("checkpoint ", r["path"], f"  [{r['format']}]"))
     head = Text()
@@ -52,7 +68,7 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
     rate = r["bytes_read"] / r["seconds"] if r["seconds"] > 0 else 0.0
     head.append(f"), {human_bytes(r['bytes_read'])} read in {r['seconds']:.2f} s ({human_bytes(rate)}/s)")
     if r["skipped"]:
-        head.append(f"; {len(r['skipped'])} skipped (aliases, buffers, strings: see --json)")
+        head.append(f"; {len(r['skipped'])} skipped ({_skipped(r['skipped'])}: see --json)")
     console.print(head)
     if not r["tensors"]:
         console.print("nothing selected")

@@ -3,7 +3,9 @@
 A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoint's `*.index.json`
 (its shards claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and the
 `checkpoint` pointer claimed), a SavedModel folder (everything under it claimed), an ONNX model (its
-`X.onnx.data` / `X.onnx_data` external file claimed). Any other file is a unit when the format
+`X.onnx.data` / `X.onnx_data` external file claimed), a torch.distributed.checkpoint folder (its `.metadata`,
+or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are there: every
+rank's file claimed, none a checkpoint alone). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
 or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
 bare pickle is what the scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
@@ -23,7 +25,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ...core.files import HF_CACHE_REPOS, followed, join
+from ...core.files import HF_CACHE_REPOS, dirname, followed, join
 from ...core.urls import is_url, parent, scheme
 from ...errors import (
     CheckpointError,
@@ -34,13 +36,15 @@ from ...errors import (
     UsageError,
     short_text,
 )
-from ...formats.registry import detect, read_json
+from ...formats.registry import DCP_SHARD, detect, read_json
 from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
 
 # A TF bundle's data shards: `<prefix>.data-00000-of-00001` (tensorflow/core/util/tensor_bundle).
 _TF_DATA = re.compile(r"^(?P<prefix>.+)\.data-\d{5}-of-\d{5}$")
 _INDEX_CAP = 128 << 20
+# A torch.distributed.checkpoint folder's files (docs/dcp.md): the global or rank-local metadata, each rank's items.
+_DCP_FILE = re.compile(r"^(\.metadata|__\d+\.metadata|.+\.distcp)$")
 
 
 @dataclass(frozen=True)
@@ -147,11 +151,23 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     return units
 
 
+def _dcp_group(files: list[str]) -> list[tuple[str, list[str]]]:
+    """A torch.distributed.checkpoint folder's files as one unit (docs/dcp.md): opened from its `.metadata`, or
+    from the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are there."""
+    ranks = [q for q in files if _DCP_FILE.match(n := os.path.basename(q)) or DCP_SHARD.match(n)]
+    names = [os.path.basename(q) for q in ranks]
+    if ".metadata" in names:
+        return [(ranks[names.index(".metadata")], ranks)]
+    if "__0.metadata" in names or any(DCP_SHARD.match(n) for n in names):
+        return [(dirname(ranks[0]), ranks)]
+    return []
+
+
 def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
     """One folder's files (local paths or URLs) as units, each (its path, the files it spans): the
     rules of the module doc; the files no unit takes go to `skipped`."""
     claimed: set[str] = set()
-    groups: list[tuple[str, list[str]]] = []
+    groups: list[tuple[str, list[str]]] = _dcp_group(files)
     for p in files:
         n = os.path.basename(p)
         if n.endswith(".index.json"):
@@ -163,8 +179,8 @@ def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
         elif n.endswith(".onnx"):
             external = [q for q in files if os.path.basename(q) in (n + ".data", n + "_data", n[:-5] + ".onnx_data")]
             groups.append((p, [p, *external]))
-    for _, members in groups:
-        claimed.update(members[1:])
+    for path, members in groups:
+        claimed.update(m for m in members if m != path)
     out: list[tuple[str, list[str]]] = []
     for path, members in groups:
         if path not in claimed:

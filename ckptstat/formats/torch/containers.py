@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import struct
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import IO, Literal
 
@@ -20,6 +21,7 @@ from ...core.files import file_size, open_regular
 from ...core.io import prefetch
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError, UnknownFormatError, reading
+from .allowlist import StorageRef
 from .pickle_walk import walk
 from .streams import BytesSource
 from .unpickler import SafeUnpickler, unpickle
@@ -300,6 +302,18 @@ def is_legacy_head(head: bytes) -> bool:
     return w.failure is None and type(w.value) is int and w.value == LEGACY_MAGIC
 
 
+def _predicted_counts(pos: int, refs: list[StorageRef | None], size: int) -> Iterator[tuple[int, int]]:
+    for ref in refs:
+        if ref is None or pos + 8 > size:   # (a hostile count: the loop below says what is wrong)
+            return
+        yield pos, 8
+        pos += 8 + ref.numel * _itemsize(ref)
+
+
+def _itemsize(ref: StorageRef) -> int:
+    return dtypes.get(ref.dtype).bits // 8 if ref.dtype else 1
+
+
 def read_legacy(path: str) -> Contents:
     size = file_size(path)
     with open_regular(path) as f:
@@ -321,6 +335,9 @@ def read_legacy(path: str) -> Contents:
         # sys_info["little_endian"] only tells what the writing machine was (recorded in metadata).
         records: dict[str, StorageRecord] = {}
         pos = f.tell()
+        # where each count lies if every storage holds the elements its tensors' pickle says: a URL fetches those
+        # 8-byte ranges at once (core/io.py prefetch), not one round trip per storage; the loop checks each count
+        prefetch(f, list(_predicted_counts(pos, [u.storages.get(k) for k in keys], size)))
         for key in keys:
             ref = u.storages.get(key)
             if ref is None:
@@ -329,8 +346,7 @@ def read_legacy(path: str) -> Contents:
                 raise CorruptCheckpointError(path, f"file ends before storage {key!r} (offset {pos:,})")
             f.seek(pos)
             (count,) = struct.unpack("<q", f.read(8))
-            itemsize = dtypes.get(ref.dtype).bits // 8 if ref.dtype else 1
-            nbytes = count * itemsize
+            nbytes = count * _itemsize(ref)
             if count < 0 or pos + 8 + nbytes > size:
                 raise CorruptCheckpointError(
                     path, f"storage {key!r} claims {count:,} elements ({nbytes:,} bytes) at offset {pos + 8:,}, "
