@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from . import t5
 from .framework import infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import layers, pattern, signature, walked
@@ -82,9 +82,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                       router_bias=infer.has(T, pattern(WALKED_BIAS, "router.classifier", "bias")))
     return ArchSpec(layers=enc, hidden=h, heads=a, kv_heads=a, head_dim=inner // a, intermediate=f, vocab=V,
                     activation="relu", gated_mlp=False, norm="rmsnorm", qkv_bias=False, o_bias=False, mlp_bias=False,
-                    # untied: lm_head, or encoder.embed_tokens beside `shared` (a save keeps one of a tied pair)
-                    tied_embeddings=not (infer.has(T, pattern(WALKED, "lm_head"))
-                                         or infer.has(T, pattern(WALKED, "shared")) and infer.has(T, embeds)),
+                    tied_embeddings=not t5.untied_by_names(T, pattern(WALKED, "shared"), embeds, pattern(WALKED, "lm_head")),
                     decoder_layers=infer.count_layers(T, layers(WALKED, t5.SELF_Q.format(stack="decoder"))),
                     relative_buckets=buckets, variant=v,
                     assumptions=("no config: activation assumed relu, expert_capacity 64 (the config class's defaults)",),
@@ -166,11 +164,7 @@ FAMILY = Family(
                 HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm", unless=r"(^|\.)decoder\.embed_tokens\.weight$", otherwise="base")),
     no_head="encoder-only",
     default_head="lm",
-    # every tie follows tie_word_embeddings (SwitchTransformers' _tied_weights_keys): untied, each stack's embed_tokens
-    # is a table of its own beside `shared` (which the forward then reads only as the input embeddings' handle)
-    tie_rules=(TieRule("encoder.embed_tokens.weight", "shared.weight", "config", module=True),
-               TieRule("decoder.embed_tokens.weight", "shared.weight", "config", module=True),
-               TieRule("lm_head.weight", "shared.weight", "config", heads=("lm",))),
+    tie_rules=t5.TIES_BY_CONFIG,
     encoder_decoder=True,
     kv_cache=t5.kv_cache,
     longest_seq=longest_seq,
