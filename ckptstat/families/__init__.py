@@ -88,6 +88,7 @@ from . import (
     lfm3,
     llama,
     llama4,
+    longt5,
     mamba,
     mamba2,
     mellum,
@@ -129,6 +130,7 @@ from . import (
     stablelm,
     starcoder2,
     swin,
+    switch_transformers,
     t5,
     vit,
     wav2vec2,
@@ -154,14 +156,14 @@ _ALL: tuple[Family, ...] = (
     gte.FAMILY, hrm_text.FAMILY, hunyuan_v1_dense.FAMILY, hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hy_v4.FAMILY,
     hyperclovax.FAMILY, inkling.FAMILY, inkling2.FAMILY, jais2.FAMILY, jamba.FAMILY, jetmoe.FAMILY,
     kimi_linear.FAMILY, kolibri1.FAMILY, laguna.FAMILY, lara_mini.FAMILY, lfm2.FAMILY, lfm3.FAMILY, llama.FAMILY,
-    llama4.FAMILY, mamba.FAMILY, mamba2.FAMILY, mellum.FAMILY, mimo_v2_flash.FAMILY, minicpm3.FAMILY,
+    llama4.FAMILY, longt5.FAMILY, mamba.FAMILY, mamba2.FAMILY, mellum.FAMILY, mimo_v2_flash.FAMILY, minicpm3.FAMILY,
     minimax.FAMILY, minimax_m2.FAMILY, minimax_m3.FAMILY, mixtral.FAMILY, mllama.FAMILY, modernbert.FAMILY,
     modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, nemotron_h.FAMILY, nomic_bert.FAMILY,
     olmo.FAMILY, olmo_hybrid.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY,
     phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
     recurrent_gemma.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, t5.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY,
-    xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY,
+    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY, t5.FAMILY,
+    vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY,
 )
 
 

@@ -12,7 +12,7 @@ llama.cpp name as its op is written, so the op template, the expected tensors (e
 (plain and gated) come from one walk."""
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,10 +30,26 @@ class T5Variant(Variant):
     """UMT5's relative position bias: a table in every block's self-attention (UMT5LayerSelfAttention's
     has_relative_attention_bias), each block adding its own; T5's and mT5's is block 0's alone."""
     bias_every_block: bool = False
+    # SwitchTransformers' stacks hold embed_tokens of their own, tied to `shared` by tie_word_embeddings alone (its
+    # _tied_weights_keys): untied, the encoder and decoder read tables of their own; T5's stacks are given `shared`
+    stack_embeds_follow_tie: bool = False
 
 
 def _bias_every_block(s: ArchSpec) -> bool:
     return s.variant is not None and s.variant_as(T5Variant).bias_every_block
+
+
+# SwitchTransformers' and LongT5's ties (stack_embeds_follow_tie): every one follows tie_word_embeddings (their
+# _tied_weights_keys); untied, each stack's embed_tokens is a table of its own beside `shared`
+TIES_BY_CONFIG = (TieRule("encoder.embed_tokens.weight", "shared.weight", "config", module=True),
+                  TieRule("decoder.embed_tokens.weight", "shared.weight", "config", module=True),
+                  TieRule("lm_head.weight", "shared.weight", "config", heads=("lm",)))
+
+
+def untied_by_names(T: Tensors, shared: str, embeds: str, lm_head: str) -> bool:
+    """Whether a stack_embeds_follow_tie model's file (patterns of its `shared`, `encoder.embed_tokens`, `lm_head`) is
+    untied: it holds lm_head, or encoder.embed_tokens beside `shared` (a save keeps one of a tied pair)."""
+    return infer.has(T, lm_head) or infer.has(T, shared) and infer.has(T, embeds)
 
 
 # heads whose model is the encoder alone (T5EncoderModel, under `transformer` in T5ForTokenClassification)
@@ -78,7 +94,21 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                     assumptions=("no config: activation assumed relu (t5) or gelu (gated, t5 v1.1)",), **common)
 
 
-def walk(B: Builder) -> Recorder:
+# a feed-forward's modules and ops after its RMSNorm: (w, its path `...layer.N.`, stack, tokens, the stack's L blocks,
+# its llama.cpp prefix) -> None; T5's DenseReluDense by default, SwitchTransformers' own (switch_transformers.py)
+FeedForward = Callable[[Recorder, str, str, tuple[int, int], int, str], None]
+
+
+@dataclass(frozen=True)
+class EncoderAttention:
+    """An encoder self-attention other than T5's (LongT5's local and transient-global, longt5.py): its module's name
+    under layer.0, and `scores`, which writes what runs between its q/k/v and o projections and records any module it
+    adds: (w, the module's path, L blocks, tokens)."""
+    name: str
+    scores: Callable[[Recorder, str, int, int], None]
+
+
+def walk(B: Builder, ff: FeedForward | None = None, attention: EncoderAttention | None = None) -> Recorder:
     """The forward at B.s's sizes (T5Model's, T5ForConditionalGeneration's, T5EncoderModel's, the task heads'): writes
     its ops to B and records the modules it meets, each with its llama.cpp name (convert_hf_to_gguf.py T5Model: the
     shared embedding is token_embd, written once; each stack's relative_attention_bias [buckets, heads] in block 0 is
@@ -86,15 +116,22 @@ def walk(B: Builder) -> Recorder:
     s, b = B.s, B.b
     w = Recorder(B, "embedding")
     w.embedding("shared", s.vocab, s.hidden, B.seq, gguf="token_embd")
-    w.record("encoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))   # the shared module (TieRule)
-    _stack(w, "encoder", s.layers, B.seq, None)
+    own = s.variant is not None and s.variant_as(T5Variant).stack_embeds_follow_tie and not s.tied_embeddings
+    if own:   # the stacks' own tables: the encoder's read in place of `shared`'s (read above: the same lookup)
+        w.held("encoder.embed_tokens (its own: tie_word_embeddings false)",
+               (("encoder.embed_tokens", (("weight", (s.vocab, s.hidden)),)),))
+    else:
+        w.record("encoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))   # the shared module (TieRule)
+    ff = ff or dense_relu_dense
+    _stack(w, "encoder", s.layers, B.seq, None, ff, attention)
     if s.head in ENCODER_ALONE:
         if s.head == "tokcls":
             w.linear("classifier", (b, B.seq), s.hidden, s.num_labels, True, bucket="cls", top=True)
         return w
     w.record("decoder.embed_tokens", (("weight", (s.vocab, s.hidden)),))
-    B.embedding("decoder.embed_tokens (= shared)", "embedding", s.vocab, s.hidden, B.dec_seq, params=False)
-    _stack(w, "decoder", s.decoder_layers, B.dec_seq, B.seq)
+    B.embedding("decoder.embed_tokens" + ("" if own else " (= shared)"), "embedding", s.vocab, s.hidden, B.dec_seq,
+                params=own)
+    _stack(w, "decoder", s.decoder_layers, B.dec_seq, B.seq, ff)
     if s.head == "lm":
         w.record("lm_head", (("weight", (s.vocab, s.hidden)),), top=True, gguf="output")
         B.linear("lm_head" + (" (tied to shared)" if s.tied_embeddings else ""), "cls", (b, B.dec_seq), s.hidden, s.vocab,
@@ -110,11 +147,22 @@ def walk(B: Builder) -> Recorder:
 _GGUF_STACK = {"encoder": "enc", "decoder": "dec"}
 
 
-def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
+def dense_relu_dense(w: Recorder, at: str, stack: str, tok: tuple[int, int], L: int, g: str) -> None:
+    """T5's feed-forward in each of L blocks: relu's wi, or gelu(wi_0) x wi_1 gated; then wo."""
+    B, s = w.B, w.B.s
+    for m, gguf in (("wi_0", "ffn_gate"), ("wi_1", "ffn_up")) if s.gated_mlp else (("wi", "ffn_up"),):
+        w.linear(f"{at}DenseReluDense.{m}", tok, s.hidden, s.intermediate, False, L, gguf=g + gguf)
+    B.activation(w.label(at + "DenseReluDense act", L), stack, tok, s.intermediate, s.activation, L, gated=s.gated_mlp)
+    w.linear(at + "DenseReluDense.wo", tok, s.intermediate, s.hidden, False, L, gguf=g + "ffn_down")
+
+
+def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None, ff: FeedForward,
+           own: EncoderAttention | None = None) -> None:
     """L blocks of `stack` over n tokens (none where L is 0: T5Stack's empty ModuleList, no relative bias either):
     self-attention (causal in the decoder; the first block holds the relative position bias every block adds),
     cross-attention over `cross` encoder tokens (None: none), the feed-forward (relu's wi, or gelu(wi_0) x wi_1 gated),
-    each after an RMSNorm; then the stack's final RMSNorm."""
+    each after an RMSNorm (the feed-forward's modules `ff`'s; the self-attention's scores `own`'s, where given); then the
+    stack's final RMSNorm."""
     B, s = w.B, w.B.s
     h, a, inner = s.hidden, s.heads, s.heads * s.head_dim
     w.bucket, tok, at, g = stack, (B.b, n), f"{stack}.block.{{bid}}.layer.", f"{_GGUF_STACK[stack]}.blk.{{bid}}."
@@ -127,25 +175,26 @@ def _stack(w: Recorder, stack: str, L: int, n: int, cross: int | None) -> None:
     def blocks() -> None:
         every = _bias_every_block(s)   # UMT5: each block's own table, each block's own bias
         tables = L if every else 1
-        w.record(f"{at}0.SelfAttention.relative_attention_bias", (("weight", (s.relative_buckets, a)),),
+        self_attn = own.name if own else "SelfAttention"
+        w.record(f"{at}0.{self_attn}.relative_attention_bias", (("weight", (s.relative_buckets, a)),),
                  layers=tuple(range(tables)), gguf=g + "attn_rel_b")
-        B.add(w.label(f"{at}0.SelfAttention.relative_attention_bias", L) if every
+        B.add(w.label(f"{at}0.{self_attn}.relative_attention_bias", L) if every
               else f"{stack}.block.0.relative_attention_bias", "embedding", stack, tables, (n, n),
               (1, a, n, n), params=s.relative_buckets * a * tables)
-        attn = [("SelfAttention", n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
-                                                                   if cross is not None else [])
+        attn = [(self_attn, n, stack == "decoder", "attn")] + ([("EncDecAttention", cross, False, "cross_attn")]
+                                                             if cross is not None else [])
         for j, (name, k_len, causal, role) in enumerate(attn):
             rmsnorm(f"{at}{j}.layer_norm", w.label(f"{at}{j}.{name} layer_norm", L), f"{role}_norm", L)
             for m in "qkv":
                 w.linear(f"{at}{j}.{name}.{m}", tok if m == "q" else (B.b, k_len), h, inner, False, L, gguf=f"{g}{role}_{m}")
-            B.attention(w.label(f"{at}{j}.{name}", L), stack, a, n, k_len, s.head_dim, L, causal=causal, extra_ew=1)  # + bias
+            if own and j == 0:
+                own.scores(w, f"{at}0.{name}", L, n)
+            else:   # + the position bias
+                B.attention(w.label(f"{at}{j}.{name}", L), stack, a, n, k_len, s.head_dim, L, causal=causal, extra_ew=1)
             w.linear(f"{at}{j}.{name}.o", tok, inner, h, False, L, gguf=f"{g}{role}_o")
-        ff = f"{at}{len(attn)}."
-        rmsnorm(ff + "layer_norm", w.label(ff + "DenseReluDense layer_norm", L), "ffn_norm", L)
-        for m, gguf in (("wi_0", "ffn_gate"), ("wi_1", "ffn_up")) if s.gated_mlp else (("wi", "ffn_up"),):
-            w.linear(f"{ff}DenseReluDense.{m}", tok, h, s.intermediate, False, L, gguf=g + gguf)
-        B.activation(w.label(ff + "DenseReluDense act", L), stack, tok, s.intermediate, s.activation, L, gated=s.gated_mlp)
-        w.linear(ff + "DenseReluDense.wo", tok, s.intermediate, h, False, L, gguf=g + "ffn_down")
+        at_ff = f"{at}{len(attn)}."
+        rmsnorm(at_ff + "layer_norm", w.label(at_ff + "DenseReluDense layer_norm", L), "ffn_norm", L)
+        ff(w, at_ff, stack, tok, L, g)
 
     if L:
         blocks()
