@@ -62,14 +62,14 @@ ENCODER_LM_HEADS = {"XLMForSequenceClassification", "XLMForQuestionAnsweringSimp
                     "XLNetForSequenceClassification", "XLNetForQuestionAnsweringSimple", "XLNetForMultipleChoice"}
 NAMED |= ENCODER_LM_HEADS
 # multiple choice (head mc: the body over batch x num_choices sequences): the encoder templates' (families/bert.py, albert.py,
-# distilbert.py, modernbert.py, deberta.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's
+# distilbert.py, modernbert.py, deberta.py, convbert.py: pooled, ELECTRA's and RoFormer's sequence summary, DistilBERT's
 # pre_classifier, ModernBERT's head, DeBERTa-v2's ContextPooler), and classes the meta path feeds input_ids
 # [1, batch, seq]: one of each way the head is built (every model type's is its family's sample in
 # tests/test_families.py; docs/coverage.md walks them all)
 CHOICE_STATIC = {"BertForMultipleChoice", "RobertaForMultipleChoice", "ElectraForMultipleChoice", "RoFormerForMultipleChoice",
                  "ErnieForMultipleChoice", "AlbertForMultipleChoice", "DistilBertForMultipleChoice",
-                 "ModernBertForMultipleChoice", "DebertaV2ForMultipleChoice"}
-CHOICE_META = {"ConvBertForMultipleChoice", "FunnelForMultipleChoice"}
+                 "ModernBertForMultipleChoice", "DebertaV2ForMultipleChoice", "ConvBertForMultipleChoice"}
+CHOICE_META = {"FunnelForMultipleChoice"}
 # the encoder layouts' task heads (framework/encoder_heads.py)
 ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClassification", "ModernBertForQuestionAnswering",
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",

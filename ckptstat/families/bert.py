@@ -10,7 +10,9 @@ nn.Embedding of [max_position_embeddings, head_dim] that is one of model.paramet
 embeddings_project), BigBird (modeling_big_bird.py: BERT's layers under `bert`, a pooler that is one Linear on every head;
 its block-sparse attention, BlockSparse, is not described: a longer sequence goes to the meta path) and X-MOD
 (modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
-(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table).
+(modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table),
+LayoutLM (modeling_layoutlm.py: BERT's with x / y / h / w position tables for the tokens' boxes: Layout2D, its pooler on
+every head).
 
 One description: `walk` writes the forward with encoder.py's recorded pieces, each module recorded as its op is
 written, and the op template (build), the expected tensors of every head and the GGUF table all derive from it."""
@@ -110,11 +112,20 @@ MODEL_TYPES = {
                           pooler_path="pooler", dense_classifier=True, not_described=("qa",)),
     "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
+    # + Layout2D; the pooler on every head, no decoder
+    "layoutlm": ModelType("layoutlm", pooled_heads=("base", "mlm", "seqcls", "tokcls", "qa"), decoder=False),
 }
 @dataclass(frozen=True)
 class ErnieTasks(Variant):
     """ERNIE's use_task_id: a task-type embedding table of this many rows beside the token types."""
     task_types: int
+
+
+@dataclass(frozen=True)
+class Layout2D(Variant):
+    """LayoutLM's 2-D position tables (x, y, h and w_position_embeddings, this many rows: max_2d_position_embeddings),
+    added to the embeddings: x and y looked up twice (a box's two corners), h and w once; bbox zeros when not given."""
+    rows: int
 
 
 @dataclass(frozen=True)
@@ -189,6 +200,8 @@ def variant_of(c: Cfg, h: int) -> Variant | None:
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
         return roc_bert_inputs(c, h)
+    if c.model_type == "layoutlm":
+        return Layout2D(c.int("max_2d_position_embeddings", default=FROM_CLASS))
     # a key the generated defaults table leaves out (output_*): a file without it is refused
     for key in {"rembert": ("output_embedding_size",)}.get(c.model_type, ()):
         if c.get(key, default=None) is None:
@@ -244,6 +257,9 @@ def walk(B: Builder) -> Recorder:
     v = MODEL_TYPES.get(s.model_type, MODEL_TYPES["bert"])
     if isinstance(s.variant, ErnieTasks):   # ERNIE's use_task_id: one more lookup added to the embeddings
         r.embedding("embeddings.task_type_embeddings", s.variant.task_types, h, B.seq, bucket="embedding")
+    if isinstance(s.variant, Layout2D):
+        for axis, lookups in (("x", 2), ("y", 2), ("h", 1), ("w", 1)):
+            r.embedding(f"embeddings.{axis}_position_embeddings", s.variant.rows, h, lookups * B.seq, bucket="embedding")
     if isinstance(s.variant, RoCBertInputs):
         for name, (rows, dim) in (("pronunciation_embed", s.variant.pronunciation), ("shape_embed", s.variant.shape)):
             r.embedding(f"embeddings.{name}", rows, dim, B.seq, bucket="embedding")
@@ -467,6 +483,13 @@ FAMILY = Family(
         Sample("XmodConfig", dict(_SIZES, num_labels=3, default_language="en_XX", languages=["en_XX", "de_DE"]),
                ("XmodModel", "XmodForMaskedLM", "XmodForCausalLM", "XmodForSequenceClassification",
                 "XmodForTokenClassification"), device="cpu", infer=False),
+        # LayoutLM: without a config its names read as BERT's, the 2-D tables not inferred (on the CPU:
+        # LayoutLMModel.forward's warn_if_padding_and_no_attention_mask reads input_ids)
+        Sample("LayoutLMConfig", dict(_SIZES, max_2d_position_embeddings=50, num_labels=3),
+               ("LayoutLMModel", "LayoutLMForMaskedLM", "LayoutLMForSequenceClassification",
+                "LayoutLMForTokenClassification"), device="cpu", infer=False),
+        Sample("LayoutLMConfig", dict(_SIZES, tie_word_embeddings=False),
+               ("LayoutLMForMaskedLM", "LayoutLMForQuestionAnswering"), device="cpu", infer=False),
         Sample("XmodConfig", dict(_SIZES, default_language="de_DE", languages=["en_XX", "de_DE", "fr_XX"], pre_norm=True,
                                   adapter_layer_norm=True, adapter_reduction_factor=4),
                ("XmodForMaskedLM", "XmodForQuestionAnswering"), device="cpu", infer=False),

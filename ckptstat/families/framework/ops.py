@@ -21,6 +21,7 @@ from .archspec import ArchSpec
 EW_COST = {
     "layernorm": 5,   # mean (1), subtract (1), square+sum for variance (2), normalise*gamma+beta folded (1)
     "rmsnorm": 4,     # square (1), sum (1), scale by rsqrt (1), *gamma (1)
+    "no_norm": 2,     # MobileBERT's NoNorm: x * weight + bias
     "softmax": 5,     # max (1), subtract (1), exp (1), sum (1), divide (1)
     "gelu": 8, "gelu_new": 8, "gelu_pytorch_tanh": 8, "gelu_fast": 8,  # tanh approximation
     "silu": 4, "swish": 4, "relu": 1, "tanh": 4,

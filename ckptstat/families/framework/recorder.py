@@ -101,13 +101,14 @@ class Recorder:
 
     def norm(self, path: str, tokens: Shape, dim: int, L: Layers = 0, residual: bool = True, note: str = "",
              bucket: str | None = None, runs: bool = True, top: bool = False, gguf: str | None = None,
-             label: str | None = None) -> None:
-        """A LayerNorm (weight and bias); `residual`: the residual add before it counted with it."""
+             label: str | None = None, kind: str = "layernorm") -> None:
+        """A LayerNorm (weight and bias; `kind` "no_norm": MobileBERT's NoNorm, the same two parameters, x * weight +
+        bias); `residual`: the residual add before it counted with it."""
         st = _stack(L)
         self.record(path, (("weight", (dim,)), ("bias", (dim,))), L, top, gguf=gguf)
         self.B.norm(self._label(path, L, top, label) + note, bucket or self.bucket, tokens, dim,
                     (st.calls if st else 1) if runs else 0, st.copies if st else None, residual=residual,
-                    kind="layernorm", bias=True)
+                    kind=kind, bias=True)
 
     def params(self, label: str, parts: tuple[tuple[str, Shape], ...], in_shape: Shape, out_shape: Shape, ew: int,
                kind: str = "embedding", bucket: str | None = None, L: int = 0) -> None:
