@@ -1,11 +1,11 @@
 """`ckptstat audit`: which checkpoints live under a root, and the key a finished record is resumed by.
 
-A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoint's `*.index.json`
-(its shards claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and the
-`checkpoint` pointer claimed), a SavedModel folder (everything under it claimed), an ONNX model (its
-`X.onnx.data` / `X.onnx_data` external file claimed), a torch.distributed.checkpoint folder (its `.metadata`,
-or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are there: every
-rank's file claimed, none a checkpoint alone). Any other file is a unit when the format
+A unit is what `open_checkpoint` is given: one weights file, a sharded checkpoint's `*.index.json` (its shards
+claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and the `checkpoint` pointer
+claimed), a SavedModel folder (everything under it claimed), an ONNX model (the external data files its tensors
+name, as its reader resolves them inside its folder: `_onnx_data`), a torch.distributed.checkpoint folder (its
+`.metadata`, or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are
+there: every rank's file claimed, none a checkpoint alone). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
 or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
 bare pickle is what the scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
@@ -118,6 +118,7 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     real_root = os.path.realpath(root)
     units: list[Unit] = []
     seen: set[str] = set()
+    claimed: set[str] = set()   # files a unit of a folder above took (an ONNX model's data in a subfolder)
     for folder, dirs, names in os.walk(root, followlinks=False):
         # a Hugging Face cache repository's blobs/ last: a file is audited under its snapshot's name, beside the
         # snapshot's config.json, and a blob no snapshot links to under its own
@@ -142,12 +143,16 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
             except OSError:
                 skipped.append(p)
                 continue
+            if real in claimed:
+                continue
             if (os.path.islink(p) and not followed(p, real_root)) or not stat.S_ISREG(st.st_mode) or real in seen:
                 skipped.append(p)
                 continue
             seen.add(real)
             files.append(p)
-        units += [_unit(path, members) for path, members in _group(files, skipped)]
+        groups = _group(files, skipped)
+        claimed.update(os.path.realpath(m) for path, members in groups for m in members if m != path)
+        units += [_unit(path, members) for path, members in groups]
     return units
 
 
@@ -161,6 +166,25 @@ def _dcp_group(files: list[str]) -> list[tuple[str, list[str]]]:
     if "__0.metadata" in names or any(DCP_SHARD.match(n) for n in names):
         return [(dirname(ranks[0]), ranks)]
     return []
+
+
+def _onnx_data(model: str, files: list[str]) -> list[str]:
+    """The external data files an ONNX model names (its tensors' `external_data` location), as its reader resolves
+    them inside the model's folder (docs/security.md: a reference out of it is refused, claims nothing, and the
+    record says why); a file of `files` under its walked name, one in a subfolder under the reader's. A URL's model
+    cannot be read here: there onnx's default names `X.onnx.data` / `X.onnx_data` are claimed."""
+    if is_url(model):
+        n = os.path.basename(model)
+        return [q for q in files if os.path.basename(q) in (n + ".data", n + "_data", n[:-5] + ".onnx_data")]
+    from ...formats.registry import open_checkpoint
+
+    try:
+        named = open_checkpoint(model, allow_external=False).files
+    except Exception:  # noqa: BLE001 - a model that cannot be read claims nothing: its record says why
+        return []
+    walked = {os.path.realpath(q): q for q in files}
+    refs = {os.path.realpath(f): f for f in named if os.path.realpath(f) != os.path.realpath(model)}
+    return [walked.get(real, f) for real, f in sorted(refs.items())]
 
 
 def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
@@ -177,8 +201,7 @@ def _group(files: list[str], skipped: list[str]) -> list[tuple[str, list[str]]]:
             pointer = [q for q in files if os.path.basename(q) == "checkpoint"]
             groups.append((p, [p, *data, *pointer]))
         elif n.endswith(".onnx"):
-            external = [q for q in files if os.path.basename(q) in (n + ".data", n + "_data", n[:-5] + ".onnx_data")]
-            groups.append((p, [p, *external]))
+            groups.append((p, [p, *_onnx_data(p, files)]))
     for path, members in groups:
         claimed.update(m for m in members if m != path)
     out: list[tuple[str, list[str]]] = []
