@@ -146,7 +146,7 @@ def test_the_reader_accepts_what_torch_accepts(table):
 
 
 def test_stack_global_is_refused_by_weights_only(tmp_path):
-    """torch's weights_only unpickler reads protocol 2's opcodes only: a STACK_GLOBAL (protocol 4), even
+    """torch's weights_only unpickler reads a subset of protocol 2's opcodes: a STACK_GLOBAL (protocol 4), even
     of an allowed global, is refused; without weights_only it imports nothing outside the allowlist."""
     template = _template()
     names = ["collections.OrderedDict", "torch._utils._rebuild_tensor_v2", "builtins.exec"]
@@ -209,3 +209,51 @@ def test_every_torch_fixture_scans_safe():
                 found += 1
                 deepspeed += own_loader
     assert found >= 5 and deepspeed >= 2
+
+
+PROTOCOL_LOADER = """
+import json, re, sys, warnings, torch
+warnings.simplefilter("ignore")
+out = {}
+for path in sys.argv[1:]:
+    try:
+        torch.load(path, weights_only=True)
+        out[path] = None
+    except BaseException as e:
+        m = re.search(r"Unsupported operand (\\d+)", str(e))
+        out[path] = int(m[1]) if m else str(e)[:200]
+print(json.dumps(out))
+"""
+
+
+def test_weights_only_loadable_follows_the_pickle_protocol(tmp_path):
+    """torch.save(obj, f, pickle_protocol=N), zip and legacy: `weights_only_loadable` is what torch.load(weights_only=True)
+    does in a fresh process, its refusal names the opcode torch stops at, and the verdict says so."""
+    import pickletools
+    from collections import OrderedDict
+
+    objs = {"tensor": torch.arange(6.0).reshape(2, 3), "state_dict": OrderedDict(a=torch.zeros(3), b=torch.ones(2)),
+            "with_bytes": {"w": torch.zeros(2), "b": b"ab", "l": [1, 2.5, None, True], "t": (1, "x")}}
+    paths = []
+    for proto in (2, 3, 4, 5):
+        for zipped in (True, False):
+            for name, obj in objs.items():
+                p = str(tmp_path / f"{name}_p{proto}_{'zip' if zipped else 'legacy'}.pt")
+                torch.save(obj, p, pickle_protocol=proto, _use_new_zipfile_serialization=zipped)
+                paths.append(p)
+    proc = subprocess.run([sys.executable, "-c", PROTOCOL_LOADER, *paths], cwd=tmp_path, timeout=300,
+                          capture_output=True, text=True)
+    torch_says = json.loads(proc.stdout.strip().splitlines()[-1])
+    names = {op.code.encode("latin-1")[0]: op.name for op in pickletools.opcodes}
+    refused = 0
+    for p in paths:
+        r = scan(p)
+        assert r["status"] == "safe" and r["weights_only_loadable"] == (torch_says[p] is None), (p, torch_says[p])
+        if torch_says[p] is None:
+            assert r["weights_only_refusal"] is None and "weights_only=True" not in r["verdict"], p
+            continue
+        refused += 1
+        assert isinstance(torch_says[p], int), (p, torch_says[p])
+        assert f"opcode {names[torch_says[p]]}," in r["weights_only_refusal"], (p, r["weights_only_refusal"])
+        assert "torch.load(weights_only=True) refuses the file" in r["verdict"] and r["weights_only_refusal"] in r["verdict"]
+    assert refused >= 2 * len(objs) * 2   # protocols 4 and 5 at least

@@ -426,6 +426,8 @@ def report(t: Trace, safe: str | None = None) -> dict[str, Any]:
         verdict = f"safe: {t.raises}, having imported nothing outside torch's weights_only allowlist"
     else:
         verdict = "safe: every global torch.load would import is in torch's weights_only allowlist"
+        if t.weights_only:   # (nothing runs without weights_only; with it, torch refuses the file)
+            verdict += f"; torch.load(weights_only=True) refuses the file: {t.weights_only}"
     if dormant:
         verdict += f" ({len(dormant)} global(s) outside the allowlist in pickles torch.load does not reach: {', '.join(dormant)})"
     return {

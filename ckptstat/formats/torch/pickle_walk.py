@@ -26,7 +26,8 @@ from .streams import Source, Truncated
 from .unpickler import BUILD_FLOOR, MEMO_ENTRY_BYTES
 
 # The weights_only unpickler's opcodes (torch/_weights_only_unpickler.py Unpickler.load): anything
-# else is "Unsupported operand".
+# else is "Unsupported operand". Protocol 2's subset: a protocol 4 or 5 pickle is refused at its FRAME
+# (then SHORT_BINUNICODE, MEMOIZE, STACK_GLOBAL), a protocol 3 one only where it holds bytes (SHORT_BINBYTES).
 WEIGHTS_ONLY_OPS = frozenset(b"c\x81Rbae" b"su(t\x85\x86\x87N\x89\x88)]}\x8f" b"JKMGXUQhjqr\x8a\x80.")
 _Handler = Callable[[Machine], object]
 
@@ -51,8 +52,8 @@ def _run(m: Machine) -> None:
         w.opcodes += 1
         code = m.read(1)[0]
         if code not in WEIGHTS_ONLY_OPS:
-            m.note_weights_only(f"opcode {_NAMES.get(code, hex(code))} (the weights_only unpickler "
-                                "reads protocol 2's opcodes only)")
+            m.note_weights_only(f"opcode {_NAMES.get(code, hex(code))}, which torch's weights_only unpickler does "
+                                f"not read (Unsupported operand {code})")
         handler = _DISPATCH.get(code)
         if handler is None:
             raise Fail(f"invalid load key {bytes([code])!r}")
