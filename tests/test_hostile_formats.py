@@ -299,7 +299,7 @@ class _Canary:
 def test_npy_object_arrays_are_scanned_never_unpickled(cli, tmp_path):
     """Escaped before: `scan` of an .npy/.npz object array holding an os.system pickle said torch.load cannot
     read it (exit 2) and a folder scan skipped it (exit 0: "0 files"). Now np.load's pickle is walked:
-    numpy's own reconstruction globals are allowed, anything else is UNSAFE; summary still refuses it."""
+    numpy's own reconstruction globals and torch's allowlist are allowed, anything else is UNSAFE; summary refuses it."""
     canary = str(tmp_path / "PWNED")
     evil = np.empty(2, dtype=object)
     evil[0], evil[1] = _Canary(canary), "x"

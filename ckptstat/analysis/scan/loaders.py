@@ -212,8 +212,12 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
         r["verdict"] = "UNSAFE: np.load(allow_pickle=True) would import and may call: " + ", ".join(r["unsafe_globals"])
     elif r["status"] == "safe":
         objects = sum(1 for _ in t.walks)
-        r["verdict"] = (f"safe: {objects} object array(s), whose pickles import only numpy's own reconstruction"
-                        if objects else "safe: no object array (np.load reads no pickle)")
+        others = [g["name"] for g in r["globals"] if g["name"] not in NUMPY_OWN]   # (each in torch's allowlist)
+        r["verdict"] = ("safe: no object array (np.load reads no pickle)" if not objects else
+                        f"safe: {objects} object array(s), whose pickles import only numpy's own reconstruction"
+                        if not others else
+                        f"safe: {objects} object array(s), whose pickles import numpy's own reconstruction and "
+                        f"{', '.join(others)}, in torch's weights_only allowlist")
     return r
 
 
