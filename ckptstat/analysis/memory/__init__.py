@@ -17,6 +17,7 @@ from .planner import (
     eager_scores,
     kv_lines,
     mlp_width,
+    quantised,
     split,
     stages,
     text_input,
@@ -46,6 +47,9 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
     if m.param_bytes:
         for dt, nb in sorted(m.param_bytes.items(), key=lambda kv: -kv[1]):
             line("weights", f"as stored ({dt})", nb, "sum of numel x stored bytes over unique parameter tensors")
+    elif (q := quantised(m, Plan())[0]) is not None:
+        sp = split(m, Plan())
+        line("weights", f"as the checkpoint stores them ({q.name})", sum(sp.bytes.values()), sp.dtype_rule)
     else:
         line("weights", f"as configured ({s.dtype or 'float32, assumed'})", m.weight_bytes,
              f"predicted parameters x {m.bytes_per_param:g} B")

@@ -25,17 +25,9 @@ from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
+from .quant import QUANTISED, Quant, config_quant
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-# Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().
-QUANTISED = {
-    "int8": "int8 weight + fp32 scale per output row (bitsandbytes LLM.int8: Int8Params CB and SCB)",
-    "nf4": "4-bit, 2 per byte + fp32 absmax per 64-weight block + a 16-entry fp32 code (bitsandbytes Params4bit "
-           "and its QuantState, no double quantisation)",
-    "fp4": "as nf4, with bitsandbytes' fp4 code",
-    "int4": "4-bit, 8 per int32 + fp16 scale and 4-bit zero per 128 inputs + int32 g_idx (GPTQ, group_size 128)",
-    "fp8": "float8 e4m3 + fp32 scale per 128x128 block (transformers FineGrainedFP8, DeepSeek-V3 layout)",
-}
 KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 OPTIMIZERS = ("adam", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 MODES = ("inference", "training")
@@ -52,21 +44,6 @@ ROW_PARALLEL = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|c_proj|fc2|dense_4h
 # layers, placed and split like any other, even when the group is one layer that runs once (Kimi-K2's dense layer 0)
 LAYER_GROUP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
 COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projection, despite its name
-
-
-def quant_bytes(q: str, fin: int, fout: int) -> float:
-    """Bytes of one quantised [fout, fin] linear weight, scales included (QUANTISED names the layouts)."""
-    n = fin * fout
-    if q == "int8":
-        return n + 4 * fout
-    if q in ("nf4", "fp4"):
-        return math.ceil(n / 2) + 4 * math.ceil(n / 64) + 4 * 16
-    if q == "int4":
-        groups = math.ceil(fin / 128)
-        return n / 2 + groups * fout * 2 + groups * fout / 2 + 4 * fin
-    if q == "fp8":
-        return n + 4 * math.ceil(fin / 128) * math.ceil(fout / 128)
-    raise ValueError(q)
 
 
 @dataclass(frozen=True)
@@ -122,6 +99,8 @@ class Plan:
                       "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
         if s is None:
             return
+        if self.weights_dtype == "mxfp4" and not s.experts:
+            raise bad("--weights-dtype mxfp4 quantises routed experts (transformers' Mxfp4GptOssExperts); this model has none")
         if self.tp > 1 and s.heads % self.tp:
             raise bad(f"--tp {self.tp} does not divide the {s.heads} attention heads (Megatron and vLLM require it)")
         if self.tp > 1 and s.kv_heads > self.tp and s.kv_heads % self.tp:
@@ -160,6 +139,16 @@ class Split:
         self.factored[k] = self.factored.get(k, 0) + factored
 
 
+def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
+    """The quantised layout the blocks' linears are planned in: `--weights-dtype`'s, else (inference, weights as
+    stored) a bare config's quantization_config's; and a note when that config's method is not modelled."""
+    if plan.weights_dtype in QUANTISED:
+        return Quant(plan.weights_dtype), ""
+    if plan.weights_dtype is None and plan.mode == "inference":
+        return config_quant(m.quantization)
+    return None, ""
+
+
 def weight_bytes_per_param(m: Model, plan: Plan) -> float:
     """Bytes per parameter outside quantised linears: the override, 2 (bf16) beside quantised weights,
     or the stored average."""
@@ -176,13 +165,17 @@ def split(m: Model, plan: Plan) -> Split:
     wd = plan.weights_dtype
     wb = weight_bytes_per_param(m, plan)
     out = Split()
-    if wd in QUANTISED:
-        out.dtype_rule = f"linear weights of the blocks {wd}: {QUANTISED[wd]}; embeddings, norms, biases, head bf16"
+    q, q_note = quantised(m, plan)
+    if q and wd:
+        out.dtype_rule = f"{q.rule()}; embeddings, norms, biases, head bf16"
+    elif q:
+        out.dtype_rule = f"weights as the checkpoint stores them ({q.source}): {q.rule()}; " \
+                         f"{s.dtype or 'float32, assumed'} elsewhere"
     elif wd:
         out.dtype_rule = f"{m.params:,} parameters x {wb:g} B ({wd})"
     else:
         out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
-                         f"{wb:.4g} B/param on average"
+                         f"{wb:.4g} B/param on average{'; ' + q_note if q_note else ''}"
     for op in m.oracle.ops() if m.oracle else build(s):
         where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
         if where == "layers" and op.calls == 1 and layers_stored(s) > 1 and not LAYER_GROUP.search(op.module):
@@ -204,8 +197,8 @@ def split(m: Model, plan: Plan) -> Split:
                 copies, bias = op.params / n, 0
             w = op.params - bias
             sharded = where == "layers" or fout == s.vocab
-            if where == "layers" and wd in QUANTISED:
-                wbytes = copies * quant_bytes(wd, fin, fout)
+            if where == "layers" and q and q.converts(op.module):
+                wbytes = copies * q.bytes(fin, fout)
             else:
                 wbytes = w * wb
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
@@ -242,7 +235,7 @@ def split(m: Model, plan: Plan) -> Split:
             for k in d:
                 d[k] *= r
         out.replicated = {k: v * r for k, v in out.replicated.items()}
-    if wd is None:   # as stored: exactly the stored bytes, spread by parameter count
+    if wd is None and not q:   # as stored: exactly the stored bytes, spread by parameter count
         total = sum(out.params.values())
         for k in out.bytes:
             out.bytes[k] = out.params[k] / total * m.weight_bytes if total else 0
