@@ -19,6 +19,7 @@ T = pytest.importorskip("transformers")
 from conftest import fixture_script  # noqa: E402
 from test_families import meta_model  # noqa: E402
 from test_gpt_oss import RELEASES  # noqa: E402
+from test_memory_planner import TINY_DSV3  # noqa: E402
 
 mq = fixture_script("make_quantized")
 
@@ -26,12 +27,6 @@ GPT_OSS_SKIP = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.
 TINY_OSS = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
                 num_key_value_heads=2, head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=4,
                 tie_word_embeddings=False)
-# DeepSeek-V3's shape at a small size: MLA with a q LoRA, a dense first layer, routed + shared experts; widths that are
-# not multiples of the 128 block (kv_a_proj_with_mqa: 80 rows) exercise the ceil
-TINY_DSV3 = dict(vocab_size=512, hidden_size=256, intermediate_size=640, moe_intermediate_size=128, num_hidden_layers=3,
-                 first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
-                 num_experts_per_tok=2, n_group=2, topk_group=1, q_lora_rank=192, kv_lora_rank=64, qk_nope_head_dim=32,
-                 qk_rope_head_dim=16, v_head_dim=32)
 DSV3_QUANT = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8", "weight_block_size": [128, 128]}
 
 

@@ -5,7 +5,8 @@ docs/memory_planner.md gives the sources. analysis/memory/ adds the verdict and 
 Where the parameters sit comes from the family's op template (families/framework/graph.py), one module at a time:
  - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
    column- or row-wise (weights and column-parallel biases sharded; a row-parallel layer's bias is added
-   after the all-reduce, so it is replicated); the word embedding and the LM head are vocab-parallel;
+   after the all-reduce, so it is replicated), but those vLLM replicates (REPLICATED_LINEAR: routers, MLA's
+   down-projections); the word embedding and the LM head are vocab-parallel;
    a mixer's 1-D convolution is split over its channels; norms, position/type embeddings, pooler, classifiers and
    anything else are replicated;
  - pipeline parallelism: blocks split evenly over the stages (ceil(L/pp) on the fullest one), the
@@ -25,7 +26,7 @@ from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
-from .quant import QUANTISED, Quant, config_quant
+from .quant import QUANTISED, ROUTER, Quant, config_quant
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -44,6 +45,11 @@ ROW_PARALLEL = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|c_proj|fc2|dense_4h
 # layers, placed and split like any other, even when the group is one layer that runs once (Kimi-K2's dense layer 0)
 LAYER_GROUP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
 COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projection, despite its name
+# linears of the blocks vLLM keeps whole on every tp rank (ReplicatedLinear or a plain nn.Linear in its model code):
+# a MoE router (deepseek_v2.py, mixtral.py, gpt_oss.py `gate`/`router`) and Qwen2-MoE's shared_expert_gate, and MLA's
+# down-projections q_a_proj / kv_a_proj_with_mqa (deepseek_v2.py DeepseekV2MLAAttention), whose outputs every head needs
+REPLICATED_LINEAR = {"MoE routers": ROUTER, "shared-expert gates": re.compile(r"(^|\.)shared_expert_gate(\.|$)"),
+                     "MLA down-projections": re.compile(r"(^|\.)(q_a_proj|kv_a_proj_with_mqa)(\.|$)")}
 
 
 @dataclass(frozen=True)
@@ -196,7 +202,8 @@ def split(m: Model, plan: Plan) -> Split:
             else:
                 copies, bias = op.params / n, 0
             w = op.params - bias
-            sharded = where == "layers" or fout == s.vocab
+            whole = next((k for k, r in REPLICATED_LINEAR.items() if r.search(op.module)), None) if where == "layers" else None
+            sharded = where == "layers" and not whole or fout == s.vocab
             if where == "layers" and q and q.converts(op.module):
                 wbytes = copies * q.bytes(fin, fout)
             else:
@@ -204,12 +211,12 @@ def split(m: Model, plan: Plan) -> Split:
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
             if bias:
                 row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
-                b_sharded = where == "layers" and not row
+                b_sharded = where == "layers" and not row and not whole
                 out.add(where, b_sharded, bias, bias * wb, bias, bias if fout < BNB_MIN_8BIT else 0)
                 if not b_sharded:
-                    _note(out, "biases of row-parallel linears" if row else "biases of head/pooler linears", bias)
+                    _note(out, whole or ("biases of row-parallel linears" if row else "biases of head/pooler linears"), bias)
             if not sharded:
-                _note(out, "pooler and classifier linears", w)
+                _note(out, whole or "pooler and classifier linears", w)
         elif op.params:
             dim = op.out_shape[-1] if op.out_shape else 1
             rows = op.params // dim if op.kind == "embedding" and dim else 0

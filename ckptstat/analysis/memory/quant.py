@@ -28,7 +28,9 @@ QUANTISED = {
              "(transformers Mxfp4GptOssExperts, the gpt-oss release)",
 }
 MX_BLOCK = 32
-ROUTER = re.compile(r"\(router\)|\.(router|gate)$")   # a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...)
+# a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...): a template's `(router)` label, or the module named in a
+# path (the meta path's `layers[n].mlp.gate.weight`, GraniteMoeHybrid's `router.layer`)
+ROUTER = re.compile(r"\(router\)|(^|\.)(router|gate)(\.|$)")
 
 
 @dataclass(frozen=True)
