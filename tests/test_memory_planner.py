@@ -300,17 +300,48 @@ KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe
 def test_kimi_k2_dense_first_layer_is_split_like_every_layer(tmp_path, mem):
     """first_k_dense_replace=1: the dense layer 0 is a layer, its linears split over tp like the MoE layers' (not kept
     whole on every GPU as a pooler or classifier would be). At tp 8 the weights per device are an even split of
-    every matrix of the model (transformers' meta build: routed experts stacked 3-D, the router and the embedding and
-    head 2-D) plus the norms whole."""
+    every matrix of the model (transformers' meta build: routed experts stacked 3-D, the embedding and head 2-D) but
+    the routers and MLA's q_a_proj / kv_a_proj_with_mqa, which vLLM replicates, plus the norms whole."""
     path = _config(tmp_path, "DeepseekV3Config", KIMI_K2, "DeepseekV3ForCausalLM")
     model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", KIMI_K2)
     assert model.config.first_k_dense_replace == 1 and len(model.model.layers) == 61
-    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) / 8
+    kept = _vllm_replicated(model)
+    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) - sum(kept.values())
     whole = sum(p.numel() for p in model.parameters() if p.dim() == 1)
     r = mem(path, "--seq", "4096", "--tp", "8", "--gpus", "8", "--gpu", "H200", "--weights-dtype", "bf16")
-    assert _group(r, "weights") == math.ceil(2 * (split + whole))
+    assert _group(r, "weights") == math.ceil(2 * (split / 8 + whole + sum(kept.values())))
     assert "pooler and classifier linears" not in r["fit"]["replicated"]
-    assert r["fit"]["replicated"] == {"norms": whole}
+    assert r["fit"]["replicated"] == {"norms": whole, **kept}
+
+
+def _vllm_replicated(model) -> dict[str, int]:
+    """The 2-D weights vLLM's DeepseekV2 model keeps whole on every tp rank (ReplicatedLinear): the routers'
+    (transformers' DeepseekV3TopkRouter) and MLA's q_a_proj / kv_a_proj_with_mqa, by the planner's names."""
+    routers = sum(p.numel() for m in model.modules() if type(m).__name__.endswith("TopkRouter")
+                  for p in m.parameters(recurse=False) if p.dim() >= 2)
+    mla = sum(m.weight.numel() for n, m in model.named_modules() if n.endswith((".q_a_proj", ".kv_a_proj_with_mqa")))
+    return {"MoE routers": routers, "MLA down-projections": mla}
+
+
+def test_tp_replicates_deepseek_routers_and_mla_down_projections(tmp_path, mem):
+    """vLLM (model_executor/models/deepseek_v2.py) builds the router and MLA's q_a_proj / kv_a_proj_with_mqa as
+    ReplicatedLinear: at tp 4 each device holds them whole beside a quarter of every other matrix."""
+    path = _config(tmp_path, "DeepseekV3Config", TINY_DSV3, "DeepseekV3ForCausalLM")
+    model = _meta("DeepseekV3ForCausalLM", "DeepseekV3Config", TINY_DSV3)
+    kept = _vllm_replicated(model)
+    assert all(kept.values())
+    split = sum(p.numel() for p in model.parameters() if p.dim() >= 2) - sum(kept.values())
+    whole = sum(p.numel() for p in model.parameters() if p.dim() == 1)
+    r = mem(path, "--seq", "16", "--tp", "4", "--weights-dtype", "bf16")
+    assert _fit(r)[("weights", "resident")] == math.ceil(2 * (split / 4 + whole + sum(kept.values())))
+    assert r["fit"]["replicated"] == {"norms": whole, **kept}
+
+
+# DeepSeek-V3's shape at a small size: MLA with a q LoRA, a dense first layer, routed + shared experts
+TINY_DSV3 = dict(vocab_size=512, hidden_size=256, intermediate_size=640, moe_intermediate_size=128, num_hidden_layers=3,
+                 first_k_dense_replace=1, num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
+                 num_experts_per_tok=2, n_group=2, topk_group=1, q_lora_rank=192, kv_lora_rank=64, qk_nope_head_dim=32,
+                 qk_rope_head_dim=16, v_head_dim=32)
 
 
 def test_tp_replicates_gpt2_position_table_norms_and_row_parallel_biases(tmp_path, mem):

@@ -56,6 +56,9 @@ class Model:
     # position tables, never saved), which the template counts
     on_load: int = 0
     oracle: Oracle | None = None       # no template: what answers instead (Oracle)
+    # a bare config's quantization_config: the planner holds its weights as that checkpoint stores them
+    # (analysis/memory/planner.py config_quant); a checkpoint's stored bytes already are
+    quantization: dict | None = None
 
     @property
     def params(self) -> int:
@@ -161,7 +164,8 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
         notes = spec.assumptions
         if spec.dtype is None:
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
-        return Model(spec, path, path, predict_params(spec), None, {}, notes)
+        q = cfg.get("quantization_config")
+        return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None)
     return from_checkpoint(open_checkpoint(path, config))
 
 

@@ -26,7 +26,8 @@ def memory(
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "
                              "or training (weights, gradients, master weights, optimizer state, saved activations)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
-                                                "quantised int8, int4, nf4, fp4, fp8 (default: as stored)."),
+                                                "quantised int8, int4, nf4, fp4, fp8, mxfp4 (default: as stored; a bare "
+                                                "config: its quantization_config)."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV cache as fp32, bf16, fp16, fp8, int8, int4 "
                                            "(default: the activation dtype)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="Training: adam, adamw-8bit, sgd, sgd-momentum, adafactor."),

@@ -17,6 +17,7 @@ from .planner import (
     eager_scores,
     kv_lines,
     mlp_width,
+    quantised,
     split,
     stages,
     text_input,
@@ -46,6 +47,9 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
     if m.param_bytes:
         for dt, nb in sorted(m.param_bytes.items(), key=lambda kv: -kv[1]):
             line("weights", f"as stored ({dt})", nb, "sum of numel x stored bytes over unique parameter tensors")
+    elif (q := quantised(m, Plan())[0]) is not None:
+        sp = split(m, Plan())
+        line("weights", f"as the checkpoint stores them ({q.name})", sum(sp.bytes.values()), sp.dtype_rule)
     else:
         line("weights", f"as configured ({s.dtype or 'float32, assumed'})", m.weight_bytes,
              f"predicted parameters x {m.bytes_per_param:g} B")
@@ -193,7 +197,7 @@ def fit(m: Model, plan: Plan, b: int, n: int, dec_seq: int | None) -> dict:
 
 
 # What --tp splits (Megatron-LM's column/row-parallel linears, vocab-parallel embedding and head)
-SHARDED = ["linear weights of every block (column- and row-parallel)", "column-parallel biases",
+SHARDED = ["linear weights of every block (column- and row-parallel; not the replicated ones named)", "column-parallel biases",
            "word embedding and LM head (vocab-parallel)", "KV cache heads (g / tp, replicated when tp > g)",
            "attention scores and MLP activations (Korthikanti: 24/tp + 5as/(h tp) of the 34 + 5as/h)"]
 

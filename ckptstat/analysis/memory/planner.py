@@ -5,7 +5,8 @@ docs/memory_planner.md gives the sources. analysis/memory/ adds the verdict and 
 Where the parameters sit comes from the family's op template (families/framework/graph.py), one module at a time:
  - tensor parallelism (Megatron-LM, Shoeybi et al. 2019): the linear layers of every block are split
    column- or row-wise (weights and column-parallel biases sharded; a row-parallel layer's bias is added
-   after the all-reduce, so it is replicated); the word embedding and the LM head are vocab-parallel;
+   after the all-reduce, so it is replicated), but those vLLM replicates (REPLICATED_LINEAR: routers, MLA's
+   down-projections); the word embedding and the LM head are vocab-parallel;
    a mixer's 1-D convolution is split over its channels; norms, position/type embeddings, pooler, classifiers and
    anything else are replicated;
  - pipeline parallelism: blocks split evenly over the stages (ceil(L/pp) on the fullest one), the
@@ -25,17 +26,9 @@ from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
+from .quant import QUANTISED, ROUTER, Quant, config_quant
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
-# Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().
-QUANTISED = {
-    "int8": "int8 weight + fp32 scale per output row (bitsandbytes LLM.int8: Int8Params CB and SCB)",
-    "nf4": "4-bit, 2 per byte + fp32 absmax per 64-weight block + a 16-entry fp32 code (bitsandbytes Params4bit "
-           "and its QuantState, no double quantisation)",
-    "fp4": "as nf4, with bitsandbytes' fp4 code",
-    "int4": "4-bit, 8 per int32 + fp16 scale and 4-bit zero per 128 inputs + int32 g_idx (GPTQ, group_size 128)",
-    "fp8": "float8 e4m3 + fp32 scale per 128x128 block (transformers FineGrainedFP8, DeepSeek-V3 layout)",
-}
 KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
 OPTIMIZERS = ("adam", "adamw-8bit", "sgd", "sgd-momentum", "adafactor")
 MODES = ("inference", "training")
@@ -52,21 +45,11 @@ ROW_PARALLEL = re.compile(r"(^|\.)(o_proj|out_proj|down_proj|c_proj|fc2|dense_4h
 # layers, placed and split like any other, even when the group is one layer that runs once (Kimi-K2's dense layer 0)
 LAYER_GROUP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
 COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projection, despite its name
-
-
-def quant_bytes(q: str, fin: int, fout: int) -> float:
-    """Bytes of one quantised [fout, fin] linear weight, scales included (QUANTISED names the layouts)."""
-    n = fin * fout
-    if q == "int8":
-        return n + 4 * fout
-    if q in ("nf4", "fp4"):
-        return math.ceil(n / 2) + 4 * math.ceil(n / 64) + 4 * 16
-    if q == "int4":
-        groups = math.ceil(fin / 128)
-        return n / 2 + groups * fout * 2 + groups * fout / 2 + 4 * fin
-    if q == "fp8":
-        return n + 4 * math.ceil(fin / 128) * math.ceil(fout / 128)
-    raise ValueError(q)
+# linears of the blocks vLLM keeps whole on every tp rank (ReplicatedLinear or a plain nn.Linear in its model code):
+# a MoE router (deepseek_v2.py, mixtral.py, gpt_oss.py `gate`/`router`) and Qwen2-MoE's shared_expert_gate, and MLA's
+# down-projections q_a_proj / kv_a_proj_with_mqa (deepseek_v2.py DeepseekV2MLAAttention), whose outputs every head needs
+REPLICATED_LINEAR = {"MoE routers": ROUTER, "shared-expert gates": re.compile(r"(^|\.)shared_expert_gate(\.|$)"),
+                     "MLA down-projections": re.compile(r"(^|\.)(q_a_proj|kv_a_proj_with_mqa)(\.|$)")}
 
 
 @dataclass(frozen=True)
@@ -122,6 +105,8 @@ class Plan:
                       "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
         if s is None:
             return
+        if self.weights_dtype == "mxfp4" and not s.experts:
+            raise bad("--weights-dtype mxfp4 quantises routed experts (transformers' Mxfp4GptOssExperts); this model has none")
         if self.tp > 1 and s.heads % self.tp:
             raise bad(f"--tp {self.tp} does not divide the {s.heads} attention heads (Megatron and vLLM require it)")
         if self.tp > 1 and s.kv_heads > self.tp and s.kv_heads % self.tp:
@@ -160,6 +145,16 @@ class Split:
         self.factored[k] = self.factored.get(k, 0) + factored
 
 
+def quantised(m: Model, plan: Plan) -> tuple[Quant | None, str]:
+    """The quantised layout the blocks' linears are planned in: `--weights-dtype`'s, else (inference, weights as
+    stored) a bare config's quantization_config's; and a note when that config's method is not modelled."""
+    if plan.weights_dtype in QUANTISED:
+        return Quant(plan.weights_dtype), ""
+    if plan.weights_dtype is None and plan.mode == "inference":
+        return config_quant(m.quantization)
+    return None, ""
+
+
 def weight_bytes_per_param(m: Model, plan: Plan) -> float:
     """Bytes per parameter outside quantised linears: the override, 2 (bf16) beside quantised weights,
     or the stored average."""
@@ -176,13 +171,17 @@ def split(m: Model, plan: Plan) -> Split:
     wd = plan.weights_dtype
     wb = weight_bytes_per_param(m, plan)
     out = Split()
-    if wd in QUANTISED:
-        out.dtype_rule = f"linear weights of the blocks {wd}: {QUANTISED[wd]}; embeddings, norms, biases, head bf16"
+    q, q_note = quantised(m, plan)
+    if q and wd:
+        out.dtype_rule = f"{q.rule()}; embeddings, norms, biases, head bf16"
+    elif q:
+        out.dtype_rule = f"weights as the checkpoint stores them ({q.source}): {q.rule()}; " \
+                         f"{s.dtype or 'float32, assumed'} elsewhere"
     elif wd:
         out.dtype_rule = f"{m.params:,} parameters x {wb:g} B ({wd})"
     else:
         out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
-                         f"{wb:.4g} B/param on average"
+                         f"{wb:.4g} B/param on average{'; ' + q_note if q_note else ''}"
     for op in m.oracle.ops() if m.oracle else build(s):
         where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
         if where == "layers" and op.calls == 1 and layers_stored(s) > 1 and not LAYER_GROUP.search(op.module):
@@ -203,20 +202,21 @@ def split(m: Model, plan: Plan) -> Split:
             else:
                 copies, bias = op.params / n, 0
             w = op.params - bias
-            sharded = where == "layers" or fout == s.vocab
-            if where == "layers" and wd in QUANTISED:
-                wbytes = copies * quant_bytes(wd, fin, fout)
+            whole = next((k for k, r in REPLICATED_LINEAR.items() if r.search(op.module)), None) if where == "layers" else None
+            sharded = where == "layers" and not whole or fout == s.vocab
+            if where == "layers" and q and q.converts(op.module):
+                wbytes = copies * q.bytes(fin, fout)
             else:
                 wbytes = w * wb
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
             if bias:
                 row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
-                b_sharded = where == "layers" and not row
+                b_sharded = where == "layers" and not row and not whole
                 out.add(where, b_sharded, bias, bias * wb, bias, bias if fout < BNB_MIN_8BIT else 0)
                 if not b_sharded:
-                    _note(out, "biases of row-parallel linears" if row else "biases of head/pooler linears", bias)
+                    _note(out, whole or ("biases of row-parallel linears" if row else "biases of head/pooler linears"), bias)
             if not sharded:
-                _note(out, "pooler and classifier linears", w)
+                _note(out, whole or "pooler and classifier linears", w)
         elif op.params:
             dim = op.out_shape[-1] if op.out_shape else 1
             rows = op.params // dim if op.kind == "embedding" and dim else 0
@@ -242,7 +242,7 @@ def split(m: Model, plan: Plan) -> Split:
             for k in d:
                 d[k] *= r
         out.replicated = {k: v * r for k, v in out.replicated.items()}
-    if wd is None:   # as stored: exactly the stored bytes, spread by parameter count
+    if wd is None and not q:   # as stored: exactly the stored bytes, spread by parameter count
         total = sum(out.params.values())
         for k in out.bytes:
             out.bytes[k] = out.params[k] / total * m.weight_bytes if total else 0

@@ -1,0 +1,106 @@
+"""Quantised weights in the memory planner: the layouts `--weights-dtype` names, their bytes per linear layer, and
+a bare config's quantization_config read as the checkpoint it describes stores (and transformers 5 holds) its weights.
+
+Which modules a config's quantizer converts (transformers/quantizers/quantizer_mxfp4.py, quantizer_finegrained_fp8.py):
+ - mxfp4 (gpt-oss): replace_with_mxfp4_linear swaps only the experts of each GptOssMLP (Mxfp4GptOssExperts:
+   gate_up_proj / down_proj as uint8 blocks of 2 fp4 values, a uint8 E8M0 scale per 32 along the input features;
+   the experts' biases, the router, attention, embeddings and head keep the checkpoint's 16-bit dtype);
+ - fp8 (FineGrainedFP8, DeepSeek-V3): replace_with_fp8_linear swaps every nn.Linear and the fused experts, 1 byte a
+   weight + a float32 weight_scale_inv per weight_block_size block (one per tensor without a block size); the
+   routers (not nn.Linear in transformers 5) and lm_head (get_keys_to_not_convert) stay.
+Both skip `modules_to_not_convert` (quantizers_utils.should_convert_module's rule, applied to the template's names).
+"""
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+# Quantised weights as the loaders store them: (rule, source). Bytes per linear layer in quant_bytes().
+QUANTISED = {
+    "int8": "int8 weight + fp32 scale per output row (bitsandbytes LLM.int8: Int8Params CB and SCB)",
+    "nf4": "4-bit, 2 per byte + fp32 absmax per 64-weight block + a 16-entry fp32 code (bitsandbytes Params4bit "
+           "and its QuantState, no double quantisation)",
+    "fp4": "as nf4, with bitsandbytes' fp4 code",
+    "int4": "4-bit, 8 per int32 + fp16 scale and 4-bit zero per 128 inputs + int32 g_idx (GPTQ, group_size 128)",
+    "fp8": "float8 e4m3 + fp32 scale per 128x128 block (transformers FineGrainedFP8, DeepSeek-V3 layout)",
+    "mxfp4": "uint8 blocks of 2 fp4 values + a uint8 E8M0 scale per 32 inputs, the routed experts' weights only "
+             "(transformers Mxfp4GptOssExperts, the gpt-oss release)",
+}
+MX_BLOCK = 32
+# a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...): a template's `(router)` label, or the module named in a
+# path (the meta path's `layers[n].mlp.gate.weight`, GraniteMoeHybrid's `router.layer`)
+ROUTER = re.compile(r"\(router\)|(^|\.)(router|gate)(\.|$)")
+
+
+@dataclass(frozen=True)
+class Quant:
+    """One quantised layout applied to the planned model: its QUANTISED name, the modules it leaves alone
+    (transformers-style names), fp8's block (None: one scale per tensor) and where it came from."""
+    name: str
+    skip: tuple[str, ...] = ()
+    block: tuple[int, int] | None = (128, 128)
+    source: str = "--weights-dtype"
+
+    def converts(self, module: str) -> bool:
+        """Whether a block linear of the op template (`layers[24].mlp.experts[32].gate_up_proj (top-4)`) is
+        quantised: MXFP4 the experts only; every other layout every linear but the routers."""
+        name = hf_name(module)
+        if self.name == "mxfp4" and ".experts." not in name:
+            return False
+        if ROUTER.search(module) or ROUTER.search(name):
+            return False
+        return not any(re.match(rf"(?:{k})(?:(?<=\.)|(?=\.|$))", name) or name.endswith(k) for k in self.skip)
+
+    def bytes(self, fin: int, fout: int) -> float:
+        return quant_bytes(self.name, fin, fout, self.block)
+
+    def rule(self) -> str:
+        what = "MXFP4 experts" if self.name == "mxfp4" else f"{self.name} linears of the blocks (routers excepted)"
+        block = "" if self.name != "fp8" else f"; block {self.block[0]}x{self.block[1]}" if self.block else \
+            "; one scale per tensor"
+        skip = f"; modules_to_not_convert {', '.join(self.skip)}" if self.skip else ""
+        return f"{what}: {QUANTISED[self.name]}{block}{skip}"
+
+
+def hf_name(module: str) -> str:
+    """The transformers module name of an op template's module, one layer standing for all:
+    `layers[24 sliding].mlp.experts[32].down_proj (top-4)` -> `model.layers.0.mlp.experts.down_proj`."""
+    name = re.sub(r"\s*\(.*\)$", "", module)
+    name = re.sub(r"layers\[[^\]]*\]", "layers.0", name)
+    name = re.sub(r"\[[^\]]*\]", "", name)
+    return name if name.startswith(("model.", "lm_head")) else f"model.{name}"
+
+
+def config_quant(q: dict | None) -> tuple[Quant | None, str]:
+    """(the layout a bare config's quantization_config stores its weights in, or None; a note when it names
+    a method the planner does not model)."""
+    if not q:
+        return None, ""
+    method = str(q.get("quant_method") or "")
+    skip = tuple(str(x) for x in q.get("modules_to_not_convert") or ())
+    src = f"config.json quantization_config ({method})"
+    if method == "mxfp4" and not q.get("dequantize"):
+        return Quant("mxfp4", skip, None, src), ""
+    if method == "fp8" and not q.get("dequantize"):
+        b = q.get("weight_block_size")
+        block = (int(b[0]), int(b[1])) if isinstance(b, (list, tuple)) and len(b) == 2 else None
+        return Quant("fp8", skip, block, src), ""
+    return None, f"quantization_config quant_method {method!r} is not planned: weights at the config's torch_dtype"
+
+
+def quant_bytes(q: str, fin: int, fout: int, block: tuple[int, int] | None = (128, 128)) -> float:
+    """Bytes of one quantised [fout, fin] linear weight, scales included (QUANTISED names the layouts)."""
+    n = fin * fout
+    if q == "int8":
+        return n + 4 * fout
+    if q in ("nf4", "fp4"):
+        return math.ceil(n / 2) + 4 * math.ceil(n / 64) + 4 * 16
+    if q == "int4":
+        groups = math.ceil(fin / 128)
+        return n / 2 + groups * fout * 2 + groups * fout / 2 + 4 * fin
+    if q == "fp8":
+        return n + 4 * (math.ceil(fin / block[1]) * math.ceil(fout / block[0]) if block else 1)
+    if q == "mxfp4":
+        return fout * math.ceil(fin / MX_BLOCK) * (MX_BLOCK // 2 + 1)
+    raise ValueError(q)
