@@ -130,6 +130,7 @@ BUCKET_RULES = _rules([
     # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
     # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
+    (r"(^|\.)downsampling_layer\.", "encoder"),                        # ConvNeXt's LayerNorm and conv between stages
     # Final norms of a stack
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
     (r"(^|\.)(norm_f|encoder\.layer_norm)\.", "encoder"),      # Mamba final norm; Whisper/mBART encoder final norm

@@ -28,6 +28,7 @@ from . import (
     clip,
     cohere,
     cohere2_moe,
+    convnext,
     cpmant,
     ctrl,
     dbrx,
@@ -144,8 +145,8 @@ from .framework.base import Family, architectures
 _ALL: tuple[Family, ...] = (
     afmoe.FAMILY, albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bailing_hybrid.FAMILY,
     bamba.FAMILY, bart.FAMILY, beam.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, cpmant.FAMILY, ctrl.FAMILY, dbrx.FAMILY, deberta.FAMILY, deberta_v2.FAMILY, deepseek.FAMILY,
-    diffllama.FAMILY, dinov2.FAMILY,
+    cohere2_moe.FAMILY, convnext.FAMILY, cpmant.FAMILY, ctrl.FAMILY, dbrx.FAMILY, deberta.FAMILY, deberta_v2.FAMILY,
+    deepseek.FAMILY, diffllama.FAMILY, dinov2.FAMILY,
     distilbert.FAMILY, doge.FAMILY, dory.FAMILY, dots1.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
     eurobert.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, falcon_h1.FAMILY, flex_olmo.FAMILY,
     flint.FAMILY, fuyu.FAMILY, gemma.FAMILY, gemma3n.FAMILY, gemma4.FAMILY, git.FAMILY, glm.FAMILY, glm4_moe.FAMILY,

@@ -26,7 +26,7 @@ from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Ten
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import numbered, pattern, signature, walked
-from .framework.walk_vision import conv_strided
+from .framework.walk_vision import conv_strided, positive_lists
 
 DEFAULT_IMAGE = 224
 
@@ -68,10 +68,7 @@ def _spec(common: dict[str, Any], stem: int, widths: list[int], depths: list[int
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    widths, depths = c.get("hidden_sizes"), c.get("depths")
-    if not (isinstance(widths, list) and isinstance(depths, list) and len(widths) == len(depths) and widths
-            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in widths + depths)):
-        raise UsageError(f"{c.path}: config hidden_sizes / depths must be lists of positive integers of one length")
+    widths, depths = positive_lists(c, "hidden_sizes", "depths")
     kind = c.get("layer_type", default="bottleneck")
     if kind not in ("basic", "bottleneck"):
         raise UsageError(f"{c.path}: config layer_type = {kind!r} is not basic or bottleneck")

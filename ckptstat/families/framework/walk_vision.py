@@ -11,19 +11,23 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ...errors import UsageError
+from .base import Cfg
 from .ops import Builder
 from .recorder import Recorder
 
 
 def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-           bias: bool = False, calls: int = 1) -> int:
-    """A square Conv2d on a `side` x `side` input; returns the output side."""
+           bias: bool = False, calls: int = 1, groups: int = 1) -> int:
+    """A square Conv2d on a `side` x `side` input, its channels in `groups` (each output channel reads cin / groups:
+    a depthwise conv has groups = cin; FlopCounterMode counts out elements x cin / groups x k x k MACs); returns the
+    output side."""
     out = (side + 2 * pad - k) // stride + 1
     if out < 1:
         raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
-    per = cout * cin * k * k + (cout if bias else 0)
-    B.add(f"{module} ({k}x{k}/{stride})", "conv", bucket, calls, (B.b, cin, side, side), (B.b, cout, out, out),
-          params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
+    per = cout * (cin // groups) * k * k + (cout if bias else 0)
+    B.add(f"{module} ({k}x{k}/{stride}{f', groups {groups}' if groups > 1 else ''})", "conv", bucket, calls,
+          (B.b, cin, side, side), (B.b, cout, out, out), params=per * calls,
+          macs=B.b * cout * out * out * (cin // groups) * k * k, ew=B.b * cout * out * out if bias else 0,
           weights_per_call=per)
     return out
 
@@ -37,11 +41,21 @@ def conv(w: Recorder, path: str, cin: int, cout: int, k: int, side: int, bias: b
 
 
 def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-                 layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
-    """A recorded bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers`
-    (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
-    w.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
-    return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
+                 layers: tuple[int, ...] = (), bucket: str | None = None, groups: int = 1, bias: bool = False) -> int:
+    """A recorded Conv2d of k x k with its own stride, padding and groups (bias-free unless `bias`: ResNet's), run once
+    per index of `layers` (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
+    w.record(path, (("weight", (cout, cin // groups, k, k)),) + ((("bias", (cout,)),) if bias else ()), layers=layers)
+    return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, bias=bias, calls=max(len(layers), 1),
+                  groups=groups)
+
+
+def positive_lists(c: Cfg, *keys: str) -> list[list[int]]:
+    """The config's lists of positive integers under `keys` (a convnet's per-stage widths and depths), of one length."""
+    got = [c.get(k) for k in keys]
+    if not (all(isinstance(v, (list, tuple)) and v for v in got) and len({len(v) for v in got}) == 1
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for v in got for x in v)):
+        raise UsageError(f"{c.path}: config {' / '.join(keys)} must be lists of positive integers of one length")
+    return [list(v) for v in got]
 
 
 @dataclass(frozen=True)
