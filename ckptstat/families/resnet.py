@@ -26,22 +26,9 @@ from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Ten
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import numbered, pattern, signature, walked
-from .framework.walk_vision import conv_strided, positive_lists
+from .framework.walk_vision import batchnorm, conv_strided, positive_lists
 
 DEFAULT_IMAGE = 224
-
-
-def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
-              act: str | None = "relu") -> None:
-    """BatchNorm2d (inference: scale and shift with running statistics, which are buffers; weight and bias, 2 x C
-    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once)."""
-    B, calls = w.B, max(len(layers), 1)
-    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers)
-    n = B.b * ch * side * side
-    shape = (B.b, ch, side, side)
-    B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
-    if act:
-        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
 
 
 # ---- the spec: the side analysed in ArchSpec.image_size, the rest in a ResNetVariant ----
