@@ -1,8 +1,8 @@
 """The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
-SigLIP's towers, Swin and its copies, the convnets: ConvNeXt and V2, MobileNet V1 and V2) against the library that
-wrote the files: for every sample model, the tensors the walk records are the names and shapes save_pretrained
-writes (census_audit.saved_shapes), and the op template the same walk writes holds the file's parameters, as
-tests/test_walk_encoder.py checks its walks."""
+SigLIP's towers, Swin and its copies, the convnets: ConvNeXt and V2, MobileNet V1 and V2, RegNet) against the
+library that wrote the files: for every sample model, the tensors the walk records are the names and shapes
+save_pretrained writes (census_audit.saved_shapes), and the op template the same walk writes holds the file's
+parameters, as tests/test_walk_encoder.py checks its walks."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -19,7 +19,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "clip", "siglip", "swin", "convnext", "mobilenet")
+WALKED = ("vit", "dinov2", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -78,6 +78,9 @@ def test_swin_at_full_size_equals_transformers(config, model_name, kwargs, sides
     ("MobileNetV2Config", "MobileNetV2ForImageClassification", {}),   # mobilenet_v2_1.0_224
     ("MobileNetV2Config", "MobileNetV2ForImageClassification", dict(depth_multiplier=1.4)),
     ("MobileNetV2Config", "MobileNetV2Model", dict(depth_multiplier=0.35, output_stride=16, tf_padding=False)),
+    ("RegNetConfig", "RegNetForImageClassification", {}),   # the config's defaults: a Y of groups of 64
+    ("RegNetConfig", "RegNetForImageClassification",   # regnet-x-002's shapes: X blocks, groups of 8
+     dict(layer_type="x", hidden_sizes=[24, 56, 152, 368], depths=[1, 1, 4, 7], groups_width=8)),
 ])
 def test_convnets_at_full_size_equal_transformers(config, model_name, kwargs):
     """The released shapes' parameters and FlopCounterMode's FLOPs on the meta device (depthwise convs counted as torch

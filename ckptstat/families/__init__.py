@@ -122,6 +122,7 @@ from . import (
     qwen3_next,
     qwen_moe,
     recurrent_gemma,
+    regnet,
     resnet,
     rwkv,
     seed_oss,
@@ -161,7 +162,7 @@ _ALL: tuple[Family, ...] = (
     modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, nemotron_h.FAMILY, nomic_bert.FAMILY,
     olmo.FAMILY, olmo_hybrid.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY,
     phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
-    recurrent_gemma.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
+    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
     solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, t5.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY,
     xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY,
 )

@@ -87,6 +87,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     if any((s, 0, last_idx) not in convs for s in stages):   # timm's test_resnet mixes BasicBlock and Bottleneck stages
         raise UsageError("cannot infer the architecture from tensor names: ResNet stages of mixed block kinds "
                          "(basic and bottleneck); pass --config")
+    mid = 2 if tv else 1   # a bottleneck's 3x3: square (a RegNet X's, under the same names, is grouped: regnet.py)
+    if bottleneck and any(len(t) == 4 and t[0] != t[1] for (_, _, c), t in convs.items() if c == mid):
+        raise UsageError("cannot infer the architecture from tensor names: grouped 3x3 convs (a RegNet X?), which a "
+                         "ResNet has not; pass --config")
     widths = [convs[(s, 0, last_idx)][0] for s in stages]
     depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
     # a projection shortcut where the stem and the first stage are as wide shows a strided first stage
