@@ -123,6 +123,7 @@ BUCKET_RULES = _rules([
     (r"^(shared|encoder\.embed_tokens|decoder\.embed_tokens)\.", "embedding"),  # T5 (after prefix strip)
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
     (r"(^|\.)(embedder|pre_layrnorm)\.", "embedding"),                # ResNet conv stem; CLIP vision pre-norm (sic)
+    (r"(^|\.)conv_stem\.", "embedding"),                               # MobileNet's conv stem (timm EfficientNet's)
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
     (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
     (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
@@ -130,6 +131,8 @@ BUCKET_RULES = _rules([
     # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
     # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
+    (r"(^|\.)downsampling_layer\.", "encoder"),                        # ConvNeXt's LayerNorm and conv between stages
+    (r"(^|\.)conv_\d+x\d+\.", "encoder"),   # MobileNet V2's last conv, conv_1x1 (rules see numbers renumbered)
     # Final norms of a stack
     (r"(^|\.)(ln_f|norm|final_layer_norm|final_layernorm|output_norm)\.", "encoder"),  # GPT-2, LLaMA, T5, GGUF
     (r"(^|\.)(norm_f|encoder\.layer_norm)\.", "encoder"),      # Mamba final norm; Whisper/mBART encoder final norm

@@ -67,7 +67,7 @@ def test_resnet_from_torchvision_names(kwargs, cls):
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    """Tiny ViT, CLIP and ResNet classifiers written by save_pretrained."""
+    """Tiny ViT, CLIP, ResNet, ConvNeXt and MobileNet V2 classifiers written by save_pretrained."""
     root = tmp_path_factory.mktemp("vision")
     torch.manual_seed(0)
     eager = dict(attn_implementation="eager")   # FlopCounterMode does not see SDPA's CPU kernel
@@ -79,14 +79,18 @@ def saved(tmp_path_factory):
         vision_config=dict(hidden_size=48, intermediate_size=40, num_hidden_layers=2, num_attention_heads=6, image_size=32,
                            patch_size=4), projection_dim=24), **eager)
     resnet = T.ResNetForImageClassification(T.ResNetConfig(embedding_size=8, hidden_sizes=[16, 32], depths=[1, 2], num_labels=4))
+    convnext = T.ConvNextForImageClassification(T.ConvNextConfig(hidden_sizes=[8, 16], depths=[1, 2], num_stages=2,
+                                                                 num_labels=4))
+    mobilenet = T.MobileNetV2ForImageClassification(T.MobileNetV2Config(depth_multiplier=0.25, min_depth=4, num_labels=4,
+                                                                        first_layer_is_expansion=False))
     out = {}
-    for name, m in (("vit", vit), ("clip", clip), ("resnet", resnet)):
+    for name, m in (("vit", vit), ("clip", clip), ("resnet", resnet), ("convnext", convnext), ("mobilenet", mobilenet)):
         m.save_pretrained(root / name)
         out[name] = (str(root / name), m.eval())
     return out
 
 
-@pytest.mark.parametrize("name", ["vit", "clip", "resnet"])
+@pytest.mark.parametrize("name", ["vit", "clip", "resnet", "convnext", "mobilenet"])
 def test_every_vision_tensor_has_a_bucket(cli, saved, name):
     """The stems, final norms and CLIP's contrastive head are placed (bucket `other` is for what no rule knows);
     the totals are the model's own parameters() and buffers."""
@@ -96,7 +100,7 @@ def test_every_vision_tensor_has_a_bucket(cli, saved, name):
     assert r["parameters"]["unique"] == sum(p.numel() for p in model.parameters())
 
 
-@pytest.mark.parametrize("name", ["vit", "clip", "resnet"])
+@pytest.mark.parametrize("name", ["vit", "clip", "resnet", "convnext", "mobilenet"])
 def test_image_size_option_matches_flop_counter(cli, saved, name):
     path, model = saved[name]
     rc, out, err = cli("flops", path, "-b", "2", "-s", "8", "--image-size", "48", "--json")

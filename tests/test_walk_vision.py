@@ -1,7 +1,8 @@
 """The image encoders described once as a walk (families/framework/walk_vision.py: ViT and DeiT, DINOv2, CLIP's and
-SigLIP's towers, Swin and its copies) against the library that wrote the files: for every sample model, the tensors
-the walk records are the names and shapes save_pretrained writes (census_audit.saved_shapes), and the op template the
-same walk writes holds the file's parameters, as tests/test_walk_encoder.py checks its walks."""
+SigLIP's towers, Swin and its copies, the convnets: ConvNeXt and V2, MobileNet V1 and V2, RegNet) against the
+library that wrote the files: for every sample model, the tensors the walk records are the names and shapes
+save_pretrained writes (census_audit.saved_shapes), and the op template the same walk writes holds the file's
+parameters, as tests/test_walk_encoder.py checks its walks."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -18,7 +19,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "clip", "siglip", "swin")
+WALKED = ("vit", "dinov2", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -66,3 +67,27 @@ def test_swin_at_full_size_equals_transformers(config, model_name, kwargs, sides
     for side in sides:
         expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
+
+
+@pytest.mark.parametrize("config,model_name,kwargs", [
+    ("ConvNextConfig", "ConvNextForImageClassification", {}),   # ConvNeXt-T
+    ("ConvNextV2Config", "ConvNextV2ForImageClassification", {}),   # ConvNeXt V2-T
+    ("ConvNextV2Config", "ConvNextV2Model", dict(hidden_sizes=[40, 80, 160, 320], depths=[2, 2, 6, 2])),   # V2-Nano
+    ("MobileNetV1Config", "MobileNetV1ForImageClassification", {}),   # mobilenet_v1_1.0_224 (TF padding)
+    ("MobileNetV1Config", "MobileNetV1Model", dict(depth_multiplier=0.75, tf_padding=False)),
+    ("MobileNetV2Config", "MobileNetV2ForImageClassification", {}),   # mobilenet_v2_1.0_224
+    ("MobileNetV2Config", "MobileNetV2ForImageClassification", dict(depth_multiplier=1.4)),
+    ("MobileNetV2Config", "MobileNetV2Model", dict(depth_multiplier=0.35, output_stride=16, tf_padding=False)),
+    ("RegNetConfig", "RegNetForImageClassification", {}),   # the config's defaults: a Y of groups of 64
+    ("RegNetConfig", "RegNetForImageClassification",   # regnet-x-002's shapes: X blocks, groups of 8
+     dict(layer_type="x", hidden_sizes=[24, 56, 152, 368], depths=[1, 1, 4, 7], groups_width=8)),
+])
+def test_convnets_at_full_size_equal_transformers(config, model_name, kwargs):
+    """The released shapes' parameters and FlopCounterMode's FLOPs on the meta device (depthwise convs counted as torch
+    counts grouped convs), at 224 px and an odd side (97 px: floored by ConvNeXt's patchify and downsampling convs,
+    padded by MobileNet's TF "SAME" padding)."""
+    cls, cfg = getattr(T, model_name), getattr(T, config)(**kwargs)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
+    for side in (224, 97):
+        assert ours(replace(spec, image_size=side), 8, 1) == fcm_image_flops(model, 8, 1, "meta", side, 3, None), side

@@ -26,22 +26,9 @@ from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Ten
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import numbered, pattern, signature, walked
-from .framework.walk_vision import conv_strided
+from .framework.walk_vision import batchnorm, conv_strided, positive_lists
 
 DEFAULT_IMAGE = 224
-
-
-def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
-              act: str | None = "relu") -> None:
-    """BatchNorm2d (inference: scale and shift with running statistics, which are buffers; weight and bias, 2 x C
-    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once)."""
-    B, calls = w.B, max(len(layers), 1)
-    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers)
-    n = B.b * ch * side * side
-    shape = (B.b, ch, side, side)
-    B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
-    if act:
-        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
 
 
 # ---- the spec: the side analysed in ArchSpec.image_size, the rest in a ResNetVariant ----
@@ -68,10 +55,7 @@ def _spec(common: dict[str, Any], stem: int, widths: list[int], depths: list[int
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    widths, depths = c.get("hidden_sizes"), c.get("depths")
-    if not (isinstance(widths, list) and isinstance(depths, list) and len(widths) == len(depths) and widths
-            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for x in widths + depths)):
-        raise UsageError(f"{c.path}: config hidden_sizes / depths must be lists of positive integers of one length")
+    widths, depths = positive_lists(c, "hidden_sizes", "depths")
     kind = c.get("layer_type", default="bottleneck")
     if kind not in ("basic", "bottleneck"):
         raise UsageError(f"{c.path}: config layer_type = {kind!r} is not basic or bottleneck")
@@ -103,6 +87,10 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     if any((s, 0, last_idx) not in convs for s in stages):   # timm's test_resnet mixes BasicBlock and Bottleneck stages
         raise UsageError("cannot infer the architecture from tensor names: ResNet stages of mixed block kinds "
                          "(basic and bottleneck); pass --config")
+    mid = 2 if tv else 1   # a bottleneck's 3x3: square (a RegNet X's, under the same names, is grouped: regnet.py)
+    if bottleneck and any(len(t) == 4 and t[0] != t[1] for (_, _, c), t in convs.items() if c == mid):
+        raise UsageError("cannot infer the architecture from tensor names: grouped 3x3 convs (a RegNet X?), which a "
+                         "ResNet has not; pass --config")
     widths = [convs[(s, 0, last_idx)][0] for s in stages]
     depths = [1 + max(b for st, b, _ in convs if st == s) for s in stages]
     # a projection shortcut where the stem and the first stage are as wide shows a strided first stage

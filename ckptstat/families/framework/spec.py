@@ -20,7 +20,7 @@ __all__ = ["DTYPE_BYTES", "HEAD_SUFFIXES", "ArchSpec", "audio_inputs", "canonica
 
 def _labels(cfg: Mapping[str, Any], c: Cfg) -> int:
     id2label = cfg.get("id2label")
-    if isinstance(id2label, dict) and id2label:
+    if isinstance(id2label, dict):   # transformers 5 saves num_labels=0 as an empty id2label and no num_labels
         return len(id2label)
     return c.int("num_labels", default=2)
 

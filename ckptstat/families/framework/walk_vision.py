@@ -1,7 +1,8 @@
 """The ViT-shaped image encoders, each described once as a walk: ViT and DeiT (vit.py), DINOv2 (dinov2.py), CLIP's and
 SigLIP's towers (clip.py, siglip.py), walked with framework/recorder.py's `Recorder` (each parameterised module
 recorded while its op is written, so the expected tensors and the op template come from one walk). The pieces every
-such walk meets: the Conv2d patch embedding (`conv`; `conv_strided` ResNet's), learned tokens and positions
+such walk meets: the Conv2d patch embedding (`conv`; `conv_strided` the convnets': ResNet's, ConvNeXt's and MobileNet's,
+grouped and TF-padded where they are, with `batchnorm` and `positive_lists`), learned tokens and positions
 (`Recorder.params`), and the pre-LayerNorm encoder layers (`encoder_layers`) under each modeling file's names
 (`LayerPaths`), their variants typed in an `EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
 from __future__ import annotations
@@ -11,19 +12,28 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from ...errors import UsageError
+from .base import Cfg
 from .ops import Builder
 from .recorder import Recorder
 
+# a conv's padding: each side's, or TensorFlow's "SAME" (MobileNet's tf_padding: the input padded by
+# max(k - stride, 0), or max(k - side % stride, 0) where stride does not divide the side, before a conv without padding)
+Padding = int | Literal["same"]
 
-def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-           bias: bool = False, calls: int = 1) -> int:
-    """A square Conv2d on a `side` x `side` input; returns the output side."""
-    out = (side + 2 * pad - k) // stride + 1
+
+def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: Padding,
+           bias: bool = False, calls: int = 1, groups: int = 1) -> int:
+    """A square Conv2d on a `side` x `side` input, its channels in `groups` (each output channel reads cin / groups:
+    a depthwise conv has groups = cin; FlopCounterMode counts out elements x cin / groups x k x k MACs); returns the
+    output side."""
+    both = max(k - (side % stride or stride), 0) if pad == "same" else 2 * pad
+    out = (side + both - k) // stride + 1
     if out < 1:
         raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
-    per = cout * cin * k * k + (cout if bias else 0)
-    B.add(f"{module} ({k}x{k}/{stride})", "conv", bucket, calls, (B.b, cin, side, side), (B.b, cout, out, out),
-          params=per * calls, macs=B.b * cout * out * out * cin * k * k, ew=B.b * cout * out * out if bias else 0,
+    per = cout * (cin // groups) * k * k + (cout if bias else 0)
+    B.add(f"{module} ({k}x{k}/{stride}{f', groups {groups}' if groups > 1 else ''})", "conv", bucket, calls,
+          (B.b, cin, side, side), (B.b, cout, out, out), params=per * calls,
+          macs=B.b * cout * out * out * (cin // groups) * k * k, ew=B.b * cout * out * out if bias else 0,
           weights_per_call=per)
     return out
 
@@ -36,12 +46,35 @@ def conv(w: Recorder, path: str, cin: int, cout: int, k: int, side: int, bias: b
     return conv2d(w.B, path if top else w.label(path), bucket or w.bucket, cin, cout, k, k, side, 0, bias=bias)
 
 
-def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: int,
-                 layers: tuple[int, ...] = (), bucket: str | None = None) -> int:
-    """A recorded bias-free Conv2d of k x k with its own stride and padding (ResNet's), run once per index of `layers`
-    (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
-    w.record(path, (("weight", (cout, cin, k, k)),), layers=layers)
-    return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, calls=max(len(layers), 1))
+def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: Padding,
+                 layers: tuple[int, ...] = (), bucket: str | None = None, groups: int = 1, bias: bool = False) -> int:
+    """A recorded Conv2d of k x k with its own stride, padding and groups (bias-free unless `bias`: ResNet's), run once
+    per index of `layers` (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
+    w.record(path, (("weight", (cout, cin // groups, k, k)),) + ((("bias", (cout,)),) if bias else ()), layers=layers)
+    return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, bias=bias, calls=max(len(layers), 1),
+                  groups=groups)
+
+
+def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
+              act: str | None = "relu") -> None:
+    """BatchNorm2d (inference: scale and shift with running statistics, which are buffers; weight and bias, 2 x C
+    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once)."""
+    B, calls = w.B, max(len(layers), 1)
+    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers)
+    n = B.b * ch * side * side
+    shape = (B.b, ch, side, side)
+    B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
+    if act:
+        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
+
+
+def positive_lists(c: Cfg, *keys: str) -> list[list[int]]:
+    """The config's lists of positive integers under `keys` (a convnet's per-stage widths and depths), of one length."""
+    got = [c.get(k) for k in keys]
+    if not (all(isinstance(v, (list, tuple)) and v for v in got) and len({len(v) for v in got}) == 1
+            and all(isinstance(x, int) and not isinstance(x, bool) and x > 0 for v in got for x in v)):
+        raise UsageError(f"{c.path}: config {' / '.join(keys)} must be lists of positive integers of one length")
+    return [list(v) for v in got]
 
 
 @dataclass(frozen=True)
