@@ -1,4 +1,4 @@
-"""BART / mBART, Whisper and Mamba beyond tests/test_families.py's parameter and FLOPs walk: the cache
+"""BART / mBART, Whisper, T5Gemma and Mamba beyond tests/test_families.py's parameter and FLOPs walk: the cache
 each family's memory line predicts against the cache the transformers model allocates on a forward,
 Whisper's audio inputs (--frames, --audio-seconds, --dec-seq) through the CLI against FlopCounterMode,
 and `ckptstat run` on a Whisper checkpoint written by save_pretrained."""
@@ -14,7 +14,7 @@ T = pytest.importorskip("transformers")
 from test_families import fcm_flops, meta_model  # noqa: E402
 
 from ckptstat.errors import UsageError  # noqa: E402
-from ckptstat.families import bart, get, mamba, whisper  # noqa: E402
+from ckptstat.families import bart, get, mamba, t5gemma, whisper  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
 
 B, S_ENC, S_DEC = 2, 7, 5
@@ -44,6 +44,8 @@ def _layer_bytes(cache) -> int:
     ("MBartConfig", "MBartForConditionalGeneration", bart._SIZES, "input_ids"),
     ("M2M100Config", "M2M100ForConditionalGeneration", bart._SIZES, "input_ids"),
     ("WhisperConfig", "WhisperForConditionalGeneration", whisper._SIZES, "input_features"),
+    # the decoder's own sizes, its sliding layers (window 4) keeping 3 of S_DEC's tokens, the cross cache every layer's
+    ("T5GemmaConfig", "T5GemmaForConditionalGeneration", t5gemma._SIZES, "input_ids"),
 ])
 def test_encoder_decoder_cache_bytes_equal_the_models_cache(config_cls, model_cls, sizes, inputs):
     model = _tiny(config_cls, model_cls, sizes)
