@@ -187,7 +187,7 @@ def test_every_torch_fixture_scans_safe():
     """No false alarm on the real torch.save outputs committed in fixtures/ (zip and legacy, training
     checkpoints with optimizer state, tied storages, every dtype): each loadable with weights_only, but DeepSpeed's
     ZeRO optimizer states (written by deepspeed 0.19.8, fixtures/make_training.py), which name DeepSpeed's own
-    classes and are judged by DeepSpeed's loader (analysis/scan/loaders.py deepspeed_optimizer)."""
+    classes and are judged by DeepSpeed's loader (analysis/scan/loaders.py OWN_LOADERS)."""
     from ckptstat.analysis.scan import scan_local
     from ckptstat.analysis.scan.loaders import DEEPSPEED_OPTIM
 

@@ -21,9 +21,9 @@ from ...core.files import followed, open_regular
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
-from ...formats.training import TRAINING_ARGS
-from .loaders import TRAINING_ARGS_NOTE, dcp_metadata, deepspeed_optimizer, rng_state, scan_other
+from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .torch_load import scan as scan_file
+from .torch_load import trace
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
@@ -220,20 +220,17 @@ def scan_local(path: str) -> dict[str, Any]:
     """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
     the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
     the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
-    r = _scan_local(path)
-    if os.path.basename(path) == TRAINING_ARGS and r["status"] == "unsafe":
-        r["notes"].append(TRAINING_ARGS_NOTE)
-    return r
+    return training_args_note(path, _scan_local(path))
 
 
 def _scan_local(path: str) -> dict[str, Any]:
     if not os.path.isfile(path):
         return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)
     # a torch.distributed.checkpoint .metadata (DCP's pickle.load), a DeepSpeed optimizer state, a Trainer's or
-    # accelerate's RNG state: their loaders (loaders.py)
-    own_loader = dcp_metadata(path) or deepspeed_optimizer(path) or rng_state(path)
-    if own_loader is not None:
-        return own_loader
+    # accelerate's RNG state: their loaders (loaders.py), as for a URL (remote.py)
+    by_own = judged_by_own_loader(trace(path)) if own_loader(path) is not None else None
+    if by_own is not None:
+        return by_own
     torch_report: dict[str, Any] | None = None
     try:
         torch_report = scan_file(path)

@@ -24,8 +24,10 @@
   `DeepSpeedUnpickler`), allowed there on the same terms.
 - A transformers Trainer's `rng_state.pth` / `rng_state_<rank>.pth` and accelerate's `random_states_<i>.pkl`: their
   loaders call torch.load(weights_only=True) with numpy's `_reconstruct`, `ndarray`, `dtype` and `UInt32DType` added
-  to the allowlist (`RNG_GLOBALS`), allowed there on the same terms, by name alone (`rng_state`). A file torch.load
+  to the allowlist (`RNG_GLOBALS`), allowed there on the same terms, by name alone (`OWN_LOADERS`). A file torch.load
   cannot read at all is a read error here, as for any file (DCP's `.metadata` excepted: DCP reads its first pickle).
+  These last three are judged the same way over a URL (analysis/scan/remote.py), from the remote trace: the one
+  rule table and `judged_by_own_loader` serve both (a remote DCP `.metadata` naming non-tensor items: unknown).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -35,10 +37,11 @@ import json
 import os
 import re
 import zipfile
-from collections.abc import Callable
+from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core.files import open_regular
+from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
@@ -47,8 +50,9 @@ from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
 from ...formats.torch.training import DeepSpeedUnpickler
+from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, finish, follow, report, trace
+from .torch_load import SCAN_SCHEMA, Trace, finish, follow, report
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
 NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
@@ -221,22 +225,6 @@ def _numpy_report(t: Trace) -> dict[str, Any]:
     return r
 
 
-def dcp_metadata(path: str) -> dict[str, Any] | None:
-    """The scan report of a torch.distributed.checkpoint `.metadata` file (see the module doc), or None when
-    `path` is not one (by name and its first pickle's first global, formats/dcp/ `is_metadata_head`)."""
-    if os.path.basename(path) != dcp.METADATA and not dcp.RANK_METADATA.match(os.path.basename(path)):
-        return None
-    with reading(path), open_regular(path) as f:
-        head = f.read(256)
-    if not dcp.is_metadata_head(head):
-        return None
-    return _judged_by_its_loader(
-        path, dcp.DCP_GLOBALS, "torch.distributed.checkpoint metadata",
-        "read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle)",
-        "safe: a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes and torch's "
-        "weights_only allowlist", _dcp_items)
-
-
 def _dcp_items(t: Trace) -> None:
     """The folder's non-tensor items, each a torch.save zip that DCP's load reads with torch.load(weights_only=False)
     (formats/dcp/objects.py): traced as torch.load would read them, their globals judged by torch's allowlist. When
@@ -280,21 +268,6 @@ DEEPSPEED_OPTIM = re.compile(r"^.*_optim_states\.pt$")   # DeepSpeed's ZeRO opti
 DEEPSPEED_GLOBALS = DeepSpeedUnpickler.CLASSES | frozenset(DeepSpeedUnpickler.CALLS)
 
 
-def deepspeed_optimizer(path: str) -> dict[str, Any] | None:
-    """The scan report of a DeepSpeed ZeRO `*_optim_states.pt`, or None for another name. DeepSpeed loads it with
-    torch.load(weights_only=False) (deepspeed/runtime/engine.py `_load_zero_checkpoint`), and a genuine one names
-    its loss scaler and fragment_address (rebuilt without a call: an object of the class, its __dict__ set; neither
-    defines __setstate__) and ZeroStageEnum (an Enum looked up by its value): those are allowed there, every other
-    global outside torch's allowlist is a finding."""
-    if not DEEPSPEED_OPTIM.match(os.path.basename(path)):
-        return None
-    return _judged_by_its_loader(
-        path, DEEPSPEED_GLOBALS, "DeepSpeed ZeRO optimizer state",
-        "read by DeepSpeed with torch.load(weights_only=False)",
-        "safe: a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, fragment_address "
-        "and torch's weights_only allowlist")
-
-
 # A training loop's RNG state, by the name its library writes (see the module doc): transformers trainer.py
 # `_save_rng_state` (rng_state.pth, rng_state_<process index>.pth), accelerate checkpointing.py `save_accelerator_state`
 # (random_states_<process index>.pkl, RNG_STATE_NAME). Their loaders (Trainer._load_rng_state, accelerate.utils.load)
@@ -311,38 +284,84 @@ TRAINING_ARGS_NOTE = ("training_args.bin: transformers' TrainingArguments, which
                       "above: unpickle it only from a source you trust")
 
 
-def rng_state(path: str) -> dict[str, Any] | None:
-    """The scan report of a Trainer's or accelerate's saved RNG state, judged by the loader that reads it, or None for
-    another name. By name alone: RNG_GLOBALS rebuild numpy arrays and dtypes and run no code of the file's choosing
-    under any loader, so a file named so gains nothing from the policy (every other global stays a finding), while a
-    checkpoint-N/ folder test would leave the false alarm on a file scanned alone or pushed as last-checkpoint/."""
-    name = os.path.basename(path)
-    found = next((rest for pattern, *rest in RNG_STATES if pattern.match(name)), None)
-    if found is None:
+DCP_ITEM = f"{dcp._MODULE}.metadata.BytesStorageMetadata"   # a non-tensor item's entry in a .metadata (formats/dcp)
+
+
+@dataclass(frozen=True)
+class OwnLoader:
+    """A file a library's own loader reads, by its name: the globals that loader allows beside torch's allowlist,
+    and the report's words (see the module doc)."""
+    name: re.Pattern[str]
+    allowed: frozenset[str]
+    format: str
+    loader: str
+    safe: str
+    dcp: bool = False   # DCP's .metadata: by name and its first pickle's first global; the folder's items follow
+
+
+OWN_LOADERS = (
+    OwnLoader(re.compile(rf"^(?:{re.escape(dcp.METADATA)}|{dcp.RANK_METADATA.pattern.strip('^$')})$"), dcp.DCP_GLOBALS,
+              "torch.distributed.checkpoint metadata",
+              "read by torch.distributed.checkpoint's FileSystemReader with pickle.load (its first pickle)",
+              "safe: a torch.distributed.checkpoint .metadata pickle importing only DCP's own metadata classes and "
+              "torch's weights_only allowlist", dcp=True),
+    # DeepSpeed loads it with torch.load(weights_only=False) (deepspeed/runtime/engine.py `_load_zero_checkpoint`),
+    # and a genuine one names its loss scaler and fragment_address (rebuilt without a call: an object of the class,
+    # its __dict__ set; neither defines __setstate__) and ZeroStageEnum (an Enum looked up by its value).
+    OwnLoader(DEEPSPEED_OPTIM, DEEPSPEED_GLOBALS, "DeepSpeed ZeRO optimizer state",
+              "read by DeepSpeed with torch.load(weights_only=False)",
+              "safe: a DeepSpeed ZeRO optimizer state importing only DeepSpeed's loss scaler, ZeroStageEnum, "
+              "fragment_address and torch's weights_only allowlist"),
+    # By name alone: RNG_GLOBALS rebuild numpy arrays and dtypes and run no code of the file's choosing under any
+    # loader, so a file named so gains nothing from the policy (every other global stays a finding), while a
+    # checkpoint-N/ folder test would leave the false alarm on a file scanned alone or pushed as last-checkpoint/.
+    *(OwnLoader(pattern, RNG_GLOBALS, f"{library} RNG state",
+                f"read by {how} with torch.load(weights_only=True), numpy's _reconstruct, ndarray, dtype allowed",
+                f"safe: {who} loads it with weights_only=True and numpy's _reconstruct, ndarray, dtype allowed")
+      for pattern, library, who, how in RNG_STATES),
+)
+
+
+def _name(path: str) -> str:
+    return basename(path) if is_url(path) else os.path.basename(path)
+
+
+def own_loader(path: str) -> OwnLoader | None:
+    """The loader that reads the file (or URL) `path`, by its name, or None (torch.load's)."""
+    name = _name(path)
+    return next((o for o in OWN_LOADERS if o.name.match(name)), None)
+
+
+def judged_by_own_loader(t: Trace, local: bool = True) -> dict[str, Any] | None:
+    """The report of the traced file `t` judged by its own loader (`own_loader`), or None when it has none (a file
+    named `.metadata` that is not DCP's included: judged as torch.load's then): torch.load's trace with the globals
+    that loader expects accepted beside torch's allowlist, in every pickle torch.load would reach, so a second,
+    hostile pickle stays UNSAFE. The globals table still says what torch's weights_only would do with each. A DCP
+    folder's non-tensor items, judged by torch's allowlist alone, are traced for a local file; over a URL they are
+    not (scan reads only the file named), so there a metadata that names any (DCP_ITEM) is never safe. Without
+    DCP the loader is torch.load itself, so a file torch.load cannot read at all (nothing unsafe reached) is a read
+    error, as for any file (`finish`). The same for a local file and a URL (analysis/scan/remote.py)."""
+    o = own_loader(t.path)
+    if o is None or o.dcp and not dcp.is_metadata_head(t.head):
         return None
-    library, who, how = found
-    return _judged_by_its_loader(
-        path, RNG_GLOBALS, f"{library} RNG state",
-        f"read by {how} with torch.load(weights_only=True), numpy's _reconstruct, ndarray, dtype allowed",
-        f"safe: {who} loads it with weights_only=True and numpy's _reconstruct, ndarray, dtype allowed")
-
-
-def _judged_by_its_loader(path: str, allowed: frozenset[str], fmt: str, loader: str, safe: str,
-                          more: Callable[[Trace], None] | None = None) -> dict[str, Any]:
-    """torch.load's trace of `path` with the globals its own loader expects (`allowed`) accepted beside torch's
-    allowlist: in every pickle torch.load would reach, so a second, hostile pickle stays UNSAFE. The globals table
-    still says what torch's weights_only would do with each. `more` adds the pickles the loader reads elsewhere
-    (a DCP folder's items), judged by torch's allowlist alone; without it the loader is torch.load itself, so a
-    file torch.load cannot read at all (nothing unsafe reached) is a read error, as for any file (`finish`)."""
-    t = trace(path)
     for w, _ in t.walks:
-        w.findings = [fd for fd in w.findings if fd.name not in allowed]
-    if more is not None:
-        more(t)
-    r = report(t, safe) if more is not None else finish(t, safe)
-    r["format"] = fmt
-    r["torch_load"] = f"{loader}; torch.load: {t.raises or t.reads}"
+        w.findings = [fd for fd in w.findings if fd.name not in o.allowed]
+    if o.dcp and local:
+        _dcp_items(t)
+    elif o.dcp and any(DCP_ITEM in w.globals for w, _ in t.walks):
+        t.unknown.append("the folder's non-tensor items, which DCP's load unpickles with torch.load(weights_only=False), "
+                         "are not traced over a URL (scan a local copy of the folder)")
+    r = report(t, o.safe) if o.dcp else finish(t, o.safe)
+    r["format"] = o.format
+    r["torch_load"] = f"{o.loader}; torch.load: {t.raises or t.reads}"
     r["weights_only_loadable"] = False
+    return r
+
+
+def training_args_note(path: str, r: dict[str, Any]) -> dict[str, Any]:
+    """A Trainer's training_args.bin judged unsafe: the note that nothing loads it back (TRAINING_ARGS_NOTE)."""
+    if _name(path) == TRAINING_ARGS and r["status"] == "unsafe":
+        r["notes"].append(TRAINING_ARGS_NOTE)
     return r
 
 

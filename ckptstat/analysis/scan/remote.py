@@ -28,6 +28,7 @@ from ...core.io import SeekableReader, pread
 from ...core.limits import limits
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, reading
+from .loaders import judged_by_own_loader, training_args_note
 from .torch_load import Trace, finish, follow
 
 
@@ -93,10 +94,12 @@ def trace_url(url: str) -> Trace:
 
 def scan_url(url: str) -> dict[str, Any]:
     """The `ckptstat.scan/1` report of a remote file, equal to the local scan of the same bytes (apart from
-    `path`); CorruptCheckpointError, naming the URL, where the local scan raises it."""
+    `path`), a file its own loader reads judged by that loader's rules as locally (loaders.py
+    `judged_by_own_loader`, from the same trace: no byte more); CorruptCheckpointError, naming the URL, where the
+    local scan raises it."""
     t = trace_url(url)
     try:
-        return finish(t)
+        return training_args_note(url, judged_by_own_loader(t, local=False) or finish(t))
     except CheckpointError as e:
         raise type(e)(redact(url), e.reason) from None
 

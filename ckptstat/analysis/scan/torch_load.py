@@ -37,6 +37,7 @@ from ...formats.torch.zipdir import central_directory
 SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
 MAX_TAR_MEMBERS = 100_000
+HEAD = 256                       # first bytes kept (a DCP .metadata is told by them: formats/dcp `is_metadata_head`)
 _LEGACY_PICKLES = ("magic number", "protocol version", "sys_info", "object", "storage keys")
 
 
@@ -53,6 +54,7 @@ class Trace:
     weights_only: str | None = None       # why torch.load(weights_only=True) refuses the file (None: it loads)
     notes: list[str] = field(default_factory=list)
     torchscript: bool = False             # its pickles are read by TorchScript's unpickler, which imports nothing
+    head: bytes = b""                     # the file's first bytes (up to HEAD), which the trace reads anyway
 
     def reach(self, w: Walk, reached: bool = True) -> Walk:
         self.walks.append((w, reached))
@@ -385,7 +387,8 @@ def follow(t: Trace, f: IO[bytes], size: int) -> None:
     """torch.load's path through the open file `f` of `size` bytes (a local file, or a remote one read by
     range requests: analysis/scan/remote.py)."""
     f.seek(0)
-    if f.read(4) == b"PK\x03\x04":
+    t.head = f.read(HEAD)
+    if t.head[:4] == b"PK\x03\x04":
         _zip(t, f, size)
     elif not _tar(t, f, size):
         if t.format.startswith("tar"):
