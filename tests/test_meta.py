@@ -43,15 +43,16 @@ SAME = [("llama", "LlamaForCausalLM"), ("qwen_moe", "Qwen3MoeForCausalLM"), ("ge
         ("qwen3_next", "Qwen3NextForCausalLM"), ("mamba2", "Mamba2ForCausalLM"), ("bamba", "BambaForCausalLM"),
         ("jamba", "JambaForCausalLM"), ("granitemoehybrid", "GraniteMoeHybridForCausalLM"),
         ("falcon_h1", "FalconH1ForCausalLM"), ("nemotron_h", "NemotronHForCausalLM"), ("gemma3n", "Gemma3nForCausalLM"),
-        ("gemma4", "Gemma4ForCausalLM"), ("zamba", "ZambaForCausalLM")]
+        ("gemma4", "Gemma4ForCausalLM"), ("zamba", "ZambaForCausalLM"), ("zamba2", "Zamba2ForCausalLM")]
 
 
 @pytest.mark.parametrize("family,arch,nth",
                          [(f, a, 0) for f, a in SAME] + [("granitemoehybrid", "GraniteMoeHybridForCausalLM", 2),
-                                                         ("zamba", "ZambaForCausalLM", 1)])
+                                                         ("zamba", "ZambaForCausalLM", 1),
+                                                         ("zamba2", "Zamba2ForCausalLM", 1)])
 def test_meta_path_equals_the_static_path_where_both_answer(tmp_path, family, arch, nth):
     """(nth: the family's nth sample of `arch`; Granite 4 Micro's, without experts, the third; Zamba's untied, the
-    second)"""
+    second; Zamba2's untied, two blocks and attention adapters, the second)"""
     sample = [s for s in get(family).samples if arch in s.models][nth]
     path = _config(tmp_path, sample.config, dict(sample.kwargs), arch)
     static = load(path)

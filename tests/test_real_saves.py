@@ -89,6 +89,13 @@ CASES = [
        dict(hidden_size=16, num_hidden_layers=5, num_attention_heads=2, num_key_value_heads=1, intermediate_size=24,
             vocab_size=97, attn_layer_period=2, attn_layer_offset=1, mamba_d_state=4, mamba_d_conv=3, n_mamba_heads=2,
             tie_word_embeddings=tied), "ZambaForCausalLM") for tied in (True, False)),
+    # Zamba2's two shared blocks alternating over three hybrid layers, each with its adapters: saved under the first
+    # two hybrid layers (tied), under each untied
+    *((f"zamba2{'' if tied else '-untied'}", "Zamba2Config",
+       dict(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, intermediate_size=24, vocab_size=97,
+            num_hidden_layers=4, layers_block_type=["hybrid", "mamba", "hybrid", "hybrid"], num_mem_blocks=2, adapter_rank=4,
+            mamba_d_state=4, mamba_d_conv=3, n_mamba_heads=2, chunk_size=4, tie_word_embeddings=tied),
+       "Zamba2ForCausalLM") for tied in (True, False)),
     # M2M100's sinusoidal position tables are non-persistent buffers: not in the file, not parameters
     ("m2m_100", "M2M100Config", dict(S2S, max_position_embeddings=64), "M2M100ForConditionalGeneration"),
     ("t5-encoder", "T5Config", dict(vocab_size=97, d_model=16, d_kv=8, d_ff=24, num_layers=1, num_heads=2), "T5EncoderModel"),

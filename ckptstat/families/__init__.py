@@ -145,6 +145,7 @@ from . import (
     xlm,
     xlnet,
     zamba,
+    zamba2,
 )
 from .framework.base import Family, architectures
 
@@ -171,7 +172,7 @@ _ALL: tuple[Family, ...] = (
     phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
     recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
     solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY, t5.FAMILY, t5gemma.FAMILY,
-    vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY,
+    vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
 )
 
 
