@@ -7,7 +7,8 @@ mamba_utils.py MambaStateShapeCalculator, mamba_mixer2.py MambaMixer2) and appli
 - mamba2_state_shape: conv (intermediate + 2 x (n_groups + extra_groups_for_head_shards) x state) / tp channels,
   temporal state num_heads / tp; MambaMixer2 asserts num_heads % tp == 0 and n_groups % tp == 0 or n_groups == 1;
 - mamba1_state_shape (MambaMixer, Jamba): conv and temporal state intermediate / tp channels;
-- kda_state_shape (KimiDeltaAttention): conv (3 H d) / tp channels, recurrent H / tp heads.
+- kda_state_shape (KimiDeltaAttention): conv (3 H d) / tp channels, recurrent H / tp heads;
+- short_conv_state_shape (LFM2's ShortConv): hidden / tp channels.
 Attention K/V split over the KV heads, replicated past them: / min(tp, g), as vLLM does. transformers keeps the conv
 state over conv_kernel tokens (vLLM over conv_kernel - 1): the split is of channels and heads, in transformers' layout."""
 from __future__ import annotations
@@ -136,18 +137,23 @@ KIMI = dict(vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=2, hidde
             num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=48, kv_lora_rank=8, qk_nope_head_dim=8,
             qk_rope_head_dim=4, v_head_dim=8, n_group=1, topk_group=1,
             layer_types=["linear_attention", "full_attention", "linear_attention"])
+LFM2 = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
+            vocab_size=99, max_position_embeddings=64, layer_types=["conv", "full_attention", "conv"], pad_token_id=0)
 
 # every state channel and head split over tp: (config class, model class, sizes, tp, the K/V heads tp splits over)
 SPLIT_CASES = {
     # kda_state_shape: conv (3 H d) / tp, recurrent H / tp; its MLA layer caches one latent head, whole on every rank
     "kimi-linear": ("KimiLinearConfig", "KimiLinearForCausalLM", KIMI, 4, lambda cfg: 1),
+    # short_conv_state_shape: hidden / tp
+    "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", LFM2, 4, lambda cfg: cfg.num_key_value_heads),
 }
 
 
 @pytest.mark.parametrize("name", SPLIT_CASES)
 def test_linear_conv_and_lightning_states_split_over_tp(tmp_path, mem, name):
-    """Kimi-Linear's KDA at tp 4: every rank holds 1/4 of the states (vLLM shards its heads); its MLA latent whole
-    (was: / 4 with the 4 KV heads)."""
+    """Kimi-Linear's KDA, LFM2's short convolution at tp 4: every rank holds 1/4 of the states (vLLM shards their
+    heads or channels); the attention K/V / min(tp, 2 KV heads), Kimi's MLA latent whole (was: the states split with
+    the K/V: / 2 for LFM2)."""
     config_cls, model_cls, sizes, tp, kv_heads = SPLIT_CASES[name]
     batch, seq = 2, 5
     cfg, attn, convs, rec = _cache_parts(config_cls, model_cls, sizes, batch, seq)

@@ -9,6 +9,7 @@ transformers' layout (conv kernel length, float32 recurrent states) as the cache
 - Mamba1 (MambaMixer: Mamba, Jamba): conv and recurrent state over intermediate / tp channels.
 - gated DeltaNet and KDA (Qwen3-Next's GatedDeltaNet, Kimi's KimiDeltaAttention: gated_delta_net_state_shape,
   kda_state_shape): the conv's channels and the recurrent state's value heads / tp.
+- short convolution (LFM2's ShortConv: short_conv_state_shape): hidden / tp channels.
 """
 from __future__ import annotations
 
@@ -54,4 +55,6 @@ def rank_states(s: ArchSpec, tp: int) -> tuple[ArchSpec, str] | None:
         return (replace(s, deltanet=replace(v, key_heads=_divide(v.key_heads, tp, "linear key heads"),
                                             value_heads=_divide(v.value_heads, tp, "linear value heads"))),
                 "linear key and value heads / tp (vLLM's gated DeltaNet / KDA)")
+    if s.short_conv is not None:   # the states alone: the spec's hidden is read for the conv state only at s = 0
+        return replace(s, hidden=_divide(s.hidden, tp, "short-convolution channels")), "ShortConv's hidden / tp channels"
     return None
