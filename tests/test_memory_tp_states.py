@@ -8,7 +8,8 @@ mamba_utils.py MambaStateShapeCalculator, mamba_mixer2.py MambaMixer2) and appli
   temporal state num_heads / tp; MambaMixer2 asserts num_heads % tp == 0 and n_groups % tp == 0 or n_groups == 1;
 - mamba1_state_shape (MambaMixer, Jamba): conv and temporal state intermediate / tp channels;
 - kda_state_shape (KimiDeltaAttention): conv (3 H d) / tp channels, recurrent H / tp heads;
-- short_conv_state_shape (LFM2's ShortConv): hidden / tp channels.
+- short_conv_state_shape (LFM2's ShortConv): hidden / tp channels;
+- linear_attention_state_shape (MiniMaxText01LinearAttention): num_heads / tp.
 Attention K/V split over the KV heads, replicated past them: / min(tp, g), as vLLM does. transformers keeps the conv
 state over conv_kernel tokens (vLLM over conv_kernel - 1): the split is of channels and heads, in transformers' layout."""
 from __future__ import annotations
@@ -139,6 +140,9 @@ KIMI = dict(vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=2, hidde
             layer_types=["linear_attention", "full_attention", "linear_attention"])
 LFM2 = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
             vocab_size=99, max_position_embeddings=64, layer_types=["conv", "full_attention", "conv"], pad_token_id=0)
+MINIMAX = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+               vocab_size=99, max_position_embeddings=64, num_experts_per_tok=2, num_local_experts=4, head_dim=8,
+               block_size=4)
 
 # every state channel and head split over tp: (config class, model class, sizes, tp, the K/V heads tp splits over)
 SPLIT_CASES = {
@@ -146,14 +150,16 @@ SPLIT_CASES = {
     "kimi-linear": ("KimiLinearConfig", "KimiLinearForCausalLM", KIMI, 4, lambda cfg: 1),
     # short_conv_state_shape: hidden / tp
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", LFM2, 4, lambda cfg: cfg.num_key_value_heads),
+    # linear_attention_state_shape: heads / tp
+    "minimax": ("MiniMaxConfig", "MiniMaxForCausalLM", MINIMAX, 4, lambda cfg: cfg.num_key_value_heads),
 }
 
 
 @pytest.mark.parametrize("name", SPLIT_CASES)
 def test_linear_conv_and_lightning_states_split_over_tp(tmp_path, mem, name):
-    """Kimi-Linear's KDA, LFM2's short convolution at tp 4: every rank holds 1/4 of the states (vLLM shards their
-    heads or channels); the attention K/V / min(tp, 2 KV heads), Kimi's MLA latent whole (was: the states split with
-    the K/V: / 2 for LFM2)."""
+    """Kimi-Linear's KDA, LFM2's short convolution, MiniMax's lightning attention at tp 4: every rank holds 1/4 of the
+    states (vLLM shards their heads or channels); the attention K/V / min(tp, 2 KV heads), Kimi's MLA latent whole
+    (was: the states split with the K/V: / 2 for LFM2 and MiniMax, whole for Kimi-Linear)."""
     config_cls, model_cls, sizes, tp, kv_heads = SPLIT_CASES[name]
     batch, seq = 2, 5
     cfg, attn, convs, rec = _cache_parts(config_cls, model_cls, sizes, batch, seq)

@@ -10,6 +10,7 @@ transformers' layout (conv kernel length, float32 recurrent states) as the cache
 - gated DeltaNet and KDA (Qwen3-Next's GatedDeltaNet, Kimi's KimiDeltaAttention: gated_delta_net_state_shape,
   kda_state_shape): the conv's channels and the recurrent state's value heads / tp.
 - short convolution (LFM2's ShortConv: short_conv_state_shape): hidden / tp channels.
+- lightning attention (MiniMaxText01LinearAttention: linear_attention_state_shape): heads / tp.
 """
 from __future__ import annotations
 
@@ -57,4 +58,7 @@ def rank_states(s: ArchSpec, tp: int) -> tuple[ArchSpec, str] | None:
                 "linear key and value heads / tp (vLLM's gated DeltaNet / KDA)")
     if s.short_conv is not None:   # the states alone: the spec's hidden is read for the conv state only at s = 0
         return replace(s, hidden=_divide(s.hidden, tp, "short-convolution channels")), "ShortConv's hidden / tp channels"
+    if s.lightning is not None:
+        return (replace(s, heads=_divide(s.heads, tp, "attention heads")),
+                "lightning attention's heads / tp (MiniMaxText01LinearAttention)")
     return None
