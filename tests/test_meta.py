@@ -15,6 +15,7 @@ T = pytest.importorskip("transformers")
 
 from ckptstat.analysis import flops, memory, meta  # noqa: E402
 from ckptstat.analysis.memory.planner import Plan, kv_counted, kv_lines  # noqa: E402
+from ckptstat.analysis.memory.tp_states import rank_states  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
 from ckptstat.families import get  # noqa: E402
 from ckptstat.formats.registry import load_config  # noqa: E402
@@ -183,13 +184,18 @@ def test_published_sizes_static_equals_meta(tmp_path, model_type):
     for seq in seqs:
         assert flops.run(static, 1, seq)["totals"]["flops"] == flops.run(m, 1, seq)["totals"]["flops"], seq
     assert _kv(static, 1, 4096, 2) == _kv(m, 1, 4096, 2) > 0
-    assert _h100_plan(static) == _h100_plan(m)
+    # the static path splits a hybrid's states over tp as vLLM shards its mixer (analysis/memory/tp_states.py); the
+    # meta path, which has no mixer sizes, with the KV heads: its kv cache line at tp 8 is left out (a known gap)
+    vllm_split = rank_states(static.spec, 8) is not None
+    assert _h100_plan(static, vllm_split) == _h100_plan(m, vllm_split)
 
 
-def _h100_plan(m) -> tuple[dict[str, int], bool]:
-    """The 8 x H100-80 plan at tp 8 of one 4,096-token sequence (bf16 cache): per-device bytes by group, and the fit."""
+def _h100_plan(m, without_kv: bool = False) -> tuple[dict[str, int], bool | None]:
+    """The 8 x H100-80 plan at tp 8 of one 4,096-token sequence (bf16 cache): per-device bytes by group (without the
+    kv cache's), and the fit (without: None)."""
     r = memory.report(m, 1, 4096, plan=Plan(tp=8, gpus=8, kv_dtype="bf16", capacity=80 << 30))["fit"]
-    return {x["group"]: x["bytes"] for x in r["lines"]}, r["fits"]
+    return ({x["group"]: x["bytes"] for x in r["lines"] if not (without_kv and x["group"] == "kv cache")},
+            None if without_kv else r["fits"])
 
 
 @pytest.mark.slow

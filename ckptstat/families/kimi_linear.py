@@ -85,6 +85,8 @@ FAMILY = Family(
     before=("deepseek", "llama"),
     **{**layout.family_fields({"kimi_linear": KIMI_LINEAR}, "attn_kv_a_mqa"), "from_config": from_config,
        "from_tensors": from_tensors, "kv_cache": mixers_kda.latent_hybrid_cache, "gguf_tensor_names": (),
+       # the MLA latent: one head, whole on every tensor-parallel device (vLLM's MLA cache, as deepseek's)
+       "cache_heads": lambda s: 1,
        # the forget gate's low-rank projection as saved (self_attn.f_a_proj) and as held (self_attn.forget_gate.f_a_proj)
        "signature": r"(^|[./])layers[./]\d+[./]self_attn[./](forget_gate[./])?f_a_proj[./]"},
     gguf_architectures=(),

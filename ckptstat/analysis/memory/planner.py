@@ -27,6 +27,7 @@ from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
 from .quant import QUANTISED, ROUTER, Quant, config_quant
+from .tp_states import rank_states
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
 KV_BYTES = {"fp32": 4.0, "bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
@@ -111,6 +112,8 @@ class Plan:
             raise bad(f"--tp {self.tp} does not divide the {s.heads} attention heads (Megatron and vLLM require it)")
         if self.tp > 1 and s.kv_heads > self.tp and s.kv_heads % self.tp:
             raise bad(f"--tp {self.tp} does not divide the {s.kv_heads} key/value heads")
+        if self.tp > 1:
+            rank_states(s, self.tp)   # a hybrid mixer's states vLLM cannot split over tp: its UsageError
         if self.pp > layers_stored(s):
             raise bad(f"--pp {self.pp} exceeds the model's {layers_stored(s)} layers")
 
@@ -301,15 +304,17 @@ def _line(group: str, item: str, nbytes: float, rule: str) -> Line:
     return {"group": group, "item": item, "bytes": int(math.ceil(nbytes)), "rule": rule}
 
 
-def kv_lines(m: Model, b: int, n: int, nd: int, kvb: float) -> list[tuple[str, float, str]]:
-    """The family's KV (or state) cache lines at kvb bytes per element (int4: computed at 1 B, halved)."""
+def kv_lines(m: Model, b: int, n: int, nd: int, kvb: float, spec: ArchSpec | None = None) -> list[tuple[str, float, str]]:
+    """The family's KV (or state) cache lines at kvb bytes per element (int4: computed at 1 B, halved), of m's spec or
+    the one given (a tp rank's share of a hybrid's mixers: tp_states.rank_states)."""
     cache = m.oracle.kv_cache if m.oracle else get(m.spec.family).kv_cache
+    s = spec or m.spec
     if not cache:
         return []
     if float(kvb).is_integer():
-        return [(i, float(x), r) for i, x, r in cache(m.spec, b, n, nd, int(kvb))]
+        return [(i, float(x), r) for i, x, r in cache(s, b, n, nd, int(kvb))]
     return [(i, x * kvb, f"{r}; at 1 B x {kvb:g} ({kvb * 8:g}-bit, scales not counted)")
-            for i, x, r in cache(m.spec, b, n, nd, 1)]
+            for i, x, r in cache(s, b, n, nd, 1)]
 
 
 def cache_heads(m: Model) -> int:
@@ -482,23 +487,23 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         share = math.ceil(layers_stored(s) / plan.pp) / layers_stored(s) if plan.pp > 1 else 1
         heads = cache_heads(m)
         heads_split = min(plan.tp, heads) if heads else 1
-        # a gated-DeltaNet hybrid's linear states (Qwen3-Next, Qwen3.5) split by the linear key heads, as vLLM shards
-        # them; its attention layers' K/V by the KV heads. The states are the cache at s = 0 (they do not grow with s)
-        lin = m.spec.deltanet if m.spec.linear_layers else None
-        states = kv_lines(m, b, 0, nd, kvb)[0][1] if lin and plan.tp > 1 else 0.0
-        lin_split = min(plan.tp, lin.key_heads) if lin else 1
+        # a hybrid's conv and recurrent states split as vLLM shards its mixer (tp_states.py); its attention layers' K/V
+        # by the KV heads. The states are the cache at s = 0 (they do not grow with s); the meta path's spec has no
+        # mixer sizes, so its states split with the KV heads
+        rank = rank_states(m.spec, plan.tp) if plan.tp > 1 and not m.oracle else None
+        states = kv_lines(m, b, 0, nd, kvb)[0][1] if rank else 0.0
+        rank_bytes = kv_lines(m, b, 0, nd, kvb, rank[0])[0][1] if rank else 0.0
         for item, nbytes, rule in kv_counted(m, kv_lines(m, b, n, nd, kvb)):
-            # a hybrid's state-space states split with the KV heads (a Mamba-only model's by its mixer's heads:
-            # Family.cache_heads), as Megatron and vLLM shard the mixer by heads (transformers' own tp plans leave it whole)
-            what = ("KV and state-space" if m.spec.ssm_layers and m.spec.heads else "state-space") if m.spec.ssm else "KV"
+            what = "KV" if rank or not m.spec.ssm else \
+                "KV and state-space" if m.spec.ssm_layers and m.spec.heads else "state-space"
             extra = (f"; / {heads_split} ({what} heads over tp {plan.tp}"
                      f"{', replicated beyond ' + str(heads) + (' head' if heads == 1 else ' heads') if plan.tp > heads else ''})"
                      if plan.tp > 1 else "")
-            if states:
-                extra = (f"; attention K/V {nbytes - states:,.0f} B{extra}; linear states {states:,.0f} B / {lin_split} "
-                         f"(linear key heads over tp {plan.tp})")
+            if rank:
+                kv = f"attention K/V {nbytes - states:,.0f} B{extra}; " if nbytes > states else ""
+                extra = f"; {kv}states {states:,.0f} B, {rank_bytes:,.0f} B per tp rank ({rank[1]}, as vLLM)"
             extra += f"; x {share:.4g} of the layers (pp {plan.pp})" if plan.pp > 1 else ""
-            per_device = (nbytes - states) / heads_split + states / lin_split
+            per_device = (nbytes - states) / heads_split + rank_bytes
             dev.append(_line("kv cache", item, per_device * share, rule + extra))
     dev.extend(activations(m, plan, b, n, nd, ab, stage))
     dev.append(_line("runtime reserve", RESERVE_RULE, plan.reserve, plan.reserve_source))
