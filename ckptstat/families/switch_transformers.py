@@ -23,7 +23,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from . import t5
 from .framework import infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import layers, pattern, signature, walked
@@ -158,10 +158,7 @@ FAMILY = Family(
     signature=signature(WALKED, "router.classifier", "mlp.wi"),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "lm", "encoder-only"),
-    # as T5's: lm_head marks the LM; decoder blocks without lm_head or decoder.embed_tokens are a tied LM's
-    # safetensors (both dropped), with decoder.embed_tokens SwitchTransformersModel's state_dict
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),
-                HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm", unless=r"(^|\.)decoder\.embed_tokens\.weight$", otherwise="base")),
+    head_rules=t5.LM_HEAD_RULES,
     no_head="encoder-only",
     default_head="lm",
     tie_rules=t5.TIES_BY_CONFIG,

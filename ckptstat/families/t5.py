@@ -267,6 +267,12 @@ def gguf_table(arch: str, names: Collection[str]) -> tuple[tuple[str, str], ...]
 
 _SIZES = dict(d_model=32, d_kv=8, d_ff=37, num_layers=2, num_heads=4, vocab_size=99)
 
+# lm_head marks the LM; decoder blocks without lm_head or decoder.embed_tokens are a tied LM's safetensors (both
+# dropped), with decoder.embed_tokens the *Model's state_dict (T5's, and its variants': longt5.py, switch_transformers.py)
+LM_HEAD_RULES = (HeadRule(r"(^|\.)lm_head\.weight$", "lm"),
+                 HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm", unless=r"(^|\.)decoder\.embed_tokens\.weight$",
+                          otherwise="base"))
+
 FAMILY = Family(
     name="t5",
     model_types=("t5", "mt5", "umt5"),
@@ -277,10 +283,8 @@ FAMILY = Family(
     # the tied lm_head and decoder.embed_tokens, so decoder blocks show the LM head unless the file keeps
     # decoder.embed_tokens without lm_head: then it is T5Model's state_dict. Task heads: T5ForSequence-
     # Classification `classification_head`, T5ForTokenClassification `classifier`, T5ForQuestionAnswering `qa_outputs`.
-    head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"),
-                HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
-                HeadRule(r"^classifier\.weight$", "tokcls"), HeadRule(r"^qa_outputs\.weight$", "qa"),
-                HeadRule(r"(^|\.)decoder\.block\.\d+\.", "lm", unless=r"(^|\.)decoder\.embed_tokens\.weight$", otherwise="base")),
+    head_rules=(LM_HEAD_RULES[0], HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
+                HeadRule(r"^classifier\.weight$", "tokcls"), HeadRule(r"^qa_outputs\.weight$", "qa"), LM_HEAD_RULES[1]),
     no_head="encoder-only",
     default_head="lm",
     # every head ties the embed_tokens of the stacks it has (T5EncoderModel and T5ForTokenClassification only
