@@ -17,27 +17,18 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")
 
+import test_scan_remote  # noqa: E402
 import test_scan_rng_state as rng  # noqa: E402
 from remote_server import Server  # noqa: E402
 from test_scan_rng_state import TORCH_ALLOWED, _loader, _pickled_globals, _trainer_adds  # noqa: E402
 
 from ckptstat import sources  # noqa: E402
 from ckptstat.analysis.scan import scan_path  # noqa: E402
-from ckptstat.core import limits  # noqa: E402
 from ckptstat.errors import CheckpointError, CkptstatError  # noqa: E402
 
 run, hostile = rng.run, rng.hostile   # its module fixtures (a real Trainer run; hostile RNG states), shared
+fresh_sources = test_scan_remote.fresh_sources   # (autouse: empty caches, quick retries, limits reset)
 FIXTURES = os.path.join(os.path.dirname(HERE), "fixtures")
-
-
-@pytest.fixture(autouse=True)
-def fresh_sources(monkeypatch):
-    sources.reset()
-    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
-    monkeypatch.setattr(sources.SETTINGS, "retries", 1)
-    yield
-    sources.reset()
-    limits.reset()
 
 
 def _report(path: str) -> dict | str:

@@ -6,10 +6,9 @@ from __future__ import annotations
 import os
 
 from ..census import aliases, architecture, name_matches, placements, resolve
-from ..census.counts import optimizer_state
 from ..census.model import from_checkpoint
 from ..census.quant import bits_per_weight, logical
-from ..census.tally import tally
+from ..census.tally import optimizer_state, tally
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint
 from ..core.files import file_size

@@ -3,8 +3,9 @@ placements, aliases and tie evidence, the unique parameter count, and the resolv
 Imports only from core, formats, naming and families (docs/architecture.md)."""
 from typing import TYPE_CHECKING
 
-from .counts import aliases, architecture, name_matches, optimizer_only, optimizer_only_text, parameters, placements
+from .counts import aliases, architecture, name_matches, parameters, placements
 from .quant import QuantLayout, QuantWeight, layout, logical, stored
+from .tally import optimizer_only, optimizer_only_text, optimizer_state
 
 if TYPE_CHECKING:
     from .resolution import Resolution, resolve
@@ -20,4 +21,4 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = ["QuantLayout", "QuantWeight", "Resolution", "aliases", "architecture", "layout", "logical", "name_matches",
-           "optimizer_only", "optimizer_only_text", "parameters", "placements", "resolve", "stored"]
+           "optimizer_only", "optimizer_only_text", "optimizer_state", "parameters", "placements", "resolve", "stored"]

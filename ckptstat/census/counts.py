@@ -101,33 +101,3 @@ def name_matches(name: str, pattern: str | None) -> bool:
 def _tail_glob(pattern: str) -> re.Pattern[str]:
     """fnmatch's regex for the pattern after an optional `<anything>.` prefix (case-sensitive, as fnmatchcase)."""
     return re.compile(r"(?s:.*\.)?" + fnmatch.translate(pattern))
-
-
-
-
-def optimizer_state(ckpt: Checkpoint) -> dict | None:
-    """The optimizer state a checkpoint holds: its tensors of role optimizer (`exp_avg`, `exp_avg_sq`...) and the
-    step counters of the same entries (`state.N.step`), counted as `torch.load(...)["state"]` holds them: `entries`
-    the parameters with state (`state.N`), `tensors`, `elements`, `bytes`. None when it holds none."""
-    place, alias_of = placements(ckpt), aliases(ckpt)
-    owner = lambda t: t.name.rpartition(".")[0]  # noqa: E731 - `optimizer.state.3.exp_avg` -> `optimizer.state.3`
-    held = [t for t in ckpt if t.name not in alias_of and place[t.name].role == "optimizer"]
-    entries = {owner(t) for t in held}
-    held += [t for t in ckpt if t.name not in alias_of and place[t.name].role == "counter" and owner(t) in entries]
-    if not held:
-        return None
-    return {"entries": len(entries), "tensors": len(held), "elements": sum(t.numel for t in held),
-            "bytes": sum(t.nbytes for t in held)}
-
-
-def optimizer_only(ckpt: Checkpoint) -> dict | None:
-    """The optimizer state of a checkpoint that holds it and no model parameter (a Trainer's `optimizer.pt` opened
-    alone), else None: what the summary, `memory` and `audit` say instead of a model's figures."""
-    return None if parameters(ckpt) else optimizer_state(ckpt)
-
-
-def optimizer_only_text(held: dict) -> str:
-    """One line for a file of optimizer state alone: what it holds, and where the model is."""
-    return (f"optimizer state and no model weights: {held['entries']:,} parameters' state in {held['tensors']:,} "
-            f"tensors ({held['elements']:,} elements, {held['bytes']:,} bytes); the model is in its weights file "
-            "or the checkpoint folder (a Trainer's checkpoint-N/ reads both)")

@@ -20,10 +20,10 @@ from ..families.framework.spec import (
 from ..families.load_table import load_differences
 from ..families.wrappers import is_outside
 from ..formats.registry import load_config, open_checkpoint
-from .counts import optimizer_only, optimizer_only_text, parameters
+from .counts import parameters
 from .quant import stored
 from .resolution import resolve
-from .tally import tally
+from .tally import optimizer_only, optimizer_only_text, tally
 
 
 class NoArchitecture(NoAnalyticModel):

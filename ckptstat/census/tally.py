@@ -84,3 +84,33 @@ def _fold(table: dict, key: object, s: Sums) -> None:
     into = table.setdefault(key, [0, 0, 0])
     for i in range(3):
         into[i] += s[i]
+
+
+def optimizer_state(ckpt: Checkpoint) -> dict | None:
+    """The optimizer state a checkpoint holds, from the tally's rows by role: its tensors of role optimizer
+    (`exp_avg`, `exp_avg_sq`...) and the step counters of the same entries (`state.N.step`), counted as
+    `torch.load(...)["state"]` holds them: `entries` the parameters with state (`state.N`), `tensors`, `elements`,
+    `bytes`. None when it holds none."""
+    c, view = tally(ckpt), logical(ckpt)
+    opt = c.non_params.get("optimizer")
+    if opt is None:
+        return None
+    owner = lambda name: name.rpartition(".")[0]  # noqa: E731 - `optimizer.state.3.exp_avg` -> `optimizer.state.3`
+    entries = set(map(owner, opt["names"]))
+    steps = [view[n] for n in c.non_params.get("counter", {}).get("names", ()) if owner(n) in entries]
+    return {"entries": len(entries), "tensors": opt["tensors"] + len(steps),
+            "elements": opt["elements"] + sum(t.numel for t in steps),
+            "bytes": opt["bytes"] + sum(t.byte_size for t in steps)}
+
+
+def optimizer_only(ckpt: Checkpoint) -> dict | None:
+    """The optimizer state of a checkpoint that holds it and no model parameter (a Trainer's `optimizer.pt` opened
+    alone), else None: what the summary, `memory` and `audit` say instead of a model's figures."""
+    return None if tally(ckpt).buckets else optimizer_state(ckpt)
+
+
+def optimizer_only_text(held: dict) -> str:
+    """One line for a file of optimizer state alone: what it holds, and where the model is."""
+    return (f"optimizer state and no model weights: {held['entries']:,} parameters' state in {held['tensors']:,} "
+            f"tensors ({held['elements']:,} elements, {held['bytes']:,} bytes); the model is in its weights file "
+            "or the checkpoint folder (a Trainer's checkpoint-N/ reads both)")
