@@ -142,6 +142,7 @@ class Paths:
     q_b: str = "q_b_proj"
     kv_a: str = "kv_a_proj_with_mqa"
     kv_a_norm: str = "kv_a_layernorm"
+    k_rope_norm: str = "k_rope_only_layernorm"   # DecoderLayout.k_rope_norm
     kv_b: str = "kv_b_proj"
     k_norm: str = "k_norm"
     mlp: str = "mlp"
@@ -459,6 +460,7 @@ class DecoderLayout:
     # head's query and an output gate of v_head_dim; the attention's output x sigmoid(gate) before o_proj (A.X-K2's
     # q_gate_proj, saved as q_b_proj)
     q_gate: bool = False
+    k_rope_norm: bool = False             # latent: an RMSNorm over the shared rope key before its rotary (Dots3Note)
     # the attention norm of every layer and the MLP norm of the routed ones are gated RMSNorms (A.X-K2's
     # AXK2GatedRMSNorm): the RMSNorm at {norm}.{inner_norm}, then y x sigmoid(W_up(silu(W_down(y)))), a low-rank MLP of
     # GatedNorm.rank (Paths.norm_gate_in, norm_gate_out, as saved; held as mlp.fc1, mlp.fc2)

@@ -29,6 +29,8 @@ def latent(w: Walk, layers: tuple[int, ...]) -> None:
         w.linear(at + p.q, "attn_q", h, a * d, False, layers)
     w.linear(at + p.kv_a, "attn_kv_a_mqa", h, kvl + rope, s.qkv_bias, layers)
     w.norm(at + p.kv_a_norm, "attn_kv_a_norm", kvl, layers, residual=False)
+    if w.lay.k_rope_norm:   # Dots3Note: no llama.cpp name
+        w.norm(at + p.k_rope_norm, None, rope, layers, residual=False)
     w.linear(at + p.kv_b, "attn_kv_b", kvl, a * (d - rope + v), False, layers)
     if w.lay.indexer and (own := tuple(i for i in layers if i not in s.latent.index_shared)):
         indexer(w, own)
