@@ -66,17 +66,19 @@ def outputs(s: ArchSpec) -> int:
     return 2 if s.head == "qa" else s.num_labels
 
 
-def shapes(s: ArchSpec, width: int, tokcls: str = _MODULE["tokcls"]) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
-    """The spec's per-token task head module (the token classifier's named `tokcls`: Paths.tokcls) and its parameters
-    (suffix, shape): a weight [outputs, width], and a bias except on the sequence classifier (score)."""
+def shapes(s: ArchSpec, width: int, tokcls: str = _MODULE["tokcls"],
+           seqcls: str = _MODULE["seqcls"]) -> tuple[str, tuple[tuple[str, tuple[int, ...]], ...]]:
+    """The spec's per-token task head module (the token and sequence classifiers' named `tokcls`, `seqcls`:
+    Paths.tokcls, Paths.seqcls) and its parameters (suffix, shape): a weight [outputs, width], and a bias except on the
+    sequence classifier."""
     out = outputs(s)
-    name = tokcls if s.head == "tokcls" else _MODULE[s.head]
+    name = {**_MODULE, "tokcls": tokcls, "seqcls": seqcls}[s.head]
     return name, (("weight", (out, width)),) + ((("bias", (out,)),) if s.head != "seqcls" else ())
 
 
-def build(B: Builder, width: int, tokcls: str = _MODULE["tokcls"]) -> None:
+def build(B: Builder, width: int, tokcls: str = _MODULE["tokcls"], seqcls: str = _MODULE["seqcls"]) -> None:
     """The spec's per-token task head over the B.b x B.seq tokens of `width` (not the MC summary: summary.walk)."""
-    name, params = shapes(B.s, width, tokcls)
+    name, params = shapes(B.s, width, tokcls, seqcls)
     B.linear(name, "cls", (B.b, B.seq), width, outputs(B.s), len(params) > 1)
 
 

@@ -179,6 +179,7 @@ class Paths:
     norm: str = "norm"
     lm_head: str = "lm_head"
     tokcls: str = "classifier"            # *ForTokenClassification's module (GenericForTokenClassification's: score)
+    seqcls: str = "score"                 # *ForSequenceClassification's module (CTRL's: classifier, unbiased)
     qa_body: str = ""                     # the body in *ForQuestionAnswering where not {body} (its base_model_prefix)
     attn_gate: str = "gate_proj"          # {attn}.{attn_gate}, {attn}.{attn_gate_bias}: DecoderLayout.attn_gate
     attn_gate_bias: str = "gate_bias"

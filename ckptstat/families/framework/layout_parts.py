@@ -129,9 +129,9 @@ def output_heads(w: Walk, E: int) -> None:
         summary.walk(r, s.variant, None, summary.MC_SUMMARY)
         w.modules.extend(r.modules)
     elif s.head in lay.task_heads:   # over every token's hidden state (decoder_heads.py)
-        name, params = decoder_heads.shapes(s, E, p.tokcls)
+        name, params = decoder_heads.shapes(s, E, p.tokcls, p.seqcls)
         w.modules.append(Module(name, None, params, top=True))
-        decoder_heads.build(B, E, p.tokcls)
+        decoder_heads.build(B, E, p.tokcls, p.seqcls)
 
 
 def task_labels(lay: DecoderLayout, T: Tensors) -> int:
