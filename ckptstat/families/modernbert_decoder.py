@@ -5,11 +5,14 @@ LayerNorm over the token embeddings (`embed_norm`), no attention norm on the fir
 sliding layers of local_attention // 2 tokens with their own rotary table between the full ones (layer_types, by
 default every global_attn_every_n_layers-th layer full), final_norm, then ModernBertDecoderPredictionHead (`lm_head`:
 dense, classifier_activation, norm; `lm_transform`) and the biased `decoder` tied to the token embeddings
-(ModernBertDecoderForCausalLM._tied_weights_keys). llama.cpp has no architecture for the decoder."""
+(ModernBertDecoderForCausalLM._tied_weights_keys). ModernBertDecoderForSequenceClassification: the same prediction head at
+`head`, then `classifier` (unbiased: classifier_bias false) on every token, the last non-pad token's logits picked
+(encoder_heads.py). llama.cpp has no architecture for the decoder."""
 from __future__ import annotations
 
 from .framework import layout
-from .framework.base import ArchSpec, Cfg, Family, Sample
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample
+from .framework.encoder_heads import EncoderHeads, with_heads
 from .framework.layout import DecoderLayout, Paths
 
 MODERNBERT_DECODER = DecoderLayout(
@@ -37,16 +40,22 @@ def from_config(c: Cfg) -> ArchSpec:
 _SIZES = dict(hidden_size=32, num_hidden_layers=4, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, cls_token_id=1, sep_token_id=2)
 
+_FIELDS = with_heads({**layout.family_fields({"modernbert-decoder": MODERNBERT_DECODER}, "ffn_up"), "from_config": from_config},
+                     MODERNBERT_DECODER, EncoderHeads(("seqcls",), prediction=True, poolings=("last",), bias=False))
+
 FAMILY = Family(
     name="modernbert_decoder",
-    # layers.N.attn.Wo and mlp.Wi under model.: no other family's
-    **{**layout.family_fields({"modernbert-decoder": MODERNBERT_DECODER}, "ffn_up"), "gguf_tensor_names": (),
-       "from_config": from_config},
+    # layers.N.attn.Wo and mlp.Wi under model.: no other family's; its one classifier is the sequence classifier's
+    **{**_FIELDS, "gguf_tensor_names": (),
+       "head_rules": (HeadRule(r"^classifier\.weight$", "seqcls"),) + tuple(_FIELDS["head_rules"])},
     gguf_architectures=(),   # llama.cpp has no architecture for it: no GGUF names either
     samples=(
         Sample("ModernBertDecoderConfig", dict(_SIZES, local_attention=8),
                ("ModernBertDecoderModel", "ModernBertDecoderForCausalLM")),
         Sample("ModernBertDecoderConfig", dict(_SIZES, attention_bias=True, mlp_bias=True, tie_word_embeddings=False,
                                                local_attention=4), ("ModernBertDecoderForCausalLM",)),
+        # the sequence classifier picks the last non-pad token's logits: values
+        Sample("ModernBertDecoderConfig", dict(_SIZES, local_attention=8, num_labels=3),
+               ("ModernBertDecoderForSequenceClassification",), device="cpu"),
     ),
 )

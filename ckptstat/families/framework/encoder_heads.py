@@ -12,6 +12,9 @@ the op template and the expected tensors derive from one walk.
   *ForTokenClassification: `classifier` on every token;
 * GTE and NomicBERT (modeling_gte.py, modeling_nomic_bert.py) *ForSequenceClassification: the body's `pooler` (dense +
   tanh on the first token: add_pooling_layer), `classifier`; *ForTokenClassification: `classifier` on every token.
+* ModernBERT-decoder (modeling_modernbert_decoder.py) *ForSequenceClassification: ModernBERT's `head` and `classifier`
+  (biased by classifier_bias) on every token, the last non-pad token's logits then picked (classifier_pooling "last":
+  an index, no FLOPs).
 
 A multiple-choice model's body runs over the input's [batch, num_choices, seq] viewed as [batch x num_choices, seq]:
 the batch counts those sequences (encoder.CHOICE_NOTE)."""
@@ -41,6 +44,7 @@ class EncoderHeads:
     dense: bool = False        # EuroBERT's `dense` + GELU before the sequence classifier
     pooler: bool = False       # GTE's and NomicBERT's sequence classifier reads the body's pooler
     poolings: tuple[str, ...] = ("cls",)   # the classifier_pooling values transformers runs (the first: none read)
+    bias: bool = True          # the classifier's bias (ModernBERT-decoder's: classifier_bias, its layout requires false)
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ def walk(B: Builder, lay: DecoderLayout, heads: EncoderHeads) -> Recorder:
     """The head of B.s (after the body), its modules recorded."""
     r, s = Recorder(B, bucket="cls"), B.s
     h, pool = s.hidden, s.variant if isinstance(s.variant, Pooling) else Pooling()
-    one = s.head in SEQUENCE and pool.kind != "late"   # one vector a sequence, else every token
+    one = s.head in SEQUENCE and pool.kind not in ("late", "last")   # one vector a sequence, else every token
     rows = r.first if one else r.tok
     if s.head in SEQUENCE and pool.kind == "mean":
         B.add("pooling (mean over the tokens)", "activation", "cls", 1, r.tok + (h,), r.first + (h,), ew=B.b * B.seq * h)
@@ -79,7 +83,7 @@ def walk(B: Builder, lay: DecoderLayout, heads: EncoderHeads) -> Recorder:
         r.linear("dense", rows, h, h, True, top=True)
         B.activation("dense act (gelu)", "cls", rows, h, "gelu")
     out = 1 if s.head == CHOICE else s.num_labels
-    r.linear("classifier", rows, h, out, True, top=True, note=encoder.CHOICE_NOTE if s.head == CHOICE else "")
+    r.linear("classifier", rows, h, out, heads.bias, top=True, note=encoder.CHOICE_NOTE if s.head == CHOICE else "")
     if s.head in SEQUENCE and pool.kind == "late":
         B.add("logits averaged over the tokens (late pooling)", "activation", "cls", 1, r.tok + (out,), r.first + (out,),
               ew=B.b * B.seq * out)
