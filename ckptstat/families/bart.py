@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import NoAnalyticModel
-from .framework import infer
+from .framework import decoder_heads, infer
 from .framework.archspec import Variant
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
 from .framework.ops import Builder
@@ -113,7 +113,8 @@ def stack(s: ArchSpec) -> Stack:
 def from_config(c: Cfg) -> ArchSpec:
     if c.model_type == "mvp" and c.get("use_prompt", default=False):
         raise NoAnalyticModel(f"{c.path}: MVP's use_prompt adds prompt modules the template does not describe")
-    if causal_lm_alone(c) or (c.head == "lm" and c.model_type in DECODERS):
+    # a decoder-only model's task heads run over the decoder alone too (BioGPT's score and classifier)
+    if causal_lm_alone(c) or (c.head in ("lm", "seqcls", "tokcls") and c.model_type in DECODERS):
         return _decoder_alone(c)
     if c.model_type not in WHOLE:
         raise NoAnalyticModel(f"{c.path}: the {c.model_type} encoder-decoder is not modelled (its *ForCausalLM is)")
@@ -257,6 +258,10 @@ def walk(B: Builder) -> Recorder:
         embeddings(w, p.body, s.vocab, s.positions, B.seq, norm=st.embedding_norm)
         layer_ops(w, st, p.body, "decoder", s.decoder_layers, B.seq, s.decoder_heads, s.decoder_ffn,
                   None, unused_cross=p.cross, causal=True)
+        if s.head in ("seqcls", "tokcls"):   # BioGPT's, over every token (decoder_heads.py: score unbiased, classifier)
+            name, params = decoder_heads.shapes(s, h)
+            w.linear(name, (b, B.seq), h, decoder_heads.outputs(s), len(params) > 1, top=True)
+            return w
         w.linear(p.lm, (b, B.seq), h, _variant(s).lm_vocab, False, note=f" (tied to {p.body}.embed_tokens)" if tied else "",
                  top=True, tied=tied)
         return w
@@ -343,7 +348,8 @@ FAMILY = Family(
     # FSMT's decoder, which shares those names, holds its own output_projection (TrOCR's is at the top)
     signature_without=r"(^|[./])decoder[./]output_projection[./]",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "lm", "seqcls", "qa"),   # *ForCausalLM: "lm" with 0 encoder layers (seq2seq.decoder_alone)
+    # *ForCausalLM: "lm" with 0 encoder layers (seq2seq.decoder_alone); BioGPT's token classifier too
+    heads=("base", "lm", "seqcls", "qa", "tokcls"),
     # BartForConditionalGeneration's final_logits_bias (a buffer) shows the LM head when a tied lm_head was dropped
     head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"(^|\.)final_logits_bias$", "lm"),
                 HeadRule(r"(^|\.)classification_head\.out_proj\.weight$", "seqcls"),
@@ -421,6 +427,11 @@ FAMILY = Family(
                                   max_position_embeddings=64), ("XGLMForCausalLM",), detected_as="llama"),
         Sample("BioGptConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=41,
                                     vocab_size=99, max_position_embeddings=64), ("BioGptForCausalLM",), detected_as="llama"),
+        # its task heads (the sequence classifier picks the last non-pad token's logits: values)
+        Sample("BioGptConfig", dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=2, intermediate_size=41,
+                                    vocab_size=99, max_position_embeddings=64, num_labels=3, pad_token_id=0),
+               ("BioGptForCausalLM", "BioGptForSequenceClassification", "BioGptForTokenClassification"),
+               device="cpu", detected_as="llama"),
         Sample("MarianConfig", dict(_ALONE, decoder_vocab_size=77, pad_token_id=1, tie_word_embeddings=False),
                ("MarianForCausalLM",)),
     ),
