@@ -71,7 +71,9 @@ class ModelType:
     # the sequence classifier is RoBERTa's (dense + activation on the first token, out_proj), pooler or not
     dense_classifier: bool = False
     ties: bool = True                    # the MLM decoder can be the word embeddings (RemBERT's never is)
-    not_described: tuple[str, ...] = ()  # heads of the model type the template does not describe (refused)
+    # *ForQuestionAnswering's qa_classifier (BigBird's BigBirdForQuestionAnsweringHead): a BERT layer's FFN (intermediate,
+    # output with its LayerNorm over the residual) before its qa_outputs; the question tokens' mask is no matmul
+    qa_ffn: bool = False
     # MPNet's relative position bias: encoder.relative_attention_bias [relative_attention_num_buckets, heads], looked up
     # once a forward and added to every layer's scores (no matmul)
     relative_bias: bool = False
@@ -106,10 +108,8 @@ MODEL_TYPES = {
                          mlm=encoder.LMHead("cls.predictions.decoder", "cls.predictions.dense", "cls.predictions.LayerNorm")),
     "roformer": ModelType("roformer", embedding_key="embedding_size", positions_in_embeddings=False, pooler=False,
                           dense_classifier=True),
-    # BigBirdForQuestionAnswering's qa_classifier (an FFN and a LayerNorm before qa_outputs, question tokens masked)
-    # is not described
     "big_bird": ModelType("bert", pooled_heads=("base", "mlm", "lm", "pretraining", "seqcls", "tokcls", CHOICE),
-                          pooler_path="pooler", dense_classifier=True, not_described=("qa",)),
+                          pooler_path="pooler", dense_classifier=True, qa_ffn=True),
     "xmod": ModelType("roberta", roberta=True),   # + XmodAdapters
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
     # + Layout2D; the pooler on every head, no decoder
@@ -226,8 +226,6 @@ def variant_of(c: Cfg, h: int) -> Variant | None:
 def from_config(c: Cfg) -> ArchSpec:
     h, a = c.int("hidden_size"), c.int("num_attention_heads")
     v = MODEL_TYPES[c.model_type]
-    if c.head in v.not_described:
-        raise NoAnalyticModel(f"{c.path}: the {c.model_type} op template does not describe {c.common['architecture']}'s head")
     e = c.int(v.embedding_key, default=h) if v.embedding_key else h
     act = c.get("hidden_act", default="gelu")
     types = c.int("type_vocab_size", default=2) if v.token_types else 0
@@ -297,6 +295,13 @@ def walk(B: Builder) -> Recorder:
         encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
     elif s.head == CHOICE:   # on the pooled output, or ELECTRA's and RoFormer's sequence summary
         encoder.multiple_choice(r, s.variant if isinstance(s.variant, summary.SequenceSummary) else None)
+    elif s.head == "qa" and v.qa_ffn:
+        f, tok = s.intermediate, r.tok
+        r.linear("qa_classifier.intermediate.dense", tok, h, f, True, bucket="cls", top=True)
+        B.activation("qa_classifier.intermediate act", "cls", tok, f, s.activation)
+        r.linear("qa_classifier.output.dense", tok, f, h, True, bucket="cls", top=True)
+        r.norm("qa_classifier.output.LayerNorm", tok, h, bucket="cls", top=True)
+        encoder.token_heads(r, "qa_classifier.qa_outputs")
     else:
         encoder.token_heads(r)
     return r
@@ -461,7 +466,8 @@ FAMILY = Family(
                ("RoFormerForMaskedLM", "RoFormerForQuestionAnswering"), device="cpu", infer=False),
         Sample("BigBirdConfig", dict(_SIZES, num_labels=3),
                ("BigBirdModel", "BigBirdForPreTraining", "BigBirdForMaskedLM", "BigBirdForCausalLM",
-                "BigBirdForSequenceClassification", "BigBirdForTokenClassification"), device="cpu", infer=False),
+                "BigBirdForSequenceClassification", "BigBirdForTokenClassification", "BigBirdForQuestionAnswering"),
+               device="cpu", infer=False),
         Sample("BigBirdConfig", dict(_SIZES, attention_type="original_full", tie_word_embeddings=False),
                ("BigBirdForMaskedLM",), device="cpu", infer=False),
         # MPNet's names are found as the family's, its shapes not inferred (they are read by BERT's names)

@@ -108,11 +108,11 @@ def sequence_classifier(r: Recorder, dense: bool) -> None:
     r.linear("classifier.out_proj" if dense else "classifier", r.first, h, r.s.num_labels, True, bucket="cls", top=True)
 
 
-def token_heads(r: Recorder) -> None:
-    """Per-token classifier and span (QA) heads (nn.Linear(h, num_labels): QA's 2 to run)."""
+def token_heads(r: Recorder, qa: str = "qa_outputs") -> None:
+    """Per-token classifier and span (QA, its module `qa`) heads (nn.Linear(h, num_labels): QA's 2 to run)."""
     s = r.s
     if s.head in ("tokcls", "qa"):
-        r.linear("classifier" if s.head == "tokcls" else "qa_outputs", r.tok, s.hidden, s.num_labels, True, bucket="cls",
+        r.linear("classifier" if s.head == "tokcls" else qa, r.tok, s.hidden, s.num_labels, True, bucket="cls",
                  top=True)
 
 
