@@ -8,10 +8,10 @@ grouped_mm (each token's top-k rows), the mlp_layer_types "dense" layers a dense
 MLA latent + rope key and the indexer's key per layer (deepseek.kv_cache), one head kept whole on every tensor-parallel
 rank.
 
-Described: every layer "indexed_attention" with the model's own sizes (per_layer_config empty). The released
-checkpoint's "sliding_attention" layers (their own heads, ranks and head sizes through per_layer_config, a sliding
-window over the latent cache) and use_dsa false's "full_attention" layers (no indexer) are not: NoAnalyticModel, answered
-on the meta device. llama.cpp has no architecture for it (no GGUF names)."""
+Described: layer_types "indexed_attention" and "full_attention" (use_dsa false's: no indexer, nor its key in the cache:
+Latent.index_shared) with the model's own sizes (per_layer_config empty). The released checkpoint's "sliding_attention"
+layers (their own heads, ranks and head sizes through per_layer_config, a sliding window over the latent cache) are not:
+NoAnalyticModel, answered on the meta device. llama.cpp has no architecture for it (no GGUF names)."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -27,21 +27,24 @@ DOTS3 = replace(deepseek.V32, k_rope_norm=True, attn_gate="head", task_heads=(),
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    kinds = c.get("layer_types", default=None)
-    if kinds is not None and any(k != "indexed_attention" for k in kinds):
-        raise NoAnalyticModel(f"{c.path}: config layer_types other than 'indexed_attention': not described by the op "
-                              "template")
+    kinds = c.get("layer_types", default=None) or ()
+    if any(k not in ("indexed_attention", "full_attention") for k in kinds):
+        raise NoAnalyticModel(f"{c.path}: config layer_types other than 'indexed_attention' / 'full_attention': not "
+                              "described by the op template")
     if c.get("per_layer_config", default=None):
         raise NoAnalyticModel(f"{c.path}: config per_layer_config (layers of their own sizes): not described by the op "
                               "template")
-    # every layer indexed: full attention to the op template's window rules (no layer slides), the indexer DOTS3's
+    # no layer slides: full attention to the op template's window rules, the indexer DOTS3's on the indexed layers
     c = Cfg({**c.cfg, "layer_types": None, "sliding_window": None}, c.path, c.model_type, c.head, c.common)
     # Dots3NoteTextConfig: the dense layers by mlp_layer_types, else from first_k_dense_replace (its default 1)
     spec = deepseek.latent_spec(DOTS3, c, first=c.int("first_k_dense_replace", default=1))
     # the released config's name for it, which the class folds into shared_experts_intermediate_size
     key = "moe_shared_expert_intermediate_size" if c.get("moe_shared_expert_intermediate_size", default=None) \
         else "shared_experts_intermediate_size"
-    return replace(spec, shared_intermediate=c.int(key) * c.int("n_shared_experts") if spec.experts else 0)
+    assert spec.latent is not None, "DOTS3 is a latent layout"
+    full = tuple(i for i, k in enumerate(kinds) if k == "full_attention")
+    return replace(spec, shared_intermediate=c.int(key) * c.int("n_shared_experts") if spec.experts else 0,
+                   latent=replace(spec.latent, index_shared=full))
 
 
 FAMILY = Family(
@@ -61,5 +64,11 @@ FAMILY = Family(
                                            bos_token_id=1, eos_token_id=2, mlp_layer_types=["dense", "sparse", "sparse"],
                                            layer_types=["indexed_attention"] * 3),
                ("Dots3NoteTextModel", "Dots3NoteForCausalLM"), device="cpu"),
+        # use_dsa false's full_attention layers: no indexer there
+        Sample("Dots3NoteTextConfig", dict(deepseek._SIZES, n_group=1, topk_group=1, index_n_heads=2, index_head_dim=8,
+                                           index_topk=4, shared_experts_intermediate_size=20, pad_token_id=0,
+                                           bos_token_id=1, eos_token_id=2, mlp_layer_types=["dense", "sparse", "sparse"],
+                                           layer_types=["indexed_attention", "full_attention", "indexed_attention"]),
+               ("Dots3NoteForCausalLM",), device="cpu"),
     ),
 )
