@@ -264,7 +264,7 @@ def test_digit_forms_answer_every_literal_pre_check_as_the_names_do():
         assert forms is not None and len(forms.split("\n")) <= max(len(names), 1)
         for lit in literals:
             assert (lit in forms) == any(lit in n for n in names), lit
-        tensors = [TensorInfo(n, "F32", (2,), "f", 0, 8) for n in names]
+        tensors = {n: TensorInfo(n, "F32", (2,), "f", 0, 8) for n in names}
         assert tf_spelled(tensors, forms) == tf_spelled(tensors)
         assert structural_ties(names, forms) == structural_ties(names)
     assert digit_forms(["a.1", "b\n2"]) is None and digit_forms([]) == ""

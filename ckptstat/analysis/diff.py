@@ -461,9 +461,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
                 a = _unstacked(a, ra, align(b, rb)[0].__contains__)
             else:
                 b = _unstacked(b, rb, align(a, ra)[0].__contains__)
-    elif tf_spelled(a) != tf_spelled(b):   # one side written by TF: its names in transformers' PyTorch spelling
+    elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
-        renames = (tf_rename, None) if tf_spelled(a) else (None, tf_rename)
+        renames = (tf_rename, None) if tf_spelled(a.tensors) else (None, tf_rename)
     tensors, prefixes = _values(a, b, names_only, (ra, rb), atol, rtol, max(int(chunk_bytes), 8), progress, renames,
                                 strict)
     ma, mb = _by_module(a, ra, renames[0]), _by_module(b, rb, renames[1])

@@ -161,7 +161,7 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     # TF files (google-research BERT, HF TF .h5) spell the names their own way and store Dense kernels
     # [in, out]: compared under transformers' PyTorch spelling and [out, in] shapes (canonical_tensors),
     # reported under the file's names.
-    spelled = {canonical_name(n): n for n in params} if tf_spelled(params.values()) else {}
+    spelled = {canonical_name(n): n for n in params} if tf_spelled(params) else {}
     if spelled and len(spelled) == len(params):
         canon = canonical_tensors(params)
         params = {c: canon[c] for c in spelled if c in canon}

@@ -6,15 +6,13 @@ from __future__ import annotations
 import fnmatch
 import functools
 import re
-from operator import attrgetter
 
 from ..core import Checkpoint, TensorInfo
+from ..core.tensor_table import columns
 from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
 from .quant import logical
 from .quant import roles as quant_roles
-
-_NAME, _DTYPE, _SHAPE = attrgetter("name"), attrgetter("dtype"), attrgetter("shape")
 
 
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
@@ -23,7 +21,8 @@ def placements(ckpt: Checkpoint) -> dict[str, Placement]:
 
 def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
     try:
-        out = classify_columns(list(map(_NAME, ckpt)), list(map(_DTYPE, ckpt)), list(map(_SHAPE, ckpt)))
+        c = columns(ckpt.tensors)
+        out = classify_columns(c.names, c.dtypes, c.shapes)
     except CorruptCheckpointError as e:   # a name naming cannot read (a 5,000-digit layer index): name the file
         raise CorruptCheckpointError(e.path or ckpt.path, e.reason) from None
     if ckpt.config and ckpt.config.get("architectures"):   # a role the class decides against the name rules

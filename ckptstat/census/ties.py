@@ -168,7 +168,7 @@ def _tf_spelled_rules(ckpt: Checkpoint, resolution: Any, tied_cfg: bool | None, 
     bias:0` is `cls.predictions.bias`). Only ties no other evidence found (a structural tie is one), each
     under the PyTorch name of the absent alias; a PyTorch file is skipped (families.framework.infer.tf_spelled)."""
     tensors = ckpt.tensors
-    if not tf_spelled(tensors.values(), name_forms(ckpt)):
+    if not tf_spelled(tensors, name_forms(ckpt)):
         return
     spelled = {canonical_name(n): n for n in tensors}
     if len(spelled) != len(tensors):

@@ -180,7 +180,7 @@ class Checkpoint:
 
     path: str
     format: str
-    tensors: dict[str, TensorInfo]
+    tensors: Mapping[str, TensorInfo]
     files: tuple[str, ...]
     metadata: dict[str, str] = field(default_factory=dict)
     config: dict[str, Any] | None = None
@@ -241,6 +241,13 @@ class Checkpoint:
 
     def __iter__(self) -> Iterator[TensorInfo]:
         return iter(self.tensors.values())
+
+    def editable(self) -> dict[str, TensorInfo]:
+        """The tensors as a dict that a reader in formats/ may change while it builds the checkpoint (a reader's
+        TensorTable, core/tensor_table.py, becomes one)."""
+        if not isinstance(self.tensors, dict):
+            self.tensors = dict(self.tensors.items())
+        return self.tensors
 
     def __getitem__(self, name: str) -> TensorInfo:
         return self.tensors[name]

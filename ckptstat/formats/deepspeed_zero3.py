@@ -184,7 +184,7 @@ def _place(ckpt: Checkpoint, reader: _Gathered, file: str, name: str, shape: tup
     if stored is not None and stored.numel:   # the module holds the gathered weights itself (16-bit, as saved with
         return                                # stage3_gather_16bit_weights_on_model_save): those are the model's
     dtype = pieces[0].source.dtype if pieces else "F32"
-    ckpt.tensors[key] = TensorInfo(name=key, dtype=dtype, shape=shape, file=file, offset=None,
+    ckpt.editable()[key] = TensorInfo(name=key, dtype=dtype, shape=shape, file=file, offset=None,
                                    nbytes=dtypes.get(dtype).nbytes(math.prod(shape)), extra={"zero3_pieces": len(pieces)})
     reader.pieces[key] = pieces
 
@@ -205,4 +205,4 @@ def _frozen(ckpt: Checkpoint, reader: _Gathered, folder: str, first: str, model_
                 pieces.append(_Piece(pos, n, t, 0))
             pos += n
         _place(ckpt, reader, first, name, shape, pieces)
-        ckpt.tensors.pop(f"{FROZEN}{name}", None)
+        ckpt.editable().pop(f"{FROZEN}{name}", None)

@@ -23,7 +23,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from ..core import Checkpoint, urls
+from ..core import Checkpoint, TensorInfo, urls
 from ..core.files import check_inside, dirname, exists, join, listdir, regular
 from ..errors import CkptstatError, CorruptCheckpointError
 
@@ -132,15 +132,16 @@ def _present(folder: str, names: list[str]) -> set[str]:
 
 def _merge(path: str, parts: list[Checkpoint], split: Split, missing: list[str], n_missing: int) -> Checkpoint:
     head = parts[0]   # the lowest shard present: the first holds the model's metadata
-    merged = Checkpoint(path=path, format=head.format, tensors={}, files=(), metadata=dict(head.metadata),
+    tensors: dict[str, TensorInfo] = {}
+    merged = Checkpoint(path=path, format=head.format, tensors=tensors, files=(), metadata=dict(head.metadata),
                         declared_architecture=head.declared_architecture)
     owner: dict[str, str] = {}
     for part in parts:
         shard = part.files[0]
         for name, info in part.tensors.items():
-            if name in merged.tensors:
+            if name in tensors:
                 raise CorruptCheckpointError(shard, f"tensor {name!r} is also in {os.path.basename(owner[name])}")
-            merged.tensors[name] = info
+            tensors[name] = info
             owner[name] = shard
         merged.files += part.files
         merged.readers.update(part.readers)

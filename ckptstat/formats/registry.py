@@ -10,14 +10,15 @@ import importlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from concurrent import futures
 from dataclasses import dataclass
 from typing import Any
 
-from ..core import Checkpoint, files, urls
+from ..core import Checkpoint, TensorInfo, files, urls
 from ..core.files import allow_external_default, check_inside, open_regular, regular, scope_for, scoped, size_of
 from ..core.limits import limits
+from ..core.tensor_table import TensorTable
 from ..errors import CheckpointError, CorruptCheckpointError, FileNotFound, UnknownFormatError, UsageError, reading
 from . import folders
 
@@ -204,6 +205,7 @@ def _open_index(path: str) -> Checkpoint:
     # not one or two per shard.
     parts = urls.concurrently(open_shard, shards) if urls.is_url(path) else map(open_shard, shards)
     merged: Checkpoint | None = None
+    opened: list[tuple[str, Checkpoint]] = []
     for (shard, names), part in zip(shards.items(), parts):
         shard_path = os.path.join(folder, shard)
         spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
@@ -215,10 +217,7 @@ def _open_index(path: str) -> Checkpoint:
         if merged is None:
             merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata),
                                 distinct=True)
-        for name, info in part.tensors.items():
-            if name in merged.tensors:
-                raise CorruptCheckpointError(shard_path, f"tensor {name!r} also appears in another shard")
-            merged.tensors[name] = info
+        opened.append((shard_path, part))
         merged.files += (shard_path,)
         merged.distinct = merged.distinct and part.distinct   # names in two files never share bytes
         merged.readers.update(part.readers)
@@ -226,12 +225,30 @@ def _open_index(path: str) -> Checkpoint:
         merged.dropped.update(part.dropped)
     if merged is None:
         raise CorruptCheckpointError(path, "index lists no tensors")
+    merged.tensors = _joined(opened)
     meta = index.get("metadata")
     if isinstance(meta, dict) and "total_size" in meta:
         merged.metadata["index.total_size"] = str(meta["total_size"])
     merged.dropped = {k: v for k, v in merged.dropped.items() if k not in merged.tensors}
     merged.format += " (sharded)"
     return merged
+
+
+def _joined(parts: list[tuple[str, Checkpoint]]) -> Mapping[str, TensorInfo]:
+    """The shards' tensors, in order: their tables joined where every shard gave one (core/tensor_table.py), else a
+    dict; a name in two shards is an error naming the second."""
+    tables = [part.tensors for _, part in parts if isinstance(part.tensors, TensorTable)]
+    if len(tables) == len(parts):
+        table = TensorTable.concat(tables)
+        if len(table.keys()) == len(table):
+            return table
+    tensors: dict[str, TensorInfo] = {}
+    for shard_path, part in parts:
+        for name, info in part.tensors.items():
+            if name in tensors:
+                raise CorruptCheckpointError(shard_path, f"tensor {name!r} also appears in another shard")
+            tensors[name] = info
+    return tensors
 
 
 # Formats whose readers take every byte through the core entry points (open_regular, file_size, pread), so

@@ -11,12 +11,12 @@ import math
 import operator
 import re
 import struct
-from collections.abc import Callable, Iterable, Iterator
-from itertools import repeat
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
 from ..core.tensor import INT64_MAX
+from ..core.tensor_table import TensorTable
 from ..errors import CorruptCheckpointError, quoted
 from .registry import Format, Probe, register
 
@@ -168,7 +168,7 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
         yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
-def _columns(found: Found, path: str, base: int, size: int) -> dict[str, TensorInfo] | None:
+def _columns(found: Found, path: str, base: int, size: int) -> TensorTable | None:
     """The tensors of a compact header when every check of the entry loop (open_safetensors) passes, made over
     whole columns in C (zip, map, set, sorted, list equality) and once per distinct (dtype, shape): the loop's
     Python per entry was most of a 200k-tensor header's time (docs/performance.md). None when a check fails, and
@@ -204,10 +204,11 @@ def _columns(found: Found, path: str, base: int, size: int) -> dict[str, TensorI
     after = list(map(end_of.__getitem__, order))
     if order[1:] != after[:-1] or base + after[-1] != size:
         return None
-    shapes = map(shape_of.__getitem__, shape_texts)   # one tuple per distinct shape, and one string per dtype
-    dtype_names = map(_DTYPE_NAMES.__getitem__, dts)   # (not one per tensor: 50 MB at 1M tensors)
-    return dict(zip(names, map(TensorInfo.validated, names, dtype_names, shapes, repeat(path),
-                               map(base.__add__, begins), nbytes)))
+    numel_of = {text: math.prod(shape) for text, shape in shape_of.items()}
+    # one tuple per distinct shape, and one string per dtype (not one per tensor: 50 MB at 1M tensors)
+    return TensorTable(list(names), list(map(_DTYPE_NAMES.__getitem__, dts)), list(map(shape_of.__getitem__, shape_texts)),
+                       list(map(numel_of.__getitem__, shape_texts)), [path] * len(names),
+                       list(map(base.__add__, begins)), nbytes)
 
 
 def _entries(found: Found, path: str) -> list[Entry]:
@@ -228,7 +229,7 @@ def open_safetensors(path: str, start: int = 0) -> Checkpoint:
         return CorruptCheckpointError(path, msg)
 
     found: object = metadata
-    tensors: dict[str, TensorInfo] | None = None
+    tensors: Mapping[str, TensorInfo] | None = None
     if isinstance(header, dict):
         found = header.pop("__metadata__", None) or {}
         entries: list[Entry] | Iterator[Entry] = _typed(header, bad)

@@ -91,7 +91,7 @@ def open_saved_model(path: str) -> Checkpoint:
                 if name is None:
                     continue
                 info = ckpt.tensors[name]
-                ckpt.tensors[name] = replace(info, extra={**info.extra, "trainable": trainable, "variable_name": var_name})
+                ckpt.editable()[name] = replace(info, extra={**info.extra, "trainable": trainable, "variable_name": var_name})
                 if not trainable:
                     frozen.append(name)
         if frozen:

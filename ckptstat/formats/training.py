@@ -65,11 +65,12 @@ def _deepspeed_files(folder: str) -> tuple[list[str], list[str]] | None:
 
 def _merged(base: Checkpoint, part: Checkpoint, prefix: str) -> None:
     """`part`'s tensors into `base` under `prefix` (its optimizer names and readers with them)."""
+    tensors = base.editable()
     for name, t in part.tensors.items():
         new = f"{prefix}{name}"
-        if new in base.tensors:
+        if new in tensors:
             raise CorruptCheckpointError(part.path, f"tensor {new!r} is also in {base.path}")
-        base.tensors[new] = replace(t, name=new)
+        tensors[new] = replace(t, name=new)
     base.optimizer_params.update({f"{prefix}{k}": v for k, v in part.optimizer_params.items()})
     base.optimizer_fragments.update({f"{prefix}{k}": v for k, v in part.optimizer_fragments.items()})
     base.optimizer_groups.update({f"{prefix}{k}": v for k, v in part.optimizer_groups.items()})

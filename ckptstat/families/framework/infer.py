@@ -7,11 +7,12 @@ import bisect
 import itertools
 import operator
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import replace
 from typing import Any
 
 from ...core import TensorInfo
+from ...core.tensor_table import with_extra
 from ...errors import UsageError
 from ...naming import kernel_layout, normalize, out_in_shape, role_of
 from .base import Tensors
@@ -65,37 +66,56 @@ def canonical_name(name: str) -> str:
     return n
 
 
-class NameIndex(dict):
-    """canonical_tensors' result: a dict that also keeps its names as one newline-joined text, so that
-    `find` runs its pattern once over the text (in C) instead of once per name (docs/performance.md)."""
+class NameIndex(Mapping[str, TensorInfo]):
+    """canonical_tensors' result, read-only: the tensors under their canonical names (the reader's own mapping where
+    no name changes, not a copy of it), which also keeps its names as one newline-joined text, so that `find` runs its
+    pattern once over the text (in C) instead of once per name (docs/performance.md)."""
 
-    _text: tuple[int, str, list[int], list[str], bool] | None = None
+    __slots__ = ("_tensors", "_text")
+
+    def __init__(self, tensors: Mapping[str, TensorInfo]):
+        self._tensors = tensors
+        self._text: tuple[str, list[int], list[str], bool] | None = None
+
+    def __getitem__(self, name: str) -> TensorInfo:
+        return self._tensors[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._tensors)
+
+    def __len__(self) -> int:
+        return len(self._tensors)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tensors
+
+    def items(self) -> ItemsView[str, TensorInfo]:
+        return self._tensors.items()
+
+    def values(self) -> ValuesView[TensorInfo]:
+        return self._tensors.values()
 
     def text(self) -> tuple[str, list[int], list[str]] | None:
         """(the names joined by newlines, each name's start offset, the names), or None when there is no
-        name or a name holds a newline; rebuilt when the size changed."""
-        if self._text is None or self._text[0] != len(self):
-            names = list(self)
+        name or a name holds a newline."""
+        if self._text is None:
+            names = list(self._tensors)
             # name i starts after the lengths of names 0..i-1 and i newlines (summed in C)
             starts = list(map(operator.add, itertools.accumulate(map(len, names), initial=0), range(len(names))))
             text = "\n".join(names)
-            self._text = (len(self), text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
-        return self._text[1:4] if self._text[4] else None
+            self._text = (text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
+        return self._text[:3] if self._text[3] else None
 
 
-_HAS_EXTRA = operator.attrgetter("extra")   # filter(_HAS_EXTRA, tensors): those with extra facts, sifted in C
-
-
-def tf_spelled(tensors: Iterable[TensorInfo], forms: str | None = None) -> bool:
+def tf_spelled(tensors: Tensors, forms: str | None = None) -> bool:
     """Names spelled as TF writes them, which canonical_name is for: the reader marked Dense kernels stored
     [in, out] (TF1 and TF2 checkpoints, Keras and HF TF .h5: formats/keras_names.py), or TF2 variable names
     (`...:0`, as Keras 2 .h5 files list them; HF TF GPT-2 has Conv1D weights, no kernel). A PyTorch file's
     names are its model's own (ViT's bare `position_embeddings` is not an Embedding layer's table).
     forms: the names' naming.digit_forms, if known (no `:0` there, none in the names)."""
-    tensors = list(tensors)
-    if (forms is None or ":0\n" in forms + "\n") and ":0\n" in "\n".join(t.name for t in tensors) + "\n":
+    if (forms is None or ":0\n" in forms + "\n") and ":0\n" in "\n".join(tensors) + "\n":
         return True
-    return any(t.extra.get("layout") == "in_out" for t in filter(_HAS_EXTRA, tensors))
+    return any(t.extra.get("layout") == "in_out" for t in with_extra(tensors))
 
 
 # What any rewrite of canonical_name or kernel_layout needs in a name: normalize's characters and rules
@@ -130,7 +150,7 @@ def _may_rewrite(text: str, forms: str | None = None) -> set[str]:
 
 
 def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = None,
-                      forms: str | None = None) -> dict[str, TensorInfo]:
+                      forms: str | None = None) -> NameIndex:
     """Parameters under their PyTorch names, with 2-D weights in [out, in] shape (TF Dense kernels are
     stored [in, out]: naming.kernel_layout). A name that safetensors.torch.save_model dropped in favour
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
@@ -141,8 +161,8 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     rewrite = _may_rewrite(text, forms) if text.count("\n") == len(names) - 1 else None   # None: every name may change
     # every name its own canonical name and every shape its own: a copy, in C
     same = (rewrite == set() and not any(lit in (text if forms is None else forms) for lit in _LEFT_OUT_LITERALS)
-            and not any(t.extra.get("layout") for t in filter(_HAS_EXTRA, tensors.values())))
-    out: dict[str, TensorInfo] = NameIndex(tensors) if same else NameIndex()
+            and not any(t.extra.get("layout") for t in with_extra(tensors)))
+    out: dict[str, TensorInfo] = {}
     for name, t in tensors.items() if not same else ():
         if role_of(name, t.dtype, t.shape) in ("optimizer", "counter"):
             continue
@@ -152,12 +172,15 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
             name = canonical_name(name)
         shape = out_in_shape(t.shape, layout if isinstance(layout, str) else None)
         out.setdefault(name, t if shape == t.shape else replace(t, shape=shape))
-    for dropped, kept in (metadata or {}).items():
-        if dropped not in tensors and kept in tensors:
-            k = canonical_name(kept)
-            if k in out:
-                out.setdefault(canonical_name(dropped), out[k])
-    return out
+    dropped = [(canonical_name(d), canonical_name(k)) for d, k in (metadata or {}).items() if d not in tensors and k in tensors]
+    if same and not dropped:
+        return NameIndex(tensors)
+    if same:
+        out = dict(tensors.items())
+    for dropped_name, kept in dropped:
+        if kept in out:
+            out.setdefault(dropped_name, out[kept])
+    return NameIndex(out)
 
 
 _LEADING_ANCHOR = re.compile(r"^(\^|\((\?:)?\^\|\\\.\))")   # `^`, `(^|\.)`, `(?:^|\.)`

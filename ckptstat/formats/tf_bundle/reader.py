@@ -175,15 +175,15 @@ def _open(path: str, prefix: str) -> Checkpoint:
 def _adopt_model_variables(ckpt: Checkpoint, nodes: list[Node]) -> None:
     """Variables keyed under optimizer/ that the model itself reaches are named by their model path
     (graph.model_paths); TF's key stays in extra.checkpoint_key."""
-    adopted = 0
+    adopted, tensors = 0, ckpt.editable()
     for key, new in model_paths(nodes):
-        if key not in ckpt.tensors or new in ckpt.tensors:
+        if key not in tensors or new in tensors:
             continue
-        info = ckpt.tensors.pop(key)
-        ckpt.tensors[new] = replace(info, name=new, extra=_extra(new, info.shape, {**info.extra, "checkpoint_key": key}))
+        info = tensors.pop(key)
+        tensors[new] = replace(info, name=new, extra=_extra(new, info.shape, {**info.extra, "checkpoint_key": key}))
         adopted += 1
     if adopted:
-        ckpt.tensors = dict(sorted(ckpt.tensors.items()))
+        ckpt.tensors = dict(sorted(tensors.items()))
         ckpt.notes.append(f"object graph: {adopted} variable(s) keyed under optimizer/ are the model's own "
                           "(reachable from it); shown under their model path, TF's key in extra.checkpoint_key")
 
