@@ -1,7 +1,8 @@
 """CLIP: transformers' modeling_clip.py. CLIPModel (a text tower, a vision tower, visual_projection and
 text_projection without bias, a learned logit_scale, and the text x image similarity matmul),
 CLIPTextModel / CLIPVisionModel (one tower) and CLIPTextModelWithProjection /
-CLIPVisionModelWithProjection (one tower and its projection).
+CLIPVisionModelWithProjection (one tower and its projection); CLIPForImageClassification (head "imgcls": the vision
+tower alone, under `vision_model.`, a classifier on the mean of the patch tokens).
 
 Text tower: token and learned position embeddings, pre-LayerNorm layers (layer_norm1, causal
 self-attention with biased q/k/v/out projections, layer_norm2, fc1, quick_gelu, fc2), final_layer_norm;
@@ -112,7 +113,9 @@ def _spec(X: Towers, common: dict[str, Any], act: str = "quick_gelu", where: str
 def from_config(c: Cfg) -> ArchSpec:
     act = str(c.get("hidden_act", default="quick_gelu"))
     proj = c.int("projection_dim", default=FROM_CLASS)
-    if c.model_type == "clip":
+    if c.model_type == "clip" and c.head == "imgcls":   # CLIPForImageClassification: the vision tower alone
+        X = Towers(None, vision_tower(c.sub("vision_config", "clip_vision_model")), proj)
+    elif c.model_type == "clip":
         t = c.sub("text_config", "clip_text_model")
         X = Towers(_text(t), vision_tower(c.sub("vision_config", "clip_vision_model")), proj)
         act = str(t.get("hidden_act", default=FROM_CLASS))
@@ -183,7 +186,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     proj = infer.find(T, "|".join(pattern(WALKED, m) for m in ("text_projection", "visual_projection")))
     # what the stored towers show: both is CLIPModel, one is CLIPTextModel / CLIPVisionModel
     mt = "clip" if text and vision else "clip_text_model" if text else "clip_vision_model"
-    common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"],
+    common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"], num_labels=infer.num_labels(T),
                   assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
     return _spec(Towers(text, vision, proj.shape[0] if proj is not None else 512), common)
 
@@ -242,13 +245,17 @@ def walk(B: Builder) -> list[Module]:
     s = B.s
     X = towers(s)
     text, vision = X.text, X.vision
-    projected = s.model_type == "clip" or s.head == "projection"
+    two = s.model_type == "clip" and s.head == "base"   # CLIPModel
+    projected = two or s.head == "projection"
     modules: list[Module] = []
     if vision:
         w = Recorder(B, "vision", PREFIXES["vision"])
         vision_walk(w, vision, s.image_size)
         if projected:
             w.linear("visual_projection", (B.b,), vision.hidden, X.proj, False, bucket="cls", top=True)
+        if s.head == "imgcls" and s.num_labels:
+            w.linear("classifier", (B.b,), vision.hidden, s.num_labels, True, note=" (mean of the patch tokens)",
+                     bucket="cls", top=True)
         modules += w.modules
     if text:
         w = Recorder(B, "text", PREFIXES["text"])
@@ -256,7 +263,7 @@ def walk(B: Builder) -> list[Module]:
         if projected:
             w.linear("text_projection", (B.b,), text.hidden, X.proj, False, bucket="cls", top=True)
         modules += w.modules
-    if s.model_type == "clip":
+    if two:
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale): a (b x P) by (P x b) mm
         modules.append(Module("logit_scale", None, (("", ()),), top=True))
         B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X.proj), (B.b, B.b), params=1,
@@ -270,7 +277,8 @@ def build(B: Builder) -> None:
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
-    bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
+    bare: transformers 5's layout), their *WithProjection classes (one tower and its projection, bias-free) and
+    CLIPForImageClassification (the vision tower and its classifier)."""
     if s.head not in FAMILY.heads:
         return None
     return tower_shapes_of(walk, s)
@@ -338,11 +346,12 @@ FAMILY = Family(
     signature="|".join([tower_signature(TOWERS, kind, name) for kind, name in (*MARKERS, ("text", Q_PROJ), ("vision", Q_PROJ))]
                        + [tower_signature(TOWERS, kind, name, bare=True) for kind, name in MARKERS]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "projection"),
+    heads=("base", "projection", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",
-                         otherwise="base"),),
+                         otherwise="base"), HeadRule(r"^classifier\.weight$", "imgcls")),
     samples=(
-        Sample("CLIPConfig", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24), ("CLIPModel",)),
+        Sample("CLIPConfig", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24, num_labels=5),
+               ("CLIPModel", "CLIPForImageClassification")),
         Sample("CLIPTextConfig", _TEXT, ("CLIPTextModel", "CLIPTextModelWithProjection")),
         Sample("CLIPVisionConfig", _VISION, ("CLIPVisionModel", "CLIPVisionModelWithProjection")),
     ),
