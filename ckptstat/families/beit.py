@@ -24,7 +24,7 @@ from typing import Any
 
 from . import vit
 from .framework import infer
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
 from .framework.recorder import Recorder
 from .framework.walk_names import layers, pattern, signature, walked
@@ -48,15 +48,18 @@ def pooler(model_type: str, head: str) -> bool:
 
 def from_config(c: Cfg) -> ArchSpec:
     h, a, img, p = vit.image_sizes(c, 16)
-    v = BeitVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels"),
-                    mask_token=bool(c.get("use_mask_token")),
-                    positions=bool(c.get("use_absolute_position_embeddings")),
-                    layer_bias=bool(c.get("use_relative_position_bias")),
-                    shared_bias=bool(c.get("use_shared_relative_position_bias")),
-                    layer_scale=float(c.get("layer_scale_init_value")) > 0, mean_pooling=bool(c.get("use_mean_pooling")))
+    v = BeitVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=FROM_CLASS),
+                    mask_token=bool(c.get("use_mask_token", default=FROM_CLASS)),
+                    positions=bool(c.get("use_absolute_position_embeddings", default=FROM_CLASS)),
+                    layer_bias=bool(c.get("use_relative_position_bias", default=FROM_CLASS)),
+                    shared_bias=bool(c.get("use_shared_relative_position_bias", default=FROM_CLASS)),
+                    layer_scale=float(c.get("layer_scale_init_value", default=FROM_CLASS)) > 0,
+                    mean_pooling=bool(c.get("use_mean_pooling", default=FROM_CLASS)))
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
-                    intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size", default=0) if c.head == "mim" else 0,
-                    activation=str(c.get("hidden_act")), pooler=pooler(c.model_type, c.head), image_size=img, variant=v,
+                    intermediate=c.int("intermediate_size"),
+                    vocab=c.int("vocab_size", default=FROM_CLASS) if c.head == "mim" else 0,
+                    activation=str(c.get("hidden_act", default=FROM_CLASS)), pooler=pooler(c.model_type, c.head),
+                    image_size=img, variant=v,
                     **c.common)
 
 
