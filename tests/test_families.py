@@ -102,9 +102,14 @@ def fcm_image_flops(model, seq, batch, device, side, channels, native):
     """FlopCounterMode's total for one forward of `batch` side x side images (and `seq` tokens of text
     when the model also reads input_ids, as CLIPModel does); positions interpolated off the config's size."""
     params = inspect.signature(model.forward).parameters
+    # CLIPForImageClassification's forward hands its **kwargs to its vision tower, whose forward names the switch
+    tower = getattr(model, "vision_model", None)
+    takes = "interpolate_pos_encoding" in params or tower is not None and any(
+        p.kind is p.VAR_KEYWORD for p in params.values()) and "interpolate_pos_encoding" in inspect.signature(
+        tower.forward).parameters
     with FlopCounterMode(display=False) as counter, torch.device(device), torch.no_grad():
         kw = {"pixel_values": torch.zeros((batch, channels, side, side))}
-        if "interpolate_pos_encoding" in params and side != native:
+        if takes and side != native:
             kw["interpolate_pos_encoding"] = True
         if "input_ids" in params:
             kw["input_ids"] = torch.arange(batch * seq).reshape(batch, seq) % model.config.text_config.vocab_size

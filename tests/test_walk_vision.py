@@ -19,7 +19,7 @@ from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet")
+WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -91,3 +91,24 @@ def test_convnets_at_full_size_equal_transformers(config, model_name, kwargs):
     assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
     for side in (224, 97):
         assert ours(replace(spec, image_size=side), 8, 1) == fcm_image_flops(model, 8, 1, "meta", side, 3, None), side
+
+
+@pytest.mark.parametrize("config,model_name,kwargs", [
+    # microsoft/beit-base-patch16-224's config.json (ImageNet-22k then 1k: a bias table per layer, layer scale 0.1,
+    # mean pooling, 1000 labels)
+    ("BeitConfig", "BeitForImageClassification", dict(use_relative_position_bias=True, num_labels=1000)),
+    # shaped like microsoft/beit-base-patch16-224-pt22k (self-supervised: the shared table, the mask token, the MIM head)
+    ("BeitConfig", "BeitForMaskedImageModeling", dict(use_shared_relative_position_bias=True, use_mask_token=True,
+                                                     use_mean_pooling=False)),
+    # facebook/data2vec-vision-base-ft1k's
+    ("Data2VecVisionConfig", "Data2VecVisionForImageClassification", dict(use_relative_position_bias=True, num_labels=1000)),
+])
+def test_beit_at_full_size_equals_transformers(config, model_name, kwargs):
+    """The released shapes' parameters (num_parameters) and FlopCounterMode's FLOPs of one image on the meta device, at
+    the config's 224 px and at 320 px (interpolated positions and bias tables)."""
+    cls, cfg = getattr(T, model_name), getattr(T, config)(**kwargs)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    assert predict_params(spec)["total"] == model.num_parameters()
+    for side in (224, 320):
+        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
+        assert ours(replace(spec, image_size=side), 8, 1) == expected, side

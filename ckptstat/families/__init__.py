@@ -22,6 +22,7 @@ from . import (
     bamba,
     bart,
     beam,
+    beit,
     bert,
     bitnet,
     bloom,
@@ -153,7 +154,7 @@ from .framework.base import Family, architectures
 # Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
 _ALL: tuple[Family, ...] = (
     afmoe.FAMILY, albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bailing_hybrid.FAMILY,
-    bamba.FAMILY, bart.FAMILY, beam.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
+    bamba.FAMILY, bart.FAMILY, beam.FAMILY, beit.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
     cohere2_moe.FAMILY, convbert.FAMILY, convnext.FAMILY, cpmant.FAMILY, ctrl.FAMILY, dbrx.FAMILY, deberta.FAMILY,
     deberta_v2.FAMILY,
     deepseek.FAMILY, diffllama.FAMILY, dinov2.FAMILY,

@@ -1,7 +1,10 @@
 """CLIP: transformers' modeling_clip.py. CLIPModel (a text tower, a vision tower, visual_projection and
 text_projection without bias, a learned logit_scale, and the text x image similarity matmul),
 CLIPTextModel / CLIPVisionModel (one tower) and CLIPTextModelWithProjection /
-CLIPVisionModelWithProjection (one tower and its projection).
+CLIPVisionModelWithProjection (one tower and its projection); CLIPForImageClassification (head "imgcls": the vision
+tower alone, under `vision_model.`, a classifier on the mean of the patch tokens). MetaCLIP 2 (modeling_metaclip_2.py,
+model types metaclip_2, metaclip_2_text_model, metaclip_2_vision_model) is CLIP's classes under other names and default
+sizes (TOWER_TYPES).
 
 Text tower: token and learned position embeddings, pre-LayerNorm layers (layer_norm1, causal
 self-attention with biased q/k/v/out projections, layer_norm2, fc1, quick_gelu, fc2), final_layer_norm;
@@ -112,11 +115,14 @@ def _spec(X: Towers, common: dict[str, Any], act: str = "quick_gelu", where: str
 def from_config(c: Cfg) -> ArchSpec:
     act = str(c.get("hidden_act", default="quick_gelu"))
     proj = c.int("projection_dim", default=FROM_CLASS)
-    if c.model_type == "clip":
-        t = c.sub("text_config", "clip_text_model")
-        X = Towers(_text(t), vision_tower(c.sub("vision_config", "clip_vision_model")), proj)
+    if c.model_type in TOWER_TYPES and c.head == "imgcls":   # *ForImageClassification: the vision tower alone
+        X = Towers(None, vision_tower(c.sub("vision_config", TOWER_TYPES[c.model_type][1])), proj)
+    elif c.model_type in TOWER_TYPES:
+        text_type, vision_type = TOWER_TYPES[c.model_type]
+        t = c.sub("text_config", text_type)
+        X = Towers(_text(t), vision_tower(c.sub("vision_config", vision_type)), proj)
         act = str(t.get("hidden_act", default=FROM_CLASS))
-    elif c.model_type == "clip_text_model":
+    elif c.model_type in TEXT_TYPES:
         X = Towers(_text(c), None, proj)
     else:
         X = Towers(None, vision_tower(c), proj)
@@ -130,7 +136,11 @@ def from_config(c: Cfg) -> ArchSpec:
 # "text_model"), the rename `^text_model\.(.+)` -> `\1`; saving what was loaded so applies its reverse: both
 # layouts are real files. Each tower is found by its embedding, whatever precedes it.
 TOWER_MARKERS = {"text": "embeddings.token_embedding.weight", "vision": "embeddings.patch_embedding.weight"}
-BARE_TOWERS = ("clip_text_model", "clip_vision_model", "siglip_text_model", "siglip_vision_model")
+# the two-tower model types and their towers' (each a sub-config's model_type, whose defaults it takes)
+TOWER_TYPES = {"clip": ("clip_text_model", "clip_vision_model"),
+               "metaclip_2": ("metaclip_2_text_model", "metaclip_2_vision_model")}
+TEXT_TYPES = tuple(text for text, _ in TOWER_TYPES.values())
+BARE_TOWERS = (*(t for pair in TOWER_TYPES.values() for t in pair), "siglip_text_model", "siglip_vision_model")
 
 
 def tower_prefix(T: Tensors, tower: str) -> str | None:
@@ -183,7 +193,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     proj = infer.find(T, "|".join(pattern(WALKED, m) for m in ("text_projection", "visual_projection")))
     # what the stored towers show: both is CLIPModel, one is CLIPTextModel / CLIPVisionModel
     mt = "clip" if text and vision else "clip_text_model" if text else "clip_vision_model"
-    common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"],
+    common = dict(common, model_type=mt, head="base" if mt == "clip" else common["head"], num_labels=infer.num_labels(T),
                   assumptions=("no config: head_dim assumed 64 (head count only affects attention-score memory)",))
     return _spec(Towers(text, vision, proj.shape[0] if proj is not None else 512), common)
 
@@ -242,13 +252,17 @@ def walk(B: Builder) -> list[Module]:
     s = B.s
     X = towers(s)
     text, vision = X.text, X.vision
-    projected = s.model_type == "clip" or s.head == "projection"
+    two = s.model_type in TOWER_TYPES and s.head == "base"   # CLIPModel
+    projected = two or s.head == "projection"
     modules: list[Module] = []
     if vision:
         w = Recorder(B, "vision", PREFIXES["vision"])
         vision_walk(w, vision, s.image_size)
         if projected:
             w.linear("visual_projection", (B.b,), vision.hidden, X.proj, False, bucket="cls", top=True)
+        if s.head == "imgcls" and s.num_labels:
+            w.linear("classifier", (B.b,), vision.hidden, s.num_labels, True, note=" (mean of the patch tokens)",
+                     bucket="cls", top=True)
         modules += w.modules
     if text:
         w = Recorder(B, "text", PREFIXES["text"])
@@ -256,7 +270,7 @@ def walk(B: Builder) -> list[Module]:
         if projected:
             w.linear("text_projection", (B.b,), text.hidden, X.proj, False, bucket="cls", top=True)
         modules += w.modules
-    if s.model_type == "clip":
+    if two:
         # normalised embeddings, logits_per_text = text @ image.T x exp(logit_scale): a (b x P) by (P x b) mm
         modules.append(Module("logit_scale", None, (("", ()),), top=True))
         B.add("logit_scale + similarity (text @ image.T)", "linear", "cls", 1, (B.b, X.proj), (B.b, B.b), params=1,
@@ -270,7 +284,8 @@ def build(B: Builder) -> None:
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
     """CLIPModel (both towers, both projections, logit_scale), CLIPTextModel / CLIPVisionModel (one tower,
-    bare: transformers 5's layout), and their *WithProjection classes (one tower and its projection, bias-free)."""
+    bare: transformers 5's layout), their *WithProjection classes (one tower and its projection, bias-free) and
+    CLIPForImageClassification (the vision tower and its classifier)."""
     if s.head not in FAMILY.heads:
         return None
     return tower_shapes_of(walk, s)
@@ -332,18 +347,23 @@ _VISION = dict(hidden_size=48, intermediate_size=40, num_hidden_layers=3, num_at
 FAMILY = Family(
     name="clip",
     before=("llama",),   # tried before them: its text_model.encoder.layers.N.self_attn.q_proj names match llama's signature
-    model_types=("clip", "clip_text_model", "clip_vision_model"),
+    model_types=tuple(t for mt, pair in TOWER_TYPES.items() for t in (mt, *pair)),
     # a tower under its prefix, or bare at the root (TOWER_MARKERS; a wrapper's bare `vision_tower.embeddings...` is not
     # one: LLaVA's names read as its language model's)
     signature="|".join([tower_signature(TOWERS, kind, name) for kind, name in (*MARKERS, ("text", Q_PROJ), ("vision", Q_PROJ))]
                        + [tower_signature(TOWERS, kind, name, bare=True) for kind, name in MARKERS]),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
-    heads=("base", "projection"),
+    heads=("base", "projection", "imgcls"),
     head_rules=(HeadRule(r"(^|\.)(text|visual)_projection\.weight$", "projection", unless=r"(^|\.)logit_scale$",
-                         otherwise="base"),),
+                         otherwise="base"), HeadRule(r"^classifier\.weight$", "imgcls")),
     samples=(
-        Sample("CLIPConfig", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24), ("CLIPModel",)),
+        Sample("CLIPConfig", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24, num_labels=5),
+               ("CLIPModel", "CLIPForImageClassification")),
         Sample("CLIPTextConfig", _TEXT, ("CLIPTextModel", "CLIPTextModelWithProjection")),
         Sample("CLIPVisionConfig", _VISION, ("CLIPVisionModel", "CLIPVisionModelWithProjection")),
+        Sample("MetaClip2Config", dict(text_config=_TEXT, vision_config=_VISION, projection_dim=24, num_labels=5),
+               ("MetaClip2Model", "MetaClip2ForImageClassification")),
+        Sample("MetaClip2TextConfig", _TEXT, ("MetaClip2TextModel", "MetaClip2TextModelWithProjection")),
+        Sample("MetaClip2VisionConfig", _VISION, ("MetaClip2VisionModel", "MetaClip2VisionModelWithProjection")),
     ),
 )

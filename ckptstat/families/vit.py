@@ -16,6 +16,13 @@ cls token (ViTVariant.dist_token: one more token and position row, h more parame
 DeiTForImageClassificationWithTeacher (head "imgcls+distillation": DeiTModel without a pooler) runs cls_classifier on the
 cls token and distillation_classifier on the distillation token and averages their logits.
 
+I-JEPA (modeling_ijepa.py, model_type ijepa) is ViT without the cls token (ViTVariant.cls_token false: positions for
+the patches only), its IJepaModel without a pooler, IJepaForImageClassification's classifier on the mean of the tokens;
+under `ijepa.`. ViT MSN (modeling_vit_msn.py, model_type vit_msn) is ViT without a pooler, its classifier on the cls
+token; transformers 5's save_pretrained writes ViTMSNForImageClassification's layers without the `vit.` prefix
+(`encoder.layer.*`: the reverse of its conversion_mapping's `^encoder.` -> `vit.encoder.`), its other tensors under
+`vit.` (MSN_LAYERS).
+
 The architecture is stated once, in `walk` (framework/recorder.py's Recorder, walk_vision.py's encoder layers): the op
 template and the expected tensors (every head's) both derive from it."""
 from __future__ import annotations
@@ -48,12 +55,13 @@ class ViTVariant(Patches):
     pooler_size: int         # pooler_output_size
     dist_token: bool         # DeiT's distillation token
     encoder_stride: int = 0  # the *ForMaskedImageModeling decoder's upscale (encoder_stride; 0: no decoder)
+    cls_token: bool = True   # false: I-JEPA's, positions for the patches only, the classifier on the tokens' mean
 
 
 def pooler(model_type: str, head: str) -> bool:
     """ViTModel adds its pooler by default; ViTForImageClassification and ViTForMaskedImageModeling build ViTModel
-    without one."""
-    return head == "base"
+    without one; IJepaModel and ViTMSNModel have none."""
+    return head == "base" and model_type not in NO_POOLER
 
 
 def image_sizes(c: Cfg, patch: int) -> tuple[int, int, int, int]:
@@ -72,7 +80,8 @@ def from_config(c: Cfg) -> ArchSpec:
     mim = c.head == "mim"   # ViTModel(add_pooling_layer=False, use_mask_token=True) and the decoder
     v = ViTVariant(native_image_size=img, patch_size=p, channels=c.int("num_channels", default=3), mask_token=mim,
                    pooler_size=c.int("pooler_output_size", default=h), dist_token=c.model_type == "deit",
-                   encoder_stride=c.int("encoder_stride", default=FROM_CLASS) if mim else 0)
+                   encoder_stride=c.int("encoder_stride", default=FROM_CLASS) if mim else 0,
+                   cls_token=c.model_type != "ijepa")
     return ArchSpec(layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=0, activation=str(c.get("hidden_act", default="gelu")),
                     qkv_bias=bool(c.get("qkv_bias", default=True)), pooler=pooler(c.model_type, c.head),
@@ -84,7 +93,8 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     h, ch, p, _ = infer.shape(T, pattern(W, "embeddings.patch_embeddings.projection"), "the patch embedding conv")
     n = infer.shape(T, pattern(W, "embeddings.position_embeddings"), "the position embeddings")[-2]
     dist = int(infer.has(T, pattern(W, "embeddings.distillation_token")))   # DeiT
-    side = int(round((n - 1 - dist) ** 0.5))
+    cls = infer.has(T, pattern(W, "embeddings.cls_token"))   # I-JEPA has none
+    side = int(round((n - cls - dist) ** 0.5))
     lay = LAYER.paths   # the walk's names
     q = f"{lay.attn}.{lay.q}"
     f = infer.shape(T, pattern(W, lay.up), "the MLP's first dense")[0]
@@ -94,14 +104,20 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     img = side * p
     v = ViTVariant(native_image_size=img, patch_size=p, channels=ch, mask_token=infer.has(T, pattern(W, "embeddings.mask_token")),
                    pooler_size=pool.shape[0] if pool is not None else h, dist_token=bool(dist),
-                   encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0)
+                   encoder_stride=math.isqrt(decoder.shape[0] // ch) if decoder is not None else 0, cls_token=cls)
     labels = infer.num_labels(T, r"(^|\.)(cls_)?classifier\.weight$")   # DeiT's teacher head: cls_classifier
     return ArchSpec(num_labels=labels, layers=infer.count_layers(T, layers(W, q)), hidden=h,
                     heads=a, kv_heads=a, head_dim=h // a, intermediate=f, vocab=0, pooler=pool is not None,
                     qkv_bias=infer.has(T, pattern(W, q, "bias")), image_size=img, variant=v,
-                    assumptions=(note, f"no config: image {img}x{img} from the {n - 1 - dist} learned patch positions"),
-                    **{**common, "model_type": "deit" if dist else common["model_type"]})
+                    assumptions=(note, f"no config: image {img}x{img} from the {n - cls - dist} learned patch positions"),
+                    **{**common, "model_type": "deit" if dist else common["model_type"] if cls else "ijepa"})
 
+
+# the model types whose base model has no pooler; the prefix of each model type's base model in its heads
+NO_POOLER = ("ijepa", "vit_msn")
+BODY = {"deit": "deit", "ijepa": "ijepa"}
+# ViTMSNForImageClassification's layers as transformers 5 saves them (the module doc)
+MSN_LAYERS = ("vit.encoder.layer.", "encoder.layer.")
 
 # DeiTForImageClassificationWithTeacher's head and its classifiers (on the cls token, on the distillation token)
 TEACHER = "imgcls+distillation"
@@ -127,13 +143,14 @@ def walk(B: Builder) -> Recorder:
     s = B.s
     X = s.variant_as(ViTVariant)
     h, f, p = s.hidden, s.intermediate, X.patch_size
-    dist = int(X.dist_token)
+    extra = int(X.cls_token) + int(X.dist_token)   # the learned tokens before the patches
     w = Recorder(B, "encoder")
-    n = patches(w) + 1 + dist
-    tokens = (("embeddings.cls_token", (1, 1, h)),) + ((("embeddings.distillation_token", (1, 1, h)),) if dist else ()) \
+    n = patches(w) + extra
+    tokens = ((("embeddings.cls_token", (1, 1, h)),) if X.cls_token else ()) \
+        + ((("embeddings.distillation_token", (1, 1, h)),) if X.dist_token else ()) \
         + ((("embeddings.mask_token", (1, 1, h)),) if X.mask_token else ()) \
-        + (("embeddings.position_embeddings", (1, (X.native_image_size // p) ** 2 + 1 + dist, h)),)
-    w.params("embeddings." + " + ".join(path.split(".")[-1] for path, _ in tokens), tokens, (B.b, n - 1 - dist, h),
+        + (("embeddings.position_embeddings", (1, (X.native_image_size // p) ** 2 + extra, h)),)
+    w.params("embeddings." + " + ".join(path.split(".")[-1] for path, _ in tokens), tokens, (B.b, n - extra, h),
              (B.b, n, h), ew=B.b * n * h, bucket="embedding")
     encoder_layers(w, LAYER, s.layers, n, h, s.heads, f, s.activation, s.qkv_bias)
     w.norm("layernorm", (B.b, n), h, residual=False)
@@ -141,14 +158,15 @@ def walk(B: Builder) -> Recorder:
         w.linear("pooler.dense", (B.b,), h, X.pooler_size, True, bucket="pooler")
         B.activation("pooler act (tanh)", "pooler", (B.b,), X.pooler_size, "tanh")
     if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
-        w.linear("classifier", (B.b,), h, s.num_labels, True, bucket="cls", top=True)
+        w.linear("classifier", (B.b,), h, s.num_labels, True, note="" if X.cls_token else " (mean of the tokens)",
+                 bucket="cls", top=True)
     if s.head == TEACHER and s.num_labels:   # DeiT's two classifiers, their logits averaged: (cls + distillation) / 2
         for path in TEACHER_HEADS:
             w.linear(path, (B.b,), h, s.num_labels, True, bucket="cls", top=True)
         B.add("logits (cls + distillation) / 2", "activation", "cls", 1, (B.b, s.num_labels), (B.b, s.num_labels),
               ew=2 * B.b * s.num_labels, extra_in=B.b * s.num_labels)
     if X.encoder_stride:   # the patch tokens as a side x side map, a 1x1 conv to stride^2 x channels, PixelShuffle (no FLOPs)
-        conv(w, "decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - 1 - dist), True, bucket="cls", top=True)
+        conv(w, "decoder.0", h, X.encoder_stride ** 2 * X.channels, 1, math.isqrt(n - extra), True, bucket="cls", top=True)
     return w
 
 
@@ -163,13 +181,17 @@ WALKED = walked(walk, "vit", head="mim", pooler=True, image_size=4, variant=ViTV
 
 
 def expected_tensors(s: ArchSpec) -> Shapes | None:
-    """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`); the position table is sized by
-    the config's image_size."""
+    """ViTModel's parameters (`vit.` inside ViTForImageClassification; DeiT's `deit.`, I-JEPA's `ijepa.`; ViT MSN's
+    layers: MSN_LAYERS); the position table is sized by the config's image_size."""
     if s.head not in FAMILY.heads:
         return None
     X = s.variant_as(ViTVariant)
-    body = "" if s.head == "base" else ("deit" if X.dist_token else "vit")
-    return walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
+    body = "" if s.head == "base" else BODY.get(s.model_type, "deit" if X.dist_token else "vit")
+    shapes = walk(Builder(replace(s, image_size=X.native_image_size), 1, 1, 1, 1, 1)).shapes(body)
+    if s.model_type == "vit_msn":
+        old, new = MSN_LAYERS
+        return {(new + k[len(old):] if k.startswith(old) else k): v for k, v in shapes.items()}
+    return shapes
 
 
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, image_size=30,
@@ -177,7 +199,7 @@ _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, interm
 
 FAMILY = Family(
     name="vit",
-    model_types=("vit", "deit"),
+    model_types=("vit", "deit", "ijepa", "vit_msn"),
     signature=signature(WALKED, "embeddings.patch_embeddings.projection"),   # (its weight, or Flax's kernel: docs/flax.md)
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls", "mim", TEACHER),
@@ -192,5 +214,7 @@ FAMILY = Family(
         Sample("DeiTConfig", dict(_SIZES, num_labels=5, encoder_stride=3),
                ("DeiTModel", "DeiTForImageClassification", "DeiTForMaskedImageModeling",
                 "DeiTForImageClassificationWithTeacher")),
+        Sample("IJepaConfig", dict(_SIZES, num_labels=5), ("IJepaModel", "IJepaForImageClassification")),
+        Sample("ViTMSNConfig", dict(_SIZES, num_labels=5), ("ViTMSNModel", "ViTMSNForImageClassification")),
     ),
 )

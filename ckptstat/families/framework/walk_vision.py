@@ -4,7 +4,8 @@ recorded while its op is written, so the expected tensors and the op template co
 such walk meets: the Conv2d patch embedding (`conv`; `conv_strided` the convnets': ResNet's, ConvNeXt's and MobileNet's,
 grouped and TF-padded where they are, with `batchnorm` and `positive_lists`), learned tokens and positions
 (`Recorder.params`), and the pre-LayerNorm encoder layers (`encoder_layers`) under each modeling file's names
-(`LayerPaths`), their variants typed in an `EncoderLayer`: DINOv2's layer scale and SwiGLU MLP."""
+(`LayerPaths`), their variants typed in an `EncoderLayer`: DINOv2's (and BEiT's) layer scale, DINOv2's SwiGLU MLP,
+BEiT's bias-free key."""
 from __future__ import annotations
 
 import math
@@ -111,6 +112,7 @@ class EncoderLayer:
     # output before each residual add (DINOv2's Dinov2LayerScale); the residual adds are counted there, else in the MLP norm
     layer_scale: bool = False
     mlp: MLPKind = "plain"
+    k_bias: bool = True   # false: the key projection has no bias whatever qkv_bias says (BEiT's, Data2VecVision's)
 
     def __post_init__(self) -> None:
         if self.mlp not in get_args(MLPKind):
@@ -126,8 +128,8 @@ def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads
     p, B = lay.paths, w.B
     tok, at = (B.b, n), f"{p.layers}.{{bid}}."
     w.norm(at + p.attn_in, tok, h, L, residual=False)
-    for m in (p.q, p.k, p.v):
-        w.linear(f"{at}{p.attn}.{m}", tok, h, h, qkv_bias, L)
+    for m, bias in ((p.q, qkv_bias), (p.k, qkv_bias and lay.k_bias), (p.v, qkv_bias)):
+        w.linear(f"{at}{p.attn}.{m}", tok, h, h, bias, L)
     B.attention(w.label(at + p.attn, L), w.bucket, heads, n, n, h // heads, L, causal=causal)
     w.linear(at + p.o, tok, h, h, True, L)
     if lay.layer_scale:
