@@ -22,8 +22,8 @@ from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
+from .torch_load import ZIP_FORMAT, Trace, finish, trace
 from .torch_load import scan as scan_file
-from .torch_load import trace
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
@@ -232,11 +232,13 @@ def _scan_local(path: str) -> dict[str, Any]:
     if by_own is not None:
         return by_own
     torch_report: dict[str, Any] | None = None
+    t: Trace | None = None
     try:
-        torch_report = scan_file(path)
+        t = trace(path)
+        torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
-    other = scan_other(path)
+    other = scan_other(path, torch_archive=t is not None and t.format == ZIP_FORMAT and not t.raises)
     if other is None and (torch_report is None or _extension_codes_only(torch_report)):
         with open_regular(path) as f:
             head = f.read(_HEAD)

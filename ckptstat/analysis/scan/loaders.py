@@ -45,7 +45,7 @@ from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
-from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
+from ...formats.numpy_npy import MAGIC, MAX_HEADER, MAX_MEMBERS, _header
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource
@@ -92,11 +92,13 @@ def _npy(t: Trace, f: IO[bytes], size: int) -> None:
         t.notes.append("its dtype holds no Python objects: np.load reads no pickle")
 
 
-def _npz(t: Trace, f: IO[bytes], size: int, zf: zipfile.ZipFile) -> None:
+def _npz(t: Trace, f: IO[bytes], size: int, members: list[zipfile.ZipInfo]) -> None:
+    """np.load's NpzFile: `npz[key]` hands any member whose bytes start with the .npy magic to read_array, whatever
+    its name (`members`, npy_members); the others come back as bytes."""
     t.format = "numpy (npz)"
-    members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
     if len(members) > MAX_MEMBERS:   # the reader's own bound (formats/numpy_npy.py): never walked one by one
-        t.unknown.append(f"the archive lists {len(members):,} .npy members; scan walks at most {MAX_MEMBERS:,}")
+        t.unknown.append(f"the archive lists {len(members):,} members np.load may read as arrays; scan walks at most "
+                         f"{MAX_MEMBERS:,}")
         return
     plain = 0
     for info in members:
@@ -120,6 +122,30 @@ def _npz(t: Trace, f: IO[bytes], size: int, zf: zipfile.ZipFile) -> None:
         plain += not _walk_array(t, f, info.filename, head, None, inflated)
     if plain:
         t.notes.append(f"{plain} member(s) of dtypes without Python objects: np.load reads no pickle for them")
+
+
+def npy_members(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
+    """The members of a zip that np.load's NpzFile reads as arrays: those named `*.npy` and every other whose first
+    bytes are the .npy magic (numpy/lib/_npyio_impl.py `NpzFile.__getitem__` looks at the bytes, not the name),
+    read as NpzFile reads them (zipfile; a few bytes inflated). One zipfile cannot open, numpy cannot read either."""
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:   # each looked into costs an open: past the reader's bound, _npz says unknown
+        return infos
+    found = []
+    for info in infos:
+        if info.filename.endswith(".npy"):
+            found.append(info)
+            continue
+        try:
+            with zf.open(info) as member:
+                head = member.read(len(MAGIC))
+        except CkptstatError:   # a read error, not the file's fault
+            raise
+        except Exception:  # noqa: BLE001 - BadZipFile, NotImplementedError, zlib/lzma errors: np.load raises too
+            continue
+        if head == MAGIC:
+            found.append(info)
+    return found
 
 
 def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
@@ -365,7 +391,7 @@ def training_args_note(path: str, r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _names_may_be_keras_or_npz(f: IO[bytes], size: int) -> bool:
+def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
     """Whether the central directory's raw bytes hold `config.json` and `model.weights.h5`, or `.npy`: names
     are stored as raw bytes there and these are ASCII, so without them no name zipfile decodes can be one of
     them. Spares a torch zip of 500k entries a second parse of its directory (torch's scan parses it)."""
@@ -382,8 +408,11 @@ def _names_may_be_keras_or_npz(f: IO[bytes], size: int) -> bool:
     return b".npy" in cd or (b"config.json" in cd and b"model.weights.h5" in cd)
 
 
-def scan_other(path: str) -> dict[str, Any] | None:
-    """The scan report of a numpy or Keras file, or None when `path` is neither (torch.load's path then)."""
+def scan_other(path: str, torch_archive: bool = False) -> dict[str, Any] | None:
+    """The scan report of a numpy or Keras file, or None when `path` is neither (torch.load's path then).
+    np.load reads every zip as an `.npz` (NpzFile), whose members with the .npy magic are arrays whatever their
+    names (npy_members): a zip is judged so when it holds such a member, and, for speed, a zip torch.load reads as
+    a torch archive (`torch_archive`) is looked into only when its name or its directory's names say numpy."""
     with reading(path), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(4)
@@ -393,7 +422,9 @@ def scan_other(path: str) -> dict[str, Any] | None:
             return _numpy_report(t)
         if head == b"\x89HDF":
             return _keras_h5(path, f)
-        if head != b"PK\x03\x04" or not _names_may_be_keras_or_npz(f, size):
+        if head != b"PK\x03\x04":
+            return None
+        if torch_archive and not path.lower().endswith(".npz") and not _names_say_numpy_or_keras(f, size):
             return None
         try:
             zf = zip_open(path, f)
@@ -402,8 +433,9 @@ def scan_other(path: str) -> dict[str, Any] | None:
         names = zf.namelist()
         if "config.json" in names and "model.weights.h5" in names:
             return _keras(path, zf)
-        if names and all(n.endswith(".npy") for n in names):
+        members = npy_members(zf)
+        if members or names and all(n.endswith(".npy") for n in names):
             t = Trace(path)
-            _npz(t, f, size, zf)
+            _npz(t, f, size, members)
             return _numpy_report(t)
     return None

@@ -37,6 +37,7 @@ from ...formats.torch.zipdir import central_directory
 SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
 MAX_TAR_MEMBERS = 100_000
+ZIP_FORMAT = "zip (torch.save)"
 HEAD = 256                       # first bytes kept (a DCP .metadata is told by them: formats/dcp `is_metadata_head`)
 _LEGACY_PICKLES = ("magic number", "protocol version", "sys_info", "object", "storage keys")
 
@@ -125,7 +126,7 @@ def _walk_member(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, reach
 
 
 def _zip(t: Trace, f: IO[bytes], size: int) -> None:
-    t.format = "zip (torch.save)"
+    t.format = ZIP_FORMAT
     infos, refusal = central_directory(f, size, MAX_ZIP_ENTRIES)
     if refusal is not None:
         if refusal.startswith("more than"):
