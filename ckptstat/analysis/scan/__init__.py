@@ -94,7 +94,9 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
     """(relative path, path) of each regular file under `root` to judge, once per real file, in walk order; what
     is not followed goes to `skipped`. A file reached by several names is judged under the first whose extension
     says pickle (a Hugging Face cache's `snapshots/<rev>/pytorch_model.bin` rather than its `blobs/<sha>`), else
-    its first name: torch.load is given a name, and judges `*.safetensors` by it."""
+    its first name not ending in `.safetensors`, else its first: torch.load is given a name, and hands
+    `*.safetensors` to safetensors by it, so a pickle behind `model.safetensors` is still torch.load's through a
+    link `model_best.pth.tar` to it."""
     real_root = os.path.realpath(root)
     names: dict[str, list[tuple[str, str]]] = {}
     for folder, dirs, files in os.walk(root, followlinks=False):
@@ -119,7 +121,8 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
                 skipped.append({"path": rel, "why": "not a regular file"})
                 continue
             names.setdefault(real, []).append((rel, p))
-    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)), found[0]) for found in names.values()]
+    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)),
+                   next((n for n in found if not n[0].endswith(".safetensors")), found[0])) for found in names.values()]
     return sorted(chosen, key=lambda n: _walk_order(n[0].replace(os.sep, "/")))
 
 
