@@ -98,3 +98,54 @@ def test_a_plain_zip_of_arrays_and_text_is_safe(tmp_path):
     assert r["status"] == "safe" and r["format"] == "numpy (npz)", r
     _zip(str(tmp_path / "docs.zip"), {"README": b"\x93NUMP", "b/c.txt": b"hello"})
     assert [f["path"] for f in scan_path(str(tmp_path))["files"]] == ["mixed.npz"]
+
+
+def _npy_with_header(header: str, body: bytes, major: int = 1) -> bytes:
+    """An .npy stream as numpy lays it out (magic, version, length, header padded to 64 bytes), `header` as given."""
+    fixed = 10 if major == 1 else 12
+    text = header.encode("latin1")
+    text += b" " * (-(fixed + len(text) + 1) % 64) + b"\n"
+    length = len(text).to_bytes(2 if major == 1 else 4, "little")
+    return b"\x93NUMPY" + bytes([major, 0]) + length + text + body
+
+
+def _object_pickle(marker: str) -> bytes:
+    """What np.save writes after the header of a one-element object array holding a hostile object."""
+    raw = _hostile(marker)
+    f = io.BytesIO(raw)
+    np.lib.format.read_magic(f)
+    np.lib.format.read_array_header_1_0(f)
+    return f.read()
+
+
+HEADERS = {   # name -> (header, major): np.load(allow_pickle=True) reads each; np.load's default refuses the long one
+    "python2_long.npy": ("{'descr': '|O', 'fortran_order': False, 'shape': (2L,), }", 1),
+    "long_header.npy": ("{'descr': '|O', 'fortran_order': False, 'shape': (2,), }" + " " * 20_000, 2),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HEADERS))
+def test_headers_np_load_reads_with_allow_pickle_are_read(tmp_path, name):
+    """np.load(allow_pickle=True) lifts max_header_size (read_array) and strips a Python 2 header's `L`s: scan refused
+    both headers ("more than numpy reads", "not a Python literal": exit 2) while np.load ran the pickle after them."""
+    marker = str(tmp_path / "RAN")
+    header, major = HEADERS[name]
+    data = _npy_with_header(header, _object_pickle(marker), major)
+    path = tmp_path / name
+    path.write_bytes(data)
+    assert np_load_runs(str(path), marker)
+    npz = _zip(str(tmp_path / "in.npz"), {"a.npy": data}, zipfile.ZIP_DEFLATED)
+    assert np_load_runs(npz, marker)
+    for p in (str(path), npz):
+        r = scan_path(p)
+        assert r["status"] == "unsafe" and r["unsafe_globals"] == ["posix.mkdir"], r
+    assert not os.path.exists(marker)
+
+
+def test_a_python2_header_reads_as_numpy_reads_it(cli, tmp_path):
+    values = np.arange(6, dtype="<f4")
+    path = tmp_path / "py2.npy"
+    path.write_bytes(_npy_with_header("{'descr': '<f4', 'fortran_order': False, 'shape': (2L, 3L), }", values.tobytes()))
+    want = np.load(path)
+    rc, out, _ = cli("tensors", str(path), "--json")
+    assert rc == 0 and [t["shape"] for t in json.loads(out)["tensors"]] == [list(want.shape)], out

@@ -45,10 +45,10 @@ from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
-from ...formats.numpy_npy import MAGIC, MAX_HEADER, MAX_MEMBERS, _header
+from ...formats.numpy_npy import MAGIC, MAX_MEMBERS, _header, header_end
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
-from ...formats.torch.streams import FileWindow, InflateSource
+from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings
@@ -60,6 +60,7 @@ NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._cor
 # What np.save's pickle of an object array imports: that, and numpy scalars.
 NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 MAX_CONFIG = 16 << 20
+SCAN_HEADER = 16 << 20   # an .npy header scan reads (np.load(allow_pickle=True) reads any: read_array's max_header_size)
 
 
 def _has_objects(descr: object) -> bool:
@@ -72,9 +73,18 @@ def _has_objects(descr: object) -> bool:
         return False
 
 
-def _walk_array(t: Trace, f: IO[bytes], member: str, head: bytes, start: int | None, src_of: Any) -> bool:
-    """Walk the pickle of one .npy stream's object array; False when its dtype holds no objects (no pickle)."""
-    at, header = _header(t.path, head, member)
+def _walk_array(t: Trace, member: str, head_src: Source, start: int | None, src_of: Any) -> bool:
+    """Walk the pickle of one .npy stream's object array (`head_src` reads the stream from its start); False when its
+    dtype holds no objects (no pickle). np.load(allow_pickle=True) lifts max_header_size (numpy's read_array) and
+    reads a Python 2 header's `3L`: any header is read, as far as SCAN_HEADER (past it the verdict is unknown)."""
+    first = head_src.read(min(12, head_src.left()))
+    rest = header_end(first) - len(first)
+    if rest > SCAN_HEADER:
+        t.unknown.append(f"{member}: a .npy header of {rest + len(first):,} bytes, which np.load(allow_pickle=True) "
+                         f"reads; scan reads at most {SCAN_HEADER:,}")
+        return True
+    head = first + head_src.read(min(max(rest, 0), head_src.left()))
+    at, header = _header(t.path, head, member, SCAN_HEADER)
     if not _has_objects(header["descr"]):
         return False
     w = walk(src_of(at), member, None if start is None else start + at)
@@ -86,9 +96,7 @@ def _walk_array(t: Trace, f: IO[bytes], member: str, head: bytes, start: int | N
 
 def _npy(t: Trace, f: IO[bytes], size: int) -> None:
     t.format = "numpy (npy)"
-    f.seek(0)
-    head = f.read(12 + MAX_HEADER)
-    if not _walk_array(t, f, os.path.basename(t.path), head, 0, lambda at: FileWindow(f, at, size - at)):
+    if not _walk_array(t, os.path.basename(t.path), FileWindow(f, 0, size), 0, lambda at: FileWindow(f, at, size - at)):
         t.notes.append("its dtype holds no Python objects: np.load reads no pickle")
 
 
@@ -104,22 +112,19 @@ def _npz(t: Trace, f: IO[bytes], size: int, members: list[zipfile.ZipInfo]) -> N
     for info in members:
         start = data_offset(t.path, f, info, size)
         if info.compress_type == zipfile.ZIP_STORED:
-            f.seek(start)
-            head = f.read(min(info.file_size, 12 + MAX_HEADER))
-            plain += not _walk_array(t, f, info.filename, head, start,
+            plain += not _walk_array(t, info.filename, FileWindow(f, start, info.file_size), start,
                                      lambda at, s=start, n=info.file_size: FileWindow(f, s + at, n - at))
             continue
         if info.compress_type != zipfile.ZIP_DEFLATED:
             t.unknown.append(f"{info.filename}: compression method {info.compress_type}, which scan does not follow")
             continue
-        src = InflateSource(f, start, info.compress_size, info.file_size)
-        head = src.read(min(info.file_size, 12 + MAX_HEADER))
 
         def inflated(at: int, s: int = start, i: zipfile.ZipInfo = info) -> InflateSource:
             out = InflateSource(f, s, i.compress_size, i.file_size)
             out.read(at)
             return out
-        plain += not _walk_array(t, f, info.filename, head, None, inflated)
+        plain += not _walk_array(t, info.filename, InflateSource(f, start, info.compress_size, info.file_size), None,
+                                 inflated)
     if plain:
         t.notes.append(f"{plain} member(s) of dtypes without Python objects: np.load reads no pickle for them")
 
