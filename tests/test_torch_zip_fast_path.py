@@ -61,6 +61,7 @@ def test_scan_parses_a_torch_zip_directory_once(tmp_path, monkeypatch):
 
     from ckptstat.analysis.scan import loaders as loader_scan
     from ckptstat.analysis.scan import scan_path
+    from ckptstat.analysis.scan.torch_load import trace
 
     path, _ = _saved(tmp_path, 10)
     before = scan_path(path)
@@ -71,7 +72,7 @@ def test_scan_parses_a_torch_zip_directory_once(tmp_path, monkeypatch):
     parsed: list[str] = []
     real = loader_scan.zip_open
     monkeypatch.setattr(loader_scan, "zip_open", lambda p, f: parsed.append(p) or real(p, f))
-    assert loader_scan.scan_other(path, torch_archive=True) is None and not parsed
+    assert loader_scan.scan_other(path, trace(path)) is None and not parsed
     assert scan_path(path) == before and not parsed
     assert loader_scan.scan_other(str(tmp_path / "a.npz"))["format"] == "numpy (npz)"
     assert loader_scan.scan_other(str(tmp_path / "m.keras"))["format"] == "keras (zip)"

@@ -22,7 +22,7 @@ from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
-from .torch_load import ZIP_FORMAT, Trace, finish, trace
+from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
@@ -241,7 +241,7 @@ def _scan_local(path: str) -> dict[str, Any]:
         torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
-    other = scan_other(path, torch_archive=t is not None and t.format == ZIP_FORMAT and not t.raises)
+    other = scan_other(path, t)
     if other is None and (torch_report is None or _extension_codes_only(torch_report)):
         with open_regular(path) as f:
             head = f.read(_HEAD)

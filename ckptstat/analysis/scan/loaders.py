@@ -52,7 +52,7 @@ from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, finish, follow, report
+from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
 NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
@@ -413,11 +413,33 @@ def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
     return b".npy" in cd or (b"config.json" in cd and b"model.weights.h5" in cd)
 
 
-def scan_other(path: str, torch_archive: bool = False) -> dict[str, Any] | None:
-    """The scan report of a numpy or Keras file, or None when `path` is neither (torch.load's path then).
+def _pickle_at_zero(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
+    """pickle.load and np.load(allow_pickle=True) (a file neither .npy nor zip) unpickle a file from byte 0, as
+    torch.load does unless the file opens as a tar (torch < 0.4's format: it reads the members' pickles instead). So
+    a tar whose first member's name is a pickle runs under those loaders, never under torch.load: walked here when
+    torch.load took the tar; None when byte 0 holds no whole pickle (a real torch tar's `storages` name)."""
+    t = Trace(path)
+    w = walk(FileWindow(f, 0, size), "pickle at byte 0", 0)
+    if w.failure:
+        return None
+    t.reach(w)
+    r = _numpy_report(t)
+    loaders = "pickle.load and np.load(allow_pickle=True)"
+    r["format"] = "pickle (a tar to torch.load)"
+    r["torch_load"] = f"not torch.load's, which reads the file as a tar: {loaders} unpickle it from byte 0"
+    r["verdict"] = r["verdict"].replace("np.load(allow_pickle=True)", loaders)
+    for fd in [*r["findings"], *(fd for p in r["pickles"] for fd in p["findings"])]:
+        fd["why"] = f"{loaders} import it (and may call it)"
+    return r
+
+
+def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
+    """The scan report of a numpy or Keras file, or of a pickle torch.load does not read (`_pickle_at_zero`), or None
+    when `path` is none of these (torch.load's path then); `traced`, torch.load's trace of it, when there is one.
     np.load reads every zip as an `.npz` (NpzFile), whose members with the .npy magic are arrays whatever their
     names (npy_members): a zip is judged so when it holds such a member, and, for speed, a zip torch.load reads as
-    a torch archive (`torch_archive`) is looked into only when its name or its directory's names say numpy."""
+    a torch archive is looked into only when its name or its directory's names say numpy."""
+    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     with reading(path), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(4)
@@ -425,6 +447,8 @@ def scan_other(path: str, torch_archive: bool = False) -> dict[str, Any] | None:
             t = Trace(path)
             _npy(t, f, size)
             return _numpy_report(t)
+        if traced is not None and traced.format == TAR_FORMAT:
+            return _pickle_at_zero(path, f, size)
         if head == b"\x89HDF":
             return _keras_h5(path, f)
         if head != b"PK\x03\x04":

@@ -38,6 +38,7 @@ SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
 MAX_TAR_MEMBERS = 100_000
 ZIP_FORMAT = "zip (torch.save)"
+TAR_FORMAT = "tar (torch < 0.4)"
 HEAD = 256                       # first bytes kept (a DCP .metadata is told by them: formats/dcp `is_metadata_head`)
 _LEGACY_PICKLES = ("magic number", "protocol version", "sys_info", "object", "storage keys")
 
@@ -284,7 +285,7 @@ def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
     except Exception as e:  # noqa: BLE001 - not a TarError: torch.load raises it
         t.raises = f"torch.load raises reading it as a tar ({type(e).__name__})"
         return True
-    t.format = "tar (torch < 0.4)"
+    t.format = TAR_FORMAT
     t.refuse_weights_only("the legacy .tar format (weights_only=True refuses it)")
     try:
         count = 0
