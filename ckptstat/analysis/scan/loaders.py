@@ -60,6 +60,10 @@ NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._cor
 # What np.save's pickle of an object array imports: that, and numpy scalars.
 NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 MAX_CONFIG = 16 << 20
+# keras.saving.load_model rebuilds the model from a `.keras` zip's config.json (running a Lambda with safe_mode=False)
+# before it looks for these weights (saving_lib.py `_load_model_from_fileobj`): a zip named otherwise is Keras' when
+# it holds one of them beside config.json (a saved archive renamed).
+KERAS_WEIGHTS = frozenset({"model.weights.h5", "model.weights.npz"})
 SCAN_HEADER = 16 << 20   # an .npy header scan reads (np.load(allow_pickle=True) reads any: read_array's max_header_size)
 
 
@@ -397,7 +401,7 @@ def training_args_note(path: str, r: dict[str, Any]) -> dict[str, Any]:
 
 
 def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
-    """Whether the central directory's raw bytes hold `config.json` and `model.weights.h5`, or `.npy`: names
+    """Whether the central directory's raw bytes hold `config.json` and a KERAS_WEIGHTS name, or `.npy`: names
     are stored as raw bytes there and these are ASCII, so without them no name zipfile decodes can be one of
     them. Spares a torch zip of 500k entries a second parse of its directory (torch's scan parses it)."""
     f.seek(0)
@@ -410,7 +414,7 @@ def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
         return True
     f.seek(start)
     cd = f.read(cd_size)
-    return b".npy" in cd or (b"config.json" in cd and b"model.weights.h5" in cd)
+    return b".npy" in cd or (b"config.json" in cd and any(n.encode() in cd for n in KERAS_WEIGHTS))
 
 
 def _pickle_at_zero(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
@@ -453,14 +457,16 @@ def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
             return _keras_h5(path, f)
         if head != b"PK\x03\x04":
             return None
-        if torch_archive and not path.lower().endswith(".npz") and not _names_say_numpy_or_keras(f, size):
+        keras_named = path.lower().endswith(".keras")
+        if torch_archive and not keras_named and not path.lower().endswith(".npz") and \
+                not _names_say_numpy_or_keras(f, size):
             return None
         try:
             zf = zip_open(path, f)
         except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it (and the remote scan says the same)
             return None
         names = zf.namelist()
-        if "config.json" in names and "model.weights.h5" in names:
+        if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
             return _keras(path, zf)
         members = npy_members(zf)
         if members or names and all(n.endswith(".npy") for n in names):
