@@ -222,3 +222,42 @@ def test_keras_archives_without_model_weights_h5_are_keras(tmp_path):
         assert r["status"] == "unsafe" and r["format"] == "keras (zip)" and "Lambda" in r["unsafe_globals"][0], r
     tree = scan_path(str(tmp_path / "models"))
     assert {f["path"]: f["status"] for f in tree["files"]} == dict.fromkeys(variants, "unsafe")
+
+
+_USERBLOCK_H5 = '''import os, sys, h5py, keras
+d, marker = sys.argv[1], sys.argv[2]
+f = eval(f"lambda x: (__import__('os').makedirs({marker!r}, exist_ok=True), x)[1]")
+inp = keras.Input((3,))
+keras.Model(inp, keras.layers.Lambda(f)(inp)).save(os.path.join(d, "saved.h5"))
+os.rmdir(marker)
+with h5py.File(os.path.join(d, "saved.h5"), "r") as src, \\
+        h5py.File(os.path.join(d, "models", "model.h5"), "w", userblock_size=512) as dst:
+    for k, v in src.attrs.items():
+        dst.attrs[k] = v
+    for k in src:
+        src.copy(src[k], dst, name=k)
+'''
+
+
+def test_a_keras_h5_after_a_user_block_is_keras(tmp_path):
+    """HDF5 finds its superblock at byte 0 or after a user block (512, 1024, ...): a Keras 2 `.h5` whose Lambda model
+    sits after a 512-byte user block was read as torch.load reads it ("the tar has no 'storages' member", exit 2;
+    sixth red-team pass). Oracle: keras writes the model, h5py copies it behind a user block, and keras' own
+    load_model(safe_mode=False) of the copy creates the marker folder."""
+    import subprocess
+
+    from ckptstat.analysis.scan import scan_path
+
+    marker = str(tmp_path / "RAN")
+    (tmp_path / "models").mkdir()
+    env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", _USERBLOCK_H5, str(tmp_path), marker], env=env, check=True,
+                   capture_output=True, timeout=300)
+    path = tmp_path / "models" / "model.h5"
+    assert path.read_bytes()[:4] != b"\x89HDF"
+    subprocess.run([sys.executable, "-c", _LOAD, str(path)], env=env, capture_output=True, timeout=300)
+    assert os.path.isdir(marker)
+    os.rmdir(marker)
+    r = scan_path(str(path))
+    assert r["status"] == "unsafe" and r["format"] == "keras (h5)" and "Lambda" in r["unsafe_globals"][0], r
+    assert [(f["path"], f["status"]) for f in scan_path(str(tmp_path / "models"))["files"]] == [("model.h5", "unsafe")]

@@ -437,6 +437,21 @@ def _pickle_at_zero(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None
     return r
 
 
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5(f: IO[bytes], size: int) -> bool:
+    """Whether HDF5 (h5py, so Keras' load_model of a `.h5`) opens the file: its superblock's signature at byte 0, or
+    after a user block, at 512, 1024, 2048, ... (the HDF5 format's search; the user block may hold anything)."""
+    at = 0
+    while at + len(HDF5_SIGNATURE) <= size:
+        f.seek(at)
+        if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+            return True
+        at = max(512, 2 * at)
+    return False
+
+
 def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
     """The scan report of a numpy or Keras file, or of a pickle torch.load does not read (`_pickle_at_zero`), or None
     when `path` is none of these (torch.load's path then); `traced`, torch.load's trace of it, when there is one.
@@ -451,9 +466,10 @@ def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
             t = Trace(path)
             _npy(t, f, size)
             return _numpy_report(t)
-        if traced is not None and traced.format == TAR_FORMAT:
-            return _pickle_at_zero(path, f, size)
-        if head == b"\x89HDF":
+        at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
+        if at_zero is not None:
+            return at_zero
+        if _hdf5(f, size):
             return _keras_h5(path, f)
         if head != b"PK\x03\x04":
             return None
