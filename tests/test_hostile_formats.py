@@ -638,7 +638,7 @@ def test_npz_scan_is_bounded_by_the_member_count(cli, tmp_path, monkeypatch):
     np.savez(tmp_path / "many.npz", a=np.ones(2), b=np.ones(2), c=np.ones(2))
     rc, out, _ = cli("scan", str(tmp_path / "many.npz"), "--json")
     r = json.loads(out)
-    assert rc == 1 and r["status"] == "unknown" and "3 .npy members" in r["unknown"][0] and len(r["notes"]) <= 1
+    assert rc == 1 and r["status"] == "unknown" and "3 members" in r["unknown"][0] and len(r["notes"]) <= 1
 
 
 def test_saved_model_variables_never_read_outside(cli, tmp_path, opened):

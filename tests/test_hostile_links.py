@@ -10,7 +10,7 @@ import os
 import numpy as np
 import pytest
 from hf_cache import hf_repo, hostile_blobs
-from polyglots import Mkdir, torch_bytes, torch_load_runs
+from polyglots import Mkdir, payload, torch_bytes, torch_load_runs
 from safetensors.numpy import save_file
 
 from ckptstat import open_checkpoint
@@ -229,3 +229,18 @@ def test_audit_of_the_whole_cache_names_snapshot_files_beside_their_config(tmp_p
     rec = recs[str(snap / "model.safetensors")]
     assert rec["parameters"] == sum(p.numel() for p in model.parameters())
     assert rec["config"]["verdict"] == "match" and rec["config"]["model"] == "LlamaForCausalLM"
+
+
+def test_a_pickle_named_safetensors_is_judged_under_its_other_name(tmp_path):
+    """torch.load hands a path ending in `.safetensors` to safetensors, and reads any other name's bytes: a pickle
+    stored as `a.safetensors` with a link `model_best.pth.tar` to it was judged under the first name alone, "no
+    pickle", so a folder scan listed nothing and exited 0 (sixth red-team pass). Oracle: torch.load of the link runs it."""
+    marker = str(tmp_path / "RAN")
+    d = tmp_path / "run"
+    d.mkdir()
+    (d / "a.safetensors").write_bytes(b"\x80\x02" + payload(marker))
+    os.symlink("a.safetensors", d / "model_best.pth.tar")
+    assert torch_load_runs(str(d / "model_best.pth.tar"), marker)
+    r = scan_path(str(d))
+    assert [(f["path"], f["status"]) for f in r["files"]] == [("model_best.pth.tar", "unsafe")], r
+    assert exit_code(r) == 1 and not os.path.exists(marker)

@@ -106,3 +106,39 @@ def test_a_folder_url_lists_them_as_the_local_folder_scan_does(files, tmp_path, 
     capsys.readouterr()
     assert {f["path"]: f["status"] for f in remote["files"]} == {n: "unsafe" for n in CASES}
     assert remote["files"] == local["files"] and remote["totals"] == local["totals"]
+
+
+def test_a_tar_whose_first_name_is_a_pickle(tmp_path):
+    """pickle.load (and np.load(allow_pickle=True): neither .npy nor zip) unpickle a file from byte 0, where a tar
+    holds its first member's name; torch.load reads a tar as torch < 0.4's format and raises (no `storages`). scan
+    followed torch.load only: "the tar has no 'storages' member", exit 2 (sixth red-team pass). Oracle: the real
+    pickle.load and np.load create the payload's folder; torch.load does not."""
+    import io
+    import subprocess
+    import sys
+    import tarfile
+
+    from polyglots import payload, torch_load_runs
+
+    marker = str(tmp_path / "RAN")
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        member = tarfile.TarInfo(payload(marker).decode())
+        member.size = 5
+        tar.addfile(member, io.BytesIO(b"hello"))
+    d = tmp_path / "run"
+    d.mkdir()
+    path = str(d / "model.pkl")
+    with open(path, "wb") as f:
+        f.write(buf.getvalue())
+    for load in ("import pickle, sys; pickle.load(open(sys.argv[1], 'rb'))",
+                 "import numpy, sys; numpy.load(sys.argv[1], allow_pickle=True)"):
+        subprocess.run([sys.executable, "-c", load, path], capture_output=True, timeout=120)
+        assert os.path.isdir(marker), load
+        os.rmdir(marker)
+    assert not torch_load_runs(path, marker)
+    r = scan_path(path)
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["os.mkdir"] and "pickle.load" in r["verdict"], r
+    tree = scan_path(str(d))
+    assert [(f["path"], f["status"]) for f in tree["files"]] == [("model.pkl", "unsafe")] and exit_code(tree) == 1
+    assert not os.path.exists(marker)

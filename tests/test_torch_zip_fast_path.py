@@ -54,12 +54,14 @@ def test_in_memory_pickle_reads_as_streamed_and_as_torch(tmp_path, monkeypatch):
 
 
 def test_scan_parses_a_torch_zip_directory_once(tmp_path, monkeypatch):
-    """scan_other (numpy / Keras) looks at the central directory's raw bytes before parsing it: a torch zip
-    is left to torch's scan, whose verdict is unchanged; .npz and .keras archives are still recognised."""
+    """scan_other (numpy / Keras) looks at the central directory's raw bytes before parsing a zip torch.load reads
+    as a torch archive: it is left to torch's scan, whose verdict is unchanged; .npz and .keras archives are still
+    recognised (and any other zip is looked into: np.load reads members by their bytes, test_scan_npz_members)."""
     import numpy as np
 
     from ckptstat.analysis.scan import loaders as loader_scan
     from ckptstat.analysis.scan import scan_path
+    from ckptstat.analysis.scan.torch_load import trace
 
     path, _ = _saved(tmp_path, 10)
     before = scan_path(path)
@@ -70,7 +72,7 @@ def test_scan_parses_a_torch_zip_directory_once(tmp_path, monkeypatch):
     parsed: list[str] = []
     real = loader_scan.zip_open
     monkeypatch.setattr(loader_scan, "zip_open", lambda p, f: parsed.append(p) or real(p, f))
-    assert loader_scan.scan_other(path) is None and not parsed
-    assert scan_path(path) == before
+    assert loader_scan.scan_other(path, trace(path)) is None and not parsed
+    assert scan_path(path) == before and not parsed
     assert loader_scan.scan_other(str(tmp_path / "a.npz"))["format"] == "numpy (npz)"
     assert loader_scan.scan_other(str(tmp_path / "m.keras"))["format"] == "keras (zip)"

@@ -15,8 +15,10 @@ streams through the same reader as a recompressed torch record (formats/torch/zi
 from __future__ import annotations
 
 import ast
+import io
 import os
 import struct
+import tokenize
 import zipfile
 from typing import IO
 
@@ -37,8 +39,37 @@ NUMPY_TYPES = {
 }
 
 
-def _header(path: str, data: bytes, what: str) -> tuple[int, dict[str, object]]:
-    """(offset of the values, the header dict) from the first bytes of a .npy stream."""
+def header_end(data: bytes) -> int:
+    """Where the header of a .npy stream starting with `data` (its first 12 bytes at least) ends; 0 when the magic
+    or the version is not numpy's (`_header` then says which)."""
+    if data[:6] != MAGIC or len(data) < 12 or data[6] not in (1, 2, 3):
+        return 0
+    return int(10 + struct.unpack_from("<H", data, 8)[0] if data[6] == 1 else 12 + struct.unpack_from("<I", data, 8)[0])
+
+
+def _py2_longs(text: str) -> str:
+    """A Python 2 header's `3L` as `3`: numpy's own `_filter_header` (tokens, never eval), which np.load applies to
+    a version 1.0 or 2.0 header that is not a literal as written."""
+    tokens, number = [], False
+    for tok in tokenize.generate_tokens(io.StringIO(text).readline):
+        if not (number and tok.type == tokenize.NAME and tok.string == "L"):
+            tokens.append(tok)
+        number = tok.type == tokenize.NUMBER
+    return tokenize.untokenize(tokens)
+
+
+def _literal(text: str, major: int) -> object:
+    try:
+        return ast.literal_eval(text)
+    except SyntaxError:
+        if major > 2:
+            raise
+    return ast.literal_eval(_py2_longs(text))
+
+
+def _header(path: str, data: bytes, what: str, limit: int = MAX_HEADER) -> tuple[int, dict[str, object]]:
+    """(offset of the values, the header dict) from the first bytes of a .npy stream; a header longer than `limit`
+    is refused (np.load's max_header_size, which allow_pickle=True lifts)."""
     if data[:6] != MAGIC or len(data) < 10:
         raise CorruptCheckpointError(path, f"{what}: no .npy magic (\\x93NUMPY)")
     major = data[6]
@@ -50,14 +81,14 @@ def _header(path: str, data: bytes, what: str) -> tuple[int, dict[str, object]]:
         (n,), start = struct.unpack_from("<I", data, 8), 12
     else:
         raise CorruptCheckpointError(path, f"{what}: .npy version {major}.{data[7]} (1.0, 2.0 and 3.0 exist)")
-    if n > MAX_HEADER:
-        raise CorruptCheckpointError(path, f"{what}: .npy header of {n:,} bytes, more than numpy reads ({MAX_HEADER:,})")
+    if n > limit:
+        raise CorruptCheckpointError(path, f"{what}: .npy header of {n:,} bytes, more than numpy reads ({limit:,})")
     if start + n > len(data):
         raise CorruptCheckpointError(path, f"{what}: .npy header of {n:,} bytes runs past the end")
     text = data[start:start + n].decode("utf-8" if major == 3 else "latin1")
     try:
-        header = ast.literal_eval(text)
-    except (ValueError, SyntaxError, MemoryError, RecursionError):
+        header = _literal(text, major)
+    except (ValueError, SyntaxError, MemoryError, RecursionError, tokenize.TokenError):
         raise CorruptCheckpointError(path, f"{what}: .npy header is not a Python literal") from None
     if not isinstance(header, dict) or set(header) != {"descr", "fortran_order", "shape"}:
         raise CorruptCheckpointError(path, f"{what}: .npy header is not a dict of descr, fortran_order and shape")

@@ -22,8 +22,8 @@ from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from ...formats.msgpack_walk import looks_like_flax
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
+from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
-from .torch_load import trace
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
@@ -94,7 +94,9 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
     """(relative path, path) of each regular file under `root` to judge, once per real file, in walk order; what
     is not followed goes to `skipped`. A file reached by several names is judged under the first whose extension
     says pickle (a Hugging Face cache's `snapshots/<rev>/pytorch_model.bin` rather than its `blobs/<sha>`), else
-    its first name: torch.load is given a name, and judges `*.safetensors` by it."""
+    its first name not ending in `.safetensors`, else its first: torch.load is given a name, and hands
+    `*.safetensors` to safetensors by it, so a pickle behind `model.safetensors` is still torch.load's through a
+    link `model_best.pth.tar` to it."""
     real_root = os.path.realpath(root)
     names: dict[str, list[tuple[str, str]]] = {}
     for folder, dirs, files in os.walk(root, followlinks=False):
@@ -119,7 +121,8 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
                 skipped.append({"path": rel, "why": "not a regular file"})
                 continue
             names.setdefault(real, []).append((rel, p))
-    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)), found[0]) for found in names.values()]
+    chosen = [next((n for n in found if n[0].lower().endswith(EXTENSIONS)),
+                   next((n for n in found if not n[0].endswith(".safetensors")), found[0])) for found in names.values()]
     return sorted(chosen, key=lambda n: _walk_order(n[0].replace(os.sep, "/")))
 
 
@@ -232,11 +235,13 @@ def _scan_local(path: str) -> dict[str, Any]:
     if by_own is not None:
         return by_own
     torch_report: dict[str, Any] | None = None
+    t: Trace | None = None
     try:
-        torch_report = scan_file(path)
+        t = trace(path)
+        torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
-    other = scan_other(path)
+    other = scan_other(path, t)
     if other is None and (torch_report is None or _extension_codes_only(torch_report)):
         with open_regular(path) as f:
             head = f.read(_HEAD)

@@ -45,14 +45,14 @@ from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
-from ...formats.numpy_npy import MAX_HEADER, MAX_MEMBERS, _header
+from ...formats.numpy_npy import MAGIC, MAX_MEMBERS, _header, header_end
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
-from ...formats.torch.streams import FileWindow, InflateSource
+from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings
-from .torch_load import SCAN_SCHEMA, Trace, finish, follow, report
+from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
 NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
@@ -60,6 +60,11 @@ NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._cor
 # What np.save's pickle of an object array imports: that, and numpy scalars.
 NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
 MAX_CONFIG = 16 << 20
+# keras.saving.load_model rebuilds the model from a `.keras` zip's config.json (running a Lambda with safe_mode=False)
+# before it looks for these weights (saving_lib.py `_load_model_from_fileobj`): a zip named otherwise is Keras' when
+# it holds one of them beside config.json (a saved archive renamed).
+KERAS_WEIGHTS = frozenset({"model.weights.h5", "model.weights.npz"})
+SCAN_HEADER = 16 << 20   # an .npy header scan reads (np.load(allow_pickle=True) reads any: read_array's max_header_size)
 
 
 def _has_objects(descr: object) -> bool:
@@ -72,9 +77,18 @@ def _has_objects(descr: object) -> bool:
         return False
 
 
-def _walk_array(t: Trace, f: IO[bytes], member: str, head: bytes, start: int | None, src_of: Any) -> bool:
-    """Walk the pickle of one .npy stream's object array; False when its dtype holds no objects (no pickle)."""
-    at, header = _header(t.path, head, member)
+def _walk_array(t: Trace, member: str, head_src: Source, start: int | None, src_of: Any) -> bool:
+    """Walk the pickle of one .npy stream's object array (`head_src` reads the stream from its start); False when its
+    dtype holds no objects (no pickle). np.load(allow_pickle=True) lifts max_header_size (numpy's read_array) and
+    reads a Python 2 header's `3L`: any header is read, as far as SCAN_HEADER (past it the verdict is unknown)."""
+    first = head_src.read(min(12, head_src.left()))
+    rest = header_end(first) - len(first)
+    if rest > SCAN_HEADER:
+        t.unknown.append(f"{member}: a .npy header of {rest + len(first):,} bytes, which np.load(allow_pickle=True) "
+                         f"reads; scan reads at most {SCAN_HEADER:,}")
+        return True
+    head = first + head_src.read(min(max(rest, 0), head_src.left()))
+    at, header = _header(t.path, head, member, SCAN_HEADER)
     if not _has_objects(header["descr"]):
         return False
     w = walk(src_of(at), member, None if start is None else start + at)
@@ -86,40 +100,61 @@ def _walk_array(t: Trace, f: IO[bytes], member: str, head: bytes, start: int | N
 
 def _npy(t: Trace, f: IO[bytes], size: int) -> None:
     t.format = "numpy (npy)"
-    f.seek(0)
-    head = f.read(12 + MAX_HEADER)
-    if not _walk_array(t, f, os.path.basename(t.path), head, 0, lambda at: FileWindow(f, at, size - at)):
+    if not _walk_array(t, os.path.basename(t.path), FileWindow(f, 0, size), 0, lambda at: FileWindow(f, at, size - at)):
         t.notes.append("its dtype holds no Python objects: np.load reads no pickle")
 
 
-def _npz(t: Trace, f: IO[bytes], size: int, zf: zipfile.ZipFile) -> None:
+def _npz(t: Trace, f: IO[bytes], size: int, members: list[zipfile.ZipInfo]) -> None:
+    """np.load's NpzFile: `npz[key]` hands any member whose bytes start with the .npy magic to read_array, whatever
+    its name (`members`, npy_members); the others come back as bytes."""
     t.format = "numpy (npz)"
-    members = [i for i in zf.infolist() if i.filename.endswith(".npy")]
     if len(members) > MAX_MEMBERS:   # the reader's own bound (formats/numpy_npy.py): never walked one by one
-        t.unknown.append(f"the archive lists {len(members):,} .npy members; scan walks at most {MAX_MEMBERS:,}")
+        t.unknown.append(f"the archive lists {len(members):,} members np.load may read as arrays; scan walks at most "
+                         f"{MAX_MEMBERS:,}")
         return
     plain = 0
     for info in members:
         start = data_offset(t.path, f, info, size)
         if info.compress_type == zipfile.ZIP_STORED:
-            f.seek(start)
-            head = f.read(min(info.file_size, 12 + MAX_HEADER))
-            plain += not _walk_array(t, f, info.filename, head, start,
+            plain += not _walk_array(t, info.filename, FileWindow(f, start, info.file_size), start,
                                      lambda at, s=start, n=info.file_size: FileWindow(f, s + at, n - at))
             continue
         if info.compress_type != zipfile.ZIP_DEFLATED:
             t.unknown.append(f"{info.filename}: compression method {info.compress_type}, which scan does not follow")
             continue
-        src = InflateSource(f, start, info.compress_size, info.file_size)
-        head = src.read(min(info.file_size, 12 + MAX_HEADER))
 
         def inflated(at: int, s: int = start, i: zipfile.ZipInfo = info) -> InflateSource:
             out = InflateSource(f, s, i.compress_size, i.file_size)
             out.read(at)
             return out
-        plain += not _walk_array(t, f, info.filename, head, None, inflated)
+        plain += not _walk_array(t, info.filename, InflateSource(f, start, info.compress_size, info.file_size), None,
+                                 inflated)
     if plain:
         t.notes.append(f"{plain} member(s) of dtypes without Python objects: np.load reads no pickle for them")
+
+
+def npy_members(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
+    """The members of a zip that np.load's NpzFile reads as arrays: those named `*.npy` and every other whose first
+    bytes are the .npy magic (numpy/lib/_npyio_impl.py `NpzFile.__getitem__` looks at the bytes, not the name),
+    read as NpzFile reads them (zipfile; a few bytes inflated). One zipfile cannot open, numpy cannot read either."""
+    infos = zf.infolist()
+    if len(infos) > MAX_MEMBERS:   # each looked into costs an open: past the reader's bound, _npz says unknown
+        return infos
+    found = []
+    for info in infos:
+        if info.filename.endswith(".npy"):
+            found.append(info)
+            continue
+        try:
+            with zf.open(info) as member:
+                head = member.read(len(MAGIC))
+        except CkptstatError:   # a read error, not the file's fault
+            raise
+        except Exception:  # noqa: BLE001 - BadZipFile, NotImplementedError, zlib/lzma errors: np.load raises too
+            continue
+        if head == MAGIC:
+            found.append(info)
+    return found
 
 
 def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
@@ -365,8 +400,8 @@ def training_args_note(path: str, r: dict[str, Any]) -> dict[str, Any]:
     return r
 
 
-def _names_may_be_keras_or_npz(f: IO[bytes], size: int) -> bool:
-    """Whether the central directory's raw bytes hold `config.json` and `model.weights.h5`, or `.npy`: names
+def _names_say_numpy_or_keras(f: IO[bytes], size: int) -> bool:
+    """Whether the central directory's raw bytes hold `config.json` and a KERAS_WEIGHTS name, or `.npy`: names
     are stored as raw bytes there and these are ASCII, so without them no name zipfile decodes can be one of
     them. Spares a torch zip of 500k entries a second parse of its directory (torch's scan parses it)."""
     f.seek(0)
@@ -379,11 +414,51 @@ def _names_may_be_keras_or_npz(f: IO[bytes], size: int) -> bool:
         return True
     f.seek(start)
     cd = f.read(cd_size)
-    return b".npy" in cd or (b"config.json" in cd and b"model.weights.h5" in cd)
+    return b".npy" in cd or (b"config.json" in cd and any(n.encode() in cd for n in KERAS_WEIGHTS))
 
 
-def scan_other(path: str) -> dict[str, Any] | None:
-    """The scan report of a numpy or Keras file, or None when `path` is neither (torch.load's path then)."""
+def _pickle_at_zero(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
+    """pickle.load and np.load(allow_pickle=True) (a file neither .npy nor zip) unpickle a file from byte 0, as
+    torch.load does unless the file opens as a tar (torch < 0.4's format: it reads the members' pickles instead). So
+    a tar whose first member's name is a pickle runs under those loaders, never under torch.load: walked here when
+    torch.load took the tar; None when byte 0 holds no whole pickle (a real torch tar's `storages` name)."""
+    t = Trace(path)
+    w = walk(FileWindow(f, 0, size), "pickle at byte 0", 0)
+    if w.failure:
+        return None
+    t.reach(w)
+    r = _numpy_report(t)
+    loaders = "pickle.load and np.load(allow_pickle=True)"
+    r["format"] = "pickle (a tar to torch.load)"
+    r["torch_load"] = f"not torch.load's, which reads the file as a tar: {loaders} unpickle it from byte 0"
+    r["verdict"] = r["verdict"].replace("np.load(allow_pickle=True)", loaders)
+    for fd in [*r["findings"], *(fd for p in r["pickles"] for fd in p["findings"])]:
+        fd["why"] = f"{loaders} import it (and may call it)"
+    return r
+
+
+HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
+
+
+def _hdf5(f: IO[bytes], size: int) -> bool:
+    """Whether HDF5 (h5py, so Keras' load_model of a `.h5`) opens the file: its superblock's signature at byte 0, or
+    after a user block, at 512, 1024, 2048, ... (the HDF5 format's search; the user block may hold anything)."""
+    at = 0
+    while at + len(HDF5_SIGNATURE) <= size:
+        f.seek(at)
+        if f.read(len(HDF5_SIGNATURE)) == HDF5_SIGNATURE:
+            return True
+        at = max(512, 2 * at)
+    return False
+
+
+def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
+    """The scan report of a numpy or Keras file, or of a pickle torch.load does not read (`_pickle_at_zero`), or None
+    when `path` is none of these (torch.load's path then); `traced`, torch.load's trace of it, when there is one.
+    np.load reads every zip as an `.npz` (NpzFile), whose members with the .npy magic are arrays whatever their
+    names (npy_members): a zip is judged so when it holds such a member, and, for speed, a zip torch.load reads as
+    a torch archive is looked into only when its name or its directory's names say numpy."""
+    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     with reading(path), open_regular(path) as f:
         size = os.fstat(f.fileno()).st_size
         head = f.read(4)
@@ -391,19 +466,27 @@ def scan_other(path: str) -> dict[str, Any] | None:
             t = Trace(path)
             _npy(t, f, size)
             return _numpy_report(t)
-        if head == b"\x89HDF":
+        at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
+        if at_zero is not None:
+            return at_zero
+        if _hdf5(f, size):
             return _keras_h5(path, f)
-        if head != b"PK\x03\x04" or not _names_may_be_keras_or_npz(f, size):
+        if head != b"PK\x03\x04":
+            return None
+        keras_named = path.lower().endswith(".keras")
+        if torch_archive and not keras_named and not path.lower().endswith(".npz") and \
+                not _names_say_numpy_or_keras(f, size):
             return None
         try:
             zf = zip_open(path, f)
         except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it (and the remote scan says the same)
             return None
         names = zf.namelist()
-        if "config.json" in names and "model.weights.h5" in names:
+        if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
             return _keras(path, zf)
-        if names and all(n.endswith(".npy") for n in names):
+        members = npy_members(zf)
+        if members or names and all(n.endswith(".npy") for n in names):
             t = Trace(path)
-            _npz(t, f, size, zf)
+            _npz(t, f, size, members)
             return _numpy_report(t)
     return None

@@ -37,6 +37,8 @@ from ...formats.torch.zipdir import central_directory
 SCAN_SCHEMA = "ckptstat.scan/1"
 MAX_ZIP_ENTRIES = 1_000_000      # torch files hold one entry per storage; more: scan says unknown
 MAX_TAR_MEMBERS = 100_000
+ZIP_FORMAT = "zip (torch.save)"
+TAR_FORMAT = "tar (torch < 0.4)"
 HEAD = 256                       # first bytes kept (a DCP .metadata is told by them: formats/dcp `is_metadata_head`)
 _LEGACY_PICKLES = ("magic number", "protocol version", "sys_info", "object", "storage keys")
 
@@ -125,7 +127,7 @@ def _walk_member(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, reach
 
 
 def _zip(t: Trace, f: IO[bytes], size: int) -> None:
-    t.format = "zip (torch.save)"
+    t.format = ZIP_FORMAT
     infos, refusal = central_directory(f, size, MAX_ZIP_ENTRIES)
     if refusal is not None:
         if refusal.startswith("more than"):
@@ -283,7 +285,7 @@ def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
     except Exception as e:  # noqa: BLE001 - not a TarError: torch.load raises it
         t.raises = f"torch.load raises reading it as a tar ({type(e).__name__})"
         return True
-    t.format = "tar (torch < 0.4)"
+    t.format = TAR_FORMAT
     t.refuse_weights_only("the legacy .tar format (weights_only=True refuses it)")
     try:
         count = 0
