@@ -5,10 +5,8 @@ parameter for the summary's module tree. The summary and the analytic model (cen
 derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
-import operator
-from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
 
 from ..core import Checkpoint, dtypes
 from ..core.tensor_table import columns, with_extra
@@ -38,53 +36,44 @@ def tally(ckpt: Checkpoint) -> Tally:
 
 
 def _tally(ckpt: Checkpoint) -> Tally:
-    """The sums by whole columns (core/tensor_table.py), in C: a Python step runs once per distinct (placement,
-    stored label, elements, bytes), per non-parameter tensor and per quantised weight, not per tensor (a 200k-tensor
-    MoE header has a few thousand such keys: docs/performance.md). Every order is the tensors' own, as name by name."""
     place, alias_of = placements(ckpt), aliases(ckpt)
     out = Tally(0, 0, {}, {}, {}, {}, [], [])
-    c = columns(ckpt.tensors)
-    names, dts, numels, file_bytes = c.names, c.dtypes, c.numels, c.nbytes
-    if alias_of:   # each storage and view once: its first name
-        kept = [n not in alias_of for n in names]
-        names, dts = list(compress(names, kept)), list(compress(dts, kept))
-        numels, file_bytes = list(compress(numels, kept)), list(compress(file_bytes, kept))
-    out.tensor_bytes = sum(file_bytes)
-    places = list(map(place.__getitem__, names))
-    ids = list(map(id, places))   # (a Placement hashes in Python; its id in C)
-    placement_of = dict(zip(ids, places))
-    packed_of = {k: dtypes.get(k[0]).nbytes(k[1]) for k in set(zip(dts, numels))}   # what stored(t) gives a plain tensor
-    packed = list(map(packed_of.__getitem__, zip(dts, numels)))
-    is_param = list(map({i for i, p in placement_of.items() if p.role == "parameter"}.__contains__, ids))
-    for i in compress(range(len(names)), map(operator.not_, is_param)):   # buffers, optimizer state...: by role
-        role = places[i].role
-        row = out.non_params.get(role)
-        if row is None:
-            row = out.non_params[role] = {"role": role, "tensors": 0, "elements": 0, "bytes": 0, "names": []}
-        row["tensors"] += 1
-        row["elements"] += numels[i]
-        row["bytes"] += packed[i]
-        row["names"].append(names[i])
-    names, ids, labels = list(compress(names, is_param)), list(compress(ids, is_param)), list(compress(dts, is_param))
-    numels, nbytes = list(compress(numels, is_param)), list(compress(packed, is_param))
-    special = {t.name: t for t in with_extra(ckpt.tensors)}
-    if special:   # a quantised weight's bytes are all its pieces' (census/quant/)
-        for i, name in enumerate(names):
-            t = special.get(name)
-            if t is not None:
-                labels[i], nbytes[i] = stored(t, numels[i])
     groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
-    for (pid, label, numel, size), count in Counter(zip(ids, labels, numels, nbytes)).items():   # first-seen order
-        p = placement_of[pid]
-        s = groups.get((p.bucket, p.layer, label))
+    tree = out.tree
+    packed: dict[str, Callable[[int], int]] = {}   # dtype -> its DType.nbytes (what stored(t) gives a plain tensor)
+    # The tensors' columns (core/tensor_table.py), not a TensorInfo each: the loop runs per name. Only a tensor with
+    # extra facts (a quantised weight) is read as its TensorInfo.
+    c, special = columns(ckpt.tensors), {t.name: t for t in with_extra(ckpt.tensors)}
+    for name, dtype, numel, file_bytes in zip(c.names, c.dtypes, c.numels, c.nbytes):
+        if name in alias_of:
+            continue
+        out.tensor_bytes += file_bytes
+        p = place[name]
+        if p.role != "parameter":
+            row = out.non_params.get(p.role)
+            if row is None:
+                row = out.non_params[p.role] = {"role": p.role, "tensors": 0, "elements": 0, "bytes": 0, "names": []}
+            row["tensors"] += 1
+            row["elements"] += numel
+            row["bytes"] += (packed.get(dtype) or packed.setdefault(dtype, dtypes.get(dtype).nbytes))(numel)
+            row["names"].append(name)
+            continue
+        t = special.get(name) if special else None
+        if t is not None:   # a quantised weight's bytes are all its pieces' (census/quant/)
+            label, nbytes = stored(t, numel)
+        else:
+            label = dtype
+            nbytes = (packed.get(label) or packed.setdefault(label, dtypes.get(label).nbytes))(numel)
+        key = (p.bucket, p.layer, label)
+        s = groups.get(key)
         if s is None:
-            s = groups[(p.bucket, p.layer, label)] = [0, 0, 0]
-        s[0] += numel * count
-        s[1] += size * count
-        s[2] += count
-    unplaced = {i for i, p in placement_of.items() if p.bucket == "other"}
-    out.unplaced = list(compress(names, map(unplaced.__contains__, ids)))
-    out.tree = list(zip(names, numels, nbytes))
+            s = groups[key] = [0, 0, 0]
+        s[0] += numel
+        s[1] += nbytes
+        s[2] += 1
+        if p.bucket == "other":
+            out.unplaced.append(name)
+        tree.append((name, numel, nbytes))
     for (bucket, layer, label), s in groups.items():   # in first-seen order, as name by name
         out.total += s[0]
         _fold(out.buckets, bucket, s)
