@@ -159,7 +159,7 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     names = list(tensors)
     text = "\n".join(names)
     rewrite = _may_rewrite(text, forms) if text.count("\n") == len(names) - 1 else None   # None: every name may change
-    # every name its own canonical name and every shape its own: a copy, in C
+    # every name its own canonical name and every shape its own: the tensors themselves, wrapped (no copy)
     same = (rewrite == set() and not any(lit in (text if forms is None else forms) for lit in _LEFT_OUT_LITERALS)
             and not any(t.extra.get("layout") for t in with_extra(tensors)))
     out: dict[str, TensorInfo] = {}
