@@ -39,6 +39,8 @@ app = typer.Typer(
 def summary(
     path: str = PathArg,
     layers: bool = typer.Option(False, *LAYERS, help="Also show parameters per layer."),
+    seq: Optional[int] = typer.Option(None, "--seq", "-s", help="Sequence length of the analytic FLOPs-per-token "
+                                      f"line (default: {DEFAULT_SEQ_RULE})."),
     as_json: bool = JsonOpt,
     config: Optional[str] = ConfigOpt,
     verify: bool = typer.Option(False, "--verify", help="Also check stored checksums (TF bundles: crc32c of "
@@ -50,10 +52,12 @@ def summary(
     a diffusers pipeline folder: a total per component."""
     from . import open_checkpoint
     from .analysis.summary import summarize as summarize_report
+    from .commands.common import positive
 
+    positive("--seq", seq)
     if multi.summary_other(path, base, as_json, config):
         return
-    r = summarize_report(open_checkpoint(path, config, verify=verify))
+    r = summarize_report(open_checkpoint(path, config, verify=verify), seq)
     if as_json:
         emit_json(r)
     else:

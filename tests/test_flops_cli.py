@@ -142,3 +142,29 @@ def test_bad_input(capsys, tmp_path):
     (q / "model.safetensors").write_bytes(open(os.path.join(FIX, "bert-tiny", "model.safetensors"), "rb").read())
     s = summarize(str(q))
     assert "error" in s["analytic"]
+
+
+@pytest.mark.parametrize("seq", [16, 32])
+def test_summary_seq_is_the_forward_flopcountermode_counts(capsys, seq):
+    """`summary --seq N`: its FLOPs-per-token line at N, as FlopCounterMode counts the forward of the model
+    config.json names (eager attention: the scores are matmuls) on N tokens."""
+    torch = pytest.importorskip("torch")
+    transformers = pytest.importorskip("transformers")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    folder = os.path.join(os.path.dirname(__file__), "..", "fixtures", "gpt2-tiny")
+    model = transformers.AutoModelForCausalLM.from_config(transformers.AutoConfig.from_pretrained(folder),
+                                                          attn_implementation="eager").eval()
+    with FlopCounterMode(display=False) as counter, torch.no_grad():
+        model(torch.zeros(1, seq, dtype=torch.long))
+    assert main(["summary", folder, "--seq", str(seq), "--json"]) == 0
+    analytic = json.loads(capsys.readouterr().out)["analytic"]
+    assert analytic["seq"] == seq and analytic["flops_per_token"] * seq == counter.get_total_flops()
+
+
+@pytest.mark.parametrize("seq,words", [("0", "--seq must be a positive integer"), ("100000", "learned positions")])
+def test_summary_seq_the_model_cannot_run_is_a_usage_error(capsys, seq, words):
+    folder = os.path.join(os.path.dirname(__file__), "..", "fixtures", "gpt2-tiny")
+    assert main(["summary", folder, "--seq", seq]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1

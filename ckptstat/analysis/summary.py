@@ -12,8 +12,8 @@ from ..census.tally import optimizer_state, tally
 from ..census.ties import structural_tie_notes
 from ..core import Checkpoint
 from ..core.files import file_size
-from ..errors import CkptstatError
-from ..families.framework.spec import audio_inputs, default_seq
+from ..errors import CkptstatError, UsageError
+from ..families.framework.spec import audio_inputs, check_seq, default_seq
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
 from .flops import run
@@ -224,15 +224,23 @@ def tensors(ckpt: Checkpoint, pattern: str | None = None) -> dict:
 
 def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
     """The summary's small analytic block: forward FLOPs per token at `seq` (None: the default sequence
-    length flops and memory use; `report --seq` passes its own) and weight memory. None when the
-    family is unknown; never raises (an error becomes a note)."""
+    length flops and memory use; `summary --seq` and `report --seq` pass their own) and weight memory. None when
+    the family is unknown; an error becomes a note, but for a `seq` the model cannot run (the caller's usage
+    error, as on `flops`)."""
     if architecture(ckpt)["family"] == "unknown":
         return None
+    bad_seq: UsageError | None = None
     try:
         m = from_checkpoint(ckpt)
         # audio models: the encoder's mel frames and a decoder length (never None), as `flops`
         lengths, dec_seq = audio_inputs(m.spec, [seq] if seq else [], None)
         n = lengths[0] if lengths else default_seq(m.spec)
+        if seq is not None:
+            try:
+                check_seq(m.spec, n, dec_seq)
+            except UsageError as e:
+                bad_seq = e
+                raise
         t = run(m, 1, n, dec_seq)["totals"]
         return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": n,
                 "input": "tokens" if dec_seq is None else "mel frames", "dec_seq": dec_seq,
@@ -241,6 +249,8 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
                 "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model
+        if bad_seq is not None:
+            raise bad_seq from None
         return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}
 
 
