@@ -138,6 +138,10 @@ KIMI = dict(vocab_size=99, pad_token_id=0, bos_token_id=1, eos_token_id=2, hidde
             num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=48, kv_lora_rank=8, qk_nope_head_dim=8,
             qk_rope_head_dim=4, v_head_dim=8, n_group=1, topk_group=1,
             layer_types=["linear_attention", "full_attention", "linear_attention"])
+BAILING = dict(vocab_size=99, pad_token_id=0, eos_token_id=1, hidden_size=32, num_hidden_layers=4, num_attention_heads=4,
+               num_key_value_heads=4, head_dim=8, layer_group_size=2, first_k_dense_replace=1, num_local_experts=4,
+               num_experts_per_tok=2, moe_intermediate_size=16, intermediate_size=48, kv_lora_rank=8, qk_nope_head_dim=8,
+               qk_rope_head_dim=4, v_head_dim=8, n_group=1, topk_group=1, num_mtp_layers=0)
 LFM2 = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=37,
             vocab_size=99, max_position_embeddings=64, layer_types=["conv", "full_attention", "conv"], pad_token_id=0)
 MINIMAX = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
@@ -148,6 +152,8 @@ MINIMAX = dict(hidden_size=32, num_hidden_layers=3, num_attention_heads=4, num_k
 SPLIT_CASES = {
     # kda_state_shape: conv (3 H d) / tp, recurrent H / tp; its MLA layer caches one latent head, whole on every rank
     "kimi-linear": ("KimiLinearConfig", "KimiLinearForCausalLM", KIMI, 4, lambda cfg: 1),
+    # the same KDA rule beside DeepSeek's latent attention (Ling 3): one latent head, whole on every rank
+    "bailing-hybrid": ("BailingHybridConfig", "BailingHybridForCausalLM", BAILING, 4, lambda cfg: 1),
     # short_conv_state_shape: hidden / tp
     "lfm2": ("Lfm2Config", "Lfm2ForCausalLM", LFM2, 4, lambda cfg: cfg.num_key_value_heads),
     # linear_attention_state_shape: heads / tp

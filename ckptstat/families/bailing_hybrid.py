@@ -67,6 +67,7 @@ FAMILY = Family(
     before=("deepseek", "llama"),
     **{**layout.family_fields({"bailing_hybrid": BAILING_HYBRID}, "attn_kv_a_mqa"), "from_config": from_config,
        "from_tensors": from_tensors, "kv_cache": mixers_kda.latent_hybrid_cache, "gguf_tensor_names": (),
+       "cache_heads": lambda s: 1,   # the latent: one head, whole on every tensor-parallel device (as Kimi-Linear's)
        # the forget gate's projection as saved (attention.f_proj) and as held (self_attn.forget_gate.f_proj)
        "signature": r"(^|[./])layers[./]\d+[./](attention|self_attn)[./](forget_gate[./])?f_proj[./]"},
     gguf_architectures=(),
