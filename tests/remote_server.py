@@ -44,6 +44,8 @@ class Behaviour:
                                     # asked (and the body then streams, zeros past the file)
     trickle: float = 0.0            # seconds between the bytes of a reply's body
     drop: bool = False              # close every connection without a reply
+    short: int = 0                  # > 0: a 206 sends at most this many bytes, its Content-Range saying so (the file
+                                    # goes on: a server cutting ranges)
     gzip: int = 0                   # > 0: every file reply (206 or 200) is a gzip stream of this many zeros, sent with
                                     # Content-Encoding: gzip (although identity was asked) and its compressed length
     redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
@@ -205,7 +207,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if m and s.b.ranges:
             start = int(m[1])
-            end = min(int(m[2]) if m[2] else size - 1, size - 1)
+            end = min(int(m[2]) if m[2] else size - 1, size - 1, start + s.b.short - 1 if s.b.short else size)
             if start >= size:
                 self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
                 return

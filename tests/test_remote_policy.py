@@ -76,6 +76,18 @@ def test_a_gzip_bomb_is_refused_uninflated(capsys, ranges, flags):
         assert "Content-Encoding 'gzip'" in p.stderr
 
 
+@pytest.mark.parametrize("command", ["summary", "stats"])
+def test_a_server_cutting_ranges_short_is_an_error_not_the_files_end(capsys, command):
+    """A 206 of one byte a request, its Content-Range saying so and the file's true size: taken for the file's end,
+    "file is 83872 bytes, too short for a safetensors header". Now an error naming the cut range; the server's log
+    shows the ranges asked were longer than the replies."""
+    with Server(FIX, short=1) as s:
+        rc, out, err, _ = cli(capsys, command, s.url + FILE)
+        one_line_error(rc, err)
+        assert "with bytes 0-0 only" in err and "too short" not in err
+        assert any(r != "bytes=0-0" for _, _, r in s.log)
+
+
 def test_a_trickling_server_meets_the_deadline(capsys):
     with Server(FIX, trickle=0.3) as s:
         rc, out, err, took = cli(capsys, "--limit", "remote_seconds=2", s.url + FILE)

@@ -20,6 +20,9 @@ size, unless --allow-full-download. So the GET is made here, on the same session
   Authorization is dropped when a redirect leaves the origin;
 - a reply longer than the range asked, or whose Content-Range or Content-Length claims more, is an
   error, read no further (a hostile server cannot make ckptstat buffer more than it asked for).
+- a 206 shorter than the range asked although its Content-Range says the file goes on is an error, never
+  taken for the file's end (a server sending one byte a reply made summary say "file is 83872 bytes, too
+  short for a safetensors header");
 - a reply with a Content-Encoding (gzip, br, ...) although identity was asked is an error before a byte
   of its body is read: aiohttp would inflate it (a 1 MB gzip body is 1 GiB of zeros, spooled to disk
   under --allow-full-download before this check existed).
@@ -203,6 +206,9 @@ class HttpTransport:
                 raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
                                                    f"with Content-Range {_quoted(r.headers.get('Content-Range'))} and "
                                                    f"Content-Length {_quoted(r.headers.get('Content-Length'))}")
+            if total is not None and last + 1 < min(end, total):   # not the file's end: the server cut the range
+                raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} of "
+                                                   f"the {total:,}-byte file with bytes {start}-{last} only")
             if ask.into is not None:
                 n = await self._read_into(r, url, last - start + 1, t0, ask.into)
                 return Reply(b"", total, ctype, etag=etag, filled=n)
