@@ -21,6 +21,7 @@ import re
 import threading
 import time
 import urllib.parse
+import zlib
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,6 +44,10 @@ class Behaviour:
                                     # asked (and the body then streams, zeros past the file)
     trickle: float = 0.0            # seconds between the bytes of a reply's body
     drop: bool = False              # close every connection without a reply
+    short: int = 0                  # > 0: a 206 sends at most this many bytes, its Content-Range saying so (the file
+                                    # goes on: a server cutting ranges)
+    gzip: int = 0                   # > 0: every file reply (206 or 200) is a gzip stream of this many zeros, sent with
+                                    # Content-Encoding: gzip (although identity was asked) and its compressed length
     redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
     cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
@@ -197,9 +202,12 @@ class _Handler(BaseHTTPRequestHandler):
         size = os.path.getsize(real)
         ctype = {".json": "application/json"}.get(os.path.splitext(real)[1], "application/octet-stream")
         m = _RANGE.match(self.headers.get("Range", ""))
+        if s.b.gzip:
+            self._gzip(206 if m and s.b.ranges else 200, m, size, head)
+            return
         if m and s.b.ranges:
             start = int(m[1])
-            end = min(int(m[2]) if m[2] else size - 1, size - 1)
+            end = min(int(m[2]) if m[2] else size - 1, size - 1, start + s.b.short - 1 if s.b.short else size)
             if start >= size:
                 self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
                 return
@@ -227,6 +235,21 @@ class _Handler(BaseHTTPRequestHandler):
                     self.wfile.write(piece)
                     self._count(len(piece))
         except (BrokenPipeError, ConnectionResetError):   # the client stopped reading: fine
+            self.close_connection = True
+
+    def _gzip(self, status: int, m: re.Match[str] | None, size: int, head: bool) -> None:
+        """A gzip bomb: a body of `gzip` zeros deflated (about 1000:1), labelled Content-Encoding: gzip; a 206 says the
+        range asked in Content-Range and the compressed length in Content-Length (the bytes on the wire)."""
+        z = zlib.compressobj(9, zlib.DEFLATED, 31)
+        body = b"".join(z.compress(bytes(min(1 << 24, self.server_state.b.gzip - k)))
+                        for k in range(0, self.server_state.b.gzip, 1 << 24)) + z.flush()
+        headers = {"Content-Encoding": "gzip", "Content-Type": "application/octet-stream"}
+        if status == 206 and m is not None:
+            end = min(int(m[2]) if m[2] else size - 1, size - 1)
+            headers["Content-Range"] = f"bytes {m[1]}-{end}/{size}"
+        try:
+            self._send(status, body, headers, head)
+        except (BrokenPipeError, ConnectionResetError):   # the client gave up: what it should do
             self.close_connection = True
 
     def _stream(self, status: int, body: bytes, start: int, end: int, size: int, ctype: str, head: bool) -> None:

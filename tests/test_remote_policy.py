@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import subprocess
 import sys
 import time
 
@@ -20,6 +21,7 @@ from ckptstat.cli import main
 from ckptstat.formats.registry import open_checkpoint
 from ckptstat.sources import hub, redirects
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIX = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fixtures"))
 FILE = "/bert-tiny/model.safetensors"
 TOKEN = "hf_test_token_0123456789"
@@ -55,6 +57,35 @@ def test_a_range_reply_claiming_gigabytes_is_refused_unread(capsys, command):
         one_line_error(rc, err)
         assert "answered a range request for bytes 0-" in err
         assert sources.METER.bytes == 0   # refused from the headers: nothing of the body read, nothing allocated
+
+
+@pytest.mark.parametrize(("ranges", "flags"), [(True, ()), (False, ("--allow-full-download",))])
+def test_a_gzip_bomb_is_refused_uninflated(capsys, ranges, flags):
+    """A reply with Content-Encoding: gzip although identity was asked, its 256 KB body inflating to 256 MiB of zeros:
+    aiohttp inflated it (a 200 under --allow-full-download was spooled whole to a temporary file: 1 GiB for a 1 MB
+    body, then "the download ended after 1,073,741,824 of 1,043,656 bytes"). Now refused from the headers, nothing of
+    the body read; the server's log shows what was asked."""
+    with Server(FIX, gzip=256 << 20, ranges=ranges) as s:
+        rc, out, err, _ = cli(capsys, *flags, "summary", s.url + FILE)
+        one_line_error(rc, err)
+        assert "Content-Encoding 'gzip'" in err and sources.METER.bytes == 0
+        assert all(r.startswith("bytes=") for _, _, r in s.log) and len(s.log) <= 3   # (a range asked; no retries)
+        p = subprocess.run([sys.executable, "-m", "ckptstat", *flags, "scan", s.url + FILE], capture_output=True,
+                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": ROOT})   # as users start it
+        one_line_error(p.returncode, p.stderr)
+        assert "Content-Encoding 'gzip'" in p.stderr
+
+
+@pytest.mark.parametrize("command", ["summary", "stats"])
+def test_a_server_cutting_ranges_short_is_an_error_not_the_files_end(capsys, command):
+    """A 206 of one byte a request, its Content-Range saying so and the file's true size: taken for the file's end,
+    "file is 83872 bytes, too short for a safetensors header". Now an error naming the cut range; the server's log
+    shows the ranges asked were longer than the replies."""
+    with Server(FIX, short=1) as s:
+        rc, out, err, _ = cli(capsys, command, s.url + FILE)
+        one_line_error(rc, err)
+        assert "with bytes 0-0 only" in err and "too short" not in err
+        assert any(r != "bytes=0-0" for _, _, r in s.log)
 
 
 def test_a_trickling_server_meets_the_deadline(capsys):

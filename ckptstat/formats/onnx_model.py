@@ -160,6 +160,7 @@ class _Reader:
         # start (decoding the whole field per chunk made stats quadratic: a 20 MB field, ~10 CPU minutes)
         self.blocks: dict[tuple[str, tuple[int, int]], tuple[list[int], list[int]]] = {}
         self.block: tuple[object, NDArray[Any] | None] = (None, None)   # ((field, block index), its values)
+        self.scattered: tuple[object, tuple[NDArray[Any], NDArray[Any]] | None] = (None, None)   # (tensor, _scatter's)
 
     def varints(self, info: TensorInfo, span: tuple[int, int], start: int, count: int) -> NDArray[Any]:
         """Values [start, start + count) of a varint-packed field, as int64 (two's complement, as
@@ -192,6 +193,22 @@ class _Reader:
         return np.concatenate(parts) if len(parts) != 1 else parts[0]
 
     def sparse(self, info: TensorInfo, start: int, count: int) -> NDArray[Any]:
+        """Values [start, start + count) of a sparse tensor: its values and flat indices are read, checked and sorted
+        once per tensor (the last one kept), each chunk then takes its slice by bisection. Reading them per chunk made
+        stats quadratic: a 4.8 MB file of 400k non-zeros in 6.4 GB of dense values, 226 s."""
+        import numpy as np
+
+        if self.scattered[0] is not info:
+            self.scattered = (info, self._scatter(info))
+        assert self.scattered[1] is not None
+        idx, v = self.scattered[1]
+        lo, hi = np.searchsorted(idx, [start, start + count])
+        out = np.zeros(count, dtype=v.dtype)
+        out[idx[lo:hi] - start] = v[lo:hi]   # (a stable sort: of repeated indices the last stored wins, as before)
+        return out
+
+    def _scatter(self, info: TensorInfo) -> tuple[NDArray[Any], NDArray[Any]]:
+        """The sparse tensor's flat indices, sorted, and its values in the same order (bounds checked)."""
         import numpy as np
 
         values, indices = info.extra["values"], info.extra["indices"]
@@ -205,10 +222,8 @@ class _Reader:
             idx = np.ravel_multi_index(tuple(idx.T), info.shape) if idx.size else idx.reshape(-1)
         if idx.size and (idx.min() < 0 or idx.max() >= info.numel):
             raise CorruptCheckpointError(info.file, f"sparse tensor {info.name!r}: an index lies outside {info.shape}")
-        keep = (idx >= start) & (idx < start + count)
-        out = np.zeros(count, dtype=v.dtype)
-        out[idx[keep] - start] = v[keep]
-        return out
+        order = np.argsort(idx, kind="stable")
+        return idx[order], v[order]
 
 
 VARINT_BLOCK = 1 << 20   # bytes of a varint field decoded at once (~40 bytes of numpy scratch per byte)

@@ -20,6 +20,12 @@ size, unless --allow-full-download. So the GET is made here, on the same session
   Authorization is dropped when a redirect leaves the origin;
 - a reply longer than the range asked, or whose Content-Range or Content-Length claims more, is an
   error, read no further (a hostile server cannot make ckptstat buffer more than it asked for).
+- a 206 shorter than the range asked although its Content-Range says the file goes on is an error, never
+  taken for the file's end (a server sending one byte a reply made summary say "file is 83872 bytes, too
+  short for a safetensors header");
+- a reply with a Content-Encoding (gzip, br, ...) although identity was asked is an error before a byte
+  of its body is read: aiohttp would inflate it (a 1 MB gzip body is 1 GiB of zeros, spooled to disk
+  under --allow-full-download before this check existed).
 """
 from __future__ import annotations
 
@@ -184,6 +190,11 @@ class HttpTransport:
         etag = version(r.headers)
         if r.status == 416:
             return Reply(b"", total, ctype, etag=etag)
+        coding = str(r.headers.get("Content-Encoding", "identity")).strip().lower()
+        if coding not in ("", "identity"):   # asked for identity: a compressed body says nothing of the file's bytes
+            raise CheckpointError(redact(url), f"the server answered a range request with Content-Encoding "
+                                               f"{_quoted(r.headers.get('Content-Encoding'))} (identity was asked): its "
+                                               "body is not the file's bytes")
         length = r.headers.get("Content-Length")
         length = int(length) if length is not None and str(length).isdigit() else None
         if r.status == 206:
@@ -195,6 +206,9 @@ class HttpTransport:
                 raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
                                                    f"with Content-Range {_quoted(r.headers.get('Content-Range'))} and "
                                                    f"Content-Length {_quoted(r.headers.get('Content-Length'))}")
+            if total is not None and last + 1 < min(end, total):   # not the file's end: the server cut the range
+                raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} of "
+                                                   f"the {total:,}-byte file with bytes {start}-{last} only")
             if ask.into is not None:
                 n = await self._read_into(r, url, last - start + 1, t0, ask.into)
                 return Reply(b"", total, ctype, etag=etag, filled=n)
@@ -216,6 +230,8 @@ class HttpTransport:
                 n += len(piece)
                 METER.received(url, len(piece))
                 _keep_up(t0, n)
+                if length is not None and n > length:
+                    break
             if length is not None and n != length:
                 raise CheckpointError(redact(url), f"the download ended after {n:,} of {length:,} bytes")
         except BaseException:

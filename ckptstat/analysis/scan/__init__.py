@@ -20,15 +20,14 @@ from typing import Any
 from ...core.files import followed, open_regular
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
-from ...formats.msgpack_walk import looks_like_flax
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
 from .torch_load import Trace, finish, trace
 from .torch_load import scan as scan_file
+from .verdict import combine
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras")
-KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py): local only, the remote scan follows torch.load
-_HEAD = 4096
+KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py)
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
 
 
@@ -42,9 +41,8 @@ def exit_code(report: dict[str, Any]) -> int:
 
 
 def pickle_named(path: str) -> bool:
-    """A name that says pickle (or Keras 2 model, local files only): such a file is listed even when no loader
-    can read it."""
-    return path.lower().endswith(EXTENSIONS) or (path.lower().endswith(KERAS_H5) and not is_url(path))
+    """A name that says pickle (or Keras 2 model): such a file is listed even when no loader can read it."""
+    return path.lower().endswith(EXTENSIONS + KERAS_H5)
 
 
 def pickle_bearing(path: str) -> bool:
@@ -75,10 +73,6 @@ def scan_url_if_pickle(url: str) -> dict[str, Any] | None:
         if pickle_named(url):
             raise
         return None
-
-
-_FLAX_NO_PICKLE = ("no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads with msgpack, never "
-                   "pickle, and torch.load cannot read (docs/flax.md)")
 
 
 def _entry(rel: str, r: dict[str, Any] | None, error: str | None = None) -> dict[str, Any]:
@@ -145,19 +139,12 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
 
 
 def scan_url(url: str) -> dict[str, Any]:
-    """A remote file's `ckptstat.scan/1` report, fetched with range requests (analysis/scan/remote.py); a Flax
-    msgpack file torch.load cannot read holds no pickle to scan, as locally (scan_local)."""
+    """A remote file's `ckptstat.scan/1` report, fetched with range requests, judged by the same loaders and rules as
+    a local file (analysis/scan/remote.py)."""
     from ... import sources  # noqa: F401 - installs the remote source the core reads URLs through
-    from ...core.urls import redact
     from .remote import scan_url as scan_remote
 
-    r = scan_remote(url)
-    if _extension_codes_only(r):
-        with open_regular(url) as f:
-            head = f.read(_HEAD)
-        if looks_like_flax(head, whole=len(head) < _HEAD):
-            raise CorruptCheckpointError(redact(url), _FLAX_NO_PICKLE)
-    return r
+    return scan_remote(url)
 
 
 def _walk_order(rel: str) -> list[tuple[int, str]]:
@@ -209,20 +196,10 @@ def scan_path(path: str | os.PathLike[str], progress: Callable[[str], None] | No
     return scan_local(path)
 
 
-_RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
-
-
-def _extension_codes_only(r: dict[str, Any]) -> bool:
-    """torch.load raises in the file, and what made it unsafe is copyreg extension codes alone: a Flax file's map
-    markers 0x82-0x84 read as EXT opcodes, which a process that registered none (the default) refuses at once."""
-    return (r["torch_load"].startswith("torch.load raises") and bool(r["findings"])
-            and all(f["opcode"].startswith("EXT") for f in r["findings"]))
-
-
 def scan_local(path: str) -> dict[str, Any]:
     """What the loaders that read these bytes would run: torch.load's path always (analysis/scan/torch_load.py, through
     the zip directory miniz reads), and numpy's or Keras' (analysis/scan/loaders.py) where they read the file too;
-    the worse verdict wins, torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
+    the worse verdict wins (analysis/scan/verdict.py, as for a URL)."""
     return training_args_note(path, _scan_local(path))
 
 
@@ -235,23 +212,15 @@ def _scan_local(path: str) -> dict[str, Any]:
     if by_own is not None:
         return by_own
     torch_report: dict[str, Any] | None = None
+    torch_error: CheckpointError | None = None
     t: Trace | None = None
     try:
         t = trace(path)
         torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
-    other = scan_other(path, t)
-    if other is None and (torch_report is None or _extension_codes_only(torch_report)):
+
+    def head(n: int) -> bytes:
         with open_regular(path) as f:
-            head = f.read(_HEAD)
-        if looks_like_flax(head, whole=len(head) < _HEAD):
-            raise CorruptCheckpointError(path, _FLAX_NO_PICKLE)
-        if torch_report is None:
-            raise torch_error
-    if other is None or torch_report is not None and _RANK[torch_report["status"]] <= _RANK[other["status"]]:
-        assert torch_report is not None
-        if other is not None:
-            torch_report["notes"].append(f"{other['format']} to its own loader too: {other['verdict']}")
-        return torch_report
-    return other
+            return f.read(n)
+    return combine(path, torch_report, torch_error, scan_other(path, t), head)

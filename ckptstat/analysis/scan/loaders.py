@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core.files import open_regular
+from ...core.io import prefetch
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
@@ -443,6 +444,8 @@ HDF5_SIGNATURE = b"\x89HDF\r\n\x1a\n"
 def _hdf5(f: IO[bytes], size: int) -> bool:
     """Whether HDF5 (h5py, so Keras' load_model of a `.h5`) opens the file: its superblock's signature at byte 0, or
     after a user block, at 512, 1024, 2048, ... (the HDF5 format's search; the user block may hold anything)."""
+    places = [0] + [512 << k for k in range(max(0, size.bit_length() - 9))]
+    prefetch(f, [(at, len(HDF5_SIGNATURE)) for at in places if at + len(HDF5_SIGNATURE) <= size])   # a URL: at once
     at = 0
     while at + len(HDF5_SIGNATURE) <= size:
         f.seek(at)
@@ -458,35 +461,41 @@ def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
     np.load reads every zip as an `.npz` (NpzFile), whose members with the .npy magic are arrays whatever their
     names (npy_members): a zip is judged so when it holds such a member, and, for speed, a zip torch.load reads as
     a torch archive is looked into only when its name or its directory's names say numpy."""
-    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     with reading(path), open_regular(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        head = f.read(4)
-        if head[:4] == b"\x93NUM":
-            t = Trace(path)
-            _npy(t, f, size)
-            return _numpy_report(t)
-        at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
-        if at_zero is not None:
-            return at_zero
-        if _hdf5(f, size):
-            return _keras_h5(path, f)
-        if head != b"PK\x03\x04":
-            return None
-        keras_named = path.lower().endswith(".keras")
-        if torch_archive and not keras_named and not path.lower().endswith(".npz") and \
-                not _names_say_numpy_or_keras(f, size):
-            return None
-        try:
-            zf = zip_open(path, f)
-        except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it (and the remote scan says the same)
-            return None
-        names = zf.namelist()
-        if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
-            return _keras(path, zf)
-        members = npy_members(zf)
-        if members or names and all(n.endswith(".npy") for n in names):
-            t = Trace(path)
-            _npz(t, f, size, members)
-            return _numpy_report(t)
+        return judge_other(path, f, os.fstat(f.fileno()).st_size, traced)
+
+
+def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None) -> dict[str, Any] | None:
+    """scan_other of the open file `f` of `size` bytes, local or remote (analysis/scan/remote.py reads a URL through
+    the same rules, with range requests)."""
+    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
+    f.seek(0)
+    head = f.read(4)
+    if head[:4] == b"\x93NUM":
+        t = Trace(path)
+        _npy(t, f, size)
+        return _numpy_report(t)
+    at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
+    if at_zero is not None:
+        return at_zero
+    if _hdf5(f, size):
+        return _keras_h5(path, f)
+    if head != b"PK\x03\x04":
+        return None
+    name = _name(path).lower()
+    keras_named = name.endswith(".keras")
+    if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
+        return None
+    try:
+        zf = zip_open(path, f)
+    except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it
+        return None
+    names = zf.namelist()
+    if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
+        return _keras(path, zf)
+    members = npy_members(zf)
+    if members or names and all(n.endswith(".npy") for n in names):
+        t = Trace(path)
+        _npz(t, f, size, members)
+        return _numpy_report(t)
     return None

@@ -24,12 +24,13 @@ import io
 from typing import IO, Any
 
 from ...core.files import open_regular, size_of
-from ...core.io import SeekableReader, pread
+from ...core.io import SeekableReader, pread, prefetch
 from ...core.limits import limits
 from ...core.urls import basename, redact
 from ...errors import CheckpointError, reading
-from .loaders import judged_by_own_loader, training_args_note
-from .torch_load import Trace, finish, follow
+from .loaders import judge_other, judged_by_own_loader, training_args_note
+from .torch_load import Trace, finish, follow, report
+from .verdict import combine
 
 
 class _Bounded(SeekableReader):
@@ -50,6 +51,9 @@ class _Bounded(SeekableReader):
         self.pos += len(data)
         self.read_bytes += len(data)
         return data
+
+    def prefetch(self, ranges: list[tuple[int, int]]) -> None:
+        prefetch(self.f, ranges)
 
     def readinto(self, b: Any) -> int:
         mv = memoryview(b).cast("B")
@@ -92,14 +96,53 @@ def trace_url(url: str) -> Trace:
     return t
 
 
+def _other_url(url: str, traced: Trace) -> dict[str, Any] | None:
+    """numpy's or Keras' reading of the remote file (loaders.py `judge_other`, the local rules), through its own budget
+    of `remote_scan_bytes`; 'unknown' when those rules need more of the file than that."""
+    bound = limits().remote_scan_bytes
+    shown = redact(url)
+    with reading(shown):
+        f = open_regular(url)
+    with f, reading(shown, "reading"):
+        size = size_of(f)
+        b = _Bounded(f, size, bound)
+        try:
+            other = judge_other(url, b, size, traced)   # type: ignore[arg-type]   # (an io.RawIOBase)
+        except CheckpointError:
+            if not b.beyond:
+                raise
+        if not b.beyond:
+            return other
+    u = Trace(url, format=traced.format)
+    u.unknown.append(f"np.load's or Keras' path through this {size:,}-byte file reads more than the {bound:,} bytes scan "
+                     "reads of a remote file (download it, or raise --limit remote_scan_bytes)")
+    r = report(u)
+    r["verdict"] = "UNKNOWN: scan cannot tell what np.load or keras load_model would run: " + u.unknown[0]
+    r["weights_only_loadable"] = False
+    return r
+
+
 def scan_url(url: str) -> dict[str, Any]:
     """The `ckptstat.scan/1` report of a remote file, equal to the local scan of the same bytes (apart from
-    `path`), a file its own loader reads judged by that loader's rules as locally (loaders.py
-    `judged_by_own_loader`, from the same trace: no byte more); CorruptCheckpointError, naming the URL, where the
-    local scan raises it."""
+    `path`): a file its own loader reads judged by that loader's rules (loaders.py `judged_by_own_loader`, from the
+    same trace: no byte more), any other by torch.load's trace and numpy's or Keras' rules, the worse winning
+    (verdict.py `combine`, as for a local file); CorruptCheckpointError, naming the URL, where the local scan raises
+    it."""
     t = trace_url(url)
     try:
-        return training_args_note(url, judged_by_own_loader(t, local=False) or finish(t))
+        by_own = judged_by_own_loader(t, local=False)
+        if by_own is not None:
+            return training_args_note(url, by_own)
+        torch_report: dict[str, Any] | None = None
+        torch_error: CheckpointError | None = None
+        try:
+            torch_report = finish(t)
+        except CheckpointError as e:
+            torch_error = e
+
+        def head(n: int) -> bytes:
+            with open_regular(url) as f:
+                return pread(f, n, 0)
+        return training_args_note(url, combine(url, torch_report, torch_error, _other_url(url, t), head))
     except CheckpointError as e:
         raise type(e)(redact(url), e.reason) from None
-
