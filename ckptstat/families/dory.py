@@ -176,6 +176,7 @@ _SIZES = dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_la
 FAMILY = Family(
     name="dory",
     model_types=("dory",),
+    before=("beit",),   # tried before it: its layers' lambda_1 matches BEiT's layer-scale names as a torch.save holds them
     signature=walk_names.signature(_NAMES, f"{LAYOUT.paths.attn}.s_gate", tf1=False),
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
