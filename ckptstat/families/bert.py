@@ -12,7 +12,8 @@ its block-sparse attention, BlockSparse, is not described: a longer sequence goe
 (modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
 (modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table),
 LayoutLM (modeling_layoutlm.py: BERT's with x / y / h / w position tables for the tokens' boxes: Layout2D, its pooler on
-every head).
+every head), I-BERT (modeling_ibert.py, quant_modules.py: RoBERTa's parameters and matmuls, its quantisation-aware
+modules' integer copies, scaling factors and ranges buffers, naming.py's rules).
 
 One description: `walk` writes the forward with encoder.py's recorded pieces, each module recorded as its op is
 written, and the op template (build), the expected tensors of every head and the GGUF table all derive from it."""
@@ -114,6 +115,9 @@ MODEL_TYPES = {
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
     # + Layout2D; the pooler on every head, no decoder
     "layoutlm": ModelType("layoutlm", pooled_heads=("base", "mlm", "seqcls", "tokcls", "qa"), decoder=False),
+    # I-BERT: RoBERTa's parameters under `ibert`; its quantisation-aware modules (QuantLinear, IntSoftmax, IntGELU,
+    # IntLayerNorm) run the same matmuls with quant_mode on or off, their integer copies and ranges buffers
+    "ibert": ModelType("ibert", roberta=True, decoder=False),
 }
 @dataclass(frozen=True)
 class ErnieTasks(Variant):
@@ -357,7 +361,7 @@ _CHOICES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("RoCBertConfig", _ROC_BERT), ("MegatronBertConfig", {}),
     ("RemBertConfig", dict(input_embedding_size=16, output_embedding_size=24)), ("RoFormerConfig", {}),
     ("RoFormerConfig", dict(summary_type="first", summary_use_proj=True, summary_activation="tanh")),
-    ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")))
+    ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")), ("IBertConfig", {}))
 
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
 # TensorNameMap, the oracle in tests/test_gguf_names.py), from the walk of a BERT holding every table: base-model names
@@ -496,6 +500,11 @@ FAMILY = Family(
                 "LayoutLMForTokenClassification"), device="cpu", infer=False),
         Sample("LayoutLMConfig", dict(_SIZES, tie_word_embeddings=False),
                ("LayoutLMForMaskedLM", "LayoutLMForQuestionAnswering"), device="cpu", infer=False),
+        # I-BERT: without a config its names read as RoBERTa's (its buffers set apart by naming.py)
+        Sample("IBertConfig", dict(_SIZES, num_labels=3), ("IBertModel", "IBertForMaskedLM", "IBertForSequenceClassification",
+                                                         "IBertForTokenClassification"), device="cpu", infer=False),
+        Sample("IBertConfig", dict(_SIZES, quant_mode=True), ("IBertForMaskedLM", "IBertForQuestionAnswering"), device="cpu",
+               infer=False),
         Sample("XmodConfig", dict(_SIZES, default_language="de_DE", languages=["en_XX", "de_DE", "fr_XX"], pre_norm=True,
                                   adapter_layer_norm=True, adapter_reduction_factor=4),
                ("XmodForMaskedLM", "XmodForQuestionAnswering"), device="cpu", infer=False),
