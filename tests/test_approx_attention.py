@@ -1,6 +1,6 @@
 """YOSO's and Nystromformer's attention (families/bert.py ApproxAttention): where the op template counts it (YOSO's
 expectation, Nystromformer with num_landmarks == segment_means_seq_len: tests/test_families.py's samples, FLOPs against
-FlopCounterMode), and where it refuses it by name (YOSO's LSH cumulation, Nystromformer's landmarks) with the
+FlopCounterMode), and where it refuses it by name (YOSO's LSH cumulation, Nystromformer's landmarks, MRA's) with the
 parameters still static, against num_parameters() of the model transformers builds."""
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from ckptstat.families.framework.graph import build  # noqa: E402
 _SIZES = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=37, vocab_size=99,
               max_position_embeddings=64)
 REFUSED = [("YosoConfig", "YosoForMaskedLM", dict(use_expectation=False), "LSH cumulation"),
-           ("NystromformerConfig", "NystromformerForMaskedLM", dict(num_landmarks=16), "landmark attention")]
+           ("NystromformerConfig", "NystromformerForMaskedLM", dict(num_landmarks=16), "landmark attention"),
+           ("MraConfig", "MraForMaskedLM", {}, "multi-resolution block attention")]
 
 
 @pytest.mark.parametrize("config,model_name,kw,named", REFUSED, ids=[r[1] for r in REFUSED])

@@ -120,18 +120,18 @@ MODEL_TYPES = {
     # I-BERT: RoBERTa's parameters under `ibert`; its quantisation-aware modules (QuantLinear, IntSoftmax, IntGELU,
     # IntLayerNorm) run the same matmuls with quant_mode on or off, their integer copies and ranges buffers
     "ibert": ModelType("ibert", roberta=True, decoder=False),
-    # YOSO, Nystromformer: BERT's layers and MLM head, a RoBERTa-style classification head, no pooler, a position table
+    # YOSO, Nystromformer, MRA: BERT's layers and MLM head, a RoBERTa-style classification head, no pooler, a position table
     # of max_position_embeddings + 2 rows (ids from 2), DistilBERT's multiple-choice head; + ApproxAttention
     **{mt: ModelType(mt, pooler=False, dense_classifier=True, decoder=False, extra_positions=2,
-                     choice_pre="pre_classifier") for mt in ("yoso", "nystromformer")},
+                     choice_pre="pre_classifier") for mt in ("yoso", "nystromformer", "mra")},
 }
 @dataclass(frozen=True)
 class ApproxAttention(Variant):
-    """YOSO's and Nystromformer's self-attention. YOSO's expectation (use_expectation) is (1 - acos(Q K^T) / pi) ^
+    """YOSO's, Nystromformer's and MRA's self-attention. YOSO's expectation (use_expectation) is (1 - acos(Q K^T) / pi) ^
     hash_code_len times V, Nystromformer's with num_landmarks == segment_means_seq_len softmax attention: the matmuls of
     softmax attention either way. `conv`: the kernel of the depthwise convolution over each head's values added to the
     context (conv_window, conv_kernel_size; 0: none); `refused`: the attention the template does not count (YOSO's LSH
-    cumulation, CUDA kernels; Nystromformer's landmarks), its parameters still described."""
+    cumulation, CUDA kernels; Nystromformer's landmarks; MRA's always), its parameters still described."""
     conv: int
     refused: str = ""
 
@@ -196,6 +196,9 @@ def roc_bert_inputs(c: Cfg, h: int) -> RoCBertInputs:
 
 
 def approx_attention(c: Cfg) -> ApproxAttention:
+    if c.model_type == "mra":
+        return ApproxAttention(0, "MRA's multi-resolution block attention (transformers' CUDA kernels; without them its "
+                                  "mra2_attention returns zeros)")
     yoso = c.model_type == "yoso"
     conv = c.get("conv_window" if yoso else "conv_kernel_size", default=None)   # the class default: none, 65
     if conv is not None and (not isinstance(conv, int) or conv % 2 == 0):
@@ -238,7 +241,7 @@ def variant_of(c: Cfg, h: int) -> Variant | None:
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
         return roc_bert_inputs(c, h)
-    if c.model_type in ("yoso", "nystromformer"):
+    if c.model_type in ("yoso", "nystromformer", "mra"):
         return approx_attention(c)
     if c.model_type == "layoutlm":
         return Layout2D(c.int("max_2d_position_embeddings", default=FROM_CLASS))
@@ -406,7 +409,7 @@ _CHOICES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("RemBertConfig", dict(input_embedding_size=16, output_embedding_size=24)), ("RoFormerConfig", {}),
     ("RoFormerConfig", dict(summary_type="first", summary_use_proj=True, summary_activation="tanh")),
     ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")), ("IBertConfig", {}),
-    ("YosoConfig", {}), ("NystromformerConfig", {}))
+    ("YosoConfig", {}), ("NystromformerConfig", {}), ("MraConfig", {}))
 
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
 # TensorNameMap, the oracle in tests/test_gguf_names.py), from the walk of a BERT holding every table: base-model names
@@ -560,6 +563,10 @@ FAMILY = Family(
                            ("Nystromformer", dict(conv_kernel_size=3)))),
         Sample("YosoConfig", _SIZES, ("YosoForQuestionAnswering",), device="cpu", infer=False),
         Sample("NystromformerConfig", _SIZES, ("NystromformerForQuestionAnswering",), device="cpu", infer=False),
+        # MRA: its attention refused (ApproxAttention), its parameters described
+        Sample("MraConfig", dict(_SIZES, num_labels=3), ("MraModel", "MraForMaskedLM", "MraForSequenceClassification",
+                                                         "MraForTokenClassification", "MraForQuestionAnswering"),
+               device="cpu", infer=False),
         Sample("XmodConfig", dict(_SIZES, default_language="de_DE", languages=["en_XX", "de_DE", "fr_XX"], pre_norm=True,
                                   adapter_layer_norm=True, adapter_reduction_factor=4),
                ("XmodForMaskedLM", "XmodForQuestionAnswering"), device="cpu", infer=False),
