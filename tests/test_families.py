@@ -16,6 +16,7 @@ import contextlib
 import inspect
 import json
 import math
+import re
 from dataclasses import replace
 
 import pytest
@@ -29,7 +30,7 @@ import ckptstat  # noqa: E402
 from ckptstat.analysis import meta  # noqa: E402
 from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
-from ckptstat.errors import UsageError  # noqa: E402
+from ckptstat.errors import NoAnalyticModel, UsageError  # noqa: E402
 from ckptstat.families import FAMILIES, by_model_type, detect, generic  # noqa: E402
 from ckptstat.families.framework.base import Family, Sample  # noqa: E402
 from ckptstat.families.framework.graph import build, predict_params  # noqa: E402
@@ -186,7 +187,12 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
             expected = fcm_audio_flops(model, n, BATCH, sample.device)
             assert expected > 0
             assert ours(spec, n, BATCH) == expected, n
-    for seq in SEQS if spec.seq_unit == "tokens" else ():
+    # an attention the template refuses by name (Family.flops_refused): its parameters above, no FLOPs
+    refused = family.flops_refused(spec) if family.flops_refused is not None else None
+    if refused:
+        with pytest.raises(NoAnalyticModel, match=re.escape(refused)):
+            ours(spec, SEQS[0], BATCH)
+    for seq in SEQS if spec.seq_unit == "tokens" and not refused else ():
         # vision: at two image sides (Fuyu's template is its text-only forward: no image_size)
         if spec.image_size and "pixel_values" in inspect.signature(model.forward).parameters:
             image = getattr(spec.variant, "vision", spec.variant)   # a two-tower model's vision tower (clip.Towers)

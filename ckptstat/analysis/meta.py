@@ -533,12 +533,14 @@ def load(path: str, config: str | None = None, seqs: Collection[int] = ()) -> Mo
     except NoAnalyticModel as e:   # a config the static path refuses for a bad value stays refused
         refusal = e
     else:
-        longest = get(m.spec.family).longest_seq
-        limit = longest(m.spec) if longest is not None else None
-        if limit is None or all(n <= limit for n in seqs):
+        family = get(m.spec.family)
+        limit = family.longest_seq(m.spec) if family.longest_seq is not None else None
+        why = family.flops_refused(m.spec) if family.flops_refused is not None else None
+        if why is None and (limit is None or all(n <= limit for n in seqs)):
             return m
-        refusal = NoAnalyticModel(f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to --seq "
-                                  f"{limit:,}, not {max(seqs):,}")
+        refusal = NoAnalyticModel(f"{path}: {why}: the {m.spec.family} op template describes its parameters, not its FLOPs"
+                                  if why else f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to "
+                                  f"--seq {limit:,}, not {max(seqs):,}")
     cfg: Mapping[str, Any] | None
     config_path: str | None
     if is_bare_config(path) and config is None:

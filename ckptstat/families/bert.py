@@ -12,7 +12,8 @@ its block-sparse attention, BlockSparse, is not described: a longer sequence goe
 (modeling_xmod.py: RoBERTa with a bottleneck adapter per language after each layer's FFN: XmodAdapters), MPNet
 (modeling_mpnet.py: RoBERTa's with its attention at attention.attn and a relative position bias table),
 LayoutLM (modeling_layoutlm.py: BERT's with x / y / h / w position tables for the tokens' boxes: Layout2D, its pooler on
-every head).
+every head), I-BERT (modeling_ibert.py, quant_modules.py: RoBERTa's parameters and matmuls, its quantisation-aware
+modules' integer copies, scaling factors and ranges buffers, naming.py's rules).
 
 One description: `walk` writes the forward with encoder.py's recorded pieces, each module recorded as its op is
 written, and the op template (build), the expected tensors of every head and the GGUF table all derive from it."""
@@ -78,6 +79,8 @@ class ModelType:
     # once a forward and added to every layer's scores (no matmul)
     relative_bias: bool = False
     decoder: bool = True                 # config is_decoder builds it as a decoder (MPNet has no such switch)
+    extra_positions: int = 0             # rows of the position table past max_position_embeddings, ids from there
+    choice_pre: str | None = None        # *ForMultipleChoice's Linear + ReLU on the first token before its classifier
 
     @property
     def lm(self) -> encoder.LMHead:
@@ -114,7 +117,25 @@ MODEL_TYPES = {
     "mpnet": ModelType("mpnet", roberta=True, layer=MPNET, token_types=False, relative_bias=True, decoder=False),
     # + Layout2D; the pooler on every head, no decoder
     "layoutlm": ModelType("layoutlm", pooled_heads=("base", "mlm", "seqcls", "tokcls", "qa"), decoder=False),
+    # I-BERT: RoBERTa's parameters under `ibert`; its quantisation-aware modules (QuantLinear, IntSoftmax, IntGELU,
+    # IntLayerNorm) run the same matmuls with quant_mode on or off, their integer copies and ranges buffers
+    "ibert": ModelType("ibert", roberta=True, decoder=False),
+    # YOSO, Nystromformer, MRA: BERT's layers and MLM head, a RoBERTa-style classification head, no pooler, a position table
+    # of max_position_embeddings + 2 rows (ids from 2), DistilBERT's multiple-choice head; + ApproxAttention
+    **{mt: ModelType(mt, pooler=False, dense_classifier=True, decoder=False, extra_positions=2,
+                     choice_pre="pre_classifier") for mt in ("yoso", "nystromformer", "mra")},
 }
+@dataclass(frozen=True)
+class ApproxAttention(Variant):
+    """YOSO's, Nystromformer's and MRA's self-attention. YOSO's expectation (use_expectation) is (1 - acos(Q K^T) / pi) ^
+    hash_code_len times V, Nystromformer's with num_landmarks == segment_means_seq_len softmax attention: the matmuls of
+    softmax attention either way. `conv`: the kernel of the depthwise convolution over each head's values added to the
+    context (conv_window, conv_kernel_size; 0: none); `refused`: the attention the template does not count (YOSO's LSH
+    cumulation, CUDA kernels; Nystromformer's landmarks; MRA's always), its parameters still described."""
+    conv: int
+    refused: str = ""
+
+
 @dataclass(frozen=True)
 class ErnieTasks(Variant):
     """ERNIE's use_task_id: a task-type embedding table of this many rows beside the token types."""
@@ -174,6 +195,25 @@ def roc_bert_inputs(c: Cfg, h: int) -> RoCBertInputs:
     return RoCBertInputs(pron, shape, width if concat else 0)
 
 
+def approx_attention(c: Cfg) -> ApproxAttention:
+    if c.model_type == "mra":
+        return ApproxAttention(0, "MRA's multi-resolution block attention (transformers' CUDA kernels; without them its "
+                                  "mra2_attention returns zeros)")
+    yoso = c.model_type == "yoso"
+    conv = c.get("conv_window" if yoso else "conv_kernel_size", default=None)   # the class default: none, 65
+    if conv is not None and (not isinstance(conv, int) or conv % 2 == 0):
+        raise NoAnalyticModel(f"{c.path}: {c.model_type}'s value convolution of kernel {conv!r} (an even kernel's "
+                              "output does not match the context: transformers cannot run it)")
+    refused = ""
+    if yoso and not c.get("use_expectation", default=FROM_CLASS):
+        refused = "YOSO's LSH cumulation (use_expectation false: transformers' CUDA kernels)"
+    landmarks, seq = (0, 0) if yoso else (c.int("num_landmarks", default=FROM_CLASS),
+                                          c.int("segment_means_seq_len", default=FROM_CLASS))
+    if landmarks != seq:
+        refused = f"Nystromformer's landmark attention (num_landmarks {landmarks} != segment_means_seq_len {seq})"
+    return ApproxAttention(conv or 0, refused)
+
+
 def pooler(model_type: str, head: str) -> bool:
     """Which heads keep the pooler (transformers modeling_*.py: add_pooling_layer). ELECTRA has none;
     RoBERTa-style classifiers use their own dense on <s>."""
@@ -194,12 +234,15 @@ XMOD_LANGUAGES = ("en_XX",)
 
 def variant_of(c: Cfg, h: int) -> Variant | None:
     """The model type's Variant, if any; NoAnalyticModel for a config that adds parts the template does not describe."""
-    if c.head == CHOICE and not pooler(c.model_type, c.head):   # ELECTRA's and RoFormer's multiple choice
+    if c.head == CHOICE and not pooler(c.model_type, c.head) and not MODEL_TYPES[c.model_type].choice_pre:
+        # ELECTRA's and RoFormer's multiple choice
         return summary.from_config(c, h, c.common.get("num_labels", 2), h, SUMMARY_FALLBACK.get(c.model_type))
     if c.model_type == "ernie" and c.get("use_task_id", default=False):
         return ErnieTasks(c.int("task_type_vocab_size"))
     if c.model_type == "roc_bert":
         return roc_bert_inputs(c, h)
+    if c.model_type in ("yoso", "nystromformer", "mra"):
+        return approx_attention(c)
     if c.model_type == "layoutlm":
         return Layout2D(c.int("max_2d_position_embeddings", default=FROM_CLASS))
     # a key the generated defaults table leaves out (output_*): a file without it is refused
@@ -228,13 +271,14 @@ def from_config(c: Cfg) -> ArchSpec:
     v = MODEL_TYPES[c.model_type]
     e = c.int(v.embedding_key, default=h) if v.embedding_key else h
     act = c.get("hidden_act", default="gelu")
-    types = c.int("type_vocab_size", default=2) if v.token_types else 0
+    types = c.int("type_vocab_size", default=FROM_CLASS) if v.token_types else 0
     variant = variant_of(c, h)
     return ArchSpec(variant=variant, is_decoder=v.decoder and bool(c.get("is_decoder", default=FROM_CLASS)),
                     relative_buckets=c.int("relative_attention_num_buckets", default=FROM_CLASS) if v.relative_bias else 0,
                     layers=c.int("num_hidden_layers"), hidden=h, heads=a, kv_heads=a, head_dim=h // a,
                     intermediate=c.int("intermediate_size"), vocab=c.int("vocab_size"),
-                    positions=c.int("max_position_embeddings"), type_vocab=types, embedding_size=e, activation=str(act),
+                    positions=c.int("max_position_embeddings") + v.extra_positions, type_vocab=types, embedding_size=e,
+                    activation=str(act),
                     pooler=pooler(c.model_type, c.head),
                     tied_embeddings=v.ties and bool(c.get("tie_word_embeddings", default=FROM_CLASS)), **c.common)
 
@@ -275,7 +319,7 @@ def walk(B: Builder) -> Recorder:
     if s.relative_buckets:
         r.embedding("encoder.relative_attention_bias", s.relative_buckets, s.heads, B.seq)
     stack = Stack(f"encoder.layer[{L}]", "encoder.layer.{bid}", L, L)
-    encoder.stack_layers(r, stack, v.layer)
+    encoder.stack_layers(r, stack, v.layer, value_conv=s.variant.conv if isinstance(s.variant, ApproxAttention) else 0)
     if isinstance(s.variant, XmodAdapters):
         xmod_adapters(r, s.variant, stack)
     if v.final_norm:
@@ -294,7 +338,7 @@ def walk(B: Builder) -> Recorder:
     elif s.head == "seqcls":   # RoBERTa / ELECTRA classification head where there is no pooler
         encoder.sequence_classifier(r, dense=not s.pooler or v.dense_classifier)
     elif s.head == CHOICE:   # on the pooled output, or ELECTRA's and RoFormer's sequence summary
-        encoder.multiple_choice(r, s.variant if isinstance(s.variant, summary.SequenceSummary) else None)
+        encoder.multiple_choice(r, s.variant if isinstance(s.variant, summary.SequenceSummary) else None, v.choice_pre)
     elif s.head == "qa" and v.qa_ffn:
         f, tok = s.intermediate, r.tok
         r.linear("qa_classifier.intermediate.dense", tok, h, f, True, bucket="cls", top=True)
@@ -308,7 +352,14 @@ def walk(B: Builder) -> Recorder:
 
 
 def build(B: Builder) -> None:
+    # a refused attention (ApproxAttention.refused): its parameters at one token (graph.predict_params), no FLOPs beyond
+    if flops_refused(B.s) and B.seq > 1:
+        raise NoAnalyticModel(f"{flops_refused(B.s)}: not described by the op template")
     walk(B)
+
+
+def flops_refused(s: ArchSpec) -> str | None:
+    return s.variant.refused or None if isinstance(s.variant, ApproxAttention) else None
 
 
 def xmod_adapters(r: Recorder, x: XmodAdapters, stack: Stack) -> None:
@@ -357,7 +408,8 @@ _CHOICES: tuple[tuple[str, dict[str, Any]], ...] = (
     ("RoCBertConfig", _ROC_BERT), ("MegatronBertConfig", {}),
     ("RemBertConfig", dict(input_embedding_size=16, output_embedding_size=24)), ("RoFormerConfig", {}),
     ("RoFormerConfig", dict(summary_type="first", summary_use_proj=True, summary_activation="tanh")),
-    ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")))
+    ("BigBirdConfig", {}), ("MPNetConfig", {}), ("XmodConfig", dict(default_language="en_XX")), ("IBertConfig", {}),
+    ("YosoConfig", {}), ("NystromformerConfig", {}), ("MraConfig", {}))
 
 # HF module -> llama.cpp GGUF tensor name, as convert_hf_to_gguf.py maps them (gguf-py tensor_mapping.py
 # TensorNameMap, the oracle in tests/test_gguf_names.py), from the walk of a BERT holding every table: base-model names
@@ -398,8 +450,10 @@ FAMILY = Family(
     # RoBERTa-style embeddings number positions from padding_idx + 1 (pad_token_id 1), so the first two
     # rows of the table are never used for a real token: max_position_embeddings 514 gives 512 tokens
     # (transformers modeling_roberta.py create_position_ids_from_input_ids).
-    position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta},
+    # YOSO's and Nystromformer's tables hold 2 rows more, ids from 2 (extra_positions)
+    position_offset={mt: 2 for mt, v in MODEL_TYPES.items() if v.roberta or v.extra_positions},
     longest_seq=lambda s: s.variant.longest if isinstance(s.variant, BlockSparse) else None,
+    flops_refused=flops_refused,
     kv_cache=kv_cache,
     gguf_tensor_names=GGUF_TENSOR_NAMES,
     samples=(
@@ -496,6 +550,23 @@ FAMILY = Family(
                 "LayoutLMForTokenClassification"), device="cpu", infer=False),
         Sample("LayoutLMConfig", dict(_SIZES, tie_word_embeddings=False),
                ("LayoutLMForMaskedLM", "LayoutLMForQuestionAnswering"), device="cpu", infer=False),
+        # I-BERT: without a config its names read as RoBERTa's (its buffers set apart by naming.py)
+        Sample("IBertConfig", dict(_SIZES, num_labels=3), ("IBertModel", "IBertForMaskedLM", "IBertForSequenceClassification",
+                                                         "IBertForTokenClassification"), device="cpu", infer=False),
+        Sample("IBertConfig", dict(_SIZES, quant_mode=True), ("IBertForMaskedLM", "IBertForQuestionAnswering"), device="cpu",
+               infer=False),
+        # YOSO, Nystromformer: without a config their names read as BERT's (the value convolution, the 2 extra position
+        # rows not inferred)
+        *(Sample(f"{name}Config", dict(_SIZES, num_labels=3, **kw), tuple(f"{name}{x}" for x in ("Model",) + _HEADS[:3]),
+                 device="cpu", infer=False)
+          for name, kw in (("Yoso", {}), ("Yoso", dict(conv_window=3)), ("Nystromformer", {}),
+                           ("Nystromformer", dict(conv_kernel_size=3)))),
+        Sample("YosoConfig", _SIZES, ("YosoForQuestionAnswering",), device="cpu", infer=False),
+        Sample("NystromformerConfig", _SIZES, ("NystromformerForQuestionAnswering",), device="cpu", infer=False),
+        # MRA: its attention refused (ApproxAttention), its parameters described
+        Sample("MraConfig", dict(_SIZES, num_labels=3), ("MraModel", "MraForMaskedLM", "MraForSequenceClassification",
+                                                         "MraForTokenClassification", "MraForQuestionAnswering"),
+               device="cpu", infer=False),
         Sample("XmodConfig", dict(_SIZES, default_language="de_DE", languages=["en_XX", "de_DE", "fr_XX"], pre_norm=True,
                                   adapter_layer_norm=True, adapter_reduction_factor=4),
                ("XmodForMaskedLM", "XmodForQuestionAnswering"), device="cpu", infer=False),

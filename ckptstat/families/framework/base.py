@@ -297,6 +297,9 @@ class Family:
     # the longest --seq the op template describes, where a longer one runs a part it does not (BigBird's block-sparse
     # attention); None: any. analysis/meta.load hands a longer one to the meta path
     longest_seq: Callable[[ArchSpec], int | None] | None = None
+    # what of the forward the op template does not count at any --seq, by name (YOSO's LSH attention), its parameters
+    # still described; None: nothing. analysis/meta.load hands its FLOPs to the meta path
+    flops_refused: Callable[[ArchSpec], str | None] | None = None
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # the heads the first cache line holds, which tensor parallelism splits (None: spec.kv_heads; MLA's latent: 1)
     cache_heads: Callable[[ArchSpec], int] | None = None
