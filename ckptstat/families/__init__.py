@@ -131,6 +131,7 @@ from . import (
     resnet,
     rwkv,
     seed_oss,
+    segformer,
     siglip,
     smollm3,
     solar_open,
@@ -172,9 +173,9 @@ _ALL: tuple[Family, ...] = (
     modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, nemotron_h.FAMILY, nomic_bert.FAMILY,
     olmo.FAMILY, olmo_hybrid.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY,
     phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
-    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY, t5.FAMILY, t5gemma.FAMILY,
-    vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
+    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, segformer.FAMILY, siglip.FAMILY,
+    smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY,
+    t5.FAMILY, t5gemma.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
 )
 
 
