@@ -20,7 +20,7 @@ from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer")
+WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer", "pvt_v2")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -121,6 +121,10 @@ def test_beit_at_full_size_equals_transformers(config, model_name, kwargs):
     ("SegformerConfig", "SegformerForSemanticSegmentation", dict(num_labels=150)),
     # nvidia/mit-b2's: widths 64, 128, 320, 512, depths 3, 4, 6, 3
     ("SegformerConfig", "SegformerModel", dict(hidden_sizes=[64, 128, 320, 512], depths=[3, 4, 6, 3])),
+    ("PvtV2Config", "PvtV2ForImageClassification", dict(num_labels=1000)),   # OpenGVLab/pvt_v2_b0: the defaults
+    # OpenGVLab/pvt_v2_b2_linear's: keys and values pooled to 7 x 7 in every block
+    ("PvtV2Config", "PvtV2ForImageClassification", dict(hidden_sizes=[64, 128, 320, 512], depths=[3, 4, 6, 3],
+                                                        linear_attention=True, num_labels=1000)),
 ])
 def test_pyramid_transformers_at_full_size_equal_transformers(config, model_name, kwargs):
     """The released shapes' parameters (num_parameters) and FlopCounterMode's FLOPs of one image on the meta device, at

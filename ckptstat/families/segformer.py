@@ -17,14 +17,21 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from ..errors import UsageError
 from .framework import infer
 from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors
 from .framework.ops import Builder
 from .framework.recorder import Recorder
-from .framework.walk_names import numbered, pattern, signature, walked
-from .framework.walk_pyramid import PyramidVariant, StagePaths, encoder, per_stage
-from .framework.walk_vision import batchnorm, conv_strided, positive_lists
+from .framework.walk_names import pattern, signature, walked
+from .framework.walk_pyramid import (
+    STAGES_ASSUMED,
+    PyramidVariant,
+    StagePaths,
+    config_stages,
+    encoder,
+    mean_classifier,
+    tensor_stages,
+)
+from .framework.walk_vision import batchnorm, conv_strided
 
 DEFAULT_IMAGE = 224
 PATHS = StagePaths("encoder.patch_embeddings.{i}", "encoder.block.{i}", "encoder.layer_norm.{i}")
@@ -42,43 +49,18 @@ def _spec(common: dict[str, Any], v: SegformerVariant, act: str, image: int) -> 
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    lists = positive_lists(c, "hidden_sizes", "depths", "num_attention_heads", "sr_ratios", "patch_sizes", "strides")
-    stages = c.int("num_encoder_blocks", default=FROM_CLASS)
-    ratios = c.get("mlp_ratios", default=FROM_CLASS)
-    if stages != len(lists[0]) or not isinstance(ratios, (list, tuple)) or len(ratios) != stages:
-        raise UsageError(f"{c.path}: config num_encoder_blocks = {stages} is not the length of hidden_sizes / mlp_ratios")
-    widths = lists[0]
-    v = SegformerVariant(channels=c.int("num_channels", default=FROM_CLASS), widths=tuple(widths),
-                         depths=tuple(lists[1]), heads=tuple(lists[2]), sr=tuple(lists[3]),
-                         mlp=tuple(int(w * r) for w, r in zip(widths, ratios)), patches=tuple(lists[4]),
-                         strides=tuple(lists[5]), qkv_bias=True, linear=False,
+    v = SegformerVariant(**config_stages(c), qkv_bias=True, linear=False,
                          decoder=c.int("decoder_hidden_size", default=FROM_CLASS))
     return _spec(c.common, v, str(c.get("hidden_act", default=FROM_CLASS)), DEFAULT_IMAGE)
 
 
-# the config's defaults where the names cannot tell (the MiT-b0..b5 strides and kernels, 7/4 then 3/2; heads 1, 2, 5, 8)
-_STRIDE0, _HEADS = 4, (1, 2, 5, 8)
-
-
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    """Stage widths, kernels, reductions and block counts from the names and shapes; strides and heads assumed (MiT's)."""
-    W, P = WALKED, PATHS.block
-    embed, blocks = per_stage(T, numbered(W, "proj")), per_stage(T, numbered(W, P.q))
-    srs, mlp = per_stage(T, numbered(W, P.sr)), per_stage(T, numbered(W, P.dwconv))
-    stages = sorted(blocks)
-    if not stages or any(i not in embed or i not in mlp for i in stages):
-        raise UsageError("cannot infer the architecture from tensor names: a stage without its patch embedding or "
-                         "Mix-FFN; pass --config")
-    widths = tuple(embed[i][1][0] for i in stages)
-    heads = tuple(_HEADS[i] if i < len(_HEADS) and w % _HEADS[i] == 0 else 1 for i, w in enumerate(widths))
-    fuse = infer.find(T, pattern(W, "linear_fuse"))
-    v = SegformerVariant(channels=embed[stages[0]][1][1], widths=widths, depths=tuple(blocks[i][0] for i in stages),
-                         heads=heads, sr=tuple(srs[i][1][2] if i in srs else 1 for i in stages),
-                         mlp=tuple(mlp[i][1][0] for i in stages), patches=tuple(embed[i][1][2] for i in stages),
-                         strides=tuple(_STRIDE0 if i == 0 else 2 for i in stages), qkv_bias=True, linear=False,
+    """The stages from the names and shapes (walk_pyramid.tensor_stages); the decode head's width from linear_fuse."""
+    fuse = infer.find(T, pattern(WALKED, "linear_fuse"))
+    v = SegformerVariant(**dict(tensor_stages(T, WALKED, PATHS), linear=False), qkv_bias=True,
                          decoder=fuse.shape[0] if fuse is not None else 256)
-    notes = (f"no config: input {DEFAULT_IMAGE}x{DEFAULT_IMAGE} unless --image-size; strides 4, 2, 2...; heads "
-             f"{list(heads)}; the activation gelu",)
+    notes = (f"no config: input {DEFAULT_IMAGE}x{DEFAULT_IMAGE} unless --image-size; {STAGES_ASSUMED}; the activation "
+             "gelu",)
     cls = infer.find(T, r"(^|\.)classifier\.weight$")
     common = dict(common, num_labels=cls.shape[0] if cls is not None else 0,
                   assumptions=common.get("assumptions", ()) + notes)
@@ -93,8 +75,7 @@ def walk(B: Builder) -> Recorder:
     sides = encoder(w, X, PATHS, s.image_size, s.activation)
     side, cin = sides[-1], X.widths[-1]
     if s.head == "imgcls":
-        B.add("mean over the tokens", "pool", "pooler", 1, (B.b, side * side, cin), (B.b, cin), ew=B.b * cin * side * side)
-        w.linear("classifier", (B.b,), cin, s.num_labels, True, bucket="cls", top=True)
+        mean_classifier(w, side, cin, s.num_labels)
     if s.head == "semseg":   # decode_head, outside the body
         d, s0, at = X.decoder, sides[0], "decode_head."
         for i, (c, si) in enumerate(zip(X.widths, sides)):

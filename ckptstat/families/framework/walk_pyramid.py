@@ -15,11 +15,14 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
+from typing import Any
 
+from ...errors import UsageError
 from .archspec import Variant
-from .base import Tensors
+from .base import FROM_CLASS, Cfg, Tensors
 from .recorder import Recorder
-from .walk_vision import conv_strided
+from .walk_names import Walked, numbered
+from .walk_vision import conv_strided, positive_lists
 
 POOLED = 7   # PVT v2's linear_attention: nn.AdaptiveAvgPool2d(7)
 
@@ -77,7 +80,53 @@ def encoder(w: Recorder, X: PyramidVariant, P: StagePaths, side: int, act: str) 
     return sides
 
 
-def per_stage(T: Tensors, numbered: str) -> dict[int, tuple[int, tuple[int, ...]]]:
+def mean_classifier(w: Recorder, side: int, c: int, labels: int) -> None:
+    """The image classifier: the last stage's side x side tokens of c averaged, a biased Linear (an Identity, no op,
+    where labels is 0: PVT v2's)."""
+    B = w.B
+    B.add("mean over the tokens", "pool", "pooler", 1, (B.b, side * side, c), (B.b, c), ew=B.b * c * side * side)
+    if labels:
+        w.linear("classifier", (B.b,), c, labels, True, bucket="cls", top=True)
+
+
+def config_stages(c: Cfg) -> dict[str, Any]:
+    """PyramidVariant's per-stage fields from the config (hidden_sizes, depths, ... of num_encoder_blocks entries)."""
+    lists = positive_lists(c, "hidden_sizes", "depths", "num_attention_heads", "sr_ratios", "patch_sizes", "strides")
+    stages = c.int("num_encoder_blocks", default=FROM_CLASS)
+    ratios = c.get("mlp_ratios", default=FROM_CLASS)
+    if stages != len(lists[0]) or not isinstance(ratios, (list, tuple)) or len(ratios) != stages:
+        raise UsageError(f"{c.path}: config num_encoder_blocks = {stages} is not the length of hidden_sizes / mlp_ratios")
+    widths = tuple(lists[0])
+    return dict(channels=c.int("num_channels", default=FROM_CLASS), widths=widths, depths=tuple(lists[1]),
+                heads=tuple(lists[2]), sr=tuple(lists[3]), mlp=tuple(int(w * r) for w, r in zip(widths, ratios)),
+                patches=tuple(lists[4]), strides=tuple(lists[5]))
+
+
+# the MiT / PVT v2 b0..b5 strides and heads, which the names cannot tell: the first stage's stride 4, then 2; heads 1, 2, 5, 8
+_STRIDE0, _HEADS = 4, (1, 2, 5, 8)
+STAGES_ASSUMED = "strides 4, 2, 2...; heads 1, 2, 5, 8 where they divide the width (else 1)"
+
+
+def tensor_stages(T: Tensors, W: Walked, P: StagePaths) -> dict[str, Any]:
+    """PyramidVariant's per-stage fields (and linear: the pooled reduction, a 1x1 conv) from the names and shapes of
+    the file's tensors, W the family's walk; strides and heads assumed (STAGES_ASSUMED)."""
+    embed = _per_stage(T, numbered(W, P.embed.format(i=0) + ".proj"))
+    blocks, srs = _per_stage(T, numbered(W, P.block.q)), _per_stage(T, numbered(W, P.block.sr))
+    mlp = _per_stage(T, numbered(W, P.block.dwconv))
+    stages = sorted(blocks)
+    if not stages or any(i not in embed or i not in mlp for i in stages):
+        raise UsageError("cannot infer the architecture from tensor names: a stage without its patch embedding or "
+                         "Mix-FFN; pass --config")
+    widths = tuple(embed[i][1][0] for i in stages)
+    sr = tuple(srs[i][1][2] if i in srs else 1 for i in stages)
+    return dict(channels=embed[stages[0]][1][1], widths=widths, depths=tuple(blocks[i][0] for i in stages),
+                heads=tuple(_HEADS[i] if i < len(_HEADS) and w % _HEADS[i] == 0 else 1 for i, w in enumerate(widths)),
+                sr=sr, mlp=tuple(mlp[i][1][0] for i in stages), patches=tuple(embed[i][1][2] for i in stages),
+                strides=tuple(_STRIDE0 if i == 0 else 2 for i in stages),
+                linear=len(srs) == len(stages) and all(r == 1 for r in sr))
+
+
+def _per_stage(T: Tensors, numbered: str) -> dict[int, tuple[int, tuple[int, ...]]]:
     """stage -> (its blocks, the shape of its first block's tensor) of the tensors `numbered` matches (walk_names.numbered
     of a block's module: groups 2 and 3 the stage and the block; of a stage's: group 2)."""
     rx, got = re.compile(numbered), dict[int, tuple[int, tuple[int, ...]]]()
