@@ -20,7 +20,8 @@ from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer", "pvt_v2")
+WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer", "pvt_v2",
+          "poolformer")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -125,11 +126,14 @@ def test_beit_at_full_size_equals_transformers(config, model_name, kwargs):
     # OpenGVLab/pvt_v2_b2_linear's: keys and values pooled to 7 x 7 in every block
     ("PvtV2Config", "PvtV2ForImageClassification", dict(hidden_sizes=[64, 128, 320, 512], depths=[3, 4, 6, 3],
                                                         linear_attention=True, num_labels=1000)),
+    ("PoolFormerConfig", "PoolFormerForImageClassification", {}),   # sail/poolformer_s12: the defaults
+    ("PoolFormerConfig", "PoolFormerModel", dict(depths=[6, 6, 18, 6], layer_scale_init_value=1e-6)),   # poolformer_s36
 ])
 def test_pyramid_transformers_at_full_size_equal_transformers(config, model_name, kwargs):
     """The released shapes' parameters (num_parameters) and FlopCounterMode's FLOPs of one image on the meta device, at
     224 px, 512 px and an odd side (97 px: the overlapping patch embeddings' padding and the reducing convs floor it);
-    without config.json, the same from the names and shapes (MiT's strides and heads assumed)."""
+    without config.json, the same from the names and shapes (MiT's strides and heads, PoolFormer's strides and padding
+    assumed)."""
     cls, cfg = getattr(T, model_name), getattr(T, config)(**kwargs)
     model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     assert predict_params(spec)["total"] == model.num_parameters()

@@ -110,9 +110,9 @@ STAGES_ASSUMED = "strides 4, 2, 2...; heads 1, 2, 5, 8 where they divide the wid
 def tensor_stages(T: Tensors, W: Walked, P: StagePaths) -> dict[str, Any]:
     """PyramidVariant's per-stage fields (and linear: the pooled reduction, a 1x1 conv) from the names and shapes of
     the file's tensors, W the family's walk; strides and heads assumed (STAGES_ASSUMED)."""
-    embed = _per_stage(T, numbered(W, P.embed.format(i=0) + ".proj"))
-    blocks, srs = _per_stage(T, numbered(W, P.block.q)), _per_stage(T, numbered(W, P.block.sr))
-    mlp = _per_stage(T, numbered(W, P.block.dwconv))
+    embed = per_stage(T, numbered(W, P.embed.format(i=0) + ".proj"))
+    blocks, srs = per_stage(T, numbered(W, P.block.q)), per_stage(T, numbered(W, P.block.sr))
+    mlp = per_stage(T, numbered(W, P.block.dwconv))
     stages = sorted(blocks)
     if not stages or any(i not in embed or i not in mlp for i in stages):
         raise UsageError("cannot infer the architecture from tensor names: a stage without its patch embedding or "
@@ -126,7 +126,7 @@ def tensor_stages(T: Tensors, W: Walked, P: StagePaths) -> dict[str, Any]:
                 linear=len(srs) == len(stages) and all(r == 1 for r in sr))
 
 
-def _per_stage(T: Tensors, numbered: str) -> dict[int, tuple[int, tuple[int, ...]]]:
+def per_stage(T: Tensors, numbered: str) -> dict[int, tuple[int, tuple[int, ...]]]:
     """stage -> (its blocks, the shape of its first block's tensor) of the tensors `numbered` matches (walk_names.numbered
     of a block's module: groups 2 and 3 the stage and the block; of a stage's: group 2)."""
     rx, got = re.compile(numbered), dict[int, tuple[int, tuple[int, ...]]]()
