@@ -12,14 +12,16 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
-from test_families import fcm_image_flops, meta_model, ours, spec_of  # noqa: E402
+from test_families import fcm_image_flops, meta_model, ours, spec_of, tensor_infos  # noqa: E402
 from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
-WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet")
+WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer", "pvt_v2",
+          "poolformer")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -112,3 +114,32 @@ def test_beit_at_full_size_equals_transformers(config, model_name, kwargs):
     for side in (224, 320):
         expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
+
+
+@pytest.mark.parametrize("config,model_name,kwargs", [
+    ("SegformerConfig", "SegformerForImageClassification", dict(num_labels=1000)),   # nvidia/mit-b0: the defaults
+    # nvidia/segformer-b0-finetuned-ade-512-512's shapes: MiT-b0 and the all-MLP decode head of 256, 150 classes
+    ("SegformerConfig", "SegformerForSemanticSegmentation", dict(num_labels=150)),
+    # nvidia/mit-b2's: widths 64, 128, 320, 512, depths 3, 4, 6, 3
+    ("SegformerConfig", "SegformerModel", dict(hidden_sizes=[64, 128, 320, 512], depths=[3, 4, 6, 3])),
+    ("PvtV2Config", "PvtV2ForImageClassification", dict(num_labels=1000)),   # OpenGVLab/pvt_v2_b0: the defaults
+    # OpenGVLab/pvt_v2_b2_linear's: keys and values pooled to 7 x 7 in every block
+    ("PvtV2Config", "PvtV2ForImageClassification", dict(hidden_sizes=[64, 128, 320, 512], depths=[3, 4, 6, 3],
+                                                        linear_attention=True, num_labels=1000)),
+    ("PoolFormerConfig", "PoolFormerForImageClassification", {}),   # sail/poolformer_s12: the defaults
+    ("PoolFormerConfig", "PoolFormerModel", dict(depths=[6, 6, 18, 6], layer_scale_init_value=1e-6)),   # poolformer_s36
+])
+def test_pyramid_transformers_at_full_size_equal_transformers(config, model_name, kwargs):
+    """The released shapes' parameters (num_parameters) and FlopCounterMode's FLOPs of one image on the meta device, at
+    224 px, 512 px and an odd side (97 px: the overlapping patch embeddings' padding and the reducing convs floor it);
+    without config.json, the same from the names and shapes (MiT's strides and heads, PoolFormer's strides and padding
+    assumed)."""
+    cls, cfg = getattr(T, model_name), getattr(T, config)(**kwargs)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    assert predict_params(spec)["total"] == model.num_parameters()
+    inferred = from_tensors(spec.family, tensor_infos(model))
+    assert predict_params(inferred)["total"] == model.num_parameters()
+    for side in (224, 512, 97):
+        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, None)
+        assert ours(replace(spec, image_size=side), 8, 1) == expected, side
+        assert ours(replace(inferred, image_size=side), 8, 1) == expected, side

@@ -121,7 +121,9 @@ from . import (
     phi,
     phi3,
     phimoe,
+    poolformer,
     prophetnet,
+    pvt_v2,
     qwen3,
     qwen3_5,
     qwen3_next,
@@ -131,6 +133,7 @@ from . import (
     resnet,
     rwkv,
     seed_oss,
+    segformer,
     siglip,
     smollm3,
     solar_open,
@@ -171,10 +174,11 @@ _ALL: tuple[Family, ...] = (
     modernbert.FAMILY,
     modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, nemotron_h.FAMILY, nomic_bert.FAMILY,
     olmo.FAMILY, olmo_hybrid.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY,
-    phi3.FAMILY, phimoe.FAMILY, prophetnet.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY, qwen3_next.FAMILY, qwen_moe.FAMILY,
-    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, siglip.FAMILY, smollm3.FAMILY,
-    solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY, t5.FAMILY, t5gemma.FAMILY,
-    vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
+    phi3.FAMILY, phimoe.FAMILY, poolformer.FAMILY, prophetnet.FAMILY, pvt_v2.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY,
+    qwen3_next.FAMILY, qwen_moe.FAMILY,
+    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, segformer.FAMILY, siglip.FAMILY,
+    smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY,
+    t5.FAMILY, t5gemma.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
 )
 
 

@@ -39,6 +39,9 @@ HEAD_SUFFIXES = [
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
     ("ForMaskedImageModeling", "mim"),   # ViT's, DeiT's: a 1x1 conv decoder back to pixels (SimMIM)
+    # SegFormer's all-MLP decode head (families/segformer.py); another family's is then refused by name, not read as its
+    # base model
+    ("ForSemanticSegmentation", "semseg"),
     ("ForCTC", "ctc"),   # Wav2Vec2ForCTC and its copies: lm_head on every audio frame
     # wav2vec2-style speech encoders' classifier on every frame, and their speaker embedding (TDNN layers, statistics
     # pooling: families/wav2vec2.py)

@@ -48,20 +48,23 @@ def conv(w: Recorder, path: str, cin: int, cout: int, k: int, side: int, bias: b
 
 
 def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: Padding,
-                 layers: tuple[int, ...] = (), bucket: str | None = None, groups: int = 1, bias: bool = False) -> int:
+                 layers: tuple[int, ...] = (), bucket: str | None = None, groups: int = 1, bias: bool = False,
+                 top: bool = False) -> int:
     """A recorded Conv2d of k x k with its own stride, padding and groups (bias-free unless `bias`: ResNet's), run once
-    per index of `layers` (the path's `{bid}`; none: once), its op under `label`; returns the output side."""
-    w.record(path, (("weight", (cout, cin // groups, k, k)),) + ((("bias", (cout,)),) if bias else ()), layers=layers)
+    per index of `layers` (the path's `{bid}`; none: once), its op under `label`; `top`: a task head's (outside the
+    body); returns the output side."""
+    w.record(path, (("weight", (cout, cin // groups, k, k)),) + ((("bias", (cout,)),) if bias else ()), layers=layers,
+             top=top)
     return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, bias=bias, calls=max(len(layers), 1),
                   groups=groups)
 
 
 def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
-              act: str | None = "relu") -> None:
+              act: str | None = "relu", top: bool = False) -> None:
     """BatchNorm2d (inference: scale and shift with running statistics, which are buffers; weight and bias, 2 x C
-    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once)."""
+    parameters) and its activation, once per index of `layers` (the path's `{bid}`; none: once); `top`: a task head's."""
     B, calls = w.B, max(len(layers), 1)
-    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers)
+    w.record(path, (("weight", (ch,)), ("bias", (ch,))), layers=layers, top=top)
     n = B.b * ch * side * side
     shape = (B.b, ch, side, side)
     B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
