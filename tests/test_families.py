@@ -340,9 +340,12 @@ def cache_bytes(model, seq, batch):
     cache = getattr(cache, "self_attention_cache", cache)   # GPTBigCode returns an EncoderDecoderCache
     tensors = []
     for layer in cache.layers:
-        tensors += [t for k in ("keys", "values", "indexer_keys") if (t := getattr(layer, k, None)) is not None]
-        for states in (getattr(layer, "conv_states", None), getattr(layer, "recurrent_states", None)):
-            tensors += [t for t in (states or {}).values() if t is not None]   # LFM2's conv layers: no recurrent state
+        tensors += [t for k in ("keys", "values", "indexer_keys") if (t := getattr(layer, k, None)) is not None
+                    and not (k == "values" and t is layer.keys)]   # DeepSeek-V4's compressed layers: K = V, one tensor
+        # LFM2's conv layers: no recurrent state; DeepSeek-V4's compressor states: per name (compressor, indexer) the
+        # compressed entries, the unclosed window, the last window
+        for kind in ("conv_states", "recurrent_states", *meta.COMPRESSOR_STATES):
+            tensors += [t for t in (getattr(layer, kind, None) or {}).values() if t is not None]
     tensors += meta.outside_layers(cache)   # MiniMax's lightning states
     return sum(t.numel() * t.element_size() for t in tensors)
 

@@ -25,7 +25,7 @@ from ckptstat.families.framework.layout_base import Module  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
 from ckptstat.families.framework.recorder import Recorder  # noqa: E402
 
-WALKED = ("rwkv", "recurrent_gemma", "dory", "gemma4", "gemma3n", "inkling", "inkling2", "zamba2")
+WALKED = ("rwkv", "recurrent_gemma", "dory", "gemma4", "gemma3n", "inkling", "inkling2", "zamba2", "deepseek_v4")
 CASES = [pytest.param(name, s, m, id=f"{name}-{i}-{m}") for name in WALKED for i, s in enumerate(get(name).samples)
          for m in s.models]
 

@@ -115,15 +115,24 @@ def meta_autocast() -> Iterator[None]:
         masking_utils._ignore_bidirectional_mask_sdpa = real_skip
 
 
+# DeepSeek-V4's compressor states (modeling_deepseek_v4.py DeepseekV4HCACache, DeepseekV4CSACache): per name (compressor,
+# indexer) the compressed entries, an unclosed window's kv and gate, a CSA layer's last window (overlap)
+COMPRESSOR_STATES = ("compressed_kv", "buffer_kv", "buffer_gate", "overlap_kv", "overlap_gate")
+
+
 def cache_tensors(layer: Any) -> Iterator[tuple[str, Any]]:
-    """(kind, tensor) of one transformers 5 cache layer: keys and values (with a sparse-attention indexer's keys,
-    DynamicIndexedLayer's indexer_keys: DeepSeek-V3.2, GLM-5, which grow with the tokens as keys do), the conv and
-    recurrent states."""
+    """(kind, tensor) of one transformers 5 cache layer: keys and values (values once where they are the keys, as
+    DeepSeek-V4's compressed layers hold them; with a sparse-attention indexer's keys, DynamicIndexedLayer's
+    indexer_keys: DeepSeek-V3.2, GLM-5, which grow with the tokens as keys do), the conv and recurrent states, and
+    DeepSeek-V4's compressor states."""
+    seen: list[Any] = []
     for kind in ("keys", "values", "indexer_keys"):
         t = getattr(layer, kind, None)
-        if t is not None and t.numel():
+        if t is not None and t.numel() and not any(t is x for x in seen):
+            seen.append(t)
             yield "keys and values", t
-    for kind, label in (("conv_states", "conv states"), ("recurrent_states", "recurrent states")):
+    for kind, label in (("conv_states", "conv states"), ("recurrent_states", "recurrent states"),
+                        *((k, "compressor states") for k in COMPRESSOR_STATES)):
         for t in (getattr(layer, kind, None) or {}).values():
             if t is not None:
                 yield label, t
@@ -393,6 +402,14 @@ class MetaModel:
         for i, layer in enumerate(cache_layers(cache)):
             cls = type(layer).__name__
             window = getattr(layer, "sliding_window", None)
+            if any(getattr(layer, k, None) for k in COMPRESSOR_STATES):   # states of the length: measured at it
+                if exact is None:
+                    exact = self.forward(b, n)[1]
+                for kind, t in cache_tensors(cache_layers(exact)[i]):
+                    label = f"{kind} ({cls})"
+                    parts[label] = parts.get(label, 0) + t.numel() * width(t)
+                    total += t.numel() * width(t)
+                continue
             for j, (kind, t) in enumerate(cache_tensors(layer)):
                 if kind != "keys and values":
                     wider = t.element_size() > model_bytes

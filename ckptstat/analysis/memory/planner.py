@@ -49,8 +49,13 @@ COLUMN_DENSE = re.compile(r"intermediate\.dense$")   # BERT's first MLP projecti
 # linears of the blocks vLLM keeps whole on every tp rank (ReplicatedLinear or a plain nn.Linear in its model code):
 # a MoE router (deepseek_v2.py, mixtral.py, gpt_oss.py `gate`/`router`) and Qwen2-MoE's shared_expert_gate, and MLA's
 # down-projections q_a_proj / kv_a_proj_with_mqa (deepseek_v2.py DeepseekV2MLAAttention), whose outputs every head needs
+# DeepSeek-V4's (deepseek_v4.py, deepseek_v4_attention.py, deepseek_compressor.py): its fused wq_a + wkv, the compressors'
+# fused wkv + wgate (disable_tp) and the indexer's wq_b and weights_proj, the one K = V head and the q LoRA every head
+# reads; its hyper-connections' fn are plain parameters
 REPLICATED_LINEAR = {"MoE routers": ROUTER, "shared-expert gates": re.compile(r"(^|\.)shared_expert_gate(\.|$)"),
-                     "MLA down-projections": re.compile(r"(^|\.)(q_a_proj|kv_a_proj_with_mqa)(\.|$)")}
+                     "MLA down-projections": re.compile(r"(^|\.)(q_a_proj|kv_a_proj_with_mqa)(\.|$)"),
+                     "DeepSeek-V4 single-head projections": re.compile(
+                         r"\.(wq_a|wkv|wgate|indexer\.wq_b|indexer\.weights_proj|hc_(attn|ffn)_fn)( |$)")}
 
 
 @dataclass(frozen=True)
