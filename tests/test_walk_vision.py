@@ -15,13 +15,14 @@ from census_audit import saved_shapes  # noqa: E402
 from test_families import fcm_image_flops, meta_model, ours, spec_of, tensor_infos  # noqa: E402
 from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
+from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.spec import from_tensors  # noqa: E402
 from ckptstat.families.framework.walk_vision import EncoderLayer  # noqa: E402
 
 WALKED = ("vit", "dinov2", "beit", "clip", "siglip", "swin", "convnext", "mobilenet", "regnet", "segformer", "pvt_v2",
-          "poolformer")
+          "poolformer", "pvt", "levit")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{m}-{i}")
          for name in WALKED for i, s in enumerate(get(name).samples) for m in s.models]
 
@@ -143,3 +144,45 @@ def test_pyramid_transformers_at_full_size_equal_transformers(config, model_name
         expected = fcm_image_flops(model, 8, 1, "meta", side, 3, None)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
         assert ours(replace(inferred, image_size=side), 8, 1) == expected, side
+
+
+def test_pvt_tiny_at_full_size_equals_transformers():
+    """Zetatech/pvt-tiny-224's shapes (PvtConfig's defaults: widths 64, 128, 320, 512, depths 2, 2, 2, 2, 1000 labels):
+    num_parameters and FlopCounterMode's FLOPs on the meta device at 224 px and 227 px (the same grids: transformers
+    reshapes each stored position table into the grid, so only sides flooring to the config's run), from config and from
+    the names alone; at 320 px transformers raises and the walk refuses."""
+    cls, cfg = T.PvtForImageClassification, T.PvtConfig()
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    inferred = from_tensors(spec.family, tensor_infos(model))
+    for s in (spec, inferred):
+        assert predict_params(s)["total"] == model.num_parameters()
+    for side in (224, 227):
+        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, None)
+        for s in (spec, inferred):
+            assert ours(replace(s, image_size=side), 8, 1) == expected, side
+    with pytest.raises(RuntimeError):
+        fcm_image_flops(model, 8, 1, "meta", 320, 3, None)
+    with pytest.raises(UsageError, match="stored positions"):
+        ours(replace(spec, image_size=320), 8, 1)
+
+
+def test_levit_128s_at_full_size_equals_transformers():
+    """facebook/levit-128S's shapes (widths 128, 256, 384, heads 4, 6, 8, depths 2, 3, 4, key_dim 16, the derived
+    down_ops, 1000 labels, the distilled classifiers): num_parameters and FlopCounterMode's FLOPs on the meta device at
+    224 px and 223 px (the same 14 x 14 grid: the bias tables index the config's), from config and from the names alone;
+    at 256 px transformers raises and the walk refuses."""
+    cls = T.LevitForImageClassificationWithTeacher
+    cfg = T.LevitConfig(hidden_sizes=[128, 256, 384], num_attention_heads=[4, 6, 8], depths=[2, 3, 4],
+                        key_dim=[16, 16, 16], num_labels=1000)
+    model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
+    inferred = from_tensors(spec.family, tensor_infos(model))
+    for s in (spec, inferred):
+        assert predict_params(s)["total"] == model.num_parameters()
+    for side in (224, 223):
+        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, None)
+        for s in (spec, inferred):
+            assert ours(replace(s, image_size=side), 8, 1) == expected, side
+    with pytest.raises(RuntimeError):
+        fcm_image_flops(model, 8, 1, "meta", 256, 3, None)
+    with pytest.raises(UsageError, match="bias tables"):
+        ours(replace(spec, image_size=256), 8, 1)

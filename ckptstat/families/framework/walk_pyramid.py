@@ -7,7 +7,8 @@ own module names (`SRPaths`):
   over the map reduced by a biased sr x sr / sr Conv2d and a LayerNorm (sr 1: no reduction; PVT v2's linear_attention: an
   adaptive average pool to 7 x 7, a biased 1x1 Conv2d, a LayerNorm and GELU), attention of every token over the reduced
   ones, the output projection and the residual; a LayerNorm and the Mix-FFN: fc1, a biased depthwise 3x3 Conv2d
-  (padding 1) on the map, the activation, fc2, and the residual.
+  (padding 1) on the map, the activation, fc2, and the residual; PVT v1's (pvt.py, `ffn` "plain"): fc1, the activation,
+  fc2, and a class token before the map's tokens in its last stage (`cls`).
 FLOPs are FlopCounterMode's: the convs' out elements x cin / groups x k x k MACs, the Linears', Q K^T and P V of n
 query and m key tokens."""
 from __future__ import annotations
@@ -15,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from ...errors import UsageError
 from .archspec import Variant
@@ -25,6 +26,9 @@ from .walk_names import Walked, numbered
 from .walk_vision import conv_strided, positive_lists
 
 POOLED = 7   # PVT v2's linear_attention: nn.AdaptiveAvgPool2d(7)
+# a block's MLP: "mix" the Mix-FFN (fc1, a depthwise 3x3 conv on the map, the activation, fc2: SegFormer's, PVT v2's);
+# "plain" fc1, the activation, fc2 (PVT v1's PvtFFN)
+FFN = Literal["mix", "plain"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +54,7 @@ class StagePaths:
     blocks: str
     norm: str
     block: SRPaths = SRPaths()
+    proj: str = "proj"   # the patch embedding's conv under `embed`
 
 
 @dataclass(frozen=True)
@@ -89,9 +94,10 @@ def mean_classifier(w: Recorder, side: int, c: int, labels: int) -> None:
         w.linear("classifier", (B.b,), c, labels, True, bucket="cls", top=True)
 
 
-def config_stages(c: Cfg) -> dict[str, Any]:
-    """PyramidVariant's per-stage fields from the config (hidden_sizes, depths, ... of num_encoder_blocks entries)."""
-    lists = positive_lists(c, "hidden_sizes", "depths", "num_attention_heads", "sr_ratios", "patch_sizes", "strides")
+def config_stages(c: Cfg, sr_key: str = "sr_ratios") -> dict[str, Any]:
+    """PyramidVariant's per-stage fields from the config (hidden_sizes, depths, ... of num_encoder_blocks entries;
+    `sr_key` the reduction ratios' key: PVT v1's sequence_reduction_ratios)."""
+    lists = positive_lists(c, "hidden_sizes", "depths", "num_attention_heads", sr_key, "patch_sizes", "strides")
     stages = c.int("num_encoder_blocks", default=FROM_CLASS)
     ratios = c.get("mlp_ratios", default=FROM_CLASS)
     if stages != len(lists[0]) or not isinstance(ratios, (list, tuple)) or len(ratios) != stages:
@@ -110,13 +116,15 @@ STAGES_ASSUMED = "strides 4, 2, 2...; heads 1, 2, 5, 8 where they divide the wid
 def tensor_stages(T: Tensors, W: Walked, P: StagePaths) -> dict[str, Any]:
     """PyramidVariant's per-stage fields (and linear: the pooled reduction, a 1x1 conv) from the names and shapes of
     the file's tensors, W the family's walk; strides and heads assumed (STAGES_ASSUMED)."""
-    embed = per_stage(T, numbered(W, P.embed.format(i=0) + ".proj"))
-    blocks, srs = per_stage(T, numbered(W, P.block.q)), per_stage(T, numbered(W, P.block.sr))
-    mlp = per_stage(T, numbered(W, P.block.dwconv))
+    embed = per_stage(T, numbered(W, P.embed.format(i=0) + "." + P.proj))
+    q = numbered(W, P.block.q)
+    blocks, srs = per_stage(T, q), per_stage(T, numbered(W, P.block.sr))
+    # the MLP's fc1 [f, c] at the query's numbers (numbered would read dense1's digit as a number: dense2 too)
+    mlp = per_stage(T, q.replace(re.escape(P.block.q), re.escape(P.block.fc1)))
     stages = sorted(blocks)
     if not stages or any(i not in embed or i not in mlp for i in stages):
         raise UsageError("cannot infer the architecture from tensor names: a stage without its patch embedding or "
-                         "Mix-FFN; pass --config")
+                         "MLP; pass --config")
     widths = tuple(embed[i][1][0] for i in stages)
     sr = tuple(srs[i][1][2] if i in srs else 1 for i in stages)
     return dict(channels=embed[stages[0]][1][1], widths=widths, depths=tuple(blocks[i][0] for i in stages),
@@ -147,11 +155,16 @@ def overlap_embedding(w: Recorder, path: str, cin: int, c: int, k: int, stride: 
 
 
 def sr_blocks(w: Recorder, P: SRPaths, at: str, L: int, side: int, c: int, heads: int, sr: int, f: int, act: str,
-              qkv_bias: bool = True, linear: bool = False) -> None:
-    """L blocks stored at `at` ({bid} each) on a side x side map of c channels: spatial-reduction attention (ratio sr;
-    `linear`: PVT v2's pooled reduction) and the Mix-FFN of width f."""
+              qkv_bias: bool = True, linear: bool = False, ffn: FFN = "mix", cls: bool = False) -> None:
+    """L blocks stored at `at` ({bid} each) on a side x side map of c channels (`cls`: and a class token before it):
+    spatial-reduction attention (ratio sr; `linear`: PVT v2's pooled reduction) and the MLP (`ffn`) of width f."""
+    if ffn not in ("mix", "plain"):
+        raise TypeError(f"sr_blocks ffn = {ffn!r} is not 'mix' or 'plain'")
+    if cls and (linear or sr > 1):   # transformers reshapes the side x side + 1 tokens into the map: it raises
+        raise UsageError(f"{at}: a class token with a spatial reduction ({sr}) cannot be reshaped into the map")
     B, layer = w.B, at + ".{bid}."
-    n, tok = side * side, (w.B.b, side * side)
+    n = side * side + int(cls)
+    tok = (w.B.b, n)
     w.norm(layer + P.norm1, tok, c, L, residual=False)
     w.linear(layer + P.q, tok, c, c, qkv_bias, L)
     m, blocks = n, tuple(range(L))
@@ -173,7 +186,8 @@ def sr_blocks(w: Recorder, P: SRPaths, at: str, L: int, side: int, c: int, heads
     w.linear(layer + P.fc1, tok, c, f, True, L)
     if linear:   # PVT v2's ReLU after fc1
         B.activation(w.label(layer + P.fc1, L) + " relu", w.bucket, tok, f, "relu", L)
-    conv_strided(w, layer + P.dwconv, w.label(layer + P.dwconv, L), f, f, 3, 1, side, 1, blocks, groups=f, bias=True)
+    if ffn == "mix":
+        conv_strided(w, layer + P.dwconv, w.label(layer + P.dwconv, L), f, f, 3, 1, side, 1, blocks, groups=f, bias=True)
     B.activation(w.label(layer + "mlp act", L), w.bucket, tok, f, act, L)
     w.linear(layer + P.fc2, tok, f, c, True, L)
     n_c = math.prod(tok) * c
