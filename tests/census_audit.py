@@ -210,6 +210,13 @@ SHAPED: dict[str, dict[str, Any]] = {
     # sliding and full, the last 10 shared)
     "gemma3n_text": {"num_hidden_layers": 4, "num_kv_shared_layers": 2,
                      "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]},
+    # every layer kind: sliding, CSA and HCA attention; a hash-routed MoE (tid2eid, a buffer) then score-routed ones
+    # (the router's bias, saved as ffn.gate.bias, a buffer); the class's default at two layers is two HCA, two hash
+    "deepseek_v4": {"num_hidden_layers": 3,
+                    "layer_types": ["sliding_attention", "compressed_sparse_attention", "heavily_compressed_attention"],
+                    "mlp_layer_types": ["hash_moe", "moe", "moe"]},
+    # a dense layer, then a sparse one (the MoE's router_bias, a buffer); the class's default is three dense first
+    "step3p5": {"mlp_layer_types": ["dense", "sparse"], "layer_types": ["full_attention", "sliding_attention"]},
     # the axial position embeddings' widths sum to hidden_size and their shape multiplies to max_position_embeddings
     # (google/reformer-crime-and-punishment's [64, 192] of 256, [512, 1024]); is_decoder stays the class's (False:
     # ReformerForMaskedLM's), coverage_walk.DECODERS sets it for ReformerModelWithLMHead

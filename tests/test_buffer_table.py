@@ -86,3 +86,39 @@ def test_walk_no_buffer_is_a_parameter():
         if bad:
             wrong[cls] = bad
     assert not wrong, json.dumps(wrong, indent=1)[:4000]
+
+
+def _deepseek_v4_kinds() -> dict[str, set[str]]:
+    from transformers.models.deepseek_v4 import configuration_deepseek_v4 as c
+
+    return {"layer_types": set(c.DEEPSEEK_V4_LAYER_TYPES), "mlp_layer_types": set(c.DEEPSEEK_V4_MLP_LAYER_TYPES)}
+
+
+# classes whose layers come in kinds, some holding buffers of their own: the generator's tiny config (census_audit's
+# SHAPED) builds every kind. DeepSeek-V4: hash-routed MoE (tid2eid) and score-routed (the router's bias, saved as
+# ffn.gate.bias); Step 3.7: dense layers and sparse ones (moe.router_bias)
+LAYER_KINDS = {"DeepseekV4ForCausalLM": _deepseek_v4_kinds, "DeepseekV4Model": _deepseek_v4_kinds,
+               "Step3p7ForConditionalGeneration": lambda: {"mlp_layer_types": {"dense", "sparse"}},
+               "Step3p7Model": lambda: {"mlp_layer_types": {"dense", "sparse"}}}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("cls", sorted(LAYER_KINDS))
+def test_every_layer_kind_as_save_pretrained_writes_it(cls, tmp_path):
+    """The generator's tiny model has every layer kind; the file save_pretrained writes, read by the census with its
+    config.json: each name's role is the model's (a persistent buffer where named_buffers has it, else a parameter),
+    the router biases among the buffers, and the unique parameter count num_parameters()."""
+    from ckptstat import open_checkpoint, summarize
+
+    T.logging.set_verbosity_error()
+    model_cls = getattr(T, cls)
+    cfg, model = construct(model_cls.config_class, model_cls, True, device="cpu")
+    text = cfg.get_text_config(decoder=True)
+    assert {k: set(getattr(text, k)) for k in LAYER_KINDS[cls]()} == LAYER_KINDS[cls]()
+    buffers = {n for n, (role, _, _) in saved_roles(model).items() if role == "buffer"}   # named_buffers' saved names
+    assert any(n.endswith(("gate.bias", "router_bias")) for n in buffers)
+    model.save_pretrained(tmp_path)
+    ckpt = open_checkpoint(str(tmp_path))
+    got = {n: p.role for n, p in placements(ckpt).items()}   # every other name: a parameter (experts split on save)
+    assert got == {n: "buffer" if n in buffers else "parameter" for n in got} and buffers <= set(got)
+    assert summarize(ckpt)["parameters"]["unique"] == model.num_parameters()

@@ -36,28 +36,50 @@ def test_flops_and_cache_at_every_length(tiny, seq):
     assert deepseek_v4.kv_cache(spec, BATCH, seq, seq, 4)[0][1] == cache_bytes(model, seq, BATCH)
 
 
-@pytest.mark.parametrize("seq", (3, 5, 9, 17))
-def test_causal_halving_counts_the_pairs_the_masks_keep(tiny, monkeypatch, seq):
-    """With --causal-halving the scores are the (query, key) pairs the forward's mask leaves at 0: the sliding window's
-    and, concatenated to it, the block bias over the compressed entries (those a query's position has closed, on CSA
-    layers at most index_topk of them, the indexer's picks)."""
+def _pairs(model, monkeypatch, seq: int) -> tuple[int, int]:
+    """(the (query, key) pairs the forward's masks leave at 0, those they mask), summed over layers and heads: kept,
+    the sliding window's and, concatenated to it, the block bias over the compressed entries (those a query's
+    position has closed, on CSA layers at most index_topk of them, the indexer's picks)."""
     from transformers.models.deepseek_v4 import modeling_deepseek_v4 as modeling
 
-    model, spec = tiny
     real, kept = modeling.eager_attention_forward, []
 
     def spy(module, q, k, v, mask, **kw):   # the mask [b, 1, s, s + T], one per layer, for every head
-        kept.append(int((mask == 0).sum()) * q.shape[1])
+        kept.append((int((mask == 0).sum()) * q.shape[1], int((mask != 0).sum()) * q.shape[1]))
         return real(module, q, k, v, mask, **kw)
 
     monkeypatch.setattr(modeling, "eager_attention_forward", spy)
     with torch.no_grad():
         model(input_ids=torch.arange(BATCH * seq).reshape(BATCH, seq) % 97,
               attention_mask=torch.ones(BATCH, seq, dtype=torch.long))
+    monkeypatch.undo()
+    return sum(k for k, _ in kept), sum(m for _, m in kept)
+
+
+@pytest.mark.parametrize("seq", (3, 5, 9, 17))
+def test_causal_halving_counts_the_pairs_the_masks_keep(tiny, monkeypatch, seq):
+    """With --causal-halving the scores are the (query, key) pairs the forward's mask leaves at 0."""
+    model, spec = tiny
     B = Builder(spec, BATCH, seq, seq, 1, 1, causal_halving=True)
     deepseek_v4.walk(B)
     assert sum(op.macs * op.calls for op in B.ops if op.module.endswith(".scores (QK^T, + sinks)")) == \
-        sum(kept) * spec.head_dim
+        _pairs(model, monkeypatch, seq)[0] * spec.head_dim
+
+
+@pytest.mark.parametrize("seq", (5, 9, 17))
+def test_windowed_kernel_estimate_counts_the_compressed_entries(tiny, monkeypatch, tmp_path, seq):
+    """Past the window, `ckptstat flops`' windowed-kernel figure is what the kernel attends: the eager count
+    (FlopCounterMode's, test_flops_and_cache_at_every_length) less QK^T and PV over the pairs the real masks drop,
+    the window's and the compressed entries' kept (the indexer's scores as they are); its note says so."""
+    from ckptstat.analysis import flops
+
+    model, _ = tiny
+    model.config.to_json_file(tmp_path / "config.json")
+    r = flops.run(static_load(str(tmp_path / "config.json")), BATCH, seq)
+    dropped = _pairs(model, monkeypatch, seq)[1]
+    assert r["totals"]["attention_flops"] - r["totals"]["windowed_attention_flops"] == 2 * 2 * dropped * model.config.head_dim
+    assert dropped > 0
+    assert "compressed entries" in " ".join(r["notes"])
 
 
 # DeepSeek-V4-Flash (deepseek-ai/DeepSeek-V4-Flash-Base, the checkpoint DeepseekV4Config documents; its defaults are this

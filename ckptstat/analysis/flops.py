@@ -58,7 +58,9 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
     as for Mistral) attend the causal window (ops.causal_pairs: query i sees keys (i-w, i]); the other layers count
     as attention_flops counts them (s x s, or s(s+1)/2 with causal halving). An estimate: eager and SDPA attention
     in transformers window a layer by masking (create_sliding_window_causal_mask), so FlopCounterMode sees the full
-    scores. With causal halving attention_flops already counts each layer's window (ops.window_groups): no figure."""
+    scores. A family whose kernel attends more than the window (Family.windowed_kernel: DeepSeek-V4's compressed
+    entries) is estimated by its template's causal halving, the pairs its masks keep. With causal halving
+    attention_flops already counts each layer's window (ops.window_groups): no figure."""
     s, w = m.spec, m.spec.sliding_window
     if not w or seq <= w:
         return None
@@ -66,6 +68,10 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
     full_pairs = causal_pairs(seq) if halve else seq * seq
     per_pair = 2 * 2 * batch * s.heads * s.head_dim        # two bmm's (QK^T, PV), 2 FLOPs per MAC
     win = per_pair * (len(sliding) * causal_pairs(seq, w, s.chunked_attention) + (s.layers - len(sliding)) * full_pairs)
+    estimate = "sliding layers the causal window's pairs, the others as counted"
+    if kernel := get(s.family).windowed_kernel:   # the kernel attends past the window: what causal halving counts
+        ops = build(s, batch, seq, None, m.bytes_per_param, m.activation_bytes, True)
+        win, estimate = sum(2 * op.macs * op.calls for op in ops if op.kind == "attention"), kernel
     if win >= attn:     # nothing to add: the count is already windowed (--causal-halving)
         return None
     which = (f"all {s.layers} layers" if len(sliding) == s.layers else
@@ -75,7 +81,7 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
             f"max_window_layers; GPT-Neo's attention_layers) give them: eager attention (and FlopCounterMode) computes "
             f"every score and masks "
             f"those outside the window ({attn:,} attention FLOPs as counted here); a windowed kernel would need about {win:,} "
-            f"(estimate: sliding layers the causal window's pairs, the others as counted)")
+            f"(estimate: {estimate})")
     return win, note, sliding
 
 

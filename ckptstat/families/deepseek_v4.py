@@ -329,6 +329,8 @@ FAMILY = Family(
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     **{**layout.decoder_lm(LAYOUT), "kv_cache": kv_cache},
     cache_heads=lambda s: 1,      # one K = V head: whole on every tensor-parallel device
+    windowed_kernel="every layer each query's window and the compressed entries its position has closed (CSA: the "
+                    "indexer's index_topk of them), the pairs the masks keep, as --causal-halving counts them",
     gguf_architectures=(),        # llama.cpp has no DeepSeek-V4 architecture
     samples=(
         # the first three layers hash-routed (the class's default); CPU: the experts route by real values

@@ -303,6 +303,10 @@ class Family:
     # what of the forward the op template does not count at any --seq, by name (YOSO's LSH attention), its parameters
     # still described; None: nothing. analysis/meta.load hands its FLOPs to the meta path
     flops_refused: Callable[[ArchSpec], str | None] | None = None
+    # what a windowed attention kernel attends, where that is every pair causal halving counts on every layer and
+    # more than the causal window (DeepSeek-V4: the window and the compressed entries): `ckptstat flops` estimates
+    # it as the halved template's attention and says this; None: the sliding layers' window, the others as counted
+    windowed_kernel: str | None = None
     kv_cache: Callable[[ArchSpec, int, int, int, int], KVLines] | None = None   # (spec, b, s, s_dec, bytes)
     # the heads the first cache line holds, which tensor parallelism splits (None: spec.kv_heads; MLA's latent: 1)
     cache_heads: Callable[[ArchSpec], int] | None = None
