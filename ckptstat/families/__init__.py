@@ -138,6 +138,7 @@ from . import (
     siglip,
     smollm3,
     solar_open,
+    splinter,
     stablelm,
     starcoder2,
     swin,
@@ -178,7 +179,8 @@ _ALL: tuple[Family, ...] = (
     phi3.FAMILY, phimoe.FAMILY, poolformer.FAMILY, prophetnet.FAMILY, pvt_v2.FAMILY, qwen3.FAMILY, qwen3_5.FAMILY,
     qwen3_next.FAMILY, qwen_moe.FAMILY,
     recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, segformer.FAMILY, siglip.FAMILY,
-    smollm3.FAMILY, solar_open.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY, switch_transformers.FAMILY,
+    smollm3.FAMILY, solar_open.FAMILY, splinter.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY,
+    switch_transformers.FAMILY,
     t5.FAMILY, t5gemma.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
 )
 
