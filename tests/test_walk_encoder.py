@@ -18,7 +18,7 @@ from test_families import meta_model, spec_of  # noqa: E402
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.ops import Builder  # noqa: E402
 
-WALKED = ("xlm", "xlnet", "git", "hrm_text", "splinter", "luke", "fnet")
+WALKED = ("xlm", "xlnet", "git", "hrm_text", "splinter", "luke", "fnet", "funnel")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in WALKED
          for i, s in enumerate(get(name).samples) for m in s.models]
 
