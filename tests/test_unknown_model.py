@@ -19,13 +19,14 @@ LAYERS = 3
 
 @pytest.fixture(scope="module")
 def gptj(tmp_path_factory):
-    """A tiny FNet (fnet.encoder.layer.N.fourier...: no ckptstat family) saved without its config.
+    """A tiny SqueezeBERT (transformer.encoder.layers.N.post_attention...: no ckptstat family) saved without its config.
     (The fixture's name is GPT-J's, which had no family until families/gptj.py; CTRL's until families/ctrl.py, XLNet's
-    until families/xlnet.py.)"""
+    until families/xlnet.py, FNet's until families/fnet.py.)"""
     torch.manual_seed(0)
-    model = T.FNetForMaskedLM(T.FNetConfig(hidden_size=32, num_hidden_layers=LAYERS, intermediate_size=37, vocab_size=99,
-                                           tie_word_embeddings=False))
-    path = tmp_path_factory.mktemp("fnet") / "model.safetensors"
+    model = T.SqueezeBertForMaskedLM(T.SqueezeBertConfig(hidden_size=32, num_hidden_layers=LAYERS, num_attention_heads=4,
+                                                         intermediate_size=36, vocab_size=99, embedding_size=32,
+                                                         tie_word_embeddings=False))
+    path = tmp_path_factory.mktemp("squeezebert") / "model.safetensors"
     st.save_model(model, str(path))
     return model, str(path)
 
@@ -44,13 +45,14 @@ def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed
     assert r["architecture"]["family"] == "unknown"
     tree = r["modules"]
     assert sum(n["params"] for n in tree) == r["parameters"]["unique"] == _params(model)
-    fnet = _find(tree, "fnet")
-    assert fnet["params"] == _params(model.fnet)
-    blocks = _find(fnet["children"], "encoder.layer.{0..2}")   # (a one-child chain is one node)
-    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.fnet.encoder.layer)
+    body = _find(tree, "transformer")
+    assert body["params"] == _params(model.transformer)
+    blocks = _find(body["children"], "encoder.layers.{0..2}")   # (a one-child chain is one node)
+    assert blocks["repeat"] == LAYERS and blocks["params"] == _params(model.transformer.encoder.layers)
     # inside the collapsed block: one block's figures
-    assert _find(blocks["children"], "fourier.output.LayerNorm")["params"] == _params(model.fnet.encoder.layer[0].fourier)
-    assert _find(blocks["children"], "output")["params"] == _params(model.fnet.encoder.layer[0].output)
+    layer = model.transformer.encoder.layers[0]
+    assert _find(blocks["children"], "post_attention")["params"] == _params(layer.post_attention)
+    assert _find(blocks["children"], "output")["params"] == _params(layer.output)
     assert _find(tree, "cls.predictions")["params"] == _params(model.cls)
     json.dumps(r)
 
@@ -59,7 +61,7 @@ def test_unknown_summary_human_output_is_a_tree(gptj, cli):
     _, path = gptj
     rc, out, err = cli(path)
     assert rc == 0, err
-    assert "Parameters by module" in out and "layer.{0..2} x3" in out
+    assert "Parameters by module" in out and "layers.{0..2} x3" in out
     assert "no rule placed" not in out
 
 

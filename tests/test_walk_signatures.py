@@ -21,7 +21,7 @@ from ckptstat.families import _name_shapes, detect, get  # noqa: E402
 
 DERIVED = ("bert", "albert", "distilbert", "xlm", "xlnet", "git", "hrm_text", "wav2vec2", "vit", "dinov2", "beit", "clip",
            "siglip", "resnet", "convnext", "mobilenet", "regnet", "swin", "t5", "bart", "whisper", "prophetnet", "segformer",
-           "pvt_v2", "poolformer", "pvt", "levit")
+           "pvt_v2", "poolformer", "pvt", "levit", "splinter", "luke", "fnet", "funnel")
 CASES = [pytest.param(name, s, m, id=f"{name}-{s.config}-{i}-{m}") for name in DERIVED
          for i, s in enumerate(get(name).samples) for m in s.models]
 
