@@ -68,10 +68,10 @@ def test_every_claimed_type_is_the_template(model_type):
         assert ours(spec, seq) == fcm_flops(model, seq, device=device)
 
 
-@pytest.mark.parametrize("model_type", ["zaya", "nystromformer"])
+@pytest.mark.parametrize("model_type", ["zaya", "tapas"])
 def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, monkeypatch, model_type):
     """The static path refuses; without the `run` extra the refusal says what would answer, with it transformers
-    answers on the meta device (tests/test_meta.py), a decoder or an encoder (Nystromformer: no cache)."""
+    answers on the meta device (tests/test_meta.py), a decoder or an encoder (TAPAS: no cache)."""
     import json
 
     from ckptstat.analysis import meta
@@ -86,7 +86,7 @@ def test_bare_config_the_template_cannot_vouch_for_is_refused(cli, tmp_path, mon
     monkeypatch.undo()
     code, out, err = cli("flops", str(tmp_path / "config.json"), "--json")
     assert code == 0 and json.loads(out)["computed_by"].startswith("computed by transformers")
-    assert json.loads(out)["computed_by"].endswith("no cache") == (model_type == "nystromformer")
+    assert json.loads(out)["computed_by"].endswith("no cache") == (model_type == "tapas")
 
 
 # ---- model types transformers has no causal LM for (families/not_causal_lm.json) ----

@@ -112,7 +112,9 @@ _SIZES = dict(hidden_sizes=[8, 16, 24], depths=[1, 2, 1], num_encoder_blocks=3, 
 FAMILY = Family(
     name="segformer",
     model_types=("segformer",),
-    signature=signature(WALKED, PATHS.block.dwconv),
+    # and the names a torch.save of the model holds (transformers 5 renames them on save_pretrained only): the family
+    # is found from them; sizes are read under the saved names
+    signature=signature(WALKED, PATHS.block.dwconv) + r"|(^|\.)stages\.\d+\.blocks\.\d+\.mlp\.dwconv\.dwconv\.",
     from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
     heads=("base", "imgcls", "semseg"),
     head_rules=(HeadRule(r"(^|\.)decode_head\.classifier\.weight$", "semseg"),
