@@ -106,13 +106,14 @@ def _gguf_facts(ckpt: Checkpoint) -> dict[str, str]:
 MAX_TREE_DEPTH = 64
 
 
-def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
-    """Parameters grouped by module prefix: nodes {name, params, bytes, tensors, repeat, children}, a
-    total per node. Numbered siblings of one structure collapse into one node (`layers.{0..31}`, repeat
-    32: totals over all, children of the first), and a chain of single children joins into one name."""
+def module_tree(params: tuple[list[str], list[int], list[int]]) -> list[dict]:
+    """Parameters (columns: names, elements, stored bytes) grouped by module prefix: nodes {name, params, bytes,
+    tensors, repeat, children}, a total per node. Numbered siblings of one structure collapse into one node
+    (`layers.{0..31}`, repeat 32: totals over all, children of the first), and a chain of single children joins
+    into one name."""
     root: dict = {"children": {}}
     nodes: dict[str, dict] = {}   # module prefix -> node, in creation order (a parent before its children)
-    for name, numel, nbytes in params:
+    for name, numel, size in zip(*params):
         prefix = name.rpartition(".")[0] if "." in name else name
         node = nodes.get(prefix)
         if node is None:   # (the depth is checked once a module, not once a name: a 200k-tensor header's loop)
@@ -128,7 +129,7 @@ def module_tree(params: list[tuple[str, int, int]]) -> list[dict]:
                     node = parent["children"][leaf] = nodes[prefix] = {"children": {}, "own": [0, 0, 0]}
         own = node["own"]
         own[0] += numel
-        own[1] += nbytes
+        own[1] += size
         own[2] += 1
     # Totals and structure keys bottom-up once, rather than along every name's path (docs/performance.md).
     # A node's structure (its own sums, its children's names and structures) is numbered: equal structures,

@@ -1,12 +1,13 @@
 """One pass over a checkpoint's tensors for the sums every report shares (issue 22: a 200k-tensor header
 pays for each pass over its names): the unique parameter count and its stored bytes by bucket, layer and
-dtype, the non-parameter tensors by role, and the (name, elements, stored bytes) of each counted
-parameter for the summary's module tree. The summary and the analytic model (census/model.py) read it;
+dtype, the non-parameter tensors by role, and the names, elements and stored bytes of the counted
+parameters (columns) for the summary's module tree. The summary and the analytic model (census/model.py) read it;
 derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections import Counter
 from dataclasses import dataclass
+from itertools import compress
 
 from ..core import Checkpoint, dtypes
 from ..core.tensor_table import columns, with_extra
@@ -25,7 +26,7 @@ class Tally:
     by_dtype: dict[str, Sums]                 # stored label (dtype, or quantisation method) -> sums
     non_params: dict[str, dict]               # role -> {role, tensors, elements, bytes, names}
     unplaced: list[str]                       # parameters in bucket "other"
-    tree: list[tuple[str, int, int]]          # (name, elements, stored bytes) of each counted parameter
+    tree: tuple[list[str], list[int], list[int]]   # (names, elements, stored bytes) of the counted parameters
 
     def stored_by_dtype(self) -> dict[str, int]:
         return {label: s[1] for label, s in self.by_dtype.items()}
@@ -37,43 +38,72 @@ def tally(ckpt: Checkpoint) -> Tally:
 
 def _tally(ckpt: Checkpoint) -> Tally:
     place, alias_of = placements(ckpt), aliases(ckpt)
-    out = Tally(0, 0, {}, {}, {}, {}, [], [])
-    groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
-    tree = out.tree
-    packed: dict[str, Callable[[int], int]] = {}   # dtype -> its DType.nbytes (what stored(t) gives a plain tensor)
-    # The tensors' columns (core/tensor_table.py), not a TensorInfo each: the loop runs per name. Only a tensor with
-    # extra facts (a quantised weight) is read as its TensorInfo.
+    # The tensors' columns (core/tensor_table.py), not a TensorInfo each; only a tensor with extra facts (a quantised
+    # weight) is read as its TensorInfo. Python runs once per distinct (placement, dtype, element count) key, a few
+    # thousand in a 200k-tensor MoE header: the per-row work is C's (map, zip, Counter; docs/performance.md).
     c, special = columns(ckpt.tensors), {t.name: t for t in with_extra(ckpt.tensors)}
-    for name, dtype, numel, file_bytes in zip(c.names, c.dtypes, c.numels, c.nbytes):
-        if name in alias_of:
-            continue
-        out.tensor_bytes += file_bytes
-        p = place[name]
+    names, numels, file_bytes = c.names, c.numels, c.nbytes
+    dtype_col: list[str | tuple[str, str]] = list(c.dtypes)
+    if alias_of:   # an alias is counted under its first name only
+        keep = [n not in alias_of for n in names]
+        names, numels = list(compress(names, keep)), list(compress(numels, keep))
+        file_bytes, dtype_col = list(compress(file_bytes, keep)), list(compress(dtype_col, keep))
+    placed = list(map(place.__getitem__, names))
+    by_id = {id(p): p for p in placed}   # (the Placement objects stay alive in `placed` while ids are in use)
+    ids = list(map(id, placed))
+    if special:   # a quantised weight's row is its own key: its label and bytes are all its pieces' (census/quant/)
+        dtype_col = [("\x00", n) if n in special else d for n, d in zip(names, dtype_col)]
+    keys = list(zip(ids, dtype_col, numels))
+    counts = Counter(keys)   # in first-seen order, so every table below fills as name by name
+    out = Tally(0, sum(file_bytes), {}, {}, {}, {}, [], ([], [], []))
+    groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
+    key_bytes: dict[tuple, int] = {}   # a parameter key's stored bytes a tensor
+    other_roles = False
+    for key, k in counts.items():
+        pid, dtype, numel = key
+        if isinstance(dtype, tuple):   # a quantised weight: its label and stored bytes are all its pieces'
+            t = special[dtype[1]]
+            (label, nbytes), packed = stored(t, numel), dtypes.get(t.dtype).nbytes(numel)
+        else:
+            label, nbytes = dtype, dtypes.get(dtype).nbytes(numel)
+            packed = nbytes
+        p = by_id[pid]
         if p.role != "parameter":
             row = out.non_params.get(p.role)
             if row is None:
                 row = out.non_params[p.role] = {"role": p.role, "tensors": 0, "elements": 0, "bytes": 0, "names": []}
-            row["tensors"] += 1
-            row["elements"] += numel
-            row["bytes"] += (packed.get(dtype) or packed.setdefault(dtype, dtypes.get(dtype).nbytes))(numel)
-            row["names"].append(name)
+            row["tensors"] += k
+            row["elements"] += numel * k
+            row["bytes"] += packed * k
+            other_roles = True
             continue
-        t = special.get(name) if special else None
-        if t is not None:   # a quantised weight's bytes are all its pieces' (census/quant/)
-            label, nbytes = stored(t, numel)
-        else:
-            label = dtype
-            nbytes = (packed.get(label) or packed.setdefault(label, dtypes.get(label).nbytes))(numel)
-        key = (p.bucket, p.layer, label)
-        s = groups.get(key)
+        key_bytes[key] = nbytes
+        s = groups.get((p.bucket, p.layer, label))
         if s is None:
-            s = groups[key] = [0, 0, 0]
-        s[0] += numel
-        s[1] += nbytes
-        s[2] += 1
-        if p.bucket == "other":
-            out.unplaced.append(name)
-        tree.append((name, numel, nbytes))
+            s = groups[(p.bucket, p.layer, label)] = [0, 0, 0]
+        s[0] += numel * k
+        s[1] += nbytes * k
+        s[2] += k
+    # names, in the file's order, of the non-parameter roles, of the parameters placed nowhere, and the tree's rows
+    listed = {pid for pid, p in by_id.items() if p.role != "parameter" or p.bucket == "other"}
+    if listed:
+        flags = list(map(listed.__contains__, ids))
+        for name, pid in zip(compress(names, flags), compress(ids, flags)):
+            p = by_id[pid]
+            if p.role != "parameter":
+                out.non_params[p.role]["names"].append(name)
+            else:
+                out.unplaced.append(name)
+    tree_names, tree_numels, tree_bytes = out.tree
+    if other_roles:
+        is_param = list(map(key_bytes.__contains__, keys))
+        tree_names += compress(names, is_param)
+        tree_numels += compress(numels, is_param)
+        tree_bytes += map(key_bytes.__getitem__, compress(keys, is_param))
+    else:
+        tree_names += names
+        tree_numels += numels
+        tree_bytes += map(key_bytes.__getitem__, keys)
     for (bucket, layer, label), s in groups.items():   # in first-seen order, as name by name
         out.total += s[0]
         _fold(out.buckets, bucket, s)
