@@ -311,44 +311,62 @@ def classify(name: str, dtype: str = "F32", shape: tuple[int, ...] = ()) -> Plac
 _DIGIT_TO_HASH = str.maketrans("0123456789", "#" * 10)
 
 
-def _classify_masked(names: list[str], dtypes: list[str], ranks: list[int],
-                     masks: list[str]) -> tuple[dict[str, Placement], bool]:
-    """classify of every name, with the rule look-ups shared by every name of one mask (its digits as `#`,
-    from one str.translate over all names, in C), dtype and rank, and one Placement per (bucket, layer, role): a
-    200k-tensor MoE header has a few dozen masks (docs/performance.md). Names of one mask have one numbered form,
-    and their layer index is the same span of each name. The per-name work is whole columns in C (map, zip,
-    slices, dicts of strings, whose hashes are cached): Python runs once per key and once per (key, layer index).
-    The caller sends names holding \\x00 or \\x01 (the keys' separators) name by name."""
-    # key: the mask, and the dtype and rank where the checkpoint has more than one
-    keys = masks
-    for column in (dtypes, ranks):
-        tags = set(column)
-        if len(tags) > 1:
-            tag = {t: f"\x00{t}" for t in tags}
-            keys = list(map(operator.add, keys, map(tag.__getitem__, column)))
-    first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))   # each key's first name
-    rules: dict[str, tuple[str, str, slice]] = {}
-    for key, i in first.items():
-        name, dtype, rank = names[i], dtypes[i], ranks[i]
-        numbered, _ = _numbered(name)
-        bucket, k = _bucket_of(numbered)
-        span = [m.span() for m in _HASHES.finditer(key)][k] if k is not None else (0, 0)   # "" for no layer index
-        rules[key] = (bucket, _role_from(name, numbered, dtype, rank == 4), slice(*span))
-    cuts = {key: rule[2] for key, rule in rules.items()}
-    # each name's row: its key and its layer index's digits ("" for none: a real span holds a digit)
-    digits = map(operator.getitem, names, map(cuts.__getitem__, keys))
-    rows = list(map(operator.add, map(operator.add, keys, repeat("\x01")), digits))
-    made: dict[tuple[str, str | None, str], Placement] = {}
-    place: dict[str, Placement] = {}
-    for row, key in dict(zip(rows, keys)).items():
-        bucket, role, _ = rules[key]
-        index = row[len(key) + 1:] or None
-        p = made.get((bucket, index, role))
-        if p is None:
-            p = made[(bucket, index, role)] = Placement(bucket, _layer_index(index) if index is not None else None, role)
-        place[row] = p
-    has_encoder = any(bucket == "encoder" and cut.stop for bucket, _, cut in rules.values())
-    return dict(zip(names, map(place.__getitem__, rows))), has_encoder
+class _Masked:
+    """classify of every name, a slice of names at a time (`add`), with the rule look-ups shared by every name of
+    one mask (its digits as `#`, from one str.translate over the slice's names, in C), dtype and rank, and one
+    Placement per (bucket, layer, role): a 200k-tensor MoE header has a few dozen masks (docs/performance.md).
+    Names of one mask have one numbered form, and their layer index is the same span of each name. The per-name
+    work is whole columns in C (map, zip, slices, dicts of strings, whose hashes are cached): Python runs once per
+    key and once per (key, layer index). Slices bound the per-name strings alive at once (the masks, the keys and
+    the rows: 270 MB at 1M tensors, all at once). The caller sends names holding \\x00 or \\x01 (the keys'
+    separators) name by name."""
+
+    def __init__(self, tag_dtypes: bool, tag_ranks: bool):
+        # key: the mask, and the dtype and rank where the checkpoint has more than one (decided over all its names,
+        # so that a key means one thing in every slice)
+        self.tag_dtypes, self.tag_ranks = tag_dtypes, tag_ranks
+        self.rules: dict[str, tuple[str, str, slice]] = {}
+        self.made: dict[tuple[str, str | None, str], Placement] = {}
+        self.out: dict[str, Placement] = {}
+
+    def add(self, names: list[str], dtypes: list[str], ranks: list[int], masks: list[str]) -> None:
+        keys = masks
+        for column, tagged in ((dtypes, self.tag_dtypes), (ranks, self.tag_ranks)):
+            if tagged:
+                tag = {t: f"\x00{t}" for t in set(column)}
+                keys = list(map(operator.add, keys, map(tag.__getitem__, column)))
+        rules = self.rules
+        first = dict(zip(reversed(keys), range(len(keys) - 1, -1, -1)))   # each key's first name
+        for key, i in first.items():
+            if key in rules:
+                continue
+            name, dtype, rank = names[i], dtypes[i], ranks[i]
+            numbered, _ = _numbered(name)
+            bucket, k = _bucket_of(numbered)
+            span = [m.span() for m in _HASHES.finditer(key)][k] if k is not None else (0, 0)   # "" for no layer index
+            rules[key] = (bucket, _role_from(name, numbered, dtype, rank == 4), slice(*span))
+        cuts = {key: rules[key][2] for key in first}
+        # each name's row: its key and its layer index's digits ("" for none: a real span holds a digit)
+        digits = map(operator.getitem, names, map(cuts.__getitem__, keys))
+        rows = list(map(operator.add, map(operator.add, keys, repeat("\x01")), digits))
+        made = self.made
+        place: dict[str, Placement] = {}
+        for row, key in dict(zip(rows, keys)).items():
+            bucket, role, _ = rules[key]
+            index = row[len(key) + 1:] or None
+            p = made.get((bucket, index, role))
+            if p is None:
+                p = made[(bucket, index, role)] = Placement(bucket, _layer_index(index) if index is not None else None, role)
+            place[row] = p
+        self.out.update(zip(names, map(place.__getitem__, rows)))
+
+    def has_encoder(self) -> bool:
+        return any(bucket == "encoder" and cut.stop for bucket, _, cut in self.rules.values())
+
+
+# Passes that make a string a name (a mask, a form, a shape) go a slice of names at a time: one slice's strings alive
+# at once, not a 1M-tensor header's (hundreds of MB).
+SLICE_NAMES = 1 << 16
 
 
 _HASHES = re.compile("#+")
@@ -361,10 +379,14 @@ def digit_forms(names: Iterable[str]) -> str | None:
     lines for a 200k-tensor header (against its 4 MB of names): each pre-check of a rule's literals scans
     this, not the names (docs/performance.md). A literal holding 0 may match a name holding another digit."""
     names = list(names)
-    text = "\n".join(names)
-    if names and text.count("\n") != len(names) - 1:
-        return None
-    return "\n".join(dict.fromkeys(text.translate(_DIGITS_TO_ZERO).split("\n"))) if names else ""
+    forms: dict[str, None] = {}
+    for i in range(0, len(names), SLICE_NAMES):   # (a slice's forms at once, not every name's)
+        part = names[i:i + SLICE_NAMES]
+        text = "\n".join(part)
+        if text.count("\n") != len(part) - 1:
+            return None
+        forms.update(dict.fromkeys(text.translate(_DIGITS_TO_ZERO).split("\n")))
+    return "\n".join(forms)
 
 
 def name_forms(ckpt: Checkpoint) -> str | None:
@@ -381,15 +403,21 @@ def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[st
 
 def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int, ...]]) -> dict[str, Placement]:
     """classify_all of the tensors given as columns (names, dtypes, shapes): what the census passes."""
-    text = "\n".join(names)
-    # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only), or
-    # Keras 3's BatchNormalization numbering (a rule that reads a number's value)
-    if ("#" in text or not text.isascii() or text.count("\n") != len(names) - 1 or "batch_normalization" in text
-            or "\x00" in text or "\x01" in text):
-        out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
-        has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+    ranks = list(map(len, shapes))
+    masked = _Masked(len(set(dtypes)) > 1, len(set(ranks)) > 1)
+    for i in range(0, len(names), SLICE_NAMES):
+        part = names[i:i + SLICE_NAMES]
+        text = "\n".join(part)
+        # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only), or
+        # Keras 3's BatchNormalization numbering (a rule that reads a number's value)
+        if ("#" in text or not text.isascii() or text.count("\n") != len(part) - 1 or "batch_normalization" in text
+                or "\x00" in text or "\x01" in text):
+            out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
+            has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
+            break
+        masked.add(part, dtypes[i:i + SLICE_NAMES], ranks[i:i + SLICE_NAMES], text.translate(_DIGIT_TO_HASH).split("\n"))
     else:
-        out, has_encoder = _classify_masked(names, dtypes, list(map(len, shapes)), text.translate(_DIGIT_TO_HASH).split("\n"))
+        out, has_encoder = masked.out, masked.has_encoder()
     if not has_encoder:
         out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
     return out

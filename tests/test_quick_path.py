@@ -203,7 +203,18 @@ def test_every_left_out_role_name_holds_a_literal():
         assert any(lit in n for lit in _LEFT_OUT_LITERALS), n
 
 
-def test_joined_name_scans_equal_the_per_name_rules():
+@pytest.fixture(params=[None, 1, 7])
+def name_slices(request, monkeypatch):
+    """The name passes' slice size (naming.SLICE_NAMES): the default, and slices of 1 and 7 names, so that a
+    checkpoint's dtypes and ranks part between slices (the keys' tags are decided over all names)."""
+    from ckptstat import families, naming
+    if request.param:
+        monkeypatch.setattr(naming, "SLICE_NAMES", request.param)
+        monkeypatch.setattr(families, "SLICE_NAMES", request.param)
+    return request.param
+
+
+def test_joined_name_scans_equal_the_per_name_rules(name_slices):
     import random
 
     from ckptstat.families import _COMPONENT_NUMBER, _name_shapes
@@ -243,7 +254,7 @@ def test_joined_name_scans_equal_the_per_name_rules():
             assert {k: t.name for k, t in canon.items()} == expected
 
 
-def test_digit_forms_answer_every_literal_pre_check_as_the_names_do():
+def test_digit_forms_answer_every_literal_pre_check_as_the_names_do(name_slices):
     """Each pre-check of a rule's literals scans the names' digit forms (few lines) instead of all names: exact
     for a literal holding no digit; `:0` (tf_spelled's) may match a form where no name holds it, and the names
     then decide."""

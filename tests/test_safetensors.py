@@ -190,10 +190,11 @@ def _open_both(path):
         took = st._compact(f.read(n).decode("utf-8", "replace")) is not None
     fast = one()
     real, st._compact = st._compact, lambda text: None
+    table, st._table = st._table, lambda *args: None
     try:
         slow = one()
     finally:
-        st._compact = real
+        st._compact, st._table = real, table
     return fast, slow, took
 
 
@@ -237,10 +238,15 @@ def test_compact_headers_by_the_writer_read_as_json_does(tmp_path):
     '{"a":{"dtype":"F16","shape":[2,99999999999999999999999],"data_offsets":[0,4]},'
     '"b":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
 ])
-def test_headers_the_fast_path_does_not_take_or_refuses_as_json_does(tmp_path, header):
+@pytest.mark.parametrize("slice_chars", [None, 1, 40])
+def test_headers_the_fast_path_does_not_take_or_refuses_as_json_does(tmp_path, monkeypatch, header, slice_chars):
     """Repeated names (a tensor named `__metadata__` too), another key order, a leading zero, whitespace, a control
     character, trailing text, bad metadata, wrong sizes, an unknown dtype, an overflowing shape: the same
-    Checkpoint or the same one-line error as the JSON parse."""
+    Checkpoint or the same one-line error as the JSON parse, whatever slices the text is matched in."""
+    from ckptstat.formats import safetensors as st
+
+    if slice_chars:
+        monkeypatch.setattr(st, "_SLICE", slice_chars)
     raw = header.encode()
     path = tmp_path / "h.safetensors"
     path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(8))
@@ -248,9 +254,46 @@ def test_headers_the_fast_path_does_not_take_or_refuses_as_json_does(tmp_path, h
     assert fast == slow
 
 
+@pytest.mark.parametrize("slice_chars", [1, 57, 200, 1 << 22])
+def test_a_header_matched_in_slices_reads_as_json_does(tmp_path, monkeypatch, slice_chars):
+    """The compact header's text is matched a slice at a time (formats/safetensors.py `_table`, `_SLICE`), each cut
+    where an entry ends (`]},"`): at every slice size the table is taken and holds the JSON parse's tensors; names
+    that hold the cut's own characters (`]},` before the closing quote, `]},"` escaped) read as the JSON parse
+    reads them; a repeat or a gap in the last slice is refused as the JSON parse refuses it."""
+    from safetensors.numpy import save_file
+
+    from ckptstat.formats import safetensors as st
+
+    monkeypatch.setattr(st, "_SLICE", slice_chars)
+    names = [f"model.layers.{i}.mlp.w{j}" for i in range(30) for j in range(3)]
+    arrays = {n: np.full((i % 4 + 1, 2), i, np.float16) for i, n in enumerate(names)}
+    for metadata in (None, {"format": "pt"}):
+        path = tmp_path / f"plain-{metadata is None}.safetensors"
+        save_file(arrays, str(path), metadata=metadata)
+        n = int.from_bytes(path.read_bytes()[:8], "little")
+        text = path.read_bytes()[8:8 + n].decode()
+        taken = st._table(text, str(path), 8 + n, path.stat().st_size)
+        assert taken is not None
+        fast, slow, _ = _open_both(path)
+        assert fast == slow and not isinstance(fast, str) and dict(taken[1].items()) == fast[0]
+    for odd in (["x]},", "y]},z", "]},"], ['q]},"r']):
+        path = tmp_path / "odd.safetensors"
+        save_file(arrays | {n: np.ones(3, np.float32) for n in odd}, str(path))
+        fast, slow, _ = _open_both(path)
+        assert fast == slow and not isinstance(fast, str)
+    entries = [f'"t{i}":{{"dtype":"F16","shape":[2],"data_offsets":[{4 * i},{4 * i + 4}]}}' for i in range(40)]
+    for last, data in (('"t0":{"dtype":"F16","shape":[2],"data_offsets":[156,160]}', 160),
+                       ('"t39":{"dtype":"F16","shape":[2],"data_offsets":[160,164]}', 164)):
+        raw = ("{" + ",".join(entries[:39] + [last]) + "}").encode()
+        path = tmp_path / "bad.safetensors"
+        path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(data))
+        fast, slow, _ = _open_both(path)
+        assert fast == slow and isinstance(fast, str)
+
+
 def test_a_writers_header_is_checked_by_columns(tmp_path):
     """A compact header of plain tensors (no 0-byte one, which shares its neighbour's offset) takes the column check
-    (formats/safetensors.py `_columns`), and its tensors are those the entry loop builds from the same entries."""
+    (formats/safetensors.py `_table`), and its tensors are those the entry loop builds from the same entries."""
     from safetensors.numpy import save_file
 
     from ckptstat.formats import safetensors as st
@@ -260,6 +303,6 @@ def test_a_writers_header_is_checked_by_columns(tmp_path):
               str(path))
     n, _, found = st.read_header(str(path))
     size = path.stat().st_size
-    columns = st._columns(found, str(path), 8 + n, size)
-    assert columns is not None
-    assert columns == st._checked(st._entries(found, str(path)), str(path), 8 + n, size, ValueError)
+    fast = st._table(path.read_bytes()[8:8 + n].decode(), str(path), 8 + n, size)
+    assert fast is not None
+    assert dict(fast[1].items()) == st._checked(st._entries(found, str(path)), str(path), 8 + n, size, ValueError)

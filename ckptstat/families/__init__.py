@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..naming import normalize
+from ..naming import SLICE_NAMES, normalize
 from . import (
     afmoe,
     albert,
@@ -288,12 +288,15 @@ def _name_shapes(names: Iterable[str], forms: str | None = None) -> set[str]:
     if text.count("\n") != len(names) - 1 or "_._" in look or ":" in look or "ATTRIBUTES" in look:
         # a name holding a newline, or one of normalize's rarer rules: name by name
         return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
-    # one substitution over all names, in C (normalize is then only `/` -> `.`); names starting with a
-    # number are rare: their substitution only when some form starts with a digit (read as 0)
-    text = _DOT_NUMBER.sub(".0", text.replace("/", "."))
-    if forms is None or forms.startswith("0") or "\n0" in forms:
-        text = _FIRST_NUMBER.sub("0", text)
-    return set(text.split("\n")) if names else set()
+    del text
+    # one substitution over a slice of names at a time (naming.SLICE_NAMES), in C (normalize is then only `/` -> `.`);
+    # names starting with a number are rare: their substitution only when some form starts with a digit (read as 0)
+    first = forms is None or forms.startswith("0") or "\n0" in forms
+    shapes: set[str] = set()
+    for i in range(0, len(names), SLICE_NAMES):
+        text = _DOT_NUMBER.sub(".0", "\n".join(names[i:i + SLICE_NAMES]).replace("/", "."))
+        shapes.update((_FIRST_NUMBER.sub("0", text) if first else text).split("\n"))
+    return shapes
 
 
 def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str] | None = None,

@@ -81,8 +81,8 @@ Entry = tuple[str, str, tuple[int, ...], int, int]   # name, dtype, shape, data 
 Found = list[tuple[str, str, str, str, str]]        # a compact header's entries as _compact matches them (text)
 
 
-def _compact(text: str) -> tuple[dict[str, object] | None, Found] | None:
-    """(metadata, entries as (name, dtype, shape text, begin, end)) when `text` is a compact header, else None."""
+def _body(text: str) -> tuple[dict[str, object] | None, int, int] | None:
+    """(metadata, start, stop of the entries' text) when `text` is spelled as the writer spells it, else None."""
     # The writer pads the header to 8 bytes with spaces: where they start, found without a copy of the text (which
     # rstrip and slicing the body would make: 19 MB at 200k tensors, the peak RSS of the parse).
     tail = text[-8:]
@@ -97,21 +97,29 @@ def _compact(text: str) -> tuple[dict[str, object] | None, Found] | None:
             return None
         if text[pos:pos + 1] == ",":
             pos += 1
-    stop = max(pos, end - 1)   # the body: text[pos:stop]
-    entries = _ENTRY.findall(text, pos, stop)
-    # findall's matches do not overlap: when their lengths and the commas between them add up to the body's,
-    # they tile it, and nothing else is in the header.
-    covered = sum(len(a) + len(b) + len(c) + len(d) + len(e) for a, b, c, d, e in entries)
-    if covered + len(entries) * (_ENTRY_CHARS + 1) - 1 != stop - pos or text.count('"', pos, stop) != 10 * len(entries):
+    return metadata, pos, max(pos, end - 1)
+
+
+def _tiled(text: str, start: int, stop: int, found: Found) -> bool:
+    """Whether _ENTRY's matches `found` in text[start:stop] are all of it: findall's matches do not overlap, so when
+    their lengths and the commas between them add up to the span's, they tile it, and nothing else is in it."""
+    covered = sum(sum(map(len, column)) for column in zip(*found))
+    n = len(found)
+    return covered + n * (_ENTRY_CHARS + 1) - 1 == stop - start and text.count('"', start, stop) == 10 * n
+
+
+def _compact(text: str) -> tuple[dict[str, object] | None, Found] | None:
+    """(metadata, entries as (name, dtype, shape text, begin, end)) when `text` is a compact header, else None."""
+    body = _body(text)
+    if body is None:
         return None
-    return metadata, entries
+    metadata, pos, stop = body
+    entries = _ENTRY.findall(text, pos, stop)
+    return (metadata, entries) if _tiled(text, pos, stop, entries) else None
 
 
-def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, Found | dict[str, object]]:
-    """(header length, metadata, the tensors' entries): _compact's matches of a compact header (names distinct),
-    else the parsed JSON object (metadata still in it, None returned for it). The safetensors bytes start at
-    `start` and end at the file's end (a whole file, or the tail of a DCP `.distcp` file written with
-    SerializationFormat.SAFETENSORS: formats/dcp/)."""
+def _header_text(path: str, start: int) -> tuple[int, str]:
+    """(header length, header text) of the safetensors bytes that start at `start` and end at the file's end."""
     size = file_size(path) - start
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
         f.seek(start)
@@ -125,14 +133,29 @@ def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | Non
             raise CorruptCheckpointError(path, f"header length {n} runs past the end of the {size}-byte file")
         raw = f.read(n)
     try:
-        text = raw.decode("utf-8")
-        del raw   # (the header's bytes held beside its text and entries were a fifth of the parse's peak memory)
+        return n, raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise CorruptCheckpointError(path, "header is not valid UTF-8") from None
+
+
+def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, Found | dict[str, object]]:
+    """(header length, metadata, the tensors' entries): _compact's matches of a compact header (names distinct),
+    else the parsed JSON object (metadata still in it, None returned for it). The safetensors bytes start at
+    `start` and end at the file's end (a whole file, or the tail of a DCP `.distcp` file written with
+    SerializationFormat.SAFETENSORS: formats/dcp/)."""
+    n, text = _header_text(path, start)
+    return (n, *_parsed(path, text))
+
+
+def _parsed(path: str, text: str) -> tuple[dict[str, object] | None, Found | dict[str, object]]:
+    """read_header's (metadata, entries) of the header's text."""
+    try:
         compact = _compact(text)
         if compact is not None:
             metadata, found = compact
             names = set(map(operator.itemgetter(0), found))
             if len(names) == len(found) and "__metadata__" not in names:   # else json names the repeat
-                return n, metadata or {}, found
+                return metadata or {}, found
         header = json.loads(text)
         if not _no_repeats(text, header):   # the per-object hook costs ~0.05 s at 200k tensors: only when needed
             header = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -141,13 +164,11 @@ def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | Non
     except UnicodeEncodeError:
         raise CorruptCheckpointError(path, "header is not valid JSON (a lone surrogate escape such as \\ud800: "
                                            "not Unicode, which the safetensors library refuses too)") from None
-    except UnicodeDecodeError:
-        raise CorruptCheckpointError(path, "header is not valid UTF-8") from None
     except ValueError as e:
         raise CorruptCheckpointError(path, f"header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise CorruptCheckpointError(path, "header is not a JSON object")
-    return n, None, header
+    return None, header
 
 
 def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointError]) -> Iterator[Entry]:
@@ -169,47 +190,82 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
         yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
-def _columns(found: Found, path: str, base: int, size: int) -> TensorTable | None:
-    """The tensors of a compact header when every check of the entry loop (open_safetensors) passes, made over
-    whole columns in C (zip, map, set, sorted, list equality) and once per distinct (dtype, shape): the loop's
-    Python per entry was most of a 200k-tensor header's time (docs/performance.md). None when a check fails, and
-    for a tensor of no bytes (it shares its neighbour's offset) or a number of more than 20 digits: the loop then
-    gives the answer, or names the entry at fault, as it always did."""
-    if not found:
+# A compact header's text is matched and checked this many characters at a time, each slice's matches made into the
+# table's columns before the next is matched: one slice's match tuples and texts alive at once, not the header's
+# (at 1M tensors they were 300 MB beside the 96 MB text).
+_SLICE = 1 << 22
+
+
+def _table(text: str, path: str, base: int, size: int) -> tuple[dict[str, object] | None, TensorTable] | None:
+    """(metadata, tensors) of a compact header when every check of the entry loop (open_safetensors) passes, made
+    over whole columns in C (zip, map, set, sorted, list equality), slice by slice of the text, and once per
+    distinct (dtype, shape): the loop's Python per entry was most of a 200k-tensor header's time
+    (docs/performance.md). None when the text is not the writer's spelling, a check fails, a name repeats, a tensor
+    has no bytes (it shares its neighbour's offset) or a number has more than 20 digits: `_parsed` and the loop
+    then give the answer, or name the entry at fault, as they always did."""
+    body = _body(text)
+    if body is None:
         return None
-    names, dts, shape_texts, begin_texts, end_texts = zip(*found)
-    if max(map(len, begin_texts)) > 20 or max(map(len, end_texts)) > 20:   # past U64_MAX: the loop's error
-        return None
+    metadata, pos, stop = body
+    names: list[str] = []
+    dtype_col: list[str] = []
+    shapes: list[tuple[int, ...]] = []
+    numels: list[int] = []
+    begins: list[int] = []
+    nbytes: list[int] = []
     shape_of: dict[str, tuple[int, ...]] = {}
+    numel_of: dict[str, int] = {}
     nbytes_of: dict[tuple[str, str], int] = {}
-    for dtype, text in set(zip(dts, shape_texts)):
-        if text not in shape_of:
-            dims = text.split(",") if text else []
-            if dims and max(map(len, dims)) > 20:
-                return None
-            shape_of[text] = tuple(map(int, dims))
-        bits, numel = _BITS.get(dtype), math.prod(shape_of[text])
-        if not bits or not 0 < numel <= INT64_MAX or numel * bits & 7:
+    while pos < stop:
+        # a slice ends where an entry does (`]}` before `,"`); a name holding `]},` cuts one short, which then
+        # fails to tile, and the header takes the whole-text route
+        cut = text.find(']},"', pos + _SLICE, stop) if stop - pos > _SLICE else -1
+        end = stop if cut < 0 else cut + 2
+        found = _ENTRY.findall(text, pos, end)
+        if not _tiled(text, pos, end, found):
             return None
-        nbytes_of[dtype, text] = numel * bits >> 3
-    begins, ends = list(map(int, begin_texts)), list(map(int, end_texts))
-    nbytes = list(map(nbytes_of.__getitem__, zip(dts, shape_texts)))
-    if list(map(operator.sub, ends, begins)) != nbytes:
+        chunk_names, dts, shape_texts, begin_texts, end_texts = zip(*found)
+        del found
+        if max(map(len, begin_texts)) > 20 or max(map(len, end_texts)) > 20:   # past U64_MAX: the loop's error
+            return None
+        for dtype, shape in set(zip(dts, shape_texts)).difference(nbytes_of):
+            if shape not in shape_of:
+                dims = shape.split(",") if shape else []
+                if dims and max(map(len, dims)) > 20:
+                    return None
+                shape_of[shape] = tuple(map(int, dims))
+                numel_of[shape] = math.prod(shape_of[shape])
+            bits, numel = _BITS.get(dtype), numel_of[shape]
+            if not bits or not 0 < numel <= INT64_MAX or numel * bits & 7:
+                return None
+            nbytes_of[dtype, shape] = numel * bits >> 3
+        chunk_begins = list(map(int, begin_texts))
+        chunk_bytes = list(map(nbytes_of.__getitem__, zip(dts, shape_texts)))
+        if list(map(operator.sub, map(int, end_texts), chunk_begins)) != chunk_bytes:
+            return None
+        names += chunk_names
+        dtype_col += map(_DTYPE_NAMES.__getitem__, dts)   # one string per dtype, not one per tensor
+        shapes += map(shape_of.__getitem__, shape_texts)   # one tuple per distinct shape
+        numels += map(numel_of.__getitem__, shape_texts)
+        begins += chunk_begins
+        nbytes += chunk_bytes
+        pos = end + 1   # past the comma
+    if not names:
         return None
-    # Contiguous from 0 to the file's end: every tensor holds a byte, so distinct begins, sorted, each the end of
-    # the one before.
-    end_of = dict(zip(begins, ends))
-    order = sorted(end_of)
+    # Contiguous from 0 to the file's end: every tensor holds a byte, so distinct begins, sorted, each the end of the
+    # one before.
+    bytes_at = dict(zip(begins, nbytes))
+    order = sorted(bytes_at)
     if len(order) != len(begins) or order[0] != 0:
         return None
-    after = list(map(end_of.__getitem__, order))
+    after = list(map(operator.add, order, map(bytes_at.__getitem__, order)))
     if order[1:] != after[:-1] or base + after[-1] != size:
         return None
-    numel_of = {text: math.prod(shape) for text, shape in shape_of.items()}
-    # one tuple per distinct shape, and one string per dtype (not one per tensor: 50 MB at 1M tensors)
-    return TensorTable(list(names), list(map(_DTYPE_NAMES.__getitem__, dts)), list(map(shape_of.__getitem__, shape_texts)),
-                       list(map(numel_of.__getitem__, shape_texts)), [path] * len(names),
-                       list(map(base.__add__, begins)), nbytes)
+    del bytes_at, order, after
+    table = TensorTable(names, dtype_col, shapes, numels, [path] * len(names), list(map(base.__add__, begins)), nbytes)
+    if len(table.keys()) != len(names) or "__metadata__" in table:   # a repeated name: json names it
+        return None
+    return metadata, table
 
 
 def _entries(found: Found, path: str) -> list[Entry]:
@@ -222,21 +278,27 @@ def _entries(found: Found, path: str) -> list[Entry]:
 
 
 def open_safetensors(path: str, start: int = 0) -> Checkpoint:
-    n, metadata, header = read_header(path, start)
+    n, text = _header_text(path, start)
     size = file_size(path)
     base = start + 8 + n
 
     def bad(msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(path, msg)
 
-    found: object = metadata
+    fast = _table(text, path, base, size)
+    found: object
     tensors: Mapping[str, TensorInfo] | None = None
-    if isinstance(header, dict):
-        found = header.pop("__metadata__", None) or {}
-        entries: list[Entry] | Iterator[Entry] = _typed(header, bad)
+    entries: list[Entry] | Iterator[Entry] = []
+    if fast is not None:
+        found, tensors = fast[0] or {}, fast[1]
     else:
-        tensors = _columns(header, path, base, size)
-        entries = [] if tensors is not None else _entries(header, path)
+        metadata, header = _parsed(path, text)
+        if isinstance(header, dict):
+            found = header.pop("__metadata__", None) or {}
+            entries = _typed(header, bad)
+        else:
+            found, entries = metadata, _entries(header, path)
+    del text
     if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
         raise bad("__metadata__ must map strings to strings")
     meta: dict[str, str] = found
