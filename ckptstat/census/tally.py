@@ -6,6 +6,7 @@ derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import compress
 
@@ -50,11 +51,14 @@ def _tally(ckpt: Checkpoint) -> Tally:
         file_bytes, dtype_col = list(compress(file_bytes, keep)), list(compress(dtype_col, keep))
     placed = list(map(place.__getitem__, names))
     by_id = {id(p): p for p in placed}   # (the Placement objects stay alive in `placed` while ids are in use)
-    ids = list(map(id, placed))
     if special:   # a quantised weight's row is its own key: its label and bytes are all its pieces' (census/quant/)
         dtype_col = [("\x00", n) if n in special else d for n, d in zip(names, dtype_col)]
-    keys = list(zip(ids, dtype_col, numels))
-    counts = Counter(keys)   # in first-seen order, so every table below fills as name by name
+
+    def keys() -> Iterator[tuple[int, str | tuple[str, str], int]]:
+        """Each row's key, made as it is read (a list of them was 110 MB at 1M tensors)."""
+        return zip(map(id, placed), dtype_col, numels)
+
+    counts = Counter(keys())   # in first-seen order, so every table below fills as name by name
     out = Tally(0, sum(file_bytes), {}, {}, {}, {}, [], ([], [], []))
     groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
     key_bytes: dict[tuple, int] = {}   # a parameter key's stored bytes a tensor
@@ -87,23 +91,22 @@ def _tally(ckpt: Checkpoint) -> Tally:
     # names, in the file's order, of the non-parameter roles, of the parameters placed nowhere, and the tree's rows
     listed = {pid for pid, p in by_id.items() if p.role != "parameter" or p.bucket == "other"}
     if listed:
-        flags = list(map(listed.__contains__, ids))
-        for name, pid in zip(compress(names, flags), compress(ids, flags)):
-            p = by_id[pid]
+        flags = list(map(listed.__contains__, map(id, placed)))
+        for name, p in zip(compress(names, flags), compress(placed, flags)):
             if p.role != "parameter":
                 out.non_params[p.role]["names"].append(name)
             else:
                 out.unplaced.append(name)
     tree_names, tree_numels, tree_bytes = out.tree
     if other_roles:
-        is_param = list(map(key_bytes.__contains__, keys))
+        is_param = list(map(key_bytes.__contains__, keys()))
         tree_names += compress(names, is_param)
         tree_numels += compress(numels, is_param)
-        tree_bytes += map(key_bytes.__getitem__, compress(keys, is_param))
+        tree_bytes += map(key_bytes.__getitem__, compress(keys(), is_param))
     else:
         tree_names += names
         tree_numels += numels
-        tree_bytes += map(key_bytes.__getitem__, keys)
+        tree_bytes += map(key_bytes.__getitem__, keys())
     for (bucket, layer, label), s in groups.items():   # in first-seen order, as name by name
         out.total += s[0]
         _fold(out.buckets, bucket, s)

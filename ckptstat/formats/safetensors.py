@@ -252,16 +252,15 @@ def _table(text: str, path: str, base: int, size: int) -> tuple[dict[str, object
         pos = end + 1   # past the comma
     if not names:
         return None
-    # Contiguous from 0 to the file's end: every tensor holds a byte, so distinct begins, sorted, each the end of the
-    # one before.
-    bytes_at = dict(zip(begins, nbytes))
-    order = sorted(bytes_at)
-    if len(order) != len(begins) or order[0] != 0:
+    # Contiguous from 0 to the file's end: every tensor holds a byte, so the sorted ends are the sorted begins after
+    # the first, then the file's end. (That fixes the layout: only the file's end lies past the last begin, so the
+    # last tensor ends there; of the rest only the last begin lies past the one before, and so on down.)
+    starts = sorted(begins)
+    ends = list(map(operator.add, begins, nbytes))
+    ends.sort()
+    if starts[0] != 0 or base + ends[-1] != size or starts[1:] != ends[:-1]:
         return None
-    after = list(map(operator.add, order, map(bytes_at.__getitem__, order)))
-    if order[1:] != after[:-1] or base + after[-1] != size:
-        return None
-    del bytes_at, order, after
+    del starts, ends
     table = TensorTable(names, dtype_col, shapes, numels, [path] * len(names), list(map(base.__add__, begins)), nbytes)
     if len(table.keys()) != len(names) or "__metadata__" in table:   # a repeated name: json names it
         return None
