@@ -189,3 +189,30 @@ def test_central_directory_offset_too_big(tmp_path):
         open_checkpoint(p)
     with pytest.raises(CorruptCheckpointError):
         scan(str(p))
+
+
+DCP_METADATA_HEAD = b"\x80\x04\x8c%torch.distributed.checkpoint.metadata\x8c\x08Metadata\x93"
+
+
+@pytest.mark.parametrize("tail", [b"", b"h\x07.", b"}]Ns."], ids=["ends", "unset memo", "unhashable key"])
+def test_scan_of_a_broken_dcp_metadata_is_a_one_line_answer(tmp_path, tail):
+    """Escaped from `ckptstat scan`: a DCP `.metadata` whose pickle names DCP's Metadata class and then breaks
+    (ends early, reads an unset memo slot, a dict keyed by a list) passed scan's check of its first bytes, and the
+    folder's non-tensor items were looked up by unpickling it (formats/dcp `object_items`) outside the reader's
+    error boundary: pickle's own EOFError / KeyError / TypeError came out of scan as themselves."""
+    (tmp_path / ".metadata").write_bytes(DCP_METADATA_HEAD + tail)
+    try:
+        r = scan(str(tmp_path / ".metadata"))   # torch.load's trace alone: a one-line error or a verdict
+    except CheckpointError:
+        pass
+    else:
+        assert r["status"] in ("safe", "unsafe", "unknown")
+    from ckptstat.analysis.scan import scan_path
+    try:
+        r = scan_path(tmp_path / ".metadata")   # what `ckptstat scan` runs: DCP's own loader's rules too
+    except CheckpointError as e:
+        assert ".metadata" in str(e)
+    else:
+        assert r["status"] in ("safe", "unsafe", "unknown")
+    with pytest.raises(CorruptCheckpointError, match=r"\.metadata pickle"):
+        open_checkpoint(tmp_path)
