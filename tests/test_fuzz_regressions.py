@@ -189,3 +189,49 @@ def test_central_directory_offset_too_big(tmp_path):
         open_checkpoint(p)
     with pytest.raises(CorruptCheckpointError):
         scan(str(p))
+
+
+DCP_METADATA_HEAD = b"\x80\x04\x8c%torch.distributed.checkpoint.metadata\x8c\x08Metadata\x93"
+
+
+@pytest.mark.parametrize("tail", [b"", b"h\x07.", b"}]Ns."], ids=["ends", "unset memo", "unhashable key"])
+def test_scan_of_a_broken_dcp_metadata_is_a_one_line_answer(tmp_path, tail):
+    """Escaped from `ckptstat scan`: a DCP `.metadata` whose pickle names DCP's Metadata class and then breaks
+    (ends early, reads an unset memo slot, a dict keyed by a list) passed scan's check of its first bytes, and the
+    folder's non-tensor items were looked up by unpickling it (formats/dcp `object_items`) outside the reader's
+    error boundary: pickle's own EOFError / KeyError / TypeError came out of scan as themselves."""
+    (tmp_path / ".metadata").write_bytes(DCP_METADATA_HEAD + tail)
+    try:
+        r = scan(str(tmp_path / ".metadata"))   # torch.load's trace alone: a one-line error or a verdict
+    except CheckpointError:
+        pass
+    else:
+        assert r["status"] in ("safe", "unsafe", "unknown")
+    from ckptstat.analysis.scan import scan_path
+    try:
+        r = scan_path(tmp_path / ".metadata")   # what `ckptstat scan` runs: DCP's own loader's rules too
+    except CheckpointError as e:
+        assert ".metadata" in str(e)
+    else:
+        assert r["status"] in ("safe", "unsafe", "unknown")
+    with pytest.raises(CorruptCheckpointError, match=r"\.metadata pickle"):
+        open_checkpoint(tmp_path)
+
+
+def test_small_zip_record_compressed_size_is_checked_against_the_file(tmp_path):
+    """Escaped (a random 3000-example torch zip campaign, a `field` mutation of train.pt): the central-directory
+    entry of the `byteorder` record claiming a compressed size of 2**31 - 1 (its uncompressed size still 6, under
+    the small-record cap). The record was read with zipfile's read(), which asks the file for min(2 GiB,
+    compressed size left) bytes at once (BufferedReader.read(n) allocates n first): 1 GiB traced for a 6 KB
+    file, a MemoryError under the fuzz worker's cap. Now the record's extent is checked against the file first
+    (containers.data_offset, as for data.pkl and the storages). 64 MiB here: enough to see, cheap to fail."""
+    data = bytearray(open(fixture("torch", "train.pt"), "rb").read())
+    cd = data.find(b"PK\x01\x02")
+    while data[cd + 46:cd + 46 + struct.unpack_from("<H", data, cd + 28)[0]] != b"train/byteorder":
+        cd = data.find(b"PK\x01\x02", cd + 4)
+    struct.pack_into("<I", data, cd + 20, 64 << 20)   # compressed size
+    p = tmp_path / "train.pt"
+    p.write_bytes(bytes(data))
+    result, peak = _peak(lambda: open_checkpoint(p))
+    assert isinstance(result, CorruptCheckpointError) and "byteorder" in str(result), result
+    assert peak < 16 << 20, f"peak {peak:,} B for a {len(data):,}-byte file"

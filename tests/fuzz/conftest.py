@@ -17,7 +17,9 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):  # type: igno
                     if message:
                         terminalreporter.write_line(f"  {fmt} {outcome}: {message[:160]}")
         hits = sum(t.budget_hits for t in fuzzlib.TALLY.values())
-        terminalreporter.write_line(f"seed fixed (derandomize); examples per test: "
+        seeded = ("seed fixed (derandomize)" if fuzzlib.SEED is None else
+                  f"seed {fuzzlib.SEED} (CKPTSTAT_FUZZ_SEED={fuzzlib.SEED} replays this run)")
+        terminalreporter.write_line(f"{seeded}; examples per test: "
                                     f"{fuzzlib.EXAMPLES or 'default'} (CKPTSTAT_FUZZ_EXAMPLES); "
                                     f"value reads stopped at the per-case byte budget: {hits}")
 

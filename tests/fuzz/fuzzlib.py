@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import select
 import shutil
 import struct
@@ -20,9 +21,11 @@ import subprocess
 import sys
 import tempfile
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, seed, settings
 from hypothesis import strategies as st
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,15 +33,37 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 FIX = os.path.join(ROOT, "fixtures")
 
 EXAMPLES = int(os.environ.get("CKPTSTAT_FUZZ_EXAMPLES", "0")) or None
+
+
+def _seed() -> int | None:
+    """CKPTSTAT_FUZZ_SEED: unset, the fixed derandomized run; `random`, a fresh seed (printed in the summary);
+    an integer, that seed (with the same CKPTSTAT_FUZZ_EXAMPLES, it replays a random run)."""
+    value = os.environ.get("CKPTSTAT_FUZZ_SEED", "").strip()
+    if not value:
+        return None
+    return random.SystemRandom().randrange(1 << 32) if value == "random" else int(value)
+
+
+SEED = _seed()
+T = TypeVar("T")
 PEAK_BASE = 16 << 20
 PEAK_FACTOR = 16
 HANG_S = float(os.environ.get("CKPTSTAT_FUZZ_HANG_S", "300"))
+# CKPTSTAT_FUZZ_SLOW_DIR: a folder where a copy of every case slower than CKPTSTAT_FUZZ_SLOW_S (default 1 s) is kept
+SLOW_DIR = os.environ.get("CKPTSTAT_FUZZ_SLOW_DIR", "")
+SLOW_S = float(os.environ.get("CKPTSTAT_FUZZ_SLOW_S", "1"))
 
 
-def fuzz_settings(default_examples: int) -> settings:
-    """Fixed seed (derandomize), no example database, no deadline (time is measured, not asserted)."""
-    return settings(max_examples=EXAMPLES or default_examples, derandomize=True, deadline=None, database=None,
-                    suppress_health_check=list(HealthCheck), print_blob=True)
+def fuzz_settings(default_examples: int) -> Callable[[T], T]:
+    """Fixed seed (derandomize) unless CKPTSTAT_FUZZ_SEED says otherwise, no example database, no deadline
+    (time is measured, not asserted)."""
+    chosen = settings(max_examples=EXAMPLES or default_examples, derandomize=SEED is None, deadline=None,
+                      database=None, suppress_health_check=list(HealthCheck), print_blob=True)
+
+    def apply(test: T) -> T:
+        test = chosen(test)
+        return test if SEED is None else seed(SEED)(test)
+    return apply
 
 
 # ------------------------------------------------------------------------------------------ tally
@@ -112,8 +137,8 @@ WORKER = Worker()
 
 def check(fmt: str, path: str, action: str = "open", chunk: int = 256, hang_s: float = HANG_S) -> dict:
     """Run one case through the worker and assert the contract (see module doc)."""
-    folder = os.path.dirname(path)
-    case_bytes = sum(os.path.getsize(os.path.join(folder, n)) for n in os.listdir(folder))
+    folder = path if os.path.isdir(path) else os.path.dirname(path)
+    case_bytes = sum(os.path.getsize(os.path.join(d, n)) for d, _, names in os.walk(folder) for n in names)
     reply = WORKER.ask({"path": path, "action": action, "chunk": chunk, "budget": 64 * case_bytes + (1 << 20)}, hang_s)
     t = TALLY[fmt]
     t.cases += 1
@@ -123,6 +148,9 @@ def check(fmt: str, path: str, action: str = "open", chunk: int = 256, hang_s: f
     t.total_seconds += reply["seconds"]
     t.max_peak = max(t.max_peak, reply["peak"])
     t.budget_hits += bool(reply.get("budget_hit"))
+    if SLOW_DIR and reply["seconds"] > SLOW_S:
+        keep = os.path.join(SLOW_DIR, f"{fmt}-{t.cases}-{reply['seconds']:.1f}s")
+        shutil.copytree(folder, keep, dirs_exist_ok=True)
     if reply["escape"]:
         raise Escape(f"[{fmt}] {reply['outcome']}: {reply['message']}\n{reply['escape']}")
     bound = PEAK_BASE + PEAK_FACTOR * case_bytes
@@ -143,6 +171,7 @@ class Case:
 
     def write(self, name: str, data: bytes) -> str:
         p = os.path.join(self.dir, name)
+        os.makedirs(os.path.dirname(p), exist_ok=True)
         with open(p, "wb") as f:
             f.write(data)
         return p
@@ -175,9 +204,10 @@ def interesting_ints(width: int, size: int) -> list[int]:
 
 
 @st.composite
-def mutate(draw: st.DrawFn, base: bytes, boundaries: list[int] = (), fields_: list[tuple[int, int]] = ()) -> tuple[str, bytes]:
-    """(kind, Blob): `base` truncated at a boundary, bit-flipped, with a length field set to an
-    extreme, with a window overwritten, or with a range around a boundary cut out or doubled."""
+def mutate(draw: st.DrawFn, base: bytes, boundaries: list[int] = (), fields_: list[tuple[int, int]] = (),
+           byteorder: str = "little") -> tuple[str, bytes]:
+    """(kind, Blob): `base` truncated at a boundary, bit-flipped, with a length field (of `byteorder`)
+    set to an extreme, with a window overwritten, or with a range around a boundary cut out or doubled."""
     data = bytearray(base)
     n = len(data)
     cuts = sorted({min(max(b, 0), n) for b in boundaries} | {0, 1, n - 1})
@@ -196,7 +226,7 @@ def mutate(draw: st.DrawFn, base: bytes, boundaries: list[int] = (), fields_: li
         off, width = draw(st.sampled_from(list(fields_)))
         if off + width <= n:
             value = draw(st.sampled_from(interesting_ints(width, n)))
-            data[off:off + width] = value.to_bytes(width, "little")
+            data[off:off + width] = value.to_bytes(width, byteorder)  # type: ignore[arg-type]
         return kind, Blob(data)
     if kind == "overwrite":
         at = draw(pos)

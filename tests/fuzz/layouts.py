@@ -184,3 +184,170 @@ def gguf_layout(data: bytes) -> Layout:
     for offset, nbytes in infos:
         cuts += [data_start + offset, data_start + offset + nbytes]
     return cuts, fields
+
+
+# ---------------------------------------------------------------------------------- protobuf (ONNX, SavedModel)
+def pb_varint(data: bytes, pos: int) -> tuple[int, int]:
+    """(value, position after) of the protobuf varint at `pos` (raises IndexError/ValueError past the end)."""
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise ValueError("varint too long")
+
+
+def pb_fields(data: bytes, start: int = 0, end: int | None = None) -> list[tuple[int, int, int, int, int]]:
+    """(field start, field number, wire type, payload start, payload end) of each field of one message (a
+    varint's payload is its bytes; protobuf encoding spec). Fixture messages only: raises on bad bytes."""
+    end = len(data) if end is None else end
+    out, pos = [], start
+    while pos < end:
+        at = pos
+        key, pos = pb_varint(data, pos)
+        num, wire = key >> 3, key & 7
+        if wire == 0:
+            _, after = pb_varint(data, pos)
+        elif wire == 1:
+            after = pos + 8
+        elif wire == 5:
+            after = pos + 4
+        elif wire == 2:
+            n, pos = pb_varint(data, pos)
+            after = pos + n
+        else:
+            raise ValueError(f"wire type {wire}")
+        if after > end:
+            raise ValueError("field past its message")
+        out.append((at, num, wire, pos, after))
+        pos = after
+    return out
+
+
+# Which length-delimited fields hold a message of which kind (onnx/onnx.proto; tensorflow saved_model.proto,
+# meta_graph.proto, saved_object_graph.proto), as far as ckptstat's readers walk them.
+ONNX_SCHEMA: dict[str, dict[int, str]] = {
+    "model": {7: "graph"},
+    "graph": {1: "node", 5: "tensor", 15: "sparse"},
+    "node": {5: "attribute"},
+    "attribute": {5: "tensor", 22: "sparse"},
+    "sparse": {1: "tensor", 2: "tensor"},
+    "tensor": {13: "entry"},
+    "entry": {},
+}
+SAVED_MODEL_SCHEMA: dict[str, dict[int, str]] = {
+    "saved_model": {2: "meta_graph"},
+    "meta_graph": {7: "object_graph"},
+    "object_graph": {1: "saved_object"},
+    "saved_object": {7: "saved_variable"},
+    "saved_variable": {},
+}
+
+
+def protobuf_layout(data: bytes, schema: dict[str, dict[int, str]], root: str) -> Layout:
+    """Every field's start, payload start and end, down the messages `schema` names. Its lengths are
+    varints, not fixed fields (structured mutations re-encode them)."""
+    cuts: list[int] = []
+
+    def walk(kind: str, start: int, end: int) -> None:
+        for at, num, wire, p, after in pb_fields(data, start, end):
+            cuts.extend([at, p, after])
+            sub = schema[kind].get(num)
+            if sub is not None and wire == 2:
+                walk(sub, p, after)
+    walk(root, 0, len(data))
+    return sorted(set(cuts)), []
+
+
+# ---------------------------------------------------------------------------------- msgpack (Flax)
+_MP_LEN = {0xC4: 1, 0xC5: 2, 0xC6: 4, 0xD9: 1, 0xDA: 2, 0xDB: 4, 0xC7: 1, 0xC8: 2, 0xC9: 4,
+           0xDC: 2, 0xDD: 4, 0xDE: 2, 0xDF: 4}
+_MP_FIXED = {0xC0: 0, 0xC2: 0, 0xC3: 0, 0xCA: 4, 0xCB: 8, 0xCC: 1, 0xCD: 2, 0xCE: 4, 0xCF: 8, 0xD0: 1, 0xD1: 2,
+             0xD2: 4, 0xD3: 8, 0xD4: 2, 0xD5: 3, 0xD6: 5, 0xD7: 9, 0xD8: 17}
+
+
+def msgpack_layout(data: bytes) -> Layout:
+    """Every item's start and end, and the big-endian length, count and integer fields (msgpack spec),
+    down into the ext payloads flax writes (each itself msgpack: shape, dtype name, raw bytes)."""
+    cuts: list[int] = []
+    fields: list[tuple[int, int]] = []
+
+    def item(pos: int) -> int:
+        cuts.append(pos)
+        m = data[pos]
+        pos += 1
+        if m <= 0x7F or m >= 0xE0 or m in (0xC0, 0xC2, 0xC3):
+            return pos
+        if 0x80 <= m <= 0x8F or 0x90 <= m <= 0x9F or m in (0xDC, 0xDD, 0xDE, 0xDF):
+            if m <= 0x9F:
+                n = m & 0x0F
+            else:
+                w = _MP_LEN[m]
+                fields.append((pos, w))
+                n = int.from_bytes(data[pos:pos + w], "big")
+                pos += w
+            for _ in range(2 * n if m in (0xDE, 0xDF) or 0x80 <= m <= 0x8F else n):
+                pos = item(pos)
+            return pos
+        if 0xA0 <= m <= 0xBF:
+            return pos + (m & 0x1F)
+        if m in (0xC4, 0xC5, 0xC6, 0xD9, 0xDA, 0xDB):
+            w = _MP_LEN[m]
+            fields.append((pos, w))
+            n = int.from_bytes(data[pos:pos + w], "big")
+            return pos + w + n
+        if m in (0xC7, 0xC8, 0xC9, 0xD4, 0xD5, 0xD6, 0xD7, 0xD8):
+            if m in (0xC7, 0xC8, 0xC9):
+                w = _MP_LEN[m]
+                fields.append((pos, w))
+                n = int.from_bytes(data[pos:pos + w], "big")
+                pos += w
+            else:
+                n = _MP_FIXED[m] - 1
+            code, pos = data[pos], pos + 1
+            cuts.append(pos)
+            if code in (1, 3) and n:   # flax's ndarray / npscalar payload: msgpack of (shape, dtype, bytes)
+                item(pos)
+            return pos + n
+        if m in (0xCC, 0xCD, 0xCE, 0xCF, 0xD0, 0xD1, 0xD2, 0xD3):
+            fields.append((pos, _MP_FIXED[m]))
+        return pos + _MP_FIXED[m]
+
+    end = item(0)
+    cuts.append(end)
+    return sorted(set(cuts)), fields
+
+
+# ---------------------------------------------------------------------------------- numpy .npy
+def npy_layout(data: bytes) -> Layout:
+    """Magic, version, header length (u16 in 1.0, u32 in 2.0/3.0), the header's end and the values (NEP 1)."""
+    width = 2 if data[6] == 1 else 4
+    start = 8 + width
+    n = int.from_bytes(data[8:8 + width], "little")
+    return [6, 7, 8, start, start + n - 1, start + n, len(data)], [(8, width), (6, 1), (7, 1)]
+
+
+# ---------------------------------------------------------------------------------- concatenated zips (DCP)
+def concatenated_zip_layout(data: bytes) -> Layout:
+    """zip_layout for a file of zips one after another (a DCP `.distcp`: one torch.save zip per item), found by
+    their signatures (PKWARE APPNOTE 4.3): local headers, their data, central entries and end records."""
+    cuts, fields = [], []
+    for sig, fs in ((b"PK\x03\x04", [(18, 4), (22, 4), (26, 2), (28, 2)]),
+                    (b"PK\x01\x02", [(20, 4), (24, 4), (28, 2), (30, 2), (42, 4)]),
+                    (b"PK\x05\x06", [(8, 2), (10, 2), (12, 4), (16, 4), (20, 2)]),
+                    (b"PK\x06\x06", [(24, 8), (32, 8), (40, 8), (48, 8)]),
+                    (b"PK\x06\x07", [(8, 8)])):
+        p = data.find(sig)
+        while p != -1:
+            cuts.append(p)
+            fields += [(p + o, w) for o, w in fs if p + o + w <= len(data)]
+            if sig == b"PK\x03\x04" and p + 30 <= len(data):
+                comp, _, name_len, extra_len = struct.unpack_from("<IIHH", data, p + 18)
+                start = p + 30 + name_len + extra_len
+                cuts += [start, start + comp]
+            p = data.find(sig, p + 4)
+    return sorted(set(cuts)), fields

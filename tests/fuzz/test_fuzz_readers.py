@@ -186,7 +186,7 @@ def test_fuzz_torch_zip(data):
     with Case() as c:
         path = c.write("pytorch_model.bin", raw)
         check("torch-zip", path)
-        check("torch-scan", path, action="scan")
+        check("torch-scan", path, action="scan_path")
 
 
 # ================================================================================== torch legacy
@@ -198,7 +198,7 @@ def test_fuzz_torch_legacy(data):
     with Case() as c:
         path = c.write("model.pt", raw)
         check("torch-legacy", path)
-        check("torch-scan", path, action="scan")
+        check("torch-scan", path, action="scan_path")
 
 
 # ================================================================================== TF bundle
@@ -395,4 +395,4 @@ def test_hostile_pickles_are_data_only():
         with Case() as c:
             path = c.write("evil.pt", buf.getvalue())
             check("torch-zip (hostile pickles)", path)
-            check("torch-scan", path, action="scan")
+            check("torch-scan", path, action="scan_path")

@@ -5,7 +5,9 @@ separate process because (1) its address space is capped with RLIMIT_AS, so a re
 allocate what a hostile header claims fails here instead of swapping the machine; (2) a crash in a C
 library (HDF5) kills the worker, not the test run, and is reported as an escape.
 
-Protocol: one JSON request per line on stdin, {"path": ..., "action": "open" | "scan", "chunk": N};
+Protocol: one JSON request per line on stdin, {"path": ..., "action": "open" | "scan" | "scan_path", "chunk": N}
+(`scan`: torch.load's trace, analysis.scan.torch_load.scan; `scan_path`: what `ckptstat scan` runs, every loader's
+rules); a path may be a file or a folder (a DCP folder, a SavedModel);
 one JSON reply per line on stdout:
   {"outcome": "ok" | "<CkptstatError subclass name>", "message": ..., "escape": null | traceback,
    "peak": bytes traced by tracemalloc, "read": value bytes read, "seconds": ...}
@@ -30,6 +32,7 @@ import h5py  # noqa: E402,F401  (imported before the cap: the baseline includes 
 import numpy  # noqa: E402,F401
 
 from ckptstat import CkptstatError, open_checkpoint  # noqa: E402
+from ckptstat.analysis.scan import scan_path  # noqa: E402
 from ckptstat.analysis.scan.torch_load import scan  # noqa: E402
 from ckptstat.analysis.summary import summarize  # noqa: E402
 from ckptstat.formats import registry  # noqa: E402
@@ -56,13 +59,18 @@ def cap_memory() -> None:
 
 
 def folder_state(folder: str) -> dict[str, tuple[int, int, str]]:
-    """name -> (size, mtime_ns, sha256) of every file in the case's folder."""
+    """relative name -> (size, mtime_ns, sha256) of every file in the case's folder and its subfolders
+    (a folder -> its mtime alone)."""
     out = {}
-    for name in sorted(os.listdir(folder)):
-        p = os.path.join(folder, name)
-        st = os.stat(p)
-        with open(p, "rb") as f:
-            out[name] = (st.st_size, st.st_mtime_ns, hashlib.sha256(f.read()).hexdigest())
+    for d, dirs, names in os.walk(folder):
+        for name in sorted(dirs):
+            p = os.path.join(d, name)
+            out[os.path.relpath(p, folder) + "/"] = (0, os.stat(p).st_mtime_ns, "")
+        for name in sorted(names):
+            p = os.path.join(d, name)
+            st = os.stat(p)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, folder)] = (st.st_size, st.st_mtime_ns, hashlib.sha256(f.read()).hexdigest())
     return out
 
 
@@ -81,9 +89,11 @@ def _hidden(e: BaseException) -> BaseException | None:
 
 def run_case(path: str, action: str, chunk: int, budget: int) -> dict:
     read = 0
-    if action == "scan":
-        r = scan(path)
+    if action in ("scan", "scan_path"):
+        r = scan(path) if action == "scan" else scan_path(path)
         json.dumps(r)
+        if r.get("status", "safe") not in ("safe", "unsafe", "unknown"):
+            raise AssertionError(f"scan answered status {r.get('status')!r}, not safe/unsafe/unknown")
         return {"read": 0}
     ckpt = open_checkpoint(path)
     json.dumps(summarize(ckpt))
@@ -99,7 +109,7 @@ def run_case(path: str, action: str, chunk: int, budget: int) -> dict:
 
 def handle(req: dict) -> dict:
     path, action = req["path"], req.get("action", "open")
-    folder = os.path.dirname(path) or "."
+    folder = path if os.path.isdir(path) else (os.path.dirname(path) or ".")
     before = folder_state(folder)
     budget = int(req.get("budget", 64 << 20))
     reply: dict = {"outcome": "ok", "message": None, "escape": None}

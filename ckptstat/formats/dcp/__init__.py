@@ -34,10 +34,10 @@ from ...core.io import RawFile, Window, contiguous_strides, pread, read_view
 from ...core.tensor import read_flat_file
 from ...errors import CheckpointError, CorruptCheckpointError
 from ..registry import _FILE_HOOKS, _FOLDER_HOOKS, Format, Probe, register
-from ..torch.allowlist import DTypeRef, Refused
+from ..torch.allowlist import DTypeRef
 from ..torch.containers import StorageRecord, zip_contents
 from ..torch.reader import build_tensors
-from ..torch.unpickler import Record, RecordingUnpickler, key_text, walk
+from ..torch.unpickler import Record, RecordingUnpickler, key_text, unpickle, walk
 from . import extensions
 from .extensions import Item as _Item
 from .extensions import extensions_text
@@ -85,13 +85,9 @@ def _read_metadata(path: str) -> Record:
         raise CorruptCheckpointError(path, f"{METADATA} is {size:,} bytes, more than the {MAX_METADATA:,} read")
     with open_regular(path) as f:
         data = f.read(size)
-    u = _DcpUnpickler(io.BytesIO(data), path, f"{METADATA} pickle", storages=False)
-    try:
-        obj = u.load()
-    except Refused as e:
-        raise CorruptCheckpointError(path, f"{METADATA} pickle: {e}") from None
-    except RecursionError:
-        raise CorruptCheckpointError(path, f"{METADATA} pickle nests too deeply") from None
+    # (unpickle: pickle's own errors on a broken stream, EOFError, UnpicklingError, TypeError..., become a
+    # CorruptCheckpointError naming the pickle here, not only at open_checkpoint's boundary: scan reads it too)
+    obj, _ = unpickle(io.BytesIO(data), path, f"{METADATA} pickle", storages=False, unpickler=_DcpUnpickler)
     if not (isinstance(obj, Record) and obj.kind == "Metadata" and isinstance(obj.state, dict)):
         raise CorruptCheckpointError(path, f"{METADATA} does not hold a torch.distributed.checkpoint Metadata")
     return obj

@@ -206,7 +206,10 @@ def zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
 def data_offset(path: str, f: IO[bytes], info: zipfile.ZipInfo, size: int, ratio: int | None = None) -> int:
     """Where a member's bytes start, from its LOCAL header (its extra field differs from the central
     directory's: torch pads it to align data to 64 bytes), checked to lie inside the file."""
-    if info.header_offset < 0 or info.header_offset + 30 > size:
+    if info.header_offset < 0:   # (a central-directory offset too big: CheckedZipFile)
+        raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: local header offset before the file's start "
+                                           f"({info.header_offset:,})")
+    if info.header_offset + 30 > size:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r}: local header offset {info.header_offset} "
                                            "is past the end of the file")
     f.seek(info.header_offset)
@@ -240,9 +243,12 @@ def torch_zip(path: str, zf: zipfile.ZipFile) -> TorchZip:
     return tz
 
 
-def _read_small(path: str, zf: zipfile.ZipFile, info: zipfile.ZipInfo) -> bytes:
+def _read_small(path: str, zf: zipfile.ZipFile, f: IO[bytes], size: int, info: zipfile.ZipInfo) -> bytes:
     if info.file_size > MAX_SMALL_RECORD:
         raise CorruptCheckpointError(path, f"zip entry {info.filename!r} is {info.file_size:,} bytes, expected a few")
+    # its extent checked against the file first: zipfile's read() asks the file for min(2 GiB, the compressed
+    # size claimed) bytes at once, and BufferedReader.read(n) allocates n before reading
+    data_offset(path, f, info, size)
     return zf.read(info)
 
 
@@ -262,7 +268,7 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
     byteorder = "little"
     order = tz.locate("byteorder")
     if order is not None:
-        byteorder = _read_small(path, zf, order).decode("ascii", "replace").strip()
+        byteorder = _read_small(path, zf, f, size, order).decode("ascii", "replace").strip()
         if byteorder not in ("little", "big"):
             raise CorruptCheckpointError(path, f"byteorder record says {byteorder[:20]!r}")
     pkl = tz.locate("data.pkl")
