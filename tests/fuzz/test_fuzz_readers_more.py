@@ -40,7 +40,7 @@ from .layouts import (
     tf_index_layout,
     zip_layout,
 )
-from .test_fuzz_readers import EXTREMES, HOSTILE_PICKLES, _table, tf_entry_mutation
+from .test_fuzz_readers import EXTREMES, HOSTILE_PICKLES, _table, _varint, tf_entry_mutation
 
 
 def _files(folder: str) -> dict[str, bytes]:
@@ -72,14 +72,8 @@ def _pb_tree(data: bytes, schema: dict[str, dict[int, str]], kind: str, start: i
 
 
 def _uvarint(v: int) -> bytes:
-    v %= 1 << 64
-    out = bytearray()
-    while True:
-        b = v & 0x7F
-        v >>= 7
-        out.append(b | (0x80 if v else 0))
-        if not v:
-            return bytes(out)
+    """A protobuf varint of v as uint64 (a negative int64 as its two's complement)."""
+    return _varint(v % (1 << 64))
 
 
 def _pb_encode(msg: list) -> bytes:
