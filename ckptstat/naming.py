@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import operator
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import repeat
@@ -369,6 +369,15 @@ class _Masked:
 SLICE_NAMES = 1 << 16
 
 
+def joined_slices(names: list[str]) -> Iterator[tuple[int, list[str], str | None]]:
+    """(start, names[start:start + SLICE_NAMES], those names joined by newlines) for each slice; the text is None
+    when a name of the slice holds a newline (a line would then not be a name)."""
+    for start in range(0, len(names), SLICE_NAMES):
+        part = names[start:start + SLICE_NAMES]
+        text = "\n".join(part)
+        yield start, part, text if text.count("\n") == len(part) - 1 else None
+
+
 _HASHES = re.compile("#+")
 _DIGITS_TO_ZERO = str.maketrans("123456789", "000000000")
 
@@ -380,10 +389,8 @@ def digit_forms(names: Iterable[str]) -> str | None:
     this, not the names (docs/performance.md). A literal holding 0 may match a name holding another digit."""
     names = list(names)
     forms: dict[str, None] = {}
-    for i in range(0, len(names), SLICE_NAMES):   # (a slice's forms at once, not every name's)
-        part = names[i:i + SLICE_NAMES]
-        text = "\n".join(part)
-        if text.count("\n") != len(part) - 1:
+    for _, _, text in joined_slices(names):   # (a slice's forms at once, not every name's)
+        if text is None:
             return None
         forms.update(dict.fromkeys(text.translate(_DIGITS_TO_ZERO).split("\n")))
     return "\n".join(forms)
@@ -405,12 +412,10 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
     """classify_all of the tensors given as columns (names, dtypes, shapes): what the census passes."""
     ranks = list(map(len, shapes))
     masked = _Masked(len(set(dtypes)) > 1, len(set(ranks)) > 1)
-    for i in range(0, len(names), SLICE_NAMES):
-        part = names[i:i + SLICE_NAMES]
-        text = "\n".join(part)
+    for i, part, text in joined_slices(names):
         # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only), or
         # Keras 3's BatchNormalization numbering (a rule that reads a number's value)
-        if ("#" in text or not text.isascii() or text.count("\n") != len(part) - 1 or "batch_normalization" in text
+        if (text is None or "#" in text or not text.isascii() or "batch_normalization" in text
                 or "\x00" in text or "\x01" in text):
             out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
             has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())

@@ -207,10 +207,9 @@ def test_every_left_out_role_name_holds_a_literal():
 def name_slices(request, monkeypatch):
     """The name passes' slice size (naming.SLICE_NAMES): the default, and slices of 1 and 7 names, so that a
     checkpoint's dtypes and ranks part between slices (the keys' tags are decided over all names)."""
-    from ckptstat import families, naming
+    from ckptstat import naming
     if request.param:
-        monkeypatch.setattr(naming, "SLICE_NAMES", request.param)
-        monkeypatch.setattr(families, "SLICE_NAMES", request.param)
+        monkeypatch.setattr(naming, "SLICE_NAMES", request.param)   # read by naming.joined_slices at each call
     return request.param
 
 

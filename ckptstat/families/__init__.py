@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from ..errors import UsageError
-from ..naming import SLICE_NAMES, normalize
+from ..naming import joined_slices, normalize
 from . import (
     afmoe,
     albert,
@@ -283,18 +283,17 @@ _FIRST_NUMBER = re.compile(r"(?m)^\d+(?=\.|$)")
 def _name_shapes(names: Iterable[str], forms: str | None = None) -> set[str]:
     """forms: the names' naming.digit_forms, if known: the literal checks scan them instead of every name."""
     names = list(names)
-    text = "\n".join(names)
-    look = text if forms is None else forms
-    if text.count("\n") != len(names) - 1 or "_._" in look or ":" in look or "ATTRIBUTES" in look:
-        # a name holding a newline, or one of normalize's rarer rules: name by name
-        return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
-    del text
-    # one substitution over a slice of names at a time (naming.SLICE_NAMES), in C (normalize is then only `/` -> `.`);
-    # names starting with a number are rare: their substitution only when some form starts with a digit (read as 0)
+    # one substitution over a slice of names at a time (naming.joined_slices), in C (normalize is then only `/` ->
+    # `.`); names starting with a number are rare: their substitution only when some form starts with a digit (read
+    # as 0)
     first = forms is None or forms.startswith("0") or "\n0" in forms
     shapes: set[str] = set()
-    for i in range(0, len(names), SLICE_NAMES):
-        text = _DOT_NUMBER.sub(".0", "\n".join(names[i:i + SLICE_NAMES]).replace("/", "."))
+    for _, _, text in joined_slices(names):
+        look = text if forms is None else forms
+        if look is None or text is None or "_._" in look or ":" in look or "ATTRIBUTES" in look:
+            # a name holding a newline, or one of normalize's rarer rules: name by name
+            return {_COMPONENT_NUMBER.sub("0", normalize(n)) for n in names}
+        text = _DOT_NUMBER.sub(".0", text.replace("/", "."))
         shapes.update((_FIRST_NUMBER.sub("0", text) if first else text).split("\n"))
     return shapes
 

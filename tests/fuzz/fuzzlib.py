@@ -196,6 +196,20 @@ class Blob(bytes):
         return f"Blob({len(self)} bytes, head {bytes(self[:16])!r}, sha256 {hashlib.sha256(self).hexdigest()[:12]})"
 
 
+def zipped(members: list[tuple[str, bytes, int]]) -> Blob:
+    """A zip of (name, bytes, compression) members in order, repeated names kept (a mutation may duplicate one)."""
+    import io
+    import warnings
+    import zipfile
+
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w") as z:
+        warnings.simplefilter("ignore")          # "Duplicate name": intended
+        for name, blob, ctype in members:
+            z.writestr(zipfile.ZipInfo(name), blob, compress_type=ctype)
+    return Blob(buf.getvalue())
+
+
 def interesting_ints(width: int, size: int) -> list[int]:
     """Values to put in a `width`-byte little-endian length or offset field."""
     top = 1 << (8 * width)

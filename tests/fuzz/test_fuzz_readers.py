@@ -12,7 +12,6 @@ import io
 import json
 import os
 import struct
-import warnings
 import zipfile
 
 import h5py
@@ -22,7 +21,7 @@ from hypothesis import strategies as st
 
 from ckptstat.formats import tf_bundle as tfb
 
-from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, u64
+from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, u64, zipped
 from .layouts import gguf_layout, h5_layout, legacy_layout, pickle_fields, safetensors_layout, tf_index_layout, zip_layout
 
 # ================================================================================== safetensors
@@ -167,12 +166,7 @@ def zip_structured(draw: st.DrawFn, data: bytes) -> tuple[str, bytes]:
             elif what == "pickle bytes":
                 blob = draw(mutate(blob, pickle_fields(blob)[0]))[1]
         out_members.append((name, blob, ctype))
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w") as z:
-        warnings.simplefilter("ignore")          # "Duplicate name": intended
-        for name, blob, ctype in out_members:
-            z.writestr(zipfile.ZipInfo(name), blob, compress_type=ctype)
-    return what, Blob(buf.getvalue())
+    return what, zipped(out_members)
 
 
 @fuzz_settings(300)

@@ -15,7 +15,6 @@ import functools
 import io
 import os
 import struct
-import warnings
 import zipfile
 from typing import Any
 
@@ -25,7 +24,7 @@ from hypothesis import strategies as st
 
 from ckptstat.formats import tf_bundle as tfb
 
-from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read
+from .fuzzlib import FIX, Blob, Case, check, fuzz_settings, mutate, read, zipped
 from .layouts import (
     ONNX_SCHEMA,
     SAVED_MODEL_SCHEMA,
@@ -314,12 +313,7 @@ def zip_members_mutation(draw: st.DrawFn, data: bytes, inner: Any) -> tuple[str,
             else:
                 blob = inner(draw, name, blob)
         out.append((name, blob, ctype))
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), zipfile.ZipFile(buf, "w") as z:
-        warnings.simplefilter("ignore")          # "Duplicate name": intended
-        for name, blob, ctype in out:
-            z.writestr(zipfile.ZipInfo(name), blob, compress_type=ctype)
-    return what, Blob(buf.getvalue())
+    return what, zipped(out)
 
 
 def _npz_inner(draw: st.DrawFn, name: str, blob: bytes) -> bytes:
