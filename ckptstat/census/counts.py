@@ -75,7 +75,7 @@ def _architecture(ckpt: Checkpoint) -> dict:
     meta = ckpt.metadata if ckpt.declared_architecture else None
     if not ckpt.config and not (meta or {}).get("general.architecture"):   # by the tensor names alone
         return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
-    from ..families import detect  # the family modules load when a command asks about the architecture
+    from ..families import detect  # the registry loads when a command asks about the architecture
 
     a = detect(logical(ckpt).tensors, ckpt.config, meta)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}

@@ -1,195 +1,46 @@
 """The model-family registry, and which architecture a checkpoint holds: from config.json when there is
 one, else from a GGUF file's `general.architecture`, else from tensor names.
 
-Each family is one module (families/<name>.py) exporting FAMILY (base.Family), listed once in _ALL. The
+Each family is one module (families/<name>.py) exporting FAMILY (base.Family), listed once in _MODULES. The
 order tried is explicit: a family names in `before` the families whose tensor-name signature or GGUF
-architecture also matches its files (Mixtral before LLaMA), and `ordered` sorts the registry by it."""
+architecture also matches its files (Mixtral before LLaMA), and `ordered` sorts the registry by it.
+
+A family's module is imported when it is asked for: which family a model_type, a GGUF architecture or a tensor
+name shows is read from index.json (each family's name, module, model types, GGUF architectures and signature,
+in the order tried), which fixtures/make_family_index.py writes from the modules and tests/test_family_index.py
+checks is what they say. FAMILIES (every family, in order), MODEL_TYPES and NAME_SIGNATURES are made on first
+use (`__getattr__`); FAMILIES imports every family module (docs/performance.md, "Start-up")."""
 from __future__ import annotations
 
+import functools
+import importlib
+import json
+import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 from ..errors import UsageError
 from ..naming import joined_slices, normalize
-from . import (
-    afmoe,
-    albert,
-    apertus,
-    arcee,
-    aria_text,
-    bailing_hybrid,
-    bamba,
-    bart,
-    beam,
-    beit,
-    bert,
-    bitnet,
-    bloom,
-    clip,
-    cohere,
-    cohere2_moe,
-    convbert,
-    convnext,
-    cpmant,
-    ctrl,
-    dbrx,
-    deberta,
-    deberta_v2,
-    deepseek,
-    deepseek_v4,
-    diffllama,
-    dinov2,
-    distilbert,
-    doge,
-    dory,
-    dots1,
-    dots3_note,
-    ernie4_5,
-    ernie4_5_moe,
-    eurobert,
-    exaone4,
-    exaone_moe,
-    falcon,
-    falcon_h1,
-    flex_olmo,
-    flint,
-    fnet,
-    funnel,
-    fuyu,
-    gemma,
-    gemma3n,
-    gemma4,
-    generic,
-    git,
-    glm,
-    glm4_moe,
-    gpt2,
-    gpt_bigcode,
-    gpt_neo,
-    gpt_neox_japanese,
-    gpt_oss,
-    gptj,
-    gptneox,
-    granite_swa,
-    granitemoe,
-    granitemoe_swa,
-    granitemoehybrid,
-    gte,
-    hrm_text,
-    hunyuan_v1_dense,
-    hunyuan_v1_moe,
-    hy_v3,
-    hy_v4,
-    hyperclovax,
-    inkling,
-    inkling2,
-    jais2,
-    jamba,
-    jetmoe,
-    kimi_linear,
-    kolibri1,
-    laguna,
-    lara_mini,
-    levit,
-    lfm2,
-    lfm3,
-    llama,
-    llama4,
-    longt5,
-    luke,
-    mamba,
-    mamba2,
-    mellum,
-    mimo_v2_flash,
-    minicpm3,
-    minimax,
-    minimax_m2,
-    minimax_m3,
-    mixtral,
-    mllama,
-    mobilebert,
-    mobilenet,
-    modernbert,
-    modernbert_decoder,
-    mpt,
-    nanochat,
-    nemotron,
-    nemotron_h,
-    nomic_bert,
-    olmo,
-    olmo_hybrid,
-    olmoe,
-    openai_gpt,
-    opt,
-    persimmon,
-    phi,
-    phi3,
-    phimoe,
-    poolformer,
-    prophetnet,
-    pvt,
-    pvt_v2,
-    qwen3,
-    qwen3_5,
-    qwen3_next,
-    qwen_moe,
-    recurrent_gemma,
-    regnet,
-    resnet,
-    rwkv,
-    seed_oss,
-    segformer,
-    siglip,
-    smollm3,
-    solar_open,
-    splinter,
-    stablelm,
-    starcoder2,
-    swin,
-    switch_transformers,
-    t5,
-    t5gemma,
-    vit,
-    wav2vec2,
-    whisper,
-    wrappers,
-    xlm,
-    xlnet,
-    zamba,
-    zamba2,
-)
 from .framework.base import Family, architectures
 
-# Every family, in any order (alphabetical): the registry tries them in `ordered`'s order.
-_ALL: tuple[Family, ...] = (
-    afmoe.FAMILY, albert.FAMILY, apertus.FAMILY, arcee.FAMILY, aria_text.FAMILY, bailing_hybrid.FAMILY,
-    bamba.FAMILY, bart.FAMILY, beam.FAMILY, beit.FAMILY, bert.FAMILY, bitnet.FAMILY, bloom.FAMILY, clip.FAMILY, cohere.FAMILY,
-    cohere2_moe.FAMILY, convbert.FAMILY, convnext.FAMILY, cpmant.FAMILY, ctrl.FAMILY, dbrx.FAMILY, deberta.FAMILY,
-    deberta_v2.FAMILY,
-    deepseek.FAMILY, deepseek_v4.FAMILY, diffllama.FAMILY, dinov2.FAMILY,
-    distilbert.FAMILY, doge.FAMILY, dory.FAMILY, dots1.FAMILY, dots3_note.FAMILY, ernie4_5.FAMILY, ernie4_5_moe.FAMILY,
-    eurobert.FAMILY, exaone4.FAMILY, exaone_moe.FAMILY, falcon.FAMILY, falcon_h1.FAMILY, flex_olmo.FAMILY,
-    flint.FAMILY, fnet.FAMILY, funnel.FAMILY, fuyu.FAMILY, gemma.FAMILY, gemma3n.FAMILY, gemma4.FAMILY,
-    git.FAMILY, glm.FAMILY, glm4_moe.FAMILY,
-    gpt2.FAMILY, gpt_bigcode.FAMILY, gpt_neo.FAMILY, gpt_neox_japanese.FAMILY, gpt_oss.FAMILY, gptj.FAMILY,
-    gptneox.FAMILY, granite_swa.FAMILY, granitemoe.FAMILY, granitemoe_swa.FAMILY, granitemoehybrid.FAMILY,
-    gte.FAMILY, hrm_text.FAMILY, hunyuan_v1_dense.FAMILY, hunyuan_v1_moe.FAMILY, hy_v3.FAMILY, hy_v4.FAMILY,
-    hyperclovax.FAMILY, inkling.FAMILY, inkling2.FAMILY, jais2.FAMILY, jamba.FAMILY, jetmoe.FAMILY,
-    kimi_linear.FAMILY, kolibri1.FAMILY, laguna.FAMILY, lara_mini.FAMILY, levit.FAMILY, lfm2.FAMILY, lfm3.FAMILY, llama.FAMILY,
-    llama4.FAMILY, longt5.FAMILY, luke.FAMILY, mamba.FAMILY, mamba2.FAMILY, mellum.FAMILY, mimo_v2_flash.FAMILY,
-    minicpm3.FAMILY,
-    minimax.FAMILY, minimax_m2.FAMILY, minimax_m3.FAMILY, mixtral.FAMILY, mllama.FAMILY, mobilenet.FAMILY, mobilebert.FAMILY,
-    modernbert.FAMILY,
-    modernbert_decoder.FAMILY, mpt.FAMILY, nanochat.FAMILY, nemotron.FAMILY, nemotron_h.FAMILY, nomic_bert.FAMILY,
-    olmo.FAMILY, olmo_hybrid.FAMILY, olmoe.FAMILY, openai_gpt.FAMILY, opt.FAMILY, persimmon.FAMILY, phi.FAMILY,
-    phi3.FAMILY, phimoe.FAMILY, poolformer.FAMILY, prophetnet.FAMILY, pvt.FAMILY, pvt_v2.FAMILY, qwen3.FAMILY,
-    qwen3_5.FAMILY,
-    qwen3_next.FAMILY, qwen_moe.FAMILY,
-    recurrent_gemma.FAMILY, regnet.FAMILY, resnet.FAMILY, rwkv.FAMILY, seed_oss.FAMILY, segformer.FAMILY, siglip.FAMILY,
-    smollm3.FAMILY, solar_open.FAMILY, splinter.FAMILY, stablelm.FAMILY, starcoder2.FAMILY, swin.FAMILY,
-    switch_transformers.FAMILY,
-    t5.FAMILY, t5gemma.FAMILY, vit.FAMILY, wav2vec2.FAMILY, whisper.FAMILY, xlm.FAMILY, xlnet.FAMILY, zamba.FAMILY, zamba2.FAMILY,
+# Every family's module, in any order (alphabetical): the registry tries them in `ordered`'s order.
+_MODULES = (
+    "afmoe", "albert", "apertus", "arcee", "aria_text", "bailing_hybrid", "bamba", "bart", "beam", "beit", "bert", "bitnet",
+    "bloom", "clip", "cohere", "cohere2_moe", "convbert", "convnext", "cpmant", "ctrl", "dbrx", "deberta", "deberta_v2",
+    "deepseek", "deepseek_v4", "diffllama", "dinov2", "distilbert", "doge", "dory", "dots1", "dots3_note", "ernie4_5",
+    "ernie4_5_moe", "eurobert", "exaone4", "exaone_moe", "falcon", "falcon_h1", "flex_olmo", "flint", "fnet", "funnel",
+    "fuyu", "gemma", "gemma3n", "gemma4", "git", "glm", "glm4_moe", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox_japanese",
+    "gpt_oss", "gptj", "gptneox", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid", "gte", "hrm_text",
+    "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hy_v4", "hyperclovax", "inkling", "inkling2", "jais2", "jamba", "jetmoe",
+    "kimi_linear", "kolibri1", "laguna", "lara_mini", "levit", "lfm2", "lfm3", "llama", "llama4", "longt5", "luke", "mamba",
+    "mamba2", "mellum", "mimo_v2_flash", "minicpm3", "minimax", "minimax_m2", "minimax_m3", "mixtral", "mllama", "mobilenet",
+    "mobilebert", "modernbert", "modernbert_decoder", "mpt", "nanochat", "nemotron", "nemotron_h", "nomic_bert", "olmo",
+    "olmo_hybrid", "olmoe", "openai_gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "poolformer", "prophetnet", "pvt",
+    "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
+    "segformer", "siglip", "smollm3", "solar_open", "splinter", "stablelm", "starcoder2", "swin", "switch_transformers", "t5",
+    "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "zamba", "zamba2",
 )
 
 
@@ -213,34 +64,97 @@ def ordered(families: tuple[Family, ...]) -> tuple[Family, ...]:
     return tuple(out)
 
 
-FAMILIES = ordered(_ALL)
+class Entry(NamedTuple):
+    """What index.json says of a registered family (its Family's fields of the same names)."""
+    name: str
+    module: str                         # families/<module>.py
+    model_types: tuple[str, ...]
+    gguf_names: tuple[str, ...]
+    signature: str
+    signature_together: tuple[str, ...]
+    signature_without: str | None
 
-# generic.FAMILY is not in FAMILIES: it is the fallback by_model_type and detect consult last, by config fields.
-_BY_NAME = {f.name: f for f in FAMILIES + (generic.FAMILY,)}
-# config.json model_type -> family name (the families ckptstat has analytic rules for).
-MODEL_TYPES = {mt: f.name for f in FAMILIES for mt in f.model_types}
-# Tensor-name signatures, tried in order when there is no config: (one name shows it, names that show it together).
-NAME_SIGNATURES = [(re.compile(f.signature), tuple(map(re.compile, f.signature_together)),
-                    re.compile(f.signature_without) if f.signature_without else None, f.name) for f in FAMILIES]
+
+INDEX = os.path.join(os.path.dirname(os.path.abspath(__file__)), "index.json")
+GENERIC = "generic"   # the module of the generic decoder fallback: not in FAMILIES, by_model_type consults it last
+
+
+@functools.cache
+def index() -> tuple[tuple[Entry, ...], str]:
+    """(the registered families in the order tried, the fallback's family name), as index.json has them."""
+    with open(INDEX, encoding="utf-8") as f:
+        table = json.load(f)
+    return tuple(Entry(n, m, tuple(mts), tuple(gg), sig, tuple(tog), without)
+                 for n, m, mts, gg, sig, tog, without in table["families"]), table["fallback"]
+
+
+@functools.cache
+def _module_of() -> dict[str, str]:
+    """family name -> its module, the fallback's included."""
+    entries, fallback = index()
+    return {**{e.name: e.module for e in entries}, fallback: GENERIC}
+
+
+@functools.cache
+def _model_types() -> dict[str, str]:
+    """config.json model_type -> family name (the families ckptstat has analytic rules for)."""
+    return {mt: e.name for e in index()[0] for mt in e.model_types}
+
+
+@functools.cache
+def _signature(e: Entry) -> tuple[re.Pattern[str], tuple[re.Pattern[str], ...], re.Pattern[str] | None, str]:
+    """A family's tensor-name signature, compiled: (one name shows it, names that show it together, a name that rules it
+    out, the family)."""
+    return (re.compile(e.signature), tuple(map(re.compile, e.signature_together)),
+            re.compile(e.signature_without) if e.signature_without else None, e.name)
+
+
+def _family(module: str) -> Family:
+    family: Family = importlib.import_module(f"{__name__}.{module}").FAMILY
+    return family
+
+
+def __getattr__(name: str) -> Any:
+    """The registry's tables, made on first use (and kept): _ALL (every family, alphabetical), FAMILIES (in the order
+    tried) and _BY_NAME (the fallback's included) import every family module; MODEL_TYPES and NAME_SIGNATURES (tried
+    in order when there is no config) are read from the index. A submodule by name (families.llama) is imported."""
+    if name in ("_ALL", "FAMILIES", "_BY_NAME"):
+        everyone = tuple(map(_family, _MODULES))
+        families = ordered(everyone)
+        globals().update(_ALL=everyone, FAMILIES=families,
+                         _BY_NAME={f.name: f for f in families + (_family(GENERIC),)})
+    elif name == "MODEL_TYPES":
+        globals()[name] = _model_types()
+    elif name == "NAME_SIGNATURES":
+        globals()[name] = [_signature(e) for e in index()[0]]
+    elif not name.startswith("_") and os.path.exists(os.path.join(os.path.dirname(INDEX), name + ".py")):
+        return importlib.import_module(f"{__name__}.{name}")   # a submodule, as when the package imported them all
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return globals()[name]
 
 
 def get(name: str) -> Family:
     """The registered family called `name` (ArchSpec.family); UsageError if there is none."""
     try:
-        return _BY_NAME[name]
+        module = _module_of()[name]
     except KeyError:
         raise UsageError(f"no analytic model for family {name!r}") from None
+    return _family(module)
 
 
 def by_model_type(model_type: object, config: Mapping[str, object] | None = None) -> Family | None:
     """The family of a config.json model_type; with the config, the generic decoder fallback when no
     family claims the model_type but the config has the standard fields (generic.py)."""
-    f = _BY_NAME.get(MODEL_TYPES.get(model_type, "")) if isinstance(model_type, str) else None
+    name = _model_types().get(model_type) if isinstance(model_type, str) else None
+    f = get(name) if name is not None else None
     inner = language_model(config) if f is None and config is not None else None
     if inner is not None:   # a vision-language wrapper: its language model's family
         return inner[1]
-    if f is None and isinstance(model_type, str) and config is not None and generic.claims(config):
-        return generic.FAMILY
+    if f is None and isinstance(model_type, str) and config is not None:
+        from . import generic
+        if generic.claims(config):
+            return generic.FAMILY
     return f
 
 
@@ -248,16 +162,20 @@ def language_model(config: Mapping[str, object]) -> tuple[dict, Family] | None:
     """(the language model's config, its family) of a vision-language wrapper's config.json whose language
     model is a registered decoder family's (wrappers.py); None for any other config."""
     mt = config.get("model_type")
-    if not isinstance(mt, str) or mt in MODEL_TYPES:
+    if not isinstance(mt, str) or mt in _model_types():
         return None
+    from . import wrappers
     inner = wrappers.language_config(config)
-    f = _BY_NAME.get(MODEL_TYPES.get(inner["model_type"], "")) if inner is not None else None
+    name = _model_types().get(inner["model_type"]) if inner is not None else None
+    f = get(name) if name is not None else None
     return (inner, f) if inner is not None and f is not None and not f.encoder_decoder else None
 
 
 def by_gguf(arch: str, metadata: Mapping[str, str]) -> Family | None:
-    """The family of a GGUF file whose general.architecture is `arch`."""
-    return next((f for f in FAMILIES if arch in f.gguf_names and f.gguf_accepts(arch, metadata)), None)
+    """The family of a GGUF file whose general.architecture is `arch`: the first, in the order tried, whose GGUF
+    architectures name it and that accepts the file (only those families' modules are imported)."""
+    return next((f for e in index()[0] if arch in e.gguf_names and (f := get(e.name)).gguf_accepts(arch, metadata)),
+                None)
 
 
 @dataclass(frozen=True)
@@ -316,7 +234,7 @@ def detect(names: Iterable[str], config: dict | None, metadata: Mapping[str, str
         return Architecture(f.name if f else "unknown", "gguf general.architecture", arch)
     # naming.normalize: HF TF's `tf_bert_model/bert/encoder/layer_._0/...:0` reads `...layer.0...`
     names = _name_shapes(names, forms)
-    for pattern, together, without, family in NAME_SIGNATURES:
+    for pattern, together, without, family in map(_signature, index()[0]):
         if without is not None and any(without.search(n) for n in names):
             continue
         if any(pattern.search(n) for n in names) or (together and all(any(p.search(n) for n in names) for p in together)):
