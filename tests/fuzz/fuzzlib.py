@@ -11,6 +11,7 @@ Time per case is measured and reported, not asserted (a liveness guard of HANG_S
 """
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import random
@@ -164,6 +165,7 @@ class Case:
     """A fresh folder for one case's files, removed afterwards."""
 
     base = tempfile.mkdtemp(prefix="ckptstat-fuzz-")
+    atexit.register(shutil.rmtree, base, ignore_errors=True)   # the cases' parent folder, once the process ends
 
     def __enter__(self) -> Case:
         self.dir = tempfile.mkdtemp(dir=self.base)

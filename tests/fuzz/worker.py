@@ -75,8 +75,10 @@ def folder_state(folder: str) -> dict[str, tuple[int, int, str]]:
 
 
 def _hidden(e: BaseException) -> BaseException | None:
-    """A MemoryError or RecursionError behind one of our errors (`raise ... from None` keeps
-    __context__): the reader tried to allocate or recurse as the file said, and the cap stopped it."""
+    """A MemoryError behind one of our errors (`raise ... from None` keeps __context__): the reader tried to
+    allocate what the file said, and the cap stopped it. A RecursionError behind one is not an escape: the readers
+    turn the interpreter's recursion limit on nesting a file describes into their error on purpose (the npy
+    header's literal, the pickle machine, jsontext), and the limit is the bound."""
     seen = set()
     c: BaseException | None = e
     while c is not None and id(c) not in seen:

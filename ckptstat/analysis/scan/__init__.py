@@ -208,14 +208,17 @@ def _scan_local(path: str) -> dict[str, Any]:
         return scan_file(path)   # its own one-line errors (missing, a folder, not a regular file)
     # a torch.distributed.checkpoint .metadata (DCP's pickle.load), a DeepSpeed optimizer state, a Trainer's or
     # accelerate's RNG state: their loaders (loaders.py), as for a URL (remote.py)
-    by_own = judged_by_own_loader(trace(path)) if own_loader(path) is not None else None
-    if by_own is not None:
-        return by_own
+    t: Trace | None = None
+    if own_loader(path) is not None:
+        t = trace(path)
+        by_own = judged_by_own_loader(t)   # None (t untouched) for a file its loader would not read: torch.load's
+        if by_own is not None:
+            return by_own
     torch_report: dict[str, Any] | None = None
     torch_error: CheckpointError | None = None
-    t: Trace | None = None
     try:
-        t = trace(path)
+        if t is None:
+            t = trace(path)
         torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
