@@ -8,7 +8,8 @@ no storage, stride or extra facts."""
 from __future__ import annotations
 
 import operator
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, ValuesView
+from array import array
+from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, Sequence, ValuesView
 from typing import Any, NamedTuple
 
 from .tensor import TensorInfo
@@ -20,8 +21,9 @@ class TensorTable(Mapping[str, TensorInfo]):
     __slots__ = ("names", "dtypes", "shapes", "numels", "files", "offsets", "nbytes", "_index", "_made")
 
     def __init__(self, names: list[str], dtypes: list[str], shapes: list[tuple[int, ...]], numels: list[int],
-                 files: list[str], offsets: list[int], nbytes: list[int]):
-        """One row a tensor, in the file's order; names distinct, each column as long as `names`."""
+                 files: list[str], offsets: Sequence[int], nbytes: list[int]):
+        """One row a tensor, in the file's order; names distinct, each column as long as `names`. offsets: an
+        array("q") (8 bytes a row; a list holds a distinct int object of 32 bytes each) or a list."""
         self.names, self.dtypes, self.shapes, self.numels = names, dtypes, shapes, numels
         self.files, self.offsets, self.nbytes = files, offsets, nbytes
         self._index = dict(zip(names, range(len(names))))
@@ -33,7 +35,11 @@ class TensorTable(Mapping[str, TensorInfo]):
         is in two of them."""
         def joined(column: str) -> list[Any]:
             return [v for t in tables for v in getattr(t, column)]
-        out = cls(*(joined(c) for c in ("names", "dtypes", "shapes", "numels", "files", "offsets", "nbytes")))
+        offsets = array("q")
+        for t in tables:
+            offsets.extend(t.offsets)
+        out = cls(joined("names"), joined("dtypes"), joined("shapes"), joined("numels"), joined("files"), offsets,
+                  joined("nbytes"))
         for t in tables:
             out._made.update(t._made)   # a TensorInfo already handed out stays the one a name reads
         return out

@@ -11,6 +11,7 @@ import math
 import operator
 import re
 import struct
+from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from ..core import Checkpoint, TensorInfo, dtypes
@@ -261,7 +262,8 @@ def _table(text: str, path: str, base: int, size: int) -> tuple[dict[str, object
     if starts[0] != 0 or base + ends[-1] != size or starts[1:] != ends[:-1]:
         return None
     del starts, ends
-    table = TensorTable(names, dtype_col, shapes, numels, [path] * len(names), list(map(base.__add__, begins)), nbytes)
+    table = TensorTable(names, dtype_col, shapes, numels, [path] * len(names), array("q", map(base.__add__, begins)),
+                        nbytes)
     if len(table.keys()) != len(names) or "__metadata__" in table:   # a repeated name: json names it
         return None
     return metadata, table
