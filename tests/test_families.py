@@ -348,6 +348,8 @@ def cache_bytes(model, seq, batch):
         out = model(input_ids=ids, use_cache=True)
     if getattr(out, "state", None) is not None:   # RWKV: its state, five tensors, in place of a cache
         return sum(t.numel() * t.element_size() for t in out.state)
+    if getattr(out, "cache", None) is not None:   # xLSTM: its xLSTMCache, per layer C, n and m (rnn_state)
+        return sum(t.numel() * t.element_size() for states in out.cache.rnn_state.values() for t in states)
     cache = out.past_key_values if getattr(out, "past_key_values", None) is not None else getattr(out, "cache_params", None)
     if cache is None:   # a BERT-like's causal LM built as an encoder (is_decoder false): no cache
         return 0
