@@ -34,7 +34,7 @@ NAMED |= ENCODERS
 CLASSIC = {"ProphetNetForCausalLM", "CpmAntForCausalLM"}
 NAMED |= CLASSIC
 # tiny configs shaped as the released ones (census_audit.SHAPED, the latent-attention kv heads): MLA, DeepSeek Sparse
-# Attention's indexer (its cached keys), differential attention, and xLSTM's cache of its own kind (meta.cache_layers)
+# Attention's indexer (its cached keys), differential attention, and xLSTM's cache of its own kind (its xLSTMCache)
 SHAPED = {"DeepseekV3ForCausalLM", "DeepseekV32ForCausalLM", "DiffLlamaForCausalLM", "xLSTMForCausalLM"}
 NAMED |= SHAPED
 # BERT-likes the BERT template describes (families/bert.py ModelType): X-MOD's per-language adapters select tokens with
@@ -113,7 +113,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert answered["Gemma4ForCausalLM"] == answered["Gemma4ForConditionalGeneration"] == "static"
     assert answered["GraniteMoeSharedForCausalLM"] == "static"   # its op template: families/granitemoe.py
     assert answered["DeepseekV3ForCausalLM"] == answered["DeepseekV32ForCausalLM"] == "static"   # families/deepseek.py
-    assert answered["DiffLlamaForCausalLM"] == "static" and answered["xLSTMForCausalLM"] == "meta"
+    assert answered["DiffLlamaForCausalLM"] == answered["xLSTMForCausalLM"] == "static"   # families/xlstm.py
     assert {answered[c] for c in HYBRIDS} <= {"static", "meta"}
     # their op templates: families/granitemoehybrid.py, falcon_h1.py, nemotron_h.py (layout_ssm.py's Mamba2 mixer)
     assert answered["GraniteMoeHybridForCausalLM"] == answered["FalconH1ForCausalLM"] == "static"

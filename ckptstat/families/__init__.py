@@ -40,7 +40,7 @@ _MODULES = (
     "olmo_hybrid", "olmoe", "openai_gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "poolformer", "prophetnet", "pvt",
     "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
     "segformer", "siglip", "smollm3", "solar_open", "splinter", "stablelm", "starcoder2", "swin", "switch_transformers", "t5",
-    "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "zamba", "zamba2",
+    "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "xlstm", "zamba", "zamba2", "zaya",
 )
 
 
