@@ -39,7 +39,8 @@ _MODULES = (
     "mamba2", "mellum", "mimo_v2_flash", "minicpm3", "minimax", "minimax_m2", "minimax_m3", "mixtral", "mllama", "mobilenet",
     "mobilebert", "modernbert", "modernbert_decoder", "mpt", "nanochat", "nemotron", "nemotron_h", "nomic_bert", "olmo",
     "olmo_hybrid", "olmoe", "openai_gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "poolformer", "prophetnet", "pvt",
-    "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
+    "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen4_exp",
+    "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
     "segformer", "siglip", "smollm3", "solar_open", "splinter", "stablelm", "starcoder2", "swin", "switch_transformers", "t5",
     "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "zamba", "zamba2",
 )

@@ -1,0 +1,66 @@
+"""Qwen4-Exp's language model (families/qwen4_exp.py) beyond the registry walk of tests/test_families.py: the QSA
+indexer's per-query block matmuls at sequence lengths and compression ratios that leave incomplete blocks, the cache
+at several lengths, the layer kinds the config class derives, and the Per-Layer Embeddings it refuses."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+from test_families import cache_bytes, fcm_flops, meta_model, ours, spec_of  # noqa: E402
+
+from ckptstat.errors import NoAnalyticModel  # noqa: E402
+from ckptstat.families import get  # noqa: E402
+from ckptstat.families.framework.graph import predict_params  # noqa: E402
+from ckptstat.families.framework.spec import from_config  # noqa: E402
+from ckptstat.families.qwen4_exp import _SIZES  # noqa: E402
+
+LM = T.Qwen4ExpForCausalLM
+
+
+def _cfg(**kw):
+    return T.Qwen4ExpTextConfig(**{**_SIZES, **kw})
+
+
+@pytest.mark.parametrize("kw", [
+    dict(indexer_compress_ratio=2, indexer_budget=4),
+    dict(indexer_compress_ratio=3, indexer_budget=3, indexer_n_heads=1, indexer_head_dim=12),
+    # more layers, every expert on every token, biased attention, untied, a wider gated residual
+    dict(indexer_compress_ratio=5, indexer_budget=10, num_hidden_layers=4, num_experts_per_tok=3, attention_bias=True,
+         hc_count=4, hc_lowrank=3, layer_types=["linear_attention", "full_attention", "linear_attention",
+                                                 "indexed_attention"]),
+])
+@pytest.mark.parametrize("seq,batch", [(1, 1), (5, 2), (13, 1)])
+def test_flops_params_and_cache_equal_transformers(kw, seq, batch):
+    """FlopCounterMode's count (the indexer's [H, D] x [D, blocks] matmul per query included: floor((i + 1) / ratio)
+    blocks, none for the first ratio - 1 queries), num_parameters() and the cache's bytes."""
+    cfg = _cfg(**kw)
+    model = meta_model(LM, cfg, "cpu")
+    spec = spec_of(LM, cfg)
+    assert ours(spec, seq, batch) == fcm_flops(model, seq, batch, "cpu")
+    assert predict_params(spec)["total"] == model.num_parameters()
+    assert get("qwen4_exp").kv_cache(spec, batch, seq, seq, 4)[0][1] == cache_bytes(model, seq, batch)
+
+
+def test_layer_kinds_without_layer_types_are_the_config_classs():
+    """A config.json without layer_types: every full_attention_interval-th layer indexed, as Qwen4ExpTextConfig's
+    __post_init__ derives them (its layer_types read back from the class)."""
+    kw = {k: v for k, v in _SIZES.items() if k != "layer_types"} | {"num_hidden_layers": 6}
+    for interval in (None, 2):
+        extra = {} if interval is None else {"full_attention_interval": interval}
+        cfg = T.Qwen4ExpTextConfig(**kw, **extra)
+        d = {**kw, **extra, "model_type": "qwen4_exp_text", "architectures": ["Qwen4ExpForCausalLM"]}
+        spec = from_config(d)
+        assert spec.linear_layers == tuple(i for i, t in enumerate(cfg.layer_types) if t == "linear_attention")
+        assert predict_params(spec)["total"] == meta_model(LM, cfg).num_parameters()
+
+
+def test_per_layer_embeddings_are_refused_by_name():
+    """ple_layer_ids (hashed n-gram tables and their convolutions on the named layers): transformers builds them, the
+    op template does not describe them."""
+    cfg = _cfg(ple_layer_ids=[1], ple_embed_dim=16, ngram_size=3, heads_per_ngram=2, ngram_vocab_size_base=101,
+               split_ngram_parts=1, eos_token_id=2)
+    assert meta_model(LM, cfg).model.layers[0].ple is not None
+    with pytest.raises(NoAnalyticModel, match="ple_layer_ids"):
+        spec_of(LM, cfg)
