@@ -4,6 +4,8 @@ refused by name (the walk's samples check the others, and the refused one's para
 form of the experts; the configs transformers cannot run."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -95,3 +97,17 @@ def test_configs_transformers_cannot_run_are_refused(bad):
         fcm_flops(meta_model(LM, cfg, "cpu"), SEQ, 1, "cpu")
     with pytest.raises((UsageError, NoAnalyticModel), match="head_dim"):
         spec_of(LM, cfg)
+
+
+def test_a_routing_dependent_config_is_refused_naming_why(tmp_path):
+    """The flops command's path (meta.load, then the run): the op template refuses the FLOPs, transformers cannot run
+    the model on the meta device either (torch.nonzero); the one-line refusal says both, the routing's first."""
+    from ckptstat.analysis import flops, meta
+
+    cfg = T.LongcatFlashConfig(**SIZES, n_routed_experts=3, zero_expert_num=2, moe_topk=2)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg.to_dict(), architectures=["LongcatFlashForCausalLM"]), default=str))
+    with pytest.raises(UsageError) as e:
+        flops.run(meta.load(str(path), None, [SEQ]), 1, SEQ)
+    why = str(e.value)
+    assert "\n" not in why and why.index("zero_expert_num 2") < why.index("on the meta device")
