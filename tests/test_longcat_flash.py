@@ -111,3 +111,12 @@ def test_a_routing_dependent_config_is_refused_naming_why(tmp_path):
         flops.run(meta.load(str(path), None, [SEQ]), 1, SEQ)
     why = str(e.value)
     assert "\n" not in why and why.index("zero_expert_num 2") < why.index("on the meta device")
+
+
+def test_published_size_parameters_are_transformers_build():
+    """LongcatFlashConfig's defaults (LongCat-Flash-Chat's sizes: 28 layers, 512 real and 256 zero experts, top 12): the
+    parameters transformers builds on the meta device, the zero experts' gate/up rows included (num_parameters())."""
+    cfg = T.LongcatFlashConfig()
+    with torch.device("meta"):
+        model = LM._from_config(cfg)
+    assert predict_params(spec_of(LM, cfg))["total"] == model.num_parameters()

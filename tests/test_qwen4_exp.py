@@ -64,3 +64,11 @@ def test_per_layer_embeddings_are_refused_by_name():
     assert meta_model(LM, cfg).model.layers[0].ple is not None
     with pytest.raises(NoAnalyticModel, match="ple_layer_ids"):
         spec_of(LM, cfg)
+
+
+def test_published_size_parameters_are_transformers_build():
+    """Qwen4ExpTextConfig's defaults (40 layers, 512 experts, hc_count 4) with a QSA indexer, built on the meta device."""
+    cfg = T.Qwen4ExpTextConfig(indexer_n_heads=16, indexer_kv_heads=1, indexer_head_dim=128, indexer_budget=2048,
+                               indexer_compress_ratio=4, rope_parameters={"rope_type": "default", "rope_theta": 1e7,
+                                                                          "partial_rotary_factor": 0.25})
+    assert predict_params(spec_of(LM, cfg))["total"] == meta_model(LM, cfg).num_parameters()

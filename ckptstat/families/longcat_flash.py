@@ -14,7 +14,9 @@ expert_ffn_hidden_size and zero_expert_num (Z) zero-computation experts (identit
 matmul); each token takes its top moe_topk (k) of the E + Z, softmax scores plus e_score_correction_bias (a buffer).
 transformers 5.24 holds gate_up_proj [E + Z, 2f, h] (rows for the zero experts too, never read) and down_proj
 [E, h, f], and saves them per expert: experts.{0..E+Z-1}.gate_proj / up_proj, experts.{0..E-1}.down_proj. The
-parameters counted are that build's (num_parameters()).
+parameters counted are that build's (num_parameters(): 741,053,585,408 at the config class's defaults, of which the
+zero experts' never-read gate/up rows are 28 x 256 x 2 x 2048 x 6144 = 180,388,626,432); a checkpoint that does not
+hold those rows holds fewer, and the census says the config and the weights disagree.
 
 FLOPs: a token's k picks run max(0, k - Z) to min(k, E) real experts, whichever the router chooses (a zero
 expert runs no matmul). Where the two are equal (Z = 0; E = 0; k = E + Z: every expert picked) every routing runs the
