@@ -120,3 +120,17 @@ def test_published_size_parameters_are_transformers_build():
     with torch.device("meta"):
         model = LM._from_config(cfg)
     assert predict_params(spec_of(LM, cfg))["total"] == model.num_parameters()
+
+
+def test_a_config_naming_num_hidden_layers_has_half_as_many_layers():
+    """LongcatFlashConfig's num_hidden_layers is 2 x num_layers (two attentions per layer); a config.json that names only
+    it gets num_layers = num_hidden_layers // 2, as the class's setter does."""
+    from ckptstat.families.framework.spec import from_config
+
+    d = {**SIZES, "n_routed_experts": 3, "zero_expert_num": 0, "moe_topk": 2, "model_type": "longcat_flash",
+         "architectures": ["LongcatFlashForCausalLM"]}
+    d.pop("num_layers")
+    cfg = T.LongcatFlashConfig.from_dict({**d, "num_hidden_layers": 6})
+    spec = from_config({**d, "num_hidden_layers": 6})
+    assert spec.layers == cfg.num_layers == 3
+    assert predict_params(spec)["total"] == meta_model(LM, cfg).num_parameters()

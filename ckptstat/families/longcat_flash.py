@@ -68,8 +68,10 @@ def flops_refused(s: ArchSpec) -> str | None:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    L, h, a = c.int("num_layers", default=FROM_CLASS), c.int("hidden_size", default=FROM_CLASS), c.int(
-        "num_attention_heads", default=FROM_CLASS)
+    # num_layers; a config.json naming only num_hidden_layers (the class's property, 2 x num_layers) sets it to half
+    L = c.int("num_hidden_layers") // 2 if "num_layers" not in c.cfg and "num_hidden_layers" in c.cfg else \
+        c.int("num_layers", default=FROM_CLASS)
+    h, a = c.int("hidden_size", default=FROM_CLASS), c.int("num_attention_heads", default=FROM_CLASS)
     nope, rope, v = (c.int(k, default=FROM_CLASS) for k in ("qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"))
     qk = c.get("qk_head_dim", default=None)
     if qk is not None and qk != nope + rope:
