@@ -1,6 +1,7 @@
 """Qwen4-Exp's language model (families/qwen4_exp.py) beyond the registry walk of tests/test_families.py: the QSA
 indexer's per-query block matmuls at sequence lengths and compression ratios that leave incomplete blocks, the cache
-at several lengths, the layer kinds the config class derives, and the Per-Layer Embeddings it refuses."""
+at several lengths, the layer kinds the config class derives, and the Per-Layer Embeddings (n-gram tables, saved
+shards, the dilated conv and its cache)."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +11,6 @@ T = pytest.importorskip("transformers")
 
 from test_families import cache_bytes, fcm_flops, meta_model, ours, spec_of  # noqa: E402
 
-from ckptstat.errors import NoAnalyticModel  # noqa: E402
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.graph import predict_params  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
@@ -56,14 +56,45 @@ def test_layer_kinds_without_layer_types_are_the_config_classs():
         assert predict_params(spec)["total"] == meta_model(LM, cfg).num_parameters()
 
 
-def test_per_layer_embeddings_are_refused_by_name():
-    """ple_layer_ids (hashed n-gram tables and their convolutions on the named layers): transformers builds them, the
-    op template does not describe them."""
-    cfg = _cfg(ple_layer_ids=[1], ple_embed_dim=16, ngram_size=3, heads_per_ngram=2, ngram_vocab_size_base=101,
-               split_ngram_parts=1, eos_token_id=2)
-    assert meta_model(LM, cfg).model.layers[0].ple is not None
-    with pytest.raises(NoAnalyticModel, match="ple_layer_ids"):
-        spec_of(LM, cfg)
+@pytest.mark.parametrize("kw", [
+    dict(ple_layer_ids=[1], ple_embed_dim=16, ngram_size=3, heads_per_ngram=2, ngram_vocab_size_base=101,
+         split_ngram_parts=2),
+    # three layers, two with PLE: their tables from consecutive primes past 1000, padded to 64, saved in 3 uneven shards;
+    # a wider n-gram, kernel 2
+    dict(num_hidden_layers=3, layer_types=["linear_attention", "indexed_attention", "linear_attention"],
+         ple_layer_ids=[3, 1], ple_embed_dim=18, ngram_size=4, heads_per_ngram=3, ngram_vocab_size_base=1000,
+         make_ngram_vocab_size_divisible_by=64, split_ngram_parts=3, ple_conv_kernel_size=2),
+])
+def test_per_layer_embeddings_equal_transformers(kw):
+    """ple_layer_ids: the n-gram tables' rows (transformers' primes), the saved shards, FLOPs at several lengths (the
+    dilated conv's s outputs per channel) and the cache (the conv state and the n-gram context ids)."""
+    from census_audit import saved_shapes
+
+    cfg = _cfg(**kw, eos_token_id=2)
+    model = meta_model(LM, cfg, "cpu")
+    assert model.model.layers[kw["ple_layer_ids"][0] - 1].ple is not None
+    spec = spec_of(LM, cfg)
+    family = get("qwen4_exp")
+    assert predict_params(spec)["total"] == model.num_parameters()
+    assert family.expected_tensors(spec) == saved_shapes(model)
+    for seq, batch in ((1, 1), (2, 2), (7, 1)):
+        assert ours(spec, seq, batch) == fcm_flops(model, seq, batch, "cpu"), seq
+        assert family.kv_cache(spec, batch, seq, seq, 4)[0][1] == cache_bytes(model, seq, batch), seq
+
+
+def test_per_layer_embeddings_configs_transformers_refuses_are_refused():
+    """A PLE layer that is not linear_attention, or no eos_token_id: transformers' config refuses them, so does ckptstat."""
+    from huggingface_hub.errors import StrictDataclassClassValidationError
+
+    from ckptstat.errors import UsageError
+
+    kw = dict(ple_layer_ids=[2], ple_embed_dim=16, ngram_size=3, heads_per_ngram=2, ngram_vocab_size_base=101)
+    d = {**_SIZES, "model_type": "qwen4_exp_text", "architectures": ["Qwen4ExpForCausalLM"]}
+    for bad in (dict(kw, eos_token_id=2), dict(kw, ple_layer_ids=[1])):
+        with pytest.raises(StrictDataclassClassValidationError, match="PLE|eos_token_id"):
+            T.Qwen4ExpTextConfig(**{**_SIZES, **bad})
+        with pytest.raises(UsageError):
+            from_config({**d, **bad})
 
 
 def test_published_size_parameters_are_transformers_build():

@@ -17,12 +17,19 @@ sequence and query a [H, D] x [D, blocks] matmul against the query's complete bl
 keys (pooled, k_layernorm'd): floor((i + 1) / ratio) blocks for query i of a causal forward without a past, whatever
 the values; its top-k only masks the attention, whose eager matmuls span every key.
 
-Per-Layer Embeddings (ple_layer_ids: hashed n-gram tables, their convolutions) are not described: refused by name. The
-cache (DynamicCache(config)): each attention layer's K and V and its indexer's raw keys (indexer_head_dim per token),
-each linear layer's conv and float32 recurrent state (layout_linear.hybrid_kv_cache); the position ids the first
-indexed layer keeps for the indexers are not counted (meta.cache_tensors counts no such tensor either)."""
+Per-Layer Embeddings (ple_layer_ids, one-indexed, linear layers only: Qwen4ExpTextPLELayer) add to the stream, before
+the layer's gated residual, a gated value from the token's hashed n-grams: per PLE layer an n-gram table whose
+(ngram_size - 1) x heads_per_ngram heads take consecutive primes >= ngram_vocab_size_base rows (the layer's total padded
+to a multiple of make_ngram_vocab_size_divisible_by; saved as split_ngram_parts row shards, torch.chunk's), key_proj
+(E -> N h) and value_proj (E -> h) of the looked-up rows, grouped norms, a per-copy gate and a depthwise conv1d (kernel
+ple_conv_kernel_size, dilation ngram_size) over the N h channels. The cache (DynamicCache(config)): each attention
+layer's K and V and its indexer's raw keys (indexer_head_dim per token), each linear layer's conv and float32 recurrent
+state (layout_linear.hybrid_kv_cache), a PLE layer's short-conv state ((kernel - 1) x ngram_size inputs) and its last
+ngram_size - 1 token ids (int64); the position ids the first indexed layer keeps for the indexers are not counted
+(meta.cache_tensors counts no such tensor either)."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -50,6 +57,57 @@ class Qwen4Variant(Variant):
     index_dim: int       # indexer_head_dim
     ratio: int           # indexer_compress_ratio: keys pooled per block
     gate_act: str        # the DeltaNet's output gate: output_gate_type, else hidden_act
+    # Per-Layer Embeddings (Qwen4ExpTextPLELayer) on these layers (0-indexed; config ple_layer_ids one-indexed)
+    ple: tuple[int, ...] = ()
+    ple_dim: int = 0                   # ple_embed_dim: the n-gram heads' embeddings concatenated
+    ngram: int = 0                     # ngram_size: the 2..ngram-grams, and the short conv's dilation
+    ngram_heads: int = 0               # (ngram_size - 1) x heads_per_ngram
+    ple_rows: tuple[int, ...] = ()     # each PLE layer's n-gram table rows (padded_vocab_size), in `ple`'s order
+    ple_kernel: int = 0                # ple_conv_kernel_size
+    ple_parts: int = 1                 # split_ngram_parts: the table saved as this many row shards (torch.chunk)
+
+
+def _primes_from(start: int, count: int) -> list[int]:
+    """The first `count` primes >= start, by trial division (Qwen4ExpTextNGramEmbedding's _find_nth_prime_after)."""
+    out: list[int] = []
+    n = max(start, 2)
+    while len(out) < count:
+        if n == 2 or (n % 2 and all(n % q for q in range(3, math.isqrt(n) + 1, 2))):
+            out.append(n)
+        n += 1
+    return out
+
+
+def _ple(c: Cfg, types: list[str]) -> dict[str, Any]:
+    """The Qwen4Variant fields of config ple_layer_ids: each PLE layer's table (n-gram head j of PLE layer i takes the
+    (i x heads + j + 1)-th prime >= ngram_vocab_size_base rows, the layer's total padded up to a multiple of
+    make_ngram_vocab_size_divisible_by), as Qwen4ExpTextNGramEmbedding builds it."""
+    ids = c.get("ple_layer_ids", default=None) or []
+    L = len(types)
+    if not isinstance(ids, list) or any(not isinstance(i, int) or not 1 <= i <= L for i in ids):
+        raise UsageError(f"{c.path}: config ple_layer_ids is not a list of one-indexed layer ids in [1, {L}]")
+    layers = tuple(i - 1 for i in sorted(set(ids)))
+    if not layers:
+        return {}
+    if any(types[i] != "linear_attention" for i in layers):
+        raise UsageError(f"{c.path}: config ple_layer_ids names a layer that is not linear_attention (transformers "
+                         "refuses it)")
+    eos = c.get("eos_token_id", default=None)
+    if eos is None or eos == []:
+        raise UsageError(f"{c.path}: config eos_token_id is not set, which PLE layers need (transformers refuses it)")
+    n, per = c.int("ngram_size", default=FROM_CLASS), c.int("heads_per_ngram", default=FROM_CLASS)
+    heads = (n - 1) * per
+    dim = c.int("ple_embed_dim", default=c.int("hidden_size", default=FROM_CLASS))
+    if heads <= 0 or dim <= 0 or dim % heads:
+        raise UsageError(f"{c.path}: config ple_embed_dim ({dim}) is not a positive multiple of the n-gram heads, "
+                         f"(ngram_size - 1) x heads_per_ngram = {heads}")
+    base, div = c.int("ngram_vocab_size_base", default=FROM_CLASS), c.int("make_ngram_vocab_size_divisible_by",
+                                                                          default=FROM_CLASS)
+    primes = _primes_from(base, heads * len(layers))
+    rows = tuple(-(-sum(primes[j * heads:(j + 1) * heads]) // div) * div for j in range(len(layers)))
+    return dict(ple=layers, ple_dim=dim, ngram=n, ngram_heads=heads, ple_rows=rows,
+                ple_kernel=c.int("ple_conv_kernel_size", default=FROM_CLASS),
+                ple_parts=c.int("split_ngram_parts", default=FROM_CLASS))
 
 
 def _types(c: Cfg, L: int) -> list[str]:
@@ -66,9 +124,6 @@ def _types(c: Cfg, L: int) -> list[str]:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    if c.get("ple_layer_ids", default=None):
-        raise NoAnalyticModel(f"{c.path}: config ple_layer_ids: Qwen4-Exp's Per-Layer Embeddings (hashed n-gram tables) "
-                              "are not described by the op template")
     L = c.int("num_hidden_layers", default=FROM_CLASS)
     types = _types(c, L)
     if "indexed_attention" in types and any(c.get(k, default=None) is None for k in _QSA):
@@ -85,15 +140,15 @@ def from_config(c: Cfg) -> ArchSpec:
     qsa = "indexed_attention" in types
     v = Qwen4Variant(hc=c.int("hc_count", default=FROM_CLASS), rank=c.int("hc_lowrank", default=FROM_CLASS),
                      index_heads=c.int("indexer_n_heads") if qsa else 0, index_dim=c.int("indexer_head_dim") if qsa else 0,
-                     ratio=c.int("indexer_compress_ratio") if qsa else 1, gate_act=str(gate))
+                     ratio=c.int("indexer_compress_ratio") if qsa else 1, gate_act=str(gate), **_ple(c, types))
     if v.hc <= 1 or v.rank <= 0 or v.ratio <= 0:
         raise UsageError(f"{c.path}: config hc_count must be > 1, hc_lowrank and indexer_compress_ratio positive")
     return replace(spec, variant=v)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
-    raise NoAnalyticModel("Qwen4-Exp without config.json: its layer kinds, top-k and indexer's compression ratio are "
-                          "config-only")
+    raise NoAnalyticModel("Qwen4-Exp without config.json: its layer kinds, top-k, indexer's compression ratio and "
+                          "n-gram sizes are config-only")
 
 
 def _gated_residual(w: Walk, at: str, layers: tuple[int, ...] | None, combine: bool) -> None:
@@ -112,6 +167,35 @@ def _gated_residual(w: Walk, at: str, layers: tuple[int, ...] | None, combine: b
         B.add(f"{label} 2 sigmoid(inject), + output x inject into each copy", "activation", "encoder", L, w.tok + (h,),
               w.tok + (N * h,), ew=n * N * (ew_cost("sigmoid") + 2 + 2 * h))
     del s
+
+
+def _ple_layers(w: Walk) -> None:
+    """Qwen4ExpTextPLELayer on its layers, added to the stream before the layer's gated residual: the hashed n-gram ids'
+    rows of ngram_embedding (a lookup; saved as split_ngram_parts row shards), key_proj (E -> N h) and its grouped
+    norm, value_proj (E -> h), norm_query over the stream, the per-copy gate, norm_conv and the depthwise conv1d
+    (kernel ple_conv_kernel_size, dilation ngram_size: s outputs per channel), SiLU, the add."""
+    s, B, v = w.s, w.B, w.s.variant_as(Qwen4Variant)
+    N, h, E, n, ple, L = v.hc, s.hidden, v.ple_dim, B.b * B.seq, v.ple, len(v.ple)
+    for i, rows in zip(ple, v.ple_rows):
+        # torch.chunk's shards: ceil(rows / parts) rows each, the last what is left
+        size = -(-rows // v.ple_parts)
+        for part in range(-(-rows // size)):
+            w.record(f"ple.ple_embedding.ngram_embedding.shard_{part}", None,
+                     (("weight", (min(size, rows - part * size), E // v.ngram_heads)),), (i,))
+        B.add(w.label(f"ple.ple_embedding ({v.ngram_heads} hashed n-gram heads, {rows:,} rows)", (i,)), "embedding",
+              "embedding", 1, (B.b, B.seq), w.tok + (E,), params=rows * (E // v.ngram_heads), ew=0)
+    w.linear("ple.key_proj", None, E, N * h, False, ple)
+    w.norm("ple.norm_key", None, N * h, ple, residual=False)
+    w.linear("ple.value_proj", None, E, h, False, ple)
+    w.norm("ple.norm_query", None, N * h, ple, residual=False)
+    B.add(w.label("ple gate (key . query per copy, signed sqrt, sigmoid) x value", ple), "activation", "encoder", L,
+          w.tok + (N * h,), w.tok + (N * h,), ew=n * N * (3 * h + ew_cost("sigmoid") + 4))
+    w.norm("ple.norm_conv", None, N * h, ple, residual=False)
+    k = v.ple_kernel
+    w.record("ple.conv1d", None, (("weight", (N * h, 1, k)),), ple)
+    B.add(w.label(f"ple.conv1d (depthwise, dilation {v.ngram}, +silu) + gated value, + stream", ple), "conv", "encoder",
+          L, w.tok + (N * h,), w.tok + (N * h,), params=N * h * k * L, macs=n * N * h * k,
+          ew=n * N * h * (ew_cost("silu") + 2), weights_per_call=N * h * k)
 
 
 def qsa_macs(s: ArchSpec, b: int, n: int) -> int:
@@ -158,6 +242,8 @@ def walk(B: Builder) -> list[Module]:
           ew=n * v.hc * h)
     if attn:
         decoders.rotary(B, s.rope_dim or s.head_dim)
+    if v.ple:
+        _ple_layers(w)
     _gated_residual(w, "attn_hyper_connection", every, True)
     if linear:
         layout_linear.gated_deltanet(w, linear)
@@ -188,8 +274,13 @@ def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     (label, total, rule), *rest = layout_linear.hybrid_kv_cache(s, b, n, nd, ab)
     v = s.variant_as(Qwen4Variant)
     index = (s.layers - len(s.linear_layers)) * v.index_dim * ab
-    return [(label, total + b * n * index, f"{rule}; + the QSA indexer's keys, {s.layers - len(s.linear_layers)} "
-             f"attention layers x indexer_head_dim x s x b x {ab} B ({index:,} B per token)"), *rest]
+    # a PLE layer's states: the short conv's last (kernel - 1) x dilation inputs, N h wide, and the last ngram_size - 1
+    # token ids (int64)
+    ple = len(v.ple) * (v.hc * s.hidden * (v.ple_kernel - 1) * v.ngram * ab + (v.ngram - 1) * 8)
+    return [(label, total + b * n * index + b * ple, f"{rule}; + the QSA indexer's keys, {s.layers - len(s.linear_layers)} "
+             f"attention layers x indexer_head_dim x s x b x {ab} B ({index:,} B per token)"
+             + (f"; + {len(v.ple)} PLE layers' conv state (N h x (ple_conv_kernel_size - 1) x ngram_size x {ab} B) and "
+                f"n-gram context (ngram_size - 1 ids x 8 B), whatever s: {ple:,} B x b" if v.ple else "")), *rest]
 
 
 _SIZES = dict(vocab_size=97, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8,
@@ -217,5 +308,13 @@ FAMILY = Family(
                                           indexer_budget=6, output_gate_type="sigmoid", tie_word_embeddings=True,
                                           layer_types=["indexed_attention", "linear_attention", "full_attention"]),
                ("Qwen4ExpForCausalLM",), device="cpu", infer=False),
+        # Per-Layer Embeddings on both linear layers (their tables of consecutive primes from 101, saved in 3 uneven row
+        # shards)
+        Sample("Qwen4ExpTextConfig", dict(_SIZES, num_hidden_layers=3, ple_layer_ids=[1, 3], ple_embed_dim=24,
+                                          ngram_size=4, heads_per_ngram=2, ngram_vocab_size_base=101,
+                                          make_ngram_vocab_size_divisible_by=16, split_ngram_parts=3,
+                                          ple_conv_kernel_size=3, eos_token_id=2,
+                                          layer_types=["linear_attention", "indexed_attention", "linear_attention"]),
+               ("Qwen4ExpTextModel", "Qwen4ExpForCausalLM"), device="cpu", infer=False),
     ),
 )
