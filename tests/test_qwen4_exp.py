@@ -97,9 +97,11 @@ def test_per_layer_embeddings_configs_transformers_refuses_are_refused():
             from_config({**d, **bad})
 
 
-def test_published_size_parameters_are_transformers_build():
-    """Qwen4ExpTextConfig's defaults (40 layers, 512 experts, hc_count 4) with a QSA indexer, built on the meta device."""
+@pytest.mark.parametrize("ple", [{}, dict(ple_layer_ids=[1, 2, 3, 5], eos_token_id=248044)])
+def test_published_size_parameters_are_transformers_build(ple):
+    """Qwen4ExpTextConfig's defaults (40 layers, 512 experts, hc_count 4) with a QSA indexer, built on the meta device;
+    with PLE on four layers, their n-gram tables of 16 heads from the primes past 20,000,000 (~41e9 parameters each)."""
     cfg = T.Qwen4ExpTextConfig(indexer_n_heads=16, indexer_kv_heads=1, indexer_head_dim=128, indexer_budget=2048,
                                indexer_compress_ratio=4, rope_parameters={"rope_type": "default", "rope_theta": 1e7,
-                                                                          "partial_rotary_factor": 0.25})
+                                                                          "partial_rotary_factor": 0.25}, **ple)
     assert predict_params(spec_of(LM, cfg))["total"] == meta_model(LM, cfg).num_parameters()
