@@ -105,3 +105,18 @@ def test_published_size_parameters_are_transformers_build(ple):
                                indexer_compress_ratio=4, rope_parameters={"rope_type": "default", "rope_theta": 1e7,
                                                                           "partial_rotary_factor": 0.25}, **ple)
     assert predict_params(spec_of(LM, cfg))["total"] == meta_model(LM, cfg).num_parameters()
+
+
+def test_the_composite_configs_text_path_equals_transformers():
+    """Qwen4ExpForConditionalGeneration (model_type qwen4_exp: text_config beside a vision_config) read through its text
+    config (families/wrappers.py): its text-only forward's FLOPs and cache, its parameters less the vision tower's."""
+    cfg = T.Qwen4ExpConfig(text_config=dict(_SIZES), vision_config=dict(depth=1, hidden_size=16, intermediate_size=24,
+                                                                         num_heads=2, out_hidden_size=16))
+    cls = T.Qwen4ExpForConditionalGeneration
+    model = meta_model(cls, cfg, "cpu")
+    spec = spec_of(cls, cfg)
+    assert (spec.family, spec.head) == ("qwen4_exp", "lm")
+    assert predict_params(spec)["total"] == sum(p.numel() for n, p in model.named_parameters() if ".visual." not in n)
+    for seq in (5, 8):
+        assert ours(spec, seq, 2) == fcm_flops(model, seq, 2, "cpu"), seq
+        assert get("qwen4_exp").kv_cache(spec, 2, seq, seq, 4)[0][1] == cache_bytes(model, seq, 2), seq
