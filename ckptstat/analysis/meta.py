@@ -209,6 +209,8 @@ class MetaModel:
     # a *ForMultipleChoice: fed one example of `batch` choices, input_ids [1, batch, seq] (the op templates' convention:
     # the batch counts batch x num_choices sequences)
     choices: bool = False
+    # why the op template did not answer (meta.load's refusal, one line), said first when the forward fails here too
+    refused: str = ""
 
     def __post_init__(self) -> None:
         import torch
@@ -282,8 +284,11 @@ class MetaModel:
                         continue
                     audio = self.inputs == "input_values"
                     hint = f"; --seq counts {INPUTS[self.inputs]} (16,000 a second at 16 kHz)" if audio else ""
-                    raise UsageError(f"{self.path}: transformers {self.version} cannot run {type(self.model).__name__} "
-                                     f"on the meta device ({type(e).__name__}: {one_line(str(e))[:300]}){hint}") from None
+                    why = (f"{self.refused}; on the meta device: transformers {self.version} cannot run "
+                           if self.refused else f"{self.path}: transformers {self.version} cannot run ")
+                    raise UsageError(f"{why}{type(self.model).__name__}"
+                                     f"{'' if self.refused else ' on the meta device'} ({type(e).__name__}: "
+                                     f"{one_line(str(e))[:300]}){hint}") from None
             cache = (out["cache"] if "cache" in out else out.get("past_key_values")) if self.decoder else None
             self.memo[key] = (counter, cache)
         return self.memo[key]
@@ -524,6 +529,7 @@ def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpo
              param_bytes: dict[str, int] | None = None, why: str = "") -> Model:
     """The census Model of a config answered on the meta device (MetaModel as its oracle)."""
     mm = MetaModel(cfg, path)
+    mm.refused = why
     spec = mm.spec()
     predicted: dict[str, Any] = {"total": mm.params, "buckets": {}}
     for op in mm.param_ops:
