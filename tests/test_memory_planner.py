@@ -266,6 +266,39 @@ def test_moe_peak_activation_counts_top_k_experts_of_their_own_width(tmp_path, m
     assert _fit(plan)[("activations", f"peak per layer, b={b}, s={n}")] == math.ceil(2 * b * n * (2 * h + f / tp))
 
 
+def _act_peak(model, seq: int) -> int:
+    """The peak of activation memory torch's MemTracker records over one CPU forward of `seq` tokens."""
+    mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    tracker = mem_tracker.MemTracker()
+    tracker.track_external(model)
+    with torch.no_grad(), tracker:
+        model(input_ids=torch.zeros((1, seq), dtype=torch.long), use_cache=False)
+    return next(v for per_device in tracker.get_tracker_snapshot("peak").values()
+                for k, v in per_device.items() if k.name == "ACT")
+
+
+@pytest.mark.parametrize("config_cls,model_cls,sizes", [
+    ("MambaConfig", "MambaForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8)),
+    ("RwkvConfig", "RwkvForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
+                                          intermediate_size=128, context_length=4096)),
+    ("xLSTMConfig", "xLSTMForCausalLM", dict(vocab_size=128, hidden_size=256, num_hidden_layers=2, num_heads=4))])
+def test_attention_free_inference_peak_has_no_s_squared_term(tmp_path, mem, config_cls, model_cls, sizes):
+    """A model without attention layers holds no s x s scores and no s x s mask: its inference peak per layer is
+    linear in s, as torch measures for transformers' Mamba (MemTracker over a CPU forward at 128 and 256 tokens: twice
+    the tokens, twice the peak), and the rule says so (was: a b*s^2 mask term and 'eager scores' for Mamba, RWKV and
+    xLSTM)."""
+    path = _config(tmp_path, config_cls, sizes, model_cls, dtype="float32")
+    peaks = [_fit(mem(path, "--seq", str(n)))[("activations", f"peak per layer, b=1, s={n}")] for n in (1024, 2048)]
+    assert peaks[1] == 2 * peaks[0]
+    rule = next(x["rule"] for x in mem(path, "--seq", "1024")["fit"]["lines"] if x["item"].startswith("peak per layer"))
+    assert "s^2 scores" not in rule.replace("no s^2 scores", "") and "no attention layers" in rule
+    if config_cls == "MambaConfig":   # the oracle (the others' reference forwards take a minute at these lengths)
+        torch.manual_seed(0)
+        model = getattr(T, model_cls)(getattr(T, config_cls)(**sizes)).eval()
+        measured = [_act_peak(model, n) for n in (128, 256)]
+        assert abs(measured[1] / measured[0] - 2) < 0.02, measured
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_eager_inference_peak_equals_torch_memtracker(tmp_path, mem, dtype):
     """Inference activations at s = 1,024 with eager attention (the scores dominate), against the peak of activation

@@ -69,9 +69,12 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         sb, s_rule = eager_scores(ab)
-        layer_peak = ab * b * n * (2 * s.hidden + max(qkv, f_eff)) + b * n * n * (sb * s.heads + ab)
+        # an attention-free model (Mamba, RWKV, xLSTM: no heads) has no s x s scores and no mask
+        scores, scores_rule = ((b * n * n * (sb * s.heads + ab), f" + b*a*s^2 eager scores x {s_rule}") if s.heads else
+                               (0, "; no attention layers: no s^2 scores or mask"))
+        layer_peak = ab * b * n * (2 * s.hidden + max(qkv, f_eff)) + scores
         line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
-             f"{ab} B x b*s*(2h + max(q+k+v width, {f_rule})) + b*a*s^2 eager scores x {s_rule}; one layer live at a time")
+             f"{ab} B x b*s*(2h + max(q+k+v width, {f_rule})){scores_rule}; one layer live at a time")
         if s.head in VOCAB_LOGITS:
             out_tok = nd if family.seq2seq(s) else n
             line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")

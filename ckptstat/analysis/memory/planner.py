@@ -391,13 +391,13 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
     if plan.mode == "inference":
         f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
-        eager = plan.attention == "eager"
+        eager = plan.attention == "eager" and a > 0   # an attention-free model (no heads): no scores, no mask
         sb, s_rule = eager_scores(ab)
         peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
+        scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
+                       "; flash attention: no s^2 scores" if a else "; no attention layers: no s^2 scores or mask")
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp)"
-                           f"{' + b*(a/tp)*s^2 eager scores x ' + s_rule if eager else '; flash attention: no s^2 scores'}"
-                           "; one layer live"))
+                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live"))
         if has_logits:
             lines.append(_line("activations", "logits", ab * b * out_tok * s.vocab / t,
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"))
