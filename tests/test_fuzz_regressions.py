@@ -235,3 +235,47 @@ def test_small_zip_record_compressed_size_is_checked_against_the_file(tmp_path):
     result, peak = _peak(lambda: open_checkpoint(p))
     assert isinstance(result, CorruptCheckpointError) and "byteorder" in str(result), result
     assert peak < 16 << 20, f"peak {peak:,} B for a {len(data):,}-byte file"
+
+
+def _npy_v2(header: str, data: bytes = b"") -> bytes:
+    h = header.encode("latin1")
+    h += b" " * (-(12 + len(h) + 1) % 16) + b"\n"
+    return b"\x93NUMPY\x02\x00" + struct.pack("<I", len(h)) + h + data
+
+
+def test_scan_of_an_npy_header_with_many_items_is_bounded(tmp_path):
+    """Escaped (crafted, beyond the mutator): `ckptstat scan` of an .npy parses its header with ast.literal_eval up to
+    16 MiB (np.load(allow_pickle=True) lifts max_header_size), and the parser takes about 1 KiB per item: a 200 KB
+    header of 100,000 shape items peaked at 94 MiB traced, a 4 MB one at 2 GB of memory and 16 s. A header whose
+    literal holds more items than scan parses is now unknown, not parsed."""
+    from ckptstat.analysis.scan import scan_path
+
+    p = tmp_path / "many.npy"
+    p.write_bytes(_npy_v2("{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1," * 100_000 + "), }", b"\0" * 4))
+    result, peak = _peak(lambda: scan_path(str(p)))
+    assert isinstance(result, dict), result
+    assert result["status"] == "unknown" and "items" in result["unknown"][0], result
+    assert peak < 16 << 20, f"peak {peak:,} B for a {os.path.getsize(p):,}-byte file"
+    # an object array's ordinary header is still parsed (and its pickle walked)
+    q = tmp_path / "small.npy"
+    q.write_bytes(_npy_v2("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", pickle.dumps([1], protocol=2)))
+    assert scan_path(str(q))["status"] == "safe"
+
+
+def test_scan_of_a_keras_zip_with_a_deflated_config_of_millions_of_values_is_bounded(tmp_path):
+    """Escaped (crafted): `ckptstat scan` of a .keras zip json.loads its config.json whole (up to 16 MiB inflated) and
+    only then counted its values against the 1,000,000 it walks: a 20 KB archive whose config.json inflates to 16 MiB
+    of `{},` (5.6 million dicts) took 1.3 GB (a MemoryError under the fuzz worker's cap). The values a config can hold
+    are now bounded from its bytes before it is parsed, and the error names the archive."""
+    from ckptstat.analysis.scan import scan_path
+
+    src = zipfile.ZipFile(fixture("keras3-zip", "mlp.keras"))
+    p = tmp_path / "bomb.keras"
+    with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in src.namelist():
+            z.writestr(name, b"[" + b"{}," * 2_000_000 + b"{}]" if name == "config.json" else src.read(name))
+    assert os.path.getsize(p) < 64 << 10
+    result, peak = _peak(lambda: scan_path(str(p)))
+    assert isinstance(result, CorruptCheckpointError), result
+    assert str(result).startswith(f"{p}: config.json: ") and "1,000,000" in str(result), result
+    assert peak < 32 << 20, f"peak {peak:,} B"
