@@ -279,3 +279,49 @@ def test_scan_of_a_keras_zip_with_a_deflated_config_of_millions_of_values_is_bou
     assert isinstance(result, CorruptCheckpointError), result
     assert str(result).startswith(f"{p}: config.json: ") and "1,000,000" in str(result), result
     assert peak < 32 << 20, f"peak {peak:,} B"
+
+
+def _torch_pickle_zip(p, body: bytes) -> str:
+    """A torch.save zip of one 4-float storage whose data.pkl is: PROTO 2, a tensor of that storage memoised at slot
+    250, then `body` (which ends the pickle)."""
+    import pickletools
+
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0)}, buf)
+    src = zipfile.ZipFile(buf)
+    pkl_name = next(n for n in src.namelist() if n.endswith("data.pkl"))
+    pkl = src.read(pkl_name)
+    ops = list(pickletools.genops(pkl))
+    i = next(k for k, (op, arg, _) in enumerate(ops) if op.name == "BINUNICODE" and arg == "w")
+    start = ops[i + 2][2] if ops[i + 1][0].name.endswith("PUT") else ops[i + 1][2]
+    end = [pos for op, _, pos in ops if op.name in ("SETITEM", "SETITEMS")][-1]
+    with zipfile.ZipFile(p, "w") as z:
+        for name in src.namelist():
+            z.writestr(name, b"\x80\x02" + pkl[start:end] + b"q\xfa0" + body if name == pkl_name else src.read(name))
+    return str(p)
+
+
+def test_torch_pickle_naming_one_tensor_many_times_is_bounded(tmp_path):
+    """Escaped (crafted): a pickle names a memoised tensor again for 2 bytes (BINGET), and each name costs ~1 KiB once
+    opened (its TensorInfo): a 5 MB data.pkl naming one tensor 1,000,000 times took 1.2 GB and 45 s of `ckptstat`.
+    The names a pickle yields are now charged against its build budget (pickle_build_ratio x its bytes)."""
+    path = _torch_pickle_zip(tmp_path / "alias.pt", b"](" + b"h\xfa" * 40_000 + b"e.")
+    with pytest.raises(CorruptCheckpointError, match="pickle_build_ratio") as e:
+        open_checkpoint(path)
+    assert str(e.value).startswith(path) and "\n" not in str(e.value)
+    few = _torch_pickle_zip(tmp_path / "tied.pt", b"](" + b"h\xfa" * 3 + b"e.")   # tied weights still open
+    assert len(open_checkpoint(few).tensors) == 3
+
+
+def test_torch_names_that_collide_stay_short(tmp_path):
+    """Escaped (crafted): names of keys that are not str/int are their repr cut at 80 characters, so tuple keys
+    sharing a long first item all join to one name, and each collision appended a prime until the name was free:
+    N colliding keys made names N characters long with ~N^3/6 character operations (a 321 KB file of 20,000 such keys
+    ran past 5 minutes). Collisions are now numbered from a counter per name."""
+    key = b"X\x64\x00\x00\x00" + b"A" * 100 + b"q\xfb0"          # a 100-char string at memo slot 251
+    entries = b"".join(b"h\xfbJ" + struct.pack("<i", k) + b"\x86h\xfa" for k in range(1500))
+    path = _torch_pickle_zip(tmp_path / "collide.pt", key + b"}(" + entries + b"u.")
+    names = list(open_checkpoint(path).tensors)
+    assert len(names) == 1500 and len(set(names)) == 1500
+    assert max(len(n) for n in names) < 100, max(names, key=len)[:120]

@@ -29,6 +29,7 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
     tensors: dict[str, TensorInfo] = {}
     views: dict[str, set[_View]] = {}
     used: dict[str, int] = {}
+    primes: dict[str, int] = {}   # name -> collisions so far (a search of name', name'', ... was cubic in them)
     for name, ref in found:
         rec = records.get(ref.storage.key)
         if rec is None:
@@ -39,8 +40,11 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
             raise CorruptCheckpointError(
                 path, f"tensor {name!r} ({ref.dtype}{list(ref.shape)}, stride {list(ref.stride)}, offset {ref.offset}) "
                 f"needs {end:,} bytes of {rec.record}, which holds {rec.nbytes:,}")
-        while name in tensors:  # two paths that join to one name (e.g. keys "a.b" and a -> b)
-            name += "'"
+        if name in tensors:  # two paths that join to one name (e.g. keys "a.b" and a -> b): name', name'', name'3...
+            base = name
+            while name in tensors:
+                k = primes[base] = primes.get(base, 0) + 1
+                name = base + ("'" * k if k < 3 else f"'{k}")
         contiguous = _is_contiguous(ref.shape, ref.stride)
         numel = math.prod(ref.shape)
         tensors[name] = TensorInfo(
@@ -72,7 +76,7 @@ def _scalars(obj: object) -> dict[str, str]:
 
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
-    tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
+    tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,
