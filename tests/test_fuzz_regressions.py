@@ -325,3 +325,37 @@ def test_torch_names_that_collide_stay_short(tmp_path):
     names = list(open_checkpoint(path).tensors)
     assert len(names) == 1500 and len(set(names)) == 1500
     assert max(len(n) for n in names) < 100, max(names, key=len)[:120]
+
+
+def _keras2_listing(p, layers: list[bytes], weights: list[bytes]) -> str:
+    """A Keras 2 weights file: `layers` as layer_names; one group `dense` with one dataset `dense/kernel:0`, whose
+    weight_names attribute is `weights` (dense attribute storage: libver latest)."""
+    with h5py.File(p, "w", libver="latest") as f:
+        f.attrs.create("layer_names", np.array(layers), dtype=f"S{max(map(len, layers))}")
+        g = f.create_group("dense")
+        g.create_dataset("dense/kernel:0", data=np.ones((2, 2), "f4"))
+        g.attrs.create("weight_names", np.array(weights), dtype=f"S{max(map(len, weights))}")
+    return str(p)
+
+
+@pytest.mark.parametrize("layers, weights", [
+    ([b"dense"], [b"dense/kernel:0"] * 20_000),                          # one weight listed 20,000 times
+    ([b"dense"] * 10_000, [b"dense/kernel:0"] * 2),                       # one layer listed 10,000 times
+    ([b"dense"], [b"dense/" + b"./" * (i % 50) + b"kernel:0" for i in range(20_000)]),   # spelled 50 ways
+])
+def test_keras2_weight_listed_again_and_again_is_bounded(tmp_path, layers, weights):
+    """Escaped (crafted): each entry of layer_names x weight_names was resolved through h5py (~0.5 ms and ~5 KB of
+    h5py objects each) whatever it named: a 2.8 MB file listing one dataset 200,000 times ran past 2 minutes at 1.1 GB,
+    a 2.5 MB one listing one layer 500,000 times likewise. Entries are resolved once per layer and spelling, and
+    entries naming a dataset already listed are bounded by the datasets listed (+ 1,024)."""
+    path = _keras2_listing(tmp_path / "w.h5", layers, weights)
+    result, peak = _peak(lambda: open_checkpoint(path))
+    assert isinstance(result, CorruptCheckpointError) and "already listed" in str(result), result
+    assert str(result).startswith(path) and "\n" not in str(result)
+    assert peak < 32 << 20, f"peak {peak:,} B"
+
+
+def test_keras2_weight_listed_twice_still_opens(tmp_path):
+    path = _keras2_listing(tmp_path / "w.h5", [b"dense", b"dense"], [b"dense/kernel:0"])
+    ckpt = open_checkpoint(path)
+    assert list(ckpt.tensors) == ["dense/kernel:0"] and ckpt.metadata["h5.weights_listed_twice"] == "1"
