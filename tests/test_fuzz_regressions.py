@@ -359,3 +359,18 @@ def test_keras2_weight_listed_twice_still_opens(tmp_path):
     path = _keras2_listing(tmp_path / "w.h5", [b"dense", b"dense"], [b"dense/kernel:0"])
     ckpt = open_checkpoint(path)
     assert list(ckpt.tensors) == ["dense/kernel:0"] and ckpt.metadata["h5.weights_listed_twice"] == "1"
+
+
+def test_h5_groups_nested_thousands_deep_are_refused(tmp_path):
+    """Escaped (crafted): visititems opens every object by its path, so a chain of n nested groups costs n^2: a 1.5 MB
+    file of 1,500 nested groups (one dataset at the bottom) took 8 s of `ckptstat`, growing with the square. The walk
+    now stops past MAX_GROUP_DEPTH (256) levels."""
+    p = tmp_path / "deep.h5"
+    with h5py.File(p, "w") as f:
+        g = f
+        for _ in range(300):
+            g = g.create_group("g")
+        g.create_dataset("w", data=np.ones(3, "f4"))
+    with pytest.raises(CorruptCheckpointError, match="groups nest more than 256 deep") as e:
+        open_checkpoint(p)
+    assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
