@@ -374,3 +374,22 @@ def test_h5_groups_nested_thousands_deep_are_refused(tmp_path):
     with pytest.raises(CorruptCheckpointError, match="groups nest more than 256 deep") as e:
         open_checkpoint(p)
     assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
+
+
+_BIG = b"\x8b" + struct.pack("<I", 2600) + (1 << 20000).to_bytes(2600, "little")   # LONG4: 2**20000 (6,021 digits)
+
+
+@pytest.mark.parametrize("body, shown", [
+    (b"}X\x01\x00\x00\x00wh\xfas" + _BIG + b"h\xfas.", "<int of 20,001 bits>"),                  # a key
+    (b"}X\x01\x00\x00\x00wh\xfasX\x04\x00\x00\x00seed" + _BIG + b"s.", "<int of 20,001 bits>"),   # a value
+    (b"}X\x01\x00\x00\x00wh\xfas" + _BIG + b"\x85h\xfas.", "<tuple key>"),                       # in a tuple key
+])
+def test_torch_ints_past_str_limit_do_not_refuse_the_file(tmp_path, body, shown):
+    """Found (crafted): an int of more than 4,300 digits (a dict key, a top-level value, inside a tuple key) made
+    str()/repr() raise ValueError (Python's int-to-str limit) in the tensor walk, the metadata and the optimizer
+    search, so a file torch.load reads was refused as 'ValueError: Exceeds the limit (4300 digits)'. Such an int is
+    now shown by its size."""
+    path = _torch_pickle_zip(tmp_path / "bigint.pt", body)
+    ckpt = open_checkpoint(path)
+    assert "w" in ckpt.tensors
+    assert any(shown in n for n in list(ckpt.tensors) + list(ckpt.metadata.values())), (ckpt.tensors, ckpt.metadata)

@@ -13,7 +13,7 @@ from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .training import torch_training, zero_fragments
-from .unpickler import SafeUnpickler, key_text, walk
+from .unpickler import SafeUnpickler, int_text, key_text, walk
 from .zipstream import ZipStreamReader
 
 _View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
@@ -72,7 +72,8 @@ def _scalars(obj: object) -> dict[str, str]:
     """Top-level plain values of a training checkpoint (epoch, step...), as metadata."""
     if not isinstance(obj, dict):
         return {}
-    return {key_text(k): str(v)[:200] for k, v in obj.items() if isinstance(v, (int, float, str, bool))}
+    return {key_text(k): (int_text(v) if isinstance(v, int) else str(v))[:200] for k, v in obj.items()
+            if isinstance(v, (int, float, str, bool))}
 
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:

@@ -297,10 +297,20 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
 # ---------------------------------------------------------------------------------------------
 # Walking the unpickled object: tensors get dot-joined paths, containers are visited once.
 
+def int_text(v: int) -> str:
+    """str(v), or its size past Python's int-to-str limit (4,300 digits: str() raises ValueError there)."""
+    return str(v) if v.bit_length() <= 14_000 else f"<int of {v.bit_length():,} bits>"
+
+
 def key_text(k: object) -> str:
-    if isinstance(k, (str, int)) and not isinstance(k, bool):
-        return str(k)
-    return repr(k)[:80]
+    if isinstance(k, str):
+        return k
+    if isinstance(k, int) and not isinstance(k, bool):
+        return int_text(k)
+    try:
+        return repr(k)[:80]
+    except (ValueError, RecursionError):   # a huge int inside a tuple key; a key nested past the recursion limit
+        return f"<{type(k).__name__} key>"
 
 
 def walk(obj: object, path: str, pickle_bytes: int | None = None) -> Iterator[tuple[str, TensorRef]]:
