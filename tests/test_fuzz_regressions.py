@@ -235,3 +235,161 @@ def test_small_zip_record_compressed_size_is_checked_against_the_file(tmp_path):
     result, peak = _peak(lambda: open_checkpoint(p))
     assert isinstance(result, CorruptCheckpointError) and "byteorder" in str(result), result
     assert peak < 16 << 20, f"peak {peak:,} B for a {len(data):,}-byte file"
+
+
+def _npy_v2(header: str, data: bytes = b"") -> bytes:
+    h = header.encode("latin1")
+    h += b" " * (-(12 + len(h) + 1) % 16) + b"\n"
+    return b"\x93NUMPY\x02\x00" + struct.pack("<I", len(h)) + h + data
+
+
+def test_scan_of_an_npy_header_with_many_items_is_bounded(tmp_path):
+    """Escaped (crafted, beyond the mutator): `ckptstat scan` of an .npy parses its header with ast.literal_eval up to
+    16 MiB (np.load(allow_pickle=True) lifts max_header_size), and the parser takes about 1 KiB per item: a 200 KB
+    header of 100,000 shape items peaked at 94 MiB traced, a 4 MB one at 2 GB of memory and 16 s. A header whose
+    literal holds more items than scan parses is now unknown, not parsed."""
+    from ckptstat.analysis.scan import scan_path
+
+    p = tmp_path / "many.npy"
+    p.write_bytes(_npy_v2("{'descr': '<f4', 'fortran_order': False, 'shape': (" + "1," * 100_000 + "), }", b"\0" * 4))
+    result, peak = _peak(lambda: scan_path(str(p)))
+    assert isinstance(result, dict), result
+    assert result["status"] == "unknown" and "items" in result["unknown"][0], result
+    assert peak < 16 << 20, f"peak {peak:,} B for a {os.path.getsize(p):,}-byte file"
+    # an object array's ordinary header is still parsed (and its pickle walked)
+    q = tmp_path / "small.npy"
+    q.write_bytes(_npy_v2("{'descr': '|O', 'fortran_order': False, 'shape': (1,), }", pickle.dumps([1], protocol=2)))
+    assert scan_path(str(q))["status"] == "safe"
+
+
+def test_scan_of_a_keras_zip_with_a_deflated_config_of_millions_of_values_is_bounded(tmp_path):
+    """Escaped (crafted): `ckptstat scan` of a .keras zip json.loads its config.json whole (up to 16 MiB inflated) and
+    only then counted its values against the 1,000,000 it walks: a 20 KB archive whose config.json inflates to 16 MiB
+    of `{},` (5.6 million dicts) took 1.3 GB (a MemoryError under the fuzz worker's cap). The values a config can hold
+    are now bounded from its bytes before it is parsed, and the error names the archive."""
+    from ckptstat.analysis.scan import scan_path
+
+    src = zipfile.ZipFile(fixture("keras3-zip", "mlp.keras"))
+    p = tmp_path / "bomb.keras"
+    with zipfile.ZipFile(p, "w", zipfile.ZIP_DEFLATED) as z:
+        for name in src.namelist():
+            z.writestr(name, b"[" + b"{}," * 2_000_000 + b"{}]" if name == "config.json" else src.read(name))
+    assert os.path.getsize(p) < 64 << 10
+    result, peak = _peak(lambda: scan_path(str(p)))
+    assert isinstance(result, CorruptCheckpointError), result
+    assert str(result).startswith(f"{p}: config.json: ") and "1,000,000" in str(result), result
+    assert peak < 32 << 20, f"peak {peak:,} B"
+
+
+def _torch_pickle_zip(p, body: bytes) -> str:
+    """A torch.save zip of one 4-float storage whose data.pkl is: PROTO 2, a tensor of that storage memoised at slot
+    250, then `body` (which ends the pickle)."""
+    import pickletools
+
+    torch = pytest.importorskip("torch")
+    buf = io.BytesIO()
+    torch.save({"w": torch.arange(4.0)}, buf)
+    src = zipfile.ZipFile(buf)
+    pkl_name = next(n for n in src.namelist() if n.endswith("data.pkl"))
+    pkl = src.read(pkl_name)
+    ops = list(pickletools.genops(pkl))
+    i = next(k for k, (op, arg, _) in enumerate(ops) if op.name == "BINUNICODE" and arg == "w")
+    start = ops[i + 2][2] if ops[i + 1][0].name.endswith("PUT") else ops[i + 1][2]
+    end = [pos for op, _, pos in ops if op.name in ("SETITEM", "SETITEMS")][-1]
+    with zipfile.ZipFile(p, "w") as z:
+        for name in src.namelist():
+            z.writestr(name, b"\x80\x02" + pkl[start:end] + b"q\xfa0" + body if name == pkl_name else src.read(name))
+    return str(p)
+
+
+def test_torch_pickle_naming_one_tensor_many_times_is_bounded(tmp_path):
+    """Escaped (crafted): a pickle names a memoised tensor again for 2 bytes (BINGET), and each name costs ~1 KiB once
+    opened (its TensorInfo): a 5 MB data.pkl naming one tensor 1,000,000 times took 1.2 GB and 45 s of `ckptstat`.
+    The names a pickle yields are now charged against its build budget (pickle_build_ratio x its bytes)."""
+    path = _torch_pickle_zip(tmp_path / "alias.pt", b"](" + b"h\xfa" * 40_000 + b"e.")
+    with pytest.raises(CorruptCheckpointError, match="pickle_build_ratio") as e:
+        open_checkpoint(path)
+    assert str(e.value).startswith(path) and "\n" not in str(e.value)
+    few = _torch_pickle_zip(tmp_path / "tied.pt", b"](" + b"h\xfa" * 3 + b"e.")   # tied weights still open
+    assert len(open_checkpoint(few).tensors) == 3
+
+
+def test_torch_names_that_collide_stay_short(tmp_path):
+    """Escaped (crafted): names of keys that are not str/int are their repr cut at 80 characters, so tuple keys
+    sharing a long first item all join to one name, and each collision appended a prime until the name was free:
+    N colliding keys made names N characters long with ~N^3/6 character operations (a 321 KB file of 20,000 such keys
+    ran past 5 minutes). Collisions are now numbered from a counter per name."""
+    key = b"X\x64\x00\x00\x00" + b"A" * 100 + b"q\xfb0"          # a 100-char string at memo slot 251
+    entries = b"".join(b"h\xfbJ" + struct.pack("<i", k) + b"\x86h\xfa" for k in range(1500))
+    path = _torch_pickle_zip(tmp_path / "collide.pt", key + b"}(" + entries + b"u.")
+    names = list(open_checkpoint(path).tensors)
+    assert len(names) == 1500 and len(set(names)) == 1500
+    assert max(len(n) for n in names) < 100, max(names, key=len)[:120]
+
+
+def _keras2_listing(p, layers: list[bytes], weights: list[bytes]) -> str:
+    """A Keras 2 weights file: `layers` as layer_names; one group `dense` with one dataset `dense/kernel:0`, whose
+    weight_names attribute is `weights` (dense attribute storage: libver latest)."""
+    with h5py.File(p, "w", libver="latest") as f:
+        f.attrs.create("layer_names", np.array(layers), dtype=f"S{max(map(len, layers))}")
+        g = f.create_group("dense")
+        g.create_dataset("dense/kernel:0", data=np.ones((2, 2), "f4"))
+        g.attrs.create("weight_names", np.array(weights), dtype=f"S{max(map(len, weights))}")
+    return str(p)
+
+
+@pytest.mark.parametrize("layers, weights", [
+    ([b"dense"], [b"dense/kernel:0"] * 20_000),                          # one weight listed 20,000 times
+    ([b"dense"] * 10_000, [b"dense/kernel:0"] * 2),                       # one layer listed 10,000 times
+    ([b"dense"], [b"dense/" + b"./" * (i % 50) + b"kernel:0" for i in range(20_000)]),   # spelled 50 ways
+])
+def test_keras2_weight_listed_again_and_again_is_bounded(tmp_path, layers, weights):
+    """Escaped (crafted): each entry of layer_names x weight_names was resolved through h5py (~0.5 ms and ~5 KB of
+    h5py objects each) whatever it named: a 2.8 MB file listing one dataset 200,000 times ran past 2 minutes at 1.1 GB,
+    a 2.5 MB one listing one layer 500,000 times likewise. Entries are resolved once per layer and spelling, and
+    entries naming a dataset already listed are bounded by the datasets listed (+ 1,024)."""
+    path = _keras2_listing(tmp_path / "w.h5", layers, weights)
+    result, peak = _peak(lambda: open_checkpoint(path))
+    assert isinstance(result, CorruptCheckpointError) and "already listed" in str(result), result
+    assert str(result).startswith(path) and "\n" not in str(result)
+    assert peak < 32 << 20, f"peak {peak:,} B"
+
+
+def test_keras2_weight_listed_twice_still_opens(tmp_path):
+    path = _keras2_listing(tmp_path / "w.h5", [b"dense", b"dense"], [b"dense/kernel:0"])
+    ckpt = open_checkpoint(path)
+    assert list(ckpt.tensors) == ["dense/kernel:0"] and ckpt.metadata["h5.weights_listed_twice"] == "1"
+
+
+def test_h5_groups_nested_thousands_deep_are_refused(tmp_path):
+    """Escaped (crafted): visititems opens every object by its path, so a chain of n nested groups costs n^2: a 1.5 MB
+    file of 1,500 nested groups (one dataset at the bottom) took 8 s of `ckptstat`, growing with the square. The walk
+    now stops past MAX_GROUP_DEPTH (256) levels."""
+    p = tmp_path / "deep.h5"
+    with h5py.File(p, "w") as f:
+        g = f
+        for _ in range(300):
+            g = g.create_group("g")
+        g.create_dataset("w", data=np.ones(3, "f4"))
+    with pytest.raises(CorruptCheckpointError, match="groups nest more than 256 deep") as e:
+        open_checkpoint(p)
+    assert str(e.value).startswith(str(p)) and "\n" not in str(e.value)
+
+
+_BIG = b"\x8b" + struct.pack("<I", 2600) + (1 << 20000).to_bytes(2600, "little")   # LONG4: 2**20000 (6,021 digits)
+
+
+@pytest.mark.parametrize("body, shown", [
+    (b"}X\x01\x00\x00\x00wh\xfas" + _BIG + b"h\xfas.", "<int of 20,001 bits>"),                  # a key
+    (b"}X\x01\x00\x00\x00wh\xfasX\x04\x00\x00\x00seed" + _BIG + b"s.", "<int of 20,001 bits>"),   # a value
+    (b"}X\x01\x00\x00\x00wh\xfas" + _BIG + b"\x85h\xfas.", "<tuple key>"),                       # in a tuple key
+])
+def test_torch_ints_past_str_limit_do_not_refuse_the_file(tmp_path, body, shown):
+    """Found (crafted): an int of more than 4,300 digits (a dict key, a top-level value, inside a tuple key) made
+    str()/repr() raise ValueError (Python's int-to-str limit) in the tensor walk, the metadata and the optimizer
+    search, so a file torch.load reads was refused as 'ValueError: Exceeds the limit (4300 digits)'. Such an int is
+    now shown by its size."""
+    path = _torch_pickle_zip(tmp_path / "bigint.pt", body)
+    ckpt = open_checkpoint(path)
+    assert "w" in ckpt.tensors
+    assert any(shown in n for n in list(ckpt.tensors) + list(ckpt.metadata.values())), (ckpt.tensors, ckpt.metadata)

@@ -39,7 +39,8 @@ class Limits:
     # What a pickle may build, in bytes of Python objects per byte of pickle (+ 16 MiB): each opcode's object
     # (an empty set costs 216 bytes for 1 of pickle, a memo entry ~100 for 2) and what its calls return
     # (bytearray(), set(), OrderedDict(...) of memo'd objects: copies of one big object are not free). Real
-    # saves build ~9 bytes a byte (130,000 tiny tensors: 8.6).
+    # saves build ~9 bytes a byte (130,000 tiny tensors: 8.6). The tensor names a pickle yields are charged too, at
+    # ~1 KiB each (formats/torch/unpickler.py TENSOR_BYTES: real saves spend ~130 bytes of pickle a tensor).
     pickle_build_ratio: int = 16
     # GGUF: metadata keys and tensors (each costs ~1 KiB of Python objects), a key's or a tensor
     # name's length, and the longest string value kept as metadata (longer ones are summarised).

@@ -131,7 +131,7 @@ def _open(path: str) -> Checkpoint:
             if isinstance(meta, dict) and "keras_version" in meta:
                 metadata["keras.keras_version"] = str(meta["keras_version"])[:200]
         member_size = zf.getinfo(WEIGHTS).file_size
-        for name, dset, h5_path in _walk(h5):
+        for name, dset, h5_path in _walk(h5, path):
             if dset.external or dset.is_virtual:
                 raise refuse_external(path, f"dataset {dset.name!r} in {WEIGHTS} keeps its values in other files")
             dtype, order = _dtype(dset)

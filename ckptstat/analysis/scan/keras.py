@@ -25,6 +25,7 @@ library) is suspicious (status "unknown": what importing it runs is that package
 from __future__ import annotations
 
 import builtins
+import json
 import sys
 from dataclasses import dataclass
 
@@ -93,7 +94,22 @@ def _object(node: dict[str, object], where: str) -> KerasFinding | None:
                         "needs the user's own registered class")
 
 
-def config_findings(config: object, source: str) -> list[KerasFinding]:
+def load_config(text: str | bytes, source: str, path: str) -> object:
+    """A Keras config's JSON, parsed only when its text can hold at most MAX_NODES values: json.loads builds every value
+    before config_findings counts them (60-200 B each: 16 MiB of `{},`, which a 20 KB archive inflates to, took 1.3
+    GB). Every value but the first opens its container or follows a comma, so the count of `[`, `{` and `,` (inside
+    strings too: an upper bound) bounds the values."""
+    if isinstance(text, str):
+        values = 1 + text.count("[") + text.count("{") + text.count(",")
+    else:
+        values = 1 + text.count(b"[") + text.count(b"{") + text.count(b",")
+    if values > MAX_NODES:
+        raise CorruptCheckpointError(path, f"{source}: more than {MAX_NODES:,} values (its {len(text):,} bytes may hold "
+                                           f"{values:,})")
+    return json.loads(text)
+
+
+def config_findings(config: object, source: str, path: str | None = None) -> list[KerasFinding]:
     """Every object of a Keras config that loading would import or run, walked without recursion (a config
     nested thousands deep is only deep) and without importing anything."""
     found: list[KerasFinding] = []
@@ -103,7 +119,7 @@ def config_findings(config: object, source: str) -> list[KerasFinding]:
         node, where = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            raise CorruptCheckpointError(source, f"more than {MAX_NODES:,} values")
+            raise CorruptCheckpointError(path, f"{source}: more than {MAX_NODES:,} values")
         if isinstance(node, dict):
             f = _object(node, where)
             if f is not None:

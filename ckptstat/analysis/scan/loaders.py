@@ -33,7 +33,6 @@ The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which lo
 """
 from __future__ import annotations
 
-import json
 import os
 import re
 import zipfile
@@ -52,7 +51,7 @@ from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
-from .keras import KerasFinding, config_findings
+from .keras import KerasFinding, config_findings, load_config
 from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
@@ -66,6 +65,11 @@ MAX_CONFIG = 16 << 20
 # it holds one of them beside config.json (a saved archive renamed).
 KERAS_WEIGHTS = frozenset({"model.weights.h5", "model.weights.npz"})
 SCAN_HEADER = 16 << 20   # an .npy header scan reads (np.load(allow_pickle=True) reads any: read_array's max_header_size)
+# Items of an .npy header's literal scan parses: ast.literal_eval takes about 1 KiB per item (10,000: about 11 MiB), so
+# a 16 MiB header of `1,1,1,...` would take 8 GiB. An item needs a separator or bracket (`,:([{`) or a sign (`+-`);
+# counting those bytes bounds the items from above (characters inside strings count too: conservative).
+SCAN_HEADER_ITEMS = 10_000
+_ITEM_BYTES = tuple(c.encode() for c in ",:([{+-")
 
 
 def _has_objects(descr: object) -> bool:
@@ -89,6 +93,11 @@ def _walk_array(t: Trace, member: str, head_src: Source, start: int | None, src_
                          f"reads; scan reads at most {SCAN_HEADER:,}")
         return True
     head = first + head_src.read(min(max(rest, 0), head_src.left()))
+    items = sum(head.count(c) for c in _ITEM_BYTES)
+    if items > SCAN_HEADER_ITEMS:
+        t.unknown.append(f"{member}: a .npy header of {len(head):,} bytes whose literal may hold {items:,} items, which "
+                         f"np.load(allow_pickle=True) parses; scan parses at most {SCAN_HEADER_ITEMS:,}")
+        return True
     at, header = _header(t.path, head, member, SCAN_HEADER)
     if not _has_objects(header["descr"]):
         return False
@@ -161,7 +170,7 @@ def npy_members(zf: zipfile.ZipFile) -> list[zipfile.ZipInfo]:
 def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader: str) -> dict[str, Any]:
     """The scan report of a Keras config (analysis/scan/keras.py): bytecode and standard-library or non-modeling
     imports are unsafe, a module of another package suspicious ("unknown"), nothing imported to find out."""
-    record = {f: source for source, config in configs for f in config_findings(config, source)}
+    record = {f: source for source, config in configs for f in config_findings(config, source, path)}
     found = sorted(record, key=lambda f: f.where)
     bytecode = [f for f in found if f.kind == "bytecode"]
     imports = [f for f in found if f.kind == "import"]
@@ -203,7 +212,7 @@ def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
     if info.file_size > MAX_CONFIG:
         raise CorruptCheckpointError(path, f"config.json in the archive is {info.file_size:,} bytes")
     with zf.open(info) as member:
-        config = json.loads(member.read(MAX_CONFIG + 1).decode("utf-8"))
+        config = load_config(member.read(MAX_CONFIG + 1).decode("utf-8"), "config.json", path)
     return _keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
 
 
@@ -231,7 +240,7 @@ def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
             text = attribute(h5, key)
             if len(text) != 1 or len(text[0]) > MAX_CONFIG:
                 raise CorruptCheckpointError(path, f"attribute {key!r} is not one JSON string")
-            configs.append((key, json.loads(text[0])))
+            configs.append((key, load_config(text[0], key, path)))
     if not configs:
         return _keras_report(path, "hdf5", [], "keras.saving.load_model") | {
             "verdict": "safe: no model_config attribute (weights only: load_weights reads arrays, runs nothing)"}

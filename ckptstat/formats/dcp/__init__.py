@@ -188,7 +188,7 @@ def _zip_tensor(item: _Item, f: IO[bytes], size: int, base: int, fqn: str, dtype
     contents = zip_contents(item.file, f, size)
     if contents.compressed:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: a compressed storage record (torch.save stores them)")
-    found = list(walk(contents.obj, item.file))
+    found = list(walk(contents.obj, item.file, contents.pickle_bytes))
     if len(found) != 1:
         raise CorruptCheckpointError(item.file, f"{fqn!r}: the item at offset {item.offset:,} holds {len(found)} "
                                                 "tensors, not one")

@@ -24,6 +24,7 @@ from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
+from ..torch.unpickler import int_text, key_text
 from . import extensions
 from .extensions import Item, extensions_text
 
@@ -41,6 +42,8 @@ class _NotInert(Exception):
 
 def _inert(v: Any, depth: int = 0) -> Any:
     """`v` as a JSON-able value when it is plain data, small enough to show; else _NotInert."""
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 14_000:
+        return int_text(v)   # (str() and json.dumps refuse ints of more than 4,300 digits)
     if v is None or isinstance(v, (bool, int, float)):
         return v
     if isinstance(v, str):
@@ -51,7 +54,7 @@ def _inert(v: Any, depth: int = 0) -> Any:
         return [_inert(x, depth + 1) for x in v]
     if depth < MAX_VALUE_DEPTH and isinstance(v, dict) and len(v) <= MAX_VALUE_ITEMS \
             and all(isinstance(k, (str, int)) for k in v):
-        return {str(k): _inert(x, depth + 1) for k, x in v.items()}
+        return {key_text(k): _inert(x, depth + 1) for k, x in v.items()}
     raise _NotInert(type(v).__name__)
 
 

@@ -49,6 +49,7 @@ class Contents:
     byteorder: str
     metadata: dict[str, str] = field(default_factory=dict)
     compressed: bool = False   # some storage record is compressed: values need a streaming reader
+    pickle_bytes: int | None = None   # the object pickle's size: what walk() may name (unpickler.TENSOR_BYTES)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -295,7 +296,7 @@ def zip_contents(path: str, f: IO[bytes], size: int, unpickler: type[SafeUnpickl
         compressed |= not stored
         records[key] = StorageRecord(key, info.file_size, start if stored else None, info.filename)
     return Contents(obj, records, byteorder, {"torch.archive": tz.folder, "torch.byteorder": byteorder},
-                    compressed)
+                    compressed, pkl.file_size)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -332,7 +333,9 @@ def read_legacy(path: str) -> Contents:
         sys_info, _ = unpickle(f, path, "sys_info pickle", storages=False)
         if not isinstance(sys_info, dict):
             raise CorruptCheckpointError(path, "legacy sys_info is not a dict")
+        start = f.tell()
         obj, u = unpickle(f, path, "object pickle")
+        pickle_bytes = f.tell() - start
         keys, _ = unpickle(f, path, "storage key pickle", storages=False)
         if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or len(set(keys)) != len(keys):
             raise CorruptCheckpointError(path, "legacy storage key list is malformed")
@@ -362,4 +365,5 @@ def read_legacy(path: str) -> Contents:
         missing = set(u.storages) - set(records)
         if missing:
             raise CorruptCheckpointError(path, f"storage {sorted(missing)[0]!r} has no data in the file")
-    return Contents(obj, records, "little", {"torch.legacy_little_endian": str(sys_info.get("little_endian"))})
+    return Contents(obj, records, "little", {"torch.legacy_little_endian": str(sys_info.get("little_endian"))},
+                    pickle_bytes=pickle_bytes)

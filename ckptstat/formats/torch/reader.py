@@ -13,7 +13,7 @@ from ..registry import Format, Probe, register
 from .allowlist import TensorRef
 from .containers import Contents, StorageRecord, is_data_pkl, is_legacy_head, read_legacy, read_zip
 from .training import torch_training, zero_fragments
-from .unpickler import SafeUnpickler, key_text, walk
+from .unpickler import SafeUnpickler, int_text, key_text, walk
 from .zipstream import ZipStreamReader
 
 _View = tuple[int, tuple[int, ...], tuple[int, ...] | None]   # storage offset, shape, stride (None: contiguous)
@@ -29,6 +29,7 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
     tensors: dict[str, TensorInfo] = {}
     views: dict[str, set[_View]] = {}
     used: dict[str, int] = {}
+    primes: dict[str, int] = {}   # name -> collisions so far (a search of name', name'', ... was cubic in them)
     for name, ref in found:
         rec = records.get(ref.storage.key)
         if rec is None:
@@ -39,8 +40,11 @@ def build_tensors(path: str, found: list[tuple[str, TensorRef]], records: dict[s
             raise CorruptCheckpointError(
                 path, f"tensor {name!r} ({ref.dtype}{list(ref.shape)}, stride {list(ref.stride)}, offset {ref.offset}) "
                 f"needs {end:,} bytes of {rec.record}, which holds {rec.nbytes:,}")
-        while name in tensors:  # two paths that join to one name (e.g. keys "a.b" and a -> b)
-            name += "'"
+        if name in tensors:  # two paths that join to one name (e.g. keys "a.b" and a -> b): name', name'', name'3...
+            base = name
+            while name in tensors:
+                k = primes[base] = primes.get(base, 0) + 1
+                name = base + ("'" * k if k < 3 else f"'{k}")
         contiguous = _is_contiguous(ref.shape, ref.stride)
         numel = math.prod(ref.shape)
         tensors[name] = TensorInfo(
@@ -68,11 +72,12 @@ def _scalars(obj: object) -> dict[str, str]:
     """Top-level plain values of a training checkpoint (epoch, step...), as metadata."""
     if not isinstance(obj, dict):
         return {}
-    return {key_text(k): str(v)[:200] for k, v in obj.items() if isinstance(v, (int, float, str, bool))}
+    return {key_text(k): (int_text(v) if isinstance(v, int) else str(v))[:200] for k, v in obj.items()
+            if isinstance(v, (int, float, str, bool))}
 
 
 def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
-    tensors, notes = build_tensors(path, list(walk(c.obj, path)), c.records, c.byteorder)
+    tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
                       notes=notes, training=training, optimizer_params=optimizer_params, optimizer_groups=groups,

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from .unpickler import Record, RecordingUnpickler
+from .unpickler import Record, RecordingUnpickler, key_text
 
 MAX_DEPTH = 6   # how deep an optimizer state_dict is looked for in a training dict
 
@@ -61,7 +61,7 @@ def optimizer_dicts(obj: Any, prefix: str = "", depth: int = 0,
         return
     for k, v in items:
         if isinstance(k, (str, int)) and not isinstance(k, bool):
-            yield from optimizer_dicts(v, f"{prefix}.{k}" if prefix else str(k), depth + 1, seen)
+            yield from optimizer_dicts(v, f"{prefix}.{key_text(k)}" if prefix else key_text(k), depth + 1, seen)
 
 
 Groups = dict[str, tuple[tuple[int, ...], ...]]

@@ -25,6 +25,9 @@ MAX_ITEMS = 1_000_000      # items in one list / tuple / dict / set
 MAX_STACK = 100_000        # unpickler stack entries and open MARKs
 MAX_DEPTH = 100            # container nesting the tensor walk follows
 BUILD_FLOOR = 16 << 20     # bytes the calls of any pickle may build, beyond limits().pickle_build_ratio x its size
+# What one tensor name costs once opened (its TensorInfo, name and view: ~1 KiB), charged by walk() against the build
+# budget: a memoised tensor is named again for 2 bytes of pickle (BINGET), and real saves spend ~130 bytes a tensor.
+TENSOR_BYTES = 1024
 MEMO_ENTRY_BYTES = 100     # a memo entry: its int key and dict slot (also charged by scan's walk, pickle_walk.py)
 
 _CONTAINER_OPS = {pickle.APPEND, pickle.APPENDS, pickle.SETITEM, pickle.SETITEMS, pickle.ADDITEMS,
@@ -294,17 +297,39 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
 # ---------------------------------------------------------------------------------------------
 # Walking the unpickled object: tensors get dot-joined paths, containers are visited once.
 
+def int_text(v: int) -> str:
+    """str(v), or its size past Python's int-to-str limit (4,300 digits: str() raises ValueError there)."""
+    return str(v) if v.bit_length() <= 14_000 else f"<int of {v.bit_length():,} bits>"
+
+
 def key_text(k: object) -> str:
-    if isinstance(k, (str, int)) and not isinstance(k, bool):
-        return str(k)
-    return repr(k)[:80]
+    if isinstance(k, str):
+        return k
+    if isinstance(k, int) and not isinstance(k, bool):
+        return int_text(k)
+    try:
+        return repr(k)[:80]
+    except (ValueError, RecursionError):   # a huge int inside a tuple key; a key nested past the recursion limit
+        return f"<{type(k).__name__} key>"
 
 
-def walk(obj: object, path: str) -> Iterator[tuple[str, TensorRef]]:
+def walk(obj: object, path: str, pickle_bytes: int | None = None) -> Iterator[tuple[str, TensorRef]]:
+    """(name, tensor) of every tensor `obj` holds; with `pickle_bytes` (the pickle's size), at most as many as the
+    pickle's build budget pays for at TENSOR_BYTES each (one tensor named a million times through the memo)."""
     seen: set[int] = set()
+    names = 0
+    most = None if pickle_bytes is None else \
+        (limits().pickle_build_ratio * pickle_bytes + BUILD_FLOOR) // TENSOR_BYTES
 
     def rec(o: object, name: str, depth: int) -> Iterator[tuple[str, TensorRef]]:
+        nonlocal names
         if isinstance(o, TensorRef):
+            names += 1
+            if most is not None and names > most:
+                raise CorruptCheckpointError(path, f"pickle names more than {most:,} tensors, more than its "
+                                                   f"{pickle_bytes:,} bytes pay for (~{TENSOR_BYTES:,} bytes of objects "
+                                                   "a tensor; the same tensor named again and again through the memo?; "
+                                                   "--limit pickle_build_ratio)")
             yield name or "tensor", o
             return
         if not isinstance(o, (dict, list, tuple)):
