@@ -134,3 +134,27 @@ def test_a_config_naming_num_hidden_layers_has_half_as_many_layers():
     spec = from_config({**d, "num_hidden_layers": 6})
     assert spec.layers == cfg.num_layers == 3
     assert predict_params(spec)["total"] == meta_model(LM, cfg).num_parameters()
+
+
+@pytest.mark.parametrize("E,Z,k", [(3, 2, 2), (2, 6, 4)])
+def test_memory_of_a_routing_dependent_config_answers_weights_and_cache(tmp_path, cli, E, Z, k):
+    """`memory` counts no FLOPs: where only they depend on the routing, it answers from the op template (was: refused,
+    as `flops` still is), its weights = transformers' num_parameters() x 4 B and its cache = the cache a CPU forward
+    returns, whichever experts the router picks; no active parameter count (the routing decides it), and a note says
+    why."""
+    cfg = T.LongcatFlashConfig(**SIZES, n_routed_experts=E, zero_expert_num=Z, moe_topk=k)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(dict(cfg.to_dict(), architectures=["LongcatFlashForCausalLM"], torch_dtype="float32"),
+                               default=str))
+    code, out, err = cli("memory", str(path), "--seq", str(SEQ), "--batch", str(BATCH), "--json")
+    assert code == 0, err
+    r = json.loads(out)
+    lines = {(x["group"], x["item"]): x["bytes"] for x in r["fit"]["lines"]}
+    for real in (True, False):
+        model = _steered(cfg, real)
+        assert lines[("weights", "resident")] == model.num_parameters() * 4
+        assert sum(v for (g, _), v in lines.items() if g == "kv cache") == cache_bytes(model, SEQ, BATCH)
+    assert not any("active" in item for _, item in lines) and r["parameters"]["active"] is None
+    assert any(f"zero_expert_num {Z}" in n and "not its FLOPs" in n for n in r["notes"])
+    code, out, err = cli("flops", str(path), "--seq", str(SEQ))
+    assert code == 2 and not out and f"zero_expert_num {Z}" in err

@@ -72,7 +72,7 @@ def memory(
     plan = _plan(mode, weights_dtype, kv_dtype, optimizer, master_weights, zero, checkpointing, gpu, gpu_mem, gpus, tp,
                  pp, cpu_offload, attention, reserve)
     try:
-        model = load(path, config, [seq] if seq else [])
+        model = load(path, config, [seq] if seq else [], flops=False)
     except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
         r = mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128)
         if plan != Plan(reserve=plan.reserve, reserve_source=plan.reserve_source):

@@ -22,9 +22,10 @@ FLOPs: a token's k picks run max(0, k - Z) to min(k, E) real experts, whichever 
 expert runs no matmul). Where the two are equal (Z = 0; E = 0; k = E + Z: every expert picked) every routing runs the
 same count and the FLOPs are exact. Otherwise the experts' FLOPs depend on the router's choices, which no config
 shows: the FLOPs are refused by name (Family.flops_refused), and since transformers cannot run the model on the meta
-device either (torch.nonzero), `flops` and `memory` refuse such a config (the released one included) in one line that
-names the routing first. Its parameters and cache rule, which do not depend on the routing, are exact
-(tests/test_longcat_flash.py), but `memory` does not yet fall back to them when only the FLOPs are refused.
+device either (torch.nonzero), `flops` refuses such a config (the released one included) in one line that names the
+routing first. `memory`, which counts no FLOPs, answers it from the template (analysis/meta.load flops=False): its
+parameters and cache rule do not depend on the routing and are exact (tests/test_longcat_flash.py); its active
+parameter count, which does, is left out, and a note says why.
 
 The cache (DynamicCache(config), 2 x num_layers cache layers, one per attention): each holds the compressed latent
 [b, 1, s, kv_lora_rank] as its keys and the rotated rope key [b, 1, s, qk_rope_head_dim] as its values (the
