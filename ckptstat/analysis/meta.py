@@ -547,6 +547,14 @@ def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpo
                  oracle=mm)
 
 
+def _without_flops(m: Model, why: str) -> Model:
+    """`m` less its active parameter count, with a note saying why its FLOPs (and that count) are not described."""
+    active = "active" in m.predicted
+    return replace(m, predicted={k: v for k, v in m.predicted.items() if k != "active"}, notes=(*m.notes, (
+        f"{why}: the {m.spec.family} op template describes its parameters and cache, not its FLOPs"
+        f"{' or its active parameters' if active else ''}")))
+
+
 def load(path: str, config: str | None = None, seqs: Collection[int] = (), flops: bool = True) -> Model:
     """census.model.load; where no op template describes the model (UsageError), or not at one of the sequence lengths
     `seqs` the caller will run (Family.longest_seq), transformers on the meta device when the `run` extra is installed,
@@ -560,15 +568,11 @@ def load(path: str, config: str | None = None, seqs: Collection[int] = (), flops
         family = get(m.spec.family)
         limit = family.longest_seq(m.spec) if family.longest_seq is not None else None
         why = family.flops_refused(m.spec) if family.flops_refused is not None else None
-        if (why is None or not flops) and (limit is None or all(n <= limit for n in seqs)):
+        if limit is None or all(n <= limit for n in seqs):
             if why is None:
                 return m
-            # no FLOPs asked for: the template's parameters and cache, not its active count where it has one (the
-            # routing that decides the FLOPs decides which parameters run)
-            active = "active" in m.predicted
-            return replace(m, predicted={k: v for k, v in m.predicted.items() if k != "active"}, notes=(*m.notes, (
-                f"{why}: the {m.spec.family} op template describes its parameters and cache, not its FLOPs"
-                f"{' or its active parameters' if active else ''}")))
+            if not flops:   # the routing that decides the FLOPs decides which parameters run: no active count
+                return _without_flops(m, why)
         refusal = NoAnalyticModel(f"{path}: {why}: the {m.spec.family} op template describes its parameters, not its FLOPs"
                                   if why else f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to "
                                   f"--seq {limit:,}, not {max(seqs):,}")

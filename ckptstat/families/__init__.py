@@ -8,7 +8,7 @@ architecture also matches its files (Mixtral before LLaMA), and `ordered` sorts 
 A family's module is imported when it is asked for: which family a model_type, a GGUF architecture or a tensor
 name shows is read from index.json (each family's name, module, model types, GGUF architectures and signature,
 in the order tried), which fixtures/make_family_index.py writes from the modules and tests/test_family_index.py
-checks is what they say. FAMILIES (every family, in order), MODEL_TYPES and NAME_SIGNATURES are made on first
+checks is what they say. FAMILIES (every family, in order) and MODEL_TYPES are made on first
 use (`__getattr__`); FAMILIES imports every family module (docs/performance.md, "Start-up")."""
 from __future__ import annotations
 
@@ -118,8 +118,8 @@ def _family(module: str) -> Family:
 
 def __getattr__(name: str) -> Any:
     """The registry's tables, made on first use (and kept): _ALL (every family, alphabetical), FAMILIES (in the order
-    tried) and _BY_NAME (the fallback's included) import every family module; MODEL_TYPES and NAME_SIGNATURES (tried
-    in order when there is no config) are read from the index. A submodule by name (families.llama) is imported."""
+    tried) and _BY_NAME (the fallback's included) import every family module; MODEL_TYPES is read from the index. A
+    submodule by name (families.llama) is imported."""
     if name in ("_ALL", "FAMILIES", "_BY_NAME"):
         everyone = tuple(map(_family, _MODULES))
         families = ordered(everyone)
@@ -127,8 +127,6 @@ def __getattr__(name: str) -> Any:
                          _BY_NAME={f.name: f for f in families + (_family(GENERIC),)})
     elif name == "MODEL_TYPES":
         globals()[name] = _model_types()
-    elif name == "NAME_SIGNATURES":
-        globals()[name] = [_signature(e) for e in index()[0]]
     elif not name.startswith("_") and os.path.exists(os.path.join(os.path.dirname(INDEX), name + ".py")):
         return importlib.import_module(f"{__name__}.{name}")   # a submodule, as when the package imported them all
     else:

@@ -236,7 +236,7 @@ MAX_GROUP_DEPTH = 256   # group nesting _walk follows: h5py opens each object by
                         # n^2: a 1.5 MB file of 1,500 nested groups took 8 s, and it grows with the square)
 
 
-def _walk(group: Any, path: str | None = None) -> list[tuple[str, Any, str]]:
+def _walk(group: Any, path: str) -> list[tuple[str, Any, str]]:
     out: list[tuple[str, Any, str]] = []
     h5py = _h5py()
     too_deep: list[str] = []
@@ -251,8 +251,7 @@ def _walk(group: Any, path: str | None = None) -> list[tuple[str, Any, str]]:
 
     group.visititems(visit)
     if too_deep:
-        raise CorruptCheckpointError(path or group.file.filename, f"groups nest more than {MAX_GROUP_DEPTH} deep "
-                                                                  f"({too_deep[0][:60]!r}...)")
+        raise CorruptCheckpointError(path, f"groups nest more than {MAX_GROUP_DEPTH} deep ({too_deep[0][:60]!r}...)")
     return out
 
 

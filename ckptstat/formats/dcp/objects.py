@@ -24,7 +24,7 @@ from ...core.files import open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
 from ..torch.training import number
-from ..torch.unpickler import int_text, key_text
+from ..torch.unpickler import INT_TEXT_BITS, int_text, key_text
 from . import extensions
 from .extensions import Item, extensions_text
 
@@ -42,8 +42,8 @@ class _NotInert(Exception):
 
 def _inert(v: Any, depth: int = 0) -> Any:
     """`v` as a JSON-able value when it is plain data, small enough to show; else _NotInert."""
-    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > 14_000:
-        return int_text(v)   # (str() and json.dumps refuse ints of more than 4,300 digits)
+    if isinstance(v, int) and not isinstance(v, bool) and v.bit_length() > INT_TEXT_BITS:
+        return int_text(v)   # (str() and json.dumps refuse it)
     if v is None or isinstance(v, (bool, int, float)):
         return v
     if isinstance(v, str):

@@ -297,9 +297,12 @@ def unpickle(file: IO[bytes], path: str, record: str, storages: bool = True,
 # ---------------------------------------------------------------------------------------------
 # Walking the unpickled object: tensors get dot-joined paths, containers are visited once.
 
+INT_TEXT_BITS = 14_000   # ints str() and json.dumps write: Python's int-to-str limit is 4,300 digits (~14,284 bits)
+
+
 def int_text(v: int) -> str:
-    """str(v), or its size past Python's int-to-str limit (4,300 digits: str() raises ValueError there)."""
-    return str(v) if v.bit_length() <= 14_000 else f"<int of {v.bit_length():,} bits>"
+    """str(v), or its size past Python's int-to-str limit (str() raises ValueError there)."""
+    return str(v) if v.bit_length() <= INT_TEXT_BITS else f"<int of {v.bit_length():,} bits>"
 
 
 def key_text(k: object) -> str:
