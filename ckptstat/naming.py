@@ -364,9 +364,9 @@ class _Masked:
         return any(bucket == "encoder" and cut.stop for bucket, _, cut in self.rules.values())
 
 
-# Passes that make a string a name (a mask, a form, a shape) go a slice of names at a time: one slice's strings alive
-# at once, not a 1M-tensor header's (hundreds of MB).
-SLICE_NAMES = 1 << 16
+# Passes that make a string a name (a mask, a form, a shape, a search's text) go a slice of names at a time: one
+# slice's strings alive at once, not a 1M-tensor header's (hundreds of MB; ~15 MiB at slices of 65,536 names).
+SLICE_NAMES = 1 << 14
 
 
 def joined_slices(names: list[str]) -> Iterator[tuple[int, list[str], str | None]]:
@@ -410,8 +410,7 @@ def classify_all(tensors: Iterable[tuple[str, str, tuple[int, ...]]]) -> dict[st
 
 def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int, ...]]) -> dict[str, Placement]:
     """classify_all of the tensors given as columns (names, dtypes, shapes): what the census passes."""
-    ranks = list(map(len, shapes))
-    masked = _Masked(len(set(dtypes)) > 1, len(set(ranks)) > 1)
+    masked = _Masked(len(set(dtypes)) > 1, len(set(map(len, shapes))) > 1)
     for i, part, text in joined_slices(names):
         # name by name when a name holds `#`, a newline or a non-ASCII digit (re's \d: the masks are ASCII only), or
         # Keras 3's BatchNormalization numbering (a rule that reads a number's value)
@@ -420,11 +419,18 @@ def classify_columns(names: list[str], dtypes: list[str], shapes: list[tuple[int
             out = {name: classify(name, dtype, shape) for name, dtype, shape in zip(names, dtypes, shapes)}
             has_encoder = any(p.bucket == "encoder" and p.layer is not None for p in out.values())
             break
-        masked.add(part, dtypes[i:i + SLICE_NAMES], ranks[i:i + SLICE_NAMES], text.translate(_DIGIT_TO_HASH).split("\n"))
+        masked.add(part, dtypes[i:i + SLICE_NAMES], list(map(len, shapes[i:i + SLICE_NAMES])),
+                   text.translate(_DIGIT_TO_HASH).split("\n"))
     else:
         out, has_encoder = masked.out, masked.has_encoder()
-    if not has_encoder:
-        out = {k: Placement("encoder", p.layer, p.role) if p.bucket == "decoder" else p for k, p in out.items()}
+    if not has_encoder:   # decoder layers alone are the encoder stack; the dict changed in place, not made twice
+        encoder: dict[int, Placement] = {}   # id of a decoder placement -> its encoder one
+        for k, p in out.items():
+            if p.bucket == "decoder":
+                q = encoder.get(id(p))
+                if q is None:
+                    q = encoder[id(p)] = Placement("encoder", p.layer, p.role)
+                out[k] = q
     return out
 
 

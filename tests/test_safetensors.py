@@ -221,6 +221,16 @@ def test_compact_headers_by_the_writer_read_as_json_does(tmp_path):
             assert took == (label != "escaped" and i < 2), (label, metadata)   # an escape: json reads it
 
 
+def _taken(path):
+    """formats/safetensors.py `_table` of the file's header, read in pieces (`_pieces`) as open_safetensors reads a
+    large one: (metadata, TensorTable), or None where it is not taken."""
+    from ckptstat.formats import safetensors as st
+
+    with open(path, "rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        return st._table(st._pieces(f, n), str(path), 8 + n, os.path.getsize(path))
+
+
 @pytest.mark.parametrize("header", [
     '{"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},"a":{"dtype":"F16","shape":[2],"data_offsets":[4,8]}}',
     '{"__metadata__":{"x":"y"},"__metadata__":{"dtype":"F16","shape":[2],"data_offsets":[0,4]},'
@@ -270,9 +280,7 @@ def test_a_header_matched_in_slices_reads_as_json_does(tmp_path, monkeypatch, sl
     for metadata in (None, {"format": "pt"}):
         path = tmp_path / f"plain-{metadata is None}.safetensors"
         save_file(arrays, str(path), metadata=metadata)
-        n = int.from_bytes(path.read_bytes()[:8], "little")
-        text = path.read_bytes()[8:8 + n].decode()
-        taken = st._table(text, str(path), 8 + n, path.stat().st_size)
+        taken = _taken(path)
         assert taken is not None
         fast, slow, _ = _open_both(path)
         assert fast == slow and not isinstance(fast, str) and dict(taken[1].items()) == fast[0]
@@ -291,6 +299,64 @@ def test_a_header_matched_in_slices_reads_as_json_does(tmp_path, monkeypatch, sl
         assert fast == slow and isinstance(fast, str)
 
 
+@pytest.mark.parametrize("slice_chars", [None, 1 << 16])
+def test_a_large_header_is_read_in_pieces_as_json_and_safe_open_read_it(tmp_path, monkeypatch, slice_chars):
+    """A header past _SLICE (1.5 MB here: 14,000 tensors; the default 1 MiB and 64 KiB pieces) is read, matched and
+    checked a piece at a time (formats/safetensors.py `_pieces`), never held whole (at 1M tensors the 96 MB text was
+    the parse's peak beside the columns). Two dtypes, so the data lies sorted by dtype and not in the header's order
+    (the contiguity check's sorted route). The tensors equal the JSON route's and safetensors' own safe_open's."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    from ckptstat.formats import safetensors as st
+
+    if slice_chars:
+        monkeypatch.setattr(st, "_SLICE", slice_chars)
+    names = [f"model.layers.{i // 300}.mlp.experts.{i % 300}.down_proj.weight" for i in range(14000)]
+    path = tmp_path / "large.safetensors"
+    save_file({n: np.full(i % 3 + 1, i, np.float16 if i % 5 else np.float32) for i, n in enumerate(names)}, str(path),
+              metadata={"format": "pt"})
+    assert int.from_bytes(path.read_bytes()[:8], "little") > st._SLICE
+    pieces, real = [], st._pieces
+
+    def spy(f, n):
+        for text, last in real(f, n):
+            pieces.append(len(text))
+            yield text, last
+    monkeypatch.setattr(st, "_pieces", spy)
+    fast, slow, _ = _open_both(path)
+    assert fast == slow and not isinstance(fast, str)
+    assert len(pieces) >= 2 and max(pieces) < st._SLICE + 100   # a read, and what the last cut left of the one before
+    tensors, metadata, _ = fast
+    assert metadata == {"format": "pt"}
+    with safe_open(str(path), framework="np") as f:
+        assert set(tensors) == set(f.keys()) == set(names)
+        for name in list(f.keys())[::997]:
+            sl = f.get_slice(name)
+            assert tensors[name].shape == tuple(sl.get_shape()) and tensors[name].dtype == sl.get_dtype()
+
+
+@pytest.mark.parametrize("slice_chars", [None, 64, 300])
+def test_a_piece_that_is_not_utf8_is_refused_as_the_whole_header_is(tmp_path, monkeypatch, slice_chars):
+    """Bytes that are not UTF-8 in a name past the first piece: the one-line error of the whole header's decode
+    (`header is not valid UTF-8`), not a partial table; safetensors' own reader refuses the file too."""
+    from safetensors import safe_open
+
+    from ckptstat.formats import safetensors as st
+
+    if slice_chars:
+        monkeypatch.setattr(st, "_SLICE", slice_chars)
+    entries = [f'"t{i}":{{"dtype":"F16","shape":[2],"data_offsets":[{4 * i},{4 * i + 4}]}}'.encode() for i in range(40)]
+    entries[30] = entries[30].replace(b'"t30"', b'"t\xff30"')
+    raw = b"{" + b",".join(entries) + b"}"
+    path = tmp_path / "bad.safetensors"
+    path.write_bytes(len(raw).to_bytes(8, "little") + raw + bytes(160))
+    fast, slow, _ = _open_both(path)
+    assert fast == slow and isinstance(fast, str) and fast.endswith("header is not valid UTF-8"), fast
+    with pytest.raises(Exception):   # noqa: B017 - the library's own error type
+        safe_open(str(path), framework="np")
+
+
 def test_a_writers_header_is_checked_by_columns(tmp_path):
     """A compact header of plain tensors (no 0-byte one, which shares its neighbour's offset) takes the column check
     (formats/safetensors.py `_table`), and its tensors are those the entry loop builds from the same entries."""
@@ -303,6 +369,6 @@ def test_a_writers_header_is_checked_by_columns(tmp_path):
               str(path))
     n, _, found = st.read_header(str(path))
     size = path.stat().st_size
-    fast = st._table(path.read_bytes()[8:8 + n].decode(), str(path), 8 + n, size)
+    fast = _taken(path)
     assert fast is not None
     assert dict(fast[1].items()) == st._checked(st._entries(found, str(path)), str(path), 8 + n, size, ValueError)

@@ -75,6 +75,34 @@ def test_a_name_reads_one_object_made_once(tmp_path):
         table["missing"]
 
 
+def test_names_are_found_by_scanning_then_by_the_index(tmp_path, monkeypatch):
+    """A name is looked up by scanning the names column for the first SCANS look-ups (a summary asks a few dozen:
+    no index of 1M names, ~70 MB), then by an index made once; both answer as the dict of the entry loop does."""
+    from ckptstat.core import tensor_table
+
+    monkeypatch.setattr(tensor_table, "SCANS", 3)
+    path = str(tmp_path / "m.safetensors")
+    safetensors_numpy.save_file(_arrays(4), path)
+    table, loop = open_checkpoint(path).tensors, _loop_tensors(path)
+    asked = [*list(loop)[::7], "missing", "", "model.layers.0"]
+    for name in asked:
+        assert (name in table) == (name in loop)
+        assert table.get(name) == loop.get(name)
+    assert table._index is not None and 3 not in table and None not in table   # (not a str: not a name)
+    assert list(table) == list(loop) and list(table.keys()) == list(loop) and table.keys() == loop.keys()
+
+
+def test_a_summary_makes_no_name_index(tmp_path):
+    tensors = {f"model.layers.{i // 64}.mlp.experts.{i % 64}.w1.weight": np.zeros(2, np.float16) for i in range(2000)}
+    path = str(tmp_path / "moe.safetensors")
+    safetensors_numpy.save_file(tensors, path, metadata={"format": "pt"})
+    from ckptstat.analysis.summary import summarize
+
+    ckpt = open_checkpoint(path)
+    summarize(ckpt)
+    assert isinstance(ckpt.tensors, TensorTable) and ckpt.tensors._index is None
+
+
 def test_summary_makes_no_tensorinfo_per_tensor(tmp_path):
     tensors = {f"model.layers.{i // 64}.mlp.experts.{i % 64}.w1.weight": np.zeros(2, np.float16) for i in range(640)}
     path = str(tmp_path / "moe.safetensors")

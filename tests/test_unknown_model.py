@@ -57,6 +57,64 @@ def test_unknown_summary_groups_tensors_by_module_with_numbered_blocks_collapsed
     json.dumps(r)
 
 
+def _bytes(module) -> int:
+    return sum(p.numel() * p.element_size() for p in module.parameters())
+
+
+def _unordered(nodes):
+    return sorted(({**n, "children": _unordered(n["children"])} for n in nodes), key=lambda n: n["name"])
+
+
+def _check_tree(nodes, model, prefix=""):
+    """Every node of a summary's module tree against the modules it stands for (named_modules' paths): params and
+    bytes summed over its members, repeat their count, its children against its first member's children."""
+    for node in nodes:
+        head, _, last = node["name"].rpartition(".")
+        if last.startswith("{"):   # numbered siblings collapsed: {0..2} or {0,2}
+            a, dots, b = last[1:-1].partition("..")
+            members = [str(i) for i in range(int(a), int(b) + 1)] if dots else last[1:-1].split(",")
+            paths = [prefix + (head + "." if head else "") + m for m in members]
+        else:
+            paths = [prefix + node["name"]]
+        modules = [model.get_submodule(p) for p in paths]
+        assert node["repeat"] == len(paths), node["name"]
+        assert node["params"] == sum(map(_params, modules)) and node["bytes"] == sum(map(_bytes, modules)), paths
+        _check_tree(node["children"], model, paths[0] + ".")
+
+
+def test_module_tree_of_names_in_any_order_equals_named_modules(gptj, tmp_path):
+    """The module tree is made in one pass holding only the current name's modules open (issue 35); a module the
+    names come back to is reopened. Names of one module apart in the file: two dtypes (the writer sorts the data and
+    the header by dtype), and three shards dealt round-robin. Every node equals the model's named_modules; a layer
+    stored in another dtype no longer collapses with the others ({0,2} and 1)."""
+    model, _ = gptj
+    layers = model.transformer.encoder.layers
+    for layer in layers:
+        layer.intermediate.half()
+    layers[1].output.half()
+    try:
+        mixed = str(tmp_path / "mixed.safetensors")
+        st.save_model(model, mixed)
+        state = {k: v.contiguous() for k, v in model.state_dict().items()}
+        names = list(state)
+        weight_map = {}
+        for i in range(3):
+            shard = f"model-{i + 1:05d}-of-00003.safetensors"
+            st.save_file({n: state[n] for n in names[i::3]}, str(tmp_path / shard))
+            weight_map.update({n: shard for n in names[i::3]})
+        (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+        trees = []
+        for path in (mixed, str(tmp_path / "model.safetensors.index.json")):
+            r = ckptstat.summarize(path)
+            _check_tree(r["modules"], model)
+            blocks = _find(_find(r["modules"], "transformer")["children"], "encoder.layers")["children"]
+            assert sorted((b["name"], b["repeat"]) for b in blocks) == [("1", 1), ("{0,2}", 2)]
+            trees.append(r["modules"])
+        assert _unordered(trees[0]) == _unordered(trees[1])   # (siblings in the order each file first names them)
+    finally:
+        model.float()
+
+
 def test_unknown_summary_human_output_is_a_tree(gptj, cli):
     _, path = gptj
     rc, out, err = cli(path)

@@ -111,87 +111,100 @@ def module_tree(params: tuple[list[str], list[int], list[int]]) -> list[dict]:
     tensors, repeat, children}, a total per node. Numbered siblings of one structure collapse into one node
     (`layers.{0..31}`, repeat 32: totals over all, children of the first), and a chain of single children joins
     into one name."""
-    # A module while the tree is built is a list (a dict and two lists a module took 470 bytes, 140 MB for the 350k
-    # modules of a 1M-tensor MoE header): [children by name or None, own elements, own bytes, own tensors, then
-    # with children: elements, bytes, tensors, structure number].
-    root: list = [{}, 0, 0, 0]
-    nodes: dict[str, list] = {}   # module prefix -> node, in creation order (a parent before its children)
-    for name, numel, size in zip(*params):
-        prefix = name.rpartition(".")[0] if "." in name else name
-        node = nodes.get(prefix)
-        if node is None:   # (the depth is checked once a module, not once a name: a 200k-tensor header's loop)
-            if prefix.count(".") >= MAX_TREE_DEPTH:   # a name of 5,000 parts: its tensors sit at depth 64, never deeper
-                prefix = ".".join(prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH])
-            node = nodes.get(prefix)
-            if node is None:   # most often a module whose parent is there (an expert): made here, not by a call
-                head, dot, leaf = prefix.rpartition(".")
-                parent = nodes.get(head) if dot else root
-                if parent is None or parent[0] is None:
-                    node = _make_node(root, nodes, prefix)
-                else:
-                    node = parent[0][leaf] = nodes[prefix] = [None, 0, 0, 0]
-        node[1] += numel
-        node[2] += size
-        node[3] += 1
-    # Totals and structure keys bottom-up once, rather than along every name's path (docs/performance.md).
-    # A node's structure (its own sums, its children's names and structures) is numbered: equal structures,
-    # equal numbers, so a parent's key holds its children's numbers, not their whole subtrees (which a
-    # MoE's 64 experts a layer would make deep, and hashed again at every level).
-    shapes: dict[tuple, int] = {}
-    for node in reversed(nodes.values()):
-        kids, n, b, t = node
-        key: tuple = (n, b, t)
-        if kids:
+    return _Structures().tree(params)
+
+
+class _Structures:
+    """The module tree, made in one pass over the names in their order, holding only the modules on the current
+    name's path open (issue 35: a node a module was the summary's peak, 365k nodes at 1M tensors). A module that
+    the names leave is closed into its structure number (its own sums and its children's names and numbers: equal
+    structures, equal numbers), which its parent keeps under its name; a module the names come back to (a second
+    dtype's run, another shard) is reopened from its number, which holds all it was."""
+
+    def __init__(self) -> None:
+        self.numbers: dict[tuple, int] = {}   # structure key -> number
+        # number -> (own sums, children's (name, number) in the order the first module of that structure had them)
+        self.structures: list[tuple[tuple[int, int, int], tuple[tuple[str, int], ...]]] = []
+        self.totals: list[tuple[int, int, int]] = []   # number -> elements, bytes, tensors of the whole subtree
+
+    def tree(self, params: tuple[list[str], list[int], list[int]]) -> list[dict]:
+        # An open module is a list: [children: name -> structure number (-1 while open), own elements, bytes, tensors]
+        path: list[list] = [[{}, 0, 0, 0]]   # the root, then the open modules of the current prefix
+        parts: list[str] = []
+        last, node = None, path[0]
+        for name, numel, size in zip(*params):
+            prefix = name.rpartition(".")[0] if "." in name else name
+            if prefix != last:   # (consecutive names of one module: most of a header's)
+                last = prefix
+                new = prefix.split(".", MAX_TREE_DEPTH)[:MAX_TREE_DEPTH]   # a name of 5,000 parts sits at depth 64
+                same = 0
+                for a, b in zip(parts, new):
+                    if a != b:
+                        break
+                    same += 1
+                while len(parts) > same:
+                    self._close(path, parts)
+                for part in new[same:]:
+                    kids = path[-1][0]
+                    number = kids.get(part)
+                    if number is None:
+                        opened: list = [{}, 0, 0, 0]
+                    else:
+                        own, children = self.structures[number]
+                        opened = [dict(children), *own]
+                    kids[part] = -1
+                    path.append(opened)
+                    parts.append(part)
+                node = path[-1]
+            node[1] += numel
+            node[2] += size
+            node[3] += 1
+        while parts:
+            self._close(path, parts)
+        return self._collapse(path[0][0])
+
+    def _close(self, path: list[list], parts: list[str]) -> None:
+        """The innermost open module closed into its structure number, kept by its parent under its name."""
+        kids, n, b, t = path.pop()
+        own = (n, b, t)
+        key: tuple = ((own, tuple(sorted(kids.items()))) if kids else own)
+        number = self.numbers.get(key)
+        if number is None:
+            number = self.numbers[key] = len(self.structures)
+            self.structures.append((own, tuple(kids.items())))
             for child in kids.values():
-                n += child[4]
-                b += child[5]
-                t += child[6]
-            key = (key, tuple(sorted((k, c[7]) for k, c in kids.items())))
-        node += (n, b, t, shapes.setdefault(key, len(shapes)))
-    return _collapse(root[0])
+                c = self.totals[child]
+                n, b, t = n + c[0], b + c[1], t + c[2]
+            self.totals.append((n, b, t))
+        path[-1][0][parts.pop()] = number
 
+    def _collapse(self, children: dict[str, int]) -> list[dict]:
+        out: list[dict] = []
+        numbered: dict[int, list[int]] = {}
+        for key, number in children.items():
+            if key.isascii() and key.isdigit() and len(key) <= 18:   # (not "²", which int() refuses, nor 5,000 digits)
+                numbered.setdefault(number, []).append(int(key))
+            else:
+                out.append(self._node(key, number, 1))
+        for number, idx in numbered.items():
+            idx.sort()
+            out.append(self._node(str(idx[0]) if len(idx) == 1 else _span(idx), number, len(idx)))
+        return out
 
-def _make_node(root: list, nodes: dict[str, list], prefix: str) -> list:
-    """The node of module `prefix` (`a.b.c`), made with whichever of its ancestors are missing."""
-    head, dot, leaf = prefix.rpartition(".")
-    parent = nodes.get(head) if dot else root
-    if parent is None:
-        parent = _make_node(root, nodes, head)
-    if parent[0] is None:
-        parent[0] = {}
-    node = parent[0][leaf] = nodes[prefix] = [None, 0, 0, 0]
-    return node
+    def _node(self, name: str, number: int, repeat: int) -> dict:
+        (_, _, own), children = self.structures[number]
+        total = [x * repeat for x in self.totals[number]]   # (numbered siblings collapse when their structures are equal)
+        kids = self._collapse(dict(children))
+        while repeat == 1 and not own and len(kids) == 1:
+            # a chain of single children reads as one name: model.decoder.layers.{0..31}
+            k = kids[0]
+            name, repeat, own, kids = f"{name}.{k['name']}", k["repeat"], k["own_tensors"], k["children"]
+        return {"name": name, "params": total[0], "bytes": total[1], "tensors": total[2], "repeat": repeat,
+                "own_tensors": own, "children": kids}
 
 
 def _span(idx: list[int]) -> str:
     return f"{{{idx[0]}..{idx[-1]}}}" if idx == list(range(idx[0], idx[-1] + 1)) else "{" + ",".join(map(str, idx)) + "}"
-
-
-def _collapse(children: dict[str, list] | None) -> list[dict]:
-    out: list[dict] = []
-    numbered: dict[int, list[tuple[int, list]]] = {}
-    for key, node in (children or {}).items():
-        if key.isascii() and key.isdigit() and len(key) <= 18:   # (not "²", which int() refuses, nor 5,000 digits)
-            numbered.setdefault(node[7], []).append((int(key), node))
-        else:
-            out.append(_node(key, node, 1, node[4:7]))
-    for group in numbered.values():
-        idx = sorted(i for i, _ in group)
-        total = [sum(n[j] for _, n in group) for j in (4, 5, 6)]
-        name = str(idx[0]) if len(idx) == 1 else _span(idx)
-        out.append(_node(name, min(group, key=lambda g: g[0])[1], len(idx), total))
-    return out
-
-
-def _node(name: str, node: list, repeat: int, total: list[int]) -> dict:
-    kids, own = _collapse(node[0]), node[3]
-    while repeat == 1 and not own and len(kids) == 1:
-        # a chain of single children reads as one name: model.decoder.layers.{0..31}
-        k = kids[0]
-        name, repeat, own, kids = f"{name}.{k['name']}", k["repeat"], k["own_tensors"], k["children"]
-    return {"name": name, "params": total[0], "bytes": total[1], "tensors": total[2], "repeat": repeat,
-            "own_tensors": own, "children": kids}
-
 
 
 def _resolved(ckpt: Checkpoint) -> dict:

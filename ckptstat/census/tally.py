@@ -5,6 +5,7 @@ parameters (columns) for the summary's module tree. The summary and the analytic
 derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
+import operator
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -97,16 +98,13 @@ def _tally(ckpt: Checkpoint) -> Tally:
                 out.non_params[p.role]["names"].append(name)
             else:
                 out.unplaced.append(name)
-    tree_names, tree_numels, tree_bytes = out.tree
     if other_roles:
         is_param = list(map(key_bytes.__contains__, keys()))
-        tree_names += compress(names, is_param)
-        tree_numels += compress(numels, is_param)
-        tree_bytes += map(key_bytes.__getitem__, compress(keys(), is_param))
-    else:
-        tree_names += names
-        tree_numels += numels
-        tree_bytes += map(key_bytes.__getitem__, keys())
+        out.tree = (list(compress(names, is_param)), list(compress(numels, is_param)),
+                    list(map(key_bytes.__getitem__, compress(keys(), is_param))))
+    else:   # every row: the columns themselves, not copies (8 MB each at 1M tensors)
+        same = not special and all(map(operator.eq, map(key_bytes.__getitem__, keys()), file_bytes))
+        out.tree = (names, numels, file_bytes if same else list(map(key_bytes.__getitem__, keys())))
     for (bucket, layer, label), s in groups.items():   # in first-seen order, as name by name
         out.total += s[0]
         _fold(out.buckets, bucket, s)

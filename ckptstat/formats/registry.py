@@ -240,7 +240,7 @@ def _joined(parts: list[tuple[str, Checkpoint]]) -> Mapping[str, TensorInfo]:
     tables = [part.tensors for _, part in parts if isinstance(part.tensors, TensorTable)]
     if len(tables) == len(parts):
         table = TensorTable.concat(tables)
-        if len(table.keys()) == len(table):
+        if len(set(table.names)) == len(table):   # no name in two shards
             return table
     tensors: dict[str, TensorInfo] = {}
     for shard_path, part in parts:

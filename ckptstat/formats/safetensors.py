@@ -13,11 +13,13 @@ import re
 import struct
 from array import array
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from itertools import islice
+from typing import IO
 
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import file_size, open_regular
 from ..core.tensor import INT64_MAX
-from ..core.tensor_table import TensorTable
+from ..core.tensor_table import Repeated, TensorTable
 from ..errors import CorruptCheckpointError, quoted
 from .registry import Format, Probe, register
 
@@ -82,23 +84,29 @@ Entry = tuple[str, str, tuple[int, ...], int, int]   # name, dtype, shape, data 
 Found = list[tuple[str, str, str, str, str]]        # a compact header's entries as _compact matches them (text)
 
 
-def _body(text: str) -> tuple[dict[str, object] | None, int, int] | None:
-    """(metadata, start, stop of the entries' text) when `text` is spelled as the writer spells it, else None."""
-    # The writer pads the header to 8 bytes with spaces: where they start, found without a copy of the text (which
-    # rstrip and slicing the body would make: 19 MB at 200k tensors, the peak RSS of the parse).
-    tail = text[-8:]
-    end = len(text) - (len(tail) - len(tail.rstrip(" "))) if tail.strip(" ") else len(text.rstrip(" "))
-    if "\\" in text or not text.startswith("{") or text[end - 1:end] != "}":
+def _body(text: str, first: bool = True, last: bool = True) -> tuple[dict[str, object] | None, int, int] | None:
+    """(metadata, start, stop of the entries' text) when `text`, the header or the piece of it _pieces cut (the
+    `first`, the `last`, or both), is spelled as the writer spells it, else None."""
+    end = len(text)
+    if last:
+        # The writer pads the header to 8 bytes with spaces: where they start, found without a copy of the text
+        # (which rstrip and slicing the body would make: 19 MB at 200k tensors).
+        tail = text[-8:]
+        end = end - (len(tail) - len(tail.rstrip(" "))) if tail.strip(" ") else len(text.rstrip(" "))
+        if text[end - 1:end] != "}":
+            return None
+        end -= 1
+    if "\\" in text or first and not text.startswith("{"):
         return None
-    pos, metadata = 1, None
-    if text.startswith('{"__metadata__":'):
+    pos, metadata = (1, None) if first else (0, None)
+    if first and text.startswith('{"__metadata__":'):
         try:
             metadata, pos = json.JSONDecoder().raw_decode(text, len('{"__metadata__":'))
         except ValueError:
             return None
         if text[pos:pos + 1] == ",":
             pos += 1
-    return metadata, pos, max(pos, end - 1)
+    return metadata, pos, max(pos, end)
 
 
 def _tiled(text: str, start: int, stop: int, found: Found) -> bool:
@@ -119,24 +127,54 @@ def _compact(text: str) -> tuple[dict[str, object] | None, Found] | None:
     return (metadata, entries) if _tiled(text, pos, stop, entries) else None
 
 
+def _header_length(f: IO[bytes], path: str, start: int, size: int) -> int:
+    """The header length N of the safetensors bytes at `start` of f (`size` bytes from there to the file's end),
+    checked against the cap and the size; f is left at the header's first byte."""
+    f.seek(start)
+    head = f.read(8)
+    if len(head) < 8:
+        raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a safetensors header")
+    n: int = struct.unpack("<Q", head)[0]
+    if n > MAX_HEADER:
+        raise CorruptCheckpointError(path, f"header length {n} exceeds the {MAX_HEADER}-byte limit")
+    if 8 + n > size:
+        raise CorruptCheckpointError(path, f"header length {n} runs past the end of the {size}-byte file")
+    return n
+
+
 def _header_text(path: str, start: int) -> tuple[int, str]:
     """(header length, header text) of the safetensors bytes that start at `start` and end at the file's end."""
-    size = file_size(path) - start
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
-        f.seek(start)
-        head = f.read(8)
-        if len(head) < 8:
-            raise CorruptCheckpointError(path, f"file is {size} bytes, too short for a safetensors header")
-        (n,) = struct.unpack("<Q", head)
-        if n > MAX_HEADER:
-            raise CorruptCheckpointError(path, f"header length {n} exceeds the {MAX_HEADER}-byte limit")
-        if 8 + n > size:
-            raise CorruptCheckpointError(path, f"header length {n} runs past the end of the {size}-byte file")
-        raw = f.read(n)
+        n = _header_length(f, path, start, file_size(path) - start)
+        return n, _decoded(f.read(n), path)
+
+
+def _decoded(raw: bytes, path: str) -> str:
     try:
-        return n, raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise CorruptCheckpointError(path, "header is not valid UTF-8") from None
+
+
+def _pieces(f: IO[bytes], n: int) -> Iterator[tuple[str, bool]]:
+    """The n bytes of a header at f's position as (text, last) pieces of about _SLICE bytes, read one by one (a
+    header of 1M tensors is 96 MB: its whole text was the parse's peak beside the columns made of it), each but
+    the last cut after an entry's `]}` (`]},"`), the comma dropped. UnicodeDecodeError where a piece is not UTF-8
+    (cut at ASCII, the pieces are UTF-8 when the whole is)."""
+    buf = bytearray()
+    left = n
+    while left:
+        chunk = f.read(min(_SLICE, left))
+        if not chunk:   # shorter than its size said (a file that changed): the whole-text route names it
+            break
+        left -= len(chunk)
+        buf += chunk
+        if left:
+            cut = buf.rfind(b']},"')
+            if cut >= 0:
+                yield str(memoryview(buf)[:cut + 2], "utf-8"), False
+                del buf[:cut + 3]
+    yield str(buf, "utf-8"), True
 
 
 def read_header(path: str, start: int = 0) -> tuple[int, dict[str, object] | None, Found | dict[str, object]]:
@@ -191,43 +229,47 @@ def _typed(header: dict[str, object], bad: Callable[[str], CorruptCheckpointErro
         yield name, dtype, tuple(shape), offs[0], offs[1]
 
 
-# A compact header's text is matched and checked this many characters at a time, each slice's matches made into the
-# table's columns before the next is matched: one slice's match tuples and texts alive at once, not the header's
-# (at 1M tensors they were 300 MB beside the 96 MB text).
-_SLICE = 1 << 22
+# A large header is read, matched and checked this many bytes at a time, each piece's matches made into the table's
+# columns before the next is read: one piece's bytes, text and match tuples alive at once, not the header's (at 1M
+# tensors its text was 96 MB and the matches of 4 MiB slices of it 300 MB, beside the columns).
+_SLICE = 1 << 20
 
 
-def _table(text: str, path: str, base: int, size: int) -> tuple[dict[str, object] | None, TensorTable] | None:
-    """(metadata, tensors) of a compact header when every check of the entry loop (open_safetensors) passes, made
-    over whole columns in C (zip, map, set, sorted, list equality), slice by slice of the text, and once per
-    distinct (dtype, shape): the loop's Python per entry was most of a 200k-tensor header's time
+def _table(pieces: Iterable[tuple[str, bool]], path: str, base: int,
+           size: int) -> tuple[dict[str, object] | None, TensorTable] | None:
+    """(metadata, tensors) of a compact header, given as _pieces cuts it, when every check of the entry loop
+    (open_safetensors) passes, made over whole columns in C (zip, map, set, sorted, list equality), piece by piece,
+    and once per distinct (dtype, shape): the loop's Python per entry was most of a 200k-tensor header's time
     (docs/performance.md). None when the text is not the writer's spelling, a check fails, a name repeats, a tensor
-    has no bytes (it shares its neighbour's offset) or a number has more than 20 digits: `_parsed` and the loop
+    has no bytes (it shares its neighbour's offset) or a number has more than 18 digits: `_parsed` and the loop
     then give the answer, or name the entry at fault, as they always did."""
-    body = _body(text)
-    if body is None:
-        return None
-    metadata, pos, stop = body
     names: list[str] = []
     dtype_col: list[str] = []
     shapes: list[tuple[int, ...]] = []
     numels: list[int] = []
-    begins: list[int] = []
+    begins = array("q")
     nbytes: list[int] = []
     shape_of: dict[str, tuple[int, ...]] = {}
     numel_of: dict[str, int] = {}
     nbytes_of: dict[tuple[str, str], int] = {}
-    while pos < stop:
-        # a slice ends where an entry does (`]}` before `,"`); a name holding `]},` cuts one short, which then
-        # fails to tile, and the header takes the whole-text route
-        cut = text.find(']},"', pos + _SLICE, stop) if stop - pos > _SLICE else -1
-        end = stop if cut < 0 else cut + 2
-        found = _ENTRY.findall(text, pos, end)
-        if not _tiled(text, pos, end, found):
+    metadata = None
+    first = True
+    for text, last in pieces:
+        body = _body(text, first, last)
+        if body is None:
             return None
+        if first:
+            metadata, first = body[0], False
+        _, pos, stop = body
+        # (a piece ends where an entry does (`]}` before `,"`); a name holding `]},"` cuts one short, which then
+        # fails to tile, and the header takes the whole-text route)
+        found = _ENTRY.findall(text, pos, stop)
+        if not found or not _tiled(text, pos, stop, found):
+            return None
+        del text
         chunk_names, dts, shape_texts, begin_texts, end_texts = zip(*found)
         del found
-        if max(map(len, begin_texts)) > 20 or max(map(len, end_texts)) > 20:   # past U64_MAX: the loop's error
+        if max(map(len, begin_texts)) > 18 or max(map(len, end_texts)) > 18:   # near int64: the loop's checks
             return None
         for dtype, shape in set(zip(dts, shape_texts)).difference(nbytes_of):
             if shape not in shape_of:
@@ -248,25 +290,35 @@ def _table(text: str, path: str, base: int, size: int) -> tuple[dict[str, object
         dtype_col += map(_DTYPE_NAMES.__getitem__, dts)   # one string per dtype, not one per tensor
         shapes += map(shape_of.__getitem__, shape_texts)   # one tuple per distinct shape
         numels += map(numel_of.__getitem__, shape_texts)
-        begins += chunk_begins
+        begins += array("q", chunk_begins)
         nbytes += chunk_bytes
-        pos = end + 1   # past the comma
-    if not names:
+    if not names or "__metadata__" in names or not _distinct(names):   # a repeated name: json names it
         return None
-    # Contiguous from 0 to the file's end: every tensor holds a byte, so the sorted ends are the sorted begins after
-    # the first, then the file's end. (That fixes the layout: only the file's end lies past the last begin, so the
-    # last tensor ends there; of the rest only the last begin lies past the one before, and so on down.)
+    if not _contiguous(begins, nbytes, size - base):
+        return None
+    table = TensorTable(names, dtype_col, shapes, numels, Repeated(path, len(names)),
+                        array("q", map(base.__add__, begins)), nbytes)
+    return metadata, table
+
+
+def _distinct(names: list[str]) -> bool:
+    """Whether no name repeats: in one pass that makes nothing where they are sorted (a writer's, one dtype), else
+    by a set (32 MB at 1M names)."""
+    return all(map(operator.lt, names, islice(names, 1, None))) or len(set(names)) == len(names)
+
+
+def _contiguous(begins: array[int], nbytes: list[int], size: int) -> bool:
+    """Whether the tensors at `begins` of `nbytes` (each at least one byte) tile [0, size): in the header's order
+    (a writer's, one dtype) in one pass that makes no list, else sorted. (That fixes the layout: only the end lies
+    past the last begin, so the last tensor ends there; of the rest only the last begin lies past the one before,
+    and so on down.)"""
+    if begins[0] == 0 and begins[-1] + nbytes[-1] == size and all(
+            map(operator.eq, islice(begins, 1, None), map(operator.add, begins, nbytes))):
+        return True
     starts = sorted(begins)
     ends = list(map(operator.add, begins, nbytes))
     ends.sort()
-    if starts[0] != 0 or base + ends[-1] != size or starts[1:] != ends[:-1]:
-        return None
-    del starts, ends
-    table = TensorTable(names, dtype_col, shapes, numels, [path] * len(names), array("q", map(base.__add__, begins)),
-                        nbytes)
-    if len(table.keys()) != len(names) or "__metadata__" in table:   # a repeated name: json names it
-        return None
-    return metadata, table
+    return starts[0] == 0 and ends[-1] == size and starts[1:] == ends[:-1]
 
 
 def _entries(found: Found, path: str) -> list[Entry]:
@@ -279,20 +331,28 @@ def _entries(found: Found, path: str) -> list[Entry]:
 
 
 def open_safetensors(path: str, start: int = 0) -> Checkpoint:
-    n, text = _header_text(path, start)
     size = file_size(path)
-    base = start + 8 + n
+    with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
+        n = _header_length(f, path, start, size - start)
+        base = start + 8 + n
+        # a header of one piece is read once, its text kept for the JSON route; a larger one piece by piece
+        text = _decoded(f.read(n), path) if n <= _SLICE else None
+        try:
+            fast = _table(_pieces(f, n) if text is None else [(text, True)], path, base, size)
+        except UnicodeDecodeError:   # a piece that is not UTF-8: the whole-text route names it
+            fast = None
 
     def bad(msg: str) -> CorruptCheckpointError:
         return CorruptCheckpointError(path, msg)
 
-    fast = _table(text, path, base, size)
     found: object
     tensors: Mapping[str, TensorInfo] | None = None
     entries: list[Entry] | Iterator[Entry] = []
     if fast is not None:
         found, tensors = fast[0] or {}, fast[1]
     else:
+        if text is None:   # a large header read again whole: JSON's spelling, or an error to name
+            n, text = _header_text(path, start)
         metadata, header = _parsed(path, text)
         if isinstance(header, dict):
             found = header.pop("__metadata__", None) or {}

@@ -3,18 +3,15 @@ spelling whatever the file's format, shape look-ups by name pattern, and GGUF me
 config.json keys. Pure functions over names, shapes and metadata."""
 from __future__ import annotations
 
-import bisect
-import itertools
-import operator
 import re
 from collections.abc import ItemsView, Iterable, Iterator, Mapping, ValuesView
 from dataclasses import replace
 from typing import Any
 
 from ...core import TensorInfo
-from ...core.tensor_table import with_extra
+from ...core.tensor_table import TensorTable, with_extra
 from ...errors import UsageError
-from ...naming import kernel_layout, normalize, out_in_shape, role_of
+from ...naming import joined_slices, kernel_layout, normalize, out_in_shape, role_of
 from .base import Tensors
 
 # TF spellings -> transformers' PyTorch spelling, applied after naming.normalize (which has turned
@@ -68,14 +65,13 @@ def canonical_name(name: str) -> str:
 
 class NameIndex(Mapping[str, TensorInfo]):
     """canonical_tensors' result, read-only: the tensors under their canonical names (the reader's own mapping where
-    no name changes, not a copy of it), which also keeps its names as one newline-joined text, so that `find` runs its
-    pattern once over the text (in C) instead of once per name (docs/performance.md)."""
+    no name changes, not a copy of it), whose names `find` searches joined by newlines a slice at a time, its pattern
+    once over each slice's text (in C) instead of once per name (docs/performance.md)."""
 
-    __slots__ = ("_tensors", "_text")
+    __slots__ = ("_tensors",)
 
     def __init__(self, tensors: Mapping[str, TensorInfo]):
         self._tensors = tensors
-        self._text: tuple[str, list[int], list[str], bool] | None = None
 
     def __getitem__(self, name: str) -> TensorInfo:
         return self._tensors[name]
@@ -95,16 +91,12 @@ class NameIndex(Mapping[str, TensorInfo]):
     def values(self) -> ValuesView[TensorInfo]:
         return self._tensors.values()
 
-    def text(self) -> tuple[str, list[int], list[str]] | None:
-        """(the names joined by newlines, each name's start offset, the names), or None when there is no
-        name or a name holds a newline."""
-        if self._text is None:
-            names = list(self._tensors)
-            # name i starts after the lengths of names 0..i-1 and i newlines (summed in C)
-            starts = list(map(operator.add, itertools.accumulate(map(len, names), initial=0), range(len(names))))
-            text = "\n".join(names)
-            self._text = (text, starts, names, bool(names) and text.count("\n") == len(names) - 1)
-        return self._text[:3] if self._text[3] else None
+    def texts(self) -> Iterator[str | None]:
+        """The names joined by newlines a slice at a time (naming.joined_slices: one slice's text alive, not all
+        names' (28 MB at 1M tensors)); None for a slice where a name holds a newline (or a lone empty name)."""
+        names = self._tensors.names if isinstance(self._tensors, TensorTable) else list(self._tensors)
+        for _, _, text in joined_slices(names):
+            yield text or None
 
 
 def tf_spelled(tensors: Tensors, forms: str | None = None) -> bool:
@@ -156,9 +148,12 @@ def canonical_tensors(tensors: Tensors, metadata: Mapping[str, str] | None = Non
     of another (`__metadata__[dropped] = kept`) is resolved to the kept tensor. Optimizer slots
     (TF1 `.../adam_m`, which share their variable's shape) and counters are left out. forms: the names'
     naming.digit_forms, if known (the literal pre-checks scan it instead of all names)."""
-    names = list(tensors)
-    text = "\n".join(names)
-    rewrite = _may_rewrite(text, forms) if text.count("\n") == len(names) - 1 else None   # None: every name may change
+    text = ""
+    rewrite: set[str] | None = set()
+    if forms is None or any(lit in forms for lit in _REWRITE_LITERALS):   # (forms: no name holds a newline)
+        names = list(tensors)
+        text = "\n".join(names)   # (36 MB at 1M names: only when some name may change)
+        rewrite = _may_rewrite(text, forms) if text.count("\n") == len(names) - 1 else None   # None: any may change
     # every name its own canonical name and every shape its own: the tensors themselves, wrapped (no copy)
     same = (rewrite == set() and not any(lit in (text if forms is None else forms) for lit in _LEFT_OUT_LITERALS)
             and not any(t.extra.get("layout") for t in with_extra(tensors)))
@@ -207,25 +202,29 @@ _LOOKS_PAST_NAME = re.compile(r"\(\?<?[=!]|\\[AZ]|\\n")
 def find(tensors: Tensors, pattern: str) -> TensorInfo | None:
     """The first tensor whose (canonical) name matches `pattern`, or None."""
     rx = re.compile(pattern)
-    if isinstance(tensors, NameIndex) and not _LOOKS_PAST_NAME.search(pattern) and (joined := tensors.text()):
-        # One search over the joined names (re.M: ^ and $ at each name's ends). The leftmost match lies
-        # in the first name that matches, unless the pattern reached across a newline: each hit is
-        # checked on its own name, and the scan goes on from the next name after a false one. A pattern
-        # that could fail in the joined text where it matches the name alone (lookarounds, \A, \Z) scans.
-        text, starts, names = joined
-        # Searched without a leading `^` or `(^|\.)`: the rest starts with a literal, which re finds by a
-        # fast scan, not by trying the group at every position; it matches wherever the pattern does, and
-        # every hit is checked on its own name below.
+    if isinstance(tensors, NameIndex) and not _LOOKS_PAST_NAME.search(pattern):
+        # One search over each slice of the names joined by newlines (re.M: ^ and $ at each name's ends). The
+        # leftmost match lies in the first name that matches, unless the pattern reached across a newline: each hit
+        # is checked on its own name, and the scan goes on from the next name after a false one. A pattern that
+        # could fail in the joined text where it matches the name alone (lookarounds, \A, \Z) scans name by name.
+        # Searched without a leading `^` or `(^|\.)`: the rest starts with a literal, which re finds by a fast scan,
+        # not by trying the group at every position; it matches wherever the pattern does.
         rx_m = re.compile(_joined_pattern(pattern), re.M)
-        at = 0
-        while (m := rx_m.search(text, at)) is not None:
-            i = bisect.bisect_right(starts, m.start()) - 1
-            if rx.search(names[i]):
-                return tensors[names[i]]
-            if i + 1 >= len(starts):
-                return None
-            at = starts[i + 1]
-        return None
+        for text in tensors.texts():
+            if text is None:   # a name holding a newline: name by name
+                break
+            at = 0
+            while (m := rx_m.search(text, at)) is not None:
+                begin = text.rfind("\n", 0, m.start()) + 1   # the name the hit starts in
+                end = text.find("\n", begin)
+                name = text[begin:] if end < 0 else text[begin:end]
+                if rx.search(name):
+                    return tensors[name]
+                if end < 0:
+                    break
+                at = end + 1
+        else:
+            return None
     for name, t in tensors.items():
         if rx.search(name):
             return t
