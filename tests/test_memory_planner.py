@@ -299,6 +299,47 @@ def test_attention_free_inference_peak_has_no_s_squared_term(tmp_path, mem, conf
         assert abs(measured[1] / measured[0] - 2) < 0.02, measured
 
 
+# tiny state-space models: Mamba1 and Mamba2 mixers alone, and a hybrid of each (one attention layer of one head, so
+# that the mixer's scan, not the s^2 scores, is the peak at these lengths)
+SSM_MODELS = [
+    ("MambaConfig", "MambaForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8),
+     "float32"),
+    ("Mamba2Config", "Mamba2ForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=16,
+                                               num_heads=8, head_dim=16, n_groups=2, chunk_size=64, expand=2), "bfloat16"),
+    ("JambaConfig", "JambaForCausalLM", dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                             num_attention_heads=1, num_key_value_heads=1, num_experts=2,
+                                             num_experts_per_tok=1, expert_layer_period=2, expert_layer_offset=1,
+                                             attn_layer_period=2, attn_layer_offset=1, mamba_d_state=32, mamba_expand=2,
+                                             use_mamba_kernels=False, max_position_embeddings=4096), "float32"),
+    ("BambaConfig", "BambaForCausalLM", dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+                                             num_attention_heads=1, num_key_value_heads=1, attn_layer_indices=[1],
+                                             mamba_n_heads=16, mamba_d_head=8, mamba_n_groups=2, mamba_d_state=32,
+                                             mamba_chunk_size=64, mamba_expand=2, max_position_embeddings=4096),
+     "bfloat16")]
+
+
+@pytest.mark.parametrize("config_cls,model_cls,sizes,dtype", SSM_MODELS)
+def test_state_space_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, dtype):
+    """A state-space mixer on transformers' reference path (no mamba_ssm / causal_conv1d kernels, as on this CPU)
+    holds its scan's float32 tensors at once: Mamba1's discrete_A, discrete_B and deltaB_u [b, i, s, N], Mamba2's
+    chunked scan's [b, s/l, l, l, H] segment sums and per-head B and C. The planned activations (peak per layer and
+    logits) within 5% of the peak torch's MemTracker records over a CPU forward, at two lengths, and growing with s as
+    the measure does (was: b*s*(2h + f) alone, 1/17 of Mamba's measured peak); the rule names the path."""
+    torch.manual_seed(0)
+    model = getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), attn_implementation="eager",
+                                               dtype=getattr(torch, dtype)).eval()
+    path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
+    measured, planned = [], []
+    for n in (256, 512):
+        measured.append(_act_peak(model, n))
+        r = mem(path, "--seq", str(n))
+        planned.append(_group(r, "activations"))
+        assert abs(planned[-1] - measured[-1]) / measured[-1] < 0.05, (n, planned, measured)
+    assert abs(planned[1] / planned[0] - measured[1] / measured[0]) < 0.02, (planned, measured)
+    rule = next(x["rule"] for x in r["fit"]["lines"] if x["item"].startswith("peak per layer"))
+    assert "without the mamba_ssm / causal_conv1d kernels" in rule and "float32" in rule, rule
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_eager_inference_peak_equals_torch_memtracker(tmp_path, mem, dtype):
     """Inference activations at s = 1,024 with eager attention (the scores dominate), against the peak of activation

@@ -350,6 +350,46 @@ def eager_scores(ab: float) -> tuple[float, str]:
     return ab + 8, f"{ab + 8:g} B (scores {ab:g}, their fp32 copy 4, fp32 softmax 4) + b*s^2 x {ab:g} B mask"
 
 
+REFERENCE_PATH = ("state-space layers, as transformers runs them without the mamba_ssm / causal_conv1d kernels (their "
+                  "fused CUDA scan holds no [b, i, s, N] tensor)")
+
+
+def ssm_scan(s: ArchSpec, b: int, n: int, ab: float) -> tuple[float, str]:
+    """Bytes one state-space mixer (ArchSpec.ssm) holds at its peak beside the layer's b*s*2h, and the rule, on
+    transformers' reference path (no mamba_ssm / causal_conv1d kernel loaded: CPU, or a GPU without them), as torch's
+    MemTracker measures it; (0, "") without one. The CUDA kernels fuse the scan and hold none of the float32 tensors.
+     - Mamba1 (dt_rank: Mamba, FalconMamba, Jamba, Zamba): modeling_mamba.py mamba_selective_scan discretises the whole
+       sequence before its loop, discrete_A, discrete_B and deltaB_u [b, i, s, N] in float32, live to its end beside
+       the D skip and its sum (float32 [b, i, s]), and the mixer's in_proj output (2i), conv output, dt, softplus(dt),
+       the loop's outputs and their stack (7i at the activation dtype); Zamba scans each of its n_mamba_heads heads
+       in turn, i / heads channels of [.., s, N] at a time.
+     - Mamba2 (Mamba2, Bamba, Granite 4, NemotronH, FalconH1, Zamba2): modeling_mamba2.py mamba2_chunk_scan pads s to
+       S, whole chunks of l, and keeps every local to its return, all float32: the segment sums L, C.B (G) and M
+       [b, S/l, l, l, H] (Q = S*H*l each), B and C repeated to the H heads, then B_decay (K = S*H*N each), x padded and
+       the D residual, then Y_diag, C.states, Y_off, their sum and its contiguous copy (X = S*i each), the chunk-start
+       states (Z = (S/l + 1)*i*N). Its peak is the largest of three moments: M's einsum (its permuted copy of M and
+       of x, 4Q + 2K + 4X), C.states' einsum (its copies of C and the states, 3Q + 4K + 4X + Z + S/l*i*N) and the
+       return (3Q + 3K + 7X + Z); besides, the mixer's in_proj output (i + conv_dim + H) and conv output (conv_dim)
+       at the activation dtype."""
+    m = s.ssm
+    if m is None:
+        return 0, ""
+    i, N = m.intermediate, m.state
+    if m.dt_rank:
+        per = i // getattr(s.variant, "mamba_heads", 1)   # ZambaVariant.mamba_heads: one head's channels at a time
+        nbytes = b * n * (4 * (3 * per * N + 2 * i) + ab * 7 * i)
+        return nbytes, (f"{REFERENCE_PATH}: b*s*2h x {ab:g} B + 4 B x b*s*(3*{'i/heads' if per != i else 'i'}*N + 2i) "
+                        f"float32 discrete_A, discrete_B, deltaB_u and the D skip + b*s*7i x {ab:g} B (in_proj, conv, dt, "
+                        "scan outputs)")
+    S = -(-n // m.chunk) * m.chunk
+    Q, K, X, Z = S * m.heads * m.chunk, S * m.heads * N, S * i, (S // m.chunk + 1) * i * N
+    scan = max(4 * Q + 2 * K + 4 * X, 3 * Q + 4 * K + 4 * X + Z + S // m.chunk * i * N, 3 * Q + 3 * K + 7 * X + Z)
+    nbytes = 4 * b * scan + ab * b * n * (i + 2 * m.conv_dim + m.heads)
+    return nbytes, (f"{REFERENCE_PATH}: b*s*2h x {ab:g} B + 4 B x b*max(4Q + 2K + 4X, 3Q + 4K + 4X + Z + S/l*i*N, "
+                    f"3Q + 3K + 7X + Z) float32 chunked scan (S: s padded to chunks of l = {m.chunk}; Q = S*H*l, "
+                    f"K = S*H*N, X = S*i, Z = (S/l + 1)*i*N) + b*s*(i + 2*conv_dim + H) x {ab:g} B (in_proj, conv)")
+
+
 def mlp_width(s: ArchSpec) -> tuple[int, str]:
     """The widest MLP activation of one token in one layer, and its rule: f (x3 gated: gate, up and their product).
     Routed experts as wide as f (Mixtral, GPT-OSS) count x top-k; experts of their own width (moe_intermediate:
@@ -396,6 +436,12 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
                        "; flash attention: no s^2 scores" if a else "; no attention layers: no s^2 scores or mask")
+        scan, scan_rule = ssm_scan(s, b, n, ab)
+        if scan:   # a state-space layer's peak, where larger than an attention or MLP layer's
+            mask = b * n * n * ab if eager else 0   # a hybrid's eager mask, built once, live in every layer
+            peak = max(peak, ab * b * n * 2 * h + scan / t + mask)
+            scores_rule += (f"; {scan_rule}{f' + b*s^2 x {ab} B mask' if mask else ''}{'; the scan / tp' if t > 1 else ''}; "
+                            "the larger of the two")
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
                            f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live"))
         if has_logits:
