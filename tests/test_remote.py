@@ -135,6 +135,27 @@ def test_a_long_header_costs_one_more_request(tmp_path):
         assert ckpt.read("layer.2999.weight").tolist() == [2999.0, 2999.0]
 
 
+def test_a_header_past_a_piece_is_one_request_over_http(tmp_path):
+    """A local header past formats/safetensors.py `_SLICE` (1 MiB) is read a piece at a time; a URL's is fetched in
+    one range request all the same (a round trip a piece would cost more than its bytes), and reads as the local
+    file does."""
+    from safetensors.numpy import save_file
+
+    from ckptstat.formats import safetensors as st
+
+    path = tmp_path / "m.safetensors"
+    save_file({f"model.layers.{i // 300}.mlp.experts.{i % 300}.down_proj.weight": np.full((2,), i, np.float16)
+               for i in range(14000)}, str(path))
+    header = int.from_bytes(path.read_bytes()[:8], "little")
+    assert header > st._SLICE
+    with Server(str(tmp_path)) as s:
+        ckpt = open_checkpoint(s.url + "/m.safetensors")
+        assert sources.METER.requests == 3 and sources.METER.bytes <= header + (1 << 17)   # as the test above
+        local = open_checkpoint(str(path))
+        assert list(ckpt.tensors) == list(local.tensors)
+        assert [(t.dtype, t.shape, t.nbytes) for t in ckpt] == [(t.dtype, t.shape, t.nbytes) for t in local]
+
+
 def test_a_torch_zip_costs_a_few_requests(tmp_path):
     import torch
 

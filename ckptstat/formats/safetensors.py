@@ -6,6 +6,7 @@ last byte of the buffer the last byte of the file.
 """
 from __future__ import annotations
 
+import io
 import json
 import math
 import operator
@@ -16,7 +17,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from itertools import islice
 from typing import IO
 
-from ..core import Checkpoint, TensorInfo, dtypes
+from ..core import Checkpoint, TensorInfo, dtypes, urls
 from ..core.files import file_size, open_regular
 from ..core.tensor import INT64_MAX
 from ..core.tensor_table import Repeated, TensorTable
@@ -335,10 +336,11 @@ def open_safetensors(path: str, start: int = 0) -> Checkpoint:
     with open_regular(path) as f:   # a URL: the 8 bytes and the header are range requests (docs/remote.md)
         n = _header_length(f, path, start, size - start)
         base = start + 8 + n
-        # a header of one piece is read once, its text kept for the JSON route; a larger one piece by piece
-        text = _decoded(f.read(n), path) if n <= _SLICE else None
+        # A header of one piece, or a URL's (one range request: a round trip a piece would cost more than its bytes'
+        # memory), is read whole, its bytes kept for the JSON route; a larger file's piece by piece.
+        raw = f.read(n) if n <= _SLICE or urls.is_url(path) else None
         try:
-            fast = _table(_pieces(f, n) if text is None else [(text, True)], path, base, size)
+            fast = _table(_pieces(f if raw is None else io.BytesIO(raw), n), path, base, size)
         except UnicodeDecodeError:   # a piece that is not UTF-8: the whole-text route names it
             fast = None
 
@@ -350,16 +352,16 @@ def open_safetensors(path: str, start: int = 0) -> Checkpoint:
     entries: list[Entry] | Iterator[Entry] = []
     if fast is not None:
         found, tensors = fast[0] or {}, fast[1]
-    else:
-        if text is None:   # a large header read again whole: JSON's spelling, or an error to name
-            n, text = _header_text(path, start)
+    else:   # JSON's spelling, or an error to name: the header's text whole (a large file's read again)
+        text = _decoded(raw, path) if raw is not None else _header_text(path, start)[1]
+        del raw
         metadata, header = _parsed(path, text)
+        del text
         if isinstance(header, dict):
             found = header.pop("__metadata__", None) or {}
             entries = _typed(header, bad)
         else:
             found, entries = metadata, _entries(header, path)
-    del text
     if not isinstance(found, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in found.items()):
         raise bad("__metadata__ must map strings to strings")
     meta: dict[str, str] = found
