@@ -340,6 +340,58 @@ def test_state_space_inference_peak_equals_torch_memtracker(tmp_path, mem, confi
     assert "without the mamba_ssm / causal_conv1d kernels" in rule and "float32" in rule, rule
 
 
+# tiny models whose layer pattern decides which layers hold experts, with MLPs wide enough (one attention head, short
+# sequences) that an MLP layer is the peak. NemotronH's config class defaults its MoE sizes (moe_intermediate_size and
+# moe_shared_expert_intermediate_size 7688, 8 experts, top 2) and intermediate_size 21504 whatever the pattern holds
+NEMOTRON_H = dict(vocab_size=128, hidden_size=64, intermediate_size=1024, num_attention_heads=1, num_key_value_heads=1,
+                  head_dim=16, mamba_num_heads=8, mamba_head_dim=16, ssm_state_size=16, n_groups=2, conv_kernel=4,
+                  chunk_size=64, max_position_embeddings=4096)
+# NemotronH runs its shared expert after the routed ones, so MemTracker sees the larger of the two, not their sum (the
+# planner's rule); a shared expert of 64 keeps that apart from what these cases test
+NEMOTRON_H_MOE = dict(NEMOTRON_H, n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=2048,
+                      moe_shared_expert_intermediate_size=64)
+DENSE_MOE = dict(vocab_size=128, hidden_size=64, intermediate_size=1024, num_hidden_layers=2, num_attention_heads=1,
+                 num_key_value_heads=1, max_position_embeddings=4096)
+PATTERN_MODELS = [
+    ("NemotronHConfig", "NemotronHForCausalLM", dict(NEMOTRON_H, hybrid_override_pattern="M*-M-")),   # no E: no MoE layer
+    ("NemotronHConfig", "NemotronHForCausalLM", dict(NEMOTRON_H_MOE, hybrid_override_pattern="M*EM-")),   # MoE and dense
+    # MoE layers, no dense one: the default intermediate_size 21504 makes no MLP
+    ("NemotronHConfig", "NemotronHForCausalLM", dict(NEMOTRON_H_MOE, hybrid_override_pattern="M*EM", intermediate_size=21504)),
+    ("JambaConfig", "JambaForCausalLM", dict(DENSE_MOE, num_experts=4, num_experts_per_tok=2, expert_layer_period=4,
+                                             expert_layer_offset=3, attn_layer_period=2, attn_layer_offset=1,
+                                             mamba_d_state=4, mamba_expand=2, intermediate_size=2048)),   # period past L
+    ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(DENSE_MOE, head_dim=16, moe_intermediate_size=1024, num_experts=4,
+                                                   num_experts_per_tok=2, mlp_only_layers=[0, 1])),
+    ("DeepseekV3Config", "DeepseekV3ForCausalLM", dict(DENSE_MOE, moe_intermediate_size=1024, n_routed_experts=4,
+                                                       n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1,
+                                                       first_k_dense_replace=2, q_lora_rank=None, kv_lora_rank=16,
+                                                       qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16)),
+    ("Llama4TextConfig", "Llama4ForCausalLM", dict(DENSE_MOE, head_dim=16, intermediate_size_mlp=1024, num_local_experts=4,
+                                                   num_experts_per_tok=1, interleave_moe_layer_step=4))]
+
+
+@pytest.mark.parametrize("config_cls,model_cls,sizes", PATTERN_MODELS,
+                         ids=["nemotron_h-no-E", "nemotron_h-E-and-dense", "nemotron_h-E-only", "jamba-no-expert-layer",
+                              "qwen3_moe-mlp_only_layers", "deepseek_v3-first_k_dense_replace", "llama4-interleave"])
+def test_mlp_width_counts_only_the_mlps_the_layer_pattern_holds(tmp_path, mem, config_cls, model_cls, sizes):
+    """The inference peak's MLP width is the widest MLP of the layers the pattern makes: no routed-expert width where
+    no layer holds experts (a NemotronH pattern without E, Jamba's expert period past the last layer, Qwen-MoE's
+    mlp_only_layers, DeepSeek's first_k_dense_replace, Llama 4's interleave step, all of them L), and no dense f where
+    NemotronH's MLP layers are all MoE. The planned activations (peak per layer and logits) within 5% of the peak
+    torch's MemTracker records over a CPU forward of transformers' model (was: NemotronH's default MoE sizes counted,
+    17x the measured peak; 2-3x for the others); the parameter count equals the model's."""
+    torch.manual_seed(0)
+    model = getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), attn_implementation="eager",
+                                               dtype=torch.float32).eval()
+    path = _config(tmp_path, config_cls, sizes, model_cls, dtype="float32")
+    for n in (64, 128):
+        measured = _act_peak(model, n)
+        r = mem(path, "--seq", str(n))
+        planned = _group(r, "activations")
+        assert abs(planned - measured) / measured < 0.05, (n, planned, measured)
+    assert r["parameters"]["count"] == model.num_parameters()
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 def test_eager_inference_peak_equals_torch_memtracker(tmp_path, mem, dtype):
     """Inference activations at s = 1,024 with eager attention (the scores dominate), against the peak of activation

@@ -391,14 +391,21 @@ def ssm_scan(s: ArchSpec, b: int, n: int, ab: float) -> tuple[float, str]:
 
 
 def mlp_width(s: ArchSpec) -> tuple[int, str]:
-    """The widest MLP activation of one token in one layer, and its rule: f (x3 gated: gate, up and their product).
-    Routed experts as wide as f (Mixtral, GPT-OSS) count x top-k; experts of their own width (moe_intermediate:
-    Qwen-MoE, DeepSeek, Llama 4, Qwen3-Next) count top-k x that + the shared expert, beside a dense layer's f."""
+    """The widest MLP activation of one token over the layers the model has, and its rule: a dense layer's f (x3 gated:
+    gate, up and their product); a MoE layer's (ArchSpec.moe_layers) routed experts as wide as f (Mixtral, GPT-OSS)
+    x top-k, or of their own width (moe_intermediate: Qwen-MoE, DeepSeek, Llama 4, Qwen3-Next) top-k x that + the
+    shared expert, beside a dense layer's f. No MoE width where no layer holds experts (the config's default expert
+    sizes of a NemotronH pattern without E); no f where the MLP layers are listed (ffn_layers) and all hold experts."""
     g = 3 if s.gated_mlp else 1
     x3 = " x3 gated" if s.gated_mlp else ""
+    moe = s.moe_layers
+    if not moe:
+        return s.intermediate * g, f"f{x3}"
     if not s.moe_intermediate:
         return s.intermediate * g * (s.top_k or 1), f"f{x3}{' x top-k' if s.top_k else ''}"
     routed = (s.moe_intermediate * (s.top_k or 1) + s.shared_intermediate) * g
+    if s.ffn_layers and len(moe) == len(s.ffn_layers):   # NemotronH: every MLP layer a MoE, no dense one of f
+        return routed, f"top-k x expert f + shared f{x3}"
     return max(s.intermediate * g, routed), f"max(f, top-k x expert f + shared f){x3}"
 
 

@@ -217,6 +217,16 @@ class ArchSpec:
         """What flops' output says of --seq when it counts something other than tokens."""
         return [f"--seq counts {SEQ_UNITS['samples']} ({seq:,} here), not tokens"] if self.seq_unit == "samples" else []
 
+    @property
+    def moe_layers(self) -> tuple[int, ...]:
+        """The layers whose MLP holds the routed experts: with experts, those that run an MLP (ffn_layers where the
+        family lists them, NemotronH's; every layer otherwise) but the dense_layers. () where no layer does: a dense
+        model, or a layer pattern that leaves every MLP dense (a NemotronH pattern without E, Jamba's expert period past
+        the last layer, DeepSeek's first_k_dense_replace at L), whatever experts the config's defaults give."""
+        if not self.experts:
+            return ()
+        return tuple(i for i in (self.ffn_layers or range(self.layers)) if i not in self.dense_layers)
+
     def variant_as(self, cls: type[V]) -> V:
         """The family's Variant record, checked to be `cls`."""
         if not isinstance(self.variant, cls):
