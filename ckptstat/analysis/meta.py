@@ -528,8 +528,7 @@ ACTIVE_RULE = ("active parameters: each routed-experts module's parameters x top
 def model_of(cfg: Mapping[str, Any], path: str, config_path: str | None, checkpoint_params: int | None = None,
              param_bytes: dict[str, int] | None = None, why: str = "") -> Model:
     """The census Model of a config answered on the meta device (MetaModel as its oracle)."""
-    mm = MetaModel(cfg, path)
-    mm.refused = why
+    mm = MetaModel(cfg, path, refused=why)
     spec = mm.spec()
     predicted: dict[str, Any] = {"total": mm.params, "buckets": {}}
     for op in mm.param_ops:

@@ -19,7 +19,7 @@ from .planner import (
     mlp_width,
     quantised,
     split,
-    ssm_scan,
+    ssm_layer,
     stages,
     text_input,
 )
@@ -74,11 +74,10 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
         scores, scores_rule = ((b * n * n * (sb * s.heads + ab), f" + b*a*s^2 eager scores x {s_rule}") if s.heads else
                                (0, "; no attention layers: no s^2 scores or mask"))
         layer_peak = ab * b * n * (2 * s.hidden + max(qkv, f_eff)) + scores
-        scan, scan_rule = ssm_scan(s, b, n, ab)
-        if scan:   # a state-space layer's peak, where larger than an attention or MLP layer's
-            mask = b * n * n * ab if s.heads else 0   # a hybrid's eager mask, built once, live in every layer
-            layer_peak = max(layer_peak, ab * b * n * 2 * s.hidden + scan + mask)
-            scores_rule += f"; {scan_rule}{f' + b*s^2 x {ab} B mask' if mask else ''}; the larger of the two"
+        ssm, ssm_rule = ssm_layer(s, b, n, ab, mask=bool(s.heads))
+        if ssm:   # a state-space layer's peak, where larger than an attention or MLP layer's
+            layer_peak = max(layer_peak, ssm)
+            scores_rule += ssm_rule
         line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
              f"{ab} B x b*s*(2h + max(q+k+v width, {f_rule})){scores_rule}; one layer live at a time")
         if s.head in VOCAB_LOGITS:

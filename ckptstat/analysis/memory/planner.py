@@ -390,6 +390,18 @@ def ssm_scan(s: ArchSpec, b: int, n: int, ab: float) -> tuple[float, str]:
                     f"K = S*H*N, X = S*i, Z = (S/l + 1)*i*N) + b*s*(i + 2*conv_dim + H) x {ab:g} B (in_proj, conv)")
 
 
+def ssm_layer(s: ArchSpec, b: int, n: int, ab: float, t: int = 1, mask: bool = False) -> tuple[float, str]:
+    """A state-space layer's inference peak, b*s*2h beside its mixer's scan (ssm_scan) / tp, plus, with `mask`, a
+    hybrid's eager b*s^2 mask (built once, live in every layer), and the rule's words for it; (0, "") without a
+    mixer. `memory` and the planner compare it with the attention or MLP layer's peak and keep the larger."""
+    scan, rule = ssm_scan(s, b, n, ab)
+    if not scan:
+        return 0, ""
+    m = b * n * n * ab if mask else 0
+    return (ab * b * n * 2 * s.hidden + (scan / t if t > 1 else scan) + m,
+            f"; {rule}{f' + b*s^2 x {ab} B mask' if m else ''}{'; the scan / tp' if t > 1 else ''}; the larger of the two")
+
+
 def mlp_width(s: ArchSpec) -> tuple[int, str]:
     """The widest MLP activation of one token over the layers the model has, and its rule: a dense layer's f (x3 gated:
     gate, up and their product); a MoE layer's (ArchSpec.moe_layers) routed experts as wide as f (Mixtral, GPT-OSS)
@@ -443,12 +455,10 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
                        "; flash attention: no s^2 scores" if a else "; no attention layers: no s^2 scores or mask")
-        scan, scan_rule = ssm_scan(s, b, n, ab)
-        if scan:   # a state-space layer's peak, where larger than an attention or MLP layer's
-            mask = b * n * n * ab if eager else 0   # a hybrid's eager mask, built once, live in every layer
-            peak = max(peak, ab * b * n * 2 * h + scan / t + mask)
-            scores_rule += (f"; {scan_rule}{f' + b*s^2 x {ab} B mask' if mask else ''}{'; the scan / tp' if t > 1 else ''}; "
-                            "the larger of the two")
+        ssm, ssm_rule = ssm_layer(s, b, n, ab, t, eager)
+        if ssm:   # a state-space layer's peak, where larger than an attention or MLP layer's
+            peak = max(peak, ssm)
+            scores_rule += ssm_rule
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
                            f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live"))
         if has_logits:
