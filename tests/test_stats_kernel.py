@@ -14,6 +14,7 @@ from safetensors.torch import save_file  # noqa: E402
 
 from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.stats import QUANTILES, Acc, collect, new_acc  # noqa: E402
+from ckptstat.analysis.stats import kernel16 as k16  # noqa: E402
 from ckptstat.analysis.stats.kernel16 import acc_from_hist16, bits16_chunks  # noqa: E402
 from ckptstat.errors import CorruptCheckpointError  # noqa: E402
 
@@ -54,8 +55,17 @@ def _oracle(x: torch.Tensor) -> dict:
             "neginf": int((v == -np.inf).sum()), "zeros": int((v == 0).sum()), "fin": fin}
 
 
+@pytest.fixture(params=["compiled", "numpy"])
+def counter(request, monkeypatch) -> str:
+    """Each 16-bit test both ways: the compiled count (_count16.c) and numpy's, which an install without a C
+    compiler uses."""
+    if request.param == "numpy":
+        monkeypatch.setattr(k16, "_compiled_count", None)
+    return request.param
+
+
 @pytest.mark.parametrize("chunk", [2, 6, 4096, 1 << 20])
-def test_rows_match_torch_values(written, chunk):
+def test_rows_match_torch_values(written, chunk, counter):
     path, t = written
     rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True, chunk_bytes=chunk).report["tensors"]}
     assert set(rows) == set(t)
@@ -103,6 +113,105 @@ def test_a_file_cut_short_after_opening_is_one_error(tmp_path, dtype):
     os.truncate(path, os.path.getsize(path) - 10)
     with pytest.raises(CorruptCheckpointError, match="the file ends first"):
         collect(ckpt)
+
+
+# --- the count itself (_count16.c), and the file read where the page cache holds it -----------------------
+
+def test_the_test_install_has_the_compiled_count():
+    """setup.py's extension is optional for users; the test install (a C compiler at hand) must have built it, or
+    the tests above would test numpy twice."""
+    assert k16._compiled_count is not None
+
+
+@pytest.mark.parametrize("n", [0, 1, 2, 3, 65_535, 65_536, 65_537, 300_001])
+def test_compiled_count_equals_bincount(n):
+    rng = np.random.default_rng(n)
+    bits = rng.integers(0, 1 << 16, n, dtype=np.uint16)
+    bits[: n // 2] = bits[0] if n else 0   # runs of one pattern (the two tables' case)
+    want = np.bincount(bits, minlength=1 << 16)
+    hist = np.full(1 << 16, 7, dtype=np.int64)   # added to, not overwritten
+    k16._compiled_count(bits, hist)
+    assert np.array_equal(hist, want + 7)
+    raw = np.zeros(2 * n + 1, dtype=np.uint8)   # at an odd address
+    raw[1:] = bits.view(np.uint8)
+    hist[:] = 0
+    k16._compiled_count(memoryview(raw)[1:], hist)
+    assert np.array_equal(hist, want)
+
+
+@pytest.mark.parametrize("counter_", ["compiled", "numpy"])
+def test_count16_of_either_byte_order_and_any_layout(counter_, monkeypatch):
+    if counter_ == "numpy":
+        monkeypatch.setattr(k16, "_compiled_count", None)
+    bits = np.random.default_rng(1).integers(0, 1 << 16, 100_003, dtype=np.uint16)
+    want = np.bincount(bits, minlength=1 << 16)
+    for view in (bits, bits.astype(">u2"), bits.astype("<u2"), np.stack([bits, bits])[:, ::1][0]):
+        hist = np.zeros(1 << 16, dtype=np.int64)
+        k16.count16(view, hist)
+        assert np.array_equal(hist, want)
+    hist = np.zeros(1 << 16, dtype=np.int64)
+    k16.count16(np.repeat(bits, 2)[::2], hist)   # strided
+    assert np.array_equal(hist, want)
+
+
+def test_compiled_count_refuses_what_it_cannot_count():
+    bits = np.zeros(4, dtype=np.uint16)
+    with pytest.raises(ValueError, match="odd number of bytes"):
+        k16._compiled_count(memoryview(bits.view(np.uint8))[1:], np.zeros(1 << 16, dtype=np.int64))
+    for hist in (np.zeros(10, dtype=np.int64), np.zeros(1 << 16, dtype=np.int32)):
+        with pytest.raises(ValueError, match="65,536"):
+            k16._compiled_count(bits, hist)
+    frozen = np.zeros(1 << 16, dtype=np.int64)
+    frozen.setflags(write=False)
+    with pytest.raises(ValueError):
+        k16._compiled_count(bits, frozen)
+
+
+def test_16_bit_tensors_at_odd_offsets(tmp_path, counter):
+    """A header whose length is odd puts every tensor at an odd file offset (safetensors pads its own headers to 8
+    bytes; the format does not require it): mapped and counted there, rows as torch's values (safe_open reads it)."""
+    import json
+    import struct
+
+    from safetensors import safe_open
+    g = torch.Generator().manual_seed(3)
+    t = {"a": (torch.randn(70_001, generator=g) * 0.02).to(torch.bfloat16),
+         "b": (torch.randn(1001, generator=g) * 5).to(torch.float16)}
+    blobs = {k: v.view(torch.int16).numpy().tobytes() for k, v in t.items()}
+    header, at = {}, 0
+    for k, v in t.items():
+        header[k] = {"dtype": "BF16" if v.dtype == torch.bfloat16 else "F16", "shape": list(v.shape),
+                     "data_offsets": [at, at + len(blobs[k])]}
+        at += len(blobs[k])
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (1 - len(text) % 2)   # an odd length
+    path = tmp_path / "odd.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs.values()))
+    with safe_open(str(path), "pt") as f:
+        assert all(torch.equal(f.get_tensor(k).view(torch.int16), t[k].view(torch.int16)) for k in t)
+    rows = {r["name"]: r for r in collect(open_checkpoint(str(path)), chunk_bytes=4098).report["tensors"]}
+    for k, x in t.items():
+        _check_row(rows[k], x, exact=True)
+
+
+def test_a_large_tensor_is_mapped_a_chunk_at_a_time(tmp_path):
+    """Memory stays a chunk or two whatever the tensor's size: while the count runs, at most two of the file's
+    mappings exist (the kernel's, and the next one's being made), each at most a chunk and a page long."""
+    path = str(tmp_path / "big.safetensors")
+    save_file({"w": torch.ones(1 << 20, dtype=torch.bfloat16)}, path)
+    ckpt = open_checkpoint(path)
+    chunk = 64 << 10
+    seen = []
+    for bits in bits16_chunks(ckpt, ckpt["w"], chunk):
+        maps = [line.split()[0] for line in open("/proc/self/maps") if line.rstrip().endswith(os.path.basename(path))]
+        seen.append(len(maps))
+        for m in maps:
+            lo, hi = (int(x, 16) for x in m.split("-"))
+            assert hi - lo <= chunk + 2 * os.sysconf("SC_PAGE_SIZE")
+        assert bits.size == chunk // 2
+    assert len(seen) == 32 and max(seen) <= 2
+    del bits
+    assert not [line for line in open("/proc/self/maps") if line.rstrip().endswith(os.path.basename(path))]
 
 
 # --- F32 (analysis/stats/kernel32.py) -------------------------------------------------------------------
@@ -237,3 +346,15 @@ def test_f32_big_endian_npy(tmp_path):
     np.save(path, x)
     [row] = collect(open_checkpoint(path), all_roles=True, chunk_bytes=1000).report["tensors"]
     _check_row(row, torch.from_numpy(x.astype(np.float32)), exact=False)
+
+
+@pytest.mark.parametrize("order", [">f2", "<f2"])
+def test_f16_npy_of_either_byte_order(tmp_path, order, counter):
+    """numpy writes '>f2' as asked: the patterns are counted as stored, then their bins swapped (compiled), or
+    counted through numpy's byte-order-aware indexing."""
+    x = (np.random.default_rng(5).standard_normal(70_001) * 3).astype(order)
+    x[10], x[11] = np.nan, -np.inf
+    path = str(tmp_path / "f16.npy")
+    np.save(path, x)
+    [row] = collect(open_checkpoint(path), all_roles=True, chunk_bytes=10_000).report["tensors"]
+    _check_row(row, torch.from_numpy(x.astype(np.float16)), exact=True)

@@ -1,12 +1,13 @@
 """The per-tensor kernels of `ckptstat stats` (issue 22: statistics at memory speed).
 
-16-bit floats (F16, BF16) have only 65,536 values, so a tensor's whole distribution is one
-count of its stored bit patterns (`np.add.at` into 65,536 bins): each chunk's bytes are read once, into one reused buffer,
-and counted; nothing is widened to float32 or float64. Every statistic then comes from the 65,536
-counts and the table of the values they stand for (stats_acc.tables): counts, NaN, +-Inf and zeros
-exactly, min and max exactly, the quantiles exactly (as before), and the moments as float64 sums over
-the bins, sum(h * v), sum(h * (v - mean)^2), sum(h * |v|), where every value is exact in float64:
-more accurate than summing the elements, and independent of the chunk size.
+16-bit floats (F16, BF16) have only 65,536 values, so a tensor's whole distribution is one count of its stored bit
+patterns into 65,536 bins (count16: the compiled loop of _count16.c, or numpy's `np.add.at` where the install has no
+compiled part). A local file's chunks are counted where the page cache holds them (mapped, not copied), a URL's read
+once into one reused buffer; nothing is widened to float32 or float64. Every statistic then comes from the 65,536
+counts and the table of the values they stand for (stats_acc.tables): counts, NaN, +-Inf and zeros exactly, min and
+max exactly, the quantiles exactly (as before), and the moments as float64 sums over the bins, sum(h * v),
+sum(h * (v - mean)^2), sum(h * |v|), where every value is exact in float64: more accurate than summing the elements,
+and independent of the chunk size.
 
 F32 has its own kernel (stats_kernel32.py, which reads through plain_chunks here); other dtypes go through
 Acc.update, chunk by chunk (stats_acc.py).
@@ -14,17 +15,25 @@ Acc.update, chunk by chunk (stats_acc.py).
 from __future__ import annotations
 
 import mmap
+import os
 import threading
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
-from ...core import Checkpoint, TensorInfo
+from ...core import Checkpoint, TensorInfo, urls
 from ...core.files import open_regular
 from ...core.io import contiguous_strides
 from ...core.tensor import check_expansion
 from ...errors import CorruptCheckpointError, reading
 from .accumulate import NBINS, Acc, by_value, new_acc, tables
+
+_compiled_count: Callable[[Any, np.ndarray], None] | None
+try:
+    from ._count16 import add as _compiled_count
+except ImportError:   # (built without a C compiler: setup.py)
+    _compiled_count = None
 
 BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
 
@@ -37,20 +46,58 @@ def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
 
 def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                   part: tuple[int, int] | None = None) -> Iterator[np.ndarray]:
-    """The tensor's 16-bit patterns (native uint16), about chunk_bytes bytes at a time; with `part`, a plain tensor's
-    bytes [start, stop) only (parts()).
+    """The tensor's 16-bit patterns (uint16 in the file's byte order), about chunk_bytes bytes at a time; with `part`,
+    a plain tensor's bytes [start, stop) only (parts()).
 
-    A plain tensor is read straight into one reused buffer (each byte read once, no allocation per
-    chunk); any other (a zip record, a strided view, a format's own reader) through
-    Checkpoint.iter_chunks, from whose decoded values the patterns are taken back without a copy
-    for F16 (a view) and with one uint32 shift for BF16 (decode widened it to float32)."""
+    A plain tensor of a local file is mapped a chunk at a time and counted where the page cache holds it (no copy:
+    a copy out of the page cache costs about what the compiled count does, and evicts its table from the CPU's
+    cache); a URL's is read straight into one reused buffer (each byte read once, no allocation per chunk); any
+    other (a zip record, a strided view, a format's own reader) through Checkpoint.iter_chunks, from whose decoded
+    values the patterns are taken back without a copy for F16 (a view) and with one uint32 shift for BF16 (decode
+    widened it to float32)."""
     if part is None and not plain(ckpt, info):
         for x in ckpt.iter_chunks(info.name, chunk_bytes):
             yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
         return
     order = "<u2" if info.byteorder == "little" else ">u2"
+    if not urls.is_url(info.file):
+        yield from mapped_chunks(info, chunk_bytes, order)
+        return
     for raw in plain_chunks(info, chunk_bytes, 2, *(part or (0, None))):
         yield raw.view(order)
+
+
+def mapped_chunks(info: TensorInfo, chunk_bytes: int, dtype: str) -> Iterator[np.ndarray]:
+    """A plain tensor of a local file (see plain()) as arrays of `dtype` over its stored bytes, about chunk_bytes at
+    a time, each mapped from the file on its own: a chunk is unmapped when its array is freed (the caller drops it
+    before taking the next), so the pages mapped stay a chunk or two, whatever the tensor's size. The file's size is
+    checked against the tensor's end first (a read past the end of a mapping is a SIGBUS, not an error)."""
+    check_expansion(info)
+    width = np.dtype(dtype).itemsize
+    step = max(width, chunk_bytes // width * width)
+    assert info.offset is not None
+    with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
+        size = os.fstat(f.fileno()).st_size
+        if info.offset + info.nbytes > size:
+            raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {info.nbytes} bytes at offset "
+                                                    f"{info.offset}, the file ends first")
+        for at in range(info.offset, info.offset + info.nbytes, step):
+            want = min(step, info.offset + info.nbytes - at)
+            base = at - at % mmap.ALLOCATIONGRANULARITY
+            view = mmap.mmap(f.fileno(), at + want - base, offset=base, access=mmap.ACCESS_READ)
+            yield np.frombuffer(view, dtype=dtype, count=want // width, offset=at - base)
+
+
+def count16(bits: np.ndarray, hist: np.ndarray) -> None:
+    """Add to hist (65,536 int64) the count of each of bits' 16-bit patterns (uint16, either byte order)."""
+    if _compiled_count is None:
+        np.add.at(hist, bits, 1)
+    elif bits.dtype.isnative:
+        _compiled_count(np.ascontiguousarray(bits), hist)
+    else:   # counted as stored, then each bin moved to its pattern with the two bytes swapped
+        swapped = np.zeros(NBINS, dtype=np.int64)
+        _compiled_count(np.ascontiguousarray(bits), swapped)
+        hist += swapped.reshape(256, 256).T.ravel()
 
 
 class Buffers:
@@ -128,12 +175,9 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
            part: tuple[int, int] | None = None) -> np.ndarray:
     """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
     stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
-    # np.add.at straight from the 2-byte patterns into one table: np.bincount first copies its input to 8-byte
-    # indices and makes a min/max pass (1.46 ns a value against add.at's 1.17, 16M bf16 values, numpy 2.4, one
-    # run alternated on a quiet machine: docs/performance.md, "Against reading the file").
     hist = np.zeros(NBINS, dtype=np.int64)
     for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
-        np.add.at(hist, bits, 1)
+        count16(bits, hist)
         if progress:
             progress(bits.size * 2)
     return hist
