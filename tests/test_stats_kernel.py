@@ -139,6 +139,23 @@ def test_compiled_count_equals_bincount(n):
     assert np.array_equal(hist, want)
 
 
+def test_compiled_count_in_many_threads_at_once():
+    """The GIL is released while it counts, and each thread has its own tables (a URL's stats counts in threads)."""
+    from concurrent.futures import ThreadPoolExecutor
+    rng = np.random.default_rng(9)
+    inputs = [rng.integers(0, 50 + 1000 * k, 400_000, dtype=np.uint16) for k in range(8)]
+
+    def count(bits: np.ndarray) -> np.ndarray:
+        hist = np.zeros(1 << 16, dtype=np.int64)
+        for _ in range(5):
+            k16._compiled_count(bits, hist)
+        return hist
+
+    with ThreadPoolExecutor(8) as pool:
+        for bits, hist in zip(inputs, pool.map(count, inputs)):
+            assert np.array_equal(hist, 5 * np.bincount(bits, minlength=1 << 16))
+
+
 @pytest.mark.parametrize("counter_", ["compiled", "numpy"])
 def test_count16_of_either_byte_order_and_any_layout(counter_, monkeypatch):
     if counter_ == "numpy":
