@@ -12,9 +12,12 @@ summary: bench/summary_7b.py's sparse checkpoint (real headers, data left as hol
   answered at once. The goal: 10 round trips after the listing, under 0.1% of the files' bytes.
 stats: the same layout at a small size (Llama shapes, hidden 1024, 163 shards, ~1 GB of bf16 values written),
   `ckptstat stats --json URL` at 50 ms, beside what the server itself can send: every shard fetched whole by
-  16 threads (urllib), and `stats` of the same folder read locally (the CPU's floor).
+  16 threads (urllib), and `stats` of the same folder read locally (the CPU's floor). With `--rates 100,250`, again
+  at a server that sends at most that many MB/s, every reply together (a link's bandwidth: the loopback server
+  alone is as fast as the client's CPU, so it says nothing of a network's): the https:// stats and the download.
 Every run is a fresh process; whole-process wall time (median), peak RSS (max).
-Usage: python bench/remote_latency.py [--repeat 3] [--delay 0.05] [--before TREE] [--out bench/results/remote_latency.md]
+Usage: python bench/remote_latency.py [--repeat 3] [--delay 0.05] [--before TREE] [--rates MBPS,...] [--skip-summary]
+       [--out bench/results/remote_latency.md]
 """
 from __future__ import annotations
 
@@ -130,13 +133,15 @@ def summary_rows(folder: str, n: int, delays: list[float], repeat: int, home: st
     return rows
 
 
-def stats_rows(folder: str, delay: float, repeat: int, tree: str,
-               before: str | None = None) -> tuple[list[tuple[str, dict]], int]:
+def stats_rows(folder: str, delay: float, repeat: int, tree: str, before: str | None = None,
+               rate: float = 0.0) -> tuple[list[tuple[str, dict]], int]:
+    """The stats contenders over one server; with `rate` (bytes a second, every reply together: a link's bandwidth),
+    only the https:// stats and the download, whose ratio is the figure."""
     py = sys.executable
     shards = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in shards)
     rows = []
-    with Server(folder, stall=delay) as s:
+    with Server(folder, stall=delay, rate=rate) as s:
         env = dict(os.environ, PYTHONPATH=tree)
         index = s.url + "/model.safetensors.index.json"
         contenders = [("ckptstat stats, https://", [py, "-m", "ckptstat", "stats", "--json", index], env),
@@ -145,7 +150,9 @@ def stats_rows(folder: str, delay: float, repeat: int, tree: str,
                       ("the server's bandwidth: every shard whole, 16 threads",
                        [py, "-c", FETCH_ALL, *(f"{s.url}/{f}" for f in shards)], env),
                       ("ckptstat stats, the local folder", [py, "-m", "ckptstat", "stats", "--json", folder], env)]
-        if before:   # another tree's stats over the same server, right after this one's: before a change
+        if rate:
+            contenders = [contenders[0], contenders[2]]
+        elif before:   # another tree's stats over the same server, right after this one's: before a change
             benv = dict(os.environ, PYTHONPATH=before)
             contenders[1:1] = [("ckptstat stats, https:// (--before tree)",
                                 [py, "-m", "ckptstat", "stats", "--json", index], benv)]
@@ -160,12 +167,22 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--delay", type=float, default=0.05)
     ap.add_argument("--skip-stats", action="store_true")
+    ap.add_argument("--skip-summary", action="store_true")
+    ap.add_argument("--rates", default="", help="MB/s, comma-separated: stats beside the download again at a server "
+                                                 "sending at most that (a link's bandwidth)")
     ap.add_argument("--tree", default=ROOT, help="the ckptstat source tree to measure (another worktree: before a change)")
     ap.add_argument("--before", help="another tree whose `stats` over https:// is measured beside --tree's, same server")
     ap.add_argument("--out")
     args = ap.parse_args()
-    d = args.delay
     load = os.getloadavg()
+    text = summary_text(args, load) if not args.skip_summary else ""
+    if not args.skip_stats:
+        text += stats_text(args, load)
+    emit(text, args.out)
+
+
+def summary_text(args: argparse.Namespace, load: tuple[float, float, float]) -> str:
+    d = args.delay
     with tempfile.TemporaryDirectory() as big, tempfile.TemporaryDirectory() as home:
         n = build(big, "LLAMA_405B", values=False)
         total = sum(os.path.getsize(os.path.join(big, f)) for f in os.listdir(big))
@@ -194,20 +211,32 @@ def main() -> None:
             "`requests in sequence`: the same count as the servers saw it in one more run (tests/remote_server.py "
             "`round_trips`: the longest chain of requests each sent after the previous one's answer; for hf://, 2 of "
             "them are the listing, the API's revision and tree).\n\n" + "\n".join(lines) + "\n")
-    if not args.skip_stats:
-        with tempfile.TemporaryDirectory() as small:
-            build(small, "SMALL", values=True)
-            srows, size = stats_rows(small, d, args.repeat, args.tree, args.before)
-        base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
-        slines = ["| contender | wall (median) | CPU (median) | MB/s | vs the server's bandwidth | peak RSS | requests "
-                  "| most at once | requests in sequence |", "|---|---|---|---|---|---|---|---|---|"]
-        for name, r in srows:
-            slines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {size / r['wall_s'] / 1e6:.0f} | "
-                          f"{r['wall_s'] / base:.2f}x | {r['rss_mib']:.0f} MiB | {r['requests']:.0f} | {r['overlap']} | "
-                          f"{r['chain']} |")
-        text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden 1024, "
-                 f"24 layers), the server answering after {d * 1000:.0f} ms:\n\n" + "\n".join(slines) + "\n")
-    emit(text, args.out)
+    return text
+
+
+def stats_text(args: argparse.Namespace, load: tuple[float, float, float]) -> str:
+    d, text = args.delay, ""
+    rates = [float(r) * 1e6 for r in args.rates.split(",") if r]
+    with tempfile.TemporaryDirectory() as small:
+        build(small, "SMALL", values=True)
+        for rate in [0.0, *rates]:
+            srows, size = stats_rows(small, d, args.repeat, args.tree, args.before, rate)
+            base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
+            # at a capped link: the wall time the link sat idle (the start, the headers' round trips, gaps)
+            idle = ["link idle (wall - bytes / rate)"] if rate else []
+            slines = ["| contender | wall (median) | CPU (median) | MB/s | vs the server's bandwidth | peak RSS | "
+                      f"requests | most at once | requests in sequence | {' | '.join(idle)}",
+                      "|---|---|---|---|---|---|---|---|---|" + "---|" * len(idle)]
+            for name, r in srows:
+                idle = [f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else []
+                slines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {size / r['wall_s'] / 1e6:.0f} | "
+                              f"{r['wall_s'] / base:.2f}x | {r['rss_mib']:.0f} MiB | {r['requests']:.0f} | "
+                              f"{r['overlap']} | {r['chain']} | {' | '.join(idle)}")
+            link = f", sending at most {rate / 1e6:.0f} MB/s (all replies together)" if rate else ""
+            text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden "
+                     f"1024, 24 layers), the server answering after {d * 1000:.0f} ms{link} (load average "
+                     f"{load[0]:.1f} at the start):\n\n" + "\n".join(slines) + "\n")
+    return text
 
 
 if __name__ == "__main__":

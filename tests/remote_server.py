@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
+_PACE = 1 << 18   # bytes a paced reply sends at a time (Behaviour.rate)
 
 
 @dataclass
@@ -43,6 +44,8 @@ class Behaviour:
     claim: int = 0                  # bytes a 206 reply's Content-Range and Content-Length claim beyond the range
                                     # asked (and the body then streams, zeros past the file)
     trickle: float = 0.0            # seconds between the bytes of a reply's body
+    rate: float = 0.0               # bytes a second the server sends, every reply together (a link's bandwidth; 0: as
+                                    # fast as it can)
     drop: bool = False              # close every connection without a reply
     short: int = 0                  # > 0: a 206 sends at most this many bytes, its Content-Range saying so (the file
                                     # goes on: a server cutting ranges)
@@ -72,6 +75,7 @@ class Server:
         self.in_flight = 0       # requests received and not yet answered (their status line not sent)
         self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
         self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)
+        self.link_free = 0.0     # with Behaviour.rate: when the link has sent every byte handed to it so far
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"server_state": self})
         self.httpd = _Quiet(("127.0.0.1", 0), handler)
@@ -114,6 +118,23 @@ class _Handler(BaseHTTPRequestHandler):
         with self.server_state.lock:
             self.server_state.bytes_sent += n
 
+    def _write(self, body: bytes) -> None:
+        """Send body bytes; with Behaviour.rate, in 256 KiB pieces, each after the link has sent what every reply
+        handed it before (one link of that bandwidth, shared by the replies in flight)."""
+        s = self.server_state
+        if not s.b.rate:
+            self.wfile.write(body)
+            self._count(len(body))
+            return
+        view = memoryview(body)
+        for at in range(0, len(view), _PACE):
+            piece = view[at:at + _PACE]
+            with s.lock:
+                s.link_free = done = max(time.monotonic(), s.link_free) + len(piece) / s.b.rate
+            time.sleep(max(0.0, done - time.monotonic()))
+            self.wfile.write(piece)
+            self._count(len(piece))
+
     def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False) -> None:
         self.send_response(status)
         for k, v in (headers or {}).items():
@@ -122,8 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if not head and body:
-            self.wfile.write(body)
-            self._count(len(body))
+            self._write(body)
 
     def _json(self, obj: object, head: bool) -> None:
         self._send(200, json.dumps(obj).encode(), {"Content-Type": "application/json"}, head)
@@ -232,8 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             with open(real, "rb") as f:
                 while piece := f.read(1 << 20):
-                    self.wfile.write(piece)
-                    self._count(len(piece))
+                    self._write(piece)
         except (BrokenPipeError, ConnectionResetError):   # the client stopped reading: fine
             self.close_connection = True
 
