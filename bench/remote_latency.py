@@ -223,15 +223,14 @@ def stats_text(args: argparse.Namespace, load: tuple[float, float, float]) -> st
             srows, size = stats_rows(small, d, args.repeat, args.tree, args.before, rate)
             base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
             # at a capped link: the wall time the link sat idle (the start, the headers' round trips, gaps)
-            idle = ["link idle (wall - bytes / rate)"] if rate else []
-            slines = ["| contender | wall (median) | CPU (median) | MB/s | vs the server's bandwidth | peak RSS | "
-                      f"requests | most at once | requests in sequence | {' | '.join(idle)}",
-                      "|---|---|---|---|---|---|---|---|---|" + "---|" * len(idle)]
+            heads = ["contender", "wall (median)", "CPU (median)", "MB/s", "vs the server's bandwidth", "peak RSS",
+                     "requests", "most at once", "requests in sequence"] + (["link idle (wall - bytes / rate)"] * bool(rate))
+            slines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
             for name, r in srows:
-                idle = [f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else []
-                slines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {size / r['wall_s'] / 1e6:.0f} | "
-                              f"{r['wall_s'] / base:.2f}x | {r['rss_mib']:.0f} MiB | {r['requests']:.0f} | "
-                              f"{r['overlap']} | {r['chain']} | {' | '.join(idle)}")
+                cells = [name, f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s", f"{size / r['wall_s'] / 1e6:.0f}",
+                         f"{r['wall_s'] / base:.2f}x", f"{r['rss_mib']:.0f} MiB", f"{r['requests']:.0f}",
+                         str(r["overlap"]), str(r["chain"])] + ([f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] * bool(rate))
+                slines.append("| " + " | ".join(cells) + " |")
             link = f", sending at most {rate / 1e6:.0f} MB/s (all replies together)" if rate else ""
             text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden "
                      f"1024, 24 layers), the server answering after {d * 1000:.0f} ms{link} (load average "
