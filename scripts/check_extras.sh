@@ -3,13 +3,15 @@
 # extra a feature needs (README "Extras"). CI-able: loopback only, no hub. Slow (a venv per extra), so not
 # part of the test suite; tests/test_extras.py checks the missing-extra lines on every run.
 #
-#   scripts/check_extras.sh [EXTRA...]     default: base remote dask parquet zstd
+#   scripts/check_extras.sh [EXTRA...]     default: base remote dask parquet zstd nocc
+#                                          (nocc: the bare install where no C compiler is found; setup.py's one
+#                                          extension is optional, and stats must report the same without it)
 #   scripts/check_extras.sh run            also `run`: installs torch's CPU wheel from download.pytorch.org first
 #                                          (about 200 MB, then transformers), so it is left out by default
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 extras=("$@")
-[ ${#extras[@]} -eq 0 ] && extras=(base remote dask parquet zstd)
+[ ${#extras[@]} -eq 0 ] && extras=(base remote dask parquet zstd nocc)
 work=$(mktemp -d)
 pids=()
 cleanup() { for p in "${pids[@]:-}"; do [ -n "$p" ] && kill -- -"$p" 2>/dev/null || true; done; rm -rf "$work"; }
@@ -71,6 +73,24 @@ with Server(sys.argv[1]) as s:
         bin=$(venv parquet "$root[parquet]")
         "$bin/ckptstat" audit "$model" --out "$work/r.parquet" --no-progress >/dev/null
         "$bin/python" -c 'import pyarrow.parquet as pq, sys; assert pq.read_table(sys.argv[1]).num_rows == 1' "$work/r.parquet"
+        ;;
+    nocc)   # no C compiler: the install succeeds without the compiled count, and stats reports the same as with it
+        # each from its own copy of the tracked files, with no wheel cache: setuptools builds in the tree's build/,
+        # where one build's extension would be packed into the other's wheel
+        for v in nocc cc; do
+            mkdir "$work/src-$v" && (cd "$root" && git ls-files -z | xargs -0 tar -c) | tar -x -C "$work/src-$v"
+        done
+        bin=$(CC=/nonexistent/cc PIP_NO_CACHE_DIR=1 venv nocc "$work/src-nocc")
+        cc=$(PIP_NO_CACHE_DIR=1 venv cc "$work/src-cc")
+        # (from $work: `python -c` imports a package in the current folder first)
+        (cd "$work" && "$bin/python" -c 'from ckptstat.analysis.stats import kernel16; assert kernel16._compiled_count is None')
+        (cd "$work" && "$cc/python" -c 'from ckptstat.analysis.stats import kernel16; assert kernel16._compiled_count is not None')
+        same='import json, sys; r = json.load(sys.stdin); r.pop("seconds"); print(json.dumps(r, sort_keys=True))'
+        for f in "$root/fixtures/dtypes.safetensors" "$root/fixtures/conversions/quantized/llama"; do
+            a=$("$bin/ckptstat" stats "$f" --json --no-progress | "$bin/python" -c "$same")
+            b=$("$cc/ckptstat" stats "$f" --json --no-progress | "$cc/python" -c "$same")
+            [ "$a" = "$b" ] || { echo "FAIL: stats of $f without the compiled count differs from the report with it"; exit 1; }
+        done
         ;;
     zstd)   # a DCP folder written through torch's ZStandard extension: its values decompressed
         bin=$(venv zstd "$root[zstd]")
