@@ -17,7 +17,7 @@ from json.encoder import encode_basestring_ascii
 from operator import itemgetter
 from typing import Any
 
-from .table import Table
+from .table import Table, values
 from .text import without_surrogates
 
 # repr of a finite float ends in a digit; of a non-finite one in "n" or "f", which json spells its own way
@@ -119,8 +119,10 @@ def _items(col: list[Any] | Table, nl: str) -> str:
 
 def _column(col: list[Any] | Table, nl: str) -> list[str]:
     """The text of each value in `col` (a list's items, or one key's values across a list of dicts; a Table's
-    rows), indented at `nl`; by columns where the values allow, else value by value (_encode: so what it does not
-    own, a cycle included, still goes to the standard library)."""
+    rows; a Table's array column, as the list it reads as: core/table.py `values`), indented at `nl`; by columns where
+    the values allow, else value by value (_encode: so what it does not own, a cycle included, still goes to the
+    standard library)."""
+    col = values(col)
     if isinstance(col, Table):
         return _dicts(col, nl)  # type: ignore[return-value]
     kinds = set(map(type, col))
