@@ -157,6 +157,26 @@ def test_array_columns_joined_with_dict_rows_read_and_write_as_the_rows():
             assert _written({"t": t, "short": t[:3]}, piece) == json.dumps({"t": rows, "short": rows[:3]}, indent=2) + "\n"
 
 
+def test_a_long_tables_text_is_made_as_it_is_handed_over(monkeypatch):
+    """A long Table of writable values is written a PIECE of rows at a time when its turn comes (its text never held
+    whole); one that is not (a surrogate to clean, a value json writes) is made before anything is handed over."""
+    rows = [{"name": f"t{i}", "x": i / 7, "shape": [i, 2]} for i in range(50)]
+    made: list[int] = []
+    items = jsontext._items
+    monkeypatch.setattr(jsontext, "_items", lambda col, nl: made.append(len(col)) or items(col, nl))
+    monkeypatch.setattr(jsontext, "PIECE", 16)
+    for odd, written, later in ((None, None, True), ("a\ud800b", "a\ufffdb", False), (Named("n"), "n", False)):
+        t = Table(("name", "x", "shape"))
+        t.extend([{**r, "name": odd} if odd is not None and i == 3 else r for i, r in enumerate(rows)])
+        made.clear()
+        out = jsontext.pieces({"tensors": t, "after": 1})
+        assert bool(made) != later   # (no row's text made yet: it comes as it is handed over)
+        text = "".join(out)
+        assert made == [16, 16, 16, 2] or not later
+        want = [{**r, "name": written} if written is not None and i == 3 else r for i, r in enumerate(rows)]
+        assert text == json.dumps({"tensors": want, "after": 1}, indent=2)
+
+
 def test_nested_tables_of_any_depth():
     """A nested Table joins its parent's columns at any depth, in pieces of any size."""
     rows = [{"a": i, "q": {"x": {"deep": i / 3, "s": f"n{i}"}, "y": [i]}, "z": None} for i in range(10)]

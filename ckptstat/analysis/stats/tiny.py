@@ -140,6 +140,15 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequenc
     start = first.offset or 0
     with reading(first.file, f"tensors {first.name!r} to {last.name!r}: cannot read their values"):
         raw = read_bytes(first.file, start, (last.offset or 0) + last.nbytes - start)
+    r, starts = _columns(raw, infos, start)
+    if progress:
+        progress(int(sum(i.nbytes for i in infos)))
+    return _rows(items, infos, r, _quantiles(r, starts)), _groups(group_keys, r)
+
+
+def _columns(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[_Run, np.ndarray]:
+    """The run's columns, and where each tensor's finite elements start among the run's (the element-wise
+    temporaries let go on return, before the quantiles, rows and groups are made)."""
     x, key, seg = _decode(raw, infos, start)
     T = len(infos)
     nan_m, pinf_m, ninf_m = np.isnan(x), x == np.inf, x == -np.inf
@@ -162,9 +171,7 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequenc
              neginf=_bincount(seg[ninf_m], T).astype(np.int64), zeros=_bincount(sf[xf == 0], T).astype(np.int64),
              min=tmin, max=tmax, mean=mean, m2=_bincount(sf, T, d * d), sum_abs=_bincount(sf, T, np.abs(xf)),
              keys=kf, seg=sf)
-    if progress:
-        progress(int(sum(i.nbytes for i in infos)))
-    return _rows(items, infos, r, _quantiles(r, starts)), _groups(group_keys, r)
+    return r, starts
 
 
 def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
@@ -225,13 +232,14 @@ def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np
     def opt(v: np.ndarray) -> np.ndarray:
         return np.where(has, v, np.nan)
 
+    shapes: dict[tuple[int, ...], list[int]] = {}   # one list a distinct shape, its rows' (a MoE's: a handful)
     rows = rows_table()
     quantiles = rows.columns["quantiles"]
     quantiles.columns = dict(zip(QUANTILE_KEYS, quant.T))
     rows.columns.update(
         name=list(map(itemgetter(0), items)), bucket=list(map(itemgetter(1), items)),
         layer=list(map(itemgetter(2), items)), role=list(map(itemgetter(3), items)),
-        dtype=list(map(attrgetter("dtype"), infos)), shape=[list(i.shape) for i in infos],
+        dtype=list(map(attrgetter("dtype"), infos)), shape=[shapes.setdefault(i.shape, list(i.shape)) for i in infos],
         count=r.count, finite=n, min=opt(r.min), max=opt(r.max), mean=opt(r.mean), std=opt(std),
         mean_abs=opt(mean_abs), l2=l2, zeros=r.zeros, zero_fraction=zero_fraction,
         nan=r.nan, inf=r.posinf + r.neginf, posinf=r.posinf, neginf=r.neginf,
