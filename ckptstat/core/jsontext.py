@@ -47,8 +47,7 @@ class _Later(NamedTuple):
     nl: str
 
     def texts(self) -> Iterator[str]:
-        for i in range(0, len(self.table), PIECE):
-            yield ("," + self.nl if i else "") + _items(self.table[i:i + PIECE], self.nl)
+        return _in_pieces(self.table, self.nl)
 
 
 def _writable(t: Table) -> bool:
@@ -111,8 +110,7 @@ def _encode(o: object, out: list[str | _Later], nl: str) -> None:
             if isinstance(seq, Table) and _writable(seq):
                 out.append(_Later(seq, inner))
             else:
-                for i in range(0, len(seq), PIECE):
-                    out.append(("," + inner if i else "") + _items(seq[i:i + PIECE], inner))
+                out += _in_pieces(seq, inner)
             out.append(nl + "]")
             return
         sep = "[" + inner
@@ -126,6 +124,13 @@ def _encode(o: object, out: list[str | _Later], nl: str) -> None:
         out.append(nl + "]")
     else:
         out.append(_scalar(o))
+
+
+def _in_pieces(seq: list[Any] | Table, nl: str) -> Iterator[str]:
+    """A long list's items at indent `nl`, PIECE at a time: each piece's columns made, joined and freed before the
+    next."""
+    for i in range(0, len(seq), PIECE):
+        yield ("," + nl if i else "") + _items(seq[i:i + PIECE], nl)
 
 
 def _items(col: list[Any] | Table, nl: str) -> str:
