@@ -123,6 +123,60 @@ def test_a_table_is_written_as_the_list_of_its_rows(v, piece):
     assert dumps(t) == json.dumps([{**r, "flags": [k]} for k, r in enumerate(v)], indent=2)
 
 
+def test_array_columns_joined_with_dict_rows_read_and_write_as_the_rows():
+    """Tables of numpy columns (a run of tiny tensors' rows) joined with dict rows: a column stays one array where
+    every value fits it (floats and None, NaN standing for None; ints; bools), else one list (a NaN of a row's own,
+    an int beyond int64, an int among floats); either way it reads, and is written, as the plain rows."""
+    import numpy as np
+
+    def run(k: int) -> Table:
+        t = Table(("f", "i", "b", "q"), {"q": ("p",)})
+        t.columns["q"].columns = {"p": np.arange(k) / 3}
+        t.columns.update(f=np.where(np.arange(k) % 3 == 0, np.nan, np.arange(k) * 0.1), i=np.arange(k) * 7,
+                         b=np.arange(k) % 2 == 0)
+        return t
+
+    def plain(k: int) -> list[dict]:   # what run(k) holds, value by value
+        return [{"f": None if j % 3 == 0 else j * 0.1, "i": j * 7, "b": j % 2 == 0, "q": {"p": j / 3}} for j in range(k)]
+
+    single = {"f": None, "i": 1, "b": False, "q": {"p": 0.5}}
+    for other, arrays in ((single, True), ({**single, "f": math.nan}, False), ({**single, "i": 1 << 70}, False),
+                          ({**single, "f": 3}, False)):
+        t = Table(("f", "i", "b", "q"), {"q": ("p",)})
+        t.extend(run(9))
+        t.append(other)
+        t.extend([single])
+        t.extend(run(11))
+        rows = plain(9) + [other, single] + plain(11)
+        assert isinstance(t.columns["b"], np.ndarray) and isinstance(t.columns["q"].columns["p"], np.ndarray)
+        assert isinstance(t.columns["i"], np.ndarray) == (other["i"] == 1)
+        assert isinstance(t.columns["f"], np.ndarray) == (arrays or other["i"] != 1)
+        assert [json.dumps(r) for r in t] == [json.dumps(r) for r in rows]   # (NaN != NaN: compared as text)
+        assert json.dumps(t[9]) == json.dumps(other) and json.dumps(t[-1]) == json.dumps(rows[-1])
+        for piece in (1, 4, 4096):
+            assert _written({"t": t, "short": t[:3]}, piece) == json.dumps({"t": rows, "short": rows[:3]}, indent=2) + "\n"
+
+
+def test_a_long_tables_text_is_made_as_it_is_handed_over(monkeypatch):
+    """A long Table of writable values is written a PIECE of rows at a time when its turn comes (its text never held
+    whole); one that is not (a surrogate to clean, a value json writes) is made before anything is handed over."""
+    rows = [{"name": f"t{i}", "x": i / 7, "shape": [i, 2]} for i in range(50)]
+    made: list[int] = []
+    items = jsontext._items
+    monkeypatch.setattr(jsontext, "_items", lambda col, nl: made.append(len(col)) or items(col, nl))
+    monkeypatch.setattr(jsontext, "PIECE", 16)
+    for odd, written, later in ((None, None, True), ("a\ud800b", "a\ufffdb", False), (Named("n"), "n", False)):
+        t = Table(("name", "x", "shape"))
+        t.extend([{**r, "name": odd} if odd is not None and i == 3 else r for i, r in enumerate(rows)])
+        made.clear()
+        out = jsontext.pieces({"tensors": t, "after": 1})
+        assert bool(made) != later   # (no row's text made yet: it comes as it is handed over)
+        text = "".join(out)
+        assert made == [16, 16, 16, 2] or not later
+        want = [{**r, "name": written} if written is not None and i == 3 else r for i, r in enumerate(rows)]
+        assert text == json.dumps({"tensors": want, "after": 1}, indent=2)
+
+
 def test_nested_tables_of_any_depth():
     """A nested Table joins its parent's columns at any depth, in pieces of any size."""
     rows = [{"a": i, "q": {"x": {"deep": i / 3, "s": f"n{i}"}, "y": [i]}, "z": None} for i in range(10)]

@@ -96,6 +96,29 @@ def test_rows_equal_numpy(written):
             assert r["quantiles_exact"], name
 
 
+def test_rows_are_held_as_arrays_and_written_as_their_values(written):
+    """A run's statistics stay numpy columns when joined with the single tensors' rows (core/table.py), and are
+    written (JSON, CSV) as the dicts they read as would be: each value the float numpy computes from the tensor's
+    values (as the numpy oracle above), None (null, an empty CSV cell) where a tensor has no finite value."""
+    from ckptstat.analysis.stats import to_csv
+    from ckptstat.core.jsontext import dumps
+
+    path, t = written
+    report = _report(path)
+    rows = report["tensors"]
+    for k in ("count", "finite", "min", "mean", "std", "zero_fraction", "quantiles_exact", "spread_z"):
+        assert isinstance(rows.columns[k], np.ndarray), k
+    assert isinstance(rows.columns["quantiles"].columns["p50"], np.ndarray)
+    plain = [dict(r) for r in rows]   # a row's values: Python's, NaN read back as None
+    assert all(type(r["min"]) in (float, type(None)) and type(r["count"]) is int for r in plain)
+    by_name = {r["name"]: r for r in plain}
+    x = t["model.layers.0.mlp.experts.0.w1.weight"].to(torch.float64).numpy()
+    assert by_name["model.layers.0.mlp.experts.0.w1.weight"]["max"] == float(x.max())
+    assert by_name["model.nan.weight"]["min"] is None and by_name["model.nan.weight"]["quantiles"]["p50"] is None
+    assert dumps(report) == json.dumps({**report, "tensors": plain}, indent=2)
+    assert to_csv(report) == to_csv({**report, "tensors": plain})
+
+
 def test_equal_to_the_tensor_by_tensor_path(written, monkeypatch):
     """The same report with runs turned off (every tensor alone): exact but for the float64 moments."""
     path, _ = written

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Iterable
+from itertools import chain
 from typing import TYPE_CHECKING, Any, NoReturn
 
 import typer
@@ -33,8 +35,13 @@ def reader_gone() -> NoReturn:
 
 
 def write_out(*pieces: str) -> None:
-    """A report's text on stdout (JSON, CSV, markdown), given whole or in pieces (a long JSON report's: core/jsontext.py
-    `pieces`, never joined into one string)."""
+    """A report's text on stdout (JSON, CSV, markdown), given whole or in pieces."""
+    write_all(pieces)
+
+
+def write_all(pieces: Iterable[str]) -> None:
+    """write_out of pieces as they come (a long JSON report's: core/jsontext.py `pieces`, never joined into one
+    string, a long table's made as they are written)."""
     try:
         for piece in pieces:
             sys.stdout.write(piece)
@@ -66,7 +73,7 @@ def console() -> Console:
 
 
 def emit_json(report: dict) -> None:
-    write_out(*jsontext.pieces(with_fetched(report)), "\n")
+    write_all(chain(jsontext.pieces(with_fetched(report)), ("\n",)))
 
 
 def show(report: dict, as_json: bool, renderer: str, **options: object) -> None:

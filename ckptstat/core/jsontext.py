@@ -7,18 +7,20 @@ key, a cycle) goes to the standard library, so its output and its errors are the
 A long list (a stats report's 200,000 rows) is written a column at a time (`_column`): dicts of the same keys
 one key across all of them, numbers by the C encoder (json.dumps of a flat list: its text split at ", "),
 strings by encode_basestring_ascii over the column, each dict then one `%` of a template: a handful of C
-calls a column rather than Python's per value (~50 us a stats row before, issue 35)."""
+calls a column rather than Python's per value (~50 us a stats row before, issue 35). A long Table whose every value
+is known writable (`_writable`) has its text made as it is written (`_Later`), PIECE rows at a time: a stats
+report's 200,000 rows were 156 MiB of text held at once before the first byte went out."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from itertools import chain, repeat
 from json.encoder import encode_basestring_ascii
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
-from .table import Table
-from .text import without_surrogates
+from .table import Table, values
+from .text import has_surrogate, without_surrogates
 
 # repr of a finite float ends in a digit; of a non-finite one in "n" or "f", which json spells its own way
 _NONFINITE = {"nan": "NaN", "inf": "Infinity", "-inf": "-Infinity"}
@@ -39,6 +41,33 @@ class _Other(Exception):
     """A value this encoder leaves to the standard library."""
 
 
+class _Later(NamedTuple):
+    """A long Table's items at indent `nl`, their text made when `pieces` hands it over (the Table `_writable`)."""
+    table: Table
+    nl: str
+
+    def texts(self) -> Iterator[str]:
+        return _in_pieces(self.table, self.nl)
+
+
+def _writable(t: Table) -> bool:
+    """Whether _items writes every row of `t` itself (nothing left to the standard library) and without a surrogate
+    to clean: str keys; each column an array, a nested Table of its own that is, or a list of scalars or of lists
+    (tuples) of scalars, its strings without a surrogate."""
+    if any(type(k) is not str or has_surrogate(k) for k in t.keys):
+        return False
+    for c in t.columns.values():
+        if isinstance(c, Table):
+            if not _writable(c):
+                return False
+        elif isinstance(c, list):
+            if set(map(type, c)) <= {list, tuple}:
+                c = list(chain.from_iterable(c))
+            if not set(map(type, c)) <= _SCALARS or has_surrogate("".join([v for v in c if type(v) is str])):
+                return False
+    return True
+
+
 def _scalar(o: object) -> str:
     f = _SCALAR.get(type(o))
     if f is None:
@@ -53,7 +82,7 @@ def _key(k: object) -> str:
     return encode_basestring_ascii(_scalar(k))   # json writes int, float, bool and None keys as strings
 
 
-def _encode(o: object, out: list[str], nl: str) -> None:
+def _encode(o: object, out: list[str | _Later], nl: str) -> None:
     t = type(o)
     if t is dict:
         items = o.items()  # type: ignore[attr-defined]
@@ -78,8 +107,10 @@ def _encode(o: object, out: list[str], nl: str) -> None:
         if len(o) >= MIN_COLUMN:  # type: ignore[arg-type]
             seq: list[Any] | Table = o if isinstance(o, Table) else list(o)  # type: ignore[call-overload]
             out.append("[" + inner)
-            for i in range(0, len(seq), PIECE):
-                out.append(("," + inner if i else "") + _items(seq[i:i + PIECE], inner))
+            if isinstance(seq, Table) and _writable(seq):
+                out.append(_Later(seq, inner))
+            else:
+                out += _in_pieces(seq, inner)
             out.append(nl + "]")
             return
         sep = "[" + inner
@@ -93,6 +124,13 @@ def _encode(o: object, out: list[str], nl: str) -> None:
         out.append(nl + "]")
     else:
         out.append(_scalar(o))
+
+
+def _in_pieces(seq: list[Any] | Table, nl: str) -> Iterator[str]:
+    """A long list's items at indent `nl`, PIECE at a time: each piece's columns made, joined and freed before the
+    next."""
+    for i in range(0, len(seq), PIECE):
+        yield ("," + nl if i else "") + _items(seq[i:i + PIECE], nl)
 
 
 def _items(col: list[Any] | Table, nl: str) -> str:
@@ -119,8 +157,10 @@ def _items(col: list[Any] | Table, nl: str) -> str:
 
 def _column(col: list[Any] | Table, nl: str) -> list[str]:
     """The text of each value in `col` (a list's items, or one key's values across a list of dicts; a Table's
-    rows), indented at `nl`; by columns where the values allow, else value by value (_encode: so what it does not
-    own, a cycle included, still goes to the standard library)."""
+    rows; a Table's array column, as the list it reads as: core/table.py `values`), indented at `nl`; by columns where
+    the values allow, else value by value (_encode: so what it does not own, a cycle included, still goes to the
+    standard library)."""
+    col = values(col)
     if isinstance(col, Table):
         return _dicts(col, nl)  # type: ignore[return-value]
     kinds = set(map(type, col))
@@ -135,9 +175,9 @@ def _column(col: list[Any] | Table, nl: str) -> list[str]:
 
 
 def _one(v: object, nl: str) -> str:
-    out: list[str] = []
+    out: list[str | _Later] = []
     _encode(v, out, nl)
-    return "".join(out)
+    return "".join(chain.from_iterable(map(_texts, out)))
 
 
 def _dict_columns(col: list[dict[str, Any]], nl: str) -> tuple[list[str], list[list[str]]] | None:
@@ -205,16 +245,23 @@ def write(obj: object, write_text: Callable[[str], object]) -> None:
     write_text("\n")
 
 
-def pieces(obj: object) -> list[str]:
-    """dumps(obj)'s text in pieces, in order. Nothing is written before the whole text is made, so a value left
+def pieces(obj: object) -> Iterator[str]:
+    """dumps(obj)'s text in pieces, in order. Nothing is handed over before the whole text is made, or known to be
+    written by this encoder without a surrogate (a long Table's, made as it is handed over: _Later), so a value left
     to the standard library (_Other) still gets its output, or its error, from json alone."""
     out = _pieces(obj)
-    # (a piece with no escape at all, the common case, is scanned once)
-    return _pieces(_clean(obj)) if any("\\u" in p and ("\\ud" in p or "\\uD" in p) for p in out) else out
+    # (a piece with no escape at all, the common case, is scanned once; a _Later's text holds no surrogate)
+    if any(type(p) is str and "\\u" in p and ("\\ud" in p or "\\uD" in p) for p in out):
+        out = _pieces(_clean(obj))
+    return chain.from_iterable(_texts(p) for p in out)
 
 
-def _pieces(obj: object) -> list[str]:
-    out: list[str] = []
+def _texts(p: str | _Later) -> Iterator[str] | tuple[str]:
+    return (p,) if type(p) is str else p.texts()  # type: ignore[union-attr]
+
+
+def _pieces(obj: object) -> list[str | _Later]:
+    out: list[str | _Later] = []
     try:
         _encode(obj, out, "\n")
     except (_Other, RecursionError):

@@ -29,34 +29,46 @@ def _median(a: np.ndarray) -> float:
     return float(s[n // 2]) if n % 2 else float((s[n // 2 - 1] + s[n // 2]) / 2)
 
 
+def _numbers(col: object) -> np.ndarray:
+    """A column as a float64 array, None as NaN (an array column as it is held: core/table.py)."""
+    return col if isinstance(col, np.ndarray) else np.array(col, dtype=np.float64)
+
+
 def anomalies(rows: Table) -> list[dict]:
-    """Flag tensors per ANOMALY_RULE; also adds each row's robust z as the column `spread_z`."""
+    """Flag tensors per ANOMALY_RULE; also adds each row's robust z as the column `spread_z` (an array: NaN, read as
+    None, where a tensor has none). The columns are read as arrays, a flagged row's values as Python's."""
     c = rows.columns
+    nan, inf, count, zeros = (np.asarray(c[k]) for k in ("nan", "inf", "count", "zeros"))
+    bad, empty = (nan != 0) | (inf != 0), (count != 0) & (zeros == count)
+    names = c["name"]
+    flagged = np.flatnonzero(bad | empty)
+    n_nan, posinf, neginf, n = (np.asarray(c[k])[flagged].tolist() for k in ("nan", "posinf", "neginf", "count"))
     out: list[dict] = []
-    for name, nan, inf, posinf, neginf, count, zeros in zip(c["name"], c["nan"], c["inf"], c["posinf"], c["neginf"],
-                                                             c["count"], c["zeros"]):
-        if nan or inf:
-            out.append({"name": name, "kind": "nan_or_inf", "detail": f"{nan} NaN, {posinf} +Inf, {neginf} -Inf"})
-        if count and zeros == count:
-            out.append({"name": name, "kind": "all_zero", "detail": f"all {count} elements are 0"})
-    spread_z: list[float | None] = [None] * len(rows)
+    for j, i in enumerate(flagged.tolist()):
+        if bad[i]:
+            out.append({"name": names[i], "kind": "nan_or_inf",
+                        "detail": f"{n_nan[j]} NaN, {posinf[j]} +Inf, {neginf[j]} -Inf"})
+        if empty[i]:
+            out.append({"name": names[i], "kind": "all_zero", "detail": f"all {n[j]} elements are 0"})
+    stds = _numbers(c["std"])
+    spread = (stds != 0) & ~np.isnan(stds)
+    spread_z = np.full(len(rows), np.nan)
     peers: dict[tuple[str, str], list[int]] = {}
-    for i, (role, std, bucket, shape) in enumerate(zip(c["role"], c["std"], c["bucket"], c["shape"])):
-        if role == "parameter" and std:
+    for i, (role, ok, bucket, shape) in enumerate(zip(c["role"], spread.tolist(), c["bucket"], c["shape"])):
+        if ok and role == "parameter":
             peers.setdefault((bucket, "vector" if len(shape) <= 1 else "matrix"), []).append(i)
-    stds, names = c["std"], c["name"]
     for (bucket, kind), group in peers.items():
         if len(group) < MIN_PEERS:
             continue
-        logs = np.log10([stds[i] for i in group])
+        logs = np.log10(stds[group])
         med = _median(logs)
         scale = max(1.4826 * _median(np.abs(logs - med)), MAD_FLOOR)
-        for i, v in zip(group, logs):
-            z = (float(v) - med) / scale
-            spread_z[i] = z
-            if abs(z) > Z_LIMIT:
-                out.append({"name": names[i], "kind": "spread_outlier",
-                            "detail": f"std {stds[i]:.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
-                                      f"{kind}s (robust z {z:+.1f})"})
+        z = (logs - med) / scale
+        spread_z[group] = z
+        far = np.abs(z) > Z_LIMIT
+        for i, zi in zip(np.array(group)[far].tolist(), z[far].tolist()):
+            out.append({"name": names[i], "kind": "spread_outlier",
+                        "detail": f"std {float(stds[i]):.4g} vs median {10 ** med:.4g} of {len(group)} {bucket} "
+                                  f"{kind}s (robust z {zi:+.1f})"})
     rows.add_column("spread_z", spread_z)
     return out

@@ -34,6 +34,7 @@ from .kernel16 import plain
 
 TINY_BYTES = 16 << 10
 RUN_BYTES = 1 << 20     # a run's span at most (and at most the chunk size): ~40 bytes of arrays an element
+SLICE = 8192            # tensors whose quantiles are read at once (_quantiles)
 _WIDTH = {"F16": 2, "BF16": 2, "F32": 4}
 _CODE = {"F16": 0, "BF16": 1, "F32": 2}
 
@@ -139,6 +140,15 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequenc
     start = first.offset or 0
     with reading(first.file, f"tensors {first.name!r} to {last.name!r}: cannot read their values"):
         raw = read_bytes(first.file, start, (last.offset or 0) + last.nbytes - start)
+    r, starts = _columns(raw, infos, start)
+    if progress:
+        progress(int(sum(i.nbytes for i in infos)))
+    return _rows(items, infos, r, _quantiles(r, starts)), _groups(group_keys, r)
+
+
+def _columns(raw: bytes, infos: list[TensorInfo], start: int) -> tuple[_Run, np.ndarray]:
+    """The run's columns, and where each tensor's finite elements start among the run's (the element-wise
+    temporaries let go on return, before the quantiles, rows and groups are made)."""
     x, key, seg = _decode(raw, infos, start)
     T = len(infos)
     nan_m, pinf_m, ninf_m = np.isnan(x), x == np.inf, x == -np.inf
@@ -161,18 +171,18 @@ def run_stats(ckpt: Checkpoint, infos: list[TensorInfo], items: Sequence[Sequenc
              neginf=_bincount(seg[ninf_m], T).astype(np.int64), zeros=_bincount(sf[xf == 0], T).astype(np.int64),
              min=tmin, max=tmax, mean=mean, m2=_bincount(sf, T, d * d), sum_abs=_bincount(sf, T, np.abs(xf)),
              keys=kf, seg=sf)
-    if progress:
-        progress(int(sum(i.nbytes for i in infos)))
-    return _rows(items, infos, r, _quantiles(r, starts)), _groups(group_keys, r)
+    return r, starts
 
 
 def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
     """(tensors, QUANTILES) by QUANTILE_RULE, as Acc.quantiles reads them from the bins: each tensor's finite
     elements in the value order of their histogram keys, the order statistics' representatives clamped to
-    [min, max] and interpolated; NaN for a tensor without a finite value."""
+    [min, max] and interpolated; NaN for a tensor without a finite value. The representatives are read SLICE
+    tensors at a time (each tensor's own arithmetic: the same values; a 100k-tensor run's (tensors, QUANTILES)
+    temporaries were ~90 MB at once)."""
     quant = np.full((len(r.n), len(QUANTILES)), np.nan)
-    has = r.n > 0
-    if not has.any():
+    has = np.flatnonzero(r.n > 0)
+    if not has.size:
         return quant
     if int(r.n.max()) > 1:   # each tensor's keys by value: sorted by (tensor, rank in its domain)
         f16_el = r.f16[r.seg]
@@ -183,25 +193,33 @@ def _quantiles(r: _Run, starts: np.ndarray) -> np.ndarray:
         sorted_keys[f16], sorted_keys[~f16] = tables("f16")[3][rank[f16]], tables("bf16")[3][rank[~f16]]
     else:   # (one finite element a tensor at most: already in order)
         sorted_keys = r.keys
-    nn = r.n[has][:, None]
+    for s in range(0, has.size, SLICE):
+        t = has[s:s + SLICE]
+        quant[t] = _interpolated(r, sorted_keys, starts[t], t)
+    return quant
+
+
+def _interpolated(r: _Run, sorted_keys: np.ndarray, starts: np.ndarray, t: np.ndarray) -> np.ndarray:
+    """_quantiles of the tensors `t` (each with a finite value; `starts`: where each one's sorted keys start)."""
+    nn = r.n[t][:, None]
     hs = (nn - 1) * np.array(QUANTILES)[None, :]
     lo = np.floor(hs).astype(np.int64)
     g = hs - lo
 
     def rep(idx: np.ndarray) -> np.ndarray:
-        k = sorted_keys[starts[has][:, None] + idx]
-        v = np.where(r.f16[has][:, None], tables("f16")[0][k],
-                     np.where(r.exact[has][:, None], tables("bf16")[0][k], tables("bf16")[1][k]))
-        return np.minimum(np.maximum(v, r.min[has][:, None]), r.max[has][:, None])
+        k = sorted_keys[starts[:, None] + idx]
+        v = np.where(r.f16[t][:, None], tables("f16")[0][k],
+                     np.where(r.exact[t][:, None], tables("bf16")[0][k], tables("bf16")[1][k]))
+        return np.minimum(np.maximum(v, r.min[t][:, None]), r.max[t][:, None])
 
     a, b = rep(lo), rep(np.minimum(lo + 1, nn - 1))
-    quant[has] = np.where((g == 0) | (lo + 1 >= nn), a, a + g * (b - a))
-    return quant
+    return np.where((g == 0) | (lo + 1 >= nn), a, a + g * (b - a))
 
 
 def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np.ndarray) -> Table:
     """Acc.row's fields of every tensor, column by column (the same IEEE operations in the same order, so the
-    same floats as Acc.row on these scalars: tests/test_stats_tiny.py); None where a tensor has no finite value."""
+    same floats as Acc.row on these scalars: tests/test_stats_tiny.py), the statistics numpy arrays (core/table.py:
+    8 bytes a value, not a Python float's 32); NaN, which reads as None, where a tensor has no finite value."""
     n = r.n
     has = n > 0
     nz = np.maximum(n, 1)
@@ -211,23 +229,21 @@ def _rows(items: Sequence[Sequence], infos: list[TensorInfo], r: _Run, quant: np
         l2 = np.where(has, np.sqrt(np.maximum(r.m2 + n * r.mean * r.mean, 0.0)), 0.0)
         zero_fraction = r.zeros / r.count
 
-    every = bool(has.all())
-    finite = has.tolist()
+    def opt(v: np.ndarray) -> np.ndarray:
+        return np.where(has, v, np.nan)
 
-    def opt(v: np.ndarray) -> list:
-        return v.tolist() if every else [a if h else None for a, h in zip(v.tolist(), finite)]
-
+    shapes: dict[tuple[int, ...], list[int]] = {}   # one list a distinct shape, its rows' (a MoE's: a handful)
     rows = rows_table()
     quantiles = rows.columns["quantiles"]
-    quantiles.columns = dict(zip(QUANTILE_KEYS, map(opt, quant.T)))
+    quantiles.columns = dict(zip(QUANTILE_KEYS, quant.T))
     rows.columns.update(
         name=list(map(itemgetter(0), items)), bucket=list(map(itemgetter(1), items)),
         layer=list(map(itemgetter(2), items)), role=list(map(itemgetter(3), items)),
-        dtype=list(map(attrgetter("dtype"), infos)), shape=[list(i.shape) for i in infos],
-        count=r.count.tolist(), finite=n.tolist(), min=opt(r.min), max=opt(r.max), mean=opt(r.mean), std=opt(std),
-        mean_abs=opt(mean_abs), l2=l2.tolist(), zeros=r.zeros.tolist(), zero_fraction=zero_fraction.tolist(),
-        nan=r.nan.tolist(), inf=(r.posinf + r.neginf).tolist(), posinf=r.posinf.tolist(), neginf=r.neginf.tolist(),
-        quantiles=quantiles, quantiles_exact=r.exact.tolist())
+        dtype=list(map(attrgetter("dtype"), infos)), shape=[shapes.setdefault(i.shape, list(i.shape)) for i in infos],
+        count=r.count, finite=n, min=opt(r.min), max=opt(r.max), mean=opt(r.mean), std=opt(std),
+        mean_abs=opt(mean_abs), l2=l2, zeros=r.zeros, zero_fraction=zero_fraction,
+        nan=r.nan, inf=r.posinf + r.neginf, posinf=r.posinf, neginf=r.neginf,
+        quantiles=quantiles, quantiles_exact=r.exact)
     return rows
 
 
