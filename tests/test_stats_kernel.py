@@ -16,7 +16,7 @@ from ckptstat import open_checkpoint  # noqa: E402
 from ckptstat.analysis.stats import QUANTILES, Acc, collect, new_acc  # noqa: E402
 from ckptstat.analysis.stats import kernel16 as k16  # noqa: E402
 from ckptstat.analysis.stats.kernel16 import acc_from_hist16, bits16_chunks  # noqa: E402
-from ckptstat.errors import CorruptCheckpointError  # noqa: E402
+from ckptstat.errors import CheckpointError, CorruptCheckpointError  # noqa: E402
 
 DTYPES = {"F16": torch.float16, "BF16": torch.bfloat16}
 
@@ -229,6 +229,51 @@ def test_a_large_tensor_is_mapped_a_chunk_at_a_time(tmp_path):
     assert len(seen) == 32 and max(seen) <= 2
     del bits
     assert not [line for line in open("/proc/self/maps") if line.rstrip().endswith(os.path.basename(path))]
+
+
+def test_a_file_truncated_while_its_mapped_chunk_is_counted_is_one_error(tmp_path, monkeypatch):
+    """Another process truncates the file between the chunk's mapping and its count: the pages are gone (SIGBUS where
+    they are read), and the compiled count's guard turns that into the one-line error, not a crash; the next count
+    in the same thread is right (its tables zeroed)."""
+    path = str(tmp_path / "shrinks.safetensors")
+    save_file({"a": torch.ones(1 << 19, dtype=torch.bfloat16), "b": torch.ones(1 << 19, dtype=torch.bfloat16)}, path)
+    ckpt = open_checkpoint(path)
+    count = k16.count16
+
+    def truncated_first(bits: np.ndarray, hist: np.ndarray) -> None:
+        os.truncate(path, 4096)
+        count(bits, hist)
+
+    monkeypatch.setattr(k16, "count16", truncated_first)
+    with pytest.raises(CheckpointError, match=r"tensor 'a': cannot read its values: its bytes are gone \(the file shrank"):
+        k16.hist16(ckpt, ckpt["a"], 1 << 20)
+    bits = np.random.default_rng(2).integers(0, 1 << 16, 300_000, dtype=np.uint16)
+    hist = np.zeros(1 << 16, dtype=np.int64)
+    k16._compiled_count(bits, hist)
+    assert np.array_equal(hist, np.bincount(bits, minlength=1 << 16))
+
+
+def test_a_file_truncated_while_counted_exits_with_one_line(tmp_path):
+    """The same through the CLI, in its own process (a SIGBUS there would be the process's end, exit -7): `stats`
+    of a file another process truncates while it reads; one line on stderr, exit 1, nothing on stdout."""
+    import subprocess
+    import sys
+    path = str(tmp_path / "shrinks.safetensors")
+    save_file({f"t{i}": torch.ones(1 << 20, dtype=torch.bfloat16) for i in range(8)}, path)
+    code = ("import os, sys\n"
+            "from ckptstat.analysis.stats import kernel16 as k16\n"
+            "count, path = k16.count16, sys.argv[1]\n"
+            "def shrink(bits, hist):\n"
+            "    os.truncate(path, 4096)\n"
+            "    count(bits, hist)\n"
+            "k16.count16 = shrink\n"
+            "sys.argv = ['ckptstat', 'stats', sys.argv[1], '--no-progress']\n"
+            "from ckptstat.__main__ import run\n"
+            "run()\n")
+    r = subprocess.run([sys.executable, "-c", code, path], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 1, (r.returncode, r.stderr)
+    assert r.stdout == "" and len(r.stderr.strip().splitlines()) == 1 and "shrinks.safetensors" in r.stderr, r.stderr
+    assert "the file shrank while it was read" in r.stderr
 
 
 # --- F32 (analysis/stats/kernel32.py) -------------------------------------------------------------------

@@ -9,9 +9,16 @@
    leaves it out, and kernel16.py counts with numpy, to the same counts. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__unix__) || defined(__APPLE__)
+#define GUARDED 1
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#endif
 
 #define NBINS 65536
 /* Under this many values the counts go straight into hist: zeroing the two tables below would cost more. */
@@ -26,6 +33,47 @@ static inline uint16_t pattern(const unsigned char *p, size_t i)
     return v;
 }
 
+#ifdef GUARDED
+/* kernel16.py counts a local file's bytes through a memory map: if the file shrinks meanwhile (another process
+   truncates it), reading a page past its new end raises SIGBUS, which would end the process. While a thread counts,
+   `escape` says where to jump back to: the count then fails with an error naming the file (kernel16.hist16), never
+   a crash. A SIGBUS of any other thread or code goes to the handler that was there before (Python's faulthandler,
+   or the default: the process ends). The handler is (re)installed before each count if something replaced it. */
+static _Thread_local sigjmp_buf *escape;
+static struct sigaction previous;
+static pthread_mutex_t installing = PTHREAD_MUTEX_INITIALIZER;
+
+static void on_sigbus(int sig, siginfo_t *info, void *context)
+{
+    if (escape != NULL)
+        siglongjmp(*escape, 1);
+    if (previous.sa_flags & SA_SIGINFO) {
+        previous.sa_sigaction(sig, info, context);
+    } else if (previous.sa_handler != SIG_DFL && previous.sa_handler != SIG_IGN) {
+        previous.sa_handler(sig);
+    } else {
+        signal(sig, SIG_DFL);
+        raise(sig);
+    }
+}
+
+static int guard(void)
+{
+    struct sigaction now, ours;
+    int failed = 0;
+    pthread_mutex_lock(&installing);
+    if (sigaction(SIGBUS, NULL, &now) == 0 && !((now.sa_flags & SA_SIGINFO) && now.sa_sigaction == on_sigbus)) {
+        memset(&ours, 0, sizeof ours);
+        ours.sa_sigaction = on_sigbus;
+        ours.sa_flags = SA_SIGINFO | SA_NODEFER;
+        sigemptyset(&ours.sa_mask);
+        failed = sigaction(SIGBUS, &ours, &previous);
+    }
+    pthread_mutex_unlock(&installing);
+    return failed;
+}
+#endif
+
 /* Two tables of 32-bit counts, taken in turn: weights cluster near 0, so neighbouring values often share a
    pattern, and the second increment of one counter would wait for the first one's store. The tables are the
    thread's own, made once (512 KiB a thread that counts, kept until the process ends) and left zeroed by each
@@ -33,7 +81,7 @@ static inline uint16_t pattern(const unsigned char *p, size_t i)
    1 MiB tensor. */
 static _Thread_local uint32_t *tables;
 
-static int count(const unsigned char *p, size_t n, int64_t *hist)
+static int count_all(const unsigned char *p, size_t n, int64_t *hist)
 {
     if (n < SMALL) {
         for (size_t i = 0; i < n; i++)
@@ -61,6 +109,28 @@ static int count(const unsigned char *p, size_t n, int64_t *hist)
     return 0;
 }
 
+/* count_all, or -2 when the bytes could not be read (SIGBUS: a mapped file shrank), the counts then partial. */
+static int count(const unsigned char *p, size_t n, int64_t *hist)
+{
+#ifdef GUARDED
+    sigjmp_buf here;
+    if (guard() != 0)
+        return count_all(p, n, hist);
+    if (sigsetjmp(here, 1)) {
+        escape = NULL;
+        if (tables != NULL)   /* left mid-count: zeroed for the thread's next call */
+            memset(tables, 0, 2 * NBINS * sizeof(uint32_t));
+        return -2;
+    }
+    escape = &here;
+    int done = count_all(p, n, hist);
+    escape = NULL;
+    return done;
+#else
+    return count_all(p, n, hist);
+#endif
+}
+
 static PyObject *add(PyObject *self, PyObject *args)
 {
     PyObject *bits_obj, *hist_obj;
@@ -84,7 +154,14 @@ static PyObject *add(PyObject *self, PyObject *args)
         Py_BEGIN_ALLOW_THREADS
         failed = count((const unsigned char *)bits.buf, (size_t)bits.len / 2, (int64_t *)hist.buf);
         Py_END_ALLOW_THREADS
-        if (failed)
+        if (failed == -2) {   /* EIO: an OS error with its reason (errors.as_checkpoint_error: one line) */
+            PyObject *why = Py_BuildValue("(is)", EIO, "its bytes are gone (the file shrank while it was read)");
+            if (why != NULL) {
+                PyErr_SetObject(PyExc_OSError, why);
+                Py_DECREF(why);
+            }
+        }
+        else if (failed)
             PyErr_NoMemory();
     }
     PyBuffer_Release(&hist);

@@ -60,7 +60,7 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
             yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
         return
     order = "<u2" if info.byteorder == "little" else ">u2"
-    if not urls.is_url(info.file):
+    if _compiled_count is not None and not urls.is_url(info.file):   # (numpy's count has no guard: see mapped_chunks)
         yield from mapped_chunks(info, chunk_bytes, order)
         return
     for raw in plain_chunks(info, chunk_bytes, 2, *(part or (0, None))):
@@ -70,8 +70,10 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
 def mapped_chunks(info: TensorInfo, chunk_bytes: int, dtype: str) -> Iterator[np.ndarray]:
     """A plain tensor of a local file (see plain()) as arrays of `dtype` over its stored bytes, about chunk_bytes at
     a time, each mapped from the file on its own: a chunk is unmapped when its array is freed (the caller drops it
-    before taking the next), so the pages mapped stay a chunk or two, whatever the tensor's size. The file's size is
-    checked against the tensor's end first (a read past the end of a mapping is a SIGBUS, not an error)."""
+    before taking the next), so the pages mapped stay a chunk or two, whatever the tensor's size. A read past the
+    file's end through a mapping is a SIGBUS, not an error: the file's size is checked against the tensor's end first,
+    and a file that shrinks afterwards (truncated by another process while it is counted) is caught by the compiled
+    count's guard (_count16.c), an OSError, so only the compiled count reads mapped chunks."""
     check_expansion(info)
     width = np.dtype(dtype).itemsize
     step = max(width, chunk_bytes // width * width)
@@ -176,10 +178,11 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
     """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
     stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
     hist = np.zeros(NBINS, dtype=np.int64)
-    for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
-        count16(bits, hist)
-        if progress:
-            progress(bits.size * 2)
+    with reading(info.file, f"tensor {info.name!r}: cannot read its values"):   # (a mapped file that shrank)
+        for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
+            count16(bits, hist)
+            if progress:
+                progress(bits.size * 2)
     return hist
 
 
