@@ -81,13 +81,18 @@ def mapped_chunks(info: TensorInfo, chunk_bytes: int, dtype: str) -> Iterator[np
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
         size = os.fstat(f.fileno()).st_size
         if info.offset + info.nbytes > size:
-            raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {info.nbytes} bytes at offset "
-                                                    f"{info.offset}, the file ends first")
+            raise _ends_first(info, info.nbytes, info.offset)
         for at in range(info.offset, info.offset + info.nbytes, step):
             want = min(step, info.offset + info.nbytes - at)
             base = at - at % mmap.ALLOCATIONGRANULARITY
             view = mmap.mmap(f.fileno(), at + want - base, offset=base, access=mmap.ACCESS_READ)
             yield np.frombuffer(view, dtype=dtype, count=want // width, offset=at - base)
+
+
+def _ends_first(info: TensorInfo, want: int, at: int) -> CorruptCheckpointError:
+    """The error of a tensor whose bytes the file does not hold (mapped_chunks checks first, plain_chunks as it reads)."""
+    return CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {want} bytes at offset {at}, the file "
+                                             "ends first")
 
 
 def count16(bits: np.ndarray, hist: np.ndarray) -> None:
@@ -154,8 +159,7 @@ def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int, start: int = 0,
             raw = buf[:want]
             got = f.readinto(raw.data) if hasattr(f, "readinto") else _read_into(f, raw)
             if got != want:
-                raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: expected {want} bytes at offset "
-                                                        f"{info.offset + done}, the file ends first")
+                raise _ends_first(info, want, info.offset + done)
             done += want
             yield raw
     BUFFERS.give(buf)   # (the tensor read whole: the caller is done with the last chunk)
