@@ -172,6 +172,16 @@ def test_stats_json_without_a_bar_loads_no_framework():
     assert _imported_after_run(["stats", st, "--json", "-w", "2"]) == "['numpy'] ['safetensors']"
 
 
+def test_typer_lines_load_no_pydantic():
+    """A line the quick path leaves to typer (human output) imports typer and rich, never pydantic: typer 0.29
+    coerces every non-flag parameter through a pydantic TypeAdapter (~0.2 s a command, bench/results/
+    cli_start.md), so pyproject caps typer below 0.29."""
+    st = fixture("bert-tiny", "model.safetensors")
+    for argv in (["summary", st], ["stats", st, "--no-progress", "-w", "1"], ["flops", fixture("bert-tiny")]):
+        heavy = _imported_after_run(argv).split("]")[0]
+        assert "'typer'" in heavy and "'pydantic'" not in heavy, (argv, heavy)
+
+
 # --- the shortcuts issue 22's per-name passes take, each resting on a property of a rule table ---------
 
 def test_every_tf_spelling_rule_has_a_literal():

@@ -1,8 +1,8 @@
 """The quick path: `ckptstat [summary] PATH --json`, answered without loading the CLI framework.
 
 Most scripted calls are a header-only summary as JSON. Building typer's command tree and coercing
-its parameters costs more than reading a 7B checkpoint's headers (typer 0.29 coerces every
-non-flag value through a pydantic TypeAdapter: ~0.1 s of imports; docs/performance.md), so the
+its parameters costs more than reading a 7B checkpoint's headers (typer, click and rich; typer 0.29,
+which pyproject keeps out, also a pydantic TypeAdapter per value: docs/performance.md), so the
 console script and `cli.main` first offer the argument list to `quick`. It answers only lines it
 recognises completely, with the same report, output and error boundary as the typer command
 (tests/test_quick_path.py runs both ways and compares); anything else (help, other commands or
@@ -134,7 +134,7 @@ STATS_CHUNK, STATS_WORKERS = STATS_CHUNK_BYTES, 1
 
 def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     """`ckptstat stats PATH --json`, as commands/values.py's stats command answers it: the report on stdout;
-    no tensor selected: said on stderr, exit 1. Typer's parsing (~0.1 s of pydantic imports) is serial
+    no tensor selected: said on stderr, exit 1. Typer's parsing (its imports) is serial
     time in every --workers run (docs/performance.md)."""
     from ..analysis.stats import collect
     from ..core.jsontext import write
