@@ -66,11 +66,12 @@ def main() -> None:
                 "ckptstat summary (header only)": [*ck, "summary", path],
                 "ckptstat stats": [*ck, "stats", path, "--no-progress"],
                 "ckptstat stats --json": [*ck, "stats", path, "--no-progress", "--json"],
+                "ckptstat stats --csv": [*ck, "stats", path, "--no-progress", "--csv"],
                 "ckptstat stats --workers 2": [*ck, "stats", path, "--no-progress", "--workers", "2"],
             }
             where = dict.fromkeys(cmds, ROOT)
             if args.before:   # (-m imports ckptstat from the cwd first)
-                for name in ("ckptstat stats", "ckptstat stats --json"):
+                for name in ("ckptstat stats", "ckptstat stats --json", "ckptstat stats --csv"):
                     cmds[f"{name} (--before tree)"] = cmds[name]
                     where[f"{name} (--before tree)"] = args.before
             rows = {}

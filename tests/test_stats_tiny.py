@@ -3,6 +3,8 @@ wrote, every group equal to the tensor-by-tensor path's (counts, min/max, histog
 moments to float64 rounding), the same bits whatever the workers, and the file's bytes checked as on any read."""
 from __future__ import annotations
 
+import csv
+import io
 import json
 import math
 
@@ -117,6 +119,42 @@ def test_rows_are_held_as_arrays_and_written_as_their_values(written):
     assert by_name["model.nan.weight"]["min"] is None and by_name["model.nan.weight"]["quantiles"]["p50"] is None
     assert dumps(report) == json.dumps({**report, "tensors": plain}, indent=2)
     assert to_csv(report) == to_csv({**report, "tensors": plain})
+
+
+def _dictwriter_csv(report: dict) -> str:
+    """`stats --csv` as the csv module's DictWriter writes the report's rows (the oracle of the columnar writer):
+    a name made inert, a shape as AxB, flags joined by ';', None empty, text opening a formula quoted with `'`."""
+    from ckptstat.analysis.stats import CSV_FIELDS
+    from ckptstat.core.text import inert
+
+    buf = io.StringIO()
+    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
+    w.writeheader()
+    levels = [("tensor", r["name"], r) for r in report["tensors"]]
+    levels += [("layer", f"{r['bucket']}.{r['layer']}", r) for r in report["layers"]]
+    levels += [("bucket", r["bucket"], r) for r in report["buckets"]] + [("total", "total", report["total"])]
+    for level, name, r in levels:
+        row = {k: v for k, v in r.items() if k in CSV_FIELDS}
+        row.update(r["quantiles"], level=level, name=inert(name), flags=";".join(r.get("flags", [])))
+        if "shape" in r:
+            row["shape"] = "x".join(map(str, r["shape"]))
+        w.writerow({k: "" if row.get(k) is None else
+                    "'" + row[k] if isinstance(row[k], str) and row[k][:1] in "=+-@\t\r" and row[k] else row[k]
+                    for k in CSV_FIELDS})
+    return buf.getvalue()
+
+
+def test_csv_is_what_a_dictwriter_of_the_rows_writes(written, monkeypatch):
+    """`stats --csv` is written column by column, BLOCK rows a piece: the same text as csv.DictWriter fed the
+    report's rows, in more than one piece when there are more rows than a block."""
+    from ckptstat.analysis.stats import csv_pieces, csv_table, to_csv
+
+    path, _ = written
+    report = _report(path)
+    assert to_csv(report) == _dictwriter_csv(report)
+    monkeypatch.setattr(csv_table, "BLOCK", 7)
+    pieces = list(csv_pieces(report))
+    assert len(pieces) > len(report["tensors"]) // 7 and "".join(pieces) == _dictwriter_csv(report)
 
 
 def test_equal_to_the_tensor_by_tensor_path(written, monkeypatch):

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, write_out
+from .common import ConfigOpt, FilterOpt, JsonOpt, PathArg, console, emit_json, empty, no_match, write_all
 from .quick import CHUNK, PROGRESS, STATS_CHUNK, STATS_WORKERS, WORKERS
 
 if TYPE_CHECKING:
@@ -66,9 +66,9 @@ def stats(
     if as_json:
         emit_json(r)
     elif as_csv:
-        from ..analysis.stats import to_csv
+        from ..analysis.stats import csv_pieces
 
-        write_out(to_csv(r))
+        write_all(csv_pieces(r))
     else:
         from ..render.stats import render_stats
 

@@ -40,7 +40,8 @@ def values(col: Any) -> Any:
     return out
 
 
-def _iterate(col: Any) -> Iterator[Any]:
+def iterate(col: Any) -> Iterator[Any]:
+    """A column's values one by one, as `values` reads them (an array's a block at a time: never all at once)."""
     if not is_array(col):
         return iter(col)
     return chain.from_iterable(values(col[i:i + BLOCK]) for i in range(0, len(col), BLOCK))
@@ -132,7 +133,7 @@ class Table(Sequence[Row]):
 
     def __iter__(self) -> Iterator[Row]:
         keys = self.keys
-        return (dict(zip(keys, row)) for row in zip(*map(_iterate, self.columns.values())))
+        return (dict(zip(keys, row)) for row in zip(*map(iterate, self.columns.values())))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Sequence) and not isinstance(other, str) and list(self) == list(other)

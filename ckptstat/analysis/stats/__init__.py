@@ -53,7 +53,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
     tables,
 )
 from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
-from .csv_table import CSV_FIELDS, to_csv  # noqa: F401  (re-exported)
+from .csv_table import CSV_FIELDS, csv_pieces, to_csv  # noqa: F401  (re-exported)
 from .kernel16 import BITS16, BUFFERS, acc_from_hist16, hist16, parts, tensor_stats16
 from .kernel32 import tensor_stats32
 from .tiny import run_stats, units

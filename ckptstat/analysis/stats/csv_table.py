@@ -1,14 +1,16 @@
 """`stats --csv`: the report as one table, a row per tensor, layer, bucket and the total."""
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
+from itertools import islice, repeat
+
+from ...core.table import BLOCK, Table, is_array, iterate, values
 from ...core.text import inert
 from .accumulate import QUANTILES, _qkey
 
 CSV_FIELDS = ["level", "name", "bucket", "layer", "dtype", "shape", "tensors", "count", "finite", "min", "max",
               "mean", "std", "mean_abs", "l2", "zeros", "zero_fraction", "nan", "posinf", "neginf",
               *(_qkey(p) for p in QUANTILES), "quantiles_exact", "flags"]
-
-
 
 
 def _csv_text(v: object) -> object:
@@ -19,30 +21,75 @@ def _csv_text(v: object) -> object:
 
 def to_csv(report: dict) -> str:
     """One table: a row per tensor, layer, bucket and the total, told apart by `level`."""
+    return "".join(csv_pieces(report))
+
+
+def csv_pieces(report: dict) -> Iterator[str]:
+    """to_csv's text, BLOCK rows at a time (a 200,000-tensor report's is never one string). Written column by
+    column (a report's tensors are a Table of columns, no dict per row), each cell as a DictWriter of the rows
+    would write it: None empty, a text cell through _csv_text, a number as the csv module writes it."""
     import csv
     import io
 
     buf = io.StringIO()
-    w = csv.DictWriter(buf, CSV_FIELDS, lineterminator="\n")
-    w.writeheader()
+    w = csv.writer(buf, lineterminator="\n")
+    w.writerow(CSV_FIELDS)
+    layers = report["layers"]
+    for level, rows, names in (("tensor", report["tensors"], "name"),
+                               ("layer", layers, [f"{r['bucket']}.{r['layer']}" for r in layers]),
+                               ("bucket", report["buckets"], "bucket"),
+                               ("total", [report["total"]] if report["total"] else [], ["total"])):
+        if not len(rows):
+            continue
+        cells = zip(*_csv_columns(level, rows, names))
+        while block := list(islice(cells, BLOCK)):
+            w.writerows(block)
+            yield buf.getvalue()
+            buf.seek(0)
+            buf.truncate()
+    yield buf.getvalue()
 
-    def emit(level: str, name: str, r: dict) -> None:
-        row = {k: r.get(k) for k in CSV_FIELDS if k in r}
-        row.update({k: v for k, v in r["quantiles"].items()})
-        # a name from the file made inert (control, bidi and separator characters shown as \xNN, \uNNNN), as in
-        # every other output but JSON (core/text.py); commas and quotes are the csv module's to quote
-        row["level"], row["name"] = level, inert(name)
-        if "shape" in r:
-            row["shape"] = "x".join(map(str, r["shape"]))
-        row["flags"] = ";".join(r.get("flags", []))
-        w.writerow({k: "" if row.get(k) is None else _csv_text(row[k]) for k in CSV_FIELDS})
 
-    for r in report["tensors"]:
-        emit("tensor", r["name"], r)
-    for r in report["layers"]:
-        emit("layer", f"{r['bucket']}.{r['layer']}", r)
-    for r in report["buckets"]:
-        emit("bucket", r["bucket"], r)
-    if report["total"]:
-        emit("total", "total", report["total"])
-    return buf.getvalue()
+def _csv_columns(level: str, rows: Table | Sequence[dict], names: str | list[str]) -> list[Iterable[object]]:
+    """The CSV_FIELDS columns of rows of one level (a Table, or dicts), each cell as to_csv writes it; `names` the
+    rows' names, or the key that holds them."""
+    table = rows if isinstance(rows, Table) else _as_table(rows)
+    cols, n = table.columns, len(table)
+    quantiles = cols["quantiles"].columns
+    # a name from the file made inert (control, bidi and separator characters shown as \xNN, \uNNNN), as in every
+    # other output but JSON (core/text.py); commas and quotes are the csv module's to quote
+    if isinstance(names, str):
+        names = values(cols[names])
+    out: list[Iterable[object]] = []
+    for key in CSV_FIELDS:
+        if key == "level":
+            out.append(repeat(level, n))
+        elif key == "name":
+            out.append(map(_cell, map(inert, names)))
+        elif key == "shape" and key in cols:
+            out.append(["" if s is None else _csv_text("x".join(map(str, s))) for s in values(cols[key])])
+        elif key == "flags":
+            out.append(map(_cell, map(";".join, values(cols[key]))) if key in cols else repeat("", n))
+        elif key in quantiles or key in cols:
+            col = quantiles[key] if key in quantiles else cols[key]
+            if not is_array(col):
+                out.append(map(_cell, col))
+            elif col.dtype.kind == "f":   # numbers, no text: only a NaN (read as None) is written empty
+                out.append("" if v is None else v for v in iterate(col))
+            else:
+                out.append(iterate(col))
+        else:
+            out.append(repeat("", n))
+    return out
+
+
+def _as_table(rows: Sequence[dict]) -> Table:
+    """Dict rows (a report's layers, buckets, total) as a Table of their keys, the quantiles nested."""
+    keys = list(rows[0])
+    table = Table(keys, {"quantiles": list(rows[0]["quantiles"])})
+    table.extend([{k: r.get(k) for k in keys} for r in rows])
+    return table
+
+
+def _cell(v: object) -> object:
+    return "" if v is None else _csv_text(v)
