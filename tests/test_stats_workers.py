@@ -167,6 +167,40 @@ def test_finished_layers_are_their_rows(tmp_path) -> None:
             assert isinstance(g2, Acc)
 
 
+def test_open_layers_go_dense_within_the_cap(tmp_path, monkeypatch) -> None:
+    """A layer's accumulator is made dense once it holds DENSE_AFTER tensors while fewer than DENSE_LAYERS are (a MoE
+    layer's hundreds of merges, each then a scatter-add); the others stay sparse. Integer counts: the same
+    histograms and the same report as with every layer sparse, in one process and in a pool. (safetensors orders
+    tensors by dtype, then name: the layers of a mixed-dtype file are all open at once.)"""
+    import torch
+    from safetensors.torch import save_file
+
+    from ckptstat.analysis import stats
+
+    g = torch.Generator().manual_seed(11)
+    dtypes = (torch.bfloat16, torch.float16, torch.float32)
+    t = {f"model.layers.{i}.mlp.experts.{e}.{w}.weight": (torch.randn(100, 90, generator=g) * 0.02).to(dtypes[e % 3])
+         for i in range(6) for e in range(8) for w in ("gate_proj", "down_proj")}
+    t["model.layers.2.mlp.experts.4.gate_proj.weight"][0, 0] = float("nan")
+    path = str(tmp_path / "moe.safetensors")
+    save_file(t, path)
+    ckpt = open_checkpoint(path)
+    items, _ = select(ckpt)
+    monkeypatch.setattr(stats, "DENSE_LAYERS", 4)
+    _, groups = run_items(ckpt, items, 1 << 20)   # (no `finish`: every layer stays open)
+    layers = {k: a for k, a in groups.items() if k[0] == "layer"}
+    assert len(layers) == 6 and all(a.tensors == 16 > stats.DENSE_AFTER for a in layers.values())
+    assert sum(a.dense is not None for a in layers.values()) == 4
+    with_dense = {k: (a.hist.copy(), a.row()) for k, a in layers.items()}
+    report = {w: _json(collect(ckpt, workers=w).report) for w in (1, 2)}
+    monkeypatch.setattr(stats, "DENSE_LAYERS", 0)
+    _, sparse = run_items(ckpt, items, 1 << 20)
+    assert all(sparse[k].dense is None for k in layers)
+    for k, (hist, row) in with_dense.items():
+        assert np.array_equal(sparse[k].hist, hist) and sparse[k].row() == row
+    assert report[1] == report[2] == _json(collect(ckpt, workers=1).report)
+
+
 def test_pool_finishes_whole_layers_in_the_workers(tmp_path) -> None:
     """A layer wholly inside one task comes back as its row; a layer a task boundary cuts, as accumulators;
     the report is the one process's either way. (One dtype: safetensors orders tensors by dtype, then name.)"""

@@ -76,6 +76,13 @@ REMOTE_BUDGET = 48 << 20
 # A 16-bit tensor of several chunks of at least this many bytes is read as its chunks at once (kernel16.parts): a
 # read this large is one range request straight into its buffer (sources/remote.py DIRECT), whatever the order.
 REMOTE_PART = 1 << 20
+# A layer's accumulator is sparse (its bins in value order: each merge a sort of the union), made dense once it holds
+# DENSE_AFTER tensors while fewer than DENSE_LAYERS layers are (each merge then one scatter-add into 65,536 counts,
+# 512 KiB; its row reads them once): a MoE layer of hundreds of expert tensors merged ~0.2 ms a tensor into a sparse
+# one. Layers finish as their last tensor is merged (run_items' `finish`), so a file in order holds one or two open;
+# a file that interleaves every layer's tensors (or a hostile header of 100,000 layers) keeps the rest sparse: at
+# most 8 MiB of dense layers. A layer of a few tensors stays sparse (zeroing 512 KiB and reading it back cost more).
+DENSE_LAYERS, DENSE_AFTER = 16, 4
 
 
 # --- selection and the pass over the data ---------------------------------------------------------------
@@ -284,12 +291,17 @@ def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, in
             yield single(items[w.item], info, acc)
 
 
-def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution) -> None:
-    """Fold one unit's contribution into the group accumulators (in file order: the float64 moments' bits)."""
+def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution, dense: set[GroupKey] | None = None) -> None:
+    """Fold one unit's contribution into the group accumulators (in file order: the float64 moments' bits). With
+    `dense` (the layers whose accumulators are dense), a layer holding DENSE_AFTER tensors is made dense while fewer
+    than DENSE_LAYERS are (integer counts either way: the same report)."""
     for key, acc in contrib:
         g = groups.get(key)
         if g is None:
             g = groups[key] = group_acc(key)
+        elif dense is not None and g.dense is None and g.tensors >= DENSE_AFTER and len(dense) < DENSE_LAYERS:
+            g.expand()
+            dense.add(key)
         g.merge(acc)
 
 
@@ -304,10 +316,11 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
     left = Counter({k: n for k, n in _layers(items).items() if k in finish})
     rows = rows_table()
     groups: dict[GroupKey, Acc] = {}
+    dense: set[GroupKey] = set()   # the open layers whose accumulators are dense (merge_into)
     done: dict[GroupKey, GroupRow] = {}
     for part, part_rows, contrib in unit_results(ckpt, items, chunk_bytes, progress):
         rows.extend(part_rows)
-        merge_into(groups, contrib)
+        merge_into(groups, contrib, dense)
         if merges is not None:
             merges.append([(key, acc.scalars()) for key, acc in contrib])
         for key, n in (_layers(part).items() if left else ()):
@@ -316,6 +329,7 @@ def run_items(ckpt: Checkpoint, items: Iterable[Item], chunk_bytes: int,
                 if not left[key]:
                     layer = groups.pop(key)
                     done[key] = GroupRow(layer.tensors, layer.row())
+                    dense.discard(key)
     return rows, {**groups, **done}
 
 

@@ -217,6 +217,11 @@ class Acc:
             return self.hist_keys, self.hist_counts
         return by_value(self.dense, self.domain)
 
+    def expand(self) -> Acc:
+        """The histogram dense (merges into it are then scatter-adds; `compact` makes it sparse again)."""
+        _ = self.hist
+        return self
+
     def compact(self) -> Acc:
         """The histogram sparse again (what crosses processes, and what a tensor's row and merges read)."""
         if self.dense is not None:
