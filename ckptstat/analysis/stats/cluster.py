@@ -143,9 +143,10 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
             client.close()
     rows = rows_table()
     groups: dict[GroupKey, Acc] = {}
+    dense: set[GroupKey] = set()   # (merge_into: up to DENSE_LAYERS layers' counts dense)
     for res in results:   # tasks in file order, their units in order: as run_items merges them
         for unit_rows, contrib in res:
             rows.extend(unit_rows)
-            merge_into(groups, contrib)
+            merge_into(groups, contrib, dense)
     return build_report(ckpt, pattern, buckets, all_roles, chunk_bytes, nworkers, total_bytes,
                    time.perf_counter() - t0, rows, groups, skipped)
