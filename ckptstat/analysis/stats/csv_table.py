@@ -84,8 +84,9 @@ def _csv_columns(level: str, rows: Table | Sequence[dict], names: str | list[str
 
 
 def _as_table(rows: Sequence[dict]) -> Table:
-    """Dict rows (a report's layers, buckets, total) as a Table of their keys, the quantiles nested."""
-    keys = list(rows[0])
+    """Dict rows (a report's layers, buckets, total) as a Table of every key any of them has (None where one has not),
+    the quantiles nested."""
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     table = Table(keys, {"quantiles": list(rows[0]["quantiles"])})
     table.extend([{k: r.get(k) for k in keys} for r in rows])
     return table
