@@ -189,7 +189,8 @@ def test_open_layers_go_dense_within_the_cap(tmp_path, monkeypatch) -> None:
     monkeypatch.setattr(stats, "DENSE_LAYERS", 4)
     _, groups = run_items(ckpt, items, 1 << 20)   # (no `finish`: every layer stays open)
     layers = {k: a for k, a in groups.items() if k[0] == "layer"}
-    assert len(layers) == 6 and all(a.tensors == 16 > stats.DENSE_AFTER for a in layers.values())
+    per_layer = len(t) // 6
+    assert len(layers) == 6 and all(a.tensors == per_layer > stats.DENSE_AFTER for a in layers.values())
     assert sum(a.dense is not None for a in layers.values()) == 4
     with_dense = {k: (a.hist.copy(), a.row()) for k, a in layers.items()}
     report = {w: _json(collect(ckpt, workers=w).report) for w in (1, 2)}

@@ -67,7 +67,7 @@ def _csv_columns(level: str, rows: Table | Sequence[dict], names: str | list[str
         elif key == "name":
             out.append(map(_cell, map(inert, names)))
         elif key == "shape" and key in cols:
-            out.append(["" if s is None else _csv_text("x".join(map(str, s))) for s in values(cols[key])])
+            out.append("" if s is None else _csv_text("x".join(map(str, s))) for s in values(cols[key]))
         elif key == "flags":
             out.append(map(_cell, map(";".join, values(cols[key]))) if key in cols else repeat("", n))
         elif key in quantiles or key in cols:
