@@ -36,7 +36,7 @@ _MODULES = (
     "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hy_v4", "hyperclovax", "inkling", "inkling2", "jais2", "jamba", "jetmoe",
     "kimi_linear", "kolibri1", "laguna", "lara_mini", "levit", "lfm2", "lfm3", "llama", "llama4", "longcat_flash",
     "longt5", "luke", "mamba",
-    "mamba2", "mellum", "mimo_v2_flash", "minicpm3", "minicpm5_moe", "minimax", "minimax_m2", "minimax_m3", "mixtral", "mllama", "mobilenet",
+    "mamba2", "mellum", "mimo_v2_flash", "minicpm3", "minimax", "minimax_m2", "minimax_m3", "mixtral", "mllama", "mobilenet",
     "mobilebert", "modernbert", "modernbert_decoder", "mpt", "nanochat", "nemotron", "nemotron_h", "nomic_bert", "olmo",
     "olmo_hybrid", "olmoe", "openai_gpt", "opt", "persimmon", "phi", "phi3", "phimoe", "poolformer", "prophetnet", "pvt",
     "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen4_exp",

@@ -12,11 +12,10 @@ post-attention norm beside mlps.0, and its output is added with the layer's last
 The MoE: a router `router.classifier` (h -> E + Z, no bias in the forward) over n_routed_experts (E) gated experts of
 expert_ffn_hidden_size and zero_expert_num (Z) zero-computation experts (identity: a token's row, weighted, no
 matmul); each token takes its top moe_topk (k) of the E + Z, softmax scores plus e_score_correction_bias (a buffer).
-transformers 5.24 holds gate_up_proj [E + Z, 2f, h] (rows for the zero experts too, never read) and down_proj
-[E, h, f], and saves them per expert: experts.{0..E+Z-1}.gate_proj / up_proj, experts.{0..E-1}.down_proj. The
-parameters counted are that build's (num_parameters(): 741,053,585,408 at the config class's defaults, of which the
-zero experts' never-read gate/up rows are 28 x 256 x 2 x 2048 x 6144 = 180,388,626,432); a checkpoint that does not
-hold those rows holds fewer, and the census says the config and the weights disagree.
+transformers 5.25 holds gate_up_proj [E, 2f, h] and down_proj [E, h, f], and saves them per expert:
+experts.{0..E-1}.gate_proj / up_proj / down_proj. (5.24 held gate_up_proj [E + Z, 2f, h], rows for the zero experts
+too, never read: 180,388,626,432 more parameters at the config class's defaults; a file it saved holds those rows, and
+the census says the config and the weights disagree.)
 
 FLOPs: a token's k picks run max(0, k - Z) to min(k, E) real experts, whichever the router chooses (a zero
 expert runs no matmul). Where the two are equal (Z = 0; E = 0; k = E + Z: every expert picked) every routing runs the
@@ -150,8 +149,8 @@ def _moe(w: Walk, layers: tuple[int, ...], Z: int) -> None:
     label = f"(top-{k}, {hi} real)" if Z else f"(top-{k})"   # hi: every routing's count (build)
     if E:
         for sub in (p.gate, p.up):
-            w.record(f"{x}.{{xid}}.{sub}", None, (("weight", (f, h)),), layers, experts=E + Z)
-            B.linear(w.label(f"{x}[{E + Z}].{sub} {label}", layers), "encoder", rows, h, f, False, L, L * (E + Z),
+            w.record(f"{x}.{{xid}}.{sub}", None, (("weight", (f, h)),), layers, experts=E)
+            B.linear(w.label(f"{x}[{E}].{sub} {label}", layers), "encoder", rows, h, f, False, L, L * E,
                      active_copies=L * hi)
         B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
         w.record(f"{x}.{{xid}}.{p.down}", None, (("weight", (h, f)),), layers, experts=E)
