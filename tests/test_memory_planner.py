@@ -271,7 +271,9 @@ def _act_peak(model, seq: int) -> int:
     mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
     tracker = mem_tracker.MemTracker()
     tracker.track_external(model)
-    with torch.no_grad(), tracker:
+    # inference_mode, not no_grad: transformers 5.25 hands its causal_conv1d module conv1d.weight.squeeze(1), which under
+    # no_grad is a view asking for a gradient with no grad_fn, and the tracker's module hooks cannot hook it
+    with torch.inference_mode(), tracker:
         model(input_ids=torch.zeros((1, seq), dtype=torch.long), use_cache=False)
     return next(v for per_device in tracker.get_tracker_snapshot("peak").values()
                 for k, v in per_device.items() if k.name == "ACT")

@@ -574,7 +574,7 @@ def load(path: str, config: str | None = None, seqs: Collection[int] = (), flops
         if limit is None or all(n <= limit for n in seqs):
             if why is None:
                 return m
-            if not flops:   # the routing that decides the FLOPs decides which parameters run: no active count
+            if not flops:   # (FLOPs refused: no active count either, the parameters a token runs being as unknown)
                 return _without_flops(m, why)
         refusal = NoAnalyticModel(f"{path}: {why}: the {m.spec.family} op template describes its parameters, not its FLOPs"
                                   if why else f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to "

@@ -4,7 +4,7 @@ FalconConfig builds, as layouts (layout.py) the config picks by name (ArchSpec.l
 * Falcon-7B: multi_query (one K/V head), parallel_attn (attention and MLP read one input_layernorm);
 * Falcon-40B/180B, Falcon2: new_decoder_architecture, num_kv_heads grouped K/V heads, two LayerNorms
   (ln_attn, ln_mlp: DecoderLayout.parallel_mlp_norm) when num_ln_in_parallel_attn is 2 (its default there), one
-  otherwise; transformers caches K and V broadcast to the a query heads (DecoderLayout.kv_broadcast);
+  otherwise; transformers 5.25 caches the g K/V heads (5.24 cached them broadcast to the a query heads);
 * Falcon-RW: multi_query and parallel_attn off (input_layernorm, then post_attention_layernorm), ALiBi.
 
 q, k and v are fused in query_key_value [(a + 2g) d, h] (g = 1 multi-query; a for the old multi-head layout, whose
@@ -44,7 +44,7 @@ def _name(norms: str, new: bool, alibi: bool) -> str:
 
 # every layout FalconConfig can run: the norms (one, two, sequential) x new_decoder_architecture x ALiBi; 7B's first
 _LAYOUTS = layout.Layouts({
-    _name(norms, new, alibi): replace(lay, kv_broadcast=new, positions="alibi" if alibi else "rotary", unused_rotary=alibi)
+    _name(norms, new, alibi): replace(lay, positions="alibi" if alibi else "rotary", unused_rotary=alibi)
     for norms, lay, news in (("", FALCON, (False, True)), ("_ln2", TWO_LN, (True,)), ("_seq", SEQUENTIAL, (False,)))
     for new in news for alibi in (False, True)})
 
@@ -90,17 +90,11 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """transformers' FalconAttention caches K and V after broadcasting them to the a query heads in the
-    new layout (and has a heads in the old multi-head one, 1 with multi_query)."""
-    cached = s.heads if _LAYOUTS.of(s).kv_broadcast else s.kv_heads
-    per_tok = 2 * s.layers * cached * s.head_dim * ab
-    lines: KVLines = [(f"b={b}, s={n}", per_tok * b * n,
-                       f"2 x L x {cached} heads x d x s x b x {ab} B = {per_tok:,} B/token (transformers' cache)")]
-    if cached != s.kv_heads:
-        g_tok = 2 * s.layers * s.kv_heads * s.head_dim * ab
-        lines.append((f"b={b}, s={n}, {s.kv_heads} kv heads", g_tok * b * n,
-                      f"a cache keeping only the {s.kv_heads} K/V heads (llama.cpp, vLLM): {g_tok:,} B/token"))
-    return lines
+    """transformers 5.25's FalconAttention caches the g K/V heads (1 with multi_query, a in the old multi-head layout)
+    and repeats them to the a query heads at the attention (repeat_kv); 5.24 cached them repeated."""
+    per_tok = 2 * s.layers * s.kv_heads * s.head_dim * ab
+    return [(f"b={b}, s={n}", per_tok * b * n,
+             f"2 x L x {s.kv_heads} heads x d x s x b x {ab} B = {per_tok:,} B/token (transformers' cache)")]
 
 
 def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dict[str, Any] | None:

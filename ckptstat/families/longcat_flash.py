@@ -17,14 +17,12 @@ experts.{0..E-1}.gate_proj / up_proj / down_proj. (5.24 held gate_up_proj [E + Z
 too, never read: 180,388,626,432 more parameters at the config class's defaults; a file it saved holds those rows, and
 the census says the config and the weights disagree.)
 
-FLOPs: a token's k picks run max(0, k - Z) to min(k, E) real experts, whichever the router chooses (a zero
-expert runs no matmul). Where the two are equal (Z = 0; E = 0; k = E + Z: every expert picked) every routing runs the
-same count and the FLOPs are exact. Otherwise the experts' FLOPs depend on the router's choices, which no config
-shows: the FLOPs are refused by name (Family.flops_refused), and since transformers cannot run the model on the meta
-device either (torch.nonzero), `flops` refuses such a config (the released one included) in one line that names the
-routing first. `memory`, which counts no FLOPs, answers it from the template (analysis/meta.load flops=False): its
-parameters and cache rule do not depend on the routing and are exact (tests/test_longcat_flash.py); its active
-parameter count, which does, is left out, and a note says why.
+FLOPs: transformers 5.25 runs every one of a token's k picks through a real expert: a pick of a zero expert is sent
+to a real one (LongcatFlashMoE: index (i - E) x E // Z) with weight 0, and the zero experts' identity mix is added
+beside. So whatever the router chooses, the experts run k rows a token and the FLOPs are exact (5.24 ran only the
+real picks, max(0, k - Z) to min(k, E) of them, and the FLOPs depended on the routing). Active parameters: k experts'
+a token. A config without real experts (E = 0) transformers 5.25 cannot run (its grouped experts need one): its FLOPs
+are refused by name (Family.flops_refused); `memory` answers its weights and cache from the template.
 
 The cache (DynamicCache(config), 2 x num_layers cache layers, one per attention): each holds the compressed latent
 [b, 1, s, kv_lora_rank] as its keys and the rotated rope key [b, 1, s, qk_rope_head_dim] as its values (the
@@ -52,19 +50,13 @@ LAYOUT = DecoderLayout(latent=True, paths=Paths(router="router.classifier"))
 class LongcatVariant(Variant):
     zero_experts: int   # zero_expert_num: identity experts beside the n_routed_experts real ones
 
-    def real_picks(self, s: ArchSpec) -> tuple[int, int]:
-        """The fewest and most real experts a token's top-k picks can hold."""
-        return max(0, s.top_k - self.zero_experts), min(s.top_k, s.experts)
-
 
 def flops_refused(s: ArchSpec) -> str | None:
-    """Why the FLOPs depend on the routing (module docstring), or None where every routing runs the same count."""
-    lo, hi = s.variant_as(LongcatVariant).real_picks(s)
-    if lo == hi:
+    """Why no FLOPs (module docstring): a MoE of zero experts alone, which transformers cannot run; else None."""
+    if s.experts:
         return None
-    return (f"zero_expert_num {s.variant_as(LongcatVariant).zero_experts}: each token's top-{s.top_k} runs {lo} to {hi} "
-            "of the real experts as the router chooses (a zero expert runs no matmul), so the experts' FLOPs depend on "
-            "the routing")
+    return (f"n_routed_experts 0 beside zero_expert_num {s.variant_as(LongcatVariant).zero_experts}: transformers "
+            "5.25 cannot run a LongCat-Flash MoE without real experts")
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -136,31 +128,31 @@ def walk(B: Builder) -> list[Module]:
 
 
 def _moe(w: Walk, layers: tuple[int, ...], Z: int) -> None:
-    """LongcatFlashMoE: the router over E + Z experts, the real experts on the rows routed to them (as many per token
-    whatever the routing: build refuses the other configs), the weighted combine (the zero experts' rows too)."""
+    """LongcatFlashMoE: the router over E + Z experts, the real experts on every one of a token's k picks (a zero
+    expert's pick sent to a real one at weight 0: the module docstring), the weighted combine (the zero experts'
+    identity mix beside it)."""
     s, p, B = w.s, w.p, w.B
     h, f, E, k, L = s.hidden, s.moe_intermediate, s.experts, s.top_k, len(layers)
-    hi = s.variant_as(LongcatVariant).real_picks(s)[1]
     moe, x, n = p.mlp, f"{p.mlp}.experts", B.b * B.seq
     w.linear(f"{moe}.{p.router}", None, h, E + Z, False, layers, label=w.label(f"{moe}.{p.router} (router, fp32)", layers))
     B.add(w.label(f"{moe}.router softmax, + e_score_correction_bias, top-k, x routed_scaling_factor", layers),
           "activation", "encoder", L, (B.b, B.seq, E + Z), (B.b, B.seq, k), ew=n * ((E + Z) * (ew_cost("softmax") + 1) + 2 * k))
-    rows = (n * hi,)
-    label = f"(top-{k}, {hi} real)" if Z else f"(top-{k})"   # hi: every routing's count (build)
+    rows = (n * k,)
+    label = f"(top-{k}, a zero expert's pick at weight 0)" if Z else f"(top-{k})"
     if E:
         for sub in (p.gate, p.up):
             w.record(f"{x}.{{xid}}.{sub}", None, (("weight", (f, h)),), layers, experts=E)
             B.linear(w.label(f"{x}[{E}].{sub} {label}", layers), "encoder", rows, h, f, False, L, L * E,
-                     active_copies=L * hi)
+                     active_copies=L * k)
         B.activation(w.label(f"{x} act*{p.up}", layers), "encoder", rows, f, s.activation, L, gated=True)
         w.record(f"{x}.{{xid}}.{p.down}", None, (("weight", (h, f)),), layers, experts=E)
-        B.linear(w.label(f"{x}[{E}].{p.down} {label}", layers), "encoder", rows, f, h, False, L, L * E, active_copies=L * hi)
+        B.linear(w.label(f"{x}[{E}].{p.down} {label}", layers), "encoder", rows, f, h, False, L, L * E, active_copies=L * k)
     B.add(w.label(f"{moe}.combine (x routing weight, index_add)", layers), "activation", "encoder", L, (n * k, h),
           (B.b, B.seq, h), ew=n * k * h * 2)
 
 
 def build(B: Builder) -> None:
-    # parameters at one token (graph.predict_params) whatever the routing; FLOPs only where it decides nothing
+    # parameters at one token (graph.predict_params); FLOPs only where transformers can run the MoE
     if (why := flops_refused(B.s)) and B.b * B.seq > 1:
         raise NoAnalyticModel(f"{why}: not described by the op template")
     walk(B)
@@ -233,8 +225,8 @@ FAMILY = Family(
     cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device
     gguf_architectures=(),        # llama.cpp has no LongCat-Flash architecture
     samples=(
-        # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU. Zero experts with every
-        # choice running the same count of real ones (k = E + Z: all of them), so the FLOPs are exact
+        # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU. Zero experts, every one
+        # of the E + Z picked
         Sample("LongcatFlashConfig", dict(_SIZES, n_routed_experts=3, zero_expert_num=1, moe_topk=4),
                ("LongcatFlashModel", "LongcatFlashForCausalLM"), device="cpu"),
         # no zero experts, tied, other head counts and widths, biased attention
@@ -243,11 +235,7 @@ FAMILY = Family(
                                           zero_expert_num=0, moe_topk=2,
                                           tie_word_embeddings=True, attention_bias=True),
                ("LongcatFlashForCausalLM",), device="cpu"),
-        # only zero experts: the MoE an identity mix (no expert weights, the router still runs)
-        Sample("LongcatFlashConfig", dict(_SIZES, n_routed_experts=0, zero_expert_num=3, moe_topk=2),
-               ("LongcatFlashForCausalLM",), device="cpu"),
-        # as the released model: real and zero experts, each token's picks 0 to 2 real ones: FLOPs refused by name,
-        # parameters and cache exact
+        # as the released model: real and zero experts, a token's picks on either (each runs a real expert)
         Sample("LongcatFlashConfig", dict(_SIZES, n_routed_experts=3, zero_expert_num=2, moe_topk=2),
                ("LongcatFlashForCausalLM",), device="cpu"),
     ),

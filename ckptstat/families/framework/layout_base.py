@@ -475,8 +475,6 @@ class DecoderLayout:
     parallel_mlp_norm: bool = False
     # positions other than rotary, yet the rotary table's product runs, unused (FalconModel's rotary_emb under ALiBi)
     unused_rotary: bool = False
-    # the cache holds K and V broadcast to the query heads (Falcon's new_decoder_architecture); falcon.kv_cache reads it
-    kv_broadcast: bool = False
     # o and the MLP's down run as tensor-parallel slices whose outputs are summed (layout_tp.py: BLOOM's pretraining_tp
     # with slow_but_exact, its slice count ArchSpec.variant's TPSlices)
     tp_slices: bool = False
