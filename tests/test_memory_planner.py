@@ -269,12 +269,24 @@ def test_moe_peak_activation_counts_top_k_experts_of_their_own_width(tmp_path, m
 def _act_peak(model, seq: int) -> int:
     """The peak of activation memory torch's MemTracker records over one CPU forward of `seq` tokens."""
     mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
-    tracker = mem_tracker.MemTracker()
-    tracker.track_external(model)
-    # inference_mode, not no_grad: transformers 5.25 hands its causal_conv1d module conv1d.weight.squeeze(1), which under
-    # no_grad is a view asking for a gradient with no grad_fn, and the tracker's module hooks cannot hook it
-    with torch.inference_mode(), tracker:
-        model(input_ids=torch.zeros((1, seq), dtype=torch.long), use_cache=False)
+    # transformers 5.25 hands conv1d.weight.squeeze(1), a view made under no_grad that asks for a gradient with no
+    # grad_fn, to its causal_conv1d module, and the tracker's module hooks cannot hook it: while it runs, the conv
+    # weights are buffers (the same bytes; the activations, which are what is measured here, unchanged)
+    convs = [m for m in model.modules() if isinstance(m, torch.nn.Conv1d)]
+    for conv in convs:
+        weight = conv.weight
+        del conv.weight
+        conv.register_buffer("weight", weight.detach())
+    try:
+        tracker = mem_tracker.MemTracker()
+        tracker.track_external(model)
+        with torch.no_grad(), tracker:
+            model(input_ids=torch.zeros((1, seq), dtype=torch.long), use_cache=False)
+    finally:
+        for conv in convs:
+            weight = conv.weight
+            del conv.weight
+            conv.weight = torch.nn.Parameter(weight)
     return next(v for per_device in tracker.get_tracker_snapshot("peak").values()
                 for k, v in per_device.items() if k.name == "ACT")
 
