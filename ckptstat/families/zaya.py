@@ -6,8 +6,9 @@ scaling; norm, and lm_head (tied by default; lm_head_bias biases it).
 
 The attention (ZayaAttention) projects q, k, v with Compressed Convolutional Attention (ZayaCCAProjection): q_proj
 h -> heads x d and k_proj h -> kv x d (attention_bias), concatenated into C = (heads + kv) x d channels, left-padded by
-(cca_time0 - 1) + (cca_time1 - 1) and mixed by a depthwise conv1d of cca_time0 (biased; FlopCounterMode counts its
-padded output, s + cca_time1 - 1) and a grouped conv1d of cca_time1 (heads + kv groups of d channels, biased), plus the
+(cca_time0 - 1) + (cca_time1 - 1) = pad and mixed by a depthwise conv1d of cca_time0 (biased; FlopCounterMode counts
+its padded output, S + cca_time1 - 1, S = max(s, pad): transformers 5.25's cache pads a first state shorter than pad)
+and a grouped conv1d of cca_time1 (heads + kv groups of d channels, biased), plus the
 q/k residuals; v from v_proj_current and v_proj_delayed (h -> kv x d / 2 each), the delayed half shifted one token,
 its first token v_proj_delayed of a zero row (one more [b, 1, h] matmul per layer: the forward starts without a
 state); qk_norm (L2 to sqrt(d), the keys times temp [kv]), partial rotary, eager GQA attention (the whole square: a
@@ -151,15 +152,18 @@ def walk(B: Builder) -> list[Module]:
     w.norm(_P.attn_in, None, h, every)
     w.linear(cca + "q_proj", None, h, heads * d, bias, every)
     w.linear(cca + "k_proj", None, h, kv * d, bias, every)
-    # the depthwise conv over the left-padded s + pad tokens (output s + cca_time1 - 1), the grouped conv over that
+    # the depthwise conv over the left-padded S + pad tokens (output S + cca_time1 - 1), the grouped conv over that (S
+    # out, the last s kept): S = s, or pad when fewer (transformers 5.25's cache pads a first state short of the
+    # kernels to pad tokens, and the layer pads that again)
+    S = max(B.seq, pad)
     w.record(cca + "conv_qk_depthwise", None, (("weight", (C, 1, z.time0)), ("bias", (C,))), every)
-    out0 = B.seq + z.time1 - 1
-    B.add(w.label(f"{cca}conv_qk_depthwise (padded by {pad})", every), "conv", "encoder", L, (b, C, B.seq + pad),
+    out0 = S + z.time1 - 1
+    B.add(w.label(f"{cca}conv_qk_depthwise (padded by {pad})", every), "conv", "encoder", L, (b, C, S + pad),
           (b, C, out0), params=C * (z.time0 + 1) * L, macs=b * out0 * C * z.time0, ew=b * out0 * C,
           weights_per_call=C * (z.time0 + 1))
     w.record(cca + "conv_qk_grouped", None, (("weight", (C, d, z.time1)), ("bias", (C,))), every)
     B.add(w.label(f"{cca}conv_qk_grouped ({heads + kv} groups)", every), "conv", "encoder", L, (b, C, out0),
-          (b, C, B.seq), params=(C * d * z.time1 + C) * L, macs=b * B.seq * C * d * z.time1, ew=b * B.seq * C,
+          (b, C, S), params=(C * d * z.time1 + C) * L, macs=b * S * C * d * z.time1, ew=b * S * C,
           weights_per_call=C * d * z.time1 + C)
     B.add(w.label(f"{_CCA} q/k residuals", every), "activation", "encoder", L, tok + (C,), tok + (C,),
           ew=n * (3 * heads * d + 2 * kv * d))
