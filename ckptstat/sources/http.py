@@ -176,7 +176,7 @@ def examine(ask: _Ask, status: int, headers: Any) -> Head:
         size = f"{length:,} bytes" if length is not None else "of unknown size"
         raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
                                            f"all of it ({size}); pass --allow-full-download to do so")
-    METER.full_downloads += 1
+    METER.count("full_downloads")
     return Head("spool", None, ctype, etag, length if length is not None else -1)
 
 
@@ -222,7 +222,7 @@ class _Attempts:
             over = self.dropped > SETTINGS.drop_retries
         if over:
             raise CheckpointError(redact(self.url), f"{self.last}, after {self.server + self.dropped} attempts") from None
-        METER.retries += 1
+        METER.count("retries")
         wait = min(wait, METER.time_left(self.url))
         self.delay = min(self.delay * 2, SETTINGS.backoff_cap)
         return wait

@@ -61,6 +61,11 @@ class Meter:
         if self.progress is not None:
             self.progress(total)
 
+    def count(self, name: str) -> None:
+        """One more retry or full download (`retries`, `full_downloads`), from any thread."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
     def reset(self) -> None:
         with self._lock:
             self.requests = self.bytes = self.retries = self.full_downloads = 0
