@@ -55,7 +55,7 @@ class Behaviour:
                                     # Content-Encoding: gzip (although identity was asked) and its compressed length
     redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
     cut: int = 0                    # the first `cut` 206 replies send half their body, then close the connection
-    hostile_from: int = 0           # > 0: failures, redirects, overlong, claim, trickle, short, gzip and cut apply only
+    hostile_from: int = 0           # > 0: failures, redirects, ranges, overlong, claim, trickle, short, gzip, cut apply only
                                     # to range requests asking at least this many bytes (values); the rest are answered
                                     # as a plain server answers them
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
@@ -245,7 +245,7 @@ class _Handler(BaseHTTPRequestHandler):
         if s.b.gzip and bad:
             self._gzip(206 if m and s.b.ranges else 200, m, size, head)
             return
-        if m and s.b.ranges:
+        if m and (s.b.ranges or not bad):
             start = int(m[1])
             end = min(int(m[2]) if m[2] else size - 1, size - 1, start + s.b.short - 1 if s.b.short and bad else size)
             if start >= size:

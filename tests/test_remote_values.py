@@ -142,7 +142,8 @@ def one_line(rc: int, err: str) -> str:
     ({"failures": {"/m/model.safetensors": [503] * 10}}, "HTTP 503 Service Unavailable, after 3 attempts"),
     ({"cut": 10}, "connection failed"),                          # every value reply cut: retried, gives up
     ({"redirects": {"/m/model.safetensors": "file:///etc/passwd"}}, "refused a redirect to file:///etc/passwd"),
-], ids=["claim", "overlong", "short", "gzip", "503", "cut-always", "redirect-file"])
+    ({"ranges": False}, "the server ignores range requests"),                  # 200, the whole file
+], ids=["claim", "overlong", "short", "gzip", "503", "cut-always", "redirect-file", "ignores-range"])
 def test_values_refused_as_both_clients_refuse_them(folder, capsys, monkeypatch, behaviour, says):
     """A server lying about the values (or failing them) gets the same one-line error from the threaded client as from
     aiohttp, and the threaded client read nothing of a body refused from its headers."""
@@ -159,6 +160,20 @@ def test_values_refused_as_both_clients_refuse_them(folder, capsys, monkeypatch,
     if "cut" in behaviour:   # (the exception's name differs: http.client's IncompleteRead, aiohttp's ClientPayloadError)
         errors = {k: v.split(" (")[0] for k, v in errors.items()}
     assert errors["threaded"] == errors["aiohttp"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_value_reply_of_the_whole_file_is_spooled_when_allowed(folder, capsys, monkeypatch, client):
+    """The server answers the value requests with the whole file (200): with --allow-full-download it is spooled (one
+    full download a value read) and the report is the local one."""
+    use(monkeypatch, client)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder, hostile_from=BIG, ranges=False) as s:
+        rc, out, err = stats(capsys, "--allow-full-download", s.url + "/m/")
+        assert rc == 0, err
+        assert plain(out, s.url, folder) == local
+        assert json.loads(out)["fetched"]["full_downloads"] == len(value_requests(s)) >= 1   # (then read from the spool)
+        threaded_sent(s, client)
 
 
 @pytest.mark.parametrize("client", CLIENTS)

@@ -57,7 +57,7 @@ class _Socket(io.RawIOBase):
 
     def __init__(self, sockio: Any, sock: Any, deadline: float):
         super().__init__()
-        self.sockio, self.sock, self.deadline = sockio, sock, deadline
+        self.sockio, self.sock, self.deadline, self.limit = sockio, sock, deadline, deadline   # (limit: the attempt's)
 
     def readable(self) -> bool:
         return True
@@ -222,11 +222,14 @@ class ThreadedClient:
         spool = tempfile.TemporaryFile()
         try:
             n, piece = 0, memoryview(bytearray(_PIECE))
-            while got := r.readinto(piece):
+            while True:   # (as `_keep_up(t0, n)` after each piece: the piece's end by keep_up_by of the bytes then had)
+                r.wire.deadline = min(r.wire.limit, keep_up_by(t0, n + len(piece)))
+                got = r.readinto(piece)
+                if not got:
+                    break
                 spool.write(piece[:got])
                 n += got
                 METER.received(url, got)
-                r.wire.deadline = min(r.wire.deadline, keep_up_by(t0, n))   # (as `_keep_up(t0, n)`)
                 if 0 <= expected < n:
                     break
             spooled(url, n, expected)
