@@ -63,7 +63,7 @@ def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
         finally:
             if bar:
                 hf_logging.enable_progress_bar()
-    model.eval()
+    model.eval().requires_grad_(False)   # (FlopCounterMode's module tracker: analysis/meta.py `_build`)
     if info["mismatched_keys"]:   # (key, the file's shape, the model's) triples (transformers loading_report.py)
         key, theirs, ours = sorted(info["mismatched_keys"])[0]
         raise UsageError(f"{ckpt.path}: {key} has shape {tuple(theirs)}, {cls.__name__} expects {tuple(ours)}")

@@ -85,6 +85,9 @@ def fcm_flops(model, seq, batch=1, device="meta", encdec=None, main_input="input
     op templates' batch counts the batch x num_choices sequences)."""
     if encdec is None:
         encdec = "decoder_input_ids" in inspect.signature(model.forward).parameters
+    # no parameter asks for a gradient: FlopCounterMode's module tracker hooks every input that does, and a weight
+    # viewed under no_grad (transformers 5.25's causal_conv1d fallback module) has no grad_fn for it to hook
+    model.requires_grad_(False)
     with flop_counter() as counter, meta_autocast(), torch.device(device), torch.no_grad():
         shape = (1, batch, seq) if type(model).__name__.endswith("ForMultipleChoice") else (batch, seq)
         ids = torch.arange(batch * seq).reshape(shape) % model.config.get_text_config().vocab_size

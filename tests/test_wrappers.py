@@ -187,6 +187,8 @@ MORE = [("deepseek_vl", "DeepseekVLForConditionalGeneration"), ("deepseek_vl_hyb
         ("idefics2", "Idefics2ForConditionalGeneration"), ("llava_next", "LlavaNextForConditionalGeneration"),
         ("llava_next_video", "LlavaNextVideoForConditionalGeneration"), ("vipllava", "VipLlavaForConditionalGeneration"),
         ("video_llava", "VideoLlavaForConditionalGeneration"),
+        # transformers 5.25's: Ovis 2.5 (its visual_tokenizer and visual vocabulary `vte`), LLaVA-OneVision 1.5
+        ("ovis2_5", "Ovis2_5ForConditionalGeneration"), ("llava_onevision1_5", "LlavaOnevision15ForConditionalGeneration"),
         ("moss_transcribe_diarize", "MossTranscribeDiarizeForConditionalGeneration")]   # an audio tower (wrappers.AUDIO)
 
 

@@ -28,7 +28,8 @@ TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", T
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
 # `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
 # (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`; BLIP-2's Q-Former,
-# its query tokens and `language_projection`), Ovis2's visual vocabulary, and LLaVA-NeXT's learned `image_newline` row;
+# its query tokens and `language_projection`), Ovis2's visual vocabulary (Ovis 2.5's `vte`, beside its `visual_tokenizer`:
+# the SigLIP tower and the head into that vocabulary), and LLaVA-NeXT's learned `image_newline` row;
 # Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`), MOSS-Transcribe-
 # Diarize's Whisper-like `audio_tower`, and Phi-4-multimodal's image and audio embedding (`embed_tokens_extend`: its
 # SigLIP tower, conformer encoder and projectors), which a text-only forward never runs (modeling_phi4_multimodal.py
@@ -36,8 +37,8 @@ TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", T
 VISION_MODULES: tuple[str, ...] = (
     "vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector", "image_newline",
     "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj", "high_res_vision_alpha",
-    "visual_embeddings_table", "qformer", "query_tokens", "language_projection", "image_tower", "video_tower",
-    "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend")
+    "visual_embeddings_table", "vte", "visual_tokenizer", "qformer", "query_tokens", "language_projection", "image_tower",
+    "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend")
 # Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
 # family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
 # and gate_up_proj, partial rotary, the same cache), its image and audio towers beside it (embed_tokens_extend).
