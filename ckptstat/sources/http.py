@@ -309,7 +309,9 @@ class HttpTransport:
     """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session); value reads through
     sources/threaded.py's client on the calling thread, under the same rules and slots."""
 
-    def __init__(self) -> None:
+    def __init__(self, values: Callable[[Callable[[str], Slots]], Any] | None = None) -> None:
+        """`values`: the value reads' client, made from `slot` on the first one (sources/remote.py hands it
+        sources/threaded.py's ThreadedClient, which imports this module: none here); None, aiohttp for them too."""
         import aiohttp
         from fsspec.implementations.http import HTTPFileSystem
 
@@ -320,7 +322,8 @@ class HttpTransport:
         self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
         self._slots: dict[tuple[str, str, int], Slots] = {}
         self._lock = threading.Lock()
-        self._threads: Any = None   # sources/threaded.py ThreadedClient, made on the first value read
+        self._values = values
+        self._threads: Any = None   # the value reads' client, made on the first one
 
     def slot(self, url: str) -> Slots:
         """Held while one request to url's origin is in flight (each hop of a redirect its own), by either client: at
@@ -343,12 +346,10 @@ class HttpTransport:
 
         ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed(), into)
         ask.headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
-        if into is not None and SETTINGS.threaded_values:
+        if into is not None and SETTINGS.threaded_values and self._values is not None:
             with self._lock:
                 if self._threads is None:
-                    from .threaded import ThreadedClient
-
-                    self._threads = ThreadedClient(self.slot)
+                    self._threads = self._values(self.slot)
             threaded: Reply = self._threads.get(ask)
             return threaded
         from fsspec.asyn import sync
