@@ -18,6 +18,7 @@ import pytest
 
 sys.path.insert(0, os.path.dirname(__file__))
 from remote_server import Server
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
 
 from ckptstat import sources
 from ckptstat.cli import main
@@ -26,16 +27,6 @@ from ckptstat.sources.http import Slots
 
 BIG = 1 << 20    # what the server counts as a value request (sources/remote.py DIRECT: reads fetched into the buffer)
 CLIENTS = ["threaded", "aiohttp"]
-
-
-@pytest.fixture(autouse=True)
-def fresh_sources(monkeypatch):
-    sources.reset()
-    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
-    monkeypatch.setattr(sources.SETTINGS, "retries", 2)
-    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
-    yield
-    sources.reset()
 
 
 @pytest.fixture(scope="module")
