@@ -229,7 +229,7 @@ def stats_text(args: argparse.Namespace, load: tuple[float, float, float]) -> st
             for name, r in srows:
                 cells = [name, f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s", f"{size / r['wall_s'] / 1e6:.0f}",
                          f"{r['wall_s'] / base:.2f}x", f"{r['rss_mib']:.0f} MiB", f"{r['requests']:.0f}",
-                         str(r["overlap"]), str(r["chain"])] + ([f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] * bool(rate))
+                         str(r["overlap"]), str(r["chain"])] + ([f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else [])
                 slines.append("| " + " | ".join(cells) + " |")
             link = f", sending at most {rate / 1e6:.0f} MB/s (all replies together)" if rate else ""
             text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden "

@@ -3,7 +3,9 @@ serves a folder with HEAD and single `Range: bytes=a-b` GETs (206 + Content-Rang
 links, counts the requests and body bytes it sends and the most it answered at once, can answer each request
 after a fixed delay (a real network's latency: `stall=0.05`), and can play a badly behaved server: ignore Range,
 answer some requests with an error status first (429/503), require a bearer token, redirect anywhere,
-claim more than asked, trickle a byte at a time, drop every connection.
+claim more than asked, trickle a byte at a time, drop every connection, cut replies mid-body; with `hostile_from`,
+only to the range requests that ask for many bytes (a server that answers the headers' windows and lies about the
+values, which ckptstat reads with another client: sources/threaded.py).
 
 It also stands in for the Hugging Face Hub (`hub={"org/name": folder}`), answering the three routes
 huggingface_hub's HfFileSystem and hf_hub_url use (huggingface_hub/hf_api.py `repo_info`,
@@ -52,6 +54,10 @@ class Behaviour:
     gzip: int = 0                   # > 0: every file reply (206 or 200) is a gzip stream of this many zeros, sent with
                                     # Content-Encoding: gzip (although identity was asked) and its compressed length
     redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
+    cut: int = 0                    # the first `cut` 206 replies send half their body, then close the connection
+    hostile_from: int = 0           # > 0: failures, redirects, ranges, overlong, claim, trickle, short, gzip, cut apply only
+                                    # to range requests asking at least this many bytes (values); the rest are answered
+                                    # as a plain server answers them
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
     cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
     revisions: tuple[str, ...] = ("main",)
@@ -72,6 +78,7 @@ class Server:
         self.bytes_sent = 0
         self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.auth_seen: list[str | None] = []
+        self.agents: list[str | None] = []   # each request's User-Agent, as `log` (aiohttp sends one, http.client none)
         self.in_flight = 0       # requests received and not yet answered (their status line not sent)
         self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
         self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)
@@ -101,6 +108,7 @@ class Server:
             self.bytes_sent = 0
             self.log.clear()
             self.auth_seen.clear()
+            self.agents.clear()
             self.max_in_flight = 0
             self.spans.clear()
 
@@ -177,21 +185,32 @@ class _Handler(BaseHTTPRequestHandler):
         self._waiting = False
         super().send_response(code, message)
 
+    def _hostile(self) -> bool:
+        """Whether this request gets the server's bad behaviours: every request, or with `hostile_from` a range request
+        asking at least that many bytes."""
+        b = self.server_state.b
+        if not b.hostile_from:
+            return True
+        m = _RANGE.match(self.headers.get("Range", ""))
+        return bool(m and m[2] and int(m[2]) - int(m[1]) + 1 >= b.hostile_from)
+
     def _answer(self, head: bool) -> None:
         s, b = self.server_state, self.server_state.b
         path = urllib.parse.unquote(urllib.parse.urlsplit(self.path).path)
+        self.hostile = self._hostile()
         with s.lock:
             s.requests[self.command] += 1
             s.log.append((self.command, path, self.headers.get("Range", "")))
             s.auth_seen.append(self.headers.get("Authorization"))
-            pending = b.failures.get(path)
+            s.agents.append(self.headers.get("User-Agent"))
+            pending = b.failures.get(path) if self.hostile else None
             status = pending.pop(0) if pending else None
         if b.stall:
             time.sleep(b.stall)
         if b.drop:
             self.close_connection = True
             return
-        if path in b.redirects:
+        if path in b.redirects and self.hostile:
             self._send(302, b"", {"Location": b.redirects[path]}, head)
             return
         if status is not None:
@@ -222,20 +241,34 @@ class _Handler(BaseHTTPRequestHandler):
         size = os.path.getsize(real)
         ctype = {".json": "application/json"}.get(os.path.splitext(real)[1], "application/octet-stream")
         m = _RANGE.match(self.headers.get("Range", ""))
-        if s.b.gzip:
+        bad = self.hostile
+        if s.b.gzip and bad:
             self._gzip(206 if m and s.b.ranges else 200, m, size, head)
             return
-        if m and s.b.ranges:
+        if m and (s.b.ranges or not bad):
             start = int(m[1])
-            end = min(int(m[2]) if m[2] else size - 1, size - 1, start + s.b.short - 1 if s.b.short else size)
+            end = min(int(m[2]) if m[2] else size - 1, size - 1, start + s.b.short - 1 if s.b.short and bad else size)
             if start >= size:
                 self._send(416, b"", {"Content-Range": f"bytes */{size}"}, head)
                 return
             with open(real, "rb") as f:
                 f.seek(start)
-                body = f.read(end - start + 1) + b"\0" * s.b.overlong
-            if s.b.claim or s.b.trickle:
+                body = f.read(end - start + 1) + b"\0" * (s.b.overlong if bad else 0)
+            if (s.b.claim or s.b.trickle) and bad:
                 self._stream(206, body, start, end, size, ctype, head)
+                return
+            with s.lock:
+                cut = bad and s.b.cut > 0 and not head
+                s.b.cut -= cut
+            if cut:   # the headers and half the body, then the connection closed
+                self.send_response(206)
+                for k, v in {"Content-Range": f"bytes {start}-{end}/{size}", "Content-Length": str(len(body)),
+                             "Content-Type": ctype}.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self._write(body[:len(body) // 2])
+                self.wfile.flush()
+                self.close_connection = True
                 return
             self._send(206, body, {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes",
                                    "Content-Type": ctype}, head)

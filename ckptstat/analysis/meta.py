@@ -251,10 +251,7 @@ class MetaModel:
         import torch
         with quiet(), torch.device("meta"):
             self.model = cls._from_config(self.config, attn_implementation="eager", dtype=dtype).eval()
-        # no parameter asks for a gradient: FlopCounterMode's module tracker hooks every module input that does, and a
-        # weight viewed under no_grad has no grad_fn to hook (transformers 5.25's causal_conv1d fallback module: Mamba,
-        # Mamba 2, the hybrids raised "Expected gradient function to be set")
-        self.model.requires_grad_(False)
+        self.model.requires_grad_(False)   # FlopCounterMode's module hooks: a no_grad view of a weight has no grad_fn
         for mod in self.model.modules():   # a warning's look for padding in the ids (.item(): no meta kernel); no FLOP
             if hasattr(mod, "warn_if_padding_and_no_attention_mask"):
                 mod.warn_if_padding_and_no_attention_mask = lambda *args, **kwargs: None
@@ -574,7 +571,7 @@ def load(path: str, config: str | None = None, seqs: Collection[int] = (), flops
         if limit is None or all(n <= limit for n in seqs):
             if why is None:
                 return m
-            if not flops:   # (FLOPs refused: no active count either, the parameters a token runs being as unknown)
+            if not flops:   # the routing that decides the FLOPs decides which parameters run: no active count
                 return _without_flops(m, why)
         refusal = NoAnalyticModel(f"{path}: {why}: the {m.spec.family} op template describes its parameters, not its FLOPs"
                                   if why else f"{path}: the {m.spec.family} op template describes {m.spec.model_type} up to "

@@ -26,15 +26,34 @@ size, unless --allow-full-download. So the GET is made here, on the same session
 - a reply with a Content-Encoding (gzip, br, ...) although identity was asked is an error before a byte
   of its body is read: aiohttp would inflate it (a 1 MB gzip body is 1 GiB of zeros, spooled to disk
   under --allow-full-download before this check existed).
+
+Two clients apply these rules. Everything goes through aiohttp on fsspec's one event-loop thread, except value reads
+(`get` with `into`: a range of at least 1 MiB written into the caller's buffer, sources/remote.py `Blob.read_into`),
+which the calling thread makes itself with the standard library's http.client (sources/threaded.py), the body
+received straight into the caller's buffer: aiohttp's receive path on one thread bounded `stats` of a URL
+(docs/performance.md, "Remote: a network's latency"). The rules are written once, here, as plain functions both
+clients call: `decide` (what a status says: a redirect, a retry, an error, a reply to read), `examine` (a reply's
+headers checked before its body: Content-Range, Content-Length, Content-Encoding, 200, 416), `hop_headers`
+(Authorization dropped off the origin), `_Attempts` (retries, backoff, Retry-After, the deadline, the counts),
+`_keep_up` (the minimum rate), `overlong` / `short` (a body longer or shorter than announced), and `Slots`
+(at most SETTINGS.concurrency requests in flight to an origin, shared by both clients);
+sources/redirects.py `check` decides every hop of a redirect for both. SETTINGS.threaded_values = False sends value
+reads through aiohttp too.
 """
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import tempfile
+import threading
 import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import IO, Any
+from urllib.parse import urljoin
 
 from ..core.urls import redact
 from ..errors import CheckpointError, FileNotFound
@@ -86,38 +105,255 @@ class _Retry(Exception):
         self.last, self.wait = last, wait
 
 
-class HttpTransport:
-    """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session)."""
+# -- the policy both clients follow (aiohttp here, http.client in sources/threaded.py) ----------------------
 
-    def __init__(self) -> None:
+def decide(ask: _Ask, here: str, status: int, reason: str, headers: Any) -> str | None:
+    """What a reply's status says, before its body: the URL a redirect leads to (absolute; redirects.check decides
+    whether it is followed), or None for a reply to read (2xx, 416); raises _Retry for 429 and 5xx, and the one-line
+    error of any other status."""
+    if 300 <= status < 400 and headers.get("Location"):
+        return urljoin(here, str(headers["Location"]).strip())
+    if status in RETRY_STATUS:
+        raise _Retry(f"HTTP {status} {reason or ''}".rstrip(), _retry_after(headers.get("Retry-After"), SETTINGS.backoff))
+    if status >= 300 and status != 416:
+        raise status_error(ask.url, status, reason or "", ask.hint)
+    return None
+
+
+def hop_headers(first: str, there: str, headers: dict[str, str]) -> dict[str, str]:
+    """The headers sent to `there`, a redirect's target while reading `first`: a token never leaves its origin."""
+    if redirects.origin(there) != redirects.origin(first):
+        return {k: v for k, v in headers.items() if k.lower() != "authorization"}
+    return headers
+
+
+@dataclass
+class Head:
+    """What a reply's headers say, checked (`examine`) before a byte of its body is read."""
+
+    kind: str            # "empty" (416), "range" (206), "whole" (200: the small file from byte 0), "spool" (200, allowed)
+    total: int | None    # the file's size, when the server said it
+    ctype: str
+    etag: str | None
+    expected: int        # the body's bytes to read ("range", "whole"); "spool": Content-Length, or -1 when unknown
+
+
+def examine(ask: _Ask, status: int, headers: Any) -> Head:
+    """A 2xx or 416 reply's headers against the request (the module's rules): raises the one-line error of a reply
+    refused from its headers (Content-Encoding, a Content-Range or Content-Length claiming more than asked, a range
+    cut short, a server ignoring Range without --allow-full-download); else what the body holds."""
+    url, start, end = ask.url, ask.start, ask.end
+    ctype = str(headers.get("Content-Type", "")).partition(";")[0].strip()
+    m = _CONTENT_RANGE.fullmatch(str(headers.get("Content-Range", "")).strip())
+    total = int(m[3]) if m and m[3] != "*" else None
+    etag = version(headers)
+    if status == 416:
+        return Head("empty", total, ctype, etag, 0)
+    coding = str(headers.get("Content-Encoding", "identity")).strip().lower()
+    if coding not in ("", "identity"):   # asked for identity: a compressed body says nothing of the file's bytes
+        raise CheckpointError(redact(url), f"the server answered a range request with Content-Encoding "
+                                           f"{_quoted(headers.get('Content-Encoding'))} (identity was asked): its "
+                                           "body is not the file's bytes")
+    length = headers.get("Content-Length")
+    length = int(length) if length is not None and str(length).isdigit() else None
+    if status == 206:
+        # The reply must be the range asked, or its head (the file ends sooner): a Content-Range or a
+        # Content-Length claiming more is refused before a byte of the body is read.
+        last = int(m[2]) if m is not None and m[1] is not None else -1
+        if m is None or m[1] is None or int(m[1]) != start or not start <= last < end \
+                or (total is not None and last >= total) or (length is not None and length != last - start + 1):
+            raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
+                                               f"with Content-Range {_quoted(headers.get('Content-Range'))} and "
+                                               f"Content-Length {_quoted(headers.get('Content-Length'))}")
+        if total is not None and last + 1 < min(end, total):   # not the file's end: the server cut the range
+            raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} of "
+                                               f"the {total:,}-byte file with bytes {start}-{last} only")
+        return Head("range", total, ctype, etag, last - start + 1)
+    # 200: the server sent the whole file.
+    if start == 0 and length is not None and length <= end:
+        return Head("whole", length, ctype, etag, length)
+    if not SETTINGS.allow_full_download:
+        size = f"{length:,} bytes" if length is not None else "of unknown size"
+        raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
+                                           f"all of it ({size}); pass --allow-full-download to do so")
+    METER.count("full_downloads")
+    return Head("spool", None, ctype, etag, length if length is not None else -1)
+
+
+def overlong(url: str, expected: int) -> CheckpointError:
+    """A body longer than the bytes asked for (read no further)."""
+    return CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
+
+
+def short(n: int, expected: int) -> str:
+    """A body that ended before the bytes it announced: a dropped connection (retried)."""
+    return f"the reply ended after {n:,} of {expected:,} bytes"
+
+
+def spooled(url: str, n: int, expected: int) -> None:
+    """A whole download (--allow-full-download) that ended other than its Content-Length said."""
+    if expected >= 0 and n != expected:
+        raise CheckpointError(redact(url), f"the download ended after {n:,} of {expected:,} bytes")
+
+
+class _Attempts:
+    """The retries of one range GET, for either client: 429/5xx up to SETTINGS.retries times, timeouts and dropped
+    or refused connections up to SETTINGS.drop_retries times (a server that hangs up fails fast), each attempt counted
+    (METER.request) and every attempt and every wait within the command's deadline (Meter.time_left)."""
+
+    def __init__(self, url: str):
+        self.url, self.delay, self.last, self.server, self.dropped = url, SETTINGS.backoff, "", 0, 0
+
+    def start(self) -> float:
+        """Count an attempt about to be made; the seconds it may take."""
+        METER.request(self.url)
+        return METER.time_left(self.url)
+
+    def failed(self, e: BaseException) -> float:
+        """After an attempt failed with e (a _Retry, a timeout, a connection error): the seconds to wait before the
+        next, or the one-line error when none is left."""
+        if isinstance(e, _Retry):
+            self.last, wait, self.server = e.last, e.wait, self.server + 1
+            over = self.server > SETTINGS.retries
+        else:
+            timed_out = isinstance(e, (TimeoutError, asyncio.TimeoutError))
+            self.last = "timed out" if timed_out else f"connection failed ({type(e).__name__})"
+            wait, self.dropped = self.delay, self.dropped + 1
+            over = self.dropped > SETTINGS.drop_retries
+        if over:
+            raise CheckpointError(redact(self.url), f"{self.last}, after {self.server + self.dropped} attempts") from None
+        METER.count("retries")
+        wait = min(wait, METER.time_left(self.url))
+        self.delay = min(self.delay * 2, SETTINGS.backoff_cap)
+        return wait
+
+
+class _Waiter:
+    __slots__ = ("handed", "wake")
+
+    def __init__(self, wake: Callable[[], object]):
+        self.wake, self.handed = wake, False
+
+
+class Slots:
+    """At most n holders at once, first come first served, from threads (`hold`) and from coroutines on an event loop
+    (`async with`): one origin's requests in flight, counted across both clients. A released slot is handed to the
+    first waiter (never free while one waits)."""
+
+    def __init__(self, n: int):
+        self._lock = threading.Lock()
+        self._free = n
+        self._queue: deque[_Waiter] = deque()
+
+    def release(self) -> None:
+        with self._lock:
+            if not self._queue:
+                self._free += 1
+                return
+            w = self._queue.popleft()
+            w.handed = True
+        w.wake()
+
+    def _take(self, wake: Callable[[], object]) -> _Waiter | None:
+        """A slot now (None), or the waiter queued for the next."""
+        with self._lock:
+            if self._free > 0 and not self._queue:
+                self._free -= 1
+                return None
+            w = _Waiter(wake)
+            self._queue.append(w)
+            return w
+
+    def _give_up(self, w: _Waiter) -> bool:
+        """A waiter stops waiting: False when it was still queued (now removed), True when a slot was handed to it."""
+        with self._lock:
+            if not w.handed:
+                self._queue.remove(w)
+            return w.handed
+
+    @contextmanager
+    def hold(self, timeout: float) -> Iterator[None]:
+        """A slot for the `with` block, from a thread; TimeoutError when none comes within timeout seconds."""
+        event = threading.Event()
+        w = self._take(event.set)
+        if w is not None and not event.wait(max(timeout, 0.0)) and not self._give_up(w):
+            raise TimeoutError("no request slot within the deadline")
+        try:
+            yield
+        finally:
+            self.release()
+
+    async def __aenter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        got: asyncio.Future[None] = loop.create_future()
+        w = self._take(functools.partial(loop.call_soon_threadsafe, _resolve, got))
+        if w is None:
+            return
+        try:
+            await got
+        except BaseException:   # cancelled (the attempt's deadline): a slot handed meanwhile goes to the next
+            if self._give_up(w):
+                self.release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.release()
+
+
+def _resolve(f: asyncio.Future[None]) -> None:
+    if not f.done():
+        f.set_result(None)
+
+
+class HttpTransport:
+    """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session); value reads through
+    sources/threaded.py's client on the calling thread, under the same rules and slots."""
+
+    def __init__(self, values: Callable[[Callable[[str], Slots]], Any] | None = None) -> None:
+        """`values`: the value reads' client, made from `slot` on the first one (sources/remote.py hands it
+        sources/threaded.py's ThreadedClient, which imports this module: none here); None, aiohttp for them too."""
         import aiohttp
         from fsspec.implementations.http import HTTPFileSystem
 
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout, sock_read=SETTINGS.read_timeout)
-        # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only
+        # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only.
+        # (aiohttp's session does not read proxies from the environment: trust_env is False, fsspec leaves it so;
+        # the threaded client uses none either.)
         self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
-        self._slots: dict[tuple[str, str, int], asyncio.Semaphore] = {}   # (touched on fsspec's loop only)
+        self._slots: dict[tuple[str, str, int], Slots] = {}
+        self._lock = threading.Lock()
+        self._values = values
+        self._threads: Any = None   # the value reads' client, made on the first one
 
-    def _slot(self, url: str) -> asyncio.Semaphore:
-        """Held while one request to url's origin is in flight (each hop of a redirect its own): at most
-        SETTINGS.concurrency requests at once to a host, however the callers nest. Per host, so that the Hub's
+    def slot(self, url: str) -> Slots:
+        """Held while one request to url's origin is in flight (each hop of a redirect its own), by either client: at
+        most SETTINGS.concurrency requests at once to a host, however the callers nest. Per host, so that the Hub's
         resolve requests (answered with a redirect) do not hold the CDN's slots: the resolves of the next files
         go out while the CDN answers the last ones."""
         key = redirects.origin(url)
-        if key not in self._slots:
-            self._slots[key] = asyncio.Semaphore(SETTINGS.concurrency)
-        return self._slots[key]
+        with self._lock:
+            if key not in self._slots:
+                self._slots[key] = Slots(SETTINGS.concurrency)
+            return self._slots[key]
 
     def get(self, url: str, start: int, end: int, headers: dict[str, str] | None = None, hint: str = "",
             hosts: tuple[str, ...] = (), into: memoryview | None = None) -> Reply:
         """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py). With
-        `into` (end - start bytes, a value read), a 206's body is written there as it arrives, not joined into a
-        bytes object and copied again: the reply's body is then empty and `filled` says how many bytes came."""
-        from fsspec.asyn import sync
-
+        `into` (end - start bytes, a value read), the body is written there as it arrives, not joined into a bytes
+        object and copied again: the reply's body is then empty and `filled` says how many bytes came (a spooled
+        whole download aside). Value reads go through sources/threaded.py on this thread (SETTINGS.threaded_values)."""
         from ..core.files import external_allowed
 
         ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed(), into)
+        ask.headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
+        if into is not None and SETTINGS.threaded_values and self._values is not None:
+            with self._lock:
+                if self._threads is None:
+                    self._threads = self._values(self.slot)
+            threaded: Reply = self._threads.get(ask)
+            return threaded
+        from fsspec.asyn import sync
+
         reply: Reply = sync(self.fs.loop, self._get, ask)
         return reply
 
@@ -133,95 +369,40 @@ class HttpTransport:
         return [str(u) for u in found]
 
     async def _get(self, ask: _Ask) -> Reply:
-        """One range GET, retried: 429/5xx up to SETTINGS.retries times, timeouts and dropped or refused
-        connections up to SETTINGS.drop_retries times (a server that hangs up fails fast); every attempt and
-        every wait within the command's deadline (Meter.time_left)."""
+        """One range GET, retried as `_Attempts` says, each attempt within the deadline (asyncio.wait_for)."""
         import aiohttp
 
         session = await self.fs.set_session()
-        ask.headers.update({"Range": f"bytes={ask.start}-{ask.end - 1}", "Accept-Encoding": "identity"})
-        delay, last, server, dropped = SETTINGS.backoff, "", 0, 0
+        tries = _Attempts(ask.url)
         while True:
-            METER.request(ask.url)
-            wait = delay
+            left = tries.start()
             try:
-                return await asyncio.wait_for(self._attempt(session, ask), METER.time_left(ask.url))
-            except _Retry as e:
-                last, wait, server = e.last, e.wait, server + 1
-                if server > SETTINGS.retries:
-                    break
-            except (aiohttp.ClientError, asyncio.TimeoutError) as e:
-                last = "timed out" if isinstance(e, asyncio.TimeoutError) else f"connection failed ({type(e).__name__})"
-                dropped += 1
-                if dropped > SETTINGS.drop_retries:
-                    break
-            METER.retries += 1
-            await asyncio.sleep(min(wait, METER.time_left(ask.url)))
-            delay = min(delay * 2, SETTINGS.backoff_cap)
-        raise CheckpointError(redact(ask.url), f"{last}, after {server + dropped} attempts")
+                return await asyncio.wait_for(self._attempt(session, ask), left)
+            except (_Retry, aiohttp.ClientError, asyncio.TimeoutError) as e:
+                wait = tries.failed(e)
+            await asyncio.sleep(wait)
 
     async def _attempt(self, session: Any, ask: _Ask) -> Reply:
         """One attempt: the GET and the redirects the policy allows, one hop at a time."""
-        from urllib.parse import urljoin
-
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
-            async with self._slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
-                if 300 <= r.status < 400 and r.headers.get("Location"):
-                    there = urljoin(here, str(r.headers["Location"]).strip())
-                elif r.status in RETRY_STATUS:
-                    raise _Retry(f"HTTP {r.status} {r.reason or ''}".rstrip(), _retry_after(r.headers.get("Retry-After"),
-                                                                                          SETTINGS.backoff))
-                elif r.status >= 300 and r.status != 416:
-                    raise status_error(ask.url, r.status, r.reason or "", ask.hint)
-                else:
+            async with self.slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
+                there = decide(ask, here, r.status, r.reason or "", r.headers)
+                if there is None:
                     return await self._reply(r, ask, t0)
             await redirects.check(ask.url, here, there, ask.hosts, ask.allow_external)
-            if redirects.origin(there) != redirects.origin(ask.url):   # a token never leaves its origin
-                headers = {k: v for k, v in headers.items() if k.lower() != "authorization"}
-            here = there
+            headers, here = hop_headers(ask.url, there, headers), there
         raise CheckpointError(redact(ask.url), f"more than {redirects.MAX_REDIRECTS} redirects")
 
     async def _reply(self, r: Any, ask: _Ask, t0: float) -> Reply:
-        url, start, end = ask.url, ask.start, ask.end
-        ctype = str(r.headers.get("Content-Type", "")).partition(";")[0].strip()
-        m = _CONTENT_RANGE.fullmatch(str(r.headers.get("Content-Range", "")).strip())
-        total = int(m[3]) if m and m[3] != "*" else None
-        etag = version(r.headers)
-        if r.status == 416:
-            return Reply(b"", total, ctype, etag=etag)
-        coding = str(r.headers.get("Content-Encoding", "identity")).strip().lower()
-        if coding not in ("", "identity"):   # asked for identity: a compressed body says nothing of the file's bytes
-            raise CheckpointError(redact(url), f"the server answered a range request with Content-Encoding "
-                                               f"{_quoted(r.headers.get('Content-Encoding'))} (identity was asked): its "
-                                               "body is not the file's bytes")
-        length = r.headers.get("Content-Length")
-        length = int(length) if length is not None and str(length).isdigit() else None
-        if r.status == 206:
-            # The reply must be the range asked, or its head (the file ends sooner): a Content-Range or a
-            # Content-Length claiming more is refused before a byte of the body is read.
-            last = int(m[2]) if m is not None and m[1] is not None else -1
-            if m is None or m[1] is None or int(m[1]) != start or not start <= last < end \
-                    or (total is not None and last >= total) or (length is not None and length != last - start + 1):
-                raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} "
-                                                   f"with Content-Range {_quoted(r.headers.get('Content-Range'))} and "
-                                                   f"Content-Length {_quoted(r.headers.get('Content-Length'))}")
-            if total is not None and last + 1 < min(end, total):   # not the file's end: the server cut the range
-                raise CheckpointError(redact(url), f"the server answered a range request for bytes {start}-{end - 1} of "
-                                                   f"the {total:,}-byte file with bytes {start}-{last} only")
-            if ask.into is not None:
-                n = await self._read_into(r, url, last - start + 1, t0, ask.into)
-                return Reply(b"", total, ctype, etag=etag, filled=n)
-            body = await self._read(r, url, last - start + 1, t0)
-            return Reply(body, total, ctype, etag=etag)
-        # 200: the server sent the whole file.
-        if start == 0 and length is not None and length <= end:
-            return Reply(await self._read(r, url, length, t0), length, ctype, etag=etag)
-        if not SETTINGS.allow_full_download:
-            size = f"{length:,} bytes" if length is not None else "of unknown size"
-            raise CheckpointError(redact(url), f"the server ignores range requests: reading this file means downloading "
-                                               f"all of it ({size}); pass --allow-full-download to do so")
-        METER.full_downloads += 1
+        url, h = ask.url, examine(ask, r.status, r.headers)
+        if h.kind == "empty":
+            return Reply(b"", h.total, h.ctype, etag=h.etag)
+        if h.kind == "range" and ask.into is not None:
+            n = await self._read_into(r, url, h.expected, t0, ask.into)
+            return Reply(b"", h.total, h.ctype, etag=h.etag, filled=n)
+        if h.kind in ("range", "whole"):
+            return Reply(await self._read(r, url, h.expected, t0), h.total, h.ctype, etag=h.etag)
         spool = tempfile.TemporaryFile()
         try:
             n = 0
@@ -230,15 +411,14 @@ class HttpTransport:
                 n += len(piece)
                 METER.received(url, len(piece))
                 _keep_up(t0, n)
-                if length is not None and n > length:
+                if 0 <= h.expected < n:
                     break
-            if length is not None and n != length:
-                raise CheckpointError(redact(url), f"the download ended after {n:,} of {length:,} bytes")
+            spooled(url, n, h.expected)
         except BaseException:
             spool.close()
             raise
         spool.seek(0)
-        return Reply(b"", n, ctype, spool, etag)
+        return Reply(b"", n, h.ctype, spool, h.etag)
 
     async def _read(self, r: Any, url: str, expected: int, t0: float) -> bytes:
         """Exactly the body the reply announced, `expected` bytes (never more), in bounded pieces, at no less
@@ -251,10 +431,10 @@ class HttpTransport:
             n += len(piece)
             METER.received(url, len(piece))
             if n > expected:
-                raise CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
+                raise overlong(url, expected)
             _keep_up(t0, expected)
         if n < expected:
-            raise aiohttp.ClientPayloadError(f"the reply ended after {n:,} of {expected:,} bytes")
+            raise aiohttp.ClientPayloadError(short(n, expected))
         return b"".join(pieces)   # (one copy: a 16 MiB chunk of values is not grown and copied again)
 
     async def _read_into(self, r: Any, url: str, expected: int, t0: float, into: memoryview) -> int:
@@ -265,12 +445,12 @@ class HttpTransport:
         while piece := await r.content.readany():
             METER.received(url, len(piece))
             if n + len(piece) > expected:
-                raise CheckpointError(redact(url), f"the server sent more than the {expected:,} bytes asked for")
+                raise overlong(url, expected)
             into[n:n + len(piece)] = piece
             n += len(piece)
             _keep_up(t0, expected)
         if n < expected:
-            raise aiohttp.ClientPayloadError(f"the reply ended after {n:,} of {expected:,} bytes")
+            raise aiohttp.ClientPayloadError(short(n, expected))
         return n
 
 
@@ -281,17 +461,22 @@ class _Ask:
     url: str
     start: int
     end: int
-    headers: dict[str, str]
+    headers: dict[str, str]   # the caller's, with Range and Accept-Encoding: identity (HttpTransport.get)
     hint: str
     hosts: tuple[str, ...]
     allow_external: bool
     into: memoryview | None = None   # where a value read's body goes (HttpTransport.get)
 
 
+def keep_up_by(t0: float, n: int) -> float:
+    """When a reply of n bytes started at t0 must have ended: read_timeout + n / min_rate seconds after (`_keep_up`)."""
+    return t0 + SETTINGS.read_timeout + n / SETTINGS.min_rate
+
+
 def _keep_up(t0: float, n: int) -> None:
     """A reply of n bytes may take read_timeout + n / min_rate seconds: a server trickling a byte at a time
     (never silent for read_timeout, which is all aiohttp's sock_read sees) is a timeout."""
-    if time.monotonic() - t0 > SETTINGS.read_timeout + n / SETTINGS.min_rate:
+    if time.monotonic() > keep_up_by(t0, n):
         raise asyncio.TimeoutError
 
 

@@ -61,6 +61,11 @@ class Meter:
         if self.progress is not None:
             self.progress(total)
 
+    def count(self, name: str) -> None:
+        """One more retry or full download (`retries`, `full_downloads`), from any thread."""
+        with self._lock:
+            setattr(self, name, getattr(self, name) + 1)
+
     def reset(self) -> None:
         with self._lock:
             self.requests = self.bytes = self.retries = self.full_downloads = 0
@@ -99,6 +104,8 @@ class Settings:
     backoff: float = 0.5             # seconds before the first retry, doubling each time (Retry-After wins, capped)
     backoff_cap: float = 30.0
     concurrency: int = 32            # requests in flight at once to one host (twice as many files opened at once)
+    threaded_values: bool = True     # value reads (>= 1 MiB into the caller's buffer) made by the reading threads with
+                                     # http.client (sources/threaded.py); False: on aiohttp's one thread, as the rest
 
 
 SETTINGS = Settings()

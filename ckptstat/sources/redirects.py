@@ -96,3 +96,9 @@ async def check(first: str, here: str, there: str, hosts: Iterable[str], allow_e
                      "--allow-external follows it)")
     if to[1] != start[1] and await address_class(start[1]) == "public" and await address_class(to[1]) != "public":
         raise refuse("a public host may not redirect to a loopback, private or link-local address")
+
+
+def check_blocking(first: str, here: str, there: str, hosts: Iterable[str], allow_external: bool) -> None:
+    """`check` from a thread that runs no event loop (sources/threaded.py's value reads): the same rules, run to
+    their end on an event loop of its own."""
+    asyncio.run(check(first, here, there, hosts, allow_external))

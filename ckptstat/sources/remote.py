@@ -313,7 +313,9 @@ class Backend:
             if self._http is None:
                 _need("aiohttp")
                 _need("fsspec")
-                self._http = HttpTransport()
+                from .threaded import ThreadedClient
+
+                self._http = HttpTransport(values=ThreadedClient)
             return self._http
 
     def after_fork(self) -> None:

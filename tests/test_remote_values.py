@@ -1,0 +1,322 @@
+"""Issue 35: value reads (`stats` of a URL: ranges of at least 1 MiB into the chunk buffer) go through the threaded
+http.client path (sources/threaded.py), the headers and everything else through aiohttp (sources/http.py), under one
+policy. Every case on real loopback servers (tests/remote_server.py); the servers misbehave on the value requests only
+(`hostile_from`), so the headers are read and the values are what meets the lie. Each case runs with both clients
+for the values (`client`: "threaded", the default, and "aiohttp", SETTINGS.threaded_values off) and checks that both
+give the same report or the same one-line error. The server's log tells which client sent a request: aiohttp sends a
+User-Agent, http.client none. No wall-clock bounds here."""
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+import os
+import sys
+import threading
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+from remote_server import Server
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
+
+from ckptstat import sources
+from ckptstat.cli import main
+from ckptstat.sources import redirects
+from ckptstat.sources.http import Slots
+
+BIG = 1 << 20    # what the server counts as a value request (sources/remote.py DIRECT: reads fetched into the buffer)
+CLIENTS = ["threaded", "aiohttp"]
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """A safetensors file whose 16-bit tensors' values are read in ranges of 1-2 MiB into the chunk buffer (the 16-bit
+    kernel's reads, kernel16.py: `Blob.read_into`; F32 values are read through `pread`, on aiohttp), one tiny tensor
+    in the header's window, and a copy of it under another path (a redirect's target)."""
+    import torch
+    from safetensors.torch import save_file
+
+    root = tmp_path_factory.mktemp("values")
+    g = torch.Generator().manual_seed(0)
+    tensors = {"model.embed_tokens.weight": (torch.randn(1 << 20, generator=g) * 0.02).bfloat16().reshape(-1, 64),
+               "model.layers.0.mlp.up_proj.weight": torch.randn(1 << 20, generator=g).half().reshape(-1, 64),
+               "model.norm.weight": torch.randn(64, generator=g).half()}
+    for sub in ("m", "copy"):
+        (root / sub).mkdir()
+        save_file(tensors, str(root / sub / "model.safetensors"))
+    return str(root)
+
+
+def stats(capsys, *args: str) -> tuple[int, str, str]:
+    sources.reset()
+    rc = main(["stats", "--json", *args])
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+def plain(out: str, url: str = "", local: str = "") -> dict:
+    report = json.loads(out.replace(url, local) if url else out)
+    report.pop("seconds", None)
+    report.pop("fetched", None)
+    return report
+
+
+def use(monkeypatch, client: str) -> None:
+    monkeypatch.setattr(sources.SETTINGS, "threaded_values", client == "threaded")
+
+
+def value_requests(s: Server) -> list[tuple[str, str, str | None]]:
+    """(path, Range, User-Agent) of the requests for 1 MiB or more."""
+    out = []
+    for (_, path, r), agent in zip(s.log, s.agents):
+        if r.startswith("bytes="):
+            a, b = r[len("bytes="):].split("-")
+            if b and int(b) - int(a) + 1 >= BIG:
+                out.append((path, r, agent))
+    return out
+
+
+def threaded_sent(s: Server, client: str) -> None:
+    """The value requests came from the client asked for: http.client (no User-Agent) or aiohttp."""
+    vals = value_requests(s)
+    assert vals, s.log
+    assert all((agent is None) == (client == "threaded") for _, _, agent in vals), vals
+    assert all(agent is not None for (_, _, r), agent in zip(s.log, s.agents) if r == "bytes=0-65535")   # headers: aiohttp
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_values_over_either_client_equal_local(folder, capsys, monkeypatch, client):
+    use(monkeypatch, client)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder) as s:
+        rc, out, err = stats(capsys, s.url + "/m/")
+        assert rc == 0, err
+        assert plain(out, s.url, folder) == local
+        threaded_sent(s, client)
+        fetched = json.loads(out)["fetched"]
+        assert fetched["requests"] == sum(s.requests.values())   # (the server's bytes count the listing page too)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+@pytest.mark.parametrize("behaviour", [{"cut": 2}, {"failures": {"/m/model.safetensors": [429, 503]}, "retry_after": "0"},
+                                       {"redirects": {"/m/model.safetensors": "/copy/model.safetensors"}}],
+                         ids=["dropped-mid-body", "429-503", "redirect-same-origin"])
+def test_values_survive_what_is_retried_or_followed(folder, capsys, monkeypatch, client, behaviour):
+    """A reply cut mid-body (the connection closed after half of it), 429 then 503, a redirect within the origin: the
+    value reads retry or follow, and the report is the local folder's bit for bit."""
+    use(monkeypatch, client)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder, hostile_from=BIG, **copy.deepcopy(behaviour)) as s:
+        rc, out, err = stats(capsys, s.url + "/m/")
+        assert rc == 0, err
+        assert plain(out, s.url, folder) == local
+        threaded_sent(s, client)
+        retries = json.loads(out)["fetched"]["retries"]
+        if "redirects" in behaviour:
+            assert retries == 0 and {p for p, _, _ in value_requests(s)} == {"/m/model.safetensors",
+                                                                            "/copy/model.safetensors"}
+        else:
+            assert retries == 2
+
+
+def one_line(rc: int, err: str) -> str:
+    assert rc == 1 and err.count("\n") == 1 and "Traceback" not in err and "internal error" not in err, err
+    return err
+
+
+@pytest.mark.parametrize("behaviour, says", [
+    ({"claim": 4 << 30}, "answered a range request for bytes"),                 # Content-Range claims 4 GiB more
+    ({"overlong": 1 << 20}, "answered a range request for bytes"),              # a MiB more than its Content-Range
+    ({"short": 1 << 19}, "only"),                                               # a range cut short, the file goes on
+    ({"gzip": 1 << 20}, "Content-Encoding 'gzip'"),                              # identity asked
+    ({"failures": {"/m/model.safetensors": [503] * 10}}, "HTTP 503 Service Unavailable, after 3 attempts"),
+    ({"cut": 10}, "connection failed"),                          # every value reply cut: retried, gives up
+    ({"redirects": {"/m/model.safetensors": "file:///etc/passwd"}}, "refused a redirect to file:///etc/passwd"),
+    ({"ranges": False}, "the server ignores range requests"),                  # 200, the whole file
+], ids=["claim", "overlong", "short", "gzip", "503", "cut-always", "redirect-file", "ignores-range"])
+def test_values_refused_as_both_clients_refuse_them(folder, capsys, monkeypatch, behaviour, says):
+    """A server lying about the values (or failing them) gets the same one-line error from the threaded client as from
+    aiohttp, and the threaded client read nothing of a body refused from its headers."""
+    errors = {}
+    for client in CLIENTS:
+        use(monkeypatch, client)
+        with Server(folder, hostile_from=BIG, **copy.deepcopy(behaviour)) as s:
+            rc, out, err = stats(capsys, s.url + "/m/")
+            errors[client] = one_line(rc, err).replace(s.url, "URL")
+            threaded_sent(s, client)
+            if "claim" in behaviour or "overlong" in behaviour or "gzip" in behaviour:
+                assert sources.METER.bytes < BIG   # the headers' window only: nothing of a refused value body
+    assert says in errors["threaded"]
+    if "cut" in behaviour:   # (the exception's name differs: http.client's IncompleteRead, aiohttp's ClientPayloadError)
+        errors = {k: v.split(" (")[0] for k, v in errors.items()}
+    assert errors["threaded"] == errors["aiohttp"]
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_value_reply_of_the_whole_file_is_spooled_when_allowed(folder, capsys, monkeypatch, client):
+    """The server answers the value requests with the whole file (200): with --allow-full-download it is spooled (one
+    full download a value read) and the report is the local one."""
+    use(monkeypatch, client)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder, hostile_from=BIG, ranges=False) as s:
+        rc, out, err = stats(capsys, "--allow-full-download", s.url + "/m/")
+        assert rc == 0, err
+        assert plain(out, s.url, folder) == local
+        assert json.loads(out)["fetched"]["full_downloads"] == len(value_requests(s)) >= 1   # (then read from the spool)
+        threaded_sent(s, client)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_trickling_value_reply_is_a_timeout(folder, capsys, monkeypatch, client):
+    """A server sending the values a byte every 50 ms, never silent for read_timeout: the reply's rate fails it
+    (min_rate raised so that the test waits read_timeout, not a MiB at 64 KiB/s)."""
+    use(monkeypatch, client)
+    monkeypatch.setattr(sources.SETTINGS, "read_timeout", 0.3)
+    monkeypatch.setattr(sources.SETTINGS, "min_rate", 1 << 30)
+    with Server(folder, hostile_from=BIG, trickle=0.05) as s:
+        rc, out, err = stats(capsys, s.url + "/m/")
+        assert "timed out, after 3 attempts" in one_line(rc, err)
+        threaded_sent(s, client)
+
+
+def test_a_trickling_value_reply_meets_the_deadline(folder, capsys):
+    with Server(folder, hostile_from=BIG, trickle=0.2) as s:
+        rc, out, err = stats(capsys, "--limit", "remote_seconds=2", s.url + "/m/")
+        assert "gave up" in one_line(rc, err) and "--limit remote_seconds" in err
+        threaded_sent(s, "threaded")
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_value_redirect_off_the_origin_is_refused(folder, capsys, monkeypatch, client):
+    """The values redirected to another port: refused unless --allow-external (then followed, the report the local
+    one); the other server hears of it only then."""
+    use(monkeypatch, client)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder) as inner, \
+            Server(folder, hostile_from=BIG, redirects={"/m/model.safetensors": inner.url + "/m/model.safetensors"}) as outer:
+        rc, out, err = stats(capsys, outer.url + "/m/")
+        assert "another host or port" in one_line(rc, err) and "--allow-external" in err
+        assert inner.requests["GET"] == 0
+        rc, out, err = stats(capsys, "--allow-external", outer.url + "/m/")
+        assert rc == 0, err
+        assert plain(out, outer.url, folder) == local
+        threaded_sent(inner, client)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_public_value_host_never_redirects_inside(folder, capsys, monkeypatch, client):
+    """127.0.0.1 played as a public host (redirects.address_class replaced, as tests/test_remote_policy.py does), the
+    values redirected to `localhost`: refused even with --allow-external, by the threaded client's check too."""
+    use(monkeypatch, client)
+    real = redirects.address_class
+
+    async def played(host: str) -> str:
+        return "public" if host == "127.0.0.1" else await real(host)
+
+    monkeypatch.setattr(redirects, "address_class", played)
+    with Server(folder) as inner, Server(folder, hostile_from=BIG, redirects={
+            "/m/model.safetensors": f"http://localhost:{inner.url.rsplit(':', 1)[1]}/m/model.safetensors"}) as outer:
+        rc, out, err = stats(capsys, "--allow-external", outer.url + "/m/")
+        assert "public host may not redirect to a loopback" in one_line(rc, err)
+        assert inner.requests["GET"] == 0
+        threaded_sent(outer, client)
+
+
+def test_hf_values_reach_the_cdn_without_the_token(folder, capsys, monkeypatch):
+    """hf://: every value read is the Hub's resolve route (the token sent), redirected to the CDN (another origin: the
+    token dropped), both hops by the threaded client; the report is the local one."""
+    from ckptstat.sources import hub
+    from ckptstat.sources.threaded import ThreadedClient
+
+    token = "hf_test_token_0123456789"
+    repos = {"org/m": os.path.join(folder, "m")}
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder, hub=repos) as cdn, Server(folder, token=token, hub=repos, cdn=cdn.url) as api:
+        monkeypatch.setenv("HF_ENDPOINT", api.url)
+        monkeypatch.setenv("HF_TOKEN", token)
+        monkeypatch.setattr(hub, "HUB_HOSTS", hub.HUB_HOSTS + (f"127.0.0.1:{cdn.url.rsplit(':', 1)[1]}",))
+        calls = []
+        real = ThreadedClient.get
+        monkeypatch.setattr(ThreadedClient, "get", lambda self, ask: calls.append(ask.url) or real(self, ask))
+        rc, out, err = stats(capsys, "hf://org/m")
+        assert rc == 0, err
+        assert plain(out, "hf://org/m", os.path.join(folder, "m")) == local
+        values = {r for _, r, _ in value_requests(cdn)}   # (hf:// sends huggingface_hub's User-Agent: counted instead)
+        assert len(calls) == len(values) == 2
+        resolves = [a for (_, p, r), a, agent in zip(api.log, api.auth_seen, api.agents) if r in values]
+        assert len(resolves) == len(values)   # each value read's first hop: the Hub's resolve route
+        assert all(a == f"Bearer {token}" for a in resolves)   # ... with the token (the stand-in answers 401 without)
+
+        assert set(cdn.auth_seen) == {None}   # the CDN's: never
+
+
+def test_requests_in_flight_stay_bounded_across_both_clients(tmp_path, capsys, monkeypatch):
+    """SETTINGS.concurrency is an origin's bound for both clients together: stats of many shards, their headers read
+    by aiohttp while other shards' values are read by the threaded client, each request answered after 50 ms."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    monkeypatch.setattr(sources.SETTINGS, "concurrency", 3)
+    weight_map = {}
+    for i in range(8):
+        shard = f"model-{i + 1:05d}-of-00008.safetensors"
+        save_file({f"layers.{i}.weight": np.full((1 << 19, 2), i, np.float16)}, str(tmp_path / shard))   # 2 MiB
+        weight_map[f"layers.{i}.weight"] = shard
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    with Server(str(tmp_path), stall=0.05) as s:
+        rc, out, err = stats(capsys, s.url + "/model.safetensors.index.json")
+        assert rc == 0, err
+        assert [t["mean"] for t in json.loads(out)["tensors"]] == [float(i) for i in range(8)]
+        threaded_sent(s, "threaded")
+        assert s.max_in_flight <= 3
+
+
+def test_slots_bound_threads_and_coroutines_together():
+    """sources/http.py Slots: holders from threads and from an event loop's coroutines together never exceed n; a
+    waiter that times out (a thread) or is cancelled (a coroutine) leaves no slot taken."""
+    slots, lock, held, peak = Slots(3), threading.Lock(), [0], [0]
+
+    def enter() -> None:
+        with lock:
+            held[0] += 1
+            peak[0] = max(peak[0], held[0])
+
+    def leave() -> None:
+        with lock:
+            held[0] -= 1
+
+    def thread_work() -> None:
+        for _ in range(50):
+            with slots.hold(60):
+                enter()
+                threading.Event().wait(0.001)
+                leave()
+
+    async def coro_work() -> None:
+        for _ in range(50):
+            async with slots:
+                enter()
+                await asyncio.sleep(0.001)
+                leave()
+
+    async def both() -> None:
+        await asyncio.gather(*(coro_work() for _ in range(4)), *(asyncio.to_thread(thread_work) for _ in range(4)))
+
+    asyncio.run(both())
+    assert 1 <= peak[0] <= 3 and held[0] == 0
+
+    with slots.hold(1), slots.hold(1), slots.hold(1):   # all taken: a fourth times out, one cancelled gives up
+        with pytest.raises(TimeoutError), slots.hold(0.01):
+            pass
+
+        async def cancelled() -> None:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(slots.__aenter__(), 0.01)
+
+        asyncio.run(cancelled())
+    for _ in range(3):   # every slot free again
+        with slots.hold(0):
+            pass
+    with slots.hold(0), slots.hold(0), slots.hold(0):
+        pass
