@@ -377,8 +377,8 @@ class MetaModel:
         top_k / num_experts, the rest whole; None for a model without routed experts."""
         k = next((getattr(self.text_config, a) for a in ("num_experts_per_tok", "moe_topk", "top_k")
                   if isinstance(getattr(self.text_config, a, None), int)), None)
-        routed = [mod for mod in self.model.modules() if isinstance(getattr(mod, "num_experts", None), int)
-                  and mod.num_experts > 0 and any(p.dim() == 3 and p.shape[0] == mod.num_experts for p in mod.parameters(recurse=False))]
+        routed = [mod for mod in self.model.modules() if isinstance(E := getattr(mod, "num_experts", None), int) and E > 0
+                  and any(p.dim() == 3 and p.shape[0] == E for p in mod.parameters(recurse=False))]
         if not routed or not k:
             return None
         out = self.params
