@@ -284,7 +284,9 @@ def test_fused_experts_of_a_torch_save_are_found_and_counted(family: Family, sam
     # under mlp (GraniteMoE's under block_sparse_moe, Jamba's and LFM2-MoE's under feed_forward; NemotronH's plain
     # experts under mixer, up_proj alone)
     assert any(n.endswith((".experts.gate_up_proj", ".experts.up_proj")) for n in names)
-    assert detect(names, None).family == (sample.detected_as or family.name)
+    # the in-memory names may show the family where save_pretrained's do not (MiniCPM 5 MoE's q_gate_proj)
+    shown = any(re.search(family.signature, n) for n in names)
+    assert detect(names, None).family == (family.name if shown else sample.detected_as or family.name)
     if sample.infer:
         assert predict_params(from_tensors(family.name, names))["total"] == sum(p.numel() for p in model.parameters())
 
