@@ -38,15 +38,15 @@ TWO_LN = replace(FALCON, parallel_mlp_norm=True, paths=replace(FALCON.paths, att
 SEQUENTIAL = replace(FALCON, placement="pre", gguf_renames=(("ffn_norm", None),))
 
 
-def _name(norms: str, new: bool, alibi: bool) -> str:
-    return "falcon" + norms + "_new" * new + "_alibi" * alibi
+def _name(norms: str, alibi: bool) -> str:
+    return "falcon" + norms + "_alibi" * alibi
 
 
-# every layout FalconConfig can run: the norms (one, two, sequential) x new_decoder_architecture x ALiBi; 7B's first
+# every layout FalconConfig can run: the norms (one, two, sequential) x ALiBi (new_decoder_architecture changes only the
+# K/V head count, the spec's: ArchSpec.kv_heads); 7B's first
 _LAYOUTS = layout.Layouts({
-    _name(norms, new, alibi): replace(lay, positions="alibi" if alibi else "rotary", unused_rotary=alibi)
-    for norms, lay, news in (("", FALCON, (False, True)), ("_ln2", TWO_LN, (True,)), ("_seq", SEQUENTIAL, (False,)))
-    for new in news for alibi in (False, True)})
+    _name(norms, alibi): replace(lay, positions="alibi" if alibi else "rotary", unused_rotary=alibi)
+    for norms, lay in (("", FALCON), ("_ln2", TWO_LN), ("_seq", SEQUENTIAL)) for alibi in (False, True)})
 
 
 def from_config(c: Cfg) -> ArchSpec:
@@ -66,7 +66,7 @@ def from_config(c: Cfg) -> ArchSpec:
                     context=c.int("max_position_embeddings", default=0),
                     activation=str(c.get("activation", default="gelu")), qkv_bias=bias, o_bias=bias, mlp_bias=bias,
                     tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
-                    layout=_name(norms, new, bool(c.get("alibi", default=False))), **c.common)
+                    layout=_name(norms, bool(c.get("alibi", default=False))), **c.common)
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -75,7 +75,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     every released Falcon (or the largest d for which (a + 2g) d is the width); rotary assumed, never ALiBi."""
     two_ln = infer.has(T, layout.pattern(TWO_LN, "attn_norm_2"))
     norms = "_ln2" if two_ln else "_seq" if infer.has(T, layout.pattern(SEQUENTIAL, "ffn_norm")) else ""
-    s = layout.spec_from_tensors(_LAYOUTS.by_type[_name(norms, two_ln, False)], T, common)
+    s = layout.spec_from_tensors(_LAYOUTS.by_type[_name(norms, False)], T, common)
     h, qkv = s.hidden, infer.shape(T, layout.pattern(FALCON, "attn_qkv"), "query_key_value")[0]
     mq = not two_ln and qkv != 3 * h and (qkv - h) % 2 == 0 and h % ((qkv - h) // 2 or 1) == 0 and qkv < 3 * h
     new = two_ln or (qkv != 3 * h and not mq)
@@ -85,7 +85,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
         d = next((x for x in (64, 128, 32, 16, 8, 4, 2, 1) if h % x == 0 and qkv % x == 0 and (qkv // x - h // x) % 2 == 0), 1)
     a = h // d
     g = (qkv // d - a) // 2 if new else a if qkv == 3 * h else 1
-    return replace(s, heads=a, kv_heads=g, head_dim=d, layout=_name(norms, new and norms != "_seq", False),
+    return replace(s, heads=a, kv_heads=g, head_dim=d, layout=_name(norms, False),
                    assumptions=(f"no config: head_dim assumed {d}, rotary positions (not ALiBi)",))
 
 
