@@ -12,7 +12,10 @@ warm (every file is read once first):
 - ckptstat stats FILE --json (1 worker), and -w 2 on the many-tensor file;
 - with --only workers (issue 35's yardstick: a warm 2 GB bf16 file within 2x of reading it), the floors of
   reading each file: `cat FILE > /dev/null` and a plain Python loop reading it into one 16 MiB buffer
-  (readinto), beside ckptstat -w1 and -w2 on the 1 MiB-tensor file and on the 16 MiB-tensor BF16 file.
+  (readinto), beside ckptstat -w1 and -w2 on the 1 MiB-tensor file and on the 16 MiB-tensor BF16 file; and the
+  floor of any `-w2` of this design on this machine: the start of a `stats` (of a 1 MiB file) plus half the compiled
+  count's time for the file's values at its best (from the L2 cache: no file, no page fault), as if two cores each
+  counted half at full speed.
 
 Contenders are alternated: each round runs every contender once, and the median of the rounds is kept.
 
@@ -77,6 +80,19 @@ with open(sys.argv[1], "rb", buffering=0) as f:
         pass
 '''
 
+COUNT_FLOOR = r'''
+import sys, time
+import numpy as np
+from ckptstat.analysis.stats import _count16
+bits = ((np.random.default_rng(0).standard_normal(1 << 19).astype(np.float32) * 0.02).view(np.uint32) >> 16).astype(np.uint16)
+hist = np.zeros(65536, dtype=np.int64)
+_count16.add(bits, hist)   # 1 MiB of N(0, 0.02) patterns, counted again and again from the L2 cache: no file, no fault
+t = time.perf_counter()
+for _ in range(int(sys.argv[1]) // 2 // bits.size):
+    _count16.add(bits, hist)
+print(time.perf_counter() - t)
+'''
+
 BANDWIDTH = r'''
 import time, numpy as np
 a = np.ones(256 << 20, dtype=np.uint8)
@@ -119,14 +135,15 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = os.path.join(WORK, "pyc")
     files = {}
-    wanted = {"dtypes": ("f32", "f16", "bf16"), "workers": ("bf16", "bf16-many")}.get(
+    wanted = {"dtypes": ("f32", "f16", "bf16"), "workers": ("bf16", "bf16-many", "start")}.get(
         args.only, ("f32", "f16", "bf16", "bf16-many"))
-    for name, dtype, tensor_mb in (("f32", "F32", 16), ("f16", "F16", 16), ("bf16", "BF16", 16),
-                                   ("bf16-many", "BF16", 1)):
+    for name, dtype, tensor_mb, size_mb in (("f32", "F32", 16, args.size_mb), ("f16", "F16", 16, args.size_mb),
+                                            ("bf16", "BF16", 16, args.size_mb), ("bf16-many", "BF16", 1, args.size_mb),
+                                            ("start", "BF16", 1, 1)):
         if name not in wanted:
             continue
         # built in a child, so that this measuring parent stays small
-        files[name] = subprocess.run([py, __file__, "--build", f"{name}-{args.size_mb}mb", dtype, str(args.size_mb),
+        files[name] = subprocess.run([py, __file__, "--build", f"{name}-{size_mb}mb", dtype, str(size_mb),
                                       str(tensor_mb)], check=True, capture_output=True, text=True).stdout.strip()
         with open(files[name], "rb") as f:   # warm the page cache
             while f.read(64 << 20):
@@ -143,6 +160,7 @@ def main() -> None:
                                                           ("BF16, 16 MiB tensors", "bf16"))
                 for who, cmd in (("cat", ["cat"]), ("python readinto", [py, "-c", READ_LOOP]),
                                  ("ckptstat -w1", ck + ["-w", "1"]), ("ckptstat -w2", ck + ["-w", "2"]))]
+        runs.append(("a 1 MiB file (the start)", "start", "ckptstat -w1", ck + ["-w", "1"]))
     elif args.only:
         runs = [r for r in runs if r[1] != "bf16-many"]
     fulls = []
@@ -183,11 +201,23 @@ def main() -> None:
         cells = [label, who, f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s", f"{size / 2**20 / r['wall_s']:.0f} MiB/s",
                  f"{r['wall_s'] / ref['wall_s']:.2f}x"]
         if floor:
-            cells.append(f"{r['wall_s'] / floor[label]['wall_s']:.2f}x")
+            cells.append(f"{r['wall_s'] / (floor.get(label) or floor['BF16, 16 MiB tensors'])['wall_s']:.2f}x")
         cells += [f"{r['cpu_s'] / ref['cpu_s']:.2f}x", f"{r['rss_mib']:.0f} MiB"]
         if floor:
             cells.append(", ".join(f"{w:.2f}" for w in r["walls"]))
         lines.append("| " + " | ".join(cells) + " |")
+    if args.only == "workers":
+        counts = sorted(float(subprocess.run([py, "-c", COUNT_FLOOR, str(os.path.getsize(files["bf16"]))], env=env,
+                                             cwd=WORK, check=True, capture_output=True, text=True).stdout)
+                        for _ in range(args.repeat))
+        start, count = w1["a 1 MiB file (the start)"]["wall_s"], counts[len(counts) // 2]
+        best = start + count / 2
+        lines += ["", f"The floor of this design's `-w2` on this machine: the start ({start:.2f} s, `stats` of a 1 MiB "
+                  f"file) + half the compiled count of the 16 MiB-tensor file's {os.path.getsize(files['bf16']) // 2:,} "
+                  f"values at its best ({count:.2f} s in one process from the L2 cache, median of {len(counts)}; "
+                  f"{count / (os.path.getsize(files['bf16']) / 2) * 1e9:.2f} ns a value) = **{best:.2f} s, "
+                  f"{best / floor['BF16, 16 MiB tensors']['wall_s']:.2f}x `cat`**, as if two cores each counted half "
+                  "at full speed with no page fault."]
     lines += ["", "On the many-tensor rows (and every row of --only workers) the reference is `ckptstat -w1` (so "
               "`-w2`'s wall ratio is 1 / speed-up).",
               "Goals (issue 22): ckptstat <= 0.5x the numpy pass on F32, F16 and BF16; -w2 >= 1.7x faster than -w1. "

@@ -4,6 +4,7 @@ and numpy's reductions and np.quantile over them."""
 from __future__ import annotations
 
 import math
+import mmap
 import os
 
 import numpy as np
@@ -211,24 +212,56 @@ def test_16_bit_tensors_at_odd_offsets(tmp_path, counter):
         _check_row(rows[k], x, exact=True)
 
 
-def test_a_large_tensor_is_mapped_a_chunk_at_a_time(tmp_path):
-    """Memory stays a chunk or two whatever the tensor's size: while the count runs, at most two of the file's
-    mappings exist (the kernel's, and the next one's being made), each at most a chunk and a page long."""
+def test_a_large_tensor_is_mapped_a_window_at_a_time(tmp_path, monkeypatch):
+    """Memory stays a window or two whatever the tensor's size: while the count runs, at most two of the file's
+    mappings exist (the window the last chunk views, and the next one's being made), each at most a window and a
+    page long; consecutive chunks share a window; none is left once the run lets its window go."""
     path = str(tmp_path / "big.safetensors")
     save_file({"w": torch.ones(1 << 20, dtype=torch.bfloat16)}, path)
     ckpt = open_checkpoint(path)
-    chunk = 64 << 10
-    seen = []
+    chunk, window = 64 << 10, 256 << 10
+    monkeypatch.setattr(k16.Windows, "WINDOW", window)
+    seen, mapped = [], set()
     for bits in bits16_chunks(ckpt, ckpt["w"], chunk):
         maps = [line.split()[0] for line in open("/proc/self/maps") if line.rstrip().endswith(os.path.basename(path))]
         seen.append(len(maps))
+        mapped.update(maps)
         for m in maps:
             lo, hi = (int(x, 16) for x in m.split("-"))
-            assert hi - lo <= chunk + 2 * os.sysconf("SC_PAGE_SIZE")
+            assert hi - lo <= window + os.sysconf("SC_PAGE_SIZE")
         assert bits.size == chunk // 2
     assert len(seen) == ckpt["w"].nbytes // chunk and max(seen) <= 2
+    assert len(mapped) <= ckpt["w"].nbytes // window + 2   # (a window per 256 KiB, not a mapping per chunk)
     del bits
+    k16.WINDOWS.clear()
     assert not [line for line in open("/proc/self/maps") if line.rstrip().endswith(os.path.basename(path))]
+
+
+def test_consecutive_tensors_share_a_window_and_a_run_lets_it_go(tmp_path, monkeypatch):
+    """Small tensors of one file are views of one mapping (a mapping per tensor cost a third of a 1 MiB tensor's
+    count); `stats` leaves none behind; the counts are numpy's."""
+    path = str(tmp_path / "many.safetensors")
+    g = torch.Generator().manual_seed(5)
+    t = {f"t{i}": (torch.randn(3000 + i, generator=g) * 0.02).to(torch.bfloat16) for i in range(40)}
+    save_file(t, path)
+    ckpt = open_checkpoint(path)
+    mappings = []
+    real = mmap.mmap
+
+    def counted(*args: object, **kw: object) -> mmap.mmap:
+        mappings.append(args)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(k16.mmap, "mmap", counted)
+    for name, x in t.items():
+        want = np.bincount(x.view(torch.int16).numpy().view(np.uint16), minlength=1 << 16)
+        assert np.array_equal(k16.hist16(ckpt, ckpt[name], 1 << 20), want)
+    assert len(mappings) == 1
+    monkeypatch.undo()
+    k16.WINDOWS.clear()
+    rows = collect(open_checkpoint(path)).report["tensors"]
+    assert len(rows) == len(t)
+    assert not [line for line in open("/proc/self/maps") if line.rstrip().endswith("many.safetensors")]
 
 
 def test_a_file_truncated_while_its_mapped_chunk_is_counted_is_one_error(tmp_path, monkeypatch):
@@ -420,3 +453,18 @@ def test_f16_npy_of_either_byte_order(tmp_path, order, counter):
     np.save(path, x)
     [row] = collect(open_checkpoint(path), all_roles=True, chunk_bytes=10_000).report["tensors"]
     _check_row(row, torch.from_numpy(x.astype(np.float16)), exact=True)
+
+
+def test_chunk_buffers_are_shared_by_size_class():
+    """A URL's chunk buffers are kept by size class (a multiple of 1 MiB; 64 KiB below it): a shard's tensors of
+    slightly different sizes reuse one buffer, and no more than the cap is kept."""
+    b = k16.Buffers(4 << 20)
+    first = b.take(2_031_776)
+    assert first.size == 2 << 20
+    b.give(first)
+    again = b.take(2_097_152)
+    assert again.ctypes.data == first.ctypes.data and b.kept == 0
+    assert b.take(1000).size == 64 << 10 and b.take(1 << 16).size == 64 << 10 and b.take(0).size == 64 << 10
+    for buf in [again, b.take(3 << 20)]:
+        b.give(buf)
+    assert b.kept == 2 << 20   # (the 3 MiB one over the cap: let go)

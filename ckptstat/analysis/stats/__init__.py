@@ -54,7 +54,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
 )
 from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
 from .csv_table import CSV_FIELDS, csv_pieces, to_csv  # noqa: F401  (re-exported)
-from .kernel16 import BITS16, BUFFERS, acc_from_hist16, hist16, parts, tensor_stats16
+from .kernel16 import BITS16, BUFFERS, REMOTE_BUDGET, WINDOWS, acc_from_hist16, hist16, parts, tensor_stats16
 from .kernel32 import tensor_stats32
 from .tiny import run_stats, units
 
@@ -68,11 +68,12 @@ QUANTILE_RULE = (
     "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
     "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
     "float64 values are first rounded to float32")
-# Units a URL's stats reads at once, and the bytes of values they may hold (each a buffer of at most a chunk, which
-# its values are fetched straight into: sources/remote.py `Blob.read_into`): the round trips (50 ms to a distant
-# Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the checkpoint.
-REMOTE_AHEAD = 16
-REMOTE_BUDGET = 48 << 20
+# Units a URL's stats reads at once, and the bytes of values they may hold (REMOTE_BUDGET, kernel16.py: each a buffer
+# of at most a chunk, which its values are fetched straight into: sources/remote.py `Blob.read_into`): the round trips
+# (50 ms to a distant Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the
+# checkpoint. A link's bytes in flight are its rate times the round trip: 64 MiB is 1.3 GB/s at 50 ms (48 MiB and 16
+# units held 10-14 requests in flight, 0.6 GB/s at 50 ms: bench/results/remote_latency.md, 2026-12-03 thirteenth session).
+REMOTE_AHEAD = 32
 # A 16-bit tensor of several chunks of at least this many bytes is read as its chunks at once (kernel16.parts): a
 # read this large is one range request straight into its buffer (sources/remote.py DIRECT), whatever the order.
 REMOTE_PART = 1 << 20
@@ -234,7 +235,8 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
         else:
             yield from map(one, spans)
     finally:
-        BUFFERS.clear()   # (the chunk buffers kept for reuse: a long-lived process holds none between runs)
+        BUFFERS.clear()   # (the chunk buffers kept for reuse, the file mapped last: a long-lived process holds none
+        WINDOWS.clear()   # between runs)
 
 
 class _Part(NamedTuple):

@@ -69,24 +69,54 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
 
 def mapped_chunks(info: TensorInfo, chunk_bytes: int, dtype: str) -> Iterator[np.ndarray]:
     """A plain tensor of a local file (see plain()) as arrays of `dtype` over its stored bytes, about chunk_bytes at
-    a time, each mapped from the file on its own: a chunk is unmapped when its array is freed (the caller drops it
-    before taking the next), so the pages mapped stay a chunk or two, whatever the tensor's size. A read past the
-    file's end through a mapping is a SIGBUS, not an error: the file's size is checked against the tensor's end first,
-    and a file that shrinks afterwards (truncated by another process while it is counted) is caught by the compiled
-    count's guard (_count16.c), an OSError, so only the compiled count reads mapped chunks."""
+    a time, each a view of the file's mapped window (WINDOWS). A read past the file's end through a mapping is a
+    SIGBUS, not an error: a window never reaches past the file's size when it was mapped, a tensor whose end the file
+    does not hold is an error first, and a file that shrinks afterwards (truncated by another process while it is
+    counted) is caught by the compiled count's guard (_count16.c), an OSError, so only the compiled count reads mapped
+    chunks."""
     check_expansion(info)
     width = np.dtype(dtype).itemsize
     step = max(width, chunk_bytes // width * width)
     assert info.offset is not None
-    with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
-        size = os.fstat(f.fileno()).st_size
-        if info.offset + info.nbytes > size:
-            raise _ends_first(info, info.nbytes, info.offset)
+    with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
         for at in range(info.offset, info.offset + info.nbytes, step):
             want = min(step, info.offset + info.nbytes - at)
-            base = at - at % mmap.ALLOCATIONGRANULARITY
-            view = mmap.mmap(f.fileno(), at + want - base, offset=base, access=mmap.ACCESS_READ)
+            view, base = WINDOWS.over(info, at, want)
             yield np.frombuffer(view, dtype=dtype, count=want // width, offset=at - base)
+
+
+class Windows:
+    """The window of a local file a thread last mapped (at least WINDOW bytes, up to the file's end when it was
+    mapped): consecutive tensors of one file are views of one mapping, where a mapping per tensor cost an open, an
+    fstat, an mmap and an munmap each (~0.1 ms: a third of a 1 MiB tensor's count). A window is unmapped once no
+    array views it and the thread has moved on, so the pages mapped stay a window or two, whatever the file."""
+
+    WINDOW = 16 << 20
+
+    def __init__(self) -> None:
+        self.local = threading.local()
+
+    def over(self, info: TensorInfo, at: int, want: int) -> tuple[mmap.mmap, int]:
+        """A mapping of info.file holding the bytes [at, at + want), and the file offset it starts at."""
+        last = getattr(self.local, "last", None)
+        if last is not None and last[0] == info.file and last[2] <= at and at + want <= last[2] + len(last[1]):
+            return last[1], last[2]
+        self.local.last = None   # (let the last window go before mapping the next)
+        with open_regular(info.file) as f:
+            size = os.fstat(f.fileno()).st_size
+            if at + want > size:
+                raise _ends_first(info, info.nbytes, info.offset or 0)
+            base = at - at % mmap.ALLOCATIONGRANULARITY
+            view = mmap.mmap(f.fileno(), min(size - base, max(at + want - base, self.WINDOW)), offset=base,
+                             access=mmap.ACCESS_READ)
+        self.local.last = (info.file, view, base)
+        return view, base
+
+    def clear(self) -> None:
+        self.local.last = None
+
+
+WINDOWS = Windows()   # (analysis/stats/ clears the calling thread's when a stats run ends)
 
 
 def _ends_first(info: TensorInfo, want: int, at: int) -> CorruptCheckpointError:
@@ -109,7 +139,7 @@ def count16(bits: np.ndarray, hist: np.ndarray) -> None:
 
 class Buffers:
     """Chunk buffers, mapped anonymously (mmap: given back to the system when freed), handed back for the next
-    tensor of the same size (at most `cap` bytes of them kept: reused, they cost no page faults). A URL's stats
+    tensor of the same size class (at most `cap` bytes of them kept: reused, they cost no page faults). A URL's stats
     reads with many threads, and glibc's malloc gives each its own arena, which keeps what its thread freed (its
     dynamic mmap threshold rises to the largest buffer freed, 16 MiB): chunk buffers from np.empty held ~250 MiB
     more at 16 tensors in flight."""
@@ -120,11 +150,15 @@ class Buffers:
         self.lock = threading.Lock()
 
     def take(self, n: int) -> np.ndarray:
+        """A buffer of at least n bytes: sizes rounded up to a multiple of 1 MiB (64 KiB below it), so that tensors of
+        slightly different sizes share buffers (a sharded checkpoint's reads are a few sizes, give or take a header)."""
+        grain = 1 << 20 if n >= 1 << 20 else 1 << 16
+        n = -(-max(n, 1) // grain) * grain
         with self.lock:
             if self.free.get(n):
                 self.kept -= n
                 return self.free[n].pop()
-        return np.frombuffer(mmap.mmap(-1, max(n, 1)), dtype=np.uint8, count=n)
+        return np.frombuffer(mmap.mmap(-1, n), dtype=np.uint8)
 
     def give(self, buf: np.ndarray) -> None:
         with self.lock:
@@ -138,7 +172,8 @@ class Buffers:
             self.kept = 0
 
 
-BUFFERS = Buffers(32 << 20)   # (analysis/stats/ clears it when a stats run ends)
+REMOTE_BUDGET = 64 << 20   # the bytes of buffers a URL's stats holds at once (analysis/stats/ REMOTE_AHEAD), all kept
+BUFFERS = Buffers(REMOTE_BUDGET)   # (analysis/stats/ clears it when a stats run ends)
 
 
 def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int, start: int = 0,
