@@ -99,6 +99,29 @@ def test_values_over_either_client_equal_local(folder, capsys, monkeypatch, clie
 
 
 @pytest.mark.parametrize("client", CLIENTS)
+def test_a_host_name_is_connected_through_the_policys_resolution(folder, capsys, monkeypatch, client):
+    """A URL by host name (`localhost`, which the user named: loopback allowed) is read through the one resolution
+    (redirects.addresses: aiohttp's resolver and the threaded client's connect), every address tried in turn."""
+    use(monkeypatch, client)
+    asked = []
+    real = redirects.addresses
+
+    def dns(host: str, port: int) -> list[tuple[int, str]]:
+        asked.append((host, port))
+        return real(host, port)
+
+    monkeypatch.setattr(redirects, "addresses", dns)
+    local = plain(stats(capsys, os.path.join(folder, "m"))[1])
+    with Server(folder) as s:
+        url = s.url.replace("127.0.0.1", "localhost")
+        rc, out, err = stats(capsys, url + "/m/")
+        assert rc == 0, err
+        assert plain(out, url, folder) == local
+        threaded_sent(s, client)
+        assert ("localhost", int(s.url.rsplit(":", 1)[1])) in asked
+
+
+@pytest.mark.parametrize("client", CLIENTS)
 @pytest.mark.parametrize("behaviour", [{"cut": 2}, {"failures": {"/m/model.safetensors": [429, 503]}, "retry_after": "0"},
                                        {"redirects": {"/m/model.safetensors": "/copy/model.safetensors"}}],
                          ids=["dropped-mid-body", "429-503", "redirect-same-origin"])
@@ -220,6 +243,44 @@ def test_a_public_value_host_never_redirects_inside(folder, capsys, monkeypatch,
         rc, out, err = stats(capsys, "--allow-external", outer.url + "/m/")
         assert "public host may not redirect to a loopback" in one_line(rc, err)
         assert inner.requests["GET"] == 0
+        threaded_sent(outer, client)
+
+
+def rebinding_dns(monkeypatch) -> list[str]:
+    """127.0.0.1 played as a public host, and a DNS server for `rebind.test` that answers a public address to the
+    redirect's check (which asks without a port) and loopback to the connection (which names its port): DNS
+    rebinding, each check and its connection answered differently, however the requests interleave. The names asked."""
+    real_class, real_addresses = redirects.address_class, redirects.addresses
+    asked: list[str] = []
+
+    async def played(host: str) -> str:
+        return "public" if host == "127.0.0.1" else await real_class(host)
+
+    def dns(host: str, port: int) -> list[tuple[int, str]]:
+        if host != "rebind.test":
+            return real_addresses(host, port)
+        asked.append(host)
+        return [(2, "93.184.215.14" if port == 0 else "127.0.0.1")]   # (2: AF_INET)
+
+    monkeypatch.setattr(redirects, "address_class", played)
+    monkeypatch.setattr(redirects, "addresses", dns)
+    monkeypatch.setattr(redirects, "PUBLIC_ONLY", set())
+    return asked
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_redirect_to_a_name_that_rebinds_to_loopback_is_refused(folder, capsys, monkeypatch, client):
+    """The value requests redirected from a public host to `rebind.test`, whose DNS answers a public address for the
+    redirect's check and loopback for the connection: refused when connecting (each client connects to the addresses
+    the policy resolved and checked, never to a second answer), one line, the loopback server never reached."""
+    use(monkeypatch, client)
+    asked = rebinding_dns(monkeypatch)
+    with Server(folder) as inner, Server(folder, hostile_from=BIG, redirects={
+            "/m/model.safetensors": f"http://rebind.test:{inner.url.rsplit(':', 1)[1]}/m/model.safetensors"}) as outer:
+        rc, out, err = stats(capsys, "--allow-external", outer.url + "/m/")
+        assert "rebind.test now resolves to 127.0.0.1, not a public address" in one_line(rc, err)
+        assert "DNS rebinding" in err and "refused a redirect to http://rebind.test" in err
+        assert inner.requests["GET"] == 0 and len(asked) >= 2
         threaded_sent(outer, client)
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import re
+import socket
 import tempfile
 import threading
 import time
@@ -305,6 +306,28 @@ def _resolve(f: asyncio.Future[None]) -> None:
         f.set_result(None)
 
 
+async def _session(**kwargs: Any) -> Any:
+    """fsspec's aiohttp session, its connections made to the addresses sources/redirects.py resolves and checks."""
+    import aiohttp
+
+    resolver: Any = _Resolver()   # (duck-typed: aiohttp's AbstractResolver is not imported with this module)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver), **kwargs)
+
+
+class _Resolver:
+    """aiohttp's resolver (its AbstractResolver's two methods): `redirects.connectable`, so that a connection goes to
+    the addresses the policy checked (a host a public one redirected to: public ones only, whatever DNS says next)."""
+
+    async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[dict[str, Any]]:
+        found = await asyncio.to_thread(redirects.connectable, host, port)
+        flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
+        return [{"hostname": host, "host": address, "port": port, "family": f, "proto": 0, "flags": flags}
+                for f, address in found if family in (0, f)]
+
+    async def close(self) -> None:
+        pass
+
+
 class HttpTransport:
     """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session); value reads through
     sources/threaded.py's client on the calling thread, under the same rules and slots."""
@@ -319,7 +342,8 @@ class HttpTransport:
         # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only.
         # (aiohttp's session does not read proxies from the environment: trust_env is False, fsspec leaves it so;
         # the threaded client uses none either.)
-        self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False)
+        self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False,
+                                 get_client=_session)
         self._slots: dict[tuple[str, str, int], Slots] = {}
         self._lock = threading.Lock()
         self._values = values
@@ -386,10 +410,13 @@ class HttpTransport:
         """One attempt: the GET and the redirects the policy allows, one hop at a time."""
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
-            async with self.slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
-                there = decide(ask, here, r.status, r.reason or "", r.headers)
-                if there is None:
-                    return await self._reply(r, ask, t0)
+            try:
+                async with self.slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
+                    there = decide(ask, here, r.status, r.reason or "", r.headers)
+                    if there is None:
+                        return await self._reply(r, ask, t0)
+            except redirects.Rebound as e:
+                raise redirects.rebound(ask.url, here, e) from None
             await redirects.check(ask.url, here, there, ask.hosts, ask.allow_external)
             headers, here = hop_headers(ask.url, there, headers), there
         raise CheckpointError(redact(ask.url), f"more than {redirects.MAX_REDIRECTS} redirects")

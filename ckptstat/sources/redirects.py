@@ -14,8 +14,12 @@ one hop at a time (sources/http.py asks aiohttp not to), and each hop must pass 
    name counts as not public when any address it resolves to is not.
 
 `address_class` is the one place that classifies a host; tests replace it to play a public origin on
-loopback. Known gap: a name is resolved here and again by aiohttp when it connects; a DNS server that
-answers differently the second time (DNS rebinding) is not caught.
+loopback. A name 4 let through is resolved again when a connection to it is made: a DNS server that answers
+with public addresses for the check and an internal one for the connection (DNS rebinding) would slip past a check
+made once. So a host that passed 4 joins PUBLIC_ONLY, and every connection either client makes resolves its host
+through `addresses` (aiohttp through `Resolver`, sources/threaded.py through `connect`), refusing a host of
+PUBLIC_ONLY that resolves to any address that is not public (`Rebound`), and connecting to exactly the addresses it
+classified, never to a second answer.
 """
 from __future__ import annotations
 
@@ -56,15 +60,21 @@ def _literal_class(host: str) -> str | None:
     return "public" if ip.is_global and not ip.is_multicast else "internal"
 
 
+def addresses(host: str, port: int) -> list[tuple[int, str]]:
+    """(family, address) of each address a connection to host:port may use, in getaddrinfo's order: the one
+    resolution, shared by the policy's check and both clients' connections (tests replace it to play a DNS server)."""
+    return [(info[0], str(info[4][0])) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+
+
 async def _resolve_class(host: str) -> str:
     literal = _literal_class(host)
     if literal is not None:
         return literal
     try:
-        infos = await asyncio.get_running_loop().getaddrinfo(host, None, type=socket.SOCK_STREAM)
+        found = await asyncio.to_thread(addresses, host, 0)
     except OSError:
         return "public"   # unresolvable: the connection will fail; nothing internal is reached
-    classes = {_literal_class(str(info[4][0])) for info in infos}
+    classes = {_literal_class(address) for _, address in found}
     return "internal" if "internal" in classes else "public"
 
 
@@ -78,11 +88,16 @@ def _host_allowed(host: str, port: int, patterns: Iterable[str]) -> bool:
     return any(fnmatch.fnmatchcase(f"{host}:{port}" if ":" in p else host, p.lower()) for p in patterns)
 
 
+def refused(first: str, there: str, why: str) -> RedirectRefused:
+    """The error of a redirect (to `there`, while reading `first`) the policy does not follow."""
+    return RedirectRefused(redact(first), f"refused a redirect to {redact(there)}: {why}")
+
+
 async def check(first: str, here: str, there: str, hosts: Iterable[str], allow_external: bool) -> None:
     """Raise RedirectRefused unless the redirect from `here` to `there` (while reading `first`, the URL the
     user or the source named) passes the policy above."""
     def refuse(why: str) -> RedirectRefused:
-        return RedirectRefused(redact(first), f"refused a redirect to {redact(there)}: {why}")
+        return refused(first, there, why)
 
     to, start = origin(there), origin(first)
     if to[0] not in ("http", "https"):
@@ -94,8 +109,56 @@ async def check(first: str, here: str, there: str, hosts: Iterable[str], allow_e
     if not (allow_external or _host_allowed(to[1], to[2], hosts)):
         raise refuse(f"it leads to another host or port than {start[1]}:{start[2]} (docs/remote.md, \"Redirects\"; "
                      "--allow-external follows it)")
-    if to[1] != start[1] and await address_class(start[1]) == "public" and await address_class(to[1]) != "public":
-        raise refuse("a public host may not redirect to a loopback, private or link-local address")
+    if to[1] != start[1] and await address_class(start[1]) == "public":
+        if await address_class(to[1]) != "public":
+            raise refuse("a public host may not redirect to a loopback, private or link-local address")
+        PUBLIC_ONLY.add(to[1])   # (its connections: public addresses only, whatever DNS answers next)
+
+
+# Hosts a public host redirected to (rule 4 let them through): a connection to one goes to public addresses only.
+PUBLIC_ONLY: set[str] = set()
+
+
+class Rebound(Exception):
+    """A host of PUBLIC_ONLY resolved, when a connection to it was made, to an address that is not public. Not an
+    OSError, so that neither aiohttp nor a retry takes it for a failed connection: both clients turn it into
+    RedirectRefused (`refused`), naming the URL."""
+
+
+def rebound(first: str, here: str, e: Rebound) -> RedirectRefused:
+    """The one-line error of a Rebound while reading `first` (at `here`, the URL a redirect led to, or `first`)."""
+    return refused(first, here, str(e)) if here != first else RedirectRefused(redact(first), f"refused to connect: {e}")
+
+
+def connectable(host: str, port: int) -> list[tuple[int, str]]:
+    """The addresses a connection to host:port goes to (`addresses`), those of a host in PUBLIC_ONLY checked: Rebound
+    when any is not public (the check of the redirect saw public ones: DNS rebinding)."""
+    found = addresses(host, port)
+    if host.lower() in PUBLIC_ONLY:
+        inside = [a for _, a in found if _literal_class(a) != "public"]
+        if inside:
+            raise Rebound(f"{host} now resolves to {inside[0]}, not a public address (it resolved to public ones when "
+                          "the redirect to it was checked: DNS rebinding)")
+    return found
+
+
+def connect(host: str, port: int, timeout: float | None, source: tuple[str, int] | None = None) -> socket.socket:
+    """socket.create_connection to the addresses `connectable` returns, each tried in turn (http.client's
+    `_create_connection`, sources/threaded.py): the connection goes where the check looked."""
+    last: OSError | None = None
+    for family, address in connectable(host, port):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if timeout is not None:
+                sock.settimeout(timeout)
+            if source:
+                sock.bind(source)
+            sock.connect((address, port))
+            return sock
+        except OSError as e:
+            sock.close()
+            last = e
+    raise last or OSError(f"{host}: no address to connect to")
 
 
 def check_blocking(first: str, here: str, there: str, hosts: Iterable[str], allow_external: bool) -> None:

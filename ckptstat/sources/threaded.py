@@ -26,6 +26,8 @@ event loop of its own: `check_blocking`). What is this client's own:
   environment; http.client never does); no cookies (aiohttp's session keeps a server's Set-Cookie for its next
   requests; value reads send none);
 - the URL encoded as aiohttp encodes it (yarl, aiohttp's URL type); `Host` from the URL; no User-Agent;
+- connections go to the addresses sources/redirects.py `connect` resolves and checks (aiohttp's through the same
+  resolution: a host a public one redirected to is reached at public addresses only);
 - errors: a connection or TLS error, a malformed reply (http.client's HTTPException) or a timeout is a dropped
   connection (retried); anything else unexpected is one line naming the URL, never a traceback.
 """
@@ -120,7 +122,10 @@ class ThreadedClient:
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
             with self.slot(here).hold(deadline - time.monotonic()):
-                reply, there = self._exchange(ask, here, headers, t0, deadline)
+                try:
+                    reply, there = self._exchange(ask, here, headers, t0, deadline)
+                except redirects.Rebound as e:
+                    raise redirects.rebound(ask.url, here, e) from None
             if there is None:
                 assert reply is not None
                 return reply
@@ -248,11 +253,17 @@ class ThreadedClient:
             if idle:
                 return idle.pop(), True
         host, port = u.raw_host or "", u.port
+        conn: http.client.HTTPConnection
         if key[0] == "https":
-            return http.client.HTTPSConnection(host, port, timeout=SETTINGS.connect_timeout, context=self._context()), False
-        if key[0] != "http":
+            conn = http.client.HTTPSConnection(host, port, timeout=SETTINGS.connect_timeout, context=self._context())
+        elif key[0] == "http":
+            conn = http.client.HTTPConnection(host, port, timeout=SETTINGS.connect_timeout)
+        else:
             raise CheckpointError(redact(str(u)), f"not an http(s) URL ({key[0]}://)")
-        return http.client.HTTPConnection(host, port, timeout=SETTINGS.connect_timeout), False
+        # (to the addresses the redirect policy resolved and checked; TLS still names and verifies `host`)
+        conn._create_connection = lambda address, timeout, source=None: redirects.connect(  # type: ignore[attr-defined]
+            host, port or 0, timeout, source)
+        return conn, False
 
     def _finish(self, key: tuple[str, str, int], conn: http.client.HTTPConnection, r: _Response) -> None:
         """A reply done with: its connection kept for the next request when the reply was read to its end (or is
