@@ -235,6 +235,23 @@ def test_stats_workers_fetch_nothing_twice(tmp_path, capsys):
     assert seen[0] == seen[1] and seen[0][1] == len(seen[0][0]) == 20 + 2   # (the index and config.json)
 
 
+def test_stats_workers_share_one_processs_limits(tmp_path, capsys, monkeypatch):
+    """`stats -w 2` over a URL: the two workers together keep one process's requests in flight to the host
+    (SETTINGS.concurrency, here 4: each worker 2), where each had its own (8 at once), and report what -w 1 does."""
+    many_shards(str(tmp_path), 24, rows=1 << 16)   # 128 KiB and more a tensor: past the first window of its shard
+    monkeypatch.setattr(sources.SETTINGS, "concurrency", 4)
+    with Server(str(tmp_path), stall=0.05) as s:
+        reports = []
+        for workers in ("1", "2"):
+            sources.reset()
+            s.reset()
+            rc, out, err = cli(capsys, "stats", "--workers", workers, "--json", s.url + "/model.safetensors.index.json")
+            assert rc == 0, err
+            assert 1 < s.max_in_flight <= 4, (workers, s.max_in_flight)
+            reports.append(_plain(json.loads(out), s.url, str(tmp_path)))
+    assert reports[0]["tensors"] == reports[1]["tensors"] and reports[0]["total"] == reports[1]["total"]
+
+
 def sevenb(tmp_path_factory):
     sys.path.insert(0, os.path.join(FIX, "..", "bench"))
     from summary_7b import build  # sparse shards: real headers, data left as holes

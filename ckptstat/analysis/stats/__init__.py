@@ -275,7 +275,8 @@ def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, in
         return w.stop - w.start if isinstance(w, _Part) else held(w)
 
     hist: np.ndarray | None = None
-    for w, res in zip(work, urls.concurrently(run, work, REMOTE_AHEAD, weight, REMOTE_BUDGET)):
+    share = _W.get("share", 1)   # (a pool worker's share of one process's read-ahead: _worker_init)
+    for w, res in zip(work, urls.concurrently(run, work, max(1, REMOTE_AHEAD // share), weight, REMOTE_BUDGET // share)):
         if not isinstance(w, _Part):
             assert isinstance(res, tuple)
             yield res
@@ -356,7 +357,13 @@ def _fetched_since_mark() -> dict | None:
     return out
 
 
-def _worker_init(path: str, config: str | None, counter) -> None:  # noqa: ANN001
+def _worker_init(path: str, config: str | None, counter, workers: int) -> None:  # noqa: ANN001
+    """A worker's start. Over a URL the workers share one process's limits (SETTINGS.concurrency requests to a host,
+    REMOTE_AHEAD units, REMOTE_BUDGET bytes): `-w 8` keeps 32 requests in flight to the Hub's CDN in all, not 256."""
+    if urls.is_url(path):
+        settings = __import__("ckptstat.sources", fromlist=["SETTINGS"]).SETTINGS
+        settings.concurrency = max(1, settings.concurrency // workers)   # (before the worker's source makes a slot)
+        _W["share"] = workers
     src = sys.modules.get("ckptstat.sources")
     _W["mark"] = src.METER.report() if src is not None else {}
     if _W.get("ckpt") is None:
@@ -443,7 +450,7 @@ def _pool_loop(ctx, ckpt: Checkpoint, items: list[Item], tasks: list, workers: i
     done_rows: dict[GroupKey, GroupRow] = {}
     seen = 0
     pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_worker_init,
-                               initargs=(ckpt.path, ckpt.config_path, counter))
+                               initargs=(ckpt.path, ckpt.config_path, counter, workers))
     try:
         index = {pool.submit(_worker_run, t): i for i, t in enumerate(tasks)}
         pending = set(index)
