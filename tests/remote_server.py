@@ -78,7 +78,7 @@ class Server:
         self.bytes_sent = 0
         self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.auth_seen: list[str | None] = []
-        self.agents: list[str | None] = []   # each request's User-Agent, as `log` (aiohttp sends one, http.client none)
+        self.agents: list[str | None] = []   # each request's User-Agent, as `log` (which client sent it)
         self.in_flight = 0       # requests received and not yet answered (their status line not sent)
         self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
         self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)

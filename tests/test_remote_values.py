@@ -3,8 +3,8 @@ http.client path (sources/threaded.py), the headers and everything else through 
 policy. Every case on real loopback servers (tests/remote_server.py); the servers misbehave on the value requests only
 (`hostile_from`), so the headers are read and the values are what meets the lie. Each case runs with both clients
 for the values (`client`: "threaded", the default, and "aiohttp", SETTINGS.threaded_values off) and checks that both
-give the same report or the same one-line error. The server's log tells which client sent a request: aiohttp sends a
-User-Agent, http.client none. No wall-clock bounds here."""
+give the same report or the same one-line error. The server's log tells which client sent a request: each names
+ckptstat and its library in its User-Agent (aiohttp, http.client). No wall-clock bounds here."""
 from __future__ import annotations
 
 import asyncio
@@ -78,11 +78,13 @@ def value_requests(s: Server) -> list[tuple[str, str, str | None]]:
 
 
 def threaded_sent(s: Server, client: str) -> None:
-    """The value requests came from the client asked for: http.client (no User-Agent) or aiohttp."""
+    """The value requests came from the client asked for (its User-Agent: ckptstat's, then http.client's or aiohttp's);
+    the headers' reads from aiohttp."""
     vals = value_requests(s)
     assert vals, s.log
-    assert all((agent is None) == (client == "threaded") for _, _, agent in vals), vals
-    assert all(agent is not None for (_, _, r), agent in zip(s.log, s.agents) if r == "bytes=0-65535")   # headers: aiohttp
+    library = "python-http.client/" if client == "threaded" else "aiohttp/"
+    assert all(agent and agent.startswith("ckptstat/") and library in agent for _, _, agent in vals), vals
+    assert all(agent and "aiohttp/" in agent for (_, _, r), agent in zip(s.log, s.agents) if r == "bytes=0-65535")
 
 
 @pytest.mark.parametrize("client", CLIENTS)

@@ -306,12 +306,21 @@ def _resolve(f: asyncio.Future[None]) -> None:
         f.set_result(None)
 
 
+def user_agent(library: str) -> str:
+    """The User-Agent both clients send: ckptstat's name and version, then the HTTP library's (a server that turns
+    away requests without one, as some WAFs do, turns away neither the headers' reads nor the values')."""
+    from .. import __version__
+
+    return f"ckptstat/{__version__} {library}"
+
+
 async def _session(**kwargs: Any) -> Any:
     """fsspec's aiohttp session, its connections made to the addresses sources/redirects.py resolves and checks."""
     import aiohttp
 
     resolver: Any = _Resolver()   # (duck-typed: aiohttp's AbstractResolver is not imported with this module)
-    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver), **kwargs)
+    return aiohttp.ClientSession(connector=aiohttp.TCPConnector(resolver=resolver),
+                                 headers={"User-Agent": user_agent(f"aiohttp/{aiohttp.__version__}")}, **kwargs)
 
 
 class _Resolver:

@@ -25,7 +25,8 @@ event loop of its own: `check_blocking`). What is this client's own:
   http/1.1 as aiohttp sets it; no proxies (aiohttp's session has trust_env=False: it reads none from the
   environment; http.client never does); no cookies (aiohttp's session keeps a server's Set-Cookie for its next
   requests; value reads send none);
-- the URL encoded as aiohttp encodes it (yarl, aiohttp's URL type); `Host` from the URL; no User-Agent;
+- the URL encoded as aiohttp encodes it (yarl, aiohttp's URL type); `Host` from the URL; a User-Agent naming ckptstat
+  and http.client (aiohttp's session names ckptstat and aiohttp: `user_agent`);
 - connections go to the addresses sources/redirects.py `connect` resolves and checks (aiohttp's through the same
   resolution: a host a public one redirected to is reached at public addresses only);
 - errors: a connection or TLS error, a malformed reply (http.client's HTTPException) or a timeout is a dropped
@@ -38,6 +39,7 @@ import functools
 import http.client
 import io
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -46,11 +48,26 @@ from typing import Any
 from ..core.urls import redact
 from ..errors import CheckpointError
 from . import redirects
-from .http import _PIECE, Reply, Slots, _Ask, _Attempts, _Retry, decide, examine, hop_headers, keep_up_by, overlong, spooled
+from .http import (
+    _PIECE,
+    Reply,
+    Slots,
+    _Ask,
+    _Attempts,
+    _Retry,
+    decide,
+    examine,
+    hop_headers,
+    keep_up_by,
+    overlong,
+    spooled,
+    user_agent,
+)
 from .meter import METER, SETTINGS
 
 _BUFFER = 1 << 16   # a response's read buffer: the status line and headers; a body's pieces larger than it bypass it
 _DRAIN = 1 << 16    # a reply not read (a redirect, a 429) with at most this Content-Length is read to its end, kept
+_AGENT = user_agent("python-http.client/{}.{}".format(*sys.version_info[:2]))
 
 
 class _Socket(io.RawIOBase):
@@ -179,7 +196,7 @@ class ThreadedClient:
         assert conn.sock is not None
         conn.sock.settimeout(min(SETTINGS.read_timeout, left))   # (sending the request)
         conn.response_class = functools.partial(_Response, deadline=deadline)  # type: ignore[assignment]
-        conn.request("GET", u.raw_path_qs or "/", headers=headers)
+        conn.request("GET", u.raw_path_qs or "/", headers={"User-Agent": _AGENT, **headers})
         r = conn.getresponse()
         assert isinstance(r, _Response)
         return r
