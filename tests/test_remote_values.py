@@ -32,8 +32,8 @@ CLIENTS = ["threaded", "aiohttp"]
 @pytest.fixture(scope="module")
 def folder(tmp_path_factory):
     """A safetensors file whose 16-bit tensors' values are read in ranges of 1-2 MiB into the chunk buffer (the 16-bit
-    kernel's reads, kernel16.py: `Blob.read_into`; F32 values are read through `pread`, on aiohttp), one tiny tensor
-    in the header's window, and a copy of it under another path (a redirect's target)."""
+    kernel's reads, kernel16.py: `Blob.read_into`; F32's too: kernel32 reads a URL a chunk at a time), one tiny tensor in
+    the header's window, and a copy of it under another path (a redirect's target)."""
     import torch
     from safetensors.torch import save_file
 
