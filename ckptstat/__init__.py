@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import os
 
-__version__ = "0.1.0"
-
 from .core import Checkpoint, TensorInfo  # noqa: E402
 from .errors import (  # noqa: E402
     CheckpointError,
@@ -22,6 +20,7 @@ from .errors import (  # noqa: E402
     UsageError,
 )
 from .formats.registry import open_checkpoint  # noqa: E402
+from .version import __version__
 
 PathLike = str | os.PathLike[str]
 

@@ -14,7 +14,7 @@ ROOT = os.path.join(os.path.dirname(__file__), "..", "ckptstat")
 
 # Lowest first. A module imports only from its own layer or one before it.
 LAYERS = [
-    ("errors",),
+    ("errors", "version"),
     ("core",),
     ("formats", "sources"),
     ("naming",),

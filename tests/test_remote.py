@@ -281,6 +281,31 @@ def test_f32_values_are_read_a_chunk_a_request(tmp_path, capsys, chunk):
         assert len(values) == sum(-(-n // read) for n in (a.nbytes, b.nbytes)), values
 
 
+def test_fp8_and_int16_values_over_a_url_equal_local(tmp_path, capsys):
+    """FP8 (DeepSeek-V3's weights) over a URL: a tensor of several chunks read as its chunks at once, each counted
+    as bytes and summed; I16 (no kernel: widened a slice at a time); the report is the local folder's bit for bit."""
+    import torch
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(4)
+    save_file({"model.layers.0.mlp.up_proj.weight": (torch.randn(3 << 20, generator=g) * 0.3).to(torch.float8_e4m3fn)
+               .reshape(-1, 1024), "model.layers.0.mlp.up_proj.weight_scale_inv": torch.rand(64, 64, generator=g),
+               "model.layers.1.mlp.up_proj.weight": torch.randint(-3000, 3000, (1 << 20,), generator=g,
+                                                                dtype=torch.int16).reshape(-1, 1024)},
+              str(tmp_path / "model.safetensors"))
+    args = ("stats", "--json", "--all-roles", "--chunk-bytes", str(1 << 20))
+    local = _plain(json.loads(cli(capsys, *args, str(tmp_path / "model.safetensors"))[1]))
+    with Server(str(tmp_path)) as s:
+        rc, out, err = cli(capsys, *args, s.url + "/model.safetensors")
+        assert rc == 0, err
+        assert s.max_in_flight > 1   # (the FP8 tensor's three chunks at once)
+    remote = _plain(json.loads(out), s.url + "/model.safetensors", str(tmp_path / "model.safetensors"))
+    for report in (local, remote):
+        report.pop("seconds")
+        report.pop("fetched", None)
+    assert remote == local
+
+
 def sevenb(tmp_path_factory):
     sys.path.insert(0, os.path.join(FIX, "..", "bench"))
     from summary_7b import build  # sparse shards: real headers, data left as holes
@@ -434,6 +459,7 @@ def test_stats_reads_a_large_tensors_chunks_at_once(tmp_path, monkeypatch):
     from safetensors.torch import save_file
 
     from ckptstat.analysis import stats as st
+    from ckptstat.analysis.stats import readahead
 
     g = torch.Generator().manual_seed(0)
     save_file({"model.embed_tokens.weight": (torch.randn(1 << 21, generator=g) * 0.02).bfloat16().reshape(-1, 64),
@@ -447,8 +473,8 @@ def test_stats_reads_a_large_tensors_chunks_at_once(tmp_path, monkeypatch):
             local = st.stats(open_checkpoint(str(tmp_path / "model.safetensors")), chunk_bytes=chunk)
             del local["seconds"]
             seen = {}
-            for name, cut in (("one after another", lambda *a: None), ("at once", st.parts)):
-                monkeypatch.setattr(st, "parts", cut)
+            for name, cut in (("one after another", lambda *a: None), ("at once", readahead.parts)):
+                monkeypatch.setattr(readahead, "parts", cut)
                 sources.BACKEND.forget()   # (nothing cached from the run before)
                 ckpt = open_checkpoint(s.url + "/model.safetensors")
                 s.reset()

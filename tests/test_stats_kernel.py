@@ -3,9 +3,11 @@ bincount over the stored bit patterns. Oracles: the values torch wrote, widened 
 and numpy's reductions and np.quantile over them."""
 from __future__ import annotations
 
+import json
 import math
 import mmap
 import os
+import struct
 
 import numpy as np
 import pytest
@@ -188,9 +190,6 @@ def test_compiled_count_refuses_what_it_cannot_count():
 def test_16_bit_tensors_at_odd_offsets(tmp_path, counter):
     """A header whose length is odd puts every tensor at an odd file offset (safetensors pads its own headers to 8
     bytes; the format does not require it): mapped and counted there, rows as torch's values (safe_open reads it)."""
-    import json
-    import struct
-
     from safetensors import safe_open
     g = torch.Generator().manual_seed(3)
     t = {"a": (torch.randn(70_001, generator=g) * 0.02).to(torch.bfloat16),
@@ -468,3 +467,62 @@ def test_chunk_buffers_are_shared_by_size_class():
     for buf in [again, b.take(3 << 20)]:
         b.give(buf)
     assert b.kept == 2 << 20   # (the 3 MiB one over the cap: let go)
+
+
+ONE_BYTE = {"F8_E4M3": torch.float8_e4m3fn, "F8_E5M2": torch.float8_e5m2, "F8_E4M3FNUZ": torch.float8_e4m3fnuz,
+            "F8_E5M2FNUZ": torch.float8_e5m2fnuz, "F8_E8M0": torch.float8_e8m0fnu, "I8": torch.int8, "U8": torch.uint8,
+            "BOOL": torch.bool}
+
+
+@pytest.fixture(scope="module")
+def written_bytes(tmp_path_factory):
+    """A safetensors file (its header written here: safetensors writes no FNUZ or E8M0) of one-byte tensors: every
+    one of the 256 patterns of each FP8 dtype (NaN and Inf included), then N(0, s) values of an odd count, and I8,
+    U8 and BOOL tensors; the oracle is torch's own conversion of the stored bytes."""
+    g = torch.Generator().manual_seed(8)
+    t: dict[str, torch.Tensor] = {}
+    for name, dt in ONE_BYTE.items():
+        if name.startswith("F8"):
+            every = torch.arange(256, dtype=torch.uint8).view(dt)
+            scale = 4.0 if name != "F8_E8M0" else 1e6
+            t[f"all.{name}"] = every
+            normal = torch.randn(100_001, generator=g) * scale
+            t[f"normal.{name}"] = (normal.abs() if name == "F8_E8M0" else normal).to(dt)
+        elif name == "BOOL":
+            t[f"w.{name}"] = torch.rand(70_001, generator=g) < 0.3
+        else:
+            t[f"w.{name}"] = torch.randint(-128 if name == "I8" else 0, 128 if name == "I8" else 256, (70_001,),
+                                           generator=g, dtype=dt)
+    header, blobs, at = {}, [], 0
+    for k, v in t.items():
+        blob = v.view(torch.uint8).numpy().tobytes()
+        dtype = next(n for n, dt in ONE_BYTE.items() if dt == v.dtype)
+        header[k] = {"dtype": dtype, "shape": list(v.shape), "data_offsets": [at, at + len(blob)]}
+        blobs.append(blob)
+        at += len(blob)
+    text = json.dumps(header).encode()
+    path = tmp_path_factory.mktemp("bytes") / "bytes.safetensors"
+    path.write_bytes(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+    return str(path), t
+
+
+@pytest.mark.parametrize("chunk", [3, 4096, 1 << 20])
+def test_one_byte_rows_match_torch_values(written_bytes, chunk, counter):
+    """FP8 (all five), I8, U8 and BOOL through the byte count (kernel16.byte_hist: bytes counted in pairs, odd
+    lengths and odd chunks included), both counters: every row against numpy over torch's values, quantiles exact."""
+    path, t = written_bytes
+    rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True, chunk_bytes=chunk).report["tensors"]}
+    assert set(rows) == set(t)
+    for name, x in t.items():
+        _check_row(rows[name], x.to(torch.float64) if x.dtype != torch.float64 else x, exact=True)
+
+
+def test_one_byte_tensors_are_counted_not_decoded(written_bytes, monkeypatch):
+    """The byte count never decodes a plain tensor's values (no Acc.update, no iter_chunks): the report is read from
+    the counts of its 256 patterns."""
+    from ckptstat.analysis.stats import accumulate
+
+    path, t = written_bytes
+    monkeypatch.setattr(accumulate.Acc, "update", lambda *a: pytest.fail("values decoded"))
+    report = collect(open_checkpoint(path), all_roles=True).report
+    assert report["total"]["count"] == sum(x.numel() for x in t.values())

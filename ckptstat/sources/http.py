@@ -58,6 +58,7 @@ from urllib.parse import urljoin
 
 from ..core.urls import redact
 from ..errors import CheckpointError, FileNotFound
+from ..version import __version__
 from . import redirects
 from .meter import METER, SETTINGS
 
@@ -309,8 +310,6 @@ def _resolve(f: asyncio.Future[None]) -> None:
 def user_agent(library: str) -> str:
     """The User-Agent both clients send: ckptstat's name and version, then the HTTP library's (a server that turns
     away requests without one, as some WAFs do, turns away neither the headers' reads nor the values')."""
-    from .. import __version__
-
     return f"ckptstat/{__version__} {library}"
 
 

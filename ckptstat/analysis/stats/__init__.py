@@ -54,8 +54,9 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
 )
 from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
 from .csv_table import CSV_FIELDS, csv_pieces, to_csv  # noqa: F401  (re-exported)
-from .kernel16 import BITS16, BUFFERS, REMOTE_BUDGET, WINDOWS, acc_from_hist16, hist16, parts, tensor_stats16
+from .kernel16 import BUFFERS, DOMAINS, REMOTE_BUDGET, WINDOWS, tensor_stats16  # noqa: F401  (REMOTE_BUDGET re-exported)
 from .kernel32 import tensor_stats32
+from .readahead import REMOTE_AHEAD, REMOTE_PART, remote_units  # noqa: F401  (re-exported)
 from .tiny import run_stats, units
 
 STATS_SCHEMA = "ckptstat.stats/1"
@@ -68,15 +69,8 @@ QUANTILE_RULE = (
     "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
     "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
     "float64 values are first rounded to float32")
-# Units a URL's stats reads at once, and the bytes of values they may hold (REMOTE_BUDGET, kernel16.py: each a buffer
-# of at most a chunk, which its values are fetched straight into: sources/remote.py `Blob.read_into`): the round trips
-# (50 ms to a distant Hub) overlap, enough bytes in flight to keep a fast link busy, memory bounded whatever the
-# checkpoint. A link's bytes in flight are its rate times the round trip: 64 MiB is 1.3 GB/s at 50 ms (48 MiB and 16
-# units held 10-14 requests in flight, 0.6 GB/s at 50 ms: bench/results/remote_latency.md, 2026-12-03 thirteenth session).
-REMOTE_AHEAD = 32
-# A 16-bit tensor of several chunks of at least this many bytes is read as its chunks at once (kernel16.parts): a
-# read this large is one range request straight into its buffer (sources/remote.py DIRECT), whatever the order.
-REMOTE_PART = 1 << 20
+KERNELS = {*DOMAINS, "F32"}   # the dtypes whose values are counted where they are read, never widened (tensor_stats)
+UPDATE_VALUES = 1 << 18   # values per Acc.update of any other dtype: ~6 MiB of float64 temporaries, whatever the chunk
 # A layer's accumulator is sparse (its bins in value order: each merge a sort of the union), made dense once it holds
 # DENSE_AFTER tensors while fewer than DENSE_LAYERS layers are (each merge then one scatter-add into 65,536 counts,
 # 512 KiB; its row reads them once): a MoE layer of hundreds of expert tensors merged ~0.2 ms a tensor into a sparse
@@ -175,15 +169,17 @@ Group = Acc | GroupRow
 
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
-    if info.dtype in BITS16:   # one bincount over the stored bit patterns (analysis/stats/kernel16.py)
+    if info.dtype in DOMAINS:   # one count of the stored 16- or 8-bit patterns (analysis/stats/kernel16.py)
         acc = tensor_stats16(ckpt, info, chunk_bytes, progress)
     elif info.dtype == "F32":   # fewer passes, sized for the cache (analysis/stats/kernel32.py)
         acc = tensor_stats32(ckpt, info, chunk_bytes, progress)
-    else:
+    else:   # decoded a chunk at a time, widened to float64 UPDATE_VALUES at a time (its temporaries stay small)
         acc = new_acc(info.dtype)
         bits = info.dt.bits
         for chunk in ckpt.iter_chunks(info.name, chunk_bytes):
-            acc.update(chunk)
+            flat = chunk.reshape(-1)
+            for at in range(0, flat.size, UPDATE_VALUES):
+                acc.update(flat[at:at + UPDATE_VALUES])
             if progress:
                 progress(chunk.size * bits // 8)
     acc.tensors = 1
@@ -225,73 +221,26 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
         keys = list(map(groups_of, map(_BUCKET, part), map(_LAYER, part), map(is_norm_gain, names)))
         return part, *run_stats(ckpt, infos, part, keys, progress)
 
-    def held(span: tuple[int, int]) -> int:   # the buffer a unit reads into: a chunk at most (a run: its bytes)
-        return min(sum(ckpt[it.name].nbytes for it in items[span[0]:span[1]]), max(chunk_bytes, 1))
+    def held(span: tuple[int, int]) -> int:
+        """A unit's memory: its read buffer (a chunk at most; a run: its bytes), and where no kernel counts its dtype,
+        Acc.update's float64 temporaries and, where decoding widens it (FP4, FP6, ggml blocks), its chunk's float32
+        values (16 I16 units held 908 MiB when a whole chunk was widened to float64 at once)."""
+        infos = [ckpt[it.name] for it in items[span[0]:span[1]]]
+        stored = min(sum(i.nbytes for i in infos), max(chunk_bytes, 1))
+        return stored + max([stored * 32 // max(i.dt.bits, 1) * (i.dt.numpy is None) + 24 * UPDATE_VALUES
+                             for i in infos if i.dtype not in KERNELS] or [0])
 
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     try:
         if urls.is_url(ckpt.path):
-            yield from _remote_units(ckpt, items, spans, chunk_bytes, one, single, held, progress)
+            names = [it.name for it in items]
+            yield from remote_units(ckpt, names, spans, chunk_bytes, one, lambda i, acc: single(items[i], ckpt[names[i]], acc),
+                                    held, progress, _W.get("share", 1))
         else:
             yield from map(one, spans)
     finally:
         BUFFERS.clear()   # (the chunk buffers kept for reuse, the file mapped last: a long-lived process holds none
         WINDOWS.clear()   # between runs)
-
-
-class _Part(NamedTuple):
-    """One chunk of a large 16-bit tensor of a URL (kernel16.parts): the tensor's item and the bytes [start, stop)."""
-    item: int
-    start: int
-    stop: int
-    last: bool
-
-
-def _remote_units(ckpt: Checkpoint, items: list[Item], spans: list[tuple[int, int]], chunk_bytes: int,
-                  one: Callable[[tuple[int, int]], tuple[list[Item], UnitRows, Contribution]],
-                  single: Callable[[Item, TensorInfo, Acc], tuple[list[Item], UnitRows, Contribution]],
-                  held: Callable[[tuple[int, int]], int], progress: Callable[[int], None] | None
-                  ) -> Iterator[tuple[list[Item], UnitRows, Contribution]]:
-    """unit_results for a URL: units read up to REMOTE_AHEAD at a time within REMOTE_BUDGET bytes of buffers, and
-    a 16-bit tensor of several chunks read as its chunks, each a unit of its own for `concurrently` (issue 35: a
-    62.5 MiB embedding was 16 range requests one after another). A part holds one chunk's buffer, as the tensor's
-    read did, and its histogram; the tensor's row and contribution are built when its last part is handed back,
-    from the parts' counts summed (integers: the same counts, the same report, in the same order); `one` a unit's
-    results, `single` a tensor's from its accumulator (unit_results')."""
-    work: list[tuple[int, int] | _Part] = []
-    for span in spans:
-        cut = parts(ckpt, ckpt[items[span[0]].name], chunk_bytes, REMOTE_PART) if span[1] - span[0] == 1 else None
-        if cut is None:
-            work.append(span)
-        else:
-            work += [_Part(span[0], a, b, k == len(cut) - 1) for k, (a, b) in enumerate(cut)]
-
-    def run(w: tuple[int, int] | _Part) -> tuple[list[Item], UnitRows, Contribution] | np.ndarray:
-        if isinstance(w, _Part):
-            return hist16(ckpt, ckpt[items[w.item].name], chunk_bytes, progress, (w.start, w.stop))
-        return one(w)
-
-    def weight(w: tuple[int, int] | _Part) -> int:
-        return w.stop - w.start if isinstance(w, _Part) else held(w)
-
-    hist: np.ndarray | None = None
-    share = _W.get("share", 1)   # (a pool worker's share of one process's read-ahead: _worker_init)
-    for w, res in zip(work, urls.concurrently(run, work, max(1, REMOTE_AHEAD // share), weight, REMOTE_BUDGET // share)):
-        if not isinstance(w, _Part):
-            assert isinstance(res, tuple)
-            yield res
-            continue
-        assert isinstance(res, np.ndarray)
-        if hist is None:
-            hist = res
-        else:
-            hist += res
-        if w.last:
-            info = ckpt[items[w.item].name]
-            acc = acc_from_hist16(hist, info.dtype)
-            acc.tensors = 1
-            hist = None
-            yield single(items[w.item], info, acc)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution, dense: set[GroupKey] | None = None) -> None:

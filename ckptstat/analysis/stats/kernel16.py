@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from ...core import Checkpoint, TensorInfo, urls
+from ...core import Checkpoint, TensorInfo, dtypes, urls
 from ...core.files import open_regular
 from ...core.io import contiguous_strides
 from ...core.tensor import check_expansion
@@ -36,6 +36,10 @@ except ImportError:   # (built without a C compiler: setup.py)
     _compiled_count = None
 
 BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
+# One-byte dtypes (FP8, I8, U8, BOOL): 256 patterns, each value exact in bfloat16 (accumulate.EXACT_IN_BF16), so a
+# tensor's histogram is the count of its bytes, each moved to its value's bfloat16 key (byte_hist).
+BYTES = frozenset({"BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"})
+DOMAINS = {**BITS16, **dict.fromkeys(BYTES, "bf16")}   # dtype -> the domain of its 65,536-bin histogram
 
 
 def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
@@ -57,7 +61,10 @@ def bits16_chunks(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
     widened it to float32)."""
     if part is None and not plain(ckpt, info):
         for x in ckpt.iter_chunks(info.name, chunk_bytes):
-            yield x.view(np.uint16) if x.dtype == np.float16 else (x.view(np.uint32) >> 16).astype(np.uint16)
+            if x.dtype == np.float16:
+                yield x.view(np.uint16)
+            else:   # (BF16 and FP8 decode to float32; I8, U8 and BOOL widened to it: exact)
+                yield (np.asarray(x, dtype=np.float32).view(np.uint32) >> 16).astype(np.uint16)
         return
     order = "<u2" if info.byteorder == "little" else ">u2"
     if _compiled_count is not None and not urls.is_url(info.file):   # (numpy's count has no guard: see mapped_chunks)
@@ -216,6 +223,8 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
            part: tuple[int, int] | None = None) -> np.ndarray:
     """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
     stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
+    if info.dtype in BYTES and (part is not None or plain(ckpt, info)):
+        return byte_hist(info, chunk_bytes, progress, part)
     hist = np.zeros(NBINS, dtype=np.int64)
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"):   # (a mapped file that shrank)
         for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
@@ -223,6 +232,40 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
             if progress:
                 progress(bits.size * 2)
     return hist
+
+
+def byte_hist(info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None = None,
+              part: tuple[int, int] | None = None) -> np.ndarray:
+    """hist16 of a plain one-byte tensor (BYTES): its bytes counted two at a time by count16 (a pair is one 16-bit
+    pattern), the 256 x 256 pair counts folded into each byte's count (its row's and its column's sums), each byte's
+    count moved to its value's bfloat16 key. Mapped like a 16-bit tensor's; no value decoded or widened."""
+    pairs = np.zeros(NBINS, dtype=np.int64)
+    lone = np.zeros(256, dtype=np.int64)
+    mapped = part is None and _compiled_count is not None and not urls.is_url(info.file)
+    with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
+        for raw in mapped_chunks(info, chunk_bytes, "u1") if mapped else plain_chunks(info, chunk_bytes, 1,
+                                                                                         *(part or (0, None))):
+            even = raw.size & ~1
+            count16(raw[:even].view(np.uint16), pairs)
+            if raw.size & 1:
+                lone[raw[-1]] += 1
+            if progress:
+                progress(raw.size)
+    square = pairs.reshape(256, 256)
+    hist = np.zeros(NBINS, dtype=np.int64)
+    np.add.at(hist, _byte_keys(info.dtype), square.sum(axis=0) + square.sum(axis=1) + lone)
+    return hist
+
+
+_BYTE_KEYS: dict[str, np.ndarray] = {}
+
+
+def _byte_keys(dtype: str) -> np.ndarray:
+    """The bfloat16 key (float32's top 16 bits) of the value of each of a one-byte dtype's 256 patterns."""
+    if dtype not in _BYTE_KEYS:
+        values = np.asarray(dtypes.decode(np.arange(256, dtype=np.uint8), dtype, 256), dtype=np.float32)
+        _BYTE_KEYS[dtype] = (values.view(np.uint32) >> 16).astype(np.intp)
+    return _BYTE_KEYS[dtype]
 
 
 def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> list[tuple[int, int]] | None:
@@ -233,7 +276,7 @@ def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> l
     chunks under `least` bytes (a URL's smaller reads go through its cache's growing windows, which only reads in
     order make few requests of)."""
     step = max(2, chunk_bytes // 2 * 2)
-    if info.dtype not in BITS16 or info.nbytes <= step or step < least or not plain(ckpt, info):
+    if info.dtype not in DOMAINS or info.nbytes <= step or step < least or not plain(ckpt, info):
         return None
     return [(at, min(at + step, info.nbytes)) for at in range(0, info.nbytes, step)]
 
@@ -242,14 +285,14 @@ def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
     """An Acc equal to feeding every value through Acc.update, built from the counts of the 65,536 bit
     patterns of an F16 or BF16 tensor (the moments to float64 rounding, summed by bin, not by chunk)."""
     acc = new_acc(dtype)
-    value, _, _, nan, posinf, neginf, zeros = _patterns(BITS16[dtype])
+    value, _, _, nan, posinf, neginf, zeros = _patterns(DOMAINS[dtype])
     acc.count = int(hist.sum())
     acc.nan = int(hist[nan].sum())
     acc.posinf, acc.neginf = int(hist[posinf].sum()), int(hist[neginf].sum())
     acc.zeros = int(hist[zeros].sum())   # +0 and -0
     # The finite patterns that occur, by value (a few thousand of the 65,536), kept sparse: the tensor's
     # quantiles and its merges into layer, bucket and total read only those (issue 22).
-    present, counts = by_value(hist, BITS16[dtype])
+    present, counts = by_value(hist, DOMAINS[dtype])
     acc.hist_keys, acc.hist_counts = present, counts
     acc.n = n = int(counts.sum())
     if n == 0:
