@@ -295,7 +295,7 @@ def test_fp8_and_int16_values_over_a_url_equal_local(tmp_path, capsys):
               str(tmp_path / "model.safetensors"))
     args = ("stats", "--json", "--all-roles", "--chunk-bytes", str(1 << 20))
     local = _plain(json.loads(cli(capsys, *args, str(tmp_path / "model.safetensors"))[1]))
-    with Server(str(tmp_path)) as s:
+    with Server(str(tmp_path), stall=0.05) as s:   # (each answer waits: the parts' requests overlap, whatever the load)
         rc, out, err = cli(capsys, *args, s.url + "/model.safetensors")
         assert rc == 0, err
         assert s.max_in_flight > 1   # (the FP8 tensor's three chunks at once)

@@ -7,10 +7,11 @@ once into one reused buffer; nothing is widened to float32 or float64. Every sta
 counts and the table of the values they stand for (stats_acc.tables): counts, NaN, +-Inf and zeros exactly, min and
 max exactly, the quantiles exactly (as before), and the moments as float64 sums over the bins, sum(h * v),
 sum(h * (v - mean)^2), sum(h * |v|), where every value is exact in float64: more accurate than summing the elements,
-and independent of the chunk size.
+and independent of the chunk size. One-byte dtypes (FP8, I8, U8, BOOL: BYTES) are counted the same way, their bytes
+two at a time, each byte's count then moved to its value's bfloat16 key (byte_hist).
 
-F32 has its own kernel (stats_kernel32.py, which reads through plain_chunks here); other dtypes go through
-Acc.update, chunk by chunk (stats_acc.py).
+F32 has its own kernel (kernel32.py, which reads through plain_chunks here); other dtypes go through Acc.update
+(accumulate.py), a slice of a chunk at a time.
 """
 from __future__ import annotations
 
@@ -215,14 +216,15 @@ def _read_into(f: object, raw: np.ndarray) -> int:
 
 def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                    progress: Callable[[int], None] | None = None) -> Acc:
-    """The accumulator of one F16 or BF16 tensor, from the histogram of its bit patterns."""
+    """The accumulator of one F16, BF16 or one-byte tensor, from its 65,536-bin histogram (hist16)."""
     return acc_from_hist16(hist16(ckpt, info, chunk_bytes, progress), info.dtype)
 
 
 def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None = None,
            part: tuple[int, int] | None = None) -> np.ndarray:
-    """The counts of an F16 or BF16 tensor's 65,536 bit patterns; with `part` (a plain tensor's bytes [start,
-    stop): parts()), of those bytes only. Integer counts: the parts' histograms summed are the whole's."""
+    """The 65,536-bin histogram of an F16, BF16 or one-byte tensor (DOMAINS: its own bit patterns, or its values'
+    bfloat16 keys); with `part` (a plain tensor's bytes [start, stop): parts()), of those bytes only. Integer counts:
+    the parts' histograms summed are the whole's."""
     if info.dtype in BYTES and (part is not None or plain(ckpt, info)):
         return byte_hist(info, chunk_bytes, progress, part)
     hist = np.zeros(NBINS, dtype=np.int64)
@@ -269,7 +271,7 @@ def _byte_keys(dtype: str) -> np.ndarray:
 
 
 def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> list[tuple[int, int]] | None:
-    """A plain F16 / BF16 tensor of more than one chunk, as its chunks' byte ranges: a URL's stats reads them
+    """A plain 16- or 8-bit tensor (DOMAINS) of more than one chunk, as its chunks' byte ranges: a URL's stats reads them
     concurrently (each its own range request, as the chunks of one read are; the histograms summed give the
     same counts, so the same report), where one read would wait for each chunk's round trip in turn. None for
     any other tensor (F32's kernel merges its reads' float64 moments in order: read one after another), and for
@@ -283,7 +285,8 @@ def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> l
 
 def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
     """An Acc equal to feeding every value through Acc.update, built from the counts of the 65,536 bit
-    patterns of an F16 or BF16 tensor (the moments to float64 rounding, summed by bin, not by chunk)."""
+    patterns of an F16 or BF16 tensor, or of a one-byte tensor's values' bfloat16 keys (the moments to float64
+    rounding, summed by bin, not by chunk)."""
     acc = new_acc(dtype)
     value, _, _, nan, posinf, neginf, zeros = _patterns(DOMAINS[dtype])
     acc.count = int(hist.sum())
