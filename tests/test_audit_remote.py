@@ -25,7 +25,7 @@ gguf_units = _make_zoo.gguf_units
 hostile_units = _make_zoo.hostile_units
 torch_units = _make_zoo.torch_units
 transformers_units = _make_zoo.transformers_units
-from remote_server import Server, _Handler, moto_s3  # noqa: E402
+from remote_server import Server, _Handler, moto_s3, round_trips  # noqa: E402
 
 from ckptstat import sources  # noqa: E402
 from ckptstat.analysis.audit import NOT_SCANNED, run_serial, strip_timing  # noqa: E402
@@ -294,3 +294,19 @@ def test_a_scan_the_store_cuts_short_is_not_scanned_never_safe(monkeypatch):
     assert [f["status"] for f in r["files"]] == [NOT_SCANNED, "unreadable"]
     assert r["files"][0]["error"] == "https://h/m/gone.pt: not found (HTTP 404)"
     assert r["verdict"] == "unreadable"   # the worse of the two (analysis/audit/ SCAN_ORDER)
+
+
+def test_a_sharded_checkpoints_files_are_scanned_together(tmp_path, capsys):
+    """`audit` of a URL checkpoint of 48 shards at 50 ms a request: each shard's first bytes (what the scan judges
+    it by) are fetched together, not one shard after another (53 requests in sequence before, counted by the
+    server); the record is the local folder's."""
+    from test_remote import many_shards
+
+    os.makedirs(tmp_path / "zoo" / "m")
+    many_shards(str(tmp_path / "zoo" / "m"), 48)
+    local = {r["path"]: r for r in run_serial(discover(str(tmp_path / "zoo"))[0])}
+    with Server(str(tmp_path / "zoo"), stall=0.05) as s:
+        rc, report, records = audit(capsys, s.url + "/", str(tmp_path / "out.jsonl"))
+        assert rc == 0, records
+        assert round_trips(s) <= 10, round_trips(s)
+    assert_same_as_local(records, local, s.url, str(tmp_path / "zoo"))

@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator, Iterable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from ...core.urls import is_url, parent
+from ...core.urls import concurrently, is_url, parent
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, short_text
 from ..scan import pickle_named, scan_url_if_pickle
 from .find import Unit
@@ -36,24 +36,33 @@ def _error_text(e: BaseException) -> str:
     return f"internal error: {type(e).__name__}: {short_text(e)}"
 
 
+def _scan_url(f: str) -> dict[str, Any] | None:
+    """A URL's scan row, with range requests (analysis/scan/ scan_url), as the local file's would be; None when its
+    bytes hold no pickle."""
+    try:
+        r = scan_url_if_pickle(f)   # judged by its bytes, as a local file is
+    except CorruptCheckpointError as e:   # torch.load cannot read it: as locally
+        return {"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)}
+    except CkptstatError as e:   # the store failed (404, a limit): never `safe`, and says why
+        return {"file": f, "status": NOT_SCANNED, "unsafe_globals": [], "error": _error_text(e)}
+    return None if r is None else {"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])}
+
+
 def _scan(files: Iterable[str]) -> dict[str, Any]:
     """The scan verdict of every pickle-bearing file (analysis/scan/; formats/torch scan): what
     torch.load(weights_only=False) would run. `none` when the unit holds no pickle."""
     # torch.load's path, or np.load's and Keras's (analysis/scan/loaders.py)
     from ..scan import scan_local as scan_file
 
-    rows = []
+    files = list(files)
+    urls = [f for f in files if is_url(f)]   # their first bytes fetched together: a round trip, not one a shard
+    remote = dict(zip(urls, concurrently(_scan_url, urls))) if urls else {}
+    rows: list[dict[str, Any]] = []
     for f in files:
-        if is_url(f):   # scanned with range requests (analysis/scan/ scan_url), as the local file would be
-            try:
-                r = scan_url_if_pickle(f)   # judged by its bytes, as a local file is
-                if r is None:
-                    continue
-                rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
-            except CorruptCheckpointError as e:   # torch.load cannot read it: as locally
-                rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
-            except CkptstatError as e:   # the store failed (404, a limit): never `safe`, and says why
-                rows.append({"file": f, "status": NOT_SCANNED, "unsafe_globals": [], "error": _error_text(e)})
+        if is_url(f):
+            row = remote[f]
+            if row is not None:
+                rows.append(row)
             continue
         if not os.path.isfile(f):
             continue
