@@ -526,3 +526,19 @@ def test_one_byte_tensors_are_counted_not_decoded(written_bytes, monkeypatch):
     monkeypatch.setattr(accumulate.Acc, "update", lambda *a: pytest.fail("values decoded"))
     report = collect(open_checkpoint(path), all_roles=True).report
     assert report["total"]["count"] == sum(x.numel() for x in t.values())
+
+
+def test_one_byte_tensors_of_a_torch_zip(tmp_path, counter):
+    """One-byte tensors a format's own reader serves (torch.save's zip records): their decoded values keyed the same
+    way (I8, U8 and BOOL widened to float32 first), rows as numpy over torch's values."""
+    g = torch.Generator().manual_seed(1)
+    e5m2 = (torch.randn(70_001, generator=g) * 3).to(torch.float8_e5m2)
+    e5m2[[5, 9, 11]] = torch.tensor([float("inf"), float("-inf"), float("nan")]).to(torch.float8_e5m2)
+    t = {"a.i8": torch.randint(-128, 128, (70_001,), generator=g, dtype=torch.int8),
+         "a.u8": torch.randint(0, 256, (70_001,), generator=g, dtype=torch.uint8),
+         "a.bool": torch.rand(70_001, generator=g) < 0.4, "a.e5m2": e5m2}
+    torch.save(t, tmp_path / "bytes.bin")
+    rows = {r["name"]: r for r in collect(open_checkpoint(str(tmp_path / "bytes.bin")), all_roles=True,
+                                          chunk_bytes=4097).report["tensors"]}
+    for name, x in t.items():
+        _check_row(rows[name], x.to(torch.float64), exact=True)
