@@ -108,9 +108,9 @@ def test_a_host_name_is_connected_through_the_policys_resolution(folder, capsys,
     asked = []
     real = redirects.addresses
 
-    def dns(host: str, port: int) -> list[tuple[int, str]]:
+    def dns(host: str, port: int, *how: int) -> list[tuple[int, str]]:
         asked.append((host, port))
-        return real(host, port)
+        return real(host, port, *how)
 
     monkeypatch.setattr(redirects, "addresses", dns)
     local = plain(stats(capsys, os.path.join(folder, "m"))[1])
@@ -258,9 +258,9 @@ def rebinding_dns(monkeypatch) -> list[str]:
     async def played(host: str) -> str:
         return "public" if host == "127.0.0.1" else await real_class(host)
 
-    def dns(host: str, port: int) -> list[tuple[int, str]]:
+    def dns(host: str, port: int, *how: int) -> list[tuple[int, str]]:
         if host != "rebind.test":
-            return real_addresses(host, port)
+            return real_addresses(host, port, *how)
         asked.append(host)
         return [(2, "93.184.215.14" if port == 0 else "127.0.0.1")]   # (2: AF_INET)
 

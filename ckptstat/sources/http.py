@@ -327,10 +327,11 @@ class _Resolver:
     the addresses the policy checked (a host a public one redirected to: public ones only, whatever DNS says next)."""
 
     async def resolve(self, host: str, port: int = 0, family: int = 0) -> list[dict[str, Any]]:
-        found = await asyncio.to_thread(redirects.connectable, host, port)
+        # (asked as aiohttp's own ThreadedResolver asks: this family, addresses of families the machine has)
+        found = await asyncio.to_thread(redirects.connectable, host, port, family, socket.AI_ADDRCONFIG)
         flags = socket.AI_NUMERICHOST | socket.AI_NUMERICSERV
         return [{"hostname": host, "host": address, "port": port, "family": f, "proto": 0, "flags": flags}
-                for f, address in found if family in (0, f)]
+                for f, address in found]
 
     async def close(self) -> None:
         pass

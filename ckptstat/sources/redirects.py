@@ -60,10 +60,12 @@ def _literal_class(host: str) -> str | None:
     return "public" if ip.is_global and not ip.is_multicast else "internal"
 
 
-def addresses(host: str, port: int) -> list[tuple[int, str]]:
+def addresses(host: str, port: int, family: int = 0, flags: int = 0) -> list[tuple[int, str]]:
     """(family, address) of each address a connection to host:port may use, in getaddrinfo's order: the one
-    resolution, shared by the policy's check and both clients' connections (tests replace it to play a DNS server)."""
-    return [(info[0], str(info[4][0])) for info in socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)]
+    resolution, shared by the policy's check and both clients' connections (tests replace it to play a DNS server).
+    `family` and `flags` as getaddrinfo takes them (aiohttp asks with AI_ADDRCONFIG, http.client without)."""
+    return [(info[0], str(info[4][0]))
+            for info in socket.getaddrinfo(host, port, family=family, type=socket.SOCK_STREAM, flags=flags)]
 
 
 async def _resolve_class(host: str) -> str:
@@ -130,10 +132,10 @@ def rebound(first: str, here: str, e: Rebound) -> RedirectRefused:
     return refused(first, here, str(e)) if here != first else RedirectRefused(redact(first), f"refused to connect: {e}")
 
 
-def connectable(host: str, port: int) -> list[tuple[int, str]]:
+def connectable(host: str, port: int, family: int = 0, flags: int = 0) -> list[tuple[int, str]]:
     """The addresses a connection to host:port goes to (`addresses`), those of a host in PUBLIC_ONLY checked: Rebound
     when any is not public (the check of the redirect saw public ones: DNS rebinding)."""
-    found = addresses(host, port)
+    found = addresses(host, port, family, flags)
     if host.lower() in PUBLIC_ONLY:
         inside = [a for _, a in found if _literal_class(a) != "public"]
         if inside:
