@@ -1,11 +1,12 @@
-"""Issue 22: `ckptstat stats` against a plain numpy pass, on F32, F16 and BF16, and --workers scaling.
+"""Issue 22: `ckptstat stats` against a plain numpy pass, on F32, F16, BF16 and FP8 (E4M3), and --workers scaling.
 
-Files (written by safetensors.torch.save_file from torch tensors, N(0, 0.02) values, under
+Files (written by safetensors.torch.save_file from torch tensors, N(0, 0.02) values, N(0, 1) for FP8, under
 bench/_work/): one per dtype of --size-mb MiB in 16 MiB tensors, and a "many tensors" BF16 file of
 --size-mb MiB in 1 MiB tensors for the worker scaling. Contenders, each a whole process, page cache
 warm (every file is read once first):
 
-- numpy pass: per tensor, per 4 MiB chunk (np.fromfile), widen to float32 (F16 astype, BF16 shift),
+- numpy pass: per tensor, per 4 MiB chunk (np.fromfile), widen to float32 (F16 astype, BF16 shift, FP8 a
+  256-value table),
   then min, max, sum (float64), sum of squares (float64), zeros, finiteness and a 256-bin
   np.histogram: the obvious per-chunk loop (it computes less than ckptstat: no quantiles, no layer
   or bucket groups);
@@ -49,18 +50,24 @@ with open(path, "rb") as f:
     n = struct.unpack("<Q", f.read(8))[0]
     header = json.loads(f.read(n))
 header.pop("__metadata__", None)
-size = {"F32": 4, "F16": 2, "BF16": 2}
+size = {"F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1}
+b = np.arange(256)   # E4M3FN's 256 values (sign, 4 exponent bits biased by 7, 3 mantissa bits; 0x7F/0xFF NaN)
+e, m = (b >> 3) & 0xF, b & 7
+e4m3 = (np.where(e == 0, m / 8 * 2.0 ** -6, (1 + m / 8) * 2.0 ** (e - 7)) * np.where(b & 0x80, -1, 1)).astype(np.float32)
+e4m3[(b & 0x7F) == 0x7F] = np.nan
 out = []
 for name, e in header.items():
     b, end = e["data_offsets"]
     w = size[e["dtype"]]
     for at in range(b, end, chunk):
         count = min(chunk, end - at) // w
-        raw = np.fromfile(path, dtype="<f4" if w == 4 else "<u2", count=count, offset=8 + n + at)
+        raw = np.fromfile(path, dtype={4: "<f4", 2: "<u2", 1: "u1"}[w], count=count, offset=8 + n + at)
         if e["dtype"] == "F16":
             x = raw.view(np.float16).astype(np.float32)
         elif e["dtype"] == "BF16":
             x = (raw.astype(np.uint32) << 16).view(np.float32)
+        elif e["dtype"] == "F8_E4M3":
+            x = e4m3[raw]
         else:
             x = raw
         finite = np.isfinite(x)
@@ -110,10 +117,11 @@ def build(name: str, dtype: str, size_mb: int, tensor_mb: int) -> str:
     from safetensors.torch import save_file
 
     os.makedirs(WORK, exist_ok=True)
-    dt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16}[dtype]
+    dt = {"F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16, "F8_E4M3": torch.float8_e4m3fn}[dtype]
+    scale = 1.0 if dtype == "F8_E4M3" else 0.02   # (FP8 weights carry a block scale: their values span its range)
     g = torch.Generator().manual_seed(size_mb)
     numel = tensor_mb * (1 << 20) // dt.itemsize
-    tensors = {f"model.layers.{i}.mlp.down_proj.weight": (torch.randn(numel, generator=g) * 0.02).to(dt).reshape(-1, 1024)
+    tensors = {f"model.layers.{i}.mlp.down_proj.weight": (torch.randn(numel, generator=g) * scale).to(dt).reshape(-1, 1024)
                for i in range(max(1, size_mb // tensor_mb))}
     save_file(tensors, path + ".tmp")
     os.replace(path + ".tmp", path)
@@ -135,10 +143,11 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     env["PYTHONPYCACHEPREFIX"] = os.path.join(WORK, "pyc")
     files = {}
-    wanted = {"dtypes": ("f32", "f16", "bf16"), "workers": ("bf16", "bf16-many", "start")}.get(
-        args.only, ("f32", "f16", "bf16", "bf16-many"))
+    wanted = {"dtypes": ("f32", "f16", "bf16", "f8"), "workers": ("bf16", "bf16-many", "start")}.get(
+        args.only, ("f32", "f16", "bf16", "f8", "bf16-many"))
     for name, dtype, tensor_mb, size_mb in (("f32", "F32", 16, args.size_mb), ("f16", "F16", 16, args.size_mb),
-                                            ("bf16", "BF16", 16, args.size_mb), ("bf16-many", "BF16", 1, args.size_mb),
+                                            ("bf16", "BF16", 16, args.size_mb), ("f8", "F8_E4M3", 16, args.size_mb),
+                                            ("bf16-many", "BF16", 1, args.size_mb),
                                             ("start", "BF16", 1, 1)):
         if name not in wanted:
             continue
@@ -153,6 +162,7 @@ def main() -> None:
     runs = [("F32", "f32", "numpy pass", [py, "-c", NUMPY_PASS]), ("F32", "f32", "ckptstat -w1", ck + ["-w", "1"]),
             ("F16", "f16", "numpy pass", [py, "-c", NUMPY_PASS]), ("F16", "f16", "ckptstat -w1", ck + ["-w", "1"]),
             ("BF16", "bf16", "numpy pass", [py, "-c", NUMPY_PASS]), ("BF16", "bf16", "ckptstat -w1", ck + ["-w", "1"]),
+            ("F8_E4M3", "f8", "numpy pass", [py, "-c", NUMPY_PASS]), ("F8_E4M3", "f8", "ckptstat -w1", ck + ["-w", "1"]),
             ("BF16, 1 MiB tensors", "bf16-many", "ckptstat -w1", ck + ["-w", "1"]),
             ("BF16, 1 MiB tensors", "bf16-many", "ckptstat -w2", ck + ["-w", "2"])]
     if args.only == "workers":
