@@ -17,7 +17,7 @@ one hop at a time (sources/http.py asks aiohttp not to), and each hop must pass 
 loopback. A name 4 let through is resolved again when a connection to it is made: a DNS server that answers
 with public addresses for the check and an internal one for the connection (DNS rebinding) would slip past a check
 made once. So a host that passed 4 joins PUBLIC_ONLY, and every connection either client makes resolves its host
-through `addresses` (aiohttp through `Resolver`, sources/threaded.py through `connect`), refusing a host of
+through `addresses` (aiohttp through http.py `_Resolver`, sources/threaded.py through `connect`), refusing a host of
 PUBLIC_ONLY that resolves to any address that is not public (`Rebound`), and connecting to exactly the addresses it
 classified, never to a second answer.
 """
