@@ -514,7 +514,7 @@ def test_one_byte_rows_match_torch_values(written_bytes, chunk, counter):
     rows = {r["name"]: r for r in collect(open_checkpoint(path), all_roles=True, chunk_bytes=chunk).report["tensors"]}
     assert set(rows) == set(t)
     for name, x in t.items():
-        _check_row(rows[name], x.to(torch.float64) if x.dtype != torch.float64 else x, exact=True)
+        _check_row(rows[name], x.to(torch.float64), exact=True)
 
 
 def test_one_byte_tensors_are_counted_not_decoded(written_bytes, monkeypatch):

@@ -145,20 +145,13 @@ def connectable(host: str, port: int, family: int = 0, flags: int = 0) -> list[t
 
 
 def connect(host: str, port: int, timeout: float | None, source: tuple[str, int] | None = None) -> socket.socket:
-    """socket.create_connection to the addresses `connectable` returns, each tried in turn (http.client's
-    `_create_connection`, sources/threaded.py): the connection goes where the check looked."""
+    """socket.create_connection to each address `connectable` returns in turn, an address literal (no second lookup):
+    http.client's `_create_connection` (sources/threaded.py), so the connection goes where the check looked."""
     last: OSError | None = None
-    for family, address in connectable(host, port):
-        sock = socket.socket(family, socket.SOCK_STREAM)
+    for _, address in connectable(host, port):
         try:
-            if timeout is not None:
-                sock.settimeout(timeout)
-            if source:
-                sock.bind(source)
-            sock.connect((address, port))
-            return sock
+            return socket.create_connection((address, port), timeout, source)
         except OSError as e:
-            sock.close()
             last = e
     raise last or OSError(f"{host}: no address to connect to")
 

@@ -227,8 +227,11 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
         values (16 I16 units held 908 MiB when a whole chunk was widened to float64 at once)."""
         infos = [ckpt[it.name] for it in items[span[0]:span[1]]]
         stored = min(sum(i.nbytes for i in infos), max(chunk_bytes, 1))
-        return stored + max([stored * 32 // max(i.dt.bits, 1) * (i.dt.numpy is None) + 24 * UPDATE_VALUES
-                             for i in infos if i.dtype not in KERNELS] or [0])
+        widened = [i for i in infos if i.dtype not in KERNELS]
+        if not widened:
+            return stored
+        decoded = max((stored * 32 // max(i.dt.bits, 1) for i in widened if i.dt.numpy is None), default=0)
+        return stored + decoded + 24 * UPDATE_VALUES
 
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
     try:
@@ -310,8 +313,9 @@ def _worker_init(path: str, config: str | None, counter, workers: int) -> None: 
     """A worker's start. Over a URL the workers share one process's limits (SETTINGS.concurrency requests to a host,
     REMOTE_AHEAD units, REMOTE_BUDGET bytes): `-w 8` keeps 32 requests in flight to the Hub's CDN in all, not 256."""
     if urls.is_url(path):
-        settings = __import__("ckptstat.sources", fromlist=["SETTINGS"]).SETTINGS
-        settings.concurrency = max(1, settings.concurrency // workers)   # (before the worker's source makes a slot)
+        from ...sources.meter import SETTINGS
+
+        SETTINGS.concurrency = max(1, SETTINGS.concurrency // workers)   # (before the worker's source makes a slot)
         _W["share"] = workers
     src = sys.modules.get("ckptstat.sources")
     _W["mark"] = src.METER.report() if src is not None else {}

@@ -15,6 +15,7 @@ F32 has its own kernel (kernel32.py, which reads through plain_chunks here); oth
 """
 from __future__ import annotations
 
+import functools
 import mmap
 import os
 import threading
@@ -36,11 +37,11 @@ try:
 except ImportError:   # (built without a C compiler: setup.py)
     _compiled_count = None
 
-BITS16 = {"F16": "f16", "BF16": "bf16"}   # dtype -> histogram domain keyed by its own 16 bits
 # One-byte dtypes (FP8, I8, U8, BOOL): 256 patterns, each value exact in bfloat16 (accumulate.EXACT_IN_BF16), so a
 # tensor's histogram is the count of its bytes, each moved to its value's bfloat16 key (byte_hist).
 BYTES = frozenset({"BOOL", "U8", "I8", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0"})
-DOMAINS = {**BITS16, **dict.fromkeys(BYTES, "bf16")}   # dtype -> the domain of its 65,536-bin histogram
+# dtype -> the domain of its 65,536-bin histogram: F16 and BF16 keyed by their own 16 bits, one-byte ones by bfloat16
+DOMAINS = {"F16": "f16", "BF16": "bf16", **dict.fromkeys(BYTES, "bf16")}
 
 
 def plain(ckpt: Checkpoint, info: TensorInfo) -> bool:
@@ -259,15 +260,11 @@ def byte_hist(info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None
     return hist
 
 
-_BYTE_KEYS: dict[str, np.ndarray] = {}
-
-
+@functools.cache
 def _byte_keys(dtype: str) -> np.ndarray:
     """The bfloat16 key (float32's top 16 bits) of the value of each of a one-byte dtype's 256 patterns."""
-    if dtype not in _BYTE_KEYS:
-        values = np.asarray(dtypes.decode(np.arange(256, dtype=np.uint8), dtype, 256), dtype=np.float32)
-        _BYTE_KEYS[dtype] = (values.view(np.uint32) >> 16).astype(np.intp)
-    return _BYTE_KEYS[dtype]
+    values = np.asarray(dtypes.decode(np.arange(256, dtype=np.uint8), dtype, 256), dtype=np.float32)
+    return (values.view(np.uint32) >> 16).astype(np.intp)
 
 
 def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> list[tuple[int, int]] | None:
