@@ -1,6 +1,9 @@
 """torch's `weights_only=True` allowlist, as names, and what each allowed global becomes here: a stub
 that records (storage key, dtype, offset, shape, stride) and never runs anything from the pickle
-(docs/formats.md section 2; torch/_weights_only_unpickler.py `_get_allowed_globals`)."""
+(docs/formats.md section 2; torch/_weights_only_unpickler.py `_get_allowed_globals`).
+
+The allowlist is torch 2.15's, the release users run now; `ADDED` and `REMOVED` say what changed since the
+release the test install pins (2.13), so that tests/test_scan_allowlist.py reads the table against either."""
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
@@ -20,7 +23,7 @@ TORCH_DTYPES: dict[str, str | None] = {
     "float64": "F64", "float32": "F32", "float16": "F16", "bfloat16": "BF16",
     "int64": "I64", "int32": "I32", "int16": "I16", "int8": "I8",
     "uint64": "U64", "uint32": "U32", "uint16": "U16", "uint8": "U8", "bool": "BOOL",
-    "complex64": "C64", "complex128": "C128", "complex32": None,
+    "complex64": "C64", "complex128": "C128", "complex32": None, "bcomplex32": None,
     "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2", "float8_e4m3fnuz": "F8_E4M3FNUZ",
     "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0", "float4_e2m1fn_x2": None,
     "qint32": None, "qint8": None, "quint8": None, "quint2x4": None, "quint4x2": None,
@@ -30,7 +33,7 @@ TORCH_DTYPES: dict[str, str | None] = {
 _TENSOR_CLASSES = ("Double", "Float", "Half", "BFloat16", "Long", "Int", "Short", "Char", "Byte", "Bool")
 _REBUILDERS = (
     "_rebuild_tensor", "_rebuild_tensor_v2", "_rebuild_tensor_v3", "_rebuild_parameter",
-    "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor", "_rebuild_nested_tensor",
+    "_rebuild_parameter_with_state", "_rebuild_qtensor", "_rebuild_sparse_tensor",
     "_rebuild_meta_tensor_no_storage", "_rebuild_wrapper_subclass", "_rebuild_device_tensor_from_numpy",
     "_rebuild_device_tensor_from_cpu_tensor",
 )
@@ -48,12 +51,26 @@ ALLOWED_GLOBALS: frozenset[str] = frozenset(
     + [f"torch{sub}.{c}Tensor" for sub in (".sparse", ".cuda.sparse") for c in _TENSOR_CLASSES if c != "Bool"]
     + [f"torch._utils.{f}" for f in _REBUILDERS]
 )
-# What torch registers itself with add_safe_globals when it is imported (torch 2.13): weights_only
-# accepts these by default too (torch/_weights_only_unpickler.py `_get_user_allowed_globals`).
+# What torch registers itself with add_safe_globals when it is imported (torch 2.15): weights_only accepts these by
+# default too (torch/_weights_only_unpickler.py `_get_user_allowed_globals`).
 DEFAULT_SAFE_GLOBALS: frozenset[str] = frozenset({
-    "torch.nested._internal.nested_tensor.NestedTensor", "torch.nested._internal.nested_tensor._rebuild_njt",
     "torch.distributed._mesh_layout._FlatLayout", "torch.distributed._mesh_layout._MeshLayout",
 })
+# What the two lists gained and lost, with the torch release that changed them: 2.15 added its new dtype
+# bcomplex32, and dropped `_rebuild_nested_tensor` and the nested jagged tensor's two safe globals.
+ADDED: dict[str, tuple[int, int]] = {"torch.bcomplex32": (2, 15)}
+REMOVED: dict[str, tuple[int, int]] = {"torch._utils._rebuild_nested_tensor": (2, 15)}
+REMOVED_SAFE: dict[str, tuple[int, int]] = {"torch.nested._internal.nested_tensor.NestedTensor": (2, 15),
+                                            "torch.nested._internal.nested_tensor._rebuild_njt": (2, 15)}
+
+
+def allowed_in(release: tuple[int, int]) -> tuple[frozenset[str], frozenset[str]]:
+    """(`_get_allowed_globals()`, `_get_user_allowed_globals()` in a fresh process) of a torch release from 2.13 on."""
+    def then(names: frozenset[str], removed: dict[str, tuple[int, int]]) -> frozenset[str]:
+        return frozenset({n for n in names if ADDED.get(n, (0, 0)) <= release} | {n for n, v in removed.items() if release < v})
+    return then(ALLOWED_GLOBALS, REMOVED), then(DEFAULT_SAFE_GLOBALS, REMOVED_SAFE)
+
+
 # torch refuses these modules even when a user extends the allowlist.
 DENIED_MODULES = frozenset({"sys", "os", "posix", "nt"})
 # Python 2 names the weights_only unpickler maps on every GLOBAL before looking it up
@@ -97,7 +114,7 @@ def weights_only_name(module: str, name: str) -> tuple[str, str]:
 
 
 def weights_only_allows(module: str, name: str) -> bool:
-    """Whether `torch.load(weights_only=True)` accepts the GLOBAL `module name` (torch 2.13)."""
+    """Whether `torch.load(weights_only=True)` accepts the GLOBAL `module name` (torch 2.15)."""
     module, name = weights_only_name(module, name)
     return module not in DENIED_MODULES and allowed_name(f"{module}.{name}")
 
@@ -282,8 +299,6 @@ def stub_for(name: str) -> object:
     """What the allowlisted global `name` becomes when the pickle loads it."""
     name = canonical(name)
     module, _, attr = name.rpartition(".")
-    if name == "torch.nested._internal.nested_tensor._rebuild_njt":
-        return _unsupported("nested jagged")
     if name in _FIXED:
         return _FIXED[name]
     if module == "torch._utils":
