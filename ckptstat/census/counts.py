@@ -29,6 +29,9 @@ def _placements(ckpt: Checkpoint) -> dict[str, Placement]:
         from ..families.buffer_table import roles  # (the family modules load with a class to look up)
         out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in roles(list(out), ckpt.config).items()
                     if out[n].role in ("parameter", "buffer")})
+    # what the file says a tensor is (formats/torch/pt2.py: buffers and constants)
+    out.update({n: Placement(out[n].bucket, out[n].layer, r) for n, r in ckpt.roles.items()
+                if n in out and out[n].role == "parameter"})
     # the pieces of quantised weights: packed weight, scale, zero point... (census/quant/)
     out.update({n: Placement(out[n].bucket, out[n].layer, role) for n, role in quant_roles(ckpt).items()})
     return out

@@ -219,6 +219,9 @@ class Checkpoint:
     # Who built those groups, where the folder says: "transformers Trainer" (Trainer.create_optimizer: the
     # parameters it decays, then the others; formats/training.py), else None.
     optimizer_builder: str | None = None
+    # Roles the file itself records, which the name rules yield to (a torch.export archive's buffers and tensor
+    # constants: `is_param` false), by name.
+    roles: dict[str, str] = field(default_factory=dict)
     # The tensors are in the order the writer gave them (a torch pickle's dict: a state_dict in module order). False
     # where a format reorders them (safetensors writers sort the names) or cannot say.
     ordered: bool = False

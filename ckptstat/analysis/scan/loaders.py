@@ -52,7 +52,9 @@ from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings, load_config
+from .pt2 import judge_export
 from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
+from .verdict import RANK
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
 NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
@@ -502,9 +504,13 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     names = zf.namelist()
     if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
         return _keras(path, zf)
+    export = judge_export(path, f, size)   # a torch.export archive (analysis/scan/pt2.py)
+    if export is not None and not _names_say_numpy_or_keras(f, size):
+        return export
     members = npy_members(zf)
     if members or names and all(n.endswith(".npy") for n in names):
         t = Trace(path)
         _npz(t, f, size, members)
-        return _numpy_report(t)
-    return None
+        npz = _numpy_report(t)
+        return npz if export is None or RANK[npz["status"]] < RANK[export["status"]] else export
+    return export

@@ -13,7 +13,7 @@ from ...formats.msgpack_walk import looks_like_flax
 HEAD = 4096   # the bytes looked at for a Flax msgpack file
 FLAX_NO_PICKLE = ("no pickle to scan: a Flax msgpack checkpoint, which flax.serialization reads with msgpack, never "
                   "pickle, and torch.load cannot read (docs/flax.md)")
-_RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
+RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
 
 
 def extension_codes_only(r: dict[str, Any]) -> bool:
@@ -34,7 +34,7 @@ def combine(path: str, torch_report: dict[str, Any] | None, torch_error: Checkpo
         if torch_report is None:
             assert torch_error is not None
             raise torch_error
-    if other is None or torch_report is not None and _RANK[torch_report["status"]] <= _RANK[other["status"]]:
+    if other is None or torch_report is not None and RANK[torch_report["status"]] <= RANK[other["status"]]:
         assert torch_report is not None
         if other is not None:
             torch_report["notes"].append(f"{other['format']} to its own loader too: {other['verdict']}")

@@ -11,13 +11,15 @@ pickle's opcodes on pickle_machine.py, without unpickling.
 - containers.py  the zip and legacy layouts: where the pickle and each storage's bytes are
 - zipstream.py   values of storages in compressed zip records
 - reader.py      storages and views -> TensorInfo; detection and registration
+- pt2.py         torch.export archives (.pt2): their weights and tensor constants, what torch.export.load unpickles
 - pickle_machine.py, pickle_walk.py  a model of the C unpickler that scan walks each pickle on
 - streams.py     the byte sources those walks read (file windows, inflated zip members)
 """
 from .allowlist import ALLOWED_GLOBALS, is_allowed
 from .containers import LEGACY_MAGIC, LEGACY_PROTOCOL, CheckedZipFile
+from .pt2 import open_pt2
 from .reader import open_legacy, open_zip
 from .unpickler import MAX_ITEMS, MAX_STACK, SafeUnpickler, unpickle, walk
 
 __all__ = ["ALLOWED_GLOBALS", "LEGACY_MAGIC", "LEGACY_PROTOCOL", "MAX_ITEMS", "MAX_STACK", "CheckedZipFile", "SafeUnpickler",
-           "is_allowed", "open_legacy", "open_zip", "unpickle", "walk"]
+           "is_allowed", "open_legacy", "open_pt2", "open_zip", "unpickle", "walk"]
