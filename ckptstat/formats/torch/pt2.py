@@ -146,11 +146,12 @@ def read_archive(path: str, tz: TorchZip, read: Read) -> Archive:
             raise CorruptCheckpointError(path, f"byteorder record says {a.byteorder[:20]!r}")
     for program in a.programs:
         for kind, folder in (("weight", "data/weights/"), ("constant", "data/constants/")):
+            if tz.locate(f"{folder}{program}.pt") is not None:   # the layout before the configs, first when present
+                a.unpickled.append((f"{folder}{program}.pt", ARTIFACT))
+                continue
             config = _config(path, tz, read, f"{folder}{program}_{kind}s_config.json")
             if config is not None:
                 _payloads(path, program, kind, folder, config, a)
-            elif tz.locate(f"{folder}{program}.pt") is not None:   # the layout before the configs: one torch.save
-                a.unpickled.append((f"{folder}{program}.pt", ARTIFACT))
         if tz.locate(f"data/sample_inputs/{program}.pt") is not None:
             a.unpickled.append((f"data/sample_inputs/{program}.pt", ARTIFACT))
     a.compiled = [r.decode("utf-8", "replace") for r in tz.records
