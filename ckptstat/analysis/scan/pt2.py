@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import ast
 import io
-import json
 import re
 import tokenize
 import zipfile
@@ -243,9 +242,9 @@ def _graph(t: Trace, f: IO[bytes], size: int, tz: TorchZip, program: str) -> Non
         return
     record = f"{info.filename} ({SYMPIFY})"
     try:
-        doc = json.loads(_records(t.path, f, size)(info, _cap(t.path, info)).decode("utf-8"))
-    except (ValueError, RecursionError):
-        t.notes.append(f"{info.filename} is not JSON: torch.export.load raises there")
+        doc = pt2.json_record(t.path, info, _records(t.path, f, size))
+    except CorruptCheckpointError as e:
+        t.notes.append(f"{e.reason}: torch.export.load raises there")
         return
     w = Walk(record, None)
     odd: list[tuple[str, str]] = []
@@ -268,14 +267,6 @@ def _graph(t: Trace, f: IO[bytes], size: int, tz: TorchZip, program: str) -> Non
         line, why = odd[0]
         t.unknown.append(f"{info.filename}: guards_code line {line[:80]!r} holds {why}: ep.module() compiles it into the "
                          f"guard that runs on every call of the loaded module ({len(odd)} such line(s))")
-
-
-def _cap(path: str, info: zipfile.ZipInfo) -> int:
-    cap = limits().index_bytes
-    if info.file_size > cap:
-        raise CorruptCheckpointError(path, f"{info.filename} is {info.file_size:,} bytes, more than the {cap:,} "
-                                           "ckptstat reads (--limit index_bytes=N)")
-    return cap
 
 
 def _trace_pt2(path: str, f: IO[bytes], size: int, tz: TorchZip) -> Trace:

@@ -68,7 +68,6 @@ class Payload:
 
 @dataclass
 class Archive:
-    zip: TorchZip
     programs: list[str]
     payloads: list[Payload] = field(default_factory=list)
     unpickled: list[tuple[str, str]] = field(default_factory=list)   # (record, how torch.export.load unpickles it)
@@ -80,7 +79,7 @@ Read = Callable[[zipfile.ZipInfo, int], bytes]   # a record's bytes, at most the
 
 
 def is_pt2(tz: TorchZip, read: Read) -> bool:
-    """Whether torch's reader finds `archive_format` holding `pt2` (torch.export's `is_pt2_package`)."""
+    """Whether torch's reader finds `archive_format` holding `pt2` (as load_pt2 checks the archive)."""
     info = tz.locate("archive_format")
     return info is not None and info.file_size <= MAX_SMALL and read(info, MAX_SMALL).strip() == b"pt2"
 
@@ -97,18 +96,23 @@ def _names(tz: TorchZip, folder: str, suffix: str) -> list[str]:
     return sorted(out)
 
 
-def _config(path: str, tz: TorchZip, read: Read, record: str) -> dict[str, Any] | None:
-    info = tz.locate(record)
-    if info is None:
-        return None
+def json_record(path: str, info: zipfile.ZipInfo, read: Read) -> Any:
+    """A JSON record of the archive (a config, a program's graph), at most `index_bytes` (the --limit)."""
     cap = limits().index_bytes
     if info.file_size > cap:
         raise CorruptCheckpointError(path, f"{info.filename} is {info.file_size:,} bytes, more than the {cap:,} "
                                            "ckptstat reads (--limit index_bytes=N)")
     try:
-        doc = json.loads(read(info, cap).decode("utf-8"))
+        return json.loads(read(info, cap).decode("utf-8"))
     except (ValueError, RecursionError):
         raise CorruptCheckpointError(path, f"{info.filename} is not JSON") from None
+
+
+def _config(path: str, tz: TorchZip, read: Read, record: str) -> dict[str, Any] | None:
+    info = tz.locate(record)
+    if info is None:
+        return None
+    doc = json_record(path, info, read)
     config = doc.get("config") if isinstance(doc, dict) else None
     if not isinstance(config, dict):
         raise CorruptCheckpointError(path, f"{info.filename} has no \"config\" object")
@@ -138,7 +142,7 @@ def _payloads(path: str, program: str, kind: str, folder: str, config: dict[str,
 
 def read_archive(path: str, tz: TorchZip, read: Read) -> Archive:
     """The archive's programs, payloads and what torch.export.load would unpickle (nothing is unpickled here)."""
-    a = Archive(tz, _names(tz, "models/", ".json"))
+    a = Archive(_names(tz, "models/", ".json"))
     order = tz.locate("byteorder")
     if order is not None and order.file_size <= MAX_SMALL:
         a.byteorder = read(order, MAX_SMALL).decode("ascii", "replace").strip()
