@@ -106,3 +106,19 @@ def test_stats_equal_numpy_over_torchs_values(tmp_path, cli):
     t = json.loads(out)["tensors"][0]
     assert t["name"] == "conv.weight" and t["count"] == want.size
     assert t["mean"] == pytest.approx(want.mean(), rel=1e-12) and t["max"] == want.max() and t["min"] == want.min()
+
+
+def test_an_aotinductor_package_is_named_not_counted_as_empty(tmp_path, cli):
+    """An archive with no program to read (AOTInductor's compiled library only) is one line, never "0 parameters"."""
+    import zipfile
+
+    src = zipfile.ZipFile(os.path.join(FIXTURES, "pt2", "two.pt2"))
+    path = tmp_path / "aoti.pt2"
+    with zipfile.ZipFile(path, "w") as z:
+        for n in ("two/archive_format", "two/archive_version", "two/byteorder"):
+            z.writestr(n, src.read(n))
+        z.writestr("two/data/aotinductor/model/model.wrapper.so", b"\x7fELF" + bytes(60))
+    rc, out, err = cli(str(path))
+    assert rc == 1 and out == "" and err.count("\n") == 1 and "AOTInductor package" in err
+    rc, out, _ = cli("scan", str(path), "--json")
+    assert rc == 1 and json.loads(out)["status"] == "unknown" and "AOTIModelPackageLoader" in json.loads(out)["verdict"]

@@ -26,7 +26,7 @@ from typing import IO, Any
 from ...core import Checkpoint, dtypes
 from ...core.files import file_size, open_regular
 from ...core.limits import limits
-from ...errors import CheckpointError, CorruptCheckpointError, reading
+from ...errors import CheckpointError, CorruptCheckpointError, UnknownFormatError, reading
 from ..registry import Format, Probe, register
 from .allowlist import StorageRef, TensorRef
 from .containers import StorageRecord, TorchZip, data_offset, zip_open
@@ -218,6 +218,11 @@ def open_pt2(path: str) -> Checkpoint:
         if not is_pt2(tz, read):
             raise CorruptCheckpointError(path, "not a torch.export archive: no archive_format record holding pt2")
         a = read_archive(path, tz, read)
+        if not a.programs:
+            raise UnknownFormatError(path, "a torch.export archive without a program (models/*.json) to read" + (
+                f": an AOTInductor package ({len(a.compiled)} compiled librar{'y' if len(a.compiled) == 1 else 'ies'}"
+                " under data/aotinductor/), whose weights live in its libraries or beside them in AOTInductor's own "
+                "layout; `ckptstat scan` judges it" if a.compiled else ""))
         found: list[tuple[str, TensorRef]] = []
         records: dict[str, StorageRecord] = {}
         compressed = False
