@@ -52,6 +52,7 @@ from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .keras import KerasFinding, config_findings, load_config
+from .package import judge_package
 from .pt2 import judge_export
 from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
 from .verdict import RANK
@@ -504,7 +505,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     names = zf.namelist()
     if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
         return _keras(path, zf)
-    export = judge_export(path, f, size)   # a torch.export archive (analysis/scan/pt2.py)
+    # a torch.export archive (analysis/scan/pt2.py), a torch.package one (analysis/scan/package.py)
+    export = judge_export(path, f, size) or judge_package(path, f, size)
     if export is not None and not _names_say_numpy_or_keras(f, size):
         return export
     members = npy_members(zf)
