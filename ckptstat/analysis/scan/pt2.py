@@ -39,7 +39,7 @@ import tokenize
 import zipfile
 from typing import IO, Any
 
-from ...core.io import SeekableReader
+from ...core.io import Window
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError
 from ...formats.torch import pt2
@@ -87,25 +87,6 @@ _GUARD_NODES = (ast.Expression, ast.BoolOp, ast.BinOp, ast.UnaryOp, ast.Compare,
                 ast.Call, ast.Name, ast.Attribute, ast.Load, ast.operator, ast.boolop, ast.unaryop, ast.cmpop)
 
 
-class _Slice(SeekableReader):
-    """Bytes [start, start + size) of a file read with seek and read (a remote scan's budgeted file has no pread)."""
-
-    def __init__(self, f: IO[bytes], start: int, size: int):
-        super().__init__()
-        self.f, self.start, self.size, self.pos = f, start, size, 0
-
-    def readinto(self, b: Any) -> int:
-        mv = memoryview(b).cast("B")
-        n = max(0, min(len(mv), self.size - self.pos))
-        if not n:
-            return 0
-        self.f.seek(self.start + self.pos)
-        data = self.f.read(n)
-        mv[:len(data)] = data
-        self.pos += len(data)
-        return len(data)
-
-
 def _nested(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, where: str) -> None:
     """Follow torch.load through the torch.save held in a record, its walks added to `t` as reached."""
     src, why = _member_source(f, size, info)
@@ -114,7 +95,7 @@ def _nested(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, where: str
         return
     sub = Trace(where)
     if isinstance(src, FileWindow):
-        follow(sub, _Slice(f, src.start, src.length), src.length)   # type: ignore[arg-type]  # (an io.RawIOBase)
+        follow(sub, Window(f, src.start, src.length), src.length)   # type: ignore[arg-type]  # (an io.RawIOBase)
     else:   # inflated whole, as torch's reader extracts a record before torch.load reads it
         cap = limits().pickle_bytes
         if info.file_size > cap:

@@ -43,12 +43,18 @@ class _Bounded(SeekableReader):
         self.pos, self.read_bytes, self.beyond = 0, 0, False
 
     def read(self, n: int | None = -1) -> bytes:
-        want = max(0, min(self.size - self.pos, self.size if n is None or n < 0 else n))
+        data = self.pread(self.size if n is None or n < 0 else n, self.pos)
+        self.pos += len(data)
+        return data
+
+    def pread(self, n: int, offset: int) -> bytes:
+        """Up to n bytes at `offset`, within the budget, the position untouched (core.io.pread: a Window of this
+        file, such as a torch.save inside a torch.export archive's record)."""
+        want = max(0, min(self.size - offset, n))
         take = max(0, min(want, self.budget - self.read_bytes))
         if take < want:
             self.beyond = True
-        data = pread(self.f, take, self.pos) if take else b""
-        self.pos += len(data)
+        data = pread(self.f, take, offset) if take else b""
         self.read_bytes += len(data)
         return data
 
