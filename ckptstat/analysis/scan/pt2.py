@@ -210,8 +210,9 @@ def plain_guard(code: str) -> str | None:
         if isinstance(node, ast.Attribute):
             if _dotted(node) not in GUARD_CALLS and node.attr not in GUARD_METHODS:
                 return f"the attribute {node.attr!r}"
+    called = {id(c.func) for c in ast.walk(tree) if isinstance(c, ast.Call)}
     for node in ast.walk(tree):   # an attribute is only ever called (a method read off an input, or a helper)
-        if isinstance(node, ast.Attribute) and not any(isinstance(c, ast.Call) and c.func is node for c in ast.walk(tree)):
+        if isinstance(node, ast.Attribute) and id(node) not in called:
             return f"the attribute {node.attr!r} read, not called"
     return None
 
