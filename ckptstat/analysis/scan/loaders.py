@@ -51,6 +51,7 @@ from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
+from .compressed import judge_compressed
 from .keras import KerasFinding, config_findings, load_config
 from .package import judge_package
 from .pt2 import judge_export
@@ -492,8 +493,9 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         return at_zero
     if _hdf5(f, size):
         return _keras_h5(path, f)
-    if head != b"PK\x03\x04":
-        return None
+    if head != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
+        f.seek(0)
+        return judge_compressed(path, f, size, f.read(8), NUMPY_OWN) if traced is None or traced.raises else None
     name = _name(path).lower()
     keras_named = name.endswith(".keras")
     if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):

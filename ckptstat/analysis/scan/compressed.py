@@ -1,0 +1,121 @@
+"""`ckptstat scan` of a pickle inside a compressed stream: `joblib.dump(obj, path, compress=...)` (zlib, gzip, bz2,
+lzma, xz: joblib/compressor.py; the whole stream, pickle and inline arrays, goes through the compressor) and a
+`.pkl.gz`-style file that `pickle.load(gzip.open(path))` reads. torch.load cannot read one (its first byte is no
+pickle opcode: scan said "unreadable"), while joblib.load, and those loaders, decompress it and unpickle what comes
+out from its first byte.
+
+The stream is decompressed as the walk reads it (nothing is written), at most `pickle_bytes` (the --limit) of
+output, and never more than `pickle_ratio` x the file's bytes + 1 MiB; a pickle longer than that is unknown. lz4
+(joblib's lz4 compressor; no decoder in Python's standard library) is unknown. The pickle is judged by torch's
+allowlist, with numpy's own reconstruction and joblib's array wrappers allowed: joblib's NumpyUnpickler builds a
+NumpyArrayWrapper and, at its BUILD, reads the array's bytes from the stream itself; scan does not follow those
+bytes, so a walk that stops after a wrapper is unknown past it (what the walk reached before still counts).
+"""
+from __future__ import annotations
+
+import bz2
+import lzma
+import zlib
+from typing import IO, Any
+
+from ...core.limits import limits
+from ...formats.torch.pickle_walk import walk
+from ...formats.torch.streams import FileWindow, Source
+from .torch_load import Trace, report
+
+FORMAT = "compressed pickle"
+LOADER = "joblib.load (or pickle.load of the decompressed stream)"
+# Objects joblib's own unpickler builds without calling anything of the file's choosing (joblib/numpy_pickle.py).
+JOBLIB_OWN = frozenset({"joblib.numpy_pickle.NumpyArrayWrapper", "joblib.numpy_pickle_compat.NDArrayWrapper",
+                        "joblib.numpy_pickle.NDArrayWrapper"})
+LZ4 = b"\x04\x22\x4d\x18"
+_CHUNK = 1 << 16
+
+
+def kind(head: bytes) -> str | None:
+    """The compressor whose stream starts with `head` (joblib/compressor.py's prefixes; zlib by its RFC 1950 header:
+    deflate, and the check bits), or None."""
+    if head[:2] == b"\x1f\x8b":
+        return "gzip"
+    if head[:3] == b"BZh":
+        return "bz2"
+    if head[:6] == b"\xfd7zXZ\x00":
+        return "xz"
+    if head[:3] == b"\x5d\x00\x00":
+        return "lzma"
+    if head[:4] == LZ4:
+        return "lz4"
+    if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
+        return "zlib"
+    return None
+
+
+class _Decompressed(Source):
+    """The decompressed bytes of the stream at `f`'s start, at most `bound` of them; `cut` when there were more."""
+
+    def __init__(self, f: IO[bytes], size: int, name: str, bound: int):
+        super().__init__(bound)
+        self.raw = FileWindow(f, 0, size)
+        self.zlib = name in ("zlib", "gzip")
+        self.d: Any = zlib.decompressobj(16 + zlib.MAX_WBITS if name == "gzip" else zlib.MAX_WBITS) if self.zlib else \
+            bz2.BZ2Decompressor() if name == "bz2" else \
+            lzma.LZMADecompressor(lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE)
+        self.produced, self.cut = 0, False
+        self.error: str | None = None
+
+    def _raw(self) -> bytes:
+        return self.raw.read(min(_CHUNK, self.raw.left())) if self.raw.left() > 0 else b""
+
+    def _fill(self, n: int) -> bytes:
+        out = b""
+        while not out and self.error is None and not self.d.eof:
+            # zlib hands back the input it did not use; bz2 and lzma keep it, and say when they need more
+            data = (self.d.unconsumed_tail or self._raw()) if self.zlib else self._raw() if self.d.needs_input else b""
+            try:
+                out = self.d.decompress(data, max(n, _CHUNK)) if self.zlib else self.d.decompress(data, max(n, _CHUNK))
+            except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError) as e:
+                self.error = str(e)
+            if not out and not data:
+                break
+        room = self.length - self.produced
+        if len(out) > room:
+            self.cut, out = True, out[:room]
+        self.produced += len(out)
+        return out
+
+
+def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own: frozenset[str]) -> dict[str, Any] | None:
+    """The scan report of a compressed pickle stream (see the module doc), or None when `head` starts no stream;
+    `numpy_own`: the globals numpy's own reconstruction imports (allowed, as for an .npy object array)."""
+    name = kind(head)
+    if name is None:
+        return None
+    t = Trace(path, format=f"{FORMAT} ({name})")
+    t.reads = f"{LOADER} decompresses the {name} stream and unpickles it from its first byte"
+    if name == "lz4":
+        t.unknown.append("an lz4 frame (joblib's lz4 compressor), which scan does not decompress")
+    else:
+        bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
+        src = _Decompressed(f, size, name, bound)
+        w = walk(src, f"the decompressed {name} stream", None)
+        if not w.globals and w.failure is not None and w.opcodes <= 1:
+            return None   # not a pickle inside: another file that happens to start like a compressed stream
+        own = JOBLIB_OWN | numpy_own
+        w.findings = [fd for fd in w.findings if fd.name not in own]
+        w.globals = {n: ok or n in own for n, ok in w.globals.items()}
+        t.reach(w)
+        wrapped = any(n in JOBLIB_OWN for n in w.globals)
+        if w.failure and wrapped:
+            t.unknown.append("joblib's NumpyUnpickler reads each array's bytes from the stream after its "
+                             "NumpyArrayWrapper; scan walked the pickle up to where those bytes begin")
+        elif w.failure and src.cut:
+            t.unknown.append(f"the stream decompresses past the {bound:,} bytes scan reads (--limit pickle_bytes=N)")
+        elif w.failure:
+            t.notes.append(f"the unpickler raises at offset {w.fail_at}: {w.failure}")
+    r = report(t)
+    r["torch_load"] = f"not torch.load's: {t.reads}"
+    r["weights_only_loadable"] = False
+    r["verdict"] = r["verdict"].replace("torch.load without weights_only would", f"{LOADER} would") \
+        .replace("scan cannot tell what torch.load would run", f"scan cannot tell what {LOADER} would run") \
+        .replace("every global torch.load would import", "every global the decompressed pickle imports")
+    return r

@@ -1,0 +1,99 @@
+"""`ckptstat scan` of pickles in compressed streams (analysis/scan/compressed.py): joblib.dump(..., compress=...)
+files written by joblib 1.6.0 (fixtures/make_joblib.py; whether joblib.load ran each payload was measured there:
+fixtures/expected_joblib.json), and `.pkl.gz`-style files that pickle.load(gzip.open(...)) (and bz2, lzma) reads,
+written and loaded here. torch.load reads none of them (scan said "unreadable", exit 2): every payload that runs is
+now `unsafe` or `unknown` (exit 1), plain data `safe`, joblib's inline arrays `unknown` past the first."""
+from __future__ import annotations
+
+import bz2
+import gzip
+import json
+import lzma
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+
+import pytest
+from conftest import FIXTURES
+
+from ckptstat.analysis.scan import scan_path
+
+OPENERS = {"gzip": gzip.open, "bz2": bz2.open, "xz": lzma.open}
+
+
+class _Payload:
+    def __init__(self, marker: str):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_joblib_files_follow_what_joblib_runs():
+    with open(os.path.join(FIXTURES, "expected_joblib.json")) as f:
+        oracle = json.load(f)["files"]
+    for name, o in oracle.items():
+        r = scan_path(os.path.join(FIXTURES, "joblib", name))
+        if o["executes"]:
+            assert r["status"] != "safe", (name, r["verdict"])
+        if name.startswith("payload-") and "after-array" not in name:
+            assert r["status"] == "unsafe" and r["unsafe_globals"] == ["io.open"], (name, r["verdict"])
+            assert r["format"] == f"compressed pickle ({o['compressor']})"
+        if name.startswith("arrays-") or "after-array" in name:   # the arrays' bytes are joblib's, inline
+            assert r["status"] == "unknown" and "NumpyArrayWrapper" in r["verdict"], (name, r["verdict"])
+
+
+@pytest.mark.parametrize("kind", sorted(OPENERS))
+def test_a_compressed_pickle_is_judged_as_pickle_load_of_it_runs(kind, tmp_path, cli):
+    marker = str(tmp_path / "ran")
+    evil, plain = tmp_path / f"evil.pkl.{kind}", tmp_path / f"plain.pkl.{kind}"
+    with OPENERS[kind](evil, "wb") as f:
+        pickle.dump({"x": _Payload(marker)}, f, protocol=4)
+    with OPENERS[kind](plain, "wb") as f:
+        pickle.dump({"lr": 0.1, "steps": [1, 2, 3], "name": "run"}, f, protocol=4)
+    load = f"import {'lzma' if kind == 'xz' else kind} as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"
+    subprocess.run([sys.executable, "-c", load, str(evil)], capture_output=True, timeout=120)
+    assert os.path.exists(marker)
+    os.remove(marker)
+    rc, out, _ = cli("scan", str(evil), "--json")
+    assert rc == 1 and json.loads(out)["unsafe_globals"] == ["io.open"]   # (how pickle names the builtin open)
+    rc, out, _ = cli("scan", str(plain), "--json")
+    assert rc == 0 and json.loads(out)["status"] == "safe"
+    assert not os.path.exists(marker)
+
+
+def test_a_folder_lists_them_by_their_bytes(tmp_path, cli):
+    for name in ("payload-gzip.joblib", "arrays-zlib.joblib"):
+        shutil.copy(os.path.join(FIXTURES, "joblib", name), tmp_path / name)
+    (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"not a pickle\n"))
+    rc, out, _ = cli("scan", str(tmp_path), "--json")
+    assert rc == 1
+    assert {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
+        "payload-gzip.joblib": "unsafe", "arrays-zlib.joblib": "unknown"}
+
+
+def test_lz4_and_bombs_are_unknown_not_read_whole(tmp_path, cli):
+    lz4 = tmp_path / "model.joblib"
+    lz4.write_bytes(b"\x04\x22\x4d\x18" + bytes(60))
+    rc, out, _ = cli("scan", str(lz4), "--json")
+    assert rc == 1 and "lz4" in json.loads(out)["verdict"]
+    bomb = tmp_path / "bomb.pkl.gz"       # 200 MB of NONE opcodes in 200 KB: the walk stops at its bounds
+    bomb.write_bytes(gzip.compress(b"\x80\x04" + b"N" * (200 << 20), 9))
+    rc, out, _ = cli("scan", str(bomb), "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["status"] == "unknown", r["verdict"]
+
+
+def test_over_http_the_same():
+    """`ckptstat scan URL` (a subprocess, a loopback server): the same report as the local file's."""
+    from remote_server import Server
+
+    with Server(os.path.join(FIXTURES, "joblib")) as s:
+        for name in ("payload-xz.joblib", "arrays-gzip.joblib"):
+            p = subprocess.run([sys.executable, "-m", "ckptstat", "scan", f"{s.url}/{name}", "--json"],
+                               capture_output=True, text=True, timeout=300)
+            remote, local = json.loads(p.stdout), scan_path(os.path.join(FIXTURES, "joblib", name))
+            assert p.returncode == 1 and remote["status"] == local["status"], (name, p.stderr)
+            assert remote["findings"] == local["findings"] and remote["unknown"] == local["unknown"], name
