@@ -29,6 +29,10 @@
   These last three are judged the same way over a URL (analysis/scan/remote.py), from the remote trace: the one
   rule table and `judged_by_own_loader` serve both (a remote DCP `.metadata` naming non-tensor items: unknown).
 
+Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
+(pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
+`saved_model.pb`'s graph (saved_model.py).
+
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
 from __future__ import annotations
@@ -55,6 +59,8 @@ from .compressed import judge_compressed
 from .keras import KerasFinding, config_findings, load_config
 from .package import judge_package
 from .pt2 import judge_export
+from .saved_model import NAME as SAVED_MODEL
+from .saved_model import judge_saved_model
 from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
 from .verdict import RANK
 
@@ -482,6 +488,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     """scan_other of the open file `f` of `size` bytes, local or remote (analysis/scan/remote.py reads a URL through
     the same rules, with range requests)."""
     torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
+    if _name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
+        return judge_saved_model(path, f, size)
     f.seek(0)
     head = f.read(4)
     if head[:4] == b"\x93NUM":
