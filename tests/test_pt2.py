@@ -122,3 +122,31 @@ def test_an_aotinductor_package_is_named_not_counted_as_empty(tmp_path, cli):
     assert rc == 1 and out == "" and err.count("\n") == 1 and "AOTInductor package" in err
     rc, out, _ = cli("scan", str(path), "--json")
     assert rc == 1 and json.loads(out)["status"] == "unknown" and "AOTIModelPackageLoader" in json.loads(out)["verdict"]
+
+
+def test_over_http_as_locally_in_few_round_trips(tmp_path):
+    """`ckptstat tensors` and `stats` of a .pt2 URL (a subprocess, a loopback server answering after 50 ms): the
+    local answers, with the records' local headers fetched together, not one round trip per weight."""
+    import subprocess
+    import sys
+
+    from remote_server import Server, round_trips
+
+    m = torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(150)])
+    torch.export.save(torch.export.export(m, (torch.randn(2, 8),)), tmp_path / "deep.pt2")
+    assert (tmp_path / "deep.pt2").stat().st_size > 4 * (1 << 16)
+
+    def run(*args: str) -> dict:
+        p = subprocess.run([sys.executable, "-m", "ckptstat", *args, "--json"], capture_output=True, text=True,
+                           timeout=300)
+        assert p.returncode == 0, p.stderr
+        return json.loads(p.stdout)
+
+    with Server(str(tmp_path), stall=0.05) as s:
+        remote = run("tensors", f"{s.url}/deep.pt2")
+        trips = round_trips(s)
+        remote_stats = run("stats", f"{s.url}/deep.pt2", "-f", "0.weight")
+    local = run("tensors", str(tmp_path / "deep.pt2"))
+    assert remote["tensors"] == local["tensors"] and len(local["tensors"]) == 300
+    assert trips <= 8, trips
+    assert remote_stats["tensors"] == run("stats", str(tmp_path / "deep.pt2"), "-f", "0.weight")["tensors"]

@@ -254,7 +254,8 @@ def _joined(parts: list[tuple[str, Checkpoint]]) -> Mapping[str, TensorInfo]:
 # Formats whose readers take every byte through the core entry points (open_regular, file_size, pread), so
 # that a URL reads as a file does (docs/remote.md); the others (h5py, TF bundles, ONNX, numpy and Keras zips)
 # read local files only.
-REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)", "flax (msgpack)"})
+REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)", "flax (msgpack)",
+                            "pytorch export (.pt2)"})
 
 
 def _open_file(path: str) -> Checkpoint:

@@ -25,6 +25,7 @@ from typing import IO, Any
 
 from ...core import Checkpoint, dtypes
 from ...core.files import file_size, open_regular
+from ...core.io import prefetch
 from ...core.limits import limits
 from ...errors import CheckpointError, CorruptCheckpointError, UnknownFormatError, reading
 from ..registry import Format, Probe, register
@@ -209,9 +210,11 @@ def _records(path: str, f: IO[bytes], zf: zipfile.ZipFile, size: int) -> Read:
 def open_pt2(path: str) -> Checkpoint:
     """A torch.export archive's weights and tensor constants (see the module doc)."""
     size = file_size(path)
-    with open_regular(path) as f:
+    with open_regular(path) as f:   # a URL: the central directory, then the records' local headers, by range requests
+        prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])
         zf = zip_open(path, f)
         tz = TorchZip(zf.infolist())
+        prefetch(f, [(i.header_offset, 30) for i in tz.infos if i.header_offset >= 0])
         if tz.refusal:
             raise CorruptCheckpointError(path, f"not a zip torch's reader opens: {tz.refusal}")
         read = _records(path, f, zf, size)
@@ -268,6 +271,7 @@ def accept_pt2(probe: Probe) -> bool:
         return False
     try:
         with reading(probe.path), open_regular(probe.path) as f:
+            prefetch(f, [(max(0, probe.size - (1 << 16)), 1 << 16)])   # a URL: the end records in one request
             zf = zip_open(probe.path, f)
             tz = TorchZip(zf.infolist())
             return not tz.refusal and tz.locate("data.pkl") is None and is_pt2(tz, _records(probe.path, f, zf, probe.size))
