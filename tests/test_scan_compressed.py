@@ -97,3 +97,14 @@ def test_over_http_the_same():
             remote, local = json.loads(p.stdout), scan_path(os.path.join(FIXTURES, "joblib", name))
             assert p.returncode == 1 and remote["status"] == local["status"], (name, p.stderr)
             assert remote["findings"] == local["findings"] and remote["unknown"] == local["unknown"], name
+
+
+def test_an_lzma_header_asking_for_a_huge_dictionary_is_unknown_not_allocated(tmp_path, cli):
+    """Found by tests/test_fuzz_scan_loaders.py: a flipped dictionary size made liblzma allocate it (MemoryError under
+    the fuzz worker's address-space cap). The decoder's memory is capped (DECODER_MEMORY)."""
+    data = bytearray(open(os.path.join(FIXTURES, "joblib", "arrays-lzma.joblib"), "rb").read())
+    data[1:5] = (1 << 30).to_bytes(4, "little")       # the lzma-alone header's dictionary size: 1 GiB
+    p = tmp_path / "m.joblib"
+    p.write_bytes(bytes(data))
+    rc, out, _ = cli("scan", str(p), "--json")
+    assert rc == 1 and "decoder memory" in json.loads(out)["verdict"]

@@ -30,6 +30,9 @@ JOBLIB_OWN = frozenset({"joblib.numpy_pickle.NumpyArrayWrapper", "joblib.numpy_p
                         "joblib.numpy_pickle.NDArrayWrapper"})
 LZ4 = b"\x04\x22\x4d\x18"
 _CHUNK = 1 << 16
+# What liblzma may allocate to decode a stream: its header names the dictionary (xz -9 needs ~65 MiB), which a
+# hostile header sets to 4 GiB; past this the stream is unknown, never decoded (lzma's memlimit).
+DECODER_MEMORY = 128 << 20
 
 
 def kind(head: bytes) -> str | None:
@@ -59,7 +62,7 @@ class _Decompressed(Source):
         self.zlib = name in ("zlib", "gzip")
         self.d: Any = zlib.decompressobj(16 + zlib.MAX_WBITS if name == "gzip" else zlib.MAX_WBITS) if self.zlib else \
             bz2.BZ2Decompressor() if name == "bz2" else \
-            lzma.LZMADecompressor(lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE)
+            lzma.LZMADecompressor(lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
         self.produced, self.cut = 0, False
         self.error: str | None = None
 
@@ -98,7 +101,10 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
         bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
         src = _Decompressed(f, size, name, bound)
         w = walk(src, f"the decompressed {name} stream", None)
-        if not w.globals and w.failure is not None and w.opcodes <= 1:
+        if src.error and "memory" in src.error.lower():
+            t.unknown.append(f"the {name} stream's header asks for more than the {DECODER_MEMORY:,} bytes of decoder "
+                             "memory scan allows")
+        elif not w.globals and w.failure is not None and w.opcodes <= 1:
             return None   # not a pickle inside: another file that happens to start like a compressed stream
         own = JOBLIB_OWN | numpy_own
         w.findings = [fd for fd in w.findings if fd.name not in own]
