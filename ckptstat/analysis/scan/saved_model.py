@@ -18,8 +18,7 @@ from typing import IO, Any
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError
 from ...formats.tf_bundle.wire import Bad, fields, message
-from ...formats.torch.pickle_machine import Finding, Walk
-from .torch_load import Trace, report
+from .torch_load import SCAN_SCHEMA
 
 NAME = "saved_model.pb"
 LOADER = "tf.saved_model.load"
@@ -70,21 +69,19 @@ def _output_stream(node: bytes) -> str:
 
 
 def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
-    """The scan report of a `saved_model.pb` (see the module doc)."""
+    """The scan report of a `saved_model.pb` (see the module doc): no pickle, the file-system ops as findings."""
     cap = limits().index_bytes
     if size > cap:
         raise CorruptCheckpointError(path, f"{NAME} is {size:,} bytes, more than the {cap:,} ckptstat reads "
                                            "(--limit index_bytes=N)")
     f.seek(0)
     raw = f.read(size)
-    t = Trace(path, format="TensorFlow SavedModel")
-    t.reads = f"{LOADER} restores the graphs' functions; their ops run when the functions do"
     ops: Counter[str] = Counter()
+    findings: list[dict[str, Any]] = []
     try:
         for index, (num, _, meta) in enumerate(fields(raw)):
             if num != 2 or not isinstance(meta, bytes):                # SavedModel.meta_graphs
                 continue
-            w = Walk(f"{NAME}: meta graph {index}", None)
             for n2, _, graph in fields(message(meta, "meta graph")):
                 if n2 != 2 or not isinstance(graph, bytes):           # MetaGraphDef.graph_def
                     continue
@@ -94,23 +91,25 @@ def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
                     if op == "PrintV2" and _output_stream(node).startswith("file://"):
                         why = f"appends to the file {_output_stream(node)[7:][:80]!r}"
                     if why:
-                        w.findings.append(Finding(0, "op", f"tf op {op}", f"{LOADER}'s functions run it: it {why}"))
-                        w.globals[f"tf op {op}"] = False
-            t.reach(w)
+                        findings.append({"record": f"{NAME}: meta graph {index}", "offset": 0, "file_offset": None,
+                                         "opcode": "op", "global": f"tf op {op}",
+                                         "why": f"{LOADER}'s functions run it: it {why}"})
     except Bad as e:
         raise CorruptCheckpointError(path, f"not a SavedModel ({e})") from None
     if not ops:
         raise CorruptCheckpointError(path, "a saved_model.pb without a graph: not a SavedModel")
+    notes = [f"{sum(ops.values()):,} ops of {len(ops):,} kinds in the graphs and their functions"]
     callbacks = sorted(op for op in ops if op in CALLBACKS)
     if callbacks:
-        t.notes.append(f"{', '.join(callbacks)}: a Python callback registered in the loading process by token (the file "
-                       "brings no code; the op fails where none is registered)")
-    t.notes.append(f"{sum(ops.values()):,} ops of {len(ops):,} kinds in the graphs and their functions")
-    r = report(t)
-    r["torch_load"] = f"not torch.load's: {t.reads}"
-    r["weights_only_loadable"] = False
-    if r["status"] == "unsafe":
-        r["verdict"] = f"UNSAFE: {LOADER}'s functions would run file-system ops: " + ", ".join(r["unsafe_globals"])
-    else:
-        r["verdict"] = "safe: no op of the graphs or their functions reads or writes a file the graph names"
-    return r
+        notes.append(f"{', '.join(callbacks)}: a Python callback registered in the loading process by token (the file "
+                     "brings no code; the op fails where none is registered)")
+    unsafe = sorted({fd["global"] for fd in findings})
+    return {
+        "schema": SCAN_SCHEMA, "path": path, "format": "TensorFlow SavedModel", "status": "unsafe" if unsafe else "safe",
+        "torch_load": f"not torch.load's: {LOADER} restores the graphs' functions; their ops run when the functions do",
+        "pickles": [], "globals": [], "unsafe_globals": unsafe, "unreached_unsafe_globals": [], "findings": findings,
+        "unknown": [], "notes": notes, "weights_only_loadable": False, "weights_only_refusal": None,
+        "would_run_code": bool(unsafe),
+        "verdict": f"UNSAFE: {LOADER}'s functions would run file-system ops: " + ", ".join(unsafe) if unsafe else
+        "safe: no op of the graphs or their functions reads or writes a file the graph names",
+    }
