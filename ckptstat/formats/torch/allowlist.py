@@ -295,6 +295,14 @@ _FIXED: dict[str, object] = {
 }
 
 
+# What the other rebuild functions build, in a refusal's words ("... tensors are not supported by ckptstat").
+_KINDS = {"_rebuild_qtensor": "quantized (torch.quantize_per_tensor)", "_rebuild_sparse_tensor": "sparse",
+          "_rebuild_meta_tensor_no_storage": "meta-device (no stored values)",
+          "_rebuild_wrapper_subclass": "tensor-subclass (a wrapper such as DTensor or a torchao type)",
+          "_rebuild_device_tensor_from_numpy": "device (XLA, MTIA: saved through numpy)",
+          "_rebuild_device_tensor_from_cpu_tensor": "device (saved through a CPU copy)"}
+
+
 def stub_for(name: str) -> object:
     """What the allowlisted global `name` becomes when the pickle loads it."""
     name = canonical(name)
@@ -302,7 +310,7 @@ def stub_for(name: str) -> object:
     if name in _FIXED:
         return _FIXED[name]
     if module == "torch._utils":
-        return _unsupported(attr.replace("_rebuild_", "").replace("_", " "))
+        return _unsupported(_KINDS.get(attr, attr.replace("_rebuild_", "").replace("_", " ")))
     if module in ("torch", "torch.cuda") and attr in STORAGE_DTYPES:
         return StorageType(attr, STORAGE_DTYPES[attr])
     if module == "torch" and attr in _QUANT_STORAGES:      # their tensors are refused by _rebuild_qtensor's stub
