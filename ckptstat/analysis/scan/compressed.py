@@ -54,31 +54,47 @@ def kind(head: bytes) -> str | None:
 
 
 class _Decompressed(Source):
-    """The decompressed bytes of the stream at `f`'s start, at most `bound` of them; `cut` when there were more."""
+    """The decompressed bytes of the stream at `f`'s start, at most `bound` of them; `cut` when there were more. A
+    gzip, bz2 or xz file may hold several streams one after another, which gzip.open, bz2.open and lzma.open read as
+    one: so is it here (a pickle split across two members is still one pickle)."""
 
     def __init__(self, f: IO[bytes], size: int, name: str, bound: int):
         super().__init__(bound)
-        self.raw = FileWindow(f, 0, size)
-        self.zlib = name in ("zlib", "gzip")
-        self.d: Any = zlib.decompressobj(16 + zlib.MAX_WBITS if name == "gzip" else zlib.MAX_WBITS) if self.zlib else \
-            bz2.BZ2Decompressor() if name == "bz2" else \
-            lzma.LZMADecompressor(lzma.FORMAT_XZ if name == "xz" else lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
+        self.raw, self.name = FileWindow(f, 0, size), name
+        self.d: Any = self._decoder()
+        self.pending = b""            # input a finished stream left over, for the next one
         self.produced, self.cut = 0, False
         self.error: str | None = None
 
-    def _raw(self) -> bytes:
+    def _decoder(self) -> Any:
+        if self.name in ("zlib", "gzip"):
+            return zlib.decompressobj(16 + zlib.MAX_WBITS if self.name == "gzip" else zlib.MAX_WBITS)
+        if self.name == "bz2":
+            return bz2.BZ2Decompressor()
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ if self.name == "xz" else lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
+
+    def _input(self) -> bytes:
+        if self.pending:
+            data, self.pending = self.pending, b""
+            return data
         return self.raw.read(min(_CHUNK, self.raw.left())) if self.raw.left() > 0 else b""
 
     def _fill(self, n: int) -> bytes:
         out = b""
-        while not out and self.error is None and not self.d.eof:
+        while not out and self.error is None:
+            if self.d.eof:   # the next stream of a multi-stream file (not zlib's, which is one stream)
+                self.pending += self.d.unused_data
+                if self.name in ("zlib", "lzma") or not (self.pending or self.raw.left() > 0):
+                    break
+                self.d = self._decoder()
             # zlib hands back the input it did not use; bz2 and lzma keep it, and say when they need more
-            data = (self.d.unconsumed_tail or self._raw()) if self.zlib else self._raw() if self.d.needs_input else b""
+            zl = isinstance(self.d, type(zlib.decompressobj()))
+            data = (self.d.unconsumed_tail or self._input()) if zl else self._input() if self.d.needs_input else b""
             try:
-                out = self.d.decompress(data, max(n, _CHUNK)) if self.zlib else self.d.decompress(data, max(n, _CHUNK))
+                out = self.d.decompress(data, max(n, _CHUNK))
             except (zlib.error, OSError, EOFError, lzma.LZMAError, ValueError) as e:
                 self.error = str(e)
-            if not out and not data:
+            if not out and not data and not self.d.eof:
                 break
         room = self.length - self.produced
         if len(out) > room:
