@@ -110,17 +110,23 @@ def test_an_lzma_header_asking_for_a_huge_dictionary_is_unknown_not_allocated(tm
     assert rc == 1 and "decoder memory" in json.loads(out)["verdict"]
 
 
-@pytest.mark.parametrize("kind", sorted(OPENERS))
+SPLIT = {"gzip": (gzip.compress, "import gzip as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"),
+         "bz2": (bz2.compress, "import bz2 as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"),
+         "xz": (lzma.compress, "import lzma as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"),
+         "lzma": (lambda b: lzma.compress(b, format=lzma.FORMAT_ALONE),
+                  "import lzma as c, pickle, sys; pickle.load(c.open(sys.argv[1], format=c.FORMAT_ALONE))")}
+
+
+@pytest.mark.parametrize("kind", sorted(SPLIT))
 def test_a_pickle_split_across_streams_is_one_pickle(kind, tmp_path, cli):
-    """gzip.open, bz2.open and lzma.open read a file of several streams as one: a payload whose GLOBAL starts in the
-    second stream runs (measured here); scan read only the first stream and called the file safe."""
+    """gzip.open, bz2.open and lzma.open (joblib's LZMA reader too) read a file of several streams as one: a payload
+    whose GLOBAL starts in the second stream runs (measured here); scan read only the first and called the file safe."""
     marker = str(tmp_path / "ran")
     data = pickle.dumps({"a": [1, 2, 3], "x": _Payload(marker)}, protocol=2)
     cut = data.index(b"open") - 4                     # inside the pickle, before the payload's global
-    compress = {"gzip": gzip.compress, "bz2": bz2.compress, "xz": lzma.compress}[kind]
+    compress, load = SPLIT[kind]
     path = tmp_path / f"split.pkl.{kind}"
     path.write_bytes(compress(data[:cut]) + compress(data[cut:]))
-    load = f"import {'lzma' if kind == 'xz' else kind} as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"
     subprocess.run([sys.executable, "-c", load, str(path)], capture_output=True, timeout=120)
     assert os.path.exists(marker)
     rc, out, _ = cli("scan", str(path), "--json")

@@ -55,8 +55,8 @@ def kind(head: bytes) -> str | None:
 
 class _Decompressed(Source):
     """The decompressed bytes of the stream at `f`'s start, at most `bound` of them; `cut` when there were more. A
-    gzip, bz2 or xz file may hold several streams one after another, which gzip.open, bz2.open and lzma.open read as
-    one: so is it here (a pickle split across two members is still one pickle)."""
+    gzip, bz2, xz or lzma file may hold several streams one after another, which gzip.open, bz2.open and lzma.open
+    (joblib's LZMA files too) read as one: so is it here (a pickle split across two members is still one pickle)."""
 
     def __init__(self, f: IO[bytes], size: int, name: str, bound: int):
         super().__init__(bound)
@@ -82,9 +82,9 @@ class _Decompressed(Source):
     def _fill(self, n: int) -> bytes:
         out = b""
         while not out and self.error is None:
-            if self.d.eof:   # the next stream of a multi-stream file (not zlib's, which is one stream)
+            if self.d.eof:   # the next stream of a multi-stream file (not zlib's: joblib's zlib reader reads one)
                 self.pending += self.d.unused_data
-                if self.name in ("zlib", "lzma") or not (self.pending or self.raw.left() > 0):
+                if self.name == "zlib" or not (self.pending or self.raw.left() > 0):
                     break
                 self.d = self._decoder()
             # zlib hands back the input it did not use; bz2 and lzma keep it, and say when they need more
