@@ -68,10 +68,11 @@ def test_a_folder_lists_them_by_their_bytes(tmp_path, cli):
     for name in ("payload-gzip.joblib", "arrays-zlib.joblib"):
         shutil.copy(os.path.join(FIXTURES, "joblib", name), tmp_path / name)
     (tmp_path / "notes.txt.gz").write_bytes(gzip.compress(b"not a pickle\n"))
+    (tmp_path / "cut.joblib").write_bytes(b"\x00garbage")   # a name that says joblib is listed, read or not
     rc, out, _ = cli("scan", str(tmp_path), "--json")
     assert rc == 1
     assert {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
-        "payload-gzip.joblib": "unsafe", "arrays-zlib.joblib": "unknown"}
+        "payload-gzip.joblib": "unsafe", "arrays-zlib.joblib": "unknown", "cut.joblib": "unreadable"}
 
 
 def test_lz4_and_bombs_are_unknown_not_read_whole(tmp_path, cli):
