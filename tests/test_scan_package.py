@@ -80,7 +80,8 @@ def test_every_payload_that_runs_is_unsafe(packages, cli):
 def test_a_benign_package_is_never_safe_and_a_folder_lists_them(packages, tmp_path, cli):
     benign, hostile, _ = packages
     r = scan_path(str(benign))
-    assert r["status"] == "unsafe" and r["unsafe_globals"] == ["torch.nn.modules.linear.Linear"], r["verdict"]
+    assert r["status"] == "unsafe" and r["unsafe_globals"] == [f"{torch.nn.Linear.__module__}.{torch.nn.Linear.__qualname__}"], \
+        r["verdict"]
     import shutil
     for p in (benign, *hostile.values()):
         shutil.copy(p, tmp_path / p.name)

@@ -88,7 +88,7 @@ class _Decompressed(Source):
                     break
                 self.d = self._decoder()
             # zlib hands back the input it did not use; bz2 and lzma keep it, and say when they need more
-            zl = isinstance(self.d, type(zlib.decompressobj()))
+            zl = self.name in ("zlib", "gzip")
             data = (self.d.unconsumed_tail or self._input()) if zl else self._input() if self.d.needs_input else b""
             try:
                 out = self.d.decompress(data, max(n, _CHUNK))
@@ -134,10 +134,4 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
             t.unknown.append(f"the stream decompresses past the {bound:,} bytes scan reads (--limit pickle_bytes=N)")
         elif w.failure:
             t.notes.append(f"the unpickler raises at offset {w.fail_at}: {w.failure}")
-    r = report(t)
-    r["torch_load"] = f"not torch.load's: {t.reads}"
-    r["weights_only_loadable"] = False
-    r["verdict"] = r["verdict"].replace("torch.load without weights_only would", f"{LOADER} would") \
-        .replace("scan cannot tell what torch.load would run", f"scan cannot tell what {LOADER} would run") \
-        .replace("every global torch.load would import", "every global the decompressed pickle imports")
-    return r
+    return report(t, loader=LOADER)

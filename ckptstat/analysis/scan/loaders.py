@@ -61,7 +61,7 @@ from .package import judge_package
 from .pt2 import judge_export
 from .saved_model import NAME as SAVED_MODEL
 from .saved_model import judge_saved_model
-from .torch_load import SCAN_SCHEMA, TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, report
+from .torch_load import TAR_FORMAT, ZIP_FORMAT, Trace, finish, follow, plain_report, report
 from .verdict import RANK
 
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
@@ -199,22 +199,15 @@ def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader
     if custom:
         parts.append(("SUSPICIOUS: " if not parts else "") + f"modules outside Keras: {listed(custom)}; keras before 3.9 "
                      "imports them even with safe_mode=True (their code runs); vet them before loading")
-    status = "unsafe" if imports or bytecode else "unknown" if custom else "safe"
     verdict = " | ".join(parts) if parts else \
         "safe: the config holds no Lambda layer or __lambda__ function and names only Keras' own modules"
-    return {
-        "schema": SCAN_SCHEMA, "path": path, "format": fmt, "status": status,
-        "torch_load": f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
-                      "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
-        "pickles": [], "globals": [],
-        "unsafe_globals": sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
-        "unreached_unsafe_globals": [],
-        "findings": [{"record": record[f], "offset": 0, "file_offset": None,
-                      "opcode": "Lambda" if f.kind == "bytecode" else "module", "global": f"{f.where}: {f.what}",
-                      "why": f.why} for f in bytecode + imports],
-        "unknown": [f"{f.where}: {f.what}: {f.why}" for f in custom], "notes": [], "weights_only_loadable": False,
-        "weights_only_refusal": None, "would_run_code": status != "safe", "verdict": verdict,
-    }
+    return plain_report(
+        path, fmt, f"not torch.load's: {loader} rebuilds the model from its config (safe_mode=True, the default, "
+        "refuses lambdas; keras 3.9+ imports only Keras' own packages)",
+        [{"record": record[f], "offset": 0, "file_offset": None, "opcode": "Lambda" if f.kind == "bytecode" else "module",
+          "global": f"{f.where}: {f.what}", "why": f.why} for f in bytecode + imports],
+        sorted({f.what for f in imports} | ({"keras Lambda (marshalled bytecode)"} if bytecode else set())),
+        [f"{f.where}: {f.what}: {f.why}" for f in custom], [], verdict)
 
 
 def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
@@ -310,13 +303,8 @@ def _dcp_items(t: Trace) -> None:
         except CkptstatError as e:   # a frame that lies or inflates past its bound: judged unknown, said why
             t.unknown.append(f"{where}: {e}")
             continue
-        for w, reached in sub.walks:
-            w.record = f"{where}: {w.record}"
-            # offsets in the file where the item is stored as is; inside a decompressed stream there are none
-            w.start = None if w.start is None or item.extensions else w.start + item.offset
-            t.reach(w, reached)
-        if sub.raises:
-            t.notes.append(f"{where}: {sub.raises}")
+        # offsets in the file where the item is stored as is; inside a decompressed stream there are none
+        t.adopt(sub, where, None if item.extensions else item.offset)
 
 
 DEEPSPEED_OPTIM = re.compile(r"^.*_optim_states\.pt$")   # DeepSpeed's ZeRO optimizer-state file names (formats/training.py)
@@ -491,7 +479,7 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     if _name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
     f.seek(0)
-    head = f.read(4)
+    head = f.read(8)
     if head[:4] == b"\x93NUM":
         t = Trace(path)
         _npy(t, f, size)
@@ -501,9 +489,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         return at_zero
     if _hdf5(f, size):
         return _keras_h5(path, f)
-    if head != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
-        f.seek(0)
-        return judge_compressed(path, f, size, f.read(8), NUMPY_OWN) if traced is None or traced.raises else None
+    if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
+        return judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
     name = _name(path).lower()
     keras_named = name.endswith(".keras")
     if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):

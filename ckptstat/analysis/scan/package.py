@@ -22,7 +22,7 @@ from ...formats.torch.zipdir import central_directory
 from .torch_load import MAX_ZIP_ENTRIES, Trace, _member_source, report
 
 FORMAT = "torch.package archive"
-LOADER = "torch.package's PackageImporter.load_pickle"
+LOADER = "PackageImporter.load_pickle"
 MARKER = ".data/extern_modules"
 
 
@@ -35,7 +35,7 @@ def judge_package(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     if tz.refusal or tz.locate(MARKER) is None or tz.locate("data.pkl") is not None:
         return None
     t = Trace(path, format=FORMAT)
-    t.reads = f"{LOADER} unpickles the record its caller names, importing each global through the archive"
+    t.reads = f"torch.package's {LOADER} unpickles the record its caller names, importing each global through the archive"
     sources = []
     for info, record in zip(infos, tz.records):
         if record.endswith(b".py"):
@@ -48,11 +48,7 @@ def judge_package(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
         t.unknown.append(f"PackageImporter runs the archive's Python source of every module a pickle imports from it "
                          f"({len(sources)} module(s): {', '.join(sources[:4])}{' ...' if len(sources) > 4 else ''}): "
                          "scan cannot vet code")
-    r = report(t)
-    r["torch_load"] = f"not torch.load's: {t.reads}"
-    r["weights_only_loadable"] = False
-    r["verdict"] = r["verdict"].replace("torch.load without weights_only would", "PackageImporter.load_pickle would") \
-        .replace("torch.load ", "PackageImporter ")
+    r = report(t, loader=LOADER)
     for fd in [*r["findings"], *(fd for p in r["pickles"] for fd in p["findings"])]:
         fd["why"] = "PackageImporter.load_pickle imports it, from the archive's source or the environment (and may call it)"
     return r

@@ -46,7 +46,7 @@ from ...formats.torch import pt2
 from ...formats.torch.containers import TorchZip, zip_open
 from ...formats.torch.pickle_machine import Finding, Walk
 from ...formats.torch.pickle_walk import walk
-from ...formats.torch.streams import FileWindow, Source
+from ...formats.torch.streams import FileWindow, Source, Truncated
 from ...formats.torch.zipdir import central_directory
 from .torch_load import MAX_ZIP_ENTRIES, Trace, _member_source, follow, report
 
@@ -103,22 +103,13 @@ def _nested(t: Trace, f: IO[bytes], size: int, info: zipfile.ZipInfo, where: str
             return
         data = _read(src, info.file_size)
         follow(sub, io.BytesIO(data), len(data))
-    for w, reached in sub.walks:
-        w.record = f"{where}: {w.record}"
-        if not isinstance(src, FileWindow):
-            w.start = None
-        elif w.start is not None:
-            w.start += src.start
-        t.reach(w, reached)
-    t.unknown += [f"{where}: {u}" for u in sub.unknown]
-    if sub.raises:
-        t.notes.append(f"{where}: {sub.raises}")
+    t.adopt(sub, where, src.start if isinstance(src, FileWindow) else None)
 
 
 def _read(src: Source, n: int) -> bytes:
     try:
         return src.read(min(n, src.left()))
-    except Exception:  # noqa: BLE001 - Truncated: a damaged deflate stream gives what it gives
+    except Truncated:   # a damaged deflate stream gives fewer bytes than its entry claims
         return b""
 
 
@@ -306,12 +297,7 @@ def judge_export(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
         t = _trace_old(path, f, size)
     if t is None:
         return None
-    r = report(t)
-    r["torch_load"] = f"not torch.load's: {t.reads}"
-    r["weights_only_loadable"] = False
-    r["verdict"] = r["verdict"].replace("torch.load without weights_only would", f"{LOADER} would").replace(
-        "torch.load ", f"{LOADER} ")
-    return r
+    return report(t, loader=LOADER)
 
 
 def _is_pt2(path: str, f: IO[bytes], size: int, tz: TorchZip) -> bool:

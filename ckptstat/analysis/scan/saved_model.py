@@ -18,7 +18,7 @@ from typing import IO, Any
 from ...core.limits import limits
 from ...errors import CorruptCheckpointError
 from ...formats.tf_bundle.wire import Bad, fields, message
-from .torch_load import SCAN_SCHEMA
+from .torch_load import plain_report
 
 NAME = "saved_model.pb"
 LOADER = "tf.saved_model.load"
@@ -88,8 +88,9 @@ def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
                 for op, node in _nodes(message(graph, "graph")):
                     ops[op] += 1
                     why = FILE_OPS.get(op)
-                    if op == "PrintV2" and _output_stream(node).startswith("file://"):
-                        why = f"appends to the file {_output_stream(node)[7:][:80]!r}"
+                    stream = _output_stream(node) if op == "PrintV2" else ""
+                    if stream.startswith("file://"):
+                        why = f"appends to the file {stream[7:][:80]!r}"
                     if why:
                         findings.append({"record": f"{NAME}: meta graph {index}", "offset": 0, "file_offset": None,
                                          "opcode": "op", "global": f"tf op {op}",
@@ -104,12 +105,8 @@ def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
         notes.append(f"{', '.join(callbacks)}: a Python callback registered in the loading process by token (the file "
                      "brings no code; the op fails where none is registered)")
     unsafe = sorted({fd["global"] for fd in findings})
-    return {
-        "schema": SCAN_SCHEMA, "path": path, "format": "TensorFlow SavedModel", "status": "unsafe" if unsafe else "safe",
-        "torch_load": f"not torch.load's: {LOADER} restores the graphs' functions; their ops run when the functions do",
-        "pickles": [], "globals": [], "unsafe_globals": unsafe, "unreached_unsafe_globals": [], "findings": findings,
-        "unknown": [], "notes": notes, "weights_only_loadable": False, "weights_only_refusal": None,
-        "would_run_code": bool(unsafe),
-        "verdict": f"UNSAFE: {LOADER}'s functions would run file-system ops: " + ", ".join(unsafe) if unsafe else
-        "safe: no op of the graphs or their functions reads or writes a file the graph names",
-    }
+    return plain_report(
+        path, "TensorFlow SavedModel", f"not torch.load's: {LOADER} restores the graphs' functions; their ops run when "
+        "the functions do", findings, unsafe, [], notes,
+        f"UNSAFE: {LOADER}'s functions would run file-system ops: " + ", ".join(unsafe) if unsafe else
+        "safe: no op of the graphs or their functions reads or writes a file the graph names")

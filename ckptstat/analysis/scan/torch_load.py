@@ -64,6 +64,17 @@ class Trace:
             self.unknown.append(f"{w.record}: {w.unknown}")
         return w
 
+    def adopt(self, sub: Trace, where: str, shift: int | None) -> None:
+        """The trace of a file held inside this one (a record, a DCP item): its pickles, named `where: record`, their
+        offsets moved by `shift` (None: the bytes were decompressed, there are no file offsets), its unknowns."""
+        for w, reached in sub.walks:
+            w.record = f"{where}: {w.record}"
+            w.start = None if w.start is None or shift is None else w.start + shift
+            self.walks.append((w, reached))
+        self.unknown += [f"{where}: {u}" for u in sub.unknown]
+        if sub.raises:
+            self.notes.append(f"{where}: {sub.raises}")
+
     def refuse_weights_only(self, why: str) -> None:
         self.weights_only = self.weights_only or why
 
@@ -413,34 +424,36 @@ def _finding(w: Walk, fd: Any) -> dict[str, object]:
             "opcode": fd.opcode, "global": fd.name, "why": fd.why}
 
 
-def report(t: Trace, safe: str | None = None) -> dict[str, Any]:
+def report(t: Trace, safe: str | None = None, loader: str | None = None) -> dict[str, Any]:
     """The `ckptstat.scan/1` report of a trace; `safe`, the verdict of a safe file judged by its own loader's terms
-    (analysis/scan/loaders.py)."""
+    (analysis/scan/loaders.py); `loader`, the loader that reads the traced pickles when it is not torch.load
+    (torch.export.load, PackageImporter...): the verdict names it, and `torch_load` says the file is not torch.load's."""
     reached = [w for w, r in t.walks if r]
     unreached = [w for w, r in t.walks if not r]
     unsafe = sorted({fd.name for w in reached for fd in w.findings})
     status = "unsafe" if unsafe else "unknown" if t.unknown else "safe"
     dormant = [] if t.torchscript else sorted({fd.name for w in unreached for fd in w.findings} - set(unsafe))
+    who = loader or "torch.load"
     if status == "unsafe":
-        verdict = "UNSAFE: torch.load without weights_only would import and may call: " + ", ".join(unsafe)
+        verdict = f"UNSAFE: {loader or 'torch.load without weights_only'} would import and may call: " + ", ".join(unsafe)
     elif status == "unknown":
-        verdict = "UNKNOWN: scan cannot tell what torch.load would run: " + t.unknown[0]
+        verdict = f"UNKNOWN: scan cannot tell what {who} would run: " + t.unknown[0]
     elif safe:
         verdict = safe
     elif t.raises:
         verdict = f"safe: {t.raises}, having imported nothing outside torch's weights_only allowlist"
     else:
-        verdict = "safe: every global torch.load would import is in torch's weights_only allowlist"
+        verdict = f"safe: every global {who} would import is in torch's weights_only allowlist"
         if t.weights_only:   # (nothing runs without weights_only; with it, torch refuses the file)
             verdict += f"; torch.load(weights_only=True) refuses the file: {t.weights_only}"
     if dormant:
-        verdict += f" ({len(dormant)} global(s) outside the allowlist in pickles torch.load does not reach: {', '.join(dormant)})"
+        verdict += f" ({len(dormant)} global(s) outside the allowlist in pickles {who} does not reach: {', '.join(dormant)})"
     return {
         "schema": SCAN_SCHEMA,
         "path": t.path,
         "format": t.format,
         "status": status,
-        "torch_load": t.raises or t.reads,
+        "torch_load": f"not torch.load's: {t.reads}" if loader else t.raises or t.reads,
         "pickles": [{"record": w.record, "offset": w.start, "opcodes": w.opcodes, "reached": r,
                      "globals": _globals([w]), "findings": [_finding(w, fd) for fd in w.findings],
                      "stops": w.failure and f"offset {w.fail_at}: {w.failure}"} for w, r in t.walks],
@@ -450,10 +463,23 @@ def report(t: Trace, safe: str | None = None) -> dict[str, Any]:
         "findings": [_finding(w, fd) for w in reached for fd in w.findings],
         "unknown": t.unknown,
         "notes": t.notes,
-        "weights_only_loadable": t.weights_only is None and status != "unknown",
+        "weights_only_loadable": loader is None and t.weights_only is None and status != "unknown",
         "weights_only_refusal": t.weights_only,
         "would_run_code": status != "safe",
         "verdict": verdict,
+    }
+
+
+def plain_report(path: str, fmt: str, torch_load: str, findings: list[dict[str, Any]], unsafe: list[str],
+                 unknown: list[str], notes: list[str], verdict: str) -> dict[str, Any]:
+    """The `ckptstat.scan/1` report of a file that holds no pickle but runs what it names (a Keras config, a SavedModel's
+    graph): its findings and verdict, no pickles or globals table."""
+    status = "unsafe" if unsafe else "unknown" if unknown else "safe"
+    return {
+        "schema": SCAN_SCHEMA, "path": path, "format": fmt, "status": status, "torch_load": torch_load,
+        "pickles": [], "globals": [], "unsafe_globals": unsafe, "unreached_unsafe_globals": [], "findings": findings,
+        "unknown": unknown, "notes": notes, "weights_only_loadable": False, "weights_only_refusal": None,
+        "would_run_code": status != "safe", "verdict": verdict,
     }
 
 

@@ -200,6 +200,10 @@ class CheckedZipFile(zipfile.ZipFile):
 
 
 def zip_open(path: str, f: IO[bytes]) -> zipfile.ZipFile:
+    """The zip in `f`; a URL's end records and (most) central directories are fetched in one request first (zipfile
+    looks for them in several small reads from the end)."""
+    size = f.seek(0, 2)
+    prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])
     with reading(path, "damaged or truncated zip"):
         return CheckedZipFile(f)
 
@@ -256,7 +260,6 @@ def _read_small(path: str, zf: zipfile.ZipFile, f: IO[bytes], size: int, info: z
 def read_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Contents:
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the central directory, then data.pkl, by range requests
-        prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])   # the end records and (most) central directories
         return zip_contents(path, f, size, unpickler)
 
 

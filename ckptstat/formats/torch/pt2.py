@@ -195,7 +195,7 @@ def _ref(path: str, p: Payload, nbytes: int) -> TensorRef:
         raise CorruptCheckpointError(path, f"{p.kind} {p.name[:80]!r}: sizes {list(shape)} and strides {list(stride)} "
                                            "differ in rank")
     (offset,) = _ints(path, p, "storage_offset", [m.get("storage_offset")])
-    itemsize = max(1, dtypes.get(dtype).bits // 8)
+    itemsize = dtypes.get(dtype).bits // 8   # (every SCALAR_TYPES dtype is whole bytes)
     return TensorRef(StorageRef(p.record, dtype, nbytes // itemsize), dtype, offset, shape, stride)
 
 
@@ -211,7 +211,6 @@ def open_pt2(path: str) -> Checkpoint:
     """A torch.export archive's weights and tensor constants (see the module doc)."""
     size = file_size(path)
     with open_regular(path) as f:   # a URL: the central directory, then the records' local headers, by range requests
-        prefetch(f, [(max(0, size - (1 << 16)), 1 << 16)])
         zf = zip_open(path, f)
         tz = TorchZip(zf.infolist())
         prefetch(f, [(i.header_offset, 30) for i in tz.infos if i.header_offset >= 0])
@@ -271,7 +270,6 @@ def accept_pt2(probe: Probe) -> bool:
         return False
     try:
         with reading(probe.path), open_regular(probe.path) as f:
-            prefetch(f, [(max(0, probe.size - (1 << 16)), 1 << 16)])   # a URL: the end records in one request
             zf = zip_open(probe.path, f)
             tz = TorchZip(zf.infolist())
             return not tz.refusal and tz.locate("data.pkl") is None and is_pt2(tz, _records(probe.path, f, zf, probe.size))
