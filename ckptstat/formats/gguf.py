@@ -257,8 +257,8 @@ def _parse(path: str, f: IO[bytes], size: int) -> Checkpoint:
 _INT_TYPES = frozenset({0, 1, 2, 3, 4, 5, 10, 11})   # u8 ... i32, u64, i64
 
 
-def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split | None]:
-    cur = _Cursor(path, f, size)
+def _counts(cur: _Cursor) -> tuple[int, int]:
+    """The magic and version checked; (tensor_count, kv_count), each checked against the file and the limits."""
     at = cur.window(4)
     magic = bytes(cur.buf[at:at + 4])
     if magic != MAGIC:
@@ -281,10 +281,47 @@ def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split |
         raise cur.bad(f"tensor_count {tensor_count:,} is more than the {lim.gguf_tensors:,} tensors ckptstat reads "
                       "(--limit gguf_tensors)")
     if kv_count > cur.left // _MIN_KV:
-        raise cur.bad(f"kv_count {kv_count} cannot fit in the {size}-byte file (a key-value takes at least {_MIN_KV} bytes)")
+        raise cur.bad(f"kv_count {kv_count} cannot fit in the {cur.size}-byte file (a key-value takes at least "
+                      f"{_MIN_KV} bytes)")
     if tensor_count > (cur.left - kv_count * _MIN_KV) // _MIN_TENSOR_INFO:
-        raise cur.bad(f"tensor_count {tensor_count} cannot fit in the {size}-byte file "
+        raise cur.bad(f"tensor_count {tensor_count} cannot fit in the {cur.size}-byte file "
                       f"(a tensor info takes at least {_MIN_TENSOR_INFO} bytes)")
+    return tensor_count, kv_count
+
+
+CHAT_TEMPLATE = "tokenizer.chat_template"   # and tokenizer.chat_template.<name> (gguf-py Keys.Tokenizer.CHAT_TEMPLATE*)
+
+
+def chat_templates(path: str, f: IO[bytes], size: int, cap: int) -> dict[str, str | int]:
+    """The file's chat templates by key, each read whole (its byte length instead when longer than `cap`), through the
+    same checked reads as the header (analysis/scan/chat_templates.py judges them)."""
+    cur = _Cursor(path, f, size)
+    out: dict[str, str | int] = {}
+    seen: set[str] = set()
+    for i in range(_counts(cur)[1]):
+        key = cur.name(f"key {i}")
+        if key in seen:
+            raise cur.bad(f"duplicate key {key!r}")
+        seen.add(key)
+        code = cur.u32(f"value type of {key!r}")
+        if code != STRING or not (key == CHAT_TEMPLATE or key.startswith(CHAT_TEMPLATE + ".")):
+            _read_value(cur, code, key)
+            continue
+        n = cur.u64(f"length of value of {key!r}")
+        cur.need(n, f"value of {key!r} (a string of {n} bytes)")
+        if n > cap:
+            cur.skip(n, f"value of {key!r}")
+            out[key] = n
+            continue
+        at = cur.window(n)
+        out[key] = bytes(cur.buf[at:at + n]).decode("utf-8", "replace")
+        cur.pos += n
+    return out
+
+
+def _parse_file(path: str, f: IO[bytes], size: int) -> tuple[Checkpoint, Split | None]:
+    cur = _Cursor(path, f, size)
+    tensor_count, kv_count = _counts(cur)
 
     metadata: dict[str, str] = {}
     scalars: dict[str, tuple[int, object]] = {}

@@ -31,7 +31,7 @@
 
 Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
-`saved_model.pb`'s graph (saved_model.py).
+`saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a Hugging Face folder (chat_templates.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -49,12 +49,14 @@ from ...core.urls import basename, is_url
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
+from ...formats.gguf import MAGIC as GGUF_MAGIC
 from ...formats.numpy_npy import MAGIC, MAX_MEMBERS, _header, header_end
 from ...formats.torch.containers import data_offset, zip_open
 from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, InflateSource, Source
 from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
+from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .keras import KerasFinding, config_findings, load_config
 from .package import judge_package
@@ -480,6 +482,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         return judge_saved_model(path, f, size)
     f.seek(0)
     head = f.read(8)
+    if head[:4] == GGUF_MAGIC or is_template_file(path):   # chat templates (analysis/scan/chat_templates.py)
+        return judge_templates(path, f, size, head)
     if head[:4] == b"\x93NUM":
         t = Trace(path)
         _npy(t, f, size)
