@@ -74,6 +74,9 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "namespace_field_key": ("{% set ns = namespace(k='') %}{% set ns.k = '_'*2 ~ 'class' ~ '_'*2 %}{{ ''[ns.k] }}",
                             "unknown"),
     "special_token_key": ("{{ ''[bos_token] }}", "unknown"),   # a GGUF's bos token text is the file author's
+    "generator_text": ("{% set u = (()|select|string)[24] %}{{ lipsum|attr(u ~ u ~ 'globals' ~ u ~ u) }}", "unknown"),
+    "view_text": ("{% set u = ({}.items() ~ '')[4] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),
+    "iterator_text": ("{% set u = (messages|reverse|string)[5] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),
 }
 # The context a hostile template needs to reach what it reaches (the file author's bos token).
 HOSTILE_CONTEXT = {"special_token_key": {"bos_token": "__class__"}}

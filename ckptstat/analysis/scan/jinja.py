@@ -41,11 +41,15 @@ FORMATTERS = frozenset({"format", "format_map"})   # str methods that read the a
 ACCESSOR_FILTERS = frozenset({"attr", "map", "selectattr", "rejectattr", "sort", "groupby", "sum", "unique", "min",
                               "max"})
 # Filters whose result is a number, also of a string; the operators and filters that turn objects into text (`~`,
-# `%`, jinja2's soft_str, repr, JSON): a bound method's text holds its name (`x.format_map|string`).
+# `%`, jinja2's soft_str, repr, JSON; `map`, which may apply one). Where an expression makes text, only data may go
+# in: the text of any other object can hold a `_` the template chose (`(()|select|string)[24]` is the `_` of
+# '<generator object select_or_reject ...>', `x.items()` is "dict_items(...)", `x.format_map` a method's name).
 NUMBER_FILTERS = frozenset({"length", "count", "int", "float", "abs", "round", "wordcount"})
 TEXT_MAKERS = frozenset({"~", "%", "string", "tojson", "pprint", "join", "format", "replace", "trim", "lower", "upper",
                          "title", "capitalize", "reverse", "e", "escape", "forceescape", "safe", "center", "indent",
-                         "truncate", "wordwrap", "striptags", "urlize", "urlencode", "xmlattr", "list", "filesizeformat"})
+                         "truncate", "wordwrap", "striptags", "urlize", "urlencode", "xmlattr", "list", "filesizeformat",
+                         "map"})
+TEXT_OF_DATA = (TEXT_MAKERS - {"reverse", "map"}) | NUMBER_FILTERS | {"first", "last"}   # data in, data's text out
 LOADERS = frozenset({"include", "import", "from", "extends"})
 KEYWORDS = frozenset({"in", "not", "and", "or", "is", "if", "else", "elif", "for", "recursive", "as", "with",
                       "without", "context", "ignore", "missing", "true", "false", "none", "True", "False", "None"})
@@ -58,6 +62,7 @@ TEMPLATE_TEXT = frozenset({"self", "caller", "super", "varargs", "kwargs", "dict
                            "mask_token", "additional_special_tokens", "raise_exception", "strftime_now"})
 DUNDER = re.compile(r"__[^\W\d]\w*__")
 SHOWN = 20   # findings and unknowns listed per template; the rest counted
+WORK_PER_TOKEN, WORK_FLOOR = 4, 100_000   # _Budget
 
 _NAME = re.compile(r"[\w\u00b7\u0300-\u036f\u203f\u2040]+")
 _STRING = re.compile(r"('([^'\\]*(?:\\.[^'\\]*)*)'|\"([^\"\\]*(?:\\.[^\"\\]*)*)\")", re.S)
@@ -66,8 +71,10 @@ _FLOAT = re.compile(r"(?<!\.)(\d+_)*\d+((\.(\d+_)*\d+)?e[+\-]?(\d+_)*\d+|\.(\d+_
 _OPERATOR = re.compile("|".join(re.escape(o) for o in (
     "//", "**", "==", "!=", ">=", "<=", "+", "-", "/", "*", "%", "~", "[", "]", "(", ")", "{", "}", ">", "<", "=",
     ".", ":", "|", ",", ";")))
-_RULES = (("space", re.compile(r"\s+")), ("float", _FLOAT), ("integer", _INTEGER), ("name", _NAME),
-          ("string", _STRING), ("operator", _OPERATOR))   # jinja2's tag rules, in its order
+# jinja2's tag rules in its order, as one pattern (the first alternative that matches wins, as in jinja2's loop).
+_TOKEN = re.compile("|".join(f"(?P<{kind}>{rx.pattern})" for kind, rx in (
+    ("space", re.compile(r"\s+")), ("float", _FLOAT), ("integer", _INTEGER), ("name", _NAME), ("string", _STRING),
+    ("operator", _OPERATOR))), re.I | re.S)
 _OPEN = re.compile(r"(?P<raw>\{%[-+]?\s*raw\s*(?:-%\}\s*|%\}))|(?P<tag>\{%|\{\{|\{#)[-+]?", re.S)
 _ENDRAW = re.compile(r"\{%[-+]?\s*endraw\s*(?:\+%\}|-%\}\s*|%\})", re.S)
 _COMMENT_END = re.compile(r"\+#\}|-#\}\s*|#\}", re.S)
@@ -92,30 +99,51 @@ class Tag:
     kind: str                                               # "{%" (a statement) or "{{" (an expression)
     tokens: list[Token]
     close: dict[int, int] = field(default_factory=dict)     # an opening bracket's index -> its closing one's
+    opens: dict[int, int] = field(default_factory=dict)     # ... and back
+    budget: _Budget | None = None                           # shared by the template's tags (lex)
+
+
+class _Budget:
+    """The token steps the look-up analysis may take: WORK_PER_TOKEN per token of the template (and a floor), so that
+    keys nested in keys (`x[y[y[...]]]`) or calls in calls cannot make it quadratic; past it the template is unknown."""
+
+    def __init__(self, tokens: int):
+        self.left = WORK_PER_TOKEN * tokens + WORK_FLOOR
+
+    def spend(self, n: int) -> None:
+        self.left -= n
+        if self.left < 0:
+            raise TemplateError("its look-ups nest deeper than scan follows")
 
 
 def lex(source: str) -> list[Tag]:
     """The template's tags, each with its tokens, as jinja2's default lexer reads them (data and comments dropped)."""
     tags: list[Tag] = []
-    pos = 0
+    pos, line = 0, 1
     while True:
         m = _OPEN.search(source, pos)
         if m is None:
+            budget = _Budget(sum(len(tag.tokens) for tag in tags))
+            for tag in tags:
+                tag.budget = budget
             return tags
-        line = source.count("\n", 0, m.start()) + 1
+        line += source.count("\n", pos, m.start())
         if m.group("raw") or m.group("tag") == "{#":
             end = (_ENDRAW if m.group("raw") else _COMMENT_END).search(source, m.end())
             if end is None:
                 raise TemplateError(f"line {line}: a {'raw block' if m.group('raw') else 'comment'} never closed")
+            line += source.count("\n", m.start(), end.end())
             pos = end.end()
             continue
         tag = Tag(m.group("tag"), [])
-        pos = _tag(source, m.end(), tag, line)
+        line += source.count("\n", m.start(), m.end())
+        pos, line = _tag(source, m.end(), tag, line)
         tags.append(tag)
 
 
-def _tag(source: str, pos: int, tag: Tag, line: int) -> int:
-    """Read one tag's tokens from `pos` to its end (which counts only once its brackets are balanced); where it ended."""
+def _tag(source: str, pos: int, tag: Tag, line: int) -> tuple[int, int]:
+    """Read one tag's tokens from `pos` to its end (which counts only once its brackets are balanced); where it ended,
+    and the line there."""
     end = _END[tag.kind]
     stack: list[int] = []
     out = tag.tokens
@@ -123,11 +151,11 @@ def _tag(source: str, pos: int, tag: Tag, line: int) -> int:
         if pos >= len(source):
             raise TemplateError(f"line {line}: a tag never closed")
         if not stack and (m := end.match(source, pos)):
-            return m.end()
-        kind, hit = next(((k, h) for k, rx in _RULES if (h := rx.match(source, pos))), ("", None))
+            return m.end(), line + m.group().count("\n")
+        hit = _TOKEN.match(source, pos)
         if hit is None:
             raise TemplateError(f"line {line}: unexpected character {source[pos]!r}")
-        text = hit.group()
+        kind, text = hit.lastgroup or "", hit.group()
         if kind == "string":
             try:
                 value = re.sub(r"\r\n|\r", "\n", text[1:-1]).encode("ascii", "backslashreplace").decode("unicode-escape")
@@ -140,7 +168,8 @@ def _tag(source: str, pos: int, tag: Tag, line: int) -> int:
             elif text in (")", "]", "}"):
                 if not stack or _CLOSE[out[stack[-1]].value] != text:
                     raise TemplateError(f"line {line}: unbalanced {text!r}")
-                tag.close[stack.pop()] = len(out)
+                tag.close[stack[-1]], tag.opens[len(out)] = len(out), stack[-1]
+                stack.pop()
             out.append(Token(kind, text, line))
         line += text.count("\n")
         pos = hit.end()
@@ -183,6 +212,7 @@ def _postfix(prev: Token | None) -> bool:
 
 def _split(tag: Tag, lo: int, hi: int, sep: str) -> list[tuple[int, int]]:
     """The ranges of tag.tokens[lo:hi] between `sep` operators outside brackets."""
+    _spend(tag, hi - lo)
     parts, start, i = [], lo, lo
     while i < hi:
         if i in tag.close:
@@ -194,6 +224,11 @@ def _split(tag: Tag, lo: int, hi: int, sep: str) -> list[tuple[int, int]]:
         i += 1
     parts.append((start, hi))
     return [(a, b) for a, b in parts if a < b]
+
+
+def _spend(tag: Tag, n: int) -> None:
+    if tag.budget is not None:
+        tag.budget.spend(n)
 
 
 def _keyword(tag: Tag, a: int, b: int) -> str | None:
@@ -298,9 +333,10 @@ class _Bindings:
         return ok and not refs & self.not_plain
 
 
-def _measured(t: list[Token], lo: int, hi: int, openers: dict[int, int]) -> set[int]:
+def _measured(tag: Tag, lo: int, hi: int) -> set[int]:
     """The indexes of tokens in [lo, hi) that only a NUMBER_FILTERS filter reads (`(content|trim)|length`,
     `x.y[0]|count`): whatever they hold, the filter makes a number of it."""
+    t, openers = tag.tokens, tag.opens
     out: set[int] = set()
     for k in range(lo + 2, hi):
         if not (_op(t[k - 1], "|") and t[k].value in NUMBER_FILTERS):
@@ -315,6 +351,7 @@ def _measured(t: list[Token], lo: int, hi: int, openers: dict[int, int]) -> set[
                 start -= 1
                 continue
             break
+        _spend(tag, k - start)
         out.update(range(max(start, lo), k - 1))
     return out
 
@@ -322,16 +359,18 @@ def _measured(t: list[Token], lo: int, hi: int, openers: dict[int, int]) -> set[
 def _local(e: _Expr, names: _Bindings) -> tuple[bool, set[str]]:
     """Whether the expression, as written, can only be a literal, a number, a truth value, or the renderer's data
     transformed without a `_` of the template's, and the bound names it reads. Not plain: a string holding `_`, `%` or
-    braces (unless compared, or an item's key: `[...]`, `.get(...)`), str.format, a macro's or block's text and TEMPLATE_TEXT,
-    arguments unpacked, and where TEXT_MAKERS turn values into text, an attribute with `_` not called (the text of
-    `x.format_map` holds it). What a NUMBER_FILTERS filter reads is a number whatever it holds (`_measured`)."""
+    braces (unless compared, or an item's key: `[...]`, `.get(...)`), str.format, a macro's or block's text and
+    TEMPLATE_TEXT, arguments unpacked, and where TEXT_MAKERS make text, a call, a filter outside TEXT_OF_DATA, an
+    attribute with `_` not called (`x.format_map`). What a NUMBER_FILTERS filter reads is a number whatever it holds
+    (`_measured`)."""
     assert e.tag is not None
     t, lo, hi = e.tag.tokens, e.lo, e.hi
+    _spend(e.tag, hi - lo)
     refs: set[str] = set()
     if hi - lo == 1 and t[lo].kind == "string":
         return True, refs
     texts = any(_op(t[i], "~", "%") or _op(_at(t, i - 1), "|") and t[i].value in TEXT_MAKERS for i in range(lo, hi))
-    skip = _measured(t, lo, hi, {c: o for o, c in e.tag.close.items()})
+    skip = _measured(e.tag, lo, hi)
     for i in range(lo, hi):
         if i in skip:
             continue
@@ -347,8 +386,11 @@ def _local(e: _Expr, names: _Bindings) -> tuple[bool, set[str]]:
             if x.value in ("*", "**") and (prev is None or _op(prev, "(", ",")):
                 return False, refs   # arguments unpacked
             if x.value == "(" and prev is not None and (prev.value in names.macros and not _op(_at(t, i - 2), ".") or
-                                                        prev.value in FORMATTERS and _op(_at(t, i - 2), ".")):
-                return False, refs   # a macro's output (text the template writes), str.format
+                                                        prev.value in FORMATTERS and _op(_at(t, i - 2), ".") or
+                                                        texts and _postfix(prev)):
+                return False, refs   # a macro's output (text the template writes), str.format, a call's made text
+            if x.value == "|" and texts and not (after is not None and after.value in TEXT_OF_DATA):
+                return False, refs   # a filter's object (a generator, an iterator) made text
         elif x.kind == "name" and not _op(prev, "|") and x.value not in KEYWORDS:
             if _op(prev, "."):
                 if texts and "_" in x.value and not _op(after, "("):
@@ -375,7 +417,11 @@ def judge(source: str, where: str = "template") -> Verdict:
         v.unknown.append(f"{where}: scan cannot read it as Jinja ({e}); jinja2 refuses it too, unless a renderer reads "
                          "it with other delimiters")
         return v
-    names = _Bindings(tags)
+    names: _Bindings | None = None
+    try:
+        names = _Bindings(tags)
+    except TemplateError as e:
+        v.unknown.append(f"{where}: {e}: its look-ups by computed names are not judged")
     for tag in tags:
         t = tag.tokens
         if tag.kind == "{%" and t and t[0].kind == "name" and t[0].value in LOADERS:
@@ -389,10 +435,16 @@ def judge(source: str, where: str = "template") -> Verdict:
             elif x.kind == "string" and (d := DUNDER.search(unicodedata.normalize("NFKC", x.value))):
                 v.findings.append(Finding(x.line, repr(x.value[:60]), f"a string naming {d.group()} (a format string's "
                                           "field, or a look-up's name)"))
-            elif _op(x, "[") and _postfix(prev) and i in tag.close:
-                _key(tag, i + 1, tag.close[i], names, where, v)
-            elif _op(prev, "|") and x.kind == "name" and x.value in ACCESSOR_FILTERS:
-                _accessor(tag, i, names, where, v)
+            elif names is not None and (_op(x, "[") and _postfix(prev) and i in tag.close
+                                        or _op(prev, "|") and x.kind == "name" and x.value in ACCESSOR_FILTERS):
+                try:
+                    if _op(x, "["):
+                        _key(tag, i + 1, tag.close[i], names, where, v)
+                    else:
+                        _accessor(tag, i, names, where, v)
+                except TemplateError as e:   # the budget spent: the literal rules above still run to the end
+                    v.unknown.append(f"{where} line {x.line}: {e}: its look-ups by computed names are not judged")
+                    names = None
     return v
 
 
