@@ -10,7 +10,6 @@ through str.format), and other frontends, sandboxed or not.
 """
 from __future__ import annotations
 
-import json
 import os
 from typing import IO, Any
 
@@ -21,12 +20,10 @@ from .jinja import SHOWN, judge
 from .torch_load import plain_report
 
 TEMPLATE_BYTES = 1 << 20   # a template longer than this is not read (real ones: a few KiB to ~100 KiB)
-CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
-CONFIGS = frozenset({"tokenizer_config.json", "chat_template.json", "processor_config.json"})
-GGUF_RENDERERS = ("llama-cpp-python renders it (before 0.2.72 without jinja2's sandbox: CVE-2024-34359); llama.cpp's "
-                  "own engine reaches no Python")
-HF_RENDERERS = ("transformers' apply_chat_template renders it in jinja2's sandbox (before jinja2 3.1.6 escaped "
-                "through str.format); other frontends may render it without one")
+GGUF_RENDERERS = ("a chat frontend renders its templates as Jinja: llama-cpp-python (before 0.2.72 without jinja2's "
+                  "sandbox: CVE-2024-34359); llama.cpp's own engine reaches no Python")
+HF_RENDERERS = ("a chat frontend renders its templates as Jinja: transformers' apply_chat_template in jinja2's sandbox "
+                "(escaped through str.format before jinja2 3.1.6); other frontends may render them without one")
 
 
 def _name(path: str) -> str:
@@ -34,33 +31,28 @@ def _name(path: str) -> str:
 
 
 def is_template_file(path: str) -> bool:
-    """A file whose name says it holds chat templates (its whole text, or a JSON config's `chat_template`)."""
-    name = _name(path)
-    return name.endswith(".jinja") or name in CONFIGS
+    """A file whose whole text is a chat template (`chat_template.jinja`, `additional_chat_templates/*.jinja`)."""
+    return _name(path).endswith(".jinja")
 
 
-def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str, Any] | None:
-    """The scan report of a GGUF's or a Hugging Face file's chat templates; None for a JSON config without one, or
-    not JSON (not a file scan looks at)."""
+def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str, Any]:
+    """The scan report of a GGUF's chat templates, or of a `.jinja` file's."""
     if head[:4] == MAGIC:
-        return _report(path, "GGUF", chat_templates(path, f, size, TEMPLATE_BYTES), GGUF_RENDERERS,
-                       "no chat template in its metadata")
+        return template_report(path, "GGUF", chat_templates(path, f, size, TEMPLATE_BYTES), GGUF_RENDERERS,
+                               "no chat template in its metadata")
     name = _name(path)
-    if name.endswith(".jinja"):
-        if size > TEMPLATE_BYTES:
-            return _report(path, "Jinja chat template", {name: size}, HF_RENDERERS, "")
-        f.seek(0)
-        return _report(path, "Jinja chat template", {name: f.read(size).decode("utf-8", "replace")}, HF_RENDERERS, "")
-    if size > CONFIG_BYTES:
-        raise CorruptCheckpointError(path, f"{name} is {size:,} bytes, more than the {CONFIG_BYTES:,} scan reads")
+    if size > TEMPLATE_BYTES:
+        return template_report(path, "Jinja chat template", {name: size}, HF_RENDERERS, "")
     f.seek(0)
-    try:
-        config = json.loads(f.read(size))
-    except (ValueError, RecursionError):   # not a config (torch.load's verdict stands, or it is no scan subject)
-        return None
-    value = config.get("chat_template") if isinstance(config, dict) else None
+    return template_report(path, "Jinja chat template", {name: f.read(size).decode("utf-8", "replace")}, HF_RENDERERS,
+                           "")
+
+
+def config_templates(path: str, config: dict[str, Any]) -> dict[str, str | int]:
+    """A Hugging Face JSON config's `chat_template`: a string, or a list of {name, template} (transformers)."""
+    value = config.get("chat_template")
     if value is None:
-        return None
+        return {}
     entries = value if isinstance(value, list) else [{"name": "default", "template": value}]
     found: dict[str, str | int] = {}
     for i, entry in enumerate(entries):
@@ -69,10 +61,13 @@ def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str
             raise CorruptCheckpointError(path, f"chat_template entry {i} is not a template string")
         key = f"chat_template[{entry.get('name', i)!r}]" if isinstance(value, list) else "chat_template"
         found[key] = text if len(text) <= TEMPLATE_BYTES else len(text)
-    return _report(path, f"Hugging Face {name}", found, HF_RENDERERS, "")
+    return found
 
 
-def _report(path: str, fmt: str, found: dict[str, str | int], renderers: str, none: str) -> dict[str, Any]:
+def template_report(path: str, fmt: str, found: dict[str, str | int], renderers: str, none: str,
+                    more_unknown: list[str] | None = None, more_notes: list[str] | None = None) -> dict[str, Any]:
+    """The report of the chat templates `found` (key -> text, or its length when not read), with what else the file
+    leaves unknown (`more_unknown`: a config's remote code, analysis/scan/hf_config.py)."""
     findings: list[dict[str, Any]] = []
     unknown: list[str] = []
     for key, text in found.items():
@@ -86,6 +81,7 @@ def _report(path: str, fmt: str, found: dict[str, str | int], renderers: str, no
             findings.append({"record": key, "offset": 0, "file_offset": None, "opcode": "jinja",
                              "global": f"{key}: {len(v.findings) - SHOWN:,} more", "why": "as above"})
         unknown += v.unknown[:SHOWN] + ([f"{key}: {len(v.unknown) - SHOWN:,} more"] if len(v.unknown) > SHOWN else [])
+    unknown += more_unknown or []
     unsafe = [fd["global"] for fd in findings]
     shown = "; ".join(unsafe[:3]) + (f" ... ({len(unsafe)} in all)" if len(unsafe) > 3 else "")
     verdict = (f"UNSAFE: a chat template reaches Python's internals ({shown}): a renderer without jinja2's sandbox runs "
@@ -94,6 +90,5 @@ def _report(path: str, fmt: str, found: dict[str, str | int], renderers: str, no
                if unknown else f"safe: {none}" if not found else
                f"safe: {len(found)} chat template(s) look up only literal names, numbers and the renderer's data; "
                "none reaches Python's internals")
-    notes = [f"{len(found)} chat template(s): {', '.join(found)}"] if found else []
-    return plain_report(path, fmt, f"not torch.load's: a chat frontend renders its templates as Jinja; {renderers}",
-                        findings, unsafe, unknown, notes, verdict)
+    notes = ([f"{len(found)} chat template(s): {', '.join(found)}"] if found else []) + (more_notes or [])
+    return plain_report(path, fmt, f"not torch.load's: {renderers}", findings, unsafe, unknown, notes, verdict)

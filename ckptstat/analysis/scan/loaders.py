@@ -31,7 +31,8 @@
 
 Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
-`saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a Hugging Face folder (chat_templates.py).
+`saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
+Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -58,6 +59,7 @@ from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
+from .hf_config import is_config_file, judge_config
 from .keras import KerasFinding, config_findings, load_config
 from .package import judge_package
 from .pt2 import judge_export
@@ -484,6 +486,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     head = f.read(8)
     if head[:4] == GGUF_MAGIC or is_template_file(path):   # chat templates (analysis/scan/chat_templates.py)
         return judge_templates(path, f, size, head)
+    if is_config_file(path) and (config := judge_config(path, f, size)) is not None:   # analysis/scan/hf_config.py
+        return config
     if head[:4] == b"\x93NUM":
         t = Trace(path)
         _npy(t, f, size)

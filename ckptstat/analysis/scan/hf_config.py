@@ -1,0 +1,89 @@
+"""`ckptstat scan` of a Hugging Face folder's JSON configs (docs/security.md): the chat templates they carry
+(analysis/scan/chat_templates.py) and the repository code they make transformers run.
+
+`auto_map` (config.json, tokenizer_config.json, the processor configs) names classes by `module.Class`, or
+`org/repo--module.Class` for another repository's. With `trust_remote_code=True`, transformers' dynamic module
+loader (transformers/dynamic_module_utils.py `get_class_from_dynamic_module`, `get_cached_module_file`) copies that
+module file, and the files it imports relatively, into its modules cache and imports it: the file's Python runs.
+Without the flag transformers refuses to. scan does not vet Python: each module is `unknown`, named with the class
+that loads it, whether the folder holds its file, and which repository it comes from.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+from typing import IO, Any
+
+from ...core.urls import basename, is_url
+from ...errors import CorruptCheckpointError
+from .chat_templates import HF_RENDERERS, config_templates, template_report
+
+CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
+                     "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
+                     "image_processor_config.json"})
+CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
+SHOWN = 20
+# `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
+CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
+REMOTE_CODE = ("transformers imports the repository's Python when it loads with trust_remote_code=True "
+               "(dynamic_module_utils.get_class_from_dynamic_module); scan does not vet Python")
+
+
+def _name(path: str) -> str:
+    return basename(path) if is_url(path) else os.path.basename(path)
+
+
+def is_config_file(path: str) -> bool:
+    return _name(path) in CONFIGS
+
+
+def remote_code(config: dict[str, Any], folder: str | None) -> list[str]:
+    """What `auto_map` makes transformers import: one line a module (the classes that load it); `folder`, the local
+    folder the config is in (None for a URL: whether the file is there is not looked up)."""
+    auto = config.get("auto_map")
+    if not isinstance(auto, dict):
+        return []
+    modules: dict[tuple[str | None, str], list[str]] = {}
+    out = []
+    for auto_class, refs in auto.items():
+        for ref in refs if isinstance(refs, (list, tuple)) else [refs]:
+            if ref is None:
+                continue
+            m = CLASS_REF.match(ref) if isinstance(ref, str) else None
+            if m is None:
+                out.append(f"auto_map: {str(auto_class)[:80]} = {ref!r:.80}, not a class reference scan can read")
+                continue
+            modules.setdefault((m.group("repo"), m.group("module")), []).append(f"{auto_class} -> {m.group('cls')}")
+    for (repo, module), users in list(modules.items())[:SHOWN]:
+        file = module.replace(".", "/") + ".py"
+        where = (f"from the repository {repo}" if repo else
+                 "in this folder" if folder is not None and os.path.isfile(os.path.join(folder, file)) else
+                 "not in this folder (the Hub repository's)" if folder is not None else "beside this config")
+        out.append(f"auto_map: {file} ({', '.join(users[:4])}), {where}: with trust_remote_code=True transformers "
+                   "imports it and its Python runs")
+    if len(modules) > SHOWN:
+        out.append(f"auto_map: {len(modules) - SHOWN:,} more modules")
+    return out
+
+
+def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
+    """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
+    is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
+    name = _name(path)
+    if size > CONFIG_BYTES:
+        raise CorruptCheckpointError(path, f"{name} is {size:,} bytes, more than the {CONFIG_BYTES:,} scan reads")
+    f.seek(0)
+    try:
+        config = json.loads(f.read(size))
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    found = config_templates(path, config)
+    code = remote_code(config, None if is_url(path) else os.path.dirname(os.path.abspath(path)))
+    if not found and not code:
+        return None
+    loaders = "; ".join(([HF_RENDERERS] if found else []) + ([REMOTE_CODE] if code else []))
+    return template_report(path, f"Hugging Face {name}", found, loaders, "", code,
+                           [f"auto_map names {len(code)} module(s) of Python"] if code else [])
