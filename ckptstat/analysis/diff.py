@@ -339,7 +339,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 row["tied_to"] = target
         elif ta.shape != tb.shape and not transposed and not reshaped and _squeezed(ta.shape) != _squeezed(tb.shape):
             row["status"] = "shape"
-        elif names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind):   # strings: no values
+        elif (names_only or (same_file and na == nb) or "str" in (ta.dt.kind, tb.dt.kind)   # strings: no values
+              or ta.dt.lanes != tb.dt.lanes):   # F4_X2's two values an element pair with no other dtype's one
             row["status"] = "dtype" if ta.dtype != tb.dtype else ("equal" if same_file else "unread")
         else:
             if progress is not None:

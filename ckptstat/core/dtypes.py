@@ -1,9 +1,15 @@
 """One dtype table for every format.
 
-Canonical names are safetensors' dtype codes (docs/formats.md section 1), plus C128 and STR, which other
-formats store. Each reader maps its native codes into this table; nothing else branches on dtypes.
-Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, and the
-8-bit and smaller float formats go through a 256-entry lookup table built from their bit layout.
+Canonical names are safetensors' dtype codes (docs/formats.md section 1), plus codes of ours for what
+other formats store: C128, STR, ONNX's I4 / U4, and torch's complex32, bcomplex32 and float4_e2m1fn_x2 (C32,
+BC32, F4_X2: safetensors, numpy and ONNX have no code for them; docs/formats.md section 2). Each reader maps
+its native codes into this table; nothing else branches on dtypes.
+Values are decoded with numpy alone: bf16 is widened by shifting its bits into a float32, the
+8-bit and smaller float formats go through a 256-entry lookup table built from their bit layout, and
+C32 / BC32 (a float16 / bfloat16 real and imaginary part) are widened to complex64.
+
+An element is `lanes` values of bits // lanes bits each: F4_X2 is torch's packed pair, two F4 codes in one
+byte, low nibble first; it counts as one element (torch's numel) and decodes to its two values.
 
 Block-quantised types (GGUF/ggml: Q4_0, Q8_0, Q4_K...) store `block` elements in `block_bytes` bytes
 (gguf-py constants.py GGML_QUANT_SIZES); their `bits` is the per-element cost rounded down, for
@@ -31,6 +37,7 @@ class DType:
     numpy: str | None       # numpy dtype the raw bytes can be viewed as, little-endian
     block: int = 1          # elements per quantisation block (1: not block-quantised)
     block_bytes: int = 0    # bytes per block, when block > 1
+    lanes: int = 1          # values packed in one element (F4_X2: 2); decode() yields `lanes` values an element
 
     @property
     def is_float(self) -> bool:
@@ -39,6 +46,11 @@ class DType:
     @property
     def is_blocked(self) -> bool:
         return self.block > 1
+
+    @property
+    def numbers(self) -> int:
+        """Real numbers one element decodes to (what `stats` counts): its lanes, two each if complex."""
+        return self.lanes * (2 if self.kind == "complex" else 1)
 
     def nbytes(self, numel: int) -> int:
         """Bytes for numel packed elements (sub-byte types round up to whole bytes, block types to
@@ -64,6 +76,8 @@ _TABLE = [
     DType("F64", 64, "float", "<f8"),
     DType("C64", 64, "complex", "<c8"),
     DType("C128", 128, "complex", "<c16"),
+    DType("C32", 32, "complex", None),   # torch complex32 (chalf): float16 real, float16 imaginary
+    DType("BC32", 32, "complex", None),  # torch bcomplex32 (2.15): bfloat16 real, bfloat16 imaginary
     DType("BF16", 16, "float", "<u2"),
     DType("F8_E4M3", 8, "float", "|u1"),
     DType("F8_E5M2", 8, "float", "|u1"),
@@ -73,6 +87,7 @@ _TABLE = [
     DType("F6_E2M3", 6, "float", None),
     DType("F6_E3M2", 6, "float", None),
     DType("F4", 4, "float", None),
+    DType("F4_X2", 8, "float", None, lanes=2),   # torch float4_e2m1fn_x2: two F4 codes a byte, low nibble first
     DType("I4", 4, "int", None),     # ONNX INT4 / UINT4: two per byte, low nibble first (onnx.proto)
     DType("U4", 4, "uint", None),
     DType("STR", 0, "str", None),
@@ -139,7 +154,10 @@ _LUT_SPECS = {
     "F6_E2M3": (2, 3, 1, "none"),
     "F6_E3M2": (3, 2, 3, "none"),
     "F4": (2, 1, 1, "none"),
+    "F4_X2": (2, 1, 1, "none"),
 }
+# Complex dtypes numpy has no type for -> the dtype of each of an element's two parts (real, then imaginary).
+_COMPLEX_PARTS = {"C32": "F16", "BC32": "BF16"}
 
 
 @cache
@@ -178,8 +196,9 @@ def can_decode(dtype: str) -> bool:
 
 
 def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteorder: str = "little") -> NDArray[Any]:
-    """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array. Block types
-    start at a block boundary; their last block is decoded whole and cut to `count`."""
+    """Decode `count` packed elements of `dtype` from raw bytes into a flat numpy array (of count * lanes
+    values: F4_X2's two a byte). Block types start at a block boundary; their last block is decoded whole
+    and cut to `count`."""
     import numpy as np
 
     d = DTYPES[dtype]
@@ -196,10 +215,13 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
     if d.numpy is None:
         if d.kind == "str":
             raise ValueError("string tensors have no numeric values")
+        if dtype in _COMPLEX_PARTS:   # C32 / BC32: each part decoded (and byte-swapped) as its own dtype, widened
+            parts = decode(buf, _COMPLEX_PARTS[dtype], 2 * count, byteorder)
+            return parts.astype(np.float32).view(np.complex64)
+        codes = _unpack_bits(buf, d.bits // d.lanes, count * d.lanes)
         if d.kind in ("int", "uint"):   # I4 / U4: 4-bit integers, sign-extended for I4
-            codes = _unpack_bits(buf, d.bits, count)
             return (codes.astype(np.int8) ^ 8) - 8 if d.kind == "int" else codes
-        return lut(dtype)[_unpack_bits(buf, d.bits, count)]
+        return lut(dtype)[codes]
     view_dtype = np.dtype(d.numpy)
     if byteorder == "big" and view_dtype.itemsize > 1:
         view_dtype = view_dtype.newbyteorder(">")

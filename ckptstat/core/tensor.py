@@ -286,12 +286,15 @@ class Checkpoint:
             return self._reader(info)(info, start, count)
 
     def read(self, name: str) -> NDArray[Any]:
-        """The whole tensor, decoded (bf16 and fp8 widen to float32). For big tensors use iter_chunks."""
+        """The whole tensor, decoded (bf16 and fp8 widen to float32; a packed element's values, F4_X2's two fp4,
+        along a last axis of their own). For big tensors use iter_chunks."""
         info = self.tensors[name]
-        return self._read(info, 0, info.numel).reshape(info.shape)
+        lanes = info.dt.lanes
+        return self._read(info, 0, info.numel).reshape(info.shape + ((lanes,) if lanes > 1 else ()))
 
     def iter_chunks(self, name: str, chunk_bytes: int = DEFAULT_CHUNK_BYTES) -> Iterator[NDArray[Any]]:
-        """The tensor's values in C order, as flat arrays of about chunk_bytes stored bytes each."""
+        """The tensor's values in C order, as flat arrays of about chunk_bytes stored bytes each (`lanes` values an
+        element: dtypes.decode)."""
         info = self.tensors[name]
         step = max(8, (chunk_bytes * 8 // max(info.dt.bits, 1)) // 8 * 8)
         for start in range(0, info.numel, step):

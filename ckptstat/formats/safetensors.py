@@ -27,8 +27,10 @@ from .registry import Format, Probe, register
 MAX_HEADER = 100_000_000
 U64_MAX = 2**64 - 1        # the reference parses dims and offsets as usize
 _INT_ONLY = frozenset({int})
-# The codes safetensors defines; C128, STR and the ggml block types are ours, for other formats.
-SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {"C128", "STR"}
+# The codes safetensors defines; C128, STR, torch's C32, BC32, F4_X2 and the ggml block types are ours, for other
+# formats (safetensors writes a torch float4_e2m1fn_x2 tensor as F4, its last dimension doubled).
+SAFETENSORS_DTYPES = frozenset(n for n, d in dtypes.DTYPES.items() if not d.is_blocked) - {
+    "C128", "STR", "C32", "BC32", "F4_X2"}
 _BITS = {d: dtypes.get(d).bits for d in SAFETENSORS_DTYPES}
 _DTYPE_NAMES = {d: d for d in SAFETENSORS_DTYPES}
 

@@ -182,6 +182,8 @@ def _memory(r: dict) -> list[Block]:
 
 
 def _stats(r: dict, figures: dict[str, str], no_plot: str | None) -> list[Block]:
+    from ..analysis.stats import counts_numbers
+
     st = r["stats"]
     out = [Block("h2", "Weight statistics")]
     if st is None:
@@ -206,7 +208,9 @@ def _stats(r: dict, figures: dict[str, str], no_plot: str | None) -> list[Block]
         rows=[[t["name"], t["dtype"], _shape(t["shape"]), _g(t["min"]), _g(t["max"]), _g(t["mean"]), _g(t["std"]),
                _int(t["zeros"]), ", ".join(t["flags"])] for t in st["tensors"]])]))
     c = st["conventions"]
-    out.append(Block("items", items=[("std", c["std"]), ("quantiles", c["quantiles"]), ("anomalies", c["anomalies"])]))
+    values = [("values", c["values"])] if counts_numbers(st) else []
+    out.append(Block("items", items=[("std", c["std"]), ("quantiles", c["quantiles"]), ("anomalies", c["anomalies"]),
+                                     *values]))
     return out
 
 

@@ -7,6 +7,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from ..analysis.stats import counts_numbers
 from .fmt import human, human_bytes, table
 from .names import Name, inert, name_line, safe
 from .rows import print_rows
@@ -113,3 +114,5 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
         console.print(Text("anomalies    none (NaN/Inf, all-zero, spread outliers; rule in --json)", style="dim"))
     console.print(Text("quantiles    numpy 'linear' definition; exact for f16/bf16/fp8/small ints, else each order "
                        "statistic within 2^-8 relative (bfloat16 bins)", style="dim"))
+    if counts_numbers(r):
+        console.print(Text("values       " + r["conventions"]["values"], style="dim"))

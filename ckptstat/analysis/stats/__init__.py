@@ -69,6 +69,10 @@ QUANTILE_RULE = (
     "known to its bfloat16 bin (float32 truncated to its top 16 bits) and reported as the bin's "
     "midpoint clamped to [min, max], so |error| <= 2^-8 * max(|x_(i)|, |x_(i+1)|) (+2^-133 near zero); "
     "float64 values are first rounded to float32")
+VALUES_RULE = (
+    "count and every statistic are over the numbers the elements decode to: a complex element is two (its real and "
+    "imaginary parts), an F4_X2 element (torch float4_e2m1fn_x2, a packed pair) its two fp4 values, low nibble first; "
+    "such a tensor's count is twice its shape's elements")
 KERNELS = {*DOMAINS, "F32"}   # the dtypes whose values are counted where they are read, never widened (tensor_stats)
 UPDATE_VALUES = 1 << 18   # values per Acc.update of any other dtype: ~6 MiB of float64 temporaries, whatever the chunk
 # A layer's accumulator is sparse (its bins in value order: each merge a sort of the union), made dense once it holds
@@ -175,13 +179,13 @@ def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
         acc = tensor_stats32(ckpt, info, chunk_bytes, progress)
     else:   # decoded a chunk at a time, widened to float64 UPDATE_VALUES at a time (its temporaries stay small)
         acc = new_acc(info.dtype)
-        bits = info.dt.bits
+        bits, lanes = info.dt.bits, info.dt.lanes
         for chunk in ckpt.iter_chunks(info.name, chunk_bytes):
             flat = chunk.reshape(-1)
             for at in range(0, flat.size, UPDATE_VALUES):
                 acc.update(flat[at:at + UPDATE_VALUES])
             if progress:
-                progress(chunk.size * bits // 8)
+                progress(chunk.size // lanes * bits // 8)
     acc.tensors = 1
     return acc
 
@@ -223,14 +227,14 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
 
     def held(span: tuple[int, int]) -> int:
         """A unit's memory: its read buffer (a chunk at most; a run: its bytes), and where no kernel counts its dtype,
-        Acc.update's float64 temporaries and, where decoding widens it (FP4, FP6, ggml blocks), its chunk's float32
-        values (16 I16 units held 908 MiB when a whole chunk was widened to float64 at once)."""
+        Acc.update's float64 temporaries and, where decoding widens it (FP4, FP6, ggml blocks, C32), its chunk's float32
+        numbers (16 I16 units held 908 MiB when a whole chunk was widened to float64 at once)."""
         infos = [ckpt[it.name] for it in items[span[0]:span[1]]]
         stored = min(sum(i.nbytes for i in infos), max(chunk_bytes, 1))
         widened = [i for i in infos if i.dtype not in KERNELS]
         if not widened:
             return stored
-        decoded = max((stored * 32 // max(i.dt.bits, 1) for i in widened if i.dt.numpy is None), default=0)
+        decoded = max((stored * 32 * i.dt.numbers // max(i.dt.bits, 1) for i in widened if i.dt.numpy is None), default=0)
         return stored + decoded + 24 * UPDATE_VALUES
 
     spans = units(ckpt, [it.name for it in items], chunk_bytes)
@@ -532,6 +536,7 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
             "quantiles": QUANTILE_RULE,
             "anomalies": ANOMALY_RULE,
             "aliases": "a tied weight stored under two names is read once, under its first name",
+            "values": VALUES_RULE,
         },
         "quantile_levels": list(QUANTILES),
         "total": grow(groups[("total",)]) if ("total",) in groups else None,
@@ -545,6 +550,12 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
     plot_acc = {("norm gains" if k == ("gains",) else k[1]): a for k, a in groups.items()
                 if k[0] in ("plot", "gains") and isinstance(a, Acc)}
     return StatsRun(report, bucket_acc, plot_acc)
+
+
+def counts_numbers(report: dict) -> bool:
+    """Whether a tensor the report read decodes to more numbers than it has elements (complex, F4_X2), so that its
+    count is not its shape's: the human outputs then print VALUES_RULE."""
+    return any(dtypes.get(d).numbers > 1 for d in set(report["tensors"].columns["dtype"]))
 
 
 def stats(ckpt: Checkpoint, **kw) -> dict:

@@ -111,8 +111,8 @@ def _f16_to_bf16() -> tuple[np.ndarray, np.ndarray]:
 
 
 # dtypes whose every value the bfloat16-key histogram holds exactly.
-EXACT_IN_BF16 = frozenset({"BF16", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
-                           "F6_E2M3", "F6_E3M2", "F4", "BOOL", "I8", "U8"})
+EXACT_IN_BF16 = frozenset({"BF16", "BC32", "F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "F8_E8M0",
+                           "F6_E2M3", "F6_E3M2", "F4", "F4_X2", "BOOL", "I8", "U8"})
 
 
 _LOCAL = threading.local()   # per thread: Acc.update may run in a Dask worker's threads

@@ -270,14 +270,15 @@ class _Chunks:
                     raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: two chunks hold one element")
                 local = np.ravel_multi_index(tuple(i[mask] - o for i, o in zip(idx, c.offsets)), c.sizes)
                 a, b = int(local.min()), int(local.max()) + 1
-                values = self._values(info.name, c, info.dtype, a, b - a)
+                # an element's values as a row (F4_X2: two)
+                values = self._values(info.name, c, info.dtype, a, b - a).reshape(b - a, -1)
                 if block is None:
-                    block = np.empty(n, dtype=values.dtype)
+                    block = np.empty((n, values.shape[1]), dtype=values.dtype)
                 block[mask] = values[local - a]
                 filled |= mask
             if block is None or not filled.all():
                 raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: elements from {lo:,} lie in no chunk")
-            parts.append(block)
+            parts.append(block.reshape(-1))
         return np.concatenate(parts)
 
 

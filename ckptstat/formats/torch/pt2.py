@@ -36,10 +36,9 @@ from .zipstream import ZipStreamReader
 
 FORMAT = "pytorch export (.pt2)"
 MAX_SMALL = 1 << 16     # archive_format, byteorder, version records
-# torch/_export/serde/schema.py ScalarType -> canonical dtype (None: no layout ckptstat decodes, COMPLEXHALF);
-# tests/test_pt2.py reads it against torch's serializer.
-SCALAR_TYPES: dict[int, str | None] = {
-    1: "U8", 2: "I8", 3: "I16", 4: "I32", 5: "I64", 6: "F16", 7: "F32", 8: "F64", 9: None, 10: "C64", 11: "C128",
+# torch/_export/serde/schema.py ScalarType -> canonical dtype; tests/test_pt2.py reads it against torch's serializer.
+SCALAR_TYPES: dict[int, str] = {
+    1: "U8", 2: "I8", 3: "I16", 4: "I32", 5: "I64", 6: "F16", 7: "F32", 8: "F64", 9: "C32", 10: "C64", 11: "C128",
     12: "BOOL", 13: "BF16", 28: "U16", 29: "F8_E4M3", 30: "F8_E5M2", 31: "F8_E4M3FNUZ", 32: "F8_E5M2FNUZ",
     33: "F8_E8M0", 34: "U32", 35: "U64",
 }
