@@ -61,6 +61,7 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "after_raw_block": ("{% raw %}{{ plain }}{% endraw %}{{ ''.__class__ }}", "unsafe"),
     "end_marker_in_string": ("{{ '}}' ~ ''.__class__|string }}", "unsafe"),
     "inside_dict_literal": ("{{ {'a': {'b': ''.__class__}} }}", "unsafe"),
+    "groupby_private_name": ("{{ ([self]|groupby('_TemplateReference__context')|first).grouper }}", "unsafe"),
     "item_concatenated": ("{{ ''['_'*2 ~ 'class' ~ '_'*2] }}", "unknown"),
     "set_then_item": ("{% set k = '_'*2 ~ 'class' ~ '_'*2 %}{{ ''[k] }}", "unknown"),
     "join_then_attr": ("{% set k = ['_', '_', 'class', '_', '_']|join %}{{ ''|attr(k) }}", "unknown"),
@@ -74,6 +75,9 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "namespace_field_key": ("{% set ns = namespace(k='') %}{% set ns.k = '_'*2 ~ 'class' ~ '_'*2 %}{{ ''[ns.k] }}",
                             "unknown"),
     "special_token_key": ("{{ ''[bos_token] }}", "unknown"),   # a GGUF's bos token text is the file author's
+    "bound_literal_pieces": ("{% set k = 'a_' %}{{ ''[(k|last) ~ (k|last) ~ 'class' ~ (k|last) ~ (k|last)] }}",
+                             "unknown"),
+    "bound_private_literal": ("{% set k = '_TemplateReference__context' %}{{ self[k] }}", "unknown"),
     "generator_text": ("{% set u = (()|select|string)[24] %}{{ lipsum|attr(u ~ u ~ 'globals' ~ u ~ u) }}", "unknown"),
     "view_text": ("{% set u = ({}.items() ~ '')[4] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),
     "iterator_text": ("{% set u = (messages|reverse|string)[5] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),

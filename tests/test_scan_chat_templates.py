@@ -90,6 +90,17 @@ def test_scan_calls_each_hostile_template_what_it_is():
         assert status(src) == want, (name, judge(src))
 
 
+def test_an_accessor_filters_attribute_argument_by_its_position():
+    """jinja2/filters.py's signatures: the attribute is sort's third positional argument, unique's and max's second,
+    sum's and groupby's first; other positions are flags (`sort(false, false, ...)`)."""
+    for src in ("{{ x|sort(false, false, '_p') }}", "{{ x|unique(false, '_p') }}", "{{ x|max(false, '_p') }}",
+                "{{ x|sum('_p') }}", "{{ x|groupby('_p') }}", "{{ x|selectattr('_p') }}", "{{ x|map('attr', '_p') }}"):
+        assert status(src) == "unsafe", src
+    for src in ("{{ x|sort(false, false, 'name') }}", "{{ x|map('format', 1) }}", "{{ x|selectattr('role', 'in', "
+                "['format']) }}"):
+        assert status(src) == "safe", src
+
+
 def test_benign_templates_render_in_the_sandbox_and_scan_safe():
     for name, src in BENIGN.items():
         ctx = context(**BENIGN_CONTEXT.get(name, {}))

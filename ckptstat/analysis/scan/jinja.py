@@ -40,6 +40,10 @@ FORMATTERS = frozenset({"format", "format_map"})   # str methods that read the a
 # Filters that look up an attribute by an argument (jinja2/filters.py `make_attrgetter` callers, and `attr`).
 ACCESSOR_FILTERS = frozenset({"attr", "map", "selectattr", "rejectattr", "sort", "groupby", "sum", "unique", "min",
                               "max"})
+# Which positional argument is the attribute's name (jinja2/filters.py signatures: `sort(reverse, case_sensitive,
+# attribute)`, `unique(case_sensitive, attribute)`...); map's first is a filter's name, or 'attr' then the name.
+ATTRIBUTE_ARGUMENT = {"attr": 0, "selectattr": 0, "rejectattr": 0, "groupby": 0, "sum": 0, "map": 0, "sort": 2,
+                      "unique": 1, "min": 1, "max": 1}
 # Filters whose result is a number, also of a string; the operators and filters that turn objects into text (`~`,
 # `%`, jinja2's soft_str, repr, JSON; `map`, which may apply one). Where an expression makes text, only data may go
 # in: the text of any other object can hold a `_` the template chose (`(()|select|string)[24]` is the `_` of
@@ -367,8 +371,8 @@ def _local(e: _Expr, names: _Bindings) -> tuple[bool, set[str]]:
     t, lo, hi = e.tag.tokens, e.lo, e.hi
     _spend(e.tag, hi - lo)
     refs: set[str] = set()
-    if hi - lo == 1 and t[lo].kind == "string":
-        return True, refs
+    if hi - lo == 1 and t[lo].kind == "string":   # a literal bound to a name, or a slice's end: no `_` of its own
+        return not re.search(r"[_%{}]", t[lo].value), refs
     texts = any(_op(t[i], "~", "%") or _op(_at(t, i - 1), "|") and t[i].value in TEXT_MAKERS for i in range(lo, hi))
     skip = _measured(e.tag, lo, hi)
     for i in range(lo, hi):
@@ -493,8 +497,9 @@ def _accessor(tag: Tag, i: int, names: _Bindings, where: str, v: Verdict) -> Non
         return
     positional = [(a, b) for a, b in args if _keyword(tag, a, b) is None]
     looked_up = [(a + 2, b, True) for a, b in args if _keyword(tag, a, b) == "attribute"]
-    if positional and name in ("attr", "selectattr", "rejectattr", "groupby", "map"):
-        looked_up.append((*positional[0], name != "map"))   # map's first: a filter's name (`format`: %-formatting)
+    at = ATTRIBUTE_ARGUMENT.get(name)
+    if at is not None and at < len(positional):
+        looked_up.append((*positional[at], name != "map"))   # map's first: a filter's name (`format`: %-formatting)
     if name == "map" and len(positional) > 1 and _literal(tag, *positional[0]) == "attr":
         looked_up.append((*positional[1], True))
     for a, b, attribute in looked_up:
