@@ -61,6 +61,7 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "after_raw_block": ("{% raw %}{{ plain }}{% endraw %}{{ ''.__class__ }}", "unsafe"),
     "end_marker_in_string": ("{{ '}}' ~ ''.__class__|string }}", "unsafe"),
     "inside_dict_literal": ("{{ {'a': {'b': ''.__class__}} }}", "unsafe"),
+    "format_private_field": ("{{ '{0._TemplateReference__context}'.format(self) }}", "unsafe"),
     "groupby_private_name": ("{{ ([self]|groupby('_TemplateReference__context')|first).grouper }}", "unsafe"),
     "item_concatenated": ("{{ ''['_'*2 ~ 'class' ~ '_'*2] }}", "unknown"),
     "set_then_item": ("{% set k = '_'*2 ~ 'class' ~ '_'*2 %}{{ ''[k] }}", "unknown"),
@@ -78,6 +79,10 @@ HOSTILE: dict[str, tuple[str, str]] = {
     "bound_literal_pieces": ("{% set k = 'a_' %}{{ ''[(k|last) ~ (k|last) ~ 'class' ~ (k|last) ~ (k|last)] }}",
                              "unknown"),
     "bound_private_literal": ("{% set k = '_TemplateReference__context' %}{{ self[k] }}", "unknown"),
+    "format_string_built": ("{% set u = (()|select|string)[24] %}{% set f = '{0.' ~ u ~ u ~ 'class' ~ u ~ u ~ '}' %}"
+                            "{{ f.format('') }}", "unknown"),
+    "filter_block_attr": ("{% set k = (()|select|string)[24] %}{% filter attr(k ~ k ~ 'class' ~ k ~ k)|string %}x"
+                          "{% endfilter %}", "unknown"),
     "generator_text": ("{% set u = (()|select|string)[24] %}{{ lipsum|attr(u ~ u ~ 'globals' ~ u ~ u) }}", "unknown"),
     "view_text": ("{% set u = ({}.items() ~ '')[4] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),
     "iterator_text": ("{% set u = (messages|reverse|string)[5] %}{{ ''[u ~ u ~ 'class' ~ u ~ u] }}", "unknown"),

@@ -337,26 +337,30 @@ class _Bindings:
         return ok and not refs & self.not_plain
 
 
+def _operand(tag: Tag, end: int, lo: int) -> int:
+    """Where the postfix expression ending at token `end` starts (a name, its attributes, items and calls, a group),
+    no further back than `lo`."""
+    t, start = tag.tokens, end
+    while start >= lo:
+        if _op(t[start], ")", "]") and start in tag.opens:
+            start = tag.opens[start]
+        if start - 1 >= lo and (t[start - 1].kind == "name" and t[start - 1].value not in KEYWORDS
+                                and not _op(t[start], "(", "[") or _op(t[start], "(", "[") and _postfix(t[start - 1])
+                                or _op(t[start - 1], ".")):
+            start -= 1
+            continue
+        break
+    _spend(tag, end - start + 1)
+    return max(start, lo)
+
+
 def _measured(tag: Tag, lo: int, hi: int) -> set[int]:
     """The indexes of tokens in [lo, hi) that only a NUMBER_FILTERS filter reads (`(content|trim)|length`,
     `x.y[0]|count`): whatever they hold, the filter makes a number of it."""
-    t, openers = tag.tokens, tag.opens
     out: set[int] = set()
     for k in range(lo + 2, hi):
-        if not (_op(t[k - 1], "|") and t[k].value in NUMBER_FILTERS):
-            continue
-        start = k - 2
-        while start >= lo:
-            if _op(t[start], ")", "]") and start in openers:
-                start = openers[start]
-            if start - 1 >= lo and (t[start - 1].kind == "name" and t[start - 1].value not in KEYWORDS
-                                    and not _op(t[start], "(", "[") or _op(t[start], "(", "[") and _postfix(t[start - 1])
-                                    or _op(t[start - 1], ".")):
-                start -= 1
-                continue
-            break
-        _spend(tag, k - start)
-        out.update(range(max(start, lo), k - 1))
+        if _op(tag.tokens[k - 1], "|") and tag.tokens[k].value in NUMBER_FILTERS:
+            out.update(range(_operand(tag, k - 2, lo), k - 1))
     return out
 
 
@@ -440,16 +444,41 @@ def judge(source: str, where: str = "template") -> Verdict:
                 v.findings.append(Finding(x.line, repr(x.value[:60]), f"a string naming {d.group()} (a format string's "
                                           "field, or a look-up's name)"))
             elif names is not None and (_op(x, "[") and _postfix(prev) and i in tag.close
-                                        or _op(prev, "|") and x.kind == "name" and x.value in ACCESSOR_FILTERS):
+                                        or x.kind == "name" and x.value in ACCESSOR_FILTERS and _filter_at(tag, i)
+                                        or x.value in FORMATTERS and _op(prev, ".") and i + 1 in tag.close):
                 try:
                     if _op(x, "["):
                         _key(tag, i + 1, tag.close[i], names, where, v)
+                    elif x.value in FORMATTERS and _op(prev, "."):
+                        _format_string(tag, _operand(tag, i - 2, 0), i - 1, names, where, v)
                     else:
                         _accessor(tag, i, names, where, v)
                 except TemplateError as e:   # the budget spent: the literal rules above still run to the end
                     v.unknown.append(f"{where} line {x.line}: {e}: its look-ups by computed names are not judged")
                     names = None
     return v
+
+
+def _filter_at(tag: Tag, i: int) -> bool:
+    """Whether the name at token i is a filter: after `|`, or first in a `{% filter ... %}` block."""
+    return _op(_at(tag.tokens, i - 1), "|") or i == 1 and tag.kind == "{%" and tag.tokens[0].value == "filter"
+
+
+# A str.format field that looks up a private attribute or item (`{0._x}`, `{0[_x]}`, `{.__class__}`).
+PRIVATE_FIELD = re.compile(r"\{[^{}]*?[.\[]\s*_")
+
+
+def _format_string(tag: Tag, a: int, b: int, names: _Bindings, where: str, v: Verdict) -> None:
+    """The receiver, tokens [a, b), of a `.format(...)` / `.format_map(...)` call: its fields look attributes up by
+    name (`'{0.x}'`), so a literal is judged by its fields and anything else is unknown unless plain."""
+    literal = _literal(tag, a, b)
+    if literal is not None:
+        if PRIVATE_FIELD.search(literal):
+            v.findings.append(Finding(tag.tokens[a].line, repr(literal[:60]), "a format string whose field looks up a "
+                                      "private name (str.format reads it)"))
+    elif not names.plain(_Expr(tag, a, b)):
+        v.unknown.append(f"{where} line {tag.tokens[a].line}: str.format of a string the template computes: its fields "
+                         "look attributes up by name, which scan cannot tell")
 
 
 def _literal(tag: Tag, a: int, b: int) -> str | None:
