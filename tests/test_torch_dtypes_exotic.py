@@ -120,6 +120,29 @@ def test_bcomplex32_name_reads_bfloat16_pairs(tmp_path):
     np.testing.assert_array_equal(ckpt.read("b"), want.astype(np.complex64))
 
 
+def test_a_file_torch_2_15_wrote(cli):
+    """fixtures/torch215/exotic.pt, written by torch 2.15 (its own bcomplex32; fixtures/make_torch215_dtypes.py),
+    against what torch 2.15 read back: dtypes, shapes, counts, complex values as torch widens them, fp4 bytes."""
+    want = json.loads(open(os.path.join(ROOT, "fixtures", "expected_torch215_dtypes.json")).read())["tensors"]
+    path = os.path.join(ROOT, "fixtures", "torch215", "exotic.pt")
+    ckpt = open_checkpoint(path)
+    codes = {"torch.bcomplex32": "BC32", "torch.complex32": "C32", "torch.float4_e2m1fn_x2": "F4_X2",
+             "torch.float32": "F32"}
+    for name, w in want.items():
+        t = ckpt.tensors[name]
+        assert (t.dtype, list(t.shape), t.numel) == (codes[w["dtype"]], w["shape"], w["numel"]), name
+        got = ckpt.read(name)
+        if t.dtype in ("BC32", "C32"):
+            got = np.stack([got.real, got.imag], -1)
+        elif t.dtype == "F4_X2":   # torch gave the bytes: each decodes to (low nibble, high nibble)
+            u = np.array(w["values"], np.uint8)
+            np.testing.assert_array_equal(got.reshape(-1), E2M1[np.stack([u & 0x0F, u >> 4], -1)].reshape(-1))
+            continue
+        np.testing.assert_array_equal(got.reshape(-1), np.array(w["values"], np.float32), err_msg=name)
+    rc, out, _ = cli(path, "--json")
+    assert rc == 0 and json.loads(out)["parameters"]["unique"] == sum(w["numel"] for w in want.values())
+
+
 def test_big_endian_pairs_swap_each_part(saved, tmp_path):
     """A big-endian writer's complex32 swaps each float16 part on its own, as torch's byteswap does (a complex
     element: two halves of its element size); fp4 bytes are not swapped."""
