@@ -28,9 +28,10 @@ def render_scan(r: dict, console: Console) -> None:
             t.add_row(Name(g["name"]), str(g["count"]), "allowed" if g["allowed"] else Text("REFUSED", style="bold red"))
         console.print(fit_names(t, console))
     for f in r["findings"]:
-        where = f"byte {f['file_offset']:,}" if f["file_offset"] is not None else f"offset {f['offset']:,}"
+        where = (f" byte {f['file_offset']:,}" if f["file_offset"] is not None else
+                 f" offset {f['offset']:,}" if f["offset"] is not None else "")   # None: a text's finding (its line)
         console.print(Text("finding      ", style="red").append_text(
-            safe(f"{f['record']} {where}: {f['opcode']} {f['global']}: {f['why']}")))
+            safe(f"{f['record']}{where}: {f['opcode']} {f['global']}: {f['why']}")))
     for why in r["unknown"]:
         console.print(Text("unknown      ", style="yellow").append_text(safe(why)))
     for note in r["notes"]:

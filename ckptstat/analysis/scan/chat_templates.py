@@ -75,14 +75,14 @@ def template_report(path: str, fmt: str, found: dict[str, str | int], renderers:
             unknown.append(f"{key}: a template of {text:,} bytes; scan reads at most {TEMPLATE_BYTES:,}")
             continue
         v = judge(text, key)
-        findings += [{"record": key, "offset": 0, "file_offset": None, "opcode": "jinja",
-                      "global": f"{key} line {x.line}: {x.what}", "why": x.why} for x in v.findings[:SHOWN]]
+        findings += [{"record": key, "offset": None, "file_offset": None, "opcode": "jinja",
+                      "global": f"line {x.line}: {x.what}", "why": x.why} for x in v.findings[:SHOWN]]
         if len(v.findings) > SHOWN:
-            findings.append({"record": key, "offset": 0, "file_offset": None, "opcode": "jinja",
-                             "global": f"{key}: {len(v.findings) - SHOWN:,} more", "why": "as above"})
+            findings.append({"record": key, "offset": None, "file_offset": None, "opcode": "jinja",
+                             "global": f"{len(v.findings) - SHOWN:,} more", "why": "as above"})
         unknown += v.unknown[:SHOWN] + ([f"{key}: {len(v.unknown) - SHOWN:,} more"] if len(v.unknown) > SHOWN else [])
     unknown += more_unknown or []
-    unsafe = [fd["global"] for fd in findings]
+    unsafe = [f"{fd['record']} {fd['global']}" for fd in findings]
     shown = "; ".join(unsafe[:3]) + (f" ... ({len(unsafe)} in all)" if len(unsafe) > 3 else "")
     verdict = (f"UNSAFE: a chat template reaches Python's internals ({shown}): a renderer without jinja2's sandbox runs "
                "what it reaches; no real chat template needs it" if unsafe else
