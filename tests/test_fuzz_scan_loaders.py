@@ -1,4 +1,4 @@
-"""The scanners of other loaders' files (analysis/scan/pt2.py, package.py, compressed.py, saved_model.py) under the
+"""The scanners of other loaders' files (analysis/scan/pt2.py, package.py, compressed.py, saved_model.py, nemo.py) under the
 fuzz worker's contract (tests/fuzz/fuzzlib.py: only CkptstatError comes out, memory bounded by the input, the
 case's folder unchanged): seeded bit flips, cut points and byte runs of real files, each scanned as `ckptstat scan`
 scans a path (`scan_path`)."""
@@ -21,6 +21,9 @@ SAMPLES = {   # name -> (file under fixtures/, the name it is scanned under)
     "joblib zlib arrays": ("joblib/arrays-zlib.joblib", "m.joblib"),
     "joblib lzma": ("joblib/arrays-lzma.joblib", "m.joblib"),
     "saved model": ("tf-saved-model-ops/write_file/saved_model.pb", "saved_model.pb"),
+    "nemo": ("nemo/config-os-system.nemo", "model.nemo"),
+    "nemo gzip": ("nemo/benign-quartznet-gz.nemo", "model.nemo"),
+    "nemo sharded": ("nemo/benign-megatron-gpt-dist.nemo", "weights.tar"),
 }
 CASES = 24
 

@@ -66,7 +66,7 @@ def test_every_fixture_has_an_expectation_and_runs_what_the_oracle_says():
                                                                                     "config-torch-nn.nemo"}
 
 
-def test_the_verdicts_name_the_target_and_where():
+def test_the_verdicts_name_the_target_and_where(tmp_path):
     r = scan_path(os.path.join(NEMO, "config-model-section.nemo"))
     assert r["unsafe_globals"] == ["os.system"]
     (f,) = r["findings"]
@@ -79,6 +79,9 @@ def test_the_verdicts_name_the_target_and_where():
     assert "through the link 'lnk'" in r["verdict"] and "before 2.2" in r["verdict"]
     r = scan_path(os.path.join(NEMO, "benign-quartznet-gz.nemo"))
     assert "gzip'd" in r["format"] and r["verdict"].startswith("safe: model_config.yaml names only NeMo's own")
+    (tmp_path / "weights-only.nemo").write_bytes(_archive({"model_weights.ckpt": _saved(_state())}, config=False))
+    r = scan_path(str(tmp_path / "weights-only.nemo"))
+    assert r["status"] == "safe" and r["verdict"].startswith("safe: no model_config.yaml"), r["verdict"]
 
 
 class _Open:

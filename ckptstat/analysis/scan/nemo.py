@@ -411,7 +411,9 @@ def judge_nemo(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     t, configs = found
     imports = sum(len(v.imports) for v in configs)
     safe = (f"safe: {CONFIG} names only NeMo's own and known libraries' modules ({imports} distinct target(s)), and the "
-            f"pickles {LOADER} torch.loads import only torch's weights_only allowlist")
+            f"pickles {LOADER} torch.loads import only torch's weights_only allowlist" if configs else
+            f"safe: no {CONFIG} ({LOADER} raises before building anything), and the pickles in the archive import only "
+            "torch's weights_only allowlist")
     r = report(t, safe=safe, loader=LOADER)
     suspicious = [x for v in configs for x in v.suspicious]
     writes = [fd["global"] for fd in r["findings"] if fd["opcode"] == "tar member"]
