@@ -1,4 +1,4 @@
-"""The scanners of other loaders' files (analysis/scan/pt2.py, package.py, compressed.py, saved_model.py,
+"""The scanners of other loaders' files (analysis/scan/pt2.py, package.py, compressed.py, saved_model.py, nemo.py,
 chat_templates.py and jinja.py, hf_config.py) under the
 fuzz worker's contract (tests/fuzz/fuzzlib.py: only CkptstatError comes out, memory bounded by the input, the
 case's folder unchanged): seeded bit flips, cut points and byte runs of real files, each scanned as `ckptstat scan`
@@ -25,6 +25,9 @@ SAMPLES = {   # name -> (file under fixtures/, the name it is scanned under)
     "gguf chat templates": ("chat-templates/templates.gguf", "model.gguf"),
     "jinja chat template": ("chat-templates/chat_template.jinja", "chat_template.jinja"),
     "tokenizer config": ("chat-templates/tokenizer_config.json", "tokenizer_config.json"),
+    "nemo": ("nemo/config-os-system.nemo", "model.nemo"),
+    "nemo gzip": ("nemo/benign-quartznet-gz.nemo", "model.nemo"),
+    "nemo sharded": ("nemo/benign-megatron-gpt-dist.nemo", "weights.tar"),
 }
 CASES = 24
 

@@ -670,3 +670,22 @@ def test_saved_model_variables_never_read_outside(cli, tmp_path, opened):
             rc, out, err = cli(command, str(folder))
             _refused(rc, out, err, "m", what)
     assert not any(p.startswith(str(secret)) for p in opened), opened
+
+
+def test_a_huge_tar_extended_header_is_refused_before_tarfile_parses_it(cli, tmp_path):
+    """scan's torch.load trace opens every file that is no zip with tarfile, whose PAX parsing is quadratic before
+    CPython 3.11.10 / 3.12.6 (CVE-2024-6232): a 256 KiB header of digits took 38 s, and the time grew with its square.
+    An extended header over 8 KiB (analysis/scan/torch_load.py MAX_TAR_EXTENDED) is now unknown before it is parsed."""
+    import tarfile
+    import time
+
+    pax = b"1" * (256 << 10)
+    info = tarfile.TarInfo("././@PaxHeader")
+    info.type, info.size = tarfile.XHDTYPE, len(pax)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(info.tobuf(tarfile.USTAR_FORMAT) + pax + bytes(1024))
+    start = time.process_time()
+    rc, out, _ = cli("scan", str(path), "--json")
+    assert time.process_time() - start < 2
+    r = json.loads(out)
+    assert rc == 1 and r["status"] == "unknown" and "extended header of 262,144 bytes" in r["verdict"], r["verdict"]

@@ -27,7 +27,7 @@ from .verdict import combine
 
 TREE_SCHEMA = "ckptstat.scan_tree/1"
 EXTENSIONS = (".bin", ".pt", ".pth", ".ckpt", ".pkl", ".pickle", ".npy", ".npz", ".keras", ".pt2", ".joblib", ".gguf",
-              ".jinja")
+              ".jinja", ".nemo")
 KERAS_H5 = (".h5", ".hdf5")   # Keras 2 model files (analysis/scan/loaders.py)
 STATUSES = ("unsafe", "unknown", "unreadable", "safe")
 

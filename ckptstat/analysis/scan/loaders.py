@@ -32,7 +32,8 @@
 Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
 `saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
-Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py).
+Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py), a NeMo archive's
+config and the pickles NeMo's restore_from loads from it (nemo.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -61,6 +62,7 @@ from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, judge_config
 from .keras import KerasFinding, config_findings, load_config
+from .nemo import judge_nemo
 from .package import judge_package
 from .pt2 import judge_export
 from .saved_model import NAME as SAVED_MODEL
@@ -492,6 +494,9 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         t = Trace(path)
         _npy(t, f, size)
         return _numpy_report(t)
+    nemo = judge_nemo(path, f, size)   # a NeMo archive, plain or gzip'd tar (analysis/scan/nemo.py)
+    if nemo is not None:
+        return nemo
     at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
     if at_zero is not None:
         return at_zero

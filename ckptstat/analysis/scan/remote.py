@@ -103,7 +103,7 @@ def trace_url(url: str) -> Trace:
 
 
 def _other_url(url: str, traced: Trace) -> dict[str, Any] | None:
-    """numpy's or Keras' reading of the remote file (loaders.py `judge_other`, the local rules), through its own budget
+    """numpy's, Keras' or NeMo's reading of the remote file (loaders.py `judge_other`, the local rules), through its own budget
     of `remote_scan_bytes`; 'unknown' when those rules need more of the file than that."""
     bound = limits().remote_scan_bytes
     shown = redact(url)
@@ -120,10 +120,11 @@ def _other_url(url: str, traced: Trace) -> dict[str, Any] | None:
         if not b.beyond:
             return other
     u = Trace(url, format=traced.format)
-    u.unknown.append(f"np.load's or Keras' path through this {size:,}-byte file reads more than the {bound:,} bytes scan "
-                     "reads of a remote file (download it, or raise --limit remote_scan_bytes)")
+    u.unknown.append(f"np.load's, Keras' or NeMo's path through this {size:,}-byte file reads more than the {bound:,} "
+                     "bytes scan reads of a remote file (download it, or raise --limit remote_scan_bytes)")
     r = report(u)
-    r["verdict"] = "UNKNOWN: scan cannot tell what np.load or keras load_model would run: " + u.unknown[0]
+    r["verdict"] = "UNKNOWN: scan cannot tell what np.load, keras load_model or NeMo's restore_from would run: " + \
+        u.unknown[0]
     r["weights_only_loadable"] = False
     return r
 

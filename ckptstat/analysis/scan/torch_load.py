@@ -183,6 +183,35 @@ class _TarFallback(Exception):
     """A tarfile error: torch.load goes on with the legacy stream from byte 0."""
 
 
+# tarfile parses a PAX or GNU long-name header with regular expressions that take quadratic time before CPython
+# 3.11.10 / 3.12.6 (CVE-2024-6232: 64 KiB of digits took 2.8 s, 256 KiB 38 s, on every file the trace opens as a tar);
+# real ones hold a path and a few numbers.
+MAX_TAR_EXTENDED = 8 << 10              # bytes of one extended header
+MAX_TAR_EXTENDED_TOTAL = 1 << 20        # of all of a file's
+
+
+class TarHeaderBound(CkptstatError):
+    """A tar's extended header past MAX_TAR_EXTENDED (a CkptstatError: the trace passes it on, never taking it for the
+    file's own error): scan cannot tell how tarfile reads the file."""
+
+
+def bounded_tarinfo() -> type[tarfile.TarInfo]:
+    """A TarInfo class for tarfile.open(tarinfo=...) that raises TarHeaderBound at an extended header (PAX, GNU long
+    name or link) over MAX_TAR_EXTENDED bytes, or past MAX_TAR_EXTENDED_TOTAL in all, before tarfile parses it."""
+    seen = [0]
+
+    class Bounded(tarfile.TarInfo):
+        def _proc_member(self, tf: tarfile.TarFile) -> tarfile.TarInfo:
+            if self.type in (tarfile.GNUTYPE_LONGNAME, tarfile.GNUTYPE_LONGLINK, tarfile.XHDTYPE, tarfile.XGLTYPE,
+                             tarfile.SOLARIS_XHDTYPE):
+                seen[0] += self.size
+                if self.size > MAX_TAR_EXTENDED or seen[0] > MAX_TAR_EXTENDED_TOTAL:
+                    raise TarHeaderBound(f"a tar extended header of {self.size:,} bytes ({seen[0]:,} in all; scan "
+                                         f"parses at most {MAX_TAR_EXTENDED:,} each, {MAX_TAR_EXTENDED_TOTAL:,} in all)")
+            return super()._proc_member(tf)  # type: ignore[misc]
+    return Bounded
+
+
 def _tar_member(t: Trace, tar: tarfile.TarFile, name: str, size: int, *, extract: bool) -> tarfile.TarInfo | None:
     """`tar.extract(name)` / `tar.extractfile(name)` as torch calls them: the member, or None when torch
     raises (KeyError: none of that name) or scan cannot tell what it reads (not a regular file)."""
@@ -288,9 +317,13 @@ def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
     """torch's tar attempt; False when it ends in a tarfile error (torch then reads the legacy stream)."""
     f.seek(0)
     try:
-        tar = tarfile.open(fileobj=f, mode="r:", format=tarfile.PAX_FORMAT)   # as torch opens it
+        tar = tarfile.open(fileobj=f, mode="r:", format=tarfile.PAX_FORMAT, tarinfo=bounded_tarinfo())   # as torch does
     except tarfile.TarError:
         return False
+    except TarHeaderBound as e:
+        t.format = TAR_FORMAT
+        t.unknown.append(f"{e}: how tarfile reads the file, and so where torch.load reads, is unknown")
+        return True
     except CkptstatError:   # a remote read failed: not the file's fault
         raise
     except Exception as e:  # noqa: BLE001 - not a TarError: torch.load raises it
@@ -327,6 +360,9 @@ def _tar(t: Trace, f: IO[bytes], size: int) -> bool:
     except tarfile.TarError as e:
         t.notes.append(f"tar: {e}: torch.load falls back to the legacy stream from byte 0")
         return False
+    except TarHeaderBound as e:
+        t.unknown.append(f"{e}: how tarfile reads the file, and so where torch.load reads, is unknown")
+        return True
 
 
 # ---------------------------------------------------------------------------------------------
