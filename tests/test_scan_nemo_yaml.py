@@ -115,14 +115,14 @@ _styles = st.fixed_dictionaries({"default_flow_style": st.sampled_from([False, N
                                  "indent": st.sampled_from([2, 4])})
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=400, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=_trees, style=_styles)
 def test_the_reader_reads_what_pyyaml_dumps_as_pyyaml_reads_it(tree, style):
     text = yaml.dump({"root": tree}, sort_keys=False, **style)
     assert same(text) in ("same", "unreadable"), (same(text), text)
 
 
-@settings(max_examples=600, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=600, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=_trees, style=_styles, edits=st.lists(st.tuples(st.integers(0, 10_000), st.sampled_from(
     ["", " ", "  ", "\n", ": ", "- ", "#", " #", "'", '"', "{", "[", "}", "]", ",", "&a ", "*a", "!!str ", "<<: ",
      "? ", "|", ">-", "\n  ", "\t", "\\", "${x}", "---\n"])), min_size=1, max_size=4))
@@ -132,6 +132,13 @@ def test_whenever_both_read_a_mutated_text_they_agree(tree, style, edits):
         at %= max(len(text), 1)
         text = text[:at] + piece + text[at + (1 if piece == "" else 0):]
     assert same(text) in ("same", "unreadable", "pyyaml raises"), (same(text), text)
+
+
+def test_a_comment_right_after_a_flow_indicator():
+    """PyYAML takes `#` at a token's start for a comment, with no space before it (`{#x: 1}`): so does the reader
+    (a random sweep found it: the reader had read `#oot` as a key)."""
+    for text in ("{#oot:\n _}\n", "a: [1,#c\n 2]\n", "{a: 1,#_target_: os.system\n b: 2}\n"):
+        assert same(text) in ("same", "unreadable"), (same(text), text)
 
 
 def _fixture_configs() -> dict[str, str]:

@@ -470,7 +470,7 @@ def _flow_tokens(text: str, line: int) -> tuple[list[_Tok], int]:
         ch = text[j]
         if ch in " \n":
             j += 1
-        elif ch == "#" and (j == 0 or text[j - 1] in " \n"):
+        elif ch == "#":   # at a token's start PyYAML takes `#` for a comment, a space before it or not (`{#x`)
             nl = text.find("\n", j)
             j = n if nl < 0 else nl
         elif ch in "{}[],:":
