@@ -8,6 +8,7 @@ and `open_regular`, `file_size`, `read_bytes` and the folder helpers ask `backen
 from __future__ import annotations
 
 import contextvars
+import os
 import posixpath
 import re
 from collections import deque
@@ -45,6 +46,11 @@ def join(folder: str, name: str) -> str:
 
 def basename(url: str) -> str:
     return posixpath.basename(url.split("://", 1)[-1].split("?", 1)[0].rstrip("/"))
+
+
+def file_name(path: str) -> str:
+    """The last part of a local path or a URL (its query left out): the name a loader goes by."""
+    return basename(path) if is_url(path) else os.path.basename(path)
 
 
 def redact(url: str) -> str:

@@ -10,10 +10,9 @@ through str.format), and other frontends, sandboxed or not.
 """
 from __future__ import annotations
 
-import os
 from typing import IO, Any
 
-from ...core.urls import basename, is_url
+from ...core.urls import file_name
 from ...errors import CorruptCheckpointError
 from ...formats.gguf import MAGIC, chat_templates
 from .jinja import SHOWN, judge
@@ -26,13 +25,9 @@ HF_RENDERERS = ("a chat frontend renders its templates as Jinja: transformers' a
                 "(escaped through str.format before jinja2 3.1.6); other frontends may render them without one")
 
 
-def _name(path: str) -> str:
-    return basename(path) if is_url(path) else os.path.basename(path)
-
-
 def is_template_file(path: str) -> bool:
     """A file whose whole text is a chat template (`chat_template.jinja`, `additional_chat_templates/*.jinja`)."""
-    return _name(path).endswith(".jinja")
+    return file_name(path).endswith(".jinja")
 
 
 def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str, Any]:
@@ -40,7 +35,7 @@ def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str
     if head[:4] == MAGIC:
         return template_report(path, "GGUF", chat_templates(path, f, size, TEMPLATE_BYTES), GGUF_RENDERERS,
                                "no chat template in its metadata")
-    name = _name(path)
+    name = file_name(path)
     if size > TEMPLATE_BYTES:
         return template_report(path, "Jinja chat template", {name: size}, HF_RENDERERS, "")
     f.seek(0)

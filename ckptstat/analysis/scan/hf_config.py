@@ -15,7 +15,7 @@ import os
 import re
 from typing import IO, Any
 
-from ...core.urls import basename, is_url
+from ...core.urls import file_name, is_url
 from ...errors import CorruptCheckpointError
 from .chat_templates import HF_RENDERERS, config_templates, template_report
 
@@ -30,12 +30,8 @@ REMOTE_CODE = ("transformers imports the repository's Python when it loads with 
                "(dynamic_module_utils.get_class_from_dynamic_module); scan does not vet Python")
 
 
-def _name(path: str) -> str:
-    return basename(path) if is_url(path) else os.path.basename(path)
-
-
 def is_config_file(path: str) -> bool:
-    return _name(path) in CONFIGS
+    return file_name(path) in CONFIGS
 
 
 def remote_code(config: dict[str, Any], folder: str | None) -> list[str]:
@@ -70,7 +66,7 @@ def remote_code(config: dict[str, Any], folder: str | None) -> list[str]:
 def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
     is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
-    name = _name(path)
+    name = file_name(path)
     if size > CONFIG_BYTES:
         raise CorruptCheckpointError(path, f"{name} is {size:,} bytes, more than the {CONFIG_BYTES:,} scan reads")
     f.seek(0)

@@ -504,14 +504,11 @@ def _judge_name(tag: Tag, a: int, b: int, names: _Bindings, where: str, construc
 
 
 def _key(tag: Tag, a: int, b: int, names: _Bindings, where: str, v: Verdict) -> None:
-    """A subscript's key: a literal or any part of a slice (`[1:]`, `[::-1]`)."""
-    parts = _split(tag, a, b, ":")
-    if len(parts) == 1 and _literal(tag, a, b) is not None:
-        _judge_name(tag, a, b, names, where, "an item", v)
-        return
-    for x, y in parts:
-        if not names.plain(_Expr(tag, x, y)):
-            _judge_name(tag, x, y, names, where, "an item", v)
+    """A subscript's key, or each part of a slice (`[1:]`, `[::-1]`), judged as a look-up's name (one unknown a key)."""
+    for x, y in _split(tag, a, b, ":"):
+        said = len(v.unknown)
+        _judge_name(tag, x, y, names, where, "an item", v)
+        if len(v.unknown) > said:
             return
 
 

@@ -47,7 +47,7 @@ from typing import IO, Any
 
 from ...core.files import open_regular
 from ...core.io import prefetch
-from ...core.urls import basename, is_url
+from ...core.urls import file_name
 from ...errors import CkptstatError, CorruptCheckpointError, reading
 from ...formats import dcp
 from ...formats.dcp import extensions
@@ -371,13 +371,9 @@ OWN_LOADERS = (
 )
 
 
-def _name(path: str) -> str:
-    return basename(path) if is_url(path) else os.path.basename(path)
-
-
 def own_loader(path: str) -> OwnLoader | None:
     """The loader that reads the file (or URL) `path`, by its name, or None (torch.load's)."""
-    name = _name(path)
+    name = file_name(path)
     return next((o for o in OWN_LOADERS if o.name.match(name)), None)
 
 
@@ -409,7 +405,7 @@ def judged_by_own_loader(t: Trace, local: bool = True) -> dict[str, Any] | None:
 
 def training_args_note(path: str, r: dict[str, Any]) -> dict[str, Any]:
     """A Trainer's training_args.bin judged unsafe: the note that nothing loads it back (TRAINING_ARGS_NOTE)."""
-    if _name(path) == TRAINING_ARGS and r["status"] == "unsafe":
+    if file_name(path) == TRAINING_ARGS and r["status"] == "unsafe":
         r["notes"].append(TRAINING_ARGS_NOTE)
     return r
 
@@ -482,7 +478,7 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     """scan_other of the open file `f` of `size` bytes, local or remote (analysis/scan/remote.py reads a URL through
     the same rules, with range requests)."""
     torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
-    if _name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
+    if file_name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
     f.seek(0)
     head = f.read(8)
@@ -504,7 +500,7 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         return _keras_h5(path, f)
     if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
         return judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
-    name = _name(path).lower()
+    name = file_name(path).lower()
     keras_named = name.endswith(".keras")
     if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
         return None
