@@ -18,12 +18,12 @@ from typing import IO, Any
 from ...core.urls import file_name, is_url
 from ...errors import CorruptCheckpointError
 from .chat_templates import HF_RENDERERS, config_templates, template_report
+from .jinja import SHOWN
 
 CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
                      "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
                      "image_processor_config.json"})
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
-SHOWN = 20
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
 REMOTE_CODE = ("transformers imports the repository's Python when it loads with trust_remote_code=True "
