@@ -1,8 +1,8 @@
 """`ckptstat scan` of pickles in compressed streams (analysis/scan/compressed.py): joblib.dump(..., compress=...)
-files written by joblib 1.6.0 (fixtures/make_joblib.py; whether joblib.load ran each payload was measured there:
-fixtures/expected_joblib.json), and `.pkl.gz`-style files that pickle.load(gzip.open(...)) (and bz2, lzma) reads,
+files written by joblib 1.6.0 (fixtures/make_joblib.py; each file against what joblib.load did with it:
+tests/test_scan_joblib.py), and `.pkl.gz`-style files that pickle.load(gzip.open(...)) (and bz2, lzma) reads,
 written and loaded here. torch.load reads none of them (scan said "unreadable", exit 2): every payload that runs is
-now `unsafe` or `unknown` (exit 1), plain data `safe`, joblib's inline arrays `unknown` past the first."""
+now `unsafe` or `unknown` (exit 1), plain data `safe`."""
 from __future__ import annotations
 
 import bz2
@@ -32,20 +32,6 @@ class _Payload:
         return (open, (self.marker, "w"))
 
 
-def test_joblib_files_follow_what_joblib_runs():
-    with open(os.path.join(FIXTURES, "expected_joblib.json")) as f:
-        oracle = json.load(f)["files"]
-    for name, o in oracle.items():
-        r = scan_path(os.path.join(FIXTURES, "joblib", name))
-        if o["executes"]:
-            assert r["status"] != "safe", (name, r["verdict"])
-        if name.startswith("payload-") and "after-array" not in name:
-            assert r["status"] == "unsafe" and r["unsafe_globals"] == [OPEN], (name, r["verdict"])
-            assert r["format"] == f"compressed pickle ({o['compressor']})"
-        if name.startswith("arrays-") or "after-array" in name:   # the arrays' bytes are joblib's, inline
-            assert r["status"] == "unknown" and "NumpyArrayWrapper" in r["verdict"], (name, r["verdict"])
-
-
 @pytest.mark.parametrize("kind", sorted(OPENERS))
 def test_a_compressed_pickle_is_judged_as_pickle_load_of_it_runs(kind, tmp_path, cli):
     marker = str(tmp_path / "ran")
@@ -73,7 +59,7 @@ def test_a_folder_lists_them_by_their_bytes(tmp_path, cli):
     rc, out, _ = cli("scan", str(tmp_path), "--json")
     assert rc == 1
     assert {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
-        "payload-gzip.joblib": "unsafe", "arrays-zlib.joblib": "unknown", "cut.joblib": "unreadable"}
+        "payload-gzip.joblib": "unsafe", "arrays-zlib.joblib": "safe", "cut.joblib": "unreadable"}
 
 
 def test_lz4_and_bombs_are_unknown_not_read_whole(tmp_path, cli):
@@ -97,7 +83,8 @@ def test_over_http_the_same():
             p = subprocess.run([sys.executable, "-m", "ckptstat", "scan", f"{s.url}/{name}", "--json"],
                                capture_output=True, text=True, timeout=300)
             remote, local = json.loads(p.stdout), scan_path(os.path.join(FIXTURES, "joblib", name))
-            assert p.returncode == 1 and remote["status"] == local["status"], (name, p.stderr)
+            assert p.returncode == (0 if local["status"] == "safe" else 1), (name, p.stderr)
+            assert remote["status"] == local["status"], name
             assert remote["findings"] == local["findings"] and remote["unknown"] == local["unknown"], name
 
 

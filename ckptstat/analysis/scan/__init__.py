@@ -220,11 +220,16 @@ def _scan_local(path: str) -> dict[str, Any]:
     try:
         if t is None:
             t = trace(path)
-        torch_report = finish(t)
     except CheckpointError as e:
         torch_error = e
+    other = scan_other(path, t)   # (before torch.load's report: loaders.py `judge_other`)
+    if t is not None:
+        try:
+            torch_report = finish(t)
+        except CheckpointError as e:
+            torch_error = e
 
     def head(n: int) -> bytes:
         with open_regular(path) as f:
             return f.read(n)
-    return combine(path, torch_report, torch_error, scan_other(path, t), head)
+    return combine(path, torch_report, torch_error, other, head)

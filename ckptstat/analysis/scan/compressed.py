@@ -7,9 +7,9 @@ out from its first byte.
 The stream is decompressed as the walk reads it (nothing is written), at most `pickle_bytes` (the --limit) of
 output, and never more than `pickle_ratio` x the file's bytes + 1 MiB; a pickle longer than that is unknown. lz4
 (joblib's lz4 compressor; no decoder in Python's standard library) is unknown. The pickle is judged by torch's
-allowlist, with numpy's own reconstruction and joblib's array wrappers allowed: joblib's NumpyUnpickler builds a
-NumpyArrayWrapper and, at its BUILD, reads the array's bytes from the stream itself; scan does not follow those
-bytes, so a walk that stops after a wrapper is unknown past it (what the walk reached before still counts).
+allowlist, with numpy's own reconstruction and joblib's array wrappers allowed, and walked as joblib.load's unpickler
+reads it: the arrays joblib writes inline after each wrapper are read past (analysis/scan/joblib_arrays.py). joblib <
+0.10's 'ZF' files (a hex length, then a zlib stream; joblib.load still reads them) too.
 """
 from __future__ import annotations
 
@@ -19,16 +19,15 @@ import zlib
 from typing import IO, Any
 
 from ...core.limits import limits
-from ...formats.torch.pickle_walk import walk
 from ...formats.torch.streams import FileWindow, Source
+from .joblib_arrays import reach, safe_verdict, walk_joblib
 from .torch_load import Trace, report
 
 FORMAT = "compressed pickle"
 LOADER = "joblib.load (or pickle.load of the decompressed stream)"
-# Objects joblib's own unpickler builds without calling anything of the file's choosing (joblib/numpy_pickle.py).
-JOBLIB_OWN = frozenset({"joblib.numpy_pickle.NumpyArrayWrapper", "joblib.numpy_pickle_compat.NDArrayWrapper",
-                        "joblib.numpy_pickle.NDArrayWrapper"})
 LZ4 = b"\x04\x22\x4d\x18"
+COMPAT_NAME = "joblib < 0.10 zfile"
+ZF_HEADER = 2 + len(hex(2 ** 64))   # b"ZF" and the length in hex, padded (joblib/numpy_pickle_compat.py read_zfile)
 _CHUNK = 1 << 16
 # What liblzma may allocate to decode a stream: its header names the dictionary (xz -9 needs ~65 MiB), which a
 # hostile header sets to 4 GiB; past this the stream is unknown, never decoded (lzma's memlimit).
@@ -36,15 +35,17 @@ DECODER_MEMORY = 128 << 20
 
 
 def kind(head: bytes) -> str | None:
-    """The compressor whose stream starts with `head` (joblib/compressor.py's prefixes; zlib by its RFC 1950 header:
-    deflate, and the check bits), or None."""
+    """The compressor whose stream starts with `head` (joblib/numpy_pickle_utils.py `_detect_compressor` and
+    compressor.py's prefixes; zlib by its RFC 1950 header: deflate, and the check bits), or None."""
+    if head[:2] == b"ZF":
+        return COMPAT_NAME
     if head[:2] == b"\x1f\x8b":
         return "gzip"
     if head[:3] == b"BZh":
         return "bz2"
     if head[:6] == b"\xfd7zXZ\x00":
         return "xz"
-    if head[:3] == b"\x5d\x00\x00":
+    if head[:2] == b"\x5d\x00":
         return "lzma"
     if head[:4] == LZ4:
         return "lz4"
@@ -61,13 +62,24 @@ class _Decompressed(Source):
     def __init__(self, f: IO[bytes], size: int, name: str, bound: int):
         super().__init__(bound)
         self.raw, self.name = FileWindow(f, 0, size), name
+        if name == COMPAT_NAME:   # the zlib stream after the header (and a space joblib <= 0.8.4 wrote)
+            start = ZF_HEADER + (self.raw.read(min(ZF_HEADER + 1, size))[ZF_HEADER:] == b" ")
+            self.raw = FileWindow(f, start, max(size - start, 0))
         self.d: Any = self._decoder()
         self.pending = b""            # input a finished stream left over, for the next one
         self.produced, self.cut = 0, False
         self.error: str | None = None
 
+    def read(self, n: int) -> bytes:
+        self.cut = self.cut or n > self.left()   # past the bound: whether the stream holds that much is not known
+        return super().read(n)
+
+    def skip(self, n: int) -> None:
+        self.cut = self.cut or n > self.left()
+        super().skip(n)
+
     def _decoder(self) -> Any:
-        if self.name in ("zlib", "gzip"):
+        if self.name in ("zlib", "gzip", COMPAT_NAME):
             return zlib.decompressobj(16 + zlib.MAX_WBITS if self.name == "gzip" else zlib.MAX_WBITS)
         if self.name == "bz2":
             return bz2.BZ2Decompressor()
@@ -84,11 +96,11 @@ class _Decompressed(Source):
         while not out and self.error is None:
             if self.d.eof:   # the next stream of a multi-stream file (not zlib's: joblib's zlib reader reads one)
                 self.pending += self.d.unused_data
-                if self.name == "zlib" or not (self.pending or self.raw.left() > 0):
+                if self.name in ("zlib", COMPAT_NAME) or not (self.pending or self.raw.left() > 0):
                     break
                 self.d = self._decoder()
             # zlib hands back the input it did not use; bz2 and lzma keep it, and say when they need more
-            zl = self.name in ("zlib", "gzip")
+            zl = self.name in ("zlib", "gzip", COMPAT_NAME)
             data = (self.d.unconsumed_tail or self._input()) if zl else self._input() if self.d.needs_input else b""
             try:
                 out = self.d.decompress(data, max(n, _CHUNK))
@@ -116,22 +128,15 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
     else:
         bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
         src = _Decompressed(f, size, name, bound)
-        w = walk(src, f"the decompressed {name} stream", None)
+        w, arrays = walk_joblib(src, f"the decompressed {name} stream", None, inline=name != COMPAT_NAME)
         if src.error and "memory" in src.error.lower():
             t.unknown.append(f"the {name} stream's header asks for more than the {DECODER_MEMORY:,} bytes of decoder "
                              "memory scan allows")
         elif not w.globals and w.failure is not None and w.opcodes <= 1:
             return None   # not a pickle inside: another file that happens to start like a compressed stream
-        own = JOBLIB_OWN | numpy_own
-        w.findings = [fd for fd in w.findings if fd.name not in own]
-        w.globals = {n: ok or n in own for n, ok in w.globals.items()}
-        t.reach(w)
-        wrapped = any(n in JOBLIB_OWN for n in w.globals)
-        if w.failure and wrapped:
-            t.unknown.append("joblib's NumpyUnpickler reads each array's bytes from the stream after its "
-                             "NumpyArrayWrapper; scan walked the pickle up to where those bytes begin")
-        elif w.failure and src.cut:
+        reach(t, w, arrays, numpy_own)
+        if w.failure and src.cut:
             t.unknown.append(f"the stream decompresses past the {bound:,} bytes scan reads (--limit pickle_bytes=N)")
         elif w.failure:
             t.notes.append(f"the unpickler raises at offset {w.fail_at}: {w.failure}")
-    return report(t, loader=LOADER)
+    return report(t, safe_verdict(LOADER), loader=LOADER)

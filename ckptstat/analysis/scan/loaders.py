@@ -61,6 +61,7 @@ from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, judge_config
+from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import KerasFinding, config_findings, load_config
 from .nemo import judge_nemo
 from .package import judge_package
@@ -476,7 +477,8 @@ def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
 
 def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None) -> dict[str, Any] | None:
     """scan_other of the open file `f` of `size` bytes, local or remote (analysis/scan/remote.py reads a URL through
-    the same rules, with range requests)."""
+    the same rules, with range requests). Judge it before torch.load's report (`finish(traced)`): a joblib pickle's
+    own globals are accepted in `traced` too (joblib_arrays.judge_plain)."""
     torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     if file_name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
@@ -496,6 +498,9 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     at_zero = _pickle_at_zero(path, f, size) if traced is not None and traced.format == TAR_FORMAT else None
     if at_zero is not None:
         return at_zero
+    joblib = judge_plain_joblib(path, f, size, traced, NUMPY_OWN) if traced is not None and traced.raises else None
+    if joblib is not None:   # joblib.dump's default, uncompressed (analysis/scan/joblib_arrays.py)
+        return joblib
     if _hdf5(f, size):
         return _keras_h5(path, f)
     if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)

@@ -142,6 +142,7 @@ def scan_url(url: str) -> dict[str, Any]:
             return training_args_note(url, by_own)
         torch_report: dict[str, Any] | None = None
         torch_error: CheckpointError | None = None
+        other = _other_url(url, t)   # (before torch.load's report: loaders.py `judge_other`)
         try:
             torch_report = finish(t)
         except CheckpointError as e:
@@ -150,6 +151,6 @@ def scan_url(url: str) -> dict[str, Any]:
         def head(n: int) -> bytes:
             with open_regular(url) as f:
                 return pread(f, n, 0)
-        return training_args_note(url, combine(url, torch_report, torch_error, _other_url(url, t), head))
+        return training_args_note(url, combine(url, torch_report, torch_error, other, head))
     except CheckpointError as e:
         raise type(e)(redact(url), e.reason) from None

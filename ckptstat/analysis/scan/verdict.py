@@ -1,7 +1,8 @@
 """One file's scan verdict from what each loader would do with its bytes, the same for a local file and a URL
 (analysis/scan/__init__.py `scan_local`, analysis/scan/remote.py `scan_url`): torch.load's report (or why it cannot
 read the file) and the report of numpy's or Keras' reading (analysis/scan/loaders.py `judge_other`); the worse wins,
-torch's on a tie. A Flax msgpack file torch.load cannot read holds no pickle to scan."""
+torch's on a tie unless torch.load raises in the file (then it is the other loader's). A Flax msgpack file
+torch.load cannot read holds no pickle to scan."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -19,8 +20,13 @@ RANK = {"unsafe": 0, "unknown": 1, "safe": 2}
 def extension_codes_only(r: dict[str, Any]) -> bool:
     """torch.load raises in the file, and what made it unsafe is copyreg extension codes alone: a Flax file's map
     markers 0x82-0x84 read as EXT opcodes, which a process that registered none (the default) refuses at once."""
-    return (r["torch_load"].startswith("torch.load raises") and bool(r["findings"])
+    return (raises(r) and bool(r["findings"])
             and all(f["opcode"].startswith("EXT") for f in r["findings"]))
+
+
+def raises(r: dict[str, Any]) -> bool:
+    """torch.load raises in the file (it is another loader's: on a tie, that loader's report is the file's)."""
+    return r["torch_load"].startswith("torch.load raises")
 
 
 def combine(path: str, torch_report: dict[str, Any] | None, torch_error: CheckpointError | None,
@@ -34,7 +40,8 @@ def combine(path: str, torch_report: dict[str, Any] | None, torch_error: Checkpo
         if torch_report is None:
             assert torch_error is not None
             raise torch_error
-    if other is None or torch_report is not None and RANK[torch_report["status"]] <= RANK[other["status"]]:
+    if other is None or torch_report is not None and RANK[torch_report["status"]] < RANK[other["status"]] or \
+            torch_report is not None and torch_report["status"] == other["status"] and not raises(torch_report):
         assert torch_report is not None
         if other is not None:
             torch_report["notes"].append(f"{other['format']} to its own loader too: {other['verdict']}")

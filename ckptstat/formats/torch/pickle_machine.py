@@ -24,7 +24,7 @@ from __future__ import annotations
 import _compat_pickle
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, Protocol
 
 from .allowlist import STORAGE_ITEMSIZE, allowed_name, weights_only_allows
 from .streams import Source, Truncated
@@ -32,7 +32,8 @@ from .streams import Source, Truncated
 MAX_OPS = 4_000_000          # opcodes walked in one pickle (unpickler.MAX_OPS)
 MAX_STRING = 1 << 16         # strings kept as values (longer ones: known to be str, value dropped)
 MAX_LINE = 1 << 16           # a text opcode's line (GLOBAL module or name...) read at once
-MAX_TRACKED = 100_000        # items a tracked list or tuple keeps
+MAX_TRACKED = 100_000        # items a tracked list or tuple keeps (and the dict items a walk keeps in all)
+MAX_DICT = 64                # items a TrackedDict keeps (a joblib wrapper's state holds 6)
 Buffering = Literal["peek", "drop"]
 
 # ---------------------------------------------------------------------------------------------
@@ -93,6 +94,28 @@ class Fail(Exception):
     pass
 
 
+class Incomplete(Exception):
+    """The walk cannot tell what the loader reads next (a `Builds` says why): the rest of the pickle is unknown."""
+
+
+class TrackedDict(dict[object, object]):
+    """A dict the pickle builds, its items kept (only where a `Builds` reads them: a joblib array wrapper's state);
+    `exact` is False once an item could not be kept."""
+    exact = True
+
+
+class Builds(Protocol):
+    """A loader whose unpickler does more than CPython's at a BUILD (joblib's NumpyUnpickler reads an array's bytes
+    from the stream: analysis/scan/joblib_arrays.py) models the objects its calls make and what a BUILD does."""
+
+    def made(self, m: Machine, fn: object, args: object, init: bool) -> object:
+        """The value a call of `fn` on `args` pushes; `init`: the class's __init__ runs (REDUCE, OBJ and INST with
+        arguments), else only its __new__ (NEWOBJ, NEWOBJ_EX, OBJ and INST without)."""
+
+    def built(self, m: Machine, obj: object, state: object) -> object:
+        """The value BUILD leaves on the stack when it sets `state` on `obj` (it may read from `m.src`)."""
+
+
 def text_int(line: bytes, long: bool) -> object:
     """INT / LONG text arguments as the C unpickler reads them (strtol, then PyLong_FromString with
     base 0), kept only in the plain decimal form where the two readings cannot differ."""
@@ -115,8 +138,10 @@ def text_int(line: bytes, long: bool) -> object:
 
 class Machine:
     def __init__(self, src: Source, walk: Walk, object_pickle: bool, persistent: bool, torch_remap: bool,
-                 buffering: Buffering):
+                 buffering: Buffering, builds: Builds | None = None):
         self.src, self.w = src, walk
+        self.builds = builds
+        self.tracked = 0                  # dict items kept (TrackedDict): MAX_DICT a dict, MAX_TRACKED a walk
         self.object_pickle, self.persistent, self.torch_remap = object_pickle, persistent, torch_remap
         self.buffering = buffering
         self.stack: list[object] = []
@@ -211,6 +236,32 @@ class Machine:
         if mark > len(self.stack) or mark <= self.fence:
             raise Fail("unpickling stack underflow")
         return mark
+
+    # --- objects: opaque, unless a Builds models them
+    def made(self, fn: object, args: object, init: bool) -> object:
+        return UNKNOWN if self.builds is None else self.builds.made(self, fn, args, init)
+
+    def built(self, obj: object, state: object) -> object:
+        return UNKNOWN if self.builds is None else self.builds.built(self, obj, state)
+
+    def new_dict(self, items: list[object]) -> object:
+        """EMPTY_DICT / DICT: a TrackedDict where a Builds reads them, else an opaque dict."""
+        if self.builds is None:
+            return Opaque("dict")
+        d = TrackedDict()
+        self.set_items(d, items)
+        return d
+
+    def set_items(self, target: object, items: list[object]) -> None:
+        """SETITEM / SETITEMS on `target`: kept where it is a TrackedDict, the key a str or an int, within the caps."""
+        if not isinstance(target, TrackedDict):
+            return
+        for k, v in zip(items[::2], items[1::2]):
+            if self.tracked >= MAX_TRACKED or len(target) >= MAX_DICT or not isinstance(k, (str, int)):
+                target.exact = False
+                return
+            target[k] = v
+            self.tracked += 1
 
     # --- globals
     def find_class(self, module: str, name: str, opcode: str) -> object:

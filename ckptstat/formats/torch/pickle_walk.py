@@ -15,7 +15,9 @@ from .pickle_machine import (
     MAX_TRACKED,
     UNKNOWN,
     Buffering,
+    Builds,
     Fail,
+    Incomplete,
     Machine,
     Opaque,
     Walk,
@@ -62,14 +64,17 @@ def _run(m: Machine) -> None:
 
 
 def walk(src: Source, record: str, start: int | None, *, object_pickle: bool = False, persistent: bool = False,
-         torch_remap: bool = False, buffering: Buffering = "peek") -> Walk:
+         torch_remap: bool = False, buffering: Buffering = "peek", builds: Builds | None = None) -> Walk:
     """Walk one pickle from `src`'s current position (see the module doc). `object_pickle`: read by
     torch.load's UnpicklerWrapper (storage names, `torch_remap`: torch.tensor -> torch._tensor);
-    `persistent`: a persistent_load is set; `buffering`: whether the stream has `peek`."""
+    `persistent`: a persistent_load is set; `buffering`: whether the stream has `peek`; `builds`: the loader's
+    own objects, where its unpickler reads more at a BUILD (pickle_machine.Builds)."""
     w = Walk(record, start)
-    m = Machine(src, w, object_pickle, persistent, torch_remap, buffering)
+    m = Machine(src, w, object_pickle, persistent, torch_remap, buffering, builds)
     try:
         _run(m)
+    except Incomplete as e:
+        w.incomplete = f"offset {m.op_at}: {e}"
     except Truncated:
         w.failure, w.fail_at = "pickle data was truncated", m.op_at
     except Fail as e:
@@ -139,17 +144,19 @@ def _binpersid(m: Machine) -> None:
     m.push(UNKNOWN)
 
 
-def _call2(m: Machine) -> None:       # REDUCE (callable, args) and NEWOBJ (cls, args)
-    m.pop()
-    m.pop()
-    m.push(UNKNOWN)
+def _call2(init: bool) -> _Handler:   # REDUCE (callable, args: init) and NEWOBJ (cls, args: cls.__new__)
+    def run(m: Machine) -> None:
+        args = m.pop()
+        fn = m.pop()
+        m.push(m.made(fn, args, init))
+    return run
 
 
 def _newobj_ex(m: Machine) -> None:
     m.pop()
-    m.pop()
-    m.pop()
-    m.push(UNKNOWN)
+    args = m.pop()
+    cls = m.pop()
+    m.push(m.made(cls, args, False))
 
 
 def _string_text(m: Machine) -> None:
@@ -209,8 +216,8 @@ def _appends(m: Machine) -> None:
 
 def _build(m: Machine) -> None:
     m.need(2)
-    m.stack.pop()
-    m.stack[-1] = UNKNOWN
+    state = m.stack.pop()
+    m.stack[-1] = m.built(m.stack[-1], state)
 
 
 def _names(m: Machine, opcode: str) -> tuple[str, str] | None:
@@ -238,24 +245,24 @@ def _global(m: Machine) -> None:
 def _inst(m: Machine) -> None:
     mark = m.marker()         # the C unpickler looks for the MARK before it reads the names
     names = _names(m, "INST")
-    if names is not None:
-        m.find_class(*names, "INST")
-    m.pop_to(mark)
-    m.push(UNKNOWN)
+    cls = UNKNOWN if names is None else m.find_class(*names, "INST")
+    args = m.pop_to(mark)
+    m.push(m.made(cls, tuple(args), bool(args)))   # (pickle's _instantiate: no arguments, only __new__)
 
 
 def _obj(m: Machine) -> None:
     mark = m.marker()
     if len(m.stack) - mark < 1:
         raise Fail("unpickling stack underflow")
-    m.pop_to(mark)
-    m.push(UNKNOWN)
+    cls, *args = m.pop_to(mark)
+    m.push(m.made(cls, tuple(args), bool(args)))
 
 
 def _dict(m: Machine) -> None:
-    if len(m.pop_to(m.marker())) % 2:
+    items = m.pop_to(m.marker())
+    if len(items) % 2:
         raise Fail("odd number of items for DICT")
-    m.push(Opaque("dict"))
+    m.push(m.new_dict(items))
 
 
 def _get_value(m: Machine, idx: object) -> None:
@@ -329,6 +336,7 @@ def _tuple_n(n: int) -> _Handler:
 
 def _setitem(m: Machine) -> None:
     m.need(3)
+    m.set_items(m.stack[-3], m.stack[-2:])
     del m.stack[-2:]
 
 
@@ -336,7 +344,7 @@ def _setitems(m: Machine) -> None:
     mark = m.after_mark()
     if (len(m.stack) - mark) % 2:
         raise Fail("odd number of items for SETITEMS")
-    m.pop_to(mark)
+    m.set_items(m.stack[mark - 1], m.pop_to(mark))
 
 
 def _additems(m: Machine) -> None:
@@ -418,7 +426,7 @@ def _const(v: object) -> _Handler:
 
 def _new(kind: str) -> _Handler:
     def run(m: Machine) -> None:
-        m.push([] if kind == "list" else () if kind == "tuple" else Opaque(kind))
+        m.push([] if kind == "list" else () if kind == "tuple" else m.new_dict([]) if kind == "dict" else Opaque(kind))
     return run
 
 
@@ -441,14 +449,14 @@ _DISPATCH: dict[int, _Handler] = {
     ord("("): _mark, ord("."): _stop, ord("0"): _pop, ord("1"): _pop_mark, ord("2"): _dup,
     ord("F"): _float_text, ord("I"): _int_text, ord("J"): _binint(4, True), ord("K"): _binint(1, False),
     ord("L"): _long_text, ord("M"): _binint(2, False), ord("N"): _const(None), ord("P"): _persid,
-    ord("Q"): _binpersid, ord("R"): _call2, ord("S"): _string_text, ord("T"): _counted(4, True, "binstring"),
+    ord("Q"): _binpersid, ord("R"): _call2(True), ord("S"): _string_text, ord("T"): _counted(4, True, "binstring"),
     ord("U"): _counted(1, False, "binstring"), ord("V"): _unicode_text, ord("X"): _counted(4, False, "str"),
     ord("a"): _append, ord("b"): _build, ord("c"): _global, ord("d"): _dict, ord("}"): _new("dict"),
     ord("e"): _appends, ord("g"): _get_text, ord("h"): _get_bin(1), ord("i"): _inst, ord("j"): _get_bin(4),
     ord("l"): _list, ord("]"): _new("list"), ord("o"): _obj, ord("p"): _put_text, ord("q"): _put_bin(1),
     ord("r"): _put_bin(4), ord("s"): _setitem, ord("t"): _tuple, ord(")"): _new("tuple"), ord("u"): _setitems,
     ord("G"): _binfloat,
-    0x80: _proto, 0x81: _call2, 0x82: _ext(1), 0x83: _ext(2), 0x84: _ext(4), 0x85: _tuple_n(1),
+    0x80: _proto, 0x81: _call2(False), 0x82: _ext(1), 0x83: _ext(2), 0x84: _ext(4), 0x85: _tuple_n(1),
     0x86: _tuple_n(2), 0x87: _tuple_n(3), 0x88: _const(True), 0x89: _const(False), 0x8A: _long_bin(1),
     0x8B: _long_bin(4),
     ord("B"): _counted(4, False, "bytes"), ord("C"): _counted(1, False, "bytes"),
