@@ -128,7 +128,7 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
     else:
         bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
         src = _Decompressed(f, size, name, bound)
-        w, arrays = walk_joblib(src, f"the decompressed {name} stream", None, inline=name != COMPAT_NAME)
+        w, arrays = walk_joblib(src, f"the decompressed {name} stream", None, numpy_own, inline=name != COMPAT_NAME)
         if src.error and "memory" in src.error.lower():
             t.unknown.append(f"the {name} stream's header asks for more than the {DECODER_MEMORY:,} bytes of decoder "
                              "memory scan allows")

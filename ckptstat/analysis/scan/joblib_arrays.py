@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import IO, Any
 
+from ...formats.torch.allowlist import allowed_name
 from ...formats.torch.pickle_machine import (
     UNKNOWN,
     Fail,
@@ -45,9 +46,9 @@ COMPAT = frozenset(f"{m}.{c}" for m in (*_MODULES, "joblib.numpy_pickle_compat",
                                         "numpy_pickle_compat") for c in ("NDArrayWrapper", "ZNDArrayWrapper"))
 JOBLIB_OWN = INLINE | COMPAT
 # numpy's calls whose result is never a wrapper, whatever their arguments (an ndarray, a scalar)
-_NUMPY_MADE = {"numpy.core.multiarray._reconstruct": "numpy.ndarray", "numpy._core.multiarray._reconstruct":
-               "numpy.ndarray", "numpy.core.multiarray.scalar": "numpy scalar", "numpy._core.multiarray.scalar":
-               "numpy scalar"}   # (Instance values: ARRAY, SCALAR)
+_NUMPY_MADE = {**{f"{m}.multiarray._reconstruct": "numpy.ndarray" for m in ("numpy.core", "numpy._core")},
+               **{f"{m}.numeric._frombuffer": "numpy.ndarray" for m in ("numpy.core", "numpy._core")},
+               **{f"{m}.multiarray.scalar": "numpy scalar" for m in ("numpy.core", "numpy._core")}}   # ARRAY, SCALAR
 MAX_DESCR = 256       # a dtype descr string numpy is asked to read (numpy's own are a few characters)
 LOADER = "joblib.load"
 
@@ -67,7 +68,8 @@ class DType:
 
 @dataclass(frozen=True)
 class Instance:
-    """An object of a class the walk knows, which cannot be a wrapper (a call that could return one is UNKNOWN)."""
+    """An object a call of `of` made, taken for no wrapper: `of` is accepted and its arguments held nothing to call
+    or return (else the result is UNKNOWN), or `of` is outside the accepted globals (a finding already)."""
     of: str
 
 
@@ -142,15 +144,24 @@ def _set_state(d: DType, state: object) -> None:
 class JoblibArrays:
     """The walk's `Builds` for joblib.load (see the module doc); `inline`: NumpyUnpickler (joblib.load of a plain or
     compressed file) reads inline arrays; False for joblib < 0.10's ZipNumpyUnpickler ('ZF' files), which reads
-    only the compat wrappers' files. Nested pickles walked are kept in `nested` (the trace reaches them)."""
+    only the compat wrappers' files. Nested pickles walked are kept in `nested` (the trace reaches them).
 
-    def __init__(self, record: str, inline: bool = True):
-        self.record, self.inline = record, inline
+    An object a global outside the accepted ones (torch's allowlist, joblib's and `numpy_own`) made is already a
+    finding: the file is unsafe whatever that object is, so the walk takes it for no wrapper and goes on (naming what
+    follows) rather than stopping; only what accepted calls make must be told from a wrapper."""
+
+    def __init__(self, record: str, numpy_own: frozenset[str], inline: bool = True):
+        self.record, self.inline, self.own = record, inline, JOBLIB_OWN | numpy_own
         self.nested: list[Walk] = []
         self.arrays = 0
         self.beside: list[str] = []      # compat files named beside the pickle
 
+    def accepted(self, name: str) -> bool:
+        return name in self.own or allowed_name(name)
+
     def made(self, m: Machine, fn: object, args: object, init: bool) -> object:
+        if isinstance(fn, Instance) and not self.accepted(fn.of):
+            return Instance(fn.of)       # what an object made by a finding returns: the file is unsafe already
         if not isinstance(fn, Global):
             return UNKNOWN
         if fn.name in JOBLIB_OWN:
@@ -159,9 +170,11 @@ class JoblibArrays:
             return _dtype(args)
         if fn.name in _NUMPY_MADE:
             return Instance(_NUMPY_MADE[fn.name])
-        return UNKNOWN if _may_hold_a_callable(args) else Instance(fn.name)
+        return UNKNOWN if self.accepted(fn.name) and _may_hold_a_callable(args) else Instance(fn.name)
 
     def built(self, m: Machine, obj: object, state: object) -> object:
+        if isinstance(obj, Instance) and not self.accepted(obj.of):
+            return obj                   # (its class' own __setstate__, whatever the state: a finding already)
         wrappers = any(n in JOBLIB_OWN for n in m.w.globals)
         if wrappers and _may_set_class(state):
             raise Incomplete("a BUILD whose slot state may set __class__ (making a joblib array wrapper of the object, "
@@ -262,9 +275,10 @@ def _set_attrs(w: Wrapper, state: object) -> None:
         w.attrs.update((str(k), v) for k, v in part.items())
 
 
-def walk_joblib(src: Source, record: str, start: int | None, inline: bool = True) -> tuple[Walk, JoblibArrays]:
+def walk_joblib(src: Source, record: str, start: int | None, numpy_own: frozenset[str],
+                inline: bool = True) -> tuple[Walk, JoblibArrays]:
     """One joblib pickle walked from `src` as joblib.load reads it (see the module doc)."""
-    arrays = JoblibArrays(record, inline)
+    arrays = JoblibArrays(record, numpy_own, inline)
     return walk(src, record, start, builds=arrays), arrays
 
 
@@ -308,7 +322,7 @@ def judge_plain(path: str, f: IO[bytes], size: int, traced: Trace, numpy_own: fr
         accept_own(w, numpy_own)
     t = Trace(path, format="joblib pickle")
     t.reads = f"{LOADER} unpickles it from byte 0, reading each array's bytes after its wrapper"
-    w, arrays = walk_joblib(FileWindow(f, 0, size), "joblib pickle", 0)
+    w, arrays = walk_joblib(FileWindow(f, 0, size), "joblib pickle", 0, numpy_own)
     reach(t, w, arrays, numpy_own)
     if w.failure:
         t.notes.append(f"joblib.load raises at byte {w.fail_at:,}: {w.failure}")

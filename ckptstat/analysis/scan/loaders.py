@@ -74,8 +74,10 @@ from .verdict import RANK
 # What pickling an ndarray imports (ndarray.__reduce__, numpy 1.x and 2.x module names of the same function).
 NUMPY_RECONSTRUCT = frozenset({"numpy.core.multiarray._reconstruct", "numpy._core.multiarray._reconstruct",
                                "numpy.ndarray", "numpy.dtype"})
-# What np.save's pickle of an object array imports: that, and numpy scalars.
-NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar"}
+# What np.save's pickle of an object array imports: that, and numpy scalars; and, at pickle protocol 5 (a joblib
+# object array's nested pickle), ndarray.__reduce_ex__'s `_frombuffer`.
+NUMPY_OWN = NUMPY_RECONSTRUCT | {"numpy.core.multiarray.scalar", "numpy._core.multiarray.scalar",
+                                 "numpy.core.numeric._frombuffer", "numpy._core.numeric._frombuffer"}
 MAX_CONFIG = 16 << 20
 # keras.saving.load_model rebuilds the model from a `.keras` zip's config.json (running a Lambda with safe_mode=False)
 # before it looks for these weights (saving_lib.py `_load_model_from_fileobj`): a zip named otherwise is Keras' when

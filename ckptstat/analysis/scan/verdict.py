@@ -46,4 +46,6 @@ def combine(path: str, torch_report: dict[str, Any] | None, torch_error: Checkpo
         if other is not None:
             torch_report["notes"].append(f"{other['format']} to its own loader too: {other['verdict']}")
         return torch_report
+    if torch_report is not None and torch_report["status"] != "safe":
+        other["notes"].append(f"torch.load (which raises in the file) reads it too: {torch_report['verdict']}")
     return other
