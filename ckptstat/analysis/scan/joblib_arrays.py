@@ -285,9 +285,7 @@ def walk_joblib(src: Source, record: str, start: int | None, numpy_own: frozense
 def accept_own(w: Walk, numpy_own: frozenset[str]) -> None:
     """joblib's wrappers and numpy's own reconstruction (`numpy_own`), accepted beside torch's allowlist: importing
     them runs nothing of the file's choosing."""
-    own = JOBLIB_OWN | numpy_own
-    w.findings = [fd for fd in w.findings if fd.name not in own]
-    w.globals = {n: ok or n in own for n, ok in w.globals.items()}
+    w.accept(JOBLIB_OWN | numpy_own)
 
 
 def reach(t: Trace, w: Walk, arrays: JoblibArrays, numpy_own: frozenset[str]) -> None:

@@ -261,8 +261,7 @@ def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
 
 def _numpy_report(t: Trace) -> dict[str, Any]:
     for w, _ in t.walks:   # numpy's own reconstruction globals are what every object array imports
-        w.findings = [fd for fd in w.findings if fd.name not in NUMPY_OWN]
-        w.globals = {n: ok or n in NUMPY_OWN for n, ok in w.globals.items()}
+        w.accept(NUMPY_OWN)
     r = report(t)
     why = "np.load(allow_pickle=True) imports it (and may call it)"
     for f in [*r["findings"], *(f for p in r["pickles"] for f in p["findings"])]:

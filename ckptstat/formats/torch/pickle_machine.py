@@ -84,6 +84,11 @@ class Walk:
     proto: int = 0
     weights_only: str | None = None          # why torch's weights_only unpickler refuses it (None: accepted)
 
+    def accept(self, names: frozenset[str]) -> None:
+        """Globals a loader's own unpickling imports (numpy's, joblib's), accepted beside torch's allowlist."""
+        self.findings = [fd for fd in self.findings if fd.name not in names]
+        self.globals = {n: ok or n in names for n, ok in self.globals.items()}
+
     @property
     def unknown(self) -> str | None:
         """Why scan cannot tell all this pickle does (None: it can)."""
