@@ -25,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import struct
 import subprocess
 import sys
@@ -106,9 +107,25 @@ def run(servers: tuple[Server, ...], cmd: list[str], env: dict, repeat: int) -> 
              bytes=sum(s.bytes_sent for s in servers) / repeat, overlap=max(s.max_in_flight for s in servers))
     for s in servers:
         s.reset()
+    launched = time.monotonic()
     measure(cmd, repeat=1, env=env, cwd=env["PYTHONPATH"], timeout=900)   # one more run, its requests' chain
     r["chain"] = round_trips(*servers)
+    r["phases"] = phases(servers, launched)
     return r
+
+
+def phases(servers: tuple[Server, ...], launched: float) -> tuple[float, float, float]:
+    """Seconds from the launch (time.monotonic() before the launcher's fork: a few ms early) to the first request, the
+    first value request (a Range of at least 1 MiB, or a whole file: the download's), and the last answer's end."""
+    spans = [(a, b, asked) for s in servers for (a, b), asked in zip(s.spans, s.ranges)]
+
+    def value(asked: str) -> bool:
+        m = re.fullmatch(r"bytes=(\d+)-(\d+)", asked)
+        return not asked or bool(m and int(m[2]) - int(m[1]) + 1 >= 1 << 20)
+
+    first = min(a for a, _, _ in spans) - launched
+    first_value = min((a for a, _, asked in spans if value(asked)), default=float("nan")) - launched
+    return first, first_value, max(b for _, b, _ in spans) - launched
 
 
 def summary_rows(folder: str, n: int, delays: list[float], repeat: int, home: str, tree: str) -> list[tuple[str, float, dict]]:
@@ -224,12 +241,15 @@ def stats_text(args: argparse.Namespace, load: tuple[float, float, float]) -> st
             base = dict(srows)["the server's bandwidth: every shard whole, 16 threads"]["wall_s"]
             # at a capped link: the wall time the link sat idle (the start, the headers' round trips, gaps)
             heads = ["contender", "wall (median)", "CPU (median)", "MB/s", "vs the server's bandwidth", "peak RSS",
-                     "requests", "most at once", "requests in sequence"] + (["link idle (wall - bytes / rate)"] * bool(rate))
+                     "requests", "most at once", "requests in sequence",
+                     "first request / first value request / last answer's end (s from the launch)"] + (
+                     ["link idle (wall - bytes / rate)"] * bool(rate))
             slines = ["| " + " | ".join(heads) + " |", "|" + "---|" * len(heads)]
             for name, r in srows:
                 cells = [name, f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s", f"{size / r['wall_s'] / 1e6:.0f}",
                          f"{r['wall_s'] / base:.2f}x", f"{r['rss_mib']:.0f} MiB", f"{r['requests']:.0f}",
-                         str(r["overlap"]), str(r["chain"])] + ([f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else [])
+                         str(r["overlap"]), str(r["chain"]), " / ".join(f"{t:.2f}" for t in r["phases"])]
+                cells += [f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else []
                 slines.append("| " + " | ".join(cells) + " |")
             link = f", sending at most {rate / 1e6:.0f} MB/s (all replies together)" if rate else ""
             text += (f"\n`stats` over {SHARDS} shards of {size / 1e9:.2f} GB of bf16 values (Llama shapes, hidden "

@@ -82,6 +82,7 @@ class Server:
         self.in_flight = 0       # requests received and not yet answered (their status line not sent)
         self.max_in_flight = 0   # the most answered at once: do a client's requests overlap?
         self.spans: list[tuple[float, float]] = []   # (time.monotonic() at each request's start, at its answer's end)
+        self.ranges: list[str] = []   # each span's Range header ("" for none), in spans' order
         self.link_free = 0.0     # with Behaviour.rate: when the link has sent every byte handed to it so far
         self.lock = threading.Lock()
         handler = type("Handler", (_Handler,), {"server_state": self})
@@ -111,6 +112,7 @@ class Server:
             self.agents.clear()
             self.max_in_flight = 0
             self.spans.clear()
+            self.ranges.clear()
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -175,6 +177,7 @@ class _Handler(BaseHTTPRequestHandler):
             with s.lock:
                 s.in_flight -= self._waiting   # (a dropped connection sends no status line)
                 s.spans.append((t0, time.monotonic()))
+                s.ranges.append(self.headers.get("Range", ""))
 
     def send_response(self, code: int, message: str | None = None) -> None:
         """A request leaves `in_flight` when its answer starts: the client cannot be done with it before, so the count
