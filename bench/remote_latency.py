@@ -123,6 +123,8 @@ def phases(servers: tuple[Server, ...], launched: float) -> tuple[float, float, 
         m = re.fullmatch(r"bytes=(\d+)-(\d+)", asked)
         return not asked or bool(m and int(m[2]) - int(m[1]) + 1 >= 1 << 20)
 
+    if not spans:   # (a local folder's stats)
+        return float("nan"), float("nan"), float("nan")
     first = min(a for a, _, _ in spans) - launched
     first_value = min((a for a, _, asked in spans if value(asked)), default=float("nan")) - launched
     return first, first_value, max(b for _, b, _ in spans) - launched
@@ -248,7 +250,7 @@ def stats_text(args: argparse.Namespace, load: tuple[float, float, float]) -> st
             for name, r in srows:
                 cells = [name, f"{r['wall_s']:.2f} s", f"{r['cpu_s']:.2f} s", f"{size / r['wall_s'] / 1e6:.0f}",
                          f"{r['wall_s'] / base:.2f}x", f"{r['rss_mib']:.0f} MiB", f"{r['requests']:.0f}",
-                         str(r["overlap"]), str(r["chain"]), " / ".join(f"{t:.2f}" for t in r["phases"])]
+                         str(r["overlap"]), str(r["chain"]), " / ".join(f"{t:.2f}" for t in r["phases"]).replace("nan", "-")]
                 cells += [f"{r['wall_s'] - r['bytes'] / rate:.2f} s"] if rate else []
                 slines.append("| " + " | ".join(cells) + " |")
             link = f", sending at most {rate / 1e6:.0f} MB/s (all replies together)" if rate else ""

@@ -335,3 +335,21 @@ def test_a_reader_that_leaves_early_is_no_error(argv) -> None:
     finally:
         os.close(write)
     assert (r.returncode, r.stderr) == (0, "")
+
+
+@pytest.mark.parametrize("command", [[], ["flops"], ["ties"]], ids=["summary", "flops", "ties"])
+def test_piped_lines_keep_a_long_path_whole(tmp_path, command) -> None:
+    """`ckptstat DIR > out.txt` of a folder whose path is past 80 columns: the `checkpoint` and `config` lines printed
+    the path's first 67 characters and no more (each line cropped itself to rich's default 80 columns, no ellipsis,
+    the `[format, N file(s)]` after it gone). Piped, each such line holds the whole path the --json report names."""
+    folder = tmp_path / ("a_folder_name_long_enough_to_pass_the_line_" * 2) / "bert"
+    shutil.copytree(fixture("bert-tiny-buffers"), folder)
+    report = json.loads(_piped(str(folder), "--json"))
+    paths = [report["path"], str(folder / "config.json")]
+    assert min(map(len, paths)) > 80
+    lines = _piped(*command, str(folder)).splitlines()
+    assert ELLIPSIS not in "\n".join(lines)
+    for path in paths if command != ["flops"] else paths[1:]:   # (flops names its config: `source PATH`)
+        assert any(line.split()[1:2] == [path] for line in lines), (path, lines)
+    if not command:
+        assert lines[0].endswith(f"[{report['format']}, {len(report['files'])} file(s)]"), lines[0]

@@ -159,7 +159,9 @@ class NameLine:
             line.append_text(elide_text(self.name.text, max(1, width - pre)))
             lead = len(self.suffix.plain) - len(self.suffix.plain.lstrip())
             rest = Text(" " * min(pre, width // 2)).append_text(self.suffix[lead:]) if suf > lead else None
-        line.no_wrap, line.overflow = True, "crop"
+        # to a file or a pipe (`whole`) the line is as long as it is: its Text cropped itself to rich's default 80
+        # columns, which are no width there (`ckptstat DIR > out.txt` printed `checkpoint   /a/long/path/mod`)
+        line.no_wrap, line.overflow = True, "ignore" if whole(console) else "crop"
         for out in (line, rest):
             if out is not None:
                 if self.style:
