@@ -148,23 +148,37 @@ def resolve_folder(folder: str) -> str:
         p = files.join(folder, name)
         if name in listing if listing is not None else os.path.isfile(p):
             return p
-    for suffix in (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index", ".gguf",
-                   ".onnx", ".keras", ".npz", ".msgpack"):
+    for suffix in _folder_suffixes():
         found = sorted(f for f in (os.listdir(folder) if listing is None else listing) if f.endswith(suffix))
         if len(found) > 1 and suffix == ".gguf":   # a GGUF split set has no index: its shards find each other by name
             from .gguf_split import pick_shard
             shard = pick_shard(found)
             found = [shard] if shard else found
         if len(found) > 1:  # shards without their index, or unrelated files: never pick one silently
-            advice = "a shard of a GGUF split set opens the whole set" if suffix == ".gguf" else "or the shards' *.index.json"
+            advice = {".gguf": ", a shard of a GGUF split set opens the whole set"}.get(
+                suffix, ", or the shards' *.index.json" if suffix in INDEXED_SUFFIXES else "")
             raise UsageError(f"{folder}: folder holds {len(found)} {suffix} files ({', '.join(found[:4])}"
-                             f"{', ...' if len(found) > 4 else ''}); pass one file, {advice}")
+                             f"{', ...' if len(found) > 4 else ''}); pass one file{advice}")
         if found:
             return files.join(folder, found[0])
     if folders.is_pipeline(folder):
         raise UsageError(f"{folder}: a diffusers pipeline (model_index.json): `ckptstat summary` totals every component; "
                          "other commands take one component's folder (unet, transformer, vae, text_encoder...)")
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
+
+
+# A folder without a FOLDER_CANDIDATES file: the first of these its files end with, in this order of preference; then
+# every other format's extensions (a Lightning run's `last.ckpt`, a `.pt2`, an `.npy`: _folder_suffixes).
+PREFERRED_SUFFIXES = (".safetensors.index.json", ".safetensors", ".bin.index.json", ".bin", ".pt", ".pth", ".h5", ".index",
+                      ".gguf", ".onnx", ".keras", ".npz", ".msgpack")
+
+INDEXED_SUFFIXES = (".safetensors", ".bin", ".h5", ".msgpack")   # the weights transformers shards behind a *.index.json
+
+
+def _folder_suffixes() -> Iterator[str]:
+    yield from PREFERRED_SUFFIXES
+    _load_all()   # (only when no preferred file is there: a folder of safetensors loads no other reader)
+    yield from dict.fromkeys(e for f in FORMATS for e in f.extensions if e not in PREFERRED_SUFFIXES)
 
 
 def read_json(path: str, cap: int, what: str) -> Any:
