@@ -675,7 +675,7 @@ def test_saved_model_variables_never_read_outside(cli, tmp_path, opened):
 def test_a_huge_tar_extended_header_is_refused_before_tarfile_parses_it(cli, tmp_path):
     """scan's torch.load trace opens every file that is no zip with tarfile, whose PAX parsing is quadratic before
     CPython 3.11.10 / 3.12.6 (CVE-2024-6232): a 256 KiB header of digits took 38 s, and the time grew with its square.
-    An extended header over 8 KiB (analysis/scan/torch_load.py MAX_TAR_EXTENDED) is now unknown before it is parsed."""
+    An extended header over 8 KiB (core/tar.py MAX_TAR_EXTENDED) is now unknown before it is parsed."""
     import tarfile
     import time
 

@@ -25,6 +25,7 @@ import os
 import pickletools
 import random
 import struct
+import tarfile
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -35,6 +36,7 @@ from conftest import FIXTURES, fixture
 from fuzz.fuzzlib import Case, check
 from fuzz.layouts import (
     Layout,
+    concatenated_zip_layout,
     gguf_layout,
     h5_layout,
     legacy_layout,
@@ -652,6 +654,58 @@ def pt2_claims(path: str) -> dict[str, bytes]:
             "path_name of a missing record": meta(entry={"path_name": "weight_999"})}
 
 
+# ---------------------------------------------------------------------------------------------- NeMo archives
+def _nemo_weights(data: bytes) -> tarfile.TarInfo:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        return next(m for m in tar.getmembers() if m.name.endswith("model_weights.ckpt"))
+
+
+def nemo_oracle(path: str) -> dict[str, Oracle]:
+    """What torch.load(weights_only=True) holds for the model_weights.ckpt NeMo's restore_from extracts."""
+    torch = pytest.importorskip("torch")
+    data = open(path, "rb").read()
+    m = _nemo_weights(data)
+    obj = torch.load(io.BytesIO(data[m.offset_data:m.offset_data + m.size]), map_location="cpu", weights_only=True)
+    return {k: Oracle(tuple(t.shape), values=t.double().numpy()) for k, t in obj.items()}
+
+
+def nemo_layout(data: bytes) -> Layout:
+    """Every tar header and member's data (POSIX ustar: 512-byte blocks), and the weights' zip inside (its fields
+    little-endian, where the tar's own are octal text)."""
+    cuts, fields = concatenated_zip_layout(data)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in tar.getmembers():
+            cuts += [m.offset, m.offset + 512, m.offset_data, m.offset_data + m.size]
+    return sorted(set(cuts)), fields
+
+
+def _tar_size(data: bytes, m: tarfile.TarInfo, size: int) -> bytes:
+    """The member's header claiming `size` bytes, its checksum made again (tarfile refuses a wrong one)."""
+    head = bytearray(data[m.offset:m.offset + 512])
+    head[124:136] = b"%011o\0" % size
+    head[148:156] = b" " * 8
+    head[148:156] = b"%06o\0 " % sum(head)
+    return data[:m.offset] + bytes(head) + data[m.offset + 512:]
+
+
+def nemo_claims(path: str) -> dict[str, bytes]:
+    data = open(path, "rb").read()
+    m = _nemo_weights(data)
+    inner = data[m.offset_data:m.offset_data + m.size]
+
+    def spliced(member: bytes) -> bytes:
+        return data[:m.offset_data] + member + data[m.offset_data + len(member):]
+
+    members = _members(inner)
+    record = next(n for n in members if "/data/" in n)
+    pkl = next(n for n in members if n.endswith("/data.pkl"))
+    eocd64 = inner.rfind(b"PK\x06\x06")
+    return {"weights member of 2**33 bytes": _tar_size(data, m, 2**33),
+            "weights' central directory past the end": spliced(patched(inner, eocd64 + 48, "<Q", len(data) * 1000)),
+            "storage record of 10**9 bytes": spliced(_sizes(inner, record, 10**9)),
+            "data.pkl of 10**9 bytes": spliced(_sizes(inner, pkl, 10**9))}
+
+
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
@@ -683,6 +737,7 @@ SAMPLES: dict[str, list[Sample]] = {
             Sample("dcp/rank_local/__0.metadata", dcp_rank_local_oracle, dcp_layout, dcp_claims,
                    companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "pytorch export (.pt2)": [Sample("pt2/mixed.pt2", pt2_oracle, zip_layout, pt2_claims)],
+    "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, nemo_layout, nemo_claims)],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
                        Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }

@@ -34,13 +34,14 @@ from typing import IO, Any, cast
 
 from ...core.io import SeekableReader, Window, pread
 from ...core.limits import limits
+from ...core.tar import TarHeaderBound, bounded_tarinfo
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp import DCP_GLOBALS, is_metadata_head
 from ...formats.torch.pickle_machine import Finding, Walk
 from .compressed import _Decompressed
 from .nemo_config import ConfigVerdict, judge_config
-from .torch_load import TarHeaderBound, Trace, bounded_tarinfo, follow, report
+from .torch_load import Trace, follow, report
 
 FORMAT = "NeMo archive (.nemo)"
 LOADER = "NeMo's restore_from"

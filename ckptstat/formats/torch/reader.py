@@ -76,7 +76,8 @@ def _scalars(obj: object) -> dict[str, str]:
             if isinstance(v, (int, float, str, bool))}
 
 
-def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
+def torch_checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
+    """The Checkpoint of a torch.save container's contents (a file, or a member of an archive: formats/nemo.py)."""
     tensors, notes = build_tensors(path, list(walk(c.obj, path, c.pickle_bytes)), c.records, c.byteorder)
     training, optimizer_params, groups = torch_training(c.obj)   # Lightning, DeepSpeed, an optimizer's state_dict
     return Checkpoint(path=path, format=fmt, tensors=tensors, files=(path,), metadata={**c.metadata, **_scalars(c.obj)},
@@ -88,7 +89,7 @@ def _checkpoint(path: str, fmt: str, c: Contents) -> Checkpoint:
 def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Checkpoint:
     """A torch.save zip; `unpickler`: a RecordingUnpickler for a library's file that names its own classes."""
     contents = read_zip(path, unpickler)
-    ckpt = _checkpoint(path, "pytorch (zip)", contents)
+    ckpt = torch_checkpoint(path, "pytorch (zip)", contents)
     if contents.compressed:
         ckpt.readers[path] = ZipStreamReader(path)
         ckpt.notes.append("some storage records are compressed: values are read by streaming decompression")
@@ -96,7 +97,7 @@ def open_zip(path: str, unpickler: type[SafeUnpickler] = SafeUnpickler) -> Check
 
 
 def open_legacy(path: str) -> Checkpoint:
-    return _checkpoint(path, "pytorch (legacy)", read_legacy(path))
+    return torch_checkpoint(path, "pytorch (legacy)", read_legacy(path))
 
 
 # ---------------------------------------------------------------------------------------------
