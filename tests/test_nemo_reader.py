@@ -11,6 +11,8 @@ import tarfile
 import numpy as np
 import pytest
 from conftest import fixture
+from remote_server import Server
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
 
 from ckptstat import open_checkpoint
 
@@ -83,3 +85,26 @@ def test_weights_past_the_end_are_refused(cli, tmp_path) -> None:
         f.write(bytes(data[:m.offset_data + m.size // 2]))
     rc, out, err = cli(cut)
     assert rc != 0 and out == "" and err.count("\n") == 1 and cut in err, err
+
+
+def test_over_https_as_locally(tmp_path, cli) -> None:
+    """A URL reads as the file does (formats/registry.py REMOTE_FORMATS): the same tensors and values, and the summary
+    fetches the tar's and the zip's headers, not the weights (a 4 MiB tensor stays on the server)."""
+    folder = tmp_path / "served"
+    folder.mkdir()
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model_config.yaml").write_text("target: x.Y\n")
+    state = {"big": torch.randn(1024, 1024), "small": torch.arange(6, dtype=torch.float32)}
+    torch.save(state, model / "model_weights.ckpt")
+    with tarfile.open(folder / "m.nemo", "w:") as tar:
+        tar.add(str(model), arcname=".")
+    size = os.path.getsize(folder / "m.nemo")
+    with Server(str(folder)) as s:
+        rc, out, err = cli("--json", s.url + "/m.nemo")
+        assert rc == 0, err
+        assert json.loads(out)["parameters"]["unique"] == sum(t.numel() for t in state.values())
+        assert s.bytes_sent < size // 10, (s.bytes_sent, size)
+        ckpt = open_checkpoint(s.url + "/m.nemo")
+        np.testing.assert_array_equal(ckpt.read("small"), state["small"].numpy())
+        np.testing.assert_array_equal(ckpt.read("big"), state["big"].numpy())
