@@ -682,6 +682,7 @@ def nemo_layout(data: bytes) -> Layout:
 def _tar_size(data: bytes, m: tarfile.TarInfo, size: int) -> bytes:
     """The member's header claiming `size` bytes, its checksum made again (tarfile refuses a wrong one)."""
     head = bytearray(data[m.offset:m.offset + 512])
+    assert size < 8**11   # (11 octal digits and a NUL: the field's 12 bytes)
     head[124:136] = b"%011o\0" % size
     head[148:156] = b" " * 8
     head[148:156] = b"%06o\0 " % sum(head)
@@ -700,7 +701,7 @@ def nemo_claims(path: str) -> dict[str, bytes]:
     record = next(n for n in members if "/data/" in n)
     pkl = next(n for n in members if n.endswith("/data.pkl"))
     eocd64 = inner.rfind(b"PK\x06\x06")
-    return {"weights member of 2**33 bytes": _tar_size(data, m, 2**33),
+    return {"weights member of 8 GiB": _tar_size(data, m, 8**11 - 1),
             "weights' central directory past the end": spliced(patched(inner, eocd64 + 48, "<Q", len(data) * 1000)),
             "storage record of 10**9 bytes": spliced(_sizes(inner, record, 10**9)),
             "data.pkl of 10**9 bytes": spliced(_sizes(inner, pkl, 10**9))}

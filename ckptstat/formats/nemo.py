@@ -34,18 +34,18 @@ MAX_MEMBERS = 100_000   # tar headers listed (tarfile keeps each: ~1 KiB of obje
 _GZIP, _USTAR = b"\x1f\x8b", b"ustar"
 
 
-def _members(path: str, f: IO[bytes]) -> list[tarfile.TarInfo]:
-    """The archive's members, as tarfile lists them, at most MAX_MEMBERS."""
+def _listing(f: IO[bytes]) -> tuple[list[tarfile.TarInfo], str | None]:
+    """The archive's members as tarfile lists them, at most MAX_MEMBERS, and what stopped the listing (None: its end)."""
+    found: list[tarfile.TarInfo] = []
     try:
         tar = tarfile.open(fileobj=f, mode="r:", tarinfo=bounded_tarinfo())
-        found: list[tarfile.TarInfo] = []
         while (m := tar.next()) is not None:
             if len(found) >= MAX_MEMBERS:
-                raise CorruptCheckpointError(path, f"a tar of more than {MAX_MEMBERS:,} members")
+                return found, f"a tar of more than {MAX_MEMBERS:,} members"
             found.append(m)
-        return found
+        return found, None
     except (tarfile.TarError, TarHeaderBound) as e:
-        raise CorruptCheckpointError(path, f"not a tar NeMo's restore_from reads ({e})") from None
+        return found, f"not a tar NeMo's restore_from reads ({e})"
 
 
 def _named(members: list[tarfile.TarInfo], base: str) -> list[tarfile.TarInfo]:
@@ -79,7 +79,9 @@ def open_nemo(path: str) -> Checkpoint:
             raise UnknownFormatError(path, "a gzip'd NeMo archive (NeMo before 1.7): its members have no offsets to "
                                            f"read by; extract it (tar xzf) and open its {WEIGHTS}")
         f.seek(0)
-        members = _members(path, f)
+        members, error = _listing(f)
+        if error:
+            raise CorruptCheckpointError(path, error)
         m = _weights(path, members, size)
         window: Any = Window(f, m.offset_data, m.size)   # (a seekable file of its own: Window is no IO subclass)
         contents = zip_contents(path, window, m.size)
@@ -95,17 +97,14 @@ def open_nemo(path: str) -> Checkpoint:
 
 def accept(probe: Probe) -> bool:
     """A gzip'd file named `.nemo` (to refuse it in one line), or a tar (its ustar magic) holding a
-    `model_config.yaml` or a `model_weights.ckpt`."""
+    `model_config.yaml` or a `model_weights.ckpt` among the members listed before any damage."""
     if probe.head[:2] == _GZIP:
         return probe.path.endswith(".nemo")
     if probe.head[257:262] != _USTAR:
         return False
-    try:
-        with open_regular(probe.path) as f:
-            members = _members(probe.path, f)
-    except CorruptCheckpointError:
-        return probe.path.endswith(".nemo")   # (its reader says what is wrong)
-    return bool(_named(members, CONFIG) or _named(members, WEIGHTS))
+    with open_regular(probe.path) as f:
+        members, error = _listing(f)   # (listed as far as it goes: a damaged archive is this reader's to refuse)
+    return bool(_named(members, CONFIG) or _named(members, WEIGHTS)) or (error is not None and probe.path.endswith(".nemo"))
 
 
 register(Format(FORMAT, accept, open_nemo, (".nemo",)))
