@@ -36,12 +36,12 @@ from conftest import FIXTURES, fixture
 from fuzz.fuzzlib import Case, check
 from fuzz.layouts import (
     Layout,
-    concatenated_zip_layout,
     gguf_layout,
     h5_layout,
     legacy_layout,
     pickle_fields,
     safetensors_layout,
+    tar_layout,
     tf_index_layout,
     zip_layout,
 )
@@ -669,16 +669,6 @@ def nemo_oracle(path: str) -> dict[str, Oracle]:
     return {k: Oracle(tuple(t.shape), values=t.double().numpy()) for k, t in obj.items()}
 
 
-def nemo_layout(data: bytes) -> Layout:
-    """Every tar header and member's data (POSIX ustar: 512-byte blocks), and the weights' zip inside (its fields
-    little-endian, where the tar's own are octal text)."""
-    cuts, fields = concatenated_zip_layout(data)
-    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
-        for m in tar.getmembers():
-            cuts += [m.offset, m.offset + 512, m.offset_data, m.offset_data + m.size]
-    return sorted(set(cuts)), fields
-
-
 def _tar_size(data: bytes, m: tarfile.TarInfo, size: int) -> bytes:
     """The member's header claiming `size` bytes, its checksum made again (tarfile refuses a wrong one)."""
     head = bytearray(data[m.offset:m.offset + 512])
@@ -738,7 +728,7 @@ SAMPLES: dict[str, list[Sample]] = {
             Sample("dcp/rank_local/__0.metadata", dcp_rank_local_oracle, dcp_layout, dcp_claims,
                    companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "pytorch export (.pt2)": [Sample("pt2/mixed.pt2", pt2_oracle, zip_layout, pt2_claims)],
-    "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, nemo_layout, nemo_claims)],
+    "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, tar_layout, nemo_claims)],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
                        Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }

@@ -351,3 +351,15 @@ def concatenated_zip_layout(data: bytes) -> Layout:
                 cuts += [start, start + comp]
             p = data.find(sig, p + 4)
     return sorted(set(cuts)), fields
+
+
+def tar_layout(data: bytes) -> Layout:
+    """A tar of zips (a NeMo archive: its model_weights.ckpt a torch.save zip): every member's 512-byte header and its
+    data (POSIX ustar; the tar's own numbers are octal text, no field here), and the zips inside (concatenated_zip_layout)."""
+    import tarfile
+
+    cuts, fields = concatenated_zip_layout(data)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:") as tar:
+        for m in tar.getmembers():
+            cuts += [m.offset, m.offset + 512, m.offset_data, m.offset_data + m.size]
+    return sorted(set(cuts)), fields

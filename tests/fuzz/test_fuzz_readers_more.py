@@ -36,6 +36,7 @@ from .layouts import (
     pb_varint,
     pickle_fields,
     protobuf_layout,
+    tar_layout,
     tf_index_layout,
     zip_layout,
 )
@@ -537,6 +538,20 @@ def test_fuzz_saved_model(data):
         check("saved-model", c.dir if data.draw(st.booleans()) else os.path.join(c.dir, "saved_model.pb"))
 
 
+# ================================================================================== NeMo archives
+@fuzz_settings(120)
+@given(st.data())
+def test_fuzz_nemo(data):
+    """A .nemo (fixtures/make_nemo.py: a tar as NeMo writes it, model_weights.ckpt a torch.save zip) mutated at its tar
+    headers, member data and the weights' zip structure; read (formats/nemo.py) and scanned."""
+    base = read("nemo", "benign-fastpitch.nemo")
+    kind, raw = data.draw(mutate(base, *tar_layout(base)))
+    with Case() as c:
+        path = c.write("model.nemo", raw)
+        check("nemo", path)
+        check("nemo-scan", path, action="scan_path")
+
+
 # ================================================================================== sanity
 def test_unmutated_new_fixtures_pass_the_contract():
     """The harness itself on every base fixture of this module: opens, summarizes and reads, within bounds."""
@@ -550,6 +565,7 @@ def test_unmutated_new_fixtures_pass_the_contract():
     cases += [("dcp", _files(os.path.join("dcp", f)), "") for f in DCP_FIXTURES]
     cases += [("keras-zip", {"model.keras": read("keras3-zip", f)}, "model.keras") for f in KERAS_ZIP_FIXTURES]
     cases += [("saved-model", _files("tf-saved-model"), "saved_model.pb")]
+    cases += [("nemo", {"model.nemo": read("nemo", "benign-fastpitch.nemo")}, "model.nemo")]
     for fmt, files, target in cases:
         with Case() as c:
             for n, b in files.items():
