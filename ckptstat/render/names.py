@@ -159,7 +159,7 @@ class NameLine:
             line.append_text(elide_text(self.name.text, max(1, width - pre)))
             lead = len(self.suffix.plain) - len(self.suffix.plain.lstrip())
             rest = Text(" " * min(pre, width // 2)).append_text(self.suffix[lead:]) if suf > lead else None
-        line.no_wrap, line.overflow = True, "crop"
+        line.no_wrap, line.overflow = True, "ignore" if whole(console) else "crop"   # a file: nothing cut
         for out in (line, rest):
             if out is not None:
                 if self.style:
