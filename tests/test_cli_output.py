@@ -297,6 +297,8 @@ def test_a_given_seq_is_printed_as_given(cli) -> None:
     assert rc == 0 and "seq          16, 32 (--seq)" in out and "default" not in out.split("seq ", 1)[1].splitlines()[0]
     rc, out, _ = cli("memory", BERT, "-s", "16")
     assert rc == 0 and "seq          16 (--seq)" in out
+    rc, out, _ = cli(BERT, "-s", "16")   # the summary's line said '(default: ...)' for a given --seq
+    assert rc == 0 and "seq          16 (--seq)" in out
 
 
 # --- progress -----------------------------------------------------------------------------------------

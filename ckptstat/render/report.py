@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .fmt import human_bytes
+from .fmt import human_bytes, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -139,6 +139,11 @@ def _ties(r: dict) -> list[Block]:
     return out
 
 
+def _frames(r: dict) -> bool:
+    """Whether the report's seq counts an audio encoder's mel frames (Whisper)."""
+    return ((r["summary"] or {}).get("analytic") or {}).get("input") == "mel frames"
+
+
 def _flops(r: dict) -> list[Block]:
     f = r["flops"]
     out = [Block("h2", "FLOPs")]
@@ -150,7 +155,7 @@ def _flops(r: dict) -> list[Block]:
     out += [Block("items", items=[
         ("model", f"{arch['family']} ({arch['model_type']}) {arch.get('architecture') or arch['head']}"),
         ("input", f"batch {f['batch']}, seq {run['seq']}" + (f", decoder seq {run['dec_seq']}" if run["dec_seq"] else "")
-                  + (" (--seq)" if r["options"]["seq"] else " (default: 128, or the model's learned positions if fewer)")),
+                  + f" ({seq_source('--seq' if r['options']['seq'] else None, _frames(r))})"),
         ("counting", f["counting"]["flops"]), ("head", f["counting"]["head"])]),
         Block("table", header=["Quantity", "Value"], align="lr", rows=[
             ["forward FLOPs (matmul, 2 per MAC)", _int(t["flops"])], ["forward MACs", _int(t["macs"])],
