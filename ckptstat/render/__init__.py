@@ -97,6 +97,10 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
             console.print(Text(f"input        {an['seq']} mel frames ({seq_source(seq_flag, frames=True)}), "
                                f"decoder {an['dec_seq']} tokens (128 or its positions if fewer)"))
             at = f" per frame at {an['seq']} frames"
+        elif an.get("input") == "image":   # ViT, ResNet...: one forward per image, no sequence length
+            side = an["image_size"]
+            console.print(Text(f"input        one {side}x{side} image (the config's image_size)"))
+            at = " per image"
         else:
             console.print(seq_line(an["seq"], seq_flag))
             at = f"/token at seq {an['seq']}"

@@ -72,8 +72,10 @@ def _summary(r: dict) -> list[Block]:
         items.append(("PARTIAL", p["partial"]))
     an = s.get("analytic")
     if an and "error" not in an:
-        items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {'frame' if an['input'] == 'mel frames' else 'token'}"
-                                 f" at seq {an['seq']} (matmul FLOPs = 2 x MACs); training 3x"))
+        side = an.get("image_size")
+        at = {"mel frames": f"frame at seq {an['seq']}", "image": f"{side}x{side} image"}.get(
+            an["input"], f"token at seq {an['seq']}")
+        items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {at} (matmul FLOPs = 2 x MACs); training 3x"))
     out = [Block("h2", "Summary"), Block("items", items=items), Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
                  rows=[[b["bucket"], _int(b["params"]), f"{100 * b['share']:.2f}%", _int(b["bytes"]),

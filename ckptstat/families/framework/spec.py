@@ -141,6 +141,11 @@ def audio_encoder(spec: ArchSpec) -> bool:
     return family.main_input == "input_features" and family.seq2seq(spec)   # WhisperForCausalLM reads token ids
 
 
+def image_encoder(spec: ArchSpec) -> bool:
+    """Whether the model reads images alone (ViT, ResNet...): one forward per image, whatever --seq says."""
+    return get(spec.family).main_input == "pixel_values"
+
+
 def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: int | None = None,
                  audio_seconds: float | None = None, dec_flag: str = "--dec-seq") -> tuple[list[int], int | None]:
     """(encoder lengths, decoder length) for `flops`/`memory`. A model whose main input is audio
