@@ -135,7 +135,13 @@ def test_audio_and_decoder_options_refused_where_they_do_not_apply(cli, whisper_
     p = tmp_path / "bart.json"
     p.write_text(json.dumps(d))
     rc, _, err = cli("flops", str(p), "--frames", "10")
-    assert rc == 2 and "audio models" in err
+    assert rc == 2 and "audio models" in err and "reads token ids" in err
+    d = T.ViTConfig(image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2).to_dict()
+    d["architectures"] = ["ViTForImageClassification"]
+    vit = tmp_path / "vit.json"
+    vit.write_text(json.dumps(d))
+    rc, _, err = cli("flops", str(vit), "--frames", "10")   # said 'vit reads token ids (use --seq)'
+    assert rc == 2 and "vit reads images (use --image-size)" in err
     rc, _, err = cli("memory", str(p), "--dec-seq", "63")   # 64 positions + offset 2: 64 usable
     assert rc == 0, err
     rc, _, err = cli("memory", str(p), "--dec-seq", "65")

@@ -29,7 +29,8 @@ def human_bytes(n: float, compact: bool = False) -> str:
     for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or suffix == "TiB":
             if compact:
-                return f"{n:.0f}" if suffix == "B" else f"{n:.3g}{suffix[0]}"
+                # 3 significant digits, but whole from 100 on: '.3g' writes 1000 as '1e+03'
+                return f"{n:.0f}" if suffix == "B" else f"{n:.0f}{suffix[0]}" if abs(n) >= 99.95 else f"{n:.3g}{suffix[0]}"
             return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
         n /= 1024
     return str(n)

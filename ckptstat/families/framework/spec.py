@@ -157,7 +157,8 @@ def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: i
         raise UsageError("give --frames or --audio-seconds, not both")
     if not audio_encoder(spec):
         if frames is not None or audio_seconds is not None:
-            raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads token ids (use --seq)")
+            reads = "images (use --image-size)" if image_encoder(spec) else "token ids (use --seq)"
+            raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads {reads}")
         return seqs, dec_seq
     if audio_seconds is not None:
         if not audio_seconds > 0:
