@@ -63,7 +63,7 @@ def summary(
     else:
         from .render import render_summary
 
-        render_summary(r, console(), show_layers=layers)
+        render_summary(r, console(), show_layers=layers, seq_flag="--seq" if seq else None)
 
 
 @app.command(epilog=epilog("tensors"))

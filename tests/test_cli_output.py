@@ -158,6 +158,20 @@ def test_piped_output_keeps_every_name_whole(command, args) -> None:
         assert ELLIPSIS in _piped(command, *args, columns="80")
 
 
+def test_piped_lines_are_not_cropped(tmp_path) -> None:
+    """Piped, a `prefix NAME suffix` line (the summary's checkpoint path, a ties difference and its reason)
+    is written whole: it was cut at rich's 80 columns with no ellipsis, `.../another_long_segm`."""
+    folder = tmp_path / ("a_directory_name_long_enough_to_pass_eighty_columns_" * 2) / "gpt2"
+    shutil.copytree(fixture("gpt2-tiny"), folder)
+    weights = str(folder / "model.safetensors")
+    assert weights in _piped("summary", str(folder)).splitlines()[0]
+    ties = json.loads(_piped("ties", str(folder), "--json"))
+    assert ties["counting"]["rows"][2]["differences"]
+    for row in ties["counting"]["rows"][1:]:
+        for d in row["differences"]:
+            assert f"{d['name']}: {d['why']}" in _piped("ties", str(folder))
+
+
 def test_wide_terminal_shows_names_whole(cli, long_names, monkeypatch) -> None:
     monkeypatch.setenv("COLUMNS", "200")
     rc, out, _ = cli("tensors", long_names)
@@ -282,6 +296,8 @@ def test_a_given_seq_is_printed_as_given(cli) -> None:
     rc, out, _ = cli("flops", BERT, "-s", "16,32")
     assert rc == 0 and "seq          16, 32 (--seq)" in out and "default" not in out.split("seq ", 1)[1].splitlines()[0]
     rc, out, _ = cli("memory", BERT, "-s", "16")
+    assert rc == 0 and "seq          16 (--seq)" in out
+    rc, out, _ = cli(BERT, "-s", "16")   # the summary's line said '(default: ...)' for a given --seq
     assert rc == 0 and "seq          16 (--seq)" in out
 
 

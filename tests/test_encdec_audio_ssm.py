@@ -97,7 +97,11 @@ def test_whisper_summary_figures_at_the_audio_defaults(cli, tmp_path):
     expected = fcm_flops(meta_model(T.WhisperForConditionalGeneration, cfg), dec, 1, main_input="input_features",
                          frames=frames)
     assert an["flops_per_token"] * frames == pytest.approx(expected)
-    assert f"{frames} mel frames, decoder {dec} tokens" in cli(str(tmp_path))[1]
+    said = " ".join(cli(str(tmp_path))[1].split())   # prose wraps at 80 columns
+    assert f"{frames} mel frames (default: 2 x max_source_positions), decoder {dec} tokens" in said
+    assert "input 10 mel frames (--seq), decoder" in " ".join(cli(str(tmp_path), "-s", "10")[1].split())   # said 'default'
+    report = cli("report", str(tmp_path), "--no-stats")[1]   # said the text models' rule, 128 or the positions
+    assert f"seq {frames}, decoder seq {dec} (default: 2 x max\\_source\\_positions)" in report
 
 
 @pytest.mark.parametrize("flag", [[], ["--frames", "24"], ["--audio-seconds", "0.24"]])
@@ -111,6 +115,10 @@ def test_whisper_audio_inputs_through_the_cli(cli, whisper_config, flag):
     assert run["totals"]["flops"] == expected
     # default decoder length: 128, or the decoder's learned positions if fewer (40 here)
     assert _flops(cli, path, *flag)["dec_seq"] == cfg.max_target_positions
+    # the seq line names the option that set the length, or the default's rule (said '(--seq)' when none was given)
+    why = flag[0] if flag else "default: 2 x max_source_positions"
+    for cmd in ("flops", "memory"):
+        assert f"seq          {frames} mel frames ({why})" in cli(cmd, path, *flag)[1], (cmd, flag)
 
 
 def test_audio_and_decoder_options_refused_where_they_do_not_apply(cli, whisper_config, tmp_path):
@@ -127,7 +135,13 @@ def test_audio_and_decoder_options_refused_where_they_do_not_apply(cli, whisper_
     p = tmp_path / "bart.json"
     p.write_text(json.dumps(d))
     rc, _, err = cli("flops", str(p), "--frames", "10")
-    assert rc == 2 and "audio models" in err
+    assert rc == 2 and "audio models" in err and "reads token ids" in err
+    d = T.ViTConfig(image_size=16, patch_size=4, hidden_size=16, num_hidden_layers=1, num_attention_heads=2).to_dict()
+    d["architectures"] = ["ViTForImageClassification"]
+    vit = tmp_path / "vit.json"
+    vit.write_text(json.dumps(d))
+    rc, _, err = cli("flops", str(vit), "--frames", "10")   # said 'vit reads token ids (use --seq)'
+    assert rc == 2 and "vit reads images (use --image-size)" in err
     rc, _, err = cli("memory", str(p), "--dec-seq", "63")   # 64 positions + offset 2: 64 usable
     assert rc == 0, err
     rc, _, err = cli("memory", str(p), "--dec-seq", "65")

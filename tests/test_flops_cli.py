@@ -168,3 +168,25 @@ def test_summary_seq_the_model_cannot_run_is_a_usage_error(capsys, seq, words):
     assert main(["summary", folder, "--seq", seq]) == 2
     err = capsys.readouterr().err
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_image_model_summary_is_per_image(capsys, tmp_path):
+    """An image model's summary and report give FLOPs per image: they said 'FLOPs/token at seq 128', the image's
+    FLOPs divided by a length ViT never reads (17 tokens here)."""
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    from test_families import fcm_image_flops
+
+    cfg = T.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24, image_size=16,
+                      patch_size=4, num_labels=5, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = T.ViTForImageClassification(cfg).eval()
+    model.save_pretrained(tmp_path)
+    expected = fcm_image_flops(model, 0, 1, "cpu", cfg.image_size, cfg.num_channels, cfg.image_size)
+    for seq in ([], ["--seq", "8"]):
+        an = run_json(capsys, str(tmp_path), *seq)["analytic"]
+        assert (an["input"], an["image_size"], an["flops_per_token"]) == ("image", cfg.image_size, expected)
+    assert main([str(tmp_path)]) == 0
+    assert f"input        one {cfg.image_size}x{cfg.image_size} image" in capsys.readouterr().out
+    assert main(["report", str(tmp_path), "--no-stats"]) == 0
+    assert f"{expected:,} FLOPs per {cfg.image_size}x{cfg.image_size} image" in capsys.readouterr().out

@@ -116,3 +116,14 @@ def test_diff_changed_tensors_equal_rich(monkeypatch, tmp_path, width):
     rich_text, fast_text = _both(monkeypatch, lambda c: render_diff(r, c), width)
     assert fast_text == rich_text
     assert "\x1b" not in fast_text and "[bold]evil\\x1b[31m.w" in fast_text
+
+
+def test_compact_bytes_never_in_exponent_notation() -> None:
+    """flops' read/write column: 1000 KiB printed as '1e+03K' (format '.3g')."""
+    from ckptstat.render.fmt import human_bytes
+
+    for n in [999.4, 999.6, 1000, 1023.4, 100.2, 99.94, 12.345, 1.5]:
+        for unit, scale in (("K", 1 << 10), ("M", 1 << 20), ("G", 1 << 30)):
+            s = human_bytes(n * scale, compact=True)
+            assert s.endswith(unit) and "e" not in s, s
+            assert float(s[:-1]) == pytest.approx(n, rel=0.005, abs=0.5), (n, s)

@@ -107,6 +107,11 @@ def seqs(values: list[str]) -> list[int]:
     return out
 
 
+def seq_flag(seqs: list[int], frames: int | None, audio_seconds: float | None) -> str | None:
+    """The option that set an analytic command's input length, for its `seq` line; None: the default."""
+    return "--frames" if frames is not None else "--audio-seconds" if audio_seconds is not None else "--seq" if seqs else None
+
+
 def positive(name: str, value: int | None) -> None:
     from ..errors import UsageError
 

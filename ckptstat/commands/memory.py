@@ -8,7 +8,7 @@ import typer
 
 from ..render import DEFAULT_SEQ_RULE
 from .analytic import AnalyticPath
-from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, show
+from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, show
 
 if TYPE_CHECKING:
     from ..analysis.memory.planner import Plan
@@ -63,7 +63,7 @@ def memory(
     from ..analysis.meta import load
     from ..census.model import weights_only
     from ..errors import UsageError
-    from ..families.framework.spec import audio_inputs, default_seq
+    from ..families.framework.spec import audio_encoder, audio_inputs, default_seq
 
     positive("--batch", batch)
     positive("--seq", seq)
@@ -77,13 +77,14 @@ def memory(
         r = mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128)
         if plan != Plan(reserve=plan.reserve, reserve_source=plan.reserve_source):
             r["notes"].append("no per-device plan or verdict: the planner needs an architecture (see 'why')")
-        show(r, as_json, "render_memory", seq_default=not seq)
+        show(r, as_json, "render_memory", seq_flag="--seq" if seq else None)
         _exit_on_verdict(plan, None)
         return
     model = image_input(model, image_size)
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
     r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan)
-    show(r, as_json, "render_memory", seq_default=not lengths)
+    show(r, as_json, "render_memory", seq_flag=seq_flag([seq] if seq else [], frames, audio_seconds),
+         frames=audio_encoder(model.spec))
     _exit_on_verdict(plan, r["fit"]["fits"])
 
 

@@ -6,7 +6,7 @@ import json
 from rich.console import Console
 from rich.text import Text
 
-from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, table  # noqa: F401  (re-exported)
+from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, seq_source, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
 from .rows import print_rows
 
@@ -47,7 +47,8 @@ def _render_objects(objects: dict, console: Console) -> None:
         console.print(Text(" " * 13 + f"... {len(objects) - OBJECT_LINES} more non-tensor item(s) (--json lists them)"))
 
 
-def render_summary(r: dict, console: Console, show_layers: bool = False) -> None:
+def render_summary(r: dict, console: Console, show_layers: bool = False, seq_flag: str | None = None) -> None:
+    """`seq_flag`: the option that set the analytic line's length (`summary --seq`), None for the default."""
     a = r["architecture"]
     arch = a["family"] + (f" ({a['model_type']})" if a["model_type"] and a["model_type"] != a["family"] else "")
     if a["architectures"]:
@@ -93,11 +94,15 @@ def render_summary(r: dict, console: Console, show_layers: bool = False) -> None
         console.print(Text("analytic     not available: ").append_text(safe(an["error"])), style="dim")
     elif an:
         if an.get("input") == "mel frames":   # Whisper: the encoder reads frames, the decoder tokens
-            console.print(Text(f"input        {an['seq']} mel frames, decoder {an['dec_seq']} tokens "
-                               "(default: 2 x max_source_positions; 128 decoder tokens or its positions if fewer)"))
+            console.print(Text(f"input        {an['seq']} mel frames ({seq_source(seq_flag, frames=True)}), "
+                               f"decoder {an['dec_seq']} tokens (128 or its positions if fewer)"))
             at = f" per frame at {an['seq']} frames"
+        elif an.get("input") == "image":   # ViT, ResNet...: one forward per image, no sequence length
+            side = an["image_size"]
+            console.print(Text(f"input        one {side}x{side} image (the config's image_size)"))
+            at = " per image"
         else:
-            console.print(seq_line(an["seq"], default=True))
+            console.print(seq_line(an["seq"], seq_flag))
             at = f"/token at seq {an['seq']}"
         console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs{at} "
                            f"(matmul FLOPs = 2 x MACs); training 3x"))
@@ -219,8 +224,9 @@ def _group(module: str) -> tuple[str, str] | None:
     return None
 
 
-def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
-    """`seq_default`: the sequence length was not given but `families.framework.spec.default_seq`'s."""
+def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", frames: bool = False) -> None:
+    """`seq_flag`: the option that set the sequence length (commands/common.py `seq_flag`), None for the default
+    (`families.framework.spec.default_seq`'s; `frames`: an audio encoder's, `audio_inputs`')."""
     p = r["parameters"]
     console.print(arch_line(r))
     console.print(name_line("source       ", r["config"] or r["path"]))
@@ -232,7 +238,7 @@ def render_flops(r: dict, console: Console, seq_default: bool = False) -> None:
     if p["active"] is not None:
         head.append(f"\nactive       {p['active']:,} per token (top-k experts)")
     console.print(head)
-    console.print(seq_line([run["seq"] for run in r["runs"]], seq_default))
+    console.print(seq_line([run["seq"] for run in r["runs"]], seq_flag, frames))
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
     console.print(Text(f"counting     {r['counting']['flops']}; {r['counting']['attention']}", style="dim"))
@@ -346,8 +352,8 @@ def render_run(r: dict, console: Console) -> None:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 
 
-def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
+def render_memory(r: dict, console: Console, seq_flag: str | None = "--seq", frames: bool = False) -> None:
     """The memory report and its planner verdict (render/memory.py, imported on use)."""
     from .memory import render_memory as render
 
-    render(r, console, seq_default)
+    render(r, console, seq_flag, frames)

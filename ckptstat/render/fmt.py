@@ -11,6 +11,7 @@ from .names import safe
 
 # What summary, flops and memory assume when no --seq is given (families.framework.spec.default_seq).
 DEFAULT_SEQ_RULE = "128, or the model's learned positions if fewer"
+FRAMES_RULE = "2 x max_source_positions"   # Whisper (families/framework/spec.py audio_inputs)
 
 MODULE_LINES = 80   # the module tree of an unknown model, printed up to this many lines
 
@@ -28,18 +29,24 @@ def human_bytes(n: float, compact: bool = False) -> str:
     for suffix in ("B", "KiB", "MiB", "GiB", "TiB"):
         if abs(n) < 1024 or suffix == "TiB":
             if compact:
-                return f"{n:.0f}" if suffix == "B" else f"{n:.3g}{suffix[0]}"
+                # 3 significant digits, but whole from 100 on: '.3g' writes 1000 as '1e+03'
+                return f"{n:.0f}" if suffix == "B" else f"{n:.0f}{suffix[0]}" if abs(n) >= 99.95 else f"{n:.3g}{suffix[0]}"
             return f"{n:.0f} {suffix}" if suffix == "B" else f"{n:.1f} {suffix}"
         n /= 1024
     return str(n)
 
 
-def seq_line(seq: int | list[int], default: bool) -> Text:
-    """`seq          128 (default: ...)`: the sequence length an analytic figure assumed, and why."""
-    seqs = seq if isinstance(seq, list) else [seq]
-    text = Text("seq          " + ", ".join(map(str, seqs)))
-    text.append(f" (default: {DEFAULT_SEQ_RULE})" if default else " (--seq)", style="dim")
-    return text
+def seq_source(flag: str | None, frames: bool = False) -> str:
+    """Why an analytic figure assumed its sequence length: the `flag` that set it, or (None) the default's
+    rule, mel frames' for an audio encoder."""
+    return flag or "default: " + (FRAMES_RULE if frames else DEFAULT_SEQ_RULE)
+
+
+def seq_line(seq: int | list[int], flag: str | None, frames: bool = False) -> Text:
+    """`seq          128 (default: ...)`: the sequence length an analytic figure assumed, and why; `frames`: an
+    audio encoder's input, in mel frames."""
+    seqs = ", ".join(map(str, seq if isinstance(seq, list) else [seq])) + (" mel frames" if frames else "")
+    return Text("seq          " + seqs).append(f" ({seq_source(flag, frames)})", style="dim")
 
 
 def table(title: str, *columns: str) -> Table:

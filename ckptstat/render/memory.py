@@ -24,8 +24,8 @@ def _lines_table(title: str, lines: list[dict]) -> Table:
     return t
 
 
-def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
-    """`seq_default`: the sequence length was not given but `families.framework.spec.default_seq`'s."""
+def render_memory(r: dict, console: Console, seq_flag: str | None = "--seq", frames: bool = False) -> None:
+    """`seq_flag`, `frames`: as render/__init__.py render_flops'."""
     p = r["parameters"]
     needs = r.get("needs_architecture")
     console.print(Text("model        unknown architecture") if needs else arch_line(r))
@@ -34,7 +34,7 @@ def render_memory(r: dict, console: Console, seq_default: bool = False) -> None:
         head.append(f"; active {p['active']:,}")
     console.print(head)
     if not needs:
-        console.print(seq_line(r["seq"], seq_default))
+        console.print(seq_line(r["seq"], seq_flag, frames))
         console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
                            + f"; activations at {r['activation_bytes']} B/element"))
     console.print(_lines_table("Memory (exact bytes in --json)", r["lines"]))

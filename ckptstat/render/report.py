@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .fmt import human_bytes
+from .fmt import human_bytes, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -72,8 +72,10 @@ def _summary(r: dict) -> list[Block]:
         items.append(("PARTIAL", p["partial"]))
     an = s.get("analytic")
     if an and "error" not in an:
-        items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {'frame' if an['input'] == 'mel frames' else 'token'}"
-                                 f" at seq {an['seq']} (matmul FLOPs = 2 x MACs); training 3x"))
+        side = an.get("image_size")
+        at = {"mel frames": f"frame at seq {an['seq']}", "image": f"{side}x{side} image"}.get(
+            an["input"], f"token at seq {an['seq']}")
+        items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {at} (matmul FLOPs = 2 x MACs); training 3x"))
     out = [Block("h2", "Summary"), Block("items", items=items), Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
                  rows=[[b["bucket"], _int(b["params"]), f"{100 * b['share']:.2f}%", _int(b["bytes"]),
@@ -139,6 +141,11 @@ def _ties(r: dict) -> list[Block]:
     return out
 
 
+def _frames(r: dict) -> bool:
+    """Whether the report's seq counts an audio encoder's mel frames (Whisper)."""
+    return ((r["summary"] or {}).get("analytic") or {}).get("input") == "mel frames"
+
+
 def _flops(r: dict) -> list[Block]:
     f = r["flops"]
     out = [Block("h2", "FLOPs")]
@@ -150,7 +157,7 @@ def _flops(r: dict) -> list[Block]:
     out += [Block("items", items=[
         ("model", f"{arch['family']} ({arch['model_type']}) {arch.get('architecture') or arch['head']}"),
         ("input", f"batch {f['batch']}, seq {run['seq']}" + (f", decoder seq {run['dec_seq']}" if run["dec_seq"] else "")
-                  + (" (--seq)" if r["options"]["seq"] else " (default: 128, or the model's learned positions if fewer)")),
+                  + f" ({seq_source('--seq' if r['options']['seq'] else None, _frames(r))})"),
         ("counting", f["counting"]["flops"]), ("head", f["counting"]["head"])]),
         Block("table", header=["Quantity", "Value"], align="lr", rows=[
             ["forward FLOPs (matmul, 2 per MAC)", _int(t["flops"])], ["forward MACs", _int(t["macs"])],

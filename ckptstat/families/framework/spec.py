@@ -135,6 +135,17 @@ def check_seq(spec: ArchSpec, seq: int, dec_seq: int | None = None) -> None:
 FRAMES_PER_SECOND = 100   # Whisper's feature extractor: hop 160 samples at 16 kHz
 
 
+def audio_encoder(spec: ArchSpec) -> bool:
+    """Whether the model's encoder reads mel frames (Whisper), its length --frames' (audio_inputs)."""
+    family = get(spec.family)
+    return family.main_input == "input_features" and family.seq2seq(spec)   # WhisperForCausalLM reads token ids
+
+
+def image_encoder(spec: ArchSpec) -> bool:
+    """Whether the model reads images alone (ViT, ResNet...): one forward per image, whatever --seq says."""
+    return get(spec.family).main_input == "pixel_values"
+
+
 def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: int | None = None,
                  audio_seconds: float | None = None, dec_flag: str = "--dec-seq") -> tuple[list[int], int | None]:
     """(encoder lengths, decoder length) for `flops`/`memory`. A model whose main input is audio
@@ -144,10 +155,10 @@ def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: i
     Other models: seqs and dec_seq unchanged, and --frames / --audio-seconds are a usage error."""
     if frames is not None and audio_seconds is not None:
         raise UsageError("give --frames or --audio-seconds, not both")
-    family = get(spec.family)
-    if family.main_input != "input_features" or not family.seq2seq(spec):   # WhisperForCausalLM reads token ids
+    if not audio_encoder(spec):
         if frames is not None or audio_seconds is not None:
-            raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads token ids (use --seq)")
+            reads = "images (use --image-size)" if image_encoder(spec) else "token ids (use --seq)"
+            raise UsageError(f"--frames / --audio-seconds apply to audio models; {spec.family} reads {reads}")
         return seqs, dec_seq
     if audio_seconds is not None:
         if not audio_seconds > 0:
