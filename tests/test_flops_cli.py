@@ -190,3 +190,32 @@ def test_image_model_summary_is_per_image(capsys, tmp_path):
     assert f"input        one {cfg.image_size}x{cfg.image_size} image" in capsys.readouterr().out
     assert main(["report", str(tmp_path), "--no-stats"]) == 0
     assert f"{expected:,} FLOPs per {cfg.image_size}x{cfg.image_size} image" in capsys.readouterr().out
+
+
+def test_image_model_flops_and_memory_are_per_image(capsys, tmp_path):
+    """`flops` and `memory` of an image model say the image their figures are per: they printed `seq 128 (default...)`,
+    a table of `seq 128 / tokens 128 / FLOPs/token` and `forward FLOPs at s=128`, a length ViT never reads (its 17
+    tokens are the patches); `--seq` changed only the per-token division: now noted as unused, the figures the same."""
+    torch = pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    from test_families import fcm_image_flops
+
+    cfg = T.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24, image_size=16,
+                      patch_size=4, num_labels=5, attn_implementation="eager")
+    torch.manual_seed(0)
+    model = T.ViTForImageClassification(cfg).eval()
+    model.save_pretrained(tmp_path)
+    expected = fcm_image_flops(model, 0, 1, "cpu", cfg.image_size, cfg.num_channels, cfg.image_size)
+    side = f"{cfg.image_size}x{cfg.image_size}"
+    for command in ("flops", "memory"):
+        r = run_json(capsys, command, str(tmp_path))
+        assert (r["input"], r["image_size"]) == ("image", cfg.image_size)
+        assert main([command, str(tmp_path)]) == 0
+        out = capsys.readouterr().out
+        assert f"input        one {side} image" in out and "seq   " not in out and "FLOPs/token" not in out
+        with_seq = run_json(capsys, command, str(tmp_path), "--seq", "8")
+        assert any(n.startswith("--seq 8 unused: vit reads images") for n in with_seq["notes"]), with_seq["notes"]
+        if command == "flops":
+            assert [run["totals"]["flops"] for run in (with_seq["runs"][0], r["runs"][0])] == [expected, expected]
+    assert main(["flops", str(tmp_path)]) == 0
+    assert f"exact        forward FLOPs per {side} image: {expected:,};" in capsys.readouterr().out

@@ -6,7 +6,19 @@ from typing import Optional
 import typer
 
 from ..render import DEFAULT_SEQ_RULE
-from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, seqs, show
+from .common import (
+    AudioSecondsOpt,
+    ConfigOpt,
+    FramesOpt,
+    ImageSizeOpt,
+    JsonOpt,
+    image_input,
+    positive,
+    seq_flag,
+    seqs,
+    show,
+    with_image,
+)
 
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
 
@@ -39,8 +51,8 @@ def flops(
     positive("--batch", batch)
     positive("--dec-seq", dec_seq)
     positive("--frames", frames)
-    model = image_input(load(path, config, seqs(seq)), image_size)
+    model = image_input(load(path, config, seqs(seq)), image_size, seqs(seq))
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
-    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
+    r = with_image(model, fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention))
     show(r, as_json, "render_flops", seq_flag=seq_flag(seqs(seq), frames, audio_seconds), frames=audio_encoder(model.spec))
 

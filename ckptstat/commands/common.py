@@ -112,6 +112,16 @@ def seq_flag(seqs: list[int], frames: int | None, audio_seconds: float | None) -
     return "--frames" if frames is not None else "--audio-seconds" if audio_seconds is not None else "--seq" if seqs else None
 
 
+def with_image(model: Model, report: dict) -> dict:
+    """An image model's flops or memory report says so (`input`: "image", `image_size`): its figures are per image,
+    whatever `seq` says (the default length the analytic runs carry)."""
+    from ..families.framework.spec import image_encoder
+
+    if model.spec.image_size and image_encoder(model.spec):
+        report.update(input="image", image_size=model.spec.image_size)
+    return report
+
+
 def positive(name: str, value: int | None) -> None:
     from ..errors import UsageError
 
@@ -127,14 +137,19 @@ ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP,
                             "(default: the config's image_size; 224 for ResNet).")
 
 
-def image_input(model: Model, image_size: int | None) -> Model:
+def image_input(model: Model, image_size: int | None, seqs: list[int] | tuple[int, ...] = ()) -> Model:
     """--image-size: the side an image model is analysed at (ArchSpec.image_size); a usage error for
-    a model that reads no image."""
+    a model that reads no image. --seq given to a model that reads images alone is noted as unused (its figures are
+    per image: a length changed nothing but a per-token division)."""
     from dataclasses import replace
 
     from ..errors import UsageError
+    from ..families.framework.spec import image_encoder
 
     positive("--image-size", image_size)
+    if seqs and model.spec.image_size and image_encoder(model.spec):
+        model = replace(model, notes=(*model.notes, f"--seq {', '.join(map(str, seqs))} unused: {model.spec.family} reads "
+                                                    "images, its figures are per image (--image-size sets its side)"))
     if not model.spec.image_size:
         if image_size is not None:
             raise UsageError(f"--image-size applies to image models; {model.spec.family} "

@@ -8,7 +8,18 @@ import typer
 
 from ..render import DEFAULT_SEQ_RULE
 from .analytic import AnalyticPath
-from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, show
+from .common import (
+    AudioSecondsOpt,
+    ConfigOpt,
+    FramesOpt,
+    ImageSizeOpt,
+    JsonOpt,
+    image_input,
+    positive,
+    seq_flag,
+    show,
+    with_image,
+)
 
 if TYPE_CHECKING:
     from ..analysis.memory.planner import Plan
@@ -80,9 +91,9 @@ def memory(
         show(r, as_json, "render_memory", seq_flag="--seq" if seq else None)
         _exit_on_verdict(plan, None)
         return
-    model = image_input(model, image_size)
+    model = image_input(model, image_size, [seq] if seq else [])
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
-    r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan)
+    r = with_image(model, mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan))
     show(r, as_json, "render_memory", seq_flag=seq_flag([seq] if seq else [], frames, audio_seconds),
          frames=audio_encoder(model.spec))
     _exit_on_verdict(plan, r["fit"]["fits"])

@@ -6,7 +6,7 @@ import json
 from rich.console import Console
 from rich.text import Text
 
-from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, seq_line, seq_source, table  # noqa: F401  (re-exported)
+from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, input_line, seq_line, seq_source, table  # noqa: F401  (re-exported)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
 from .rows import print_rows
 
@@ -238,14 +238,15 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
     if p["active"] is not None:
         head.append(f"\nactive       {p['active']:,} per token (top-k experts)")
     console.print(head)
-    console.print(seq_line([run["seq"] for run in r["runs"]], seq_flag, frames))
+    console.print(input_line(r, [run["seq"] for run in r["runs"]], seq_flag, frames))
+    image = f"{r['image_size']}x{r['image_size']} image" if r.get("input") == "image" else None
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
     console.print(Text(f"counting     {r['counting']['flops']}; {r['counting']['attention']}", style="dim"))
     console.print(Text(f"head         {r['counting']['head']}", style="dim"))
     first = r["runs"][0]
     macs_col = "MACs" if conv != "flops" else "FLOPs"
-    t = table(f"Per module, forward, b={r['batch']} s={first['seq']}"
+    t = table(f"Per module, forward, b={r['batch']} " + (f"one {image}" if image else f"s={first['seq']}")
                + (f" s_dec={first['dec_seq']}" if first["dec_seq"] else "") + " (shapes per sample, sums over calls)",
                "module", "in/out", "params", macs_col, "elem.", "read/write")
     for c in t.columns[1:]:
@@ -270,20 +271,22 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
     t.add_row(Text("total", style="bold"), "", human(p["predicted"]), human(tt["macs"] if conv != "flops" else tt["flops"]),
               human(tt["elementwise_flops"]), f"{human_bytes(tt['bytes_read'], True)}\n{human_bytes(tt['bytes_written'], True)}")
     console.print(fit_names(t, console))
-    s = table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", "seq", "tokens", "fwd FLOPs",
-               "FLOPs/token", "MACs", "train FLOPs", "elem. fwd")
+    per = ["image"] if image else ["seq", "tokens"]
+    s = table("Totals (matmul FLOPs = 2 x MACs; elem. = element-wise estimate)", *per, "fwd FLOPs",
+               *([] if image else ["FLOPs/token"]), "MACs", "train FLOPs", "elem. fwd")
     if conv == "bertstat":
         s.add_column("Bertstat MAdd", justify="right")
     for run in r["runs"]:
         x = run["totals"]
-        row = [str(run["seq"]), f"{run['tokens']:,}", human(x["flops"]), human(x["flops_per_token"]), human(x["macs"]),
-               human(x["training_flops"]), human(x["elementwise_flops"])]
+        row = [image] if image else [str(run["seq"]), f"{run['tokens']:,}"]
+        row += [human(x["flops"]), *([] if image else [human(x["flops_per_token"])]), human(x["macs"]),
+                human(x["training_flops"]), human(x["elementwise_flops"])]
         if conv == "bertstat":
             row.append(human(x["bertstat_madd"]))
         s.add_row(*row)
     console.print(s)
-    console.print(Text(f"exact        forward FLOPs at s={first['seq']}: {first['totals']['flops']:,}; "
-                       f"MACs {first['totals']['macs']:,}"))
+    at = f"per {image}" if image else f"at s={first['seq']}"
+    console.print(Text(f"exact        forward FLOPs {at}: {first['totals']['flops']:,}; MACs {first['totals']['macs']:,}"))
     for note in r["notes"] + [n for run in r["runs"] for n in run["notes"]]:
         console.print(Text("note: ").append_text(safe(note)), style="yellow")
 def render_ties(r: dict, console: Console) -> None:

@@ -49,6 +49,15 @@ def seq_line(seq: int | list[int], flag: str | None, frames: bool = False) -> Te
     return Text("seq          " + seqs).append(f" ({seq_source(flag, frames)})", style="dim")
 
 
+def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = False) -> Text:
+    """`seq_line`, or for an image model's flops / memory report (commands/common.py `with_image`) the image its
+    figures are per: no sequence length enters them."""
+    if r.get("input") == "image":
+        side = r["image_size"]
+        return Text(f"input        one {side}x{side} image").append(" (figures per image; no sequence length)", style="dim")
+    return seq_line(seq, flag, frames)
+
+
 def table(title: str, *columns: str) -> Table:
     t = Table(title=title, box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
     for i, c in enumerate(columns):

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from .fmt import arch_line, human_bytes, seq_line, table
+from .fmt import arch_line, human_bytes, input_line, table
 from .names import Name, safe
 
 
@@ -34,7 +34,7 @@ def render_memory(r: dict, console: Console, seq_flag: str | None = "--seq", fra
         head.append(f"; active {p['active']:,}")
     console.print(head)
     if not needs:
-        console.print(seq_line(r["seq"], seq_flag, frames))
+        console.print(input_line(r, r["seq"], seq_flag, frames))
         console.print(Text(f"input        b={r['batch']}" + (f" s_dec={r['dec_seq']}" if r["dec_seq"] else "")
                            + f"; activations at {r['activation_bytes']} B/element"))
     console.print(_lines_table("Memory (exact bytes in --json)", r["lines"]))
