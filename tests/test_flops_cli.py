@@ -219,3 +219,6 @@ def test_image_model_flops_and_memory_are_per_image(capsys, tmp_path):
             assert [run["totals"]["flops"] for run in (with_seq["runs"][0], r["runs"][0])] == [expected, expected]
     assert main(["flops", str(tmp_path)]) == 0
     assert f"exact        forward FLOPs per {side} image: {expected:,};" in capsys.readouterr().out
+    assert main(["report", str(tmp_path), "--no-stats"]) == 0   # its FLOPs and memory sections too
+    out = capsys.readouterr().out
+    assert out.count(f"batch 1, one {side} image each") == 2 and "FLOPs per token" not in out and "seq 128" not in out

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from ..census.model import from_checkpoint, weights_of
 from ..core import Checkpoint
 from ..errors import CkptstatError, UsageError
-from ..families.framework.spec import audio_inputs, check_seq, default_seq
+from ..families.framework.spec import audio_inputs, check_seq, default_seq, image_fields
 from . import flops as fl
 from . import memory as mem
 from .stats import DEFAULT_STATS_CHUNK, Progress, StatsRun, collect
@@ -46,8 +46,8 @@ def build(ckpt: Checkpoint, batch: int = 1, seq: int | None = None, read_values:
         lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], None)
         n = lengths[0] if lengths else default_seq(model.spec)
         check_seq(model.spec, n, dec_seq)   # a --seq the model cannot run is the user's error, as on `flops`
-        flops = _part(skipped, "flops", lambda: fl.report(model, batch, [n], dec_seq))
-        memory = _part(skipped, "memory", lambda: mem.report(model, batch, n, dec_seq))
+        flops = _part(skipped, "flops", lambda: fl.report(model, batch, [n], dec_seq) | image_fields(model.spec))
+        memory = _part(skipped, "memory", lambda: mem.report(model, batch, n, dec_seq) | image_fields(model.spec))
     else:
         skipped["flops"] = f"no architecture ckptstat can model: {why}"
         weights = weights_of(ckpt, why)

@@ -6,19 +6,7 @@ from typing import Optional
 import typer
 
 from ..render import DEFAULT_SEQ_RULE
-from .common import (
-    AudioSecondsOpt,
-    ConfigOpt,
-    FramesOpt,
-    ImageSizeOpt,
-    JsonOpt,
-    image_input,
-    positive,
-    seq_flag,
-    seqs,
-    show,
-    with_image,
-)
+from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, seqs, show
 
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
 
@@ -44,7 +32,7 @@ def flops(
     from ..analysis import flops as fl
     from ..analysis.meta import load
     from ..errors import UsageError
-    from ..families.framework.spec import audio_encoder, audio_inputs, default_seq
+    from ..families.framework.spec import audio_encoder, audio_inputs, default_seq, image_fields
 
     if convention not in fl.CONVENTIONS:
         raise UsageError(f"--convention must be one of {', '.join(fl.CONVENTIONS)}, got {convention!r}")
@@ -53,6 +41,7 @@ def flops(
     positive("--frames", frames)
     model = image_input(load(path, config, seqs(seq)), image_size, seqs(seq))
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
-    r = with_image(model, fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention))
+    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
+    r |= image_fields(model.spec)
     show(r, as_json, "render_flops", seq_flag=seq_flag(seqs(seq), frames, audio_seconds), frames=audio_encoder(model.spec))
 

@@ -112,16 +112,6 @@ def seq_flag(seqs: list[int], frames: int | None, audio_seconds: float | None) -
     return "--frames" if frames is not None else "--audio-seconds" if audio_seconds is not None else "--seq" if seqs else None
 
 
-def with_image(model: Model, report: dict) -> dict:
-    """An image model's flops or memory report says so (`input`: "image", `image_size`): its figures are per image,
-    whatever `seq` says (the default length the analytic runs carry)."""
-    from ..families.framework.spec import image_encoder
-
-    if model.spec.image_size and image_encoder(model.spec):
-        report.update(input="image", image_size=model.spec.image_size)
-    return report
-
-
 def positive(name: str, value: int | None) -> None:
     from ..errors import UsageError
 

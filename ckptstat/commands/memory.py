@@ -8,18 +8,7 @@ import typer
 
 from ..render import DEFAULT_SEQ_RULE
 from .analytic import AnalyticPath
-from .common import (
-    AudioSecondsOpt,
-    ConfigOpt,
-    FramesOpt,
-    ImageSizeOpt,
-    JsonOpt,
-    image_input,
-    positive,
-    seq_flag,
-    show,
-    with_image,
-)
+from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, show
 
 if TYPE_CHECKING:
     from ..analysis.memory.planner import Plan
@@ -74,7 +63,7 @@ def memory(
     from ..analysis.meta import load
     from ..census.model import weights_only
     from ..errors import UsageError
-    from ..families.framework.spec import audio_encoder, audio_inputs, default_seq
+    from ..families.framework.spec import audio_encoder, audio_inputs, default_seq, image_fields
 
     positive("--batch", batch)
     positive("--seq", seq)
@@ -93,7 +82,7 @@ def memory(
         return
     model = image_input(model, image_size, [seq] if seq else [])
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
-    r = with_image(model, mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan))
+    r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan) | image_fields(model.spec)
     show(r, as_json, "render_memory", seq_flag=seq_flag([seq] if seq else [], frames, audio_seconds),
          frames=audio_encoder(model.spec))
     _exit_on_verdict(plan, r["fit"]["fits"])

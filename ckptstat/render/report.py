@@ -146,6 +146,12 @@ def _frames(r: dict) -> bool:
     return ((r["summary"] or {}).get("analytic") or {}).get("input") == "mel frames"
 
 
+def _image(part: dict) -> str | None:
+    """`16x16 image` for a flops or memory part of a model that reads images alone (families/framework/spec.py
+    `image_fields`): its figures are per image, its runs' seq unused."""
+    return f"{part['image_size']}x{part['image_size']} image" if part.get("input") == "image" else None
+
+
 def _flops(r: dict) -> list[Block]:
     f = r["flops"]
     out = [Block("h2", "FLOPs")]
@@ -154,14 +160,17 @@ def _flops(r: dict) -> list[Block]:
     run = f["runs"][0]
     t = run["totals"]
     arch = f["architecture"]
+    image = _image(f)
+    per = [] if image else [["FLOPs per token", num(t["flops_per_token"], ",.6g")]]
     out += [Block("items", items=[
         ("model", f"{arch['family']} ({arch['model_type']}) {arch.get('architecture') or arch['head']}"),
-        ("input", f"batch {f['batch']}, seq {run['seq']}" + (f", decoder seq {run['dec_seq']}" if run["dec_seq"] else "")
-                  + f" ({seq_source('--seq' if r['options']['seq'] else None, _frames(r))})"),
+        ("input", f"batch {f['batch']}, " + (f"one {image} each (figures per image)" if image else f"seq {run['seq']}"
+                  + (f", decoder seq {run['dec_seq']}" if run["dec_seq"] else "")
+                  + f" ({seq_source('--seq' if r['options']['seq'] else None, _frames(r))})")),
         ("counting", f["counting"]["flops"]), ("head", f["counting"]["head"])]),
         Block("table", header=["Quantity", "Value"], align="lr", rows=[
             ["forward FLOPs (matmul, 2 per MAC)", _int(t["flops"])], ["forward MACs", _int(t["macs"])],
-            ["FLOPs per token", num(t["flops_per_token"], ",.6g")], ["attention FLOPs", _int(t["attention_flops"])],
+            *per, ["attention FLOPs", _int(t["attention_flops"])],
             ["training FLOPs (3 x forward)", _int(t["training_flops"])],
             ["element-wise FLOPs (estimate)", _int(t["elementwise_flops"])],
             ["parameters predicted", _int(f["parameters"]["predicted"])],
@@ -178,7 +187,9 @@ def _memory(r: dict) -> list[Block]:
     out = [Block("h2", "Memory")]
     if m is None:
         return out + [Block("why", f"Not available: {r['skipped'].get('memory', 'not computed')}")]
-    out.append(Block("p", f"batch {m['batch']}, seq {m['seq']}; {m['parameters']['count']:,} parameters "
+    image = _image(m)
+    out.append(Block("p", f"batch {m['batch']}, " + (f"one {image} each" if image else f"seq {m['seq']}")
+                          + f"; {m['parameters']['count']:,} parameters "
                           f"(from the {m['parameters']['source']}). One device, no parallelism."))
     out.append(Block("table", header=["Group", "Item", "Bytes", "Size", "Rule"], align="llrrl",
                      rows=[[x["group"], x["item"], _int(x["bytes"]), human_bytes(x["bytes"]), x["rule"]] for x in m["lines"]]))

@@ -146,6 +146,12 @@ def image_encoder(spec: ArchSpec) -> bool:
     return get(spec.family).main_input == "pixel_values"
 
 
+def image_fields(spec: ArchSpec) -> dict[str, object]:
+    """What a flops or memory report of a model that reads images alone adds (`input`: "image", `image_size`): its
+    figures are per image, whatever the `seq` the analytic run carries; {} for any other model."""
+    return {"input": "image", "image_size": spec.image_size} if spec.image_size and image_encoder(spec) else {}
+
+
 def audio_inputs(spec: ArchSpec, seqs: list[int], dec_seq: int | None, frames: int | None = None,
                  audio_seconds: float | None = None, dec_flag: str = "--dec-seq") -> tuple[list[int], int | None]:
     """(encoder lengths, decoder length) for `flops`/`memory`. A model whose main input is audio
