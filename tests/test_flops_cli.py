@@ -222,3 +222,20 @@ def test_image_model_flops_and_memory_are_per_image(capsys, tmp_path):
     assert main(["report", str(tmp_path), "--no-stats"]) == 0   # its FLOPs and memory sections too
     out = capsys.readouterr().out
     assert out.count(f"batch 1, one {side} image each") == 2 and "FLOPs per token" not in out and "seq 128" not in out
+
+
+def test_moe_summary_shows_active_parameters(capsys, tmp_path):
+    """A mixture of experts' summary says what one token runs through: `flops`, `memory` and the JSON gave the active
+    parameters, the human summary did not. The oracle: the model's parameters less the experts top-k leaves idle."""
+    pytest.importorskip("torch")
+    T = pytest.importorskip("transformers")
+    cfg = T.Qwen3MoeConfig(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                           num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1, head_dim=8, num_experts=4,
+                           num_experts_per_tok=2, max_position_embeddings=64)
+    model = T.Qwen3MoeForCausalLM(cfg)
+    model.save_pretrained(tmp_path)
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".mlp.experts." in n)
+    idle = experts * (cfg.num_experts - cfg.num_experts_per_tok) // cfg.num_experts
+    total = model.num_parameters()
+    assert main([str(tmp_path)]) == 0
+    assert f"active       {total - idle:,} parameters per token (top-k experts; {total:,} in all)" in capsys.readouterr().out

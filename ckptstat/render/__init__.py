@@ -104,6 +104,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         else:
             console.print(seq_line(an["seq"], seq_flag))
             at = f"/token at seq {an['seq']}"
+        if an.get("active_params") is not None:   # a mixture of experts: what one token runs through
+            console.print(Text(f"active       {an['active_params']:,} parameters per token (top-k experts; "
+                               f"{an['predicted_params']:,} in all)"))
         console.print(Text(f"forward      {human(an['flops_per_token'])} FLOPs{at} "
                            f"(matmul FLOPs = 2 x MACs); training 3x"))
         console.print(Text(f"weights      {human_bytes(an['weight_bytes'])} as stored; "
@@ -199,7 +202,8 @@ def render_tensors(r: dict, console: Console) -> None:
             shape += " -> " + "x".join(map(str, row["logical_shape"]))   # a quantised weight's logical shape
         rows.append((inert(row["name"]), inert(row["alias_of"]) if row["alias_of"] else None,
                      (bucket, row["dtype"], shape, f"{row['numel']:,}", human_bytes(row["bytes"]))))
-    t = table(f"{len(r['tensors'])} tensors (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
+    n = len(r["tensors"])
+    t = table(f"{n} tensor{'' if n == 1 else 's'} (buf = buffer, ntr = non-trainable, met = metric, opt = optimizer state, "
               "ctr = counter)", "name", "bucket", "dtype", "shape", "numel", "bytes")
     for c in t.columns[1:]:
         c.no_wrap = True  # numbers never fold; names give way, elided in the middle

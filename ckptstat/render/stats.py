@@ -58,7 +58,8 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
     console.print(name_line("checkpoint ", r["path"], f"  [{r['format']}]"))
     head = Text()
     sel = r["selection"]
-    what = f"{len(r['tensors'])} tensors ({sel['roles']} roles"
+    n = len(r["tensors"])
+    what = f"{n} tensor{'' if n == 1 else 's'} ({sel['roles']} roles"
     if sel["filter"]:
         what += ", filter "
     head.append(what)
