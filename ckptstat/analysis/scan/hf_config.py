@@ -16,7 +16,6 @@ import re
 from typing import IO, Any
 
 from ...core.urls import file_name, is_url
-from ...errors import CorruptCheckpointError
 from .chat_templates import HF_RENDERERS, config_templates, template_report
 from .jinja import SHOWN
 
@@ -67,8 +66,9 @@ def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
     is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
     name = file_name(path)
-    if size > CONFIG_BYTES:
-        raise CorruptCheckpointError(path, f"{name} is {size:,} bytes, more than the {CONFIG_BYTES:,} scan reads")
+    if size > CONFIG_BYTES:   # unknown, never an error: a folder scan would not list the file (transformers reads it)
+        return template_report(path, f"Hugging Face {name}", {}, HF_RENDERERS, "", [
+            f"{name} is {size:,} bytes; scan reads at most {CONFIG_BYTES:,} (its chat templates and auto_map unread)"])
     f.seek(0)
     try:
         config = json.loads(f.read(size))
