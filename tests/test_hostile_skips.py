@@ -137,3 +137,169 @@ def test_a_saved_model_past_the_bytes_scan_reads_is_unknown_not_dropped(tmp_path
     rc, out, err = ckptstat("--limit", "index_bytes=4096", "scan", str(tmp_path / "model"), "--json")
     assert rc == 1, err
     assert {f["path"]: f["status"] for f in json.loads(out)["files"]} == {"saved_model.pb": "unknown"}
+
+
+# --- a folder walk that stopped, or passed over a folder in silence ------------------------------------------------
+
+def _payload_zip(path: str, marker: str) -> None:
+    """A torch archive whose pickle calls open(marker, 'w') (stored, as torch.save writes it)."""
+    _torch_zip_deflated(path, pickle.dumps(_Opens(marker), protocol=2))
+
+
+def test_a_tree_deeper_than_pythons_recursion_is_walked(tmp_path):
+    """CPython 3.11's os.walk recurses: 1,100 nested folders made `scan` end in `internal error: RecursionError`."""
+    folder = tmp_path / "deep"
+    here = os.getcwd()
+    os.makedirs(folder)
+    os.chdir(folder)
+    try:
+        for _ in range(1_100):
+            os.mkdir("a")
+            os.chdir("a")
+        _payload_zip("pytorch_model.bin", str(tmp_path / "ran"))
+    finally:
+        os.chdir(here)
+    try:
+        rc, out, err = ckptstat("scan", str(folder), "--json")
+    finally:
+        _remove_nested(folder, 1_100)
+    assert rc == 1 and "internal error" not in err, err
+    (f,) = json.loads(out)["files"]
+    assert f["status"] == "unsafe" and f["path"].endswith("/a/pytorch_model.bin") and f["path"].count("/") == 1_100
+
+
+def _remove_nested(folder, depth: int) -> None:
+    """Remove `folder`/a/a/... bottom up (shutil.rmtree, and so pytest's clean-up, recurses: RecursionError)."""
+    here = os.getcwd()
+    os.chdir(folder)
+    try:
+        for _ in range(depth):
+            os.chdir("a")
+        for name in os.listdir("."):
+            os.remove(name)
+        for _ in range(depth):
+            os.chdir("..")
+            os.rmdir("a")
+    finally:
+        os.chdir(here)
+
+
+def test_a_folder_the_walk_cannot_list_is_skipped_not_passed_over(tmp_path):
+    """os.walk passes over a folder it cannot list in silence (onerror=None): a tree whose path runs past PATH_MAX
+    (20 folders of 250 characters), `0 file(s) scanned`, exit 0. Now listed as skipped: exit 1."""
+    folder = tmp_path / "long"
+    here = os.getcwd()
+    os.makedirs(folder)
+    os.chdir(folder)
+    try:
+        for _ in range(20):
+            os.mkdir("d" * 250)
+            os.chdir("d" * 250)
+        _payload_zip("pytorch_model.bin", str(tmp_path / "ran"))
+    finally:
+        os.chdir(here)
+    rc, out, err = ckptstat("scan", str(folder), "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["files"] == [] and r["totals"]["skipped"] == 1, (r, err)
+    assert r["skipped"][0]["why"].startswith("a folder: cannot list it")
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root lists a folder without the read permission")
+def test_an_unreadable_subfolder_is_skipped_not_passed_over(tmp_path):
+    """A folder without read permission (an extracted tar's mode 311): from_pretrained still opens
+    text_encoder/pytorch_model.bin by its name (search permission), os.walk passed over it in silence: exit 0."""
+    sub = tmp_path / "text_encoder"
+    sub.mkdir()
+    _payload_zip(str(sub / "pytorch_model.bin"), str(tmp_path / "ran"))
+    sub.chmod(0o311)
+    try:
+        rc, out, err = ckptstat("scan", str(tmp_path), "--json")
+    finally:
+        sub.chmod(0o755)
+    r = json.loads(out)
+    assert rc == 1 and r["skipped"] == [{"path": "text_encoder", "why": "a folder: cannot list it (Permission denied)"}]
+
+
+# --- a link out of a folder read before it was refused ------------------------------------------------------------
+
+def test_a_trainer_folders_link_out_of_it_is_refused_before_it_is_read(tmp_path):
+    """A Trainer checkpoint whose optimizer.pt links out of the folder. `summary` opened each file of the folder as a
+    file the user named (a link allowed), parsed it, and refused the link only after: the outside file's own error came
+    back (its deflated data.pkl past `pickle_ratio`). `audit` listed every file under a Trainer or SavedModel folder,
+    links out of the root included, and scanned the outside file (its globals in the record)."""
+    import torch
+
+    run = tmp_path / "run" / "checkpoint-500"
+    run.mkdir(parents=True)
+    (run / "trainer_state.json").write_text("{}")
+    torch.save({"w": torch.zeros(3)}, run / "pytorch_model.bin")
+    torch.save({"last_epoch": 1}, run / "scheduler.pt")
+    (tmp_path / "elsewhere").mkdir()
+    _torch_zip_deflated(str(tmp_path / "elsewhere" / "optimizer.pt"), _padded_payload(str(tmp_path / "ran")))
+    os.symlink("../../elsewhere/optimizer.pt", run / "optimizer.pt")
+    rc, out, err = ckptstat("summary", str(run))
+    assert rc == 1 and len(err.strip().splitlines()) == 1, err
+    assert "'optimizer.pt' is a symlink to" in err and "outside the checkpoint" in err and "pickle_ratio" not in err
+    rc, out, err = ckptstat("audit", str(tmp_path / "run"), "--out", str(tmp_path / "audit.jsonl"))
+    (rec,) = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert rc == 1 and "outside the checkpoint" in rec["error"], rec
+    assert sorted(os.path.basename(f["file"]) for f in rec["scan"]["files"]) == ["pytorch_model.bin", "scheduler.pt"]
+
+
+# --- names a remote checkpoint gives, read as a server reads them --------------------------------------------------
+
+@pytest.mark.parametrize("shard", ["..%2Fprivate%2Fmodel.safetensors", "%2e%2e%2fprivate%2fmodel.safetensors", "%2E%2E",
+                                   "model.safetensors?x=1", "model.safetensors#x"])
+def test_a_remote_indexs_shard_is_a_file_of_its_folder(shard, tmp_path):
+    """An index's shard is a file name in its folder: locally no `/`; over a URL the server decodes `..%2F` (the
+    loopback server read /private/model.safetensors for /models/a/..%2Fprivate%2F...) and the client resolves
+    `%2E%2E` itself (it fetched the server's root). Refused before any request, one line naming the shard."""
+    import torch
+    from remote_server import Server
+    from safetensors.torch import save_file
+
+    (tmp_path / "models" / "a").mkdir(parents=True)
+    (tmp_path / "private").mkdir()
+    save_file({"secret.weight": torch.zeros(7, 3)}, str(tmp_path / "private" / "model.safetensors"))
+    save_file({"secret.weight": torch.zeros(7, 3)}, str(tmp_path / "models" / "a" / "model.safetensors"))
+    index = tmp_path / "models" / "a" / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"secret.weight": shard}}))
+    with Server(str(tmp_path)) as s:
+        rc, out, err = ckptstat("tensors", f"{s.url}/models/a/model.safetensors.index.json")
+        paths = {p for _, p, _ in s.log}
+    assert rc == 1 and len(err.strip().splitlines()) == 1 and "outside the checkpoint" in err, err
+    assert all(p.startswith("/models/a/") for p in paths) and "/models/a/model.safetensors" not in paths, paths
+
+
+def test_a_folder_listings_encoded_parent_links_are_not_followed(tmp_path):
+    """`scan URL/` of a folder whose listing links `..%2Fprivate%2Fmodel.bin` and `%2E%2E` (file names the server
+    lists as they are): the walk read /private/model.bin and walked the server's root 32 folders deep
+    (`%2E%2E` resolved by the client), then stopped: 'folders nested more than 32 deep'."""
+    from remote_server import Server
+
+    (tmp_path / "models" / "a").mkdir(parents=True)
+    (tmp_path / "private").mkdir()
+    _payload_zip(str(tmp_path / "private" / "model.bin"), str(tmp_path / "ran"))
+    for name in ("..%2Fprivate%2Fmodel.bin", "%2E%2E"):
+        (tmp_path / "models" / "a" / name).write_bytes(b"placeholder")
+    with Server(str(tmp_path)) as s:
+        rc, out, err = ckptstat("scan", f"{s.url}/models/a/", "--json")
+        paths = {p for _, p, _ in s.log}
+    assert rc == 0 and json.loads(out)["files"] == [], err
+    assert paths == {"/models/a/"}, paths
+
+
+@pytest.mark.parametrize("location", ["http://127.0.0.1:1:80/x", "http://[::1/x", "http://[::1]:99999/x"])
+@pytest.mark.parametrize("command", ["summary", "scan"])
+def test_a_redirect_to_a_malformed_url_is_one_line(location, command, tmp_path):
+    """A `Location` whose port is no number or out of range, or whose IPv6 literal is unclosed: urlsplit raises
+    ValueError in the redirect policy (or in urljoin), which ended as `internal error: ValueError` (exit 1)."""
+    import torch
+    from remote_server import Server
+
+    torch.save({"w": torch.zeros(2)}, tmp_path / "model.pt")
+    with Server(str(tmp_path), redirects={"/model.pt": location}) as s:
+        rc, out, err = ckptstat(command, f"{s.url}/model.pt")
+        asked = s.requests["GET"] + s.requests["HEAD"]
+    assert rc in (1, 2) and len(err.strip().splitlines()) == 1 and "internal error" not in err, err
+    assert "refused a redirect to" in err and "not a URL" in err and asked == 1, (err, asked)

@@ -114,7 +114,11 @@ def decide(ask: _Ask, here: str, status: int, reason: str, headers: Any) -> str 
     whether it is followed), or None for a reply to read (2xx, 416); raises _Retry for 429 and 5xx, and the one-line
     error of any other status."""
     if 300 <= status < 400 and headers.get("Location"):
-        return urljoin(here, str(headers["Location"]).strip())
+        there = str(headers["Location"]).strip()
+        try:
+            return urljoin(here, there)
+        except ValueError:   # (an unclosed [IPv6 literal): redirects.check refuses it, naming it
+            return there
     if status in RETRY_STATUS:
         raise _Retry(f"HTTP {status} {reason or ''}".rstrip(), _retry_after(headers.get("Retry-After"), SETTINGS.backoff))
     if status >= 300 and status != 416:
