@@ -303,3 +303,38 @@ def test_a_redirect_to_a_malformed_url_is_one_line(location, command, tmp_path):
         asked = s.requests["GET"] + s.requests["HEAD"]
     assert rc in (1, 2) and len(err.strip().splitlines()) == 1 and "internal error" not in err, err
     assert "refused a redirect to" in err and "not a URL" in err and asked == 1, (err, asked)
+
+
+# --- code a sentence-transformers folder makes its loader import ------------------------------------------------
+
+# modules.json as sentence-transformers 5.1.0's save writes it (SentenceTransformer([Transformer, Pooling]).save), the
+# Pooling's class swapped for one in a module of the folder.
+ST_MODULES = [{"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
+              {"idx": 1, "name": "1", "path": "1_Pooling", "type": "pooling_ext.Pooling"}]
+
+
+def test_a_sentence_transformers_module_of_the_folder_is_named(tmp_path):
+    """sentence-transformers before 6.1 loads a local folder's `module.Class` from `module.py` in the folder with no
+    trust_remote_code (5.1.0 ran it, 6.3.0 asks for the flag: measured on this folder in a throw-away venv; the library
+    is not in the test lock). The folder scan looked at neither modules.json nor the .py: `0 file(s) scanned`, exit 0.
+    Now `unknown`, as an auto_map's module is."""
+    import shutil
+
+    from conftest import FIXTURES
+
+    shutil.copytree(os.path.join(FIXTURES, "bert-tiny"), tmp_path, dirs_exist_ok=True)
+    (tmp_path / "1_Pooling").mkdir()
+    (tmp_path / "1_Pooling" / "config.json").write_text(json.dumps({"word_embedding_dimension": 128,
+                                                                     "pooling_mode_mean_tokens": True}))
+    (tmp_path / "modules.json").write_text(json.dumps(ST_MODULES, indent=2))
+    (tmp_path / "pooling_ext.py").write_text(f"open({str(tmp_path / 'ran')!r}, 'w').close()\n"
+                                             "from sentence_transformers.models import Pooling\n")
+    rc, out, err = ckptstat("scan", str(tmp_path), "--json")
+    assert rc == 1, err
+    (f,) = json.loads(out)["files"]
+    assert f["path"] == "modules.json" and f["status"] == "unknown"
+    assert f["unknown"] == ["modules.json: 'pooling_ext.Pooling', pooling_ext.py in this folder: sentence-transformers "
+                            "imports it and its Python runs"]
+    (tmp_path / "modules.json").write_text(json.dumps(ST_MODULES[:1], indent=2))   # its own classes only: not listed
+    rc, out, err = ckptstat("scan", str(tmp_path), "--json")
+    assert rc == 0 and json.loads(out)["files"] == [], err
