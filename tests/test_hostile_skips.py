@@ -338,3 +338,37 @@ def test_a_sentence_transformers_module_of_the_folder_is_named(tmp_path):
     (tmp_path / "modules.json").write_text(json.dumps(ST_MODULES[:1], indent=2))   # its own classes only: not listed
     rc, out, err = ckptstat("scan", str(tmp_path), "--json")
     assert rc == 0 and json.loads(out)["files"] == [], err
+
+
+# --- what torch.hub loads from a download -------------------------------------------------------------------------
+
+def test_a_zip_of_one_pickle_is_judged_as_torch_hub_loads_it(tmp_path):
+    """torch.hub.load_state_dict_from_url (weights_only=False by default) takes a download that is a zip of one file
+    for a pre-1.6 zipped state_dict: it extracts the file and torch.loads it. torch.load of the zip raises (no
+    data.pkl): scan said 'unreadable' (exit 2) for `resnet18-5c106cde.pth` in the hub's cache, and a folder scan did
+    not list such a zip under a name without a pickle extension (exit 0)."""
+    import torch
+
+    marker = str(tmp_path / "ran")
+    cache = tmp_path / "checkpoints"
+    cache.mkdir()
+    with zipfile.ZipFile(cache / "resnet18-5c106cde.pth", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("resnet18.pth", pickle.dumps(_Opens(marker), protocol=2))
+    with zipfile.ZipFile(cache / "weights", "w", zipfile.ZIP_STORED) as z:
+        z.writestr("w.pth", pickle.dumps(_Opens(marker), protocol=2))
+    torch.save({"w": torch.zeros(2)}, tmp_path / "plain.pt")
+    with zipfile.ZipFile(cache / "plain-1234abcd.pth", "w", zipfile.ZIP_DEFLATED) as z:
+        z.write(tmp_path / "plain.pt", "plain.pt")
+    with zipfile.ZipFile(cache / "notes.zip", "w", zipfile.ZIP_DEFLATED) as z:
+        z.writestr("README.txt", "not a checkpoint\n")
+    hub = ("import sys, torch.hub; torch.hub.load_state_dict_from_url('file://' + sys.argv[1], "
+           f"model_dir={str(tmp_path / 'extracted')!r})")
+    assert runs(hub, str(cache / "resnet18-5c106cde.pth"), marker)
+    assert runs(hub, str(cache / "weights"), marker)
+    rc, out, err = ckptstat("scan", str(cache), "--json")
+    assert rc == 1, err
+    files = {f["path"]: f for f in json.loads(out)["files"]}
+    assert {p: f["status"] for p, f in files.items()} == {
+        "resnet18-5c106cde.pth": "unsafe", "weights": "unsafe", "plain-1234abcd.pth": "safe"}
+    assert files["weights"]["unsafe_globals"] == [f"{open.__module__}.open"]
+    assert "torch.hub" in files["weights"]["verdict"]

@@ -33,7 +33,8 @@ Other loaders' archives and streams have modules of their own, reached from `jud
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
 `saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
 Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py), a NeMo archive's
-config and the pickles NeMo's restore_from loads from it (nemo.py).
+config and the pickles NeMo's restore_from loads from it (nemo.py), a zip of one file that torch.hub extracts and
+torch.loads (hub_zip.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -61,6 +62,7 @@ from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, judge_config
+from .hub_zip import judge_hub_zip
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import KerasFinding, config_findings, load_config
 from .nemo import judge_nemo
@@ -517,6 +519,9 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     names = zf.namelist()
     if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
         return _keras(path, zf)
+    hub = judge_hub_zip(path, zf)   # a zip of one file: torch.hub's legacy zipped checkpoint (analysis/scan/hub_zip.py)
+    if hub is not None:
+        return hub
     # a torch.export archive (analysis/scan/pt2.py), a torch.package one (analysis/scan/package.py)
     export = judge_export(path, f, size) or judge_package(path, f, size)
     if export is not None and not _names_say_numpy_or_keras(f, size):
