@@ -186,7 +186,8 @@ def _remove_nested(folder, depth: int) -> None:
 
 def test_a_folder_the_walk_cannot_list_is_skipped_not_passed_over(tmp_path):
     """os.walk passes over a folder it cannot list in silence (onerror=None): a tree whose path runs past PATH_MAX
-    (20 folders of 250 characters), `0 file(s) scanned`, exit 0. Now listed as skipped: exit 1."""
+    (20 folders of 250 characters), `0 file(s) scanned`, exit 0; audit wrote no record, exit 0. Now scan lists it as
+    skipped and audit records the error: exit 1."""
     folder = tmp_path / "long"
     here = os.getcwd()
     os.makedirs(folder)
@@ -202,6 +203,9 @@ def test_a_folder_the_walk_cannot_list_is_skipped_not_passed_over(tmp_path):
     r = json.loads(out)
     assert rc == 1 and r["files"] == [] and r["totals"]["skipped"] == 1, (r, err)
     assert r["skipped"][0]["why"].startswith("a folder: cannot list it")
+    rc, out, err = ckptstat("audit", str(folder), "--out", str(tmp_path / "audit.jsonl"))   # (audit: exit 0, no record)
+    (rec,) = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert rc == 1 and rec["error"].startswith("cannot list the folder ("), (rec, err)
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root lists a folder without the read permission")
@@ -218,6 +222,17 @@ def test_an_unreadable_subfolder_is_skipped_not_passed_over(tmp_path):
         sub.chmod(0o755)
     r = json.loads(out)
     assert rc == 1 and r["skipped"] == [{"path": "text_encoder", "why": "a folder: cannot list it (Permission denied)"}]
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file without the read permission")
+def test_a_file_without_a_pickle_name_scan_cannot_read_is_skipped_not_dropped(tmp_path):
+    """A file scan cannot open (its permissions; a loader running as another user can) under a name without a pickle
+    extension: dropped as if no loader read a pickle from it, exit 0. Now skipped: exit 1."""
+    _payload_zip(str(tmp_path / "weights"), str(tmp_path / "ran"))
+    (tmp_path / "weights").chmod(0)
+    rc, out, err = ckptstat("scan", str(tmp_path), "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["skipped"] == [{"path": "weights", "why": "cannot read it (Permission denied)"}], r
 
 
 # --- a link out of a folder read before it was refused ------------------------------------------------------------

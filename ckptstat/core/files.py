@@ -184,9 +184,10 @@ def followed(link: str, real_root: str) -> bool:
 
 def walk(top: str, unlisted: Callable[[str, str], None]) -> Iterator[tuple[str, list[str], list[str]]]:
     """os.walk(top) top-down, links to folders listed among the folders and never entered, the folders a caller
-    removes from the list not entered either; but iterative, and telling `unlisted(folder, why)` of each folder it
-    cannot list. os.walk passes over such a folder in silence (unreadable; a path past PATH_MAX), so a scan would say
-    clean without looking, and CPython 3.11's os.walk recurses: a tree 1,000 folders deep raised RecursionError."""
+    removes from the list not entered either; but iterative, and telling `unlisted(folder, why)` (the OS's words) of
+    each folder it cannot list. os.walk passes over such a folder in silence (unreadable; a path past PATH_MAX), so a
+    scan would say clean without looking, and CPython 3.11's os.walk recurses: a tree 1,000 folders deep raised
+    RecursionError."""
     stack = [top]
     while stack:
         folder = stack.pop()
@@ -194,7 +195,7 @@ def walk(top: str, unlisted: Callable[[str, str], None]) -> Iterator[tuple[str, 
             with os.scandir(folder) as it:
                 entries = list(it)
         except OSError as e:
-            unlisted(folder, f"cannot list it ({e.strerror or type(e).__name__})")
+            unlisted(folder, e.strerror or type(e).__name__)
             continue
         dirs: list[str] = []
         files: list[str] = []

@@ -119,8 +119,8 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     units: list[Unit] = []
     seen: set[str] = set()
     claimed: set[str] = set()   # files a unit of a folder above took (an ONNX model's data in a subfolder)
-    def unlisted(folder: str, why: str) -> None:
-        skipped.append(folder)
+    def unlisted(folder: str, why: str) -> None:   # a record with the error: audit cannot say what is in it
+        units.append(Unit(folder, (), 0, 0, error=f"cannot list the folder ({why}): {folder}"))
     for folder, dirs, names in walk(root, unlisted):
         # a Hugging Face cache repository's blobs/ last: a file is audited under its snapshot's name, beside the
         # snapshot's config.json, and a blob no snapshot links to under its own

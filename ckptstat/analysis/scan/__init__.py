@@ -96,7 +96,7 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
     real_root = os.path.realpath(root)
     names: dict[str, list[tuple[str, str]]] = {}
     def unlisted(folder: str, why: str) -> None:
-        skipped.append({"path": os.path.relpath(folder, root), "why": f"a folder: {why}"})
+        skipped.append({"path": os.path.relpath(folder, root), "why": f"a folder: cannot list it ({why})"})
     for folder, dirs, files in walk(root, unlisted):
         dirs.sort()
         for d in dirs:
@@ -135,8 +135,11 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
         try:
             files.append(_entry(rel, scan_local(p)))
         except CkptstatError as e:
+            why = e.reason if isinstance(e, CheckpointError) else str(e)
             if named:   # a pickle's name: listed even when no loader can read it
-                files.append(_entry(rel, None, e.reason if isinstance(e, CheckpointError) else str(e)))
+                files.append(_entry(rel, None, why))
+            elif not isinstance(e, CorruptCheckpointError):   # not "no loader reads a pickle from it": not looked at
+                skipped.append({"path": rel, "why": f"cannot read it ({why})"})
     totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
     return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
             "totals": {"files": len(files), **totals, "skipped": len(skipped)}}
