@@ -227,12 +227,19 @@ def test_an_unreadable_subfolder_is_skipped_not_passed_over(tmp_path):
 @pytest.mark.skipif(os.geteuid() == 0, reason="root reads a file without the read permission")
 def test_a_file_without_a_pickle_name_scan_cannot_read_is_skipped_not_dropped(tmp_path):
     """A file scan cannot open (its permissions; a loader running as another user can) under a name without a pickle
-    extension: dropped as if no loader read a pickle from it, exit 0. Now skipped: exit 1."""
-    _payload_zip(str(tmp_path / "weights"), str(tmp_path / "ran"))
-    (tmp_path / "weights").chmod(0)
-    rc, out, err = ckptstat("scan", str(tmp_path), "--json")
+    extension: dropped as if no loader read a pickle from it, exit 0 (audit: no row in its Trainer folder's record).
+    Now skipped: exit 1 (audit: an `unreadable` row)."""
+    run = tmp_path / "checkpoint-5"
+    run.mkdir()
+    (run / "trainer_state.json").write_text("{}")
+    _payload_zip(str(run / "weights"), str(tmp_path / "ran"))
+    (run / "weights").chmod(0)
+    rc, out, err = ckptstat("scan", str(run), "--json")
     r = json.loads(out)
     assert rc == 1 and r["skipped"] == [{"path": "weights", "why": "cannot read it (Permission denied)"}], r
+    ckptstat("audit", str(tmp_path), "--out", str(tmp_path / "audit.jsonl"))
+    (rec,) = [json.loads(line) for line in (tmp_path / "audit.jsonl").read_text().splitlines()]
+    assert {os.path.basename(f["file"]): f["status"] for f in rec["scan"]["files"]} == {"weights": "unreadable"}, rec
 
 
 # --- a link out of a folder read before it was refused ------------------------------------------------------------
