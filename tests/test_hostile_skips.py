@@ -394,3 +394,37 @@ def test_a_zip_of_one_pickle_is_judged_as_torch_hub_loads_it(tmp_path):
         "resnet18-5c106cde.pth": "unsafe", "weights": "unsafe", "plain-1234abcd.pth": "safe"}
     assert files["weights"]["unsafe_globals"] == [f"{open.__module__}.open"]
     assert "torch.hub" in files["weights"]["verdict"]
+
+
+# --- a Keras config past what scan reads -------------------------------------------------------------------------
+
+_LAMBDA_KERAS = '''import os, sys, zipfile
+import keras
+path, marker = sys.argv[1], sys.argv[2]
+f = eval(f"lambda x: (__import__('os').makedirs({marker!r}, exist_ok=True), x)[1]")
+inp = keras.Input((3,))
+keras.Model(inp, keras.layers.Lambda(f)(inp)).save(path + ".plain.keras")
+os.rmdir(marker)
+with zipfile.ZipFile(path + ".plain.keras") as src, zipfile.ZipFile(path, "w") as dst:
+    for info in src.infolist():
+        data = src.read(info.filename)
+        dst.writestr(info, data + b" " * (17 << 20) if info.filename == "config.json" else data)
+os.remove(path + ".plain.keras")
+'''
+
+
+def test_a_keras_config_past_what_scan_reads_is_unknown_not_unreadable(tmp_path):
+    """A `.keras` whose Lambda model's config.json is padded past the 16 MiB scan reads (JSON whitespace: keras reads it
+    whole and load_model(safe_mode=False) runs the Lambda, measured): 'config.json in the archive is ... bytes', exit 2
+    and `unreadable` in a folder, as if nothing would load it. Now `unknown` (exit 1), the bound named."""
+    marker = str(tmp_path / "RAN")
+    path = str(tmp_path / "model.keras")
+    env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", _LAMBDA_KERAS, path, marker], env=env, check=True, capture_output=True,
+                   timeout=300)
+    load = "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)"
+    subprocess.run([sys.executable, "-c", load, path], env=env, capture_output=True, timeout=300)
+    assert os.path.isdir(marker)
+    rc, out, err = ckptstat("scan", path, "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["status"] == "unknown" and "scan reads" in r["unknown"][0], (r, err)
