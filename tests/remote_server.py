@@ -3,7 +3,8 @@ serves a folder with HEAD and single `Range: bytes=a-b` GETs (206 + Content-Rang
 links, counts the requests and body bytes it sends and the most it answered at once, can answer each request
 after a fixed delay (a real network's latency: `stall=0.05`), and can play a badly behaved server: ignore Range,
 answer some requests with an error status first (429/503), require a bearer token, redirect anywhere,
-claim more than asked, trickle a byte at a time, drop every connection, cut replies mid-body; with `hostile_from`,
+claim more than asked, trickle a byte at a time (the body, or the headers), drop every connection, cut replies
+mid-body; with `hostile_from`,
 only to the range requests that ask for many bytes (a server that answers the headers' windows and lies about the
 values, which ckptstat reads with another client: sources/threaded.py).
 
@@ -46,6 +47,7 @@ class Behaviour:
     claim: int = 0                  # bytes a 206 reply's Content-Range and Content-Length claim beyond the range
                                     # asked (and the body then streams, zeros past the file)
     trickle: float = 0.0            # seconds between the bytes of a reply's body
+    trickle_headers: float = 0.0    # seconds between the bytes of a reply's status line and headers (slow-loris)
     rate: float = 0.0               # bytes a second the server sends, every reply together (a link's bandwidth; 0: as
                                     # fast as it can)
     drop: bool = False              # close every connection without a reply
@@ -55,7 +57,7 @@ class Behaviour:
                                     # Content-Encoding: gzip (although identity was asked) and its compressed length
     redirects: dict[str, str] = field(default_factory=dict)   # path -> Location of a 302
     cut: int = 0                    # the first `cut` 206 replies send half their body, then close the connection
-    hostile_from: int = 0           # > 0: failures, redirects, ranges, overlong, claim, trickle, short, gzip, cut apply only
+    hostile_from: int = 0           # > 0: failures, redirects, ranges, overlong, claim, trickles, short, gzip, cut apply only
                                     # to range requests asking at least this many bytes (values); the rest are answered
                                     # as a plain server answers them
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
@@ -144,6 +146,18 @@ class _Handler(BaseHTTPRequestHandler):
             time.sleep(max(0.0, done - time.monotonic()))
             self.wfile.write(piece)
             self._count(len(piece))
+
+    def end_headers(self) -> None:
+        """The buffered status line and headers sent at once, or with Behaviour.trickle_headers a byte at a time."""
+        pause = self.server_state.b.trickle_headers if getattr(self, "hostile", False) else 0.0
+        if not pause:
+            super().end_headers()
+            return
+        self._headers_buffer.append(b"\r\n")   # (BaseHTTPRequestHandler's buffer: what flush_headers writes)
+        data, self._headers_buffer = b"".join(self._headers_buffer), []
+        for i in range(len(data)):
+            self.wfile.write(data[i:i + 1])
+            time.sleep(pause)
 
     def _send(self, status: int, body: bytes = b"", headers: dict[str, str] | None = None, head: bool = False) -> None:
         self.send_response(status)

@@ -266,7 +266,8 @@ def test_scan_of_a_keras_zip_with_a_deflated_config_of_millions_of_values_is_bou
     """Escaped (crafted): `ckptstat scan` of a .keras zip json.loads its config.json whole (up to 16 MiB inflated) and
     only then counted its values against the 1,000,000 it walks: a 20 KB archive whose config.json inflates to 16 MiB
     of `{},` (5.6 million dicts) took 1.3 GB (a MemoryError under the fuzz worker's cap). The values a config can hold
-    are now bounded from its bytes before it is parsed, and the error names the archive."""
+    are now bounded from its bytes before it is parsed; past the bound the file is `unknown`, the bound named (an error
+    until the twelfth red-team pass: keras reads such a config whole, docs/security.md)."""
     from ckptstat.analysis.scan import scan_path
 
     src = zipfile.ZipFile(fixture("keras3-zip", "mlp.keras"))
@@ -276,8 +277,8 @@ def test_scan_of_a_keras_zip_with_a_deflated_config_of_millions_of_values_is_bou
             z.writestr(name, b"[" + b"{}," * 2_000_000 + b"{}]" if name == "config.json" else src.read(name))
     assert os.path.getsize(p) < 64 << 10
     result, peak = _peak(lambda: scan_path(str(p)))
-    assert isinstance(result, CorruptCheckpointError), result
-    assert str(result).startswith(f"{p}: config.json: ") and "1,000,000" in str(result), result
+    assert isinstance(result, dict) and result["status"] == "unknown", result
+    assert result["unknown"][0].startswith("config.json: more than 1,000,000 values"), result
     assert peak < 32 << 20, f"peak {peak:,} B"
 
 

@@ -13,6 +13,7 @@ import json
 import os
 import sys
 import threading
+import time
 
 import pytest
 
@@ -202,6 +203,22 @@ def test_a_trickling_value_reply_is_a_timeout(folder, capsys, monkeypatch, clien
     with Server(folder, hostile_from=BIG, trickle=0.05) as s:
         rc, out, err = stats(capsys, s.url + "/m/")
         assert "timed out, after 3 attempts" in one_line(rc, err)
+        threaded_sent(s, client)
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_a_reply_trickling_its_headers_is_a_timeout(folder, capsys, monkeypatch, client):
+    """The twelfth red-team pass (docs/security.md): a server sending a reply's status line and headers a byte every
+    50 ms, never silent for read_timeout, before the body's rate rule applies: each reply was waited for as long as
+    its headers took (here ~7 s each, and `stats` went on; a long header at a byte a second: hours, the command's
+    4-hour deadline the only bound). Now the headers must all arrive within read_timeout of the request."""
+    use(monkeypatch, client)
+    monkeypatch.setattr(sources.SETTINGS, "read_timeout", 0.3)
+    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
+    with Server(folder, hostile_from=BIG, trickle_headers=0.05) as s:
+        t0 = time.monotonic()
+        rc, out, err = stats(capsys, "--limit", "remote_seconds=20", s.url + "/m/")
+        assert "timed out, after 3 attempts" in one_line(rc, err) and time.monotonic() - t0 < 15, err
         threaded_sent(s, client)
 
 

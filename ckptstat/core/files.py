@@ -23,7 +23,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -126,7 +126,7 @@ class Scope:
 
     def inside(self, path: str) -> bool:
         if urls.is_url(path):   # a URL's scope is its own prefix: the folder (or repository) it names
-            return path in self.named or any(path.startswith(r.rstrip("/") + "/") for r in self.roots if urls.is_url(r))
+            return path in self.named or any(urls.under(path, r) for r in self.roots if urls.is_url(r))
         real = os.path.realpath(path)
         return real in self.named or any(within(real, r) for r in self.roots)
 
@@ -180,6 +180,33 @@ def followed(link: str, real_root: str) -> bool:
         return True
     blobs = hf_cache_blobs(os.path.dirname(os.path.abspath(link)))
     return blobs is not None and within(real, blobs)
+
+
+def walk(top: str, unlisted: Callable[[str, str], None]) -> Iterator[tuple[str, list[str], list[str]]]:
+    """os.walk(top) top-down, links to folders listed among the folders and never entered, the folders a caller
+    removes from the list not entered either; but iterative, and telling `unlisted(folder, why)` (the OS's words) of
+    each folder it cannot list. os.walk passes over such a folder in silence (unreadable; a path past PATH_MAX), so a
+    scan would say clean without looking, and CPython 3.11's os.walk recurses: a tree 1,000 folders deep raised
+    RecursionError."""
+    stack = [top]
+    while stack:
+        folder = stack.pop()
+        try:
+            with os.scandir(folder) as it:
+                entries = list(it)
+        except OSError as e:
+            unlisted(folder, e.strerror or type(e).__name__)
+            continue
+        dirs: list[str] = []
+        files: list[str] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()
+            except OSError:
+                is_dir = False
+            (dirs if is_dir else files).append(entry.name)
+        yield folder, dirs, files
+        stack.extend(p for p in (os.path.join(folder, d) for d in reversed(dirs)) if not os.path.islink(p))
 
 
 def scope_for(path: str, allow_external: bool, extra: Iterable[str] = ()) -> Scope:

@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import IO, Protocol, TypeVar
+from urllib.parse import unquote
 
 from ..errors import UsageError
 
@@ -42,6 +43,17 @@ def parent(url: str) -> str:
 
 def join(folder: str, name: str) -> str:
     return folder.rstrip("/") + "/" + name
+
+
+def under(url: str, folder: str) -> bool:
+    """Whether `url` names a file under the folder URL `folder` as a server reads it: every part of the rest, once
+    percent-decoded, a plain name (never `.` or `..`, no `/` or `\\`: a server decodes an index's shard `..%2Fb%2Fx`,
+    the client itself resolves `%2E%2E`), and no query or fragment (a shard `x?y` is not the file a loader reads)."""
+    prefix = folder.rstrip("/") + "/"
+    if not url.startswith(prefix) or "?" in url[len(prefix):] or "#" in url[len(prefix):]:
+        return False
+    parts = [unquote(p) for p in url[len(prefix):].split("/")]
+    return all(p not in ("", ".", "..") and not any(c in p for c in "/\\\0") for p in parts)
 
 
 def basename(url: str) -> str:

@@ -352,9 +352,12 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     importlib.import_module(f"{__package__}.{module}")
             if any(DCP_SHARD.match(n) for n in os.listdir(path)):
                 importlib.import_module(f"{__package__}.dcp.hf")
+            def open_inside(p: str) -> Checkpoint:
+                check_inside(p, "file", path)   # before it is opened: each file is opened as one named, link or not
+                return open_checkpoint(p, config, allow_external=allow)
             for read_folder in _FOLDER_HOOKS:
                 with reading(path):
-                    whole = read_folder(path, lambda p: open_checkpoint(p, config, allow_external=allow))
+                    whole = read_folder(path, open_inside)
                 if whole is not None:
                     for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
                         check_inside(f, "file", path)

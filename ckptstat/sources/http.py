@@ -13,8 +13,9 @@ size, unless --allow-full-download. So the GET is made here, on the same session
 - 416 from a range past the end: the size from `Content-Range: bytes */TOTAL` (an empty file);
 - 401/403/404: one line naming the URL; 429 and 5xx: retried with exponential backoff (Retry-After
   honoured, capped); timeouts and dropped connections: retried twice; each attempt counted, every
-  attempt and wait within the command's deadline (`--limit remote_seconds`), and a reply must keep up
-  SETTINGS.min_rate (a server trickling a byte at a time is a timeout);
+  attempt and wait within the command's deadline (`--limit remote_seconds`), a reply's status line and headers
+  must all arrive within SETTINGS.read_timeout of the request, and its body must keep up SETTINGS.min_rate (a
+  server trickling a byte at a time, in the headers or the body, is a timeout);
 - redirects are followed here, one hop at a time, as far as sources/redirects.py's policy allows
   (same origin, the Hub's CDN, never file:// nor from a public host to an internal one);
   Authorization is dropped when a redirect leaves the origin;
@@ -114,7 +115,11 @@ def decide(ask: _Ask, here: str, status: int, reason: str, headers: Any) -> str 
     whether it is followed), or None for a reply to read (2xx, 416); raises _Retry for 429 and 5xx, and the one-line
     error of any other status."""
     if 300 <= status < 400 and headers.get("Location"):
-        return urljoin(here, str(headers["Location"]).strip())
+        there = str(headers["Location"]).strip()
+        try:
+            return urljoin(here, there)
+        except ValueError:   # (an unclosed [IPv6 literal): redirects.check refuses it, naming it
+            return there
     if status in RETRY_STATUS:
         raise _Retry(f"HTTP {status} {reason or ''}".rstrip(), _retry_after(headers.get("Retry-After"), SETTINGS.backoff))
     if status >= 300 and status != 416:
@@ -420,10 +425,13 @@ class HttpTransport:
         here, headers, t0 = ask.url, ask.headers, time.monotonic()
         for _ in range(redirects.MAX_REDIRECTS + 1):
             try:
-                async with self.slot(here), session.get(here, headers=headers, allow_redirects=False) as r:
-                    there = decide(ask, here, r.status, r.reason or "", r.headers)
-                    if there is None:
-                        return await self._reply(r, ask, t0)
+                async with self.slot(here):   # the status line and headers within read_timeout (the module doc)
+                    r = await asyncio.wait_for(session.get(here, headers=headers, allow_redirects=False),
+                                               SETTINGS.read_timeout)
+                    async with r:
+                        there = decide(ask, here, r.status, r.reason or "", r.headers)
+                        if there is None:
+                            return await self._reply(r, ask, t0)
             except redirects.Rebound as e:
                 raise redirects.rebound(ask.url, here, e) from None
             await redirects.check(ask.url, here, there, ask.hosts, ask.allow_external)

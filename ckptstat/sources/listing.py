@@ -17,7 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.urls import basename, redact, scheme
+from ..core.urls import basename, redact, scheme, under
 from ..errors import CheckpointError, FileNotFound
 from .meter import METER, SETTINGS
 from .remote import _HTTP, _WEIGHT_SUFFIXES, BACKEND, _errors
@@ -122,8 +122,8 @@ def _http_walk(folder: str, depth: int, out: list[Entry]) -> None:
     for u in sorted(set(BACKEND.http().ls(folder))):
         name = u[len(folder):] if u.startswith(folder) else ""
         bare = name.rstrip("/")
-        if not bare or "/" in bare or "?" in bare or "#" in bare or bare in (".", ".."):
-            continue   # the parent, sort links (`?C=N`), anything outside the folder
+        if not bare or "/" in bare or not under(folder + bare, folder):
+            continue   # the parent, sort links (`?C=N`), anything outside the folder (`..%2Fx`, `%2E%2E`: core/urls.py)
         (dirs if name.endswith("/") else files).append(folder + bare)
     with ThreadPoolExecutor(max_workers=max(1, min(SETTINGS.concurrency, len(files)))) as pool:
         found = list(pool.map(_http_file, files))

@@ -101,7 +101,10 @@ async def check(first: str, here: str, there: str, hosts: Iterable[str], allow_e
     def refuse(why: str) -> RedirectRefused:
         return refused(first, there, why)
 
-    to, start = origin(there), origin(first)
+    try:
+        to, start = origin(there), origin(first)
+    except ValueError as e:   # a port that is no number, an unclosed [IPv6 literal: urlsplit's own words
+        raise refuse(f"not a URL ({e})") from None
     if to[0] not in ("http", "https"):
         raise refuse(f"ckptstat follows redirects to http(s) URLs only ({to[0] or 'no scheme'}:// is not)")
     if origin(here)[0] == "https" and to[0] == "http":

@@ -17,8 +17,9 @@ event loop of its own: `check_blocking`). What is this client's own:
   kept; a connection goes back only after its reply was read to its end (a reply not read, refused, cut or failed:
   closed). A kept connection the server had closed meanwhile fails on its first use: the request is sent once more
   on a new connection (aiohttp does the same), not counted as an attempt;
-- timeouts: SETTINGS.connect_timeout to connect (and the TLS handshake); every receive (the status line, the
-  headers, each piece of the body) waits at most SETTINGS.read_timeout and never past the attempt's deadline:
+- timeouts: SETTINGS.connect_timeout to connect (and the TLS handshake); the status line and headers all within
+  SETTINGS.read_timeout of the request; every receive (each piece of the body) waits at most SETTINGS.read_timeout
+  and never past the attempt's deadline:
   Meter.time_left when the attempt starts, brought forward to `keep_up_by` once the headers say the body's length
   (a trickling server is a timeout, as `_keep_up` makes it over aiohttp);
 - TLS: `ssl.create_default_context()` (aiohttp's default: certificates verified, the host name checked), ALPN
@@ -195,10 +196,12 @@ class ThreadedClient:
             conn.connect()
         assert conn.sock is not None
         conn.sock.settimeout(min(SETTINGS.read_timeout, left))   # (sending the request)
-        conn.response_class = functools.partial(_Response, deadline=deadline)  # type: ignore[assignment]
+        heads_by = min(deadline, time.monotonic() + SETTINGS.read_timeout)   # the status line and headers (http.py)
+        conn.response_class = functools.partial(_Response, deadline=heads_by)  # type: ignore[assignment]
         conn.request("GET", u.raw_path_qs or "/", headers={"User-Agent": _AGENT, **headers})
         r = conn.getresponse()
         assert isinstance(r, _Response)
+        r.wire.deadline = r.wire.limit = deadline
         return r
 
     def _reply(self, r: _Response, ask: _Ask, t0: float) -> Reply:

@@ -69,8 +69,8 @@ def _scan(files: Iterable[str]) -> dict[str, Any]:
         try:   # a file not named as a pickle counts when a loader would read a pickle from it (scan_local answers)
             r = scan_file(f)
             rows.append({"file": f, "status": r["status"], "unsafe_globals": list(r["unsafe_globals"])})
-        except CkptstatError as e:
-            if pickle_named(f):
+        except CkptstatError as e:   # (no pickle a loader reads, unless it says pickle or scan could not look: as scan)
+            if pickle_named(f) or not isinstance(e, CorruptCheckpointError):
                 rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})
         except Exception as e:  # noqa: BLE001 - a record never raises
             rows.append({"file": f, "status": "unreadable", "unsafe_globals": [], "error": _error_text(e)})

@@ -25,7 +25,7 @@ import re
 import stat
 from dataclasses import dataclass
 
-from ...core.files import HF_CACHE_REPOS, dirname, followed, join
+from ...core.files import HF_CACHE_REPOS, dirname, followed, join, walk
 from ...core.urls import is_url, parent, scheme
 from ...errors import (
     CheckpointError,
@@ -119,7 +119,9 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     units: list[Unit] = []
     seen: set[str] = set()
     claimed: set[str] = set()   # files a unit of a folder above took (an ONNX model's data in a subfolder)
-    for folder, dirs, names in os.walk(root, followlinks=False):
+    def unlisted(folder: str, why: str) -> None:   # a record with the error: audit cannot say what is in it
+        units.append(Unit(folder, (), 0, 0, error=f"cannot list the folder ({why}): {folder}"))
+    for folder, dirs, names in walk(root, unlisted):
         # a Hugging Face cache repository's blobs/ last: a file is audited under its snapshot's name, beside the
         # snapshot's config.json, and a blob no snapshot links to under its own
         last = os.path.basename(folder).startswith(HF_CACHE_REPOS)
@@ -131,21 +133,20 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
         # a TF SavedModel (variables/ inside) or a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
         # rng_state.pth, training_args.bin): the folder is the checkpoint, every file under it scanned
         if "saved_model.pb" in names or trainer_folder({*names, *dirs}):
-            units.append(_unit(folder, sorted(os.path.join(f, n) for f, _, ns in os.walk(folder) for n in ns)))
+            # (its files taken as any folder's are: a link out of the root, a FIFO skipped, never read)
+            inside = sorted(os.path.join(f, n) for f, _, ns in walk(folder, unlisted) for n in ns)
+            units.append(_unit(folder, [p for p in inside if _taken(p, real_root, skipped)]))
             dirs[:] = []
             continue
         files: list[str] = []
         for n in sorted(names):
             p = os.path.join(folder, n)
             real = os.path.realpath(p)
-            try:
-                st = os.stat(real)
-            except OSError:
-                skipped.append(p)
-                continue
             if real in claimed:
                 continue
-            if (os.path.islink(p) and not followed(p, real_root)) or not stat.S_ISREG(st.st_mode) or real in seen:
+            if not _taken(p, real_root, skipped):
+                continue
+            if real in seen:
                 skipped.append(p)
                 continue
             seen.add(real)
@@ -154,6 +155,19 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
         claimed.update(os.path.realpath(m) for path, members in groups for m in members if m != path)
         units += [_unit(path, members) for path, members in groups]
     return units
+
+
+def _taken(p: str, real_root: str, skipped: list[str]) -> bool:
+    """Whether a walk under `real_root` takes the file `p`: a regular file, through a link only where `followed`
+    (core/files.py); else it goes to `skipped`."""
+    try:
+        regular = stat.S_ISREG(os.stat(p).st_mode)
+    except OSError:
+        regular = False
+    if regular and not (os.path.islink(p) and not followed(p, real_root)):
+        return True
+    skipped.append(p)
+    return False
 
 
 def _dcp_group(files: list[str]) -> list[tuple[str, list[str]]]:

@@ -8,7 +8,8 @@ rather than refuses); a folder URL's files the same way, each traced remotely (a
 costs the few bytes its trace reads). Symlinks are followed
 only to files inside the folder, or, in a Hugging Face cache snapshot, into its repository's `blobs/`
 (core/files.py `followed`); each file is scanned once; links to folders are not followed; FIFOs, devices
-and sockets are skipped without being opened. Anything skipped makes the exit code 1.
+and sockets are skipped without being opened, and so is a folder the walk cannot list (core/files.py `walk`).
+Anything skipped makes the exit code 1.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import stat
 from collections.abc import Callable
 from typing import Any
 
-from ...core.files import followed, open_regular
+from ...core.files import followed, open_regular, walk
 from ...core.urls import is_url
 from ...errors import CheckpointError, CkptstatError, CorruptCheckpointError, FileNotFound
 from .loaders import judged_by_own_loader, own_loader, scan_other, training_args_note
@@ -94,7 +95,9 @@ def _candidates(root: str, skipped: list[dict[str, str]]) -> list[tuple[str, str
     link `model_best.pth.tar` to it."""
     real_root = os.path.realpath(root)
     names: dict[str, list[tuple[str, str]]] = {}
-    for folder, dirs, files in os.walk(root, followlinks=False):
+    def unlisted(folder: str, why: str) -> None:
+        skipped.append({"path": os.path.relpath(folder, root), "why": f"a folder: cannot list it ({why})"})
+    for folder, dirs, files in walk(root, unlisted):
         dirs.sort()
         for d in dirs:
             p = os.path.join(folder, d)
@@ -132,8 +135,11 @@ def scan_tree(root: str, progress: Callable[[str], None] | None = None) -> dict[
         try:
             files.append(_entry(rel, scan_local(p)))
         except CkptstatError as e:
+            why = e.reason if isinstance(e, CheckpointError) else str(e)
             if named:   # a pickle's name: listed even when no loader can read it
-                files.append(_entry(rel, None, e.reason if isinstance(e, CheckpointError) else str(e)))
+                files.append(_entry(rel, None, why))
+            elif not isinstance(e, CorruptCheckpointError):   # not "no loader reads a pickle from it": not looked at
+                skipped.append({"path": rel, "why": f"cannot read it ({why})"})
     totals = {s: sum(1 for f in files if f["status"] == s) for s in STATUSES}
     return {"schema": TREE_SCHEMA, "path": root, "files": files, "skipped": skipped,
             "totals": {"files": len(files), **totals, "skipped": len(skipped)}}

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import IO, Any
 
 from ...core.urls import file_name
-from ...errors import CorruptCheckpointError
 from ...formats.gguf import MAGIC, chat_templates
 from .jinja import SHOWN, judge
 from .torch_load import plain_report
@@ -44,17 +43,21 @@ def judge_templates(path: str, f: IO[bytes], size: int, head: bytes) -> dict[str
 
 
 def config_templates(path: str, config: dict[str, Any]) -> dict[str, str | int]:
-    """A Hugging Face JSON config's `chat_template`: a string, or a list of {name, template} (transformers)."""
+    """A Hugging Face JSON config's `chat_template`: a string, a list of {name, template} (what save_pretrained
+    writes), or a dict of name -> template, which the tokenizer keeps as it stands (transformers'
+    tokenization_utils_base `get_chat_template` renders its "default"). An entry that is no string is no template
+    (a None beside the one rendered loads, and is never compiled): passed over, never the end of the file's scan."""
     value = config.get("chat_template")
     if value is None:
         return {}
-    entries = value if isinstance(value, list) else [{"name": "default", "template": value}]
+    entries = ([{"name": k, "template": v} for k, v in value.items()] if isinstance(value, dict) else
+               value if isinstance(value, list) else [{"name": "default", "template": value}])
     found: dict[str, str | int] = {}
     for i, entry in enumerate(entries):
         text = entry.get("template") if isinstance(entry, dict) else None
         if not isinstance(text, str):
-            raise CorruptCheckpointError(path, f"chat_template entry {i} is not a template string")
-        key = f"chat_template[{entry.get('name', i)!r}]" if isinstance(value, list) else "chat_template"
+            continue
+        key = "chat_template" if isinstance(value, str) else f"chat_template[{entry.get('name', i)!r}]"
         found[key] = text if len(text) <= TEMPLATE_BYTES else len(text)
     return found
 

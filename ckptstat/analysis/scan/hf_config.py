@@ -7,6 +7,9 @@ loader (transformers/dynamic_module_utils.py `get_class_from_dynamic_module`, `g
 module file, and the files it imports relatively, into its modules cache and imports it: the file's Python runs.
 Without the flag transformers refuses to. scan does not vet Python: each module is `unknown`, named with the class
 that loads it, whether the folder holds its file, and which repository it comes from.
+
+sentence-transformers' `modules.json` names each module's class by `type`; one outside its own package is imported
+the same way (`st_modules`), and is `unknown` alike.
 """
 from __future__ import annotations
 
@@ -16,16 +19,18 @@ import re
 from typing import IO, Any
 
 from ...core.urls import file_name, is_url
-from ...errors import CorruptCheckpointError
 from .chat_templates import HF_RENDERERS, config_templates, template_report
 from .jinja import SHOWN
 
 CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
                      "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
-                     "image_processor_config.json"})
+                     "image_processor_config.json", "modules.json"})
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
+ST_MODULES = "modules.json"   # sentence-transformers' modules: [{"idx", "name", "path", "type": "module.Class"}]
+ST_CODE = ("sentence-transformers imports the module classes its modules.json names (a local folder's own file with no "
+           "trust_remote_code before 6.1); scan does not vet Python")
 REMOTE_CODE = ("transformers imports the repository's Python when it loads with trust_remote_code=True "
                "(dynamic_module_utils.get_class_from_dynamic_module); scan does not vet Python")
 
@@ -63,23 +68,51 @@ def remote_code(config: dict[str, Any], folder: str | None) -> list[str]:
     return out
 
 
+def st_modules(modules: list[Any], folder: str | None) -> list[str]:
+    """What a sentence-transformers `modules.json` makes it import: one line a `type` outside its own package. Before
+    6.1 (5.1.0, measured) a local folder's `module.Class` is loaded from `module.py` in the folder with no
+    trust_remote_code (SentenceTransformer `_load_module_class_from_ref`: get_class_from_dynamic_module when the path
+    exists), and any other name imported from the loading machine's path; 6.1+ asks trust_remote_code=True first."""
+    out = []
+    refs = [m.get("type") for m in modules if isinstance(m, dict)]
+    foreign = [r for r in refs if isinstance(r, str) and not r.startswith("sentence_transformers.")]
+    for ref in foreign[:SHOWN]:
+        m = CLASS_REF.match(ref)
+        if m is None:
+            out.append(f"modules.json: {ref!r:.80}, not a class reference scan can read")
+            continue
+        file = m.group("module").replace(".", "/") + ".py"
+        where = (f"from the repository {m.group('repo')}" if m.group("repo") else f"{file} in this folder"
+                 if folder is not None and os.path.isfile(os.path.join(folder, file)) else
+                 f"{file} beside this config, else a module of the loading machine")
+        out.append(f"modules.json: {ref!r:.80}, {where}: sentence-transformers imports it and its Python runs")
+    if len(foreign) > SHOWN:
+        out.append(f"modules.json: {len(foreign) - SHOWN:,} more modules")
+    return out
+
+
 def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
     is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
     name = file_name(path)
-    if size > CONFIG_BYTES:
-        raise CorruptCheckpointError(path, f"{name} is {size:,} bytes, more than the {CONFIG_BYTES:,} scan reads")
+    if size > CONFIG_BYTES:   # unknown, never an error: a folder scan would not list the file (transformers reads it)
+        return template_report(path, f"Hugging Face {name}", {}, HF_RENDERERS, "", [
+            f"{name} is {size:,} bytes; scan reads at most {CONFIG_BYTES:,} (its chat templates and auto_map unread)"])
     f.seek(0)
     try:
         config = json.loads(f.read(size))
     except (ValueError, RecursionError):
         return None
-    if not isinstance(config, dict):
+    folder = None if is_url(path) else os.path.dirname(os.path.abspath(path))
+    if name == ST_MODULES and isinstance(config, list):
+        found: dict[str, str | int] = {}
+        code, loader, key = st_modules(config, folder), ST_CODE, name
+    elif isinstance(config, dict):
+        found, code, loader, key = config_templates(path, config), remote_code(config, folder), REMOTE_CODE, "auto_map"
+    else:
         return None
-    found = config_templates(path, config)
-    code = remote_code(config, None if is_url(path) else os.path.dirname(os.path.abspath(path)))
     if not found and not code:
         return None
-    loaders = "; ".join(([HF_RENDERERS] if found else []) + ([REMOTE_CODE] if code else []))
+    loaders = "; ".join(([HF_RENDERERS] if found else []) + ([loader] if code else []))
     return template_report(path, f"Hugging Face {name}", found, loaders, "", code,
-                           [f"auto_map names {len(code)} module(s) of Python"] if code else [])
+                           [f"{key} names {len(code)} module(s) of Python"] if code else [])

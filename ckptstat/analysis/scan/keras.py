@@ -94,6 +94,11 @@ def _object(node: dict[str, object], where: str) -> KerasFinding | None:
                         "needs the user's own registered class")
 
 
+class PastBounds(CorruptCheckpointError):
+    """A Keras config past what scan reads (its bytes, its values): the file is `unknown`, never `unreadable`, since
+    Keras reads it whole (loaders.py `_keras`, `_keras_h5`)."""
+
+
 def load_config(text: str | bytes, source: str, path: str) -> object:
     """A Keras config's JSON, parsed only when its text can hold at most MAX_NODES values: json.loads builds every value
     before config_findings counts them (60-200 B each: 16 MiB of `{},`, which a 20 KB archive inflates to, took 1.3
@@ -104,7 +109,7 @@ def load_config(text: str | bytes, source: str, path: str) -> object:
     else:
         values = 1 + text.count(b"[") + text.count(b"{") + text.count(b",")
     if values > MAX_NODES:
-        raise CorruptCheckpointError(path, f"{source}: more than {MAX_NODES:,} values (its {len(text):,} bytes may hold "
+        raise PastBounds(path, f"{source}: more than {MAX_NODES:,} values (its {len(text):,} bytes may hold "
                                            f"{values:,})")
     return json.loads(text)
 
@@ -119,7 +124,7 @@ def config_findings(config: object, source: str, path: str | None = None) -> lis
         node, where = stack.pop()
         seen += 1
         if seen > MAX_NODES:
-            raise CorruptCheckpointError(path, f"{source}: more than {MAX_NODES:,} values")
+            raise PastBounds(path, f"{source}: more than {MAX_NODES:,} values")
         if isinstance(node, dict):
             f = _object(node, where)
             if f is not None:

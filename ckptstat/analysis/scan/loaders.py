@@ -33,7 +33,8 @@ Other loaders' archives and streams have modules of their own, reached from `jud
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
 `saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
 Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py), a NeMo archive's
-config and the pickles NeMo's restore_from loads from it (nemo.py).
+config and the pickles NeMo's restore_from loads from it (nemo.py), a zip of one file that torch.hub extracts and
+torch.loads (hub_zip.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -61,8 +62,9 @@ from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, judge_config
+from .hub_zip import judge_hub_zip
 from .joblib_arrays import judge_plain as judge_plain_joblib
-from .keras import KerasFinding, config_findings, load_config
+from .keras import KerasFinding, PastBounds, config_findings, load_config
 from .nemo import judge_nemo
 from .package import judge_package
 from .pt2 import judge_export
@@ -220,15 +222,35 @@ def _keras_report(path: str, fmt: str, configs: list[tuple[str, object]], loader
 
 
 def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
+    try:
+        return _keras_zip(path, zf)
+    except PastBounds as e:   # (keras reads it whole: unknown, never unreadable)
+        return _past_bounds(path, "keras (zip)", e)
+
+
+def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
+    try:
+        return _keras_h5_configs(path, f)
+    except PastBounds as e:
+        return _past_bounds(path, "keras (h5)", e)
+
+
+def _past_bounds(path: str, fmt: str, e: PastBounds) -> dict[str, Any]:
+    return plain_report(path, fmt, "not torch.load's: keras.saving.load_model rebuilds the model from its config", [],
+                        [], [e.reason], [], f"UNKNOWN: scan cannot tell what keras.saving.load_model would run: {e.reason}")
+
+
+def _keras_zip(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
     info = zf.getinfo("config.json")
     if info.file_size > MAX_CONFIG:
-        raise CorruptCheckpointError(path, f"config.json in the archive is {info.file_size:,} bytes")
+        raise PastBounds(path, f"config.json in the archive is {info.file_size:,} bytes, more than the {MAX_CONFIG:,} "
+                               "scan reads")
     with zf.open(info) as member:
         config = load_config(member.read(MAX_CONFIG + 1).decode("utf-8"), "config.json", path)
     return _keras_report(path, "keras (zip)", [("config.json", config)], "keras.saving.load_model")
 
 
-def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
+def _keras_h5_configs(path: str, f: IO[bytes]) -> dict[str, Any]:
     """A Keras 2 `.h5` (model.save(..., "x.h5")): its JSON `model_config` and `training_config` attributes
     (keras/src/legacy/saving/legacy_h5_format.py `load_model_from_hdf5`); an HDF5 file without them holds
     weights only, which load_weights reads as arrays."""
@@ -248,7 +270,7 @@ def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
                 continue
             size = h5.attrs.get_id(key).get_storage_size()
             if size > MAX_CONFIG:
-                raise CorruptCheckpointError(path, f"attribute {key!r} is {size:,} bytes")
+                raise PastBounds(path, f"attribute {key!r} is {size:,} bytes, more than the {MAX_CONFIG:,} scan reads")
             text = attribute(h5, key)
             if len(text) != 1 or len(text[0]) > MAX_CONFIG:
                 raise CorruptCheckpointError(path, f"attribute {key!r} is not one JSON string")
@@ -517,6 +539,9 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     names = zf.namelist()
     if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
         return _keras(path, zf)
+    hub = judge_hub_zip(path, zf)   # a zip of one file: torch.hub's legacy zipped checkpoint (analysis/scan/hub_zip.py)
+    if hub is not None:
+        return hub
     # a torch.export archive (analysis/scan/pt2.py), a torch.package one (analysis/scan/package.py)
     export = judge_export(path, f, size) or judge_package(path, f, size)
     if export is not None and not _names_say_numpy_or_keras(f, size):

@@ -71,9 +71,10 @@ def _output_stream(node: bytes) -> str:
 def judge_saved_model(path: str, f: IO[bytes], size: int) -> dict[str, Any]:
     """The scan report of a `saved_model.pb` (see the module doc): no pickle, the file-system ops as findings."""
     cap = limits().index_bytes
-    if size > cap:
-        raise CorruptCheckpointError(path, f"{NAME} is {size:,} bytes, more than the {cap:,} ckptstat reads "
-                                           "(--limit index_bytes=N)")
+    if size > cap:   # unknown, never an error: a folder scan lists only what it can judge or not rule out
+        unread = f"{NAME} is {size:,} bytes, more than the {cap:,} scan reads (--limit index_bytes=N): its ops unread"
+        return plain_report(path, "TensorFlow SavedModel", f"not torch.load's: {LOADER} restores the graphs' functions",
+                            [], [], [unread], [], f"SUSPICIOUS: {unread}")
     f.seek(0)
     raw = f.read(size)
     ops: Counter[str] = Counter()

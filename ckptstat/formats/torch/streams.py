@@ -24,15 +24,18 @@ class Source:
         self.length, self.pos = max(length, 0), 0
         self._buf, self._at = b"", 0        # buffered bytes, and the index of pos in them
 
-    def _fill(self, n: int) -> bytes:     # up to n of the bytes after the buffered ones (b"": no more)
-        raise NotImplementedError
+    def _fill(self, n: int) -> bytes:     # about n of the bytes after the buffered ones (b"": no more); a
+        raise NotImplementedError         # decompressor may give more than asked (a chunk's worth)
 
-    def _drop(self, n: int) -> None:      # skip n bytes after the buffered ones
+    def _drop(self, n: int) -> bytes:     # skip n bytes after the buffered ones; what a fill gave past them
         while n > 0:
             got = self._fill(min(n, _CHUNK))
             if not got:
-                return
+                return b""
+            if len(got) > n:   # kept: dropping it would hide the opcodes after a big argument
+                return got[n:]
             n -= len(got)
+        return b""
 
     def left(self) -> int:
         return self.length - self.pos
@@ -64,8 +67,7 @@ class Source:
         if n <= have:
             self._at += n
         else:
-            self._drop(n - have)
-            self._buf, self._at = b"", 0
+            self._buf, self._at = self._drop(n - have), 0
         self.pos += n
 
     def readline(self, limit: int, end: int | None = None) -> tuple[bytes, bool, bool]:
@@ -113,8 +115,9 @@ class FileWindow(Source):
         self._next += len(got)
         return got
 
-    def _drop(self, n: int) -> None:
+    def _drop(self, n: int) -> bytes:
         self._next += n
+        return b""
 
 
 class BytesSource(Source):
@@ -128,8 +131,9 @@ class BytesSource(Source):
         self._next += len(out)
         return out
 
-    def _drop(self, n: int) -> None:
+    def _drop(self, n: int) -> bytes:
         self._next += n
+        return b""
 
 
 class InflateSource(Source):
