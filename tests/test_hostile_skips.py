@@ -7,13 +7,14 @@ import gzip
 import json
 import os
 import pickle
+import shutil
 import subprocess
 import sys
 import zipfile
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, fixture
 
 BIG = (1 << 20) + 12_345   # a string longer than the walk's 64 KiB read chunk, not a multiple of it
 
@@ -428,3 +429,18 @@ def test_a_keras_config_past_what_scan_reads_is_unknown_not_unreadable(tmp_path)
     rc, out, err = ckptstat("scan", path, "--json")
     r = json.loads(out)
     assert rc == 1 and r["status"] == "unknown" and "scan reads" in r["unknown"][0], (r, err)
+
+
+def test_audit_fails_on_a_file_scan_cannot_read(tmp_path):
+    """A Trainer folder whose rng_state.pth scan cannot read (a damaged zip): `scan DIR` exits 2 for it, `audit` exited 0
+    with the record's scan verdict `unreadable`, a gate passing a file nothing vouched for. Now exit 1, the folder
+    listed under what scan could not read."""
+    run = tmp_path / "run" / "checkpoint-5"
+    shutil.copytree(fixture("bert-tiny"), run)
+    (run / "trainer_state.json").write_text('{"global_step": 5}')
+    (run / "rng_state.pth").write_bytes(b"PK\x03\x04damaged")
+    rc, out, err = ckptstat("scan", str(run))
+    assert rc == 2, (out, err)
+    rc, out, err = ckptstat("audit", str(tmp_path / "run"), "--out", str(tmp_path / "audit.jsonl"), "--json")
+    assert rc == 1, (out, err)
+    assert json.loads(out)["unreadable"] == [str(run)]

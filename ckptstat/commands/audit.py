@@ -28,7 +28,8 @@ def audit(
     verdict and config cross-check, one JSON line each; a re-run skips what is done (path, size, and mtime, or a
     URL's etag).
 
-    Exit 0; 1 when any checkpoint is unsafe, has broken ties, or could not be read."""
+    Exit 0; 1 when any checkpoint is unsafe or of unknown safety, holds a file scan could not read, has broken ties,
+    or could not be read."""
     import os
 
     from ..analysis.audit import run, summarize_records
@@ -73,5 +74,5 @@ def audit(
         emit_json({**s, "run": info})
     else:
         render_audit_summary(s, console(), info)
-    if s["errors"] or s["unsafe"] or s["unknown"] or s["broken_ties"]:
+    if s["errors"] or s["unsafe"] or s["unknown"] or s["unreadable"] or s["broken_ties"]:
         raise typer.Exit(1)

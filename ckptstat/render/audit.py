@@ -58,14 +58,15 @@ def _counts(title: str, counts: dict[str, int]) -> Text:
 
 def render_audit_summary(s: dict[str, Any], console: Console, run: dict[str, Any] | None = None) -> None:
     head = (f"{s['records']} checkpoint{'' if s['records'] == 1 else 's'}, {human_bytes(s['bytes'])}, "
-            f"{s['parameters']:,} parameters; {s['errors']} unreadable")
+            f"{s['parameters']:,} parameters; {s['errors']} could not be read")
     if run:
         head += (f"  (this run: {run['audited']} audited, {run['resumed']} already done, {run['skipped']} files skipped; "
                  f"{run['seconds']:.1f} s)")
     console.print(head)
     for title in ("scan", "ties", "config"):
         console.print(_counts(title, s[title]))
-    for title, paths in (("unsafe", s["unsafe"]), ("unknown safety", s.get("unknown", [])), ("broken ties", s["broken_ties"])):
+    for title, paths in (("unsafe", s["unsafe"]), ("unknown safety", s.get("unknown", [])),
+                         ("a file scan could not read", s.get("unreadable", [])), ("broken ties", s["broken_ties"])):
         if paths:
             t = Table(title=f"{title} ({len(paths)})", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
             t.add_column("path")

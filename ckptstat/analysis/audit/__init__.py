@@ -423,6 +423,8 @@ def summarize_records(records: list[dict[str, Any]], top: int = 10) -> dict[str,
         "unsafe": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unsafe"),
         # scan could not tell what torch.load would run (never "safe"): a gate must not pass it either
         "unknown": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unknown"),
+        # a file scan could not read (damaged, or not readable by this user while a loader may read it): not vouched for
+        "unreadable": sorted(r["path"] for r in records if (r.get("scan") or {}).get("verdict") == "unreadable"),
         "broken_ties": sorted(r["path"] for r in records if (r.get("ties") or {}).get("verdict") == "broken"),
         "largest_discrepancies": drifts[:top],
         "error_examples": [{"path": r["path"], "error": r["error"]} for r in records if r.get("error")][:top],
