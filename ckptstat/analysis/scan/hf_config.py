@@ -10,6 +10,12 @@ that loads it, whether the folder holds its file, and which repository it comes 
 
 sentence-transformers' `modules.json` names each module's class by `type`; one outside its own package is imported
 the same way (`st_modules`), and is `unknown` alike.
+
+diffusers' `model_index.json` names each component `[library, class]`, and the pipeline `_class_name`; a component
+whose folder holds `<library>.py`, and a `_class_name` `[module, class]` with `<module>.py` beside it, are the
+repository's own Python, which DiffusionPipeline.from_pretrained imports under trust_remote_code=True
+(pipelines/pipeline_loading_utils.py `get_class_obj_and_candidates`, `_resolve_custom_pipeline_and_cls`;
+diffusers 0.42.1): `unknown` alike (`diffusers_code`).
 """
 from __future__ import annotations
 
@@ -24,13 +30,16 @@ from .jinja import SHOWN
 
 CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
                      "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
-                     "image_processor_config.json", "modules.json"})
+                     "image_processor_config.json", "modules.json", "model_index.json"})
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
 ST_MODULES = "modules.json"   # sentence-transformers' modules: [{"idx", "name", "path", "type": "module.Class"}]
 ST_CODE = ("sentence-transformers imports the module classes its modules.json names (a local folder's own file with no "
            "trust_remote_code before 6.1); scan does not vet Python")
+DIFFUSERS_INDEX = "model_index.json"
+DIFFUSERS_CODE = ("diffusers imports a pipeline's or component's own Python file when it loads with trust_remote_code=True "
+                  "(pipeline_loading_utils.get_class_obj_and_candidates); scan does not vet Python")
 REMOTE_CODE = ("transformers imports the repository's Python when it loads with trust_remote_code=True "
                "(dynamic_module_utils.get_class_from_dynamic_module); scan does not vet Python")
 
@@ -91,6 +100,30 @@ def st_modules(modules: list[Any], folder: str | None) -> list[str]:
     return out
 
 
+def diffusers_code(index: dict[str, Any], folder: str | None) -> list[str]:
+    """What a diffusers `model_index.json` makes DiffusionPipeline.from_pretrained import from the repository: one line
+    a component whose folder holds `<library>.py`, and the pipeline's `[module, class]` with `<module>.py` beside the
+    index; `folder` None (a URL): the pipeline's `[module, class]` said, the file not looked up, components not judged
+    (whether a component's folder holds the file would take a listing: docs/security.md, known gaps)."""
+    def here(file: str) -> bool:
+        return folder is None or os.path.isfile(os.path.join(folder, file))
+
+    out = []
+    pipeline = index.get("_class_name")
+    if isinstance(pipeline, (list, tuple)) and pipeline and isinstance(pipeline[0], str) and here(f"{pipeline[0]}.py"):
+        out.append(f"{DIFFUSERS_INDEX}: _class_name {list(pipeline)!r:.80}, {pipeline[0]}.py "
+                   f"{'beside this index' if folder is None else 'in this folder'}: diffusers imports it and its Python runs")
+    for component, ref in index.items():
+        if component.startswith("_") or not isinstance(ref, (list, tuple)) or not ref or not isinstance(ref[0], str):
+            continue
+        file = f"{component}/{ref[0]}.py"
+        if folder is None or os.sep in ref[0] or "/" in ref[0] or not here(file):   # (a URL's: a known gap)
+            continue
+        out.append(f"{DIFFUSERS_INDEX}: {component} = {list(ref)!r:.80}, {file} in this folder: diffusers imports it "
+                   "and its Python runs")
+    return out[:SHOWN] + ([f"{DIFFUSERS_INDEX}: {len(out) - SHOWN:,} more modules"] if len(out) > SHOWN else [])
+
+
 def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of a Hugging Face JSON config's chat templates and remote code; None when it carries neither, or
     is not a JSON object (not a file scan looks at: torch.load's verdict stands, if any)."""
@@ -107,6 +140,8 @@ def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     if name == ST_MODULES and isinstance(config, list):
         found: dict[str, str | int] = {}
         code, loader, key = st_modules(config, folder), ST_CODE, name
+    elif name == DIFFUSERS_INDEX and isinstance(config, dict):
+        found, code, loader, key = {}, diffusers_code(config, folder), DIFFUSERS_CODE, name
     elif isinstance(config, dict):
         found, code, loader, key = config_templates(path, config), remote_code(config, folder), REMOTE_CODE, "auto_map"
     else:
