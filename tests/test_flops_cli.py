@@ -170,9 +170,10 @@ def test_summary_seq_the_model_cannot_run_is_a_usage_error(capsys, seq, words):
     assert words in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
 
 
-def test_image_model_summary_is_per_image(capsys, tmp_path):
-    """An image model's summary and report give FLOPs per image: they said 'FLOPs/token at seq 128', the image's
-    FLOPs divided by a length ViT never reads (17 tokens here)."""
+@pytest.fixture
+def saved_vit(tmp_path):
+    """A tiny ViTForImageClassification's save_pretrained folder, its config, and its forward FLOPs per image as
+    FlopCounterMode counts them."""
     torch = pytest.importorskip("torch")
     T = pytest.importorskip("transformers")
     from test_families import fcm_image_flops
@@ -183,6 +184,13 @@ def test_image_model_summary_is_per_image(capsys, tmp_path):
     model = T.ViTForImageClassification(cfg).eval()
     model.save_pretrained(tmp_path)
     expected = fcm_image_flops(model, 0, 1, "cpu", cfg.image_size, cfg.num_channels, cfg.image_size)
+    return tmp_path, cfg, expected
+
+
+def test_image_model_summary_is_per_image(capsys, saved_vit):
+    """An image model's summary and report give FLOPs per image: they said 'FLOPs/token at seq 128', the image's
+    FLOPs divided by a length ViT never reads (17 tokens here)."""
+    tmp_path, cfg, expected = saved_vit
     for seq in ([], ["--seq", "8"]):
         an = run_json(capsys, str(tmp_path), *seq)["analytic"]
         assert (an["input"], an["image_size"], an["flops_per_token"]) == ("image", cfg.image_size, expected)
@@ -192,20 +200,11 @@ def test_image_model_summary_is_per_image(capsys, tmp_path):
     assert f"{expected:,} FLOPs per {cfg.image_size}x{cfg.image_size} image" in capsys.readouterr().out
 
 
-def test_image_model_flops_and_memory_are_per_image(capsys, tmp_path):
+def test_image_model_flops_and_memory_are_per_image(capsys, saved_vit):
     """`flops` and `memory` of an image model say the image their figures are per: they printed `seq 128 (default...)`,
     a table of `seq 128 / tokens 128 / FLOPs/token` and `forward FLOPs at s=128`, a length ViT never reads (its 17
     tokens are the patches); `--seq` changed only the per-token division: now noted as unused, the figures the same."""
-    torch = pytest.importorskip("torch")
-    T = pytest.importorskip("transformers")
-    from test_families import fcm_image_flops
-
-    cfg = T.ViTConfig(hidden_size=16, num_hidden_layers=2, num_attention_heads=2, intermediate_size=24, image_size=16,
-                      patch_size=4, num_labels=5, attn_implementation="eager")
-    torch.manual_seed(0)
-    model = T.ViTForImageClassification(cfg).eval()
-    model.save_pretrained(tmp_path)
-    expected = fcm_image_flops(model, 0, 1, "cpu", cfg.image_size, cfg.num_channels, cfg.image_size)
+    tmp_path, cfg, expected = saved_vit
     side = f"{cfg.image_size}x{cfg.image_size}"
     for command in ("flops", "memory"):
         r = run_json(capsys, command, str(tmp_path))
