@@ -120,3 +120,54 @@ def test_a_pickle_split_across_streams_is_one_pickle(kind, tmp_path, cli):
     assert os.path.exists(marker)
     rc, out, _ = cli("scan", str(path), "--json")
     assert rc == 1 and json.loads(out)["unsafe_globals"] == [OPEN]
+
+
+def test_a_zstd_pickle_is_judged_as_pickle_load_of_zstandard_open_runs(tmp_path, cli):
+    """pandas' `.pkl.zst` (read through zstandard.open, every frame one after another): torch.load cannot read it
+    (exit 2) and a folder scan did not list it (exit 0), while `pickle.load(zstandard.open(path))` runs its payload
+    (measured here). Decompressed with the `zstd` extra: a payload `unsafe`, plain data `safe`; a frame asking for a
+    1 GiB window `unknown`, not allocated. A payload split across two frames is `unsafe` too, the cautious side:
+    zstandard.open's read() goes on across frames, while pickle.load's short read at the frame's end stops it (the
+    split payload did not run here, with zstandard 0.25)."""
+    zstandard = pytest.importorskip("zstandard")
+    marker = str(tmp_path / "ran")
+    data = pickle.dumps({"a": [1, 2, 3], "x": _Payload(marker)}, protocol=4)
+    cut = data.index(b"open") - 4
+    c = zstandard.ZstdCompressor()
+    files = {"evil.pkl.zst": c.compress(data), "split.pkl.zst": c.compress(data[:cut]) + c.compress(data[cut:]),
+             "plain.pkl.zst": c.compress(pickle.dumps({"lr": 0.1, "steps": [1, 2, 3]}, protocol=4))}
+    wide = zstandard.ZstdCompressor(compression_params=zstandard.ZstdCompressionParameters(window_log=30,
+                                                                                          write_content_size=False))
+    cobj = wide.compressobj()
+    files["wide.pkl.zst"] = cobj.compress(pickle.dumps({"lr": 0.1}, protocol=4)) + cobj.flush()
+    assert zstandard.get_frame_parameters(files["wide.pkl.zst"]).window_size == 1 << 30
+    folder = tmp_path / "f"
+    folder.mkdir()
+    for name, blob in files.items():
+        (folder / name).write_bytes(blob)
+    load = "import zstandard as c, pickle, sys; pickle.load(c.open(sys.argv[1]))"
+    subprocess.run([sys.executable, "-c", load, str(folder / "evil.pkl.zst")], capture_output=True, timeout=120)
+    assert os.path.exists(marker)
+    os.remove(marker)
+    for name in ("evil.pkl.zst", "split.pkl.zst"):
+        rc, out, _ = cli("scan", str(folder / name), "--json")
+        assert rc == 1 and json.loads(out)["unsafe_globals"] == [OPEN], name
+    rc, out, _ = cli("scan", str(folder / "plain.pkl.zst"), "--json")
+    assert rc == 0 and json.loads(out)["status"] == "safe"
+    rc, out, _ = cli("scan", str(folder / "wide.pkl.zst"), "--json")
+    assert rc == 1 and "decoder memory" in json.loads(out)["verdict"]
+    rc, out, _ = cli("scan", str(folder), "--json")
+    assert rc == 1 and {f["path"]: f["status"] for f in json.loads(out)["files"]} == {
+        "evil.pkl.zst": "unsafe", "split.pkl.zst": "unsafe", "plain.pkl.zst": "safe", "wide.pkl.zst": "unknown"}
+    assert not os.path.exists(marker)
+
+
+def test_a_zstd_pickle_without_the_extra_is_unknown(tmp_path, cli, monkeypatch):
+    zstandard = pytest.importorskip("zstandard")
+    from ckptstat.analysis.scan import compressed
+
+    monkeypatch.setattr(compressed, "_zstandard", lambda: None)   # as where zstandard is not installed
+    path = tmp_path / "plain.pkl.zst"
+    path.write_bytes(zstandard.ZstdCompressor().compress(pickle.dumps([1, 2, 3])))
+    rc, out, _ = cli("scan", str(path), "--json")
+    assert rc == 1 and "pip install 'ckptstat[zstd]'" in json.loads(out)["verdict"]

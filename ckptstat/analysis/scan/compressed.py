@@ -1,6 +1,8 @@
 """`ckptstat scan` of a pickle inside a compressed stream: `joblib.dump(obj, path, compress=...)` (zlib, gzip, bz2,
-lzma, xz: joblib/compressor.py; the whole stream, pickle and inline arrays, goes through the compressor) and a
-`.pkl.gz`-style file that `pickle.load(gzip.open(path))` reads. torch.load cannot read one (its first byte is no
+lzma, xz: joblib/compressor.py; the whole stream, pickle and inline arrays, goes through the compressor), a
+`.pkl.gz`-style file that `pickle.load(gzip.open(path))` reads, and a zstd one (pandas' `.pkl.zst`, read through
+`zstandard.open`: every frame, one after another), decompressed with the `zstd` extra (`zstandard`; without it
+`unknown`). torch.load cannot read one (its first byte is no
 pickle opcode: scan said "unreadable"), while joblib.load, and those loaders, decompress it and unpickle what comes
 out from its first byte.
 
@@ -19,6 +21,7 @@ import zlib
 from typing import IO, Any
 
 from ...core.limits import limits
+from ...formats.dcp.extensions import ZSTD_MAGIC
 from ...formats.torch.streams import FileWindow, Source
 from .joblib_arrays import reach, safe_verdict, walk_joblib
 from .torch_load import Trace, report
@@ -32,6 +35,15 @@ _CHUNK = 1 << 16
 # What liblzma may allocate to decode a stream: its header names the dictionary (xz -9 needs ~65 MiB), which a
 # hostile header sets to 4 GiB; past this the stream is unknown, never decoded (lzma's memlimit).
 DECODER_MEMORY = 128 << 20
+
+
+def _zstandard() -> Any:
+    """The `zstandard` module (the `zstd` extra), or None when it is not installed."""
+    try:
+        import zstandard
+    except ImportError:
+        return None
+    return zstandard
 
 
 def kind(head: bytes) -> str | None:
@@ -49,9 +61,22 @@ def kind(head: bytes) -> str | None:
         return "lzma"
     if head[:4] == LZ4:
         return "lz4"
+    if head[:4] == ZSTD_MAGIC:
+        return "zstd"
     if len(head) >= 2 and head[0] & 0x0F == 8 and head[0] >> 4 <= 7 and (head[0] << 8 | head[1]) % 31 == 0:
         return "zlib"
     return None
+
+
+class _UpTo:
+    """A FileWindow read as a file is (`read(n)`: at most n bytes, b"" at its end), for zstandard's stream_reader."""
+
+    def __init__(self, raw: FileWindow):
+        self.raw = raw
+
+    def read(self, n: int = -1) -> bytes:
+        k = self.raw.left() if n < 0 else min(n, self.raw.left())
+        return self.raw.read(k) if k > 0 else b""
 
 
 class _Decompressed(Source):
@@ -79,6 +104,10 @@ class _Decompressed(Source):
         super().skip(n)
 
     def _decoder(self) -> Any:
+        if self.name == "zstd":   # a reader, whose read(n) hands back at most n bytes (decompressobj has no bound)
+            zstd = _zstandard()
+            return zstd.ZstdDecompressor(max_window_size=DECODER_MEMORY).stream_reader(_UpTo(self.raw),
+                                                                                      read_across_frames=True)
         if self.name in ("zlib", "gzip", COMPAT_NAME):
             return zlib.decompressobj(16 + zlib.MAX_WBITS if self.name == "gzip" else zlib.MAX_WBITS)
         if self.name == "bz2":
@@ -93,7 +122,12 @@ class _Decompressed(Source):
 
     def _fill(self, n: int) -> bytes:
         out = b""
-        while not out and self.error is None:
+        if self.name == "zstd" and self.error is None:
+            try:
+                out = self.d.read(max(n, _CHUNK))
+            except _zstandard().ZstdError as e:
+                self.error = str(e)
+        while not out and self.error is None and self.name != "zstd":
             if self.d.eof:   # the next stream of a multi-stream file (not zlib's: joblib's zlib reader reads one)
                 self.pending += self.d.unused_data
                 if self.name in ("zlib", COMPAT_NAME) or not (self.pending or self.raw.left() > 0):
@@ -125,6 +159,9 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
     t.reads = f"{LOADER} decompresses the {name} stream and unpickles it from its first byte"
     if name == "lz4":
         t.unknown.append("an lz4 frame (joblib's lz4 compressor), which scan does not decompress")
+    elif name == "zstd" and _zstandard() is None:
+        t.unknown.append("a zstd stream (pandas' .pkl.zst), which scan decompresses with the 'zstd' extra (zstandard is "
+                         "not installed): pip install 'ckptstat[zstd]'")
     else:
         bound = min(limits().pickle_bytes, limits().pickle_ratio * size + (1 << 20))
         src = _Decompressed(f, size, name, bound)

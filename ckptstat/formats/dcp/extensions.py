@@ -30,7 +30,7 @@ KNOWN_EXTENSIONS = {"stream.zstd": "zstd compression, torch's ZStandard extensio
 DESCRIPTOR = "stream.zstd/1"           # ZStandard.get_descriptor(): registry name / version
 ZIP_ALLOWANCE = 64 << 10               # a torch.save zip's bytes beside its one storage: data.pkl, byteorder, version,
                                        # serialization_id, local headers, the central directory, 64-byte alignment
-_MAGIC = b"\x28\xb5\x2f\xfd"           # RFC 8878 3.1.1 Magic_Number 0xFD2FB528
+ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"           # RFC 8878 3.1.1 Magic_Number 0xFD2FB528
 _BLOCK = 3                             # a block header's bytes (RFC 8878 3.1.1.2)
 _OUT = 1 << 20                         # bytes decompressed at a time
 
@@ -81,7 +81,7 @@ def _frame(zstd: Any, f: IO[bytes], item: Item, what: str) -> int | None:
         return CorruptCheckpointError(item.file, f"{what} at offset {item.offset:,}: {why}")
 
     head = pread(f, 18, item.offset)   # Magic, Frame_Header_Descriptor, at most 13 more header bytes
-    if head[:4] != _MAGIC:
+    if head[:4] != ZSTD_MAGIC:
         raise bad("not a zstd frame (stream.zstd/1 items are one)")
     try:
         size = zstd.frame_header_size(head)
