@@ -38,6 +38,7 @@ from ...core.tar import TarHeaderBound, bounded_tarinfo
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp import DCP_GLOBALS, is_metadata_head
+from ...formats.nemo import CONFIG, WEIGHTS
 from ...formats.torch.pickle_machine import Finding, Walk
 from .compressed import _Decompressed
 from .nemo_config import ConfigVerdict, judge_config
@@ -45,8 +46,6 @@ from .torch_load import Trace, follow, report
 
 FORMAT = "NeMo archive (.nemo)"
 LOADER = "NeMo's restore_from"
-CONFIG = "model_config.yaml"
-WEIGHTS = "model_weights.ckpt"
 PICKLE_NAMES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle")
 DCP_ITEM = "torch.distributed.checkpoint.metadata.BytesStorageMetadata"
 MAX_MEMBERS = 100_000          # members listed (tarfile keeps each: ~1 KiB of objects)
