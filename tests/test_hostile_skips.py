@@ -444,3 +444,27 @@ def test_audit_fails_on_a_file_scan_cannot_read(tmp_path):
     rc, out, err = ckptstat("audit", str(tmp_path / "run"), "--out", str(tmp_path / "audit.jsonl"), "--json")
     assert rc == 1, (out, err)
     assert json.loads(out)["unreadable"] == [str(run)]
+
+
+def test_audit_fails_on_what_its_walk_refuses_as_scan_does(tmp_path):
+    """A folder holding a link out of it, links to folders and a FIFO beside a checkpoint: `scan DIR` lists each as
+    skipped and exits 1, while `audit` counted them among its skipped files (config.json, READMEs) and exited 0. Now the
+    paths it refuses are listed (`run.refused`: the same as scan's skipped) and fail the run; the files no unit takes
+    alone do not."""
+    root, outside = tmp_path / "root", tmp_path / "outside"
+    shutil.copytree(fixture("bert-tiny"), root)
+    (root / "README.md").write_text("# model\n")
+    outside.mkdir()
+    shutil.copy(fixture("bert-tiny/model.safetensors"), outside / "x.bin")
+    rc, out, err = ckptstat("audit", str(root), "--out", str(tmp_path / "a.jsonl"), "--json")
+    assert rc == 0 and json.loads(out)["run"]["refused"] == [], (out, err)
+    os.symlink("../outside", root / "linkdir")
+    os.symlink(str(outside / "x.bin"), root / "out.bin")
+    os.mkfifo(root / "fifo.pt")
+    rc, out, _ = ckptstat("scan", str(root), "--json")
+    assert rc == 1
+    scan_skipped = sorted(str(root / s["path"]) for s in json.loads(out)["skipped"])
+    rc, out, err = ckptstat("audit", str(root), "--out", str(tmp_path / "b.jsonl"), "--json")
+    assert rc == 1, err
+    assert sorted(json.loads(out)["run"]["refused"]) == scan_skipped == sorted(
+        str(root / n) for n in ("linkdir", "out.bin", "fifo.pt"))

@@ -29,7 +29,7 @@ def audit(
     URL's etag).
 
     Exit 0; 1 when any checkpoint is unsafe or of unknown safety, holds a file scan could not read, has broken ties,
-    or could not be read."""
+    or could not be read, or the walk refused a path (a link out of the root or to a folder, a FIFO), as scan does."""
     import os
 
     from ..analysis.audit import run, summarize_records
@@ -69,10 +69,11 @@ def audit(
     order = [u.path for u in units if u.path in records]
     writer.close([records[p] for p in order])
     s = summarize_records([records[p] for p in order])
-    info = {"audited": len(todo), "resumed": len(kept), "skipped": len(skipped), "seconds": time.perf_counter() - t0}
+    info = {"audited": len(todo), "resumed": len(kept), "skipped": len(skipped), "refused": skipped.refused,
+            "seconds": time.perf_counter() - t0}
     if as_json:
         emit_json({**s, "run": info})
     else:
         render_audit_summary(s, console(), info)
-    if s["errors"] or s["unsafe"] or s["unknown"] or s["unreadable"] or s["broken_ties"]:
+    if s["errors"] or s["unsafe"] or s["unknown"] or s["unreadable"] or s["broken_ties"] or skipped.refused:
         raise typer.Exit(1)

@@ -65,8 +65,10 @@ def render_audit_summary(s: dict[str, Any], console: Console, run: dict[str, Any
     console.print(head)
     for title in ("scan", "ties", "config"):
         console.print(_counts(title, s[title]))
+    refused = (run or {}).get("refused", [])
     for title, paths in (("unsafe", s["unsafe"]), ("unknown safety", s.get("unknown", [])),
-                         ("a file scan could not read", s.get("unreadable", [])), ("broken ties", s["broken_ties"])):
+                         ("a file scan could not read", s.get("unreadable", [])), ("broken ties", s["broken_ties"]),
+                         ("refused, not read", refused)):
         if paths:
             t = Table(title=f"{title} ({len(paths)})", box=box.SIMPLE_HEAD, title_justify="left", pad_edge=False)
             t.add_column("path")

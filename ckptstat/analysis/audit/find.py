@@ -114,7 +114,22 @@ def _tf_prefix(path: str) -> str | None:
     return m["prefix"] if m else None
 
 
-def _walk(root: str, skipped: list[str]) -> list[Unit]:
+class Skipped(list[str]):
+    """The files (and links to folders) a walk looked at and left out, in walk order; `refused`: those among them it
+    would not read, as `ckptstat scan` refuses them (a link out of the root or to a folder, a FIFO or device, a file it
+    cannot stat): audit cannot vouch for what such a path leads to. The rest are files no unit takes (config.json,
+    READMEs) or a second name of a file taken."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refused: list[str] = []
+
+    def refuse(self, p: str) -> None:
+        self.append(p)
+        self.refused.append(p)
+
+
+def _walk(root: str, skipped: Skipped) -> list[Unit]:
     real_root = os.path.realpath(root)
     units: list[Unit] = []
     seen: set[str] = set()
@@ -129,7 +144,7 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
         for d in list(dirs):
             if os.path.islink(os.path.join(folder, d)):
                 dirs.remove(d)
-                skipped.append(os.path.join(folder, d))
+                skipped.refuse(os.path.join(folder, d))
         # a TF SavedModel (variables/ inside) or a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
         # rng_state.pth, training_args.bin): the folder is the checkpoint, every file under it scanned
         if "saved_model.pb" in names or trainer_folder({*names, *dirs}):
@@ -157,16 +172,16 @@ def _walk(root: str, skipped: list[str]) -> list[Unit]:
     return units
 
 
-def _taken(p: str, real_root: str, skipped: list[str]) -> bool:
+def _taken(p: str, real_root: str, skipped: Skipped) -> bool:
     """Whether a walk under `real_root` takes the file `p`: a regular file, through a link only where `followed`
-    (core/files.py); else it goes to `skipped`."""
+    (core/files.py); else it is refused."""
     try:
         regular = stat.S_ISREG(os.stat(p).st_mode)
     except OSError:
         regular = False
     if regular and not (os.path.islink(p) and not followed(p, real_root)):
         return True
-    skipped.append(p)
+    skipped.refuse(p)
     return False
 
 
@@ -323,7 +338,7 @@ def _remote_entry(url: str, skipped: list[str]) -> list[Unit]:
         return [Unit(url, (), 0, 0, error=short_text(e))]
 
 
-def _entry(target: str, skipped: list[str]) -> list[Unit]:
+def _entry(target: str, skipped: Skipped) -> list[Unit]:
     if is_url(target):
         return _remote_entry(target, skipped)
     if os.path.isdir(target):
@@ -335,10 +350,10 @@ def _entry(target: str, skipped: list[str]) -> list[Unit]:
     return [Unit(target, (), 0, 0)]   # the record says it is missing: a list's stale line never ends the run
 
 
-def discover(target: str) -> tuple[list[Unit], list[str]]:
+def discover(target: str) -> tuple[list[Unit], Skipped]:
     """The units under `target` (a folder, a file, a URL, or `@list.txt`: one path or URL per line, `#` comments),
-    each once, in walk order; and the files looked at and skipped."""
-    skipped: list[str] = []
+    each once, in walk order; and the files looked at and skipped (`Skipped.refused`: those it would not read)."""
+    skipped = Skipped()
     if target.startswith("@"):
         listing = target[1:]
         try:
