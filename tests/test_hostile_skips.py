@@ -147,19 +147,25 @@ def _payload_zip(path: str, marker: str) -> None:
     _torch_zip_deflated(path, pickle.dumps(_Opens(marker), protocol=2))
 
 
-def test_a_tree_deeper_than_pythons_recursion_is_walked(tmp_path):
-    """CPython 3.11's os.walk recurses: 1,100 nested folders made `scan` end in `internal error: RecursionError`."""
-    folder = tmp_path / "deep"
+def _nested_payload(folder, name: str, depth: int, marker: str) -> None:
+    """`folder`/name/name/... `depth` folders down, a payload pytorch_model.bin at the bottom (made from inside, one
+    level at a time: the whole path may run past PATH_MAX)."""
     here = os.getcwd()
     os.makedirs(folder)
     os.chdir(folder)
     try:
-        for _ in range(1_100):
-            os.mkdir("a")
-            os.chdir("a")
-        _payload_zip("pytorch_model.bin", str(tmp_path / "ran"))
+        for _ in range(depth):
+            os.mkdir(name)
+            os.chdir(name)
+        _payload_zip("pytorch_model.bin", marker)
     finally:
         os.chdir(here)
+
+
+def test_a_tree_deeper_than_pythons_recursion_is_walked(tmp_path):
+    """CPython 3.11's os.walk recurses: 1,100 nested folders made `scan` end in `internal error: RecursionError`."""
+    folder = tmp_path / "deep"
+    _nested_payload(folder, "a", 1_100, str(tmp_path / "ran"))
     try:
         rc, out, err = ckptstat("scan", str(folder), "--json")
     finally:
@@ -190,16 +196,7 @@ def test_a_folder_the_walk_cannot_list_is_skipped_not_passed_over(tmp_path):
     (20 folders of 250 characters), `0 file(s) scanned`, exit 0; audit wrote no record, exit 0. Now scan lists it as
     skipped and audit records the error: exit 1."""
     folder = tmp_path / "long"
-    here = os.getcwd()
-    os.makedirs(folder)
-    os.chdir(folder)
-    try:
-        for _ in range(20):
-            os.mkdir("d" * 250)
-            os.chdir("d" * 250)
-        _payload_zip("pytorch_model.bin", str(tmp_path / "ran"))
-    finally:
-        os.chdir(here)
+    _nested_payload(folder, "d" * 250, 20, str(tmp_path / "ran"))
     rc, out, err = ckptstat("scan", str(folder), "--json")
     r = json.loads(out)
     assert rc == 1 and r["files"] == [] and r["totals"]["skipped"] == 1, (r, err)

@@ -166,7 +166,7 @@ def test_a_zstd_pickle_without_the_extra_is_unknown(tmp_path, cli, monkeypatch):
     zstandard = pytest.importorskip("zstandard")
     from ckptstat.analysis.scan import compressed
 
-    monkeypatch.setattr(compressed, "_zstandard", lambda: None)   # as where zstandard is not installed
+    monkeypatch.setattr(compressed, "zstd_available", lambda: False)   # as where zstandard is not installed
     path = tmp_path / "plain.pkl.zst"
     path.write_bytes(zstandard.ZstdCompressor().compress(pickle.dumps([1, 2, 3])))
     rc, out, _ = cli("scan", str(path), "--json")

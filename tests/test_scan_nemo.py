@@ -264,7 +264,7 @@ def test_a_member_claiming_a_huge_size_is_read_within_the_file(tmp_path):
 
 
 def test_too_many_members_is_unknown(tmp_path, monkeypatch):
-    monkeypatch.setattr(nemo, "MAX_MEMBERS", 50)
+    monkeypatch.setattr(nemo, "MAX_TAR_MEMBERS", 50)
     (tmp_path / "many.nemo").write_bytes(_archive({f"f{i}.txt": b"x" for i in range(60)}))
     r = scan_path(str(tmp_path / "many.nemo"))
     assert r["status"] == "unknown" and "more than 50 members" in r["verdict"]

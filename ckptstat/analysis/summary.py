@@ -13,7 +13,7 @@ from ..census.ties import structural_tie_notes
 from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError, UsageError
-from ..families.framework.spec import audio_inputs, check_seq, default_seq, image_encoder
+from ..families.framework.spec import audio_inputs, check_seq, default_seq, image_fields
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
 from .flops import run
@@ -253,10 +253,10 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
                 bad_seq = e
                 raise
         t = run(m, 1, n, dec_seq)["totals"]
-        image = image_encoder(m.spec)   # an image model's figure is per image: its FLOPs do not depend on seq
+        image = image_fields(m.spec)   # an image model's figure is per image: its FLOPs do not depend on seq
         per = t["flops"] if image else t["flops_per_token"]
         return {"family": m.spec.family, "head": m.spec.architecture or m.spec.head, "seq": n,
-                "input": "image" if image else "tokens" if dec_seq is None else "mel frames", "dec_seq": dec_seq,
+                "input": image.get("input") or ("tokens" if dec_seq is None else "mel frames"), "dec_seq": dec_seq,
                 "image_size": m.spec.image_size or None,
                 "flops_per_token": per, "training_flops_per_token": 3 * per,
                 "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,

@@ -134,10 +134,10 @@ def image_input(model: Model, image_size: int | None, seqs: list[int] | tuple[in
     from dataclasses import replace
 
     from ..errors import UsageError
-    from ..families.framework.spec import image_encoder
+    from ..families.framework.spec import image_fields
 
     positive("--image-size", image_size)
-    if seqs and model.spec.image_size and image_encoder(model.spec):
+    if seqs and image_fields(model.spec):
         model = replace(model, notes=(*model.notes, f"--seq {', '.join(map(str, seqs))} unused: {model.spec.family} reads "
                                                     "images, its figures are per image (--image-size sets its side)"))
     if not model.spec.image_size:

@@ -11,6 +11,7 @@ from ..errors import CkptstatError
 # real ones hold a path and a few numbers.
 MAX_TAR_EXTENDED = 8 << 10              # bytes of one extended header
 MAX_TAR_EXTENDED_TOTAL = 1 << 20        # of all of a file's
+MAX_TAR_MEMBERS = 100_000               # members listed (tarfile keeps each: ~1 KiB of objects)
 
 
 class TarHeaderBound(CkptstatError):

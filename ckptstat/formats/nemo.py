@@ -3,7 +3,7 @@
 `model_weights.ckpt` (torch.save of the model's state dict), with the artifacts the config names (tokenizer files).
 
 An uncompressed archive's members lie whole in the file, so the weights are read in place: the tar's headers listed
-with Python's tarfile, the reader NeMo uses (bounded: core/tar.py, at most MAX_MEMBERS), then the `model_weights.ckpt`
+with Python's tarfile, the reader NeMo uses (bounded: core/tar.py, at most MAX_TAR_MEMBERS), then the `model_weights.ckpt`
 member's zip read through a window onto its bytes (formats/torch/containers.py `zip_contents`), its storage records by
 offset into the archive, as a DCP item's are. The config is not interpreted here: `ckptstat scan` judges what
 restore_from would run with it (analysis/scan/nemo.py).
@@ -21,7 +21,7 @@ from typing import IO, Any
 from ..core import Checkpoint
 from ..core.files import open_regular, size_of
 from ..core.io import Window
-from ..core.tar import TarHeaderBound, bounded_tarinfo
+from ..core.tar import MAX_TAR_MEMBERS, TarHeaderBound, bounded_tarinfo
 from ..errors import CorruptCheckpointError, UnknownFormatError
 from .registry import Format, Probe, register
 from .torch.containers import StorageRecord, zip_contents
@@ -30,18 +30,17 @@ from .torch.reader import torch_checkpoint
 FORMAT = "nemo (.nemo)"
 CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"
-MAX_MEMBERS = 100_000   # tar headers listed (tarfile keeps each: ~1 KiB of objects)
 _GZIP, _USTAR = b"\x1f\x8b", b"ustar"
 
 
 def _listing(f: IO[bytes]) -> tuple[list[tarfile.TarInfo], str | None]:
-    """The archive's members as tarfile lists them, at most MAX_MEMBERS, and what stopped the listing (None: its end)."""
+    """The archive's members as tarfile lists them, at most MAX_TAR_MEMBERS, and what stopped the listing (None: its end)."""
     found: list[tarfile.TarInfo] = []
     try:
         tar = tarfile.open(fileobj=f, mode="r:", tarinfo=bounded_tarinfo())
         while (m := tar.next()) is not None:
-            if len(found) >= MAX_MEMBERS:
-                return found, f"a tar of more than {MAX_MEMBERS:,} members"
+            if len(found) >= MAX_TAR_MEMBERS:
+                return found, f"a tar of more than {MAX_TAR_MEMBERS:,} members"
             found.append(m)
         return found, None
     except (tarfile.TarError, TarHeaderBound) as e:
@@ -61,7 +60,7 @@ def _weights(path: str, members: list[tarfile.TarInfo], size: int) -> tarfile.Ta
                                        f"{', ...' if len(weights) > 3 else ''}), each holding parts of the tensors: "
                                        f"extract it and open one rank's {WEIGHTS}")
     if not weights:
-        if any(posixpath.normpath(m.name).split("/")[-2:][0] == "model_weights" for m in members):
+        if any("model_weights" in posixpath.normpath(m.name).split("/") for m in members):
             raise UnknownFormatError(path, "a NeMo archive whose model_weights/ is a Megatron distributed checkpoint: "
                                            "extract it and open that folder (a torch.distributed.checkpoint)")
         raise CorruptCheckpointError(path, f"a NeMo archive without {WEIGHTS}")

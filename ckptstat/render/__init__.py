@@ -6,7 +6,18 @@ import json
 from rich.console import Console
 from rich.text import Text
 
-from .fmt import DEFAULT_SEQ_RULE, MODULE_LINES, arch_line, human, human_bytes, input_line, seq_line, seq_source, table  # noqa: F401  (re-exported)
+from .fmt import (  # noqa: F401  (re-exported)
+    DEFAULT_SEQ_RULE,
+    MODULE_LINES,
+    arch_line,
+    human,
+    human_bytes,
+    image_text,
+    input_line,
+    seq_line,
+    seq_source,
+    table,
+)
 from .names import Name, elide, fit_names, inert, name_line, safe  # noqa: F401  (re-exported: one place for names)
 from .rows import print_rows
 
@@ -97,13 +108,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
             console.print(Text(f"input        {an['seq']} mel frames ({seq_source(seq_flag, frames=True)}), "
                                f"decoder {an['dec_seq']} tokens (128 or its positions if fewer)"))
             at = f" per frame at {an['seq']} frames"
-        elif an.get("input") == "image":   # ViT, ResNet...: one forward per image, no sequence length
-            side = an["image_size"]
-            console.print(Text(f"input        one {side}x{side} image (the config's image_size)"))
-            at = " per image"
-        else:
-            console.print(seq_line(an["seq"], seq_flag))
-            at = f"/token at seq {an['seq']}"
+        else:   # tokens, or an image model's one image (ViT, ResNet...: no sequence length)
+            console.print(input_line(an, an["seq"], seq_flag))
+            at = " per image" if image_text(an) else f"/token at seq {an['seq']}"
         if an.get("active_params") is not None:   # a mixture of experts: what one token runs through
             console.print(Text(f"active       {an['active_params']:,} parameters per token (top-k experts; "
                                f"{an['predicted_params']:,} in all)"))
@@ -243,7 +250,7 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
         head.append(f"\nactive       {p['active']:,} per token (top-k experts)")
     console.print(head)
     console.print(input_line(r, [run["seq"] for run in r["runs"]], seq_flag, frames))
-    image = f"{r['image_size']}x{r['image_size']} image" if r.get("input") == "image" else None
+    image = image_text(r)
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
     console.print(Text(f"counting     {r['counting']['flops']}; {r['counting']['attention']}", style="dim"))

@@ -49,12 +49,17 @@ def seq_line(seq: int | list[int], flag: str | None, frames: bool = False) -> Te
     return Text("seq          " + seqs).append(f" ({seq_source(flag, frames)})", style="dim")
 
 
+def image_text(part: dict) -> str | None:
+    """`16x16 image` for a report (or its analytic part) of a model that reads images alone (`input`: "image",
+    families/framework/spec.py `image_fields`): its figures are per image, its seq unused; None for any other."""
+    return f"{part['image_size']}x{part['image_size']} image" if part.get("input") == "image" else None
+
+
 def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = False) -> Text:
-    """`seq_line`, or for an image model's flops / memory report (commands/common.py `with_image`) the image its
-    figures are per: no sequence length enters them."""
-    if r.get("input") == "image":
-        side = r["image_size"]
-        return Text(f"input        one {side}x{side} image").append(" (figures per image; no sequence length)", style="dim")
+    """`seq_line`, or for an image model's report the image its figures are per: no sequence length enters them."""
+    image = image_text(r)
+    if image:
+        return Text(f"input        one {image}").append(" (figures per image; no sequence length)", style="dim")
     return seq_line(seq, flag, frames)
 
 

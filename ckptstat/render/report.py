@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .fmt import human_bytes, seq_source
+from .fmt import human_bytes, image_text, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -72,9 +72,7 @@ def _summary(r: dict) -> list[Block]:
         items.append(("PARTIAL", p["partial"]))
     an = s.get("analytic")
     if an and "error" not in an:
-        side = an.get("image_size")
-        at = {"mel frames": f"frame at seq {an['seq']}", "image": f"{side}x{side} image"}.get(
-            an["input"], f"token at seq {an['seq']}")
+        at = image_text(an) or (f"frame at seq {an['seq']}" if an["input"] == "mel frames" else f"token at seq {an['seq']}")
         items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {at} (matmul FLOPs = 2 x MACs); training 3x"))
     out = [Block("h2", "Summary"), Block("items", items=items), Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
@@ -146,12 +144,6 @@ def _frames(r: dict) -> bool:
     return ((r["summary"] or {}).get("analytic") or {}).get("input") == "mel frames"
 
 
-def _image(part: dict) -> str | None:
-    """`16x16 image` for a flops or memory part of a model that reads images alone (families/framework/spec.py
-    `image_fields`): its figures are per image, its runs' seq unused."""
-    return f"{part['image_size']}x{part['image_size']} image" if part.get("input") == "image" else None
-
-
 def _flops(r: dict) -> list[Block]:
     f = r["flops"]
     out = [Block("h2", "FLOPs")]
@@ -160,7 +152,7 @@ def _flops(r: dict) -> list[Block]:
     run = f["runs"][0]
     t = run["totals"]
     arch = f["architecture"]
-    image = _image(f)
+    image = image_text(f)
     per = [] if image else [["FLOPs per token", num(t["flops_per_token"], ",.6g")]]
     out += [Block("items", items=[
         ("model", f"{arch['family']} ({arch['model_type']}) {arch.get('architecture') or arch['head']}"),
@@ -187,7 +179,7 @@ def _memory(r: dict) -> list[Block]:
     out = [Block("h2", "Memory")]
     if m is None:
         return out + [Block("why", f"Not available: {r['skipped'].get('memory', 'not computed')}")]
-    image = _image(m)
+    image = image_text(m)
     out.append(Block("p", f"batch {m['batch']}, " + (f"one {image} each" if image else f"seq {m['seq']}")
                           + f"; {m['parameters']['count']:,} parameters "
                           f"(from the {m['parameters']['source']}). One device, no parallelism."))

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from ...core.limits import limits
 from ...formats.dcp.extensions import ZSTD_MAGIC
+from ...formats.dcp.extensions import available as zstd_available
 from ...formats.torch.streams import FileWindow, Source
 from .joblib_arrays import reach, safe_verdict, walk_joblib
 from .torch_load import Trace, report
@@ -35,15 +36,6 @@ _CHUNK = 1 << 16
 # What liblzma may allocate to decode a stream: its header names the dictionary (xz -9 needs ~65 MiB), which a
 # hostile header sets to 4 GiB; past this the stream is unknown, never decoded (lzma's memlimit).
 DECODER_MEMORY = 128 << 20
-
-
-def _zstandard() -> Any:
-    """The `zstandard` module (the `zstd` extra), or None when it is not installed."""
-    try:
-        import zstandard
-    except ImportError:
-        return None
-    return zstandard
 
 
 def kind(head: bytes) -> str | None:
@@ -105,9 +97,10 @@ class _Decompressed(Source):
 
     def _decoder(self) -> Any:
         if self.name == "zstd":   # a reader, whose read(n) hands back at most n bytes (decompressobj has no bound)
-            zstd = _zstandard()
-            return zstd.ZstdDecompressor(max_window_size=DECODER_MEMORY).stream_reader(_UpTo(self.raw),
-                                                                                      read_across_frames=True)
+            import zstandard
+
+            source: Any = _UpTo(self.raw)   # (a file as zstandard reads one: read(n) only)
+            return zstandard.ZstdDecompressor(max_window_size=DECODER_MEMORY).stream_reader(source, read_across_frames=True)
         if self.name in ("zlib", "gzip", COMPAT_NAME):
             return zlib.decompressobj(16 + zlib.MAX_WBITS if self.name == "gzip" else zlib.MAX_WBITS)
         if self.name == "bz2":
@@ -121,13 +114,26 @@ class _Decompressed(Source):
         return self.raw.read(min(_CHUNK, self.raw.left())) if self.raw.left() > 0 else b""
 
     def _fill(self, n: int) -> bytes:
-        out = b""
-        if self.name == "zstd" and self.error is None:
+        out = self._unzstd(n) if self.name == "zstd" else self._inflate(n)
+        room = self.length - self.produced
+        if len(out) > room:
+            self.cut, out = True, out[:room]
+        self.produced += len(out)
+        return out
+
+    def _unzstd(self, n: int) -> bytes:
+        import zstandard
+
+        if self.error is None:
             try:
-                out = self.d.read(max(n, _CHUNK))
-            except _zstandard().ZstdError as e:
+                return bytes(self.d.read(max(n, _CHUNK)))
+            except zstandard.ZstdError as e:
                 self.error = str(e)
-        while not out and self.error is None and self.name != "zstd":
+        return b""
+
+    def _inflate(self, n: int) -> bytes:
+        out = b""
+        while not out and self.error is None:
             if self.d.eof:   # the next stream of a multi-stream file (not zlib's: joblib's zlib reader reads one)
                 self.pending += self.d.unused_data
                 if self.name in ("zlib", COMPAT_NAME) or not (self.pending or self.raw.left() > 0):
@@ -142,10 +148,6 @@ class _Decompressed(Source):
                 self.error = str(e)
             if not out and not data and not self.d.eof:
                 break
-        room = self.length - self.produced
-        if len(out) > room:
-            self.cut, out = True, out[:room]
-        self.produced += len(out)
         return out
 
 
@@ -159,7 +161,7 @@ def judge_compressed(path: str, f: IO[bytes], size: int, head: bytes, numpy_own:
     t.reads = f"{LOADER} decompresses the {name} stream and unpickles it from its first byte"
     if name == "lz4":
         t.unknown.append("an lz4 frame (joblib's lz4 compressor), which scan does not decompress")
-    elif name == "zstd" and _zstandard() is None:
+    elif name == "zstd" and not zstd_available():
         t.unknown.append("a zstd stream (pandas' .pkl.zst), which scan decompresses with the 'zstd' extra (zstandard is "
                          "not installed): pip install 'ckptstat[zstd]'")
     else:

@@ -34,7 +34,7 @@ from typing import IO, Any, cast
 
 from ...core.io import SeekableReader, Window, pread
 from ...core.limits import limits
-from ...core.tar import TarHeaderBound, bounded_tarinfo
+from ...core.tar import MAX_TAR_MEMBERS, TarHeaderBound, bounded_tarinfo
 from ...core.urls import basename, is_url
 from ...errors import CkptstatError
 from ...formats.dcp import DCP_GLOBALS, is_metadata_head
@@ -48,7 +48,6 @@ FORMAT = "NeMo archive (.nemo)"
 LOADER = "NeMo's restore_from"
 PICKLE_NAMES = (".ckpt", ".pt", ".pth", ".bin", ".pkl", ".pickle")
 DCP_ITEM = "torch.distributed.checkpoint.metadata.BytesStorageMetadata"
-MAX_MEMBERS = 100_000          # members listed (tarfile keeps each: ~1 KiB of objects)
 MAX_TRACED = 1_000             # members traced as torch.load reads them
 MAX_NESTING = 2                # a .nemo inside a .nemo inside a .nemo: unknown
 GZIP_PASSES = 8
@@ -196,7 +195,7 @@ def _traced(norm: str) -> str | None:
 
 def _list(view: IO[bytes], named: bool, gz: _Gunzip | None,
           t: Trace) -> tuple[list[tarfile.TarInfo], bool] | None:
-    """The members tarfile lists (at most MAX_MEMBERS), and whether the archive holds model_config.yaml; None when
+    """The members tarfile lists (at most MAX_TAR_MEMBERS), and whether the archive holds model_config.yaml; None when
     tarfile cannot open it as a tar, or when it holds no model_config.yaml and its name is not `.nemo`."""
     try:
         tar = tarfile.open(fileobj=view, mode="r:", tarinfo=bounded_tarinfo())
@@ -209,10 +208,10 @@ def _list(view: IO[bytes], named: bool, gz: _Gunzip | None,
             m = tar.next()
             if m is None:
                 break
-            if len(members) >= MAX_MEMBERS:
+            if len(members) >= MAX_TAR_MEMBERS:
                 if not (named or config):
                     return None
-                t.unknown.append(f"a tar of more than {MAX_MEMBERS:,} members: scan lists at most that many")
+                t.unknown.append(f"a tar of more than {MAX_TAR_MEMBERS:,} members: scan lists at most that many")
                 break
             members.append(m)
             norm = posixpath.normpath(m.name).lower()
