@@ -31,24 +31,13 @@ from hf_mem.safetensors.kv_cache import compute_safetensors_kv_cache_size
 from hf_mem.safetensors.metadata import parse_safetensors_metadata
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from published_configs import MODELS as PUBLISHED  # noqa: E402
+
 from ckptstat.analysis.memory import report  # noqa: E402
 from ckptstat.analysis.memory.planner import Plan  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
 
-# Published configs (the sizes of each model card's config.json)
-MODELS = {
-    "Llama-3-8B": ("LlamaConfig", "LlamaForCausalLM", "bfloat16", dict(
-        vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, max_position_embeddings=8192, rope_theta=500000.0, tie_word_embeddings=False)),
-    "Mistral-7B-v0.1": ("MistralConfig", "MistralForCausalLM", "bfloat16", dict(
-        vocab_size=32000, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32, num_attention_heads=32,
-        num_key_value_heads=8, max_position_embeddings=32768, sliding_window=4096, tie_word_embeddings=False)),
-    "Gemma-2-2B": ("Gemma2Config", "Gemma2ForCausalLM", "bfloat16", dict(
-        vocab_size=256000, hidden_size=2304, intermediate_size=9216, num_hidden_layers=26, num_attention_heads=8,
-        num_key_value_heads=4, head_dim=256, max_position_embeddings=8192, sliding_window=4096)),
-    "GPT-2": ("GPT2Config", "GPT2LMHeadModel", "float32", dict(
-        vocab_size=50257, n_embd=768, n_layer=12, n_head=12, n_positions=1024)),
-}
+MODELS = {name: PUBLISHED[name] for name in ("Llama-3-8B", "Mistral-7B-v0.1", "Gemma-2-2B", "GPT-2")}
 SF = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.int64: "I64", torch.bool: "BOOL"}
 
 

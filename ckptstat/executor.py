@@ -11,6 +11,7 @@ import statistics
 import sys
 import time
 import warnings
+from typing import Any
 
 from .core import Checkpoint
 from .errors import CkptstatError, UsageError, missing_extra
@@ -117,11 +118,13 @@ def _inputs(model, batch: int, seq: int, device: str):
     return kwargs
 
 
-def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
-    """ckptstat's own figures for the same run: matmul FLOPs, and memory = weights in the run's dtype
-    + KV cache + inference activations (ckptstat memory's rules)."""
+def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str, attn: str) -> dict:
+    """ckptstat's own figures for the same run: matmul FLOPs, and memory as `ckptstat memory` plans it for one
+    device: weights in the run's dtype + KV cache + inference activations (SDPA's fused kernels keep no scores:
+    `--attention flash`), no reserve."""
     from .analysis.flops import run as flops_run
     from .analysis.memory import report as memory_report
+    from .analysis.memory.planner import Plan
     from .census.model import from_checkpoint
     from .families.framework.spec import audio_inputs
 
@@ -129,10 +132,9 @@ def _analytic(ckpt: Checkpoint, batch: int, seq: int, dtype: str) -> dict:
     # `seq` tokens; an audio model's encoder reads its default frames and `seq` is the decoder's (audio_inputs)
     enc, dec = audio_inputs(model.spec, [], seq)
     totals = flops_run(model, batch, enc[0] if enc else seq, dec)["totals"]
-    lines = memory_report(model, batch, enc[0] if enc else seq, dec)["lines"]
-    mem = sum(ln["bytes"] for ln in lines if (ln["group"] == "weights what-if" and ln["item"] == DTYPES[dtype])
-              or ln["group"] in ("kv cache", "activations (inference)"))
-    return {"matmul_flops": totals["flops"], "macs": totals["macs"], "memory_bytes": mem}
+    plan = Plan(weights_dtype=dtype, attention="flash" if attn == "sdpa" else "eager", reserve=0)
+    fit = memory_report(model, batch, enc[0] if enc else seq, dec, plan)["fit"]
+    return {"matmul_flops": totals["flops"], "macs": totals["macs"], "memory_bytes": fit["per_device_bytes"]}
 
 
 def _check_seq(ckpt: Checkpoint, seq: int | None) -> int:
@@ -200,8 +202,10 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
         notes.append(f"{len(missing)} model tensor(s) not in the file, left as initialised: {', '.join(missing[:5])}"
                      + (" ..." if len(missing) > 5 else ""))
 
+    out: Any = None
     with torch.inference_mode():
         for _ in range(warmup):
+            out = None   # each pass's output (its logits and cache) freed before the next, as a loop over batches does
             out = model(**inputs)
         if cuda:
             torch.cuda.synchronize()
@@ -209,6 +213,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
         rss_before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         times = []
         for _ in range(iters):
+            out = None
             if cuda:
                 start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
@@ -222,6 +227,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
                 if device == "mps":   # MPS runs asynchronously too
                     torch.mps.synchronize()
                 times.append(time.perf_counter() - s)
+        peak_bytes = torch.cuda.max_memory_allocated() if cuda else None   # the timed passes' peak, not the counter's
         counter = flop_counter()   # FlopCounterMode, grouped_mm counted (MoE experts)
         with counter:
             model(**inputs)
@@ -232,16 +238,17 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
     median = statistics.median(times)
     measured = int(counter.get_total_flops())
     try:
-        analytic = _analytic(ckpt, batch, seq, dtype)
+        analytic = _analytic(ckpt, batch, seq, dtype, attn)
     except CkptstatError as e:  # a family without analytic rules still runs; the comparison is n/a
         analytic = {"matmul_flops": None, "macs": None, "memory_bytes": None}
         notes.append(f"no analytic figures: {e}")
-    peak = ({"kind": "CUDA allocator peak (torch.cuda.max_memory_allocated)", "bytes": torch.cuda.max_memory_allocated()}
+    peak = ({"kind": "CUDA allocator peak (torch.cuda.max_memory_allocated) over the timed passes", "bytes": peak_bytes}
             if cuda else {"kind": "process peak RSS (getrusage ru_maxrss)",
                           "bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024),
                           "bytes_before_timed_runs": rss_before * (1 if sys.platform == "darwin" else 1024)})
     peak["analytic_bytes"] = analytic["memory_bytes"]
-    peak["analytic_rule"] = ("weights in the run's dtype + KV cache + inference activations (ckptstat memory)"
+    peak["analytic_rule"] = ("weights in the run's dtype + KV cache + inference activations (ckptstat memory --weights-dtype "
+                             f"{dtype} --attention {'flash' if attn == 'sdpa' else 'eager'} --reserve 0)"
                              + ("" if cuda else "; RSS also holds the Python and torch runtime"))
     result = {
         "schema": RUN_SCHEMA,

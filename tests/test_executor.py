@@ -50,6 +50,20 @@ def test_sdpa_on_cpu_warns(cli):
     assert rc == 0 and any("SDPA on CPU" in n for n in r["notes"])
 
 
+def test_analytic_memory_is_the_memory_commands_plan(cli):
+    """The run's analytic memory is what `ckptstat memory` plans for one device at the run's dtype, no reserve:
+    SDPA's fused kernels keep no s x s scores (`--attention flash`), eager attention does."""
+    planned = {}
+    for attn, flag in (("eager", "eager"), ("sdpa", "flash")):
+        r = execute(fixture("gpt2-tiny"), batch=2, seq=16, attn=attn, warmup=0, iters=1)
+        rc, out, _ = cli("memory", fixture("gpt2-tiny"), "-b", "2", "-s", "16", "--weights-dtype", "fp32",
+                         "--attention", flag, "--reserve", "0", "--json")
+        planned[attn] = json.loads(out)["fit"]["per_device_bytes"]
+        assert rc == 0 and r["peak_memory"]["analytic_bytes"] == planned[attn]
+        assert f"--attention {flag}" in r["peak_memory"]["analytic_rule"]
+    assert planned["eager"] > planned["sdpa"]
+
+
 def test_usage_errors(cli):
     rc, _, err = cli("run", fixture("bert-tiny"), "--dtype", "fp8")
     assert rc == 2 and "--dtype" in err
@@ -125,3 +139,42 @@ def test_a_shape_the_model_does_not_take_is_one_line(moe_saves, tmp_path, cli):
     rc, out, err = cli("run", str(folder), "--seq", "4", "--iters", "1")
     assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1, err
     assert f"{name} has shape {tensors[name].shape}, MixtralForCausalLM expects {expected}" in err
+
+
+# On a CUDA device (skipped without one; run on a GPU machine: docs/run.md "GPU"): the weights land on the GPU
+# exactly as transformers' own from_pretrained puts them there, and a run's figures are the device's.
+cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+
+
+@cuda
+@pytest.mark.parametrize("name", ["bert-tiny-mlm", "gpt2-tiny", "llama-tiny-sharded"])
+def test_cuda_weights_equal_transformers_from_pretrained(name):
+    model, loaded, missing = build_model(open_checkpoint(fixture(name)), "cuda", "bf16", "sdpa")
+    reference = type(model).from_pretrained(fixture(name), dtype=torch.bfloat16, device_map={"": "cuda"})
+    ours, theirs = model.state_dict(), reference.state_dict()
+    assert missing == [] and set(loaded) == set(ours) == set(theirs)
+    for key, tensor in theirs.items():
+        assert ours[key].device.type == "cuda" and ours[key].dtype == tensor.dtype, key
+        assert torch.equal(ours[key], tensor), key
+
+
+@cuda
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+@pytest.mark.parametrize("name", ["bert-tiny", "gpt2-tiny", "llama-tiny-sharded"])
+def test_cuda_run(name, attn):
+    r = execute(fixture(name), device="cuda", batch=2, seq=16, dtype="bf16", attn=attn, warmup=1, iters=2)
+    assert r["outputs_finite"] and r["weights"]["missing"] == []
+    assert r["latency"]["timer"] == "CUDA events, synchronised" and r["latency"]["median_s"] > 0
+    # the allocator's peak over the timed passes holds at least the weights at 2 B each
+    params = sum(t.numel for t in open_checkpoint(fixture(name)).tensors.values())
+    assert r["peak_memory"]["bytes"] >= 2 * params * 0.9, r["peak_memory"]
+    assert abs(r["flops"]["difference"]) < 0.01, r["flops"]
+
+
+@cuda
+@pytest.mark.parametrize("arch", [a for a in MOE_CONFIGS if a != "OlmoeForCausalLM"])
+def test_cuda_moe_run(moe_saves, arch):
+    """transformers 5 runs the routed experts through its grouped kernels on a GPU: counted by the same rule."""
+    r = execute(moe_saves[arch], device="cuda", batch=1, seq=8, dtype="bf16", warmup=0, iters=1)
+    assert r["weights"]["missing"] == [] and r["outputs_finite"]
+    assert r["flops"]["analytic"] and abs(r["flops"]["difference"]) < 0.01, r["flops"]

@@ -278,3 +278,38 @@ def test_opcode_bound_grows_with_the_pickle(tmp_path, monkeypatch):
     ckpt = open_checkpoint(path)
     assert sorted(ckpt.tensors) == sorted(sd) and ckpt.read("layer.7.weight").tolist() == [7.0, 7.0]
     assert scan(path)["status"] == "safe"
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_storages_saved_from_a_gpu(tmp_path, legacy):
+    """A file torch.save wrote from a GPU names each storage's device (`cuda:0`) in the pickle; nothing else in
+    it differs from a CPU save. torch's own location-tag registry writes that tag here (no GPU on this machine):
+    a bfloat16 state_dict and a fused AdamW's state (its `step` counters on the device too), in the zip and the
+    legacy layout. The oracle is torch.load(map_location="cpu")."""
+    torch = pytest.importorskip("torch")
+    import torch.serialization as ser
+
+    torch.manual_seed(0)
+    layer = torch.nn.Linear(8, 4)
+    opt = torch.optim.AdamW(layer.parameters(), fused=True)
+    layer(torch.randn(2, 8)).sum().backward()
+    opt.step()
+    objects = {"model.bin": {k: v.bfloat16() for k, v in layer.state_dict().items()}, "optimizer.pt": opt.state_dict()}
+    tag = lambda obj: "cuda:0" if obj.device.type == "cpu" else None   # noqa: E731
+    ser.register_package(1, tag, lambda obj, location: None)   # ahead of torch's own "cpu" tag; undone below
+    try:
+        for name, obj in objects.items():
+            torch.save(obj, tmp_path / name, _use_new_zipfile_serialization=not legacy)
+    finally:
+        ser._package_registry[:] = [e for e in ser._package_registry if e[1] is not tag]
+    for name in objects:
+        path = str(tmp_path / name)
+        with open(path, "rb") as f:
+            assert b"cuda:0" in f.read()   # the tag a GPU save writes
+        loaded = flat(torch.load(path, map_location="cpu", weights_only=True))
+        ckpt = open_checkpoint(path)
+        assert set(ckpt.tensors) == set(loaded), name
+        for key, t in loaded.items():
+            np.testing.assert_array_equal(ckpt.read(key), torch_values(t), err_msg=key)
+        r = scan(path)   # torch.load(weights_only=True) loaded it above: safe
+        assert r["would_run_code"] is False and r["weights_only_loadable"], r
