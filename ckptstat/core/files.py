@@ -172,6 +172,39 @@ def hf_cache_blobs(folder: str) -> str | None:
         real = up
 
 
+HF_REF_BYTES = 256   # a refs/<branch> file holds one commit hash (40 hex digits)
+
+
+def hf_cache_snapshot(repo: str) -> str | None:
+    """The snapshot folder a Hugging Face cache repository (`models--org--name/`, holding `snapshots/`) stands for:
+    the revision `refs/main` names, as huggingface_hub resolves the default revision (file_download.py), or its one
+    snapshot where there is no `refs/main`. None for any other folder; a UsageError, naming the revisions, where
+    several snapshots leave the choice open or `refs/main` names one that is not there."""
+    snapshots = os.path.join(repo, "snapshots")
+    if not os.path.basename(os.path.normpath(repo)).startswith(HF_CACHE_REPOS) or not os.path.isdir(snapshots):
+        return None
+    # huggingface_hub writes the snapshots as folders and the refs as files: a link, which could lead anywhere, is
+    # neither followed nor read
+    revisions = sorted(r for r in os.listdir(snapshots)
+                       if os.path.isdir(p := os.path.join(snapshots, r)) and not os.path.islink(p))
+    ref = os.path.join(repo, "refs", "main")
+    if os.path.lexists(ref):
+        if os.path.islink(ref):
+            raise CheckpointError(ref, "a symbolic link where huggingface_hub writes a file; not followed: pass a "
+                                       "snapshot folder")
+        with open_regular(ref, "Hugging Face cache ref") as f:
+            rev = f.read(HF_REF_BYTES + 1).decode("utf-8", "replace").strip()
+        if rev not in revisions:   # (also a name with a separator, or past the bound: never a path of its own)
+            raise CheckpointError(repo, f"refs/main names revision {rev[:64]!r}, which snapshots/ does not hold "
+                                        f"({', '.join(revisions[:4]) or 'no snapshot'}); pass a snapshot folder")
+        return os.path.join(snapshots, rev)
+    if len(revisions) == 1:
+        return os.path.join(snapshots, revisions[0])
+    raise UsageError(f"{repo}: a Hugging Face cache repository with {len(revisions)} snapshots and no refs/main"
+                     + (f" ({', '.join(revisions[:4])}{', ...' if len(revisions) > 4 else ''}): pass one, "
+                        f"e.g. {os.path.join(snapshots, revisions[0])}" if revisions else ""))
+
+
 def followed(link: str, real_root: str) -> bool:
     """Whether a folder walk (scan, audit) under the resolved `real_root` follows the symlink `link` to a file:
     it resolves inside the root, or inside the Hugging Face cache blobs of the snapshot it sits in."""

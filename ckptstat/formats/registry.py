@@ -164,6 +164,11 @@ def resolve_folder(folder: str) -> str:
     if folders.is_pipeline(folder):
         raise UsageError(f"{folder}: a diffusers pipeline (model_index.json): `ckptstat summary` totals every component; "
                          "other commands take one component's folder (unet, transformer, vae, text_encoder...)")
+    repos = [] if listing is not None else [n for n in os.listdir(folder) if n.startswith(files.HF_CACHE_REPOS)]
+    if repos:   # ~/.cache/huggingface/hub itself
+        named = ", ".join(sorted(repos)[:3]) + (", ..." if len(repos) > 3 else "")
+        raise UsageError(f"{folder}: a Hugging Face cache of {len(repos)} repositor{'y' if len(repos) == 1 else 'ies'} "
+                         f"({named}): pass one of them; `ckptstat scan` and `audit` take the whole cache")
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
 
 
@@ -343,6 +348,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
         raise FileNotFound(path, "no such file or folder")
     elif not os.path.exists(path):
         raise FileNotFound(path, "is a symlink to a missing file")
+    elif os.path.isdir(path) and (snapshot := files.hf_cache_snapshot(path)) is not None:
+        path = snapshot   # ~/.cache/huggingface/hub/models--org--name: the revision refs/main names, opened as itself
     allow = allow_external_default() if allow_external is None else allow_external
     scope = scope_for(path, allow, () if config is None else (os.fspath(config),))
     with scoped(scope):

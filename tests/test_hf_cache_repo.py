@@ -1,0 +1,97 @@
+"""A Hugging Face cache repository folder (`~/.cache/huggingface/hub/models--org--name`) as a model path: the
+snapshot its `refs/main` names, as huggingface_hub resolves the default revision. The cache is written by
+huggingface_hub's own snapshot_download from a stand-in Hub on a loopback socket (tests/remote_server.py; the
+resolve route redirects to a CDN on another port, as the Hub's does)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+from conftest import fixture
+
+sys.path.insert(0, os.path.dirname(__file__))
+from remote_server import Server  # noqa: E402
+
+REV = "0" * 40   # the commit the stand-in Hub names
+
+
+@pytest.fixture(scope="module")
+def downloaded(tmp_path_factory):
+    """huggingface_hub's cache of org/bert (bert-tiny: model.safetensors, config.json) and org/gpt2, written once."""
+    huggingface_hub = pytest.importorskip("huggingface_hub")
+    folder = tmp_path_factory.mktemp("hf_cache")
+    hub = {"org/bert": fixture("bert-tiny"), "org/gpt2": fixture("gpt2-tiny")}
+    with Server(fixture("."), hub=hub, revisions=("main", REV)) as cdn, \
+            Server(fixture("."), hub=hub, revisions=("main", REV), cdn=cdn.url) as s:
+        for repo in hub:   # (endpoint given: huggingface_hub reads HF_ENDPOINT once, when it is imported)
+            huggingface_hub.snapshot_download(repo, cache_dir=folder, endpoint=s.url, tqdm_class=None)
+    assert os.path.islink(folder / "models--org--bert" / "snapshots" / REV / "model.safetensors")
+    return folder
+
+
+@pytest.fixture()
+def cache(downloaded, tmp_path):
+    """A copy of the cache each test may change (the snapshots' relative links kept as links)."""
+    shutil.copytree(downloaded, tmp_path / "hub", symlinks=True)
+    return tmp_path / "hub"
+
+
+def test_a_cache_repository_opens_the_snapshot_refs_main_names(cache, cli):
+    repo, snapshot = cache / "models--org--bert", cache / "models--org--bert" / "snapshots" / REV
+    for command in ([], ["tensors"], ["ties"], ["stats"]):
+        rc, out, err = cli(*command, str(repo), "--json")
+        rc2, out2, _ = cli(*command, str(snapshot), "--json")
+        assert rc == rc2 == 0, err
+        ours, theirs = json.loads(out), json.loads(out2)
+        ours.pop("seconds", None), theirs.pop("seconds", None)   # (stats times itself)
+        assert ours == theirs   # the same report as the snapshot folder's
+    summary = json.loads(cli(str(repo), "--json")[1])
+    expected = json.loads(cli(fixture("bert-tiny"), "--json")[1])
+    assert summary["parameters"] == expected["parameters"]
+    assert os.path.dirname(summary["config"]) == str(snapshot)
+
+
+def test_several_snapshots(cache, cli):
+    repo = cache / "models--org--bert"
+    other = repo / "snapshots" / ("1" * 40)
+    shutil.copytree(repo / "snapshots" / REV, other, symlinks=True)
+    rc, out, err = cli(str(repo), "--json")   # refs/main chooses
+    assert rc == 0 and json.loads(out)["path"].startswith(str(repo / "snapshots" / REV))
+    os.remove(repo / "refs" / "main")   # no refs/main: the choice is the user's
+    rc, out, err = cli(str(repo))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "2 snapshots and no refs/main" in err and REV in err and "1" * 40 in err
+    shutil.rmtree(other)   # one snapshot and no refs/main: that one
+    assert cli(str(repo))[0] == 0
+
+
+def test_refs_main_naming_a_missing_snapshot_or_a_link(cache, cli, tmp_path_factory):
+    repo = cache / "models--org--bert"
+    (repo / "refs" / "main").write_text("f" * 40)   # a revision downloaded in part, or deleted
+    rc, out, err = cli(str(repo))
+    assert rc == 1 and out == "" and len(err.strip().splitlines()) == 1 and "f" * 40 in err and REV in err
+    secret = tmp_path_factory.mktemp("outside") / "secret"
+    secret.write_text(REV)
+    os.remove(repo / "refs" / "main")
+    os.symlink(secret, repo / "refs" / "main")   # a link out of the repository: not read
+    rc, out, err = cli(str(repo))
+    assert rc == 1 and "symbolic link" in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_snapshot_that_is_a_link_is_not_followed(cache, cli, tmp_path_factory):
+    repo = cache / "models--org--gpt2"
+    elsewhere = tmp_path_factory.mktemp("elsewhere")
+    shutil.copytree(fixture("bert-tiny"), elsewhere / "model")
+    shutil.rmtree(repo / "snapshots" / REV)
+    os.symlink(elsewhere / "model", repo / "snapshots" / REV)
+    rc, out, err = cli(str(repo))
+    assert rc == 1 and out == "" and str(elsewhere) not in out   # refs/main names a revision no real folder holds
+
+
+def test_the_cache_root_names_its_repositories(cache, cli):
+    rc, out, err = cli(str(cache))
+    assert rc == 2 and out == "" and len(err.strip().splitlines()) == 1
+    assert "2 repositories (models--org--bert, models--org--gpt2)" in err and "scan" in err
