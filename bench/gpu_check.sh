@@ -7,7 +7,7 @@ set -u
 OUT=${OUT:-/tmp/gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/log.txt") 2>&1
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 HF_HUB_DISABLE_TELEMETRY=1   # no network there: nothing fetched (kernels from the Hub)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
 if PYTHONPATH=/tmp/site python3 -c "import transformers as T; T.LlamaConfig(); print('transformers', T.__version__)"; then
