@@ -178,8 +178,9 @@ HF_REF_BYTES = 256   # a refs/<branch> file holds one commit hash (40 hex digits
 def hf_cache_snapshot(repo: str) -> str | None:
     """The snapshot folder a Hugging Face cache repository (`models--org--name/`, holding `snapshots/`) stands for:
     the revision `refs/main` names, as huggingface_hub resolves the default revision (file_download.py), or its one
-    snapshot where there is no `refs/main`. None for any other folder; a UsageError, naming the revisions, where
-    several snapshots leave the choice open or `refs/main` names one that is not there."""
+    snapshot where there is no `refs/main`. None for any other folder, and for one with neither; a UsageError, naming
+    the revisions, where several snapshots leave the choice open; a CheckpointError where `refs/main` is a link or
+    names a snapshot that is not there."""
     snapshots = os.path.join(repo, "snapshots")
     if not os.path.basename(os.path.normpath(repo)).startswith(HF_CACHE_REPOS) or not os.path.isdir(snapshots):
         return None
@@ -198,11 +199,11 @@ def hf_cache_snapshot(repo: str) -> str | None:
             raise CheckpointError(repo, f"refs/main names revision {rev[:64]!r}, which snapshots/ does not hold "
                                         f"({', '.join(revisions[:4]) or 'no snapshot'}); pass a snapshot folder")
         return os.path.join(snapshots, rev)
-    if len(revisions) == 1:
-        return os.path.join(snapshots, revisions[0])
-    raise UsageError(f"{repo}: a Hugging Face cache repository with {len(revisions)} snapshots and no refs/main"
-                     + (f" ({', '.join(revisions[:4])}{', ...' if len(revisions) > 4 else ''}): pass one, "
-                        f"e.g. {os.path.join(snapshots, revisions[0])}" if revisions else ""))
+    if len(revisions) <= 1:
+        return os.path.join(snapshots, revisions[0]) if revisions else None
+    raise UsageError(f"{repo}: a Hugging Face cache repository with {len(revisions)} snapshots and no refs/main "
+                     f"({', '.join(revisions[:4])}{', ...' if len(revisions) > 4 else ''}): pass one, "
+                     f"e.g. {os.path.join(snapshots, revisions[0])}")
 
 
 def followed(link: str, real_root: str) -> bool:
