@@ -27,7 +27,7 @@ MARK = "import os, pathlib\npathlib.Path(os.environ['MARKER']).touch()\n"
 
 def _python(code: str, folder, marker) -> bool:
     subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300,
-                   env={**os.environ, "MARKER": str(marker)})
+                   env={**os.environ, "MARKER": str(marker), "HF_MODULES_CACHE": str(marker.parent / "modules")})
     return marker.exists()
 
 
