@@ -63,6 +63,10 @@ class Behaviour:
     hub: dict[str, str] = field(default_factory=dict)   # "org/name" -> folder
     cdn: str | None = None          # the base URL resolve redirects go to (another server: the Hub's CDN); default this one
     revisions: tuple[str, ...] = ("main",)
+    etags: bool = False             # send each file's ETag (its inode, size and mtime, as nginx and Apache derive theirs)
+    swap: dict[str, tuple[int, str]] = field(default_factory=dict)   # path -> (n, file): from the (n+1)th request of
+                                    # path on, serve that other file of the folder (a file replaced while read)
+    ctypes: dict[str, str] = field(default_factory=dict)   # path -> the Content-Type its replies say (a mislabelled file)
 
 
 class _Quiet(ThreadingHTTPServer):
@@ -77,6 +81,7 @@ class Server:
         self.root = os.path.realpath(root)
         self.b = Behaviour(**behaviour)  # type: ignore[arg-type]
         self.requests: Counter[str] = Counter()   # method -> count
+        self.served: Counter[str] = Counter()     # a file's path -> the requests for it (Behaviour.swap)
         self.bytes_sent = 0
         self.log: list[tuple[str, str, str]] = []  # (method, path, Range header)
         self.auth_seen: list[str | None] = []
@@ -255,8 +260,16 @@ class _Handler(BaseHTTPRequestHandler):
             links = "".join(f'<a href="{html.escape(n)}">{html.escape(n)}</a>\n' for n in sorted(os.listdir(real)))
             self._send(200, f"<html><body>\n{links}</body></html>".encode(), {"Content-Type": "text/html"}, head)
             return
-        size = os.path.getsize(real)
-        ctype = {".json": "application/json"}.get(os.path.splitext(real)[1], "application/octet-stream")
+        with s.lock:
+            s.served[path] += 1
+            n = s.served[path]
+        if path in s.b.swap and n > s.b.swap[path][0]:
+            real = os.path.join(s.root, s.b.swap[path][1])
+        st = os.stat(real)
+        size = st.st_size
+        ctype = s.b.ctypes.get(path) or {".json": "application/json"}.get(os.path.splitext(real)[1],
+                                                                           "application/octet-stream")
+        tag = {"ETag": f'"{st.st_ino:x}-{size:x}-{st.st_mtime_ns:x}"'} if s.b.etags else {}
         m = _RANGE.match(self.headers.get("Range", ""))
         bad = self.hostile
         if s.b.gzip and bad:
@@ -288,9 +301,9 @@ class _Handler(BaseHTTPRequestHandler):
                 self.close_connection = True
                 return
             self._send(206, body, {"Content-Range": f"bytes {start}-{end}/{size}", "Accept-Ranges": "bytes",
-                                   "Content-Type": ctype}, head)
+                                   "Content-Type": ctype, **tag}, head)
             return
-        headers = {"Content-Type": ctype, "Content-Length": str(size)}
+        headers = {"Content-Type": ctype, "Content-Length": str(size), **tag}
         if s.b.ranges:
             headers["Accept-Ranges"] = "bytes"
         self.send_response(200)

@@ -17,10 +17,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.urls import basename, redact, scheme, under
+from ..core.urls import redact, scheme, under
 from ..errors import CheckpointError, FileNotFound
 from .meter import METER, SETTINGS
-from .remote import _HTTP, _WEIGHT_SUFFIXES, BACKEND, _errors
+from .remote import _HTTP, BACKEND, _errors
 
 MAX_DEPTH = 32          # folders below the root an http(s) walk follows
 _S3_PAGE = 1000         # keys per ListObjectsV2 page: one request each
@@ -109,7 +109,7 @@ def _http_file(url: str) -> Entry | None:
         return None
     except CheckpointError as e:
         return Entry(url, 0, None, f"{e.path}: {e.reason}")
-    if b.ctype == "text/html" and not basename(url).endswith(_WEIGHT_SUFFIXES):
+    if b.listing_page():
         return None
     return Entry(url, size, b.etag)
 
@@ -138,4 +138,4 @@ def _http_walk(folder: str, depth: int, out: list[Entry]) -> None:
 
 def _is_listing(url: str) -> bool:
     b = BACKEND.blobs.get(url)
-    return b is not None and b.size is not None and b.ctype == "text/html"
+    return b is not None and b.size is not None and b.listing_page()

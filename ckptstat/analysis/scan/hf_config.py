@@ -16,6 +16,14 @@ whose folder holds `<library>.py`, and a `_class_name` `[module, class]` with `<
 repository's own Python, which DiffusionPipeline.from_pretrained imports under trust_remote_code=True
 (pipelines/pipeline_loading_utils.py `get_class_obj_and_candidates`, `_resolve_custom_pipeline_and_cls`;
 diffusers 0.42.1): `unknown` alike (`diffusers_code`).
+
+Three more ways in, each measured with the library itself (docs/security.md, thirteenth pass): a config.json's
+`custom_pipelines` (`{task: {"impl": "module.Class"}}`), which transformers' `pipeline(model=folder,
+trust_remote_code=True)` imports (pipelines/__init__.py: get_class_from_dynamic_module of `impl`); diffusers'
+`modular_config.json`, whose `auto_map` ModularPipelineBlocks.from_pretrained (and ModularPipeline.from_pretrained)
+imports under trust_remote_code=True (modular_pipelines/modular_pipeline.py); and a model folder's
+`custom_generate/generate.py`, which transformers' `from_pretrained(..., trust_remote_code=True)` of a generative
+model imports with no config naming it (generation/utils.py `load_custom_generate`): each `unknown` alike.
 """
 from __future__ import annotations
 
@@ -30,7 +38,7 @@ from .jinja import SHOWN
 
 CONFIGS = frozenset({"config.json", "tokenizer_config.json", "chat_template.json", "processor_config.json",
                      "preprocessor_config.json", "video_preprocessor_config.json", "feature_extractor_config.json",
-                     "image_processor_config.json", "modules.json", "model_index.json"})
+                     "image_processor_config.json", "modules.json", "model_index.json", "modular_config.json"})
 CONFIG_BYTES = 64 << 20    # a tokenizer_config.json with a large added-token table: tens of MiB
 # `module.Class` or `org/repo--module.Class` (get_class_from_dynamic_module: the repository before `--`).
 CLASS_REF = re.compile(r"\A(?:(?P<repo>[^\s]+?)--)?(?P<module>[\w.]+)\.(?P<cls>\w+)\Z")
@@ -42,39 +50,71 @@ DIFFUSERS_CODE = ("diffusers imports a pipeline's or component's own Python file
                   "(pipeline_loading_utils.get_class_obj_and_candidates); scan does not vet Python")
 REMOTE_CODE = ("transformers imports the repository's Python when it loads with trust_remote_code=True "
                "(dynamic_module_utils.get_class_from_dynamic_module); scan does not vet Python")
+DIFFUSERS_MODULAR = "modular_config.json"   # diffusers' modular pipeline blocks: {"auto_map": {base: "module.Class"}}
+MODULAR_CODE = ("diffusers imports the module a modular_config.json's auto_map names when ModularPipelineBlocks (or "
+                "ModularPipeline).from_pretrained loads with trust_remote_code=True; scan does not vet Python")
+CUSTOM_GENERATE = "custom_generate/generate.py"
+GENERATE_CODE = ("transformers imports a model folder's custom_generate/generate.py when a generative model loads with "
+                 "trust_remote_code=True (GenerationMixin.load_custom_generate), whatever config.json says; scan does "
+                 "not vet Python")
 
 
 def is_config_file(path: str) -> bool:
     return file_name(path) in CONFIGS
 
 
-def remote_code(config: dict[str, Any], folder: str | None) -> list[str]:
-    """What `auto_map` makes transformers import: one line a module (the classes that load it); `folder`, the local
-    folder the config is in (None for a URL: whether the file is there is not looked up)."""
+def remote_code(config: dict[str, Any], folder: str | None, importer: str = "transformers") -> list[str]:
+    """What `auto_map` makes transformers (or diffusers, `importer`) import, and what `custom_pipelines` makes
+    transformers' pipeline() import: one line a module (the classes that load it); `folder`, the local folder the
+    config is in (None for a URL: whether the file is there is not looked up)."""
     auto = config.get("auto_map")
-    if not isinstance(auto, dict):
-        return []
+    refs: list[tuple[str, object]] = []
+    if isinstance(auto, dict):
+        refs = [(str(auto_class), ref) for auto_class, value in auto.items()
+                for ref in (value if isinstance(value, (list, tuple)) else [value])]
+    out = _modules("auto_map", refs, folder, f"with trust_remote_code=True {importer} imports it")
+    tasks = config.get("custom_pipelines")
+    if isinstance(tasks, dict):   # {task: {"impl": "module.Class", "pt": [...], ...}} (pipelines/__init__.py)
+        refs = [(f"task {str(task)[:80]}", spec.get("impl") if isinstance(spec, dict) else spec)
+                for task, spec in tasks.items()]
+        out += _modules("custom_pipelines", refs, folder,
+                        "with trust_remote_code=True transformers' pipeline() imports it")
+    return out
+
+
+def _modules(key: str, refs: list[tuple[str, object]], folder: str | None, runs: str) -> list[str]:
+    """One line a module the (who, `module.Class`) `refs` of a config's `key` name, with whether `folder` holds it."""
     modules: dict[tuple[str | None, str], list[str]] = {}
     out = []
-    for auto_class, refs in auto.items():
-        for ref in refs if isinstance(refs, (list, tuple)) else [refs]:
-            if ref is None:
-                continue
-            m = CLASS_REF.match(ref) if isinstance(ref, str) else None
-            if m is None:
-                out.append(f"auto_map: {str(auto_class)[:80]} = {ref!r:.80}, not a class reference scan can read")
-                continue
-            modules.setdefault((m.group("repo"), m.group("module")), []).append(f"{auto_class} -> {m.group('cls')}")
+    for who, ref in refs:
+        if ref is None:
+            continue
+        m = CLASS_REF.match(ref) if isinstance(ref, str) else None
+        if m is None:
+            out.append(f"{key}: {who[:80]} = {ref!r:.80}, not a class reference scan can read")
+            continue
+        modules.setdefault((m.group("repo"), m.group("module")), []).append(f"{who} -> {m.group('cls')}")
     for (repo, module), users in list(modules.items())[:SHOWN]:
         file = module.replace(".", "/") + ".py"
         where = (f"from the repository {repo}" if repo else
                  "in this folder" if folder is not None and os.path.isfile(os.path.join(folder, file)) else
                  "not in this folder (the Hub repository's)" if folder is not None else "beside this config")
-        out.append(f"auto_map: {file} ({', '.join(users[:4])}), {where}: with trust_remote_code=True transformers "
-                   "imports it and its Python runs")
+        out.append(f"{key}: {file} ({', '.join(users[:4])}), {where}: {runs} and its Python runs")
     if len(modules) > SHOWN:
-        out.append(f"auto_map: {len(modules) - SHOWN:,} more modules")
+        out.append(f"{key}: {len(modules) - SHOWN:,} more modules")
     return out
+
+
+def is_generate_file(path: str) -> bool:
+    """A model folder's `custom_generate/generate.py` (a URL's too)."""
+    return path.replace(os.sep, "/").endswith("/" + CUSTOM_GENERATE) or path == CUSTOM_GENERATE
+
+
+def judge_generate(path: str) -> dict[str, Any]:
+    """The scan report of a `custom_generate/generate.py`: `unknown`, the Python transformers imports named."""
+    return template_report(path, "Hugging Face custom_generate module", {}, GENERATE_CODE, "", [
+        f"{CUSTOM_GENERATE}: with trust_remote_code=True transformers' from_pretrained of a generative model in this "
+        "folder imports it and its Python runs"], [f"{CUSTOM_GENERATE} is Python"])
 
 
 def st_modules(modules: list[Any], folder: str | None) -> list[str]:
@@ -139,15 +179,18 @@ def judge_config(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     folder = None if is_url(path) else os.path.dirname(os.path.abspath(path))
     if name == ST_MODULES and isinstance(config, list):
         found: dict[str, str | int] = {}
-        code, loader, key = st_modules(config, folder), ST_CODE, name
+        code, loader = st_modules(config, folder), ST_CODE
     elif name == DIFFUSERS_INDEX and isinstance(config, dict):
-        found, code, loader, key = {}, diffusers_code(config, folder), DIFFUSERS_CODE, name
+        found, code, loader = {}, diffusers_code(config, folder), DIFFUSERS_CODE
+    elif name == DIFFUSERS_MODULAR and isinstance(config, dict):
+        found, code, loader = {}, remote_code(config, folder, "diffusers"), MODULAR_CODE
     elif isinstance(config, dict):
-        found, code, loader, key = config_templates(path, config), remote_code(config, folder), REMOTE_CODE, "auto_map"
+        found, code, loader = config_templates(path, config), remote_code(config, folder), REMOTE_CODE
     else:
         return None
     if not found and not code:
         return None
     loaders = "; ".join(([HF_RENDERERS] if found else []) + ([loader] if code else []))
     return template_report(path, f"Hugging Face {name}", found, loaders, "", code,
-                           [f"{key} names {len(code)} module(s) of Python"] if code else [])
+                           [f"{' and '.join(dict.fromkeys(c.split(':', 1)[0] for c in code))} names {len(code)} "
+                            "module(s) of Python"] if code else [])

@@ -32,9 +32,9 @@
 Other loaders' archives and streams have modules of their own, reached from `judge_other`: torch.export `.pt2`
 (pt2.py), torch.package (package.py), compressed pickles such as joblib's (compressed.py), a TensorFlow
 `saved_model.pb`'s graph (saved_model.py), the chat templates of a GGUF or a `.jinja` file (chat_templates.py), a
-Hugging Face JSON config's templates and the repository code its `auto_map` imports (hf_config.py), a NeMo archive's
-config and the pickles NeMo's restore_from loads from it (nemo.py), a zip of one file that torch.hub extracts and
-torch.loads (hub_zip.py).
+Hugging Face JSON config's templates and the repository code it makes a library import, and a model folder's
+`custom_generate/generate.py` (hf_config.py), a NeMo archive's config and the pickles NeMo's restore_from loads from it
+(nemo.py), a zip of one file that torch.hub extracts and torch.loads (hub_zip.py).
 
 The report is `ckptstat.scan/1`, as for a torch file; `torch_load` says which loader was followed.
 """
@@ -61,7 +61,7 @@ from ...formats.torch.training import DeepSpeedUnpickler
 from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
-from .hf_config import is_config_file, judge_config
+from .hf_config import is_config_file, is_generate_file, judge_config, judge_generate
 from .hub_zip import judge_hub_zip
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import KerasFinding, PastBounds, config_findings, load_config
@@ -511,6 +511,8 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
         return judge_templates(path, f, size, head)
     if is_config_file(path) and (config := judge_config(path, f, size)) is not None:   # analysis/scan/hf_config.py
         return config
+    if is_generate_file(path):   # Python transformers imports with no config naming it (hf_config.py)
+        return judge_generate(path)
     if head[:4] == b"\x93NUM":
         t = Trace(path)
         _npy(t, f, size)

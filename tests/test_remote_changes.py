@@ -1,0 +1,97 @@
+"""`ckptstat scan URL` against servers whose answers disagree with the bytes a loader gets (docs/security.md,
+thirteenth pass), served over loopback (tests/remote_server.py) to the CLI in a subprocess. The oracle is the real
+loader in a throw-away process running the payload (it creates a folder).
+
+- a file replaced between two of scan's range requests, its ETag changing with it: scan judged the first window of
+  one file and the rest of the other, and called the chimera safe while the file now served runs its payload
+  (sources/remote.py `Blob._http`: the file changed while it was read, one line, exit 2);
+- a pickle the server labels `text/html`, a link among its bytes: scan took its URL for a folder's listing page, and
+  `scan URL` of the file said `0 file(s) scanned`, exit 0, while torch.hub.load_state_dict_from_url(URL) ran it
+  (sources/remote.py `Blob.listing_page`: a page by its bytes as well as its label)."""
+from __future__ import annotations
+
+import io
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from remote_server import Server  # noqa: E402
+
+
+class _Mkdir:
+    def __init__(self, path: str):
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def _runs(code: str, target: str, marker) -> bool:
+    subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=300,
+                   env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
+    return marker.is_dir()
+
+
+def _scan(target: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "ckptstat", "scan", target], capture_output=True, text=True,
+                          timeout=120)
+
+
+def _swapped(marker) -> tuple[bytes, bytes]:
+    """A torch.save of 200 KB (data.pkl in scan's first window, the central directory in a later range), and the same
+    bytes with data.pkl replaced by a payload of its length (torch's miniz does not check CRCs)."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(50_000), "pad": "y" * 60}, buf)
+    a = buf.getvalue()
+    info = next(i for i in zipfile.ZipFile(io.BytesIO(a)).infolist() if i.filename.endswith("/data.pkl"))
+    name_len, extra_len = struct.unpack_from("<HH", a, info.header_offset + 26)   # the local header's, as miniz reads
+    start = info.header_offset + 30 + name_len + extra_len
+    evil = pickle.dumps({"w": _Mkdir(str(marker))}, protocol=2)
+    assert len(evil) <= info.file_size
+    return a, a[:start] + evil.ljust(info.file_size, b".") + a[start + info.file_size:]
+
+
+def test_a_file_replaced_between_ranges(tmp_path):
+    marker = tmp_path / "ran"
+    benign, hostile = _swapped(marker)
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / "model.bin").write_bytes(benign)
+    (tmp_path / "srv" / "next.bin").write_bytes(hostile)
+    assert _runs("import sys, torch; torch.load(sys.argv[1], weights_only=False)", str(tmp_path / "srv" / "next.bin"),
+                 marker)
+    with Server(str(tmp_path / "srv"), etags=True, swap={"/model.bin": (1, "next.bin")}) as s:
+        p = _scan(f"{s.url}/model.bin")
+        assert s.served["/model.bin"] >= 2   # (the swap happened: scan read past its first window)
+    assert p.returncode == 2 and "the file changed while it was read" in p.stderr, (p.stdout, p.stderr)
+    assert "Traceback" not in p.stderr
+    with Server(str(tmp_path / "srv"), etags=True) as s:   # one version throughout: read as before
+        assert _scan(f"{s.url}/model.bin").returncode == 0
+
+
+@pytest.mark.parametrize("name", ["model.pkl", "checkpoint_best"])
+def test_a_pickle_labelled_html(tmp_path, name):
+    marker = tmp_path / "ran"
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / name).write_bytes(pickle.dumps((_Mkdir(str(marker)), '<a href="zz">z</a>'), protocol=2))
+    label = {"ctypes": {f"/{name}": "text/html", f"/{name}/": "text/html"}}
+    with Server(str(tmp_path / "srv"), **label) as s:
+        assert _runs("import sys, torch; torch.hub.load_state_dict_from_url(sys.argv[1], progress=False)",
+                     f"{s.url}/{name}", marker)
+        file_scan, folder_scan = _scan(f"{s.url}/{name}"), _scan(f"{s.url}/")
+    assert file_scan.returncode == 1 and "UNSAFE" in file_scan.stdout, (file_scan.stdout, file_scan.stderr)
+    assert folder_scan.returncode == 1 and f"UNSAFE     {name}" in folder_scan.stdout, folder_scan.stdout
+
+
+def test_a_listing_page_is_still_a_folder(tmp_path):
+    (tmp_path / "srv" / "sub").mkdir(parents=True)
+    (tmp_path / "srv" / "sub" / "model.pkl").write_bytes(pickle.dumps({"a": 1}, protocol=2))
+    with Server(str(tmp_path / "srv")) as s:
+        p = _scan(f"{s.url}/sub")
+    assert p.returncode == 0 and "1 file(s) scanned: 1 safe" in p.stdout, (p.stdout, p.stderr)
