@@ -58,7 +58,7 @@ getattr({"config": AutoConfig, "tokenizer": AutoTokenizer}[sys.argv[2]], "from_p
 
 def _python(code, *args, marker):
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MARKER": str(marker)})
+                          env={**os.environ, "MARKER": str(marker), "HF_MODULES_CACHE": str(marker.parent / "modules")})
 
 
 @pytest.fixture(scope="module")
