@@ -155,7 +155,7 @@ def summary_rows(folder: str, n: int, delays: list[float], repeat: int, home: st
 def stats_rows(folder: str, delay: float, repeat: int, tree: str, before: str | None = None,
                rate: float = 0.0) -> tuple[list[tuple[str, dict]], int]:
     """The stats contenders over one server; with `rate` (bytes a second, every reply together: a link's bandwidth),
-    only the https:// stats and the download, whose ratio is the figure."""
+    only the https:// stats and the download, whose ratio is the figure (and `before`'s https:// stats)."""
     py = sys.executable
     shards = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in shards)
@@ -171,7 +171,7 @@ def stats_rows(folder: str, delay: float, repeat: int, tree: str, before: str | 
                       ("ckptstat stats, the local folder", [py, "-m", "ckptstat", "stats", "--json", folder], env)]
         if rate:
             contenders = [contenders[0], contenders[2]]
-        elif before:   # another tree's stats over the same server, right after this one's: before a change
+        if before:   # another tree's stats over the same server, right after this one's: before a change
             benv = dict(os.environ, PYTHONPATH=before)
             contenders[1:1] = [("ckptstat stats, https:// (--before tree)",
                                 [py, "-m", "ckptstat", "stats", "--json", index], benv)]

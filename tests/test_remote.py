@@ -368,9 +368,10 @@ def test_shards_are_opened_together(tmp_path, monkeypatch, scheme):
 def test_hf_summary_of_many_shards_waits_few_round_trips(tmp_path, monkeypatch):
     """Issue 35: DeepSeek-V3's 163 shards over hf://, the Hub's resolve route redirecting to a CDN on another host
     (as the Hub's does). After the listing (the API's revision and tree), at most 10 requests one after another
-    (tests/remote_server.py `round_trips`; 9 as built: config.json beside the index, 2, then the shards' resolve
-    requests going out while the CDN answers the last ones', 163 / 32 + 1 = 7: a host's slots its own, twice as
-    many files opened as requests a host answers; 16 before). Counted, not timed (bench/remote_latency.py measures
+    (tests/remote_server.py `round_trips`; 9 as built at 32 requests a host: config.json beside the index, 2, then the
+    shards' resolve requests going out while the CDN answers the last ones', 163 / 32 + 1 = 7 (163 / 64 + 1 = 4 at
+    64 a host since the eighteenth session): a host's slots its own, twice as many files opened as requests a host
+    answers; 16 before). Counted, not timed (bench/remote_latency.py measures
     the time). Every request is answered after 250 ms, a slow network: the client's CPU (and these servers', in
     its process) small beside each wait, so the count is the requests' structure, not the machine's load (at
     50 ms on a loaded 2-core machine, requests sent a little late chain onto others: 10 to 16)."""

@@ -136,14 +136,13 @@ def _stats(path: str, config: str | None, opts: dict[str, object]) -> int:
     """`ckptstat stats PATH --json`, as commands/values.py's stats command answers it: the report on stdout;
     no tensor selected: said on stderr, exit 1. Typer's parsing (its imports) is serial
     time in every --workers run (docs/performance.md)."""
-    from ..analysis.stats import collect
+    from ..analysis.stats import collect, open_for_stats
     from ..core.jsontext import write
-    from ..formats.registry import open_checkpoint
 
-    ckpt = open_checkpoint(path, config)
-    progress = "--no-progress" not in opts and ("--progress" in opts or sys.stderr.isatty())
     chunk, workers = opts.get("--chunk-bytes", STATS_CHUNK), opts.get("--workers", STATS_WORKERS)
     assert isinstance(chunk, int) and isinstance(workers, int)
+    ckpt = open_for_stats(path, config, chunk_bytes=chunk, workers=workers)
+    progress = "--no-progress" not in opts and ("--progress" in opts or sys.stderr.isatty())
     bars: AbstractContextManager = nullcontext()
     if progress:   # the render package loads rich (~20 ms of every --workers run's serial time)
         from ..render.progress import progress_bar

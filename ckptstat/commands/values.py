@@ -25,12 +25,12 @@ def _collect(path: str, config: str | None, filter: str | None, bucket: list[str
              scheduler: str | None = None) -> StatsRun:
     """The stats run, with the library's progress callback drawn as a bar on stderr (default: on a TTY).
     An `output` that is, or resolves to, an input is refused before any value is read."""
-    from .. import open_checkpoint
-    from ..analysis.stats import collect
+    from ..analysis.stats import collect, open_for_stats
     from ..core.files import check_output
     from ..render.progress import progress_bar
 
-    ckpt = open_checkpoint(path, config)
+    ckpt = open_for_stats(path, config, filter, tuple(bucket or ()), all_roles, chunk_bytes,
+                          workers if not scheduler else 0)
     if output is not None:
         check_output(output, [path, config, ckpt.path, ckpt.config_path, *ckpt.files])
     with progress_bar(sys.stderr.isatty() if progress is None else progress) as bar:

@@ -75,6 +75,15 @@ def prefetch(f: IO[bytes], ranges: list[tuple[int, int]]) -> None:
         remote(ranges)
 
 
+def read_ahead(f: IO[bytes], offset: int, n: int) -> int:
+    """Say that a `readinto` of exactly n bytes at `offset` of `f` is to come (a URL's values, read while its other
+    files' headers are still being read: analysis/stats/readahead.py): a remote file starts the range request that
+    read would make, into a buffer of its own the read then takes its bytes from; a local file does nothing. The
+    bytes now held (0: nothing started); what no read takes is let go at the command's end (`urls.forget_ahead`)."""
+    remote = getattr(f, "read_ahead", None)
+    return int(remote(offset, n)) if remote is not None else 0
+
+
 class SeekableReader(io.RawIOBase):
     """A read-only, seekable file of `size` bytes whose subclass supplies the reading: position-keeping
     (tell, seek from any whence, never before 0) shared by the remote file, a window of a zip member and

@@ -82,6 +82,7 @@ class Backend(Protocol):
     def size(self, url: str, what: str = "") -> int: ...
     def kind(self, url: str) -> str | None: ...          # "file", "directory" or None (absent)
     def listdir(self, url: str) -> list[str]: ...        # names of the files in a folder URL
+    def forget_ahead(self) -> None: ...                  # let go of the reads ahead no read took (core/io.py read_ahead)
     @property
     def concurrency(self) -> int: ...                    # requests it lets one command have in flight
 
@@ -98,6 +99,12 @@ def backend() -> Backend:
     if _backend is None:   # formats/registry.py imports ckptstat.sources before it opens a URL
         raise UsageError("reading a URL: the remote source is not loaded (open it with open_checkpoint)")
     return _backend
+
+
+def forget_ahead() -> None:
+    """Let go of the values read ahead that no read took (core/io.py `read_ahead`), once their requests end."""
+    if _backend is not None:
+        _backend.forget_ahead()
 
 
 def concurrently(fn: Callable[[T], R], items: Iterable[T], at_once: int | None = None,

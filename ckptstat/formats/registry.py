@@ -199,8 +199,9 @@ def read_json(path: str, cap: int, what: str) -> Any:
     return json.loads(data.decode("utf-8"))
 
 
-def _open_index(path: str) -> Checkpoint:
-    """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}`."""
+def _open_index(path: str, opened: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
+    """A sharded checkpoint: `{"metadata": {...}, "weight_map": {tensor: shard file}}`; `opened` is called with each
+    shard as it is opened, in order (open_checkpoint)."""
     index = read_json(path, limits().index_bytes, "index")
     weight_map = index.get("weight_map") if isinstance(index, dict) else None
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
@@ -224,7 +225,7 @@ def _open_index(path: str) -> Checkpoint:
     # not one or two per shard.
     parts = urls.concurrently(open_shard, shards) if urls.is_url(path) else map(open_shard, shards)
     merged: Checkpoint | None = None
-    opened: list[tuple[str, Checkpoint]] = []
+    parts_opened: list[tuple[str, Checkpoint]] = []
     for (shard, names), part in zip(shards.items(), parts):
         shard_path = os.path.join(folder, shard)
         spell = next((f.index_name for f in FORMATS if f.name == part.format and f.index_name), None)
@@ -236,7 +237,9 @@ def _open_index(path: str) -> Checkpoint:
         if merged is None:
             merged = Checkpoint(path=path, format=part.format, tensors={}, files=(), metadata=dict(part.metadata),
                                 distinct=True)
-        opened.append((shard_path, part))
+        parts_opened.append((shard_path, part))
+        if opened is not None:
+            opened(part)
         merged.files += (shard_path,)
         merged.distinct = merged.distinct and part.distinct   # names in two files never share bytes
         merged.readers.update(part.readers)
@@ -244,7 +247,7 @@ def _open_index(path: str) -> Checkpoint:
         merged.dropped.update(part.dropped)
     if merged is None:
         raise CorruptCheckpointError(path, "index lists no tensors")
-    merged.tensors = _joined(opened)
+    merged.tensors = _joined(parts_opened)
     meta = index.get("metadata")
     if isinstance(meta, dict) and "total_size" in meta:
         merged.metadata["index.total_size"] = str(meta["total_size"])
@@ -328,7 +331,8 @@ def verify_checkpoint(ckpt: Checkpoint) -> list[str]:
 
 
 def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None,
-                    verify: bool = False, allow_external: bool | None = None) -> Checkpoint:
+                    verify: bool = False, allow_external: bool | None = None,
+                    opened: Callable[[Checkpoint], None] | None = None) -> Checkpoint:
     """Open a checkpoint from its headers: a file, a `*.index.json`, a model folder, or a TF prefix
     (`model.ckpt-10`, which is not a file: `model.ckpt-10.index` is). verify=True also checks the
     checksums the format stores (TF bundles: crc32c of every tensor).
@@ -336,7 +340,11 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
     Only the files named and, for a folder, index or prefix, files inside that folder are read; a
     reference outside (HDF5 external links and storage, a TF pointer elsewhere, a symlink out of the
     folder) raises ExternalReferenceError unless allow_external (None: the process default, which the
-    CLI's --allow-external sets). See docs/security.md."""
+    CLI's --allow-external sets). See docs/security.md.
+
+    `opened`, for a sharded checkpoint (a `*.index.json`), is called with each shard's own Checkpoint as it is
+    opened, in the index's order, before the next is handed over (a URL's `stats` starts its value reads there:
+    analysis/stats/readahead.py)."""
     path = os.fspath(path)
     if urls.is_url(path):   # https://, hf://, s3://...: read through the remote source (docs/remote.md)
         from .. import sources  # noqa: F401 - installs it in core.urls; fsspec itself loads on the first request
@@ -394,7 +402,7 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
             # as one line naming the file (errors.reading).
             with reading(target):
                 if target.endswith(".index.json"):
-                    ckpt = _open_index(target)
+                    ckpt = _open_index(target, opened)
                 else:
                     opener = _FILE_HOOKS.get(os.path.basename(target))
                     ckpt = opener(target) if opener else _open_file(target)

@@ -103,7 +103,11 @@ class Settings:
     drop_retries: int = 2            # attempts after the first on a timeout, a dropped or refused connection
     backoff: float = 0.5             # seconds before the first retry, doubling each time (Retry-After wins, capped)
     backoff_cap: float = 30.0
-    concurrency: int = 32            # requests in flight at once to one host (twice as many files opened at once)
+    # requests in flight at once to one host (twice as many files opened at once): 163 shards' headers are 3 round trips
+    # one after another, not 6, and a stats run's reads ahead (analysis/stats/readahead.py) go out beside them without
+    # lengthening that chain (32: they took its slots, and the link sat idle as long; bench/results/remote_latency.md,
+    # 2026-12-04 eighteenth session)
+    concurrency: int = 64
     threaded_values: bool = True     # value reads (>= 1 MiB into the caller's buffer) made by the reading threads with
                                      # http.client (sources/threaded.py); False: on aiohttp's one thread, as the rest
 

@@ -17,12 +17,14 @@ Where the bytes come from is one of three `Target`s, all fsspec filesystems:
 """
 from __future__ import annotations
 
+import contextvars
+import mmap
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 from ..core.io import SeekableReader
 from ..core.urls import basename, redact, scheme
@@ -54,8 +56,16 @@ def _need(module: str) -> Any:
         raise missing_extra("reading URLs", module.split(".")[0], "remote") from None
 
 
+class Ahead(NamedTuple):
+    """Bytes [start, end) of a file read ahead (Blob.read_ahead): `done` says how many came into `buf`."""
+    start: int
+    end: int
+    done: Future[int]
+    buf: mmap.mmap
+
+
 class Blob:
-    """One remote file: its size and a bounded cache of fetched ranges."""
+    """One remote file: its size, a bounded cache of fetched ranges, and the value reads started ahead."""
 
     def __init__(self, backend: Backend, target: Target):
         self.backend, self.target = backend, target
@@ -67,12 +77,13 @@ class Blob:
         self.window = FIRST_WINDOW
         self.next_miss = -1   # where the last miss ended: none yet (a first read fetches FIRST_WINDOW)
         self.spool: IO[bytes] | None = None
+        self.ahead: list[Ahead] = []
         self.lock = threading.Lock()
 
     def forked(self) -> Blob:
         """This file in a forked child: its lock new; a whole download's spool (a file position the parent
-        shares) fetched anew."""
-        self.lock, self.spool = threading.Lock(), None
+        shares) fetched anew; the parent's reads ahead (its threads' buffers) none of the child's."""
+        self.lock, self.spool, self.ahead = threading.Lock(), None, []
         return self
 
     def _fetch(self, start: int, end: int) -> bytes:
@@ -160,31 +171,72 @@ class Blob:
             return False
         return self.pread(_PAGE_HEAD, 0).lstrip(b" \t\r\n\f\xef\xbb\xbf")[:1] == b"<"
 
+    def _direct_head(self, offset: int, n: int) -> bytes | None:
+        """Under the lock: the cached head of a read of n bytes at offset whose rest is fetched straight into the
+        caller's buffer (over http(s), at least DIRECT bytes past the head), else None (a read through pread)."""
+        if n < DIRECT or self.target.http_url is None or self.spool is not None:
+            return None
+        head = self._cached(offset, n)
+        return head if n - len(head) >= DIRECT else None
+
+    def _direct(self, start: int, end: int, mv: memoryview) -> int:
+        """Bytes [start, end) fetched straight into mv (one range request): how many came."""
+        reply = self._http(start, end, mv)
+        if reply.filled >= 0:
+            return reply.filled
+        # the server sent the whole (small) file from byte 0, or it was spooled (--allow-full-download)
+        data = _spool_read(reply.spooled, start, end) if reply.spooled is not None else reply.body[:end - start]
+        mv[:len(data)] = data
+        return len(data)
+
     def read_into(self, mv: memoryview, offset: int) -> int:
         """pread into the caller's buffer: a value read over http(s) whose bytes past the cached ones (the first
         tensor of a file starts in the header's window) are at least DIRECT is fetched straight into it, and not
-        cached (one copy of the bytes, not three; the cache keeps headers); anything else through pread."""
+        cached (one copy of the bytes, not three; the cache keeps headers), or taken from a read ahead that holds
+        them (read_ahead: the same request, made earlier); anything else through pread."""
         size = self.ensure_size()
         n = max(0, min(len(mv), size - offset))
-        head = b""
-        direct = n >= DIRECT and self.target.http_url is not None
-        if direct:
-            with self.lock:
-                head = self._cached(offset, n) if self.spool is None else b""
-                direct = self.spool is None and n - len(head) >= DIRECT
-        if not direct:
+        with self.lock:
+            head = self._direct_head(offset, n)
+            ahead = None if head is None else next((a for a in self.ahead if a.start <= offset + len(head)
+                                                    and offset + n <= a.end), None)
+            if ahead is not None:
+                self.ahead.remove(ahead)
+        if head is None:
             data = self.pread(n, offset)
             mv[:len(data)] = data
             return len(data)
         k = len(head)
         mv[:k] = head
-        reply = self._http(offset + k, offset + n, mv[k:n])
-        if reply.filled >= 0:
-            return k + reply.filled
-        # the server sent the whole (small) file from byte 0, or it was spooled (--allow-full-download)
-        data = _spool_read(reply.spooled, offset + k, offset + n) if reply.spooled is not None else reply.body[:n - k]
-        mv[k:k + len(data)] = data
-        return k + len(data)
+        if ahead is None:
+            return k + self._direct(offset + k, offset + n, mv[k:n])
+        try:   # (its error, if the request failed, is raised here, where the read would have raised it)
+            came = ahead.done.result()
+            got = max(0, min(ahead.start + came, offset + n) - (offset + k))
+            at = offset + k - ahead.start
+            with memoryview(ahead.buf) as held:
+                mv[k:k + got] = held[at:at + got]
+            return k + got
+        finally:
+            self.backend.let_go(ahead)
+
+    def read_ahead(self, offset: int, n: int) -> int:
+        """Start the request a read_into of n bytes at offset would make straight into its buffer (none for a read
+        that would go through pread), on the backend's threads, into a buffer of its own, which that read_into then
+        takes the bytes from: the bytes now held (0: nothing started)."""
+        size = self.ensure_size()
+        n = max(0, min(n, size - offset))
+        with self.lock:
+            head = self._direct_head(offset, n)
+            if head is None or any(a.start <= offset + len(head) and offset + n <= a.end for a in self.ahead):
+                return 0
+            start, end = offset + len(head), offset + n
+            buf = mmap.mmap(-1, end - start)   # (given back to the system when let go: not a malloc arena's)
+            self.backend.hold(end - start)
+            done = self.backend.ahead_pool().submit(contextvars.copy_context().run, self._direct, start, end,
+                                                    memoryview(buf))
+            self.ahead.append(Ahead(start, end, done, buf))
+        return end - start
 
     def pread(self, n: int, offset: int) -> bytes:
         size = self.ensure_size()
@@ -256,6 +308,9 @@ class RemoteFile(SeekableReader):
     def prefetch(self, ranges: list[tuple[int, int]]) -> None:
         self.blob.prefetch(ranges)
 
+    def read_ahead(self, offset: int, n: int) -> int:
+        return self.blob.read_ahead(offset, n)
+
     def readinto(self, b: Any) -> int:
         n = self.blob.read_into(memoryview(b).cast("B"), self.pos)
         self.pos += n
@@ -297,8 +352,10 @@ class Backend:
         self.kinds: dict[str, str | None] = {}
         self.stores: dict[str, Any] = {}   # scheme -> its fsspec filesystem (an S3 client costs ~0.1 s to make)
         self.cached = 0   # bytes in every Blob's cache
+        self.held = 0     # bytes of values read ahead (Blob.read_ahead) not yet taken or let go
         self.lock = threading.Lock()
         self._slots: threading.BoundedSemaphore | None = None
+        self._ahead: ThreadPoolExecutor | None = None
 
     def account(self, delta: int) -> bool:
         """Add delta bytes to the caches' total; False (and nothing added) when that would pass TOTAL_CACHE_BYTES."""
@@ -307,6 +364,32 @@ class Backend:
                 return False
             self.cached += delta
             return True
+
+    def ahead_pool(self) -> ThreadPoolExecutor:
+        """The threads that make the requests of reads ahead (each waits for a slot of its host's, as any request)."""
+        with self.lock:
+            if self._ahead is None:
+                self._ahead = ThreadPoolExecutor(max_workers=SETTINGS.concurrency)
+            return self._ahead
+
+    def hold(self, delta: int) -> None:
+        with self.lock:
+            self.held += delta
+
+    def let_go(self, a: Ahead) -> None:
+        """A read ahead taken or forgotten, once its request has ended: its bytes no longer held (its buffer is
+        unmapped when the last reference goes: a failed request's error may still hold a view of it)."""
+        a.done.exception()   # (waits; its error, if any, is the reader's to raise)
+        self.hold(-(a.end - a.start))
+
+    def forget_ahead(self) -> None:
+        """Let go of every read ahead no read took (a command's end): their requests run to their end first, as
+        core/urls.py `concurrently`'s do, so that a command makes the same requests on every run."""
+        for b in list(self.blobs.values()):
+            with b.lock:
+                left, b.ahead = b.ahead, []
+            for a in left:
+                self.let_go(a)
 
     @property
     def concurrency(self) -> int:
@@ -343,11 +426,12 @@ class Backend:
         self.lock = threading.Lock()
         self.blobs = {k: b.forked() for k, b in self.blobs.items() if b.target.http_url is not None}
         self.cached = sum(b.cached for b in self.blobs.values())
-        self._http, self.stores, self._slots = None, {}, None
+        self._http, self.stores, self._slots, self._ahead, self.held = None, {}, None, None, 0
 
     def forget_files(self) -> None:
         """Forget every file's size, kind and cached ranges, keeping the session: the next reads start cold
         (an audit task's fetched counts are then its own, wherever it runs; docs/audit.md)."""
+        self.forget_ahead()
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()
@@ -356,6 +440,7 @@ class Backend:
                 fs.invalidate_cache()
 
     def forget(self) -> None:
+        self.forget_ahead()
         with self.lock:
             self.blobs.clear()
             self.kinds.clear()

@@ -56,7 +56,7 @@ from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
 from .csv_table import CSV_FIELDS, csv_pieces, to_csv  # noqa: F401  (re-exported)
 from .kernel16 import BUFFERS, DOMAINS, REMOTE_BUDGET, WINDOWS, tensor_stats16  # noqa: F401  (REMOTE_BUDGET re-exported)
 from .kernel32 import tensor_stats32
-from .readahead import REMOTE_AHEAD, REMOTE_PART, remote_units  # noqa: F401  (re-exported)
+from .readahead import REMOTE_AHEAD, REMOTE_PART, REMOTE_PREFETCH, ShardsAhead, remote_units  # noqa: F401  (re-exported)
 from .tiny import run_stats, units
 
 STATS_SCHEMA = "ckptstat.stats/1"
@@ -248,6 +248,7 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
     finally:
         BUFFERS.clear()   # (the chunk buffers kept for reuse, the file mapped last: a long-lived process holds none
         WINDOWS.clear()   # between runs)
+        urls.forget_ahead()   # (values read ahead that no read took: open_for_stats)
 
 
 def merge_into(groups: dict[GroupKey, Acc], contrib: Contribution, dense: set[GroupKey] | None = None) -> None:
@@ -315,7 +316,7 @@ def _fetched_since_mark() -> dict | None:
 
 def _worker_init(path: str, config: str | None, counter, workers: int) -> None:  # noqa: ANN001
     """A worker's start. Over a URL the workers share one process's limits (SETTINGS.concurrency requests to a host,
-    REMOTE_AHEAD units, REMOTE_BUDGET bytes): `-w 8` keeps 32 requests in flight to the Hub's CDN in all, not 256."""
+    REMOTE_AHEAD units, REMOTE_BUDGET bytes): `-w 8` keeps 64 requests in flight to the Hub's CDN in all, not 512."""
     if urls.is_url(path):
         from ...sources.meter import SETTINGS
 
@@ -474,6 +475,22 @@ def _counter(progress: Progress, total: int) -> Callable[[int], None]:
             progress(done, total)
 
     return tick
+
+
+def open_for_stats(path: str, config: str | None, pattern: str | None = None, buckets: Sequence[str] = (),
+                   all_roles: bool = False, chunk_bytes: int = DEFAULT_STATS_CHUNK, workers: int = 1) -> Checkpoint:
+    """open_checkpoint for `collect` with these options: a sharded URL read by this process with no filter has its
+    first value reads started as each shard's header comes in (readahead.py ShardsAhead), which collect's reads take."""
+    from ...formats.registry import open_checkpoint
+
+    if not urls.is_url(path) or pattern or buckets or workers != 1 or chunk_bytes < 1:
+        return open_checkpoint(path, config)
+    try:
+        return open_checkpoint(path, config, opened=ShardsAhead(
+            lambda shard: [it.name for it in select(shard, all_roles=all_roles)[0]], chunk_bytes))
+    except BaseException:
+        urls.forget_ahead()
+        raise
 
 
 def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str] = (), all_roles: bool = False,

@@ -185,26 +185,30 @@ REMOTE_BUDGET = 64 << 20   # the bytes of buffers a URL's stats holds at once (a
 BUFFERS = Buffers(REMOTE_BUDGET)   # (analysis/stats/ clears it when a stats run ends)
 
 
+def chunk_ranges(nbytes: int, chunk_bytes: int, width: int, start: int = 0,
+                 stop: int | None = None) -> list[tuple[int, int]]:
+    """The byte ranges [a, b) of a plain tensor of `nbytes` bytes that plain_chunks reads, one read each."""
+    step = max(width, chunk_bytes // width * width)
+    end = nbytes if stop is None else min(stop, nbytes)
+    return [(a, min(a + step, end)) for a in range(start, end, step)]
+
+
 def plain_chunks(info: TensorInfo, chunk_bytes: int, width: int, start: int = 0,
                  stop: int | None = None) -> Iterator[np.ndarray]:
     """The stored bytes of a plain tensor (see plain()), a multiple of `width` bytes at a time, read
     into one reused buffer: the array yielded is overwritten by the next read. With `start` / `stop`, only the
     tensor's bytes [start, stop) (a URL's part of a tensor: parts())."""
     check_expansion(info)
-    step = max(width, chunk_bytes // width * width)
-    end = info.nbytes if stop is None else min(stop, info.nbytes)
-    buf = BUFFERS.take(min(step, end - start))
+    reads = chunk_ranges(info.nbytes, chunk_bytes, width, start, stop)
+    buf = BUFFERS.take(reads[0][1] - reads[0][0] if reads else 0)
     assert info.offset is not None
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"), open_regular(info.file) as f:
         f.seek(info.offset + start)
-        done = start
-        while done < end:
-            want = min(step, end - done)
-            raw = buf[:want]
+        for a, b in reads:
+            raw = buf[:b - a]
             got = f.readinto(raw.data) if hasattr(f, "readinto") else _read_into(f, raw)
-            if got != want:
-                raise _ends_first(info, want, info.offset + done)
-            done += want
+            if got != b - a:
+                raise _ends_first(info, b - a, info.offset + a)
             yield raw
     BUFFERS.give(buf)   # (the tensor read whole: the caller is done with the last chunk)
 

@@ -62,11 +62,8 @@ def tensor_stats32(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                    progress: Callable[[int], None] | None = None) -> Acc:
     """The accumulator of one F32 tensor (what Acc.update gives on its values, in fewer passes)."""
     t = F32Tensor()
-    step = max(4, min(chunk_bytes, READ_BYTES) // 4 * 4)
-    # A URL's plain tensor is read a chunk at a time (one range request straight into the buffer; a read of 512 KiB
-    # was a round trip each: ~160 MB/s at 50 ms), then added READ_BYTES at a time, as a local file's reads are: the
-    # same sums in the same order, so the same report.
-    read = max(step, chunk_bytes // step * step) if urls.is_url(info.file) and plain(ckpt, info) else step
+    step = _step(chunk_bytes)
+    read = url_read(chunk_bytes) if urls.is_url(info.file) and plain(ckpt, info) else step
     for chunk in f32_chunks(ckpt, info, read):
         for at in range(0, chunk.size, step // 4):
             x = chunk[at:at + step // 4]
@@ -74,6 +71,19 @@ def tensor_stats32(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
             if progress:
                 progress(x.size * 4)
     return t.done()
+
+
+def _step(chunk_bytes: int) -> int:
+    """The bytes of a plain tensor added at a time (a local file's reads too)."""
+    return max(4, min(chunk_bytes, READ_BYTES) // 4 * 4)
+
+
+def url_read(chunk_bytes: int) -> int:
+    """A URL's plain tensor is read a chunk at a time (one range request straight into the buffer; a read of 512 KiB
+    was a round trip each: ~160 MB/s at 50 ms), then added READ_BYTES at a time, as a local file's reads are: the
+    same sums in the same order, so the same report."""
+    step = _step(chunk_bytes)
+    return max(step, chunk_bytes // step * step)
 
 
 class F32Tensor:
