@@ -123,8 +123,9 @@ def annotate(ckpt: Checkpoint, folder: str, config: dict[str, Any]) -> None:
     common = common_objects(folder)
     if common:
         ckpt.objects = {**ckpt.objects, **common}
-    what = (f"Megatron-Core distributed checkpoint ({config.get('sharded_backend')} backend; {COMMON} "
-            f"{'read: ' + str(len(common)) + ' item(s) under objects' if common else 'absent'})")
+    held = (f"read: {len(common)} item(s) under objects" if common else "read: empty") \
+        if os.path.isfile(os.path.join(folder, COMMON)) else "absent"
+    what = f"Megatron-Core distributed checkpoint ({str(config.get('sharded_backend'))[:40]} backend; {COMMON} {held})"
     if stacked:
         n = ", ".join(str(k) for k in sorted(layers))
         what += (f"; {len(stacked)} tensor(s) under `layers.` stored stacked, the leading dimension the layer "
