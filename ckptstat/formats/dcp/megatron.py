@@ -28,7 +28,6 @@ from ...core import Checkpoint, TensorInfo
 from ...core.files import file_size, open_regular
 from ...errors import CheckpointError, UnsafeCheckpointError, reading
 from ..torch.containers import zip_contents
-from .extensions import Item
 from .objects import MAX_OBJECTS, MAX_VALUE_DEPTH, _inert, _NotInert
 
 LIBRARY = "Megatron-Core dist_checkpointing"   # the training line's library
