@@ -124,10 +124,17 @@ BUCKET_RULES = _rules([
     (r"(^|\.)encoder\.(conv\d+|layernorm_embedding)\.", "embedding"),  # Whisper conv front-end, BART embedding norm
     (r"(^|\.)(embedder|pre_layrnorm)\.", "embedding"),                # ResNet conv stem; CLIP vision pre-norm (sic)
     (r"(^|\.)conv_stem\.", "embedding"),                               # MobileNet's conv stem (timm EfficientNet's)
+    # Megatron-Core LanguageModelEmbedding (GPT, BERT, T5; NeMo 2.0): word, learned position and token-type tables
+    (r"(^|\.)embedding\.(word_embeddings|position_embeddings|tokentype_embeddings)\.", "embedding"),
     # Encoder-decoder stacks (T5, BART): decoder blocks kept apart
     (r"(^|\.)decoder\.(block|layers?)\.(?P<layer>\d+)\.", "decoder"),
     (r"(^|\.)decoder\.(final_layer_norm|layer_norm|layernorm_embedding)\.", "decoder"),
     (r"^dec\.(blk\.(?P<layer>\d+)|output_norm)\.", "decoder"),     # GGUF T5: dec.blk.N., dec.output_norm
+    # Megatron-Core distributed checkpoints store a block's layers stacked, one tensor per name with the layer as
+    # its leading dimension (`decoder.layers.self_attention.linear_qkv.weight` [L, 3h, h]): the stack, no index
+    # (formats/dcp/megatron.py marks the axis; census/tally.py splits it by layer)
+    (r"(^|\.)decoder\.layers\.(?!\d)", "decoder"),
+    (r"(^|\.)encoder\.layers\.(?!\d)", "encoder"),
     # Blocks: BERT `encoder.layer.N`, DistilBERT `transformer.layer.N`, GPT-2 `h.N`, LLaMA `layers.N`,
     # T5 `encoder.block.N`, ALBERT `albert_layer_groups.N`, TF1 BERT `layer_N`, GGUF `blk.N`
     (r"(^|\.)(layer|layers|h|block|blocks|blk|albert_layer_groups)[._](?P<layer>\d+)(\.|$)", "encoder"),
@@ -142,8 +149,9 @@ BUCKET_RULES = _rules([
     # Heads: LM heads and task heads
     (r"(^|\.)(cls|lm_head|predictions|generator_predictions|generator_lm_head|discriminator_predictions"
      r"|classifier|pre_classifier|qa_outputs|score|seq_relationship|sop_classifier|vocab_transform"
-     r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj)\.", "cls"),  # BERT, ALBERT, ELECTRA,
-    # DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF
+     r"|vocab_layer_norm|vocab_projector|lm_loss|output|sequence_summary|logits_proj|output_layer)\.", "cls"),  # BERT,
+    # ALBERT, ELECTRA, DistilBERT, HF heads (XLM's and XLNet's sequence_summary, logits_proj), GGUF, Megatron-Core's
+    # GPTModel output_layer
     (r"(^|\.)(visual_projection|text_projection)\.|(^|\.)logit_scale$", "cls"),  # CLIP's contrastive head
 ])
 _NUMBER = re.compile(r"(\d+)")
@@ -207,7 +215,8 @@ def _role_from(name: str, numbered: str, dtype: str, rank4: bool) -> str:
 # so `plot` draws gains in a panel of their own. BERT `LayerNorm.weight`, LLaMA `input_layernorm`/`norm`, GPT-2
 # `ln_1`/`ln_f`, T5 `layer_norm`, Whisper `self_attn_layer_norm`, GGUF `attn_norm`/`output_norm`, TF/Keras `gamma`
 # (of a LayerNormalization or BatchNormalization), Flax `scale`.
-_NORM_GAIN = re.compile(r"(^|\.)(\w*norm\w*|ln_?\w*|layer_normalization\w*|batch_normalization\w*)\.(weight|gamma|scale)$",
+_NORM_GAIN = re.compile(r"(^|\.)(\w*norm\w*|ln_?\w*|layer_normalization\w*|batch_normalization\w*)\.(weight|gamma|scale)$"
+                        r"|\.layer_norm_weight$",   # Megatron-Core: a norm fused into the next linear (linear_qkv.)
                         re.IGNORECASE)
 
 

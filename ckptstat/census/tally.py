@@ -63,12 +63,16 @@ def _tally(ckpt: Checkpoint) -> Tally:
     out = Tally(0, sum(file_bytes), {}, {}, {}, {}, [], ([], [], []))
     groups: dict[tuple[str, int | None, str], Sums] = {}   # (bucket, layer, stored label) -> sums, folded below
     key_bytes: dict[tuple, int] = {}   # a parameter key's stored bytes a tensor
+    stacked: list[tuple[str, int, Sums]] = []   # (bucket, layers, sums) of tensors stacked by layer
     other_roles = False
     for key, k in counts.items():
         pid, dtype, numel = key
+        n_layers = 0
         if isinstance(dtype, tuple):   # a quantised weight: its label and stored bytes are all its pieces'
             t = special[dtype[1]]
             (label, nbytes), packed = stored(t, numel), dtypes.get(t.dtype).nbytes(numel)
+            n = t.extra.get("stacked_layers")   # a Megatron stack, its leading dimension the layer (formats/dcp/megatron.py)
+            n_layers = n if isinstance(n, int) and n > 0 and t.shape and t.shape[0] == n else 0
         else:
             label, nbytes = dtype, dtypes.get(dtype).nbytes(numel)
             packed = nbytes
@@ -83,6 +87,8 @@ def _tally(ckpt: Checkpoint) -> Tally:
             other_roles = True
             continue
         key_bytes[key] = nbytes
+        if n_layers and p.layer is None and p.bucket in ("encoder", "decoder"):
+            stacked.append((p.bucket, n_layers, [numel * k, nbytes * k, k]))
         s = groups.get((p.bucket, p.layer, label))
         if s is None:
             s = groups[(p.bucket, p.layer, label)] = [0, 0, 0]
@@ -111,6 +117,9 @@ def _tally(ckpt: Checkpoint) -> Tally:
         _fold(out.by_dtype, label, s)
         if layer is not None:
             _fold(out.layers, (bucket, layer), s)
+    for bucket, n_layers, (elements, nbytes, k) in stacked:   # each layer its slice: 1/n of the stack, one tensor
+        for layer in range(n_layers):
+            _fold(out.layers, (bucket, layer), [elements // n_layers, nbytes // n_layers, k])
     return out
 
 

@@ -457,7 +457,8 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "optimizer.pt": "training",   # a Trainer folder without trainer_state.json (training.py)
                         "mp_rank_00_model_states.pt": "training",                 # DeepSpeed global_stepN/ (ZeRO 0-2)
                         "zero_pp_rank_0_mp_rank_00_model_states.pt": "training",  # ... ZeRO 3
-                        "__0.metadata": "dcp"}      # a DCP folder saved without rank coordination (rank-local metadata)
+                        "__0.metadata": "dcp",      # a DCP folder saved without rank coordination (rank-local metadata)
+                        "weights": "dcp"}           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
 # ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
 DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).

@@ -53,7 +53,7 @@ def _render_objects(objects: dict, console: Console) -> None:
     for i, (name, o) in enumerate(shallow_first[:OBJECT_LINES]):
         what = f"= {json.dumps(o['value'])[:80]}" if "value" in o else f"not read: {o.get('unread')}"
         console.print(Text("objects      " if i == 0 else " " * 13).append_text(
-            safe(f"{name} {what}  ({o['bytes']:,} bytes)")))
+            safe(f"{name} {what}  " + (f"({o['bytes']:,} bytes)" if "bytes" in o else f"({o.get('file')})"))))
     if len(objects) > OBJECT_LINES:
         console.print(Text(" " * 13 + f"... {len(objects) - OBJECT_LINES} more non-tensor item(s) (--json lists them)"))
 

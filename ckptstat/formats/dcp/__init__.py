@@ -38,7 +38,7 @@ from ..torch.allowlist import DTypeRef
 from ..torch.containers import StorageRecord, zip_contents
 from ..torch.reader import build_tensors
 from ..torch.unpickler import Record, RecordingUnpickler, key_text, unpickle, walk
-from . import extensions
+from . import extensions, megatron
 from .extensions import Item as _Item
 from .extensions import extensions_text
 from .objects import read_objects, training_of
@@ -53,7 +53,10 @@ MAX_ASSEMBLE = 1 << 20                      # elements mapped at once when assem
 _CLASSES = {f"{_MODULE}.filesystem._StorageInfo",
             *(f"{_MODULE}.metadata.{c}" for c in ("Metadata", "TensorStorageMetadata", "TensorProperties",
                                                    "ChunkStorageMetadata", "BytesStorageMetadata", "MetadataIndex",
-                                                   "StorageMeta"))}
+                                                   "StorageMeta")),
+            # planner.py's plan dataclasses: Megatron-Core's torch_dist save keeps every rank's SavePlan in the
+            # Metadata it pickles (`all_local_plans`, megatron/core/dist_checkpointing/strategies/state_dict_saver.py)
+            *(f"{_MODULE}.planner.{c}" for c in ("SavePlan", "WriteItem", "TensorWriteData", "BytesIOWriteData"))}
 
 
 def _mem_format(code: object = 0) -> object:
@@ -65,9 +68,10 @@ def _path(*parts: object) -> str:
 
 
 _CALLS: dict[str, Callable[..., object]] = {f"{_MODULE}.metadata._MEM_FORMAT_ENCODING": _mem_format,
+          f"{_MODULE}.planner.WriteItemType": _mem_format,    # an Enum of ints, pickled by value
           **{f"pathlib.{c}": _path for c in ("PosixPath", "WindowsPath", "PurePosixPath", "PureWindowsPath")}}
-# Every global a genuine .metadata pickle imports beyond torch's weights_only allowlist: DCP's own metadata
-# dataclasses, its memory-format enum and pathlib paths (analysis/scan/ judges a .metadata file by them).
+# Every global a genuine .metadata pickle imports beyond torch's weights_only allowlist: DCP's own metadata and
+# plan dataclasses, its memory-format and write-item enums and pathlib paths (analysis/scan/ judges a .metadata file by them).
 DCP_GLOBALS = frozenset(_CLASSES | set(_CALLS))
 
 
@@ -418,7 +422,15 @@ def open_dcp(path: str) -> Checkpoint:
                           f"listed from the metadata, {how}")
     if objects:
         ckpt.objects = read_objects(objects)
+    config = megatron.config_of(folder)
+    if config is not None:   # Megatron-Core's torch_dist save: common.pt and metadata.json beside (megatron.py)
+        ckpt.files += tuple(os.path.join(folder, n) for n in (megatron.COMMON, megatron.CONFIG)
+                            if os.path.isfile(os.path.join(folder, n)))
+        megatron.annotate(ckpt, folder, config)
+    if ckpt.objects:
         ckpt.training = training_of(ckpt.objects)
+        if ckpt.training is not None and config is not None:
+            ckpt.training["library"] = megatron.LIBRARY
     return ckpt
 
 
@@ -465,4 +477,5 @@ def accept(probe: Probe) -> bool:
 
 _FILE_HOOKS[METADATA] = open_dcp
 _FOLDER_HOOKS.append(open_rank_local)
+_FOLDER_HOOKS.append(megatron.open_nemo2)
 register(Format("dcp", accept, open_dcp, (METADATA,)))

@@ -110,7 +110,8 @@ def read_objects(items: dict[str, Item]) -> dict[str, dict[str, Any]]:
 # The names whose plain number says the run's step, epoch and learning rate: a state_dict's own `step`, a
 # Stateful's `train_state.step` (torchtitan), an optimizer's `optimizer.param_groups.0.lr`. The shallowest name
 # wins; an optimizer's per-parameter `state.` entries (Adam's `step`) never count.
-_TRAINING_KEYS = {"global_step": ("step", "global_step", "steps"), "epoch": ("epoch",),
+# (`iteration`: Megatron-LM's, in a Megatron-Core checkpoint's common.pt, formats/dcp/megatron.py)
+_TRAINING_KEYS = {"global_step": ("step", "global_step", "steps", "iteration"), "epoch": ("epoch",),
                   "learning_rate": ("lr", "learning_rate")}
 
 
