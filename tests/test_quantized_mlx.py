@@ -231,3 +231,12 @@ def test_moe_like_unquantised(case, tmp_path):
     cc = audit(open_checkpoint(_path(case)))["cross_check"]
     assert all(".switch_mlp." in u["name"] for u in cc["unexpected"]) and cc["shape_mismatches"] == []
     assert sum(u["elements"] for u in cc["unexpected"]) == sum(m["elements"] for m in cc["missing"])
+
+
+def test_generic_template_reads_an_mlx_config():
+    """mlx_lm adds `quantization` to the config it saves: the generic template still describes a LLaMA-shaped
+    model_type it does not know (`ckptstat flops config.json`)."""
+    from ckptstat.families import generic
+
+    cfg = json.load(open(os.path.join(_path("llama-4bit"), "config.json")))
+    assert generic.describes({**cfg, "model_type": "some-new-llama"})

@@ -205,11 +205,11 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     if quanto:
         weights += [_weight(f.name, f.shape, f.method, f.bits, f.members)
                     for f in quanto_hqq_torchao.quanto(quanto, T, shapes, notes)]
-    mlx_q, dims = mlx.config(ckpt.config), None
+    mlx_q, mlx_dims = mlx.config(ckpt.config), None   # the input sizes the checkpoint shows: at its first MLX module
     for mod, s in modules.items():
         if mlx.is_mlx(s):
-            dims = mlx.sizes(T) if dims is None else dims   # once, and only for an MLX checkpoint
-            f = mlx.mlx(mod + "." if mod else "", s, mlx_q, shapes, dims, notes)
+            mlx_dims = mlx.sizes(T) if mlx_dims is None else mlx_dims
+            f = mlx.mlx(mod + "." if mod else "", s, mlx_q, shapes, mlx_dims, notes)
             weights.append(_weight(f.name, f.shape, f.method, f.bits, f.members))
             continue
         w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
@@ -244,7 +244,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     if method_cfg and not any(m.startswith(expected) for m in methods):
         notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
     source = ("config.json quantization_config" if method_cfg else "config.json quantization (mlx)"
-              if mlx_q and dims is not None else "tensor layout")
+              if mlx_q and mlx_dims is not None else "tensor layout")
     return QuantLayout(", ".join(methods), source,
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
 
