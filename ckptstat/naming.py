@@ -263,6 +263,7 @@ QUANT_MEMBER_ROLES = {
     "W_q": "packed-weight", "scale": "scale", "zero": "zero-point",   # HQQ (its nbits, axis, packing ...: quant-state)
     "_weight_qdata": "quantized-weight", "_weight_scale": "scale",    # torchao Float8Tensor / Int8Tensor (safetensors)
     "_weight_zero_point": "zero-point",
+    "biases": "zero-point", "global_scale": "scale",                  # MLX (uint32 `weight`, its `scales`: scale)
 }
 
 
@@ -271,7 +272,7 @@ def quant_member_role(suffix: str, method: str) -> str:
     if suffix.startswith("quant_state."):
         return "quant-state"
     if suffix == "weight":
-        return "packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4")) else "quantized-weight"
+        return "packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx")) else "quantized-weight"
     if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
         return "quantized-weight"
     return QUANT_MEMBER_ROLES.get(suffix, "quant-state")

@@ -59,6 +59,7 @@ KNOWN_FIELDS = frozenset((
     "embedding_multiplier", "attention_multiplier", "residual_multiplier", "logits_scaling",
     "layer_types", "use_sliding_window", "max_window_layers", "no_rope_layers", "no_rope_layer_interval",
     "auto_map", "quantization_config", "compression_config", "use_flash_attn",
+    "quantization",   # mlx_lm's (census/quant/mlx.py)
 ))
 _ATTENTION_KINDS = {"full_attention", "sliding_attention"}
 # transformers model types whose config holds only LLaMA's fields but whose model is not LLaMA's (found by

@@ -11,7 +11,7 @@ llama resolves, ties and counts as its fp16 original does.
 Headers and config only, except for four tiny value reads where the format keeps the logical shape
 nowhere else: bitsandbytes' packed quant_state JSON, compressed-tensors' `weight_shape` / sparse
 `shape` and HQQ's `shape` (each bounded to MAX_SHAPE_READ bytes and checked against the packed tensor's
-size). optimum-quanto, HQQ and torchao layouts: census/quant/quanto_hqq_torchao.py.
+size). optimum-quanto, HQQ and torchao layouts: census/quant/quanto_hqq_torchao.py; Apple MLX's: census/quant/mlx.py.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from typing import Any
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...errors import CkptstatError
 from ...naming import name_forms, quant_member_role
-from . import quanto_hqq_torchao
+from . import mlx, quanto_hqq_torchao
 
 MAX_SHAPE_READ = 4096      # bytes: a quant_state JSON is ~170, a weight_shape 16
 _LAYOUT = "quant:layout"    # Checkpoint.derived keys; a logical view holds its source's layout and is its own view
@@ -127,15 +127,15 @@ _STANDALONE = re.compile(r"(^|\.)(k_scale|v_scale|q_scale|prob_scale|input_scale
 # _module looks for (qweight, weight_packed, compressed, SCB, weight_scale[_inv], HQQ's W_q: its other
 # members, `scale`, `zero`, `shape`, `nbits`..., count only beside a W_q; torchao's `_weight_qdata`, whose
 # `_weight_*` siblings count only beside it), _BNB4's, _MXFP4's, _QUANTO's (`._data`, `_scale`, `_shift`;
-# quanto's input_scale / output_scale hold `_scale`) and _STANDALONE's.
+# quanto's input_scale / output_scale hold `_scale`), _STANDALONE's, and MLX's `scales` (beside its uint32 `weight`).
 # A checkpoint whose names hold none skips the per-name scan (docs/performance.md).
 _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_scale", "absmax", "quant_map",
-                    "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata")
+                    "quant_state", "_blocks", "_scale", "W_q", "._data", "_shift", "_weight_qdata", "scales")
 
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
     cfg = ckpt.config or {}
-    q = cfg.get("quantization_config") or cfg.get("compression_config") or {}
+    q = cfg.get("quantization_config") or cfg.get("compression_config") or mlx.config(cfg)
     return q if isinstance(q, dict) else {}
 
 
@@ -146,8 +146,11 @@ def _bits_of(v: object) -> int | None:
 def _config_summary(q: Mapping[str, Any]) -> dict[str, Any]:
     keys = ("quant_method", "bits", "w_bit", "group_size", "q_group_size", "desc_act", "sym", "zero_point", "version",
             "checkpoint_format", "load_in_4bit", "load_in_8bit", "bnb_4bit_quant_type", "bnb_4bit_use_double_quant",
-            "weight_block_size", "activation_scheme", "format", "modules_to_not_convert")
+            "weight_block_size", "activation_scheme", "format", "modules_to_not_convert", "mode")
     out = {k: q[k] for k in keys if k in q}
+    per_module = sum(isinstance(v, dict) and "bits" in v or v is False for v in q.values())   # MLX's module entries
+    if per_module:
+        out["per_module"] = per_module
     groups = q.get("config_groups")
     if isinstance(groups, dict):
         out["config_groups"] = {g: {k: (v.get("weights") or {}).get(k) for k in ("num_bits", "type", "strategy", "group_size")}
@@ -169,7 +172,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     modules: dict[str, dict[str, TensorInfo]] = {}
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
     quanto: dict[str, dict[str, TensorInfo]] = {}
-    shapes = quanto_hqq_torchao.ConfigShapes(ckpt.config)   # quanto / HQQ: where the file keeps no shape
+    shapes = quanto_hqq_torchao.ConfigShapes(ckpt.config)   # quanto / HQQ / MLX: where the file keeps no shape
     forms = name_forms(ckpt)
     joined = "\n".join(T) if forms is None else forms   # no literal holds a digit: forms say what the names do
     scan = any(lit in joined for lit in _LAYOUT_LITERALS)   # most checkpoints: no name can be a member
@@ -202,7 +205,13 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     if quanto:
         weights += [_weight(f.name, f.shape, f.method, f.bits, f.members)
                     for f in quanto_hqq_torchao.quanto(quanto, T, shapes, notes)]
+    mlx_q, mlx_dims = mlx.config(ckpt.config), None   # the input sizes the checkpoint shows: at its first MLX module
     for mod, s in modules.items():
+        if mlx.is_mlx(s):
+            mlx_dims = mlx.sizes(T) if mlx_dims is None else mlx_dims
+            f = mlx.mlx(mod + "." if mod else "", s, mlx_q, shapes, mlx_dims, notes)
+            weights.append(_weight(f.name, f.shape, f.method, f.bits, f.members))
+            continue
         w = _module(ckpt, mod, s, q, method_cfg, shapes, notes)
         if w is not None:
             weights.append(w)
@@ -234,7 +243,9 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     expected = _CONFIG_METHODS.get(method_cfg or "", method_cfg or "")
     if method_cfg and not any(m.startswith(expected) for m in methods):
         notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
-    return QuantLayout(", ".join(methods), "config.json quantization_config" if method_cfg else "tensor layout",
+    source = ("config.json quantization_config" if method_cfg else "config.json quantization (mlx)"
+              if mlx_q and mlx_dims is not None else "tensor layout")
+    return QuantLayout(", ".join(methods), source,
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
 
 

@@ -1,0 +1,242 @@
+"""Apple MLX checkpoints (docs/quantized.md, MLX): mlx_lm's packed uint32 weights with their scales and biases
+count the logical parameters MLX itself counts, with the bits, group sizes and modes MLX built them with.
+
+Fixtures: fixtures/mlx/<case>, written by mlx_lm's own convert from transformers models (fixtures/make_mlx.py);
+fixtures/expected_mlx.json holds what MLX made of each (the model mlx_lm.load builds: its parameters, each quantised
+module's bits, group size, mode and the shape mx.dequantize returns, mlx_lm's get_total_parameters and
+compute_bits_per_weight). Neither mlx nor torch is needed here, except by the tests that build the unquantised
+transformers model (importorskip)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import pytest
+
+from ckptstat.analysis.memory import report as memory_report
+from ckptstat.analysis.stats import collect
+from ckptstat.analysis.summary import summarize, tensors
+from ckptstat.analysis.ties import audit
+from ckptstat.census import layout
+from ckptstat.census.model import from_checkpoint
+from ckptstat.census.quant import _LAYOUT_LITERALS
+from ckptstat.formats.registry import open_checkpoint
+
+HERE = os.path.dirname(__file__)
+FIXTURES = os.path.join(HERE, "..", "fixtures", "mlx")
+with open(os.path.join(HERE, "..", "fixtures", "expected_mlx.json")) as _f:
+    EXPECTED = json.load(_f)
+CASES = sorted(EXPECTED["cases"])
+MOE = ("qwen3_moe-8bit", "mixtral-mxfp4")   # mlx_lm stacks the experts (switch_mlp): other names than transformers'
+ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
+
+
+def _path(case: str) -> str:
+    return os.path.join(FIXTURES, case)
+
+
+def _method(w: dict) -> str:
+    return "mlx " + (f"affine {w['bits']}-bit" if w["mode"] == "affine" else w["mode"])
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_counts_bits_and_bytes_are_mlx_own(case):
+    """The logical count is mlx_lm's get_total_parameters (and the unquantised transformers model's parameters());
+    stored bytes are the arrays' nbytes; bits per weight is mlx_lm's compute_bits_per_weight."""
+    e = EXPECTED["cases"][case]
+    r = summarize(open_checkpoint(_path(case)))
+    p = r["parameters"]
+    assert p["unique"] == e["parameters"] == e["unquantised_parameters"]
+    assert p["stored_bytes"] == e["stored_bytes"]
+    assert p["bits_per_weight"] == pytest.approx(e["bits_per_weight"], abs=1e-4)
+    q = r["quantization"]
+    assert q["notes"] == [] and q["source"] == "config.json quantization (mlx)"
+    assert q["method"] == ", ".join(sorted({_method(w) for w in e["weights"].values()}))
+    assert q["config"]["bits"] == e["quantization"]["bits"] and q["config"]["group_size"] == e["quantization"]["group_size"]
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_each_weight_is_what_mlx_built(case):
+    """Per quantised module: the shape mx.dequantize returns, the parameters MLX's quantised module holds, its
+    bits and mode; every stored piece has its role, everything else stays a parameter."""
+    e = EXPECTED["cases"][case]
+    ckpt = open_checkpoint(_path(case))
+    q = layout(ckpt)
+    assert q is not None
+    assert {n: list(w.shape) for n, w in q.weights.items()} == {n: w["shape"] for n, w in e["weights"].items()}
+    assert {n: sorted(w.members) for n, w in q.weights.items()} == {n: w["members"] for n, w in e["weights"].items()}
+    assert {n: (w.bits, w.method) for n, w in q.weights.items()} == \
+        {n: (w["bits"], _method(w)) for n, w in e["weights"].items()}
+    roles = {row["name"]: row["role"] for row in tensors(ckpt)["tensors"]}
+    assert set(roles) == set(e["tensors"])    # the names MLX's model holds, no more
+    members = {m for w in e["weights"].values() for m in w["members"]}
+    assert {n: r for n, r in roles.items() if n in members} == {m: ROLES[m.rpartition(".")[2]] for m in members}
+    assert all(r == "parameter" for n, r in roles.items() if n not in members)
+    assert all(any(lit in m for m in w["members"] for lit in _LAYOUT_LITERALS) for w in e["weights"].values())
+
+
+def test_mixed_precision_recipe():
+    """mlx_lm's mixed_3_6 recipe: 6 bits for lm_head and the v_proj/down_proj it picks, 3 for the rest, each named in
+    config.json's quantization; the summary lists both widths with their bits per weight."""
+    e = EXPECTED["cases"]["llama-mixed_3_6"]
+    r = summarize(open_checkpoint(_path("llama-mixed_3_6")))
+    rows = {m["method"]: m for m in r["quantization"]["methods"]}
+    assert set(rows) == {"mlx affine 3-bit", "mlx affine 6-bit"}
+    assert {b: sum(1 for w in e["weights"].values() if w["bits"] == b) for b in (3, 6)} == \
+        {3: rows["mlx affine 3-bit"]["weights"], 6: rows["mlx affine 6-bit"]["weights"]}
+    assert r["quantization"]["config"]["per_module"] == sum(isinstance(v, dict) for v in e["quantization"].values())
+
+
+def test_tied_embedding():
+    """mlx_lm drops lm_head when the config ties it (Qwen3 sanitize): the quantised embedding is counted once and
+    the tie is named from the config, as for the transformers save."""
+    case = "qwen3-tied-5bit-g32"
+    assert EXPECTED["cases"][case]["tie_word_embeddings"]
+    a = audit(open_checkpoint(_path(case)))
+    assert [(t["alias"], t["target"]) for t in a["ties"]] == [("lm_head.weight", "model.embed_tokens.weight")]
+    assert a["cross_check"]["unexpected"] == [] and a["cross_check"]["shape_mismatches"] == []
+
+
+@pytest.mark.parametrize("case", ["llama-4bit", "llama-mixed_3_6", "qwen3-mxfp8"])
+def test_memory_as_stored(case):
+    e = EXPECTED["cases"][case]
+    m = memory_report(from_checkpoint(open_checkpoint(_path(case))), 1, 16)
+    stored = {line["item"]: line["bytes"] for line in m["lines"] if line["group"] == "weights"}
+    assert sum(stored.values()) == e["stored_bytes"]
+    assert {f"as stored ({_method(w)})" for w in e["weights"].values()} <= set(stored)
+
+
+def test_stats_reads_no_packed_word():
+    """As for every quantised layout, `stats` reads parameters: the packed words, scales and biases are skipped by
+    role (before, their scales and biases were read as the model's weights)."""
+    r = collect(open_checkpoint(_path("llama-4bit"))).report
+    e = EXPECTED["cases"]["llama-4bit"]
+    members = {m for w in e["weights"].values() for m in w["members"]}
+    assert {s["name"] for s in r["skipped"]} == members
+    assert {row["name"] for row in r["tensors"]} == set(e["tensors"]) - members
+
+
+def _bare(case: str, tmp_path) -> str:  # noqa: ANN001
+    dst = str(tmp_path / f"{case}.safetensors")
+    shutil.copy(os.path.join(_path(case), "model.safetensors"), dst)
+    return dst
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_without_config(case, tmp_path):
+    """Without config.json the group size is nowhere in the file. The fp modes (one group each) and the affine
+    weights whose input size only one group explains keep MLX's shapes; where several fit (a 2-bit group-128 weight
+    packs as a 4-bit group-64 one), mlx_lm's default group is used and a note says the shapes may be wrong."""
+    e = EXPECTED["cases"][case]
+    ckpt = open_checkpoint(_bare(case, tmp_path))
+    q = layout(ckpt)
+    assert q is not None and q.source == "tensor layout"
+    right = {n: list(w.shape) for n, w in q.weights.items()} == {n: w["shape"] for n, w in e["weights"].items()}
+    if case == "llama-2bit-g128":
+        assert not right
+    assert right or any("mlx_lm's default group" in n for n in q.notes)
+    if all(w["mode"] != "affine" for w in e["weights"].values()):
+        assert right and q.notes == ()
+
+
+def test_config_default_alone(tmp_path):
+    """A config.json whose quantization holds only the default (its per-module entries lost): the input sizes of
+    the model config.json describes give each module its group (mlx_lm's infer_quant_config), so the mixed
+    recipe's 6-bit modules keep their shapes."""
+    case = "llama-mixed_3_6"
+    cfg = json.load(open(os.path.join(_path(case), "config.json")))
+    for key in ("quantization", "quantization_config"):
+        cfg[key] = {k: v for k, v in cfg[key].items() if not isinstance(v, dict)}
+    shutil.copy(os.path.join(_path(case), "model.safetensors"), tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    q = layout(open_checkpoint(str(tmp_path)))
+    e = EXPECTED["cases"][case]
+    assert {n: (list(w.shape), w.bits) for n, w in q.weights.items()} == \
+        {n: (w["shape"], w["bits"]) for n, w in e["weights"].items()}
+    assert q.notes == ()
+
+
+@pytest.mark.parametrize("entry", [{"bits": 4, "group_size": 64}, {"bits": "x"}, {"mode": "nope"}])
+def test_config_entry_that_does_not_fit(entry, tmp_path):
+    """A module entry claiming what the packing cannot hold: a note, the layout's reading (the model's input size)."""
+    case = "llama-mixed_3_6"
+    cfg = json.load(open(os.path.join(_path(case), "config.json")))
+    cfg["quantization"]["lm_head"] = entry     # lm_head is 6-bit, group 64
+    cfg.pop("quantization_config")
+    shutil.copy(os.path.join(_path(case), "model.safetensors"), tmp_path / "model.safetensors")
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    r = summarize(open_checkpoint(str(tmp_path)))
+    assert r["parameters"]["unique"] == EXPECTED["cases"][case]["parameters"]
+    assert any("quantization['lm_head']" in n and "does not fit" in n for n in r["quantization"]["notes"])
+
+
+def test_hostile_shapes(tmp_path):
+    """uint8 scales whose ratio to the words fits no mlx mode, and empty tensors: a note, never a crash."""
+    np = pytest.importorskip("numpy")
+    from safetensors.numpy import save_file
+
+    save_file({"a.weight": np.zeros((4, 3), np.uint32), "a.scales": np.zeros((4, 5), np.uint8),
+               "b.weight": np.zeros((0, 0), np.uint32), "b.scales": np.zeros((0, 0), np.float16),
+               "b.biases": np.zeros((0, 0), np.float16)}, str(tmp_path / "m.safetensors"))
+    r = summarize(open_checkpoint(str(tmp_path / "m.safetensors")))
+    assert any("no mlx mode fits" in n for n in r["quantization"]["notes"])
+
+
+def test_cli(cli):
+    rc, out, err = cli("tensors", _path("llama-4bit"), "--filter", "*layers.0.mlp.down_proj.weight", "--json")
+    row = json.loads(out)["tensors"][0]
+    assert rc == 0, err
+    assert row["role"] == "packed-weight" and row["logical_shape"] == [64, 128] and row["quant_method"] == "mlx affine 4-bit"
+    rc, out, err = cli(_path("mixtral-mxfp4"))
+    assert rc == 0 and "mlx mxfp4" in out and "bits/weight" in out
+
+
+# ------------------------------------------------------------------ against the unquantised transformers model
+def _plain(case: str, tmp_path) -> str:  # noqa: ANN001
+    """The case's model as transformers saves it unquantised (the config make_mlx.py built it from)."""
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = dict(EXPECTED["cases"][case]["model"])
+    config = AutoConfig.for_model(kw.pop("model_type"), **kw)
+    torch.manual_seed(0)
+    path = str(tmp_path / "plain")
+    AutoModelForCausalLM.from_config(config).to(getattr(torch, kw["dtype"])).save_pretrained(path)
+    return path
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c not in MOE])
+def test_like_unquantised(case, tmp_path):
+    """Resolution, the parameter count, FLOPs, ties and the config cross-check are those of the same model saved
+    unquantised; its weight memory is what it stores."""
+    plain = _plain(case, tmp_path)
+    from test_quantized import assert_like_unquantised
+
+    assert_like_unquantised(_path(case), plain)
+
+
+@pytest.mark.parametrize("case", MOE)
+def test_moe_like_unquantised(case, tmp_path):
+    """mlx_lm stacks each layer's experts into `switch_mlp.{gate,up,down}_proj` [experts, out, in]: the count, the
+    active parameters and FLOPs are the unquantised model's; the cross-check names the stacked tensors unexpected
+    and the per-expert ones missing, element for element the same (a naming ckptstat does not map yet)."""
+    from ckptstat.analysis.flops import run
+
+    plain = _plain(case, tmp_path)
+    q, p = from_checkpoint(open_checkpoint(_path(case))), from_checkpoint(open_checkpoint(plain))
+    assert q.params == p.params and q.agree
+    assert run(q, 1, 32)["totals"]["flops"] == run(p, 1, 32)["totals"]["flops"]
+    cc = audit(open_checkpoint(_path(case)))["cross_check"]
+    assert all(".switch_mlp." in u["name"] for u in cc["unexpected"]) and cc["shape_mismatches"] == []
+    assert sum(u["elements"] for u in cc["unexpected"]) == sum(m["elements"] for m in cc["missing"])
+
+
+def test_generic_template_reads_an_mlx_config():
+    """mlx_lm adds `quantization` to the config it saves: the generic template still describes a LLaMA-shaped
+    model_type it does not know (`ckptstat flops config.json`)."""
+    from ckptstat.families import generic
+
+    cfg = json.load(open(os.path.join(_path("llama-4bit"), "config.json")))
+    assert generic.describes({**cfg, "model_type": "some-new-llama"})
