@@ -43,7 +43,7 @@ _MODULES = (
     "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen4_exp",
     "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
     "segformer", "siglip", "smollm3", "solar_open", "splinter", "stablelm", "starcoder2", "swin", "switch_transformers", "t5",
-    "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "xlstm", "zamba", "zamba2", "zaya",
+    "t5gemma", "t5gemma2", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "xlstm", "zamba", "zamba2", "zaya",
 )
 
 
