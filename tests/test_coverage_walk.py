@@ -75,10 +75,14 @@ ENCODER_HEADS = {"ModernBertForSequenceClassification", "ModernBertForTokenClass
                  "EuroBertForSequenceClassification", "EuroBertForTokenClassification", "GteForSequenceClassification",
                  "GteForTokenClassification", "NomicBertForSequenceClassification", "NomicBertForTokenClassification"}
 NAMED |= CHOICE_STATIC | CHOICE_META | ENCODER_HEADS
-# an nn.Embedding with a vector beside its table (T5Gemma2's eoi_embedding): the meta path's parameter ops read it as a
-# 1-D parameter (it crashed with an IndexError); its forward then cannot run on meta (.item()): refused, in one line
-META_EDGES = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification", "T5Gemma2ForConditionalGeneration"}
-NAMED |= META_EDGES
+# models the meta device cannot run (.item() in their forwards), refused before their op templates: T5Gemma2's
+# (families/t5gemma2.py; its eoi_embedding beside the table, which the meta path's parameter ops read as a 1-D
+# parameter: tests/test_meta.py), LED's and Longformer's sliding-chunk attention over the padded length
+# (families/led.py, longformer.py)
+ONLY_STATIC = {"T5Gemma2ForSequenceClassification", "T5Gemma2ForTokenClassification", "T5Gemma2ForConditionalGeneration",
+               "LEDForConditionalGeneration", "LEDForQuestionAnswering", "LongformerForMaskedLM",
+               "LongformerForSequenceClassification", "LongformerForTokenClassification"}
+NAMED |= ONLY_STATIC
 # wav2vec2-style task heads (families/wav2vec2.py task_head): sequence and frame classifiers, x-vectors; the Conformer's
 # encoder is not described (the meta path)
 AUDIO_HEADS = {"Wav2Vec2ForSequenceClassification", "SEWForSequenceClassification", "WavLMForSequenceClassification",
@@ -128,7 +132,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in MULTIMODAL | ENCODER_LMS | ENCODER_LM_HEADS} == {"static"}
     assert {answered[c] for c in CHOICE_STATIC | ENCODER_HEADS} == {"static"}
     assert {answered[c] for c in CHOICE_META} == {"meta"}
-    assert {answered[c] for c in META_EDGES} == {"refused"}
+    assert {answered[c] for c in ONLY_STATIC} == {"static"}
     assert {answered[c] for c in AUDIO_HEADS} == {"static"} and {answered[c] for c in CONFORMER} == {"meta"}
     assert {answered[c] for c in SEQ2SEQ} == {"static"}
 

@@ -70,6 +70,17 @@ def test_meta_path_equals_the_static_path_where_both_answer(tmp_path, family, ar
         assert _weights(m, tp) == _weights(static, tp), tp
 
 
+@pytest.mark.parametrize("arch", ["T5Gemma2ForConditionalGeneration", "T5Gemma2ForSequenceClassification"])
+def test_meta_parameters_of_an_embedding_with_a_vector_beside_its_table(tmp_path, arch):
+    """T5Gemma2's embed_tokens holds eoi_embedding beside its table: the meta path's parameter ops count it as a 1-D
+    parameter (an IndexError once), as many parameters as the op template predicts (families/t5gemma2.py; its forward
+    cannot run on meta: .item())."""
+    sample = next(s for s in get("t5gemma2").samples if arch in s.models)
+    path = _config(tmp_path, sample.config, dict(sample.kwargs), arch)
+    m = meta.model_of(load_config(path), path, path)
+    assert m.params == load(path).params == m.predicted["total"]
+
+
 def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
     """On real tensors the rule reads offs[-1] (rows past it go through no expert), on meta every row."""
     a, b = torch.zeros(6, 4), torch.zeros(3, 4, 5)

@@ -236,20 +236,21 @@ def test_model_parameters_row_is_labelled_with_its_class(tmp_path):
 
 
 def _unregistered_model():
-    """A tied LM of a model type ckptstat has no family module for (LED ties lm_head and the encoder's and decoder's
-    embed_tokens to led.shared; CTRL was one until families/ctrl.py, XLNet until families/xlnet.py,
-    Funnel until families/funnel.py)."""
+    """A tied LM of a model type ckptstat has no family module for (PEGASUS-X ties lm_head and the encoder's and
+    decoder's embed_tokens to model.shared; CTRL was one until families/ctrl.py, XLNet until families/xlnet.py,
+    Funnel until families/funnel.py, LED until families/led.py)."""
     from ckptstat.families import by_model_type
 
-    assert by_model_type("led") is None
+    assert by_model_type("pegasus_x") is None
     torch.manual_seed(0)
-    return T.LEDForConditionalGeneration(T.LEDConfig(d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2,
-                                                     decoder_attention_heads=2, encoder_ffn_dim=24, decoder_ffn_dim=24,
-                                                     vocab_size=97, attention_window=4))
+    return T.PegasusXForConditionalGeneration(T.PegasusXConfig(
+        d_model=16, encoder_layers=1, decoder_layers=1, encoder_attention_heads=2, decoder_attention_heads=2,
+        encoder_ffn_dim=24, decoder_ffn_dim=24, vocab_size=97, num_global_tokens=2, block_size=4,
+        max_position_embeddings=64))
 
 
 def _groups(ties: list[dict]) -> set[frozenset[str]]:
-    """The tied groups the (alias, target) pairs join (LED's four names of one weight: three pairs)."""
+    """The tied groups the (alias, target) pairs join (PEGASUS-X's four names of one weight: three pairs)."""
     groups: list[set[str]] = []
     for t in ties:
         pair = {t["alias"], t["target"]}
@@ -270,12 +271,13 @@ def test_unregistered_family_reports_file_and_class_evidence(tmp_path):
     for name, p in model.named_parameters(remove_duplicate=False):
         by_storage.setdefault(p.data_ptr(), set()).add(name)
     want = {frozenset(g) for g in by_storage.values() if len(g) > 1}
-    assert want   # LED ties its LM head
+    assert want   # PEGASUS-X ties its LM head
     r = audit(open_checkpoint(tmp_path / "hf"))
     assert r["rules"]["available"] is False and "no family rules" in r["rules"]["note"]
     assert _groups(r["ties"]) == want
-    # (LED's shared embeddings: the structural encoder-decoder rule, a family's rule it is not)
-    assert all(t["evidence"] in ("config.json architectures LEDForConditionalGeneration", "structural") for t in r["ties"])
+    # (PEGASUS-X's shared embeddings: the structural encoder-decoder rule, a family's rule it is not)
+    assert all(t["evidence"] in ("config.json architectures PegasusXForConditionalGeneration", "structural")
+               for t in r["ties"])
     sd = audit(open_checkpoint(tmp_path / "sd.bin"))
     assert _groups(sd["ties"]) == want
     assert all(t["evidence"] == "shared storage" for t in sd["ties"])

@@ -189,7 +189,11 @@ MORE = [("deepseek_vl", "DeepseekVLForConditionalGeneration"), ("deepseek_vl_hyb
         ("video_llava", "VideoLlavaForConditionalGeneration"),
         # transformers 5.25's: Ovis 2.5 (its visual_tokenizer and visual vocabulary `vte`), LLaVA-OneVision 1.5
         ("ovis2_5", "Ovis2_5ForConditionalGeneration"), ("llava_onevision1_5", "LlavaOnevision15ForConditionalGeneration"),
-        ("moss_transcribe_diarize", "MossTranscribeDiarizeForConditionalGeneration")]   # an audio tower (wrappers.AUDIO)
+        # an audio tower (wrappers.AUDIO)
+        ("moss_transcribe_diarize", "MossTranscribeDiarizeForConditionalGeneration"),
+        ("voxtral", "VoxtralForConditionalGeneration"), ("qwen2_audio", "Qwen2AudioForConditionalGeneration"),
+        ("audioflamingo3", "AudioFlamingo3ForConditionalGeneration"),
+        ("musicflamingo", "MusicFlamingoForConditionalGeneration"), ("glmasr", "GlmAsrForConditionalGeneration")]
 
 
 @pytest.mark.parametrize("model_type,cls", MORE, ids=[m for m, _ in MORE])

@@ -34,8 +34,8 @@ _MODULES = (
     "fuyu", "gemma", "gemma3n", "gemma4", "git", "glm", "glm4_moe", "gpt2", "gpt_bigcode", "gpt_neo", "gpt_neox_japanese",
     "gpt_oss", "gptj", "gptneox", "granite_swa", "granitemoe", "granitemoe_swa", "granitemoehybrid", "gte", "hrm_text",
     "hunyuan_v1_dense", "hunyuan_v1_moe", "hy_v3", "hy_v4", "hyperclovax", "inkling", "inkling2", "jais2", "jamba", "jetmoe",
-    "kimi_linear", "kolibri1", "laguna", "lara_mini", "levit", "lfm2", "lfm3", "llama", "llama4", "longcat_flash",
-    "longt5", "luke", "mamba",
+    "kimi_linear", "kolibri1", "laguna", "lara_mini", "led", "levit", "lfm2", "lfm3", "llama", "llama4", "longcat_flash",
+    "longformer", "longt5", "luke", "mamba",
     "mamba2", "mellum", "mimo_v2_flash", "minicpm3", "minicpm5_moe", "minimax", "minimax_m2", "minimax_m3", "mixtral",
     "mllama", "mobilenet",
     "mobilebert", "modernbert", "modernbert_decoder", "mpt", "nanochat", "nemotron", "nemotron_h", "nomic_bert", "olmo",
@@ -43,7 +43,7 @@ _MODULES = (
     "pvt_v2", "qwen3", "qwen3_5", "qwen3_next", "qwen4_exp",
     "qwen_moe", "recurrent_gemma", "regnet", "resnet", "rwkv", "seed_oss",
     "segformer", "siglip", "smollm3", "solar_open", "splinter", "stablelm", "starcoder2", "swin", "switch_transformers", "t5",
-    "t5gemma", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "xlstm", "zamba", "zamba2", "zaya",
+    "t5gemma", "t5gemma2", "vit", "wav2vec2", "whisper", "xlm", "xlnet", "xlstm", "zamba", "zamba2", "zaya",
 )
 
 

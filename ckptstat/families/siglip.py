@@ -47,7 +47,8 @@ def _text(c: Cfg) -> TextTower:
                      proj=c.int("projection_size", default=t.hidden))   # None in the class: the hidden size
 
 
-def _vision(c: Cfg) -> VisionTower:
+def vision_tower(c: Cfg) -> VisionTower:
+    """A SigLIP vision tower's sizes from its SiglipVisionConfig (T5Gemma2's encoder's too)."""
     img, p = c.int("image_size", default=FROM_CLASS), c.int("patch_size", default=FROM_CLASS)
     if not 0 < p <= img:
         raise UsageError(f"{c.path}: config needs 0 < patch_size <= image_size (patch_size {p}, image_size {img})")
@@ -59,19 +60,33 @@ def _vision(c: Cfg) -> VisionTower:
 def from_config(c: Cfg) -> ArchSpec:
     if c.model_type == "siglip" and c.head == "imgcls":   # SiglipForImageClassification: the vision tower alone
         v = c.sub("vision_config", "siglip_vision_model")
-        X, act = Towers(None, _vision(v)), str(v.get("hidden_act", default=FROM_CLASS))
+        X, act = Towers(None, vision_tower(v)), str(v.get("hidden_act", default=FROM_CLASS))
     elif c.model_type == "siglip":
         t, v = c.sub("text_config", "siglip_text_model"), c.sub("vision_config", "siglip_vision_model")
-        tt, vt = _text(t), _vision(v)
+        tt, vt = _text(t), vision_tower(v)
         if tt.proj != vt.hidden:
             raise UsageError(f"{c.path}: text projection_size {tt.proj} differs from the vision hidden_size "
                              f"{vt.hidden} (SiglipModel multiplies the two embeddings)")
         X = Towers(tt, vt)
         act = str(t.get("hidden_act", default=FROM_CLASS))
     else:   # siglip_text_model / siglip_vision_model
-        X = Towers(_text(c), None) if c.model_type == "siglip_text_model" else Towers(None, _vision(c))
+        X = Towers(_text(c), None) if c.model_type == "siglip_text_model" else Towers(None, vision_tower(c))
         act = str(c.get("hidden_act", default=FROM_CLASS))
     return clip.tower_spec(X, c.common, act)
+
+
+def vision_shapes(T: Tensors, pre: str) -> VisionTower:
+    """A SigLIP vision tower's sizes from its tensors under `pre` (clip.tower_prefix; T5Gemma2's encoder's too)."""
+    q, W = "^" + re.escape(pre), TOWERS["vision"]
+    tower = clip.tower_shapes(T, pre)
+    conv = infer.shape(T, pattern(W, "embeddings.patch_embedding", under=q), "the patch embedding")
+    if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
+        raise UsageError(f"{pre}embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
+                         "vision tower (SigLIP2's Linear patch embedding is not modelled); pass --config")
+    _, ch, p, _ = conv
+    n = infer.shape(T, pattern(W, "embeddings.position_embedding.weight", under=q), "vision positions")[0]
+    return VisionTower(**asdict(tower), native_image_size=int(round(n ** 0.5)) * p, patch_size=p, channels=ch,
+                       head=infer.has(T, pattern(W, "head.probe", under=q)))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
@@ -83,16 +98,7 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
                          positions=infer.shape(T, pattern(W, "embeddings.position_embedding", under=q), "text positions")[0],
                          proj=infer.shape(T, pattern(W, "head", under=q), "the text head")[0])
     if (pre := clip.tower_prefix(T, "vision")) is not None:
-        q, W = "^" + re.escape(pre), TOWERS["vision"]
-        tower = clip.tower_shapes(T, pre)
-        conv = infer.shape(T, pattern(W, "embeddings.patch_embedding", under=q), "the patch embedding")
-        if len(conv) != 4:   # SigLIP2's patch embedding is a Linear over flattened patches
-            raise UsageError(f"{pre}embeddings.patch_embedding.weight is {list(conv)}, not a Conv2d kernel: not a SigLIP "
-                             "vision tower (SigLIP2's Linear patch embedding is not modelled); pass --config")
-        _, ch, p, _ = conv
-        n = infer.shape(T, pattern(W, "embeddings.position_embedding.weight", under=q), "vision positions")[0]
-        vision = VisionTower(**asdict(tower), native_image_size=int(round(n ** 0.5)) * p, patch_size=p, channels=ch,
-                             head=infer.has(T, pattern(W, "head.probe", under=q)))
+        vision = vision_shapes(T, pre)
     if text is None and vision is None:
         raise UsageError("cannot infer the architecture from tensor names: no SigLIP tower; pass --config")
     mt = "siglip" if text and vision else "siglip_text_model" if text else "siglip_vision_model"

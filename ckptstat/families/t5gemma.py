@@ -45,12 +45,13 @@ def decoder(s: ArchSpec) -> ArchSpec | None:
     return (v.decoder or s) if v.encoder_decoder and s.head != "encoder-only" else None
 
 
-def _stack(c: Cfg) -> dict[str, Any]:
-    """One stack's ArchSpec fields from its T5GemmaModuleConfig (Gemma2's: a global layer every 2nd by default)."""
+def stack_fields(c: Cfg, every: int = 2) -> dict[str, Any]:
+    """One stack's ArchSpec fields from its T5GemmaModuleConfig (Gemma2's: a global layer every 2nd by default;
+    `every`: another period, T5Gemma2's Gemma-3 stacks' 6)."""
     L, h, a = c.int("num_hidden_layers"), c.int("hidden_size"), c.int("num_attention_heads")
     types = c.get("layer_types", default=None)
     if types is None:
-        types = ["sliding_attention" if (i + 1) % 2 else "full_attention" for i in range(L)]
+        types = ["sliding_attention" if (i + 1) % every else "full_attention" for i in range(L)]
     if not isinstance(types, list) or len(types) != L:
         raise UsageError(f"{c.path}: config layer_types = {types!r} is not a list of {L} layer types")
     window, bias = c.int("sliding_window", default=0), bool(c.get("attention_bias", default=False))
@@ -68,15 +69,15 @@ def _stack(c: Cfg) -> dict[str, Any]:
 
 
 def from_config(c: Cfg) -> ArchSpec:
-    enc = _stack(c.sub("encoder", "t5_gemma_module"))
-    dec = ArchSpec(**_stack(c.sub("decoder", "t5_gemma_module")), **c.common)
+    enc = stack_fields(c.sub("encoder", "t5_gemma_module"))
+    dec = ArchSpec(**stack_fields(c.sub("decoder", "t5_gemma_module")), **c.common)
     # T5GemmaForConditionalGeneration and T5GemmaModel always run both stacks (they set or require it)
     both = c.head in ("lm", "base") or bool(c.get("is_encoder_decoder", default=True))
-    return ArchSpec(**_bidirectional(enc), **c.common, tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
+    return ArchSpec(**bidirectional(enc), **c.common, tied_embeddings=bool(c.get("tie_word_embeddings", default=True)),
                     decoder_layers=dec.layers if both else 0, variant=T5GemmaVariant(dec, both))
 
 
-def _bidirectional(enc: dict[str, Any]) -> dict[str, Any]:
+def bidirectional(enc: dict[str, Any]) -> dict[str, Any]:
     """The encoder's fields less its window: it masks bidirectional attention, which no cache keeps and whose eager
     matmuls span every key; the spec's sliding_window speaks of causal layers (flops' windowed-kernel estimate)."""
     return dict(enc, sliding_window=None, sliding_layers=())
@@ -105,18 +106,27 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     dec = ArchSpec(**stack("decoder"), **common) if both else None
     score = infer.find(T, pattern(WALKED_SEQCLS, "score.out_proj"))
     lm = infer.find(T, pattern(WALKED_LM, "lm_head.out_proj"))
-    return ArchSpec(**_bidirectional(enc), **common, decoder_layers=dec.layers if dec else 0,
+    return ArchSpec(**bidirectional(enc), **common, decoder_layers=dec.layers if dec else 0,
                     variant=T5GemmaVariant(dec, both),
                     tied_embeddings=lm is None, num_labels=score.shape[0] if score is not None else 2,
                     assumptions=tuple(notes))
 
 
-def _side(w: Recorder, st: ArchSpec, name: str, n: int, cross: tuple[int, int] | None) -> None:
+def side(w: Recorder, st: ArchSpec, name: str, n: int, cross: tuple[int, int] | None, merged: bool = False,
+         tied: bool = False) -> None:
     """One stack over n tokens (`st` its sizes): the scaled lookup, st.layers Gemma-2 layers (self-attention causal in
-    the decoder, cross-attention over cross = (encoder tokens, encoder width) where given), the final norm."""
+    the decoder, cross-attention over cross = (encoder tokens, encoder width) where given), the final norm. `merged`
+    (T5Gemma2's Gemma-3 stacks, t5gemma2.py): q/k RMSNorms per head, and the decoder's cross-attention merged into its
+    self-attention (the same q/k/v/o projections and norms; keys and values of the encoder's tokens appended to the
+    decoder's, one softmax over both: counted as the causal square and the full rectangle it holds), and the table's
+    learned end-of-image row (`eoi_embedding`, written over the eoi token's rows); `tied`: the table is the encoder's."""
     B, b, h, L = w.B, w.B.b, st.hidden, st.layers
     tok, lay, bucket = (b, n), f"{name}.layers.{{bid}}", name
-    w.embedding(f"{name}.embed_tokens", st.vocab, h, n, bucket="embedding")
+    w.embedding(f"{name}.embed_tokens", st.vocab, h, n, bucket="embedding", params=not tied)
+    if merged:
+        w.record(f"{name}.embed_tokens", (("eoi_embedding", (h,)),))
+        B.add(f"{name}.embed_tokens.eoi_embedding", "embedding", "embedding", 1, tok, tok + (h,), params=0 if tied else h,
+              ew=b * n * h)
     B.add(f"{name}.embed_tokens x sqrt(hidden)", "embedding", "embedding", 1, tok + (h,), tok + (h,), ew=b * n * h)
     B.add(w.label(f"{lay}.rotary", L), "attention", bucket, L, tok, tok, ew=3 * b * n * (st.heads + st.kv_heads) * st.head_dim)
 
@@ -124,24 +134,39 @@ def _side(w: Recorder, st: ArchSpec, name: str, n: int, cross: tuple[int, int] |
         w.record(path, (("weight", (h,)),), layers)
         B.norm(w.label(path, layers), bucket, tok, h, max(layers, 1), residual=residual)
 
+    def head_norm(path: str, rows: int, heads: int, record: bool = True) -> None:
+        if record:
+            w.record(path, (("weight", (st.head_dim,)),), L)
+        B.norm(w.label(path, L), bucket, (b, rows, heads), st.head_dim, L, copies=L if record else 0, residual=False)
+
     def attention(att: str, k_len: int, k_width: int, causal: bool) -> None:
         a, g, d = st.heads, st.kv_heads, st.head_dim
         norm(f"{lay}.pre_{att}_layernorm", False)
         w.linear(f"{lay}.{att}.q_proj", tok, h, a * d, st.qkv_bias, L, bucket=bucket)
         for m in "kv":
             w.linear(f"{lay}.{att}.{m}_proj", (b, k_len), k_width, g * d, st.qkv_bias, L, bucket=bucket)
+        if merged:
+            head_norm(f"{lay}.{att}.q_norm", n, a)
+            head_norm(f"{lay}.{att}.k_norm", k_len, g)
+        if merged and cross is not None:   # the encoder's keys and values through the same k/v_proj and k_norm
+            for m in "kv":
+                B.linear(w.label(f"{lay}.{att}.{m}_proj", L) + " (encoder tokens)", bucket, (b, cross[0]), cross[1],
+                         g * d, st.qkv_bias, L, copies=0)
+            head_norm(f"{lay}.{att}.k_norm", cross[0], g, record=False)
         extra = 2 + (3 if st.attn_softcap else 0)   # scale, mask; soft-capping's divide, tanh, multiply
         # eager attention repeats the K/V heads: a heads' products; each window group apart (causal halving's pairs)
         groups = window_groups(st) if causal else [(str(L), L, None)]
         for label, calls, window in groups:
             B.attention(w.label(f"{lay}.{att}", L) + ("" if len(groups) == 1 else f" ({label})"), bucket, a, n, k_len,
                         d, calls, causal, extra, window)
+        if merged and cross is not None:
+            B.attention(w.label(f"{lay}.{att}", L) + " (encoder keys)", bucket, a, n, cross[0], d, L, False, extra)
         w.linear(f"{lay}.{att}.o_proj", tok, a * d, h, st.o_bias, L, bucket=bucket)
         norm(f"{lay}.post_{att}_layernorm", True)
 
     if L:
         attention("self_attn", n, h, name == "decoder")
-        if cross is not None:
+        if cross is not None and not merged:
             attention("cross_attn", cross[0], cross[1], False)
         norm(f"{lay}.pre_feedforward_layernorm", False)
         for m in ("gate_proj", "up_proj"):
@@ -155,12 +180,19 @@ def _side(w: Recorder, st: ArchSpec, name: str, n: int, cross: tuple[int, int] |
 def walk(B: Builder) -> Recorder:
     """The forward at B.s's sizes, every head's: the encoder over B.seq tokens, the decoder (where the model runs it)
     over B.dec_seq, then the head on the last stack's every token."""
-    s, b = B.s, B.b
+    s = B.s
     w = Recorder(B, "encoder")
-    _side(w, s, "encoder", B.seq, None)
+    side(w, s, "encoder", B.seq, None)
     dec = decoder(s)
     if dec is not None:
-        _side(w, dec, "decoder", B.dec_seq, (B.seq, s.hidden))
+        side(w, dec, "decoder", B.dec_seq, (B.seq, s.hidden))
+    head(w, s, dec)
+    return w
+
+
+def head(w: Recorder, s: ArchSpec, dec: ArchSpec | None) -> None:
+    """The head on the last stack's every token (the decoder's, `dec`, where the model runs it); T5Gemma2's too."""
+    B, b = w.B, w.B.b
     last, n = (dec, B.dec_seq) if dec is not None else (s, B.seq)
     if s.head == "lm":
         assert dec is not None
@@ -171,7 +203,6 @@ def walk(B: Builder) -> Recorder:
                   ew=3 * b * n * dec.vocab)
     elif s.head in ("seqcls", "tokcls"):   # every token's logits (the sequence classifier then picks one per row)
         w.linear("score.out_proj", (b, n), last.hidden, s.num_labels, True, bucket="cls", top=True)
-    return w
 
 
 def build(B: Builder) -> None:

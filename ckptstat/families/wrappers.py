@@ -45,9 +45,13 @@ VISION_MODULES: tuple[str, ...] = (
 FLAT = {"phi4_multimodal": "phi3"}
 # Audio-language wrappers (text_config beside an audio_config, no vision tower) whose text-only forward is their
 # language model's and whose other modules VISION_MODULES names (tests/test_wrappers.py checks each against
-# transformers). Not any audio_config: CLAP's and PE-Audio's are dual encoders, and Granite Speech's, Fun-ASR's
-# or VibeVoice's other modules are not named here.
-AUDIO = ("moss_transcribe_diarize",)
+# transformers): MOSS-Transcribe-Diarize, and the `audio_tower` + `multi_modal_projector` + `language_model` ones
+# (modeling_voxtral.py, modeling_qwen2_audio.py, modeling_audioflamingo3.py, modeling_musicflamingo.py,
+# modeling_glmasr.py: without input_features their forward embeds the ids and runs the language model and lm_head
+# alone). Not any audio_config: CLAP's and PE-Audio's are dual encoders, Granite Speech's, Fun-ASR's or VibeVoice's
+# other modules are not named here, and Qwen3-ASR's token classifier (GenericForTokenClassification: a biased score)
+# is no head of its Qwen3 text model's family (the meta path answers it).
+AUDIO = ("moss_transcribe_diarize", "voxtral", "qwen2_audio", "audioflamingo3", "musicflamingo", "glmasr")
 
 
 def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:

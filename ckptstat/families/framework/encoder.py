@@ -7,6 +7,7 @@ git.py, hrm_text.py, wav2vec2.py)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,18 +56,23 @@ def embeddings(r: Recorder, norm: bool = True, positions: bool = True) -> None:
         r.norm("embeddings.LayerNorm", r.tok, s.emb, residual=False, bucket="embedding", gguf="token_embd_norm")
 
 
-def stack_layers(r: Recorder, stack: Stack, names: LayerNames, causal: bool = False, value_conv: int = 0) -> None:
+def stack_layers(r: Recorder, stack: Stack, names: LayerNames, causal: bool = False, value_conv: int = 0,
+                 attend: Callable[[Recorder, Stack], None] | None = None) -> None:
     """The post-LN layers of `stack`; causal: GIT's text decoder masks its attention; value_conv: the kernel of a
     depthwise Conv2d (k, 1) over each head's values along the sequence, added to the attention's context (YOSO's
     conv_window, Nystromformer's conv_kernel_size: `{attention}.conv`, [heads, 1, k, 1], no bias; FlopCounterMode
-    counts k MACs an output element)."""
+    counts k MACs an output element); attend: the attention between the projections and its output, where not the
+    full square (Longformer's sliding chunks and global tokens: longformer.py)."""
     s, h, f = r.s, r.s.hidden, r.s.intermediate
     q, k, v, at, o, ln1, up, act, down, ln2 = names
     gq, gk, gv, _, go, g1, gup, _, gdown, g2 = (g and f"blk.{{bid}}.{g}" for g in LAYER_GGUF)
     tok = r.tok
     for name, g in ((q, gq), (k, gk), (v, gv)):
         r.linear(name, tok, h, h, True, stack, gguf=g)
-    r.B.attention(stack.name(at), "encoder", s.heads, r.B.seq, r.B.seq, s.head_dim, stack.calls, causal=causal)
+    if attend is not None:
+        attend(r, stack)
+    else:
+        r.B.attention(stack.name(at), "encoder", s.heads, r.B.seq, r.B.seq, s.head_dim, stack.calls, causal=causal)
     if value_conv:
         shape = (r.B.b, s.heads, r.B.seq, s.head_dim)
         r.record(f"{at}.conv", (("weight", (s.heads, 1, value_conv, 1)),), stack)

@@ -13,6 +13,7 @@ spec has 0 encoder layers (`decoder_alone`). Its layers still hold encoder_attn'
 without encoder_hidden_states: they count as parameters, not as FLOPs, and the cache holds self-attention only."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from .base import ArchSpec, Cfg, KVLines
@@ -60,19 +61,23 @@ def causal_lm_alone(c: Cfg) -> bool:
 
 
 def layer_ops(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
-              unused_cross: bool = False, causal: bool | None = None) -> None:
+              unused_cross: bool = False, causal: bool | None = None,
+              attend: Callable[[Recorder, int], None] | None = None) -> None:
     """L layers over q tokens (a heads, FFN width f), each module recorded as its op is written, then the stack's
     final norm; cross: the encoder tokens cross-attention reads, None for none; unused_cross: the layers hold
     encoder_attn but never run it (the decoder alone); causal: the self-attention's mask (default: a `decoder`'s is
-    causal). No layers (L 0): no layer modules (a Recorder's L 0 is a module outside the layers)."""
+    causal); attend: the self-attention between its projections and its output where not the full square (LED's
+    encoder: Longformer's sliding chunks, led.py). No layers (L 0): no layer modules (a Recorder's L 0 is a module
+    outside the layers)."""
     if L:
-        _layers(w, st, name, bucket, L, q, a, f, cross, unused_cross, name.endswith("decoder") if causal is None else causal)
+        _layers(w, st, name, bucket, L, q, a, f, cross, unused_cross, name.endswith("decoder") if causal is None else causal,
+                attend)
     if st.final_norm:
         w.norm(f"{name}.{st.final_norm}", (w.B.b, q), w.B.s.hidden, residual=False, bucket=bucket)
 
 
 def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: int, f: int, cross: int | None,
-            unused_cross: bool, self_causal: bool) -> None:
+            unused_cross: bool, self_causal: bool, attend: Callable[[Recorder, int], None] | None) -> None:
     s, b, h = w.B.s, w.B.b, w.B.s.hidden
     tok = (b, q)
     lay = f"{name}.layers.{{bid}}"
@@ -84,7 +89,10 @@ def _layers(w: Recorder, st: Stack, name: str, bucket: str, L: int, q: int, a: i
         if st.pre_ln:
             w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
         _projections(w, st, f"{lay}.{att}", bucket, L, tok, (b, k_len), h, names=names)
-        w.B.attention(w.label(f"{lay}.{att}", L), bucket, a, q, k_len, h // a, L, causal=causal)
+        if attend is not None and att == "self_attn":
+            attend(w, L)
+        else:
+            w.B.attention(w.label(f"{lay}.{att}", L), bucket, a, q, k_len, h // a, L, causal=causal)
         w.linear(f"{lay}.{att}.{names.o}", tok, h, h, st.proj_bias, L, bucket=bucket)
         if not st.pre_ln:
             w.norm(f"{lay}.{att}_layer_norm", tok, h, L, bucket=bucket)
