@@ -15,10 +15,10 @@ import pytest
 sys.path.insert(0, os.path.dirname(__file__))
 from remote_server import Server
 from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
+from test_remote_values import plain, stats  # (stats --json in-process, and its report less timings and fetches)
 
 from ckptstat import sources
 from ckptstat.analysis.stats import readahead
-from ckptstat.cli import main
 from ckptstat.sources import remote
 
 SHARDS = 12
@@ -45,20 +45,6 @@ def folder(tmp_path_factory):
         weight_map.update(dict.fromkeys(tensors, shard))
     (root / INDEX[1:]).write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return str(root)
-
-
-def stats(capsys, *args: str) -> tuple[int, str, str]:
-    sources.reset()
-    rc = main(["stats", "--json", *args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
-def plain(out: str, url: str = "", local: str = "") -> dict:
-    report = json.loads(out.replace(url, local) if url else out)
-    report.pop("seconds", None)
-    report.pop("fetched", None)
-    return report
 
 
 @pytest.fixture
