@@ -88,7 +88,8 @@ def test_a_snapshot_that_is_a_link_is_not_followed(cache, cli, tmp_path_factory)
     shutil.rmtree(repo / "snapshots" / REV)
     os.symlink(elsewhere / "model", repo / "snapshots" / REV)
     rc, out, err = cli(str(repo))
-    assert rc == 1 and out == "" and str(elsewhere) not in out   # refs/main names a revision no real folder holds
+    assert rc == 1 and out == "" and str(elsewhere) not in err   # refs/main names a revision no real folder holds
+    assert f"refs/main names revision '{REV}', which snapshots/ does not hold (no snapshot)" in err
 
 
 def test_the_cache_root_names_its_repositories(cache, cli):
