@@ -18,8 +18,8 @@ else
     export PYTHONPATH=/tmp/site2:$PWD
 fi
 python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)"
-echo "== cuda saves"; timeout 120 python3 fixtures/make_cuda_saves.py /tmp/cuda && tar -C /tmp -cf "$OUT/cuda_saves.tar" cuda
-echo "== memory"; timeout 300 python3 bench/gpu_memory.py measure --out "$OUT"
-echo "== executor tests"; timeout 240 python3 -m pytest tests/test_executor.py -p no:cacheprovider -q -n 0 -k cuda -W ignore 2>&1 | tail -40
-echo "== executor at size"; timeout 240 python3 bench/gpu_executor.py "$OUT/run.json"
+echo "== cuda saves"; timeout 60 python3 fixtures/make_cuda_saves.py /tmp/cuda && tar -C /tmp -cf "$OUT/cuda_saves.tar" cuda
+echo "== memory"; timeout 270 python3 bench/gpu_memory.py measure --out "$OUT"
+echo "== executor tests"; timeout 120 python3 -m pytest tests/test_executor.py -p no:cacheprovider -q -n 0 -k cuda -W ignore 2>&1 | tail -40
+echo "== executor at size"; timeout 120 python3 bench/gpu_executor.py "$OUT/run.json"
 echo "== done"
