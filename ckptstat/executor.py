@@ -57,7 +57,10 @@ def build_model(ckpt: Checkpoint, device: str, dtype: str, attn: str):
                                               ignore_mismatched_sizes=True, attn_implementation=attn,
                                               dtype=getattr(torch, DTYPES[dtype]),
                                               # straight onto the device (accelerate, in the run extra); CPU needs none
-                                              device_map=None if device == "cpu" else {"": device})
+                                              device_map=None if device == "cpu" else {"": device},
+                                              # transformers 5 swaps in Hub kernels on CUDA by default: code fetched
+                                              # and run from the Hub, and not the modules the FLOPs describe
+                                              use_kernels=False)
         except (RuntimeError, ValueError) as e:   # a shape the model does not take, a conversion that fails
             raise UsageError(f"{ckpt.path}: transformers cannot load these weights into {cls.__name__} "
                              f"({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
@@ -195,9 +198,6 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
     load_s = time.perf_counter() - t0
     inputs = _inputs(model, batch, seq, device)
     notes = []
-    if attn == "sdpa" and not cuda:
-        notes.append("SDPA on CPU dispatches to a kernel FlopCounterMode does not count: measured FLOPs miss "
-                     "attention; use --attn eager to compare with the analytic figure")
     if missing:
         notes.append(f"{len(missing)} model tensor(s) not in the file, left as initialised: {', '.join(missing[:5])}"
                      + (" ..." if len(missing) > 5 else ""))
@@ -266,8 +266,8 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
         "peak_memory": peak,
         "flops": {
             "measured": measured,
-            "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls, MoE experts' grouped_mm included; "
-                       "2 FLOPs per multiply-add)",
+            "counter": "torch.utils.flop_counter.FlopCounterMode (matmuls, MoE experts' grouped_mm and fused SDPA "
+                       "kernels included; 2 FLOPs per multiply-add)",
             "analytic": analytic["matmul_flops"],
             "difference": (measured - analytic["matmul_flops"]) / analytic["matmul_flops"] if analytic["matmul_flops"] else None,
             "achieved_flop_per_s": measured / median,

@@ -60,11 +60,27 @@ def grouped_mm_flops(a: Any, b: Any, offs: Any = None, *args: Any, out_val: Any 
 grouped_mm_flops._get_raw = True   # type: ignore[attr-defined]  # FlopCounterMode: pass the tensors, not their shapes
 
 
+def sdpa_flops(query: Any, key: Any, value: Any, *args: Any, out_shape: Any = None, **kwargs: Any) -> int:
+    """FLOPs of a fused attention kernel, (batch, heads, seq, dim) shapes, by torch's own sdpa_flop_count with the
+    key/value heads broadcast to the query's. transformers 5 passes grouped-query key/value unexpanded on CUDA
+    (enable_gqa), which torch before 2.13 refused to count (an AssertionError out of `ckptstat run`); and on CPU
+    SDPA runs a kernel torch has no formula for (_scaled_dot_product_flash_attention_for_cpu)."""
+    from torch.utils.flop_counter import sdpa_flop_count
+
+    b, h, s_q, d = query
+    return sdpa_flop_count(query, (b, h, key[2], d), (b, h, value[2], value[3]))
+
+
 def flop_counter() -> Any:
-    """torch's FlopCounterMode, counting grouped_mm too (grouped_mm_flops)."""
+    """torch's FlopCounterMode, counting grouped_mm (grouped_mm_flops) and every fused SDPA kernel (sdpa_flops)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    return FlopCounterMode(display=False, custom_mapping={torch.ops.aten._grouped_mm: grouped_mm_flops})
+
+    aten = torch.ops.aten
+    fused = [aten._scaled_dot_product_efficient_attention, aten._scaled_dot_product_flash_attention,
+             aten._scaled_dot_product_cudnn_attention, aten._scaled_dot_product_flash_attention_for_cpu]
+    return FlopCounterMode(display=False, custom_mapping={aten._grouped_mm: grouped_mm_flops,
+                                                          **{op: sdpa_flops for op in fused}})
 
 
 @contextlib.contextmanager
