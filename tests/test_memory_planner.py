@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 
 import pytest
 
@@ -429,6 +430,25 @@ def test_eager_inference_peak_equals_torch_memtracker(tmp_path, mem, dtype):
     assert abs(planned - peak) / peak < 0.02, (planned, peak)
 
 
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("config_cls,model_cls", [("Gemma2Config", "Gemma2ForCausalLM"),
+                                                  ("Gemma3TextConfig", "Gemma3ForCausalLM")])
+def test_soft_capped_logits_peak_at_two_copies(tmp_path, mem, config_cls, model_cls, dtype):
+    """With final_logit_softcapping, transformers divides, tanh's and multiplies the logits, each step a new
+    b x s x V tensor beside the last: the inference peak holds two copies (Gemma-2-2B on an H200 peaked at 2 x its
+    logits, 0.75x the plan). Against torch's MemTracker over a CPU forward where the logits dominate: the planned
+    activations cover the peak, within 20% above it (the layer's own peak is added, not overlapped)."""
+    sizes = dict(vocab_size=16384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, final_logit_softcapping=30.0)
+    seq = 256
+    model = getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), attn_implementation="eager",
+                                               dtype=getattr(torch, dtype)).eval()
+    peak = _act_peak(model, seq)
+    r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--seq", str(seq), "--batch", "1")
+    planned = _group(r, "activations")
+    assert peak <= planned <= 1.2 * peak, (planned, peak, planned / peak)
+
+
 # Kimi-K2's config.json (moonshotai/Kimi-K2-Instruct): DeepSeek-V3's layout with 384 routed experts and one dense layer
 KIMI_K2 = dict(vocab_size=163840, hidden_size=7168, intermediate_size=18432, moe_intermediate_size=2048,
                num_hidden_layers=61, num_attention_heads=64, num_key_value_heads=64, n_routed_experts=384,
@@ -689,6 +709,19 @@ def test_gpu_table():
     for bad in ("lots", "80"):
         with pytest.raises(UsageError):
             parse_size("--gpu-mem", bad)
+
+
+def test_a_measured_card_plans_no_more_than_its_allocator_gives():
+    """The H200's capacity is the total CUDA reported on one (bench/gpu_memory.py measure, torch.cuda.mem_get_info,
+    kept in bench/results/gpu_memory.json), and less the default reserve it is at most what torch's caching allocator
+    handed out there (was: its "141GB" read as 141 GiB, 1.7 GiB more than the allocator could give)."""
+    from ckptstat.analysis.memory.planner import DEFAULT_RESERVE
+
+    with open(os.path.join(os.path.dirname(__file__), "..", "bench", "results", "gpu_memory.json")) as f:
+        measured = json.load(f)["capacity"]
+    assert measured["device_name"] == "NVIDIA H200"
+    assert gpu("H200").bytes == measured["total_bytes"]
+    assert gpu("H200").bytes - DEFAULT_RESERVE <= measured["allocatable_bytes"]
 
 
 @pytest.mark.parametrize("name,family", [("A100", "A100-40 or A100-80"), ("v100", "V100-16 or V100-32"),

@@ -107,7 +107,8 @@ def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer:
     capacity, device = None, None
     if gpu:
         g = find_gpu(gpu)
-        capacity, device = g.bytes, {"name": g.name, "gb": g.gb, "source": g.source, "note": g.note}
+        capacity, device = g.bytes, {"name": g.name, "gb": g.gb, "source": g.source, "note": g.note,
+                                     "read_as": "CUDA's total, measured" if g.cuda_total else "GiB"}
     elif gpu_mem:
         capacity, device = parse_size("--gpu-mem", gpu_mem), {"gpu_mem": gpu_mem}
     res, res_source = DEFAULT_RESERVE, "default 1 GiB (--reserve to change)"

@@ -90,5 +90,6 @@ def _render_fit(plan: dict, f: dict, console: Console) -> None:
         console.print(Text(f"max --seq    n/a: {f['max_seq_bound']}"))
     console.print(Text(f"max --batch  {f['max_batch']:,} (bound: {f['max_batch_bound']})"))
     if dev.get("source"):
-        console.print(Text(f"capacity     {dev['name']}: {dev['gb']} GB (read as GiB), {dev['source']}"
+        read_as = "read as GiB" if dev.get("read_as", "GiB") == "GiB" else f"{human_bytes(f['capacity_bytes'])} to CUDA"
+        console.print(Text(f"capacity     {dev['name']}: {dev['gb']} GB ({read_as}), {dev['source']}"
                            + (f"; {dev['note']}" if dev.get("note") else ""), style="dim"))

@@ -2,9 +2,10 @@
 
 Each capacity is the vendor's published figure (the page is the entry's `source`). Vendors write "GB"
 for memory chips that come in power-of-two sizes: an "80GB" H100 carries 80 GiB of HBM, so the figure
-is read as GiB (drivers report a little less). What the driver,
-the CUDA context and the allocator keep is the planner's named `runtime reserve` line, not a smaller
-capacity here.
+is read as GiB (drivers report a little less). Where a card has been measured, the capacity is instead the total
+CUDA reports on it (`torch.cuda.mem_get_info()`, bench/gpu_memory.py; bench/results/gpu_memory.md): an H200's
+"141GB" is 139.80 GiB to CUDA (nvidia-smi: 143,771 MiB), not 141 GiB. What the CUDA context and the allocator keep
+is the planner's named `runtime reserve` line, not a smaller capacity here.
 """
 from __future__ import annotations
 
@@ -23,10 +24,11 @@ class Gpu:
     source: str               # the vendor page the figure comes from
     aliases: tuple[str, ...] = ()
     note: str = ""
+    cuda_total: int = 0       # bytes CUDA reports as the device's total on a real card (0: not measured)
 
     @property
     def bytes(self) -> int:
-        return self.gb * GIB
+        return self.cuda_total or self.gb * GIB
 
 
 _NV = "https://www.nvidia.com/en-us/"
@@ -44,7 +46,8 @@ GPUS: tuple[Gpu, ...] = (
     Gpu("A100-80", 80, _NV + "data-center/a100/"),
     Gpu("H100-80", 80, _NV + "data-center/h100/", ("h100", "h100-sxm", "h100-pcie")),
     Gpu("H100-NVL", 94, _NV + "data-center/h100/"),
-    Gpu("H200", 141, _NV + "data-center/h200/", ("h200-141",)),
+    Gpu("H200", 141, _NV + "data-center/h200/", ("h200-141",), cuda_total=150_109_880_320,
+        note="measured: CUDA's total on an H200 (driver 580.159, bench/results/gpu_memory.md)"),
     Gpu("B200", 180, _NV + "data-center/dgx-b200/", note="DGX B200: 1,440 GB over 8 GPUs"),
     Gpu("RTX-3090", 24, _NV + "geforce/graphics-cards/30-series/rtx-3090-3090ti/"),
     Gpu("RTX-4090", 24, _NV + "geforce/graphics-cards/40-series/rtx-4090/"),

@@ -461,9 +461,11 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
             scores_rule += ssm_rule
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
                            f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live"))
-        if has_logits:
-            lines.append(_line("activations", "logits", ab * b * out_tok * s.vocab / t,
-                               f"b x s x V x {ab} B / tp (vocab-parallel head)"))
+        if has_logits:   # soft-capped (Gemma 2): logits / cap, tanh, x cap, each a new tensor beside the last
+            copies = 2 if s.logit_softcap else 1
+            lines.append(_line("activations", "logits", copies * ab * b * out_tok * s.vocab / t,
+                               f"b x s x V x {ab} B / tp (vocab-parallel head)"
+                               + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
     scale = ab / 2
     if plan.attention == "eager":
