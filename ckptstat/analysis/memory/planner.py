@@ -26,6 +26,7 @@ from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
+from .peaks import eager_scores, module_peak
 from .quant import QUANTISED, ROUTER, Quant, config_quant
 from .tp_states import rank_states
 
@@ -341,15 +342,6 @@ def text_input(s: ArchSpec) -> bool:
     return get(s.family).main_input == "input_ids" and not s.image_size
 
 
-def eager_scores(ab: float) -> tuple[float, str]:
-    """Bytes per attention score at the peak of transformers' eager_attention_forward, and the rule: the scores
-    (+ mask) at ab, then softmax(..., dtype=float32), which ATen runs as a float32 copy of them and a float32 result,
-    all three live (fp32 scores: no copy); plus the b x s x s additive mask at ab that every layer shares."""
-    if ab >= 4:
-        return 2 * ab, f"{2 * ab:g} B (scores, fp32 softmax) + b*s^2 x {ab:g} B mask"
-    return ab + 8, f"{ab + 8:g} B (scores {ab:g}, their fp32 copy 4, fp32 softmax 4) + b*s^2 x {ab:g} B mask"
-
-
 REFERENCE_PATH = ("state-space layers, as transformers runs them without the mamba_ssm / causal_conv1d kernels (their "
                   "fused CUDA scan holds no [b, i, s, N] tensor)")
 
@@ -435,10 +427,9 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
     if not text_input(s):
         ops = build(s, b, n, nd, a_bytes=ab)
         if plan.mode == "inference":
-            peak: float = max((_prod(o.in_shape) + _prod(o.out_shape)) * ab for o in ops)
+            peak, peak_rule = module_peak(ops, ab, plan.attention == "eager")
             lines.append(_line("activations", f"peak module, b={b}", peak,
-                               f"largest (input + output) of one module x {ab} B, from the op template "
-                               "(image/audio models); replicated under --tp"))
+                               f"{peak_rule}, from the op template (image/audio models); replicated under --tp"))
         else:
             saved = sum(o.written * o.calls for o in ops) * (layers_here / max(layers_run, 1)) * in_flight
             lines.append(_line("activations", f"saved for backward, b={b}", saved,
