@@ -280,6 +280,43 @@ def test_opcode_bound_grows_with_the_pickle(tmp_path, monkeypatch):
     assert scan(path)["status"] == "safe"
 
 
+@pytest.mark.parametrize("name", ["model.bin", "model_legacy.bin", "optimizer.pt", "scaler.pt"])
+def test_files_saved_on_a_gpu(name):
+    """fixtures/cuda/, written on an H200 by fixtures/make_cuda_saves.py (torch 2.11): a bf16 GPT-2 state_dict in the
+    zip and legacy layouts, a fused AdamW's state with CUDA `step` counters, a GradScaler's state (no tensors).
+    Every tensor and value as torch.load(map_location="cpu") gives it; scan calls each safe, as torch's
+    weights_only loader agrees."""
+    torch = pytest.importorskip("torch")
+    path = os.path.join(FIX, "cuda", name)
+    with open(path, "rb") as f:
+        assert b"cuda:0" in f.read() or name == "scaler.pt"   # the storages' device tag a GPU save writes
+    loaded = flat(torch.load(path, map_location="cpu", weights_only=True))
+    ckpt = open_checkpoint(path)
+    assert set(ckpt.tensors) == set(loaded), name
+    for key, t in loaded.items():
+        np.testing.assert_array_equal(ckpt.read(key), torch_values(t), err_msg=key)
+    r = scan(path)
+    assert r["would_run_code"] is False and r["weights_only_loadable"], r
+
+
+def test_dcp_folder_saved_on_a_gpu():
+    """fixtures/cuda/dcp/: dcp.save of the same model's and optimizer's state from the GPU, one process: every item
+    as dcp.load reads it back on the CPU."""
+    torch = pytest.importorskip("torch")
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    folder = os.path.join(FIX, "cuda", "dcp")
+    meta = dcp.FileSystemReader(folder).read_metadata()
+    want = {k: torch.empty(m.size, dtype=m.properties.dtype)
+            for k, m in meta.state_dict_metadata.items() if isinstance(m, TensorStorageMetadata)}
+    dcp.load(want, checkpoint_id=folder, no_dist=True)
+    ckpt = open_checkpoint(folder)
+    assert set(ckpt.tensors) == set(want)
+    for key, t in want.items():
+        np.testing.assert_array_equal(ckpt.read(key), torch_values(t), err_msg=key)
+
+
 @pytest.mark.parametrize("legacy", [False, True])
 def test_storages_saved_from_a_gpu(tmp_path, legacy):
     """A file torch.save wrote from a GPU names each storage's device (`cuda:0`) in the pickle; nothing else in
