@@ -56,6 +56,16 @@ CASES = [
     ("Llama-3.2-1B", "training", "sdpa", 4, 1024, {"checkpointing": True}),
     ("Llama-3.2-1B", "training", "sdpa", 4, 1024, {"autocast": True}),
     ("GPT-2", "training", "eager", 8, 1024, {}),
+    # the second round (2026-12-04): more families' training, image models beside ViT, Mistral inside its window
+    ("GPT-2", "training", "sdpa", 8, 1024, {}),
+    ("Qwen2.5-0.5B", "training", "sdpa", 8, 1024, {}),
+    ("Qwen2.5-0.5B", "training", "eager", 4, 1024, {}),
+    ("Qwen2.5-0.5B", "inference", "sdpa", 8, 4096, {}),
+    ("Gemma-2-2B", "training", "eager", 2, 1024, {}),
+    ("Mistral-7B-v0.1", "inference", "sdpa", 4, 4096, {}),
+    ("CLIP-B/32-vision", "inference", "eager", 256, 0, {}),
+    ("CLIP-B/32-vision", "inference", "sdpa", 256, 0, {}),
+    ("ResNet-50", "inference", "eager", 64, 0, {}),
 ]
 
 
@@ -102,7 +112,8 @@ def _inputs(model, b: int, s: int, device: str) -> dict:
     g = torch.Generator(device="cpu").manual_seed(0)
     if "pixel_values" in inspect.signature(model.forward).parameters:
         c = model.config
-        return {"pixel_values": torch.randn((b, c.num_channels, c.image_size, c.image_size), generator=g).to(device, model.dtype)}
+        side = getattr(c, "image_size", 224)   # ResNetConfig has none: 224, as its image processor crops
+        return {"pixel_values": torch.randn((b, c.num_channels, side, side), generator=g).to(device, model.dtype)}
     return {"input_ids": torch.randint(0, model.config.vocab_size, (b, s), generator=g).to(device)}
 
 
@@ -146,7 +157,8 @@ def infer(model, b: int, s: int, attn: str, device: str) -> dict:
     now, peak = _mem(device)
     cache = getattr(out, "past_key_values", None) or getattr(out, "cache_params", None)
     cache_bytes = sum(x.numel() * x.element_size() for x in _tensors(cache, set()))
-    logits = out.logits
+    logits = getattr(out, "logits", None)
+    logits = out.last_hidden_state if logits is None else logits   # a tower without a head (CLIPVisionModel)
     r = {"peak_over_weights": peak - base, "reserved_peak_over_before": _reserved(device) - reserved,
          "held_after": now - base, "cache_bytes": cache_bytes,
          "logits_bytes": logits.numel() * logits.element_size(), "seconds": time.perf_counter() - t,
@@ -219,16 +231,27 @@ def _smi() -> str:
         return ""
 
 
-def measure(out_dir: str, device: str, only: list[str] | None, tiny: bool = False) -> None:
+def _key(row: dict) -> tuple:
+    return row["model"], row.get("mode"), row.get("attention"), row.get("batch"), row.get("seq"), \
+        json.dumps(row.get("options", {}), sort_keys=True)
+
+
+def measure(out_dir: str, device: str, only: list[str] | None, tiny: bool = False, keep: str | None = None) -> None:
+    """`keep`: an earlier gpu_memory.json of the same card and versions; its rows are kept and not measured again."""
     import torch
     import transformers as T
 
     torch.backends.cuda.matmul.allow_tf32 = True
     result = {"torch": torch.__version__, "transformers": T.__version__, "device": device,
               "capacity": capacity(device), "cases": []}
+    if keep:
+        with open(keep) as f:
+            result["cases"] = [r for r in json.load(f)["cases"] if "error" not in r]
+    done = {_key(r) for r in result["cases"]}
     by_model: dict[str, list] = {}
     for c in CASES:
-        if not only or c[0] in only:
+        fields = dict(zip(("model", "mode", "attention", "batch", "seq", "options"), c))
+        if (not only or c[0] in only) and _key(fields) not in done:
             by_model.setdefault(c[0], []).append(c)
     for name, cases in by_model.items():
         t = time.perf_counter()
@@ -339,12 +362,13 @@ def main() -> None:
     m.add_argument("--device", default="cuda")
     m.add_argument("--only", nargs="*")
     m.add_argument("--tiny", action="store_true")
+    m.add_argument("--keep", help="an earlier gpu_memory.json: its rows are kept, only new cases run")
     r = sub.add_parser("report")
     r.add_argument("results")
     r.add_argument("--out")
     a = ap.parse_args()
     if a.cmd == "measure":
-        measure(a.out, a.device, a.only, a.tiny)
+        measure(a.out, a.device, a.only, a.tiny, a.keep)
     else:
         report(a.results, a.out)
 

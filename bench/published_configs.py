@@ -28,6 +28,18 @@ MODELS = {
     "Mamba-1.4B": ("MambaConfig", "MambaForCausalLM", "bfloat16", dict(
         vocab_size=50280, hidden_size=2048, num_hidden_layers=48, state_size=16, expand=2, conv_kernel=4,
         tie_word_embeddings=True)),
+    # Qwen/Qwen2.5-0.5B (tied embeddings, q/k/v biases)
+    "Qwen2.5-0.5B": ("Qwen2Config", "Qwen2ForCausalLM", "bfloat16", dict(
+        vocab_size=151936, hidden_size=896, intermediate_size=4864, num_hidden_layers=24, num_attention_heads=14,
+        num_key_value_heads=2, max_position_embeddings=32768, rope_theta=1000000.0, tie_word_embeddings=True)),
+    # openai/clip-vit-base-patch32, its vision tower (quick_gelu)
+    "CLIP-B/32-vision": ("CLIPVisionConfig", "CLIPVisionModel", "bfloat16", dict(
+        hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, image_size=224,
+        patch_size=32, hidden_act="quick_gelu")),
+    # microsoft/resnet-50
+    "ResNet-50": ("ResNetConfig", "ResNetForImageClassification", "bfloat16", dict(
+        embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3], layer_type="bottleneck",
+        num_labels=1000)),
     # google/vit-base-patch16-224
     "ViT-B/16": ("ViTConfig", "ViTForImageClassification", "bfloat16", dict(
         hidden_size=768, num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072, image_size=224,

@@ -182,7 +182,7 @@ def execute(path, device: str = "cpu", batch: int = 1, seq: int | None = None, d
             warmup: int = 2, iters: int = 10, config=None) -> dict:
     check_device(device)
     torch, transformers = _imports()
-    from .analysis.meta import flop_counter
+    from .analysis.torch_flops import flop_counter
 
     if dtype not in DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(DTYPES)}")

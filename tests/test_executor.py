@@ -79,7 +79,7 @@ def test_fused_attention_flops_equal_torchs_count_of_the_math(kv_heads):
     import torch.nn.functional as F
     from torch.utils.flop_counter import FlopCounterMode
 
-    from ckptstat.analysis.meta import flop_counter
+    from ckptstat.analysis.torch_flops import flop_counter
 
     q, k, v = torch.randn(2, 8, 16, 4), torch.randn(2, kv_heads, 24, 4), torch.randn(2, kv_heads, 24, 6)
     with flop_counter() as fused:

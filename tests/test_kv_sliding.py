@@ -3,7 +3,8 @@
 
 For each config below, a tiny *ForCausalLM (real weights on the CPU: MoE routing needs values) runs one
 forward with use_cache=True at lengths below, at and above its window. The oracles: the bytes of every
-key and value tensor in the DynamicCache it returns (ckptstat's first KV line), which of its layers are
+key and value storage in the DynamicCache it returns (ckptstat's first KV line: a sliding layer's window is a view
+of all the forward's states), which of its layers are
 DynamicSlidingWindowLayer (the spec's sliding layers), and the bytes a StaticCache(max_cache_len = s)
 holds after the same forward (the second line where the window makes it differ)."""
 from __future__ import annotations
@@ -67,7 +68,9 @@ def _build(config: str, model: str, kwargs: dict):
 
 
 def _bytes(cache) -> int:
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    """The memory the cache's keys and values hold: each tensor's storage (a sliding layer's keys are a view of the
+    states it concatenated, whose storage stays whole)."""
+    return sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
 
 
 def _forward(model, seq: int, cache=None):
@@ -138,4 +141,4 @@ def test_sliding_lines_keep_their_shape():
     lines = get(spec.family).kv_cache(spec, 1, 100, 100, 2)
     assert [len(x) for x in lines] == [3, 3]
     assert all(isinstance(label, str) and isinstance(rule, str) for label, _, rule in lines)
-    assert "DynamicSlidingWindowLayer" in lines[0][2] and lines[1][0] == "static cache, window 4"
+    assert "DynamicSlidingWindowLayer" in lines[0][2] and lines[1][0] == "decoding or static cache, window 4"

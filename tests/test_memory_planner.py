@@ -96,9 +96,9 @@ def test_max_seq_stops_at_learned_positions_and_at_zero(tmp_path, mem):
 ], ids=["mistral", "qwen2-half-sliding"])
 @pytest.mark.parametrize("attention", ["eager", "flash"])
 def test_max_seq_boundary_with_a_sliding_window_cache(tmp_path, mem, cls, config_cls, sizes, attention):
-    """The KV cache stops growing in sliding layers past the window (DynamicSlidingWindowLayer keeps
-    sliding_window - 1 tokens): the searched boundary still flips exactly, beyond the window, and the KV
-    line there is the bytes of the DynamicCache a meta forward of that length returns."""
+    """Past the window, a sliding layer's DynamicSlidingWindowLayer keeps a view of sliding_window - 1 tokens whose
+    storage is the whole forward's: the searched boundary flips exactly, beyond the window, and the KV line there is
+    the bytes the storages of the DynamicCache a meta forward of that length returns hold."""
     path = _config(tmp_path, config_cls, sizes, cls)
     base = [path, "--gpu-mem", "48MiB", "--reserve", "4MiB", "--batch", "2", "--kv-dtype", "bf16", "--attention", attention]
     s = mem(*base, "--seq", "16")["fit"]["max_seq"]
@@ -109,7 +109,7 @@ def test_max_seq_boundary_with_a_sliding_window_cache(tmp_path, mem, cls, config
     with torch.no_grad(), meta_autocast():
         cache = model(input_ids=torch.zeros((2, s), dtype=torch.long, device="meta"), use_cache=True).past_key_values
     assert any(type(layer).__name__ == "DynamicSlidingWindowLayer" for layer in cache.layers)
-    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    kv = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
     assert _fit(at)[("kv cache", f"b=2, s={s}")] == kv
 
 

@@ -13,7 +13,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from ckptstat.analysis import flops, memory, meta  # noqa: E402
+from ckptstat.analysis import flops, memory, meta, torch_flops  # noqa: E402
 from ckptstat.analysis.memory.planner import Plan, kv_counted, kv_lines  # noqa: E402
 from ckptstat.analysis.memory.tp_states import rank_states  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
@@ -84,8 +84,8 @@ def test_meta_parameters_of_an_embedding_with_a_vector_beside_its_table(tmp_path
 def test_grouped_mm_rule_on_real_offsets_counts_the_routed_rows():
     """On real tensors the rule reads offs[-1] (rows past it go through no expert), on meta every row."""
     a, b = torch.zeros(6, 4), torch.zeros(3, 4, 5)
-    assert meta.grouped_mm_flops(a, b, torch.tensor([2, 3, 4])) == 2 * 4 * 4 * 5
-    assert meta.grouped_mm_flops(a.to("meta"), b.to("meta"), torch.tensor([2, 3, 4], device="meta")) == 2 * 6 * 4 * 5
+    assert torch_flops.grouped_mm_flops(a, b, torch.tensor([2, 3, 4])) == 2 * 4 * 4 * 5
+    assert torch_flops.grouped_mm_flops(a.to("meta"), b.to("meta"), torch.tensor([2, 3, 4], device="meta")) == 2 * 6 * 4 * 5
 
 
 # tiny configs no family module models (transformers 5's config classes): variants the templates refuse
