@@ -10,6 +10,17 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FIXTURES = os.path.join(ROOT, "fixtures")
 
 
+def held_bytes(tensors) -> int:
+    """The memory tensors hold, as torch allocated it: each distinct storage's bytes once. A view keeps its base's
+    whole storage (transformers' DynamicSlidingWindowLayer keeps a view of the last window - 1 tokens of all a
+    forward's states); two views of one storage are one allocation."""
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
+
+
 def fixture(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
 

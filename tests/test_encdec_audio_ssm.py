@@ -11,6 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
+from conftest import held_bytes  # noqa: E402
 from test_families import fcm_flops, meta_model  # noqa: E402
 
 from ckptstat.errors import UsageError  # noqa: E402
@@ -32,7 +33,7 @@ def _spec(model):
 
 
 def _bytes(tensors) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return held_bytes(tensors)
 
 
 def _layer_bytes(cache) -> int:

@@ -24,6 +24,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from conftest import held_bytes  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import ckptstat  # noqa: E402
@@ -345,16 +346,16 @@ KV_CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i 
 
 
 def cache_bytes(model, seq, batch):
-    """Bytes of every tensor in the model's cache after one forward of batch x seq tokens: each layer's keys and
+    """Bytes the model's cache holds after one forward of batch x seq tokens (conftest.held_bytes): each layer's keys and
     values (and a sparse-attention indexer's keys: DynamicIndexedLayer's indexer_keys), and a state-space layer's conv
     and recurrent states (transformers 5's LinearAttentionLayer; Mamba returns its cache as cache_params)."""
     with torch.no_grad():
         ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.get_text_config().vocab_size
         out = model(input_ids=ids, use_cache=True)
     if getattr(out, "state", None) is not None:   # RWKV: its state, five tensors, in place of a cache
-        return sum(t.numel() * t.element_size() for t in out.state)
+        return held_bytes(out.state)
     if hasattr(getattr(out, "cache", None), "rnn_state"):   # xLSTM: its xLSTMCache, per layer C, n and m
-        return sum(t.numel() * t.element_size() for states in out.cache.rnn_state.values() for t in states)
+        return held_bytes([t for states in out.cache.rnn_state.values() for t in states])
     # transformers 5.x renames past_key_values to `cache` (ZAYA's output)
     cache = next((c for k in ("past_key_values", "cache_params", "cache") if (c := getattr(out, k, None)) is not None), None)
     if cache is None:   # a BERT-like's causal LM built as an encoder (is_decoder false): no cache
@@ -369,7 +370,7 @@ def cache_bytes(model, seq, batch):
         for kind in ("conv_states", "recurrent_states", *meta.COMPRESSOR_STATES):
             tensors += [t for t in (getattr(layer, kind, None) or {}).values() if t is not None]
     tensors += meta.outside_layers(cache)   # MiniMax's lightning states
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return held_bytes(tensors)
 
 
 @pytest.mark.parametrize("family,sample,model_name", KV_CASES)

@@ -16,7 +16,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
-from conftest import fixture_script  # noqa: E402
+from conftest import fixture_script, held_bytes  # noqa: E402
 
 mq = fixture_script("make_quantized")
 from safetensors.numpy import save_file  # noqa: E402
@@ -100,7 +100,7 @@ def test_causal_halving_counts_the_pairs_the_masks_let_through(saved):
 
 
 def _cache_bytes(cache) -> int:
-    return sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    return held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)])
 
 
 def test_memory_kv_cache_equals_transformers_caches(saved):

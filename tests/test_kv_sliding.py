@@ -14,6 +14,8 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
+from conftest import held_bytes  # noqa: E402
+
 from ckptstat.errors import UsageError  # noqa: E402
 from ckptstat.families import get  # noqa: E402
 from ckptstat.families.framework.spec import from_config  # noqa: E402
@@ -70,7 +72,7 @@ def _build(config: str, model: str, kwargs: dict):
 def _bytes(cache) -> int:
     """The memory the cache's keys and values hold: each tensor's storage (a sliding layer's keys are a view of the
     states it concatenated, whose storage stays whole)."""
-    return sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
+    return held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)])
 
 
 def _forward(model, seq: int, cache=None):

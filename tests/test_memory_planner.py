@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from conftest import fixture  # noqa: E402
+from conftest import fixture, held_bytes  # noqa: E402
 from test_families import meta_autocast  # noqa: E402
 
 from ckptstat.analysis.memory.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
@@ -109,7 +109,7 @@ def test_max_seq_boundary_with_a_sliding_window_cache(tmp_path, mem, cls, config
     with torch.no_grad(), meta_autocast():
         cache = model(input_ids=torch.zeros((2, s), dtype=torch.long, device="meta"), use_cache=True).past_key_values
     assert any(type(layer).__name__ == "DynamicSlidingWindowLayer" for layer in cache.layers)
-    kv = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
+    kv = held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)])
     assert _fit(at)[("kv cache", f"b=2, s={s}")] == kv
 
 
@@ -121,7 +121,7 @@ def test_inference_lines_against_the_meta_model(tmp_path, mem):
     b, s = 2, 48
     with torch.no_grad(), meta_autocast():
         cache = model(input_ids=torch.zeros((b, s), dtype=torch.long, device="meta"), use_cache=True).past_key_values
-    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    kv = held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)])
     assert cache.layers[0].keys.dtype == torch.bfloat16
     r = mem(path, "--seq", str(s), "--batch", str(b), "--kv-dtype", "bf16")
     lines = _fit(r)
@@ -177,7 +177,7 @@ def test_deepseek_v3_published_size_caches_the_mla_latent_whole_on_every_tp_rank
     seq = 4096
     with torch.no_grad(), meta_autocast():
         cache = model(input_ids=torch.zeros((1, seq), dtype=torch.long, device="meta"), use_cache=True).past_key_values
-    kv = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    kv = held_bytes([t for layer in cache.layers for t in (layer.keys, layer.values)])
     del model, cache
     plan = ["--kv-dtype", "bf16", "--tp", "8", "--gpus", "8", "--gpu", "H200", "--weights-dtype", "fp8"]
     one = mem(path, "--seq", str(seq), "--kv-dtype", "bf16")

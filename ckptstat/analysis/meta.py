@@ -142,9 +142,14 @@ def outside_layers(cache: Any) -> list[Any]:
 
 
 def cache_bytes(cache: Any) -> int:
-    """The bytes a forward's cache holds (the oracle the tests compare the rule with)."""
-    return sum(t.numel() * t.element_size() for layer in cache_layers(cache) for _, t in cache_tensors(layer)) + \
-        sum(t.numel() * t.element_size() for t in outside_layers(cache))
+    """The bytes a forward's cache holds: each distinct storage once, whole (a sliding layer's window is a view of
+    all the forward's states, whose storage it keeps)."""
+    tensors = [t for layer in cache_layers(cache) for _, t in cache_tensors(layer)] + outside_layers(cache)
+    storages = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        storages[storage._cdata] = storage.nbytes()
+    return sum(storages.values())
 
 
 class NotRunnable(UsageError):
@@ -371,9 +376,10 @@ class MetaModel:
     def kv_cache(self, s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
         """One line: the bytes of the cache after a forward of b x n tokens, at ab bytes per element (a state transformers
         keeps wider than the model's dtype, float32 in a bf16 model, at least at its own width). Read from one forward of
-        PROBE_SEQ tokens: a layer of transformers' DynamicLayer grows with every token, a DynamicSlidingWindowLayer
-        keeps sliding_window - 1 tokens, conv and recurrent states do not grow; any other layer class is read from a
-        forward of b x n tokens itself."""
+        PROBE_SEQ tokens: a layer of transformers' DynamicLayer grows with every token, and so does what a
+        DynamicSlidingWindowLayer holds after one forward (a view of its last sliding_window - 1 tokens keeps the
+        forward's whole storage: families/framework/base.py SLIDING_HELD); conv and recurrent states do not grow; any
+        other layer class is read from a forward of b x n tokens itself. Each tensor counts its storage (cache_bytes)."""
         import torch
         _, cache = self.forward(1, PROBE_SEQ)
         if cache is None:
@@ -385,6 +391,9 @@ class MetaModel:
         def width(t: Any) -> int:   # a state transformers keeps wider than the model (float32 SSM / DeltaNet states)
             return max(ab, t.element_size()) if t.element_size() > model_bytes else ab
 
+        def held(t: Any) -> int:    # the elements of its storage: a view keeps its base's whole
+            return t.untyped_storage().nbytes() // t.element_size()
+
         for i, layer in enumerate(cache_layers(cache)):
             cls = type(layer).__name__
             window = getattr(layer, "sliding_window", None)
@@ -393,15 +402,15 @@ class MetaModel:
                     exact = self.forward(b, n)[1]
                 for kind, t in cache_tensors(cache_layers(exact)[i]):
                     label = f"{kind} ({cls})"
-                    parts[label] = parts.get(label, 0) + t.numel() * width(t)
-                    total += t.numel() * width(t)
+                    parts[label] = parts.get(label, 0) + held(t) * width(t)
+                    total += held(t) * width(t)
                 continue
             for j, (kind, t) in enumerate(cache_tensors(layer)):
                 if kind != "keys and values":
                     wider = t.element_size() > model_bytes
                     grow, label = 1.0, kind + (f" ({t.element_size()} B whatever the dtype)" if wider else "")
                 elif "SlidingWindow" in cls and isinstance(window, int):
-                    grow, label = min(n, window - 1) / min(PROBE_SEQ, window - 1), f"keys and values (window {window})"
+                    grow, label = n / PROBE_SEQ, f"keys and values (window {window}, the forward's storage held)"
                 elif cls in ("DynamicLayer", "LinearAttentionAndFullAttentionLayer"):
                     grow, label = n / PROBE_SEQ, "keys and values"
                 else:   # a layer class whose growth is not known here: measured at this length
@@ -409,11 +418,11 @@ class MetaModel:
                         exact = self.forward(b, n)[1]
                     t = list(cache_tensors(cache_layers(exact)[i]))[j][1]   # the same tensor (keys, values, indexer keys)
                     grow, label = 1 / b, f"keys and values ({cls})"
-                nbytes = t.numel() * width(t) * grow * b
+                nbytes = held(t) * width(t) * grow * b
                 total += nbytes
                 parts[label] = parts.get(label, 0) + nbytes
         for t in outside_layers(cache):   # lightning-attention states: per sequence, any s
-            nbytes = t.numel() * width(t) * b
+            nbytes = held(t) * width(t) * b
             total += nbytes
             parts["linear attention states"] = parts.get("linear attention states", 0) + nbytes
         rule = "; ".join(f"{k} {v:,.0f} B" for k, v in parts.items())

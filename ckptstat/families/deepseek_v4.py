@@ -34,7 +34,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, SLIDING_HELD, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Walk, walk_tensors
 from .framework.ops import Builder, causal_pairs, ew_cost
@@ -279,28 +279,28 @@ expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """What DynamicCache(config) holds after a forward of b x n tokens (tests/test_families.py reads every tensor of
-    it): per layer the last sliding_window - 1 keys x d (a sliding layer's values apart; a compressed layer's are its
-    keys); an HCA layer's floor(n / rate) entries x d and its unclosed window, n mod rate tokens of kv and gate x d; a
-    CSA layer's the same for the compressor (2 x d per buffered token) and the indexer (index_head_dim, 2 x that), and
-    once a window closed, the last window's first series, rate x (d + index_head_dim) of kv and of gate, the gate in
-    float32 (position_bias's)."""
+    it): per layer its window's keys x d, all s tokens' storage after the forward (SLIDING_HELD; a sliding layer's
+    values apart, a compressed layer's are its keys); an HCA layer's floor(n / rate) entries x d and its unclosed
+    window, n mod rate tokens of kv and gate x d but a view of all n tokens' (their storage held); a CSA layer's the
+    same for the compressor (2 x d per buffered token) and the indexer (index_head_dim, 2 x that), and once a window
+    closed, the last window's first series, rate x (d + index_head_dim) of kv and of gate, the gate in float32
+    (position_bias's)."""
     v = s.variant_as(V4Variant)
-    d, di, w = s.head_dim, v.index_dim, s.sliding_window
-    kept = n if not w or w == 1 else min(n, w - 1)
+    d, di = s.head_dim, v.index_dim
     parts = {"window keys and values": 0, "compressed entries": 0, "unclosed windows": 0, "overlap states": 0}
     for kind in v.kinds:
-        parts["window keys and values"] += (2 if kind == "sliding" else 1) * kept * d * ab
+        parts["window keys and values"] += (2 if kind == "sliding" else 1) * n * d * ab
         if kind == "sliding":
             continue
         rate, width = v.rate(kind), d + (di if kind == "csa" else 0)
         series = 2 if kind == "csa" else 1
         parts["compressed entries"] += n // rate * width * ab
-        parts["unclosed windows"] += 2 * (n % rate) * series * width * ab
+        parts["unclosed windows"] += 2 * n * series * width * ab   # a view of the forward's n tokens: their storage
         if kind == "csa" and n >= rate:
             parts["overlap states"] += rate * width * (ab + max(ab, STATE_BYTES))
     rule = "; ".join(f"{k} {x:,} B" for k, x in parts.items() if x)
     return [(f"b={b}, s={n}", b * sum(parts.values()),
-             f"per sequence: {rule} (min(s, sliding_window - 1) = {kept} window tokens; {len(v.layers('csa'))} CSA "
+             f"per sequence: {rule} (s = {n} window tokens: {SLIDING_HELD}; {len(v.layers('csa'))} CSA "
              f"layers at rate {v.csa}, {len(v.layers('hca'))} HCA at rate {v.hca}), x b")]
 
 

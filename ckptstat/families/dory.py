@@ -10,7 +10,7 @@ from the normed input section's output) and the last n_output_layers once: FLOPs
 layers by layer_types (the released config.json lists each layer as an attention and an "mlp" block: the class halves
 num_hidden_layers and the section sizes); eager attention counts every score, the window only masks.
 
-The cache (DynamicCache(config)): each layer's K/V, a sliding layer's last sliding_window - 1 tokens; with
+The cache (DynamicCache(config)): each layer's K/V (a sliding layer's last sliding_window - 1 tokens, a view of all s); with
 recurrent_kv_cache_mode "per_loop" every loop past the first writes its own copy of the recurrent layers' cache, with
 "last_loop" only the last loop writes. Saved as DoryForCausalLM: backbone.embeddings, backbone.layers (conversion_mapping:
 the model's model.embed_tokens, model.layers)."""
@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, SLIDING_HELD, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Walk, walk_tensors
 from .framework.ops import Builder, ew_cost
@@ -158,16 +158,15 @@ _NAMES = walk_names.walked(walk, **walk_names.LM, variant=DoryVariant(inputs=1, 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """K and V per cached layer, 2 x g x d x bytes per token: the input and output layers once, the recurrent ones once
-    per loop ("per_loop") or once ("last_loop"); a sliding layer keeps min(s, sliding_window - 1) tokens."""
+    per loop ("per_loop") or once ("last_loop"); a sliding layer holds all s tokens after the forward (SLIDING_HELD)."""
     v = s.variant_as(DoryVariant)
-    w, per = s.sliding_window, 2 * s.kv_heads * s.head_dim * ab
-    kept = n if not w or w == 1 else min(n, w - 1)
+    per = 2 * s.kv_heads * s.head_dim * ab
     copies = [v.runs(i) if v.per_loop else 1 for i in range(s.layers)]
-    total = per * sum(c * (kept if i in s.sliding_layers else n) for i, c in enumerate(copies))
+    total = per * n * sum(copies)
     how = "a copy of the recurrent layers per loop" if v.per_loop else "the recurrent layers once: the last loop writes"
     return [(f"b={b}, s={n}", b * total,
              f"2 x g x d x {ab} B = {per:,} B per token and cached layer, x b: {sum(copies)} cached layers ({how}); "
-             f"sliding ones keep min(s, sliding_window - 1) = {kept} tokens")]
+             f"s = {n} tokens each ({SLIDING_HELD})")]
 
 
 _SIZES = dict(vocab_size=97, hidden_size=16, intermediate_size=24, num_hidden_layers=5, n_input_layers=1, n_output_layers=1,

@@ -11,7 +11,8 @@ Gemma 4's text layers as families/gemma4.py walks them (sandwich norms, q/k and 
 * LAuReL (Gemma3nTextLaurelBlock) beside the attention: linear_left h -> laurel_rank, linear_right back, its norm;
 * activation sparsity (activation_sparsity_pattern): a Gaussian top-k cut of the MLP's gate, element-wise only.
 
-The cache: DynamicCache(config), nothing for the KV-shared layers, sliding layers min(s, sliding_window - 1)."""
+The cache: DynamicCache(config), nothing for the KV-shared layers, s tokens on the others (sliding ones too: a view of
+the last sliding_window - 1 keeps the whole forward's storage, base.SLIDING_HELD)."""
 from __future__ import annotations
 
 from typing import Any

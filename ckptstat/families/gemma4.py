@@ -33,7 +33,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, SLIDING_HELD, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Walk, walk_tensors
 from .framework.layout_parts import mlp
@@ -319,17 +319,14 @@ _EVERY = modules(per_layer=2, per_layer_vocab=8, moe=True)
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """DynamicCache(config): K and V of each layer that computes its own (the KV-shared ones a "dummy" layer that
-    stores none), 2 x its kv heads x its head_dim x bytes per token; a sliding layer's DynamicSlidingWindowLayer
-    keeps the last sliding_window - 1 tokens (decoders' rule: a window of 1 keeps all)."""
+    stores none), 2 x its kv heads x its head_dim x bytes per token, s tokens on every one (SLIDING_HELD)."""
     v = s.variant_as(Gemma4Variant)
-    w, marked = s.sliding_window, set(s.sliding_layers)
-    kept = n if not w or w == 1 else min(n, w - 1)
-    total = sum(2 * v.kv_heads[i] * v.head_dims[i] * ab * (kept if i in marked else n)
-                for i in range(s.layers) if i not in v.shared)
+    marked = set(s.sliding_layers)
+    total = sum(2 * v.kv_heads[i] * v.head_dims[i] * ab * n for i in range(s.layers) if i not in v.shared)
     own = s.layers - len(v.shared)
     return [(f"b={b}, s={n}", b * total,
              f"2 x g x d x {ab} B per token of each of the {own} layers with their own K/V (each its head_dim and kv "
-             f"heads); {len(marked - set(v.shared))} sliding layers keep min(s, sliding_window - 1) = {kept} tokens")]
+             f"heads), s = {n} tokens each ({len(marked - set(v.shared))} sliding: {SLIDING_HELD})")]
 
 
 _SIZES = dict(vocab_size=97, hidden_size=32, intermediate_size=40, num_hidden_layers=4, num_attention_heads=4,

@@ -26,7 +26,7 @@ from typing import Any
 from ..errors import NoAnalyticModel, UsageError
 from .framework import decoders, layout, walk_names
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, SLIDING_HELD, STATE_BYTES, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Walk, walk_tensors
 from .framework.layout_parts import mlp
@@ -207,19 +207,18 @@ expected_tensors = walk_tensors(walk, LAYOUT.paths.body)
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """Per layer K and V, 2 x its kv heads x its head_dim x bytes per token (a sliding layer's last sliding_window_size
-    - 1 tokens), and the four conv states (k, v: kv heads x head_dim channels; attention and MLP outputs: h) of
+    """Per layer K and V, 2 x its kv heads x its head_dim x bytes per token, s tokens (a sliding layer's too:
+    SLIDING_HELD), and the four conv states (k, v: kv heads x head_dim channels; attention and MLP outputs: h) of
     conv_kernel_size each, float32; a layer run more than once (Inkling 2 Loop) a copy per run."""
     v = s.variant_as(InklingVariant)
-    w, rb = s.sliding_window, max(ab, STATE_BYTES)
-    kept = n if not w or w == 1 else min(n, w - 1)
+    rb = max(ab, STATE_BYTES)
     total = 0
     for i in range(s.layers):
         sliding = i in s.sliding_layers
         _, g, d, _ = geometry(s, sliding)
-        total += v.runs(i) * (2 * g * d * ab * (kept if sliding else n) + (2 * g * d + 2 * s.hidden) * v.kernel * rb)
+        total += v.runs(i) * (2 * g * d * ab * n + (2 * g * d + 2 * s.hidden) * v.kernel * rb)
     return [(f"b={b}, s={n}", b * total,
-             f"per layer 2 x g x d x {ab} B per token (sliding layers: min(s, sliding_window_size - 1) = {kept} tokens) "
+             f"per layer 2 x g x d x {ab} B per token x s = {n} ({SLIDING_HELD}) "
              f"+ four conv states (2 x g x d + 2 x h channels) x conv_kernel_size = {v.kernel} x {rb} B (float32), x b")]
 
 

@@ -37,7 +37,7 @@ from typing import Any
 from ..errors import UsageError
 from .framework import decoders, infer, layout, walk_names
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
+from .framework.base import FROM_CLASS, SLIDING_HELD, ArchSpec, Cfg, Family, KVLines, Sample, Tensors
 from .framework.layout import DecoderLayout, Paths
 from .framework.layout_base import Module, Walk, walk_tensors
 from .framework.ops import Builder, ew_cost
@@ -227,12 +227,10 @@ def state_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     z = s.variant_as(ZayaVariant)
     per = 2 * s.kv_heads * s.head_dim * ab   # K and V, per token and layer
     state = ((s.heads + s.kv_heads) * s.head_dim * (z.time0 + z.time1 - 2) + s.kv_heads * s.head_dim // 2) * ab
-    w, ns = s.sliding_window, len(s.sliding_layers)
-    kept = n if not w or w == 1 else min(n, w - 1)
-    full = s.layers - ns
-    return [(f"b={b}, s={n}", b * (per * (full * n + ns * kept) + state * s.layers),
-             f"2 x g x d x {ab} B = {per:,} B per token and layer: {full} layers x s = {n} tokens"
-             + (f", {ns} sliding layers x min(s, sliding_window - 1) = {kept}" if ns else "")
+    ns = len(s.sliding_layers)
+    return [(f"b={b}, s={n}", b * (per * s.layers * n + state * s.layers),
+             f"2 x g x d x {ab} B = {per:,} B per token and layer: {s.layers} layers x s = {n} tokens"
+             + (f" ({ns} sliding: {SLIDING_HELD})" if ns else "")
              + f"; + L x (conv state (heads + g) x d x (cca_time0 + cca_time1 - 2) + delayed value g x d / 2) x {ab} B "
              f"= {state * s.layers:,} B/sequence, any s (LinearAttentionAndFullAttentionLayer); x b")]
 

@@ -370,6 +370,11 @@ def head_of(archs: Iterable[str], default: str) -> tuple[str, str | None, tuple[
     return default, None, (f"config names no known architectures class; assumed the {default!r} head",)
 
 
+# What a sliding layer's K/V holds in memory right after a forward of s tokens (every family's first KV line says it)
+SLIDING_HELD = ("a sliding layer's DynamicSlidingWindowLayer keeps a view of its last sliding_window - 1 tokens, whose "
+                "storage is the whole forward's s tokens until the next decode step")
+
+
 def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """KV cache of a decoder-only model as transformers' DynamicCache holds it after a forward of n tokens:
     2 (K and V) x g x d x bytes per token and layer. With a sliding window (ArchSpec.sliding_window; on
@@ -402,8 +407,7 @@ def decoder_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     slid = per * s.sliding_kv_heads // s.kv_heads if s.sliding_kv_heads else per   # ArchSpec.sliding_kv_heads' layers
     lines: KVLines = [(f"b={b}, s={n}", b * (per * full + slid * ns) * n,
                        f"2 x g x d x {ab} B = {per:,} B per token and layer, x b, x s = {n} tokens on all {s.layers} "
-                       f"layers: {ns} {kind} layers' DynamicSlidingWindowLayer keeps a view of its last sliding_window "
-                       "- 1 tokens whose storage is the whole forward's until the next decode step")]
+                       f"layers ({ns} {kind}: {SLIDING_HELD})")]
     static = b * (per * full * n + slid * ns * min(n, w))
     if static != lines[0][1]:
         lines.append((f"decoding or static cache, window {w}", static,

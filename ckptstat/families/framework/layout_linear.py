@@ -27,7 +27,7 @@ import re
 from ...errors import NoAnalyticModel, UsageError
 from . import infer
 from .archspec import ArchSpec, DeltaNet
-from .base import FROM_CLASS, STATE_BYTES, Cfg, KVLines, Tensors
+from .base import FROM_CLASS, SLIDING_HELD, STATE_BYTES, Cfg, KVLines, Tensors
 from .layout_base import DecoderLayout, LinearKeys, Walk
 from .ops import ew_cost
 
@@ -115,21 +115,18 @@ def from_config(c: Cfg, layers: int, keys: LinearKeys = LinearKeys()) -> tuple[t
 def hybrid_kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
     """transformers' cache after a forward of b x n tokens (the module docstring): keys and values of each attention
     layer, a conv state and a float32 recurrent state of each linear layer, neither growing with s. A sliding
-    attention layer (ArchSpec.sliding_layers: LaraMini's) keeps min(s, sliding_window - 1) tokens, as
-    base.decoder_kv_cache's DynamicSlidingWindowLayer does."""
+    attention layer (ArchSpec.sliding_layers: LaraMini's) holds all s tokens after the forward (base.SLIDING_HELD)."""
     v = s.deltanet
     if v is None or (s.sliding_window and not s.sliding_layers):
         raise NoAnalyticModel("a linear-attention hybrid's cache is described with its sliding layers named only")
     lin = len(s.linear_layers)
     slide = len(set(s.sliding_layers) - set(s.linear_layers)) if s.sliding_window else 0
     full = s.layers - lin - slide
-    w = s.sliding_window or 0
-    kept = n if w == 1 else min(n, w - 1)
     per = 2 * s.kv_heads * s.head_dim * ab
     conv = (2 * v.key_heads * v.key_dim + v.value_heads * v.value_dim) * v.conv_kernel * ab
     state = v.value_heads * v.key_dim * v.value_dim * max(ab, STATE_BYTES)
-    total = b * ((full * n + slide * kept) * per + lin * (conv + state))
-    sliding = f" + {slide} sliding layers x min(s, sliding_window - 1) = {kept} tokens" if slide else ""
+    total = b * ((full + slide) * n * per + lin * (conv + state))
+    sliding = f" + {slide} sliding layers x s ({SLIDING_HELD})" if slide else ""
     return [(f"b={b}, s={n}", total,
              f"{full} attention layers x 2 x g x d x s x b x {ab} B ({per:,} B per token and layer){sliding}; {lin} linear "
              f"layers x b x (conv state (2 Hk dk + Hv dv) x k x {ab} B = {conv:,} B + recurrent state Hv x dk x dv x "
