@@ -44,7 +44,16 @@ from ...families.framework.ops import Op
 # tensors of the activation's width each activation of transformers/activations.py keeps for backward (ACT2FN,
 # measured with saved_tensors_hooks); others are taken as one
 ACT_SAVES = {"gelu_new": 4, "gelu_fast": 7, "gelu_accurate": 4, "quick_gelu": 2, "gelu_10": 2, "xielu": 5, "linear": 0}
-GEMMA_NORM = ("gemma",)          # families whose RMSNorm multiplies by (1 + weight) in float32
+# RMSNorms that keep the normalised tensor in float32 (Gemma's x (1 + weight), OLMo-2's weight x hidden before the cast:
+# transformers 5.25's modeling files), by family or model_type; LayerNorms run on a float32 copy (OLMo's)
+NORM_FP32 = ("gemma", "gemma2", "gemma3", "gemma3_text", "vaultgemma", "olmo2", "olmo3", "flex_olmo", "gpt_oss", "afmoe",
+             "beam", "flint", "inkling2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+             "qwen4_exp", "recurrent_gemma", "step3p7", "olmo_hybrid")
+LAYERNORM_FP32 = ("olmo",)
+# model types whose apply_rotary_pos_emb concatenates the rotated and passed-through dims (partial rotary): the query
+# then lies [b, a, s, d] in memory, SDPA's output too, and o_proj's input is a transposed copy it keeps
+ROPE_CAT = ("glm", "glm4", "glm4_moe", "gpt_neox", "gptj", "codegen", "minimax_m2", "nemotron", "persimmon", "phi", "phi3",
+            "stablelm", "minicpm3", "deepseek_v3", "laguna", "longcat_flash", "mimo_v2_flash", "youtu", "zaya")
 SOFTMAX_AS_INPUT = ("gpt2",)     # eager softmax in the scores' dtype, not float32
 RESID_DROPOUT = ("resid_pdrop",)
 EMBD_DROPOUT = ("embd_pdrop",)
@@ -93,10 +102,10 @@ def _norm(s: ArchSpec, op: Op, ab: float) -> float:
     e = _prod(op.in_shape)
     rows = e // max(op.in_shape[-1], 1)
     if s.norm == "rmsnorm" or op.module.endswith(("q_norm", "k_norm")):
-        if s.family in GEMMA_NORM:
+        if s.family in NORM_FP32 or s.model_type in NORM_FP32:
             return 8 * e + 4 * rows + 4 * op.in_shape[-1]
         return (4 + ab) * e + 4 * rows
-    return ab * e + 8 * rows
+    return (4 if s.model_type in LAYERNORM_FP32 else ab) * e + 8 * rows
 
 
 def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
@@ -140,7 +149,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
                     shard += c * t * (4 * (s.experts or 1) + 12 * (s.top_k or 1) + 4)
             elif same:
                 pass
-            elif after_attn and not eager:
+            elif after_attn and not eager and s.model_type not in ROPE_CAT:
                 pass   # o_proj reads the SDPA output, which SDPA keeps
             else:
                 shard += c * ab * _prod(op.in_shape)
@@ -209,7 +218,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
             f"{', the soft-cap tanh' if s.attn_softcap else ''}"
             f"{', a 1 B dropout mask and the dropped scores' if p_attn > 0 else ''}"
             if eager else "flash/SDPA: q, k, v (kv heads), the output, float32 logsumexp")
-    norm = {"rmsnorm": "RMSNorm" + (" (1 + w), float32" if s.family in GEMMA_NORM else ""),
+    norm = {"rmsnorm": "RMSNorm" + (", normalised in float32" if s.family in NORM_FP32 or s.model_type in NORM_FP32 else ""),
             "layernorm": "LayerNorm"}.get(s.norm, s.norm)
     rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
             f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
