@@ -853,6 +853,8 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
     ("Qwen3Config", "Qwen3ForCausalLM", dict(_SMALL, hidden_size=96, num_attention_heads=6, num_key_value_heads=1,
                                              head_dim=32, intermediate_size=200), "float32", "sdpa", 3, 24),
     ("MistralConfig", "MistralForCausalLM", _SMALL, "float32", "sdpa", 2, 16),
+    # a window shorter than s: SDPA gets a mask, k and v repeated to the query heads
+    ("MistralConfig", "MistralForCausalLM", dict(_SMALL, sliding_window=8), "bfloat16", "sdpa", 2, 32),
     ("Gemma2Config", "Gemma2ForCausalLM", dict(_SMALL, head_dim=24), "bfloat16", "eager", 2, 16),   # soft-capping, 4 norms
     ("Gemma2Config", "Gemma2ForCausalLM", dict(_SMALL, hidden_size=96, num_attention_heads=6, num_key_value_heads=1,
                                                head_dim=32, intermediate_size=200), "float32", "eager", 3, 24),

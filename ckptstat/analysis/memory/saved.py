@@ -13,8 +13,9 @@ What each op keeps (ab: the activation's bytes, T: tokens b*s):
  - a linear its input (ab), once for the linears that read one tensor (q/k/v, gate/up, a router beside the experts);
  - rotary: cos and sin, [s, rotary dims] shared by every layer (counted once, with the head);
  - attention, --attention flash (CUDA's flash / memory-efficient SDPA kernels; CPU's flash kernel alike): q, k and v
-   (k and v at the key/value heads: transformers 5 passes enable_gqa when no mask is given), the output and the float32
-   logsumexp [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
+   (k and v at the key/value heads: transformers 5 passes enable_gqa when no mask is given; where a sliding window needs
+   a mask, k and v repeated to the query heads and the b x s^2 mask in ab), the output and the float32 logsumexp
+   [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
    output (o_proj's input), and per score the float32 softmax (GPT-2's: in ab) and its cast to ab (none at 4 B), the
    tanh of soft-capped scores (Gemma2) and, with attention dropout, a 1 B mask and the dropped scores (ab);
  - the MLP: its activation's input (silu, gelu, gelu_pytorch_tanh, relu: one tensor; gelu_new four, gelu_fast seven,
@@ -128,7 +129,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
     norm_out: tuple[int, ...] | None = None
     norm_read = False
     prev: Op | None = None
-    g, d = s.kv_heads or s.heads, s.head_dim
+    d = s.head_dim
     dv = s.v_head_dim or d
     for op in layer_ops:
         c = op.calls
@@ -170,6 +171,10 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
         elif op.kind == "attention":
             norm_out = None   # what follows reads the attention's output, not the norm's
             b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
+            # SDPA gets a mask where a sliding window cuts the keys (or head_dim > 256): transformers then repeats k and v
+            # to the query heads (sdpa_attention.py use_gqa_in_sdpa) and the kernel keeps the repeated ones
+            window = s.sliding_window if "sliding" in op.module or (s.sliding_window and not s.sliding_layers) else None
+            g = a if (window and window <= n) or d > 256 else (s.kv_heads or s.heads)
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
                 if eager:
@@ -177,8 +182,9 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
                     per += ab if s.attn_softcap else 0
                     per += 1 + ab if p_attn > 0 else 0
                     shard += c * (ab * b * a * (n + nk) * d + per * b * a * n * nk)
-                else:
-                    shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n)
+                else:   # with a window's mask, SDPA keeps it too, converted to the scores' dtype on each call
+                    masked = ab * b * n * nk if window and window <= nk else 0
+                    shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
             else:
                 nk = op.in_shape[-1]
                 if eager:
