@@ -80,7 +80,8 @@ def _prod(shape: Sequence[int]) -> int:
 
 
 def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> float:
-    """The config's dropout probability under the first of `keys` it sets (else its class's default); 0 without."""
+    """The config's number (a dropout probability, clip_qkv) under the first of `keys` it sets (else its class's
+    default); 0 without."""
     cfg: dict = {}
     if config_path:
         try:
@@ -207,6 +208,9 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rep, shard = layer_saved(s, layer_ops, ab, eager, p_attn)
     L = max(layers_run, 1)
     T = b * n
+    clip = dropout(s, config_path, ("clip_qkv",))
+    if clip > 0:   # OLMo's clip_qkv: q, k and v clamped in place, autograd keeps them as they were before the clamp
+        shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
     if p_resid > 0:   # GPT-2's resid_dropout after the attention and dropout after the MLP: 1 B masks on CUDA
         rep += 2 * L * T * s.hidden
     outside = sum(_norm(s, op, ab) * op.calls for op in last_ops if op.kind == "norm")
@@ -229,7 +233,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
             f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
             f"{'; MoE: router softmax and indices, T*k gathered rows through the experts' if s.experts else ''}"
-            f"{'; 1 B residual dropout masks' if p_resid > 0 else ''}): "
+            f"{'; 1 B residual dropout masks' if p_resid > 0 else ''}{'; q, k, v before clip_qkv' if clip > 0 else ''}): "
             f"{(rep + shard) / L / T:,.1f} B per token per layer on average")
     head_rule = (f"b x s x V x {v_bytes:g} B / tp: cross_entropy's float32 log_softmax output and, at backward's start, "
                  f"nll_loss's and log_softmax's float32 gradients{' + the soft-capped logits tanh' if s.logit_softcap else ''}; "
