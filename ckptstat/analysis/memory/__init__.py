@@ -207,7 +207,8 @@ def fit(m: Model, plan: Plan, b: int, n: int, dec_seq: int | None) -> dict:
 # What --tp splits (Megatron-LM's column/row-parallel linears, vocab-parallel embedding and head)
 SHARDED = ["linear weights of every block (column- and row-parallel; not the replicated ones named)", "column-parallel biases",
            "word embedding and LM head (vocab-parallel)", "KV cache heads (g / tp, replicated when tp > g)",
-           "attention scores and MLP activations (Korthikanti: 24/tp + 5as/(h tp) of the 34 + 5as/h)"]
+           "attention and MLP activations (text decoders: what transformers' ops save but the norms' tensors, their "
+           "outputs and dropout masks; elsewhere Korthikanti's 24/tp + 5as/(h tp) of the 34 + 5as/h)"]
 
 
 # The lines that need the architecture (layers, heads, widths), named when there is none.

@@ -28,6 +28,7 @@ from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
 from .peaks import eager_scores, module_peak
 from .quant import QUANTISED, ROUTER, Quant, config_quant
+from .saved import korthikanti, text_saved
 from .tp_states import rank_states
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -414,8 +415,9 @@ def mlp_width(s: ArchSpec) -> tuple[int, str]:
 
 
 def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: str) -> list[Line]:
-    """Activation lines for one device: inference holds one layer live (plus logits); training keeps
-    every layer's saved tensors (Korthikanti et al. 2022), or only layer inputs with checkpointing."""
+    """Activation lines for one device: inference holds one layer live (plus logits); training keeps every layer's
+    saved tensors (text decoders: what transformers' ops save, saved.py; else Korthikanti et al. 2022), or only layer
+    inputs with checkpointing."""
     s = m.spec
     t, pp = plan.tp, plan.pp
     lines: list[Line] = []
@@ -458,15 +460,10 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"
                                + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
-    scale = ab / 2
-    if plan.attention == "eager":
-        per_layer = n * b * h * (10 + 24 / t + 5 * a * n / (h * t)) * scale
-        formula = "s*b*h*(10 + 24/tp + 5*a*s/(h*tp))"
-    else:   # flash attention keeps no s x s scores, softmax output or attention-dropout mask (the 5as/h term)
-        per_layer = n * b * h * (10 + 24 / t) * scale
-        formula = "s*b*h*(10 + 24/tp), flash attention: no 5*a*s/h score term"
-    rule = (f"Korthikanti et al. 2022 with tp={t}: {formula} B per layer at 16-bit"
-            f"{f', x {scale:g} for {ab}-byte activations' if scale != 1 else ''}")
+    sv = text_saved(m, b, n, ab, plan.attention == "eager", layers_run)
+    per_layer, rule = (sv.replicated + sv.sharded / t, sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the "
+                       "column-parallel linears' input) replicated, the rest / tp" if t > 1 else "")) if sv else \
+        korthikanti(s, b, n, ab, t, plan.attention == "eager", m.oracle is not None)
     if plan.checkpointing:
         kept = in_flight * layers_here * n * b * h * ab
         lines.append(_line("activations", f"{layers_here} layer inputs", kept,
@@ -476,7 +473,9 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
     else:
         lines.append(_line("activations", f"{layers_here} layers, b={b}, s={n}",
                            in_flight * layers_here * per_layer, rule + f"; {in_flight} micro-batch(es) in flight (1F1B)"))
-    if has_logits:
+    if has_logits and sv:
+        lines.append(_line("activations", "logits and loss", sv.logits / t + sv.outside, sv.head_rule))
+    elif has_logits:
         lines.append(_line("activations", "logits and loss", b * out_tok * s.vocab * (ab + 4) / t,
                            f"b x s x V x ({ab} B logits + 4 B fp32 upcast for the loss) / tp"))
     return lines

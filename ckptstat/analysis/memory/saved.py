@@ -1,0 +1,278 @@
+"""Training activations of transformers' text models: the bytes autograd saves for backward, op by op of the family's
+op template (families/<name>.py build), as transformers 5.25 runs the layer under torch 2.x; what one layer keeps, and
+what the head and the loss hold at their peak. The planner (planner.activations) reads it for text models.
+
+Measured with torch.autograd.graph.saved_tensors_hooks on CPU forwards (each storage once; parameters not counted) of
+Llama, Qwen2, Qwen3, Mistral, Gemma2, GPT-2, Mixtral, OLMoE and Qwen3-MoE (tests/test_memory_planner.py
+test_training_saved_bytes_*), and against torch.cuda.max_memory_allocated on an H200 (bench/results/gpu_memory.md).
+What each op keeps (ab: the activation's bytes, T: tokens b*s):
+ - RMSNorm (LlamaRMSNorm and its copies): its input upcast to float32 (pow), the normalised tensor cast back (ab; in
+   float32 the mul's own input), and the fp32 rsqrt per row: (4 + ab) x width + 4 per row; Gemma's (1 + weight)
+   RMSNorm keeps the normalised tensor in float32, 8 x width + 4 per row; LayerNorm its input and the mean and rstd
+   (float32 on CUDA): ab x width + 8 per row;
+ - a linear its input (ab), once for the linears that read one tensor (q/k/v, gate/up, a router beside the experts);
+ - rotary: cos and sin, [s, rotary dims] shared by every layer (counted once, with the head);
+ - attention, --attention flash (CUDA's flash / memory-efficient SDPA kernels; CPU's flash kernel alike): q, k and v
+   (k and v at the key/value heads: transformers 5 passes enable_gqa when no mask is given; where a sliding window needs
+   a mask, k and v repeated to the query heads and the b x s^2 mask in ab), the output and the float32 logsumexp
+   [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
+   output (o_proj's input), and per score the float32 softmax (GPT-2's: in ab) and its cast to ab (none at 4 B), the
+   tanh of soft-capped scores (Gemma2) and, with attention dropout, a 1 B mask and the dropped scores (ab);
+ - the MLP: its activation's input (silu, gelu, gelu_pytorch_tanh, relu: one tensor; gelu_new four, gelu_fast seven,
+   quick_gelu two: transformers/activations.py's formulas), gated: act(gate) and up too, then the product down_proj
+   reads;
+ - MoE (transformers 5's grouped_mm experts): the router's float32 softmax and top-k indices (T x (4E + 12k + 4) B),
+   the T*k gathered inputs, gate_up, act and product as above over T*k rows, the experts' outputs before their
+   routing weights (ab x T*k*h) and the routing's index tensors (36 B per row);
+ - dropout (GPT-2's resid_pdrop / embd_pdrop): a 1 B mask per element on CUDA (CPU keeps the scaled noise in ab);
+ - the loss (transformers' ForCausalLMLoss): logits upcast to float32, cross_entropy's log_softmax output (float32)
+   saved; backward's first step holds it beside nll_loss's and log_softmax's float32 gradients: 12 B per logit, the
+   peak of the head (the forward's ab + 4 + 4 is below it), + ab for Gemma2's soft-capped logits (their tanh)."""
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from ...census.model import Model
+from ...families import get
+from ...families.framework.base import ArchSpec, class_default
+from ...families.framework.graph import build
+from ...families.framework.ops import Op
+
+# tensors of the activation's width each activation of transformers/activations.py keeps for backward (ACT2FN,
+# measured with saved_tensors_hooks); others are taken as one
+ACT_SAVES = {"gelu_new": 4, "gelu_fast": 7, "gelu_accurate": 4, "quick_gelu": 2, "gelu_10": 2, "xielu": 5, "linear": 0}
+# RMSNorms that keep the normalised tensor in float32 (Gemma's x (1 + weight), OLMo-2's weight x hidden before the cast:
+# transformers 5.25's modeling files), by family or model_type; LayerNorms run on a float32 copy (OLMo's)
+NORM_FP32 = ("gemma", "gemma2", "gemma3", "gemma3_text", "vaultgemma", "olmo2", "olmo3", "flex_olmo", "gpt_oss", "afmoe",
+             "beam", "flint", "inkling2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
+             "qwen4_exp", "recurrent_gemma", "step3p7", "olmo_hybrid")
+LAYERNORM_FP32 = ("olmo",)
+# model types whose apply_rotary_pos_emb concatenates the rotated and passed-through dims (partial rotary): the query
+# then lies [b, a, s, d] in memory, SDPA's output too, and o_proj's input is a transposed copy it keeps
+ROPE_CAT = ("glm", "glm4", "glm4_moe", "gpt_neox", "gptj", "codegen", "minimax_m2", "nemotron", "persimmon", "phi", "phi3",
+            "stablelm", "minicpm3", "deepseek_v3", "laguna", "longcat_flash", "mimo_v2_flash", "youtu", "zaya")
+SOFTMAX_AS_INPUT = ("gpt2",)     # eager softmax in the scores' dtype, not float32
+RESID_DROPOUT = ("resid_pdrop",)
+EMBD_DROPOUT = ("embd_pdrop",)
+ATTN_DROPOUT = ("attn_pdrop", "attention_dropout")
+# the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
+KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
+
+
+@dataclass
+class Saved:
+    """What one layer keeps on average over the layers run (replicated and tp-sharded parts), what the model keeps
+    outside them, and the rule's words."""
+    replicated: float
+    sharded: float
+    outside: float          # final norm, lm_head input, rotary table, ids, embedding dropout mask
+    logits: float           # the loss's peak, b*s*V x 12 (+ab soft-capped): vocab-parallel under tp
+    rule: str
+    head_rule: str
+
+
+def _prod(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> float:
+    """The config's number (a dropout probability, clip_qkv) under the first of `keys` it sets (else its class's
+    default); 0 without."""
+    cfg: dict = {}
+    if config_path:
+        try:
+            with open(config_path) as f:
+                cfg = json.load(f)
+        except (OSError, ValueError):
+            cfg = {}
+        if not isinstance(cfg, dict):
+            cfg = {}
+    for k in keys:
+        v = cfg.get(k)
+        if v is None:
+            v = class_default(s.model_type, k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v)
+    return 0.0
+
+
+def _norm(s: ArchSpec, op: Op, ab: float) -> float:
+    e = _prod(op.in_shape)
+    rows = e // max(op.in_shape[-1], 1)
+    if s.norm == "rmsnorm" or op.module.endswith(("q_norm", "k_norm")):
+        if s.family in NORM_FP32 or s.model_type in NORM_FP32:
+            return 8 * e + 4 * rows + 4 * op.in_shape[-1]
+        return (4 + ab) * e + 4 * rows
+    return (4 if s.model_type in LAYERNORM_FP32 else ab) * e + 8 * rows
+
+
+def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
+    """'' when the rule knows every op of the layers, else what it does not know."""
+    if s.ssm or s.latent or s.deltanet or s.short_conv or s.lightning or s.linear_layers:
+        return "state-space / latent / linear-attention mixers"
+    for op in layer_ops:
+        if op.kind not in ("norm", "linear", "attention", "activation"):
+            return f"{op.kind} ops ({op.module})"
+        if op.kind == "activation" and not any(w in op.module for w in KNOWN_ACT):
+            return f"the op {op.module!r}"
+        if op.kind == "attention" and not ("scores (QK^T)" in op.module or "context (PV)" in op.module):
+            return f"the op {op.module!r}"
+    return ""
+
+
+def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn: float) -> tuple[float, float]:
+    """(replicated, sharded) bytes the layer ops save, summed over their calls."""
+    rep = shard = 0.0
+    norm_out: tuple[int, ...] | None = None
+    norm_read = False
+    prev: Op | None = None
+    d = s.head_dim
+    dv = s.v_head_dim or d
+    for op in layer_ops:
+        c = op.calls
+        if op.kind == "norm":
+            rep += c * _norm(s, op, ab)
+            norm_out, norm_read = op.out_shape, False
+        elif op.kind == "linear":
+            parent = op.module.rsplit(".", 1)[0]
+            after_attn = prev is not None and prev.kind == "attention"
+            same = (prev is not None and prev.kind == "linear" and prev.in_shape == op.in_shape
+                    and prev.module.rsplit(".", 1)[0] == parent)
+            if "(router)" in op.module or (norm_out is not None and op.in_shape == norm_out):
+                if not norm_read:
+                    rep += c * ab * _prod(op.in_shape)
+                    norm_read = True
+                if "(router)" in op.module:
+                    t = _prod(op.in_shape[:-1])
+                    shard += c * t * (4 * (s.experts or 1) + 12 * (s.top_k or 1) + 4)
+            elif same:
+                pass
+            elif after_attn and not eager and s.model_type not in ROPE_CAT:
+                pass   # o_proj reads the SDPA output, which SDPA keeps
+            else:
+                shard += c * ab * _prod(op.in_shape)
+        elif op.kind == "activation":
+            m = op.module
+            out = _prod(op.out_shape)
+            if "rotary" in m:
+                pass
+            elif "act*" in m:
+                shard += c * ab * out * (ACT_SAVES.get(s.activation, 1) + 2)
+            elif "combine (x routing weight)" in m:
+                rows = op.in_shape[0]
+                shard += c * (ab * _prod(op.in_shape) + 36 * rows)
+            elif "sigmoid(gate) x shared" in m:
+                shard += c * (ab * out + 4 * _prod(op.out_shape[:-1]))
+            else:
+                shard += c * ab * out * ACT_SAVES.get(s.activation, 1)
+        elif op.kind == "attention":
+            norm_out = None   # what follows reads the attention's output, not the norm's
+            b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
+            # SDPA gets a mask where a sliding window cuts the keys (or head_dim > 256): transformers then repeats k and v
+            # to the query heads (sdpa_attention.py use_gqa_in_sdpa) and the kernel keeps the repeated ones
+            window = s.sliding_window if "sliding" in op.module or (s.sliding_window and not s.sliding_layers) else None
+            g = a if (window and window <= n) or d > 256 else (s.kv_heads or s.heads)
+            if "scores (QK^T)" in op.module:
+                nk = op.out_shape[-1]
+                if eager:
+                    per = (ab if s.family in SOFTMAX_AS_INPUT else 4 + (ab if ab < 4 else 0))
+                    per += ab if s.attn_softcap else 0
+                    per += 1 + ab if p_attn > 0 else 0
+                    shard += c * (ab * b * a * (n + nk) * d + per * b * a * n * nk)
+                else:   # with a window's mask, SDPA keeps it too, converted to the scores' dtype on each call
+                    masked = ab * b * n * nk if window and window <= nk else 0
+                    shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
+            else:
+                nk = op.in_shape[-1]
+                if eager:
+                    shard += c * ab * b * a * nk * dv
+                else:
+                    shard += c * ab * b * (g * nk + a * n) * dv
+        prev = op
+    return rep, shard
+
+
+def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b: int, n: int, ab: float, eager: bool,
+          layers_run: int, config_path: str | None) -> Saved | None:
+    """The text model's saved bytes, or None where its layers hold ops the rule does not know (Korthikanti's
+    rule then)."""
+    if covered(s, layer_ops):
+        return None
+    p_attn = dropout(s, config_path, ATTN_DROPOUT)
+    p_resid = dropout(s, config_path, RESID_DROPOUT)
+    p_embd = dropout(s, config_path, EMBD_DROPOUT)
+    rep, shard = layer_saved(s, layer_ops, ab, eager, p_attn)
+    L = max(layers_run, 1)
+    T = b * n
+    clip = dropout(s, config_path, ("clip_qkv",))
+    if clip > 0:   # OLMo's clip_qkv: q, k and v clamped in place, autograd keeps them as they were before the clamp
+        shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
+    if p_resid > 0:   # GPT-2's resid_dropout after the attention and dropout after the MLP: 1 B masks on CUDA
+        rep += 2 * L * T * s.hidden
+    outside = sum(_norm(s, op, ab) * op.calls for op in last_ops if op.kind == "norm")
+    outside += ab * T * s.hidden           # lm_head's input, the final norm's output
+    outside += 16 * T                      # input ids (embedding) and labels (nll_loss), int64
+    rot = next((op for op in ops if op.module.startswith("rotary_emb")), None)
+    if rot is not None:
+        outside += 2 * ab * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
+    if p_embd > 0:
+        outside += T * s.hidden
+    v_bytes = 12 + (ab if s.logit_softcap else 0)
+    attn = ("eager: q, k, v repeated to the heads, the output, per score "
+            f"{'the softmax (in ab)' if s.family in SOFTMAX_AS_INPUT else 'the float32 softmax'}"
+            f"{' and its cast' if ab < 4 and s.family not in SOFTMAX_AS_INPUT else ''}"
+            f"{', the soft-cap tanh' if s.attn_softcap else ''}"
+            f"{', a 1 B dropout mask and the dropped scores' if p_attn > 0 else ''}"
+            if eager else "flash/SDPA: q, k, v (kv heads), the output, float32 logsumexp")
+    norm = {"rmsnorm": "RMSNorm" + (", normalised in float32" if s.family in NORM_FP32 or s.model_type in NORM_FP32 else ""),
+            "layernorm": "LayerNorm"}.get(s.norm, s.norm)
+    rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
+            f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
+            f"{'; MoE: router softmax and indices, T*k gathered rows through the experts' if s.experts else ''}"
+            f"{'; 1 B residual dropout masks' if p_resid > 0 else ''}{'; q, k, v before clip_qkv' if clip > 0 else ''}): "
+            f"{(rep + shard) / L / T:,.1f} B per token per layer on average")
+    head_rule = (f"b x s x V x {v_bytes:g} B / tp: cross_entropy's float32 log_softmax output and, at backward's start, "
+                 f"nll_loss's and log_softmax's float32 gradients{' + the soft-capped logits tanh' if s.logit_softcap else ''}; "
+                 f"+ {outside:,.0f} B replicated (final norm, lm_head input, ids and labels"
+                 f"{', rotary cos/sin' if rot is not None else ''}{', embedding dropout mask' if p_embd > 0 else ''})")
+    return Saved(rep / L, shard / L, outside, b * n * s.vocab * v_bytes, rule, head_rule)
+
+
+# a layer group's label in the op templates (layers[32], layers[1 sliding]): planner.LAYER_GROUP
+LAYER_OP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
+
+
+def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int) -> Saved | None:
+    """`saved` for a text decoder of the op templates (one that caches keys and values, not an encoder-decoder), or
+    None: an encoder, an encoder-decoder, a model the meta path answers, a layer the rule does not know."""
+    s = m.spec
+    family = get(s.family)
+    if m.oracle is not None or family.seq2seq(s) or not family.kv_cache or s.decoder_layers or not s.heads:
+        return None
+    ops = build(s, b, n, a_bytes=int(ab))
+    layer_ops = [op for op in ops if op.bucket not in ("embedding", "cls", "pooler") and LAYER_OP.search(op.module)]
+    last_ops = [op for op in ops if op.bucket not in ("embedding", "cls", "pooler") and not LAYER_OP.search(op.module)]
+    if not layer_ops:
+        return None
+    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config_path)
+
+
+def korthikanti(s: ArchSpec, b: int, n: int, ab: float, t: int, eager: bool, meta: bool) -> tuple[float, str]:
+    """Korthikanti et al. 2022's per-layer bytes for Megatron's fused GPT layer (16-bit, scaled to ab), and its rule:
+    the planner's figure for the text models saved.py does not walk (encoders, encoder-decoders, state-space,
+    latent and linear-attention mixers, models the meta path answers)."""
+    h, a = s.hidden, s.heads
+    scale = ab / 2
+    if eager:
+        per_layer = n * b * h * (10 + 24 / t + 5 * a * n / (h * t)) * scale
+        formula = "s*b*h*(10 + 24/tp + 5*a*s/(h*tp))"
+    else:   # flash attention keeps no s x s scores, softmax output or attention-dropout mask (the 5as/h term)
+        per_layer = n * b * h * (10 + 24 / t) * scale
+        formula = "s*b*h*(10 + 24/tp), flash attention: no 5*a*s/h score term"
+    why = "the model the meta path answers" if meta else "no op-by-op rule for this model's layers"
+    return per_layer, (f"Korthikanti et al. 2022 (Megatron's fused GPT layer; {why}) with tp={t}: {formula} B per layer "
+                       f"at 16-bit{f', x {scale:g} for {ab:g}-byte activations' if scale != 1 else ''}")
