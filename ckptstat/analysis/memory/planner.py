@@ -461,9 +461,12 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
                                + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
     sv = text_saved(m, b, n, ab, plan.attention == "eager", layers_run)
-    per_layer, rule = (sv.replicated + sv.sharded / t, sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the "
-                       "column-parallel linears' input) replicated, the rest / tp" if t > 1 else "")) if sv else \
-        korthikanti(s, b, n, ab, t, plan.attention == "eager", m.oracle is not None)
+    if sv:
+        per_layer = sv.replicated + sv.sharded / t
+        rule = sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the column-parallel linears' input) "
+                          "replicated, the rest / tp" if t > 1 else "")
+    else:
+        per_layer, rule = korthikanti(s, b, n, ab, t, plan.attention == "eager", m.oracle is not None)
     if plan.checkpointing:
         kept = in_flight * layers_here * n * b * h * ab
         lines.append(_line("activations", f"{layers_here} layer inputs", kept,

@@ -4,7 +4,8 @@ what the head and the loss hold at their peak. The planner (planner.activations)
 
 Measured with torch.autograd.graph.saved_tensors_hooks on CPU forwards (each storage once; parameters not counted) of
 Llama, Qwen2, Qwen3, Mistral, Gemma2, GPT-2, Mixtral, OLMoE and Qwen3-MoE (tests/test_memory_planner.py
-test_training_saved_bytes_*), and against torch.cuda.max_memory_allocated on an H200 (bench/results/gpu_memory.md).
+test_training_layers_are_what_autograd_saves, test_training_loss_line_is_the_loss_peak), and against
+torch.cuda.max_memory_allocated on an H200 (bench/results/gpu_memory.md).
 What each op keeps (ab: the activation's bytes, T: tokens b*s):
  - RMSNorm (LlamaRMSNorm and its copies): its input upcast to float32 (pow), the normalised tensor cast back (ab; in
    float32 the mul's own input), and the fp32 rsqrt per row: (4 + ab) x width + 4 per row; Gemma's (1 + weight)
