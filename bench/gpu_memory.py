@@ -231,9 +231,11 @@ def _smi() -> str:
         return ""
 
 
-def _key(row: dict) -> tuple:
-    return row["model"], row.get("mode"), row.get("attention"), row.get("batch"), row.get("seq"), \
-        json.dumps(row.get("options", {}), sort_keys=True)
+CASE_FIELDS = ("model", "mode", "attention", "batch", "seq", "options")   # a CASES entry, the start of its row
+
+
+def _key(row: dict) -> str:
+    return json.dumps([row.get(k) for k in CASE_FIELDS], sort_keys=True)
 
 
 def measure(out_dir: str, device: str, only: list[str] | None, tiny: bool = False, keep: str | None = None) -> None:
@@ -250,8 +252,7 @@ def measure(out_dir: str, device: str, only: list[str] | None, tiny: bool = Fals
     done = {_key(r) for r in result["cases"]}
     by_model: dict[str, list] = {}
     for c in CASES:
-        fields = dict(zip(("model", "mode", "attention", "batch", "seq", "options"), c))
-        if (not only or c[0] in only) and _key(fields) not in done:
+        if (not only or c[0] in only) and _key(dict(zip(CASE_FIELDS, c))) not in done:
             by_model.setdefault(c[0], []).append(c)
     for name, cases in by_model.items():
         t = time.perf_counter()

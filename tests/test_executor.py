@@ -215,13 +215,16 @@ def test_cuda_run(name, attn):
 
     model = build_model(open_checkpoint(fixture(name)), "cuda", "bf16", attn)[0]
     ids = torch.randint(0, model.config.vocab_size, (2, 16), device="cuda")
+    counted: int | None = None
     try:
         with FlopCounterMode(display=False) as torch_count, torch.inference_mode():
             model(input_ids=ids)
-        assert r["flops"]["measured"] == torch_count.get_total_flops(), r["flops"]
-    except AssertionError as e:
+        counted = torch_count.get_total_flops()
+    except AssertionError as e:   # torch's own formula refusing the unexpanded heads
         if "sdpa_flop_count" not in str(e):
             raise
+    if counted is not None:
+        assert r["flops"]["measured"] == counted, r["flops"]
     # SDPA's CUDA kernels pad a head dimension that is not a multiple of 8 (gpt2-tiny's 12 to 16) and compute on the
     # padding: torch counts those matmuls, the analytic figure the model's own
     if attn == "eager" or (model.config.hidden_size // model.config.num_attention_heads) % 8 == 0:

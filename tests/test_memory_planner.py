@@ -959,8 +959,8 @@ def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, con
     assert 0.99 * layers <= line["bytes"] <= 1.03 * layers, (line["bytes"], layers, line["bytes"] / layers)
     ckpt = mem(path, "--mode", "training", "--batch", str(b), "--seq", str(n), "--checkpointing", "--attention",
                "eager" if attn == "eager" else "flash")
-    assert _fit(ckpt)[("activations", "one layer recomputed")] == math.ceil(line["bytes"] / cfg.num_hidden_layers) or \
-        abs(_fit(ckpt)[("activations", "one layer recomputed")] - line["bytes"] / cfg.num_hidden_layers) <= 1
+    # the recomputed layer is one of the L the line sums (each rounded up to a byte)
+    assert abs(_fit(ckpt)[("activations", "one layer recomputed")] - line["bytes"] / cfg.num_hidden_layers) <= 1
 
 
 class _Live:

@@ -19,9 +19,9 @@ from typing import Any
 
 from . import longformer
 from .framework import infer
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, HeadRule, KVLines, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, tensors
 from .framework.seq2seq import AttnNames, Stack, embeddings, layer_ops
 from .framework.seq2seq import kv_cache as stack_cache
 from .framework.walk_names import layers, pattern, signature, walked
@@ -101,8 +101,6 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "led")
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
@@ -123,7 +121,7 @@ FAMILY = Family(
     model_types=("led",),
     before=("bart",),   # its decoder's names are BART's
     signature=signature(WALKED, f"encoder.layers.{{bid}}.self_attn.{ATTN}.query_global"),
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "led"),
     heads=("base", "lm", "qa"),
     head_rules=(HeadRule(r"(^|\.)lm_head\.weight$", "lm"), HeadRule(r"(^|\.)final_logits_bias$", "lm"),
                 HeadRule(r"(^|\.)qa_outputs\.weight$", "qa"), HeadRule(r"^led\.", "lm")),

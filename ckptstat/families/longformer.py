@@ -32,9 +32,9 @@ from ..errors import UsageError
 from . import bert
 from .framework import encoder, infer
 from .framework.archspec import Variant
-from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Shapes, Tensors, TieRule
+from .framework.base import FROM_CLASS, ArchSpec, Cfg, Family, Sample, Tensors, TieRule
 from .framework.ops import Builder, ew_cost
-from .framework.recorder import Layers, Recorder, Stack
+from .framework.recorder import Layers, Recorder, Stack, tensors
 from .framework.walk_names import layers, pattern, signature, walked
 
 
@@ -143,8 +143,6 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "longformer")
 
 
 WALKED = walked(walk, "longformer", type_vocab=2, pooler=True, variant=Windows((2,)))
@@ -157,7 +155,7 @@ FAMILY = Family(
     model_types=("longformer",),
     before=("bert",),   # its layers are BERT's names, and the global projections beside them
     signature=signature(WALKED, f"{bert.LAYER[3]}.query_global"),
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=tensors(walk, "longformer"),
     heads=("base", "mlm", "seqcls", "tokcls"),
     head_rules=encoder.HEAD_RULES,
     # LongformerForMaskedLM._tied_weights_keys

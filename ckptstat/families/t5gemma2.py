@@ -34,9 +34,9 @@ from ..errors import UsageError
 from . import clip, siglip, t5gemma
 from .clip import VisionTower
 from .framework import infer
-from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Shapes, Tensors, TieRule
+from .framework.base import ArchSpec, Cfg, Family, HeadRule, Sample, Tensors, TieRule
 from .framework.ops import Builder
-from .framework.recorder import Recorder
+from .framework.recorder import Recorder, tensors
 from .framework.walk_names import layers, pattern, signature, walked
 from .t5gemma import T5GemmaVariant
 
@@ -142,12 +142,6 @@ def build(B: Builder) -> None:
     walk(B)
 
 
-def expected_tensors(s: ArchSpec) -> Shapes:
-    """The walk's modules; every head but T5Gemma2Model wraps its body as `model` (save_pretrained writes the encoder's
-    text stack without its in-memory `text_model.`)."""
-    return walk(Builder(s, 1, 1, 1, 1, 1)).shapes("" if s.head == "base" else "model")
-
-
 # the walks of tiny models (the base model, the LM and sequence-classifier heads): the paths of the name signature and
 # from_tensors' look-ups
 WALKED, WALKED_LM, WALKED_SEQCLS = (walked(walk, "t5gemma2", head=h, decoder_layers=1) for h in ("base", "lm", "seqcls"))
@@ -169,7 +163,10 @@ FAMILY = Family(
     before=("t5gemma", "gemma"),
     # q/k norms in an encoder's Gemma sandwich layers (T5Gemma's have none)
     signature=signature(WALKED, "encoder.layers.{bid}.self_attn.q_norm"),
-    from_config=from_config, from_tensors=from_tensors, build=build, expected_tensors=expected_tensors,
+    from_config=from_config, from_tensors=from_tensors, build=build,
+    # the walk's modules; every head but T5Gemma2Model wraps its body as `model` (save_pretrained writes the encoder's
+    # text stack without its in-memory `text_model.`)
+    expected_tensors=tensors(walk, "model"),
     heads=("base", "lm", "seqcls", "tokcls"),
     head_rules=(HeadRule(r"(^|\.)lm_head\.out_proj\.weight$", "lm"),
                 HeadRule(r"^score\.out_proj\.weight$", "seqcls"),

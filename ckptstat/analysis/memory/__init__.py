@@ -8,13 +8,13 @@ from ...families import get
 from ...families.framework.base import VOCAB_LOGITS
 from ...families.framework.spec import check_seq
 from ...families.framework.spec import max_seq as position_limit
+from .peaks import eager_scores
 from .planner import (
     KV_BYTES,
     Plan,
     activation_bytes,
     activations,
     device_lines,
-    eager_scores,
     kv_lines,
     mlp_width,
     quantised,
