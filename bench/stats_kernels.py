@@ -23,7 +23,8 @@ Contenders are alternated: each round runs every contender once, and the median 
 Also measured in the same run: memory bandwidth as a numpy copy of a 256 MiB array (bytes copied per
 second), printed beside each contender's bytes read per second. Wall and CPU (user + sys) seconds
 are both reported: on a shared machine, CPU time is the steadier figure.
-Usage: python bench/stats_kernels.py [--size-mb 512] [--repeat 3] [--only dtypes|workers] [--out FILE]
+Usage: python bench/stats_kernels.py [--size-mb 512] [--repeat 3] [--only dtypes|workers] [--more-workers 4,8]
+[--out FILE]
 (issue 35's rows: --size-mb 2048 --only workers --out bench/results/stats_kernels_2048.md)
 """
 from __future__ import annotations
@@ -133,6 +134,8 @@ def main() -> None:
     ap.add_argument("--size-mb", type=int, default=512)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--only", choices=["dtypes", "workers"], help="run only those rows")
+    ap.add_argument("--more-workers", default="", help="with --only workers: -w N rows beyond -w1 and -w2 "
+                                                        "(comma-separated: a machine of more cores)")
     ap.add_argument("--out")
     ap.add_argument("--build", nargs=4, help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -169,7 +172,8 @@ def main() -> None:
         runs = [(label, key, who, cmd) for label, key in (("BF16, 1 MiB tensors", "bf16-many"),
                                                           ("BF16, 16 MiB tensors", "bf16"))
                 for who, cmd in (("cat", ["cat"]), ("python readinto", [py, "-c", READ_LOOP]),
-                                 ("ckptstat -w1", ck + ["-w", "1"]), ("ckptstat -w2", ck + ["-w", "2"]))]
+                                 *((f"ckptstat -w{n}", ck + ["-w", str(n)])
+                                   for n in [1, 2, *map(int, filter(None, args.more_workers.split(",")))]))]
         runs.append(("a 1 MiB file (the start)", "start", "ckptstat -w1", ck + ["-w", "1"]))
     elif args.only:
         runs = [r for r in runs if r[1] != "bf16-many"]
@@ -200,7 +204,7 @@ def main() -> None:
              f"{platform.python_version()}; median of {args.repeat} whole-process runs after a warm-up, page cache warm; "
              f"files of {args.size_mb} MiB written by safetensors.torch. Memory bandwidth (numpy copy of 256 MiB, same "
              f"run): **{bandwidth / 2**30:.2f} GiB/s** copied. Load average at the end: {load[0]:.1f} / {load[1]:.1f} / "
-             f"{load[2]:.1f} (2 cores: above ~0.5, -w2 competes with other jobs).", "",
+             f"{load[2]:.1f} ({os.cpu_count()} cores: a load near or above that, -w2 competes with other jobs).", "",
              "| file | contender | wall | CPU (user+sys) | read rate (wall) | wall vs numpy | CPU vs numpy | "
              "peak RSS |", "|---|---|---|---|---|---|---|---|"]
     if floor:

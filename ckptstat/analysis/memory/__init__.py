@@ -5,10 +5,8 @@ from collections.abc import Callable
 
 from ...census.model import Model, Weights
 from ...families import get
-from ...families.framework.base import VOCAB_LOGITS
 from ...families.framework.spec import check_seq
 from ...families.framework.spec import max_seq as position_limit
-from .peaks import eager_scores
 from .planner import (
     KV_BYTES,
     Plan,
@@ -16,12 +14,9 @@ from .planner import (
     activations,
     device_lines,
     kv_lines,
-    mlp_width,
     quantised,
     split,
-    ssm_layer,
     stages,
-    text_input,
 )
 
 SCHEMA = "ckptstat.memory/1"
@@ -65,41 +60,15 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
     for item, nbytes, rule in kv_lines(m, b, n, nd, KV_BYTES[plan.kv_dtype] if plan.kv_dtype else ab):
         line("kv cache", item, nbytes, rule)
 
-    if text_input(s):
-        # Inference activations: one layer live at a time (eager attention materialises the scores).
-        f_eff, f_rule = mlp_width(s)
-        qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
-        sb, s_rule = eager_scores(ab)
-        # an attention-free model (Mamba, RWKV, xLSTM: no heads) has no s x s scores and no mask
-        scores, scores_rule = ((b * n * n * (sb * s.heads + ab), f" + b*a*s^2 eager scores x {s_rule}") if s.heads else
-                               (0, "; no attention layers: no s^2 scores or mask"))
-        layer_peak = ab * b * n * (2 * s.hidden + max(qkv, f_eff)) + scores
-        ssm, ssm_rule = ssm_layer(s, b, n, ab, mask=bool(s.heads))
-        if ssm:   # a state-space layer's peak, where larger than an attention or MLP layer's
-            layer_peak = max(layer_peak, ssm)
-            scores_rule += ssm_rule
-        line("activations (inference)", f"peak per layer, b={b}, s={n}", layer_peak,
-             f"{ab} B x b*s*(2h + max(q+k+v width, {f_rule})){scores_rule}; one layer live at a time")
-        if s.head in VOCAB_LOGITS:
-            out_tok = nd if family.seq2seq(s) else n
-            line("activations (inference)", "logits", ab * b * out_tok * s.vocab, f"b x s x V x {ab} B")
-
-        # Training activations: Korthikanti et al. 2022 (Reducing Activation Recomputation), eq. 2,
-        # 16-bit activations, no recomputation, no sequence/tensor parallelism, no flash attention.
-        layers = s.layers * s.inner_group + s.decoder_layers   # layers run (ALBERT runs each shared layer inner_group times)
-        per_layer = n * b * s.hidden * (34 + 5 * s.heads * n / s.hidden)
-        line("activations (training)", f"{layers} layers, b={b}, s={n}", per_layer * layers,
-             "Korthikanti et al. 2022: s*b*h*(34 + 5*a*s/h) B per layer (16-bit, GPT-style layer with f=4h, "
-             "no recomputation, no flash attention)")
-        train_act = per_layer * layers
-    else:
-        # image and audio models: the op template's module outputs, not the text-transformer formulas
-        for x in activations(m, Plan(), b, n, nd, ab, "all"):
-            line("activations (inference)", x["item"], x["bytes"], x["rule"])
-        train_act = 0
-        for x in activations(m, Plan(mode="training"), b, n, nd, ab, "all"):
-            line("activations (training)", x["item"], x["bytes"], x["rule"])
-            train_act += x["bytes"]
+    # Activations: the planner's lines for one device, no parallelism (one place per rule): inference one layer (or,
+    # image and audio models, one module) live plus the logits; training what the layers save for backward (text
+    # decoders: what transformers' ops save, saved.py; else Korthikanti et al. 2022 or the op template), and the loss.
+    for x in activations(m, Plan(), b, n, nd, ab, "all"):
+        line("activations (inference)", x["item"], x["bytes"], x["rule"])
+    train_act = 0
+    for x in activations(m, Plan(mode="training"), b, n, nd, ab, "all"):
+        line("activations (training)", x["item"], x["bytes"], x["rule"])
+        train_act += x["bytes"]
 
     # Mixed-precision Adam: ZeRO paper (Rajbhandari et al. 2020), section 3.1: 2 + 2 + (4 + 4 + 4) bytes.
     line("training state", "mixed-precision Adam", 16 * P,
