@@ -8,6 +8,14 @@ import subprocess
 import sys
 
 
+def compiled_env(**extra: str) -> dict:
+    """This process's environment for a contender, with byte-compiled modules as an installed package has them
+    (PYTHONDONTWRITEBYTECODE dropped: without .pyc files every run compiles ckptstat's modules, ~0.15 s), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env.update(extra)
+    return env
+
+
 def run_once(cmd: list[str], env: dict | None = None, timeout: float | None = None,
              cwd: str | None = None) -> tuple[float, float, int]:
     """(seconds, peak RSS in MiB, exit code) of one run of cmd (in `cwd`: `python -m` looks there first)."""

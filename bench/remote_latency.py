@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 from remote_server import Server, round_trips  # noqa: E402
 
 SHARDS = 163   # DeepSeek-V3's model-000NN-of-000163.safetensors
@@ -161,7 +161,7 @@ def stats_rows(folder: str, delay: float, repeat: int, tree: str, before: str | 
     size = sum(os.path.getsize(os.path.join(folder, f)) for f in shards)
     rows = []
     with Server(folder, stall=delay, rate=rate) as s:
-        env = dict(os.environ, PYTHONPATH=tree)
+        env = compiled_env(PYTHONPATH=tree)
         index = s.url + "/model.safetensors.index.json"
         contenders = [("ckptstat stats, https://", [py, "-m", "ckptstat", "stats", "--json", index], env),
                       ("ckptstat stats --workers 2, https://", [py, "-m", "ckptstat", "stats", "--workers", "2",
@@ -172,7 +172,7 @@ def stats_rows(folder: str, delay: float, repeat: int, tree: str, before: str | 
         if rate:
             contenders = [contenders[0], contenders[2]]
         if before:   # another tree's stats over the same server, right after this one's: before a change
-            benv = dict(os.environ, PYTHONPATH=before)
+            benv = compiled_env(PYTHONPATH=before)
             contenders[1:1] = [("ckptstat stats, https:// (--before tree)",
                                 [py, "-m", "ckptstat", "stats", "--json", index], benv)]
         for name, cmd, cenv in contenders:

@@ -1,10 +1,10 @@
-"""Issue 35: value reads (`stats` of a URL: ranges of at least 1 MiB into the chunk buffer) go through the threaded
-http.client path (sources/threaded.py), the headers and everything else through aiohttp (sources/http.py), under one
-policy. Every case on real loopback servers (tests/remote_server.py); the servers misbehave on the value requests only
-(`hostile_from`), so the headers are read and the values are what meets the lie. Each case runs with both clients
-for the values (`client`: "threaded", the default, and "aiohttp", SETTINGS.threaded_values off) and checks that both
-give the same report or the same one-line error. The server's log tells which client sent a request: each names
-ckptstat and its library in its User-Agent (aiohttp, http.client). No wall-clock bounds here."""
+"""Issue 35: range GETs (`stats` of a URL: the headers, and values in ranges of at least 1 MiB into the chunk buffer)
+go through the threaded http.client path (sources/threaded.py), or all through aiohttp (sources/http.py) with
+SETTINGS.threaded off, under one policy. Every case on real loopback servers (tests/remote_server.py); the servers
+misbehave on the value requests only (`hostile_from`), so the headers are read and the values are what meets the lie.
+Each case runs with both clients (`client`: "threaded", the default, and "aiohttp", SETTINGS.threaded off) and checks
+that both give the same report or the same one-line error. The server's log tells which client sent a request: each
+names ckptstat and its library in its User-Agent (aiohttp, http.client). No wall-clock bounds here."""
 from __future__ import annotations
 
 import asyncio
@@ -64,7 +64,7 @@ def plain(out: str, url: str = "", local: str = "") -> dict:
 
 
 def use(monkeypatch, client: str) -> None:
-    monkeypatch.setattr(sources.SETTINGS, "threaded_values", client == "threaded")
+    monkeypatch.setattr(sources.SETTINGS, "threaded", client == "threaded")
 
 
 def value_requests(s: Server) -> list[tuple[str, str, str | None]]:
@@ -79,13 +79,14 @@ def value_requests(s: Server) -> list[tuple[str, str, str | None]]:
 
 
 def threaded_sent(s: Server, client: str) -> None:
-    """The value requests came from the client asked for (its User-Agent: ckptstat's, then http.client's or aiohttp's);
-    the headers' reads from aiohttp."""
+    """The value requests and the headers' reads came from the client asked for (its User-Agent: ckptstat's, then
+    http.client's or aiohttp's)."""
     vals = value_requests(s)
     assert vals, s.log
     library = "python-http.client/" if client == "threaded" else "aiohttp/"
     assert all(agent and agent.startswith("ckptstat/") and library in agent for _, _, agent in vals), vals
-    assert all(agent and "aiohttp/" in agent for (_, _, r), agent in zip(s.log, s.agents) if r == "bytes=0-65535")
+    heads = [agent for (_, _, r), agent in zip(s.log, s.agents) if r == "bytes=0-65535"]   # (none where redirected)
+    assert all(agent and library in agent for agent in heads), heads
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -99,6 +100,26 @@ def test_values_over_either_client_equal_local(folder, capsys, monkeypatch, clie
         threaded_sent(s, client)
         fetched = json.loads(out)["fetched"]
         assert fetched["requests"] == sum(s.requests.values())   # (the server's bytes count the listing page too)
+
+
+@pytest.mark.parametrize("command", [["stats", "--json"], ["summary", "--json"], ["summary"], ["tensors"]])
+def test_range_reads_import_no_aiohttp(folder, command):
+    """A command that reads only ranges of a URL (a file, an index's shards) never imports aiohttp nor fsspec's HTTP
+    filesystem (their import was 0.2-0.4 s of its start); a folder URL's listing page still does. Whole processes, as
+    users start them (the quick path's os._exit included: the modules are written out before the command runs)."""
+    import subprocess
+
+    probe = ("import atexit, os, sys; from ckptstat.__main__ import run; "
+             "write = lambda: open(os.environ['MODULES'], 'w').write(' '.join(sorted(sys.modules))); "
+             "os._exit = (lambda real: lambda code: (write(), real(code)))(os._exit); atexit.register(write); run()")
+    with Server(folder) as s:
+        for url, listed in ((s.url + "/m/model.safetensors", False), (s.url + "/m/", True)):
+            mods = os.path.join(folder, "modules.txt")
+            r = subprocess.run([sys.executable, "-c", probe, *command, url], capture_output=True, text=True,
+                               env=dict(os.environ, MODULES=mods), timeout=300)
+            assert r.returncode == 0, r.stderr
+            loaded = set(open(mods).read().split())
+            assert ("aiohttp" in loaded) == listed and ("fsspec.implementations.http" in loaded) == listed, url
 
 
 @pytest.mark.parametrize("client", CLIENTS)
@@ -304,8 +325,9 @@ def test_a_redirect_to_a_name_that_rebinds_to_loopback_is_refused(folder, capsys
 
 
 def test_hf_values_reach_the_cdn_without_the_token(folder, capsys, monkeypatch):
-    """hf://: every value read is the Hub's resolve route (the token sent), redirected to the CDN (another origin: the
-    token dropped), both hops by the threaded client; the report is the local one."""
+    """hf://: every range read (the header's window and the values) is the Hub's resolve route (the token sent),
+    redirected to the CDN (another origin: the token dropped), both hops by the threaded client; the report is the
+    local one."""
     from ckptstat.sources import hub
     from ckptstat.sources.threaded import ThreadedClient
 
@@ -318,12 +340,14 @@ def test_hf_values_reach_the_cdn_without_the_token(folder, capsys, monkeypatch):
         monkeypatch.setattr(hub, "HUB_HOSTS", hub.HUB_HOSTS + (f"127.0.0.1:{cdn.url.rsplit(':', 1)[1]}",))
         calls = []
         real = ThreadedClient.get
-        monkeypatch.setattr(ThreadedClient, "get", lambda self, ask: calls.append(ask.url) or real(self, ask))
+        monkeypatch.setattr(ThreadedClient, "get",
+                            lambda self, ask: calls.append((ask.url, ask.headers["Range"])) or real(self, ask))
         rc, out, err = stats(capsys, "hf://org/m")
         assert rc == 0, err
         assert plain(out, "hf://org/m", os.path.join(folder, "m")) == local
         values = {r for _, r, _ in value_requests(cdn)}   # (hf:// sends huggingface_hub's User-Agent: counted instead)
-        assert len(calls) == len(values) == 2
+        assert len(values) == 2 and values <= {r for _, r in calls}   # (the header's window too, the same way)
+        assert {u for u, _ in calls} == {api.url + "/org/m/resolve/main/model.safetensors"}
         resolves = [a for (_, p, r), a, agent in zip(api.log, api.auth_seen, api.agents) if r in values]
         assert len(resolves) == len(values)   # each value read's first hop: the Hub's resolve route
         assert all(a == f"Bearer {token}" for a in resolves)   # ... with the token (the stand-in answers 401 without)
@@ -332,8 +356,9 @@ def test_hf_values_reach_the_cdn_without_the_token(folder, capsys, monkeypatch):
 
 
 def test_requests_in_flight_stay_bounded_across_both_clients(tmp_path, capsys, monkeypatch):
-    """SETTINGS.concurrency is an origin's bound for both clients together: stats of many shards, their headers read
-    by aiohttp while other shards' values are read by the threaded client, each request answered after 50 ms."""
+    """SETTINGS.concurrency is an origin's bound: stats of many shards, some shards' headers read while other shards'
+    values are, each request answered after 50 ms (test_slots_bound_threads_and_coroutines_together: the bound holds
+    across both clients, a folder listing's aiohttp requests beside the threaded ones)."""
     import numpy as np
     from safetensors.numpy import save_file
 

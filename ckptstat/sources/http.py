@@ -1,8 +1,8 @@
-"""HTTP(S) byte-range requests, on the aiohttp session of fsspec's HTTPFileSystem (docs/remote.md).
+"""HTTP(S) byte-range requests: their rules, and the aiohttp client on fsspec's HTTPFileSystem (docs/remote.md).
 
 fsspec's own range fetch (`HTTPFile.async_fetch_range`) reads the start of a file a server sends whole
 and cannot tell the caller the server ignored `Range`; ckptstat must refuse that case, stating the
-size, unless --allow-full-download. So the GET is made here, on the same session fsspec manages:
+size, unless --allow-full-download. So the GET is made here (or by sources/threaded.py), under these rules:
 
 - `Range: bytes=a-b` with `Accept-Encoding: identity` (a compressed reply's length says nothing of
   the file's); 206 carries `Content-Range: bytes a-b/TOTAL`, which gives the file's size with the
@@ -28,18 +28,17 @@ size, unless --allow-full-download. So the GET is made here, on the same session
   of its body is read: aiohttp would inflate it (a 1 MB gzip body is 1 GiB of zeros, spooled to disk
   under --allow-full-download before this check existed).
 
-Two clients apply these rules. Everything goes through aiohttp on fsspec's one event-loop thread, except value reads
-(`get` with `into`: a range of at least 1 MiB written into the caller's buffer, sources/remote.py `Blob.read_into`),
-which the calling thread makes itself with the standard library's http.client (sources/threaded.py), the body
-received straight into the caller's buffer: aiohttp's receive path on one thread bounded `stats` of a URL
-(docs/performance.md, "Remote: a network's latency"). The rules are written once, here, as plain functions both
-clients call: `decide` (what a status says: a redirect, a retry, an error, a reply to read), `examine` (a reply's
-headers checked before its body: Content-Range, Content-Length, Content-Encoding, 200, 416), `hop_headers`
-(Authorization dropped off the origin), `_Attempts` (retries, backoff, Retry-After, the deadline, the counts),
-`_keep_up` (the minimum rate), `overlong` / `short` (a body longer or shorter than announced), and `Slots`
-(at most SETTINGS.concurrency requests in flight to an origin, shared by both clients);
-sources/redirects.py `check` decides every hop of a redirect for both. SETTINGS.threaded_values = False sends value
-reads through aiohttp too.
+Two clients apply these rules. Every range GET is made by the calling thread with the standard library's http.client
+(sources/threaded.py): a value read (`get` with `into`, sources/remote.py `Blob.read_into`) receives the body straight
+into the caller's buffer (aiohttp's receive path on one thread bounded `stats` of a URL: docs/performance.md, "Remote:
+a network's latency"), and a command that reads only ranges never imports aiohttp (~0.2-0.4 s of its start).
+aiohttp, on fsspec's one event-loop thread, reads folder listings (`ls`) and, with SETTINGS.threaded off, every GET.
+The rules are written once, here, as plain functions both clients call: `decide` (what a status says: a redirect, a
+retry, an error, a reply to read), `examine` (a reply's headers checked before its body: Content-Range,
+Content-Length, Content-Encoding, 200, 416), `hop_headers` (Authorization dropped off the origin), `_Attempts`
+(retries, backoff, Retry-After, the deadline, the counts), `_keep_up` (the minimum rate), `overlong` / `short` (a body
+longer or shorter than announced), and `Slots` (at most SETTINGS.concurrency requests in flight to an origin, shared
+by both clients); sources/redirects.py `check` decides every hop of a redirect for both.
 """
 from __future__ import annotations
 
@@ -343,25 +342,35 @@ class _Resolver:
 
 
 class HttpTransport:
-    """Range GETs through one fsspec HTTPFileSystem (its event loop and aiohttp session); value reads through
-    sources/threaded.py's client on the calling thread, under the same rules and slots."""
+    """Range GETs under one policy: made by the calling thread with sources/threaded.py's http.client (the default), or
+    on fsspec's HTTPFileSystem (its event loop and aiohttp session) with SETTINGS.threaded off; folder listings
+    (`ls`) through fsspec. aiohttp and fsspec are imported on their first use: a command that only reads ranges never
+    imports them (~0.2-0.4 s of every remote command's start, docs/performance.md)."""
 
-    def __init__(self, values: Callable[[Callable[[str], Slots]], Any] | None = None) -> None:
-        """`values`: the value reads' client, made from `slot` on the first one (sources/remote.py hands it
-        sources/threaded.py's ThreadedClient, which imports this module: none here); None, aiohttp for them too."""
-        import aiohttp
-        from fsspec.implementations.http import HTTPFileSystem
-
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout, sock_read=SETTINGS.read_timeout)
-        # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here only.
-        # (aiohttp's session does not read proxies from the environment: trust_env is False, fsspec leaves it so;
-        # the threaded client uses none either.)
-        self.fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout}, allow_redirects=False,
-                                 get_client=_session)
+    def __init__(self, threaded: Callable[[Callable[[str], Slots]], Any] | None = None) -> None:
+        """`threaded`: the threaded client's class, made from `slot` on the first request (sources/remote.py hands
+        it sources/threaded.py's ThreadedClient, which imports this module: none here); None, aiohttp for every GET."""
         self._slots: dict[tuple[str, str, int], Slots] = {}
         self._lock = threading.Lock()
-        self._values = values
-        self._threads: Any = None   # the value reads' client, made on the first one
+        self._threaded = threaded
+        self._threads: Any = None   # the threaded client, made on the first request
+        self._fs: Any = None        # fsspec's HTTPFileSystem, made on the first aiohttp request or listing
+
+    @property
+    def fs(self) -> Any:
+        with self._lock:
+            if self._fs is None:
+                import aiohttp
+                from fsspec.implementations.http import HTTPFileSystem
+
+                timeout = aiohttp.ClientTimeout(total=None, sock_connect=SETTINGS.connect_timeout,
+                                                sock_read=SETTINGS.read_timeout)
+                # listings (fsspec's ls) follow no redirect either: the policy (sources/redirects.py) is applied here
+                # only. (aiohttp's session does not read proxies from the environment: trust_env is False, fsspec
+                # leaves it so; the threaded client uses none either.)
+                self._fs = HTTPFileSystem(skip_instance_cache=True, client_kwargs={"timeout": timeout},
+                                          allow_redirects=False, get_client=_session)
+            return self._fs
 
     def slot(self, url: str) -> Slots:
         """Held while one request to url's origin is in flight (each hop of a redirect its own), by either client: at
@@ -379,15 +388,16 @@ class HttpTransport:
         """Bytes [start, end) of `url`; `hosts`: other hosts a redirect may lead to (sources/redirects.py). With
         `into` (end - start bytes, a value read), the body is written there as it arrives, not joined into a bytes
         object and copied again: the reply's body is then empty and `filled` says how many bytes came (a spooled
-        whole download aside). Value reads go through sources/threaded.py on this thread (SETTINGS.threaded_values)."""
+        whole download aside). Made on this thread by sources/threaded.py's client (SETTINGS.threaded), else on
+        aiohttp's event loop."""
         from ..core.files import external_allowed
 
         ask = _Ask(url, start, end, dict(headers or {}), hint, hosts, external_allowed(), into)
         ask.headers.update({"Range": f"bytes={start}-{end - 1}", "Accept-Encoding": "identity"})
-        if into is not None and SETTINGS.threaded_values and self._values is not None:
+        if SETTINGS.threaded and self._threaded is not None:
             with self._lock:
                 if self._threads is None:
-                    self._threads = self._values(self.slot)
+                    self._threads = self._threaded(self.slot)
             threaded: Reply = self._threads.get(ask)
             return threaded
         from fsspec.asyn import sync

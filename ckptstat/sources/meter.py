@@ -108,8 +108,8 @@ class Settings:
     # lengthening that chain (32: they took its slots, and the link sat idle as long; bench/results/remote_latency.md,
     # 2026-12-04 eighteenth session)
     concurrency: int = 64
-    threaded_values: bool = True     # value reads (>= 1 MiB into the caller's buffer) made by the reading threads with
-                                     # http.client (sources/threaded.py); False: on aiohttp's one thread, as the rest
+    threaded: bool = True            # http(s) range GETs made by the calling threads with http.client
+                                     # (sources/threaded.py); False: on aiohttp's one event-loop thread (sources/http.py)
 
 
 SETTINGS = Settings()

@@ -56,6 +56,16 @@ def _need(module: str) -> Any:
         raise missing_extra("reading URLs", module.split(".")[0], "remote") from None
 
 
+def _installed(*modules: str) -> None:
+    """The `remote` extra's modules are there, not imported (aiohttp alone takes ~0.2-0.4 s: sources/http.py imports
+    it only for what goes through it)."""
+    import importlib.util
+
+    for module in modules:
+        if importlib.util.find_spec(module) is None:
+            raise missing_extra("reading URLs", module, "remote")
+
+
 class Ahead(NamedTuple):
     """Bytes [start, end) of a file read ahead (Blob.read_ahead): `done` says how many came into `buf`."""
     start: int
@@ -411,11 +421,10 @@ class Backend:
     def http(self) -> HttpTransport:
         with self.lock:
             if self._http is None:
-                _need("aiohttp")
-                _need("fsspec")
+                _installed("aiohttp", "fsspec", "yarl")
                 from .threaded import ThreadedClient
 
-                self._http = HttpTransport(values=ThreadedClient)
+                self._http = HttpTransport(threaded=ThreadedClient)
             return self._http
 
     def after_fork(self) -> None:

@@ -1,11 +1,12 @@
-"""Value reads on the reading threads, with the standard library's http.client (issue 35).
+"""Range GETs on the calling threads, with the standard library's http.client (issue 35).
 
 `stats` of a URL reads values in ranges of 1-16 MiB from several threads at once (core/urls.py `concurrently`,
 sources/remote.py `Blob.read_into`). Through aiohttp every byte of them crossed fsspec's one event-loop thread (a
 bytes object per socket read, the stream's buffers, then a copy into the chunk buffer), which bounded the wall time
 (docs/performance.md, "Remote: a network's latency"). Here the calling thread makes the request itself and receives
 the body with `recv_into` straight into the caller's buffer: no bytes object per read, no copy, no hop to another
-thread (the GIL is released while it waits on the socket).
+thread (the GIL is released while it waits on the socket). Every other range GET (headers, windows, configs) goes
+the same way, so a command that reads only ranges never imports aiohttp (sources/http.py `HttpTransport`).
 
 The rules are sources/http.py's, called from there, none written twice: `decide` (status: redirect, retry, error),
 `examine` (the headers checked before the body), `hop_headers`, `_Attempts` (retries, backoff, Retry-After, counts,
@@ -107,8 +108,8 @@ class _Response(http.client.HTTPResponse):
 
 
 class ThreadedClient:
-    """Range GETs made by the calling thread (HttpTransport.get with `into`), through a pool of keep-alive connections
-    per origin; `slot(url)` is the transport's (HttpTransport.slot), shared with its aiohttp requests."""
+    """Range GETs made by the calling thread (HttpTransport.get), through a pool of keep-alive connections per
+    origin; `slot(url)` is the transport's (HttpTransport.slot), shared with its aiohttp requests."""
 
     def __init__(self, slot: Callable[[str], Slots]):
         self.slot = slot
