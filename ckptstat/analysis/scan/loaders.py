@@ -62,7 +62,7 @@ from ...formats.training import TRAINING_ARGS
 from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, is_generate_file, judge_config, judge_generate
-from .hub_zip import judge_hub_zip
+from .hub_zip import judge_file as judge_hub
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import KerasFinding, PastBounds, config_findings, load_config
 from .nemo import judge_nemo
@@ -501,7 +501,14 @@ def scan_other(path: str, traced: Trace | None = None) -> dict[str, Any] | None:
 def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None) -> dict[str, Any] | None:
     """scan_other of the open file `f` of `size` bytes, local or remote (analysis/scan/remote.py reads a URL through
     the same rules, with range requests). Judge it before torch.load's report (`finish(traced)`): a joblib pickle's
-    own globals are accepted in `traced` too (joblib_arrays.judge_plain)."""
+    own globals are accepted in `traced` too (joblib_arrays.judge_plain). Whatever else reads the file, torch.hub
+    reads a zip of one file wherever zipfile finds one (analysis/scan/hub_zip.py): the worse of the two."""
+    other = _judge_other(path, f, size, traced)
+    hub = judge_hub(path, f, size)
+    return other if hub is None or other is not None and RANK[other["status"]] <= RANK[hub["status"]] else hub
+
+
+def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> dict[str, Any] | None:
     torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     if file_name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
@@ -541,9 +548,6 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     names = zf.namelist()
     if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
         return _keras(path, zf)
-    hub = judge_hub_zip(path, zf)   # a zip of one file: torch.hub's legacy zipped checkpoint (analysis/scan/hub_zip.py)
-    if hub is not None:
-        return hub
     # a torch.export archive (analysis/scan/pt2.py), a torch.package one (analysis/scan/package.py)
     export = judge_export(path, f, size) or judge_package(path, f, size)
     if export is not None and not _names_say_numpy_or_keras(f, size):

@@ -1,0 +1,130 @@
+"""`ckptstat scan` of files torch.hub reads as a zip of one pickle while another loader reads them as something harmless
+(docs/security.md, fourteenth pass). torch.hub.load_state_dict_from_url takes any download that `zipfile.is_zipfile`
+calls a zip of exactly one file for a legacy zipped checkpoint, extracts it and torch.loads it (weights_only=False by
+default), and zipfile finds a zip by its end record, wherever the file starts: after a benign legacy torch.save or
+`.npy` (torch.load and np.load read the head and stop), after an HTML page, or through an end record whose size field
+points zipfile at a second directory while miniz (torch.load) reads a benign torch archive. Before, scan judged only
+zips that start with a local header and that torch.load does not read: `safe` (exit 0) for the first, second and
+fourth, "torch.load raises at byte 0" (exit 2) for the page, which a folder scan did not list (exit 0).
+
+The oracle is the real loaders in a throw-away process: torch.hub.load_state_dict_from_url of the file served over
+loopback runs the payload (a folder created), torch.load(weights_only=False) / np.load of the same bytes does not.
+`ckptstat scan` runs as a subprocess on the file, on a folder holding it under a name without an extension, and on its
+URL."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import pickle
+import struct
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from polyglots import Mkdir, _stored, payload  # noqa: E402
+from remote_server import Server  # noqa: E402
+
+HUB = "import sys, torch; torch.hub.load_state_dict_from_url(sys.argv[1], progress=False)"
+TORCH = "import sys, torch; torch.load(sys.argv[1], weights_only=False)"
+NUMPY = "import sys, numpy; numpy.load(sys.argv[1], allow_pickle=True)"
+
+
+def _one_zip(marker: str) -> bytes:
+    """What torch.hub calls a legacy zipped checkpoint: a zip of one file, here a pickle calling os.mkdir(marker)."""
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("resnet18.pth", pickle.dumps({"w": Mkdir(marker)}, protocol=2))
+    return buf.getvalue()
+
+
+def _legacy(marker: str) -> bytes:
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(3)}, buf, _use_new_zipfile_serialization=False)
+    return buf.getvalue() + _one_zip(marker)
+
+
+def _npy(marker: str) -> bytes:
+    buf = io.BytesIO()
+    np.save(buf, np.zeros(3))
+    return buf.getvalue() + _one_zip(marker)
+
+
+def _page(marker: str) -> bytes:
+    return b'<html><body><a href="resnet18.pth">resnet18.pth</a></body></html>\n' + _one_zip(marker)
+
+
+def _two_directories(marker: str) -> bytes:
+    """A benign torch archive at the end record's offset field (miniz's, so torch.load's, reading), and a directory of
+    one entry, the payload, where its size field counted back from the end record says (zipfile's: tests/polyglots.py
+    `two_directory_zip`)."""
+    body, cd_torch, at = b"", b"", 0
+    torch_members = [("archive/data.pkl", pickle.dumps({}, protocol=2)), ("archive/byteorder", b"little"),
+                     ("archive/version", b"3\n")]
+    for name, data in torch_members:
+        local, central = _stored(name, data, at)
+        body, cd_torch, at = body + local, cd_torch + central, at + len(local)
+    name = "m" + "_" * (len(cd_torch) - 46 - len("m.pth")) + ".pth"   # the one entry spans the torch directory
+    body += b"\0" * 1024   # room for zipfile's shift (the torch directory's size)
+    local, _ = _stored(name, payload(marker), at + 1024)
+    cd = _stored(name, payload(marker), at + 1024 - len(cd_torch))[1]
+    body += local
+    eocd = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 3, 3, len(cd), len(body), 0)
+    return body + cd_torch + cd + eocd
+
+
+# (builder, the file's name, the loader that reads it as harmless)
+CASES = {"legacy torch.save + zip": (_legacy, "model.pth", TORCH), "npy + zip": (_npy, "weights.npy", NUMPY),
+         "html page + zip": (_page, "resnet18.zip", TORCH), "two directories": (_two_directories, "model.pth", TORCH)}
+
+
+def _runs(code: str, target: str, marker) -> bool:
+    subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=300,
+                   env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
+    ran = marker.is_dir()
+    if ran:
+        marker.rmdir()
+    return ran
+
+
+def _scan(target: str) -> tuple[int, dict]:
+    p = subprocess.run([sys.executable, "-m", "ckptstat", "scan", target, "--json"], capture_output=True, text=True,
+                       timeout=120)
+    assert "Traceback" not in p.stderr, p.stderr
+    return p.returncode, json.loads(p.stdout) if p.stdout else {"stderr": p.stderr}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_what_torch_hub_reads_as_a_zip_of_one_pickle_is_unsafe(tmp_path, case):
+    build, name, harmless = CASES[case]
+    marker = tmp_path / "ran"
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / name).write_bytes(build(str(marker)))
+    (tmp_path / "dir").mkdir()
+    (tmp_path / "dir" / "weights").write_bytes((tmp_path / "srv" / name).read_bytes())
+    assert not _runs(harmless, str(tmp_path / "srv" / name), marker)
+    with Server(str(tmp_path / "srv")) as s:
+        assert _runs(HUB, f"{s.url}/{name}", marker)
+        url_rc, url_report = _scan(f"{s.url}/{name}")
+    rc, report = _scan(str(tmp_path / "srv" / name))
+    assert rc == 1 and report["status"] == "unsafe" and "torch.hub" in report["verdict"], report
+    assert url_rc == 1 and url_report["status"] == "unsafe", url_report
+    rc, tree = _scan(str(tmp_path / "dir"))
+    assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("weights", "unsafe")], tree
+
+
+def test_a_benign_zip_appended_stays_safe(tmp_path):
+    """torch.hub extracts and loads the appended zip's one file: a real torch.save there is safe."""
+    buf = io.BytesIO()
+    torch.save({"w": torch.zeros(3)}, buf, _use_new_zipfile_serialization=False)
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("resnet18.pth", buf.getvalue())
+    (tmp_path / "model.pth").write_bytes(buf.getvalue() + inner.getvalue())
+    rc, report = _scan(str(tmp_path / "model.pth"))
+    assert rc == 0 and report["status"] == "safe", report
