@@ -228,6 +228,16 @@ def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
         return _past_bounds(path, "keras (zip)", e)
 
 
+def _keras_after_bytes(path: str, f: IO[bytes]) -> dict[str, Any] | None:
+    """A `.keras` whose zip zipfile finds after other bytes (np.load and torch.load look for the zip at byte 0; Keras'
+    zipfile does not): judged as any `.keras`, or None when zipfile finds no zip holding config.json in it."""
+    try:
+        zf = zip_open(path, f)
+    except CorruptCheckpointError:
+        return None
+    return _keras(path, zf) if "config.json" in zf.namelist() else None
+
+
 def _keras_h5(path: str, f: IO[bytes]) -> dict[str, Any]:
     try:
         return _keras_h5_configs(path, f)
@@ -535,10 +545,12 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
         return joblib
     if _hdf5(f, size):
         return _keras_h5(path, f)
-    if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
-        return judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
     name = file_name(path).lower()
     keras_named = name.endswith(".keras")
+    if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
+        compressed = judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
+        # keras.saving.load_model takes a `.keras` that zipfile.is_zipfile calls a zip: one with bytes before it too
+        return compressed if compressed is not None or not keras_named else _keras_after_bytes(path, f)
     if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
         return None
     try:

@@ -1,4 +1,4 @@
-"""`ckptstat scan` of files torch.hub reads as a zip of one pickle while another loader reads them as something harmless
+"""`ckptstat scan` of files torch.hub (or Keras) reads as a zip while another loader reads them as something harmless
 (docs/security.md, fourteenth pass). torch.hub.load_state_dict_from_url takes any download that `zipfile.is_zipfile`
 calls a zip of exactly one file for a legacy zipped checkpoint, extracts it and torch.loads it (weights_only=False by
 default), and zipfile finds a zip by its end record, wherever the file starts: after a benign legacy torch.save or
@@ -128,3 +128,23 @@ def test_a_benign_zip_appended_stays_safe(tmp_path):
     (tmp_path / "model.pth").write_bytes(buf.getvalue() + inner.getvalue())
     rc, report = _scan(str(tmp_path / "model.pth"))
     assert rc == 0 and report["status"] == "safe", report
+
+
+def test_a_keras_archive_after_other_bytes(tmp_path):
+    """keras.saving.load_model opens a `.keras` that zipfile.is_zipfile calls a zip, bytes before it or not, and
+    rebuilds its Lambda (safe_mode=False); torch.load and np.load look for the zip at byte 0. Before: "torch.load
+    raises at byte 0" (exit 2); now the Keras verdict (analysis/scan/loaders.py `_keras_after_bytes`). The model is
+    written by keras itself (tests/test_hostile_keras_and_csv.py)."""
+    from test_hostile_keras_and_csv import _LAMBDA_MODEL
+
+    marker = tmp_path / "ran"
+    env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp_path), str(marker)], env=env, check=True,
+                   capture_output=True, timeout=300)
+    hostile = tmp_path / "model.keras"
+    hostile.write_bytes(b"<html><body>model card</body></html>\n" + (tmp_path / "saved.keras").read_bytes())
+    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
+                    str(hostile)], env=env, capture_output=True, timeout=300)
+    assert marker.is_dir()
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
