@@ -148,3 +148,26 @@ def test_a_keras_archive_after_other_bytes(tmp_path):
     assert marker.is_dir()
     rc, report = _scan(str(hostile))
     assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
+
+
+def test_an_npz_behind_an_empty_zips_end_record(tmp_path):
+    """np.load takes a file starting with an empty zip's end record (`PK\\x05\\x06`, numpy's _ZIP_SUFFIX) for an .npz,
+    and zipfile then reads the real end record at the tail: its object array's pickle runs. torch.load reads a pickle
+    from byte 0 and raises. Before: "torch.load raises at byte 0" (exit 2), and a folder scan did not list the file
+    under a name without an extension (exit 0); now np.load's verdict (analysis/scan/loaders.py `NPZ_STARTS`)."""
+    from test_scan_npz_members import _hostile, _npy, np_load_runs
+
+    marker = str(tmp_path / "ran")
+    inner = io.BytesIO()
+    with zipfile.ZipFile(inner, "w") as z:
+        z.writestr("ok.npy", _npy(np.ones(3)))
+        z.writestr("w.npy", _hostile(marker))
+    (tmp_path / "dir").mkdir()
+    hostile = tmp_path / "dir" / "arrays"
+    hostile.write_bytes(struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0, 0, 0, 0, 0) + inner.getvalue())
+    assert np_load_runs(str(hostile), marker)
+    assert not _runs(TORCH, str(hostile), tmp_path / "ran")
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "np.load" in report["verdict"], report
+    rc, tree = _scan(str(tmp_path / "dir"))
+    assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("arrays", "unsafe")], tree

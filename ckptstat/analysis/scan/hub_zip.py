@@ -40,12 +40,17 @@ ONE_ENTRY = 46 + 3 * 0xFFFF
 _TAIL = 22 + 0xFFFF   # the end record and its longest comment: where zipfile looks for it
 
 
+def tail(size: int) -> tuple[int, int]:
+    """The (offset, size) of a file's bytes zipfile looks for its end record in."""
+    return max(0, size - _TAIL), min(size, _TAIL)
+
+
 def judge_file(path: str, f: IO[bytes], size: int) -> dict[str, Any] | None:
     """The scan report of the file `f` as torch.hub loads it when zipfile reads it as a zip of one file (its end
     record found, whatever comes before: `zipfile.is_zipfile`), else None (torch.hub torch.loads the file itself)."""
     if size < zipfile.sizeEndCentDir:  # type: ignore[attr-defined]  # (a remote reader refuses the seek before byte 0)
         return None
-    prefetch(f, [(max(0, size - _TAIL), min(size, _TAIL))])   # (a URL: one request)
+    prefetch(f, [tail(size)])   # (a URL: one request, none when judge_other's other reads fetched it)
     f.seek(0)
     end = zipfile._EndRecData(f)  # type: ignore[attr-defined]  # what zipfile.is_zipfile and ZipFile look for
     if not end or end[zipfile._ECD_SIZE] > ONE_ENTRY:  # type: ignore[attr-defined]

@@ -63,6 +63,7 @@ from .chat_templates import is_template_file, judge_templates
 from .compressed import judge_compressed
 from .hf_config import is_config_file, is_generate_file, judge_config, judge_generate
 from .hub_zip import judge_file as judge_hub
+from .hub_zip import tail as zip_tail
 from .joblib_arrays import judge_plain as judge_plain_joblib
 from .keras import KerasFinding, PastBounds, config_findings, load_config
 from .nemo import judge_nemo
@@ -85,6 +86,9 @@ MAX_CONFIG = 16 << 20
 # before it looks for these weights (saving_lib.py `_load_model_from_fileobj`): a zip named otherwise is Keras' when
 # it holds one of them beside config.json (a saved archive renamed).
 KERAS_WEIGHTS = frozenset({"model.weights.h5", "model.weights.npz"})
+# What np.load takes for an .npz (numpy/lib/_npyio_impl.py `load`: _ZIP_PREFIX, and _ZIP_SUFFIX, an empty zip's end
+# record), then reads with zipfile, which finds the end record at the tail: one at byte 0 hides no zip from it.
+NPZ_STARTS = (b"PK\x03\x04", b"PK\x05\x06")
 SCAN_HEADER = 16 << 20   # an .npy header scan reads (np.load(allow_pickle=True) reads any: read_array's max_header_size)
 # Items of an .npy header's literal scan parses: ast.literal_eval takes about 1 KiB per item (10,000: about 11 MiB), so
 # a 16 MiB header of `1,1,1,...` would take 8 GiB. An item needs a separator or bracket (`,:([{`) or a sign (`+-`);
@@ -488,7 +492,8 @@ def _hdf5(f: IO[bytes], size: int) -> bool:
     """Whether HDF5 (h5py, so Keras' load_model of a `.h5`) opens the file: its superblock's signature at byte 0, or
     after a user block, at 512, 1024, 2048, ... (the HDF5 format's search; the user block may hold anything)."""
     places = [0] + [512 << k for k in range(max(0, size.bit_length() - 9))]
-    prefetch(f, [(at, len(HDF5_SIGNATURE)) for at in places if at + len(HDF5_SIGNATURE) <= size])   # a URL: at once
+    # a URL: at once, with the end record torch.hub's view looks for next (judge_other): one round trip for both
+    prefetch(f, [(at, len(HDF5_SIGNATURE)) for at in places if at + len(HDF5_SIGNATURE) <= size] + [zip_tail(size)])
     at = 0
     while at + len(HDF5_SIGNATURE) <= size:
         f.seek(at)
@@ -547,7 +552,7 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
         return _keras_h5(path, f)
     name = file_name(path).lower()
     keras_named = name.endswith(".keras")
-    if head[:4] != b"PK\x03\x04":   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
+    if head[:4] not in NPZ_STARTS:   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
         compressed = judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
         # keras.saving.load_model takes a `.keras` that zipfile.is_zipfile calls a zip: one with bytes before it too
         return compressed if compressed is not None or not keras_named else _keras_after_bytes(path, f)
