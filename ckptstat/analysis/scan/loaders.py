@@ -554,8 +554,13 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
     keras_named = name.endswith(".keras")
     if head[:4] not in NPZ_STARTS:   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
         compressed = judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
-        # keras.saving.load_model takes a `.keras` that zipfile.is_zipfile calls a zip: one with bytes before it too
-        return compressed if compressed is not None or not keras_named else _keras_after_bytes(path, f)
+        if compressed is not None:
+            return compressed
+        # a zip after other bytes, which only np.load and torch.load look for at byte 0: keras.saving.load_model takes
+        # a `.keras` zipfile.is_zipfile calls a zip, torch.export.load and torch.package's PackageImporter open any file
+        # miniz finds a directory in (docs/security.md, fourteenth pass)
+        keras = _keras_after_bytes(path, f) if keras_named else None
+        return keras or judge_export(path, f, size) or judge_package(path, f, size)
     if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
         return None
     try:

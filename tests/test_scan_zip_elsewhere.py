@@ -1,16 +1,19 @@
-"""`ckptstat scan` of files torch.hub (or Keras) reads as a zip while another loader reads them as something harmless
-(docs/security.md, fourteenth pass). torch.hub.load_state_dict_from_url takes any download that `zipfile.is_zipfile`
-calls a zip of exactly one file for a legacy zipped checkpoint, extracts it and torch.loads it (weights_only=False by
-default), and zipfile finds a zip by its end record, wherever the file starts: after a benign legacy torch.save or
-`.npy` (torch.load and np.load read the head and stop), after an HTML page, or through an end record whose size field
-points zipfile at a second directory while miniz (torch.load) reads a benign torch archive. Before, scan judged only
-zips that start with a local header and that torch.load does not read: `safe` (exit 0) for the first, second and
-fourth, "torch.load raises at byte 0" (exit 2) for the page, which a folder scan did not list (exit 0).
+"""`ckptstat scan` of files whose zip lies elsewhere than where torch.load and np.load look (byte 0), which other loaders
+find by the end record at the tail (docs/security.md, fourteenth pass):
 
-The oracle is the real loaders in a throw-away process: torch.hub.load_state_dict_from_url of the file served over
-loopback runs the payload (a folder created), torch.load(weights_only=False) / np.load of the same bytes does not.
-`ckptstat scan` runs as a subprocess on the file, on a folder holding it under a name without an extension, and on its
-URL."""
+- torch.hub.load_state_dict_from_url takes any download `zipfile.is_zipfile` calls a zip of exactly one file for a
+  legacy zipped checkpoint, extracts it and torch.loads it (weights_only=False by default); zipfile finds a zip after
+  a benign legacy torch.save or `.npy` (torch.load and np.load read the head and stop), after an HTML page, or through
+  an end record whose size field points zipfile at a second directory while miniz (torch.load) reads a benign torch
+  archive. Before: `safe` (exit 0) for the first, second and fourth, "torch.load raises at byte 0" (exit 2) for the
+  page, which a folder scan did not list (exit 0);
+- keras' load_model reads a `.keras` after other bytes (zipfile); torch.export.load a `.pt2` after other bytes (miniz
+  for load_pt2, zipfile for its torch < 2.8 fallback); np.load a file starting with an empty zip's end record (numpy's
+  `_ZIP_SUFFIX`), zipfile then reading the real one: each "torch.load raises at byte 0" before.
+
+The oracle is the real loaders in a throw-away process: the payload runs (a folder or file created) under the loader
+named, not under torch.load(weights_only=False) / np.load of the same bytes. `ckptstat scan` runs as a subprocess on
+the file, on a folder holding it under a name without an extension, and (torch.hub) on its URL served over loopback."""
 from __future__ import annotations
 
 import io
@@ -171,3 +174,71 @@ def test_an_npz_behind_an_empty_zips_end_record(tmp_path):
     assert rc == 1 and report["status"] == "unsafe" and "np.load" in report["verdict"], report
     rc, tree = _scan(str(tmp_path / "dir"))
     assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("arrays", "unsafe")], tree
+
+
+def _shifted(data: bytes, prefix: bytes) -> bytes:
+    """`prefix`, then the zip `data` with every offset its central directory and end record hold moved past the prefix
+    (APPNOTE 4.3.12, 4.3.16: miniz takes them as offsets in the file; zipfile's shift is then 0)."""
+    end = data.rfind(b"PK\x05\x06")
+    cd_size, cd_offset = struct.unpack_from("<LL", data, end + 12)
+    out, at = bytearray(data), cd_offset
+    while at < cd_offset + cd_size:
+        name_len, extra_len, comment_len = struct.unpack_from("<HHH", out, at + 28)
+        struct.pack_into("<L", out, at + 42, struct.unpack_from("<L", out, at + 42)[0] + len(prefix))
+        at += 46 + name_len + extra_len + comment_len
+    struct.pack_into("<L", out, end + 16, cd_offset + len(prefix))
+    return prefix + bytes(out)
+
+
+@pytest.mark.parametrize("case", ["legacy_constants", "v27_zip"])
+def test_a_torch_export_archive_after_other_bytes(tmp_path, case):
+    """torch.export.load opens the archive with miniz (load_pt2's PyTorchFileReader), which looks for no local header
+    at byte 0, or, for torch < 2.8's layout, with zipfile: a `.pt2` whose unpickled member carries a payload runs it
+    (measured) with bytes before the zip. Before: "torch.load raises at byte 0" (exit 2), not listed in a folder under a
+    name without an extension (exit 0). The archives are torch.export.save's, made hostile by tests/pt2_corpus.py."""
+    import pt2_corpus
+
+    marker = tmp_path / "ran"
+    mlp = pt2_corpus.benign(tmp_path / "bases", ("mlp",))["mlp"]
+    evil = pt2_corpus.torch_zip(pt2_corpus.payload_pickle(marker))
+    plain = tmp_path / "plain.pt2"
+    if case == "v27_zip":
+        pt2_corpus._v27_zip(plain, mlp, evil)
+    else:
+        pt2_corpus.rewrite(mlp, plain, add={"data/constants/model.pt": evil})
+    (tmp_path / "dir").mkdir()
+    hostile = tmp_path / "dir" / "exported"
+    hostile.write_bytes(_shifted(plain.read_bytes(), b"<html><body>model card</body></html>\n"))
+    assert pt2_corpus.measure([hostile], marker) == [True]
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "torch.export.load" in report["verdict"], report
+    rc, tree = _scan(str(tmp_path / "dir"))
+    assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("exported", "unsafe")], tree
+
+
+def test_a_torch_package_after_other_bytes(tmp_path):
+    """torch.package's PackageImporter opens the archive with miniz too: a package whose pickle calls builtins.open,
+    after other bytes, runs it under load_pickle (measured). Before: "torch.load raises at byte 0" (exit 2)."""
+    from torch.package import PackageExporter
+
+    marker = tmp_path / "ran"
+    with PackageExporter(str(tmp_path / "benign.pt")) as pe:
+        pe.extern("torch.**")
+        pe.intern("**")
+        pe.save_pickle("model", "model.pkl", torch.nn.Linear(3, 2))
+    evil = b"cbuiltins\nopen\n(S'" + str(marker).encode() + b"'\nS'w'\ntR."
+    buf = io.BytesIO()
+    with zipfile.ZipFile(tmp_path / "benign.pt") as src, zipfile.ZipFile(buf, "w") as z:
+        for i in src.infolist():
+            z.writestr(i.filename, evil if i.filename.endswith("model/model.pkl") else src.read(i))
+    (tmp_path / "dir").mkdir()
+    hostile = tmp_path / "dir" / "packaged"
+    hostile.write_bytes(_shifted(buf.getvalue(), b"<html><body>model card</body></html>\n"))
+    load = ("import sys\nfrom torch.package import PackageImporter\n"
+            "PackageImporter(sys.argv[1]).load_pickle('model', 'model.pkl')")
+    subprocess.run([sys.executable, "-c", load, str(hostile)], capture_output=True, timeout=300)
+    assert marker.exists()
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "PackageImporter" in report["verdict"], report
+    rc, tree = _scan(str(tmp_path / "dir"))
+    assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("packaged", "unsafe")], tree
