@@ -242,3 +242,25 @@ def test_a_torch_package_after_other_bytes(tmp_path):
     assert rc == 1 and report["status"] == "unsafe" and "PackageImporter" in report["verdict"], report
     rc, tree = _scan(str(tmp_path / "dir"))
     assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("packaged", "unsafe")], tree
+
+
+def test_a_keras_archive_after_an_hdf5_file(tmp_path):
+    """A `.keras` that is an HDF5 file of weights (h5py's) with the Keras archive appended: load_model takes a `.keras`
+    zipfile calls a zip for a Keras archive before it looks at HDF5, and ran the Lambda (safe_mode=False). Before:
+    `safe` ("no model_config attribute"), exit 0; now the archive's verdict (loaders.py `_keras_after_bytes`, first)."""
+    import h5py
+    from test_hostile_keras_and_csv import _LAMBDA_MODEL
+
+    marker = tmp_path / "ran"
+    env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
+    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp_path), str(marker)], env=env, check=True,
+                   capture_output=True, timeout=300)
+    with h5py.File(tmp_path / "weights.h5", "w") as h5:
+        h5["dense/kernel"] = np.zeros((3, 2), dtype=np.float32)
+    hostile = tmp_path / "model.keras"
+    hostile.write_bytes((tmp_path / "weights.h5").read_bytes() + (tmp_path / "saved.keras").read_bytes())
+    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
+                    str(hostile)], env=env, capture_output=True, timeout=300)
+    assert marker.is_dir()
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report

@@ -233,8 +233,8 @@ def _keras(path: str, zf: zipfile.ZipFile) -> dict[str, Any]:
 
 
 def _keras_after_bytes(path: str, f: IO[bytes]) -> dict[str, Any] | None:
-    """A `.keras` whose zip zipfile finds after other bytes (np.load and torch.load look for the zip at byte 0; Keras'
-    zipfile does not): judged as any `.keras`, or None when zipfile finds no zip holding config.json in it."""
+    """A `.keras` as load_model reads it, with zipfile, which finds the zip wherever it starts (np.load and torch.load
+    look for it at byte 0): judged as any `.keras`, or None when zipfile finds no zip holding config.json in it."""
     try:
         zf = zip_open(path, f)
     except CorruptCheckpointError:
@@ -548,27 +548,30 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
     joblib = judge_plain_joblib(path, f, size, traced, NUMPY_OWN) if traced is not None and traced.raises else None
     if joblib is not None:   # joblib.dump's default, uncompressed (analysis/scan/joblib_arrays.py)
         return joblib
-    if _hdf5(f, size):
-        return _keras_h5(path, f)
     name = file_name(path).lower()
     keras_named = name.endswith(".keras")
+    # keras.saving.load_model reads a `.keras` that zipfile.is_zipfile calls a zip as one, whatever comes before the
+    # zip (an HDF5 file, a page: zipfile finds its end record at the tail), before it would look at HDF5
+    keras = _keras_after_bytes(path, f) if keras_named else None
+    if keras is not None:
+        return keras
+    if _hdf5(f, size):
+        return _keras_h5(path, f)
     if head[:4] not in NPZ_STARTS:   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
         compressed = judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
         if compressed is not None:
             return compressed
-        # a zip after other bytes, which only np.load and torch.load look for at byte 0: keras.saving.load_model takes
-        # a `.keras` zipfile.is_zipfile calls a zip, torch.export.load and torch.package's PackageImporter open any file
-        # miniz finds a directory in (docs/security.md, fourteenth pass)
-        keras = _keras_after_bytes(path, f) if keras_named else None
-        return keras or judge_export(path, f, size) or judge_package(path, f, size)
-    if torch_archive and not keras_named and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
+        # a zip after other bytes, which np.load and torch.load look for at byte 0 only: torch.export.load and
+        # torch.package's PackageImporter open any file miniz finds a directory in (docs/security.md, fourteenth pass)
+        return judge_export(path, f, size) or judge_package(path, f, size)
+    if torch_archive and not name.endswith(".npz") and not _names_say_numpy_or_keras(f, size):
         return None
     try:
         zf = zip_open(path, f)
     except CorruptCheckpointError:   # a damaged zip: what torch.load makes of it
         return None
     names = zf.namelist()
-    if "config.json" in names and (keras_named or KERAS_WEIGHTS & set(names)):
+    if "config.json" in names and KERAS_WEIGHTS & set(names):   # (a `.keras` was judged above)
         return _keras(path, zf)
     # a torch.export archive (analysis/scan/pt2.py), a torch.package one (analysis/scan/package.py)
     export = judge_export(path, f, size) or judge_package(path, f, size)
