@@ -264,3 +264,33 @@ def test_a_keras_archive_after_an_hdf5_file(tmp_path):
     assert marker.is_dir()
     rc, report = _scan(str(hostile))
     assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
+
+
+def test_an_npz_inside_an_hdf5_user_block(tmp_path):
+    """An HDF5 file of weights (h5py's, a 4 KiB user block) whose user block holds a zip's members and whose tail its
+    directory: h5py reads the weights, np.load (a local header at byte 0) the object array, whose pickle runs. Before:
+    `safe` ("no model_config attribute"), exit 0: the HDF5 signature ended the look; now both are judged, the worse
+    winning (loaders.py `_worse`)."""
+    import h5py
+    from test_scan_npz_members import _hostile, np_load_runs
+
+    marker = str(tmp_path / "ran")
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        z.writestr("w.npy", _hostile(marker))
+    data = buf.getvalue()
+    end = data.rfind(b"PK\x05\x06")
+    cd_offset = struct.unpack_from("<L", data, end + 16)[0]
+    with h5py.File(tmp_path / "ub.h5", "w", userblock_size=4096) as h5:
+        h5["dense/kernel"] = np.zeros((3, 2), dtype=np.float32)
+    h5_bytes = bytearray((tmp_path / "ub.h5").read_bytes())
+    h5_bytes[:cd_offset] = data[:cd_offset]   # the members, in the user block
+    eocd = bytearray(data[end:])
+    struct.pack_into("<L", eocd, 16, len(h5_bytes))   # the directory, after the HDF5 file
+    hostile = tmp_path / "weights.npz"
+    hostile.write_bytes(bytes(h5_bytes) + data[cd_offset:end] + bytes(eocd))
+    with h5py.File(hostile, "r") as h5:
+        assert list(h5) == ["dense"]
+    assert np_load_runs(str(hostile), marker)
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "np.load" in report["verdict"], report

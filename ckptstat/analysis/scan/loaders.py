@@ -518,13 +518,16 @@ def judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None = None)
     the same rules, with range requests). Judge it before torch.load's report (`finish(traced)`): a joblib pickle's
     own globals are accepted in `traced` too (joblib_arrays.judge_plain). Whatever else reads the file, torch.hub
     reads a zip of one file wherever zipfile finds one (analysis/scan/hub_zip.py): the worse of the two."""
-    other = _judge_other(path, f, size, traced)
-    hub = judge_hub(path, f, size)
-    return other if hub is None or other is not None and RANK[other["status"]] <= RANK[hub["status"]] else hub
+    return _worse(_judge_other(path, f, size, traced), judge_hub(path, f, size))
+
+
+def _worse(*reports: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The worst of the reports of loaders that read the file (None: that one does not), the first on a tie."""
+    found = [r for r in reports if r is not None]
+    return min(found, key=lambda r: RANK[r["status"]]) if found else None
 
 
 def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> dict[str, Any] | None:
-    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
     if file_name(path) == SAVED_MODEL:   # tf.saved_model.load's graph (analysis/scan/saved_model.py)
         return judge_saved_model(path, f, size)
     f.seek(0)
@@ -548,15 +551,20 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
     joblib = judge_plain_joblib(path, f, size, traced, NUMPY_OWN) if traced is not None and traced.raises else None
     if joblib is not None:   # joblib.dump's default, uncompressed (analysis/scan/joblib_arrays.py)
         return joblib
-    name = file_name(path).lower()
-    keras_named = name.endswith(".keras")
     # keras.saving.load_model reads a `.keras` that zipfile.is_zipfile calls a zip as one, whatever comes before the
     # zip (an HDF5 file, a page: zipfile finds its end record at the tail), before it would look at HDF5
-    keras = _keras_after_bytes(path, f) if keras_named else None
+    keras = _keras_after_bytes(path, f) if file_name(path).lower().endswith(".keras") else None
     if keras is not None:
         return keras
-    if _hdf5(f, size):
-        return _keras_h5(path, f)
+    # an HDF5 file's user block may hold a zip np.load reads (its end record at the tail): both judged
+    return _worse(_keras_h5(path, f) if _hdf5(f, size) else None, _zips(path, f, size, head, traced))
+
+
+def _zips(path: str, f: IO[bytes], size: int, head: bytes, traced: Trace | None) -> dict[str, Any] | None:
+    """The zip loaders' reports (np.load, torch.export.load, torch.package, Keras by its weights' names) and a
+    compressed pickle's: the rest of _judge_other."""
+    torch_archive = traced is not None and traced.format == ZIP_FORMAT and not traced.raises
+    name = file_name(path).lower()
     if head[:4] not in NPZ_STARTS:   # a joblib.dump(compress=...) or .pkl.gz stream (analysis/scan/compressed.py)
         compressed = judge_compressed(path, f, size, head, NUMPY_OWN) if traced is None or traced.raises else None
         if compressed is not None:
@@ -581,6 +589,5 @@ def _judge_other(path: str, f: IO[bytes], size: int, traced: Trace | None) -> di
     if members or names and all(n.endswith(".npy") for n in names):
         t = Trace(path)
         _npz(t, f, size, members)
-        npz = _numpy_report(t)
-        return npz if export is None or RANK[npz["status"]] < RANK[export["status"]] else export
+        return _worse(export, _numpy_report(t))
     return export
