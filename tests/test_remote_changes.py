@@ -95,3 +95,57 @@ def test_a_listing_page_is_still_a_folder(tmp_path):
     with Server(str(tmp_path / "srv")) as s:
         p = _scan(f"{s.url}/sub")
     assert p.returncode == 0 and "1 file(s) scanned: 1 safe" in p.stdout, (p.stdout, p.stderr)
+
+
+def _legacy_tar(marker) -> bytes:
+    """torch < 0.4's format, which torch.load (weights_only=False) still reads: a tar whose `storages`, `tensors` and
+    `pickle` members it unpickles by name, after a first member named like a page (`<html>...`)."""
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, data in [("<html><body>index</body></html>", b"x"),
+                           ("storages", pickle.dumps(0, protocol=2) + pickle.dumps([], protocol=2)),
+                           ("tensors", pickle.dumps(0, protocol=2)), ("pickle", pickle.dumps(_Mkdir(str(marker))))]:
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _page_then_zip(marker) -> bytes:
+    """An HTML page, then a zip of one pickle: zipfile finds the zip by its end record, so torch.hub extracts it."""
+    z = io.BytesIO()
+    with zipfile.ZipFile(z, "w") as f:
+        f.writestr("resnet18.pth", pickle.dumps(_Mkdir(str(marker)), protocol=2))
+    return b'<html><body><a href="resnet18.pth">resnet18.pth</a></body></html>\n' + z.getvalue()
+
+
+@pytest.mark.parametrize("name, build", [("model_best.pth.tar", _legacy_tar), ("resnet18.zip", _page_then_zip)])
+def test_a_file_labelled_html_starting_with_a_tag(tmp_path, name, build):
+    """Before, a listing page was text/html whose bytes start with `<`: scan URL and scan of the folder said
+    `0 file(s) scanned`, exit 0, while torch.hub.load_state_dict_from_url(URL) ran the payload. Now a page that is not
+    plain text (control bytes, a tar header) is a file too (sources/remote.py `Blob.plain_page`)."""
+    marker = tmp_path / "ran"
+    (tmp_path / "srv").mkdir()
+    (tmp_path / "srv" / name).write_bytes(build(marker))
+    label = {"ctypes": {f"/{name}": "text/html", f"/{name}/": "text/html"}}
+    with Server(str(tmp_path / "srv"), **label) as s:
+        assert _runs("import sys, torch; torch.hub.load_state_dict_from_url(sys.argv[1], progress=False)",
+                     f"{s.url}/{name}", marker)
+        file_scan, folder_scan = _scan(f"{s.url}/{name}"), _scan(f"{s.url}/")
+    assert file_scan.returncode == 1 and "UNSAFE" in file_scan.stdout, (file_scan.stdout, file_scan.stderr)
+    assert folder_scan.returncode == 1 and f"UNSAFE     {name}" in folder_scan.stdout, folder_scan.stdout
+
+
+def test_a_page_a_file_name_fills_with_control_bytes_is_still_walked(tmp_path):
+    """A file named with ESC puts the byte in its folder's listing page (the server escapes HTML, not controls): the
+    page is then also judged as a file (nothing a loader reads: not listed), and its links are walked as before."""
+    (tmp_path / "srv" / "sub").mkdir(parents=True)
+    (tmp_path / "srv" / "sub" / "a\x1bb.txt").write_bytes(b"text")
+    (tmp_path / "srv" / "sub" / "model.pkl").write_bytes(pickle.dumps(_Mkdir(str(tmp_path / "ran")), protocol=2))
+    with Server(str(tmp_path / "srv")) as s:
+        root, sub = _scan(f"{s.url}/"), _scan(f"{s.url}/sub")
+    assert root.returncode == 1 and "UNSAFE     sub/model.pkl" in root.stdout, (root.stdout, root.stderr)
+    assert "1 file(s) scanned: 0 safe, 1 unsafe" in root.stdout, root.stdout
+    assert sub.returncode == 1 and "1 file(s) scanned: 0 safe, 1 unsafe" in sub.stdout, (sub.stdout, sub.stderr)

@@ -6,7 +6,8 @@ store's own listing or reply says, never a hash ckptstat computes (that would me
 - http(s)://: the folder's HTML listing (fsspec `HTTPFileSystem.ls`: its links), then each file's first
   window fetched as the format probe needs it anyway (sources/remote.py `Blob`): the reply's
   `Content-Range` gives the size and its `ETag` (else `Last-Modified`) the version. A link without a
-  trailing `/` that answers with an HTML page is a folder (as `Backend.kind` decides);
+  trailing `/` that answers with an HTML page is a folder (as `Backend.kind` decides), and also a file when the
+  page is not plain text (`Blob.plain_page`: a tar or a zip behind the label), the folder URL itself included;
 - hf://: huggingface_hub `HfFileSystem.find` (the repository tree, `list_repo_tree(recursive=True)`):
   the LFS sha256 of a large file, else the git blob oid;
 - s3:// and the other fsspec stores: `fs.find(path, detail=True)` (S3: ListObjectsV2), the `ETag`.
@@ -78,6 +79,8 @@ def walk(url: str) -> list[Entry]:
     s = scheme(url)
     if s in _HTTP:
         out: list[Entry] = []
+        if not url.split("?", 1)[0].endswith("/") and _is_listing(root) and (page := _http_file(root)) is not None:
+            out.append(page)   # a folder URL answered by a page that is not plain: a file too
         _http_walk(root + "/", 0, out)
         return sorted(out, key=lambda e: e.url)
     if s == "hf":
@@ -100,8 +103,9 @@ def walk(url: str) -> list[Entry]:
 
 
 def _http_file(url: str) -> Entry | None:
-    """A linked file's Entry; None for a folder (a page of links) or a dangling link. A file that cannot
-    be read (a server ignoring Range, a 403) is an Entry with its error: a record, not the end of the walk."""
+    """A linked file's Entry; None for a folder (a plain page of links: a page that is not plain is a file too) or a
+    dangling link. A file that cannot be read (a server ignoring Range, a 403) is an Entry with its error: a record,
+    not the end of the walk."""
     try:
         b = BACKEND.blob(url)
         size = b.ensure_size()
@@ -109,7 +113,7 @@ def _http_file(url: str) -> Entry | None:
         return None
     except CheckpointError as e:
         return Entry(url, 0, None, f"{e.path}: {e.reason}")
-    if b.listing_page():
+    if b.listing_page() and b.plain_page():
         return None
     return Entry(url, size, b.etag)
 
@@ -130,7 +134,7 @@ def _http_walk(folder: str, depth: int, out: list[Entry]) -> None:
     for u, e in zip(files, found):
         if e is not None:
             out.append(e)
-        elif _is_listing(u):
+        if _is_listing(u):
             dirs.append(u)
     for d in sorted(dirs):
         _http_walk(d + "/", depth + 1, out)

@@ -40,11 +40,13 @@ GAP = 1 << 16                 # prefetched ranges closer than this are fetched a
 DIRECT = 1 << 20              # a readinto of at least this many bytes (values) is fetched straight into the caller's buffer
 TOTAL_CACHE_BYTES = 1 << 26   # a 400-shard checkpoint's stats stay bounded too
 _PAGE_HEAD = 1024             # bytes of a text/html reply looked at for the `<` a page starts with
+_PAGE_BYTES = 1 << 22         # a listing page is read whole, up to this (real ones: a few KB to a few hundred)
+_CONTROL = bytes(c for c in range(32) if c not in b"\t\n\r\f")   # bytes no HTML page holds (white space aside)
 _HTTP = ("http", "https")
 # Files a folder URL may list as weights; anything else answering text/html with a page (Blob.listing_page) is a
 # listing page.
 _WEIGHT_SUFFIXES = (".safetensors", ".json", ".bin", ".pt", ".pth", ".h5", ".gguf", ".onnx", ".keras", ".npz", ".npy",
-                    ".index", ".pb", ".ckpt")
+                    ".index", ".pb", ".ckpt", ".jinja")   # (a chat template, judged by its name, may start with `<|`)
 
 
 def _need(module: str) -> Any:
@@ -180,6 +182,27 @@ class Blob:
         if self.ctype != "text/html" or basename(self.target.url).endswith(_WEIGHT_SUFFIXES):
             return False
         return self.pread(_PAGE_HEAD, 0).lstrip(b" \t\r\n\f\xef\xbb\xbf")[:1] == b"<"
+
+    def plain_page(self) -> bool:
+        """Whether a listing page (`listing_page`) is only that: text, no control byte but white space in all of it,
+        and no tar header in its first 512 bytes. A page that is not plain is also a file for the loaders to judge
+        (sources/listing.py): torch.load reads a tar whose first member's name starts with `<`, torch.hub and Keras
+        a zip after an HTML page, h5py an HDF5 file after a user block that starts so, while a scan of its URL took
+        it for an empty folder (docs/security.md, fourteenth pass). Its links are walked all the same (a page a
+        file's name fills with control bytes hides no folder)."""
+        import tarfile
+
+        size = self.ensure_size()
+        if size > _PAGE_BYTES:
+            return False
+        page = self.pread(size, 0)
+        if len(page.translate(None, _CONTROL)) != len(page):
+            return False
+        try:
+            tarfile.TarInfo.frombuf(page[:tarfile.BLOCKSIZE], "utf-8", "surrogateescape")
+        except tarfile.HeaderError:
+            return True
+        return False   # tarfile reads a member header from it: torch.load's legacy tar, a NeMo archive
 
     def _direct_head(self, offset: int, n: int) -> bytes | None:
         """Under the lock: the cached head of a read of n bytes at offset whose rest is fetched straight into the
