@@ -69,7 +69,7 @@ def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tu
     shape = (B.b, ch, side, side)
     B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
     if act:
-        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
+        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n, fn=act)
 
 
 def positive_lists(c: Cfg, *keys: str) -> list[list[int]]:
@@ -138,14 +138,17 @@ def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads
     if lay.layer_scale:
         _scale(w, at + p.scales[0], tok, h, L)
     w.norm(at + p.mlp_in, tok, h, L, residual=not lay.layer_scale)
-    if lay.mlp == "swiglu":
-        w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
-        B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
-        w.linear(at + p.gated_out, tok, f, h, True, L)
-    else:
-        w.linear(at + p.up, tok, h, f, True, L)
-        B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
-        w.linear(at + p.down, tok, f, h, True, L)
+    # transformers' layers unpack `hidden_states, _ = self.attention(...)`: `_` keeps eager attention's probabilities
+    # [b, heads, n, n] live through the MLP (SDPA returns none)
+    with B.holding(B.b * heads * n * n, eager=True):
+        if lay.mlp == "swiglu":
+            w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
+            B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
+            w.linear(at + p.gated_out, tok, f, h, True, L)
+        else:
+            w.linear(at + p.up, tok, h, f, True, L)
+            B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
+            w.linear(at + p.down, tok, f, h, True, L)
     if lay.layer_scale:
         _scale(w, at + p.scales[1], tok, h, L)
     else:   # the MLP's output added to the stream (ViTOutput's `+ input_tensor`, CLIPEncoderLayer's `residual + ...`)
