@@ -116,6 +116,12 @@ class EncoderLayer:
     layer_scale: bool = False
     mlp: MLPKind = "plain"
     k_bias: bool = True   # false: the key projection has no bias whatever qkv_bias says (BEiT's, Data2VecVision's)
+    # What the layer keeps live through its MLP, for the inference peak: transformers' layers unpack `hidden_states, _ =
+    # self.attention(...)`, and `_` keeps eager attention's probabilities (SDPA returns none); Data2VecVisionLayer (a
+    # modeling file transformers has not refactored) returns none but keeps `kept` b x n x h tensors more: the
+    # attention's output in self_attention_outputs, and lambda_1 x it where it has a layer scale
+    keeps_probs: bool = True
+    kept: int = 0
 
     def __post_init__(self) -> None:
         if self.mlp not in get_args(MLPKind):
@@ -138,9 +144,7 @@ def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads
     if lay.layer_scale:
         _scale(w, at + p.scales[0], tok, h, L)
     w.norm(at + p.mlp_in, tok, h, L, residual=not lay.layer_scale)
-    # transformers' layers unpack `hidden_states, _ = self.attention(...)`: `_` keeps eager attention's probabilities
-    # [b, heads, n, n] live through the MLP (SDPA returns none)
-    with B.holding(B.b * heads * n * n, eager=True):
+    with B.holding(B.b * heads * n * n if lay.keeps_probs else 0, eager=True), B.holding(lay.kept * math.prod(tok) * h):
         if lay.mlp == "swiglu":
             w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
             B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
