@@ -748,24 +748,33 @@ def test_vision_encoder_inference_peak_equals_torch_memtracker(tmp_path, mem, co
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
-@pytest.mark.parametrize("sizes,b,side", [
+@pytest.mark.parametrize("config_cls,model_cls,sizes,b,side", [
     # microsoft/resnet-50's sizes: the peak is in stage 1, beside the embedder's output and the block's input (0.57x
     # on CPU, 0.53x on an H200 when only the largest module was counted)
-    (dict(embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3], layer_type="bottleneck"), 1, 224),
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3], layer_type="bottleneck"), 1, 224),
     # basic blocks on a small image: the peak is the stem, beside max_pool2d's int64 indices at 16-bit
-    (dict(embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2], layer_type="basic"), 2, 64),
-    (dict(embedding_size=32, hidden_sizes=[64, 128, 256, 512], depths=[2, 3, 2, 2], layer_type="bottleneck",
-          downsample_in_bottleneck=True), 2, 96),
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2], layer_type="basic"), 2, 64),
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=32, hidden_sizes=[64, 128, 256, 512], depths=[2, 3, 2, 2], layer_type="bottleneck",
+        downsample_in_bottleneck=True), 2, 96),
+    # a layer's input beside its MLP (0.89x without it); V2's GRN holds a temporary of the MLP's width
+    ("ConvNextConfig", "ConvNextForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[3, 2, 2, 2]),
+     2, 128),
+    ("ConvNextConfig", "ConvNextModel", dict(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1]), 2, 64),
+    ("ConvNextV2Config", "ConvNextV2ForImageClassification", dict(hidden_sizes=[32, 64, 128, 256], depths=[2, 1, 2, 1]),
+     2, 64),
 ])
-def test_resnet_inference_peak_equals_torch_memtracker(tmp_path, mem, sizes, b, side, dtype):
-    """A ResNet's inference peak against torch's MemTracker over a CPU forward of transformers' model, to the byte: the
-    largest op with what its callers keep live beside it (the embedder's output, the stage's and the block's input, the
-    shortcut beside the main path, a conv layer's input under its BatchNorm: families/resnet.py)."""
-    cfg = T.ResNetConfig(**sizes)
-    model = T.ResNetForImageClassification._from_config(cfg, dtype=getattr(torch, dtype)).eval()
+def test_convnet_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, b, side, dtype):
+    """A convnet's inference peak against torch's MemTracker over a CPU forward of transformers' model, to the byte:
+    the largest op with what its callers keep live beside it (ResNet: the embedder's output, the stage's and the
+    block's input, the shortcut beside the main path, a conv layer's input under its BatchNorm; ConvNeXt: the
+    embeddings' output, the stage's and the layer's input: families/resnet.py, convnext.py)."""
+    cfg = getattr(T, config_cls)(**sizes)
+    model = getattr(T, model_cls)._from_config(cfg, dtype=getattr(torch, dtype)).eval()
     peak = _image_act_peak(model, b, side)
-    r = mem(_config(tmp_path, "ResNetConfig", sizes, "ResNetForImageClassification", dtype=dtype), "--batch", str(b),
-            "--image-size", str(side))
+    r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--batch", str(b), "--image-size", str(side))
     assert _group(r, "activations") == peak
 
 
