@@ -765,12 +765,20 @@ def test_vision_encoder_inference_peak_equals_torch_memtracker(tmp_path, mem, co
     ("ConvNextConfig", "ConvNextModel", dict(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1]), 2, 64),
     ("ConvNextV2Config", "ConvNextV2ForImageClassification", dict(hidden_sizes=[32, 64, 128, 256], depths=[2, 1, 2, 1]),
      2, 64),
+    # a conv layer's input under its BatchNorm and activation (0.80x without it)
+    ("MobileNetV1Config", "MobileNetV1ForImageClassification", {}, 2, 64),
+    ("MobileNetV1Config", "MobileNetV1Model", dict(depth_multiplier=0.5), 2, 96),
+    ("RegNetConfig", "RegNetForImageClassification", dict(hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 1],
+                                                          embedding_size=16), 2, 64),
+    ("RegNetConfig", "RegNetModel", dict(hidden_sizes=[48, 96, 192, 384], depths=[1, 2, 2, 1], embedding_size=16,
+                                         layer_type="y"), 2, 96),
 ])
 def test_convnet_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, b, side, dtype):
     """A convnet's inference peak against torch's MemTracker over a CPU forward of transformers' model, to the byte:
     the largest op with what its callers keep live beside it (ResNet: the embedder's output, the stage's and the
-    block's input, the shortcut beside the main path, a conv layer's input under its BatchNorm; ConvNeXt: the
-    embeddings' output, the stage's and the layer's input: families/resnet.py, convnext.py)."""
+    block's input, the shortcut beside the main path, a conv layer's input under its BatchNorm, as in MobileNetV1's and
+    RegNet's; ConvNeXt: the embeddings' output, the stage's and the layer's input: families/resnet.py, convnext.py,
+    mobilenet.py, regnet.py)."""
     cfg = getattr(T, config_cls)(**sizes)
     model = getattr(T, model_cls)._from_config(cfg, dtype=getattr(torch, dtype)).eval()
     peak = _image_act_peak(model, b, side)
