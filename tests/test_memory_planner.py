@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from conftest import fixture, held_bytes  # noqa: E402
+from conftest import fixture, fixture_script, held_bytes  # noqa: E402
 from test_families import meta_autocast  # noqa: E402
 
 from ckptstat.analysis.memory.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
@@ -700,6 +700,18 @@ def test_vit_activations_follow_the_image_not_seq(tmp_path, mem):
 
 VISION = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, intermediate_size=1024, image_size=128,
               patch_size=8)
+SMALL_VISION = dict(VISION, hidden_size=192, num_attention_heads=3, intermediate_size=768, image_size=96, patch_size=16)
+
+
+def _image_act_peak(model, b: int, side: int) -> int:
+    """The peak of activation memory torch's MemTracker records over one CPU forward of b side x side images."""
+    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker").MemTracker()
+    tracker.track_external(model)
+    pixels = torch.randn(b, 3, side, side, dtype=model.dtype)
+    with torch.no_grad(), tracker:
+        model(pixel_values=pixels)
+    return next(v for per_device in tracker.get_tracker_snapshot("peak").values()
+                for k, v in per_device.items() if k.name == "ACT")
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
@@ -707,28 +719,85 @@ VISION = dict(hidden_size=256, num_hidden_layers=2, num_attention_heads=4, inter
 @pytest.mark.parametrize("config_cls,model_cls,sizes", [
     ("ViTConfig", "ViTForImageClassification", VISION),
     ("DeiTConfig", "DeiTForImageClassification", VISION),
-    ("ViTConfig", "ViTModel", dict(VISION, hidden_size=192, num_attention_heads=3, image_size=96, patch_size=16)),
+    ("ViTConfig", "ViTModel", dict(SMALL_VISION, intermediate_size=1024)),
+    ("ViTConfig", "ViTModel", dict(VISION, hidden_act="gelu_new")),     # two temporaries
+    ("CLIPVisionConfig", "CLIPVisionModel", dict(VISION, hidden_act="quick_gelu")),   # one temporary
+    ("CLIPVisionConfig", "CLIPVisionModel", SMALL_VISION),               # quick_gelu, CLIPVisionConfig's default
+    ("SiglipVisionConfig", "SiglipVisionModel", VISION),                 # gelu_pytorch_tanh: none
+    ("Dinov2Config", "Dinov2Model", dict(VISION, image_size=64)),
+    ("Dinov2Config", "Dinov2Model", dict(VISION, image_size=64, use_swiglu_ffn=True)),
+    ("Data2VecVisionConfig", "Data2VecVisionModel", VISION),
 ])
 def test_vision_encoder_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, attn, dtype):
     """An image transformer's inference peak against torch's MemTracker over a CPU forward of transformers' model:
-    eager attention's scores at their peak bytes beside q, k and v, and the four b x t x h tensors a layer keeps
-    (ViT-B/16 on an H200: 0.37x eager, 0.67x SDPA of the peak when only the largest module was counted). SDPA's
-    peak is in the MLP and exact; eager's from 4% below (a short image: 37 tokens) to 10% above."""
+    eager attention's scores at their peak bytes beside q, k and v, the four b x t x h tensors a layer keeps, the
+    activation's temporaries (act_temporaries.json: quick_gelu's one, gelu_new's two; CLIP's tower on an H200 was 0.72x
+    without them), and under eager attention the probabilities a layer keeps through its MLP (ViT-B/16 on an H200: 0.37x
+    eager, 0.67x SDPA when only the largest module was counted). Equal to the byte for SDPA; eager from equal (most at
+    fp32) to 8% above, where the scores' moment is the peak and the rule's fp32 softmax copies exceed what CPU's kernels
+    hold, and 75% above Data2VecVision's at 16-bit, whose own attention class keeps its softmax in bf16."""
     cfg = getattr(T, config_cls)(**sizes)
     model = getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype)).eval()
     b = 4
-    tracker = pytest.importorskip("torch.distributed._tools.mem_tracker").MemTracker()
-    tracker.track_external(model)
-    pixels = torch.randn(b, 3, cfg.image_size, cfg.image_size, dtype=getattr(torch, dtype))
-    with torch.no_grad(), tracker:
-        model(pixel_values=pixels)
-    peak = next(v for per_device in tracker.get_tracker_snapshot("peak").values()
-                for k, v in per_device.items() if k.name == "ACT")
+    peak = _image_act_peak(model, b, cfg.image_size)
     r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--batch", str(b),
             "--attention", "flash" if attn == "sdpa" else "eager")
     planned = _group(r, "activations")
-    band = (1.0, 1.0) if attn == "sdpa" else (0.95, 1.1)
-    assert band[0] * peak <= planned <= band[1] * peak, (planned, peak, planned / peak)
+    top = 1.0 if attn == "sdpa" else 1.8 if model_cls.startswith("Data2Vec") else 1.08
+    assert peak <= planned <= top * peak, (planned, peak, planned / peak)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
+@pytest.mark.parametrize("config_cls,model_cls,sizes,b,side", [
+    # microsoft/resnet-50's sizes: the peak is in stage 1, beside the embedder's output and the block's input (0.57x
+    # on CPU, 0.53x on an H200 when only the largest module was counted)
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=64, hidden_sizes=[256, 512, 1024, 2048], depths=[3, 4, 6, 3], layer_type="bottleneck"), 1, 224),
+    # basic blocks on a small image: the peak is the stem, beside max_pool2d's int64 indices at 16-bit
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=16, hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2], layer_type="basic"), 2, 64),
+    ("ResNetConfig", "ResNetForImageClassification", dict(
+        embedding_size=32, hidden_sizes=[64, 128, 256, 512], depths=[2, 3, 2, 2], layer_type="bottleneck",
+        downsample_in_bottleneck=True), 2, 96),
+    # a layer's input beside its MLP (0.89x without it); V2's GRN holds a temporary of the MLP's width
+    ("ConvNextConfig", "ConvNextForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[3, 2, 2, 2]),
+     2, 128),
+    ("ConvNextConfig", "ConvNextModel", dict(hidden_sizes=[32, 64, 128, 256], depths=[1, 1, 2, 1]), 2, 64),
+    ("ConvNextV2Config", "ConvNextV2ForImageClassification", dict(hidden_sizes=[32, 64, 128, 256], depths=[2, 1, 2, 1]),
+     2, 64),
+    # a conv layer's input under its BatchNorm and activation (0.80x without it)
+    ("MobileNetV1Config", "MobileNetV1ForImageClassification", {}, 2, 64),
+    ("MobileNetV1Config", "MobileNetV1Model", dict(depth_multiplier=0.5), 2, 96),
+    ("RegNetConfig", "RegNetForImageClassification", dict(hidden_sizes=[64, 128, 256, 512], depths=[2, 2, 2, 1],
+                                                          embedding_size=16), 2, 64),
+    ("RegNetConfig", "RegNetModel", dict(hidden_sizes=[48, 96, 192, 384], depths=[1, 2, 2, 1], embedding_size=16,
+                                         layer_type="y"), 2, 96),
+])
+def test_convnet_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, b, side, dtype):
+    """A convnet's inference peak against torch's MemTracker over a CPU forward of transformers' model, to the byte:
+    the largest op with what its callers keep live beside it (ResNet: the embedder's output, the stage's and the
+    block's input, the shortcut beside the main path, a conv layer's input under its BatchNorm, as in MobileNetV1's and
+    RegNet's; ConvNeXt: the embeddings' output, the stage's and the layer's input: families/resnet.py, convnext.py,
+    mobilenet.py, regnet.py)."""
+    cfg = getattr(T, config_cls)(**sizes)
+    model = getattr(T, model_cls)._from_config(cfg, dtype=getattr(torch, dtype)).eval()
+    peak = _image_act_peak(model, b, side)
+    r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--batch", str(b), "--image-size", str(side))
+    assert _group(r, "activations") == peak
+
+
+def test_act_temporaries_table_is_what_torch_allocates():
+    """analysis/memory/act_temporaries.json (fixtures/make_act_temporaries.py) holds every ACT2FN entry the installed
+    transformers has, each what torch's allocator holds beside its input and output now."""
+    from transformers.activations import ACT2FN
+
+    script = fixture_script("make_act_temporaries")
+    with open(script.OUT, encoding="utf-8") as f:
+        doc = json.load(f)
+    assert set(doc["activations"]) == set(ACT2FN)
+    assert doc["activations"] == script.table()
+    # x * sigmoid(1.702 x): one temporary as wide as its input
+    assert doc["activations"]["quick_gelu"] == {dt: getattr(torch, dt).itemsize for dt in script.DTYPES}
 
 
 # ---- hardware and bad input --------------------------------------------------------------------------

@@ -124,7 +124,9 @@ def walk(B: Builder) -> Recorder:
     if X.layer_bias:
         w.params(f"{LAYER.paths.layers}[{L}].relative_position_bias (gathered, + scores)",
                  ((f"{LAYER.paths.layers}.{{bid}}.{LAYER_BIAS}", table),), (a, n, n), scores, ew=B.b * a * n * n, L=L)
-    encoder_layers(w, replace(LAYER, layer_scale=X.layer_scale), L, n, h, a, s.intermediate, s.activation, True)
+    old = s.model_type == "data2vec-vision"   # Data2VecVisionLayer: EncoderLayer.kept
+    lay = replace(LAYER, layer_scale=X.layer_scale, keeps_probs=not old, kept=(2 if X.layer_scale else 1) if old else 0)
+    encoder_layers(w, lay, L, n, h, a, s.intermediate, s.activation, True)
     if not X.mean_pooling:
         w.norm("layernorm", (B.b, n), h, residual=False)
     if s.pooler and X.mean_pooling:   # a LayerNorm of the patch tokens' mean

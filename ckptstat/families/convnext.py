@@ -92,31 +92,44 @@ def walk(B: Builder) -> Recorder:
     side = conv(w, "embeddings.patch_embeddings", X.channels, c, X.patch_size, s.image_size, True)
     w.norm("embeddings.layernorm", (B.b, side, side), c, residual=False)
     w.bucket = "encoder"
+    # What stays live beside each op, for the inference peak (analysis/memory/peaks.py): ConvNextModel keeps the
+    # embeddings' output through the encoder and the pooling, ConvNextEncoder a stage's input through the stage,
+    # ConvNextStage its downsampled input through its layers, a layer its input (the residual) through the layer. Each
+    # counted once; the layers after a stage's first hold both its input and theirs, the bound over the stage's layers.
+    embedded = B.b * c * side * side
     for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
         at = f"encoder.stages.{i}"
-        if i:   # the downsampling layer: a channels-first LayerNorm, a biased 2x2/2 conv
-            w.norm(f"{at}.downsampling_layer.0", (B.b, side, side), c, residual=False)
-            side = conv_strided(w, f"{at}.downsampling_layer.1", f"{at}.downsampling_layer.1", c, width, 2, 2, side, 0,
-                                bias=True)
-        c, f, L = width, 4 * width, depth
-        tok, layer = (B.b, side, side), f"{at}.layers.{{bid}}"
-        conv_strided(w, f"{layer}.dwconv", w.label(f"{layer}.dwconv", L), c, c, 7, 1, side, 3, tuple(range(L)),
-                     groups=c, bias=True)
-        w.norm(f"{layer}.layernorm", tok, c, L, residual=False)
-        w.linear(f"{layer}.pwconv1", tok, c, f, True, L)
-        B.activation(w.label(f"{layer}.act", L), w.bucket, tok, f, s.activation, L)
-        n = B.b * side * side
-        if X.grn:   # x * weight * (its L2 norm over the map / the channels' mean of it) + bias + x
-            grn = (("weight", (1, 1, 1, f)), ("bias", (1, 1, 1, f)))
-            B.add(w.label(f"{layer}.grn", L), "norm", w.bucket, L, tok + (f,), tok + (f,), params=w.count(
-                ((f"{layer}.grn", grn),), L), ew=6 * n * f, weights_per_call=2 * f)
-        w.linear(f"{layer}.pwconv2", tok, f, c, True, L)
-        if X.layer_scale:
-            w.params(f"{layer}.layer_scale_parameter".replace(".{bid}", f"[{L}]"),
-                     ((f"{layer}.layer_scale_parameter", (c,)),), tok + (c,), tok + (c,), ew=n * c, kind="activation", L=L)
-        B.add(w.label(layer, L) + " residual add", "activation", "encoder", L, tok + (c,), tok + (c,), ew=n * c,
-              extra_in=n * c)
-    B.add("mean over the map", "pool", "pooler", 1, (B.b, c, side, side), (B.b, c), ew=B.b * c * side * side)
+        before = B.b * c * side * side
+        with B.holding(embedded + before if i else 0):
+            if i:   # the downsampling layer: a channels-first LayerNorm, a biased 2x2/2 conv
+                w.norm(f"{at}.downsampling_layer.0", (B.b, side, side), c, residual=False)
+                side = conv_strided(w, f"{at}.downsampling_layer.1", f"{at}.downsampling_layer.1", c, width, 2, 2,
+                                    side, 0, bias=True)
+            c, f, L = width, 4 * width, depth
+            tok, layer = (B.b, side, side), f"{at}.layers.{{bid}}"
+            n = B.b * side * side
+            with B.holding(n * c if L > 1 else 0):   # the stage's input, beside a later layer's
+                conv_strided(w, f"{layer}.dwconv", w.label(f"{layer}.dwconv", L), c, c, 7, 1, side, 3, tuple(range(L)),
+                             groups=c, bias=True)
+                with B.holding(n * c):   # the layer's input
+                    w.norm(f"{layer}.layernorm", tok, c, L, residual=False)
+                    w.linear(f"{layer}.pwconv1", tok, c, f, True, L)
+                    B.activation(w.label(f"{layer}.act", L), w.bucket, tok, f, s.activation, L)
+                    if X.grn:   # x * weight * (its L2 norm over the map / the channels' mean of it) + bias + x
+                        grn = (("weight", (1, 1, 1, f)), ("bias", (1, 1, 1, f)))
+                        # at its peak x x norm and weight x that beside x, with the [b, f] norms and their ratio
+                        B.add(w.label(f"{layer}.grn", L), "norm", w.bucket, L, tok + (f,), tok + (f,), params=w.count(
+                            ((f"{layer}.grn", grn),), L), ew=6 * n * f, weights_per_call=2 * f,
+                            scratch=B.ab * (n * f + 2 * B.b * f))
+                    w.linear(f"{layer}.pwconv2", tok, f, c, True, L)
+                    if X.layer_scale:
+                        w.params(f"{layer}.layer_scale_parameter".replace(".{bid}", f"[{L}]"),
+                                 ((f"{layer}.layer_scale_parameter", (c,)),), tok + (c,), tok + (c,), ew=n * c,
+                                 kind="activation", L=L)
+                    B.add(w.label(layer, L) + " residual add", "activation", "encoder", L, tok + (c,), tok + (c,),
+                          ew=n * c, extra_in=n * c)
+    with B.holding(embedded):
+        B.add("mean over the map", "pool", "pooler", 1, (B.b, c, side, side), (B.b, c), ew=B.b * c * side * side)
     w.norm("layernorm", (B.b,), c, residual=False, bucket="pooler")
     if s.head == "imgcls" and s.num_labels:   # an Identity, without parameters, when num_labels is 0
         w.linear("classifier", (B.b,), c, s.num_labels, True, bucket="cls", top=True)

@@ -139,11 +139,13 @@ def walk(B: Builder) -> Recorder:
 
     def conv_layer(path: str, cin: int, cout: int, k: int, side: int, stride: int = 1, depthwise: bool = False,
                    act: bool = True) -> int:
-        """A ConvLayer: the conv (TF "SAME" or (k - 1) / 2 padding), its BatchNorm and activation; the output side."""
-        side = conv_strided(w, f"{path}.convolution", f"{path}.convolution", cin, cout, k, stride, side,
-                            "same" if X.tf_padding else k // 2, groups=cin if depthwise else 1)
-        batchnorm(w, f"{path}.normalization", f"{path}.normalization", cout, side, act=s.activation if act else None)
-        return side
+        """A ConvLayer: the conv (TF "SAME" or (k - 1) / 2 padding), its BatchNorm and activation, beside the conv's
+        input (its caller's; the inference peak, analysis/memory/peaks.py); the output side."""
+        out = conv_strided(w, f"{path}.convolution", f"{path}.convolution", cin, cout, k, stride, side,
+                           "same" if X.tf_padding else k // 2, groups=cin if depthwise else 1)
+        with B.holding(B.b * cin * side * side):
+            batchnorm(w, f"{path}.normalization", f"{path}.normalization", cout, out, act=s.activation if act else None)
+        return out
 
     if X.version == 1:
         side = conv_layer("conv_stem", X.channels, X.stem, 3, s.image_size, 2)

@@ -93,12 +93,14 @@ def walk(B: Builder) -> Recorder:
 
     def conv_bn(path: str, at: str, layers: tuple[int, ...], cin: int, cout: int, k: int, stride: int, side: int,
                 groups: int = 1, act: str | None = s.activation) -> int:
-        """A RegNetConvLayer (a conv, padding k // 2, BatchNorm, activation); `at` the block its labels show."""
+        """A RegNetConvLayer (a conv, padding k // 2, BatchNorm, activation, beside the conv's input: its caller's, for
+        the inference peak); `at` the block its labels show."""
         label = path.replace("{bid}", at)
-        side = conv_strided(w, f"{path}.convolution", f"{label}.convolution", cin, cout, k, stride, side, k // 2, layers,
-                            groups=groups)
-        batchnorm(w, f"{path}.normalization", f"{label}.normalization", cout, side, layers, act)
-        return side
+        out = conv_strided(w, f"{path}.convolution", f"{label}.convolution", cin, cout, k, stride, side, k // 2, layers,
+                           groups=groups)
+        with B.holding(B.b * cin * side * side):
+            batchnorm(w, f"{path}.normalization", f"{label}.normalization", cout, out, layers, act)
+        return out
 
     side = conv_bn(STEM, "", (), X.channels, s.hidden, 3, 2, s.image_size)
     w.bucket, cin = "encoder", s.hidden

@@ -133,21 +133,31 @@ def walk(B: Builder) -> Recorder:
     w = Recorder(B, "embedding")
 
     def conv_bn(conv: str, bn: str, at: str, layers: tuple[int, ...], cin: int, cout: int, k: int, stride: int,
-                side: int, act: str | None = "relu") -> int:
-        """A conv (padding k//2) and its BatchNorm; `at` the block index their ops' labels show; the output side."""
-        side = conv_strided(w, conv, conv.replace("{bid}", at), cin, cout, k, stride, side, k // 2, layers)
-        batchnorm(w, bn, bn.replace("{bid}", at), cout, side, layers, act)
-        return side
+                side: int, act: str | None = "relu", pixels: bool = False) -> int:
+        """A conv (padding k//2) and its BatchNorm; `at` the block index their ops' labels show; the output side. The
+        conv's input stays live under the BatchNorm and activation (ResNetConvLayer's and ResNetShortCut's forward
+        take it as their argument), not counted where it is the caller's `pixels` (the stem's)."""
+        out = conv_strided(w, conv, conv.replace("{bid}", at), cin, cout, k, stride, side, k // 2, layers)
+        with B.holding(0 if pixels else B.b * cin * side * side):
+            batchnorm(w, bn, bn.replace("{bid}", at), cout, out, layers, act)
+        return out
 
-    side = conv_bn(*STEMS[tv], "", (), X.channels, s.hidden, 7, 2, s.image_size)
+    side = conv_bn(*STEMS[tv], "", (), X.channels, s.hidden, 7, 2, s.image_size, pixels=True)
     out = (side + 2 - 3) // 2 + 1
+    # nn.MaxPool2d runs max_pool2d_with_indices (CPU and CUDA, inference too) and drops its int64 indices
     B.add("maxpool (3x3/2)", "pool", "embedding", 1, (B.b, s.hidden, side, side), (B.b, s.hidden, out, out),
-          ew=B.b * s.hidden * out * out * 9)
+          ew=B.b * s.hidden * out * out * 9, scratch=8 * B.b * s.hidden * out * out)
     w.bucket = "encoder"   # the stem's ops are the embedding's, the stages' the encoder's
     side, cin = out, s.hidden
+    # What stays live beside a block's ops, for the inference peak (analysis/memory/peaks.py): ResNetModel keeps the
+    # embedder's output through the encoder and the pooler, ResNetStage its input through the stage, a block its input
+    # through the block (the residual; under the shortcut, the main path's output too), a conv layer its input under
+    # its BatchNorm (conv_bn). Each counted once: a stage's first block's input is the stage's, stage 0's the embedder's.
+    embedded = B.b * s.hidden * out * out
     for i, (width, depth) in enumerate(zip(X.widths, X.depths)):
         stride = X.first_stride if i == 0 else 2
         block = _block(tv, i)
+        stage_in = B.b * cin * side * side
         for first in (True, False):
             layers = (0,) if first else tuple(range(1, depth))
             if not layers:
@@ -160,19 +170,27 @@ def walk(B: Builder) -> Recorder:
                 convs = ((c, mid, 1, s1), (mid, mid, 3, st // s1), (mid, width, 1, 1))
             else:
                 convs = ((c, width, 3, st), (width, width, 3, 1))
-            o = side
-            for j, (ci, co, k, sj) in enumerate(convs):
-                o = conv_bn(_conv(tv, block, j), _bn(tv, block, j), at, layers, ci, co, k, sj, o,
-                            act=None if j == len(convs) - 1 else "relu")
-            if first and (cin != width or st != 1):   # projection shortcut
-                short_conv, short_bn = (path.format(block=block) for path in SHORTCUTS[tv])
-                conv_bn(short_conv, short_bn, at, layers, cin, width, 1, st, side, act=None)
-            p = block.replace("{bid}", at)
-            B.add(f"{p} residual add + relu", "activation", "encoder", len(layers), (B.b, width, o, o), (B.b, width, o, o),
-                  ew=2 * B.b * width * o * o)
+            x = B.b * c * side * side
+            projection = first and (cin != width or st != 1)
+            with B.holding((embedded if i or not first else 0) + (stage_in if i and not first else 0)):
+                o = side
+                for j, (ci, co, k, sj) in enumerate(convs):
+                    with B.holding(x if j else 0):
+                        o = conv_bn(_conv(tv, block, j), _bn(tv, block, j), at, layers, ci, co, k, sj, o,
+                                    act=None if j == len(convs) - 1 else "relu")
+                main = B.b * width * o * o
+                if projection:
+                    short_conv, short_bn = (path.format(block=block) for path in SHORTCUTS[tv])
+                    with B.holding(main):
+                        conv_bn(short_conv, short_bn, at, layers, cin, width, 1, st, side, act=None)
+                p = block.replace("{bid}", at)
+                with B.holding(x + (main if projection else 0)):   # the input and the shortcut's output
+                    B.add(f"{p} residual add + relu", "activation", "encoder", len(layers), (B.b, width, o, o),
+                          (B.b, width, o, o), ew=2 * B.b * width * o * o)
             side = o
         cin = width
-    B.add("avgpool (global)", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)
+    with B.holding(embedded):
+        B.add("avgpool (global)", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)
     if s.head == "imgcls":
         head = HEADS[tv]
         if s.num_labels:

@@ -11,7 +11,8 @@ then `causal_pairs` is the one rule every family's causal self-attention counts 
 """
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from .archspec import ArchSpec
@@ -79,6 +80,10 @@ class Op:
     read: int                     # bytes read per call (weights + inputs)
     written: int                  # bytes written per call (outputs)
     active: int | None = None     # parameters one token uses, when fewer than params (routed experts)
+    fn: str = ""                  # an activation op's function (its ACT2FN name where it has one: quick_gelu, silu, ...)
+    live: int = 0                 # elements its callers keep live while it runs (a residual block's input: Builder.holding)
+    eager_live: int = 0           # more of them under eager attention only (a layer's attention probabilities)
+    scratch: int = 0              # bytes it allocates beside its input and output, any dtype (max_pool2d's int64 indices)
 
 
 class Builder:
@@ -90,20 +95,34 @@ class Builder:
         self.s, self.b, self.seq, self.dec_seq = spec, batch, seq, dec_seq
         self.wb, self.ab, self.halve = w_bytes, a_bytes, causal_halving
         self.ops: list[Op] = []
+        self.live = self.eager_live = 0
+
+    @contextmanager
+    def holding(self, elements: int, eager: bool = False) -> Iterator[None]:
+        """The ops added inside run while their callers keep `elements` more live (a residual block's input, a conv
+        layer's input under its BatchNorm; `eager`: only under eager attention, the probabilities it returns): the
+        inference peak counts them beside the op (analysis/memory/peaks.py)."""
+        name = "eager_live" if eager else "live"
+        setattr(self, name, getattr(self, name) + elements)
+        try:
+            yield
+        finally:
+            setattr(self, name, getattr(self, name) - elements)
 
     def add(self, module: str, kind: str, bucket: str, calls: int, in_shape: tuple[int, ...], out_shape: tuple[int, ...],
             params: int = 0, macs: int = 0, ew: int = 0, weights_per_call: int = 0, extra_in: int = 0,
-            active: int | None = None) -> None:
+            active: int | None = None, fn: str = "", scratch: int = 0) -> None:
         n_in = _prod(in_shape) + extra_in
         read = int(weights_per_call * self.wb) + n_in * self.ab
         self.ops.append(Op(module, kind, bucket, calls, in_shape, out_shape, params, macs, ew, read,
-                           _prod(out_shape) * self.ab, active))
+                           _prod(out_shape) * self.ab, active, fn, self.live, self.eager_live, scratch))
 
     def embedding(self, module: str, bucket: str, rows: int, dim: int, seq: int, params: bool = True) -> None:
         # A lookup: 0 MACs; reads one row per token.
         n = self.b * seq
         self.ops.append(Op(module, "embedding", bucket, 1, (self.b, seq), (self.b, seq, dim),
-                           rows * dim if params else 0, 0, 0, int(n * dim * self.wb) + n * 8, n * dim * self.ab))
+                           rows * dim if params else 0, 0, 0, int(n * dim * self.wb) + n * 8, n * dim * self.ab,
+                           live=self.live, eager_live=self.eager_live))
 
     def linear(self, module: str, bucket: str, tokens: tuple[int, ...], fin: int, fout: int, bias: bool,
                calls: int = 1, copies: int | None = None, tied: bool = False, active_copies: int | None = None) -> None:
@@ -131,7 +150,8 @@ class Builder:
         """params: the activation's own parameters, all its calls together (xIELU's alphas)."""
         n = _prod(tokens) * dim
         self.add(module, "activation", bucket, calls, tokens + (dim * (2 if gated else 1),), tokens + (dim,),
-                 params=params, ew=n * (ew_cost(kind) + (1 if gated else 0)), weights_per_call=params // max(calls, 1))
+                 params=params, ew=n * (ew_cost(kind) + (1 if gated else 0)), weights_per_call=params // max(calls, 1),
+                 fn=kind)
 
     def pairs(self, q_len: int, k_len: int, causal: bool, window: int | None = None) -> int:
         """(query, key) pairs attention computes: every one of q_len x k_len, as eager attention does (it masks

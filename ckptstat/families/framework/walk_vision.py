@@ -69,7 +69,7 @@ def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tu
     shape = (B.b, ch, side, side)
     B.add(label, "norm", w.bucket, calls, shape, shape, params=2 * ch * calls, ew=2 * n, weights_per_call=2 * ch)
     if act:
-        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n)
+        B.add(label + " act", "activation", w.bucket, calls, shape, shape, ew=n, fn=act)
 
 
 def positive_lists(c: Cfg, *keys: str) -> list[list[int]]:
@@ -116,6 +116,12 @@ class EncoderLayer:
     layer_scale: bool = False
     mlp: MLPKind = "plain"
     k_bias: bool = True   # false: the key projection has no bias whatever qkv_bias says (BEiT's, Data2VecVision's)
+    # What the layer keeps live through its MLP, for the inference peak: transformers' layers unpack `hidden_states, _ =
+    # self.attention(...)`, and `_` keeps eager attention's probabilities (SDPA returns none); Data2VecVisionLayer (a
+    # modeling file transformers has not refactored) returns none but keeps `kept` b x n x h tensors more: the
+    # attention's output in self_attention_outputs, and lambda_1 x it where it has a layer scale
+    keeps_probs: bool = True
+    kept: int = 0
 
     def __post_init__(self) -> None:
         if self.mlp not in get_args(MLPKind):
@@ -138,14 +144,15 @@ def encoder_layers(w: Recorder, lay: EncoderLayer, L: int, n: int, h: int, heads
     if lay.layer_scale:
         _scale(w, at + p.scales[0], tok, h, L)
     w.norm(at + p.mlp_in, tok, h, L, residual=not lay.layer_scale)
-    if lay.mlp == "swiglu":
-        w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
-        B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
-        w.linear(at + p.gated_out, tok, f, h, True, L)
-    else:
-        w.linear(at + p.up, tok, h, f, True, L)
-        B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
-        w.linear(at + p.down, tok, f, h, True, L)
+    with B.holding(B.b * heads * n * n if lay.keeps_probs else 0, eager=True), B.holding(lay.kept * math.prod(tok) * h):
+        if lay.mlp == "swiglu":
+            w.linear(at + p.gated_in, tok, h, 2 * f, True, L)
+            B.activation(w.label(at + p.gated_act, L), w.bucket, tok, f, "silu", L, gated=True)
+            w.linear(at + p.gated_out, tok, f, h, True, L)
+        else:
+            w.linear(at + p.up, tok, h, f, True, L)
+            B.activation(w.label(at + p.act, L), w.bucket, tok, f, act, L)
+            w.linear(at + p.down, tok, f, h, True, L)
     if lay.layer_scale:
         _scale(w, at + p.scales[1], tok, h, L)
     else:   # the MLP's output added to the stream (ViTOutput's `+ input_tensor`, CLIPEncoderLayer's `residual + ...`)
