@@ -45,6 +45,7 @@ from ...census.model import Model
 from ...families import get
 from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
+from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
 
 # What transformers' ops save, measured from transformers and torch by fixtures/make_saved_table.py (saved_tensors_hooks
@@ -90,7 +91,8 @@ def _softmax_as_input(s: ArchSpec) -> bool:
 
 RESID_DROPOUT = ("resid_pdrop",)
 EMBD_DROPOUT = ("embd_pdrop",)
-ATTN_DROPOUT = ("attn_pdrop", "attention_dropout")
+ATTN_DROPOUT = ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop")
+CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
 KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
 
@@ -123,10 +125,14 @@ def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> floa
             cfg = {}
         if not isinstance(cfg, dict):
             cfg = {}
-    for k in keys:
-        v = cfg.get(k)
+    for k in keys:   # "attn_config.clip_qkv": inside a nested config (DBRX's), its class's default under "dbrx.attn_config"
+        *outer, last = k.split(".")
+        sub: Any = cfg
+        for o in outer:
+            sub = sub.get(o) if isinstance(sub, dict) else None
+        v = sub.get(last) if isinstance(sub, dict) else None
         if v is None:
-            v = class_default(s.model_type, k)
+            v = class_default(".".join([s.model_type, *outer]), last)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
     return 0.0
@@ -175,6 +181,9 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
     prev: Op | None = None
     d = s.head_dim
     dv = s.v_head_dim or d
+    row = facts(s)
+    lays = layouts_of(get(s.family))
+    alibi = lays is not None and lays.of(s).positions == "alibi"
     for op in layer_ops:
         c = op.calls
         if op.kind == "norm":
@@ -194,7 +203,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
                     shard += c * t * (4 * (s.experts or 1) + 12 * (s.top_k or 1) + 4)
             elif same:
                 pass
-            elif after_attn and not eager and not facts(s).get("o_proj_copy"):
+            elif after_attn and not eager and not row.get("o_proj_copy"):
                 pass   # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
             else:
                 shard += c * ab * _prod(op.in_shape)
@@ -223,13 +232,16 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
             g = a if (window and window <= n) or d > 256 else (s.kv_heads or s.heads)
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
-                if eager:
+                if eager:   # q and k as the scores' matmul reads them (GPT-Neo, GPT-J, CodeGen: upcast to float32)
+                    qk = 4 if row.get("qk_fp32") else ab
                     per = (ab if _softmax_as_input(s) else 4 + (ab if ab < 4 else 0))
                     per += ab if s.attn_softcap else 0
                     per += 1 + ab if p_attn > 0 else 0
-                    shard += c * (ab * b * a * (n + nk) * d + per * b * a * n * nk)
-                else:   # with a window's mask, SDPA keeps it too, converted to the scores' dtype on each call
-                    masked = ab * b * n * nk if window and window <= nk else 0
+                    shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
+                else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
+                    # bias is that mask, one per head (Falcon-RW)
+                    masked = ab * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
+                    masked *= a if alibi else 1
                     shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
             else:
                 nk = op.in_shape[-1]
@@ -253,8 +265,8 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rep, shard = layer_saved(s, layer_ops, ab, eager, p_attn)
     L = max(layers_run, 1)
     T = b * n
-    clip = dropout(s, config_path, ("clip_qkv",))
-    if clip > 0:   # OLMo's clip_qkv: q, k and v clamped in place, autograd keeps them as they were before the clamp
+    clip = dropout(s, config_path, CLIP_QKV)
+    if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
     if p_resid > 0:   # GPT-2's resid_dropout after the attention and dropout after the MLP: 1 B masks on CUDA
         rep += 2 * L * T * s.hidden
@@ -264,6 +276,8 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rot = next((op for op in ops if op.module.startswith("rotary_emb")), None)
     if rot is not None:
         outside += 2 * ab * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
+        # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
+        rep += L * (facts(s).get("rotary_copies") or 0) * ab * n * rot.out_shape[-1] * 2
     if p_embd > 0:
         outside += T * s.hidden
     v_bytes = 12 + (ab if s.logit_softcap else 0)
