@@ -6,11 +6,14 @@ Measured with torch.autograd.graph.saved_tensors_hooks on CPU forwards (each sto
 Llama, Qwen2, Qwen3, Mistral, Gemma2, GPT-2, Mixtral, OLMoE and Qwen3-MoE (tests/test_memory_planner.py
 test_training_layers_are_what_autograd_saves, test_training_loss_line_is_the_loss_peak), and against
 torch.cuda.max_memory_allocated on an H200 (bench/results/gpu_memory.md).
+What each activation and each decoder model type's norm and attention keep is not written here: fixtures/make_saved_table.py
+measures it from transformers and torch with saved_tensors_hooks into families/saved_table.json (`facts`, `act_saves`),
+which tests/test_saved_table.py measures again.
 What each op keeps (ab: the activation's bytes, T: tokens b*s):
  - RMSNorm (LlamaRMSNorm and its copies): its input upcast to float32 (pow), the normalised tensor cast back (ab; in
    float32 the mul's own input), and the fp32 rsqrt per row: (4 + ab) x width + 4 per row; Gemma's (1 + weight)
-   RMSNorm keeps the normalised tensor in float32, 8 x width + 4 per row; LayerNorm its input and the mean and rstd
-   (float32 on CUDA): ab x width + 8 per row;
+   RMSNorm keeps the normalised tensor in float32, 8 x width + 4 per row (the table's `norm` row for each model
+   type); LayerNorm its input and the mean and rstd (float32 on CUDA): ab x width + 8 per row;
  - a linear its input (ab), once for the linears that read one tensor (q/k/v, gate/up, a router beside the experts);
  - rotary: cos and sin, [s, rotary dims] shared by every layer (counted once, with the head);
  - attention, --attention flash (CUDA's flash / memory-efficient SDPA kernels; CPU's flash kernel alike): q, k and v
