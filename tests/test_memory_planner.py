@@ -946,8 +946,8 @@ def _cuda_dropout(x, p=0.5, training=True, inplace=False):
 def _saved_split(model, **inputs) -> tuple[int, int]:
     """(bytes autograd saves inside the decoder layers, bytes it saves elsewhere) over one training forward: each
     storage once, at its whole size (views of one storage keep all of it alive), parameters and buffers not counted;
-    a storage is the layers' when first saved while a module under `layers.N` / `h.N` runs, but the rotary table's
-    cos and sin (model.rotary_emb's output, which every layer reads) are elsewhere."""
+    a storage is the layers' when first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but the
+    rotary table's cos and sin (model.rotary_emb's output, which every layer reads) are elsewhere."""
     import re
 
     skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
@@ -963,7 +963,7 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
     def pack(t):
         st = t.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|h)\.\d+(\.|$)", stack[-1])))
+            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|h|blocks)\.\d+(\.|$)", stack[-1])))
         return t
 
     try:
@@ -974,6 +974,22 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
             h.remove()
     layers = sum(nb for ptr, (nb, inside) in seen.items() if inside and ptr not in rotary)
     return layers, sum(nb for nb, _ in seen.values()) - layers
+
+
+def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n) -> tuple[dict, int, str]:
+    """(the planner's training line of the layers, the bytes autograd saves in the decoder layers of a CPU training
+    forward of the transformers model, the config.json written)."""
+    cfg = getattr(T, config_cls)(**sizes)
+    torch.manual_seed(0)
+    model = getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype)).train()
+    ids = torch.randint(0, 90, (b, n))
+    layers, _ = _saved_split(model, input_ids=ids, labels=ids)
+    path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
+    r = mem(path, "--mode", "training", "--batch", str(b), "--seq", str(n), "--attention",
+            "eager" if attn == "eager" else "flash")
+    line = next(x for x in r["fit"]["lines"] if x["group"] == "activations" and " layers, " in x["item"])
+    assert line["rule"].startswith("transformers' saved tensors per layer"), line["rule"]
+    return line, layers, path
 
 
 @pytest.mark.parametrize("config_cls,model_cls,sizes,dtype,attn,b,n", [
@@ -1006,6 +1022,16 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
      "sdpa", 3, 24),
     ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(_SMALL, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
                                                    head_dim=16), "bfloat16", "eager", 2, 16),
+    # the rule's facts measured (families/saved_table.json): Helium's RMSNorm multiplies by a float32 weight (the
+    # normalised tensor in float32), NanoChat's has no weight, GPT-Neo's eager scores read q and k upcast to float32
+    ("HeliumConfig", "HeliumForCausalLM", dict(_SMALL, head_dim=16), "bfloat16", "sdpa", 2, 16),
+    ("HeliumConfig", "HeliumForCausalLM", dict(_SMALL, head_dim=16), "bfloat16", "eager", 2, 16),
+    ("NanoChatConfig", "NanoChatForCausalLM", dict(_SMALL, num_key_value_heads=4), "float32", "sdpa", 2, 16),
+    ("GPTNeoConfig", "GPTNeoForCausalLM", dict(vocab_size=100, hidden_size=64, num_layers=2, num_heads=4, window_size=8,
+                                               attention_types=[[["global", "local"], 1]]), "bfloat16", "eager", 2, 16),
+    # Falcon's SDPA always gets a mask, which it keeps (sequential layout: the parallel one is not walked)
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               parallel_attn=False), "bfloat16", "sdpa", 2, 16),
 ])
 def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, config_cls, model_cls, sizes, dtype, attn,
                                                    b, n):
@@ -1015,21 +1041,38 @@ def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, con
     output, logsumexp), which CPU's flash kernel saves alike; GPT-2 under SDPA is not compared (CPU's kernel copies the
     non-contiguous q and v of its fused c_attn output, and falls back to the math path under attention dropout)."""
     monkeypatch.setattr(torch.nn.functional, "dropout", _cuda_dropout)
-    cfg = getattr(T, config_cls)(**sizes)
-    torch.manual_seed(0)
-    model = getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype)).train()
-    ids = torch.randint(0, 90, (b, n))
-    layers, _ = _saved_split(model, input_ids=ids, labels=ids)
-    path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
-    r = mem(path, "--mode", "training", "--batch", str(b), "--seq", str(n), "--attention",
-            "eager" if attn == "eager" else "flash")
-    line = next(x for x in r["fit"]["lines"] if x["group"] == "activations" and " layers, " in x["item"])
-    assert line["rule"].startswith("transformers' saved tensors per layer"), line["rule"]
+    line, layers, path = _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     assert 0.99 * layers <= line["bytes"] <= 1.03 * layers, (line["bytes"], layers, line["bytes"] / layers)
+    cfg = getattr(T, config_cls)(**sizes)
     ckpt = mem(path, "--mode", "training", "--batch", str(b), "--seq", str(n), "--checkpointing", "--attention",
                "eager" if attn == "eager" else "flash")
     # the recomputed layer is one of the L the line sums (each rounded up to a byte)
     assert abs(_fit(ckpt)[("activations", "one layer recomputed")] - line["bytes"] / cfg.num_hidden_layers) <= 1
+
+
+# Known under-estimates (docs/memory_planner.md, "Known limits"), each with what saved_tensors_hooks shows the rule
+# misses, held at what they measure now: a change that loses more fails here, one that fixes them too.
+@pytest.mark.parametrize("config_cls,model_cls,sizes,dtype,attn,b,n,low,high", [
+    # DBRX's per-expert loop keeps a second T*k x h tensor per expert beside the output it weights (its clip_qkv, in
+    # attn_config, now counted: was 0.86-0.91)
+    ("DbrxConfig", "DbrxForCausalLM", dict(d_model=64, n_heads=4, n_layers=2, vocab_size=100, max_seq_len=64,
+                                           attn_config=dict(kv_n_heads=2, clip_qkv=8, rope_theta=10000.0),
+                                           ffn_config=dict(ffn_hidden_size=96, moe_num_experts=4, moe_top_k=2)),
+     "float32", "sdpa", 2, 16, 0.92, 0.96),
+    # Falcon-RW (ALiBi): k is a view into query_key_value's output, whose whole storage SDPA keeps (the per-head ALiBi
+    # mask now counted: was 0.84)
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               alibi=True, multi_query=False, parallel_attn=False, bias=True),
+     "float32", "sdpa", 2, 16, 0.91, 0.95),
+    # Persimmon's q/k layernorms read views into query_key_value's output, whose whole storage (v's third too) they keep
+    ("PersimmonConfig", "PersimmonForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2,
+                                                     num_attention_heads=4, intermediate_size=160),
+     "float32", "sdpa", 2, 16, 0.92, 0.96),
+])
+def test_known_under_estimates_stay_where_they_are(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n, low,
+                                                   high):
+    line, layers, _ = _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
+    assert low * layers <= line["bytes"] <= high * layers, (line["bytes"], layers, line["bytes"] / layers)
 
 
 class _Live:

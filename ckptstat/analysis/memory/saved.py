@@ -6,11 +6,14 @@ Measured with torch.autograd.graph.saved_tensors_hooks on CPU forwards (each sto
 Llama, Qwen2, Qwen3, Mistral, Gemma2, GPT-2, Mixtral, OLMoE and Qwen3-MoE (tests/test_memory_planner.py
 test_training_layers_are_what_autograd_saves, test_training_loss_line_is_the_loss_peak), and against
 torch.cuda.max_memory_allocated on an H200 (bench/results/gpu_memory.md).
+What each activation and each decoder model type's norm and attention keep is not written here: fixtures/make_saved_table.py
+measures it from transformers and torch with saved_tensors_hooks into families/saved_table.json (`facts`, `act_saves`),
+which tests/test_saved_table.py measures again.
 What each op keeps (ab: the activation's bytes, T: tokens b*s):
  - RMSNorm (LlamaRMSNorm and its copies): its input upcast to float32 (pow), the normalised tensor cast back (ab; in
    float32 the mul's own input), and the fp32 rsqrt per row: (4 + ab) x width + 4 per row; Gemma's (1 + weight)
-   RMSNorm keeps the normalised tensor in float32, 8 x width + 4 per row; LayerNorm its input and the mean and rstd
-   (float32 on CUDA): ab x width + 8 per row;
+   RMSNorm keeps the normalised tensor in float32, 8 x width + 4 per row (the table's `norm` row for each model
+   type); LayerNorm its input and the mean and rstd (float32 on CUDA): ab x width + 8 per row;
  - a linear its input (ab), once for the linears that read one tensor (q/k/v, gate/up, a router beside the experts);
  - rotary: cos and sin, [s, rotary dims] shared by every layer (counted once, with the head);
  - attention, --attention flash (CUDA's flash / memory-efficient SDPA kernels; CPU's flash kernel alike): q, k and v
@@ -31,35 +34,68 @@ What each op keeps (ab: the activation's bytes, T: tokens b*s):
    peak of the head (the forward's ab + 4 + 4 is below it), + ab for Gemma2's soft-capped logits (their tanh)."""
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from ... import families
 from ...census.model import Model
 from ...families import get
 from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
+from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
 
-# tensors of the activation's width each activation of transformers/activations.py keeps for backward (ACT2FN,
-# measured with saved_tensors_hooks); others are taken as one
-ACT_SAVES = {"gelu_new": 4, "gelu_fast": 7, "gelu_accurate": 4, "quick_gelu": 2, "gelu_10": 2, "xielu": 5, "linear": 0}
-# RMSNorms that keep the normalised tensor in float32 (Gemma's x (1 + weight), OLMo-2's weight x hidden before the cast:
-# transformers 5.25's modeling files), by family or model_type; LayerNorms run on a float32 copy (OLMo's)
-NORM_FP32 = ("gemma", "gemma2", "gemma3", "gemma3_text", "vaultgemma", "olmo2", "olmo3", "flex_olmo", "gpt_oss", "afmoe",
-             "beam", "flint", "inkling2", "qwen3_next", "qwen3_5", "qwen3_5_text", "qwen3_5_moe", "qwen3_5_moe_text",
-             "qwen4_exp", "recurrent_gemma", "step3p7", "olmo_hybrid")
-LAYERNORM_FP32 = ("olmo",)
-# model types whose apply_rotary_pos_emb concatenates the rotated and passed-through dims (partial rotary): the query
-# then lies [b, a, s, d] in memory, SDPA's output too, and o_proj's input is a transposed copy it keeps
-ROPE_CAT = ("glm", "glm4", "glm4_moe", "gpt_neox", "gptj", "codegen", "minimax_m2", "nemotron", "persimmon", "phi", "phi3",
-            "stablelm", "minicpm3", "deepseek_v3", "laguna", "longcat_flash", "mimo_v2_flash", "youtu", "zaya")
-SOFTMAX_AS_INPUT = ("gpt2",)     # eager softmax in the scores' dtype, not float32
+# What transformers' ops save, measured from transformers and torch by fixtures/make_saved_table.py (saved_tensors_hooks
+# on each ACT2FN activation and on the first layer of each decoder model type's tiny model; the file says which
+# versions): read on the first plan that walks a text decoder.
+_TABLE = os.path.join(os.path.dirname(families.__file__), "saved_table.json")
+
+
+@functools.cache
+def _table() -> Mapping[str, Any]:
+    with open(_TABLE, encoding="utf-8") as f:
+        table: Mapping[str, Any] = json.load(f)
+    return table
+
+
+def act_saves(name: str) -> tuple[float, float]:
+    """(tensors of the activation's width in its dtype, other bytes per element: xIELU's bool mask) the ACT2FN
+    activation keeps for backward; one tensor for one the table does not know."""
+    n, other = _table()["activations"].get(name, (1, 0))
+    return n, other
+
+
+def facts(s: ArchSpec) -> Mapping[str, Any]:
+    """The measured row of the model type (else of the family's name): `norm` [float32 tensors of the input's size,
+    tensors in its dtype, float32 bytes per element of the width] in bfloat16, `norm_fp32` [tensors, bytes per
+    width element] in float32, `softmax_fp32` (eager attention upcasts the softmax), `o_proj_copy` (under SDPA the
+    linear after the attention reads a copy, not SDPA's output); {} for a model type the table lacks."""
+    rows = _table()["model_types"]
+    row: Mapping[str, Any] = rows.get(s.model_type) or rows.get(s.family) or {}
+    return row
+
+
+def _norm_fp32(s: ArchSpec) -> bool:
+    """The norm keeps its normalised tensor in float32 (Gemma's x (1 + weight), OLMo-2's weight x hidden before the
+    cast, Helium's float32 weight): two float32 tensors of the input's size in bfloat16."""
+    return (facts(s).get("norm") or (0,))[0] >= 2
+
+
+def _softmax_as_input(s: ArchSpec) -> bool:
+    """Eager attention's softmax in the scores' dtype (GPT-2's), not float32."""
+    return facts(s).get("softmax_fp32") is False
+
+
 RESID_DROPOUT = ("resid_pdrop",)
 EMBD_DROPOUT = ("embd_pdrop",)
-ATTN_DROPOUT = ("attn_pdrop", "attention_dropout")
+ATTN_DROPOUT = ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop")
+CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
 KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
 
@@ -92,23 +128,38 @@ def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> floa
             cfg = {}
         if not isinstance(cfg, dict):
             cfg = {}
-    for k in keys:
-        v = cfg.get(k)
+    for k in keys:   # "attn_config.clip_qkv": inside a nested config (DBRX's), its class's default under "dbrx.attn_config"
+        *outer, last = k.split(".")
+        sub: Any = cfg
+        for o in outer:
+            sub = sub.get(o) if isinstance(sub, dict) else None
+        v = sub.get(last) if isinstance(sub, dict) else None
         if v is None:
-            v = class_default(s.model_type, k)
+            v = class_default(".".join([s.model_type, *outer]), last)
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             return float(v)
     return 0.0
 
 
 def _norm(s: ArchSpec, op: Op, ab: float) -> float:
+    """Bytes a norm op saves: the measured tensors of its input's size (float32 ones, ones in the activation dtype) and
+    of its width, with the float32 rsqrt per row of an RMSNorm (LayerNorm's mean and rstd, float32 on CUDA); where
+    the model type is not measured, LlamaRMSNorm's (pow's float32 input, the normalised tensor cast back) and
+    nn.LayerNorm's (its input)."""
     e = _prod(op.in_shape)
-    rows = e // max(op.in_shape[-1], 1)
-    if s.norm == "rmsnorm" or op.module.endswith(("q_norm", "k_norm")):
-        if s.family in NORM_FP32 or s.model_type in NORM_FP32:
-            return 8 * e + 4 * rows + 4 * op.in_shape[-1]
-        return (4 + ab) * e + 4 * rows
-    return (4 if s.model_type in LAYERNORM_FP32 else ab) * e + 8 * rows
+    width = max(op.in_shape[-1], 1)
+    rows = e // width
+    rms = s.norm == "rmsnorm" or op.module.endswith(("q_norm", "k_norm"))
+    row = facts(s)
+    if ab >= 4 and row.get("norm_fp32"):
+        n32, nab, per_width = row["norm_fp32"][0], 0, row["norm_fp32"][1]
+    elif ab < 4 and row.get("norm"):
+        n32, nab, per_width = row["norm"]
+    else:
+        n32, nab, per_width = (1, 1, 0) if rms else (0, 1, 0)
+        if ab >= 4 and rms:
+            n32, nab = 2, 0
+    return (4 * n32 + ab * nab) * e + (4 if rms else 8) * rows + per_width * width
 
 
 def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
@@ -133,6 +184,9 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
     prev: Op | None = None
     d = s.head_dim
     dv = s.v_head_dim or d
+    row = facts(s)
+    lays = layouts_of(get(s.family))
+    alibi = lays is not None and lays.of(s).positions == "alibi"
     for op in layer_ops:
         c = op.calls
         if op.kind == "norm":
@@ -152,8 +206,8 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
                     shard += c * t * (4 * (s.experts or 1) + 12 * (s.top_k or 1) + 4)
             elif same:
                 pass
-            elif after_attn and not eager and s.model_type not in ROPE_CAT:
-                pass   # o_proj reads the SDPA output, which SDPA keeps
+            elif after_attn and not eager and not row.get("o_proj_copy"):
+                pass   # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
             else:
                 shard += c * ab * _prod(op.in_shape)
         elif op.kind == "activation":
@@ -162,14 +216,16 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
             if "rotary" in m:
                 pass
             elif "act*" in m:
-                shard += c * ab * out * (ACT_SAVES.get(s.activation, 1) + 2)
+                n_ab, other = act_saves(s.activation)
+                shard += c * out * (ab * (n_ab + 2) + other)
             elif "combine (x routing weight)" in m:
                 rows = op.in_shape[0]
                 shard += c * (ab * _prod(op.in_shape) + 36 * rows)
             elif "sigmoid(gate) x shared" in m:
                 shard += c * (ab * out + 4 * _prod(op.out_shape[:-1]))
             else:
-                shard += c * ab * out * ACT_SAVES.get(s.activation, 1)
+                n_ab, other = act_saves(s.activation)
+                shard += c * out * (ab * n_ab + other)
         elif op.kind == "attention":
             norm_out = None   # what follows reads the attention's output, not the norm's
             b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
@@ -179,13 +235,16 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
             g = a if (window and window <= n) or d > 256 else (s.kv_heads or s.heads)
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
-                if eager:
-                    per = (ab if s.family in SOFTMAX_AS_INPUT else 4 + (ab if ab < 4 else 0))
+                if eager:   # q and k as the scores' matmul reads them (GPT-Neo, GPT-J, CodeGen: upcast to float32)
+                    qk = 4 if row.get("qk_fp32") else ab
+                    per = (ab if _softmax_as_input(s) else 4 + (ab if ab < 4 else 0))
                     per += ab if s.attn_softcap else 0
                     per += 1 + ab if p_attn > 0 else 0
-                    shard += c * (ab * b * a * (n + nk) * d + per * b * a * n * nk)
-                else:   # with a window's mask, SDPA keeps it too, converted to the scores' dtype on each call
-                    masked = ab * b * n * nk if window and window <= nk else 0
+                    shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
+                else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
+                    # bias is that mask, one per head (Falcon-RW)
+                    masked = ab * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
+                    masked *= a if alibi else 1
                     shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
             else:
                 nk = op.in_shape[-1]
@@ -209,8 +268,8 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rep, shard = layer_saved(s, layer_ops, ab, eager, p_attn)
     L = max(layers_run, 1)
     T = b * n
-    clip = dropout(s, config_path, ("clip_qkv",))
-    if clip > 0:   # OLMo's clip_qkv: q, k and v clamped in place, autograd keeps them as they were before the clamp
+    clip = dropout(s, config_path, CLIP_QKV)
+    if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
     if p_resid > 0:   # GPT-2's resid_dropout after the attention and dropout after the MLP: 1 B masks on CUDA
         rep += 2 * L * T * s.hidden
@@ -220,17 +279,19 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rot = next((op for op in ops if op.module.startswith("rotary_emb")), None)
     if rot is not None:
         outside += 2 * ab * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
+        # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
+        rep += L * (facts(s).get("rotary_copies") or 0) * ab * n * rot.out_shape[-1] * 2
     if p_embd > 0:
         outside += T * s.hidden
     v_bytes = 12 + (ab if s.logit_softcap else 0)
     attn = ("eager: q, k, v repeated to the heads, the output, per score "
-            f"{'the softmax (in ab)' if s.family in SOFTMAX_AS_INPUT else 'the float32 softmax'}"
-            f"{' and its cast' if ab < 4 and s.family not in SOFTMAX_AS_INPUT else ''}"
+            f"{'the softmax (in ab)' if _softmax_as_input(s) else 'the float32 softmax'}"
+            f"{' and its cast' if ab < 4 and not _softmax_as_input(s) else ''}"
             f"{', the soft-cap tanh' if s.attn_softcap else ''}"
             f"{', a 1 B dropout mask and the dropped scores' if p_attn > 0 else ''}"
             if eager else "flash/SDPA: q, k, v (kv heads), the output, float32 logsumexp")
-    norm = {"rmsnorm": "RMSNorm" + (", normalised in float32" if s.family in NORM_FP32 or s.model_type in NORM_FP32 else ""),
-            "layernorm": "LayerNorm"}.get(s.norm, s.norm)
+    norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(s.norm, s.norm) + (
+        ", normalised in float32" if _norm_fp32(s) else "")
     rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
             f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
             f"{'; MoE: router softmax and indices, T*k gathered rows through the experts' if s.experts else ''}"

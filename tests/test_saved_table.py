@@ -1,0 +1,73 @@
+"""The saved-tensor table (ckptstat/families/saved_table.json, written by fixtures/make_saved_table.py) is what the
+installed transformers and torch save: each activation and each decoder model type measured again, as the script
+measures them. A transformers or torch upgrade that changes what an op keeps fails here until the table is
+regenerated (python fixtures/make_saved_table.py); docs/memory_planner.md, "Training activations"."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+
+from conftest import fixture_script  # noqa: E402
+
+from ckptstat.analysis.memory import saved  # noqa: E402
+
+make = fixture_script("make_saved_table")
+REGENERATE = "run `python fixtures/make_saved_table.py`"
+
+
+def _committed() -> dict:
+    with open(make.OUT, encoding="utf-8") as f:
+        return json.load(f)
+
+
+COMMITTED = _committed()
+
+
+def test_written_by_the_installed_libraries_and_read_as_written():
+    t = COMMITTED
+    assert (t["transformers"], t["torch"]) == (T.__version__, torch.__version__.split("+")[0]), (
+        f"the table was written by transformers {t['transformers']}, torch {t['torch']}: {REGENERATE}")
+    with open(make.OUT, encoding="utf-8") as f:
+        assert f.read() == make.text(t), "saved_table.json is not in the script's layout: " + REGENERATE
+    assert saved._table() == t
+
+
+def test_activations_are_what_autograd_saves():
+    assert make.activations() == COMMITTED["activations"], "an ACT2FN activation saves otherwise: " + REGENERATE
+
+
+def test_every_decoder_model_type_of_the_samples_is_in_the_table():
+    """A family sample of a new decoder model type (or one gone) fails here until the table is regenerated."""
+    walked = {mt for _, mt, *_ in make.samples()}
+    assert walked == set(COMMITTED["model_types"]) | set(COMMITTED["not_measured"]), REGENERATE
+
+
+SAMPLES = {mt: (config, lm, kwargs) for _, mt, config, lm, kwargs in make.samples()}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("model_type", sorted(COMMITTED["model_types"]))
+def test_model_type_row_is_what_its_first_layer_saves(model_type):
+    T.logging.set_verbosity_error()
+    config, lm, kwargs = SAMPLES[model_type]
+    got = make.measure(config, kwargs, lm)
+    row = COMMITTED["model_types"][model_type]
+    assert {k: got[k] for k in make.FIELDS if k in got} == {k: row[k] for k in make.FIELDS if k in row}, REGENERATE
+
+
+def test_rows_the_rule_reads():
+    """The facts the hand-written tables held, as measured (where they differ the measurement is right: Helium's
+    RMSNorm multiplies by a float32 weight, NanoChat's has no weight, CTRL's softmax stays in the scores' dtype)."""
+    rows = COMMITTED["model_types"]
+    assert rows["llama"]["norm"] == [1, 1, 0] and rows["llama"]["norm_fp32"] == [2, 0]
+    assert rows["gemma2"]["norm"] == [2, 0, 4] and rows["olmo2"]["norm"] == [2, 0, 0]
+    assert rows["helium"]["norm"] == [2, 0, 4] and rows["nanochat"]["norm"] == [1, 0, 0]
+    assert rows["olmo"]["norm"] == [1, 0, 0] and rows["gpt2"]["norm"] == [0, 1, 0]
+    assert rows["gpt2"]["softmax_fp32"] is False and rows["llama"]["softmax_fp32"] is True
+    assert rows["ctrl"]["softmax_fp32"] is False
+    assert rows["phi3"]["o_proj_copy"] is True and rows["llama"]["o_proj_copy"] is False
+    assert COMMITTED["activations"]["gelu_new"] == [4, 0] and COMMITTED["activations"]["xielu"] == [4, 1]
