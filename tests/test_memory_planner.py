@@ -935,6 +935,7 @@ def test_training_activations_track_what_autograd_saves(tmp_path, mem, config_cl
 
 _SMALL = dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2)
+_BERT = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128)
 
 
 def _cuda_dropout(x, p=0.5, training=True, inplace=False):
@@ -963,7 +964,7 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
     def pack(t):
         st = t.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|h|blocks)\.\d+(\.|$)", stack[-1])))
+            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
         return t
 
     try:
@@ -1014,6 +1015,12 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4), "float32", "eager", 2, 16),
     ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=96, n_layer=2, n_head=6, n_inner=200), "bfloat16",
      "eager", 3, 24),   # dropout 0.1 (resid, embd, attn): CUDA's 1 B masks
+    # BERT's hidden_dropout_prob (the attention's and the MLP's outputs) and attention_probs_dropout_prob, 0.1 by
+    # default; eager only: CPU's SDPA under dropout is the math path, which keeps the scores CUDA's kernels do not
+    ("BertConfig", "BertForMaskedLM", _BERT, "float32", "eager", 2, 32),
+    ("RobertaConfig", "RobertaForMaskedLM", dict(_BERT, hidden_size=96, num_attention_heads=6, intermediate_size=200),
+     "float32", "eager", 3, 24),
+    ("ElectraConfig", "ElectraForMaskedLM", dict(_BERT, embedding_size=64), "float32", "eager", 2, 16),
     ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0, embd_pdrop=0.0,
                                            attn_pdrop=0.0), "float32", "eager", 2, 16),
     ("MixtralConfig", "MixtralForCausalLM", dict(_SMALL, num_local_experts=4, num_experts_per_tok=2), "bfloat16", "sdpa", 2, 16),

@@ -92,9 +92,12 @@ def _softmax_as_input(s: ArchSpec) -> bool:
     return facts(s).get("softmax_fp32") is False
 
 
-RESID_DROPOUT = ("resid_pdrop",)
-EMBD_DROPOUT = ("embd_pdrop",)
-ATTN_DROPOUT = ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop")
+# the config's dropout probabilities by what they drop: GPT-2's names, then BERT's (hidden_dropout_prob: the embeddings'
+# output and, in each layer, the attention's and the MLP's outputs, BertSelfOutput and BertOutput; BERT-style encoders).
+# Other names (OPT's, XGLM's, BART's decoders' `dropout`) are not read: their masks are not counted
+RESID_DROPOUT = ("resid_pdrop", "hidden_dropout_prob")
+EMBD_DROPOUT = ("embd_pdrop", "hidden_dropout_prob")
+ATTN_DROPOUT = ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop", "attention_probs_dropout_prob")
 CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
 KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
@@ -271,7 +274,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     clip = dropout(s, config_path, CLIP_QKV)
     if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
-    if p_resid > 0:   # GPT-2's resid_dropout after the attention and dropout after the MLP: 1 B masks on CUDA
+    if p_resid > 0:   # dropout after the attention's and after the MLP's output projection: 1 B masks on CUDA
         rep += 2 * L * T * s.hidden
     outside = sum(_norm(s, op, ab) * op.calls for op in last_ops if op.kind == "norm")
     outside += ab * T * s.hidden           # lm_head's input, the final norm's output
