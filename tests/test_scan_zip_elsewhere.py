@@ -121,6 +121,15 @@ def test_what_torch_hub_reads_as_a_zip_of_one_pickle_is_unsafe(tmp_path, case):
     assert rc == 1 and [(f["path"], f["status"]) for f in tree["files"]] == [("weights", "unsafe")], tree
 
 
+def _keras_runs_it_and_scan_says_unsafe(hostile, marker, env) -> None:
+    """keras.saving.load_model runs the file's Lambda (the marker made, in a throw-away process), and scan says so."""
+    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
+                    str(hostile)], env=env, capture_output=True, timeout=300)
+    assert marker.is_dir()
+    rc, report = _scan(str(hostile))
+    assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
+
+
 def test_a_benign_zip_appended_stays_safe(tmp_path):
     """torch.hub extracts and loads the appended zip's one file: a real torch.save there is safe."""
     buf = io.BytesIO()
@@ -146,11 +155,7 @@ def test_a_keras_archive_after_other_bytes(tmp_path):
                    capture_output=True, timeout=300)
     hostile = tmp_path / "model.keras"
     hostile.write_bytes(b"<html><body>model card</body></html>\n" + (tmp_path / "saved.keras").read_bytes())
-    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
-                    str(hostile)], env=env, capture_output=True, timeout=300)
-    assert marker.is_dir()
-    rc, report = _scan(str(hostile))
-    assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
+    _keras_runs_it_and_scan_says_unsafe(hostile, marker, env)
 
 
 def test_an_npz_behind_an_empty_zips_end_record(tmp_path):
@@ -259,11 +264,7 @@ def test_a_keras_archive_after_an_hdf5_file(tmp_path):
         h5["dense/kernel"] = np.zeros((3, 2), dtype=np.float32)
     hostile = tmp_path / "model.keras"
     hostile.write_bytes((tmp_path / "weights.h5").read_bytes() + (tmp_path / "saved.keras").read_bytes())
-    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
-                    str(hostile)], env=env, capture_output=True, timeout=300)
-    assert marker.is_dir()
-    rc, report = _scan(str(hostile))
-    assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
+    _keras_runs_it_and_scan_says_unsafe(hostile, marker, env)
 
 
 def test_an_npz_inside_an_hdf5_user_block(tmp_path):
