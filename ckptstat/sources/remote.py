@@ -64,7 +64,11 @@ def _installed(*modules: str) -> None:
     import importlib.util
 
     for module in modules:
-        if importlib.util.find_spec(module) is None:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except ImportError:   # (a finder that refuses the name outright)
+            found = False
+        if not found:
             raise missing_extra("reading URLs", module, "remote")
 
 
