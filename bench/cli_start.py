@@ -20,7 +20,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 MODEL = os.path.join("fixtures", "bert-tiny")
@@ -57,7 +57,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=7)
     ap.add_argument("--out")
     args = ap.parse_args()
-    after = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    after = compiled_env()
     before = {**after, "PYTHONPATH": os.pathsep.join(filter(None, [args.before, after.get("PYTHONPATH")]))}
     envs = {"before": before, "after": after}
     versions = {k: _typer(e) for k, e in envs.items()}

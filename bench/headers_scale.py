@@ -19,7 +19,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 
 SAFE_OPEN = """
 import math, sys
@@ -74,7 +74,7 @@ def main() -> None:
     py = sys.executable
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env = compiled_env()
         env["PYTHONPYCACHEPREFIX"] = os.path.join(tmp, "pyc")
         for count in args.tensors:
             path = os.path.join(tmp, f"moe-{count}.safetensors")

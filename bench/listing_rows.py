@@ -15,7 +15,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 from stats_tiny import build  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -37,7 +37,7 @@ def main() -> None:
     ap.add_argument("--old-max", type=int, default=20_000, help="largest count to run the other tree on")
     ap.add_argument("--out")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONDONTWRITEBYTECODE", "COLUMNS")}
+    env = compiled_env(drop=("COLUMNS",))
     lines = ["# Per-tensor tables of a many-tensor file", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "
              f"median of {args.repeat} whole-process runs after a warm-up; stdout to /dev/null. `before`: "

@@ -138,7 +138,7 @@ def summary_rows(folder: str, n: int, delays: list[float], repeat: int, home: st
     rows = []
     hub = {"bench/big": folder}
     with Server(folder, hub=hub) as cdn, Server(folder, hub=hub, cdn=cdn.url) as s:
-        env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "PYTHONDONTWRITEBYTECODE")}
+        env = compiled_env(drop=("HF_TOKEN",))
         env.update(HF_ENDPOINT=s.url, HF_HOME=home, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                    PYTHONPATH=tree)
         contenders = [("ckptstat summary, https://", [py, "-m", "ckptstat", "--json", s.url + "/model.safetensors.index.json"]),

@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "tests"))
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 from remote_server import Server  # noqa: E402
 
 PARAMS = 6_738_415_616   # LlamaForCausalLM(Llama-2-7B config).parameters(), as summary_7b.py asserts
@@ -63,7 +63,7 @@ def main() -> None:
         # which ckptstat's redirect policy lets an hf:// read follow with --allow-external (bench/remote_latency.py).
         hub = {"bench/llama-7b": folder}
         with Server(folder, hub=hub) as cdn, Server(folder, hub=hub, cdn=cdn.url) as s:
-            env = {k: v for k, v in os.environ.items() if k not in ("HF_TOKEN", "PYTHONDONTWRITEBYTECODE")}
+            env = compiled_env(drop=("HF_TOKEN",))
             env.update(HF_ENDPOINT=s.url, HF_HOME=home, HF_HUB_DISABLE_TELEMETRY="1", HF_HUB_DISABLE_PROGRESS_BARS="1",
                        PYTHONPATH=ROOT)
             contenders = [

@@ -17,7 +17,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 
@@ -28,7 +28,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = compiled_env()
     ck = [sys.executable, "-m", "ckptstat"]
     tmp = tempfile.mkdtemp()
     m = args.model

@@ -38,7 +38,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORK = os.path.join(HERE, "_work")
@@ -143,7 +143,7 @@ def main() -> None:
         print(build(args.build[0], args.build[1], int(args.build[2]), int(args.build[3])))
         return
     py = sys.executable
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = compiled_env()
     env["PYTHONPYCACHEPREFIX"] = os.path.join(WORK, "pyc")
     files = {}
     wanted = {"dtypes": ("f32", "f16", "bf16", "f8"), "workers": ("bf16", "bf16-many", "start")}.get(

@@ -20,7 +20,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 TORCH_LOOP = """
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = compiled_env()
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "moe.safetensors")
         count = build(path, args.layers, args.experts, args.side)

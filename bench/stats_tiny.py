@@ -17,7 +17,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measure  # noqa: E402
 from headers_scale import names  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
@@ -49,7 +49,7 @@ def main() -> None:
     ap.add_argument("--out")
     ap.add_argument("--before", help="another ckptstat tree (git archive of an earlier commit): its stats rows beside")
     args = ap.parse_args()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = compiled_env()
     ck = [sys.executable, "-m", "ckptstat"]
     lines = ["# stats of many tiny tensors: ckptstat against a safe_open + numpy loop", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}; "

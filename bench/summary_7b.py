@@ -25,7 +25,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from _measure import emit, measure, table  # noqa: E402
+from _measure import compiled_env, emit, measure, table  # noqa: E402
 
 LLAMA2_7B = dict(vocab_size=32000, hidden_size=4096, intermediate_size=11008, num_hidden_layers=32,
                  num_attention_heads=32, num_key_value_heads=32, max_position_embeddings=4096,
@@ -111,7 +111,7 @@ def main() -> None:
     py = sys.executable
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     with tempfile.TemporaryDirectory() as folder, tempfile.TemporaryDirectory() as pyc:
-        env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+        env = compiled_env()
         env["PYTHONPYCACHEPREFIX"] = pyc
         trees = [("ckptstat summary", root)] + ([("ckptstat summary (--before)", os.path.abspath(args.before))]
                                                  if args.before else [])
