@@ -4,9 +4,10 @@ links, counts the requests and body bytes it sends and the most it answered at o
 after a fixed delay (a real network's latency: `stall=0.05`), and can play a badly behaved server: ignore Range,
 answer some requests with an error status first (429/503), require a bearer token, redirect anywhere,
 claim more than asked, trickle a byte at a time (the body, or the headers), drop every connection, cut replies
-mid-body; with `hostile_from`,
-only to the range requests that ask for many bytes (a server that answers the headers' windows and lies about the
-values, which ckptstat reads with another client: sources/threaded.py).
+mid-body; with `hostile_from`, only to the range requests that ask for many bytes (a server that answers the
+headers' windows and lies about the values, which ckptstat reads with another client: sources/threaded.py). With
+`gather` it holds requests until a batch of them is in flight, so that what it counts is the client's structure,
+which a loaded machine cannot blur.
 
 It also stands in for the Hugging Face Hub (`hub={"org/name": folder}`), answering the three routes
 huggingface_hub's HfFileSystem and hf_hub_url use (huggingface_hub/hf_api.py `repo_info`,
@@ -33,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 _RANGE = re.compile(r"bytes=(\d+)-(\d*)$")
 _PACE = 1 << 18   # bytes a paced reply sends at a time (Behaviour.rate)
+GATHER_WAIT = 30.0   # seconds Behaviour.gather holds the first request for the others, at most
 
 
 @dataclass
@@ -67,6 +69,13 @@ class Behaviour:
     swap: dict[str, tuple[int, str]] = field(default_factory=dict)   # path -> (n, file): from the (n+1)th request of
                                     # path on, serve that other file of the folder (a file replaced while read)
     ctypes: dict[str, str] = field(default_factory=dict)   # path -> the Content-Type its replies say (a mislabelled file)
+    gather: tuple[int, ...] = ()    # the sizes of successive batches of requests (of paths ending with gather_suffix)
+                                    # to hold, after their stall, until the batch is whole; then answer it (after the
+                                    # last batch, or once one request waited GATHER_WAIT s, hold none). Requests a client
+                                    # sends together are then in flight together however late a loaded machine sends
+                                    # them: `max_in_flight` and `round_trips` count the client's structure, not the
+                                    # machine's load. A client that sends them one after another waits once, alone
+    gather_suffix: str = ""
 
 
 class _Quiet(ThreadingHTTPServer):
@@ -92,6 +101,8 @@ class Server:
         self.ranges: list[str] = []   # each span's Range header ("" for none), in spans' order
         self.link_free = 0.0     # with Behaviour.rate: when the link has sent every byte handed to it so far
         self.lock = threading.Lock()
+        self.gathered = threading.Condition(self.lock)   # Behaviour.gather: `held` requests wait on it while not `opened`
+        self.held, self.batches, self.opened = 0, 0, False
         handler = type("Handler", (_Handler,), {"server_state": self})
         self.httpd = _Quiet(("127.0.0.1", 0), handler)
         self.httpd.daemon_threads = True
@@ -120,6 +131,7 @@ class Server:
             self.max_in_flight = 0
             self.spans.clear()
             self.ranges.clear()
+            self.held, self.batches, self.opened = 0, 0, False
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -207,6 +219,20 @@ class _Handler(BaseHTTPRequestHandler):
         self._waiting = False
         super().send_response(code, message)
 
+    def _gather(self, sizes: tuple[int, ...]) -> None:
+        """Behaviour.gather: wait until the batch this request joins is whole, or GATHER_WAIT s (then hold none)."""
+        s = self.server_state
+        with s.gathered:
+            batch = s.batches
+            if s.opened or batch >= len(sizes):
+                return
+            s.held += 1
+            if s.held == sizes[batch]:
+                s.held, s.batches = 0, batch + 1
+            elif not s.gathered.wait_for(lambda: s.opened or s.batches > batch, timeout=GATHER_WAIT):
+                s.opened = True
+            s.gathered.notify_all()
+
     def _hostile(self) -> bool:
         """Whether this request gets the server's bad behaviours: every request, or with `hostile_from` a range request
         asking at least that many bytes."""
@@ -229,6 +255,8 @@ class _Handler(BaseHTTPRequestHandler):
             status = pending.pop(0) if pending else None
         if b.stall:
             time.sleep(b.stall)
+        if b.gather and path.endswith(b.gather_suffix):
+            self._gather(b.gather)
         if b.drop:
             self.close_connection = True
             return
