@@ -310,6 +310,6 @@ def test_a_sharded_checkpoints_files_are_scanned_together(tmp_path, capsys):
         rc, report, records = audit(capsys, s.url + "/", str(tmp_path / "out.jsonl"))
         assert rc == 0, records
         assert s.max_in_flight > 48   # every shard's first bytes at once (and one other request)
-        assert round_trips(s) <= 8, round_trips(s)   # the listing and config.json, then each shard's first bytes twice
-                                                     # (the scan's, then the header's)
+        assert round_trips(s) <= 8, round_trips(s)   # discovery's listing and each file's first bytes, then the
+                                                     # record's, cold (its counts its own), and config.json
     assert_same_as_local(records, local, s.url, str(tmp_path / "zoo"))
