@@ -75,10 +75,10 @@ def _ranks(domain: str) -> np.ndarray:
 def by_value(hist: np.ndarray, domain: str) -> tuple[np.ndarray, np.ndarray]:
     """The nonzero bins of finite values of a dense histogram: (keys in value order, counts)."""
     keys = np.flatnonzero(hist != 0)   # 5x faster than np.flatnonzero(hist) on int64 counts
-    return _value_order(keys, hist[keys], domain, unique=True)
+    return value_order(keys, hist[keys], domain)
 
 
-def _value_order(keys: np.ndarray, counts: np.ndarray, domain: str, unique: bool) -> tuple[np.ndarray, np.ndarray]:
+def value_order(keys: np.ndarray, counts: np.ndarray, domain: str, unique: bool = True) -> tuple[np.ndarray, np.ndarray]:
     """Bins sorted into value order, those of NaN / Inf dropped, and (unless `unique`) repeated keys summed.
 
     The sort is a stable (timsort) argsort of the keys' ranks: keys in ascending order hold the negative
@@ -368,9 +368,9 @@ class Acc:
         elif not self.hist_keys.size and unique:
             self.hist_keys, self.hist_counts = keys, counts
         else:
-            self.hist_keys, self.hist_counts = _value_order(np.concatenate([self.hist_keys, keys]),
-                                                            np.concatenate([self.hist_counts, counts]),
-                                                            self.domain, unique=False)
+            self.hist_keys, self.hist_counts = value_order(np.concatenate([self.hist_keys, keys]),
+                                                           np.concatenate([self.hist_counts, counts]),
+                                                           self.domain, unique=False)
         self.exact = self.exact and exact
 
     def merge_scalars(self, other: Acc) -> None:

@@ -29,7 +29,7 @@ from ...core.files import open_regular
 from ...core.io import contiguous_strides
 from ...core.tensor import check_expansion
 from ...errors import CorruptCheckpointError, reading
-from .accumulate import NBINS, Acc, by_value, new_acc, tables
+from .accumulate import NBINS, Acc, new_acc, tables, value_order
 
 _compiled_count: Callable[[Any, np.ndarray], None] | None
 try:
@@ -221,18 +221,37 @@ def _read_into(f: object, raw: np.ndarray) -> int:
 
 def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                    progress: Callable[[int], None] | None = None) -> Acc:
-    """The accumulator of one F16, BF16 or one-byte tensor, from its 65,536-bin histogram (hist16)."""
-    return acc_from_hist16(hist16(ckpt, info, chunk_bytes, progress), info.dtype)
+    """The accumulator of one F16, BF16 or one-byte tensor, from its 65,536-bin histogram (hist16), counted into this
+    thread's own table and left zeroed for its next tensor: no 512 KiB table allocated and zeroed a tensor, where a
+    MoE's experts are thousands of small tensors (bench/results/stats_moe.md)."""
+    hist = zeroed("hist")
+    try:
+        return acc_from_hist16(hist16(ckpt, info, chunk_bytes, progress, into=hist), info.dtype, clear=True)
+    except BaseException:
+        hist.fill(0)   # (counts left by a read that failed)
+        raise
+
+
+def zeroed(name: str) -> np.ndarray:
+    """This thread's own 65,536-bin int64 table under `name`, all zeros: whoever takes it zeroes it again."""
+    table = getattr(_LOCAL, name, None)
+    if table is None:
+        table = np.zeros(NBINS, dtype=np.int64)
+        setattr(_LOCAL, name, table)
+    return table
+
+
+_LOCAL = threading.local()   # (Dask runs tensors in a worker's threads)
 
 
 def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None = None,
-           part: tuple[int, int] | None = None) -> np.ndarray:
+           part: tuple[int, int] | None = None, into: np.ndarray | None = None) -> np.ndarray:
     """The 65,536-bin histogram of an F16, BF16 or one-byte tensor (DOMAINS: its own bit patterns, or its values'
     bfloat16 keys); with `part` (a plain tensor's bytes [start, stop): parts()), of those bytes only. Integer counts:
-    the parts' histograms summed are the whole's."""
+    the parts' histograms summed are the whole's. Counted into `into` (zeros) when given, else a new table."""
+    hist = np.zeros(NBINS, dtype=np.int64) if into is None else into
     if info.dtype in BYTES and (part is not None or plain(ckpt, info)):
-        return byte_hist(info, chunk_bytes, progress, part)
-    hist = np.zeros(NBINS, dtype=np.int64)
+        return byte_hist(info, chunk_bytes, progress, part, hist)
     with reading(info.file, f"tensor {info.name!r}: cannot read its values"):   # (a mapped file that shrank)
         for bits in bits16_chunks(ckpt, info, chunk_bytes, part):
             count16(bits, hist)
@@ -241,26 +260,28 @@ def hist16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, progress: Calla
     return hist
 
 
-def byte_hist(info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None = None,
-              part: tuple[int, int] | None = None) -> np.ndarray:
-    """hist16 of a plain one-byte tensor (BYTES): its bytes counted two at a time by count16 (a pair is one 16-bit
-    pattern), the 256 x 256 pair counts folded into each byte's count (its row's and its column's sums), each byte's
-    count moved to its value's bfloat16 key. Mapped like a 16-bit tensor's; no value decoded or widened."""
-    pairs = np.zeros(NBINS, dtype=np.int64)
+def byte_hist(info: TensorInfo, chunk_bytes: int, progress: Callable[[int], None] | None,
+              part: tuple[int, int] | None, hist: np.ndarray) -> np.ndarray:
+    """hist16 of a plain one-byte tensor (BYTES), added to `hist`: its bytes counted two at a time by count16 (a pair is
+    one 16-bit pattern), the 256 x 256 pair counts folded into each byte's count (its row's and its column's sums),
+    each byte's count moved to its value's bfloat16 key. Mapped like a 16-bit tensor's; no value decoded or widened."""
+    pairs = zeroed("pairs")
     lone = np.zeros(256, dtype=np.int64)
     mapped = part is None and _compiled_count is not None and not urls.is_url(info.file)
-    with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
-        for raw in mapped_chunks(info, chunk_bytes, "u1") if mapped else plain_chunks(info, chunk_bytes, 1,
-                                                                                         *(part or (0, None))):
-            even = raw.size & ~1
-            count16(raw[:even].view(np.uint16), pairs)
-            if raw.size & 1:
-                lone[raw[-1]] += 1
-            if progress:
-                progress(raw.size)
-    square = pairs.reshape(256, 256)
-    hist = np.zeros(NBINS, dtype=np.int64)
-    np.add.at(hist, _byte_keys(info.dtype), square.sum(axis=0) + square.sum(axis=1) + lone)
+    try:
+        with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
+            for raw in mapped_chunks(info, chunk_bytes, "u1") if mapped else plain_chunks(info, chunk_bytes, 1,
+                                                                                             *(part or (0, None))):
+                even = raw.size & ~1
+                count16(raw[:even].view(np.uint16), pairs)
+                if raw.size & 1:
+                    lone[raw[-1]] += 1
+                if progress:
+                    progress(raw.size)
+        square = pairs.reshape(256, 256)
+        np.add.at(hist, _byte_keys(info.dtype), square.sum(axis=0) + square.sum(axis=1) + lone)
+    finally:
+        pairs.fill(0)
     return hist
 
 
@@ -284,23 +305,30 @@ def parts(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int, least: int) -> l
     return [(at, min(at + step, info.nbytes)) for at in range(0, info.nbytes, step)]
 
 
-def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
+def acc_from_hist16(hist: np.ndarray, dtype: str, clear: bool = False) -> Acc:
     """An Acc equal to feeding every value through Acc.update, built from the counts of the 65,536 bit
     patterns of an F16 or BF16 tensor, or of a one-byte tensor's values' bfloat16 keys (the moments to float64
-    rounding, summed by bin, not by chunk)."""
+    rounding, summed by bin, not by chunk). With `clear`, the bins read are zeroed (the table is all zeros again).
+
+    Only the patterns that occur (a few thousand of the 65,536) are read after the one pass that finds them: the
+    counts, NaN, +-Inf and zeros, and, kept sparse in value order, the bins the tensor's quantiles and its merges
+    into layer, bucket and total read (issue 22)."""
     acc = new_acc(dtype)
-    value, _, _, nan, posinf, neginf, zeros = _patterns(DOMAINS[dtype])
-    acc.count = int(hist.sum())
-    acc.nan = int(hist[nan].sum())
-    acc.posinf, acc.neginf = int(hist[posinf].sum()), int(hist[neginf].sum())
-    acc.zeros = int(hist[zeros].sum())   # +0 and -0
-    # The finite patterns that occur, by value (a few thousand of the 65,536), kept sparse: the tensor's
-    # quantiles and its merges into layer, bucket and total read only those (issue 22).
-    present, counts = by_value(hist, DOMAINS[dtype])
+    domain = DOMAINS[dtype]
+    keys = np.flatnonzero(hist != 0)   # 5x faster than np.flatnonzero(hist) on int64 counts
+    counts = hist[keys]
+    if clear:
+        hist[keys] = 0
+    acc.count = int(counts.sum())
+    kind = _kinds(domain)[keys]
+    if kind.any():
+        acc.zeros, acc.nan, acc.posinf, acc.neginf = (int(counts[kind == k].sum()) for k in range(1, 5))
+    present, counts = value_order(keys, counts, domain)
     acc.hist_keys, acc.hist_counts = present, counts
-    acc.n = n = int(counts.sum())
+    acc.n = n = acc.count - acc.nan - acc.posinf - acc.neginf
     if n == 0:
         return acc
+    value = tables(domain)[0]
     acc.min, acc.max = float(value[present[0]]), float(value[present[-1]])
     v = value[present]
     h = counts.astype(np.float64)
@@ -313,15 +341,11 @@ def acc_from_hist16(hist: np.ndarray, dtype: str) -> Acc:
     return acc
 
 
-_PATTERNS: dict[str, tuple[np.ndarray, ...]] = {}
-
-
-def _patterns(domain: str) -> tuple[np.ndarray, ...]:
-    """(value, finite mask, finite patterns by value, and the patterns of NaN, +Inf, -Inf and zero) of a
-    16-bit domain, computed once: a checkpoint of many small tensors asks for them per tensor."""
-    if domain not in _PATTERNS:
-        value, _, finite, order = tables(domain)
-        with np.errstate(invalid="ignore"):
-            _PATTERNS[domain] = (value, finite, order, np.flatnonzero(np.isnan(value)), np.flatnonzero(value == np.inf),
-                                 np.flatnonzero(value == -np.inf), np.flatnonzero(value == 0))
-    return _PATTERNS[domain]
+@functools.cache
+def _kinds(domain: str) -> np.ndarray:
+    """Each pattern of a 16-bit domain: 0 a nonzero finite value, 1 zero (+0, -0), 2 NaN, 3 +Inf, 4 -Inf."""
+    value = tables(domain)[0]
+    kind = np.zeros(NBINS, dtype=np.int8)
+    with np.errstate(invalid="ignore"):
+        kind[value == 0], kind[np.isnan(value)], kind[value == np.inf], kind[value == -np.inf] = 1, 2, 3, 4
+    return kind
