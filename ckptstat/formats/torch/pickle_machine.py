@@ -177,6 +177,12 @@ class Machine:
         self._fit(n)
         return self.src.read(n)
 
+    def opcode(self) -> int:
+        """read(1)[0], without _fit's call where the byte is inside the frame (or there is none)."""
+        if self.buf_end is None or self.src.pos < self.buf_end:
+            return self.src.byte()
+        return self.read(1)[0]
+
     def skip(self, n: int) -> None:
         self._fit(n)
         self.src.skip(n)
@@ -210,12 +216,12 @@ class Machine:
         self.stack.append(v)
 
     def pop(self) -> object:
-        if len(self.stack) <= self.fence:
+        if len(self.stack) <= (self.marks[-1] if self.marks else 0):   # (fence, inline: once an opcode or more)
             raise Fail("unpickling stack underflow")
         return self.stack.pop()
 
     def top(self) -> object:
-        if len(self.stack) <= self.fence:
+        if len(self.stack) <= (self.marks[-1] if self.marks else 0):
             raise Fail("unpickling stack underflow")
         return self.stack[-1]
 

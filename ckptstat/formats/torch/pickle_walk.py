@@ -42,21 +42,22 @@ def _run(m: Machine) -> None:
     # The memo is what the walk keeps of a pickle (the stack and containers are capped): a memo entry a byte
     # (MEMOIZE after MEMOIZE) made an 8 MB pickle cost 700 MB. It is charged as the unpickler charges it.
     max_memo = (limits().pickle_build_ratio * m.src.length + BUILD_FLOOR) // MEMO_ENTRY_BYTES
+    src, memo, dispatch = m.src, m.memo, _DISPATCH   # (the loop runs once an opcode: names looked up once)
     while True:
-        m.op_at = m.src.pos
+        m.op_at = src.pos
         if w.opcodes >= max_ops:
             w.incomplete = f"offset {m.op_at}: more than {max_ops:,} opcodes, scan stopped"
             return
-        if len(m.memo) > max_memo:
-            w.incomplete = (f"offset {m.op_at}: a memo of more than {max_memo:,} entries from {m.src.length:,} bytes "
+        if len(memo) > max_memo:
+            w.incomplete = (f"offset {m.op_at}: a memo of more than {max_memo:,} entries from {src.length:,} bytes "
                             "of pickle (--limit pickle_build_ratio), scan stopped")
             return
         w.opcodes += 1
-        code = m.read(1)[0]
-        if code not in WEIGHTS_ONLY_OPS:
+        code = m.opcode()
+        if code not in WEIGHTS_ONLY_OPS and w.weights_only is None:
             m.note_weights_only(f"opcode {_NAMES.get(code, hex(code))}, which torch's weights_only unpickler does "
                                 f"not read (Unsupported operand {code})")
-        handler = _DISPATCH.get(code)
+        handler = dispatch.get(code)
         if handler is None:
             raise Fail(f"invalid load key {bytes([code])!r}")
         if handler(m) is True:      # STOP

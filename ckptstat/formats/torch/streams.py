@@ -59,6 +59,14 @@ class Source:
         self.pos += n
         return out
 
+    def byte(self) -> int:
+        """read(1)[0]: an opcode, most often already buffered (the walk reads one an opcode)."""
+        at = self._at
+        if at < len(self._buf) and self.pos < self.length:
+            self._at, self.pos = at + 1, self.pos + 1
+            return self._buf[at]
+        return self.read(1)[0]
+
     def skip(self, n: int) -> None:
         """Skip exactly n bytes (an argument nobody needs), or Truncated."""
         if n > self.left():
