@@ -1089,7 +1089,7 @@ def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, con
     ("CodeGenConfig", "CodeGenForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
                                                  resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1), "bfloat16"),
     ("GPTJConfig", "GPTJForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, attn_pdrop=0.1,
-                                           resid_pdrop=0.1), "float32"),
+                                           resid_pdrop=0.1), "bfloat16"),
     ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                                          num_attention_heads=4, resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1),
      "bfloat16"),

@@ -197,7 +197,7 @@ def drops(s: ArchSpec, config_path: str | None, ab: float, eager: bool) -> Drops
             setattr(d, site["per"], getattr(d, site["per"]) + per)
             d.layer_keys += (name,)
         else:
-            d.unknown = f"{key}'s dropout of {site['per']} x b*s*h {site['where']} the layers"
+            d.unknown = f"{key}'s dropout of {site['per']} ({'in' if site['where'] == 'layer' else 'outside'} the layers)"
     return d
 
 
