@@ -1117,6 +1117,28 @@ def test_dropout_masks_are_what_autograd_saves(tmp_path, monkeypatch, config_cls
     assert d.layer_keys and (layers, d.outside * t * s.hidden) == (on[0] - off[0], on[1] - off[1]), (d, on, off)
 
 
+def test_dropout_rule_names_the_keys_it_counts(tmp_path, mem):
+    """A key the config.json leaves out has its config class's probability (OPT's `dropout`, 0.1: config_defaults.json);
+    one set to 0 drops nothing; the rule's text names the keys whose masks it counts."""
+    sizes = dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2, num_attention_heads=4)
+
+    def rule(**change):
+        path = _config(tmp_path, "OPTConfig", sizes, "OPTForCausalLM")
+        with open(path) as f:
+            d = json.load(f)
+        d.pop("dropout")
+        d.update(change)
+        with open(path, "w") as f:
+            json.dump(d, f)
+        r = mem(path, "--mode", "training", "--batch", "2", "--seq", "16", "--attention", "eager")
+        return next(x for x in r["fit"]["lines"] if x["group"] == "activations" and " layers, " in x["item"])["rule"]
+
+    assert "1 B dropout masks of dropout (2 x hidden))" in rule()
+    assert "dropout masks" not in rule(dropout=0.0)
+    assert "1 B dropout masks of attention_dropout (1 x scores, and the dropped tensor), dropout (2 x hidden))" in rule(
+        attention_dropout=0.1, torch_dtype="float32")
+
+
 # Known under-estimates (docs/memory_planner.md, "Known limits"), each with what saved_tensors_hooks shows the rule
 # misses, held at what they measure now: a change that loses more fails here, one that fixes them too.
 @pytest.mark.parametrize("config_cls,model_cls,sizes,dtype,attn,b,n,low,high", [
