@@ -96,9 +96,9 @@ def _softmax_as_input(s: ArchSpec) -> bool:
     return facts(s).get("softmax_fp32") is False
 
 
-# the dropout sites of a model type the table has no census of (`dropout` null: DiffLlama; ELECTRA and the other
-# encoders whose family's decoders the samples lack): GPT-2's names, then BERT's (hidden_dropout_prob: the embeddings'
-# output and, in each layer, the attention's and the MLP's outputs); a measured model type's are its row's
+# the dropout sites of a model type without a census (`dropout` null: DiffLlama; no row of its own or of its family):
+# GPT-2's names, then BERT's (hidden_dropout_prob: the embeddings' output and, in each layer, the attention's and the
+# MLP's outputs); a measured model type's are its row's (ELECTRA's, RoBERTa's: their family's, BERT's)
 FALLBACK_DROPOUT: tuple[Mapping[str, Any], ...] = (
     {"key": ("resid_pdrop", "hidden_dropout_prob"), "where": "layer", "per": "hidden", "count": 2, "copy": [False, False]},
     {"key": ("embd_pdrop", "hidden_dropout_prob"), "where": "outside", "per": "hidden", "count": 1, "copy": [False, False]},
