@@ -1039,6 +1039,19 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     # Falcon's SDPA always gets a mask, which it keeps (sequential layout: the parallel one is not walked)
     ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                parallel_attn=False), "bfloat16", "sdpa", 2, 16),
+    # dropout under the config keys the table's census found (families/saved_table.json `dropout`), which the
+    # hand-written names missed or miscounted: OPT's `dropout` (0.1 by default: the attention's and the MLP's outputs;
+    # gelu: OPT's relu output is fc2's input, which the rule counts twice), its attention_dropout at 4 B (the dropped
+    # scores kept beside the float32 softmax), Falcon's hidden_dropout, and Llama's eager attention dropout in
+    # bfloat16 (the dropped scores in place of the softmax's cast: a 1 B mask more, not 1 + ab)
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4, activation_function="gelu"), "bfloat16", "eager", 2, 16),
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4, activation_function="gelu", attention_dropout=0.1),
+     "float32", "eager", 2, 16),
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               parallel_attn=False, hidden_dropout=0.1), "bfloat16", "sdpa", 2, 16),
+    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, attention_dropout=0.1), "bfloat16", "eager", 2, 16),
 ])
 def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, config_cls, model_cls, sizes, dtype, attn,
                                                    b, n):
@@ -1055,6 +1068,75 @@ def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, con
                "eager" if attn == "eager" else "flash")
     # the recomputed layer is one of the L the line sums (each rounded up to a byte)
     assert abs(_fit(ckpt)[("activations", "one layer recomputed")] - line["bytes"] / cfg.num_hidden_layers) <= 1
+
+
+# The dropout census read as saved.py reads it (Drops: the table's sites with the config's probabilities) against what
+# dropout adds to autograd's saved bytes, in the layers and outside them, for models whose layers the op-by-op rule does
+# not walk yet too (XGLM's and BioGPT's decoder stacks, the parallel layers of CodeGen, GPT-J and Phi: Korthikanti's
+# rule plans them) and OPT's relu layer (whose fc2 input the rule counts twice): the class's defaults where they drop.
+@pytest.mark.parametrize("config_cls,model_cls,sizes,dtype", [
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4), "bfloat16"),
+    ("XGLMConfig", "XGLMForCausalLM", dict(vocab_size=100, d_model=64, ffn_dim=160, num_layers=2, attention_heads=4,
+                                           activation_dropout=0.1), "bfloat16"),
+    ("XGLMConfig", "XGLMForCausalLM", dict(vocab_size=100, d_model=64, ffn_dim=160, num_layers=2, attention_heads=4),
+     "float32"),
+    ("BioGptConfig", "BioGptForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                               num_attention_heads=4, activation_dropout=0.1), "bfloat16"),
+    ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                                 num_attention_heads=4, hidden_dropout=0.1, attention_dropout=0.1),
+     "bfloat16"),
+    ("CodeGenConfig", "CodeGenForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                                 resid_pdrop=0.1, embd_pdrop=0.1, attn_pdrop=0.1), "bfloat16"),
+    ("GPTJConfig", "GPTJForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, attn_pdrop=0.1,
+                                           resid_pdrop=0.1), "bfloat16"),
+    ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                         num_attention_heads=4, resid_pdrop=0.1, embd_pdrop=0.1, attention_dropout=0.1),
+     "bfloat16"),
+])
+def test_dropout_masks_are_what_autograd_saves(tmp_path, monkeypatch, config_cls, model_cls, sizes, dtype):
+    from ckptstat.analysis.memory import saved
+    from ckptstat.families.framework.spec import from_config
+
+    b, n = 2, 16
+    cfg = getattr(T, config_cls)(**sizes)
+    torch.manual_seed(0)
+    model = getattr(T, model_cls)._from_config(cfg, attn_implementation="eager", dtype=getattr(torch, dtype)).train()
+    ids = torch.randint(0, 90, (b, n))
+    monkeypatch.setattr(torch.nn.functional, "dropout", _cuda_dropout)
+    on = _saved_split(model, input_ids=ids)
+    monkeypatch.setattr(torch.nn.functional, "dropout", lambda x, p=0.5, training=True, inplace=False: x)
+    off = _saved_split(model, input_ids=ids)
+    path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
+    with open(path) as f:
+        s = from_config(json.load(f))
+    d = saved.drops(s, path, getattr(torch, dtype).itemsize, eager=True)
+    t = b * n
+    layers = (s.layers + s.decoder_layers) * t * (d.hidden * s.hidden + d.intermediate * s.intermediate
+                                                  + d.scores * s.heads * n)
+    assert d.layer_keys and (layers, d.outside * t * s.hidden) == (on[0] - off[0], on[1] - off[1]), (d, on, off)
+
+
+def test_dropout_rule_names_the_keys_it_counts(tmp_path, mem):
+    """A key the config.json leaves out has its config class's probability (OPT's `dropout`, 0.1: config_defaults.json);
+    one set to 0 drops nothing; the rule's text names the keys whose masks it counts."""
+    sizes = dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2, num_attention_heads=4)
+
+    def rule(**change):
+        path = _config(tmp_path, "OPTConfig", sizes, "OPTForCausalLM")
+        with open(path) as f:
+            d = json.load(f)
+        d.pop("dropout")
+        d.update(change)
+        with open(path, "w") as f:
+            json.dump(d, f)
+        r = mem(path, "--mode", "training", "--batch", "2", "--seq", "16", "--attention", "eager")
+        return next(x for x in r["fit"]["lines"] if x["group"] == "activations" and " layers, " in x["item"])["rule"]
+
+    assert "1 B dropout masks of dropout (2 x hidden))" in rule()
+    assert "dropout masks" not in rule(dropout=0.0)
+    assert "1 B dropout masks of attention_dropout (1 x scores, and the dropped tensor), dropout (2 x hidden))" in rule(
+        attention_dropout=0.1, torch_dtype="float32")
 
 
 # Known under-estimates (docs/memory_planner.md, "Known limits"), each with what saved_tensors_hooks shows the rule

@@ -71,3 +71,23 @@ def test_rows_the_rule_reads():
     assert rows["ctrl"]["softmax_fp32"] is False
     assert rows["phi3"]["o_proj_copy"] is True and rows["llama"]["o_proj_copy"] is False
     assert COMMITTED["activations"]["gelu_new"] == [4, 0] and COMMITTED["activations"]["xielu"] == [4, 1]
+
+
+def test_dropout_sites_name_their_keys():
+    """The dropout census: GPT-2's names as the hand-written rule had them (its softmax in the scores' dtype: the
+    dropped scores kept beside it), OPT's and XGLM's `dropout` on the layer's two outputs, BioGPT's and XGLM's
+    activation_dropout on the MLP's intermediate, Llama's attention_dropout replacing the softmax's bfloat16 cast (a
+    copy kept only at float32, where the softmax's output is its own input), DBRX's nested key."""
+    rows = COMMITTED["model_types"]
+
+    def sites(mt):
+        return {(d["key"], d["where"], d["per"], d["count"], tuple(d["copy"])) for d in rows[mt]["dropout"]}
+
+    assert sites("gpt2") == {("attn_pdrop", "layer", "scores", 1, (True, True)),
+                             ("resid_pdrop", "layer", "hidden", 2, (False, False)),
+                             ("embd_pdrop", "outside", "hidden", 1, (False, False))}
+    assert ("dropout", "layer", "hidden", 2, (False, False)) in sites("opt") & sites("xglm")
+    assert ("activation_dropout", "layer", "intermediate", 1, (False, False)) in sites("xglm") & sites("biogpt")
+    assert sites("llama") == {("attention_dropout", "layer", "scores", 1, (False, True))}
+    assert any(d["key"] == "attn_config.attn_pdrop" for d in rows["dbrx"]["dropout"])
+    assert rows["diffllama"]["dropout"] is None and "diffllama" in COMMITTED["dropout_not_measured"]

@@ -21,14 +21,17 @@ What each op keeps (ab: the activation's bytes, T: tokens b*s):
    a mask, k and v repeated to the query heads and the b x s^2 mask in ab), the output and the float32 logsumexp
    [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
    output (o_proj's input), and per score the float32 softmax (GPT-2's: in ab) and its cast to ab (none at 4 B), the
-   tanh of soft-capped scores (Gemma2) and, with attention dropout, a 1 B mask and the dropped scores (ab);
+   tanh of soft-capped scores (Gemma2);
  - the MLP: its activation's input (silu, gelu, gelu_pytorch_tanh, relu: one tensor; gelu_new four, gelu_fast seven,
    quick_gelu two: transformers/activations.py's formulas), gated: act(gate) and up too, then the product down_proj
    reads;
  - MoE (transformers 5's grouped_mm experts): the router's float32 softmax and top-k indices (T x (4E + 12k + 4) B),
    the T*k gathered inputs, gate_up, act and product as above over T*k rows, the experts' outputs before their
    routing weights (ab x T*k*h) and the routing's index tensors (36 B per row);
- - dropout (GPT-2's resid_pdrop / embd_pdrop): a 1 B mask per element on CUDA (CPU keeps the scaled noise in ab);
+ - dropout: a 1 B mask per element dropped on CUDA (CPU keeps the scaled noise in ab), at the sites the table's
+   `dropout` census found for the model type (which config key, in the layer or outside, dropping b*s*h, b*s*i or
+   the eager scores; the dropped tensor too where it is kept beside its input: GPT-2's softmax output and its PV
+   matmul's input), each whose key's probability is above 0; flash/SDPA kernels keep no mask for the scores;
  - the loss (transformers' ForCausalLMLoss): logits upcast to float32, cross_entropy's log_softmax output (float32)
    saved; backward's first step holds it beside nll_loss's and log_softmax's float32 gradients: 12 B per logit, the
    peak of the head (the forward's ab + 4 + 4 is below it), + ab for Gemma2's soft-capped logits (their tanh)."""
@@ -93,12 +96,14 @@ def _softmax_as_input(s: ArchSpec) -> bool:
     return facts(s).get("softmax_fp32") is False
 
 
-# the config's dropout probabilities by what they drop: GPT-2's names, then BERT's (hidden_dropout_prob: the embeddings'
-# output and, in each layer, the attention's and the MLP's outputs, BertSelfOutput and BertOutput; BERT-style encoders).
-# Other names (OPT's, XGLM's, BART's decoders' `dropout`) are not read: their masks are not counted
-RESID_DROPOUT = ("resid_pdrop", "hidden_dropout_prob")
-EMBD_DROPOUT = ("embd_pdrop", "hidden_dropout_prob")
-ATTN_DROPOUT = ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop", "attention_probs_dropout_prob")
+# the dropout sites of a model type without a census (`dropout` null: DiffLlama; no row of its own or of its family):
+# GPT-2's names, then BERT's (hidden_dropout_prob: the embeddings' output and, in each layer, the attention's and the
+# MLP's outputs); a measured model type's are its row's (ELECTRA's, RoBERTa's: their family's, BERT's)
+FALLBACK_DROPOUT: tuple[Mapping[str, Any], ...] = (
+    {"key": ("resid_pdrop", "hidden_dropout_prob"), "where": "layer", "per": "hidden", "count": 2, "copy": [False, False]},
+    {"key": ("embd_pdrop", "hidden_dropout_prob"), "where": "outside", "per": "hidden", "count": 1, "copy": [False, False]},
+    {"key": ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop", "attention_probs_dropout_prob"), "where": "layer",
+     "per": "scores", "count": 1, "copy": [True, True]})
 CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
 KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
@@ -116,33 +121,84 @@ class Saved:
     head_rule: str
 
 
+@dataclass
+class Drops:
+    """The dropout masks (CUDA's native_dropout: 1 B per dropped element) and the dropped tensors kept beside their
+    inputs, in bytes per element of what they drop: the layer's b*s*h outputs (replicated), its b*s*i MLP
+    intermediates (tp-sharded), its eager scores (tp-sharded; flash/SDPA kernels keep no mask), b*s*h outside the
+    layers; the keys counted (with p > 0) in the layer and outside, and a site of a size the rule does not know."""
+    hidden: float = 0.0
+    intermediate: float = 0.0
+    scores: float = 0.0
+    outside: float = 0.0
+    layer_keys: tuple[str, ...] = ()
+    outside_keys: tuple[str, ...] = ()
+    unknown: str = ""
+
+
 def _prod(shape: Sequence[int]) -> int:
     return math.prod(shape)
+
+
+def _config(config_path: str | None) -> dict:
+    """The config.json's dict ({} without one, or unreadable)."""
+    if not config_path:
+        return {}
+    try:
+        with open(config_path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return cfg if isinstance(cfg, dict) else {}
+
+
+def _number(s: ArchSpec, cfg: dict, key: str) -> float | None:
+    """The config's number under `key` ("attn_config.clip_qkv": inside a nested config, DBRX's; its class's default
+    under "dbrx.attn_config"), else its class's default; None without."""
+    *outer, last = key.split(".")
+    sub: Any = cfg
+    for o in outer:
+        sub = sub.get(o) if isinstance(sub, dict) else None
+    v = sub.get(last) if isinstance(sub, dict) else None
+    if v is None:
+        v = class_default(".".join([s.model_type, *outer]), last)
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
 def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> float:
     """The config's number (a dropout probability, clip_qkv) under the first of `keys` it sets (else its class's
     default); 0 without."""
-    cfg: dict = {}
-    if config_path:
-        try:
-            with open(config_path) as f:
-                cfg = json.load(f)
-        except (OSError, ValueError):
-            cfg = {}
-        if not isinstance(cfg, dict):
-            cfg = {}
-    for k in keys:   # "attn_config.clip_qkv": inside a nested config (DBRX's), its class's default under "dbrx.attn_config"
-        *outer, last = k.split(".")
-        sub: Any = cfg
-        for o in outer:
-            sub = sub.get(o) if isinstance(sub, dict) else None
-        v = sub.get(last) if isinstance(sub, dict) else None
-        if v is None:
-            v = class_default(".".join([s.model_type, *outer]), last)
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            return float(v)
-    return 0.0
+    cfg = _config(config_path)
+    return next((v for v in (_number(s, cfg, k) for k in keys) if v is not None), 0.0)
+
+
+def drops(s: ArchSpec, config_path: str | None, ab: float, eager: bool) -> Drops:
+    """The dropout masks of the model type's measured dropout sites (the table's `dropout`: key, where, what one
+    call drops, calls, the dropped tensor kept beside its input in bfloat16 and float32), each where its key's
+    probability (the config's, else its class's default) is above 0; FALLBACK_DROPOUT's where the table has none."""
+    cfg = _config(config_path)
+    d = Drops()
+    sites = facts(s).get("dropout")
+    for site in FALLBACK_DROPOUT if sites is None else sites:
+        keys = site["key"] if isinstance(site["key"], tuple) else (site["key"],)
+        if site["key"] is None:   # a probability the model fixes (no key holds it): above 0, the census saw it
+            key, p = "a fixed probability", 1.0
+        else:
+            key, p = next(((k, v) for k in keys if (v := _number(s, cfg, k)) is not None), (keys[0], 0.0))
+        # SDPA's dropout_p, the scores' under flash/SDPA: CUDA's kernels keep the RNG state, no mask
+        if p <= 0 or site["per"] == "sdpa" or (site["per"] == "scores" and not eager):
+            continue
+        per = site["count"] * (1 + (ab if site["copy"][ab >= 4] else 0))
+        name = f"{key} ({site['count']} x {site['per']}{', and the dropped tensor' if site['copy'][ab >= 4] else ''})"
+        if site["where"] == "outside" and site["per"] == "hidden":
+            d.outside += per
+            d.outside_keys += (name,)
+        elif site["where"] == "layer" and site["per"] in ("hidden", "intermediate", "scores"):
+            setattr(d, site["per"], getattr(d, site["per"]) + per)
+            d.layer_keys += (name,)
+        else:
+            d.unknown = f"{key}'s dropout of {site['per']} ({'in' if site['where'] == 'layer' else 'outside'} the layers)"
+    return d
 
 
 def _norm(s: ArchSpec, op: Op, ab: float) -> float:
@@ -180,8 +236,9 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
     return ""
 
 
-def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn: float) -> tuple[float, float]:
-    """(replicated, sharded) bytes the layer ops save, summed over their calls."""
+def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_scores: float) -> tuple[float, float]:
+    """(replicated, sharded) bytes the layer ops save, summed over their calls; `drop_scores`: the eager attention
+    dropout's bytes per score (Drops.scores)."""
     rep = shard = 0.0
     norm_out: tuple[int, ...] | None = None
     norm_read = False
@@ -243,7 +300,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, p_attn
                     qk = 4 if row.get("qk_fp32") else ab
                     per = (ab if _softmax_as_input(s) else 4 + (ab if ab < 4 else 0))
                     per += ab if s.attn_softcap else 0
-                    per += 1 + ab if p_attn > 0 else 0
+                    per += drop_scores
                     shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
                 else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
                     # bias is that mask, one per head (Falcon-RW)
@@ -266,17 +323,19 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rule then)."""
     if covered(s, layer_ops):
         return None
-    p_attn = dropout(s, config_path, ATTN_DROPOUT)
-    p_resid = dropout(s, config_path, RESID_DROPOUT)
-    p_embd = dropout(s, config_path, EMBD_DROPOUT)
-    rep, shard = layer_saved(s, layer_ops, ab, eager, p_attn)
+    drop = drops(s, config_path, ab, eager)
+    if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
+        return None
+    rep, shard = layer_saved(s, layer_ops, ab, eager, drop.scores)
     L = max(layers_run, 1)
     T = b * n
     clip = dropout(s, config_path, CLIP_QKV)
     if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
-    if p_resid > 0:   # dropout after the attention's and after the MLP's output projection: 1 B masks on CUDA
-        rep += 2 * L * T * s.hidden
+    # dropout of the layer's outputs (after the attention's and the MLP's output projections) and of its MLP's
+    # intermediate: 1 B masks on CUDA
+    rep += L * drop.hidden * T * s.hidden
+    shard += L * drop.intermediate * T * s.intermediate
     outside = sum(_norm(s, op, ab) * op.calls for op in last_ops if op.kind == "norm")
     outside += ab * T * s.hidden           # lm_head's input, the final norm's output
     outside += 16 * T                      # input ids (embedding) and labels (nll_loss), int64
@@ -285,26 +344,26 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
         outside += 2 * ab * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
         # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
         rep += L * (facts(s).get("rotary_copies") or 0) * ab * n * rot.out_shape[-1] * 2
-    if p_embd > 0:
-        outside += T * s.hidden
+    outside += drop.outside * T * s.hidden
     v_bytes = 12 + (ab if s.logit_softcap else 0)
     attn = ("eager: q, k, v repeated to the heads, the output, per score "
             f"{'the softmax (in ab)' if _softmax_as_input(s) else 'the float32 softmax'}"
             f"{' and its cast' if ab < 4 and not _softmax_as_input(s) else ''}"
             f"{', the soft-cap tanh' if s.attn_softcap else ''}"
-            f"{', a 1 B dropout mask and the dropped scores' if p_attn > 0 else ''}"
             if eager else "flash/SDPA: q, k, v (kv heads), the output, float32 logsumexp")
     norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(s.norm, s.norm) + (
         ", normalised in float32" if _norm_fp32(s) else "")
     rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
             f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
             f"{'; MoE: router softmax and indices, T*k gathered rows through the experts' if s.experts else ''}"
-            f"{'; 1 B residual dropout masks' if p_resid > 0 else ''}{'; q, k, v before clip_qkv' if clip > 0 else ''}): "
+            f"{'; 1 B dropout masks of ' + ', '.join(drop.layer_keys) if drop.layer_keys else ''}"
+            f"{'; q, k, v before clip_qkv' if clip > 0 else ''}): "
             f"{(rep + shard) / L / T:,.1f} B per token per layer on average")
     head_rule = (f"b x s x V x {v_bytes:g} B / tp: cross_entropy's float32 log_softmax output and, at backward's start, "
                  f"nll_loss's and log_softmax's float32 gradients{' + the soft-capped logits tanh' if s.logit_softcap else ''}; "
                  f"+ {outside:,.0f} B replicated (final norm, lm_head input, ids and labels"
-                 f"{', rotary cos/sin' if rot is not None else ''}{', embedding dropout mask' if p_embd > 0 else ''})")
+                 f"{', rotary cos/sin' if rot is not None else ''}"
+                 f"{', 1 B dropout masks of ' + ', '.join(drop.outside_keys) if drop.outside_keys else ''})")
     return Saved(rep / L, shard / L, outside, b * n * s.vocab * v_bytes, rule, head_rule)
 
 
