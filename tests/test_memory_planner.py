@@ -960,11 +960,13 @@ def _saved_split(model, **inputs) -> tuple[int, int]:
             hooks.append(mod.register_forward_hook(
                 lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
     seen: dict[int, tuple[int, bool]] = {}
+    kept = []   # every tensor saved, alive to the end: a storage freed meanwhile would give its pointer to another
 
     def pack(t):
         st = t.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
             seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
+            kept.append(t)
         return t
 
     try:
