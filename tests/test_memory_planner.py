@@ -777,6 +777,12 @@ def test_vision_encoder_inference_peak_equals_torch_memtracker(tmp_path, mem, co
                                                           embedding_size=16), 2, 64),
     ("RegNetConfig", "RegNetModel", dict(hidden_sizes=[48, 96, 192, 384], depths=[1, 2, 2, 1], embedding_size=16,
                                          layer_type="y"), 2, 96),
+    # PoolFormer: pool(x) beside x and pool(x) - x; a block keeps its input, the mixer's output, the scaled one and the
+    # residual sum through its MLP, the MLP its input (0.62x without)
+    ("PoolFormerConfig", "PoolFormerForImageClassification", dict(hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2]),
+     2, 64),
+    ("PoolFormerConfig", "PoolFormerModel", dict(hidden_sizes=[16, 32, 64, 128], depths=[2, 2, 2, 2], pool_size=5,
+                                                 mlp_ratio=2.5, hidden_act="relu", use_layer_scale=False), 2, 80),
 ])
 def test_convnet_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cls, model_cls, sizes, b, side, dtype):
     """A convnet's inference peak against torch's MemTracker over a CPU forward of transformers' model, to the byte:
