@@ -157,7 +157,9 @@ def _stage(w: Recorder, v: SwinVariant, s: int, side: int, act: str, qkv_bias: b
                 ws * ws, C // a, L, causal=False, extra_ew=4 if v2 else 3)
     w.linear(_block(s, "attention.output.dense"), wtok, C, C, True, L)
     w.norm(_block(s, "layernorm_before" if v2 else "layernorm_after"), tok, C, L)   # with the residual add before it
-    with B.holding(_kept(B.b, L, C, side, padded, ws)):
+    # eager attention's probabilities, at their dtype: the block's own and from the second block on the previous one's
+    probs = B.b * a * wins * ws ** 4 * (2 if L > 1 else 1)
+    with B.holding(_kept(B.b, L, C, side, padded, ws)), B.holding(probs, eager=True):
         w.linear(_block(s, "intermediate.dense"), tok, C, f, True, L)
         B.activation(w.label(_block(s, "intermediate act"), L), w.bucket, tok, f, act, L)
         w.linear(_block(s, "output.dense"), tok, f, C, True, L)
