@@ -10,8 +10,9 @@ depth doubling at each stride 2 (and at the first block). V2: the stem (`conv_st
 unless first_layer_is_expansion, a depthwise `conv_3x3`, a `reduce_1x1` without activation), 16 inverted residuals
 (`layer.{i}`: `expand_1x1` to make_divisible(round(in x expand_ratio)), depthwise `conv_3x3` with the block's stride,
 `reduce_1x1` without activation, the input added where the stride is 1 and the width kept), a 1x1 `conv_1x1` (1280 x the
-multiplier, 1280 with finegrained_output under a multiplier below 1); past output_stride a block is dilated at stride 1
-(its side kept; a dilated conv costs what an undilated one does). Both: a global average pool and a Linear classifier
+multiplier, 1280 with finegrained_output under a multiplier below 1); past output_stride a block runs at stride 1, its
+depthwise conv dilated (1, doubled after each stride 2 skipped: its side kept, padded by the dilated kernel's span, the
+MACs an undilated one's). Both: a global average pool and a Linear classifier
 (an Identity when num_labels is 0).
 
 FLOPs are FlopCounterMode's: each conv out elements x cin / groups x k x k MACs, the classifier's b x in x out; the
@@ -51,6 +52,7 @@ class MobileNetVariant(Variant):
     expanded: tuple[int, ...] = ()   # V2: each block's expanded width (16)
     stem_expand: bool = False  # V2: the stem's expand_1x1 (not first_layer_is_expansion)
     head_width: int = 0        # V2: conv_1x1's output
+    dilations: tuple[int, ...] = ()   # V2: each block's depthwise dilation past output_stride (none: all 1)
 
 
 def make_divisible(value: int, divisor: int, min_value: int) -> int:
@@ -85,15 +87,17 @@ def from_config(c: Cfg) -> ArchSpec:
             return make_divisible(int(round(x * dm)), div, low)
 
         ws = tuple(width(x) for x in V2_WIDTHS)
-        strides, current = [], 2
-        for st in V2_STRIDES:   # past output_stride a block runs at stride 1 (dilated)
+        strides, dilations, current, dilation = [], [], 2, 1
+        for st in V2_STRIDES:   # past output_stride a block runs at stride 1, and the blocks after it dilated
             strides.append(1 if current == out_stride else st)
+            dilations.append(dilation)
+            dilation *= st // strides[-1]
             current *= strides[-1]
         fine = bool(c.get("finegrained_output", default=FROM_CLASS)) and dm < 1.0
         v = MobileNetVariant(version=2, channels=ch, tf_padding=tf, stem=width(32), widths=ws, strides=tuple(strides),
                              expanded=tuple(make_divisible(int(round(x * ratio)), div, low) for x in ws[:-1]),
                              stem_expand=not c.get("first_layer_is_expansion", default=FROM_CLASS),
-                             head_width=1280 if fine else width(1280))
+                             head_width=1280 if fine else width(1280), dilations=tuple(dilations))
     return _spec(c.common, v, str(c.get("hidden_act", default=FROM_CLASS)), c.int("image_size", default=DEFAULT_IMAGE))
 
 
@@ -138,11 +142,12 @@ def walk(B: Builder) -> Recorder:
     w = Recorder(B, "embedding")
 
     def conv_layer(path: str, cin: int, cout: int, k: int, side: int, stride: int = 1, depthwise: bool = False,
-                   act: bool = True) -> int:
-        """A ConvLayer: the conv (TF "SAME" or (k - 1) / 2 padding), its BatchNorm and activation, beside the conv's
-        input (its caller's; the inference peak, analysis/memory/peaks.py); the output side."""
+                   act: bool = True, dilation: int = 1) -> int:
+        """A ConvLayer: the conv (TF "SAME" or dilation x (k - 1) / 2 padding), its BatchNorm and activation, beside the
+        conv's input (its caller's; the inference peak, analysis/memory/peaks.py); the output side."""
         out = conv_strided(w, f"{path}.convolution", f"{path}.convolution", cin, cout, k, stride, side,
-                           "same" if X.tf_padding else k // 2, groups=cin if depthwise else 1)
+                           "same" if X.tf_padding else dilation * (k - 1) // 2, groups=cin if depthwise else 1,
+                           dilation=dilation)
         with B.holding(B.b * cin * side * side):
             batchnorm(w, f"{path}.normalization", f"{path}.normalization", cout, out, act=s.activation if act else None)
         return out
@@ -161,10 +166,13 @@ def walk(B: Builder) -> Recorder:
         side = conv_layer("conv_stem.conv_3x3", X.stem, X.stem, 3, side, depthwise=True)
         side = conv_layer("conv_stem.reduce_1x1", X.stem, X.widths[0], 1, side, act=False)
         w.bucket = "encoder"
-        for i, (cin, cout, mid, stride) in enumerate(zip(X.widths, X.widths[1:], X.expanded, X.strides)):
-            conv_layer(f"layer.{i}.expand_1x1", cin, mid, 1, side)
-            side = conv_layer(f"layer.{i}.conv_3x3", mid, mid, 3, side, stride, depthwise=True)
-            conv_layer(f"layer.{i}.reduce_1x1", mid, cout, 1, side, act=False)
+        dilations = X.dilations or (1,) * len(X.strides)
+        for i, (cin, cout, mid, stride, dil) in enumerate(zip(X.widths, X.widths[1:], X.expanded, X.strides, dilations)):
+            conv_layer(f"layer.{i}.expand_1x1", cin, mid, 1, side)   # holding its input: the block's
+            with B.holding(B.b * cin * side * side):   # the block's input, live through it (the residual's or not)
+                out = conv_layer(f"layer.{i}.conv_3x3", mid, mid, 3, side, stride, depthwise=True, dilation=dil)
+                conv_layer(f"layer.{i}.reduce_1x1", mid, cout, 1, out, act=False)
+            side = out
             if stride == 1 and cin == cout:
                 shape = (B.b, cout, side, side)
                 B.add(f"layer.{i} residual add", "activation", "encoder", 1, shape, shape, ew=B.b * cout * side * side,

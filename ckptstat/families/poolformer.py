@@ -13,6 +13,7 @@ The architecture is stated once, in `walk` (framework/recorder.py's Recorder, fr
 template and the expected tensors derive from it."""
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
@@ -84,32 +85,59 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
     return _spec(common, v, "gelu")
 
 
+def _blocks(w: Recorder, X: PoolFormerVariant, i: int, side: int) -> None:
+    """Stage i's blocks on a side x side map. For the inference peak each op is beside what MemTracker measures live
+    (`held`: k tensors of the block's width): the block keeps its input, the mixer's output, the scaled one and the
+    first residual sum until it returns, the MLP its input through it; pool(x) is live beside x and pool(x) - x."""
+    B, c, L = w.B, X.widths[i], X.depths[i]
+    layer, tok, blocks = f"encoder.block.{i}.{{bid}}.", (B.b, side * side), tuple(range(L))
+    n, ls = B.b * side * side * c, int(X.layer_scale)
+
+    def held(k: int) -> AbstractContextManager[None]:
+        return B.holding(k * n)
+
+    def scale(name: str) -> None:
+        if X.layer_scale:
+            w.params(w.label(layer + name, L), ((layer + name, (c,)),), tok + (c,), tok + (c,), ew=n, kind="activation",
+                     L=L)
+
+    def residual() -> None:
+        B.add(w.label(layer.rstrip("."), L) + " residual add", "activation", w.bucket, L, tok + (c,), tok + (c,), ew=n,
+              extra_in=n)
+
+    w.norm(layer + "before_norm", tok, c, L, residual=False,
+           label=w.label(layer + "before_norm", L) + " (GroupNorm, 1 group)")
+    with held(1):   # the token mixer pool(x) - x
+        B.add(w.label(layer + "pooling", L), "pool", w.bucket, L, tok + (c,), tok + (c,), ew=n * (X.pool ** 2 + 1),
+              scratch=n * B.ab)
+        scale("layer_scale_1")
+    with held(1 + ls):
+        residual()
+    with held(2 + ls):
+        w.norm(layer + "after_norm", tok, c, L, residual=False,
+               label=w.label(layer + "after_norm", L) + " (GroupNorm, 1 group)")
+    with held(3 + ls):
+        conv_strided(w, layer + "output.conv1", w.label(layer + "output.conv1", L), c, X.mlp[i], 1, 1, side, 0, blocks,
+                     bias=True)
+        with held(1):
+            B.activation(w.label(layer + "output act", L), w.bucket, tok, X.mlp[i], B.s.activation, L)
+            conv_strided(w, layer + "output.conv2", w.label(layer + "output.conv2", L), X.mlp[i], c, 1, 1, side, 0,
+                         blocks, bias=True)
+        scale("layer_scale_2")
+        residual()
+
+
 def walk(B: Builder) -> Recorder:
     """The forward at B.s's sizes (PoolFormerModel's and the classifier): writes its ops to B and records the modules."""
     s = B.s
     X = s.variant_as(PoolFormerVariant)
     w = Recorder(B, "encoder")
     side, cin = s.image_size, X.channels
-    for i, (c, L) in enumerate(zip(X.widths, X.depths)):
+    for i, c in enumerate(X.widths):
         at = f"encoder.patch_embeddings.{i}.projection"
         side = conv_strided(w, at, at, cin, c, X.patches[i], X.strides[i], side, X.padding[i], bias=True)
-        layer, tok, blocks, cin = f"encoder.block.{i}.{{bid}}.", (B.b, side * side), tuple(range(L)), c
-        n = B.b * side * side * c
-        for norm, scale in (("before_norm", "layer_scale_1"), ("after_norm", "layer_scale_2")):
-            w.norm(layer + norm, tok, c, L, residual=False, label=w.label(layer + norm, L) + " (GroupNorm, 1 group)")
-            if norm == "before_norm":   # the token mixer: pool(x) - x
-                B.add(w.label(layer + "pooling", L), "pool", w.bucket, L, tok + (c,), tok + (c,), ew=n * (X.pool ** 2 + 1))
-            else:
-                conv_strided(w, layer + "output.conv1", w.label(layer + "output.conv1", L), c, X.mlp[i], 1, 1, side, 0,
-                             blocks, bias=True)
-                B.activation(w.label(layer + "output act", L), w.bucket, tok, X.mlp[i], s.activation, L)
-                conv_strided(w, layer + "output.conv2", w.label(layer + "output.conv2", L), X.mlp[i], c, 1, 1, side, 0,
-                             blocks, bias=True)
-            if X.layer_scale:
-                w.params(w.label(layer + scale, L), ((layer + scale, (c,)),), tok + (c,), tok + (c,), ew=n,
-                         kind="activation", L=L)
-            B.add(w.label(layer.rstrip("."), L) + " residual add", "activation", w.bucket, L, tok + (c,), tok + (c,),
-                  ew=n, extra_in=n)
+        _blocks(w, X, i, side)
+        cin = c
     if s.head == "imgcls":
         w.norm("norm", (B.b, side * side), cin, residual=False, bucket="pooler", top=True)
         B.add("mean over the map", "pool", "pooler", 1, (B.b, cin, side, side), (B.b, cin), ew=B.b * cin * side * side)

@@ -116,6 +116,18 @@ def _window(v: SwinVariant, s: int, side: int) -> int:
     return min(v.window, grid)
 
 
+def _kept(b: int, L: int, C: int, side: int, padded: int, ws: int) -> int:
+    """Elements a Swin or Donut block keeps live through its MLP beyond the four of a ViT layer (its input, the attention
+    output, the residual sum, its norm: analysis/memory/peaks.py), as MemTracker measures the worst block of a stage:
+    the windows' copy of the padded grid and the grid the attention output goes back to (un-windowed, rolled back in a
+    shifted block); from the second block on the stage's input too, and a shifted block's attention mask, windows x
+    ws^2 x ws^2 (shifted: the odd blocks, where the grid is larger than the window)."""
+    later = L > 1
+    shifted = later and side > ws
+    return 2 * b * padded * padded * C + (b * side * side * C if later else 0) \
+        + ((padded // ws) ** 2 * ws ** 4 if shifted else 0)
+
+
 def _stage(w: Recorder, v: SwinVariant, s: int, side: int, act: str, qkv_bias: bool) -> None:
     """Stage s's blocks (each alike in cost: a shift moves tokens, no FLOPs) on a side x side grid."""
     B, L = w.B, v.depths[s]
@@ -145,9 +157,12 @@ def _stage(w: Recorder, v: SwinVariant, s: int, side: int, act: str, qkv_bias: b
                 ws * ws, C // a, L, causal=False, extra_ew=4 if v2 else 3)
     w.linear(_block(s, "attention.output.dense"), wtok, C, C, True, L)
     w.norm(_block(s, "layernorm_before" if v2 else "layernorm_after"), tok, C, L)   # with the residual add before it
-    w.linear(_block(s, "intermediate.dense"), tok, C, f, True, L)
-    B.activation(w.label(_block(s, "intermediate act"), L), w.bucket, tok, f, act, L)
-    w.linear(_block(s, "output.dense"), tok, f, C, True, L)
+    # eager attention's probabilities, at their dtype: the block's own and from the second block on the previous one's
+    probs = B.b * a * wins * ws ** 4 * (2 if L > 1 else 1)
+    with B.holding(_kept(B.b, L, C, side, padded, ws)), B.holding(probs, eager=True):
+        w.linear(_block(s, "intermediate.dense"), tok, C, f, True, L)
+        B.activation(w.label(_block(s, "intermediate act"), L), w.bucket, tok, f, act, L)
+        w.linear(_block(s, "output.dense"), tok, f, C, True, L)
     if v2:
         w.norm(_block(s, "layernorm_after"), tok, C, L)
     else:

@@ -23,19 +23,23 @@ Padding = int | Literal["same"]
 
 
 def conv2d(B: Builder, module: str, bucket: str, cin: int, cout: int, k: int, stride: int, side: int, pad: Padding,
-           bias: bool = False, calls: int = 1, groups: int = 1) -> int:
+           bias: bool = False, calls: int = 1, groups: int = 1, dilation: int = 1) -> int:
     """A square Conv2d on a `side` x `side` input, its channels in `groups` (each output channel reads cin / groups:
     a depthwise conv has groups = cin; FlopCounterMode counts out elements x cin / groups x k x k MACs); returns the
-    output side."""
-    both = max(k - (side % stride or stride), 0) if pad == "same" else 2 * pad
-    out = (side + both - k) // stride + 1
+    output side. A dilated kernel spans dilation x (k - 1) + 1 (the same MACs). "same" padding is a padded copy of the
+    input (constant_pad_nd), live beside the input and the conv's output: its scratch (MobileNetV2 under MemTracker);
+    Conv2d's own padding allocates no copy."""
+    span = dilation * (k - 1) + 1
+    both = max(span - (side % stride or stride), 0) if pad == "same" else 2 * pad
+    out = (side + both - span) // stride + 1
+    padded = B.b * cin * (side + both) ** 2 * B.ab if pad == "same" and both else 0
     if out < 1:
         raise UsageError(f"image side {side} is smaller than the {k}x{k} kernel of {module} (--image-size)")
     per = cout * (cin // groups) * k * k + (cout if bias else 0)
     B.add(f"{module} ({k}x{k}/{stride}{f', groups {groups}' if groups > 1 else ''})", "conv", bucket, calls,
           (B.b, cin, side, side), (B.b, cout, out, out), params=per * calls,
           macs=B.b * cout * out * out * (cin // groups) * k * k, ew=B.b * cout * out * out if bias else 0,
-          weights_per_call=per)
+          weights_per_call=per, scratch=padded)
     return out
 
 
@@ -49,14 +53,14 @@ def conv(w: Recorder, path: str, cin: int, cout: int, k: int, side: int, bias: b
 
 def conv_strided(w: Recorder, path: str, label: str, cin: int, cout: int, k: int, stride: int, side: int, pad: Padding,
                  layers: tuple[int, ...] = (), bucket: str | None = None, groups: int = 1, bias: bool = False,
-                 top: bool = False) -> int:
+                 top: bool = False, dilation: int = 1) -> int:
     """A recorded Conv2d of k x k with its own stride, padding and groups (bias-free unless `bias`: ResNet's), run once
     per index of `layers` (the path's `{bid}`; none: once), its op under `label`; `top`: a task head's (outside the
     body); returns the output side."""
     w.record(path, (("weight", (cout, cin // groups, k, k)),) + ((("bias", (cout,)),) if bias else ()), layers=layers,
              top=top)
     return conv2d(w.B, label, bucket or w.bucket, cin, cout, k, stride, side, pad, bias=bias, calls=max(len(layers), 1),
-                  groups=groups)
+                  groups=groups, dilation=dilation)
 
 
 def batchnorm(w: Recorder, path: str, label: str, ch: int, side: int, layers: tuple[int, ...] = (),
