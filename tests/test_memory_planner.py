@@ -1149,8 +1149,9 @@ def test_dropout_masks_are_what_autograd_saves(tmp_path, monkeypatch, config_cls
     off = _saved_split(model, input_ids=ids)
     path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
     with open(path) as f:
-        s = from_config(json.load(f))
-    d = saved.drops(s, path, getattr(torch, dtype).itemsize, eager=True)
+        raw = json.load(f)
+    s = from_config(raw)
+    d = saved.drops(s, raw, getattr(torch, dtype).itemsize, eager=True)
     t = b * n
     layers = (s.layers + s.decoder_layers) * t * (d.hidden * s.hidden + d.intermediate * s.intermediate
                                                   + d.scores * s.heads * n)

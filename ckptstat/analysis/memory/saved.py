@@ -165,18 +165,16 @@ def _number(s: ArchSpec, cfg: dict, key: str) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def dropout(s: ArchSpec, config_path: str | None, keys: tuple[str, ...]) -> float:
+def dropout(s: ArchSpec, cfg: dict, keys: tuple[str, ...]) -> float:
     """The config's number (a dropout probability, clip_qkv) under the first of `keys` it sets (else its class's
     default); 0 without."""
-    cfg = _config(config_path)
     return next((v for v in (_number(s, cfg, k) for k in keys) if v is not None), 0.0)
 
 
-def drops(s: ArchSpec, config_path: str | None, ab: float, eager: bool) -> Drops:
+def drops(s: ArchSpec, cfg: dict, ab: float, eager: bool) -> Drops:
     """The dropout masks of the model type's measured dropout sites (the table's `dropout`: key, where, what one
     call drops, calls, the dropped tensor kept beside its input in bfloat16 and float32), each where its key's
     probability (the config's, else its class's default) is above 0; FALLBACK_DROPOUT's where the table has none."""
-    cfg = _config(config_path)
     d = Drops()
     sites = facts(s).get("dropout")
     for site in FALLBACK_DROPOUT if sites is None else sites:
@@ -323,13 +321,14 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rule then)."""
     if covered(s, layer_ops):
         return None
-    drop = drops(s, config_path, ab, eager)
+    cfg = _config(config_path)   # (read once: the dropout probabilities and clip_qkv)
+    drop = drops(s, cfg, ab, eager)
     if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
         return None
     rep, shard = layer_saved(s, layer_ops, ab, eager, drop.scores)
     L = max(layers_run, 1)
     T = b * n
-    clip = dropout(s, config_path, CLIP_QKV)
+    clip = dropout(s, cfg, CLIP_QKV)
     if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
     # dropout of the layer's outputs (after the attention's and the MLP's output projections) and of its MLP's
