@@ -1080,8 +1080,8 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                parallel_attn=False), "bfloat16", "sdpa", 2, 16),
     # dropout under the config keys the table's census found (families/saved_table.json `dropout`), which the
-    # hand-written names missed or miscounted: OPT's `dropout` (0.1 by default: the attention's and the MLP's outputs;
-    # gelu: OPT's relu output is fc2's input, which the rule counts twice), its attention_dropout at 4 B (the dropped
+    # hand-written names missed or miscounted: OPT's `dropout` (0.1 by default: the attention's and the MLP's outputs),
+    # its attention_dropout at 4 B (the dropped
     # scores kept beside the float32 softmax), Falcon's hidden_dropout, and Llama's eager attention dropout in
     # bfloat16 (the dropped scores in place of the softmax's cast: a 1 B mask more, not 1 + ab)
     ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
@@ -1092,6 +1092,19 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                parallel_attn=False, hidden_dropout=0.1), "bfloat16", "sdpa", 2, 16),
     ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, attention_dropout=0.1), "bfloat16", "eager", 2, 16),
+    # activations that keep their output (saved_table.json `activations`' third field), which the op after them reads
+    # and keeps too, one storage: OPT's default relu before fc2 (its modeling file reads no activation_dropout, which
+    # the census shows: still one), a gated relu's and sigmoid's output in the gate's product; relu2 (squared relu)
+    # keeps relu's output, not its own
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4), "bfloat16", "eager", 2, 16),
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4, dropout=0.0), "float32", "sdpa", 3, 24),
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4, activation_dropout=0.1), "bfloat16", "sdpa", 2, 16),
+    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, hidden_act="relu"), "bfloat16", "sdpa", 2, 16),
+    ("Qwen2Config", "Qwen2ForCausalLM", dict(_SMALL, hidden_act="sigmoid"), "float32", "eager", 2, 16),
+    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, hidden_act="relu2"), "bfloat16", "sdpa", 2, 16),
 ])
 def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, config_cls, model_cls, sizes, dtype, attn,
                                                    b, n):
@@ -1113,7 +1126,7 @@ def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, con
 # The dropout census read as saved.py reads it (Drops: the table's sites with the config's probabilities) against what
 # dropout adds to autograd's saved bytes, in the layers and outside them, for models whose layers the op-by-op rule does
 # not walk yet too (XGLM's and BioGPT's decoder stacks, the parallel layers of CodeGen, GPT-J and Phi: Korthikanti's
-# rule plans them) and OPT's relu layer (whose fc2 input the rule counts twice): the class's defaults where they drop.
+# rule plans them) and OPT's relu layer: the class's defaults where they drop.
 @pytest.mark.parametrize("config_cls,model_cls,sizes,dtype", [
     ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
                                          num_attention_heads=4), "bfloat16"),

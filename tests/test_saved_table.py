@@ -88,7 +88,9 @@ def test_rows_the_rule_reads():
     assert rows["gpt2"]["softmax_fp32"] is False and rows["llama"]["softmax_fp32"] is True
     assert rows["ctrl"]["softmax_fp32"] is False
     assert rows["phi3"]["o_proj_copy"] is True and rows["llama"]["o_proj_copy"] is False
-    assert COMMITTED["activations"]["gelu_new"] == [4, 0] and COMMITTED["activations"]["xielu"] == [4, 1]
+    acts = COMMITTED["activations"]
+    assert acts["gelu_new"] == [4, 0, 0] and acts["xielu"] == [4, 1, 0] and acts["silu"] == [1, 0, 0]
+    assert acts["relu"] == [1, 0, 1] and acts["relu2"] == [1, 0, 0]   # relu keeps its output; relu2 relu's, not its own
 
 
 def test_dropout_sites_name_their_keys():

@@ -22,8 +22,9 @@ What each op keeps (ab: the activation's bytes, T: tokens b*s):
    [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
    output (o_proj's input), and per score the float32 softmax (GPT-2's: in ab) and its cast to ab (none at 4 B), the
    tanh of soft-capped scores (Gemma2);
- - the MLP: its activation's input (silu, gelu, gelu_pytorch_tanh, relu: one tensor; gelu_new four, gelu_fast seven,
-   quick_gelu two: transformers/activations.py's formulas), gated: act(gate) and up too, then the product down_proj
+ - the MLP: its activation's input (silu, gelu, gelu_pytorch_tanh: one tensor; gelu_new four, gelu_fast seven,
+   quick_gelu two: transformers/activations.py's formulas; relu, sigmoid and tanh their output, the tensor down_proj
+   or the gate's product reads and keeps too: counted once), gated: act(gate) and up too, then the product down_proj
    reads;
  - MoE (transformers 5's grouped_mm experts): the router's float32 softmax and top-k indices (T x (4E + 12k + 4) B),
    the T*k gathered inputs, gate_up, act and product as above over T*k rows, the experts' outputs before their
@@ -68,11 +69,12 @@ def _table() -> Mapping[str, Any]:
     return table
 
 
-def act_saves(name: str) -> tuple[float, float]:
-    """(tensors of the activation's width in its dtype, other bytes per element: xIELU's bool mask) the ACT2FN
-    activation keeps for backward; one tensor for one the table does not know."""
-    n, other = _table()["activations"].get(name, (1, 0))
-    return n, other
+def act_saves(name: str) -> tuple[float, float, bool]:
+    """(tensors of the activation's width in its dtype, other bytes per element: xIELU's bool mask, whether one of
+    those tensors is its output: relu's, which the op after it keeps too) the ACT2FN activation keeps for backward;
+    one tensor, its input, for one the table does not know."""
+    n, other, *out = _table()["activations"].get(name, (1, 0, 0))
+    return n, other, bool(out and out[0])
 
 
 def facts(s: ArchSpec) -> Mapping[str, Any]:
@@ -234,10 +236,14 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
     return ""
 
 
-def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_scores: float) -> tuple[float, float]:
-    """(replicated, sharded) bytes the layer ops save, summed over their calls; `drop_scores`: the eager attention
-    dropout's bytes per score (Drops.scores)."""
+def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops) -> tuple[float, float]:
+    """(replicated, sharded) bytes the layer ops save, summed over their calls, with the eager attention dropout's
+    bytes per score (Drops.scores)."""
     rep = shard = 0.0
+    n_ab, other, keeps_out = act_saves(s.activation)
+    # the activation's output where it keeps it (relu): down_proj's input, one storage with it unless an
+    # intermediate dropout comes between them
+    act_out: tuple[int, ...] | None = None
     norm_out: tuple[int, ...] | None = None
     norm_read = False
     prev: Op | None = None
@@ -267,6 +273,8 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_s
                 pass
             elif after_attn and not eager and not row.get("o_proj_copy"):
                 pass   # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
+            elif act_out is not None and op.in_shape == act_out and not drop.intermediate:
+                pass   # the activation's output, which it keeps
             else:
                 shard += c * ab * _prod(op.in_shape)
         elif op.kind == "activation":
@@ -274,17 +282,16 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_s
             out = _prod(op.out_shape)
             if "rotary" in m:
                 pass
-            elif "act*" in m:
-                n_ab, other = act_saves(s.activation)
-                shard += c * out * (ab * (n_ab + 2) + other)
+            elif "act*" in m:   # and the product's two inputs: act(gate), the activation's output where it keeps it
+                shard += c * out * (ab * (n_ab + 2 - keeps_out) + other)
             elif "combine (x routing weight)" in m:
                 rows = op.in_shape[0]
                 shard += c * (ab * _prod(op.in_shape) + 36 * rows)
             elif "sigmoid(gate) x shared" in m:
                 shard += c * (ab * out + 4 * _prod(op.out_shape[:-1]))
             else:
-                n_ab, other = act_saves(s.activation)
                 shard += c * out * (ab * n_ab + other)
+                act_out = op.out_shape if keeps_out else None
         elif op.kind == "attention":
             norm_out = None   # what follows reads the attention's output, not the norm's
             b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
@@ -298,7 +305,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_s
                     qk = 4 if row.get("qk_fp32") else ab
                     per = (ab if _softmax_as_input(s) else 4 + (ab if ab < 4 else 0))
                     per += ab if s.attn_softcap else 0
-                    per += drop_scores
+                    per += drop.scores
                     shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
                 else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
                     # bias is that mask, one per head (Falcon-RW)
@@ -311,6 +318,8 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop_s
                     shard += c * ab * b * a * nk * dv
                 else:
                     shard += c * ab * b * (g * nk + a * n) * dv
+        if op.kind != "activation":
+            act_out = None
         prev = op
     return rep, shard
 
@@ -325,7 +334,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     drop = drops(s, cfg, ab, eager)
     if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
         return None
-    rep, shard = layer_saved(s, layer_ops, ab, eager, drop.scores)
+    rep, shard = layer_saved(s, layer_ops, ab, eager, drop)
     L = max(layers_run, 1)
     T = b * n
     clip = dropout(s, cfg, CLIP_QKV)
