@@ -184,11 +184,18 @@ def test_registry_names_and_model_types_are_unique():
     assert len(model_types) == len(set(model_types))
 
 
+# The oracle's forwards run on the CPU with the sample's tiny weights: FlopCounterMode counts the same aten ops there as
+# on meta, which runs them through torch's Python reference implementations, 2-3x slower than a tiny CPU kernel. A
+# sample whose init fails off the meta device stays there (xLSTM's fused gates: families/xlstm.py).
+ON_META = {"xlstm-xLSTMModel-1"}
+
+
 @pytest.mark.parametrize("family,sample,model_name", CASES)
-def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Sample, model_name: str):
+def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Sample, model_name: str, request):
     cfg = _config(sample)
     cls = getattr(T, model_name)
-    model = meta_model(cls, cfg, sample.device)
+    device = "meta" if request.node.callspec.id in ON_META else "cpu"
+    model = meta_model(cls, cfg, device)
     spec = spec_of(cls, cfg)
     assert spec.family == family.name
     torch_params = sum(p.numel() for p in model.parameters())
@@ -197,7 +204,7 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
         assert family.min_seq is not None
         shortest = family.min_seq(spec)
         for n in (shortest, *(x for x in AUDIO_SAMPLES if x > shortest)):
-            expected = fcm_audio_flops(model, n, BATCH, sample.device)
+            expected = fcm_audio_flops(model, n, BATCH, device)
             assert expected > 0
             assert ours(spec, n, BATCH) == expected, n
     # an attention the template refuses by name (Family.flops_refused): its parameters above, no FLOPs
@@ -205,28 +212,32 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     if refused:
         with pytest.raises(NoAnalyticModel, match=re.escape(refused)):
             ours(spec, SEQS[0], BATCH)
+    takes = inspect.signature(model.forward).parameters
     for seq in SEQS if spec.seq_unit == "tokens" and not refused else ():
-        # vision: at two image sides (Fuyu's template is its text-only forward: no image_size)
-        if spec.image_size and "pixel_values" in inspect.signature(model.forward).parameters:
+        # vision: at two image sides (Fuyu's template is its text-only forward: no image_size), and at two text
+        # lengths only where the model also reads text (CLIPModel)
+        if spec.image_size and "pixel_values" in takes:
+            if seq != SEQS[0] and "input_ids" not in takes:
+                continue
             image = getattr(spec.variant, "vision", spec.variant)   # a two-tower model's vision tower (clip.Towers)
             for side in (spec.image_size, spec.image_size * 3 // 2 + 1):
                 native = getattr(image, "native_image_size", None)
                 if side != spec.image_size and refuses_side(replace(spec, image_size=side)):
                     # a side the walk refuses (PVT's position tables, reshaped into the grid): the library fails too
                     with pytest.raises(RuntimeError):
-                        fcm_image_flops(model, seq, BATCH, sample.device, side, image.channels, native)
+                        fcm_image_flops(model, seq, BATCH, device, side, image.channels, native)
                     continue
-                expected = fcm_image_flops(model, seq, BATCH, sample.device, side, image.channels, native)
+                expected = fcm_image_flops(model, seq, BATCH, device, side, image.channels, native)
                 assert expected > 0
                 assert ours(replace(spec, image_size=side), seq, BATCH) == expected, (seq, side)
             continue
-        if "input_features" in inspect.signature(model.forward).parameters:   # audio: the config fixes the frames,
+        if "input_features" in takes:   # audio: the config fixes the frames,
             # seq is the decoder's
             frames = 2 * cfg.max_source_positions
-            expected = fcm_flops(model, seq, BATCH, sample.device, main_input=family.main_input, frames=frames)
+            expected = fcm_flops(model, seq, BATCH, device, main_input=family.main_input, frames=frames)
             assert ours(spec, frames, BATCH, dec_seq=seq) == expected, seq
             continue
-        expected = fcm_flops(model, seq, BATCH, sample.device)
+        expected = fcm_flops(model, seq, BATCH, device)
         assert expected > 0
         assert ours(spec, seq, BATCH) == expected, seq
 
