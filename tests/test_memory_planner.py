@@ -1105,6 +1105,26 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, hidden_act="relu"), "bfloat16", "sdpa", 2, 16),
     ("Qwen2Config", "Qwen2ForCausalLM", dict(_SMALL, hidden_act="sigmoid"), "float32", "eager", 2, 16),
     ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, hidden_act="relu2"), "bfloat16", "sdpa", 2, 16),
+    # parallel layers (x + attn(ln x) + mlp(ln x)): the MLP's first linear reads the norm's output the attention's
+    # linears keep (were Korthikanti's rule)
+    ("GPTJConfig", "GPTJForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8, attn_pdrop=0.0,
+                                           resid_pdrop=0.0, embd_pdrop=0.0), "bfloat16", "eager", 2, 16),
+    ("GPTJConfig", "GPTJForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8), "float32",
+     "eager", 3, 24),
+    ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                         num_attention_heads=4), "bfloat16", "sdpa", 2, 16),
+    # GPT-NeoX's use_parallel_residual (its default): the MLP's LayerNorm keeps the layer's input, which the attention's
+    # keeps (was 1.08x); Falcon's parallel layer with one norm
+    ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160,
+                                                 num_hidden_layers=2, num_attention_heads=4), "bfloat16", "sdpa", 2, 16),
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4),
+     "float32", "eager", 2, 16),
+    ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160,
+                                                 num_hidden_layers=2, num_attention_heads=4, use_parallel_residual=False),
+     "float32", "eager", 2, 16),
+    ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                         num_attention_heads=4, resid_pdrop=0.1, attention_dropout=0.1), "float32",
+     "eager", 2, 16),
 ])
 def test_training_layers_are_what_autograd_saves(tmp_path, mem, monkeypatch, config_cls, model_cls, sizes, dtype, attn,
                                                    b, n):
@@ -1211,6 +1231,17 @@ def test_dropout_rule_names_the_keys_it_counts(tmp_path, mem):
     ("PersimmonConfig", "PersimmonForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2,
                                                      num_attention_heads=4, intermediate_size=160),
      "float32", "sdpa", 2, 16, 0.92, 0.96),
+    # CodeGen's parallel layer: each layer gathers sin and cos from its own embed_positions table and repeats them per
+    # call, four float32 [1, s, 1, rotary_dim] tensors it keeps that the rule does not place (no rotary_emb module for
+    # the table's rotary_copies)
+    ("CodeGenConfig", "CodeGenForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
+                                                 attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0), "bfloat16", "eager",
+     2, 16, 0.98, 0.99),
+    # Falcon's new layout (ln_attn and ln_mlp beside each other, grouped key/value heads), walked as a parallel layer
+    # (Korthikanti's rule planned it before): 120 B a token a layer under at these sizes, not analysed yet
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               new_decoder_architecture=True, num_kv_heads=2), "bfloat16", "sdpa", 2, 16,
+     0.93, 0.95),
 ])
 def test_known_under_estimates_stay_where_they_are(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n, low,
                                                    high):

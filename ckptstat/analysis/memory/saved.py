@@ -108,7 +108,7 @@ FALLBACK_DROPOUT: tuple[Mapping[str, Any], ...] = (
      "per": "scores", "count": 1, "copy": [True, True]})
 CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
-KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared")
+KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared", "+ residual")
 
 
 @dataclass
@@ -165,6 +165,12 @@ def _number(s: ArchSpec, cfg: dict, key: str) -> float | None:
     if v is None:
         v = class_default(".".join([s.model_type, *outer]), last)
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _flag(s: ArchSpec, cfg: dict, key: str) -> bool:
+    """The config's boolean under `key`, else its class's default; False without."""
+    v = cfg.get(key)
+    return (class_default(s.model_type, key) if v is None else v) is True
 
 
 def dropout(s: ArchSpec, cfg: dict, keys: tuple[str, ...]) -> float:
@@ -236,9 +242,11 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
     return ""
 
 
-def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops) -> tuple[float, float]:
+def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops,
+                parallel_residual: bool = False) -> tuple[float, float]:
     """(replicated, sharded) bytes the layer ops save, summed over their calls, with the eager attention dropout's
-    bytes per score (Drops.scores)."""
+    bytes per score (Drops.scores); `parallel_residual`: the MLP's norm reads the layer's input, not the attention's
+    sum (GPT-NeoX's use_parallel_residual, whose op template is the sequential one)."""
     rep = shard = 0.0
     n_ab, other, keeps_out = act_saves(s.activation)
     # the activation's output where it keeps it (relu): down_proj's input, one storage with it unless an
@@ -252,10 +260,17 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     row = facts(s)
     lays = layouts_of(get(s.family))
     alibi = lays is not None and lays.of(s).positions == "alibi"
+    # a parallel layer (GPT-J, CodeGen, Phi: x + attn(ln x) + mlp(ln x)): the MLP's first linear reads the norm's
+    # output too, which the attention's linears already keep
+    parallel = parallel_residual or lays is not None and lays.of(s).placement == "parallel"
+    beside: tuple[int, ...] | None = None   # the norm's output while the attention runs beside the MLP
     for op in layer_ops:
         c = op.calls
         if op.kind == "norm":
             rep += c * _norm(s, op, ab)
+            if beside is not None and s.norm == "layernorm":   # a parallel MLP's own LayerNorm (GPT-NeoX's
+                rep -= c * ab * _prod(op.in_shape)   # post_attention_layernorm, Falcon's ln_mlp) keeps the layer's
+                # input, which the attention's norm keeps
             norm_out, norm_read = op.out_shape, False
         elif op.kind == "linear":
             parent = op.module.rsplit(".", 1)[0]
@@ -273,14 +288,17 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
                 pass
             elif after_attn and not eager and not row.get("o_proj_copy"):
                 pass   # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
+                norm_out = beside
             elif act_out is not None and op.in_shape == act_out and not drop.intermediate:
                 pass   # the activation's output, which it keeps
             else:
                 shard += c * ab * _prod(op.in_shape)
+                if after_attn:
+                    norm_out = beside
         elif op.kind == "activation":
             m = op.module
             out = _prod(op.out_shape)
-            if "rotary" in m:
+            if "rotary" in m or "+ residual" in m:   # (an add keeps nothing)
                 pass
             elif "act*" in m:   # and the product's two inputs: act(gate), the activation's output where it keeps it
                 shard += c * out * (ab * (n_ab + 2 - keeps_out) + other)
@@ -293,7 +311,9 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
                 shard += c * out * (ab * n_ab + other)
                 act_out = op.out_shape if keeps_out else None
         elif op.kind == "attention":
-            norm_out = None   # what follows reads the attention's output, not the norm's
+            if parallel and norm_out is not None:
+                beside = norm_out
+            norm_out = None   # what follows reads the attention's output, not the norm's (a parallel MLP's: after o_proj)
             b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
             # SDPA gets a mask where a sliding window cuts the keys (or head_dim > 256): transformers then repeats k and v
             # to the query heads (sdpa_attention.py use_gqa_in_sdpa) and the kernel keeps the repeated ones
@@ -334,7 +354,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     drop = drops(s, cfg, ab, eager)
     if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
         return None
-    rep, shard = layer_saved(s, layer_ops, ab, eager, drop)
+    rep, shard = layer_saved(s, layer_ops, ab, eager, drop, _flag(s, cfg, "use_parallel_residual"))
     L = max(layers_run, 1)
     T = b * n
     clip = dropout(s, cfg, CLIP_QKV)
