@@ -1238,7 +1238,9 @@ def test_dropout_rule_names_the_keys_it_counts(tmp_path, mem):
                                                  attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0), "bfloat16", "eager",
      2, 16, 0.98, 0.99),
     # Falcon's new layout (ln_attn and ln_mlp beside each other, grouped key/value heads), walked as a parallel layer
-    # (Korthikanti's rule planned it before): 120 B a token a layer under at these sizes, not analysed yet
+    # (Korthikanti's rule planned it before): under the mask Falcon always gives SDPA, transformers repeats k and v to
+    # the query heads (repeat_kv) and SDPA keeps those, with a second mask-sized tensor; counting k and v so for the
+    # model type would put the old layout's multi-query SDPA case at 1.10x, so neither is counted yet
     ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
                                                new_decoder_architecture=True, num_kv_heads=2), "bfloat16", "sdpa", 2, 16,
      0.93, 0.95),
