@@ -1047,6 +1047,9 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("MistralConfig", "MistralForCausalLM", _SMALL, "float32", "sdpa", 2, 16),
     # a window shorter than s: SDPA gets a mask, k and v repeated to the query heads
     ("MistralConfig", "MistralForCausalLM", dict(_SMALL, sliding_window=8), "bfloat16", "sdpa", 2, 32),
+    # one key/value head under a window's mask: repeat_kv's repeat of it is a view, k and v kept at one head
+    ("MistralConfig", "MistralForCausalLM", dict(_SMALL, sliding_window=8, num_key_value_heads=1), "bfloat16", "sdpa", 2,
+     32),
     ("Gemma2Config", "Gemma2ForCausalLM", dict(_SMALL, head_dim=24), "bfloat16", "eager", 2, 16),   # soft-capping, 4 norms
     ("Gemma2Config", "Gemma2ForCausalLM", dict(_SMALL, hidden_size=96, num_attention_heads=6, num_key_value_heads=1,
                                                head_dim=32, intermediate_size=200), "float32", "eager", 3, 24),
@@ -1114,11 +1117,15 @@ def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n)
     ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
                                          num_attention_heads=4), "bfloat16", "sdpa", 2, 16),
     # GPT-NeoX's use_parallel_residual (its default): the MLP's LayerNorm keeps the layer's input, which the attention's
-    # keeps (was 1.08x); Falcon's parallel layer with one norm
+    # keeps (was 1.08x); Falcon's parallel layer with one norm, and its new layout (ln_attn and ln_mlp, grouped
+    # key/value heads: under the mask Falcon always gives SDPA, transformers' repeat_kv copies them to the query heads,
+    # where the old layout's one multi-query head repeats as a view)
     ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160,
                                                  num_hidden_layers=2, num_attention_heads=4), "bfloat16", "sdpa", 2, 16),
     ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4),
      "float32", "eager", 2, 16),
+    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                                               new_decoder_architecture=True, num_kv_heads=2), "bfloat16", "sdpa", 2, 16),
     ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160,
                                                  num_hidden_layers=2, num_attention_heads=4, use_parallel_residual=False),
      "float32", "eager", 2, 16),
@@ -1237,13 +1244,6 @@ def test_dropout_rule_names_the_keys_it_counts(tmp_path, mem):
     ("CodeGenConfig", "CodeGenForCausalLM", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, rotary_dim=8,
                                                  attn_pdrop=0.0, resid_pdrop=0.0, embd_pdrop=0.0), "bfloat16", "eager",
      2, 16, 0.98, 0.99),
-    # Falcon's new layout (ln_attn and ln_mlp beside each other, grouped key/value heads), walked as a parallel layer
-    # (Korthikanti's rule planned it before): under the mask Falcon always gives SDPA, transformers repeats k and v to
-    # the query heads (repeat_kv) and SDPA keeps those, with a second mask-sized tensor; counting k and v so for the
-    # model type would put the old layout's multi-query SDPA case at 1.10x, so neither is counted yet
-    ("FalconConfig", "FalconForCausalLM", dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                               new_decoder_architecture=True, num_kv_heads=2), "bfloat16", "sdpa", 2, 16,
-     0.93, 0.95),
 ])
 def test_known_under_estimates_stay_where_they_are(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n, low,
                                                    high):

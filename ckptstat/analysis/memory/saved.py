@@ -18,7 +18,8 @@ What each op keeps (ab: the activation's bytes, T: tokens b*s):
  - rotary: cos and sin, [s, rotary dims] shared by every layer (counted once, with the head);
  - attention, --attention flash (CUDA's flash / memory-efficient SDPA kernels; CPU's flash kernel alike): q, k and v
    (k and v at the key/value heads: transformers 5 passes enable_gqa when no mask is given; where a sliding window needs
-   a mask, k and v repeated to the query heads and the b x s^2 mask in ab), the output and the float32 logsumexp
+   a mask, or Falcon's, k and v repeated to the query heads, a view of one key/value head, and the b x s^2 mask in
+   ab), the output and the float32 logsumexp
    [b, a, s]; eager (transformers' eager_attention_forward): q, k and v repeated to the a query heads, the
    output (o_proj's input), and per score the float32 softmax (GPT-2's: in ab) and its cast to ab (none at 4 B), the
    tanh of soft-capped scores (Gemma2);
@@ -315,10 +316,14 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
                 beside = norm_out
             norm_out = None   # what follows reads the attention's output, not the norm's (a parallel MLP's: after o_proj)
             b, a, n = op.in_shape[0], op.in_shape[1], op.in_shape[2]
-            # SDPA gets a mask where a sliding window cuts the keys (or head_dim > 256): transformers then repeats k and v
-            # to the query heads (sdpa_attention.py use_gqa_in_sdpa) and the kernel keeps the repeated ones
+            # SDPA gets a mask where a sliding window cuts the keys (or head_dim > 256; Falcon's always: the table's
+            # sdpa_mask): transformers then repeats k and v to the query heads (sdpa_attention.py use_gqa_in_sdpa,
+            # repeat_kv) and the kernel keeps the repeated ones, copies where there are several key/value heads (one
+            # head's repeat is a view of it)
             window = s.sliding_window if "sliding" in op.module or (s.sliding_window and not s.sliding_layers) else None
-            g = a if (window and window <= n) or d > 256 else (s.kv_heads or s.heads)
+            kv = s.kv_heads or s.heads
+            repeated = (window and window <= n) or d > 256 or row.get("sdpa_mask")
+            g = (a if kv > 1 else 1) if repeated else kv
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
                 if eager:   # q and k as the scores' matmul reads them (GPT-Neo, GPT-J, CodeGen: upcast to float32)
