@@ -1337,3 +1337,32 @@ def test_exit_code_gates_a_script(tmp_path, cli):
     rc, out, err = cli("memory", str(no_arch), "--gpu", "H100")
     assert rc == 1 and "no per-device plan or verdict" in out, (out, err)
     assert cli("memory", str(no_arch))[0] == 0
+
+
+@pytest.mark.parametrize("config_cls,model_cls,sizes", [
+    ("BloomConfig", "BloomForCausalLM", dict(vocab_size=100, hidden_size=64, n_layer=2, n_head=4)),
+    ("MptConfig", "MptForCausalLM", dict(vocab_size=100, d_model=64, n_layers=2, n_heads=4)),
+    ("XGLMConfig", "XGLMForCausalLM", dict(vocab_size=100, d_model=64, ffn_dim=160, num_layers=2, attention_heads=4)),
+])
+def test_flash_is_planned_eager_where_transformers_has_only_eager_attention(tmp_path, mem, config_cls, model_cls,
+                                                                           sizes):
+    """transformers refuses attn_implementation="sdpa" for these model types and their classes have no
+    flash-attention path (the oracle: the library itself), so `--attention flash` plans the eager attention they run,
+    and the rule says why (families/saved_table.json sdpa_path, flash_path); a model with an SDPA path plans less."""
+    cls = getattr(T, model_cls)
+    with pytest.raises(ValueError):
+        cls._from_config(getattr(T, config_cls)(**sizes), attn_implementation="sdpa")
+    assert not cls._supports_flash_attn
+    path = _config(tmp_path, config_cls, sizes, model_cls)
+    llama = _config(tmp_path, "LlamaConfig", _SMALL, "LlamaForCausalLM", name="llama.json")
+
+    def act(p: str, mode: str, attention: str) -> list[dict]:
+        r = mem(p, "--mode", mode, "--batch", "2", "--seq", "64", "--attention", attention)
+        return [x for x in r["fit"]["lines"] if x["group"] == "activations"]
+
+    for mode in ("inference", "training"):
+        eager, flash = act(path, mode, "eager"), act(path, mode, "flash")
+        assert [x["bytes"] for x in flash] == [x["bytes"] for x in eager], mode
+        assert any("eager code only (no SDPA or flash-attention path), planned so" in x["rule"] for x in flash), flash
+        assert not any("planned so" in x["rule"] for x in eager)
+        assert sum(x["bytes"] for x in act(llama, mode, "flash")) < sum(x["bytes"] for x in act(llama, mode, "eager"))

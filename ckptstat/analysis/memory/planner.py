@@ -28,7 +28,7 @@ from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
 from .peaks import eager_scores, module_peak
 from .quant import QUANTISED, ROUTER, Quant, config_quant
-from .saved import korthikanti, text_saved
+from .saved import eager_only, korthikanti, text_saved
 from .tp_states import rank_states
 
 FLOAT_BYTES = {"fp32": 4, "float32": 4, "bf16": 2, "bfloat16": 2, "fp16": 2, "float16": 2}
@@ -440,10 +440,14 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
                                "not modelled here"))
         return lines
     h, a = s.hidden, s.heads
+    # --attention flash where the model has no fused kernel in transformers: planned as the eager code it runs
+    forced = eager_only(s) if plan.attention != "eager" and a > 0 else ""
+    eager = plan.attention == "eager" or bool(forced)
+    forced_rule = f"; --attention flash: {forced}, planned so" if forced else ""
     if plan.mode == "inference":
         f_eff, f_rule = mlp_width(s)
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
-        eager = plan.attention == "eager" and a > 0   # an attention-free model (no heads): no scores, no mask
+        eager = eager and a > 0   # an attention-free model (no heads): no scores, no mask
         sb, s_rule = eager_scores(ab)
         peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
@@ -453,20 +457,21 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
             peak = max(peak, ssm)
             scores_rule += ssm_rule
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live"))
+                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live{forced_rule}"))
         if has_logits:   # soft-capped (Gemma 2): logits / cap, tanh, x cap, each a new tensor beside the last
             copies = 2 if s.logit_softcap else 1
             lines.append(_line("activations", "logits", copies * ab * b * out_tok * s.vocab / t,
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"
                                + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
-    sv = text_saved(m, b, n, ab, plan.attention == "eager", layers_run)
+    sv = text_saved(m, b, n, ab, eager, layers_run)
     if sv:
         per_layer = sv.replicated + sv.sharded / t
         rule = sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the column-parallel linears' input) "
                           "replicated, the rest / tp" if t > 1 else "")
     else:
-        per_layer, rule = korthikanti(s, b, n, ab, t, plan.attention == "eager", m.oracle is not None)
+        per_layer, rule = korthikanti(s, b, n, ab, t, eager, m.oracle is not None)
+    rule += forced_rule
     if plan.checkpointing:
         kept = in_flight * layers_here * n * b * h * ab
         lines.append(_line("activations", f"{layers_here} layer inputs", kept,

@@ -88,6 +88,17 @@ def facts(s: ArchSpec) -> Mapping[str, Any]:
     return row
 
 
+def eager_only(s: ArchSpec) -> str:
+    """Why transformers runs the model type's attention with its own eager code whatever is asked (it refuses
+    attn_implementation="sdpa" and the class has no flash-attention path: the table's sdpa_path, flash_path), else
+    ''."""
+    row = facts(s)
+    if row.get("sdpa_path", True) is False and not row.get("flash_path"):
+        return (f"transformers {_table()['transformers']} runs {s.model_type}'s attention with its eager code only "
+                "(no SDPA or flash-attention path)")
+    return ""
+
+
 def _norm_fp32(s: ArchSpec) -> bool:
     """The norm keeps its normalised tensor in float32 (Gemma's x (1 + weight), OLMo-2's weight x hidden before the
     cast, Helium's float32 weight): two float32 tensors of the input's size in bfloat16."""
@@ -288,7 +299,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             elif same:
                 pass
             elif after_attn and not eager and not row.get("o_proj_copy"):
-                pass   # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
+                # o_proj reads the SDPA output, which SDPA keeps (a partial rotary's cat: a transposed copy)
                 norm_out = beside
             elif act_out is not None and op.in_shape == act_out and not drop.intermediate:
                 pass   # the activation's output, which it keeps
