@@ -74,8 +74,8 @@ def act_saves(name: str) -> tuple[float, float, bool]:
     """(tensors of the activation's width in its dtype, other bytes per element: xIELU's bool mask, whether one of
     those tensors is its output: relu's, which the op after it keeps too) the ACT2FN activation keeps for backward;
     one tensor, its input, for one the table does not know."""
-    n, other, *out = _table()["activations"].get(name, (1, 0, 0))
-    return n, other, bool(out and out[0])
+    n, other, out = _table()["activations"].get(name, (1, 0, 0))
+    return n, other, bool(out)
 
 
 def facts(s: ArchSpec) -> Mapping[str, Any]:
@@ -185,10 +185,10 @@ def _flag(s: ArchSpec, cfg: dict, key: str) -> bool:
     return (class_default(s.model_type, key) if v is None else v) is True
 
 
-def dropout(s: ArchSpec, cfg: dict, keys: tuple[str, ...]) -> float:
-    """The config's number (a dropout probability, clip_qkv) under the first of `keys` it sets (else its class's
-    default); 0 without."""
-    return next((v for v in (_number(s, cfg, k) for k in keys) if v is not None), 0.0)
+def _first(s: ArchSpec, cfg: dict, keys: tuple[str, ...]) -> tuple[str, float]:
+    """The first of `keys` the config sets (else its class's default), with its number (a dropout probability,
+    clip_qkv); (the first key, 0) without."""
+    return next(((k, v) for k in keys if (v := _number(s, cfg, k)) is not None), (keys[0], 0.0))
 
 
 def drops(s: ArchSpec, cfg: dict, ab: float, eager: bool) -> Drops:
@@ -202,7 +202,7 @@ def drops(s: ArchSpec, cfg: dict, ab: float, eager: bool) -> Drops:
         if site["key"] is None:   # a probability the model fixes (no key holds it): above 0, the census saw it
             key, p = "a fixed probability", 1.0
         else:
-            key, p = next(((k, v) for k in keys if (v := _number(s, cfg, k)) is not None), (keys[0], 0.0))
+            key, p = _first(s, cfg, keys)
         # SDPA's dropout_p, the scores' under flash/SDPA: CUDA's kernels keep the RNG state, no mask
         if p <= 0 or site["per"] == "sdpa" or (site["per"] == "scores" and not eager):
             continue
@@ -373,7 +373,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     rep, shard = layer_saved(s, layer_ops, ab, eager, drop, _flag(s, cfg, "use_parallel_residual"))
     L = max(layers_run, 1)
     T = b * n
-    clip = dropout(s, cfg, CLIP_QKV)
+    _, clip = _first(s, cfg, CLIP_QKV)
     if clip > 0:   # OLMo's and DBRX's clip_qkv: the fused q, k, v clamped, autograd keeps them as they were before
         shard += L * ab * T * (s.heads + 2 * s.kv_heads) * s.head_dim
     # dropout of the layer's outputs (after the attention's and the MLP's output projections) and of its MLP's
