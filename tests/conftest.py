@@ -57,6 +57,18 @@ def cli(capsys):
     return run
 
 
+def pytest_configure(config):
+    """An xdist worker computes on one thread (OpenMP, OpenBLAS, MKL), and so do the processes it starts: the workers
+    already fill the cores, and torch's OpenMP threads spin-waiting beside the other worker's cost CPU time the suite
+    does not have (test_families' FlopCounterMode forwards: 128 s -> 46 s on two cores, docs/testing.md). Set before
+    a test module imports torch, which reads it when its thread pool starts."""
+    if hasattr(config, "workerinput"):
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ[var] = "1"
+        if "torch" in sys.modules:
+            sys.modules["torch"].set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     """The transformers 5 gaps not yet fixed (tests/known_gaps.py): xfail, with the reason, not hidden."""
     from known_gaps import GAPS
