@@ -28,6 +28,9 @@ def memory(
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
                                                 "quantised int8, int4, nf4, fp4, fp8, mxfp4 (default: as stored; a bare "
                                                 "config: its quantization_config)."),
+    autocast: Optional[str] = typer.Option(None, "--autocast", help="torch.autocast mixed precision, bf16 or fp16: "
+                                           "float32 weights (--weights-dtype fp32), 16-bit matmuls, their cached "
+                                           "weight casts (transformers' Trainer with bf16=True on a float32 model)."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV cache as fp32, bf16, fp16, fp8, int8, int4 "
                                            "(default: the activation dtype)."),
     optimizer: str = typer.Option("adam", "--optimizer", help="Training: adam, adamw-8bit, sgd, sgd-momentum, adafactor."),
@@ -70,7 +73,7 @@ def memory(
     positive("--dec-seq", dec_seq)
     positive("--frames", frames)
     plan = _plan(mode, weights_dtype, kv_dtype, optimizer, master_weights, zero, checkpointing, gpu, gpu_mem, gpus, tp,
-                 pp, cpu_offload, attention, reserve)
+                 pp, cpu_offload, attention, reserve, autocast)
     try:
         model = load(path, config, [seq] if seq else [], flops=False)
     except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
@@ -96,7 +99,7 @@ def _exit_on_verdict(plan: Plan, fits: bool | None) -> None:
 
 def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer: str, master_weights: bool | None,
           zero: int, checkpointing: bool, gpu: str | None, gpu_mem: str | None, gpus: int | None, tp: int, pp: int,
-          cpu_offload: bool, attention: str, reserve: str | None) -> Plan:
+          cpu_offload: bool, attention: str, reserve: str | None, autocast: str | None = None) -> Plan:
     from ..analysis.memory.hardware import gpu as find_gpu
     from ..analysis.memory.hardware import parse_size
     from ..analysis.memory.planner import DEFAULT_RESERVE, Plan
@@ -124,10 +127,13 @@ def _plan(mode: str, weights_dtype: str | None, kv_dtype: str | None, optimizer:
         else:
             res, res_source = (0, "--reserve 0") if reserve.strip() == "0" else (parse_size("--reserve", reserve),
                                                                                    f"--reserve {reserve}")
+    if autocast and weights_dtype is None:   # autocast casts float32 weights: they are held in float32
+        weights_dtype = "fp32"
     plan = Plan(mode=mode, weights_dtype=weights_dtype and weights_dtype.lower(), kv_dtype=kv_dtype and kv_dtype.lower(),
                 optimizer=optimizer.lower(), master_weights=master_weights, zero=zero, checkpointing=checkpointing,
                 gpus=gpus, tp=tp, pp=pp, cpu_offload=cpu_offload,
-                attention=attention.lower(), capacity=capacity, device=device, reserve=res,
+                attention=attention.lower(), autocast=autocast and autocast.lower(), capacity=capacity, device=device,
+                reserve=res,
                 reserve_source=res_source)
     plan.check(None)
     return plan

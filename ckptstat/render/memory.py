@@ -62,6 +62,8 @@ def _render_fit(plan: dict, f: dict, console: Console) -> None:
     what = f"{plan['mode']}"
     if plan["mode"] == "training":
         what += f", {plan['optimizer']}, ZeRO-{plan['zero']}" + (", checkpointing" if plan["checkpointing"] else "")
+    if plan.get("autocast"):
+        what += f", {plan['autocast']} autocast"
     if plan["cpu_offload"]:
         what += ", cpu offload"
     stage = f"; fullest pipeline stage: {f['stage']}" if f["stage"] != "all" else ""

@@ -26,7 +26,8 @@ from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import VOCAB_LOGITS, ArchSpec
 from ...families.framework.graph import build
-from .peaks import eager_scores, module_peak
+from . import autocast as amp
+from .peaks import eager_scores, module_peak, ssm_layer
 from .quant import QUANTISED, ROUTER, Quant, config_quant
 from .saved import eager_only, korthikanti, text_saved
 from .tp_states import rank_states
@@ -74,6 +75,7 @@ class Plan:
     tp: int = 1
     pp: int = 1
     cpu_offload: bool = False
+    autocast: str | None = None           # torch.autocast to bf16/fp16 of float32 weights (autocast.py)
     attention: str = "eager"              # eager materialises the b x a x s x s scores; flash (and SDPA's fused kernels) does not
     capacity: int | None = None
     device: dict | None = None            # {"name", "gb", "source"} or {"gpu_mem": text}
@@ -111,6 +113,7 @@ class Plan:
         if self.mode == "training" and self.weights_dtype in QUANTISED:
             raise bad(f"--mode training with --weights-dtype {self.weights_dtype}: training quantised weights means "
                       "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
+        amp.check(self, s)
         if s is None:
             return
         if self.weights_dtype == "mxfp4" and not s.experts:
@@ -145,6 +148,7 @@ class Split:
     small: dict[tuple[str, bool], float] = field(default_factory=dict)   # params in tensors under BNB_MIN_8BIT
     replicated: dict[str, float] = field(default_factory=dict)    # what is replicated under TP, by kind: params
     tied_embedding: tuple[float, float, float] | None = None      # (params, bytes, factored) of a tied head's table
+    matmul: dict[tuple[str, bool], float] = field(default_factory=dict)   # weights and biases a matmul reads
     dtype_rule: str = ""
 
     def add(self, where: str, sharded: bool, params: float, nbytes: float, factored: float, small: float = 0) -> None:
@@ -202,6 +206,7 @@ def split(m: Model, plan: Plan) -> Split:
             if op.params == 0:
                 if fout == s.vocab and where == "last":
                     out.tied_embedding = (n, n * wb, n + fout)   # a tied LM head: the word embedding's table
+                    out.matmul[(where, True)] = out.matmul.get((where, True), 0) + n
                 continue
             copies: float
             if op.params % n == 0:
@@ -219,10 +224,13 @@ def split(m: Model, plan: Plan) -> Split:
             else:
                 wbytes = w * wb
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
+            cast = not amp.in_float32(s, op)   # (grouped_mm's experts: autocast casts none)
+            out.matmul[(where, sharded)] = out.matmul.get((where, sharded), 0) + w * cast
             if bias:
                 row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
                 b_sharded = where == "layers" and not row and not whole
                 out.add(where, b_sharded, bias, bias * wb, bias, bias if fout < BNB_MIN_8BIT else 0)
+                out.matmul[(where, b_sharded)] = out.matmul.get((where, b_sharded), 0) + bias * cast
                 if not b_sharded:
                     _note(out, whole or ("biases of row-parallel linears" if row else "biases of head/pooler linears"), bias)
             if not sharded:
@@ -248,7 +256,7 @@ def split(m: Model, plan: Plan) -> Split:
         # the checkpoint holds another count than the template: scale every placement alike, so the stored
         # bytes still add up (a note on the report says the two disagree)
         r = m.params / pred
-        for d in (out.params, out.bytes, out.factored, out.small):
+        for d in (out.params, out.bytes, out.factored, out.small, out.matmul):
             for k in d:
                 d[k] *= r
         out.replicated = {k: v * r for k, v in out.replicated.items()}
@@ -273,6 +281,7 @@ class Stage:
     small: float                # params in tensors under bitsandbytes' min_8bit_size
     replicated_bytes: float
     block_bytes: float          # the largest block on the device (streamed under inference --cpu-offload)
+    matmul: float = 0.0         # parameters matmuls read, weights and biases (autocast's casts)
 
 
 def stage_share(sp: Split, s: ArchSpec, plan: Plan, stage: str) -> Stage:
@@ -301,7 +310,9 @@ def stage_share(sp: Split, s: ArchSpec, plan: Plan, stage: str) -> Stage:
         per_where["last"] = per_where.get("last", 0) + b / plan.tp
     layers_here = math.ceil(L / plan.pp) if L else 1
     block = max([per_where.get("layers", 0) / max(layers_here, 1), per_where.get("first", 0), per_where.get("last", 0)])
-    return Stage(stage, tot["params"], tot["bytes"], tot["factored"], tot["small"], rep, block)
+    mm = sum(p * (share if where == "layers" and plan.pp > 1 else 1) / (plan.tp if sharded else 1)
+             for (where, sharded), p in sp.matmul.items() if where in wanted)
+    return Stage(stage, tot["params"], tot["bytes"], tot["factored"], tot["small"], rep, block, mm)
 
 
 Line = dict   # {"group", "item", "bytes", "rule"}
@@ -341,58 +352,6 @@ def kv_counted(m: Model, lines: list[tuple[str, float, str]]) -> list[tuple[str,
 def text_input(s: ArchSpec) -> bool:
     """A text transformer, for which the Korthikanti formulas hold (CLIP reads an image too: not one)."""
     return get(s.family).main_input == "input_ids" and not s.image_size
-
-
-REFERENCE_PATH = ("state-space layers, as transformers runs them without the mamba_ssm / causal_conv1d kernels (their "
-                  "fused CUDA scan holds no [b, i, s, N] tensor)")
-
-
-def ssm_scan(s: ArchSpec, b: int, n: int, ab: float) -> tuple[float, str]:
-    """Bytes one state-space mixer (ArchSpec.ssm) holds at its peak beside the layer's b*s*2h, and the rule, on
-    transformers' reference path (no mamba_ssm / causal_conv1d kernel loaded: CPU, or a GPU without them), as torch's
-    MemTracker measures it; (0, "") without one. The CUDA kernels fuse the scan and hold none of the float32 tensors.
-     - Mamba1 (dt_rank: Mamba, FalconMamba, Jamba, Zamba): modeling_mamba.py mamba_selective_scan discretises the whole
-       sequence before its loop, discrete_A, discrete_B and deltaB_u [b, i, s, N] in float32, live to its end beside
-       the D skip and its sum (float32 [b, i, s]), and the mixer's in_proj output (2i), conv output, dt, softplus(dt),
-       the loop's outputs and their stack (7i at the activation dtype); Zamba scans each of its n_mamba_heads heads
-       in turn, i / heads channels of [.., s, N] at a time.
-     - Mamba2 (Mamba2, Bamba, Granite 4, NemotronH, FalconH1, Zamba2): modeling_mamba2.py mamba2_chunk_scan pads s to
-       S, whole chunks of l, and keeps every local to its return, all float32: the segment sums L, C.B (G) and M
-       [b, S/l, l, l, H] (Q = S*H*l each), B and C repeated to the H heads, then B_decay (K = S*H*N each), x padded and
-       the D residual, then Y_diag, C.states, Y_off, their sum and its contiguous copy (X = S*i each), the chunk-start
-       states (Z = (S/l + 1)*i*N). Its peak is the largest of three moments: M's einsum (its permuted copy of M and
-       of x, 4Q + 2K + 4X), C.states' einsum (its copies of C and the states, 3Q + 4K + 4X + Z + S/l*i*N) and the
-       return (3Q + 3K + 7X + Z); besides, the mixer's in_proj output (i + conv_dim + H) and conv output (conv_dim)
-       at the activation dtype."""
-    m = s.ssm
-    if m is None:
-        return 0, ""
-    i, N = m.intermediate, m.state
-    if m.dt_rank:
-        per = i // getattr(s.variant, "mamba_heads", 1)   # ZambaVariant.mamba_heads: one head's channels at a time
-        nbytes = b * n * (4 * (3 * per * N + 2 * i) + ab * 7 * i)
-        return nbytes, (f"{REFERENCE_PATH}: b*s*2h x {ab:g} B + 4 B x b*s*(3*{'i/heads' if per != i else 'i'}*N + 2i) "
-                        f"float32 discrete_A, discrete_B, deltaB_u and the D skip + b*s*7i x {ab:g} B (in_proj, conv, dt, "
-                        "scan outputs)")
-    S = -(-n // m.chunk) * m.chunk
-    Q, K, X, Z = S * m.heads * m.chunk, S * m.heads * N, S * i, (S // m.chunk + 1) * i * N
-    scan = max(4 * Q + 2 * K + 4 * X, 3 * Q + 4 * K + 4 * X + Z + S // m.chunk * i * N, 3 * Q + 3 * K + 7 * X + Z)
-    nbytes = 4 * b * scan + ab * b * n * (i + 2 * m.conv_dim + m.heads)
-    return nbytes, (f"{REFERENCE_PATH}: b*s*2h x {ab:g} B + 4 B x b*max(4Q + 2K + 4X, 3Q + 4K + 4X + Z + S/l*i*N, "
-                    f"3Q + 3K + 7X + Z) float32 chunked scan (S: s padded to chunks of l = {m.chunk}; Q = S*H*l, "
-                    f"K = S*H*N, X = S*i, Z = (S/l + 1)*i*N) + b*s*(i + 2*conv_dim + H) x {ab:g} B (in_proj, conv)")
-
-
-def ssm_layer(s: ArchSpec, b: int, n: int, ab: float, t: int = 1, mask: bool = False) -> tuple[float, str]:
-    """A state-space layer's inference peak, b*s*2h beside its mixer's scan (ssm_scan) / tp, plus, with `mask`, a
-    hybrid's eager b*s^2 mask (built once, live in every layer), and the rule's words for it; (0, "") without a
-    mixer. `memory` and the planner compare it with the attention or MLP layer's peak and keep the larger."""
-    scan, rule = ssm_scan(s, b, n, ab)
-    if not scan:
-        return 0, ""
-    m = b * n * n * ab if mask else 0
-    return (ab * b * n * 2 * s.hidden + (scan / t if t > 1 else scan) + m,
-            f"; {rule}{f' + b*s^2 x {ab} B mask' if m else ''}{'; the scan / tp' if t > 1 else ''}; the larger of the two")
 
 
 def mlp_width(s: ArchSpec) -> tuple[int, str]:
@@ -449,28 +408,33 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         eager = eager and a > 0   # an attention-free model (no heads): no scores, no mask
         sb, s_rule = eager_scores(ab)
-        peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
+        hb = 4 if plan.autocast else ab   # autocast: the residual stream and the norm's output stay float32
+        peak = b * n * (hb * 2 * h + ab * max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
                        "; flash attention: no s^2 scores" if a else "; no attention layers: no s^2 scores or mask")
         ssm, ssm_rule = ssm_layer(s, b, n, ab, t, eager)
         if ssm:   # a state-space layer's peak, where larger than an attention or MLP layer's
             peak = max(peak, ssm)
             scores_rule += ssm_rule
+        widths = (f"{hb} B x b*s*2h (autocast: float32) + {ab} B x b*s*max(q+k+v, {f_rule})/tp" if hb != ab else
+                  f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp)")
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live{forced_rule}"))
+                           f"{widths}{scores_rule}; one layer live{forced_rule}"))
         if has_logits:   # soft-capped (Gemma 2): logits / cap, tanh, x cap, each a new tensor beside the last
             copies = 2 if s.logit_softcap else 1
             lines.append(_line("activations", "logits", copies * ab * b * out_tok * s.vocab / t,
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"
                                + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
-    sv = text_saved(m, b, n, ab, eager, layers_run)
+    sv = text_saved(m, b, n, ab, eager, layers_run, 4 if plan.autocast else None)
     if sv:
         per_layer = sv.replicated + sv.sharded / t
         rule = sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the column-parallel linears' input) "
                           "replicated, the rest / tp" if t > 1 else "")
     else:
         per_layer, rule = korthikanti(s, b, n, ab, t, eager, m.oracle is not None)
+        if plan.autocast:
+            rule += "; --autocast: at its 16-bit dtype (float32 norms and the linears' casts modelled for text decoders only)"
     rule += forced_rule
     if plan.checkpointing:
         kept = in_flight * layers_here * n * b * h * ab
@@ -530,6 +494,8 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
                          "(accelerate's offload hooks): the largest block, embedding or head"))
     else:
         dev.append(_line("weights", "resident", st.bytes, wrule))
+    if plan.autocast:
+        dev.append(_line("weights", f"{plan.autocast} casts (autocast)", 2 * st.matmul, amp.copies_rule(plan) + tp_rule))
     if training:
         wb = weight_bytes_per_param(m, plan)
         master = plan.master_weights if plan.master_weights is not None else wb < 4
@@ -584,6 +550,8 @@ def stages(plan: Plan) -> tuple[str, ...]:
 
 def activation_bytes(m: Model, plan: Plan) -> int:
     wd = plan.weights_dtype
+    if plan.autocast:
+        return amp.AUTOCAST[plan.autocast]
     if wd in FLOAT_BYTES:
         return int(FLOAT_BYTES[wd])
     return 2 if wd in QUANTISED else m.activation_bytes

@@ -56,6 +56,7 @@ from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
 from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
+from .autocast import in_float32
 
 # What transformers' ops save, measured from transformers and torch by fixtures/make_saved_table.py (saved_tensors_hooks
 # on each ACT2FN activation and on the first layer of each decoder model type's tiny model; the file says which
@@ -255,10 +256,14 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
 
 
 def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops,
-                parallel_residual: bool = False) -> tuple[float, float]:
+                parallel_residual: bool = False, rb: float | None = None) -> tuple[float, float]:
     """(replicated, sharded) bytes the layer ops save, summed over their calls, with the eager attention dropout's
     bytes per score (Drops.scores); `parallel_residual`: the MLP's norm reads the layer's input, not the attention's
-    sum (GPT-NeoX's use_parallel_residual, whose op template is the sequential one)."""
+    sum (GPT-NeoX's use_parallel_residual, whose op template is the sequential one); `rb`: the residual stream's and
+    the norms' bytes under autocast (the float32 weights'; autocast.py), where each linear keeps its own ab cast of
+    the norm's output and the softmax is float32."""
+    amp = rb is not None
+    rb = ab if rb is None else rb
     rep = shard = 0.0
     n_ab, other, keeps_out = act_saves(s.activation)
     # the activation's output where it keeps it (relu): down_proj's input, one storage with it unless an
@@ -278,10 +283,12 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     beside: tuple[int, ...] | None = None   # the norm's output while the attention runs beside the MLP
     for op in layer_ops:
         c = op.calls
+        xb = rb if amp and in_float32(s, op) else ab   # under autocast a grouped_mm expert's activations are float32
         if op.kind == "norm":
-            rep += c * _norm(s, op, ab)
+            # (q and k norms read a linear's output, in ab under autocast too)
+            rep += c * _norm(s, op, ab if op.module.endswith(("q_norm", "k_norm")) else rb)
             if beside is not None and s.norm == "layernorm":   # a parallel MLP's own LayerNorm (GPT-NeoX's
-                rep -= c * ab * _prod(op.in_shape)   # post_attention_layernorm, Falcon's ln_mlp) keeps the layer's
+                rep -= c * rb * _prod(op.in_shape)   # post_attention_layernorm, Falcon's ln_mlp) keeps the layer's
                 # input, which the attention's norm keeps
             norm_out, norm_read = op.out_shape, False
         elif op.kind == "linear":
@@ -290,7 +297,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             same = (prev is not None and prev.kind == "linear" and prev.in_shape == op.in_shape
                     and prev.module.rsplit(".", 1)[0] == parent)
             if "(router)" in op.module or (norm_out is not None and op.in_shape == norm_out):
-                if not norm_read:
+                if not norm_read or amp:   # (under autocast each linear casts the float32 output anew)
                     rep += c * ab * _prod(op.in_shape)
                     norm_read = True
                 if "(router)" in op.module:
@@ -304,7 +311,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             elif act_out is not None and op.in_shape == act_out and not drop.intermediate:
                 pass   # the activation's output, which it keeps
             else:
-                shard += c * ab * _prod(op.in_shape)
+                shard += c * xb * _prod(op.in_shape)
                 if after_attn:
                     norm_out = beside
         elif op.kind == "activation":
@@ -313,10 +320,10 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             if "rotary" in m or "+ residual" in m:   # (an add keeps nothing)
                 pass
             elif "act*" in m:   # and the product's two inputs: act(gate), the activation's output where it keeps it
-                shard += c * out * (ab * (n_ab + 2 - keeps_out) + other)
+                shard += c * out * (xb * (n_ab + 2 - keeps_out) + other)
             elif "combine (x routing weight)" in m:
                 rows = op.in_shape[0]
-                shard += c * (ab * _prod(op.in_shape) + 36 * rows)
+                shard += c * (xb * _prod(op.in_shape) + 36 * rows)
             elif "sigmoid(gate) x shared" in m:
                 shard += c * (ab * out + 4 * _prod(op.out_shape[:-1]))
             else:
@@ -338,14 +345,14 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
                 if eager:   # q and k as the scores' matmul reads them (GPT-Neo, GPT-J, CodeGen: upcast to float32)
-                    qk = 4 if row.get("qk_fp32") else ab
-                    per = (ab if _softmax_as_input(s) else 4 + (ab if ab < 4 else 0))
+                    qk = 4 if row.get("qk_fp32") and not amp else ab
+                    per = (ab if _softmax_as_input(s) and not amp else 4 + (ab if ab < 4 else 0))
                     per += ab if s.attn_softcap else 0
                     per += drop.scores
                     shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
                 else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
                     # bias is that mask, one per head (Falcon-RW)
-                    masked = ab * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
+                    masked = rb * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
                     masked *= a if alibi else 1
                     shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
             else:
@@ -361,16 +368,18 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
 
 
 def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b: int, n: int, ab: float, eager: bool,
-          layers_run: int, config_path: str | None) -> Saved | None:
+          layers_run: int, config_path: str | None, rb: float | None = None) -> Saved | None:
     """The text model's saved bytes, or None where its layers hold ops the rule does not know (Korthikanti's
-    rule then)."""
+    rule then); `rb`: under autocast, the float32 residual stream's bytes (layer_saved)."""
     if covered(s, layer_ops):
         return None
     cfg = _config(config_path)   # (read once: the dropout probabilities and clip_qkv)
     drop = drops(s, cfg, ab, eager)
     if drop.unknown:   # a dropout of a size the rule does not scale (Inkling's attention's, CPM-Ant's)
         return None
-    rep, shard = layer_saved(s, layer_ops, ab, eager, drop, _flag(s, cfg, "use_parallel_residual"))
+    rep, shard = layer_saved(s, layer_ops, ab, eager, drop, _flag(s, cfg, "use_parallel_residual"), rb)
+    amp = rb is not None
+    rb = ab if rb is None else rb
     L = max(layers_run, 1)
     T = b * n
     _, clip = _first(s, cfg, CLIP_QKV)
@@ -380,25 +389,28 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
     # intermediate: 1 B masks on CUDA
     rep += L * drop.hidden * T * s.hidden
     shard += L * drop.intermediate * T * s.intermediate
-    outside = sum(_norm(s, op, ab) * op.calls for op in last_ops if op.kind == "norm")
-    outside += ab * T * s.hidden           # lm_head's input, the final norm's output
+    outside = sum(_norm(s, op, rb) * op.calls for op in last_ops if op.kind == "norm")
+    outside += ab * T * s.hidden           # lm_head's input, the final norm's output (its cast under autocast)
     outside += 16 * T                      # input ids (embedding) and labels (nll_loss), int64
     rot = next((op for op in ops if op.module.startswith("rotary_emb")), None)
     if rot is not None:
-        outside += 2 * ab * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
+        outside += 2 * rb * n * rot.out_shape[-1] * 2   # cos and sin over the rotated dims, [1, s, dims]
         # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
-        rep += L * (facts(s).get("rotary_copies") or 0) * ab * n * rot.out_shape[-1] * 2
+        rep += L * (facts(s).get("rotary_copies") or 0) * rb * n * rot.out_shape[-1] * 2
     outside += drop.outside * T * s.hidden
     v_bytes = 12 + (ab if s.logit_softcap else 0)
+    as_input = _softmax_as_input(s) and not amp
     attn = ("eager: q, k, v repeated to the heads, the output, per score "
-            f"{'the softmax (in ab)' if _softmax_as_input(s) else 'the float32 softmax'}"
-            f"{' and its cast' if ab < 4 and not _softmax_as_input(s) else ''}"
+            f"{'the softmax (in ab)' if as_input else 'the float32 softmax'}"
+            f"{' and its cast' if ab < 4 and not as_input else ''}"
             f"{', the soft-cap tanh' if s.attn_softcap else ''}"
             if eager else "flash/SDPA: q, k, v (kv heads), the output, float32 logsumexp")
     norm = {"rmsnorm": "RMSNorm", "layernorm": "LayerNorm"}.get(s.norm, s.norm) + (
         ", normalised in float32" if _norm_fp32(s) else "")
-    rule = (f"transformers' saved tensors per layer at {ab:g} B ({norm}: fp32 input + normalised; linear inputs once "
-            f"per tensor; {attn}; the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
+    linears = ("each linear its own autocast cast of a float32 input" if amp else "linear inputs once per tensor")
+    rule = (f"transformers' saved tensors per layer at {ab:g} B{f' (autocast; norms at {rb:g} B)' if amp else ''} "
+            f"({norm}: fp32 input + normalised; {linears}; {attn}; "
+            f"the MLP's activation input{', act and up' if s.gated_mlp else ''} and down_proj's input"
             f"{'; MoE: router softmax and indices, T*k gathered rows through the experts' if s.experts else ''}"
             f"{'; 1 B dropout masks of ' + ', '.join(drop.layer_keys) if drop.layer_keys else ''}"
             f"{'; q, k, v before clip_qkv' if clip > 0 else ''}): "
@@ -415,7 +427,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
 LAYER_OP = re.compile(r"\[\d+( [a-z][a-z ,]*)?\]")
 
 
-def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int) -> Saved | None:
+def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int, rb: float | None = None) -> Saved | None:
     """`saved` for a text decoder of the op templates (one that caches keys and values, not an encoder-decoder), or
     None: an encoder, an encoder-decoder, a model the meta path answers, a layer the rule does not know."""
     s = m.spec
@@ -430,7 +442,7 @@ def text_saved(m: Model, b: int, n: int, ab: float, eager: bool, layers_run: int
     last_ops = [op for op in ops if op.bucket not in ("embedding", "cls", "pooler") and not LAYER_OP.search(op.module)]
     if not layer_ops:
         return None
-    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config_path)
+    return saved(s, ops, layer_ops, last_ops, b, n, ab, eager, layers_run, m.config_path, rb)
 
 
 def korthikanti(s: ArchSpec, b: int, n: int, ab: float, t: int, eager: bool, meta: bool) -> tuple[float, str]:

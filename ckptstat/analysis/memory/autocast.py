@@ -1,0 +1,72 @@
+"""`--autocast bf16|fp16`: torch.autocast's mixed precision (what transformers' Trainer runs with bf16=True on a model
+loaded in float32): the weights, their gradients and the optimizer state stay in float32, and each matmul (linear,
+conv, SDPA) runs in the 16-bit dtype on a cast of its inputs.
+
+What that holds, measured with saved_tensors_hooks and torch's own casts on CPU forwards under
+torch.autocast("cpu", dtype=torch.bfloat16) (tests/test_memory_autocast.py):
+ - a 16-bit copy of every weight and bias a matmul reads, its lm_head's (a tied word embedding's too), but not an
+   embedding table's (embedding runs in float32): autocast caches the cast of a leaf parameter that requires grad for
+   the whole autocast region, so all of them are held at the end of the forward (in training autograd keeps the
+   weights' for the backward of their matmuls after the region too); in inference under no_grad the cache still
+   holds them until the region ends (none where the parameters require no grad);
+ - activations (saved.py, `rb`): each linear keeps its own 16-bit cast of a float32 input (q, k and v each of the
+   norm's output, where a 16-bit model keeps one), the norms and the residual stream stay in float32 (the norms
+   keep what a float32 model's keep), linear outputs and what the attention and the MLP keep are 16-bit; softmax runs
+   in float32 on autocast's float32 list (GPT-2's too), and a 16-bit cast of it feeds the PV matmul;
+ - routed experts run as transformers 5 runs them, torch's grouped_mm, which autocast does not cast: transformers casts
+   their input to the weights' dtype, so they run in float32, with no cast of their weights and float32 activations
+   (integrations/moe.py). Experts a modeling file runs otherwise (Llama 4's bmm over every expert, DBRX's and
+   JetMoE's loops) are not measured: refused."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ...errors import UsageError
+from ...families import get
+from ...families.framework.base import ArchSpec
+from ...families.framework.layout import layouts_of
+from ...families.framework.ops import Op
+
+if TYPE_CHECKING:
+    from .planner import Plan
+
+AUTOCAST = {"bf16": 2, "fp16": 2}
+
+
+def grouped_experts(s: ArchSpec) -> bool:
+    """The model's routed experts run through transformers 5's grouped_mm experts (not Llama 4's every-expert bmm,
+    DBRX's flat experts, JetMoE's mixture of attention)."""
+    lays = layouts_of(get(s.family))
+    lay = lays.of(s) if lays is not None else None
+    return bool(s.experts) and not (lay is not None and (lay.every_expert or lay.flat_experts or lay.moa))
+
+
+def in_float32(s: ArchSpec, op: Op) -> bool:
+    """Under autocast, the op runs in the float32 weights' dtype: a routed expert's linear, its activation or its
+    combine on grouped_mm."""
+    return (".experts" in op.module or "combine (x routing weight)" in op.module) and grouped_experts(s)
+
+
+def check(plan: Plan, s: ArchSpec | None = None) -> None:
+    """UsageError for --autocast settings the planner does not model."""
+    if plan.autocast is None:
+        return
+    if s is not None and s.experts and not grouped_experts(s):
+        raise UsageError(f"--autocast with {s.model_type}'s routed experts (run by its modeling file, not transformers' "
+                         "grouped_mm) is not measured: plan --weights-dtype bf16 without --autocast")
+    if plan.autocast not in AUTOCAST:
+        raise UsageError(f"--autocast must be bf16 or fp16, got {plan.autocast!r}")
+    if plan.weights_dtype != "fp32":
+        raise UsageError(f"--autocast casts float32 weights per op; --weights-dtype {plan.weights_dtype} is not: plan "
+                         f"16-bit weights as --weights-dtype {plan.autocast} without --autocast")
+    if plan.zero == 3:
+        raise UsageError("--autocast with --zero 3: ZeRO-3 and FSDP train with their own mixed precision (16-bit "
+                         "parameters gathered per layer, float32 master copies): plan it as --weights-dtype bf16 "
+                         "--master-weights without --autocast")
+
+
+def copies_rule(plan: Plan) -> str:
+    why = ("autograd keeps each for its matmul's backward, all held at the forward's end" if plan.mode == "training"
+           else "held until the autocast region ends (none if the parameters require no grad)")
+    return (f"torch.autocast's {plan.autocast} cast of every weight and bias a matmul reads (linears, the LM head; "
+            f"not the embedding tables), 2 B/param, cached for the region: {why}")

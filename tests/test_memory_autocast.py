@@ -1,0 +1,213 @@
+"""`memory --autocast bf16`: the planner's lines against what torch holds when a float32 transformers model runs under
+torch.autocast (analysis/memory/autocast.py): the 16-bit weight casts autocast caches and autograd keeps, found as
+torch makes them (aten._to_copy of a parameter's storage, still alive when the forward ends), and the bytes autograd
+saves in the decoder layers (saved_tensors_hooks), on CPU forwards under torch.autocast("cpu", dtype=torch.bfloat16)."""
+from __future__ import annotations
+
+import json
+import re
+import weakref
+
+import pytest
+
+torch = pytest.importorskip("torch")
+T = pytest.importorskip("transformers")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
+_SMALL = dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+              num_key_value_heads=2)
+
+
+class Casts(TorchDispatchMode):
+    """Every cast of a parameter's storage torch makes (aten._to_copy): its output, weakly, to count those alive."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+        self.made: list[weakref.ref] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.aten._to_copy.default and args[0].untyped_storage().data_ptr() in self.params:
+            self.made.append(weakref.ref(out))
+        return out
+
+    def alive(self) -> dict[int, int]:
+        """{storage pointer: bytes} of the casts still alive."""
+        return {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes() for r in self.made if (t := r()) is not None}
+
+
+def _model(config_cls, model_cls, sizes, attn):
+    torch.manual_seed(0)
+    cfg = getattr(T, config_cls)(**sizes)
+    return cfg, getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=torch.float32)
+
+
+def _training(model, b, n) -> tuple[int, int]:
+    """(bytes of the parameter casts alive at the forward's end, bytes autograd saves inside the decoder layers besides
+    them) over one training forward under bf16 autocast: each storage once, parameters, buffers and the rotary table
+    not counted."""
+    model.train()
+    skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
+    stack, hooks, rotary = ["top"], [], set()
+    for name, mod in model.named_modules():
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
+        hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
+        if name.endswith("rotary_emb"):
+            hooks.append(mod.register_forward_hook(lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
+    seen: dict[int, tuple[int, bool]] = {}
+    kept = []
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
+            kept.append(t)
+        return t
+
+    ids = torch.randint(0, 90, (b, n))
+    casts = Casts(model)
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), casts:
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                out = model(input_ids=ids, labels=ids)
+                held = casts.alive()   # at the forward's end, the region's cache and what autograd keeps
+            kept = casts.alive()   # after the region: what autograd keeps, the weights' (no bias's: its grad needs none)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert out.loss is not None and kept and set(kept) <= set(held)
+    layers = sum(nb for ptr, (nb, inside) in seen.items() if inside and ptr not in rotary and ptr not in held)
+    return sum(held.values()), layers
+
+
+def _plan(cli, tmp_path, cfg, model_cls, *args) -> dict[tuple[str, str], dict]:
+    d = cfg.to_dict()
+    d.update(architectures=[model_cls], torch_dtype="float32")
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(d))
+    rc, out, err = cli("memory", str(path), "--autocast", "bf16", *args, "--json")
+    assert rc == 0, err
+    r = json.loads(out)
+    assert r["plan"]["weights_dtype"] == "fp32" and r["plan"]["autocast"] == "bf16"
+    return {(x["group"], x["item"]): x for x in r["fit"]["lines"]}
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("config_cls,model_cls,sizes,attn,b,n", [
+    ("LlamaConfig", "LlamaForCausalLM", _SMALL, "sdpa", 2, 16),
+    ("LlamaConfig", "LlamaForCausalLM", _SMALL, "eager", 2, 16),
+    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, tie_word_embeddings=True), "sdpa", 3, 24),   # the head's cast
+    ("Qwen2Config", "Qwen2ForCausalLM", _SMALL, "sdpa", 2, 24),   # biased q/k/v
+    ("Qwen3Config", "Qwen3ForCausalLM", dict(_SMALL, head_dim=24), "eager", 2, 16),   # q/k norms
+    ("MistralConfig", "MistralForCausalLM", dict(_SMALL, sliding_window=8), "sdpa", 2, 32),   # the window's mask
+    ("Gemma2Config", "Gemma2ForCausalLM", dict(_SMALL, head_dim=24), "eager", 2, 16),   # soft-capping, 4 norms
+    ("Phi3Config", "Phi3ForCausalLM", dict(_SMALL, pad_token_id=0), "sdpa", 2, 16),   # fused qkv
+    ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                           embd_pdrop=0.0, attn_pdrop=0.0), "eager", 2, 16),   # softmax in its input's dtype
+    ("GPTNeoXConfig", "GPTNeoXForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160,
+                                                 num_hidden_layers=2, num_attention_heads=4, hidden_dropout=0.0,
+                                                 attention_dropout=0.0), "sdpa", 2, 16),   # parallel residual
+    ("OPTConfig", "OPTForCausalLM", dict(vocab_size=100, hidden_size=64, ffn_dim=160, num_hidden_layers=2,
+                                         num_attention_heads=4, dropout=0.0), "eager", 2, 16),   # relu, LayerNorm, biases
+    ("MixtralConfig", "MixtralForCausalLM", dict(_SMALL, num_local_experts=4, num_experts_per_tok=2), "sdpa", 2, 16),
+    ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(_SMALL, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
+                                                   head_dim=16), "eager", 2, 16),
+])
+def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cls, model_cls, sizes, attn, b, n):
+    cfg, model = _model(config_cls, model_cls, sizes, attn)
+    casts, layers = _training(model, b, n)
+    lines = _plan(cli, tmp_path, cfg, model_cls, "--mode", "training", "-b", str(b), "-s", str(n), "--attention",
+                  "eager" if attn == "eager" else "flash")
+    assert lines[("weights", "bf16 casts (autocast)")]["bytes"] == casts
+    assert lines[("weights", "resident")]["bytes"] == 4 * sum(p.numel() for p in model.parameters())
+    assert ("master weights", "fp32") not in lines   # the weights are the float32 copy
+    line = next(x for k, x in lines.items() if k[0] == "activations" and " layers, " in k[1])
+    assert "autocast" in line["rule"]
+    assert 0.99 * layers <= line["bytes"] <= 1.03 * layers, (line["bytes"], layers, line["bytes"] / layers)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("config_cls,model_cls,sizes", [
+    ("LlamaConfig", "LlamaForCausalLM", _SMALL),
+    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, tie_word_embeddings=True)),
+    ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4)),
+])
+def test_inference_casts_are_what_the_autocast_cache_holds(tmp_path, cli, config_cls, model_cls, sizes):
+    """Under no_grad the cache still keeps the cast of every parameter that requires grad until the region ends; none
+    where none does."""
+    cfg, model = _model(config_cls, model_cls, sizes, "sdpa")
+    model.eval()
+    ids = torch.randint(0, 90, (1, 8))
+    casts = Casts(model)
+    with casts, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=ids)
+        held = sum(casts.alive().values())
+    lines = _plan(cli, tmp_path, cfg, model_cls, "-s", "8")
+    assert lines[("weights", "bf16 casts (autocast)")]["bytes"] == held > 0
+    model.requires_grad_(False)
+    casts = Casts(model)
+    with casts, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+        model(input_ids=ids)
+        assert sum(casts.alive().values()) == 0
+
+
+@pytest.mark.parametrize("args,why", [
+    (("--autocast", "bf16", "--weights-dtype", "bf16"), "--autocast casts float32 weights"),
+    (("--autocast", "int8"), "--autocast must be bf16 or fp16"),
+    (("--autocast", "bf16", "--mode", "training", "--zero", "3", "--gpus", "2"), "ZeRO-3"),
+])
+def test_settings_it_does_not_model_are_refused(cli, tmp_path, args, why):
+    d = T.LlamaConfig(**_SMALL).to_dict()
+    d.update(architectures=["LlamaForCausalLM"])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(d))
+    rc, out, err = cli("memory", str(path), *args)
+    assert rc == 2 and why in err and len(err.strip().splitlines()) == 1, (rc, err)
+
+
+def test_an_h200_autocast_run_is_planned_at_its_forward_and_backward_peaks(tmp_path, cli):
+    """bench/gpu_memory.py's Llama-3.2-1B training under torch.autocast(bfloat16) on an H200 (float32 weights, SDPA,
+    b=4, s=1024, the second AdamW step; bench/results/gpu_memory.json): torch.cuda.max_memory_allocated over the
+    weights at the forward's end and at backward's start is the AdamW state, autocast's casts, the saved layers, the
+    head's non-logit terms and the logits' b*s*V*(2 + 8) B (12 at backward's start: the rule of
+    test_memory_planner's GPU note), within 1% (gradients are allocated after those moments: the planner's total
+    adds them on the safe side)."""
+    import importlib.util
+    import os
+
+    bench = os.path.join(os.path.dirname(__file__), "..", "bench")
+    with open(os.path.join(bench, "results", "gpu_memory.json")) as f:
+        case = next(c for c in json.load(f)["cases"] if c["model"] == "Llama-3.2-1B" and c["options"].get("autocast"))
+    spec = importlib.util.spec_from_file_location("published_configs", os.path.join(bench, "published_configs.py"))
+    configs = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(configs)
+    config_cls, model_cls, _, sizes = configs.MODELS["Llama-3.2-1B"]
+    lines = _plan(cli, tmp_path, getattr(T, config_cls)(**sizes), model_cls, "--mode", "training", "-b",
+                  str(case["batch"]), "-s", str(case["seq"]), "--attention", "flash", "--reserve", "0")
+    logits = case["batch"] * case["seq"] * sizes["vocab_size"]
+    held = (lines[("optimizer state", "adam")]["bytes"] + lines[("weights", "bf16 casts (autocast)")]["bytes"]
+            + next(x["bytes"] for k, x in lines.items() if " layers, " in k[1])
+            + lines[("activations", "logits and loss")]["bytes"] - 12 * logits)
+    assert abs(held + 10 * logits - case["forward_peak"]) <= 0.01 * case["forward_peak"]
+    assert abs(held + 12 * logits - case["backward_peak"]) <= 0.01 * case["backward_peak"]
+
+
+@pytest.mark.parametrize("config_cls,model_cls,sizes", [
+    ("DbrxConfig", "DbrxForCausalLM", dict(d_model=64, n_heads=4, n_layers=2, vocab_size=100,
+                                           ffn_config={"ffn_hidden_size": 64, "moe_num_experts": 4, "moe_top_k": 2},
+                                           attn_config={"kv_n_heads": 2})),
+    ("Llama4TextConfig", "Llama4ForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=64,
+                                                   intermediate_size_mlp=128, num_hidden_layers=2, num_attention_heads=4,
+                                                   num_key_value_heads=2, head_dim=16, num_local_experts=4)),
+])
+def test_experts_outside_grouped_mm_are_refused(cli, tmp_path, config_cls, model_cls, sizes):
+    """DBRX loops over its flat experts, Llama 4 runs every expert as one bmm: what autocast casts there is not
+    measured."""
+    d = getattr(T, config_cls)(**sizes).to_dict()
+    d.update(architectures=[model_cls])
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(d))
+    rc, out, err = cli("memory", str(path), "--autocast", "bf16", "--mode", "training")
+    assert rc == 2 and "routed experts" in err and len(err.strip().splitlines()) == 1, (rc, err)
+    assert cli("memory", str(path), "--weights-dtype", "bf16", "--mode", "training")[0] == 0
