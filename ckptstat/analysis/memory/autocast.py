@@ -19,16 +19,11 @@ torch.autocast("cpu", dtype=torch.bfloat16) (tests/test_memory_autocast.py):
    JetMoE's loops) are not measured: refused."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from ...errors import UsageError
 from ...families import get
 from ...families.framework.base import ArchSpec
 from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
-
-if TYPE_CHECKING:
-    from .planner import Plan
 
 AUTOCAST = {"bf16": 2, "fp16": 2}
 
@@ -47,26 +42,26 @@ def in_float32(s: ArchSpec, op: Op) -> bool:
     return (".experts" in op.module or "combine (x routing weight)" in op.module) and grouped_experts(s)
 
 
-def check(plan: Plan, s: ArchSpec | None = None) -> None:
+def check(autocast: str | None, weights_dtype: str | None, zero: int, s: ArchSpec | None = None) -> None:
     """UsageError for --autocast settings the planner does not model."""
-    if plan.autocast is None:
+    if autocast is None:
         return
     if s is not None and s.experts and not grouped_experts(s):
         raise UsageError(f"--autocast with {s.model_type}'s routed experts (run by its modeling file, not transformers' "
                          "grouped_mm) is not measured: plan --weights-dtype bf16 without --autocast")
-    if plan.autocast not in AUTOCAST:
-        raise UsageError(f"--autocast must be bf16 or fp16, got {plan.autocast!r}")
-    if plan.weights_dtype != "fp32":
-        raise UsageError(f"--autocast casts float32 weights per op; --weights-dtype {plan.weights_dtype} is not: plan "
-                         f"16-bit weights as --weights-dtype {plan.autocast} without --autocast")
-    if plan.zero == 3:
+    if autocast not in AUTOCAST:
+        raise UsageError(f"--autocast must be bf16 or fp16, got {autocast!r}")
+    if weights_dtype != "fp32":
+        raise UsageError(f"--autocast casts float32 weights per op; --weights-dtype {weights_dtype} is not: plan "
+                         f"16-bit weights as --weights-dtype {autocast} without --autocast")
+    if zero == 3:
         raise UsageError("--autocast with --zero 3: ZeRO-3 and FSDP train with their own mixed precision (16-bit "
                          "parameters gathered per layer, float32 master copies): plan it as --weights-dtype bf16 "
                          "--master-weights without --autocast")
 
 
-def copies_rule(plan: Plan) -> str:
-    why = ("autograd keeps each for its matmul's backward, all held at the forward's end" if plan.mode == "training"
+def copies_rule(autocast: str, mode: str) -> str:
+    why = ("autograd keeps each for its matmul's backward, all held at the forward's end" if mode == "training"
            else "held until the autocast region ends (none if the parameters require no grad)")
-    return (f"torch.autocast's {plan.autocast} cast of every weight and bias a matmul reads (linears, the LM head; "
+    return (f"torch.autocast's {autocast} cast of every weight and bias a matmul reads (linears, the LM head; "
             f"not the embedding tables), 2 B/param, cached for the region: {why}")

@@ -113,7 +113,7 @@ class Plan:
         if self.mode == "training" and self.weights_dtype in QUANTISED:
             raise bad(f"--mode training with --weights-dtype {self.weights_dtype}: training quantised weights means "
                       "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
-        amp.check(self, s)
+        amp.check(self.autocast, self.weights_dtype, self.zero, s)
         if s is None:
             return
         if self.weights_dtype == "mxfp4" and not s.experts:
@@ -495,7 +495,8 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
     else:
         dev.append(_line("weights", "resident", st.bytes, wrule))
     if plan.autocast:
-        dev.append(_line("weights", f"{plan.autocast} casts (autocast)", 2 * st.matmul, amp.copies_rule(plan) + tp_rule))
+        dev.append(_line("weights", f"{plan.autocast} casts (autocast)", 2 * st.matmul,
+                         amp.copies_rule(plan.autocast, plan.mode) + tp_rule))
     if training:
         wb = weight_bytes_per_param(m, plan)
         master = plan.master_weights if plan.master_weights is not None else wb < 4
