@@ -211,3 +211,33 @@ def test_experts_outside_grouped_mm_are_refused(cli, tmp_path, config_cls, model
     rc, out, err = cli("memory", str(path), "--autocast", "bf16", "--mode", "training")
     assert rc == 2 and "routed experts" in err and len(err.strip().splitlines()) == 1, (rc, err)
     assert cli("memory", str(path), "--weights-dtype", "bf16", "--mode", "training")[0] == 0
+
+
+@pytest.mark.filterwarnings("ignore")
+def test_checkpointing_keeps_the_float32_layer_inputs(tmp_path, cli):
+    """Under activation checkpointing each decoder layer keeps its input, the residual stream, float32 under
+    autocast: the storages torch saves that are what the layers received."""
+    cfg, model = _model("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, num_hidden_layers=4), "sdpa")
+    model.train()
+    (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
+    inputs, saved = {}, {}
+    hooks = [layer.register_forward_pre_hook(
+        lambda m, a, k: inputs.update({(a[0] if a else k["hidden_states"]).untyped_storage().data_ptr(): m}),
+        with_kwargs=True) for layer in model.model.layers]
+
+    def pack(t):
+        saved[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), t.dtype)
+        return t
+
+    ids = torch.randint(0, 90, (2, 16))
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids=ids, labels=ids)
+    finally:
+        for h in hooks:
+            h.remove()
+    kept = [saved[p] for p in inputs if p in saved]
+    assert len(kept) == 4 and {d for _, d in kept} == {torch.float32}
+    lines = _plan(cli, tmp_path, cfg, "LlamaForCausalLM", "--mode", "training", "-b", "2", "-s", "16", "--attention",
+                  "flash", "--checkpointing")
+    assert lines[("activations", "4 layer inputs")]["bytes"] == sum(nb for nb, _ in kept)

@@ -437,9 +437,10 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
             rule += "; --autocast: at its 16-bit dtype (float32 norms and the linears' casts modelled for text decoders only)"
     rule += forced_rule
     if plan.checkpointing:
-        kept = in_flight * layers_here * n * b * h * ab
+        hb = 4 if plan.autocast else ab   # autocast: the residual stream, the layers' input, stays float32
+        kept = in_flight * layers_here * n * b * h * hb
         lines.append(_line("activations", f"{layers_here} layer inputs", kept,
-                           f"full recomputation: each layer keeps its input, s*b*h x {ab} B (replicated under tp), "
+                           f"full recomputation: each layer keeps its input, s*b*h x {hb} B (replicated under tp), "
                            f"x {in_flight} micro-batch(es) in flight (1F1B)"))
         lines.append(_line("activations", "one layer recomputed", per_layer, rule))
     else:
