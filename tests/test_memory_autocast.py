@@ -128,33 +128,28 @@ def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cl
 
 
 @pytest.mark.filterwarnings("ignore")
-@pytest.mark.parametrize("config_cls,model_cls,sizes", [
-    ("LlamaConfig", "LlamaForCausalLM", _SMALL),
-    ("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, tie_word_embeddings=True)),
-    ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4)),
-])
-def test_inference_casts_are_what_the_autocast_cache_holds(tmp_path, cli, config_cls, model_cls, sizes):
-    """Under no_grad the cache still keeps the cast of every parameter that requires grad until the region ends; none
-    where none does."""
-    cfg, model = _model(config_cls, model_cls, sizes, "sdpa")
-    model.eval()
-    ids = torch.randint(0, 90, (1, 8))
-    casts = Casts(model)
-    with casts, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        model(input_ids=ids)
-        held = sum(casts.alive().values())
-    lines = _plan(cli, tmp_path, cfg, model_cls, "-s", "8")
-    assert lines[("weights", "bf16 casts (autocast)")]["bytes"] == held > 0
-    model.requires_grad_(False)
-    casts = Casts(model)
-    with casts, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        model(input_ids=ids)
-        assert sum(casts.alive().values()) == 0
+def test_inference_is_refused_for_what_it_holds_differs_by_model():
+    """Why --mode inference is refused with --autocast (autocast.check): under no_grad the cache still keeps every
+    parameter's cast until the region ends, but the KV cache's dtypes depend on the model, Llama's keys float32 (after
+    the rotary), GPT-2's 16-bit."""
+    dtypes = {}
+    for config_cls, model_cls, sizes in (("LlamaConfig", "LlamaForCausalLM", _SMALL),
+                                         ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2,
+                                                                                n_head=4))):
+        _, model = _model(config_cls, model_cls, sizes, "sdpa")
+        casts = Casts(model.eval())
+        with casts, torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+            layer = model(input_ids=torch.randint(0, 90, (1, 8)), use_cache=True).past_key_values.layers[0]
+            assert sum(casts.alive().values()) > 0
+        dtypes[model_cls] = (layer.keys.dtype, layer.values.dtype)
+    assert dtypes == {"LlamaForCausalLM": (torch.float32, torch.bfloat16),
+                      "GPT2LMHeadModel": (torch.bfloat16, torch.bfloat16)}
 
 
 @pytest.mark.parametrize("args,why", [
-    (("--autocast", "bf16", "--weights-dtype", "bf16"), "--autocast casts float32 weights"),
-    (("--autocast", "int8"), "--autocast must be bf16 or fp16"),
+    (("--autocast", "bf16", "--mode", "training", "--weights-dtype", "bf16"), "--autocast casts float32 weights"),
+    (("--autocast", "int8", "--mode", "training"), "--autocast must be bf16 or fp16"),
+    (("--autocast", "bf16"), "--autocast plans training"),
     (("--autocast", "bf16", "--mode", "training", "--zero", "3", "--gpus", "2"), "ZeRO-3"),
 ])
 def test_settings_it_does_not_model_are_refused(cli, tmp_path, args, why):

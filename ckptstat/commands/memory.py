@@ -28,7 +28,7 @@ def memory(
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
                                                 "quantised int8, int4, nf4, fp4, fp8, mxfp4 (default: as stored; a bare "
                                                 "config: its quantization_config)."),
-    autocast: Optional[str] = typer.Option(None, "--autocast", help="torch.autocast mixed precision, bf16 or fp16: "
+    autocast: Optional[str] = typer.Option(None, "--autocast", help="Training under torch.autocast, bf16 or fp16: "
                                            "float32 weights (--weights-dtype fp32), 16-bit matmuls, their cached "
                                            "weight casts (transformers' Trainer with bf16=True on a float32 model)."),
     kv_dtype: Optional[str] = typer.Option(None, "--kv-dtype", help="KV cache as fp32, bf16, fp16, fp8, int8, int4 "

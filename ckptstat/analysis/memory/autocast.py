@@ -16,7 +16,11 @@ torch.autocast("cpu", dtype=torch.bfloat16) (tests/test_memory_autocast.py):
  - routed experts run as transformers 5 runs them, torch's grouped_mm, which autocast does not cast: transformers casts
    their input to the weights' dtype, so they run in float32, with no cast of their weights and float32 activations
    (integrations/moe.py). Experts a modeling file runs otherwise (Llama 4's bmm over every expert, DBRX's and
-   JetMoE's loops) are not measured: refused."""
+   JetMoE's loops) are not measured: refused.
+Training only. In inference under no_grad the cache holds the same casts until the region ends (none where the
+parameters require no grad), but the rest depends on the model and is not modelled: Llama's cached keys are float32
+(the rotary multiplies the 16-bit k by float32 cos and sin), its values 16-bit, GPT-2's both 16-bit; eager scores
+plus a float32 mask are float32 (8 B a score, not 10). --mode inference with --autocast is refused."""
 from __future__ import annotations
 
 from ...errors import UsageError
@@ -42,10 +46,14 @@ def in_float32(s: ArchSpec, op: Op) -> bool:
     return (".experts" in op.module or "combine (x routing weight)" in op.module) and grouped_experts(s)
 
 
-def check(autocast: str | None, weights_dtype: str | None, zero: int, s: ArchSpec | None = None) -> None:
+def check(autocast: str | None, mode: str, weights_dtype: str | None, zero: int, s: ArchSpec | None = None) -> None:
     """UsageError for --autocast settings the planner does not model."""
     if autocast is None:
         return
+    if mode != "training":
+        raise UsageError("--autocast plans training; inference under autocast is not modelled (what it holds depends on "
+                         "the model: Llama's cached keys are float32 after the rotary, its values 16-bit): plan it with "
+                         "--weights-dtype fp32")
     if s is not None and s.experts and not grouped_experts(s):
         raise UsageError(f"--autocast with {s.model_type}'s routed experts (run by its modeling file, not transformers' "
                          "grouped_mm) is not measured: plan --weights-dtype bf16 without --autocast")
@@ -60,8 +68,7 @@ def check(autocast: str | None, weights_dtype: str | None, zero: int, s: ArchSpe
                          "--master-weights without --autocast")
 
 
-def copies_rule(autocast: str, mode: str) -> str:
-    why = ("autograd keeps each for its matmul's backward, all held at the forward's end" if mode == "training"
-           else "held until the autocast region ends (none if the parameters require no grad)")
+def copies_rule(autocast: str) -> str:
     return (f"torch.autocast's {autocast} cast of every weight and bias a matmul reads (linears, the LM head; "
-            f"not the embedding tables), 2 B/param, cached for the region: {why}")
+            "not the embedding tables), 2 B/param, cached for the region, all held at the forward's end; autograd keeps "
+            "the weights' for their matmuls' backward")

@@ -113,7 +113,7 @@ class Plan:
         if self.mode == "training" and self.weights_dtype in QUANTISED:
             raise bad(f"--mode training with --weights-dtype {self.weights_dtype}: training quantised weights means "
                       "adapters (QLoRA), which the planner does not model; train in bf16/fp16/fp32")
-        amp.check(self.autocast, self.weights_dtype, self.zero, s)
+        amp.check(self.autocast, self.mode, self.weights_dtype, self.zero, s)
         if s is None:
             return
         if self.weights_dtype == "mxfp4" and not s.experts:
@@ -408,18 +408,15 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
         qkv = (s.heads + 2 * s.kv_heads) * s.head_dim
         eager = eager and a > 0   # an attention-free model (no heads): no scores, no mask
         sb, s_rule = eager_scores(ab)
-        hb = 4 if plan.autocast else ab   # autocast: the residual stream and the norm's output stay float32
-        peak = b * n * (hb * 2 * h + ab * max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
+        peak = ab * b * n * (2 * h + max(qkv, f_eff) / t) + (b * n * n * (sb * a / t + ab) if eager else 0)
         scores_rule = (" + b*(a/tp)*s^2 eager scores x " + s_rule if eager else
                        "; flash attention: no s^2 scores" if a else "; no attention layers: no s^2 scores or mask")
         ssm, ssm_rule = ssm_layer(s, b, n, ab, t, eager)
         if ssm:   # a state-space layer's peak, where larger than an attention or MLP layer's
             peak = max(peak, ssm)
             scores_rule += ssm_rule
-        widths = (f"{hb} B x b*s*2h (autocast: float32) + {ab} B x b*s*max(q+k+v, {f_rule})/tp" if hb != ab else
-                  f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp)")
         lines.append(_line("activations", f"peak per layer, b={b}, s={n}", peak,
-                           f"{widths}{scores_rule}; one layer live{forced_rule}"))
+                           f"{ab} B x b*s*(2h + max(q+k+v, {f_rule})/tp){scores_rule}; one layer live{forced_rule}"))
         if has_logits:   # soft-capped (Gemma 2): logits / cap, tanh, x cap, each a new tensor beside the last
             copies = 2 if s.logit_softcap else 1
             lines.append(_line("activations", "logits", copies * ab * b * out_tok * s.vocab / t,
@@ -497,7 +494,7 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
         dev.append(_line("weights", "resident", st.bytes, wrule))
     if plan.autocast:
         dev.append(_line("weights", f"{plan.autocast} casts (autocast)", 2 * st.matmul,
-                         amp.copies_rule(plan.autocast, plan.mode) + tp_rule))
+                         amp.copies_rule(plan.autocast) + tp_rule))
     if training:
         wb = weight_bytes_per_param(m, plan)
         master = plan.master_weights if plan.master_weights is not None else wb < 4
