@@ -113,6 +113,15 @@ def _plan(cli, tmp_path, cfg, model_cls, *args) -> dict[tuple[str, str], dict]:
     ("MixtralConfig", "MixtralForCausalLM", dict(_SMALL, num_local_experts=4, num_experts_per_tok=2), "sdpa", 2, 16),
     ("Qwen3MoeConfig", "Qwen3MoeForCausalLM", dict(_SMALL, moe_intermediate_size=48, num_experts=4, num_experts_per_tok=2,
                                                    head_dim=16), "eager", 2, 16),
+    ("OlmoeConfig", "OlmoeForCausalLM", dict(_SMALL, intermediate_size=40, num_experts=8, num_experts_per_tok=3), "sdpa", 3,
+     24),
+    ("Qwen2MoeConfig", "Qwen2MoeForCausalLM", dict(_SMALL, moe_intermediate_size=48, shared_expert_intermediate_size=96,
+                                                   num_experts=4, num_experts_per_tok=2), "sdpa", 2, 16),   # shared expert
+    ("PhiConfig", "PhiForCausalLM", dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
+                                         num_attention_heads=4, resid_pdrop=0.0, embd_pdrop=0.0, attention_dropout=0.0),
+     "sdpa", 2, 16),   # a parallel layer
+    ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_SMALL, head_dim=16, sliding_window=8), "eager", 2, 16),
+    ("GraniteConfig", "GraniteForCausalLM", _SMALL, "sdpa", 2, 16),
 ])
 def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cls, model_cls, sizes, attn, b, n):
     cfg, model = _model(config_cls, model_cls, sizes, attn)
