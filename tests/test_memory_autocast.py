@@ -43,7 +43,7 @@ def _model(config_cls, model_cls, sizes, attn):
     return cfg, getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=torch.float32)
 
 
-def _training(model, b, n) -> tuple[int, int]:
+def _training(model, b, n, dtype=torch.bfloat16) -> tuple[int, int]:
     """(bytes of the parameter casts alive at the forward's end, bytes autograd saves inside the decoder layers besides
     them) over one training forward under bf16 autocast: each storage once, parameters, buffers and the rotary table
     not counted."""
@@ -69,7 +69,7 @@ def _training(model, b, n) -> tuple[int, int]:
     casts = Casts(model)
     try:
         with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), casts:
-            with torch.autocast("cpu", dtype=torch.bfloat16):
+            with torch.autocast("cpu", dtype=dtype):
                 out = model(input_ids=ids, labels=ids)
                 held = casts.alive()   # at the forward's end, the region's cache and what autograd keeps
             kept = casts.alive()   # after the region: what autograd keeps, the weights' (no bias's: its grad needs none)
@@ -81,15 +81,15 @@ def _training(model, b, n) -> tuple[int, int]:
     return sum(held.values()), layers
 
 
-def _plan(cli, tmp_path, cfg, model_cls, *args) -> dict[tuple[str, str], dict]:
+def _plan(cli, tmp_path, cfg, model_cls, *args, autocast="bf16") -> dict[tuple[str, str], dict]:
     d = cfg.to_dict()
     d.update(architectures=[model_cls], torch_dtype="float32")
     path = tmp_path / "config.json"
     path.write_text(json.dumps(d))
-    rc, out, err = cli("memory", str(path), "--autocast", "bf16", *args, "--json")
+    rc, out, err = cli("memory", str(path), "--autocast", autocast, *args, "--json")
     assert rc == 0, err
     r = json.loads(out)
-    assert r["plan"]["weights_dtype"] == "fp32" and r["plan"]["autocast"] == "bf16"
+    assert r["plan"]["weights_dtype"] == "fp32" and r["plan"]["autocast"] == autocast
     return {(x["group"], x["item"]): x for x in r["fit"]["lines"]}
 
 
@@ -133,6 +133,22 @@ def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cl
     assert ("master weights", "fp32") not in lines   # the weights are the float32 copy
     line = next(x for k, x in lines.items() if k[0] == "activations" and " layers, " in k[1])
     assert "autocast" in line["rule"]
+    assert 0.99 * layers <= line["bytes"] <= 1.03 * layers, (line["bytes"], layers, line["bytes"] / layers)
+
+
+@pytest.mark.filterwarnings("ignore")
+@pytest.mark.parametrize("config_cls,model_cls,sizes,attn", [
+    ("LlamaConfig", "LlamaForCausalLM", _SMALL, "sdpa"),
+    ("GPT2Config", "GPT2LMHeadModel", dict(vocab_size=100, n_embd=64, n_layer=2, n_head=4, resid_pdrop=0.0,
+                                           embd_pdrop=0.0, attn_pdrop=0.0), "eager"),
+])
+def test_fp16_autocast_holds_what_bf16_does(tmp_path, cli, config_cls, model_cls, sizes, attn):
+    cfg, model = _model(config_cls, model_cls, sizes, attn)
+    casts, layers = _training(model, 2, 16, torch.float16)
+    lines = _plan(cli, tmp_path, cfg, model_cls, "--mode", "training", "-b", "2", "-s", "16", "--attention",
+                  "eager" if attn == "eager" else "flash", autocast="fp16")
+    assert lines[("weights", "fp16 casts (autocast)")]["bytes"] == casts
+    line = next(x for k, x in lines.items() if k[0] == "activations" and " layers, " in k[1])
     assert 0.99 * layers <= line["bytes"] <= 1.03 * layers, (line["bytes"], layers, line["bytes"] / layers)
 
 
