@@ -21,6 +21,45 @@ def held_bytes(tensors) -> int:
     return sum(storages.values())
 
 
+def saved_split(model, forward) -> tuple[int, int]:
+    """(bytes autograd saves inside the decoder layers, bytes it saves elsewhere) over `forward()`, one training
+    forward of `model`: each storage once, at its whole size (views of one storage keep all of it alive), parameters
+    and buffers not counted, nor the storages `forward` returns (autocast's weight casts); a storage is the layers' when
+    first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but the rotary table's cos and sin
+    (model.rotary_emb's output, which every layer reads) are elsewhere."""
+    import re
+
+    import torch
+
+    skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
+    stack, hooks, rotary = ["top"], [], set()
+    for name, mod in model.named_modules():
+        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
+        hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
+        if name.endswith("rotary_emb"):
+            hooks.append(mod.register_forward_hook(
+                lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
+    seen: dict[int, tuple[int, bool]] = {}
+    kept = []   # every tensor saved, alive to the end: a storage freed meanwhile would give its pointer to another
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in skip and st.data_ptr() not in seen:
+            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
+            kept.append(t)
+        return t
+
+    try:
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            excluded = forward() or set()
+    finally:
+        for h in hooks:
+            h.remove()
+    counted = {ptr: v for ptr, v in seen.items() if ptr not in excluded}
+    layers = sum(nb for ptr, (nb, inside) in counted.items() if inside and ptr not in rotary)
+    return layers, sum(nb for nb, _ in counted.values()) - layers
+
+
 def fixture(*parts: str) -> str:
     return os.path.join(FIXTURES, *parts)
 

@@ -5,13 +5,13 @@ saves in the decoder layers (saved_tensors_hooks), on CPU forwards under torch.a
 from __future__ import annotations
 
 import json
-import re
 import weakref
 
 import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+from conftest import saved_split  # noqa: E402
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 _SMALL = dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
@@ -45,39 +45,22 @@ def _model(config_cls, model_cls, sizes, attn):
 
 def _training(model, b, n, dtype=torch.bfloat16) -> tuple[int, int]:
     """(bytes of the parameter casts alive at the forward's end, bytes autograd saves inside the decoder layers besides
-    them) over one training forward under bf16 autocast: each storage once, parameters, buffers and the rotary table
-    not counted."""
+    them: conftest.saved_split) over one training forward under autocast to `dtype`."""
     model.train()
-    skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
-    stack, hooks, rotary = ["top"], [], set()
-    for name, mod in model.named_modules():
-        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
-        hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
-        if name.endswith("rotary_emb"):
-            hooks.append(mod.register_forward_hook(lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
-    seen: dict[int, tuple[int, bool]] = {}
-    kept = []
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
-            kept.append(t)
-        return t
-
     ids = torch.randint(0, 90, (b, n))
     casts = Casts(model)
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), casts:
+    held: dict[int, int] = {}
+
+    def forward() -> set[int]:
+        with casts:
             with torch.autocast("cpu", dtype=dtype):
-                out = model(input_ids=ids, labels=ids)
-                held = casts.alive()   # at the forward's end, the region's cache and what autograd keeps
+                assert model(input_ids=ids, labels=ids).loss is not None
+                held.update(casts.alive())   # at the forward's end: the region's cache and what autograd keeps
             kept = casts.alive()   # after the region: what autograd keeps, the weights' (no bias's: its grad needs none)
-    finally:
-        for h in hooks:
-            h.remove()
-    assert out.loss is not None and kept and set(kept) <= set(held)
-    layers = sum(nb for ptr, (nb, inside) in seen.items() if inside and ptr not in rotary and ptr not in held)
+        assert kept and set(kept) <= set(held)
+        return set(held)
+
+    layers, _ = saved_split(model, forward)
     return sum(held.values()), layers
 
 

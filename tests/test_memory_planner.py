@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
-from conftest import fixture, fixture_script, held_bytes  # noqa: E402
+from conftest import fixture, fixture_script, held_bytes, saved_split  # noqa: E402
 from test_families import meta_autocast  # noqa: E402
 
 from ckptstat.analysis.memory.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
@@ -983,38 +983,9 @@ def _cuda_dropout(x, p=0.5, training=True, inplace=False):
 
 
 def _saved_split(model, **inputs) -> tuple[int, int]:
-    """(bytes autograd saves inside the decoder layers, bytes it saves elsewhere) over one training forward: each
-    storage once, at its whole size (views of one storage keep all of it alive), parameters and buffers not counted;
-    a storage is the layers' when first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but the
-    rotary table's cos and sin (model.rotary_emb's output, which every layer reads) are elsewhere."""
-    import re
-
-    skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
-    stack, hooks, rotary = ["top"], [], set()
-    for name, mod in model.named_modules():
-        hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
-        hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
-        if name.endswith("rotary_emb"):
-            hooks.append(mod.register_forward_hook(
-                lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
-    seen: dict[int, tuple[int, bool]] = {}
-    kept = []   # every tensor saved, alive to the end: a storage freed meanwhile would give its pointer to another
-
-    def pack(t):
-        st = t.untyped_storage()
-        if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
-            kept.append(t)
-        return t
-
-    try:
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            model(**inputs)
-    finally:
-        for h in hooks:
-            h.remove()
-    layers = sum(nb for ptr, (nb, inside) in seen.items() if inside and ptr not in rotary)
-    return layers, sum(nb for nb, _ in seen.values()) - layers
+    """(bytes autograd saves inside the decoder layers, bytes it saves elsewhere) over one training forward
+    (conftest.saved_split)."""
+    return saved_split(model, lambda: (model(**inputs), set())[1])
 
 
 def _layers_line(tmp_path, mem, config_cls, model_cls, sizes, dtype, attn, b, n) -> tuple[dict, int, str]:
