@@ -73,6 +73,9 @@ def _plan(cli, tmp_path, cfg, model_cls, *args, autocast="bf16") -> dict[tuple[s
     assert rc == 0, err
     r = json.loads(out)
     assert r["plan"]["weights_dtype"] == "fp32" and r["plan"]["autocast"] == autocast
+    if "training" in args:   # the reference lines' training activations (eager attention) under autocast too
+        assert all("autocast" in x["rule"] for x in r["lines"]
+                   if x["group"] == "activations (training)" and " layers, " in x["item"])
     return {(x["group"], x["item"]): x for x in r["fit"]["lines"]}
 
 

@@ -66,7 +66,7 @@ def report(m: Model, batch: int, seq: int, dec_seq: int | None = None, plan: Pla
     for x in activations(m, Plan(), b, n, nd, ab, "all"):
         line("activations (inference)", x["item"], x["bytes"], x["rule"])
     train_act = 0
-    for x in activations(m, Plan(mode="training"), b, n, nd, ab, "all"):
+    for x in activations(m, Plan(mode="training", autocast=plan.autocast), b, n, nd, ab, "all"):
         line("activations (training)", x["item"], x["bytes"], x["rule"])
         train_act += x["bytes"]
 
