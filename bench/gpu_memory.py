@@ -319,6 +319,7 @@ def _planned(name: str, row: dict) -> dict:
         if row["mode"] == "training":
             cmd += ["--no-master-weights"]   # bf16 weights: moments at 2 B; fp32 (autocast): 4 + 4 + 8 B/param
             cmd += ["--checkpointing"] if opts.get("checkpointing") else []
+            cmd += ["--autocast", "bf16"] if opts.get("autocast") else []   # its weight casts, float32 norms
         r = subprocess.run(cmd, capture_output=True, text=True, cwd=os.path.dirname(HERE))
         if r.returncode:
             return {"error": r.stderr.strip()}
