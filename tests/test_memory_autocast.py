@@ -115,7 +115,7 @@ def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cl
     lines = _plan(cli, tmp_path, cfg, model_cls, "--mode", "training", "-b", str(b), "-s", str(n), "--attention",
                   "eager" if attn == "eager" else "flash")
     assert lines[("weights", "bf16 casts (autocast)")]["bytes"] == casts
-    assert lines[("weights", "resident")]["bytes"] == 4 * sum(p.numel() for p in model.parameters())
+    assert lines[("weights", "resident")]["bytes"] == sum(p.numel() * p.element_size() for p in model.parameters())
     assert ("master weights", "fp32") not in lines   # the weights are the float32 copy
     line = next(x for k, x in lines.items() if k[0] == "activations" and " layers, " in k[1])
     assert "autocast" in line["rule"]

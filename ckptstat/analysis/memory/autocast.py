@@ -29,7 +29,7 @@ from ...families.framework.base import ArchSpec
 from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
 
-AUTOCAST = {"bf16": 2, "fp16": 2}
+AUTOCAST = ("bf16", "fp16")   # their widths: planner.FLOAT_BYTES
 
 
 def grouped_experts(s: ArchSpec) -> bool:
@@ -40,10 +40,10 @@ def grouped_experts(s: ArchSpec) -> bool:
     return bool(s.experts) and not (lay is not None and (lay.every_expert or lay.flat_experts or lay.moa))
 
 
-def in_float32(s: ArchSpec, op: Op) -> bool:
-    """Under autocast, the op runs in the float32 weights' dtype: a routed expert's linear, its activation or its
-    combine on grouped_mm."""
-    return (".experts" in op.module or "combine (x routing weight)" in op.module) and grouped_experts(s)
+def expert_op(op: Op) -> bool:
+    """A routed expert's linear, its activation or its combine: under autocast in the float32 weights' dtype where
+    grouped_experts(s)."""
+    return ".experts" in op.module or "combine (x routing weight)" in op.module
 
 
 def check(autocast: str | None, mode: str, weights_dtype: str | None, zero: int, s: ArchSpec | None = None) -> None:

@@ -196,6 +196,7 @@ def split(m: Model, plan: Plan) -> Split:
     else:
         out.dtype_rule = f"as stored ({', '.join(sorted(m.param_bytes)) or s.dtype or 'float32, assumed'}): " \
                          f"{wb:.4g} B/param on average{'; ' + q_note if q_note else ''}"
+    float32_experts = amp.grouped_experts(s)   # grouped_mm's experts: autocast casts none of their weights
     for op in m.oracle.ops() if m.oracle else build(s):
         where = "first" if op.bucket == "embedding" else "last" if op.bucket in ("cls", "pooler") else "layers"
         if where == "layers" and op.calls == 1 and layers_stored(s) > 1 and not LAYER_GROUP.search(op.module):
@@ -224,7 +225,7 @@ def split(m: Model, plan: Plan) -> Split:
             else:
                 wbytes = w * wb
             out.add(where, sharded, w, wbytes, copies * (fin + fout), w if n < BNB_MIN_8BIT else 0)
-            cast = not amp.in_float32(s, op)   # (grouped_mm's experts: autocast casts none)
+            cast = not (float32_experts and amp.expert_op(op))
             out.matmul[(where, sharded)] = out.matmul.get((where, sharded), 0) + w * cast
             if bias:
                 row = bool(ROW_PARALLEL.search(op.module)) and not COLUMN_DENSE.search(op.module)
@@ -291,10 +292,15 @@ def stage_share(sp: Split, s: ArchSpec, plan: Plan, stage: str) -> Stage:
     tot = {"params": 0.0, "bytes": 0.0, "factored": 0.0, "small": 0.0}
     rep = 0.0
     per_where: dict[str, float] = {}
+
+    def on_device(where: str, sharded: bool) -> float:
+        """The share of a placement's parameters this device holds: its layers' under pp, / tp where sharded."""
+        return (share if where == "layers" and plan.pp > 1 else 1) / (plan.tp if sharded else 1)
+
     for (where, sharded), p in sp.params.items():
         if where not in wanted:
             continue
-        f = (share if where == "layers" and plan.pp > 1 else 1) / (plan.tp if sharded else 1)
+        f = on_device(where, sharded)
         tot["params"] += p * f
         tot["bytes"] += sp.bytes[(where, sharded)] * f
         tot["factored"] += sp.factored[(where, sharded)] * f
@@ -310,8 +316,7 @@ def stage_share(sp: Split, s: ArchSpec, plan: Plan, stage: str) -> Stage:
         per_where["last"] = per_where.get("last", 0) + b / plan.tp
     layers_here = math.ceil(L / plan.pp) if L else 1
     block = max([per_where.get("layers", 0) / max(layers_here, 1), per_where.get("first", 0), per_where.get("last", 0)])
-    mm = sum(p * (share if where == "layers" and plan.pp > 1 else 1) / (plan.tp if sharded else 1)
-             for (where, sharded), p in sp.matmul.items() if where in wanted)
+    mm = sum(p * on_device(where, sharded) for (where, sharded), p in sp.matmul.items() if where in wanted)
     return Stage(stage, tot["params"], tot["bytes"], tot["factored"], tot["small"], rep, block, mm)
 
 
@@ -423,7 +428,10 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
                                f"b x s x V x {ab} B / tp (vocab-parallel head)"
                                + (", x2: soft-capping holds two copies" if copies == 2 else "")))
         return lines
-    sv = text_saved(m, b, n, ab, eager, layers_run, 4 if plan.autocast else None)
+    # under autocast the residual stream, the norms and the layers' inputs stay in the weights' float32
+    # (autocast.check: its weights are fp32)
+    rb = int(FLOAT_BYTES["fp32"]) if plan.autocast else None
+    sv = text_saved(m, b, n, ab, eager, layers_run, rb)
     if sv:
         per_layer = sv.replicated + sv.sharded / t
         rule = sv.rule + (f"; tp {t}: the norms' tensors and their outputs (the column-parallel linears' input) "
@@ -434,7 +442,7 @@ def activations(m: Model, plan: Plan, b: int, n: int, nd: int, ab: int, stage: s
             rule += "; --autocast: at its 16-bit dtype (float32 norms and the linears' casts modelled for text decoders only)"
     rule += forced_rule
     if plan.checkpointing:
-        hb = 4 if plan.autocast else ab   # autocast: the residual stream, the layers' input, stays float32
+        hb = rb or ab
         kept = in_flight * layers_here * n * b * h * hb
         lines.append(_line("activations", f"{layers_here} layer inputs", kept,
                            f"full recomputation: each layer keeps its input, s*b*h x {hb} B (replicated under tp), "
@@ -550,7 +558,7 @@ def stages(plan: Plan) -> tuple[str, ...]:
 def activation_bytes(m: Model, plan: Plan) -> int:
     wd = plan.weights_dtype
     if plan.autocast:
-        return amp.AUTOCAST[plan.autocast]
+        return int(FLOAT_BYTES[plan.autocast])
     if wd in FLOAT_BYTES:
         return int(FLOAT_BYTES[wd])
     return 2 if wd in QUANTISED else m.activation_bytes

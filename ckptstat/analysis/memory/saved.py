@@ -56,7 +56,7 @@ from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
 from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
-from .autocast import in_float32
+from .autocast import expert_op, grouped_experts
 
 # What transformers' ops save, measured from transformers and torch by fixtures/make_saved_table.py (saved_tensors_hooks
 # on each ACT2FN activation and on the first layer of each decoder model type's tiny model; the file says which
@@ -119,7 +119,8 @@ FALLBACK_DROPOUT: tuple[Mapping[str, Any], ...] = (
     {"key": ("embd_pdrop", "hidden_dropout_prob"), "where": "outside", "per": "hidden", "count": 1, "copy": [False, False]},
     {"key": ("attn_pdrop", "attention_dropout", "attn_config.attn_pdrop", "attention_probs_dropout_prob"), "where": "layer",
      "per": "scores", "count": 1, "copy": [True, True]})
-CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")   # OLMo's, DBRX's
+CLIP_QKV = ("clip_qkv", "attn_config.clip_qkv")
+QK_NORMS = ("q_norm", "k_norm")   # norms over q and k heads, read off a linear's output   # OLMo's, DBRX's
 # the activation ops of a layer the rule knows (module name words); any other makes the layer not covered
 KNOWN_ACT = ("rotary", "act*", " act", "combine (x routing weight)", "sigmoid(gate) x shared", "+ residual")
 
@@ -228,7 +229,7 @@ def _norm(s: ArchSpec, op: Op, ab: float) -> float:
     e = _prod(op.in_shape)
     width = max(op.in_shape[-1], 1)
     rows = e // width
-    rms = s.norm == "rmsnorm" or op.module.endswith(("q_norm", "k_norm"))
+    rms = s.norm == "rmsnorm" or op.module.endswith(QK_NORMS)
     row = facts(s)
     if ab >= 4 and row.get("norm_fp32"):
         n32, nab, per_width = row["norm_fp32"][0], 0, row["norm_fp32"][1]
@@ -264,6 +265,7 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     the norm's output and the softmax is float32."""
     amp = rb is not None
     rb = ab if rb is None else rb
+    float32_experts = amp and grouped_experts(s)   # under autocast grouped_mm's experts run in float32
     rep = shard = 0.0
     n_ab, other, keeps_out = act_saves(s.activation)
     # the activation's output where it keeps it (relu): down_proj's input, one storage with it unless an
@@ -283,10 +285,10 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     beside: tuple[int, ...] | None = None   # the norm's output while the attention runs beside the MLP
     for op in layer_ops:
         c = op.calls
-        xb = rb if amp and in_float32(s, op) else ab   # under autocast a grouped_mm expert's activations are float32
+        xb = rb if float32_experts and expert_op(op) else ab
         if op.kind == "norm":
             # (q and k norms read a linear's output, in ab under autocast too)
-            rep += c * _norm(s, op, ab if op.module.endswith(("q_norm", "k_norm")) else rb)
+            rep += c * _norm(s, op, ab if op.module.endswith(QK_NORMS) else rb)
             if beside is not None and s.norm == "layernorm":   # a parallel MLP's own LayerNorm (GPT-NeoX's
                 rep -= c * rb * _prod(op.in_shape)   # post_attention_layernorm, Falcon's ln_mlp) keeps the layer's
                 # input, which the attention's norm keeps
