@@ -14,6 +14,8 @@ import shutil
 
 import pytest
 
+from ckptstat.analysis.audit import audit_record
+from ckptstat.analysis.audit.find import discover
 from ckptstat.analysis.memory import report as memory_report
 from ckptstat.analysis.stats import collect
 from ckptstat.analysis.summary import summarize, tensors
@@ -28,7 +30,8 @@ FIXTURES = os.path.join(HERE, "..", "fixtures", "mlx")
 with open(os.path.join(HERE, "..", "fixtures", "expected_mlx.json")) as _f:
     EXPECTED = json.load(_f)
 CASES = sorted(EXPECTED["cases"])
-MOE = ("qwen3_moe-8bit", "mixtral-mxfp4")   # mlx_lm stacks the experts (switch_mlp): other names than transformers'
+# mlx_lm stacks the experts (switch_mlp), and splits MLA's kv_b_proj: other names than transformers'
+MOE = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
 
 
@@ -42,14 +45,21 @@ def _method(w: dict) -> str:
 
 @pytest.mark.parametrize("case", CASES)
 def test_counts_bits_and_bytes_are_mlx_own(case):
-    """The logical count is mlx_lm's get_total_parameters (and the unquantised transformers model's parameters());
-    stored bytes are the arrays' nbytes; bits per weight is mlx_lm's compute_bits_per_weight."""
+    """The logical count is the unquantised transformers model's parameters(), and mlx_lm's get_total_parameters
+    less the buffers transformers saves (MLX has none: DeepSeek-V3's e_score_correction_bias is an MLX parameter);
+    stored bytes are the arrays' nbytes, and bits per weight mlx_lm's compute_bits_per_weight (its stored bits over
+    its parameters), each less the buffers."""
     e = EXPECTED["cases"][case]
     r = summarize(open_checkpoint(_path(case)))
     p = r["parameters"]
-    assert p["unique"] == e["parameters"] == e["unquantised_parameters"]
-    assert p["stored_bytes"] == e["stored_bytes"]
-    assert p["bits_per_weight"] == pytest.approx(e["bits_per_weight"], abs=1e-4)
+    buffers = [x for x in r["non_parameters"] if x["role"] == "buffer"]
+    assert sorted(n for x in buffers for n in x["names"]) == e["unquantised_buffers"]
+    held = sum(x["elements"] for x in buffers), sum(x["bytes"] for x in buffers)
+    assert p["unique"] == e["unquantised_parameters"] == e["parameters"] - held[0]
+    assert p["stored_bytes"] == e["stored_bytes"] - held[1]
+    assert e["bits_per_weight"] == pytest.approx(e["stored_bytes"] * 8 / e["parameters"], abs=1e-4)   # mlx_lm's rule
+    assert p["bits_per_weight"] == pytest.approx((e["stored_bytes"] - held[1]) * 8 / (e["parameters"] - held[0]),
+                                                 abs=1e-4)
     q = r["quantization"]
     assert q["notes"] == [] and q["source"] == "config.json quantization (mlx)"
     assert q["method"] == ", ".join(sorted({_method(w) for w in e["weights"].values()}))
@@ -72,7 +82,8 @@ def test_each_weight_is_what_mlx_built(case):
     assert set(roles) == set(e["tensors"])    # the names MLX's model holds, no more
     members = {m for w in e["weights"].values() for m in w["members"]}
     assert {n: r for n, r in roles.items() if n in members} == {m: ROLES[m.rpartition(".")[2]] for m in members}
-    assert all(r == "parameter" for n, r in roles.items() if n not in members)
+    assert all(r == ("buffer" if n in e["unquantised_buffers"] else "parameter")
+               for n, r in roles.items() if n not in members)
     assert all(any(lit in m for m in w["members"] for lit in _LAYOUT_LITERALS) for w in e["weights"].values())
 
 
@@ -219,18 +230,55 @@ def test_like_unquantised(case, tmp_path):
 
 @pytest.mark.parametrize("case", MOE)
 def test_moe_like_unquantised(case, tmp_path):
-    """mlx_lm stacks each layer's experts into `switch_mlp.{gate,up,down}_proj` [experts, out, in]: the count, the
-    active parameters and FLOPs are the unquantised model's; the cross-check names the stacked tensors unexpected
-    and the per-expert ones missing, element for element the same (a naming ckptstat does not map yet)."""
-    from ckptstat.analysis.flops import run
-
+    """mlx_lm's sanitize saves each MoE block's experts stacked, `switch_mlp.{gate,up,down}_proj` [experts, out, in]
+    (from transformers' per-expert linears, or split from GraniteMoE's fused ones), and MLA's kv_b_proj split per head
+    into embed_q / unembed_out: the cross-check pairs each such module with the tensors transformers saves for it (the
+    same elements, over the config's experts or heads), so that nothing is missing or unexpected; resolution, the
+    count, FLOPs and ties are the unquantised model's."""
     plain = _plain(case, tmp_path)
-    q, p = from_checkpoint(open_checkpoint(_path(case))), from_checkpoint(open_checkpoint(plain))
-    assert q.params == p.params and q.agree
-    assert run(q, 1, 32)["totals"]["flops"] == run(p, 1, 32)["totals"]["flops"]
-    cc = audit(open_checkpoint(_path(case)))["cross_check"]
-    assert all(".switch_mlp." in u["name"] for u in cc["unexpected"]) and cc["shape_mismatches"] == []
-    assert sum(u["elements"] for u in cc["unexpected"]) == sum(m["elements"] for m in cc["missing"])
+    from test_quantized import assert_like_unquantised
+
+    assert_like_unquantised(_path(case), plain)
+    e = EXPECTED["cases"][case]
+    saved = {t["name"]: t["numel"] for t in tensors(open_checkpoint(plain))["tensors"]}   # transformers' save
+    groups = audit(open_checkpoint(_path(case)))["cross_check"]["restacked"]
+    assert sorted(n for g in groups for n in g["as"]) == sorted(n for n in saved if n not in e["tensors"])
+    held = {n.rpartition(".")[0] for n in e["tensors"]}   # the modules MLX's model holds
+    m = e["model"]
+    experts = m.get("num_experts") or m.get("num_local_experts") or m.get("n_routed_experts")
+    for g in groups:
+        assert g["elements"] == sum(saved[n] for n in g["as"])
+        assert {n.rpartition(".")[0] for n in g["stacked"]} <= held
+        assert g["count"] == (experts if g["of"] == "experts" else m["num_attention_heads"])
+    assert {g["of"] for g in groups} == ({"experts", "heads"} if "kv_lora_rank" in m else {"experts"})
+    units, _ = discover(_path(case))
+    assert [audit_record(u, values=False)["config"]["verdict"] for u in units] == ["match"]   # `ckptstat audit`
+
+
+@pytest.mark.parametrize("case, edit", [("olmoe-4bit", "one expert fewer in gate_proj"),
+                                        ("deepseek_v3-4bit-g32", "embed_q dropped")])
+def test_a_restack_that_does_not_add_up_stays_missing_and_unexpected(case, edit, tmp_path):
+    """A module whose restacked tensors do not hold what transformers' names hold (an expert short in one stack, half
+    of a split kv_b_proj gone) is not paired: its tensors stay missing and unexpected."""
+    pytest.importorskip("torch")   # numpy has no bfloat16
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(_path(case), tmp_path / case)
+    os.remove(tmp_path / case / "model.safetensors.index.json")   # it would name the tensors dropped
+    path = tmp_path / case / "model.safetensors"
+    state = load_file(str(path))
+    if edit.startswith("one expert"):
+        state = {n: (a[1:] if ".switch_mlp.gate_proj." in n else a) for n, a in state.items()}
+    else:
+        state = {n: a for n, a in state.items() if ".embed_q." not in n}
+    save_file(state, str(path), metadata={"format": "mlx"})
+    cc = audit(open_checkpoint(str(tmp_path / case)))["cross_check"]
+    block = "model.layers.0.mlp" if edit.startswith("one expert") else "model.layers.0.self_attn"
+    assert all(g["module"] != block for g in cc["restacked"])
+    assert {u["name"].rpartition(".")[0] for u in cc["unexpected"]} == \
+        ({f"{block}.switch_mlp.{p}" for p in ("gate_proj", "up_proj", "down_proj")} if edit.startswith("one expert")
+         else {f"{block}.unembed_out"})
+    assert cc["missing"] and all(m["name"].startswith(block + ".") for m in cc["missing"])
 
 
 def test_generic_template_reads_an_mlx_config():

@@ -7,6 +7,7 @@ from typing import Any
 
 from ..census import aliases, parameters, placements
 from ..census.quant import logical
+from ..census.quant.mlx import restacked
 from ..census.resolution import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
@@ -176,7 +177,7 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     tied_cfg = tie_word_embeddings(ckpt)
     ruled = {outer + rule.alias: (outer + rule.target, "config tie_word_embeddings" if rule.when == "config"
                                   else "architecture") for rule in r.tie_rules if rule.when == "always" or tied_cfg}
-    missing = []
+    missing, lacking = [], {}
     for name, shape in expected.items():
         if name not in params:
             t = tie_of.get(name)
@@ -184,9 +185,17 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
             tied = bool(t) or (target in expected and target not in params)
             missing.append({"name": name, "shape": list(shape), "elements": math.prod(shape),
                             "why": f"tied to {target} ({evidence})" if tied else "not in the file"})
+            if not tied:
+                lacking[name] = tuple(shape)
     # a wrapper's towers outside the analytic model (ArchSpec.outside) are the model's, not unexpected
-    unexpected = [{"name": spelled[n], "shape": list(t.shape), "elements": t.numel} for n, t in params.items()
-                  if n not in expected and spelled[n] not in alias_of and not is_outside(n, spec.outside)]
+    extra = {spelled[n]: t for n, t in params.items()
+             if n not in expected and spelled[n] not in alias_of and not is_outside(n, spec.outside)}
+    # modules mlx_lm restacked (MoE experts, MLA's kv_b_proj): the same elements under other names, neither missing
+    # nor unexpected
+    regroups = restacked(lacking, {n: tuple(t.shape) for n, t in extra.items()})
+    regrouped = {n for g in regroups for n in g["stacked"] + g["as"]}
+    missing = [m for m in missing if m["name"] not in regrouped]
+    unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in extra.items() if n not in regrouped]
     mismatched = [{"name": spelled[n], "file": list(t.shape), "config": list(expected[n])}
                   for n, t in params.items() if n in expected and t.shape != expected[n]]
     # A weight the model always ties (the architecture's rule) that the file keeps as its own variable
@@ -199,7 +208,8 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
             own_copy.append({"name": spelled[alias], "elements": params[alias].numel, "tied_to": spelled[target]})
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
             "head_source": r.head_source, "expected": len(expected),
-            "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched, "own_copies": own_copy}
+            "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched, "own_copies": own_copy,
+            "restacked": regroups}
 
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
@@ -253,6 +263,15 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
         "counting": table,
         "cross_check": check,
     }
+
+
+def restacked_text(groups: list[dict[str, Any]]) -> str:
+    """One line for the cross-check's restacked modules (census.quant.mlx.restacked)."""
+    g = groups[0]
+    return (f"{len(groups)} module(s) hold tensors as mlx_lm's sanitize restacks them (MoE experts in switch_mlp, MLA's "
+            f"kv_b_proj as embed_q and unembed_out), the same elements as the tensors transformers names: e.g. "
+            f"{g['module']}: {len(g['stacked'])} tensor(s) over {g['count']} {g['of']} for {len(g['as'])} "
+            f"({g['elements']:,} elements); {sum(x['elements'] for x in groups):,} in all")
 
 
 def verdict(ckpt: Checkpoint) -> dict:

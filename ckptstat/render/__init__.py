@@ -332,6 +332,10 @@ def render_ties(r: dict, console: Console) -> None:
         line.append(f"): {cc['expected']} tensors expected; {len(cc['missing'])} missing, "
                     f"{len(cc['unexpected'])} unexpected, {len(cc['shape_mismatches'])} shape mismatch(es)")
         console.print(line)
+        if cc["restacked"]:
+            from ..analysis.ties import restacked_text
+
+            console.print(Text("  restacked   ").append_text(safe(restacked_text(cc["restacked"]))))
         for m in cc["missing"]:
             console.print(name_line("  missing     ", m["name"], Text(": ").append_text(safe(m["why"]))))
         for u in cc["unexpected"]:

@@ -131,9 +131,12 @@ def _ties(r: dict) -> list[Block]:
                             x["equals"]] for x in rows]))
     cc = t["cross_check"]
     if cc["available"]:
+        from ..analysis.ties import restacked_text
+
         out.append(Block("p", f"Config check ({cc['architecture'] or cc['head']}): {cc['expected']} tensors expected; "
                               f"{len(cc['missing'])} missing, {len(cc['unexpected'])} unexpected, "
-                              f"{len(cc['shape_mismatches'])} shape mismatch(es)."))
+                              f"{len(cc['shape_mismatches'])} shape mismatch(es)."
+                              + (f" {restacked_text(cc['restacked'])}." if cc["restacked"] else "")))
     else:
         out.append(Block("why", f"Config check not available: {cc['reason']}"))
     return out

@@ -19,6 +19,8 @@ expected tensors), then the config's default, then an input size the checkpoint'
 """
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -110,3 +112,47 @@ def mlx(prefix: str, s: Mapping[str, TensorInfo], q: Mapping[str, Any], expected
     mode, bits, group = chosen
     method = "mlx " + (f"affine {bits}-bit" if mode == "affine" else mode)
     return Found(prefix + "weight", (*w.shape[:-1], groups * group), method, bits, members)
+
+
+
+# mlx_lm's sanitize (mlx_lm/models/<model_type>.py) saves some modules under other names than transformers':
+# marker in the file's name -> what one tensor's first dimension counts
+RESTACKS = {
+    ".switch_mlp.": "experts",   # SwitchGLU: a MoE block's experts, one [experts, out, in] tensor a projection
+    ".embed_q.": "heads",        # MLA (DeepSeek-V3, Kimi, GLM-4 MoE Lite...): kv_b_proj split per head into
+    ".unembed_out.": "heads",    # embed_q [heads, kv_lora_rank, qk_nope] and unembed_out [heads, v_head, kv_lora_rank]
+}
+_EXPERT_INDEX = re.compile(r"\.experts\.(\d+)\.")
+
+
+def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, tuple[int, ...]]
+              ) -> list[dict[str, Any]]:
+    """The modules mlx_lm's sanitize restacked (RESTACKS): a MoE block's experts, which it stacks from transformers'
+    per-expert linears (`P.experts.{e}.w1`, `P.experts.{e}.gate_proj`...) or splits from the fused ones
+    (`gate_up_proj`, GraniteMoE's `input_linear`) into `P.switch_mlp.{gate,up,down}_proj` [experts, out, in]; and
+    MLA's `P.kv_b_proj`, split per head into `P.embed_q` and `P.unembed_out`. For each module P holding such tensors
+    (`unexpected`, name -> shape), what the model has under P that the file lacks (`missing`) is one group with them
+    when the two hold the same elements and the tensors count the same experts or heads: their first dimension N is
+    one, and N is the number of distinct `experts.{e}` indices, or else divides the first dimension of every tensor
+    the file lacks. A module that does not agree is left out: its tensors stay missing and unexpected."""
+    blocks: dict[str, list[str]] = {}
+    for name in unexpected:
+        marker = next((m for m in RESTACKS if m in name), None)
+        if marker:
+            blocks.setdefault(name.partition(marker)[0], []).append(name)
+    groups = []
+    for block, stacked in sorted(blocks.items()):
+        lacking = sorted(n for n in missing if n.startswith(block + "."))
+        firsts = {unexpected[n][0] for n in stacked if len(unexpected[n]) >= 2}
+        if not lacking or len(firsts) != 1 or any(len(unexpected[n]) < 2 for n in stacked):
+            continue
+        (n,) = firsts
+        indices = {m.group(1) for x in lacking if (m := _EXPERT_INDEX.search(x[len(block):]))}
+        counted = (len(indices) == n if indices else
+                   all(len(missing[x]) >= 1 and missing[x][0] % n == 0 for x in lacking))
+        elements = sum(math.prod(unexpected[x]) for x in stacked)
+        if counted and elements == sum(math.prod(missing[x]) for x in lacking):
+            kinds = sorted({RESTACKS[m] for m in RESTACKS for x in stacked if m in x})
+            groups.append({"module": block, "of": "/".join(kinds), "count": n, "stacked": sorted(stacked),
+                           "as": lacking, "elements": elements})
+    return groups
