@@ -30,8 +30,10 @@ FIXTURES = os.path.join(HERE, "..", "fixtures", "mlx")
 with open(os.path.join(HERE, "..", "fixtures", "expected_mlx.json")) as _f:
     EXPECTED = json.load(_f)
 CASES = sorted(EXPECTED["cases"])
-# mlx_lm stacks the experts (switch_mlp), and splits MLA's kv_b_proj: other names than transformers'
-MOE = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32")
+# mlx_lm stacks the experts (switch_mlp), splits MLA's kv_b_proj and keeps conv1d weights channels last: other
+# names and shapes than transformers'
+RELAID = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32",
+          "qwen3_next-4bit-g32", "mamba2-4bit-g32")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
 
 
@@ -45,21 +47,24 @@ def _method(w: dict) -> str:
 
 @pytest.mark.parametrize("case", CASES)
 def test_counts_bits_and_bytes_are_mlx_own(case):
-    """The logical count is the unquantised transformers model's parameters(), and mlx_lm's get_total_parameters
-    less the buffers transformers saves (MLX has none: DeepSeek-V3's e_score_correction_bias is an MLX parameter);
-    stored bytes are the arrays' nbytes, and bits per weight mlx_lm's compute_bits_per_weight (its stored bits over
-    its parameters), each less the buffers."""
+    """The logical count is the unquantised transformers model's parameters(), and MLX's every array less the
+    buffers transformers saves (MLX has none: DeepSeek-V3's e_score_correction_bias is an MLX parameter), a quantised
+    weight by the shape mx.dequantize returns; mlx_lm's get_total_parameters where it counts every array (it counts
+    leaf modules only: Mamba 2's and Qwen3-Next's A_log, D and dt_bias, which the mixer holds itself, are left out).
+    Stored bytes are the arrays' nbytes, and bits per weight mlx_lm's compute_bits_per_weight rule (stored bits over
+    parameters), each less the buffers."""
     e = EXPECTED["cases"][case]
     r = summarize(open_checkpoint(_path(case)))
     p = r["parameters"]
     buffers = [x for x in r["non_parameters"] if x["role"] == "buffer"]
     assert sorted(n for x in buffers for n in x["names"]) == e["unquantised_buffers"]
     held = sum(x["elements"] for x in buffers), sum(x["bytes"] for x in buffers)
-    assert p["unique"] == e["unquantised_parameters"] == e["parameters"] - held[0]
+    every = e["parameters_every_array"]
+    assert p["unique"] == e["unquantised_parameters"] == every - held[0]
+    assert (every == e["parameters"]) == (e["model"]["model_type"] not in ("mamba2", "qwen3_next"))
     assert p["stored_bytes"] == e["stored_bytes"] - held[1]
     assert e["bits_per_weight"] == pytest.approx(e["stored_bytes"] * 8 / e["parameters"], abs=1e-4)   # mlx_lm's rule
-    assert p["bits_per_weight"] == pytest.approx((e["stored_bytes"] - held[1]) * 8 / (e["parameters"] - held[0]),
-                                                 abs=1e-4)
+    assert p["bits_per_weight"] == pytest.approx((e["stored_bytes"] - held[1]) * 8 / (every - held[0]), abs=1e-4)
     q = r["quantization"]
     assert q["notes"] == [] and q["source"] == "config.json quantization (mlx)"
     assert q["method"] == ", ".join(sorted({_method(w) for w in e["weights"].values()}))
@@ -218,7 +223,7 @@ def _plain(case: str, tmp_path) -> str:  # noqa: ANN001
     return path
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c not in MOE])
+@pytest.mark.parametrize("case", [c for c in CASES if c not in RELAID])
 def test_like_unquantised(case, tmp_path):
     """Resolution, the parameter count, FLOPs, ties and the config cross-check are those of the same model saved
     unquantised; its weight memory is what it stores."""
@@ -228,38 +233,47 @@ def test_like_unquantised(case, tmp_path):
     assert_like_unquantised(_path(case), plain)
 
 
-@pytest.mark.parametrize("case", MOE)
-def test_moe_like_unquantised(case, tmp_path):
+@pytest.mark.parametrize("case", RELAID)
+def test_relaid_like_unquantised(case, tmp_path):
     """mlx_lm's sanitize saves each MoE block's experts stacked, `switch_mlp.{gate,up,down}_proj` [experts, out, in]
-    (from transformers' per-expert linears, or split from GraniteMoE's fused ones), and MLA's kv_b_proj split per head
-    into embed_q / unembed_out: the cross-check pairs each such module with the tensors transformers saves for it (the
-    same elements, over the config's experts or heads), so that nothing is missing or unexpected; resolution, the
-    count, FLOPs and ties are the unquantised model's."""
+    (from transformers' per-expert linears, or split from GraniteMoE's fused ones), MLA's kv_b_proj split per head into
+    embed_q / unembed_out, and conv1d weights [out, kernel, in]: the cross-check pairs each such module with the
+    tensors transformers saves for it (the same elements, over the config's experts or heads) and each conv1d weight
+    with transformers' [out, in, kernel], so that nothing is missing, unexpected or mismatched; resolution, the count,
+    FLOPs and ties are the unquantised model's."""
     plain = _plain(case, tmp_path)
     from test_quantized import assert_like_unquantised
 
     assert_like_unquantised(_path(case), plain)
     e = EXPECTED["cases"][case]
-    saved = {t["name"]: t["numel"] for t in tensors(open_checkpoint(plain))["tensors"]}   # transformers' save
-    groups = audit(open_checkpoint(_path(case)))["cross_check"]["restacked"]
+    saved = {t["name"]: t for t in tensors(open_checkpoint(plain))["tensors"]}   # transformers' save
+    cc = audit(open_checkpoint(_path(case)))["cross_check"]
+    groups = cc["restacked"]
     assert sorted(n for g in groups for n in g["as"]) == sorted(n for n in saved if n not in e["tensors"])
     held = {n.rpartition(".")[0] for n in e["tensors"]}   # the modules MLX's model holds
     m = e["model"]
     experts = m.get("num_experts") or m.get("num_local_experts") or m.get("n_routed_experts")
     for g in groups:
-        assert g["elements"] == sum(saved[n] for n in g["as"])
+        assert g["elements"] == sum(saved[n]["numel"] for n in g["as"])
         assert {n.rpartition(".")[0] for n in g["stacked"]} <= held
         assert g["count"] == (experts if g["of"] == "experts" else m["num_attention_heads"])
-    assert {g["of"] for g in groups} == ({"experts", "heads"} if "kv_lora_rank" in m else {"experts"})
+    assert {g["of"] for g in groups} == {k for k, has in (("experts", experts), ("heads", "kv_lora_rank" in m)) if has}
+    # MLX's own shapes where they differ from transformers' (its unquantised arrays: the conv1d weights)
+    assert {r["name"]: (r["file"], r["config"]) for r in cc["relaid"]} == {
+        n: (e["tensors"][n], saved[n]["shape"]) for n in saved if n in e["tensors"] and e["tensors"][n] != saved[n]["shape"]
+        and n.endswith("weight") and n.rpartition(".")[0] + ".scales" not in e["tensors"]}
+    assert bool(cc["relaid"]) == (m["model_type"] in ("qwen3_next", "mamba2"))
     units, _ = discover(_path(case))
     assert [audit_record(u, values=False)["config"]["verdict"] for u in units] == ["match"]   # `ckptstat audit`
 
 
 @pytest.mark.parametrize("case, edit", [("olmoe-4bit", "one expert fewer in gate_proj"),
-                                        ("deepseek_v3-4bit-g32", "embed_q dropped")])
-def test_a_restack_that_does_not_add_up_stays_missing_and_unexpected(case, edit, tmp_path):
+                                        ("deepseek_v3-4bit-g32", "embed_q dropped"),
+                                        ("mamba2-4bit-g32", "saved as format pt")])
+def test_what_does_not_add_up_stays_missing_unexpected_or_mismatched(case, edit, tmp_path):
     """A module whose restacked tensors do not hold what transformers' names hold (an expert short in one stack, half
-    of a split kv_b_proj gone) is not paired: its tensors stay missing and unexpected."""
+    of a split kv_b_proj gone) is not paired: its tensors stay missing and unexpected. A conv1d weight in mlx's axis
+    order is relaid only in a file mlx wrote (`format: mlx`); elsewhere it is a shape mismatch."""
     pytest.importorskip("torch")   # numpy has no bfloat16
     from safetensors.torch import load_file, save_file
 
@@ -269,10 +283,14 @@ def test_a_restack_that_does_not_add_up_stays_missing_and_unexpected(case, edit,
     state = load_file(str(path))
     if edit.startswith("one expert"):
         state = {n: (a[1:] if ".switch_mlp.gate_proj." in n else a) for n, a in state.items()}
-    else:
+    elif edit.startswith("embed_q"):
         state = {n: a for n, a in state.items() if ".embed_q." not in n}
-    save_file(state, str(path), metadata={"format": "mlx"})
+    save_file(state, str(path), metadata={"format": "pt" if edit.endswith("pt") else "mlx"})
     cc = audit(open_checkpoint(str(tmp_path / case)))["cross_check"]
+    if edit.endswith("pt"):
+        convs = [n for n in EXPECTED["cases"][case]["tensors"] if n.endswith("conv1d.weight")]
+        assert cc["relaid"] == [] and sorted(m["name"] for m in cc["shape_mismatches"]) == sorted(convs) != []
+        return
     block = "model.layers.0.mlp" if edit.startswith("one expert") else "model.layers.0.self_attn"
     assert all(g["module"] != block for g in cc["restacked"])
     assert {u["name"].rpartition(".")[0] for u in cc["unexpected"]} == \

@@ -7,7 +7,7 @@ from typing import Any
 
 from ..census import aliases, parameters, placements
 from ..census.quant import logical
-from ..census.quant.mlx import restacked
+from ..census.quant.mlx import channels_last, is_mlx_file, restacked
 from ..census.resolution import resolve
 from ..census.ties import Tie, find_ties, tie_word_embeddings
 from ..core import Checkpoint
@@ -196,8 +196,14 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     regrouped = {n for g in regroups for n in g["stacked"] + g["as"]}
     missing = [m for m in missing if m["name"] not in regrouped]
     unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in extra.items() if n not in regrouped]
-    mismatched = [{"name": spelled[n], "file": list(t.shape), "config": list(expected[n])}
-                  for n, t in params.items() if n in expected and t.shape != expected[n]]
+    # mlx's conv1d weights, channels last: the same tensor in another axis order (relaid), not a mismatch
+    mlx = is_mlx_file(ckpt.metadata)
+    mismatched: list[dict[str, Any]] = []
+    relaid: list[dict[str, Any]] = []
+    for n, info in params.items():
+        if n in expected and info.shape != expected[n]:
+            (relaid if mlx and channels_last(info.shape, expected[n]) else mismatched).append(
+                {"name": spelled[n], "file": list(info.shape), "config": list(expected[n])})
     # A weight the model always ties (the architecture's rule) that the file keeps as its own variable
     # with no tie found: TFAlbertMLMHead's decoder_bias, which AlbertForMaskedLM ties to predictions.bias.
     own_copy = []
@@ -209,7 +215,7 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     return {"available": True, "head": spec.head, "architecture": spec.architecture, "model": r.label,
             "head_source": r.head_source, "expected": len(expected),
             "missing": missing, "unexpected": unexpected, "shape_mismatches": mismatched, "own_copies": own_copy,
-            "restacked": regroups}
+            "restacked": regroups, "relaid": relaid}
 
 
 def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> dict:
@@ -272,6 +278,13 @@ def restacked_text(groups: list[dict[str, Any]]) -> str:
             f"kv_b_proj as embed_q and unembed_out), the same elements as the tensors transformers names: e.g. "
             f"{g['module']}: {len(g['stacked'])} tensor(s) over {g['count']} {g['of']} for {len(g['as'])} "
             f"({g['elements']:,} elements); {sum(x['elements'] for x in groups):,} in all")
+
+
+def relaid_text(relaid: list[dict[str, Any]]) -> str:
+    """One line for the cross-check's conv1d weights in mlx's axis order (census.quant.mlx.channels_last)."""
+    m = relaid[0]
+    return (f"{len(relaid)} conv1d weight(s) as mlx keeps them, [out, kernel, in] for torch's [out, in, kernel]: e.g. "
+            f"{m['name']} {m['file']} for {m['config']}")
 
 
 def verdict(ckpt: Checkpoint) -> dict:

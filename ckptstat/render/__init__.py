@@ -332,10 +332,12 @@ def render_ties(r: dict, console: Console) -> None:
         line.append(f"): {cc['expected']} tensors expected; {len(cc['missing'])} missing, "
                     f"{len(cc['unexpected'])} unexpected, {len(cc['shape_mismatches'])} shape mismatch(es)")
         console.print(line)
-        if cc["restacked"]:
-            from ..analysis.ties import restacked_text
+        from ..analysis.ties import relaid_text, restacked_text
 
+        if cc["restacked"]:
             console.print(Text("  restacked   ").append_text(safe(restacked_text(cc["restacked"]))))
+        if cc["relaid"]:
+            console.print(Text("  relaid      ").append_text(safe(relaid_text(cc["relaid"]))))
         for m in cc["missing"]:
             console.print(name_line("  missing     ", m["name"], Text(": ").append_text(safe(m["why"]))))
         for u in cc["unexpected"]:

@@ -131,12 +131,13 @@ def _ties(r: dict) -> list[Block]:
                             x["equals"]] for x in rows]))
     cc = t["cross_check"]
     if cc["available"]:
-        from ..analysis.ties import restacked_text
+        from ..analysis.ties import relaid_text, restacked_text
 
         out.append(Block("p", f"Config check ({cc['architecture'] or cc['head']}): {cc['expected']} tensors expected; "
                               f"{len(cc['missing'])} missing, {len(cc['unexpected'])} unexpected, "
                               f"{len(cc['shape_mismatches'])} shape mismatch(es)."
-                              + (f" {restacked_text(cc['restacked'])}." if cc["restacked"] else "")))
+                              + (f" {restacked_text(cc['restacked'])}." if cc["restacked"] else "")
+                              + (f" {relaid_text(cc['relaid'])}." if cc["relaid"] else "")))
     else:
         out.append(Block("why", f"Config check not available: {cc['reason']}"))
     return out

@@ -125,7 +125,8 @@ def _config(report: dict[str, Any]) -> dict[str, Any]:
     bad = missing or check["unexpected"] or check["shape_mismatches"]
     return {"verdict": "mismatch" if bad else "match", "model": check["model"], "expected": check["expected"],
             "missing": len(missing), "unexpected": len(check["unexpected"]),
-            "shape_mismatches": len(check["shape_mismatches"]), "restacked": len(check["restacked"]), "delta": delta,
+            "shape_mismatches": len(check["shape_mismatches"]), "restacked": len(check["restacked"]),
+            "relaid": len(check["relaid"]), "delta": delta,
             "examples": [m["name"] for m in missing[:3]] + [u["name"] for u in check["unexpected"][:3]]
             + [s["name"] for s in check["shape_mismatches"][:3]]}
 

@@ -156,3 +156,15 @@ def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, t
             groups.append({"module": block, "of": "/".join(kinds), "count": n, "stacked": sorted(stacked),
                            "as": lacking, "elements": elements})
     return groups
+
+
+def is_mlx_file(metadata: Mapping[str, str]) -> bool:
+    """A safetensors file mlx saved (`mx.save_safetensors(..., metadata={"format": "mlx"})`, mlx_lm's save)."""
+    return metadata.get("format") == "mlx"
+
+
+def channels_last(stored: tuple[int, ...], expected: tuple[int, ...]) -> bool:
+    """mlx's Conv1d keeps its weight [out, kernel, in / groups] where torch's is [out, in / groups, kernel]: mlx_lm's
+    sanitize moves the axis (`moveaxis(2, 1)`) of every conv1d it loads (Mamba, Mamba 2, Jamba, Nemotron-H,
+    Falcon-H1, LFM2, Qwen3-Next, GraniteMoE-Hybrid...), and saves it so."""
+    return len(stored) == len(expected) == 3 and tuple(stored) == (expected[0], expected[2], expected[1])
