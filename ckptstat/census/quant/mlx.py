@@ -131,10 +131,11 @@ def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, t
     per-expert linears (`P.experts.{e}.w1`, `P.experts.{e}.gate_proj`...) or splits from the fused ones
     (`gate_up_proj`, GraniteMoE's `input_linear`) into `P.switch_mlp.{gate,up,down}_proj` [experts, out, in]; and
     MLA's `P.kv_b_proj`, split per head into `P.embed_q` and `P.unembed_out`. For each module P holding such tensors
-    (`unexpected`, name -> shape), what the model has under P that the file lacks (`missing`) is one group with them
-    when the two hold the same elements and the tensors count the same experts or heads: their first dimension N is
-    one, and N is the number of distinct `experts.{e}` indices, or else divides the first dimension of every tensor
-    the file lacks. A module that does not agree is left out: its tensors stay missing and unexpected."""
+    (`unexpected`, name -> shape), what the model has under P that the file lacks (`missing`; those under
+    `P...experts.` where there are such) is one group with them when the two hold the same elements and count the
+    same experts or heads: the tensors' first dimension N is one, and N is the number of distinct `experts.{e}`
+    indices, or else divides the first dimension of every tensor the file lacks. A module that does not agree is
+    left out: its tensors stay missing and unexpected."""
     blocks: dict[str, list[str]] = {}
     for name in unexpected:
         marker = next((m for m in RESTACKS if m in name), None)
@@ -142,7 +143,10 @@ def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, t
             blocks.setdefault(name.partition(marker)[0], []).append(name)
     groups = []
     for block, stacked in sorted(blocks.items()):
-        lacking = sorted(n for n in missing if n.startswith(block + "."))
+        under = [n for n in missing if n.startswith(block + ".")]
+        # a MoE block's expert tensors where transformers names them so (ERNIE 4.5's block also lacks the
+        # e_score_correction_bias mlx_lm drops, which stays missing)
+        lacking = sorted([n for n in under if ".experts." in n[len(block):]] or under)
         firsts = {unexpected[n][0] for n in stacked if len(unexpected[n]) >= 2}
         if not lacking or len(firsts) != 1 or any(len(unexpected[n]) < 2 for n in stacked):
             continue
