@@ -280,11 +280,13 @@ def test_relaid_like_unquantised(case, tmp_path):
 
 @pytest.mark.parametrize("case, edit", [("olmoe-4bit", "one expert fewer in gate_proj"),
                                         ("deepseek_v3-4bit-g32", "embed_q dropped"),
-                                        ("mamba2-4bit-g32", "saved as format pt")])
+                                        ("mamba2-4bit-g32", "saved as format pt"),
+                                        ("olmoe-4bit", "saved as format pt")])
 def test_what_does_not_add_up_stays_missing_unexpected_or_mismatched(case, edit, tmp_path):
     """A module whose restacked tensors do not hold what transformers' names hold (an expert short in one stack, half
-    of a split kv_b_proj gone) is not paired: its tensors stay missing and unexpected. A conv1d weight in mlx's axis
-    order is relaid only in a file mlx wrote (`format: mlx`); elsewhere it is a shape mismatch."""
+    of a split kv_b_proj gone) is not paired: its tensors stay missing and unexpected. Modules are paired, and a
+    conv1d weight in mlx's axis order relaid, only in a file mlx wrote (`format: mlx`); elsewhere they are missing,
+    unexpected and mismatched."""
     pytest.importorskip("torch")   # numpy has no bfloat16
     from safetensors.torch import load_file, save_file
 
@@ -300,7 +302,10 @@ def test_what_does_not_add_up_stays_missing_unexpected_or_mismatched(case, edit,
     cc = audit(open_checkpoint(str(tmp_path / case)))["cross_check"]
     if edit.endswith("pt"):
         convs = [n for n in EXPECTED["cases"][case]["tensors"] if n.endswith("conv1d.weight")]
-        assert cc["relaid"] == [] and sorted(m["name"] for m in cc["shape_mismatches"]) == sorted(convs) != []
+        stacks = [n for n in EXPECTED["cases"][case]["tensors"] if ".switch_mlp." in n and n.endswith(".weight")]
+        assert cc["relaid"] == [] and sorted(m["name"] for m in cc["shape_mismatches"]) == sorted(convs)
+        assert cc["restacked"] == [] and sorted(u["name"] for u in cc["unexpected"]) == sorted(stacks)
+        assert bool(convs) != bool(stacks)
         return
     block = "model.layers.0.mlp" if edit.startswith("one expert") else "model.layers.0.self_attn"
     assert all(g["module"] != block for g in cc["restacked"])

@@ -190,14 +190,13 @@ def cross_check(ckpt: Checkpoint, ties: list[Tie]) -> dict:
     # a wrapper's towers outside the analytic model (ArchSpec.outside) are the model's, not unexpected
     extra = {spelled[n]: t for n, t in params.items()
              if n not in expected and spelled[n] not in alias_of and not is_outside(n, spec.outside)}
-    # modules mlx_lm restacked (MoE experts, MLA's kv_b_proj): the same elements under other names, neither missing
-    # nor unexpected
-    regroups = restacked(lacking, {n: tuple(t.shape) for n, t in extra.items()})
+    # in a file mlx wrote, the modules mlx_lm restacked (MoE experts, MLA's kv_b_proj): the same elements under other
+    # names, neither missing nor unexpected; and its conv1d weights, channels last (relaid), not mismatched
+    mlx = is_mlx_file(ckpt.metadata)
+    regroups = restacked(lacking, {n: tuple(t.shape) for n, t in extra.items()}) if mlx else []
     regrouped = {n for g in regroups for n in g["stacked"] + g["as"]}
     missing = [m for m in missing if m["name"] not in regrouped]
     unexpected = [{"name": n, "shape": list(t.shape), "elements": t.numel} for n, t in extra.items() if n not in regrouped]
-    # mlx's conv1d weights, channels last: the same tensor in another axis order (relaid), not a mismatch
-    mlx = is_mlx_file(ckpt.metadata)
     mismatched: list[dict[str, Any]] = []
     relaid: list[dict[str, Any]] = []
     for n, info in params.items():
