@@ -25,27 +25,38 @@ def saved_split(model, forward) -> tuple[int, int]:
     """(bytes autograd saves inside the decoder layers, bytes it saves elsewhere) over `forward()`, one training
     forward of `model`: each storage once, at its whole size (views of one storage keep all of it alive), parameters
     and buffers not counted, nor the storages `forward` returns (autocast's weight casts); a storage is the layers' when
-    first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but the rotary table's cos and sin
-    (model.rotary_emb's output, which every layer reads) are elsewhere."""
+    first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but what every layer is handed
+    besides its hidden states (the rotary table's cos and sin, a mask the model builds once, Falcon-RW's ALiBi bias)
+    and model.rotary_emb's output are elsewhere."""
     import re
 
     import torch
 
+    layer = re.compile(r"\.(layers|layer|h|blocks)\.\d+(\.|$)")
     skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
-    stack, hooks, rotary = ["top"], [], set()
+    stack, hooks, outside = ["top"], [], set()
+
+    def handed(m, args, kwargs):   # a layer's arguments besides its hidden states
+        rest = (args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}) if args else \
+            {k: v for k, v in kwargs.items() if k != "hidden_states"}
+        flat = torch.utils._pytree.tree_flatten(rest)[0]
+        outside.update(t.untyped_storage().data_ptr() for t in flat if isinstance(t, torch.Tensor))
+
     for name, mod in model.named_modules():
         hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
         hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
         if name.endswith("rotary_emb"):
             hooks.append(mod.register_forward_hook(
-                lambda m, a, o: rotary.update(t.untyped_storage().data_ptr() for t in o)))
+                lambda m, a, o: outside.update(t.untyped_storage().data_ptr() for t in o)))
+        if layer.search(name) and name.rsplit(".", 1)[1].isdigit():
+            hooks.append(mod.register_forward_pre_hook(handed, with_kwargs=True))
     seen: dict[int, tuple[int, bool]] = {}
     kept = []   # every tensor saved, alive to the end: a storage freed meanwhile would give its pointer to another
 
     def pack(t):
         st = t.untyped_storage()
         if st.data_ptr() not in skip and st.data_ptr() not in seen:
-            seen[st.data_ptr()] = (st.nbytes(), bool(re.search(r"\.(layers|layer|h|blocks)\.\d+(\.|$)", stack[-1])))
+            seen[st.data_ptr()] = (st.nbytes(), bool(layer.search(stack[-1])))
             kept.append(t)
         return t
 
@@ -56,7 +67,7 @@ def saved_split(model, forward) -> tuple[int, int]:
         for h in hooks:
             h.remove()
     counted = {ptr: v for ptr, v in seen.items() if ptr not in excluded}
-    layers = sum(nb for ptr, (nb, inside) in counted.items() if inside and ptr not in rotary)
+    layers = sum(nb for ptr, (nb, inside) in counted.items() if inside and ptr not in outside)
     return layers, sum(nb for nb, _ in counted.values()) - layers
 
 

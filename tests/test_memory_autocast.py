@@ -16,6 +16,8 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 _SMALL = dict(vocab_size=100, hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
               num_key_value_heads=2)
+_FALCON = dict(vocab_size=100, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, hidden_dropout=0.0,
+               attention_dropout=0.0)
 
 
 class Casts(TorchDispatchMode):
@@ -108,6 +110,12 @@ def _plan(cli, tmp_path, cfg, model_cls, *args, autocast="bf16") -> dict[tuple[s
      "sdpa", 2, 16),   # a parallel layer
     ("Gemma3TextConfig", "Gemma3ForCausalLM", dict(_SMALL, head_dim=16, sliding_window=8), "eager", 2, 16),
     ("GraniteConfig", "GraniteForCausalLM", _SMALL, "sdpa", 2, 16),
+    # Falcon: SDPA always gets a mask, so k and v are repeated; multi-query k is float32 after the rotary (its cast a
+    # copy at every head), ALiBi's mask one per head
+    ("FalconConfig", "FalconForCausalLM", _FALCON, "sdpa", 2, 16),
+    ("FalconConfig", "FalconForCausalLM", dict(_FALCON, alibi=True, multi_query=False, parallel_attn=False),
+     "sdpa", 2, 16),
+    ("FalconConfig", "FalconForCausalLM", dict(_FALCON, new_decoder_architecture=True, num_kv_heads=2), "sdpa", 2, 24),
 ])
 def test_training_casts_and_layers_are_what_torch_holds(tmp_path, cli, config_cls, model_cls, sizes, attn, b, n):
     cfg, model = _model(config_cls, model_cls, sizes, attn)

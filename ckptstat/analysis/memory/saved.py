@@ -256,6 +256,12 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
     return ""
 
 
+def _positions(s: ArchSpec) -> str | None:
+    """The family layout's positions ("rotary", "alibi", "learned"...), or None where the family has no layout."""
+    lays = layouts_of(get(s.family))
+    return lays.of(s).positions if lays is not None else None
+
+
 def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops,
                 parallel_residual: bool = False, rb: float | None = None) -> tuple[float, float]:
     """(replicated, sharded) bytes the layer ops save, summed over their calls, with the eager attention dropout's
@@ -278,7 +284,11 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     dv = s.v_head_dim or d
     row = facts(s)
     lays = layouts_of(get(s.family))
-    alibi = lays is not None and lays.of(s).positions == "alibi"
+    alibi = _positions(s) == "alibi"
+    rotary = _positions(s) == "rotary"
+    # q a view into the fused q/k/v output where no rotary makes it anew (ALiBi's Falcon-RW): SDPA keeps q, so the
+    # whole output stays (k and v reach it as the cache's copies)
+    fused_view = lays is not None and lays.of(s).fused_qkv and not rotary
     # a parallel layer (GPT-J, CodeGen, Phi: x + attn(ln x) + mlp(ln x)): the MLP's first linear reads the norm's
     # output too, which the attention's linears already keep
     parallel = parallel_residual or lays is not None and lays.of(s).placement == "parallel"
@@ -344,6 +354,9 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
             kv = s.kv_heads or s.heads
             repeated = (window and window <= n) or d > 256 or row.get("sdpa_mask")
             g = (a if kv > 1 else 1) if repeated else kv
+            # under autocast the rotary leaves k in float32 (16-bit k times float32 cos and sin): repeated, its cast
+            # to ab is a copy at every query head, even of one key/value head (Falcon's multi-query)
+            gk = a if amp and repeated and rotary else g
             if "scores (QK^T)" in op.module:
                 nk = op.out_shape[-1]
                 if eager:   # q and k as the scores' matmul reads them (GPT-Neo, GPT-J, CodeGen: upcast to float32)
@@ -352,11 +365,13 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
                     per += ab if s.attn_softcap else 0
                     per += drop.scores
                     shard += c * (qk * b * a * (n + nk) * d + per * b * a * n * nk)
-                else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype; ALiBi's
-                    # bias is that mask, one per head (Falcon-RW)
-                    masked = rb * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
-                    masked *= a if alibi else 1
-                    shard += c * (ab * b * (a * n + g * nk) * d + 4 * b * a * n + masked)
+                else:   # with a mask (a window's, Falcon's always), SDPA keeps it too, in the scores' dtype (autocast
+                    # casts it to ab, a copy in each layer); ALiBi's bias is that mask, one per head (Falcon-RW), which
+                    # the model builds once for every layer: in the layer only as autocast's cast (else `saved`)
+                    masked = ab * b * n * nk if (window and window <= nk) or row.get("sdpa_mask") or alibi else 0
+                    masked *= (a if amp else 0) if alibi else 1
+                    fused = 2 * kv * nk if fused_view else 0
+                    shard += c * (ab * b * (a * n + gk * nk + fused) * d + 4 * b * a * n + masked)
             else:
                 nk = op.in_shape[-1]
                 if eager:
@@ -400,6 +415,9 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
         # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
         rep += L * (facts(s).get("rotary_copies") or 0) * rb * n * rot.out_shape[-1] * 2
     outside += drop.outside * T * s.hidden
+    alibi_once = _positions(s) == "alibi" and not eager and not amp
+    if alibi_once:   # the ALiBi mask SDPA keeps, one storage for every layer
+        outside += ab * b * s.heads * n * n
     v_bytes = 12 + (ab if s.logit_softcap else 0)
     as_input = _softmax_as_input(s) and not amp
     attn = ("eager: q, k, v repeated to the heads, the output, per score "
@@ -421,6 +439,7 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
                  f"nll_loss's and log_softmax's float32 gradients{' + the soft-capped logits tanh' if s.logit_softcap else ''}; "
                  f"+ {outside:,.0f} B replicated (final norm, lm_head input, ids and labels"
                  f"{', rotary cos/sin' if rot is not None else ''}"
+                 f"{', the ALiBi mask every layer reads' if alibi_once else ''}"
                  f"{', 1 B dropout masks of ' + ', '.join(drop.outside_keys) if drop.outside_keys else ''})")
     return Saved(rep / L, shard / L, outside, b * n * s.vocab * v_bytes, rule, head_rule)
 
