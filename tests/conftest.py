@@ -33,7 +33,8 @@ def saved_split(model, forward) -> tuple[int, int]:
     import torch
 
     layer = re.compile(r"\.(layers|layer|h|blocks)\.\d+(\.|$)")
-    skip = {p.untyped_storage().data_ptr() for p in [*model.parameters(), *model.buffers()]}
+    owned = [*model.parameters(), *model.buffers()]   # held to the end: a buffer the forward replaces (CTRL's
+    skip = {p.untyped_storage().data_ptr() for p in owned}   # pos_encoding) frees a pointer another storage may take
     stack, hooks, outside = ["top"], [], set()
 
     def handed(m, args, kwargs):   # a layer's arguments besides its hidden states
