@@ -33,7 +33,7 @@ CASES = sorted(EXPECTED["cases"])
 # mlx_lm stacks the experts (switch_mlp), splits MLA's kv_b_proj and keeps conv1d weights channels last: other
 # names and shapes than transformers'
 RELAID = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32",
-          "ernie4_5_moe-4bit", "qwen3_next-4bit-g32", "mamba2-4bit-g32")
+          "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32", "mamba2-4bit-g32")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
 
 
@@ -51,8 +51,9 @@ def test_counts_bits_and_bytes_are_mlx_own(case):
     every array less the buffers transformers saves (MLX has none: DeepSeek-V3's e_score_correction_bias is an MLX
     parameter), a quantised weight by the shape mx.dequantize returns; mlx_lm's get_total_parameters where it counts
     every array (it counts leaf modules only: Mamba 2's and Qwen3-Next's A_log, D and dt_bias, which the mixer holds
-    itself, are left out). Stored bytes are the arrays' nbytes, and bits per weight mlx_lm's compute_bits_per_weight
-    rule (stored bits over parameters), each less the buffers."""
+    itself, and gpt-oss's attention sinks are left out). Stored bytes are the arrays' nbytes, and bits per weight
+    mlx_lm's compute_bits_per_weight rule (stored bits over parameters: it also counts arrays that are no parameter,
+    gpt-oss's YaRN frequencies), each less the buffers."""
     e = EXPECTED["cases"][case]
     r = summarize(open_checkpoint(_path(case)))
     p = r["parameters"]
@@ -63,9 +64,10 @@ def test_counts_bits_and_bytes_are_mlx_own(case):
     assert p["unique"] == every - held[0]
     # the one exception: mlx_lm drops ERNIE 4.5's e_score_correction_bias (test_relaid_like_unquantised)
     assert (p["unique"] == e["unquantised_parameters"]) == (case != "ernie4_5_moe-4bit")
-    assert (every == e["parameters"]) == (e["model"]["model_type"] not in ("mamba2", "qwen3_next"))
+    assert (every == e["parameters"]) == (e["model"]["model_type"] not in ("mamba2", "qwen3_next", "gpt_oss"))
     assert p["stored_bytes"] == e["stored_bytes"] - held[1]
-    assert e["bits_per_weight"] == pytest.approx(e["stored_bytes"] * 8 / e["parameters"], abs=1e-4)   # mlx_lm's rule
+    assert e["bits_per_weight"] == pytest.approx(e["model_bytes"] * 8 / e["parameters"], abs=1e-4)   # mlx_lm's rule
+    assert (e["model_bytes"] == e["stored_bytes"]) == (e["model"]["model_type"] != "gpt_oss")   # (its YaRN frequencies)
     assert p["bits_per_weight"] == pytest.approx((e["stored_bytes"] - held[1]) * 8 / (every - held[0]), abs=1e-4)
     q = r["quantization"]
     assert q["notes"] == [] and q["source"] == "config.json quantization (mlx)"

@@ -119,6 +119,9 @@ def mlx(prefix: str, s: Mapping[str, TensorInfo], q: Mapping[str, Any], expected
 # marker in the file's name -> what one tensor's first dimension counts
 RESTACKS = {
     ".switch_mlp.": "experts",   # SwitchGLU: a MoE block's experts, one [experts, out, in] tensor a projection
+    ".experts.gate_proj.": "experts",   # gpt-oss's SwitchGLU, named `experts`: gate_up_proj split, down_proj
+    ".experts.up_proj.": "experts",
+    ".experts.down_proj.": "experts",
     ".embed_q.": "heads",        # MLA (DeepSeek-V3, Kimi, GLM-4 MoE Lite...): kv_b_proj split per head into
     ".unembed_out.": "heads",    # embed_q [heads, kv_lora_rank, qk_nope] and unembed_out [heads, v_head, kv_lora_rank]
 }
