@@ -273,7 +273,7 @@ def audit(ckpt: Checkpoint, deep: bool = False, chunk_bytes: int = 16 << 20) -> 
 def restacked_text(groups: list[dict[str, Any]]) -> str:
     """One line for the cross-check's restacked modules (census.quant.mlx.restacked)."""
     g = groups[0]
-    return (f"{len(groups)} module(s) hold tensors as mlx_lm's sanitize restacks them (MoE experts in switch_mlp, MLA's "
+    return (f"{len(groups)} module(s) hold tensors as mlx_lm's sanitize restacks them (MoE experts stacked, MLA's "
             f"kv_b_proj as embed_q and unembed_out), the same elements as the tensors transformers names: e.g. "
             f"{g['module']}: {len(g['stacked'])} tensor(s) over {g['count']} {g['of']} for {len(g['as'])} "
             f"({g['elements']:,} elements); {sum(x['elements'] for x in groups):,} in all")

@@ -284,8 +284,8 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     dv = s.v_head_dim or d
     row = facts(s)
     lays = layouts_of(get(s.family))
-    alibi = _positions(s) == "alibi"
-    rotary = _positions(s) == "rotary"
+    positions = _positions(s)
+    alibi, rotary = positions == "alibi", positions == "rotary"
     # q a view into the fused q/k/v output where no rotary makes it anew (ALiBi's Falcon-RW): SDPA keeps q, so the
     # whole output stays (k and v reach it as the cache's copies)
     fused_view = lays is not None and lays.of(s).fused_qkv and not rotary

@@ -114,7 +114,6 @@ def mlx(prefix: str, s: Mapping[str, TensorInfo], q: Mapping[str, Any], expected
     return Found(prefix + "weight", (*w.shape[:-1], groups * group), method, bits, members)
 
 
-
 # mlx_lm's sanitize (mlx_lm/models/<model_type>.py) saves some modules under other names than transformers':
 # marker in the file's name -> what one tensor's first dimension counts
 RESTACKS = {
@@ -132,7 +131,8 @@ def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, t
               ) -> list[dict[str, Any]]:
     """The modules mlx_lm's sanitize restacked (RESTACKS): a MoE block's experts, which it stacks from transformers'
     per-expert linears (`P.experts.{e}.w1`, `P.experts.{e}.gate_proj`...) or splits from the fused ones
-    (`gate_up_proj`, GraniteMoE's `input_linear`) into `P.switch_mlp.{gate,up,down}_proj` [experts, out, in]; and
+    (`gate_up_proj`, GraniteMoE's `input_linear`) into `P.switch_mlp.{gate,up,down}_proj` [experts, out, in]
+    (gpt-oss's `P.experts.{gate,up,down}_proj`); and
     MLA's `P.kv_b_proj`, split per head into `P.embed_q` and `P.unembed_out`. For each module P holding such tensors
     (`unexpected`, name -> shape), what the model has under P that the file lacks (`missing`; those under
     `P...experts.` where there are such) is one group with them when the two hold the same elements and count the
