@@ -23,17 +23,18 @@ from ckptstat.analysis.ties import audit
 from ckptstat.census import layout
 from ckptstat.census.model import from_checkpoint
 from ckptstat.census.quant import _LAYOUT_LITERALS
+from ckptstat.census.resolution import resolve
 from ckptstat.formats.registry import open_checkpoint
 
 HERE = os.path.dirname(__file__)
 FIXTURES = os.path.join(HERE, "..", "fixtures", "mlx")
 with open(os.path.join(HERE, "..", "fixtures", "expected_mlx.json")) as _f:
     EXPECTED = json.load(_f)
-CASES = sorted(EXPECTED["cases"])
+CASES = sorted(c for c, e in EXPECTED["cases"].items() if e["weights"])   # quantised (the bf16 conversion: RELAID)
 # mlx_lm stacks the experts (switch_mlp), splits MLA's kv_b_proj and keeps conv1d weights channels last: other
 # names and shapes than transformers'
 RELAID = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32",
-          "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32", "mamba2-4bit-g32")
+          "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32", "mamba2-4bit-g32", "deepseek_v3-bf16")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
 
 
@@ -244,8 +245,8 @@ def test_relaid_like_unquantised(case, tmp_path):
     embed_q / unembed_out, and conv1d weights [out, kernel, in]: the cross-check pairs each such module with the
     tensors transformers saves for it (the same elements, over the config's experts or heads) and each conv1d weight
     with transformers' [out, in, kernel], so that nothing is missing, unexpected or mismatched; resolution, the count,
-    FLOPs and ties are the unquantised model's. What mlx_lm drops (ERNIE 4.5's e_score_correction_bias, which MLX's
-    model does not have) is missing, and the count is short of it."""
+    FLOPs and ties are the unquantised model's (an unquantised bf16 conversion's, stored as large). What mlx_lm drops
+    (ERNIE 4.5's e_score_correction_bias, which MLX's model does not have) is missing, and the count is short of it."""
     from test_quantized import assert_like_unquantised
 
     plain = _plain(case, tmp_path)
@@ -257,11 +258,14 @@ def test_relaid_like_unquantised(case, tmp_path):
     dropped = {n for n in saved if n not in e["tensors"]} - paired    # transformers' tensors MLX's model lacks
     assert paired <= set(saved) and {x["name"] for x in cc["missing"] if x["why"] == "not in the file"} == dropped
     assert bool(dropped) == (case == "ernie4_5_moe-4bit")
+    q, p = from_checkpoint(open_checkpoint(_path(case))), from_checkpoint(open_checkpoint(plain))
     if dropped:
-        q, p = from_checkpoint(open_checkpoint(_path(case))), from_checkpoint(open_checkpoint(plain))
         assert q.params == p.params - sum(saved[n]["numel"] for n in dropped)
-    else:
+    elif e["weights"]:
         assert_like_unquantised(_path(case), plain)
+    else:   # mlx_lm's bf16 conversion: the same model, stored as large
+        assert (q.params, q.weight_bytes, q.agree) == (p.params, p.weight_bytes, True)
+        assert resolve(open_checkpoint(_path(case))).label == resolve(open_checkpoint(plain)).label
     held = {n.rpartition(".")[0] for n in e["tensors"]}   # the modules MLX's model holds
     m = e["model"]
     experts = next((m[k] for k in ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_experts") if k in m),
