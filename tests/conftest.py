@@ -27,7 +27,7 @@ def saved_split(model, forward) -> tuple[int, int]:
     and buffers not counted, nor the storages `forward` returns (autocast's weight casts); a storage is the layers' when
     first saved while a module under `layers.N` / `h.N` / `blocks.N` (DBRX) runs, but what every layer is handed
     besides its hidden states (the rotary table's cos and sin, a mask the model builds once, Falcon-RW's ALiBi bias)
-    and model.rotary_emb's output are elsewhere."""
+    is elsewhere."""
     import re
 
     import torch
@@ -38,17 +38,12 @@ def saved_split(model, forward) -> tuple[int, int]:
     stack, hooks, outside = ["top"], [], set()
 
     def handed(m, args, kwargs):   # a layer's arguments besides its hidden states
-        rest = (args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}) if args else \
-            {k: v for k, v in kwargs.items() if k != "hidden_states"}
-        flat = torch.utils._pytree.tree_flatten(rest)[0]
+        flat = torch.utils._pytree.tree_flatten((args[1:], {k: v for k, v in kwargs.items() if k != "hidden_states"}))[0]
         outside.update(t.untyped_storage().data_ptr() for t in flat if isinstance(t, torch.Tensor))
 
     for name, mod in model.named_modules():
         hooks.append(mod.register_forward_pre_hook(lambda m, a, n=name: stack.append(n)))
         hooks.append(mod.register_forward_hook(lambda m, a, o: (stack.pop(), None)[1]))
-        if name.endswith("rotary_emb"):
-            hooks.append(mod.register_forward_hook(
-                lambda m, a, o: outside.update(t.untyped_storage().data_ptr() for t in o)))
         if layer.search(name) and name.rsplit(".", 1)[1].isdigit():
             hooks.append(mod.register_forward_pre_hook(handed, with_kwargs=True))
     seen: dict[int, tuple[int, bool]] = {}

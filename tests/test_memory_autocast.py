@@ -234,13 +234,14 @@ def test_checkpointing_keeps_the_float32_layer_inputs(tmp_path, cli):
     cfg, model = _model("LlamaConfig", "LlamaForCausalLM", dict(_SMALL, num_hidden_layers=4), "sdpa")
     model.train()
     (getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable)()
-    inputs, saved = {}, {}
+    inputs, saved, held = {}, {}, []   # held: no storage freed meanwhile gives its pointer to another
     hooks = [layer.register_forward_pre_hook(
         lambda m, a, k: inputs.update({(a[0] if a else k["hidden_states"]).untyped_storage().data_ptr(): m}),
         with_kwargs=True) for layer in model.model.layers]
 
     def pack(t):
         saved[t.untyped_storage().data_ptr()] = (t.untyped_storage().nbytes(), t.dtype)
+        held.append(t)
         return t
 
     ids = torch.randint(0, 90, (2, 16))

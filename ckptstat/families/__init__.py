@@ -144,6 +144,14 @@ def get(name: str) -> Family:
     return _family(module)
 
 
+def decoder_layout(s: Any) -> Any:
+    """The DecoderLayout (framework/layout.py) a spec's family was made from, or None for a family written by hand."""
+    from .framework.layout import layouts_of
+
+    lays = layouts_of(get(s.family))
+    return lays.of(s) if lays is not None else None
+
+
 def by_model_type(model_type: object, config: Mapping[str, object] | None = None) -> Family | None:
     """The family of a config.json model_type; with the config, the generic decoder fallback when no
     family claims the model_type but the config has the standard fields (generic.py)."""

@@ -24,9 +24,8 @@ plus a float32 mask are float32 (8 B a score, not 10). --mode inference with --a
 from __future__ import annotations
 
 from ...errors import UsageError
-from ...families import get
+from ...families import decoder_layout
 from ...families.framework.base import ArchSpec
-from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
 
 AUTOCAST = ("bf16", "fp16")   # their widths: planner.FLOAT_BYTES
@@ -35,8 +34,7 @@ AUTOCAST = ("bf16", "fp16")   # their widths: planner.FLOAT_BYTES
 def grouped_experts(s: ArchSpec) -> bool:
     """The model's routed experts run through transformers 5's grouped_mm experts (not Llama 4's every-expert bmm,
     DBRX's flat experts, JetMoE's mixture of attention)."""
-    lays = layouts_of(get(s.family))
-    lay = lays.of(s) if lays is not None else None
+    lay = decoder_layout(s)
     return bool(s.experts) and not (lay is not None and (lay.every_expert or lay.flat_experts or lay.moa))
 
 
@@ -50,6 +48,8 @@ def check(autocast: str | None, mode: str, weights_dtype: str | None, zero: int,
     """UsageError for --autocast settings the planner does not model."""
     if autocast is None:
         return
+    if autocast not in AUTOCAST:
+        raise UsageError(f"--autocast must be bf16 or fp16, got {autocast!r}")
     if mode != "training":
         raise UsageError("--autocast plans training; inference under autocast is not modelled (what it holds depends on "
                          "the model: Llama's cached keys are float32 after the rotary, its values 16-bit): plan it with "
@@ -57,8 +57,6 @@ def check(autocast: str | None, mode: str, weights_dtype: str | None, zero: int,
     if s is not None and s.experts and not grouped_experts(s):
         raise UsageError(f"--autocast with {s.model_type}'s routed experts (run by its modeling file, not transformers' "
                          "grouped_mm) is not measured: plan --weights-dtype bf16 without --autocast")
-    if autocast not in AUTOCAST:
-        raise UsageError(f"--autocast must be bf16 or fp16, got {autocast!r}")
     if weights_dtype != "fp32":
         raise UsageError(f"--autocast casts float32 weights per op; --weights-dtype {weights_dtype} is not: plan "
                          f"16-bit weights as --weights-dtype {autocast} without --autocast")
@@ -68,7 +66,7 @@ def check(autocast: str | None, mode: str, weights_dtype: str | None, zero: int,
                          "--master-weights without --autocast")
 
 
-def copies_rule(autocast: str) -> str:
+def copies_rule(autocast: str, width: float) -> str:
     return (f"torch.autocast's {autocast} cast of every weight and bias a matmul reads (linears, the LM head; "
-            "not the embedding tables), 2 B/param, cached for the region, all held at the forward's end; autograd keeps "
-            "the weights' for their matmuls' backward")
+            f"not the embedding tables), {width:g} B/param, cached for the region, all held at the forward's end; "
+            "autograd keeps the weights' for their matmuls' backward")

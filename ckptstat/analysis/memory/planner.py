@@ -501,8 +501,9 @@ def device_lines(m: Model, plan: Plan, sp: Split, b: int, n: int, nd: int, ab: i
     else:
         dev.append(_line("weights", "resident", st.bytes, wrule))
     if plan.autocast:
-        dev.append(_line("weights", f"{plan.autocast} casts (autocast)", 2 * st.matmul,
-                         amp.copies_rule(plan.autocast) + tp_rule))
+        width = FLOAT_BYTES[plan.autocast]
+        dev.append(_line("weights", f"{plan.autocast} casts (autocast)", width * st.matmul,
+                         amp.copies_rule(plan.autocast, width) + tp_rule))
     if training:
         wb = weight_bytes_per_param(m, plan)
         master = plan.master_weights if plan.master_weights is not None else wb < 4

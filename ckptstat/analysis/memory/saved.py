@@ -51,10 +51,9 @@ from typing import Any
 from ... import families
 from ...census.model import Model
 from ...errors import NoAnalyticModel
-from ...families import get
+from ...families import decoder_layout, get
 from ...families.framework.base import ArchSpec, class_default
 from ...families.framework.graph import build
-from ...families.framework.layout import layouts_of
 from ...families.framework.ops import Op
 from .autocast import expert_op, grouped_experts
 
@@ -256,12 +255,6 @@ def covered(s: ArchSpec, layer_ops: list[Op]) -> str:
     return ""
 
 
-def _positions(s: ArchSpec) -> str | None:
-    """The family layout's positions ("rotary", "alibi", "learned"...), or None where the family has no layout."""
-    lays = layouts_of(get(s.family))
-    return lays.of(s).positions if lays is not None else None
-
-
 def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: Drops,
                 parallel_residual: bool = False, rb: float | None = None) -> tuple[float, float]:
     """(replicated, sharded) bytes the layer ops save, summed over their calls, with the eager attention dropout's
@@ -283,15 +276,15 @@ def layer_saved(s: ArchSpec, layer_ops: list[Op], ab: float, eager: bool, drop: 
     d = s.head_dim
     dv = s.v_head_dim or d
     row = facts(s)
-    lays = layouts_of(get(s.family))
-    positions = _positions(s)
+    lay = decoder_layout(s)
+    positions = lay.positions if lay is not None else None
     alibi, rotary = positions == "alibi", positions == "rotary"
     # q a view into the fused q/k/v output where no rotary makes it anew (ALiBi's Falcon-RW): SDPA keeps q, so the
     # whole output stays (k and v reach it as the cache's copies)
-    fused_view = lays is not None and lays.of(s).fused_qkv and not rotary
+    fused_view = lay is not None and lay.fused_qkv and not rotary
     # a parallel layer (GPT-J, CodeGen, Phi: x + attn(ln x) + mlp(ln x)): the MLP's first linear reads the norm's
     # output too, which the attention's linears already keep
-    parallel = parallel_residual or lays is not None and lays.of(s).placement == "parallel"
+    parallel = parallel_residual or lay is not None and lay.placement == "parallel"
     beside: tuple[int, ...] | None = None   # the norm's output while the attention runs beside the MLP
     for op in layer_ops:
         c = op.calls
@@ -415,7 +408,8 @@ def saved(s: ArchSpec, ops: list[Op], layer_ops: list[Op], last_ops: list[Op], b
         # cos and sin derived again in every layer (Helium's repeat_interleave), each kept by the layer
         rep += L * (facts(s).get("rotary_copies") or 0) * rb * n * rot.out_shape[-1] * 2
     outside += drop.outside * T * s.hidden
-    alibi_once = _positions(s) == "alibi" and not eager and not amp
+    lay = decoder_layout(s)
+    alibi_once = lay is not None and lay.positions == "alibi" and not eager and not amp
     if alibi_once:   # the ALiBi mask SDPA keeps, one storage for every layer
         outside += ab * b * s.heads * n * n
     v_bytes = 12 + (ab if s.logit_softcap else 0)
