@@ -22,6 +22,7 @@ from ..errors import CkptstatError, UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
 from .conversion import (
+    Bound,
     Transform,
     column_blocks,
     conversion_row,
@@ -31,6 +32,10 @@ from .conversion import (
     transform_for,
     whole_blocks,
 )
+from .conversion_mlx import MAP as MLX_MAP
+from .conversion_mlx import mlx_side, relaid
+from .conversion_mlx import rounded as mlx_rounded
+from .conversion_mlx import view as mlx_view
 
 DIFF_SCHEMA = "ckptstat.diff/3"
 COMPARED_NAMES = ("unique parameters per module, base-model prefixes ignored; names and counts compared, "
@@ -239,9 +244,15 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
         else:
             ys = transform[1].apply(lambda: b.iter_chunks(nb, chunk_bytes))
-    target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
-    narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
-    block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
+    mlx = mlx_rounded(b.tensors[nb]) or mlx_rounded(a.tensors[na])   # what an mlx conversion stored rounded
+    target: str | None
+    bound_of: Bound | None
+    if mlx is not None:
+        target, narrow_b, block, bound_of = mlx.label, mlx is mlx_rounded(b.tensors[nb]), mlx.group, mlx.bound()
+    else:
+        target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
+        narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
+        block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
     rounded, use = bound_of is not None, 0.0
     for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
@@ -352,8 +363,10 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                     m, conv = plain, None
             if conv is not None:
                 row["transform"] = conv[1].label   # compared after the converter's transform of the HF side
+            elif relaid(ta) or relaid(tb):
+                row["transform"] = relaid(ta) or relaid(tb)
             rounded = m.pop("rounded")
-            if ta.dtype != tb.dtype:
+            if ta.dtype != tb.dtype or mlx_rounded(ta) or mlx_rounded(tb):
                 row["status"] = "converted" if rounded is not None and not strict else "dtype"
                 if rounded is not None:
                     row.update(rounded)
@@ -462,6 +475,15 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
                 a = _unstacked(a, ra, align(b, rb)[0].__contains__)
             else:
                 b = _unstacked(b, rb, align(a, ra)[0].__contains__)
+    elif (side := mlx_side(a, b)) is not None:   # one side mlx_lm's conversion: read as the model it converts
+        other, r_other = (b, rb) if side == "a" else (a, ra)
+        keys = align(other, r_other)[0]
+        shapes = {k: other.tensors[n].shape for k, n in keys.items()}
+        own = ra if side == "a" else rb
+        converted, stack_rules = mlx_view(a if side == "a" else b, shapes, lambda n: _key(n, own)[1])
+        own[:0] = stack_rules
+        a, b = (converted, b) if side == "a" else (a, converted)
+        builtin = (MLX_MAP, stack_rules)
     elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a.tensors) else (None, tf_rename)

@@ -165,7 +165,7 @@ def lut(name: str) -> F32:
     return _minifloat_lut(*_LUT_SPECS[name])
 
 
-def _unpack_bits(raw: U8, bits: int, count: int) -> U8:
+def unpack_bits(raw: U8, bits: int, count: int) -> U8:
     """Split a packed little-endian bit stream into `count` codes of `bits` bits (F4, F6).
 
     F4 packs two codes per byte, the first in the low nibble (as torch float4_e2m1fn_x2 and
@@ -218,7 +218,7 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
         if dtype in _COMPLEX_PARTS:   # C32 / BC32: each part decoded (and byte-swapped) as its own dtype, widened
             parts = decode(buf, _COMPLEX_PARTS[dtype], 2 * count, byteorder)
             return parts.astype(np.float32).view(np.complex64)
-        codes = _unpack_bits(buf, d.bits // d.lanes, count * d.lanes)
+        codes = unpack_bits(buf, d.bits // d.lanes, count * d.lanes)
         if d.kind in ("int", "uint"):   # I4 / U4: 4-bit integers, sign-extended for I4
             return (codes.astype(np.int8) ^ 8) - 8 if d.kind == "int" else codes
         return lut(dtype)[codes]

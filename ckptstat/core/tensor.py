@@ -285,6 +285,10 @@ class Checkpoint:
         with reading(info.file, f"tensor {info.name!r}: cannot read its values"):
             return self._reader(info)(info, start, count)
 
+    def read_elements(self, name: str, start: int, count: int) -> NDArray[Any]:
+        """Elements [start, start + count) of the C-order flattened tensor, decoded."""
+        return self._read(self.tensors[name], start, count)
+
     def read(self, name: str) -> NDArray[Any]:
         """The whole tensor, decoded (bf16 and fp8 widen to float32; a packed element's values, F4_X2's two fp4,
         along a last axis of their own). For big tensors use iter_chunks."""

@@ -1,0 +1,313 @@
+"""`ckptstat diff` of a model and its Apple MLX conversion (`mlx_lm.convert`, docs/diff.md "MLX conversions"): the
+MLX side is read as the model it stands for, then compared as any conversion.
+
+- A quantised module (census/quant/mlx.py: `weight` codes, `scales`, `biases`) reads as its logical weight,
+  dequantised as `mx.dequantize` does: mode affine `scales x q + biases`; mxfp4, nvfp4, mxfp8 the code's value
+  (E2M1, E4M3) x its group's scale (E8M0 `2^(e - 127)`, nvfp4's E4M3). The values are the grid's exact ones (float64),
+  not mx.dequantize's output rounded to the compute dtype. A module with a `global_scale` is left as stored.
+- A MoE block's stack, `P.switch_mlp.{gate,up,down}_proj.weight` [experts, out, in] (mlx_lm's sanitize), reads as one
+  tensor per expert, `...weight[E]`, named as the other side names the expert (`P.experts.E.gate_proj.weight`;
+  Mixtral's `w1`, `w3`, `w2`).
+- A norm weight mlx_lm stored as w + 1 (Qwen3-Next, Qwen3.5: PLUS_ONE) reads as w.
+- A conv1d weight mlx keeps [out, kernel, in] (census/quant/mlx.py channels_last) reads in torch's [out, in, kernel]
+  where the other side holds that shape.
+
+Whether each dequantised element is within the rounding its group's stored scale allows: MlxBound; a norm + 1, within
+the compute dtype's rounding of w + 1: PlusOne.bound."""
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from functools import partial
+from typing import Any
+
+import numpy as np
+
+from ..census.quant import layout
+from ..census.quant.mlx import channels_last, is_mlx_file
+from ..core import Checkpoint, TensorInfo
+from ..core.dtypes import lut, unpack_bits
+from ..core.tensor import read_flat_file
+
+MAP = "mlx_lm's conversion undone: experts unstacked, conv1d axes as torch's, norm + 1 taken off, quantised weights dequantised"
+_STACK = re.compile(r"^(?P<block>.+)\.switch_mlp\.(?P<proj>gate|up|down)_proj\.weight$")
+_MIXTRAL = {"gate": "w1", "up": "w3", "down": "w2"}   # mlx_lm's mixtral sanitize: w1 -> gate, w3 -> up, w2 -> down
+MAX_EXPERTS = 1 << 16   # a stack with more slices stays whole (no loop on what a header claims)
+# half an ulp, relative, of the dtype the scales (affine) or the source were rounded to
+_HALF_ULP = {"BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24}
+_FLOOR = {"BF16": 2.0 ** -134, "F16": 2.0 ** -25, "F32": 2.0 ** -150}
+
+
+def _half_ulp(v: np.ndarray, dtype: str) -> np.ndarray:
+    return np.maximum(np.abs(v) * _HALF_ULP.get(dtype, 2.0 ** -8), _FLOOR.get(dtype, 0.0))
+
+
+def _fp_interval(v: np.ndarray, mode: str) -> np.ndarray:
+    """The distance between the two grid values around |v| (in units of the group's scale): E2M1's 0 .5 1 1.5 2 3 4 6,
+    or E4M3's 3 mantissa bits (subnormal below 2^-6)."""
+    if mode == "mxfp8":
+        e = np.floor(np.log2(np.maximum(v, 2.0 ** -6)))
+        return 2.0 ** (e - 3)
+    return np.where(v < 2, 0.5, np.where(v < 4, 1.0, 2.0))
+
+
+@dataclass(frozen=True)
+class Packed:
+    """An mlx quantised weight, or the rows of one expert of a stack: its members in `src`, how they decode."""
+    src: Checkpoint
+    codes: str
+    scales: str
+    biases: str | None
+    mode: str            # affine, mxfp4, nvfp4, mxfp8
+    bits: int
+    group: int
+    cols: int            # the logical inputs of a row
+    row0: int            # the slice's first row (rows over every leading dimension)
+    dtype: str           # the compute dtype (the scales' in mode affine)
+
+    @property
+    def label(self) -> str:
+        return f"mlx {self.mode}" + (f" {self.bits}-bit, group {self.group}" if self.mode == "affine" else "")
+
+    def _groups(self, name: str | None, first: int, n: int) -> np.ndarray | None:
+        """n of a member's per-group values from the slice's group `first` on."""
+        if name is None:
+            return None
+        per_row = self.cols // self.group
+        return np.asarray(self.src.read_elements(name, self.row0 * per_row + first, n))
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of the dequantised slice, C order, float64."""
+        r0, r1 = start // self.cols, -(-(start + count) // self.cols)
+        words = self.cols * self.bits // 32
+        raw = np.asarray(self.src.read_elements(self.codes, (self.row0 + r0) * words, (r1 - r0) * words))
+        q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols)
+        per_row = self.cols // self.group
+        s = self._groups(self.scales, r0 * per_row, (r1 - r0) * per_row)
+        assert s is not None
+        q = q.reshape(-1, self.group)
+        if self.mode == "affine":
+            b = self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)
+            v = s.astype(np.float64)[:, None] * q + (0.0 if b is None else b.astype(np.float64)[:, None])
+        else:
+            values = lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q]
+            scale = lut("F8_E4M3" if self.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)]
+            v = values * scale[:, None]
+        lo = start - r0 * self.cols
+        return v.reshape(-1)[lo: lo + count]
+
+    def bound(self) -> MlxBound:
+        return MlxBound(self)
+
+
+class MlxBound:
+    """The allowed |x - y| per element of a source x and its dequantised y, on successive whole groups (it reads the
+    groups' stored scales in step).
+
+    Affine (mx.quantize's affine_quantize): each group's scale s and bias b are computed in float32, every code
+    q = clip(round((x - b) / s), 0, 2^bits - 1), and then s and b are rounded to the compute dtype (u: half its ulp).
+    With the stored s, b and n = 2^bits - 1:
+
+        |s| / 2 + max(0, lo - x, x - hi)        the nearest grid value, or the clamp outside the grid [lo, hi]
+        + (2n + 1) u(s) + 2 u(b)                 codes chosen before s and b were rounded
+        + |x| u_rel + 2^-20 (|x| + |b| + n|s|)   a source rounded to the compute dtype first; float32 arithmetic
+
+    mxfp4 / nvfp4 / mxfp8 (fp_quantize): x / scale rounded to the nearest E2M1 (E4M3) value, clamped at 6 (448):
+    half the grid's interval around |x| / scale, times the scale, plus the clamp, plus 2 |x| u_rel (the division in
+    the compute dtype, a source rounded to it)."""
+
+    def __init__(self, p: Packed):
+        self.p, self.next_group = p, 0
+
+    def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        p = self.p
+        n = -(-len(x) // p.group)
+        s = p._groups(p.scales, self.next_group, n)
+        b = p._groups(p.biases, self.next_group, n)
+        self.next_group += n
+        assert s is not None
+        rel = _HALF_ULP.get(p.dtype, 2.0 ** -8)
+
+        def each(v: np.ndarray) -> np.ndarray:
+            return np.repeat(v, p.group)[: len(x)]
+
+        ax = np.abs(x)
+        if p.mode == "affine":
+            sf = s.astype(np.float64)
+            bf = np.zeros_like(sf) if b is None else b.astype(np.float64)
+            top = (1 << p.bits) - 1
+            ends = (bf, bf + sf * top)
+            lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
+            per = (np.abs(sf) / 2 + (2 * top + 1) * _half_ulp(sf, p.dtype) + 2 * _half_ulp(bf, p.dtype)
+                   + 2.0 ** -20 * (np.abs(bf) + top * np.abs(sf)))
+            outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
+            return each(per) + outside + ax * (rel + 2.0 ** -20)
+        scale = each(lut("F8_E4M3" if p.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(scale > 0, ax / scale, 0.0)
+        largest = 448.0 if p.mode == "mxfp8" else 6.0
+        return (_fp_interval(v, p.mode) / 2 * scale + np.maximum(0.0, ax - largest * scale)
+                + ax * (2 * rel + 2.0 ** -20))
+
+
+# mlx_lm's sanitize stores these RMSNorm weights as w + 1 in the compute dtype (its RMSNorm scales by w, the model's by
+# 1 + w): model_type -> the name endings, 1-D weights only (mlx_lm 0.32.2 models/qwen3_next.py, qwen3_5.py sanitize;
+# qwen3_5_moe hands its weights to qwen3_5's)
+_NORMS = (".input_layernorm.weight", ".post_attention_layernorm.weight", "model.norm.weight", ".q_norm.weight",
+          ".k_norm.weight")
+PLUS_ONE = {"qwen3_next": _NORMS, "qwen3_5": _NORMS, "qwen3_5_moe": _NORMS}
+
+
+@dataclass(frozen=True)
+class PlusOne:
+    """A norm weight mlx_lm stored as w + 1 (PLUS_ONE), read back as w: y - 1, exact in float64."""
+    src: Checkpoint
+    name: str
+    dtype: str
+    group = 1
+
+    @property
+    def label(self) -> str:
+        return f"mlx_lm's norm + 1 in {self.dtype}"
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        return np.asarray(self.src.read_elements(self.name, start, count)).astype(np.float64) - 1.0
+
+    def bound(self) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+        """|x - (y - 1)| = |x + 1 - y|: y is x + 1 rounded to the dtype (x first rounded to it, from a wider source)."""
+        rel = _HALF_ULP.get(self.dtype, 2.0 ** -8)
+        return lambda x, y: _half_ulp(x + 1.0, self.dtype) + np.abs(x) * rel + 2.0 ** -40
+
+
+@dataclass(frozen=True)
+class Relaid:
+    """An mlx conv1d weight [out, kernel, in] read as torch's [out, in, kernel]."""
+    src: Checkpoint
+    name: str
+    kernel: int
+    inputs: int
+    label = "mlx's conv1d axes [out, kernel, in] read as torch's [out, in, kernel]"
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        row = self.kernel * self.inputs
+        r0, r1 = start // row, -(-(start + count) // row)
+        v = np.asarray(self.src.read_elements(self.name, r0 * row, (r1 - r0) * row))
+        v = v.reshape(-1, self.kernel, self.inputs).transpose(0, 2, 1).reshape(-1)
+        lo = start - r0 * row
+        return v[lo: lo + count]
+
+
+def rounded(t: TensorInfo) -> Packed | PlusOne | None:
+    """What a tensor of view() reads that mlx stored rounded (a quantised weight, a norm + 1), else None."""
+    p = t.extra.get("mlx")
+    return p if isinstance(p, (Packed, PlusOne)) else None
+
+
+def relaid(t: TensorInfo) -> str | None:
+    """What view() reads a relaid tensor as, else None."""
+    r = t.extra.get("mlx")
+    return r.label if isinstance(r, Relaid) else None
+
+
+def mlx_side(a: Checkpoint, b: Checkpoint) -> str | None:
+    """"a" or "b": the side mlx wrote (or holding mlx's quantised weights) when the other is not mlx's."""
+    def of(c: Checkpoint) -> bool:
+        q = layout(c)
+        return is_mlx_file(c.metadata) or q is not None and any(w.method.startswith("mlx ") for w in q.weights.values())
+    sa, sb = of(a), of(b)
+    return None if sa == sb else "a" if sa else "b"
+
+
+Rules = list[tuple[re.Pattern[str], str]]
+
+
+def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str]) -> tuple[Checkpoint, Rules]:
+    """The mlx checkpoint as the model it converts (module docstring), and the rules naming its experts' slices as the
+    other side does. `other`: the other side's aligned names -> shapes; `key`: a name of this side, aligned."""
+    from ..census.quant import logical
+
+    q = layout(ckpt)
+    shown = logical(ckpt).tensors
+    out: dict[str, TensorInfo] = {}
+    member_of = {}
+    for w in (q.weights.values() if q is not None else ()):
+        m = {n.rpartition(".")[2]: n for n in w.members}
+        if w.method.startswith("mlx ") and {"weight", "scales"} <= set(m) and "global_scale" not in m:
+            member_of.update({n: w.name for n in w.members})
+    rules: Rules = []
+    for name, t in ckpt.tensors.items():
+        logical_name = member_of.get(name)
+        if logical_name is None:
+            out.update(_plain(ckpt, t, other, key, rules))
+            continue
+        if logical_name in out or any(k.startswith(logical_name + "[") for k in out):
+            continue
+        w = q.weights[logical_name]  # type: ignore[union-attr]
+        m = {n.rpartition(".")[2]: n for n in w.members}
+        codes, scales = ckpt.tensors[m["weight"]], ckpt.tensors[m["scales"]]
+        mode = w.method.split()[1]
+        cols = w.shape[-1]
+        p = Packed(ckpt, m["weight"], m["scales"], m.get("biases"), mode, int(w.bits or 4),
+                   cols // max(1, scales.shape[-1]), cols, 0,
+                   scales.dtype if mode == "affine" else shown[logical_name].dtype)
+        stored = sum(ckpt.tensors[n].nbytes for n in w.members)
+        whole = TensorInfo(logical_name, p.dtype, w.shape, codes.file, None, stored, storage=f"mlx:{logical_name}",
+                           extra={"mlx": p})
+        out.update(_slices(whole, other, key, rules, partial(_expert, p)))
+    tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
+                                                        for f in ckpt.files})
+    return tensors_view, rules
+
+
+def _expert(p: Packed, _: Any, rows: int, e: int) -> Packed:
+    return replace(p, row0=e * rows)
+
+
+def _dispatch(base: Callable[[TensorInfo, int, int], Any]) -> Callable[[TensorInfo, int, int], Any]:
+    def read(info: TensorInfo, start: int, count: int) -> Any:
+        source = info.extra.get("mlx")
+        return source.read(start, count) if source is not None else base(info, start, count)  # type: ignore[attr-defined]
+    return read
+
+
+def _plain(ckpt: Checkpoint, t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str],
+           rules: Rules) -> dict[str, TensorInfo]:
+    """A tensor mlx stores as it is: a stack unquantised (sliced by offset), a relaid conv1d weight, or itself."""
+    expected = other.get(key(t.name))
+    ends = PLUS_ONE.get(str((ckpt.config or {}).get("model_type")), ())
+    if len(t.shape) == 1 and any(t.name.endswith(e) for e in ends):
+        return {t.name: replace(t, offset=None, storage=f"mlx:{t.name}", extra={"mlx": PlusOne(ckpt, t.name, t.dtype)})}
+    if expected is not None and channels_last(t.shape, tuple(expected)) and t.shape[1] != t.shape[2]:
+        r = Relaid(ckpt, t.name, t.shape[1], t.shape[2])
+        return {t.name: replace(t, shape=tuple(expected), offset=None, storage=f"mlx:{t.name}", extra={"mlx": r})}
+    if t.offset is None or t.stride is not None:
+        return {t.name: t}
+    size = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
+    return _slices(t, other, key, rules, lambda i, rows, e: replace(i, offset=t.offset + e * size, nbytes=size))  # type: ignore[operator]
+
+
+def _slices(t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str], rules: Rules,
+            part: Callable[[Any, int, int], Any]) -> dict[str, TensorInfo]:
+    """A `switch_mlp` stack the other side holds expert by expert, as its slices `name[E]` (`part(source, rows an
+    expert, E)` each slice's reader), with the rule naming them; else the tensor whole."""
+    m = _STACK.match(t.name)
+    n = t.shape[0] if len(t.shape) == 3 else 0
+    if m is None or not 0 < n <= MAX_EXPERTS:
+        return {t.name: t}
+    block, proj = m.group("block"), m.group("proj")
+    names = [f"{block}.experts.{{}}.{proj}_proj.weight", f"{block}.experts.{{}}.{_MIXTRAL[proj]}.weight"]
+    target = next((x for x in names if tuple(other.get(key(x.format(0)), ())) == t.shape[1:]), None)
+    if target is None:
+        return {t.name: t}
+    rules.append((re.compile(f"^{re.escape(t.name)}\\[(\\d+)\\]$"), target.replace("\\", "\\\\").format("\\1")))
+    rows = math.prod(t.shape[1:-1])
+    source = t.extra.get("mlx")
+    out = {}
+    for e in range(n):
+        piece = part(source if source is not None else t, rows, e)
+        info = piece if isinstance(piece, TensorInfo) else replace(t, extra={"mlx": piece})
+        out[f"{t.name}[{e}]"] = replace(info, name=f"{t.name}[{e}]", shape=t.shape[1:],
+                                        nbytes=t.nbytes // n, storage=f"{info.storage or t.name}[{e}]")
+    return out

@@ -1,0 +1,182 @@
+"""`ckptstat diff` of a transformers save and mlx_lm's conversion of it (docs/diff.md, "MLX conversions").
+
+Fixtures (fixtures/make_mlx.py): mlx_lm 0.32's own `convert` wrote fixtures/mlx/<case> from the transformers 5 save
+fixtures/mlx-sources/<case>; fixtures/mlx-sources/<case>.mx_dequantize.safetensors holds what mx.dequantize gives
+each quantised weight of the model mlx_lm.load builds, in its compute dtype; fixtures/expected_mlx.json what MLX made
+of each module (mode, bits, group size, the dequantised shape). torch reads the oracles' bf16 (importorskip)."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import numpy as np
+import pytest
+from conftest import fixture
+
+from ckptstat.analysis.conversion_mlx import view
+from ckptstat.analysis.diff import diff
+from ckptstat.formats.registry import open_checkpoint
+
+SOURCES, MLX = fixture("mlx-sources"), fixture("mlx")
+with open(fixture("expected_mlx.json")) as _f:
+    EXPECTED = json.load(_f)["cases"]
+CASES = sorted(c for c in os.listdir(SOURCES) if os.path.isdir(os.path.join(SOURCES, c)))
+DEQUANTIZED = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(".mx_dequantize.safetensors"))
+# What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: MLA's kv_b_proj split per
+# head into embed_q and unembed_out; GraniteMoE's fused experts split into a switch_mlp; ERNIE 4.5's
+# e_score_correction_bias dropped
+MLA = {"removed": ["layers.0.self_attn.kv_b_proj.weight"],
+       "added": ["layers.0.self_attn.embed_q.weight", "layers.0.self_attn.unembed_out.weight"]}
+UNPAIRED = {
+    "deepseek_v3-4bit-g32": MLA, "deepseek_v3-bf16": MLA,
+    "granitemoe-4bit": {"removed": ["layers.0.block_sparse_moe.input_linear.weight",
+                                    "layers.0.block_sparse_moe.output_linear.weight"],
+                        "added": [f"layers.0.block_sparse_moe.switch_mlp.{p}_proj.weight" for p in ("gate", "up", "down")]},
+    "ernie4_5_moe-4bit": {"removed": ["layers.0.mlp.moe_statics.e_score_correction_bias"], "added": []},
+}
+
+
+def _label(w: dict) -> str:
+    return f"mlx affine {w['bits']}-bit, group {w['group_size']}" if w["mode"] == "affine" else f"mlx {w['mode']}"
+
+
+def _diff(case: str, source: str | None = None, **kw) -> dict:
+    return diff(open_checkpoint(source or os.path.join(SOURCES, case)), open_checkpoint(os.path.join(MLX, case)), **kw)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_a_faithful_conversion_is_the_same_model(case):
+    """Every quantised module MLX reports is `converted` within its rounding bound, labelled with MLX's own mode, bits
+    and group, a stack once per expert; every other tensor is equal (or a norm + 1, rounded); what mlx_lm's sanitize
+    leaves unpaired is all that is added or removed."""
+    r = _diff(case)
+    rows = r["tensors"]
+    unpaired = UNPAIRED.get(case, {"added": [], "removed": []})
+    for status in ("added", "removed"):
+        assert sorted(t["name"] for t in rows if t["status"] == status) == sorted(unpaired[status]), status
+    assert not [t for t in rows if t["status"] in ("values", "shape", "dtype")]
+    assert r["same"] is (case not in UNPAIRED)
+    for name, w in EXPECTED[case]["weights"].items():
+        mine = [t for t in rows if t["b_name"] == name or (t["b_name"] or "").startswith(name + "[")]
+        if any(name.startswith(u.rpartition(".")[0]) for u in ("model." + x for x in unpaired["added"])):
+            continue   # a split module: not compared
+        experts = w["shape"][0] if len(w["shape"]) == 3 else 1
+        assert len(mine) == experts, name
+        assert all(t["status"] == "converted" and t["rounded_to"] == _label(w) for t in mine), name
+        assert all(0 < t["bound_used"] <= 1 for t in mine), name
+    for t in rows:
+        if t["status"] == "converted" and not t["rounded_to"].startswith("mlx "):
+            assert t["rounded_to"].startswith("mlx_lm's norm + 1") and case == "qwen3_next-4bit-g32"
+
+
+def _oracle(case: str) -> dict:
+    torch = pytest.importorskip("torch")
+    from safetensors.torch import load_file
+
+    return {k: v for k, v in load_file(os.path.join(SOURCES, f"{case}.mx_dequantize.safetensors")).items()
+            if torch.is_floating_point(v)}
+
+
+def _ulp(t) -> np.ndarray:
+    """The spacing of t's dtype at each of its values (bf16, f16): the next representable magnitude less the value."""
+    import torch
+
+    bits = {torch.bfloat16: torch.int16, torch.float16: torch.int16}[t.dtype]
+    up = (t.view(bits) + 1).view(t.dtype)
+    return (up.float() - t.float()).abs().double().numpy()
+
+
+@pytest.mark.parametrize("case", DEQUANTIZED)
+def test_dequantised_values_are_mx_dequantize(case):
+    """ckptstat's dequantised weights (the grid's exact values) against mx.dequantize's, which rounds them to the compute
+    dtype: affine within its roundings of scales x q and of the sum, the floating-point modes equal."""
+    oracle = _oracle(case)
+    ckpt = open_checkpoint(os.path.join(MLX, case))
+    mine, _ = view(ckpt, {}, lambda n: n)
+    assert oracle
+    for name, theirs in oracle.items():
+        ours = mine.read(name).astype(np.float64)
+        want = theirs.double().numpy()
+        assert ours.shape == want.shape, name
+        w = EXPECTED[case]["weights"][name]
+        slack = 0.0
+        if w["mode"] == "affine":   # mx rounds scales x q, then adds the bias and rounds again: an ulp of the largest
+            # magnitude in the group (|scales x q| is at most the group's range) and one of the result
+            peak = theirs.reshape(-1, w["group_size"]).abs().amax(dim=1, keepdim=True)
+            slack = (2 * _ulp(peak) + _ulp(theirs.reshape(-1, w["group_size"]))).reshape(want.shape)
+        assert np.all(np.abs(ours - want) <= slack), (name, float(np.max(np.abs(ours - want))))
+
+
+def _save_changed(case: str, tmp_path, change) -> str:
+    """The case's source copied, its tensors put through `change` (torch tensors) and saved again."""
+    pytest.importorskip("torch")
+    from safetensors.torch import load_file, save_file
+
+    work = tmp_path / case
+    shutil.copytree(os.path.join(SOURCES, case), work)
+    path = str(work / "model.safetensors")
+    save_file(change(load_file(path)), path, metadata={"format": "pt"})
+    return str(work)
+
+
+@pytest.mark.parametrize("case,name", [
+    ("llama-4bit", "model.layers.0.self_attn.q_proj.weight"),                 # affine, float16
+    ("qwen3_moe-8bit", "model.layers.0.mlp.experts.2.down_proj.weight"),      # one expert of a stack
+    ("mixtral-mxfp4", "model.layers.0.block_sparse_moe.experts.1.w3.weight"),   # Mixtral's w3: up
+    ("llama-nvfp4", "model.layers.0.mlp.gate_proj.weight"),
+    ("qwen3-mxfp8", "lm_head.weight"),
+    ("mamba2-4bit-g32", "backbone.layers.1.mixer.conv1d.weight"),             # relaid, not quantised
+])
+def test_a_planted_change_is_named(case, name, tmp_path):
+    """One element of one source tensor moved by a quarter: that tensor, and only it, differs."""
+    def change(t):
+        t[name].view(-1)[5] += 0.25
+        return t
+
+    r = _diff(case, _save_changed(case, tmp_path, change))
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
+    assert [t["a_name"] for t in changed] == [name]
+    # a quantised weight: stored in another form, not the rounding of the source (`dtype`, as a GGUF's); else `values`
+    quantised = re.sub(r"\[\d+\]$", "", changed[0]["b_name"]) in EXPECTED[case]["weights"]
+    assert changed[0]["status"] == ("dtype" if quantised else "values")
+    assert changed[0]["max_abs"] >= 0.2 and r["same"] is False
+
+
+@pytest.mark.parametrize("case", ["llama-2bit-g128", "qwen3-tied-5bit-g32", "llama-mixed_3_6", "olmoe-4bit",
+                                  "mixtral-mxfp4", "llama-nvfp4", "qwen3-mxfp8"])
+def test_another_models_weights_are_not_within_the_bound(case, tmp_path):
+    """The bound is no blanket: the source's rows reversed (the same values, other places) is not what mlx_lm converted,
+    however coarse the quantisation (2 bits); each quantised weight is `dtype` (not the rounding of the source)."""
+    def shuffle(t):
+        return {k: (v.flip(0).contiguous() if v.dim() == 2 and v.shape[0] > 1 and "norm" not in k else v)
+                for k, v in t.items()}
+
+    r = _diff(case, _save_changed(case, tmp_path, shuffle))
+    quantised = [t for t in r["tensors"] if t["b_name"] and re.sub(r"\[\d+\]$", "", t["b_name"])
+                 in EXPECTED[case]["weights"] and len(t["a_shape"]) == 2]
+    assert quantised and all(t["status"] == "dtype" for t in quantised), \
+        [(t["name"], t["status"]) for t in quantised if t["status"] != "dtype"]
+
+
+def test_strict_counts_a_rounding_as_a_difference(cli):
+    rc, out, _ = cli("diff", os.path.join(SOURCES, "llama-4bit"), os.path.join(MLX, "llama-4bit"), "--strict", "--json")
+    r = json.loads(out)
+    assert rc == 1 and r["counts"]["converted"] == 0
+    assert r["counts"]["dtype"] == len(EXPECTED["llama-4bit"]["weights"])
+
+
+def test_the_report_names_what_it_undid(cli):
+    rc, out, err = cli("diff", os.path.join(SOURCES, "qwen3_next-4bit-g32"), os.path.join(MLX, "qwen3_next-4bit-g32"))
+    assert rc == 0 and err == ""
+    text = " ".join(out.split())
+    assert "mlx_lm's conversion undone" in text and "no differences" in text
+    assert "rounded to mlx affine 4-bit, group 32" in text and "rounded to mlx_lm's norm + 1 in BF16" in text
+    assert "the same after mlx's conv1d axes [out, kernel, in] read as torch's [out, in, kernel]" in text
+    # either order: the MLX side first
+    rc, out, _ = cli("diff", os.path.join(MLX, "mixtral-mxfp4"), os.path.join(SOURCES, "mixtral-mxfp4"), "--json")
+    r = json.loads(out)
+    weights = EXPECTED["mixtral-mxfp4"]["weights"].values()
+    assert rc == 0 and r["same"] and r["counts"]["converted"] == sum(w["shape"][0] if len(w["shape"]) == 3 else 1
+                                                                     for w in weights)
