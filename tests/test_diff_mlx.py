@@ -171,7 +171,8 @@ def test_the_report_names_what_it_undid(cli):
     rc, out, err = cli("diff", os.path.join(SOURCES, "qwen3_next-4bit-g32"), os.path.join(MLX, "qwen3_next-4bit-g32"))
     assert rc == 0 and err == ""
     text = " ".join(out.split())
-    assert "mlx_lm's conversion undone" in text and "no differences" in text
+    assert ("mlx_lm's conversion undone: quantised weights dequantised, norm + 1 taken off, conv1d axes as torch's, "
+            "experts unstacked") in text and "no differences" in text
     assert "rounded to mlx affine 4-bit, group 32" in text and "rounded to mlx_lm's norm + 1 in BF16" in text
     assert "the same after mlx's conv1d axes [out, kernel, in] read as torch's [out, in, kernel]" in text
     # either order: the MLX side first
@@ -180,3 +181,15 @@ def test_the_report_names_what_it_undid(cli):
     weights = EXPECTED["mixtral-mxfp4"]["weights"].values()
     assert rc == 0 and r["same"] and r["counts"]["converted"] == sum(w["shape"][0] if len(w["shape"]) == 3 else 1
                                                                      for w in weights)
+
+
+def test_mlx_unquantised_against_quantised():
+    """mlx-community's -bf16 and -4bit repositories of one model: both mlx's, both stacked and split as mlx_lm keeps them
+    (MLA's embed_q and unembed_out included), the quantised side dequantised; the bf16 side's names, shapes and values
+    are the reference, nothing undone but the quantisation. (make_mlx.py builds both from one seeded model.)"""
+    bf16, q4 = os.path.join(MLX, "deepseek_v3-bf16"), os.path.join(MLX, "deepseek_v3-4bit-g32")
+    r = diff(open_checkpoint(bf16), open_checkpoint(q4))
+    assert r["same"] and r["builtin_map"] == "mlx_lm's conversion undone: quantised weights dequantised"
+    converted = {t["b_name"] for t in r["tensors"] if t["status"] == "converted"}
+    assert converted == set(EXPECTED["deepseek_v3-4bit-g32"]["weights"])   # every quantised module, stacks whole
+    assert all(t["status"] == "equal" for t in r["tensors"] if t["b_name"] not in converted)

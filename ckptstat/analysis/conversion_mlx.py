@@ -31,7 +31,7 @@ from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import lut, unpack_bits
 from ..core.tensor import read_flat_file
 
-MAP = "mlx_lm's conversion undone: experts unstacked, conv1d axes as torch's, norm + 1 taken off, quantised weights dequantised"
+MAP = "mlx_lm's conversion undone"
 _STACK = re.compile(r"^(?P<block>.+)\.switch_mlp\.(?P<proj>gate|up|down)_proj\.weight$")
 _MIXTRAL = {"gate": "w1", "up": "w3", "down": "w2"}   # mlx_lm's mixtral sanitize: w1 -> gate, w3 -> up, w2 -> down
 MAX_EXPERTS = 1 << 16   # a stack with more slices stays whole (no loop on what a header claims)
@@ -212,20 +212,27 @@ def relaid(t: TensorInfo) -> str | None:
 
 
 def mlx_side(a: Checkpoint, b: Checkpoint) -> str | None:
-    """"a" or "b": the side mlx wrote (or holding mlx's quantised weights) when the other is not mlx's."""
-    def of(c: Checkpoint) -> bool:
+    """"a" or "b": the side to read as the model mlx converted. The one holding mlx's quantised weights where the other
+    holds none (a model, or mlx's unquantised conversion of it); else the one mlx wrote where the other is not mlx's."""
+    def quantised(c: Checkpoint) -> bool:
         q = layout(c)
-        return is_mlx_file(c.metadata) or q is not None and any(w.method.startswith("mlx ") for w in q.weights.values())
-    sa, sb = of(a), of(b)
-    return None if sa == sb else "a" if sa else "b"
+        return q is not None and any(w.method.startswith("mlx ") for w in q.weights.values())
+
+    qa, qb = quantised(a), quantised(b)
+    if qa != qb:
+        return "a" if qa else "b"
+    fa, fb = is_mlx_file(a.metadata), is_mlx_file(b.metadata)
+    return None if qa or fa == fb else "a" if fa else "b"
 
 
 Rules = list[tuple[re.Pattern[str], str]]
 
 
-def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str]) -> tuple[Checkpoint, Rules]:
+def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str],
+         other_mlx: bool = False) -> tuple[Checkpoint, Rules]:
     """The mlx checkpoint as the model it converts (module docstring), and the rules naming its experts' slices as the
-    other side does. `other`: the other side's aligned names -> shapes; `key`: a name of this side, aligned."""
+    other side does. `other`: the other side's aligned names -> shapes; `key`: a name of this side, aligned;
+    `other_mlx`: the other side is mlx's own unquantised conversion (its norms already + 1: left as stored)."""
     from ..census.quant import logical
 
     q = layout(ckpt)
@@ -240,7 +247,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     for name, t in ckpt.tensors.items():
         logical_name = member_of.get(name)
         if logical_name is None:
-            out.update(_plain(ckpt, t, other, key, rules))
+            out.update(_plain(ckpt, t, other, key, rules, other_mlx))
             continue
         if logical_name in out or any(k.startswith(logical_name + "[") for k in out):
             continue
@@ -261,6 +268,14 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     return tensors_view, rules
 
 
+def undone(ckpt: Checkpoint, rules: Rules) -> str:
+    """What view() undid, for the report's map line."""
+    kinds = {type(t.extra.get("mlx")) for t in ckpt}
+    done = [what for kind, what in ((Packed, "quantised weights dequantised"), (PlusOne, "norm + 1 taken off"),
+                                    (Relaid, "conv1d axes as torch's")) if kind in kinds]
+    return MAP + ": " + (", ".join(done + ["experts unstacked"] * bool(rules)) or "nothing to undo")
+
+
 def _expert(p: Packed, _: Any, rows: int, e: int) -> Packed:
     return replace(p, row0=e * rows)
 
@@ -273,10 +288,11 @@ def _dispatch(base: Callable[[TensorInfo, int, int], Any]) -> Callable[[TensorIn
 
 
 def _plain(ckpt: Checkpoint, t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str],
-           rules: Rules) -> dict[str, TensorInfo]:
-    """A tensor mlx stores as it is: a stack unquantised (sliced by offset), a relaid conv1d weight, or itself."""
+           rules: Rules, other_mlx: bool) -> dict[str, TensorInfo]:
+    """A tensor mlx stores as it is: a stack unquantised (sliced by offset), a relaid conv1d weight, a norm + 1, or
+    itself."""
     expected = other.get(key(t.name))
-    ends = PLUS_ONE.get(str((ckpt.config or {}).get("model_type")), ())
+    ends = () if other_mlx else PLUS_ONE.get(str((ckpt.config or {}).get("model_type")), ())
     if len(t.shape) == 1 and any(t.name.endswith(e) for e in ends):
         return {t.name: replace(t, offset=None, storage=f"mlx:{t.name}", extra={"mlx": PlusOne(ckpt, t.name, t.dtype)})}
     if expected is not None and channels_last(t.shape, tuple(expected)) and t.shape[1] != t.shape[2]:

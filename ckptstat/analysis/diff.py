@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from ..census import aliases, logical, placements
+from ..census.quant.mlx import is_mlx_file
 from ..census.ties import find_ties
 from ..core import Checkpoint
 from ..core.tensor import DEFAULT_CHUNK_BYTES
@@ -32,9 +33,9 @@ from .conversion import (
     transform_for,
     whole_blocks,
 )
-from .conversion_mlx import MAP as MLX_MAP
 from .conversion_mlx import mlx_side, relaid
 from .conversion_mlx import rounded as mlx_rounded
+from .conversion_mlx import undone as mlx_undone
 from .conversion_mlx import view as mlx_view
 
 DIFF_SCHEMA = "ckptstat.diff/3"
@@ -480,10 +481,11 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         keys = align(other, r_other)[0]
         shapes = {k: other.tensors[n].shape for k, n in keys.items()}
         own = ra if side == "a" else rb
-        converted, stack_rules = mlx_view(a if side == "a" else b, shapes, lambda n: _key(n, own)[1])
+        converted, stack_rules = mlx_view(a if side == "a" else b, shapes, lambda n: _key(n, own)[1],
+                                          other_mlx=is_mlx_file(other.metadata))
         own[:0] = stack_rules
         a, b = (converted, b) if side == "a" else (a, converted)
-        builtin = (MLX_MAP, stack_rules)
+        builtin = (mlx_undone(converted, stack_rules), stack_rules)
     elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a.tensors) else (None, tf_rename)
