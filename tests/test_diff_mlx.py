@@ -24,13 +24,9 @@ with open(fixture("expected_mlx.json")) as _f:
     EXPECTED = json.load(_f)["cases"]
 CASES = sorted(c for c in os.listdir(SOURCES) if os.path.isdir(os.path.join(SOURCES, c)))
 DEQUANTIZED = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(".mx_dequantize.safetensors"))
-# What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: MLA's kv_b_proj split per
-# head into embed_q and unembed_out; GraniteMoE's fused experts split into a switch_mlp; ERNIE 4.5's
-# e_score_correction_bias dropped
-MLA = {"removed": ["layers.0.self_attn.kv_b_proj.weight"],
-       "added": ["layers.0.self_attn.embed_q.weight", "layers.0.self_attn.unembed_out.weight"]}
+# What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: GraniteMoE's fused experts
+# split into a switch_mlp; ERNIE 4.5's e_score_correction_bias dropped
 UNPAIRED = {
-    "deepseek_v3-4bit-g32": MLA, "deepseek_v3-bf16": MLA,
     "granitemoe-4bit": {"removed": ["layers.0.block_sparse_moe.input_linear.weight",
                                     "layers.0.block_sparse_moe.output_linear.weight"],
                         "added": [f"layers.0.block_sparse_moe.switch_mlp.{p}_proj.weight" for p in ("gate", "up", "down")]},
@@ -62,12 +58,19 @@ def test_a_faithful_conversion_is_the_same_model(case):
         mine = [t for t in rows if t["b_name"] == name or (t["b_name"] or "").startswith(name + "[")]
         if any(name.startswith(u.rpartition(".")[0]) for u in ("model." + x for x in unpaired["added"])):
             continue   # a split module: not compared
+        if ".embed_q." in name or ".unembed_out." in name:   # MLA's halves, joined back into kv_b_proj
+            block = name.rpartition(".")[0].rpartition(".")[0]
+            (joined,) = [t for t in rows if t["b_name"] == f"{block}.embed_q.weight + {block}.unembed_out.weight"]
+            assert joined["name"] == block.removeprefix("model.") + ".kv_b_proj.weight"
+            assert joined["status"] == "converted" and _label(w) in joined["rounded_to"], name
+            assert joined["transform"].startswith("mlx_lm's per-head split of kv_b_proj"), name
+            continue
         experts = w["shape"][0] if len(w["shape"]) == 3 else 1
         assert len(mine) == experts, name
         assert all(t["status"] == "converted" and t["rounded_to"] == _label(w) for t in mine), name
         assert all(0 < t["bound_used"] <= 1 for t in mine), name
     for t in rows:
-        if t["status"] == "converted" and not t["rounded_to"].startswith("mlx "):
+        if t["status"] == "converted" and " + " not in t["b_name"] and not t["rounded_to"].startswith("mlx "):
             assert t["rounded_to"].startswith("mlx_lm's norm + 1") and case == "qwen3_next-4bit-g32"
 
 
@@ -128,18 +131,24 @@ def _save_changed(case: str, tmp_path, change) -> str:
     ("llama-nvfp4", "model.layers.0.mlp.gate_proj.weight"),
     ("qwen3-mxfp8", "lm_head.weight"),
     ("mamba2-4bit-g32", "backbone.layers.1.mixer.conv1d.weight"),             # relaid, not quantised
+    # MLA's kv_b_proj [4 heads x (32 nope + 32 v), 64]: an element of head 1's nope rows (embed_q, transposed), of its
+    # v rows (unembed_out)
+    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 5 * 64 + 3)),
+    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 40 * 64 + 3)),
 ])
 def test_a_planted_change_is_named(case, name, tmp_path):
     """One element of one source tensor moved by a quarter: that tensor, and only it, differs."""
+    name, _, at = name.partition("@")
+
     def change(t):
-        t[name].view(-1)[5] += 0.25
+        t[name].view(-1)[int(at or 5)] += 0.25
         return t
 
     r = _diff(case, _save_changed(case, tmp_path, change))
     changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
     assert [t["a_name"] for t in changed] == [name]
     # a quantised weight: stored in another form, not the rounding of the source (`dtype`, as a GGUF's); else `values`
-    quantised = re.sub(r"\[\d+\]$", "", changed[0]["b_name"]) in EXPECTED[case]["weights"]
+    quantised = re.sub(r"\[\d+\]$", "", changed[0]["b_name"]).split(" + ")[0] in EXPECTED[case]["weights"]
     assert changed[0]["status"] == ("dtype" if quantised else "values")
     assert changed[0]["max_abs"] >= 0.2 and r["same"] is False
 

@@ -34,7 +34,8 @@ CASES = sorted(c for c, e in EXPECTED["cases"].items() if e["weights"])   # quan
 # mlx_lm stacks the experts (switch_mlp), splits MLA's kv_b_proj and keeps conv1d weights channels last: other
 # names and shapes than transformers'
 RELAID = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "granitemoe-4bit", "deepseek_v3-4bit-g32",
-          "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32", "mamba2-4bit-g32", "deepseek_v3-bf16")
+          "deepseek_v3-mla-4bit-g32", "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32",
+          "mamba2-4bit-g32", "deepseek_v3-bf16")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
 
 

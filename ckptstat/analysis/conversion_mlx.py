@@ -9,6 +9,7 @@ MLX side is read as the model it stands for, then compared as any conversion.
   tensor per expert, `...weight[E]`, named as the other side names the expert (`P.experts.E.gate_proj.weight`;
   Mixtral's `w1`, `w3`, `w2`).
 - A norm weight mlx_lm stored as w + 1 (Qwen3-Next, Qwen3.5: PLUS_ONE) reads as w.
+- MLA's `kv_b_proj`, which mlx_lm splits per head into `embed_q` and `unembed_out`, reads joined back (Joined).
 - A conv1d weight mlx keeps [out, kernel, in] (census/quant/mlx.py channels_last) reads in torch's [out, in, kernel]
   where the other side holds that shape.
 
@@ -101,10 +102,41 @@ class Packed:
     def bound(self) -> MlxBound:
         return MlxBound(self)
 
+    def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
+        """The allowed |x - y| of source values x for the slice's elements [start, start + len(x)), start a group's
+        first (MlxBound's rule)."""
+        n = -(-len(x) // self.group)
+        first = start // self.group
+        s = self._groups(self.scales, first, n)
+        b = self._groups(self.biases, first, n)
+        assert s is not None
+        rel = _HALF_ULP.get(self.dtype, 2.0 ** -8)
+
+        def each(v: np.ndarray) -> np.ndarray:
+            return np.repeat(v, self.group)[: len(x)]
+
+        ax = np.abs(x)
+        if self.mode == "affine":
+            sf = s.astype(np.float64)
+            bf = np.zeros_like(sf) if b is None else b.astype(np.float64)
+            top = (1 << self.bits) - 1
+            ends = (bf, bf + sf * top)
+            lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
+            per = (np.abs(sf) / 2 + (2 * top + 1) * _half_ulp(sf, self.dtype) + 2 * _half_ulp(bf, self.dtype)
+                   + 2.0 ** -20 * (np.abs(bf) + top * np.abs(sf)))
+            outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
+            return each(per) + outside + ax * (rel + 2.0 ** -20)
+        scale = each(lut("F8_E4M3" if self.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            v = np.where(scale > 0, ax / scale, 0.0)
+        largest = 448.0 if self.mode == "mxfp8" else 6.0
+        return (_fp_interval(v, self.mode) / 2 * scale + np.maximum(0.0, ax - largest * scale)
+                + ax * (2 * rel + 2.0 ** -20))
+
 
 class MlxBound:
-    """The allowed |x - y| per element of a source x and its dequantised y, on successive whole groups (it reads the
-    groups' stored scales in step).
+    """The allowed |x - y| per element of a source x and its dequantised y, on successive whole groups
+    (Packed.allowed, which reads the groups' stored scales in step).
 
     Affine (mx.quantize's affine_quantize): each group's scale s and bias b are computed in float32, every code
     q = clip(round((x - b) / s), 0, 2^bits - 1), and then s and b are rounded to the compute dtype (u: half its ulp).
@@ -118,38 +150,75 @@ class MlxBound:
     half the grid's interval around |x| / scale, times the scale, plus the clamp, plus 2 |x| u_rel (the division in
     the compute dtype, a source rounded to it)."""
 
-    def __init__(self, p: Packed):
-        self.p, self.next_group = p, 0
+    def __init__(self, p: Packed | Joined):
+        self.p, self.next = p, 0
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
-        p = self.p
-        n = -(-len(x) // p.group)
-        s = p._groups(p.scales, self.next_group, n)
-        b = p._groups(p.biases, self.next_group, n)
-        self.next_group += n
-        assert s is not None
-        rel = _HALF_ULP.get(p.dtype, 2.0 ** -8)
+        out = self.p.allowed(x, self.next)
+        self.next += len(x)
+        return out
 
-        def each(v: np.ndarray) -> np.ndarray:
-            return np.repeat(v, p.group)[: len(x)]
 
-        ax = np.abs(x)
-        if p.mode == "affine":
-            sf = s.astype(np.float64)
-            bf = np.zeros_like(sf) if b is None else b.astype(np.float64)
-            top = (1 << p.bits) - 1
-            ends = (bf, bf + sf * top)
-            lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
-            per = (np.abs(sf) / 2 + (2 * top + 1) * _half_ulp(sf, p.dtype) + 2 * _half_ulp(bf, p.dtype)
-                   + 2.0 ** -20 * (np.abs(bf) + top * np.abs(sf)))
-            outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
-            return each(per) + outside + ax * (rel + 2.0 ** -20)
-        scale = each(lut("F8_E4M3" if p.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)])
-        with np.errstate(divide="ignore", invalid="ignore"):
-            v = np.where(scale > 0, ax / scale, 0.0)
-        largest = 448.0 if p.mode == "mxfp8" else 6.0
-        return (_fp_interval(v, p.mode) / 2 * scale + np.maximum(0.0, ax - largest * scale)
-                + ax * (2 * rel + 2.0 ** -20))
+@dataclass(frozen=True)
+class Stored:
+    """A tensor of the mlx file as stored (one half of a Joined where it is not quantised)."""
+    src: Checkpoint
+    name: str
+    dtype: str
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        return np.asarray(self.src.read_elements(self.name, start, count)).astype(np.float64)
+
+    def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
+        """A wider source rounded to the dtype."""
+        return np.abs(x) * _HALF_ULP.get(self.dtype, 2.0 ** -8)
+
+
+@dataclass(frozen=True)
+class Joined:
+    """transformers' MLA `kv_b_proj` [heads x (nope + v), rank], which mlx_lm's sanitize splits per head into `embed_q`
+    [heads, rank, nope] (each head's first nope rows, transposed) and `unembed_out` [heads, v, rank] (DeepSeek-V3,
+    Kimi, GLM-4 MoE Lite): read joined back, a head at a time."""
+    q: Packed | Stored
+    out: Packed | Stored
+    heads: int
+    nope: int
+    v: int
+    rank: int
+    transform = "mlx_lm's per-head split of kv_b_proj (embed_q transposed, unembed_out) joined"
+
+    @property
+    def group(self) -> int:   # a head's elements: what a bound takes at once
+        return (self.nope + self.v) * self.rank
+
+    @property
+    def label(self) -> str:
+        labels = dict.fromkeys(p.label if isinstance(p, Packed) else p.dtype for p in (self.q, self.out))
+        return " and ".join(labels)
+
+    def _heads(self, h0: int, h1: int, q: np.ndarray, o: np.ndarray) -> np.ndarray:
+        """Heads h0..h1 of kv_b_proj from embed_q's and unembed_out's values for them."""
+        qh = q.reshape(h1 - h0, self.rank, self.nope).transpose(0, 2, 1)
+        return np.concatenate([qh, o.reshape(h1 - h0, self.v, self.rank)], axis=1).reshape(-1)
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        h0, h1 = start // self.group, -(-(start + count) // self.group)
+        nq, no = self.rank * self.nope, self.v * self.rank
+        v = self._heads(h0, h1, self.q.read(h0 * nq, (h1 - h0) * nq), self.out.read(h0 * no, (h1 - h0) * no))
+        lo = start - h0 * self.group
+        return v[lo: lo + count]
+
+    def bound(self) -> MlxBound:
+        return MlxBound(self)
+
+    def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
+        h0 = start // self.group
+        n = len(x) // self.group
+        blocks = x.reshape(n, self.nope + self.v, self.rank)
+        xq = blocks[:, : self.nope].transpose(0, 2, 1).reshape(-1)   # in embed_q's order
+        xo = blocks[:, self.nope:].reshape(-1)
+        return self._heads(h0, h0 + n, self.q.allowed(xq, h0 * self.rank * self.nope),
+                           self.out.allowed(xo, h0 * self.v * self.rank))
 
 
 # mlx_lm's sanitize stores these RMSNorm weights as w + 1 in the compute dtype (its RMSNorm scales by w, the model's by
@@ -188,7 +257,7 @@ class Relaid:
     name: str
     kernel: int
     inputs: int
-    label = "mlx's conv1d axes [out, kernel, in] read as torch's [out, in, kernel]"
+    transform = "mlx's conv1d axes [out, kernel, in] read as torch's [out, in, kernel]"
 
     def read(self, start: int, count: int) -> np.ndarray:
         row = self.kernel * self.inputs
@@ -199,16 +268,18 @@ class Relaid:
         return v[lo: lo + count]
 
 
-def rounded(t: TensorInfo) -> Packed | PlusOne | None:
-    """What a tensor of view() reads that mlx stored rounded (a quantised weight, a norm + 1), else None."""
+def rounded(t: TensorInfo) -> Packed | PlusOne | Joined | None:
+    """What a tensor of view() reads that mlx stored rounded (a quantised weight, a norm + 1, MLA's halves where one is
+    quantised), else None."""
     p = t.extra.get("mlx")
+    if isinstance(p, Joined):
+        return p if isinstance(p.q, Packed) or isinstance(p.out, Packed) else None
     return p if isinstance(p, (Packed, PlusOne)) else None
 
 
-def relaid(t: TensorInfo) -> str | None:
-    """What view() reads a relaid tensor as, else None."""
-    r = t.extra.get("mlx")
-    return r.label if isinstance(r, Relaid) else None
+def undoes(t: TensorInfo) -> str | None:
+    """The layout change view() undid in reading a tensor (a relaid conv1d, MLA's split), else None."""
+    return getattr(t.extra.get("mlx"), "transform", None)
 
 
 def mlx_side(a: Checkpoint, b: Checkpoint) -> str | None:
@@ -263,17 +334,47 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
         whole = TensorInfo(logical_name, p.dtype, w.shape, codes.file, None, stored, storage=f"mlx:{logical_name}",
                            extra={"mlx": p})
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
+    _join_mla(ckpt, out, other, key, rules)
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
                                                         for f in ckpt.files})
     return tensors_view, rules
 
 
+def _join_mla(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tuple[int, ...]],
+              key: Callable[[str], str], rules: Rules) -> None:
+    """Each `P.embed_q` / `P.unembed_out` pair whose shapes rebuild the other side's `P.kv_b_proj.weight`, joined
+    (Joined) under the name `P.embed_q.weight + P.unembed_out.weight`, with the rule naming it `P.kv_b_proj.weight`."""
+    for qn in [n for n in out if n.endswith(".embed_q.weight")]:
+        block = qn[: -len(".embed_q.weight")]
+        on, kv = block + ".unembed_out.weight", block + ".kv_b_proj.weight"
+        tq, to, want = out[qn], out.get(on), tuple(other.get(key(kv), ()))
+        if to is None or len(tq.shape) != 3 or len(to.shape) != 3 or len(want) != 2:
+            continue
+        (heads, rank, nope), (_, v, _) = tq.shape, to.shape
+        if to.shape != (heads, v, rank) or want != (heads * (nope + v), rank):
+            continue
+
+        def part(t: TensorInfo) -> Packed | Stored:
+            p = t.extra.get("mlx")
+            return p if isinstance(p, Packed) else Stored(ckpt, t.name, t.dtype)
+
+        name = f"{qn} + {on}"
+        out[name] = TensorInfo(name, tq.dtype, want, tq.file, None, tq.nbytes + to.nbytes, storage=f"mlx:{name}",
+                               extra={"mlx": Joined(part(tq), part(to), heads, nope, v, rank)})
+        del out[qn], out[on]
+        rules.append((re.compile(f"^{re.escape(name)}$"), kv.replace("\\", "\\\\")))
+
+
 def undone(ckpt: Checkpoint, rules: Rules) -> str:
     """What view() undid, for the report's map line."""
-    kinds = {type(t.extra.get("mlx")) for t in ckpt}
+    kinds: set[type] = set()
+    for t in ckpt:
+        v = t.extra.get("mlx")
+        kinds.update({type(v), type(v.q), type(v.out)} if isinstance(v, Joined) else {type(v)})
     done = [what for kind, what in ((Packed, "quantised weights dequantised"), (PlusOne, "norm + 1 taken off"),
-                                    (Relaid, "conv1d axes as torch's")) if kind in kinds]
-    return MAP + ": " + (", ".join(done + ["experts unstacked"] * bool(rules)) or "nothing to undo")
+                                    (Relaid, "conv1d axes as torch's"), (Joined, "MLA's kv_b_proj joined")) if kind in kinds]
+    stacks = any(rx.pattern.endswith("\\[(\\d+)\\]$") for rx, _ in rules)
+    return MAP + ": " + (", ".join(done + ["experts unstacked"] * stacks) or "nothing to undo")
 
 
 def _expert(p: Packed, _: Any, rows: int, e: int) -> Packed:

@@ -33,8 +33,9 @@ from .conversion import (
     transform_for,
     whole_blocks,
 )
-from .conversion_mlx import mlx_side, relaid
+from .conversion_mlx import mlx_side
 from .conversion_mlx import rounded as mlx_rounded
+from .conversion_mlx import undoes as mlx_undoes
 from .conversion_mlx import undone as mlx_undone
 from .conversion_mlx import view as mlx_view
 
@@ -364,8 +365,8 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                     m, conv = plain, None
             if conv is not None:
                 row["transform"] = conv[1].label   # compared after the converter's transform of the HF side
-            elif relaid(ta) or relaid(tb):
-                row["transform"] = relaid(ta) or relaid(tb)
+            elif mlx_undoes(ta) or mlx_undoes(tb):
+                row["transform"] = mlx_undoes(ta) or mlx_undoes(tb)
             rounded = m.pop("rounded")
             if ta.dtype != tb.dtype or mlx_rounded(ta) or mlx_rounded(tb):
                 row["status"] = "converted" if rounded is not None and not strict else "dtype"
