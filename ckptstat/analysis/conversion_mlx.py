@@ -308,36 +308,68 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
 
     q = layout(ckpt)
     shown = logical(ckpt).tensors
+    packed = {w.name: p for w in (q.weights.values() if q is not None else ())
+              if (p := _packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)) is not None}
+    member_of = {n: w.name for w in (q.weights.values() if q is not None else ()) if w.name in packed for n in w.members}
     out: dict[str, TensorInfo] = {}
-    member_of = {}
-    for w in (q.weights.values() if q is not None else ()):
-        m = {n.rpartition(".")[2]: n for n in w.members}
-        if w.method.startswith("mlx ") and {"weight", "scales"} <= set(m) and "global_scale" not in m:
-            member_of.update({n: w.name for n in w.members})
     rules: Rules = []
+    done: set[str] = set()
     for name, t in ckpt.tensors.items():
         logical_name = member_of.get(name)
         if logical_name is None:
             out.update(_plain(ckpt, t, other, key, rules, other_mlx))
             continue
-        if logical_name in out or any(k.startswith(logical_name + "[") for k in out):
+        if logical_name in done:
             continue
+        done.add(logical_name)
+        p = packed[logical_name]
         w = q.weights[logical_name]  # type: ignore[union-attr]
-        m = {n.rpartition(".")[2]: n for n in w.members}
-        codes, scales = ckpt.tensors[m["weight"]], ckpt.tensors[m["scales"]]
-        mode = w.method.split()[1]
-        cols = w.shape[-1]
-        p = Packed(ckpt, m["weight"], m["scales"], m.get("biases"), mode, int(w.bits or 4),
-                   cols // max(1, scales.shape[-1]), cols, 0,
-                   scales.dtype if mode == "affine" else shown[logical_name].dtype)
         stored = sum(ckpt.tensors[n].nbytes for n in w.members)
-        whole = TensorInfo(logical_name, p.dtype, w.shape, codes.file, None, stored, storage=f"mlx:{logical_name}",
-                           extra={"mlx": p})
+        whole = TensorInfo(logical_name, p.dtype, w.shape, ckpt.tensors[p.codes].file, None, stored,
+                           storage=f"mlx:{logical_name}", extra={"mlx": p})
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
     _join_mla(ckpt, out, other, key, rules)
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
                                                         for f in ckpt.files})
     return tensors_view, rules
+
+
+def _packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float | None, shape: tuple[int, ...],
+            dtype: str) -> Packed | None:
+    """An mlx quantised weight (census/quant/mlx.py) as Packed, where its members are the packing its mode, bits and
+    group make: uint32 codes of `bits` over the logical inputs, one scale (and bias, affine) per group; else None (a
+    module with a global scale, or a layout that does not add up, is compared as stored)."""
+    m = {n.rpartition(".")[2]: n for n in members}
+    if not method.startswith("mlx ") or "global_scale" in m or not {"weight", "scales"} <= set(m) or not shape:
+        return None
+    codes, scales = ckpt.tensors[m["weight"]], ckpt.tensors[m["scales"]]
+    biases = ckpt.tensors.get(m.get("biases", ""))
+    mode, width, cols = method.split()[1], int(bits or 0), shape[-1]
+    groups = scales.shape[-1] if scales.shape else 0
+    group = cols // groups if groups else 0
+    affine = mode == "affine"
+    fits = (codes.dtype == "U32" and codes.shape and 0 < width <= 8 and group and groups * group == cols
+            and cols * width == codes.shape[-1] * 32 and scales.shape[:-1] == codes.shape[:-1]
+            and (scales.dtype in _HALF_ULP if affine else scales.dtype == "U8" and mode in ("mxfp4", "nvfp4", "mxfp8"))
+            and (biases is not None and biases.shape == scales.shape and biases.dtype == scales.dtype) == affine)
+    if not fits:
+        return None
+    return Packed(ckpt, m["weight"], m["scales"], m.get("biases"), mode, width, group, cols, 0,
+                  scales.dtype if affine else dtype)
+
+
+# The names of what view() reads joined or sliced, spelled as transformers': one rule per spelling, whatever the layer
+_JOINED_RULE = (re.compile(r"^(.+)\.embed_q\.weight \+ \1\.unembed_out\.weight$"), r"\1.kv_b_proj.weight")
+_SLICE_RULES = [   # by spelling, as _slices tries them: P.experts.E.gate_proj.weight, Mixtral's P.experts.E.w1.weight
+    [(re.compile(r"^(.+)\.switch_mlp\.(gate|up|down)_proj\.weight\[(\d+)\]$"), r"\1.experts.\3.\2_proj.weight")],
+    [(re.compile(rf"^(.+)\.switch_mlp\.{p}_proj\.weight\[(\d+)\]$"), rf"\1.experts.\2.{w}.weight")
+     for p, w in _MIXTRAL.items()]]
+
+
+def _rule(rules: Rules, rule: list[tuple[re.Pattern[str], str]]) -> None:
+    for r in rule:
+        if r not in rules:
+            rules.append(r)
 
 
 def _join_mla(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tuple[int, ...]],
@@ -362,7 +394,7 @@ def _join_mla(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, 
         out[name] = TensorInfo(name, tq.dtype, want, tq.file, None, tq.nbytes + to.nbytes, storage=f"mlx:{name}",
                                extra={"mlx": Joined(part(tq), part(to), heads, nope, v, rank)})
         del out[qn], out[on]
-        rules.append((re.compile(f"^{re.escape(name)}$"), kv.replace("\\", "\\\\")))
+        _rule(rules, [_JOINED_RULE])
 
 
 def undone(ckpt: Checkpoint, rules: Rules) -> str:
@@ -415,10 +447,10 @@ def _slices(t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[
         return {t.name: t}
     block, proj = m.group("block"), m.group("proj")
     names = [f"{block}.experts.{{}}.{proj}_proj.weight", f"{block}.experts.{{}}.{_MIXTRAL[proj]}.weight"]
-    target = next((x for x in names if tuple(other.get(key(x.format(0)), ())) == t.shape[1:]), None)
-    if target is None:
+    spelling = next((i for i, x in enumerate(names) if tuple(other.get(key(x.format(0)), ())) == t.shape[1:]), None)
+    if spelling is None:
         return {t.name: t}
-    rules.append((re.compile(f"^{re.escape(t.name)}\\[(\\d+)\\]$"), target.replace("\\", "\\\\").format("\\1")))
+    _rule(rules, _SLICE_RULES[spelling])
     rows = math.prod(t.shape[1:-1])
     source = t.extra.get("mlx")
     out = {}
