@@ -24,14 +24,13 @@ with open(fixture("expected_mlx.json")) as _f:
     EXPECTED = json.load(_f)["cases"]
 CASES = sorted(c for c in os.listdir(SOURCES) if os.path.isdir(os.path.join(SOURCES, c)))
 DEQUANTIZED = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(".mx_dequantize.safetensors"))
-# What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: GraniteMoE's fused experts
-# split into a switch_mlp; ERNIE 4.5's e_score_correction_bias dropped
-UNPAIRED = {
-    "granitemoe-4bit": {"removed": ["layers.0.block_sparse_moe.input_linear.weight",
-                                    "layers.0.block_sparse_moe.output_linear.weight"],
-                        "added": [f"layers.0.block_sparse_moe.switch_mlp.{p}_proj.weight" for p in ("gate", "up", "down")]},
-    "ernie4_5_moe-4bit": {"removed": ["layers.0.mlp.moe_statics.e_score_correction_bias"], "added": []},
-}
+# What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: ERNIE 4.5's
+# e_score_correction_bias dropped
+UNPAIRED = {"ernie4_5_moe-4bit": {"removed": ["layers.0.mlp.moe_statics.e_score_correction_bias"], "added": []}}
+# tensors mlx_lm splits along rows, read joined back: the joined row's transform, by the case's
+JOINED = {"deepseek_v3-4bit-g32": "mlx_lm's per-head split of kv_b_proj", "deepseek_v3-bf16": "mlx_lm's per-head split",
+          "deepseek_v3-mla-4bit-g32": "mlx_lm's per-head split of kv_b_proj",
+          "granitemoe-4bit": "mlx_lm's split of the experts' fused gate and up projections"}
 
 
 def _label(w: dict) -> str:
@@ -45,8 +44,8 @@ def _diff(case: str, source: str | None = None, **kw) -> dict:
 @pytest.mark.parametrize("case", CASES)
 def test_a_faithful_conversion_is_the_same_model(case):
     """Every quantised module MLX reports is `converted` within its rounding bound, labelled with MLX's own mode, bits
-    and group, a stack once per expert; every other tensor is equal (or a norm + 1, rounded); what mlx_lm's sanitize
-    leaves unpaired is all that is added or removed."""
+    and group, a stack once per expert, a half of a split tensor in the joined row; every other tensor is equal (or a
+    norm + 1, rounded); what mlx_lm's sanitize leaves unpaired is all that is added or removed."""
     r = _diff(case)
     rows = r["tensors"]
     unpaired = UNPAIRED.get(case, {"added": [], "removed": []})
@@ -58,15 +57,16 @@ def test_a_faithful_conversion_is_the_same_model(case):
         mine = [t for t in rows if t["b_name"] == name or (t["b_name"] or "").startswith(name + "[")]
         if any(name.startswith(u.rpartition(".")[0]) for u in ("model." + x for x in unpaired["added"])):
             continue   # a split module: not compared
-        if ".embed_q." in name or ".unembed_out." in name:   # MLA's halves, joined back into kv_b_proj
-            block = name.rpartition(".")[0].rpartition(".")[0]
-            (joined,) = [t for t in rows if t["b_name"] == f"{block}.embed_q.weight + {block}.unembed_out.weight"]
-            assert joined["name"] == block.removeprefix("model.") + ".kv_b_proj.weight"
-            assert joined["status"] == "converted" and _label(w) in joined["rounded_to"], name
-            assert joined["transform"].startswith("mlx_lm's per-head split of kv_b_proj"), name
+        joined = [t for t in rows if name in (t["b_name"] or "").split(" + ")[1:] or
+                  (t["b_name"] or "").startswith(name + " + ")]
+        if joined:   # one half of a tensor mlx_lm split (MLA's kv_b_proj, fused gate and up experts), joined back
+            (row,) = joined
+            assert row["status"] == "converted" and _label(w) in row["rounded_to"], name
+            assert row["transform"].startswith(JOINED[case]), name
             continue
         experts = w["shape"][0] if len(w["shape"]) == 3 else 1
-        assert len(mine) == experts, name
+        # a stack once per expert where the source names each, whole where it keeps them whole (GraniteMoE's output_linear)
+        assert len(mine) == experts or len(mine) == 1 and mine[0]["a_shape"] == w["shape"], name
         assert all(t["status"] == "converted" and t["rounded_to"] == _label(w) for t in mine), name
         assert all(0 < t["bound_used"] <= 1 for t in mine), name
     for t in rows:
@@ -135,6 +135,9 @@ def _save_changed(case: str, tmp_path, change) -> str:
     # v rows (unembed_out)
     ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 5 * 64 + 3)),
     ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 40 * 64 + 3)),
+    # GraniteMoE's input_linear [4 experts, 2 x 64, 64]: expert 1's up half (switch_mlp.up_proj); output_linear (down)
+    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.input_linear.weight@" + str(2 * 64 * 64 + 67 * 64 + 5)),
+    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.output_linear.weight"),
 ])
 def test_a_planted_change_is_named(case, name, tmp_path):
     """One element of one source tensor moved by a quarter: that tensor, and only it, differs."""

@@ -176,49 +176,51 @@ class Stored:
 
 @dataclass(frozen=True)
 class Joined:
-    """transformers' MLA `kv_b_proj` [heads x (nope + v), rank], which mlx_lm's sanitize splits per head into `embed_q`
-    [heads, rank, nope] (each head's first nope rows, transposed) and `unembed_out` [heads, v, rank] (DeepSeek-V3,
-    Kimi, GLM-4 MoE Lite): read joined back, a head at a time."""
-    q: Packed | Stored
-    out: Packed | Stored
-    heads: int
-    nope: int
-    v: int
-    rank: int
-    transform = "mlx_lm's per-head split of kv_b_proj (embed_q transposed, unembed_out) joined"
+    """A tensor transformers keeps whole, [blocks x (a + b), cols], which mlx_lm's sanitize splits along its rows block
+    by block: each block's first a rows from `first` ([blocks, cols, a], transposed, where `transposed`; else
+    [blocks, a, cols]), its next b rows from `second` [blocks, b, cols]. Read joined back, a block at a time:
+    - MLA's `kv_b_proj`, split per head into `embed_q` (transposed) and `unembed_out` (DeepSeek-V3, Kimi, GLM-4 MoE Lite);
+    - a MoE block's fused gate and up projections [experts, 2 x inter, hidden], split into `switch_mlp.gate_proj` and
+      `up_proj` (GraniteMoE's `input_linear`, Qwen3.5-MoE's and Mistral 4's `experts.gate_up_proj`)."""
+    first: Packed | Stored
+    second: Packed | Stored
+    a: int
+    b: int
+    cols: int
+    transposed: bool
+    transform: str
 
     @property
-    def group(self) -> int:   # a head's elements: what a bound takes at once
-        return (self.nope + self.v) * self.rank
+    def group(self) -> int:   # a block's elements: what a bound takes at once
+        return (self.a + self.b) * self.cols
 
     @property
     def label(self) -> str:
-        labels = dict.fromkeys(p.label if isinstance(p, Packed) else p.dtype for p in (self.q, self.out))
+        labels = dict.fromkeys(p.label if isinstance(p, Packed) else p.dtype for p in (self.first, self.second))
         return " and ".join(labels)
 
-    def _heads(self, h0: int, h1: int, q: np.ndarray, o: np.ndarray) -> np.ndarray:
-        """Heads h0..h1 of kv_b_proj from embed_q's and unembed_out's values for them."""
-        qh = q.reshape(h1 - h0, self.rank, self.nope).transpose(0, 2, 1)
-        return np.concatenate([qh, o.reshape(h1 - h0, self.v, self.rank)], axis=1).reshape(-1)
+    def _blocks(self, n: int, f: np.ndarray, s: np.ndarray) -> np.ndarray:
+        """n blocks of the whole from `first`'s and `second`'s values (or bounds) for them."""
+        fb = f.reshape(n, self.cols, self.a).transpose(0, 2, 1) if self.transposed else f.reshape(n, self.a, self.cols)
+        return np.concatenate([fb, s.reshape(n, self.b, self.cols)], axis=1).reshape(-1)
 
     def read(self, start: int, count: int) -> np.ndarray:
-        h0, h1 = start // self.group, -(-(start + count) // self.group)
-        nq, no = self.rank * self.nope, self.v * self.rank
-        v = self._heads(h0, h1, self.q.read(h0 * nq, (h1 - h0) * nq), self.out.read(h0 * no, (h1 - h0) * no))
-        lo = start - h0 * self.group
+        k0, k1 = start // self.group, -(-(start + count) // self.group)
+        nf, ns = self.a * self.cols, self.b * self.cols
+        v = self._blocks(k1 - k0, self.first.read(k0 * nf, (k1 - k0) * nf), self.second.read(k0 * ns, (k1 - k0) * ns))
+        lo = start - k0 * self.group
         return v[lo: lo + count]
 
     def bound(self) -> MlxBound:
         return MlxBound(self)
 
     def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
-        h0 = start // self.group
-        n = len(x) // self.group
-        blocks = x.reshape(n, self.nope + self.v, self.rank)
-        xq = blocks[:, : self.nope].transpose(0, 2, 1).reshape(-1)   # in embed_q's order
-        xo = blocks[:, self.nope:].reshape(-1)
-        return self._heads(h0, h0 + n, self.q.allowed(xq, h0 * self.rank * self.nope),
-                           self.out.allowed(xo, h0 * self.v * self.rank))
+        k0, n = start // self.group, len(x) // self.group
+        blocks = x.reshape(n, self.a + self.b, self.cols)
+        xf = blocks[:, : self.a]
+        xf = (xf.transpose(0, 2, 1) if self.transposed else xf).reshape(-1)   # in `first`'s order
+        return self._blocks(n, self.first.allowed(xf, k0 * self.a * self.cols),
+                            self.second.allowed(blocks[:, self.a:].reshape(-1), k0 * self.b * self.cols))
 
 
 # mlx_lm's sanitize stores these RMSNorm weights as w + 1 in the compute dtype (its RMSNorm scales by w, the model's by
@@ -273,7 +275,7 @@ def rounded(t: TensorInfo) -> Packed | PlusOne | Joined | None:
     quantised), else None."""
     p = t.extra.get("mlx")
     if isinstance(p, Joined):
-        return p if isinstance(p.q, Packed) or isinstance(p.out, Packed) else None
+        return p if isinstance(p.first, Packed) or isinstance(p.second, Packed) else None
     return p if isinstance(p, (Packed, PlusOne)) else None
 
 
@@ -328,7 +330,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
         whole = TensorInfo(logical_name, p.dtype, w.shape, ckpt.tensors[p.codes].file, None, stored,
                            storage=f"mlx:{logical_name}", extra={"mlx": p})
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
-    _join_mla(ckpt, out, other, key, rules)
+    _join(ckpt, out, other, key, rules)
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
                                                         for f in ckpt.files})
     return tensors_view, rules
@@ -372,10 +374,28 @@ def _rule(rules: Rules, rule: list[tuple[re.Pattern[str], str]]) -> None:
             rules.append(r)
 
 
-def _join_mla(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tuple[int, ...]],
-              key: Callable[[str], str], rules: Rules) -> None:
-    """Each `P.embed_q` / `P.unembed_out` pair whose shapes rebuild the other side's `P.kv_b_proj.weight`, joined
-    (Joined) under the name `P.embed_q.weight + P.unembed_out.weight`, with the rule naming it `P.kv_b_proj.weight`."""
+_MLA = "mlx_lm's per-head split of kv_b_proj (embed_q transposed, unembed_out) joined"
+_FUSED = "mlx_lm's split of the experts' fused gate and up projections joined"
+# a MoE block B's fused gate and up projections and its down projection as transformers names them, by spelling:
+# Qwen3.5-MoE's and Mistral 4's experts.gate_up_proj / experts.down_proj; GraniteMoE's input_linear / output_linear
+_FUSED_NAMES = (("experts.gate_up_proj", "experts.down_proj"), ("input_linear.weight", "output_linear.weight"))
+_FUSED_RULES = [
+    [(re.compile(r"^(.+)\.switch_mlp\.gate_proj\.weight \+ \1\.switch_mlp\.up_proj\.weight$"), rf"\1.{up}"),
+     (re.compile(r"^(.+)\.switch_mlp\.down_proj\.weight$"), rf"\1.{down}")] for up, down in _FUSED_NAMES]
+
+
+def _part(ckpt: Checkpoint, t: TensorInfo) -> Packed | Stored:
+    p = t.extra.get("mlx")
+    return p if isinstance(p, Packed) else Stored(ckpt, t.name, t.dtype)
+
+
+def _join(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tuple[int, ...]],
+          key: Callable[[str], str], rules: Rules) -> None:
+    """What mlx_lm split along rows, joined back (Joined) where the halves rebuild the other side's tensor, under the
+    name `FIRST + SECOND` with the rule naming it as transformers does:
+    - each `P.embed_q` / `P.unembed_out` pair whose shapes rebuild `P.kv_b_proj.weight`;
+    - each `B.switch_mlp.gate_proj` / `up_proj` pair whose shapes rebuild a fused `B.experts.gate_up_proj` (or
+      `B.input_linear.weight`), its `down_proj` then named `B.experts.down_proj` (`B.output_linear.weight`)."""
     for qn in [n for n in out if n.endswith(".embed_q.weight")]:
         block = qn[: -len(".embed_q.weight")]
         on, kv = block + ".unembed_out.weight", block + ".kv_b_proj.weight"
@@ -385,26 +405,39 @@ def _join_mla(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, 
         (heads, rank, nope), (_, v, _) = tq.shape, to.shape
         if to.shape != (heads, v, rank) or want != (heads * (nope + v), rank):
             continue
-
-        def part(t: TensorInfo) -> Packed | Stored:
-            p = t.extra.get("mlx")
-            return p if isinstance(p, Packed) else Stored(ckpt, t.name, t.dtype)
-
         name = f"{qn} + {on}"
         out[name] = TensorInfo(name, tq.dtype, want, tq.file, None, tq.nbytes + to.nbytes, storage=f"mlx:{name}",
-                               extra={"mlx": Joined(part(tq), part(to), heads, nope, v, rank)})
+                               extra={"mlx": Joined(_part(ckpt, tq), _part(ckpt, to), nope, v, rank, True, _MLA)})
         del out[qn], out[on]
         _rule(rules, [_JOINED_RULE])
+    for gn in [n for n in out if n.endswith(".switch_mlp.gate_proj.weight")]:
+        block = gn[: -len(".switch_mlp.gate_proj.weight")]
+        un = block + ".switch_mlp.up_proj.weight"
+        tg, tu = out[gn], out.get(un)
+        if tu is None or len(tg.shape) != 3 or tg.shape != tu.shape:
+            continue
+        experts, inter, hidden = tg.shape
+        spelling = next((i for i, (up, _) in enumerate(_FUSED_NAMES)
+                         if tuple(other.get(key(f"{block}.{up}"), ())) == (experts, 2 * inter, hidden)), None)
+        if spelling is None:
+            continue
+        name = f"{gn} + {un}"
+        out[name] = TensorInfo(name, tg.dtype, (experts, 2 * inter, hidden), tg.file, None, tg.nbytes + tu.nbytes,
+                               storage=f"mlx:{name}",
+                               extra={"mlx": Joined(_part(ckpt, tg), _part(ckpt, tu), inter, inter, hidden, False, _FUSED)})
+        del out[gn], out[un]
+        _rule(rules, _FUSED_RULES[spelling])
 
 
 def undone(ckpt: Checkpoint, rules: Rules) -> str:
     """What view() undid, for the report's map line."""
-    kinds: set[type] = set()
+    kinds: set[object] = set()
     for t in ckpt:
         v = t.extra.get("mlx")
-        kinds.update({type(v), type(v.q), type(v.out)} if isinstance(v, Joined) else {type(v)})
+        kinds.update({v.transform, type(v.first), type(v.second)} if isinstance(v, Joined) else {type(v)})
     done = [what for kind, what in ((Packed, "quantised weights dequantised"), (PlusOne, "norm + 1 taken off"),
-                                    (Relaid, "conv1d axes as torch's"), (Joined, "MLA's kv_b_proj joined")) if kind in kinds]
+                                    (Relaid, "conv1d axes as torch's"), (_MLA, "MLA's kv_b_proj joined"),
+                                    (_FUSED, "fused gate and up projections joined")) if kind in kinds]
     stacks = any(rx.pattern.endswith("\\[(\\d+)\\]$") for rx, _ in rules)
     return MAP + ": " + (", ".join(done + ["experts unstacked"] * stacks) or "nothing to undo")
 
