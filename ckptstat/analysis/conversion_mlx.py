@@ -9,7 +9,8 @@ MLX side is read as the model it stands for, then compared as any conversion.
   tensor per expert, `...weight[E]`, named as the other side names the expert (`P.experts.E.gate_proj.weight`;
   Mixtral's `w1`, `w3`, `w2`).
 - A norm weight mlx_lm stored as w + 1 (Qwen3-Next, Qwen3.5: PLUS_ONE) reads as w.
-- MLA's `kv_b_proj`, which mlx_lm splits per head into `embed_q` and `unembed_out`, reads joined back (Joined).
+- What mlx_lm splits along rows reads joined back (Joined): MLA's `kv_b_proj` (per head into `embed_q` and
+  `unembed_out`), a MoE block's fused gate and up experts (into `switch_mlp.gate_proj` and `up_proj`).
 - A conv1d weight mlx keeps [out, kernel, in] (census/quant/mlx.py channels_last) reads in torch's [out, in, kernel]
   where the other side holds that shape.
 

@@ -166,13 +166,15 @@ def lut(name: str) -> F32:
 
 
 def unpack_bits(raw: U8, bits: int, count: int) -> U8:
-    """Split a packed little-endian bit stream into `count` codes of `bits` bits (F4, F6).
+    """Split a packed little-endian bit stream into `count` codes of `bits` bits (F4, F6; mlx's 2-8 bit codes).
 
     F4 packs two codes per byte, the first in the low nibble (as torch float4_e2m1fn_x2 and
     ml_dtypes do). F6 packs four codes into three bytes, least significant bits first (inferred).
     """
     import numpy as np
 
+    if bits == 8:
+        return raw[:count]
     if bits == 4:
         codes = np.empty(raw.size * 2, dtype=np.uint8)
         codes[0::2] = raw & 0x0F
