@@ -28,8 +28,8 @@ DEQUANTIZED = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(
 # e_score_correction_bias dropped
 UNPAIRED = {"ernie4_5_moe-4bit": {"removed": ["layers.0.mlp.moe_statics.e_score_correction_bias"], "added": []}}
 # tensors mlx_lm splits along rows, read joined back: the joined row's transform, by the case's
-JOINED = {"deepseek_v3-4bit-g32": "mlx_lm's per-head split of kv_b_proj", "deepseek_v3-bf16": "mlx_lm's per-head split",
-          "deepseek_v3-mla-4bit-g32": "mlx_lm's per-head split of kv_b_proj",
+MLA = "mlx_lm's per-head split of kv_b_proj"
+JOINED = {"deepseek_v3-4bit-g32": MLA, "deepseek_v3-bf16": MLA, "deepseek_v3-mla-4bit-g32": MLA,
           "granitemoe-4bit": "mlx_lm's split of the experts' fused gate and up projections"}
 
 
@@ -124,27 +124,31 @@ def _save_changed(case: str, tmp_path, change) -> str:
     return str(work)
 
 
-@pytest.mark.parametrize("case,name", [
-    ("llama-4bit", "model.layers.0.self_attn.q_proj.weight"),                 # affine, float16
-    ("qwen3_moe-8bit", "model.layers.0.mlp.experts.2.down_proj.weight"),      # one expert of a stack
-    ("mixtral-mxfp4", "model.layers.0.block_sparse_moe.experts.1.w3.weight"),   # Mixtral's w3: up
-    ("llama-nvfp4", "model.layers.0.mlp.gate_proj.weight"),
-    ("qwen3-mxfp8", "lm_head.weight"),
-    ("mamba2-4bit-g32", "backbone.layers.1.mixer.conv1d.weight"),             # relaid, not quantised
-    # MLA's kv_b_proj [4 heads x (32 nope + 32 v), 64]: an element of head 1's nope rows (embed_q, transposed), of its
-    # v rows (unembed_out)
-    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 5 * 64 + 3)),
-    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight@" + str(64 * 64 + 40 * 64 + 3)),
-    # GraniteMoE's input_linear [4 experts, 2 x 64, 64]: expert 1's up half (switch_mlp.up_proj); output_linear (down)
-    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.input_linear.weight@" + str(2 * 64 * 64 + 67 * 64 + 5)),
-    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.output_linear.weight"),
-])
-def test_a_planted_change_is_named(case, name, tmp_path):
-    """One element of one source tensor moved by a quarter: that tensor, and only it, differs."""
-    name, _, at = name.partition("@")
-
+@pytest.mark.parametrize("case,name,where", [
+    ("llama-4bit", "model.layers.0.self_attn.q_proj.weight", None),                 # affine, float16
+    ("qwen3_moe-8bit", "model.layers.0.mlp.experts.2.down_proj.weight", None),      # one expert of a stack
+    ("mixtral-mxfp4", "model.layers.0.block_sparse_moe.experts.1.w3.weight", None),  # Mixtral's w3: up
+    ("llama-nvfp4", "model.layers.0.mlp.gate_proj.weight", None),
+    ("qwen3-mxfp8", "lm_head.weight", None),
+    ("mamba2-4bit-g32", "backbone.layers.1.mixer.conv1d.weight", None),             # relaid, not quantised
+    # MLA's kv_b_proj [heads x (nope + v), rank]: head 1's nope row 5 (embed_q's, transposed), its v row 8 (unembed_out's)
+    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight",
+     lambda m: (m["qk_nope_head_dim"] + m["v_head_dim"] + 5, 3)),
+    ("deepseek_v3-mla-4bit-g32", "model.layers.0.self_attn.kv_b_proj.weight",
+     lambda m: (2 * m["qk_nope_head_dim"] + m["v_head_dim"] + 8, 3)),
+    # GraniteMoE's input_linear [experts, 2 x inter, hidden]: expert 1's up half (switch_mlp.up_proj); output_linear
+    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.input_linear.weight", lambda m: (1, m["intermediate_size"] + 3, 5)),
+    ("granitemoe-4bit", "model.layers.0.block_sparse_moe.output_linear.weight", None),
+], ids=lambda v: "" if callable(v) or v is None else v.rpartition(".")[0].rpartition(".")[2] if "." in v else v)
+def test_a_planted_change_is_named(case, name, where, tmp_path):
+    """One element of one source tensor moved by a quarter (`where(the model's config)`, else its sixth): that tensor,
+    and only it, differs."""
     def change(t):
-        t[name].view(-1)[int(at or 5)] += 0.25
+        at = where(EXPECTED[case]["model"]) if where else None
+        if at is None:
+            t[name].view(-1)[5] += 0.25
+        else:
+            t[name][at] += 0.25
         return t
 
     r = _diff(case, _save_changed(case, tmp_path, change))

@@ -271,7 +271,15 @@ def gguf_transforms(gguf: Checkpoint) -> list[tuple[re.Pattern[str], str]]:
 
 
 # ------------------------------------------------------------------------------------------ rounding
-_F16_SUBNORMAL_HALF_ULP = 2.0 ** -25
+MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
+# half an ulp of a float dtype: relative, and its floor (half the smallest subnormal)
+HALF_ULP = {"BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24}
+_HALF_ULP_FLOOR = {"BF16": 2.0 ** -134, "F16": 2.0 ** -25, "F32": 2.0 ** -150}
+
+
+def half_ulp(v: np.ndarray, dtype: str) -> np.ndarray:
+    """Half an ulp of `dtype` at each of v's magnitudes: the most rounding v to it moves it (bf16 where unknown)."""
+    return np.maximum(np.abs(v) * HALF_ULP.get(dtype, HALF_ULP["BF16"]), _HALF_ULP_FLOOR.get(dtype, 0.0))
 
 
 def _bf16(x: np.ndarray) -> np.ndarray:
@@ -329,7 +337,7 @@ class QuantBound:
         ends = (s * qmin + a, s * qmax + a)
         per = (np.abs(s) / 2 + 2.0 ** -20 * (np.abs(a) + np.abs(s) * top))
         if self.quant.coded_before_rounding:
-            per = per + (top + 1) * _f16_half_ulp(s) + np.where(a == 0, 0.0, _f16_half_ulp(a))
+            per = per + (top + 1) * half_ulp(s, "F16") + np.where(a == 0, 0.0, half_ulp(a, "F16"))
         size = d.block // scale.shape[1]   # elements per sub-block
 
         def each(v: np.ndarray) -> np.ndarray:
@@ -338,10 +346,6 @@ class QuantBound:
         lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
         outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
         return each(per) + outside + np.abs(x) * (2.0 ** -11 + 2.0 ** -20)
-
-
-def _f16_half_ulp(v: np.ndarray) -> np.ndarray:
-    return np.maximum(np.abs(v) * 2.0 ** -11, _F16_SUBNORMAL_HALF_ULP)
 
 
 Bound = Callable[[np.ndarray, np.ndarray], np.ndarray]
@@ -361,6 +365,29 @@ def rounding_bound(info: TensorInfo) -> tuple[int, Bound] | None:
     if info.dtype in QUANTS and info.offset is not None:
         return info.dt.block, QuantBound(info)
     return None
+
+
+def rounding(ta: TensorInfo, tb: TensorInfo) -> tuple[str, bool, int, Bound] | None:
+    """(what the narrower side was rounded to, whether that side is B, the elements its bound takes together, the bound)
+    of a pair, or None where ckptstat knows no rounding between them. A tensor read from another stored form carries
+    its own (`extra["rounded"]`: label, group, bound(); an mlx quantised weight, analysis/conversion_mlx.py); else
+    the narrower dtype's (rounding_target, rounding_bound)."""
+    for narrow_b, t in ((True, tb), (False, ta)):
+        r = t.extra.get("rounded")
+        if r is not None:
+            return r.label, narrow_b, r.group, r.bound()   # type: ignore[attr-defined]
+    target = rounding_target(ta.dtype, tb.dtype)
+    if target is None:
+        return None
+    narrow_b = target == tb.dtype
+    found = rounding_bound(tb if narrow_b else ta)
+    return None if found is None else (target, narrow_b, *found)
+
+
+def converts(ta: TensorInfo, tb: TensorInfo) -> bool:
+    """Whether the pair's values are stored in different forms (dtypes, or one side's read from another: `rounded`), so
+    that equal values are a conversion's rounding, not equality."""
+    return ta.dtype != tb.dtype or "rounded" in ta.extra or "rounded" in tb.extra
 
 
 def rounding_target(a_dtype: str, b_dtype: str) -> str | None:

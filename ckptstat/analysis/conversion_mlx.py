@@ -27,25 +27,16 @@ from typing import Any
 
 import numpy as np
 
-from ..census.quant import layout
+from ..census.quant import layout, logical
 from ..census.quant.mlx import channels_last, is_mlx_file
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import lut, unpack_bits
 from ..core.tensor import read_flat_file
+from .conversion import HALF_ULP, MAX_EXPERTS, half_ulp
 
 MAP = "mlx_lm's conversion undone"
 _STACK = re.compile(r"^(?P<block>.+)\.switch_mlp\.(?P<proj>gate|up|down)_proj\.weight$")
 _MIXTRAL = {"gate": "w1", "up": "w3", "down": "w2"}   # mlx_lm's mixtral sanitize: w1 -> gate, w3 -> up, w2 -> down
-MAX_EXPERTS = 1 << 16   # a stack with more slices stays whole (no loop on what a header claims)
-# half an ulp, relative, of the dtype the scales (affine) or the source were rounded to
-_HALF_ULP = {"BF16": 2.0 ** -8, "F16": 2.0 ** -11, "F32": 2.0 ** -24}
-_FLOOR = {"BF16": 2.0 ** -134, "F16": 2.0 ** -25, "F32": 2.0 ** -150}
-
-
-def _half_ulp(v: np.ndarray, dtype: str) -> np.ndarray:
-    return np.maximum(np.abs(v) * _HALF_ULP.get(dtype, 2.0 ** -8), _FLOOR.get(dtype, 0.0))
-
-
 def _fp_interval(v: np.ndarray, mode: str) -> np.ndarray:
     """The distance between the two grid values around |v| (in units of the group's scale): E2M1's 0 .5 1 1.5 2 3 4 6,
     or E4M3's 3 mantissa bits (subnormal below 2^-6)."""
@@ -73,12 +64,13 @@ class Packed:
     def label(self) -> str:
         return f"mlx {self.mode}" + (f" {self.bits}-bit, group {self.group}" if self.mode == "affine" else "")
 
-    def _groups(self, name: str | None, first: int, n: int) -> np.ndarray | None:
-        """n of a member's per-group values from the slice's group `first` on."""
-        if name is None:
-            return None
+    def _groups(self, name: str | None, first: int, n: int) -> np.ndarray:
+        """n of a member's per-group values (scales; affine's biases, which _packed checked it has) from the slice's
+        group `first` on, in float64 (the floating-point modes' scales as their uint8 codes)."""
+        assert name is not None
         per_row = self.cols // self.group
-        return np.asarray(self.src.read_elements(name, self.row0 * per_row + first, n))
+        v = np.asarray(self.src.read_elements(name, self.row0 * per_row + first, n))
+        return v if v.dtype == np.uint8 else v.astype(np.float64)
 
     def read(self, start: int, count: int) -> np.ndarray:
         """Elements [start, start + count) of the dequantised slice, C order, float64."""
@@ -88,17 +80,17 @@ class Packed:
         q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols)
         per_row = self.cols // self.group
         s = self._groups(self.scales, r0 * per_row, (r1 - r0) * per_row)
-        assert s is not None
         q = q.reshape(-1, self.group)
         if self.mode == "affine":
-            b = self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)
-            v = s.astype(np.float64)[:, None] * q + (0.0 if b is None else b.astype(np.float64)[:, None])
+            v = s[:, None] * q + self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)[:, None]
         else:
-            values = lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q]
-            scale = lut("F8_E4M3" if self.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)]
-            v = values * scale[:, None]
+            v = lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q] * self._fp_scales(s)[:, None]
         lo = start - r0 * self.cols
         return v.reshape(-1)[lo: lo + count]
+
+    def _fp_scales(self, s: np.ndarray) -> np.ndarray:
+        """The floating-point modes' group scales: nvfp4's E4M3, mxfp4's and mxfp8's E8M0 (2^(e - 127))."""
+        return lut("F8_E4M3" if self.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)]
 
     def bound(self) -> MlxBound:
         return MlxBound(self)
@@ -109,30 +101,26 @@ class Packed:
         n = -(-len(x) // self.group)
         first = start // self.group
         s = self._groups(self.scales, first, n)
-        b = self._groups(self.biases, first, n)
-        assert s is not None
-        rel = _HALF_ULP.get(self.dtype, 2.0 ** -8)
 
         def each(v: np.ndarray) -> np.ndarray:
             return np.repeat(v, self.group)[: len(x)]
 
         ax = np.abs(x)
         if self.mode == "affine":
-            sf = s.astype(np.float64)
-            bf = np.zeros_like(sf) if b is None else b.astype(np.float64)
+            sf, bf = s, self._groups(self.biases, first, n)
             top = (1 << self.bits) - 1
             ends = (bf, bf + sf * top)
             lo, hi = each(np.minimum(*ends)), each(np.maximum(*ends))
-            per = (np.abs(sf) / 2 + (2 * top + 1) * _half_ulp(sf, self.dtype) + 2 * _half_ulp(bf, self.dtype)
+            per = (np.abs(sf) / 2 + (2 * top + 1) * half_ulp(sf, self.dtype) + 2 * half_ulp(bf, self.dtype)
                    + 2.0 ** -20 * (np.abs(bf) + top * np.abs(sf)))
             outside = np.maximum(0.0, np.maximum(lo - x, x - hi))
-            return each(per) + outside + ax * (rel + 2.0 ** -20)
-        scale = each(lut("F8_E4M3" if self.mode == "nvfp4" else "F8_E8M0").astype(np.float64)[s.astype(np.uint8)])
+            return each(per) + outside + half_ulp(x, self.dtype) + ax * 2.0 ** -20
+        scale = each(self._fp_scales(s))
         with np.errstate(divide="ignore", invalid="ignore"):
             v = np.where(scale > 0, ax / scale, 0.0)
         largest = 448.0 if self.mode == "mxfp8" else 6.0
         return (_fp_interval(v, self.mode) / 2 * scale + np.maximum(0.0, ax - largest * scale)
-                + ax * (2 * rel + 2.0 ** -20))
+                + 2 * half_ulp(x, self.dtype) + ax * 2.0 ** -20)
 
 
 class MlxBound:
@@ -172,7 +160,7 @@ class Stored:
 
     def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
         """A wider source rounded to the dtype."""
-        return np.abs(x) * _HALF_ULP.get(self.dtype, 2.0 ** -8)
+        return half_ulp(x, self.dtype)
 
 
 @dataclass(frozen=True)
@@ -249,8 +237,7 @@ class PlusOne:
 
     def bound(self) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
         """|x - (y - 1)| = |x + 1 - y|: y is x + 1 rounded to the dtype (x first rounded to it, from a wider source)."""
-        rel = _HALF_ULP.get(self.dtype, 2.0 ** -8)
-        return lambda x, y: _half_ulp(x + 1.0, self.dtype) + np.abs(x) * rel + 2.0 ** -40
+        return lambda x, y: half_ulp(x + 1.0, self.dtype) + half_ulp(x, self.dtype) + 2.0 ** -40
 
 
 @dataclass(frozen=True)
@@ -271,18 +258,16 @@ class Relaid:
         return v[lo: lo + count]
 
 
-def rounded(t: TensorInfo) -> Packed | PlusOne | Joined | None:
-    """What a tensor of view() reads that mlx stored rounded (a quantised weight, a norm + 1, MLA's halves where one is
-    quantised), else None."""
-    p = t.extra.get("mlx")
-    if isinstance(p, Joined):
-        return p if isinstance(p.first, Packed) or isinstance(p.second, Packed) else None
-    return p if isinstance(p, (Packed, PlusOne)) else None
-
-
-def undoes(t: TensorInfo) -> str | None:
-    """The layout change view() undid in reading a tensor (a relaid conv1d, MLA's split), else None."""
-    return getattr(t.extra.get("mlx"), "transform", None)
+def _extra(source: Packed | PlusOne | Joined | Relaid) -> dict[str, object]:
+    """A view tensor's extra: its reader (`mlx`), what it was rounded from where it was (`rounded`: conversion.rounding
+    reads its label, group and bound; a Joined where a half is quantised), the layout change undone (`transform`)."""
+    extra: dict[str, object] = {"mlx": source}
+    if isinstance(source, (Packed, PlusOne)) or isinstance(source, Joined) and (
+            isinstance(source.first, Packed) or isinstance(source.second, Packed)):
+        extra["rounded"] = source
+    if isinstance(source, (Joined, Relaid)):
+        extra["transform"] = source.transform
+    return extra
 
 
 def mlx_side(a: Checkpoint, b: Checkpoint) -> str | None:
@@ -307,8 +292,6 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     """The mlx checkpoint as the model it converts (module docstring), and the rules naming its experts' slices as the
     other side does. `other`: the other side's aligned names -> shapes; `key`: a name of this side, aligned;
     `other_mlx`: the other side is mlx's own unquantised conversion (its norms already + 1: left as stored)."""
-    from ..census.quant import logical
-
     q = layout(ckpt)
     shown = logical(ckpt).tensors
     packed = {w.name: p for w in (q.weights.values() if q is not None else ())
@@ -329,7 +312,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
         w = q.weights[logical_name]  # type: ignore[union-attr]
         stored = sum(ckpt.tensors[n].nbytes for n in w.members)
         whole = TensorInfo(logical_name, p.dtype, w.shape, ckpt.tensors[p.codes].file, None, stored,
-                           storage=f"mlx:{logical_name}", extra={"mlx": p})
+                           storage=f"mlx:{logical_name}", extra=_extra(p))
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
     _join(ckpt, out, other, key, rules)
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
@@ -353,7 +336,7 @@ def _packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float
     affine = mode == "affine"
     fits = (codes.dtype == "U32" and codes.shape and 0 < width <= 8 and group and groups * group == cols
             and cols * width == codes.shape[-1] * 32 and scales.shape[:-1] == codes.shape[:-1]
-            and (scales.dtype in _HALF_ULP if affine else scales.dtype == "U8" and mode in ("mxfp4", "nvfp4", "mxfp8"))
+            and (scales.dtype in HALF_ULP if affine else scales.dtype == "U8" and mode in ("mxfp4", "nvfp4", "mxfp8"))
             and (biases is not None and biases.shape == scales.shape and biases.dtype == scales.dtype) == affine)
     if not fits:
         return None
@@ -408,7 +391,7 @@ def _join(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tupl
             continue
         name = f"{qn} + {on}"
         out[name] = TensorInfo(name, tq.dtype, want, tq.file, None, tq.nbytes + to.nbytes, storage=f"mlx:{name}",
-                               extra={"mlx": Joined(_part(ckpt, tq), _part(ckpt, to), nope, v, rank, True, _MLA)})
+                               extra=_extra(Joined(_part(ckpt, tq), _part(ckpt, to), nope, v, rank, True, _MLA)))
         del out[qn], out[on]
         _rule(rules, [_JOINED_RULE])
     for gn in [n for n in out if n.endswith(".switch_mlp.gate_proj.weight")]:
@@ -425,7 +408,7 @@ def _join(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tupl
         name = f"{gn} + {un}"
         out[name] = TensorInfo(name, tg.dtype, (experts, 2 * inter, hidden), tg.file, None, tg.nbytes + tu.nbytes,
                                storage=f"mlx:{name}",
-                               extra={"mlx": Joined(_part(ckpt, tg), _part(ckpt, tu), inter, inter, hidden, False, _FUSED)})
+                               extra=_extra(Joined(_part(ckpt, tg), _part(ckpt, tu), inter, inter, hidden, False, _FUSED)))
         del out[gn], out[un]
         _rule(rules, _FUSED_RULES[spelling])
 
@@ -439,7 +422,7 @@ def undone(ckpt: Checkpoint, rules: Rules) -> str:
     done = [what for kind, what in ((Packed, "quantised weights dequantised"), (PlusOne, "norm + 1 taken off"),
                                     (Relaid, "conv1d axes as torch's"), (_MLA, "MLA's kv_b_proj joined"),
                                     (_FUSED, "fused gate and up projections joined")) if kind in kinds]
-    stacks = any(rx.pattern.endswith("\\[(\\d+)\\]$") for rx, _ in rules)
+    stacks = any(r in rules for spelling in _SLICE_RULES for r in spelling)
     return MAP + ": " + (", ".join(done + ["experts unstacked"] * stacks) or "nothing to undo")
 
 
@@ -461,14 +444,14 @@ def _plain(ckpt: Checkpoint, t: TensorInfo, other: Mapping[str, tuple[int, ...]]
     expected = other.get(key(t.name))
     ends = () if other_mlx else PLUS_ONE.get(str((ckpt.config or {}).get("model_type")), ())
     if len(t.shape) == 1 and any(t.name.endswith(e) for e in ends):
-        return {t.name: replace(t, offset=None, storage=f"mlx:{t.name}", extra={"mlx": PlusOne(ckpt, t.name, t.dtype)})}
+        return {t.name: replace(t, offset=None, storage=f"mlx:{t.name}", extra=_extra(PlusOne(ckpt, t.name, t.dtype)))}
     if expected is not None and channels_last(t.shape, tuple(expected)) and t.shape[1] != t.shape[2]:
         r = Relaid(ckpt, t.name, t.shape[1], t.shape[2])
-        return {t.name: replace(t, shape=tuple(expected), offset=None, storage=f"mlx:{t.name}", extra={"mlx": r})}
+        return {t.name: replace(t, shape=tuple(expected), offset=None, storage=f"mlx:{t.name}", extra=_extra(r))}
     if t.offset is None or t.stride is not None:
         return {t.name: t}
-    size = t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
-    return _slices(t, other, key, rules, lambda i, rows, e: replace(i, offset=t.offset + e * size, nbytes=size))  # type: ignore[operator]
+    offset, size = t.offset, t.nbytes // t.shape[0] if t.shape and t.shape[0] else 0
+    return _slices(t, other, key, rules, lambda i, rows, e: replace(i, offset=offset + e * size, nbytes=size))
 
 
 def _slices(t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[str], str], rules: Rules,
@@ -490,7 +473,7 @@ def _slices(t: TensorInfo, other: Mapping[str, tuple[int, ...]], key: Callable[[
     out = {}
     for e in range(n):
         piece = part(source if source is not None else t, rows, e)
-        info = piece if isinstance(piece, TensorInfo) else replace(t, extra={"mlx": piece})
+        info = piece if isinstance(piece, TensorInfo) else replace(t, extra=_extra(piece))
         out[f"{t.name}[{e}]"] = replace(info, name=f"{t.name}[{e}]", shape=t.shape[1:],
                                         nbytes=t.nbytes // n, storage=f"{info.storage or t.name}[{e}]")
     return out

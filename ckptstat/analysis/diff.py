@@ -23,19 +23,17 @@ from ..errors import CkptstatError, UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
 from .conversion import (
-    Bound,
+    MAX_EXPERTS,
     Transform,
     column_blocks,
     conversion_row,
+    converts,
     gguf_transforms,
-    rounding_bound,
-    rounding_target,
+    rounding,
     transform_for,
     whole_blocks,
 )
 from .conversion_mlx import mlx_side
-from .conversion_mlx import rounded as mlx_rounded
-from .conversion_mlx import undoes as mlx_undoes
 from .conversion_mlx import undone as mlx_undone
 from .conversion_mlx import view as mlx_view
 
@@ -149,9 +147,6 @@ def gguf_rules(ckpt: Checkpoint) -> tuple[str, list[tuple[re.Pattern[str], str]]
     return f"GGUF -> HF names ({name} family)", rules
 
 
-MAX_EXPERTS = 1 << 16   # a stack with more slices than this stays whole (hostile headers: no loop on a claim)
-
-
 def _unstacked(ckpt: Checkpoint, rules: list[tuple[re.Pattern[str], str]], wanted: Callable[[str], bool]) -> Checkpoint:
     """A GGUF checkpoint whose stacked experts (llama.cpp's blk.N.ffn_{gate,up,down}_exps, [experts, ...]) read
     as one tensor per expert, `blk.N.ffn_gate_exps.weight[E]`: slice E of the stack at its own byte offset,
@@ -246,15 +241,8 @@ def _compare(a: Checkpoint, na: str, b: Checkpoint, nb: str, atol: float, rtol: 
             xs = transform[1].apply(lambda: a.iter_chunks(na, chunk_bytes))
         else:
             ys = transform[1].apply(lambda: b.iter_chunks(nb, chunk_bytes))
-    mlx = mlx_rounded(b.tensors[nb]) or mlx_rounded(a.tensors[na])   # what an mlx conversion stored rounded
-    target: str | None
-    bound_of: Bound | None
-    if mlx is not None:
-        target, narrow_b, block, bound_of = mlx.label, mlx is mlx_rounded(b.tensors[nb]), mlx.group, mlx.bound()
-    else:
-        target = rounding_target(a.tensors[na].dtype, b.tensors[nb].dtype)
-        narrow_b = target == b.tensors[nb].dtype   # the side rounded to; the other is the source
-        block, bound_of = (rounding_bound(b.tensors[nb] if narrow_b else a.tensors[na]) if target else None) or (1, None)
+    found = rounding(a.tensors[na], b.tensors[nb])   # narrow_b: the side rounded to; the other is the source
+    target, narrow_b, block, bound_of = found or (None, False, 1, None)
     rounded, use = bound_of is not None, 0.0
     for x, y in whole_blocks(((x, y) for x, y in aligned(xs, ys)), block):
         ha.update(np.ascontiguousarray(x).data)   # the buffer itself, no copy
@@ -363,12 +351,12 @@ def _values(a: Checkpoint, b: Checkpoint, names_only: bool, rules: tuple[list, l
                 plain = _compare(a, na, b, nb, atol, rtol, chunk_bytes, transposed)  # type: ignore[arg-type]
                 if _same(plain, ta.dtype == tb.dtype, strict):   # not written by that converter: equal as it is
                     m, conv = plain, None
-            if conv is not None:
-                row["transform"] = conv[1].label   # compared after the converter's transform of the HF side
-            elif mlx_undoes(ta) or mlx_undoes(tb):
-                row["transform"] = mlx_undoes(ta) or mlx_undoes(tb)
+            # compared after the converter's transform of the HF side, or a layout mlx_lm's changed read back
+            transform = conv[1].label if conv is not None else ta.extra.get("transform") or tb.extra.get("transform")
+            if transform:
+                row["transform"] = transform
             rounded = m.pop("rounded")
-            if ta.dtype != tb.dtype or mlx_rounded(ta) or mlx_rounded(tb):
+            if converts(ta, tb):
                 row["status"] = "converted" if rounded is not None and not strict else "dtype"
                 if rounded is not None:
                     row.update(rounded)
