@@ -13,6 +13,7 @@ compute) unless a sample needs real values."""
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import inspect
 import json
 import math
@@ -23,12 +24,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
+import census_audit  # noqa: E402
 from census_audit import saved_shapes  # noqa: E402
 from conftest import held_bytes  # noqa: E402
+from oracle_figures import Kind, Later  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
 
 import ckptstat  # noqa: E402
-from ckptstat.analysis import meta  # noqa: E402
+from ckptstat.analysis import meta, torch_flops  # noqa: E402
 from ckptstat.census.model import load as load_model  # noqa: E402
 from ckptstat.core import TensorInfo  # noqa: E402
 from ckptstat.errors import NoAnalyticModel, UsageError  # noqa: E402
@@ -164,6 +167,54 @@ def tensor_infos(model) -> dict[str, TensorInfo]:
             for n, shape in saved_shapes(model, tied=False).items()}
 
 
+# ---- the oracle's figures, kept (tests/oracle_figures.py): keyed by the sample's config, the model class, the device
+# and the inputs; a figure on record builds no model ----
+
+def shapes_digest(shapes: dict) -> str:
+    """A digest of names and shapes (what the table keeps of a model's saved shapes: their equality, not their 3 MB)."""
+    return hashlib.sha1(json.dumps(sorted((n, list(s)) for n, s in shapes.items())).encode()).hexdigest()
+
+
+SAVED = Kind(__name__, "saved_shapes_digest", meta_model, shapes_digest, census_audit)
+
+
+def sample_key(sample: Sample, model_name: str) -> list:
+    return [sample.config, sample.kwargs, model_name]
+
+
+def config_changes(sample: Sample, model_name: str) -> dict:
+    """What the model's __init__ changes in the config it is given (BigBird's and MRA's QA heads set num_labels to 2),
+    which save_pretrained then writes."""
+    cfg = _config(sample)
+    before = cfg.to_dict()
+    meta_model(getattr(T, model_name), cfg)
+    return {k: v for k, v in cfg.to_dict().items() if k not in before or before[k] != v}
+
+
+CONFIG = Kind(__name__, "config_changes", meta_model, config_changes)
+
+
+def saved_spec(sample: Sample, model_name: str):
+    """ckptstat's ArchSpec from the config.json save_pretrained writes for the sample's model (as its __init__ leaves
+    the config), without building the model where its changes are on record."""
+    d = _config(sample).to_dict()
+    d.update(CONFIG(sample_key(sample, model_name), config_changes, sample, model_name))
+    d["architectures"] = [model_name]
+    return from_config(d)
+
+
+def image_flops_or_failure(model, seq, batch, device, side, channels, native):
+    """fcm_image_flops, or None where the library fails at that side (a RuntimeError)."""
+    try:
+        return fcm_image_flops(model, seq, batch, device, side, channels, native)
+    except RuntimeError:
+        return None
+
+
+FLOPS = Kind(__name__, "flops", meta_model, fcm_flops, fcm_image_flops, image_flops_or_failure, fcm_audio_flops,
+             meta_autocast, on, torch_flops)
+
+
 # ---- the registry walk ----
 
 CASES = [pytest.param(f, sample, name, id=f"{f.name}-{name}" + (f"-{i}" if i else ""))
@@ -201,7 +252,9 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
     cfg = _config(sample)
     cls = getattr(T, model_name)
     device = "meta" if request.node.callspec.id in ON_META else "cpu"
-    model = meta_model(cls, cfg, device)
+    model = meta_model(cls, cfg)   # the parameters and the names; the forwards' model only for a figure not on record
+    run = Later(meta_model, cls, cfg, device)
+    key = [*sample_key(sample, model_name), device, BATCH]
     spec = spec_of(cls, cfg)
     assert spec.family == family.name
     torch_params = sum(p.numel() for p in model.parameters())
@@ -210,7 +263,7 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
         assert family.min_seq is not None
         shortest = family.min_seq(spec)
         for n in (shortest, *(x for x in AUDIO_SAMPLES if x > shortest)):
-            expected = fcm_audio_flops(model, n, BATCH, device)
+            expected = FLOPS([*key, "samples", n], fcm_audio_flops, run, n, BATCH, device)
             assert expected > 0
             assert ours(spec, n, BATCH) == expected, n
     # an attention the template refuses by name (Family.flops_refused): its parameters above, no FLOPs
@@ -228,22 +281,23 @@ def test_params_and_matmul_flops_equal_transformers(family: Family, sample: Samp
             image = getattr(spec.variant, "vision", spec.variant)   # a two-tower model's vision tower (clip.Towers)
             for side in (spec.image_size, spec.image_size * 3 // 2 + 1):
                 native = getattr(image, "native_image_size", None)
+                expected = FLOPS([*key, "image", seq, side, image.channels, native], image_flops_or_failure,
+                                 run, seq, BATCH, device, side, image.channels, native)
                 if side != spec.image_size and refuses_side(replace(spec, image_size=side)):
                     # a side the walk refuses (PVT's position tables, reshaped into the grid): the library fails too
-                    with pytest.raises(RuntimeError):
-                        fcm_image_flops(model, seq, BATCH, device, side, image.channels, native)
+                    assert expected is None
                     continue
-                expected = fcm_image_flops(model, seq, BATCH, device, side, image.channels, native)
-                assert expected > 0
+                assert expected is not None and expected > 0
                 assert ours(replace(spec, image_size=side), seq, BATCH) == expected, (seq, side)
             continue
         if "input_features" in takes:   # audio: the config fixes the frames,
             # seq is the decoder's
             frames = 2 * cfg.max_source_positions
-            expected = fcm_flops(model, seq, BATCH, device, main_input=family.main_input, frames=frames)
+            expected = FLOPS([*key, "features", seq, frames], fcm_flops, run, seq, BATCH, device,
+                             main_input=family.main_input, frames=frames)
             assert ours(spec, frames, BATCH, dec_seq=seq) == expected, seq
             continue
-        expected = fcm_flops(model, seq, BATCH, device)
+        expected = FLOPS([*key, "tokens", seq], fcm_flops, run, seq, BATCH, device)
         assert expected > 0
         assert ours(spec, seq, BATCH) == expected, seq
 
@@ -276,14 +330,28 @@ def test_grouped_mm_counts_what_the_eager_experts_loop_counts(family: Family, sa
     above counts, as users run it); its FLOPs (grouped_mm_flops) equal what torch's own formulas count on the eager
     experts loop (experts_implementation="eager": one mm per expert hit, on the rows routed to it)."""
     cfg = _config(sample)
-    model = meta_model(getattr(T, model_name), cfg, sample.device)
+    model = Later(meta_model, getattr(T, model_name), cfg, sample.device)
+    key = [*sample_key(sample, model_name), sample.device, BATCH]
+    default = FLOPS([*key, "tokens", SEQS[0]], grouped_mm_flops, model, SEQS[0], BATCH, sample.device)
+    assert default == EAGER([*key, SEQS[0]], eager_experts_flops, model, SEQS[0], BATCH) > 0
+
+
+def grouped_mm_flops(model, seq, batch, device):
+    """fcm_flops of the experts implementation transformers 5 runs by default, grouped_mm."""
     assert model.config._experts_implementation == "grouped_mm"
-    default = fcm_flops(model, SEQS[0], BATCH, sample.device)
+    return fcm_flops(model, seq, batch, device)
+
+
+def eager_experts_flops(model, seq, batch):
+    """What FlopCounterMode's own formulas count with the eager experts loop (no formula of ckptstat's)."""
     model.set_experts_implementation("eager")
     with FlopCounterMode(display=False) as counter, torch.no_grad():
-        ids = torch.arange(BATCH * SEQS[0]).reshape(BATCH, SEQS[0]) % cfg.vocab_size
+        ids = torch.arange(batch * seq).reshape(batch, seq) % model.config.vocab_size
         model(input_ids=ids, attention_mask=torch.ones_like(ids))
-    assert default == counter.get_total_flops() > 0
+    return counter.get_total_flops()
+
+
+EAGER = Kind(__name__, "eager_experts_flops", meta_model, eager_experts_flops)
 
 
 @pytest.mark.parametrize("family,sample,model_name", MOE_CASES)
@@ -319,12 +387,19 @@ def test_expected_tensors_are_the_models_named_parameters(family: Family, sample
     """Every parameter name and shape the model has (tied names included), as save_pretrained writes them
     (transformers 5 reverts its in-memory renames and fused experts to the original layout), and nothing
     else, for every family with a template and every head its samples build."""
-    cls = getattr(T, model_name)
-    cfg = _config(sample)
-    with torch.device("meta"):
-        model = cls._from_config(cfg)
     assert family.expected_tensors is not None
-    assert family.expected_tensors(spec_of(cls, cfg)) == saved_shapes(model)
+    assert_saved_shapes(family.expected_tensors(saved_spec(sample, model_name)), sample, model_name)
+
+
+def assert_saved_shapes(expected: dict, sample: Sample, model_name: str) -> None:
+    """expected == saved_shapes of the sample's model (tied names included), through the digest on record."""
+
+    def model_shapes():
+        return saved_shapes(meta_model(getattr(T, model_name), _config(sample)))
+
+    if shapes_digest(expected) != SAVED(sample_key(sample, model_name), lambda: shapes_digest(model_shapes())):
+        assert expected == model_shapes()   # what differs, from the model itself
+        pytest.fail("tests/oracles/test_families.json disagrees with the model: python scripts/record_oracles.py")
 
 
 def test_every_family_has_a_template():
@@ -390,16 +465,19 @@ def cache_bytes(model, seq, batch):
     return held_bytes(tensors)
 
 
+CACHE = Kind(__name__, "cache_bytes", meta_model, cache_bytes, held_bytes, meta)
+
+
 @pytest.mark.parametrize("family,sample,model_name", KV_CASES)
 def test_kv_cache_bytes_equal_transformers_cache(family: Family, sample: Sample, model_name: str):
     cfg = _config(sample)
     cls = getattr(T, model_name)
-    model = meta_model(cls, cfg, "cpu")
-    spec = spec_of(cls, cfg)
+    model = Later(meta_model, cls, cfg, "cpu")
+    spec = saved_spec(sample, model_name)
     assert family.kv_cache is not None
     for seq in (2, 8, 16):   # below and above the samples' sliding windows (4)
         ours_bytes = sum(x for _, x, _ in family.kv_cache(spec, BATCH, seq, seq, 4)[:1])
-        assert ours_bytes == cache_bytes(model, seq, BATCH), seq
+        assert ours_bytes == CACHE([*sample_key(sample, model_name), seq, BATCH], cache_bytes, model, seq, BATCH), seq
 
 
 # ---- the generic decoder fallback (families/generic.py) ----

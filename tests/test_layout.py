@@ -13,6 +13,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 gguf = pytest.importorskip("gguf")
 from census_audit import saved_shapes  # noqa: E402
+from test_families import assert_saved_shapes, saved_spec  # noqa: E402
 from test_gguf_names import CONVERTS_AS  # noqa: E402
 
 from ckptstat.families import FAMILIES, generic  # noqa: E402
@@ -44,9 +45,8 @@ def test_the_layout_families_are_described():
 
 @pytest.mark.parametrize("family,sample,model_name", CASES)
 def test_derived_tensors_are_what_save_pretrained_writes(family, sample, model_name):
-    _, model, spec = _built(sample, model_name)
-    lay = L.layouts_of(family).of(spec)
-    assert L.expected_tensors(lay, spec) == saved_shapes(model)
+    spec = saved_spec(sample, model_name)
+    assert_saved_shapes(L.expected_tensors(L.layouts_of(family).of(spec), spec), sample, model_name)
 
 
 def _stacked(name: str) -> str:

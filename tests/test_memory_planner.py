@@ -16,6 +16,7 @@ torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 
 from conftest import fixture, fixture_script, held_bytes, saved_split  # noqa: E402
+from oracle_figures import Kind, Later  # noqa: E402
 from test_families import meta_autocast  # noqa: E402
 
 from ckptstat.analysis.memory.hardware import GIB, GPUS, gpu, parse_size  # noqa: E402
@@ -292,6 +293,18 @@ def _act_peak(model, seq: int) -> int:
                 for k, v in per_device.items() if k.name == "ACT")
 
 
+def _model(config_cls: str, model_cls: str, sizes: dict, dtype: str, attn: str | None = None):
+    """transformers' model from its config, with seeded random weights on the CPU, in eval mode."""
+    torch.manual_seed(0)
+    kw = {} if attn is None else {"attn_implementation": attn}
+    return getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), dtype=getattr(torch, dtype), **kw).eval()
+
+
+# MemTracker's peaks, kept (tests/oracle_figures.py): keyed by the model's config, class, dtype and attention, and the
+# inputs
+ACT_PEAK = Kind(__name__, "act_peak", _model, _act_peak)
+
+
 @pytest.mark.parametrize("config_cls,model_cls,sizes", [
     ("MambaConfig", "MambaForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, state_size=8)),
     ("RwkvConfig", "RwkvForCausalLM", dict(vocab_size=128, hidden_size=64, num_hidden_layers=2, attention_hidden_size=64,
@@ -340,13 +353,11 @@ def test_state_space_inference_peak_equals_torch_memtracker(tmp_path, mem, confi
     chunked scan's [b, s/l, l, l, H] segment sums and per-head B and C. The planned activations (peak per layer and
     logits) within 5% of the peak torch's MemTracker records over a CPU forward, at two lengths, and growing with s as
     the measure does (was: b*s*(2h + f) alone, 1/17 of Mamba's measured peak); the rule names the path."""
-    torch.manual_seed(0)
-    model = getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), attn_implementation="eager",
-                                               dtype=getattr(torch, dtype)).eval()
+    model = Later(_model, config_cls, model_cls, sizes, dtype, "eager")
     path = _config(tmp_path, config_cls, sizes, model_cls, dtype=dtype)
     measured, planned = [], []
     for n in (256, 512):
-        measured.append(_act_peak(model, n))
+        measured.append(ACT_PEAK([config_cls, model_cls, sizes, dtype, "eager", n], _act_peak, model, n))
         r = mem(path, "--seq", str(n))
         planned.append(_group(r, "activations"))
         assert abs(planned[-1] - measured[-1]) / measured[-1] < 0.05, (n, planned, measured)
@@ -441,9 +452,8 @@ def test_soft_capped_logits_peak_at_two_copies(tmp_path, mem, config_cls, model_
     sizes = dict(vocab_size=16384, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                  num_key_value_heads=2, head_dim=16, max_position_embeddings=4096, final_logit_softcapping=30.0)
     seq = 256
-    model = getattr(T, model_cls)._from_config(getattr(T, config_cls)(**sizes), attn_implementation="eager",
-                                               dtype=getattr(torch, dtype)).eval()
-    peak = _act_peak(model, seq)
+    peak = ACT_PEAK([config_cls, model_cls, sizes, dtype, "eager", seq], _act_peak,
+                    Later(_model, config_cls, model_cls, sizes, dtype, "eager"), seq)
     r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--seq", str(seq), "--batch", "1")
     planned = _group(r, "activations")
     assert peak <= planned <= 1.2 * peak, (planned, peak, planned / peak)
@@ -714,6 +724,9 @@ def _image_act_peak(model, b: int, side: int) -> int:
                 for k, v in per_device.items() if k.name == "ACT")
 
 
+IMAGE_PEAK = Kind(__name__, "image_act_peak", _model, _image_act_peak)
+
+
 @pytest.mark.parametrize("dtype", ["bfloat16", "float32"])
 @pytest.mark.parametrize("attn", ["eager", "sdpa"])
 @pytest.mark.parametrize("config_cls,model_cls,sizes", [
@@ -736,10 +749,9 @@ def test_vision_encoder_inference_peak_equals_torch_memtracker(tmp_path, mem, co
     eager, 0.67x SDPA when only the largest module was counted). Equal to the byte for SDPA; eager from equal (most at
     fp32) to 8% above, where the scores' moment is the peak and the rule's fp32 softmax copies exceed what CPU's kernels
     hold, and 75% above Data2VecVision's at 16-bit, whose own attention class keeps its softmax in bf16."""
-    cfg = getattr(T, config_cls)(**sizes)
-    model = getattr(T, model_cls)._from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype)).eval()
-    b = 4
-    peak = _image_act_peak(model, b, cfg.image_size)
+    side, b = getattr(T, config_cls)(**sizes).image_size, 4
+    peak = IMAGE_PEAK([config_cls, model_cls, sizes, dtype, attn, b, side], _image_act_peak,
+                      Later(_model, config_cls, model_cls, sizes, dtype, attn), b, side)
     r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--batch", str(b),
             "--attention", "flash" if attn == "sdpa" else "eager")
     planned = _group(r, "activations")
@@ -791,9 +803,8 @@ def test_convnet_inference_peak_equals_torch_memtracker(tmp_path, mem, config_cl
     block's input, the shortcut beside the main path, a conv layer's input under its BatchNorm, as in MobileNetV1's and
     RegNet's; ConvNeXt: the embeddings' output, the stage's and the layer's input: families/resnet.py, convnext.py,
     mobilenet.py, regnet.py)."""
-    cfg = getattr(T, config_cls)(**sizes)
-    model = getattr(T, model_cls)._from_config(cfg, dtype=getattr(torch, dtype)).eval()
-    peak = _image_act_peak(model, b, side)
+    peak = IMAGE_PEAK([config_cls, model_cls, sizes, dtype, None, b, side], _image_act_peak,
+                      Later(_model, config_cls, model_cls, sizes, dtype), b, side)
     r = mem(_config(tmp_path, config_cls, sizes, model_cls, dtype=dtype), "--batch", str(b), "--image-size", str(side))
     assert _group(r, "activations") == peak
 
@@ -816,9 +827,8 @@ def test_swin_inference_peak_equals_torch_memtracker(tmp_path, mem, sizes, b, si
     the stage's input from the second block on and a shifted block's mask (0.79-0.85x without: families/swin.py
     _kept); under eager attention its probabilities and from the second block on the previous block's too. Where
     eager's scores are the peak, and on padded grids, it is still under (docs/memory_planner.md)."""
-    cfg = T.SwinConfig(**sizes)
-    model = T.SwinModel._from_config(cfg, attn_implementation=attn, dtype=getattr(torch, dtype)).eval()
-    peak = _image_act_peak(model, b, side)
+    peak = IMAGE_PEAK(["SwinConfig", "SwinModel", sizes, dtype, attn, b, side], _image_act_peak,
+                      Later(_model, "SwinConfig", "SwinModel", sizes, dtype, attn), b, side)
     r = mem(_config(tmp_path, "SwinConfig", sizes, "SwinModel", dtype=dtype), "--batch", str(b), "--image-size",
             str(side), "--attention", "flash" if attn == "sdpa" else "eager")
     assert _group(r, "activations") == peak

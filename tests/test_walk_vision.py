@@ -12,6 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")
 T = pytest.importorskip("transformers")
 from census_audit import saved_shapes  # noqa: E402
+from oracle_figures import Kind  # noqa: E402
 from test_families import fcm_image_flops, meta_model, ours, spec_of, tensor_infos  # noqa: E402
 from test_walk_encoder import test_the_walk_records_what_save_pretrained_writes as walk_check  # noqa: E402
 
@@ -51,6 +52,15 @@ def test_a_misspelt_encoder_variant_is_an_error():
         EncoderLayer(layer_scal=True)   # type: ignore[call-arg]
 
 
+# FlopCounterMode's FLOPs of one image on the meta device, kept (tests/oracle_figures.py): keyed by the config class,
+# its arguments, the model class, the side and the side the positions are interpolated from
+IMAGE_FLOPS = Kind(__name__, "image_flops", meta_model, fcm_image_flops)
+
+
+def image_flops(model, key: list, side: int, native: int | None) -> int:
+    return IMAGE_FLOPS([*key, side, native], fcm_image_flops, model, 8, 1, "meta", side, 3, native)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("config,model_name,kwargs,sides", [
     ("SwinConfig", "SwinForImageClassification", {}, (224, 300)),   # Swin-T; at 300 px grids 75, 38, 19, 10: all padded
@@ -68,7 +78,7 @@ def test_swin_at_full_size_equals_transformers(config, model_name, kwargs, sides
     model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
     for side in sides:
-        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
+        expected = image_flops(model, [config, kwargs, model_name], side, spec.image_size)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
 
 
@@ -93,7 +103,7 @@ def test_convnets_at_full_size_equal_transformers(config, model_name, kwargs):
     model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     assert predict_params(spec)["total"] == sum(p.numel() for p in model.parameters())
     for side in (224, 97):
-        assert ours(replace(spec, image_size=side), 8, 1) == fcm_image_flops(model, 8, 1, "meta", side, 3, None), side
+        assert ours(replace(spec, image_size=side), 8, 1) == image_flops(model, [config, kwargs, model_name], side, None), side
 
 
 @pytest.mark.parametrize("config,model_name,kwargs", [
@@ -113,7 +123,7 @@ def test_beit_at_full_size_equals_transformers(config, model_name, kwargs):
     model, spec = meta_model(cls, cfg), spec_of(cls, cfg)
     assert predict_params(spec)["total"] == model.num_parameters()
     for side in (224, 320):
-        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, spec.image_size)
+        expected = image_flops(model, [config, kwargs, model_name], side, spec.image_size)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
 
 
@@ -141,7 +151,7 @@ def test_pyramid_transformers_at_full_size_equal_transformers(config, model_name
     inferred = from_tensors(spec.family, tensor_infos(model))
     assert predict_params(inferred)["total"] == model.num_parameters()
     for side in (224, 512, 97):
-        expected = fcm_image_flops(model, 8, 1, "meta", side, 3, None)
+        expected = image_flops(model, [config, kwargs, model_name], side, None)
         assert ours(replace(spec, image_size=side), 8, 1) == expected, side
         assert ours(replace(inferred, image_size=side), 8, 1) == expected, side
 
