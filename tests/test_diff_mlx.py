@@ -14,6 +14,7 @@ import shutil
 import numpy as np
 import pytest
 from conftest import fixture
+from test_quantized_mlx import TOWERS, towers
 
 from ckptstat.analysis.conversion_mlx import view
 from ckptstat.analysis.diff import diff
@@ -27,10 +28,19 @@ DEQUANTIZED = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(
 # What mlx_lm's sanitize leaves unpaired (read in its models/<type>.py), by aligned name: ERNIE 4.5's
 # e_score_correction_bias dropped
 UNPAIRED = {"ernie4_5_moe-4bit": {"removed": ["layers.0.mlp.moe_statics.e_score_correction_bias"], "added": []}}
+
 # tensors mlx_lm splits along rows, read joined back: the joined row's transform, by the case's
 MLA = "mlx_lm's per-head split of kv_b_proj"
+FUSED = "mlx_lm's split of the experts' fused gate and up projections"
 JOINED = {"deepseek_v3-4bit-g32": MLA, "deepseek_v3-bf16": MLA, "deepseek_v3-mla-4bit-g32": MLA,
-          "granitemoe-4bit": "mlx_lm's split of the experts' fused gate and up projections"}
+          "granitemoe-4bit": FUSED, "llama4-4bit-g32": FUSED, "qwen3_vl_moe-4bit-g32": FUSED}
+# where transformers keeps the fused experts [experts, in, out], the down projection's axes swapped back too
+SWAPPED = "mlx_lm's [experts, out, in] read as transformers' [experts, in, out]"
+
+
+def _towers(case: str) -> list[str]:
+    """The source's tensors mlx_lm drops with a wrapper's towers, by the names diff aligns (the outer `model.` off)."""
+    return [n.removeprefix("model.") for n in towers(case)]
 
 
 def _label(w: dict) -> str:
@@ -48,11 +58,11 @@ def test_a_faithful_conversion_is_the_same_model(case):
     norm + 1, rounded); what mlx_lm's sanitize leaves unpaired is all that is added or removed."""
     r = _diff(case)
     rows = r["tensors"]
-    unpaired = UNPAIRED.get(case, {"added": [], "removed": []})
+    unpaired = UNPAIRED.get(case, {"added": [], "removed": _towers(case)})
     for status in ("added", "removed"):
         assert sorted(t["name"] for t in rows if t["status"] == status) == sorted(unpaired[status]), status
     assert not [t for t in rows if t["status"] in ("values", "shape", "dtype")]
-    assert r["same"] is (case not in UNPAIRED)
+    assert r["same"] is (case not in UNPAIRED and case not in TOWERS)
     for name, w in EXPECTED[case]["weights"].items():
         mine = [t for t in rows if t["b_name"] == name or (t["b_name"] or "").startswith(name + "[")]
         if any(name.startswith(u.rpartition(".")[0]) for u in ("model." + x for x in unpaired["added"])):
@@ -65,8 +75,10 @@ def test_a_faithful_conversion_is_the_same_model(case):
             assert row["transform"].startswith(JOINED[case]), name
             continue
         experts = w["shape"][0] if len(w["shape"]) == 3 else 1
-        # a stack once per expert where the source names each, whole where it keeps them whole (GraniteMoE's output_linear)
-        assert len(mine) == experts or len(mine) == 1 and mine[0]["a_shape"] == w["shape"], name
+        # a stack once per expert where the source names each, whole where it keeps them whole (GraniteMoE's output_linear;
+        # Llama 4's and Qwen3-VL-MoE's down_proj, each expert's axes swapped back)
+        whole = w["shape"] if not mine or mine[0].get("transform") != SWAPPED else [experts, *w["shape"][:0:-1]]
+        assert len(mine) == experts or len(mine) == 1 and mine[0]["a_shape"] == whole, name
         assert all(t["status"] == "converted" and t["rounded_to"] == _label(w) for t in mine), name
         assert all(0 < t["bound_used"] <= 1 for t in mine), name
     for t in rows:
@@ -139,6 +151,13 @@ def _save_changed(case: str, tmp_path, change) -> str:
     # GraniteMoE's input_linear [experts, 2 x inter, hidden]: expert 1's up half (switch_mlp.up_proj); output_linear
     ("granitemoe-4bit", "model.layers.0.block_sparse_moe.input_linear.weight", lambda m: (1, m["intermediate_size"] + 3, 5)),
     ("granitemoe-4bit", "model.layers.0.block_sparse_moe.output_linear.weight", None),
+    # [experts, in, out]: Llama 4's gate_up_proj [experts, hidden, 2 x inter], expert 2's up half; its down_proj
+    # [experts, inter, hidden] (square here: the element off the diagonal), Qwen3-VL-MoE's gate half and down_proj
+    ("llama4-4bit-g32", "language_model.model.layers.0.feed_forward.experts.gate_up_proj",
+     lambda m: (2, 5, m["text_config"]["intermediate_size"] + 3)),
+    ("llama4-4bit-g32", "language_model.model.layers.1.feed_forward.experts.down_proj", lambda m: (1, 7, 3)),
+    ("qwen3_vl_moe-4bit-g32", "model.language_model.layers.0.mlp.experts.gate_up_proj", lambda m: (1, 4, 2)),
+    ("qwen3_vl_moe-4bit-g32", "model.language_model.layers.0.mlp.experts.down_proj", lambda m: (3, 9, 2)),
 ], ids=lambda v: "" if callable(v) or v is None else v.rpartition(".")[0].rpartition(".")[2] if "." in v else v)
 def test_a_planted_change_is_named(case, name, where, tmp_path):
     """One element of one source tensor moved by a quarter (`where(the model's config)`, else its sixth): that tensor,
@@ -152,7 +171,8 @@ def test_a_planted_change_is_named(case, name, where, tmp_path):
         return t
 
     r = _diff(case, _save_changed(case, tmp_path, change))
-    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted")]
+    towers = set(_towers(case))   # (removed, as without the change)
+    changed = [t for t in r["tensors"] if t["status"] not in ("equal", "converted") and t["name"] not in towers]
     assert [t["a_name"] for t in changed] == [name]
     # a quantised weight: stored in another form, not the rounding of the source (`dtype`, as a GGUF's); else `values`
     quantised = re.sub(r"\[\d+\]$", "", changed[0]["b_name"]).split(" + ")[0] in EXPECTED[case]["weights"]

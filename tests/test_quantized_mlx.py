@@ -9,6 +9,7 @@ transformers model (importorskip)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 
@@ -37,6 +38,18 @@ RELAID = ("qwen3_moe-8bit", "mixtral-mxfp4", "olmoe-4bit", "qwen2_moe-4bit", "gr
           "deepseek_v3-mla-4bit-g32", "ernie4_5_moe-4bit", "gpt_oss-mxfp4-experts", "qwen3_next-4bit-g32",
           "mamba2-4bit-g32", "deepseek_v3-bf16")
 ROLES = {"weight": "packed-weight", "scales": "scale", "biases": "zero-point"}
+# a multimodal wrapper's towers, which mlx_lm's sanitize drops (its llama4's to_remove, qwen3_vl_moe's pop("visual")):
+# every tensor of the source (fixtures/mlx-sources) under these prefixes; the conversion holds the text model alone
+TOWERS = {"llama4-4bit-g32": ("vision_model.", "multi_modal_projector."), "qwen3_vl_moe-4bit-g32": ("model.visual.",)}
+
+
+def towers(case: str) -> dict[str, int]:
+    """The source's tensors under the case's TOWERS, with their elements."""
+    if case not in TOWERS:
+        return {}
+    with open(os.path.join(HERE, "..", "fixtures", "mlx-sources", case, "model.safetensors"), "rb") as f:
+        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    return {n: math.prod(t["shape"]) for n, t in header.items() if n.startswith(TOWERS[case])}
 
 
 def _path(case: str) -> str:
@@ -64,8 +77,9 @@ def test_counts_bits_and_bytes_are_mlx_own(case):
     held = sum(x["elements"] for x in buffers), sum(x["bytes"] for x in buffers)
     every = e["parameters_every_array"]
     assert p["unique"] == every - held[0]
-    # the one exception: mlx_lm drops ERNIE 4.5's e_score_correction_bias (test_relaid_like_unquantised)
-    assert (p["unique"] == e["unquantised_parameters"]) == (case != "ernie4_5_moe-4bit")
+    # the exceptions: mlx_lm drops ERNIE 4.5's e_score_correction_bias (test_relaid_like_unquantised) and a wrapper's
+    # towers, the whole difference
+    assert (p["unique"] == e["unquantised_parameters"] - sum(towers(case).values())) == (case != "ernie4_5_moe-4bit")
     assert (every == e["parameters"]) == (e["model"]["model_type"] not in ("mamba2", "qwen3_next", "gpt_oss"))
     assert p["stored_bytes"] == e["stored_bytes"] - held[1]
     assert e["bits_per_weight"] == pytest.approx(e["model_bytes"] * 8 / e["parameters"], abs=1e-4)   # mlx_lm's rule
@@ -229,7 +243,7 @@ def _plain(case: str, tmp_path) -> str:  # noqa: ANN001
     return path
 
 
-@pytest.mark.parametrize("case", [c for c in CASES if c not in RELAID])
+@pytest.mark.parametrize("case", [c for c in CASES if c not in RELAID and c not in TOWERS])   # (TOWERS: the next test)
 def test_like_unquantised(case, tmp_path):
     """Resolution, the parameter count, FLOPs, ties and the config cross-check are those of the same model saved
     unquantised; its weight memory is what it stores."""
@@ -237,6 +251,16 @@ def test_like_unquantised(case, tmp_path):
     from test_quantized import assert_like_unquantised
 
     assert_like_unquantised(_path(case), plain)
+
+
+@pytest.mark.parametrize("case", sorted(TOWERS))
+def test_a_wrappers_conversion_is_its_text_model(case):
+    """mlx_lm converts a multimodal wrapper's text model alone (its TOWERS dropped): the conversion counts its source's
+    parameters less the towers', and resolves as its source does."""
+    source, mlx = open_checkpoint(os.path.join(HERE, "..", "fixtures", "mlx-sources", case)), open_checkpoint(_path(case))
+    unique = summarize(mlx)["parameters"]["unique"]
+    assert unique == summarize(source)["parameters"]["unique"] - sum(towers(case).values())
+    assert resolve(mlx).label == resolve(source).label
 
 
 @pytest.mark.parametrize("case", RELAID)

@@ -10,7 +10,9 @@ MLX side is read as the model it stands for, then compared as any conversion.
   Mixtral's `w1`, `w3`, `w2`).
 - A norm weight mlx_lm stored as w + 1 (Qwen3-Next, Qwen3.5: PLUS_ONE) reads as w.
 - What mlx_lm splits along rows reads joined back (Joined): MLA's `kv_b_proj` (per head into `embed_q` and
-  `unembed_out`), a MoE block's fused gate and up experts (into `switch_mlp.gate_proj` and `up_proj`).
+  `unembed_out`), a MoE block's fused gate and up experts (into `switch_mlp.gate_proj` and `up_proj`); where
+  transformers keeps them [experts, in, out] (Llama 4, Qwen3-VL-MoE), mlx_lm also swapped each expert's axes, and
+  the down projection's alone (Swapped): read in transformers' order.
 - A conv1d weight mlx keeps [out, kernel, in] (census/quant/mlx.py channels_last) reads in torch's [out, in, kernel]
   where the other side holds that shape.
 
@@ -139,7 +141,7 @@ class MlxBound:
     half the grid's interval around |x| / scale, times the scale, plus the clamp, plus 2 |x| u_rel (the division in
     the compute dtype, a source rounded to it)."""
 
-    def __init__(self, p: Packed | Joined):
+    def __init__(self, p: Packed | Joined | Swapped):
         self.p, self.next = p, 0
 
     def __call__(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -170,7 +172,10 @@ class Joined:
     [blocks, a, cols]), its next b rows from `second` [blocks, b, cols]. Read joined back, a block at a time:
     - MLA's `kv_b_proj`, split per head into `embed_q` (transposed) and `unembed_out` (DeepSeek-V3, Kimi, GLM-4 MoE Lite);
     - a MoE block's fused gate and up projections [experts, 2 x inter, hidden], split into `switch_mlp.gate_proj` and
-      `up_proj` (GraniteMoE's `input_linear`, Qwen3.5-MoE's and Mistral 4's `experts.gate_up_proj`)."""
+      `up_proj` (GraniteMoE's `input_linear`, Qwen3.5-MoE's and Mistral 4's `experts.gate_up_proj`);
+    - `in_out`: the whole is kept [blocks, cols, a + b], each block the transpose of the joined rows (Llama 4's and
+      Qwen3-VL-MoE's `experts.gate_up_proj` [experts, hidden, 2 x inter], which mlx_lm splits along its last axis and
+      swaps into `gate_proj` / `up_proj` [experts, inter, hidden])."""
     first: Packed | Stored
     second: Packed | Stored
     a: int
@@ -178,6 +183,7 @@ class Joined:
     cols: int
     transposed: bool
     transform: str
+    in_out: bool = False
 
     @property
     def group(self) -> int:   # a block's elements: what a bound takes at once
@@ -191,7 +197,8 @@ class Joined:
     def _blocks(self, n: int, f: np.ndarray, s: np.ndarray) -> np.ndarray:
         """n blocks of the whole from `first`'s and `second`'s values (or bounds) for them."""
         fb = f.reshape(n, self.cols, self.a).transpose(0, 2, 1) if self.transposed else f.reshape(n, self.a, self.cols)
-        return np.concatenate([fb, s.reshape(n, self.b, self.cols)], axis=1).reshape(-1)
+        rows = np.concatenate([fb, s.reshape(n, self.b, self.cols)], axis=1)
+        return (rows.transpose(0, 2, 1) if self.in_out else rows).reshape(-1)
 
     def read(self, start: int, count: int) -> np.ndarray:
         k0, k1 = start // self.group, -(-(start + count) // self.group)
@@ -205,11 +212,47 @@ class Joined:
 
     def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
         k0, n = start // self.group, len(x) // self.group
-        blocks = x.reshape(n, self.a + self.b, self.cols)
+        blocks = (x.reshape(n, self.cols, self.a + self.b).transpose(0, 2, 1) if self.in_out
+                  else x.reshape(n, self.a + self.b, self.cols))
         xf = blocks[:, : self.a]
         xf = (xf.transpose(0, 2, 1) if self.transposed else xf).reshape(-1)   # in `first`'s order
         return self._blocks(n, self.first.allowed(xf, k0 * self.a * self.cols),
                             self.second.allowed(blocks[:, self.a:].reshape(-1), k0 * self.b * self.cols))
+
+
+@dataclass(frozen=True)
+class Swapped:
+    """A stack [blocks, rows, cols] (`part`: Packed or Stored) whose blocks mlx_lm transposed from transformers'
+    [blocks, cols, rows], read in transformers' order a block at a time (Llama 4's and Qwen3-VL-MoE's
+    `experts.down_proj` [experts, inter, hidden], which mlx_lm keeps [experts, hidden, inter])."""
+    part: Packed | Stored
+    rows: int
+    cols: int
+    transform: str
+
+    @property
+    def group(self) -> int:   # a block's elements: what a bound takes at once
+        return self.rows * self.cols
+
+    @property
+    def label(self) -> str:
+        return self.part.label if isinstance(self.part, Packed) else self.part.dtype
+
+    def _swap(self, v: np.ndarray, rows: int, cols: int) -> np.ndarray:
+        return v.reshape(-1, rows, cols).transpose(0, 2, 1).reshape(-1)
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        k0, k1 = start // self.group, -(-(start + count) // self.group)
+        v = self._swap(self.part.read(k0 * self.group, (k1 - k0) * self.group), self.rows, self.cols)
+        lo = start - k0 * self.group
+        return v[lo: lo + count]
+
+    def bound(self) -> MlxBound:
+        return MlxBound(self)
+
+    def allowed(self, x: np.ndarray, start: int) -> np.ndarray:
+        mine = self.part.allowed(self._swap(x, self.cols, self.rows), start)   # x in transformers' order: mlx's first
+        return self._swap(mine, self.rows, self.cols)
 
 
 # mlx_lm's sanitize stores these RMSNorm weights as w + 1 in the compute dtype (its RMSNorm scales by w, the model's by
@@ -258,14 +301,16 @@ class Relaid:
         return v[lo: lo + count]
 
 
-def _extra(source: Packed | PlusOne | Joined | Relaid) -> dict[str, object]:
+def _extra(source: Packed | PlusOne | Joined | Swapped | Relaid) -> dict[str, object]:
     """A view tensor's extra: its reader (`mlx`), what it was rounded from where it was (`rounded`: conversion.rounding
-    reads its label, group and bound; a Joined where a half is quantised), the layout change undone (`transform`)."""
+    reads its label, group and bound; a Joined where a half is quantised, a Swapped where its stack is), the layout
+    change undone (`transform`)."""
     extra: dict[str, object] = {"mlx": source}
     if isinstance(source, (Packed, PlusOne)) or isinstance(source, Joined) and (
-            isinstance(source.first, Packed) or isinstance(source.second, Packed)):
+            isinstance(source.first, Packed) or isinstance(source.second, Packed)) or isinstance(
+            source, Swapped) and isinstance(source.part, Packed):
         extra["rounded"] = source
-    if isinstance(source, (Joined, Relaid)):
+    if isinstance(source, (Joined, Swapped, Relaid)):
         extra["transform"] = source.transform
     return extra
 
@@ -299,6 +344,9 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     member_of = {n: w.name for w in (q.weights.values() if q is not None else ()) if w.name in packed for n in w.members}
     out: dict[str, TensorInfo] = {}
     rules: Rules = []
+    wrapper = _wrapper(ckpt, other)   # applied after the rules naming what is sliced or joined, which match mlx's names
+    if wrapper:
+        key = partial(_renamed, key, wrapper)
     done: set[str] = set()
     for name, t in ckpt.tensors.items():
         logical_name = member_of.get(name)
@@ -315,6 +363,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
                            storage=f"mlx:{logical_name}", extra=_extra(p))
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
     _join(ckpt, out, other, key, rules)
+    rules += wrapper
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
                                                         for f in ckpt.files})
     return tensors_view, rules
@@ -344,6 +393,28 @@ def _packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float
                   scales.dtype if affine else dtype)
 
 
+# mlx_lm's sanitize nests a multimodal wrapper's text model as language_model.model.* and language_model.lm_head
+# (qwen3_vl_moe, llama4...); the newer transformers layout, the Qwen3-VL releases' among them, is model.language_model.*
+# with lm_head at the top
+_WRAPPED = [(re.compile(r"^language_model\.model\."), "model.language_model."),
+            (re.compile(r"^language_model\.lm_head\."), "lm_head.")]
+
+
+def _wrapper(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]]) -> Rules:
+    """_WRAPPED where mlx nests the text model as language_model.model and the other side as model.language_model
+    (its aligned names: language_model.*, the outer model. stripped); else none."""
+    nested = [n[len("language_model.model."):] for n in ckpt.tensors if n.startswith("language_model.model.")]
+    if any("language_model.model." + n in other for n in nested):
+        return []
+    return list(_WRAPPED) if any("language_model." + n in other for n in nested) else []
+
+
+def _renamed(key: Callable[[str], str], rules: Rules, name: str) -> str:
+    for pattern, repl in rules:
+        name = pattern.sub(repl, name)
+    return key(name)
+
+
 # The names of what view() reads joined or sliced, spelled as transformers': one rule per spelling, whatever the layer
 _JOINED_RULE = (re.compile(r"^(.+)\.embed_q\.weight \+ \1\.unembed_out\.weight$"), r"\1.kv_b_proj.weight")
 _SLICE_RULES = [   # by spelling, as _slices tries them: P.experts.E.gate_proj.weight, Mixtral's P.experts.E.w1.weight
@@ -360,12 +431,20 @@ def _rule(rules: Rules, rule: list[tuple[re.Pattern[str], str]]) -> None:
 
 _MLA = "mlx_lm's per-head split of kv_b_proj (embed_q transposed, unembed_out) joined"
 _FUSED = "mlx_lm's split of the experts' fused gate and up projections joined"
+_FUSED_IN_OUT = "mlx_lm's split of the experts' fused gate and up projections joined, each expert [in, out] again"
+_SWAPPED = "mlx_lm's [experts, out, in] read as transformers' [experts, in, out]"
+# a MoE block's stacked gate projection as mlx_lm names it: P.switch_mlp.gate_proj.weight (Llama 4's P.experts...)
+_STACKED_GATE = re.compile(r"^(?P<block>.+)\.(?P<stack>switch_mlp|experts)\.gate_proj\.weight$")
 # a MoE block B's fused gate and up projections and its down projection as transformers names them, by spelling:
-# Qwen3.5-MoE's and Mistral 4's experts.gate_up_proj / experts.down_proj; GraniteMoE's input_linear / output_linear
+# Qwen3.5-MoE's, Mistral 4's, Llama 4's and Qwen3-VL-MoE's experts.gate_up_proj / experts.down_proj; GraniteMoE's
+# input_linear / output_linear
 _FUSED_NAMES = (("experts.gate_up_proj", "experts.down_proj"), ("input_linear.weight", "output_linear.weight"))
+# the model types whose fused experts transformers keeps [experts, in, out] (its Llama4TextExperts, Qwen3VLMoeTextExperts):
+# what decides where the shapes cannot (hidden = 2 x inter)
+_IN_OUT = {"llama4", "qwen3_vl_moe"}
 _FUSED_RULES = [
-    [(re.compile(r"^(.+)\.switch_mlp\.gate_proj\.weight \+ \1\.switch_mlp\.up_proj\.weight$"), rf"\1.{up}"),
-     (re.compile(r"^(.+)\.switch_mlp\.down_proj\.weight$"), rf"\1.{down}")] for up, down in _FUSED_NAMES]
+    [(re.compile(r"^(.+)\.(switch_mlp|experts)\.gate_proj\.weight \+ \1\.\2\.up_proj\.weight$"), rf"\1.{up}"),
+     (re.compile(r"^(.+)\.(?:switch_mlp|experts)\.down_proj\.weight$"), rf"\1.{down}")] for up, down in _FUSED_NAMES]
 
 
 def _part(ckpt: Checkpoint, t: TensorInfo) -> Packed | Stored:
@@ -379,7 +458,10 @@ def _join(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tupl
     name `FIRST + SECOND` with the rule naming it as transformers does:
     - each `P.embed_q` / `P.unembed_out` pair whose shapes rebuild `P.kv_b_proj.weight`;
     - each `B.switch_mlp.gate_proj` / `up_proj` pair whose shapes rebuild a fused `B.experts.gate_up_proj` (or
-      `B.input_linear.weight`), its `down_proj` then named `B.experts.down_proj` (`B.output_linear.weight`)."""
+      `B.input_linear.weight`), its `down_proj` then named `B.experts.down_proj` (`B.output_linear.weight`); where the
+      other side keeps them [experts, in, out] (B.experts.gate_up_proj [experts, hidden, 2 x inter]: Llama 4, whose
+      stacks mlx_lm names `B.experts.gate_proj`, and Qwen3-VL-MoE), each expert transposed back, the down projection
+      too (Swapped), by that convention even where its shape is square."""
     for qn in [n for n in out if n.endswith(".embed_q.weight")]:
         block = qn[: -len(".embed_q.weight")]
         on, kv = block + ".unembed_out.weight", block + ".kv_b_proj.weight"
@@ -394,23 +476,32 @@ def _join(ckpt: Checkpoint, out: dict[str, TensorInfo], other: Mapping[str, tupl
                                extra=_extra(Joined(_part(ckpt, tq), _part(ckpt, to), nope, v, rank, True, _MLA)))
         del out[qn], out[on]
         _rule(rules, [_JOINED_RULE])
-    for gn in [n for n in out if n.endswith(".switch_mlp.gate_proj.weight")]:
-        block = gn[: -len(".switch_mlp.gate_proj.weight")]
-        un = block + ".switch_mlp.up_proj.weight"
+    for gn, m in [(n, m) for n in out if (m := _STACKED_GATE.match(n))]:
+        block, stack = m.group("block"), m.group("stack")
+        un, dn = f"{block}.{stack}.up_proj.weight", f"{block}.{stack}.down_proj.weight"
         tg, tu = out[gn], out.get(un)
         if tu is None or len(tg.shape) != 3 or tg.shape != tu.shape:
             continue
         experts, inter, hidden = tg.shape
-        spelling = next((i for i, (up, _) in enumerate(_FUSED_NAMES)
-                         if tuple(other.get(key(f"{block}.{up}"), ())) == (experts, 2 * inter, hidden)), None)
-        if spelling is None:
+        fused = [tuple(other.get(key(f"{block}.{up}"), ())) for up, _ in _FUSED_NAMES]
+        in_out = fused[0] == (experts, hidden, 2 * inter) and (
+            hidden != 2 * inter or (ckpt.config or {}).get("model_type") in _IN_OUT)
+        spelling = None if in_out else next((i for i, shape in enumerate(fused) if shape == (experts, 2 * inter, hidden)),
+                                            None)
+        if spelling is None and not in_out:
             continue
         name = f"{gn} + {un}"
-        out[name] = TensorInfo(name, tg.dtype, (experts, 2 * inter, hidden), tg.file, None, tg.nbytes + tu.nbytes,
-                               storage=f"mlx:{name}",
-                               extra=_extra(Joined(_part(ckpt, tg), _part(ckpt, tu), inter, inter, hidden, False, _FUSED)))
+        joined = Joined(_part(ckpt, tg), _part(ckpt, tu), inter, inter, hidden, False,
+                        _FUSED_IN_OUT if in_out else _FUSED, in_out)
+        out[name] = TensorInfo(name, tg.dtype, fused[0] if in_out else (experts, 2 * inter, hidden), tg.file, None,
+                               tg.nbytes + tu.nbytes, storage=f"mlx:{name}", extra=_extra(joined))
         del out[gn], out[un]
-        _rule(rules, _FUSED_RULES[spelling])
+        _rule(rules, _FUSED_RULES[spelling or 0])
+        td = out.get(dn)
+        if in_out and td is not None and len(td.shape) == 3:
+            e, rows, cols = td.shape
+            out[dn] = replace(td, shape=(e, cols, rows), offset=None, storage=f"mlx:{dn}",
+                              extra=_extra(Swapped(_part(ckpt, td), rows, cols, _SWAPPED)))
 
 
 def undone(ckpt: Checkpoint, rules: Rules) -> str:
@@ -418,10 +509,13 @@ def undone(ckpt: Checkpoint, rules: Rules) -> str:
     kinds: set[object] = set()
     for t in ckpt:
         v = t.extra.get("mlx")
-        kinds.update({v.transform, type(v.first), type(v.second)} if isinstance(v, Joined) else {type(v)})
+        kinds.update({v.transform, type(v.first), type(v.second)} if isinstance(v, Joined)
+                     else {type(v), type(v.part)} if isinstance(v, Swapped) else {type(v)})
     done = [what for kind, what in ((Packed, "quantised weights dequantised"), (PlusOne, "norm + 1 taken off"),
                                     (Relaid, "conv1d axes as torch's"), (_MLA, "MLA's kv_b_proj joined"),
-                                    (_FUSED, "fused gate and up projections joined")) if kind in kinds]
+                                    (_FUSED, "fused gate and up projections joined"),
+                                    (_FUSED_IN_OUT, "fused gate and up projections joined [experts, in, out]"),
+                                    (Swapped, "down projections [experts, in, out]")) if kind in kinds]
     stacks = any(r in rules for spelling in _SLICE_RULES for r in spelling)
     return MAP + ": " + (", ".join(done + ["experts unstacked"] * stacks) or "nothing to undo")
 
