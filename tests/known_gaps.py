@@ -13,14 +13,7 @@ _ZAMBA = ("a tied Zamba's (Zamba2's) save_pretrained folder whose config.json na
           "_tied_weights_keys, which the class tie table holds (families/tie_table.py) but a family's TieRules (fixed "
           "names) cannot state, so without the class those ties go unreported (the counts are right)")
 
-_MLX_LLAMA4 = ("mlx_lm's conversion of Llama4ForConditionalGeneration holds the text model alone and writes its "
-               "config.json without vision_config; families/wrappers.py language_config reads a config as a multimodal "
-               "wrapper only with a tower's config beside text_config, so the folder reads as \"model_type 'llama4' (no "
-               "family rules)\" where its source reads as the llama4 family (`diff` pairs them all the same: "
-               "tests/test_diff_mlx.py)")
-
 GAPS: dict[str, str] = {
-    "tests/test_quantized_mlx.py::test_a_wrappers_conversion_is_its_text_model[llama4-4bit-g32]": _MLX_LLAMA4,
     "tests/test_real_saves.py::test_tie_groups[zamba-no architectures]": _ZAMBA,
     "tests/test_real_saves.py::test_tie_groups[zamba2-no architectures]": _ZAMBA,
     "tests/test_real_saves_wide.py::test_counts_where_a_dropped_tie_cannot_be_named[SamModel-torch.save]": _SAM,

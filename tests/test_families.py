@@ -84,7 +84,7 @@ def meta_model(cls, cfg, device="meta"):
 
 
 # FLOPs of aten._grouped_mm (transformers 5's MoE experts), for which FlopCounterMode has no formula: the product's
-# one rule (ckptstat/analysis/meta.py grouped_mm_flops, rows offs[-1] of the real forward), and its FlopCounterMode
+# one rule (ckptstat/analysis/torch_flops.py grouped_mm_flops, rows offs[-1] of the real forward), and its FlopCounterMode
 flop_counter = meta.flop_counter
 
 
@@ -332,11 +332,11 @@ def test_grouped_mm_counts_what_the_eager_experts_loop_counts(family: Family, sa
     cfg = _config(sample)
     model = Later(meta_model, getattr(T, model_name), cfg, sample.device)
     key = [*sample_key(sample, model_name), sample.device, BATCH]
-    default = FLOPS([*key, "tokens", SEQS[0]], grouped_mm_flops, model, SEQS[0], BATCH, sample.device)
+    default = FLOPS([*key, "tokens", SEQS[0]], default_experts_flops, model, SEQS[0], BATCH, sample.device)
     assert default == EAGER([*key, SEQS[0]], eager_experts_flops, model, SEQS[0], BATCH) > 0
 
 
-def grouped_mm_flops(model, seq, batch, device):
+def default_experts_flops(model, seq, batch, device):
     """fcm_flops of the experts implementation transformers 5 runs by default, grouped_mm."""
     assert model.config._experts_implementation == "grouped_mm"
     return fcm_flops(model, seq, batch, device)

@@ -13,6 +13,7 @@ from ..errors import CorruptCheckpointError
 from ..naming import Placement, classify_columns, name_forms
 from .quant import logical
 from .quant import roles as quant_roles
+from .quant.mlx import as_converted
 
 
 def placements(ckpt: Checkpoint) -> dict[str, Placement]:
@@ -80,7 +81,7 @@ def _architecture(ckpt: Checkpoint) -> dict:
         return {"family": name_family(logical(ckpt)), "source": "tensor names", "model_type": None, "architectures": []}
     from ..families import detect  # the registry loads when a command asks about the architecture
 
-    a = detect(logical(ckpt).tensors, ckpt.config, meta)
+    a = detect(logical(ckpt).tensors, as_converted(ckpt.config, ckpt.metadata), meta)
     return {"family": a.family, "source": a.source, "model_type": a.model_type, "architectures": list(a.architectures)}
 
 

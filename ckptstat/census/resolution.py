@@ -16,6 +16,7 @@ from ..families.framework.spec import canonical_tensors, config_from_gguf, from_
 from ..naming import name_forms
 from .counts import name_family
 from .quant import logical
+from .quant.mlx import as_converted
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,7 @@ def _resolve(ckpt: Checkpoint) -> Resolution:
         return Resolution(None, arch, None, None, "gguf general.architecture",
                           f"{ckpt.path}: GGUF general.architecture {arch!r} has no analytic model in ckptstat "
                           "(no family reads its metadata; pass --config with the model's config.json)")
-    cfg = ckpt.config or gguf_cfg
+    cfg = as_converted(ckpt.config, ckpt.metadata) or gguf_cfg
     if cfg:
         mt = cfg.get("model_type")
         family = by_model_type(mt, cfg)

@@ -165,6 +165,16 @@ def restacked(missing: Mapping[str, tuple[int, ...]], unexpected: Mapping[str, t
     return groups
 
 
+def as_converted(cfg: dict[str, Any] | None, metadata: Mapping[str, str]) -> dict[str, Any] | None:
+    """The config.json beside the weights, as the model mlx_lm converted where mlx wrote them (is_mlx_file): its
+    save_config pops a multimodal wrapper's `vision_config` (utils.py save_config, keep_vision_config false unless the
+    model keeps its vision tower), so a config nesting `text_config` without one is read with `vision_config` null: a
+    wrapper without its tower, as families/wrappers.py reads Gemma 4's. Any other config as it is."""
+    if cfg and is_mlx_file(metadata) and isinstance(cfg.get("text_config"), dict) and "vision_config" not in cfg:
+        return {**cfg, "vision_config": None}
+    return cfg
+
+
 def is_mlx_file(metadata: Mapping[str, str]) -> bool:
     """A safetensors file mlx saved (`mx.save_safetensors(..., metadata={"format": "mlx"})`, mlx_lm's save)."""
     return metadata.get("format") == "mlx"
