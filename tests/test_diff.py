@@ -346,3 +346,17 @@ def test_nonfinite_mismatch_is_named_in_every_table(tmp_path, cli, monkeypatch) 
     for fmt in ("md", "html"):
         rc, _, _ = cli("diff", a, b, "--format", fmt, "-o", str(tmp_path / f"d.{fmt}"))
         assert rc == 1 and want in (tmp_path / f"d.{fmt}").read_text()
+
+
+def test_a_wrappers_text_model_nested_either_way_is_the_same(tmp_path) -> None:
+    """A multimodal wrapper's text model as transformers 5 saves it (model.language_model.*, lm_head on top: the
+    Qwen3-VL-MoE fixture's source) and as transformers 4 and mlx_lm nest it (language_model.model.*,
+    language_model.lm_head): the same tensors, every one paired and equal."""
+    src = os.path.join(os.path.dirname(__file__), "..", "fixtures", "mlx-sources", "qwen3_vl_moe-4bit-g32")
+    w = torch_load(os.path.join(src, "model.safetensors"))
+    nested = {re.sub(r"^model\.language_model\.", "language_model.model.", re.sub(r"^lm_head\.", "language_model.lm_head.", k)): v
+              for k, v in w.items()}
+    assert len(nested) == len(w) and any(k.startswith("language_model.model.") for k in nested)
+    save_file(nested, str(tmp_path / "nested.safetensors"))
+    r = diff(open_checkpoint(os.path.join(src, "model.safetensors")), open_checkpoint(str(tmp_path / "nested.safetensors")))
+    assert r["same"] and {t["status"] for t in r["tensors"]} == {"equal"} and len(r["tensors"]) == len(w)

@@ -9,7 +9,6 @@ transformers model (importorskip)."""
 from __future__ import annotations
 
 import json
-import math
 import os
 import shutil
 
@@ -48,9 +47,8 @@ def towers(case: str) -> dict[str, int]:
     """The source's tensors under the case's TOWERS, with their elements."""
     if case not in TOWERS:
         return {}
-    with open(os.path.join(HERE, "..", "fixtures", "mlx-sources", case, "model.safetensors"), "rb") as f:
-        header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-    return {n: math.prod(t["shape"]) for n, t in header.items() if n.startswith(TOWERS[case])}
+    source = open_checkpoint(os.path.join(HERE, "..", "fixtures", "mlx-sources", case))
+    return {n: t.numel for n, t in source.tensors.items() if n.startswith(TOWERS[case])}
 
 
 def _path(case: str) -> str:

@@ -344,9 +344,6 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     member_of = {n: w.name for w in (q.weights.values() if q is not None else ()) if w.name in packed for n in w.members}
     out: dict[str, TensorInfo] = {}
     rules: Rules = []
-    wrapper = _wrapper(ckpt, other)   # applied after the rules naming what is sliced or joined, which match mlx's names
-    if wrapper:
-        key = partial(_renamed, key, wrapper)
     done: set[str] = set()
     for name, t in ckpt.tensors.items():
         logical_name = member_of.get(name)
@@ -363,7 +360,6 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
                            storage=f"mlx:{logical_name}", extra=_extra(p))
         out.update(_slices(whole, other, key, rules, partial(_expert, p)))
     _join(ckpt, out, other, key, rules)
-    rules += wrapper
     tensors_view = replace(ckpt, tensors=out, readers={f: _dispatch(ckpt.readers.get(f, read_flat_file))
                                                         for f in ckpt.files})
     return tensors_view, rules
@@ -391,28 +387,6 @@ def _packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float
         return None
     return Packed(ckpt, m["weight"], m["scales"], m.get("biases"), mode, width, group, cols, 0,
                   scales.dtype if affine else dtype)
-
-
-# mlx_lm's sanitize nests a multimodal wrapper's text model as language_model.model.* and language_model.lm_head
-# (qwen3_vl_moe, llama4...); the newer transformers layout, the Qwen3-VL releases' among them, is model.language_model.*
-# with lm_head at the top
-_WRAPPED = [(re.compile(r"^language_model\.model\."), "model.language_model."),
-            (re.compile(r"^language_model\.lm_head\."), "lm_head.")]
-
-
-def _wrapper(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]]) -> Rules:
-    """_WRAPPED where mlx nests the text model as language_model.model and the other side as model.language_model
-    (its aligned names: language_model.*, the outer model. stripped); else none."""
-    nested = [n[len("language_model.model."):] for n in ckpt.tensors if n.startswith("language_model.model.")]
-    if any("language_model.model." + n in other for n in nested):
-        return []
-    return list(_WRAPPED) if any("language_model." + n in other for n in nested) else []
-
-
-def _renamed(key: Callable[[str], str], rules: Rules, name: str) -> str:
-    for pattern, repl in rules:
-        name = pattern.sub(repl, name)
-    return key(name)
 
 
 # The names of what view() reads joined or sliced, spelled as transformers': one rule per spelling, whatever the layer

@@ -45,6 +45,11 @@ STATUSES = ("added", "removed", "shape", "dtype", "values", "converted", "equal"
 # statuses that are no difference ("unread": --names-only; "converted": another dtype, the values rounded to it)
 UNCHANGED = ("equal", "converted", "tied", "unread")
 _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|model)\.")
+# a multimodal wrapper's text model as transformers 4 and mlx_lm nest it, keyed as transformers 5 does
+# (model.language_model.*, lm_head at the top): the Qwen3-VL releases against mlx_lm's conversion, a transformers 4
+# save of LLaVA against a transformers 5 one
+_NESTED_LM = ((re.compile(r"^language_model\.model\."), "language_model."),
+              (re.compile(r"^language_model\.lm_head\."), "lm_head."))
 Rename = Callable[[str], str]
 TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
 
@@ -93,6 +98,8 @@ def _key(name: str, rules: list[tuple[re.Pattern[str], str]], rename: Rename | N
     key = strip_prefixes(name, base_models=True)
     while (m := _EXTRA_WRAPPER.match(key)) is not None:
         key = strip_prefixes(key[m.end():], base_models=True)
+    for pattern, repl in _NESTED_LM:
+        key = pattern.sub(repl, key)
     return name, key
 
 
