@@ -141,7 +141,8 @@ def test_audit_on_the_cluster_equals_local(cluster, zoo, local, tmp_path):
 
 
 def test_stats_on_the_cluster_equals_local(cluster, zoo):
-    for path in (os.path.join(FIXTURES, "llama-tiny-sharded"), os.path.join(zoo, "raw", "weights-01-float16.safetensors")):
+    for path in (os.path.join(FIXTURES, "llama-tiny-sharded"), os.path.join(zoo, "raw", "weights-01-float16.safetensors"),
+                 os.path.join(FIXTURES, "mlx", "qwen3_moe-8bit")):   # (its quantised weights dequantised on the workers)
         one = stats_json(path)
         assert len(one["tensors"]) > 1
         assert stats_json(path, "--scheduler", cluster.address) == one   # exact: the same bits, not merely close

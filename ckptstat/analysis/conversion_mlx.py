@@ -32,7 +32,7 @@ import numpy as np
 from ..census.quant import layout, logical
 from ..census.quant.mlx import channels_last, is_mlx_file
 from ..core import Checkpoint, TensorInfo
-from ..core.dtypes import lut, unpack_bits
+from ..core.dtypes import bits16, lut, unpack_bits
 from ..core.tensor import read_flat_file
 from .conversion import HALF_ULP, MAX_EXPERTS, half_ulp
 
@@ -46,6 +46,12 @@ def _fp_interval(v: np.ndarray, mode: str) -> np.ndarray:
         e = np.floor(np.log2(np.maximum(v, 2.0 ** -6)))
         return 2.0 ** (e - 3)
     return np.where(v < 2, 0.5, np.where(v < 4, 1.0, 2.0))
+
+
+def _rounded(v: np.ndarray, dtype: str) -> np.ndarray:
+    """float64 values rounded to a 16-bit dtype, as float64."""
+    b = bits16(v, dtype)
+    return (b.view(np.float16) if dtype == "F16" else (b.astype(np.uint32) << 16).view(np.float32)).astype(np.float64)
 
 
 @dataclass(frozen=True)
@@ -67,28 +73,51 @@ class Packed:
         return f"mlx {self.mode}" + (f" {self.bits}-bit, group {self.group}" if self.mode == "affine" else "")
 
     def _groups(self, name: str | None, first: int, n: int) -> np.ndarray:
-        """n of a member's per-group values (scales; affine's biases, which _packed checked it has) from the slice's
+        """n of a member's per-group values (scales; affine's biases, which as_packed checked it has) from the slice's
         group `first` on, in float64 (the floating-point modes' scales as their uint8 codes)."""
         assert name is not None
         per_row = self.cols // self.group
         v = np.asarray(self.src.read_elements(name, self.row0 * per_row + first, n))
         return v if v.dtype == np.uint8 else v.astype(np.float64)
 
-    def read(self, start: int, count: int) -> np.ndarray:
-        """Elements [start, start + count) of the dequantised slice, C order, float64."""
-        r0, r1 = start // self.cols, -(-(start + count) // self.cols)
+    @property
+    def rows(self) -> int:
+        """The rows of the whole quantised tensor from row0 on (its codes' rows, over every leading dimension)."""
+        return self.src.tensors[self.codes].numel * 32 // (self.cols * self.bits) - self.row0
+
+    @property
+    def out_dtype(self) -> str:
+        """The dtype mx.dequantize returns: the scales' in mode affine, bfloat16 in the floating-point modes."""
+        return self.dtype if self.mode == "affine" else "BF16"
+
+    def _rows(self, r0: int, r1: int, rounded: str | None = None) -> np.ndarray:
+        """Rows [r0, r1) of the slice dequantised, (groups, group) float64: the exact grid values, or with `rounded`
+        (a 16-bit dtype) as mx.dequantize computes them in it: affine's scale x q rounded, then + bias rounded; the
+        floating-point modes' code value x scale rounded once."""
         words = self.cols * self.bits // 32
         raw = np.asarray(self.src.read_elements(self.codes, (self.row0 + r0) * words, (r1 - r0) * words))
         q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols)
         per_row = self.cols // self.group
         s = self._groups(self.scales, r0 * per_row, (r1 - r0) * per_row)
         q = q.reshape(-1, self.group)
-        if self.mode == "affine":
-            v = s[:, None] * q + self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)[:, None]
-        else:
+        if self.mode != "affine":
             v = lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q] * self._fp_scales(s)[:, None]
+            return v if rounded is None else _rounded(v, rounded)
+        v = s[:, None] * q
+        if rounded is not None:
+            v = _rounded(v, rounded)
+        v += self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)[:, None]
+        return v if rounded is None else _rounded(v, rounded)
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of the dequantised slice, C order, float64."""
+        r0, r1 = start // self.cols, -(-(start + count) // self.cols)
         lo = start - r0 * self.cols
-        return v.reshape(-1)[lo: lo + count]
+        return self._rows(r0, r1).reshape(-1)[lo: lo + count]
+
+    def patterns(self, r0: int, r1: int) -> np.ndarray:
+        """Rows [r0, r1) as mx.dequantize returns them: out_dtype's 16-bit patterns (uint16), C order."""
+        return bits16(self._rows(r0, r1, self.out_dtype).reshape(-1), self.out_dtype)
 
     def _fp_scales(self, s: np.ndarray) -> np.ndarray:
         """The floating-point modes' group scales: nvfp4's E4M3, mxfp4's and mxfp8's E8M0 (2^(e - 127))."""
@@ -340,7 +369,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     q = layout(ckpt)
     shown = logical(ckpt).tensors
     packed = {w.name: p for w in (q.weights.values() if q is not None else ())
-              if (p := _packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)) is not None}
+              if (p := as_packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)) is not None}
     member_of = {n: w.name for w in (q.weights.values() if q is not None else ()) if w.name in packed for n in w.members}
     out: dict[str, TensorInfo] = {}
     rules: Rules = []
@@ -365,7 +394,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
     return tensors_view, rules
 
 
-def _packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float | None, shape: tuple[int, ...],
+def as_packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float | None, shape: tuple[int, ...],
             dtype: str) -> Packed | None:
     """An mlx quantised weight (census/quant/mlx.py) as Packed, where its members are the packing its mode, bits and
     group make: uint32 codes of `bits` over the logical inputs, one scale (and bias, affine) per group; else None (a

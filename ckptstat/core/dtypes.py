@@ -235,3 +235,28 @@ def decode(raw: NDArray[Any] | bytes | memoryview, dtype: str, count: int, byteo
     if view_dtype.byteorder == ">":
         return values.astype(view_dtype.newbyteorder("<"))
     return values
+
+
+def bits16(x: NDArray[Any], dtype: str) -> NDArray[Any]:
+    """float64 values rounded to F16 or BF16 (to nearest, ties to even, once: from the float64, not through a float32
+    rounding first), as their 16-bit patterns (uint16). Past the dtype's range: +-Inf; NaN: the quiet NaN."""
+    import numpy as np
+
+    if dtype == "F16":   # (numpy rounds a double to half from its own bits)
+        with np.errstate(over="ignore"):
+            return np.asarray(x, dtype=np.float64).astype(np.float16).view(np.uint16)
+    if dtype != "BF16":
+        raise ValueError(f"no 16-bit patterns for {dtype}")
+    x = np.asarray(x, dtype=np.float64)
+    with np.errstate(over="ignore"):
+        f = x.astype(np.float32)   # nearest float32: the same side of every bfloat16 tie, unless on one
+    u = f.view(np.uint32)
+    up = (u >> 16) & 1   # ties to even
+    # a float32 exactly on a bfloat16 tie that x was not: x's own side decides
+    on_tie = ((u & 0xFFFF) == 0x8000) & (f != x)
+    up = np.where(on_tie, (np.abs(x) > np.abs(f.astype(np.float64))).astype(np.uint32), up)
+    out = ((u.astype(np.uint64) + 0x7FFF + up) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        out[nan] = 0x7FC0
+    return out

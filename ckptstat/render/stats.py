@@ -115,5 +115,10 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
         console.print(Text("anomalies    none (NaN/Inf, all-zero, spread outliers; rule in --json)", style="dim"))
     console.print(Text("quantiles    numpy 'linear' definition; exact for f16/bf16/fp8/small ints, else each order "
                        "statistic within 2^-8 relative (bfloat16 bins)", style="dim"))
+    if r.get("dequantized"):
+        d = r["dequantized"]
+        methods = ", ".join(f"{m} {n}" for m, n in d["methods"].items())
+        console.print(Text(f"dequantized  {d['weights']} quantised weight{'' if d['weights'] == 1 else 's'} read as the "
+                           f"values mx.dequantize returns ({methods}; rule in --json)", style="dim"))
     if counts_numbers(r):
         console.print(Text("values       " + r["conventions"]["values"], style="dim"))

@@ -41,6 +41,7 @@ from ...core.table import Table
 from ...core.tensor import STATS_CHUNK_BYTES
 from ...errors import CkptstatError, UsageError
 from ...naming import BUCKETS, is_norm_gain
+from .. import dequantized
 from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the accumulator's public home)
     EXACT_IN_BF16,
     NBINS,
@@ -54,7 +55,7 @@ from .accumulate import (  # noqa: F401  (re-exported: analysis/stats/ is the ac
 )
 from .anomalies import ANOMALY_RULE, anomalies  # noqa: F401  (re-exported)
 from .csv_table import CSV_FIELDS, csv_pieces, to_csv  # noqa: F401  (re-exported)
-from .kernel16 import BUFFERS, DOMAINS, REMOTE_BUDGET, WINDOWS, tensor_stats16  # noqa: F401  (REMOTE_BUDGET re-exported)
+from .kernel16 import BUFFERS, DOMAINS, REMOTE_BUDGET, WINDOWS, dequantized_stats, tensor_stats16  # noqa: F401  (REMOTE_BUDGET re-exported)
 from .kernel32 import tensor_stats32
 from .readahead import REMOTE_AHEAD, REMOTE_PART, REMOTE_PREFETCH, ShardsAhead, remote_units  # noqa: F401  (re-exported)
 from .tiny import run_stats, units
@@ -130,8 +131,8 @@ def _file_order(ckpt: Checkpoint) -> list[TensorInfo]:
     offset = attrgetter("offset")
     if len(ckpt.files) <= 1 and None not in map(offset, ckpt):
         return sorted(ckpt, key=offset)
-    file_index = {f: i for i, f in enumerate(ckpt.files)}
-    return sorted(ckpt, key=lambda t: (file_index.get(t.file, 0), t.offset or 0))
+    file_index = {f: i for i, f in enumerate(ckpt.files)}   # (a dequantised weight: at its codes' offset)
+    return sorted(ckpt, key=lambda t: (file_index.get(t.file, 0), t.offset or t.extra.get("at", 0)))
 
 
 GroupKey = tuple  # ("bucket", name) | ("layer", bucket, index) | ("total",)
@@ -173,7 +174,10 @@ Group = Acc | GroupRow
 
 def tensor_stats(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
                  progress: Callable[[int], None] | None = None) -> Acc:
-    if info.dtype in DOMAINS:   # one count of the stored 16- or 8-bit patterns (analysis/stats/kernel16.py)
+    source = info.extra.get("dequantized")
+    if isinstance(source, dequantized.Dequantized):   # a quantised weight's values (analysis/dequantized.py), counted as 16-bit
+        acc = dequantized_stats(info, source, chunk_bytes, progress)
+    elif info.dtype in DOMAINS:   # one count of the stored 16- or 8-bit patterns (analysis/stats/kernel16.py)
         acc = tensor_stats16(ckpt, info, chunk_bytes, progress)
     elif info.dtype == "F32":   # fewer passes, sized for the cache (analysis/stats/kernel32.py)
         acc = tensor_stats32(ckpt, info, chunk_bytes, progress)
@@ -231,6 +235,8 @@ def unit_results(ckpt: Checkpoint, items: list[Item], chunk_bytes: int,
         numbers (16 I16 units held 908 MiB when a whole chunk was widened to float64 at once)."""
         infos = [ckpt[it.name] for it in items[span[0]:span[1]]]
         stored = min(sum(i.nbytes for i in infos), max(chunk_bytes, 1))
+        if any("dequantized" in i.extra for i in infos):   # (dequantized_stats' float64 temporaries)
+            return stored + max(chunk_bytes, 1)
         widened = [i for i in infos if i.dtype not in KERNELS]
         if not widened:
             return stored
@@ -327,7 +333,7 @@ def _worker_init(path: str, config: str | None, counter, workers: int) -> None: 
     if _W.get("ckpt") is None:
         from ...formats.registry import open_checkpoint
 
-        _W["ckpt"] = open_checkpoint(path, config)
+        _W["ckpt"] = dequantized.view(open_checkpoint(path, config))
     _W["counter"] = counter
 
 
@@ -504,6 +510,7 @@ def collect(ckpt: Checkpoint, pattern: str | None = None, buckets: Sequence[str]
     if workers < 0:
         raise UsageError(f"--workers must be >= 0, got {workers}")
     workers = workers or (os.cpu_count() or 1)
+    ckpt = dequantized.view(ckpt)
     items, skipped = select(ckpt, pattern, buckets, all_roles)
     total_bytes = sum(ckpt[i.name].nbytes for i in items)
     t0 = time.perf_counter()
@@ -563,10 +570,22 @@ def build_report(ckpt: Checkpoint, pattern: str | None, buckets: Sequence[str], 
         "tensors": rows,
         "anomalies": flags,
         "skipped": skipped,
+        "dequantized": _dequantized(ckpt, rows),
     }
     plot_acc = {("norm gains" if k == ("gains",) else k[1]): a for k, a in groups.items()
                 if k[0] in ("plot", "gains") and isinstance(a, Acc)}
     return StatsRun(report, bucket_acc, plot_acc)
+
+
+def _dequantized(ckpt: Checkpoint, rows: Table) -> dict | None:
+    """The quantised weights read as their values (analysis/dequantized.py): how many by method, and the rule."""
+    methods: Counter[str] = Counter()
+    for name in rows.columns["name"]:
+        source = ckpt.tensors[name].extra.get("dequantized") if name in ckpt.tensors else None
+        if isinstance(source, dequantized.Dequantized):
+            methods[source.method] += 1
+    return {"weights": sum(methods.values()), "methods": dict(sorted(methods.items())), "rule": dequantized.RULE} \
+        if methods else None
 
 
 def counts_numbers(report: dict) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 from ...core import Checkpoint
 from ...errors import CkptstatError, UsageError
 from ..audit import Settings, applied, settings
+from ..dequantized import view as dequantized_view
 from . import (
     DEFAULT_STATS_CHUNK,
     Acc,
@@ -96,7 +97,7 @@ def _part(path: str, config: str | None, stamp: tuple, items: list[Item], chunk_
     if ckpt is None:
         while len(_OPEN) >= _KEEP:
             _OPEN.pop(next(iter(_OPEN)))
-        ckpt = _OPEN[key] = open_checkpoint(path, config)
+        ckpt = _OPEN[key] = dequantized_view(open_checkpoint(path, config))
     return [(rows, contrib) for _, rows, contrib in unit_results(ckpt, items, chunk_bytes)]   # histograms sparse
 
 
@@ -110,6 +111,7 @@ def collect_dask(ckpt: Checkpoint, scheduler: Any, pattern: str | None = None, b
 
     if chunk_bytes < 1:
         raise UsageError(f"chunk size must be positive, got {chunk_bytes}")
+    ckpt = dequantized_view(ckpt)
     items, skipped = select(ckpt, pattern, buckets, all_roles)
     total_bytes = sum(ckpt[i.name].nbytes for i in items)
     client, owned = client_for(scheduler)

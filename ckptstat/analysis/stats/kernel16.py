@@ -16,11 +16,12 @@ F32 has its own kernel (kernel32.py, which reads through plain_chunks here); oth
 from __future__ import annotations
 
 import functools
+import math
 import mmap
 import os
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -30,6 +31,9 @@ from ...core.io import contiguous_strides
 from ...core.tensor import check_expansion
 from ...errors import CorruptCheckpointError, reading
 from .accumulate import NBINS, Acc, new_acc, tables, value_order
+
+if TYPE_CHECKING:
+    from ..dequantized import Dequantized
 
 _compiled_count: Callable[[Any, np.ndarray], None] | None
 try:
@@ -229,6 +233,27 @@ def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
         return acc_from_hist16(hist16(ckpt, info, chunk_bytes, progress, into=hist), info.dtype, clear=True)
     except BaseException:
         hist.fill(0)   # (counts left by a read that failed)
+        raise
+
+
+def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
+                      progress: Callable[[int], None] | None = None) -> Acc:
+    """The accumulator of a quantised weight's values (analysis/dequantized.py), their F16 or BF16 patterns counted as
+    a stored tensor's, about chunk_bytes // 32 values at a time (the decoding's float64 temporaries about chunk_bytes);
+    the progress in its stored bytes, in proportion."""
+    hist = zeroed("hist")
+    total, seen, done = max(1, math.prod(info.shape)), 0, 0
+    try:
+        for bits in source.patterns(max(1, chunk_bytes // 32)):
+            count16(bits, hist)
+            seen += bits.size
+            if progress:
+                now = info.nbytes * seen // total
+                progress(now - done)
+                done = now
+        return acc_from_hist16(hist, info.dtype, clear=True)
+    except BaseException:
+        hist.fill(0)
         raise
 
 

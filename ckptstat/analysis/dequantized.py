@@ -1,0 +1,71 @@
+"""A checkpoint's quantised weights read as their values, as the library that wrote them dequantises them: what `stats`
+reads (docs/quantized.md "Statistics of quantised weights").
+
+`view(ckpt)` is the checkpoint with each quantised weight ckptstat dequantises as one tensor of its logical shape in
+place of its stored pieces: Apple MLX's (census/quant/mlx.py; modes affine, mxfp4, nvfp4 and mxfp8, a module without
+a `global_scale`), its values those `mx.dequantize` returns, bit for bit (conversion_mlx.Packed.patterns), in its dtype
+(the scales' in mode affine, bfloat16 in the others). Every other tensor is unchanged, the pieces of any other method's
+quantised weights among them (stats leaves them out by role: packed-weight, scale, zero-point)."""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from ..census.quant import layout, logical
+from ..core import Checkpoint, TensorInfo
+from .conversion_mlx import Packed, as_packed
+
+RULE = ("a quantised weight of Apple MLX (modes affine, mxfp4, nvfp4, mxfp8) is read as one tensor of its logical "
+        "shape, its values those mx.dequantize returns (in the scales' dtype in mode affine: scale x code rounded, then "
+        "+ bias rounded; bfloat16 in the other modes), its dtype theirs and its bytes its stored pieces'; the pieces of "
+        "other methods' quantised weights (packed codes, scales, zero points) are left out by role")
+_VIEW = "dequantized:view"
+
+
+@dataclass(frozen=True)
+class Dequantized:
+    """A quantised weight as its values: `packed` decodes them, whole rows at a time."""
+    packed: Packed
+    method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
+
+    def patterns(self, values: int) -> Iterator[np.ndarray]:
+        """The weight's values as 16-bit patterns of its dtype (uint16), about `values` at a time (whole rows, at
+        least one), in C order."""
+        p = self.packed
+        step = max(1, values // p.cols)
+        for r0 in range(0, p.rows, step):
+            yield p.patterns(r0, min(r0 + step, p.rows))
+
+
+def view(ckpt: Checkpoint) -> Checkpoint:
+    """The checkpoint with its dequantisable weights as their values (the module docstring); itself when it has
+    none. A view is its own view."""
+    return ckpt.derived(_VIEW, _view)
+
+
+def _view(ckpt: Checkpoint) -> Checkpoint:
+    q = layout(ckpt)
+    if q is None:
+        return ckpt
+    shown = logical(ckpt).tensors
+    readable = {w.name: Dequantized(p, w.method) for w in q.weights.values()
+                if (p := as_packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)) is not None}
+    if not readable:
+        return ckpt
+    member_of = {m: name for name in readable for m in q.weights[name].members}
+    out: dict[str, TensorInfo] = {}
+    for name, t in ckpt.tensors.items():
+        logical_name = member_of.get(name)
+        if logical_name is None:
+            out[name] = t
+        elif logical_name not in out:
+            d, w = readable[logical_name], q.weights[logical_name]
+            codes = ckpt.tensors[d.packed.codes]
+            out[logical_name] = TensorInfo(logical_name, d.packed.out_dtype, w.shape, codes.file, None, w.stored_bytes,
+                                           storage=f"dequantized:{logical_name}",
+                                           extra={"dequantized": d, "at": codes.offset or 0})
+    v = replace(ckpt, tensors=out)
+    v.derived(_VIEW, lambda x: x)
+    return v

@@ -1,0 +1,213 @@
+"""`stats` of an Apple MLX checkpoint reads each quantised weight as its values, those mx.dequantize returns
+(analysis/dequantized.py, docs/quantized.md "Statistics of quantised weights"), where it read none of them before (its
+packed words, scales and biases were left out by role).
+
+Oracle: fixtures/mlx-sources/<case>.mx_dequantize.safetensors, what mx.dequantize returned for every quantised weight
+of the case, in its dtype (written by mlx itself, fixtures/make_mlx.py: every mode and width, float16 and bfloat16),
+read by torch; numpy's reductions and np.quantile over them."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+from safetensors.torch import load_file  # noqa: E402
+
+from ckptstat.analysis.stats import QUANTILES, collect  # noqa: E402
+from ckptstat.core.dtypes import bits16  # noqa: E402
+from ckptstat.formats.registry import open_checkpoint  # noqa: E402
+
+HERE = os.path.dirname(__file__)
+FIX = os.path.join(HERE, "..", "fixtures")
+SOURCES = os.path.join(FIX, "mlx-sources")
+with open(os.path.join(FIX, "expected_mlx.json")) as _f:
+    EXPECTED = json.load(_f)["cases"]
+CASES = sorted(f.split(".")[0] for f in os.listdir(SOURCES) if f.endswith(".mx_dequantize.safetensors"))
+DTYPES = {torch.float16: "F16", torch.bfloat16: "BF16"}
+
+
+def _dequantized(case: str) -> dict[str, torch.Tensor]:
+    return load_file(os.path.join(SOURCES, f"{case}.mx_dequantize.safetensors"))
+
+
+def _report(path: str, **kw) -> dict:
+    r = collect(open_checkpoint(path), **kw).report
+    for k in ("seconds", "workers", "chunk_bytes"):
+        r.pop(k)
+    r["tensors"] = list(r["tensors"])
+    return r
+
+
+def _check(row: dict, x: torch.Tensor, exact: bool = True) -> None:
+    """A row against numpy float64 over the values (one 16-bit tensor: every statistic exact but the moments' last bits;
+    a group, `exact` False: its quantiles within the stated 2^-8 of their order statistics)."""
+    v = x.float().numpy().astype(np.float64).reshape(-1)
+    fin = v[np.isfinite(v)]
+    assert row["count"] == v.size and row["finite"] == fin.size and row["zeros"] == int((v == 0).sum())
+    assert row["min"] == fin.min() and row["max"] == fin.max()
+    assert row["mean"] == pytest.approx(fin.mean(), rel=1e-12, abs=1e-15)
+    assert row["std"] == pytest.approx(fin.std(), rel=1e-9, abs=1e-12)
+    assert row["mean_abs"] == pytest.approx(np.abs(fin).mean(), rel=1e-12)
+    assert row["l2"] == pytest.approx(np.linalg.norm(fin), rel=1e-12)
+    assert row["quantiles_exact"] is exact
+    srt = np.sort(fin)
+    for p in QUANTILES:
+        got, want = row["quantiles"][f"p{100 * p:g}"], float(np.quantile(fin, p))
+        h = (fin.size - 1) * p
+        a, b = srt[int(h)], srt[min(int(h) + 1, fin.size - 1)]
+        assert abs(got - want) <= (1e-12 * abs(want) + 1e-300 if exact else 2.0 ** -8 * max(abs(a), abs(b)) + 2.0 ** -133)
+
+
+@pytest.fixture(scope="module")
+def reports() -> dict[str, dict]:
+    return {case: _report(os.path.join(FIX, "mlx", case)) for case in CASES}
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_quantised_weight_is_what_mx_dequantize_returns(reports, case):
+    r, values = reports[case], _dequantized(case)
+    rows = {row["name"]: row for row in r["tensors"]}
+    weights = EXPECTED[case]["weights"]
+    assert set(values) == set(weights) and set(values) <= set(rows)
+    for name, x in values.items():
+        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
+        _check(rows[name], x)
+    members = {m for w in weights.values() for m in w["members"]} - set(weights)   # (the codes: the weight's own name)
+    assert not members & set(rows) and not members & {s["name"] for s in r["skipped"]}
+    modes = {}
+    for w in weights.values():
+        method = "mlx " + (f"affine {w['bits']}-bit" if w["mode"] == "affine" else w["mode"])
+        modes[method] = modes.get(method, 0) + 1
+    assert r["dequantized"]["weights"] == len(weights) and r["dequantized"]["methods"] == modes
+
+
+@pytest.mark.parametrize("case", ["llama-4bit", "qwen3_moe-8bit", "mixtral-mxfp4"])
+def test_the_total_holds_every_value_once(reports, case):
+    """The total: the dequantised weights and the tensors stored as they are, each once (the packed words, scales and
+    biases in none), as numpy over all of them; with a bucket row each."""
+    stored = load_file(os.path.join(FIX, "mlx", case, "model.safetensors"))
+    values = _dequantized(case)
+    members = {m for w in EXPECTED[case]["weights"].values() for m in w["members"]}
+    plain = [t for n, t in stored.items() if n not in members]
+    every = torch.cat([t.float().reshape(-1) for t in [*values.values(), *plain]])
+    r = reports[case]
+    assert r["total"]["tensors"] == len(values) + len(plain)
+    # exact where every value is one of bfloat16's (the total's bins)
+    _check(r["total"], every, exact=bool((every.bfloat16().float() == every).all()))
+
+
+@pytest.mark.parametrize("case", ["qwen3-tied-5bit-g32", "gpt_oss-mxfp4-experts", "llama-nvfp4"])
+def test_any_chunk_and_workers_give_the_same_report(reports, case):
+    """Chunks of one row (256 bytes: 8 values a read), a row and a half, and the default, in one process and two
+    (forked workers): the same report, bit for bit."""
+    path = os.path.join(FIX, "mlx", case)
+    for kw in (dict(chunk_bytes=256), dict(chunk_bytes=32 * 96), dict(workers=2), dict(workers=2, chunk_bytes=256)):
+        assert _report(path, **kw) == reports[case], kw
+
+
+def test_the_cli_says_what_it_read(cli, tmp_path):
+    """The human output names the dequantised weights and their methods, the JSON the rule; the input is not
+    modified."""
+    case = "llama-mixed_3_6"
+    src = os.path.join(FIX, "mlx", case)
+    dst = tmp_path / case
+    shutil.copytree(src, dst)
+    before = {p: open(os.path.join(dst, p), "rb").read() for p in os.listdir(dst)}
+    code, out, err = cli("stats", str(dst))
+    assert code == 0, err
+    line = next(x for x in out.splitlines() if x.startswith("dequantized"))
+    assert "quantised weights read as the values mx.dequantize returns" in " ".join(out.split())
+    assert "mlx affine 3-bit" in " ".join(out.split()) and line
+    code, out, _ = cli("stats", str(dst), "--json")
+    r = json.loads(out)
+    assert code == 0 and "mx.dequantize" in r["dequantized"]["rule"]
+    assert {p: open(os.path.join(dst, p), "rb").read() for p in os.listdir(dst)} == before
+
+
+@pytest.mark.parametrize("case", ["llama-nvfp4", "qwen3_moe-8bit"])
+def test_over_http_as_locally(capsys, monkeypatch, case):
+    """A folder served over a loopback socket: the same report (each chunk's codes, scales and biases read as ranges)."""
+    from remote_server import Server
+
+    from ckptstat import sources
+    from ckptstat.cli import main
+
+    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
+
+    def report(path: str) -> dict:
+        sources.reset()
+        rc = main(["stats", "--json", path])
+        out, err = capsys.readouterr()
+        assert rc == 0, err
+        r = json.loads(out)
+        for k in ("seconds", "fetched", "path", "format"):
+            r.pop(k, None)
+        return r
+
+    local = report(os.path.join(FIX, "mlx", case))
+    with Server(os.path.join(FIX, "mlx")) as s:
+        remote = report(f"{s.url}/{case}/")
+    sources.reset()
+    assert remote == local and local["dequantized"]["weights"] == len(EXPECTED[case]["weights"])
+
+
+def test_other_quantised_pieces_stay_left_out_by_role(cli):
+    """A bitsandbytes nf4 folder (its packed bytes, absmax and quant maps; no dequantiser here) and a plain model:
+    nothing dequantised, the pieces left out by role, no packed integer read as a weight."""
+    code, out, _ = cli("stats", os.path.join(FIX, "quantized", "bnb-nf4-llama"), "--json")
+    r = json.loads(out)
+    assert code == 0 and r["dequantized"] is None
+    reasons = {s["reason"] for s in r["skipped"]}
+    assert {"role absmax (use --all-roles)", "role quant-map (use --all-roles)"} <= reasons
+    assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
+    code, out, _ = cli("stats", os.path.join(FIX, "bert-tiny"), "--json")
+    assert code == 0 and json.loads(out)["dequantized"] is None
+
+
+def test_rounding_to_bfloat16_is_once_from_float64():
+    """bits16: float64 values on either side of a bfloat16 tie by less than float32 resolves, rounded to the nearer
+    (torch's float64 -> bfloat16 goes through float32, rounding twice: not the oracle here); ties to even; NaN, Inf
+    and overflow; F16 as numpy's float16."""
+    tie = np.float64(1.0 + 2.0 ** -8)   # halfway between bfloat16 1.0 (0x3F80) and 1.0078125 (0x3F81)
+    x = np.array([tie, tie + 2.0 ** -40, tie - 2.0 ** -40, -(tie + 2.0 ** -40), 1.0 + 3 * 2.0 ** -8, np.nan, np.inf,
+                  1e300, -1e300, 0.0])
+    assert [hex(b) for b in bits16(x, "BF16")] == ["0x3f80", "0x3f81", "0x3f80", "0xbf81", "0x3f82", "0x7fc0",
+                                                  "0x7f80", "0x7f80", "0xff80", "0x0"]
+    y = np.array([1.0 + 2.0 ** -11, 1.0 + 2.0 ** -11 + 2.0 ** -40, 70000.0, -1e-9])
+    assert (bits16(y, "F16") == y.astype(np.float16).view(np.uint16)).all()
+
+
+def test_non_finite_scales_are_counted_not_raised(tmp_path):
+    """A file whose scales hold NaN and +-Inf (a corrupt or hostile save): the values they make are counted as NaN and
+    Inf and flagged, as torch computes them from the stored pieces in float16 (a product rounded, then a sum rounded:
+    mx.dequantize's order), and the file is not modified."""
+    case, mod = "llama-4bit", "model.layers.0.mlp.up_proj"
+    dst = tmp_path / case
+    shutil.copytree(os.path.join(FIX, "mlx", case), dst)
+    stored = load_file(str(dst / "model.safetensors"))
+    s = stored[f"{mod}.scales"].clone()
+    s[0, 0], s[1, 0], s[2, 0] = float("nan"), float("inf"), float("-inf")
+    stored[f"{mod}.scales"] = s
+    from safetensors.torch import save_file
+
+    save_file(stored, str(dst / "model.safetensors"), metadata={"format": "mlx"})
+    before = (dst / "model.safetensors").read_bytes()
+    words = stored[f"{mod}.weight"].view(torch.int32)
+    codes = torch.stack([(words >> (4 * k)) & 0xF for k in range(8)], dim=-1).reshape(words.shape[0], -1)
+    group = codes.shape[1] // s.shape[1]
+    product = (s.repeat_interleave(group, dim=1) * codes.half()).half()
+    values = product + stored[f"{mod}.biases"].repeat_interleave(group, dim=1)
+    assert values.dtype == torch.float16
+    r = _report(str(dst))
+    row = next(x for x in r["tensors"] if x["name"] == f"{mod}.weight")
+    v = values.float().numpy()
+    assert (row["nan"], row["posinf"], row["neginf"]) == (int(np.isnan(v).sum()), int((v == np.inf).sum()),
+                                                          int((v == -np.inf).sum()))
+    assert row["nan"] > 0 and "nan_or_inf" in row["flags"]
+    fin = v[np.isfinite(v)].astype(np.float64)
+    assert row["finite"] == fin.size and row["min"] == fin.min() and row["max"] == fin.max()
+    assert (dst / "model.safetensors").read_bytes() == before
