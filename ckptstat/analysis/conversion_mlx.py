@@ -90,34 +90,38 @@ class Packed:
         """The dtype mx.dequantize returns: the scales' in mode affine, bfloat16 in the floating-point modes."""
         return self.dtype if self.mode == "affine" else "BF16"
 
-    def _rows(self, r0: int, r1: int, rounded: str | None = None) -> np.ndarray:
-        """Rows [r0, r1) of the slice dequantised, (groups, group) float64: the exact grid values, or with `rounded`
-        (a 16-bit dtype) as mx.dequantize computes them in it: affine's scale x q rounded, then + bias rounded; the
-        floating-point modes' code value x scale rounded once."""
+    def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Rows [r0, r1) of the slice as stored: the codes (groups, group) uint8, each group's scale (float64; the
+        floating-point modes' as their uint8 codes) and affine's bias (float64; else None)."""
         words = self.cols * self.bits // 32
         raw = np.asarray(self.src.read_elements(self.codes, (self.row0 + r0) * words, (r1 - r0) * words))
-        q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols)
+        q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols).reshape(-1, self.group)
         per_row = self.cols // self.group
         s = self._groups(self.scales, r0 * per_row, (r1 - r0) * per_row)
-        q = q.reshape(-1, self.group)
-        if self.mode != "affine":
-            v = lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q] * self._fp_scales(s)[:, None]
-            return v if rounded is None else _rounded(v, rounded)
-        v = s[:, None] * q
-        if rounded is not None:
-            v = _rounded(v, rounded)
-        v += self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row)[:, None]
-        return v if rounded is None else _rounded(v, rounded)
+        b = self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row) if self.mode == "affine" else None
+        return q, s, b
+
+    def values(self, q: np.ndarray, s: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """The exact grid values of codes q under scales s (and biases b), broadcast together, float64."""
+        if b is None:
+            return lut("F8_E4M3" if self.mode == "mxfp8" else "F4").astype(np.float64)[q] * self._fp_scales(s)
+        return s * q + b
+
+    def patterns(self, q: np.ndarray, s: np.ndarray, b: np.ndarray | None) -> np.ndarray:
+        """The 16-bit patterns (uint16) of the values mx.dequantize gives codes q under scales s (and biases b),
+        broadcast together, in out_dtype: affine's scale x q rounded, then + bias rounded; the floating-point modes'
+        code value x scale rounded once."""
+        dtype = self.out_dtype
+        if b is None:
+            return bits16(self.values(q, s, None), dtype)
+        return bits16(_rounded(s * q, dtype) + b, dtype)
 
     def read(self, start: int, count: int) -> np.ndarray:
         """Elements [start, start + count) of the dequantised slice, C order, float64."""
         r0, r1 = start // self.cols, -(-(start + count) // self.cols)
         lo = start - r0 * self.cols
-        return self._rows(r0, r1).reshape(-1)[lo: lo + count]
-
-    def patterns(self, r0: int, r1: int) -> np.ndarray:
-        """Rows [r0, r1) as mx.dequantize returns them: out_dtype's 16-bit patterns (uint16), C order."""
-        return bits16(self._rows(r0, r1, self.out_dtype).reshape(-1), self.out_dtype)
+        q, s, b = self.pieces(r0, r1)
+        return self.values(q, s[:, None], None if b is None else b[:, None]).reshape(-1)[lo: lo + count]
 
     def _fp_scales(self, s: np.ndarray) -> np.ndarray:
         """The floating-point modes' group scales: nvfp4's E4M3, mxfp4's and mxfp8's E8M0 (2^(e - 127))."""

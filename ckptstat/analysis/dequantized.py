@@ -26,17 +26,22 @@ _VIEW = "dequantized:view"
 
 @dataclass(frozen=True)
 class Dequantized:
-    """A quantised weight as its values: `packed` decodes them, whole rows at a time."""
+    """A quantised weight as its values: `packed` decodes them."""
     packed: Packed
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
 
-    def patterns(self, values: int) -> Iterator[np.ndarray]:
-        """The weight's values as 16-bit patterns of its dtype (uint16), about `values` at a time (whole rows, at
-        least one), in C order."""
+    def pieces(self, values: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
+        """The weight as stored, about `values` at a time (whole rows, at least one): each read's codes (groups,
+        group) uint8 and its groups' scales and biases (Packed.pieces)."""
         p = self.packed
         step = max(1, values // p.cols)
         for r0 in range(0, p.rows, step):
-            yield p.patterns(r0, min(r0 + step, p.rows))
+            yield p.pieces(r0, min(r0 + step, p.rows))
+
+    def patterns(self, codes: np.ndarray, scales: np.ndarray, biases: np.ndarray | None) -> np.ndarray:
+        """The 16-bit patterns (uint16) of the values mx.dequantize gives codes under scales and biases (broadcast
+        together), in its dtype (Packed.patterns)."""
+        return self.packed.patterns(codes, scales, biases)
 
 
 def view(ckpt: Checkpoint) -> Checkpoint:

@@ -248,15 +248,15 @@ def bits16(x: NDArray[Any], dtype: str) -> NDArray[Any]:
     if dtype != "BF16":
         raise ValueError(f"no 16-bit patterns for {dtype}")
     x = np.asarray(x, dtype=np.float64)
-    with np.errstate(over="ignore"):
+    with np.errstate(over="ignore", invalid="ignore"):
         f = x.astype(np.float32)   # nearest float32: the same side of every bfloat16 tie, unless on one
     u = f.view(np.uint32)
-    up = (u >> 16) & 1   # ties to even
-    # a float32 exactly on a bfloat16 tie that x was not: x's own side decides
-    on_tie = ((u & 0xFFFF) == 0x8000) & (f != x)
-    up = np.where(on_tie, (np.abs(x) > np.abs(f.astype(np.float64))).astype(np.uint32), up)
-    out = ((u.astype(np.uint64) + 0x7FFF + up) >> 16).astype(np.uint16)
-    nan = np.isnan(x)
-    if nan.any():
+    out = ((u + ((u >> 16) & 1) + 0x7FFF) >> 16).astype(np.uint16)   # ties to even
+    tie = np.flatnonzero((u & 0xFFFF) == 0x8000)
+    if tie.size:   # a float32 exactly on a bfloat16 tie that x was not: x's own side decides
+        off = tie[x[tie] != f[tie]]
+        out[off] = (u[off] >> 16) + (np.abs(x[off]) > np.abs(f[off])).astype(np.uint32)
+    nan = np.flatnonzero(f != f)
+    if nan.size:   # (a NaN's payload would carry into the exponent)
         out[nan] = 0x7FC0
     return out

@@ -238,15 +238,29 @@ def tensor_stats16(ckpt: Checkpoint, info: TensorInfo, chunk_bytes: int,
 
 def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
                       progress: Callable[[int], None] | None = None) -> Acc:
-    """The accumulator of a quantised weight's values (analysis/dequantized.py), their F16 or BF16 patterns counted as
-    a stored tensor's, about chunk_bytes // 32 values at a time (the decoding's float64 temporaries about chunk_bytes);
-    the progress in its stored bytes, in proportion."""
-    hist = zeroed("hist")
+    """The accumulator of a quantised weight's values (analysis/dequantized.py) from the histogram of their F16 or BF16
+    patterns, as a stored tensor's. A value is a function of its group and its code, so the pairs are counted (the
+    compiled count of 16-bit keys: 65,536 >> bits groups' codes at a time) and each pair that occurs is dequantised
+    once, its count added to its value's pattern: no value is decoded one by one. About chunk_bytes // 4 codes a read;
+    the progress in the weight's stored bytes, in proportion."""
+    hist, pairs = zeroed("hist"), zeroed("pairs")
+    bits = source.packed.bits
+    span = NBINS >> bits   # groups whose (group, code) keys fit 16 bits
     total, seen, done = max(1, math.prod(info.shape)), 0, 0
     try:
-        for bits in source.patterns(max(1, chunk_bytes // 32)):
-            count16(bits, hist)
-            seen += bits.size
+        for codes, scales, biases in source.pieces(max(1, chunk_bytes // 4)):
+            for g0 in range(0, len(codes), span):
+                part = codes[g0:g0 + span]
+                keys = part.astype(np.uint16)
+                keys |= (np.arange(len(part), dtype=np.uint16) << bits)[:, None]
+                count16(keys.reshape(-1), pairs)
+                at = np.flatnonzero(pairs[:len(part) << bits])
+                counts = pairs[at]
+                pairs[at] = 0
+                g = g0 + (at >> bits)
+                np.add.at(hist, source.patterns(at & ((1 << bits) - 1), scales[g], None if biases is None else biases[g]),
+                          counts)
+            seen += codes.size
             if progress:
                 now = info.nbytes * seen // total
                 progress(now - done)
@@ -254,6 +268,7 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
         return acc_from_hist16(hist, info.dtype, clear=True)
     except BaseException:
         hist.fill(0)
+        pairs.fill(0)
         raise
 
 
