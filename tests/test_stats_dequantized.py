@@ -120,7 +120,7 @@ def test_the_cli_says_what_it_read(cli, tmp_path):
     code, out, err = cli("stats", str(dst))
     assert code == 0, err
     line = next(x for x in out.splitlines() if x.startswith("dequantized"))
-    assert "quantised weights read as the values mx.dequantize returns" in " ".join(out.split())
+    assert "quantised weights read as the values their library dequantises them to" in " ".join(out.split())
     assert "mlx affine 3-bit" in " ".join(out.split()) and line
     code, out, _ = cli("stats", str(dst), "--json")
     r = json.loads(out)
@@ -211,3 +211,37 @@ def test_non_finite_scales_are_counted_not_raised(tmp_path):
     fin = v[np.isfinite(v)].astype(np.float64)
     assert row["finite"] == fin.size and row["min"] == fin.min() and row["max"] == fin.max()
     assert (dst / "model.safetensors").read_bytes() == before
+
+
+@pytest.fixture(scope="module")
+def gpt_oss(tmp_path_factory) -> str:
+    """A tiny gpt-oss with its experts in the release's MXFP4 layout (fixtures/make_quantized.py write_mxfp4: blocks
+    and scales that transformers' own convert_moe_packed_tensors turns back into the experts' shapes)."""
+    from conftest import fixture_script
+
+    mq = fixture_script("make_quantized")
+    return mq.write_mxfp4(mq.build(mq.tiny_config("gpt_oss")), str(tmp_path_factory.mktemp("gpt_oss") / "mxfp4"))
+
+
+def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
+    """Each expert weight's row: the values transformers' convert_moe_packed_tensors returns from its blocks and scales
+    (bfloat16), under the weight's name and transformers' shape; every other tensor as stored; the same report from
+    two workers, the same rows from reads of one row."""
+    from safetensors import safe_open
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    r = _report(gpt_oss)
+    rows = {row["name"]: row for row in r["tensors"]}
+    with safe_open(os.path.join(gpt_oss, "model.safetensors"), "pt") as f:
+        names = [n[:-len("_blocks")] for n in f.keys() if n.endswith("_blocks")]
+        assert names
+        for name in names:
+            x = convert_moe_packed_tensors(f.get_tensor(name + "_blocks"), f.get_tensor(name + "_scales"))
+            assert rows[name]["dtype"] == "BF16" and rows[name]["shape"] == list(x.shape), name
+            _check(rows[name], x)
+        stored = [n for n in f.keys() if not n.endswith(("_blocks", "_scales"))]
+        assert set(rows) == set(names) | set(stored)
+    assert r["dequantized"]["methods"] == {"mxfp4": len(names)}
+    assert _report(gpt_oss, workers=2) == r
+    small = {row["name"]: row for row in _report(gpt_oss, chunk_bytes=64)["tensors"]}   # (one row of 32 codes a read)
+    assert all(small[n] == rows[n] for n in names)

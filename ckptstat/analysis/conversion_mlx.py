@@ -81,9 +81,14 @@ class Packed:
         return v if v.dtype == np.uint8 else v.astype(np.float64)
 
     @property
+    def _word(self) -> int:
+        """The bits of one stored element of the codes: mlx's uint32 words, or bytes (gpt-oss's MXFP4 blocks)."""
+        return self.src.tensors[self.codes].dt.bits
+
+    @property
     def rows(self) -> int:
         """The rows of the whole quantised tensor from row0 on (its codes' rows, over every leading dimension)."""
-        return self.src.tensors[self.codes].numel * 32 // (self.cols * self.bits) - self.row0
+        return self.src.tensors[self.codes].numel * self._word // (self.cols * self.bits) - self.row0
 
     @property
     def out_dtype(self) -> str:
@@ -93,9 +98,10 @@ class Packed:
     def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Rows [r0, r1) of the slice as stored: the codes (groups, group) uint8, each group's scale (float64; the
         floating-point modes' as their uint8 codes) and affine's bias (float64; else None)."""
-        words = self.cols * self.bits // 32
+        words = self.cols * self.bits // self._word
         raw = np.asarray(self.src.read_elements(self.codes, (self.row0 + r0) * words, (r1 - r0) * words))
-        q = unpack_bits(raw.astype("<u4").view(np.uint8), self.bits, (r1 - r0) * self.cols).reshape(-1, self.group)
+        packed = raw.astype("<u4").view(np.uint8) if self._word == 32 else raw.astype(np.uint8, copy=False)
+        q = unpack_bits(packed, self.bits, (r1 - r0) * self.cols).reshape(-1, self.group)
         per_row = self.cols // self.group
         s = self._groups(self.scales, r0 * per_row, (r1 - r0) * per_row)
         b = self._groups(self.biases, r0 * per_row, (r1 - r0) * per_row) if self.mode == "affine" else None

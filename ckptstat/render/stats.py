@@ -119,6 +119,6 @@ def render_stats(r: dict, console: Console, show_layers: bool = False, show_tens
         d = r["dequantized"]
         methods = ", ".join(f"{m} {n}" for m, n in d["methods"].items())
         console.print(Text(f"dequantized  {d['weights']} quantised weight{'' if d['weights'] == 1 else 's'} read as the "
-                           f"values mx.dequantize returns ({methods}; rule in --json)", style="dim"))
+                           f"values their library dequantises them to ({methods}; rule in --json)", style="dim"))
     if counts_numbers(r):
         console.print(Text("values       " + r["conventions"]["values"], style="dim"))
