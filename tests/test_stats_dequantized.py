@@ -245,3 +245,47 @@ def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
     assert _report(gpt_oss, workers=2) == r
     small = {row["name"]: row for row in _report(gpt_oss, chunk_bytes=64)["tensors"]}   # (one row of 32 codes a read)
     assert all(small[n] == rows[n] for n in names)
+
+
+# compressed-tensors preset scheme, format, group size -> dequantised by stats (written by the installed release)
+COMPRESSED = {
+    "W4A16": ("pack-quantized", 32, True), "W8A16": ("int-quantized", 32, True),
+    "FP8": ("float-quantized", None, True), "FP8_DYNAMIC": ("float-quantized", None, True),
+    "W8A8": ("int-quantized", None, True), "W4A16_ASYM": ("pack-quantized", 32, False),
+    "NVFP4A16": ("nvfp4-pack-quantized", 16, False),
+}
+
+
+@pytest.mark.parametrize("scheme", COMPRESSED)
+def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, scheme):
+    """A tiny llama written by compressed-tensors itself (fixtures/make_quantized.py write_compressed: its own
+    compressor) in each preset: each quantised weight's row is what the format's own compressor `decompress` returns
+    from the module's pieces (group, channel and tensor scales; int4 packed in int32, int8, float8), in the scales'
+    dtype; the presets ckptstat does not dequantise (packed asymmetric zero points, nvfp4) keep their pieces left out
+    by role, no packed integer read as a weight."""
+    from compressed_tensors.compressors import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from conftest import fixture_script
+
+    mq = fixture_script("make_quantized")
+    fmt, group, read = COMPRESSED[scheme]
+    path = mq.write_compressed(mq.build(mq.tiny_config("llama")), str(tmp_path / scheme), scheme, fmt, group)
+    with open(os.path.join(path, "config.json")) as f:
+        qc = QuantizationConfig.model_validate(json.load(f)["quantization_config"])
+    compressor = BaseCompressor.get_value_from_registry(qc.format)
+    stored = load_file(os.path.join(path, "model.safetensors"))
+    modules = sorted({k.rpartition(".")[0] for k in stored if k.endswith(".weight_scale")})
+    r = _report(path)
+    rows = {row["name"]: row for row in r["tensors"]}
+    assert modules
+    if not read:
+        assert r["dequantized"] is None and not {m + ".weight" for m in modules} & set(rows)
+        assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
+        return
+    for m in modules:
+        local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
+        x = compressor.decompress(local, qc.config_groups["group_0"])["weight"]
+        assert rows[m + ".weight"]["dtype"] == DTYPES[x.dtype] and rows[m + ".weight"]["shape"] == list(x.shape)
+        _check(rows[m + ".weight"], x)
+    assert r["dequantized"]["methods"] == {f"compressed-tensors {fmt}": len(modules)}
+    assert _report(path, workers=2) == r

@@ -2,12 +2,14 @@
 reads (docs/quantized.md "Statistics of quantised weights").
 
 `view(ckpt)` is the checkpoint with each quantised weight ckptstat dequantises as one tensor of its logical shape in
-place of its stored pieces, its values those its library's dequantiser returns, bit for bit, in its dtype: Apple
-MLX's (census/quant/mlx.py; modes affine, mxfp4, nvfp4 and mxfp8, a module without a `global_scale`) as mx.dequantize
-returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's MXFP4 experts as
-transformers' convert_moe_packed_tensors does (bfloat16); conversion_mlx.Packed decodes both. Every other tensor is
-unchanged, the pieces of any other method's quantised weights among them (stats leaves them out by role:
-packed-weight, scale, zero-point)."""
+place of its stored pieces, its values those its library's dequantiser returns, bit for bit, in its dtype:
+- Apple MLX's (census/quant/mlx.py; modes affine, mxfp4, nvfp4 and mxfp8, a module without a `global_scale`) as
+  mx.dequantize returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's
+  MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
+- compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row or
+  tensor, as its compressors' decompress returns them (the scales' dtype): Scaled.
+Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
+by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
@@ -17,35 +19,101 @@ import numpy as np
 
 from ..census.quant import QuantWeight, layout, logical
 from ..core import Checkpoint, TensorInfo
+from ..core.dtypes import bits16, lut, unpack_bits
 from .conversion_mlx import Packed, as_packed
 
 RULE = ("a quantised weight is read as one tensor of its logical shape, its values those the library that wrote it "
         "dequantises it to, in that library's dtype, its bytes its stored pieces': Apple MLX's (modes affine, mxfp4, "
         "nvfp4, mxfp8) as mx.dequantize returns them (in the scales' dtype in mode affine: scale x code rounded, then "
         "+ bias rounded; bfloat16 in the other modes), the gpt-oss release's MXFP4 experts (_blocks, _scales) as "
-        "transformers' convert_moe_packed_tensors does (bfloat16); the pieces of other methods' quantised weights "
-        "(packed codes, scales, zero points) are left out by role")
+        "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
+        "and float-quantized ones (16-bit scales per group, row or tensor) as its decompress does ((code - zero point) "
+        "x scale, rounded once in the scales' dtype); the pieces of other quantised weights (GPTQ, AWQ, bitsandbytes, "
+        "block-scaled FP8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 
 @dataclass(frozen=True)
+class Scaled:
+    """A compressed-tensors quantised weight (formats pack-quantized, int-quantized, float-quantized): codes packed in
+    int32 words as a little-endian bit stream a row (pack-quantized; stored + 2^(bits-1)) or one a byte (int8; float8),
+    a scale per group of a row, per row (channel) or per tensor, and integer zero points stored as the scales are
+    (asymmetric int-quantized). Each value as compressed-tensors' dequantize computes it in the scales' dtype: the code
+    (minus its zero point: exact) times its scale, rounded once."""
+    src: Checkpoint
+    codes: str
+    scales: str
+    zeros: str | None
+    kind: str            # "int" (signed codes) or a float8 dtype ("F8_E4M3", "F8_E5M2")
+    bits: int
+    group: int
+    cols: int
+    out_dtype: str       # the scales' dtype (F16 or BF16)
+
+    @property
+    def rows(self) -> int:
+        return self.src.tensors[self.codes].numel * self.src.tensors[self.codes].dt.bits // (self.cols * self.bits)
+
+    def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Rows [r0, r1): the codes (groups, group) uint8 (the stored bits: int8 two's complement, float8 codes,
+        pack-quantized's offset ones), each group's scale and zero point (float64)."""
+        n = (r1 - r0) * self.cols
+        if self.src.tensors[self.codes].dtype == "I32":
+            words = self.cols * self.bits // 32
+            raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words))
+            q = unpack_bits(raw.astype("<i4").view(np.uint8), self.bits, n)
+        else:
+            q = np.asarray(self.src.read_stored(self.codes, r0 * self.cols, n))
+        per_row = self.cols // self.group
+        whole = self.src.tensors[self.scales].numel == 1   # (a tensor's one scale)
+        at, count = (0, 1) if whole else (r0 * per_row, (r1 - r0) * per_row)
+        s = np.asarray(self.src.read_elements(self.scales, at, count), dtype=np.float64)
+        z = None if self.zeros is None else np.asarray(self.src.read_elements(self.zeros, at, count), dtype=np.float64)
+        if whole:
+            s = np.repeat(s, (r1 - r0) * per_row)
+            z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
+        return q.reshape(-1, self.group), s, z
+
+    def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
+        """The 16-bit patterns (uint16) of the values compressed-tensors gives codes q under scales s and zero points z
+        (broadcast together), in out_dtype."""
+        if self.kind == "int":
+            code = q.astype(np.int64)
+            v = (code - (1 << (self.bits - 1)) if self.bits < 8 or self.src.tensors[self.codes].dtype == "I32"
+                 else code.astype(np.uint8).view(np.int8).astype(np.int64)).astype(np.float64)
+        else:
+            v = lut(self.kind).astype(np.float64)[q]
+        if z is not None:
+            v = v - z
+        return bits16(v * s, self.out_dtype)
+
+
+@dataclass(frozen=True)
 class Dequantized:
-    """A quantised weight as its values: `packed` decodes them."""
-    packed: Packed
+    """A quantised weight as its values: `decoder` (Packed, Scaled) decodes them."""
+    decoder: Packed | Scaled
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
+
+    @property
+    def bits(self) -> int:
+        return self.decoder.bits
+
+    @property
+    def out_dtype(self) -> str:
+        return self.decoder.out_dtype
 
     def pieces(self, values: int) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray | None]]:
         """The weight as stored, about `values` at a time (whole rows, at least one): each read's codes (groups,
-        group) uint8 and its groups' scales and biases (Packed.pieces)."""
-        p = self.packed
-        step = max(1, values // p.cols)
-        for r0 in range(0, p.rows, step):
-            yield p.pieces(r0, min(r0 + step, p.rows))
+        group) uint8 and its groups' scales and biases or zero points."""
+        d = self.decoder
+        step, rows = max(1, values // d.cols), d.rows
+        for r0 in range(0, rows, step):
+            yield d.pieces(r0, min(r0 + step, rows))
 
     def patterns(self, codes: np.ndarray, scales: np.ndarray, biases: np.ndarray | None) -> np.ndarray:
-        """The 16-bit patterns (uint16) of the values mx.dequantize gives codes under scales and biases (broadcast
-        together), in its dtype (Packed.patterns)."""
-        return self.packed.patterns(codes, scales, biases)
+        """The 16-bit patterns (uint16) of the values the weight's library gives codes under scales and biases
+        (broadcast together), in its dtype."""
+        return self.decoder.patterns(codes, scales, biases)
 
 
 def _gpt_oss(ckpt: Checkpoint, w: QuantWeight) -> Packed | None:
@@ -58,6 +126,36 @@ def _gpt_oss(ckpt: Checkpoint, w: QuantWeight) -> Packed | None:
             or blocks.shape[-1] != 16 or scales.shape != blocks.shape[:-1]):
         return None
     return Packed(ckpt, blocks.name, scales.name, None, "mxfp4", 4, 32, blocks.shape[-2] * 32, 0, "BF16")
+
+
+_COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quantized", "float-quantized")}
+
+
+def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """A compressed-tensors weight as Scaled, where its pieces are what Scaled reads: a 2-D `weight_packed` (int32,
+    whole words a row) or `weight` (int8, float8) of the logical shape, a 16-bit `weight_scale` of one value, one a row
+    or one a group of the row, and no zero point or an unpacked one of the scale's shape. Else None (block-scaled,
+    packed asymmetric zero points, float32 scales: their pieces stay left out by role)."""
+    m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
+    codes, scale, zero = m.get("weight_packed") or m.get("weight"), m.get("weight_scale"), m.get("weight_zero_point")
+    if codes is None or scale is None or len(w.shape) != 2 or scale.dtype not in ("F16", "BF16"):
+        return None
+    rows, cols = w.shape
+    if codes.dtype == "I32":
+        bits, kind = int(w.bits or 0), "int"
+        if not 0 < bits <= 8 or len(codes.shape) != 2 or codes.shape != (rows, cols * bits // 32) or cols * bits % 32:
+            return None
+    elif codes.dtype in ("I8", "F8_E4M3", "F8_E5M2") and codes.shape == w.shape:
+        bits, kind = 8, "int" if codes.dtype == "I8" else codes.dtype
+    else:
+        return None
+    groups = 1 if scale.numel == 1 else scale.shape[-1] if len(scale.shape) == 2 and scale.shape[0] == rows else 0
+    if not groups or cols % groups or (scale.numel == 1 and zero is not None):
+        return None
+    if zero is not None and (zero.shape != scale.shape or zero.dt.kind not in ("int", "uint")):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None if zero is None else zero.name, kind, bits,
+                  cols if scale.numel == 1 else cols // groups, cols, scale.dtype)
 
 
 def view(ckpt: Checkpoint) -> Checkpoint:
@@ -73,7 +171,8 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
     shown = logical(ckpt).tensors
     readable = {w.name: Dequantized(p, w.method) for w in q.weights.values()
                 if (p := as_packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)
-                    if w.method.startswith("mlx ") else _gpt_oss(ckpt, w) if w.method == "mxfp4" else None) is not None}
+                    if w.method.startswith("mlx ") else _gpt_oss(ckpt, w) if w.method == "mxfp4"
+                    else _compressed(ckpt, w) if w.method in _COMPRESSED else None) is not None}
     if not readable:
         return ckpt
     member_of = {m: name for name in readable for m in q.weights[name].members}
@@ -84,8 +183,8 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
             out[name] = t
         elif logical_name not in out:
             d, w = readable[logical_name], q.weights[logical_name]
-            codes = ckpt.tensors[d.packed.codes]
-            out[logical_name] = TensorInfo(logical_name, d.packed.out_dtype, w.shape, codes.file, None, w.stored_bytes,
+            codes = ckpt.tensors[d.decoder.codes]
+            out[logical_name] = TensorInfo(logical_name, d.out_dtype, w.shape, codes.file, None, w.stored_bytes,
                                            storage=f"dequantized:{logical_name}",
                                            extra={"dequantized": d, "at": codes.offset or 0})
     v = replace(ckpt, tensors=out)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Hashable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -288,6 +288,14 @@ class Checkpoint:
     def read_elements(self, name: str, start: int, count: int) -> NDArray[Any]:
         """Elements [start, start + count) of the C-order flattened tensor, decoded."""
         return self._read(self.tensors[name], start, count)
+
+    def read_stored(self, name: str, start: int, count: int) -> NDArray[Any]:
+        """Elements [start, start + count) of a tensor of one-byte elements as stored, not decoded (uint8: a float8
+        tensor's codes)."""
+        info = self.tensors[name]
+        if info.dt.bits != 8 or info.dt.lanes != 1:
+            raise ValueError(f"{name}: {info.dtype} elements are not one byte each")
+        return self._read(replace(info, dtype="U8"), start, count)
 
     def read(self, name: str) -> NDArray[Any]:
         """The whole tensor, decoded (bf16 and fp8 widen to float32; a packed element's values, F4_X2's two fp4,

@@ -244,7 +244,7 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
     once, its count added to its value's pattern: no value is decoded one by one. About chunk_bytes // 4 codes a read;
     the progress in the weight's stored bytes, in proportion."""
     hist, pairs = zeroed("hist"), zeroed("pairs")
-    bits = source.packed.bits
+    bits = source.bits
     span = NBINS >> bits   # groups whose (group, code) keys fit 16 bits
     total, seen, done = max(1, math.prod(info.shape)), 0, 0
     try:
