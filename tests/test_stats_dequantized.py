@@ -289,3 +289,34 @@ def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, 
         _check(rows[m + ".weight"], x)
     assert r["dequantized"]["methods"] == {f"compressed-tensors {fmt}": len(modules)}
     assert _report(path, workers=2) == r
+
+
+@pytest.mark.parametrize("block,dtype", [((32, 32), "float16"), ((16, 32), "bfloat16"), ((1, 96), "bfloat16")])
+def test_block_scaled_fp8_is_what_transformers_dequantises(tmp_path, block, dtype):
+    """transformers' FineGrainedFP8 layout (DeepSeek-V3's: float8 `weight`, float32 `weight_scale_inv` a block;
+    fixtures/make_quantized.py write_fp8): each weight's row is what transformers' own Fp8Dequantize returns in the
+    model's dtype (code x scale in float32, then rounded to it), blocks of several rows and of one."""
+    from conftest import fixture_script
+    from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+
+    mq = fixture_script("make_quantized")
+    path = mq.write_fp8(mq.build(mq.tiny_config("mistral")), str(tmp_path / "fp8"), block)
+    cfg_path = os.path.join(path, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["dtype"] = dtype
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    stored = load_file(os.path.join(path, "model.safetensors"))
+    r = _report(path)
+    rows = {row["name"]: row for row in r["tensors"]}
+    names = [k[:-len("_scale_inv")] for k in stored if k.endswith(".weight_scale_inv")]
+    assert names
+    for name in names:
+        x = Fp8Dequantize(None)._dequantize_one(stored[name], stored[name + "_scale_inv"], getattr(torch, dtype))
+        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape)
+        _check(rows[name], x)
+    assert r["dequantized"]["methods"] == {"fp8 block-scaled": len(names)}
+    assert _report(path, workers=2) == r
+    small = {row["name"]: row for row in _report(path, chunk_bytes=96)["tensors"]}   # (reads of one row)
+    assert all(small[n] == rows[n] for n in names)

@@ -7,7 +7,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   mx.dequantize returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's
   MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
 - compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row or
-  tensor, as its compressors' decompress returns them (the scales' dtype): Scaled.
+  tensor, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
+  (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
@@ -28,18 +29,21 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "+ bias rounded; bfloat16 in the other modes), the gpt-oss release's MXFP4 experts (_blocks, _scales) as "
         "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
         "and float-quantized ones (16-bit scales per group, row or tensor) as its decompress does ((code - zero point) "
-        "x scale, rounded once in the scales' dtype); the pieces of other quantised weights (GPTQ, AWQ, bitsandbytes, "
-        "block-scaled FP8, nvfp4...) are left out by role")
+        "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
+        "Fp8Dequantize does (code x scale in float32, then the model's dtype); the pieces of other quantised weights "
+        "(GPTQ, AWQ, bitsandbytes, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 
 @dataclass(frozen=True)
 class Scaled:
-    """A compressed-tensors quantised weight (formats pack-quantized, int-quantized, float-quantized): codes packed in
-    int32 words as a little-endian bit stream a row (pack-quantized; stored + 2^(bits-1)) or one a byte (int8; float8),
-    a scale per group of a row, per row (channel) or per tensor, and integer zero points stored as the scales are
-    (asymmetric int-quantized). Each value as compressed-tensors' dequantize computes it in the scales' dtype: the code
-    (minus its zero point: exact) times its scale, rounded once."""
+    """A quantised weight of codes and scales: compressed-tensors' (formats pack-quantized, int-quantized,
+    float-quantized: codes packed in int32 words as a little-endian bit stream a row, stored + 2^(bits-1), or one a
+    byte, int8 or float8; a scale per group of a row, per row (channel) or per tensor; integer zero points stored as
+    the scales are), each value as its dequantize computes it in the scales' dtype: the code (minus its zero point:
+    exact) times its scale, rounded once. Or transformers' block-scaled FP8 (`weight` float8, `weight_scale_inv` one
+    scale a block of `block_rows` rows x `group` columns, float32 or E8M0), each value as its Fp8Dequantize computes
+    it: code x scale in float32, then rounded to the model's dtype (`float32` True: twice rounded)."""
     src: Checkpoint
     codes: str
     scales: str
@@ -48,7 +52,9 @@ class Scaled:
     bits: int
     group: int
     cols: int
-    out_dtype: str       # the scales' dtype (F16 or BF16)
+    out_dtype: str       # the scales' dtype (F16 or BF16); block-scaled FP8: the model's
+    block_rows: int = 1  # rows that share a row of scales (block-scaled FP8)
+    float32: bool = False   # the product rounded to float32 first (transformers' Fp8Dequantize)
 
     @property
     def rows(self) -> int:
@@ -66,13 +72,24 @@ class Scaled:
             q = np.asarray(self.src.read_stored(self.codes, r0 * self.cols, n))
         per_row = self.cols // self.group
         whole = self.src.tensors[self.scales].numel == 1   # (a tensor's one scale)
-        at, count = (0, 1) if whole else (r0 * per_row, (r1 - r0) * per_row)
-        s = np.asarray(self.src.read_elements(self.scales, at, count), dtype=np.float64)
+        b0, b1 = r0 // self.block_rows, (r1 - 1) // self.block_rows + 1   # the rows of scales the rows read
+        at, count = (0, 1) if whole else (b0 * per_row, (b1 - b0) * per_row)
+        s = self._scales(at, count)
         z = None if self.zeros is None else np.asarray(self.src.read_elements(self.zeros, at, count), dtype=np.float64)
         if whole:
             s = np.repeat(s, (r1 - r0) * per_row)
             z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
+        elif self.block_rows > 1:   # each row its block's row of scales
+            s = s.reshape(-1, per_row)[np.arange(r0, r1) // self.block_rows - b0].reshape(-1)
         return q.reshape(-1, self.group), s, z
+
+    def _scales(self, at: int, count: int) -> np.ndarray:
+        """Scales [at, at + count) in float64; E8M0 bytes as 2^(byte - 127) (in float32: 255 is +Inf)."""
+        s = np.asarray(self.src.read_elements(self.scales, at, count))
+        if self.src.tensors[self.scales].dtype == "U8":
+            with np.errstate(over="ignore"):
+                return np.exp2(s.astype(np.float64) - 127).astype(np.float32).astype(np.float64)
+        return s.astype(np.float64)
 
     def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
         """The 16-bit patterns (uint16) of the values compressed-tensors gives codes q under scales s and zero points z
@@ -85,7 +102,11 @@ class Scaled:
             v = lut(self.kind).astype(np.float64)[q]
         if z is not None:
             v = v - z
-        return bits16(v * s, self.out_dtype)
+        v = v * s
+        if self.float32:
+            with np.errstate(over="ignore"):
+                v = v.astype(np.float32).astype(np.float64)
+        return bits16(v, self.out_dtype)
 
 
 @dataclass(frozen=True)
@@ -158,6 +179,23 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
                   cols if scale.numel == 1 else cols // groups, cols, scale.dtype)
 
 
+def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """transformers' block-scaled FP8 (FineGrainedFP8: DeepSeek-V3's layout): a 2-D float8 `weight` and its
+    `weight_scale_inv` grid (float32, bfloat16, float16, or E8M0 bytes) whose blocks divide the weight (Fp8Dequantize
+    derives the block from the grid), read in the model's dtype (config.json's, F16 or BF16). Else None."""
+    m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
+    codes, scale = m.get("weight"), m.get("weight_scale_inv")
+    cfg = ckpt.config or {}
+    dtype = {"bfloat16": "BF16", "float16": "F16"}.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+    if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
+            or len(codes.shape) != 2 or len(scale.shape) != 2 or scale.dtype not in ("F32", "BF16", "F16", "U8")):
+        return None
+    (rows, cols), (srows, scols) = codes.shape, scale.shape
+    if not srows or not scols or rows % srows or cols % scols:
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, cols // scols, cols, dtype, rows // srows, True)
+
+
 def view(ckpt: Checkpoint) -> Checkpoint:
     """The checkpoint with its dequantisable weights as their values (the module docstring); itself when it has
     none. A view is its own view."""
@@ -172,7 +210,8 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
     readable = {w.name: Dequantized(p, w.method) for w in q.weights.values()
                 if (p := as_packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)
                     if w.method.startswith("mlx ") else _gpt_oss(ckpt, w) if w.method == "mxfp4"
-                    else _compressed(ckpt, w) if w.method in _COMPRESSED else None) is not None}
+                    else _compressed(ckpt, w) if w.method in _COMPRESSED
+                    else _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None) is not None}
     if not readable:
         return ckpt
     member_of = {m: name for name in readable for m in q.weights[name].members}
