@@ -1,12 +1,15 @@
-"""`ckptstat stats` of an Apple MLX 4-bit checkpoint (its quantised weights read as the values mx.dequantize returns),
-whole process each, in one run, against what a user would otherwise run: mlx itself loading the file and calling
-mx.dequantize on every quantised weight, then numpy's mean, std, min, max and the seven quantiles stats reports
-(np.quantile), and the same without the quantiles.
+"""`ckptstat stats` of quantised checkpoints (their weights read as the values their library dequantises them to),
+whole process each, in one run, against what a user would otherwise run: the library dequantising every quantised
+weight, then numpy's mean, std, min, max and the seven quantiles stats reports (np.quantile).
 
-The file is written by mlx (`mx.quantize` of random normal bf16 weights, affine 4-bit, group 64; mx.save_safetensors
-with mlx_lm's metadata and a config.json naming the quantisation) for a llama of the sizes given. Usage:
+- an Apple MLX 4-bit llama written by mlx (`mx.quantize` of random normal bf16 weights, affine 4-bit, group 64;
+  mx.save_safetensors with mlx_lm's metadata and a config.json naming the quantisation), against mlx loading it and
+  calling mx.dequantize (with and without the quantiles);
+- with --fp8, also a block-scaled FP8 llama layer (DeepSeek-V3's layout, 128 x 128 blocks, written with torch as
+  fixtures/make_quantized.py write_fp8 does), against transformers' own Fp8Dequantize over safe_open.
+Usage:
     python bench/stats_dequantized.py --mlx-python VENV/bin/python [--hidden 2048 --inter 5632 --layers 4]
-        [--repeat 3] [--out bench/results/stats_dequantized.md]
+        [--fp8] [--repeat 3] [--out bench/results/stats_dequantized.md]
 """
 from __future__ import annotations
 
@@ -80,6 +83,79 @@ print(len(out))
 """
 
 
+FP8_BUILD = """
+import json, os, sys
+import torch
+from safetensors.torch import save_file
+out, hidden, inter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+torch.manual_seed(0)
+t = {}
+for n, (r, c) in {"self_attn.q_proj": (hidden, hidden), "self_attn.k_proj": (hidden, hidden),
+                  "self_attn.v_proj": (hidden, hidden), "self_attn.o_proj": (hidden, hidden),
+                  "mlp.gate_proj": (inter, hidden), "mlp.up_proj": (inter, hidden), "mlp.down_proj": (hidden, inter)}.items():
+    w = torch.randn(r, c) * 0.02
+    so, si = -(-r // 128), -(-c // 128)
+    pad = torch.zeros(so * 128, si * 128)
+    pad[:r, :c] = w
+    blocks = pad.reshape(so, 128, si, 128)
+    scale = (blocks.abs().amax((1, 3)) / 448).clamp(min=1e-12)
+    q = (blocks / scale[:, None, :, None]).reshape(pad.shape)[:r, :c]
+    t[f"model.layers.0.{n}.weight"], t[f"model.layers.0.{n}.weight_scale_inv"] = q.to(torch.float8_e4m3fn), scale
+t["model.layers.0.input_layernorm.weight"] = torch.ones(hidden, dtype=torch.bfloat16)
+save_file(t, os.path.join(out, "model.safetensors"))
+json.dump(dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=hidden, intermediate_size=inter,
+               num_hidden_layers=1, num_attention_heads=hidden // 128, num_key_value_heads=hidden // 128,
+               vocab_size=32000, dtype="bfloat16", quantization_config={"quant_method": "fp8",
+               "activation_scheme": "dynamic", "weight_block_size": [128, 128]}),
+          open(os.path.join(out, "config.json"), "w"))
+"""
+
+FP8_LOOP = """
+import sys
+import numpy as np
+import torch
+from safetensors import safe_open
+from transformers.integrations.finegrained_fp8 import Fp8Dequantize
+d, out = Fp8Dequantize(None), []
+with safe_open(sys.argv[1] + "/model.safetensors", "pt") as f:
+    for k in f.keys():
+        if k.endswith("_scale_inv"):
+            continue
+        x = f.get_tensor(k)
+        if x.dtype == torch.float8_e4m3fn:
+            x = d._dequantize_one(x, f.get_tensor(k + "_scale_inv"), torch.bfloat16)
+        v = x.float().numpy().astype(np.float64).ravel()
+        out.append([v.mean(), v.std(), v.min(), v.max(), *np.quantile(v, [0.01, 0.05, 0.25, 0.5, 0.75, 0.95, 0.99])])
+print(len(out))
+"""
+
+
+def fp8_rows(args: argparse.Namespace, env: dict, ck: list[str]) -> list[str]:
+    """The block-scaled FP8 file's rows of the table."""
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run([sys.executable, "-c", FP8_BUILD, tmp, str(args.fp8_hidden), str(args.fp8_inter)], check=True)
+        size = os.path.getsize(os.path.join(tmp, "model.safetensors"))
+        report = json.loads(subprocess.run([*ck, "stats", tmp, "--json", "--no-progress"], capture_output=True,
+                                           text=True, env=env, cwd=ROOT, check=True).stdout)
+        values = report["total"]["count"]
+        cmds = {"transformers Fp8Dequantize + numpy (mean, std, min, max, 7 quantiles)": [sys.executable, "-c", FP8_LOOP, tmp],
+                "ckptstat stats (FP8)": [*ck, "stats", tmp, "--no-progress"]}
+        rows = {}
+        for name, cmd in cmds.items():
+            measure(cmd, 1, env=env, cwd=ROOT)
+            rows[name] = measure(cmd, args.repeat, env=env, cwd=ROOT)
+            assert rows[name]["ok"], name
+    base = rows["transformers Fp8Dequantize + numpy (mean, std, min, max, 7 quantiles)"]
+    lines = ["", f"Block-scaled FP8 (128 x 128 blocks, float32 weight_scale_inv, one llama layer of hidden "
+             f"{args.fp8_hidden}, intermediate {args.fp8_inter}: {size / 2**20:.0f} MiB, {values:,} values):", "",
+             "| command | wall | CPU user+sys | ns / value (CPU) | x transformers + numpy (wall) | peak RSS |",
+             "|---|---|---|---|---|---|"]
+    for name, r in rows.items():
+        lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
+                     f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |")
+    return lines
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--mlx-python", required=True, help="an interpreter with mlx (pip install 'mlx[cpu]')")
@@ -87,6 +163,9 @@ def main() -> None:
     ap.add_argument("--inter", type=int, default=5632)
     ap.add_argument("--layers", type=int, default=4)
     ap.add_argument("--vocab", type=int, default=32000)
+    ap.add_argument("--fp8", action="store_true", help="also a block-scaled FP8 file against transformers")
+    ap.add_argument("--fp8-hidden", type=int, default=4096)
+    ap.add_argument("--fp8-inter", type=int, default=11008)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--out")
     args = ap.parse_args()
@@ -118,17 +197,20 @@ def main() -> None:
             rows[name] = measure(cmd, args.repeat, env=e, cwd=ROOT)
             assert rows[name]["ok"], name
     base = rows["mlx load + mx.dequantize + numpy (mean, std, min, max, 7 quantiles)"]
-    lines = ["# stats of an MLX 4-bit checkpoint: ckptstat against mlx's own dequantize + numpy", "",
+    lines = ["# stats of quantised checkpoints: ckptstat against the libraries' own dequantisers + numpy", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
              f"mlx {mlx_version} (CPU); median of {args.repeat} whole-process runs after a warm-up. File: mlx's "
              f"mx.quantize of random bf16 weights (affine 4-bit, group 64) for a llama of hidden {args.hidden}, "
              f"intermediate {args.inter}, {args.layers} layers, vocab {args.vocab}: {size / 2**20:.0f} MiB, "
              f"{report['dequantized']['weights']} quantised weights, {values:,} values in all.", "",
+             "An Apple MLX 4-bit checkpoint:", "",
              "| command | wall | CPU user+sys | ns / value (CPU) | x mlx + numpy (wall) | peak RSS |",
              "|---|---|---|---|---|---|"]
     for name, r in rows.items():
         lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
                      f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |")
+    if args.fp8:
+        lines += fp8_rows(args, env, ck)
     emit("\n".join(lines) + "\n", args.out)
 
 

@@ -81,6 +81,11 @@ class Packed:
         return v if v.dtype == np.uint8 else v.astype(np.float64)
 
     @property
+    def block_rows(self) -> int:
+        """The rows a read must take together (whole rows of scale blocks): one."""
+        return 1
+
+    @property
     def _word(self) -> int:
         """The bits of one stored element of the codes: mlx's uint32 words, or bytes (gpt-oss's MXFP4 blocks)."""
         return self.src.tensors[self.codes].dt.bits

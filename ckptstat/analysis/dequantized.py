@@ -48,7 +48,7 @@ class Scaled:
     codes: str
     scales: str
     zeros: str | None
-    kind: str            # "int" (signed codes) or a float8 dtype ("F8_E4M3", "F8_E5M2")
+    kind: str            # "offset" (unsigned codes stored + 2^(bits-1)), "int8" (two's complement) or a float8 dtype
     bits: int
     group: int
     cols: int
@@ -62,7 +62,8 @@ class Scaled:
 
     def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Rows [r0, r1): the codes (groups, group) uint8 (the stored bits: int8 two's complement, float8 codes,
-        pack-quantized's offset ones), each group's scale and zero point (float64)."""
+        pack-quantized's offset ones; block-scaled, whole rows of blocks: a group a block), each group's scale and zero
+        point (float64)."""
         n = (r1 - r0) * self.cols
         if self.src.tensors[self.codes].dtype == "I32":
             words = self.cols * self.bits // 32
@@ -79,8 +80,10 @@ class Scaled:
         if whole:
             s = np.repeat(s, (r1 - r0) * per_row)
             z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
-        elif self.block_rows > 1:   # each row its block's row of scales
-            s = s.reshape(-1, per_row)[np.arange(r0, r1) // self.block_rows - b0].reshape(-1)
+        elif self.block_rows > 1:   # whole blocks (Dequantized.pieces reads whole rows of blocks): a group a block
+            assert r0 % self.block_rows == 0 and r1 % self.block_rows == 0
+            q = q.reshape(b1 - b0, self.block_rows, per_row, self.group).transpose(0, 2, 1, 3)
+            return q.reshape(-1, self.block_rows * self.group), s, z
         return q.reshape(-1, self.group), s, z
 
     def _scales(self, at: int, count: int) -> np.ndarray:
@@ -92,14 +95,15 @@ class Scaled:
         return s.astype(np.float64)
 
     def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
-        """The 16-bit patterns (uint16) of the values compressed-tensors gives codes q under scales s and zero points z
-        (broadcast together), in out_dtype."""
-        if self.kind == "int":
-            code = q.astype(np.int64)
-            v = (code - (1 << (self.bits - 1)) if self.bits < 8 or self.src.tensors[self.codes].dtype == "I32"
-                 else code.astype(np.uint8).view(np.int8).astype(np.int64)).astype(np.float64)
+        """The 16-bit patterns (uint16) of the values codes q give under scales s and zero points z (broadcast
+        together), in out_dtype, rounded as the class docstring says."""
+        code = np.asarray(q, dtype=np.int64)
+        if self.kind == "offset":
+            v = (code - (1 << (self.bits - 1))).astype(np.float64)
+        elif self.kind == "int8":
+            v = ((code + 128) % 256 - 128).astype(np.float64)
         else:
-            v = lut(self.kind).astype(np.float64)[q]
+            v = lut(self.kind).astype(np.float64)[code]
         if z is not None:
             v = v - z
         v = v * s
@@ -127,7 +131,8 @@ class Dequantized:
         """The weight as stored, about `values` at a time (whole rows, at least one): each read's codes (groups,
         group) uint8 and its groups' scales and biases or zero points."""
         d = self.decoder
-        step, rows = max(1, values // d.cols), d.rows
+        unit = d.block_rows   # (block-scaled: whole rows of blocks)
+        step, rows = max(1, values // (d.cols * unit)) * unit, d.rows
         for r0 in range(0, rows, step):
             yield d.pieces(r0, min(r0 + step, rows))
 
@@ -163,11 +168,11 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
         return None
     rows, cols = w.shape
     if codes.dtype == "I32":
-        bits, kind = int(w.bits or 0), "int"
+        bits, kind = int(w.bits or 0), "offset"
         if not 0 < bits <= 8 or len(codes.shape) != 2 or codes.shape != (rows, cols * bits // 32) or cols * bits % 32:
             return None
     elif codes.dtype in ("I8", "F8_E4M3", "F8_E5M2") and codes.shape == w.shape:
-        bits, kind = 8, "int" if codes.dtype == "I8" else codes.dtype
+        bits, kind = 8, "int8" if codes.dtype == "I8" else codes.dtype
     else:
         return None
     groups = 1 if scale.numel == 1 else scale.shape[-1] if len(scale.shape) == 2 and scale.shape[0] == rows else 0
@@ -196,6 +201,18 @@ def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, cols // scols, cols, dtype, rows // srows, True)
 
 
+def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | None:
+    """The weight's decoder by its method (`dtype`: its logical view's compute dtype, mlx's floating-point modes'),
+    or None where ckptstat does not dequantise it."""
+    if w.method.startswith("mlx "):
+        return as_packed(ckpt, w.members, w.method, w.bits, w.shape, dtype)
+    if w.method == "mxfp4":
+        return _gpt_oss(ckpt, w)
+    if w.method in _COMPRESSED:
+        return _compressed(ckpt, w)
+    return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
+
+
 def view(ckpt: Checkpoint) -> Checkpoint:
     """The checkpoint with its dequantisable weights as their values (the module docstring); itself when it has
     none. A view is its own view."""
@@ -207,11 +224,8 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(p, w.method) for w in q.weights.values()
-                if (p := as_packed(ckpt, w.members, w.method, w.bits, w.shape, shown[w.name].dtype)
-                    if w.method.startswith("mlx ") else _gpt_oss(ckpt, w) if w.method == "mxfp4"
-                    else _compressed(ckpt, w) if w.method in _COMPRESSED
-                    else _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None) is not None}
+    readable = {w.name: Dequantized(dec, w.method) for w in q.weights.values()
+                if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
     if not readable:
         return ckpt
     member_of = {m: name for name in readable for m in q.weights[name].members}
