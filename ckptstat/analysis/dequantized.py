@@ -80,10 +80,11 @@ class Scaled:
         if whole:
             s = np.repeat(s, (r1 - r0) * per_row)
             z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
-        elif self.block_rows > 1:   # whole blocks (Dequantized.pieces reads whole rows of blocks): a group a block
-            assert r0 % self.block_rows == 0 and r1 % self.block_rows == 0
+        elif self.block_rows > 1 and r0 % self.block_rows == 0 and r1 % self.block_rows == 0:   # a group a block
             q = q.reshape(b1 - b0, self.block_rows, per_row, self.group).transpose(0, 2, 1, 3)
             return q.reshape(-1, self.block_rows * self.group), s, z
+        elif self.block_rows > 1:   # rows within blocks: each row its block's row of scales
+            s = s.reshape(-1, per_row)[np.arange(r0, r1) // self.block_rows - b0].reshape(-1)
         return q.reshape(-1, self.group), s, z
 
     def _scales(self, at: int, count: int) -> np.ndarray:
@@ -131,7 +132,9 @@ class Dequantized:
         """The weight as stored, about `values` at a time (whole rows, at least one): each read's codes (groups,
         group) uint8 and its groups' scales and biases or zero points."""
         d = self.decoder
-        unit = d.block_rows   # (block-scaled: whole rows of blocks)
+        # block-scaled: whole rows of blocks, a group a block (a few pairs a block), unless a row of blocks is many
+        # reads' worth: then rows, each with its block's scales
+        unit = d.block_rows if d.block_rows * d.cols <= 4 * values else 1
         step, rows = max(1, values // (d.cols * unit)) * unit, d.rows
         for r0 in range(0, rows, step):
             yield d.pieces(r0, min(r0 + step, rows))
