@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..census.quant import QuantWeight, layout, logical
+from ..census.quant import QuantWeight, collapsed, layout, logical
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import bits16, lut, unpack_bits
 from .conversion_mlx import Packed, as_packed
@@ -231,18 +231,13 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
                 if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
     if not readable:
         return ckpt
-    member_of = {m: name for name in readable for m in q.weights[name].members}
-    out: dict[str, TensorInfo] = {}
-    for name, t in ckpt.tensors.items():
-        logical_name = member_of.get(name)
-        if logical_name is None:
-            out[name] = t
-        elif logical_name not in out:
-            d, w = readable[logical_name], q.weights[logical_name]
-            codes = ckpt.tensors[d.decoder.codes]
-            out[logical_name] = TensorInfo(logical_name, d.out_dtype, w.shape, codes.file, None, w.stored_bytes,
-                                           storage=f"dequantized:{logical_name}",
-                                           extra={"dequantized": d, "at": codes.offset or 0})
-    v = replace(ckpt, tensors=out)
+
+    def tensor(w: QuantWeight) -> TensorInfo:
+        d = readable[w.name]
+        codes = ckpt.tensors[d.decoder.codes]
+        return TensorInfo(w.name, d.out_dtype, w.shape, codes.file, None, w.stored_bytes,
+                          storage=f"dequantized:{w.name}", extra={"dequantized": d, "at": codes.offset or 0})
+
+    v = replace(ckpt, tensors=collapsed(ckpt, {n: q.weights[n] for n in readable}, tensor))
     v.derived(_VIEW, lambda x: x)
     return v

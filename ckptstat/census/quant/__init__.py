@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -457,19 +457,27 @@ def _compute_dtype(ckpt: Checkpoint, w: QuantWeight) -> str:
     return "F16"
 
 
-def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
-    member_of = q.member_of
+def collapsed(ckpt: Checkpoint, weights: Mapping[str, QuantWeight],
+              tensor: Callable[[QuantWeight], TensorInfo]) -> dict[str, TensorInfo]:
+    """The checkpoint's tensors in order, the members of each of `weights` replaced, at its first member's place, by
+    `tensor(weight)`: one tensor of its logical shape."""
+    member_of = {m: w.name for w in weights.values() for m in w.members}
     out: dict[str, TensorInfo] = {}
     for name, t in ckpt.tensors.items():
         logical_name = member_of.get(name)
         if logical_name is None:
             out[name] = t
         elif logical_name not in out:
-            w = q.weights[logical_name]
-            first = ckpt.tensors[w.members[0]]
-            out[logical_name] = TensorInfo(logical_name, _compute_dtype(ckpt, w), w.shape, first.file, None, w.stored_bytes,
-                                           storage=f"quantized:{logical_name}", extra={"quantized": w})
-    view = replace(ckpt, tensors=out)
+            out[logical_name] = tensor(weights[logical_name])
+    return out
+
+
+def _view(ckpt: Checkpoint, q: QuantLayout) -> Checkpoint:
+    def tensor(w: QuantWeight) -> TensorInfo:
+        return TensorInfo(w.name, _compute_dtype(ckpt, w), w.shape, ckpt.tensors[w.members[0]].file, None,
+                          w.stored_bytes, storage=f"quantized:{w.name}", extra={"quantized": w})
+
+    view = replace(ckpt, tensors=collapsed(ckpt, q.weights, tensor))
     view.derived(_LAYOUT, lambda _: q)          # the source's quantised weights (roles: the view's keep "parameter")
     view.derived(_LOGICAL, lambda v: v)         # already logical
     return view
