@@ -322,3 +322,30 @@ def test_block_scaled_fp8_is_what_transformers_dequantises(tmp_path, block, dtyp
     for chunk in (96, 96 * 4 * block[0] // 4):   # reads of one row (within blocks), of one row of blocks
         small = {row["name"]: row for row in _report(path, chunk_bytes=chunk)["tensors"]}
         assert all(small[n] == rows[n] for n in names), chunk
+
+
+def test_compressed_tensors_blocks_are_what_its_decompressor_returns(tmp_path):
+    """compressed-tensors' FP8_BLOCK preset (128 x 128 blocks, the block in the config) on a llama whose weights hold
+    whole blocks (256 x 384...): each row is what its compressor's decompress returns."""
+    from compressed_tensors.compressors import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from conftest import fixture_script
+    from transformers import LlamaConfig
+
+    mq = fixture_script("make_quantized")
+    cfg = LlamaConfig(vocab_size=128, hidden_size=256, intermediate_size=384, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=64, torch_dtype="float16")
+    path = mq.write_compressed(mq.build(cfg), str(tmp_path / "block"), "FP8_BLOCK", "float-quantized", None)
+    with open(os.path.join(path, "config.json")) as f:
+        qc = QuantizationConfig.model_validate(json.load(f)["quantization_config"])
+    assert qc.config_groups["group_0"].weights.block_structure == [128, 128]
+    stored = load_file(os.path.join(path, "model.safetensors"))
+    modules = sorted({k.rpartition(".")[0] for k in stored if k.endswith(".weight_scale")})
+    assert any(stored[m + ".weight_scale"].shape[0] > 1 for m in modules)
+    r = _report(path)
+    rows = {row["name"]: row for row in r["tensors"]}
+    compressor = BaseCompressor.get_value_from_registry(qc.format)
+    for m in modules:
+        local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
+        _check(rows[m + ".weight"], compressor.decompress(local, qc.config_groups["group_0"])["weight"])
+    assert r["dequantized"]["weights"] == len(modules)

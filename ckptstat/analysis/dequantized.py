@@ -162,9 +162,10 @@ _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quanti
 
 def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """A compressed-tensors weight as Scaled, where its pieces are what Scaled reads: a 2-D `weight_packed` (int32,
-    whole words a row) or `weight` (int8, float8) of the logical shape, a 16-bit `weight_scale` of one value, one a row
-    or one a group of the row, and no zero point or an unpacked one of the scale's shape. Else None (block-scaled,
-    packed asymmetric zero points, float32 scales: their pieces stay left out by role)."""
+    whole words a row) or `weight` (int8, float8) of the logical shape, a 16-bit `weight_scale` of one value, one a row,
+    one a group of the row or one a block of the config's one `block_structure` (blocks that divide the weight), and
+    no zero point or an unpacked one of the scale's shape. Else None (partial blocks, packed asymmetric zero points,
+    float32 scales: their pieces stay left out by role)."""
     m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
     codes, scale, zero = m.get("weight_packed") or m.get("weight"), m.get("weight_scale"), m.get("weight_zero_point")
     if codes is None or scale is None or len(w.shape) != 2 or scale.dtype not in ("F16", "BF16"):
@@ -178,13 +179,31 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
         bits, kind = 8, "int8" if codes.dtype == "I8" else codes.dtype
     else:
         return None
-    groups = 1 if scale.numel == 1 else scale.shape[-1] if len(scale.shape) == 2 and scale.shape[0] == rows else 0
+    block_rows, groups = 1, 1 if scale.numel == 1 else scale.shape[-1] if len(scale.shape) == 2 else 0
+    if scale.numel > 1 and len(scale.shape) == 2 and scale.shape[0] != rows:   # strategy block: the config's block
+        b0, b1 = _block_structure(ckpt.config) or (0, 0)
+        if not b0 or rows % b0 or cols % b1 or scale.shape != (rows // b0, cols // b1):
+            return None
+        block_rows = b0
     if not groups or cols % groups or (scale.numel == 1 and zero is not None):
         return None
-    if zero is not None and (zero.shape != scale.shape or zero.dt.kind not in ("int", "uint")):
+    if zero is not None and (zero.shape != scale.shape or zero.dt.kind not in ("int", "uint") or block_rows > 1):
         return None
     return Scaled(ckpt, codes.name, scale.name, None if zero is None else zero.name, kind, bits,
-                  cols if scale.numel == 1 else cols // groups, cols, scale.dtype)
+                  cols if scale.numel == 1 else cols // groups, cols, scale.dtype, block_rows)
+
+
+def _block_structure(cfg: dict | None) -> tuple[int, int] | None:
+    """compressed-tensors' one weight block_structure among its config groups ([rows, columns]), or None."""
+    q = (cfg or {}).get("quantization_config")
+    groups = q.get("config_groups") if isinstance(q, dict) else None
+    found: set[tuple[int, int]] = set()
+    for g in groups.values() if isinstance(groups, dict) else ():
+        weights = g.get("weights") if isinstance(g, dict) else None
+        b = weights.get("block_structure") if isinstance(weights, dict) else None
+        if isinstance(b, list) and len(b) == 2 and all(type(x) is int and x > 0 for x in b):
+            found.add((b[0], b[1]))
+    return found.pop() if len(found) == 1 else None
 
 
 def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
