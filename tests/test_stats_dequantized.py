@@ -251,7 +251,7 @@ def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
 COMPRESSED = {
     "W4A16": ("pack-quantized", 32, True), "W8A16": ("int-quantized", 32, True),
     "FP8": ("float-quantized", None, True), "FP8_DYNAMIC": ("float-quantized", None, True),
-    "W8A8": ("int-quantized", None, True), "W4A16_ASYM": ("pack-quantized", 32, False),
+    "W8A8": ("int-quantized", None, True), "W4A16_ASYM": ("pack-quantized", 32, True),
     "NVFP4A16": ("nvfp4-pack-quantized", 16, False),
 }
 
@@ -260,9 +260,9 @@ COMPRESSED = {
 def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, scheme):
     """A tiny llama written by compressed-tensors itself (fixtures/make_quantized.py write_compressed: its own
     compressor) in each preset: each quantised weight's row is what the format's own compressor `decompress` returns
-    from the module's pieces (group, channel and tensor scales; int4 packed in int32, int8, float8), in the scales'
-    dtype; the presets ckptstat does not dequantise (packed asymmetric zero points, nvfp4) keep their pieces left out
-    by role, no packed integer read as a weight."""
+    from the module's pieces (group, channel and tensor scales; int4 packed in int32, int8, float8; zero points packed
+    along the rows), in the scales' dtype, read whole or a row at a time; the preset ckptstat does not dequantise
+    (nvfp4) keeps its pieces left out by role, no packed integer read as a weight."""
     from compressed_tensors.compressors import BaseCompressor
     from compressed_tensors.quantization import QuantizationConfig
     from conftest import fixture_script
@@ -289,6 +289,8 @@ def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, 
         _check(rows[m + ".weight"], x)
     assert r["dequantized"]["methods"] == {f"compressed-tensors {fmt}": len(modules)}
     assert _report(path, workers=2) == r
+    small = {row["name"]: row for row in _report(path, chunk_bytes=64)["tensors"]}   # (a row a read)
+    assert all(small[m + ".weight"] == rows[m + ".weight"] for m in modules)
 
 
 @pytest.mark.parametrize("block,dtype", [((32, 32), "float16"), ((16, 32), "bfloat16"), ((1, 96), "bfloat16")])

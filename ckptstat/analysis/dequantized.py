@@ -6,8 +6,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
 - Apple MLX's (census/quant/mlx.py; modes affine, mxfp4, nvfp4 and mxfp8, a module without a `global_scale`) as
   mx.dequantize returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's
   MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
-- compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row or
-  tensor, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
+- compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row,
+  tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
@@ -28,7 +28,7 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "nvfp4, mxfp8) as mx.dequantize returns them (in the scales' dtype in mode affine: scale x code rounded, then "
         "+ bias rounded; bfloat16 in the other modes), the gpt-oss release's MXFP4 experts (_blocks, _scales) as "
         "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
-        "and float-quantized ones (16-bit scales per group, row or tensor) as its decompress does ((code - zero point) "
+        "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
         "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype); the pieces of other quantised weights "
         "(GPTQ, AWQ, bitsandbytes, nvfp4...) are left out by role")
@@ -37,13 +37,13 @@ _VIEW = "dequantized:view"
 
 @dataclass(frozen=True)
 class Scaled:
-    """A quantised weight of codes and scales: compressed-tensors' (formats pack-quantized, int-quantized,
-    float-quantized: codes packed in int32 words as a little-endian bit stream a row, stored + 2^(bits-1), or one a
-    byte, int8 or float8; a scale per group of a row, per row (channel) or per tensor; integer zero points stored as
-    the scales are), each value as its dequantize computes it in the scales' dtype: the code (minus its zero point:
-    exact) times its scale, rounded once. Or transformers' block-scaled FP8 (`weight` float8, `weight_scale_inv` one
-    scale a block of `block_rows` rows x `group` columns, float32 or E8M0), each value as its Fp8Dequantize computes
-    it: code x scale in float32, then rounded to the model's dtype (`float32` True: twice rounded)."""
+    """A quantised weight of codes and scales. compressed-tensors' (formats pack-quantized, int-quantized,
+    float-quantized): codes packed in int32 words as a little-endian bit stream a row, stored + 2^(bits-1), or one a
+    byte, int8 or float8; a scale per group of a row, per row (channel), per tensor or per block; integer zero points
+    stored as the scales are or packed along the rows; each value as its dequantize computes it in the scales' dtype,
+    the code (minus its zero point: exact) times its scale, rounded once. transformers' block-scaled FP8: `weight`
+    float8, `weight_scale_inv` one scale a block of `block_rows` rows x `group` columns (float32 or E8M0); each value
+    as its Fp8Dequantize computes it, code x scale in float32, then rounded to the model's dtype (`float32` True)."""
     src: Checkpoint
     codes: str
     scales: str
@@ -76,7 +76,7 @@ class Scaled:
         b0, b1 = r0 // self.block_rows, (r1 - 1) // self.block_rows + 1   # the rows of scales the rows read
         at, count = (0, 1) if whole else (b0 * per_row, (b1 - b0) * per_row)
         s = self._scales(at, count)
-        z = None if self.zeros is None else np.asarray(self.src.read_elements(self.zeros, at, count), dtype=np.float64)
+        z = None if self.zeros is None else self._zeros(r0, r1, at, count)
         if whole:
             s = np.repeat(s, (r1 - r0) * per_row)
             z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
@@ -86,6 +86,22 @@ class Scaled:
         elif self.block_rows > 1:   # rows within blocks: each row its block's row of scales
             s = s.reshape(-1, per_row)[np.arange(r0, r1) // self.block_rows - b0].reshape(-1)
         return q.reshape(-1, self.group), s, z
+
+    def _zeros(self, r0: int, r1: int, at: int, count: int) -> np.ndarray:
+        """The zero points of rows [r0, r1), one a group, float64: stored as the scales are (elements [at, at + count)),
+        or pack-quantized's, packed along the rows (int32 [rows x bits / 32, groups], each column a little-endian bit
+        stream of the rows' points, stored + 2^(bits-1) as the codes are)."""
+        assert self.zeros is not None
+        zeros = self.src.tensors[self.zeros]
+        scale_shape = self.src.tensors[self.scales].shape
+        if zeros.shape == scale_shape:
+            return np.asarray(self.src.read_elements(zeros.name, at, count), dtype=np.float64)
+        groups, per = scale_shape[-1], 32 // self.bits
+        w0, w1 = r0 // per, -(-r1 // per)
+        raw = np.asarray(self.src.read_elements(zeros.name, w0 * groups, (w1 - w0) * groups)).reshape(w1 - w0, groups)
+        columns = np.ascontiguousarray(raw.T).astype("<i4").view(np.uint8)
+        z = unpack_bits(columns.reshape(-1), self.bits, groups * (w1 - w0) * per).reshape(groups, -1)
+        return (z[:, r0 - w0 * per: r1 - w0 * per].T.reshape(-1).astype(np.float64) - (1 << (self.bits - 1)))
 
     def _scales(self, at: int, count: int) -> np.ndarray:
         """Scales [at, at + count) in float64; E8M0 bytes as 2^(byte - 127) (in float32: 255 is +Inf)."""
@@ -187,7 +203,10 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
         block_rows = b0
     if not groups or cols % groups or (scale.numel == 1 and zero is not None):
         return None
-    if zero is not None and (zero.shape != scale.shape or zero.dt.kind not in ("int", "uint") or block_rows > 1):
+    packed_zeros = (zero is not None and codes.dtype == "I32" and zero.dtype == "I32" and 32 % bits == 0
+                    and len(scale.shape) == 2 and zero.shape == (-(-rows * bits // 32), scale.shape[-1]))
+    if zero is not None and ((zero.shape != scale.shape and not packed_zeros) or zero.dt.kind not in ("int", "uint")
+                             or block_rows > 1):
         return None
     return Scaled(ckpt, codes.name, scale.name, None if zero is None else zero.name, kind, bits,
                   cols if scale.numel == 1 else cols // groups, cols, scale.dtype, block_rows)
