@@ -156,13 +156,13 @@ def test_over_http_as_locally(capsys, monkeypatch, case):
 
 
 def test_other_quantised_pieces_stay_left_out_by_role(cli):
-    """A bitsandbytes nf4 folder (its packed bytes, absmax and quant maps; no dequantiser here) and a plain model:
-    nothing dequantised, the pieces left out by role, no packed integer read as a weight."""
-    code, out, _ = cli("stats", os.path.join(FIX, "quantized", "bnb-nf4-llama"), "--json")
+    """A bitsandbytes LLM.int8 folder (its int8 weights, SCB scales and quant state; no dequantiser here) and a plain
+    model: nothing dequantised, the pieces left out by role, no packed integer read as a weight."""
+    code, out, _ = cli("stats", os.path.join(FIX, "quantized", "bnb-int8-llama"), "--json")
     r = json.loads(out)
     assert code == 0 and r["dequantized"] is None
     reasons = {s["reason"] for s in r["skipped"]}
-    assert {"role absmax (use --all-roles)", "role quant-map (use --all-roles)"} <= reasons
+    assert {"role quantized-weight (use --all-roles)", "role scale (use --all-roles)"} <= reasons
     assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
     code, out, _ = cli("stats", os.path.join(FIX, "bert-tiny"), "--json")
     assert code == 0 and json.loads(out)["dequantized"] is None
@@ -351,3 +351,24 @@ def test_compressed_tensors_blocks_are_what_its_decompressor_returns(tmp_path):
         local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
         _check(rows[m + ".weight"], compressor.decompress(local, qc.config_groups["group_0"])["weight"])
     assert r["dequantized"]["weights"] == len(modules)
+
+
+@pytest.mark.parametrize("mode", ["nf4", "fp4"])
+def test_bitsandbytes_4bit_is_what_dequantize_4bit_returns(mode):
+    """bitsandbytes' 4-bit weights (fixtures/quantized/bnb-<mode>-llama, written by bitsandbytes itself; double
+    quantisation: nested absmax): each row is what bitsandbytes' own dequantize_4bit returned for it
+    (bnb-<mode>-llama.dequantize_4bit.safetensors, written by fixtures/make_quantized.py --bnb-dequantize on the CPU),
+    read whole, a block at a time and by two workers."""
+    path = os.path.join(FIX, "quantized", f"bnb-{mode}-llama")
+    values = load_file(os.path.join(FIX, "quantized", f"bnb-{mode}-llama.dequantize_4bit.safetensors"))
+    r = _report(path)
+    rows = {row["name"]: row for row in r["tensors"]}
+    assert values
+    for name, x in values.items():
+        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
+        _check(rows[name], x)
+    assert r["dequantized"]["methods"] == {f"bitsandbytes-{mode}": len(values)}
+    assert not any(s["name"].startswith(tuple(values)) for s in r["skipped"])
+    assert _report(path, workers=2) == r
+    small = {row["name"]: row for row in _report(path, chunk_bytes=64)["tensors"]}   # (a block of 64 a read)
+    assert all(small[n] == rows[n] for n in values)

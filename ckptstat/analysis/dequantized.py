@@ -8,11 +8,13 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
 - compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row,
   tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
-  (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled.
+  (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
+- bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -21,6 +23,7 @@ import numpy as np
 from ..census.quant import QuantWeight, collapsed, layout, logical
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import bits16, lut, unpack_bits
+from ..errors import CkptstatError
 from .conversion_mlx import Packed, as_packed
 
 RULE = ("a quantised weight is read as one tensor of its logical shape, its values those the library that wrote it "
@@ -30,8 +33,9 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
         "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
         "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
-        "Fp8Dequantize does (code x scale in float32, then the model's dtype); the pieces of other quantised weights "
-        "(GPTQ, AWQ, bitsandbytes, nvfp4...) are left out by role")
+        "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
+        "dequantize_4bit does (code value x absmax in float32, then the weight's dtype); the pieces of other quantised "
+        "weights (GPTQ, AWQ, LLM.int8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 
@@ -131,9 +135,56 @@ class Scaled:
 
 
 @dataclass(frozen=True)
+class Codebook:
+    """A bitsandbytes 4-bit weight (Params4bit, nf4 or fp4): two 4-bit codes a byte, the first in the high nibble,
+    indexing `quant_map` (16 float32 values), a block of `group` values sharing an absmax: float32, or (nested, double
+    quantisation) a byte indexing `nested_quant_map`, times its block's `nested_absmax`, plus the nested offset. Each
+    value as bitsandbytes' dequantize_4bit computes it: the absmax in float32 (product, then + offset), code value x
+    absmax in float32, then rounded to the weight's dtype."""
+    src: Checkpoint
+    codes: str
+    absmax: str
+    quant_map: str
+    nested: tuple[str, str, float, int] | None   # nested_absmax, nested_quant_map, offset, nested block size
+    group: int
+    values: int          # the weight's elements
+    out_dtype: str
+    bits: int = 4
+    block_rows: int = 1
+
+    @property
+    def cols(self) -> int:   # (a row: a block)
+        return self.group
+
+    @property
+    def rows(self) -> int:
+        return self.values // self.group
+
+    def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """Blocks [r0, r1): the codes (blocks, group) uint8, each block's absmax (float64 of its float32)."""
+        raw = np.asarray(self.src.read_elements(self.codes, r0 * self.group // 2, (r1 - r0) * self.group // 2))
+        q = unpack_bits(raw.astype(np.uint8, copy=False).reshape(-1), 4, (r1 - r0) * self.group)
+        q = q.reshape(-1, 2)[:, ::-1].reshape(-1, self.group)   # (the high nibble first)
+        a = np.asarray(self.src.read_elements(self.absmax, r0, r1 - r0))
+        if self.nested is not None:
+            nested_absmax, nested_map, offset, block = self.nested
+            first, last = r0 // block, (r1 - 1) // block + 1
+            scale = np.asarray(self.src.read_elements(nested_absmax, first, last - first), dtype=np.float32)
+            code = np.asarray(self.src.read(nested_map), dtype=np.float32)
+            a = code[a.astype(np.intp)] * scale[np.arange(r0, r1) // block - first] + np.float32(offset)
+        return q, np.asarray(a, dtype=np.float32).astype(np.float64), None
+
+    def patterns(self, q: np.ndarray, s: np.ndarray, _: np.ndarray | None) -> np.ndarray:
+        code = np.asarray(self.src.read(self.quant_map), dtype=np.float32).astype(np.float64)
+        with np.errstate(over="ignore"):
+            v = (code[np.asarray(q, dtype=np.intp)] * s).astype(np.float32).astype(np.float64)
+        return bits16(v, self.out_dtype)
+
+
+@dataclass(frozen=True)
 class Dequantized:
     """A quantised weight as its values: `decoder` (Packed, Scaled) decodes them."""
-    decoder: Packed | Scaled
+    decoder: Packed | Scaled | Codebook
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
 
     @property
@@ -242,7 +293,36 @@ def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, cols // scols, cols, dtype, rows // srows, True)
 
 
-def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | None:
+def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
+    """A bitsandbytes 4-bit weight as Codebook, where its quant_state JSON (read bounded) names a 16-bit dtype, a block
+    size dividing the weight, and its pieces are what Codebook reads; else None."""
+    m = {n[len(w.name) + 1:]: ckpt.tensors[n] for n in w.members if n.startswith(w.name + ".")}
+    codes, absmax, qmap = ckpt.tensors.get(w.name), m.get("absmax"), m.get("quant_map")
+    state = next((t for k, t in m.items() if k.startswith("quant_state.bitsandbytes__")), None)
+    if codes is None or absmax is None or qmap is None or state is None or state.nbytes > 4096 or qmap.numel != 16:
+        return None
+    try:
+        d = json.loads(bytes(np.asarray(ckpt.read(state.name)).astype(np.uint8)).decode("utf-8"))
+    except (CkptstatError, ValueError, OSError):
+        return None
+    block, dtype, values = d.get("blocksize"), {"float16": "F16", "bfloat16": "BF16"}.get(d.get("dtype")), w.numel
+    if (type(block) is not int or block <= 0 or block % 2 or dtype is None or values % block
+            or codes.dtype != "U8" or codes.numel * 2 != values or absmax.numel != values // block):
+        return None
+    nested = None
+    if absmax.dtype == "U8":
+        na, nm = m.get("nested_absmax"), m.get("nested_quant_map")
+        nb, offset = d.get("nested_blocksize"), d.get("nested_offset")
+        if (na is None or nm is None or nm.numel != 256 or type(nb) is not int or nb <= 0
+                or not isinstance(offset, (int, float)) or na.numel != -(-absmax.numel // nb)):
+            return None
+        nested = (na.name, nm.name, float(offset), nb)
+    elif absmax.dtype != "F32":
+        return None
+    return Codebook(ckpt, codes.name, absmax.name, qmap.name, nested, block, values, dtype)
+
+
+def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | Codebook | None:
     """The weight's decoder by its method (`dtype`: its logical view's compute dtype, mlx's floating-point modes'),
     or None where ckptstat does not dequantise it."""
     if w.method.startswith("mlx "):
@@ -251,6 +331,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _gpt_oss(ckpt, w)
     if w.method in _COMPRESSED:
         return _compressed(ckpt, w)
+    if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
+        return _bnb4(ckpt, w)
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
 
 
