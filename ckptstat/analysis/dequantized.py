@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -156,6 +157,17 @@ class Codebook:
     def cols(self) -> int:   # (a row: a block)
         return self.group
 
+    @cached_property
+    def _code_values(self) -> np.ndarray:
+        """quant_map's 16 values (float32, as float64)."""
+        return np.asarray(self.src.read(self.quant_map), dtype=np.float32).astype(np.float64)
+
+    @cached_property
+    def _nested_values(self) -> np.ndarray:
+        """nested_quant_map's 256 values (float32)."""
+        assert self.nested is not None
+        return np.asarray(self.src.read(self.nested[1]), dtype=np.float32)
+
     @property
     def rows(self) -> int:
         return self.values // self.group
@@ -167,17 +179,15 @@ class Codebook:
         q = q.reshape(-1, 2)[:, ::-1].reshape(-1, self.group)   # (the high nibble first)
         a = np.asarray(self.src.read_elements(self.absmax, r0, r1 - r0))
         if self.nested is not None:
-            nested_absmax, nested_map, offset, block = self.nested
+            nested_absmax, _, offset, block = self.nested
             first, last = r0 // block, (r1 - 1) // block + 1
             scale = np.asarray(self.src.read_elements(nested_absmax, first, last - first), dtype=np.float32)
-            code = np.asarray(self.src.read(nested_map), dtype=np.float32)
-            a = code[a.astype(np.intp)] * scale[np.arange(r0, r1) // block - first] + np.float32(offset)
+            a = self._nested_values[a.astype(np.intp)] * scale[np.arange(r0, r1) // block - first] + np.float32(offset)
         return q, np.asarray(a, dtype=np.float32).astype(np.float64), None
 
     def patterns(self, q: np.ndarray, s: np.ndarray, _: np.ndarray | None) -> np.ndarray:
-        code = np.asarray(self.src.read(self.quant_map), dtype=np.float32).astype(np.float64)
         with np.errstate(over="ignore"):
-            v = (code[np.asarray(q, dtype=np.intp)] * s).astype(np.float32).astype(np.float64)
+            v = (self._code_values[np.asarray(q, dtype=np.intp)] * s).astype(np.float32).astype(np.float64)
         return bits16(v, self.out_dtype)
 
 
