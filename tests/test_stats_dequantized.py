@@ -372,3 +372,65 @@ def test_bitsandbytes_4bit_is_what_dequantize_4bit_returns(mode):
     assert _report(path, workers=2) == r
     small = {row["name"]: row for row in _report(path, chunk_bytes=64)["tensors"]}   # (a block of 64 a read)
     assert all(small[n] == rows[n] for n in values)
+
+
+def _rewrite(src: str, dst, change) -> str:  # noqa: ANN001
+    """A copy of the folder `src` whose model.safetensors has `change(tensors)` applied (safetensors' own writer)."""
+    from safetensors.torch import save_file
+
+    shutil.copytree(src, dst)
+    stored = load_file(os.path.join(dst, "model.safetensors"))
+    change(stored)
+    save_file(stored, os.path.join(dst, "model.safetensors"), metadata={"format": "pt"})
+    return str(dst)
+
+
+def _quant_state(stored: dict, **fields) -> None:
+    for k in [k for k in stored if ".quant_state.bitsandbytes__" in k]:
+        d = json.loads(bytes(stored[k].tolist()).decode())
+        d.update(fields)
+        stored[k] = torch.tensor(list(json.dumps(d).encode()), dtype=torch.uint8)
+
+
+@pytest.mark.parametrize("case,change", [
+    ("bnb-nf4-llama", lambda s: _quant_state(s, blocksize=10**12)),
+    ("bnb-nf4-llama", lambda s: _quant_state(s, blocksize=-64, nested_blocksize=0)),
+    ("bnb-nf4-llama", lambda s: _quant_state(s, dtype="float32")),
+    ("bnb-nf4-llama", lambda s: s.update({k: torch.tensor(list(b"{not json"), dtype=torch.uint8) for k in s
+                                          if ".quant_state." in k})),
+    ("bnb-nf4-llama", lambda s: s.update({k: v[:8] for k, v in s.items() if k.endswith(".quant_map")})),
+])
+def test_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path, case, change):
+    """A quant state or piece that lies (a block size past the weight, negative, a float32 dtype, no JSON, a short
+    code book): those weights are not dequantised and their pieces are left out by role, one exit 0, no traceback;
+    the input is not modified."""
+    path = _rewrite(os.path.join(FIX, "quantized", case), tmp_path / case, change)
+    before = open(os.path.join(path, "model.safetensors"), "rb").read()
+    code, out, err = cli("stats", path, "--json")
+    r = json.loads(out)
+    assert code == 0 and "Traceback" not in err and r["dequantized"] is None
+    assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
+    assert open(os.path.join(path, "model.safetensors"), "rb").read() == before
+
+
+def test_compressed_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path):
+    """compressed-tensors weights whose scales have a shape of no strategy, or whose packed words are short: left as
+    stored, the others still read."""
+    from conftest import fixture_script
+
+    mq = fixture_script("make_quantized")
+    src = mq.write_compressed(mq.build(mq.tiny_config("llama")), str(tmp_path / "w4"), "W4A16", "pack-quantized", 32)
+
+    def change(stored: dict) -> None:
+        down, up = "model.layers.0.mlp.down_proj.weight_scale", "model.layers.0.mlp.up_proj.weight_packed"
+        stored[down] = stored[down][:, :2].contiguous()   # (half the groups: a group size the config does not state)
+        stored[up] = stored[up][:, :3].contiguous()
+
+    path = _rewrite(src, tmp_path / "bad", change)
+    code, out, err = cli("stats", path, "--json")
+    r = json.loads(out)
+    rows = {row["name"] for row in r["tensors"]}
+    assert code == 0 and "Traceback" not in err
+    assert "model.layers.0.mlp.down_proj.weight" not in rows and "model.layers.0.mlp.up_proj.weight" not in rows
+    assert "model.layers.0.mlp.gate_proj.weight" in rows and r["dequantized"]["weights"] == len(
+        [n for n in load_file(os.path.join(src, "model.safetensors")) if n.endswith(".weight_packed")]) - 2

@@ -264,6 +264,8 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
         block_rows = b0
     if not groups or cols % groups or (scale.numel == 1 and zero is not None):
         return None
+    if 1 < groups and block_rows == 1 and cols // groups not in {a.get("group_size") for a in _weight_args(ckpt.config)}:
+        return None   # (a group size no config group states: the file and its config disagree)
     packed_zeros = (zero is not None and codes.dtype == "I32" and zero.dtype == "I32" and 32 % bits == 0
                     and len(scale.shape) == 2 and zero.shape == (-(-rows * bits // 32), scale.shape[-1]))
     if zero is not None and ((zero.shape != scale.shape and not packed_zeros) or zero.dt.kind not in ("int", "uint")
@@ -273,14 +275,19 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
                   cols if scale.numel == 1 else cols // groups, cols, scale.dtype, block_rows)
 
 
-def _block_structure(cfg: dict | None) -> tuple[int, int] | None:
-    """compressed-tensors' one weight block_structure among its config groups ([rows, columns]), or None."""
+def _weight_args(cfg: dict | None) -> list[dict]:
+    """compressed-tensors' weight quantisation args of each config group (config.json's quantization_config)."""
     q = (cfg or {}).get("quantization_config")
     groups = q.get("config_groups") if isinstance(q, dict) else None
+    return [g["weights"] for g in (groups.values() if isinstance(groups, dict) else ())
+            if isinstance(g, dict) and isinstance(g.get("weights"), dict)]
+
+
+def _block_structure(cfg: dict | None) -> tuple[int, int] | None:
+    """compressed-tensors' one weight block_structure among its config groups ([rows, columns]), or None."""
     found: set[tuple[int, int]] = set()
-    for g in groups.values() if isinstance(groups, dict) else ():
-        weights = g.get("weights") if isinstance(g, dict) else None
-        b = weights.get("block_structure") if isinstance(weights, dict) else None
+    for args in _weight_args(cfg):
+        b = args.get("block_structure")
         if isinstance(b, list) and len(b) == 2 and all(type(x) is int and x > 0 for x in b):
             found.add((b[0], b[1]))
     return found.pop() if len(found) == 1 else None
