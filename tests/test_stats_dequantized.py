@@ -434,3 +434,45 @@ def test_compressed_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path):
     assert "model.layers.0.mlp.down_proj.weight" not in rows and "model.layers.0.mlp.up_proj.weight" not in rows
     assert "model.layers.0.mlp.gate_proj.weight" in rows and r["dequantized"]["weights"] == len(
         [n for n in load_file(os.path.join(src, "model.safetensors")) if n.endswith(".weight_packed")]) - 2
+
+
+@pytest.mark.parametrize("scheme", ["W4A16", "W4A16_ASYM", "FP8_DYNAMIC", "W8A16"])
+def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisation(tmp_path, scheme):
+    """`diff MODEL QUANTISED`: each quantised weight compared with its source as the values compressed-tensors'
+    decompress returns (not removed + added pieces): max |a - b|, relative L2 and cosine as numpy computes them
+    over the source's and the decompressor's values; everything else equal; either order."""
+    from compressed_tensors.compressors import BaseCompressor
+    from compressed_tensors.quantization import QuantizationConfig
+    from conftest import fixture_script
+
+    from ckptstat.analysis.diff import diff
+
+    mq = fixture_script("make_quantized")
+    fmt, group, _ = COMPRESSED[scheme]
+    model = mq.build(mq.tiny_config("llama"))
+    source = {n: p.detach().clone() for n, p in model.state_dict().items()}
+    path = mq.write_compressed(model, str(tmp_path / scheme), scheme, fmt, group)
+    src = tmp_path / "source"
+    src.mkdir()
+    from safetensors.torch import save_file
+
+    save_file({n: t.contiguous() for n, t in source.items()}, str(src / "model.safetensors"))
+    with open(os.path.join(path, "config.json")) as f:
+        qc = QuantizationConfig.model_validate(json.load(f)["quantization_config"])
+    compressor = BaseCompressor.get_value_from_registry(qc.format)
+    stored = load_file(os.path.join(path, "model.safetensors"))
+    modules = sorted({k.rpartition(".")[0] for k in stored if k.endswith(".weight_scale")})
+    for a, b in ((str(src), path), (path, str(src))):
+        r = diff(open_checkpoint(a), open_checkpoint(b))
+        by = {t["name"]: t for t in r["tensors"]}
+        assert r["counts"]["added"] == r["counts"]["removed"] == 0 and r["a_params"] == r["b_params"]
+        for m in modules:
+            local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
+            y = compressor.decompress(local, qc.config_groups["group_0"])["weight"].double().numpy().ravel()
+            x = source[m + ".weight"].double().numpy().ravel()
+            t = by[m.removeprefix("model.") + ".weight"]
+            assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), m
+            assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x if a == str(src) else y),
+                                                rel=1e-9)
+            assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
+        assert {t["status"] for n, t in by.items() if not n.endswith("_proj.weight")} == {"equal"}

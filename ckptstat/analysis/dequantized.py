@@ -23,7 +23,8 @@ import numpy as np
 
 from ..census.quant import QuantWeight, collapsed, layout, logical
 from ..core import Checkpoint, TensorInfo
-from ..core.dtypes import bits16, lut, unpack_bits
+from ..core.dtypes import bits16, decode, lut, unpack_bits
+from ..core.tensor import Reader, read_flat_file
 from ..errors import CkptstatError
 from .conversion_mlx import Packed, as_packed
 
@@ -65,10 +66,10 @@ class Scaled:
     def rows(self) -> int:
         return self.src.tensors[self.codes].numel * self.src.tensors[self.codes].dt.bits // (self.cols * self.bits)
 
-    def pieces(self, r0: int, r1: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    def pieces(self, r0: int, r1: int, blocks: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
         """Rows [r0, r1): the codes (groups, group) uint8 (the stored bits: int8 two's complement, float8 codes,
-        pack-quantized's offset ones; block-scaled, whole rows of blocks: a group a block), each group's scale and zero
-        point (float64)."""
+        pack-quantized's offset ones; block-scaled, whole rows of blocks and `blocks`: a group a block, else the
+        groups in C order), each group's scale and zero point (float64)."""
         n = (r1 - r0) * self.cols
         if self.src.tensors[self.codes].dtype == "I32":
             words = self.cols * self.bits // 32
@@ -85,7 +86,7 @@ class Scaled:
         if whole:
             s = np.repeat(s, (r1 - r0) * per_row)
             z = None if z is None else np.repeat(z, (r1 - r0) * per_row)
-        elif self.block_rows > 1 and r0 % self.block_rows == 0 and r1 % self.block_rows == 0:   # a group a block
+        elif blocks and self.block_rows > 1 and r0 % self.block_rows == 0 and r1 % self.block_rows == 0:   # a block
             q = q.reshape(b1 - b0, self.block_rows, per_row, self.group).transpose(0, 2, 1, 3)
             return q.reshape(-1, self.block_rows * self.group), s, z
         elif self.block_rows > 1:   # rows within blocks: each row its block's row of scales
@@ -193,9 +194,22 @@ class Codebook:
 
 @dataclass(frozen=True)
 class Dequantized:
-    """A quantised weight as its values: `decoder` (Packed, Scaled) decodes them."""
+    """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook) decodes them. `ordered`: its stored
+    order is its logical shape's C order (not gpt-oss's experts, which transformers transposes after dequantising),
+    so that `read` gives its elements in order (diff)."""
     decoder: Packed | Scaled | Codebook
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
+    ordered: bool = True
+
+    def read(self, start: int, count: int) -> np.ndarray:
+        """Elements [start, start + count) of the values, C order, float32 (each exactly its F16 or BF16 value):
+        every value decoded (a reader's read, not the statistics' pairs)."""
+        d = self.decoder
+        r0, r1 = start // d.cols, -(-(start + count) // d.cols)
+        q, s, z = d.pieces(r0, r1, blocks=False) if isinstance(d, Scaled) else d.pieces(r0, r1)
+        bits = d.patterns(q, s[:, None], None if z is None else z[:, None]).reshape(-1)
+        lo = start - r0 * d.cols
+        return decode(bits[lo: lo + count], d.out_dtype, count)
 
     @property
     def bits(self) -> int:
@@ -353,19 +367,28 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
 
 
-def view(ckpt: Checkpoint) -> Checkpoint:
+def view(ckpt: Checkpoint, readers: bool = False) -> Checkpoint:
     """The checkpoint with its dequantisable weights as their values (the module docstring); itself when it has
-    none. A view is its own view."""
-    return ckpt.derived(_VIEW, _view)
+    none. A view is its own view. With `readers`, each such weight stored in its logical order is also read as its
+    values by the checkpoint's readers (diff), and the others stay as stored: the statistics' view has no readers of
+    its own, so its plain tensors keep stats' direct reads."""
+    return ckpt.derived((_VIEW, readers), lambda c: _view(c, readers))
 
 
-def _view(ckpt: Checkpoint) -> Checkpoint:
+def dequantisable(ckpt: Checkpoint) -> bool:
+    """Whether any quantised weight of the checkpoint is read as its values in its logical order (view's readers)."""
+    return view(ckpt, True) is not ckpt
+
+
+def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
     q = layout(ckpt)
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(dec, w.method) for w in q.weights.values()
+    readable = {w.name: Dequantized(dec, w.method, w.method != "mxfp4") for w in q.weights.values()
                 if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
+    if readers:
+        readable = {n: d for n, d in readable.items() if d.ordered}
     if not readable:
         return ckpt
 
@@ -376,5 +399,15 @@ def _view(ckpt: Checkpoint) -> Checkpoint:
                           storage=f"dequantized:{w.name}", extra={"dequantized": d, "at": codes.offset or 0})
 
     v = replace(ckpt, tensors=collapsed(ckpt, {n: q.weights[n] for n in readable}, tensor))
-    v.derived(_VIEW, lambda x: x)
+    if readers:
+        v = replace(v, readers={f: _values_of(ckpt.readers.get(f, read_flat_file)) for f in ckpt.files})
+    v.derived((_VIEW, readers), lambda x: x)
     return v
+
+
+def _values_of(base: Reader) -> Reader:
+    """A file's reader that reads a dequantised weight as its values, and any other tensor as `base` does."""
+    def read(info: TensorInfo, start: int, count: int) -> np.ndarray:
+        source = info.extra.get("dequantized")
+        return source.read(start, count) if isinstance(source, Dequantized) else base(info, start, count)
+    return read

@@ -22,6 +22,7 @@ from ..core.tensor import DEFAULT_CHUNK_BYTES
 from ..errors import CkptstatError, UsageError
 from ..families.framework.infer import canonical_name, tf_spelled
 from ..naming import out_in_shape, strip_prefixes
+from . import dequantized
 from .conversion import (
     MAX_EXPERTS,
     Transform,
@@ -51,6 +52,8 @@ _EXTRA_WRAPPER = re.compile(r"^(model_state_dict|state_dict|module|_orig_mod|mod
 _NESTED_LM = ((re.compile(r"^language_model\.model\."), "language_model."),
               (re.compile(r"^language_model\.lm_head\."), "lm_head."))
 Rename = Callable[[str], str]
+DEQUANTIZED_MAP = ("quantised weights read as the values their library dequantises them to (MLX, compressed-tensors, "
+                   "block-scaled FP8, bitsandbytes 4-bit: docs/quantized.md)")
 TF_MAP = "TF -> PyTorch names (transformers' spelling, as modeling_tf_pytorch_utils converts them)"
 
 
@@ -482,6 +485,9 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         own[:0] = stack_rules
         a, b = (converted, b) if side == "a" else (a, converted)
         builtin = (mlx_undone(converted, stack_rules), stack_rules)
+    elif dequantized.dequantisable(a) != dequantized.dequantisable(b):   # one side quantised: its weights read as their values
+        a, b = dequantized.view(a, True), dequantized.view(b, True)
+        builtin = (DEQUANTIZED_MAP, [])
     elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
         builtin = (TF_MAP, [])
         renames = (tf_rename, None) if tf_spelled(a.tensors) else (None, tf_rename)
