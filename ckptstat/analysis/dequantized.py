@@ -202,8 +202,8 @@ class Dequantized:
     ordered: bool = True
 
     def read(self, start: int, count: int) -> np.ndarray:
-        """Elements [start, start + count) of the values, C order, float32 (each exactly its F16 or BF16 value):
-        every value decoded (a reader's read, not the statistics' pairs)."""
+        """Elements [start, start + count) of the values, C order, decoded as a stored tensor of the dtype is (F16:
+        float16; BF16: float32): every value decoded (a reader's read, not the statistics' pairs)."""
         d = self.decoder
         r0, r1 = start // d.cols, -(-(start + count) // d.cols)
         q, s, z = d.pieces(r0, r1, blocks=False) if isinstance(d, Scaled) else d.pieces(r0, r1)
@@ -254,9 +254,9 @@ _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quanti
 def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """A compressed-tensors weight as Scaled, where its pieces are what Scaled reads: a 2-D `weight_packed` (int32,
     whole words a row) or `weight` (int8, float8) of the logical shape, a 16-bit `weight_scale` of one value, one a row,
-    one a group of the row or one a block of the config's one `block_structure` (blocks that divide the weight), and
-    no zero point or an unpacked one of the scale's shape. Else None (partial blocks, packed asymmetric zero points,
-    float32 scales: their pieces stay left out by role)."""
+    one a group of the row (of a size a config group states) or one a block of the config's one `block_structure`
+    (blocks that divide the weight), and no zero point, one of the scale's shape, or pack-quantized's packed along the
+    rows. Else None (partial blocks, float32 scales, a layout its config does not state: left out by role)."""
     m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
     codes, scale, zero = m.get("weight_packed") or m.get("weight"), m.get("weight_scale"), m.get("weight_zero_point")
     if codes is None or scale is None or len(w.shape) != 2 or scale.dtype not in ("F16", "BF16"):
