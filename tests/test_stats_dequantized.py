@@ -1,10 +1,13 @@
-"""`stats` of an Apple MLX checkpoint reads each quantised weight as its values, those mx.dequantize returns
-(analysis/dequantized.py, docs/quantized.md "Statistics of quantised weights"), where it read none of them before (its
-packed words, scales and biases were left out by role).
+"""`stats` reads each quantised weight as its values, those the library that wrote it dequantises it to
+(analysis/dequantized.py, docs/quantized.md "Statistics of quantised weights"), where it read none of them before (their
+packed words, scales and zero points were left out by role); `diff` of a model and its quantised save compares them.
 
-Oracle: fixtures/mlx-sources/<case>.mx_dequantize.safetensors, what mx.dequantize returned for every quantised weight
-of the case, in its dtype (written by mlx itself, fixtures/make_mlx.py: every mode and width, float16 and bfloat16),
-read by torch; numpy's reductions and np.quantile over them."""
+Oracles, each the writing library's own dequantiser: mx.dequantize's values for every quantised weight of the MLX
+fixtures (fixtures/mlx-sources/<case>.mx_dequantize.safetensors, written by mlx itself, fixtures/make_mlx.py: every
+mode and width, float16 and bfloat16); transformers' convert_moe_packed_tensors (gpt-oss MXFP4) and Fp8Dequantize
+(block-scaled FP8); compressed-tensors' own compressors' decompress; bitsandbytes' dequantize_4bit
+(fixtures/quantized/bnb-*-llama.dequantize_4bit.safetensors, written by bitsandbytes itself). Values read by torch;
+numpy's reductions and np.quantile over them."""
 from __future__ import annotations
 
 import json
