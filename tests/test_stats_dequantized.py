@@ -6,7 +6,8 @@ Oracles, each the writing library's own dequantiser: mx.dequantize's values for 
 fixtures (fixtures/mlx-sources/<case>.mx_dequantize.safetensors, written by mlx itself, fixtures/make_mlx.py: every
 mode and width, float16 and bfloat16); transformers' convert_moe_packed_tensors (gpt-oss MXFP4) and Fp8Dequantize
 (block-scaled FP8); compressed-tensors' own compressors' decompress; bitsandbytes' dequantize_4bit
-(fixtures/quantized/bnb-*-llama.dequantize_4bit.safetensors, written by bitsandbytes itself). Values read by torch;
+(fixtures/quantized/bnb-*-llama.dequantize_4bit.safetensors, written by bitsandbytes itself) and optimum-quanto's
+dequantize (fixtures/quantized/quanto-*-llama.dequantize.safetensors, written by quanto itself). Values read by torch;
 numpy's reductions and np.quantile over them."""
 from __future__ import annotations
 
@@ -354,6 +355,23 @@ def test_compressed_tensors_blocks_are_what_its_decompressor_returns(tmp_path):
         local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
         _check(rows[m + ".weight"], compressor.decompress(local, qc.config_groups["group_0"])["weight"])
     assert r["dequantized"]["weights"] == len(modules)
+
+
+@pytest.mark.parametrize("case", ["quanto-qint8-llama", "quanto-qfloat8-llama"])
+def test_quanto_bytes_are_what_quanto_dequantizes(case):
+    """optimum-quanto's qint8 and qfloat8 weights (fixtures written by quanto itself): each row is what quanto's own
+    dequantize returned for the reloaded model's weight (<case>.dequantize.safetensors, fixtures/make_quantized2.py
+    --quanto-dequantize); the same from two workers."""
+    path = os.path.join(FIX, "quantized", case)
+    values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
+    r = _report(path)
+    rows = {row["name"]: row for row in r["tensors"]}
+    assert values
+    for name, x in values.items():
+        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
+        _check(rows[name], x)
+    assert r["dequantized"]["methods"] == {f"quanto {case.split('-')[1]}": len(values)}
+    assert _report(path, workers=2) == r
 
 
 @pytest.mark.parametrize("mode", ["nf4", "fp4"])

@@ -9,7 +9,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
 - compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row,
   tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
-- bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook.
+- bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
+- optimum-quanto's qint8 and qfloat8 weights as its dequantize returns them: Scaled.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
@@ -36,8 +37,9 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
         "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
-        "dequantize_4bit does (code value x absmax in float32, then the weight's dtype); the pieces of other quantised "
-        "weights (GPTQ, AWQ, LLM.int8, nvfp4...) are left out by role")
+        "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
+        "qfloat8 as its dequantize does (code x scale, rounded once); the pieces of other quantised weights (GPTQ, AWQ, "
+        "LLM.int8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 
@@ -353,6 +355,18 @@ def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
     return Codebook(ckpt, codes.name, absmax.name, qmap.name, nested, block, values, dtype)
 
 
+def _quanto(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """optimum-quanto's qint8 and qfloat8 weights (WeightQBytesTensor): `weight._data` int8 or float8 of the logical
+    2-D shape and `weight._scale` [rows, 1] in the compute dtype (F16 or BF16), each value code x scale rounded once in
+    it, as quanto's dequantize computes it. Else None."""
+    codes, scale = ckpt.tensors.get(w.name + "._data"), ckpt.tensors.get(w.name + "._scale")
+    if (codes is None or scale is None or codes.dtype not in ("I8", "F8_E4M3", "F8_E5M2") or len(w.shape) != 2
+            or codes.shape != w.shape or scale.shape != (w.shape[0], 1) or scale.dtype not in ("F16", "BF16")):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, "int8" if codes.dtype == "I8" else codes.dtype, 8, w.shape[1],
+                  w.shape[1], scale.dtype)
+
+
 def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | Codebook | None:
     """The weight's decoder by its method (`dtype`: its logical view's compute dtype, mlx's floating-point modes'),
     or None where ckptstat does not dequantise it."""
@@ -364,6 +378,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _compressed(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
+    if w.method in ("quanto qint8", "quanto qfloat8"):
+        return _quanto(ckpt, w)
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
 
 
