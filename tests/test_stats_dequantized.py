@@ -7,7 +7,8 @@ fixtures (fixtures/mlx-sources/<case>.mx_dequantize.safetensors, written by mlx 
 mode and width, float16 and bfloat16); transformers' convert_moe_packed_tensors (gpt-oss MXFP4) and Fp8Dequantize
 (block-scaled FP8); compressed-tensors' own compressors' decompress; bitsandbytes' dequantize_4bit
 (fixtures/quantized/bnb-*-llama.dequantize_4bit.safetensors, written by bitsandbytes itself) and optimum-quanto's
-dequantize (fixtures/quantized/quanto-*-llama.dequantize.safetensors, written by quanto itself). Values read by torch;
+dequantize and torchao's (fixtures/quantized/{quanto,torchao}-*-llama.dequantize.safetensors, written by them).
+Values read by torch;
 numpy's reductions and np.quantile over them."""
 from __future__ import annotations
 
@@ -357,11 +358,12 @@ def test_compressed_tensors_blocks_are_what_its_decompressor_returns(tmp_path):
     assert r["dequantized"]["weights"] == len(modules)
 
 
-@pytest.mark.parametrize("case", ["quanto-qint8-llama", "quanto-qfloat8-llama"])
-def test_quanto_bytes_are_what_quanto_dequantizes(case):
-    """optimum-quanto's qint8 and qfloat8 weights (fixtures written by quanto itself): each row is what quanto's own
-    dequantize returned for the reloaded model's weight (<case>.dequantize.safetensors, fixtures/make_quantized2.py
-    --quanto-dequantize); the same from two workers."""
+@pytest.mark.parametrize("case,method", [("quanto-qint8-llama", "quanto qint8"), ("quanto-qfloat8-llama", "quanto qfloat8"),
+                                         ("torchao-float8-llama", "torchao float8")])
+def test_quanto_and_torchao_bytes_are_what_they_dequantize_to(case, method):
+    """optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones (fixtures written by quanto and by
+    transformers with torchao): each row is what the library's own dequantize returned for the reloaded model's
+    weight (<case>.dequantize.safetensors, fixtures/make_quantized2.py --dequantize); the same from two workers."""
     path = os.path.join(FIX, "quantized", case)
     values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
     r = _report(path)
@@ -370,7 +372,7 @@ def test_quanto_bytes_are_what_quanto_dequantizes(case):
     for name, x in values.items():
         assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
         _check(rows[name], x)
-    assert r["dequantized"]["methods"] == {f"quanto {case.split('-')[1]}": len(values)}
+    assert r["dequantized"]["methods"] == {method: len(values)}
     assert _report(path, workers=2) == r
 
 

@@ -10,7 +10,7 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
-- optimum-quanto's qint8 and qfloat8 weights as its dequantize returns them: Scaled.
+- optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled.
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
@@ -38,7 +38,8 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
-        "qfloat8 as its dequantize does (code x scale, rounded once); the pieces of other quantised weights (GPTQ, AWQ, "
+        "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
+        "scale in float32, then the model's dtype); the pieces of other quantised weights (GPTQ, AWQ, "
         "LLM.int8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
@@ -367,6 +368,20 @@ def _quanto(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
                   w.shape[1], scale.dtype)
 
 
+def _torchao(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """torchao's float8 weights (Float8Tensor, safetensors as transformers saves them): `_weight_qdata` float8 of the
+    logical 2-D shape and `_weight_scale` float32 [rows, 1], read in the model's dtype (config.json's, F16 or BF16) as
+    torchao's dequantize computes them: code x scale in float32, then rounded to it. Else None."""
+    base = w.name.rpartition(".")[0]
+    codes, scale = ckpt.tensors.get(base + "._weight_qdata"), ckpt.tensors.get(base + "._weight_scale")
+    cfg = ckpt.config or {}
+    dtype = {"bfloat16": "BF16", "float16": "F16"}.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+    if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
+            or len(w.shape) != 2 or codes.shape != w.shape or scale.shape != (w.shape[0], 1) or scale.dtype != "F32"):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, w.shape[1], w.shape[1], dtype, 1, True)
+
+
 def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | Codebook | None:
     """The weight's decoder by its method (`dtype`: its logical view's compute dtype, mlx's floating-point modes'),
     or None where ckptstat does not dequantise it."""
@@ -380,6 +395,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _bnb4(ckpt, w)
     if w.method in ("quanto qint8", "quanto qfloat8"):
         return _quanto(ckpt, w)
+    if w.method == "torchao float8":
+        return _torchao(ckpt, w)
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
 
 
