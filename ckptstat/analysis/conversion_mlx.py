@@ -410,7 +410,7 @@ def view(ckpt: Checkpoint, other: Mapping[str, tuple[int, ...]], key: Callable[[
 
 
 def as_packed(ckpt: Checkpoint, members: tuple[str, ...], method: str, bits: float | None, shape: tuple[int, ...],
-            dtype: str) -> Packed | None:
+              dtype: str) -> Packed | None:
     """An mlx quantised weight (census/quant/mlx.py) as Packed, where its members are the packing its mode, bits and
     group make: uint32 codes of `bits` over the logical inputs, one scale (and bias, affine) per group; else None (a
     module with a global scale, or a layout that does not add up, is compared as stored)."""
