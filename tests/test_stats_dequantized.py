@@ -67,6 +67,17 @@ def _check(row: dict, x: torch.Tensor, exact: bool = True) -> None:
         assert abs(got - want) <= (1e-12 * abs(want) + 1e-300 if exact else 2.0 ** -8 * max(abs(a), abs(b)) + 2.0 ** -133)
 
 
+def _rows_are(r: dict, values: dict[str, torch.Tensor]) -> dict[str, dict]:
+    """Each of `values` (a library's dequantised weights, by name) is the report's row of that name: its dtype, shape
+    and every statistic (_check). The rows by name."""
+    rows = {row["name"]: row for row in r["tensors"]}
+    assert values
+    for name, x in values.items():
+        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
+        _check(rows[name], x)
+    return rows
+
+
 @pytest.fixture(scope="module")
 def reports() -> dict[str, dict]:
     return {case: _report(os.path.join(FIX, "mlx", case)) for case in CASES}
@@ -75,12 +86,9 @@ def reports() -> dict[str, dict]:
 @pytest.mark.parametrize("case", CASES)
 def test_every_quantised_weight_is_what_mx_dequantize_returns(reports, case):
     r, values = reports[case], _dequantized(case)
-    rows = {row["name"]: row for row in r["tensors"]}
     weights = EXPECTED[case]["weights"]
+    rows = _rows_are(r, values)
     assert set(values) == set(weights) and set(values) <= set(rows)
-    for name, x in values.items():
-        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
-        _check(rows[name], x)
     members = {m for w in weights.values() for m in w["members"]} - set(weights)   # (the codes: the weight's own name)
     assert not members & set(rows) and not members & {s["name"] for s in r["skipped"]}
     modes = {}
@@ -367,11 +375,7 @@ def test_quanto_and_torchao_bytes_are_what_they_dequantize_to(case, method):
     path = os.path.join(FIX, "quantized", case)
     values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
     r = _report(path)
-    rows = {row["name"]: row for row in r["tensors"]}
-    assert values
-    for name, x in values.items():
-        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
-        _check(rows[name], x)
+    _rows_are(r, values)
     assert r["dequantized"]["methods"] == {method: len(values)}
     assert _report(path, workers=2) == r
 
@@ -385,11 +389,7 @@ def test_bitsandbytes_4bit_is_what_dequantize_4bit_returns(mode):
     path = os.path.join(FIX, "quantized", f"bnb-{mode}-llama")
     values = load_file(os.path.join(FIX, "quantized", f"bnb-{mode}-llama.dequantize_4bit.safetensors"))
     r = _report(path)
-    rows = {row["name"]: row for row in r["tensors"]}
-    assert values
-    for name, x in values.items():
-        assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
-        _check(rows[name], x)
+    rows = _rows_are(r, values)
     assert r["dequantized"]["methods"] == {f"bitsandbytes-{mode}": len(values)}
     assert not any(s["name"].startswith(tuple(values)) for s in r["skipped"])
     assert _report(path, workers=2) == r

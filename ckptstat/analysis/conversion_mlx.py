@@ -32,7 +32,7 @@ import numpy as np
 from ..census.quant import layout, logical
 from ..census.quant.mlx import channels_last, is_mlx_file
 from ..core import Checkpoint, TensorInfo
-from ..core.dtypes import bits16, lut, unpack_bits
+from ..core.dtypes import bits16, decode, lut, unpack_bits
 from ..core.tensor import read_flat_file
 from .conversion import HALF_ULP, MAX_EXPERTS, half_ulp
 
@@ -50,8 +50,7 @@ def _fp_interval(v: np.ndarray, mode: str) -> np.ndarray:
 
 def _rounded(v: np.ndarray, dtype: str) -> np.ndarray:
     """float64 values rounded to a 16-bit dtype, as float64."""
-    b = bits16(v, dtype)
-    return (b.view(np.float16) if dtype == "F16" else (b.astype(np.uint32) << 16).view(np.float32)).astype(np.float64)
+    return decode(bits16(v, dtype), dtype, v.size).astype(np.float64).reshape(v.shape)
 
 
 @dataclass(frozen=True)

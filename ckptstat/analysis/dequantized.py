@@ -251,6 +251,15 @@ def _gpt_oss(ckpt: Checkpoint, w: QuantWeight) -> Packed | None:
     return Packed(ckpt, blocks.name, scales.name, None, "mxfp4", 4, 32, blocks.shape[-2] * 32, 0, "BF16")
 
 
+_SIXTEEN = {"float16": "F16", "bfloat16": "BF16"}   # a torch dtype's name -> the 16-bit dtypes values are counted in
+
+
+def _model_dtype(ckpt: Checkpoint) -> str | None:
+    """config.json's model dtype (`dtype`, transformers 4's `torch_dtype`) where it is F16 or BF16, else None."""
+    cfg = ckpt.config or {}
+    return _SIXTEEN.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+
+
 _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quantized", "float-quantized")}
 
 
@@ -316,8 +325,7 @@ def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     derives the block from the grid), read in the model's dtype (config.json's, F16 or BF16). Else None."""
     m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
     codes, scale = m.get("weight"), m.get("weight_scale_inv")
-    cfg = ckpt.config or {}
-    dtype = {"bfloat16": "BF16", "float16": "F16"}.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+    dtype = _model_dtype(ckpt)
     if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
             or len(codes.shape) != 2 or len(scale.shape) != 2 or scale.dtype not in ("F32", "BF16", "F16", "U8")):
         return None
@@ -339,7 +347,7 @@ def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
         d = json.loads(bytes(np.asarray(ckpt.read(state.name)).astype(np.uint8)).decode("utf-8"))
     except (CkptstatError, ValueError, OSError):
         return None
-    block, dtype, values = d.get("blocksize"), {"float16": "F16", "bfloat16": "BF16"}.get(d.get("dtype")), w.numel
+    block, dtype, values = d.get("blocksize"), _SIXTEEN.get(d.get("dtype")), w.numel
     if (type(block) is not int or block <= 0 or block % 2 or dtype is None or values % block
             or codes.dtype != "U8" or codes.numel * 2 != values or absmax.numel != values // block):
         return None
@@ -374,8 +382,7 @@ def _torchao(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     torchao's dequantize computes them: code x scale in float32, then rounded to it. Else None."""
     base = w.name.rpartition(".")[0]
     codes, scale = ckpt.tensors.get(base + "._weight_qdata"), ckpt.tensors.get(base + "._weight_scale")
-    cfg = ckpt.config or {}
-    dtype = {"bfloat16": "BF16", "float16": "F16"}.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+    dtype = _model_dtype(ckpt)
     if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
             or len(w.shape) != 2 or codes.shape != w.shape or scale.shape != (w.shape[0], 1) or scale.dtype != "F32"):
         return None
