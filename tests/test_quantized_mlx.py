@@ -260,17 +260,16 @@ def test_like_unquantised(case, tmp_path):
 def test_a_wrappers_conversion_is_its_text_model(case):
     """mlx_lm converts a multimodal wrapper's text model alone (its TOWERS dropped) and writes its config.json without
     vision_config: the conversion counts its source's parameters less the towers', resolves as its source does (read
-    as a wrapper without its tower: census/quant/mlx.py as_converted), and where that is an analytic model (Llama 4's;
-    Qwen3-VL-MoE has none) predicts the same parameters and FLOPs, the towers being outside it."""
+    as a wrapper without its tower: census/quant/mlx.py as_converted), and predicts the same parameters and FLOPs
+    (Llama 4's, Qwen3-VL-MoE's analytic models), the towers being outside it."""
     source, mlx = open_checkpoint(os.path.join(HERE, "..", "fixtures", "mlx-sources", case)), open_checkpoint(_path(case))
     unique = summarize(mlx)["parameters"]["unique"]
     assert unique == summarize(source)["parameters"]["unique"] - sum(towers(case).values())
     assert resolve(mlx).label == resolve(source).label
-    assert (resolve(mlx).spec is None) == (case == "qwen3_vl_moe-4bit-g32")
-    if resolve(source).spec is not None:
-        q, p = from_checkpoint(mlx), from_checkpoint(source)
-        assert q.params == unique and q.agree and q.predicted["total"] == p.predicted["total"]
-        assert run(q, 1, 32)["totals"]["flops"] == run(p, 1, 32)["totals"]["flops"]
+    assert resolve(mlx).spec is not None and resolve(source).spec is not None
+    q, p = from_checkpoint(mlx), from_checkpoint(source)
+    assert q.params == unique and q.agree and q.predicted["total"] == p.predicted["total"]
+    assert run(q, 1, 32)["totals"]["flops"] == run(p, 1, 32)["totals"]["flops"]
 
 
 @pytest.mark.parametrize("case", RELAID)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 
 import pytest
 
@@ -59,6 +60,15 @@ CASES = {
                                                                        "mrope_interleaved": True}),
                       vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
                                          deepstack_visual_indexes=[0])), "qwen3"),
+    # Qwen3-VL-MoE: Qwen3-MoE's layers (routed experts fused [experts, out, in] as transformers 5.25 saves them, a
+    # dense MLP where mlp_only_layers says) under Qwen3-VL's M-RoPE
+    "qwen3_vl_moe": ("Qwen3VLMoeForConditionalGeneration", "Qwen3VLMoeConfig",
+                     dict(text_config=dict(TXT, head_dim=16, moe_intermediate_size=24, num_experts=4, num_experts_per_tok=2,
+                                           mlp_only_layers=[1], rope_scaling={"rope_type": "default",
+                                                                              "mrope_section": [2, 3, 3],
+                                                                              "mrope_interleaved": True}),
+                          vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
+                                             deepstack_visual_indexes=[0])), "qwen_moe"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
                  dict(text_config=dict(TXT, rope_scaling=MROPE),
                       vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),
@@ -147,6 +157,65 @@ def test_dual_encoders_are_no_wrapper(tmp_path):
         else:
             with pytest.raises(UsageError, match="no analytic model"):
                 from_config(cfg)
+
+
+def test_qwen3_vl_moe_in_the_release_layout(saved, tmp_path):
+    """Qwen's own Qwen3-VL-MoE releases keep the fused experts [experts, in, out] (gate_up_proj [E, hidden, 2 x moe],
+    down_proj [E, moe, hidden]), which transformers 5.25 transposes as it loads (conversion_mapping's Transpose for
+    qwen3_vl_moe): the save rewritten so loads into the same model (the oracle), and reads as the save does."""
+    from safetensors.torch import load_file, save_file
+    model, folder = saved["qwen3_vl_moe"]
+    release = tmp_path / "release"
+    shutil.copytree(folder, release)
+    state = load_file(str(release / "model.safetensors"))
+    experts = [k for k in state if k.endswith(("mlp.experts.gate_up_proj", "mlp.experts.down_proj"))]
+    assert len(experts) == 2   # the one MoE layer (mlp_only_layers=[1])
+    for k in experts:
+        state[k] = state[k].transpose(1, 2).contiguous()
+    save_file(state, str(release / "model.safetensors"), metadata={"format": "pt"})
+    loaded = getattr(T, CASES["qwen3_vl_moe"][0]).from_pretrained(str(release)).state_dict()
+    assert all(torch.equal(loaded[k], v) for k, v in model.state_dict().items())
+    a, b = load(folder), load(str(release))
+    assert b.agree and (b.predicted, b.outside_params, b.checkpoint_params) == (a.predicted, a.outside_params,
+                                                                                a.checkpoint_params)
+    assert ours(b.spec, 8, 1) == fcm_flops(model, 8, 1, device="cpu")
+
+
+# Qwen3-VL-30B-A3B-Instruct's config.json as Qwen released it (written by transformers 4.57: `num_experts`, and
+# `rope_scaling`, which 5.x reads as rope_parameters)
+QWEN3_VL_30B_A3B = {
+    "architectures": ["Qwen3VLMoeForConditionalGeneration"], "model_type": "qwen3_vl_moe", "image_token_id": 151655,
+    "video_token_id": 151656, "vision_start_token_id": 151652, "vision_end_token_id": 151653,
+    "tie_word_embeddings": False, "dtype": "bfloat16",
+    "text_config": {
+        "model_type": "qwen3_vl_moe_text", "hidden_size": 2048, "intermediate_size": 6144, "num_hidden_layers": 48,
+        "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+        "max_position_embeddings": 262144, "moe_intermediate_size": 768, "num_experts": 128, "num_experts_per_tok": 8,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "norm_topk_prob": True, "rms_norm_eps": 1e-06,
+        "rope_theta": 5000000, "rope_scaling": {"mrope_interleaved": True, "mrope_section": [24, 20, 20],
+                                                "rope_type": "default"},
+        "hidden_act": "silu", "attention_bias": False, "dtype": "bfloat16"},
+    "vision_config": {
+        "model_type": "qwen3_vl_moe", "depth": 27, "hidden_size": 1152, "intermediate_size": 4304, "num_heads": 16,
+        "out_hidden_size": 2048, "patch_size": 16, "spatial_merge_size": 2, "temporal_patch_size": 2,
+        "in_channels": 3, "num_position_embeddings": 2304, "deepstack_visual_indexes": [8, 16, 24],
+        "hidden_act": "gelu_pytorch_tanh"},
+}
+
+
+def test_qwen3_vl_moe_at_its_published_size(tmp_path):
+    """The release's config.json alone: the language model's parameters and its active ones per token (the
+    experts' share k / E) are those of the model transformers builds from it on the meta device."""
+    cfg = {k: v for k, v in QWEN3_VL_30B_A3B.items() if k not in ("architectures", "model_type")}
+    with torch.device("meta"):
+        model = T.Qwen3VLMoeForConditionalGeneration(T.Qwen3VLMoeConfig(**cfg))
+    assert model.config.text_config.num_experts == 128
+    language = _language_params(model)
+    experts = sum(p.numel() for n, p in model.named_parameters() if ".language_model." in n and ".mlp.experts." in n)
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_VL_30B_A3B))
+    m = load(str(tmp_path / "config.json"))
+    assert m.spec.family == "qwen_moe" and m.spec.experts == 128 and m.spec.top_k == 8
+    assert m.predicted["total"] == language and m.predicted["active"] == language - experts + experts * 8 // 128
 
 
 @pytest.mark.parametrize("case", CASES)

@@ -21,8 +21,10 @@ from .tie_table import class_ties
 # Qwen3-VL's is Qwen3, with multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py
 # Qwen2VLTextModel, modeling_qwen3_vl.py: its DeepStack adds visual features to early layers only with an
 # image): the same layers, and a rotary table computed from 3 position rows (time, height, width) per
-# sequence. (Qwen3-VL-MoE is not one: its eval forward runs every expert on every token.)
-TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True)}
+# sequence. Qwen3-VL-MoE's is Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused
+# experts, which 5.x saves [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count).
+TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
+                "qwen3_vl_moe_text": ("qwen3_moe", True)}
 # Module names (a name's components) of what is outside the language model in transformers' wrappers: the
 # vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`, DeepSeek-VL-Hybrid's high-resolution
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
