@@ -21,6 +21,7 @@ TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attent
            vocab_size=320, max_position_embeddings=256)
 VIS = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14)
 MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
+GLM_VIS = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=14, image_size=28)
 
 # (model class, config class, config kwargs, the registered family of its language model)
 CASES = {
@@ -69,6 +70,23 @@ CASES = {
                                                                               "mrope_interleaved": True}),
                           vision_config=dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64,
                                              deepstack_visual_indexes=[0])), "qwen_moe"),
+    # GLM-4.1V (and GLM-4.6V and GLM-GA, the same text model): GLM-4 whose heads are hidden / heads wide and biased whatever the
+    # config says; GLM-4.5V: GLM-4.5 MoE (a dense first layer, a shared expert); both rotate 3 position rows
+    "glm4v": ("Glm4vForConditionalGeneration", "Glm4vConfig",
+              dict(text_config=dict(TXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+                   vision_config=GLM_VIS), "glm"),
+    "glm46v": ("Glm46VForConditionalGeneration", "Glm46VConfig",
+               dict(text_config=dict(TXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+                    vision_config=GLM_VIS), "glm"),
+    "glmga": ("Glm46VForConditionalGeneration", "GlmgaConfig",   # (transformers' image-text-to-text class for glmga)
+              dict(text_config=dict(TXT, rope_parameters={"rope_type": "default", "mrope_section": [2, 3, 3]}),
+                   vision_config=GLM_VIS), "glm"),
+    "glm4v_moe": ("Glm4vMoeForConditionalGeneration", "Glm4vMoeConfig",
+                  dict(text_config=dict(TXT, moe_intermediate_size=24, n_routed_experts=4, num_experts_per_tok=2,
+                                        n_shared_experts=1, first_k_dense_replace=1,
+                                        rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2],
+                                                         "partial_rotary_factor": 0.5}),
+                       vision_config=GLM_VIS), "glm4_moe"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
                  dict(text_config=dict(TXT, rope_scaling=MROPE),
                       vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),

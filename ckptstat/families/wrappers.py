@@ -21,10 +21,15 @@ from .tie_table import class_ties
 # Qwen3-VL's is Qwen3, with multimodal rotary positions (M-RoPE, transformers modeling_qwen2_vl.py
 # Qwen2VLTextModel, modeling_qwen3_vl.py: its DeepStack adds visual features to early layers only with an
 # image): the same layers, and a rotary table computed from 3 position rows (time, height, width) per
-# sequence. Qwen3-VL-MoE's is Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused
-# experts, which 5.x saves [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count).
+# sequence. GLM-4.1V's, GLM-4.6V's and GLM-GA's (glm4v_text) is GLM-4 and GLM-4.5V's (glm4v_moe_text)
+# GLM-4.5 MoE, their rotary likewise on 3 rows (modeling_glm4v.py, modeling_glm4v_moe.py). Qwen3-VL-MoE's is
+# Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused experts, which 5.x saves
+# [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count).
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
-                "qwen3_vl_moe_text": ("qwen3_moe", True)}
+                "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True)}
+# Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
+# modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
+WIDTH_HEADS = {"glm4v_text"}
 # Module names (a name's components) of what is outside the language model in transformers' wrappers: the
 # vision tower (`vision_tower`, `vision_model`, Qwen2-VL's `visual`, DeepSeek-VL-Hybrid's high-resolution
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
@@ -70,6 +75,9 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     out = dict(text)
     out["model_type"] = TEXT_ALIASES.get(text["model_type"], (text["model_type"],))[0]
+    heads, width = text.get("num_attention_heads"), text.get("hidden_size")
+    if text["model_type"] in WIDTH_HEADS and isinstance(heads, int) and isinstance(width, int) and heads > 0:
+        out.update(head_dim=width // heads, attention_bias=True)
     out["architectures"] = cfg.get("architectures") or []   # (checked where read: base.architectures)
     for key in ("torch_dtype", "dtype"):   # often the wrapper's alone
         if out.get(key) is None and cfg.get(key) is not None:
