@@ -87,6 +87,11 @@ CASES = {
                                         rope_parameters={"rope_type": "default", "mrope_section": [1, 1, 2],
                                                          "partial_rotary_factor": 0.5}),
                        vision_config=GLM_VIS), "glm4_moe"),
+    # PaddleOCR-VL: ERNIE 4.5's layers under M-RoPE; its projector saved as `mlp_AR` (transformers' `projector`)
+    "paddleocr_vl": ("PaddleOCRVLForConditionalGeneration", "PaddleOCRVLConfig",
+                     dict(text_config=dict(TXT, head_dim=16, rope_parameters={"rope_type": "default",
+                                                                              "mrope_section": [2, 3, 3]}),
+                          vision_config=VIS), "ernie4_5"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
                  dict(text_config=dict(TXT, rope_scaling=MROPE),
                       vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),
