@@ -47,6 +47,16 @@ CASES = {
     "mistral3": ("Mistral3ForConditionalGeneration", "Mistral3Config",
                  dict(text_config=dict(TXT, model_type="mistral", head_dim=16),
                       vision_config=dict(VIS, model_type="pixtral", head_dim=8)), "llama"),
+    # Mistral 3's wrapper over a Mistral 4 language model (DeepSeek-V3's latent attention and MoE), as
+    # transformers maps model_type mistral4 to Mistral3ForConditionalGeneration for image-text-to-text
+    "mistral3-mistral4": ("Mistral3ForConditionalGeneration", "Mistral3Config",
+                          dict(text_config=dict(model_type="mistral4", vocab_size=320, hidden_size=64, intermediate_size=96,
+                                                moe_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
+                                                num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
+                                                num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
+                                                q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                                                v_head_dim=6, max_position_embeddings=256),
+                               vision_config=dict(VIS, model_type="pixtral", head_dim=8)), "deepseek"),
     "idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Config",
                  dict(text_config=dict(TXT, model_type="llama"), vision_config=dict(VIS, image_size=56), scale_factor=2),
                  "llama"),

@@ -63,8 +63,13 @@ AXK2 = replace(V32, q_gate=True, gated_norms=True, requires=(("moe_layer_freq", 
 HYV4 = replace(V32, sinks=True, attn_gate="width", hyper=True, linear_experts="parameters", task_heads=(),
                paths=Paths(shared="shared_experts", sinks="learnable_sink_param", attn_gate="linear_gate", gate="linear_gate",
                            stacked_in="gate_up_proj", stacked_out="down_proj"))
+# Mistral 4 (modeling_mistral4.py): DeepSeek-V3's layers with DeepSeek-V2's router (no score-correction bias), the
+# experts held fused (gate_up_proj [E, 2f, h], down_proj [E, h, f]) as save_pretrained writes them; its queries scaled
+# by position (Llama 4's attention scale: element-wise)
+MISTRAL4 = replace(DEEPSEEK, linear_experts="parameters",
+                   paths=Paths(shared="shared_experts", tokcls="score", stacked_in="gate_up_proj", stacked_out="down_proj"))
 LAYOUTS = {"deepseek_v2": DEEPSEEK, "deepseek_v3": DEEPSEEK, "glm4_moe_lite": DEEPSEEK, "youtu": DEEPSEEK, "axk1": AXK1,
-           "deepseek_v32": V32, "glm_moe_dsa": V32, "axk2": AXK2}
+           "deepseek_v32": V32, "glm_moe_dsa": V32, "axk2": AXK2, "mistral4": MISTRAL4}
 # the dense layers when the config has no mlp_layer_types: the first first_k_dense_replace (DeepSeek's classes), or
 # where the class has no such key, the first its class marks dense (Glm4MoeLiteConfig and AXK1Config: layer 0)
 _FIRST_DENSE = {"glm4_moe_lite": 1, "axk1": 1, "axk2": 1, "hy_v4": 1}   # HY-V4: hy_v4.py
@@ -288,6 +293,8 @@ FAMILY = Family(
                ("Glm4MoeLiteModel", "Glm4MoeLiteForCausalLM"), device="cpu"),
         Sample("AXK1Config", dict(_SIZES, n_group=2, topk_group=1, mlp_layer_types=["dense", "sparse", "sparse"]),
                ("AXK1Model", "AXK1ForCausalLM"), device="cpu"),
+        Sample("Mistral4Config", dict(_SIZES, n_group=1, topk_group=1), ("Mistral4Model", "Mistral4ForCausalLM"),
+               device="cpu"),
         # the indexer's top-k smaller than the test's sequences: it masks keys (the matmuls still span them all)
         Sample("DeepseekV32Config", dict(_SIZES, n_group=2, topk_group=1, index_n_heads=2, index_head_dim=8, index_topk=4),
                ("DeepseekV32Model", "DeepseekV32ForCausalLM"), device="cpu"),
