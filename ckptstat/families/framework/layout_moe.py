@@ -97,10 +97,12 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if w.lay.every_expert:
         every_expert(w, layers)
     elif w.lay.stacked_experts or w.lay.linear_experts != "none":
-        # llama.cpp's converter splits fc1 / input_linear (ffn_gate_exps, ffn_up_exps): no name of its own
+        # llama.cpp's converter splits fc1 / input_linear (ffn_gate_exps, ffn_up_exps): no name of its own; a fused
+        # gate_up_proj held [E, 2f, h] gguf's TensorNameMap names ffn_gate_up_exps
         out_in, x = w.lay.linear_experts != "none", joined(moe, p.experts)
         suffix = "" if w.lay.linear_experts == "parameters" else "weight"
-        w.record(f"{x}.{p.stacked_in}", None, ((suffix, (E, 2 * f, h) if out_in else (E, h, 2 * f)),), layers)
+        fused = "ffn_gate_up_exps" if p.stacked_in == "gate_up_proj" and out_in else None
+        w.record(f"{x}.{p.stacked_in}", fused, ((suffix, (E, 2 * f, h) if out_in else (E, h, 2 * f)),), layers)
         w.record(f"{x}.{p.stacked_out}", "ffn_down_exps", ((suffix, (E, h, f) if out_in else (E, f, h)),), layers)
         B.linear(w.label(f"{x}[{E}].{p.stacked_in} (top-{k})", layers), "encoder", rows, h, 2 * f, False, L, L * E,
                  active_copies=L * k)
