@@ -252,8 +252,9 @@ def gguf_config(arch: str, metadata: Mapping[str, str], tensors: Tensors) -> dic
 # the converter stacks the routed experts into blk.N.ffn_{gate,up,down}_exps [experts, out, in] (expert {xid} a
 # slice of it), and (since llama.cpp's MLA rework) splits kv_b_proj per head into attn_k_b (k_nope part, transposed)
 # and attn_v_b: no HF name maps to those; older files keep attn_kv_b. V3's e_score_correction_bias (a buffer, which
-# the walk does not meet) is exp_probs_b.bias.
-GGUF_TENSOR_NAMES = layout.gguf_tensor_names(DEEPSEEK) + (
+# the walk does not meet) is exp_probs_b.bias. Mistral 4's fused experts: ffn_gate_up_exps and ffn_down_exps (gguf-py's
+# MODEL_ARCH.MISTRAL4, whose files are named by this table; their metadata is not read into a config: gguf_config).
+GGUF_TENSOR_NAMES = layout.gguf_tensor_names(DEEPSEEK, MISTRAL4) + (
     ("model.layers.{bid}.mlp.gate.e_score_correction_bias", "blk.{bid}.exp_probs_b.bias"),
 )
 
@@ -277,7 +278,7 @@ FAMILY = Family(
        "from_config": from_config, "from_tensors": from_tensors, "gguf_tensor_names": GGUF_TENSOR_NAMES,
        "kv_cache": kv_cache},
     cache_heads=lambda s: 1,      # the latent: one head, whole on every tensor-parallel device
-    gguf_architectures=("deepseek2",), gguf_config=gguf_config,
+    gguf_architectures=("deepseek2", "mistral4"), gguf_config=gguf_config,
     samples=(
         # routing needs real values (nonzero() has no meta kernel): tiny weights on the CPU
         Sample("DeepseekV2Config", dict(_SIZES, n_group=2, topk_group=1, topk_method="group_limited_greedy"),
