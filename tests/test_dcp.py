@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 
+import library_runner
 import numpy as np
 import pytest
 from conftest import ROOT, fixture
@@ -317,7 +318,7 @@ def test_a_pickle_payload_inside_a_compressed_item(tmp_path, capsys):
     folder = zstd_folder(str(tmp_path / "evil"), {"step": frame(calling_mkdir(str(marker)), declare=False)})
     load = ("import sys, torch.distributed.checkpoint as dcp\n"
             "dcp.load({'step': None}, checkpoint_id=sys.argv[1], no_dist=True)")
-    subprocess.run([sys.executable, "-c", load, folder], timeout=120, capture_output=True)
+    library_runner.python(load, folder)
     assert os.path.isdir(marker), "the payload must run under DCP's load"
     os.rmdir(marker)
     ckpt = open_checkpoint(folder)
@@ -425,7 +426,7 @@ FileSystemReader(sys.argv[1]).read_metadata()
 def _dcp_reader_runs(folder, marker) -> bool:
     """Whether torch.distributed.checkpoint's own reader (plain pickle.load of .metadata), in a throw-away
     process, creates `marker`."""
-    subprocess.run([sys.executable, "-c", DCP_READ, str(folder)], timeout=120, capture_output=True)
+    library_runner.python(DCP_READ, str(folder))
     return os.path.isdir(marker)
 
 

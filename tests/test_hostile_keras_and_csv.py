@@ -12,6 +12,7 @@ import zipfile
 from pathlib import Path
 
 import h5py
+import library_runner
 import numpy as np
 import pytest
 from safetensors.numpy import save_file
@@ -198,12 +199,10 @@ def test_keras_archives_without_model_weights_h5_are_keras(tmp_path):
     for model.weights.h5 or model.weights.npz: a `.keras` holding config.json alone, or beside model.weights.npz, was
     "torch.load raises: its first entry 'metadata.json' is in no folder" (exit 2; sixth red-team pass). Oracle: keras
     itself writes the Lambda model, and its load_model(safe_mode=False) of each variant creates the marker folder."""
-    import subprocess
 
     marker = str(tmp_path / "RAN")
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
-    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp_path), marker], env=env, check=True,
-                   capture_output=True, timeout=300)
+    library_runner.python(_LAMBDA_MODEL, str(tmp_path), marker, env=env, check=True)
     with zipfile.ZipFile(tmp_path / "saved.keras") as z:
         kept = {n: z.read(n) for n in ("metadata.json", "config.json")}
     variants = {"config_only.keras": {}, "npz_weights.keras": {"model.weights.npz": b""}}
@@ -215,7 +214,7 @@ def test_keras_archives_without_model_weights_h5_are_keras(tmp_path):
         with zipfile.ZipFile(path, "w") as z:
             for member, data in {**kept, **extra}.items():
                 z.writestr(member, data)
-        subprocess.run([sys.executable, "-c", _LOAD, str(path)], env=env, capture_output=True, timeout=300)
+        library_runner.python(_LOAD, str(path), env=env)
         assert os.path.isdir(marker), name
         os.rmdir(marker)
         r = scan_path(str(path))
@@ -244,18 +243,16 @@ def test_a_keras_h5_after_a_user_block_is_keras(tmp_path):
     sits after a 512-byte user block was read as torch.load reads it ("the tar has no 'storages' member", exit 2;
     sixth red-team pass). Oracle: keras writes the model, h5py copies it behind a user block, and keras' own
     load_model(safe_mode=False) of the copy creates the marker folder."""
-    import subprocess
 
     from ckptstat.analysis.scan import scan_path
 
     marker = str(tmp_path / "RAN")
     (tmp_path / "models").mkdir()
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
-    subprocess.run([sys.executable, "-c", _USERBLOCK_H5, str(tmp_path), marker], env=env, check=True,
-                   capture_output=True, timeout=300)
+    library_runner.python(_USERBLOCK_H5, str(tmp_path), marker, env=env, check=True)
     path = tmp_path / "models" / "model.h5"
     assert path.read_bytes()[:4] != b"\x89HDF"
-    subprocess.run([sys.executable, "-c", _LOAD, str(path)], env=env, capture_output=True, timeout=300)
+    library_runner.python(_LOAD, str(path), env=env)
     assert os.path.isdir(marker)
     os.rmdir(marker)
     r = scan_path(str(path))

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import zipfile
 
+import library_runner
 import numpy as np
 import pytest
 from conftest import ROOT, fixture
@@ -26,7 +27,7 @@ def ckptstat(*args: str) -> tuple[int, str, str]:
 
 def runs(code: str, path: str, marker: str) -> bool:
     """Whether the real loader (`code`, reading sys.argv[1]) runs the payload: the marker file appears."""
-    subprocess.run([sys.executable, "-c", code, path], capture_output=True, timeout=300)
+    library_runner.python(code, path)
     ran = os.path.exists(marker)
     if ran:
         os.remove(marker)
@@ -418,10 +419,9 @@ def test_a_keras_config_past_what_scan_reads_is_unknown_not_unreadable(tmp_path)
     marker = str(tmp_path / "RAN")
     path = str(tmp_path / "model.keras")
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
-    subprocess.run([sys.executable, "-c", _LAMBDA_KERAS, path, marker], env=env, check=True, capture_output=True,
-                   timeout=300)
+    library_runner.python(_LAMBDA_KERAS, path, marker, env=env, check=True)
     load = "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)"
-    subprocess.run([sys.executable, "-c", load, path], env=env, capture_output=True, timeout=300)
+    library_runner.python(load, path, env=env)
     assert os.path.isdir(marker)
     rc, out, err = ckptstat("scan", path, "--json")
     r = json.loads(out)

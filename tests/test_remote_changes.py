@@ -18,6 +18,7 @@ import subprocess
 import sys
 import zipfile
 
+import library_runner
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -34,8 +35,7 @@ class _Mkdir:
 
 
 def _runs(code: str, target: str, marker) -> bool:
-    subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=300,
-                   env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
+    library_runner.python(code, target, env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
     return marker.is_dir()
 
 

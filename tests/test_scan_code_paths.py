@@ -1,7 +1,8 @@
 """`ckptstat scan` of the ways a Hugging Face folder makes a library import its Python that the ninth and twelfth passes'
 `auto_map`, `modules.json` and `model_index.json` rules did not cover (analysis/scan/hf_config.py; docs/security.md,
 thirteenth pass). Each folder is written by the library itself, made custom as such repositories are, and the oracle is
-the library loading it in a subprocess: the module runs (a marker file). Before, each scan said `0 file(s) scanned`,
+the library loading it in another process (forked from a warm interpreter: tests/library_runner.py): the module runs
+(a marker file). Before, each scan said `0 file(s) scanned`,
 exit 0.
 
 - a config.json `custom_pipelines` entry: transformers' `pipeline(model=folder, trust_remote_code=True)` imports `impl`;
@@ -20,14 +21,14 @@ import pytest
 pytest.importorskip("transformers")
 pytest.importorskip("torch")
 
+import library_runner  # noqa: E402
 from remote_server import Server  # noqa: E402
 
 MARK = "import os, pathlib\npathlib.Path(os.environ['MARKER']).touch()\n"
 
 
 def _python(code: str, folder, marker) -> bool:
-    subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300,
-                   env={**os.environ, "MARKER": str(marker), "HF_MODULES_CACHE": str(marker.parent / "modules")})
+    library_runner.python(code, str(folder), env={**os.environ, "MARKER": str(marker)})
     return marker.exists()
 
 
@@ -39,8 +40,7 @@ def _scan(target: str) -> tuple[int, dict]:
 
 
 def _save(code: str, folder) -> None:
-    p = subprocess.run([sys.executable, "-c", code, str(folder)], capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    library_runner.python(code, str(folder), check=True)
 
 
 BERT = """

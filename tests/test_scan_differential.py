@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 
+import library_runner
 import pytest
 
 pytest.importorskip("torch")
@@ -38,7 +39,7 @@ def corpus(tmp_path_factory):
     folder = str(tmp_path_factory.mktemp("scan"))
     cases = write_corpus(folder)
     paths = [os.path.join(folder, c) for c in sorted(cases)]
-    subprocess.run([sys.executable, "-c", LOADER, *paths], cwd=folder, timeout=300, capture_output=True)
+    library_runner.python(LOADER, *paths, cwd=folder)
     ran = {c: os.path.exists(os.path.join(folder, c + ".marker")) for c in cases}
     return folder, cases, ran
 

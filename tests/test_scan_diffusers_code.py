@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 
+import library_runner
 import pytest
 
 pytest.importorskip("diffusers")
@@ -48,9 +49,7 @@ def _scan(folder) -> tuple[int, dict]:
 
 def _runs(folder, marker) -> bool:
     # (the modules diffusers copies out of the repository go to the test's folder, not the user's HF_MODULES_CACHE)
-    env = dict(os.environ, MARKER=str(marker), HF_MODULES_CACHE=str(marker.parent / "modules"))
-    p = subprocess.run([sys.executable, "-c", LOAD, str(folder)], env=env, capture_output=True, text=True, timeout=300)
-    assert p.returncode == 0, p.stderr[-2000:]
+    library_runner.python(LOAD, str(folder), env=dict(os.environ, MARKER=str(marker)), check=True)
     return marker.exists()
 
 

@@ -21,6 +21,7 @@ import tarfile
 import time
 import zlib
 
+import library_runner
 import pytest
 from conftest import FIXTURES
 from hf_cache import hf_repo
@@ -146,8 +147,7 @@ def _torch_load_runs(archive: str, member: str, tmp: str) -> bool:
         with tarfile.open(os.path.join(out, outer)) as tar:
             tar.extractall(os.path.join(out, "inner"), filter="data")
         target = os.path.join(out, "inner", inner)
-    subprocess.run([sys.executable, "-c", "import sys, torch; torch.load(sys.argv[1], weights_only=False)", target],
-                   capture_output=True, timeout=300)
+    library_runner.python("import sys, torch; torch.load(sys.argv[1], weights_only=False)", target)
     return os.path.exists(os.path.join(tmp, "ran"))
 
 
@@ -359,7 +359,7 @@ def test_a_link_named_model_weights_is_followed_to_what_it_points_at(tmp_path):
     p.write_bytes(buf.getvalue())
     load = ("import sys, tarfile, torch; tarfile.open(sys.argv[1]).extractall(sys.argv[2], filter='fully_trusted'); "
             "torch.load(sys.argv[2] + '/model_weights.ckpt', weights_only=False)")
-    subprocess.run([sys.executable, "-c", load, str(p), str(tmp_path / "out")], capture_output=True, timeout=300)
+    library_runner.python(load, str(p), str(tmp_path / "out"))
     assert os.path.exists(marker)
     r = scan_path(str(p))
     assert r["status"] == "unsafe" and r["unsafe_globals"] == [OPEN] and "through the link" in r["findings"][0]["record"]

@@ -6,10 +6,9 @@ a benign package, whose pickle imports torch's own Linear through the importer, 
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 import zipfile
 
+import library_runner
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -59,7 +58,7 @@ def packages(tmp_path_factory):
     ran = {}
     for name, path in hostile.items():
         marker.unlink(missing_ok=True)
-        subprocess.run([sys.executable, "-c", LOAD, str(path)], capture_output=True, timeout=300)
+        library_runner.python(LOAD, str(path))
         ran[name] = marker.exists()
     marker.unlink(missing_ok=True)
     return benign, hostile, ran

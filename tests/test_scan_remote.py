@@ -14,6 +14,7 @@ import pickle
 import subprocess
 import sys
 
+import library_runner
 import pytest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -64,7 +65,7 @@ def corpus(tmp_path_factory):
                       "benign-tar.pt", "evil-proto5.pkl"])
     names = sorted(n for n in os.listdir(folder) if not n.endswith(".marker"))
     paths = [os.path.join(folder, c) for c in sorted(cases)]
-    subprocess.run([sys.executable, "-c", LOADER, *paths], cwd=folder, timeout=300, capture_output=True)
+    library_runner.python(LOADER, *paths, cwd=folder)
     ran = {c: os.path.exists(os.path.join(folder, c + ".marker")) for c in cases}
     for c in cases:   # the markers are no part of what is served
         if ran[c]:

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 
+import library_runner
 import pytest
 
 pytest.importorskip("transformers")
@@ -56,9 +57,8 @@ getattr({"config": AutoConfig, "tokenizer": AutoTokenizer}[sys.argv[2]], "from_p
 """
 
 
-def _python(code, *args, marker):
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "MARKER": str(marker), "HF_MODULES_CACHE": str(marker.parent / "modules")})
+def _python(code, *args, marker) -> int:
+    return library_runner.python(code, *map(str, args), env={**os.environ, "MARKER": str(marker)})
 
 
 @pytest.fixture(scope="module")
@@ -68,16 +68,14 @@ def saved(tmp_path_factory):
     (root / "src").mkdir()
     for name, text in MODULES.items():
         (root / "src" / name).write_text(textwrap.dedent(text))
-    p = _python(WRITE, root / "src", root / "model", marker=root / "written")
-    assert p.returncode == 0, p.stderr
+    assert _python(WRITE, root / "src", root / "model", marker=root / "written") == 0
     return root / "model"
 
 
 def test_loading_the_folder_runs_its_modules(saved, tmp_path):
     for kind in ("config", "tokenizer"):
         marker = tmp_path / kind
-        p = _python(LOAD, saved, kind, marker=marker)
-        assert p.returncode == 0 and marker.exists(), (kind, p.stderr[-2000:])
+        assert _python(LOAD, saved, kind, marker=marker) == 0 and marker.exists(), kind
 
 
 def test_scan_of_the_folder_names_each_module(saved):

@@ -20,6 +20,7 @@ import pytest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import library_runner  # noqa: E402
 from remote_server import Server  # noqa: E402
 from test_hostile_keras_and_csv import _LAMBDA_MODEL, _USERBLOCK_H5  # noqa: E402
 from test_scan_npz_members import _hostile, _npy, _zip  # noqa: E402
@@ -50,11 +51,10 @@ def served(tmp_path_factory):
     _zip(str(d / "weights.bin"), {"arr_0": _hostile(marker)})
     (d / "plain.npy").write_bytes(_npy(np.arange(4.0)))
     env = _env(str(tmp))
-    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp), marker], env=env, check=True, capture_output=True,
-                   timeout=300)
+    library_runner.python(_LAMBDA_MODEL, str(tmp), marker, env=env, check=True)
     os.replace(tmp / "saved.keras", d / "saved.keras")
-    subprocess.run([sys.executable, "-c", _USERBLOCK_H5, str(tmp), marker], env=env, check=True, capture_output=True,
-                   timeout=300)   # (writes models/model.h5: the Lambda model behind a 512-byte user block)
+    # (writes models/model.h5: the Lambda model behind a 512-byte user block)
+    library_runner.python(_USERBLOCK_H5, str(tmp), marker, env=env, check=True)
     return str(tmp), str(d), marker
 
 
@@ -69,7 +69,7 @@ def _loader_runs(url: str, name: str, tmp: str, marker: str) -> bool:
     local = os.path.join(tmp, "downloaded_" + name)
     with urllib.request.urlopen(url, timeout=30) as reply, open(local, "wb") as out:
         out.write(reply.read())
-    subprocess.run([sys.executable, "-c", LOADERS[name], local], env=_env(tmp), capture_output=True, timeout=300)
+    library_runner.python(LOADERS[name], local, env=_env(tmp))
     ran = os.path.isdir(marker)
     if ran:
         os.rmdir(marker)

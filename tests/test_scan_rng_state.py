@@ -11,12 +11,11 @@ import pickletools
 import random
 import re
 import shutil
-import subprocess
-import sys
 import warnings
 import zipfile
 from _compat_pickle import IMPORT_MAPPING
 
+import library_runner
 import numpy as np
 import pytest
 
@@ -139,7 +138,7 @@ def hostile(tmp_path_factory):
             torch.save({"python": random.getstate(), "numpy": np.random.get_state(), "cpu": torch.random.get_rng_state(),
                         "payload": payload(marker)}, folder / name)
             files[str(folder / name)] = marker
-    subprocess.run([sys.executable, "-c", LOADER, *files], cwd=root, timeout=300, capture_output=True)
+    library_runner.python(LOADER, *files, cwd=str(root))
     return {p: os.path.exists(m) for p, m in files.items()}
 
 

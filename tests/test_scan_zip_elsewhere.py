@@ -30,6 +30,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+import library_runner  # noqa: E402
 from polyglots import Mkdir, _stored, payload  # noqa: E402
 from remote_server import Server  # noqa: E402
 
@@ -87,8 +88,7 @@ CASES = {"legacy torch.save + zip": (_legacy, "model.pth", TORCH), "npy + zip": 
 
 
 def _runs(code: str, target: str, marker) -> bool:
-    subprocess.run([sys.executable, "-c", code, target], capture_output=True, text=True, timeout=300,
-                   env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
+    library_runner.python(code, target, env={**os.environ, "TORCH_HOME": str(marker.parent / "torch_home")})
     ran = marker.is_dir()
     if ran:
         marker.rmdir()
@@ -123,8 +123,8 @@ def test_what_torch_hub_reads_as_a_zip_of_one_pickle_is_unsafe(tmp_path, case):
 
 def _keras_runs_it_and_scan_says_unsafe(hostile, marker, env) -> None:
     """keras.saving.load_model runs the file's Lambda (the marker made, in a throw-away process), and scan says so."""
-    subprocess.run([sys.executable, "-c", "import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)",
-                    str(hostile)], env=env, capture_output=True, timeout=300)
+    library_runner.python("import sys, keras; keras.saving.load_model(sys.argv[1], safe_mode=False)", str(hostile),
+                          env=env)
     assert marker.is_dir()
     rc, report = _scan(str(hostile))
     assert rc == 1 and report["status"] == "unsafe" and "Lambda" in report["verdict"], report
@@ -151,8 +151,7 @@ def test_a_keras_archive_after_other_bytes(tmp_path):
 
     marker = tmp_path / "ran"
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
-    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp_path), str(marker)], env=env, check=True,
-                   capture_output=True, timeout=300)
+    library_runner.python(_LAMBDA_MODEL, str(tmp_path), str(marker), env=env, check=True)
     hostile = tmp_path / "model.keras"
     hostile.write_bytes(b"<html><body>model card</body></html>\n" + (tmp_path / "saved.keras").read_bytes())
     _keras_runs_it_and_scan_says_unsafe(hostile, marker, env)
@@ -241,7 +240,7 @@ def test_a_torch_package_after_other_bytes(tmp_path):
     hostile.write_bytes(_shifted(buf.getvalue(), b"<html><body>model card</body></html>\n"))
     load = ("import sys\nfrom torch.package import PackageImporter\n"
             "PackageImporter(sys.argv[1]).load_pickle('model', 'model.pkl')")
-    subprocess.run([sys.executable, "-c", load, str(hostile)], capture_output=True, timeout=300)
+    library_runner.python(load, str(hostile))
     assert marker.exists()
     rc, report = _scan(str(hostile))
     assert rc == 1 and report["status"] == "unsafe" and "PackageImporter" in report["verdict"], report
@@ -258,8 +257,7 @@ def test_a_keras_archive_after_an_hdf5_file(tmp_path):
 
     marker = tmp_path / "ran"
     env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": str(tmp_path / "home")}
-    subprocess.run([sys.executable, "-c", _LAMBDA_MODEL, str(tmp_path), str(marker)], env=env, check=True,
-                   capture_output=True, timeout=300)
+    library_runner.python(_LAMBDA_MODEL, str(tmp_path), str(marker), env=env, check=True)
     with h5py.File(tmp_path / "weights.h5", "w") as h5:
         h5["dense/kernel"] = np.zeros((3, 2), dtype=np.float32)
     hostile = tmp_path / "model.keras"
