@@ -115,14 +115,13 @@ def pytest_configure(config):
             sys.modules["torch"].set_num_threads(1)
 
 
-# The modules of most test time (a --durations=0 profile of the whole suite, 2026-12-05: 22-56 s each of 1,278 s),
+# The modules of most test time (a --durations=0 profile of the whole suite, 2026-12-06: 18-52 s each of 1,074 s),
 # collected first: xdist's loadscope hands modules out in collection order, so the longest start first and the last
 # ones to finish are short (alphabetical order left several of these for the end, one core idle meanwhile).
-LONGEST_FIRST = ("test_scan_zip_elsewhere", "test_families", "test_remote", "test_meta", "test_scan_code_paths",
-                 "test_dask_cluster", "test_hostile_corpus", "test_reader_contract", "test_remote_values",
-                 "test_hostile_skips", "test_jsontext", "test_fuzz_readers", "test_scan_remote_numpy_keras",
-                 "test_hostile_keras_and_csv", "test_deepseek_v4", "test_audit_remote", "test_fuzz_readers_more",
-                 "test_saved_table")
+LONGEST_FIRST = ("test_remote", "test_meta", "test_families", "test_dask_cluster", "test_hostile_corpus",
+                 "test_reader_contract", "test_remote_values", "test_fuzz_readers", "test_deepseek_v4", "test_hostile_skips",
+                 "test_jsontext", "test_scan_zip_elsewhere", "test_fuzz_readers_more", "test_audit_remote",
+                 "test_remote_policy", "test_saved_table", "test_memory_planner", "test_coverage_walk")
 
 
 def pytest_collection_modifyitems(config, items):
