@@ -102,6 +102,13 @@ CASES = {
                      dict(text_config=dict(TXT, head_dim=16, rope_parameters={"rope_type": "default",
                                                                               "mrope_section": [2, 3, 3]}),
                           vision_config=VIS), "ernie4_5"),
+    # HunYuan-VL: HunYuan dense V1's layers (q/k norms after the rotary) under a 4-row M-RoPE; its tower saved as `vit`
+    "hunyuan_vl": ("HunYuanVLForConditionalGeneration", "HunYuanVLConfig",
+                   dict(text_config=dict(TXT, head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                            "mrope_section": [2, 2, 2, 2]}),
+                        vision_config=dict(hidden_size=32, intermediate_size=48, num_attention_heads=4,
+                                           num_key_value_heads=4, num_hidden_layers=2, out_hidden_size=64,
+                                           text_hidden_size=64, patch_size=14)), "hunyuan_v1_dense"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
                  dict(text_config=dict(TXT, rope_scaling=MROPE),
                       vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),

@@ -25,10 +25,11 @@ from .tie_table import class_ties
 # GLM-4.5 MoE, their rotary likewise on 3 rows (modeling_glm4v.py, modeling_glm4v_moe.py). Qwen3-VL-MoE's is
 # Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused experts, which 5.x saves
 # [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count). PaddleOCR-VL's is ERNIE 4.5
-# under M-RoPE (modeling_paddleocr_vl.py).
+# under M-RoPE (modeling_paddleocr_vl.py), HunYuan-VL's HunYuan dense V1 rotating 4 position rows (its mrope_section:
+# modeling_hunyuan_vl.py).
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
                 "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True),
-                "paddleocr_vl_text": ("ernie4_5", True)}
+                "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True)}
 # Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
 # modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
 WIDTH_HEADS = {"glm4v_text"}
@@ -37,7 +38,8 @@ WIDTH_HEADS = {"glm4v_text"}
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
 # `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
 # (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`, PaddleOCR-VL's `projector`,
-# which its releases and save_pretrained name `mlp_AR`; BLIP-2's Q-Former,
+# which its releases and save_pretrained name `mlp_AR`; HunYuan-VL's tower and its `perceive` projector, saved under
+# `vit`, transformers' `vision_tower`; BLIP-2's Q-Former,
 # its query tokens and `language_projection`), Ovis2's visual vocabulary (Ovis 2.5's `vte`, beside its `visual_tokenizer`:
 # the SigLIP tower and the head into that vocabulary), and LLaVA-NeXT's learned `image_newline` row;
 # Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`), MOSS-Transcribe-
@@ -48,7 +50,7 @@ VISION_MODULES: tuple[str, ...] = (
     "vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector", "image_newline",
     "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj", "high_res_vision_alpha",
     "visual_embeddings_table", "vte", "visual_tokenizer", "qformer", "query_tokens", "language_projection", "image_tower",
-    "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR")
+    "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR", "vit")
 # Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
 # family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
 # and gate_up_proj, partial rotary, the same cache), its image and audio towers beside it (embed_tokens_extend).
