@@ -21,6 +21,12 @@ TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attent
            vocab_size=320, max_position_embeddings=256)
 VIS = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14)
 MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
+# HY-V4's sample text model (families/hy_v4.py: DeepSeek's sizes, the indexer, two hyper-connection copies)
+HY_V4_TEXT = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
+                  num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=2,
+                  first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
+                  v_head_dim=6, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, index_n_heads=2,
+                  index_head_dim=8, index_topk=4, hc_mult=2, indexer_types=["full", "full", "shared"])
 GLM_VIS = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=14, image_size=28)
 
 # (model class, config class, config kwargs, the registered family of its language model)
@@ -109,6 +115,14 @@ CASES = {
                         vision_config=dict(hidden_size=32, intermediate_size=48, num_attention_heads=4,
                                            num_key_value_heads=4, num_hidden_layers=2, out_hidden_size=64,
                                            text_hidden_size=64, patch_size=14)), "hunyuan_v1_dense"),
+    # HY-V4-VL: HY-V4's language model (DeepSeek-V3.2's latent attention and indexer, hyper-connections, sinks) with
+    # Qwen3-VL's rotary over the rope part (mrope_section summing to qk_rope_head_dim / 2); its tower saved as `vit`
+    "hy_v4_vl": ("HYV4VLForConditionalGeneration", "HYV4VLConfig",
+                 dict(text_config=dict(HY_V4_TEXT, rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                                    "mrope_section": [1, 0, 1]}),
+                      vision_config=dict(hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=4,
+                                         num_hidden_layers=2, out_hidden_size=32, text_hidden_size=32, patch_size=14)),
+                 "hy_v4"),
     "qwen2_vl": ("Qwen2VLForConditionalGeneration", "Qwen2VLConfig",
                  dict(text_config=dict(TXT, rope_scaling=MROPE),
                       vision_config=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=4, patch_size=14)), "llama"),

@@ -26,10 +26,11 @@ from .tie_table import class_ties
 # Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused experts, which 5.x saves
 # [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count). PaddleOCR-VL's is ERNIE 4.5
 # under M-RoPE (modeling_paddleocr_vl.py), HunYuan-VL's HunYuan dense V1 rotating 4 position rows (its mrope_section:
-# modeling_hunyuan_vl.py).
+# modeling_hunyuan_vl.py), HY-V4-VL's HY-V4 (modeling_hy_v4_vl.py: Qwen3-VL's rotary on the latent attention's rope part).
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
                 "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True),
-                "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True)}
+                "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True),
+                "hy_v4_vl_text": ("hy_v4", True)}
 # Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
 # modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
 WIDTH_HEADS = {"glm4v_text"}
@@ -38,8 +39,8 @@ WIDTH_HEADS = {"glm4v_text"}
 # tower, neck and projection, Video-LLaVA's `image_tower` and `video_tower`: CLIPVisionModels, whose own
 # `vision_model.` transformers 5 no longer writes, families/clip.py), the projector into the text embedding
 # (`multi_modal_projector`, `mm_projector`, Idefics3's `connector`, DeepSeek-VL's `aligner`, PaddleOCR-VL's `projector`,
-# which its releases and save_pretrained name `mlp_AR`; HunYuan-VL's tower and its `perceive` projector, saved under
-# `vit`, transformers' `vision_tower`; BLIP-2's Q-Former,
+# which its releases and save_pretrained name `mlp_AR`; HunYuan-VL's and HY-V4-VL's tower and its `perceive` projector,
+# saved under `vit`, transformers' `vision_tower`; BLIP-2's Q-Former,
 # its query tokens and `language_projection`), Ovis2's visual vocabulary (Ovis 2.5's `vte`, beside its `visual_tokenizer`:
 # the SigLIP tower and the head into that vocabulary), and LLaVA-NeXT's learned `image_newline` row;
 # Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`), MOSS-Transcribe-
