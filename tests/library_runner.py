@@ -4,14 +4,14 @@ imported torch, transformers, keras and diffusers once, instead of a fresh inter
 proof). `python(code, *args, env=...)` returns the exit status, as subprocess.run(...).returncode would.
 
 The child is what `python -c` would be: sys.argv = ["-c", *args], "" first on sys.path, the environment the test gives
-(MARKER, TORCH_HOME...), `__name__ == "__main__"`, its output kept to report a failure. What a library reads only at
-import is the server's: KERAS_BACKEND (torch: a proof asking another backend gets a fresh interpreter), and the
-scratch folders KERAS_HOME and HF_MODULES_CACHE, which the server owns (the dynamic modules' copy emptied before each
-proof, as a test's own empty folder would be). Proofs run one at a time per test process; a proof that outlives
-TIMEOUT_S is killed (status -9).
+(MARKER, TORCH_HOME...), `__name__ == "__main__"`, its stderr kept to report a failure. What a library reads only at
+import is the server's: KERAS_BACKEND (torch, which every keras proof here names; a proof asking another backend gets
+a fresh interpreter), and the scratch folders KERAS_HOME and HF_MODULES_CACHE, which the server owns (the dynamic
+modules' copy emptied before each proof, as a test's own empty folder would be). Proofs run one at a time per test
+process; one that outlives TIMEOUT_S is killed by SIGALRM (status -14).
 
-Started by `python tests/library_runner.py` (never imported by the runner itself); one JSON line a request on its
-stdin, `{"code", "args", "env", "cwd"}`, one JSON line a reply, `{"rc", "err"}`."""
+The server is this file run as a script, started by the first `python()` of a test process and stopped at its exit;
+one JSON line a request on its stdin, `{"code", "args", "env", "cwd"}`, one JSON line a reply, `{"rc", "err"}`."""
 from __future__ import annotations
 
 import atexit
