@@ -16,17 +16,14 @@ from test_families import fcm_flops, ours  # noqa: E402
 
 from ckptstat import summarize  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
+from ckptstat.families import hy_v4  # noqa: E402
 
 TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=320, max_position_embeddings=256)
 VIS = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14)
 MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
-# HY-V4's sample text model (families/hy_v4.py: DeepSeek's sizes, the indexer, two hyper-connection copies)
-HY_V4_TEXT = dict(vocab_size=97, hidden_size=32, intermediate_size=48, moe_intermediate_size=24, num_hidden_layers=3,
-                  num_attention_heads=4, num_key_value_heads=4, n_routed_experts=4, n_shared_experts=2, num_experts_per_tok=2,
-                  first_k_dense_replace=1, q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
-                  v_head_dim=6, max_position_embeddings=64, pad_token_id=0, bos_token_id=1, eos_token_id=2, index_n_heads=2,
-                  index_head_dim=8, index_topk=4, hc_mult=2, indexer_types=["full", "full", "shared"])
+# HY-V4's text model: its family's sample (families/hy_v4.py: DeepSeek's sizes, the indexer, two hyper-connection copies)
+HY_V4_TEXT = hy_v4.FAMILY.samples[0].kwargs
 GLM_VIS = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=14, image_size=28)
 
 # (model class, config class, config kwargs, the registered family of its language model)
