@@ -26,11 +26,12 @@ from .tie_table import class_ties
 # Qwen3-MoE (modeling_qwen3_vl_moe.py since transformers 5: a top-k router over fused experts, which 5.x saves
 # [experts, out, in] and Qwen's releases hold [experts, in, out]: the same count). PaddleOCR-VL's is ERNIE 4.5
 # under M-RoPE (modeling_paddleocr_vl.py), HunYuan-VL's HunYuan dense V1 rotating 4 position rows (its mrope_section:
-# modeling_hunyuan_vl.py), HY-V4-VL's HY-V4 (modeling_hy_v4_vl.py: Qwen3-VL's rotary on the latent attention's rope part).
+# modeling_hunyuan_vl.py), HY-V4-VL's HY-V4 (modeling_hy_v4_vl.py: Qwen3-VL's rotary on the latent attention's rope part),
+# Qwen3-Omni's thinker's Qwen3-MoE (modeling_qwen3_omni_moe.py: Qwen3-VL-MoE's text model; its audio tower outside).
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
                 "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True),
                 "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True),
-                "hy_v4_vl_text": ("hy_v4", True)}
+                "hy_v4_vl_text": ("hy_v4", True), "qwen3_omni_moe_text": ("qwen3_moe", True)}
 # Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
 # modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
 WIDTH_HEADS = {"glm4v_text"}
