@@ -97,8 +97,8 @@ def routed(w: Walk, layers: tuple[int, ...]) -> None:
     if w.lay.every_expert:
         every_expert(w, layers)
     elif w.lay.stacked_experts or w.lay.linear_experts != "none":
-        # llama.cpp's converter splits fc1 / input_linear (ffn_gate_exps, ffn_up_exps): no name of its own; a fused
-        # gate_up_proj held [E, 2f, h] gguf's TensorNameMap names ffn_gate_up_exps
+        # llama.cpp's converter splits fc1 / input_linear (ffn_gate_exps, ffn_up_exps): no name of its own; gguf's
+        # TensorNameMap names a fused gate_up_proj held [E, 2f, h] ffn_gate_up_exps (Mistral 4's)
         out_in, x = w.lay.linear_experts != "none", joined(moe, p.experts)
         suffix = "" if w.lay.linear_experts == "parameters" else "weight"
         fused = "ffn_gate_up_exps" if p.stacked_in == "gate_up_proj" and out_in else None
