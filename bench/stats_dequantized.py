@@ -5,8 +5,8 @@ weight, then numpy's mean, std, min, max and the seven quantiles stats reports (
 - an Apple MLX 4-bit llama written by mlx (`mx.quantize` of random normal bf16 weights, affine 4-bit, group 64;
   mx.save_safetensors with mlx_lm's metadata and a config.json naming the quantisation), against mlx loading it and
   calling mx.dequantize (with and without the quantiles);
-- with --fp8, also a block-scaled FP8 llama layer (DeepSeek-V3's layout, 128 x 128 blocks, written with torch as
-  fixtures/make_quantized.py write_fp8 does), against transformers' own Fp8Dequantize over safe_open.
+- with --fp8, also a block-scaled FP8 llama layer (DeepSeek-V3's layout, 128 x 128 blocks, quantised by
+  fixtures/make_quantized.py fp8_blocks, as its write_fp8 does), against transformers' own Fp8Dequantize over safe_open.
 Usage:
     python bench/stats_dequantized.py --mlx-python VENV/bin/python [--hidden 2048 --inter 5632 --layers 4]
         [--fp8] [--repeat 3] [--out bench/results/stats_dequantized.md]
@@ -87,20 +87,16 @@ FP8_BUILD = """
 import json, os, sys
 import torch
 from safetensors.torch import save_file
+sys.path.insert(0, sys.argv[4])
+from make_quantized import fp8_blocks
 out, hidden, inter = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 torch.manual_seed(0)
 t = {}
 for n, (r, c) in {"self_attn.q_proj": (hidden, hidden), "self_attn.k_proj": (hidden, hidden),
                   "self_attn.v_proj": (hidden, hidden), "self_attn.o_proj": (hidden, hidden),
                   "mlp.gate_proj": (inter, hidden), "mlp.up_proj": (inter, hidden), "mlp.down_proj": (hidden, inter)}.items():
-    w = torch.randn(r, c) * 0.02
-    so, si = -(-r // 128), -(-c // 128)
-    pad = torch.zeros(so * 128, si * 128)
-    pad[:r, :c] = w
-    blocks = pad.reshape(so, 128, si, 128)
-    scale = (blocks.abs().amax((1, 3)) / 448).clamp(min=1e-12)
-    q = (blocks / scale[:, None, :, None]).reshape(pad.shape)[:r, :c]
-    t[f"model.layers.0.{n}.weight"], t[f"model.layers.0.{n}.weight_scale_inv"] = q.to(torch.float8_e4m3fn), scale
+    t[f"model.layers.0.{n}.weight"], t[f"model.layers.0.{n}.weight_scale_inv"] = fp8_blocks(torch.randn(r, c) * 0.02,
+                                                                                             (128, 128))
 t["model.layers.0.input_layernorm.weight"] = torch.ones(hidden, dtype=torch.bfloat16)
 save_file(t, os.path.join(out, "model.safetensors"))
 json.dump(dict(model_type="llama", architectures=["LlamaForCausalLM"], hidden_size=hidden, intermediate_size=inter,
@@ -133,7 +129,8 @@ print(len(out))
 def fp8_rows(args: argparse.Namespace, env: dict, ck: list[str]) -> list[str]:
     """The block-scaled FP8 file's rows of the table."""
     with tempfile.TemporaryDirectory() as tmp:
-        subprocess.run([sys.executable, "-c", FP8_BUILD, tmp, str(args.fp8_hidden), str(args.fp8_inter)], check=True)
+        subprocess.run([sys.executable, "-c", FP8_BUILD, tmp, str(args.fp8_hidden), str(args.fp8_inter),
+                        os.path.join(ROOT, "fixtures")], check=True)
         size = os.path.getsize(os.path.join(tmp, "model.safetensors"))
         report = json.loads(subprocess.run([*ck, "stats", tmp, "--json", "--no-progress"], capture_output=True,
                                            text=True, env=env, cwd=ROOT, check=True).stdout)

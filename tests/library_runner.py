@@ -25,8 +25,8 @@ import tempfile
 import threading
 
 TIMEOUT_S = 300
-# what a library reads once, at import: the server's values (KERAS_BACKEND must match; the scratch folders are its own)
-IMPORT_TIME = ("KERAS_BACKEND",)
+# what a library reads once, at import, the server's: keras' backend (a proof must ask for the same) and its own scratch
+BACKEND = "KERAS_BACKEND"
 SCRATCH = ("KERAS_HOME", "HF_MODULES_CACHE", "LIBRARY_RUNNER_DIR")
 
 _server: subprocess.Popen | None = None
@@ -35,7 +35,7 @@ _lock = threading.Lock()
 
 def _start() -> subprocess.Popen:
     scratch = tempfile.mkdtemp(prefix="library-runner-")
-    env = {**os.environ, "KERAS_BACKEND": "torch", "KERAS_HOME": os.path.join(scratch, "keras"),
+    env = {**os.environ, BACKEND: "torch", "KERAS_HOME": os.path.join(scratch, "keras"),
            "HF_MODULES_CACHE": os.path.join(scratch, "modules"), "LIBRARY_RUNNER_DIR": scratch}
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             text=True, env=env)
@@ -53,7 +53,7 @@ def python(code: str, *args: str, env: dict[str, str] | None = None, cwd: str | 
     """`python -c code args` under `env` (default: this process's), its exit status; check: raise on non-zero."""
     global _server
     env = dict(os.environ if env is None else env)
-    if any(env.get(k, "torch" if k == "KERAS_BACKEND" else None) != "torch" for k in IMPORT_TIME):
+    if env.get(BACKEND, "torch") != "torch":
         p = subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True,
                            timeout=TIMEOUT_S)
         rc, err = p.returncode, p.stderr
@@ -80,9 +80,9 @@ def _child(request: dict, err_path: str) -> None:
 
     status = 1
     try:
-        for key in set(os.environ) - set(request["env"]) - set(SCRATCH) - set(IMPORT_TIME):
+        for key in set(os.environ) - set(request["env"]) - {*SCRATCH, BACKEND}:
             del os.environ[key]
-        os.environ.update({k: v for k, v in request["env"].items() if k not in IMPORT_TIME})
+        os.environ.update({k: v for k, v in request["env"].items() if k != BACKEND})
         if request["cwd"]:
             os.chdir(request["cwd"])
         null = os.open(os.devnull, os.O_RDWR)

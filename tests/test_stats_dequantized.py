@@ -67,10 +67,15 @@ def _check(row: dict, x: torch.Tensor, exact: bool = True) -> None:
         assert abs(got - want) <= (1e-12 * abs(want) + 1e-300 if exact else 2.0 ** -8 * max(abs(a), abs(b)) + 2.0 ** -133)
 
 
+def _by_name(r: dict) -> dict[str, dict]:
+    """A stats report's tensor rows by name."""
+    return {row["name"]: row for row in r["tensors"]}
+
+
 def _rows_are(r: dict, values: dict[str, torch.Tensor]) -> dict[str, dict]:
     """Each of `values` (a library's dequantised weights, by name) is the report's row of that name: its dtype, shape
     and every statistic (_check). The rows by name."""
-    rows = {row["name"]: row for row in r["tensors"]}
+    rows = _by_name(r)
     assert values
     for name, x in values.items():
         assert rows[name]["dtype"] == DTYPES[x.dtype] and rows[name]["shape"] == list(x.shape), name
@@ -244,7 +249,7 @@ def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
 
     r = _report(gpt_oss)
-    rows = {row["name"]: row for row in r["tensors"]}
+    rows = _by_name(r)
     with safe_open(os.path.join(gpt_oss, "model.safetensors"), "pt") as f:
         names = [n[:-len("_blocks")] for n in f.keys() if n.endswith("_blocks")]
         assert names
@@ -256,7 +261,7 @@ def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
         assert set(rows) == set(names) | set(stored)
     assert r["dequantized"]["methods"] == {"mxfp4": len(names)}
     assert _report(gpt_oss, workers=2) == r
-    small = {row["name"]: row for row in _report(gpt_oss, chunk_bytes=64)["tensors"]}   # (one row of 32 codes a read)
+    small = _by_name(_report(gpt_oss, chunk_bytes=64))   # (one row of 32 codes a read)
     assert all(small[n] == rows[n] for n in names)
 
 
@@ -289,7 +294,7 @@ def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, 
     stored = load_file(os.path.join(path, "model.safetensors"))
     modules = sorted({k.rpartition(".")[0] for k in stored if k.endswith(".weight_scale")})
     r = _report(path)
-    rows = {row["name"]: row for row in r["tensors"]}
+    rows = _by_name(r)
     assert modules
     if not read:
         assert r["dequantized"] is None and not {m + ".weight" for m in modules} & set(rows)
@@ -302,7 +307,7 @@ def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, 
         _check(rows[m + ".weight"], x)
     assert r["dequantized"]["methods"] == {f"compressed-tensors {fmt}": len(modules)}
     assert _report(path, workers=2) == r
-    small = {row["name"]: row for row in _report(path, chunk_bytes=64)["tensors"]}   # (a row a read)
+    small = _by_name(_report(path, chunk_bytes=64))   # (a row a read)
     assert all(small[m + ".weight"] == rows[m + ".weight"] for m in modules)
 
 
@@ -325,7 +330,7 @@ def test_block_scaled_fp8_is_what_transformers_dequantises(tmp_path, block, dtyp
         json.dump(cfg, f)
     stored = load_file(os.path.join(path, "model.safetensors"))
     r = _report(path)
-    rows = {row["name"]: row for row in r["tensors"]}
+    rows = _by_name(r)
     names = [k[:-len("_scale_inv")] for k in stored if k.endswith(".weight_scale_inv")]
     assert names
     for name in names:
@@ -335,7 +340,7 @@ def test_block_scaled_fp8_is_what_transformers_dequantises(tmp_path, block, dtyp
     assert r["dequantized"]["methods"] == {"fp8 block-scaled": len(names)}
     assert _report(path, workers=2) == r
     for chunk in (96, 96 * 4 * block[0] // 4):   # reads of one row (within blocks), of one row of blocks
-        small = {row["name"]: row for row in _report(path, chunk_bytes=chunk)["tensors"]}
+        small = _by_name(_report(path, chunk_bytes=chunk))
         assert all(small[n] == rows[n] for n in names), chunk
 
 
@@ -358,7 +363,7 @@ def test_compressed_tensors_blocks_are_what_its_decompressor_returns(tmp_path):
     modules = sorted({k.rpartition(".")[0] for k in stored if k.endswith(".weight_scale")})
     assert any(stored[m + ".weight_scale"].shape[0] > 1 for m in modules)
     r = _report(path)
-    rows = {row["name"]: row for row in r["tensors"]}
+    rows = _by_name(r)
     compressor = BaseCompressor.get_value_from_registry(qc.format)
     for m in modules:
         local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
@@ -393,7 +398,7 @@ def test_bitsandbytes_4bit_is_what_dequantize_4bit_returns(mode):
     assert r["dequantized"]["methods"] == {f"bitsandbytes-{mode}": len(values)}
     assert not any(s["name"].startswith(tuple(values)) for s in r["skipped"])
     assert _report(path, workers=2) == r
-    small = {row["name"]: row for row in _report(path, chunk_bytes=64)["tensors"]}   # (a block of 64 a read)
+    small = _by_name(_report(path, chunk_bytes=64))   # (a block of 64 a read)
     assert all(small[n] == rows[n] for n in values)
 
 

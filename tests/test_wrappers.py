@@ -16,12 +16,14 @@ from test_families import fcm_flops, ours  # noqa: E402
 
 from ckptstat import summarize  # noqa: E402
 from ckptstat.census.model import load  # noqa: E402
-from ckptstat.families import hy_v4  # noqa: E402
+from ckptstat.families import deepseek, hy_v4  # noqa: E402
 
 TXT = dict(hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
            vocab_size=320, max_position_embeddings=256)
 VIS = dict(hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4, image_size=28, patch_size=14)
 MROPE = {"type": "mrope", "mrope_section": [2, 2, 4]}
+# Mistral 4's text model: its family's sample (families/deepseek.py)
+MISTRAL4_TEXT = next(s.kwargs for s in deepseek.FAMILY.samples if s.config == "Mistral4Config")
 # HY-V4's text model: its family's sample (families/hy_v4.py: DeepSeek's sizes, the indexer, two hyper-connection copies)
 HY_V4_TEXT = hy_v4.FAMILY.samples[0].kwargs
 GLM_VIS = dict(depth=2, hidden_size=32, intermediate_size=48, num_heads=4, out_hidden_size=64, patch_size=14, image_size=28)
@@ -53,12 +55,7 @@ CASES = {
     # Mistral 3's wrapper over a Mistral 4 language model (DeepSeek-V3's latent attention and MoE), as
     # transformers maps model_type mistral4 to Mistral3ForConditionalGeneration for image-text-to-text
     "mistral3-mistral4": ("Mistral3ForConditionalGeneration", "Mistral3Config",
-                          dict(text_config=dict(model_type="mistral4", vocab_size=320, hidden_size=64, intermediate_size=96,
-                                                moe_intermediate_size=24, num_hidden_layers=2, num_attention_heads=4,
-                                                num_key_value_heads=4, n_routed_experts=4, n_shared_experts=1,
-                                                num_experts_per_tok=2, first_k_dense_replace=1, n_group=1, topk_group=1,
-                                                q_lora_rank=16, kv_lora_rank=12, qk_nope_head_dim=8, qk_rope_head_dim=4,
-                                                v_head_dim=6, max_position_embeddings=256),
+                          dict(text_config=dict(MISTRAL4_TEXT, model_type="mistral4"),
                                vision_config=dict(VIS, model_type="pixtral", head_dim=8)), "deepseek"),
     "idefics3": ("Idefics3ForConditionalGeneration", "Idefics3Config",
                  dict(text_config=dict(TXT, model_type="llama"), vision_config=dict(VIS, image_size=56), scale_factor=2),

@@ -15,7 +15,6 @@ Every other tensor is unchanged, the pieces of any other method's quantised weig
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 from functools import cached_property
@@ -26,7 +25,6 @@ from ..census.quant import QuantWeight, collapsed, layout, logical
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import bits16, decode, lut, unpack_bits
 from ..core.tensor import Reader, read_flat_file
-from ..errors import CkptstatError
 from .conversion_mlx import Packed, as_packed
 
 RULE = ("a quantised weight is read as one tensor of its logical shape, its values those the library that wrote it "
@@ -260,6 +258,11 @@ def _model_dtype(ckpt: Checkpoint) -> str | None:
     return _SIXTEEN.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
 
 
+def _by_last_part(ckpt: Checkpoint, w: QuantWeight) -> dict[str, TensorInfo]:
+    """The weight's stored tensors by the last part of their names (`weight_scale`, `weight_packed`...)."""
+    return {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
+
+
 _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quantized", "float-quantized")}
 
 
@@ -269,7 +272,7 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     one a group of the row (of a size a config group states) or one a block of the config's one `block_structure`
     (blocks that divide the weight), and no zero point, one of the scale's shape, or pack-quantized's packed along the
     rows. Else None (partial blocks, float32 scales, a layout its config does not state: left out by role)."""
-    m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
+    m = _by_last_part(ckpt, w)
     codes, scale, zero = m.get("weight_packed") or m.get("weight"), m.get("weight_scale"), m.get("weight_zero_point")
     if codes is None or scale is None or len(w.shape) != 2 or scale.dtype not in ("F16", "BF16"):
         return None
@@ -323,7 +326,7 @@ def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """transformers' block-scaled FP8 (FineGrainedFP8: DeepSeek-V3's layout): a 2-D float8 `weight` and its
     `weight_scale_inv` grid (float32, bfloat16, float16, or E8M0 bytes) whose blocks divide the weight (Fp8Dequantize
     derives the block from the grid), read in the model's dtype (config.json's, F16 or BF16). Else None."""
-    m = {n.rpartition(".")[2]: ckpt.tensors[n] for n in w.members}
+    m = _by_last_part(ckpt, w)
     codes, scale = m.get("weight"), m.get("weight_scale_inv")
     dtype = _model_dtype(ckpt)
     if (codes is None or scale is None or dtype is None or codes.dtype not in ("F8_E4M3", "F8_E5M2")
@@ -336,18 +339,13 @@ def _fp8_blocks(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
 
 
 def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
-    """A bitsandbytes 4-bit weight as Codebook, where its quant_state JSON (read bounded) names a 16-bit dtype, a block
-    size dividing the weight, and its pieces are what Codebook reads; else None."""
+    """A bitsandbytes 4-bit weight as Codebook, where its quant_state JSON (as the census read it: QuantWeight.state)
+    names a 16-bit dtype, a block size dividing the weight, and its pieces are what Codebook reads; else None."""
     m = {n[len(w.name) + 1:]: ckpt.tensors[n] for n in w.members if n.startswith(w.name + ".")}
-    codes, absmax, qmap = ckpt.tensors.get(w.name), m.get("absmax"), m.get("quant_map")
-    state = next((t for k, t in m.items() if k.startswith("quant_state.bitsandbytes__")), None)
-    if codes is None or absmax is None or qmap is None or state is None or state.nbytes > 4096 or qmap.numel != 16:
+    codes, absmax, qmap, d = ckpt.tensors.get(w.name), m.get("absmax"), m.get("quant_map"), w.state
+    if codes is None or absmax is None or qmap is None or d is None or qmap.numel != 16:
         return None
-    try:
-        d = json.loads(bytes(np.asarray(ckpt.read(state.name)).astype(np.uint8)).decode("utf-8"))
-    except (CkptstatError, ValueError, OSError):
-        return None
-    block, dtype, values = d.get("blocksize"), _SIXTEEN.get(d.get("dtype")), w.numel
+    block, dtype, values = d.get("blocksize"), _SIXTEEN.get(str(d.get("dtype"))), w.numel
     if (type(block) is not int or block <= 0 or block % 2 or dtype is None or values % block
             or codes.dtype != "U8" or codes.numel * 2 != values or absmax.numel != values // block):
         return None

@@ -40,6 +40,7 @@ class QuantWeight:
     bits: float | None              # bits of one quantised element (4, 8...), when the layout tells
     members: tuple[str, ...]        # the stored tensors it is made of
     stored_bytes: int               # bytes of all members
+    state: Mapping[str, Any] | None = field(default=None, compare=False)   # bitsandbytes' quant_state JSON, as read
 
     @property
     def numel(self) -> int:
@@ -249,9 +250,10 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
 
 
-def _weight(name: str, shape: tuple[int, ...], method: str, bits: float | None, members: Mapping[str, TensorInfo]) -> QuantWeight:
+def _weight(name: str, shape: tuple[int, ...], method: str, bits: float | None, members: Mapping[str, TensorInfo],
+            state: Mapping[str, Any] | None = None) -> QuantWeight:
     return QuantWeight(name, tuple(int(d) for d in shape), method, bits, tuple(sorted(t.name for t in members.values())),
-                       sum(t.nbytes for t in members.values()))
+                       sum(t.nbytes for t in members.values()), state)
 
 
 def _pick(s: Mapping[str, TensorInfo], names: tuple[str, ...]) -> dict[str, TensorInfo]:
@@ -412,21 +414,23 @@ def _bnb4(ckpt: Checkpoint, name: str, members: dict[str, TensorInfo], notes: li
     packed = w.numel
     shape: tuple[int, ...] | None = None
     raw = _read_small(ckpt, state) if state else None
+    d = None
     if raw is not None:
         try:
             d = json.loads(bytes(raw.astype("uint8").tobytes()).decode("utf-8"))
-            dims = d.get("shape") if isinstance(d, dict) else None
-            if isinstance(dims, list) and dims and all(isinstance(x, int) and not isinstance(x, bool) for x in dims):
-                shape = tuple(dims)
         except (ValueError, UnicodeDecodeError):
-            shape = None
+            d = None
+        d = d if isinstance(d, dict) else None
+        dims = d.get("shape") if d is not None else None
+        if isinstance(dims, list) and dims and all(isinstance(x, int) and not isinstance(x, bool) for x in dims):
+            shape = tuple(dims)
     if shape is not None and (min(shape) < 0 or -(-math.prod(shape) // 2) != packed):
         notes.append(f"{state}: shape {list(shape)} does not fit {packed:,} packed bytes; counted from the packing")
         shape = None
     if shape is None:
         shape = (packed * 2,)
         notes.append(f"{name}: no readable bitsandbytes quant_state; logical size from the packing (2 per byte), shape unknown")
-    return _weight(name, shape, f"bitsandbytes-{qtype}", 4, members)
+    return _weight(name, shape, f"bitsandbytes-{qtype}", 4, members, d)
 
 
 def _mxfp4(name: str, members: dict[str, TensorInfo]) -> QuantWeight:
