@@ -21,7 +21,7 @@ from functools import cached_property
 
 import numpy as np
 
-from ..census.quant import QuantWeight, collapsed, layout, logical
+from ..census.quant import CONFIG_DTYPES, QuantWeight, collapsed, config_dtype, layout, logical
 from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import bits16, decode, lut, unpack_bits
 from ..core.tensor import Reader, read_flat_file
@@ -249,13 +249,14 @@ def _gpt_oss(ckpt: Checkpoint, w: QuantWeight) -> Packed | None:
     return Packed(ckpt, blocks.name, scales.name, None, "mxfp4", 4, 32, blocks.shape[-2] * 32, 0, "BF16")
 
 
-_SIXTEEN = {"float16": "F16", "bfloat16": "BF16"}   # a torch dtype's name -> the 16-bit dtypes values are counted in
+def _sixteen(dtype: str | None) -> str | None:
+    """F16 or BF16 (the dtypes dequantised values are counted in: a 16-bit histogram), else None."""
+    return dtype if dtype in ("F16", "BF16") else None
 
 
 def _model_dtype(ckpt: Checkpoint) -> str | None:
-    """config.json's model dtype (`dtype`, transformers 4's `torch_dtype`) where it is F16 or BF16, else None."""
-    cfg = ckpt.config or {}
-    return _SIXTEEN.get(str(cfg.get("dtype") or cfg.get("torch_dtype")))
+    """config.json's model dtype (census.quant.config_dtype) where it is F16 or BF16, else None."""
+    return _sixteen(config_dtype(ckpt))
 
 
 def _by_last_part(ckpt: Checkpoint, w: QuantWeight) -> dict[str, TensorInfo]:
@@ -345,7 +346,7 @@ def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
     codes, absmax, qmap, d = ckpt.tensors.get(w.name), m.get("absmax"), m.get("quant_map"), w.state
     if codes is None or absmax is None or qmap is None or d is None or qmap.numel != 16:
         return None
-    block, dtype, values = d.get("blocksize"), _SIXTEEN.get(str(d.get("dtype"))), w.numel
+    block, dtype, values = d.get("blocksize"), _sixteen(CONFIG_DTYPES.get(str(d.get("dtype")))), w.numel
     if (type(block) is not int or block <= 0 or block % 2 or dtype is None or values % block
             or codes.dtype != "U8" or codes.numel * 2 != values or absmax.numel != values // block):
         return None

@@ -448,12 +448,20 @@ def _mxfp4(name: str, members: dict[str, TensorInfo]) -> QuantWeight:
 
 
 # ------------------------------------------------------------------------------------------- the view
-def _compute_dtype(ckpt: Checkpoint, w: QuantWeight) -> str:
+CONFIG_DTYPES = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}   # a torch dtype's name -> ckptstat's
+
+
+def config_dtype(ckpt: Checkpoint) -> str | None:
+    """config.json's model dtype (transformers 5's `dtype`, else 4's `torch_dtype`) as F16, BF16 or F32, or None."""
     cfg = ckpt.config or {}
-    d = cfg.get("torch_dtype") or cfg.get("dtype")
-    table = {"float16": "F16", "bfloat16": "BF16", "float32": "F32"}
-    if isinstance(d, str) and d in table:
-        return table[d]
+    d = cfg.get("dtype") or cfg.get("torch_dtype")
+    return CONFIG_DTYPES.get(d) if isinstance(d, str) else None
+
+
+def _compute_dtype(ckpt: Checkpoint, w: QuantWeight) -> str:
+    d = config_dtype(ckpt)
+    if d is not None:
+        return d
     for n in w.members:   # the scales' float type is the compute dtype of GPTQ/AWQ/FP8
         dt = ckpt.tensors[n].dtype
         if dt in ("F16", "BF16", "F32") and ckpt.tensors[n].numel > 1:
