@@ -7,7 +7,8 @@ fixtures (fixtures/mlx-sources/<case>.mx_dequantize.safetensors, written by mlx 
 mode and width, float16 and bfloat16); transformers' convert_moe_packed_tensors (gpt-oss MXFP4) and Fp8Dequantize
 (block-scaled FP8); compressed-tensors' own compressors' decompress; bitsandbytes' dequantize_4bit
 (fixtures/quantized/bnb-*-llama.dequantize_4bit.safetensors, written by bitsandbytes itself) and optimum-quanto's
-dequantize and torchao's (fixtures/quantized/{quanto,torchao}-*-llama.dequantize.safetensors, written by them).
+dequantize and torchao's (fixtures/quantized/{quanto,torchao}-*-llama.dequantize.safetensors, written by them);
+gptqmodel's dequantize_weight and dequantize_gemm (fixtures/quantized/gptqmodel-*.dequantize.safetensors).
 Values read by torch;
 numpy's reductions and np.quantile over them."""
 from __future__ import annotations
@@ -402,6 +403,26 @@ def test_bitsandbytes_4bit_is_what_dequantize_4bit_returns(mode):
     assert all(small[n] == rows[n] for n in values)
 
 
+GPTQMODEL = sorted(c for c in os.listdir(os.path.join(FIX, "quantized")) if c.startswith("gptqmodel-") and "." not in c)
+
+
+@pytest.mark.parametrize("case", GPTQMODEL)
+def test_gptq_and_awq_are_what_gptqmodel_dequantizes(case):
+    """GPTQ (v1 and v2 zero points, act-order, 2, 4 and 8 bits, one group) and AWQ GEMM weights, written by GPTQModel
+    on the CPU (fixtures/make_gptqmodel.py): each row is what gptqmodel returned for the weight (GPTQ: the module's
+    dequantize_weight after transformers' from_pretrained; AWQ: dequantize_gemm), read whole, 32 input rows at a time
+    and by two workers."""
+    path = os.path.join(FIX, "quantized", case)
+    values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
+    r = _report(path)
+    rows = _rows_are(r, values)
+    assert r["dequantized"]["methods"] == {case.split("-")[1].split("_")[0]: len(values)}
+    assert not any(s["name"].startswith(tuple(n[:-len("weight")] for n in values)) for s in r["skipped"])
+    assert _report(path, workers=2) == r
+    small = _by_name(_report(path, chunk_bytes=64))
+    assert all(small[n] == rows[n] for n in values)
+
+
 def _rewrite(src: str, dst, change) -> str:  # noqa: ANN001
     """A copy of the folder `src` whose model.safetensors has `change(tensors)` applied (safetensors' own writer)."""
     from safetensors.torch import save_file
@@ -427,10 +448,16 @@ def _quant_state(stored: dict, **fields) -> None:
     ("bnb-nf4-llama", lambda s: s.update({k: torch.tensor(list(b"{not json"), dtype=torch.uint8) for k in s
                                           if ".quant_state." in k})),
     ("bnb-nf4-llama", lambda s: s.update({k: v[:8] for k, v in s.items() if k.endswith(".quant_map")})),
+    ("gptqmodel-gptq-4bit-actorder-llama", lambda s: s.update({k: v.float() for k, v in s.items()
+                                                               if k.endswith(".scales")})),
+    ("gptqmodel-gptq-4bit-actorder-llama", lambda s: s.update({k: v[:, :-1].contiguous() for k, v in s.items()
+                                                               if k.endswith(".qzeros")})),
+    ("gptqmodel-awq-4bit-llama", lambda s: s.update({k: v[:1].contiguous() for k, v in s.items()
+                                                     if k.endswith(".qzeros")})),
 ])
 def test_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path, case, change):
     """A quant state or piece that lies (a block size past the weight, negative, a float32 dtype, no JSON, a short
-    code book): those weights are not dequantised and their pieces are left out by role, one exit 0, no traceback;
+    code book; GPTQ's float32 scales or short zero points, AWQ's zero points of one group): those weights are not dequantised and their pieces are left out by role, one exit 0, no traceback;
     the input is not modified."""
     path = _rewrite(os.path.join(FIX, "quantized", case), tmp_path / case, change)
     before = open(os.path.join(path, "model.safetensors"), "rb").read()
@@ -438,6 +465,20 @@ def test_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path, case, chang
     r = json.loads(out)
     assert code == 0 and "Traceback" not in err and r["dequantized"] is None
     assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
+    assert open(os.path.join(path, "model.safetensors"), "rb").read() == before
+
+
+def test_a_gptq_group_index_past_its_scales_is_one_line(cli, tmp_path):
+    """A GPTQ g_idx naming a group the scales do not hold: `stats` exits non-zero with one line naming the file and
+    the tensor, no traceback, nothing on stdout; the input is not modified."""
+    def change(stored: dict) -> None:
+        stored["model.layers.0.mlp.up_proj.g_idx"][5] = 2   # (up_proj: 2 groups of 32 inputs)
+
+    path = _rewrite(os.path.join(FIX, "quantized", "gptqmodel-gptq-4bit-actorder-llama"), tmp_path / "bad", change)
+    before = open(os.path.join(path, "model.safetensors"), "rb").read()
+    code, out, err = cli("stats", path, "--json")
+    assert code != 0 and out == "" and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1 and "model.safetensors" in err and "up_proj.g_idx" in err, err
     assert open(os.path.join(path, "model.safetensors"), "rb").read() == before
 
 

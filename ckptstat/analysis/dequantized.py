@@ -10,7 +10,9 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
-- optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled.
+- optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
+- GPTQ (formats gptq and gptq_v2) and AWQ GEMM weights of 2, 4 or 8 bits as gptqmodel, which transformers 5 loads them
+  with, dequantises them (in the scales' dtype): InputGrouped (analysis/dequantized_gptq.py).
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
@@ -26,6 +28,7 @@ from ..core import Checkpoint, TensorInfo
 from ..core.dtypes import bits16, decode, lut, unpack_bits
 from ..core.tensor import Reader, read_flat_file
 from .conversion_mlx import Packed, as_packed
+from .dequantized_gptq import InputGrouped, awq, gptq
 
 RULE = ("a quantised weight is read as one tensor of its logical shape, its values those the library that wrote it "
         "dequantises it to, in that library's dtype, its bytes its stored pieces': Apple MLX's (modes affine, mxfp4, "
@@ -37,8 +40,10 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
-        "scale in float32, then the model's dtype); the pieces of other quantised weights (GPTQ, AWQ, "
-        "LLM.int8, nvfp4...) are left out by role")
+        "scale in float32, then the model's dtype), GPTQ's and AWQ GEMM's (2, 4, 8 bits) as gptqmodel's "
+        "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
+        "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word); the pieces of other quantised "
+        "weights (3-bit GPTQ, AWQ GEMV, LLM.int8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 
@@ -198,7 +203,7 @@ class Dequantized:
     """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook) decodes them. `ordered`: its stored
     order is its logical shape's C order (not gpt-oss's experts, which transformers transposes after dequantising),
     so that `read` gives its elements in order (diff)."""
-    decoder: Packed | Scaled | Codebook
+    decoder: Packed | Scaled | Codebook | InputGrouped
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
     ordered: bool = True
 
@@ -206,6 +211,7 @@ class Dequantized:
         """Elements [start, start + count) of the values, C order, decoded as a stored tensor of the dtype is (F16:
         float16; BF16: float32): every value decoded (a reader's read, not the statistics' pairs)."""
         d = self.decoder
+        assert not isinstance(d, InputGrouped)   # (stored transposed: not `ordered`)
         r0, r1 = start // d.cols, -(-(start + count) // d.cols)
         q, s, z = d.pieces(r0, r1, blocks=False) if isinstance(d, Scaled) else d.pieces(r0, r1)
         bits = d.patterns(q, s[:, None], None if z is None else z[:, None]).reshape(-1)
@@ -224,6 +230,9 @@ class Dequantized:
         """The weight as stored, about `values` at a time (whole rows, at least one): each read's codes (groups,
         group) uint8 and its groups' scales and biases or zero points."""
         d = self.decoder
+        if isinstance(d, InputGrouped):   # (its own reads: a group's codes are columns of the stored words)
+            yield from d.reads(values)
+            return
         # block-scaled: whole rows of blocks, a group a block (a few pairs a block), unless a row of blocks is many
         # reads' worth: then rows, each with its block's scales
         unit = d.block_rows if d.block_rows * d.cols <= 4 * values else 1
@@ -388,7 +397,7 @@ def _torchao(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, codes.dtype, 8, w.shape[1], w.shape[1], dtype, 1, True)
 
 
-def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | Codebook | None:
+def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | Codebook | InputGrouped | None:
     """The weight's decoder by its method (`dtype`: its logical view's compute dtype, mlx's floating-point modes'),
     or None where ckptstat does not dequantise it."""
     if w.method.startswith("mlx "):
@@ -403,6 +412,10 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _quanto(ckpt, w)
     if w.method == "torchao float8":
         return _torchao(ckpt, w)
+    if w.method in ("gptq", "awq"):
+        q = layout(ckpt)
+        return (gptq if w.method == "gptq" else awq)(ckpt, _by_last_part(ckpt, w), w.shape, w.bits,
+                                                      q.config if q is not None else {})
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
 
 
@@ -424,7 +437,7 @@ def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(dec, w.method, w.method != "mxfp4") for w in q.weights.values()
+    readable = {w.name: Dequantized(dec, w.method, w.method not in ("mxfp4", "gptq", "awq")) for w in q.weights.values()
                 if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
     if readers:
         readable = {n: d for n, d in readable.items() if d.ordered}
