@@ -198,6 +198,9 @@ def test_rounding_to_bfloat16_is_once_from_float64():
                                                   "0x7f80", "0x7f80", "0xff80", "0x0"]
     y = np.array([1.0 + 2.0 ** -11, 1.0 + 2.0 ** -11 + 2.0 ** -40, 70000.0, -1e-9])
     assert (bits16(y, "F16") == y.astype(np.float16).view(np.uint16)).all()
+    # any shape, each element as flat (the ties and NaNs found by flat index: a group's rows broadcast 2-D)
+    assert (bits16(x.reshape(2, 5), "BF16") == bits16(x, "BF16").reshape(2, 5)).all()
+    assert (bits16(x[::-1].reshape(5, 2), "BF16") == bits16(x[::-1], "BF16").reshape(5, 2)).all()
 
 
 def test_non_finite_scales_are_counted_not_raised(tmp_path):
@@ -457,8 +460,8 @@ def _quant_state(stored: dict, **fields) -> None:
 ])
 def test_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path, case, change):
     """A quant state or piece that lies (a block size past the weight, negative, a float32 dtype, no JSON, a short
-    code book; GPTQ's float32 scales or short zero points, AWQ's zero points of one group): those weights are not dequantised and their pieces are left out by role, one exit 0, no traceback;
-    the input is not modified."""
+    code book; GPTQ's float32 scales or short zero points, AWQ's zero points of one group): those weights are not
+    dequantised and their pieces are left out by role, one exit 0, no traceback; the input is not modified."""
     path = _rewrite(os.path.join(FIX, "quantized", case), tmp_path / case, change)
     before = open(os.path.join(path, "model.safetensors"), "rb").read()
     code, out, err = cli("stats", path, "--json")

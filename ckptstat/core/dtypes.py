@@ -247,7 +247,8 @@ def bits16(x: NDArray[Any], dtype: str) -> NDArray[Any]:
             return np.asarray(x, dtype=np.float64).astype(np.float16).view(np.uint16)
     if dtype != "BF16":
         raise ValueError(f"no 16-bit patterns for {dtype}")
-    x = np.asarray(x, dtype=np.float64)
+    shape = np.shape(x)
+    x = np.asarray(x, dtype=np.float64).reshape(-1)   # (flat: the ties and NaNs below are found by flat index)
     with np.errstate(over="ignore", invalid="ignore"):
         f = x.astype(np.float32)   # nearest float32: the same side of every bfloat16 tie, unless on one
     u = f.view(np.uint32)
@@ -259,4 +260,4 @@ def bits16(x: NDArray[Any], dtype: str) -> NDArray[Any]:
     nan = np.flatnonzero(f != f)
     if nan.size:   # (a NaN's payload would carry into the exponent)
         out[nan] = 0x7FC0
-    return out
+    return out.reshape(shape)

@@ -241,15 +241,20 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
     """The accumulator of a quantised weight's values (analysis/dequantized.py) from the histogram of their F16 or BF16
     patterns, as a stored tensor's. A value is a function of its group and its code, so the pairs are counted (the
     compiled count of 16-bit keys: 65,536 >> bits groups' codes at a time) and each pair that occurs is dequantised
-    once, its count added to its value's pattern: no value is decoded one by one. About chunk_bytes // 4 codes a read;
-    the progress in the weight's stored bytes, in proportion."""
+    once, its count added to its value's pattern: no value is decoded one by one, unless a read's groups are narrower
+    than twice the codes there are (act-order GPTQ's runs of a group, 8-bit codes in small groups): fewer than two
+    values a possible pair, so each value's pattern is computed and counted instead. About chunk_bytes // 4 codes a
+    read; the progress in the weight's stored bytes, in proportion."""
     hist, pairs = zeroed("hist"), zeroed("pairs")
     bits = source.bits
     span = NBINS >> bits   # groups whose (group, code) keys fit 16 bits
     total, seen, done = max(1, math.prod(info.shape)), 0, 0
     try:
         for codes, scales, biases in source.pieces(max(1, chunk_bytes // 4)):
-            for g0 in range(0, len(codes), span):
+            if codes.shape[1] < 2 << bits:   # (narrow groups: the values themselves)
+                count16(source.patterns(codes, scales[:, None], None if biases is None else biases[:, None]).reshape(-1),
+                        hist)
+            for g0 in range(0, len(codes) if codes.shape[1] >= 2 << bits else 0, span):
                 part = codes[g0:g0 + span]
                 keys = part.astype(np.uint16)
                 keys |= (np.arange(len(part), dtype=np.uint16) << bits)[:, None]
