@@ -548,3 +548,39 @@ def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisati
                                                 rel=1e-9)
             assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
         assert {t["status"] for n, t in by.items() if not n.endswith("_proj.weight")} == {"equal"}
+
+
+@pytest.mark.parametrize("case", GPTQMODEL)
+def test_diff_of_a_model_and_its_gptq_or_awq_save_reads_gptqmodels_values(tmp_path, case):
+    """`diff SOURCE QUANTISED` of a GPTQ or AWQ save: each quantised weight compared, in its logical [out, in] order,
+    as the values gptqmodel dequantises it to (<case>.dequantize.safetensors): a source holding those values exactly
+    is equal to the save, tensor for tensor; one holding them plus noise has the max |a - b|, relative L2 and cosine
+    numpy computes; the same a few values a read (every slab and word boundary), either order."""
+    from safetensors.torch import save_file
+
+    from ckptstat.analysis.diff import diff
+
+    path = os.path.join(FIX, "quantized", case)
+    values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
+    plain = {k: v for k, v in load_file(os.path.join(path, "model.safetensors")).items()
+             if not k.endswith(("qweight", "qzeros", "scales", "g_idx"))}
+    gen = torch.Generator().manual_seed(0)
+    noisy = {k: (v.double() + torch.randn(v.shape, generator=gen, dtype=torch.float64) * 1e-3).to(v.dtype)
+             for k, v in values.items()}
+    for name, source in (("exact", values), ("noisy", noisy)):
+        (tmp_path / name).mkdir()
+        save_file({**plain, **source}, str(tmp_path / name / "model.safetensors"))
+    for chunk in (16 << 20, 64):
+        r = diff(open_checkpoint(str(tmp_path / "exact")), open_checkpoint(path), chunk_bytes=chunk)
+        assert r["counts"]["added"] == r["counts"]["removed"] == 0
+        assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"]
+        for a, b in ((str(tmp_path / "noisy"), path), (path, str(tmp_path / "noisy"))):
+            by = {t["name"]: t for t in diff(open_checkpoint(a), open_checkpoint(b), chunk_bytes=chunk)["tensors"]}
+            for n, v in values.items():
+                x, y = noisy[n].double().numpy().ravel(), v.double().numpy().ravel()
+                t = by[n.removeprefix("model.")]
+                assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), n
+                assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x if a != path else y),
+                                                    rel=1e-9)
+                assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
+            assert {t["status"] for n, t in by.items() if not n.endswith("_proj.weight")} == {"equal"}

@@ -200,9 +200,10 @@ class Codebook:
 
 @dataclass(frozen=True)
 class Dequantized:
-    """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook) decodes them. `ordered`: its stored
-    order is its logical shape's C order (not gpt-oss's experts, which transformers transposes after dequantising),
-    so that `read` gives its elements in order (diff)."""
+    """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook, InputGrouped) decodes them. `ordered`:
+    `read` gives its elements in its logical shape's C order (diff): its stored order, or GPTQ's and AWQ's stored
+    transpose read a block of output rows at a time; not gpt-oss's experts, which transformers transposes after
+    dequantising."""
     decoder: Packed | Scaled | Codebook | InputGrouped
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
     ordered: bool = True
@@ -211,7 +212,8 @@ class Dequantized:
         """Elements [start, start + count) of the values, C order, decoded as a stored tensor of the dtype is (F16:
         float16; BF16: float32): every value decoded (a reader's read, not the statistics' pairs)."""
         d = self.decoder
-        assert not isinstance(d, InputGrouped)   # (stored transposed: not `ordered`)
+        if isinstance(d, InputGrouped):
+            return decode(d.logical_patterns(start, count), d.out_dtype, count)
         r0, r1 = start // d.cols, -(-(start + count) // d.cols)
         q, s, z = d.pieces(r0, r1, blocks=False) if isinstance(d, Scaled) else d.pieces(r0, r1)
         bits = d.patterns(q, s[:, None], None if z is None else z[:, None]).reshape(-1)
@@ -437,7 +439,7 @@ def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(dec, w.method, w.method not in ("mxfp4", "gptq", "awq")) for w in q.weights.values()
+    readable = {w.name: Dequantized(dec, w.method, w.method != "mxfp4") for w in q.weights.values()
                 if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
     if readers:
         readable = {n: d for n, d in readable.items() if d.ordered}

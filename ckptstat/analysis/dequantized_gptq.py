@@ -72,35 +72,59 @@ class InputGrouped:
                 k = int(g[run[0]]) - g0
                 yield codes[:, run], scales[k], zeros[k]
 
-    def _codes(self, r0: int, r1: int) -> np.ndarray:
-        """The codes of input rows [r0, r1), (outputs, r1 - r0) uint8, in the stored column order."""
+    def logical_patterns(self, start: int, count: int) -> np.ndarray:
+        """The 16-bit patterns (uint16) of elements [start, start + count) of the values in their logical [out, in] C
+        order (diff): the output rows they fall in (a whole packed word of them), over all input rows, a block of
+        input rows at a time; the stored words are read whole, each column of the stored transpose taken from them."""
+        per = 1 if self.packed_inputs else 32 // self.bits   # (AWQ: a word's outputs together)
+        o0, o1 = start // self.inputs // per * per, -(-(start + count) // self.inputs // per) * per
+        o1 = min(max(o1, o0 + per), self.outputs)
+        out = np.empty((o1 - o0, self.inputs), dtype=np.uint16)
+        step = max(32, (1 << 20) // (o1 - o0) // 32 * 32)
+        for r0 in range(0, self.inputs, step):
+            r1 = min(r0 + step, self.inputs)
+            g = self.groups[r0:r1]
+            g0 = int(g.min())
+            s, z = self._scales(g0, int(g.max()) + 1, o0, o1), self._zeros(g0, int(g.max()) + 1, o0, o1)
+            out[:, r0:r1] = self.patterns(self._codes(r0, r1, o0, o1), s[g - g0].T, z[g - g0].T)
+        if not self.packed_inputs and self.bits == 4:   # (AWQ's output rows back in their true order)
+            out = out[np.argsort(_awq_slots(self.outputs)[o0:o1])]
+        lo = start - o0 * self.inputs
+        return out.reshape(-1)[lo: lo + count]
+
+    def _codes(self, r0: int, r1: int, o0: int = 0, o1: int | None = None) -> np.ndarray:
+        """The codes of input rows [r0, r1) and stored columns [o0, o1) (AWQ: whole words of them), (o1 - o0, r1 - r0)
+        uint8, in the stored column order."""
+        o1 = self.outputs if o1 is None else o1
         if self.packed_inputs:   # [in x bits / 32, out]: each column a stream of its input rows' codes
             per = 32 // self.bits
             w0, w1 = r0 // per, -(-r1 // per)
             raw = np.asarray(self.src.read_elements(self.codes, w0 * self.outputs, (w1 - w0) * self.outputs))
-            columns = np.ascontiguousarray(raw.reshape(w1 - w0, self.outputs).T).astype("<i4").view(np.uint8)
-            q = unpack_bits(columns.reshape(-1), self.bits, self.outputs * (w1 - w0) * per)
-            return q.reshape(self.outputs, -1)[:, r0 - w0 * per: r1 - w0 * per]
-        words = self.outputs * self.bits // 32   # [in, out x bits / 32]: each row a stream of its columns' codes
-        raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words)).astype("<i4")
-        return unpack_bits(raw.view(np.uint8), self.bits, (r1 - r0) * self.outputs).reshape(r1 - r0, -1).T
+            columns = np.ascontiguousarray(raw.reshape(w1 - w0, self.outputs)[:, o0:o1].T).astype("<i4").view(np.uint8)
+            q = unpack_bits(columns.reshape(-1), self.bits, (o1 - o0) * (w1 - w0) * per)
+            return q.reshape(o1 - o0, -1)[:, r0 - w0 * per: r1 - w0 * per]
+        words, per = self.outputs * self.bits // 32, 32 // self.bits   # [in, out x bits / 32]: each row a stream of
+        raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words))   # its columns' codes
+        raw = np.ascontiguousarray(raw.reshape(r1 - r0, words)[:, o0 // per: o1 // per]).astype("<i4")
+        return unpack_bits(raw.view(np.uint8).reshape(-1), self.bits, (r1 - r0) * (o1 - o0)).reshape(r1 - r0, -1).T
 
-    def _scales(self, g0: int, g1: int) -> np.ndarray:
-        """Groups [g0, g1)'s scales (g1 - g0, outputs), float64, in the codes' column order."""
+    def _scales(self, g0: int, g1: int, o0: int = 0, o1: int | None = None) -> np.ndarray:
+        """Groups [g0, g1)'s scales of stored columns [o0, o1) (g1 - g0, o1 - o0), float64, in the codes' column
+        order."""
         s = np.asarray(self.src.read_elements(self.scales, g0 * self.outputs, (g1 - g0) * self.outputs))
         s = s.astype(np.float64).reshape(g1 - g0, self.outputs)
-        return s if self.packed_inputs or self.bits != 4 else s[:, _awq_slots(self.outputs)]
+        return (s if self.packed_inputs or self.bits != 4 else s[:, _awq_slots(self.outputs)])[:, o0:o1]
 
-    def _zeros(self, g0: int, g1: int) -> np.ndarray:
-        """Groups [g0, g1)'s zero points (g1 - g0, outputs), float64, as gptqmodel reads them (v1: the words + one a
-        code, carries and all)."""
+    def _zeros(self, g0: int, g1: int, o0: int = 0, o1: int | None = None) -> np.ndarray:
+        """Groups [g0, g1)'s zero points of stored columns [o0, o1) (g1 - g0, o1 - o0), float64, as gptqmodel reads
+        them (v1: the words + one a code, carries and all)."""
         words = self.outputs * self.bits // 32
         raw = np.asarray(self.src.read_elements(self.zeros, g0 * words, (g1 - g0) * words)).astype(np.int64)
         if self.v1:
             raw = raw + sum(1 << (self.bits * k) for k in range(32 // self.bits))
         raw = (raw & 0xFFFFFFFF).astype("<u4")
         z = unpack_bits(raw.view(np.uint8), self.bits, (g1 - g0) * self.outputs)
-        return z.reshape(g1 - g0, self.outputs).astype(np.float64)
+        return z.reshape(g1 - g0, self.outputs)[:, o0:o1].astype(np.float64)
 
     def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
         """The 16-bit patterns (uint16) of scale x (code - zero point), rounded once to out_dtype."""
