@@ -9,6 +9,7 @@ fixtures/make_quantized.py (the layouts transformers loads) must plan the same b
 from __future__ import annotations
 
 import json
+import os
 import shutil
 
 import pytest
@@ -22,6 +23,7 @@ from test_gpt_oss import RELEASES  # noqa: E402
 from test_memory_planner import TINY_DSV3  # noqa: E402
 
 mq = fixture_script("make_quantized")
+FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "quantized")
 
 GPT_OSS_SKIP = ["model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]   # the release's
 TINY_OSS = dict(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
@@ -131,11 +133,38 @@ def test_deepseek_v3_config_plans_fp8_blocks(tmp_path, cli):
     assert _resident(cli, bare, "--weights-dtype", "fp8")["bytes"] == w["bytes"]
 
 
-def test_unmodelled_method_is_said(tmp_path, cli):
+GPTQMODEL = sorted(c for c in os.listdir(FIX) if c.startswith("gptqmodel-") and "." not in c)
+
+
+@pytest.mark.parametrize("case", GPTQMODEL)
+def test_gptq_and_awq_configs_plan_what_gptqmodel_stores(tmp_path, cli, case):
+    """GPTQ (2, 4 and 8 bits, groups of 32 and one group, act-order) and AWQ GEMM checkpoints GPTQModel wrote
+    (fixtures/quantized/gptqmodel-*, fixtures/make_gptqmodel.py): their config.json alone plans exactly the bytes the
+    file holds (each tensor's, safetensors' header read by safe_open), as the checkpoint itself does."""
+    from safetensors import safe_open
+
+    folder = os.path.join(FIX, case)
+    with safe_open(os.path.join(folder, "model.safetensors"), "np") as f:
+        held = sum(f.get_tensor(k).nbytes for k in f.keys())
+    shutil.copy(os.path.join(folder, "config.json"), tmp_path / "alone.json")
+    alone = _resident(cli, str(tmp_path / "alone.json"))
+    assert _resident(cli, folder)["bytes"] == alone["bytes"] == held
+    method = case.split("-")[1].split("_")[0]
+    assert f"config.json quantization_config ({method})" in alone["rule"] and "is not planned" not in alone["rule"]
+
+
+@pytest.mark.parametrize("quant", [{"quant_method": "eetq"}, {"quant_method": "gptq", "bits": 3, "group_size": 128},
+                                   {"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"},
+                                   {"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*mlp.*": {}}},
+                                   {"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True},
+                                   {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}])
+def test_unmodelled_method_is_said(tmp_path, cli, quant):
+    """A method or a layout the planner does not model (3-bit GPTQ, Marlin, gptqmodel's per-module `dynamic`, a
+    quantised lm_head, AWQ GEMV): said, and the weights planned at the config's dtype."""
     cfg = T.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
-    path = _write(tmp_path, cfg, "LlamaForCausalLM", {"quant_method": "gptq", "bits": 4})
+    path = _write(tmp_path, cfg, "LlamaForCausalLM", quant)
     w = _resident(cli, path)
-    assert "'gptq' is not planned" in w["rule"]
+    assert f"{quant['quant_method']!r} is not planned" in w["rule"]
     assert w["bytes"] == 2 * sum(p.numel() for p in meta_model(T.LlamaForCausalLM, cfg).parameters())
     rc, _, err = cli("memory", path, "--weights-dtype", "mxfp4")
     assert rc == 2 and "routed experts" in err

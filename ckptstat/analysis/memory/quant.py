@@ -9,6 +9,10 @@ Which modules a config's quantizer converts (transformers/quantizers/quantizer_m
    weight + a float32 weight_scale_inv per weight_block_size block (one per tensor without a block size); the
    routers (not nn.Linear in transformers 5) and lm_head (get_keys_to_not_convert) stay.
 Both skip `modules_to_not_convert` (quantizers_utils.should_convert_module's rule, applied to the template's names).
+ - gptq, awq (gptqmodel, which transformers 5 loads both with): every linear of the blocks but the routers, lm_head
+   left alone (`lm_head: false`, gptqmodel's default); per [out, in] weight the int32 words of its `bits`-bit codes,
+   a float16 scale and a `bits`-bit zero point (int32 words along the outputs) per group of `group_size` inputs (one
+   group at -1), and GPTQ's int32 g_idx a input (as gptqmodel's TorchLinear and AWQ's GEMM modules store them).
 """
 from __future__ import annotations
 
@@ -27,6 +31,13 @@ QUANTISED = {
     "mxfp4": "uint8 blocks of 2 fp4 values + a uint8 E8M0 scale per 32 inputs, the routed experts' weights only "
              "(transformers Mxfp4GptOssExperts, the gpt-oss release)",
 }
+# Layouts only a config's quantization_config names (not --weights-dtype choices), bytes in quant_bytes()
+CONFIG_LAYOUTS = {
+    "gptq": "{bits}-bit codes in int32 words + fp16 scale and {bits}-bit zero per {group} + int32 g_idx (GPTQ, "
+            "as gptqmodel stores it)",
+    "awq": "{bits}-bit codes in int32 words + fp16 scale and {bits}-bit zero per {group} (AWQ GEMM, as gptqmodel "
+           "stores it)",
+}
 MX_BLOCK = 32
 # a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...): a template's `(router)` label, or the module named in a
 # path (the meta path's `layers[n].mlp.gate.weight`, GraniteMoeHybrid's `router.layer`)
@@ -41,6 +52,8 @@ class Quant:
     skip: tuple[str, ...] = ()
     block: tuple[int, int] | None = (128, 128)
     source: str = "--weights-dtype"
+    bits: int = 4      # gptq, awq: a code's bits
+    group: int = 128   # gptq, awq: inputs a scale (-1: one group)
 
     def converts(self, module: str) -> bool:
         """Whether a block linear of the op template (`layers[24].mlp.experts[32].gate_up_proj (top-4)`) is
@@ -53,6 +66,8 @@ class Quant:
         return not any(re.match(rf"(?:{k})(?:(?<=\.)|(?=\.|$))", name) or name.endswith(k) for k in self.skip)
 
     def bytes(self, fin: int, fout: int) -> float:
+        if self.name in CONFIG_LAYOUTS:
+            return grouped_bytes(fin, fout, self.bits, self.group, self.name == "gptq")
         return quant_bytes(self.name, fin, fout, self.block)
 
     def rule(self) -> str:
@@ -60,7 +75,10 @@ class Quant:
         block = "" if self.name != "fp8" else f"; block {self.block[0]}x{self.block[1]}" if self.block else \
             "; one scale per tensor"
         skip = f"; modules_to_not_convert {', '.join(self.skip)}" if self.skip else ""
-        return f"{what}: {QUANTISED[self.name]}{block}{skip}"
+        layout = CONFIG_LAYOUTS[self.name].format(bits=self.bits, group=f"{self.group} inputs" if self.group > 0
+                                                  else "output row") if self.name in CONFIG_LAYOUTS else \
+            QUANTISED[self.name]
+        return f"{what}: {layout}{block}{skip}"
 
 
 def hf_name(module: str) -> str:
@@ -86,7 +104,21 @@ def config_quant(q: dict | None) -> tuple[Quant | None, str]:
         b = q.get("weight_block_size")
         block = (int(b[0]), int(b[1])) if isinstance(b, (list, tuple)) and len(b) == 2 else None
         return Quant("fp8", skip, block, src), ""
+    bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size", 128))
+    fmt = str(q.get("checkpoint_format") or q.get("format") or q.get("version") or "").lower()
+    if (method in CONFIG_LAYOUTS and bits in (2, 4, 8) and type(group) is int and (group > 0 or group == -1)
+            and not q.get("lm_head") and not q.get("dynamic")
+            and fmt in (("", "gptq", "gptq_v2") if method == "gptq" else ("", "gemm"))):
+        return Quant(method, skip, None, src, bits, group), ""
     return None, f"quantization_config quant_method {method!r} is not planned: weights at the config's torch_dtype"
+
+
+def grouped_bytes(fin: int, fout: int, bits: int, group: int, g_idx: bool) -> int:
+    """Bytes of one GPTQ (g_idx) or AWQ GEMM [fout, fin] linear weight: the codes and zero points in int32 words,
+    fp16 scales, one group a `group` inputs (-1: one)."""
+    groups = -(-fin // group) if group > 0 else 1
+    return (4 * -(-fin * fout * bits // 32) + 4 * groups * -(-fout * bits // 32) + 2 * groups * fout
+            + (4 * fin if g_idx else 0))
 
 
 def quant_bytes(q: str, fin: int, fout: int, block: tuple[int, int] | None = (128, 128)) -> float:
