@@ -15,7 +15,7 @@ dtype (TorchLinear.dequantize_weight, awq dequantize_gemm)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 import numpy as np
@@ -43,7 +43,7 @@ class InputGrouped:
     packed_inputs: bool
     v1: bool = False
     group: int = 0
-    out_dtype: str = field(default="F16")
+    out_dtype: str = "F16"   # (the scales')
 
     @cached_property
     def groups(self) -> np.ndarray:

@@ -246,25 +246,14 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
     values a possible pair, so each value's pattern is computed and counted instead. About chunk_bytes // 4 codes a
     read; the progress in the weight's stored bytes, in proportion."""
     hist, pairs = zeroed("hist"), zeroed("pairs")
-    bits = source.bits
-    span = NBINS >> bits   # groups whose (group, code) keys fit 16 bits
     total, seen, done = max(1, math.prod(info.shape)), 0, 0
     try:
         for codes, scales, biases in source.pieces(max(1, chunk_bytes // 4)):
-            if codes.shape[1] < 2 << bits:   # (narrow groups: the values themselves)
+            if codes.shape[1] < 2 << source.bits:   # (narrow groups: the values themselves)
                 count16(source.patterns(codes, scales[:, None], None if biases is None else biases[:, None]).reshape(-1),
                         hist)
-            for g0 in range(0, len(codes) if codes.shape[1] >= 2 << bits else 0, span):
-                part = codes[g0:g0 + span]
-                keys = part.astype(np.uint16)
-                keys |= (np.arange(len(part), dtype=np.uint16) << bits)[:, None]
-                count16(keys.reshape(-1), pairs)
-                at = np.flatnonzero(pairs[:len(part) << bits])
-                counts = pairs[at]
-                pairs[at] = 0
-                g = g0 + (at >> bits)
-                np.add.at(hist, source.patterns(at & ((1 << bits) - 1), scales[g], None if biases is None else biases[g]),
-                          counts)
+            else:
+                _count_pairs(source, codes, scales, biases, pairs, hist)
             seen += codes.size
             if progress:
                 now = info.nbytes * seen // total
@@ -275,6 +264,25 @@ def dequantized_stats(info: TensorInfo, source: Dequantized, chunk_bytes: int,
         hist.fill(0)
         pairs.fill(0)
         raise
+
+
+def _count_pairs(source: Dequantized, codes: np.ndarray, scales: np.ndarray, biases: np.ndarray | None,
+                 pairs: np.ndarray, hist: np.ndarray) -> None:
+    """Add to hist the patterns of one read's values (codes (groups, group), a scale and bias a group) by their
+    (group, code) pairs: counted as 16-bit keys into `pairs` (left zeroed), 65,536 >> bits groups at a time, each
+    pair that occurs dequantised once."""
+    bits = source.bits
+    span = NBINS >> bits   # groups whose (group, code) keys fit 16 bits
+    for g0 in range(0, len(codes), span):
+        part = codes[g0:g0 + span]
+        keys = part.astype(np.uint16)
+        keys |= (np.arange(len(part), dtype=np.uint16) << bits)[:, None]
+        count16(keys.reshape(-1), pairs)
+        at = np.flatnonzero(pairs[:len(part) << bits])
+        counts = pairs[at]
+        pairs[at] = 0
+        g = g0 + (at >> bits)
+        np.add.at(hist, source.patterns(at & ((1 << bits) - 1), scales[g], None if biases is None else biases[g]), counts)
 
 
 def zeroed(name: str) -> np.ndarray:
