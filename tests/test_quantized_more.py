@@ -138,7 +138,8 @@ def test_quanto_groups_hide_the_split(case):
 
 
 @pytest.mark.parametrize("case", ["quanto-qint4-llama-grouped", "quanto-qint2-qwen2", "quanto-qint8-llama",
-                                  "hqq-4bit-qwen2", "hqq-3bit-llama", "torchao-float8-llama", NATIVE])
+                                  "hqq-4bit-qwen2", "hqq-3bit-llama", "torchao-float8-llama", NATIVE,
+                                  *(c for c in CASES if c.startswith("gptqmodel-"))])
 def test_flops_ties_and_memory_work_from_logical_shapes(case, tmp_path):
     """The quantised checkpoint resolves, ties and counts FLOPs as the same model saved unquantised by
     transformers' save_pretrained."""
