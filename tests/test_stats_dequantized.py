@@ -269,6 +269,41 @@ def test_gpt_oss_mxfp4_experts_are_what_transformers_dequantises(gpt_oss):
     assert all(small[n] == rows[n] for n in names)
 
 
+def test_diff_of_gpt_oss_and_its_mxfp4_release_reads_transformers_values(gpt_oss, tmp_path):
+    """`diff BF16 RELEASE` of gpt-oss: each MXFP4 expert weight compared in its logical [E, in, out] order as
+    convert_moe_packed_tensors returns it (dequantised, then transposed): a bfloat16 save of those values is equal
+    tensor for tensor (a faithful dequantisation), one with noise has numpy's metrics; at any chunk size, either
+    order. Before, the experts stayed as stored (their blocks and scales added, the weights removed)."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from ckptstat.analysis.diff import diff
+
+    with safe_open(os.path.join(gpt_oss, "model.safetensors"), "pt") as f:
+        values = {n[:-len("_blocks")]: convert_moe_packed_tensors(f.get_tensor(n), f.get_tensor(n[:-6] + "scales"))
+                  for n in f.keys() if n.endswith("_blocks")}
+        plain = {n: f.get_tensor(n) for n in f.keys() if not n.endswith(("_blocks", "_scales"))}
+    gen = torch.Generator().manual_seed(0)
+    noisy = {k: (v.double() + torch.randn(v.shape, generator=gen, dtype=torch.float64) * 1e-2).to(v.dtype)
+             for k, v in values.items()}
+    for name, source in (("exact", values), ("noisy", noisy)):
+        (tmp_path / name).mkdir()
+        save_file({**plain, **{k: v.contiguous() for k, v in source.items()}}, str(tmp_path / name / "model.safetensors"))
+        shutil.copy(os.path.join(gpt_oss, "config.json"), tmp_path / name)
+    for chunk in (16 << 20, 64):
+        r = diff(open_checkpoint(str(tmp_path / "exact")), open_checkpoint(gpt_oss), chunk_bytes=chunk)
+        assert r["counts"]["added"] == r["counts"]["removed"] == 0
+        assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"]
+        for a, b in ((str(tmp_path / "noisy"), gpt_oss), (gpt_oss, str(tmp_path / "noisy"))):
+            by = {t["name"]: t for t in diff(open_checkpoint(a), open_checkpoint(b), chunk_bytes=chunk)["tensors"]}
+            for n, v in values.items():
+                x, y = noisy[n].double().numpy().ravel(), v.double().numpy().ravel()
+                t = by[n.removeprefix("model.")]
+                assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), n
+                assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
+
+
 # compressed-tensors preset scheme, format, group size -> dequantised by stats (written by the installed release)
 COMPRESSED = {
     "W4A16": ("pack-quantized", 32, True), "W8A16": ("int-quantized", 32, True),

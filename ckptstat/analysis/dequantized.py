@@ -200,13 +200,13 @@ class Codebook:
 
 @dataclass(frozen=True)
 class Dequantized:
-    """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook, InputGrouped) decodes them. `ordered`:
-    `read` gives its elements in its logical shape's C order (diff): its stored order, or GPTQ's and AWQ's stored
-    transpose read a block of output rows at a time; not gpt-oss's experts, which transformers transposes after
-    dequantising."""
+    """A quantised weight as its values: `decoder` (Packed, Scaled, Codebook, InputGrouped) decodes them. `read`
+    gives its elements in its logical shape's C order (diff): its stored order, or a stored transpose (GPTQ's and
+    AWQ's [in, out]; gpt-oss's experts, which transformers transposes after dequantising: `transposed`) read a block
+    of logical rows at a time. The statistics read it as stored (`pieces`): they do not depend on the order."""
     decoder: Packed | Scaled | Codebook | InputGrouped
     method: str   # the census's method label ("mlx affine", "mlx mxfp4"...)
-    ordered: bool = True
+    transposed: tuple[int, int, int] | None = None   # gpt-oss's experts: [E, in, out] stored [E, out, in]
 
     def read(self, start: int, count: int) -> np.ndarray:
         """Elements [start, start + count) of the values, C order, decoded as a stored tensor of the dtype is (F16:
@@ -214,6 +214,9 @@ class Dequantized:
         d = self.decoder
         if isinstance(d, InputGrouped):
             return decode(d.logical_patterns(start, count), d.out_dtype, count)
+        if self.transposed is not None:
+            assert isinstance(d, Packed)
+            return decode(_transposed_patterns(d, self.transposed, start, count), d.out_dtype, count)
         r0, r1 = start // d.cols, -(-(start + count) // d.cols)
         q, s, z = d.pieces(r0, r1, blocks=False) if isinstance(d, Scaled) else d.pieces(r0, r1)
         bits = d.patterns(q, s[:, None], None if z is None else z[:, None]).reshape(-1)
@@ -246,6 +249,31 @@ class Dequantized:
         """The 16-bit patterns (uint16) of the values the weight's library gives codes under scales and biases
         (broadcast together), in its dtype."""
         return self.decoder.patterns(codes, scales, biases)
+
+
+def _transposed_patterns(d: Packed, shape: tuple[int, int, int], start: int, count: int) -> np.ndarray:
+    """The 16-bit patterns of elements [start, start + count) of gpt-oss's experts in their logical [E, in, out]
+    C order (convert_moe_packed_tensors' transpose of the stored [E, out, in]): for each expert they fall in, the
+    stored columns of their logical rows over all its stored rows, a block of rows at a time."""
+    experts, cols, rows = shape
+    per_expert, out = cols * rows, []
+    step = max(1, (1 << 20) // cols)
+    at, end = start, start + count
+    while at < end:
+        e, first = divmod(at, per_expert)
+        stop = min(end, (e + 1) * per_expert)
+        i0, i1 = first // rows, -(-(stop - e * per_expert) // rows)   # the logical rows: stored columns [i0, i1)
+        block = np.empty((i1 - i0, rows), dtype=np.uint16)
+        for r0 in range(0, rows, step):
+            r1 = min(r0 + step, rows)
+            q, s, _ = d.pieces(e * rows + r0, e * rows + r1)
+            q = q.reshape(r1 - r0, cols)[:, i0:i1]
+            s = s.reshape(r1 - r0, cols // d.group)[:, np.arange(i0, i1) // d.group]
+            block[:, r0:r1] = d.patterns(q, s, None).T
+        lo = first - i0 * rows
+        out.append(block.reshape(-1)[lo: lo + stop - at])
+        at = stop
+    return np.concatenate(out)
 
 
 def _gpt_oss(ckpt: Checkpoint, w: QuantWeight) -> Packed | None:
@@ -423,14 +451,14 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
 
 def view(ckpt: Checkpoint, readers: bool = False) -> Checkpoint:
     """The checkpoint with its dequantisable weights as their values (the module docstring); itself when it has
-    none. A view is its own view. With `readers`, each such weight stored in its logical order is also read as its
-    values by the checkpoint's readers (diff), and the others stay as stored: the statistics' view has no readers of
-    its own, so its plain tensors keep stats' direct reads."""
+    none. A view is its own view. With `readers`, each such weight is also read as its values, in its logical order,
+    by the checkpoint's readers (diff): the statistics' view has no readers of its own, so its plain tensors keep
+    stats' direct reads."""
     return ckpt.derived((_VIEW, readers), lambda c: _view(c, readers))
 
 
 def dequantisable(ckpt: Checkpoint) -> bool:
-    """Whether any quantised weight of the checkpoint is read as its values in its logical order (view's readers)."""
+    """Whether any quantised weight of the checkpoint is read as its values (view's readers)."""
     return view(ckpt, True) is not ckpt
 
 
@@ -439,10 +467,8 @@ def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
     if q is None:
         return ckpt
     shown = logical(ckpt).tensors
-    readable = {w.name: Dequantized(dec, w.method, w.method != "mxfp4") for w in q.weights.values()
+    readable = {w.name: Dequantized(dec, w.method, _experts_shape(w)) for w in q.weights.values()
                 if (dec := _decoder(ckpt, w, shown[w.name].dtype)) is not None}
-    if readers:
-        readable = {n: d for n, d in readable.items() if d.ordered}
     if not readable:
         return ckpt
 
@@ -457,6 +483,12 @@ def _view(ckpt: Checkpoint, readers: bool) -> Checkpoint:
         v = replace(v, readers={f: _values_of(ckpt.readers.get(f, read_flat_file)) for f in ckpt.files})
     v.derived((_VIEW, readers), lambda x: x)
     return v
+
+
+def _experts_shape(w: QuantWeight) -> tuple[int, int, int] | None:
+    """gpt-oss's MXFP4 experts' logical [E, in, out] (stored [E, out, in]: convert_moe_packed_tensors transposes
+    them after dequantising), else None."""
+    return (w.shape[0], w.shape[1], w.shape[2]) if w.method == "mxfp4" and len(w.shape) == 3 else None
 
 
 def _values_of(base: Reader) -> Reader:
