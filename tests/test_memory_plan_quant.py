@@ -153,13 +153,13 @@ def test_gptq_and_awq_configs_plan_what_gptqmodel_stores(tmp_path, cli, case):
     assert f"config.json quantization_config ({method})" in alone["rule"] and "is not planned" not in alone["rule"]
 
 
-@pytest.mark.parametrize("quant", [{"quant_method": "eetq"}, {"quant_method": "gptq", "bits": 3, "group_size": 128},
+@pytest.mark.parametrize("quant", [{"quant_method": "eetq"}, {"quant_method": "awq", "bits": 3, "group_size": 128},
                                    {"quant_method": "gptq", "bits": 4, "group_size": 128, "checkpoint_format": "marlin"},
                                    {"quant_method": "gptq", "bits": 4, "group_size": 128, "dynamic": {"-:.*mlp.*": {}}},
                                    {"quant_method": "gptq", "bits": 4, "group_size": 128, "lm_head": True},
                                    {"quant_method": "awq", "bits": 4, "group_size": 128, "version": "gemv"}])
 def test_unmodelled_method_is_said(tmp_path, cli, quant):
-    """A method or a layout the planner does not model (3-bit GPTQ, Marlin, gptqmodel's per-module `dynamic`, a
+    """A method or a layout the planner does not model (3-bit AWQ, Marlin, gptqmodel's per-module `dynamic`, a
     quantised lm_head, AWQ GEMV): said, and the weights planned at the config's dtype."""
     cfg = T.LlamaConfig(vocab_size=128, hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4)
     path = _write(tmp_path, cfg, "LlamaForCausalLM", quant)

@@ -446,10 +446,10 @@ GPTQMODEL = sorted(c for c in os.listdir(os.path.join(FIX, "quantized")) if c.st
 
 @pytest.mark.parametrize("case", GPTQMODEL)
 def test_gptq_and_awq_are_what_gptqmodel_dequantizes(case):
-    """GPTQ (v1 and v2 zero points, act-order, 2, 4 and 8 bits, one group, MoE experts) and AWQ GEMM weights, written by GPTQModel
-    on the CPU (fixtures/make_gptqmodel.py): each row is what gptqmodel returned for the weight (GPTQ: the module's
-    dequantize_weight after transformers' from_pretrained; AWQ: dequantize_gemm), read whole, 32 input rows at a time
-    and by two workers."""
+    """GPTQ (v1 and v2 zero points, act-order, 2, 3, 4 and 8 bits, one group, MoE experts) and AWQ GEMM weights,
+    written by GPTQModel on the CPU (fixtures/make_gptqmodel.py): each row is what gptqmodel returned for the weight
+    (GPTQ: the module's dequantize_weight after transformers' from_pretrained; AWQ: dequantize_gemm), read whole, 32
+    input rows at a time and by two workers."""
     path = os.path.join(FIX, "quantized", case)
     values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
     r = _report(path)

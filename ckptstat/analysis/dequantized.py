@@ -11,8 +11,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
-- GPTQ (formats gptq and gptq_v2) and AWQ GEMM weights of 2, 4 or 8 bits as gptqmodel, which transformers 5 loads them
-  with, dequantises them (in the scales' dtype): InputGrouped (analysis/dequantized_gptq.py).
+- GPTQ (formats gptq and gptq_v2; 2, 3, 4 or 8 bits) and AWQ GEMM weights (2, 4, 8 bits) as gptqmodel, which
+  transformers 5 loads them with, dequantises them (in the scales' dtype): InputGrouped (analysis/dequantized_gptq.py).
 Every other tensor is unchanged, the pieces of any other method's quantised weights among them (stats leaves them out
 by role: packed-weight, scale, zero-point)."""
 from __future__ import annotations
@@ -40,10 +40,10 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
-        "scale in float32, then the model's dtype), GPTQ's and AWQ GEMM's (2, 4, 8 bits) as gptqmodel's "
+        "scale in float32, then the model's dtype), GPTQ's (2, 3, 4, 8 bits) and AWQ GEMM's (2, 4, 8) as gptqmodel's "
         "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
-        "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word); the pieces of other quantised "
-        "weights (3-bit GPTQ, AWQ GEMV, LLM.int8, nvfp4...) are left out by role")
+        "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word, at 3 bits to each code); the "
+        "pieces of other quantised weights (AWQ GEMV, LLM.int8, nvfp4...) are left out by role")
 _VIEW = "dequantized:view"
 
 

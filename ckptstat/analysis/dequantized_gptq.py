@@ -6,8 +6,8 @@ stream), with one float16/bfloat16 scale and one integer zero point per (input g
 - GPTQ (auto-gptq, gptqmodel): `qweight` [in x bits / 32, out], the input axis packed; `qzeros` [groups, out x bits /
   32], the output axis packed; `scales` [groups, out]; `g_idx` [in], each input row's group (act-order permutes
   them). Checkpoint format `gptq` (v1, the default) stores each zero point minus one, and gptqmodel adds one back to
-  the whole word on load (0x11111111 at 4 bits: a stored nibble of 15 carries into the next one); `gptq_v2` stores
-  them as they are.
+  the whole word on load (0x11111111 at 4 bits: a stored nibble of 15 carries into the next one; at 3 bits, whose
+  codes cross words, to each code, modulo 8); `gptq_v2` stores them as they are.
 - AWQ GEMM (AutoAWQ, gptqmodel): `qweight` [in, out x bits / 32] and `qzeros` [in / group, out x bits / 32], the
   output axis packed (at 4 bits in the order 0 2 4 6 1 3 5 7 of each 8 columns); `scales` [in / group, out].
 Each value is gptqmodel's `scales[g] x (code - zero[g])`, the difference exact, the product rounded once to the scales'
@@ -25,7 +25,7 @@ from ..core.dtypes import bits16, unpack_bits
 from ..errors import CorruptCheckpointError
 
 AWQ_ORDER = np.array([0, 2, 4, 6, 1, 3, 5, 7])   # the true column of each of 8 packed 4-bit slots
-BITS = (2, 4, 8)   # whole codes a word (3-bit GPTQ, whose codes cross words, stays as stored)
+BITS = (2, 3, 4, 8)   # (3-bit codes cross words: a column's 32 codes fill 3; GPTQ only)
 
 
 @dataclass(frozen=True)
@@ -96,13 +96,14 @@ class InputGrouped:
         """The codes of input rows [r0, r1) and stored columns [o0, o1) (AWQ: whole words of them), (o1 - o0, r1 - r0)
         uint8, in the stored column order."""
         o1 = self.outputs if o1 is None else o1
-        if self.packed_inputs:   # [in x bits / 32, out]: each column a stream of its input rows' codes
-            per = 32 // self.bits
-            w0, w1 = r0 // per, -(-r1 // per)
+        if self.packed_inputs:   # [in x bits / 32, out]: each column a stream of its input rows' codes, 32 codes
+            stored = self.src.tensors[self.codes].shape[0]   # `bits` words (r0: whole 32s of rows)
+            w0, w1 = r0 // 32 * self.bits, min(-(-r1 // 32) * self.bits, stored)
             raw = np.asarray(self.src.read_elements(self.codes, w0 * self.outputs, (w1 - w0) * self.outputs))
             columns = np.ascontiguousarray(raw.reshape(w1 - w0, self.outputs)[:, o0:o1].T).astype("<i4").view(np.uint8)
-            q = unpack_bits(columns.reshape(-1), self.bits, (o1 - o0) * (w1 - w0) * per)
-            return q.reshape(o1 - o0, -1)[:, r0 - w0 * per: r1 - w0 * per]
+            per_column = (w1 - w0) * 32 // self.bits
+            q = unpack_bits(columns.reshape(-1), self.bits, (o1 - o0) * per_column)
+            return q.reshape(o1 - o0, per_column)[:, r0 % 32: r0 % 32 + r1 - r0]
         words, per = self.outputs * self.bits // 32, 32 // self.bits   # [in, out x bits / 32]: each row a stream of
         raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words))   # its columns' codes
         raw = np.ascontiguousarray(raw.reshape(r1 - r0, words)[:, o0 // per: o1 // per]).astype("<i4")
@@ -120,10 +121,12 @@ class InputGrouped:
         them (v1: the words + one a code, carries and all)."""
         words = self.outputs * self.bits // 32
         raw = np.asarray(self.src.read_elements(self.zeros, g0 * words, (g1 - g0) * words)).astype(np.int64)
-        if self.v1:
+        if self.v1 and 32 % self.bits == 0:
             raw = raw + sum(1 << (self.bits * k) for k in range(32 // self.bits))
         raw = (raw & 0xFFFFFFFF).astype("<u4")
         z = unpack_bits(raw.view(np.uint8), self.bits, (g1 - g0) * self.outputs)
+        if self.v1 and 32 % self.bits:   # (3 bits: gptqmodel adds one to each code, not to the words)
+            z = ((z + 1) & ((1 << self.bits) - 1)).astype(np.uint8)
         return z.reshape(g1 - g0, self.outputs)[:, o0:o1].astype(np.float64)
 
     def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
@@ -163,6 +166,8 @@ def awq(ckpt: Checkpoint, members: dict[str, TensorInfo], shape: tuple[int, ...]
     assert qweight is not None and qzeros is not None and scales is not None
     b, (out, inputs) = int(bits or 0), shape
     groups = scales.shape[0]
+    if 32 % b:   # (AWQ packs whole codes a word)
+        return None
     if (qweight.shape != (inputs, out * b // 32) or qzeros.shape != (groups, out * b // 32) or not groups
             or inputs % groups or (b == 4 and out % 8)):
         return None

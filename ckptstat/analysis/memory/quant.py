@@ -106,7 +106,8 @@ def config_quant(q: dict | None) -> tuple[Quant | None, str]:
         return Quant("fp8", skip, block, src), ""
     bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size", 128))
     fmt = str(q.get("checkpoint_format") or q.get("format") or q.get("version") or "").lower()
-    if (method in CONFIG_LAYOUTS and bits in (2, 4, 8) and type(group) is int and (group > 0 or group == -1)
+    if (method in CONFIG_LAYOUTS and isinstance(bits, int) and bits in ((2, 3, 4, 8) if method == "gptq" else (2, 4, 8))
+            and type(group) is int and (group > 0 or group == -1)
             and not q.get("lm_head") and not q.get("dynamic")
             and fmt in (("", "gptq", "gptq_v2") if method == "gptq" else ("", "gemm"))):
         return Quant(method, skip, None, src, bits, group), ""
