@@ -275,33 +275,46 @@ def test_diff_of_gpt_oss_and_its_mxfp4_release_reads_transformers_values(gpt_oss
     tensor for tensor (a faithful dequantisation), one with noise has numpy's metrics; at any chunk size, either
     order. Before, the experts stayed as stored (their blocks and scales added, the weights removed)."""
     from safetensors import safe_open
-    from safetensors.torch import save_file
     from transformers.integrations.mxfp4 import convert_moe_packed_tensors
-
-    from ckptstat.analysis.diff import diff
 
     with safe_open(os.path.join(gpt_oss, "model.safetensors"), "pt") as f:
         values = {n[:-len("_blocks")]: convert_moe_packed_tensors(f.get_tensor(n), f.get_tensor(n[:-6] + "scales"))
                   for n in f.keys() if n.endswith("_blocks")}
         plain = {n: f.get_tensor(n) for n in f.keys() if not n.endswith(("_blocks", "_scales"))}
+    _diff_reads_the_values(tmp_path, gpt_oss, plain, values, 1e-2)
+
+
+def _diff_reads_the_values(tmp_path, quantised: str, plain: dict, values: dict, noise: float) -> None:  # noqa: ANN001
+    """`diff SOURCE QUANTISED` reads each quantised weight as `values` (a library's, by name, in the logical shape):
+    a source of `plain` tensors and those values exactly is equal tensor for tensor; one with Gaussian noise of
+    `noise` added has the max |a - b|, relative L2 and cosine numpy computes; the same a few values a read (every
+    boundary of the reads), either order."""
+    from safetensors.torch import save_file
+
+    from ckptstat.analysis.diff import diff
+
     gen = torch.Generator().manual_seed(0)
-    noisy = {k: (v.double() + torch.randn(v.shape, generator=gen, dtype=torch.float64) * 1e-2).to(v.dtype)
+    noisy = {k: (v.double() + torch.randn(v.shape, generator=gen, dtype=torch.float64) * noise).to(v.dtype)
              for k, v in values.items()}
     for name, source in (("exact", values), ("noisy", noisy)):
         (tmp_path / name).mkdir()
         save_file({**plain, **{k: v.contiguous() for k, v in source.items()}}, str(tmp_path / name / "model.safetensors"))
-        shutil.copy(os.path.join(gpt_oss, "config.json"), tmp_path / name)
+        if os.path.exists(os.path.join(quantised, "config.json")):
+            shutil.copy(os.path.join(quantised, "config.json"), tmp_path / name)
     for chunk in (16 << 20, 64):
-        r = diff(open_checkpoint(str(tmp_path / "exact")), open_checkpoint(gpt_oss), chunk_bytes=chunk)
+        r = diff(open_checkpoint(str(tmp_path / "exact")), open_checkpoint(quantised), chunk_bytes=chunk)
         assert r["counts"]["added"] == r["counts"]["removed"] == 0
         assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"]
-        for a, b in ((str(tmp_path / "noisy"), gpt_oss), (gpt_oss, str(tmp_path / "noisy"))):
+        for a, b in ((str(tmp_path / "noisy"), quantised), (quantised, str(tmp_path / "noisy"))):
             by = {t["name"]: t for t in diff(open_checkpoint(a), open_checkpoint(b), chunk_bytes=chunk)["tensors"]}
             for n, v in values.items():
                 x, y = noisy[n].double().numpy().ravel(), v.double().numpy().ravel()
                 t = by[n.removeprefix("model.")]
                 assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), n
+                assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x if a != quantised else y),
+                                                    rel=1e-9)
                 assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
+            assert {t["status"] for n, t in by.items() if "model." + n not in values} == {"equal"}
 
 
 # compressed-tensors preset scheme, format, group size -> dequantised by stats (written by the installed release)
@@ -591,31 +604,8 @@ def test_diff_of_a_model_and_its_gptq_or_awq_save_reads_gptqmodels_values(tmp_pa
     as the values gptqmodel dequantises it to (<case>.dequantize.safetensors): a source holding those values exactly
     is equal to the save, tensor for tensor; one holding them plus noise has the max |a - b|, relative L2 and cosine
     numpy computes; the same a few values a read (every slab and word boundary), either order."""
-    from safetensors.torch import save_file
-
-    from ckptstat.analysis.diff import diff
-
     path = os.path.join(FIX, "quantized", case)
     values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
     plain = {k: v for k, v in load_file(os.path.join(path, "model.safetensors")).items()
              if not k.endswith(("qweight", "qzeros", "scales", "g_idx"))}
-    gen = torch.Generator().manual_seed(0)
-    noisy = {k: (v.double() + torch.randn(v.shape, generator=gen, dtype=torch.float64) * 1e-3).to(v.dtype)
-             for k, v in values.items()}
-    for name, source in (("exact", values), ("noisy", noisy)):
-        (tmp_path / name).mkdir()
-        save_file({**plain, **source}, str(tmp_path / name / "model.safetensors"))
-    for chunk in (16 << 20, 64):
-        r = diff(open_checkpoint(str(tmp_path / "exact")), open_checkpoint(path), chunk_bytes=chunk)
-        assert r["counts"]["added"] == r["counts"]["removed"] == 0
-        assert {t["status"] for t in r["tensors"]} == {"equal"}, [t for t in r["tensors"] if t["status"] != "equal"]
-        for a, b in ((str(tmp_path / "noisy"), path), (path, str(tmp_path / "noisy"))):
-            by = {t["name"]: t for t in diff(open_checkpoint(a), open_checkpoint(b), chunk_bytes=chunk)["tensors"]}
-            for n, v in values.items():
-                x, y = noisy[n].double().numpy().ravel(), v.double().numpy().ravel()
-                t = by[n.removeprefix("model.")]
-                assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), n
-                assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x if a != path else y),
-                                                    rel=1e-9)
-                assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
-            assert {t["status"] for n, t in by.items() if not n.endswith("_proj.weight")} == {"equal"}
+    _diff_reads_the_values(tmp_path, path, plain, values, 1e-3)
