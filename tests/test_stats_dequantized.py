@@ -609,3 +609,25 @@ def test_diff_of_a_model_and_its_gptq_or_awq_save_reads_gptqmodels_values(tmp_pa
     plain = {k: v for k, v in load_file(os.path.join(path, "model.safetensors")).items()
              if not k.endswith(("qweight", "qzeros", "scales", "g_idx"))}
     _diff_reads_the_values(tmp_path, path, plain, values, 1e-3)
+
+
+def test_diff_of_two_quantisations_of_one_model_compares_their_values():
+    """`diff GPTQ_8BIT GPTQ_4BIT` of one llama (GPTQModel's 8-bit one-group and 4-bit act-order saves of the same source):
+    each weight compared as the values gptqmodel dequantises each side to (max |a - b|, relative L2 and cosine as numpy
+    computes them over the two sides' dequantize files), not their pieces as stored (which share no shapes); a save
+    against itself is equal tensor for tensor."""
+    from ckptstat.analysis.diff import diff
+
+    one, two = (os.path.join(FIX, "quantized", f"gptqmodel-gptq-{c}-llama") for c in ("8bit", "4bit-actorder"))
+    xs, ys = (load_file(p + ".dequantize.safetensors") for p in (one, two))
+    r = diff(open_checkpoint(one), open_checkpoint(two))
+    assert r["counts"]["added"] == r["counts"]["removed"] == 0
+    by = {t["name"]: t for t in r["tensors"]}
+    for n in xs:
+        x, y = xs[n].double().numpy().ravel(), ys[n].double().numpy().ravel()
+        t = by[n.removeprefix("model.")]
+        assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), n
+        assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x), rel=1e-9)
+        assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)
+    assert {t["status"] for n, t in by.items() if "model." + n not in xs} == {"equal"}
+    assert {t["status"] for t in diff(open_checkpoint(two), open_checkpoint(two))["tensors"]} == {"equal"}

@@ -487,7 +487,7 @@ def diff(a: Checkpoint, b: Checkpoint, *, names_only: bool = False, atol: float 
         own[:0] = stack_rules
         a, b = (converted, b) if side == "a" else (a, converted)
         builtin = (mlx_undone(converted, stack_rules), stack_rules)
-    elif dequantized.dequantisable(a) != dequantized.dequantisable(b):   # one side quantised: its weights read as their values
+    elif dequantized.dequantisable(a) or dequantized.dequantisable(b):   # quantised: its weights read as their values
         a, b = dequantized.view(a, True), dequantized.view(b, True)
         builtin = (DEQUANTIZED_MAP, [])
     elif tf_spelled(a.tensors) != tf_spelled(b.tensors):   # one side written by TF: its names in transformers' PyTorch spelling
