@@ -317,12 +317,11 @@ def _diff_reads_the_values(tmp_path, quantised: str, plain: dict, values: dict, 
             assert {t["status"] for n, t in by.items() if "model." + n not in values} == {"equal"}
 
 
-# compressed-tensors preset scheme, format, group size -> dequantised by stats (written by the installed release)
+# compressed-tensors preset scheme -> its format and group size (written by the installed release)
 COMPRESSED = {
-    "W4A16": ("pack-quantized", 32, True), "W8A16": ("int-quantized", 32, True),
-    "FP8": ("float-quantized", None, True), "FP8_DYNAMIC": ("float-quantized", None, True),
-    "W8A8": ("int-quantized", None, True), "W4A16_ASYM": ("pack-quantized", 32, True),
-    "NVFP4A16": ("nvfp4-pack-quantized", 16, False),
+    "W4A16": ("pack-quantized", 32), "W8A16": ("int-quantized", 32), "FP8": ("float-quantized", None),
+    "FP8_DYNAMIC": ("float-quantized", None), "W8A8": ("int-quantized", None), "W4A16_ASYM": ("pack-quantized", 32),
+    "NVFP4A16": ("nvfp4-pack-quantized", 16), "MXFP4A16": ("mxfp4-pack-quantized", 32),
 }
 
 
@@ -330,15 +329,14 @@ COMPRESSED = {
 def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, scheme):
     """A tiny llama written by compressed-tensors itself (fixtures/make_quantized.py write_compressed: its own
     compressor) in each preset: each quantised weight's row is what the format's own compressor `decompress` returns
-    from the module's pieces (group, channel and tensor scales; int4 packed in int32, int8, float8; zero points packed
-    along the rows), in the scales' dtype, read whole or a row at a time; the preset ckptstat does not dequantise
-    (nvfp4) keeps its pieces left out by role, no packed integer read as a weight."""
+    from the module's pieces (group, channel and tensor scales; int4 packed in int32, int8, float8, fp4 two a byte;
+    zero points packed along the rows), in the scales' dtype (fp4: bfloat16), read whole or a row at a time."""
     from compressed_tensors.compressors import BaseCompressor
     from compressed_tensors.quantization import QuantizationConfig
     from conftest import fixture_script
 
     mq = fixture_script("make_quantized")
-    fmt, group, read = COMPRESSED[scheme]
+    fmt, group = COMPRESSED[scheme]
     path = mq.write_compressed(mq.build(mq.tiny_config("llama")), str(tmp_path / scheme), scheme, fmt, group)
     with open(os.path.join(path, "config.json")) as f:
         qc = QuantizationConfig.model_validate(json.load(f)["quantization_config"])
@@ -348,10 +346,6 @@ def test_compressed_tensors_weights_are_what_its_decompressor_returns(tmp_path, 
     r = _report(path)
     rows = _by_name(r)
     assert modules
-    if not read:
-        assert r["dequantized"] is None and not {m + ".weight" for m in modules} & set(rows)
-        assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
-        return
     for m in modules:
         local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
         x = compressor.decompress(local, qc.config_groups["group_0"])["weight"]
@@ -556,7 +550,7 @@ def test_compressed_pieces_that_do_not_add_up_are_left_as_stored(cli, tmp_path):
         [n for n in load_file(os.path.join(src, "model.safetensors")) if n.endswith(".weight_packed")]) - 2
 
 
-@pytest.mark.parametrize("scheme", ["W4A16", "W4A16_ASYM", "FP8_DYNAMIC", "W8A16"])
+@pytest.mark.parametrize("scheme", ["W4A16", "W4A16_ASYM", "FP8_DYNAMIC", "W8A16", "NVFP4A16", "MXFP4A16"])
 def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisation(tmp_path, scheme):
     """`diff MODEL QUANTISED`: each quantised weight compared with its source as the values compressed-tensors'
     decompress returns (not removed + added pieces): max |a - b|, relative L2 and cosine as numpy computes them
@@ -568,7 +562,7 @@ def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisati
     from ckptstat.analysis.diff import diff
 
     mq = fixture_script("make_quantized")
-    fmt, group, _ = COMPRESSED[scheme]
+    fmt, group = COMPRESSED[scheme]
     model = mq.build(mq.tiny_config("llama"))
     source = {n: p.detach().clone() for n, p in model.state_dict().items()}
     path = mq.write_compressed(model, str(tmp_path / scheme), scheme, fmt, group)
@@ -588,10 +582,11 @@ def test_diff_of_a_model_and_its_compressed_tensors_save_measures_the_quantisati
         assert r["counts"]["added"] == r["counts"]["removed"] == 0 and r["a_params"] == r["b_params"]
         for m in modules:
             local = {k[len(m) + 1:]: v for k, v in stored.items() if k.startswith(m + ".")}
-            y = compressor.decompress(local, qc.config_groups["group_0"])["weight"].double().numpy().ravel()
-            x = source[m + ".weight"].double().numpy().ravel()
-            t = by[m.removeprefix("model.") + ".weight"]
-            assert t["status"] == "values" and t["max_abs"] == np.max(np.abs(x - y)), m
+            dequantised = compressor.decompress(local, qc.config_groups["group_0"])["weight"]
+            y, x = dequantised.double().numpy().ravel(), source[m + ".weight"].double().numpy().ravel()
+            t = by[m.removeprefix("model.") + ".weight"]   # (fp4 decompresses to bfloat16: a dtype change too)
+            changed = "values" if dequantised.dtype == source[m + ".weight"].dtype else "dtype"
+            assert t["status"] == changed and t["max_abs"] == np.max(np.abs(x - y)), m
             assert t["rel_l2"] == pytest.approx(np.linalg.norm(x - y) / np.linalg.norm(x if a == str(src) else y),
                                                 rel=1e-9)
             assert t["cosine"] == pytest.approx(np.dot(x, y) / (np.linalg.norm(x) * np.linalg.norm(y)), rel=1e-9)

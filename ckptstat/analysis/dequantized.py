@@ -7,7 +7,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   mx.dequantize returns them (the scales' dtype in mode affine, bfloat16 in the others), and the gpt-oss release's
   MXFP4 experts as transformers' convert_moe_packed_tensors does (bfloat16): conversion_mlx.Packed decodes both;
 - compressed-tensors' pack-quantized, int-quantized and float-quantized weights with 16-bit scales per group, row,
-  tensor or block, as its compressors' decompress returns them (the scales' dtype), and transformers' block-scaled FP8
+  tensor or block, as its compressors' decompress returns them (the scales' dtype), its nvfp4- and mxfp4-pack-quantized
+  ones likewise (bfloat16), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
@@ -36,14 +37,16 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "+ bias rounded; bfloat16 in the other modes), the gpt-oss release's MXFP4 experts (_blocks, _scales) as "
         "transformers' convert_moe_packed_tensors does (bfloat16), compressed-tensors' pack-quantized, int-quantized "
         "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
-        "x scale, rounded once in the scales' dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
+        "x scale, rounded once in the scales' dtype), its nvfp4- and mxfp4-pack-quantized ones as its decompress does "
+        "(bfloat16: E2M1 code x the group's E4M3 scale / the global scale in float32, then rounded; code x E8M0 scale, "
+        "rounded once), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
         "scale in float32, then the model's dtype), GPTQ's (2, 3, 4, 8 bits) and AWQ GEMM's (2, 4, 8) as gptqmodel's "
         "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
         "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word, at 3 bits to each code); the "
-        "pieces of other quantised weights (AWQ GEMV, LLM.int8, nvfp4...) are left out by role")
+        "pieces of other quantised weights (AWQ GEMV, LLM.int8, modelopt...) are left out by role")
 _VIEW = "dequantized:view"
 
 
@@ -60,13 +63,14 @@ class Scaled:
     codes: str
     scales: str
     zeros: str | None
-    kind: str            # "offset" (unsigned codes stored + 2^(bits-1)), "int8" (two's complement) or a float8 dtype
-    bits: int
+    kind: str            # "offset" (unsigned codes stored + 2^(bits-1)), "int8" (two's complement), a float8 dtype or
+    bits: int            # "F4" (E2M1 codes two a byte, the first in the low nibble)
     group: int
     cols: int
-    out_dtype: str       # the scales' dtype (F16 or BF16); block-scaled FP8: the model's
+    out_dtype: str       # the scales' dtype (F16 or BF16); block-scaled FP8: the model's; FP4: bfloat16
     block_rows: int = 1  # rows that share a row of scales (block-scaled FP8)
-    float32: bool = False   # the product rounded to float32 first (transformers' Fp8Dequantize)
+    float32: bool = False   # the product rounded to float32 first (transformers' Fp8Dequantize, NVFP4)
+    global_scale: str | None = None   # NVFP4's one float32 each group scale is divided by (in float32)
 
     @property
     def rows(self) -> int:
@@ -77,7 +81,10 @@ class Scaled:
         pack-quantized's offset ones; block-scaled, whole rows of blocks and `blocks`: a group a block, else the
         groups in C order), each group's scale and zero point (float64)."""
         n = (r1 - r0) * self.cols
-        if self.src.tensors[self.codes].dtype == "I32":
+        if self.kind == "F4":
+            raw = np.asarray(self.src.read_elements(self.codes, r0 * self.cols // 2, n // 2))
+            q = unpack_bits(raw.astype(np.uint8, copy=False), 4, n)
+        elif self.src.tensors[self.codes].dtype == "I32":
             words = self.cols * self.bits // 32
             raw = np.asarray(self.src.read_elements(self.codes, r0 * words, (r1 - r0) * words))
             q = unpack_bits(raw.astype("<i4").view(np.uint8), self.bits, n)
@@ -121,7 +128,16 @@ class Scaled:
         if self.src.tensors[self.scales].dtype == "U8":
             with np.errstate(over="ignore"):
                 return np.exp2(s.astype(np.float64) - 127).astype(np.float32).astype(np.float64)
+        if self.global_scale is not None:   # (scale / global scale, in float32)
+            with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+                return (s.astype(np.float32) / self._global).astype(np.float64)
         return s.astype(np.float64)
+
+    @cached_property
+    def _global(self) -> np.float32:
+        """NVFP4's global scale (float32)."""
+        assert self.global_scale is not None
+        return np.float32(np.asarray(self.src.read(self.global_scale), dtype=np.float32).reshape(-1)[0])
 
     def patterns(self, q: np.ndarray, s: np.ndarray, z: np.ndarray | None) -> np.ndarray:
         """The 16-bit patterns (uint16) of the values codes q give under scales s and zero points z (broadcast
@@ -304,6 +320,7 @@ def _by_last_part(ckpt: Checkpoint, w: QuantWeight) -> dict[str, TensorInfo]:
 
 
 _COMPRESSED = {f"compressed-tensors {f}" for f in ("pack-quantized", "int-quantized", "float-quantized")}
+_FP4 = {f"compressed-tensors {f}-pack-quantized" for f in ("nvfp4", "mxfp4")}
 
 
 def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
@@ -342,6 +359,26 @@ def _compressed(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
         return None
     return Scaled(ckpt, codes.name, scale.name, None if zero is None else zero.name, kind, bits,
                   cols if scale.numel == 1 else cols // groups, cols, scale.dtype, block_rows)
+
+
+def _fp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """compressed-tensors' nvfp4- and mxfp4-pack-quantized weights as Scaled: `weight_packed` uint8 [rows, cols / 2]
+    (two E2M1 codes a byte, the first in the low nibble), `weight_scale` one a group of 16 (nvfp4: float8 E4M3, divided
+    by the float32 `weight_global_scale` in float32) or 32 (mxfp4: E8M0 bytes), read as its decompress returns them
+    (bfloat16: nvfp4's code x scale in float32 first, mxfp4's rounded once). Else None (left out by role)."""
+    m = _by_last_part(ckpt, w)
+    codes, scale, glob = m.get("weight_packed"), m.get("weight_scale"), m.get("weight_global_scale")
+    nv = w.method.endswith("nvfp4-pack-quantized")
+    group = 16 if nv else 32
+    if (codes is None or scale is None or len(w.shape) != 2 or codes.dtype != "U8" or "weight_zero_point" in m
+            or scale.dtype != ("F8_E4M3" if nv else "U8") or (glob is None) == nv):
+        return None
+    rows, cols = w.shape
+    if (cols % group or codes.shape != (rows, cols // 2) or scale.shape != (rows, cols // group)
+            or (glob is not None and (glob.dtype != "F32" or glob.shape != (1,)))):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, "F4", 4, group, cols, "BF16", 1, nv,
+                  None if glob is None else glob.name)
 
 
 def _weight_args(cfg: dict | None) -> list[dict]:
@@ -436,6 +473,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _gpt_oss(ckpt, w)
     if w.method in _COMPRESSED:
         return _compressed(ckpt, w)
+    if w.method in _FP4:
+        return _fp4(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
     if w.method in ("quanto qint8", "quanto qfloat8"):
