@@ -250,6 +250,7 @@ QUANT_MEMBER_ROLES = {
     "compressed": "packed-weight", "bitmask": "sparsity-mask", "row_offsets": "sparsity-offsets",   # compressed-tensors sparse
     "shape": "logical-shape",
     "weight_scale_inv": "scale", "activation_scale": "input-scale",                                  # FP8 (DeepSeek-V3, fbgemm)
+    "weight_scale_2": "scale",                                                                       # modelopt NVFP4
     "input_scale": "input-scale", "input_zero_point": "input-scale", "input_global_scale": "input-scale",
     "input_scale_ub": "input-scale",
     "k_scale": "kv-scale", "v_scale": "kv-scale", "q_scale": "kv-scale", "kv_scale": "kv-scale",       # FP8 KV cache
@@ -272,7 +273,8 @@ def quant_member_role(suffix: str, method: str) -> str:
     if suffix.startswith("quant_state."):
         return "quant-state"
     if suffix == "weight":
-        return "packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx")) else "quantized-weight"
+        return ("packed-weight" if method.startswith(("bitsandbytes-nf4", "bitsandbytes-fp4", "mlx", "modelopt nvfp4"))
+                else "quantized-weight")
     if suffix == "W_q" and method == "hqq 8-bit":   # HQQ's 8bit_u8 packing: one value per byte
         return "quantized-weight"
     return QUANT_MEMBER_ROLES.get(suffix, "quant-state")

@@ -133,23 +133,24 @@ def test_deepseek_v3_config_plans_fp8_blocks(tmp_path, cli):
     assert _resident(cli, bare, "--weights-dtype", "fp8")["bytes"] == w["bytes"]
 
 
-GPTQMODEL = sorted(c for c in os.listdir(FIX) if c.startswith("gptqmodel-") and "." not in c)
+GPTQMODEL = sorted(c for c in os.listdir(FIX) if c.startswith(("gptqmodel-", "modelopt-")) and "." not in c)
 
 
 @pytest.mark.parametrize("case", GPTQMODEL)
-def test_gptq_and_awq_configs_plan_what_gptqmodel_stores(tmp_path, cli, case):
-    """GPTQ (2, 4 and 8 bits, groups of 32 and one group, act-order) and AWQ GEMM checkpoints GPTQModel wrote
-    (fixtures/quantized/gptqmodel-*, fixtures/make_gptqmodel.py): their config.json alone plans exactly the bytes the
-    file holds (each tensor's, safetensors' header read by safe_open), as the checkpoint itself does."""
+def test_quantised_configs_plan_what_their_writer_stores(tmp_path, cli, case):
+    """GPTQ (2, 3, 4 and 8 bits, groups of 32 and one group, act-order, MoE experts) and AWQ GEMM checkpoints
+    GPTQModel wrote (fixtures/quantized/gptqmodel-*, fixtures/make_gptqmodel.py) and NVFP4 ones NVIDIA modelopt
+    exported (fixtures/quantized/modelopt-*): their config.json alone plans exactly the bytes the file holds (each
+    tensor's, read by safe_open), as the checkpoint itself does."""
     from safetensors import safe_open
 
     folder = os.path.join(FIX, case)
-    with safe_open(os.path.join(folder, "model.safetensors"), "np") as f:
+    with safe_open(os.path.join(folder, "model.safetensors"), "pt") as f:
         held = sum(f.get_tensor(k).nbytes for k in f.keys())
     shutil.copy(os.path.join(folder, "config.json"), tmp_path / "alone.json")
     alone = _resident(cli, str(tmp_path / "alone.json"))
     assert _resident(cli, folder)["bytes"] == alone["bytes"] == held
-    method = case.split("-")[1].split("_")[0]
+    method = "modelopt" if case.startswith("modelopt-") else case.split("-")[1].split("_")[0]
     assert f"config.json quantization_config ({method})" in alone["rule"] and "is not planned" not in alone["rule"]
 
 

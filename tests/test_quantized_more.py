@@ -4,7 +4,8 @@ the unquantised transformers model holds them.
 Fixtures: fixtures/quantized/{quanto,hqq,torchao}-*, written by optimum-quanto (QuantizedModelForCausalLM.
 save_pretrained), and by HQQ and torchao through transformers (HqqConfig, TorchAoConfig(Float8WeightOnlyConfig),
 save_pretrained) on CPU, by fixtures/make_quantized2.py; fixtures/quantized/gptqmodel-* (GPTQ and AWQ), written by
-GPTQModel's quantize and save on CPU, by fixtures/make_gptqmodel.py; each
+GPTQModel's quantize and save on CPU, by fixtures/make_gptqmodel.py; fixtures/quantized/modelopt-* (NVFP4), written by
+NVIDIA modelopt's quantize and export_hf_checkpoint on CPU, by fixtures/make_modelopt.py; each
 expected.json was read from the writers' own objects (the unquantised model's parameters() and state_dict
 shapes, each quantised module's state_dict names, the writer's bits). The writers are not needed here."""
 from __future__ import annotations
@@ -32,7 +33,7 @@ from ckptstat.naming import QUANT_ROLES  # noqa: E402
 FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "quantized")
 CASES = ["quanto-qint8-llama", "quanto-qfloat8-llama", "quanto-qint4-llama-grouped", "quanto-qint2-qwen2",
          "hqq-4bit-qwen2", "hqq-3bit-llama", "hqq-8bit-llama", "torchao-float8-llama",
-         *sorted(c for c in os.listdir(FIXTURES) if c.startswith("gptqmodel-") and "." not in c)]
+         *sorted(c for c in os.listdir(FIXTURES) if c.startswith(("gptqmodel-", "modelopt-")) and "." not in c)]
 NATIVE = "hqq-native-4bit-llama"   # HQQ's own save_quantized: qmodel.pt, its `shape` a torch.Size (no tensor)
 
 
@@ -139,7 +140,7 @@ def test_quanto_groups_hide_the_split(case):
 
 @pytest.mark.parametrize("case", ["quanto-qint4-llama-grouped", "quanto-qint2-qwen2", "quanto-qint8-llama",
                                   "hqq-4bit-qwen2", "hqq-3bit-llama", "torchao-float8-llama", NATIVE,
-                                  *(c for c in CASES if c.startswith("gptqmodel-"))])
+                                  *(c for c in CASES if c.startswith(("gptqmodel-", "modelopt-")))])
 def test_flops_ties_and_memory_work_from_logical_shapes(case, tmp_path):
     """The quantised checkpoint resolves, ties and counts FLOPs as the same model saved unquantised by
     transformers' save_pretrained."""

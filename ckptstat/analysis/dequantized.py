@@ -10,6 +10,7 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   tensor or block, as its compressors' decompress returns them (the scales' dtype), its nvfp4- and mxfp4-pack-quantized
   ones likewise (bfloat16), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
+- NVIDIA modelopt's NVFP4 weights as its NVFP4QTensor.dequantize returns them (in the model's dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
 - GPTQ (formats gptq and gptq_v2; 2, 3, 4 or 8 bits) and AWQ GEMM weights (2, 4, 8 bits) as gptqmodel, which
@@ -39,7 +40,8 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "and float-quantized ones (16-bit scales per group, row, tensor or block) as its decompress does ((code - zero point) "
         "x scale, rounded once in the scales' dtype), its nvfp4- and mxfp4-pack-quantized ones as its decompress does "
         "(bfloat16: E2M1 code x the group's E4M3 scale / the global scale in float32, then rounded; code x E8M0 scale, "
-        "rounded once), transformers' block-scaled FP8 (weight_scale_inv) as its "
+        "rounded once), NVIDIA modelopt's NVFP4 ones as its NVFP4QTensor.dequantize does (code x (scale x weight_scale_2 "
+        "in float32) in float32, then the model's dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
@@ -70,7 +72,8 @@ class Scaled:
     out_dtype: str       # the scales' dtype (F16 or BF16); block-scaled FP8: the model's; FP4: bfloat16
     block_rows: int = 1  # rows that share a row of scales (block-scaled FP8)
     float32: bool = False   # the product rounded to float32 first (transformers' Fp8Dequantize, NVFP4)
-    global_scale: str | None = None   # NVFP4's one float32 each group scale is divided by (in float32)
+    global_scale: str | None = None   # NVFP4's one float32 each group scale is divided (compressed-tensors) or
+    global_divides: bool = True       # multiplied (modelopt's weight_scale_2) by, in float32
 
     @property
     def rows(self) -> int:
@@ -128,9 +131,10 @@ class Scaled:
         if self.src.tensors[self.scales].dtype == "U8":
             with np.errstate(over="ignore"):
                 return np.exp2(s.astype(np.float64) - 127).astype(np.float32).astype(np.float64)
-        if self.global_scale is not None:   # (scale / global scale, in float32)
+        if self.global_scale is not None:   # (scale / or x the global scale, in float32)
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-                return (s.astype(np.float32) / self._global).astype(np.float64)
+                s32 = s.astype(np.float32)
+                return (s32 / self._global if self.global_divides else s32 * self._global).astype(np.float64)
         return s.astype(np.float64)
 
     @cached_property
@@ -381,6 +385,22 @@ def _fp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
                   None if glob is None else glob.name)
 
 
+def _modelopt_nvfp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """NVIDIA modelopt's NVFP4 weights (export_hf_checkpoint): `weight` uint8 [rows, cols / 2] (two E2M1 codes a byte,
+    the first in the low nibble), `weight_scale` float8 E4M3 [rows, cols / 16], `weight_scale_2` one float32, read as
+    NVFP4QTensor.dequantize returns them: code x (scale x weight_scale_2 in float32) in float32, then the model's dtype
+    (config.json's, F16 or BF16). Else None."""
+    m = _by_last_part(ckpt, w)
+    codes, scale, glob, dtype = m.get("weight"), m.get("weight_scale"), m.get("weight_scale_2"), _model_dtype(ckpt)
+    if codes is None or scale is None or glob is None or dtype is None or len(w.shape) != 2:
+        return None
+    rows, cols = w.shape
+    if (codes.dtype != "U8" or scale.dtype != "F8_E4M3" or glob.dtype != "F32" or glob.numel != 1 or cols % 16
+            or codes.shape != (rows, cols // 2) or scale.shape != (rows, cols // 16)):
+        return None
+    return Scaled(ckpt, codes.name, scale.name, None, "F4", 4, 16, cols, dtype, 1, True, glob.name, False)
+
+
 def _weight_args(cfg: dict | None) -> list[dict]:
     """compressed-tensors' weight quantisation args of each config group (config.json's quantization_config)."""
     q = (cfg or {}).get("quantization_config")
@@ -475,6 +495,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _compressed(ckpt, w)
     if w.method in _FP4:
         return _fp4(ckpt, w)
+    if w.method == "modelopt nvfp4":
+        return _modelopt_nvfp4(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
     if w.method in ("quanto qint8", "quanto qfloat8"):

@@ -112,12 +112,13 @@ _MEMBERS = {
     "bitsandbytes-int8": ("weight", "SCB", "weight_format"),
     "fp8": ("weight", "weight_scale", "weight_scale_inv", "weight_zero_point", "input_scale", "input_scale_ub",
             "input_zero_point", "activation_scale"),
+    "modelopt nvfp4": ("weight", "weight_scale", "weight_scale_2", "input_scale"),   # export_hf_checkpoint's
 }
 _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
 # quantization_config.quant_method -> how the layouts it writes are labelled here
 _CONFIG_METHODS = {"fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
                    "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4",
-                   "hqq": "hqq", "quanto": "quanto", "torchao": "torchao"}
+                   "hqq": "hqq", "quanto": "quanto", "torchao": "torchao", "modelopt": "modelopt"}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
 # kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
@@ -278,6 +279,11 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
     w = s.get("weight")
     if w is None:
         return None
+    scale = s.get("weight_scale")
+    if (w.dtype == "U8" and "weight_scale_2" in s and scale is not None and scale.dtype == "F8_E4M3"
+            and len(w.shape) == 2):   # NVIDIA modelopt NVFP4: two E2M1 codes a byte, an E4M3 scale a 16 inputs
+        return _weight(prefix + "weight", (w.shape[0], w.shape[1] * 2), "modelopt nvfp4", 4,
+                       _pick(s, _MEMBERS["modelopt nvfp4"]))
     if "SCB" in s and w.dtype == "I8":   # bitsandbytes Linear8bitLt: int8 weight, per-row absmax SCB
         return _weight(prefix + "weight", w.shape, "bitsandbytes-int8", 8, _pick(s, _MEMBERS["bitsandbytes-int8"]))
     if w.dtype in _F8 | {"I8"} and ("weight_scale" in s or "weight_scale_inv" in s):
@@ -288,6 +294,8 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
             label += " block-scaled"
         if method_cfg == "compressed-tensors":
             label = f"compressed-tensors {'float' if w.dtype in _F8 else 'int'}-quantized"
+        elif method_cfg == "modelopt":
+            label = f"modelopt {label}"
         return _weight(prefix + "weight", w.shape, label, 8, _pick(s, _MEMBERS["fp8"]))
     return None
 
