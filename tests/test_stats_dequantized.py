@@ -474,7 +474,7 @@ MODELOPT = sorted(c for c in os.listdir(os.path.join(FIX, "quantized")) if c.sta
 @pytest.mark.parametrize("case", MODELOPT)
 def test_modelopt_nvfp4_is_what_modelopt_dequantizes(case, tmp_path):
     """NVIDIA modelopt's NVFP4 weights (fixtures/make_modelopt.py: mtq.quantize and export_hf_checkpoint on the CPU,
-    llama and tied qwen2): each row is what modelopt's NVFP4QTensor.dequantize returned for the weight, read whole, a
+    llama, tied qwen2, Qwen3-MoE's experts one linear each): each row is what modelopt's NVFP4QTensor.dequantize returned for the weight, read whole, a
     group at a time and by two workers; diff of a bfloat16 save of those values and the export is equal tensor for
     tensor (with noise, numpy's metrics). Before, the packed uint8 weights were counted as buffers (18,510 parameters
     for the 47,296 of the llama)."""
