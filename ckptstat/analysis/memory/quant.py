@@ -34,7 +34,7 @@ QUANTISED = {
     "mxfp4": "uint8 blocks of 2 fp4 values + a uint8 E8M0 scale per 32 inputs, the routed experts' weights only "
              "(transformers Mxfp4GptOssExperts, the gpt-oss release)",
 }
-# Layouts only a config's quantization_config names (not --weights-dtype choices), bytes in quant_bytes()
+# Layouts only a config's quantization_config names (not --weights-dtype choices), bytes in Quant.bytes()
 CONFIG_LAYOUTS = {
     "gptq": "{bits}-bit codes in int32 words + fp16 scale and {bits}-bit zero per {group} + int32 g_idx (GPTQ, "
             "as gptqmodel stores it)",
@@ -51,8 +51,9 @@ ROUTER = re.compile(r"\(router\)|(^|\.)(router|gate)(\.|$)")
 
 @dataclass(frozen=True)
 class Quant:
-    """One quantised layout applied to the planned model: its QUANTISED name, the modules it leaves alone
-    (transformers-style names), fp8's block (None: one scale per tensor) and where it came from."""
+    """One quantised layout applied to the planned model: its QUANTISED or CONFIG_LAYOUTS name, the modules it
+    leaves alone (transformers-style names), fp8's block (None: one scale per tensor), where it came from, and the
+    config layouts' bits, group and input scale."""
     name: str
     skip: tuple[str, ...] = ()
     block: tuple[int, int] | None = (128, 128)
@@ -72,7 +73,7 @@ class Quant:
         return not any(re.match(rf"(?:{k})(?:(?<=\.)|(?=\.|$))", name) or name.endswith(k) for k in self.skip)
 
     def bytes(self, fin: int, fout: int) -> float:
-        if self.name == "modelopt":
+        if self.name == "modelopt":   # (codes two a byte, an E4M3 scale a 16 inputs, the fp32 scalars)
             return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.input_scale
         if self.name in CONFIG_LAYOUTS:
             return grouped_bytes(fin, fout, self.bits, self.group, self.name == "gptq")
