@@ -472,17 +472,18 @@ MODELOPT = sorted(c for c in os.listdir(os.path.join(FIX, "quantized")) if c.sta
 
 
 @pytest.mark.parametrize("case", MODELOPT)
-def test_modelopt_nvfp4_is_what_modelopt_dequantizes(case, tmp_path):
-    """NVIDIA modelopt's NVFP4 weights (fixtures/make_modelopt.py: mtq.quantize and export_hf_checkpoint on the CPU,
-    llama, tied qwen2, Qwen3-MoE's experts one linear each): each row is what modelopt's NVFP4QTensor.dequantize returned for the weight, read whole, a
-    group at a time and by two workers; diff of a bfloat16 save of those values and the export is equal tensor for
-    tensor (with noise, numpy's metrics). Before, the packed uint8 weights were counted as buffers (18,510 parameters
-    for the 47,296 of the llama)."""
+def test_modelopt_nvfp4_and_fp8_are_what_modelopt_dequantizes(case, tmp_path):
+    """NVIDIA modelopt's NVFP4 and FP8 weights (fixtures/make_modelopt.py: mtq.quantize and export_hf_checkpoint on the
+    CPU; NVFP4 llama, tied qwen2, Qwen3-MoE's experts one linear each; FP8 llama): each row is what modelopt's
+    NVFP4QTensor or FP8QTensor dequantize returned for the weight, read whole, a group at a time and by two workers;
+    diff of a bfloat16 save of those values and the export is equal tensor for tensor (with noise, numpy's metrics).
+    Before, NVFP4's packed uint8 weights were counted as buffers (18,510 parameters for the 47,296 of the llama) and
+    FP8's weights were left out of the statistics."""
     path = os.path.join(FIX, "quantized", case)
     values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
     r = _report(path)
     rows = _rows_are(r, values)
-    assert r["dequantized"]["methods"] == {"modelopt nvfp4": len(values)}
+    assert r["dequantized"]["methods"] == {"modelopt nvfp4" if "nvfp4" in case else "fp8": len(values)}
     assert _report(path, workers=2) == r
     small = _by_name(_report(path, chunk_bytes=16))
     assert all(small[n] == rows[n] for n in values)

@@ -10,7 +10,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   tensor or block, as its compressors' decompress returns them (the scales' dtype), its nvfp4- and mxfp4-pack-quantized
   ones likewise (bfloat16), and transformers' block-scaled FP8
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
-- NVIDIA modelopt's NVFP4 weights as its NVFP4QTensor.dequantize returns them (in the model's dtype): Scaled;
+- NVIDIA modelopt's NVFP4 and FP8 weights as its NVFP4QTensor and FP8QTensor dequantize them (in the model's
+  dtype): Scaled;
 - bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
 - GPTQ (formats gptq and gptq_v2; 2, 3, 4 or 8 bits) and AWQ GEMM weights (2, 4, 8 bits) as gptqmodel, which
@@ -41,7 +42,8 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "x scale, rounded once in the scales' dtype), its nvfp4- and mxfp4-pack-quantized ones as its decompress does "
         "(bfloat16: E2M1 code x the group's E4M3 scale / the global scale in float32, then rounded; code x E8M0 scale, "
         "rounded once), NVIDIA modelopt's NVFP4 ones as its NVFP4QTensor.dequantize does (code x (scale x weight_scale_2 "
-        "in float32) in float32, then the model's dtype), transformers' block-scaled FP8 (weight_scale_inv) as its "
+        "in float32) in float32, then the model's dtype) and FP8 ones as its FP8QTensor.dequantize does (code x the scale "
+        "cast to the model's dtype, rounded to it), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
         "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
@@ -74,6 +76,7 @@ class Scaled:
     float32: bool = False   # the product rounded to float32 first (transformers' Fp8Dequantize, NVFP4)
     global_scale: str | None = None   # NVFP4's one float32 each group scale is divided (compressed-tensors) or
     global_divides: bool = True       # multiplied (modelopt's weight_scale_2) by, in float32
+    scale_rounded: bool = False       # the scale rounded to out_dtype first (modelopt's FP8: both factors cast)
 
     @property
     def rows(self) -> int:
@@ -131,6 +134,8 @@ class Scaled:
         if self.src.tensors[self.scales].dtype == "U8":
             with np.errstate(over="ignore"):
                 return np.exp2(s.astype(np.float64) - 127).astype(np.float32).astype(np.float64)
+        if self.scale_rounded:
+            return decode(bits16(s.astype(np.float64), self.out_dtype), self.out_dtype, s.size).astype(np.float64)
         if self.global_scale is not None:   # (scale / or x the global scale, in float32)
             with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
                 s32 = s.astype(np.float32)
@@ -401,6 +406,19 @@ def _modelopt_nvfp4(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     return Scaled(ckpt, codes.name, scale.name, None, "F4", 4, 16, cols, dtype, 1, True, glob.name, False)
 
 
+def _modelopt_fp8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """NVIDIA modelopt's FP8 weights (export_hf_checkpoint): `weight` float8 E4M3 of the logical 2-D shape and one
+    float32 `weight_scale`, read as FP8QTensor.dequantize returns them: code and scale each cast to the model's dtype
+    (config.json's, F16 or BF16), their product rounded to it. Else None."""
+    m = _by_last_part(ckpt, w)
+    codes, scale, dtype = m.get("weight"), m.get("weight_scale"), _model_dtype(ckpt)
+    if (codes is None or scale is None or dtype is None or len(w.shape) != 2 or codes.dtype != "F8_E4M3"
+            or codes.shape != w.shape or scale.dtype != "F32" or scale.numel != 1):
+        return None
+    cols = w.shape[1]
+    return Scaled(ckpt, codes.name, scale.name, None, "F8_E4M3", 8, cols, cols, dtype, scale_rounded=True)
+
+
 def _weight_args(cfg: dict | None) -> list[dict]:
     """compressed-tensors' weight quantisation args of each config group (config.json's quantization_config)."""
     q = (cfg or {}).get("quantization_config")
@@ -497,6 +515,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _fp4(ckpt, w)
     if w.method == "modelopt nvfp4":
         return _modelopt_nvfp4(ckpt, w)
+    if w.method == "fp8" and _quant_config(ckpt).get("quant_method") == "modelopt":
+        return _modelopt_fp8(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
     if w.method in ("quanto qint8", "quanto qfloat8"):
@@ -504,10 +524,14 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
     if w.method == "torchao float8":
         return _torchao(ckpt, w)
     if w.method in ("gptq", "awq"):
-        q = layout(ckpt)
-        return (gptq if w.method == "gptq" else awq)(ckpt, _by_last_part(ckpt, w), w.shape, w.bits,
-                                                      q.config if q is not None else {})
+        return (gptq if w.method == "gptq" else awq)(ckpt, _by_last_part(ckpt, w), w.shape, w.bits, _quant_config(ckpt))
     return _fp8_blocks(ckpt, w) if w.method == "fp8 block-scaled" else None
+
+
+def _quant_config(ckpt: Checkpoint) -> dict:
+    """The quantization_config fields the census keeps (QuantLayout.config), or {}."""
+    q = layout(ckpt)
+    return q.config if q is not None else {}
 
 
 def view(ckpt: Checkpoint, readers: bool = False) -> Checkpoint:

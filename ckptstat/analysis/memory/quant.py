@@ -9,9 +9,10 @@ Which modules a config's quantizer converts (transformers/quantizers/quantizer_m
    weight + a float32 weight_scale_inv per weight_block_size block (one per tensor without a block size); the
    routers (not nn.Linear in transformers 5) and lm_head (get_keys_to_not_convert) stay.
 Both skip `modules_to_not_convert` (quantizers_utils.should_convert_module's rule, applied to the template's names).
- - modelopt NVFP4 (NVIDIA modelopt's export_hf_checkpoint; vLLM and TensorRT-LLM load it): every linear of the blocks
-   but the routers, less `ignore`; per [out, in] weight the uint8 codes (two a byte), an E4M3 scale per 16 inputs, a
-   float32 weight_scale_2, and a float32 input_scale where the config quantises the activations too;
+ - modelopt NVFP4 and FP8 (NVIDIA modelopt's export_hf_checkpoint; vLLM and TensorRT-LLM load it): every linear of
+   the blocks but the routers, less `ignore`; per [out, in] weight the uint8 codes (two a byte), an E4M3 scale per 16
+   inputs and a float32 weight_scale_2 (NVFP4), or float8 codes and one float32 weight_scale (FP8), and a float32
+   input_scale where the config quantises the activations too;
  - gptq, awq (gptqmodel, which transformers 5 loads both with): every linear of the blocks but the routers, lm_head
    left alone (`lm_head: false`, gptqmodel's default); per [out, in] weight the int32 words of its `bits`-bit codes,
    a float16 scale and a `bits`-bit zero point (int32 words along the outputs) per group of `group_size` inputs (one
@@ -42,6 +43,8 @@ CONFIG_LAYOUTS = {
            "stores it)",
     "modelopt": "E2M1 codes two a byte + an E4M3 scale per 16 inputs + fp32 weight_scale_2{input} (NVIDIA modelopt "
                 "NVFP4, as export_hf_checkpoint stores it)",
+    "modelopt-fp8": "float8 E4M3 + one fp32 weight_scale{input} (NVIDIA modelopt FP8, as export_hf_checkpoint stores "
+                    "it)",
 }
 MX_BLOCK = 32
 # a MoE router (GptOssTopKRouter, DeepseekV3TopkRouter ...): a template's `(router)` label, or the module named in a
@@ -75,6 +78,8 @@ class Quant:
     def bytes(self, fin: int, fout: int) -> float:
         if self.name == "modelopt":   # (codes two a byte, an E4M3 scale a 16 inputs, the fp32 scalars)
             return -(-fin * fout // 2) + fout * -(-fin // 16) + 4 + 4 * self.input_scale
+        if self.name == "modelopt-fp8":
+            return fin * fout + 4 + 4 * self.input_scale
         if self.name in CONFIG_LAYOUTS:
             return grouped_bytes(fin, fout, self.bits, self.group, self.name == "gptq")
         return quant_bytes(self.name, fin, fout, self.block)
@@ -113,12 +118,13 @@ def config_quant(q: dict | None) -> tuple[Quant | None, str]:
         b = q.get("weight_block_size")
         block = (int(b[0]), int(b[1])) if isinstance(b, (list, tuple)) and len(b) == 2 else None
         return Quant("fp8", skip, block, src), ""
-    if method == "modelopt" and str(q.get("quant_algo") or "").upper() == "NVFP4":
+    algo = str(q.get("quant_algo") or "").upper()
+    if method == "modelopt" and algo in ("NVFP4", "FP8"):
         groups = q.get("config_groups")
         acts = any(isinstance(g, dict) and isinstance(g.get("input_activations"), dict)
                    for g in (groups.values() if isinstance(groups, dict) else ()))
         ignore = tuple(str(x) for x in q.get("ignore") or q.get("exclude_modules") or ())
-        return Quant("modelopt", skip + ignore, None, src, 4, 16, acts), ""
+        return Quant("modelopt" if algo == "NVFP4" else "modelopt-fp8", skip + ignore, None, src, 4, 16, acts), ""
     bits, group = q.get("bits", q.get("w_bit")), q.get("group_size", q.get("q_group_size", 128))
     fmt = str(q.get("checkpoint_format") or q.get("format") or q.get("version") or "").lower()
     if (method in CONFIG_LAYOUTS and isinstance(bits, int) and bits in ((2, 3, 4, 8) if method == "gptq" else (2, 4, 8))

@@ -115,10 +115,12 @@ _MEMBERS = {
     "modelopt nvfp4": ("weight", "weight_scale", "weight_scale_2", "input_scale"),   # export_hf_checkpoint's
 }
 _BITS = (2, 3, 4, 8)   # what GPTQ/AWQ kernels pack
-# quantization_config.quant_method -> how the layouts it writes are labelled here
-_CONFIG_METHODS = {"fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
-                   "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4",
-                   "hqq": "hqq", "quanto": "quanto", "torchao": "torchao", "modelopt": "modelopt"}
+# quantization_config.quant_method -> how the layouts it writes are labelled here (the labels' start; modelopt's FP8
+# is fbgemm's and transformers' per-tensor `fp8`)
+_CONFIG_METHODS: dict[str, str | tuple[str, ...]] = {
+    "fbgemm_fp8": "fp8", "fp8": "fp8", "bitsandbytes": "bitsandbytes", "compressed-tensors": "compressed-tensors",
+    "compressed_tensors": "compressed-tensors", "gptq": "gptq", "awq": "awq", "mxfp4": "mxfp4", "hqq": "hqq",
+    "quanto": "quanto", "torchao": "torchao", "modelopt": ("modelopt", "fp8")}
 _F8 = {"F8_E4M3", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ"}
 # Module-level scales with no weight of their own: FP8 KV-cache / attention scales (compressed-tensors
 # kv_cache_scheme, modelopt) -> role, when the checkpoint is quantised.
@@ -294,8 +296,6 @@ def _module(ckpt: Checkpoint, mod: str, s: dict[str, TensorInfo], q: Mapping[str
             label += " block-scaled"
         if method_cfg == "compressed-tensors":
             label = f"compressed-tensors {'float' if w.dtype in _F8 else 'int'}-quantized"
-        elif method_cfg == "modelopt":
-            label = f"modelopt {label}"
         return _weight(prefix + "weight", w.shape, label, 8, _pick(s, _MEMBERS["fp8"]))
     return None
 
