@@ -75,6 +75,27 @@ def measure(cmd: list[str], repeat: int = 3, env: dict | None = None, timeout: f
     }
 
 
+def measured(cmds: dict[str, tuple[list[str], dict]], repeat: int, cwd: str | None = None) -> dict[str, dict]:
+    """Each named (command, environment) measured `repeat` times after one warm-up run (byte-compile, page cache);
+    every run must succeed."""
+    rows = {}
+    for name, (cmd, env) in cmds.items():
+        measure(cmd, 1, env=env, cwd=cwd)
+        rows[name] = measure(cmd, repeat, env=env, cwd=cwd)
+        assert rows[name]["ok"], name
+    return rows
+
+
+def per_value_table(rows: dict[str, dict], baseline: str, values: int, against: str) -> list[str]:
+    """A markdown table of measured rows: wall, CPU, CPU ns a value of `values`, wall against `baseline`'s (headed
+    `x {against} (wall)`), peak RSS."""
+    base = rows[baseline]
+    return ["| command | wall | CPU user+sys | ns / value (CPU) | x " + against + " (wall) | peak RSS |",
+            "|---|---|---|---|---|---|"] + [
+        f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
+        f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |" for name, r in rows.items()]
+
+
 def table(rows: list[tuple[str, dict]], baseline: str) -> str:
     base = dict(rows)[baseline]
     out = ["| contender | wall (median) | peak RSS | time vs ckptstat | RSS vs ckptstat | ok |",

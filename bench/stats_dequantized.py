@@ -23,7 +23,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import compiled_env, emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measured, per_value_table  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 
@@ -135,22 +135,12 @@ def fp8_rows(args: argparse.Namespace, env: dict, ck: list[str]) -> list[str]:
         report = json.loads(subprocess.run([*ck, "stats", tmp, "--json", "--no-progress"], capture_output=True,
                                            text=True, env=env, cwd=ROOT, check=True).stdout)
         values = report["total"]["count"]
-        cmds = {"transformers Fp8Dequantize + numpy (mean, std, min, max, 7 quantiles)": [sys.executable, "-c", FP8_LOOP, tmp],
-                "ckptstat stats (FP8)": [*ck, "stats", tmp, "--no-progress"]}
-        rows = {}
-        for name, cmd in cmds.items():
-            measure(cmd, 1, env=env, cwd=ROOT)
-            rows[name] = measure(cmd, args.repeat, env=env, cwd=ROOT)
-            assert rows[name]["ok"], name
-    base = rows["transformers Fp8Dequantize + numpy (mean, std, min, max, 7 quantiles)"]
-    lines = ["", f"Block-scaled FP8 (128 x 128 blocks, float32 weight_scale_inv, one llama layer of hidden "
-             f"{args.fp8_hidden}, intermediate {args.fp8_inter}: {size / 2**20:.0f} MiB, {values:,} values):", "",
-             "| command | wall | CPU user+sys | ns / value (CPU) | x transformers + numpy (wall) | peak RSS |",
-             "|---|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
-                     f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |")
-    return lines
+        base = "transformers Fp8Dequantize + numpy (mean, std, min, max, 7 quantiles)"
+        rows = measured({base: ([sys.executable, "-c", FP8_LOOP, tmp], env),
+                         "ckptstat stats (FP8)": ([*ck, "stats", tmp, "--no-progress"], env)}, args.repeat, ROOT)
+    return ["", f"Block-scaled FP8 (128 x 128 blocks, float32 weight_scale_inv, one llama layer of hidden "
+            f"{args.fp8_hidden}, intermediate {args.fp8_inter}: {size / 2**20:.0f} MiB, {values:,} values):", "",
+            *per_value_table(rows, base, values, "transformers + numpy")]
 
 
 def main() -> None:
@@ -188,12 +178,7 @@ def main() -> None:
             "ckptstat stats --workers 2": ([*ck, "stats", tmp, "--no-progress", "--workers", "2"], env),
             "ckptstat summary (header only)": ([*ck, "summary", tmp], env),
         }
-        rows = {}
-        for name, (cmd, e) in cmds.items():
-            measure(cmd, 1, env=e, cwd=ROOT)   # warm-up: byte-compile, page cache
-            rows[name] = measure(cmd, args.repeat, env=e, cwd=ROOT)
-            assert rows[name]["ok"], name
-    base = rows["mlx load + mx.dequantize + numpy (mean, std, min, max, 7 quantiles)"]
+        rows = measured(cmds, args.repeat, ROOT)
     lines = ["# stats of quantised checkpoints: ckptstat against the libraries' own dequantisers + numpy", "",
              f"Machine: {platform.machine()}, {os.cpu_count()} cores (shared), Python {platform.python_version()}, "
              f"mlx {mlx_version} (CPU); median of {args.repeat} whole-process runs after a warm-up. File: mlx's "
@@ -201,11 +186,8 @@ def main() -> None:
              f"intermediate {args.inter}, {args.layers} layers, vocab {args.vocab}: {size / 2**20:.0f} MiB, "
              f"{report['dequantized']['weights']} quantised weights, {values:,} values in all.", "",
              "An Apple MLX 4-bit checkpoint:", "",
-             "| command | wall | CPU user+sys | ns / value (CPU) | x mlx + numpy (wall) | peak RSS |",
-             "|---|---|---|---|---|---|"]
-    for name, r in rows.items():
-        lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
-                     f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |")
+             *per_value_table(rows, "mlx load + mx.dequantize + numpy (mean, std, min, max, 7 quantiles)", values,
+                              "mlx + numpy")]
     if args.fp8:
         lines += fp8_rows(args, env, ck)
     emit("\n".join(lines) + "\n", args.out)

@@ -28,7 +28,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from _measure import compiled_env, emit, measure  # noqa: E402
+from _measure import compiled_env, emit, measured, per_value_table  # noqa: E402
 
 ROOT = os.path.dirname(HERE)
 GROUP = 128
@@ -165,20 +165,9 @@ def main() -> None:
             cmds = {base_name: (library, lib_env),
                     "ckptstat stats": ([*ck, "stats", tmp, "--no-progress"], env),
                     "ckptstat stats --workers 2": ([*ck, "stats", tmp, "--no-progress", "--workers", "2"], env)}
-            rows = {}
-            for name, (cmd, e) in cmds.items():
-                measure(cmd, 1, env=e, cwd=ROOT)   # warm-up: byte-compile, page cache
-                rows[name] = measure(cmd, args.repeat, env=e, cwd=ROOT)
-                assert rows[name]["ok"], name
-        base = rows[base_name]
+            rows = measured(cmds, args.repeat, ROOT)
         lines += [f"{title}: {size / 2**20:.0f} MiB, {report['dequantized']['weights']} quantised weights, "
-                  f"{values:,} values.", "",
-                  "| command | wall | CPU user+sys | ns / value (CPU) | x library + numpy (wall) | peak RSS |",
-                  "|---|---|---|---|---|---|"]
-        for name, r in rows.items():
-            lines.append(f"| {name} | {r['wall_s']:.2f} s | {r['cpu_s']:.2f} s | {1e9 * r['cpu_s'] / values:.1f} | "
-                         f"{r['wall_s'] / base['wall_s']:.2f}x | {r['rss_mib']:.0f} MiB |")
-        lines.append("")
+                  f"{values:,} values.", "", *per_value_table(rows, base_name, values, "library + numpy"), ""]
     emit("\n".join(lines), args.out)
 
 

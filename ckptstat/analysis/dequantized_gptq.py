@@ -62,11 +62,14 @@ class InputGrouped:
         """About `values` codes at a time (whole words, at least 32 input rows): for each group among them, its codes
         (outputs, rows of it) uint8 and its scale and zero point of each output column (float64)."""
         step = max(1, values // (self.outputs * 32)) * 32
+        groups = self.src.tensors[self.scales].shape[0]
+        every = (self._scales(0, groups), self._zeros(0, groups)) if np.any(np.diff(self.groups) < 0) else None
         for r0 in range(0, self.inputs, step):
             r1 = min(r0 + step, self.inputs)
             codes, g = self._codes(r0, r1), self.groups[r0:r1]
-            g0, g1 = int(g.min()), int(g.max()) + 1
-            scales, zeros = self._scales(g0, g1), self._zeros(g0, g1)
+            g0, g1 = (0, groups) if every else (int(g.min()), int(g.max()) + 1)
+            # (act-order: each read holds rows of nearly every group, whose scales and zero points are read once)
+            scales, zeros = every or (self._scales(g0, g1), self._zeros(g0, g1))
             order = np.argsort(g, kind="stable")   # (act-order: a group's rows anywhere among them)
             for run in np.split(order, np.flatnonzero(np.diff(g[order])) + 1):
                 k = int(g[run[0]]) - g0
