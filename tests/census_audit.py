@@ -217,6 +217,28 @@ SHAPED: dict[str, dict[str, Any]] = {
                     "mlp_layer_types": ["hash_moe", "moe", "moe"]},
     # a dense layer, then a sparse one (the MoE's router_bias, a buffer); the class's default is three dense first
     "step3p5": {"mlp_layer_types": ["dense", "sparse"], "layer_types": ["full_attention", "sliding_attention"]},
+    # Step3p7's language model is Step 3.5's class, whose window it leaves unset (its sliding layers need one)
+    "step3p7": {"text_config": {"sliding_window": 512}},
+    # Mistral 4 rotates the latent attention's rope part by head_dim x partial_rotary_factor (mistralai's 128 x 0.5 =
+    # its qk_rope_head_dim, 64): a head twice the tiny rope part
+    "mistral4": {"head_dim": 2 * SMALL},
+    # DeepSeek-OCR 2's language model: a dense layer, then a routed one (the class leaves the list and top-k unset)
+    "deepseek_ocr2_text": {"mlp_layer_types": ["dense", "sparse"], "num_experts_per_tok": 2},
+    # HunYuan-VL rotates by 4 position rows (tencent/HunyuanOCR's sections of 16 each over a 128 head), which the
+    # class's rope_parameters leave out: four of the tiny head's half
+    "hunyuan_vl_text": {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [1, 1, 1, 1]}},
+    # ESM's class leaves the vocabulary and its padding unset (ESM-2's releases: 33 tokens, <pad> 1); ESM C has no
+    # grouped-query attention
+    "esm": {"vocab_size": 33, "pad_token_id": 1},
+    "esmc": {"num_key_value_heads": 2},
+    # Molmo2's adapter reads the vision tower's layers [24, 18] (its class's default, for the released 25): the tiny
+    # tower's last two
+    "molmo2_adapter": {"vision_feature_layer": [-1, -2]},
+    # Granite 4 Vision injects vision layers' features into language layers ([vision, LLM] pairs) through Q-Former
+    # windows ("1/4" as ibm-granite's), both left unset by the class, and samples the tiny towers' layers for its
+    # spatial groups; its Q-Former has a head per 64 of the vision tower's width
+    "granite4_vision": {"deepstack_layer_map": [[0, 0], [1, 1]], "spatial_target_layers": [0, 1, 0, 1],
+                        "downsample_rate": "1/4", "vision_config": {"hidden_size": 64}},
     # the axial position embeddings' widths sum to hidden_size and their shape multiplies to max_position_embeddings
     # (google/reformer-crime-and-punishment's [64, 192] of 256, [512, 1024]); is_decoder stays the class's (False:
     # ReformerForMaskedLM's), coverage_walk.DECODERS sets it for ReformerModelWithLMHead
@@ -257,15 +279,72 @@ def tiny_config(cfg_cls: Any) -> Any:
     model_type = getattr(cfg_cls, "model_type", "")
     defaults = cfg_cls()
     over = shrink(defaults)
-    over.update(_unset(defaults, over))
-    over.update(HYBRID.get(model_type, {}))
+    _complete(defaults, over)
     _shaped(model_type, over)
     try:
-        return cfg_cls(**over)
+        cfg = cfg_cls(**over)
     except Exception:   # some composite configs take their sub-configs as objects, not dicts
         from transformers import AutoConfig
         fixed = {k: (AutoConfig.for_model(**v) if isinstance(v, dict) and "model_type" in v else v) for k, v in over.items()}
-        return cfg_cls(**fixed)
+        cfg = cfg_cls(**fixed)
+    return cfg
+
+
+def _complete(defaults: Any, over: dict[str, Any]) -> None:
+    """Add to `over` the sizes `defaults` leaves unset (_unset) and its HYBRID layers, and so for each nested
+    sub-config (a vision-language model's text_config: a latent-attention or hybrid language model), which also keeps
+    the scalars the outer class sets apart from its sub-config class's defaults (PaliGemma's Gemma with one kv head:
+    the overrides alone would build Gemma's 16)."""
+    from transformers import PretrainedConfig
+
+    over.update(_unset(defaults, over))
+    over.update(HYBRID.get(getattr(defaults, "model_type", ""), {}))
+    _fit_mrope(defaults, over)
+    for key, value in vars(defaults).items():
+        if isinstance(value, PretrainedConfig) and isinstance(over.get(key), dict):
+            for k, v in value.to_diff_dict().items():
+                if isinstance(v, (int, float, str)) and k not in over[key] and k not in (
+                        "transformers_version", "torch_dtype", "dtype"):   # scalars: a layer list is sized for the default depth
+                    over[key][k] = v
+            _complete(value, over[key])
+
+
+def _fit_mrope(defaults: Any, over: dict[str, Any]) -> None:
+    """A config whose model rotates by multimodal RoPE (sections in its rope_parameters, or a default its modeling
+    source reads, sized for the released head width): sections in the same proportions (time, height, width) that add
+    up to half the tiny head's rotary width (of `qk_rope_head_dim` under latent attention), as the released configs'
+    do, in `over`."""
+    import importlib
+    import inspect
+
+    rope = getattr(defaults, "rope_parameters", None)
+    if not isinstance(rope, dict) or not rope or any(isinstance(v, dict) for v in rope.values()):   # (or per layer type)
+        return
+    weights = rope.get("mrope_section")
+    if weights is None:
+        try:
+            modeling = type(defaults).__module__.replace(".configuration_", ".modeling_")
+            source = inspect.getsource(importlib.import_module(modeling))
+        except (ImportError, OSError):
+            return
+        default = re.search(r'get\("mrope_section", \[([\d, ]+)\]\)', source)
+        if default is None:
+            return
+        weights = [int(v) for v in default.group(1).split(",")]
+
+    def size(key: str) -> Any:
+        return over.get(key, getattr(defaults, key, None))
+
+    if size("qk_rope_head_dim"):
+        rotary = size("qk_rope_head_dim")
+    else:
+        rotary = int((size("head_dim") or size("hidden_size") // size("num_attention_heads"))
+                     * (rope.get("partial_rotary_factor") or size("partial_rotary_factor") or 1.0))
+    half = rotary // 2
+    sections = [half * w // sum(weights) for w in weights]
+    for i in range(half - sum(sections)):   # the remainder to the first sections
+        sections[i % len(sections)] += 1
+    over["rope_parameters"] = {**rope, **over.get("rope_parameters", {}), "mrope_section": sections}
 
 
 def model_oracle(model: Any) -> dict[str, Any]:

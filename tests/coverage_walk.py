@@ -6,21 +6,23 @@
     python tests/coverage_walk.py --out docs/coverage.md
 
 For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
-classification, CTC speech recognition, and the task heads: sequence and token classification, extractive QA,
-multiple choice, sequence-to-sequence LMs, audio and audio-frame classification, x-vectors): its config class at tiny
-sizes (census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers
-builds from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by
-the product's one rule: analysis/meta.py); for a causal LM, SEQ tokens with use_cache and the bytes of the cache it
-returns; other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-choice model [1, CHOICES, SEQ],
-which ckptstat counts as CHOICES sequences); an image classifier one image at the config's image_size; a CTC model
-or an audio (or audio frame) classifier AUDIO raw samples, an x-vector model 16,000 (WAVEFORMS); and its parameters
-(num_parameters: a tied weight once). ckptstat answers from the config alone (census.model.load, then the meta path
-where no op template describes the model: analysis/meta.load): its matmul FLOPs for the same input, the parameters
-the config predicts (against num_parameters(), less the modules a multimodal wrapper keeps outside its analytic model:
-its towers and projector, ArchSpec.outside, families/wrappers.py, which only a checkpoint counts) and, for a causal
-LM, its cache bytes at 4 bytes an element; for a task head (HEADS), also from the folder its save_pretrained writes
-(weights and config.json: the prediction plus what is counted outside is all of num_parameters()). Each class ends as
-one of:
+classification, CTC speech recognition, and the task heads: sequence and token classification, extractive QA, multiple
+choice, sequence-to-sequence LMs, audio and audio-frame classification, x-vectors; vision-language models on text
+tokens; the base models, AutoModel's, of the model types with a text LM): its config class at tiny sizes
+(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
+from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the
+product's one rule: analysis/meta.py); for a causal LM or a vision-language model (no pixel values: its language model
+and LM head), SEQ tokens with use_cache and the bytes of the cache it returns (or of the DynamicCache generate would
+pass a wrapper that makes none); other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-choice
+model [1, CHOICES, SEQ], which ckptstat counts as CHOICES sequences); an image classifier one image at the config's
+image_size; a CTC model or an audio (or audio frame) classifier AUDIO raw samples, an x-vector model 16,000
+(WAVEFORMS); and its parameters (num_parameters: a tied weight once). ckptstat answers from the config alone
+(census.model.load, then the meta path where no op template describes the model: analysis/meta.load): its matmul FLOPs
+for the same input, the parameters the config predicts (against num_parameters(), less the modules a multimodal
+wrapper keeps outside its analytic model: its towers and projector, ArchSpec.outside, families/wrappers.py, which only
+a checkpoint counts) and, for a causal LM or a vision-language model, its cache bytes at 4 bytes an element; for a
+task head, a vision-language model or a base model (HEADS), also from the folder its save_pretrained writes (weights and
+config.json: the prediction plus what is counted outside is all of num_parameters()). Each class ends as one of:
   static      the op template answered, FLOPs, parameters and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -56,13 +58,21 @@ TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
          "seq2seq": ("MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES", "sequence-to-sequence LMs"),
          "audio": ("MODEL_FOR_AUDIO_CLASSIFICATION_MAPPING_NAMES", "audio classifiers"),
          "frame": ("MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES", "audio frame classifiers"),
-         "xvector": ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES", "speaker embeddings (x-vectors)")}
+         "xvector": ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES", "speaker embeddings (x-vectors)"),
+         "vlm": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "vision-language models, text tokens"),
+         "base": ("MODEL_MAPPING_NAMES", "base models of text LMs (AutoModel: embedding models, hidden states)")}
+# base models walked: those of the model types with a text LM (BertModel, LlamaModel, T5Model: what sentence-transformers
+# and embedding models save), not every AutoModel (vision, audio, multimodal: their heads' tasks walk them)
+TEXT_LMS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
+            "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
+# the tasks whose forward returns a cache the planner's must equal: a causal LM's, a vision-language model's text-only
+CACHED = ("causal", "vlm")
 # the tasks whose models read raw samples: AUDIO, an x-vector's a second (its TDNN layers' field, 15 frames at the
 # default tdnn_kernel and tdnn_dilation, is past AUDIO's 12)
 WAVEFORMS = {"ctc": AUDIO, "audio": AUDIO, "frame": AUDIO, "xvector": 16000}
 CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
 # the task heads: their save_pretrained folder (weights and config.json) is answered too, and must give the same figures
-HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector")
+HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector", "vlm", "base")
 
 
 def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
@@ -70,8 +80,11 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
     from transformers.models.auto import modeling_auto
 
     out: dict[tuple[str, str, str], None] = {}
+    text = {mt for m in TEXT_LMS for mt in getattr(modeling_auto, m)}
     for task in tasks:
         for model_type, names in getattr(modeling_auto, TASKS[task][0]).items():
+            if task == "base" and model_type not in text:
+                continue
             for name in (names,) if isinstance(names, str) else names:
                 out[(task, model_type, name)] = None
     return list(out)
@@ -100,14 +113,21 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
         if task == "mc":
             ids = ids.expand(CHOICES, SEQ).reshape(1, CHOICES, SEQ)
         args = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-        if task == "causal":
+        if task in CACHED:
             # positions from the input: a cache of only linear-attention (SSM, DeltaNet) layers has no get_seq_length
             args.update(position_ids=torch.arange(SEQ).reshape(1, SEQ), use_cache=True)
         elif getattr(cfg, "is_encoder_decoder", False):
             args.update(decoder_input_ids=ids)
     with meta.flop_counter() as counter, torch.no_grad():
         out = model(**args)
-    cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task == "causal" else None
+    cache = (out["cache"] if "cache" in out else getattr(out, "past_key_values", None)) if task in CACHED else None
+    if task == "vlm" and cache is None:
+        # a wrapper that makes no cache of its own (Granite 4 Vision's text model: generate passes one in): the one
+        # generate would pass, a DynamicCache of its text config (a causal LM without one, BERT's not a decoder, has none)
+        from transformers import DynamicCache
+        with meta.flop_counter() as counter, torch.no_grad():
+            out = model(**args, cache=DynamicCache(config=cfg.get_text_config()))
+        cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
     params = model.num_parameters()
     sizes = {name: p.numel() for name, p in model.named_parameters()}
     if save_to:
@@ -125,7 +145,7 @@ def ours(task: str, path: str) -> tuple[str, int, int, int, tuple[str, ...]]:
     from ckptstat.analysis.memory.planner import kv_counted, kv_lines
 
     m = meta.load(path)
-    kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task == "causal" else 0
+    kv = int(sum(x for _, x, _ in kv_counted(m, kv_lines(m, 1, SEQ, SEQ, 4)))) if task in CACHED else 0
     seq = WAVEFORMS.get(task, SEQ)
     run = flops.run(m, CHOICES if task == "mc" else 1, seq)
     return ("static" if m.oracle is None else "meta"), run["totals"]["flops"], kv, m.predicted["total"] + m.outside_params, \
@@ -167,7 +187,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     # a multimodal wrapper's towers and projector (ArchSpec.outside, families/wrappers.py) are outside the analytic
     # model: a bare config predicts the rest, a checkpoint counts them (its save_pretrained folder: every parameter)
     tower = sum(n for name, n in want[3].items() if is_outside(name, apart))
-    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task == "causal" else None,
+    row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task in CACHED else None,
                params=[got_params, want[2] - tower])
     same = (got_flops, got_kv, got_params + tower) == want[:3] and row.get("saved", [by, *want[:3]]) == [by, *want[:3]]
     return {**row, "outcome": by if same else "wrong", "by": by}
@@ -215,10 +235,12 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              f"Written by `python tests/coverage_walk.py --out docs/coverage.md` with transformers {transformers.__version__}, "
              f"torch {torch.__version__.split('+')[0]}: every class of "
              + ", ".join(f"`{TASKS[t][0]}`" for t in tasks) + " at tiny sizes, one forward on the CPU as the oracle "
-             f"(FlopCounterMode; a causal LM's {SEQ} tokens and the cache it returns, other text models' {SEQ} tokens, a "
-             f"multiple-choice model's [1, {CHOICES}, {SEQ}] counted as {CHOICES} sequences, one image at the config's "
+             f"(FlopCounterMode; a causal LM's or a vision-language model's {SEQ} text tokens and the cache it returns, "
+             f"other text models' {SEQ} tokens, a multiple-choice model's [1, {CHOICES}, {SEQ}] counted as {CHOICES} "
+             "sequences, one image at the config's "
              f"image_size, {AUDIO:,} raw audio samples, an x-vector's {WAVEFORMS['xvector']:,}; parameters against "
-             "num_parameters(), a task head's from its config.json and from its save_pretrained folder). The rules and "
+             "num_parameters(), a task head's, a vision-language model's or a base model's from its config.json and "
+             "from its save_pretrained folder). The rules and "
              "outcomes: tests/coverage_walk.py's docstring.",
              "",
              "All: " + tally_line(rows)]

@@ -161,11 +161,13 @@ def saved(tmp_path_factory):
 
 
 def _language_params(model) -> int:
-    """The language model's parameters, the LM head included unless tied to its embeddings."""
-    lm = next(getattr(model.model, a) for a in ("language_model", "text_model") if hasattr(model.model, a))
-    head = model.get_output_embeddings().weight
+    """The language model's parameters, the LM head included unless tied to its embeddings (or the language model's
+    own: Nemotron-H Omni holds a NemotronHForCausalLM beside its tower)."""
+    outer = getattr(model, "model", model)
+    lm = next(getattr(outer, a) for a in ("language_model", "text_model") if hasattr(outer, a))
+    head = (model.get_output_embeddings() or lm.get_output_embeddings()).weight
     own = sum(p.numel() for p in lm.parameters())
-    return own + (0 if head is lm.get_input_embeddings().weight else head.numel())
+    return own + (0 if any(head is p for p in lm.parameters()) else head.numel())
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -343,6 +345,44 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
     m = from_checkpoint(Checkpoint(path="x", format="safetensors", tensors=tensor_infos(model), files=("x",), config=config))
     total = sum(p.numel() for p in model.parameters())
     assert m.predicted["total"] == _language_params(model) and m.outside_params == total - _language_params(model)
+    assert m.agree and ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
+
+
+# Wrappers whose save_pretrained writes other names than their modules' (transformers' conversion mappings, reverted
+# on save, keep their releases' names): HyperCLOVAX-Vision's vision_projector, LightOnOCR's vision_encoder and
+# vision_projection, MiniMax-M3-VL's patch_merge_mlp, MiniCPM-V's merger beside its tower, Qianfan-OCR's and
+# Nemotron-H Omni's InternVL-format mlp1, Cosmos3-Omni's Qwen3-VL tower flat beside the language model (blocks.*,
+# merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model through the generic template);
+# and wrappers whose text model rotates by M-RoPE (Qwen2-VL, GLM-4.1V, PaddleOCR-VL) or is hybrid (Qwen3.5).
+SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditionalGeneration"),
+                     ("lighton_ocr", "LightOnOcrForConditionalGeneration"),
+                     ("minimax_m3_vl", "MiniMaxM3SparseForConditionalGeneration"),
+                     ("minicpmv4_6", "MiniCPMV4_6ForConditionalGeneration"),
+                     ("qianfan_ocr", "QianfanOCRForConditionalGeneration"),
+                     ("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3"),
+                     ("cosmos3_omni", "Cosmos3OmniForConditionalGeneration"),
+                     ("granite4_vision", "Granite4VisionForConditionalGeneration"),
+                     ("qwen2_vl", "Qwen2VLForConditionalGeneration"), ("glm4v", "Glm4vForConditionalGeneration"),
+                     ("paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
+                     ("qwen3_5", "Qwen3_5ForConditionalGeneration")]
+
+
+@pytest.mark.parametrize("model_type,cls", SAVED_AS_RELEASED, ids=[m for m, _ in SAVED_AS_RELEASED])
+def test_wrappers_as_save_pretrained_writes_them(model_type, cls, tmp_path):
+    """The folder save_pretrained writes: every parameter outside the language model (by transformers' own module
+    tree) counted apart under the names the file holds, the rest predicted by the text model's template, agreeing;
+    and the text FLOPs FlopCounterMode's."""
+    from census_audit import tiny_config
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING_NAMES
+    if not hasattr(T, cls) or model_type not in CONFIG_MAPPING_NAMES:
+        pytest.skip(f"transformers {T.__version__} has no {cls}")
+    cfg = tiny_config(getattr(T, CONFIG_MAPPING_NAMES[model_type]))
+    torch.manual_seed(0)
+    model = getattr(T, cls)._from_config(cfg, attn_implementation="eager").eval()
+    model.save_pretrained(tmp_path)
+    m = load(str(tmp_path))
+    total, language = model.num_parameters(), _language_params(model)
+    assert (m.checkpoint_params, m.predicted["total"], m.outside_params) == (total, language, total - language)
     assert m.agree and ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
 
 

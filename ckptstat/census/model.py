@@ -9,7 +9,7 @@ from typing import Protocol
 
 from ..core import Checkpoint
 from ..errors import NoAnalyticModel, UsageError
-from ..families import get
+from ..families import get, language_model
 from ..families.framework.base import KVLines
 from ..families.framework.graph import Op, predict_params
 from ..families.framework.spec import (
@@ -18,7 +18,7 @@ from ..families.framework.spec import (
     from_config,
 )
 from ..families.load_table import load_differences
-from ..families.wrappers import is_outside
+from ..families.wrappers import is_outside, outside_modules
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
@@ -124,7 +124,7 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     apart = [t for t in parameters(ckpt) if is_outside(t.name, spec.outside)] if spec.outside else []
     outside = sum(t.numel for t in apart)
     if outside:
-        found = sorted({m for t in apart for m in t.name.split(".") if m in spec.outside})
+        found = sorted({m for t in apart for m in outside_modules(t.name, spec.outside)})
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts
@@ -157,7 +157,8 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
         cfg = load_config(path)
         spec = from_config(cfg, path)
         vouch = get(spec.family).config_alone
-        if vouch is not None and not vouch(cfg):
+        wrapped = language_model(cfg)   # a wrapper's language model is what the template describes
+        if vouch is not None and not vouch(wrapped[0] if wrapped is not None else cfg):
             raise NoArchitecture(f"{path}: the {spec.family} template cannot describe model_type {spec.model_type!r} from "
                                  "its config alone (fields or an activation LLaMA's config lacks); give the weights too, "
                                  "whose parameter count checks the template")

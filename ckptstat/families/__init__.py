@@ -169,14 +169,17 @@ def by_model_type(model_type: object, config: Mapping[str, object] | None = None
 
 def language_model(config: Mapping[str, object]) -> tuple[dict, Family] | None:
     """(the language model's config, its family) of a vision-language wrapper's config.json whose language
-    model is a registered decoder family's (wrappers.py); None for any other config."""
+    model is a registered decoder family's (wrappers.py), or one the generic decoder claims by its fields (Granite 4
+    Vision's Granite: generic.py); None for any other config."""
     mt = config.get("model_type")
     if not isinstance(mt, str) or mt in _model_types():
         return None
-    from . import wrappers
+    from . import generic, wrappers
     inner = wrappers.language_config(config)
     name = _model_types().get(inner["model_type"]) if inner is not None else None
     f = get(name) if name is not None else None
+    if inner is not None and f is None and generic.claims(inner):
+        f = generic.FAMILY
     return (inner, f) if inner is not None and f is not None and not f.encoder_decoder else None
 
 

@@ -31,7 +31,8 @@ from .tie_table import class_ties
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
                 "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True),
                 "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True),
-                "hy_v4_vl_text": ("hy_v4", True), "qwen3_omni_moe_text": ("qwen3_moe", True)}
+                "hy_v4_vl_text": ("hy_v4", True), "qwen3_omni_moe_text": ("qwen3_moe", True),
+                "granite4_vision_text": ("granite", False)}
 # Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
 # modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
 WIDTH_HEADS = {"glm4v_text"}
@@ -47,12 +48,22 @@ WIDTH_HEADS = {"glm4v_text"}
 # Gemma 4's audio tower and its two projectors into the text embedding (`embed_vision`, `embed_audio`), MOSS-Transcribe-
 # Diarize's Whisper-like `audio_tower`, and Phi-4-multimodal's image and audio embedding (`embed_tokens_extend`: its
 # SigLIP tower, conformer encoder and projectors), which a text-only forward never runs (modeling_phi4_multimodal.py
-# Phi4MultimodalFeatureEmbedding: no pixel values, no audio).
+# Phi4MultimodalFeatureEmbedding: no pixel values, no audio). As the newer wrappers save them: HyperCLOVAX-Vision's
+# `vision_projector`, LightOnOCR's `vision_encoder` and `vision_projection`, MiniMax-M3-VL's `patch_merge_mlp`,
+# MiniCPM-V's `merger` beside its tower, the InternVL-format projector `mlp1` (Qianfan-OCR, Nemotron-H Omni,
+# whose conversion mappings keep their releases' names on save), and Granite 4 Vision's Q-Former projectors
+# (`layerwise_projectors`, `spatial_projectors`: vision features injected into language layers only with an image).
+# A name with a leading `^` is one only as a name's first component: Cosmos3-Omni's releases hold Qwen3-VL's vision
+# tower flat beside the language model's `layers.*` (`blocks.*`, `merger.*`, `patch_embed.*`, `pos_embed.*`,
+# `deepstack_merger_list.*`: its conversion mapping), and `blocks` elsewhere is a text model's (MPT, DBRX).
 VISION_MODULES: tuple[str, ...] = (
     "vision_tower", "vision_model", "visual", "multi_modal_projector", "mm_projector", "connector", "image_newline",
     "aligner", "high_res_vision_model", "high_res_vision_neck", "high_res_vision_proj", "high_res_vision_alpha",
     "visual_embeddings_table", "vte", "visual_tokenizer", "qformer", "query_tokens", "language_projection", "image_tower",
-    "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR", "vit")
+    "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR", "vit",
+    "vision_projector", "vision_encoder", "vision_projection", "patch_merge_mlp", "merger", "mlp1",
+    "layerwise_projectors", "spatial_projectors",
+    "^blocks", "^patch_embed", "^pos_embed", "^deepstack_merger_list")
 # Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
 # family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
 # and gate_up_proj, partial rotary, the same cache), its image and audio towers beside it (embed_tokens_extend).
@@ -137,6 +148,12 @@ def note(cfg: Mapping[str, Any], text_type: str) -> str:
             "image or audio FLOPs or activations, their parameters counted from the checkpoint")
 
 
+def outside_modules(name: str, modules: tuple[str, ...]) -> list[str]:
+    """Which of `modules` tensor `name` is in: a whole component of its dotted name, or its first (`^name`)."""
+    parts = name.split(".")
+    return [m for m in parts if m in modules] + ([parts[0]] if "^" + parts[0] in modules else [])
+
+
 def is_outside(name: str, modules: tuple[str, ...]) -> bool:
-    """Is tensor `name` one of `modules` or in one (a whole component of its dotted name)?"""
-    return any(m in modules for m in name.split("."))
+    """Is tensor `name` one of `modules` or in one (outside_modules)?"""
+    return bool(outside_modules(name, modules))
