@@ -231,6 +231,9 @@ SHAPED: dict[str, dict[str, Any]] = {
     # grouped-query attention
     "esm": {"vocab_size": 33, "pad_token_id": 1},
     "esmc": {"num_key_value_heads": 2},
+    # Qwen2.5-Omni's thinker computes its M-RoPE positions from the tokens by its vision-start id, which the class
+    # leaves out (Qwen/Qwen2.5-Omni-7B's 151652): one inside the tiny vocabulary
+    "qwen2_5_omni_thinker": {"vision_start_token_id": 90},
     # Molmo2's adapter reads the vision tower's layers [24, 18] (its class's default, for the released 25): the tiny
     # tower's last two
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},

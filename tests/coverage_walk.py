@@ -20,9 +20,9 @@ image_size; a CTC model or an audio (or audio frame) classifier AUDIO raw sample
 (census.model.load, then the meta path where no op template describes the model: analysis/meta.load): its matmul FLOPs
 for the same input, the parameters the config predicts (against num_parameters(), less the modules a multimodal
 wrapper keeps outside its analytic model: its towers and projector, ArchSpec.outside, families/wrappers.py, which only
-a checkpoint counts) and, for a causal LM or a vision-language model, its cache bytes at 4 bytes an element; for a
-task head, a vision-language model or a base model (HEADS), also from the folder its save_pretrained writes (weights and
-config.json: the prediction plus what is counted outside is all of num_parameters()). Each class ends as one of:
+a checkpoint counts) and, for a causal LM or a vision-language model, its cache bytes at 4 bytes an element; and the
+same from the folder its save_pretrained writes (weights and config.json, the names transformers writes: the
+prediction plus what is counted outside is all of num_parameters()). Each class ends as one of:
   static      the op template answered, FLOPs, parameters and cache bytes equal the oracle's
   meta        transformers on the meta device answered (no template), equal the oracle's
   wrong       an answer that differs from the oracle (the figures say by how much)
@@ -71,8 +71,6 @@ CACHED = ("causal", "vlm")
 # default tdnn_kernel and tdnn_dilation, is past AUDIO's 12)
 WAVEFORMS = {"ctc": AUDIO, "audio": AUDIO, "frame": AUDIO, "xvector": 16000}
 CHOICES = 2        # a multiple-choice model's choices per example: [1, CHOICES, SEQ] token ids
-# the task heads: their save_pretrained folder (weights and config.json) is answered too, and must give the same figures
-HEADS = ("seqcls", "tokcls", "qa", "mc", "seq2seq", "audio", "frame", "xvector", "vlm", "base")
 
 
 def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
@@ -165,7 +163,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
 
     cls = getattr(transformers, cls_name, None)
     row: dict[str, Any] = {"task": task, "model_type": model_type, "cls": cls_name}
-    saved = os.path.join(workdir, cls_name) if task in HEADS else ""
+    saved = os.path.join(workdir, cls_name)   # its save_pretrained folder, answered too: the same figures
     try:
         cfg = tiny_config(cls.config_class)
         if cls_name in DECODERS:
@@ -178,8 +176,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
         json.dump(dict(cfg.to_dict(), architectures=[cls_name]), f, default=str)
     try:
         by, got_flops, got_kv, got_params, apart = ours(task, path)
-        if saved:   # its save_pretrained folder (weights and config.json) too: the same figures
-            row["saved"] = list(ours(task, saved)[:4])
+        row["saved"] = list(ours(task, saved)[:4])
     except CkptstatError as e:
         return {**row, "outcome": "refused", "why": str(e).replace(path, "config.json").splitlines()[0][:200]}
     except Exception as e:   # noqa: BLE001 - a bug of ours, recorded with where it was raised
@@ -189,7 +186,7 @@ def walk_one(task: str, model_type: str, cls_name: str, workdir: str) -> dict[st
     tower = sum(n for name, n in want[3].items() if is_outside(name, apart))
     row.update(flops=[got_flops, want[0]], cache_bytes=[got_kv, want[1]] if task in CACHED else None,
                params=[got_params, want[2] - tower])
-    same = (got_flops, got_kv, got_params + tower) == want[:3] and row.get("saved", [by, *want[:3]]) == [by, *want[:3]]
+    same = (got_flops, got_kv, got_params + tower) == want[:3] and row["saved"] == [by, *want[:3]]
     return {**row, "outcome": by if same else "wrong", "by": by}
 
 
@@ -239,8 +236,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
              f"other text models' {SEQ} tokens, a multiple-choice model's [1, {CHOICES}, {SEQ}] counted as {CHOICES} "
              "sequences, one image at the config's "
              f"image_size, {AUDIO:,} raw audio samples, an x-vector's {WAVEFORMS['xvector']:,}; parameters against "
-             "num_parameters(), a task head's, a vision-language model's or a base model's from its config.json and "
-             "from its save_pretrained folder). The rules and "
+             "num_parameters(); each from its config.json and from its save_pretrained folder). The rules and "
              "outcomes: tests/coverage_walk.py's docstring.",
              "",
              "All: " + tally_line(rows)]

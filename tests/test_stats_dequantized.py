@@ -16,6 +16,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -490,6 +492,37 @@ def test_modelopt_nvfp4_and_fp8_are_what_modelopt_dequantizes(case, tmp_path):
     plain = {k: v for k, v in load_file(os.path.join(path, "model.safetensors")).items()
              if not k.endswith(("weight_scale", "weight_scale_2", "input_scale")) and k not in values}
     _diff_reads_the_values(tmp_path, path, plain, values, 1e-3)
+
+
+@pytest.mark.parametrize("sidecar", [True, False])
+def test_a_modelopt_export_with_only_hf_quant_config(tmp_path, sidecar):
+    """modelopt's older exports record their quantisation only in hf_quant_config.json (what vLLM reads), not in
+    config.json: its FP8 weights are read as FP8QTensor.dequantize returned them, as with the newer config.json; without
+    the sidecar nothing says whose FP8 it is, and they are left out (counted, not read)."""
+    path = shutil.copytree(os.path.join(FIX, "quantized", "modelopt-fp8-llama"), tmp_path / "export")
+    with open(path / "config.json") as f:
+        cfg = json.load(f)
+    del cfg["quantization_config"]
+    with open(path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    if not sidecar:
+        os.remove(path / "hf_quant_config.json")
+    values = load_file(os.path.join(FIX, "quantized", "modelopt-fp8-llama.dequantize.safetensors"))
+    r = _report(str(path))
+    if not sidecar:
+        assert not r.get("dequantized") and {s["name"] for s in r["skipped"]} >= set(values)
+    if not sidecar:   # an unreadable record is said and ignored: the weights and config.json still answer
+        with open(path / "hf_quant_config.json", "w") as f:
+            f.write("{not json")
+        assert {k: v for k, v in _report(str(path)).items() if k != "notes"} == {k: v for k, v in r.items() if k != "notes"}
+        out = subprocess.run([sys.executable, "-m", "ckptstat", "summary", str(path)], capture_output=True, text=True,
+                             env={**os.environ, "COLUMNS": "500"})
+        assert out.returncode == 0 and "hf_quant_config.json" in out.stdout and "ignored" in out.stdout
+    else:
+        _rows_are(r, values)
+        assert r["dequantized"]["methods"] == {"fp8": len(values)}
+        newer = _report(os.path.join(FIX, "quantized", "modelopt-fp8-llama"))
+        assert {k: v for k, v in r.items() if k != "path"} == {k: v for k, v in newer.items() if k != "path"}
 
 
 def _rewrite(src: str, dst, change) -> str:  # noqa: ANN001

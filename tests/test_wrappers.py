@@ -353,7 +353,8 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
 # vision_projection, MiniMax-M3-VL's patch_merge_mlp, MiniCPM-V's merger beside its tower, Qianfan-OCR's and
 # Nemotron-H Omni's InternVL-format mlp1, Cosmos3-Omni's Qwen3-VL tower flat beside the language model (blocks.*,
 # merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model through the generic template);
-# and wrappers whose text model rotates by M-RoPE (Qwen2-VL, GLM-4.1V, PaddleOCR-VL) or is hybrid (Qwen3.5).
+# and wrappers whose text model rotates by M-RoPE (Qwen2-VL, GLM-4.1V, PaddleOCR-VL, Qwen2.5-Omni's thinker: Qwen2 beside
+# an audio tower) or is hybrid (Qwen3.5).
 SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditionalGeneration"),
                      ("lighton_ocr", "LightOnOcrForConditionalGeneration"),
                      ("minimax_m3_vl", "MiniMaxM3SparseForConditionalGeneration"),
@@ -364,7 +365,8 @@ SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditiona
                      ("granite4_vision", "Granite4VisionForConditionalGeneration"),
                      ("qwen2_vl", "Qwen2VLForConditionalGeneration"), ("glm4v", "Glm4vForConditionalGeneration"),
                      ("paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
-                     ("qwen3_5", "Qwen3_5ForConditionalGeneration")]
+                     ("qwen3_5", "Qwen3_5ForConditionalGeneration"),
+                     ("qwen2_5_omni_thinker", "Qwen2_5OmniThinkerForConditionalGeneration")]
 
 
 @pytest.mark.parametrize("model_type,cls", SAVED_AS_RELEASED, ids=[m for m, _ in SAVED_AS_RELEASED])

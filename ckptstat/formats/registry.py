@@ -424,6 +424,13 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     check_inside(cfg_path, "config", path)
                 ckpt.config = load_config(cfg_path)
                 ckpt.config_path = cfg_path
+                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config)
+                if sidecar is not None:
+                    check_inside(sidecar, "quantisation record", path)
+                    try:
+                        ckpt.quant_sidecar = load_config(sidecar)
+                    except CheckpointError as e:   # an optional record: the weights and config.json still answer
+                        ckpt.notes.append(f"{e}; ignored")
         adapter = folders.adapter_config_beside(target)
         if adapter is not None:
             check_inside(adapter, "adapter config", path)

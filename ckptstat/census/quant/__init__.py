@@ -139,8 +139,18 @@ _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_sca
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
     cfg = ckpt.config or {}
-    q = cfg.get("quantization_config") or cfg.get("compression_config") or mlx.config(cfg)
+    q = cfg.get("quantization_config") or cfg.get("compression_config") or mlx.config(cfg) or _modelopt(ckpt.quant_sidecar)
     return q if isinstance(q, dict) else {}
+
+
+def _modelopt(sidecar: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """modelopt's hf_quant_config.json as the quantization_config its newer exports write into config.json
+    (quant_method modelopt, its quant_algo), or None for another producer's."""
+    producer = sidecar.get("producer") if isinstance(sidecar, Mapping) else None
+    record = sidecar.get("quantization") if isinstance(sidecar, Mapping) else None
+    if not (isinstance(producer, Mapping) and producer.get("name") == "modelopt" and isinstance(record, Mapping)):
+        return None
+    return {"quant_method": "modelopt", "quant_algo": record.get("quant_algo"), "from": "hf_quant_config.json"}
 
 
 def _bits_of(v: object) -> int | None:
@@ -227,7 +237,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
         if method_cfg:
             notes.append(f"config.json names quant_method {method_cfg!r} but no tensor has a quantised layout ckptstat "
                          "knows (docs/quantized.md): counted as stored")
-            return QuantLayout(method_cfg, "config.json quantization_config", _config_summary(q), {}, {}, tuple(notes))
+            return QuantLayout(method_cfg, q.get("from") or "config.json quantization_config", _config_summary(q), {}, {},
+                               tuple(notes))
         return None
     roles: dict[str, str] = {}
     for w in weights:
@@ -247,7 +258,7 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     expected = _CONFIG_METHODS.get(method_cfg or "", method_cfg or "")
     if method_cfg and not any(m.startswith(expected) for m in methods):
         notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
-    source = ("config.json quantization_config" if method_cfg else "config.json quantization (mlx)"
+    source = (q.get("from") or "config.json quantization_config" if method_cfg else "config.json quantization (mlx)"
               if mlx_q and mlx_dims is not None else "tensor layout")
     return QuantLayout(", ".join(methods), source,
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
