@@ -234,6 +234,14 @@ SHAPED: dict[str, dict[str, Any]] = {
     # Qwen2.5-Omni's thinker computes its M-RoPE positions from the tokens by its vision-start id, which the class
     # leaves out (Qwen/Qwen2.5-Omni-7B's 151652): one inside the tiny vocabulary
     "qwen2_5_omni_thinker": {"vision_start_token_id": 90},
+    # the VQ-GAN image tokenizers' GroupNorms have 32 groups (Janus', Emu3's, Chameleon's): channels of 32, not the tiny 16
+    "janus_vqgan": {"base_channels": 32, "embed_dim": 32},
+    "emu3_vqgan": {"base_channels": 32, "embed_dim": 32},
+    "chameleon_vqgan": {"base_channels": 32, "embed_dim": 32},
+    # Emu3 and Chameleon map image tokens through the tokenizer's vocabulary_map (their classes hold none): the image
+    # and end-of-line tokens inside the tiny vocabulary
+    "emu3": {"vocabulary_map": {"<image>": 90, "<|extra_200|>": 91}},
+    "chameleon": {"vocabulary_map": {"<image>": 90}},
     # Molmo2's adapter reads the vision tower's layers [24, 18] (its class's default, for the released 25): the tiny
     # tower's last two
     "molmo2_adapter": {"vision_feature_layer": [-1, -2]},

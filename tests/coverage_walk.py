@@ -8,17 +8,17 @@
 For each (task, model type, class) of transformers' auto mappings (TASKS: causal LMs, masked LMs, image
 classification, CTC speech recognition, and the task heads: sequence and token classification, extractive QA, multiple
 choice, sequence-to-sequence LMs, audio and audio-frame classification, x-vectors; vision-language models on text
-tokens; the base models, AutoModel's, of the model types with a text LM): its config class at tiny sizes
-(census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers builds
-from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by the
-product's one rule: analysis/meta.py); for a causal LM or a vision-language model (no pixel values: its language model
-and LM head), SEQ tokens with use_cache and the bytes of the cache it returns (or of the DynamicCache generate would
-pass a wrapper that makes none); other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-choice
-model [1, CHOICES, SEQ], which ckptstat counts as CHOICES sequences); an image classifier one image at the config's
-image_size; a CTC model or an audio (or audio frame) classifier AUDIO raw samples, an x-vector model 16,000
-(WAVEFORMS); and its parameters (num_parameters: a tied weight once). ckptstat answers from the config alone
-(census.model.load, then the meta path where no op template describes the model: analysis/meta.load): its matmul FLOPs
-for the same input, the parameters the config predicts (against num_parameters(), less the modules a multimodal
+tokens; the base models, AutoModel's, of the model types with a text LM or an image classifier): its config class at
+tiny sizes (census_audit.tiny_config), written as a config.json naming the class. The oracle is the model transformers
+builds from it on the CPU (fp32, eager attention): one forward, its FLOPs counted by FlopCounterMode (grouped_mm by
+the product's one rule: analysis/meta.py); for a causal LM or a vision-language model (no pixel values: its language
+model and LM head), SEQ tokens with use_cache and the bytes of the cache it returns (or of the DynamicCache generate
+would pass a wrapper that makes none); other text models SEQ tokens (an encoder-decoder's decoder as many; a multiple-
+choice model [1, CHOICES, SEQ], which ckptstat counts as CHOICES sequences); an image classifier or its base model one
+image at the config's image_size; a CTC model or an audio (or audio frame) classifier AUDIO raw samples, an x-vector
+model 16,000 (WAVEFORMS); and its parameters (num_parameters: a tied weight once). ckptstat answers from the config
+alone (census.model.load, then the meta path where no op template describes the model: analysis/meta.load): its matmul
+FLOPs for the same input, the parameters the config predicts (against num_parameters(), less the modules a multimodal
 wrapper keeps outside its analytic model: its towers and projector, ArchSpec.outside, families/wrappers.py, which only
 a checkpoint counts) and, for a causal LM or a vision-language model, its cache bytes at 4 bytes an element; and the
 same from the folder its save_pretrained writes (weights and config.json, the names transformers writes: the
@@ -60,9 +60,13 @@ TASKS = {"causal": ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "causal LMs"),
          "frame": ("MODEL_FOR_AUDIO_FRAME_CLASSIFICATION_MAPPING_NAMES", "audio frame classifiers"),
          "xvector": ("MODEL_FOR_AUDIO_XVECTOR_MAPPING_NAMES", "speaker embeddings (x-vectors)"),
          "vlm": ("MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING_NAMES", "vision-language models, text tokens"),
-         "base": ("MODEL_MAPPING_NAMES", "base models of text LMs (AutoModel: embedding models, hidden states)")}
+         "base": ("MODEL_MAPPING_NAMES", "base models of text LMs (AutoModel: embedding models, hidden states)"),
+         "vbase": ("MODEL_MAPPING_NAMES", "base models of image classifiers (AutoModel: image feature extractors)")}
+# the tasks whose models read one image at the config's image size
+IMAGES = ("image", "vbase")
 # base models walked: those of the model types with a text LM (BertModel, LlamaModel, T5Model: what sentence-transformers
-# and embedding models save), not every AutoModel (vision, audio, multimodal: their heads' tasks walk them)
+# and embedding models save) and, apart (vbase, one image), of the image classifiers (ViTModel, Dinov2Model: feature
+# extractors); not every AutoModel (audio, multimodal: their heads' tasks walk them)
 TEXT_LMS = ("MODEL_FOR_CAUSAL_LM_MAPPING_NAMES", "MODEL_FOR_MASKED_LM_MAPPING_NAMES",
             "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING_NAMES")
 # the tasks whose forward returns a cache the planner's must equal: a causal LM's, a vision-language model's text-only
@@ -79,9 +83,10 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
 
     out: dict[tuple[str, str, str], None] = {}
     text = {mt for m in TEXT_LMS for mt in getattr(modeling_auto, m)}
+    images = set(getattr(modeling_auto, TASKS["image"][0]))
     for task in tasks:
         for model_type, names in getattr(modeling_auto, TASKS[task][0]).items():
-            if task == "base" and model_type not in text:
+            if (task == "base" and model_type not in text) or (task == "vbase" and model_type not in images - text):
                 continue
             for name in (names,) if isinstance(names, str) else names:
                 out[(task, model_type, name)] = None
@@ -101,7 +106,7 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
     # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and a slice of a
     # weight passed to a module (DBRX's experts) would be one that requires grad with no grad_fn under no_grad
     model = cls._from_config(cfg, attn_implementation="eager").eval().requires_grad_(False)
-    if task == "image":
+    if task in IMAGES:
         args = {"pixel_values": torch.zeros((1, getattr(cfg, "num_channels", 3), *meta.image_sides(cfg)))}
     elif task in WAVEFORMS:
         args = {"input_values": torch.zeros((1, WAVEFORMS[task]))}

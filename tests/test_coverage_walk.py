@@ -1,10 +1,10 @@
 """The coverage walk (tests/coverage_walk.py, issue 34) on a sample of transformers' models (causal LMs, masked LMs,
 image classifiers, CTC speech recognisers, and the task heads: classification, QA, multiple choice, seq2seq LMs, audio
-classifiers, x-vectors; vision-language models on text tokens; base models of text LMs): every class either answered
-exactly (FLOPs, cache bytes and parameters equal those of a CPU forward of the model transformers builds; a head's
-save_pretrained folder too), by the op templates or on the meta device, or refused with a reason; never a wrong
-figure, never a crash. The whole walk is recorded in docs/coverage.md (`python tests/coverage_walk.py --out
-docs/coverage.md`)."""
+classifiers, x-vectors; vision-language models on text tokens; base models of text LMs and image classifiers): every
+class either answered exactly (FLOPs, cache bytes and parameters equal those of a CPU forward of the model
+transformers builds; a head's save_pretrained folder too), by the op templates or on the meta device, or refused with
+a reason; never a wrong figure, never a crash. The whole walk is recorded in docs/coverage.md (`python
+tests/coverage_walk.py --out docs/coverage.md`)."""
 from __future__ import annotations
 
 import os
@@ -107,13 +107,17 @@ VLM = {"HyperCLOVAXVisionV2ForConditionalGeneration", "LightOnOcrForConditionalG
        "NemotronH_Omni_Reasoning_V3", "Cosmos3OmniForConditionalGeneration", "Granite4VisionForConditionalGeneration",
        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Glm4vForConditionalGeneration",
        "HunYuanVLForConditionalGeneration", "PaliGemmaForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
-       "Kimi_K25ForConditionalGeneration", "Mistral4ForCausalLM", "Qwen2_5OmniThinkerForConditionalGeneration"}
+       "Kimi_K25ForConditionalGeneration", "Mistral4ForCausalLM", "Qwen2_5OmniThinkerForConditionalGeneration",
+       "JanusForConditionalGeneration"}
 NAMED |= VLM
 # base models (task base, AutoModel): what embedding models save (BERT, XLM-R, MPNet, ModernBERT, GTE, Nomic, Qwen3,
 # Mistral: their hidden states, no head), an encoder-decoder's (T5Model), and ESM-2's (the meta path)
 BASE_STATIC = {"BertModel", "XLMRobertaModel", "MPNetModel", "ModernBertModel", "GteModel", "NomicBertModel", "Qwen3Model",
                "MistralModel", "T5Model", "DistilBertModel"}
 NAMED |= BASE_STATIC | {"EsmModel"}
+# image feature extractors (task vbase): DINOv2 (with registers), ViT, Swin, ConvNeXt
+VBASE_STATIC = {"Dinov2Model", "Dinov2WithRegistersModel", "ViTModel", "SwinModel", "ConvNextModel"}
+NAMED |= VBASE_STATIC
 SAMPLE = [p for i, p in enumerate(classes(tuple(TASKS))) if i % 12 == 0 or p[2] in NAMED]
 
 
@@ -157,6 +161,7 @@ def test_no_class_is_answered_wrongly_or_crashes(rows):
     assert {answered[c] for c in SEQ2SEQ} == {"static"}
     assert {answered[c] for c in VLM} == {"static"}
     assert {answered[c] for c in BASE_STATIC} == {"static"} and answered["EsmModel"] in ("static", "meta")
+    assert {answered[c] for c in VBASE_STATIC} == {"static"}
 
 
 def test_record_is_written_by_the_installed_transformers():

@@ -521,6 +521,11 @@ def test_a_modelopt_export_with_only_hf_quant_config(tmp_path, sidecar):
     else:
         _rows_are(r, values)
         assert r["dequantized"]["methods"] == {"fp8": len(values)}
+        # a config.json named elsewhere (--config) reads no record beside it: nothing the user did not point at
+        elsewhere = shutil.copytree(path, tmp_path / "elsewhere")
+        os.remove(elsewhere / "model.safetensors")
+        os.remove(path / "hf_quant_config.json")
+        assert not collect(open_checkpoint(str(path), config=str(elsewhere / "config.json"))).report.get("dequantized")
         newer = _report(os.path.join(FIX, "quantized", "modelopt-fp8-llama"))
         assert {k: v for k, v in r.items() if k != "path"} == {k: v for k, v in newer.items() if k != "path"}
 

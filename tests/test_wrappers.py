@@ -352,7 +352,8 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
 # on save, keep their releases' names): HyperCLOVAX-Vision's vision_projector, LightOnOCR's vision_encoder and
 # vision_projection, MiniMax-M3-VL's patch_merge_mlp, MiniCPM-V's merger beside its tower, Qianfan-OCR's and
 # Nemotron-H Omni's InternVL-format mlp1, Cosmos3-Omni's Qwen3-VL tower flat beside the language model (blocks.*,
-# merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model through the generic template);
+# merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model through the generic template),
+# Janus's image generation modules (its VQ-GAN, generation embeddings, aligner and head);
 # and wrappers whose text model rotates by M-RoPE (Qwen2-VL, GLM-4.1V, PaddleOCR-VL, Qwen2.5-Omni's thinker: Qwen2 beside
 # an audio tower) or is hybrid (Qwen3.5).
 SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditionalGeneration"),
@@ -363,6 +364,7 @@ SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditiona
                      ("nemotron_h_omni", "NemotronH_Omni_Reasoning_V3"),
                      ("cosmos3_omni", "Cosmos3OmniForConditionalGeneration"),
                      ("granite4_vision", "Granite4VisionForConditionalGeneration"),
+                     ("janus", "JanusForConditionalGeneration"),
                      ("qwen2_vl", "Qwen2VLForConditionalGeneration"), ("glm4v", "Glm4vForConditionalGeneration"),
                      ("paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),
                      ("qwen3_5", "Qwen3_5ForConditionalGeneration"),
@@ -386,6 +388,39 @@ def test_wrappers_as_save_pretrained_writes_them(model_type, cls, tmp_path):
     total, language = model.num_parameters(), _language_params(model)
     assert (m.checkpoint_params, m.predicted["total"], m.outside_params) == (total, language, total - language)
     assert m.agree and ours(m.spec, 16, 1) == fcm_flops(model, 16, 1, device="cpu")
+
+
+def test_gemma3n_runs_its_multimodal_embedders_on_text():
+    """Gemma 3n's text forward also projects every token through embed_vision and embed_audio (Gemma3nModel.forward looks
+    each id up in both, a dummy id where it is not theirs): the wrapper's FLOPs are Gemma3nForCausalLM's plus those two
+    embedders' over the same tokens (transformers' own modules, run as the forward runs them; with timm installed, the
+    whole wrapper's forward), their weights counted outside. The coverage walk's oracle needs timm for the vision tower
+    (docs/coverage.md: no oracle without it)."""
+    import importlib.util
+
+    from census_audit import tiny_config
+    from transformers.models.gemma3n import modeling_gemma3n as g3n
+
+    from ckptstat.analysis.meta import flop_counter
+    from ckptstat.families.framework.spec import from_config
+    cfg = tiny_config(T.Gemma3nConfig)
+    config = dict(cfg.to_dict(), architectures=["Gemma3nForConditionalGeneration"])
+    spec = from_config(config)
+    seq, text = 16, cfg.text_config
+    torch.manual_seed(0)
+    if importlib.util.find_spec("timm") is not None:
+        want = fcm_flops(T.Gemma3nForConditionalGeneration._from_config(cfg, attn_implementation="eager").eval(), seq, 1,
+                         device="cpu")
+    else:
+        want = fcm_flops(T.Gemma3nForCausalLM._from_config(text, attn_implementation="eager").eval(), seq, 1, device="cpu")
+        for sub in (cfg.vision_config, cfg.audio_config):
+            embedder = g3n.Gemma3nMultimodalEmbedder(sub, text).requires_grad_(False)
+            with flop_counter() as counter, torch.no_grad():
+                embedder(input_ids=torch.full((1, seq), sub.vocab_offset + sub.vocab_size - 1))
+            want += counter.get_total_flops()
+    assert dict(spec.variant.embedders) == {"embed_vision": cfg.vision_config.hidden_size,
+                                            "embed_audio": cfg.audio_config.hidden_size}
+    assert ours(spec, seq, 1) == want
 
 
 def test_phi4_multimodal_is_its_phi3_text_path():

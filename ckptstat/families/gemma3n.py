@@ -34,10 +34,15 @@ def from_config(c: Cfg) -> ArchSpec:
         raise UsageError(f"{c.path}: config altup_active_idx is not one of the altup_num_inputs streams")
     d, g = c.int("head_dim", default=FROM_CLASS), c.int("num_key_value_heads", default=FROM_CLASS)
     p = c.int("hidden_size_per_layer_input", default=FROM_CLASS)
+    embedders = c.get("multimodal_embedders", default=None) or {}   # a wrapper's (families/wrappers.py EMBEDDERS)
+    if not isinstance(embedders, dict) or any(isinstance(x, bool) or not isinstance(x, int) or x <= 0
+                                              for x in embedders.values()):
+        raise UsageError(f"{c.path}: a multimodal sub-config's hidden_size is not a positive integer")
     return gemma4.spec(c, types, widths[0], head_dims=(d,) * L, kv_heads=(g,) * L, widths=tuple(widths),
                        per_layer=p, per_layer_vocab=c.int("vocab_size_per_layer_input", default=FROM_CLASS),
                        altup=c.int("altup_num_inputs", default=FROM_CLASS), laurel=c.int("laurel_rank", default=FROM_CLASS),
-                       altup_scale=bool(c.get("altup_correct_scale", default=FROM_CLASS)), layer_scalar=False)
+                       altup_scale=bool(c.get("altup_correct_scale", default=FROM_CLASS)), layer_scalar=False,
+                       embedders=tuple(embedders.items()))
 
 
 def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:

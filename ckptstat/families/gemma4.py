@@ -63,6 +63,9 @@ class Gemma4Variant(Variant):
     laurel: int = 0
     altup_scale: bool = False
     layer_scalar: bool = True
+    # a multimodal wrapper's embedders its forward runs over every token (wrappers.EMBEDDERS: Gemma 3n's embed_vision and
+    # embed_audio), (name, width): their projections' FLOPs, their weights outside the analytic model
+    embedders: tuple[tuple[str, int], ...] = ()
 
 
 def _overrides(c: Cfg, types: list[str]) -> dict[int, Mapping[str, Any]]:
@@ -179,6 +182,9 @@ def walk(B: Builder) -> list[layout.Module]:
         w.norm("per_layer_projection_norm", "per_layer_proj_norm", P, None, residual=False, tokens=tok + (L,))
         B.add("per-layer inputs: scales, (projection + embedding) x 2^-0.5", "activation", "embedding", 1,
               tok + (L * P,), tok + (L * P,), ew=n * L * P * 4)
+    for name, width in v.embedders:   # (weights counted from the checkpoint, outside: no parameters here)
+        B.linear(f"{name}.embedding_projection (every token; a multimodal embedder)", "embedding", tok, width, h, False,
+                 tied=True)
     if v.altup:   # the embeddings and K - 1 projections of them, each rescaled to their magnitude: K streams
         _streams(w, "altup_projections")
     for kind in sorted({v.head_dims[i] for i in range(L)}):

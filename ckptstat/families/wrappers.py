@@ -55,7 +55,9 @@ WIDTH_HEADS = {"glm4v_text"}
 # `vision_projector`, LightOnOCR's `vision_encoder` and `vision_projection`, MiniMax-M3-VL's `patch_merge_mlp`,
 # MiniCPM-V's `merger` beside its tower, the InternVL-format projector `mlp1` (Qianfan-OCR, Nemotron-H Omni,
 # whose conversion mappings keep their releases' names on save), and Granite 4 Vision's Q-Former projectors
-# (`layerwise_projectors`, `spatial_projectors`: vision features injected into language layers only with an image).
+# (`layerwise_projectors`, `spatial_projectors`: vision features injected into language layers only with an image);
+# Janus's image generation path (`vqmodel`, the VQ-GAN image tokenizer, and `generation_embeddings`, `generation_aligner`,
+# `generation_head`: modeling_janus.py, run only to make images); Inkling's audio tower, saved as `model.audio`.
 # A name with a leading `^` is one only as a name's first component: Cosmos3-Omni's releases hold Qwen3-VL's vision
 # tower flat beside the language model's `layers.*` (`blocks.*`, `merger.*`, `patch_embed.*`, `pos_embed.*`,
 # `deepstack_merger_list.*`: its conversion mapping), and `blocks` elsewhere is a text model's (MPT, DBRX).
@@ -65,7 +67,8 @@ VISION_MODULES: tuple[str, ...] = (
     "visual_embeddings_table", "vte", "visual_tokenizer", "qformer", "query_tokens", "language_projection", "image_tower",
     "video_tower", "audio_tower", "embed_vision", "embed_audio", "embed_tokens_extend", "projector", "mlp_AR", "vit",
     "vision_projector", "vision_encoder", "vision_projection", "patch_merge_mlp", "merger", "mlp1",
-    "layerwise_projectors", "spatial_projectors",
+    "layerwise_projectors", "spatial_projectors", "vqmodel", "generation_embeddings", "generation_aligner",
+    "generation_head", "audio",
     "^blocks", "^patch_embed", "^pos_embed", "^deepstack_merger_list")
 # Wrappers whose config.json is their language model's own (no text_config): model_type -> the text model_type whose
 # family describes the text path. Phi-4-multimodal's decoder is Phi-3's (modeling_phi4_multimodal.py: fused qkv_proj
@@ -80,6 +83,15 @@ FLAT = {"phi4_multimodal": "phi3"}
 # other modules are not named here, and Qwen3-ASR's token classifier (GenericForTokenClassification: a biased score)
 # is no head of its Qwen3 text model's family (the meta path answers it).
 AUDIO = ("moss_transcribe_diarize", "voxtral", "qwen2_audio", "audioflamingo3", "musicflamingo", "glmasr")
+
+
+# Wrappers whose text forward also runs each modality's embedder over every token: Gemma 3n's Gemma3nModel.forward looks
+# every id up in embed_vision and embed_audio (an id outside a modality's range as a dummy one) before keeping only the
+# rows of that modality's tokens, so each projection (embedding_projection, [tokens, its width] x [width, hidden]) runs
+# on text too. model_type -> (the embedder, the sub-config whose hidden_size is its width, that sub-config's model_type
+# when the config leaves it out), in forward order.
+EMBEDDERS = {"gemma3n": (("embed_vision", "vision_config", "gemma3n_vision"),
+                         ("embed_audio", "audio_config", "gemma3n_audio"))}
 
 
 def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -109,7 +121,15 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     own = class_ties(cfg)
     if own is not None and own.switched:
         out["tie_word_embeddings"] = own.switch
+    if mt in EMBEDDERS:   # (their weights are outside, counted from the checkpoint: only their FLOPs are the model's)
+        out["multimodal_embedders"] = {name: _width(cfg.get(key), sub) for name, key, sub in EMBEDDERS[mt]}
     return out
+
+
+def _width(sub: Any, model_type: str) -> Any:
+    """A sub-config's hidden_size: its own, else its config class's default (config_defaults.json)."""
+    sub = sub if isinstance(sub, Mapping) else {}
+    return sub.get("hidden_size", _defaults().get(str(sub.get("model_type", model_type)), {}).get("hidden_size"))
 
 
 def _text(cfg: Mapping[str, Any]) -> Any:

@@ -424,7 +424,8 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     check_inside(cfg_path, "config", path)
                 ckpt.config = load_config(cfg_path)
                 ckpt.config_path = cfg_path
-                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config)
+                # (beside a config.json found beside the weights, not one the user named elsewhere)
+                sidecar = folders.quant_sidecar_beside(cfg_path, ckpt.config) if config is None else None
                 if sidecar is not None:
                     check_inside(sidecar, "quantisation record", path)
                     try:
