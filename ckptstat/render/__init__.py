@@ -121,6 +121,10 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
         if an["agree"] is False:
             console.print(Text(f"analytic     the config predicts {an['predicted_params']:,} parameters, "
                                f"the checkpoint holds {r['parameters']['unique']:,}"), style="yellow")
+        elif an.get("outside_params"):   # a multimodal wrapper: its towers and projectors beside the language model
+            console.print(Text(f"analytic     {an['predicted_params']:,} parameters the config predicts (the language "
+                               f"model) + {an['outside_params']:,} outside it (towers, projectors), counted from the "
+                               "checkpoint and not in the FLOPs"))
     for line in r.get("extra_lines", []):
         console.print(safe(line))
     console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
