@@ -108,7 +108,7 @@ VLM = {"HyperCLOVAXVisionV2ForConditionalGeneration", "LightOnOcrForConditionalG
        "Qwen2VLForConditionalGeneration", "Qwen2_5_VLForConditionalGeneration", "Glm4vForConditionalGeneration",
        "HunYuanVLForConditionalGeneration", "PaliGemmaForConditionalGeneration", "Qwen3_5ForConditionalGeneration",
        "Kimi_K25ForConditionalGeneration", "Mistral4ForCausalLM", "Qwen2_5OmniThinkerForConditionalGeneration",
-       "JanusForConditionalGeneration"}
+       "JanusForConditionalGeneration", "GraniteDoclingForConditionalGeneration"}
 NAMED |= VLM
 # base models (task base, AutoModel): what embedding models save (BERT, XLM-R, MPNet, ModernBERT, GTE, Nomic, Qwen3,
 # Mistral: their hidden states, no head), an encoder-decoder's (T5Model), and ESM-2's (the meta path)

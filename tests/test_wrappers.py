@@ -355,7 +355,8 @@ def test_more_wrappers_from_shrunk_configs(model_type, cls):
 # on save, keep their releases' names): HyperCLOVAX-Vision's vision_projector, LightOnOCR's vision_encoder and
 # vision_projection, MiniMax-M3-VL's patch_merge_mlp, MiniCPM-V's merger beside its tower, Qianfan-OCR's and
 # Nemotron-H Omni's InternVL-format mlp1, Cosmos3-Omni's Qwen3-VL tower flat beside the language model (blocks.*,
-# merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model through the generic template),
+# merger.*, ...), Granite 4 Vision's Q-Former projectors (its Granite language model, and Granite-Docling's, through the
+# generic template),
 # Janus's image generation modules (its VQ-GAN, generation embeddings, aligner and head), Inkling's audio tower saved as
 # model.audio;
 # and wrappers whose text model rotates by M-RoPE (Qwen2-VL, GLM-4.1V, PaddleOCR-VL, Qwen2.5-Omni's thinker: Qwen2 beside
@@ -369,6 +370,7 @@ SAVED_AS_RELEASED = [("hyperclovax_vision_v2", "HyperCLOVAXVisionV2ForConditiona
                      ("cosmos3_omni", "Cosmos3OmniForConditionalGeneration"),
                      ("granite4_vision", "Granite4VisionForConditionalGeneration"),
                      ("janus", "JanusForConditionalGeneration"),
+                     ("granite_docling", "GraniteDoclingForConditionalGeneration"),
                      ("inkling_mm_model", "InklingForConditionalGeneration"),   # (needs scipy, which the lock leaves out)
                      ("qwen2_vl", "Qwen2VLForConditionalGeneration"), ("glm4v", "Glm4vForConditionalGeneration"),
                      ("paddleocr_vl", "PaddleOCRVLForConditionalGeneration"),

@@ -29,13 +29,15 @@ from .tie_table import class_ties
 # modeling_hunyuan_vl.py), HY-V4-VL's HY-V4 (modeling_hy_v4_vl.py: Qwen3-VL's rotary on the latent attention's rope part),
 # Qwen3-Omni's thinker's Qwen3-MoE (modeling_qwen3_omni_moe.py: Qwen3-VL-MoE's text model; its audio tower outside),
 # Qwen2.5-Omni's thinker's Qwen2 (modeling_qwen2_5_omni.py: Qwen2.5-VL's text model, its audio tower outside), and
-# Granite 4 Vision's Granite (modeling_granite4_vision.py: its vision features injected into layers only with an
-# image), which no family module claims: the generic template's (families/__init__.py language_model).
+# Granite 4 Vision's and Granite-Docling's Granite (modeling_granite4_vision.py: its vision features injected into
+# layers only with an image; modeling_granite_docling.py: Idefics3's wrapper around Granite's layers), which no family
+# module claims: the generic template's (families/__init__.py language_model).
 TEXT_ALIASES = {"qwen2_vl_text": ("qwen2", True), "qwen2_5_vl_text": ("qwen2", True), "qwen3_vl_text": ("qwen3", True),
                 "qwen3_vl_moe_text": ("qwen3_moe", True), "glm4v_text": ("glm4", True), "glm4v_moe_text": ("glm4_moe", True),
                 "paddleocr_vl_text": ("ernie4_5", True), "hunyuan_vl_text": ("hunyuan_v1_dense", True),
                 "hy_v4_vl_text": ("hy_v4", True), "qwen3_omni_moe_text": ("qwen3_moe", True),
-                "granite4_vision_text": ("granite", False), "qwen2_5_omni_text": ("qwen2", True)}
+                "granite4_vision_text": ("granite", False), "qwen2_5_omni_text": ("qwen2", True),
+                "granite_docling_text": ("granite", False)}
 # Text models whose attention ignores keys their alias's family reads: GLM-4.1V's (GLM-4.6V's and GLM-GA's too:
 # modeling_glm4v.py Glm4vTextAttention) has heads hidden / heads wide and q, k, v biased, whatever the config says.
 WIDTH_HEADS = {"glm4v_text"}
