@@ -530,6 +530,25 @@ def test_a_modelopt_export_with_only_hf_quant_config(tmp_path, sidecar):
         assert {k: v for k, v in r.items() if k != "path"} == {k: v for k, v in newer.items() if k != "path"}
 
 
+def test_a_gptq_v2_save_with_only_quantize_config(tmp_path):
+    """AutoGPTQ-era uploads record their quantisation only in quantize_config.json (which AutoGPTQ and GPTQModel read),
+    not in config.json: GPTQModel's gptq_v2 save read through it is what gptqmodel dequantizes (its zero points as
+    stored), where without a record the layout alone is read as v1 (zero points + 1: other values)."""
+    case = "gptqmodel-gptq_v2-2bit-llama"
+    path = shutil.copytree(os.path.join(FIX, "quantized", case), tmp_path / "upload")
+    with open(path / "config.json") as f:
+        cfg = json.load(f)
+    del cfg["quantization_config"]
+    with open(path / "config.json", "w") as f:
+        json.dump(cfg, f)
+    values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
+    r = _report(str(path))
+    _rows_are(r, values)
+    out = subprocess.run([sys.executable, "-m", "ckptstat", "summary", str(path)], capture_output=True, text=True,
+                         env={**os.environ, "COLUMNS": "500"})
+    assert out.returncode == 0 and "from quantize_config.json" in out.stdout
+
+
 def _rewrite(src: str, dst, change) -> str:  # noqa: ANN001
     """A copy of the folder `src` whose model.safetensors has `change(tensors)` applied (safetensors' own writer)."""
     from safetensors.torch import save_file

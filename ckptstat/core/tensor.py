@@ -201,8 +201,8 @@ class Checkpoint:
     # (formats/folders.py); the census then resolves no architecture from the adapter's tensor names.
     adapter: dict[str, Any] | None = None
     adapter_path: str | None = None
-    # NVIDIA modelopt's hf_quant_config.json beside a config.json without a quantization_config (its older exports'
-    # only record of the quantisation, which vLLM reads: formats/folders.py), else None
+    # The quantisation record beside a config.json without a quantization_config (modelopt's hf_quant_config.json,
+    # AutoGPTQ's quantize_config.json: their older uploads' only record, which their loaders read; formats/folders.py)
     quant_sidecar: dict[str, Any] | None = None
     # What a training library's folder or file says of its run (formats/training.py): library, global_step, epoch,
     # learning_rate, the optimizer state's file; None for a plain model checkpoint.

@@ -1,12 +1,15 @@
 """Folders that are not one whole model: a PEFT adapter and a diffusers pipeline (docs/adapters.md); and a file
-beside a model's config.json that records its quantisation (NVIDIA modelopt's hf_quant_config.json, docs/quantized.md).
+beside a model's config.json that records its quantisation (modelopt's hf_quant_config.json, AutoGPTQ's
+quantize_config.json: docs/quantized.md).
 
 - A PEFT adapter folder (peft `PeftModel.save_pretrained`, peft/utils/constants.py): `adapter_config.json`
   beside `adapter_model.safetensors` (SAFETENSORS_WEIGHTS_NAME) or `adapter_model.bin` (WEIGHTS_NAME). The
   weights are read as any safetensors or torch file is; the config marks the Checkpoint as an adapter.
 - NVIDIA modelopt's `export_hf_checkpoint` writes `hf_quant_config.json` (`{"producer": {"name": "modelopt"},
   "quantization": {"quant_algo": "FP8" | "NVFP4" | ..., "exclude_modules": [...]}}`) beside config.json; its older
-  exports put no quantization_config into config.json, and vLLM reads the quantisation from this file.
+  exports put no quantization_config into config.json, and vLLM reads the quantisation from this file. AutoGPTQ and
+  GPTQModel write `quantize_config.json` (a quantization_config's fields: bits, group_size, desc_act, sym,
+  checkpoint_format...), the only record in AutoGPTQ-era uploads, which its loaders read.
 - A diffusers pipeline folder (diffusers `DiffusionPipeline.save_pretrained`, pipeline_utils.py):
   `model_index.json` maps each component name to `[library, class]` (`[null, null]` for an absent one),
   and each component is saved in the subfolder of its name: models as `diffusion_pytorch_model.*`
@@ -21,7 +24,7 @@ from collections.abc import Mapping
 ADAPTER_CONFIG = "adapter_config.json"
 # peft/utils/constants.py SAFETENSORS_WEIGHTS_NAME, WEIGHTS_NAME (preferred in this order, as peft loads them)
 ADAPTER_WEIGHTS = ("adapter_model.safetensors", "adapter_model.bin")
-QUANT_SIDECAR = "hf_quant_config.json"
+QUANT_SIDECARS = ("hf_quant_config.json", "quantize_config.json")
 PIPELINE_INDEX = "model_index.json"
 # diffusers/utils/constants.py: SAFE_WEIGHTS_INDEX_NAME, SAFETENSORS_WEIGHTS_NAME, WEIGHTS_INDEX_NAME, WEIGHTS_NAME
 DIFFUSERS_WEIGHTS = ("diffusion_pytorch_model.safetensors.index.json", "diffusion_pytorch_model.safetensors",
@@ -37,11 +40,12 @@ def adapter_config_beside(weights: str) -> str | None:
 
 
 def quant_sidecar_beside(config: str, cfg: Mapping[str, object]) -> str | None:
-    """The hf_quant_config.json beside a local config.json that names no quantization_config, else None."""
+    """The quantisation record (QUANT_SIDECARS, the first there) beside a local config.json that names no
+    quantization_config, else None."""
     if "quantization_config" in cfg:
         return None
-    p = os.path.join(os.path.dirname(os.path.abspath(config)), QUANT_SIDECAR)
-    return p if os.path.isfile(p) else None
+    folder = os.path.dirname(os.path.abspath(config))
+    return next((p for name in QUANT_SIDECARS if os.path.isfile(p := os.path.join(folder, name))), None)
 
 
 def adapter_weights(path: str) -> str | None:

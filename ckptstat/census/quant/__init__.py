@@ -139,18 +139,22 @@ _LAYOUT_LITERALS = ("qweight", "weight_packed", "compressed", "SCB", "weight_sca
 
 def _qconfig(ckpt: Checkpoint) -> dict[str, Any]:
     cfg = ckpt.config or {}
-    q = cfg.get("quantization_config") or cfg.get("compression_config") or mlx.config(cfg) or _modelopt(ckpt.quant_sidecar)
+    q = cfg.get("quantization_config") or cfg.get("compression_config") or mlx.config(cfg) or _sidecar(ckpt.quant_sidecar)
     return q if isinstance(q, dict) else {}
 
 
-def _modelopt(sidecar: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """modelopt's hf_quant_config.json as the quantization_config its newer exports write into config.json
-    (quant_method modelopt, its quant_algo), or None for another producer's."""
-    producer = sidecar.get("producer") if isinstance(sidecar, Mapping) else None
-    record = sidecar.get("quantization") if isinstance(sidecar, Mapping) else None
-    if not (isinstance(producer, Mapping) and producer.get("name") == "modelopt" and isinstance(record, Mapping)):
+def _sidecar(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """A quantisation record beside config.json (formats/folders.py) as the quantization_config newer writers put into
+    config.json: modelopt's hf_quant_config.json (quant_method modelopt, its quant_algo); AutoGPTQ's quantize_config.json,
+    whose fields are a quantization_config's (quant_method gptq where it names none: AutoGPTQ's); None for another."""
+    if not isinstance(record, Mapping):
         return None
-    return {"quant_method": "modelopt", "quant_algo": record.get("quant_algo"), "from": "hf_quant_config.json"}
+    producer, q = record.get("producer"), record.get("quantization")
+    if isinstance(producer, Mapping) and producer.get("name") == "modelopt" and isinstance(q, Mapping):
+        return {"quant_method": "modelopt", "quant_algo": q.get("quant_algo"), "from": "hf_quant_config.json"}
+    if _bits_of(record.get("bits")) is not None:
+        return {"quant_method": "gptq", **record, "from": "quantize_config.json"}
+    return None
 
 
 def _bits_of(v: object) -> int | None:
