@@ -204,7 +204,11 @@ def test_bare_config_and_commands(saved, case, cli, tmp_path):
     assert code == 0 and json.loads(out)["parameters"]["outside"] == p["outside"]
     code, out, _ = cli("summary", folder)   # the split said: the language model predicted, the towers counted
     assert code == 0 and f"{_language_params(model):,} parameters the config predicts" in " ".join(out.split())
-    assert f"+ {p['outside']:,} outside it" in " ".join(out.split())
+    text = " ".join(out.split())
+    assert f"+ {p['outside']:,} outside it" in text
+    # the modules outside, as transformers' wrapper holds them (their first name component under model.)
+    held = sorted({n.split(".")[1] for n, _ in model.named_parameters() if not n.startswith(("lm_head", "model.language_model"))})
+    assert f"outside it ({', '.join(held)})" in text
 
 
 def test_dual_encoders_are_no_wrapper(tmp_path):

@@ -260,6 +260,7 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
                 "image_size": m.spec.image_size or None,
                 "flops_per_token": per, "training_flops_per_token": 3 * per,
                 "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,
+                "outside_modules": list(m.outside_modules),
                 "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model

@@ -18,7 +18,7 @@ from ..families.framework.spec import (
     from_config,
 )
 from ..families.load_table import load_differences
-from ..families.wrappers import is_outside, outside_modules
+from ..families.wrappers import is_outside, outside_module
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
@@ -52,6 +52,7 @@ class Model:
     param_bytes: dict[str, int] = field(default_factory=dict)   # stored dtype -> bytes of parameters
     notes: tuple[str, ...] = ()
     outside_params: int = 0            # of checkpoint_params, those outside the analytic model (ArchSpec.outside)
+    outside_modules: tuple[str, ...] = ()   # the modules they are in (vision_tower, multi_modal_projector...)
     # parameters the class config.json names makes on load beyond the file's (families/load_table.py: MarianMTModel's
     # position tables, never saved), which the template counts
     on_load: int = 0
@@ -123,8 +124,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
     predicted = predict_params(spec)
     apart = [t for t in parameters(ckpt) if is_outside(t.name, spec.outside)] if spec.outside else []
     outside = sum(t.numel for t in apart)
+    found = tuple(sorted({str(outside_module(t.name, spec.outside)) for t in apart}))
     if outside:
-        found = sorted({m for t in apart for m in outside_modules(t.name, spec.outside)})
         notes.append(f"{outside:,} parameters in {', '.join(found)} (outside the analytic model) are counted from the "
                      "checkpoint")
     count -= outside   # what the template predicts
@@ -147,7 +148,7 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
-                 tuple(notes) + spec.assumptions, outside, on_load=made)
+                 tuple(notes) + spec.assumptions, outside, found, on_load=made)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:

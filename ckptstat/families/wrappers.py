@@ -173,12 +173,13 @@ def note(cfg: Mapping[str, Any], text_type: str) -> str:
             "image or audio FLOPs or activations, their parameters counted from the checkpoint")
 
 
-def outside_modules(name: str, modules: tuple[str, ...]) -> list[str]:
-    """Which of `modules` tensor `name` is in: a whole component of its dotted name, or its first (`^name`)."""
+def outside_module(name: str, modules: tuple[str, ...]) -> str | None:
+    """The outermost of `modules` tensor `name` is in (a whole component of its dotted name, or its first: `^name`;
+    Qwen2-VL's `visual`, not the `merger` inside it), else None."""
     parts = name.split(".")
-    return [m for m in parts if m in modules] + ([parts[0]] if "^" + parts[0] in modules else [])
+    return parts[0] if "^" + parts[0] in modules else next((m for m in parts if m in modules), None)
 
 
 def is_outside(name: str, modules: tuple[str, ...]) -> bool:
-    """Is tensor `name` one of `modules` or in one (outside_modules)?"""
-    return bool(outside_modules(name, modules))
+    """Is tensor `name` one of `modules` or in one (outside_module)?"""
+    return outside_module(name, modules) is not None

@@ -123,7 +123,8 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
                                f"the checkpoint holds {r['parameters']['unique']:,}"), style="yellow")
         elif an.get("outside_params"):   # a multimodal wrapper: its towers and projectors beside the language model
             console.print(Text(f"analytic     {an['predicted_params']:,} parameters the config predicts (the language "
-                               f"model) + {an['outside_params']:,} outside it (towers, projectors), counted from the "
+                               f"model) + {an['outside_params']:,} outside it "
+                               f"({', '.join(an.get('outside_modules') or ['towers, projectors'])}), counted from the "
                                "checkpoint and not in the FLOPs"))
     for line in r.get("extra_lines", []):
         console.print(safe(line))
