@@ -93,7 +93,7 @@ def classes(tasks: tuple[str, ...] = ("causal",)) -> list[tuple[str, str, str]]:
     return list(out)
 
 
-def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, int, dict[str, int]]:
+def oracle(task: str, cls: Any, cfg: Any, save_to: str) -> tuple[int, int, int, dict[str, int]]:
     """(FLOPs, cache bytes, parameters, each parameter's size) of one forward of the model transformers builds (CPU,
     fp32): SEQ tokens ([1, CHOICES, SEQ] for multiple choice), one image or AUDIO samples; a causal LM's cache (else
     0); its unique parameters (num_parameters: a tied weight once) and their sizes by name (a tied weight once).
@@ -133,8 +133,7 @@ def oracle(task: str, cls: Any, cfg: Any, save_to: str = "") -> tuple[int, int, 
         cache = out["cache"] if "cache" in out else getattr(out, "past_key_values", None)
     params = model.num_parameters()
     sizes = {name: p.numel() for name, p in model.named_parameters()}
-    if save_to:
-        model.save_pretrained(save_to)
+    model.save_pretrained(save_to)
     if task == "causal" and cache is None and out.get("state") is not None:   # RWKV returns its state, five tensors
         return counter.get_total_flops(), sum(t.numel() * t.element_size() for t in out["state"]), params, sizes
     return counter.get_total_flops(), (meta.cache_bytes(cache) if cache is not None else 0), params, sizes

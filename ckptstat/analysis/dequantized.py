@@ -51,7 +51,7 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "scale in float32, then the model's dtype), GPTQ's (2, 3, 4, 8 bits) and AWQ GEMM's (2, 4, 8) as gptqmodel's "
         "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
         "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word, at 3 bits to each code); the "
-        "pieces of other quantised weights (AWQ GEMV, LLM.int8, modelopt...) are left out by role")
+        "pieces of other quantised weights (AWQ GEMV, LLM.int8, HQQ...) are left out by role")
 _VIEW = "dequantized:view"
 
 

@@ -157,6 +157,11 @@ def _sidecar(record: Mapping[str, Any] | None) -> dict[str, Any] | None:
     return None
 
 
+def _source(record: str) -> str:
+    """QuantLayout.source of a method the config names: config.json's quantization_config, or the record beside it."""
+    return "config.json quantization_config" if record == "config.json" else record
+
+
 def _bits_of(v: object) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v in _BITS else None
 
@@ -186,6 +191,7 @@ def _config_summary(q: Mapping[str, Any]) -> dict[str, Any]:
 def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     q = _qconfig(ckpt)
     method_cfg = str(q.get("quant_method") or "").lower() or None
+    record = q.get("from") or "config.json"   # the file that names the method (a record beside config.json: _sidecar)
     T = ckpt.tensors
     modules: dict[str, dict[str, TensorInfo]] = {}
     special: dict[str, tuple[str, dict[str, TensorInfo]]] = {}
@@ -239,10 +245,9 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
                      "its tensors are counted as stored")
     if not weights:
         if method_cfg:
-            notes.append(f"config.json names quant_method {method_cfg!r} but no tensor has a quantised layout ckptstat "
+            notes.append(f"{record} names quant_method {method_cfg!r} but no tensor has a quantised layout ckptstat "
                          "knows (docs/quantized.md): counted as stored")
-            return QuantLayout(method_cfg, q.get("from") or "config.json quantization_config", _config_summary(q), {}, {},
-                               tuple(notes))
+            return QuantLayout(method_cfg, _source(record), _config_summary(q), {}, {}, tuple(notes))
         return None
     roles: dict[str, str] = {}
     for w in weights:
@@ -261,8 +266,8 @@ def _layout(ckpt: Checkpoint) -> QuantLayout | None:
     methods = sorted({w.method for w in weights})
     expected = _CONFIG_METHODS.get(method_cfg or "", method_cfg or "")
     if method_cfg and not any(m.startswith(expected) for m in methods):
-        notes.append(f"config.json names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
-    source = (q.get("from") or "config.json quantization_config" if method_cfg else "config.json quantization (mlx)"
+        notes.append(f"{record} names quant_method {method_cfg!r}; the tensor layout is {', '.join(methods)}")
+    source = (_source(record) if method_cfg else "config.json quantization (mlx)"
               if mlx_q and mlx_dims is not None else "tensor layout")
     return QuantLayout(", ".join(methods), source,
                        _config_summary(q), roles, {w.name: w for w in weights}, tuple(dict.fromkeys(notes)))
