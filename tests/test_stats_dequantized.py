@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 from safetensors.torch import load_file  # noqa: E402
 
+from ckptstat.analysis import dequantized  # noqa: E402
 from ckptstat.analysis.stats import QUANTILES, collect  # noqa: E402
 from ckptstat.core.dtypes import bits16  # noqa: E402
 from ckptstat.formats.registry import open_checkpoint  # noqa: E402
@@ -177,16 +178,38 @@ def test_over_http_as_locally(capsys, monkeypatch, case):
 
 
 def test_other_quantised_pieces_stay_left_out_by_role(cli):
-    """A bitsandbytes LLM.int8 folder (its int8 weights, SCB scales and quant state; no dequantiser here) and a plain
-    model: nothing dequantised, the pieces left out by role, no packed integer read as a weight."""
-    code, out, _ = cli("stats", os.path.join(FIX, "quantized", "bnb-int8-llama"), "--json")
+    """An optimum-quanto qint2 folder (its packed codes, scales and shifts; no dequantiser here) and a plain model:
+    nothing dequantised, the pieces left out by role, no packed integer read as a weight."""
+    code, out, _ = cli("stats", os.path.join(FIX, "quantized", "quanto-qint2-qwen2"), "--json")
     r = json.loads(out)
     assert code == 0 and r["dequantized"] is None
     reasons = {s["reason"] for s in r["skipped"]}
-    assert {"role quantized-weight (use --all-roles)", "role scale (use --all-roles)"} <= reasons
+    assert {"role packed-weight (use --all-roles)", "role scale (use --all-roles)"} <= reasons
     assert all(row["dtype"] in ("F16", "BF16", "F32") for row in r["tensors"])
     code, out, _ = cli("stats", os.path.join(FIX, "bert-tiny"), "--json")
     assert code == 0 and json.loads(out)["dequantized"] is None
+
+
+@pytest.mark.parametrize("case", ["bnb-int8-llama", "bnb-int8-qwen2"])
+def test_bitsandbytes_int8_is_what_transformers_dequantize_returns(case):
+    """bitsandbytes' LLM.int8 weights (fixtures/quantized/bnb-int8-<model>, written by bitsandbytes through
+    transformers 4 (llama, float16) and 5 (qwen2, bfloat16, tied, q/k/v biases)): each row is what transformers' own
+    model.dequantize(dtype=the model's) returned for it on the CPU (bnb-int8-<model>.dequantize.safetensors, written by
+    fixtures/make_quantized.py --bnb-dequantize), read whole, a row at a time and by two workers; `diff`'s reader gives
+    the same values element by element; the SCB scales are no weight row."""
+    path = os.path.join(FIX, "quantized", case)
+    values = load_file(os.path.join(FIX, "quantized", f"{case}.dequantize.safetensors"))
+    r = _report(path)
+    rows = _rows_are(r, values)
+    assert r["dequantized"]["methods"] == {"bitsandbytes-int8": len(values)}
+    assert not any(row["name"].endswith(".SCB") for row in r["tensors"])
+    assert _report(path, workers=2) == r
+    small = _by_name(_report(path, chunk_bytes=64))
+    assert all(small[n] == rows[n] for n in values)
+    view = dequantized.view(open_checkpoint(path), True)
+    for name, x in values.items():
+        got = np.asarray(view.read(name)).reshape(-1)
+        assert np.array_equal(got, x.float().numpy().reshape(-1)), name
 
 
 def test_rounding_to_bfloat16_is_once_from_float64():

@@ -12,7 +12,8 @@ place of its stored pieces, its values those its library's dequantiser returns, 
   (DeepSeek-V3's `weight_scale_inv`) as its Fp8Dequantize does (in the model's dtype): Scaled;
 - NVIDIA modelopt's NVFP4 and FP8 weights as its NVFP4QTensor and FP8QTensor dequantize them (in the model's
   dtype): Scaled;
-- bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook;
+- bitsandbytes' 4-bit weights (nf4, fp4, nested or not) as its dequantize_4bit returns them: Codebook; its LLM.int8
+  ones as transformers' dequantize returns them in the model's dtype: Scaled;
 - optimum-quanto's qint8 and qfloat8 weights and torchao's float8 ones as their dequantize returns them: Scaled;
 - GPTQ (formats gptq and gptq_v2; 2, 3, 4 or 8 bits) and AWQ GEMM weights (2, 4, 8 bits) as gptqmodel, which
   transformers 5 loads them with, dequantises them (in the scales' dtype): InputGrouped (analysis/dequantized_gptq.py).
@@ -46,12 +47,14 @@ RULE = ("a quantised weight is read as one tensor of its logical shape, its valu
         "in float32) in float32, then the model's dtype) and FP8 ones as its FP8QTensor.dequantize does (code x the scale "
         "cast to the model's dtype, rounded to it), transformers' block-scaled FP8 (weight_scale_inv) as its "
         "Fp8Dequantize does (code x scale in float32, then the model's dtype), bitsandbytes' 4-bit ones as its "
-        "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), optimum-quanto's qint8 and "
+        "dequantize_4bit does (code value x absmax in float32, then the weight's dtype), its LLM.int8 ones as "
+        "transformers' dequantize(dtype=the model's) does (code x SCB, then x 1/127, each in float32, then the model's "
+        "dtype), optimum-quanto's qint8 and "
         "qfloat8 as its dequantize does (code x scale, rounded once), torchao's float8 as its dequantize does (code x "
         "scale in float32, then the model's dtype), GPTQ's (2, 3, 4, 8 bits) and AWQ GEMM's (2, 4, 8) as gptqmodel's "
         "dequantize_weight and dequantize_gemm do (scale x (code - zero point), rounded once in the scales' dtype; "
         "GPTQ v1's zero points as gptqmodel reads them, one added to each stored word, at 3 bits to each code); the "
-        "pieces of other quantised weights (AWQ GEMV, LLM.int8, HQQ...) are left out by role")
+        "pieces of other quantised weights (AWQ GEMV, HQQ...) are left out by role")
 _VIEW = "dequantized:view"
 
 
@@ -309,6 +312,23 @@ def _bnb4(ckpt: Checkpoint, w: QuantWeight) -> Codebook | None:
     return Codebook(ckpt, codes.name, absmax.name, qmap.name, nested, block, values, dtype)
 
 
+# bitsandbytes' 1/127 in float32 (int8_vectorwise_dequant's `A * stats.view(-1, 1) * 7.874015718698502e-3`)
+_INT8_RECIPROCAL = 7.874015718698502e-3
+
+
+def _bnb8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
+    """A bitsandbytes LLM.int8 weight (Linear8bitLt): `weight` int8 of the logical 2-D shape and `SCB` float32, one
+    absmax a row, read as transformers' dequantize(dtype=the model's) returns them: bitsandbytes' int8_vectorwise_dequant
+    (code x SCB in float32, then x 1/127 in float32) rounded to the model's dtype (config.json's, F16 or BF16: the dtype
+    the weights were quantised from; dequantize() without a dtype keeps float32). Else None (left out by role)."""
+    codes, scb, dtype = ckpt.tensors.get(w.name), ckpt.tensors.get(w.name[:-len("weight")] + "SCB"), _model_dtype(ckpt)
+    if (codes is None or scb is None or dtype is None or codes.dtype != "I8" or len(w.shape) != 2
+            or codes.shape != w.shape or scb.dtype != "F32" or scb.shape != (w.shape[0],)):
+        return None
+    cols = w.shape[1]
+    return Scaled(ckpt, codes.name, scb.name, None, "int8", 8, cols, cols, dtype, float32=True, factor=_INT8_RECIPROCAL)
+
+
 def _quanto(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     """optimum-quanto's qint8 and qfloat8 weights (WeightQBytesTensor): `weight._data` int8 or float8 of the logical
     2-D shape and `weight._scale` [rows, 1] in the compute dtype (F16 or BF16), each value code x scale rounded once in
@@ -351,6 +371,8 @@ def _decoder(ckpt: Checkpoint, w: QuantWeight, dtype: str) -> Packed | Scaled | 
         return _modelopt_fp8(ckpt, w)
     if w.method in ("bitsandbytes-nf4", "bitsandbytes-fp4"):
         return _bnb4(ckpt, w)
+    if w.method == "bitsandbytes-int8":
+        return _bnb8(ckpt, w)
     if w.method in ("quanto qint8", "quanto qfloat8"):
         return _quanto(ckpt, w)
     if w.method == "torchao float8":

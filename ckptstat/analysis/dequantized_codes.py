@@ -22,7 +22,9 @@ class Scaled:
     stored as the scales are or packed along the rows; each value as its dequantize computes it in the scales' dtype,
     the code (minus its zero point: exact) times its scale, rounded once. transformers' block-scaled FP8: `weight`
     float8, `weight_scale_inv` one scale a block of `block_rows` rows x `group` columns (float32 or E8M0); each value
-    as its Fp8Dequantize computes it, code x scale in float32, then rounded to the model's dtype (`float32` True)."""
+    as its Fp8Dequantize computes it, code x scale in float32, then rounded to the model's dtype (`float32` True).
+    bitsandbytes' LLM.int8: `weight` int8, `SCB` float32 one a row; each value as its int8_vectorwise_dequant computes
+    it, code x SCB in float32, x 1/127 in float32 (`factor`), then rounded to the model's dtype."""
     src: Checkpoint
     codes: str
     scales: str
@@ -37,6 +39,8 @@ class Scaled:
     global_scale: str | None = None   # NVFP4's one float32 each group scale is divided (compressed-tensors) or
     global_divides: bool = True       # multiplied (modelopt's weight_scale_2) by, in float32
     scale_rounded: bool = False       # the scale rounded to out_dtype first (modelopt's FP8: both factors cast)
+    factor: float | None = None       # a float32 constant the float32 product is then multiplied by, in float32
+                                      # (bitsandbytes' int8_vectorwise_dequant: x 1/127)
 
     @property
     def rows(self) -> int:
@@ -124,6 +128,8 @@ class Scaled:
         if self.float32:
             with np.errstate(over="ignore"):
                 v = v.astype(np.float32).astype(np.float64)
+                if self.factor is not None:   # (a float32 times a float32 is exact in float64: rounded once)
+                    v = (v * np.float64(np.float32(self.factor))).astype(np.float32).astype(np.float64)
         return bits16(v, self.out_dtype)
 
 
