@@ -13,9 +13,9 @@ from ..census.model import Model
 from ..errors import UsageError
 from ..families import get
 from ..families.framework.base import CHOICE
-from ..families.framework.graph import EW_COST, build
+from ..families.framework.graph import EW_COST, build, predict_params
 from ..families.framework.ops import causal_pairs
-from ..families.framework.spec import check_seq
+from ..families.framework.spec import check_seq, from_config
 
 SCHEMA = "ckptstat.flops/1"
 CONVENTIONS = {
@@ -85,11 +85,17 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
     return win, note, sliding
 
 
-def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False) -> dict:
+def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False,
+        images: int = 0) -> dict:
+    """images: images a sequence holds (a vision-language wrapper's image path, Model.image_path): the tower and the
+    projector run on each, and the language model reads seq text tokens plus each image's tokens."""
     if m.oracle:   # no template: what the oracle measured (analysis/meta.py)
         return m.oracle.flops_run(batch, seq, m.spec.image_size)
+    text, path = seq, m.image_path
+    if images and path is not None:
+        seq += images * path.tokens
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
-    rows: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = _image_rows(m, batch * images) if images else []
     for op in ops:
         rows.append({"module": op.module, "kind": op.kind, "bucket": op.bucket, "calls": op.calls,
                      "in_shape": list(op.in_shape), "out_shape": list(op.out_shape), "params": op.params,
@@ -112,6 +118,12 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
         },
         "notes": [],
     }
+    if images and path is not None:
+        vision = [r for r in rows if r["bucket"] == "vision"]
+        out["images"] = {"per_sequence": images, "side": path.side, "tokens_each": path.tokens, "text_tokens": text,
+                         "tower_flops": sum(r["flops"] for r in vision if r["module"].startswith("vision_tower.")),
+                         "projector_flops": sum(r["flops"] for r in vision if r["module"].startswith("multi_modal")),
+                         "rule": path.rule}
     out["notes"] += m.spec.seq_notes(seq)   # a waveform encoder's --seq (ArchSpec.seq_unit)
     win = _windowed(m, batch, seq, attn, causal_halving)
     if win is not None:
@@ -121,11 +133,41 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     return out
 
 
+def _image_rows(m: Model, images: int) -> list[dict[str, Any]]:
+    """The rows of `images` images through a wrapper's image path (bucket "vision"): the tower as its family's template
+    counts it (under transformers' `vision_tower.`), then the projector's matmuls."""
+    path = m.image_path
+    assert path is not None
+    spec = from_config(path.tower, "vision_config")
+    tower = Model(spec, m.path, None, predict_params(spec), None)
+    rows = [{**r, "module": f"vision_tower.{r['module']}", "bucket": "vision"} for r in run(tower, images, 1)["modules"]]
+    b, ab = m.bytes_per_param, m.activation_bytes
+    for p in path.projector:
+        params, out = p.d_in * p.d_out + p.bias * p.d_out, images * p.rows * p.d_out
+        macs = images * p.rows * p.d_in * p.d_out
+        rows.append({"module": p.module, "kind": "linear", "bucket": "vision", "calls": 1,
+                     "in_shape": [images, p.rows, p.d_in], "out_shape": [images, p.rows, p.d_out], "params": params,
+                     "macs": macs, "flops": 2 * macs, "elementwise_flops": out if p.bias else 0,
+                     "bytes_read": int(params * b) + images * p.rows * p.d_in * ab, "bytes_written": out * ab})
+    return rows
+
+
+def check_images(m: Model, images: int) -> None:
+    """--images N: a usage error unless the model is a wrapper whose image path ckptstat models."""
+    if images < 0:
+        raise UsageError(f"--images must be 0 or more, got {images}")
+    if images and m.image_path is None:
+        raise UsageError(f"--images: no image path modelled for {m.spec.model_type} ({m.spec.family}); the image path "
+                         "is modelled for LLaVA, PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower")
+
+
 def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, causal_halving: bool = False,
-           convention: str = "flops") -> dict:
+           convention: str = "flops", images: int = 0) -> dict:
     s = m.spec
+    check_images(m, images)
+    added = images * m.image_path.tokens if images and m.image_path else 0
     for q in seqs:
-        check_seq(s, q, dec_seq)
+        check_seq(s, q + added, dec_seq)
     if m.oracle and causal_halving:
         raise UsageError(f"--causal-halving needs an op template; {m.oracle.statement}, which counts every score")
     return {
@@ -150,7 +192,7 @@ def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, ca
                      "B/element, each module read/written once (no cache reuse)",
             "head": f"{s.architecture or s.head}: " + _head_rule(m),
         },
-        "runs": [run(m, batch, q, dec_seq, causal_halving) for q in seqs],
+        "runs": [run(m, batch, q, dec_seq, causal_halving, images) for q in seqs],
         "notes": list(m.notes),
         "computed_by": m.oracle.statement if m.oracle else None,
     }

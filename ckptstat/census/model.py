@@ -18,7 +18,7 @@ from ..families.framework.spec import (
     from_config,
 )
 from ..families.load_table import load_differences
-from ..families.wrappers import is_outside, outside_module
+from ..families.wrappers import ImagePath, image_path, is_outside, outside_module
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
@@ -60,6 +60,8 @@ class Model:
     # a bare config's quantization_config: the planner holds its weights as that checkpoint stores them
     # (analysis/memory/planner.py config_quant); a checkpoint's stored bytes already are
     quantization: dict | None = None
+    # a vision-language wrapper's image path, where ckptstat models it (families/wrappers.py): `flops --images`
+    image_path: ImagePath | None = None
 
     @property
     def params(self) -> int:
@@ -148,7 +150,8 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                      f"checkpoint holds {count:,} (difference {count - predicted['total']:+,}): the weights and the "
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
-                 tuple(notes) + spec.assumptions, outside, found, on_load=made)
+                 tuple(notes) + spec.assumptions, outside, found, on_load=made,
+                 image_path=image_path(ckpt.config) if ckpt.config else None)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -167,7 +170,8 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
         if spec.dtype is None:
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         q = cfg.get("quantization_config")
-        return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None)
+        return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None,
+                     image_path=image_path(cfg))
     return from_checkpoint(open_checkpoint(path, config))
 
 

@@ -21,6 +21,9 @@ def flops(
     frames: Optional[int] = FramesOpt,
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
+    images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
+                               "PaliGemma, Gemma 3): the vision tower and projector run on each, and the language "
+                               "model reads --seq text tokens plus each image's tokens."),
     causal_halving: bool = typer.Option(False, "--causal-halving",
                                         help="Count only the (query, key) pairs causal masks keep, sliding windows included."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
@@ -41,7 +44,7 @@ def flops(
     positive("--frames", frames)
     model = image_input(load(path, config, seqs(seq)), image_size, seqs(seq))
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
-    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention)
+    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention, images)
     r |= image_fields(model.spec)
     show(r, as_json, "render_flops", seq_flag=seq_flag(seqs(seq), frames, audio_seconds), frames=audio_encoder(model.spec))
 

@@ -23,6 +23,9 @@ def memory(
     frames: Optional[int] = FramesOpt,
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
+    images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
+                               "PaliGemma, Gemma 3): the language model's KV cache and activations at --seq text "
+                               "tokens plus each image's tokens."),
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "
                              "or training (weights, gradients, master weights, optimizer state, saved activations)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
@@ -61,7 +64,10 @@ def memory(
 
     Exit 0; with --gpu or --gpu-mem, 1 when it does not fit (or no verdict could be made), so that a script can
     gate on it."""
+    from dataclasses import replace
+
     from ..analysis import memory as mem
+    from ..analysis.flops import check_images
     from ..analysis.memory.planner import Plan
     from ..analysis.meta import load
     from ..census.model import weights_only
@@ -85,7 +91,16 @@ def memory(
         return
     model = image_input(model, image_size, [seq] if seq else [])
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
-    r = mem.report(model, batch, lengths[0] if lengths else default_seq(model.spec), dec_seq, plan) | image_fields(model.spec)
+    n = lengths[0] if lengths else default_seq(model.spec)
+    check_images(model, images)
+    if images and model.image_path is not None:
+        p = model.image_path
+        model = replace(model, notes=(*model.notes, f"--images {images}: s = {n} text + {images} x {p.tokens} image "
+                        f"tokens ({p.side}x{p.side} px each) for the language model's KV cache and activations; the "
+                        "vision tower's own activations (it runs before the language model, per image) are not in these "
+                        "lines; a largest --seq found counts the image tokens too"))
+        n += images * p.tokens
+    r = mem.report(model, batch, n, dec_seq, plan) | image_fields(model.spec)
     show(r, as_json, "render_memory", seq_flag=seq_flag([seq] if seq else [], frames, audio_seconds),
          frames=audio_encoder(model.spec))
     _exit_on_verdict(plan, r["fit"]["fits"])
