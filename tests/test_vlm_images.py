@@ -1,8 +1,9 @@
-"""`flops --images N` of a vision-language wrapper (families/wrappers.py `image_path`): the vision tower and projector
-run on each image and the language model reads the text tokens plus each image's tokens. The oracle is transformers'
-own forward with pixel values, the image tokens in input_ids, under FlopCounterMode (eager attention, as every FLOPs
-figure here): LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector),
-PaliGemma and Gemma 3 with and without SigLIP's pooling head, from the save_pretrained folder and its bare config.json,
+"""`flops --images N` of a vision-language wrapper (families/images.py): the vision tower and projector run on each
+image and the language model reads the text tokens plus each image's tokens. The oracle is transformers' own forward
+with pixel values, the image tokens in input_ids, under FlopCounterMode (eager attention, as every FLOPs figure here):
+LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector), PaliGemma and
+Gemma 3 with and without SigLIP's pooling head, Qwen2-VL and Qwen2.5-VL (windows cut short at the grid's edge, a
+full-attention block, a side the processor would round), from the save_pretrained folder and its bare config.json,
 one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
@@ -30,9 +31,13 @@ def _siglip(head: bool):
 
 
 def _config(case: str):
-    from transformers import Gemma3Config, LlavaConfig, PaliGemmaConfig
+    from transformers import Gemma3Config, LlavaConfig, PaliGemmaConfig, Qwen2_5_VLConfig, Qwen2VLConfig
 
-    if case.startswith("llava"):
+    if case.startswith("qwen"):
+        cfg = tiny_config(Qwen2VLConfig if case == "qwen2_vl" else Qwen2_5_VLConfig)
+        if case == "qwen2_5_vl":
+            cfg.vision_config.fullatt_block_indexes = [1]
+    elif case.startswith("llava"):
         cfg = tiny_config(LlavaConfig)
         if case == "llava-siglip":
             cfg.vision_config = _siglip(False)
@@ -50,24 +55,46 @@ def _config(case: str):
     return cfg
 
 
-CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head"]
+CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl"]
+# Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
+# units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
+QWEN_SIDE, QWEN_GRID = 150, 10
+
+
+def _pixels(cfg, images: int) -> dict:
+    """The image inputs of `images` images as the wrapper's processor would give them."""
+    v = cfg.vision_config
+    if cfg.model_type.startswith("qwen"):
+        values = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
+        return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
+                "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
+    return {"pixel_values": torch.randn(images, v.num_channels, v.image_size, v.image_size)}
+
+
+def _ids(cfg, tokens: int, images: int, batch: int):
+    """TEXT text tokens and `images` runs of the image token, a text token before each."""
+    ids = torch.full((batch, TEXT + images * tokens), 5)
+    for i in range(images):
+        ids[:, 1 + i * (tokens + 1): 1 + i * (tokens + 1) + tokens] = cfg.image_token_id
+    return ids
+
+
+def _types(cfg, ids) -> dict:
+    """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
+    kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
+    return {} if cfg.model_type == "llava" else {kind: (ids == cfg.image_token_id).long()}
 
 
 def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, int]:
-    """FlopCounterMode's total of the wrapper's forward and of its vision tower alone."""
+    """FlopCounterMode's total of the wrapper's forward and of its get_image_features alone (tower and projector)."""
     from torch.utils.flop_counter import FlopCounterMode
 
-    v = cfg.vision_config
-    pixels = torch.randn(batch * images, v.num_channels, v.image_size, v.image_size)
-    ids = torch.full((batch, TEXT + images * tokens), 5)
-    for i in range(images):
-        ids[:, 1 + i * tokens: 1 + (i + 1) * tokens] = cfg.image_token_id
-    extra = {"token_type_ids": (ids == cfg.image_token_id).long()} if cfg.model_type != "llava" else {}
+    ids = _ids(cfg, tokens, images, batch)
     with torch.no_grad(), FlopCounterMode(display=False) as whole:
-        model(input_ids=ids, pixel_values=pixels, **extra)
-    with torch.no_grad(), FlopCounterMode(display=False) as tower:
-        model.model.vision_tower(pixel_values=pixels)
-    return whole.get_total_flops(), tower.get_total_flops()
+        model(input_ids=ids, **_pixels(cfg, batch * images), **_types(cfg, ids))
+    with torch.no_grad(), FlopCounterMode(display=False) as path:
+        model.model.get_image_features(**_pixels(cfg, batch * images))
+    return whole.get_total_flops(), path.get_total_flops()
 
 
 @pytest.fixture(scope="module")
@@ -88,55 +115,58 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
     model, cfg, path = saved[case]
-    v = cfg.vision_config
     with torch.no_grad():
-        feats = model.model.get_image_features(pixel_values=torch.zeros(1, v.num_channels, v.image_size, v.image_size))
-    per_image = feats.pooler_output[0].shape[-2]   # the features (tokens) one image becomes
+        feats = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output
+    per_image = feats[0].shape[-2]   # the features (tokens) one image becomes
+    side = ["--image-size", str(QWEN_SIDE)] if case.startswith("qwen") else []
     for images, batch in ((1, 1), (2, 2)):
-        whole, tower = _measured(model, cfg, per_image, images, batch)
+        whole, image_path = _measured(model, cfg, per_image, images, batch)
         for source in (path, os.path.join(path, "config.json")):
-            code, out, err = cli("flops", source, "--images", str(images), "-b", str(batch), "-s", str(TEXT), "--json")
+            code, out, err = cli("flops", source, "--images", str(images), "-b", str(batch), "-s", str(TEXT), *side,
+                                 "--json")
             assert code == 0, err
             run = json.loads(out)["runs"][0]
             assert run["totals"]["flops"] == whole, (source, images, batch)
-            assert run["images"]["tower_flops"] == tower and run["images"]["tokens_each"] == per_image
+            assert run["images"]["flops"] == image_path and run["images"]["tokens_each"] == per_image
             assert run["seq"] == TEXT + images * per_image and run["images"]["text_tokens"] == TEXT
-    code, out, _ = cli("flops", path, "--images", "1", "-s", str(TEXT))   # the human output says it
+    code, out, _ = cli("flops", path, "--images", "1", "-s", str(TEXT), *side)   # the human output says it
     assert code == 0 and f"{per_image} tokens each" in out
 
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import Qwen2VLConfig
+    from transformers import Idefics3Config
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(Qwen2VLConfig)
-    path = os.path.join(saved["llava"][2], "..", "qwen2vl.json")
+    cfg = tiny_config(Idefics3Config)
+    cfg.architectures = ["Idefics3ForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "idefics3.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "qwen2" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Idefics3" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
+    code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size 64" in err
+    code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1")   # Qwen reads any: which?
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size" in err
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl"])
 def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     """`memory --images 2`: the KV cache line is the bytes of the cache transformers' forward with two images returns
     (its language model over the text and image tokens), and a note says the tower's activations are not in it."""
     model, cfg, path = saved[case]
-    v = cfg.vision_config
-    code, out, _ = cli("flops", path, "--images", "1", "--json")
+    side = ["--image-size", str(QWEN_SIDE)] if case.startswith("qwen") else []
+    code, out, _ = cli("flops", path, "--images", "1", *side, "--json")
     tokens = json.loads(out)["runs"][0]["images"]["tokens_each"]
-    ids = torch.full((1, TEXT + 2 * tokens), 5)
-    ids[0, 1: 1 + 2 * tokens] = cfg.image_token_id
-    extra = {"token_type_ids": (ids == cfg.image_token_id).long()} if cfg.model_type != "llava" else {}
+    ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
-        cache = model(input_ids=ids, pixel_values=torch.randn(2, v.num_channels, v.image_size, v.image_size),
-                      use_cache=True, **extra).past_key_values
+        cache = model(input_ids=ids, **_pixels(cfg, 2), use_cache=True, **_types(cfg, ids)).past_key_values
     held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
-    code, out, err = cli("memory", path, "--images", "2", "-s", str(TEXT), "--json")
+    code, out, err = cli("memory", path, "--images", "2", "-s", str(TEXT), *side, "--json")
     assert code == 0, err
     r = json.loads(out)
     kv = [line["bytes"] for line in r["lines"] if line["group"] == "kv cache"]

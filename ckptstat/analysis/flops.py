@@ -16,6 +16,8 @@ from ..families.framework.base import CHOICE
 from ..families.framework.graph import EW_COST, build, predict_params
 from ..families.framework.ops import causal_pairs
 from ..families.framework.spec import check_seq, from_config
+from ..families.images import ImagePath
+from ..families.images import image_path as images_path
 
 SCHEMA = "ckptstat.flops/1"
 CONVENTIONS = {
@@ -86,16 +88,16 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
 
 
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False,
-        images: int = 0) -> dict:
-    """images: images a sequence holds (a vision-language wrapper's image path, Model.image_path): the tower and the
-    projector run on each, and the language model reads seq text tokens plus each image's tokens."""
+        images: ImagePath | None = None, count: int = 0) -> dict:
+    """images, count: a vision-language wrapper's image path (families/images.py) and the images a sequence holds: the
+    tower and the projector run on each, and the language model reads seq text tokens plus each image's tokens."""
     if m.oracle:   # no template: what the oracle measured (analysis/meta.py)
         return m.oracle.flops_run(batch, seq, m.spec.image_size)
-    text, path = seq, m.image_path
-    if images and path is not None:
-        seq += images * path.tokens
+    text = seq
+    if images is not None:
+        seq += count * images.tokens
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
-    rows: list[dict[str, Any]] = _image_rows(m, batch * images) if images else []
+    rows: list[dict[str, Any]] = _image_rows(m, images, batch * count) if images is not None else []
     for op in ops:
         rows.append({"module": op.module, "kind": op.kind, "bucket": op.bucket, "calls": op.calls,
                      "in_shape": list(op.in_shape), "out_shape": list(op.out_shape), "params": op.params,
@@ -118,12 +120,10 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
         },
         "notes": [],
     }
-    if images and path is not None:
-        vision = [r for r in rows if r["bucket"] == "vision"]
-        out["images"] = {"per_sequence": images, "side": path.side, "tokens_each": path.tokens, "text_tokens": text,
-                         "tower_flops": sum(r["flops"] for r in vision if r["module"].startswith("vision_tower.")),
-                         "projector_flops": sum(r["flops"] for r in vision if r["module"].startswith("multi_modal")),
-                         "rule": path.rule}
+    if images is not None:
+        vision = [r["flops"] for r in rows if r["bucket"] == "vision"]
+        out["images"] = {"per_sequence": count, "side": images.side, "tokens_each": images.tokens, "text_tokens": text,
+                         "flops": sum(vision), "rule": images.rule}
     out["notes"] += m.spec.seq_notes(seq)   # a waveform encoder's --seq (ArchSpec.seq_unit)
     win = _windowed(m, batch, seq, attn, causal_halving)
     if win is not None:
@@ -133,39 +133,45 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     return out
 
 
-def _image_rows(m: Model, images: int) -> list[dict[str, Any]]:
-    """The rows of `images` images through a wrapper's image path (bucket "vision"): the tower as its family's template
-    counts it (under transformers' `vision_tower.`), then the projector's matmuls."""
-    path = m.image_path
-    assert path is not None
-    spec = from_config(path.tower, "vision_config")
-    tower = Model(spec, m.path, None, predict_params(spec), None)
-    rows = [{**r, "module": f"vision_tower.{r['module']}", "bucket": "vision"} for r in run(tower, images, 1)["modules"]]
+def _image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
+    """The rows of `images` images through a wrapper's image path (bucket "vision"): a TOWERS tower as its family's
+    template counts it (under transformers' `vision_tower.`), then the path's matmuls."""
+    rows: list[dict[str, Any]] = []
+    if path.tower is not None:
+        spec = from_config(path.tower, "vision_config")
+        tower = Model(spec, m.path, None, predict_params(spec), None)
+        rows = [{**r, "module": f"vision_tower.{r['module']}", "bucket": "vision"} for r in run(tower, images, 1)["modules"]]
     b, ab = m.bytes_per_param, m.activation_bytes
-    for p in path.projector:
-        params, out = p.d_in * p.d_out + p.bias * p.d_out, images * p.rows * p.d_out
-        macs = images * p.rows * p.d_in * p.d_out
-        rows.append({"module": p.module, "kind": "linear", "bucket": "vision", "calls": 1,
-                     "in_shape": [images, p.rows, p.d_in], "out_shape": [images, p.rows, p.d_out], "params": params,
-                     "macs": macs, "flops": 2 * macs, "elementwise_flops": out if p.bias else 0,
-                     "bytes_read": int(params * b) + images * p.rows * p.d_in * ab, "bytes_written": out * ab})
+    for p in path.matmuls:
+        params = (p.d_in * p.d_out + p.bias * p.d_out) * p.weight
+        out, macs = images * p.rows * p.d_out, images * p.rows * p.d_in * p.d_out
+        rows.append({"module": p.module, "kind": "linear" if p.weight else "attention", "bucket": "vision",
+                     "calls": p.calls, "in_shape": [images, p.rows, p.d_in], "out_shape": [images, p.rows, p.d_out],
+                     "params": params, "macs": macs * p.calls, "flops": 2 * macs * p.calls,
+                     "elementwise_flops": out * p.calls if p.bias else 0,
+                     "bytes_read": (int(params * b) + images * p.rows * p.d_in * ab) * p.calls,
+                     "bytes_written": out * ab * p.calls})
     return rows
 
 
-def check_images(m: Model, images: int) -> None:
-    """--images N: a usage error unless the model is a wrapper whose image path ckptstat models."""
+def wrapper_images(m: Model, images: int, side: int | None = None) -> ImagePath | None:
+    """--images N (and --image-size, for a tower that reads any size): the wrapper's image path, None for N = 0; a
+    usage error for a model whose image path is not modelled."""
     if images < 0:
         raise UsageError(f"--images must be 0 or more, got {images}")
-    if images and m.image_path is None:
-        raise UsageError(f"--images: no image path modelled for {m.spec.model_type} ({m.spec.family}); the image path "
-                         "is modelled for LLaVA, PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower")
+    if not images:
+        return None
+    path = images_path(m.image_config, side) if m.image_config is not None else None
+    if path is None:
+        raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for LLaVA, "
+                         "PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, Qwen2-VL and Qwen2.5-VL")
+    return path
 
 
 def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, causal_halving: bool = False,
-           convention: str = "flops", images: int = 0) -> dict:
+           convention: str = "flops", images: ImagePath | None = None, count: int = 0) -> dict:
     s = m.spec
-    check_images(m, images)
-    added = images * m.image_path.tokens if images and m.image_path else 0
+    added = count * images.tokens if images is not None else 0
     for q in seqs:
         check_seq(s, q + added, dec_seq)
     if m.oracle and causal_halving:
@@ -192,7 +198,7 @@ def report(m: Model, batch: int, seqs: list[int], dec_seq: int | None = None, ca
                      "B/element, each module read/written once (no cache reuse)",
             "head": f"{s.architecture or s.head}: " + _head_rule(m),
         },
-        "runs": [run(m, batch, q, dec_seq, causal_halving, images) for q in seqs],
+        "runs": [run(m, batch, q, dec_seq, causal_halving, images, count) for q in seqs],
         "notes": list(m.notes),
         "computed_by": m.oracle.statement if m.oracle else None,
     }

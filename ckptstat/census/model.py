@@ -17,8 +17,9 @@ from ..families.framework.spec import (
     ArchSpec,
     from_config,
 )
+from ..families.images import modelled
 from ..families.load_table import load_differences
-from ..families.wrappers import ImagePath, image_path, is_outside, outside_module
+from ..families.wrappers import is_outside, outside_module
 from ..formats.registry import load_config, open_checkpoint
 from .counts import parameters
 from .quant import stored
@@ -60,8 +61,8 @@ class Model:
     # a bare config's quantization_config: the planner holds its weights as that checkpoint stores them
     # (analysis/memory/planner.py config_quant); a checkpoint's stored bytes already are
     quantization: dict | None = None
-    # a vision-language wrapper's image path, where ckptstat models it (families/wrappers.py): `flops --images`
-    image_path: ImagePath | None = None
+    # a vision-language wrapper's config.json, where ckptstat models its image path (families/images.py): `--images`
+    image_config: dict | None = None
 
     @property
     def params(self) -> int:
@@ -151,7 +152,7 @@ def from_checkpoint(ckpt: Checkpoint) -> Model:
                      f"architecture disagree (another head, or extra/missing tensors); FLOPs follow the architecture")
     return Model(spec, ckpt.path, ckpt.config_path, predicted, count + outside, by_dtype,
                  tuple(notes) + spec.assumptions, outside, found, on_load=made,
-                 image_path=image_path(ckpt.config) if ckpt.config else None)
+                 image_config=ckpt.config if ckpt.config and modelled(ckpt.config) else None)
 
 
 def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = None) -> Model:
@@ -171,7 +172,7 @@ def load(path: str | os.PathLike[str], config: str | os.PathLike[str] | None = N
             notes += ("no weights and no torch_dtype in the config: weight bytes assume float32",)
         q = cfg.get("quantization_config")
         return Model(spec, path, path, predict_params(spec), None, {}, notes, quantization=q if isinstance(q, dict) else None,
-                     image_path=image_path(cfg))
+                     image_config=cfg if modelled(cfg) else None)
     return from_checkpoint(open_checkpoint(path, config))
 
 

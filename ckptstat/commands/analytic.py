@@ -22,8 +22,9 @@ def flops(
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
-                               "PaliGemma, Gemma 3): the vision tower and projector run on each, and the language "
-                               "model reads --seq text tokens plus each image's tokens."),
+                               "PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL; --image-size sets Qwen's side): the vision "
+                               "tower and projector run on each, and the language model reads --seq text tokens plus "
+                               "each image's tokens."),
     causal_halving: bool = typer.Option(False, "--causal-halving",
                                         help="Count only the (query, key) pairs causal masks keep, sliding windows included."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "
@@ -42,9 +43,12 @@ def flops(
     positive("--batch", batch)
     positive("--dec-seq", dec_seq)
     positive("--frames", frames)
-    model = image_input(load(path, config, seqs(seq)), image_size, seqs(seq))
+    model = load(path, config, seqs(seq))
+    path_of_images = fl.wrapper_images(model, images, image_size)   # (--image-size: the images' side, then)
+    model = image_input(model, None if path_of_images else image_size, seqs(seq))
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
-    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention, images)
+    r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention,
+                  path_of_images, images)
     r |= image_fields(model.spec)
     show(r, as_json, "render_flops", seq_flag=seq_flag(seqs(seq), frames, audio_seconds), frames=audio_encoder(model.spec))
 

@@ -24,8 +24,9 @@ def memory(
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
-                               "PaliGemma, Gemma 3): the language model's KV cache and activations at --seq text "
-                               "tokens plus each image's tokens."),
+                               "PaliGemma, Gemma 3, Qwen2-VL, Qwen2.5-VL; --image-size sets Qwen's side): the "
+                               "language model's KV cache and activations at --seq text tokens plus each image's "
+                               "tokens."),
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "
                              "or training (weights, gradients, master weights, optimizer state, saved activations)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
@@ -67,7 +68,7 @@ def memory(
     from dataclasses import replace
 
     from ..analysis import memory as mem
-    from ..analysis.flops import check_images
+    from ..analysis.flops import wrapper_images
     from ..analysis.memory.planner import Plan
     from ..analysis.meta import load
     from ..census.model import weights_only
@@ -89,12 +90,11 @@ def memory(
         show(r, as_json, "render_memory", seq_flag="--seq" if seq else None)
         _exit_on_verdict(plan, None)
         return
-    model = image_input(model, image_size, [seq] if seq else [])
+    p = wrapper_images(model, images, image_size)   # (--image-size: the images' side, then)
+    model = image_input(model, None if p else image_size, [seq] if seq else [])
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
     n = lengths[0] if lengths else default_seq(model.spec)
-    check_images(model, images)
-    if images and model.image_path is not None:
-        p = model.image_path
+    if p is not None:
         model = replace(model, notes=(*model.notes, f"--images {images}: s = {n} text + {images} x {p.tokens} image "
                         f"tokens ({p.side}x{p.side} px each) for the language model's KV cache and activations; the "
                         "vision tower's own activations (it runs before the language model, per image) are not in these "

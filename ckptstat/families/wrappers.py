@@ -11,10 +11,9 @@ a text tower that is no decoder) never is; the output says which config the mode
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
-from .framework.base import _defaults, class_default
+from .framework.base import _defaults
 from .tie_table import class_ties
 
 # Text model_types transformers names after the wrapper whose decoder is a registered family's, and whether
@@ -170,7 +169,8 @@ def note(cfg: Mapping[str, Any], text_type: str) -> str:
     what = "vision-language" if isinstance(cfg.get("vision_config"), dict) or not towers else "audio-language"
     source = "its own keys" if cfg.get("model_type") in FLAT else "text_config"
     parts = ' and '.join(towers or ['the vision tower'])
-    if image_path(cfg) is not None:   # (a forward reference: defined below)
+    from .images import modelled
+    if modelled(cfg):
         return (f"{cfg.get('model_type')} ({what}): the language model from {source} ({text_type}), for text tokens; "
                 f"{parts} and the projector counted from the checkpoint, their FLOPs per image with `flops --images N` "
                 "(their activations not modelled)")
@@ -189,83 +189,3 @@ def outside_module(name: str, modules: tuple[str, ...]) -> str | None:
 def is_outside(name: str, modules: tuple[str, ...]) -> bool:
     """Is tensor `name` one of `modules` or in one (outside_module)?"""
     return outside_module(name, modules) is not None
-
-
-# ------------------------------------------------------------------------------------------------------ images
-# The vision towers a wrapper's image path is modelled for: the vision config's model_type -> the class its family
-# describes the tower as (families/clip.py, families/siglip.py: the whole tower runs, its pooling head where the
-# config keeps it), and whether the tower's sequence opens with a class token.
-TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-
-
-@dataclass(frozen=True)
-class Matmul:
-    """One projector matmul per image: `rows` tokens x [d_in, d_out] (+ a bias)."""
-    module: str
-    rows: int
-    d_in: int
-    d_out: int
-    bias: bool
-
-
-@dataclass(frozen=True)
-class ImagePath:
-    """What one image costs a vision-language wrapper before its language model reads it (transformers' wrapper's
-    get_image_features): the vision tower, run whole on an image at its config's side, the projector's matmuls, and
-    the tokens it puts into the language model's sequence."""
-    tower: dict[str, Any]            # the tower's config, as its family reads it (model_type, architectures)
-    side: int                        # the image side the tower reads (its config's image_size)
-    tokens: int                      # the language model's tokens each image becomes
-    projector: tuple[Matmul, ...]
-    rule: str
-
-
-def _sub(sub: Mapping[str, Any], key: str) -> Any:
-    """A sub-config's value: its own, else its config class's default (config_defaults.json)."""
-    return sub[key] if sub.get(key) is not None else class_default(str(sub.get("model_type")), key)
-
-
-def _top(cfg: Mapping[str, Any], key: str) -> Any:
-    return cfg[key] if cfg.get(key) is not None else class_default(str(cfg.get("model_type")), key)
-
-
-def image_path(cfg: Mapping[str, Any]) -> ImagePath | None:
-    """The image path of a wrapper whose image path ckptstat models (LLaVA, PaliGemma, Gemma 3 over a CLIP or SigLIP
-    tower: modeling_llava.py, modeling_paligemma.py, modeling_gemma3.py), else None."""
-    mt, vision, text = cfg.get("model_type"), cfg.get("vision_config"), cfg.get("text_config")
-    if mt not in ("llava", "paligemma", "gemma3") or not isinstance(vision, Mapping) or not isinstance(text, Mapping):
-        return None
-    tower_type = vision.get("model_type")
-    if tower_type not in TOWERS:
-        return None
-    arch, cls_token = TOWERS[str(tower_type)]
-    side, patch, width = _sub(vision, "image_size"), _sub(vision, "patch_size"), _sub(vision, "hidden_size")
-    hidden = _sub(text, "hidden_size")
-    if not all(type(x) is int and x > 0 for x in (side, patch, width, hidden)) or patch > side:
-        return None
-    patches = (side // patch) ** 2
-    tower = {**vision, "architectures": [arch]}
-    if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
-        layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
-        layers = len(layer) if isinstance(layer, list) else 1
-        tokens = patches + cls_token - (select == "default")
-        bias = bool(_top(cfg, "multimodal_projector_bias"))
-        return ImagePath(tower, side, tokens, (Matmul("multi_modal_projector.linear_1", tokens, width * layers, hidden, bias),
-                                               Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, bias)),
-                         f"the tower's hidden states at layer(s) {layer} ({select}: "
-                         f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
-                         f"{_top(cfg, 'projector_hidden_act')}, linear_2")
-    if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
-        return ImagePath(tower, side, patches, (Matmul("multi_modal_projector.linear", patches, width,
-                                                       int(_top(cfg, "projection_dim")), True),),
-                         "the tower's last hidden state, multi_modal_projector.linear")
-    # Gemma 3: the patch grid average-pooled to mm_tokens_per_image, RMS-normed, times mm_input_projection_weight
-    per_side, grid = int(_top(cfg, "mm_tokens_per_image") ** 0.5), side // patch
-    kernel = grid // per_side if per_side else 0
-    if not kernel:
-        return None
-    tokens = ((grid - kernel) // kernel + 1) ** 2
-    return ImagePath(tower, side, tokens, (Matmul("multi_modal_projector.mm_input_projection_weight", tokens, width,
-                                                  hidden, False),),
-                     f"the tower's last hidden state average-pooled {kernel}x{kernel}, mm_soft_emb_norm, "
-                     "mm_input_projection_weight")

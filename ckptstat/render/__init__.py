@@ -259,8 +259,8 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
         console.print(f"images       {im['per_sequence']} a sequence, {im['side']}x{im['side']} px, "
                       f"{im['tokens_each']} tokens each into the language model (s = {im['text_tokens']} text + "
                       f"{im['per_sequence']} x {im['tokens_each']}); "
-                      f"the vision tower {human(im['tower_flops'])} and projector {human(im['projector_flops'])} FLOPs "
-                      f"over the batch, in the table; projector: {im['rule']}")
+                      f"their vision tower and projector {human(im['flops'])} FLOPs over the batch, in the table: "
+                      f"{im['rule']}")
     image = image_text(r)
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))

@@ -1,0 +1,175 @@
+"""What an image costs a vision-language wrapper before its language model reads it (`flops --images N`, `memory
+--images N`): the vision tower run whole on it, the projector, and the tokens it puts into the language model's
+sequence, as transformers' wrapper's get_image_features computes them.
+
+- LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
+  vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
+  at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls.
+- Qwen2-VL and Qwen2.5-VL (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py): images at their own resolution (--image-size,
+  rounded to a multiple of patch x merge as the processor's smart_resize rounds it): the Conv3d patch embedding, the
+  blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention
+  within windows of window_size pixels but on fullatt_block_indexes, a biased SwiGLU MLP) and the patch merger, stated
+  here as matmuls (ImagePath.matmuls).
+
+Any other wrapper: None (`--images` refuses it with one line)."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..errors import UsageError
+from .framework.base import class_default
+
+# The vision towers whose family describes them: the vision config's model_type -> the class its template counts
+# (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
+TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
+FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
+QWEN = ("qwen2_vl", "qwen2_5_vl")            # wrappers whose tower reads any size (stated here)
+
+
+@dataclass(frozen=True)
+class Matmul:
+    """A matmul each image runs `calls` times: `rows` x [d_in, d_out] (+ a bias); `weight` False: of two activations
+    (attention's Q K^T and P V, no parameters)."""
+    module: str
+    rows: int
+    d_in: int
+    d_out: int
+    bias: bool
+    calls: int = 1
+    weight: bool = True
+
+
+@dataclass(frozen=True)
+class ImagePath:
+    tower: dict[str, Any] | None     # a TOWERS tower's config, as its family reads it (model_type, architectures)
+    side: int                        # the image side the tower reads
+    tokens: int                      # the language model's tokens each image becomes
+    matmuls: tuple[Matmul, ...]      # the rest of the path: the projector (a Qwen tower: all of it)
+    rule: str
+
+
+def modelled(cfg: Mapping[str, Any]) -> bool:
+    """Whether `--images` is modelled for this wrapper's config.json."""
+    vision = cfg.get("vision_config")
+    return isinstance(vision, Mapping) and isinstance(cfg.get("text_config"), Mapping) and (
+        (cfg.get("model_type") in FIXED and vision.get("model_type") in TOWERS) or cfg.get("model_type") in QWEN)
+
+
+def _sub(sub: Mapping[str, Any], key: str) -> Any:
+    """A sub-config's value: its own, else its config class's default (config_defaults.json)."""
+    return sub[key] if sub.get(key) is not None else class_default(str(sub.get("model_type")), key)
+
+
+def _top(cfg: Mapping[str, Any], key: str) -> Any:
+    return cfg[key] if cfg.get(key) is not None else class_default(str(cfg.get("model_type")), key)
+
+
+def _sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
+    """The sub-config's values of `keys`: positive integers, else a UsageError naming the first that is not."""
+    out = []
+    for k in keys:
+        v = _sub(sub, k)
+        if type(v) is not int or v <= 0:
+            raise UsageError(f"--images: the vision config's {k} is {v!r}, not a positive integer")
+        out.append(v)
+    return out
+
+
+def image_path(cfg: Mapping[str, Any], side: int | None = None) -> ImagePath | None:
+    """The image path of a wrapper `modelled` covers (None for any other), for images of `side` pixels (None: the
+    tower's own size; a Qwen tower has none: UsageError). UsageError for a side the wrapper cannot read."""
+    if not modelled(cfg):
+        return None
+    if cfg["model_type"] in QWEN:
+        return _qwen(cfg, side)
+    vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
+    native, patch, width = _sizes(vision, "image_size", "patch_size", "hidden_size")
+    (hidden,) = _sizes(text, "hidden_size")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} images (its processor resizes "
+                         "every image to that)")
+    arch, cls_token = TOWERS[str(vision["model_type"])]
+    patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
+    if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
+        layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
+        layers = len(layer) if isinstance(layer, list) else 1
+        tokens = patches + cls_token - (select == "default")
+        bias = bool(_top(cfg, "multimodal_projector_bias"))
+        return ImagePath(tower, native, tokens,
+                         (Matmul("multi_modal_projector.linear_1", tokens, width * layers, hidden, bias),
+                          Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, bias)),
+                         f"the tower's hidden states at layer(s) {layer} ({select}: "
+                         f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
+                         f"{_top(cfg, 'projector_hidden_act')}, linear_2")
+    if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
+        return ImagePath(tower, native, patches, (Matmul("multi_modal_projector.linear", patches, width,
+                                                         int(_top(cfg, "projection_dim")), True),),
+                         "the tower's last hidden state, multi_modal_projector.linear")
+    # Gemma 3: the patch grid average-pooled to mm_tokens_per_image, RMS-normed, times mm_input_projection_weight
+    per_side, grid = int(_top(cfg, "mm_tokens_per_image") ** 0.5), native // patch
+    kernel = grid // per_side if per_side else 0
+    if not kernel:
+        raise UsageError(f"--images: {mt}'s {grid}x{grid} patch grid cannot pool to mm_tokens_per_image "
+                         f"{_top(cfg, 'mm_tokens_per_image')}")
+    tokens = ((grid - kernel) // kernel + 1) ** 2
+    return ImagePath(tower, native, tokens, (Matmul("multi_modal_projector.mm_input_projection_weight", tokens, width,
+                                                    hidden, False),),
+                     f"the tower's last hidden state average-pooled {kernel}x{kernel}, mm_soft_emb_norm, "
+                     "mm_input_projection_weight")
+
+
+def _windows(grid: int, size: int) -> list[int]:
+    """The sides, in merged units, of the windows a grid of `grid` units splits into along one axis (windows of `size`,
+    the last short: transformers' get_vision_window_index pads and drops the empty ones)."""
+    return [size] * (grid // size) + ([grid % size] if grid % size else [])
+
+
+def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    mt, vision = cfg["model_type"], cfg["vision_config"]
+    if side is None:
+        raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
+    v2 = mt == "qwen2_vl"
+    width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
+    patch, temporal, merge, channels, depth, heads, width, out = _sizes(
+        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
+        width_key, out_key)
+    factor = patch * merge   # the processor's smart_resize: the side rounded to a multiple of patch x merge
+    resized = max(factor, round(side / factor) * factor)
+    grid = resized // patch
+    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
+    full = list(range(depth)) if v2 else [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth]
+    windowed = depth - len(full)
+    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, False)]
+    ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
+           Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
+    if full:   # one image a chunk: Q K^T and P V per head
+        ms += [Matmul(f"visual.blocks.attn.{what} (full, {len(full)} blocks)", heads * n, d, n, False, len(full), False)
+               for what in ("scores (QK^T)", "context (PV)")]
+    if windowed:
+        unit = (_sub(vision, "window_size") or 0) // merge // patch
+        if unit <= 0:
+            raise UsageError(f"--images: {mt}'s window_size {_sub(vision, 'window_size')!r} is under a merged patch")
+        for rows in _windows(grid // merge, unit):
+            for cols in _windows(grid // merge, unit):
+                w = rows * cols * merge * merge
+                ms += [Matmul(f"visual.blocks.attn.{what} (window of {w}, {windowed} blocks)", heads * w, d, w, False,
+                              windowed, False) for what in ("scores (QK^T)", "context (PV)")]
+    if v2:
+        inter = int(width * (_sub(vision, "mlp_ratio") or 4))
+        ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
+               Matmul("visual.blocks.mlp.fc2", n, inter, width, True, depth)]
+    else:
+        (inter,) = _sizes(vision, "intermediate_size")
+        ms += [Matmul(f"visual.blocks.mlp.{p}", n, width, inter, True, depth) for p in ("gate_proj", "up_proj")]
+        ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
+    merged = width * merge * merge
+    ms += [Matmul("visual.merger.mlp.0", units, merged, merged, True), Matmul("visual.merger.mlp.2", units, merged, out, True)]
+    note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
+        if resized != side else ""
+    attention = "full attention over each image" if v2 else (
+        f"attention within windows of {_sub(vision, 'window_size')} px, full on blocks {full}")
+    return ImagePath(None, resized, units, tuple(ms),
+                     f"{grid}x{grid} patches{note}, {depth} blocks with {attention}, merged {merge}x{merge} into "
+                     f"{units} tokens (the processor's min/max pixels not applied)")
