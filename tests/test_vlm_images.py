@@ -2,9 +2,9 @@
 image and the language model reads the text tokens plus each image's tokens. The oracle is transformers' own forward
 with pixel values, the image tokens in input_ids, under FlopCounterMode (eager attention, as every FLOPs figure here):
 LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector), PaliGemma and
-Gemma 3 with and without SigLIP's pooling head, Qwen2-VL and Qwen2.5-VL (windows cut short at the grid's edge, a
-full-attention block, a side the processor would round), from the save_pretrained folder and its bare config.json,
-one image and batch 1, two images and batch 2."""
+Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
+full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, from the
+save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
 import json
@@ -31,12 +31,14 @@ def _siglip(head: bool):
 
 
 def _config(case: str):
-    from transformers import Gemma3Config, LlavaConfig, PaliGemmaConfig, Qwen2_5_VLConfig, Qwen2VLConfig
+    from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
     if case.startswith("qwen"):
-        cfg = tiny_config(Qwen2VLConfig if case == "qwen2_vl" else Qwen2_5_VLConfig)
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case == "qwen2_5_vl":
             cfg.vision_config.fullatt_block_indexes = [1]
+        if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth)
+            cfg.vision_config.deepstack_visual_indexes = [0, 5]
     elif case.startswith("llava"):
         cfg = tiny_config(LlavaConfig)
         if case == "llava-siglip":
@@ -55,7 +57,8 @@ def _config(case: str):
     return cfg
 
 
-CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl"]
+CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
+         "qwen3_vl", "qwen3_vl_moe"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -106,6 +109,8 @@ def saved(tmp_path_factory):
         cfg = _config(case)
         torch.manual_seed(0)
         model = AutoModelForImageTextToText.from_config(cfg).eval()
+        if case.endswith("moe"):   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it does not)
+            model.set_experts_implementation("eager")
         path = str(tmp_path_factory.mktemp(case))
         model.save_pretrained(path)
         out[case] = (model, cfg, path)

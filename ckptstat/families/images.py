@@ -5,11 +5,13 @@ sequence, as transformers' wrapper's get_image_features computes them.
 - LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
   vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
   at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls.
-- Qwen2-VL and Qwen2.5-VL (modeling_qwen2_vl.py, modeling_qwen2_5_vl.py): images at their own resolution (--image-size,
-  rounded to a multiple of patch x merge as the processor's smart_resize rounds it): the Conv3d patch embedding, the
-  blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention
-  within windows of window_size pixels but on fullatt_block_indexes, a biased SwiGLU MLP) and the patch merger, stated
-  here as matmuls (ImagePath.matmuls).
+- Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
+  images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
+  rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
+  quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size pixels but on fullatt_block_indexes, a
+  biased SwiGLU MLP; Qwen3-VL: full attention, linear_fc1 / linear_fc2, its learned positions interpolated by look-ups)
+  and the patch merger (Qwen3-VL's DeepStack mergers too, after each deepstack_visual_indexes block: their features are
+  added to the language model's first layers, no matmul), stated here as matmuls (ImagePath.matmuls).
 
 Any other wrapper: None (`--images` refuses it with one line)."""
 from __future__ import annotations
@@ -25,7 +27,7 @@ from .framework.base import class_default
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
 FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
-QWEN = ("qwen2_vl", "qwen2_5_vl")            # wrappers whose tower reads any size (stated here)
+QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
     if side is None:
         raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
-    v2 = mt == "qwen2_vl"
+    v2, v3 = mt == "qwen2_vl", mt.startswith("qwen3")
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
     patch, temporal, merge, channels, depth, heads, width, out = _sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
@@ -139,9 +141,10 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     resized = max(factor, round(side / factor) * factor)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
-    full = list(range(depth)) if v2 else [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth]
+    full = [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if mt == "qwen2_5_vl" else \
+        list(range(depth))
     windowed = depth - len(full)
-    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, False)]
+    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
     ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
            Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
     if full:   # one image a chunk: Q K^T and P V per head
@@ -160,16 +163,26 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         inter = int(width * (_sub(vision, "mlp_ratio") or 4))
         ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
                Matmul("visual.blocks.mlp.fc2", n, inter, width, True, depth)]
+    elif v3:
+        (inter,) = _sizes(vision, "intermediate_size")
+        ms += [Matmul("visual.blocks.mlp.linear_fc1", n, width, inter, True, depth),
+               Matmul("visual.blocks.mlp.linear_fc2", n, inter, width, True, depth)]
     else:
         (inter,) = _sizes(vision, "intermediate_size")
         ms += [Matmul(f"visual.blocks.mlp.{p}", n, width, inter, True, depth) for p in ("gate_proj", "up_proj")]
         ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
     merged = width * merge * merge
-    ms += [Matmul("visual.merger.mlp.0", units, merged, merged, True), Matmul("visual.merger.mlp.2", units, merged, out, True)]
+    fc = ("linear_fc1", "linear_fc2") if v3 else ("mlp.0", "mlp.2")
+    deepstack = len([i for i in (_sub(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) if v3 else 0
+    for name, calls in (("visual.merger", 1), ("visual.deepstack_merger_list", deepstack)):
+        if calls:
+            ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
+                   Matmul(f"{name}.{fc[1]}", units, merged, out, True, calls)]
     note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
         if resized != side else ""
-    attention = "full attention over each image" if v2 else (
+    attention = "full attention over each image" if not windowed else (
         f"attention within windows of {_sub(vision, 'window_size')} px, full on blocks {full}")
+    stack = f", {deepstack} DeepStack mergers" if deepstack else ""
     return ImagePath(None, resized, units, tuple(ms),
                      f"{grid}x{grid} patches{note}, {depth} blocks with {attention}, merged {merge}x{merge} into "
-                     f"{units} tokens (the processor's min/max pixels not applied)")
+                     f"{units} tokens{stack} (the processor's min/max pixels not applied)")
