@@ -84,6 +84,8 @@ def memory(
     try:
         model = load(path, config, [seq] if seq else [], flops=False)
     except UsageError as e:   # no architecture (unknown, or a config it cannot use): what the tensors alone give
+        if images:
+            raise UsageError(f"--images needs the model's architecture: {e}") from None
         r = mem.weights_report(weights_only(path, config, str(e)), batch, seq or 128)
         if plan != Plan(reserve=plan.reserve, reserve_source=plan.reserve_source):
             r["notes"].append("no per-device plan or verdict: the planner needs an architecture (see 'why')")
