@@ -177,3 +177,24 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     kv = [line["bytes"] for line in r["lines"] if line["group"] == "kv cache"]
     assert kv == [held]
     assert any("--images 2" in n and "not in these lines" in n for n in r["notes"])
+
+
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl"])
+def test_the_summary_says_what_one_image_costs(cli, saved, case):
+    """`ckptstat PATH` of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
+    get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model, cfg, path = saved[case]
+    code, out, err = cli("summary", path, "--json")
+    assert code == 0, err
+    image = json.loads(out)["analytic"]["image"]
+    if case.startswith("qwen"):
+        assert image == {"side": None}
+        code, out, _ = cli("summary", path)
+        assert "--image-size" in out
+        return
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        feats = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output
+    assert image == {"side": cfg.vision_config.image_size, "tokens": feats[0].shape[-2],
+                     "flops": counter.get_total_flops()}

@@ -6,7 +6,7 @@ from __future__ import annotations
 import os
 
 from ..census import aliases, architecture, name_matches, placements, resolve
-from ..census.model import from_checkpoint
+from ..census.model import Model, from_checkpoint
 from ..census.quant import bits_per_weight, logical
 from ..census.tally import optimizer_state, tally
 from ..census.ties import structural_tie_notes
@@ -16,7 +16,7 @@ from ..errors import CkptstatError, UsageError
 from ..families.framework.spec import audio_inputs, check_seq, default_seq, image_fields
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
-from .flops import run
+from .flops import run, wrapper_images
 from .optimizer_names import optimizer_names
 from .quantized import member_fields, quantization
 from .ties import verdict
@@ -260,13 +260,28 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
                 "image_size": m.spec.image_size or None,
                 "flops_per_token": per, "training_flops_per_token": 3 * per,
                 "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,
-                "outside_modules": list(m.outside_modules),
+                "outside_modules": list(m.outside_modules), "image": _one_image(m, n, dec_seq),
                 "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model
         if bad_seq is not None:
             raise bad_seq from None
         return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}
+
+
+def _one_image(m: Model, n: int, dec_seq: int | None) -> dict | None:
+    """A vision-language wrapper whose image path ckptstat models (families/images.py): one image's side, tokens and
+    FLOPs through the tower and projector (side None: a tower that reads any size, which `flops --images N
+    --image-size S` sizes); None for any other model."""
+    if m.image_config is None:
+        return None
+    try:
+        path = wrapper_images(m, 1)
+    except UsageError:   # (any size: no one figure)
+        return {"side": None}
+    assert path is not None
+    im = run(m, 1, n, dec_seq, images=path, count=1)["images"]
+    return {"side": im["side"], "tokens": im["tokens_each"], "flops": im["flops"]}
 
 
 def bert_stat(ckpt: Checkpoint, batch: int, seq: int) -> dict:

@@ -125,7 +125,12 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
             console.print(Text(f"analytic     {an['predicted_params']:,} parameters the config predicts (the language "
                                f"model) + {an['outside_params']:,} outside it "
                                f"({', '.join(an.get('outside_modules') or ['towers, projectors'])}), counted from the "
-                               "checkpoint and not in the FLOPs"))
+                               "checkpoint and not in the FLOPs per token"))
+        if im := an.get("image"):   # a wrapper whose image path is modelled (families/images.py)
+            console.print(Text(f"image        one {im['side']}x{im['side']} image: {im['tokens']} tokens, "
+                               f"{human(im['flops'])} FLOPs through the vision tower and projector (flops --images N)"
+                               if im["side"] else "image        any size: flops --images N --image-size S counts its "
+                               "tokens and its vision tower's FLOPs"))
     for line in r.get("extra_lines", []):
         console.print(safe(line))
     console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
