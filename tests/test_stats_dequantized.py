@@ -190,11 +190,13 @@ def test_other_quantised_pieces_stay_left_out_by_role(cli):
     assert code == 0 and json.loads(out)["dequantized"] is None
 
 
-@pytest.mark.parametrize("case", ["bnb-int8-llama", "bnb-int8-qwen2"])
+@pytest.mark.parametrize("case", ["bnb-int8-llama", "bnb-int8-qwen2", "bnb-int8-rounding"])
 def test_bitsandbytes_int8_is_what_transformers_dequantize_returns(case):
     """bitsandbytes' LLM.int8 weights (fixtures/quantized/bnb-int8-<model>, written by bitsandbytes through
-    transformers 4 (llama, float16) and 5 (qwen2, bfloat16, tied, q/k/v biases)): each row is what transformers' own
-    model.dequantize(dtype=the model's) returned for it on the CPU (bnb-int8-<model>.dequantize.safetensors, written by
+    transformers 4 (llama, float16) and 5 (qwen2, bfloat16, tied, q/k/v biases); `rounding`: the llama with codes and
+    absmax values whose float16 values only bitsandbytes' own order of float32 roundings gives): each row is what
+    transformers' own model.dequantize(dtype=the model's) returned for it on the CPU
+    (bnb-int8-<model>.dequantize.safetensors, written by
     fixtures/make_quantized.py --bnb-dequantize), read whole, a row at a time and by two workers; `diff`'s reader gives
     the same values element by element; the SCB scales are no weight row."""
     path = os.path.join(FIX, "quantized", case)
