@@ -3,7 +3,8 @@ image and the language model reads the text tokens plus each image's tokens. The
 with pixel values, the image tokens in input_ids, under FlopCounterMode (eager attention, as every FLOPs figure here):
 LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector), PaliGemma and
 Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
-full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, from the
+full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
+without q/k/v biases and q/k norms), from the
 save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
@@ -33,7 +34,11 @@ def _siglip(head: bool):
 def _config(case: str):
     from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
-    if case.startswith("qwen"):
+    if case.startswith("internvl"):
+        cfg = tiny_config(type(AutoConfig.for_model("internvl")))
+        cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
+        cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
+    elif case.startswith("qwen"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case == "qwen2_5_vl":
             cfg.vision_config.fullatt_block_indexes = [1]
@@ -58,7 +63,7 @@ def _config(case: str):
 
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
-         "qwen3_vl", "qwen3_vl_moe"]
+         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -71,7 +76,8 @@ def _pixels(cfg, images: int) -> dict:
         values = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
-    return {"pixel_values": torch.randn(images, v.num_channels, v.image_size, v.image_size)}
+    side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
+    return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
 
 
 def _ids(cfg, tokens: int, images: int, batch: int):
@@ -85,7 +91,7 @@ def _ids(cfg, tokens: int, images: int, batch: int):
 def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type == "llava" else {kind: (ids == cfg.image_token_id).long()}
+    return {} if cfg.model_type in ("llava", "internvl") else {kind: (ids == cfg.image_token_id).long()}
 
 
 def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, int]:

@@ -5,6 +5,11 @@ sequence, as transformers' wrapper's get_image_features computes them.
 - LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
   vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
   at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls.
+- InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
+  at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
+  tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
+  fc1 / fc2), the patch grid pixel-shuffled by downsample_ratio, the projector's linear_1 and linear_2; stated here as
+  matmuls.
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
   images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
   rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
@@ -28,6 +33,7 @@ from .framework.base import class_default
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
 FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
+STATED = (*QWEN, "internvl")                 # wrappers whose tower is stated here as matmuls
 
 
 @dataclass(frozen=True)
@@ -56,7 +62,7 @@ def modelled(cfg: Mapping[str, Any]) -> bool:
     """Whether `--images` is modelled for this wrapper's config.json."""
     vision = cfg.get("vision_config")
     return isinstance(vision, Mapping) and isinstance(cfg.get("text_config"), Mapping) and (
-        (cfg.get("model_type") in FIXED and vision.get("model_type") in TOWERS) or cfg.get("model_type") in QWEN)
+        (cfg.get("model_type") in FIXED and vision.get("model_type") in TOWERS) or cfg.get("model_type") in STATED)
 
 
 def _sub(sub: Mapping[str, Any], key: str) -> Any:
@@ -86,6 +92,8 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None) -> ImagePath | N
         return None
     if cfg["model_type"] in QWEN:
         return _qwen(cfg, side)
+    if cfg["model_type"] == "internvl":
+        return _internvl(cfg, side)
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
     native, patch, width = _sizes(vision, "image_size", "patch_size", "hidden_size")
     (hidden,) = _sizes(text, "hidden_size")
@@ -120,6 +128,50 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None) -> ImagePath | N
                                                     hidden, False),),
                      f"the tower's last hidden state average-pooled {kernel}x{kernel}, mm_soft_emb_norm, "
                      "mm_input_projection_weight")
+
+
+def _pair(v: Any) -> int | None:
+    """A square side given as an int or a [height, width] pair (InternVL's image_size, patch_size), else None."""
+    if isinstance(v, (list, tuple)) and len(v) == 2 and v[0] == v[1]:
+        v = v[0]
+    return v if type(v) is int and v > 0 else None
+
+
+def _internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
+    if native is None or patch is None or patch > native:
+        raise UsageError(f"--images: internvl's vision image_size {_sub(vision, 'image_size')!r} and patch_size "
+                         f"{_sub(vision, 'patch_size')!r} are no square tile")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: internvl's tower reads {native}x{native} tiles (its processor splits "
+                         "every picture into them: count tiles with --images)")
+    width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    (hidden,) = _sizes(text, "hidden_size")
+    grid = native // patch
+    n, d = grid * grid + 1, width // heads   # the patches and the class token
+    ratio = _top(cfg, "downsample_ratio")
+    scale = int(1 / ratio) if isinstance(ratio, (int, float)) and 0 < ratio <= 1 else 0
+    select = _top(cfg, "vision_feature_select_strategy")
+    if not scale or grid % scale or select != "default":
+        raise UsageError(f"--images: internvl with downsample_ratio {ratio!r} over a {grid}x{grid} grid, strategy "
+                         f"{select!r}, is not modelled")
+    tokens, bias = (grid // scale) ** 2, bool(_sub(vision, "attention_bias"))
+    ms = (Matmul("vision_tower.embeddings.patch_embeddings.projection", grid * grid, channels * patch * patch, width,
+                 True),
+          *(Matmul(f"vision_tower.encoder.layer.attention.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
+          Matmul("vision_tower.encoder.layer.attention.scores (QK^T)", heads * n, d, n, False, layers, False),
+          Matmul("vision_tower.encoder.layer.attention.context (PV)", heads * n, d, n, False, layers, False),
+          Matmul("vision_tower.encoder.layer.attention.projection_layer", n, width, width, True, layers),
+          Matmul("vision_tower.encoder.layer.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_tower.encoder.layer.mlp.fc2", n, inter, width, True, layers),
+          Matmul("multi_modal_projector.linear_1", tokens, width * scale * scale, hidden, True),
+          Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, True))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), "
+                     f"{grid}x{grid} patches and a class token through {layers} layers, the patches pixel-shuffled "
+                     f"{scale}x{scale} into {tokens} tokens, linear_1, {_top(cfg, 'projector_hidden_act')}, linear_2")
 
 
 def _windows(grid: int, size: int) -> list[int]:
