@@ -4,7 +4,7 @@ with pixel values, the image tokens in input_ids, under FlopCounterMode (eager a
 LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector), PaliGemma and
 Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
-without q/k/v biases and q/k norms), from the
+without q/k/v biases and q/k norms), Idefics3 and SmolVLM, from the
 save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
@@ -34,7 +34,10 @@ def _siglip(head: bool):
 def _config(case: str):
     from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
-    if case.startswith("internvl"):
+    if case in ("idefics3", "smolvlm"):
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config.image_size, cfg.vision_config.patch_size, cfg.scale_factor = 48, 8, 3   # 6 x 6 into 4 tokens
+    elif case.startswith("internvl"):
         cfg = tiny_config(type(AutoConfig.for_model("internvl")))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
@@ -63,7 +66,7 @@ def _config(case: str):
 
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
-         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias"]
+         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -77,6 +80,8 @@ def _pixels(cfg, images: int) -> dict:
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
+    if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
+        return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
 
 
@@ -91,7 +96,8 @@ def _ids(cfg, tokens: int, images: int, batch: int):
 def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type in ("llava", "internvl") else {kind: (ids == cfg.image_token_id).long()}
+    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm") else {
+        kind: (ids == cfg.image_token_id).long()}
 
 
 def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, int]:
@@ -146,17 +152,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import Idefics3Config
+    from transformers import Mistral3Config
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(Idefics3Config)
-    cfg.architectures = ["Idefics3ForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "idefics3.json")
+    cfg = tiny_config(Mistral3Config)   # (Pixtral's tower: not modelled)
+    cfg.architectures = ["Mistral3ForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "mistral3.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Idefics3" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Mistral3" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size

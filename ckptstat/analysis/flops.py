@@ -164,7 +164,8 @@ def wrapper_images(m: Model, images: int, side: int | None = None) -> ImagePath 
     path = images_path(m.image_config, side) if m.image_config is not None else None
     if path is None:
         raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for LLaVA, "
-                         "PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
+                         "PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Idefics3, SmolVLM, "
+                         "Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
     return path
 
 

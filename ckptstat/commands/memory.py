@@ -24,7 +24,8 @@ def memory(
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
-                               "PaliGemma, Gemma 3, InternVL (tiles), Qwen2-VL, Qwen2.5-VL, Qwen3-VL; --image-size "
+                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Qwen2-VL, Qwen2.5-VL, Qwen3-VL; "
+                               "--image-size "
                                "sets Qwen's side): the "
                                "language model's KV cache and activations at --seq text tokens plus each image's "
                                "tokens."),

@@ -9,7 +9,9 @@ sequence, as transformers' wrapper's get_image_features computes them.
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
   fc1 / fc2), the patch grid pixel-shuffled by downsample_ratio, the projector's linear_1 and linear_2; stated here as
-  matmuls.
+  matmuls. Idefics3 and SmolVLM (modeling_idefics3.py, modeling_smolvlm.py) likewise: tiles of the vision config's
+  image_size (the processor's splits and its global image), a SigLIP-like tower (biased patch conv, q/k/v/out_proj,
+  fc1 / fc2), the grid pixel-shuffled by scale_factor and the connector's bias-free modality_projection.
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
   images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
   rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
@@ -33,7 +35,8 @@ from .framework.base import class_default
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
 FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
-STATED = (*QWEN, "internvl")                 # wrappers whose tower is stated here as matmuls
+TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
+STATED = (*QWEN, *TILED)
 
 
 @dataclass(frozen=True)
@@ -94,6 +97,8 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None) -> ImagePath | N
         return _qwen(cfg, side)
     if cfg["model_type"] == "internvl":
         return _internvl(cfg, side)
+    if cfg["model_type"] in TILED:
+        return _idefics3(cfg, side)
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
     native, patch, width = _sizes(vision, "image_size", "patch_size", "hidden_size")
     (hidden,) = _sizes(text, "hidden_size")
@@ -139,13 +144,7 @@ def _pair(v: Any) -> int | None:
 
 def _internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    native, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
-    if native is None or patch is None or patch > native:
-        raise UsageError(f"--images: internvl's vision image_size {_sub(vision, 'image_size')!r} and patch_size "
-                         f"{_sub(vision, 'patch_size')!r} are no square tile")
-    if side is not None and side != native:
-        raise UsageError(f"--image-size {side}: internvl's tower reads {native}x{native} tiles (its processor splits "
-                         "every picture into them: count tiles with --images)")
+    native, patch = _tile(cfg, side)
     width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
                                                    "num_hidden_layers", "num_channels")
     (hidden,) = _sizes(text, "hidden_size")
@@ -172,6 +171,44 @@ def _internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), "
                      f"{grid}x{grid} patches and a class token through {layers} layers, the patches pixel-shuffled "
                      f"{scale}x{scale} into {tokens} tokens, linear_1, {_top(cfg, 'projector_hidden_act')}, linear_2")
+
+
+def _tile(cfg: Mapping[str, Any], side: int | None) -> tuple[int, int]:
+    """A tiled wrapper's (tile side, patch side): its vision config's square image_size and patch_size; a usage error for
+    another --image-size (its processor cuts every picture into tiles of that side: --images counts tiles)."""
+    vision, mt = cfg["vision_config"], cfg["model_type"]
+    native, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
+    if native is None or patch is None or patch > native:
+        raise UsageError(f"--images: {mt}'s vision image_size {_sub(vision, 'image_size')!r} and patch_size "
+                         f"{_sub(vision, 'patch_size')!r} are no square tile")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} tiles (its processor splits "
+                         "every picture into them: count tiles with --images)")
+    return native, patch
+
+
+def _idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
+    native, patch = _tile(cfg, side)
+    width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    (hidden,) = _sizes(text, "hidden_size")
+    scale, grid = _top(cfg, "scale_factor"), native // patch
+    if type(scale) is not int or scale <= 0 or grid % scale:
+        raise UsageError(f"--images: {mt}'s scale_factor {scale!r} does not divide its {grid}x{grid} patch grid")
+    n, d, tokens = grid * grid, width // heads, (grid // scale) ** 2
+    ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          Matmul("vision_model.encoder.layers.self_attn.scores (QK^T)", heads * n, d, n, False, layers, False),
+          Matmul("vision_model.encoder.layers.self_attn.context (PV)", heads * n, d, n, False, layers, False),
+          Matmul("vision_model.encoder.layers.self_attn.out_proj", n, width, width, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("connector.modality_projection.proj", tokens, width * scale * scale, hidden, False))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
+                     f"{grid}x{grid} patches through {layers} layers, pixel-shuffled {scale}x{scale} into {tokens} "
+                     "tokens, modality_projection")
 
 
 def _windows(grid: int, size: int) -> list[int]:
