@@ -4,7 +4,8 @@ with pixel values, the image tokens in input_ids, under FlopCounterMode (eager a
 LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an unbiased projector), PaliGemma and
 Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
-without q/k/v biases and q/k norms), Idefics3 and SmolVLM, from the
+without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
+(Pixtral's tower over every image of the batch at once), from the
 save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
@@ -34,7 +35,11 @@ def _siglip(head: bool):
 def _config(case: str):
     from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
-    if case in ("idefics3", "smolvlm"):
+    if case == "mistral3":   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config.image_size, cfg.vision_config.patch_size = 64, 8
+        cfg.multimodal_projector_bias = True
+    elif case in ("idefics3", "smolvlm"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config.image_size, cfg.vision_config.patch_size, cfg.scale_factor = 48, 8, 3   # 6 x 6 into 4 tokens
     elif case.startswith("internvl"):
@@ -66,10 +71,24 @@ def _config(case: str):
 
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
-         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm"]
+         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
+# Mistral 3's side: 40 px, which Pixtral's processor rounds up to 48 (3 x 16): a 6 x 6 patch grid, 9 image tokens and 3
+# [IMG_BREAK] / [IMG_END] tokens
+PIXTRAL_SIDE, PIXTRAL_RESIZED = 40, 48
+
+
+def _side(case: str) -> list[str]:
+    """The --image-size a case's images are read at (a tower that reads any size), else none."""
+    return ["--image-size", str(QWEN_SIDE if case.startswith("qwen") else PIXTRAL_SIDE)] \
+        if case.startswith(("qwen", "mistral3")) else []
+
+
+def _breaks(cfg, features: int) -> int:
+    """The text tokens the processor adds to an image's (Pixtral's: an [IMG_BREAK] or [IMG_END] a row)."""
+    return int(round(features ** 0.5)) if cfg.model_type == "mistral3" else 0
 
 
 def _pixels(cfg, images: int) -> dict:
@@ -80,23 +99,28 @@ def _pixels(cfg, images: int) -> dict:
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
+    if cfg.model_type == "mistral3":
+        return {"pixel_values": torch.randn(images, v.num_channels, PIXTRAL_RESIZED, PIXTRAL_RESIZED),
+                "image_sizes": torch.tensor([[PIXTRAL_RESIZED, PIXTRAL_RESIZED]] * images)}
     if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
         return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
 
 
 def _ids(cfg, tokens: int, images: int, batch: int):
-    """TEXT text tokens and `images` runs of the image token, a text token before each."""
-    ids = torch.full((batch, TEXT + images * tokens), 5)
+    """TEXT text tokens and `images` runs of `tokens` image tokens, a text token before each (and after it, the
+    processor's _breaks)."""
+    each = tokens + _breaks(cfg, tokens)
+    ids = torch.full((batch, TEXT + images * each), 5)
     for i in range(images):
-        ids[:, 1 + i * (tokens + 1): 1 + i * (tokens + 1) + tokens] = cfg.image_token_id
+        ids[:, 1 + i * (each + 1): 1 + i * (each + 1) + tokens] = cfg.image_token_id
     return ids
 
 
 def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm") else {
+    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
@@ -135,7 +159,7 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
     with torch.no_grad():
         feats = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output
     per_image = feats[0].shape[-2]   # the features (tokens) one image becomes
-    side = ["--image-size", str(QWEN_SIDE)] if case.startswith("qwen") else []
+    each, side = per_image + _breaks(cfg, per_image), _side(case)   # (its tokens in the language model's sequence)
     for images, batch in ((1, 1), (2, 2)):
         whole, image_path = _measured(model, cfg, per_image, images, batch)
         for source in (path, os.path.join(path, "config.json")):
@@ -144,25 +168,25 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
             assert code == 0, err
             run = json.loads(out)["runs"][0]
             assert run["totals"]["flops"] == whole, (source, images, batch)
-            assert run["images"]["flops"] == image_path and run["images"]["tokens_each"] == per_image
-            assert run["seq"] == TEXT + images * per_image and run["images"]["text_tokens"] == TEXT
+            assert run["images"]["flops"] == image_path and run["images"]["tokens_each"] == each
+            assert run["seq"] == TEXT + images * each and run["images"]["text_tokens"] == TEXT
     code, out, _ = cli("flops", path, "--images", "1", "-s", str(TEXT), *side)   # the human output says it
-    assert code == 0 and f"{per_image} tokens each" in out
+    assert code == 0 and f"{each} tokens each" in out
 
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import Mistral3Config
+    from transformers import LlavaNextConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(Mistral3Config)   # (Pixtral's tower: not modelled)
-    cfg.architectures = ["Mistral3ForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "mistral3.json")
+    cfg = tiny_config(LlavaNextConfig)   # (its any-resolution tiles: not modelled)
+    cfg.architectures = ["LlavaNextForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "llava_next.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Mistral3" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "LlavaNext" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size
@@ -171,14 +195,14 @@ def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size" in err
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3"])
 def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     """`memory --images 2`: the KV cache line is the bytes of the cache transformers' forward with two images returns
     (its language model over the text and image tokens), and a note says the tower's activations are not in it."""
     model, cfg, path = saved[case]
-    side = ["--image-size", str(QWEN_SIDE)] if case.startswith("qwen") else []
-    code, out, _ = cli("flops", path, "--images", "1", *side, "--json")
-    tokens = json.loads(out)["runs"][0]["images"]["tokens_each"]
+    side = _side(case)
+    with torch.no_grad():
+        tokens = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output[0].shape[-2]
     ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
         cache = model(input_ids=ids, **_pixels(cfg, 2), use_cache=True, **_types(cfg, ids)).past_key_values
@@ -191,7 +215,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     assert any("--images 2" in n and "not in these lines" in n for n in r["notes"])
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3"])
 def test_the_summary_says_what_one_image_costs(cli, saved, case):
     """`ckptstat PATH` of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
     get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
@@ -201,7 +225,7 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
     code, out, err = cli("summary", path, "--json")
     assert code == 0, err
     image = json.loads(out)["analytic"]["image"]
-    if case.startswith("qwen"):
+    if case.startswith(("qwen", "mistral3")):
         assert image == {"side": None}
         code, out, _ = cli("summary", path)
         assert "--image-size" in out

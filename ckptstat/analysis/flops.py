@@ -154,18 +154,18 @@ def _image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
     return rows
 
 
-def wrapper_images(m: Model, images: int, side: int | None = None) -> ImagePath | None:
-    """--images N (and --image-size, for a tower that reads any size): the wrapper's image path, None for N = 0; a
-    usage error for a model whose image path is not modelled."""
+def wrapper_images(m: Model, images: int, side: int | None = None, batch: int = 1) -> ImagePath | None:
+    """--images N (and --image-size, for a tower that reads any size; the batch's images go through the tower in one
+    forward): the wrapper's image path, None for N = 0; a usage error for a model whose image path is not modelled."""
     if images < 0:
         raise UsageError(f"--images must be 0 or more, got {images}")
     if not images:
         return None
-    path = images_path(m.image_config, side) if m.image_config is not None else None
+    path = images_path(m.image_config, side, batch * images) if m.image_config is not None else None
     if path is None:
         raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for LLaVA, "
                          "PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Idefics3, SmolVLM, "
-                         "Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
+                         "Mistral 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
     return path
 
 

@@ -22,9 +22,9 @@ def flops(
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
-                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Qwen2-VL, Qwen2.5-VL, Qwen3-VL; "
-                               "--image-size "
-                               "sets Qwen's side): the vision "
+                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, Qwen2-VL, Qwen2.5-VL, "
+                               "Qwen3-VL; --image-size "
+                               "sets Mistral 3's and Qwen's side): the vision "
                                "tower and projector run on each, and the language model reads --seq text tokens plus "
                                "each image's tokens."),
     causal_halving: bool = typer.Option(False, "--causal-halving",
@@ -46,7 +46,7 @@ def flops(
     positive("--dec-seq", dec_seq)
     positive("--frames", frames)
     model = load(path, config, seqs(seq))
-    path_of_images = fl.wrapper_images(model, images, image_size)   # (--image-size: the images' side, then)
+    path_of_images = fl.wrapper_images(model, images, image_size, batch)   # (--image-size: the images' side, then)
     model = image_input(model, None if path_of_images else image_size, seqs(seq))
     lengths, dec_seq = audio_inputs(model.spec, seqs(seq), dec_seq, frames, audio_seconds)
     r = fl.report(model, batch, lengths or [default_seq(model.spec)], dec_seq, causal_halving, convention,

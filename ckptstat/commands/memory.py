@@ -24,9 +24,9 @@ def memory(
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, "
-                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Qwen2-VL, Qwen2.5-VL, Qwen3-VL; "
-                               "--image-size "
-                               "sets Qwen's side): the "
+                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, Qwen2-VL, Qwen2.5-VL, "
+                               "Qwen3-VL; --image-size "
+                               "sets Mistral 3's and Qwen's side): the "
                                "language model's KV cache and activations at --seq text tokens plus each image's "
                                "tokens."),
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "
@@ -94,7 +94,7 @@ def memory(
         show(r, as_json, "render_memory", seq_flag="--seq" if seq else None)
         _exit_on_verdict(plan, None)
         return
-    p = wrapper_images(model, images, image_size)   # (--image-size: the images' side, then)
+    p = wrapper_images(model, images, image_size, batch)   # (--image-size: the images' side, then)
     model = image_input(model, None if p else image_size, [seq] if seq else [])
     lengths, dec_seq = audio_inputs(model.spec, [seq] if seq else [], dec_seq, frames, audio_seconds)
     n = lengths[0] if lengths else default_seq(model.spec)

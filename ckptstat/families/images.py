@@ -12,6 +12,12 @@ sequence, as transformers' wrapper's get_image_features computes them.
   matmuls. Idefics3 and SmolVLM (modeling_idefics3.py, modeling_smolvlm.py) likewise: tiles of the vision config's
   image_size (the processor's splits and its global image), a SigLIP-like tower (biased patch conv, q/k/v/out_proj,
   fc1 / fc2), the grid pixel-shuffled by scale_factor and the connector's bias-free modality_projection.
+- Mistral 3 (modeling_mistral3.py over modeling_pixtral.py: Mistral Small 3.1 / 3.2, Magistral, Devstral with vision):
+  images at their own size up to the vision config's image_size (--image-size, rounded up to a multiple of patch x
+  merge as Pixtral's processor rounds it), the Pixtral tower (bias-free patch conv, q/k/v/o, a SwiGLU MLP) over every
+  image of the forward as one sequence (eager and SDPA attention mask the other images' patches: their scores are
+  computed, so the attention grows with the square of the batch's patches), the patch merger and linear_1 / linear_2;
+  each image's [IMG_BREAK] / [IMG_END] tokens (one a row of merged patches) are among its tokens.
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
   images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
   rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
@@ -36,7 +42,7 @@ TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model":
 FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
-STATED = (*QWEN, *TILED)
+STATED = (*QWEN, *TILED, "mistral3")
 
 
 @dataclass(frozen=True)
@@ -88,11 +94,14 @@ def _sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     return out
 
 
-def image_path(cfg: Mapping[str, Any], side: int | None = None) -> ImagePath | None:
+def image_path(cfg: Mapping[str, Any], side: int | None = None, together: int = 1) -> ImagePath | None:
     """The image path of a wrapper `modelled` covers (None for any other), for images of `side` pixels (None: the
-    tower's own size; a Qwen tower has none: UsageError). UsageError for a side the wrapper cannot read."""
+    tower's own size; a Qwen or Pixtral tower has none: UsageError), `together` of them in one forward of the tower
+    (the batch's: Pixtral attends over all of them at once). UsageError for a side the wrapper cannot read."""
     if not modelled(cfg):
         return None
+    if cfg["model_type"] == "mistral3":
+        return _mistral3(cfg, side, together)
     if cfg["model_type"] in QWEN:
         return _qwen(cfg, side)
     if cfg["model_type"] == "internvl":
@@ -209,6 +218,44 @@ def _idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
                      f"{grid}x{grid} patches through {layers} layers, pixel-shuffled {scale}x{scale} into {tokens} "
                      "tokens, modality_projection")
+
+
+def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    if side is None:
+        raise UsageError("--images: mistral3 reads images at their own size; give --image-size N (the side in pixels)")
+    width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    longest, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
+    merge, layer = _top(cfg, "spatial_merge_size"), _top(cfg, "vision_feature_layer")
+    (hidden,) = _sizes(text, "hidden_size")
+    if longest is None or patch is None or type(merge) is not int or merge <= 0 or not isinstance(layer, int):
+        raise UsageError(f"--images: mistral3 with image_size {_sub(vision, 'image_size')!r}, patch_size "
+                         f"{_sub(vision, 'patch_size')!r}, spatial_merge_size {merge!r}, vision_feature_layer {layer!r} "
+                         "is not modelled")
+    unit = patch * merge   # the processor: the longest edge at most image_size, each side rounded up to patch x merge
+    resized = -(-min(side, longest) // unit) * unit
+    grid = resized // patch
+    n, d, features = grid * grid, width // heads, (grid // merge) ** 2
+    bias = bool(_top(cfg, "multimodal_projector_bias"))
+    ms = (Matmul("vision_tower.patch_conv", n, channels * patch * patch, width, False),
+          *(Matmul(f"vision_tower.transformer.layers.attention.{p}_proj", n, width, width, False, layers) for p in "qkvo"),
+          Matmul(f"vision_tower.transformer.layers.attention.scores (QK^T, over {together} images' patches)", heads * n,
+                 d, together * n, False, layers, False),
+          Matmul(f"vision_tower.transformer.layers.attention.context (PV, over {together} images' patches)", heads * n,
+                 together * n, d, False, layers, False),
+          *(Matmul(f"vision_tower.transformer.layers.feed_forward.{p}_proj", n, width, inter, False, layers)
+            for p in ("gate", "up")),
+          Matmul("vision_tower.transformer.layers.feed_forward.down_proj", n, inter, width, False, layers),
+          Matmul("multi_modal_projector.patch_merger.merging_layer", features, width * merge * merge, width, False),
+          Matmul("multi_modal_projector.linear_1", features, width, hidden, bias),
+          Matmul("multi_modal_projector.linear_2", features, hidden, hidden, bias))
+    note = f" ({side} px resized to {resized} as Pixtral's processor sizes it)" if resized != side else ""
+    return ImagePath(None, resized, features + grid // merge, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers, attending over all {together} images of the "
+                     f"forward at once (the other images' scores masked, computed), merged {merge}x{merge} into "
+                     f"{features} image tokens and {grid // merge} [IMG_BREAK]/[IMG_END] tokens, linear_1, "
+                     f"{_top(cfg, 'projector_hidden_act')}, linear_2")
 
 
 def _windows(grid: int, size: int) -> list[int]:
