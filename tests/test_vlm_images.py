@@ -5,7 +5,7 @@ LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an
 Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
-(Pixtral's tower over every image of the batch at once), from the
+(Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded), from the
 save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
 from __future__ import annotations
 
@@ -35,7 +35,11 @@ def _siglip(head: bool):
 def _config(case: str):
     from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
-    if case == "mistral3":   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
+    if case.startswith("llava_next"):   # 32 px tiles of 4 x 4 patches; at 48 px: 2 x 2 tiles, or 1 x 2 unpadded
+        cfg = tiny_config(type(AutoConfig.for_model("llava_next")))
+        cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
+        cfg.image_grid_pinpoints = [[32, 64]] if case.endswith("pad") else [[32, 64], [64, 32], [64, 64]]
+    elif case == "mistral3":   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 64, 8
         cfg.multimodal_projector_bias = True
@@ -71,7 +75,8 @@ def _config(case: str):
 
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
-         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3"]
+         "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
+         "llava_next-pad"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -80,10 +85,13 @@ QWEN_SIDE, QWEN_GRID = 150, 10
 PIXTRAL_SIDE, PIXTRAL_RESIZED = 40, 48
 
 
+NEXT_SIDE = 48   # LLaVA-NeXT's
+
+
 def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
-    return ["--image-size", str(QWEN_SIDE if case.startswith("qwen") else PIXTRAL_SIDE)] \
-        if case.startswith(("qwen", "mistral3")) else []
+    side = {"qwen": QWEN_SIDE, "mistral3": PIXTRAL_SIDE, "llava_next": NEXT_SIDE}
+    return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
 def _breaks(cfg, features: int) -> int:
@@ -99,6 +107,12 @@ def _pixels(cfg, images: int) -> dict:
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
+    if cfg.model_type == "llava_next":   # each image its processor's tiles and base image, sized by transformers' own rule
+        from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
+
+        crops = image_size_to_num_patches([NEXT_SIDE, NEXT_SIDE], cfg.image_grid_pinpoints, side)
+        return {"pixel_values": torch.randn(images, crops, v.num_channels, side, side),
+                "image_sizes": torch.tensor([[NEXT_SIDE, NEXT_SIDE]] * images)}
     if cfg.model_type == "mistral3":
         return {"pixel_values": torch.randn(images, v.num_channels, PIXTRAL_RESIZED, PIXTRAL_RESIZED),
                 "image_sizes": torch.tensor([[PIXTRAL_RESIZED, PIXTRAL_RESIZED]] * images)}
@@ -120,7 +134,7 @@ def _ids(cfg, tokens: int, images: int, batch: int):
 def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3") else {
+    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
@@ -176,17 +190,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import LlavaNextConfig
+    from transformers import LlavaOnevisionConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(LlavaNextConfig)   # (its any-resolution tiles: not modelled)
-    cfg.architectures = ["LlavaNextForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "llava_next.json")
+    cfg = tiny_config(LlavaOnevisionConfig)   # (its any-resolution tiles, downsampled past a maximum: not modelled)
+    cfg.architectures = ["LlavaOnevisionForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "llava_onevision.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "LlavaNext" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "LlavaOnevision" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size
@@ -215,7 +229,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     assert any("--images 2" in n and "not in these lines" in n for n in r["notes"])
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next"])
 def test_the_summary_says_what_one_image_costs(cli, saved, case):
     """`ckptstat PATH` of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
     get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
@@ -225,7 +239,7 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
     code, out, err = cli("summary", path, "--json")
     assert code == 0, err
     image = json.loads(out)["analytic"]["image"]
-    if case.startswith(("qwen", "mistral3")):
+    if _side(case):
         assert image == {"side": None}
         code, out, _ = cli("summary", path)
         assert "--image-size" in out

@@ -140,7 +140,8 @@ def _image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
     if path.tower is not None:
         spec = from_config(path.tower, "vision_config")
         tower = Model(spec, m.path, None, predict_params(spec), None)
-        rows = [{**r, "module": f"vision_tower.{r['module']}", "bucket": "vision"} for r in run(tower, images, 1)["modules"]]
+        rows = [{**r, "module": f"vision_tower.{r['module']}", "bucket": "vision"}
+                for r in run(tower, images * path.crops, 1)["modules"]]
     b, ab = m.bytes_per_param, m.activation_bytes
     for p in path.matmuls:
         params = (p.d_in * p.d_out + p.bias * p.d_out) * p.weight
@@ -164,7 +165,7 @@ def wrapper_images(m: Model, images: int, side: int | None = None, batch: int = 
     path = images_path(m.image_config, side, batch * images) if m.image_config is not None else None
     if path is None:
         raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for LLaVA, "
-                         "PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Idefics3, SmolVLM, "
+                         "LLaVA-NeXT, PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Idefics3, SmolVLM, "
                          "Mistral 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
     return path
 

@@ -4,7 +4,8 @@ sequence, as transformers' wrapper's get_image_features computes them.
 
 - LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
   vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
-  at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls.
+  at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT
+  (modeling_llava_next.py) the same over its any-resolution tiles (ImagePath.crops: --image-size sets the image).
 - InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
@@ -39,7 +40,9 @@ from .framework.base import class_default
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3")     # wrappers over TOWERS, at the tower's one image size
+FIXED = ("llava", "paligemma", "gemma3", "llava_next")   # wrappers over TOWERS (LLaVA-NeXT: tiles of its size)
+# LLaVA-NeXT's image_grid_pinpoints when its config.json leaves them out (LlavaNextConfig.__post_init__)
+PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
 STATED = (*QWEN, *TILED, "mistral3")
@@ -65,6 +68,7 @@ class ImagePath:
     tokens: int                      # the language model's tokens each image becomes
     matmuls: tuple[Matmul, ...]      # the rest of the path: the projector (a Qwen tower: all of it)
     rule: str
+    crops: int = 1                   # the tower's forwards an image takes (LLaVA-NeXT: its tiles and the base image)
 
 
 def modelled(cfg: Mapping[str, Any]) -> bool:
@@ -111,11 +115,13 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, together: int = 
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
     native, patch, width = _sizes(vision, "image_size", "patch_size", "hidden_size")
     (hidden,) = _sizes(text, "hidden_size")
-    if side is not None and side != native:
+    if side is not None and side != native and mt != "llava_next":
         raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} images (its processor resizes "
                          "every image to that)")
     arch, cls_token = TOWERS[str(vision["model_type"])]
     patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
+    if mt == "llava_next":
+        return _llava_next(cfg, side, tower, native, patch, width, hidden, cls_token)
     if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
         layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
         layers = len(layer) if isinstance(layer, list) else 1
@@ -142,6 +148,54 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, together: int = 
                                                     hidden, False),),
                      f"the tower's last hidden state average-pooled {kernel}x{kernel}, mm_soft_emb_norm, "
                      "mm_input_projection_weight")
+
+
+def _best_resolution(side: int, pinpoints: list) -> tuple[int, int]:
+    """transformers' select_best_resolution for a square image: the (height, width) that keeps the most of its pixels,
+    then wastes the fewest."""
+    best, most, waste = (0, 0), 0, float("inf")
+    for height, width in pinpoints:
+        scale = min(width / side, height / side)
+        kept = min(int(side * scale) * int(side * scale), side * side)
+        if kept > most or (kept == most and width * height - kept < waste):
+            best, most, waste = (height, width), kept, width * height - kept
+    return best
+
+
+def _llava_next(cfg: Mapping[str, Any], side: int | None, tower: dict[str, Any], native: int, patch: int, width: int,
+                hidden: int, cls_token: bool) -> ImagePath:
+    """LLaVA-NeXT (modeling_llava_next.py): a square image of `side` pixels as its processor tiles it (any resolution):
+    the pinpoint select_best_resolution picks, cut into tiles of the tower's size, and the whole image resized to one
+    more; every tile through the tower and the projector; the tiles' feature grid unpadded to the image's aspect
+    (square: the padding the best resolution adds), a learned image_newline after each of its rows, the base tile's
+    features first."""
+    if side is None:
+        raise UsageError("--images: llava_next tiles images at their own size; give --image-size N (the side in pixels)")
+    pinpoints = _top(cfg, "image_grid_pinpoints") or PINPOINTS
+    if not (isinstance(pinpoints, list) and pinpoints and all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x > 0 for x in p) for p in pinpoints)):
+        raise UsageError(f"--images: llava_next's image_grid_pinpoints {pinpoints!r} are no list of [height, width]")
+    layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
+    if select != "default":
+        raise UsageError(f"--images: llava_next with vision_feature_select_strategy {select!r} is not modelled")
+    height, width_px = _best_resolution(side, pinpoints)
+    rows, cols = -(-height // native), -(-width_px // native)   # (its loops count a partial tile as one)
+    per, grid = (native // patch) ** 2 + cls_token - 1, native // patch
+    cur_h, cur_w = rows * grid, cols * grid
+    if 1 > cur_w / cur_h:   # (the square's aspect over the grid's: unpad_image, as it computes it)
+        kept_h, kept_w = cur_h - 2 * ((cur_h - int(round(side * (cur_w / side), 7))) // 2), cur_w
+    else:
+        kept_h, kept_w = cur_h, cur_w - 2 * ((cur_w - int(round(side * (cur_h / side), 7))) // 2)
+    crops = rows * cols + 1
+    layers = len(layer) if isinstance(layer, list) else 1
+    bias = bool(_top(cfg, "multimodal_projector_bias"))
+    return ImagePath(tower, side, per + kept_h * (kept_w + 1),
+                     (Matmul("multi_modal_projector.linear_1", crops * per, width * layers, hidden, bias),
+                      Matmul("multi_modal_projector.linear_2", crops * per, hidden, hidden, bias)),
+                     f"tiled as {height}x{width_px} ({rows}x{cols} tiles of {native} px and the whole image: {crops} "
+                     f"through the tower), the tiles' {cur_h}x{cur_w} features unpadded to {kept_h}x{kept_w}, an "
+                     f"image_newline a row, the base tile's {per} first; linear_1, "
+                     f"{_top(cfg, 'projector_hidden_act')}, linear_2", crops)
 
 
 def _pair(v: Any) -> int | None:
