@@ -5,8 +5,9 @@ LLaVA over CLIP and over SigLIP (several feature layers, the "full" strategy, an
 Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cut short at the grid's edge, a
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
-(Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded), from the
-save_pretrained folder and its bare config.json, one image and batch 1, two images and batch 2."""
+(Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded),
+LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), from the
+save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
 import json
@@ -39,6 +40,12 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model("llava_next")))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
         cfg.image_grid_pinpoints = [[32, 64]] if case.endswith("pad") else [[32, 64], [64, 32], [64, 64]]
+    elif case.startswith("llava_onevision"):   # SigLIP's 32 px tiles; at 48 px 2 x 2 tiles (anyres_max_1: resized)
+        cfg = tiny_config(type(AutoConfig.for_model("llava_onevision")))
+        cfg.vision_config = _siglip(False)
+        cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
+        cfg.image_grid_pinpoints = [[32, 64], [64, 32], [64, 64]]
+        cfg.vision_aspect_ratio = "anyres_max_1" if case.endswith("max") else "anyres_max_9"
     elif case == "mistral3":   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 64, 8
@@ -76,7 +83,7 @@ def _config(case: str):
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
-         "llava_next-pad"]
+         "llava_next-pad", "llava_onevision", "llava_onevision-max"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -90,7 +97,7 @@ NEXT_SIDE = 48   # LLaVA-NeXT's
 
 def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
-    side = {"qwen": QWEN_SIDE, "mistral3": PIXTRAL_SIDE, "llava_next": NEXT_SIDE}
+    side = {"qwen": QWEN_SIDE, "mistral3": PIXTRAL_SIDE, "llava_next": NEXT_SIDE, "llava_onevision": NEXT_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -99,20 +106,23 @@ def _breaks(cfg, features: int) -> int:
     return int(round(features ** 0.5)) if cfg.model_type == "mistral3" else 0
 
 
-def _pixels(cfg, images: int) -> dict:
-    """The image inputs of `images` images as the wrapper's processor would give them."""
+def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
+    """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
     if cfg.model_type.startswith("qwen"):
         values = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
-    if cfg.model_type == "llava_next":   # each image its processor's tiles and base image, sized by transformers' own rule
+    if cfg.model_type.startswith("llava_"):   # each image its processor's tiles and base image, by transformers' rule
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
 
         crops = image_size_to_num_patches([NEXT_SIDE, NEXT_SIDE], cfg.image_grid_pinpoints, side)
-        return {"pixel_values": torch.randn(images, crops, v.num_channels, side, side),
-                "image_sizes": torch.tensor([[NEXT_SIDE, NEXT_SIDE]] * images)}
+        out = {"pixel_values": torch.randn(images, crops, v.num_channels, side, side),
+               "image_sizes": torch.tensor([[NEXT_SIDE, NEXT_SIDE]] * images)}
+        if cfg.model_type == "llava_onevision":   # (OneVision tiles an image only when it is its sequence's one)
+            out["batch_num_images"] = torch.tensor([per_sequence] * (images // per_sequence))
+        return out
     if cfg.model_type == "mistral3":
         return {"pixel_values": torch.randn(images, v.num_channels, PIXTRAL_RESIZED, PIXTRAL_RESIZED),
                 "image_sizes": torch.tensor([[PIXTRAL_RESIZED, PIXTRAL_RESIZED]] * images)}
@@ -134,7 +144,8 @@ def _ids(cfg, tokens: int, images: int, batch: int):
 def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next") else {
+    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next",
+                                    "llava_onevision") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
@@ -144,9 +155,9 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
 
     ids = _ids(cfg, tokens, images, batch)
     with torch.no_grad(), FlopCounterMode(display=False) as whole:
-        model(input_ids=ids, **_pixels(cfg, batch * images), **_types(cfg, ids))
+        model(input_ids=ids, **_pixels(cfg, batch * images, images), **_types(cfg, ids))
     with torch.no_grad(), FlopCounterMode(display=False) as path:
-        model.model.get_image_features(**_pixels(cfg, batch * images))
+        model.model.get_image_features(**_pixels(cfg, batch * images, images))
     return whole.get_total_flops(), path.get_total_flops()
 
 
@@ -170,11 +181,12 @@ def saved(tmp_path_factory):
 @pytest.mark.parametrize("case", CASES)
 def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
     model, cfg, path = saved[case]
-    with torch.no_grad():
-        feats = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output
-    per_image = feats[0].shape[-2]   # the features (tokens) one image becomes
-    each, side = per_image + _breaks(cfg, per_image), _side(case)   # (its tokens in the language model's sequence)
-    for images, batch in ((1, 1), (2, 2)):
+    side = _side(case)
+    for images, batch in ((1, 1), (1, 2), (2, 2)):
+        with torch.no_grad():   # the features (tokens) one image becomes, `images` a sequence
+            feats = model.model.get_image_features(**_pixels(cfg, images, images)).pooler_output
+        per_image = sum(f.shape[-2] for f in feats) // images
+        each = per_image + _breaks(cfg, per_image)   # (its tokens in the language model's sequence)
         whole, image_path = _measured(model, cfg, per_image, images, batch)
         for source in (path, os.path.join(path, "config.json")):
             code, out, err = cli("flops", source, "--images", str(images), "-b", str(batch), "-s", str(TEXT), *side,
@@ -184,23 +196,23 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
             assert run["totals"]["flops"] == whole, (source, images, batch)
             assert run["images"]["flops"] == image_path and run["images"]["tokens_each"] == each
             assert run["seq"] == TEXT + images * each and run["images"]["text_tokens"] == TEXT
-    code, out, _ = cli("flops", path, "--images", "1", "-s", str(TEXT), *side)   # the human output says it
+    code, out, _ = cli("flops", path, "--images", "2", "-s", str(TEXT), *side)   # the human output says it
     assert code == 0 and f"{each} tokens each" in out
 
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import LlavaOnevisionConfig
+    from transformers import AyaVisionConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(LlavaOnevisionConfig)   # (its any-resolution tiles, downsampled past a maximum: not modelled)
-    cfg.architectures = ["LlavaOnevisionForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "llava_onevision.json")
+    cfg = tiny_config(AyaVisionConfig)   # (its tiles and SwiGLU projector: not modelled)
+    cfg.architectures = ["AyaVisionForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "aya_vision.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "LlavaOnevision" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "AyaVision" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size

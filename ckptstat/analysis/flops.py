@@ -16,7 +16,7 @@ from ..families.framework.base import CHOICE
 from ..families.framework.graph import EW_COST, build, predict_params
 from ..families.framework.ops import causal_pairs
 from ..families.framework.spec import check_seq, from_config
-from ..families.images import ImagePath
+from ..families.images import MODELLED, ImagePath
 from ..families.images import image_path as images_path
 
 SCHEMA = "ckptstat.flops/1"
@@ -162,11 +162,10 @@ def wrapper_images(m: Model, images: int, side: int | None = None, batch: int = 
         raise UsageError(f"--images must be 0 or more, got {images}")
     if not images:
         return None
-    path = images_path(m.image_config, side, batch * images) if m.image_config is not None else None
+    path = images_path(m.image_config, side, images, batch) if m.image_config is not None else None
     if path is None:
-        raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for LLaVA, "
-                         "LLaVA-NeXT, PaliGemma and Gemma 3 over a CLIP or SigLIP vision tower, InternVL, Idefics3, SmolVLM, "
-                         "Mistral 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
+        raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for "
+                         f"{MODELLED}")
     return path
 
 

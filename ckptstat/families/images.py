@@ -5,7 +5,8 @@ sequence, as transformers' wrapper's get_image_features computes them.
 - LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
   vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
   at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT
-  (modeling_llava_next.py) the same over its any-resolution tiles (ImagePath.crops: --image-size sets the image).
+  and LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
+  (ImagePath.crops: --image-size sets the image).
 - InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
@@ -30,6 +31,7 @@ sequence, as transformers' wrapper's get_image_features computes them.
 Any other wrapper: None (`--images` refuses it with one line)."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -40,12 +42,15 @@ from .framework.base import class_default
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3", "llava_next")   # wrappers over TOWERS (LLaVA-NeXT: tiles of its size)
-# LLaVA-NeXT's image_grid_pinpoints when its config.json leaves them out (LlavaNextConfig.__post_init__)
-PINPOINTS = [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]]
+FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision")   # over TOWERS (any-resolution: tiles)
+# the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
+PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+             "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
 STATED = (*QWEN, *TILED, "mistral3")
+MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma and Gemma 3 over a CLIP or SigLIP tower, InternVL, Idefics3, "
+            "SmolVLM, Mistral 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")   # (what the lines above cover, said to users)
 
 
 @dataclass(frozen=True)
@@ -98,10 +103,13 @@ def _sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     return out
 
 
-def image_path(cfg: Mapping[str, Any], side: int | None = None, together: int = 1) -> ImagePath | None:
+def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: int = 1,
+               batch: int = 1) -> ImagePath | None:
     """The image path of a wrapper `modelled` covers (None for any other), for images of `side` pixels (None: the
-    tower's own size; a Qwen or Pixtral tower has none: UsageError), `together` of them in one forward of the tower
-    (the batch's: Pixtral attends over all of them at once). UsageError for a side the wrapper cannot read."""
+    tower's own size; a Qwen or Pixtral tower has none: UsageError), `per_sequence` in each of `batch` sequences
+    (OneVision tiles a sequence's one image only; Pixtral attends over all the batch's images at once). UsageError
+    for a side the wrapper cannot read."""
+    together = per_sequence * batch
     if not modelled(cfg):
         return None
     if cfg["model_type"] == "mistral3":
@@ -115,13 +123,13 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, together: int = 
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
     native, patch, width = _sizes(vision, "image_size", "patch_size", "hidden_size")
     (hidden,) = _sizes(text, "hidden_size")
-    if side is not None and side != native and mt != "llava_next":
+    if side is not None and side != native and mt not in PINPOINTS:
         raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} images (its processor resizes "
                          "every image to that)")
     arch, cls_token = TOWERS[str(vision["model_type"])]
     patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
-    if mt == "llava_next":
-        return _llava_next(cfg, side, tower, native, patch, width, hidden, cls_token)
+    if mt in PINPOINTS:
+        return _any_resolution(cfg, side, per_sequence, tower, native, patch, width, hidden, cls_token)
     if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
         layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
         layers = len(layer) if isinstance(layer, list) else 1
@@ -162,40 +170,56 @@ def _best_resolution(side: int, pinpoints: list) -> tuple[int, int]:
     return best
 
 
-def _llava_next(cfg: Mapping[str, Any], side: int | None, tower: dict[str, Any], native: int, patch: int, width: int,
-                hidden: int, cls_token: bool) -> ImagePath:
-    """LLaVA-NeXT (modeling_llava_next.py): a square image of `side` pixels as its processor tiles it (any resolution):
-    the pinpoint select_best_resolution picks, cut into tiles of the tower's size, and the whole image resized to one
-    more; every tile through the tower and the projector; the tiles' feature grid unpadded to the image's aspect
-    (square: the padding the best resolution adds), a learned image_newline after each of its rows, the base tile's
-    features first."""
+def _any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int, tower: dict[str, Any], native: int,
+                    patch: int, width: int, hidden: int, cls_token: bool) -> ImagePath:
+    """LLaVA-NeXT and LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py): a square image of `side`
+    pixels as their processor tiles it: the pinpoint select_best_resolution picks, cut into tiles of the tower's size,
+    and the whole image resized to one more; every tile through the tower and the projector; the tiles' feature grid
+    unpadded to the image's aspect (square: the padding the best resolution adds; OneVision: then resized down when it
+    holds more than vision_aspect_ratio's anyres_max_N tiles' features by over 1.1x, no matmul), a learned
+    image_newline after each of its rows, the base tile's features first. OneVision tiles an image only when it is its
+    sequence's one image (batch_num_images): several, each is the base tile and a newline."""
+    mt = cfg["model_type"]
     if side is None:
-        raise UsageError("--images: llava_next tiles images at their own size; give --image-size N (the side in pixels)")
-    pinpoints = _top(cfg, "image_grid_pinpoints") or PINPOINTS
+        raise UsageError(f"--images: {mt} tiles images at their own size; give --image-size N (the side in pixels)")
+    pinpoints = _top(cfg, "image_grid_pinpoints") or PINPOINTS[mt]
     if not (isinstance(pinpoints, list) and pinpoints and all(
             isinstance(p, list) and len(p) == 2 and all(type(x) is int and x > 0 for x in p) for p in pinpoints)):
-        raise UsageError(f"--images: llava_next's image_grid_pinpoints {pinpoints!r} are no list of [height, width]")
+        raise UsageError(f"--images: {mt}'s image_grid_pinpoints {pinpoints!r} are no list of [height, width]")
     layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
-    if select != "default":
-        raise UsageError(f"--images: llava_next with vision_feature_select_strategy {select!r} is not modelled")
+    grid = native // patch
+    per = grid * grid + cls_token - (select == "default")
+    if per != grid * grid:   # (pack_image_features views each tile's features as its patch grid)
+        raise UsageError(f"--images: {mt} with vision_feature_select_strategy {select!r} over this tower is not modelled")
+    layers = len(layer) if isinstance(layer, list) else 1
+    bias, act = bool(_top(cfg, "multimodal_projector_bias")), _top(cfg, "projector_hidden_act")
+    if mt == "llava_onevision" and per_sequence > 1:
+        return ImagePath(tower, native, per + 1,
+                         (Matmul("multi_modal_projector.linear_1", per, width * layers, hidden, bias),
+                          Matmul("multi_modal_projector.linear_2", per, hidden, hidden, bias)),
+                         f"several images a sequence: each resized to one {native} px tile (no tiles), its {per} "
+                         f"features and an image_newline; linear_1, {act}, linear_2")
     height, width_px = _best_resolution(side, pinpoints)
     rows, cols = -(-height // native), -(-width_px // native)   # (its loops count a partial tile as one)
-    per, grid = (native // patch) ** 2 + cls_token - 1, native // patch
     cur_h, cur_w = rows * grid, cols * grid
     if 1 > cur_w / cur_h:   # (the square's aspect over the grid's: unpad_image, as it computes it)
         kept_h, kept_w = cur_h - 2 * ((cur_h - int(round(side * (cur_w / side), 7))) // 2), cur_w
     else:
         kept_h, kept_w = cur_h, cur_w - 2 * ((cur_w - int(round(side * (cur_h / side), 7))) // 2)
+    shrunk = ""
+    if mt == "llava_onevision":
+        most = str(_top(cfg, "vision_aspect_ratio") or "anyres_max_9").removeprefix("anyres_max_")
+        ratio = math.sqrt(kept_h * kept_w / (int(most) * grid ** 2)) if most.isdigit() else 0.0
+        if ratio > 1.1:
+            kept_h, kept_w = int(kept_h // ratio), int(kept_w // ratio)
+            shrunk = f", resized to {kept_h}x{kept_w} (over {most} tiles' features)"
     crops = rows * cols + 1
-    layers = len(layer) if isinstance(layer, list) else 1
-    bias = bool(_top(cfg, "multimodal_projector_bias"))
     return ImagePath(tower, side, per + kept_h * (kept_w + 1),
                      (Matmul("multi_modal_projector.linear_1", crops * per, width * layers, hidden, bias),
                       Matmul("multi_modal_projector.linear_2", crops * per, hidden, hidden, bias)),
                      f"tiled as {height}x{width_px} ({rows}x{cols} tiles of {native} px and the whole image: {crops} "
-                     f"through the tower), the tiles' {cur_h}x{cur_w} features unpadded to {kept_h}x{kept_w}, an "
-                     f"image_newline a row, the base tile's {per} first; linear_1, "
-                     f"{_top(cfg, 'projector_hidden_act')}, linear_2", crops)
+                     f"through the tower), the tiles' {cur_h}x{cur_w} features unpadded{shrunk} to {kept_h}x{kept_w}, "
+                     f"an image_newline a row, the base tile's {per} first; linear_1, {act}, linear_2", crops)
 
 
 def _pair(v: Any) -> int | None:
