@@ -6,7 +6,7 @@ Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cu
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
 (Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded),
-LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), from the
+LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, from the
 save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
@@ -57,7 +57,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model("internvl")))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
-    elif case.startswith("qwen"):
+    elif case.startswith(("qwen", "glm4")):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case == "qwen2_5_vl":
             cfg.vision_config.fullatt_block_indexes = [1]
@@ -83,7 +83,7 @@ def _config(case: str):
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
-         "llava_next-pad", "llava_onevision", "llava_onevision-max"]
+         "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -97,7 +97,7 @@ NEXT_SIDE = 48   # LLaVA-NeXT's
 
 def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
-    side = {"qwen": QWEN_SIDE, "mistral3": PIXTRAL_SIDE, "llava_next": NEXT_SIDE, "llava_onevision": NEXT_SIDE}
+    side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "mistral3": PIXTRAL_SIDE, "llava_next": NEXT_SIDE, "llava_onevision": NEXT_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -109,7 +109,7 @@ def _breaks(cfg, features: int) -> int:
 def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
-    if cfg.model_type.startswith("qwen"):
+    if cfg.model_type.startswith(("qwen", "glm4")):
         values = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
         return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
                 "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}

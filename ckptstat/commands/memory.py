@@ -25,9 +25,9 @@ def memory(
     image_size: Optional[int] = ImageSizeOpt,
     images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, LLaVA-NeXT, "
                                "LLaVA-OneVision, "
-                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, Qwen2-VL, Qwen2.5-VL, "
+                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, GLM-4.xV, Qwen2-VL, Qwen2.5-VL, "
                                "Qwen3-VL; --image-size "
-                               "sets LLaVA-NeXT's, OneVision's, Mistral 3's and Qwen's side): the "
+                               "sets LLaVA-NeXT's, OneVision's, Mistral 3's, GLM's and Qwen's side): the "
                                "language model's KV cache and activations at --seq text tokens plus each image's "
                                "tokens."),
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "

@@ -20,6 +20,10 @@ sequence, as transformers' wrapper's get_image_features computes them.
   image of the forward as one sequence (eager and SDPA attention mask the other images' patches: their scores are
   computed, so the attention grows with the square of the batch's patches), the patch merger and linear_1 / linear_2;
   each image's [IMG_BREAK] / [IMG_END] tokens (one a row of merged patches) are among its tokens.
+- GLM-4.1V, GLM-4.5V and GLM-4.6V (modeling_glm4v.py, modeling_glm4v_moe.py, modeling_glm46v.py): images at their own
+  resolution as Qwen's (--image-size, rounded as their processor's smart_resize rounds it): the biased Conv3d patch
+  embedding, full attention over each image (qkv, proj), a SwiGLU MLP of out_hidden_size, the Conv2d downsample over
+  each 2 x 2 block of patches, the merger (proj, gate_proj, up_proj of intermediate_size, down_proj); stated here.
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
   images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
   rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
@@ -48,9 +52,11 @@ PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [33
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
 QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
-STATED = (*QWEN, *TILED, "mistral3")
+GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
+STATED = (*QWEN, *TILED, *GLM, "mistral3")
+# what the lines above cover, said to users
 MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma and Gemma 3 over a CLIP or SigLIP tower, InternVL, Idefics3, "
-            "SmolVLM, Mistral 3, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")   # (what the lines above cover, said to users)
+            "SmolVLM, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
 
 
 @dataclass(frozen=True)
@@ -116,6 +122,8 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
         return _mistral3(cfg, side, together)
     if cfg["model_type"] in QWEN:
         return _qwen(cfg, side)
+    if cfg["model_type"] in GLM:
+        return _glm4v(cfg, side)
     if cfg["model_type"] == "internvl":
         return _internvl(cfg, side)
     if cfg["model_type"] in TILED:
@@ -336,6 +344,40 @@ def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImageP
                      f"{_top(cfg, 'projector_hidden_act')}, linear_2")
 
 
+def _resized(side: int, factor: int) -> int:
+    """The side the processors' smart_resize gives a square image (rounded to a multiple of `factor`; their min/max
+    pixels, processor settings, not applied)."""
+    return max(factor, round(side / factor) * factor)
+
+
+def _glm4v(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    mt, vision = cfg["model_type"], cfg["vision_config"]
+    if side is None:
+        raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
+    patch, temporal, merge, channels, depth, heads, width, out, inter = _sizes(
+        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
+        "hidden_size", "out_hidden_size", "intermediate_size")
+    resized = _resized(side, patch * merge)
+    grid = resized // patch
+    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
+    bias = bool(_sub(vision, "attention_bias"))
+    ms = (Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, True),
+          Matmul("visual.blocks.attn.qkv", n, width, 3 * width, bias, depth),
+          Matmul("visual.blocks.attn.scores (QK^T)", heads * n, d, n, False, depth, False),
+          Matmul("visual.blocks.attn.context (PV)", heads * n, n, d, False, depth, False),
+          Matmul("visual.blocks.attn.proj", n, width, width, False, depth),
+          *(Matmul(f"visual.blocks.mlp.{p}", n, width, out, False, depth) for p in ("gate_proj", "up_proj")),
+          Matmul("visual.blocks.mlp.down_proj", n, out, width, False, depth),
+          Matmul("visual.downsample", units, width * merge * merge, out, True),
+          Matmul("visual.merger.proj", units, out, out, False),
+          *(Matmul(f"visual.merger.{p}", units, out, inter, False) for p in ("gate_proj", "up_proj")),
+          Matmul("visual.merger.down_proj", units, inter, out, False))
+    note = f" ({side} px rounded to {resized}, as the processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, units, ms,
+                     f"{grid}x{grid} patches{note}, {depth} blocks with full attention over each image, downsampled "
+                     f"{merge}x{merge} into {units} tokens, the merger (the processor's min/max pixels not applied)")
+
+
 def _windows(grid: int, size: int) -> list[int]:
     """The sides, in merged units, of the windows a grid of `grid` units splits into along one axis (windows of `size`,
     the last short: transformers' get_vision_window_index pads and drops the empty ones)."""
@@ -352,7 +394,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
         width_key, out_key)
     factor = patch * merge   # the processor's smart_resize: the side rounded to a multiple of patch x merge
-    resized = max(factor, round(side / factor) * factor)
+    resized = _resized(side, factor)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
     full = [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if mt == "qwen2_5_vl" else \
