@@ -6,7 +6,19 @@ from typing import Optional
 import typer
 
 from ..render import DEFAULT_SEQ_RULE
-from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, seqs, show
+from .common import (
+    AudioSecondsOpt,
+    ConfigOpt,
+    FramesOpt,
+    ImageSizeOpt,
+    ImagesOpt,
+    JsonOpt,
+    image_input,
+    positive,
+    seq_flag,
+    seqs,
+    show,
+)
 
 AnalyticPath = typer.Argument(..., help="A weights file, index or folder (with its config.json), or a bare config.json.")
 
@@ -21,13 +33,7 @@ def flops(
     frames: Optional[int] = FramesOpt,
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
-    images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, LLaVA-NeXT, "
-                               "LLaVA-OneVision, "
-                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, GLM-4.xV, Qwen2-VL, Qwen2.5-VL, "
-                               "Qwen3-VL; --image-size "
-                               "sets LLaVA-NeXT's, OneVision's, Mistral 3's, GLM's and Qwen's side): the vision "
-                               "tower and projector run on each, and the language model reads --seq text tokens plus "
-                               "each image's tokens."),
+    images: int = ImagesOpt,
     causal_halving: bool = typer.Option(False, "--causal-halving",
                                         help="Count only the (query, key) pairs causal masks keep, sliding windows included."),
     convention: str = typer.Option("flops", "--convention", help="Headline figure: flops (2 per MAC, as torch's "

@@ -8,7 +8,7 @@ import typer
 
 from ..render import DEFAULT_SEQ_RULE
 from .analytic import AnalyticPath
-from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, JsonOpt, image_input, positive, seq_flag, show
+from .common import AudioSecondsOpt, ConfigOpt, FramesOpt, ImageSizeOpt, ImagesOpt, JsonOpt, image_input, positive, seq_flag, show
 
 if TYPE_CHECKING:
     from ..analysis.memory.planner import Plan
@@ -23,13 +23,7 @@ def memory(
     frames: Optional[int] = FramesOpt,
     audio_seconds: Optional[float] = AudioSecondsOpt,
     image_size: Optional[int] = ImageSizeOpt,
-    images: int = typer.Option(0, "--images", help="Images each sequence holds (vision-language models: LLaVA, LLaVA-NeXT, "
-                               "LLaVA-OneVision, "
-                               "PaliGemma, Gemma 3, InternVL, Idefics3, SmolVLM (tiles), Mistral 3, GLM-4.xV, Qwen2-VL, Qwen2.5-VL, "
-                               "Qwen3-VL; --image-size "
-                               "sets LLaVA-NeXT's, OneVision's, Mistral 3's, GLM's and Qwen's side): the "
-                               "language model's KV cache and activations at --seq text tokens plus each image's "
-                               "tokens."),
+    images: int = ImagesOpt,
     mode: str = typer.Option("inference", "--mode", help="inference (weights, KV cache, one layer's activations) "
                              "or training (weights, gradients, master weights, optimizer state, saved activations)."),
     weights_dtype: Optional[str] = typer.Option(None, "--weights-dtype", help="Weights as fp32, bf16, fp16, or "
