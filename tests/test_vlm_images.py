@@ -6,7 +6,8 @@ Gemma 3 with and without SigLIP's pooling head, Qwen2-VL, Qwen2.5-VL (windows cu
 full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side the processor would round, InternVL (with and
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
 (Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded),
-LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, from the
+LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, the Qwen2.5-Omni and
+Qwen3-Omni thinkers, from the
 save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
@@ -83,7 +84,8 @@ def _config(case: str):
 
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
-         "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v"]
+         "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
+         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -157,7 +159,7 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
     with torch.no_grad(), FlopCounterMode(display=False) as whole:
         model(input_ids=ids, **_pixels(cfg, batch * images, images), **_types(cfg, ids))
     with torch.no_grad(), FlopCounterMode(display=False) as path:
-        model.model.get_image_features(**_pixels(cfg, batch * images, images))
+        model.get_image_features(**_pixels(cfg, batch * images, images))
     return whole.get_total_flops(), path.get_total_flops()
 
 
@@ -170,7 +172,7 @@ def saved(tmp_path_factory):
         cfg = _config(case)
         torch.manual_seed(0)
         model = AutoModelForImageTextToText.from_config(cfg).eval()
-        if case.endswith("moe"):   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it does not)
+        if "moe" in case:   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it does not)
             model.set_experts_implementation("eager")
         path = str(tmp_path_factory.mktemp(case))
         model.save_pretrained(path)
@@ -184,7 +186,7 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
     side = _side(case)
     for images, batch in ((1, 1), (1, 2), (2, 2)):
         with torch.no_grad():   # the features (tokens) one image becomes, `images` a sequence
-            feats = model.model.get_image_features(**_pixels(cfg, images, images)).pooler_output
+            feats = model.get_image_features(**_pixels(cfg, images, images)).pooler_output
         per_image = sum(f.shape[-2] for f in feats) // images
         each = per_image + _breaks(cfg, per_image)   # (its tokens in the language model's sequence)
         whole, image_path = _measured(model, cfg, per_image, images, batch)
@@ -228,7 +230,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     model, cfg, path = saved[case]
     side = _side(case)
     with torch.no_grad():
-        tokens = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output[0].shape[-2]
+        tokens = model.get_image_features(**_pixels(cfg, 1)).pooler_output[0].shape[-2]
     ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
         cache = model(input_ids=ids, **_pixels(cfg, 2), use_cache=True, **_types(cfg, ids)).past_key_values
@@ -257,6 +259,6 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
         assert "--image-size" in out
         return
     with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        feats = model.model.get_image_features(**_pixels(cfg, 1)).pooler_output
+        feats = model.get_image_features(**_pixels(cfg, 1)).pooler_output
     assert image == {"side": cfg.vision_config.image_size, "tokens": feats[0].shape[-2],
                      "flops": counter.get_total_flops()}

@@ -127,9 +127,9 @@ ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP,
                             "(default: the config's image_size; 224 for ResNet); with --images, the images' side.")
 ImagesOpt = typer.Option(0, "--images", help="Images each sequence holds, for a vision-language model whose image path "
                          "is modelled (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, InternVL, Idefics3, "
-                         "SmolVLM, Mistral 3, GLM-4.xV, Qwen2/2.5/3-VL; --image-size sets the side of those that read "
-                         "any size): the tower and projector run on each, and the language model reads --seq text "
-                         "tokens plus each image's tokens.")
+                         "SmolVLM, Mistral 3, GLM-4.xV, Qwen2/2.5/3-VL and the Omni thinkers; --image-size sets the "
+                         "side of those that read any size): the tower and projector run on each, and the language "
+                         "model reads --seq text tokens plus each image's tokens.")
 
 
 def image_input(model: Model, image_size: int | None, seqs: list[int] | tuple[int, ...] = ()) -> Model:

@@ -24,7 +24,8 @@ sequence, as transformers' wrapper's get_image_features computes them.
   resolution as Qwen's (--image-size, rounded as their processor's smart_resize rounds it): the biased Conv3d patch
   embedding, full attention over each image (qkv, proj), a SwiGLU MLP of out_hidden_size, the Conv2d downsample over
   each 2 x 2 block of patches, the merger (proj, gate_proj, up_proj of intermediate_size, down_proj); stated here.
-- Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py):
+- Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py;
+  Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers):
   images at their own resolution (--image-size, rounded to a multiple of patch x merge as the processor's smart_resize
   rounds it): the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 /
   quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size pixels but on fullatt_block_indexes, a
@@ -50,13 +51,17 @@ FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision")   # ov
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
-QWEN = ("qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe")   # wrappers whose tower reads any size (stated here)
+# wrappers whose tower reads any size (stated here) -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's
+# thinkers: Qwen2.5-VL's and Qwen3-VL's, modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py)
+QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
+        "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl"}
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
 STATED = (*QWEN, *TILED, *GLM, "mistral3")
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma and Gemma 3 over a CLIP or SigLIP tower, InternVL, Idefics3, "
-            "SmolVLM, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL and Qwen3-VL")
+            "SmolVLM, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and the Qwen2.5-Omni / Qwen3-Omni "
+            "thinkers")
 
 
 @dataclass(frozen=True)
@@ -388,7 +393,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
     if side is None:
         raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
-    v2, v3 = mt == "qwen2_vl", mt.startswith("qwen3")
+    v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] == "qwen3_vl"
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
     patch, temporal, merge, channels, depth, heads, width, out = _sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
@@ -397,7 +402,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     resized = _resized(side, factor)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
-    full = [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if mt == "qwen2_5_vl" else \
+    full = [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
         list(range(depth))
     windowed = depth - len(full)
     ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
