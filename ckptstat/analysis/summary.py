@@ -14,6 +14,7 @@ from ..core import Checkpoint
 from ..core.files import file_size
 from ..errors import CkptstatError, UsageError
 from ..families.framework.spec import audio_inputs, check_seq, default_seq, image_fields
+from ..families.images import any_size
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
 from .flops import run, wrapper_images
@@ -275,10 +276,12 @@ def _one_image(m: Model, n: int, dec_seq: int | None) -> dict | None:
     --image-size S` sizes); None for any other model."""
     if m.image_config is None:
         return None
+    if any_size(m.image_config):   # (no one figure)
+        return {"side": None}
     try:
         path = wrapper_images(m, 1)
-    except UsageError:   # (any size: no one figure)
-        return {"side": None}
+    except UsageError:   # (a config whose image path does not add up: `flops --images` says why)
+        return None
     assert path is not None
     im = run(m, 1, n, dec_seq, images=path, count=1)["images"]
     return {"side": im["side"], "tokens": im["tokens_each"], "flops": im["flops"]}

@@ -94,6 +94,11 @@ def modelled(cfg: Mapping[str, Any]) -> bool:
         (cfg.get("model_type") in FIXED and vision.get("model_type") in TOWERS) or cfg.get("model_type") in STATED)
 
 
+def any_size(cfg: Mapping[str, Any]) -> bool:
+    """Whether the wrapper reads images at their own size (--image-size needed), not at one its tower fixes."""
+    return modelled(cfg) and cfg.get("model_type") in (*QWEN, *GLM, *PINPOINTS, "mistral3")
+
+
 def _sub(sub: Mapping[str, Any], key: str) -> Any:
     """A sub-config's value: its own, else its config class's default (config_defaults.json)."""
     return sub[key] if sub.get(key) is not None else class_default(str(sub.get("model_type")), key)
@@ -109,7 +114,7 @@ def _sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     for k in keys:
         v = _sub(sub, k)
         if type(v) is not int or v <= 0:
-            raise UsageError(f"--images: the vision config's {k} is {v!r}, not a positive integer")
+            raise UsageError(f"--images: the {sub.get('model_type')} config's {k} is {v!r}, not a positive integer")
         out.append(v)
     return out
 
