@@ -217,6 +217,8 @@ def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "AyaVision" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
+    code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")
+    assert code == 2 and out == "" and "--image-size must be positive" in err
     code, out, err = cli("flops", saved["llava"][2], "--images", "1", "--image-size", "64")   # LLaVA reads one size
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size 64" in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1")   # Qwen reads any: which?

@@ -162,6 +162,8 @@ def wrapper_images(m: Model, images: int, side: int | None = None, batch: int = 
         raise UsageError(f"--images must be 0 or more, got {images}")
     if not images:
         return None
+    if side is not None and side <= 0:
+        raise UsageError(f"--image-size must be positive, got {side}")
     path = images_path(m.image_config, side, images, batch) if m.image_config is not None else None
     if path is None:
         raise UsageError(f"--images: no image path modelled for {m.spec.architecture or m.spec.model_type}; it is for "
