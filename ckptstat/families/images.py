@@ -37,6 +37,7 @@ Any other wrapper: None (`--images` refuses it with one line)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -414,17 +415,20 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
            Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
     if full:   # one image a chunk: Q K^T and P V per head
-        ms += [Matmul(f"visual.blocks.attn.{what} (full, {len(full)} blocks)", heads * n, d, n, False, len(full), False)
-               for what in ("scores (QK^T)", "context (PV)")]
-    if windowed:
+        ms += [Matmul(f"visual.blocks.attn.scores (QK^T, full, {len(full)} blocks)", heads * n, d, n, False, len(full),
+                      False),
+               Matmul(f"visual.blocks.attn.context (PV, full, {len(full)} blocks)", heads * n, n, d, False, len(full),
+                      False)]
+    if windowed:   # each window a chunk: windows of one size a row (calls: blocks x windows)
         unit = (_sub(vision, "window_size") or 0) // merge // patch
         if unit <= 0:
             raise UsageError(f"--images: {mt}'s window_size {_sub(vision, 'window_size')!r} is under a merged patch")
-        for rows in _windows(grid // merge, unit):
-            for cols in _windows(grid // merge, unit):
-                w = rows * cols * merge * merge
-                ms += [Matmul(f"visual.blocks.attn.{what} (window of {w}, {windowed} blocks)", heads * w, d, w, False,
-                              windowed, False) for what in ("scores (QK^T)", "context (PV)")]
+        sides = _windows(grid // merge, unit)
+        sizes = Counter(r * c * merge * merge for r in sides for c in sides)
+        for w, count in sorted(sizes.items(), reverse=True):
+            what = f"{count} windows of {w} patches, {windowed} blocks"
+            ms += [Matmul(f"visual.blocks.attn.scores (QK^T, {what})", heads * w, d, w, False, windowed * count, False),
+                   Matmul(f"visual.blocks.attn.context (PV, {what})", heads * w, w, d, False, windowed * count, False)]
     if v2:
         inter = int(width * (_sub(vision, "mlp_ratio") or 4))
         ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
