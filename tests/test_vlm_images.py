@@ -247,7 +247,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
 
 @pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next"])
 def test_the_summary_says_what_one_image_costs(cli, saved, case):
-    """`ckptstat PATH` of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
+    """`ckptstat PATH` (and `report`) of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
     get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -264,3 +264,7 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
         feats = model.get_image_features(**_pixels(cfg, 1)).pooler_output
     assert image == {"side": cfg.vision_config.image_size, "tokens": feats[0].shape[-2],
                      "flops": counter.get_total_flops()}
+    report = os.path.join(path, "..", f"{case}-report.md")   # the report's summary says it too
+    code, _, err = cli("report", path, "-o", report, "--no-stats")
+    assert code == 0, err
+    assert f"{image['tokens']:,} tokens, {image['flops']:,} FLOPs through the vision tower" in open(report).read()
