@@ -268,3 +268,15 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
     code, _, err = cli("report", path, "-o", report, "--no-stats")
     assert code == 0, err
     assert f"{image['tokens']:,} tokens, {image['flops']:,} FLOPs through the vision tower" in open(report).read()
+
+
+def test_config_text_in_the_image_rule_is_printed_as_it_is(cli, saved, tmp_path):
+    """The image path's rule quotes config values (an activation's name): printed as text, never read as markup."""
+    with open(os.path.join(saved["llava"][2], "config.json")) as f:
+        cfg = json.load(f)
+    cfg["projector_hidden_act"] = "[red]gelu[/red]"
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    code, out, err = cli("flops", str(path), "--images", "1", "-s", str(TEXT))
+    assert code == 0, err
+    assert "[red]gelu[/red]" in "".join(out.split())

@@ -261,11 +261,11 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
     console.print(head)
     console.print(input_line(r, [run["seq"] for run in r["runs"]], seq_flag, frames))
     if im := r["runs"][0].get("images"):
-        console.print(f"images       {im['per_sequence']} a sequence, {im['side']}x{im['side']} px, "
+        console.print(Text(f"images       {im['per_sequence']} a sequence, {im['side']}x{im['side']} px, "
                       f"{im['tokens_each']} tokens each into the language model (s = {im['text_tokens']} text + "
                       f"{im['per_sequence']} x {im['tokens_each']}); "
                       f"their vision tower and projector {human(im['flops'])} FLOPs over the batch, in the table: "
-                      f"{im['rule']}")
+                      f"{im['rule']}"))   # (Text: the rule quotes config values, never markup)
     image = image_text(r)
     conv = r["convention"]["name"]
     console.print(Text(f"convention   {conv}: {r['convention']['rule']}", style="dim"))
