@@ -7,7 +7,7 @@ full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side 
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
 (Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded),
 LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, the Qwen2.5-Omni and
-Qwen3-Omni thinkers, from the
+Qwen3-Omni thinkers, Aya Vision, from the
 save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ def _config(case: str):
             cfg.vision_config = _siglip(False)
             cfg.vision_feature_layer, cfg.vision_feature_select_strategy = [-2, -1], "full"
             cfg.multimodal_projector_bias = False
+    elif case == "aya_vision":   # a 6 x 6 grid shuffled 2 x 2 into 9 tokens; a SwiGLU of 2 x 20
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config = _siglip(False)
+        cfg.alignment_intermediate_size = 40
     elif case.startswith("paligemma"):
         cfg = tiny_config(PaliGemmaConfig)
         cfg.vision_config = _siglip(case.endswith("head"))
@@ -85,7 +89,7 @@ def _config(case: str):
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
-         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker"]
+         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision"]
 # Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
 # units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
 QWEN_SIDE, QWEN_GRID = 150, 10
@@ -147,7 +151,7 @@ def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
     return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next",
-                                    "llava_onevision") else {
+                                    "llava_onevision", "aya_vision") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
@@ -204,17 +208,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import AyaVisionConfig
+    from transformers import Cohere2VisionConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(AyaVisionConfig)   # (its tiles and SwiGLU projector: not modelled)
-    cfg.architectures = ["AyaVisionForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "aya_vision.json")
+    cfg = tiny_config(Cohere2VisionConfig)   # (its SigLIP2 tower: not modelled)
+    cfg.architectures = ["Cohere2VisionForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "cohere2_vision.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "AyaVision" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Cohere2Vision" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")

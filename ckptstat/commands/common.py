@@ -126,7 +126,7 @@ AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Audio models (Whis
 ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP, ResNet): input side in pixels "
                             "(default: the config's image_size; 224 for ResNet); with --images, the images' side.")
 ImagesOpt = typer.Option(0, "--images", help="Images each sequence holds, for a vision-language model whose image path "
-                         "is modelled (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, InternVL, Idefics3, "
+                         "is modelled (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, InternVL, Idefics3, "
                          "SmolVLM, Mistral 3, GLM-4.xV, Qwen2/2.5/3-VL and the Omni thinkers; --image-size sets the "
                          "side of those that read any size): the tower and projector run on each, and the language "
                          "model reads --seq text tokens plus each image's tokens.")

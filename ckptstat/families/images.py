@@ -6,7 +6,8 @@ sequence, as transformers' wrapper's get_image_features computes them.
   vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower),
   at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT
   and LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
-  (ImagePath.crops: --image-size sets the image).
+  (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
+  splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector.
 - InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
@@ -48,7 +49,7 @@ from .framework.base import class_default
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision")   # over TOWERS (any-resolution: tiles)
+FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
@@ -60,7 +61,8 @@ TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size ti
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
 STATED = (*QWEN, *TILED, *GLM, "mistral3")
 # what the lines above cover, said to users
-MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma and Gemma 3 over a CLIP or SigLIP tower, InternVL, Idefics3, "
+MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3 and Aya Vision over a CLIP or SigLIP tower, InternVL, "
+            "Idefics3, "
             "SmolVLM, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and the Qwen2.5-Omni / Qwen3-Omni "
             "thinkers")
 
@@ -160,6 +162,21 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
                          f"the tower's hidden states at layer(s) {layer} ({select}: "
                          f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
                          f"{_top(cfg, 'projector_hidden_act')}, linear_2")
+    if mt == "aya_vision":   # every tile's grid pixel-shuffled, LayerNorm, linear_1, SwiGLU on its two halves, linear_2
+        factor, layer, select = _top(cfg, "downsample_factor"), _top(cfg, "vision_feature_layer"), \
+            _top(cfg, "vision_feature_select_strategy")
+        grid = native // patch
+        if type(factor) is not int or factor <= 0 or grid % factor or not isinstance(layer, int) or select != "full" \
+                or cls_token:
+            raise UsageError(f"--images: aya_vision with downsample_factor {factor!r}, vision_feature_layer {layer!r}, "
+                             f"strategy {select!r} over a {grid}x{grid} grid is not modelled")
+        align = cfg.get("alignment_intermediate_size") or hidden   # (the projector's getattr default)
+        tokens = (grid // factor) ** 2
+        return ImagePath(tower, native, tokens,
+                         (Matmul("multi_modal_projector.linear_1", tokens, width * factor * factor, align, True),
+                          Matmul("multi_modal_projector.linear_2", tokens, align // 2, hidden, True)),
+                         f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), the "
+                         f"grid pixel-shuffled {factor}x{factor} into {tokens} tokens, linear_1, SwiGLU, linear_2")
     if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
         return ImagePath(tower, native, patches, (Matmul("multi_modal_projector.linear", patches, width,
                                                          int(_top(cfg, "projection_dim")), True),),
