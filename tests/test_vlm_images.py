@@ -90,12 +90,34 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision"]
-# Qwen's side: 150 px, which the processor's smart_resize rounds to 140 (5 x 28): a 10 x 10 patch grid, 5 x 5 merged
-# units, windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges
-QWEN_SIDE, QWEN_GRID = 150, 10
-# Mistral 3's side: 40 px, which Pixtral's processor rounds up to 48 (3 x 16): a 6 x 6 patch grid, 9 image tokens and 3
-# [IMG_BREAK] / [IMG_END] tokens
-PIXTRAL_SIDE, PIXTRAL_RESIZED = 40, 48
+# Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
+# merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
+QWEN_SIDE = 150
+# Mistral 3's side: 40 px, which Pixtral's processor rounds up (to 48: a 6 x 6 patch grid, 9 image tokens and 3
+# [IMG_BREAK] / [IMG_END] tokens)
+PIXTRAL_SIDE = 40
+
+
+def _resized(cfg) -> int:
+    """The side the wrapper's own image processor gives a square image of the case's side (transformers' smart_resize,
+    Pixtral's get_resize_output_image_size): what the test feeds the model, never ckptstat's rounding."""
+    import numpy as np
+
+    v = cfg.vision_config
+    if cfg.model_type == "mistral3":
+        from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
+
+        unit = v.patch_size * cfg.spatial_merge_size
+        return get_resize_output_image_size(np.zeros((3, PIXTRAL_SIDE, PIXTRAL_SIDE)), size=(v.image_size, v.image_size),
+                                            patch_size=(unit, unit))[0]
+    factor = v.patch_size * v.spatial_merge_size
+    if cfg.model_type.startswith("glm4"):
+        from transformers.models.glm4v.image_processing_pil_glm4v import smart_resize as glm_resize
+
+        return glm_resize(v.temporal_patch_size, QWEN_SIDE, QWEN_SIDE, v.temporal_patch_size, factor)[0]
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=factor)[0]
 
 
 NEXT_SIDE = 48   # LLaVA-NeXT's
@@ -116,9 +138,9 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
     if cfg.model_type.startswith(("qwen", "glm4")):
-        values = v.in_channels * v.temporal_patch_size * v.patch_size ** 2
-        return {"pixel_values": torch.randn(images * QWEN_GRID ** 2, values),
-                "image_grid_thw": torch.tensor([[1, QWEN_GRID, QWEN_GRID]] * images)}
+        values, grid = v.in_channels * v.temporal_patch_size * v.patch_size ** 2, _resized(cfg) // v.patch_size
+        return {"pixel_values": torch.randn(images * grid ** 2, values),
+                "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
     if cfg.model_type.startswith("llava_"):   # each image its processor's tiles and base image, by transformers' rule
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
@@ -130,8 +152,9 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
             out["batch_num_images"] = torch.tensor([per_sequence] * (images // per_sequence))
         return out
     if cfg.model_type == "mistral3":
-        return {"pixel_values": torch.randn(images, v.num_channels, PIXTRAL_RESIZED, PIXTRAL_RESIZED),
-                "image_sizes": torch.tensor([[PIXTRAL_RESIZED, PIXTRAL_RESIZED]] * images)}
+        resized = _resized(cfg)
+        return {"pixel_values": torch.randn(images, v.num_channels, resized, resized),
+                "image_sizes": torch.tensor([[resized, resized]] * images)}
     if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
         return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}

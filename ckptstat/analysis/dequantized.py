@@ -321,7 +321,8 @@ def _bnb8(ckpt: Checkpoint, w: QuantWeight) -> Scaled | None:
     absmax a row, read as transformers' dequantize(dtype=the model's) returns them: bitsandbytes' int8_vectorwise_dequant
     (code x SCB in float32, then x 1/127 in float32) rounded to the model's dtype (config.json's, F16 or BF16: the dtype
     the weights were quantised from; dequantize() without a dtype keeps float32). Else None (left out by role)."""
-    codes, scb, dtype = ckpt.tensors.get(w.name), ckpt.tensors.get(w.name[:-len("weight")] + "SCB"), _model_dtype(ckpt)
+    m = _by_last_part(ckpt, w)
+    codes, scb, dtype = m.get("weight"), m.get("SCB"), _model_dtype(ckpt)
     if (codes is None or scb is None or dtype is None or codes.dtype != "I8" or len(w.shape) != 2
             or codes.shape != w.shape or scb.dtype != "F32" or scb.shape != (w.shape[0],)):
         return None

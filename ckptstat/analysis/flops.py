@@ -97,7 +97,7 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     if images is not None:
         seq += count * images.tokens
     ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
-    rows: list[dict[str, Any]] = _image_rows(m, images, batch * count) if images is not None else []
+    rows: list[dict[str, Any]] = image_rows(m, images, batch * count) if images is not None else []
     for op in ops:
         rows.append({"module": op.module, "kind": op.kind, "bucket": op.bucket, "calls": op.calls,
                      "in_shape": list(op.in_shape), "out_shape": list(op.out_shape), "params": op.params,
@@ -133,7 +133,7 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     return out
 
 
-def _image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
+def image_rows(m: Model, path: ImagePath, images: int) -> list[dict[str, Any]]:
     """The rows of `images` images through a wrapper's image path (bucket "vision"): a TOWERS tower as its family's
     template counts it (under transformers' `vision_tower.`), then the path's matmuls."""
     rows: list[dict[str, Any]] = []

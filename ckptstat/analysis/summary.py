@@ -17,7 +17,7 @@ from ..families.framework.spec import audio_inputs, check_seq, default_seq, imag
 from ..families.images import any_size
 from ..families.load_table import load_differences
 from ..naming import BUCKETS, ROLES
-from .flops import run, wrapper_images
+from .flops import image_rows, run, wrapper_images
 from .optimizer_names import optimizer_names
 from .quantized import member_fields, quantization
 from .ties import verdict
@@ -261,7 +261,7 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
                 "image_size": m.spec.image_size or None,
                 "flops_per_token": per, "training_flops_per_token": 3 * per,
                 "predicted_params": m.predicted["total"], "agree": m.agree, "outside_params": m.outside_params,
-                "outside_modules": list(m.outside_modules), "image": _one_image(m, n, dec_seq),
+                "outside_modules": list(m.outside_modules), "image": _one_image(m),
                 "active_params": m.predicted.get("active"),
                 "weight_bytes": m.weight_bytes, "weight_bytes_bf16": 2 * m.params, "notes": list(m.notes)}
     except Exception as e:   # the summary must never fail because of the analytic model
@@ -270,7 +270,7 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
         return {"error": str(e) if isinstance(e, CkptstatError) else f"{type(e).__name__}: {e}"}
 
 
-def _one_image(m: Model, n: int, dec_seq: int | None) -> dict | None:
+def _one_image(m: Model) -> dict | None:
     """A vision-language wrapper whose image path ckptstat models (families/images.py): one image's side, tokens and
     FLOPs through the tower and projector (side None: a tower that reads any size, which `flops --images N
     --image-size S` sizes); None for any other model."""
@@ -283,8 +283,7 @@ def _one_image(m: Model, n: int, dec_seq: int | None) -> dict | None:
     except UsageError:   # (a config whose image path does not add up: `flops --images` says why)
         return None
     assert path is not None
-    im = run(m, 1, n, dec_seq, images=path, count=1)["images"]
-    return {"side": im["side"], "tokens": im["tokens_each"], "flops": im["flops"]}
+    return {"side": path.side, "tokens": path.tokens, "flops": sum(r["flops"] for r in image_rows(m, path, 1))}
 
 
 def bert_stat(ckpt: Checkpoint, batch: int, seq: int) -> dict:

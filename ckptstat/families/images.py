@@ -44,7 +44,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UsageError
-from .framework.base import class_default
+from .framework.base import config_value
 
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
@@ -60,6 +60,7 @@ QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_v
 TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
 STATED = (*QWEN, *TILED, *GLM, "mistral3")
+ANY_SIZE = (*QWEN, *GLM, "mistral3", "llava_next", "llava_onevision")   # read images at their own size: --image-size
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3 and Aya Vision over a CLIP or SigLIP tower, InternVL, "
             "Idefics3, "
@@ -99,23 +100,21 @@ def modelled(cfg: Mapping[str, Any]) -> bool:
 
 def any_size(cfg: Mapping[str, Any]) -> bool:
     """Whether the wrapper reads images at their own size (--image-size needed), not at one its tower fixes."""
-    return modelled(cfg) and cfg.get("model_type") in (*QWEN, *GLM, *PINPOINTS, "mistral3")
+    return modelled(cfg) and cfg.get("model_type") in ANY_SIZE
 
 
-def _sub(sub: Mapping[str, Any], key: str) -> Any:
-    """A sub-config's value: its own, else its config class's default (config_defaults.json)."""
-    return sub[key] if sub.get(key) is not None else class_default(str(sub.get("model_type")), key)
-
-
-def _top(cfg: Mapping[str, Any], key: str) -> Any:
-    return cfg[key] if cfg.get(key) is not None else class_default(str(cfg.get("model_type")), key)
+def _attention(prefix: str, heads: int, rows: int, keys: int, d: int, calls: int, what: str = "") -> list[Matmul]:
+    """Eager attention's two matmuls of `rows` queries over `keys` keys a head: Q K^T and P V, `calls` times."""
+    what = f", {what}" if what else ""
+    return [Matmul(f"{prefix}.scores (QK^T{what})", heads * rows, d, keys, False, calls, False),
+            Matmul(f"{prefix}.context (PV{what})", heads * rows, keys, d, False, calls, False)]
 
 
 def _sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     """The sub-config's values of `keys`: positive integers, else a UsageError naming the first that is not."""
     out = []
     for k in keys:
-        v = _sub(sub, k)
+        v = config_value(sub, k)
         if type(v) is not int or v <= 0:
             raise UsageError(f"--images: the {sub.get('model_type')} config's {k} is {v!r}, not a positive integer")
         out.append(v)
@@ -131,6 +130,9 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
     together = per_sequence * batch
     if not modelled(cfg):
         return None
+    if side is None and cfg["model_type"] in ANY_SIZE:
+        raise UsageError(f"--images: {cfg['model_type']} reads images at their own size; give --image-size N (the side "
+                         "in pixels)")
     if cfg["model_type"] == "mistral3":
         return _mistral3(cfg, side, together)
     if cfg["model_type"] in QWEN:
@@ -152,19 +154,19 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
     if mt in PINPOINTS:
         return _any_resolution(cfg, side, per_sequence, tower, native, patch, width, hidden, cls_token)
     if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
-        layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
+        layer, select = config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")
         layers = len(layer) if isinstance(layer, list) else 1
         tokens = patches + cls_token - (select == "default")
-        bias = bool(_top(cfg, "multimodal_projector_bias"))
+        bias = bool(config_value(cfg, "multimodal_projector_bias"))
         return ImagePath(tower, native, tokens,
                          (Matmul("multi_modal_projector.linear_1", tokens, width * layers, hidden, bias),
                           Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, bias)),
                          f"the tower's hidden states at layer(s) {layer} ({select}: "
                          f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
-                         f"{_top(cfg, 'projector_hidden_act')}, linear_2")
+                         f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
     if mt == "aya_vision":   # every tile's grid pixel-shuffled, LayerNorm, linear_1, SwiGLU on its two halves, linear_2
-        factor, layer, select = _top(cfg, "downsample_factor"), _top(cfg, "vision_feature_layer"), \
-            _top(cfg, "vision_feature_select_strategy")
+        factor, layer, select = config_value(cfg, "downsample_factor"), config_value(cfg, "vision_feature_layer"), \
+            config_value(cfg, "vision_feature_select_strategy")
         grid = native // patch
         if type(factor) is not int or factor <= 0 or grid % factor or not isinstance(layer, int) or select != "full" \
                 or cls_token:
@@ -179,14 +181,14 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
                          f"grid pixel-shuffled {factor}x{factor} into {tokens} tokens, linear_1, SwiGLU, linear_2")
     if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
         return ImagePath(tower, native, patches, (Matmul("multi_modal_projector.linear", patches, width,
-                                                         int(_top(cfg, "projection_dim")), True),),
+                                                         int(config_value(cfg, "projection_dim")), True),),
                          "the tower's last hidden state, multi_modal_projector.linear")
     # Gemma 3: the patch grid average-pooled to mm_tokens_per_image, RMS-normed, times mm_input_projection_weight
-    per_side, grid = int(_top(cfg, "mm_tokens_per_image") ** 0.5), native // patch
+    per_side, grid = int(config_value(cfg, "mm_tokens_per_image") ** 0.5), native // patch
     kernel = grid // per_side if per_side else 0
     if not kernel:
         raise UsageError(f"--images: {mt}'s {grid}x{grid} patch grid cannot pool to mm_tokens_per_image "
-                         f"{_top(cfg, 'mm_tokens_per_image')}")
+                         f"{config_value(cfg, 'mm_tokens_per_image')}")
     tokens = ((grid - kernel) // kernel + 1) ** 2
     return ImagePath(tower, native, tokens, (Matmul("multi_modal_projector.mm_input_projection_weight", tokens, width,
                                                     hidden, False),),
@@ -216,19 +218,18 @@ def _any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int,
     image_newline after each of its rows, the base tile's features first. OneVision tiles an image only when it is its
     sequence's one image (batch_num_images): several, each is the base tile and a newline."""
     mt = cfg["model_type"]
-    if side is None:
-        raise UsageError(f"--images: {mt} tiles images at their own size; give --image-size N (the side in pixels)")
-    pinpoints = _top(cfg, "image_grid_pinpoints") or PINPOINTS[mt]
+    assert side is not None   # (image_path: ANY_SIZE)
+    pinpoints = config_value(cfg, "image_grid_pinpoints") or PINPOINTS[mt]
     if not (isinstance(pinpoints, list) and pinpoints and all(
             isinstance(p, list) and len(p) == 2 and all(type(x) is int and x > 0 for x in p) for p in pinpoints)):
         raise UsageError(f"--images: {mt}'s image_grid_pinpoints {pinpoints!r} are no list of [height, width]")
-    layer, select = _top(cfg, "vision_feature_layer"), _top(cfg, "vision_feature_select_strategy")
+    layer, select = config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")
     grid = native // patch
     per = grid * grid + cls_token - (select == "default")
     if per != grid * grid:   # (pack_image_features views each tile's features as its patch grid)
         raise UsageError(f"--images: {mt} with vision_feature_select_strategy {select!r} over this tower is not modelled")
     layers = len(layer) if isinstance(layer, list) else 1
-    bias, act = bool(_top(cfg, "multimodal_projector_bias")), _top(cfg, "projector_hidden_act")
+    bias, act = bool(config_value(cfg, "multimodal_projector_bias")), config_value(cfg, "projector_hidden_act")
     if mt == "llava_onevision" and per_sequence > 1:
         return ImagePath(tower, native, per + 1,
                          (Matmul("multi_modal_projector.linear_1", per, width * layers, hidden, bias),
@@ -244,7 +245,7 @@ def _any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int,
         kept_h, kept_w = cur_h, cur_w - 2 * ((cur_w - int(round(side * (cur_h / side), 7))) // 2)
     shrunk = ""
     if mt == "llava_onevision":
-        most = str(_top(cfg, "vision_aspect_ratio") or "anyres_max_9").removeprefix("anyres_max_")
+        most = str(config_value(cfg, "vision_aspect_ratio") or "anyres_max_9").removeprefix("anyres_max_")
         ratio = math.sqrt(kept_h * kept_w / (int(most) * grid ** 2)) if most.isdigit() else 0.0
         if ratio > 1.1:
             kept_h, kept_w = int(kept_h // ratio), int(kept_w // ratio)
@@ -273,18 +274,17 @@ def _internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     (hidden,) = _sizes(text, "hidden_size")
     grid = native // patch
     n, d = grid * grid + 1, width // heads   # the patches and the class token
-    ratio = _top(cfg, "downsample_ratio")
+    ratio = config_value(cfg, "downsample_ratio")
     scale = int(1 / ratio) if isinstance(ratio, (int, float)) and 0 < ratio <= 1 else 0
-    select = _top(cfg, "vision_feature_select_strategy")
+    select = config_value(cfg, "vision_feature_select_strategy")
     if not scale or grid % scale or select != "default":
         raise UsageError(f"--images: internvl with downsample_ratio {ratio!r} over a {grid}x{grid} grid, strategy "
                          f"{select!r}, is not modelled")
-    tokens, bias = (grid // scale) ** 2, bool(_sub(vision, "attention_bias"))
+    tokens, bias = (grid // scale) ** 2, bool(config_value(vision, "attention_bias"))
     ms = (Matmul("vision_tower.embeddings.patch_embeddings.projection", grid * grid, channels * patch * patch, width,
                  True),
           *(Matmul(f"vision_tower.encoder.layer.attention.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
-          Matmul("vision_tower.encoder.layer.attention.scores (QK^T)", heads * n, d, n, False, layers, False),
-          Matmul("vision_tower.encoder.layer.attention.context (PV)", heads * n, n, d, False, layers, False),
+          *_attention("vision_tower.encoder.layer.attention", heads, n, n, d, layers),
           Matmul("vision_tower.encoder.layer.attention.projection_layer", n, width, width, True, layers),
           Matmul("vision_tower.encoder.layer.mlp.fc1", n, width, inter, True, layers),
           Matmul("vision_tower.encoder.layer.mlp.fc2", n, inter, width, True, layers),
@@ -293,17 +293,17 @@ def _internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     return ImagePath(None, native, tokens, ms,
                      f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), "
                      f"{grid}x{grid} patches and a class token through {layers} layers, the patches pixel-shuffled "
-                     f"{scale}x{scale} into {tokens} tokens, linear_1, {_top(cfg, 'projector_hidden_act')}, linear_2")
+                     f"{scale}x{scale} into {tokens} tokens, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
 
 
 def _tile(cfg: Mapping[str, Any], side: int | None) -> tuple[int, int]:
     """A tiled wrapper's (tile side, patch side): its vision config's square image_size and patch_size; a usage error for
     another --image-size (its processor cuts every picture into tiles of that side: --images counts tiles)."""
     vision, mt = cfg["vision_config"], cfg["model_type"]
-    native, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
+    native, patch = _pair(config_value(vision, "image_size")), _pair(config_value(vision, "patch_size"))
     if native is None or patch is None or patch > native:
-        raise UsageError(f"--images: {mt}'s vision image_size {_sub(vision, 'image_size')!r} and patch_size "
-                         f"{_sub(vision, 'patch_size')!r} are no square tile")
+        raise UsageError(f"--images: {mt}'s vision image_size {config_value(vision, 'image_size')!r} and patch_size "
+                         f"{config_value(vision, 'patch_size')!r} are no square tile")
     if side is not None and side != native:
         raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} tiles (its processor splits "
                          "every picture into them: count tiles with --images)")
@@ -316,14 +316,13 @@ def _idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
                                                    "num_hidden_layers", "num_channels")
     (hidden,) = _sizes(text, "hidden_size")
-    scale, grid = _top(cfg, "scale_factor"), native // patch
+    scale, grid = config_value(cfg, "scale_factor"), native // patch
     if type(scale) is not int or scale <= 0 or grid % scale:
         raise UsageError(f"--images: {mt}'s scale_factor {scale!r} does not divide its {grid}x{grid} patch grid")
     n, d, tokens = grid * grid, width // heads, (grid // scale) ** 2
     ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
           *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
-          Matmul("vision_model.encoder.layers.self_attn.scores (QK^T)", heads * n, d, n, False, layers, False),
-          Matmul("vision_model.encoder.layers.self_attn.context (PV)", heads * n, n, d, False, layers, False),
+          *_attention("vision_model.encoder.layers.self_attn", heads, n, n, d, layers),
           Matmul("vision_model.encoder.layers.self_attn.out_proj", n, width, width, True, layers),
           Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
           Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
@@ -336,28 +335,25 @@ def _idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    if side is None:
-        raise UsageError("--images: mistral3 reads images at their own size; give --image-size N (the side in pixels)")
+    assert side is not None   # (image_path: ANY_SIZE)
     width, heads, inter, layers, channels = _sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
                                                    "num_hidden_layers", "num_channels")
-    longest, patch = _pair(_sub(vision, "image_size")), _pair(_sub(vision, "patch_size"))
-    merge, layer = _top(cfg, "spatial_merge_size"), _top(cfg, "vision_feature_layer")
+    longest, patch = _pair(config_value(vision, "image_size")), _pair(config_value(vision, "patch_size"))
+    merge, layer = config_value(cfg, "spatial_merge_size"), config_value(cfg, "vision_feature_layer")
     (hidden,) = _sizes(text, "hidden_size")
     if longest is None or patch is None or type(merge) is not int or merge <= 0 or not isinstance(layer, int):
-        raise UsageError(f"--images: mistral3 with image_size {_sub(vision, 'image_size')!r}, patch_size "
-                         f"{_sub(vision, 'patch_size')!r}, spatial_merge_size {merge!r}, vision_feature_layer {layer!r} "
+        raise UsageError(f"--images: mistral3 with image_size {config_value(vision, 'image_size')!r}, patch_size "
+                         f"{config_value(vision, 'patch_size')!r}, spatial_merge_size {merge!r}, vision_feature_layer {layer!r} "
                          "is not modelled")
     unit = patch * merge   # the processor: the longest edge at most image_size, each side rounded up to patch x merge
     resized = -(-min(side, longest) // unit) * unit
     grid = resized // patch
     n, d, features = grid * grid, width // heads, (grid // merge) ** 2
-    bias = bool(_top(cfg, "multimodal_projector_bias"))
+    bias = bool(config_value(cfg, "multimodal_projector_bias"))
     ms = (Matmul("vision_tower.patch_conv", n, channels * patch * patch, width, False),
           *(Matmul(f"vision_tower.transformer.layers.attention.{p}_proj", n, width, width, False, layers) for p in "qkvo"),
-          Matmul(f"vision_tower.transformer.layers.attention.scores (QK^T, over {together} images' patches)", heads * n,
-                 d, together * n, False, layers, False),
-          Matmul(f"vision_tower.transformer.layers.attention.context (PV, over {together} images' patches)", heads * n,
-                 together * n, d, False, layers, False),
+          *_attention("vision_tower.transformer.layers.attention", heads, n, together * n, d, layers,
+                      f"over {together} images' patches"),
           *(Matmul(f"vision_tower.transformer.layers.feed_forward.{p}_proj", n, width, inter, False, layers)
             for p in ("gate", "up")),
           Matmul("vision_tower.transformer.layers.feed_forward.down_proj", n, inter, width, False, layers),
@@ -369,7 +365,7 @@ def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImageP
                      f"{grid}x{grid} patches{note} through {layers} layers, attending over all {together} images of the "
                      f"forward at once (the other images' scores masked, computed), merged {merge}x{merge} into "
                      f"{features} image tokens and {grid // merge} [IMG_BREAK]/[IMG_END] tokens, linear_1, "
-                     f"{_top(cfg, 'projector_hidden_act')}, linear_2")
+                     f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
 
 
 def _resized(side: int, factor: int) -> int:
@@ -379,20 +375,18 @@ def _resized(side: int, factor: int) -> int:
 
 
 def _glm4v(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
-    mt, vision = cfg["model_type"], cfg["vision_config"]
-    if side is None:
-        raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
+    vision = cfg["vision_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
     patch, temporal, merge, channels, depth, heads, width, out, inter = _sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
         "hidden_size", "out_hidden_size", "intermediate_size")
     resized = _resized(side, patch * merge)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
-    bias = bool(_sub(vision, "attention_bias"))
+    bias = bool(config_value(vision, "attention_bias"))
     ms = (Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, True),
           Matmul("visual.blocks.attn.qkv", n, width, 3 * width, bias, depth),
-          Matmul("visual.blocks.attn.scores (QK^T)", heads * n, d, n, False, depth, False),
-          Matmul("visual.blocks.attn.context (PV)", heads * n, n, d, False, depth, False),
+          *_attention("visual.blocks.attn", heads, n, n, d, depth),
           Matmul("visual.blocks.attn.proj", n, width, width, False, depth),
           *(Matmul(f"visual.blocks.mlp.{p}", n, width, out, False, depth) for p in ("gate_proj", "up_proj")),
           Matmul("visual.blocks.mlp.down_proj", n, out, width, False, depth),
@@ -414,8 +408,7 @@ def _windows(grid: int, size: int) -> list[int]:
 
 def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
-    if side is None:
-        raise UsageError(f"--images: {mt} reads images at their own resolution; give --image-size N (the side in pixels)")
+    assert side is not None   # (image_path: ANY_SIZE)
     v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] == "qwen3_vl"
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
     patch, temporal, merge, channels, depth, heads, width, out = _sizes(
@@ -425,29 +418,25 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     resized = _resized(side, factor)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
-    full = [i for i in (_sub(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
+    full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
         list(range(depth))
     windowed = depth - len(full)
     ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
     ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
            Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
     if full:   # one image a chunk: Q K^T and P V per head
-        ms += [Matmul(f"visual.blocks.attn.scores (QK^T, full, {len(full)} blocks)", heads * n, d, n, False, len(full),
-                      False),
-               Matmul(f"visual.blocks.attn.context (PV, full, {len(full)} blocks)", heads * n, n, d, False, len(full),
-                      False)]
+        ms += _attention("visual.blocks.attn", heads, n, n, d, len(full), f"full, {len(full)} blocks")
     if windowed:   # each window a chunk: windows of one size a row (calls: blocks x windows)
-        unit = (_sub(vision, "window_size") or 0) // merge // patch
+        unit = (config_value(vision, "window_size") or 0) // merge // patch
         if unit <= 0:
-            raise UsageError(f"--images: {mt}'s window_size {_sub(vision, 'window_size')!r} is under a merged patch")
+            raise UsageError(f"--images: {mt}'s window_size {config_value(vision, 'window_size')!r} is under a merged patch")
         sides = _windows(grid // merge, unit)
         sizes = Counter(r * c * merge * merge for r in sides for c in sides)
         for w, count in sorted(sizes.items(), reverse=True):
-            what = f"{count} windows of {w} patches, {windowed} blocks"
-            ms += [Matmul(f"visual.blocks.attn.scores (QK^T, {what})", heads * w, d, w, False, windowed * count, False),
-                   Matmul(f"visual.blocks.attn.context (PV, {what})", heads * w, w, d, False, windowed * count, False)]
+            ms += _attention("visual.blocks.attn", heads, w, w, d, windowed * count,
+                             f"{count} windows of {w} patches, {windowed} blocks")
     if v2:
-        inter = int(width * (_sub(vision, "mlp_ratio") or 4))
+        inter = int(width * (config_value(vision, "mlp_ratio") or 4))
         ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
                Matmul("visual.blocks.mlp.fc2", n, inter, width, True, depth)]
     elif v3:
@@ -460,7 +449,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
     merged = width * merge * merge
     fc = ("linear_fc1", "linear_fc2") if v3 else ("mlp.0", "mlp.2")
-    deepstack = len([i for i in (_sub(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) if v3 else 0
+    deepstack = len([i for i in (config_value(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) if v3 else 0
     for name, calls in (("visual.merger", 1), ("visual.deepstack_merger_list", deepstack)):
         if calls:
             ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
@@ -468,7 +457,7 @@ def _qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
         if resized != side else ""
     attention = "full attention over each image" if not windowed else (
-        f"attention within windows of {_sub(vision, 'window_size')} px, full on blocks {full}")
+        f"attention within windows of {config_value(vision, 'window_size')} px, full on blocks {full}")
     stack = f", {deepstack} DeepStack mergers" if deepstack else ""
     return ImagePath(None, resized, units, tuple(ms),
                      f"{grid}x{grid} patches{note}, {depth} blocks with {attention}, merged {merge}x{merge} into "

@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .framework.base import _defaults
+from .framework.base import _defaults, config_value
+from .images import modelled
 from .tie_table import class_ties
 
 # Text model_types transformers names after the wrapper whose decoder is a registered family's, and whether
@@ -124,14 +125,10 @@ def language_config(cfg: Mapping[str, Any]) -> dict[str, Any] | None:
     if own is not None and own.switched:
         out["tie_word_embeddings"] = own.switch
     if mt in EMBEDDERS:   # (their weights are outside, counted from the checkpoint: only their FLOPs are the model's)
-        out["multimodal_embedders"] = {name: _width(cfg.get(key), sub) for name, key, sub in EMBEDDERS[mt]}
+        out["multimodal_embedders"] = {   # (their widths: the sub-configs', else their classes' defaults)
+            name: config_value(s if isinstance(s := cfg.get(key), Mapping) else {}, "hidden_size", sub)
+            for name, key, sub in EMBEDDERS[mt]}
     return out
-
-
-def _width(sub: Any, model_type: str) -> Any:
-    """A sub-config's hidden_size: its own, else its config class's default (config_defaults.json)."""
-    sub = sub if isinstance(sub, Mapping) else {}
-    return sub.get("hidden_size", _defaults().get(str(sub.get("model_type", model_type)), {}).get("hidden_size"))
 
 
 def _text(cfg: Mapping[str, Any]) -> Any:
@@ -169,7 +166,6 @@ def note(cfg: Mapping[str, Any], text_type: str) -> str:
     what = "vision-language" if isinstance(cfg.get("vision_config"), dict) or not towers else "audio-language"
     source = "its own keys" if cfg.get("model_type") in FLAT else "text_config"
     parts = ' and '.join(towers or ['the vision tower'])
-    from .images import modelled
     if modelled(cfg):
         return (f"{cfg.get('model_type')} ({what}): the language model from {source} ({text_type}), for text tokens; "
                 f"{parts} and the projector counted from the checkpoint, their FLOPs per image with `flops --images N` "

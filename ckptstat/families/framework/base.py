@@ -217,6 +217,17 @@ def class_default(model_type: str, key: str) -> Any:
     return next((row[n] for n in config_names(model_type, key) if row.get(n) is not None), None)
 
 
+def config_value(cfg: Mapping[str, Any], key: str, model_type: str | None = None) -> Any:
+    """A (sub-)config dict's value of `key` (or a name its config class lets it go by), else that class's constant
+    default: the class its model_type names, or `model_type` where the dict leaves it out (a wrapper's vision_config
+    or text_config, read without building a spec)."""
+    mt = str(cfg.get("model_type", model_type))
+    for name in config_names(mt, key):
+        if cfg.get(name) is not None:
+            return cfg[name]
+    return class_default(mt, key)
+
+
 def config_names(model_type: str, key: str) -> tuple[str, ...]:
     """`key` and the names its model_type's config class lets it go by (either way round)."""
     amap = _aliases().get(model_type, {})
