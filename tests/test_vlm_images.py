@@ -70,10 +70,14 @@ def _config(case: str):
             cfg.vision_config = _siglip(False)
             cfg.vision_feature_layer, cfg.vision_feature_select_strategy = [-2, -1], "full"
             cfg.multimodal_projector_bias = False
-    elif case == "aya_vision":   # a 6 x 6 grid shuffled 2 x 2 into 9 tokens; a SwiGLU of 2 x 20
+    elif case in ("aya_vision", "cohere2_vision"):   # a 6 x 6 grid shuffled 2 x 2 into 9 tokens; a SwiGLU of 2 x 20
         cfg = tiny_config(type(AutoConfig.for_model(case)))
-        cfg.vision_config = _siglip(False)
+        cfg.vision_config = _siglip(case == "cohere2_vision")   # (Command A Vision's tower keeps its head: it runs)
         cfg.alignment_intermediate_size = 40
+    elif case == "llama4":   # 56 px tiles of 4 x 4 patches shuffled 2 x 2 into 4 tokens
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        v = cfg.vision_config
+        v.image_size, v.patch_size, v.intermediate_size = 56, 14, 4 * v.hidden_size   # (the shuffled width)
     elif case.startswith("paligemma"):
         cfg = tiny_config(PaliGemmaConfig)
         cfg.vision_config = _siglip(case.endswith("head"))
@@ -89,7 +93,7 @@ def _config(case: str):
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
-         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision"]
+         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -174,7 +178,7 @@ def _types(cfg, ids) -> dict:
     """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
     return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next",
-                                    "llava_onevision", "aya_vision") else {
+                                    "llava_onevision", "aya_vision", "cohere2_vision", "llama4") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
@@ -199,7 +203,7 @@ def saved(tmp_path_factory):
         cfg = _config(case)
         torch.manual_seed(0)
         model = AutoModelForImageTextToText.from_config(cfg).eval()
-        if "moe" in case:   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it does not)
+        if "moe" in case or case == "llama4":   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it does not)
             model.set_experts_implementation("eager")
         path = str(tmp_path_factory.mktemp(case))
         model.save_pretrained(path)
@@ -231,17 +235,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import Cohere2VisionConfig
+    from transformers import Ovis2Config
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(Cohere2VisionConfig)   # (its SigLIP2 tower: not modelled)
-    cfg.architectures = ["Cohere2VisionForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "cohere2_vision.json")
+    cfg = tiny_config(Ovis2Config)   # (its AIMv2 tower and visual tokenizer: not modelled)
+    cfg.architectures = ["Ovis2ForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "ovis2.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Cohere2Vision" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Ovis2" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")
@@ -252,10 +256,11 @@ def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size" in err
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llama4"])
 def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     """`memory --images 2`: the KV cache line is the bytes of the cache transformers' forward with two images returns
-    (its language model over the text and image tokens), and a note says the tower's activations are not in it."""
+    (its language model over the text and image tokens; a chunked layer's view holds the forward's), and a note says
+    the tower's activations are not in it."""
     model, cfg, path = saved[case]
     side = _side(case)
     with torch.no_grad():
@@ -263,7 +268,8 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
         cache = model(input_ids=ids, **_pixels(cfg, 2), use_cache=True, **_types(cfg, ids)).past_key_values
-    held = sum(t.numel() * t.element_size() for layer in cache.layers for t in (layer.keys, layer.values))
+    # the bytes held: a chunked or sliding layer's keys are a view of the whole forward's (Llama 4's at 16 tokens)
+    held = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
     code, out, err = cli("memory", path, "--images", "2", "-s", str(TEXT), *side, "--json")
     assert code == 0, err
     r = json.loads(out)
@@ -272,7 +278,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     assert any("--images 2" in n and "not in these lines" in n for n in r["notes"])
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next", "cohere2_vision"])
 def test_the_summary_says_what_one_image_costs(cli, saved, case):
     """`ckptstat PATH` (and `report`) of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
     get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""

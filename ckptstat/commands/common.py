@@ -12,6 +12,7 @@ import typer
 from rich.console import Console
 
 from ..core import jsontext
+from ..families.images import MODELLED
 from .quick import CONFIG, JSON, no_match, with_fetched  # noqa: F401  (no_match: the commands' empty-selection message)
 
 if TYPE_CHECKING:
@@ -126,10 +127,9 @@ AudioSecondsOpt = typer.Option(None, "--audio-seconds", help="Audio models (Whis
 ImageSizeOpt = typer.Option(None, "--image-size", help="Image models (ViT, CLIP, ResNet): input side in pixels "
                             "(default: the config's image_size; 224 for ResNet); with --images, the images' side.")
 ImagesOpt = typer.Option(0, "--images", help="Images each sequence holds, for a vision-language model whose image path "
-                         "is modelled (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, InternVL, Idefics3, "
-                         "SmolVLM, Mistral 3, GLM-4.xV, Qwen2/2.5/3-VL and the Omni thinkers; --image-size sets the "
-                         "side of those that read any size): the tower and projector run on each, and the language "
-                         "model reads --seq text tokens plus each image's tokens.")
+                         f"is modelled ({MODELLED}; --image-size sets the side of those that read any size): "
+                         "the tower and projector run on each, and the language model reads --seq text tokens plus "
+                         "each image's tokens.")
 
 
 def image_input(model: Model, image_size: int | None, seqs: list[int] | tuple[int, ...] = ()) -> Model:

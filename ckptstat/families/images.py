@@ -7,7 +7,8 @@ sequence, as transformers' wrapper's get_image_features computes them.
   at the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT
   and LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
   (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
-  splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector.
+  splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector;
+  Command A Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state.
 - InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
@@ -15,6 +16,9 @@ sequence, as transformers' wrapper's get_image_features computes them.
   matmuls. Idefics3 and SmolVLM (modeling_idefics3.py, modeling_smolvlm.py) likewise: tiles of the vision config's
   image_size (the processor's splits and its global image), a SigLIP-like tower (biased patch conv, q/k/v/out_proj,
   fc1 / fc2), the grid pixel-shuffled by scale_factor and the connector's bias-free modality_projection.
+  Llama 4 (modeling_llama4.py: Scout, Maverick) likewise: tiles of the vision config's image_size (the processor's
+  tiles and its global tile), the unfolded patches' bias-free linear, a class token, the layers' biased q/k/v/o and
+  fc1 / fc2, the patches pixel-shuffled by pixel_shuffle_ratio, the vision adapter's fc1 / fc2 and linear_1.
 - Mistral 3 (modeling_mistral3.py over modeling_pixtral.py: Mistral Small 3.1 / 3.2, Magistral, Devstral with vision):
   images at their own size up to the vision config's image_size (--image-size, rounded up to a multiple of patch x
   merge as Pixtral's processor rounds it), the Pixtral tower (bias-free patch conv, q/k/v/o, a SwiGLU MLP) over every
@@ -49,7 +53,7 @@ from .framework.base import config_value
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision")   # over TOWERS
+FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
@@ -57,15 +61,14 @@ PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [33
 # thinkers: Qwen2.5-VL's and Qwen3-VL's, modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl"}
-TILED = ("internvl", "idefics3", "smolvlm")   # wrappers that read fixed-size tiles, stated here as matmuls
+TILED = ("internvl", "idefics3", "smolvlm", "llama4")   # wrappers that read fixed-size tiles, stated here as matmuls
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
 STATED = (*QWEN, *TILED, *GLM, "mistral3")
 ANY_SIZE = (*QWEN, *GLM, "mistral3", "llava_next", "llava_onevision")   # read images at their own size: --image-size
 # what the lines above cover, said to users
-MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3 and Aya Vision over a CLIP or SigLIP tower, InternVL, "
-            "Idefics3, "
-            "SmolVLM, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL and the Qwen2.5-Omni / Qwen3-Omni "
-            "thinkers")
+MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision and Command A Vision over a CLIP or "
+            "SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, "
+            "Qwen2.5-VL, Qwen3-VL and the Qwen2.5-Omni / Qwen3-Omni thinkers")
 
 
 @dataclass(frozen=True)
@@ -141,6 +144,8 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
         return _glm4v(cfg, side)
     if cfg["model_type"] == "internvl":
         return _internvl(cfg, side)
+    if cfg["model_type"] == "llama4":
+        return _llama4(cfg, side)
     if cfg["model_type"] in TILED:
         return _idefics3(cfg, side)
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
@@ -164,15 +169,16 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
                          f"the tower's hidden states at layer(s) {layer} ({select}: "
                          f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
                          f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
-    if mt == "aya_vision":   # every tile's grid pixel-shuffled, LayerNorm, linear_1, SwiGLU on its two halves, linear_2
-        factor, layer, select = config_value(cfg, "downsample_factor"), config_value(cfg, "vision_feature_layer"), \
-            config_value(cfg, "vision_feature_select_strategy")
-        grid = native // patch
+    if mt in ("aya_vision", "cohere2_vision"):   # every tile's grid pixel-shuffled, (Aya: LayerNorm,) linear_1,
+        factor, grid = config_value(cfg, "downsample_factor"), native // patch   # SwiGLU on its two halves, linear_2
+        layer, select = (config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")) \
+            if mt == "aya_vision" else (-1, "full")   # (Command A Vision reads the last hidden state)
         if type(factor) is not int or factor <= 0 or grid % factor or not isinstance(layer, int) or select != "full" \
                 or cls_token:
-            raise UsageError(f"--images: aya_vision with downsample_factor {factor!r}, vision_feature_layer {layer!r}, "
+            raise UsageError(f"--images: {mt} with downsample_factor {factor!r}, vision_feature_layer {layer!r}, "
                              f"strategy {select!r} over a {grid}x{grid} grid is not modelled")
-        align = cfg.get("alignment_intermediate_size") or hidden   # (the projector's getattr default)
+        align = cfg.get("alignment_intermediate_size") or hidden if mt == "aya_vision" else \
+            config_value(cfg, "alignment_intermediate_size")   # (Aya's projector's getattr default; Cohere's class's)
         tokens = (grid // factor) ** 2
         return ImagePath(tower, native, tokens,
                          (Matmul("multi_modal_projector.linear_1", tokens, width * factor * factor, align, True),
@@ -331,6 +337,36 @@ def _idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
                      f"{grid}x{grid} patches through {layers} layers, pixel-shuffled {scale}x{scale} into {tokens} "
                      "tokens, modality_projection")
+
+
+def _llama4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = _tile(cfg, side)
+    width, heads, inter, layers, channels, adapter_in, adapter_out, out = _sizes(
+        vision, "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "num_channels",
+        "projector_input_dim", "projector_output_dim", "vision_output_dim")
+    (hidden,) = _sizes(text, "hidden_size")
+    ratio, grid = config_value(vision, "pixel_shuffle_ratio"), native // patch
+    scale = round(1 / ratio) if isinstance(ratio, (int, float)) and 0 < ratio <= 1 else 0
+    if not scale or scale * ratio != 1 or grid % scale:
+        raise UsageError(f"--images: llama4's pixel_shuffle_ratio {ratio!r} does not divide its {grid}x{grid} patch grid")
+    n, d, tokens = grid * grid + 1, width // heads, (grid // scale) ** 2   # the patches and a class token
+    ms = (Matmul("vision_model.patch_embedding.linear", grid * grid, channels * patch * patch, width, False),
+          *(Matmul(f"vision_model.model.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          *_attention("vision_model.model.layers.self_attn", heads, n, n, d, layers),
+          Matmul("vision_model.model.layers.self_attn.o_proj", n, width, width, True, layers),
+          Matmul("vision_model.model.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.model.layers.mlp.fc2", n, inter, width, True, layers),
+          # (the adapter's fc1 reads the shuffled width through a Linear of intermediate_size inputs: equal in a model
+          # that runs)
+          Matmul("vision_model.vision_adapter.mlp.fc1", tokens, inter, adapter_in, False),
+          Matmul("vision_model.vision_adapter.mlp.fc2", tokens, adapter_out, adapter_out, False),
+          Matmul("multi_modal_projector.linear_1", tokens, out, hidden, False))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and global tile: count them; its "
+                     f"separator tokens are text), {grid}x{grid} patches and a class token through {layers} layers, "
+                     f"the patches pixel-shuffled {scale}x{scale} into {tokens} tokens, the adapter's fc1 / fc2, "
+                     "linear_1")
 
 
 def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:
