@@ -7,7 +7,8 @@ full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side 
 without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3
 (Pixtral's tower over every image of the batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded),
 LLaVA-OneVision (tiled alone, resized past its maximum, untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, the Qwen2.5-Omni and
-Qwen3-Omni thinkers, Aya Vision, from the
+Qwen3-Omni thinkers, Aya Vision, Command A Vision, Llama 4, Llama 3.2 Vision (Mllama: its cross-attention layers over the
+images' states, which the cache holds), from the
 save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
@@ -74,6 +75,13 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = _siglip(case == "cohere2_vision")   # (Command A Vision's tower keeps its head: it runs)
         cfg.alignment_intermediate_size = 40
+    elif case == "mllama":   # 2 tiles of 28 px: 2 x 2 patches and a class token, padded to 8; 2 of 4 layers' states
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        v = cfg.vision_config
+        v.image_size, v.patch_size, v.max_num_tiles, v.supported_aspect_ratios = 28, 14, 2, [[1, 1], [1, 2], [2, 1]]
+        v.num_hidden_layers, v.num_global_layers, v.intermediate_layers_indices = 4, 2, [1, 3]
+        v.vision_output_dim = 3 * v.hidden_size   # (the last state and the two intermediate ones)
+        cfg.text_config.num_hidden_layers, cfg.text_config.cross_attention_layers = 4, [1, 3]
     elif case == "llama4":   # 56 px tiles of 4 x 4 patches shuffled 2 x 2 into 4 tokens
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         v = cfg.vision_config
@@ -93,7 +101,7 @@ def _config(case: str):
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
-         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4"]
+         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -159,6 +167,11 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         resized = _resized(cfg)
         return {"pixel_values": torch.randn(images, v.num_channels, resized, resized),
                 "image_sizes": torch.tensor([[resized, resized]] * images)}
+    if cfg.model_type == "mllama":   # [sequences, images, tiles, ...]: every image in all of its tiles
+        b, tiles = images // per_sequence, v.max_num_tiles
+        return {"pixel_values": torch.randn(b, per_sequence, tiles, v.num_channels, side, side),
+                "aspect_ratio_ids": torch.full((b, per_sequence), 2),   # (1 x 2 tiles)
+                "aspect_ratio_mask": torch.ones(b, per_sequence, tiles, dtype=torch.long)}
     if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
         return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
@@ -175,23 +188,41 @@ def _ids(cfg, tokens: int, images: int, batch: int):
 
 
 def _types(cfg, ids) -> dict:
-    """Which tokens are the image's, as the processor marks them for the wrappers that read it."""
+    """Which tokens are the image's, as the processor marks them for the wrappers that read it (Mllama: which of the
+    images' tiles each token attends to, all of them here)."""
+    if cfg.model_type == "mllama":
+        media = int((ids[0] == cfg.image_token_id).sum())
+        return {"cross_attention_mask": torch.ones(*ids.shape, media, cfg.vision_config.max_num_tiles, dtype=torch.long)}
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
     return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next",
                                     "llava_onevision", "aya_vision", "cohere2_vision", "llama4") else {
         kind: (ids == cfg.image_token_id).long()}
 
 
+def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
+    """(the tokens each of `images` images puts into the language model's sequence, FlopCounterMode's count of the
+    wrapper's image path alone on them: get_image_features, the tower and the projector). Mllama has none: its tower and
+    projector as MllamaModel.forward runs them; its processor puts one <|image|> token in the sequence an image."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    with torch.no_grad(), FlopCounterMode(display=False) as path:
+        if cfg.model_type == "mllama":
+            model.model.multi_modal_projector(model.model.vision_model(**_pixels(cfg, images, per_sequence)).last_hidden_state)
+            tokens = 1
+        else:
+            feats = model.get_image_features(**_pixels(cfg, images, per_sequence)).pooler_output
+            tokens = sum(f.shape[-2] for f in feats) // images
+    return tokens, path.get_total_flops()
+
+
 def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, int]:
-    """FlopCounterMode's total of the wrapper's forward and of its get_image_features alone (tower and projector)."""
+    """FlopCounterMode's total of the wrapper's forward and of its image path alone (tower and projector)."""
     from torch.utils.flop_counter import FlopCounterMode
 
     ids = _ids(cfg, tokens, images, batch)
     with torch.no_grad(), FlopCounterMode(display=False) as whole:
         model(input_ids=ids, **_pixels(cfg, batch * images, images), **_types(cfg, ids))
-    with torch.no_grad(), FlopCounterMode(display=False) as path:
-        model.get_image_features(**_pixels(cfg, batch * images, images))
-    return whole.get_total_flops(), path.get_total_flops()
+    return whole.get_total_flops(), _image_path(model, cfg, batch * images, images)[1]
 
 
 @pytest.fixture(scope="module")
@@ -216,9 +247,7 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
     model, cfg, path = saved[case]
     side = _side(case)
     for images, batch in ((1, 1), (1, 2), (2, 2)):
-        with torch.no_grad():   # the features (tokens) one image becomes, `images` a sequence
-            feats = model.get_image_features(**_pixels(cfg, images, images)).pooler_output
-        per_image = sum(f.shape[-2] for f in feats) // images
+        per_image = _image_path(model, cfg, images, images)[0]   # the tokens an image becomes, `images` a sequence
         each = per_image + _breaks(cfg, per_image)   # (its tokens in the language model's sequence)
         whole, image_path = _measured(model, cfg, per_image, images, batch)
         for source in (path, os.path.join(path, "config.json")):
@@ -256,18 +285,17 @@ def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--image-size" in err
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llama4"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llama4", "mllama"])
 def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     """`memory --images 2`: the KV cache line is the bytes of the cache transformers' forward with two images returns
     (its language model over the text and image tokens; a chunked layer's view holds the forward's), and a note says
     the tower's activations are not in it."""
     model, cfg, path = saved[case]
     side = _side(case)
-    with torch.no_grad():
-        tokens = model.get_image_features(**_pixels(cfg, 1)).pooler_output[0].shape[-2]
+    tokens = _image_path(model, cfg, 1)[0]
     ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
-        cache = model(input_ids=ids, **_pixels(cfg, 2), use_cache=True, **_types(cfg, ids)).past_key_values
+        cache = model(input_ids=ids, **_pixels(cfg, 2, 2), use_cache=True, **_types(cfg, ids)).past_key_values
     # the bytes held: a chunked or sliding layer's keys are a view of the whole forward's (Llama 4's at 16 tokens)
     held = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
     code, out, err = cli("memory", path, "--images", "2", "-s", str(TEXT), *side, "--json")
@@ -278,11 +306,10 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     assert any("--images 2" in n and "not in these lines" in n for n in r["notes"])
 
 
-@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next", "cohere2_vision"])
+@pytest.mark.parametrize("case", ["llava", "gemma3", "qwen2_5_vl", "mistral3", "llava_next", "cohere2_vision", "mllama"])
 def test_the_summary_says_what_one_image_costs(cli, saved, case):
     """`ckptstat PATH` (and `report`) of a wrapper whose image path is modelled: one image's side, tokens and FLOPs, those of
-    get_image_features on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
-    from torch.utils.flop_counter import FlopCounterMode
+    its image path on one image under FlopCounterMode (a Qwen tower reads any size: no one figure, the option named)."""
 
     model, cfg, path = saved[case]
     code, out, err = cli("summary", path, "--json")
@@ -293,10 +320,8 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
         code, out, _ = cli("summary", path)
         assert "--image-size" in out
         return
-    with torch.no_grad(), FlopCounterMode(display=False) as counter:
-        feats = model.get_image_features(**_pixels(cfg, 1)).pooler_output
-    assert image == {"side": cfg.vision_config.image_size, "tokens": feats[0].shape[-2],
-                     "flops": counter.get_total_flops()}
+    tokens, flops = _image_path(model, cfg, 1)
+    assert image == {"side": cfg.vision_config.image_size, "tokens": tokens, "flops": flops}
     report = os.path.join(path, "..", f"{case}-report.md")   # the report's summary says it too
     code, _, err = cli("report", path, "-o", report, "--no-stats")
     assert code == 0, err
@@ -313,3 +338,41 @@ def test_config_text_in_the_image_rule_is_printed_as_it_is(cli, saved, tmp_path)
     code, out, err = cli("flops", str(path), "--images", "1", "-s", str(TEXT))
     assert code == 0, err
     assert "[red]gelu[/red]" in "".join(out.split())
+
+
+@pytest.mark.parametrize("tiles,text", [(4, 64), (1, 1024)])
+def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(tmp_path, cli, tiles, text):
+    """`memory --images 1` of Llama 3.2 Vision (eager, float32): the planned activations (peak per layer and logits)
+    within 2% of the peak torch's MemTracker records over its language model and LM head reading one image's states,
+    those states and the cross mask made as MllamaModel.forward makes them: 1,028 states over 65 tokens (a cross layer's
+    scores and repeated keys and values the peak) and 257 states over 1,025 tokens (a self-attention layer's)."""
+    mem_tracker = pytest.importorskip("torch.distributed._tools.mem_tracker")
+    from transformers import MllamaConfig, MllamaForConditionalGeneration
+    from transformers.models.mllama.modeling_mllama import _prepare_cross_attention_mask
+
+    vision = dict(hidden_size=16, intermediate_size=24, num_hidden_layers=2, num_global_layers=1, attention_heads=2,
+                  image_size=224, patch_size=14, max_num_tiles=tiles, supported_aspect_ratios=[[1, 1]],
+                  intermediate_layers_indices=[1], vision_output_dim=32)   # 257 states a tile
+    lm = dict(vocab_size=128, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=8,
+              num_key_value_heads=2, cross_attention_layers=[1], pad_token_id=0, bos_token_id=1, eos_token_id=2)
+    cfg = MllamaConfig(vision_config=vision, text_config=lm, image_token_id=3)
+    torch.manual_seed(0)
+    model = MllamaForConditionalGeneration._from_config(cfg, attn_implementation="eager", dtype=torch.float32).eval()
+    model.save_pretrained(tmp_path)
+    per, n = 16 * 16 + 1, text + 1   # (its one <|image|> token)
+    tracker = mem_tracker.MemTracker()
+    tracker.track_external(model)
+    with torch.no_grad(), tracker:
+        states = torch.randn(1, tiles * per, lm["hidden_size"])   # (the projector's output)
+        mask, rows = _prepare_cross_attention_mask(torch.ones(1, n, 1, tiles, dtype=torch.long), num_vision_tokens=per,
+                                                   dtype=torch.float32)
+        hidden = model.model.language_model(input_ids=torch.full((1, n), 5), cross_attention_states=states,
+                                            cross_attention_mask=mask, full_text_row_masked_out_mask=rows,
+                                            use_cache=False).last_hidden_state
+        model.lm_head(hidden)
+    peak = next(v for per_device in tracker.get_tracker_snapshot("peak").values() for k, v in per_device.items()
+                if getattr(k, "name", k) == "ACT")
+    code, out, err = cli("memory", str(tmp_path), "--images", "1", "-s", str(text), "--json")
+    assert code == 0, err
+    planned = sum(line["bytes"] for line in json.loads(out)["fit"]["lines"] if line["group"] == "activations")
+    assert abs(planned - peak) / peak < 0.02, (planned, peak)

@@ -16,7 +16,7 @@ from ..families.framework.base import CHOICE
 from ..families.framework.graph import EW_COST, build, predict_params
 from ..families.framework.ops import causal_pairs
 from ..families.framework.spec import check_seq, from_config
-from ..families.images import MODELLED, ImagePath
+from ..families.images import MODELLED, ImagePath, reading
 from ..families.images import image_path as images_path
 
 SCHEMA = "ckptstat.flops/1"
@@ -90,13 +90,15 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False,
         images: ImagePath | None = None, count: int = 0) -> dict:
     """images, count: a vision-language wrapper's image path (families/images.py) and the images a sequence holds: the
-    tower and the projector run on each, and the language model reads seq text tokens plus each image's tokens."""
+    tower and the projector run on each, and the language model reads seq text tokens plus each image's tokens (Mllama:
+    its cross-attention layers read the images' states)."""
     if m.oracle:   # no template: what the oracle measured (analysis/meta.py)
         return m.oracle.flops_run(batch, seq, m.spec.image_size)
     text = seq
     if images is not None:
         seq += count * images.tokens
-    ops = build(m.spec, batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes, causal_halving)
+    ops = build(reading(m.spec, images, count), batch, seq, dec_seq, m.bytes_per_param, m.activation_bytes,
+                causal_halving)
     rows: list[dict[str, Any]] = image_rows(m, images, batch * count) if images is not None else []
     for op in ops:
         rows.append({"module": op.module, "kind": op.kind, "bucket": op.bucket, "calls": op.calls,

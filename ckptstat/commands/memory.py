@@ -71,6 +71,7 @@ def memory(
     from ..census.model import weights_only
     from ..errors import UsageError
     from ..families.framework.spec import audio_encoder, audio_inputs, default_seq, image_fields
+    from ..families.images import reading
 
     positive("--batch", batch)
     positive("--seq", seq)
@@ -99,6 +100,7 @@ def memory(
                         "vision tower's own activations (it runs before the language model, per image) are not in these "
                         "lines; a largest --seq found counts the image tokens too"))
         n += images * p.tokens
+        model = replace(model, spec=reading(model.spec, p, images))
     r = mem.report(model, batch, n, dec_seq, plan) | image_fields(model.spec)
     show(r, as_json, "render_memory", seq_flag=seq_flag([seq] if seq else [], frames, audio_seconds),
          frames=audio_encoder(model.spec))

@@ -44,10 +44,11 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..errors import UsageError
+from .framework.archspec import ArchSpec
 from .framework.base import config_value
 
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
@@ -63,11 +64,11 @@ QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_v
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl"}
 TILED = ("internvl", "idefics3", "smolvlm", "llama4")   # wrappers that read fixed-size tiles, stated here as matmuls
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like, any size (stated here)
-STATED = (*QWEN, *TILED, *GLM, "mistral3")
+STATED = (*QWEN, *TILED, *GLM, "mistral3", "mllama")
 ANY_SIZE = (*QWEN, *GLM, "mistral3", "llava_next", "llava_onevision")   # read images at their own size: --image-size
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision and Command A Vision over a CLIP or "
-            "SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, "
+            "SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, Llama 3.2 Vision, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, "
             "Qwen2.5-VL, Qwen3-VL and the Qwen2.5-Omni / Qwen3-Omni thinkers")
 
 
@@ -92,6 +93,13 @@ class ImagePath:
     matmuls: tuple[Matmul, ...]      # the rest of the path: the projector (a Qwen tower: all of it)
     rule: str
     crops: int = 1                   # the tower's forwards an image takes (LLaVA-NeXT: its tiles and the base image)
+    cross: int = 0                   # the states an image adds to the language model's cross-attention (Mllama)
+
+
+def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:
+    """The language model's spec when each sequence holds `count` images of `path`: Mllama's cross-attention layers run
+    over their states (ArchSpec.cross_states); any other is unchanged (its images are tokens in the sequence)."""
+    return replace(spec, cross_states=count * path.cross) if path is not None and path.cross else spec
 
 
 def modelled(cfg: Mapping[str, Any]) -> bool:
@@ -146,6 +154,8 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
         return _internvl(cfg, side)
     if cfg["model_type"] == "llama4":
         return _llama4(cfg, side)
+    if cfg["model_type"] == "mllama":
+        return _mllama(cfg, side)
     if cfg["model_type"] in TILED:
         return _idefics3(cfg, side)
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
@@ -367,6 +377,42 @@ def _llama4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"separator tokens are text), {grid}x{grid} patches and a class token through {layers} layers, "
                      f"the patches pixel-shuffled {scale}x{scale} into {tokens} tokens, the adapter's fc1 / fc2, "
                      "linear_1")
+
+
+def _mllama(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = _pair(config_value(vision, "image_size")), _pair(config_value(vision, "patch_size"))
+    if native is None or patch is None or patch > native:
+        raise UsageError(f"--images: mllama's vision image_size {config_value(vision, 'image_size')!r} and patch_size "
+                         f"{config_value(vision, 'patch_size')!r} are no square tile")
+    tiles, width, heads, inter, layers, glob, channels, out = _sizes(
+        vision, "max_num_tiles", "hidden_size", "attention_heads", "intermediate_size", "num_hidden_layers",
+        "num_global_layers", "num_channels", "vision_output_dim")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: mllama's processor fits every image into {tiles} tiles of {native} px "
+                         "and the tower runs all of them, whatever the side")
+    (hidden,) = _sizes(text, "hidden_size")
+    grid = native // patch
+    per = grid * grid + 1                  # a tile's patches and its class token
+    padded = per + (8 - per % 8) % 8       # (the tower pads each tile's to a multiple of 8)
+    n, d = tiles * padded, width // heads  # one sequence of every tile
+    ms = [Matmul("vision_model.patch_embedding", tiles * grid * grid, channels * patch * patch, width, False),
+          # (_prepare_aspect_ratio_attention_mask: the tiles' [n, 1] mask times its transpose, a matmul)
+          Matmul("vision_model.attention_mask (mask @ mask^T)", n, 1, n, False, 1, False)]
+    for encoder, count in (("transformer", layers), ("global_transformer", glob)):
+        at = f"vision_model.{encoder}.layers"
+        ms += [Matmul(f"{at}.self_attn.{p}_proj", n, width, width, False, count) for p in "qkv"]
+        ms += [*_attention(f"{at}.self_attn", heads, n, n, d, count),
+               Matmul(f"{at}.self_attn.o_proj", n, width, width, False, count),
+               Matmul(f"{at}.mlp.fc1", n, width, inter, True, count),
+               Matmul(f"{at}.mlp.fc2", n, inter, width, True, count)]
+    ms.append(Matmul("multi_modal_projector", tiles * per, out, hidden, True))
+    return ImagePath(None, native, 1, tuple(ms),
+                     f"every image padded to {tiles} tiles of {native} px (the processor's; masked tiles are computed), "
+                     f"{tiles} x {per} patches and class tokens (padded to {padded} a tile) through {layers} layers and "
+                     f"{glob} gated global layers as one sequence, the projector over {tiles * per} states that the "
+                     "language model's cross-attention layers read; one <|image|> token in the sequence",
+                     cross=tiles * per)
 
 
 def _mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:

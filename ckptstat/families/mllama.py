@@ -3,8 +3,9 @@ decoder): LLaMA's layers, but those cross_attention_layers names (by default 3, 
 (cross_attn q/k/v/o with per-head q/k RMSNorms, tanh gates, a gated MLP) that a forward without cross-attention states
 skips: as *ForCausalLM runs, they hold parameters, run nothing and cache nothing (ArchSpec.cross_layers). The embedding
 holds vocab_size + 8 rows (DecoderLayout.embed_extra), the LM head vocab_size; nothing is tied (no
-_tied_weights_keys, whatever tie_word_embeddings says). The image path (MllamaForConditionalGeneration) is the meta
-path's. llama.cpp has no architecture for it."""
+_tied_weights_keys, whatever tie_word_embeddings says). With images (`--images`: families/images.py) the cross-attention
+layers run over the image states and cache their keys and values (ArchSpec.cross_states). llama.cpp has no architecture
+for it."""
 from __future__ import annotations
 
 import re
@@ -43,8 +44,16 @@ def from_tensors(T: Tensors, common: dict[str, Any]) -> ArchSpec:
 
 
 def kv_cache(s: ArchSpec, b: int, n: int, nd: int, ab: int) -> KVLines:
-    """LLaMA's cache of the self-attention layers only: the skipped cross-attention layers cache nothing."""
-    return decoder_kv_cache(replace(s, layers=s.layers - len(s.cross_layers)), b, n, nd, ab)
+    """LLaMA's cache of the self-attention layers; the cross-attention layers cache nothing when skipped (no image),
+    else the keys and values of the image states they read (ArchSpec.cross_states), whatever s."""
+    lines = decoder_kv_cache(replace(s, layers=s.layers - len(s.cross_layers)), b, n, nd, ab)
+    if not s.cross_states:
+        return lines
+    C, S = len(s.cross_layers), s.cross_states
+    cross = b * C * 2 * s.kv_heads * s.head_dim * ab * S
+    return [(f"{label}, {S} image states", held + cross,
+             f"{rule}; + {C} cross-attention layers x 2 x g x d x {S} image states x {ab} B x b (any s)")
+            for label, held, rule in lines]
 
 
 _SIZES = dict(layout.TINY, num_hidden_layers=4, cross_attention_layers=[1, 3], pad_token_id=0, bos_token_id=1,

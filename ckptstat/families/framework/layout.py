@@ -56,7 +56,7 @@ from .layout_base import (
     module_shapes,
     path_parts,
 )
-from .layout_parts import attn_gate, body_prefix, mlp, output_heads, residual_scale, sinks, skipped_cross_layers, task_labels
+from .layout_parts import attn_gate, body_prefix, cross_layers, mlp, output_heads, residual_scale, sinks, task_labels
 from .layout_streams import GatedNorm, Hyper
 from .ops import Builder, ew_cost
 
@@ -244,7 +244,7 @@ def walk(B: Builder, lay: DecoderLayout) -> list[Module]:
         B.add(w.label(f"{p.mlp} + residual", par), "activation", "encoder", len(par), w.tok + (h,), w.tok + (h,),
               ew=B.b * B.seq * h)
     if s.cross_layers:
-        skipped_cross_layers(w, s.cross_layers)
+        cross_layers(w, s.cross_layers)
     if lay.final_norm:
         w.norm(p.norm, "output_norm", h, None, residual=False)
     if E != h:

@@ -1,5 +1,5 @@
 """The parts of a layout's walk (layout.walk) that are more than a line or two: the dense MLP every layout meets,
-attention sinks and output gates, Doge's residual scales, Mllama's skipped cross-attention layers, and the LM and task
+attention sinks and output gates, Doge's residual scales, Mllama's cross-attention layers, and the LM and task
 heads over the final hidden states. Each records its modules on the Walk and writes its ops to the Builder."""
 from __future__ import annotations
 
@@ -61,12 +61,15 @@ def mlp(w: Walk, layers: tuple[int, ...], kind: MLP, f: int, sub: str = "", gguf
     w.linear(pre + p.down, "ffn_down" + gguf, f, h, s.mlp_bias if w.lay.down_bias is None else w.lay.down_bias, layers)
 
 
-def skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
-    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer),
-    which MllamaTextModel skips without cross-attention states: their parameters (q/k/v/o and per-head q/k norms under
-    {cross_attn}, the tanh gates, the two norms and a gated MLP), one op that holds them and runs nothing."""
+def cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
+    """Mllama's cross-attention layers (ArchSpec.cross_layers; modeling_mllama.py MllamaCrossAttentionDecoderLayer):
+    their parameters (q/k/v/o and per-head q/k norms under {cross_attn}, the tanh gates, the two norms and a gated MLP).
+    MllamaTextModel skips them without cross-attention states: one op that holds them and runs nothing. With
+    ArchSpec.cross_states (images): the input norm, q_proj over the tokens, k_proj / v_proj over the image states, the
+    per-head q and k norms, Q K^T and P V of every token over every state, o_proj, the attention's tanh gate, the post
+    norm, the gated MLP over the tokens, its tanh gate."""
     s, p, B = w.s, w.p, w.B
-    h, a, g, d, f, C = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross)
+    h, a, g, d, f, C, S = s.hidden, s.heads, s.kv_heads, s.head_dim, s.intermediate, len(cross), s.cross_states
     x = f"{p.cross_attn}."
     parts = [(x + p.q, (a * d, h)), (x + p.k, (g * d, h)), (x + p.v, (g * d, h)), (x + p.o, (h, a * d)),
              (x + p.q_norm, (d,)), (x + p.k_norm, (d,)), (p.attn_in, (h,)), (p.mlp_in, (h,)),
@@ -75,9 +78,29 @@ def skipped_cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
         w.record(sub, None, (("weight", shape),), cross)
     for sub in (p.cross_attn_gate, p.cross_mlp_gate):
         w.record(sub, None, (("", (1,)),), cross)
-    per = sum(math.prod(shape) for _, shape in parts) + 2
-    B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
-          w.tok + (h,), params=per * C)
+    if not S:
+        per = sum(math.prod(shape) for _, shape in parts) + 2
+        B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
+              w.tok + (h,), params=per * C)
+        return
+    label, states = (lambda sub: w.label(sub, cross)), (B.b, S)
+    B.norm(label(p.attn_in), "encoder", w.tok, h, C, kind="rmsnorm")
+    B.linear(label(x + p.q), "encoder", w.tok, h, a * d, False, C)
+    B.norm(label(x + p.q_norm), "encoder", w.tok + (a,), d, C, residual=False, kind="rmsnorm")
+    for sub in (p.k, p.v):
+        B.linear(label(f"{x}{sub} (over {S} image states)"), "encoder", states, h, g * d, False, C)
+    B.norm(label(x + p.k_norm), "encoder", states + (g,), d, C, residual=False, kind="rmsnorm")
+    B.attention(label(p.cross_attn), "encoder", a, B.seq, S, d, C, causal=False)
+    B.linear(label(x + p.o), "encoder", w.tok, a * d, h, False, C)
+    for sub, then in ((p.cross_attn_gate, p.mlp_in), (p.cross_mlp_gate, None)):
+        B.add(label(f"{sub}.tanh() x output (+residual)"), "activation", "encoder", C, w.tok + (h,), w.tok + (h,),
+              params=C, ew=B.b * B.seq * h * 2, weights_per_call=1)
+        if then:
+            B.norm(label(then), "encoder", w.tok, h, C, kind="rmsnorm")
+            B.linear(label(f"{p.mlp}.{p.gate}"), "encoder", w.tok, h, f, False, C)
+            B.linear(label(f"{p.mlp}.{p.up}"), "encoder", w.tok, h, f, False, C)
+            B.activation(label(f"{p.mlp} act*up"), "encoder", w.tok, f, s.activation, C, gated=True)
+            B.linear(label(f"{p.mlp}.{p.down}"), "encoder", w.tok, f, h, False, C)
 
 
 def residual_scale(w: Walk, sub: str, layers: tuple[int, ...]) -> None:
