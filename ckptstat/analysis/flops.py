@@ -89,7 +89,7 @@ def _windowed(m: Model, batch: int, seq: int, attn: int, halve: bool) -> tuple[i
 
 def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halving: bool = False,
         images: ImagePath | None = None, count: int = 0) -> dict:
-    """images, count: a vision-language wrapper's image path (families/images.py) and the images a sequence holds: the
+    """images, count: a vision-language wrapper's image path (families/images/) and the images a sequence holds: the
     tower and the projector run on each, and the language model reads seq text tokens plus each image's tokens (Mllama:
     its cross-attention layers read the images' states)."""
     if m.oracle:   # no template: what the oracle measured (analysis/meta.py)

@@ -271,7 +271,7 @@ def summary_fields(ckpt: Checkpoint, seq: int | None = None) -> dict | None:
 
 
 def _one_image(m: Model) -> dict | None:
-    """A vision-language wrapper whose image path ckptstat models (families/images.py): one image's side, tokens and
+    """A vision-language wrapper whose image path ckptstat models (families/images/): one image's side, tokens and
     FLOPs through the tower and projector (side None: a tower that reads any size, which `flops --images N
     --image-size S` sizes); None for any other model."""
     if m.image_config is None:

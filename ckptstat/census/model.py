@@ -61,7 +61,7 @@ class Model:
     # a bare config's quantization_config: the planner holds its weights as that checkpoint stores them
     # (analysis/memory/planner.py config_quant); a checkpoint's stored bytes already are
     quantization: dict | None = None
-    # a vision-language wrapper's config.json, where ckptstat models its image path (families/images.py): `--images`
+    # a vision-language wrapper's config.json, where ckptstat models its image path (families/images/): `--images`
     image_config: dict | None = None
 
     @property

@@ -3,7 +3,7 @@ decoder): LLaMA's layers, but those cross_attention_layers names (by default 3, 
 (cross_attn q/k/v/o with per-head q/k RMSNorms, tanh gates, a gated MLP) that a forward without cross-attention states
 skips: as *ForCausalLM runs, they hold parameters, run nothing and cache nothing (ArchSpec.cross_layers). The embedding
 holds vocab_size + 8 rows (DecoderLayout.embed_extra), the LM head vocab_size; nothing is tied (no
-_tied_weights_keys, whatever tie_word_embeddings says). With images (`--images`: families/images.py) the cross-attention
+_tied_weights_keys, whatever tie_word_embeddings says). With images (`--images`: families/images/) the cross-attention
 layers run over the image states and cache their keys and values (ArchSpec.cross_states). llama.cpp has no architecture
 for it."""
 from __future__ import annotations

@@ -126,7 +126,7 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
                                f"model) + {an['outside_params']:,} outside it "
                                f"({', '.join(an.get('outside_modules') or ['towers, projectors'])}), counted from the "
                                "checkpoint and not in the FLOPs per token"))
-        if im := an.get("image"):   # a wrapper whose image path is modelled (families/images.py)
+        if im := an.get("image"):   # a wrapper whose image path is modelled (families/images/)
             console.print(Text(f"image        one {im['side']}x{im['side']} image: {im['tokens']} tokens, "
                                f"{human(im['flops'])} FLOPs through the vision tower and projector (flops --images N)"
                                if im["side"] else "image        any size: flops --images N --image-size S counts its "

@@ -74,7 +74,7 @@ def _summary(r: dict) -> list[Block]:
     if an and "error" not in an:
         at = image_text(an) or (f"frame at seq {an['seq']}" if an["input"] == "mel frames" else f"token at seq {an['seq']}")
         items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {at} (matmul FLOPs = 2 x MACs); training 3x"))
-        if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images.py)
+        if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images/)
             items.append(("image", f"one {im['side']}x{im['side']} image: {im['tokens']:,} tokens, {im['flops']:,} FLOPs "
                                    "through the vision tower and projector" if im["side"] else
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))

@@ -192,7 +192,7 @@ class ArchSpec:
     # a layout's cross-attention layers, which a text-only forward skips (Mllama's cross_attention_layers without an
     # image): their parameters held, no op run, nothing cached (layout.walk)
     cross_layers: tuple[int, ...] = ()
-    # the image states each sequence's cross-attention layers read (Mllama with --images: families/images.py reading);
+    # the image states each sequence's cross-attention layers read (Mllama with --images: families/images reading);
     # 0: none, the layers skipped
     cross_states: int = 0
     # an encoder built as a decoder (BERT-likes' config is_decoder, as their *ForCausalLM is used): causal self-attention

@@ -1,0 +1,143 @@
+"""LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
+vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower), at
+the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT and
+LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
+(ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
+splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector; Command A
+Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state."""
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import UsageError
+from ..framework.base import config_value
+from .path import ImagePath, Matmul, sizes
+
+# The vision towers whose family describes them: the vision config's model_type -> the class its template counts
+# (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
+TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
+FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision")   # over TOWERS
+# the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
+PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+             "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
+
+
+def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImagePath:
+    """The image path of a FIXED wrapper over a TOWERS tower (image_path has checked both)."""
+    vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
+    native, patch, width = sizes(vision, "image_size", "patch_size", "hidden_size")
+    (hidden,) = sizes(text, "hidden_size")
+    if side is not None and side != native and mt not in PINPOINTS:
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} images (its processor resizes "
+                         "every image to that)")
+    arch, cls_token = TOWERS[str(vision["model_type"])]
+    patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
+    if mt in PINPOINTS:
+        return any_resolution(cfg, side, per_sequence, tower, native, patch, width, hidden, cls_token)
+    if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
+        layer, select = config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")
+        layers = len(layer) if isinstance(layer, list) else 1
+        tokens = patches + cls_token - (select == "default")
+        bias = bool(config_value(cfg, "multimodal_projector_bias"))
+        return ImagePath(tower, native, tokens,
+                         (Matmul("multi_modal_projector.linear_1", tokens, width * layers, hidden, bias),
+                          Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, bias)),
+                         f"the tower's hidden states at layer(s) {layer} ({select}: "
+                         f"{'without' if select == 'default' else 'with'} its first token), linear_1, "
+                         f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
+    if mt in ("aya_vision", "cohere2_vision"):   # every tile's grid pixel-shuffled, (Aya: LayerNorm,) linear_1,
+        factor, grid = config_value(cfg, "downsample_factor"), native // patch   # SwiGLU on its two halves, linear_2
+        layer, select = (config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")) \
+            if mt == "aya_vision" else (-1, "full")   # (Command A Vision reads the last hidden state)
+        if type(factor) is not int or factor <= 0 or grid % factor or not isinstance(layer, int) or select != "full" \
+                or cls_token:
+            raise UsageError(f"--images: {mt} with downsample_factor {factor!r}, vision_feature_layer {layer!r}, "
+                             f"strategy {select!r} over a {grid}x{grid} grid is not modelled")
+        align = cfg.get("alignment_intermediate_size") or hidden if mt == "aya_vision" else \
+            config_value(cfg, "alignment_intermediate_size")   # (Aya's projector's getattr default; Cohere's class's)
+        tokens = (grid // factor) ** 2
+        return ImagePath(tower, native, tokens,
+                         (Matmul("multi_modal_projector.linear_1", tokens, width * factor * factor, align, True),
+                          Matmul("multi_modal_projector.linear_2", tokens, align // 2, hidden, True)),
+                         f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), the "
+                         f"grid pixel-shuffled {factor}x{factor} into {tokens} tokens, linear_1, SwiGLU, linear_2")
+    if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
+        return ImagePath(tower, native, patches, (Matmul("multi_modal_projector.linear", patches, width,
+                                                         int(config_value(cfg, "projection_dim")), True),),
+                         "the tower's last hidden state, multi_modal_projector.linear")
+    # Gemma 3: the patch grid average-pooled to mm_tokens_per_image, RMS-normed, times mm_input_projection_weight
+    per_side, grid = int(config_value(cfg, "mm_tokens_per_image") ** 0.5), native // patch
+    kernel = grid // per_side if per_side else 0
+    if not kernel:
+        raise UsageError(f"--images: {mt}'s {grid}x{grid} patch grid cannot pool to mm_tokens_per_image "
+                         f"{config_value(cfg, 'mm_tokens_per_image')}")
+    tokens = ((grid - kernel) // kernel + 1) ** 2
+    return ImagePath(tower, native, tokens, (Matmul("multi_modal_projector.mm_input_projection_weight", tokens, width,
+                                                    hidden, False),),
+                     f"the tower's last hidden state average-pooled {kernel}x{kernel}, mm_soft_emb_norm, "
+                     "mm_input_projection_weight")
+
+
+def best_resolution(side: int, pinpoints: list) -> tuple[int, int]:
+    """transformers' select_best_resolution for a square image: the (height, width) that keeps the most of its pixels,
+    then wastes the fewest."""
+    best, most, waste = (0, 0), 0, float("inf")
+    for height, width in pinpoints:
+        scale = min(width / side, height / side)
+        kept = min(int(side * scale) * int(side * scale), side * side)
+        if kept > most or (kept == most and width * height - kept < waste):
+            best, most, waste = (height, width), kept, width * height - kept
+    return best
+
+
+def any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int, tower: dict[str, Any], native: int,
+                    patch: int, width: int, hidden: int, cls_token: bool) -> ImagePath:
+    """LLaVA-NeXT and LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py): a square image of `side`
+    pixels as their processor tiles it: the pinpoint select_best_resolution picks, cut into tiles of the tower's size,
+    and the whole image resized to one more; every tile through the tower and the projector; the tiles' feature grid
+    unpadded to the image's aspect (square: the padding the best resolution adds; OneVision: then resized down when it
+    holds more than vision_aspect_ratio's anyres_max_N tiles' features by over 1.1x, no matmul), a learned
+    image_newline after each of its rows, the base tile's features first. OneVision tiles an image only when it is its
+    sequence's one image (batch_num_images): several, each is the base tile and a newline."""
+    mt = cfg["model_type"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    pinpoints = config_value(cfg, "image_grid_pinpoints") or PINPOINTS[mt]
+    if not (isinstance(pinpoints, list) and pinpoints and all(
+            isinstance(p, list) and len(p) == 2 and all(type(x) is int and x > 0 for x in p) for p in pinpoints)):
+        raise UsageError(f"--images: {mt}'s image_grid_pinpoints {pinpoints!r} are no list of [height, width]")
+    layer, select = config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")
+    grid = native // patch
+    per = grid * grid + cls_token - (select == "default")
+    if per != grid * grid:   # (pack_image_features views each tile's features as its patch grid)
+        raise UsageError(f"--images: {mt} with vision_feature_select_strategy {select!r} over this tower is not modelled")
+    layers = len(layer) if isinstance(layer, list) else 1
+    bias, act = bool(config_value(cfg, "multimodal_projector_bias")), config_value(cfg, "projector_hidden_act")
+    if mt == "llava_onevision" and per_sequence > 1:
+        return ImagePath(tower, native, per + 1,
+                         (Matmul("multi_modal_projector.linear_1", per, width * layers, hidden, bias),
+                          Matmul("multi_modal_projector.linear_2", per, hidden, hidden, bias)),
+                         f"several images a sequence: each resized to one {native} px tile (no tiles), its {per} "
+                         f"features and an image_newline; linear_1, {act}, linear_2")
+    height, width_px = best_resolution(side, pinpoints)
+    rows, cols = -(-height // native), -(-width_px // native)   # (its loops count a partial tile as one)
+    cur_h, cur_w = rows * grid, cols * grid
+    if 1 > cur_w / cur_h:   # (the square's aspect over the grid's: unpad_image, as it computes it)
+        kept_h, kept_w = cur_h - 2 * ((cur_h - int(round(side * (cur_w / side), 7))) // 2), cur_w
+    else:
+        kept_h, kept_w = cur_h, cur_w - 2 * ((cur_w - int(round(side * (cur_h / side), 7))) // 2)
+    shrunk = ""
+    if mt == "llava_onevision":
+        most = str(config_value(cfg, "vision_aspect_ratio") or "anyres_max_9").removeprefix("anyres_max_")
+        ratio = math.sqrt(kept_h * kept_w / (int(most) * grid ** 2)) if most.isdigit() else 0.0
+        if ratio > 1.1:
+            kept_h, kept_w = int(kept_h // ratio), int(kept_w // ratio)
+            shrunk = f", resized to {kept_h}x{kept_w} (over {most} tiles' features)"
+    crops = rows * cols + 1
+    return ImagePath(tower, side, per + kept_h * (kept_w + 1),
+                     (Matmul("multi_modal_projector.linear_1", crops * per, width * layers, hidden, bias),
+                      Matmul("multi_modal_projector.linear_2", crops * per, hidden, hidden, bias)),
+                     f"tiled as {height}x{width_px} ({rows}x{cols} tiles of {native} px and the whole image: {crops} "
+                     f"through the tower), the tiles' {cur_h}x{cur_w} features unpadded{shrunk} to {kept_h}x{kept_w}, "
+                     f"an image_newline a row, the base tile's {per} first; linear_1, {act}, linear_2", crops)

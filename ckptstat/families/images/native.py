@@ -1,0 +1,198 @@
+"""Wrappers whose towers read images at their own size (--image-size, rounded as their processors round it), stated
+as matmuls (ImagePath.matmuls).
+
+- Mistral 3 (modeling_mistral3.py over modeling_pixtral.py: Mistral Small 3.1 / 3.2, Magistral, Devstral with vision):
+  images up to the vision config's image_size (rounded up to a multiple of patch x merge as Pixtral's processor rounds
+  it), the Pixtral tower (bias-free patch conv, q/k/v/o, a SwiGLU MLP) over every image of the forward as one sequence
+  (eager and SDPA attention mask the other images' patches: their scores are computed, so the attention grows with the
+  square of the batch's patches), the patch merger and linear_1 / linear_2; each image's [IMG_BREAK] / [IMG_END]
+  tokens (one a row of merged patches) are among its tokens.
+- GLM-4.1V, GLM-4.5V and GLM-4.6V (modeling_glm4v.py, modeling_glm4v_moe.py, modeling_glm46v.py): as Qwen's (rounded
+  as their processor's smart_resize rounds it): the biased Conv3d patch embedding, full attention over each image (qkv,
+  proj), a SwiGLU MLP of out_hidden_size, the Conv2d downsample over each 2 x 2 block of patches, the merger (proj,
+  gate_proj, up_proj of intermediate_size, down_proj).
+- Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py;
+  Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers): rounded to a multiple of patch x
+  merge as the processor's smart_resize rounds it: the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full
+  attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size
+  pixels but on fullatt_block_indexes, a biased SwiGLU MLP; Qwen3-VL: full attention, linear_fc1 / linear_fc2, its
+  learned positions interpolated by look-ups) and the patch merger (Qwen3-VL's DeepStack mergers too, after each
+  deepstack_visual_indexes block: their features are added to the language model's first layers, no matmul).
+- Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
+  processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
+  each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import UsageError
+from ..framework.base import config_value
+from .path import ImagePath, Matmul, attention, pair, sizes
+
+# wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
+# modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py)
+QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
+        "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl"}
+GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
+
+
+def mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    width, heads, inter, layers, channels = sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    longest, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
+    merge, layer = config_value(cfg, "spatial_merge_size"), config_value(cfg, "vision_feature_layer")
+    (hidden,) = sizes(text, "hidden_size")
+    if longest is None or patch is None or type(merge) is not int or merge <= 0 or not isinstance(layer, int):
+        raise UsageError(f"--images: mistral3 with image_size {config_value(vision, 'image_size')!r}, patch_size "
+                         f"{config_value(vision, 'patch_size')!r}, spatial_merge_size {merge!r}, vision_feature_layer {layer!r} "
+                         "is not modelled")
+    unit = patch * merge   # the processor: the longest edge at most image_size, each side rounded up to patch x merge
+    resized = -(-min(side, longest) // unit) * unit
+    grid = resized // patch
+    n, d, features = grid * grid, width // heads, (grid // merge) ** 2
+    bias = bool(config_value(cfg, "multimodal_projector_bias"))
+    ms = (Matmul("vision_tower.patch_conv", n, channels * patch * patch, width, False),
+          *(Matmul(f"vision_tower.transformer.layers.attention.{p}_proj", n, width, width, False, layers) for p in "qkvo"),
+          *attention("vision_tower.transformer.layers.attention", heads, n, together * n, d, layers,
+                      f"over {together} images' patches"),
+          *(Matmul(f"vision_tower.transformer.layers.feed_forward.{p}_proj", n, width, inter, False, layers)
+            for p in ("gate", "up")),
+          Matmul("vision_tower.transformer.layers.feed_forward.down_proj", n, inter, width, False, layers),
+          Matmul("multi_modal_projector.patch_merger.merging_layer", features, width * merge * merge, width, False),
+          Matmul("multi_modal_projector.linear_1", features, width, hidden, bias),
+          Matmul("multi_modal_projector.linear_2", features, hidden, hidden, bias))
+    note = f" ({side} px resized to {resized} as Pixtral's processor sizes it)" if resized != side else ""
+    return ImagePath(None, resized, features + grid // merge, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers, attending over all {together} images of the "
+                     f"forward at once (the other images' scores masked, computed), merged {merge}x{merge} into "
+                     f"{features} image tokens and {grid // merge} [IMG_BREAK]/[IMG_END] tokens, linear_1, "
+                     f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
+
+
+def rounded(side: int, factor: int) -> int:
+    """The side the processors' smart_resize gives a square image (rounded to a multiple of `factor`; their min/max
+    pixels, processor settings, not applied)."""
+    return max(factor, round(side / factor) * factor)
+
+
+def glm4v(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision = cfg["vision_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, temporal, merge, channels, depth, heads, width, out, inter = sizes(
+        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
+        "hidden_size", "out_hidden_size", "intermediate_size")
+    resized = rounded(side, patch * merge)
+    grid = resized // patch
+    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
+    bias = bool(config_value(vision, "attention_bias"))
+    ms = (Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, True),
+          Matmul("visual.blocks.attn.qkv", n, width, 3 * width, bias, depth),
+          *attention("visual.blocks.attn", heads, n, n, d, depth),
+          Matmul("visual.blocks.attn.proj", n, width, width, False, depth),
+          *(Matmul(f"visual.blocks.mlp.{p}", n, width, out, False, depth) for p in ("gate_proj", "up_proj")),
+          Matmul("visual.blocks.mlp.down_proj", n, out, width, False, depth),
+          Matmul("visual.downsample", units, width * merge * merge, out, True),
+          Matmul("visual.merger.proj", units, out, out, False),
+          *(Matmul(f"visual.merger.{p}", units, out, inter, False) for p in ("gate_proj", "up_proj")),
+          Matmul("visual.merger.down_proj", units, inter, out, False))
+    note = f" ({side} px rounded to {resized}, as the processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, units, ms,
+                     f"{grid}x{grid} patches{note}, {depth} blocks with full attention over each image, downsampled "
+                     f"{merge}x{merge} into {units} tokens, the merger (the processor's min/max pixels not applied)")
+
+
+def kimi(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, layers, heads, width, inter = sizes(vision, "patch_size", "num_hidden_layers", "num_attention_heads",
+                                                "hidden_size", "intermediate_size")
+    (hidden,) = sizes(text, "hidden_size")
+    kernel = config_value(vision, "merge_kernel_size")
+    if not (isinstance(kernel, (list, tuple)) and len(kernel) == 2 and kernel[0] == kernel[1] and type(kernel[0]) is int
+            and kernel[0] > 0):
+        raise UsageError(f"--images: kimi_k25's merge_kernel_size {kernel!r} is no square kernel")
+    merge, unit = kernel[0], kernel[0] * patch   # its processor's navit_resize pads each side up to patch x merge
+    padded = -(-side // unit) * unit
+    grid = padded // patch
+    n, units, d, merged = grid * grid, (grid // merge) ** 2, width // heads, width * merge * merge
+    ms = (Matmul("vision_tower.patch_embed.proj", n, 3 * patch * patch, width, True),
+          *(Matmul(f"vision_tower.layers.attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          *attention("vision_tower.layers.attn", heads, n, n, d, layers),
+          Matmul("vision_tower.layers.attn.proj", n, width, width, True, layers),
+          Matmul("vision_tower.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_tower.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("mm_projector.in_proj", units, merged, merged, True),
+          Matmul("mm_projector.out_proj", units, merged, hidden, True))
+    note = f" ({side} px padded to {padded}, as its processor pads it)" if padded != side else ""
+    return ImagePath(None, padded, units, ms,
+                     f"{grid}x{grid} patches{note}, {layers} layers with full attention over each image, merged "
+                     f"{merge}x{merge} into {units} tokens, in_proj, GELU, out_proj (the processor's max_patches not "
+                     "applied)")
+
+
+def windows(grid: int, size: int) -> list[int]:
+    """The sides, in merged units, of the windows a grid of `grid` units splits into along one axis (windows of `size`,
+    the last short: transformers' get_vision_window_index pads and drops the empty ones)."""
+    return [size] * (grid // size) + ([grid % size] if grid % size else [])
+
+
+def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    mt, vision = cfg["model_type"], cfg["vision_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] == "qwen3_vl"
+    width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
+    patch, temporal, merge, channels, depth, heads, width, out = sizes(
+        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
+        width_key, out_key)
+    factor = patch * merge   # the processor's smart_resize: the side rounded to a multiple of patch x merge
+    resized = rounded(side, factor)
+    grid = resized // patch
+    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
+    full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
+        list(range(depth))
+    windowed = depth - len(full)
+    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
+    ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
+           Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
+    if full:   # one image a chunk: Q K^T and P V per head
+        ms += attention("visual.blocks.attn", heads, n, n, d, len(full), f"full, {len(full)} blocks")
+    if windowed:   # each window a chunk: windows of one size a row (calls: blocks x windows)
+        unit = (config_value(vision, "window_size") or 0) // merge // patch
+        if unit <= 0:
+            raise UsageError(f"--images: {mt}'s window_size {config_value(vision, 'window_size')!r} is under a merged patch")
+        sides = windows(grid // merge, unit)
+        by_size = Counter(r * c * merge * merge for r in sides for c in sides)
+        for w, count in sorted(by_size.items(), reverse=True):
+            ms += attention("visual.blocks.attn", heads, w, w, d, windowed * count,
+                             f"{count} windows of {w} patches, {windowed} blocks")
+    if v2:
+        inter = int(width * (config_value(vision, "mlp_ratio") or 4))
+        ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
+               Matmul("visual.blocks.mlp.fc2", n, inter, width, True, depth)]
+    elif v3:
+        (inter,) = sizes(vision, "intermediate_size")
+        ms += [Matmul("visual.blocks.mlp.linear_fc1", n, width, inter, True, depth),
+               Matmul("visual.blocks.mlp.linear_fc2", n, inter, width, True, depth)]
+    else:
+        (inter,) = sizes(vision, "intermediate_size")
+        ms += [Matmul(f"visual.blocks.mlp.{p}", n, width, inter, True, depth) for p in ("gate_proj", "up_proj")]
+        ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
+    merged = width * merge * merge
+    fc = ("linear_fc1", "linear_fc2") if v3 else ("mlp.0", "mlp.2")
+    deepstack = len([i for i in (config_value(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) if v3 else 0
+    for name, calls in (("visual.merger", 1), ("visual.deepstack_merger_list", deepstack)):
+        if calls:
+            ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
+                   Matmul(f"{name}.{fc[1]}", units, merged, out, True, calls)]
+    note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
+        if resized != side else ""
+    kind = "full attention over each image" if not windowed else (
+        f"attention within windows of {config_value(vision, 'window_size')} px, full on blocks {full}")
+    stack = f", {deepstack} DeepStack mergers" if deepstack else ""
+    return ImagePath(None, resized, units, tuple(ms),
+                     f"{grid}x{grid} patches{note}, {depth} blocks with {kind}, merged {merge}x{merge} into "
+                     f"{units} tokens{stack} (the processor's min/max pixels not applied)")

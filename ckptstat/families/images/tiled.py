@@ -1,0 +1,156 @@
+"""Wrappers that read fixed-size tiles, their towers stated as matmuls (ImagePath.matmuls): --images counts tiles.
+
+- InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
+  at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
+  tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
+  fc1 / fc2), the patch grid pixel-shuffled by downsample_ratio, the projector's linear_1 and linear_2.
+- Idefics3 and SmolVLM (modeling_idefics3.py, modeling_smolvlm.py) likewise: tiles of the vision config's image_size
+  (the processor's splits and its global image), a SigLIP-like tower (biased patch conv, q/k/v/out_proj, fc1 / fc2),
+  the grid pixel-shuffled by scale_factor and the connector's bias-free modality_projection.
+- Llama 4 (modeling_llama4.py: Scout, Maverick) likewise: tiles of the vision config's image_size (the processor's
+  tiles and its global tile), the unfolded patches' bias-free linear, a class token, the layers' biased q/k/v/o and
+  fc1 / fc2, the patches pixel-shuffled by pixel_shuffle_ratio, the vision adapter's fc1 / fc2 and linear_1.
+- Llama 3.2 Vision (modeling_mllama.py) counts images, not tiles: every image padded to max_num_tiles tiles through the
+  local and gated global layers as one sequence, the projector; the language model's cross-attention layers read its
+  states (ImagePath.cross), one <|image|> token in the sequence."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ...errors import UsageError
+from ..framework.base import config_value
+from .path import ImagePath, Matmul, attention, pair, sizes
+
+
+def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = tile(cfg, side)
+    width, heads, inter, layers, channels = sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    (hidden,) = sizes(text, "hidden_size")
+    grid = native // patch
+    n, d = grid * grid + 1, width // heads   # the patches and the class token
+    ratio = config_value(cfg, "downsample_ratio")
+    scale = int(1 / ratio) if isinstance(ratio, (int, float)) and 0 < ratio <= 1 else 0
+    select = config_value(cfg, "vision_feature_select_strategy")
+    if not scale or grid % scale or select != "default":
+        raise UsageError(f"--images: internvl with downsample_ratio {ratio!r} over a {grid}x{grid} grid, strategy "
+                         f"{select!r}, is not modelled")
+    tokens, bias = (grid // scale) ** 2, bool(config_value(vision, "attention_bias"))
+    ms = (Matmul("vision_tower.embeddings.patch_embeddings.projection", grid * grid, channels * patch * patch, width,
+                 True),
+          *(Matmul(f"vision_tower.encoder.layer.attention.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
+          *attention("vision_tower.encoder.layer.attention", heads, n, n, d, layers),
+          Matmul("vision_tower.encoder.layer.attention.projection_layer", n, width, width, True, layers),
+          Matmul("vision_tower.encoder.layer.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_tower.encoder.layer.mlp.fc2", n, inter, width, True, layers),
+          Matmul("multi_modal_projector.linear_1", tokens, width * scale * scale, hidden, True),
+          Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, True))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), "
+                     f"{grid}x{grid} patches and a class token through {layers} layers, the patches pixel-shuffled "
+                     f"{scale}x{scale} into {tokens} tokens, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
+
+
+def tile(cfg: Mapping[str, Any], side: int | None) -> tuple[int, int]:
+    """A tiled wrapper's (tile side, patch side): its vision config's square image_size and patch_size; a usage error for
+    another --image-size (its processor cuts every picture into tiles of that side: --images counts tiles)."""
+    vision, mt = cfg["vision_config"], cfg["model_type"]
+    native, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
+    if native is None or patch is None or patch > native:
+        raise UsageError(f"--images: {mt}'s vision image_size {config_value(vision, 'image_size')!r} and patch_size "
+                         f"{config_value(vision, 'patch_size')!r} are no square tile")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} tiles (its processor splits "
+                         "every picture into them: count tiles with --images)")
+    return native, patch
+
+
+def idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
+    native, patch = tile(cfg, side)
+    width, heads, inter, layers, channels = sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                                   "num_hidden_layers", "num_channels")
+    (hidden,) = sizes(text, "hidden_size")
+    scale, grid = config_value(cfg, "scale_factor"), native // patch
+    if type(scale) is not int or scale <= 0 or grid % scale:
+        raise UsageError(f"--images: {mt}'s scale_factor {scale!r} does not divide its {grid}x{grid} patch grid")
+    n, d, tokens = grid * grid, width // heads, (grid // scale) ** 2
+    ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          *attention("vision_model.encoder.layers.self_attn", heads, n, n, d, layers),
+          Matmul("vision_model.encoder.layers.self_attn.out_proj", n, width, width, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("connector.modality_projection.proj", tokens, width * scale * scale, hidden, False))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
+                     f"{grid}x{grid} patches through {layers} layers, pixel-shuffled {scale}x{scale} into {tokens} "
+                     "tokens, modality_projection")
+
+
+def llama4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = tile(cfg, side)
+    width, heads, inter, layers, channels, adapter_in, adapter_out, out = sizes(
+        vision, "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "num_channels",
+        "projector_input_dim", "projector_output_dim", "vision_output_dim")
+    (hidden,) = sizes(text, "hidden_size")
+    ratio, grid = config_value(vision, "pixel_shuffle_ratio"), native // patch
+    scale = round(1 / ratio) if isinstance(ratio, (int, float)) and 0 < ratio <= 1 else 0
+    if not scale or scale * ratio != 1 or grid % scale:
+        raise UsageError(f"--images: llama4's pixel_shuffle_ratio {ratio!r} does not divide its {grid}x{grid} patch grid")
+    n, d, tokens = grid * grid + 1, width // heads, (grid // scale) ** 2   # the patches and a class token
+    ms = (Matmul("vision_model.patch_embedding.linear", grid * grid, channels * patch * patch, width, False),
+          *(Matmul(f"vision_model.model.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          *attention("vision_model.model.layers.self_attn", heads, n, n, d, layers),
+          Matmul("vision_model.model.layers.self_attn.o_proj", n, width, width, True, layers),
+          Matmul("vision_model.model.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.model.layers.mlp.fc2", n, inter, width, True, layers),
+          # (the adapter's fc1 reads the shuffled width through a Linear of intermediate_size inputs: equal in a model
+          # that runs)
+          Matmul("vision_model.vision_adapter.mlp.fc1", tokens, inter, adapter_in, False),
+          Matmul("vision_model.vision_adapter.mlp.fc2", tokens, adapter_out, adapter_out, False),
+          Matmul("multi_modal_projector.linear_1", tokens, out, hidden, False))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and global tile: count them; its "
+                     f"separator tokens are text), {grid}x{grid} patches and a class token through {layers} layers, "
+                     f"the patches pixel-shuffled {scale}x{scale} into {tokens} tokens, the adapter's fc1 / fc2, "
+                     "linear_1")
+
+
+def mllama(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    native, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
+    if native is None or patch is None or patch > native:
+        raise UsageError(f"--images: mllama's vision image_size {config_value(vision, 'image_size')!r} and patch_size "
+                         f"{config_value(vision, 'patch_size')!r} are no square tile")
+    tiles, width, heads, inter, layers, glob, channels, out = sizes(
+        vision, "max_num_tiles", "hidden_size", "attention_heads", "intermediate_size", "num_hidden_layers",
+        "num_global_layers", "num_channels", "vision_output_dim")
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: mllama's processor fits every image into {tiles} tiles of {native} px "
+                         "and the tower runs all of them, whatever the side")
+    (hidden,) = sizes(text, "hidden_size")
+    grid = native // patch
+    per = grid * grid + 1                  # a tile's patches and its class token
+    padded = per + (8 - per % 8) % 8       # (the tower pads each tile's to a multiple of 8)
+    n, d = tiles * padded, width // heads  # one sequence of every tile
+    ms = [Matmul("vision_model.patch_embedding", tiles * grid * grid, channels * patch * patch, width, False),
+          # (_prepare_aspect_ratio_attention_mask: the tiles' [n, 1] mask times its transpose, a matmul)
+          Matmul("vision_model.attention_mask (mask @ mask^T)", n, 1, n, False, 1, False)]
+    for encoder, count in (("transformer", layers), ("global_transformer", glob)):
+        at = f"vision_model.{encoder}.layers"
+        ms += [Matmul(f"{at}.self_attn.{p}_proj", n, width, width, False, count) for p in "qkv"]
+        ms += [*attention(f"{at}.self_attn", heads, n, n, d, count),
+               Matmul(f"{at}.self_attn.o_proj", n, width, width, False, count),
+               Matmul(f"{at}.mlp.fc1", n, width, inter, True, count),
+               Matmul(f"{at}.mlp.fc2", n, inter, width, True, count)]
+    ms.append(Matmul("multi_modal_projector", tiles * per, out, hidden, True))
+    return ImagePath(None, native, 1, tuple(ms),
+                     f"every image padded to {tiles} tiles of {native} px (the processor's; masked tiles are computed), "
+                     f"{tiles} x {per} patches and class tokens (padded to {padded} a tile) through {layers} layers and "
+                     f"{glob} gated global layers as one sequence, the projector over {tiles * per} states that the "
+                     "language model's cross-attention layers read; one <|image|> token in the sequence",
+                     cross=tiles * per)
