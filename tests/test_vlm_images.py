@@ -7,9 +7,9 @@ full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side 
 (with and without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3 (Pixtral's tower over every image of the
 batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded), LLaVA-OneVision (tiled alone, resized past its maximum,
 untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, the Qwen2.5-Omni and Qwen3-Omni thinkers, Aya Vision, Command A
-Vision, Llama 4, Kimi K2.5, Llama 3.2 Vision (Mllama: its cross-attention layers over the images' states, which the
-cache holds), from the save_pretrained folder and its bare config.json, one image at batch 1 and 2, two images at
-batch 2."""
+Vision, Llama 4, Kimi K2.5, DeepSeek-VL, Janus, Llama 3.2 Vision (Mllama: its cross-attention layers over the images'
+states, which the cache holds), from the save_pretrained folder and its bare config.json, one image at batch 1 and 2,
+two images at batch 2."""
 from __future__ import annotations
 
 import json
@@ -71,6 +71,14 @@ def _config(case: str):
             cfg.vision_config = _siglip(False)
             cfg.vision_feature_layer, cfg.vision_feature_select_strategy = [-2, -1], "full"
             cfg.multimodal_projector_bias = False
+    elif case == "deepseek_vl":   # SigLIP's 36 patches, its pooling head run
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config = _siglip(True)
+    elif case == "janus":   # 32 px of 8 px patches: 16 tokens, two aligner layers past fc1 (use_qk_norm: transformers
+        cfg = tiny_config(type(AutoConfig.for_model(case)))   # 5.25's LayerNorm over the model width fails on heads)
+        v = cfg.vision_config
+        v.image_size, v.patch_size, v.depth = 32, 8, 3
+        v.projection_dim = cfg.text_config.hidden_size
     elif case in ("aya_vision", "cohere2_vision"):   # a 6 x 6 grid shuffled 2 x 2 into 9 tokens; a SwiGLU of 2 x 20
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = _siglip(case == "cohere2_vision")   # (Command A Vision's tower keeps its head: it runs)
@@ -101,7 +109,8 @@ def _config(case: str):
 CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemma3-head", "qwen2_vl", "qwen2_5_vl",
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
-         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25"]
+         "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
+         "deepseek_vl", "janus"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -215,10 +224,15 @@ def _types(cfg, ids) -> dict:
     if cfg.model_type == "mllama":
         media = int((ids[0] == cfg.image_token_id).sum())
         return {"cross_attention_mask": torch.ones(*ids.shape, media, cfg.vision_config.max_num_tiles, dtype=torch.long)}
+    if cfg.model_type not in MARKED:
+        return {}
     kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
-    return {} if cfg.model_type in ("llava", "internvl", "idefics3", "smolvlm", "mistral3", "llava_next",
-                                    "llava_onevision", "aya_vision", "cohere2_vision", "llama4", "kimi_k25") else {
-        kind: (ids == cfg.image_token_id).long()}
+    return {kind: (ids == cfg.image_token_id).long()}
+
+
+# the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
+MARKED = ("paligemma", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm46v",
+          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -232,7 +246,8 @@ def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, in
             model.model.multi_modal_projector(model.model.vision_model(**_pixels(cfg, images, per_sequence)).last_hidden_state)
             tokens = 1
         else:
-            feats = model.get_image_features(**_pixels(cfg, images, per_sequence)).pooler_output
+            features = getattr(model, "get_image_features", None) or model.model.get_image_features
+            feats = features(**_pixels(cfg, images, per_sequence)).pooler_output
             tokens = sum(f.shape[-2] for f in feats) // images
     return tokens, path.get_total_flops()
 

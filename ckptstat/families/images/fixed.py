@@ -4,7 +4,8 @@ the vision config's image_size (the processor resizes every image to it), then t
 LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
 (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
 splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector; Command A
-Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state."""
+Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state. DeepSeek-VL (modeling_deepseek_vl.py):
+its SigLIP's last hidden state through the aligner's linear1 and linear2, a token a patch."""
 from __future__ import annotations
 
 import math
@@ -18,7 +19,8 @@ from .path import ImagePath, Matmul, sizes
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision")   # over TOWERS
+FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision",
+         "deepseek_vl")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
@@ -63,6 +65,10 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
                           Matmul("multi_modal_projector.linear_2", tokens, align // 2, hidden, True)),
                          f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), the "
                          f"grid pixel-shuffled {factor}x{factor} into {tokens} tokens, linear_1, SwiGLU, linear_2")
+    if mt == "deepseek_vl":   # every patch of the last hidden state through the aligner's linear1, GELU, linear2
+        return ImagePath(tower, native, patches, (Matmul("aligner.linear1", patches, width, hidden, True),
+                                                  Matmul("aligner.linear2", patches, hidden, hidden, True)),
+                         "the tower's last hidden state, the aligner's linear1, GELU, linear2")
     if mt == "paligemma":   # every patch through one biased Linear to projection_dim (PaliGemmaConfig sets it)
         return ImagePath(tower, native, patches, (Matmul("multi_modal_projector.linear", patches, width,
                                                          int(config_value(cfg, "projection_dim")), True),),

@@ -1,4 +1,5 @@
-"""Wrappers that read fixed-size tiles, their towers stated as matmuls (ImagePath.matmuls): --images counts tiles.
+"""Wrappers that read fixed-size tiles (--images counts tiles) or images, their towers stated as matmuls
+(ImagePath.matmuls).
 
 - InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
@@ -10,6 +11,9 @@
 - Llama 4 (modeling_llama4.py: Scout, Maverick) likewise: tiles of the vision config's image_size (the processor's
   tiles and its global tile), the unfolded patches' bias-free linear, a class token, the layers' biased q/k/v/o and
   fc1 / fc2, the patches pixel-shuffled by pixel_shuffle_ratio, the vision adapter's fc1 / fc2 and linear_1.
+- Janus (modeling_janus.py: Janus-Pro's understanding path) reads one image at the vision config's image_size: its
+  SigLIP-like tower (biased patch conv, q/k/v (attention_bias), projection_layer, fc1 / fc2 of mlp_ratio), every patch
+  a token through the aligner's fc1 and depth - 1 hidden layers (its image generation path is not run on text).
 - Llama 3.2 Vision (modeling_mllama.py) counts images, not tiles: every image padded to max_num_tiles tiles through the
   local and gated global layers as one sequence, the projector; the language model's cross-attention layers read its
   states (ImagePath.cross), one <|image|> token in the sequence."""
@@ -53,17 +57,19 @@ def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{scale}x{scale} into {tokens} tokens, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
 
 
-def tile(cfg: Mapping[str, Any], side: int | None) -> tuple[int, int]:
+TILES = "tiles (its processor splits every picture into them: count tiles with --images)"
+
+
+def tile(cfg: Mapping[str, Any], side: int | None, reads: str = TILES) -> tuple[int, int]:
     """A tiled wrapper's (tile side, patch side): its vision config's square image_size and patch_size; a usage error for
-    another --image-size (its processor cuts every picture into tiles of that side: --images counts tiles)."""
+    another --image-size, saying what the tower `reads` at that side."""
     vision, mt = cfg["vision_config"], cfg["model_type"]
     native, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
     if native is None or patch is None or patch > native:
         raise UsageError(f"--images: {mt}'s vision image_size {config_value(vision, 'image_size')!r} and patch_size "
                          f"{config_value(vision, 'patch_size')!r} are no square tile")
     if side is not None and side != native:
-        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} tiles (its processor splits "
-                         "every picture into them: count tiles with --images)")
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} {reads}")
     return native, patch
 
 
@@ -122,16 +128,11 @@ def llama4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 def mllama(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    native, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
-    if native is None or patch is None or patch > native:
-        raise UsageError(f"--images: mllama's vision image_size {config_value(vision, 'image_size')!r} and patch_size "
-                         f"{config_value(vision, 'patch_size')!r} are no square tile")
     tiles, width, heads, inter, layers, glob, channels, out = sizes(
         vision, "max_num_tiles", "hidden_size", "attention_heads", "intermediate_size", "num_hidden_layers",
         "num_global_layers", "num_channels", "vision_output_dim")
-    if side is not None and side != native:
-        raise UsageError(f"--image-size {side}: mllama's processor fits every image into {tiles} tiles of {native} px "
-                         "and the tower runs all of them, whatever the side")
+    native, patch = tile(cfg, side, f"tiles, {tiles} an image (its processor pads every image to them and the tower "
+                         "runs all, whatever the side)")
     (hidden,) = sizes(text, "hidden_size")
     grid = native // patch
     per = grid * grid + 1                  # a tile's patches and its class token
@@ -154,3 +155,26 @@ def mllama(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{glob} gated global layers as one sequence, the projector over {tiles * per} states that the "
                      "language model's cross-attention layers read; one <|image|> token in the sequence",
                      cross=tiles * per)
+
+
+def janus(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision = cfg["vision_config"]
+    native, patch = tile(cfg, side, "images (its processor resizes every image to that)")
+    width, heads, layers, channels, out, depth = sizes(vision, "hidden_size", "num_attention_heads", "num_hidden_layers",
+                                                       "num_channels", "projection_dim", "depth")
+    ratio = config_value(vision, "mlp_ratio")
+    if not isinstance(ratio, (int, float)) or isinstance(ratio, bool) or ratio <= 0:
+        raise UsageError(f"--images: janus's vision mlp_ratio {ratio!r} is not a positive number")
+    grid, bias = native // patch, bool(config_value(vision, "attention_bias"))
+    n, d, inter = grid * grid, width // heads, int(width * ratio)
+    ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
+          *attention("vision_model.encoder.layers.self_attn", heads, n, n, d, layers),
+          Matmul("vision_model.encoder.layers.self_attn.projection_layer", n, width, width, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("aligner.fc1", n, width, out, True),
+          Matmul("aligner.hidden_layers", n, out, out, True, depth - 1))
+    return ImagePath(None, native, n, ms,
+                     f"{grid}x{grid} patches through {layers} layers, the aligner's fc1 and {depth - 1} hidden "
+                     f"layer(s) of projection_dim {out}, one token a patch")
