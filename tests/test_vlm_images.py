@@ -7,9 +7,9 @@ full-attention block), Qwen3-VL and Qwen3-VL-MoE (a DeepStack merger) at a side 
 (with and without q/k/v biases and q/k norms), Idefics3 and SmolVLM, Mistral 3 (Pixtral's tower over every image of the
 batch at once), LLaVA-NeXT (2 x 2 tiles, and 1 x 2 unpadded), LLaVA-OneVision (tiled alone, resized past its maximum,
 untiled two a sequence), GLM-4.1V / 4.5V / 4.6V, the Qwen2.5-Omni and Qwen3-Omni thinkers, Aya Vision, Command A
-Vision, Llama 4, Kimi K2.5, DeepSeek-VL, Janus, Llama 3.2 Vision (Mllama: its cross-attention layers over the images'
-states, which the cache holds), from the save_pretrained folder and its bare config.json, one image at batch 1 and 2,
-two images at batch 2."""
+Vision, Llama 4, Kimi K2.5, DeepSeek-VL, Janus, Video-LLaVA, LLaVA-NeXT-Video, Llama 3.2 Vision (Mllama: its
+cross-attention layers over the images' states, which the cache holds), from the save_pretrained folder and its bare
+config.json, one image at batch 1 and 2, two images at batch 2."""
 from __future__ import annotations
 
 import json
@@ -39,7 +39,7 @@ def _config(case: str):
     from transformers import AutoConfig, Gemma3Config, LlavaConfig, PaliGemmaConfig
 
     if case.startswith("llava_next"):   # 32 px tiles of 4 x 4 patches; at 48 px: 2 x 2 tiles, or 1 x 2 unpadded
-        cfg = tiny_config(type(AutoConfig.for_model("llava_next")))
+        cfg = tiny_config(type(AutoConfig.for_model(case.removesuffix("-pad"))))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
         cfg.image_grid_pinpoints = [[32, 64]] if case.endswith("pad") else [[32, 64], [64, 32], [64, 64]]
     elif case.startswith("llava_onevision"):   # SigLIP's 32 px tiles; at 48 px 2 x 2 tiles (anyres_max_1: resized)
@@ -65,6 +65,8 @@ def _config(case: str):
             cfg.vision_config.fullatt_block_indexes = [1]
         if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth)
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
+    elif case == "video_llava":   # its image_tower's last-but-one layer without the class token
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case.startswith("llava"):
         cfg = tiny_config(LlavaConfig)
         if case == "llava-siglip":
@@ -110,7 +112,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
-         "deepseek_vl", "janus"]
+         "deepseek_vl", "janus", "video_llava", "llava_next_video"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -208,6 +210,14 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
 
 
+def _forward_pixels(cfg, images: int, per_sequence: int = 1) -> dict:
+    """_pixels under the names the wrapper's forward takes them (Video-LLaVA's: pixel_values_images)."""
+    out = _pixels(cfg, images, per_sequence)
+    if cfg.model_type == "video_llava":
+        out["pixel_values_images"] = out.pop("pixel_values")
+    return out
+
+
 def _ids(cfg, tokens: int, images: int, batch: int):
     """TEXT text tokens and `images` runs of `tokens` image tokens, a text token before each (and after it, the
     processor's _breaks)."""
@@ -258,7 +268,7 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
 
     ids = _ids(cfg, tokens, images, batch)
     with torch.no_grad(), FlopCounterMode(display=False) as whole:
-        model(input_ids=ids, **_pixels(cfg, batch * images, images), **_types(cfg, ids))
+        model(input_ids=ids, **_forward_pixels(cfg, batch * images, images), **_types(cfg, ids))
     return whole.get_total_flops(), _image_path(model, cfg, batch * images, images)[1]
 
 
@@ -333,7 +343,7 @@ def test_memory_holds_the_image_tokens_in_the_kv_cache(cli, saved, case):
     tokens = _image_path(model, cfg, 1)[0]
     ids = _ids(cfg, tokens, 2, 1)
     with torch.no_grad():
-        cache = model(input_ids=ids, **_pixels(cfg, 2, 2), use_cache=True, **_types(cfg, ids)).past_key_values
+        cache = model(input_ids=ids, **_forward_pixels(cfg, 2, 2), use_cache=True, **_types(cfg, ids)).past_key_values
     # the bytes held: a chunked or sliding layer's keys are a view of the whole forward's (Llama 4's at 16 tokens)
     held = sum(t.untyped_storage().nbytes() for layer in cache.layers for t in (layer.keys, layer.values))
     code, out, err = cli("memory", path, "--images", "2", "-s", str(TEXT), *side, "--json")

@@ -3,8 +3,8 @@
 sequence (or, Llama 3.2 Vision, the states its cross-attention layers read), as transformers' wrapper's
 get_image_features computes them. By how the wrapper reads an image:
 
-- fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma,
-  Gemma 3, Aya Vision, Command A Vision, DeepSeek-VL);
+- fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, Video-LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video,
+  LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, Command A Vision, DeepSeek-VL);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Llama 4, Llama 3.2
   Vision, Janus);
 - native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, Qwen2/2.5/3-VL and the Omni thinkers, Kimi K2.5).
@@ -19,7 +19,7 @@ from typing import Any
 from ...errors import UsageError
 from ..framework.archspec import ArchSpec
 from . import native, tiled
-from .fixed import FIXED, TOWERS, fixed
+from .fixed import FIXED, PINPOINTS, TOWERS, fixed
 from .native import GLM, QWEN
 from .path import ImagePath, Matmul
 
@@ -29,12 +29,12 @@ TILED = {"internvl": tiled.internvl, "idefics3": tiled.idefics3, "smolvlm": tile
          "mllama": tiled.mllama, "janus": tiled.janus}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi}
 STATED = {**TILED, **NATIVE}   # (and Mistral 3's, which reads the batch's images together)
-ANY_SIZE = (*NATIVE, "mistral3", "llava_next", "llava_onevision")   # read images at their own size: --image-size
+ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
-MODELLED = ("LLaVA, LLaVA-NeXT, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, Command A Vision and DeepSeek-VL over "
-            "a CLIP or SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Mistral 3, "
-            "GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the Qwen2.5-Omni / Qwen3-Omni thinkers and "
-            "Kimi K2.5 / K2.6")
+MODELLED = ("LLaVA, Video-LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, "
+            "Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, "
+            "Llama 3.2 Vision, Janus, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, the "
+            "Qwen2.5-Omni / Qwen3-Omni thinkers and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

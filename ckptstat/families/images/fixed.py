@@ -1,8 +1,9 @@
 """LLaVA (modeling_llava.py), PaliGemma (modeling_paligemma.py) and Gemma 3 (modeling_gemma3.py) over a CLIP or SigLIP
 vision tower: the tower as its family's template counts it (families/clip.py, families/siglip.py: ImagePath.tower), at
-the vision config's image_size (the processor resizes every image to it), then the projector's matmuls. LLaVA-NeXT and
-LLaVA-OneVision (modeling_llava_next.py, modeling_llava_onevision.py) the same over their any-resolution tiles
-(ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
+the vision config's image_size (the processor resizes every image to it), then the projector's matmuls; Video-LLaVA's
+images (modeling_video_llava.py: its image_tower) as LLaVA's. LLaVA-NeXT, LLaVA-NeXT-Video's images and LLaVA-OneVision
+(modeling_llava_next.py, modeling_llava_next_video.py, modeling_llava_onevision.py) the same over their any-resolution
+tiles (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
 splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector; Command A
 Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state. DeepSeek-VL (modeling_deepseek_vl.py):
 its SigLIP's last hidden state through the aligner's linear1 and linear2, a token a patch."""
@@ -19,10 +20,11 @@ from .path import ImagePath, Matmul, sizes
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "paligemma", "gemma3", "llava_next", "llava_onevision", "aya_vision", "cohere2_vision",
-         "deepseek_vl")   # over TOWERS
+FIXED = ("llava", "video_llava", "paligemma", "gemma3", "llava_next", "llava_next_video", "llava_onevision", "aya_vision",
+         "cohere2_vision", "deepseek_vl")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
+             "llava_next_video": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_onevision": [[384 * i, 384 * j] for i in range(1, 7) for j in range(1, 7)]}
 
 
@@ -38,7 +40,8 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
     patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
     if mt in PINPOINTS:
         return any_resolution(cfg, side, per_sequence, tower, native, patch, width, hidden, cls_token)
-    if mt == "llava":   # the hidden states of vision_feature_layer (a list: concatenated), "default" drops the first
+    if mt in ("llava", "video_llava"):   # vision_feature_layer's hidden states (a list: concatenated); "default" drops
+        # the first
         layer, select = config_value(cfg, "vision_feature_layer"), config_value(cfg, "vision_feature_select_strategy")
         layers = len(layer) if isinstance(layer, list) else 1
         tokens = patches + cls_token - (select == "default")
