@@ -98,7 +98,9 @@ def memory(
         model = replace(model, notes=(*model.notes, f"--images {images}: s = {n} text + {images} x {p.tokens} image "
                         f"tokens ({p.side}x{p.side} px each) for the language model's KV cache and activations; the "
                         "vision tower's own activations (it runs before the language model, per image) are not in these "
-                        "lines; a largest --seq found counts the image tokens too"))
+                        "lines; a largest --seq found counts the image tokens too"
+                        + (f"; the cross-attention layers read {images} x {p.cross} image states (KV cache and the "
+                           "inference peak; the training lines do not model their saved tensors)" if p.cross else "")))
         n += images * p.tokens
         model = replace(model, spec=reading(model.spec, p, images))
     r = mem.report(model, batch, n, dec_seq, plan) | image_fields(model.spec)
