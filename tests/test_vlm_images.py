@@ -262,6 +262,14 @@ def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, in
     return tokens, path.get_total_flops()
 
 
+def _cross_states(model, cfg) -> int:
+    """The states one image adds to Mllama's cross-attention layers: the rows of its projector's output, as
+    MllamaModel.forward reshapes it for them."""
+    with torch.no_grad():
+        states = model.model.multi_modal_projector(model.model.vision_model(**_pixels(cfg, 1)).last_hidden_state)
+    return states.reshape(-1, cfg.text_config.hidden_size).shape[0]
+
+
 def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, int]:
     """FlopCounterMode's total of the wrapper's forward and of its image path alone (tower and projector)."""
     from torch.utils.flop_counter import FlopCounterMode
@@ -306,8 +314,9 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
             assert run["totals"]["flops"] == whole, (source, images, batch)
             assert run["images"]["flops"] == image_path and run["images"]["tokens_each"] == each
             assert run["seq"] == TEXT + images * each and run["images"]["text_tokens"] == TEXT
+            assert run["images"].get("states_each") == (_cross_states(model, cfg) if case == "mllama" else None)
     code, out, _ = cli("flops", path, "--images", "2", "-s", str(TEXT), *side)   # the human output says it
-    assert code == 0 and f"{each} tokens each" in out
+    assert code == 0 and f"{each} token{'s' if each != 1 else ''} each" in out
 
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
@@ -369,11 +378,14 @@ def test_the_summary_says_what_one_image_costs(cli, saved, case):
         assert "--image-size" in out
         return
     tokens, flops = _image_path(model, cfg, 1)
-    assert image == {"side": cfg.vision_config.image_size, "tokens": tokens, "flops": flops}
+    states = {"states": _cross_states(model, cfg)} if case == "mllama" else {}
+    assert image == {"side": cfg.vision_config.image_size, "tokens": tokens, "flops": flops, **states}
     report = os.path.join(path, "..", f"{case}-report.md")   # the report's summary says it too
     code, _, err = cli("report", path, "-o", report, "--no-stats")
     assert code == 0, err
-    assert f"{image['tokens']:,} tokens, {image['flops']:,} FLOPs through the vision tower" in open(report).read()
+    text = open(report).read()
+    assert f"{image['flops']:,} FLOPs through the vision tower" in text
+    assert (f"1 token and {image['states']:,} states" if states else f"{image['tokens']:,} tokens,") in text
 
 
 def test_config_text_in_the_image_rule_is_printed_as_it_is(cli, saved, tmp_path):

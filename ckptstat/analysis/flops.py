@@ -125,7 +125,7 @@ def run(m: Model, batch: int, seq: int, dec_seq: int | None = None, causal_halvi
     if images is not None:
         vision = [r["flops"] for r in rows if r["bucket"] == "vision"]
         out["images"] = {"per_sequence": count, "side": images.side, "tokens_each": images.tokens, "text_tokens": text,
-                         "flops": sum(vision), "rule": images.rule}
+                         "flops": sum(vision), "rule": images.rule} | ({"states_each": images.cross} if images.cross else {})
     out["notes"] += m.spec.seq_notes(seq)   # a waveform encoder's --seq (ArchSpec.seq_unit)
     win = _windowed(m, batch, seq, attn, causal_halving)
     if win is not None:

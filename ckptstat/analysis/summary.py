@@ -283,7 +283,8 @@ def _one_image(m: Model) -> dict | None:
     except UsageError:   # (a config whose image path does not add up: `flops --images` says why)
         return None
     assert path is not None
-    return {"side": path.side, "tokens": path.tokens, "flops": sum(r["flops"] for r in image_rows(m, path, 1))}
+    out = {"side": path.side, "tokens": path.tokens, "flops": sum(r["flops"] for r in image_rows(m, path, 1))}
+    return out | ({"states": path.cross} if path.cross else {})
 
 
 def bert_stat(ckpt: Checkpoint, batch: int, seq: int) -> dict:

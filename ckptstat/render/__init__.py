@@ -14,6 +14,7 @@ from .fmt import (  # noqa: F401  (re-exported)
     human_bytes,
     image_text,
     input_line,
+    one_image,
     seq_line,
     seq_source,
     table,
@@ -127,10 +128,9 @@ def render_summary(r: dict, console: Console, show_layers: bool = False, seq_fla
                                f"({', '.join(an.get('outside_modules') or ['towers, projectors'])}), counted from the "
                                "checkpoint and not in the FLOPs per token"))
         if im := an.get("image"):   # a wrapper whose image path is modelled (families/images/)
-            console.print(Text(f"image        one {im['side']}x{im['side']} image: {im['tokens']} tokens, "
-                               f"{human(im['flops'])} FLOPs through the vision tower and projector (flops --images N)"
-                               if im["side"] else "image        any size: flops --images N --image-size S counts its "
-                               "tokens and its vision tower's FLOPs"))
+            console.print(Text(f"image        {one_image(im, human(im['flops']))} (flops --images N)" if im["side"]
+                               else "image        any size: flops --images N --image-size S counts its tokens and its "
+                               "vision tower's FLOPs"))
     for line in r.get("extra_lines", []):
         console.print(safe(line))
     console.print(Text("ties         ").append_text(safe(r["ties"]["text"])))
@@ -261,9 +261,11 @@ def render_flops(r: dict, console: Console, seq_flag: str | None = "--seq", fram
     console.print(head)
     console.print(input_line(r, [run["seq"] for run in r["runs"]], seq_flag, frames))
     if im := r["runs"][0].get("images"):
+        each = im["tokens_each"]
+        states = f", {im['states_each']:,} states each into its cross-attention layers" if im.get("states_each") else ""
         console.print(Text(f"images       {im['per_sequence']} a sequence, {im['side']}x{im['side']} px, "
-                      f"{im['tokens_each']} tokens each into the language model (s = {im['text_tokens']} text + "
-                      f"{im['per_sequence']} x {im['tokens_each']}); "
+                      f"{each} token{'s' if each != 1 else ''} each into the language model (s = {im['text_tokens']} "
+                      f"text + {im['per_sequence']} x {each}){states}; "
                       f"their vision tower and projector {human(im['flops'])} FLOPs over the batch, in the table: "
                       f"{im['rule']}"))   # (Text: the rule quotes config values, never markup)
     image = image_text(r)

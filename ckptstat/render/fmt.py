@@ -55,6 +55,15 @@ def image_text(part: dict) -> str | None:
     return f"{part['image_size']}x{part['image_size']} image" if part.get("input") == "image" else None
 
 
+def one_image(im: dict, flops: str) -> str:
+    """The summary's line on one image of a wrapper whose image path is modelled (analytic.image, a side given): its
+    tokens in the sequence (and Llama 3.2 Vision's states for the cross-attention layers) and the tower's FLOPs
+    (`flops`, as the caller writes numbers)."""
+    states = f" and {im['states']:,} states its cross-attention layers read" if im.get("states") else ""
+    return (f"one {im['side']}x{im['side']} image: {im['tokens']:,} token{'s' if im['tokens'] != 1 else ''}{states}, "
+            f"{flops} FLOPs through the vision tower and projector")
+
+
 def input_line(r: dict, seq: int | list[int], flag: str | None, frames: bool = False) -> Text:
     """`seq_line`, or for an image model's report the image its figures are per: no sequence length enters them."""
     image = image_text(r)

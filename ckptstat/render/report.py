@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 from urllib.parse import quote
 
-from .fmt import human_bytes, image_text, seq_source
+from .fmt import human_bytes, image_text, one_image, seq_source
 from .report_common import CSS, html_table, img_tag, md_cell, md_table, num
 
 if TYPE_CHECKING:
@@ -75,8 +75,7 @@ def _summary(r: dict) -> list[Block]:
         at = image_text(an) or (f"frame at seq {an['seq']}" if an["input"] == "mel frames" else f"token at seq {an['seq']}")
         items.append(("forward", f"{an['flops_per_token']:,.0f} FLOPs per {at} (matmul FLOPs = 2 x MACs); training 3x"))
         if im := an.get("image"):   # a vision-language wrapper whose image path is modelled (families/images/)
-            items.append(("image", f"one {im['side']}x{im['side']} image: {im['tokens']:,} tokens, {im['flops']:,} FLOPs "
-                                   "through the vision tower and projector" if im["side"] else
+            items.append(("image", one_image(im, f"{im['flops']:,}") if im["side"] else
                                    "any size: `ckptstat flops --images N --image-size S` counts it"))
     out = [Block("h2", "Summary"), Block("items", items=items), Block("h3", "Parameters by bucket"),
            Block("table", header=["Bucket", "Parameters", "Share", "Bytes", "BPW", "Tensors"], align="l",
