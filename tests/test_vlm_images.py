@@ -63,7 +63,8 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case == "qwen2_5_vl":
             cfg.vision_config.fullatt_block_indexes = [1]
-        if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth)
+        if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth); Qwen3.5's
+            # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
     elif case == "video_llava":   # its image_tower's last-but-one layer without the class token
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -112,7 +113,8 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_vl", "qwen3_vl_moe", "internvl", "internvl-bias", "idefics3", "smolvlm", "mistral3", "llava_next",
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
-         "deepseek_vl", "janus", "video_llava", "llava_next_video"]
+         "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
+         "qwen3_5_moe", "qwen4_exp"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -242,7 +244,7 @@ def _types(cfg, ids) -> dict:
 
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
 MARKED = ("paligemma", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm46v",
-          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker")
+          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -288,8 +290,10 @@ def saved(tmp_path_factory):
     for case in CASES:
         cfg = _config(case)
         torch.manual_seed(0)
-        model = AutoModelForImageTextToText.from_config(cfg).eval()
-        if "moe" in case or case in ("llama4", "kimi_k25"):   # one mm per expert hit, which FlopCounterMode counts
+        # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and Qwen3.5's
+        # conv1d.weight.squeeze(1), made under no_grad, would be one that requires grad with no grad_fn
+        model = AutoModelForImageTextToText.from_config(cfg).eval().requires_grad_(False)
+        if "moe" in case or case in ("llama4", "kimi_k25", "qwen4_exp"):   # one mm per expert hit, which FlopCounterMode counts
             # (grouped_mm it does not)
             model.set_experts_implementation("eager")
         path = str(tmp_path_factory.mktemp(case))

@@ -12,7 +12,8 @@ as matmuls (ImagePath.matmuls).
   proj), a SwiGLU MLP of out_hidden_size, the Conv2d downsample over each 2 x 2 block of patches, the merger (proj,
   gate_proj, up_proj of intermediate_size, down_proj).
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py;
-  Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers): rounded to a multiple of patch x
+  Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp
+  Qwen3-VL's without DeepStack): rounded to a multiple of patch x
   merge as the processor's smart_resize rounds it: the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full
   attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size
   pixels but on fullatt_block_indexes, a biased SwiGLU MLP; Qwen3-VL: full attention, linear_fc1 / linear_fc2, its
@@ -32,9 +33,11 @@ from ..framework.base import config_value
 from .path import ImagePath, Matmul, attention, pair, sizes
 
 # wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
-# modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py)
+# modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp: Qwen3-VL's without its
+# DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
-        "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl"}
+        "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
+        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5"}
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
 
 
@@ -143,7 +146,7 @@ def windows(grid: int, size: int) -> list[int]:
 def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
     assert side is not None   # (image_path: ANY_SIZE)
-    v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] == "qwen3_vl"
+    v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] in ("qwen3_vl", "qwen3_5")
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
     patch, temporal, merge, channels, depth, heads, width, out = sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
@@ -183,7 +186,8 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
     merged = width * merge * merge
     fc = ("linear_fc1", "linear_fc2") if v3 else ("mlp.0", "mlp.2")
-    deepstack = len([i for i in (config_value(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) if v3 else 0
+    deepstack = len([i for i in (config_value(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) \
+        if QWEN[mt] == "qwen3_vl" else 0
     for name, calls in (("visual.merger", 1), ("visual.deepstack_merger_list", deepstack)):
         if calls:
             ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
