@@ -66,6 +66,13 @@ def _config(case: str):
         if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth); Qwen3.5's
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
+    elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_feature_layer = [-2, -1, 1]
+    elif case == "shieldgemma2":   # its classifier over Gemma 3's wrapper, Yes and No in the tiny vocabulary
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config = _siglip(False)
+        cfg.mm_tokens_per_image, cfg.yes_token_index, cfg.no_token_index = 4, 5, 6
     elif case == "video_llava":   # its image_tower's last-but-one layer without the class token
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case.startswith("llava"):
@@ -114,7 +121,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
-         "qwen3_5_moe", "qwen4_exp"]
+         "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -238,13 +245,13 @@ def _types(cfg, ids) -> dict:
         return {"cross_attention_mask": torch.ones(*ids.shape, media, cfg.vision_config.max_num_tiles, dtype=torch.long)}
     if cfg.model_type not in MARKED:
         return {}
-    kind = {"paligemma": "token_type_ids", "gemma3": "token_type_ids"}.get(cfg.model_type, "mm_token_type_ids")
+    kind = "token_type_ids" if cfg.model_type in ("paligemma", "gemma3", "shieldgemma2") else "mm_token_type_ids"
     return {kind: (ids == cfg.image_token_id).long()}
 
 
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
-MARKED = ("paligemma", "gemma3", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v", "glm4v_moe", "glm46v",
-          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
+MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
+          "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -284,7 +291,7 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-    from transformers import AutoModelForImageTextToText
+    from transformers import AutoModelForImageTextToText, ShieldGemma2ForImageClassification
 
     out = {}
     for case in CASES:
@@ -292,7 +299,8 @@ def saved(tmp_path_factory):
         torch.manual_seed(0)
         # no parameter requires grad: FlopCounterMode's module tracker hooks the grad of a module's inputs, and Qwen3.5's
         # conv1d.weight.squeeze(1), made under no_grad, would be one that requires grad with no grad_fn
-        model = AutoModelForImageTextToText.from_config(cfg).eval().requires_grad_(False)
+        build = ShieldGemma2ForImageClassification if case == "shieldgemma2" else AutoModelForImageTextToText.from_config
+        model = build(cfg).eval().requires_grad_(False)
         if "moe" in case or case in ("llama4", "kimi_k25", "qwen4_exp"):   # one mm per expert hit, which FlopCounterMode counts
             # (grouped_mm it does not)
             model.set_experts_implementation("eager")

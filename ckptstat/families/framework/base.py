@@ -36,6 +36,9 @@ HEAD_SUFFIXES = [
     ("ForQuestionAnsweringSimple", "qa"),   # XLM's, FlauBERT's, XLNet's qa_outputs (their *ForQuestionAnswering: SQuAD beams)
     ("EncoderModel", "encoder-only"),
     ("GenerationDecoder", "lm"), ("GenerationEncoder", "base"),   # BertGenerationDecoder / BertGenerationEncoder
+    # ShieldGemma 2's classifier is Gemma 3's wrapper whole (modeling_shieldgemma2.py): every position's vocabulary
+    # logits, of which its forward keeps the last position's Yes and No
+    ("ShieldGemma2ForImageClassification", "lm"),
     ("ForImageClassification", "imgcls"), ("WithProjection", "projection"),   # ViT, ResNet; CLIP *ModelWithProjection
     ("ForImageClassificationWithTeacher", "imgcls+distillation"),   # DeiT's second classifier on its distillation token
     ("ForMaskedImageModeling", "mim"),   # ViT's, DeiT's: a 1x1 conv decoder back to pixels (SimMIM)

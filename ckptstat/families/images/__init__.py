@@ -3,8 +3,8 @@
 sequence (or, Llama 3.2 Vision, the states its cross-attention layers read), as transformers' wrapper's
 get_image_features computes them. By how the wrapper reads an image:
 
-- fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, Video-LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video,
-  LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, Command A Vision, DeepSeek-VL);
+- fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT,
+  LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Llama 4, Llama 3.2
   Vision, Janus);
 - native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, Qwen2/2.5/3-VL and the Omni thinkers, Kimi K2.5).
@@ -31,10 +31,10 @@ NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v)
 STATED = {**TILED, **NATIVE}   # (and Mistral 3's, which reads the batch's images together)
 ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
-MODELLED = ("LLaVA, Video-LLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, Aya Vision, "
-            "Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, SmolVLM, Llama 4, "
-            "Llama 3.2 Vision, Janus, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 (dense "
-            "and MoE), Qwen4-Exp, the Qwen2.5-Omni / Qwen3-Omni thinkers and Kimi K2.5 / K2.6")
+MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
+            "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, "
+            "SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, "
+            "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, the Qwen2.5-Omni / Qwen3-Omni thinkers and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

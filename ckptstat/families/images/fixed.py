@@ -5,7 +5,9 @@ images (modeling_video_llava.py: its image_tower) as LLaVA's. LLaVA-NeXT, LLaVA-
 (modeling_llava_next.py, modeling_llava_next_video.py, modeling_llava_onevision.py) the same over their any-resolution
 tiles (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_vision.py): SigLIP tiles (its processor's
 splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector; Command A
-Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state. DeepSeek-VL (modeling_deepseek_vl.py):
+Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state. VipLLaVA (modeling_vipllava.py): several
+layers' states concatenated, a LayerNorm and LLaVA's projector. ShieldGemma 2 (its Gemma 3 wrapper) as Gemma 3.
+DeepSeek-VL (modeling_deepseek_vl.py):
 its SigLIP's last hidden state through the aligner's linear1 and linear2, a token a patch."""
 from __future__ import annotations
 
@@ -20,8 +22,8 @@ from .path import ImagePath, Matmul, sizes
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
-FIXED = ("llava", "video_llava", "paligemma", "gemma3", "llava_next", "llava_next_video", "llava_onevision", "aya_vision",
-         "cohere2_vision", "deepseek_vl")   # over TOWERS
+FIXED = ("llava", "video_llava", "vipllava", "paligemma", "gemma3", "shieldgemma2", "llava_next", "llava_next_video",
+         "llava_onevision", "aya_vision", "cohere2_vision", "deepseek_vl")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_next_video": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
@@ -68,6 +70,14 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
                           Matmul("multi_modal_projector.linear_2", tokens, align // 2, hidden, True)),
                          f"one {native}x{native} tile an image (its processor's tiles and thumbnail: count them), the "
                          f"grid pixel-shuffled {factor}x{factor} into {tokens} tokens, linear_1, SwiGLU, linear_2")
+    if mt == "vipllava":   # the hidden states of its vision_feature_layer list, each without its first token,
+        layer = config_value(cfg, "vision_feature_layer")   # concatenated; LayerNorm, linear_1, act, linear_2
+        layers, tokens = len(layer) if isinstance(layer, (list, tuple)) else 1, patches + cls_token - 1
+        return ImagePath(tower, native, tokens,
+                         (Matmul("multi_modal_projector.linear_1", tokens, width * layers, hidden, True),
+                          Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, True)),
+                         f"the tower's hidden states at layers {layer}, each without its first token, concatenated, "
+                         f"projector_layernorm, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
     if mt == "deepseek_vl":   # every patch of the last hidden state through the aligner's linear1, GELU, linear2
         return ImagePath(tower, native, patches, (Matmul("aligner.linear1", patches, width, hidden, True),
                                                   Matmul("aligner.linear2", patches, hidden, hidden, True)),
