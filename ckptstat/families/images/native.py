@@ -13,7 +13,7 @@ as matmuls (ImagePath.matmuls).
   gate_proj, up_proj of intermediate_size, down_proj).
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py;
   Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp
-  Qwen3-VL's without DeepStack): rounded to a multiple of patch x
+  Qwen3-VL's without DeepStack; EXAONE 4.5 Qwen2.5-VL's with num_key_value_heads in its qkv): rounded to a multiple of patch x
   merge as the processor's smart_resize rounds it: the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full
   attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size
   pixels but on fullatt_block_indexes, a biased SwiGLU MLP; Qwen3-VL: full attention, linear_fc1 / linear_fc2, its
@@ -34,10 +34,11 @@ from .path import ImagePath, Matmul, attention, pair, sizes
 
 # wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
 # modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp: Qwen3-VL's without its
-# DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel)
+# DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel; EXAONE 4.5: Qwen2.5-VL's with grouped keys and values in
+# its qkv, modular_exaone4_5.py)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
-        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5"}
+        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl"}
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
 
 
@@ -158,8 +159,11 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
         list(range(depth))
     windowed = depth - len(full)
+    kv = config_value(vision, "num_key_value_heads") or heads   # (EXAONE 4.5's grouped keys and values)
+    if type(kv) is not int or kv <= 0 or heads % kv:
+        raise UsageError(f"--images: {mt}'s vision num_key_value_heads {kv!r} does not divide its {heads} heads")
     ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
-    ms += [Matmul("visual.blocks.attn.qkv", n, width, 3 * width, True, depth),
+    ms += [Matmul("visual.blocks.attn.qkv", n, width, width + 2 * kv * d, True, depth),
            Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
     if full:   # one image a chunk: Q K^T and P V per head
         ms += attention("visual.blocks.attn", heads, n, n, d, len(full), f"full, {len(full)} blocks")
