@@ -42,7 +42,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case.removesuffix("-pad"))))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
         cfg.image_grid_pinpoints = [[32, 64]] if case.endswith("pad") else [[32, 64], [64, 32], [64, 64]]
-    elif case.startswith("llava_onevision"):   # SigLIP's 32 px tiles; at 48 px 2 x 2 tiles (anyres_max_1: resized)
+    elif case in ("llava_onevision", "llava_onevision-max"):   # SigLIP 32 px tiles; at 48 px 2 x 2 (anyres_max_1: resized)
         cfg = tiny_config(type(AutoConfig.for_model("llava_onevision")))
         cfg.vision_config = _siglip(False)
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
@@ -59,7 +59,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model("internvl")))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
-    elif case.startswith(("qwen", "glm4", "kimi", "exaone")):
+    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5")):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case in ("qwen2_5_vl", "exaone4_5"):
             cfg.vision_config.fullatt_block_indexes = [1]
@@ -123,7 +123,8 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "llava_next-pad", "llava_onevision", "llava_onevision-max", "glm4v", "glm4v_moe", "glm46v",
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
-         "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5"]
+         "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
+         "llava_onevision1_5"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -177,7 +178,7 @@ NEXT_SIDE = 48   # LLaVA-NeXT's
 def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
     side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
-            "llava_next": NEXT_SIDE, "llava_onevision": NEXT_SIDE}
+            "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -193,8 +194,9 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         grid = _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, 3, v.patch_size, v.patch_size),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
-    if cfg.model_type.startswith(("qwen", "glm4", "exaone")):
-        values, grid = v.in_channels * v.temporal_patch_size * v.patch_size ** 2, _resized(cfg) // v.patch_size
+    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5")):
+        temporal = 1 if cfg.model_type == "llava_onevision1_5" else v.temporal_patch_size   # (RiceViT: a Conv2d)
+        values, grid = v.in_channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, values),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
@@ -254,7 +256,7 @@ def _types(cfg, ids) -> dict:
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
-          "exaone4_5")
+          "exaone4_5", "llava_onevision1_5")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:

@@ -34,8 +34,8 @@ ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: 
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, "
             "SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, "
-            "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, the Qwen2.5-Omni / Qwen3-Omni thinkers and Kimi "
-            "K2.5 / K2.6")
+            "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
+            "Qwen3-Omni thinkers and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

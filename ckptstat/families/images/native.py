@@ -13,12 +13,14 @@ as matmuls (ImagePath.matmuls).
   gate_proj, up_proj of intermediate_size, down_proj).
 - Qwen2-VL, Qwen2.5-VL and Qwen3-VL (dense and MoE: modeling_qwen2_vl.py, modeling_qwen2_5_vl.py, modeling_qwen3_vl.py;
   Qwen2.5-Omni's and Qwen3-Omni's thinkers hold Qwen2.5-VL's and Qwen3-VL's towers; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp
-  Qwen3-VL's without DeepStack; EXAONE 4.5 Qwen2.5-VL's with num_key_value_heads in its qkv): rounded to a multiple of patch x
-  merge as the processor's smart_resize rounds it: the Conv3d patch embedding, the blocks (Qwen2-VL: LayerNorm, full
-  attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL: RMSNorm, attention within windows of window_size
-  pixels but on fullatt_block_indexes, a biased SwiGLU MLP; Qwen3-VL: full attention, linear_fc1 / linear_fc2, its
-  learned positions interpolated by look-ups) and the patch merger (Qwen3-VL's DeepStack mergers too, after each
-  deepstack_visual_indexes block: their features are added to the language model's first layers, no matmul).
+  Qwen3-VL's without DeepStack; EXAONE 4.5 Qwen2.5-VL's with num_key_value_heads in its qkv; LLaVA-OneVision-1.5's
+  RiceViT a bias-free Conv2d, a class token beside each image's patches, full attention, fc1 / fc2, Qwen3-VL's
+  merger): rounded to a multiple of patch x merge as the processor's smart_resize rounds it: the Conv3d patch
+  embedding, the blocks (Qwen2-VL: LayerNorm, full attention over each image, fc1 / quick_gelu / fc2; Qwen2.5-VL:
+  RMSNorm, attention within windows of window_size pixels but on fullatt_block_indexes, a biased SwiGLU MLP; Qwen3-VL:
+  full attention, linear_fc1 / linear_fc2, its learned positions interpolated by look-ups) and the patch merger
+  (Qwen3-VL's DeepStack mergers too, after each deepstack_visual_indexes block: their features are added to the
+  language model's first layers, no matmul).
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -35,10 +37,11 @@ from .path import ImagePath, Matmul, attention, pair, sizes
 # wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
 # modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp: Qwen3-VL's without its
 # DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel; EXAONE 4.5: Qwen2.5-VL's with grouped keys and values in
-# its qkv, modular_exaone4_5.py)
+# its qkv, modular_exaone4_5.py; LLaVA-OneVision-1.5's RiceViT: Qwen2.5-VL's attention over each image and a class
+# token, fc1 / fc2, Qwen3-VL's merger, modular_llava_onevision1_5.py)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
-        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl"}
+        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl", "llava_onevision1_5": "rice"}
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
 
 
@@ -147,22 +150,23 @@ def windows(grid: int, size: int) -> list[int]:
 def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
     assert side is not None   # (image_path: ANY_SIZE)
-    v2, v3 = QWEN[mt] == "qwen2_vl", QWEN[mt] in ("qwen3_vl", "qwen3_5")
+    tower = QWEN[mt]
+    v2, v3, rice = tower == "qwen2_vl", tower in ("qwen3_vl", "qwen3_5"), tower == "rice"
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
-    patch, temporal, merge, channels, depth, heads, width, out = sizes(
-        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
-        width_key, out_key)
+    patch, merge, channels, depth, heads, width, out = sizes(
+        vision, "patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads", width_key, out_key)
+    (temporal,) = (1,) if rice else sizes(vision, "temporal_patch_size")   # (RiceViT's Conv2d: no frames)
     factor = patch * merge   # the processor's smart_resize: the side rounded to a multiple of patch x merge
     resized = rounded(side, factor)
     grid = resized // patch
-    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
-    full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if QWEN[mt] == "qwen2_5_vl" else \
-        list(range(depth))
+    n, units, d = grid * grid + rice, (grid // merge) ** 2, width // heads   # (RiceViT: a class token an image)
+    full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if tower == "qwen2_5_vl" \
+        else list(range(depth))
     windowed = depth - len(full)
     kv = config_value(vision, "num_key_value_heads") or heads   # (EXAONE 4.5's grouped keys and values)
     if type(kv) is not int or kv <= 0 or heads % kv:
         raise UsageError(f"--images: {mt}'s vision num_key_value_heads {kv!r} does not divide its {heads} heads")
-    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", n, channels * temporal * patch * patch, width, v3)]
+    ms: list[Matmul] = [Matmul("visual.patch_embed.proj", grid * grid, channels * temporal * patch * patch, width, v3)]
     ms += [Matmul("visual.blocks.attn.qkv", n, width, width + 2 * kv * d, True, depth),
            Matmul("visual.blocks.attn.proj", n, width, width, True, depth)]
     if full:   # one image a chunk: Q K^T and P V per head
@@ -176,8 +180,8 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         for w, count in sorted(by_size.items(), reverse=True):
             ms += attention("visual.blocks.attn", heads, w, w, d, windowed * count,
                              f"{count} windows of {w} patches, {windowed} blocks")
-    if v2:
-        inter = int(width * (config_value(vision, "mlp_ratio") or 4))
+    if v2 or rice:
+        inter = int(width * (config_value(vision, "mlp_ratio") or 4)) if v2 else sizes(vision, "intermediate_size")[0]
         ms += [Matmul("visual.blocks.mlp.fc1", n, width, inter, True, depth),
                Matmul("visual.blocks.mlp.fc2", n, inter, width, True, depth)]
     elif v3:
@@ -189,9 +193,9 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         ms += [Matmul(f"visual.blocks.mlp.{p}", n, width, inter, True, depth) for p in ("gate_proj", "up_proj")]
         ms += [Matmul("visual.blocks.mlp.down_proj", n, inter, width, True, depth)]
     merged = width * merge * merge
-    fc = ("linear_fc1", "linear_fc2") if v3 else ("mlp.0", "mlp.2")
+    fc = ("linear_fc1", "linear_fc2") if v3 or rice else ("mlp.0", "mlp.2")
     deepstack = len([i for i in (config_value(vision, "deepstack_visual_indexes") or ()) if 0 <= i < depth]) \
-        if QWEN[mt] == "qwen3_vl" else 0
+        if tower == "qwen3_vl" else 0
     for name, calls in (("visual.merger", 1), ("visual.deepstack_merger_list", deepstack)):
         if calls:
             ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
