@@ -21,6 +21,8 @@ as matmuls (ImagePath.matmuls).
   full attention, linear_fc1 / linear_fc2, its learned positions interpolated by look-ups) and the patch merger
   (Qwen3-VL's DeepStack mergers too, after each deepstack_visual_indexes block: their features are added to the
   language model's first layers, no matmul).
+- PaddleOCR-VL (modeling_paddleocr_vl.py): rounded as Qwen's, a SigLIP-like NaViT (biased patch conv, q/k/v/out_proj,
+  full attention over each image, fc1 / fc2), the projector over each 2 x 2 block of patches (linear_1, linear_2).
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -139,6 +141,32 @@ def kimi(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{grid}x{grid} patches{note}, {layers} layers with full attention over each image, merged "
                      f"{merge}x{merge} into {units} tokens, in_proj, GELU, out_proj (the processor's max_patches not "
                      "applied)")
+
+
+def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, merge, channels, layers, heads, width, inter = sizes(
+        vision, "patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers", "num_attention_heads",
+        "hidden_size", "intermediate_size")
+    (hidden,) = sizes(text, "hidden_size")
+    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    grid = resized // patch
+    n, units, d, merged = grid * grid, (grid // merge) ** 2, width // heads, width * merge * merge
+    at = "visual.encoder.layers.self_attn"
+    ms = (Matmul("visual.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *(Matmul(f"{at}.{p}_proj", n, width, width, True, layers) for p in "qkv"),
+          *attention(at, heads, n, n, d, layers),
+          Matmul(f"{at}.out_proj", n, width, width, True, layers),
+          Matmul("visual.encoder.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("visual.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("projector.linear_1", units, merged, merged, True),
+          Matmul("projector.linear_2", units, merged, hidden, True))
+    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, units, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, "
+                     f"merged {merge}x{merge} into {units} tokens by the projector's linear_1, GELU, linear_2 (the "
+                     "processor's min/max pixels not applied)")
 
 
 def windows(grid: int, size: int) -> list[int]:
