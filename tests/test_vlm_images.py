@@ -68,7 +68,7 @@ def _config(case: str):
         if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth); Qwen3.5's
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
-    elif case == "paddleocr_vl":
+    elif case in ("paddleocr_vl", "hunyuan_vl"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -126,7 +126,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
-         "llava_onevision1_5", "paddleocr_vl"]
+         "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -145,6 +145,10 @@ def _resized(cfg) -> int:
         from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import smart_resize as paddle_resize
 
         return paddle_resize(PADDLE_SIDE, PADDLE_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
+    if cfg.model_type == "hunyuan_vl":
+        from transformers.models.hunyuan_vl.image_processing_pil_hunyuan_vl import smart_resize as hunyuan_resize
+
+        return hunyuan_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
     if cfg.model_type == "kimi_k25":   # (its processor's defaults: 16,384 patches, 512 a side)
         return _navit_resize()(QWEN_SIDE, QWEN_SIDE, v.patch_size, v.merge_kernel_size[0], 16384, 512)[1][0]
     if cfg.model_type == "mistral3":
@@ -186,7 +190,7 @@ def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
     side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
-            "paddleocr_vl": PADDLE_SIDE}
+            "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -198,9 +202,11 @@ def _breaks(cfg, features: int) -> int:
 def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
-    if cfg.model_type == "paddleocr_vl":   # one [channels, patch, patch] a patch
+    if cfg.model_type in ("paddleocr_vl", "hunyuan_vl"):   # one [channels, patch, patch] a patch (HunYuan: flat)
         grid = _resized(cfg) // v.patch_size
-        return {"pixel_values": torch.randn(images * grid ** 2, v.num_channels, v.patch_size, v.patch_size),
+        shape = (v.num_channels * v.patch_size ** 2,) if cfg.model_type == "hunyuan_vl" else \
+            (v.num_channels, v.patch_size, v.patch_size)
+        return {"pixel_values": torch.randn(images * grid ** 2, *shape),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
     if cfg.model_type == "kimi_k25":   # one [3, patch, patch] a patch
         grid = _resized(cfg) // v.patch_size
@@ -268,7 +274,7 @@ def _types(cfg, ids) -> dict:
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
-          "exaone4_5", "llava_onevision1_5", "paddleocr_vl")
+          "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:

@@ -7,7 +7,8 @@ get_image_features computes them. By how the wrapper reads an image:
   LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Llama 4, Llama 3.2
   Vision, Janus);
-- native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers, PaddleOCR-VL, Kimi K2.5).
+- native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers, PaddleOCR-VL, HunYuan-VL,
+  Kimi K2.5).
 
 Any other wrapper: None (`--images` refuses it with one line)."""
 from __future__ import annotations
@@ -28,7 +29,7 @@ __all__ = ["ANY_SIZE", "MODELLED", "ImagePath", "Matmul", "any_size", "image_pat
 TILED = {"internvl": tiled.internvl, "idefics3": tiled.idefics3, "smolvlm": tiled.idefics3, "llama4": tiled.llama4,
          "mllama": tiled.mllama, "janus": tiled.janus}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
-          "paddleocr_vl": native.paddleocr}
+          "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan}
 STATED = {**TILED, **NATIVE}   # (and Mistral 3's, which reads the batch's images together)
 ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
@@ -36,7 +37,7 @@ MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-O
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, "
             "SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, "
             "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
-            "Qwen3-Omni thinkers, PaddleOCR-VL and Kimi K2.5 / K2.6")
+            "Qwen3-Omni thinkers, PaddleOCR-VL, HunYuan-VL and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

@@ -23,6 +23,9 @@ as matmuls (ImagePath.matmuls).
   language model's first layers, no matmul).
 - PaddleOCR-VL (modeling_paddleocr_vl.py): rounded as Qwen's, a SigLIP-like NaViT (biased patch conv, q/k/v/out_proj,
   full attention over each image, fc1 / fc2), the projector over each 2 x 2 block of patches (linear_1, linear_2).
+- HunYuan-VL (modeling_hunyuan_vl.py): rounded as Qwen's, its tower (biased patch conv, q/k/v/o_proj, full attention
+  over each image, fc1 / fc2), the merger's 2 x 2 conv and 1x1 conv, an image_newline after each row, its mlp into the
+  text width, image_begin and image_end: all of them the image's tokens.
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -167,6 +170,33 @@ def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, "
                      f"merged {merge}x{merge} into {units} tokens by the projector's linear_1, GELU, linear_2 (the "
                      "processor's min/max pixels not applied)")
+
+
+def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision = cfg["vision_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, merge, channels, layers, heads, width, inter, hidden = sizes(
+        vision, "patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers", "num_attention_heads",
+        "hidden_size", "intermediate_size", "text_hidden_size")
+    d = config_value(vision, "head_dim") or width // heads   # (the attention's getattr default)
+    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    grid = resized // patch
+    n, rows = grid * grid, grid // merge
+    units, at = rows * rows, "vision_tower.layers.self_attn"
+    ms = (Matmul("vision_tower.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *(Matmul(f"{at}.{p}_proj", n, width, heads * d, True, layers) for p in "qkv"),
+          *attention(at, heads, n, n, d, layers),
+          Matmul(f"{at}.o_proj", n, heads * d, width, True, layers),
+          Matmul("vision_tower.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_tower.layers.mlp.fc2", n, inter, width, True, layers),
+          Matmul("vision_tower.patch_merger.proj_conv", units, width * merge * merge, 2 * width, True),
+          Matmul("vision_tower.patch_merger.proj_out", units, 2 * width, 4 * width, True),
+          Matmul("vision_tower.patch_merger.mlp (and each row's image_newline)", units + rows, 4 * width, hidden, True))
+    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, units + rows + 2, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, the "
+                     f"merger's {merge}x{merge} conv and 1x1 conv into {units} features, an image_newline a row, its "
+                     "mlp, image_begin and image_end (the processor's min/max pixels not applied)")
 
 
 def windows(grid: int, size: int) -> list[int]:
