@@ -68,6 +68,12 @@ def _config(case: str):
         if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth); Qwen3.5's
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
+    elif case == "gemma4":   # a tower of 2 layers, two heads over one key/value head
+        from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
+
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config = Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
+                                               num_attention_heads=2, num_key_value_heads=1, head_dim=8)
     elif case in ("paddleocr_vl", "hunyuan_vl"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
@@ -126,7 +132,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
-         "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl"]
+         "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -217,6 +223,14 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         values, grid = v.in_channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, values),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
+    if cfg.model_type == "gemma4":   # its own processor's output (default settings) for square pictures
+        import numpy as np
+        from PIL import Image
+        from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+        out = Gemma4ImageProcessorPil()(images=[Image.fromarray(np.zeros((300, 300, 3), dtype=np.uint8))] * images,
+                                        return_tensors="pt")
+        return {"pixel_values": out["pixel_values"], "image_position_ids": out["image_position_ids"]}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
     if cfg.model_type.startswith("llava_"):   # each image its processor's tiles and base image, by transformers' rule
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
@@ -471,3 +485,14 @@ def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(t
     assert code == 0, err
     planned = sum(line["bytes"] for line in json.loads(out)["fit"]["lines"] if line["group"] == "activations")
     assert abs(planned - peak) / peak < 0.02, (planned, peak)
+
+
+def test_gemma4_soft_tokens_are_its_processors_default():
+    """Gemma 4's image path pads every image to its processor's max_soft_tokens, a setting config.json does not hold:
+    ckptstat's figure is Gemma4ImageProcessor's default."""
+    from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+
+    from ckptstat.families.images.tiled import GEMMA4_SOFT_TOKENS
+
+    assert Gemma4ImageProcessorPil().max_soft_tokens == GEMMA4_SOFT_TOKENS
+

@@ -14,11 +14,18 @@
 - Janus (modeling_janus.py: Janus-Pro's understanding path) reads one image at the vision config's image_size: its
   SigLIP-like tower (biased patch conv, q/k/v (attention_bias), projection_layer, fc1 / fc2 of mlp_ratio), every patch
   a token through the aligner's fc1 and depth - 1 hidden layers (its image generation path is not run on text).
+- Gemma 4 (modeling_gemma4.py) pads every image's patches to its processor's max_soft_tokens x pooling_kernel_size^2
+  (the default 280 x 9: a setting config.json does not hold) and runs them all (padding masked, computed): the bias-free
+  input_proj, layers of q/k/v/o (grouped keys and values, head_dim), a gated MLP, the pooler's one-hot average over
+  kernel x kernel patches (a matmul of the max soft tokens by the padded patches), embed_vision over the image's soft
+  tokens; a square image is scaled to fill the patch budget (get_aspect_ratio_preserving_size), so its side does not
+  change its tokens.
 - Llama 3.2 Vision (modeling_mllama.py) counts images, not tiles: every image padded to max_num_tiles tiles through the
   local and gated global layers as one sequence, the projector; the language model's cross-attention layers read its
   states (ImagePath.cross), one <|image|> token in the sequence."""
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -178,3 +185,36 @@ def janus(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     return ImagePath(None, native, n, ms,
                      f"{grid}x{grid} patches through {layers} layers, the aligner's fc1 and {depth - 1} hidden "
                      f"layer(s) of projection_dim {out}, one token a patch")
+
+
+# Gemma4ImageProcessor's default max_soft_tokens (one of 70, 140, 280, 560, 1120; a processor setting config.json does
+# not hold): every image's patches padded to max_soft_tokens x pooling_kernel_size^2
+GEMMA4_SOFT_TOKENS = 280
+
+
+def gemma4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    patch, k, width, inter, layers, heads, kv, d = sizes(
+        vision, "patch_size", "pooling_kernel_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+        "num_attention_heads", "num_key_value_heads", "head_dim")
+    (hidden,) = sizes(text, "hidden_size")
+    n, unit = GEMMA4_SOFT_TOKENS * k * k, k * patch   # the padded patches; a side a multiple of k patches
+    target_px = n * patch * patch   # (get_aspect_ratio_preserving_size: a square image scaled to the patch budget)
+    ideal = math.sqrt(target_px / (side * side)) * side if side else math.sqrt(target_px)
+    resized = max(unit, math.floor(ideal / unit) * unit)
+    tokens = (resized // unit) ** 2
+    at = "vision_tower.encoder.layers"
+    ms = (Matmul("vision_tower.patch_embedder.input_proj", n, 3 * patch * patch, width, False),
+          Matmul(f"{at}.self_attn.q_proj", n, width, heads * d, False, layers),
+          *(Matmul(f"{at}.self_attn.{p}_proj", n, width, kv * d, False, layers) for p in "kv"),
+          *attention(f"{at}.self_attn", heads, n, n, d, layers, "the padding patches' too"),
+          Matmul(f"{at}.self_attn.o_proj", n, heads * d, width, False, layers),
+          *(Matmul(f"{at}.mlp.{p}_proj", n, width, inter, False, layers) for p in ("gate", "up")),
+          Matmul(f"{at}.mlp.down_proj", n, inter, width, False, layers),
+          Matmul("vision_tower.pooler (its one-hot average, a matmul)", GEMMA4_SOFT_TOKENS, n, width, False, 1, False),
+          Matmul("embed_vision.embedding_projection", tokens, width, hidden, False))
+    return ImagePath(None, resized, tokens, ms,
+                     f"every image's patches padded to {n} (its processor's max_soft_tokens {GEMMA4_SOFT_TOKENS}, the "
+                     f"default, x {k}x{k}; the padding computed), a square image resized to {resized} px: "
+                     f"{(resized // patch) ** 2} patches through {layers} layers, average-pooled {k}x{k} into {tokens} "
+                     "soft tokens, embed_vision")
