@@ -37,7 +37,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, attention, pair, sizes
+from .path import ImagePath, Matmul, attention, encoder, pair, sizes
 
 # wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
 # modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp: Qwen3-VL's without its
@@ -132,11 +132,7 @@ def kimi(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     grid = padded // patch
     n, units, d, merged = grid * grid, (grid // merge) ** 2, width // heads, width * merge * merge
     ms = (Matmul("vision_tower.patch_embed.proj", n, 3 * patch * patch, width, True),
-          *(Matmul(f"vision_tower.layers.attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
-          *attention("vision_tower.layers.attn", heads, n, n, d, layers),
-          Matmul("vision_tower.layers.attn.proj", n, width, width, True, layers),
-          Matmul("vision_tower.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_tower.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_tower.layers", n, width, heads, d, inter, layers, out="attn.proj", attn="attn"),
           Matmul("mm_projector.in_proj", units, merged, merged, True),
           Matmul("mm_projector.out_proj", units, merged, hidden, True))
     note = f" ({side} px padded to {padded}, as its processor pads it)" if padded != side else ""
@@ -156,13 +152,8 @@ def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, units, d, merged = grid * grid, (grid // merge) ** 2, width // heads, width * merge * merge
-    at = "visual.encoder.layers.self_attn"
     ms = (Matmul("visual.embeddings.patch_embedding", n, channels * patch * patch, width, True),
-          *(Matmul(f"{at}.{p}_proj", n, width, width, True, layers) for p in "qkv"),
-          *attention(at, heads, n, n, d, layers),
-          Matmul(f"{at}.out_proj", n, width, width, True, layers),
-          Matmul("visual.encoder.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("visual.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("visual.encoder.layers", n, width, heads, d, inter, layers),
           Matmul("projector.linear_1", units, merged, merged, True),
           Matmul("projector.linear_2", units, merged, hidden, True))
     note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
@@ -182,13 +173,9 @@ def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, rows = grid * grid, grid // merge
-    units, at = rows * rows, "vision_tower.layers.self_attn"
+    units = rows * rows
     ms = (Matmul("vision_tower.embeddings.patch_embedding", n, channels * patch * patch, width, True),
-          *(Matmul(f"{at}.{p}_proj", n, width, heads * d, True, layers) for p in "qkv"),
-          *attention(at, heads, n, n, d, layers),
-          Matmul(f"{at}.o_proj", n, heads * d, width, True, layers),
-          Matmul("vision_tower.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_tower.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_tower.layers", n, width, heads, d, inter, layers, out="self_attn.o_proj"),
           Matmul("vision_tower.patch_merger.proj_conv", units, width * merge * merge, 2 * width, True),
           Matmul("vision_tower.patch_merger.proj_out", units, 2 * width, 4 * width, True),
           Matmul("vision_tower.patch_merger.mlp (and each row's image_newline)", units + rows, 4 * width, hidden, True))

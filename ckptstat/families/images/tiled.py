@@ -31,7 +31,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, attention, pair, sizes
+from .path import ImagePath, Matmul, attention, encoder, pair, sizes
 
 
 def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
@@ -51,11 +51,8 @@ def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     tokens, bias = (grid // scale) ** 2, bool(config_value(vision, "attention_bias"))
     ms = (Matmul("vision_tower.embeddings.patch_embeddings.projection", grid * grid, channels * patch * patch, width,
                  True),
-          *(Matmul(f"vision_tower.encoder.layer.attention.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
-          *attention("vision_tower.encoder.layer.attention", heads, n, n, d, layers),
-          Matmul("vision_tower.encoder.layer.attention.projection_layer", n, width, width, True, layers),
-          Matmul("vision_tower.encoder.layer.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_tower.encoder.layer.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_tower.encoder.layer", n, width, heads, d, inter, layers, bias, "attention.projection_layer",
+                   attn="attention"),
           Matmul("multi_modal_projector.linear_1", tokens, width * scale * scale, hidden, True),
           Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, True))
     return ImagePath(None, native, tokens, ms,
@@ -91,11 +88,7 @@ def idefics3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         raise UsageError(f"--images: {mt}'s scale_factor {scale!r} does not divide its {grid}x{grid} patch grid")
     n, d, tokens = grid * grid, width // heads, (grid // scale) ** 2
     ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
-          *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
-          *attention("vision_model.encoder.layers.self_attn", heads, n, n, d, layers),
-          Matmul("vision_model.encoder.layers.self_attn.out_proj", n, width, width, True, layers),
-          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_model.encoder.layers", n, width, heads, d, inter, layers),
           Matmul("connector.modality_projection.proj", tokens, width * scale * scale, hidden, False))
     return ImagePath(None, native, tokens, ms,
                      f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
@@ -116,11 +109,7 @@ def llama4(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         raise UsageError(f"--images: llama4's pixel_shuffle_ratio {ratio!r} does not divide its {grid}x{grid} patch grid")
     n, d, tokens = grid * grid + 1, width // heads, (grid // scale) ** 2   # the patches and a class token
     ms = (Matmul("vision_model.patch_embedding.linear", grid * grid, channels * patch * patch, width, False),
-          *(Matmul(f"vision_model.model.layers.self_attn.{p}_proj", n, width, width, True, layers) for p in "qkv"),
-          *attention("vision_model.model.layers.self_attn", heads, n, n, d, layers),
-          Matmul("vision_model.model.layers.self_attn.o_proj", n, width, width, True, layers),
-          Matmul("vision_model.model.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_model.model.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_model.model.layers", n, width, heads, d, inter, layers, out="self_attn.o_proj"),
           # (the adapter's fc1 reads the shuffled width through a Linear of intermediate_size inputs: equal in a model
           # that runs)
           Matmul("vision_model.vision_adapter.mlp.fc1", tokens, inter, adapter_in, False),
@@ -148,13 +137,8 @@ def mllama(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     ms = [Matmul("vision_model.patch_embedding", tiles * grid * grid, channels * patch * patch, width, False),
           # (_prepare_aspect_ratio_attention_mask: the tiles' [n, 1] mask times its transpose, a matmul)
           Matmul("vision_model.attention_mask (mask @ mask^T)", n, 1, n, False, 1, False)]
-    for encoder, count in (("transformer", layers), ("global_transformer", glob)):
-        at = f"vision_model.{encoder}.layers"
-        ms += [Matmul(f"{at}.self_attn.{p}_proj", n, width, width, False, count) for p in "qkv"]
-        ms += [*attention(f"{at}.self_attn", heads, n, n, d, count),
-               Matmul(f"{at}.self_attn.o_proj", n, width, width, False, count),
-               Matmul(f"{at}.mlp.fc1", n, width, inter, True, count),
-               Matmul(f"{at}.mlp.fc2", n, inter, width, True, count)]
+    for stack, count in (("transformer", layers), ("global_transformer", glob)):
+        ms += encoder(f"vision_model.{stack}.layers", n, width, heads, d, inter, count, False, "self_attn.o_proj", False)
     ms.append(Matmul("multi_modal_projector", tiles * per, out, hidden, True))
     return ImagePath(None, native, 1, tuple(ms),
                      f"every image padded to {tiles} tiles of {native} px (the processor's; masked tiles are computed), "
@@ -175,11 +159,7 @@ def janus(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     grid, bias = native // patch, bool(config_value(vision, "attention_bias"))
     n, d, inter = grid * grid, width // heads, int(width * ratio)
     ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
-          *(Matmul(f"vision_model.encoder.layers.self_attn.{p}_proj", n, width, width, bias, layers) for p in "qkv"),
-          *attention("vision_model.encoder.layers.self_attn", heads, n, n, d, layers),
-          Matmul("vision_model.encoder.layers.self_attn.projection_layer", n, width, width, True, layers),
-          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
-          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          *encoder("vision_model.encoder.layers", n, width, heads, d, inter, layers, bias, "self_attn.projection_layer"),
           Matmul("aligner.fc1", n, width, out, True),
           Matmul("aligner.hidden_layers", n, out, out, True, depth - 1))
     return ImagePath(None, native, n, ms,
