@@ -59,13 +59,13 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model("internvl")))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
-    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5")):
+    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5", "cosmos3")):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case in ("qwen2_5_vl", "exaone4_5"):
             cfg.vision_config.fullatt_block_indexes = [1]
         if case == "exaone4_5":   # two heads over one key/value head
             cfg.vision_config.num_heads, cfg.vision_config.num_key_value_heads = 2, 1
-        if case.startswith("qwen3"):   # a DeepStack merger after block 0 (and an index past the tiny depth); Qwen3.5's
+        if case.startswith(("qwen3", "cosmos3")):   # a DeepStack merger after block 0 (an index past the tiny depth); Qwen3.5
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
     elif case == "gemma4":   # a tower of 2 layers, two heads over one key/value head
@@ -74,7 +74,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    elif case in ("paddleocr_vl", "hunyuan_vl"):
+    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -132,7 +132,8 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "aya_vision", "cohere2_vision", "llama4", "mllama", "kimi_k25",
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
-         "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4"]
+         "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
+         "hy_v4_vl", "cosmos3_omni"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -151,7 +152,7 @@ def _resized(cfg) -> int:
         from transformers.models.paddleocr_vl.image_processing_pil_paddleocr_vl import smart_resize as paddle_resize
 
         return paddle_resize(PADDLE_SIDE, PADDLE_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
-    if cfg.model_type == "hunyuan_vl":
+    if cfg.model_type in ("hunyuan_vl", "hy_v4_vl"):   # (HY-V4-VL's processor is HunYuan-VL's)
         from transformers.models.hunyuan_vl.image_processing_pil_hunyuan_vl import smart_resize as hunyuan_resize
 
         return hunyuan_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
@@ -196,7 +197,7 @@ def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
     side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
-            "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE}
+            "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -208,9 +209,9 @@ def _breaks(cfg, features: int) -> int:
 def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
-    if cfg.model_type in ("paddleocr_vl", "hunyuan_vl"):   # one [channels, patch, patch] a patch (HunYuan: flat)
-        grid = _resized(cfg) // v.patch_size
-        shape = (v.num_channels * v.patch_size ** 2,) if cfg.model_type == "hunyuan_vl" else \
+    if cfg.model_type in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl"):   # one [channels, patch, patch] a patch (HunYuan:
+        grid = _resized(cfg) // v.patch_size                                 # flat)
+        shape = (v.num_channels * v.patch_size ** 2,) if cfg.model_type != "paddleocr_vl" else \
             (v.num_channels, v.patch_size, v.patch_size)
         return {"pixel_values": torch.randn(images * grid ** 2, *shape),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
@@ -218,7 +219,7 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         grid = _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, 3, v.patch_size, v.patch_size),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
-    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5")):
+    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5", "cosmos3")):
         temporal = 1 if cfg.model_type == "llava_onevision1_5" else v.temporal_patch_size   # (RiceViT: a Conv2d)
         values, grid = v.in_channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, values),
@@ -288,7 +289,7 @@ def _types(cfg, ids) -> dict:
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
-          "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl")
+          "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -326,6 +327,9 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
     return whole.get_total_flops(), _image_path(model, cfg, batch * images, images)[1]
 
 
+EXPERTS = ("llama4", "kimi_k25", "qwen4_exp", "hy_v4_vl")   # MoE language models whose names do not say so
+
+
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
     from transformers import AutoModelForImageTextToText, ShieldGemma2ForImageClassification
@@ -338,9 +342,8 @@ def saved(tmp_path_factory):
         # conv1d.weight.squeeze(1), made under no_grad, would be one that requires grad with no grad_fn
         build = ShieldGemma2ForImageClassification if case == "shieldgemma2" else AutoModelForImageTextToText.from_config
         model = build(cfg).eval().requires_grad_(False)
-        if "moe" in case or case in ("llama4", "kimi_k25", "qwen4_exp"):   # one mm per expert hit, which FlopCounterMode counts
-            # (grouped_mm it does not)
-            model.set_experts_implementation("eager")
+        if "moe" in case or case in EXPERTS:   # one mm per expert hit, which FlopCounterMode counts (grouped_mm it
+            model.set_experts_implementation("eager")   # does not)
         path = str(tmp_path_factory.mktemp(case))
         model.save_pretrained(path)
         out[case] = (model, cfg, path)

@@ -25,7 +25,8 @@ as matmuls (ImagePath.matmuls).
   full attention over each image, fc1 / fc2), the projector over each 2 x 2 block of patches (linear_1, linear_2).
 - HunYuan-VL (modeling_hunyuan_vl.py): rounded as Qwen's, its tower (biased patch conv, q/k/v/o_proj, full attention
   over each image, fc1 / fc2), the merger's 2 x 2 conv and 1x1 conv, an image_newline after each row, its mlp into the
-  text width, image_begin and image_end: all of them the image's tokens.
+  text width, image_begin and image_end: all of them the image's tokens. HY-V4-VL (modular_hy_v4_vl.py) the same
+  tower, its merger's 1x1 conv straight to out_hidden_size and a newline a row (no mlp, begin or end).
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -42,11 +43,13 @@ from .path import ImagePath, Matmul, attention, encoder, pair, sizes
 # wrappers -> the Qwen-VL tower they hold (Qwen2.5-Omni's and Qwen3-Omni's thinkers: Qwen2.5-VL's and Qwen3-VL's,
 # modeling_qwen2_5_omni.py, modeling_qwen3_omni_moe.py; Qwen3.5, Qwen3.5-MoE and Qwen4-Exp: Qwen3-VL's without its
 # DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel; EXAONE 4.5: Qwen2.5-VL's with grouped keys and values in
-# its qkv, modular_exaone4_5.py; LLaVA-OneVision-1.5's RiceViT: Qwen2.5-VL's attention over each image and a class
-# token, fc1 / fc2, Qwen3-VL's merger, modular_llava_onevision1_5.py)
+# its qkv, modular_exaone4_5.py; Cosmos3-Omni's reasoner: Qwen3-VL's, modular_cosmos3_omni.py; LLaVA-OneVision-1.5's
+# RiceViT: Qwen2.5-VL's attention over each image and a class token, fc1 / fc2, Qwen3-VL's merger,
+# modular_llava_onevision1_5.py)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
-        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl", "llava_onevision1_5": "rice"}
+        "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl", "llava_onevision1_5": "rice",
+        "cosmos3_omni": "qwen3_vl"}
 GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
 
 
@@ -164,26 +167,31 @@ def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 
 def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
-    vision = cfg["vision_config"]
+    vision, v4 = cfg["vision_config"], cfg["model_type"] == "hy_v4_vl"
     assert side is not None   # (image_path: ANY_SIZE)
     patch, merge, channels, layers, heads, width, inter, hidden = sizes(
         vision, "patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers", "num_attention_heads",
-        "hidden_size", "intermediate_size", "text_hidden_size")
+        "hidden_size", "intermediate_size", "out_hidden_size" if v4 else "text_hidden_size")
     d = config_value(vision, "head_dim") or width // heads   # (the attention's getattr default)
     resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, rows = grid * grid, grid // merge
-    units = rows * rows
-    ms = (Matmul("vision_tower.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+    units, conv = rows * rows, width * merge * merge if v4 else 2 * width   # (HY-V4-VL's proj_conv: m^2 x wider)
+    ms = [Matmul("vision_tower.embeddings.patch_embedding", n, channels * patch * patch, width, True),
           *encoder("vision_tower.layers", n, width, heads, d, inter, layers, out="self_attn.o_proj"),
-          Matmul("vision_tower.patch_merger.proj_conv", units, width * merge * merge, 2 * width, True),
-          Matmul("vision_tower.patch_merger.proj_out", units, 2 * width, 4 * width, True),
-          Matmul("vision_tower.patch_merger.mlp (and each row's image_newline)", units + rows, 4 * width, hidden, True))
+          Matmul("vision_tower.patch_merger.proj_conv", units, width * merge * merge, conv, True)]
+    if v4:   # proj_out straight to the text width, a newline a row: no mlp, begin or end
+        ms.append(Matmul("vision_tower.patch_merger.proj_out", units, conv, hidden, True))
+    else:
+        ms += [Matmul("vision_tower.patch_merger.proj_out", units, conv, 4 * width, True),
+               Matmul("vision_tower.patch_merger.mlp (and each row's image_newline)", units + rows, 4 * width, hidden,
+                      True)]
     note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
-    return ImagePath(None, resized, units + rows + 2, ms,
+    ends = "" if v4 else ", its mlp, image_begin and image_end"
+    return ImagePath(None, resized, units + rows + (0 if v4 else 2), tuple(ms),
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, the "
-                     f"merger's {merge}x{merge} conv and 1x1 conv into {units} features, an image_newline a row, its "
-                     "mlp, image_begin and image_end (the processor's min/max pixels not applied)")
+                     f"merger's {merge}x{merge} conv and 1x1 conv into {units} features, an image_newline a row{ends} "
+                     "(the processor's min/max pixels not applied)")
 
 
 def windows(grid: int, size: int) -> list[int]:
