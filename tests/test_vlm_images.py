@@ -74,7 +74,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl"):
+    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "minimax_m3_vl"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -133,7 +133,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -157,7 +157,11 @@ def _resized(cfg) -> int:
 
         return hunyuan_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
     if cfg.model_type == "kimi_k25":   # (its processor's defaults: 16,384 patches, 512 a side)
-        return _navit_resize()(QWEN_SIDE, QWEN_SIDE, v.patch_size, v.merge_kernel_size[0], 16384, 512)[1][0]
+        navit_resize = _function("transformers.models.kimi_k25.image_processing_kimi_k25", "navit_resize")
+        return navit_resize(QWEN_SIDE, QWEN_SIDE, v.patch_size, v.merge_kernel_size[0], 16384, 512)[1][0]
+    if cfg.model_type == "minimax_m3_vl":
+        smart_resize = _function("transformers.models.minimax_m3_vl.image_processing_minimax_m3_vl", "smart_resize")
+        return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
     if cfg.model_type == "mistral3":
         from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
 
@@ -174,19 +178,20 @@ def _resized(cfg) -> int:
     return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=factor)[0]
 
 
-def _navit_resize():
-    """Kimi K2.5's processor's navit_resize, read from transformers' own module: the module imports torchvision, which
-    is not installable beside the CPU torch wheel here, so the function alone is compiled from its source."""
+def _function(module: str, name: str):
+    """A processor's sizing function (Kimi K2.5's navit_resize, MiniMax-M3-VL's smart_resize) read from transformers'
+    own module: the module imports torchvision, which is not installable beside the CPU torch wheel here, so the
+    function alone is compiled from its source."""
     import ast
     import importlib.util
     import math
 
-    origin = importlib.util.find_spec("transformers.models.kimi_k25.image_processing_kimi_k25").origin
+    origin = importlib.util.find_spec(module).origin
     tree = ast.parse(open(origin).read())
-    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "navit_resize")
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
     namespace = {"math": math}
     exec(compile(ast.Module([fn], []), origin, "exec"), namespace)
-    return namespace["navit_resize"]
+    return namespace[name]
 
 
 NEXT_SIDE = 48   # LLaVA-NeXT's
@@ -197,7 +202,8 @@ def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
     side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
-            "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE}
+            "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE,
+            "minimax": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -219,9 +225,10 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         grid = _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, 3, v.patch_size, v.patch_size),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
-    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5", "cosmos3")):
+    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5", "cosmos3", "minimax")):
         temporal = 1 if cfg.model_type == "llava_onevision1_5" else v.temporal_patch_size   # (RiceViT: a Conv2d)
-        values, grid = v.in_channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
+        channels = v.num_channels if cfg.model_type == "minimax_m3_vl" else v.in_channels
+        values, grid = channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, values),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
     if cfg.model_type == "gemma4":   # its own processor's output (default settings) for square pictures
@@ -289,7 +296,8 @@ def _types(cfg, ids) -> dict:
 # the wrappers whose forward reads which tokens are the image's (the rest find them by image_token_id alone)
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
-          "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni")
+          "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni",
+          "minimax_m3_vl")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -327,7 +335,7 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
     return whole.get_total_flops(), _image_path(model, cfg, batch * images, images)[1]
 
 
-EXPERTS = ("llama4", "kimi_k25", "qwen4_exp", "hy_v4_vl")   # MoE language models whose names do not say so
+EXPERTS = ("llama4", "kimi_k25", "qwen4_exp", "hy_v4_vl", "minimax_m3_vl")   # MoE language models whose names do not say so
 
 
 @pytest.fixture(scope="module")

@@ -27,6 +27,9 @@ as matmuls (ImagePath.matmuls).
   over each image, fc1 / fc2), the merger's 2 x 2 conv and 1x1 conv, an image_newline after each row, its mlp into the
   text width, image_begin and image_end: all of them the image's tokens. HY-V4-VL (modular_hy_v4_vl.py) the same
   tower, its merger's 1x1 conv straight to out_hidden_size and a newline a row (no mlp, begin or end).
+- MiniMax-M3-VL (modeling_minimax_m3_vl.py): rounded as Qwen's, a bias-free Conv3d patch embedding, layers of biased
+  q/k/v/out_proj with full attention over each image and fc1 / fc2, every patch through the projector's linear_1 /
+  linear_2 into the text width, then each 2 x 2 block's through merge_linear_1 / merge_linear_2.
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -192,6 +195,30 @@ def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, the "
                      f"merger's {merge}x{merge} conv and 1x1 conv into {units} features, an image_newline a row{ends} "
                      "(the processor's min/max pixels not applied)")
+
+
+def minimax(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, temporal, merge, channels, layers, heads, width, inter = sizes(
+        vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers",
+        "num_attention_heads", "hidden_size", "intermediate_size")
+    (hidden,) = sizes(text, "hidden_size")
+    (mid,) = sizes(cfg, "projector_hidden_size")
+    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    grid = resized // patch
+    n, units, d = grid * grid, (grid // merge) ** 2, width // heads
+    ms = (Matmul("vision_tower.embeddings.proj", n, channels * temporal * patch * patch, width, False),
+          *encoder("vision_tower.layers", n, width, heads, d, inter, layers),
+          Matmul("multi_modal_projector.linear_1", n, width, mid, True),
+          Matmul("multi_modal_projector.linear_2", n, mid, hidden, True),
+          Matmul("multi_modal_projector.merge_linear_1", units, hidden * merge * merge, mid, True),
+          Matmul("multi_modal_projector.merge_linear_2", units, mid, hidden, True))
+    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, units, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, every "
+                     f"patch through linear_1 / linear_2 into the text width, then each {merge}x{merge} block through "
+                     f"merge_linear_1 / merge_linear_2 into {units} tokens (the processor's min/max pixels not applied)")
 
 
 def windows(grid: int, size: int) -> list[int]:
