@@ -74,7 +74,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "minimax_m3_vl"):
+    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "minimax_m3_vl", "idefics2"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -133,7 +133,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -159,6 +159,16 @@ def _resized(cfg) -> int:
     if cfg.model_type == "kimi_k25":   # (its processor's defaults: 16,384 patches, 512 a side)
         navit_resize = _function("transformers.models.kimi_k25.image_processing_kimi_k25", "navit_resize")
         return navit_resize(QWEN_SIDE, QWEN_SIDE, v.patch_size, v.merge_kernel_size[0], 16384, 512)[1][0]
+    if cfg.model_type == "idefics2":   # (a side its processor's default edges raise: 150 px to 378)
+        import numpy as np
+        from transformers.image_utils import SizeDict
+        from transformers.models.idefics2.image_processing_pil_idefics2 import (
+            Idefics2ImageProcessorPil,
+            get_resize_output_image_size,
+        )
+
+        default = Idefics2ImageProcessorPil.size
+        return get_resize_output_image_size(np.zeros((3, QWEN_SIDE, QWEN_SIDE)), SizeDict(**default))[0]
     if cfg.model_type == "minimax_m3_vl":
         smart_resize = _function("transformers.models.minimax_m3_vl.image_processing_minimax_m3_vl", "smart_resize")
         return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
@@ -203,7 +213,7 @@ def _side(case: str) -> list[str]:
     side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
             "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE,
-            "minimax": QWEN_SIDE}
+            "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -258,6 +268,9 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         return {"pixel_values": torch.randn(b, per_sequence, tiles, v.num_channels, side, side),
                 "aspect_ratio_ids": torch.full((b, per_sequence), 2),   # (1 x 2 tiles)
                 "aspect_ratio_mask": torch.ones(b, per_sequence, tiles, dtype=torch.long)}
+    if cfg.model_type == "idefics2":   # [sequences, images, ...] at the side its processor resizes to
+        resized = _resized(cfg)
+        return {"pixel_values": torch.randn(images // per_sequence, per_sequence, v.num_channels, resized, resized)}
     if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
         return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
     return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
@@ -498,12 +511,16 @@ def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(t
     assert abs(planned - peak) / peak < 0.02, (planned, peak)
 
 
-def test_gemma4_soft_tokens_are_its_processors_default():
-    """Gemma 4's image path pads every image to its processor's max_soft_tokens, a setting config.json does not hold:
-    ckptstat's figure is Gemma4ImageProcessor's default."""
+def test_processor_settings_assumed_are_the_processors_defaults():
+    """Settings config.json does not hold, which ckptstat assumes at their processors' defaults: Gemma 4's
+    max_soft_tokens (every image padded to it), Idefics2's shortest and longest edge (a side clamped to them)."""
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
+    from transformers.models.idefics2.image_processing_pil_idefics2 import Idefics2ImageProcessorPil
 
+    from ckptstat.families.images.native import IDEFICS2_EDGES
     from ckptstat.families.images.tiled import GEMMA4_SOFT_TOKENS
 
     assert Gemma4ImageProcessorPil().max_soft_tokens == GEMMA4_SOFT_TOKENS
+    size = Idefics2ImageProcessorPil().size
+    assert (size.shortest_edge, size.longest_edge) == IDEFICS2_EDGES
 

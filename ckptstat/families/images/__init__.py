@@ -30,15 +30,16 @@ TILED = {"internvl": tiled.internvl, "idefics3": tiled.idefics3, "smolvlm": tile
          "mllama": tiled.mllama, "janus": tiled.janus, "gemma4": tiled.gemma4}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
           "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan, "hy_v4_vl": native.hunyuan,
-          "minimax_m3_vl": native.minimax}
+          "minimax_m3_vl": native.minimax, "idefics2": native.idefics2}
 STATED = {**TILED, **NATIVE}   # (and Mistral 3's, which reads the batch's images together)
 ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
-            "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, Idefics3, "
-            "SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Gemma 4, Mistral 3, GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, "
-            "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
-            "Qwen3-Omni thinkers, Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL and Kimi K2.5 / K2.6")
+            "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
+            "Idefics2, Idefics3, SmolVLM, Llama 4, Llama 3.2 Vision, Janus, Gemma 4, Mistral 3, GLM-4.1V / 4.5V / 4.6V, "
+            "Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the "
+            "Qwen2.5-Omni / Qwen3-Omni thinkers, Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL and "
+            "Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

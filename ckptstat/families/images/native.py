@@ -30,6 +30,11 @@ as matmuls (ImagePath.matmuls).
 - MiniMax-M3-VL (modeling_minimax_m3_vl.py): rounded as Qwen's, a bias-free Conv3d patch embedding, layers of biased
   q/k/v/out_proj with full attention over each image and fc1 / fc2, every patch through the projector's linear_1 /
   linear_2 into the text width, then each 2 x 2 block's through merge_linear_1 / merge_linear_2.
+- Idefics2 (modeling_idefics2.py): a square image's side clamped to its processor's default edges (378 to 980 px), a
+  SigLIP-like tower (biased patch conv, q/k/v/out_proj, fc1 / fc2) over the patches, the connector's SwiGLU
+  modality_projection into the text width, then the perceiver resampler: resampler_depth layers of
+  resampler_n_latents latents attending over the patches and themselves (q_proj on the latents, k_proj / v_proj on
+  both), o_proj, a SwiGLU MLP of 4 x the width: the latents are the image's tokens.
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -219,6 +224,43 @@ def minimax(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, every "
                      f"patch through linear_1 / linear_2 into the text width, then each {merge}x{merge} block through "
                      f"merge_linear_1 / merge_linear_2 into {units} tokens (the processor's min/max pixels not applied)")
+
+
+# Idefics2ImageProcessor's default size: a square image's side clamped to [shortest_edge, longest_edge] (processor
+# settings config.json does not hold)
+IDEFICS2_EDGES = (378, 980)
+
+
+def idefics2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text, perceiver = cfg["vision_config"], cfg["text_config"], cfg.get("perceiver_config") or {}
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, channels, layers, heads, width, inter = sizes(
+        vision, "patch_size", "num_channels", "num_hidden_layers", "num_attention_heads", "hidden_size",
+        "intermediate_size")
+    hidden, text_inter = sizes(text, "hidden_size", "intermediate_size")
+    latents, depth, rheads, rd, rkv = sizes({"model_type": "idefics2_perceiver", **perceiver}, "resampler_n_latents",
+                                            "resampler_depth", "resampler_n_heads", "resampler_head_dim",
+                                            "num_key_value_heads")
+    resized = min(max(side, IDEFICS2_EDGES[0]), IDEFICS2_EDGES[1])
+    grid = resized // patch
+    n, keys, at = grid * grid, grid * grid + latents, "connector.perceiver_resampler.layers"
+    ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *encoder("vision_model.encoder.layers", n, width, heads, width // heads, inter, layers),
+          *(Matmul(f"connector.modality_projection.{p}_proj", n, width, text_inter, False) for p in ("gate", "up")),
+          Matmul("connector.modality_projection.down_proj", n, text_inter, hidden, False),
+          Matmul(f"{at}.self_attn.q_proj", latents, hidden, rheads * rd, False, depth),
+          *(Matmul(f"{at}.self_attn.{p}_proj (the patches and the latents)", keys, hidden, rkv * rd, False, depth)
+            for p in "kv"),
+          *attention(f"{at}.self_attn", rheads, latents, keys, rd, depth),
+          Matmul(f"{at}.self_attn.o_proj", latents, rheads * rd, hidden, False, depth),
+          *(Matmul(f"{at}.mlp.{p}_proj", latents, hidden, 4 * hidden, False, depth) for p in ("gate", "up")),
+          Matmul(f"{at}.mlp.down_proj", latents, 4 * hidden, hidden, False, depth))
+    note = f" ({side} px resized to {resized}: its processor's edges {IDEFICS2_EDGES[0]} to {IDEFICS2_EDGES[1]})" \
+        if resized != side else ""
+    return ImagePath(None, resized, latents, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers, the connector's SwiGLU into the text "
+                     f"width, {depth} perceiver layers of {latents} latents over the patches and themselves: "
+                     f"{latents} tokens")
 
 
 def windows(grid: int, size: int) -> list[int]:
