@@ -68,6 +68,11 @@ def _config(case: str):
         if case.startswith(("qwen3", "cosmos3")):   # a DeepStack merger after block 0 (an index past the tiny depth); Qwen3.5
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
+    elif case == "ovis2":   # 56 px tiles of 4 x 4 patches, 2 x 2 blocks: 4 tokens over 32 visual words
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        v = cfg.vision_config
+        v.image_size, v.patch_size, v.hidden_stride, v.vocab_size, v.qkv_bias = 56, 14, 2, 32, True
+        cfg.hidden_size = cfg.text_config.hidden_size
     elif case == "gemma4":   # a tower of 2 layers, two heads over one key/value head
         from transformers.models.gemma4.configuration_gemma4 import Gemma4VisionConfig
 
@@ -133,7 +138,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -394,17 +399,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import Ovis2Config
+    from transformers import GotOcr2Config
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(Ovis2Config)   # (its AIMv2 tower and visual tokenizer: not modelled)
-    cfg.architectures = ["Ovis2ForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "ovis2.json")
+    cfg = tiny_config(GotOcr2Config)   # (its SAM tower: not modelled)
+    cfg.architectures = ["GotOcr2ForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "got_ocr2.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Ovis2" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "GotOcr2" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")

@@ -43,14 +43,16 @@ def attention(prefix: str, heads: int, rows: int, keys: int, d: int, calls: int,
 
 def encoder(at: str, rows: int, width: int, heads: int, d: int, inter: int, layers: int, qkv_bias: bool = True,
             out: str = "self_attn.out_proj", out_bias: bool = True, attn: str = "self_attn",
-            mlp: tuple[str, str] = ("mlp.fc1", "mlp.fc2"), mlp_bias: bool = True) -> list[Matmul]:
+            mlp: tuple[str, ...] = ("mlp.fc1", "mlp.fc2"), mlp_bias: bool = True) -> list[Matmul]:
     """A ViT encoder's `layers` layers under `at` over `rows` tokens an image: q/k/v_proj of `heads` x `d`, eager
-    attention over the same rows, the output projection `out`, a two-layer MLP of `inter`."""
+    attention over the same rows, the output projection `out`, an MLP of `inter`: two layers, or gated given three
+    names (gate, up, down)."""
+    *into, back = mlp
     return [*(Matmul(f"{at}.{attn}.{p}_proj", rows, width, heads * d, qkv_bias, layers) for p in "qkv"),
             *attention(f"{at}.{attn}", heads, rows, rows, d, layers),
             Matmul(f"{at}.{out}", rows, heads * d, width, out_bias, layers),
-            Matmul(f"{at}.{mlp[0]}", rows, width, inter, mlp_bias, layers),
-            Matmul(f"{at}.{mlp[1]}", rows, inter, width, mlp_bias, layers)]
+            *(Matmul(f"{at}.{m}", rows, width, inter, mlp_bias, layers) for m in into),
+            Matmul(f"{at}.{back}", rows, inter, width, mlp_bias, layers)]
 
 
 def sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:

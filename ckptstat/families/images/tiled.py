@@ -14,6 +14,10 @@
 - Janus (modeling_janus.py: Janus-Pro's understanding path) reads one image at the vision config's image_size: its
   SigLIP-like tower (biased patch conv, q/k/v (attention_bias), projection_layer, fc1 / fc2 of mlp_ratio), every patch
   a token through the aligner's fc1 and depth - 1 hidden layers (its image generation path is not run on text).
+- Ovis2 (modeling_ovis2.py): tiles of the vision config's image_size (its processor's tiles and global image), its
+  AIMv2-like tower (patch conv, q/k/v/out_proj, a SwiGLU MLP), each hidden_stride x hidden_stride block of patches
+  through head_linear onto the visual vocabulary, softmax, and the probabilities times the visual embedding table (a
+  matmul): a token a block.
 - Gemma 4 (modeling_gemma4.py) pads every image's patches to its processor's max_soft_tokens x pooling_kernel_size^2
   (the default 280 x 9: a setting config.json does not hold) and runs them all (padding masked, computed): the bias-free
   input_proj, layers of q/k/v/o (grouped keys and values, head_dim), a gated MLP, the pooler's one-hot average over
@@ -165,6 +169,30 @@ def janus(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     return ImagePath(None, native, n, ms,
                      f"{grid}x{grid} patches through {layers} layers, the aligner's fc1 and {depth - 1} hidden "
                      f"layer(s) of projection_dim {out}, one token a patch")
+
+
+def ovis2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision = cfg["vision_config"]
+    native, patch = tile(cfg, side)
+    width, heads, inter, layers, channels, stride, vocab, indicators = sizes(
+        vision, "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers", "num_channels",
+        "hidden_stride", "vocab_size", "num_visual_indicator_tokens")
+    (hidden,) = sizes(cfg, "hidden_size")   # (the visual embedding table's width: the wrapper's own hidden_size)
+    if indicators >= vocab:
+        raise UsageError(f"--images: ovis2's {indicators} visual indicator tokens leave no visual vocabulary of {vocab}")
+    grid = native // patch
+    n, tokens = grid * grid, (-(-grid // stride)) ** 2   # (the grid padded to a multiple of hidden_stride)
+    qkv_bias, mlp_bias = bool(config_value(vision, "qkv_bias")), bool(config_value(vision, "mlp_bias"))
+    ms = (Matmul("vision_tower.transformer.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *encoder("vision_tower.transformer.encoder.layers", n, width, heads, width // heads, inter, layers, qkv_bias,
+                   out_bias=qkv_bias, mlp=("mlp.gate_proj", "mlp.up_proj", "mlp.down_proj"), mlp_bias=mlp_bias),
+          Matmul("vision_tower.head_linear", tokens, width * stride * stride, vocab - indicators, False),
+          Matmul("visual_embeddings_table (the visual-token probabilities times the table)", tokens, vocab, hidden,
+                 False))
+    return ImagePath(None, native, tokens, ms,
+                     f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
+                     f"{grid}x{grid} patches through {layers} layers, {stride}x{stride} blocks into {tokens} visual "
+                     f"tokens, head_linear onto {vocab - indicators} visual words, softmax, their embeddings")
 
 
 # Gemma4ImageProcessor's default max_soft_tokens (one of 70, 140, 280, 560, 1120; a processor setting config.json does
