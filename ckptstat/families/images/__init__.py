@@ -7,8 +7,8 @@ get_image_features computes them. By how the wrapper reads an image:
   LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Ovis2, Llama 4,
   Llama 3.2 Vision, Janus, Gemma 4);
-- native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers, PaddleOCR-VL, HunYuan-VL,
-  Kimi K2.5).
+- native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers and their kin, Idefics2,
+  PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, Kimi K2.5).
 
 Any other wrapper: None (`--images` refuses it with one line)."""
 from __future__ import annotations

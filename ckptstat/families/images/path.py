@@ -25,10 +25,11 @@ class Matmul:
 
 @dataclass(frozen=True)
 class ImagePath:
+    """What one image costs a wrapper (images/__init__.py image_path) and what it puts into its language model."""
     tower: dict[str, Any] | None     # a TOWERS tower's config, as its family reads it (model_type, architectures)
     side: int                        # the image side the tower reads
     tokens: int                      # the language model's tokens each image becomes
-    matmuls: tuple[Matmul, ...]      # the rest of the path: the projector (a Qwen tower: all of it)
+    matmuls: tuple[Matmul, ...]      # the rest of the path: the projector (a tower stated here: all of it)
     rule: str
     crops: int = 1                   # the tower's forwards an image takes (LLaVA-NeXT: its tiles and the base image)
     cross: int = 0                   # the states an image adds to the language model's cross-attention (Mllama)
