@@ -68,6 +68,12 @@ def _config(case: str):
         if case.startswith(("qwen3", "cosmos3")):   # a DeepStack merger after block 0 (an index past the tiny depth); Qwen3.5
             # tower has none and ignores the key
             cfg.vision_config.deepstack_visual_indexes = [0, 5]
+    elif case == "blip-2":   # 28 px of 14 px patches and a class token, 4 queries, 3 Q-Former layers (2 cross)
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config.image_size, cfg.vision_config.patch_size, cfg.num_query_tokens = 28, 14, 4
+        cfg.qformer_config.num_hidden_layers = 3
+        cfg.qformer_config.encoder_hidden_size = cfg.vision_config.hidden_size
+        cfg.image_token_index = 3   # (the processor's image tokens: transformers 5.25 runs no image without them)
     elif case == "ovis2":   # 56 px tiles of 4 x 4 patches, 2 x 2 blocks: 4 tokens over 32 visual words
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         v = cfg.vision_config
@@ -138,7 +144,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -278,7 +284,7 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         return {"pixel_values": torch.randn(images // per_sequence, per_sequence, v.num_channels, resized, resized)}
     if cfg.model_type in ("idefics3", "smolvlm"):   # [sequences, tiles, ...]: one sequence of every tile, as forward
         return {"pixel_values": torch.randn(1, images, v.num_channels, side, side)}   # scatters them in order
-    return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
+    return {"pixel_values": torch.randn(images, getattr(v, "num_channels", 3), side, side)}   # (BLIP-2's: RGB)
 
 
 def _forward_pixels(cfg, images: int, per_sequence: int = 1) -> dict:

@@ -18,6 +18,10 @@
   AIMv2-like tower (patch conv, q/k/v/out_proj, a SwiGLU MLP), each hidden_stride x hidden_stride block of patches
   through head_linear onto the visual vocabulary, softmax, and the probabilities times the visual embedding table (a
   matmul): a token a block.
+- BLIP-2 (modeling_blip_2.py) reads one image at the vision config's image_size: its ViT (biased patch conv, a class
+  token, a fused qkv, projection, fc1 / fc2), then num_query_tokens learned queries through the Q-Former (self-attention
+  on every layer, cross-attention over the image's states on every cross_attention_frequency-th, the query MLP) and
+  language_projection: a token a query.
 - Gemma 4 (modeling_gemma4.py) pads every image's patches to its processor's max_soft_tokens x pooling_kernel_size^2
   (the default 280 x 9: a setting config.json does not hold) and runs them all (padding masked, computed): the bias-free
   input_proj, layers of q/k/v/o (grouped keys and values, head_dim), a gated MLP, the pooler's one-hot average over
@@ -193,6 +197,43 @@ def ovis2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"one {native}x{native} tile an image (its processor's tiles and global image: count them), "
                      f"{grid}x{grid} patches through {layers} layers, {stride}x{stride} blocks into {tokens} visual "
                      f"tokens, head_linear onto {vocab - indicators} visual words, softmax, their embeddings")
+
+
+def blip2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    qformer = {"model_type": "blip_2_qformer", **(cfg.get("qformer_config") or {})}
+    native, patch = tile(cfg, side, "images (its processor resizes every image to that)")
+    width, heads, inter, layers = sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
+                                        "num_hidden_layers")
+    qw, qheads, qinter, qlayers, every, encoded = sizes(
+        qformer, "hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers",
+        "cross_attention_frequency", "encoder_hidden_size")
+    (hidden,) = sizes(text, "hidden_size")
+    (queries,) = sizes(cfg, "num_query_tokens")
+    grid = native // patch
+    n, crossed = grid * grid + 1, len(range(0, qlayers, every))   # (the patches and a class token; cross-attention
+    at = "qformer.encoder.layer"                                     # on every layer_idx % frequency == 0)
+    ms = (Matmul("vision_model.embeddings.patch_embedding", grid * grid, 3 * patch * patch, width, True),   # (RGB)
+          Matmul("vision_model.encoder.layers.self_attn.qkv", n, width, 3 * width, True, layers),
+          *attention("vision_model.encoder.layers.self_attn", heads, n, n, width // heads, layers),
+          Matmul("vision_model.encoder.layers.self_attn.projection", n, width, width, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc1", n, width, inter, True, layers),
+          Matmul("vision_model.encoder.layers.mlp.fc2", n, inter, width, True, layers),
+          *(Matmul(f"{at}.attention.attention.{p}", queries, qw, qw, True, qlayers) for p in ("query", "key", "value")),
+          *attention(f"{at}.attention.attention", qheads, queries, queries, qw // qheads, qlayers),
+          Matmul(f"{at}.attention.output.dense", queries, qw, qw, True, qlayers),
+          Matmul(f"{at}.crossattention.attention.query", queries, qw, qw, True, crossed),
+          *(Matmul(f"{at}.crossattention.attention.{p} (over the image's {n} states)", n, encoded, qw, True, crossed)
+            for p in ("key", "value")),
+          *attention(f"{at}.crossattention.attention", qheads, queries, n, qw // qheads, crossed),
+          Matmul(f"{at}.crossattention.output.dense", queries, qw, qw, True, crossed),
+          Matmul(f"{at}.intermediate_query.dense", queries, qw, qinter, True, qlayers),
+          Matmul(f"{at}.output_query.dense", queries, qinter, qw, True, qlayers),
+          Matmul("language_projection", queries, qw, hidden, True))
+    return ImagePath(None, native, queries, ms,
+                     f"{grid}x{grid} patches and a class token through {layers} layers, {queries} query tokens through "
+                     f"the Q-Former's {qlayers} layers (cross-attention over the image on {crossed}), "
+                     "language_projection: a token a query")
 
 
 # Gemma4ImageProcessor's default max_soft_tokens (one of 70, 140, 280, 560, 1120; a processor setting config.json does
