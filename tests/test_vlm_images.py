@@ -74,6 +74,10 @@ def _config(case: str):
         cfg.qformer_config.num_hidden_layers = 3
         cfg.qformer_config.encoder_hidden_size = cfg.vision_config.hidden_size
         cfg.image_token_index = 3   # (the processor's image tokens: transformers 5.25 runs no image without them)
+    elif case == "got_ocr2":   # a 8 x 8 grid: a global layer, and one in 3 x 3 windows over the grid padded to 9 x 9
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        v = cfg.vision_config
+        v.image_size, v.patch_size, v.window_size, v.global_attn_indexes = 64, 8, 3, [1]
     elif case == "ovis2":   # 56 px tiles of 4 x 4 patches, 2 x 2 blocks: 4 tokens over 32 visual words
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         v = cfg.vision_config
@@ -144,7 +148,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2"]
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -405,17 +409,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import GotOcr2Config
+    from transformers import AriaConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(GotOcr2Config)   # (its SAM tower: not modelled)
-    cfg.architectures = ["GotOcr2ForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "got_ocr2.json")
+    cfg = tiny_config(AriaConfig)   # (its projector's cross-attention: not modelled)
+    cfg.architectures = ["AriaForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "aria.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "GotOcr2" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Aria" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")

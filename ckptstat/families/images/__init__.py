@@ -6,7 +6,7 @@ get_image_features computes them. By how the wrapper reads an image:
 - fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT,
   LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Ovis2, Llama 4,
-  Llama 3.2 Vision, Janus, BLIP-2, Gemma 4);
+  Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Gemma 4);
 - native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers and their kin, Idefics2,
   PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, Kimi K2.5).
 
@@ -28,7 +28,7 @@ __all__ = ["ANY_SIZE", "MODELLED", "ImagePath", "Matmul", "any_size", "image_pat
 
 TILED = {"internvl": tiled.internvl, "idefics3": tiled.idefics3, "smolvlm": tiled.idefics3, "llama4": tiled.llama4,
          "mllama": tiled.mllama, "janus": tiled.janus, "gemma4": tiled.gemma4, "ovis2": tiled.ovis2,
-         "blip-2": tiled.blip2}
+         "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
           "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan, "hy_v4_vl": native.hunyuan,
           "minimax_m3_vl": native.minimax, "idefics2": native.idefics2}
@@ -37,7 +37,7 @@ ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: 
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
-            "Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, Gemma 4, Mistral 3, "
+            "Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Gemma 4, Mistral 3, "
             "GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, "
             "LLaVA-OneVision-1.5, the Qwen2.5-Omni / Qwen3-Omni thinkers, Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, "
             "HY-V4-VL, MiniMax-M3-VL and Kimi K2.5 / K2.6")
