@@ -48,18 +48,18 @@ def _config(case: str):
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 32, 8
         cfg.image_grid_pinpoints = [[32, 64], [64, 32], [64, 64]]
         cfg.vision_aspect_ratio = "anyres_max_1" if case.endswith("max") else "anyres_max_9"
-    elif case == "mistral3":   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
+    elif case in PIXTRAL:   # Pixtral's tower: images up to 64 px, patches of 8 merged 2 x 2
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = 64, 8
-        cfg.multimodal_projector_bias = True
+        cfg.multimodal_projector_bias = case == "mistral3"   # (LightOnOCR's projector: bias-free)
     elif case in ("idefics3", "smolvlm"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config.image_size, cfg.vision_config.patch_size, cfg.scale_factor = 48, 8, 3   # 6 x 6 into 4 tokens
-    elif case.startswith("internvl"):
-        cfg = tiny_config(type(AutoConfig.for_model("internvl")))
+    elif case.startswith(("internvl", "qianfan")):   # (Qianfan-OCR: InternVL's modules)
+        cfg = tiny_config(type(AutoConfig.for_model(case.removesuffix("-bias"))))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
-    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5", "cosmos3")):
+    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5", "cosmos3")) or case == "glmga":
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case in ("qwen2_5_vl", "exaone4_5"):
             cfg.vision_config.fullatt_block_indexes = [1]
@@ -148,7 +148,9 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "deepseek_vl", "janus", "video_llava", "llava_next_video", "qwen3_5",
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
-         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2"]
+         "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2",
+         "lighton_ocr", "glmga", "qianfan_ocr"]
+PIXTRAL = ("mistral3", "lighton_ocr")
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
 QWEN_SIDE = 150
@@ -187,14 +189,14 @@ def _resized(cfg) -> int:
     if cfg.model_type == "minimax_m3_vl":
         smart_resize = _function("transformers.models.minimax_m3_vl.image_processing_minimax_m3_vl", "smart_resize")
         return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
-    if cfg.model_type == "mistral3":
+    if cfg.model_type in PIXTRAL:
         from transformers.models.pixtral.image_processing_pil_pixtral import get_resize_output_image_size
 
         unit = v.patch_size * cfg.spatial_merge_size
         return get_resize_output_image_size(np.zeros((3, PIXTRAL_SIDE, PIXTRAL_SIDE)), size=(v.image_size, v.image_size),
                                             patch_size=(unit, unit))[0]
     factor = v.patch_size * v.spatial_merge_size
-    if cfg.model_type.startswith("glm4"):
+    if cfg.model_type.startswith("glm4") or cfg.model_type == "glmga":
         from transformers.models.glm4v.image_processing_pil_glm4v import smart_resize as glm_resize
 
         return glm_resize(v.temporal_patch_size, QWEN_SIDE, QWEN_SIDE, v.temporal_patch_size, factor)[0]
@@ -225,7 +227,8 @@ PADDLE_SIDE = 400   # PaddleOCR-VL's: within its processor's min and max pixels
 
 def _side(case: str) -> list[str]:
     """The --image-size a case's images are read at (a tower that reads any size), else none."""
-    side = {"qwen": QWEN_SIDE, "glm4": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
+    side = {"qwen": QWEN_SIDE, "glm": QWEN_SIDE, "kimi": QWEN_SIDE, "exaone": QWEN_SIDE, "mistral3": PIXTRAL_SIDE,
+            "lighton_ocr": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
             "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE,
             "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE}
@@ -234,7 +237,7 @@ def _side(case: str) -> list[str]:
 
 def _breaks(cfg, features: int) -> int:
     """The text tokens the processor adds to an image's (Pixtral's: an [IMG_BREAK] or [IMG_END] a row)."""
-    return int(round(features ** 0.5)) if cfg.model_type == "mistral3" else 0
+    return int(round(features ** 0.5)) if cfg.model_type in PIXTRAL else 0
 
 
 def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
@@ -250,7 +253,7 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         grid = _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, 3, v.patch_size, v.patch_size),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
-    if cfg.model_type.startswith(("qwen", "glm4", "exaone", "llava_onevision1_5", "cosmos3", "minimax")):
+    if cfg.model_type.startswith(("qwen", "glm", "exaone", "llava_onevision1_5", "cosmos3", "minimax")):
         temporal = 1 if cfg.model_type == "llava_onevision1_5" else v.temporal_patch_size   # (RiceViT: a Conv2d)
         channels = v.num_channels if cfg.model_type == "minimax_m3_vl" else v.in_channels
         values, grid = channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
@@ -274,7 +277,7 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         if cfg.model_type == "llava_onevision":   # (OneVision tiles an image only when it is its sequence's one)
             out["batch_num_images"] = torch.tensor([per_sequence] * (images // per_sequence))
         return out
-    if cfg.model_type == "mistral3":
+    if cfg.model_type in PIXTRAL:
         resized = _resized(cfg)
         return {"pixel_values": torch.randn(images, v.num_channels, resized, resized),
                 "image_sizes": torch.tensor([[resized, resized]] * images)}
@@ -325,7 +328,7 @@ def _types(cfg, ids) -> dict:
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
           "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni",
-          "minimax_m3_vl")
+          "minimax_m3_vl", "glmga")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:

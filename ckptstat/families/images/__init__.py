@@ -26,21 +26,22 @@ from .path import ImagePath, Matmul
 
 __all__ = ["ANY_SIZE", "MODELLED", "ImagePath", "Matmul", "any_size", "image_path", "modelled", "reading"]
 
-TILED = {"internvl": tiled.internvl, "idefics3": tiled.idefics3, "smolvlm": tiled.idefics3, "llama4": tiled.llama4,
-         "mllama": tiled.mllama, "janus": tiled.janus, "gemma4": tiled.gemma4, "ovis2": tiled.ovis2,
-         "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2}
+TILED = {"internvl": tiled.internvl, "qianfan_ocr": tiled.internvl, "idefics3": tiled.idefics3,
+         "smolvlm": tiled.idefics3, "llama4": tiled.llama4, "mllama": tiled.mllama, "janus": tiled.janus,
+         "gemma4": tiled.gemma4, "ovis2": tiled.ovis2, "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
           "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan, "hy_v4_vl": native.hunyuan,
           "minimax_m3_vl": native.minimax, "idefics2": native.idefics2}
-STATED = {**TILED, **NATIVE}   # (and Mistral 3's, which reads the batch's images together)
-ANY_SIZE = (*NATIVE, "mistral3", *PINPOINTS)   # read images at their own size: --image-size
+PIXTRAL = ("mistral3", "lighton_ocr")   # Pixtral's tower, over the batch's images together
+STATED = {**TILED, **NATIVE}
+ANY_SIZE = (*NATIVE, *PIXTRAL, *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
-            "Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Gemma 4, Mistral 3, "
-            "GLM-4.1V / 4.5V / 4.6V, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, "
-            "LLaVA-OneVision-1.5, the Qwen2.5-Omni / Qwen3-Omni thinkers, Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, "
-            "HY-V4-VL, MiniMax-M3-VL and Kimi K2.5 / K2.6")
+            "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, "
+            "Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 "
+            "(dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / Qwen3-Omni thinkers, "
+            "Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:
@@ -54,7 +55,7 @@ def modelled(cfg: Mapping[str, Any]) -> bool:
     vision = cfg.get("vision_config")
     return isinstance(vision, Mapping) and isinstance(cfg.get("text_config"), Mapping) and (
         (cfg.get("model_type") in FIXED and vision.get("model_type") in TOWERS) or cfg.get("model_type") in STATED
-        or cfg.get("model_type") == "mistral3")
+        or cfg.get("model_type") in PIXTRAL)
 
 
 def any_size(cfg: Mapping[str, Any]) -> bool:
@@ -73,7 +74,7 @@ def image_path(cfg: Mapping[str, Any], side: int | None = None, per_sequence: in
     mt = cfg["model_type"]
     if side is None and mt in ANY_SIZE:
         raise UsageError(f"--images: {mt} reads images at their own size; give --image-size N (the side in pixels)")
-    if mt == "mistral3":
+    if mt in PIXTRAL:
         return native.mistral3(cfg, side, per_sequence * batch)
     if mt in STATED:
         return STATED[mt](cfg, side)

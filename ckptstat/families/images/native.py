@@ -1,7 +1,8 @@
 """Wrappers whose towers read images at their own size (--image-size, rounded as their processors round it), stated
 as matmuls (ImagePath.matmuls).
 
-- Mistral 3 (modeling_mistral3.py over modeling_pixtral.py: Mistral Small 3.1 / 3.2, Magistral, Devstral with vision):
+- Mistral 3 (modeling_mistral3.py over modeling_pixtral.py: Mistral Small 3.1 / 3.2, Magistral, Devstral with vision;
+  LightOnOCR's, modular_lighton_ocr.py, over the tower's last state through a bias-free projector):
   images up to the vision config's image_size (rounded up to a multiple of patch x merge as Pixtral's processor rounds
   it), the Pixtral tower (bias-free patch conv, q/k/v/o, a SwiGLU MLP) over every image of the forward as one sequence
   (eager and SDPA attention mask the other images' patches: their scores are computed, so the attention grows with the
@@ -58,7 +59,7 @@ QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_v
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
         "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl", "llava_onevision1_5": "rice",
         "cosmos3_omni": "qwen3_vl"}
-GLM = ("glm4v", "glm4v_moe", "glm46v")       # GLM-4.1V / 4.5V / 4.6V: Qwen2.5-VL-like
+GLM = ("glm4v", "glm4v_moe", "glm46v", "glmga")   # GLM-4.1V / 4.5V / 4.6V and GLM-GA (GLM-4.6V's): Qwen2.5-VL-like
 
 
 def mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePath:
@@ -67,7 +68,8 @@ def mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePa
     width, heads, inter, layers, channels = sizes(vision, "hidden_size", "num_attention_heads", "intermediate_size",
                                                    "num_hidden_layers", "num_channels")
     longest, patch = pair(config_value(vision, "image_size")), pair(config_value(vision, "patch_size"))
-    merge, layer = config_value(cfg, "spatial_merge_size"), config_value(cfg, "vision_feature_layer")
+    merge = config_value(cfg, "spatial_merge_size")
+    layer = -1 if cfg["model_type"] == "lighton_ocr" else config_value(cfg, "vision_feature_layer")   # (its last state)
     (hidden,) = sizes(text, "hidden_size")
     if longest is None or patch is None or type(merge) is not int or merge <= 0 or not isinstance(layer, int):
         raise UsageError(f"--images: mistral3 with image_size {config_value(vision, 'image_size')!r}, patch_size "

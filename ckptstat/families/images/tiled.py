@@ -1,7 +1,8 @@
 """Wrappers that read fixed-size tiles (--images counts tiles) or images, their towers stated as matmuls
 (ImagePath.matmuls).
 
-- InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases): each image one tile
+- InternVL (modeling_internvl.py, the transformers-native InternVL 2.5 / 3 / 3.5 "-hf" releases; Qianfan-OCR's, its
+  modular_qianfan_ocr.py: InternVL's modules, drop paths aside): each image one tile
   at the vision config's image_size (its processor splits a picture into up to max_patches tiles and a thumbnail: each
   tile is one of N images here), its InternViT tower (class token, the layers' q/k/v, attention, projection_layer,
   fc1 / fc2), the patch grid pixel-shuffled by downsample_ratio, the projector's linear_1 and linear_2.
