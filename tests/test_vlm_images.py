@@ -89,7 +89,7 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = Gemma4VisionConfig(hidden_size=16, intermediate_size=24, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=8)
-    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "minimax_m3_vl", "idefics2"):
+    elif case in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "minimax_m3_vl", "idefics2", "video_llama_3"):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
     elif case == "vipllava":   # three layers' states, the default -2 and -5 past the tiny depth: its own list
         cfg = tiny_config(type(AutoConfig.for_model(case)))
@@ -149,7 +149,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
          "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2",
-         "lighton_ocr", "glmga", "qianfan_ocr"]
+         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3"]
 PIXTRAL = ("mistral3", "lighton_ocr")
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
@@ -186,6 +186,13 @@ def _resized(cfg) -> int:
 
         default = Idefics2ImageProcessorPil.size
         return get_resize_output_image_size(np.zeros((3, QWEN_SIDE, QWEN_SIDE)), SizeDict(**default))[0]
+    if cfg.model_type == "video_llama_3":   # (at its image processor's default merge_size)
+        from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import (
+            VideoLlama3ImageProcessorPil,
+        )
+        from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import smart_resize as vl3_resize
+
+        return vl3_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * VideoLlama3ImageProcessorPil.merge_size)[0]
     if cfg.model_type == "minimax_m3_vl":
         smart_resize = _function("transformers.models.minimax_m3_vl.image_processing_minimax_m3_vl", "smart_resize")
         return smart_resize(QWEN_SIDE, QWEN_SIDE, factor=v.patch_size * v.spatial_merge_size)[0]
@@ -231,7 +238,7 @@ def _side(case: str) -> list[str]:
             "lighton_ocr": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
             "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE,
-            "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE}
+            "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE, "video_llama_3": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -243,6 +250,13 @@ def _breaks(cfg, features: int) -> int:
 def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
     """The image inputs of `images` images, `per_sequence` a sequence, as the wrapper's processor would give them."""
     v = cfg.vision_config
+    if cfg.model_type == "video_llama_3":   # flat patches, each image's merge size the processor's default
+        from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import VideoLlama3ImageProcessorPil
+
+        grid = _resized(cfg) // v.patch_size
+        return {"pixel_values": torch.randn(images * grid ** 2, v.num_channels * v.patch_size ** 2),
+                "image_grid_thw": torch.tensor([[1, grid, grid]] * images),
+                "image_merge_sizes": torch.tensor([VideoLlama3ImageProcessorPil.merge_size] * images)}
     if cfg.model_type in ("paddleocr_vl", "hunyuan_vl", "hy_v4_vl"):   # one [channels, patch, patch] a patch (HunYuan:
         grid = _resized(cfg) // v.patch_size                                 # flat)
         shape = (v.num_channels * v.patch_size ** 2,) if cfg.model_type != "paddleocr_vl" else \
@@ -328,7 +342,7 @@ def _types(cfg, ids) -> dict:
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
           "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni",
-          "minimax_m3_vl", "glmga")
+          "minimax_m3_vl", "glmga", "video_llama_3")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:
@@ -531,14 +545,17 @@ def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(t
 
 def test_processor_settings_assumed_are_the_processors_defaults():
     """Settings config.json does not hold, which ckptstat assumes at their processors' defaults: Gemma 4's
-    max_soft_tokens (every image padded to it), Idefics2's shortest and longest edge (a side clamped to them)."""
+    max_soft_tokens (every image padded to it), Idefics2's shortest and longest edge (a side clamped to them),
+    VideoLLaMA3's merge size for images (1: a token a patch)."""
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
     from transformers.models.idefics2.image_processing_pil_idefics2 import Idefics2ImageProcessorPil
+    from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import VideoLlama3ImageProcessorPil
 
-    from ckptstat.families.images.native import IDEFICS2_EDGES
+    from ckptstat.families.images.native import IDEFICS2_EDGES, VIDEOLLAMA3_IMAGE_MERGE
     from ckptstat.families.images.tiled import GEMMA4_SOFT_TOKENS
 
     assert Gemma4ImageProcessorPil().max_soft_tokens == GEMMA4_SOFT_TOKENS
     size = Idefics2ImageProcessorPil().size
     assert (size.shortest_edge, size.longest_edge) == IDEFICS2_EDGES
+    assert VideoLlama3ImageProcessorPil().merge_size == VIDEOLLAMA3_IMAGE_MERGE
 

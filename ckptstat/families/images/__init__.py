@@ -31,7 +31,7 @@ TILED = {"internvl": tiled.internvl, "qianfan_ocr": tiled.internvl, "idefics3": 
          "gemma4": tiled.gemma4, "ovis2": tiled.ovis2, "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
           "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan, "hy_v4_vl": native.hunyuan,
-          "minimax_m3_vl": native.minimax, "idefics2": native.idefics2}
+          "minimax_m3_vl": native.minimax, "idefics2": native.idefics2, "video_llama_3": native.videollama3}
 PIXTRAL = ("mistral3", "lighton_ocr")   # Pixtral's tower, over the batch's images together
 STATED = {**TILED, **NATIVE}
 ANY_SIZE = (*NATIVE, *PIXTRAL, *PINPOINTS)   # read images at their own size: --image-size
@@ -41,7 +41,7 @@ MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-O
             "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, "
             "Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 "
             "(dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / Qwen3-Omni thinkers, "
-            "Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL and Kimi K2.5 / K2.6")
+            "Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, VideoLLaMA3 and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

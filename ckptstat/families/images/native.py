@@ -36,6 +36,9 @@ as matmuls (ImagePath.matmuls).
   modality_projection into the text width, then the perceiver resampler: resampler_depth layers of
   resampler_n_latents latents attending over the patches and themselves (q_proj on the latents, k_proj / v_proj on
   both), o_proj, a SwiGLU MLP of 4 x the width: the latents are the image's tokens.
+- VideoLLaMA3 (modeling_video_llama_3.py): images rounded as Qwen's at its processor's default image merge_size 1, a
+  SigLIP-like NaViT (biased patch conv, q/k/v/out_proj, full attention over each image, fc1 / fc2), the projector's two
+  Linears: a token a patch.
 - Kimi K2.5 / K2.6 (modeling_kimi_k25.py: MoonViT over DeepSeek-V3): padded up to a multiple of patch x merge as its
   processor's navit_resize pads it, the biased patch projection, layers of biased q/k/v/proj with full attention over
   each image and fc1 / fc2, each 2 x 2 block of patches pooled (no matmul), the projector's in_proj and out_proj."""
@@ -263,6 +266,33 @@ def idefics2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"{grid}x{grid} patches{note} through {layers} layers, the connector's SwiGLU into the text "
                      f"width, {depth} perceiver layers of {latents} latents over the patches and themselves: "
                      f"{latents} tokens")
+
+
+# VideoLlama3ImageProcessor's default merge_size for images (a processor setting config.json does not hold): 1, each
+# patch a token (its videos' is 2)
+VIDEOLLAMA3_IMAGE_MERGE = 1
+
+
+def videollama3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    assert side is not None   # (image_path: ANY_SIZE)
+    patch, channels, layers, heads, width, inter = sizes(
+        vision, "patch_size", "num_channels", "num_hidden_layers", "num_attention_heads", "hidden_size",
+        "intermediate_size")
+    (hidden,) = sizes(text, "hidden_size")
+    merge = VIDEOLLAMA3_IMAGE_MERGE
+    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    grid = resized // patch
+    n, tokens = grid * grid, (grid // merge) ** 2   # (pixel_unshuffle: a bilinear resize, no matmul)
+    ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *encoder("vision_model.encoder.layers", n, width, heads, width // heads, inter, layers),
+          Matmul("projector.readout.0", tokens, width, hidden, True),
+          Matmul("projector.readout.2", tokens, hidden, hidden, True))
+    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
+    return ImagePath(None, resized, tokens, ms,
+                     f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, an "
+                     f"image's merge_size {merge} (its processor's default for images: a token a patch), the projector's "
+                     "two Linears (the processor's min/max pixels not applied)")
 
 
 def windows(grid: int, size: int) -> list[int]:
