@@ -59,7 +59,8 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case.removesuffix("-bias"))))
         cfg.vision_config.image_size, cfg.vision_config.patch_size = [56, 56], [14, 14]   # a 4 x 4 grid, 4 tokens
         cfg.vision_config.attention_bias = cfg.vision_config.use_qk_norm = case.endswith("bias")
-    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5", "cosmos3")) or case == "glmga":
+    elif case.startswith(("qwen", "glm4", "kimi", "exaone", "llava_onevision1_5", "cosmos3", "hyperclovax")) \
+            or case == "glmga":
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         if case in ("qwen2_5_vl", "exaone4_5"):
             cfg.vision_config.fullatt_block_indexes = [1]
@@ -149,7 +150,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
          "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2",
-         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3"]
+         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3", "hyperclovax_vision_v2"]
 PIXTRAL = ("mistral3", "lighton_ocr")
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
@@ -238,7 +239,7 @@ def _side(case: str) -> list[str]:
             "lighton_ocr": PIXTRAL_SIDE,
             "llava_next": NEXT_SIDE, "llava_onevision1_5": QWEN_SIDE, "llava_onevision": NEXT_SIDE,
             "paddleocr_vl": PADDLE_SIDE, "hunyuan_vl": QWEN_SIDE, "hy_v4_vl": QWEN_SIDE, "cosmos3": QWEN_SIDE,
-            "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE, "video_llama_3": QWEN_SIDE}
+            "minimax": QWEN_SIDE, "idefics2": QWEN_SIDE, "video_llama_3": QWEN_SIDE, "hyperclovax": QWEN_SIDE}
     return next((["--image-size", str(v)] for k, v in side.items() if case.startswith(k)), [])
 
 
@@ -267,7 +268,7 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         grid = _resized(cfg) // v.patch_size
         return {"pixel_values": torch.randn(images * grid ** 2, 3, v.patch_size, v.patch_size),
                 "image_grid_thw": torch.tensor([[1, grid, grid]] * images)}
-    if cfg.model_type.startswith(("qwen", "glm", "exaone", "llava_onevision1_5", "cosmos3", "minimax")):
+    if cfg.model_type.startswith(("qwen", "glm", "exaone", "llava_onevision1_5", "cosmos3", "minimax", "hyperclovax")):
         temporal = 1 if cfg.model_type == "llava_onevision1_5" else v.temporal_patch_size   # (RiceViT: a Conv2d)
         channels = v.num_channels if cfg.model_type == "minimax_m3_vl" else v.in_channels
         values, grid = channels * temporal * v.patch_size ** 2, _resized(cfg) // v.patch_size
@@ -342,7 +343,7 @@ def _types(cfg, ids) -> dict:
 MARKED = ("paligemma", "gemma3", "shieldgemma2", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "qwen3_vl_moe", "glm4v",
           "glm4v_moe", "glm46v", "qwen2_5_omni_thinker", "qwen3_omni_moe_thinker", "qwen3_5", "qwen3_5_moe", "qwen4_exp",
           "exaone4_5", "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "hy_v4_vl", "cosmos3_omni",
-          "minimax_m3_vl", "glmga", "video_llama_3")
+          "minimax_m3_vl", "glmga", "video_llama_3", "hyperclovax_vision_v2")
 
 
 def _image_path(model, cfg, images: int, per_sequence: int = 1) -> tuple[int, int]:

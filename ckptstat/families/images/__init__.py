@@ -40,7 +40,8 @@ MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-O
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
             "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, "
             "Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 "
-            "(dense and MoE), Qwen4-Exp, EXAONE 4.5, LLaVA-OneVision-1.5, the Qwen2.5-Omni / Qwen3-Omni thinkers, "
+            "(dense and MoE), Qwen4-Exp, EXAONE 4.5, HyperCLOVAX-Vision-V2, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
+            "Qwen3-Omni thinkers, "
             "Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, VideoLLaMA3 and Kimi K2.5 / K2.6")
 
 

@@ -57,11 +57,11 @@ from .path import ImagePath, Matmul, attention, encoder, pair, sizes
 # DeepStack mergers, modular_qwen3_5.py Qwen3_5VisionModel; EXAONE 4.5: Qwen2.5-VL's with grouped keys and values in
 # its qkv, modular_exaone4_5.py; Cosmos3-Omni's reasoner: Qwen3-VL's, modular_cosmos3_omni.py; LLaVA-OneVision-1.5's
 # RiceViT: Qwen2.5-VL's attention over each image and a class token, fc1 / fc2, Qwen3-VL's merger,
-# modular_llava_onevision1_5.py)
+# modular_llava_onevision1_5.py; HyperCLOVAX-Vision-V2: Qwen2.5-VL's, then its own projector Linear)
 QWEN = {"qwen2_vl": "qwen2_vl", "qwen2_5_vl": "qwen2_5_vl", "qwen3_vl": "qwen3_vl", "qwen3_vl_moe": "qwen3_vl",
         "qwen2_5_omni_thinker": "qwen2_5_vl", "qwen3_omni_moe_thinker": "qwen3_vl", "qwen3_5": "qwen3_5",
         "qwen3_5_moe": "qwen3_5", "qwen4_exp": "qwen3_5", "exaone4_5": "qwen2_5_vl", "llava_onevision1_5": "rice",
-        "cosmos3_omni": "qwen3_vl"}
+        "cosmos3_omni": "qwen3_vl", "hyperclovax_vision_v2": "qwen2_5_vl"}
 GLM = ("glm4v", "glm4v_moe", "glm46v", "glmga")   # GLM-4.1V / 4.5V / 4.6V and GLM-GA (GLM-4.6V's): Qwen2.5-VL-like
 
 
@@ -354,6 +354,8 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         if calls:
             ms += [Matmul(f"{name}.{fc[0]}", units, merged, merged, True, calls),
                    Matmul(f"{name}.{fc[1]}", units, merged, out, True, calls)]
+    if mt == "hyperclovax_vision_v2":   # (the merger's features into the text width)
+        ms.append(Matmul("projector", units, out, sizes(cfg["text_config"], "hidden_size")[0], True))
     note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
         if resized != side else ""
     kind = "full attention over each image" if not windowed else (
