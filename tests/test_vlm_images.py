@@ -79,6 +79,9 @@ def _config(case: str):
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         v = cfg.vision_config
         v.image_size, v.patch_size, v.window_size, v.global_attn_indexes = 64, 8, 3, [1]
+    elif case == "aria":   # 70 px patches of its processor's 980 px image: 196, which 4 queries read
+        cfg = tiny_config(type(AutoConfig.for_model(case)))
+        cfg.vision_config.patch_size, cfg.projector_patch_to_query_dict = 70, {196: 4}
     elif case == "ovis2":   # 56 px tiles of 4 x 4 patches, 2 x 2 blocks: 4 tokens over 32 visual words
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         v = cfg.vision_config
@@ -150,7 +153,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
          "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2",
-         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3", "hyperclovax_vision_v2"]
+         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3", "hyperclovax_vision_v2", "aria"]
 PIXTRAL = ("mistral3", "lighton_ocr")
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
@@ -282,6 +285,11 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         out = Gemma4ImageProcessorPil()(images=[Image.fromarray(np.zeros((300, 300, 3), dtype=np.uint8))] * images,
                                         return_tensors="pt")
         return {"pixel_values": out["pixel_values"], "image_position_ids": out["image_position_ids"]}
+    if cfg.model_type == "aria":   # its processor's default max_image_size
+        from transformers.models.aria.image_processing_pil_aria import AriaImageProcessorPil
+
+        side = AriaImageProcessorPil.max_image_size
+        return {"pixel_values": torch.randn(images, v.num_channels, side, side)}
     side = v.image_size[0] if isinstance(v.image_size, (list, tuple)) else v.image_size
     if cfg.model_type.startswith("llava_"):   # each image its processor's tiles and base image, by transformers' rule
         from transformers.models.llava_next.modeling_llava_next import image_size_to_num_patches
@@ -381,7 +389,8 @@ def _measured(model, cfg, tokens: int, images: int, batch: int) -> tuple[int, in
     return whole.get_total_flops(), _image_path(model, cfg, batch * images, images)[1]
 
 
-EXPERTS = ("llama4", "kimi_k25", "qwen4_exp", "hy_v4_vl", "minimax_m3_vl")   # MoE language models whose names do not say so
+# MoE language models whose names do not say so
+EXPERTS = ("llama4", "kimi_k25", "qwen4_exp", "hy_v4_vl", "minimax_m3_vl", "aria")
 
 
 @pytest.fixture(scope="module")
@@ -427,17 +436,17 @@ def test_image_flops_are_the_wrappers_forward_with_pixels(cli, saved, case):
 
 def test_images_on_a_model_without_an_image_path_is_one_line(cli, saved):
     """A text model, and a wrapper whose image path is not modelled (a tower of another kind): exit 2, one line."""
-    from transformers import AriaConfig
+    from transformers import Lfm2VlConfig
 
     code, out, err = cli("flops", os.path.join(FIX, "gpt2-tiny"), "--images", "1")
     assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "--images" in err and "Traceback" not in err
-    cfg = tiny_config(AriaConfig)   # (its projector's cross-attention: not modelled)
-    cfg.architectures = ["AriaForConditionalGeneration"]   # (as save_pretrained writes it)
-    path = os.path.join(saved["llava"][2], "..", "aria.json")
+    cfg = tiny_config(Lfm2VlConfig)   # (its SigLIP2 NaFlex tower: not modelled)
+    cfg.architectures = ["Lfm2VlForConditionalGeneration"]   # (as save_pretrained writes it)
+    path = os.path.join(saved["llava"][2], "..", "lfm2_vl.json")
     with open(path, "w") as f:
         json.dump(cfg.to_dict(), f)
     code, out, err = cli("flops", path, "--images", "1")
-    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Aria" in err, err
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and "Lfm2Vl" in err, err
     code, out, err = cli("flops", saved["llava"][2], "--images", "-1")
     assert code == 2 and "Traceback" not in err
     code, out, err = cli("flops", saved["qwen2_vl"][2], "--images", "1", "--image-size", "-5")
@@ -547,16 +556,18 @@ def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(t
 def test_processor_settings_assumed_are_the_processors_defaults():
     """Settings config.json does not hold, which ckptstat assumes at their processors' defaults: Gemma 4's
     max_soft_tokens (every image padded to it), Idefics2's shortest and longest edge (a side clamped to them),
-    VideoLLaMA3's merge size for images (1: a token a patch)."""
+    VideoLLaMA3's merge size for images (1: a token a patch), Aria's max_image_size (every image padded to it)."""
+    from transformers.models.aria.image_processing_pil_aria import AriaImageProcessorPil
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
     from transformers.models.idefics2.image_processing_pil_idefics2 import Idefics2ImageProcessorPil
     from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import VideoLlama3ImageProcessorPil
 
     from ckptstat.families.images.native import IDEFICS2_EDGES, VIDEOLLAMA3_IMAGE_MERGE
-    from ckptstat.families.images.tiled import GEMMA4_SOFT_TOKENS
+    from ckptstat.families.images.tiled import ARIA_IMAGE_SIZE, GEMMA4_SOFT_TOKENS
 
     assert Gemma4ImageProcessorPil().max_soft_tokens == GEMMA4_SOFT_TOKENS
     size = Idefics2ImageProcessorPil().size
     assert (size.shortest_edge, size.longest_edge) == IDEFICS2_EDGES
     assert VideoLlama3ImageProcessorPil().merge_size == VIDEOLLAMA3_IMAGE_MERGE
+    assert AriaImageProcessorPil().max_image_size == ARIA_IMAGE_SIZE
 

@@ -28,7 +28,8 @@ __all__ = ["ANY_SIZE", "MODELLED", "ImagePath", "Matmul", "any_size", "image_pat
 
 TILED = {"internvl": tiled.internvl, "qianfan_ocr": tiled.internvl, "idefics3": tiled.idefics3,
          "smolvlm": tiled.idefics3, "llama4": tiled.llama4, "mllama": tiled.mllama, "janus": tiled.janus,
-         "gemma4": tiled.gemma4, "ovis2": tiled.ovis2, "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2}
+         "gemma4": tiled.gemma4, "ovis2": tiled.ovis2, "blip-2": tiled.blip2, "got_ocr2": tiled.got_ocr2,
+         "aria": tiled.aria}
 NATIVE = {**dict.fromkeys(QWEN, native.qwen), **dict.fromkeys(GLM, native.glm4v), "kimi_k25": native.kimi,
           "paddleocr_vl": native.paddleocr, "hunyuan_vl": native.hunyuan, "hy_v4_vl": native.hunyuan,
           "minimax_m3_vl": native.minimax, "idefics2": native.idefics2, "video_llama_3": native.videollama3}
@@ -38,7 +39,7 @@ ANY_SIZE = (*NATIVE, *PIXTRAL, *PINPOINTS)   # read images at their own size: --
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
             "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
-            "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, "
+            "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Aria, "
             "Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 "
             "(dense and MoE), Qwen4-Exp, EXAONE 4.5, HyperCLOVAX-Vision-V2, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
             "Qwen3-Omni thinkers, "

@@ -28,6 +28,9 @@
   attention within each window or over the whole grid on global_attn_indexes, the decomposed relative positions' two
   einsums, proj, lin1 / lin2), the neck's 1x1 and 3x3 convolutions, the projector's two stride-2 3x3 convolutions and
   multimodal_projector: a token a pixel of the last convolution.
+- Aria (modeling_aria.py): every image resized and padded to its processor's default max_image_size (980), an
+  Idefics3-like tower over its patches, then projector_patch_to_query_dict's learned queries cross-attending over them
+  (q/k/v_proj, nn.MultiheadAttention's in_proj and out_proj, linear) and the feed-forward: a token a query.
 - Gemma 4 (modeling_gemma4.py) pads every image's patches to its processor's max_soft_tokens x pooling_kernel_size^2
   (the default 280 x 9: a setting config.json does not hold) and runs them all (padding masked, computed): the bias-free
   input_proj, layers of q/k/v/o (grouped keys and values, head_dim), a gated MLP, the pooler's one-hot average over
@@ -279,6 +282,44 @@ def got_ocr2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                      f"one {native}x{native} image (or crop), {grid}x{grid} patches through {layers} layers ({full} "
                      f"global, the others in {window}x{window} windows), the neck's convolutions, two stride-2 "
                      f"convolutions into {quarter}x{quarter} tokens, multimodal_projector")
+
+
+# AriaImageProcessor's default max_image_size (490 or 980; a processor setting config.json does not hold): every image
+# resized and padded to it
+ARIA_IMAGE_SIZE = 980
+
+
+def aria(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
+    vision, text = cfg["vision_config"], cfg["text_config"]
+    width, heads, inter, layers, channels, patch = sizes(vision, "hidden_size", "num_attention_heads",
+                                                         "intermediate_size", "num_hidden_layers", "num_channels",
+                                                         "patch_size")
+    (hidden,) = sizes(text, "hidden_size")
+    if side is not None and side != ARIA_IMAGE_SIZE:
+        raise UsageError(f"--image-size {side}: aria's processor pads every image to {ARIA_IMAGE_SIZE}x{ARIA_IMAGE_SIZE} "
+                         "(its default max_image_size)")
+    grid = ARIA_IMAGE_SIZE // patch
+    n = grid * grid
+    table = config_value(cfg, "projector_patch_to_query_dict") or {1225: 128, 4900: 256}   # (AriaConfig's default)
+    queries = {int(k): v for k, v in table.items()}.get(n) if isinstance(table, Mapping) else None
+    if type(queries) is not int or queries <= 0:
+        raise UsageError(f"--images: aria's projector_patch_to_query_dict {table!r} has no queries for {n} patches")
+    at = "multi_modal_projector.cross_attn"
+    ms = (Matmul("vision_tower.embeddings.patch_embedding", n, channels * patch * patch, width, True),
+          *encoder("vision_tower.encoder.layers", n, width, heads, width // heads, inter, layers),
+          Matmul(f"{at}.q_proj", queries, width, width, False),
+          *(Matmul(f"{at}.{p}_proj (over the {n} patches)", n, width, width, False) for p in "kv"),
+          Matmul(f"{at}.multihead_attn.in_proj (queries)", queries, width, width, True),
+          Matmul(f"{at}.multihead_attn.in_proj (keys and values)", n, width, 2 * width, True),
+          *attention(f"{at}.multihead_attn", heads, queries, n, width // heads, 1),
+          Matmul(f"{at}.multihead_attn.out_proj", queries, width, width, True),
+          Matmul(f"{at}.linear", queries, width, width, True),
+          Matmul("multi_modal_projector.feed_forward.linear_in", queries, width, hidden, False),
+          Matmul("multi_modal_projector.feed_forward.linear_out", queries, hidden, hidden, False))
+    return ImagePath(None, ARIA_IMAGE_SIZE, queries, ms,
+                     f"every image resized and padded to {ARIA_IMAGE_SIZE} px (its processor's default max_image_size): "
+                     f"{grid}x{grid} patches through {layers} layers, {queries} learned queries cross-attending over them "
+                     "(q/k/v_proj, nn.MultiheadAttention, linear), the feed-forward into the text width")
 
 
 # Gemma4ImageProcessor's default max_soft_tokens (one of 70, 140, 280, 560, 1120; a processor setting config.json does
