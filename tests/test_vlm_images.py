@@ -113,6 +113,11 @@ def _config(case: str):
     elif case == "deepseek_vl":   # SigLIP's 36 patches, its pooling head run
         cfg = tiny_config(type(AutoConfig.for_model(case)))
         cfg.vision_config = _siglip(True)
+    elif case == "deepseek_vl_hybrid":   # SigLIP's 6 x 6 patches; a 64 px SAM of 8 px patches (a global layer, one in
+        cfg = tiny_config(type(AutoConfig.for_model(case)))   # 3 x 3 windows), its states resized to 24 x 24
+        cfg.vision_config = _siglip(False)
+        h = cfg.high_res_vision_config
+        h.image_size, h.patch_size, h.window_size, h.global_attn_indexes = 64, 8, 3, [1]
     elif case == "janus":   # 32 px of 8 px patches: 16 tokens, two aligner layers past fc1 (use_qk_norm: transformers
         cfg = tiny_config(type(AutoConfig.for_model(case)))   # 5.25's LayerNorm over the model width fails on heads)
         v = cfg.vision_config
@@ -153,7 +158,7 @@ CASES = ["llava", "llava-siglip", "paligemma", "paligemma-head", "gemma3", "gemm
          "qwen3_5_moe", "qwen4_exp", "vipllava", "shieldgemma2", "exaone4_5",
          "llava_onevision1_5", "paddleocr_vl", "hunyuan_vl", "gemma4",
          "hy_v4_vl", "cosmos3_omni", "minimax_m3_vl", "idefics2", "ovis2", "blip-2", "got_ocr2",
-         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3", "hyperclovax_vision_v2", "aria"]
+         "lighton_ocr", "glmga", "qianfan_ocr", "video_llama_3", "hyperclovax_vision_v2", "aria", "deepseek_vl_hybrid"]
 PIXTRAL = ("mistral3", "lighton_ocr")
 # Qwen's (and GLM's) side: 150 px, which their processors' smart_resize rounds (to 140, a 10 x 10 patch grid: 5 x 5
 # merged units, Qwen2.5-VL's windows of 4 x 4 units cut to 4 x 1, 1 x 4 and 1 x 1 at the edges)
@@ -285,6 +290,10 @@ def _pixels(cfg, images: int, per_sequence: int = 1) -> dict:
         out = Gemma4ImageProcessorPil()(images=[Image.fromarray(np.zeros((300, 300, 3), dtype=np.uint8))] * images,
                                         return_tensors="pt")
         return {"pixel_values": out["pixel_values"], "image_position_ids": out["image_position_ids"]}
+    if cfg.model_type == "deepseek_vl_hybrid":   # the low- and the high-resolution image
+        high = cfg.high_res_vision_config.image_size
+        return {"pixel_values": torch.randn(images, v.num_channels, v.image_size, v.image_size),
+                "high_res_pixel_values": torch.randn(images, 3, high, high)}
     if cfg.model_type == "aria":   # its processor's default max_image_size
         from transformers.models.aria.image_processing_pil_aria import AriaImageProcessorPil
 

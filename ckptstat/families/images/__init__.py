@@ -4,7 +4,8 @@ sequence (or, Llama 3.2 Vision, the states its cross-attention layers read), as 
 get_image_features computes them. By how the wrapper reads an image:
 
 - fixed.py: over a CLIP or SigLIP tower its family's template counts (LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT,
-  LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL);
+  LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL and
+  DeepSeek-VL-Hybrid);
 - tiled.py: fixed-size tiles or images through a tower stated as matmuls (InternVL, Idefics3, SmolVLM, Ovis2, Llama 4,
   Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Gemma 4);
 - native.py: images at their own size (Mistral 3's Pixtral, GLM-4.xV, the Qwen-VL towers and their kin, Idefics2,
@@ -38,12 +39,12 @@ STATED = {**TILED, **NATIVE}
 ANY_SIZE = (*NATIVE, *PIXTRAL, *PINPOINTS)   # read images at their own size: --image-size
 # what the lines above cover, said to users
 MODELLED = ("LLaVA, Video-LLaVA, VipLLaVA, LLaVA-NeXT, LLaVA-NeXT-Video, LLaVA-OneVision, PaliGemma, Gemma 3, "
-            "ShieldGemma 2, Aya Vision, Command A Vision and DeepSeek-VL over a CLIP or SigLIP tower, InternVL, "
-            "Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, GOT-OCR2, Aria, "
-            "Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, Qwen3-VL, Qwen3.5 "
-            "(dense and MoE), Qwen4-Exp, EXAONE 4.5, HyperCLOVAX-Vision-V2, LLaVA-OneVision-1.5, the Qwen2.5-Omni / "
-            "Qwen3-Omni thinkers, "
-            "Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, VideoLLaMA3 and Kimi K2.5 / K2.6")
+            "ShieldGemma 2, Aya Vision, Command A Vision, DeepSeek-VL and DeepSeek-VL-Hybrid over a CLIP or SigLIP "
+            "tower, InternVL, Qianfan-OCR, Idefics2, Idefics3, SmolVLM, Ovis2, Llama 4, Llama 3.2 Vision, Janus, BLIP-2, "
+            "GOT-OCR2, Aria, Gemma 4, Mistral 3, LightOnOCR, GLM-4.1V / 4.5V / 4.6V, GLM-GA, Qwen2-VL, Qwen2.5-VL, "
+            "Qwen3-VL, Qwen3.5 (dense and MoE), Qwen4-Exp, EXAONE 4.5, HyperCLOVAX-Vision-V2, LLaVA-OneVision-1.5, the "
+            "Qwen2.5-Omni / Qwen3-Omni thinkers, Cosmos3-Omni, PaddleOCR-VL, HunYuan-VL, HY-V4-VL, MiniMax-M3-VL, "
+            "VideoLLaMA3 and Kimi K2.5 / K2.6")
 
 
 def reading(spec: ArchSpec, path: ImagePath | None, count: int) -> ArchSpec:

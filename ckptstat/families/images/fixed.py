@@ -7,8 +7,9 @@ tiles (ImagePath.crops: --image-size sets the image). Aya Vision (modeling_aya_v
 splits and thumbnail: --images counts them), the grid pixel-shuffled by downsample_factor, a SwiGLU projector; Command A
 Vision (modeling_cohere2_vision.py) the same over the tower's last hidden state. VipLLaVA (modeling_vipllava.py): several
 layers' states concatenated, a LayerNorm and LLaVA's projector. ShieldGemma 2 (its Gemma 3 wrapper) as Gemma 3.
-DeepSeek-VL (modeling_deepseek_vl.py):
-its SigLIP's last hidden state through the aligner's linear1 and linear2, a token a patch."""
+DeepSeek-VL (modeling_deepseek_vl.py): its
+SigLIP's last hidden state through the aligner's linear1 and linear2, a token a patch; DeepSeek-VL-Hybrid that and a SAM
+tower at high resolution (hybrid)."""
 from __future__ import annotations
 
 import math
@@ -17,13 +18,13 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, sizes
+from .path import ImagePath, Matmul, neck, pair, sam, sizes, stride2
 
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
 TOWERS = {"clip_vision_model": ("CLIPVisionModel", True), "siglip_vision_model": ("SiglipVisionModel", False)}
 FIXED = ("llava", "video_llava", "vipllava", "paligemma", "gemma3", "shieldgemma2", "llava_next", "llava_next_video",
-         "llava_onevision", "aya_vision", "cohere2_vision", "deepseek_vl")   # over TOWERS
+         "llava_onevision", "aya_vision", "cohere2_vision", "deepseek_vl", "deepseek_vl_hybrid")   # over TOWERS
 # the image_grid_pinpoints when config.json leaves them out (LlavaNextConfig's, LlavaOnevisionConfig's __post_init__)
 PINPOINTS = {"llava_next": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
              "llava_next_video": [[336, 672], [672, 336], [672, 672], [1008, 336], [336, 1008]],
@@ -78,6 +79,8 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
                           Matmul("multi_modal_projector.linear_2", tokens, hidden, hidden, True)),
                          f"the tower's hidden states at layers {layer}, each without its first token, concatenated, "
                          f"projector_layernorm, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
+    if mt == "deepseek_vl_hybrid":
+        return hybrid(cfg, tower, native, patches, width, hidden)
     if mt == "deepseek_vl":   # every patch of the last hidden state through the aligner's linear1, GELU, linear2
         return ImagePath(tower, native, patches, (Matmul("aligner.linear1", patches, width, hidden, True),
                                                   Matmul("aligner.linear2", patches, hidden, hidden, True)),
@@ -160,3 +163,38 @@ def any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int, 
                      f"tiled as {height}x{width_px} ({rows}x{cols} tiles of {native} px and the whole image: {crops} "
                      f"through the tower), the tiles' {cur_h}x{cur_w} features unpadded{shrunk} to {kept_h}x{kept_w}, "
                      f"an image_newline a row, the base tile's {per} first; linear_1, {act}, linear_2", crops)
+
+
+def hybrid(cfg: Mapping[str, Any], tower: dict[str, Any], native: int, patches: int, width: int,
+           hidden: int) -> ImagePath:
+    """DeepSeek-VL-Hybrid (modeling_deepseek_vl_hybrid.py): the SigLIP tower at its image_size and a SAM tower at
+    high_res_vision_config's; the SAM's last state (after its neck) and its global_attn_indexes[0] layer's state (through
+    high_res_vision_neck) each resized to 4 x SigLIP's grid (bilinear, no matmul) and through high_res_vision_proj's two
+    stride-2 3x3 convolutions; the aligner's vision_proj and high_res_vision_proj, concatenated, GELU, proj."""
+    high = {"model_type": "sam_vision_model", **(cfg.get("high_res_vision_config") or {})}
+    high_side, high_patch = pair(config_value(high, "image_size")), pair(config_value(high, "patch_size"))
+    if high_side is None or high_patch is None or patch_grid(patches) is None:
+        raise UsageError(f"--images: deepseek_vl_hybrid's high_res_vision_config image_size "
+                         f"{config_value(high, 'image_size')!r} and patch_size {config_value(high, 'patch_size')!r} "
+                         "are no square image")
+    ms, grid = sam("high_res_vision_model", high, high_side, high_patch)
+    hwidth, out = sizes(high, "hidden_size", "output_channels")
+    side = patch_grid(patches) or 0   # (output_size: SigLIP's grid)
+    half = stride2(4 * side)
+    ms += [*neck("high_res_vision_neck (the global layer's state)", grid, hwidth, out),
+           Matmul("high_res_vision_proj.conv1 (3x3, stride 2)", half * half, out * 9, 2 * out, False, 2),
+           Matmul("high_res_vision_proj.conv2 (3x3, stride 2)", stride2(half) ** 2, 2 * out * 9, 4 * out, False, 2),
+           Matmul("aligner.vision_proj", patches, width, hidden // 2, True),
+           Matmul("aligner.high_res_vision_proj", patches, 4 * out, hidden // 2, True),
+           Matmul("aligner.proj", patches, hidden, hidden, True)]
+    return ImagePath(tower, native, patches, tuple(ms),
+                     f"a {native} px image through SigLIP and a {high_side} px one through SAM ({grid}x{grid} patches, "
+                     f"its neck, and its global layer's state through another), both SAM states resized to {4 * side}x"
+                     f"{4 * side} and through two stride-2 convolutions, the aligner over {patches} tokens")
+
+
+def patch_grid(patches: int) -> int | None:
+    """The side of a square grid of `patches`, else None."""
+    side = math.isqrt(patches)
+    return side if side * side == patches else None
+

@@ -72,3 +72,47 @@ def pair(v: Any) -> int | None:
     if isinstance(v, (list, tuple)) and len(v) == 2 and v[0] == v[1]:
         v = v[0]
     return v if type(v) is int and v > 0 else None
+
+
+def sam(at: str, vision: Mapping[str, Any], native: int, patch: int) -> tuple[list[Matmul], int]:
+    """A SAM ViT-det encoder under `at` over a `native`-pixel image, with its neck (transformers' SamVisionEncoder and
+    its copies: GOT-OCR2's, DeepSeek-VL-Hybrid's high-resolution tower), and its grid side: the patch conv; per layer a
+    fused qkv and proj over the patches, or over the grid padded to whole windows on the windowed layers; attention
+    within each window or over the whole grid on global_attn_indexes; the decomposed relative positions' two einsums
+    (each query against its row's and its column's positions); lin1 / lin2; the neck's 1x1 and 3x3 convolutions."""
+    width, heads, mlp, layers, channels, out, window = sizes(
+        vision, "hidden_size", "num_attention_heads", "mlp_dim", "num_hidden_layers", "num_channels", "output_channels",
+        "window_size")
+    full = len({i for i in (config_value(vision, "global_attn_indexes") or ()) if 0 <= i < layers})
+    grid, d, rel = native // patch, width // heads, bool(config_value(vision, "use_rel_pos"))
+    padded = -(-grid // window) * window   # (window_partition pads the grid to whole windows)
+    ms = [Matmul(f"{at}.patch_embed.projection", grid * grid, channels * patch * patch, width, True)]
+    # (rows, one attention's side, attentions an image) of the global and the windowed layers
+    for count, rows, a_side, each in ((full, grid * grid, grid, 1), (layers - full, padded * padded, window,
+                                                                       (padded // window) ** 2)):
+        if not count:
+            continue
+        t, kind = a_side * a_side, "global" if a_side == grid else f"{each} windows of {a_side}x{a_side}"
+        ms += [Matmul(f"{at}.layers.attn.qkv ({kind})", rows, width, 3 * width, bool(config_value(vision, "qkv_bias")),
+                      count),
+               *attention(f"{at}.layers.attn", heads, t, t, d, count * each, kind)]
+        if rel:
+            ms.append(Matmul(f"{at}.layers.attn.rel_pos (height and width, {kind})", heads * t, d, a_side, False,
+                             2 * count * each, False))
+        ms.append(Matmul(f"{at}.layers.attn.proj ({kind})", rows, width, width, True, count))
+    ms += [Matmul(f"{at}.layers.mlp.lin1", grid * grid, width, mlp, True, layers),
+           Matmul(f"{at}.layers.mlp.lin2", grid * grid, mlp, width, True, layers),
+           *neck(f"{at}.neck", grid, width, out)]
+    return ms, grid
+
+
+def neck(at: str, grid: int, width: int, out: int) -> list[Matmul]:
+    """SAM's neck over a grid of `grid` x `grid`: a bias-free 1x1 convolution to `out` channels, then a 3x3 one."""
+    return [Matmul(f"{at}.conv1", grid * grid, width, out, False),
+            Matmul(f"{at}.conv2 (3x3)", grid * grid, out * 9, out, False)]
+
+
+def stride2(side: int) -> int:
+    """The side a 3x3 convolution of stride 2 and padding 1 leaves."""
+    return (side - 1) // 2 + 1
+

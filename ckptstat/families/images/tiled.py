@@ -48,7 +48,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, attention, encoder, pair, sizes
+from .path import ImagePath, Matmul, attention, encoder, pair, sam, sizes, stride2
 
 
 def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
@@ -248,40 +248,19 @@ def blip2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 def got_ocr2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
     native, patch = tile(cfg, side, "images (its processor resizes every image, or each crop, to that)")
-    width, heads, mlp, layers, channels, out, window = sizes(
-        vision, "hidden_size", "num_attention_heads", "mlp_dim", "num_hidden_layers", "num_channels", "output_channels",
-        "window_size")
+    (out,) = sizes(vision, "output_channels")
     (hidden,) = sizes(text, "hidden_size")
-    full = len({i for i in (config_value(vision, "global_attn_indexes") or ()) if 0 <= i < layers})
-    grid, d, rel = native // patch, width // heads, bool(config_value(vision, "use_rel_pos"))
-    padded = -(-grid // window) * window   # (window_partition pads the grid to whole windows)
-    ms = [Matmul("vision_tower.patch_embed.projection", grid * grid, channels * patch * patch, width, True)]
-    at = "vision_tower.layers.attn"
-    # (rows, one attention's side, attentions an image) of the global and the windowed layers
-    for count, rows, a_side, each in ((full, grid * grid, grid, 1), (layers - full, padded * padded, window,
-                                                                       (padded // window) ** 2)):
-        if not count:
-            continue
-        t, kind = a_side * a_side, "global" if a_side == grid else f"{each} windows of {a_side}x{a_side}"
-        ms += [Matmul(f"{at}.qkv ({kind})", rows, width, 3 * width, bool(config_value(vision, "qkv_bias")), count),
-               *attention(at, heads, t, t, d, count * each, kind)]
-        if rel:   # get_decomposed_rel_pos: each query against its row's and its column's relative positions
-            ms.append(Matmul(f"{at}.rel_pos (height and width, {kind})", heads * t, d, a_side, False, 2 * count * each,
-                             False))
-        ms.append(Matmul(f"{at}.proj ({kind})", rows, width, width, True, count))
-    half, quarter = (grid - 1) // 2 + 1, ((grid - 1) // 2) // 2 + 1   # (3x3 convolutions of stride 2, padding 1)
-    ms += [Matmul("vision_tower.layers.mlp.lin1", grid * grid, width, mlp, True, layers),
-           Matmul("vision_tower.layers.mlp.lin2", grid * grid, mlp, width, True, layers),
-           Matmul("vision_tower.neck.conv1", grid * grid, width, out, False),
-           Matmul("vision_tower.neck.conv2 (3x3)", grid * grid, out * 9, out, False),
-           Matmul("multi_modal_projector.conv_upsampler1 (3x3, stride 2)", half * half, out * 9, 2 * out, False),
+    ms, grid = sam("vision_tower", vision, native, patch)
+    half = stride2(grid)
+    quarter = stride2(half)
+    ms += [Matmul("multi_modal_projector.conv_upsampler1 (3x3, stride 2)", half * half, out * 9, 2 * out, False),
            Matmul("multi_modal_projector.conv_upsampler2 (3x3, stride 2)", quarter * quarter, 2 * out * 9, hidden,
                   False),
            Matmul("multi_modal_projector.multimodal_projector", quarter * quarter, hidden, hidden, True)]
     return ImagePath(None, native, quarter * quarter, tuple(ms),
-                     f"one {native}x{native} image (or crop), {grid}x{grid} patches through {layers} layers ({full} "
-                     f"global, the others in {window}x{window} windows), the neck's convolutions, two stride-2 "
-                     f"convolutions into {quarter}x{quarter} tokens, multimodal_projector")
+                     f"one {native}x{native} image (or crop), {grid}x{grid} patches through the SAM encoder (global and "
+                     f"windowed layers) and its neck, two stride-2 convolutions into {quarter}x{quarter} tokens, "
+                     "multimodal_projector")
 
 
 # AriaImageProcessor's default max_image_size (490 or 980; a processor setting config.json does not hold): every image
