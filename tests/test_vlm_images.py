@@ -565,18 +565,25 @@ def test_mllama_inference_peak_holds_the_cross_attention_over_the_image_states(t
 def test_processor_settings_assumed_are_the_processors_defaults():
     """Settings config.json does not hold, which ckptstat assumes at their processors' defaults: Gemma 4's
     max_soft_tokens (every image padded to it), Idefics2's shortest and longest edge (a side clamped to them),
-    VideoLLaMA3's merge size for images (1: a token a patch), Aria's max_image_size (every image padded to it)."""
+    VideoLLaMA3's merge size for images (1: a token a patch), Aria's max_image_size (every image padded to it); and the
+    config classes' defaults __post_init__ sets (Aria's patch-to-query table, the LLaVA-NeXT pinpoints)."""
+    from transformers import AriaConfig, AutoConfig
     from transformers.models.aria.image_processing_pil_aria import AriaImageProcessorPil
     from transformers.models.gemma4.image_processing_pil_gemma4 import Gemma4ImageProcessorPil
     from transformers.models.idefics2.image_processing_pil_idefics2 import Idefics2ImageProcessorPil
     from transformers.models.video_llama_3.image_processing_pil_video_llama_3 import VideoLlama3ImageProcessorPil
 
+    from ckptstat.families.images.fixed import PINPOINTS
     from ckptstat.families.images.native import IDEFICS2_EDGES, VIDEOLLAMA3_IMAGE_MERGE
-    from ckptstat.families.images.tiled import ARIA_IMAGE_SIZE, GEMMA4_SOFT_TOKENS
+    from ckptstat.families.images.tiled import ARIA_IMAGE_SIZE, ARIA_PATCH_QUERIES, GEMMA4_SOFT_TOKENS
 
     assert Gemma4ImageProcessorPil().max_soft_tokens == GEMMA4_SOFT_TOKENS
     size = Idefics2ImageProcessorPil().size
     assert (size.shortest_edge, size.longest_edge) == IDEFICS2_EDGES
     assert VideoLlama3ImageProcessorPil().merge_size == VIDEOLLAMA3_IMAGE_MERGE
     assert AriaImageProcessorPil().max_image_size == ARIA_IMAGE_SIZE
+    # and the config classes' defaults that are no constants config_defaults.json holds (set in __post_init__)
+    assert AriaConfig().projector_patch_to_query_dict == ARIA_PATCH_QUERIES
+    for model_type, pinpoints in PINPOINTS.items():
+        assert AutoConfig.for_model(model_type).image_grid_pinpoints == pinpoints, model_type
 

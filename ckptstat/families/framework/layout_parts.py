@@ -83,6 +83,7 @@ def cross_layers(w: Walk, cross: tuple[int, ...]) -> None:
         B.add(f"{p.layers}[{C}] cross-attention layers (skipped: no image)", "activation", "encoder", C, w.tok + (h,),
               w.tok + (h,), params=per * C)
         return
+    # the ops alone, on the Builder: the modules are recorded above (mlp() and Walk.linear would record them twice)
     label, states = (lambda sub: w.label(sub, cross)), (B.b, S)
     B.norm(label(p.attn_in), "encoder", w.tok, h, C, kind="rmsnorm")
     B.linear(label(x + p.q), "encoder", w.tok, h, a * d, False, C)

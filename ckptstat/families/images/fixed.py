@@ -18,7 +18,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, neck, pair, sam, sizes, stride2
+from .path import ImagePath, Matmul, fixed_side, neck, pair, sam, sizes, stride2
 
 # The vision towers whose family describes them: the vision config's model_type -> the class its template counts
 # (the whole tower runs, SigLIP's pooling head where the config keeps it), and whether its tokens open with a class token.
@@ -36,9 +36,8 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
     vision, text, mt = cfg["vision_config"], cfg["text_config"], cfg["model_type"]
     native, patch, width = sizes(vision, "image_size", "patch_size", "hidden_size")
     (hidden,) = sizes(text, "hidden_size")
-    if side is not None and side != native and mt not in PINPOINTS:
-        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} images (its processor resizes "
-                         "every image to that)")
+    if mt not in PINPOINTS:
+        fixed_side(mt, side, native, "images (its processor resizes every image to that)")
     arch, cls_token = TOWERS[str(vision["model_type"])]
     patches, tower = (native // patch) ** 2, {**vision, "architectures": [arch]}
     if mt in PINPOINTS:
@@ -80,7 +79,7 @@ def fixed(cfg: Mapping[str, Any], side: int | None, per_sequence: int) -> ImageP
                          f"the tower's hidden states at layers {layer}, each without its first token, concatenated, "
                          f"projector_layernorm, linear_1, {config_value(cfg, 'projector_hidden_act')}, linear_2")
     if mt == "deepseek_vl_hybrid":
-        return hybrid(cfg, tower, native, patches, width, hidden)
+        return hybrid(cfg, tower, native, native // patch, width, hidden)
     if mt == "deepseek_vl":   # every patch of the last hidden state through the aligner's linear1, GELU, linear2
         return ImagePath(tower, native, patches, (Matmul("aligner.linear1", patches, width, hidden, True),
                                                   Matmul("aligner.linear2", patches, hidden, hidden, True)),
@@ -165,22 +164,22 @@ def any_resolution(cfg: Mapping[str, Any], side: int | None, per_sequence: int, 
                      f"an image_newline a row, the base tile's {per} first; linear_1, {act}, linear_2", crops)
 
 
-def hybrid(cfg: Mapping[str, Any], tower: dict[str, Any], native: int, patches: int, width: int,
+def hybrid(cfg: Mapping[str, Any], tower: dict[str, Any], native: int, side: int, width: int,
            hidden: int) -> ImagePath:
     """DeepSeek-VL-Hybrid (modeling_deepseek_vl_hybrid.py): the SigLIP tower at its image_size and a SAM tower at
     high_res_vision_config's; the SAM's last state (after its neck) and its global_attn_indexes[0] layer's state (through
     high_res_vision_neck) each resized to 4 x SigLIP's grid (bilinear, no matmul) and through high_res_vision_proj's two
-    stride-2 3x3 convolutions; the aligner's vision_proj and high_res_vision_proj, concatenated, GELU, proj."""
+    stride-2 3x3 convolutions; the aligner's vision_proj and high_res_vision_proj, concatenated, GELU, proj. `side`:
+    SigLIP's patch grid (the model's output_size)."""
     high = {"model_type": "sam_vision_model", **(cfg.get("high_res_vision_config") or {})}
     high_side, high_patch = pair(config_value(high, "image_size")), pair(config_value(high, "patch_size"))
-    if high_side is None or high_patch is None or patch_grid(patches) is None:
+    if high_side is None or high_patch is None:
         raise UsageError(f"--images: deepseek_vl_hybrid's high_res_vision_config image_size "
                          f"{config_value(high, 'image_size')!r} and patch_size {config_value(high, 'patch_size')!r} "
                          "are no square image")
     ms, grid = sam("high_res_vision_model", high, high_side, high_patch)
     hwidth, out = sizes(high, "hidden_size", "output_channels")
-    side = patch_grid(patches) or 0   # (output_size: SigLIP's grid)
-    half = stride2(4 * side)
+    patches, half = side * side, stride2(4 * side)
     ms += [*neck("high_res_vision_neck (the global layer's state)", grid, hwidth, out),
            Matmul("high_res_vision_proj.conv1 (3x3, stride 2)", half * half, out * 9, 2 * out, False, 2),
            Matmul("high_res_vision_proj.conv2 (3x3, stride 2)", stride2(half) ** 2, 2 * out * 9, 4 * out, False, 2),
@@ -191,10 +190,4 @@ def hybrid(cfg: Mapping[str, Any], tower: dict[str, Any], native: int, patches: 
                      f"a {native} px image through SigLIP and a {high_side} px one through SAM ({grid}x{grid} patches, "
                      f"its neck, and its global layer's state through another), both SAM states resized to {4 * side}x"
                      f"{4 * side} and through two stride-2 convolutions, the aligner over {patches} tokens")
-
-
-def patch_grid(patches: int) -> int | None:
-    """The side of a square grid of `patches`, else None."""
-    side = math.isqrt(patches)
-    return side if side * side == patches else None
 

@@ -101,19 +101,22 @@ def mistral3(cfg: Mapping[str, Any], side: int | None, together: int) -> ImagePa
                      f"{config_value(cfg, 'projector_hidden_act')}, linear_2")
 
 
-def rounded(side: int, factor: int) -> int:
-    """The side the processors' smart_resize gives a square image (rounded to a multiple of `factor`; their min/max
-    pixels, processor settings, not applied)."""
-    return max(factor, round(side / factor) * factor)
+def smart_resized(side: int | None, factor: int) -> tuple[int, str]:
+    """The side the processors' smart_resize (Qwen's and its copies) gives a square image of `side` pixels, rounded to
+    a multiple of `factor` (their min/max pixels, processor settings, not applied), and the rule's note when it
+    differs."""
+    assert side is not None   # (image_path: ANY_SIZE)
+    resized = max(factor, round(side / factor) * factor)
+    return resized, (f" ({side} px rounded to {resized}, a multiple of {factor}, as its processor's smart_resize rounds "
+                     "it)" if resized != side else "")
 
 
 def glm4v(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision = cfg["vision_config"]
-    assert side is not None   # (image_path: ANY_SIZE)
     patch, temporal, merge, channels, depth, heads, width, out, inter = sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads",
         "hidden_size", "out_hidden_size", "intermediate_size")
-    resized = rounded(side, patch * merge)
+    resized, note = smart_resized(side, patch * merge)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
     bias = bool(config_value(vision, "attention_bias"))
@@ -127,7 +130,6 @@ def glm4v(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
           Matmul("visual.merger.proj", units, out, out, False),
           *(Matmul(f"visual.merger.{p}", units, out, inter, False) for p in ("gate_proj", "up_proj")),
           Matmul("visual.merger.down_proj", units, inter, out, False))
-    note = f" ({side} px rounded to {resized}, as the processor's smart_resize rounds it)" if resized != side else ""
     return ImagePath(None, resized, units, ms,
                      f"{grid}x{grid} patches{note}, {depth} blocks with full attention over each image, downsampled "
                      f"{merge}x{merge} into {units} tokens, the merger (the processor's min/max pixels not applied)")
@@ -160,19 +162,17 @@ def kimi(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    assert side is not None   # (image_path: ANY_SIZE)
     patch, merge, channels, layers, heads, width, inter = sizes(
         vision, "patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers", "num_attention_heads",
         "hidden_size", "intermediate_size")
     (hidden,) = sizes(text, "hidden_size")
-    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    resized, note = smart_resized(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, units, d, merged = grid * grid, (grid // merge) ** 2, width // heads, width * merge * merge
     ms = (Matmul("visual.embeddings.patch_embedding", n, channels * patch * patch, width, True),
           *encoder("visual.encoder.layers", n, width, heads, d, inter, layers),
           Matmul("projector.linear_1", units, merged, merged, True),
           Matmul("projector.linear_2", units, merged, hidden, True))
-    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
     return ImagePath(None, resized, units, ms,
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, "
                      f"merged {merge}x{merge} into {units} tokens by the projector's linear_1, GELU, linear_2 (the "
@@ -181,12 +181,11 @@ def paddleocr(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, v4 = cfg["vision_config"], cfg["model_type"] == "hy_v4_vl"
-    assert side is not None   # (image_path: ANY_SIZE)
     patch, merge, channels, layers, heads, width, inter, hidden = sizes(
         vision, "patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers", "num_attention_heads",
         "hidden_size", "intermediate_size", "out_hidden_size" if v4 else "text_hidden_size")
     d = config_value(vision, "head_dim") or width // heads   # (the attention's getattr default)
-    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    resized, note = smart_resized(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, rows = grid * grid, grid // merge
     units, conv = rows * rows, width * merge * merge if v4 else 2 * width   # (HY-V4-VL's proj_conv: m^2 x wider)
@@ -199,7 +198,6 @@ def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
         ms += [Matmul("vision_tower.patch_merger.proj_out", units, conv, 4 * width, True),
                Matmul("vision_tower.patch_merger.mlp (and each row's image_newline)", units + rows, 4 * width, hidden,
                       True)]
-    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
     ends = "" if v4 else ", its mlp, image_begin and image_end"
     return ImagePath(None, resized, units + rows + (0 if v4 else 2), tuple(ms),
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, the "
@@ -209,13 +207,12 @@ def hunyuan(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 def minimax(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    assert side is not None   # (image_path: ANY_SIZE)
     patch, temporal, merge, channels, layers, heads, width, inter = sizes(
         vision, "patch_size", "temporal_patch_size", "spatial_merge_size", "num_channels", "num_hidden_layers",
         "num_attention_heads", "hidden_size", "intermediate_size")
     (hidden,) = sizes(text, "hidden_size")
     (mid,) = sizes(cfg, "projector_hidden_size")
-    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    resized, note = smart_resized(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, units, d = grid * grid, (grid // merge) ** 2, width // heads
     ms = (Matmul("vision_tower.embeddings.proj", n, channels * temporal * patch * patch, width, False),
@@ -224,7 +221,6 @@ def minimax(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
           Matmul("multi_modal_projector.linear_2", n, mid, hidden, True),
           Matmul("multi_modal_projector.merge_linear_1", units, hidden * merge * merge, mid, True),
           Matmul("multi_modal_projector.merge_linear_2", units, mid, hidden, True))
-    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
     return ImagePath(None, resized, units, ms,
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, every "
                      f"patch through linear_1 / linear_2 into the text width, then each {merge}x{merge} block through "
@@ -275,20 +271,18 @@ VIDEOLLAMA3_IMAGE_MERGE = 1
 
 def videollama3(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     vision, text = cfg["vision_config"], cfg["text_config"]
-    assert side is not None   # (image_path: ANY_SIZE)
     patch, channels, layers, heads, width, inter = sizes(
         vision, "patch_size", "num_channels", "num_hidden_layers", "num_attention_heads", "hidden_size",
         "intermediate_size")
     (hidden,) = sizes(text, "hidden_size")
     merge = VIDEOLLAMA3_IMAGE_MERGE
-    resized = rounded(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
+    resized, note = smart_resized(side, patch * merge)   # (its processor's smart_resize, as Qwen's)
     grid = resized // patch
     n, tokens = grid * grid, (grid // merge) ** 2   # (pixel_unshuffle: a bilinear resize, no matmul)
     ms = (Matmul("vision_model.embeddings.patch_embedding", n, channels * patch * patch, width, True),
           *encoder("vision_model.encoder.layers", n, width, heads, width // heads, inter, layers),
           Matmul("projector.readout.0", tokens, width, hidden, True),
           Matmul("projector.readout.2", tokens, hidden, hidden, True))
-    note = f" ({side} px rounded to {resized}, as its processor's smart_resize rounds it)" if resized != side else ""
     return ImagePath(None, resized, tokens, ms,
                      f"{grid}x{grid} patches{note} through {layers} layers with full attention over each image, an "
                      f"image's merge_size {merge} (its processor's default for images: a token a patch), the projector's "
@@ -303,15 +297,13 @@ def windows(grid: int, size: int) -> list[int]:
 
 def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
     mt, vision = cfg["model_type"], cfg["vision_config"]
-    assert side is not None   # (image_path: ANY_SIZE)
     tower = QWEN[mt]
     v2, v3, rice = tower == "qwen2_vl", tower in ("qwen3_vl", "qwen3_5"), tower == "rice"
     width_key, out_key = ("embed_dim", "hidden_size") if v2 else ("hidden_size", "out_hidden_size")
     patch, merge, channels, depth, heads, width, out = sizes(
         vision, "patch_size", "spatial_merge_size", "in_channels", "depth", "num_heads", width_key, out_key)
     (temporal,) = (1,) if rice else sizes(vision, "temporal_patch_size")   # (RiceViT's Conv2d: no frames)
-    factor = patch * merge   # the processor's smart_resize: the side rounded to a multiple of patch x merge
-    resized = rounded(side, factor)
+    resized, note = smart_resized(side, patch * merge)
     grid = resized // patch
     n, units, d = grid * grid + rice, (grid // merge) ** 2, width // heads   # (RiceViT: a class token an image)
     full = [i for i in (config_value(vision, "fullatt_block_indexes") or ()) if 0 <= i < depth] if tower == "qwen2_5_vl" \
@@ -356,8 +348,6 @@ def qwen(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                    Matmul(f"{name}.{fc[1]}", units, merged, out, True, calls)]
     if mt == "hyperclovax_vision_v2":   # (the merger's features into the text width)
         ms.append(Matmul("projector", units, out, sizes(cfg["text_config"], "hidden_size")[0], True))
-    note = f" ({side} px rounded to {resized}, a multiple of {factor}, as the processor's smart_resize rounds it)" \
-        if resized != side else ""
     kind = "full attention over each image" if not windowed else (
         f"attention within windows of {config_value(vision, 'window_size')} px, full on blocks {full}")
     stack = f", {deepstack} DeepStack mergers" if deepstack else ""

@@ -67,6 +67,13 @@ def sizes(sub: Mapping[str, Any], *keys: str) -> list[int]:
     return out
 
 
+def fixed_side(mt: str, side: int | None, native: int, reads: str) -> None:
+    """--image-size given to a wrapper that reads one side (`native`): a usage error unless it is that side, saying
+    what the wrapper `reads` there."""
+    if side is not None and side != native:
+        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} {reads}")
+
+
 def pair(v: Any) -> int | None:
     """A square side given as an int or a [height, width] pair (InternVL's image_size, patch_size), else None."""
     if isinstance(v, (list, tuple)) and len(v) == 2 and v[0] == v[1]:

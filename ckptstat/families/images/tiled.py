@@ -48,7 +48,7 @@ from typing import Any
 
 from ...errors import UsageError
 from ..framework.base import config_value
-from .path import ImagePath, Matmul, attention, encoder, pair, sam, sizes, stride2
+from .path import ImagePath, Matmul, attention, encoder, fixed_side, pair, sam, sizes, stride2
 
 
 def internvl(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
@@ -89,8 +89,7 @@ def tile(cfg: Mapping[str, Any], side: int | None, reads: str = TILES) -> tuple[
     if native is None or patch is None or patch > native:
         raise UsageError(f"--images: {mt}'s vision image_size {config_value(vision, 'image_size')!r} and patch_size "
                          f"{config_value(vision, 'patch_size')!r} are no square tile")
-    if side is not None and side != native:
-        raise UsageError(f"--image-size {side}: {mt}'s tower reads {native}x{native} {reads}")
+    fixed_side(mt, side, native, reads)
     return native, patch
 
 
@@ -264,8 +263,10 @@ def got_ocr2(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
 
 
 # AriaImageProcessor's default max_image_size (490 or 980; a processor setting config.json does not hold): every image
-# resized and padded to it
+# resized and padded to it; AriaConfig's projector_patch_to_query_dict where config.json leaves it out (its
+# __post_init__'s: a dict, which config_defaults.json does not hold)
 ARIA_IMAGE_SIZE = 980
+ARIA_PATCH_QUERIES = {1225: 128, 4900: 256}
 
 
 def aria(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
@@ -274,12 +275,11 @@ def aria(cfg: Mapping[str, Any], side: int | None) -> ImagePath:
                                                          "intermediate_size", "num_hidden_layers", "num_channels",
                                                          "patch_size")
     (hidden,) = sizes(text, "hidden_size")
-    if side is not None and side != ARIA_IMAGE_SIZE:
-        raise UsageError(f"--image-size {side}: aria's processor pads every image to {ARIA_IMAGE_SIZE}x{ARIA_IMAGE_SIZE} "
-                         "(its default max_image_size)")
+    fixed_side("aria", side, ARIA_IMAGE_SIZE, "images (its processor pads every image to that: its default "
+               "max_image_size)")
     grid = ARIA_IMAGE_SIZE // patch
     n = grid * grid
-    table = config_value(cfg, "projector_patch_to_query_dict") or {1225: 128, 4900: 256}   # (AriaConfig's default)
+    table = config_value(cfg, "projector_patch_to_query_dict") or ARIA_PATCH_QUERIES
     queries = {int(k): v for k, v in table.items()}.get(n) if isinstance(table, Mapping) else None
     if type(queries) is not int or queries <= 0:
         raise UsageError(f"--images: aria's projector_patch_to_query_dict {table!r} has no queries for {n} patches")
