@@ -28,7 +28,7 @@ from typing import Any
 
 import msgpack
 
-from ..core import Checkpoint, TensorInfo
+from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, size_of
 from ..core.io import pread
 from ..core.tensor import read_flat_file
@@ -41,14 +41,7 @@ _PAYLOAD_HEAD = 1024       # (shape, dtype) of an array's payload fit here: 64 d
 
 CHUNKED = "__msgpack_chunked_array__"              # flax.serialization._chunk
 
-# numpy / ml_dtypes dtype names (`arr.dtype.name`) -> canonical dtype. ml_dtypes' 4- and 6-bit types
-# (int4, float4_e2m1fn...) take a whole byte per element in numpy: not in this table, refused.
-FLAX_DTYPES = {
-    "bool": "BOOL", "uint8": "U8", "int8": "I8", "uint16": "U16", "int16": "I16", "uint32": "U32", "int32": "I32",
-    "uint64": "U64", "int64": "I64", "float16": "F16", "float32": "F32", "float64": "F64", "complex64": "C64",
-    "complex128": "C128", "bfloat16": "BF16", "float8_e4m3fn": "F8_E4M3", "float8_e5m2": "F8_E5M2",
-    "float8_e4m3fnuz": "F8_E4M3FNUZ", "float8_e5m2fnuz": "F8_E5M2FNUZ", "float8_e8m0fnu": "F8_E8M0",
-}
+FLAX_DTYPES = dtypes.NUMPY_NAMES   # flax.serialization writes `arr.dtype.name`
 
 
 def _array(src: Source, name: str, code: int, start: int, n: int, file: str) -> TensorInfo:

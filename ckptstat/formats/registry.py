@@ -169,6 +169,10 @@ def resolve_folder(folder: str) -> str:
         named = ", ".join(sorted(repos)[:3]) + (", ..." if len(repos) > 3 else "")
         raise UsageError(f"{folder}: a Hugging Face cache of {len(repos)} repositor{'y' if len(repos) == 1 else 'ies'} "
                          f"({named}): pass one of them; `ckptstat scan` and `audit` take the whole cache")
+    if listing is None:   # an orbax CheckpointManager's folder of steps: refused naming them (formats/orbax/)
+        orbax = importlib.import_module(f"{__package__}.orbax")
+        if steps := orbax.manager_steps(folder):
+            raise orbax.refuse_manager(folder, steps)
     raise FileNotFound(folder, "folder holds no weights file ckptstat recognises")
 
 
@@ -466,10 +470,12 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "mp_rank_00_model_states.pt": "training",                 # DeepSpeed global_stepN/ (ZeRO 0-2)
                         "zero_pp_rank_0_mp_rank_00_model_states.pt": "training",  # ... ZeRO 3
                         "__0.metadata": "dcp",      # a DCP folder saved without rank coordination (rank-local metadata)
-                        "weights": "dcp"}           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
+                        "weights": "dcp",           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
+                        "manifest.ocdbt": "orbax", "_METADATA": "orbax",   # an orbax item: OCDBT, or a folder per array
+                        "_CHECKPOINT_METADATA": "orbax"}                   # ... an orbax step folder of items
 # ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
 DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).
 _FILE_HOOKS: dict[str, Callable[[str], Checkpoint]] = {}
 # ... and the reader module that registers each hook, imported when such a name is opened.
-_HOOK_MODULES = {"checkpoint": "tf_bundle", "saved_model.pb": "saved_model", ".metadata": "dcp"}
+_HOOK_MODULES = {"checkpoint": "tf_bundle", "saved_model.pb": "saved_model", ".metadata": "dcp", "manifest.ocdbt": "orbax"}

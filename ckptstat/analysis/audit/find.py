@@ -5,7 +5,8 @@ claimed, never audited apart), a TF bundle's `X.index` (its `X.data-*` files and
 claimed), a SavedModel folder (everything under it claimed), an ONNX model (the external data files its tensors
 name, as its reader resolves them inside its folder: `_onnx_data`), a torch.distributed.checkpoint folder (its
 `.metadata`, or the folder when only rank-local `__<rank>.metadata` files or HuggingFaceStorageWriter shards are
-there: every rank's file claimed, none a checkpoint alone). Any other file is a unit when the format
+there: every rank's file claimed, none a checkpoint alone), an orbax item or step folder (formats/orbax/: everything
+under it claimed; a CheckpointManager's steps are a unit each). Any other file is a unit when the format
 registry's detection accepts it (magic bytes, else a known extension: formats/registry.py `detect`)
 or when a loader would read a pickle from its bytes (analysis/scan/ `pickle_bearing`, locally and remotely: a
 bare pickle is what the scan must see); the rest (config.json, tokenizers, READMEs) is counted as skipped.
@@ -36,6 +37,7 @@ from ...errors import (
     UsageError,
     short_text,
 )
+from ...formats.orbax import orbax_folder
 from ...formats.registry import DCP_SHARD, detect, read_json
 from ...formats.training import trainer_folder
 from ..scan import pickle_bearing
@@ -145,9 +147,10 @@ def _walk(root: str, skipped: Skipped) -> list[Unit]:
             if os.path.islink(os.path.join(folder, d)):
                 dirs.remove(d)
                 skipped.refuse(os.path.join(folder, d))
-        # a TF SavedModel (variables/ inside) or a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
-        # rng_state.pth, training_args.bin): the folder is the checkpoint, every file under it scanned
-        if "saved_model.pb" in names or trainer_folder({*names, *dirs}):
+        # a TF SavedModel (variables/ inside), a Trainer checkpoint-N/ (the model, optimizer.pt, scheduler.pt,
+        # rng_state.pth, training_args.bin) or an orbax item or step folder: the folder is the checkpoint, every file
+        # under it scanned
+        if "saved_model.pb" in names or trainer_folder({*names, *dirs}) or orbax_folder(names):
             # (its files taken as any folder's are: a link out of the root, a FIFO skipped, never read)
             inside = sorted(os.path.join(f, n) for f, _, ns in walk(folder, unlisted) for n in ns)
             units.append(_unit(folder, [p for p in inside if _taken(p, real_root, skipped)]))

@@ -25,10 +25,11 @@ import math
 import os
 import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import IO, Any
 
 from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.chunked import Assembler
+from ...core.chunked import Box as _Chunk
 from ...core.files import file_size, open_regular
 from ...core.io import RawFile, Window, contiguous_strides, pread, read_view
 from ...core.tensor import read_flat_file
@@ -46,7 +47,6 @@ from .objects import read_objects, training_of
 METADATA = ".metadata"                      # filesystem.py `_metadata_fn`
 _MODULE = "torch.distributed.checkpoint"
 MAX_METADATA = 256 << 20                    # bytes of `.metadata` pickle read
-MAX_ASSEMBLE = 1 << 20                      # elements mapped at once when assembling chunks
 
 
 # filesystem.py _StorageInfo, metadata.py classes: recorded, never built
@@ -206,21 +206,11 @@ def _zip_tensor(item: _Item, f: IO[bytes], size: int, base: int, fqn: str, dtype
     return t
 
 
-@dataclass(frozen=True)
-class _Chunk:
-    offsets: tuple[int, ...]
-    sizes: tuple[int, ...]
-    tensor: TensorInfo               # (offset None with `item`: a stream extension's item, decoded when read)
-    item: _Item | None = None
-
-
-class _Chunks:
-    """Values of tensors stored in several chunks: elements [start, start + count) of the whole tensor,
-    gathered from the chunks whose boxes they fall in, MAX_ASSEMBLE elements at a time. Within a chunk the
-    wanted elements span at most `count` of its own (its C order is the tensor's, restricted to the box)."""
+class _Chunks(Assembler):
+    """A DCP tensor's chunks (core/chunked.py), each read by offset or from its stream-extension item decompressed."""
 
     def __init__(self) -> None:
-        self.layouts: dict[str, list[_Chunk]] = {}
+        super().__init__()
         self.decoded: tuple[_Item, IO[bytes], TensorInfo] | None = None   # the last item decompressed (extensions.py)
 
     def close(self) -> None:
@@ -228,7 +218,7 @@ class _Chunks:
             self.decoded[1].close()
             self.decoded = None
 
-    def _values(self, name: str, c: _Chunk, dtype: str, start: int, count: int) -> Any:
+    def values(self, name: str, c: _Chunk, dtype: str, start: int, count: int) -> Any:
         """Elements [start, start + count) of one chunk: by offset, or from its item decompressed (the last one kept
         in a temporary file while its values are read in blocks)."""
         item = c.item
@@ -252,38 +242,6 @@ class _Chunks:
         view = read_view(RawFile(out, item.file), t.offset or 0, t.dt.bits // 8, t.shape,
                          t.stride or contiguous_strides(t.shape), start, count)
         return dtypes.decode(view, t.dtype, count, t.byteorder)
-
-    def __call__(self, info: TensorInfo, start: int, count: int) -> Any:
-        import numpy as np
-
-        chunks = self.layouts.get(info.name)
-        if chunks is None:
-            return read_flat_file(info, start, count)
-        parts = []
-        for lo in range(start, start + count, MAX_ASSEMBLE):
-            n = min(MAX_ASSEMBLE, start + count - lo)
-            idx = np.unravel_index(np.arange(lo, lo + n, dtype=np.int64), info.shape)
-            block, filled = None, np.zeros(n, dtype=bool)
-            for c in chunks:
-                mask = np.ones(n, dtype=bool)
-                for d, (o, s) in enumerate(zip(c.offsets, c.sizes)):
-                    mask &= (idx[d] >= o) & (idx[d] < o + s)
-                if not mask.any():
-                    continue
-                if (filled & mask).any():
-                    raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: two chunks hold one element")
-                local = np.ravel_multi_index(tuple(i[mask] - o for i, o in zip(idx, c.offsets)), c.sizes)
-                a, b = int(local.min()), int(local.max()) + 1
-                # an element's values as a row (F4_X2: two)
-                values = self._values(info.name, c, info.dtype, a, b - a).reshape(b - a, -1)
-                if block is None:
-                    block = np.empty((n, values.shape[1]), dtype=values.dtype)
-                block[mask] = values[local - a]
-                filled |= mask
-            if block is None or not filled.all():
-                raise CorruptCheckpointError(info.file, f"tensor {info.name!r}: elements from {lo:,} lie in no chunk")
-            parts.append(block.reshape(-1))
-        return np.concatenate(parts)
 
 
 def _tensor_entries(path: str, meta: Record) -> Iterator[tuple[str, str, tuple[int, ...], list[Record]]]:

@@ -19,10 +19,11 @@ import os
 from collections.abc import Callable
 
 from ...core import Checkpoint, TensorInfo, dtypes
+from ...core.chunked import Box as _Chunk
 from ...errors import CorruptCheckpointError
 from ..registry import _FOLDER_HOOKS, DCP_SHARD
 from ..safetensors import open_safetensors
-from . import SHARDING_KEY, _Chunk, _Chunks
+from . import SHARDING_KEY, _Chunks
 
 
 def _offsets(path: str, part: Checkpoint) -> dict[str, tuple[int, ...]]:
