@@ -8,17 +8,16 @@ import hashlib
 import json
 import os
 import shutil
-import struct
 
 import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
+from fuzz.layouts import OCDBT_BTREE, leb128, ocdbt_encoded, ocdbt_manifest, ocdbt_table
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.cli import main
 from ckptstat.core import dtypes
 from ckptstat.errors import CheckpointError, CorruptCheckpointError, ExternalReferenceError, UsageError
-from ckptstat.formats.crc32c import crc32c
 
 EXPECTED = json.load(open(os.path.join(FIXTURES, "expected_orbax.json")))
 CASES = EXPECTED["cases"]
@@ -111,52 +110,22 @@ def _cli_refuses(path, capsys, code=1):
     return err
 
 
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
-        n >>= 7
-        if not n:
-            return bytes(out)
-
-
-def _encoded(magic: int, body: bytes) -> bytes:
-    head = struct.pack(">I", magic) + b"\0" * 8 + _varint(0) + _varint(0)   # version 0, uncompressed
-    data = bytearray(head + body + b"\0" * 4)
-    struct.pack_into("<Q", data, 4, len(data))
-    struct.pack_into("<I", data, len(data) - 4, crc32c(bytes(data[:-4])))
-    return bytes(data)
-
-
-def _table(paths: list[str]) -> bytes:
-    out = _varint(len(paths)) + b"".join(_varint(0) for _ in paths[1:])
-    out += b"".join(_varint(len(p)) for p in paths) + b"".join(_varint(0) for _ in paths)
-    return out + b"".join(p.encode() for p in paths)
-
-
-def _manifest(root_file: str, offset: int, length: int, height: int = 0) -> bytes:
-    config = b"\x11" * 16 + _varint(0) + _varint(100) + _varint(1 << 20) + bytes([4]) + _varint(0)
-    versions = _varint(1) + _varint(1) + bytes([height]) + _varint(0) + _varint(offset) + _varint(length)
-    versions += _varint(1) + _varint(length) + _varint(0) + b"\0" * 8
-    return _encoded(0x0CDB3A2A, config + _table([root_file]) + versions + _varint(0))
-
-
 def _leaf(entries: dict[bytes, bytes]) -> bytes:
     keys = sorted(entries)
-    body = bytes([0]) + _table([]) + _varint(len(keys)) + b"".join(_varint(0) for _ in keys[1:])
-    body += b"".join(_varint(len(k)) for k in keys) + b"".join(keys)
-    body += b"".join(_varint(len(entries[k])) for k in keys) + bytes(len(keys)) + b"".join(entries[k] for k in keys)
-    return _encoded(0x0CDB20DE, body)
+    body = bytes([0]) + ocdbt_table([]) + leb128(len(keys)) + b"".join(leb128(0) for _ in keys[1:])
+    body += b"".join(leb128(len(k)) for k in keys) + b"".join(keys)
+    body += b"".join(leb128(len(entries[k])) for k in keys) + bytes(len(keys)) + b"".join(entries[k] for k in keys)
+    return ocdbt_encoded(OCDBT_BTREE, body)
 
 
 def _interior(children: list[tuple[bytes, str, int, int]], height: int) -> bytes:
     files = sorted({c[1] for c in children})
-    body = bytes([height]) + _table(files) + _varint(len(children)) + b"".join(_varint(0) for _ in children[1:])
-    body += b"".join(_varint(len(k)) for k, *_ in children) + b"".join(_varint(0) for _ in children)
-    body += b"".join(k for k, *_ in children) + b"".join(_varint(files.index(f)) for _, f, _, _ in children)
-    body += b"".join(_varint(o) for _, _, o, _ in children) + b"".join(_varint(n) for *_, n in children)
-    body += b"".join(_varint(1) for _ in children) * 3
-    return _encoded(0x0CDB20DE, body)
+    body = bytes([height]) + ocdbt_table(files) + leb128(len(children)) + b"".join(leb128(0) for _ in children[1:])
+    body += b"".join(leb128(len(k)) for k, *_ in children) + b"".join(leb128(0) for _ in children)
+    body += b"".join(k for k, *_ in children) + b"".join(leb128(files.index(f)) for _, f, _, _ in children)
+    body += b"".join(leb128(o) for _, _, o, _ in children) + b"".join(leb128(n) for *_, n in children)
+    body += b"".join(leb128(1) for _ in children) * 3
+    return ocdbt_encoded(OCDBT_BTREE, body)
 
 
 def _database(tmp_path, nodes: dict[str, bytes], root: str, height: int = 0):
@@ -164,7 +133,7 @@ def _database(tmp_path, nodes: dict[str, bytes], root: str, height: int = 0):
     (db / "d").mkdir(parents=True)
     for name, data in nodes.items():
         (db / "d" / name).write_bytes(data)
-    (db / "manifest.ocdbt").write_bytes(_manifest(f"d/{root}", 0, len(nodes[root]), height))
+    (db / "manifest.ocdbt").write_bytes(ocdbt_manifest(f"d/{root}", 0, len(nodes[root]), height))
     return db
 
 
@@ -201,7 +170,7 @@ def test_a_data_file_path_outside_the_database_is_refused(tmp_path, capsys, path
     db = tmp_path / "db"
     db.mkdir()
     (tmp_path / "outside").write_bytes(_leaf({b"w/.zarray": ZARRAY}))
-    (db / "manifest.ocdbt").write_bytes(_manifest(path, 0, 10))
+    (db / "manifest.ocdbt").write_bytes(ocdbt_manifest(path, 0, 10))
     assert "inside the database's folder" in _cli_refuses(db, capsys)
 
 
@@ -211,7 +180,7 @@ def test_a_data_file_symlinked_outside_is_refused(tmp_path, capsys):
     db = tmp_path / "db"
     (db / "d").mkdir(parents=True)
     os.symlink(outside, db / "d" / "a")
-    (db / "manifest.ocdbt").write_bytes(_manifest("d/a", 0, outside.stat().st_size))
+    (db / "manifest.ocdbt").write_bytes(ocdbt_manifest("d/a", 0, outside.stat().st_size))
     with pytest.raises(ExternalReferenceError):
         open_checkpoint(str(db))
     _cli_refuses(db, capsys)
@@ -220,7 +189,7 @@ def test_a_data_file_symlinked_outside_is_refused(tmp_path, capsys):
 def test_a_node_past_its_file_is_refused(tmp_path, capsys):
     leaf = _leaf({b"w/.zarray": ZARRAY})
     db = _database(tmp_path, {"a": leaf}, "a")
-    (db / "manifest.ocdbt").write_bytes(_manifest("d/a", 0, len(leaf) + 1))
+    (db / "manifest.ocdbt").write_bytes(ocdbt_manifest("d/a", 0, len(leaf) + 1))
     assert "-byte file" in _cli_refuses(db, capsys)
 
 

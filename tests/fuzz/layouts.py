@@ -363,3 +363,50 @@ def tar_layout(data: bytes) -> Layout:
         for m in tar.getmembers():
             cuts += [m.offset, m.offset + 512, m.offset_data, m.offset_data + m.size]
     return sorted(set(cuts)), fields
+
+
+# ---- OCDBT (docs/orbax.md): encoders for hand-built databases and the re-encoding of a mutated body -------------
+OCDBT_MANIFEST, OCDBT_BTREE = 0x0CDB3A2A, 0x0CDB20DE
+
+
+def leb128(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append(n & 0x7F | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def ocdbt_encoded(magic: int, body: bytes) -> bytes:
+    """An encoded manifest or node around `body`: magic, length, version 0, uncompressed, crc32c."""
+    from ckptstat.formats.crc32c import crc32c  # (tensorstore's checksum; checked against TF's elsewhere)
+
+    data = bytearray(struct.pack(">I", magic) + b"\0" * 8 + leb128(0) + leb128(0) + body + b"\0" * 4)
+    struct.pack_into("<Q", data, 4, len(data))
+    struct.pack_into("<I", data, len(data) - 4, crc32c(bytes(data[:-4])))
+    return bytes(data)
+
+
+def ocdbt_body(data: bytes) -> bytes:
+    """The body of an encoded manifest or node (zstd-decompressed where it is compressed)."""
+    body = data[14:-4]   # (version and compression: one-byte varints in what tensorstore writes)
+    if data[13] == 1:
+        import zstandard
+        body = zstandard.ZstdDecompressor().stream_reader(body, read_across_frames=True).read()
+    return body
+
+
+def ocdbt_table(paths: list[str]) -> bytes:
+    """A data file table of whole paths (no shared prefixes, no base paths)."""
+    out = leb128(len(paths)) + b"".join(leb128(0) for _ in paths[1:])
+    out += b"".join(leb128(len(p)) for p in paths) + b"".join(leb128(0) for _ in paths)
+    return out + b"".join(p.encode() for p in paths)
+
+
+def ocdbt_manifest(root_file: str, offset: int, length: int, height: int = 0) -> bytes:
+    """A single-file manifest whose one version's B+tree root is `length` bytes at `offset` of `root_file`."""
+    config = b"\x11" * 16 + leb128(0) + leb128(100) + leb128(1 << 20) + bytes([4]) + leb128(0)
+    versions = leb128(1) + leb128(1) + bytes([height]) + leb128(0) + leb128(offset) + leb128(length)
+    versions += leb128(1) + leb128(length) + leb128(0) + b"\0" * 8
+    return ocdbt_encoded(OCDBT_MANIFEST, config + ocdbt_table([root_file]) + versions + leb128(0))

@@ -28,7 +28,7 @@ from typing import IO, Any
 
 from ...core import Checkpoint, TensorInfo, dtypes
 from ...core.chunked import Assembler, Box
-from ...core.files import check_inside, file_size, open_regular
+from ...core.files import check_inside, file_size, open_regular, size_of
 from ...core.io import Window
 from ...errors import CheckpointError, CorruptCheckpointError, UsageError
 from ..registry import _FILE_HOOKS, _FOLDER_HOOKS
@@ -213,7 +213,7 @@ def _json(path: str) -> dict[str, Any]:
         return {}
     try:
         with open_regular(path) as f:
-            data = json.loads(f.read(MAX_META + 1)[:MAX_META + 1])
+            data = json.loads(f.read(min(size_of(f), MAX_META)))
     except (OSError, ValueError, RecursionError, CheckpointError):
         return {}
     return data if isinstance(data, dict) else {}

@@ -36,7 +36,7 @@ import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ...core.files import check_inside, file_size, open_regular
+from ...core.files import check_inside, file_size, open_regular, size_of
 from ...core.io import pread
 from ...core.tensor import check_inflation
 from ...errors import CorruptCheckpointError, missing_extra
@@ -194,6 +194,7 @@ class Store:
         self.folder, self.root = folder, root
         self.files: set[str] = set()     # every file read (inside the folder; the caller checks)
         self._seen: set[tuple[str, int]] = set()
+        self._sizes: dict[str, int] = {}      # each value data file's size
         self.values: dict[bytes, Value] = {}
         manifest = self._manifest()
         b = _decode(self._read_whole(manifest, MAX_MANIFEST), MAGIC_MANIFEST, manifest, "manifest", MAX_MANIFEST)
@@ -234,10 +235,11 @@ class Store:
         check_inside(path, "file", self.root)
         self.files.add(path)
         with open_regular(path) as f:
-            data = f.read(bound + 1)
-        if len(data) > bound:
-            raise CorruptCheckpointError(path, f"more than {bound:,} bytes; not an OCDBT manifest ckptstat reads")
-        return data
+            size = size_of(f)
+            if size > bound:
+                raise CorruptCheckpointError(path, f"{size:,} bytes, more than {bound:,}; not an OCDBT manifest "
+                                                   "ckptstat reads")
+            return f.read(size)
 
     def data_file(self, relative: str, where: str) -> str:
         """The data file a table names, inside the database's folder (never an absolute path or `..`)."""
@@ -254,6 +256,8 @@ class Store:
         self._seen.add((path, ref.offset))
         check_inside(path, "data file", self.root)
         self.files.add(path)
+        if not os.path.isfile(path):
+            raise CorruptCheckpointError(self._manifest(), f"{where}: data file {ref.file!r} is not in the folder")
         size = file_size(path)
         if ref.length > min(size, MAX_NODE) or ref.offset > size - ref.length:
             raise CorruptCheckpointError(path, f"{where}: {ref.length:,} bytes at offset {ref.offset:,} of a "
@@ -321,7 +325,16 @@ class Store:
         ids, offsets = b.varints(len(out)), b.varints(len(out))
         for j, i in enumerate(out):
             r = _ref(b, table, ids[j], offsets[j], lengths[i])
-            self.values[prefix + keys[i]] = Value(self.data_file(r.file, "a value"), r.offset, r.length)
+            path = self.data_file(r.file, "a value")
+            if path not in self._sizes:
+                check_inside(path, "data file", self.root)
+                if not os.path.isfile(path):
+                    raise b.bad(f"a value in data file {r.file!r}, which is not in the folder")
+                self._sizes[path] = file_size(path)
+            if r.offset > self._sizes[path] or r.length > self._sizes[path] - r.offset:
+                raise b.bad(f"a value of {r.length:,} bytes at offset {r.offset:,} of {r.file!r}, a "
+                            f"{self._sizes[path]:,}-byte file")
+            self.values[prefix + keys[i]] = Value(path, r.offset, r.length)
         for i in range(n):
             if kinds[i] == 0:
                 self.values[prefix + keys[i]] = Value(None, 0, lengths[i], b.take(lengths[i]))
