@@ -266,3 +266,17 @@ def test_audit_takes_an_orbax_folder_as_one_checkpoint_and_each_step_as_one(tmp_
     assert records["jax-run"]["parameters"] == CASES["train"]["params"]
     assert all(r["format"].startswith("orbax (") and r["error"] is None for r in records.values())
     assert "0 files skipped" in capsys.readouterr().out
+
+
+def test_trend_follows_a_checkpoint_managers_steps_with_optax_second_moments(capsys):
+    """`trend` over an orbax CheckpointManager's run: the parameters' norm per step and the mean of Adam's second
+    moments (optax's `nu`, each attributed to its parameter) as jax computed them when it saved them."""
+    assert main(["trend", fixture("orbax", "run"), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    run = EXPECTED["run"]
+    assert [s["step"] for s in report["steps"]] == sorted(map(int, run))
+    for series, opt in zip(report["total"]["series"], report["optimizer"]):
+        want = run[str(series["step"])]
+        assert series["norm"] == pytest.approx(want["params_norm"], rel=1e-12)
+        assert opt["elements"] == want["nu_elements"] and opt["mean"] == pytest.approx(want["nu_mean"], rel=1e-9)
+        assert opt["attributed"] == opt["tensors"]

@@ -2,6 +2,7 @@
 Adam second moments, streamed; computed the same in this process, a worker process or a Dask task (cluster.py)."""
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
@@ -15,6 +16,9 @@ from ..stats import Item, select
 from .find import Step
 
 SECOND_MOMENT = "exp_avg_sq"   # torch.optim.Adam/AdamW's state (torch/optim/adam.py), as DeepSpeed and Lightning save it
+# optax's Adam family (scale_by_adam's ScaleByAdamState(count, mu, nu)): `nu` mirrors the parameters' tree, so a state
+# `opt_state.0.nu.<path>` belongs to the parameter whose name ends with <path> (an orbax or Flax save's names)
+OPTAX_SECOND_MOMENT = re.compile(r"(?:^|\.)nu\.(?P<path>.+)$")
 
 
 @dataclass
@@ -140,7 +144,13 @@ def _second_moments(ckpt: Checkpoint, keys: dict[str, str]) -> list[tuple[str, l
     by_name = {n: k for k, n in keys.items()}
     out = []
     for t in ckpt:
-        if place[t.name].role != "optimizer" or not t.name.endswith(SECOND_MOMENT) or t.dt.kind == "str":
+        if place[t.name].role != "optimizer" or t.dt.kind == "str":
+            continue
+        if not t.name.endswith(SECOND_MOMENT):
+            if m := OPTAX_SECOND_MOMENT.search(t.name):
+                ends = [k for k, n in keys.items() if (k == m["path"] or k.endswith("." + m["path"]))
+                        and place[n].role == "parameter"]
+                out.append((t.name, [(ends[0] if len(ends) == 1 else None, 0, t.numel)]))
             continue
         state = t.name[: -len(SECOND_MOMENT)].rstrip(".")
         frags = ckpt.optimizer_fragments.get(state)
