@@ -13,7 +13,7 @@ It also stands in for the Hugging Face Hub (`hub={"org/name": folder}`), answeri
 huggingface_hub's HfFileSystem and hf_hub_url use (huggingface_hub/hf_api.py `repo_info`,
 `list_repo_tree`; file_download.py `hf_hub_url`):
 - GET /api/models/{repo}/revision/{rev}        -> {"id", "sha", "siblings"}
-- GET /api/models/{repo}/tree/{rev}[/{path}]  -> [{"type": "file", "path", "size", "oid"}]
+- GET /api/models/{repo}/tree/{rev}[/{path}]  -> [{"type": "file", "path", "size", "oid"} or {"type": "directory", ...}]
 - GET /{repo}/resolve/{rev}/{file}             -> 302 to /cdn/{repo}/{rev}/{file}, served with ranges
 """
 from __future__ import annotations
@@ -411,13 +411,18 @@ class _Handler(BaseHTTPRequestHandler):
             if rev not in b.revisions:
                 self._send(404, b'{"error": "Invalid rev id"}', {"X-Error-Code": "RevisionNotFound"}, head)
                 return True
-            files = sorted(n for n in os.listdir(folder) if os.path.isfile(os.path.join(folder, n)))
+            every = sorted(os.path.relpath(os.path.join(d, n), folder).replace(os.sep, "/")
+                           for d, _, ns in os.walk(folder) for n in ns)   # (the Hub's siblings: every file, nested)
+            listed = os.path.join(folder, *sub.strip("/").split("/")) if sub.strip("/") else folder
             if kind in ("revision", ""):
                 self._json({"id": repo, "modelId": repo, "sha": "0" * 40, "private": False,
-                            "siblings": [{"rfilename": n} for n in files]}, head)
-            elif kind == "tree" and sub == "":
-                self._json([{"type": "file", "path": n, "size": os.path.getsize(os.path.join(folder, n)),
-                             "oid": "0" * 40} for n in files], head)
+                            "siblings": [{"rfilename": n} for n in every]}, head)
+            elif kind == "tree" and os.path.isdir(listed) and ".." not in sub.split("/"):
+                prefix = sub.strip("/") + "/" if sub.strip("/") else ""   # a subfolder's entries: paths from the root
+                self._json([{"type": "file", "path": prefix + n, "size": os.path.getsize(os.path.join(listed, n)),
+                             "oid": "0" * 40} if os.path.isfile(os.path.join(listed, n)) else
+                            {"type": "directory", "path": prefix + n, "oid": "0" * 40}
+                            for n in sorted(os.listdir(listed))], head)
             else:
                 self._send(404, b'{"error": "Entry not found"}', {"X-Error-Code": "EntryNotFound"}, head)
             return True

@@ -280,3 +280,68 @@ def test_trend_follows_a_checkpoint_managers_steps_with_optax_second_moments(cap
         assert series["norm"] == pytest.approx(want["params_norm"], rel=1e-12)
         assert opt["elements"] == want["nu_elements"] and opt["mean"] == pytest.approx(want["nu_mean"], rel=1e-9)
         assert opt["attributed"] == opt["tensors"]
+
+
+# ---- over a URL -------------------------------------------------------------------------------------------------
+
+@pytest.fixture
+def fresh_remote(monkeypatch):
+    from ckptstat import sources
+    sources.reset()
+    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
+    monkeypatch.setattr(sources.SETTINGS, "retries", 2)
+    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
+    yield
+    sources.reset()
+
+
+def _json_of(capsys, *args: str) -> tuple[int, dict | None, str]:
+    rc = main([*args, "--json"])
+    out, err = capsys.readouterr()
+    return rc, (json.loads(out) if rc == 0 else None), err
+
+
+@pytest.mark.parametrize("case", ["train", "sharded", "dtypes-zarr3", "manager/20"])
+def test_an_orbax_folder_over_https_and_hf_reads_as_the_local_one(capsys, monkeypatch, fresh_remote, case):
+    from remote_server import Server
+
+    local = {cmd: _json_of(capsys, cmd, fixture("orbax", case))[1] for cmd in ("summary", "stats")}
+    with Server(fixture("orbax"), hub={"org/jax": fixture("orbax", case)}) as s:
+        monkeypatch.setenv("HF_ENDPOINT", s.url)
+        for url in (f"{s.url}/{case}/", "hf://org/jax"):
+            for cmd in ("summary", "stats"):
+                rc, report, err = _json_of(capsys, cmd, url)
+                assert rc == 0, err
+                for r in (report, local[cmd]):
+                    for k in ("path", "files", "seconds", "fetched", "file_size", "checkpoint"):
+                        r.pop(k, None)
+                assert json.loads(json.dumps(report).replace(url.rstrip("/"), "X")) == \
+                    json.loads(json.dumps(local[cmd]).replace(fixture("orbax", case), "X")), (url, cmd)
+
+
+@pytest.mark.parametrize("behaviour", [{"claim": 64}, {"overlong": 7}, {"ranges": False}, {"drop": True},
+                                       {"failures": {"/train/manifest.ocdbt": [503, 503, 503]}}])
+def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(capsys, fresh_remote, behaviour):
+    """Values are never invented from what a server claims: the report equals the local one, or one line says why."""
+    from remote_server import Server
+
+    _, local, _ = _json_of(capsys, "stats", fixture("orbax", "train"))
+    with Server(fixture("orbax"), **behaviour) as s:
+        rc, report, err = _json_of(capsys, "stats", f"{s.url}/train/")
+    if rc == 0:
+        for r in (report, local):
+            for k in ("path", "seconds", "fetched"):
+                r.pop(k, None)
+        assert json.loads(json.dumps(report).replace(f"{s.url}/train", "X")) == \
+            json.loads(json.dumps(local).replace(fixture("orbax", "train"), "X"))
+    else:
+        assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+
+
+def test_a_folder_per_array_item_over_a_url_is_refused_in_one_line(capsys, fresh_remote):
+    from remote_server import Server
+
+    with Server(fixture("orbax")) as s:
+        assert main([f"{s.url}/no-ocdbt/"]) == 1
+    err = capsys.readouterr().err
+    assert "use_ocdbt=False" in err and len(err.strip().splitlines()) == 1

@@ -381,6 +381,12 @@ def open_checkpoint(path: str | os.PathLike[str], config: str | os.PathLike[str]
                     for f in whole.files:   # every file it read inside the folder (a symlink out of it is refused)
                         check_inside(f, "file", path)
                     return whole
+        if urls.is_url(path) and files.isdir(path) and _ORBAX_MARKERS.intersection(files.listdir(path)):
+            with reading(path):   # an orbax item or step folder over a URL (formats/orbax/), read as the local one
+                remote: Checkpoint = importlib.import_module(f"{__package__}.orbax").open_folder(path)
+            for f in remote.files:
+                check_inside(f, "file", path)
+            return remote
         target = resolve_folder(path) if files.isdir(path) else path
         if target != path:
             check_inside(target, "weights file", path)
@@ -473,6 +479,7 @@ _FOLDER_HOOK_MODULES = {"trainer_state.json": "training", "latest": "training", 
                         "weights": "dcp",           # NeMo 2.0: a Megatron distributed checkpoint in weights/ (dcp/megatron.py)
                         "manifest.ocdbt": "orbax", "_METADATA": "orbax",   # an orbax item: OCDBT, or a folder per array
                         "_CHECKPOINT_METADATA": "orbax"}                   # ... an orbax step folder of items
+_ORBAX_MARKERS = frozenset(m for m, module in _FOLDER_HOOK_MODULES.items() if module == "orbax")
 # ... and one rank's file of DCP's HuggingFaceStorageWriter(save_distributed=True) (formats/dcp/hf.py SHARD)
 DCP_SHARD = re.compile(r"^shard-\d{5}-model-\d{5}-of-\d{5}\.safetensors$")
 # Files whose name, not bytes, decides how they are opened (e.g. TF's `checkpoint` pointer file).

@@ -26,7 +26,8 @@ import re
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
-from ...core import Checkpoint, TensorInfo, dtypes
+from ...core import Checkpoint, TensorInfo, dtypes, urls
+from ...core import files as fs
 from ...core.chunked import Assembler, Box
 from ...core.files import check_inside, file_size, open_regular, size_of
 from ...core.io import Window
@@ -45,6 +46,9 @@ STEP = re.compile(r"^\d+$")
 
 def _walk_files(folder: str, root: str) -> dict[str, Value]:
     """A use_ocdbt=False item: every file under its array folders, by its path inside the item ("/"-separated)."""
+    if urls.is_url(folder):
+        raise CheckpointError(urls.redact(folder), "an orbax item saved with use_ocdbt=False (a folder per array) is "
+                                                   "read from a local folder only")
     out: dict[str, Value] = {}
     for top in sorted(os.listdir(folder)):
         sub = os.path.join(folder, top)
@@ -199,17 +203,17 @@ def _tensors(values: dict[str, Value], file: str, prefix: str, reader: _Values,
     return out
 
 
-def _item_kind(folder: str) -> str | None:
-    """"ocdbt" or "zarr" for an orbax item folder, else None."""
-    if os.path.isfile(os.path.join(folder, MANIFEST)):
+def _item_kind(names: list[str]) -> str | None:
+    """"ocdbt" or "zarr" for an orbax item folder holding `names`, else None."""
+    if MANIFEST in names:
         return "ocdbt"
-    if os.path.isfile(os.path.join(folder, METADATA)):
+    if METADATA in names:
         return "zarr"
     return None
 
 
 def _json(path: str) -> dict[str, Any]:
-    if not os.path.isfile(path):
+    if not fs.isfile(path):
         return {}
     try:
         with open_regular(path) as f:
@@ -219,33 +223,44 @@ def _json(path: str) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def _plain(name: str) -> bool:
+    """A name of a folder inside the step folder (never a path elsewhere)."""
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name
+
+
 def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = None) -> Checkpoint | None:
     """An orbax item folder, or a step folder of items; None for a folder of neither."""
     root = folder
-    items: list[tuple[str, str]] = []          # (prefix, item folder)
-    if _item_kind(folder):
-        items = [("", folder)]
-    elif os.path.isfile(os.path.join(folder, CHECKPOINT_METADATA)):
-        subs = sorted(n for n in os.listdir(folder) if os.path.isdir(os.path.join(folder, n)))
-        items = [(f"{n}.", os.path.join(folder, n)) for n in subs if _item_kind(os.path.join(folder, n))]
+    names = fs.listdir(folder)
+    items: list[tuple[str, str, str]] = []          # (prefix, item folder, layout)
+    if kind := _item_kind(names):
+        items = [("", folder, kind)]
+    elif CHECKPOINT_METADATA in names:
+        # the items: those _CHECKPOINT_METADATA's item_handlers names (a URL's listing may hold no folders), and a
+        # local folder's subfolders
+        declared = _json(fs.join(folder, CHECKPOINT_METADATA)).get("item_handlers")
+        subs = {n for n in declared if isinstance(n, str) and _plain(n)} if isinstance(declared, dict) else set()
+        if not urls.is_url(folder):
+            subs |= {n for n in names if os.path.isdir(os.path.join(folder, n))}
+        items = [(f"{n}.", fs.join(folder, n), k) for n in sorted(subs)
+                 if fs.isdir(fs.join(folder, n)) and (k := _item_kind(fs.listdir(fs.join(folder, n))))]
         if not items:
             raise CheckpointError(folder, "an orbax step folder without an item of arrays (each item a folder with "
                                           f"{MANIFEST} or {METADATA})")
     else:
         return None
-    reader = _Values(os.path.join(folder, MANIFEST))
+    reader = _Values(fs.join(folder, MANIFEST))
     tensors: dict[str, TensorInfo] = {}
     files: list[str] = []
     kinds = []
     budget = [MAX_CHUNKS]
-    for prefix, item in items:
-        kind = _item_kind(item)
+    for prefix, item, kind in items:
         if kind == "ocdbt":
-            check_inside(os.path.join(item, MANIFEST), "file", root)
+            check_inside(fs.join(item, MANIFEST), "file", root)
             store = Store(item, root)
             values = {k.decode("utf-8", "replace"): v for k, v in store.values.items()}
             files += sorted(store.files | {v.file for v in store.values.values() if v.file})
-            file = os.path.join(item, MANIFEST)
+            file = fs.join(item, MANIFEST)
         else:
             values = _walk_files(item, root)
             files += sorted(v.file for v in values.values() if v.file)
@@ -257,9 +272,9 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
         tensors.update(found)
         versions = " and ".join(v for v, m in (("v2", "/.zarray"), ("v3", "/zarr.json")) if any(k.endswith(m) for k in values))
         kinds.append(f"{'OCDBT' if kind == 'ocdbt' else 'a folder per array'}, zarr {versions or 'arrays'}")
-    meta = _json(os.path.join(folder, CHECKPOINT_METADATA))
+    meta = _json(fs.join(folder, CHECKPOINT_METADATA)) if CHECKPOINT_METADATA in names else {}
     handler = meta.get("item_handlers")
-    metadata = {"orbax.items": ", ".join(p.rstrip(".") for p, _ in items if p) or "one",
+    metadata = {"orbax.items": ", ".join(p.rstrip(".") for p, _, _ in items if p) or "one",
                 "orbax.layout": "; ".join(sorted(set(kinds)))}
     if isinstance(handler, str):
         metadata["orbax.handler"] = handler.rsplit(".", 1)[-1]

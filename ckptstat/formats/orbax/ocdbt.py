@@ -30,12 +30,13 @@ max_decoded_node_bytes (and limits().inflate_ratio), every count against the byt
 less than its parent's, every node read once (a tree that points at a node twice is refused: no walk multiplies)."""
 from __future__ import annotations
 
-import os
+import functools
 import re
 import struct
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from ...core import files as fs
 from ...core.files import check_inside, file_size, open_regular, size_of
 from ...core.io import pread
 from ...core.tensor import check_inflation
@@ -223,13 +224,13 @@ class Store:
 
     # -- files ---------------------------------------------------------------------------------------------------
     def _manifest(self) -> str:
-        return os.path.join(self.folder, MANIFEST)
+        return fs.join(self.folder, MANIFEST)
 
     def _numbered(self) -> str:
-        names = sorted(n for n in os.listdir(self.folder) if NUMBERED.match(n))
+        names = sorted(n for n in fs.listdir(self.folder) if NUMBERED.match(n))
         if not names:
             raise CorruptCheckpointError(self._manifest(), "a numbered manifest, and no manifest.<16 hex> file beside it")
-        return os.path.join(self.folder, names[-1])
+        return fs.join(self.folder, names[-1])
 
     def _read_whole(self, path: str, bound: int) -> bytes:
         check_inside(path, "file", self.root)
@@ -247,7 +248,7 @@ class Store:
         if not relative or relative.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\\" in relative:
             raise CorruptCheckpointError(self._manifest(), f"{where}: data file path {relative!r} is not a path "
                                                            "inside the database's folder")
-        return os.path.join(self.folder, *parts)
+        return functools.reduce(fs.join, parts, self.folder)
 
     def _node(self, ref: _Ref, magic: int, where: str) -> _Body:
         path = self.data_file(ref.file, where)
@@ -256,7 +257,7 @@ class Store:
         self._seen.add((path, ref.offset))
         check_inside(path, "data file", self.root)
         self.files.add(path)
-        if not os.path.isfile(path):
+        if not fs.isfile(path):
             raise CorruptCheckpointError(self._manifest(), f"{where}: data file {ref.file!r} is not in the folder")
         size = file_size(path)
         if ref.length > min(size, MAX_NODE) or ref.offset > size - ref.length:
@@ -328,7 +329,7 @@ class Store:
             path = self.data_file(r.file, "a value")
             if path not in self._sizes:
                 check_inside(path, "data file", self.root)
-                if not os.path.isfile(path):
+                if not fs.isfile(path):
                     raise b.bad(f"a value in data file {r.file!r}, which is not in the folder")
                 self._sizes[path] = file_size(path)
             if r.offset > self._sizes[path] or r.length > self._sizes[path] - r.offset:
