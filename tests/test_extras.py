@@ -47,6 +47,8 @@ CASES = [
     ("remote", "huggingface_hub", "hf://", ["summary", "hf://org/model"]),
     ("run", "torch", "run", ["run", MODEL, "--seq", "4"]),
     ("zstd", "zstandard", "DCP stream.zstd/1 values", ["stats", os.path.join(FIX, "dcp", "zstd"), "--no-progress"]),
+    ("zstd", "zstandard", "orbax", ["summary", os.path.join(FIX, "orbax", "train")]),
+    ("zstd", "zstandard", "orbax, folder per array", ["stats", os.path.join(FIX, "orbax", "no-ocdbt"), "--no-progress"]),
     ("run", "transformers", "run", ["run", MODEL, "--seq", "4"]),
 ]
 
