@@ -345,3 +345,24 @@ def test_a_folder_per_array_item_over_a_url_is_refused_in_one_line(capsys, fresh
         assert main([f"{s.url}/no-ocdbt/"]) == 1
     err = capsys.readouterr().err
     assert "use_ocdbt=False" in err and len(err.strip().splitlines()) == 1
+
+
+def test_the_chunks_of_the_tensor_being_read_are_held_in_memory_up_to_the_budget(tmp_path, monkeypatch):
+    """A tensor of many chunks read in C order across them: its decoded chunks are kept (no chunk decoded twice),
+    past HELD_IN_MEMORY on disk, and the values are the stored ones."""
+    from ckptstat.formats import orbax
+
+    monkeypatch.setattr(orbax, "HELD_IN_MEMORY", 16 << 10)
+    values = np.arange(64 * 1024, dtype="<f4").reshape(64, 1024)
+    meta = {"zarr_format": 2, "shape": [64, 1024], "chunks": [64, 16], "dtype": "<f4", "compressor": None,
+            "fill_value": None, "filters": None, "order": "C"}
+    entries = {b"w/.zarray": json.dumps(meta).encode()}
+    for j in range(64):
+        entries[f"w/0.{j}".encode()] = values[:, 16 * j:16 * (j + 1)].tobytes()
+    db = _database(tmp_path, {"a": _leaf(entries)}, "a")
+    with open_checkpoint(str(db)) as ck:
+        got = np.concatenate([c for c in ck.iter_chunks("w", 8 << 10)])
+        reader = ck.readers[ck["w"].file]
+        assert reader.in_memory <= 16 << 10 and len(reader.decoded) == 64
+        assert sum(f._rolled for f in reader.decoded.values()) >= 64 - (16 << 10) // 4096
+    assert got.tolist() == values.reshape(-1).tolist()

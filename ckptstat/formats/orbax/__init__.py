@@ -15,7 +15,8 @@ A CheckpointManager writes a folder per step (`<step>/`, with `_CHECKPOINT_METAD
 
 Values: each chunk (each inner chunk of a zarr v3 shard) is a box of the tensor (core/chunked.py); a chunk is
 decoded into a spooled temporary file when first read (every chunk of the tensor being read kept until the next
-tensor), so memory stays bounded by the spool size and a read's span."""
+tensor, at most HELD_IN_MEMORY bytes of them in memory, the rest on disk), so memory stays bounded whatever the
+chunks' sizes and number."""
 from __future__ import annotations
 
 import io
@@ -23,6 +24,7 @@ import json
 import math
 import os
 import re
+import tempfile
 from collections.abc import Callable, Iterator
 from typing import IO, Any
 
@@ -41,6 +43,7 @@ ARRAY_META = (".zarray", "zarr.json")
 MAX_META = 1 << 20            # bytes of one array's zarr metadata
 MAX_CHUNKS = 1 << 20          # chunks of one checkpoint's arrays, all together
 MAX_FILES = 1 << 20           # files of a use_ocdbt=False item walked
+HELD_IN_MEMORY = 32 << 20     # decoded chunks of the tensor being read held in memory, at most (each up to zarr.SPOOL)
 STEP = re.compile(r"^\d+$")
 
 
@@ -73,6 +76,7 @@ class _Values(Assembler):
         super().__init__()
         self.file = file
         self.decoded: dict[int, IO[bytes] | None] = {}
+        self.in_memory = 0                    # bytes of decoded chunks held in memory (the rest spooled to disk)
         self.reading: str | None = None
         self.indexes: dict[tuple[str | None, int], list[tuple[int, int]]] = {}
 
@@ -82,6 +86,7 @@ class _Values(Assembler):
                 f.close()
         self.decoded.clear()
         self.indexes.clear()
+        self.in_memory = 0
 
     def _span(self, arr: zarr.Array, value: Value, inner: int | None) -> Value | None:
         """Where one (inner) chunk's stored bytes lie (None: an inner chunk the shard's index says is absent)."""
@@ -120,6 +125,12 @@ class _Values(Assembler):
                                                        f"{file_size(file):,}-byte file")
                 with open_regular(file) as f:
                     self.decoded[id(box)] = zarr.decode_chunk(arr, Window(f, span.offset, span.length), file, what)
+            held = self.decoded[id(box)]
+            if isinstance(held, tempfile.SpooledTemporaryFile) and arr.inner_bytes <= zarr.SPOOL:   # (in memory)
+                self.in_memory += arr.inner_bytes
+                if self.in_memory > HELD_IN_MEMORY:   # the tensor's chunks kept past the budget go to disk
+                    held.rollover()
+                    self.in_memory -= arr.inner_bytes
         return self.decoded[id(box)]
 
     def values(self, name: str, box: Box, dtype: str, start: int, count: int) -> Any:
