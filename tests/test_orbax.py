@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
 from fuzz.layouts import OCDBT_BTREE, leb128, ocdbt_encoded, ocdbt_manifest, ocdbt_table
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.cli import main
@@ -284,17 +285,6 @@ def test_trend_follows_a_checkpoint_managers_steps_with_optax_second_moments(cap
 
 # ---- over a URL -------------------------------------------------------------------------------------------------
 
-@pytest.fixture
-def fresh_remote(monkeypatch):
-    from ckptstat import sources
-    sources.reset()
-    monkeypatch.setattr(sources.SETTINGS, "backoff", 0.01)
-    monkeypatch.setattr(sources.SETTINGS, "retries", 2)
-    monkeypatch.setattr(sources.SETTINGS, "allow_full_download", False)
-    yield
-    sources.reset()
-
-
 def _json_of(capsys, *args: str) -> tuple[int, dict | None, str]:
     rc = main([*args, "--json"])
     out, err = capsys.readouterr()
@@ -302,7 +292,7 @@ def _json_of(capsys, *args: str) -> tuple[int, dict | None, str]:
 
 
 @pytest.mark.parametrize("case", ["train", "sharded", "dtypes-zarr3", "manager/20"])
-def test_an_orbax_folder_over_https_and_hf_reads_as_the_local_one(capsys, monkeypatch, fresh_remote, case):
+def test_an_orbax_folder_over_https_and_hf_reads_as_the_local_one(capsys, monkeypatch, case):
     from remote_server import Server
 
     local = {cmd: _json_of(capsys, cmd, fixture("orbax", case))[1] for cmd in ("summary", "stats")}
@@ -321,7 +311,7 @@ def test_an_orbax_folder_over_https_and_hf_reads_as_the_local_one(capsys, monkey
 
 @pytest.mark.parametrize("behaviour", [{"claim": 64}, {"overlong": 7}, {"ranges": False}, {"drop": True},
                                        {"failures": {"/train/manifest.ocdbt": [503, 503, 503]}}])
-def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(capsys, fresh_remote, behaviour):
+def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(capsys, behaviour):
     """Values are never invented from what a server claims: the report equals the local one, or one line says why."""
     from remote_server import Server
 
@@ -338,7 +328,7 @@ def test_a_server_that_lies_or_fails_gives_the_local_figures_or_one_line(capsys,
         assert rc == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
 
 
-def test_a_folder_per_array_item_over_a_url_is_refused_in_one_line(capsys, fresh_remote):
+def test_a_folder_per_array_item_over_a_url_is_refused_in_one_line(capsys):
     from remote_server import Server
 
     with Server(fixture("orbax")) as s:
