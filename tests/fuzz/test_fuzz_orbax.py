@@ -16,7 +16,7 @@ from .fuzzlib import Case, check, fuzz_settings, mutate, read
 from .layouts import OCDBT_BTREE, OCDBT_MANIFEST, ocdbt_body, ocdbt_encoded, ocdbt_manifest
 from .test_fuzz_readers_more import HOSTILE_JSON, _files
 
-ORBAX_FIXTURES = ["train", "dtypes-zarr3", "no-ocdbt", "sharded", "tensorstore-grids"]
+ORBAX_FIXTURES = ["train", "dtypes-zarr3", "no-ocdbt", "sharded", "tensorstore-grids", "numbered-manifest"]
 
 
 def _root_node(files: dict[str, bytes]) -> tuple[str, bytes] | None:

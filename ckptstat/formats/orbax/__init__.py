@@ -195,21 +195,21 @@ def _tensors(values: dict[str, Value], file: str, prefix: str, reader: _Values,
         if budget[0] < 0:
             raise CorruptCheckpointError(file, f"array {name!r}: {n_boxes:,} chunks; more than {MAX_CHUNKS:,} in all")
         boxes, stored = [], 0
-        shape = dtypes.get(arr.dtype)
+        dt = dtypes.get(arr.dtype)
         for oc, origin, inner in _grid(arr):
             chunk_value = values.get(f"{name}/{arr.key(oc)}")
             if chunk_value is not None and (inner is None or inner == 0):
                 stored += chunk_value.length
             sizes = tuple(min(n, s - o) for n, s, o in zip(arr.inner, arr.shape, origin))
             desc = TensorInfo(name=f"{prefix}{name}", dtype=arr.dtype, shape=arr.inner, file=file, offset=None,
-                              nbytes=shape.nbytes(math.prod(arr.inner)))
+                              nbytes=dt.nbytes(math.prod(arr.inner)))
             boxes.append(Box(origin, sizes, desc, (arr, chunk_value, inner)))
         full = f"{prefix}{name}"
         extra: dict[str, object] = {"zarr_chunks": len(boxes)}
         if arr.codec is not None:
             extra["deflated"] = stored
         out[full] = TensorInfo(name=full, dtype=arr.dtype, shape=arr.shape, file=file, offset=None,
-                               nbytes=shape.nbytes(math.prod(arr.shape)), byteorder=arr.byteorder, extra=extra)
+                               nbytes=dt.nbytes(math.prod(arr.shape)), byteorder=arr.byteorder, extra=extra)
         reader.layouts[full] = boxes
     return out
 
@@ -275,7 +275,7 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
         else:
             values = _walk_files(item, root)
             files += sorted(v.file for v in values.values() if v.file)
-            file = item
+            file = fs.join(item, METADATA)   # (the tensors' file: the item's one file of its own)
         reader.file = file
         found = _tensors(values, file, prefix, reader, budget)
         if not found and kind == "zarr" and not values:
@@ -312,7 +312,7 @@ def refuse_manager(folder: str, steps: list[int]) -> UsageError:
 
 
 def _open_manifest(path: str) -> Checkpoint:
-    whole = open_folder(os.path.dirname(os.path.abspath(path)) if os.path.dirname(path) == "" else os.path.dirname(path))
+    whole = open_folder(os.path.dirname(os.path.abspath(path)))
     if whole is None:
         raise CheckpointError(path, "not an orbax / OCDBT folder")
     return whole

@@ -45,7 +45,7 @@ from ..crc32c import crc32c
 
 MANIFEST = "manifest.ocdbt"
 NUMBERED = re.compile(r"^manifest\.[0-9a-f]{16}$")
-MAGIC_MANIFEST, MAGIC_VERSION_NODE, MAGIC_BTREE_NODE = 0x0CDB3A2A, 0x0CDB1234, 0x0CDB20DE
+MAGIC_MANIFEST, MAGIC_BTREE_NODE = 0x0CDB3A2A, 0x0CDB20DE   # (version tree nodes, 0x0cdb1234, hold older versions: unread)
 MAX_MANIFEST = 64 << 20          # bytes of a manifest read
 MAX_NODE = 256 << 20             # bytes of an encoded or decoded node (tensorstore's default decoded bound: 8 MiB)
 MAX_PATH = 65535                 # a data file path's bytes (the format's own limit)
@@ -197,8 +197,18 @@ class Store:
         self._seen: set[tuple[str, int]] = set()
         self._sizes: dict[str, int] = {}      # each value data file's size
         self.values: dict[bytes, Value] = {}
-        manifest = self._manifest()
-        b = _decode(self._read_whole(manifest, MAX_MANIFEST), MAGIC_MANIFEST, manifest, "manifest", MAX_MANIFEST)
+        b, kind = self._open_manifest(self._manifest())
+        if kind == 1:                 # numbered: the versions are in the newest manifest.<16 hex>, itself kind 0
+            b, kind = self._open_manifest(self._numbered())
+        if kind != 0:
+            raise b.bad(f"manifest kind {kind} (0 single, 1 numbered)")
+        newest = self._newest_root(b)
+        if newest is not None:
+            self._walk(newest[0], newest[1], b"")
+
+    def _open_manifest(self, path: str) -> tuple[_Body, int]:
+        """The manifest's body past its configuration, and its manifest_kind."""
+        b = _decode(self._read_whole(path, MAX_MANIFEST), MAGIC_MANIFEST, path, "manifest", MAX_MANIFEST)
         b.take(16)                                         # uuid
         kind, _inline, self.max_node = b.varint(), b.varint(), b.varint()
         arity_log2, method = b.u8(), b.varint()
@@ -208,19 +218,7 @@ class Store:
             raise b.bad(f"compression method {method} (0 none, 1 zstd)")
         if not 0 < arity_log2 < 64:
             raise b.bad(f"version_tree_arity_log2 {arity_log2}")
-        if kind == 1:
-            manifest = self._numbered()
-            b = _decode(self._read_whole(manifest, MAX_MANIFEST), MAGIC_MANIFEST, manifest, "manifest", MAX_MANIFEST)
-            b.take(16)
-            kind = b.varint()
-            b.varint(), b.varint(), b.u8()
-            if b.varint() == 1:
-                b.take(4)
-        if kind != 0:
-            raise b.bad(f"manifest kind {kind} (0 single, 1 numbered)")
-        newest = self._newest_root(b)
-        if newest is not None:
-            self._walk(newest[0], newest[1], b"")
+        return b, kind
 
     # -- files ---------------------------------------------------------------------------------------------------
     def _manifest(self) -> str:
