@@ -356,3 +356,18 @@ def test_the_chunks_of_the_tensor_being_read_are_held_in_memory_up_to_the_budget
         assert reader.in_memory <= 16 << 10 and len(reader.decoded) == 64
         assert sum(f._rolled for f in reader.decoded.values()) >= 64 - (16 << 10) // 4096
     assert got.tolist() == values.reshape(-1).tolist()
+
+
+def test_audit_of_a_url_takes_each_orbax_folder_as_one_checkpoint(tmp_path, capsys):
+    from remote_server import Server
+
+    zoo = tmp_path / "zoo"
+    shutil.copytree(fixture("orbax", "train"), zoo / "jax-run")
+    shutil.copytree(fixture("orbax", "manager", "20"), zoo / "step-20")
+    out = tmp_path / "audit.jsonl"
+    with Server(str(zoo)) as s:
+        assert main(["audit", s.url + "/", "--out", str(out)]) == 0
+        records = {r["path"].rstrip("/").rsplit("/", 1)[-1]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert sorted(records) == ["jax-run", "step-20"]
+    assert records["jax-run"]["parameters"] == CASES["train"]["params"]
+    assert all(r["format"].startswith("orbax (") and r["error"] is None for r in records.values())

@@ -291,8 +291,8 @@ def _remote_walk(root: str, skipped: list[str]) -> list[Unit]:
         units += [Unit(u, (u,), 0, 0, error=failed[u]) for u in sorted(folders[folder]) if u in failed]
         if not names:
             continue
-        if any(os.path.basename(f) == "saved_model.pb" for f in names):   # a TF SavedModel: the folder is one unit
-            saved_models.append(folder)
+        if any(os.path.basename(f) == "saved_model.pb" for f in names) or orbax_folder([os.path.basename(f) for f in names]):
+            saved_models.append(folder)   # a TF SavedModel or an orbax item or step folder: the folder is one unit
             members = sorted(u for u in sizes if u.startswith(folder + "/"))
             groups = [(folder, members)]
         else:

@@ -41,7 +41,6 @@ from ...core.files import check_inside, file_size, open_regular, size_of
 from ...core.io import pread
 from ...core.tensor import check_inflation
 from ...errors import CorruptCheckpointError, missing_extra
-from ..crc32c import crc32c
 
 MANIFEST = "manifest.ocdbt"
 NUMBERED = re.compile(r"^manifest\.[0-9a-f]{16}$")
@@ -135,6 +134,8 @@ def _decode(data: bytes, magic: int, file: str, where: str, bound: int) -> _Body
         raise CorruptCheckpointError(file, f"{where}: magic {got:#010x}, not {magic:#010x}")
     if length != len(data):
         raise CorruptCheckpointError(file, f"{where}: says it is {length:,} bytes long; {len(data):,} were read")
+    from ..crc32c import crc32c  # (numpy: imported where a node is read, not by a folder that holds none)
+
     if crc32c(memoryview(data)[:-4]) != struct.unpack_from("<I", data, len(data) - 4)[0]:
         raise CorruptCheckpointError(file, f"{where}: crc32c mismatch")
     head = _Body(data[:-4], file, where)
