@@ -56,12 +56,19 @@ def _rules(table: list[tuple[str, str]]) -> list[tuple[re.Pattern[str], str]]:
     return [(re.compile(p), v) for p, v in table]
 
 
+# A PaddlePaddle optimizer accumulator's suffix on its parameter's name (`linear_0.w_0_moment1_0`)
+PADDLE_ACCUMULATOR = r"_(moment[12]|beta[12]_pow_acc|velocity|moment|mean_square|mean_grad)_\d+$"
+
 # Roles other than "parameter". Order matters: optimizer state first (its names embed parameter names).
 ROLE_RULES = _rules([
     # torch training checkpoints, Lightning
     (r"(^|\.)(optimizer|optim|opt_state|optimizer_state_dict|optimizer_states)\.", "optimizer"),
     (r"(^|\.)(exp_avg|exp_avg_sq|max_exp_avg_sq|momentum_buffer|adam_m|adam_v)($|\.)", "optimizer"),  # torch Adam/SGD; TF1 BERT
     (r"\.OPTIMIZER_SLOT\.", "optimizer"),                                             # TF2 object-based slots
+    # PaddlePaddle optimizers' accumulators (`<param>_moment1_0`, `_beta1_pow_acc_0`, Momentum's `_velocity_0`:
+    # python/paddle/optimizer/{adam,adamw,momentum}.py _add_accumulator), and its LR scheduler's state (`.pdopt`)
+    (PADDLE_ACCUMULATOR, "optimizer"),
+    (r"^(LR_Scheduler|master_weights)\.", "optimizer"),
     (r"^optimizer_weights\.", "optimizer"),                                          # TF-Keras 2 full-model .h5
     (r"(^|\.)(global_step|save_counter|epoch|iteration|num_updates|step)$", "counter"),  # TF, torch loops
     # PyTorch Lightning .ckpt: callback, loop and scheduler state beside `state_dict` (lightning/pytorch/trainer/

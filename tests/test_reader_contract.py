@@ -697,6 +697,49 @@ def nemo_claims(path: str) -> dict[str, bytes]:
             "data.pkl of 10**9 bytes": spliced(_sizes(inner, pkl, 10**9))}
 
 
+# ---------------------------------------------------------------------------------------------- numpy pickles
+def numpy_pickle_oracle(path: str) -> dict[str, Oracle]:
+    """What pickle.load (numpy) reads from a plain pickle, live; a Paddle file's sums as paddle.load gave them
+    (fixtures/make_numpy_pickles.py: paddle is not installed here)."""
+    if path.endswith(".pdparams"):
+        rec = _expected("numpy_pickles")[os.path.relpath(path, FIXTURES)]
+        return {k: Oracle(tuple(v["shape"]), total=v["sum"]) for k, v in rec.items()}
+    import pickle
+
+    def flat(o: object, name: str = "") -> dict[str, np.ndarray]:
+        if isinstance(o, dict):
+            return {k2: v2 for k, v in o.items() for k2, v2 in flat(v, f"{name}.{k}" if name else str(k)).items()}
+        if isinstance(o, (list, tuple)):
+            return {k2: v2 for i, v in enumerate(o) for k2, v2 in flat(v, f"{name}.{i}" if name else str(i)).items()}
+        return {name: np.asarray(o)}
+    with open(path, "rb") as f:
+        tree = pickle.load(f)   # (a fixture written by fixtures/make_numpy_pickles.py: numpy arrays only)
+    return {k: Oracle(tuple(v.shape), values=_f64(v)) for k, v in flat(tree).items()}
+
+
+def _fake_array(state: tuple) -> object:
+    """An object pickling as numpy's _reconstruct with `state` (shape, dtype, data as given), built by pickle itself."""
+    class Fake:
+        def __reduce__(self) -> tuple:
+            return (np._core.multiarray._reconstruct, (np.ndarray, (0,), b"b"), state)
+    return Fake()
+
+
+def numpy_pickle_claims(path: str) -> dict[str, bytes]:
+    import pickle
+    data = open(path, "rb").read()
+    big = max((pos for op, arg, pos in pickletools.genops(data) if op.name in ("BINBYTES", "BYTEARRAY8", "BINBYTES8")),
+              default=None)
+    out = {"shape 2**62 x 4": pickle.dumps({"w": _fake_array((1, (2**62, 4), np.dtype("f4"), False, b"\0" * 16))}, 4),
+           "one more row than stored": pickle.dumps({"w": _fake_array((1, (5, 4), np.dtype("f4"), False, b"\0" * 64))}, 4),
+           "object dtype": pickle.dumps({"w": _fake_array((1, (2,), np.dtype("O"), False, b"\0" * 16))}, 4),
+           "global posix.system": b"\x80\x04cposix\nsystem\n(S'true'\ntR."}
+    if big is not None:
+        width = 4 if data[big] == pickle.BINBYTES[0] else 8
+        out["payload of 2**40 bytes"] = patched(data, big + 1, "<I" if width == 4 else "<Q", 2**32 - 1 if width == 4 else 2**40)
+    return out
+
+
 # ---------------------------------------------------------------------------------------------- the table
 SAMPLES: dict[str, list[Sample]] = {
     "safetensors": [Sample("dtypes.safetensors", safetensors_oracle, safetensors_layout, safetensors_claims)],
@@ -729,6 +772,9 @@ SAMPLES: dict[str, list[Sample]] = {
                    companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "pytorch export (.pt2)": [Sample("pt2/mixed.pt2", pt2_oracle, zip_layout, pt2_claims)],
     "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, tar_layout, nemo_claims)],
+    "numpy-pickle": [Sample("numpy-pickles/params-p4.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
+                     Sample("numpy-pickles/params-p5.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
+                     Sample("paddle/tiny.pdparams", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims)],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),
                        Sample("flax/bert-mlm/flax_model.msgpack", flax_oracle, flax_layout, flax_claims)],
 }

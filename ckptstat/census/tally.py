@@ -6,6 +6,7 @@ derived once on the checkpoint's logical view (census/quant/)."""
 from __future__ import annotations
 
 import operator
+import re
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -13,8 +14,11 @@ from itertools import compress
 
 from ..core import Checkpoint, dtypes
 from ..core.tensor_table import columns, with_extra
+from ..naming import PADDLE_ACCUMULATOR
 from .counts import aliases, placements
 from .quant import logical, stored
+
+_PADDLE = re.compile(PADDLE_ACCUMULATOR)
 
 Sums = list[int]   # [elements, stored bytes, tensors]
 
@@ -138,7 +142,9 @@ def optimizer_state(ckpt: Checkpoint) -> dict | None:
     opt = c.non_params.get("optimizer")
     if opt is None:
         return None
-    owner = lambda name: name.rpartition(".")[0]  # noqa: E731 - `optimizer.state.3.exp_avg` -> `optimizer.state.3`
+    def owner(name: str) -> str:   # `optimizer.state.3.exp_avg` -> `optimizer.state.3`; Paddle's `w_0_moment1_0` -> `w_0`
+        paddle = _PADDLE.sub("", name)
+        return paddle if paddle != name else name.rpartition(".")[0]
     entries = set(map(owner, opt["names"]))
     steps = [view[n] for n in c.non_params.get("counter", {}).get("names", ()) if owner(n) in entries]
     return {"entries": len(entries), "tensors": opt["tensors"] + len(steps),

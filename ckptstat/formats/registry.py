@@ -66,7 +66,7 @@ FORMATS: list[Format] = []
 # Reader modules, imported on first use and in this order (start-up time: a safetensors file imports its reader
 # alone). Adding a format = one module + one line here.
 _MODULES = ["safetensors", "torch", "tf_bundle", "keras_h5", "gguf",
-            "onnx_model", "numpy_npy", "keras_zip", "saved_model", "dcp", "nemo",
+            "onnx_model", "numpy_npy", "keras_zip", "saved_model", "dcp", "nemo", "numpy_pickle",
             "flax_msgpack"]
 _loaded = False
 

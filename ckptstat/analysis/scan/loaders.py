@@ -402,6 +402,13 @@ OWN_LOADERS = (
     # By name alone: RNG_GLOBALS rebuild numpy arrays and dtypes and run no code of the file's choosing under any
     # loader, so a file named so gains nothing from the policy (every other global stays a finding), while a
     # checkpoint-N/ folder test would leave the false alarm on a file scanned alone or pushed as last-checkpoint/.
+    # PaddlePaddle's paddle.save: a pickle of numpy arrays, which paddle.load reads with plain pickle.loads
+    # (paddle/framework/io_utils.py _pickle_loads_mac, io.py load): numpy's own reconstruction runs no code of the
+    # file's choosing; any other global would be imported and called
+    OwnLoader(re.compile(r"^.+\.(?:pdparams|pdopt)$"), NUMPY_OWN, "PaddlePaddle save",
+              "read by paddle.load with pickle.loads (any global imported and called)",
+              "safe: a PaddlePaddle save importing only numpy's own array reconstruction and torch's weights_only "
+              "allowlist"),
     *(OwnLoader(pattern, RNG_GLOBALS, f"{library} RNG state",
                 f"read by {how} with torch.load(weights_only=True), numpy's _reconstruct, ndarray, dtype allowed",
                 f"safe: {who} loads it with weights_only=True and numpy's _reconstruct, ndarray, dtype allowed")

@@ -1,0 +1,227 @@
+"""Plain pickles of numpy arrays: PaddlePaddle's `.pdparams` / `.pdopt` (`paddle.save`), and the `.pkl` parameter
+trees JAX/Haiku and other code write with `pickle.dump` (docs/numpy.md, "Pickles of numpy arrays").
+
+What `pickle.dump` writes for an ndarray (numpy/_core/src/multiarray/methods.c `array_reduce` / `array_reduce_ex`):
+- protocols 2-4: REDUCE of `numpy._core.multiarray._reconstruct(numpy.ndarray, (0,), b'b')`, then BUILD with the
+  state `(1, shape, dtype, is_fortran, data)`: `dtype` itself REDUCE of `numpy.dtype(code, False, True)` and BUILD
+  `(3, byteorder, ...)`; `data` the raw bytes (BINBYTES / BINBYTES8, or, at protocol 2, `_codecs.encode(text,
+  'latin1')`: refused here, the bytes are not in the file as they are);
+- protocol 5: REDUCE of `numpy._core.numeric._frombuffer(buffer, dtype, shape, order)`, the buffer in-band as
+  BYTEARRAY8 (a writable array) or BINBYTES;
+- a numpy scalar: `numpy._core.multiarray.scalar(dtype, bytes)`. (numpy < 2 spells the modules `numpy.core.*`.)
+The pickle is walked by the restricted unpickler (formats/torch/unpickler.py) with these calls mapped to recorders:
+nothing is imported or called; any other global is refused as torch's weights_only loader would refuse it. A large
+bytes payload is never read: its offset is recorded and the stream skips it, so the arrays are read by offset, and
+opening reads the pickle's structure only.
+
+PaddlePaddle stores a bfloat16 tensor as a numpy uint16 array and `paddle.load` reads it back as bfloat16
+(paddle/framework/io.py: paddle.to_tensor of a uint16 array): in a Paddle file (a `.pdparams` / `.pdopt` name, or
+the `StructuredToParameterName@@` key paddle.save adds) U16 arrays are read as BF16, and a note says so."""
+from __future__ import annotations
+
+import io
+import math
+import pickle
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+from ..core import Checkpoint, TensorInfo, dtypes
+from ..core.files import open_regular, size_of
+from ..errors import CorruptCheckpointError
+from .numpy_npy import NUMPY_TYPES
+from .registry import Format, Probe, register
+from .torch.allowlist import Refused
+from .torch.unpickler import Record, RecordingUnpickler, guarded, key_text, unpickle
+
+TORCH_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"   # LONG1 of torch's legacy magic number
+PADDLE_SUFFIXES = (".pdparams", ".pdopt")
+PADDLE_KEY = "StructuredToParameterName@@"
+INLINE = 4096           # bytes payloads up to this size are read (dtype codes, small arrays in a frame)
+MAX_DEPTH = 64          # containers followed when naming arrays
+_MODULES = ("numpy._core", "numpy.core")
+
+
+@dataclass(frozen=True)
+class Span:
+    """A bytes payload of the pickle: `length` bytes at `offset` of the file (`data` when it was small enough to
+    read)."""
+    offset: int
+    length: int
+    data: bytes | None = None
+
+
+class _Array(Record):
+    """An ndarray the pickle rebuilds: (shape, dtype Record, fortran order, Span) once BUILD gives its state."""
+
+    def __init__(self, args: tuple[Any, ...] = ()) -> None:
+        super().__init__("ndarray")
+        if args:   # protocol 5's _frombuffer(buffer, dtype, shape, order)
+            buffer, dtype, shape, order = (*args, None, None, None, None)[:4]
+            self.state = (1, shape, dtype, order == "F", buffer)
+
+
+def _reconstruct(*args: object) -> _Array:
+    return _Array()
+
+
+def _frombuffer(*args: object) -> _Array:
+    return _Array(tuple(args))
+
+
+def _dtype(code: object, *args: object) -> Record:
+    r = Record("dtype")
+    r.state = code   # BUILD replaces it with the (version, byteorder, ...) tuple; the code is kept apart
+    r.kind = f"dtype:{code}"
+    return r
+
+
+def _scalar(dtype: object, data: object = None) -> _Array:
+    a = _Array()
+    a.state = (1, (), dtype, False, data)
+    return a
+
+
+def _refuse_latin1(*args: object) -> object:
+    raise Refused("an array's bytes stored as latin-1 text (a protocol-2 pickle): not read in place; re-save it "
+                  "with protocol 4 or 5")
+
+
+class _NumpyUnpickler(RecordingUnpickler):
+    CALLS = {**{f"{m}.multiarray._reconstruct": _reconstruct for m in _MODULES},
+             **{f"{m}.numeric._frombuffer": _frombuffer for m in _MODULES},
+             **{f"{m}.multiarray.scalar": _scalar for m in _MODULES},
+             "numpy.ndarray": _reconstruct, "numpy.dtype": _dtype, "_codecs.encode": _refuse_latin1}
+    WHAT = "a numpy array's reconstruction"
+
+    def _span(self, n: int) -> None:
+        frame = getattr(getattr(self, "_unframer", None), "current_frame", None)   # a protocol-4 frame being read
+        if frame is not None or n <= INLINE:
+            at = self.stream.tell() - (len(frame.getbuffer()) - frame.tell() if frame is not None else 0)
+            self.append(Span(at, n, self.read(n)))
+            return
+        if n > self.stream.left:
+            raise Refused(f"a bytes payload of {n:,} bytes where {self.stream.left:,} remain")
+        at = self.stream.tell()
+        self.stream.f.seek(n, io.SEEK_CUR)
+        self.stream.left -= n
+        self.append(Span(at, n))
+
+    def load_short_binbytes(self) -> None:
+        self._span(self.read(1)[0])
+
+    def load_binbytes(self) -> None:
+        self._span(struct.unpack("<I", self.read(4))[0])
+
+    def load_binbytes8(self) -> None:
+        self._span(struct.unpack("<Q", self.read(8))[0])
+
+    def load_bytearray8(self) -> None:
+        self._span(struct.unpack("<Q", self.read(8))[0])
+
+    def load_build(self) -> None:
+        state = self.stack.pop()
+        target = self.stack[-1]
+        if isinstance(target, Record) and target.kind.startswith("dtype:"):
+            target.state = (target.kind[len("dtype:"):], state)
+        elif isinstance(target, Record) and target.state is None:
+            target.state = state
+
+
+_NumpyUnpickler.dispatch = {**RecordingUnpickler.dispatch,
+                            pickle.SHORT_BINBYTES[0]: guarded(_NumpyUnpickler.load_short_binbytes, False),
+                            pickle.BINBYTES[0]: guarded(_NumpyUnpickler.load_binbytes, False),
+                            pickle.BINBYTES8[0]: guarded(_NumpyUnpickler.load_binbytes8, False),
+                            pickle.BYTEARRAY8[0]: guarded(_NumpyUnpickler.load_bytearray8, False),
+                            pickle.BUILD[0]: guarded(_NumpyUnpickler.load_build, False)}
+
+
+def _dtype_of(path: str, name: str, d: object) -> tuple[str, str]:
+    """(canonical dtype, byte order) of a dtype Record."""
+    code, state = d.state if isinstance(d, Record) and isinstance(d.state, tuple) and len(d.state) == 2 else (None, None)
+    order = state[1] if isinstance(state, tuple) and len(state) > 1 else "|"
+    if not isinstance(code, str) or code not in NUMPY_TYPES or order not in ("<", ">", "|", "="):
+        raise CorruptCheckpointError(path, f"array {name!r}: dtype {str(code)[:32]!r} is not one ckptstat reads")
+    return NUMPY_TYPES[code], "big" if order == ">" else "little"
+
+
+def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:
+    s = a.state
+    if not (isinstance(s, tuple) and len(s) == 5):
+        raise CorruptCheckpointError(path, f"array {name!r}: its state is not numpy's (version, shape, dtype, "
+                                           "fortran, data)")
+    _, shape, dt, fortran, data = s
+    if not (isinstance(shape, tuple) and all(type(d) is int for d in shape)) or len(shape) > 64:
+        raise CorruptCheckpointError(path, f"array {name!r}: shape {str(shape)[:64]} is not a tuple of integers")
+    dtype, order = _dtype_of(path, name, dt)
+    if paddle and dtype == "U16":
+        dtype = "BF16"
+    if not isinstance(data, Span):
+        raise CorruptCheckpointError(path, f"array {name!r}: its data is not a bytes payload")
+    n = math.prod(shape) if shape else 1
+    want = dtypes.get(dtype).nbytes(n)
+    if data.length != want:
+        raise CorruptCheckpointError(path, f"array {name!r}: {data.length:,} bytes of data for {list(shape)} "
+                                           f"{dtype} ({want:,} bytes)")
+    stride = None
+    if fortran is True and len(shape) > 1:
+        stride = tuple(math.prod(shape[:i]) for i in range(len(shape)))
+    return TensorInfo(name, dtype, tuple(shape), path, data.offset, data.length, byteorder=order, stride=stride)
+
+
+def _walk(path: str, obj: object, paddle: bool) -> dict[str, TensorInfo]:
+    out: dict[str, TensorInfo] = {}
+    seen: set[int] = set()
+
+    def rec(o: object, name: str, depth: int) -> None:
+        if depth > MAX_DEPTH:
+            raise CorruptCheckpointError(path, f"containers nest deeper than {MAX_DEPTH} at {name!r}")
+        if isinstance(o, _Array):
+            out[name or "array"] = _tensor(path, name or "array", o, paddle)
+            return
+        if id(o) in seen:
+            return
+        if isinstance(o, dict):
+            seen.add(id(o))
+            for k, v in o.items():
+                if k != PADDLE_KEY:
+                    rec(v, f"{name}.{key_text(k)}" if name else key_text(k), depth + 1)
+        elif isinstance(o, (list, tuple)):
+            seen.add(id(o))
+            for i, v in enumerate(o):
+                rec(v, f"{name}.{i}" if name else str(i), depth + 1)
+    rec(obj, "", 0)
+    return out
+
+
+def accept(probe: Probe) -> bool:
+    """A pickle (PROTO 2-5) that is not torch's legacy file (its magic number) nor joblib's, and rebuilds a numpy
+    array within its first bytes."""
+    h = probe.head
+    if len(h) < 3 or h[0] != 0x80 or not 2 <= h[1] <= 5 or h[2:14] == TORCH_MAGIC:
+        return False
+    return b"numpy" in h and (b"_reconstruct" in h or b"_frombuffer" in h) and b"joblib" not in h
+
+
+def open_numpy_pickle(path: str) -> Checkpoint:
+    with open_regular(path) as f:
+        obj, _ = unpickle(f, path, "pickle", storages=False, limit=size_of(f), unpickler=_NumpyUnpickler)
+    paddle = path.endswith(PADDLE_SUFFIXES) or (isinstance(obj, dict) and PADDLE_KEY in obj)
+    tensors = _walk(path, obj, paddle)
+    if not tensors:
+        raise CorruptCheckpointError(path, "a pickle that holds no numpy array")
+    notes = []
+    if paddle and any(t.dtype == "BF16" for t in tensors.values()):
+        notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
+    return Checkpoint(path=path, format="PaddlePaddle pickle" if paddle else "pickle of numpy arrays",
+                      tensors=tensors, files=(path,), notes=notes, ordered=True,
+                      metadata={"pickle.protocol": str(_protocol(path))})
+
+
+def _protocol(path: str) -> int:
+    with open_regular(path) as f:
+        head = f.read(2)
+    return head[1] if len(head) == 2 and head[0] == 0x80 else 0
+
+
+register(Format("numpy-pickle", accept, open_numpy_pickle, (".pdparams", ".pdopt", ".pkl", ".pickle")))
