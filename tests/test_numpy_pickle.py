@@ -11,6 +11,7 @@ import pickle
 import numpy as np
 import pytest
 from conftest import FIXTURES, fixture
+from test_remote import fresh_sources  # noqa: F401  (autouse: empty caches, quick retries, no full downloads)
 
 from ckptstat import open_checkpoint, summarize
 from ckptstat.cli import main
@@ -106,3 +107,18 @@ def test_scan_judges_a_paddle_save_by_paddle_loads_rules(tmp_path, capsys):
                      + b"\x8c\x01x\x8c\x02os\x8c\x06system\x93\x8c\x04true\x85Ru.")
     assert main(["scan", str(evil)]) == 1
     assert "os.system" in capsys.readouterr().out
+
+
+def test_a_pickle_over_https_reads_as_the_local_file(capsys):
+    from remote_server import Server
+
+    local = fixture("numpy-pickles", "params-p4.pkl")
+    assert main(["stats", local, "--json"]) == 0
+    want = json.loads(capsys.readouterr().out)
+    with Server(os.path.dirname(local)) as s:
+        assert main(["stats", f"{s.url}/params-p4.pkl", "--json"]) == 0
+        got = json.loads(capsys.readouterr().out)
+    for r in (want, got):
+        for k in ("path", "seconds", "fetched"):
+            r.pop(k, None)
+    assert got == want

@@ -203,7 +203,11 @@ def test_every_left_out_role_name_holds_a_literal():
     names = ["optimizer.state.0", "optim.x", "opt_state.x", "optimizer_state_dict.x", "optimizer_states.x", "a.exp_avg",
              "a.exp_avg_sq", "a.max_exp_avg_sq", "a.momentum_buffer", "bert/x/adam_m", "bert/x/adam_v",
              "x/.OPTIMIZER_SLOT/y", "optimizer_weights/x", "global_step", "save_counter", "a.epoch", "iteration",
-             "num_updates", "step", "_CHECKPOINTABLE_OBJECT_GRAPH", "a/.OBJECT_GRAPH/b"]
+             "num_updates", "step", "_CHECKPOINTABLE_OBJECT_GRAPH", "a/.OBJECT_GRAPH/b",
+             # PaddlePaddle's optimizer accumulators and LR scheduler (a .pdopt)
+             "linear_0.w_0_moment1_0", "linear_0.w_0_moment2_0", "linear_0.w_0_beta1_pow_acc_0",
+             "linear_0.w_0_beta2_pow_acc_0", "linear_0.w_0_velocity_0", "linear_0.w_0_moment_0",
+             "linear_0.w_0_mean_square_0", "linear_0.w_0_mean_grad_0", "LR_Scheduler.last_epoch", "master_weights.w_0"]
     # every word of those rules' alternatives (read from the patterns) is in some name above: a new alternative
     # fails here until a name of it is added, and so checked for a literal below
     words = {w for rx, role in ROLE_RULES if role in ("optimizer", "counter") for w in re.findall(r"[A-Za-z_]{3,}", rx.pattern)}

@@ -88,3 +88,4 @@ def test_the_root_node_re_encoded_uncompressed_reads_as_the_fixture():
             c.write(f, blob)
         reply = check("orbax (re-encoded)", c.dir)
         assert reply["outcome"] == "ok" and reply["read"] > 0, reply
+

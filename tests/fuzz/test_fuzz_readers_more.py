@@ -1,6 +1,7 @@
-"""The fuzz suite, continued: ONNX, numpy .npy/.npz, Flax msgpack, torch.distributed.checkpoint (DCP) folders,
-Keras 3 `.keras` zips and TF SavedModels, each from fixtures written by the library that writes the format
-(fixtures/make_onnx.py, make_numpy.py, make_flax.py, make_dcp.py, make_keras_zip.py, make_saved_model.py).
+"""The fuzz suite, continued: ONNX, numpy .npy/.npz, pickles of numpy arrays (Paddle's, pickle.dump's), Flax msgpack,
+torch.distributed.checkpoint (DCP) folders, Keras 3 `.keras` zips and TF SavedModels, each from fixtures written by the
+library that writes the format (fixtures/make_onnx.py, make_numpy.py, make_numpy_pickles.py, make_flax.py, make_dcp.py,
+make_keras_zip.py, make_saved_model.py).
 
 Same contract and machinery as test_fuzz_readers.py (fuzzlib.check: only CkptstatError, bounded memory and
 work, nothing written); `ckptstat scan` (analysis.scan.scan_path, every loader's rules) is held to it too on
@@ -550,6 +551,26 @@ def test_fuzz_nemo(data):
         path = c.write("model.nemo", raw)
         check("nemo", path)
         check("nemo-scan", path, action="scan_path")
+
+
+# ================================================================================== pickles of numpy arrays
+NUMPY_PICKLES = [("numpy-pickles", "params-p4.pkl"), ("numpy-pickles", "params-p5.pkl"), ("paddle", "tiny.pdparams"),
+                 ("paddle", "tiny-bf16.pdparams"), ("paddle", "tiny.pdopt")]
+
+
+@fuzz_settings(150)
+@given(st.data())
+def test_fuzz_numpy_pickles(data):
+    """formats/numpy_pickle.py: the pickle's ints and lengths set to extremes (the payloads' lengths among them),
+    truncated at every opcode, bit-flipped, or replaced by the suite's hostile pickles."""
+    folder, name = data.draw(st.sampled_from(NUMPY_PICKLES))
+    base = read(folder, name)
+    if data.draw(st.booleans()):
+        blob = data.draw(mutate(base, *pickle_fields(base)))[1]
+    else:
+        blob = data.draw(st.sampled_from(HOSTILE_PICKLES))
+    with Case() as c:
+        check("numpy-pickle", c.write(name, blob))
 
 
 # ================================================================================== sanity

@@ -119,7 +119,9 @@ _REWRITE_LITERALS = ("/", ":", "_._", "ATTRIBUTES", "___") + _TF_LITERALS
 # A literal in every name naming.ROLE_RULES gives the roles canonical_tensors leaves out (optimizer, counter;
 # tests/test_quick_path.py checks each rule's alternatives): names holding none need no role look-up.
 _LEFT_OUT_LITERALS = ("optim", "opt_state", "exp_avg", "momentum_buffer", "adam_", "OPTIMIZER_SLOT", "step", "save_counter",
-                      "epoch", "iteration", "num_updates", "OBJECT_GRAPH")
+                      "epoch", "iteration", "num_updates", "OBJECT_GRAPH",
+                      # PaddlePaddle's accumulators and scheduler (naming.PADDLE_ACCUMULATOR)
+                      "_moment", "_pow_acc", "_velocity", "_mean_square", "_mean_grad", "LR_Scheduler", "master_weights")
 
 
 def _may_rewrite(text: str, forms: str | None = None) -> set[str]:
