@@ -371,3 +371,18 @@ def test_audit_of_a_url_takes_each_orbax_folder_as_one_checkpoint(tmp_path, caps
     assert sorted(records) == ["jax-run", "step-20"]
     assert records["jax-run"]["parameters"] == CASES["train"]["params"]
     assert all(r["format"].startswith("orbax (") and r["error"] is None for r in records.values())
+
+
+def test_a_save_whose_process_databases_were_never_merged_reads_them_together(tmp_path):
+    """orbax merges each process's OCDBT database (ocdbt.process_N/) into the item's manifest.ocdbt when the save
+    finalises; a save stopped before that holds the per-process databases alone: they are read together."""
+    item = tmp_path / "train"
+    shutil.copytree(fixture("orbax", "train"), item)
+    (item / "manifest.ocdbt").unlink()
+    shutil.rmtree(item / "d")
+    with open_checkpoint(str(item)) as ck:
+        assert "not merged" in ck.format
+        assert sorted(ck.tensors) == sorted(CASES["train"]["arrays"])
+        name = "params.params.embed_tokens.embedding"
+        values = _values(ck, name)
+        assert hashlib.sha256(values.astype("<f8").tobytes()).hexdigest() == CASES["train"]["arrays"][name]["sha256"]

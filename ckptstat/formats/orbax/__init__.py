@@ -3,8 +3,8 @@
 orbax-checkpoint (0.12) saves a pytree into a folder, an "item": each array a zarr array (zarr.py) named by its
 tree path joined with "." (`params.layers_0.q_proj.kernel`), in one of two layouts:
 - OCDBT (the default, `use_ocdbt=True`): the folder is one OCDBT database (ocdbt.py), its `manifest.ocdbt` merging
-  each process's `ocdbt.process_N/`; keys `<name>/.zarray` (or `<name>/zarr.json` with `use_zarr3`) and
-  `<name>/<chunk key>`;
+  each process's `ocdbt.process_N/` (a save stopped before the merge: each process's database read, together);
+  keys `<name>/.zarray` (or `<name>/zarr.json` with `use_zarr3`) and `<name>/<chunk key>`;
 - `use_ocdbt=False`: a folder per array, `<name>/.zarray` and a file per chunk.
 Beside them: `_METADATA` (JSON: the tree, each leaf's value type), `_sharding`, `_CHECKPOINT_METADATA`, and
 `array_metadatas/`; leaves that are not arrays (strings, None) are in `_METADATA` alone and are no tensors here.
@@ -214,6 +214,18 @@ def _tensors(values: dict[str, Value], file: str, prefix: str, reader: _Values,
     return out
 
 
+PROCESS = re.compile(r"^ocdbt\.process_\d+$")
+
+
+def _unmerged(item: str) -> list[str]:
+    """The per-process OCDBT databases (`ocdbt.process_N/`) of a local item without a merged manifest.ocdbt: a save
+    stopped before orbax merged them (each holds its process's arrays)."""
+    if urls.is_url(item):
+        return []
+    return sorted((n for n in os.listdir(item) if PROCESS.match(n) and os.path.isfile(os.path.join(item, n, MANIFEST))),
+                  key=lambda n: int(n.rsplit("_", 1)[1]))
+
+
 def _item_kind(names: list[str]) -> str | None:
     """"ocdbt" or "zarr" for an orbax item folder holding `names`, else None."""
     if MANIFEST in names:
@@ -272,6 +284,19 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
             values = {k.decode("utf-8", "replace"): v for k, v in store.values.items()}
             files += sorted(store.files | {v.file for v in store.values.values() if v.file})
             file = fs.join(item, MANIFEST)
+        elif processes := _unmerged(item):   # a save whose per-process databases were never merged into one
+            values = {}
+            for sub in processes:
+                store = Store(fs.join(item, sub), root)
+                for raw_key, where in store.values.items():
+                    key = raw_key.decode("utf-8", "replace")
+                    if key in values:
+                        raise CorruptCheckpointError(fs.join(fs.join(item, sub), MANIFEST),
+                                                     f"key {key[:80]!r} is in two processes' databases")
+                    values[key] = where
+                files += sorted(store.files | {v.file for v in store.values.values() if v.file})
+            kind = "ocdbt-unmerged"
+            file = fs.join(item, METADATA)
         else:
             values = _walk_files(item, root)
             files += sorted(v.file for v in values.values() if v.file)
@@ -282,7 +307,8 @@ def open_folder(folder: str, open_file: Callable[[str], Checkpoint] | None = Non
             continue
         tensors.update(found)
         versions = " and ".join(v for v, m in (("v2", "/.zarray"), ("v3", "/zarr.json")) if any(k.endswith(m) for k in values))
-        kinds.append(f"{'OCDBT' if kind == 'ocdbt' else 'a folder per array'}, zarr {versions or 'arrays'}")
+        layout = {"ocdbt": "OCDBT", "ocdbt-unmerged": "OCDBT per process, not merged"}.get(kind, "a folder per array")
+        kinds.append(f"{layout}, zarr {versions or 'arrays'}")
     meta = _json(fs.join(folder, CHECKPOINT_METADATA)) if CHECKPOINT_METADATA in names else {}
     handler = meta.get("item_handlers")
     metadata = {"orbax.items": ", ".join(p.rstrip(".") for p, _, _ in items if p) or "one",
