@@ -32,9 +32,9 @@ from ..errors import CorruptCheckpointError
 from .numpy_npy import NUMPY_TYPES
 from .registry import Format, Probe, register
 from .torch.allowlist import Refused
+from .torch.containers import is_legacy_head
 from .torch.unpickler import Record, RecordingUnpickler, guarded, key_text, unpickle
 
-TORCH_MAGIC = b"\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"   # LONG1 of torch's legacy magic number
 PADDLE_SUFFIXES = (".pdparams", ".pdopt")
 PADDLE_KEY = "StructuredToParameterName@@"
 INLINE = 4096           # bytes payloads up to this size are read (dtype codes, small arrays in a frame)
@@ -198,7 +198,7 @@ def accept(probe: Probe) -> bool:
     """A pickle (PROTO 2-5) that is not torch's legacy file (its magic number) nor joblib's, and rebuilds a numpy
     array within its first bytes."""
     h = probe.head
-    if len(h) < 3 or h[0] != 0x80 or not 2 <= h[1] <= 5 or h[2:14] == TORCH_MAGIC:
+    if len(h) < 3 or h[0] != 0x80 or not 2 <= h[1] <= 5 or is_legacy_head(h):   # (torch's magic number, pickled)
         return False
     return b"numpy" in h and (b"_reconstruct" in h or b"_frombuffer" in h) and b"joblib" not in h
 
