@@ -240,6 +240,9 @@ def test_a_zstd_chunk_that_inflates_past_its_chunk_is_refused(tmp_path):
     {"zarr_format": 2, "shape": [-1], "chunks": [1], "dtype": "<f4"},
     {"zarr_format": 2, "shape": [4], "chunks": [0], "dtype": "<f4"},
     {"zarr_format": 3, "shape": [4], "data_type": "float32", "chunk_grid": {"name": "rectilinear"}, "codecs": []},
+    {"zarr_format": 3, "shape": [4], "data_type": "float32",   # a chunk's own crc32c codec: not decoded, refused
+     "chunk_grid": {"name": "regular", "configuration": {"chunk_shape": [4]}},
+     "codecs": [{"name": "bytes", "configuration": {"endian": "little"}}, {"name": "crc32c"}]},
     {"zarr_format": 9},
     [1, 2],
 ])

@@ -39,6 +39,14 @@ NUMPY_NAMES = {
 }
 
 
+# numpy dtype codes (kind + item size: `f4` of `<f4`, what `np.dtype(...).str` holds after its byte order, and what a
+# pickle's `numpy.dtype('f4', ...)` call names) -> canonical dtype.
+NUMPY_CODES = {
+    "b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32", "i4": "I32", "u8": "U64",
+    "i8": "I64", "f2": "F16", "f4": "F32", "f8": "F64", "c8": "C64", "c16": "C128",
+}
+
+
 @dataclass(frozen=True)
 class DType:
     name: str

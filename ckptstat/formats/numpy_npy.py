@@ -32,11 +32,7 @@ from .torch.zipstream import ZipStreamReader
 MAGIC = b"\x93NUMPY"
 MAX_HEADER = 10000          # numpy.lib.format._MAX_HEADER_SIZE, np.load's default max_header_size
 MAX_MEMBERS = 1 << 16
-# numpy dtype codes (kind + item size) -> canonical dtype; the byte order comes from the descr's prefix.
-NUMPY_TYPES = {
-    "b1": "BOOL", "u1": "U8", "i1": "I8", "u2": "U16", "i2": "I16", "u4": "U32", "i4": "I32", "u8": "U64",
-    "i8": "I64", "f2": "F16", "f4": "F32", "f8": "F64", "c8": "C64", "c16": "C128",
-}
+NUMPY_TYPES = dtypes.NUMPY_CODES   # a descr's kind and item size; its byte order from the descr's prefix
 
 
 def header_end(data: bytes) -> int:

@@ -29,7 +29,6 @@ from typing import Any
 from ..core import Checkpoint, TensorInfo, dtypes
 from ..core.files import open_regular, size_of
 from ..errors import CorruptCheckpointError
-from .numpy_npy import NUMPY_TYPES
 from .registry import Format, Probe, register
 from .torch.allowlist import Refused
 from .torch.containers import is_legacy_head
@@ -140,9 +139,9 @@ def _dtype_of(path: str, name: str, d: object) -> tuple[str, str]:
     """(canonical dtype, byte order) of a dtype Record."""
     code, state = d.state if isinstance(d, Record) and isinstance(d.state, tuple) and len(d.state) == 2 else (None, None)
     order = state[1] if isinstance(state, tuple) and len(state) > 1 else "|"
-    if not isinstance(code, str) or code not in NUMPY_TYPES or order not in ("<", ">", "|", "="):
+    if not isinstance(code, str) or code not in dtypes.NUMPY_CODES or order not in ("<", ">", "|", "="):
         raise CorruptCheckpointError(path, f"array {name!r}: dtype {str(code)[:32]!r} is not one ckptstat reads")
-    return NUMPY_TYPES[code], "big" if order == ">" else "little"
+    return dtypes.NUMPY_CODES[code], "big" if order == ">" else "little"
 
 
 def _tensor(path: str, name: str, a: _Array, paddle: bool) -> TensorInfo:

@@ -75,12 +75,8 @@ def _dtype(name: object) -> tuple[str, str]:
         raise ValueError(f"dtype {str(name)[:40]!r} is not a name")
     if name in dtypes.NUMPY_NAMES:
         return dtypes.NUMPY_NAMES[name], "little"
-    kinds = {"f": "float", "i": "int", "u": "uint", "b": "bool", "c": "complex"}
-    if len(name) >= 3 and name[0] in "<>|" and name[1] in kinds and name[2:].isdigit():
-        bits = int(name[2:]) * 8
-        numpy_name = "bool" if name[1] == "b" and bits == 8 else f"{kinds[name[1]]}{bits}"
-        if numpy_name in dtypes.NUMPY_NAMES:
-            return dtypes.NUMPY_NAMES[numpy_name], "big" if name[0] == ">" else "little"
+    if name[:1] in ("<", ">", "|", "=") and name[1:] in dtypes.NUMPY_CODES:
+        return dtypes.NUMPY_CODES[name[1:]], "big" if name[0] == ">" else "little"
     raise ValueError(f"dtype {name!r} is not one ckptstat reads")
 
 
@@ -128,8 +124,9 @@ def _check_grid(shape: tuple[int, ...], chunks: tuple[int, ...]) -> None:
         raise ValueError(f"chunk shape {list(chunks)} has a zero dimension")
 
 
-def _bytes_chain(codecs: object, what: str) -> tuple[str, str | None, bool]:
-    """(byte order, compression, crc32c) of an array->bytes chain: `bytes`, then at most one compressor, crc32c."""
+def _bytes_chain(codecs: object, what: str, index: bool = False) -> tuple[str, str | None, bool]:
+    """(byte order, compression, crc32c) of an array->bytes chain: `bytes`, then at most one compressor, and (a shard
+    index's chain only: a chunk's checksum is not decoded) crc32c."""
     if not isinstance(codecs, list) or not codecs or len(codecs) > 8:
         raise ValueError(f"{what}: not a list of codecs")
     order, codec, crc = "little", None, False
@@ -146,10 +143,11 @@ def _bytes_chain(codecs: object, what: str) -> tuple[str, str | None, bool]:
                 raise ValueError(f"{what}: endian {str(conf.get('endian'))[:20]!r}")
         elif cname in ("zstd", "gzip") and codec is None and not crc:
             codec = str(cname)
-        elif cname == "crc32c" and not crc:
+        elif cname == "crc32c" and not crc and index:
             crc = True
         else:
-            raise ValueError(f"{what}: codec {str(cname)[:40]!r} (ckptstat decodes bytes, zstd, gzip, crc32c)")
+            raise ValueError(f"{what}: codec {str(cname)[:40]!r} (ckptstat decodes bytes, then zstd or gzip"
+                             f"{', then crc32c' if index else ''})")
     return order, codec, crc
 
 
@@ -183,7 +181,7 @@ def _v3(meta: dict[str, Any], name: str, shape: tuple[int, ...]) -> Array:
         if any(i == 0 or c % i for c, i in zip(chunks, inner)):
             raise ValueError(f"sharding chunk_shape {list(inner)} does not divide the chunk shape {list(chunks)}")
         order, codec, _ = _bytes_chain(sc.get("codecs"), "sharding codecs")
-        index_order, index_codec, index_crc = _bytes_chain(sc.get("index_codecs"), "index_codecs")
+        index_order, index_codec, index_crc = _bytes_chain(sc.get("index_codecs"), "index_codecs", index=True)
         if index_order != "little" or index_codec is not None:
             raise ValueError("a shard index ckptstat does not decode (little-endian bytes and crc32c only)")
         where = sc.get("index_location", "end")
