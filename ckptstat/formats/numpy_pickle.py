@@ -69,10 +69,9 @@ def _frombuffer(*args: object) -> _Array:
 
 
 def _dtype(code: object, *args: object) -> Record:
-    r = Record("dtype")
-    r.state = code   # BUILD replaces it with the (version, byteorder, ...) tuple; the code is kept apart
-    r.kind = f"dtype:{code}"
-    return r
+    """numpy.dtype(code, align, copy): its code kept in the kind; BUILD gives it (code, its (version, byteorder, ...)
+    state)."""
+    return Record(f"dtype:{code}")
 
 
 def _scalar(dtype: object, data: object = None) -> _Array:
