@@ -772,7 +772,7 @@ SAMPLES: dict[str, list[Sample]] = {
                    companions=("__1.metadata", "__0_0.distcp", "__1_0.distcp"))],
     "pytorch export (.pt2)": [Sample("pt2/mixed.pt2", pt2_oracle, zip_layout, pt2_claims)],
     "nemo (.nemo)": [Sample("nemo/benign-fastpitch.nemo", nemo_oracle, tar_layout, nemo_claims)],
-    "numpy-pickle": [Sample("numpy-pickles/params-p4.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
+    "pickle (numpy arrays)": [Sample("numpy-pickles/params-p4.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
                      Sample("numpy-pickles/params-p5.pkl", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims),
                      Sample("paddle/tiny.pdparams", numpy_pickle_oracle, pickle_fields, numpy_pickle_claims)],
     "flax (msgpack)": [Sample("flax/dtypes.msgpack", flax_oracle, flax_layout, flax_claims),

@@ -34,6 +34,7 @@ from .torch.allowlist import Refused
 from .torch.containers import is_legacy_head
 from .torch.unpickler import Record, RecordingUnpickler, guarded, key_text, unpickle
 
+NAME = "pickle (numpy arrays)"
 PADDLE_SUFFIXES = (".pdparams", ".pdopt")
 PADDLE_KEY = "StructuredToParameterName@@"
 INLINE = 4096           # bytes payloads up to this size are read (dtype codes, small arrays in a frame)
@@ -208,12 +209,13 @@ def open_numpy_pickle(path: str) -> Checkpoint:
     tensors = _walk(path, obj, paddle)
     if not tensors:
         raise CorruptCheckpointError(path, "a pickle that holds no numpy array")
-    notes = []
+    notes = ["written by PaddlePaddle's paddle.save (a .pdparams / .pdopt name, or its StructuredToParameterName@@ "
+             "key): read as paddle.load reads it"] if paddle else []
     if paddle and any(t.dtype == "BF16" for t in tensors.values()):
         notes.append("PaddlePaddle stores bfloat16 as numpy uint16 (paddle.load reads it back as bfloat16): read as BF16")
-    return Checkpoint(path=path, format="PaddlePaddle pickle" if paddle else "pickle of numpy arrays",
-                      tensors=tensors, files=(path,), notes=notes, ordered=True,
-                      metadata={"pickle.protocol": str(_protocol(path))})
+    return Checkpoint(path=path, format=NAME, tensors=tensors, files=(path,), notes=notes, ordered=True,
+                      metadata={"pickle.protocol": str(_protocol(path)),
+                                "pickle.writer": "paddle.save" if paddle else "pickle.dump"})
 
 
 def _protocol(path: str) -> int:
@@ -222,4 +224,4 @@ def _protocol(path: str) -> int:
     return head[1] if len(head) == 2 and head[0] == 0x80 else 0
 
 
-register(Format("numpy-pickle", accept, open_numpy_pickle, (".pdparams", ".pdopt", ".pkl", ".pickle")))
+register(Format(NAME, accept, open_numpy_pickle, (".pdparams", ".pdopt", ".pkl", ".pickle")))

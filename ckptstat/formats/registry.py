@@ -281,7 +281,7 @@ def _joined(parts: list[tuple[str, Checkpoint]]) -> Mapping[str, TensorInfo]:
 # that a URL reads as a file does (docs/remote.md); the others (h5py, TF bundles, ONNX, numpy and Keras zips)
 # read local files only.
 REMOTE_FORMATS = frozenset({"safetensors", "gguf", "pytorch (zip)", "pytorch (legacy)", "flax (msgpack)",
-                            "pytorch export (.pt2)", "nemo (.nemo)", "numpy-pickle"})
+                            "pytorch export (.pt2)", "nemo (.nemo)", "pickle (numpy arrays)"})
 
 
 def _open_file(path: str) -> Checkpoint:
